@@ -1,0 +1,169 @@
+"""`dlperf run`, `dlperf demo` and `dlperf config`."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+from dlperf.errors import CheckFailed, UserError
+
+config_app = typer.Typer(help="Inspect experiment configs.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+def _sigterm_as_interrupt() -> None:
+    """A scheduler's SIGTERM should leave the run marked `killed`, like Ctrl-C does."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _phase_rows(summary: dict[str, Any]) -> list[list[Any]]:
+    phases = summary.get("phases") or {}
+    total = sum(phases.values())
+    return [[p, s * 1e3, s / total if total else None] for p, s in phases.items()]
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    if result["status"] != "finished":
+        console.err.print(
+            f"run {result['run_id']} {result['status']}: {result.get('error')}", markup=False
+        )
+        return
+    rows = [
+        ["run", result["run_id"]],
+        ["device", f"{result['device']} ({result['threads']} threads)"],
+        ["test accuracy", result["test_accuracy"]],
+        ["best val accuracy", result["best_val_accuracy"]],
+        ["epochs to target", result["epochs_to_target"]],
+        ["time to target (s)", result["time_to_target_s"]],
+        ["throughput (samples/s)", result["throughput"]],
+        ["train time (s)", result["train_time_s"]],
+        ["peak memory (MiB)", result["peak_memory_bytes"] / 2**20],
+    ]
+    console.print_table(None, ["", "value"], rows)
+    if result.get("phases"):
+        console.print_table("per step", ["phase", "ms", "share"], _phase_rows(result))
+
+
+@app.command()
+def run(
+    experiment: Path = typer.Argument(None, help="Experiment TOML file.", show_default=False),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set train.lr=0.01 (repeatable)."
+    ),
+    timing: str = typer.Option(
+        None, "--timing", help="off | coarse | phases (same as --set run.timing=...)."
+    ),
+    resume: int = typer.Option(None, "--resume", help="Continue run ID from its checkpoint."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Train one experiment, measured phase by phase, and keep it in the run store.
+
+    Example: dlperf run examples/digits_smallcnn.toml --set train.epochs=3 --timing phases
+    """
+    from dlperf.config import load_experiment
+    from dlperf.engine.run import resume_run, run_experiment
+
+    if (experiment is None) == (resume is None):
+        raise UserError("give an experiment file or --resume RUN_ID (not both)")
+    overrides = list(set_) + ([f'run.timing="{timing}"'] if timing else [])
+    if resume is not None and overrides:
+        raise UserError("--resume continues a run with its stored config; drop --set/--timing")
+    exp = load_experiment(experiment, overrides) if experiment is not None else None
+    store = open_store()
+    _sigterm_as_interrupt()
+    with console.reporter() as rep:
+        if exp is not None:
+            result = run_experiment(exp, store, rep)
+        else:
+            result = resume_run(resume, store, rep)
+    if as_json:
+        console.print_json(result)
+    else:
+        _print_result(result)
+    if result["status"] == "failed":
+        raise typer.Exit(1)
+
+
+@config_app.command("show")
+def config_show(
+    experiment: Path = typer.Argument(None, help="Experiment TOML file (none: the defaults)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a key, e.g. train.lr=0.01."),
+) -> None:
+    """Print the resolved config (defaults < file < --set) as TOML.
+
+    Example: dlperf config show examples/digits_smallcnn.toml --set train.lr=0.01
+    """
+    from dlperf.config import load_experiment, to_toml
+
+    console.out.print(to_toml(load_experiment(experiment, list(set_))), markup=False)
+
+
+@config_app.command("keys")
+def config_keys() -> None:
+    """List every config key with its help text.
+
+    Example: dlperf config keys
+    """
+    from dlperf.config import describe
+
+    console.print_table(None, ["key", "meaning"], describe())
+
+
+@app.command()
+def demo(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Train smallcnn and resnet20 on the bundled digits to 95% test accuracy, and compare.
+
+    Runs on a laptop CPU in well under 3 minutes; both runs are kept in the store.
+
+    Example: dlperf demo
+    """
+    from dlperf.demo import run_demo
+
+    with console.reporter() as rep:
+        results = run_demo(open_store(), rep)
+    if as_json:
+        console.print_json(results)
+    else:
+        rows = []
+        for r in results["runs"]:
+            phases = r.get("phases") or {}
+            rows.append(
+                [
+                    r["model"],
+                    r["run_id"],
+                    r.get("test_accuracy"),
+                    r.get("epochs_to_target"),
+                    r.get("time_to_target_s"),
+                    r.get("throughput"),
+                    *(phases.get(p, 0) * 1e3 for p in ("data", "forward", "backward", "optimizer")),
+                ]
+            )
+        console.print_table(
+            "dlperf demo: scikit-learn digits (8x8), target 95% validation accuracy",
+            [
+                "model",
+                "run",
+                "test acc",
+                "epochs to target",
+                "s to target",
+                "samples/s",
+                "data ms",
+                "fwd ms",
+                "bwd ms",
+                "opt ms",
+            ],
+            rows,
+        )
+    if not results["passed"]:
+        raise CheckFailed(f"a demo model finished below {results['target']:.0%} test accuracy")

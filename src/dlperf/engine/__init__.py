@@ -1,0 +1,1 @@
+"""The training engine: the loop, its timers, schedules and checkpoints."""

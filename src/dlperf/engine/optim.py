@@ -1,0 +1,48 @@
+"""Optimizers and learning-rate schedules (stepped once per training step)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from dlperf.config import ScheduleConfig, TrainConfig
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params, lr=cfg.lr, betas=(cfg.momentum, 0.999), weight_decay=cfg.weight_decay
+        )
+    return torch.optim.SGD(
+        params,
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        nesterov=cfg.nesterov,
+        weight_decay=cfg.weight_decay,
+    )
+
+
+def lr_factor(epoch: float, cfg: ScheduleConfig, epochs: int, base_lr: float) -> float:
+    """Multiplier of the peak rate at fractional epoch `epoch` (0 = start of training)."""
+    if cfg.warmup_epochs and epoch < cfg.warmup_epochs:
+        return epoch / cfg.warmup_epochs
+    if cfg.kind == "multistep":
+        return cfg.gamma ** sum(epoch >= m for m in cfg.milestones)
+    if cfg.kind == "cosine":
+        start = cfg.warmup_epochs
+        progress = min(1.0, (epoch - start) / max(epochs - start, 1e-9))
+        floor = cfg.min_lr / base_lr if base_lr else 0.0
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    return 1.0
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: lr_factor(step / steps_per_epoch, cfg.schedule, cfg.epochs, cfg.lr),
+    )

@@ -1,0 +1,121 @@
+"""A run's life: check the inputs, record the run, train, and store how it ended.
+
+Everything that can be wrong with the input (data set, model, batch size, device) is
+checked before the run is recorded, so bad input leaves nothing in the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dlperf.config import Experiment, build_experiment
+from dlperf.data import ImageData, load_data
+from dlperf.engine import checkpoint
+from dlperf.engine.train import Diverged, materialize, train
+from dlperf.errors import UserError
+from dlperf.models import create_model
+from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
+from dlperf.system import pick_device, set_threads, system_info
+
+
+def _prepare(exp: Experiment) -> tuple[torch.device, int, ImageData, torch.nn.Module]:
+    device = pick_device(exp.run.device)
+    threads = set_threads(exp.run.threads)
+    data = load_data(exp.data)
+    if exp.train.batch_size > len(data.train):
+        raise UserError(
+            f"train.batch_size {exp.train.batch_size} is larger than the {len(data.train)} "
+            f"training images of {data.name}",
+            f"use train.batch_size <= {len(data.train)}",
+        )
+    torch.manual_seed(exp.run.seed)
+    model = create_model(
+        exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
+    )
+    materialize(model.to(device), data, device)
+    torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
+    return device, threads, data, model
+
+
+def run_experiment(
+    exp: Experiment,
+    store: Store,
+    reporter: Reporter | None = None,
+    study_id: int | None = None,
+) -> dict[str, Any]:
+    """Train a new run of `exp`; returns its summary with `run_id` and `status`."""
+    reporter = reporter or NullReporter()
+    reporter.task("loading data and model")
+    device, threads, data, model = _prepare(exp)
+    run_id = store.create_run(
+        name=exp.run.name or exp.model.name,
+        kind="run",
+        config=exp.to_dict(),
+        config_hash=exp.config_hash(),
+        system=system_info(device, threads),
+        study_id=study_id,
+    )
+    ckpt = (Path(exp.run.out_dir) / f"run-{run_id}" / "checkpoint.pt").resolve()
+    if exp.run.checkpoint:
+        store.add_artifact(run_id, "checkpoint", ckpt)
+    return _execute(exp, store, run_id, ckpt, None, device, threads, data, model, reporter)
+
+
+def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> dict[str, Any]:
+    """Continue a stopped run from its last checkpoint, with its stored config."""
+    reporter = reporter or NullReporter()
+    record = store.get_run(run_id)
+    if record["status"] == "finished":
+        raise UserError(f"run {run_id} already finished", "start a new run instead")
+    exp = build_experiment(record["config"], f"run {run_id}")
+    paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
+    if not paths or not paths[-1].is_file():
+        raise UserError(
+            f"run {run_id} has no checkpoint to resume from",
+            "it stopped before its first epoch ended; start it again",
+        )
+    state = checkpoint.load(paths[-1])
+    reporter.task("loading data and model")
+    device, threads, data, model = _prepare(exp)
+    done = state["progress"]
+    # A killed run may have logged steps past its last checkpoint: drop them, so the
+    # resumed run's metrics continue without duplicates.
+    store.delete_metrics_after(
+        run_id,
+        [("train/", done["step"])] + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/")],
+    )
+    store.set_running(run_id)
+    return _execute(exp, store, run_id, paths[-1], state, device, threads, data, model, reporter)
+
+
+def _execute(
+    exp: Experiment,
+    store: Store,
+    run_id: int,
+    ckpt: Path,
+    state: dict[str, Any] | None,
+    device: torch.device,
+    threads: int,
+    data: ImageData,
+    model: torch.nn.Module,
+    reporter: Reporter,
+) -> dict[str, Any]:
+    try:
+        summary = train(exp, model, data, device, store, run_id, ckpt, state, reporter)
+    except Diverged as e:
+        store.finish_run(run_id, "failed", error=str(e))
+        return {"run_id": run_id, "status": "failed", "error": str(e)}
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "killed", error="interrupted")
+        raise
+    except Exception as e:
+        store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
+        raise
+    summary["device"] = str(device)
+    summary["threads"] = threads
+    store.finish_run(run_id, "finished", summary=summary)
+    return {"run_id": run_id, "status": "finished", **summary}

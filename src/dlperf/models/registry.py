@@ -1,0 +1,137 @@
+"""One registry and one constructor behind every model name (after timm's create_model).
+
+Names resolve in this order: dlperf's own models (registered with `@register_model`),
+torchvision's classification zoo, then "path/to/file.py:factory" for a user's module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from dlperf.errors import UserError
+
+_REGISTRY: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    _REGISTRY[fn.__name__] = fn
+    return fn
+
+
+def _torchvision_names() -> list[str]:
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def list_models() -> dict[str, list[str]]:
+    _load_builtin()
+    return {"dlperf": sorted(_REGISTRY), "torchvision": _torchvision_names()}
+
+
+def _load_builtin() -> None:
+    from dlperf.models import cifar_resnet, smallcnn  # noqa: F401  (registration)
+
+
+def _call_accepting(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn(**kwargs)
+    unknown = [k for k in kwargs if k not in params]
+    if unknown:
+        raise UserError(
+            f"model '{name}' does not accept {', '.join(unknown)}",
+            f"accepted: {', '.join(params) or 'no arguments'}",
+        )
+    return fn(**kwargs)
+
+
+def _from_file(spec: str, kwargs: dict[str, Any]) -> nn.Module:
+    path_text, _, factory = spec.rpartition(":")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UserError(f"model file {path} not found", "use path/to/file.py:factory")
+    module_spec = importlib.util.spec_from_file_location(f"dlperf_user_{path.stem}", path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        raise UserError(f"model file {path} failed to import: {type(e).__name__}: {e}") from None
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise UserError(f"{path} has no factory '{factory}'", f"found: {', '.join(names)}")
+    # A user's factory may not know about num_classes/in_channels: pass what it accepts.
+    params = inspect.signature(fn).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    accepted = {k: v for k, v in kwargs.items() if takes_any or k in params}
+    try:
+        model = fn(**accepted)
+    except Exception as e:
+        raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(model, nn.Module):
+        raise UserError(f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _adapt_stem(model: nn.Module, in_channels: int) -> None:
+    """Give a torchvision model a first convolution that takes `in_channels`."""
+    for parent in model.modules():
+        for child_name, child in parent.named_children():
+            if isinstance(child, nn.Conv2d):
+                if child.in_channels != in_channels:
+                    setattr(
+                        parent,
+                        child_name,
+                        nn.Conv2d(
+                            in_channels,
+                            child.out_channels,
+                            child.kernel_size,
+                            child.stride,
+                            child.padding,
+                            child.dilation,
+                            child.groups,
+                            child.bias is not None,
+                        ),
+                    )
+                return
+
+
+def create_model(
+    name: str, num_classes: int = 10, in_channels: int = 3, **kwargs: Any
+) -> nn.Module:
+    """Build a model by name with its head sized for `num_classes` and stem for `in_channels`."""
+    _load_builtin()
+    if name.endswith(".py") or ".py:" in name:
+        if ":" not in name:
+            raise UserError(f"model '{name}' names a file but no factory", "use file.py:factory")
+        return _from_file(name, {"num_classes": num_classes, "in_channels": in_channels, **kwargs})
+    if name in _REGISTRY:
+        return _call_accepting(
+            _REGISTRY[name],
+            {"num_classes": num_classes, "in_channels": in_channels, **kwargs},
+            name,
+        )
+    tv_names = _torchvision_names()
+    if name in tv_names:
+        import torchvision
+
+        builder = torchvision.models.get_model_builder(name)
+        try:
+            model = builder(weights=None, num_classes=num_classes, **kwargs)
+        except TypeError as e:
+            raise UserError(f"torchvision model '{name}': {e}") from None
+        if in_channels != 3:
+            _adapt_stem(model, in_channels)
+        return model
+    close = difflib.get_close_matches(name, list(_REGISTRY) + tv_names, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else "see `dlperf models`"
+    raise UserError(f"unknown model '{name}'", hint)

@@ -1,0 +1,239 @@
+"""The run store: studies, runs, metrics and artifacts in any SQLAlchemy database.
+
+Default: a SQLite file ./dlperf.db in WAL mode with a busy timeout, so a reader (report,
+doctor, a second shell) never blocks the writer. `--db` / DLPERF_DB take a SQLAlchemy URL
+(e.g. postgresql+psycopg://user@host/db) or a plain file path.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, func, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.orm import Session
+
+from dlperf.errors import UserError
+from dlperf.store.schema import Artifact, Base, Metric, Run, Study
+
+DEFAULT_DB = "dlperf.db"
+STATUSES = ("running", "finished", "failed", "killed")
+
+
+def _url(db: str | None) -> str:
+    if not db:
+        return f"sqlite:///{DEFAULT_DB}"
+    return db if "://" in db else f"sqlite:///{db}"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _run_dict(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "study_id": run.study_id,
+        "name": run.name,
+        "kind": run.kind,
+        "status": run.status,
+        "config": run.config,
+        "config_hash": run.config_hash,
+        "system": run.system,
+        "summary": run.summary or {},
+        "started": run.started.isoformat(timespec="seconds"),
+        "ended": run.ended.isoformat(timespec="seconds") if run.ended else None,
+        "error": run.error,
+    }
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def open(cls, db: str | None = None) -> Store:
+        url = _url(db)
+        try:
+            engine = create_engine(url)
+        except (ArgumentError, ImportError) as e:
+            raise UserError(f"cannot open run store {url!r}: {e}") from None
+        if engine.dialect.name == "sqlite":
+            path = engine.url.database
+            if path and path != ":memory:" and not Path(path).parent.exists():
+                raise UserError(f"run store directory {Path(path).parent} does not exist")
+            event.listen(engine, "connect", _sqlite_pragmas)
+        try:
+            # Idempotent: creates missing tables once, before any run (or worker) writes.
+            Base.metadata.create_all(engine)
+        except OperationalError as e:
+            raise UserError(f"cannot open run store {engine.url!r}: {e.orig}") from None
+        return cls(engine)
+
+    # --- writing -----------------------------------------------------------------------
+
+    def create_study(self, name: str, kind: str) -> int:
+        with Session(self.engine) as s, s.begin():
+            study = Study(name=name, kind=kind, created=_now())
+            s.add(study)
+            s.flush()
+            return study.id
+
+    def create_run(
+        self,
+        name: str,
+        kind: str,
+        config: dict[str, Any],
+        config_hash: str | None = None,
+        system: dict[str, Any] | None = None,
+        study_id: int | None = None,
+    ) -> int:
+        with Session(self.engine) as s, s.begin():
+            run = Run(
+                name=name,
+                kind=kind,
+                status="running",
+                config=config,
+                config_hash=config_hash,
+                system=system,
+                study_id=study_id,
+                started=_now(),
+            )
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def log_metrics(self, run_id: int, rows: Iterable[tuple[str, int, float]]) -> None:
+        """Insert a batch of (key, step, value) in one statement."""
+        now = time.time()
+        batch = [
+            {"run_id": run_id, "key": k, "step": int(step), "value": float(v), "wall_time": now}
+            for k, step, v in rows
+        ]
+        if batch:
+            with Session(self.engine) as s, s.begin():
+                s.execute(Metric.__table__.insert(), batch)
+
+    def add_artifact(self, run_id: int, kind: str, path: str | Path) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.add(Artifact(run_id=run_id, kind=kind, path=str(path)))
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.execute(update(Run).where(Run.id == run_id).values(**fields))
+
+    def set_running(self, run_id: int) -> None:
+        self.update_run(run_id, status="running", ended=None, error=None)
+
+    def finish_run(
+        self,
+        run_id: int,
+        status: str = "finished",
+        summary: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        assert status in STATUSES, status
+        fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error}
+        if summary is not None:
+            fields["summary"] = _finite(summary)
+        self.update_run(run_id, **fields)
+
+    # --- reading -----------------------------------------------------------------------
+
+    def get_run(self, run_id: int) -> dict[str, Any]:
+        with Session(self.engine) as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                raise UserError(f"no run {run_id} in the store", "see `dlperf runs list`")
+            return _run_dict(run)
+
+    def list_runs(
+        self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        query = select(Run).order_by(Run.id.desc())
+        if kind:
+            query = query.where(Run.kind == kind)
+        if study_id is not None:
+            query = query.where(Run.study_id == study_id)
+        if limit:
+            query = query.limit(limit)
+        with Session(self.engine) as s:
+            return [_run_dict(r) for r in s.scalars(query)]
+
+    def get_study(self, study_id: int) -> dict[str, Any]:
+        with Session(self.engine) as s:
+            study = s.get(Study, study_id)
+            if study is None:
+                raise UserError(f"no study {study_id} in the store")
+            return {
+                "id": study.id,
+                "name": study.name,
+                "kind": study.kind,
+                "created": study.created.isoformat(timespec="seconds"),
+            }
+
+    def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
+        """(step, value) pairs of one metric, in step order."""
+        query = (
+            select(Metric.step, Metric.value)
+            .where(Metric.run_id == run_id, Metric.key == key)
+            .order_by(Metric.step, Metric.id)
+        )
+        with Session(self.engine) as s:
+            return [
+                (int(step), math.nan if value is None else float(value))
+                for step, value in s.execute(query)
+            ]
+
+    def metric_keys(self, run_id: int) -> list[str]:
+        query = select(Metric.key).where(Metric.run_id == run_id).distinct().order_by(Metric.key)
+        with Session(self.engine) as s:
+            return list(s.scalars(query))
+
+    def last_step(self, run_id: int, key: str) -> int | None:
+        query = select(func.max(Metric.step)).where(Metric.run_id == run_id, Metric.key == key)
+        with Session(self.engine) as s:
+            return s.scalar(query)
+
+    def delete_metrics_after(self, run_id: int, keys_steps: Sequence[tuple[str, int]]) -> None:
+        """Drop metrics logged after a checkpoint, so a resumed run does not repeat steps."""
+        with Session(self.engine) as s, s.begin():
+            for key_prefix, step in keys_steps:
+                s.execute(
+                    Metric.__table__.delete().where(
+                        Metric.run_id == run_id,
+                        Metric.key.startswith(key_prefix),
+                        Metric.step > step,
+                    )
+                )
+
+    def artifacts(self, run_id: int) -> list[dict[str, Any]]:
+        query = select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)
+        with Session(self.engine) as s:
+            return [{"kind": a.kind, "path": a.path} for a in s.scalars(query)]
+
+
+def _finite(value: Any) -> Any:
+    """JSON columns cannot hold NaN on PostgreSQL: store non-finite floats as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

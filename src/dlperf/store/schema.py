@@ -1,0 +1,57 @@
+"""The run store's tables, modelled on MLflow's tracking schema."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Study(Base):
+    __tablename__ = "studies"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(40))
+    created: Mapped[datetime] = mapped_column(DateTime)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int | None] = mapped_column(ForeignKey("studies.id"), nullable=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(20))
+    config: Mapped[dict] = mapped_column(JSON)
+    config_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    system: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Final figures (accuracy, throughput, phases...) so listings need not scan metrics.
+    summary: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    started: Mapped[datetime] = mapped_column(DateTime)
+    ended: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Metric(Base):
+    __tablename__ = "metrics"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    key: Mapped[str] = mapped_column(String(100))
+    step: Mapped[int] = mapped_column(Integer)
+    # Nullable because SQLite stores NaN as NULL; readers turn NULL back into NaN.
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    wall_time: Mapped[float] = mapped_column(Float)
+    __table_args__ = (Index("ix_metrics_run_key_step", "run_id", "key", "step"),)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    kind: Mapped[str] = mapped_column(String(40))
+    path: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,115 @@
+"""The machine a run executes on: device choice, threads, clocks and a system record."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import dlperf
+from dlperf.errors import UserError
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (respects affinity masks and container cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def pick_device(spec: str = "auto") -> torch.device:
+    """auto: CUDA, then MPS, then CPU. An explicit device that is absent is bad input."""
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise UserError(f"unknown device '{spec}'", "use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"device '{spec}' asked for, but CUDA is not available here")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UserError(f"device '{spec}': only {torch.cuda.device_count()} GPU(s) here")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError("device 'mps' asked for, but MPS is not available here")
+    return device
+
+
+def set_threads(threads: int | None) -> int:
+    """Set intra-op threads explicitly: the default oversubscribes small hosts badly."""
+    n = threads or usable_cores()
+    torch.set_num_threads(n)
+    return n
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels, so a host clock read after it measures finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """CUDA: max allocated by tensors. Elsewhere: the process's peak resident set size."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(dlperf.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def system_info(device: torch.device | None = None, threads: int | None = None) -> dict[str, Any]:
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "threads": threads or torch.get_num_threads(),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "gpus": gpus,
+        "device": str(device) if device is not None else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "dlperf": dlperf.__version__,
+        "git_commit": _git_commit(),
+    }
