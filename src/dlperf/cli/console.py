@@ -52,7 +52,11 @@ def fmt(value: Any, digits: int = 4) -> str:
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for i, column in enumerate(columns):
-        table.add_column(column, justify="left" if i == 0 else "right")
+        values = [row[i] for row in rows if row[i] is not None]
+        numeric = bool(values) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in values
+        )
+        table.add_column(column, justify="right" if numeric else "left")
     for row in rows:
         table.add_row(*(fmt(v) for v in row))
     out.print(table)

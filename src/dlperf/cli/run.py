@@ -12,7 +12,10 @@ from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import CheckFailed, UserError
 
-config_app = typer.Typer(help="Inspect experiment configs.", no_args_is_help=True)
+config_app = typer.Typer(
+    help="Inspect experiment configs.\n\nExample: dlperf config show examples/digits_smallcnn.toml",
+    no_args_is_help=True,
+)
 app.add_typer(config_app, name="config")
 
 

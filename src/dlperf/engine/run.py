@@ -49,7 +49,6 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train a new run of `exp`; returns its summary with `run_id` and `status`."""
     reporter = reporter or NullReporter()
-    reporter.task("loading data and model")
     device, threads, data, model = _prepare(exp)
     run_id = store.create_run(
         name=exp.run.name or exp.model.name,
@@ -79,7 +78,6 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
             "it stopped before its first epoch ended; start it again",
         )
     state = checkpoint.load(paths[-1])
-    reporter.task("loading data and model")
     device, threads, data, model = _prepare(exp)
     done = state["progress"]
     # A killed run may have logged steps past its last checkpoint: drop them, so the

@@ -1,0 +1,5 @@
+"""`python -m dlperf` is the `dlperf` command."""
+
+from dlperf.cli import main
+
+main()

@@ -1,0 +1,87 @@
+"""Shared fixtures: a fresh SQLite store per test, tiny experiments, and the CLI in-process."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A SQLite store in tmp_path, also what DLPERF_DB points the CLI at."""
+    url = f"sqlite:///{tmp_path / 'dlperf.db'}"
+    monkeypatch.setenv("DLPERF_DB", url)
+    monkeypatch.chdir(tmp_path)
+    return url
+
+
+@pytest.fixture
+def store(db: str) -> Store:
+    return Store.open(db)
+
+
+@pytest.fixture
+def cli(
+    db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., CliResult]:
+    """Run `dlperf ARGS` in this process through the real entry point (error table included),
+    against a fresh store in tmp_path."""
+    from dlperf.cli import main
+
+    def invoke(*args: str) -> CliResult:
+        monkeypatch.setattr(sys, "argv", ["dlperf", *args])
+        capsys.readouterr()
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return invoke
+
+
+TINY = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+[train]
+epochs = {epochs}
+batch_size = 32
+lr = 0.05
+[train.schedule]
+kind = "cosine"
+[target]
+accuracy = 0.9
+[run]
+warmup_steps = 2
+"""
+
+
+@pytest.fixture
+def tiny_exp(tmp_path: Path) -> Callable[..., Path]:
+    """Write a small digits experiment and return its path; `extra` lands in [run]."""
+
+    def write(epochs: int = 2, extra: str = "", name: str = "tiny.toml") -> Path:
+        path = tmp_path / name
+        path.write_text(TINY.format(epochs=epochs) + extra)
+        return path
+
+    return write

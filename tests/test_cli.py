@@ -1,0 +1,168 @@
+"""The command line: help texts, the error table, JSON output and the run commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import typer
+import typer.core
+
+from dlperf.cli.app import app
+from dlperf.store import Store
+from tests.conftest import CliResult
+
+
+def all_commands() -> list[list[str]]:
+    paths: list[list[str]] = []
+
+    def walk(command: typer.core.TyperCommand | typer.core.TyperGroup, path: list[str]) -> None:
+        paths.append(path)
+        # Typer 0.2x vendors click; groups are recognised by their sub-commands.
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return paths
+
+
+@pytest.mark.parametrize("path", all_commands(), ids=lambda p: " ".join(p) or "dlperf")
+def test_every_help_ends_with_a_runnable_example(
+    cli: Callable[..., CliResult], path: list[str]
+) -> None:
+    result = cli(*path, "--help")
+    assert result.code == 0, result.err
+    assert "Example: dlperf" in result.out
+
+
+def test_help_does_not_import_torch() -> None:
+    code = (
+        "import sys; sys.argv = ['dlperf', '--help']\n"
+        "from dlperf.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'dlperf --help imported torch'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def one_line_error(result: CliResult, text: str) -> None:
+    assert result.code == 2, (result.out, result.err)
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    assert text in lines[0]
+    assert "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["run", "missing.toml"], "missing.toml: no such experiment file"),
+        (["run", "{bad}"], "malformed TOML"),
+        (["run", "{exp}", "--set", "model.name=resnet2"], "unknown model 'resnet2'"),
+        (
+            ["run", "{exp}", "--set", "data.name=cifar11"],
+            "unknown dataset 'cifar11' (did you mean 'cifar10'?)",
+        ),
+        (
+            ["run", "{exp}", "--set", "data.name=cifar10", "--set", "data.root=nowhere"],
+            "data.root 'nowhere' has no readable cifar10",
+        ),
+        (
+            ["run", "{exp}", "--set", "train.batch_size=100000"],
+            "is larger than the 1294 training images",
+        ),
+        (["run", "{exp}", "--set", "train.lrr=1"], "unknown key 'train.lrr' (did you mean 'lr'?)"),
+        (["run", "{exp}", "--set", "run.device=cuda"], "CUDA is not available here"),
+        (
+            ["run", "{exp}", "--timing", "always"],
+            "run.timing: Input should be 'off', 'coarse' or 'phases'",
+        ),
+        (["run", "--resume", "42"], "no run 42 in the store"),
+        (["run"], "give an experiment file or --resume RUN_ID"),
+        (["runs", "show", "7"], "no run 7 in the store"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    cli: Callable[..., CliResult],
+    store: Store,
+    tiny_exp: Callable[..., Path],
+    tmp_path: Path,
+    args: list[str],
+    text: str,
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model\n")
+    exp = tiny_exp()
+    result = cli(*(a.format(exp=exp, bad=bad) for a in args))
+    one_line_error(result, text)
+    assert store.list_runs() == []
+
+
+def test_debug_shows_the_traceback(cli: Callable[..., CliResult], db: str) -> None:
+    from dlperf.errors import UserError
+
+    with pytest.raises(UserError):
+        cli("--debug", "run", "missing.toml")
+
+
+def test_run_json_runs_list_show_compare(
+    cli: Callable[..., CliResult], tiny_exp: Callable[..., Path]
+) -> None:
+    exp = tiny_exp(epochs=2)
+    first = cli("run", str(exp), "--timing", "phases", "--json")
+    assert first.code == 0, first.err
+    result = json.loads(first.out)
+    for key in (
+        "run_id",
+        "status",
+        "test_accuracy",
+        "best_val_accuracy",
+        "epochs_to_target",
+        "time_to_target_s",
+        "throughput",
+        "phases",
+    ):
+        assert key in result
+    assert result["status"] == "finished" and set(result["phases"]) >= {"forward", "backward"}
+    second = json.loads(cli("run", str(exp), "--set", "train.lr=0.02", "--json").out)
+
+    listed = json.loads(cli("runs", "list", "--json").out)
+    assert [r["id"] for r in listed] == [second["run_id"], result["run_id"]]
+    table = cli("runs", "list").out
+    assert "smallcnn" in table and "finished" in table
+
+    shown = json.loads(cli("runs", "show", str(result["run_id"]), "--json").out)
+    assert shown["config"]["train"]["lr"] == 0.05 and len(shown["epochs"]["val/acc1"]) == 2
+    text = cli("runs", "show", str(result["run_id"])).out
+    assert "per epoch" in text and "backward" in text
+
+    compared = json.loads(
+        cli("runs", "compare", str(result["run_id"]), str(second["run_id"]), "--json").out
+    )
+    assert compared["config_diff"] == {"run.timing": ["phases", "coarse"], "train.lr": [0.05, 0.02]}
+    assert "train.lr" in cli("runs", "compare", str(result["run_id"]), str(second["run_id"])).out
+
+
+def test_a_diverging_run_exits_1(
+    cli: Callable[..., CliResult], tiny_exp: Callable[..., Path]
+) -> None:
+    result = cli("run", str(tiny_exp()), "--set", "train.lr=1e12", "--set", "train.momentum=0")
+    assert result.code == 1 and "failed: loss became" in result.err
+
+
+def test_config_show_and_keys(cli: Callable[..., CliResult], tiny_exp: Callable[..., Path]) -> None:
+    shown = cli("config", "show", str(tiny_exp()), "--set", "train.lr=0.3")
+    assert shown.code == 0 and "lr = 0.3" in shown.out and "[train.schedule]" in shown.out
+    assert "batch_aug_m" in cli("config", "keys").out
+
+
+def test_demo_reaches_the_target(cli: Callable[..., CliResult], db: str) -> None:
+    result = cli("demo", "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["passed"] and [r["model"] for r in report["runs"]] == ["smallcnn", "resnet20"]
+    assert all(r["test_accuracy"] >= 0.95 for r in report["runs"])

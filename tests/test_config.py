@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlperf.config import describe, load_experiment, to_toml
+from dlperf.errors import UserError
+
+ISSUE_EXAMPLE = """
+[model]
+name = "resnet20"          # registry or torchvision name, or "path/to/file.py:factory"
+[data]
+name = "digits"
+[train]
+epochs = 10
+batch_size = 64
+lr = 0.05
+momentum = 0.9
+weight_decay = 5e-4
+[train.schedule]
+kind = "multistep"         # multistep | cosine | constant
+milestones = [6, 8]
+gamma = 0.1
+[augment]
+crop_padding = 0
+flip = false
+cutout = 0                 # side of the square Cutout mask, 0 = off
+batch_aug_m = 1            # batch augmentation: M augmented copies per sample
+[target]
+accuracy = 0.95            # records epochs and time to reach it
+[run]
+seed = 0
+device = "auto"            # auto | cpu | cuda | cuda:1 | mps
+precision = "fp32"         # fp32 | bf16 | fp16
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+def test_documented_example_loads_exactly(tmp_path: Path) -> None:
+    exp = load_experiment(write(tmp_path, ISSUE_EXAMPLE))
+    assert exp.model.name == "resnet20"
+    assert exp.train.schedule.milestones == [6, 8]
+    assert exp.train.weight_decay == 5e-4
+    assert exp.target.accuracy == 0.95
+    assert exp.run.precision == "fp32"
+    assert exp.run.name == "exp"  # the file's stem
+
+
+def test_set_overrides_with_type_checking(tmp_path: Path) -> None:
+    path = write(tmp_path, ISSUE_EXAMPLE)
+    exp = load_experiment(
+        path, ["train.lr=0.01", "augment.flip=true", "train.schedule.milestones=[3]"]
+    )
+    assert exp.train.lr == 0.01 and exp.augment.flip is True
+    assert exp.train.schedule.milestones == [3]
+    with pytest.raises(UserError, match=r"train.lr: Input should be a valid number"):
+        load_experiment(path, ["train.lr=fast"])
+    with pytest.raises(UserError, match="expected KEY=VALUE"):
+        load_experiment(path, ["train.lr"])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[train]\nlrr = 0.1\n", "unknown key 'train.lrr' (did you mean 'lr'?)"),
+        ("[trian]\nlr = 0.1\n", "unknown key 'trian' (did you mean 'train'?)"),
+        (
+            "[train.schedule]\nmilestone = [1]\n",
+            "unknown key 'train.schedule.milestone' (did you mean 'milestones'?)",
+        ),
+        ("[train]\nepochs = 0\n", "train.epochs: must be at least 1 (got 0)"),
+        (
+            "[target]\naccuracy = 95\n",
+            "target.accuracy: is a fraction in (0, 1], e.g. 0.95 (got 95)",
+        ),
+        ('[run]\nprecision = "fp8"\n', "run.precision: Input should be 'fp32', 'bf16' or 'fp16'"),
+        ('[train.schedule]\nkind = "multistep"\n', "multistep needs at least one epoch"),
+    ],
+)
+def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(UserError) as info:
+        load_experiment(write(tmp_path, text))
+    assert message in str(info.value)
+    assert str(info.value).startswith(str(tmp_path / "exp.toml"))
+
+
+def test_unknown_key_via_set(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"unknown key 'run.sed' \(did you mean 'seed'\?\)"):
+        load_experiment(write(tmp_path, ISSUE_EXAMPLE), ["run.sed=1"])
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such experiment file"):
+        load_experiment(tmp_path / "nope.toml")
+    with pytest.raises(UserError, match="malformed TOML"):
+        load_experiment(write(tmp_path, "[train\nlr = "))
+
+
+def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
+    exp = load_experiment(write(tmp_path, ISSUE_EXAMPLE), ["train.lr=0.2"])
+    again = load_experiment(write(tmp_path, to_toml(exp)))
+    assert again.to_dict() == exp.to_dict()
+    assert again.config_hash() == exp.config_hash()
+
+
+def test_every_key_has_help() -> None:
+    rows = describe()
+    assert (
+        "train.schedule.milestones",
+        "multistep: epochs at which the rate is multiplied by gamma.",
+    ) in rows
+    assert all(text for _, text in rows if not _.endswith("kwargs")), [k for k, t in rows if not t]

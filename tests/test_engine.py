@@ -1,0 +1,173 @@
+"""The training engine on real (bundled) data: it learns, times, stops on NaN, resumes."""
+
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.config import ScheduleConfig, load_experiment
+from dlperf.engine.optim import lr_factor
+from dlperf.engine.run import resume_run, run_experiment
+from dlperf.errors import UserError
+from dlperf.store import Store
+
+
+def test_a_digits_run_learns_and_is_recorded(store: Store, tiny_exp: Callable[..., Path]) -> None:
+    exp = load_experiment(tiny_exp(epochs=3))
+    result = run_experiment(exp, store)
+    assert result["status"] == "finished"
+    assert result["test_accuracy"] > 0.85 and result["best_val_accuracy"] > 0.85
+    assert result["epochs_to_target"] is not None and result["time_to_target_s"] > 0
+    assert result["throughput"] > 0 and result["throughput_spread"]["min"] > 0
+    assert result["steps"] == 3 * result["steps_per_epoch"]
+
+    record = store.get_run(result["run_id"])
+    assert record["status"] == "finished" and record["config"] == exp.to_dict()
+    assert record["system"]["torch"] and record["system"]["device"] == "cpu"
+    assert record["summary"]["test_accuracy"] == result["test_accuracy"]
+    losses = store.metrics(result["run_id"], "train/loss")
+    assert [s for s, _ in losses] == list(range(1, result["steps"] + 1))
+    assert [s for s, _ in store.metrics(result["run_id"], "val/acc1")] == [1, 2, 3]
+    assert Path(store.artifacts(result["run_id"])[0]["path"]).is_file()
+
+
+def test_phase_timing(store: Store, tiny_exp: Callable[..., Path]) -> None:
+    exp = load_experiment(tiny_exp(epochs=1), ['run.timing="phases"'])
+    result = run_experiment(exp, store)
+    phases = result["phases"]
+    assert set(phases) == {"data", "h2d", "forward", "backward", "optimizer"}
+    assert all(v >= 0 for v in phases.values()) and phases["backward"] > 0
+    spread = result["step_time_spread"]
+    assert 0 < spread["min"] <= spread["median"] <= spread["max"]
+    # The phases of a step add up to the step (no time falls between the marks).
+    assert sum(phases.values()) == pytest.approx(
+        result["train_time_s"] / (result["steps"] - 2), rel=0.2
+    )
+    assert store.metrics(result["run_id"], "phase/forward_s")
+
+
+def test_timing_off_keeps_only_the_totals(store: Store, tiny_exp: Callable[..., Path]) -> None:
+    exp = load_experiment(tiny_exp(epochs=1), ['run.timing="off"'])
+    result = run_experiment(exp, store)
+    assert result["phases"] is None and result["throughput"] > 0
+    assert "epoch/time_s" not in store.metric_keys(result["run_id"])
+
+
+def test_target_never_reached(store: Store, tiny_exp: Callable[..., Path]) -> None:
+    exp = load_experiment(tiny_exp(epochs=1), ["target.accuracy=1.0", "train.lr=0.0001"])
+    result = run_experiment(exp, store)
+    assert result["epochs_to_target"] is None and result["time_to_target_s"] is None
+
+
+def test_nan_loss_stops_the_run(store: Store, tiny_exp: Callable[..., Path]) -> None:
+    exp = load_experiment(tiny_exp(epochs=3), ["train.lr=1e12", "train.momentum=0.0"])
+    result = run_experiment(exp, store)
+    assert result["status"] == "failed"
+    record = store.get_run(result["run_id"])
+    assert record["status"] == "failed"
+    assert "loss became" in record["error"] and "at step" in record["error"]
+    assert "try a lower train.lr" in record["error"]
+    # Losses up to the bad step are kept; the bad one is the last.
+    losses = store.metrics(result["run_id"], "train/loss")
+    assert not math.isfinite(losses[-1][1]) and all(math.isfinite(v) for _, v in losses[:-1])
+
+
+def test_batch_augmentation_and_augmented_pipeline(
+    store: Store, tiny_exp: Callable[..., Path]
+) -> None:
+    exp = load_experiment(
+        tiny_exp(epochs=1),
+        [
+            "augment.batch_aug_m=3",
+            "augment.crop_padding=1",
+            "augment.flip=true",
+            "augment.cutout=2",
+        ],
+    )
+    result = run_experiment(exp, store)
+    assert result["status"] == "finished" and result["samples_per_step"] == 96
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ['data.loader="torchvision"', "data.num_workers=2", "augment.crop_padding=1"],
+        ['run.precision="bf16"', "run.channels_last=true"],
+        ['run.precision="fp16"', "train.grad_clip=1.0"],
+        ['train.optimizer="adamw"', "train.lr=0.001", "train.schedule.warmup_epochs=0.5"],
+    ],
+)
+def test_engine_options_run(
+    store: Store, tiny_exp: Callable[..., Path], overrides: list[str]
+) -> None:
+    result = run_experiment(load_experiment(tiny_exp(epochs=2), overrides), store)
+    assert result["status"] == "finished" and result["test_accuracy"] > 0.5
+
+
+def test_batch_larger_than_training_set_writes_nothing(
+    store: Store, tiny_exp: Callable[..., Path]
+) -> None:
+    exp = load_experiment(tiny_exp(), ["train.batch_size=5000"])
+    with pytest.raises(UserError, match=r"train\.batch_size 5000 is larger than the 1294 training"):
+        run_experiment(exp, store)
+    assert store.list_runs() == []
+
+
+def test_schedules() -> None:
+    multistep = ScheduleConfig(kind="multistep", milestones=[6, 8], gamma=0.1)
+    assert [lr_factor(e, multistep, 10, 0.1) for e in (0, 5.99, 6, 8, 9.5)] == pytest.approx(
+        [1, 1, 0.1, 0.01, 0.01]
+    )
+    cosine = ScheduleConfig(kind="cosine", warmup_epochs=2)
+    assert lr_factor(1, cosine, 10, 0.1) == pytest.approx(0.5)
+    assert lr_factor(2, cosine, 10, 0.1) == pytest.approx(1.0)
+    assert lr_factor(6, cosine, 10, 0.1) == pytest.approx(0.5)
+    assert lr_factor(10, cosine, 10, 0.1) == pytest.approx(0.0)
+    assert lr_factor(3, ScheduleConfig(), 10, 0.1) == 1.0
+
+
+RESUMABLE = "threads = 1\nlog_every = 5\n"  # appended to the [run] section
+
+
+def test_resume_continues_exactly(store: Store, db: str, tiny_exp: Callable[..., Path]) -> None:
+    """Interrupt a real `dlperf run` process with SIGINT after its second checkpoint, resume
+    it, and compare every logged value with an uninterrupted run of the same experiment."""
+    path = tiny_exp(epochs=25, extra=RESUMABLE)
+    reference = run_experiment(load_experiment(path), store)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlperf", "--db", db, "run", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run_id = reference["run_id"] + 1
+    deadline = time.monotonic() + 120
+    try:
+        while (
+            store.last_step(run_id, "val/acc1") is None or store.last_step(run_id, "val/acc1") < 2
+        ):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the run never reached epoch 2"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        proc.kill()
+    interrupted = store.get_run(run_id)
+    assert interrupted["status"] == "killed"
+
+    resumed = resume_run(run_id, store)
+    assert resumed["status"] == "finished" and resumed["steps"] == reference["steps"]
+    assert resumed["test_accuracy"] == reference["test_accuracy"]
+    for key in ("train/loss", "train/lr", "val/loss", "val/acc1", "epoch/lr"):
+        assert store.metrics(run_id, key) == store.metrics(reference["run_id"], key), key
+    with pytest.raises(UserError, match="already finished"):
+        resume_run(run_id, store)

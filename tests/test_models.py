@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlperf.errors import UserError
+from dlperf.models import create_model, list_models
+
+
+def params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    # He et al. 2016, table 6: 0.27M, 0.46M, 0.66M, 0.85M, 1.7M.
+    [
+        ("resnet20", 269_722),
+        ("resnet32", 464_154),
+        ("resnet44", 658_586),
+        ("resnet56", 853_018),
+        ("resnet110", 1_727_962),
+    ],
+)
+def test_cifar_resnets_match_the_paper(name: str, expected: int) -> None:
+    model = create_model(name)
+    assert params(model) == expected
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_resnet18_for_32x32_keeps_resolution_in_the_stem() -> None:
+    model = create_model("resnet18_cifar", num_classes=100)
+    assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1)
+    assert isinstance(model.maxpool, torch.nn.Identity)
+    assert params(model) == 11_220_132
+    assert model(torch.zeros(1, 3, 32, 32)).shape == (1, 100)
+
+
+def test_smallcnn_adapts_to_the_input() -> None:
+    model = create_model("smallcnn", num_classes=10, in_channels=1)
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert params(model) == 1_199_882  # the Keras MNIST CNN's 1.2M parameters
+
+
+def test_torchvision_zoo_with_other_heads_and_stems() -> None:
+    assert "resnet50" in list_models()["torchvision"]
+    model = create_model("resnet18", num_classes=7, in_channels=1)
+    assert model.conv1.in_channels == 1 and model.fc.out_features == 7
+    assert model(torch.zeros(1, 1, 64, 64)).shape == (1, 7)
+
+
+def test_user_file_factory(tmp_path: Path) -> None:
+    path = tmp_path / "mine.py"
+    path.write_text(
+        "import torch\n"
+        "def build(num_classes):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(num_classes))\n"
+        "def broken():\n"
+        "    raise ValueError('no')\n"
+        "def not_a_model():\n"
+        "    return 3\n"
+    )
+    model = create_model(f"{path}:build", num_classes=4)
+    assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 4)
+    with pytest.raises(UserError, match="failed: ValueError: no"):
+        create_model(f"{path}:broken")
+    with pytest.raises(UserError, match=r"returned int, not a torch\.nn\.Module"):
+        create_model(f"{path}:not_a_model")
+    with pytest.raises(UserError, match="has no factory 'missing'"):
+        create_model(f"{path}:missing")
+    with pytest.raises(UserError, match="not found"):
+        create_model(f"{tmp_path}/absent.py:build")
+
+
+def test_unknown_names_and_arguments() -> None:
+    with pytest.raises(UserError, match=r"unknown model 'resnet2' \(did you mean .*resnet20.*\?\)"):
+        create_model("resnet2")
+    with pytest.raises(
+        UserError, match=r"does not accept width \(accepted: num_classes, in_channels\)"
+    ):
+        create_model("resnet20", width=2)

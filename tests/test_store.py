@@ -1,0 +1,105 @@
+"""The run store on a real SQLite file and, in CI, a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from dlperf.errors import UserError
+from dlperf.store import Store
+
+POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
+
+
+def _fresh_postgres() -> Store:
+    engine = create_engine(POSTGRES)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE IF EXISTS metrics, artifacts, runs, studies CASCADE"))
+    return Store.open(POSTGRES)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "sqlite":
+        return Store.open(str(tmp_path / "runs.db"))
+    if not POSTGRES:
+        pytest.skip(
+            "PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL="
+            "postgresql+psycopg://USER:PASS@127.0.0.1/DB (bash .ci/run starts one)"
+        )
+    return _fresh_postgres()
+
+
+def test_round_trip(any_store: Store) -> None:
+    study = any_store.create_study("lr sweep", "sweep")
+    run = any_store.create_run("a", "run", {"train": {"lr": 0.1}}, "abc", {"host": "h"}, study)
+    any_store.log_metrics(run, [("train/loss", s, 1.0 / s) for s in range(1, 101)])
+    any_store.log_metrics(run, [("train/loss", 101, math.nan), ("val/acc1", 1, 0.5)])
+    any_store.add_artifact(run, "checkpoint", "/tmp/x.pt")
+    any_store.finish_run(run, "finished", summary={"test_accuracy": 0.9, "bad": math.inf})
+
+    record = any_store.get_run(run)
+    assert record["status"] == "finished" and record["config"] == {"train": {"lr": 0.1}}
+    assert record["summary"] == {"test_accuracy": 0.9, "bad": None}
+    assert record["study_id"] == study and record["ended"] is not None
+    loss = any_store.metrics(run, "train/loss")
+    assert len(loss) == 101 and loss[0] == (1, 1.0) and math.isnan(loss[-1][1])
+    assert any_store.metric_keys(run) == ["train/loss", "val/acc1"]
+    assert any_store.last_step(run, "train/loss") == 101
+    assert any_store.artifacts(run) == [{"kind": "checkpoint", "path": "/tmp/x.pt"}]
+    assert [r["id"] for r in any_store.list_runs(study_id=study)] == [run]
+    assert any_store.get_study(study)["kind"] == "sweep"
+
+
+def test_failed_run_and_resume_cleanup(any_store: Store) -> None:
+    run = any_store.create_run("b", "run", {})
+    any_store.log_metrics(run, [("train/loss", s, 1.0) for s in range(1, 31)])
+    any_store.log_metrics(run, [("val/acc1", e, 0.5) for e in (1, 2, 3)])
+    any_store.finish_run(run, "killed", error="interrupted")
+    assert any_store.get_run(run)["error"] == "interrupted"
+    any_store.delete_metrics_after(run, [("train/", 20), ("val/", 2)])
+    assert any_store.last_step(run, "train/loss") == 20
+    assert [s for s, _ in any_store.metrics(run, "val/acc1")] == [1, 2]
+    any_store.set_running(run)
+    assert any_store.get_run(run)["status"] == "running"
+
+
+def test_unknown_run_is_bad_input(any_store: Store) -> None:
+    with pytest.raises(UserError, match="no run 999 in the store"):
+        any_store.get_run(999)
+
+
+def test_sqlite_is_in_wal_mode_and_readable_while_written(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = Store.open(str(path))
+    run = store.create_run("c", "run", {})
+    with sqlite3.connect(path) as reader:
+        assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM metrics").fetchone()
+        store.log_metrics(run, [("x", 1, 1.0)])  # a writer is not blocked by an open reader
+    assert store.metrics(run, "x") == [(1, 1.0)]
+
+
+def test_bad_urls_are_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot open run store"):
+        Store.open("nosuchdialect://x")
+    with pytest.raises(UserError, match="does not exist"):
+        Store.open(str(tmp_path / "missing" / "dir" / "runs.db"))
+
+
+def test_a_training_run_lands_in_the_store(any_store: Store, tmp_path: Path) -> None:
+    from dlperf.config import load_experiment
+    from dlperf.engine.run import run_experiment
+
+    path = tmp_path / "exp.toml"
+    path.write_text(f'[train]\nepochs = 1\nbatch_size = 64\n[run]\nout_dir = "{tmp_path}"\n')
+    result = run_experiment(load_experiment(path), any_store)
+    record = any_store.get_run(result["run_id"])
+    assert record["status"] == "finished" and record["summary"]["steps"] == 20
+    assert len(any_store.metrics(result["run_id"], "train/loss")) == 20
