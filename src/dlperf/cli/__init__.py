@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 # Importing a command module registers its commands on `app`.
+from dlperf.cli import analyze as _analyze  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
 from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401

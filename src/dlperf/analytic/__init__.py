@@ -1,0 +1,1 @@
+"""Networks on paper: per-layer counts, receptive field, device catalog, PALEO time model."""

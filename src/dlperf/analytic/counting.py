@@ -1,0 +1,399 @@
+"""The counting engine: run a model once on the meta device and cost every ATen call.
+
+Parameters live on the meta device (shapes, no storage, no arithmetic), so even the
+largest torchvision model is analysed in seconds. A TorchDispatchMode sees every
+operator the forward (and with `train`, the backward) runs, looks it up in
+`dlperf.analytic.ops` and adds its cost to the innermost module running at that moment
+(torch.utils.module_tracker follows modules through the backward too). Leaf modules get
+a row each; a module whose own forward computes something (a residual add, `x @ W`,
+`torch.cat` of branches) gets a row for that work. Rows are in execution order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parameter import UninitializedParameter
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.module_tracker import ModuleTracker
+
+from dlperf.analytic import ops
+from dlperf.analytic.receptive import FieldTracker
+from dlperf.errors import UserError
+
+ROOT = "(model)"
+"""Row name of work done in the top-level module's own forward."""
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Layer:
+    name: str
+    type: str
+    output_shape: list[int] | None = None
+    params: int = 0
+    macs: int = 0
+    flops: int = 0
+    bytes: int = 0
+    """Bytes read and written by the layer's operators (views excluded)."""
+    activations: int = 0
+    """Elements of the layer's output."""
+    activation_bytes: int = 0
+    backward_macs: int = 0
+    backward_flops: int = 0
+    backward_bytes: int = 0
+
+
+@dataclass
+class Analysis:
+    model: str
+    input: list[int]
+    batch: int
+    train: bool
+    precision: str
+    layers: list[Layer]
+    params: int
+    trainable_params: int
+    receptive_field: dict[str, Any]
+    unsupported_ops: dict[str, int]
+    conv_flops: int
+    """Forward FLOPs of convolution operators (functional ones included)."""
+    training_memory: dict[str, Any] | None = None
+
+    def totals(self) -> dict[str, Any]:
+        def total(key: str) -> int:
+            return sum(getattr(layer, key) for layer in self.layers)
+
+        flops = total("flops")
+        out: dict[str, Any] = {
+            "params": self.params,
+            "trainable_params": self.trainable_params,
+            "macs": total("macs"),
+            "flops": flops,
+            "bytes": total("bytes"),
+            "activations": total("activations"),
+            "activation_bytes": total("activation_bytes"),
+            "conv_flops_share": self.conv_flops / flops if flops else 0.0,
+            "receptive_field": self.receptive_field,
+        }
+        if self.train:
+            out |= {
+                "backward_macs": total("backward_macs"),
+                "backward_flops": total("backward_flops"),
+                "backward_bytes": total("backward_bytes"),
+                "step_flops": flops + total("backward_flops"),
+                "training_memory": self.training_memory,
+            }
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        layers = [asdict(layer) for layer in self.layers]
+        if not self.train:
+            for row in layers:
+                for key in ("backward_macs", "backward_flops", "backward_bytes"):
+                    del row[key]
+        return {
+            "model": self.model,
+            "input": self.input,
+            "batch": self.batch,
+            "train": self.train,
+            "precision": self.precision,
+            "totals": self.totals(),
+            "layers": layers,
+            "unsupported_ops": self.unsupported_ops,
+        }
+
+
+# --- building a model without weights -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _weights_on_meta() -> Iterator[None]:
+    """Move every parameter and buffer to the meta device as it is registered.
+
+    Like accelerate's init_empty_weights: construction code still runs on the CPU (some
+    of it reads tensor values, e.g. RegNet's width schedule), but weights never get
+    storage and their initialisers do nothing.
+    """
+    register_parameter = nn.Module.register_parameter
+    register_buffer = nn.Module.register_buffer
+
+    def on_meta_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if isinstance(param, UninitializedParameter):
+            param = UninitializedParameter(param.requires_grad, device="meta", dtype=param.dtype)
+        elif param is not None:
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register_parameter(module, name, param)
+
+    def on_meta_buffer(module: nn.Module, name: str, tensor: Any, persistent: bool = True) -> None:
+        if isinstance(tensor, torch.Tensor):
+            tensor = tensor.to("meta")
+        register_buffer(module, name, tensor, persistent)
+
+    nn.Module.register_parameter = on_meta_parameter  # type: ignore[method-assign]
+    nn.Module.register_buffer = on_meta_buffer  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
+
+
+def default_input(name: str) -> list[int]:
+    """ImageNet size for torchvision's zoo, CIFAR size for dlperf's models and users' files."""
+    from dlperf.models import list_models
+
+    return [3, 224, 224] if name in list_models()["torchvision"] else [3, 32, 32]
+
+
+def default_classes(name: str) -> int:
+    from dlperf.models import list_models
+
+    return 1000 if name in list_models()["torchvision"] else 10
+
+
+def build_model(
+    name: str, input_shape: Sequence[int], num_classes: int | None = None, **kwargs: Any
+) -> nn.Module:
+    """`create_model` with weights on the meta device; 1000 classes for torchvision's zoo."""
+    from dlperf.models import create_model
+
+    with _weights_on_meta():
+        return create_model(
+            name,
+            num_classes=num_classes or default_classes(name),
+            in_channels=input_shape[0],
+            **kwargs,
+        )
+
+
+# --- counting ---------------------------------------------------------------------------------
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class _CountingMode(TorchDispatchMode):
+    def __init__(
+        self, model: nn.Module, tracker: ModuleTracker, fields: FieldTracker | None
+    ) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.fields = fields
+        self.modules = dict(model.named_modules())
+        self.rows: dict[str, Layer] = {}
+        self.unsupported: Counter[str] = Counter()
+        self.conv_flops = 0
+
+    def row(self, name: str) -> Layer:
+        if name not in self.rows:
+            module = self.modules[name]
+            # Direct parameters only: a leaf holds all of its own, a container's rows
+            # would otherwise repeat its children's.
+            params = sum(p.numel() for p in module.parameters(recurse=False))
+            self.rows[name] = Layer(name or ROOT, type(module).__name__, params=params)
+        return self.rows[name]
+
+    def current(self) -> str | None:
+        """The innermost running module (its name in `named_modules`), None outside the model."""
+        names = self.tracker.parents - {"Global"}
+        if not names:
+            return None
+        return max(names, key=lambda n: n.count(".")).partition(".")[2]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = self.current()
+        if name is None:  # the seed of the backward (the loss), not the network's work
+            return out
+        if self.fields is not None and not self.tracker.is_bw:
+            self.fields.op(ops.op_name(func), args, out, name or ROOT)
+        if ops.is_view(func):
+            return out
+        cost = ops.cost_of(func, args, out)
+        if cost is None:
+            self.unsupported[f"{func.namespace}.{func.overloadpacket.__name__}"] += 1
+            cost = ops.Cost(0, 0)
+        row = self.row(name)
+        moved = sum(_nbytes(t) for t in _tensors((args, out)))
+        if self.tracker.is_bw:
+            row.backward_macs += cost.macs
+            row.backward_flops += cost.flops
+            row.backward_bytes += moved
+            return out
+        row.macs += cost.macs
+        row.flops += cost.flops
+        if ops.op_name(func) in ops.CONVOLUTIONS:
+            self.conv_flops += cost.flops
+        row.bytes += moved
+        if not _is_leaf(self.modules[name]) and not func._schema.is_mutable:
+            # A container's own op output is an activation; a leaf's is its module output.
+            produced = _tensors(out)
+            row.activations += sum(t.numel() for t in produced)
+            row.activation_bytes += sum(_nbytes(t) for t in produced)
+            row.output_shape = list(produced[-1].shape) if produced else row.output_shape
+        return out
+
+    def leaf_hooks(self) -> list[Any]:
+        """Give every leaf a row when it starts (execution order) and its output at the end."""
+
+        def started(module: nn.Module, args: Any) -> None:
+            self.row(names[module])
+
+        def finished(module: nn.Module, args: Any, out: Any) -> None:
+            row = self.row(names[module])
+            produced = _tensors(out)
+            row.activations += sum(t.numel() for t in produced)
+            row.activation_bytes += sum(_nbytes(t) for t in produced)
+            row.output_shape = list(produced[0].shape) if produced else None
+
+        names = {m: n for n, m in self.modules.items() if _is_leaf(m)}
+        return [
+            handle
+            for m in names
+            for handle in (m.register_forward_pre_hook(started), m.register_forward_hook(finished))
+        ]
+
+
+def _is_leaf(module: nn.Module) -> bool:
+    return next(module.children(), None) is None
+
+
+def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
+    """Lazy modules (smallcnn's LazyLinear) take their shapes from one uncounted forward."""
+    if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in model.modules()):
+        with torch.no_grad():
+            model(x)
+
+
+def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
+    try:
+        return model(x)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(
+            f"the model rejects input {list(x.shape)}: {type(e).__name__}: {first}",
+            "check --input C,H,W (and --batch: batch norm in training needs 2 or more)",
+        ) from None
+
+
+class _SavedTensors(torch.autograd.graph.saved_tensors_hooks):
+    """Sums the distinct storages autograd saves for the backward, weights excluded."""
+
+    def __init__(self, model: nn.Module) -> None:
+        weights = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+        seen: set[int] = set(weights)
+        self.bytes = 0
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            if storage._cdata not in seen:
+                seen.add(storage._cdata)
+                self.bytes += storage.nbytes()
+            return t
+
+        super().__init__(pack, lambda t: t)
+
+
+def _training_memory(model: nn.Module, saved: int) -> dict[str, Any]:
+    weights = sum(_nbytes(p) for p in model.parameters())
+    grads = sum(_nbytes(p) for p in model.parameters() if p.requires_grad)
+    state = {"sgd_momentum": grads, "adam": 2 * grads}
+    return {
+        "weights_bytes": weights,
+        "gradients_bytes": grads,
+        "optimizer_state_bytes": state,
+        "saved_activations_bytes": saved,
+        "total_bytes": {opt: weights + grads + s + saved for opt, s in state.items()},
+    }
+
+
+def analyze_module(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    batch: int = 1,
+    train: bool = False,
+    precision: str = "fp32",
+    name: str = "model",
+) -> Analysis:
+    """Count one forward (with `train`: forward and backward) of `model` at batch `batch`.
+
+    The model is moved to the meta device (its weights' values are dropped).
+    """
+    dtype = DTYPES[precision]
+    model = model.to(device="meta", dtype=dtype)
+    x = torch.empty(batch, *input_shape, device="meta", dtype=dtype)
+    materialize_lazy(model, x)
+    model.train(train)
+    fields = FieldTracker()
+    fields.start(x)
+    tracker = ModuleTracker()
+    mode = _CountingMode(model, tracker, fields)
+    hooks = mode.leaf_hooks()
+    memory = None
+    try:
+        with tracker:
+            if train:
+                saved = _SavedTensors(model)
+                with mode, saved:
+                    out = run_forward(model, x)
+                fields_result = fields.result(_tensors(out))
+                mode.fields = None
+                # The simplest loss; its own backward runs outside every module, uncounted.
+                loss = sum(t.sum() for t in _tensors(out) if t.requires_grad)
+                with mode:
+                    loss.backward()
+                memory = _training_memory(model, saved.bytes)
+            else:
+                with mode, torch.no_grad():
+                    out = run_forward(model, x)
+                fields_result = fields.result(_tensors(out))
+    finally:
+        for handle in hooks:
+            handle.remove()
+    params = {id(p): p for p in model.parameters()}.values()
+    return Analysis(
+        model=name,
+        input=list(input_shape),
+        batch=batch,
+        train=train,
+        precision=precision,
+        layers=list(mode.rows.values()),
+        params=sum(p.numel() for p in params),
+        trainable_params=sum(p.numel() for p in params if p.requires_grad),
+        receptive_field=fields_result,
+        unsupported_ops=dict(sorted(mode.unsupported.items())),
+        conv_flops=mode.conv_flops,
+        training_memory=memory,
+    )
+
+
+def analyze(
+    name: str,
+    input_shape: Sequence[int] | None = None,
+    batch: int = 1,
+    train: bool = False,
+    precision: str = "fp32",
+    num_classes: int | None = None,
+) -> Analysis:
+    """Analyse a model by registry/torchvision name or "file.py:factory"."""
+    if batch < 1:
+        raise UserError(f"batch must be at least 1, got {batch}")
+    if precision not in DTYPES:
+        raise UserError(f"unknown precision '{precision}'", f"use {', '.join(DTYPES)}")
+    shape = list(input_shape) if input_shape else default_input(name)
+    model = build_model(name, shape, num_classes)
+    return analyze_module(model, shape, batch, train, precision, name)

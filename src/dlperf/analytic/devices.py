@@ -1,0 +1,120 @@
+"""The device catalog: built-in vendor figures (devices.toml) under the user's own file.
+
+The user file ($DLPERF_DEVICES, else ~/.config/dlperf/devices.toml) adds devices and
+overrides built-in ones key by key, so `[T4] price_per_hour_usd = 0.29` changes only the
+price. `dlperf calibrate` writes the measured machine there.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dlperf.errors import UserError
+
+
+class Device(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    name: str
+    """Catalog key, e.g. V100."""
+    description: str = ""
+    kind: Literal["gpu", "cpu"] = "gpu"
+    peak_tflops: dict[str, float]
+    """Peak 10^12 FLOP/s per precision (fp32, tf32, fp16, bf16)."""
+    memory_bandwidth_gbs: float
+    """Memory bandwidth in 10^9 bytes/s."""
+    memory_gb: float | None = None
+    interconnect_gbs: float | None = None
+    """NVLink or PCIe bandwidth per GPU in 10^9 bytes/s."""
+    price_per_hour_usd: float | None = None
+    price_source: str | None = None
+    conv_tflops: float | None = None
+    """Measured fp32 rate of a 3x3 convolution (calibrated devices)."""
+    ppp: float | None = None
+    """Default platform percent of peak for compute (calibrated devices measure it)."""
+    ppp_mem: float | None = None
+    """Default fraction of the memory bandwidth reached."""
+    source: str
+    """Where the figures come from."""
+    date: str
+    """Date of the source (or of the calibration)."""
+
+    def peak_flops(self, precision: str) -> float:
+        if precision not in self.peak_tflops:
+            raise UserError(
+                f"device {self.name} has no {precision} peak in the catalog",
+                f"it lists {', '.join(self.peak_tflops)}",
+            )
+        return self.peak_tflops[precision] * 1e12
+
+
+def user_file() -> Path:
+    if os.environ.get("DLPERF_DEVICES"):
+        return Path(os.environ["DLPERF_DEVICES"])
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return config / "dlperf" / "devices.toml"
+
+
+def _read(text: str, where: str) -> dict[str, dict[str, Any]]:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{where}: malformed TOML: {e}") from None
+    bad = [k for k, v in raw.items() if not isinstance(v, dict)]
+    if bad:
+        raise UserError(f"{where}: '{bad[0]}' is not a device table", "write [NAME] then keys")
+    return raw
+
+
+def _builtin() -> dict[str, dict[str, Any]]:
+    text = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
+    return _read(text, "built-in devices.toml")
+
+
+def load_catalog(path: Path | None = None) -> dict[str, Device]:
+    """Built-in devices with the user file's entries merged over them, key by key."""
+    entries = _builtin()
+    path = path or user_file()
+    if path.is_file():
+        for name, fields in _read(path.read_text(), str(path)).items():
+            entries[name] = {**entries.get(name, {}), **fields}
+    catalog: dict[str, Device] = {}
+    for name, fields in entries.items():
+        try:
+            catalog[name] = Device(name=name, **fields)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"device {name}: {loc}: {first['msg']}", f"see {path}") from None
+    return catalog
+
+
+def get_device(name: str, path: Path | None = None) -> Device:
+    catalog = load_catalog(path)
+    if name in catalog:
+        return catalog[name]
+    lower = {k.lower(): k for k in catalog}
+    if name.lower() in lower:
+        return catalog[lower[name.lower()]]
+    close = difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else "see `dlperf devices`"
+    raise UserError(f"unknown device '{name}'", hint)
+
+
+def save_device(device: Device, path: Path | None = None) -> Path:
+    """Write (or replace) one device in the user file, keeping its other entries."""
+    import tomli_w
+
+    path = path or user_file()
+    entries = _read(path.read_text(), str(path)) if path.is_file() else {}
+    entries[device.name] = device.model_dump(exclude={"name"}, exclude_none=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(entries))
+    return path

@@ -1,0 +1,409 @@
+"""Operator -> cost handlers: the table the counting engine looks every ATen call up in.
+
+Units are in the names. A MAC is one multiply-accumulate (convolutions, matrix products,
+attention); `flops` counts every floating-point operation, so an op's flops are
+2 * macs plus its additions that are not part of a multiply-accumulate (bias, residuals).
+Conventions for the ops that are not multiply-accumulates, one number per output (or
+input) element, are the constants below; docs/analyze.md lists them.
+
+An operator is either in HANDLERS, in IGNORED (views, copies, creation, indexing: no
+arithmetic), or reported by name as unsupported. Nothing is silently counted as zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import Any, NamedTuple
+
+import torch
+from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+
+class Cost(NamedTuple):
+    macs: int
+    flops: int
+
+
+Handler = Callable[[Sequence[Any], Any], Cost]
+"""(positional args of the ATen call, its output) -> Cost."""
+
+# FLOPs per element of the ops that are not multiply-accumulates.
+ELEMENTWISE = 1
+"""Any element-wise op (add, mul, relu, exp, sigmoid, gelu, compare, their backward)."""
+NORM_APPLY = 4
+"""(x - mean) * rstd * gamma + beta with given statistics (batch norm in eval)."""
+NORM_STATS = 4
+"""Computing mean (1 add) and variance (subtract, square, add) of each element."""
+NORM_BACKWARD = 9
+"""Recompute x-hat (2), d-gamma (2), d-beta (1), d-input (4)."""
+SOFTMAX = 5
+"""max (1), subtract (1), exp (1), sum (1), divide (1); log-softmax alike."""
+SOFTMAX_BACKWARD = 4
+"""dx = y * (dy - sum(dy * y)): multiply, sum, subtract, multiply."""
+
+
+def _numel(t: Any) -> int:
+    return t.numel() if isinstance(t, torch.Tensor) else 0
+
+
+def _first(out: Any) -> torch.Tensor:
+    return out[0] if isinstance(out, tuple | list) else out
+
+
+def _mac_only(macs: int, extra_flops: int = 0) -> Cost:
+    return Cost(macs, 2 * macs + extra_flops)
+
+
+# --- multiply-accumulate ops -------------------------------------------------------------
+
+
+def conv_macs(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, transposed: bool) -> int:
+    """Every input x weight product: N * positions * w[0] * w[1] * kernel.
+
+    w[1] is already in_channels / groups (or out_channels / groups when transposed), so
+    grouped and depthwise convolutions need no special case. A plain convolution computes
+    one kernel window per *output* position, a transposed one per *input* position.
+    """
+    positions = prod((x if transposed else out).shape[2:])
+    return x.shape[0] * positions * w.shape[0] * w.shape[1] * prod(w.shape[2:])
+
+
+def convolution(args: Sequence[Any], out: Any) -> Cost:
+    x, w, bias, *_ = args
+    transposed = bool(args[6])
+    bias_adds = out.numel() if bias is not None else 0
+    return _mac_only(conv_macs(x, w, out, transposed), bias_adds)
+
+
+def convolution_backward(args: Sequence[Any], out: Any) -> Cost:
+    """d-input and d-weight each take exactly the forward's products; d-bias sums dy.
+
+    (torch.utils.flop_counter counts d-weight `groups` times too often for grouped
+    convolutions; this handler does not.)
+    """
+    grad_out, x, w = args[:3]
+    transposed, mask = bool(args[7]), args[10]
+    fwd_out = x if transposed else grad_out
+    fwd_in = grad_out if transposed else x
+    macs = conv_macs(fwd_in, w, fwd_out, transposed) * (int(mask[0]) + int(mask[1]))
+    return _mac_only(macs, grad_out.numel() if mask[2] else 0)
+
+
+def mm(args: Sequence[Any], out: Any) -> Cost:
+    a, b = args[0], args[1]
+    return _mac_only(a.shape[0] * a.shape[1] * b.shape[1])
+
+
+def addmm(args: Sequence[Any], out: Any) -> Cost:
+    return _mac_only(mm(args[1:], out).macs, out.numel())
+
+
+def bmm(args: Sequence[Any], out: Any) -> Cost:
+    a, b = args[0], args[1]
+    return _mac_only(a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2])
+
+
+def baddbmm(args: Sequence[Any], out: Any) -> Cost:
+    return _mac_only(bmm(args[1:], out).macs, out.numel())
+
+
+def mv(args: Sequence[Any], out: Any) -> Cost:
+    return _mac_only(args[0].numel())
+
+
+def dot(args: Sequence[Any], out: Any) -> Cost:
+    return _mac_only(args[0].numel())
+
+
+def attention(args: Sequence[Any], out: Any) -> Cost:
+    """Fused scaled-dot-product attention: q @ k^T and p @ v, plus the softmax."""
+    q, k, v = args[:3]
+    macs = sdpa_flop_count(q.shape, k.shape, v.shape) // 2
+    scores = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    return _mac_only(macs, SOFTMAX * scores)
+
+
+def attention_backward(args: Sequence[Any], out: Any) -> Cost:
+    grad, q, k, v = args[:4]
+    macs = sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape) // 2
+    scores = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    return _mac_only(macs, SOFTMAX_BACKWARD * scores)
+
+
+# --- everything else, per element ---------------------------------------------------------
+
+
+def per_output(flops_per_element: int) -> Handler:
+    def handler(args: Sequence[Any], out: Any) -> Cost:
+        return Cost(0, flops_per_element * _numel(_first(out)))
+
+    return handler
+
+
+def per_input(flops_per_element: int) -> Handler:
+    def handler(args: Sequence[Any], out: Any) -> Cost:
+        return Cost(0, flops_per_element * _numel(args[0]))
+
+    return handler
+
+
+def _window(args: Sequence[Any]) -> int:
+    kernel = args[1]
+    return prod(kernel) if len(kernel) > 1 else kernel[0] ** (args[0].dim() - 2)
+
+
+def pool(args: Sequence[Any], out: Any) -> Cost:
+    """Max or average pooling: one compare or add per window element per output."""
+    return Cost(0, _window(args) * _first(out).numel())
+
+
+def pool_backward(args: Sequence[Any], out: Any) -> Cost:
+    """avg_pool backward: each output gradient is spread over its window."""
+    return Cost(0, _window(args[1:]) * args[0].numel())
+
+
+def batch_norm(args: Sequence[Any], out: Any) -> Cost:
+    """native_batch_norm(input, weight, bias, running_mean, running_var, training, ...)."""
+    training = bool(args[5])
+    return Cost(0, (NORM_APPLY + NORM_STATS * training) * args[0].numel())
+
+
+def index_put(args: Sequence[Any], out: Any) -> Cost:
+    """index_put(self, indices, values, accumulate): an add per value when accumulating
+    (the backward of indexing, e.g. Swin's relative position bias)."""
+    accumulate = len(args) > 3 and bool(args[3])
+    return Cost(0, args[2].numel() if accumulate else 0)
+
+
+HANDLERS: dict[str, Handler] = {
+    "convolution": convolution,
+    "_convolution": convolution,
+    "convolution_backward": convolution_backward,
+    "mm": mm,
+    "addmm": addmm,
+    "bmm": bmm,
+    "baddbmm": baddbmm,
+    "mv": mv,
+    "dot": dot,
+    "_scaled_dot_product_flash_attention_for_cpu": attention,
+    "_scaled_dot_product_flash_attention": attention,
+    "_scaled_dot_product_efficient_attention": attention,
+    "_scaled_dot_product_cudnn_attention": attention,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": attention_backward,
+    "_scaled_dot_product_flash_attention_backward": attention_backward,
+    "_scaled_dot_product_efficient_attention_backward": attention_backward,
+    "_scaled_dot_product_cudnn_attention_backward": attention_backward,
+    # normalisation
+    "native_batch_norm": batch_norm,
+    "_native_batch_norm_legit": per_input(NORM_APPLY + NORM_STATS),
+    "_native_batch_norm_legit_no_training": per_input(NORM_APPLY),
+    "native_layer_norm": per_input(NORM_APPLY + NORM_STATS),
+    "native_group_norm": per_input(NORM_APPLY + NORM_STATS),
+    "native_batch_norm_backward": per_input(NORM_BACKWARD),
+    "native_layer_norm_backward": per_input(NORM_BACKWARD),
+    "native_group_norm_backward": per_input(NORM_BACKWARD),
+    # softmax
+    "_softmax": per_output(SOFTMAX),
+    "_safe_softmax": per_output(SOFTMAX),
+    "_log_softmax": per_output(SOFTMAX),
+    "_softmax_backward_data": per_output(SOFTMAX_BACKWARD),
+    "_log_softmax_backward_data": per_output(SOFTMAX_BACKWARD),
+    # pooling and reductions
+    "max_pool2d_with_indices": pool,
+    "max_pool3d_with_indices": pool,
+    "max_pool2d": pool,
+    "avg_pool2d": pool,
+    "avg_pool3d": pool,
+    "avg_pool2d_backward": pool_backward,
+    "max_pool2d_with_indices_backward": per_input(ELEMENTWISE),
+    "_adaptive_avg_pool2d": per_input(ELEMENTWISE),
+    "_adaptive_avg_pool3d": per_input(ELEMENTWISE),
+    "adaptive_max_pool2d": per_input(ELEMENTWISE),
+    "_adaptive_avg_pool2d_backward": per_output(ELEMENTWISE),
+    "sum": per_input(ELEMENTWISE),
+    "mean": per_input(ELEMENTWISE),
+    "amax": per_input(ELEMENTWISE),
+    "amin": per_input(ELEMENTWISE),
+    "max": per_input(ELEMENTWISE),
+    "min": per_input(ELEMENTWISE),
+    "argmax": per_input(ELEMENTWISE),
+    "linalg_vector_norm": per_input(2),  # square and add
+    "var": per_input(3),
+    "var_mean": per_input(4),
+    "std": per_input(3),
+    "cumsum": per_input(ELEMENTWISE),
+    "native_dropout": per_output(2),  # compare with the mask, scale
+    "index_put": index_put,
+    "embedding_dense_backward": per_input(ELEMENTWISE),  # sums the gradients of each row
+}
+
+# Element-wise ops and their backward: one FLOP per output element (in-place "_" forms too).
+for _name in [
+    "add",
+    "sub",
+    "rsub",
+    "mul",
+    "div",
+    "neg",
+    "abs",
+    "reciprocal",
+    "sqrt",
+    "rsqrt",
+    "pow",
+    "exp",
+    "log",
+    "log1p",
+    "square",
+    "relu",
+    "threshold",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "hardtanh",
+    "leaky_relu",
+    "elu",
+    "gelu",
+    "silu",
+    "mish",
+    "sigmoid",
+    "tanh",
+    "hardswish",
+    "hardsigmoid",
+    "softplus",
+    "erf",
+    "sign",
+    "maximum",
+    "minimum",
+    "where",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_not",
+    "masked_fill",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "threshold_backward",
+    "hardtanh_backward",
+    "leaky_relu_backward",
+    "elu_backward",
+    "gelu_backward",
+    "silu_backward",
+    "mish_backward",
+    "sigmoid_backward",
+    "tanh_backward",
+    "hardswish_backward",
+    "hardsigmoid_backward",
+    "softplus_backward",
+    "native_dropout_backward",
+]:
+    HANDLERS[_name] = per_output(ELEMENTWISE)
+
+IGNORED: frozenset[str] = frozenset(
+    [
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "squeeze",
+        "unsqueeze",
+        "select",
+        "slice",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "as_strided",
+        "as_strided_",
+        "alias",
+        "detach",
+        "unfold",
+        "view_as_real",
+        "view_as_complex",
+        "clone",
+        "copy_",
+        "_to_copy",
+        "contiguous",
+        "cat",
+        "stack",
+        "constant_pad_nd",
+        "index",
+        "index_select",
+        "gather",
+        "scatter",
+        "embedding",
+        "roll",
+        "flip",
+        "repeat",
+        "masked_select",
+        "select_backward",
+        "slice_backward",
+        "upsample_nearest2d",
+        "pixel_shuffle",
+        "pixel_unshuffle",
+        "channel_shuffle",
+        "im2col",
+        "col2im",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "full",
+        "full_like",
+        "new_full",
+        "fill_",
+        "zero_",
+        "arange",
+        "scalar_tensor",
+        "lift_fresh",
+        "_local_scalar_dense",
+        "bernoulli_",
+        "rand",
+        "rand_like",
+        "randn",
+        "randn_like",
+        "uniform_",
+        "normal_",
+        "_efficientzerotensor",
+    ]
+)
+
+CONVOLUTIONS = frozenset({"convolution", "_convolution"})
+
+VIEWS: frozenset[str] = frozenset({"_unsafe_view"})
+"""Ops that alias their input without saying so in their schema."""
+
+
+def op_name(func: torch._ops.OpOverload) -> str:
+    """'add_' -> 'add': an in-place op costs what its out-of-place form costs."""
+    name = func.overloadpacket.__name__
+    return name[:-1] if name.endswith("_") and name[:-1] in HANDLERS else name
+
+
+def cost_of(func: torch._ops.OpOverload, args: Sequence[Any], out: Any) -> Cost | None:
+    """The cost of one ATen call; None when the operator has no handler."""
+    if func.namespace != "aten":
+        return None
+    name = op_name(func)
+    if name in IGNORED:
+        return Cost(0, 0)
+    handler = HANDLERS.get(name)
+    return handler(args, out) if handler is not None else None
+
+
+def is_view(func: torch._ops.OpOverload) -> bool:
+    return func.is_view or func.overloadpacket.__name__ in VIEWS

@@ -1,0 +1,224 @@
+"""Receptive field of every feature map, followed operator by operator.
+
+Per spatial axis a field is (size, jump, start) in input pixels, after Araujo et al.,
+"Computing Receptive Fields of Convolutional Neural Networks", Distill 2019, and
+Dang Ha The Hien's "A guide to receptive field arithmetic": pixel i spans [i, i+1), so
+the input is (1, 1, 0.5); `start` is the centre of the first output unit's field. A
+convolution or pooling window k (dilation d, stride s, padding p) gives
+
+    k' = d(k-1) + 1,  size += (k'-1) jump,  start += ((k'-1)/2 - p) jump,  jump *= s.
+
+A point-wise op joins its inputs' fields (their union, for residual adds and
+concatenated branches); a 1x1 map broadcast over a larger one (a squeeze-and-excitation
+gate) is a per-channel constant and is left out. Global pooling, a flatten, attention or
+any op this module does not follow end the field: it becomes "undefined" with the op and
+module that ended it, and the field of the last spatial layer is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakTensorKeyDictionary
+
+Pair = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Field:
+    size: Pair
+    jump: Pair
+    start: Pair
+
+    def window(
+        self,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+    ) -> Field:
+        size, jump, start = [], [], []
+        for a in range(2):
+            span = dilation[a] * (kernel[a] - 1)
+            size.append(self.size[a] + span * self.jump[a])
+            start.append(self.start[a] + (span / 2 - padding[a]) * self.jump[a])
+            jump.append(self.jump[a] * stride[a])
+        return Field((size[0], size[1]), (jump[0], jump[1]), (start[0], start[1]))
+
+    def to_dict(self) -> dict[str, list[float]]:
+        def clean(p: Pair) -> list[float]:
+            return [int(v) if float(v).is_integer() else v for v in p]
+
+        return {"size": clean(self.size), "jump": clean(self.jump), "start": clean(self.start)}
+
+
+@dataclass(frozen=True)
+class Ended:
+    reason: str
+
+
+INPUT = Field((1, 1), (1, 1), (0.5, 0.5))
+
+
+def union(fields: Sequence[Field]) -> Field | Ended:
+    if len({f.jump for f in fields}) > 1:
+        return Ended("branches with different strides are joined")
+    size, start = [], []
+    for a in range(2):
+        lo = min(f.start[a] - f.size[a] / 2 for f in fields)
+        hi = max(f.start[a] + f.size[a] / 2 for f in fields)
+        size.append(hi - lo)
+        start.append((lo + hi) / 2)
+    return Field((size[0], size[1]), fields[0].jump, (start[0], start[1]))
+
+
+def _pair(v: Any, default: Sequence[int]) -> list[int]:
+    v = list(v) if isinstance(v, Sequence) else [v]
+    if not v:
+        return list(default)
+    return v * 2 if len(v) == 1 else v
+
+
+def _keeps_axes(name: str, args: Sequence[Any]) -> bool:
+    """Does a permute/transpose leave the height and width axes where they are?"""
+    if name == "permute":
+        return [d % 4 for d in args[1]][2:] == [2, 3]
+    return not {args[1] % 4, args[2] % 4} & {2, 3}
+
+
+def _spatial(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 4
+
+
+class FieldTracker:
+    """Called by the counting engine with every forward op; remembers each map's field."""
+
+    def __init__(self) -> None:
+        self.fields: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        self.last_spatial: tuple[str, Field] | None = None
+
+    def start(self, x: torch.Tensor) -> None:
+        if _spatial(x):
+            self.fields[x] = INPUT
+
+    def result(self, outputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+        tracked = [self.fields.get(t) for t in outputs if isinstance(t, torch.Tensor)]
+        state = tracked[0] if tracked else None
+        last = self.last_spatial
+        if isinstance(state, Field):
+            return {"defined": True, **state.to_dict()}
+        reason = state.reason if isinstance(state, Ended) else "the input is not an image"
+        return {
+            "defined": False,
+            "reason": reason,
+            "last_spatial_layer": last[0] if last else None,
+            **(last[1].to_dict() if last else {}),
+        }
+
+    def op(self, name: str, args: Sequence[Any], out: Any, module: str) -> None:
+        inputs = [
+            (t, self.fields[t])
+            for t in tree_flatten(args)[0]
+            if isinstance(t, torch.Tensor) and t in self.fields
+        ]
+        if not inputs:
+            return
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        state = self._propagate(name, args, inputs, outputs[0] if outputs else None)
+        if isinstance(state, Ended) and all(state is not s for _, s in inputs):
+            # The field ends here (not upstream): say where.
+            state = Ended(f"{state.reason}: aten.{name} in {module}")
+        for t in outputs:
+            self.fields[t] = state
+        if isinstance(state, Field):
+            self.last_spatial = (module, state)
+
+    def _propagate(
+        self,
+        name: str,
+        args: Sequence[Any],
+        inputs: list[tuple[torch.Tensor, Field | Ended]],
+        out: torch.Tensor | None,
+    ) -> Field | Ended:
+        x, field = inputs[0]
+        if all(isinstance(state, Ended) for _, state in inputs):
+            return field
+        if name in ("convolution", "_convolution"):
+            if isinstance(field, Ended):
+                return field
+            if args[1].dim() != 4 or args[6]:
+                return Ended("not followed (a transposed or non-2-D convolution)")
+            return field.window(
+                args[1].shape[2:], _pair(args[3], [1]), _pair(args[4], [0]), _pair(args[5], [1])
+            )
+        if name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d"):
+            if isinstance(field, Ended):
+                return field
+            kernel = _pair(args[1], [1])
+            stride = _pair(args[2] if len(args) > 2 else [], kernel)
+            padding = _pair(args[3] if len(args) > 3 else [0], [0])
+            dilation = _pair(args[4] if len(args) > 4 and "max" in name else [1], [1])
+            return field.window(kernel, stride, padding, dilation)
+        if not _spatial(out):
+            return Ended("positions are mixed (global pooling, flatten or attention)")
+        assert out is not None
+        if out.shape[2:] == (1, 1) and x.shape[2:] != (1, 1):
+            return Ended("global pooling mixes all positions")
+        if name in ("_adaptive_avg_pool2d", "adaptive_max_pool2d"):
+            return self._adaptive(field, x, out)
+        if name == "slice" and args[1] in (2, 3, -1, -2):
+            return self._slice(field, x, args)
+        if name in ("permute", "transpose") and not _keeps_axes(name, args):
+            return Ended("not followed (the layout changes)")
+        if name == "constant_pad_nd":
+            pad = list(args[1]) + [0] * 4
+            return self._shift(field, (pad[2], pad[0]))
+        return self._pointwise(name, inputs, out)
+
+    def _adaptive(self, field: Field | Ended, x: torch.Tensor, out: torch.Tensor) -> Field | Ended:
+        if out.shape[2:] == (1, 1):
+            return Ended("global pooling mixes all positions")
+        if isinstance(field, Ended):
+            return field
+        ratios = [x.shape[2 + a] / out.shape[2 + a] for a in range(2)]
+        if not all(r.is_integer() for r in ratios):
+            return Ended("adaptive pooling with uneven windows is not followed")
+        k = [int(r) for r in ratios]
+        return field.window(k, k, [0, 0], [1, 1])
+
+    def _slice(self, field: Field | Ended, x: torch.Tensor, args: Sequence[Any]) -> Field | Ended:
+        if isinstance(field, Ended):
+            return field
+        axis = args[1] % 4 - 2
+        begin = args[2] if len(args) > 2 and args[2] is not None else 0
+        begin = begin + x.shape[axis + 2] if begin < 0 else begin
+        step = args[4] if len(args) > 4 else 1
+        start, jump = list(field.start), list(field.jump)
+        start[axis] += begin * jump[axis]
+        jump[axis] *= step
+        return Field(field.size, (jump[0], jump[1]), (start[0], start[1]))
+
+    def _shift(self, field: Field | Ended, pad_before: Sequence[int]) -> Field | Ended:
+        if isinstance(field, Ended):
+            return field
+        start = [field.start[a] - pad_before[a] * field.jump[a] for a in range(2)]
+        return Field(field.size, field.jump, (start[0], start[1]))
+
+    def _pointwise(
+        self, name: str, inputs: list[tuple[torch.Tensor, Field | Ended]], out: torch.Tensor
+    ) -> Field | Ended:
+        joined: list[Field] = []
+        for t, state in inputs:
+            gate = _spatial(t) and t.shape[2:] == (1, 1) and out.shape[2:] != (1, 1)
+            if gate:
+                continue
+            if not _spatial(t) or t.shape[2:] != out.shape[2:]:
+                return Ended(f"not followed (aten.{name} changes the spatial size)")
+            if isinstance(state, Ended):
+                return state
+            joined.append(state)
+        return union(joined) if joined else Ended("positions are mixed")

@@ -1,0 +1,458 @@
+"""`dlperf analyze`, `dlperf predict`, `dlperf devices` and `dlperf calibrate`."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from typing import Any
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+from dlperf.errors import UserError
+
+INPUT_HELP = (
+    "Input shape without the batch, e.g. 3,224,224 "
+    "(default: 3,224,224 for torchvision, 3,32,32 otherwise)."
+)
+PRECISIONS = "fp32 | fp16 | bf16"
+
+
+def parse_shape(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        shape = [int(part) for part in text.split(",")]
+    except ValueError:
+        shape = []
+    if not shape or min(shape) < 1:
+        raise UserError(
+            f"--input {text!r}: expected positive integers C,H,W", "e.g. --input 3,32,32"
+        )
+    return shape
+
+
+def si(value: float, unit: str = "") -> str:
+    """1234567 -> '1.23 M': counts in tables, exact numbers in --json."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.4g} {unit}".rstrip()
+
+
+def _field(rf: dict[str, Any]) -> str:
+    def text(d: dict[str, Any]) -> str:
+        size, jump, start = d["size"], d["jump"], d["start"]
+        return f"{size[0]}x{size[1]} px, jump {jump[0]}x{jump[1]}, start {start[0]},{start[1]}"
+
+    if rf["defined"]:
+        return text(rf)
+    last = f"; last spatial layer {rf['last_spatial_layer']}: {text(rf)}" if "size" in rf else ""
+    return f"undefined ({rf['reason']}){last}"
+
+
+def _warn_unsupported(unsupported: dict[str, int]) -> None:
+    if unsupported:
+        ops = ", ".join(f"{op} x{n}" for op, n in unsupported.items())
+        console.warn(f"not counted (no handler for these operators): {ops}")
+
+
+@app.command()
+def analyze(
+    model: str = typer.Argument(
+        ..., help="Registry or torchvision name, or path/to/file.py:factory."
+    ),
+    input_: str = typer.Option(None, "--input", help=INPUT_HELP, show_default=False),
+    batch: int = typer.Option(1, "--batch", help="Batch size."),
+    train: bool = typer.Option(
+        False, "--train", help="Count a training step: forward + backward and training memory."
+    ),
+    precision: str = typer.Option("fp32", "--precision", help=PRECISIONS),
+    classes: int = typer.Option(
+        None,
+        "--classes",
+        help="Output classes (default: 1000 for torchvision, 10 otherwise).",
+        show_default=False,
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the per-layer rows as CSV."),
+) -> None:
+    """Count a network on paper, layer by layer: params, MACs, FLOPs (= 2 MACs + other
+    arithmetic), activations, receptive field. Runs on meta tensors: nothing is computed.
+
+    Example: dlperf analyze resnet50 --batch 32 --train
+    """
+    from dlperf.analytic.counting import analyze as run_analysis
+
+    a = run_analysis(model, parse_shape(input_), batch, train, precision, classes)
+    _warn_unsupported(a.unsupported_ops)
+    result = a.to_dict()
+    if as_json:
+        console.print_json(result)
+    elif as_csv:
+        _print_csv(result)
+    else:
+        _print_analysis(result)
+
+
+LAYER_COLUMNS = [
+    "name",
+    "type",
+    "output_shape",
+    "params",
+    "macs",
+    "flops",
+    "activations",
+    "activation_bytes",
+]
+BACKWARD_COLUMNS = ["backward_macs", "backward_flops"]
+
+
+def _print_csv(result: dict[str, Any]) -> None:
+    columns = LAYER_COLUMNS + (BACKWARD_COLUMNS if result["train"] else [])
+    writer = csv.writer(sys.stdout)
+    writer.writerow(columns)
+    writer.writerows([[row[c] for c in columns] for row in result["layers"]])
+
+
+def _print_analysis(result: dict[str, Any]) -> None:
+    train = result["train"]
+    counts = LAYER_COLUMNS[3:] + (BACKWARD_COLUMNS if train else [])
+    rows = [
+        [
+            row["name"],
+            row["type"],
+            "x".join(map(str, row["output_shape"] or [])),
+            *(si(row[c], "B" if c.endswith("bytes") else "") for c in counts),
+        ]
+        for row in result["layers"]
+    ]
+    shape = "x".join(map(str, result["input"]))
+    step = ", training step" if train else ""
+    console.print_table(
+        f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}",
+        ["layer", "type", "output", "params", "MACs", "FLOPs", "activations", "act. bytes"]
+        + (["bwd MACs", "bwd FLOPs"] if train else []),
+        rows,
+    )
+    t = result["totals"]
+    summary = [
+        ["params", f"{t['params']:,}"],
+        ["trainable params", f"{t['trainable_params']:,}"],
+        ["MACs", f"{t['macs']:,} ({si(t['macs'])})"],
+        ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
+        ["activations (elements)", f"{t['activations']:,}"],
+        ["activation memory", si(t["activation_bytes"], "B")],
+        ["conv share of FLOPs", f"{t['conv_flops_share']:.1%}"],
+        ["receptive field", _field(t["receptive_field"])],
+    ]
+    if train:
+        m = t["training_memory"]
+        summary += [
+            ["backward MACs", f"{t['backward_macs']:,}"],
+            ["backward FLOPs", f"{t['backward_flops']:,}"],
+            ["step FLOPs (fwd + bwd)", f"{t['step_flops']:,} ({si(t['step_flops'])})"],
+            ["weights", si(m["weights_bytes"], "B")],
+            ["gradients", si(m["gradients_bytes"], "B")],
+            [
+                "optimizer state SGD momentum / Adam",
+                f"{si(m['optimizer_state_bytes']['sgd_momentum'], 'B')} / "
+                f"{si(m['optimizer_state_bytes']['adam'], 'B')}",
+            ],
+            ["activations saved for backward", si(m["saved_activations_bytes"], "B")],
+            [
+                "training memory SGD momentum / Adam",
+                f"{si(m['total_bytes']['sgd_momentum'], 'B')} / "
+                f"{si(m['total_bytes']['adam'], 'B')}",
+            ],
+        ]
+    console.print_table("totals", ["", "value"], summary)
+
+
+def _local_device_name() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+@app.command()
+def predict(
+    model: str = typer.Argument(
+        ..., help="Registry or torchvision name, or path/to/file.py:factory."
+    ),
+    device: str = typer.Option(
+        None,
+        "--device",
+        help="Catalog device (see `dlperf devices`); default: this host, once calibrated.",
+        show_default=False,
+    ),
+    input_: str = typer.Option(None, "--input", help=INPUT_HELP, show_default=False),
+    batch: int = typer.Option(1, "--batch", help="Batch size."),
+    train: bool = typer.Option(
+        False, "--train", help="Predict a training step (forward + backward)."
+    ),
+    ppp: float = typer.Option(
+        None,
+        "--ppp",
+        help="Platform percent of peak, e.g. 0.62 (default: the device's, else 1).",
+        show_default=False,
+    ),
+    precision: str = typer.Option("fp32", "--precision", help=PRECISIONS),
+    classes: int = typer.Option(
+        None,
+        "--classes",
+        help="Output classes (default: 1000 for torchvision, 10 otherwise).",
+        show_default=False,
+    ),
+    measure: bool = typer.Option(
+        False, "--measure", help="Also run the model here and compare; the result is stored."
+    ),
+    reps: int = typer.Option(
+        10, "--reps", help="--measure: timed repetitions (after 3 warm-up ones)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Predict a forward pass (or training step) with the PALEO model:
+    time = sum over layers of FLOPs / (peak x PPP) + bytes / (bandwidth x PPP_mem).
+
+    Example: dlperf predict resnet50 --device V100 --batch 64 --ppp 0.62
+    """
+    from dlperf.analytic.counting import analyze as run_analysis
+    from dlperf.analytic.devices import get_device
+    from dlperf.analytic.paleo import predict as run_prediction
+
+    if device is None and not measure:
+        raise UserError("give --device NAME", "see `dlperf devices`, or run `dlperf calibrate`")
+    entry = get_device(device or _local_device_name())
+    if reps < 1:
+        raise UserError(f"--reps must be at least 1, got {reps}")
+    a = run_analysis(model, parse_shape(input_), batch, train, precision, classes)
+    _warn_unsupported(a.unsupported_ops)
+    result = run_prediction(a, entry, ppp)
+    if measure:
+        result["measured"] = _measure_and_store(model, a, result, classes, reps)
+    if as_json:
+        console.print_json(result)
+        return
+    _print_prediction(result)
+
+
+def _measure_and_store(
+    model: str, a: Any, prediction: dict[str, Any], classes: int | None, reps: int
+) -> dict[str, Any]:
+    from dlperf.analytic.counting import default_classes
+    from dlperf.analytic.measure import measure_model
+    from dlperf.analytic.paleo import compare
+    from dlperf.models import create_model
+    from dlperf.system import pick_device, set_threads, system_info
+
+    local = pick_device("auto")
+    threads = set_threads(None)
+    real = create_model(
+        model, num_classes=classes or default_classes(model), in_channels=a.input[0]
+    )
+    store = open_store()
+    config = {
+        "model": {"name": model},  # the layout of an experiment's config, for `runs list`
+        "input": a.input,
+        "batch": a.batch,
+        "train": a.train,
+        "precision": a.precision,
+        "device": prediction["device"],
+        "ppp": prediction["ppp"],
+        "reps": reps,
+    }
+    run_id = store.create_run(
+        name=f"predict {model} on {prediction['device']}",
+        kind="predict",
+        config=config,
+        system=system_info(local, threads),
+    )
+    try:
+        with console.reporter() as rep:
+            measurement = measure_model(
+                real, a.input, a.batch, a.train, a.precision, local, reps=reps, reporter=rep
+            )
+    except BaseException as e:
+        store.finish_run(
+            run_id,
+            "killed" if isinstance(e, KeyboardInterrupt) else "failed",
+            error=f"{type(e).__name__}: {e}",
+        )
+        raise
+    comparison = compare(prediction, measurement)
+    comparison["run_id"] = run_id
+    comparison["local_device"] = str(local)
+    store.log_metrics(run_id, [("measured_s", i, t) for i, t in enumerate(measurement["times_s"])])
+    summary = {
+        k: comparison[k]
+        for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
+    }
+    summary["measured_median_s"] = measurement["spread_s"]["median"]
+    store.finish_run(run_id, "finished", summary=summary)
+    return comparison
+
+
+def _print_prediction(r: dict[str, Any]) -> None:
+    t = r["totals"]
+    ms = 1e3
+    console.print_table(
+        f"{r['model']} on {r['device']}: {r['precision']}, batch {r['batch']}"
+        f"{', training step' if r['train'] else ''}, "
+        f"PPP {r['ppp']:.3g}, PPP_mem {r['ppp_mem']:.3g}",
+        ["layer", "type", "FLOPs", "bytes", "compute ms", "memory ms", "time ms"],
+        [
+            [
+                row["name"],
+                row["type"],
+                si(row["flops"]),
+                si(row["bytes"], "B"),
+                row["compute_s"] * ms,
+                row["memory_s"] * ms,
+                row["time_s"] * ms,
+            ]
+            for row in r["layers"]
+        ],
+    )
+    rows: list[list[Any]] = [
+        ["predicted time per batch (ms)", t["time_s"] * ms],
+        ["  compute / memory (ms)", f"{t['compute_s'] * ms:.4g} / {t['memory_s'] * ms:.4g}"],
+        ["predicted images/s", t["images_per_s"]],
+        ["theoretical time per image, PPP = 1 (ms)", t["theoretical_time_per_image_s"] * ms],
+        ["theoretical peak images/s", t["theoretical_images_per_s"]],
+    ]
+    m = r.get("measured")
+    if m:
+        if m["layers"]:
+            console.print_table(
+                "forward per layer: predicted vs measured (torch.profiler)",
+                ["layer", "type", "predicted ms", "measured ms", "error %"],
+                [
+                    [
+                        row["name"],
+                        row["type"],
+                        row["predicted_s"] * ms,
+                        row["measured_s"] * ms,
+                        row["error_pct"],
+                    ]
+                    for row in m["layers"]
+                ],
+            )
+        s = m["measured_s"]
+        rows += [
+            [
+                f"measured on {m['local_device']}: median (min-max) ms",
+                f"{s['median'] * ms:.4g} ({s['min'] * ms:.4g}-{s['max'] * ms:.4g})",
+            ],
+            ["measured images/s", m["measured_images_per_s"]],
+            ["error of the prediction %", m["error_pct"]],
+            ["PPP that fits the measurement", m["fitted_ppp"]],
+            ["stored as run", m["run_id"]],
+        ]
+    console.print_table("totals", ["", "value"], rows)
+
+
+@app.command()
+def devices(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """List the device catalog: peak FLOP/s, bandwidth, memory, interconnect, price, source.
+    Add or override devices in $DLPERF_DEVICES or ~/.config/dlperf/devices.toml.
+
+    Example: dlperf devices --json
+    """
+    from dlperf.analytic.devices import load_catalog, user_file
+
+    catalog = load_catalog()
+    if as_json:
+        console.print_json({name: d.model_dump(exclude={"name"}) for name, d in catalog.items()})
+        return
+    console.print_table(
+        f"devices (user file: {user_file()})",
+        [
+            "name",
+            "kind",
+            "fp32 TFLOPS",
+            "fp16 TFLOPS",
+            "bf16 TFLOPS",
+            "mem GB/s",
+            "mem GB",
+            "link GB/s",
+            "$/GPU-h",
+            "PPP",
+            "date",
+        ],
+        [
+            [
+                name,
+                d.kind,
+                d.peak_tflops.get("fp32"),
+                d.peak_tflops.get("fp16"),
+                d.peak_tflops.get("bf16"),
+                d.memory_bandwidth_gbs,
+                d.memory_gb,
+                d.interconnect_gbs,
+                d.price_per_hour_usd,
+                d.ppp,
+                d.date,
+            ]
+            for name, d in catalog.items()
+        ],
+    )
+
+
+@app.command()
+def calibrate(
+    name: str = typer.Option(
+        None, "--name", help="Device name to store (default: the host name).", show_default=False
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Measure this machine (matmul FLOP/s per dtype, 3x3 convolution FLOP/s, memory
+    bandwidth), save it as a device in the user catalog and record the run.
+
+    Example: dlperf calibrate && dlperf predict resnet18 --measure
+    """
+    from dlperf.analytic.devices import save_device
+    from dlperf.analytic.measure import calibrate as run_calibration
+    from dlperf.system import pick_device, set_threads, system_info
+
+    local = pick_device("auto")
+    threads = set_threads(None)
+    store = open_store()
+    run_id = store.create_run(
+        name=f"calibrate {name or _local_device_name()}",
+        kind="calibrate",
+        config={"name": name, "device": str(local)},
+        system=system_info(local, threads),
+    )
+    with console.reporter() as rep:
+        device = run_calibration(local, name, rep)
+    path = save_device(device)
+    store.log_metrics(
+        run_id,
+        [(f"matmul_tflops_{p}", 0, v) for p, v in device.peak_tflops.items()]
+        + [
+            ("conv_tflops_fp32", 0, device.conv_tflops or 0.0),
+            ("memory_bandwidth_gbs", 0, device.memory_bandwidth_gbs),
+            ("ppp", 0, device.ppp or 0.0),
+        ],
+    )
+    store.add_artifact(run_id, "devices", path)
+    store.finish_run(run_id, "finished", summary=device.model_dump())
+    if as_json:
+        console.print_json({"run_id": run_id, "path": str(path), **device.model_dump()})
+        return
+    console.print_table(
+        f"{device.name}: {device.description}",
+        ["", "value"],
+        [[f"matmul {p} (TFLOP/s)", v] for p, v in device.peak_tflops.items()]
+        + [
+            ["3x3 convolution fp32 (TFLOP/s)", device.conv_tflops],
+            ["PPP: 3x3 conv / fp32 matmul", device.ppp],
+            ["memory bandwidth (GB/s)", device.memory_bandwidth_gbs],
+            ["saved to", str(path)],
+            ["stored as run", run_id],
+        ],
+    )

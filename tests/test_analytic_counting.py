@@ -1,0 +1,169 @@
+"""Hand-counted cases for the counting engine: one per handler kind.
+
+Conventions (dlperf.analytic.ops): a MAC is a multiply-accumulate, FLOPs = 2 * MACs plus
+bias/residual adds and 1 FLOP per element of an element-wise op.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.analytic.counting import analyze, analyze_module
+from dlperf.errors import UserError
+
+
+def test_single_conv() -> None:
+    a = analyze_module(nn.Conv2d(3, 8, 3, padding=1), [3, 8, 8])
+    t = a.totals()
+    # 64 output positions x 8 filters x (3 channels x 3 x 3) products
+    assert t["macs"] == 64 * 8 * 27 == 13824
+    assert t["flops"] == 2 * 13824 + 8 * 64  # plus one bias add per output element
+    assert t["params"] == 8 * 27 + 8
+    assert a.layers[0].output_shape == [1, 8, 8, 8]
+    assert t["activations"] == 512 and t["activation_bytes"] == 2048
+
+
+def test_strided_transposed_conv() -> None:
+    conv = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1, bias=False)
+    a = analyze_module(conv, [4, 5, 5])
+    assert a.layers[0].output_shape == [1, 2, 10, 10]
+    # one 3x3 kernel per *input* position: 25 positions x 4 in x 2 out x 9
+    assert a.totals()["macs"] == 25 * 4 * 2 * 9 == 1800
+
+
+def test_depthwise_conv_and_its_backward() -> None:
+    conv = nn.Conv2d(8, 8, 3, groups=8, bias=False)
+    a = analyze_module(conv, [8, 6, 6], batch=2, train=True)
+    t = a.totals()
+    assert t["macs"] == 2 * 16 * 8 * 9 == 2304  # 16 positions, 8 channels, 9 taps each
+    # The input needs no gradient, so backward is d-weight only: the same 2304 products.
+    # (torch.utils.flop_counter counts grouped d-weight `groups` times: 8 x 2304.)
+    assert t["backward_macs"] == 2304
+
+
+class MatmulInForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(4, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w
+
+
+def test_matmul_in_forward_is_attributed_to_its_module() -> None:
+    a = analyze_module(MatmulInForward(), [3, 4], batch=2)
+    [row] = a.layers
+    assert (row.name, row.type, row.params) == ("(model)", "MatmulInForward", 24)
+    assert row.macs == 2 * 3 * 4 * 6 == 144
+    assert row.output_shape == [2, 3, 6]
+
+
+class Inception(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.b1 = nn.Conv2d(4, 2, 1, bias=False)
+        self.b3 = nn.Conv2d(4, 3, 3, padding=1, bias=False)
+        self.pool = nn.MaxPool2d(3, stride=1, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.b1(x), self.b3(x), self.pool(x)], dim=1)
+
+
+def test_inception_block_with_cat() -> None:
+    a = analyze_module(Inception(), [4, 5, 5])
+    rows = {r.name: r for r in a.layers}
+    assert [r.name for r in a.layers] == ["b1", "b3", "pool", "(model)"]
+    assert rows["b1"].macs == 25 * 2 * 4
+    assert rows["b3"].macs == 25 * 3 * 4 * 9
+    assert rows["pool"].flops == 25 * 4 * 9  # one compare per window element
+    cat = rows["(model)"]
+    assert (cat.flops, cat.output_shape, cat.activations) == (0, [1, 9, 5, 5], 225)
+    assert cat.bytes == 2 * 225 * 4  # reads the three branches, writes the result
+    assert a.totals()["macs"] == 200 + 2700
+    assert a.totals()["flops"] == 2 * 2900 + 900
+    assert a.totals()["conv_flops_share"] == 5800 / 6700
+    assert a.receptive_field["defined"] and a.receptive_field["size"] == [3, 3]
+
+
+def test_transformer_encoder_layer_eval_no_grad() -> None:
+    """On a real CPU this takes the fused fast path; on meta tensors its parts are counted."""
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    with torch.no_grad():
+        a = analyze_module(layer, [5, 8], batch=2)
+    tokens, heads, seq, head_dim = 10, 2, 5, 4
+    macs = (
+        tokens * 8 * 24  # q, k, v projection
+        + 2 * heads * seq * head_dim * seq * 2  # q k^T and p v, batch 2
+        + tokens * 8 * 8  # output projection
+        + tokens * 8 * 16 * 2  # feed-forward
+    )
+    assert a.totals()["macs"] == macs == 5920
+    other = (
+        tokens * 24  # q, k, v bias
+        + 2 * (2 * heads * seq * head_dim)  # q and k scaled by head_dim ** -0.25
+        + 5 * 2 * heads * seq * seq  # softmax, 5 per score
+        + tokens * 8 * 2  # output-projection bias, residual add
+        + 2 * 8 * tokens * 8  # two layer norms, 8 per element
+        + tokens * 16 * 2  # feed-forward bias 1, ReLU
+        + tokens * 8 * 2  # feed-forward bias 2, residual add
+    )
+    assert a.totals()["flops"] == 2 * macs + other == 14660
+    assert not a.unsupported_ops
+    assert not a.receptive_field["defined"]
+
+
+def test_mlp_backward_flops_are_counted_not_estimated() -> None:
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    t = analyze_module(mlp, [4], batch=3, train=True).totals()
+    assert (t["macs"], t["flops"]) == (96 + 48, 2 * 96 + 24 + 24 + 2 * 48 + 6)
+    # Linear 2: d-input 3x2x8, d-weight 2x3x8, d-bias 6 adds; ReLU: 24; Linear 1: d-weight
+    # 8x3x4 and d-bias 24 adds (no d-input: the data needs no gradient).
+    assert t["backward_macs"] == 48 + 48 + 96 == 192
+    assert t["backward_flops"] == 2 * 192 + 6 + 24 + 24 == 438
+    assert t["step_flops"] == 342 + 438 != 3 * 342
+
+
+def test_cnn_backward_flops_and_training_memory() -> None:
+    cnn = nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.ReLU(), nn.Flatten(), nn.Linear(32, 3))
+    a = analyze_module(cnn, [1, 6, 6], batch=2, train=True)
+    t = a.totals()
+    assert t["macs"] == 2 * 16 * 2 * 9 + 2 * 32 * 3 == 768
+    assert t["backward_macs"] == 192 + 192 + 576  # linear d-input, d-weight; conv d-weight
+    assert t["backward_flops"] == 2 * 960 + 6 + 64 == 1990
+    assert [r.name for r in a.layers] == ["0", "1", "2", "3"]
+    assert a.layers[3].backward_macs == 384
+    memory = t["training_memory"]
+    assert memory["weights_bytes"] == memory["gradients_bytes"] == (18 + 99) * 4
+    assert memory["optimizer_state_bytes"] == {"sgd_momentum": 468, "adam": 936}
+    # autograd keeps the conv's input (2x1x6x6) and the ReLU's output (2x2x4x4, which the
+    # flattened linear input shares): weights are not counted again
+    assert memory["saved_activations_bytes"] == (72 + 64) * 4
+
+
+def test_lazy_smallcnn_is_materialised_and_nothing_is_unsupported() -> None:
+    a = analyze("smallcnn", [1, 28, 28])
+    assert a.params == 1199882  # the Keras MNIST example's network
+    assert not a.unsupported_ops
+
+
+def test_unsupported_ops_are_listed_by_name() -> None:
+    class Fft(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.fft.rfft(x).abs()
+
+    a = analyze_module(Fft(), [8])
+    assert a.unsupported_ops == {"aten._fft_r2c": 1}
+
+
+def test_bad_input_shape_is_one_line() -> None:
+    with pytest.raises(UserError, match=r"rejects input \[1, 5\]: RuntimeError: .*5"):
+        analyze_module(nn.Linear(4, 2), [5])
+
+
+def test_precision_changes_bytes_not_counts() -> None:
+    fp32 = analyze("resnet20").totals()
+    bf16 = analyze("resnet20", precision="bf16").totals()
+    assert bf16["macs"] == fp32["macs"]
+    assert bf16["activation_bytes"] * 2 == fp32["activation_bytes"]

@@ -1,0 +1,63 @@
+"""Every torchvision classification weight's metadata against dlperf's count (no download).
+
+`meta["num_params"]` must equal the parameter count and `meta["_ops"]` (torchvision calls
+them GFLOPS; they are GMACs of convolutions and matrix products) must equal dlperf's MACs
+to the three decimals torchvision prints, at the crop size of the weights' own transforms.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torchvision
+from torchvision.models import get_model_weights, list_models
+
+from dlperf.analytic.counting import analyze_module, build_model
+
+IMAGENET_CLASSES = 1000
+
+
+def _builder_kwargs(name: str, crop: int) -> dict[str, Any]:
+    """What torchvision's builder sets when it is given these weights (it is not, here)."""
+    if name == "googlenet":
+        # The builder drops the auxiliary classifiers when loading weights (aux_logits
+        # defaults to False there, True without weights); num_params excludes them.
+        return {"aux_logits": False}
+    if name.startswith("vit_"):
+        # ViT's position embedding has one entry per patch: the builder sizes it from
+        # the weights' image size (384 and 518 for the SWAG weights).
+        return {"image_size": crop}
+    return {}
+
+
+def _cases() -> list[Any]:
+    cases: dict[tuple[str, int, int], Any] = {}
+    for name in list_models(module=torchvision.models):
+        for weights in get_model_weights(name):
+            meta = weights.meta
+            crop = weights.transforms().crop_size[0]
+            # VGG16 IMAGENET1K_FEATURES has no categories (a feature-extractor release) but
+            # its num_params and _ops are those of the 1000-class network.
+            classes = len(meta["categories"] or range(IMAGENET_CLASSES))
+            key = (name, crop, classes)
+            if key not in cases:
+                cases[key] = pytest.param(
+                    name, crop, classes, meta["num_params"], meta["_ops"], id=f"{name}-{crop}"
+                )
+    return list(cases.values())
+
+
+@pytest.mark.parametrize(("name", "crop", "classes", "num_params", "gmacs"), _cases())
+def test_params_and_macs_match_torchvision_metadata(
+    name: str, crop: int, classes: int, num_params: int, gmacs: float
+) -> None:
+    shape = [3, crop, crop]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # googlenet/inception init notice
+        model = build_model(name, shape, classes, **_builder_kwargs(name, crop))
+    a = analyze_module(model, shape, name=name)
+    assert a.params == num_params
+    assert round(a.totals()["macs"] / 1e9, 3) == gmacs
+    assert not a.unsupported_ops

@@ -1,0 +1,153 @@
+"""`dlperf analyze | predict | devices | calibrate` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import Store
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+
+@pytest.fixture(autouse=True)
+def user_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "devices.toml"
+    monkeypatch.setenv("DLPERF_DEVICES", str(path))
+    return path
+
+
+def one_line_error(result: CliResult, text: str) -> None:
+    assert result.code == 2, (result.out, result.err)
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    assert text in lines[0]
+
+
+def test_analyze_json_has_the_documented_keys(cli: Cli) -> None:
+    result = cli("analyze", "resnet20", "--json")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert {"model", "input", "batch", "totals", "layers", "unsupported_ops"} <= set(doc)
+    assert (doc["model"], doc["input"], doc["batch"]) == ("resnet20", [3, 32, 32], 1)
+    totals = doc["totals"]
+    assert totals["params"] == totals["trainable_params"] == 269722
+    assert totals["macs"] == 40551040
+    assert {"flops", "activations", "activation_bytes", "conv_flops_share"} <= set(totals)
+    assert totals["receptive_field"]["last_spatial_layer"] == "layers.8"
+    assert set(doc["layers"][0]) >= {
+        "name",
+        "type",
+        "output_shape",
+        "params",
+        "macs",
+        "flops",
+        "activations",
+    }
+    assert doc["layers"][0]["name"] == "conv1" and doc["unsupported_ops"] == {}
+
+
+def test_analyze_train_json_has_backward_and_memory(cli: Cli) -> None:
+    doc = json.loads(cli("analyze", "smallcnn", "--input", "1,8,8", "--train", "--json").out)
+    totals = doc["totals"]
+    assert totals["step_flops"] == totals["flops"] + totals["backward_flops"]
+    assert totals["training_memory"]["weights_bytes"] == 4 * totals["params"]
+
+
+def test_analyze_csv_and_table(cli: Cli) -> None:
+    csv_out = cli("analyze", "smallcnn", "--input", "1,8,8", "--csv").out.splitlines()
+    assert csv_out[0] == "name,type,output_shape,params,macs,flops,activations,activation_bytes"
+    assert csv_out[1].startswith("0,Conv2d,")
+    assert len(csv_out) == 1 + 11  # every leaf is a row, the dropouts (no work in eval) too
+    table = cli("analyze", "resnet20").out
+    assert "MACs" in table and "40,551,040" in table and "81x81 px" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["analyze", "resnet2O"], "unknown model 'resnet2O' (did you mean resnet32, resnet20"),
+        (["analyze", "resnet20", "--input", "3,x"], "--input '3,x': expected positive integers"),
+        (["analyze", "resnet20", "--batch", "0"], "batch must be at least 1"),
+        (["analyze", "resnet20", "--precision", "fp8"], "unknown precision 'fp8'"),
+        (["predict", "resnet20", "--device", "V10"], "unknown device 'V10' (did you mean V100"),
+        (["predict", "resnet20"], "give --device NAME"),
+        (["predict", "resnet20", "--device", "K80", "--precision", "fp16"], "no fp16 peak"),
+    ],
+)
+def test_bad_input_is_one_line(cli: Cli, args: list[str], text: str) -> None:
+    one_line_error(cli(*args), text)
+
+
+def test_bad_user_models_are_one_line(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "nets.py"
+    path.write_text(
+        "from torch import nn\n"
+        "def broken():\n    raise ValueError('no such width')\n"
+        "def number():\n    return 3\n"
+        "def mlp():\n    return nn.Linear(4, 2)\n"
+    )
+    one_line_error(cli("analyze", f"{path}:broken"), "failed: ValueError: no such width")
+    one_line_error(cli("analyze", f"{path}:number"), "returned int, not a torch.nn.Module")
+    one_line_error(cli("analyze", f"{path}:mlp", "--input", "5"), "the model rejects input [1, 5]")
+    assert (
+        json.loads(cli("analyze", f"{path}:mlp", "--input", "4", "--json").out)["totals"]["macs"]
+        == 8
+    )
+
+
+def test_devices_lists_the_catalog_with_sources(cli: Cli, user_devices: Path) -> None:
+    user_devices.write_text("[V100]\nprice_per_hour_usd = 2.48\n")
+    doc = json.loads(cli("devices", "--json").out)
+    assert doc["V100"]["price_per_hour_usd"] == 2.48 and doc["V100"]["source"]
+    assert "H100-SXM" in cli("devices").out
+
+
+def test_predict_json(cli: Cli) -> None:
+    result = cli(
+        "predict", "resnet50", "--device", "V100", "--batch", "8", "--ppp", "0.5", "--json"
+    )
+    doc = json.loads(result.out)
+    t = doc["totals"]
+    assert (doc["device"], doc["ppp"], doc["peak_flops"]) == ("V100", 0.5, 15.7e12)
+    assert t["compute_s"] == pytest.approx(t["flops"] / (15.7e12 * 0.5))
+    assert t["images_per_s"] == pytest.approx(8 / t["time_s"])
+    assert len(doc["layers"]) > 100
+
+
+def test_calibrate_then_predict_measure_is_stored(
+    cli: Cli, store: Store, user_devices: Path
+) -> None:
+    calibrated = cli("calibrate", "--name", "here", "--json")
+    assert calibrated.code == 0, calibrated.err
+    device = json.loads(calibrated.out)
+    assert device["peak_tflops"]["fp32"] > 0 and device["memory_bandwidth_gbs"] > 0
+    assert "[here]" in user_devices.read_text()
+    assert store.get_run(device["run_id"])["kind"] == "calibrate"
+
+    result = cli(
+        "predict",
+        "smallcnn",
+        "--device",
+        "here",
+        "--input",
+        "1,12,12",
+        "--batch",
+        "4",
+        "--measure",
+        "--reps",
+        "3",
+        "--json",
+    )
+    assert result.code == 0, result.err
+    measured = json.loads(result.out)["measured"]
+    assert measured["measured_s"]["min"] > 0 and measured["fitted_ppp"] is not None
+    assert {row["name"] for row in measured["layers"]} >= {"0", "2", "7", "10"}
+    run = store.get_run(measured["run_id"])
+    assert (run["kind"], run["status"]) == ("predict", "finished")
+    assert run["summary"]["error_pct"] == pytest.approx(measured["error_pct"])
+    assert len(store.metrics(measured["run_id"], "measured_s")) == 3
