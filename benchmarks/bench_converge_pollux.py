@@ -1,0 +1,162 @@
+"""Convergence and speed models on real traces (Pollux, OSDI'21 artifact, Apache-2.0).
+
+1. ResNet-18 on CIFAR-10 at batch 128, 512 and 2048: fit each validation-accuracy curve on
+   its first 30% (and 50%) of epochs, predict the first epoch reaching 94% accuracy with the
+   Optimus model and with the power law, and compare with the epoch measured.
+2. Pollux's iteration-time model on the measured step times: the fit error on each trace,
+   and the error predicting the 6-16-node scalability runs from a fit to the <= 4-node
+   placement runs alone.
+Optimus's speed models need parameter-server counts, which these all-reduce traces lack.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchlib import save, table
+from dlperf.converge import curve, speed
+
+POLLUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
+TARGET = 0.94
+FRACTIONS = (0.3, 0.5)
+
+
+def curve_rows() -> list[dict]:
+    rows = []
+    for batch in (128, 512, 2048):
+        c = curve.from_csv(POLLUX / f"cifar10_validation-{batch}.csv", None, "metric")
+        for fraction in FRACTIONS:
+            report = curve.analyse(c, "accuracy", curve.window(c.steps, fraction, None))
+            for form in curve.PARAMS:
+                p = curve.predict(
+                    form,
+                    report.params[form],
+                    report.samples[form],
+                    TARGET,
+                    "accuracy",
+                    c.steps,
+                    c.values,
+                )
+                asymptote = report.fits[form].params["beta2" if form == "optimus" else "c"]
+                rows.append(
+                    {
+                        "batch": batch,
+                        "fit_epochs": report.n_fit,
+                        "form": form,
+                        "predicted_epoch": p.predicted_step,
+                        # JSON has no infinity: a bound that some samples never reach is null.
+                        "interval": [v if math.isfinite(v) else None for v in p.interval]
+                        if p.interval
+                        else None,
+                        "actual_epoch": p.actual_step,
+                        "error_pct": p.error_pct,
+                        "plateau_accuracy": 1.0 - asymptote,
+                        "heldout_rmse": report.heldout[f"{form}_rmse"],
+                        "converged": report.fits[form].converged,
+                    }
+                )
+    return rows
+
+
+def speed_rows() -> list[dict]:
+    rows = []
+    for model in ("cifar10", "imagenet"):
+        traces = {kind: speed.load_csv(POLLUX / f"{model}_{kind}.csv") for kind in
+                  ("placements", "scalability")}  # fmt: skip
+        for kind, data in traces.items():
+            fit = speed.fit(data, "pollux")
+            rows.append(
+                {
+                    "trace": f"{model}_{kind}",
+                    "fitted_on": kind,
+                    "n": fit.n_points,
+                    "mean_error_pct": fit.error_pct,
+                    "max_error_pct": fit.max_error_pct,
+                    "gamma": fit.params["gamma"],
+                    "converged": fit.converged,
+                }
+            )
+        fit = speed.fit(traces["placements"], "pollux")
+        data = traces["scalability"]
+        predicted = speed.step_time(fit, data.workers, data.global_batch, nodes=data.nodes)
+        error = np.abs(predicted - data.step_time) / data.step_time * 100
+        rows.append(
+            {
+                "trace": f"{model}_scalability",
+                "fitted_on": "placements",
+                "n": len(data),
+                "mean_error_pct": float(error.mean()),
+                "max_error_pct": float(error.max()),
+                "gamma": fit.params["gamma"],
+                "converged": fit.converged,
+            }
+        )
+    return rows
+
+
+def main() -> int:
+    if not POLLUX.is_dir():
+        print(f"skipped: no Pollux traces at {POLLUX}", file=sys.stderr)
+        return 0
+    curves = curve_rows()
+    print(
+        table(
+            f"ResNet-18 / CIFAR-10: first epoch reaching {TARGET:.0%} validation accuracy",
+            [
+                "batch",
+                "fit epochs",
+                "form",
+                "predicted",
+                "5%",
+                "95%",
+                "actual",
+                "error %",
+                "plateau acc",
+                "held-out rmse",
+            ],
+            [
+                [
+                    r["batch"],
+                    r["fit_epochs"],
+                    r["form"],
+                    r["predicted_epoch"] if r["predicted_epoch"] is not None else "unreachable",
+                    *(("∞" if v is None else v) for v in r["interval"] or ("-", "-")),
+                    r["actual_epoch"],
+                    r["error_pct"] if r["error_pct"] is not None else "-",
+                    r["plateau_accuracy"],
+                    r["heldout_rmse"],
+                ]
+                for r in curves
+            ],
+        )
+    )
+    speeds = speed_rows()
+    print()
+    print(
+        table(
+            "Pollux iteration-time model: step-time error",
+            ["trace", "fitted on", "points", "mean %", "max %", "gamma"],
+            [
+                [
+                    r["trace"],
+                    r["fitted_on"],
+                    r["n"],
+                    r["mean_error_pct"],
+                    r["max_error_pct"],
+                    r["gamma"],
+                ]
+                for r in speeds
+            ],
+        )
+    )
+    path = save("converge_pollux", {"target": TARGET, "curves": curves, "speed": speeds})
+    print(f"\nsaved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

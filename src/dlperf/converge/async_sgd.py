@@ -1,0 +1,189 @@
+"""Asynchronous SGD emulated in one process, next to synchronous SGD on the same data.
+
+The staleness simulator gives the order in which the server applies gradients and the weight
+version each was computed on. Training replays that schedule: update i takes the i-th batch
+of the data stream, computes its gradient on a copy of the weights of the version it read,
+and the server applies it with the experiment's optimizer and schedule. Synchronous SGD is
+the same loop with every gradient read from the current weights, so one learner (never
+stale) trains exactly like synchronous SGD. BatchNorm statistics travel with the gradient:
+the server takes the learner's running statistics along with its update.
+
+Both runs go into the store as one study, with per-epoch validation curves, the staleness
+histogram in the asynchronous run's summary and a figure of both curves as an artifact.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dlperf.config import Experiment
+from dlperf.converge import staleness
+from dlperf.data import ImageData, load_data, make_loader
+from dlperf.engine.optim import build_optimizer, build_scheduler
+from dlperf.engine.train import evaluate, materialize
+from dlperf.errors import UserError
+from dlperf.models import create_model
+from dlperf.progress import NullReporter, Reporter
+from dlperf.system import pick_device, set_threads, system_info
+
+
+def read_versions(speeds: dict[str, float], updates: int) -> list[int]:
+    """The version each of the first `updates` gradients read, in the order they are applied."""
+    total = sum(speeds.values())
+    horizon = updates / total + max(1.0 / s for s in speeds.values())
+    gradients = staleness.simulate(staleness.from_speeds(speeds, horizon))
+    # Each learner finishes floor(horizon·s) ≥ updates·s/total gradients, together ≥ updates.
+    assert len(gradients) >= updates
+    return [g.read_version for g in gradients[:updates]]
+
+
+def train(
+    exp: Experiment,
+    data: ImageData,
+    model: nn.Module,
+    device: torch.device,
+    reads: list[int] | None,
+    reporter: Reporter,
+) -> tuple[list[dict[str, float]], list[int]]:
+    """Train `model` in place; `reads[i]` is the version update i was computed on (None: the
+    current one, i.e. synchronous SGD). Returns per-epoch validation metrics and staleness."""
+    cfg = exp.train
+    loader = make_loader(
+        data, data.train, exp.data, cfg.batch_size, device, exp.augment, exp.run.seed
+    )
+    val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
+    optimizer = build_optimizer(model, cfg)
+    scheduler = build_scheduler(optimizer, cfg, len(loader))
+    criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    learner = copy.deepcopy(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    learner_params = [p for p in learner.parameters() if p.requires_grad]
+    # Weights kept only while some later update still reads them.
+    last_read: dict[int, int] = {}
+    for i, v in enumerate(reads or []):
+        last_read[v] = i
+    snapshots = {0: copy.deepcopy(model.state_dict())} if reads else {}
+    version, stale, history = 0, [], []
+    for epoch in range(1, cfg.epochs + 1):
+        reporter.task(f"{'async' if reads else 'sync'} epoch {epoch}/{cfg.epochs}", len(loader))
+        loader.set_epoch(epoch)
+        model.train()
+        learner.train()
+        for x, y in loader:
+            read = version if reads is None else reads[version]
+            learner.load_state_dict(snapshots[read] if reads else model.state_dict())
+            loss = criterion(learner(x.to(device)), y.to(device))
+            grads = torch.autograd.grad(loss, learner_params)
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g
+            for server_buffer, learner_buffer in zip(
+                model.buffers(), learner.buffers(), strict=True
+            ):
+                server_buffer.copy_(learner_buffer)
+            if cfg.grad_clip is not None:
+                nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            stale.append(version - read)
+            version += 1
+            if reads:
+                for v in [v for v in snapshots if last_read.get(v, -1) < version]:
+                    del snapshots[v]
+                if last_read.get(version, -1) >= version:
+                    snapshots[version] = copy.deepcopy(model.state_dict())
+            reporter.advance(status=f"loss {loss.item():.3f}")
+        metrics = evaluate(model, val_loader, device, exp)
+        history.append(metrics)
+        reporter.log(f"epoch {epoch}: val acc {metrics.get('acc1', math.nan):.4f}")
+    return history, stale
+
+
+def build_model(exp: Experiment, device: torch.device, data: ImageData) -> nn.Module:
+    torch.manual_seed(exp.run.seed)
+    model = create_model(
+        exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
+    )
+    materialize(model.to(device), data, device)
+    return model
+
+
+def study(
+    exp: Experiment,
+    speeds: dict[str, float],
+    store: Any,
+    out_dir: Path,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """Synchronous then emulated asynchronous SGD from the same initial weights, both stored."""
+    reporter = reporter or NullReporter()
+    device = pick_device(exp.run.device)
+    threads = set_threads(exp.run.threads)
+    data = load_data(exp.data)
+    steps_per_epoch = len(data.train) // exp.train.batch_size
+    if steps_per_epoch == 0:
+        raise UserError(f"train.batch_size {exp.train.batch_size} exceeds the training set")
+    reads = read_versions(speeds, steps_per_epoch * exp.train.epochs)
+    study_id = store.create_study(f"staleness {exp.model.name}", "staleness")
+    result: dict[str, Any] = {"study_id": study_id, "learners": speeds}
+    for mode in ("sync", "async"):
+        config = {**exp.to_dict(), "staleness": {"mode": mode, "learners": speeds}}
+        run_id = store.create_run(
+            name=f"{exp.model.name} {mode}",
+            kind="staleness",
+            config=config,
+            system=system_info(device, threads),
+            study_id=study_id,
+        )
+        model = build_model(exp, device, data)
+        history, stale = train(
+            exp, data, model, device, reads if mode == "async" else None, reporter
+        )
+        rows = [(f"val/{k}", e, v) for e, m in enumerate(history, start=1) for k, v in m.items()]
+        store.log_metrics(run_id, rows)
+        counts: dict[str, int] = {}
+        for s in stale:
+            counts[str(s)] = counts.get(str(s), 0) + 1
+        summary = {
+            "steps_per_epoch": steps_per_epoch,
+            "val_accuracy": history[-1].get("acc1"),
+            "val_loss": history[-1].get("loss"),
+            "mean_staleness": sum(stale) / len(stale),
+            "staleness_histogram": dict(sorted(counts.items(), key=lambda kv: int(kv[0]))),
+        }
+        store.finish_run(run_id, summary=summary)
+        result[mode] = {"run_id": run_id, "val_acc1": [m.get("acc1") for m in history], **summary}
+    figure = out_dir / f"staleness-study-{study_id}.png"
+    _plot(figure, result)
+    store.add_artifact(result["async"]["run_id"], "figure", figure.resolve())
+    result["figure"] = str(figure)
+    return result
+
+
+def _plot(path: Path, result: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for mode in ("sync", "async"):
+        acc = result[mode]["val_acc1"]
+        left.plot(range(1, len(acc) + 1), acc, "o-", label=mode)
+    left.set_xlabel("epoch")
+    left.set_ylabel("validation accuracy")
+    left.legend()
+    left.grid(alpha=0.3)
+    hist = result["async"]["staleness_histogram"]
+    right.bar([int(k) for k in hist], list(hist.values()))
+    right.set_xlabel("staleness (updates)")
+    right.set_ylabel("gradients")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

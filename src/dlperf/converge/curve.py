@@ -1,0 +1,340 @@
+"""Loss-curve models and the step at which a curve reaches a target.
+
+Optimus (Peng et al., EuroSys 2018, §3.1) models the training loss after k steps as
+    l(k) = 1 / (β0·k + β1) + β2,    β0, β1, β2 ≥ 0,
+so β2 is the loss the job converges to. The fit is made robust in two stages: a grid over β2
+below min(l), where 1/(l − β2) = β0·k + β1 is linear and NNLS gives (β0, β1); then weighted
+nonlinear least squares from the best grid point, weighting the last third of the points 16×
+and the middle third 4× (as the Optimus code does), because the near future depends most on
+the recent past. A power law l(k) = a·k^−b + c is fitted the same way as the alternative.
+
+Accuracy curves are fitted as error = 1 − accuracy, so every curve here decreases.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import OptimizeResult, least_squares, nnls
+
+from dlperf.converge.tables import read_columns
+from dlperf.errors import UserError
+
+METRICS = ("loss", "accuracy", "error")
+# The stored metric each kind reads by default (per epoch, step = epoch).
+RUN_KEYS = {"loss": "val/loss", "accuracy": "val/acc1", "error": "val/error"}
+PARAMS = {"optimus": ("beta0", "beta1", "beta2"), "power": ("a", "b", "c")}
+GRID = 200
+N_BOOT = 200
+
+
+@dataclass
+class CurveFit:
+    form: str  # "optimus" or "power"
+    params: dict[str, float]
+    rmse: float  # on the fitted points, in the metric's units
+    n_points: int
+    last_step: float  # the last step of the fit window
+    converged: bool
+    message: str
+
+
+@dataclass
+class Prediction:
+    target: float  # in the metric's units (accuracy stays accuracy)
+    reachable: bool
+    predicted_step: int | None
+    interval: tuple[float, float] | None  # 90% bootstrap interval; inf when some never reach
+    actual_step: float | None  # first measured step at or past the target, when known
+    error_pct: float | None  # (predicted − actual) / actual · 100
+
+
+def to_decreasing(values: Any, metric: str) -> Any:
+    """Accuracy becomes error = 1 − accuracy (and back: the map is its own inverse); loss and
+    error stay as they are. Works on floats and arrays alike."""
+    return 1.0 - values if metric == "accuracy" else values
+
+
+def check_target(target: float, metric: str) -> None:
+    if not math.isfinite(target):
+        raise UserError(f"target {target} is not a finite number")
+    if metric in ("accuracy", "error") and not 0.0 <= target <= 1.0:
+        raise UserError(f"an {metric} target must lie in [0, 1], got {target}", "e.g. 0.94")
+    if metric == "loss" and target < 0:
+        raise UserError(f"a loss target must be ≥ 0, got {target}")
+
+
+def weights(n: int) -> np.ndarray:
+    """1 for the first third of the points, 4 for the middle third, 16 for the last third."""
+    third = np.minimum(3 * np.arange(n) // max(n, 1), 2)
+    return np.array([1.0, 4.0, 16.0])[third]
+
+
+def model(form: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """l(k; θ) for a form, vectorised over k."""
+    if form == "optimus":
+        return lambda k, p: 1.0 / np.maximum(p[0] * k + p[1], 1e-300) + p[2]
+    return lambda k, p: p[0] * np.power(k, -p[1]) + p[2]
+
+
+def steps_to(form: str, p: Any, target: float) -> np.ndarray:
+    """Steps at which l(k) = target (decreasing units); inf when the target is at or below the
+    asymptote; 0 when the curve starts below it. `p` is (3,) or (n, 3)."""
+    p = np.atleast_2d(np.asarray(p, float))
+    gap = target - p[:, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if form == "optimus":
+            k = (1.0 / gap - p[:, 1]) / p[:, 0]
+        else:
+            k = np.power(p[:, 0] / gap, 1.0 / p[:, 1])
+    k = np.where(np.isnan(k), np.inf, k)
+    return np.where(gap > 0, np.maximum(k, 0.0), np.inf)
+
+
+def _grid_start(form: str, k: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Best (weighted SSE) point of a grid over the asymptote, the rest solved linearly."""
+    f = model(form)
+    best, best_sse = None, math.inf
+    for asym in np.linspace(0.0, y.min(), GRID, endpoint=False):
+        # Points at the asymptote (a loss or an error of exactly 0) have no linear form;
+        # they still count in the SSE and in the refinement.
+        above = y > asym
+        if above.sum() < 2:
+            continue
+        ka, ya = k[above], y[above]
+        if form == "optimus":
+            # 1/(l − β2) = β0·k + β1: non-negative least squares keeps β0, β1 ≥ 0.
+            (b0, b1), _ = nnls(np.column_stack([ka, np.ones_like(ka)]), 1.0 / (ya - asym))
+            p = np.array([b0, b1, asym])
+        else:
+            # log(l − c) = log a − b·log k: ordinary least squares, then b clipped to ≥ 0.
+            slope, icept = np.polyfit(np.log(ka), np.log(ya - asym), 1)
+            p = np.array([math.exp(icept), max(-slope, 0.0), asym])
+        sse = float(np.sum(w * (f(k, p) - y) ** 2))
+        if sse < best_sse:
+            best, best_sse = p, sse
+    if best is None:
+        raise UserError("the curve has fewer than 2 points above 0: nothing to fit")
+    return best
+
+
+def _refine(
+    form: str, k: np.ndarray, y: np.ndarray, w: np.ndarray, start: np.ndarray
+) -> OptimizeResult:
+    f = model(form)
+    sw = np.sqrt(w)
+    return least_squares(
+        lambda p: sw * (f(k, p) - y), start, bounds=(0.0, np.inf), x_scale="jac", method="trf"
+    )
+
+
+def _scaled(form: str, p: np.ndarray, scale: float) -> np.ndarray:
+    """Parameters for k from parameters for k / scale (fits run on k scaled to ~1);
+    `_scaled(form, p, 1 / scale)` goes back."""
+    if form == "optimus":
+        return np.array([p[0] / scale, p[1], p[2]])
+    return np.array([p[0] * scale ** p[1], p[1], p[2]])
+
+
+def _check_points(k: np.ndarray, y: np.ndarray) -> None:
+    if len(k) < 4:
+        raise UserError(f"{len(k)} points are too few to fit a 3-parameter curve", "need ≥ 4")
+    if not (np.all(np.isfinite(k)) and np.all(np.isfinite(y))):
+        raise UserError("the curve has non-finite values")
+    if np.any(k <= 0):
+        raise UserError("steps must be positive", "the first step is 1, not 0")
+    if np.any(y < 0):
+        raise UserError("loss/error values must be ≥ 0 (is the metric right?)")
+
+
+def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, np.ndarray]:
+    """Fit a decreasing curve y(k); returns the fit and its parameters as an array."""
+    k, y = np.asarray(k, float), np.asarray(y, float)
+    _check_points(k, y)
+    scale = float(k.max())
+    w = weights(len(k))
+    start = _grid_start(form, k / scale, y, w)
+    result = _refine(form, k / scale, y, w, start)
+    p = _scaled(form, result.x, scale)
+    rmse = float(np.sqrt(np.mean((model(form)(k, p) - y) ** 2)))
+    converged = bool(result.success) and bool(np.all(np.isfinite(p)))
+    curve = CurveFit(
+        form=form,
+        params=dict(zip(PARAMS[form], map(float, p), strict=True)),
+        rmse=rmse,
+        n_points=len(k),
+        last_step=float(k.max()),
+        converged=converged,
+        message=str(result.message),
+    )
+    return curve, p
+
+
+def bootstrap(
+    k: np.ndarray, y: np.ndarray, form: str, p: np.ndarray, n: int = N_BOOT, seed: int = 0
+) -> np.ndarray:
+    """Parameter samples (n, 3) by resampling the residuals of the fit and refitting."""
+    k, y = np.asarray(k, float), np.asarray(y, float)
+    rng = np.random.default_rng(seed)
+    scale = float(k.max())
+    f = model(form)
+    fitted = f(k, p)
+    resid = y - fitted
+    w = weights(len(k))
+    start = _scaled(form, p, 1.0 / scale)
+    samples = np.empty((n, 3))
+    for i in range(n):
+        y_star = np.maximum(fitted + rng.choice(resid, size=len(y), replace=True), 0.0)
+        samples[i] = _scaled(form, _refine(form, k / scale, y_star, w, start).x, scale)
+    return samples
+
+
+def intervals(samples: np.ndarray, form: str) -> dict[str, tuple[float, float]]:
+    """90% percentile interval of each parameter."""
+    lo, hi = np.percentile(samples, [5, 95], axis=0)
+    return {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(PARAMS[form])}
+
+
+def heldout_rmse(k: np.ndarray, y: np.ndarray, n_fit: int, form: str) -> float:
+    """RMSE on points n_fit.. of a curve fitted to the first n_fit points."""
+    _, p = fit(k[:n_fit], y[:n_fit], form)
+    return float(np.sqrt(np.mean((model(form)(k[n_fit:], p) - y[n_fit:]) ** 2)))
+
+
+def compare_forms(k: np.ndarray, y: np.ndarray, n_fit: int) -> dict[str, float | int | str]:
+    """Which form predicts later points better: those after the fit window when there are any,
+    otherwise the last third of the window, from a fit on its first two thirds."""
+    if n_fit < len(k):
+        k_all, y_all, n_train = k, y, n_fit
+    else:
+        k_all, y_all, n_train = k[:n_fit], y[:n_fit], max(4, 2 * n_fit // 3)
+    if n_train >= len(k_all):
+        return {"n_points": 0}
+    errors = {form: heldout_rmse(k_all, y_all, n_train, form) for form in PARAMS}
+    return {
+        "optimus_rmse": errors["optimus"],
+        "power_rmse": errors["power"],
+        "n_points": len(k_all) - n_train,
+        "better": min(errors, key=errors.__getitem__),
+    }
+
+
+def whole_step(k: float) -> float:
+    """The first whole step at or past a crossing; rounding first keeps float noise
+    (900.0000000000006) from moving an exact crossing to the next step."""
+    return float(math.ceil(round(k, 6))) if math.isfinite(k) else math.inf
+
+
+def predict(
+    form: str,
+    p: np.ndarray,
+    samples: np.ndarray,
+    target: float,
+    metric: str,
+    steps: np.ndarray | None = None,
+    values: np.ndarray | None = None,
+) -> Prediction:
+    """When the curve reaches `target` (in the metric's units), with a 90% interval; compared
+    with the first measured step at or past the target when the whole curve is given."""
+    check_target(target, metric)
+    goal = float(to_decreasing(np.array(target), metric))
+    k_hat = float(steps_to(form, p, goal)[0])
+    reachable = math.isfinite(k_hat)
+    predicted = int(whole_step(k_hat)) if reachable else None
+    interval = None
+    if reachable:
+        # No interpolation, so that samples that never reach the target give an inf bound.
+        reach = steps_to(form, samples, goal)
+        lo = np.percentile(reach, 5, method="lower")
+        hi = np.percentile(reach, 95, method="higher")
+        interval = (whole_step(lo), whole_step(hi))
+    actual = None
+    if steps is not None and values is not None:
+        hit = np.flatnonzero(to_decreasing(np.asarray(values, float), metric) <= goal)
+        actual = float(np.asarray(steps)[hit[0]]) if len(hit) else None
+    error = None
+    if predicted is not None and actual:
+        error = (predicted - actual) / actual * 100.0
+    return Prediction(target, reachable, predicted, interval, actual, error)
+
+
+def window(k: np.ndarray, upto: float | None, upto_step: float | None) -> int:
+    """How many leading points the fit uses: a fraction of them, or those up to a step."""
+    if upto is not None and upto_step is not None:
+        raise UserError("give --upto or --upto-step, not both")
+    if upto is not None:
+        if not 0.0 < upto <= 1.0:
+            raise UserError(f"--upto is a fraction in (0, 1], got {upto}")
+        return max(1, round(upto * len(k)))
+    if upto_step is not None:
+        return int(np.sum(k <= upto_step))
+    return len(k)
+
+
+@dataclass
+class Curve:
+    """A measured curve: steps (≥ 1) and the metric's values, as measured."""
+
+    label: str
+    steps: np.ndarray
+    values: np.ndarray
+    steps_per_epoch: float | None = None
+
+
+@dataclass
+class FitReport:
+    curve: Curve
+    metric: str
+    n_fit: int  # leading points in the fit window
+    fits: dict[str, CurveFit]  # by form
+    params: dict[str, np.ndarray]
+    samples: dict[str, np.ndarray]  # bootstrap parameter samples, by form
+    ci: dict[str, dict[str, tuple[float, float]]]
+    heldout: dict[str, float | int | str]
+
+
+def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitReport:
+    """Both forms fitted to the first n_fit points, with bootstrap intervals, and compared on
+    later points."""
+    if metric not in METRICS:
+        raise UserError(f"unknown metric '{metric}'", f"choose one of {', '.join(METRICS)}")
+    if metric in ("accuracy", "error") and np.any((curve.values < 0) | (curve.values > 1)):
+        raise UserError(f"{curve.label}: {metric} values must lie in [0, 1]", "is --metric right?")
+    k, y = curve.steps, to_decreasing(curve.values, metric)
+    fits, params, samples, ci = {}, {}, {}, {}
+    for form in PARAMS:
+        fits[form], params[form] = fit(k[:n_fit], y[:n_fit], form)
+        samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
+        ci[form] = intervals(samples[form], form)
+    heldout = compare_forms(k, y, n_fit)
+    return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout)
+
+
+def from_csv(path: Path, x: str | None, y: str) -> Curve:
+    """A curve from two CSV columns; without `x` the step is the row number (1, 2, ...)."""
+    columns = read_columns(path, [y] if x is None else [x, y])
+    values = np.asarray(columns[y])
+    steps = np.arange(1.0, len(values) + 1) if x is None else np.asarray(columns[x])
+    if np.any(np.diff(steps) <= 0):
+        raise UserError(f"{path}: column '{x}' must increase from row to row")
+    return Curve(path.name, steps, values)
+
+
+def from_run(store: Any, run_id: int, key: str) -> Curve:
+    """A stored run's metric. Per-epoch metrics (val/*, epoch/*) are logged at step = epoch;
+    they are put on the global-step axis when the run knows its steps per epoch."""
+    run = store.get_run(run_id)
+    pairs = store.metrics(run_id, key)
+    if not pairs:
+        raise UserError(f"run {run_id} has no metric '{key}'", "see `dlperf runs show`")
+    epoch_steps = run["summary"].get("steps_per_epoch")
+    steps = np.array([s for s, _ in pairs], float)
+    if key.startswith(("val/", "epoch/")) and epoch_steps:
+        steps = steps * epoch_steps
+    values = np.array([v for _, v in pairs], float)
+    return Curve(f"run {run_id}", steps, values, epoch_steps)

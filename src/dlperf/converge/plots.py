@@ -1,0 +1,101 @@
+"""Figures of the fits and the plan, written to files with matplotlib's Agg backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never needs a display
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from dlperf.converge.curve import Curve, model, to_decreasing
+from dlperf.converge.plan import Allocation
+from dlperf.converge.regress import Regression, predict
+
+
+def plot_curves(
+    path: Path,
+    curves: list[tuple[str, np.ndarray, np.ndarray, int, dict[str, np.ndarray]]],
+    metric: str,
+) -> None:
+    """Measured points (filled inside the fit window, hollow after it) and each fitted form.
+    A curve is (label, steps, values, points in the window, {form: parameters})."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, k, values, n_fit, params) in enumerate(curves):
+        color = f"C{i}"
+        ax.plot(k[:n_fit], values[:n_fit], "o", color=color, ms=3, label=f"{label} measured")
+        ax.plot(k[n_fit:], values[n_fit:], "o", color=color, ms=3, mfc="none")
+        grid = np.linspace(k.min(), k.max(), 400)
+        for (form, p), style in zip(params.items(), ("-", ":"), strict=False):
+            fitted = to_decreasing(model(form)(grid, p), metric)  # back to accuracy if needed
+            ax.plot(grid, fitted, style, color=color, label=f"{label} {form}")
+        ax.axvline(k[n_fit - 1], color=color, alpha=0.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_plan(path: Path, rows: list[Allocation]) -> None:
+    """Time to target versus workers, one line per server count, best allocations marked."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for p in sorted({r.ps for r in rows}):
+        mine = [r for r in rows if r.ps == p]
+        ax.plot([r.workers for r in mine], [r.time_s / 3600 for r in mine], "o-", label=f"{p} PS")
+    for r in rows:
+        marks = [name for name, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on]
+        if marks:
+            ax.annotate(
+                ", ".join(marks),
+                (r.workers, r.time_s / 3600),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+            )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("workers")
+    ax.set_ylabel("time to target (h)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_regression(
+    path: Path,
+    runs: list[tuple[Curve, dict[str, Any]]],
+    reg: Regression,
+    unseen: np.ndarray | None,
+    metric: str,
+) -> None:
+    """Each run measured (points) against the curve its features predict (line); the unseen
+    configuration's predicted curve dashed."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    f = model("optimus")
+    last = max(float(c.steps.max()) for c, _ in runs)
+    grid = np.linspace(last / 200, last, 200)
+    for i, (c, features) in enumerate(runs):
+        color = f"C{i % 10}"
+        label = ", ".join(f"{k}={v}" for k, v in features.items())
+        ax.plot(c.steps, c.values, "o", color=color, ms=3, label=f"{label} measured")
+        predicted = f(grid, predict(reg, features))
+        ax.plot(
+            grid, to_decreasing(predicted, metric), "-", color=color, label=f"{label} predicted"
+        )
+    if unseen is not None:
+        ax.plot(grid, to_decreasing(f(grid, unseen), metric), "k--", label="unseen, predicted")
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,125 @@
+"""The Optimus coefficients as functions of run features, to predict unseen configurations.
+
+Each run's curve is fitted on its own; then log β_j (j = 0, 1, 2) is regressed linearly on the
+features: numbers as they are (ResNet depth 20, 32, 56), anything else one-hot against its
+first level (GPU type). Logs keep every predicted β positive and let a feature scale β rather
+than shift it. β is floored at 1e-9 before the log, since a fit may put β2 at exactly 0.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import UserError
+
+FLOOR = 1e-9
+BETAS = ("beta0", "beta1", "beta2")
+
+
+@dataclass
+class Regression:
+    features: list[str]
+    columns: list[str]  # "intercept", numeric features, "feature=level" indicators
+    levels: dict[str, list[str]]  # categorical feature -> its levels, the first the reference
+    coef: dict[str, list[float]]  # per β, one coefficient per column (on log β)
+    rmse_log: dict[str, float]  # per β, in-sample RMSE of log β
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def run_features(run: dict[str, Any], features: list[str]) -> dict[str, Any]:
+    """A stored run's features: a config, summary or system key (full, e.g. model.name, or its
+    last part, e.g. name); `depth` also reads the digits ending the model name (resnet56)."""
+    flat = _flatten(
+        {"config": run["config"] or {}, "summary": run["summary"], "system": run["system"] or {}}
+    )
+    found = {}
+    for feature in features:
+        matches = [v for k, v in flat.items() if k.endswith(f".{feature}") and v is not None]
+        if not matches and feature == "depth":
+            name = str(flat.get("config.model.name", ""))
+            digits = re.search(r"(\d+)$", name)
+            matches = [int(digits.group(1))] if digits else []
+        if not matches:
+            raise UserError(
+                f"run {run['id']} has no feature '{feature}'",
+                "features are config, summary or system keys, e.g. model.name",
+            )
+        found[feature] = matches[0]
+    return found
+
+
+def _design(
+    rows: list[dict[str, Any]], features: list[str], levels: dict[str, list[str]]
+) -> np.ndarray:
+    columns = [np.ones(len(rows))]
+    for f in features:
+        if f in levels:
+            for level in levels[f][1:]:
+                columns.append(np.array([str(r[f]) == level for r in rows], float))
+        else:
+            columns.append(np.array([float(r[f]) for r in rows]))
+    return np.column_stack(columns)
+
+
+def fit(rows: list[dict[str, Any]], betas: np.ndarray, features: list[str]) -> Regression:
+    """`rows[i]` holds run i's features, `betas[i]` its fitted (β0, β1, β2)."""
+    levels = {
+        f: sorted({str(r[f]) for r in rows})
+        for f in features
+        if not all(_is_number(r[f]) for r in rows)
+    }
+    columns = ["intercept"]
+    for f in features:
+        columns += [f"{f}={lv}" for lv in levels[f][1:]] if f in levels else [f]
+    if len(rows) < len(columns):
+        raise UserError(
+            f"{len(rows)} runs are too few to fit {len(columns)} coefficients per β",
+            f"columns: {', '.join(columns)}",
+        )
+    x = _design(rows, features, levels)
+    y = np.log(np.maximum(np.asarray(betas, float), FLOOR))
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    rmse = np.sqrt(np.mean((x @ coef - y) ** 2, axis=0))
+    return Regression(
+        features=features,
+        columns=columns,
+        levels=levels,
+        coef={b: coef[:, j].tolist() for j, b in enumerate(BETAS)},
+        rmse_log={b: float(rmse[j]) for j, b in enumerate(BETAS)},
+    )
+
+
+def predict(reg: Regression, values: dict[str, Any]) -> np.ndarray:
+    """(β0, β1, β2) for a configuration, which may be one no run had."""
+    missing = [f for f in reg.features if f not in values]
+    if missing:
+        raise UserError(f"the prediction needs {', '.join(missing)}", "e.g. --predict depth=50")
+    for f, levels in reg.levels.items():
+        if str(values[f]) not in levels:
+            raise UserError(f"{f}={values[f]} was in no run", f"known: {', '.join(levels)}")
+    for f in reg.features:
+        if f not in reg.levels and not _is_number(values[f]):
+            raise UserError(f"{f} is a number in the runs, got {values[f]!r}")
+    x = _design([values], reg.features, reg.levels)[0]
+    return np.exp([x @ np.array(reg.coef[b]) for b in BETAS])

@@ -1,0 +1,49 @@
+"""Reading numeric columns from CSV files, with one-line errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import math
+from pathlib import Path
+
+from dlperf.errors import UserError
+
+
+def header(path: Path) -> list[str]:
+    """The column names of a CSV."""
+    try:
+        with open(path, newline="") as f:
+            return next(csv.reader(f), [])
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+
+
+def read_columns(
+    path: Path, required: list[str], optional: tuple[str, ...] = ()
+) -> dict[str, list[float]]:
+    """The named columns of a CSV as lists of floats (optional ones only when present)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+    header = list(rows[0]) if rows else []
+    for name in required:
+        if name not in header:
+            close = difflib.get_close_matches(name, header, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"columns: {', '.join(header)}"
+            raise UserError(f"{path} has no column '{name}'", hint)
+    columns: dict[str, list[float]] = {}
+    for name in [*required, *(c for c in optional if c in header)]:
+        values = []
+        for line, row in enumerate(rows, start=2):
+            try:
+                value = float(row[name])
+            except (TypeError, ValueError):
+                raise UserError(f"{path}:{line}: '{name}' is not a number: {row[name]!r}") from None
+            if not math.isfinite(value):
+                raise UserError(f"{path}:{line}: '{name}' is not finite: {row[name]!r}")
+            values.append(value)
+        columns[name] = values
+    return columns

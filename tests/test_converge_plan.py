@@ -1,0 +1,69 @@
+"""dlperf.converge.plan: time and cost per allocation, and the greedy allocator."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlperf.converge import plan
+from dlperf.converge.speed import SpeedFit
+from dlperf.errors import UserError
+
+
+def sync_fit(theta: list[float]) -> SpeedFit:
+    names = ["theta0", "theta1", "theta2", "theta3", "theta4"]
+    return SpeedFit("optimus-sync", dict(zip(names, theta, strict=True)), 0, 0, 10, True, "")
+
+
+def test_plan_arithmetic_by_hand() -> None:
+    # step time = 0.4·M/w + 0.1·w/p with M = 1:
+    #   (p=1, w=1) 0.5 s   (p=1, w=2) 0.4 s   (p=2, w=1) 0.45 s   (p=2, w=2) 0.3 s
+    # 3600 steps take 1800, 1440, 1620, 1080 s; at 2 per device-hour on w + p devices
+    # they cost 2.0, 2.4, 2.7, 2.4.
+    fit = sync_fit([0.4, 0.0, 0.1, 0.0, 0.0])
+    rows = plan.plan(3600, fit, [1, 2], [1, 2], batch=1, price_per_hour=2.0)
+    got = {(r.ps, r.workers): (r.time_s, r.cost) for r in rows}
+    assert got == {
+        (1, 1): pytest.approx((1800, 2.0)),
+        (1, 2): pytest.approx((1440, 2.4)),
+        (2, 1): pytest.approx((1620, 2.7)),
+        (2, 2): pytest.approx((1080, 2.4)),
+    }
+    assert [(r.ps, r.workers) for r in rows if r.fastest] == [(2, 2)]
+    assert [(r.ps, r.workers) for r in rows if r.cheapest] == [(1, 1)]
+
+
+def test_greedy_allocator_by_hand() -> None:
+    # Job a: step time 1/w (more workers help, servers do not); job b: 0.5/p.
+    a = plan.Job("a", 100, sync_fit([1.0, 0, 0, 0, 0]), batch=1)
+    b = plan.Job(
+        "b",
+        100,
+        SpeedFit("optimus-async", {"t0": 0, "t1": 0.5, "t2": 0, "t3": 0}, 0, 0, 4, True, ""),
+        batch=1,
+    )
+    # a: 100 s at w=1, 50 s at w=2 (gain 50).  b (async, f = w / (0.5·w/p)) = 2p steps/s:
+    # 50 s at p=1, 25 s at p=2 (gain 25).  Two spare devices: a's worker (50), then
+    # a's third worker (33.3 − 50 → gain 16.7) loses to b's server (gain 25).
+    result = plan.allocate([a, b], 6)
+    assert [(r.name, r.workers, r.ps) for r in result] == [("a", 2, 1), ("b", 1, 2)]
+    assert [r.time_s for r in result] == pytest.approx([50.0, 25.0])
+
+
+def test_allocator_needs_two_devices_per_job() -> None:
+    job = plan.Job("a", 10, sync_fit([1.0, 0, 0, 0, 0]), batch=1)
+    with pytest.raises(UserError, match="--gpus"):
+        plan.allocate([job, job], 3)
+
+
+def test_plan_refuses_pollux() -> None:
+    fit = SpeedFit("pollux", {}, 0, 0, 0, True, "")
+    with pytest.raises(UserError, match="Optimus"):
+        plan.plan(100, fit, [1], [1], batch=1)
+
+
+def test_parse_range() -> None:
+    assert plan.parse_range("1-4,8", "workers") == [1, 2, 3, 4, 8]
+    assert plan.parse_range("2,4", "ps") == [2, 4]
+    for bad in ("0-2", "a", "3-x"):
+        with pytest.raises(UserError):
+            plan.parse_range(bad, "workers")

@@ -1,0 +1,81 @@
+"""dlperf.converge.regress: β as a function of run features; `dlperf converge regress`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.converge import regress
+from dlperf.errors import UserError
+
+
+def betas(depth: float, device: str = "T4") -> np.ndarray:
+    """log β linear in depth, and a V100 twice as fast per step as a T4 (β0 doubled)."""
+    b0 = np.exp(-3.0 - 0.02 * depth) * (2.0 if device == "V100" else 1.0)
+    return np.array([b0, np.exp(0.1 + 0.005 * depth), np.exp(-2.0 + 0.01 * depth)])
+
+
+def test_recovers_log_linear_betas_and_predicts_unseen_depth() -> None:
+    rows = [{"depth": d, "device": g} for d in (20, 32, 44, 56) for g in ("T4", "V100")]
+    reg = regress.fit(
+        rows, np.array([betas(r["depth"], r["device"]) for r in rows]), ["depth", "device"]
+    )
+    assert reg.columns == ["intercept", "depth", "device=V100"]
+    assert reg.coef["beta0"] == pytest.approx([-3.0, -0.02, np.log(2.0)])
+    assert regress.predict(reg, {"depth": 110, "device": "V100"}) == pytest.approx(
+        betas(110, "V100")
+    )
+    with pytest.raises(UserError, match="was in no run"):
+        regress.predict(reg, {"depth": 50, "device": "A100"})
+    with pytest.raises(UserError, match="needs device"):
+        regress.predict(reg, {"depth": 50})
+
+
+def test_too_few_runs() -> None:
+    rows = [{"depth": 20, "device": "T4"}, {"depth": 32, "device": "V100"}]
+    with pytest.raises(UserError, match="too few"):
+        regress.fit(rows, np.ones((2, 3)), ["depth", "device"])
+
+
+def test_run_features_from_config() -> None:
+    run = {
+        "id": 1,
+        "config": {"model": {"name": "resnet56"}},
+        "summary": {},
+        "system": {"device": "cpu"},
+    }
+    assert regress.run_features(run, ["depth", "device", "name"]) == {
+        "depth": 56,
+        "device": "cpu",
+        "name": "resnet56",
+    }
+    with pytest.raises(UserError, match="no feature 'width'"):
+        regress.run_features(run, ["width"])
+
+
+def test_cli_regress_on_csv_curves(cli: Callable[..., Any], tmp_path: Path) -> None:
+    sources = []
+    k = np.arange(1.0, 41.0) * 10
+    for depth in (20, 32, 44, 56):
+        b = betas(depth)
+        loss = 1.0 / (b[0] * k + b[1]) + b[2]
+        path = tmp_path / f"resnet{depth}.csv"
+        lines = [f"{s:g},{float(v)!r}\n" for s, v in zip(k, loss, strict=True)]
+        path.write_text("step,loss\n" + "".join(lines))
+        sources.append(f"{path}:depth={depth}")
+    plot = str(tmp_path / "r.png")
+    r = cli("converge", "regress", *sources, "--features", "depth", "--x", "step", "--y",
+            "loss", "--predict", "depth=110", "--plot", plot, "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    pred = doc["prediction"]
+    assert [pred[b] for b in regress.BETAS] == pytest.approx(betas(110), rel=0.05)
+    assert len(pred["curve"]) == 50
+    assert (tmp_path / "r.png").stat().st_size > 0
+    r = cli("converge", "regress", sources[0], "--features", "depth", "--y", "loss")
+    assert r.code == 2 and "too few" in r.err

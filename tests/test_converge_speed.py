@@ -1,0 +1,105 @@
+"""dlperf.converge.speed: Optimus NNLS speed models and the Pollux iteration-time model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf.converge import speed
+from dlperf.errors import UserError
+
+POLLUX = Path(__file__).parent / "data" / "pollux"
+
+
+def grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    w, p, m = np.meshgrid([1, 2, 4, 8, 16], [1, 2, 4], [128, 512], indexing="ij")
+    return w.ravel().astype(float), p.ravel().astype(float), m.ravel().astype(float)
+
+
+def test_optimus_sync_recovers_theta_by_nnls() -> None:
+    w, p, m = grid()
+    theta = np.array([2e-3, 0.05, 0.02, 0.004, 0.0])  # θ4 = 0: NNLS must not go negative
+    t = theta[0] * m / w + theta[1] + theta[2] * w / p + theta[3] * w + theta[4] * p
+    rng = np.random.default_rng(0)
+    data = speed.SpeedData(w, m, t * (1 + rng.normal(0, 0.01, t.size)), ps=p)
+    fit = speed.fit(data, "optimus-sync")
+    got = np.array(list(fit.params.values()))
+    assert np.all(got >= 0)
+    assert got[:4] == pytest.approx(theta[:4], rel=0.1)
+    assert got[4] < 1e-3
+    assert fit.error_pct < 2.0
+    # f(p, w) in steps per second is the inverse of the step time.
+    assert speed.steps_per_second(fit, 8, 512, 2)[0] == pytest.approx(
+        1 / (got @ [512 / 8, 1, 8 / 2, 8, 2])
+    )
+
+
+def test_optimus_async_exact_data_is_fitted_exactly() -> None:
+    w, p, m = grid()
+    theta = np.array([0.3, 0.01, 0.002, 0.005])
+    t = theta[0] + theta[1] * w / p + theta[2] * w + theta[3] * p
+    fit = speed.fit(speed.SpeedData(w, m, t, ps=p), "optimus-async")
+    assert list(fit.params.values()) == pytest.approx(theta)
+    assert fit.error_pct == pytest.approx(0.0, abs=1e-9)
+    # Asynchronous: every worker steps on its own, so f = w / step time.
+    assert speed.steps_per_second(fit, 4, 128, 2)[0] == pytest.approx(
+        4 / (0.3 + 0.01 * 2 + 0.002 * 4 + 0.005 * 2)
+    )
+
+
+def test_pollux_recovers_constants_and_gamma() -> None:
+    theta = np.array([0.02, 5e-4, 0.03, 0.004, 0.12, 0.002, 2.0])
+    rows = [(1, k) for k in (1, 2, 3, 4)] + [(n, 4 * n) for n in (2, 4, 8)]
+    n = np.array([r[0] for r in rows for _ in range(3)], float)
+    w = np.array([r[1] for r in rows for _ in range(3)], float)
+    local = np.tile([32.0, 64.0, 128.0], len(rows))
+    t_grad, t_iter = speed._pollux_time(theta, n, w, local)
+    data = speed.SpeedData(w, local * w, t_iter, nodes=n, sync_time=t_iter - t_grad)
+    fit = speed.fit(data, "pollux")
+    assert fit.converged and not fit.notes
+    assert fit.error_pct < 0.5
+    assert fit.params["gamma"] == pytest.approx(2.0, rel=0.05)
+    assert fit.params["alpha_inter"] == pytest.approx(0.12, rel=0.05)
+    assert speed.step_time(fit, 64, 64 * 64, nodes=16)[0] == pytest.approx(
+        speed._pollux_time(theta, np.array([16.0]), np.array([64.0]), np.array([64.0]))[1][0],
+        rel=0.05,
+    )
+
+
+def test_reads_pollux_placements(tmp_path: Path) -> None:
+    path = tmp_path / "placements.csv"
+    path.write_text("placement,local_bsz,step_time,sync_time\n1,32,0.1,0.001\n1244,64,0.3,0.1\n")
+    data = speed.load_csv(path)
+    assert data.nodes.tolist() == [1, 4]
+    assert data.workers.tolist() == [1, 11]  # digits are GPUs per node
+    assert data.global_batch.tolist() == [32, 704]
+
+
+def test_pollux_fit_on_real_scalability_trace() -> None:
+    fit = speed.fit(speed.load_csv(POLLUX / "cifar10_scalability.csv"), "pollux")
+    assert fit.n_points == 329
+    assert fit.converged
+    assert fit.error_pct < 15.0  # measured: ~8% (see docs/converge.md)
+    assert fit.notes  # all of it is across nodes: intra-node constants are borrowed
+
+
+def test_optimus_needs_ps_and_enough_rows(tmp_path: Path) -> None:
+    path = tmp_path / "speed.csv"
+    path.write_text("workers,global_batch,step_time_s\n1,64,0.2\n2,64,0.15\n")
+    with pytest.raises(UserError, match="'ps' column"):
+        speed.fit(speed.load_csv(path), "optimus-sync")
+    path.write_text("workers,ps,global_batch,step_time_s\n1,1,64,0.2\n2,1,64,0.15\n")
+    with pytest.raises(UserError, match="too few"):
+        speed.fit(speed.load_csv(path), "optimus-sync")
+
+
+def test_bad_tables(tmp_path: Path) -> None:
+    path = tmp_path / "speed.csv"
+    path.write_text("workers,global_batch,step_time_s\n1,64,nan\n")
+    with pytest.raises(UserError, match="not finite"):
+        speed.load_csv(path)
+    path.write_text("workers,global_batch,step_time\n1,64,0.2\n")
+    with pytest.raises(UserError, match="did you mean 'step_time'"):
+        speed.load_csv(path)

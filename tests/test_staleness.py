@@ -1,0 +1,130 @@
+"""dlperf.converge.staleness on schedules worked out by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlperf.converge import staleness
+from dlperf.errors import UserError
+
+
+def rows(learners: dict[str, list[float]], push: float = 0.0, pull: float = 0.0) -> list[tuple]:
+    return [
+        (g.learner, g.index, g.time, g.read_version, g.applied_version, g.staleness)
+        for g in staleness.simulate(learners, push, pull)
+    ]
+
+
+def test_fast_and_slow_learner() -> None:
+    # L2 reads version 0 at time 0 and finishes at 2.5, after L1's updates 1 and 2.
+    assert rows({"L1": [1, 2, 3, 4], "L2": [2.5, 5]}) == [
+        ("L1", 1, 1, 0, 0, 0),
+        ("L1", 2, 2, 1, 1, 0),
+        ("L2", 1, 2.5, 0, 2, 2),
+        ("L1", 3, 3, 2, 3, 1),
+        ("L1", 4, 4, 4, 4, 0),  # read after its own third update, nobody else in between
+        ("L2", 2, 5, 3, 5, 2),
+    ]
+
+
+def test_simultaneous_completions_follow_learner_order() -> None:
+    assert rows({"A": [1, 2], "B": [1, 2]}) == [
+        ("A", 1, 1, 0, 0, 0),
+        ("B", 1, 1, 0, 1, 1),
+        ("A", 2, 2, 1, 2, 1),
+        ("B", 2, 2, 2, 3, 1),
+    ]
+    # The same schedule with the learners given the other way round.
+    assert [r[0] for r in rows({"B": [1, 2], "A": [1, 2]})] == ["B", "A", "B", "A"]
+
+
+def test_rates_that_meet_tie_exactly() -> None:
+    # 3 × (1/3) and 1 × 1 both finish at time 1: the tie goes to the learner given first.
+    times = staleness.from_speeds({"fast": 3.0, "slow": 1.0}, horizon=1.0)
+    assert rows(times) == [
+        ("fast", 1, pytest.approx(1 / 3), 0, 0, 0),
+        ("fast", 2, pytest.approx(2 / 3), 1, 1, 0),
+        ("fast", 3, pytest.approx(1.0), 2, 2, 0),
+        ("slow", 1, 1.0, 0, 3, 3),
+    ]
+
+
+def test_push_and_pull_latencies_stretch_the_schedule() -> None:
+    # L1 computes for 1 then 1, L2 for 1.5; a push takes 0.25, a pull 0.5.
+    # L1#1 arrives 1.25; its weights (v1) are back at 1.75; L1#2 arrives 1.75 + 1 + 0.25.
+    assert rows({"L1": [1, 2], "L2": [1.5]}, push=0.25, pull=0.5) == [
+        ("L1", 1, 1.25, 0, 0, 0),
+        ("L2", 1, 1.75, 0, 1, 1),
+        ("L1", 2, 3.0, 1, 2, 1),
+    ]
+
+
+def test_json_shape() -> None:
+    doc = staleness.to_json(staleness.simulate({"L1": [1, 2], "L2": [1.5]}))
+    assert set(doc) == {"gradients", "summary"}
+    assert set(doc["gradients"][0]) == {
+        "learner",
+        "index",
+        "time",
+        "read_version",
+        "applied_version",
+        "staleness",
+    }
+    assert doc["summary"]["gradients"] == 3
+    assert doc["summary"]["histogram"] == {"0": 1, "1": 2}  # L1#1; L2#1 and L1#2
+    assert doc["summary"]["max_staleness"] == 1
+
+
+@pytest.mark.parametrize(
+    ("learners", "message"),
+    [
+        ({"L1": [2, 1]}, "increasing"),
+        ({"L1": [0, 1]}, "positive"),
+        ({"L1": []}, "no completion times"),
+        ({}, "at least one"),
+    ],
+)
+def test_bad_learners(learners: dict[str, list[float]], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        staleness.simulate(learners)
+
+
+def test_bad_latency_and_speeds() -> None:
+    with pytest.raises(UserError, match="push-latency"):
+        staleness.simulate({"L1": [1]}, push_latency=-1)
+    with pytest.raises(UserError, match="no gradient"):
+        staleness.from_speeds({"L1": 0.1}, horizon=5)
+
+
+def test_one_learner_async_sgd_equals_sync_sgd(tiny_exp: Callable[..., Path]) -> None:
+    from dlperf.config import load_experiment
+    from dlperf.converge import async_sgd
+    from dlperf.data import load_data
+    from dlperf.progress import NullReporter
+
+    exp = load_experiment(tiny_exp(epochs=1), ["data.limit=160"])
+    data = load_data(exp.data)
+    cpu = torch.device("cpu")
+    updates = len(data.train) // exp.train.batch_size
+    reads = async_sgd.read_versions({"L1": 1.0}, updates)
+    assert reads == list(range(updates))  # one learner always reads the newest weights
+
+    models = {}
+    for mode, schedule in (("sync", None), ("async", reads), ("stale", [0] * updates)):
+        models[mode] = async_sgd.build_model(exp, cpu, data)
+        async_sgd.train(exp, data, models[mode], cpu, schedule, NullReporter())
+    sync, emulated, stale = (models[m].state_dict() for m in ("sync", "async", "stale"))
+    assert all(torch.equal(sync[k], emulated[k]) for k in sync)
+    # Every gradient computed on the initial weights trains differently.
+    assert not all(torch.equal(sync[k], stale[k]) for k in sync)
+
+
+def test_equal_learners_settle_at_staleness_n_minus_1() -> None:
+    from dlperf.converge import async_sgd
+
+    reads = async_sgd.read_versions({"L1": 1.0, "L2": 1.0, "L3": 1.0}, 9)
+    assert [i - r for i, r in enumerate(reads)] == [0, 1, 2, 2, 2, 2, 2, 2, 2]
