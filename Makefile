@@ -28,6 +28,7 @@ format: setup
 	$(BIN)/ruff check --fix src tests benchmarks
 
 bench: setup
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
