@@ -43,7 +43,9 @@ def fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+        if abs(value) >= 1e4:
+            return f"{value:,.0f}"
+        if value != 0 and abs(value) < 1e-3:
             return f"{value:.3g}"
         return f"{value:.{digits}g}"
     return str(value)
