@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dlperf.converge import staleness
+from dlperf.engine.run import build_model
 from dlperf.errors import UserError
 
 
@@ -115,7 +116,7 @@ def test_one_learner_async_sgd_equals_sync_sgd(tiny_exp: Callable[..., Path]) ->
 
     models = {}
     for mode, schedule in (("sync", None), ("async", reads), ("stale", [0] * updates)):
-        models[mode] = async_sgd.build_model(exp, cpu, data)
+        models[mode] = build_model(exp, data, cpu)
         async_sgd.train(exp, data, models[mode], cpu, schedule, NullReporter())
     sync, emulated, stale = (models[m].state_dict() for m in ("sync", "async", "stale"))
     assert all(torch.equal(sync[k], emulated[k]) for k in sync)

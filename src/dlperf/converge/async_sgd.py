@@ -26,9 +26,9 @@ from dlperf.config import Experiment
 from dlperf.converge import staleness
 from dlperf.data import ImageData, load_data, make_loader
 from dlperf.engine.optim import build_optimizer, build_scheduler
-from dlperf.engine.train import evaluate, materialize
+from dlperf.engine.run import build_model
+from dlperf.engine.train import evaluate
 from dlperf.errors import UserError
-from dlperf.models import create_model
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
 
@@ -104,15 +104,6 @@ def train(
     return history, stale
 
 
-def build_model(exp: Experiment, device: torch.device, data: ImageData) -> nn.Module:
-    torch.manual_seed(exp.run.seed)
-    model = create_model(
-        exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
-    )
-    materialize(model.to(device), data, device)
-    return model
-
-
 def study(
     exp: Experiment,
     speeds: dict[str, float],
@@ -140,7 +131,7 @@ def study(
             system=system_info(device, threads),
             study_id=study_id,
         )
-        model = build_model(exp, device, data)
+        model = build_model(exp, data, device)
         history, stale = train(
             exp, data, model, device, reads if mode == "async" else None, reporter
         )

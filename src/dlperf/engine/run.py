@@ -32,13 +32,18 @@ def _prepare(exp: Experiment) -> tuple[torch.device, int, ImageData, torch.nn.Mo
             f"training images of {data.name}",
             f"use train.batch_size <= {len(data.train)}",
         )
+    return device, threads, data, build_model(exp, data, device)
+
+
+def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch.nn.Module:
+    """The experiment's model, seeded, on `device`, sized for `data` and materialized."""
     torch.manual_seed(exp.run.seed)
     model = create_model(
         exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
     )
     materialize(model.to(device), data, device)
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
-    return device, threads, data, model
+    return model
 
 
 def run_experiment(
