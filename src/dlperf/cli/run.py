@@ -10,6 +10,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
+from dlperf.cli.runs import print_phases
 from dlperf.errors import CheckFailed, UserError
 
 config_app = typer.Typer(
@@ -26,12 +27,6 @@ def _sigterm_as_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def _phase_rows(summary: dict[str, Any]) -> list[list[Any]]:
-    phases = summary.get("phases") or {}
-    total = sum(phases.values())
-    return [[p, s * 1e3, s / total if total else None] for p, s in phases.items()]
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -52,8 +47,7 @@ def _print_result(result: dict[str, Any]) -> None:
         ["peak memory (MiB)", result["peak_memory_bytes"] / 2**20],
     ]
     console.print_table(None, ["", "value"], rows)
-    if result.get("phases"):
-        console.print_table("per step", ["phase", "ms", "share"], _phase_rows(result))
+    print_phases(result)
 
 
 @app.command()
