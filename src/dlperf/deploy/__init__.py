@@ -1,0 +1,1 @@
+"""Export to ONNX, inference with ONNX Runtime, and the HTTP inference server."""

@@ -1,0 +1,94 @@
+"""What an exported model needs besides its graph: task, input, preprocessing, labels.
+
+One JSON document, written twice so that neither copy can be lost on its own: inside the
+ONNX file (`metadata_props["dlperf"]`, travels with the model) and beside it
+(`model.onnx.json`, readable without onnx). Readers take the embedded copy first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlperf.errors import UserError
+
+KEY = "dlperf"
+
+
+@dataclass
+class Preprocess:
+    """How an image becomes the model's input, exactly as in training."""
+
+    size: tuple[int, int]  # (height, width) the image is resized to
+    channels: int  # 1 = grayscale, 3 = RGB
+    mean: tuple[float, ...]  # per channel, on [0, 1] pixel values
+    std: tuple[float, ...]
+
+
+@dataclass
+class ModelMeta:
+    task: str  # "classification" | "detection"
+    model: str  # registry name
+    input_name: str
+    input_shape: tuple[int, ...]  # (C, H, W), batch excluded
+    preprocess: Preprocess
+    labels: list[str] = field(default_factory=list)
+    run_id: int | None = None
+    opset: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str, source: str) -> ModelMeta:
+        try:
+            raw = json.loads(text)
+            raw["preprocess"] = Preprocess(**raw["preprocess"])
+            raw["input_shape"] = tuple(raw["input_shape"])
+            return cls(**raw)
+        except (ValueError, KeyError, TypeError) as e:
+            raise UserError(f"{source}: unreadable dlperf metadata ({e})") from None
+
+
+def sidecar(model_path: Path) -> Path:
+    return model_path.with_name(model_path.name + ".json")
+
+
+def save(model_path: Path, meta: ModelMeta) -> None:
+    """Embed `meta` in the ONNX file and write the sidecar beside it."""
+    import onnx
+
+    proto = onnx.load(str(model_path), load_external_data=False)
+    kept = [p for p in proto.metadata_props if p.key != KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    proto.metadata_props.add(key=KEY, value=meta.to_json())
+    onnx.save(proto, str(model_path))
+    sidecar(model_path).write_text(meta.to_json() + "\n")
+
+
+def load(model_path: Path) -> ModelMeta:
+    """The metadata of an exported model: embedded copy first, then the sidecar."""
+    import onnx
+
+    if not model_path.is_file():
+        raise UserError(f"no model file {model_path}")
+    try:
+        proto = onnx.load(str(model_path), load_external_data=False)
+    except Exception as e:  # onnx raises DecodeError and others for a non-ONNX file
+        raise UserError(f"{model_path} is not an ONNX model: {type(e).__name__}") from None
+    for prop in proto.metadata_props:
+        if prop.key == KEY:
+            return ModelMeta.from_json(prop.value, str(model_path))
+    if sidecar(model_path).is_file():
+        return ModelMeta.from_json(sidecar(model_path).read_text(), str(sidecar(model_path)))
+    raise UserError(
+        f"{model_path} carries no dlperf metadata (task, preprocessing)",
+        "export it with `dlperf export`",
+    )
+
+
+def as_dict(meta: ModelMeta) -> dict[str, Any]:
+    return asdict(meta)

@@ -1,0 +1,94 @@
+"""ONNX Runtime sessions and the image preprocessing every inference path shares.
+
+`dlperf infer`, `dlperf serve` and the detectors turn images into input tensors here, with
+the preprocessing saved at export, so inference sees exactly what training saw.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from dlperf.deploy.meta import Preprocess
+from dlperf.errors import UserError
+
+
+def session(path: Path, threads: int | None = None) -> Any:  # -> ort.InferenceSession
+    """A CPU (or CUDA, when onnxruntime-gpu has it) session with explicit intra-op threads:
+    the default takes every core and fights any other worker on a small host."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    available = ort.get_available_providers()
+    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+    try:
+        return ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as e:  # ORT raises its own Fail/InvalidGraph types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"ONNX Runtime cannot load {path}: {first}") from None
+
+
+def decode(data: bytes, source: str = "image") -> Image.Image:
+    """Bytes of an image file (PNG, JPEG, ...) to a PIL image; anything else is bad input."""
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise UserError(f"{source} is not a readable image ({type(e).__name__})") from None
+    return image
+
+
+def to_array(image: Image.Image, pre: Preprocess) -> np.ndarray:
+    """One image to a normalised float32 (C, H, W) array: convert, resize, scale, normalise."""
+    image = image.convert("L" if pre.channels == 1 else "RGB")
+    height, width = pre.size
+    if image.size != (width, height):
+        image = image.resize((width, height), Image.Resampling.BILINEAR)
+    x = np.asarray(image, dtype=np.float32) / 255.0
+    x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)
+    mean = np.asarray(pre.mean, dtype=np.float32).reshape(-1, 1, 1)
+    std = np.asarray(pre.std, dtype=np.float32).reshape(-1, 1, 1)
+    return np.ascontiguousarray((x - mean) / std)
+
+
+def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
+    """Image files to one (N, C, H, W) float32 batch."""
+    arrays = []
+    for path in paths:
+        if not path.is_file():
+            raise UserError(f"no image file {path}")
+        arrays.append(to_array(decode(path.read_bytes(), str(path)), pre))
+    return np.stack(arrays)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def topk(logits: np.ndarray, k: int, labels: list[str]) -> list[list[dict[str, Any]]]:
+    """Per row of logits, the k best classes as {index, label, probability}."""
+    probs = softmax(logits.astype(np.float64))
+    k = min(k, probs.shape[-1])
+    out = []
+    for row in probs:
+        best = np.argsort(-row, kind="stable")[:k]
+        out.append(
+            [
+                {
+                    "index": int(i),
+                    "label": labels[i] if i < len(labels) else str(int(i)),
+                    "probability": float(row[i]),
+                }
+                for i in best
+            ]
+        )
+    return out
