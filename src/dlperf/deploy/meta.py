@@ -45,7 +45,13 @@ class ModelMeta:
     def from_json(cls, text: str, source: str) -> ModelMeta:
         try:
             raw = json.loads(text)
-            raw["preprocess"] = Preprocess(**raw["preprocess"])
+            pre = raw["preprocess"]
+            raw["preprocess"] = Preprocess(
+                size=tuple(pre["size"]),
+                channels=int(pre["channels"]),
+                mean=tuple(pre["mean"]),
+                std=tuple(pre["std"]),
+            )
             raw["input_shape"] = tuple(raw["input_shape"])
             return cls(**raw)
         except (ValueError, KeyError, TypeError) as e:
