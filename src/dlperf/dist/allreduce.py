@@ -1,0 +1,219 @@
+"""An nccl-tests-style all-reduce microbenchmark and the α-β ring all-reduce model.
+
+Run under torchrun, one process per worker:
+
+    torchrun --nproc-per-node 2 -m dlperf.dist.allreduce --sizes 1KB..64MB --out ar.json
+
+Definitions as in nccl-tests (doc/PERFORMANCE.md), for a message of S bytes on n ranks
+taking t seconds:  algbw = S / t,  busbw = algbw · 2(n−1)/n. busbw factors out the ring's
+2(n−1)/n data movement per rank, so it is comparable with the link bandwidth whatever n is.
+
+Ring all-reduce (reduce-scatter then all-gather, 2(n−1) steps of S/n bytes each), with a
+per-step latency α and a per-link bandwidth B:
+
+    T(n, S) = 2(n−1)·α + 2(n−1)/n · S/B        (0 when n = 1)
+
+so busbw → B for large messages. T is linear in (α, 1/B); fit_ring_model finds both,
+non-negative, by least squares on relative error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from scipy.optimize import nnls
+
+from dlperf.errors import UserError
+from dlperf.system import set_threads, synchronize
+
+UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?B)?\s*$", re.IGNORECASE)
+_SIZES_HINT = "use e.g. 1KB..256MB, 4MB or 1KB,1MB (units B, KB, MB, GB; powers of 1024)"
+
+
+def _parse_size(text: str) -> int:
+    match = _SIZE.match(text)
+    if match is None:
+        raise UserError(f"bad message size '{text.strip()}'", _SIZES_HINT)
+    nbytes = int(match.group(1)) * UNITS[(match.group(2) or "B").upper()]
+    if nbytes <= 0:
+        raise UserError(f"message size '{text.strip()}' must be positive", _SIZES_HINT)
+    return nbytes
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Message sizes in bytes: "1KB..256MB" doubles from the first to the last (inclusive,
+    as nccl-tests' -b 1K -e 256M -f 2), "4MB" is one size, "1KB,1MB" a list."""
+    if ".." in text:
+        first, _, last = text.partition("..")
+        start, stop = _parse_size(first), _parse_size(last)
+        if start > stop:
+            raise UserError(f"size range '{text}' runs backwards", _SIZES_HINT)
+        sizes = [start]
+        while sizes[-1] * 2 <= stop:
+            sizes.append(sizes[-1] * 2)
+        return sizes
+    if not text.strip():
+        raise UserError("no message sizes given", _SIZES_HINT)
+    return [_parse_size(part) for part in text.split(",")]
+
+
+def ring_time(workers: int, nbytes: float, alpha_s: float, bandwidth_bytes_per_s: float) -> float:
+    """Ring all-reduce time T = 2(n−1)α + 2(n−1)/n · S/B; a single worker sends nothing."""
+    if workers < 1:
+        raise UserError(f"workers must be at least 1, got {workers}")
+    n = workers
+    return 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * nbytes / bandwidth_bytes_per_s
+
+
+@dataclass
+class RingModel:
+    """A fitted ring model: per-step latency α (s), link bandwidth B (bytes/s), and the fit's
+    root-mean-square relative error (%) over n_points measurements."""
+
+    alpha_s: float
+    bandwidth_bytes_per_s: float
+    rmse_pct: float
+    n_points: int
+
+    def predict(self, workers: int, nbytes: float) -> float:
+        return ring_time(workers, nbytes, self.alpha_s, self.bandwidth_bytes_per_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fit_ring_model(rows: list[dict[str, Any]]) -> RingModel:
+    """Fit α and B to measured all-reduce times (rows with workers, bytes, time_s)."""
+    usable = [
+        (int(r["workers"]), float(r["bytes"]), float(r["time_s"]))
+        for r in rows
+        if int(r["workers"]) >= 2 and float(r["bytes"]) > 0 and float(r["time_s"]) > 0
+    ]
+    if len({(n, s) for n, s, _ in usable}) < 2:
+        raise UserError(
+            "the ring model needs at least 2 all-reduce measurements with 2+ workers",
+            "measure more message sizes or worker counts",
+        )
+    n, s, t = (np.array(col) for col in zip(*usable, strict=True))
+    design = np.column_stack([2 * (n - 1), 2 * (n - 1) / n * s])
+    # Dividing each row by its time fits relative error: otherwise the largest messages'
+    # seconds swamp the smallest ones' microseconds and α comes out as noise.
+    (alpha, inv_bandwidth), _ = nnls(design / t[:, None], np.ones_like(t))
+    if inv_bandwidth <= 0:
+        raise UserError(
+            "all-reduce times do not grow with message size, so no bandwidth can be fitted",
+            "include larger message sizes",
+        )
+    relative = (design @ [alpha, inv_bandwidth] - t) / t
+    return RingModel(
+        alpha_s=float(alpha),
+        bandwidth_bytes_per_s=float(1 / inv_bandwidth),
+        rmse_pct=float(100 * math.sqrt(np.mean(relative**2))),
+        n_points=len(usable),
+    )
+
+
+def measure(
+    sizes: list[int], iters: int, warmup: int, dtype: torch.dtype, device: torch.device
+) -> list[dict[str, float]]:
+    """Time all_reduce(SUM) per message size in an initialised process group. Every rank
+    returns the same rows."""
+    world = dist.get_world_size()
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    rows = []
+    for size in sizes:
+        tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
+        for _ in range(warmup):
+            dist.all_reduce(tensor)
+        dist.barrier()
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+        synchronize(device)
+        elapsed = torch.tensor([(time.perf_counter() - start) / iters], device=device)
+        # A collective ends when its slowest rank does, so take the max over ranks
+        # (nccl-tests averages by default; its -a 3 is this).
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        seconds = float(elapsed.item())
+        nbytes = tensor.numel() * itemsize
+        algbw = nbytes / seconds / 1e9
+        rows.append(
+            {
+                "bytes": nbytes,
+                "time_s": seconds,
+                "algbw_gbps": algbw,
+                "busbw_gbps": algbw * 2 * (world - 1) / world,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m dlperf.dist.allreduce",
+        description="All-reduce microbenchmark; run one process per worker under torchrun.",
+    )
+    parser.add_argument("--sizes", default="1KB..64MB")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads per rank")
+    parser.add_argument("--out", type=Path, required=True, help="JSON written by rank 0")
+    args = parser.parse_args(argv)
+    if args.iters < 1 or args.warmup < 0:
+        parser.error("--iters must be at least 1 and --warmup at least 0")
+    sizes = parse_sizes(args.sizes)
+
+    backend = args.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise UserError("backend nccl needs CUDA GPUs, and none is visible", "use gloo")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    # Workers share the host's cores: one thread each unless told, never torch's default.
+    if device.type == "cpu" or args.threads:
+        set_threads(args.threads or 1)
+
+    dist.init_process_group(backend)
+    try:
+        rows = measure(sizes, args.iters, args.warmup, DTYPES[args.dtype], device)
+        if dist.get_rank() == 0:
+            result = {
+                "backend": backend,
+                "world_size": dist.get_world_size(),
+                "dtype": args.dtype,
+                "iters": args.iters,
+                "warmup": args.warmup,
+                "rows": rows,
+            }
+            args.out.write_text(json.dumps(result, indent=2) + "\n")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

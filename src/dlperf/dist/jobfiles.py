@@ -1,0 +1,145 @@
+"""Job files that run one `dlperf scale` study across several nodes: a Slurm batch script and
+a Kubeflow PyTorchJob manifest.
+
+Both start the same dlperf command once per node and append
+`--nnodes N --node-rank R --rdzv HOST:PORT`, so each node's dlperf launches one torchrun and
+the torchruns meet at a c10d rendezvous hosted on the first node.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+from typing import Any
+
+import yaml
+
+from dlperf.errors import UserError
+
+# Kubernetes object names are DNS-1123 labels; Slurm takes anything without whitespace.
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _check(
+    argv: list[str], nnodes: int, nproc_per_node: int, gpus_per_node: int, port: int
+) -> None:
+    if not argv:
+        raise UserError("no command to put in the job file")
+    if nnodes < 1:
+        raise UserError(f"--nnodes must be at least 1, got {nnodes}")
+    if nproc_per_node < 1:
+        raise UserError(f"processes per node must be at least 1, got {nproc_per_node}")
+    if gpus_per_node < 0:
+        raise UserError(f"GPUs per node cannot be negative, got {gpus_per_node}")
+    if not 1 <= port <= 65535:
+        raise UserError(f"rendezvous port {port} is not a TCP port", "use 1..65535")
+
+
+def render_slurm(
+    argv: list[str],
+    nnodes: int,
+    nproc_per_node: int,
+    gpus_per_node: int,
+    job_name: str,
+    port: int = 29500,
+) -> str:
+    """An sbatch script: srun starts the command once on each of `nnodes` nodes."""
+    _check(argv, nnodes, nproc_per_node, gpus_per_node, port)
+    if not job_name or re.search(r"\s", job_name):
+        raise UserError(f"bad job name '{job_name}'", "use letters, digits, '-' or '_'")
+    # Single quotes keep $SLURM_NODEID for each node's own shell to expand: expanded here,
+    # in the batch shell on the first node, every node would claim rank 0.
+    per_node = (
+        f"{shlex.join(argv)} --nnodes {nnodes} --node-rank $SLURM_NODEID --rdzv $head_node:{port}"
+    )
+    gpus = [f"#SBATCH --gpus-per-node={gpus_per_node}"] if gpus_per_node > 0 else []
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --nodes={nnodes}",
+        "#SBATCH --ntasks-per-node=1",
+        *gpus,
+        # One core per worker process at least; raise it to give workers more threads.
+        f"#SBATCH --cpus-per-task={nproc_per_node}",
+        f"#SBATCH --output={job_name}-%j.out",
+        "#",
+        f"# dlperf scale on {nnodes} node(s) x {nproc_per_node} worker(s). srun starts dlperf once",
+        "# per node; each starts one torchrun, and they meet at a c10d rendezvous on the first",
+        "# node of the allocation. All nodes need the same dlperf install and data, and a shared",
+        "# working directory for the run store (or --db naming a shared database server).",
+        "#   submit: sbatch THIS_FILE",
+        f"#   watch:  squeue --me; tail -f {job_name}-<jobid>.out",
+        "",
+        "set -eu",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        "export head_node",
+        # Recent srun no longer inherits --cpus-per-task from sbatch: say it again.
+        f"srun --ntasks-per-node=1 --cpus-per-task={nproc_per_node} --kill-on-bad-exit=1"
+        f" bash -c {shlex.quote(per_node)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_kubernetes(
+    argv: list[str],
+    nnodes: int,
+    nproc_per_node: int,
+    gpus_per_node: int,
+    job_name: str,
+    image: str,
+    port: int = 29500,
+) -> str:
+    """A Kubeflow PyTorchJob (training operator, kubeflow.org/v1): Master + nnodes−1 Workers."""
+    _check(argv, nnodes, nproc_per_node, gpus_per_node, port)
+    if not _K8S_NAME.match(job_name):
+        raise UserError(
+            f"bad job name '{job_name}' for Kubernetes",
+            "use at most 63 lower-case letters, digits and '-', starting and ending alphanumeric",
+        )
+    if not image.strip():
+        raise UserError("no container image given", "name an image with dlperf installed")
+    resources: dict[str, Any] = {"requests": {"cpu": nproc_per_node}}
+    if gpus_per_node > 0:
+        resources["limits"] = {"nvidia.com/gpu": gpus_per_node}
+    container = {
+        # The operator finds the container to configure by this exact name.
+        "name": "pytorch",
+        "image": image,
+        "command": argv[:1],
+        # The operator sets RANK (Master 0, Worker i → i+1), MASTER_ADDR (the Master's
+        # service) and MASTER_PORT (the port named pytorchjob-port); Kubernetes expands $(VAR).
+        "args": [
+            *argv[1:],
+            *("--nnodes", str(nnodes), "--node-rank", "$(RANK)"),
+            *("--rdzv", "$(MASTER_ADDR):$(MASTER_PORT)"),
+        ],
+        "ports": [{"name": "pytorchjob-port", "containerPort": port}],
+        "resources": resources,
+    }
+
+    def replica(count: int) -> dict[str, Any]:
+        return {
+            "replicas": count,
+            "restartPolicy": "OnFailure",
+            # A copy each: yaml would write a shared dict as an anchor and an alias.
+            "template": {"spec": {"containers": [copy.deepcopy(container)]}},
+        }
+
+    specs = {"Master": replica(1)}
+    if nnodes > 1:
+        specs["Worker"] = replica(nnodes - 1)
+    manifest = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": job_name},
+        "spec": {"pytorchReplicaSpecs": specs},
+    }
+    header = (
+        f"# dlperf scale on {nnodes} node(s) x {nproc_per_node} worker(s), one pod per node.\n"
+        "# Needs the Kubeflow training operator. Submit: kubectl apply -f THIS_FILE\n"
+        f"# Watch: kubectl get pytorchjob {job_name}; "
+        f"kubectl logs -f {job_name}-master-0\n"
+    )
+    return header + yaml.safe_dump(manifest, sort_keys=False)

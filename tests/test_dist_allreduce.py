@@ -1,0 +1,149 @@
+"""dlperf.dist.allreduce: size parsing, the ring model and its fit, the benchmark under torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf.dist.allreduce import RingModel, fit_ring_model, parse_sizes, ring_time
+from dlperf.errors import UserError
+
+KB, MB = 1024, 1024**2
+
+
+def test_parse_sizes_range_doubles_inclusive() -> None:
+    assert parse_sizes("1KB..16KB") == [1 * KB, 2 * KB, 4 * KB, 8 * KB, 16 * KB]
+    assert parse_sizes("1KB..256MB")[-1] == 256 * MB
+    assert len(parse_sizes("1KB..256MB")) == 19
+    # Like nccl-tests' -f 2: double from the start, stop before passing the end.
+    assert parse_sizes("3B..20B") == [3, 6, 12]
+    assert parse_sizes("1gb..1GB") == [1024**3]
+
+
+def test_parse_sizes_single_and_lists() -> None:
+    assert parse_sizes("4MB") == [4 * MB]
+    assert parse_sizes("1KB, 1MB,512") == [KB, MB, 512]
+    assert parse_sizes("8B") == [8]
+
+
+@pytest.mark.parametrize(
+    "text", ["", "1TB", "1.5MB", "0KB", "4MB..1KB", "MB", "1KB..", "1KB,,2KB", "-1KB"]
+)
+def test_parse_sizes_bad_input_is_one_line(text: str) -> None:
+    with pytest.raises(UserError) as err:
+        parse_sizes(text)
+    assert "\n" not in str(err.value)
+    assert err.value.hint
+
+
+def test_ring_time_by_hand() -> None:
+    # n = 4: 2·3 = 6 latency steps, 2·3/4 = 1.5 message volumes over the link.
+    assert ring_time(4, 8e6, 1e-5, 1e9) == pytest.approx(6e-5 + 1.5 * 8e-3)
+    # n = 2: 2 steps and exactly one message volume.
+    assert ring_time(2, 1e9, 0.001, 2e9) == pytest.approx(0.002 + 0.5)
+    assert ring_time(1, 1e9, 0.001, 2e9) == 0.0
+    assert RingModel(1e-5, 1e9, 0.0, 3).predict(4, 8e6) == ring_time(4, 8e6, 1e-5, 1e9)
+
+
+@pytest.mark.parametrize("workers", [[2], [4], [2, 4]])
+def test_fit_recovers_alpha_and_bandwidth_from_noisy_rows(workers: list[int]) -> None:
+    alpha, bandwidth = 25e-6, 3e9
+    rng = np.random.default_rng(7)
+    rows = [
+        {
+            "workers": n,
+            "bytes": size,
+            "time_s": ring_time(n, size, alpha, bandwidth) * (1 + rng.normal(0, 0.02)),
+        }
+        for n in workers
+        for size in parse_sizes("1KB..256MB")
+    ]
+    model = fit_ring_model(rows)
+    assert model.alpha_s == pytest.approx(alpha, rel=0.05)
+    assert model.bandwidth_bytes_per_s == pytest.approx(bandwidth, rel=0.05)
+    assert 0.5 < model.rmse_pct < 4.0  # 2% noise, not zero, not swamped
+    assert model.n_points == len(rows)
+    assert model.to_dict() == {
+        "alpha_s": model.alpha_s,
+        "bandwidth_bytes_per_s": model.bandwidth_bytes_per_s,
+        "rmse_pct": model.rmse_pct,
+        "n_points": len(rows),
+    }
+
+
+def test_fit_is_exact_on_exact_rows_and_ignores_single_worker_rows() -> None:
+    rows = [{"workers": 1, "bytes": MB, "time_s": 0.5}] + [
+        {"workers": 2, "bytes": s, "time_s": ring_time(2, s, 1e-4, 1e8)} for s in (KB, MB)
+    ]
+    model = fit_ring_model(rows)
+    assert model.alpha_s == pytest.approx(1e-4)
+    assert model.bandwidth_bytes_per_s == pytest.approx(1e8)
+    assert model.rmse_pct == pytest.approx(0.0, abs=1e-6)
+    assert model.n_points == 2
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [],
+        [{"workers": 2, "bytes": MB, "time_s": 0.01}] * 3,  # one distinct point, repeated
+        [{"workers": 1, "bytes": s, "time_s": 0.01} for s in (KB, MB)],  # nothing to reduce
+        [{"workers": 2, "bytes": s, "time_s": 0.01} for s in (KB, MB)],  # flat: no bandwidth
+    ],
+)
+def test_fit_refuses_data_that_cannot_determine_the_model(rows: list[dict]) -> None:
+    with pytest.raises(UserError):
+        fit_ring_model(rows)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
+    out = tmp_path / "ar.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--nnodes",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{_free_port()}",
+        "-m",
+        "dlperf.dist.allreduce",
+        "--sizes",
+        "1KB..64KB",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["backend"] == "gloo"
+    assert result["world_size"] == 2
+    assert result["dtype"] == "float32"
+    rows = result["rows"]
+    assert [r["bytes"] for r in rows] == parse_sizes("1KB..64KB")
+    for r in rows:
+        assert r["time_s"] > 0
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9, rel=1e-12)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2, rel=1e-12)
