@@ -35,12 +35,21 @@ def session(path: Path, threads: int | None = None) -> Any:  # -> ort.InferenceS
         raise UserError(f"ONNX Runtime cannot load {path}: {first}") from None
 
 
+# A few KB of compressed PNG can claim gigapixels: refuse before decoding, not after.
+MAX_PIXELS = 40_000_000
+
+
 def decode(data: bytes, source: str = "image") -> Image.Image:
     """Bytes of an image file (PNG, JPEG, ...) to a PIL image; anything else is bad input."""
     try:
         image = Image.open(io.BytesIO(data))
+        width, height = image.size
+        if width * height > MAX_PIXELS:
+            raise UserError(
+                f"{source} is {width}x{height} pixels, more than the {MAX_PIXELS:,} accepted"
+            )
         image.load()
-    except (UnidentifiedImageError, OSError, ValueError) as e:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as e:
         raise UserError(f"{source} is not a readable image ({type(e).__name__})") from None
     return image
 

@@ -1,0 +1,155 @@
+"""`dlperf serve MODEL.onnx` (the inference server) and `dlperf serve bench URL`."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from dlperf.cli import console
+from dlperf.cli.app import app
+from dlperf.errors import UserError
+
+
+class _ModelOrCommand(TyperGroup):
+    """`dlperf serve MODEL.onnx ...` is short for `dlperf serve start MODEL.onnx ...`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["start", *args]
+        return super().parse_args(ctx, args)
+
+
+serve_app = typer.Typer(
+    cls=_ModelOrCommand,
+    subcommand_metavar="[start] MODEL.onnx [OPTIONS] | bench URL [OPTIONS]",
+    help="Serve an exported model over HTTP (KServe v2 JSON, image upload, Prometheus "
+    "metrics) and load-test it. `dlperf serve MODEL.onnx` is short for "
+    "`dlperf serve start MODEL.onnx`.\n\nExample: dlperf serve model.onnx --port 8000",
+    no_args_is_help=True,
+)
+app.add_typer(serve_app, name="serve")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind here rather than in uvicorn: a taken port is one clear error, --port 0 gets a
+    free port whose number we can print, and clients that connect as soon as it is printed
+    wait in the backlog until uvicorn accepts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise UserError(
+            f"cannot listen on {host}:{port}: {e.strerror}", "pick another --port"
+        ) from None
+    sock.listen(2048)  # uvicorn's default backlog
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@serve_app.command("start")
+def start(
+    model: Path = typer.Argument(..., help="An ONNX model exported by `dlperf export`."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0 = any free)."),
+    max_batch: int = typer.Option(32, "--max-batch", min=1, help="Most rows in one model call."),
+    max_wait_ms: float = typer.Option(
+        5.0, "--max-wait-ms", min=0, help="How long the first request waits for company."
+    ),
+    queue: int = typer.Option(256, "--queue", min=1, help="Waiting requests before 503."),
+    threads: int = typer.Option(
+        None, "--threads", min=1, help="ONNX Runtime intra-op threads (default: its own choice)."
+    ),
+    max_body_mb: float = typer.Option(8.0, "--max-body-mb", min=0, help="Largest request body."),
+) -> None:
+    """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching,
+    KServe v2 endpoints, /predict for images, /metrics for Prometheus. Ctrl-C or SIGTERM
+    stops accepting and finishes the queued requests.
+
+    Example: dlperf serve model.onnx --port 8000 --max-batch 32 --max-wait-ms 5
+    """
+    import uvicorn
+
+    from dlperf.deploy.server import create_app
+
+    server_app = create_app(
+        model, max_batch, max_wait_ms, queue, threads, max_body_bytes=int(max_body_mb * 2**20)
+    )
+    sock = _listen(host, port)
+    if not _is_loopback(host):
+        console.warn(f"listening on {host}: other machines can reach this server, unauthenticated")
+    served = server_app.state.model
+    bound = sock.getsockname()[1]
+    where = f"[{host}]" if ":" in host else host
+    console.err.print(
+        f"serving {served.name} ({served.meta.task}; {served.note}) on "
+        f"http://{where}:{bound} - Ctrl-C stops after the queued requests",
+        markup=False,
+        soft_wrap=True,
+    )
+    config = uvicorn.Config(server_app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",")]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise UserError(f"--concurrency {text!r}: expected positive integers", "e.g. 1,8,32")
+    return levels
+
+
+@serve_app.command("bench")
+def bench(
+    url: str = typer.Argument(..., help="The server, e.g. http://127.0.0.1:8000 (loopback)."),
+    concurrency: str = typer.Option("1,8,32", "--concurrency", help="Clients, comma-separated."),
+    duration: float = typer.Option(10.0, "--duration", min=0.1, help="Seconds per level."),
+    max_requests: int = typer.Option(
+        None, "--max-requests", min=1, help="Stop a level after this many requests."
+    ),
+    image: Path = typer.Option(None, "--image", help="Image to post (default: 32x32 noise)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Load a running `dlperf serve` on this machine: closed-loop clients post an image to
+    /predict; throughput and latency percentiles per concurrency level.
+
+    Example: dlperf serve bench http://127.0.0.1:8000 --concurrency 1,8,32 --duration 10
+    """
+    from dlperf.deploy import loadgen
+
+    levels = _levels(concurrency)
+    endpoint = loadgen.target(url)
+    with console.reporter() as rep:
+        results = loadgen.run(endpoint, levels, duration, max_requests, image, rep)
+    if as_json:
+        console.print_json(
+            {
+                "url": endpoint,
+                "duration_s": duration,
+                "max_requests": max_requests,
+                "levels": [asdict(r) for r in results],
+            }
+        )
+        return
+    rows = [
+        [r.concurrency, r.requests, r.errors, r.throughput, r.p50_ms, r.p90_ms, r.p99_ms]
+        for r in results
+    ]
+    columns = ["concurrency", "requests", "errors", "req/s", "p50 ms", "p90 ms", "p99 ms"]
+    console.print_table(f"POST {endpoint}", columns, rows)

@@ -1,0 +1,139 @@
+"""Dynamic micro-batching: concurrent requests share one model call.
+
+Requests wait in a bounded queue. The worker takes the oldest, then waits at most
+`max_wait_s` for more, up to `max_batch` rows, and runs the lot in one call on a single
+inference thread, so the event loop keeps accepting requests while the model runs. The
+answers go back to each request's future in order. Closing stops new work and drains
+what is queued, so a graceful shutdown loses no accepted request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+
+class QueueFull(Exception):
+    """The queue holds `queue_size` requests already (or the batcher is closing)."""
+
+
+@dataclass
+class _Job:
+    payload: Any
+    rows: int
+    future: asyncio.Future[Any]
+
+
+class Batcher:
+    """`run(payloads) -> results` (one result per payload, same order) runs in a worker
+    thread; `on_batch(rows, seconds)` is told each batch's size and run time."""
+
+    def __init__(
+        self,
+        run: Callable[[list[Any]], list[Any]],
+        max_batch: int,
+        max_wait_s: float,
+        queue_size: int,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.run = run
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.queue_size = queue_size
+        self.on_batch = on_batch
+        self._pending: deque[_Job] = deque()
+        self._arrived = asyncio.Event()
+        self._closing = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self._worker: asyncio.Task[None] | None = None
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting for a batch (not counting the batch being run)."""
+        return len(self._pending)
+
+    @property
+    def running(self) -> bool:
+        return self._worker is not None and not self._worker.done() and not self._closing
+
+    def start(self) -> None:
+        self._worker = asyncio.get_running_loop().create_task(self._loop())
+
+    async def submit(self, payload: Any, rows: int = 1) -> Any:
+        """Queue one request of `rows` rows and wait for its result."""
+        if self._closing or len(self._pending) >= self.queue_size:
+            raise QueueFull
+        job = _Job(payload, rows, asyncio.get_running_loop().create_future())
+        self._pending.append(job)
+        self._arrived.set()
+        return await job.future
+
+    async def close(self) -> None:
+        """Refuse new requests, finish the queued ones, stop the worker thread."""
+        self._closing = True
+        self._arrived.set()
+        if self._worker is not None:
+            await self._worker
+        self._executor.shutdown(wait=True)
+
+    def _queued_rows(self) -> int:
+        return sum(job.rows for job in self._pending)
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._pending:
+                if self._closing:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+            deadline = loop.time() + self.max_wait_s
+            # A closing batcher drains at once: nobody else is coming.
+            while self._queued_rows() < self.max_batch and not self._closing:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                except TimeoutError:
+                    break
+            batch = self._take()
+            if batch:
+                await self._run(loop, batch)
+
+    def _take(self) -> list[_Job]:
+        """The oldest jobs up to max_batch rows (at least one: a big request runs alone);
+        requests whose client gave up are dropped here rather than computed."""
+        batch: list[_Job] = []
+        rows = 0
+        while self._pending:
+            job = self._pending[0]
+            if batch and rows + job.rows > self.max_batch:
+                break
+            self._pending.popleft()
+            if not job.future.done():
+                batch.append(job)
+                rows += job.rows
+        return batch
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[_Job]) -> None:
+        start = loop.time()
+        try:
+            results = await loop.run_in_executor(
+                self._executor, self.run, [job.payload for job in batch]
+            )
+        except Exception as e:  # the model call failed: every request of the batch hears why
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(e)
+            return
+        if self.on_batch is not None:
+            self.on_batch(sum(job.rows for job in batch), loop.time() - start)
+        for job, result in zip(batch, results, strict=True):
+            if not job.future.done():
+                job.future.set_result(result)

@@ -1,0 +1,185 @@
+"""The load generator behind `dlperf serve bench`: closed-loop clients posting one image.
+
+At each concurrency level, that many clients send `POST /predict` back to back until the
+duration is up or the request budget is spent; each first sends one request that is not
+counted (connection set-up, the server's first batches). Throughput = successful responses
+/ wall time of the level; latencies are of successful responses. Only a server on this
+machine is loaded: a benchmark must never become a flood against someone else's host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import ipaddress
+import ssl
+import time
+from collections import Counter
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import numpy as np
+
+from dlperf.errors import UserError
+from dlperf.progress import NullReporter, Reporter
+
+TIMEOUT_S = 30.0
+HEADERS = {"content-type": "application/octet-stream"}
+
+
+@dataclass
+class LevelResult:
+    concurrency: int
+    requests: int
+    ok: int
+    errors: int
+    wall_s: float
+    throughput: float  # successful responses per second
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    statuses: dict[str, int] = field(default_factory=dict)  # HTTP status or exception name
+
+
+def target(url: str) -> str:
+    """The /predict URL of a loopback server; anything off this machine is refused."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"'{url}' is not an http:// URL", "e.g. http://127.0.0.1:8000")
+    host = parts.hostname
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise UserError(
+            f"{host} is not a loopback address; serve bench only loads a server on this machine",
+            "use 127.0.0.1, ::1 or localhost",
+        )
+    path = parts.path if parts.path not in ("", "/") else "/predict"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def sample_image() -> bytes:
+    """A fixed 32x32 RGB noise PNG: the server resizes it to the model's input anyway."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def run(
+    url: str,
+    concurrency: list[int],
+    duration_s: float,
+    max_requests: int | None = None,
+    image: Path | None = None,
+    reporter: Reporter | None = None,
+) -> list[LevelResult]:
+    """Load the server at each concurrency level in turn."""
+    endpoint = target(url)
+    if image is not None and not image.is_file():
+        raise UserError(f"no image file {image}")
+    body = image.read_bytes() if image is not None else sample_image()
+    rep = reporter or NullReporter()
+    return asyncio.run(_run(endpoint, body, concurrency, duration_s, max_requests, rep))
+
+
+async def _run(
+    url: str,
+    body: bytes,
+    concurrency: list[int],
+    duration_s: float,
+    max_requests: int | None,
+    rep: Reporter,
+) -> list[LevelResult]:
+    await _probe(url, body)
+    results = []
+    for level in concurrency:
+        rep.task(f"concurrency {level}", total=None)
+        result = await _level(url, body, level, duration_s, max_requests)
+        rep.log(
+            f"concurrency {level}: {result.throughput:.1f} req/s, {result.errors} errors "
+            f"of {result.requests}"
+        )
+        results.append(result)
+    return results
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for all clients: loading the CA store costs ~0.1 s of CPU each time."""
+    return ssl.create_default_context()
+
+
+def _client() -> httpx.AsyncClient:
+    # trust_env=False: a proxy from the environment must not sit between us and loopback.
+    return httpx.AsyncClient(timeout=TIMEOUT_S, trust_env=False, verify=_tls())
+
+
+async def _probe(url: str, body: bytes) -> None:
+    """One request first, so a wrong URL or image is one clear error, not N failures."""
+    try:
+        async with _client() as client:
+            response = await client.post(url, content=body, headers=HEADERS)
+    except httpx.HTTPError as e:
+        raise UserError(f"no server answers at {url} ({type(e).__name__})") from None
+    if not response.is_success:
+        raise UserError(f"{url} answered {response.status_code}: {response.text[:200]}")
+
+
+async def _level(
+    url: str, body: bytes, concurrency: int, duration_s: float, budget: int | None
+) -> LevelResult:
+    statuses: Counter[str] = Counter()
+    latencies: list[float] = []
+    issued = 0
+
+    async def send(client: httpx.AsyncClient) -> tuple[str, bool]:
+        try:
+            response = await client.post(url, content=body, headers=HEADERS)
+        except httpx.HTTPError as e:
+            return type(e).__name__, False
+        return str(response.status_code), response.is_success
+
+    async def worker(client: httpx.AsyncClient, deadline: float) -> None:
+        nonlocal issued
+        while time.perf_counter() < deadline and (budget is None or issued < budget):
+            issued += 1
+            start = time.perf_counter()
+            status, ok = await send(client)
+            statuses[status] += 1
+            if ok:
+                latencies.append(time.perf_counter() - start)
+
+    # A client (one keep-alive connection) per worker, as independent users would be.
+    async with AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(_client()) for _ in range(concurrency)]
+        await asyncio.gather(*(send(c) for c in clients))  # warm-up, not counted
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(c, start + duration_s) for c in clients))
+        wall = time.perf_counter() - start
+    ok = len(latencies)
+    p50, p90, p99 = (
+        (float(v) * 1000 for v in np.percentile(latencies, [50, 90, 99]))
+        if latencies
+        else (None, None, None)
+    )
+    return LevelResult(
+        concurrency=concurrency,
+        requests=issued,
+        ok=ok,
+        errors=issued - ok,
+        wall_s=wall,
+        throughput=ok / wall,
+        p50_ms=p50,
+        p90_ms=p90,
+        p99_ms=p99,
+        statuses=dict(statuses),
+    )

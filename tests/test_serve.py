@@ -1,0 +1,435 @@
+"""The inference server (dlperf.deploy.server) on a real socket: uvicorn in a thread,
+tiny ONNX graphs built with onnx.helper, httpx as the client."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from onnx import TensorProto, helper, numpy_helper
+from PIL import Image
+
+from dlperf.deploy import meta, runtime
+from dlperf.deploy.batcher import Batcher, QueueFull
+from dlperf.deploy.server import ServedModel, create_app
+
+LABELS = ["cat", "dog", "bird"]
+SIZE = 8  # classifier input: 3 x 8 x 8
+DET_SIZE = (20, 40)  # detector input (height, width)
+DET_BOXES = [[4, 2, 20, 10], [0, 0, 40, 20], [10, 5, 30, 15]]
+DET_SCORES = [0.9, 0.3, 0.6]
+DET_LABELS = [1, 2, 5]
+OPSET = [helper.make_opsetid("", 17)]  # IR 10: what every onnxruntime of recent years reads
+
+
+def tiny_classifier(path: Path, batch: int | str = "N") -> Path:
+    """input [batch, 3, 8, 8] -> Flatten -> Gemm -> logits [batch, 3], plus dlperf metadata."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.normal(size=(3 * SIZE * SIZE, 3)).astype(np.float32), "W")
+    bias = numpy_helper.from_array(np.array([0.1, -0.2, 0.3], np.float32), "B")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Flatten", ["input"], ["flat"], axis=1),
+            helper.make_node("Gemm", ["flat", "W", "B"], ["logits"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, SIZE, SIZE])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])],
+        [weight, bias],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
+    pre = meta.Preprocess((SIZE, SIZE), 3, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    meta.save(path, meta.ModelMeta("classification", "tiny", "input", (3, SIZE, SIZE), pre, LABELS))
+    return path
+
+
+def tiny_detector(path: Path) -> Path:
+    """The detector signature: image [1, 3, H, W] -> boxes [N, 4], scores [N], labels [N];
+    fixed boxes, scores that still depend on the image (plus 0 x its mean)."""
+    height, width = DET_SIZE
+    consts = [
+        numpy_helper.from_array(np.array(DET_BOXES, np.float32), "B"),
+        numpy_helper.from_array(np.array(DET_SCORES, np.float32), "S"),
+        numpy_helper.from_array(np.array(DET_LABELS, np.int64), "L"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["image"], ["mean"], keepdims=0),
+            helper.make_node("Mul", ["mean", "zero"], ["nothing"]),
+            helper.make_node("Add", ["S", "nothing"], ["scores"]),
+            helper.make_node("Identity", ["B"], ["boxes"]),
+            helper.make_node("Identity", ["L"], ["labels"]),
+        ],
+        "tinydet",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, height, width])],
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n"]),
+            helper.make_tensor_value_info("labels", TensorProto.INT64, ["n"]),
+        ],
+        consts,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
+    pre = meta.Preprocess(DET_SIZE, 3, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    labels = ["background", "circle", "square"]
+    meta.save(path, meta.ModelMeta("detection", "tinydet", "image", (3, *DET_SIZE), pre, labels))
+    return path
+
+
+def png(width: int = 16, height: int = 12, seed: int = 0) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def wait_ready(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{url} not ready within {timeout_s} s")
+
+
+@contextmanager
+def running(app: FastAPI) -> Iterator[str]:
+    """Serve `app` on a free 127.0.0.1 port from a thread; stopped on exit."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        wait_ready(url)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+        sock.close()
+    assert not thread.is_alive(), "server thread did not stop"
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "tiny": tiny_classifier(root / "tiny.onnx"),
+        "fixed": tiny_classifier(root / "fixed.onnx", batch=1),
+        "det": tiny_detector(root / "det.onnx"),
+    }
+
+
+@pytest.fixture(scope="module")
+def server(models: dict[str, Path]) -> Iterator[str]:
+    """The classifier, batched up to 32 rows within 100 ms, bodies up to 64 KiB."""
+    app = create_app(
+        models["tiny"], max_batch=32, max_wait_ms=100, threads=1, max_body_bytes=64 * 2**10
+    )
+    with running(app) as url:
+        yield url
+
+
+def reference(models: dict[str, Path], x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(str(models["tiny"]), providers=["CPUExecutionProvider"])
+    return session.run(None, {"input": x})[0]
+
+
+def test_health_and_metadata(server: str) -> None:
+    assert httpx.get(f"{server}/v2/health/live").json() == {"live": True}
+    assert httpx.get(f"{server}/v2/health/ready").json() == {"ready": True}
+    doc = httpx.get(f"{server}/v2/models/tiny").json()
+    assert doc["name"] == "tiny" and doc["platform"] == "onnxruntime_onnx"
+    assert doc["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 3, 8, 8]}]
+    assert doc["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 3]}]
+    assert doc["preprocessing"] == {
+        "size": [8, 8],
+        "channels": 3,
+        "mean": [0.5, 0.5, 0.5],
+        "std": [0.25, 0.25, 0.25],
+    }
+    assert doc["labels"] == LABELS and doc["task"] == "classification"
+    assert doc["batching"]["dynamic"] is True and doc["batching"]["max_batch"] == 32
+    missing = httpx.get(f"{server}/v2/models/nope")
+    assert missing.status_code == 404 and "nope" in missing.json()["error"]
+
+
+def test_predict_png_upload_and_raw_body(server: str, models: dict[str, Path]) -> None:
+    image = png(16, 12)
+    upload = httpx.post(f"{server}/predict?topk=2", files={"file": ("x.png", image, "image/png")})
+    assert upload.status_code == 200, upload.text
+    predictions = upload.json()["predictions"]
+    assert len(predictions) == 2 and predictions[0]["label"] in LABELS
+    # Same preprocessing, same session: the answer of ONNX Runtime run by hand.
+    pre = meta.load(models["tiny"]).preprocess
+    x = runtime.to_array(runtime.decode(image), pre)[None]
+    expected = runtime.topk(reference(models, x), 2, LABELS)[0]
+    assert [p["label"] for p in predictions] == [p["label"] for p in expected]
+    assert predictions[0]["probability"] == pytest.approx(expected[0]["probability"], rel=1e-5)
+    raw = httpx.post(f"{server}/predict", content=image, headers={"content-type": "image/png"})
+    assert raw.status_code == 200 and len(raw.json()["predictions"]) == 3  # topk capped at 3
+    assert raw.json()["predictions"][0]["label"] == predictions[0]["label"]
+
+
+def test_bad_images_and_queries_are_400(server: str) -> None:
+    garbage = httpx.post(f"{server}/predict", content=b"this is not an image at all")
+    assert garbage.status_code == 400 and "not a readable image" in garbage.json()["error"]
+    empty = httpx.post(f"{server}/predict", content=b"")
+    assert empty.status_code == 400 and "no image" in empty.json()["error"]
+    no_file = httpx.post(f"{server}/predict", data={"x": "1"}, files={"y": ("y.txt", b"")})
+    assert no_file.status_code == 400
+    bad_topk = httpx.post(f"{server}/predict?topk=0", content=png())
+    assert bad_topk.status_code == 400 and "topk" in bad_topk.json()["error"]
+    bomb = httpx.post(f"{server}/predict", content=png_header(20000, 10000))
+    assert bomb.status_code == 400 and "DecompressionBombError" in bomb.json()["error"]
+
+
+def png_header(width: int, height: int) -> bytes:
+    """65 bytes that claim a width x height grayscale PNG (a decompression bomb's header)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b""))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_oversized_body_413_declared_and_streamed(server: str) -> None:
+    big = b"\0" * (100 * 2**10)
+    declared = httpx.post(f"{server}/predict", content=big)
+    assert declared.status_code == 413 and "limit" in declared.json()["error"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the server must count
+        for _ in range(10):
+            yield b"\0" * (10 * 2**10)
+
+    streamed = httpx.post(f"{server}/v2/models/tiny/infer", content=chunks())
+    assert streamed.status_code == 413
+
+
+def infer_body(x: np.ndarray, **changes: Any) -> dict[str, Any]:
+    tensor = {
+        "name": "input",
+        "shape": list(x.shape),
+        "datatype": "FP32",
+        "data": x.ravel().tolist(),
+    }
+    tensor.update(changes)
+    return {"id": "r1", "inputs": [tensor]}
+
+
+def test_kserve_infer_matches_onnxruntime(server: str, models: dict[str, Path]) -> None:
+    x = np.random.default_rng(1).normal(size=(2, 3, SIZE, SIZE)).astype(np.float32)
+    r = httpx.post(f"{server}/v2/models/tiny/infer", json=infer_body(x))
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["model_name"] == "tiny" and doc["id"] == "r1"
+    (out,) = doc["outputs"]
+    assert out["name"] == "logits" and out["shape"] == [2, 3] and out["datatype"] == "FP32"
+    got = np.array(out["data"], np.float32).reshape(2, 3)
+    np.testing.assert_allclose(got, reference(models, x), rtol=1e-5, atol=1e-6)
+    nested = httpx.post(f"{server}/v2/models/tiny/infer", json=infer_body(x, data=x.tolist()))
+    assert nested.status_code == 200 and nested.json()["outputs"][0]["data"] == out["data"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{not json", "malformed request"),
+        (b'{"inputs": []}', "malformed request: inputs"),
+        (b'{"inputs": [{"name": "input"}]}', "malformed request: inputs.0.shape"),
+        ({"shape": [1, 3, 4, 4]}, "shape [1, 3, 4, 4]; expected [-1, 3, 8, 8]"),
+        ({"shape": [1, 3, 8]}, "shape"),
+        ({"datatype": "INT64"}, "datatype INT64; expected FP32"),
+        ({"data": [1.0, 2.0]}, "has 2 values; shape [1, 3, 8, 8] needs 192"),
+        ({"data": ["a"] * 192}, "not a flat or nested list of numbers"),
+        ({"name": "pixels"}, "unknown input 'pixels'"),
+    ],
+)
+def test_kserve_bad_requests_are_400(server: str, body: Any, message: str) -> None:
+    url = f"{server}/v2/models/tiny/infer"
+    if isinstance(body, bytes):
+        r = httpx.post(url, content=body, headers={"content-type": "application/json"})
+    else:
+        r = httpx.post(url, json=infer_body(np.zeros((1, 3, SIZE, SIZE), np.float32), **body))
+    assert r.status_code == 400
+    assert message in r.json()["error"]
+
+
+def test_concurrent_requests_are_batched(server: str) -> None:
+    before = httpx.get(f"{server}/metrics").text
+    image = png(seed=3)
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+            replies = await asyncio.gather(
+                *(client.post("/predict", content=image) for _ in range(12))
+            )
+        return [r.status_code for r in replies]
+
+    assert asyncio.run(burst()) == [200] * 12
+    after = httpx.get(f"{server}/metrics").text
+    batches = metric(after, "dlperf_batch_size_count") - metric(before, "dlperf_batch_size_count")
+    rows = metric(after, "dlperf_batch_size_sum") - metric(before, "dlperf_batch_size_sum")
+    singles = metric(after, 'dlperf_batch_size_bucket{le="1"}') - metric(
+        before, 'dlperf_batch_size_bucket{le="1"}'
+    )
+    assert rows == 12
+    assert batches < 12 and singles < batches  # some batch held more than one request
+    assert re.search(
+        r'^dlperf_requests_total\{endpoint="/predict",status="200"\} \d+$', after, re.M
+    )
+    assert 'dlperf_request_duration_seconds_bucket{endpoint="/predict",le="+Inf"}' in after
+    assert metric(after, "dlperf_queue_depth") == 0
+
+
+def test_errors_are_counted_by_kind(server: str) -> None:
+    httpx.post(f"{server}/predict", content=b"garbage")
+    text = httpx.get(f"{server}/metrics").text
+    assert metric(text, 'dlperf_errors_total{endpoint="/predict",kind="bad_request"}') >= 1
+    assert "# TYPE dlperf_batch_size histogram" in text
+
+
+def test_full_queue_is_503_with_retry_after(models: dict[str, Path]) -> None:
+    # One waiting request fills the queue; the first batch waits 1 s for a second row.
+    app = create_app(models["tiny"], max_batch=2, max_wait_ms=1000, queue=1, threads=1)
+    image = png()
+
+    async def burst(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            return await asyncio.gather(*(client.post("/predict", content=image) for _ in range(4)))
+
+    with running(app) as url:
+        replies = asyncio.run(burst(url))
+        codes = sorted(r.status_code for r in replies)
+        assert codes[0] == 200 and 503 in codes, codes
+        refused = next(r for r in replies if r.status_code == 503)
+        assert refused.headers["retry-after"] == "1"
+        assert "queue is full" in refused.json()["error"]
+        text = httpx.get(f"{url}/metrics").text
+        assert metric(text, 'dlperf_errors_total{endpoint="/predict",kind="overloaded"}') >= 1
+
+
+def test_fixed_batch_model_runs_one_at_a_time(models: dict[str, Path]) -> None:
+    served = ServedModel(models["fixed"], threads=1)
+    assert not served.batchable and "fixed at 1" in served.note
+    x = np.ones((1, 3, SIZE, SIZE), np.float32)
+    outs = served.run([{"input": x}, {"input": 2 * x}])
+    assert [o["logits"].shape for o in outs] == [(1, 3), (1, 3)]
+    np.testing.assert_allclose(outs[1]["logits"], reference(models, 2 * x), rtol=1e-5)
+
+
+def test_detector_boxes_scaled_to_the_image(models: dict[str, Path]) -> None:
+    app = create_app(models["det"], max_batch=32, max_wait_ms=5, threads=1)
+    image = png(width=80, height=60)  # model input 40 x 20: x scaled by 2, y by 3
+    with running(app) as url:
+        doc = httpx.get(f"{url}/v2/models/det").json()
+        assert doc["batching"]["max_batch"] == 1 and doc["batching"]["dynamic"] is False
+        r = httpx.post(f"{url}/predict", content=image)
+        assert r.status_code == 200, r.text
+        found = r.json()
+        assert found["image_size"] == [80, 60]
+        assert found["detections"] == [
+            {
+                "box": [8.0, 6.0, 40.0, 30.0],
+                "score": pytest.approx(0.9),
+                "index": 1,
+                "label": "circle",
+            },
+            {
+                "box": [20.0, 15.0, 60.0, 45.0],
+                "score": pytest.approx(0.6),
+                "index": 5,
+                "label": "5",
+            },
+        ]
+        low = httpx.post(f"{url}/predict?score_threshold=0.2", content=image).json()
+        assert len(low["detections"]) == 3
+        assert low["detections"][1]["box"] == [0.0, 0.0, 80.0, 60.0]
+        assert low["detections"][1]["label"] == "square"
+        x = np.zeros((1, 3, *DET_SIZE), np.float32)
+        r = httpx.post(f"{url}/v2/models/det/infer", json=infer_body(x, name="image"))
+        by_name = {o["name"]: o for o in r.json()["outputs"]}
+        assert by_name["labels"]["datatype"] == "INT64" and by_name["labels"]["data"] == DET_LABELS
+        assert by_name["boxes"]["shape"] == [3, 4]
+
+
+def test_batcher_respects_max_batch_and_drains_on_close() -> None:
+    calls: list[list[int]] = []
+
+    def run(payloads: list[int]) -> list[int]:
+        calls.append(payloads)
+        return [2 * p for p in payloads]
+
+    async def scenario() -> list[int]:
+        # A 30 s wait that close() must cut short: queued requests are served, not dropped.
+        batcher = Batcher(run, max_batch=4, max_wait_s=30, queue_size=8)
+        batcher.start()
+        rows = [3, 2, 2, 5]
+        waiting = [asyncio.ensure_future(batcher.submit(r, rows=r)) for r in rows]
+        await asyncio.sleep(0)
+        assert batcher.depth == 4
+        await batcher.close()
+        with pytest.raises(QueueFull):
+            await batcher.submit(1)
+        return [w.result() for w in waiting]
+
+    assert asyncio.run(asyncio.wait_for(scenario(), timeout=20)) == [6, 4, 4, 10]
+    assert calls == [[3], [2, 2], [5]]  # 3+2 > 4 rows; a 5-row request runs alone
+
+
+def test_a_failing_model_call_is_500_for_its_batch(models: dict[str, Path]) -> None:
+    class Broken:
+        def run(self, names: Any, feeds: Any) -> Any:
+            raise RuntimeError("out of memory")
+
+    app = create_app(models["tiny"], max_batch=8, max_wait_ms=200, threads=1)
+    app.state.model.session = Broken()
+    image = png()
+
+    async def burst(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            return await asyncio.gather(*(client.post("/predict", content=image) for _ in range(3)))
+
+    with running(app) as url:
+        replies = asyncio.run(burst(url))
+        assert [r.status_code for r in replies] == [500] * 3
+        assert replies[0].json() == {"error": "internal error: RuntimeError: out of memory"}
+        text = httpx.get(f"{url}/metrics").text
+        assert metric(text, 'dlperf_errors_total{endpoint="/predict",kind="server_error"}') == 3
+        assert httpx.get(f"{url}/v2/health/ready").status_code == 200  # the worker lives on

@@ -1,0 +1,140 @@
+"""`dlperf serve` as a real process (port 0, SIGTERM with requests queued) and
+`dlperf serve bench` against it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.test_serve import LABELS, metric, png, tiny_classifier, wait_ready
+
+Cli = Callable[..., Any]
+
+
+@contextmanager
+def serve(model: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`dlperf serve MODEL --port 0 ...`; the URL comes from its first line on stderr."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "dlperf", "serve", str(model), "--port", "0",
+               "--threads", "1", *options]  # fmt: skip
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # EOF (an empty line) if the server died instead
+        found = re.search(r"on (http://127\.0\.0\.1:\d+) ", line)
+        assert found, f"unexpected first line: {line!r}"
+        url = found.group(1)
+        wait_ready(url)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=60)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("cli") / "tiny.onnx")
+
+
+@pytest.fixture(scope="module")
+def server(model: Path) -> Iterator[str]:
+    with serve(model, "--max-wait-ms", "2") as (url, _):
+        yield url
+
+
+def test_cli_server_labels_an_image(server: str) -> None:
+    r = httpx.post(f"{server}/predict?topk=1", files={"file": ("a.png", png(), "image/png")})
+    assert r.status_code == 200, r.text
+    (best,) = r.json()["predictions"]
+    assert best["label"] in LABELS and 0 < best["probability"] <= 1
+    assert httpx.get(f"{server}/v2/models/tiny").json()["batching"]["max_wait_ms"] == 2
+
+
+def test_bench_reports_each_level(server: str, cli: Cli) -> None:
+    r = cli("serve", "bench", server, "--concurrency", "1,4", "--duration", "1",
+            "--max-requests", "40", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["url"] == f"{server}/predict"
+    assert [level["concurrency"] for level in doc["levels"]] == [1, 4]
+    for level in doc["levels"]:
+        assert 0 < level["requests"] <= 40 and level["errors"] == 0
+        assert level["ok"] == level["requests"] == level["statuses"]["200"]
+        assert level["throughput"] == pytest.approx(level["ok"] / level["wall_s"])
+        assert 0 < level["p50_ms"] <= level["p90_ms"] <= level["p99_ms"]
+    text = httpx.get(f"{server}/metrics").text
+    # Warm-up (one per client), the probe and the measured requests all reached the model.
+    served = sum(level["ok"] for level in doc["levels"]) + 1 + 4 + 1
+    assert metric(text, "dlperf_batch_size_sum") >= served
+
+
+def test_bench_table(server: str, cli: Cli) -> None:
+    r = cli("serve", "bench", server, "--concurrency", "2", "--duration", "0.5",
+            "--max-requests", "5")  # fmt: skip
+    assert r.code == 0, r.err
+    assert f"POST {server}/predict" in r.out and "p99 ms" in r.out
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://10.1.2.3:8000", "10.1.2.3 is not a loopback address"),
+        ("http://example.com/predict", "example.com is not a loopback address"),
+        ("ftp://127.0.0.1", "is not an http:// URL"),
+    ],
+)
+def test_bench_refuses_other_hosts(cli: Cli, url: str, message: str) -> None:
+    r = cli("serve", "bench", url, "--duration", "1")
+    assert r.code == 2
+    assert message in r.err
+
+
+def test_bench_without_a_server_is_one_error(cli: Cli) -> None:
+    r = cli("serve", "bench", "http://127.0.0.1:9", "--duration", "1", "--max-requests", "1")
+    assert r.code == 2 and "no server answers at http://127.0.0.1:9/predict" in r.err
+
+
+def test_bad_model_file(cli: Cli, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not onnx")
+    r = cli("serve", str(junk))
+    assert r.code == 2 and "is not an ONNX model" in r.err
+
+
+def test_sigterm_finishes_queued_requests(model: Path) -> None:
+    # Each batch waits 1.5 s for a third request that never comes: SIGTERM lands while
+    # two requests sit in the queue, and both must still be answered.
+    with serve(model, "--max-batch", "3", "--max-wait-ms", "1500") as (url, proc):
+        replies: list[httpx.Response] = []
+
+        def post() -> None:
+            replies.append(httpx.post(f"{url}/predict", content=png(), timeout=30))
+
+        clients = [threading.Thread(target=post) for _ in range(2)]
+        for c in clients:
+            c.start()
+        deadline = time.monotonic() + 30
+        while metric(httpx.get(f"{url}/metrics").text, "dlperf_queue_depth") < 2:
+            assert time.monotonic() < deadline, "requests never queued"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        for c in clients:
+            c.join(timeout=60)
+        assert [r.status_code for r in replies] == [200, 200]
+        assert proc.wait(timeout=60) == -signal.SIGTERM
