@@ -6,29 +6,41 @@
 2. Pollux's iteration-time model on the measured step times: the fit error on each trace,
    and the error predicting the 6-16-node scalability runs from a fit to the <= 4-node
    placement runs alone.
+3. `converge regress` on an unseen configuration: log β fitted as linear in log2(batch) on
+   the whole 128 and 2048 curves, the 512 curve predicted and compared with the measured
+   one (RMSE, first epoch reaching 90%).
+4. How long a fit takes (both forms, 200 bootstrap refits; what `converge fit` does), one
+   warm-up, then repetitions interleaved over the three curves: min/median/max.
 Optimus's speed models need parameter-server counts, which these all-reduce traces lack.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from benchlib import save, table
-from dlperf.converge import curve, speed
+from benchlib import interleaved, save, spread, table, timed
+from dlperf.converge import curve, regress, speed
 
 POLLUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
 TARGET = 0.94
 FRACTIONS = (0.3, 0.5)
+BATCHES = (128, 512, 2048)
+REPEATS = 3
+
+
+def load(batch: int) -> curve.Curve:
+    return curve.from_csv(POLLUX / f"cifar10_validation-{batch}.csv", None, "metric")
 
 
 def curve_rows() -> list[dict]:
     rows = []
-    for batch in (128, 512, 2048):
-        c = curve.from_csv(POLLUX / f"cifar10_validation-{batch}.csv", None, "metric")
+    for batch in BATCHES:
+        c = load(batch)
         for fraction in FRACTIONS:
             report = curve.analyse(c, "accuracy", curve.window(c.steps, fraction, None))
             for form in curve.PARAMS:
@@ -98,6 +110,40 @@ def speed_rows() -> list[dict]:
     return rows
 
 
+def unseen_batch() -> dict[str, float | None]:
+    """The 512 curve predicted from the 128 and 2048 curves."""
+    seen = [{"log2_batch": math.log2(b)} for b in (128, 2048)]
+    betas = []
+    for b in (128, 2048):
+        c = load(b)
+        betas.append(curve.fit(c.steps, curve.to_decreasing(c.values, "accuracy"))[1])
+    reg = regress.fit(seen, np.array(betas), ["log2_batch"])
+    p = regress.predict(reg, {"log2_batch": math.log2(512)})
+    measured = load(512)
+    predicted = curve.to_decreasing(curve.model("optimus")(measured.steps, p), "accuracy")
+    reach = curve.predict("optimus", p, p[None, :], 0.90, "accuracy", measured.steps,
+                          measured.values)  # fmt: skip
+    return {
+        "rmse": float(np.sqrt(np.mean((predicted - measured.values) ** 2))),
+        "predicted_epoch_90": reach.predicted_step,
+        "actual_epoch_90": reach.actual_step,
+        "error_pct_90": reach.error_pct,
+    }
+
+
+def fit_times() -> dict[str, dict[str, float]]:
+    """Seconds per `analyse` of each curve's first 30%."""
+    curves = {str(b): load(b) for b in BATCHES}
+
+    def fit_once(c: curve.Curve) -> float:
+        return timed(lambda: curve.analyse(c, "accuracy", curve.window(c.steps, 0.3, None)))
+
+    for c in curves.values():
+        fit_once(c)  # warm-up: imports, first calls
+    runs = interleaved({b: functools.partial(fit_once, c) for b, c in curves.items()}, REPEATS)
+    return {b: spread(t) for b, t in runs.items()}
+
+
 def main() -> int:
     if not POLLUX.is_dir():
         print(f"skipped: no Pollux traces at {POLLUX}", file=sys.stderr)
@@ -153,7 +199,35 @@ def main() -> int:
             ],
         )
     )
-    path = save("converge_pollux", {"target": TARGET, "curves": curves, "speed": speeds})
+    unseen = unseen_batch()
+    print()
+    print(
+        table(
+            "batch 512 predicted from the 128 and 2048 curves (log β linear in log2 batch)",
+            ["rmse (accuracy)", "epoch reaching 90%", "actual", "error %"],
+            [[unseen["rmse"], unseen["predicted_epoch_90"], unseen["actual_epoch_90"],
+              unseen["error_pct_90"]]],
+        )
+    )  # fmt: skip
+    times = fit_times()
+    print()
+    print(
+        table(
+            f"seconds per fit (both forms, {curve.N_BOOT} bootstrap refits, 30 points)",
+            ["batch", "min", "median", "max"],
+            [[b, t["min"], t["median"], t["max"]] for b, t in times.items()],
+        )
+    )
+    path = save(
+        "converge_pollux",
+        {
+            "target": TARGET,
+            "curves": curves,
+            "speed": speeds,
+            "unseen_batch_512": unseen,
+            "fit_seconds": times,
+        },
+    )
     print(f"\nsaved {path}")
     return 0
 

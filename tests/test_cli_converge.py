@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,13 +12,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit
 from dlperf.store import Store
 
 POLLUX_128 = str(Path(__file__).parent / "data" / "pollux" / "cifar10_validation-128.csv")
 Cli = Callable[..., Any]
+
+
+@pytest.fixture(autouse=True)
+def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """20 bootstrap refits instead of 200: these tests check the commands, not the intervals
+    (tests/test_converge_curve.py does)."""
+    monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
 
 
 def accuracy_run(store: Store, epochs: int = 40, steps_per_epoch: int = 10) -> int:
@@ -129,9 +140,9 @@ def test_plan_bad_inputs(cli: Cli, store: Store, tmp_path: Path) -> None:
     r = cli("converge", "fit", str(accuracy_run(store)), "--metric", "accuracy", "--json")
     (tmp_path / "curve.json").write_text(r.out)
     (tmp_path / "bad.json").write_text("{}")
-    speed = SpeedFit("optimus-sync", dict.fromkeys(["theta0", "theta1", "theta2", "theta3",
+    speed_fit = SpeedFit("optimus-sync", dict.fromkeys(["theta0", "theta1", "theta2", "theta3",
                      "theta4"], 0.1), 0, 0, 5, True, "")  # fmt: skip
-    (tmp_path / "speed.json").write_text(json.dumps(asdict(speed)))
+    (tmp_path / "speed.json").write_text(json.dumps(asdict(speed_fit)))
     plan = ("converge", "plan", "--curve", "curve.json", "--target")
     r = cli(*plan, "0.9", "--speed", "bad.json")
     assert r.code == 2 and "bad.json is not a speed fit" in r.err
@@ -167,9 +178,12 @@ def test_staleness_table_and_json(cli: Cli) -> None:
     ("args", "message"),
     [
         (["--learner", "L1=2,1"], "must be positive and increasing"),
-        (["--learner", "L1"], "NAME=values"),
+        (["--learner", "L1"], "--learner takes NAME=times, got 'L1'"),
+        (["--learner", "L1=1", "--learner", " L1=2"], "learner L1 is given twice"),
         (["--speeds", "L1=1"], "needs --horizon"),
-        (["--speeds", "L1"], "NAME=rate"),
+        (["--speeds", "L1", "--horizon", "2"], "--speeds takes NAME=VALUE,..., got 'L1'"),
+        (["--speeds", "L1=1,L1=2", "--horizon", "2"], "--speeds: L1 is given twice"),
+        (["--speeds", "L1=fast", "--horizon", "2"], "--speeds: every value must be a number"),
         ([], "give --learner"),
     ],
 )
@@ -222,8 +236,13 @@ def test_cli_import_stays_light() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_fit_that_does_not_converge_warns(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlperf.converge import curve
+def test_untrusted_fits_warn(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    fit = ("converge", "fit", "--csv", POLLUX_128, "--y", "metric")
+    warning = "warning: cifar10_validation-128.csv: the optimus fit {}; showing the best attempt"
+    # An accuracy curve fitted as a loss: the best decreasing curve is a constant.
+    r = cli(*fit, "--upto", "0.3")
+    assert r.code == 0
+    assert warning.format("is flat: the values do not decrease (is the metric right?)") in r.err
 
     real = curve.least_squares
 
@@ -233,12 +252,9 @@ def test_fit_that_does_not_converge_warns(cli: Cli, monkeypatch: pytest.MonkeyPa
         return result
 
     monkeypatch.setattr(curve, "least_squares", stalled)
-    r = cli("converge", "fit", "--csv", POLLUX_128, "--y", "metric", "--metric", "accuracy")
+    r = cli(*fit, "--metric", "accuracy")
     assert r.code == 0
-    assert (
-        "warning: cifar10_validation-128.csv: the optimus fit did not converge "
-        "(maximum evaluations reached); showing the best attempt"
-    ) in r.err
+    assert warning.format("did not converge (maximum evaluations reached)") in r.err
 
 
 def test_regress_stored_runs_by_depth(cli: Cli, store: Store) -> None:
@@ -247,14 +263,105 @@ def test_regress_stored_runs_by_depth(cli: Cli, store: Store) -> None:
         run_id = store.create_run(
             name=f"resnet{depth}", kind="run", config={"model": {"name": f"resnet{depth}"}}
         )
-        b0 = 0.1 * (20 / depth)  # deeper: slower per step
+        b0 = 0.2 * math.exp(-0.02 * depth)  # per epoch; log β0 linear in depth
         store.log_metrics(run_id, [("val/loss", e, 1 / (b0 * e + 0.5) + 0.2) for e in range(1, 31)])
-        store.finish_run(run_id, summary={})
+        store.finish_run(run_id, summary={"steps_per_epoch": 10})
         ids.append(str(run_id))
     r = cli("converge", "regress", *ids, "--features", "depth", "--predict", "depth=110",
             "--target", "0.4", "--json")  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert [run["depth"] for run in doc["runs"]] == [20, 32, 44, 56]
-    assert doc["prediction"]["beta2"] == pytest.approx(0.2, rel=0.05)
-    assert doc["prediction"]["predicted_step"] > 30  # deeper than any run: later than all
+    assert doc["prediction"]["beta2"] == pytest.approx(0.2, rel=0.01)
+    # 1/(β0·k + 0.5) = 0.2 with β0 = 0.02·e^−2.2 per step: k = 4.5/β0 = 2030.6 steps.
+    assert doc["prediction"]["predicted_step"] == pytest.approx(2031, rel=0.01)
+    assert doc["prediction"]["predicted_epoch"] == pytest.approx(203.1, rel=0.01)
+
+
+def test_metric_error_is_derived_from_val_acc1(cli: Cli, store: Store) -> None:
+    run_id = str(accuracy_run(store))
+    docs = {}
+    for metric in ("accuracy", "error"):
+        r = cli("converge", "fit", run_id, "--metric", metric, "--upto", "0.5", "--json")
+        assert r.code == 0, r.err
+        docs[metric] = json.loads(r.out)
+    assert docs["error"]["metric"] == "error"
+    for beta in ("beta0", "beta1", "beta2"):
+        assert docs["error"][beta] == pytest.approx(docs["accuracy"][beta])
+    r = cli("converge", "predict", run_id, "--metric", "error", "--upto", "0.5",
+            "--target", "0.1", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["actual_step"] == 380  # error 0.1 = accuracy 0.9
+
+
+POLLUX_THETA = np.array([0.01, 2e-3, 0.02, 0.005, 0.08, 0.01, 1.5])
+
+
+def scale_point(
+    store: Store, study: int, nodes: int, workers: int, local: int, comm: str = "allreduce"
+) -> None:
+    """One point of a `dlperf scale` study, as that command writes it, timed by Pollux's
+    model with POLLUX_THETA (one worker has no compute split: its sync time is null)."""
+    t_grad, t_iter = speed._pollux_time(
+        POLLUX_THETA, np.array([nodes]), np.array([workers]), np.array([local])
+    )
+    step = float(t_iter[0])
+    compute = float(t_grad[0]) if workers > 1 else None
+    exposed = step - compute if compute is not None else None
+    run_id = store.create_run(name=f"{workers} workers", kind="scale", config={}, study_id=study)
+    store.finish_run(run_id, summary={
+        "workers": workers, "nodes": nodes, "ps": 0, "per_worker_batch": local,
+        "global_batch": local * workers, "step_time_s": step, "compute_s": compute,
+        "comm_exposed_s": exposed, "sync_time_s": exposed,
+        "throughput": local * workers / step, "comm": comm, "strategy": "ddp",
+        "bucket_mb": None,
+    })  # fmt: skip
+
+
+def test_speed_fit_on_a_scale_study(cli: Cli, store: Store) -> None:
+    study = store.create_study("scale resnet20", kind="scale")
+    for nodes, workers in [(1, 1), (1, 2), (1, 3), (1, 4), (2, 2), (2, 4), (2, 6), (2, 8)]:
+        for local in (16, 32, 64):
+            scale_point(store, study, nodes, workers, local)
+    # Failed and unfinished points are left out: either would spoil the fit.
+    failed = store.create_run(name="8 workers", kind="scale", config={}, study_id=study)
+    store.finish_run(failed, "failed", summary={"workers": 8, "nodes": 2, "ps": 0,
+                     "global_batch": 512, "step_time_s": 100.0, "sync_time_s": 99.0},
+                     error="worker 3 exited with code 1")  # fmt: skip
+    store.finish_run(
+        store.create_run(name="4 workers", kind="scale", config={}, study_id=study),
+        "failed",
+        summary={"workers": 4},
+    )
+    store.create_run(name="6 workers", kind="scale", config={}, study_id=study)  # running
+
+    r = cli("converge", "speed", "fit", str(study), "--model", "pollux", "--json",
+            "--predict", "workers=16,nodes=4,batch=512")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["n_points"] == 24 and doc["converged"] and not doc["notes"]
+    assert doc["error_pct"] < 0.5
+    assert doc["params"]["gamma"] == pytest.approx(1.5, rel=0.05)
+    assert doc["params"]["alpha_inter"] == pytest.approx(0.08, rel=0.05)
+    (prediction,) = doc["predictions"]
+    truth = speed._pollux_time(POLLUX_THETA, np.array([4]), np.array([16]), np.array([32]))
+    assert prediction["step_time_s"] == pytest.approx(truth[1][0], rel=0.05)
+
+    r = cli("converge", "speed", "fit", str(study), "--model", "optimus-sync")
+    assert r.code == 2
+    assert r.err == (
+        "error: optimus-sync needs parameter servers, but 24 measurements have ps = 0 "
+        "(all-reduce) (use --model pollux)\n"
+    )
+
+    scale_point(store, study, 1, 2, 16, comm="fp16")
+    r = cli("converge", "speed", "fit", str(study), "--model", "pollux")
+    assert r.code == 2
+    assert f"study {study} mixes 2 settings of comm/strategy/bucket_mb" in r.err
+    assert "--where comm=allreduce" in r.err
+    r = cli("converge", "speed", "fit", str(study), "--model", "pollux", "--where",
+            "comm=allreduce", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["n_points"] == 24
+    r = cli("converge", "speed", "fit", str(study), "--model", "pollux", "--where", "comm=x")
+    assert r.code == 2 and f"study {study} has no finished runs that match --where" in r.err

@@ -45,15 +45,19 @@ def test_too_few_runs() -> None:
 def test_run_features_from_config() -> None:
     run = {
         "id": 1,
-        "config": {"model": {"name": "resnet56"}},
+        "config": {"model": {"name": "resnet56"}, "run": {"device": "auto"}},
         "summary": {},
-        "system": {"device": "cpu"},
+        "system": {"device": "cuda:0", "gpus": ["Tesla T4", "Tesla T4"]},
     }
-    assert regress.run_features(run, ["depth", "device", "name"]) == {
+    # The device used (system) wins over the one asked for (config); gpu is the GPU's name.
+    assert regress.run_features(run, ["depth", "device", "name", "gpu", "run.device"]) == {
         "depth": 56,
-        "device": "cpu",
+        "device": "cuda:0",
         "name": "resnet56",
+        "gpu": "Tesla T4",
+        "run.device": "auto",
     }
+    assert regress.run_features({**run, "system": {"gpus": []}}, ["gpu"]) == {"gpu": "cpu"}
     with pytest.raises(UserError, match="no feature 'width'"):
         regress.run_features(run, ["width"])
 

@@ -64,6 +64,21 @@ def test_push_and_pull_latencies_stretch_the_schedule() -> None:
     ]
 
 
+def test_latencies_that_make_a_tie() -> None:
+    # A computes 1 and 1, B 2.5; push and pull take 0.25. A#2 arrives 1.25 + 0.25 + 1 + 0.25
+    # = 2.75, when B#1 does (2.5 + 0.25): the learner given first is applied first.
+    assert rows({"A": [1, 2], "B": [2.5]}, push=0.25, pull=0.25) == [
+        ("A", 1, 1.25, 0, 0, 0),
+        ("A", 2, 2.75, 1, 1, 0),
+        ("B", 1, 2.75, 0, 2, 2),
+    ]
+    assert rows({"B": [2.5], "A": [1, 2]}, push=0.25, pull=0.25) == [
+        ("A", 1, 1.25, 0, 0, 0),
+        ("B", 1, 2.75, 0, 1, 1),
+        ("A", 2, 2.75, 1, 2, 1),
+    ]
+
+
 def test_json_shape() -> None:
     doc = staleness.to_json(staleness.simulate({"L1": [1, 2], "L2": [1.5]}))
     assert set(doc) == {"gradients", "summary"}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,59 +37,113 @@ converge_app.add_typer(speed_app, name="speed")
 
 RUN_IDS = typer.Argument(None, help="Stored run IDs (or use --csv).", show_default=False)
 CSV = typer.Option(None, "--csv", help="A CSV file with the curve.")
-X = typer.Option(None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...).")
-Y = typer.Option(None, "--y", help="CSV column of the metric.")
-METRIC = typer.Option(
-    "loss", "--metric", help="loss | accuracy | error (accuracy is fitted as 1 − accuracy)."
-)
-KEY = typer.Option(None, "--key", help="Stored metric key (default val/loss or val/acc1).")
-UPTO = typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3.")
-UPTO_STEP = typer.Option(None, "--upto-step", help="Fit the points up to step K.")
 JSON = typer.Option(False, "--json", help="Print one JSON document.")
 PLOT = typer.Option(None, "--plot", help="Save a figure to this file (PNG, PDF, SVG).")
 
 
-def _curves(
-    run_ids: list[int] | None,
-    csv: Path | None,
-    x: str | None,
-    y: str | None,
-    metric: str,
-    key: str | None,
-) -> list[Curve]:
+@dataclass
+class CurveOptions:
+    """How fit, predict and regress read a curve and which of its points they fit."""
+
+    x: str | None
+    y: str | None
+    metric: str
+    key: str | None
+    upto: float | None
+    upto_step: float | None
+
+
+_CURVE_OPTIONS = {
+    "x": typer.Option(
+        None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...)."
+    ),
+    "y": typer.Option(None, "--y", help="CSV column of the metric."),
+    "metric": typer.Option(
+        "loss", "--metric", help="loss | accuracy | error (accuracy is fitted as 1 − accuracy)."
+    ),
+    "key": typer.Option(
+        None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
+    ),
+    "upto": typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3."),
+    "upto_step": typer.Option(None, "--upto-step", help="Fit the points up to step K."),
+}
+
+
+def curve_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the options of `CurveOptions` (--x, --y, --metric, --key, --upto,
+    --upto-step), passed to it as one argument `opts`, so that each command declares only
+    its own options."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.name != "opts"]
+    shared = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=_CURVE_OPTIONS[f.name],
+                          annotation=f.type)
+        for f in fields(CurveOptions)
+    ]  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        opts = CurveOptions(**{f.name: kwargs.pop(f.name) for f in fields(CurveOptions)})
+        command(opts=opts, **kwargs)
+
+    # Typer reads the options from the signature and resolves its annotations.
+    wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in [*own, *shared]}
+    return wrapper
+
+
+def _pairs(text: str, option: str, example: str) -> dict[str, str]:
+    """'a=1,b=x' as {'a': '1', 'b': 'x'}, in the order given."""
+    pairs: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not name or not value.strip():
+            raise UserError(f"{option} takes NAME=VALUE,..., got {text!r}", f"e.g. {example}")
+        if name in pairs:
+            raise UserError(f"{option}: {name} is given twice in {text!r}")
+        pairs[name] = value.strip()
+    return pairs
+
+
+def _numbers(pairs: dict[str, str], option: str) -> dict[str, float]:
+    try:
+        return {name: float(value) for name, value in pairs.items()}
+    except ValueError:
+        raise UserError(f"{option}: every value must be a number, got {pairs}") from None
+
+
+def _curves(run_ids: list[int] | None, csv: Path | None, opts: CurveOptions) -> list[Curve]:
     from dlperf.converge import curve
 
-    if metric not in curve.METRICS:
-        raise UserError(f"unknown metric '{metric}'", f"choose one of {', '.join(curve.METRICS)}")
+    curve.check_metric(opts.metric)
     if bool(run_ids) == (csv is not None):
         raise UserError("give RUN_ID ... or --csv FILE (not both)")
     if csv is not None:
-        if y is None:
+        if opts.y is None:
             raise UserError("--csv needs --y COLUMN (the metric)")
-        return [curve.from_csv(csv, x, y)]
+        return [curve.from_csv(csv, opts.x, opts.y)]
     store = open_store()
-    return [curve.from_run(store, i, key or curve.RUN_KEYS[metric]) for i in run_ids or []]
+    return [curve.from_run(store, i, opts.metric, opts.key) for i in run_ids or []]
 
 
-def _reports(
-    curves: list[Curve], metric: str, upto: float | None, upto_step: float | None
-) -> list[FitReport]:
+def _warn_untrusted(label: str, form: str, fit: Any) -> None:
+    if not fit.converged:
+        console.warn(f"{label}: the {form} fit {fit.message}; showing the best attempt")
+
+
+def _reports(curves: list[Curve], opts: CurveOptions) -> list[FitReport]:
     from dlperf.converge import curve
 
     reports = []
     with console.reporter() as rep:
         rep.task("fitting", total=len(curves))
         for c in curves:
-            n_fit = curve.window(c.steps, upto, upto_step)
-            reports.append(curve.analyse(c, metric, n_fit))
+            n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
+            reports.append(curve.analyse(c, opts.metric, n_fit))
             rep.advance()
     for r in reports:
         for form, f in r.fits.items():
-            if not f.converged:
-                console.warn(
-                    f"{r.curve.label}: the {form} fit did not converge ({f.message}); "
-                    "showing the best attempt"
-                )
+            _warn_untrusted(r.curve.label, form, f)
     return reports
 
 
@@ -130,15 +188,11 @@ def _one_or_list(documents: list[dict[str, Any]]) -> Any:
 
 
 @converge_app.command("fit")
+@curve_options
 def fit(
+    opts: CurveOptions,
     run_ids: list[int] = RUN_IDS,
     csv: Path = CSV,
-    x: str = X,
-    y: str = Y,
-    metric: str = METRIC,
-    key: str = KEY,
-    upto: float = UPTO,
-    upto_step: float = UPTO_STEP,
     plot: Path = PLOT,
     as_json: bool = JSON,
 ) -> None:
@@ -150,18 +204,17 @@ def fit(
     Example: dlperf converge fit --csv ../shared/data/pollux/cifar10_validation-128.csv
     --y metric --metric accuracy --upto 0.3
     """
-    curves = _curves(run_ids, csv, x, y, metric, key)
-    reports = _reports(curves, metric, upto, upto_step)
-    _plot_fits(plot, reports, metric)
+    reports = _reports(_curves(run_ids, csv, opts), opts)
+    _plot_fits(plot, reports, opts.metric)
     if as_json:
         console.print_json(_one_or_list([_fit_json(r) for r in reports]))
         return
     for r in reports:
-        rows = []
-        for form, f in r.fits.items():
-            for name, value in f.params.items():
-                lo, hi = r.ci[form][name]
-                rows.append([form, name, value, lo, hi])
+        rows = [
+            [form, name, value, *r.ci[form][name]]
+            for form, f in r.fits.items()
+            for name, value in f.params.items()
+        ]
         console.print_table(
             f"{r.curve.label}: {r.n_fit} points to step {r.fits['optimus'].last_step:g}, "
             f"{r.metric}",
@@ -169,18 +222,20 @@ def fit(
             rows,
         )
         h = r.heldout
-        forms = [[form, f.rmse, h.get(f"{form}_rmse")] for form, f in r.fits.items()]
         console.print_table(
             f"fit error (held out: {h['n_points']} later points)",
             ["form", "rmse fit", "rmse held out"],
-            forms,
+            [[form, f.rmse, h.get(f"{form}_rmse")] for form, f in r.fits.items()],
         )
         if "better" in h:
             console.out.print(f"{h['better']} predicts the held-out points better", markup=False)
 
 
 def _prediction_json(r: FitReport, form: str, p: Prediction) -> dict[str, Any]:
+    from dlperf.converge.curve import to_decreasing
+
     spe = r.curve.steps_per_epoch
+    asymptote = r.fits[form].params["beta2" if form == "optimus" else "c"]
     return {
         "source": r.curve.label,
         "form": form,
@@ -191,22 +246,19 @@ def _prediction_json(r: FitReport, form: str, p: Prediction) -> dict[str, Any]:
         "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
         "actual_step": p.actual_step,
         "error_pct": p.error_pct,
-        "asymptote": r.fits[form].params["beta2" if form == "optimus" else "c"],
+        "asymptote": asymptote,
+        "plateau": float(to_decreasing(asymptote, r.metric)),
         "n_points": r.n_fit,
     }
 
 
 @converge_app.command("predict")
+@curve_options
 def predict(
+    opts: CurveOptions,
     run_ids: list[int] = RUN_IDS,
     target: float = typer.Option(..., "--target", help="Value to reach, in the metric's units."),
     csv: Path = CSV,
-    x: str = X,
-    y: str = Y,
-    metric: str = METRIC,
-    key: str = KEY,
-    upto: float = UPTO,
-    upto_step: float = UPTO_STEP,
     form: str = typer.Option("optimus", "--form", help="optimus | power."),
     plot: Path = PLOT,
     as_json: bool = JSON,
@@ -221,54 +273,46 @@ def predict(
 
     if form not in curve.PARAMS:
         raise UserError(f"unknown form '{form}'", "choose optimus or power")
-    curve.check_target(target, metric)
-    reports = _reports(_curves(run_ids, csv, x, y, metric, key), metric, upto, upto_step)
-    _plot_fits(plot, reports, metric)
-    documents = []
-    for r in reports:
-        p = curve.predict(
-            form, r.params[form], r.samples[form], target, metric, r.curve.steps, r.curve.values
+    curve.check_metric(opts.metric)
+    curve.check_target(target, opts.metric)
+    reports = _reports(_curves(run_ids, csv, opts), opts)
+    _plot_fits(plot, reports, opts.metric)
+    documents = [
+        _prediction_json(
+            r,
+            form,
+            curve.predict(
+                form, r.params[form], r.samples[form], target, opts.metric, r.curve.steps,
+                r.curve.values,
+            ),
         )
-        documents.append(_prediction_json(r, form, p))
+        for r in reports
+    ]  # fmt: skip
     if as_json:
         console.print_json(_one_or_list(documents))
         return
-    rows = []
-    for d in documents:
-        lo, hi = d["interval"] or (None, None)
-        rows.append(
-            [
-                d["source"],
-                d["predicted_step"] if d["reachable"] else "unreachable",
-                lo,
-                hi,
-                d["predicted_epoch"],
-                d["actual_step"],
-                d["error_pct"],
-                d["asymptote"],
-            ]
-        )
-    asym = "asymptote (β2)" if form == "optimus" else "asymptote (c)"
+    asymptote = "β2" if form == "optimus" else "c"
     console.print_table(
-        f"{form} model: step reaching {metric} {target:g}",
-        ["source", "predicted step", "5%", "95%", "epoch", "actual step", "error %", asym],
-        rows,
-    )
+        f"{form} model: step reaching {opts.metric} {target:g}",
+        ["source", "predicted step", "5%", "95%", "epoch", "actual step", "error %",
+         f"asymptote ({asymptote})", "plateau"],
+        [
+            [d["source"], d["predicted_step"] if d["reachable"] else "unreachable",
+             *(d["interval"] or (None, None)), d["predicted_epoch"], d["actual_step"],
+             d["error_pct"], d["asymptote"], d["plateau"]]
+            for d in documents
+        ],
+    )  # fmt: skip
     for d in documents:
         if not d["reachable"]:
             console.warn(
                 f"{d['source']}: unreachable, the fitted curve levels off at "
-                f"{curve.to_decreasing(d['asymptote'], metric):.4g} {metric}"
+                f"{d['plateau']:.4g} {opts.metric} ({asymptote} = {d['asymptote']:.4g})"
             )
 
 
 def _regress_sources(
-    sources: list[str],
-    features: list[str],
-    x: str | None,
-    y: str | None,
-    metric: str,
-    key: str | None,
+    sources: list[str], features: list[str], opts: CurveOptions
 ) -> list[tuple[Curve, dict[str, Any]]]:
     """Each source's curve and features: a run ID, or PATH.csv:feature=value,..."""
     from dlperf.converge import curve, regress
@@ -279,48 +323,40 @@ def _regress_sources(
         if source.isdigit():
             store = store or open_store()
             run = store.get_run(int(source))
-            c = curve.from_run(store, int(source), key or curve.RUN_KEYS[metric])
+            c = curve.from_run(store, int(source), opts.metric, opts.key)
             found.append((c, regress.run_features(run, features)))
             continue
         path, _, given = source.partition(":")
-        if y is None:
+        if opts.y is None:
             raise UserError("CSV sources need --y COLUMN (the metric)")
-        values: dict[str, Any] = {}
-        for part in filter(None, given.split(",")):
-            name, sep, value = part.partition("=")
-            if not sep:
-                raise UserError(f"{source!r}: give features as PATH:feature=value,...")
-            values[name.strip()] = value.strip()
+        values = _pairs(given, "a CSV source", f"{path}:{features[0]}=20") if given else {}
         missing = [f for f in features if f not in values]
         if missing:
             raise UserError(f"{path} has no {', '.join(missing)}", f"e.g. {path}:{features[0]}=20")
-        found.append((curve.from_csv(Path(path), x, y), values))
+        found.append((curve.from_csv(Path(path), opts.x, opts.y), values))
     return found
 
 
 @converge_app.command("regress")
+@curve_options
 def regress(
+    opts: CurveOptions,
     sources: list[str] = typer.Argument(
         ..., help="Run IDs, or CSV files given as PATH:feature=value,...", show_default=False
     ),
-    features: str = typer.Option(..., "--features", help="Comma-separated, e.g. depth,device."),
-    x: str = X,
-    y: str = Y,
-    metric: str = METRIC,
-    key: str = KEY,
-    upto: float = UPTO,
-    upto_step: float = UPTO_STEP,
+    features: str = typer.Option(..., "--features", help="Comma-separated, e.g. depth,gpu."),
     predict_at: str = typer.Option(
-        None, "--predict", help="A configuration to predict, e.g. depth=50,device=T4."
+        None, "--predict", help="A configuration to predict, e.g. depth=50,gpu=T4."
     ),
     target: float = typer.Option(None, "--target", help="With --predict: the step reaching it."),
     plot: Path = PLOT,
     as_json: bool = JSON,
 ) -> None:
     """Fit β0, β1, β2 of each run, regress log β on run features, and predict the curve of an
-    unseen configuration (and the step reaching --target).
+    unseen configuration (and the step, and epoch, reaching --target).
 
-    Features are run config, summary or system keys (depth also reads resnet56's 56).
+    Features are run summary, system or config keys; depth reads resnet56's 56, gpu the
+    first GPU's name.
 
     Example: dlperf converge regress 1 2 3 4 --features depth --metric accuracy
     --predict depth=50 --target 0.9
@@ -333,20 +369,19 @@ def regress(
     wanted = [f.strip() for f in features.split(",") if f.strip()]
     if not wanted:
         raise UserError("--features needs at least one name", "e.g. --features depth")
-    if metric not in curve.METRICS:
-        raise UserError(f"unknown metric '{metric}'", f"choose one of {', '.join(curve.METRICS)}")
+    curve.check_metric(opts.metric)
     if target is not None:
         if predict_at is None:
             raise UserError("--target needs --predict (the configuration to predict)")
-        curve.check_target(target, metric)
-    found = _regress_sources(sources, wanted, x, y, metric, key)
+        curve.check_target(target, opts.metric)
+    at = _pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
+    found = _regress_sources(sources, wanted, opts)
     fits = []
     for c, _ in found:
-        k, values = c.steps, curve.to_decreasing(c.values, metric)
-        n_fit = curve.window(k, upto, upto_step)
+        k, values = c.steps, curve.to_decreasing(c.values, opts.metric)
+        n_fit = curve.window(k, opts.upto, opts.upto_step)
         fitted, params = curve.fit(k[:n_fit], values[:n_fit])
-        if not fitted.converged:
-            console.warn(f"{c.label}: the fit did not converge ({fitted.message}); best attempt")
+        _warn_untrusted(c.label, "optimus", fitted)
         fits.append(params)
     result = reg.fit([f for _, f in found], np.array(fits), wanted)
     document: dict[str, Any] = {
@@ -360,34 +395,34 @@ def regress(
         ],
     }
     predicted = None
-    if predict_at is not None:
-        values = {}
-        for part in predict_at.split(","):
-            name, sep, value = part.partition("=")
-            if not sep:
-                raise UserError(f"--predict takes feature=value,..., got {predict_at!r}")
-            values[name.strip()] = value.strip()
-        predicted = reg.predict(result, values)
+    if at is not None:
+        predicted = reg.predict(result, at)
         last = max(float(c.steps.max()) for c, _ in found)
         steps = np.linspace(last / 50, last, 50)
-        document["prediction"] = {
-            "features": values,
+        prediction: dict[str, Any] = {
+            "features": at,
             **dict(zip(reg.BETAS, map(float, predicted), strict=True)),
             "curve": [
-                [float(k), float(curve.to_decreasing(v, metric))]
+                [float(k), float(curve.to_decreasing(v, opts.metric))]
                 for k, v in zip(steps, curve.model("optimus")(steps, predicted), strict=True)
             ],
         }
         if target is not None:
-            reach = curve.steps_to("optimus", predicted, curve.to_decreasing(target, metric))[0]
-            document["prediction"]["target"] = target
-            document["prediction"]["predicted_step"] = (
-                int(curve.whole_step(reach)) if math.isfinite(reach) else None
-            )
+            reach = curve.steps_to("optimus", predicted, curve.to_decreasing(target, opts.metric))
+            step = int(curve.whole_step(reach[0])) if math.isfinite(reach[0]) else None
+            # The epoch only when every source counts the same steps per epoch.
+            per_epoch = {c.steps_per_epoch for c, _ in found}
+            spe = per_epoch.pop() if len(per_epoch) == 1 else None
+            prediction |= {
+                "target": target,
+                "predicted_step": step,
+                "predicted_epoch": step / spe if step is not None and spe else None,
+            }
+        document["prediction"] = prediction
     if plot is not None:
         from dlperf.converge.plots import plot_regression
 
-        plot_regression(plot, found, result, predicted, metric)
+        plot_regression(plot, found, result, predicted, opts.metric)
         console.err.print(f"saved {plot}", markup=False)
     if as_json:
         console.print_json(document)
@@ -403,22 +438,25 @@ def regress(
         rows = [[b, pred[b]] for b in reg.BETAS]
         if target is not None:
             rows.append([f"step reaching {target:g}", pred["predicted_step"] or "unreachable"])
+            if pred["predicted_epoch"] is not None:
+                rows.append([f"epoch reaching {target:g}", pred["predicted_epoch"]])
         console.print_table(f"prediction for {predict_at}", ["", "value"], rows)
 
 
-def _parse_assignments(text: str, option: str, allowed: tuple[str, ...]) -> dict[str, float]:
-    """'workers=8,ps=2' as {'workers': 8.0, 'ps': 2.0}."""
-    values = {}
-    for part in text.split(","):
-        name, sep, value = part.partition("=")
-        name = name.strip()
-        if not sep or name not in allowed:
-            raise UserError(f"{option} takes {', '.join(f'{a}=N' for a in allowed)}, got {text!r}")
-        try:
-            values[name] = float(value)
-        except ValueError:
-            raise UserError(f"{option}: {name} must be a number, got {value!r}") from None
-    return values
+def _speed_prediction(fit: SpeedFit, keys: tuple[str, ...], text: str) -> dict[str, float]:
+    """The step time at a configuration such as 'workers=8,ps=2' (1 node or server unless
+    given; the batch is global)."""
+    from dlperf.converge import speed
+
+    at = _numbers(_pairs(text, "--predict", "--predict workers=8,ps=2"), "--predict")
+    if set(at) - set(keys) or "workers" not in at:
+        raise UserError(
+            f"--predict for {fit.model} takes {', '.join(f'{k}=N' for k in keys)} "
+            f"(workers required), got {text!r}"
+        )
+    at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
+    t = float(speed.step_time(fit, at["workers"], at["batch"], at["ps"], at["nodes"])[0])
+    return {**{k: at[k] for k in keys}, "step_time_s": t, "samples_per_s": at["batch"] / t}
 
 
 @speed_app.command("fit")
@@ -428,6 +466,11 @@ def speed_fit(
     ),
     csv: Path = typer.Option(None, "--csv", help="A speed table or a Pollux trace CSV."),
     model: str = typer.Option(..., "--model", help="optimus-sync | optimus-async | pollux."),
+    where: list[str] = typer.Option(
+        [],
+        "--where",
+        help="With STUDY_ID: keep runs whose summary has KEY=VALUE, e.g. comm=fp16 (repeatable).",
+    ),
     predict_at: list[str] = typer.Option(
         [],
         "--predict",
@@ -441,35 +484,37 @@ def speed_fit(
 
     A table has one row per configuration: workers, ps, nodes, global_batch, step_time_s,
     sync_time_s (Pollux's trace columns are read as they are). A study's finished runs give
-    the same keys in their summaries. The JSON output is what `converge plan --speed` reads.
+    the same keys in their summaries; failed points are left out. The JSON output is what
+    `converge plan --speed` reads.
 
     Example: dlperf converge speed fit --csv ../shared/data/pollux/cifar10_placements.csv
     --model pollux --predict workers=32,nodes=8,batch=2048
     """
-    from dataclasses import asdict
-
     from dlperf.converge import speed
 
     if (study_id is None) == (csv is None):
         raise UserError("give STUDY_ID or --csv FILE (not both)")
+    if where and study_id is None:
+        raise UserError("--where selects runs of a study: give STUDY_ID")
     if model not in speed.MODELS:
         raise UserError(
             f"unknown speed model '{model}'", f"choose one of {', '.join(speed.MODELS)}"
         )
-    data = speed.load_csv(csv) if csv is not None else speed.from_study(open_store(), study_id)
+    selected: dict[str, str] = {}
+    for text in where:
+        selected |= _pairs(text, "--where", "--where comm=allreduce")
+    data = (
+        speed.load_csv(csv)
+        if csv is not None
+        else speed.from_study(open_store(), study_id, selected)
+    )
     result = speed.fit(data, model)
     if not result.converged:
         console.warn(f"the {model} fit did not converge ({result.message}); best attempt shown")
     for note in result.notes:
         console.warn(note)
-    predictions = []
-    for text in predict_at:
-        at = _parse_assignments(text, "--predict", ("workers", "ps", "nodes", "batch"))
-        if "workers" not in at:
-            raise UserError(f"--predict needs workers=N, got {text!r}")
-        at = {"ps": 1.0, "nodes": 1.0, "batch": result.typical_batch, **at}
-        t = float(speed.step_time(result, at["workers"], at["batch"], at["ps"], at["nodes"])[0])
-        predictions.append({**at, "step_time_s": t, "samples_per_s": at["batch"] / t})
+    keys = ("workers", "nodes", "batch") if model == "pollux" else ("workers", "ps", "batch")
+    predictions = [_speed_prediction(result, keys, text) for text in predict_at]
     if as_json:
         console.print_json(
             {**asdict(result), "meanings": speed.MEANINGS[model], "predictions": predictions}
@@ -484,18 +529,8 @@ def speed_fit(
     if predictions:
         console.print_table(
             "predictions",
-            ["workers", "ps", "nodes", "global batch", "step time (s)", "samples/s"],
-            [
-                [
-                    p["workers"],
-                    p["ps"],
-                    p["nodes"],
-                    p["batch"],
-                    p["step_time_s"],
-                    p["samples_per_s"],
-                ]
-                for p in predictions
-            ],
+            [*keys[:2], "global batch", "step time (s)", "samples/s"],
+            [[*(p[k] for k in keys), p["step_time_s"], p["samples_per_s"]] for p in predictions],
         )
 
 
@@ -511,10 +546,11 @@ def _load_json(path: Path, what: str) -> dict[str, Any]:
     return document
 
 
-def _remaining_steps(curve_doc: dict[str, Any], target: float, path: Path) -> float:
+def _remaining_steps(path: Path, target: float) -> float:
     """Steps still to go from the end of the fit window to the target, by the Optimus fit."""
     from dlperf.converge import curve
 
+    curve_doc = _load_json(path, "curve fit")
     try:
         metric = curve_doc["metric"]
         beta = [float(curve_doc[k]) for k in curve.PARAMS["optimus"]]
@@ -587,14 +623,14 @@ def plan(
         return
     if curve_path is None or speed_path is None or target is None:
         raise UserError("plan needs --curve, --speed and --target (or --cluster and --gpus)")
-    speed_fit_ = _speed_from(speed_path)
-    steps = _remaining_steps(_load_json(curve_path, "curve fit"), target, curve_path)
+    speed = _speed_from(speed_path)
+    steps = _remaining_steps(curve_path, target)
     rows = planner.plan(
         steps,
-        speed_fit_,
+        speed,
         planner.parse_range(ps, "ps"),
         planner.parse_range(workers, "workers"),
-        batch or speed_fit_.typical_batch,
+        batch or speed.typical_batch,
         price if price is not None else 1.0,
     )
     if plot is not None:
@@ -604,8 +640,6 @@ def plan(
         console.err.print(f"saved {plot}", markup=False)
     cost = "cost" if price is not None else "device-hours"
     if as_json:
-        from dataclasses import asdict
-
         console.print_json(
             {"steps": steps, "cost_unit": cost, "allocations": [asdict(r) for r in rows]}
         )
@@ -614,16 +648,11 @@ def plan(
         f"{steps:.0f} steps to {target:g}",
         ["ps", "workers", "hours", cost, "best"],
         [
-            [
-                r.ps,
-                r.workers,
-                r.time_s / 3600,
-                r.cost,
-                ", ".join(n for n, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on),
-            ]
+            [r.ps, r.workers, r.time_s / 3600, r.cost,
+             ", ".join(n for n, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on)]
             for r in rows
         ],
-    )
+    )  # fmt: skip
 
 
 def _plan_cluster(path: Path, gpus: int | None, as_json: bool) -> None:
@@ -647,22 +676,12 @@ def _plan_cluster(path: Path, gpus: int | None, as_json: bool) -> None:
         missing = [k for k in ("curve", "speed", "target") if k not in entry]
         if missing:
             raise UserError(f"{path}: job {i + 1} has no {', '.join(missing)}")
-        here = path.parent
-        speed_fit_ = _speed_from(here / entry["speed"])
-        curve_path = here / entry["curve"]
-        steps = _remaining_steps(
-            _load_json(curve_path, "curve fit"), float(entry["target"]), curve_path
-        )
-        name = str(entry.get("name", f"job{i + 1}"))
-        jobs.append(
-            planner.Job(
-                name, steps, speed_fit_, float(entry.get("batch", speed_fit_.typical_batch))
-            )
-        )
+        speed = _speed_from(path.parent / entry["speed"])
+        steps = _remaining_steps(path.parent / entry["curve"], float(entry["target"]))
+        batch = float(entry.get("batch", speed.typical_batch))
+        jobs.append(planner.Job(str(entry.get("name", f"job{i + 1}")), steps, speed, batch))
     result = planner.allocate(jobs, gpus)
     if as_json:
-        from dataclasses import asdict
-
         console.print_json({"gpus": gpus, "jobs": [asdict(a) for a in result]})
         return
     console.print_table(
@@ -672,34 +691,26 @@ def _plan_cluster(path: Path, gpus: int | None, as_json: bool) -> None:
     )
 
 
-def _parse_learners(specs: list[str], option: str) -> dict[str, list[float]]:
+def _learners(specs: list[str]) -> dict[str, list[float]]:
     """['L1=1,2,3', 'L2=2.5'] as {'L1': [1, 2, 3], 'L2': [2.5]}, in the order given."""
     learners: dict[str, list[float]] = {}
     for spec in specs:
         name, sep, values = spec.partition("=")
-        if not sep or not name.strip():
-            raise UserError(f"{option} takes NAME=values, got {spec!r}", f"e.g. {option} L1=1,2,3")
+        name = name.strip()
+        if not sep or not name:
+            raise UserError(f"--learner takes NAME=times, got {spec!r}", "e.g. --learner L1=1,2,3")
         if name in learners:
             raise UserError(f"learner {name} is given twice")
         try:
-            learners[name.strip()] = [float(v) for v in values.split(",")]
+            learners[name] = [float(v) for v in values.split(",")]
         except ValueError:
-            raise UserError(f"{option} {spec!r}: values must be numbers") from None
+            raise UserError(f"--learner {spec!r}: times must be numbers") from None
     return learners
 
 
-def _parse_rates(text: str) -> dict[str, float]:
+def _rates(text: str) -> dict[str, float]:
     """'L1=1.0,L2=0.4' as {'L1': 1.0, 'L2': 0.4}, in the order given."""
-    rates = {}
-    for part in text.split(","):
-        name, _, value = part.partition("=")
-        try:
-            rates[name.strip()] = float(value)
-        except ValueError:
-            raise UserError(
-                f"--speeds takes NAME=rate,..., got {text!r}", "e.g. L1=1.0,L2=0.4"
-            ) from None
-    return rates
+    return _numbers(_pairs(text, "--speeds", "--speeds L1=1.0,L2=0.4"), "--speeds")
 
 
 @app.command()
@@ -743,12 +754,11 @@ def staleness(
     if bool(learner) == (speeds is not None):
         raise UserError("give --learner NAME=times ... or --speeds NAME=rate,... (not both)")
     if speeds is not None:
-        rates = _parse_rates(speeds)
         if horizon is None:
             raise UserError("--speeds needs --horizon")
-        times = sim.from_speeds(rates, horizon)
+        times = sim.from_speeds(_rates(speeds), horizon)
     else:
-        times = _parse_learners(learner, "--learner")
+        times = _learners(learner)
     gradients = sim.simulate(times, push_latency, pull_latency)
     if as_json:
         console.print_json(sim.to_json(gradients))
@@ -780,7 +790,7 @@ def _train_staleness(
         raise UserError("--train needs --learners N or --speeds NAME=rate,... (one of them)")
     if learners is not None and learners < 1:
         raise UserError(f"--learners must be ≥ 1, got {learners}")
-    rates = _parse_rates(speeds) if speeds else {f"L{i + 1}": 1.0 for i in range(learners or 0)}
+    rates = _rates(speeds) if speeds else {f"L{i + 1}": 1.0 for i in range(learners or 0)}
     if any(not math.isfinite(r) or r <= 0 for r in rates.values()):
         raise UserError(f"learner speeds must be positive, got {speeds}")
     exp = load_experiment(path, overrides)

@@ -26,8 +26,9 @@ from dlperf.converge.tables import read_columns
 from dlperf.errors import UserError
 
 METRICS = ("loss", "accuracy", "error")
-# The stored metric each kind reads by default (per epoch, step = epoch).
-RUN_KEYS = {"loss": "val/loss", "accuracy": "val/acc1", "error": "val/error"}
+# The stored metric each kind reads by default (per epoch, step = epoch). The engine logs no
+# error: it is derived as 1 − val/acc1.
+RUN_KEYS = {"loss": "val/loss", "accuracy": "val/acc1", "error": "val/acc1"}
 PARAMS = {"optimus": ("beta0", "beta1", "beta2"), "power": ("a", "b", "c")}
 GRID = 200
 N_BOOT = 200
@@ -40,8 +41,8 @@ class CurveFit:
     rmse: float  # on the fitted points, in the metric's units
     n_points: int
     last_step: float  # the last step of the fit window
-    converged: bool
-    message: str
+    converged: bool  # False: do not trust the coefficients; `message` says why
+    message: str  # when not converged, ends "the fit ...": "did not converge (...)"
 
 
 @dataclass
@@ -58,6 +59,11 @@ def to_decreasing(values: Any, metric: str) -> Any:
     """Accuracy becomes error = 1 − accuracy (and back: the map is its own inverse); loss and
     error stay as they are. Works on floats and arrays alike."""
     return 1.0 - values if metric == "accuracy" else values
+
+
+def check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise UserError(f"unknown metric '{metric}'", f"choose one of {', '.join(METRICS)}")
 
 
 def check_target(target: float, metric: str) -> None:
@@ -161,8 +167,15 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
     start = _grid_start(form, k / scale, y, w)
     result = _refine(form, k / scale, y, w, start)
     p = _scaled(form, result.x, scale)
-    rmse = float(np.sqrt(np.mean((model(form)(k, p) - y) ** 2)))
-    converged = bool(result.success) and bool(np.all(np.isfinite(p)))
+    fitted = model(form)(k, p)
+    rmse = float(np.sqrt(np.mean((fitted - y) ** 2)))
+    converged, message = True, str(result.message)
+    if not (result.success and np.all(np.isfinite(p))):
+        converged, message = False, f"did not converge ({result.message})"
+    elif fitted[np.argmin(k)] - fitted[np.argmax(k)] <= 1e-6 * max(float(np.abs(y).max()), 1e-12):
+        # β0 = 0 (or b = 0): the best decreasing curve is a constant, e.g. an accuracy
+        # curve fitted as a loss.
+        converged, message = False, "is flat: the values do not decrease (is the metric right?)"
     curve = CurveFit(
         form=form,
         params=dict(zip(PARAMS[form], map(float, p), strict=True)),
@@ -170,7 +183,7 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
         n_points=len(k),
         last_step=float(k.max()),
         converged=converged,
-        message=str(result.message),
+        message=message,
     )
     return curve, p
 
@@ -301,8 +314,7 @@ class FitReport:
 def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitReport:
     """Both forms fitted to the first n_fit points, with bootstrap intervals, and compared on
     later points."""
-    if metric not in METRICS:
-        raise UserError(f"unknown metric '{metric}'", f"choose one of {', '.join(METRICS)}")
+    check_metric(metric)
     if metric in ("accuracy", "error") and np.any((curve.values < 0) | (curve.values > 1)):
         raise UserError(f"{curve.label}: {metric} values must lie in [0, 1]", "is --metric right?")
     k, y = curve.steps, to_decreasing(curve.values, metric)
@@ -325,16 +337,20 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
     return Curve(path.name, steps, values)
 
 
-def from_run(store: Any, run_id: int, key: str) -> Curve:
-    """A stored run's metric. Per-epoch metrics (val/*, epoch/*) are logged at step = epoch;
-    they are put on the global-step axis when the run knows its steps per epoch."""
+def from_run(store: Any, run_id: int, metric: str, key: str | None = None) -> Curve:
+    """A stored run's metric: `key`, else the metric's default key (error: 1 − val/acc1).
+    Per-epoch metrics (val/*, epoch/*) are logged at step = epoch; they are put on the
+    global-step axis when the run knows its steps per epoch."""
     run = store.get_run(run_id)
-    pairs = store.metrics(run_id, key)
+    stored = key or RUN_KEYS[metric]
+    pairs = store.metrics(run_id, stored)
     if not pairs:
-        raise UserError(f"run {run_id} has no metric '{key}'", "see `dlperf runs show`")
+        raise UserError(f"run {run_id} has no metric '{stored}'", "see `dlperf runs show`")
     epoch_steps = run["summary"].get("steps_per_epoch")
     steps = np.array([s for s, _ in pairs], float)
-    if key.startswith(("val/", "epoch/")) and epoch_steps:
+    if stored.startswith(("val/", "epoch/")) and epoch_steps:
         steps = steps * epoch_steps
     values = np.array([v for _, v in pairs], float)
+    if key is None and metric == "error":
+        values = 1.0 - values
     return Curve(f"run {run_id}", steps, values, epoch_steps)

@@ -17,6 +17,16 @@ from dlperf.converge.plan import Allocation
 from dlperf.converge.regress import Regression, predict
 
 
+def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_curves(
     path: Path,
     curves: list[tuple[str, np.ndarray, np.ndarray, int, dict[str, np.ndarray]]],
@@ -34,13 +44,7 @@ def plot_curves(
             fitted = to_decreasing(model(form)(grid, p), metric)  # back to accuracy if needed
             ax.plot(grid, fitted, style, color=color, label=f"{label} {form}")
         ax.axvline(k[n_fit - 1], color=color, alpha=0.2)
-    ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path, "step", metric)
 
 
 def plot_plan(path: Path, rows: list[Allocation]) -> None:
@@ -49,24 +53,12 @@ def plot_plan(path: Path, rows: list[Allocation]) -> None:
     for p in sorted({r.ps for r in rows}):
         mine = [r for r in rows if r.ps == p]
         ax.plot([r.workers for r in mine], [r.time_s / 3600 for r in mine], "o-", label=f"{p} PS")
-    for r in rows:
-        marks = [name for name, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on]
-        if marks:
-            ax.annotate(
-                ", ".join(marks),
-                (r.workers, r.time_s / 3600),
-                textcoords="offset points",
-                xytext=(0, 8),
-                ha="center",
-            )
+    for name, marker in (("fastest", "*"), ("cheapest", "D")):
+        best = next(r for r in rows if getattr(r, name))
+        ax.plot(best.workers, best.time_s / 3600, marker, color="k", ms=11, mfc="none",
+                label=f"{name}: {best.workers} workers, {best.ps} PS")  # fmt: skip
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("workers")
-    ax.set_ylabel("time to target (h)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path, "workers", "time to target (h)")
 
 
 def plot_regression(
@@ -92,10 +84,4 @@ def plot_regression(
         )
     if unseen is not None:
         ax.plot(grid, to_decreasing(f(grid, unseen), metric), "k--", label="unseen, predicted")
-    ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path, "step", metric)

@@ -48,22 +48,32 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def run_features(run: dict[str, Any], features: list[str]) -> dict[str, Any]:
-    """A stored run's features: a config, summary or system key (full, e.g. model.name, or its
-    last part, e.g. name); `depth` also reads the digits ending the model name (resnet56)."""
-    flat = _flatten(
-        {"config": run["config"] or {}, "summary": run["summary"], "system": run["system"] or {}}
-    )
+    """A stored run's features: a summary, system or config key, looked up in that order, by
+    its full name (model.name) or its last part (name), so `device` is the device the run
+    used (system.device), not the one asked for (config.run.device, e.g. "auto"). Two are
+    derived: `depth`, the digits ending the model name (resnet56 → 56), and `gpu`, the
+    first GPU's name ("cpu" when the run had none)."""
+    sections = {
+        "summary": run["summary"],
+        "system": run["system"] or {},
+        "config": run["config"] or {},
+    }
+    flat = _flatten(sections)
+    derived: dict[str, Any] = {}
+    digits = re.search(r"(\d+)$", str(flat.get("config.model.name", "")))
+    if digits:
+        derived["depth"] = int(digits.group(1))
+    if "gpus" in sections["system"]:
+        derived["gpu"] = (sections["system"]["gpus"] or ["cpu"])[0]
     found = {}
     for feature in features:
         matches = [v for k, v in flat.items() if k.endswith(f".{feature}") and v is not None]
-        if not matches and feature == "depth":
-            name = str(flat.get("config.model.name", ""))
-            digits = re.search(r"(\d+)$", name)
-            matches = [int(digits.group(1))] if digits else []
+        if not matches and feature in derived:
+            matches = [derived[feature]]
         if not matches:
             raise UserError(
                 f"run {run['id']} has no feature '{feature}'",
-                "features are config, summary or system keys, e.g. model.name",
+                "features are summary, system or config keys, e.g. model.name",
             )
         found[feature] = matches[0]
     return found

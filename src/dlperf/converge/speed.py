@@ -17,7 +17,8 @@ does, to T_grad = step − sync time and to T_iter = step time.
 Speed tables have one row per measured configuration with the columns `workers`, `ps`
 (Optimus), `nodes` (Pollux), `global_batch`, `step_time_s` and, for Pollux, `sync_time_s`.
 The Pollux traces' own columns (`placement` or `num_nodes`/`num_replicas`, `local_bsz`,
-`step_time`, `sync_time`) are read as well.
+`step_time`, `sync_time`) are read as well, and so are the summaries of the finished runs of
+a `dlperf scale` study (`ps` = 0 there: all-reduce).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from dlperf.converge.tables import header, read_columns
 from dlperf.errors import UserError
 
 MODELS = ("optimus-sync", "optimus-async", "pollux")
+# What a `dlperf scale` study varies besides the allocation; one speed model fits one setting.
+SETTINGS = ("comm", "strategy", "bucket_mb")
 
 MEANINGS = {
     "optimus-sync": {
@@ -84,6 +87,12 @@ class SpeedFit:
     message: str
     notes: list[str] = field(default_factory=list)
     typical_batch: float = 0.0  # the most common global batch of the data, the plan's default
+    typical_local_batch: float = 0.0  # the most common per-worker batch
+
+    def default_batch(self, workers: float) -> float:
+        """The global batch to predict at when none is given: Optimus's models take a fixed
+        global batch; Pollux's the usual per-worker batch on every worker."""
+        return self.typical_local_batch * workers if self.model == "pollux" else self.typical_batch
 
 
 def _array(values: list[float]) -> np.ndarray:
@@ -127,6 +136,13 @@ def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
     if not rows:
         raise UserError(f"{source} has no measurements")
     required = ("workers", "global_batch", "step_time_s")
+    # One worker synchronises with nobody: `dlperf scale` times no sync for it.
+    rows = [
+        {**row, "sync_time_s": 0.0}
+        if row.get("sync_time_s") is None and row.get("workers") == 1
+        else row
+        for row in rows
+    ]
     for i, row in enumerate(rows):
         missing = [k for k in required if row.get(k) is None]
         if missing:
@@ -197,6 +213,12 @@ def fit_optimus(data: SpeedData, model: str) -> SpeedFit:
             f"{model} needs a 'ps' column (parameter servers per measurement)",
             "all-reduce traces such as Pollux's have none: use --model pollux",
         )
+    if np.any(data.ps < 1):
+        raise UserError(
+            f"{model} needs parameter servers, but {int(np.sum(data.ps < 1))} measurements "
+            "have ps = 0 (all-reduce)",
+            "use --model pollux",
+        )
     design = _optimus_design(model, data.workers, data.ps, data.global_batch)
     if len(data) < design.shape[1]:
         raise UserError(
@@ -214,6 +236,7 @@ def fit_optimus(data: SpeedData, model: str) -> SpeedFit:
         converged=True,
         message="NNLS solved exactly",
         typical_batch=_typical(data.global_batch),
+        typical_local_batch=_typical(data.global_batch / data.workers),
     )
 
 
@@ -233,18 +256,38 @@ def _pollux_time(
 
 def fit_pollux(data: SpeedData) -> SpeedFit:
     if data.nodes is None or data.sync_time is None:
-        raise UserError("pollux needs 'nodes' and 'sync_time_s' columns (or a Pollux trace)")
-    if len(data) < 7:
-        raise UserError(f"{len(data)} measurements are too few for the 7 coefficients of pollux")
+        raise UserError(
+            "pollux needs 'nodes' and 'sync_time_s' for every measurement",
+            "a Pollux trace, or a `dlperf scale` study that timed compute on its own",
+        )
     n, w = data.nodes, data.workers
+    intra, inter = (w > 1) & (n == 1), n > 1
+    # Only what was measured can be fitted: T_grad's 2 constants, and with several workers
+    # γ and 2 sync constants per link measured.
+    needed = 2 + (1 + 2 * (int(intra.any()) + int(inter.any())) if np.any(w > 1) else 0)
+    if len(data) < needed:
+        raise UserError(
+            f"{len(data)} measurements are too few for the {needed} coefficients of pollux "
+            "they determine",
+            "measure more worker counts or batch sizes",
+        )
     local = data.global_batch / w
     grad = data.step_time - data.sync_time
     if np.any(grad <= 0):
         raise UserError("sync time must be shorter than step time in every row")
-    intra, inter = (w > 1) & (n == 1), n > 1
     notes = []
-    b_g, a_g = np.polyfit(local, grad, 1)
-    sync0 = float(np.median(data.sync_time[w > 1])) if np.any(w > 1) else 1e-3
+    if len(np.unique(local)) > 1:
+        b_g, a_g = np.polyfit(local, grad, 1)
+    else:
+        # Weak scaling at one local batch: only α_g + β_g·m is determined, so start halfway.
+        b_g, a_g = float(np.median(grad)) / 2 / local[0], float(np.median(grad)) / 2
+        notes.append(
+            f"one local batch ({local[0]:g}) in every measurement: α_g and β_g are not "
+            "told apart, so predictions at other batch sizes are guesses"
+        )
+    # A start inside the bounds even when no sync time was exposed (fully overlapped).
+    sync0 = float(np.median(data.sync_time[w > 1])) if np.any(w > 1) else 0.0
+    sync0 = max(sync0, 1e-3 * float(np.median(data.step_time)))
     start = np.array([max(a_g, 1e-4), max(b_g, 1e-6), sync0, sync0 / 10, sync0, sync0 / 10, 1.5])
     lower = np.array([1e-8] * 6 + [1.0])
     upper = np.array([np.inf] * 6 + [10.0])
@@ -273,6 +316,7 @@ def fit_pollux(data: SpeedData) -> SpeedFit:
         message=str(result.message),
         notes=notes,
         typical_batch=_typical(data.global_batch),
+        typical_local_batch=_typical(data.global_batch / data.workers),
     )
 
 
@@ -282,9 +326,39 @@ def fit(data: SpeedData, model: str) -> SpeedFit:
     return fit_pollux(data) if model == "pollux" else fit_optimus(data, model)
 
 
-def from_study(store: Any, study_id: int) -> SpeedData:
-    """The finished runs of a `dlperf scale` study, one measurement per run, read from each
-    run's summary: workers, global_batch, step_time_s and optionally ps, nodes, sync_time_s."""
+def _matches(value: Any, wanted: str) -> bool:
+    """A summary value equals a value typed on the command line (2 matches 2.0)."""
+    try:
+        return float(value) == float(wanted)
+    except (TypeError, ValueError):
+        return str(value) == wanted
+
+
+def from_study(store: Any, study_id: int, where: dict[str, str] | None = None) -> SpeedData:
+    """The finished runs of a study (e.g. `dlperf scale`), one measurement per run, read from
+    each run's summary: workers, global_batch, step_time_s and optionally ps, nodes,
+    sync_time_s. Failed, killed and unfinished points are left out; `where` keeps the runs
+    whose summary holds those values. A study that mixes several settings (comm, strategy,
+    bucket_mb) must be narrowed to one."""
     store.get_study(study_id)
-    runs = [r for r in store.list_runs(study_id=study_id) if r["status"] == "finished"]
-    return from_rows([r["summary"] for r in runs], f"study {study_id}")
+    source = f"study {study_id}"
+    runs = [
+        r
+        for r in store.list_runs(study_id=study_id)
+        if r["status"] == "finished"
+        and all(_matches(r["summary"].get(k), v) for k, v in (where or {}).items())
+    ]
+    if not runs:
+        raise UserError(
+            f"{source} has no finished runs" + (" that match --where" if where else ""),
+            "see `dlperf runs list`",
+        )
+    settings = sorted({tuple(str(r["summary"].get(k)) for k in SETTINGS) for r in runs})
+    if len(settings) > 1:
+        listed = "; ".join("/".join(s) for s in settings)
+        i = next(i for i in range(len(SETTINGS)) if len({s[i] for s in settings}) > 1)
+        raise UserError(
+            f"{source} mixes {len(settings)} settings of {'/'.join(SETTINGS)} ({listed})",
+            f"fit one at a time, e.g. --where {SETTINGS[i]}={settings[0][i]}",
+        )
+    return from_rows([r["summary"] for r in runs], source)
