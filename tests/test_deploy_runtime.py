@@ -74,6 +74,13 @@ def test_to_array_resizes_scales_and_normalises() -> None:
     np.testing.assert_allclose(x[2], (0.0 - 0.5) / 1.0, rtol=1e-6)
 
 
+def test_a_wide_image_is_centre_cropped_not_squashed() -> None:
+    pre = meta.Preprocess(size=(2, 2), channels=1, mean=(0.0,), std=(1.0,))
+    image = Image.new("L", (6, 2), 0)
+    image.paste(255, (2, 0, 4, 2))  # a white middle third between black sides
+    np.testing.assert_allclose(runtime.to_array(image, pre), 1.0)
+
+
 def test_grayscale_preprocess_and_decode_errors(tmp_path: Path) -> None:
     pre = meta.Preprocess(size=(2, 2), channels=1, mean=(0.0,), std=(1.0,))
     buf = io.BytesIO()

@@ -11,6 +11,7 @@ import sys
 # Importing a command module registers its commands on `app`.
 from dlperf.cli import analyze as _analyze  # noqa: F401
 from dlperf.cli import converge as _converge  # noqa: F401
+from dlperf.cli import deploy as _deploy  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
 from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 app = typer.Typer(
     name="dlperf",
@@ -16,6 +18,19 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode=None,
 )
+
+
+def default_command_group(default: str) -> type[TyperGroup]:
+    """A command group where `dlperf GROUP ARGS...` is short for `dlperf GROUP DEFAULT ARGS...`:
+    anything that is not a sub-command name or a help flag goes to `default`."""
+
+    class DefaultCommandGroup(TyperGroup):
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+            if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+                args = [default, *args]
+            return super().parse_args(ctx, args)
+
+    return DefaultCommandGroup
 
 
 @dataclass

@@ -6,27 +6,15 @@ import ipaddress
 import socket
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from dlperf.cli import console
-from dlperf.cli.app import app
+from dlperf.cli.app import app, default_command_group
 from dlperf.errors import UserError
 
-
-class _ModelOrCommand(TyperGroup):
-    """`dlperf serve MODEL.onnx ...` is short for `dlperf serve start MODEL.onnx ...`."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
-            args = ["start", *args]
-        return super().parse_args(ctx, args)
-
-
 serve_app = typer.Typer(
-    cls=_ModelOrCommand,
+    cls=default_command_group("start"),
     subcommand_metavar="[start] MODEL.onnx [OPTIONS] | bench URL [OPTIONS]",
     help="Serve an exported model over HTTP (KServe v2 JSON, image upload, Prometheus "
     "metrics) and load-test it. `dlperf serve MODEL.onnx` is short for "

@@ -55,11 +55,17 @@ def decode(data: bytes, source: str = "image") -> Image.Image:
 
 
 def to_array(image: Image.Image, pre: Preprocess) -> np.ndarray:
-    """One image to a normalised float32 (C, H, W) array: convert, resize, scale, normalise."""
+    """One image to a normalised float32 (C, H, W) array: convert, resize so it covers (H, W),
+    centre-crop, scale, normalise — as the training readers of image files do, so a
+    non-square photo is cropped, not squashed."""
     image = image.convert("L" if pre.channels == 1 else "RGB")
     height, width = pre.size
     if image.size != (width, height):
-        image = image.resize((width, height), Image.Resampling.BILINEAR)
+        scale = max(width / image.width, height / image.height)
+        resized = (max(width, round(image.width * scale)), max(height, round(image.height * scale)))
+        image = image.resize(resized, Image.Resampling.BILINEAR)
+        left, top = (resized[0] - width) // 2, (resized[1] - height) // 2
+        image = image.crop((left, top, left + width, top + height))
     x = np.asarray(image, dtype=np.float32) / 255.0
     x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)
     mean = np.asarray(pre.mean, dtype=np.float32).reshape(-1, 1, 1)

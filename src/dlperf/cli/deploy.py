@@ -1,0 +1,187 @@
+"""`dlperf export`, `dlperf infer` (= `dlperf infer predict`) and `dlperf infer bench`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, default_command_group, open_store
+from dlperf.errors import CheckFailed, UserError
+
+infer_app = typer.Typer(
+    cls=default_command_group("predict"),
+    subcommand_metavar="[predict] MODEL.onnx IMAGE... | bench MODEL.onnx",
+    help="Run an exported model with ONNX Runtime.\n\n"
+    "dlperf infer MODEL.onnx IMAGE... classifies images (short for `dlperf infer predict`); "
+    "dlperf infer bench MODEL.onnx races ONNX Runtime against PyTorch.\n\n"
+    "Example: dlperf infer model.onnx cat.png dog.jpg --topk 3",
+    no_args_is_help=True,
+)
+app.add_typer(infer_app, name="infer")
+
+JSON = typer.Option(False, "--json", help="Print one JSON document.")
+
+
+@app.command("export")
+def export_cmd(
+    source: str = typer.Argument(
+        ...,
+        help="A stored run ID (its trained weights) or a registry model name (random).",
+        show_default=False,
+    ),
+    out: Path = typer.Option(..., "--out", help="The ONNX file to write.", show_default=False),
+    opset: int = typer.Option(None, "--opset", help="ONNX opset (default: the exporter's)."),
+    dynamic_batch: bool = typer.Option(
+        False, "--dynamic-batch", help="Any batch size (default: a fixed batch of 1)."
+    ),
+    single_file: bool = typer.Option(
+        False, "--single-file", help="Weights inside the .onnx file, no MODEL.onnx.data beside it."
+    ),
+    input_shape: str = typer.Option(
+        None,
+        "--input",
+        help="C,H,W of a registry model's input; its normalisation is then mean 0.5, std 0.5 "
+        "(default: 3,224,224 with ImageNet's mean and std).",
+    ),
+    num_classes: int = typer.Option(
+        None, "--num-classes", help="Classes of a registry model (default: the model's, 10)."
+    ),
+    rtol: float = typer.Option(1e-3, "--rtol", help="Parity: relative tolerance."),
+    atol: float = typer.Option(1e-5, "--atol", help="Parity: absolute tolerance."),
+    as_json: bool = JSON,
+) -> None:
+    """Export a stored run or a registry model to ONNX, check the file, and prove that ONNX
+    Runtime gives PyTorch's answers (exit 1 when it does not).
+
+    Parity: on a random batch (and the run's test images) every logit must satisfy
+    |onnx - torch| <= atol + rtol * |torch|. The preprocessing and labels are saved inside
+    the file and in MODEL.onnx.json, for `dlperf infer` and `dlperf serve`.
+
+    Example: dlperf export resnet20 --input 3,32,32 --out resnet20.onnx --dynamic-batch
+    """
+    from dlperf.deploy.export import export, parse_shape, resolve
+
+    shape = parse_shape(input_shape) if input_shape is not None else None
+    src = resolve(source, open_store, shape, num_classes)
+    with console.reporter() as rep:
+        result = export(src, out, opset, dynamic_batch, single_file, rtol, atol, reporter=rep)
+    if as_json:
+        console.print_json(result)
+    else:
+        _print_export(result)
+    if not result["parity"]:
+        raise CheckFailed(
+            f"ONNX Runtime differs from PyTorch by up to {result['max_abs_diff']:.3g} "
+            f"(rtol {rtol:g}, atol {atol:g})"
+        )
+
+
+def _print_export(result: dict[str, Any]) -> None:
+    rows = [
+        ["file", result["path"] + (f" + {result['data_path']}" if result["data_path"] else "")],
+        ["model", result["model"] + (f" (run {result['run_id']})" if result["run_id"] else "")],
+        ["input", "x".join(map(str, result["input_shape"]))],
+        ["batch", "dynamic" if result["dynamic_batch"] else "1"],
+        ["exporter", result["exporter"]],
+        ["opset", result["opset"]],
+        ["checker", result["check"]],
+        ["seconds", result["seconds"]],
+    ]
+    console.print_table(None, ["", "value"], rows)
+    tol = result["tolerance"]
+    console.print_table(
+        f"parity, PyTorch vs ONNX Runtime (rtol {tol['rtol']:g}, atol {tol['atol']:g})",
+        ["input", "n", "max abs diff", "max rel diff", "top-1 agreement", "within tolerance"],
+        [
+            [
+                s["input"],
+                s["n"],
+                s["max_abs_diff"],
+                s["max_rel_diff"],
+                s["top1_agreement"],
+                s["within_tolerance"],
+            ]
+            for s in result["parity_sets"]
+        ],
+    )
+
+
+@infer_app.command("predict")
+def predict_cmd(
+    model: Path = typer.Argument(
+        ..., help="An ONNX file from `dlperf export`.", show_default=False
+    ),
+    images: list[Path] = typer.Argument(..., help="Image files.", show_default=False),
+    topk: int = typer.Option(5, "--topk", help="Classes per image."),
+    labels: Path = typer.Option(None, "--labels", help="Class names, one per line."),
+    as_json: bool = JSON,
+) -> None:
+    """Classify images with the preprocessing saved at export.
+
+    Example: dlperf infer model.onnx cat.png dog.jpg --topk 3
+    """
+    from dlperf.deploy.infer import predict
+
+    result = predict(model, images, topk, labels)
+    if as_json:
+        console.print_json(result)
+        return
+    rows = [
+        [p["image"] if i == 0 else "", i + 1, t["label"], t["probability"]]
+        for p in result["predictions"]
+        for i, t in enumerate(p["top"])
+    ]
+    console.print_table(None, ["image", "rank", "label", "probability"], rows)
+
+
+@infer_app.command("bench")
+def bench_cmd(
+    model: Path = typer.Argument(
+        ..., help="An ONNX file from `dlperf export`.", show_default=False
+    ),
+    torch_model: str = typer.Option(
+        None,
+        "--torch",
+        help="PyTorch contender: RUN_ID or registry name (default: the model the metadata names).",
+    ),
+    batch: str = typer.Option("1,8,32", "--batch", help="Batch sizes, comma-separated."),
+    threads: int = typer.Option(None, "--threads", help="Threads for both (default: all cores)."),
+    repeats: int = typer.Option(20, "--repeats", help="Timed calls per contender and batch."),
+    as_json: bool = JSON,
+) -> None:
+    """Latency p50/p90/p99 and throughput of ONNX Runtime against PyTorch eager (NCHW and
+    channels_last), same input, same thread count, warm-up excluded, interleaved calls.
+
+    Example: dlperf infer bench model.onnx --batch 1,8,32 --threads 2
+    """
+    from dlperf.deploy.bench import bench, pytorch_contender
+
+    try:
+        batches = [int(b) for b in batch.split(",")]
+    except ValueError:
+        raise UserError(f"--batch must be integers separated by commas, got '{batch}'") from None
+    with console.reporter() as rep:
+        contender = pytorch_contender(model, torch_model, open_store, rep)
+        result = bench(model, batches, contender, threads, repeats, reporter=rep)
+    if as_json:
+        console.print_json(result)
+        return
+    console.print_table(
+        f"{model}: {result['threads']} threads, {result['repeats']} timed calls each",
+        ["batch", "contender", "p50 ms", "p90 ms", "p99 ms", "images/s", "× ORT p50"],
+        [
+            [
+                r["batch"],
+                r["contender"],
+                r["p50_ms"],
+                r["p90_ms"],
+                r["p99_ms"],
+                r["throughput"],
+                r["ort_speedup"],
+            ]
+            for r in result["rows"]
+        ],
+    )

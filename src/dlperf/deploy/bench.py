@@ -1,0 +1,164 @@
+"""ONNX Runtime against PyTorch eager (NCHW and channels_last) on the same input.
+
+Per batch size every contender is warmed up, then timed call by call in interleaved rounds
+(ONNX Runtime, eager, channels_last, ONNX Runtime, ...) so that a change in machine load
+hits all of them alike. Latency percentiles are over the timed calls; throughput is images
+over the summed wall time of those calls; `ort_speedup` = contender p50 / ONNX Runtime p50.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy import runtime
+from dlperf.deploy.export import Source, from_registry, from_run
+from dlperf.deploy.meta import ModelMeta
+from dlperf.errors import UserError
+from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
+from dlperf.system import set_threads
+
+ORT = "onnxruntime"
+
+
+def bench(
+    model_path: Path,
+    batches: list[int],
+    torch_model: nn.Module | None = None,
+    threads: int | None = None,
+    repeats: int = 20,
+    warmup: int = 3,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """Latency p50/p90/p99 (ms) and throughput per batch size and contender. Without
+    `torch_model` only ONNX Runtime is measured."""
+    reporter = reporter or NullReporter()
+    meta = meta_io.load(model_path)
+    if not batches or min(batches) < 1:
+        raise UserError(f"batch sizes must be positive integers, got {batches}")
+    if repeats < 1 or warmup < 0:
+        raise UserError("--repeats must be at least 1 and --warmup at least 0")
+    n_threads = set_threads(threads)
+    session = runtime.session(model_path, n_threads)
+    spec = session.get_inputs()[0]
+    fixed = spec.shape[0] if isinstance(spec.shape[0], int) else None
+    if fixed is not None and any(b != fixed for b in batches):
+        raise UserError(
+            f"{model_path} was exported with a fixed batch of {fixed}",
+            "export it again with --dynamic-batch to measure other batch sizes",
+        )
+    contenders: dict[str, nn.Module] = {}
+    if torch_model is not None:
+        contenders["torch eager"] = torch_model.eval()
+        contenders["torch channels_last"] = copy.deepcopy(torch_model).to(
+            memory_format=torch.channels_last
+        )
+
+    rows = []
+    reporter.task("benchmarking", total=len(batches) * repeats)
+    generator = torch.Generator().manual_seed(0)
+    for batch in batches:
+        x = torch.randn(batch, *meta.input_shape, generator=generator)
+        calls: dict[str, Callable[[], Any]] = {
+            ORT: functools.partial(session.run, None, {spec.name: x.numpy()})
+        }
+        for name, model in contenders.items():
+            layout = torch.channels_last if "channels_last" in name else torch.contiguous_format
+            calls[name] = functools.partial(model, x.contiguous(memory_format=layout))
+        with torch.inference_mode():
+            times = _interleaved(calls, warmup, repeats, reporter, f"batch {batch}")
+        ort_p50 = float(np.median(times[ORT]))
+        for name, seconds in times.items():
+            p50, p90, p99 = np.percentile(seconds, [50, 90, 99])
+            rows.append(
+                {
+                    "batch": batch,
+                    "contender": name,
+                    "min_ms": min(seconds) * 1e3,
+                    "p50_ms": p50 * 1e3,
+                    "p90_ms": p90 * 1e3,
+                    "p99_ms": p99 * 1e3,
+                    "max_ms": max(seconds) * 1e3,
+                    "throughput": batch * len(seconds) / sum(seconds),
+                    "ort_speedup": p50 / ort_p50,
+                }
+            )
+    return {
+        "model": str(model_path),
+        "threads": n_threads,
+        "repeats": repeats,
+        "warmup": warmup,
+        "rows": rows,
+    }
+
+
+def pytorch_contender(
+    model_path: Path,
+    spec: str | None,
+    open_store: Callable[[], Store],
+    reporter: Reporter | None = None,
+) -> nn.Module | None:
+    """The PyTorch model to race: `spec` (RUN_ID or registry name), else the one the
+    metadata names: its run when the store has it, else the registry model with random
+    weights (the same architecture runs at the same speed). None when neither can be built."""
+    import onnx
+
+    reporter = reporter or NullReporter()
+    meta = meta_io.load(model_path)
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
+    if spec is None:
+        source = _from_meta(meta, classes, open_store, reporter)
+        if source is None:
+            return None
+    elif spec.isdigit():
+        source = from_run(open_store(), int(spec))
+    else:
+        source = from_registry(spec, meta.input_shape, classes)
+    if source.meta.input_shape != meta.input_shape:
+        raise UserError(
+            f"the PyTorch model takes {source.meta.input_shape}, "
+            f"{model_path} takes {meta.input_shape}"
+        )
+    return source.model
+
+
+def _from_meta(
+    meta: ModelMeta, classes: int | None, open_store: Callable[[], Store], reporter: Reporter
+) -> Source | None:
+    if meta.run_id is not None:
+        try:
+            return from_run(open_store(), meta.run_id)
+        except UserError as e:
+            reporter.log(f"warning: {e}; racing registry model '{meta.model}' with random weights")
+    try:
+        return from_registry(meta.model, meta.input_shape, classes)
+    except UserError as e:
+        reporter.log(f"warning: cannot rebuild the PyTorch model ({e}); timing ONNX Runtime only")
+        return None
+
+
+def _interleaved(
+    calls: dict[str, Callable[[], Any]], warmup: int, repeats: int, reporter: Reporter, note: str
+) -> dict[str, list[float]]:
+    for call in calls.values():
+        for _ in range(warmup):
+            call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+        reporter.advance(1, status=note)
+    return times

@@ -1,0 +1,322 @@
+"""Export a registry model or a stored run to ONNX, check the file, and prove parity.
+
+Parity compares PyTorch eager and ONNX Runtime on the same inputs (a seeded random batch,
+and the run's test images when there is a run) element-wise, with NumPy's `allclose` rule
+|onnx - torch| <= atol + rtol * |torch|, and reports top-1 agreement beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy import runtime
+from dlperf.deploy.meta import ModelMeta, Preprocess
+from dlperf.errors import CheckFailed, UserError
+from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
+
+INPUT, OUTPUT = "input", "logits"
+IMAGENET_SHAPE = (3, 224, 224)
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+RANDOM_BATCH, REAL_IMAGES = 8, 64
+
+
+@dataclass
+class Source:
+    """A model to export, its metadata, and real preprocessed images to check it on."""
+
+    model: nn.Module
+    meta: ModelMeta
+    images: torch.Tensor | None = None  # (N, C, H, W) float, normalised as in training
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """Parse "C,H,W" (e.g. "3,32,32") into three positive ints."""
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise UserError(f"--input must be C,H,W with positive sides, got '{text}'", "e.g. 3,32,32")
+    return shape  # type: ignore[return-value]
+
+
+def from_registry(
+    name: str, input_shape: tuple[int, int, int] | None = None, num_classes: int | None = None
+) -> Source:
+    """A registry model with random weights. Without `input_shape`: ImageNet-style input,
+    3x224x224 with ImageNet's mean and std; with it: mean 0.5 and std 0.5 per channel."""
+    from dlperf.models import create_model
+
+    if num_classes is not None and num_classes < 1:
+        raise UserError(f"--num-classes must be positive, got {num_classes}")
+    if input_shape is None:
+        shape, mean, std = IMAGENET_SHAPE, IMAGENET_MEAN, IMAGENET_STD
+    else:
+        shape, mean, std = input_shape, (0.5,) * input_shape[0], (0.5,) * input_shape[0]
+    torch.manual_seed(0)  # the same random weights on every export of this name
+    sized = {} if num_classes is None else {"num_classes": num_classes}
+    model = create_model(name, in_channels=shape[0], **sized)
+    pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
+    meta = ModelMeta("classification", name, INPUT, shape, pre)
+    _dry_forward(model, shape, name)
+    return Source(model, meta)
+
+
+def from_run(store: Store, run_id: int) -> Source:
+    """A stored run's model with its trained weights, its data's preprocessing and labels,
+    and up to 64 of its test images."""
+    from dlperf.config import build_experiment
+    from dlperf.data import load_data
+    from dlperf.data.augment import normalize
+    from dlperf.data.sources import decode_file
+    from dlperf.engine import checkpoint
+    from dlperf.engine.run import build_model
+
+    record = store.get_run(run_id)
+    paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
+    if not paths or not paths[-1].is_file():
+        raise UserError(
+            f"run {run_id} has no checkpoint file to export",
+            "train with run.checkpoint = true and let at least one epoch finish",
+        )
+    exp = build_experiment(record["config"], f"run {run_id}")
+    data = load_data(exp.data)
+    model = build_model(exp, data, torch.device("cpu"))
+    model.load_state_dict(checkpoint.load(paths[-1])["model"])
+    test = data.test
+    n = min(len(test), REAL_IMAGES)
+    if test.images is not None:
+        raw = test.images[:n]
+    else:
+        raw = torch.stack([decode_file(f, data.shape[-1]) for f in test.files[:n]])
+    stats = (torch.tensor(data.mean).view(-1, 1, 1), torch.tensor(data.std).view(-1, 1, 1))
+    images = normalize(raw, *stats) if n else None
+    pre = Preprocess(
+        size=(data.shape[1], data.shape[2]), channels=data.shape[0], mean=data.mean, std=data.std
+    )
+    meta = ModelMeta(
+        "classification", exp.model.name, INPUT, data.shape, pre, list(data.classes), run_id
+    )
+    return Source(model, meta, images)
+
+
+def resolve(
+    spec: str,
+    open_store: Callable[[], Store],
+    input_shape: tuple[int, int, int] | None = None,
+    num_classes: int | None = None,
+) -> Source:
+    """RUN_ID (all digits) or a registry name; the store is opened only for a run."""
+    if spec.isdigit():
+        if input_shape is not None or num_classes is not None:
+            raise UserError(
+                "--input and --num-classes apply to registry models",
+                "a run's input and classes come from its data",
+            )
+        return from_run(open_store(), int(spec))
+    return from_registry(spec, input_shape, num_classes)
+
+
+def _dry_forward(model: nn.Module, shape: tuple[int, ...], name: str) -> None:
+    """Sizes lazy layers (the exporter cannot trace uninitialised parameters) and turns a
+    model that rejects the input shape into one line."""
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(2, *shape))
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise UserError(f"model '{name}' rejects input of shape {shape}: {first}") from None
+
+
+def check_model(path: Path) -> None:
+    """`onnx.checker` with full shape inference; an invalid file is bad input."""
+    import onnx
+
+    if not path.is_file():
+        raise UserError(f"no model file {path}")
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as e:  # ValidationError, InferenceError, DecodeError for a non-ONNX file
+        raise UserError(f"{path} fails the ONNX checker: {_first_line(e)}") from None
+
+
+def run_onnx(session: Any, x: np.ndarray) -> np.ndarray:
+    """Logits for a batch; a model exported with a fixed batch size gets it in chunks."""
+    spec = session.get_inputs()[0]
+    fixed = spec.shape[0] if isinstance(spec.shape[0], int) else None
+    step = fixed or len(x)
+    outs = [session.run(None, {spec.name: x[i : i + step]})[0] for i in range(0, len(x), step)]
+    return np.concatenate(outs)
+
+
+def compare(
+    reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float
+) -> dict[str, Any]:
+    """How far ONNX Runtime's logits are from PyTorch's: max absolute and relative
+    difference (relative over non-zero reference values), the allclose verdict, and the
+    share of rows whose top-1 class agrees."""
+    reference = reference.astype(np.float64)
+    candidate = candidate.astype(np.float64)
+    if reference.shape != candidate.shape:
+        raise CheckFailed(
+            f"output shapes differ: PyTorch {reference.shape}, ONNX {candidate.shape}"
+        )
+    diff = np.abs(candidate - reference)
+    nonzero = reference != 0
+    rel = diff[nonzero] / np.abs(reference[nonzero])
+    return {
+        "n": len(reference),
+        "max_abs_diff": float(diff.max()),
+        "max_rel_diff": float(rel.max()) if rel.size else 0.0,
+        "within_tolerance": bool(np.all(diff <= atol + rtol * np.abs(reference))),
+        "top1_agreement": float(np.mean(candidate.argmax(-1) == reference.argmax(-1))),
+    }
+
+
+def _torch_export(
+    model: nn.Module,
+    example: torch.Tensor,
+    out: Path,
+    opset: int | None,
+    dynamic_batch: bool,
+    single_file: bool,
+    reporter: Reporter,
+) -> str:
+    """Export with the dynamo exporter, or the TorchScript one if it fails; returns which."""
+
+    def attempt(**options: Any) -> None:
+        # Both exporters talk on stdout, stderr and through warnings: kept out of dlperf's
+        # output, which is one JSON document or a table.
+        chatter = io.StringIO()
+        with (
+            contextlib.redirect_stdout(chatter),
+            contextlib.redirect_stderr(chatter),
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                (example,),
+                str(out),
+                input_names=[INPUT],
+                output_names=[OUTPUT],
+                opset_version=opset,
+                **options,
+            )
+
+    try:
+        attempt(
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim("batch")},) if dynamic_batch else None,
+            external_data=not single_file,
+            verbose=False,
+        )
+        return "dynamo"
+    except Exception as e:  # the exporter raises many types; any failure means "fall back"
+        reporter.log(
+            f"warning: the dynamo exporter failed ({_first_line(e.__cause__ or e)}); "
+            "falling back to the TorchScript exporter"
+        )
+    try:
+        attempt(
+            dynamo=False,
+            dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}} if dynamic_batch else None,
+        )
+    except Exception as e:
+        raise UserError(f"cannot export to ONNX: {_first_line(e)}") from None
+    return "torchscript"
+
+
+def _first_line(e: BaseException) -> str:
+    """`Type: first line of the message`, without the terminal colours some errors carry."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+def export(
+    source: Source,
+    out: Path,
+    opset: int | None = None,
+    dynamic_batch: bool = False,
+    single_file: bool = False,
+    rtol: float = 1e-3,
+    atol: float = 1e-5,
+    threads: int | None = None,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """Export, embed the metadata, check, and compare with PyTorch. Returns the report;
+    `parity` is False when any compared output is outside the tolerance."""
+    import onnx
+
+    reporter = reporter or NullReporter()
+    if rtol < 0 or atol < 0:
+        raise UserError("--rtol and --atol must be non-negative")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data_file = out.with_name(out.name + ".data")
+    data_file.unlink(missing_ok=True)  # a stale weights file from an earlier export
+    model, meta = source.model.eval(), source.meta
+    start = time.perf_counter()
+
+    reporter.task(f"exporting {meta.model} to {out}")
+    # A batch of 2: the dynamo exporter specialises a batch of 1 to a constant.
+    example = torch.zeros(2 if dynamic_batch else 1, *meta.input_shape)
+    exporter = _torch_export(model, example, out, opset, dynamic_batch, single_file, reporter)
+    proto = onnx.load(str(out), load_external_data=False)
+    meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    meta_io.save(out, meta)
+    export_s = time.perf_counter() - start
+
+    reporter.task("checking the ONNX file")
+    try:
+        check_model(out)
+    except UserError as e:
+        raise CheckFailed(str(e)) from None
+
+    reporter.task("comparing ONNX Runtime with PyTorch")
+    session = runtime.session(out, threads or torch.get_num_threads())
+    seeded = torch.Generator().manual_seed(0)
+    inputs = {"random": torch.randn(RANDOM_BATCH, *meta.input_shape, generator=seeded)}
+    if source.images is not None:
+        inputs["test images"] = source.images
+    sets = []
+    for name, x in inputs.items():
+        with torch.no_grad():
+            reference = model(x).numpy()
+        result = compare(reference, run_onnx(session, x.numpy()), rtol, atol)
+        sets.append({"input": name, **result})
+
+    n = sum(s["n"] for s in sets)
+    return {
+        "path": str(out),
+        "data_path": str(data_file) if data_file.is_file() else None,
+        "model": meta.model,
+        "run_id": meta.run_id,
+        "input_shape": list(meta.input_shape),
+        "dynamic_batch": dynamic_batch,
+        "exporter": exporter,
+        "opset": meta.opset,
+        "check": "passed",
+        "max_abs_diff": max(s["max_abs_diff"] for s in sets),
+        "max_rel_diff": max(s["max_rel_diff"] for s in sets),
+        "top1_agreement": sum(s["top1_agreement"] * s["n"] for s in sets) / n,
+        "tolerance": {"rtol": rtol, "atol": atol},
+        "parity": all(s["within_tolerance"] for s in sets),
+        "parity_sets": sets,
+        "export_seconds": export_s,
+        "seconds": time.perf_counter() - start,
+    }

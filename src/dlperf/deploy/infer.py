@@ -1,0 +1,51 @@
+"""Classify image files with an exported model and the preprocessing saved beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy import runtime
+from dlperf.deploy.export import run_onnx
+from dlperf.errors import UserError
+
+
+def read_labels(path: Path) -> list[str]:
+    """One class name per line, in class-index order; blank lines are ignored."""
+    if not path.is_file():
+        raise UserError(f"no labels file {path}")
+    labels = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    if not labels:
+        raise UserError(f"labels file {path} is empty", "write one class name per line")
+    return labels
+
+
+def predict(
+    model: Path,
+    images: list[Path],
+    k: int = 5,
+    labels_file: Path | None = None,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """The top-k classes of each image: {model, labels, predictions: [{image, top}]}."""
+    meta = meta_io.load(model)
+    if meta.task != "classification":
+        raise UserError(f"{model} is a {meta.task} model; `dlperf infer` classifies images")
+    if k < 1:
+        raise UserError(f"--topk must be at least 1, got {k}")
+    x = runtime.load_images(images, meta.preprocess)
+    logits = run_onnx(runtime.session(model, threads), x)
+    labels = read_labels(labels_file) if labels_file is not None else meta.labels
+    classes = logits.shape[-1]
+    if labels and len(labels) != classes:
+        source = labels_file or f"{model}'s metadata"
+        raise UserError(f"{source} has {len(labels)} labels; the model has {classes} classes")
+    top = runtime.topk(logits, k, labels)
+    return {
+        "model": str(model),
+        "labels": "file" if labels_file else ("metadata" if labels else "indices"),
+        "predictions": [
+            {"image": str(path), "top": row} for path, row in zip(images, top, strict=True)
+        ],
+    }

@@ -1,0 +1,158 @@
+"""ONNX export: dynamo exporter, checker, parity with PyTorch, metadata beside the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from dlperf.config import Experiment
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy.export import check_model, compare, export, from_registry, from_run
+from dlperf.engine.run import run_experiment
+from dlperf.errors import UserError
+from dlperf.store import Store
+
+KEYS = {"path", "opset", "check", "max_abs_diff", "max_rel_diff", "top1_agreement", "parity"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def trained_run(root: Path) -> tuple[Store, int]:
+    """A one-epoch smallcnn run on the bundled digits, with its checkpoint."""
+    exp = Experiment.model_validate(
+        {
+            "model": {"name": "smallcnn"},
+            "data": {"name": "digits"},
+            "train": {"epochs": 1, "batch_size": 32, "lr": 0.05},
+            "run": {"threads": 1, "warmup_steps": 2, "out_dir": str(root / "runs")},
+        }
+    )
+    store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
+    result = run_experiment(exp, store)
+    assert result["status"] == "finished" and result["test_accuracy"] > 0.5
+    return store, result["run_id"]
+
+
+@pytest.fixture(scope="module")
+def smallcnn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """smallcnn exported once for the module: dynamic batch, weights inside the file."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("smallcnn") / "smallcnn.onnx"
+    source = from_registry("smallcnn", (1, 16, 16))
+    return out, export(source, out, dynamic_batch=True, single_file=True)
+
+
+def test_registry_model_dynamic_batch_single_file(smallcnn: tuple[Path, dict[str, Any]]) -> None:
+    out, result = smallcnn
+    assert set(result) >= KEYS
+    assert result["exporter"] == "dynamo" and result["check"] == "passed"
+    assert result["parity"] and result["top1_agreement"] == 1.0
+    assert 0 <= result["max_abs_diff"] < 1e-4 and result["max_rel_diff"] < 1e-3
+    assert [s["input"] for s in result["parity_sets"]] == ["random"]
+    assert result["data_path"] is None and not out.with_name("smallcnn.onnx.data").exists()
+
+    proto = onnx.load(str(out))
+    batch_dim = proto.graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch_dim.dim_param and not batch_dim.dim_value  # symbolic, not fixed
+    assert result["opset"] == next(o.version for o in proto.opset_import if o.domain == "")
+
+    meta = meta_io.load(out)
+    assert meta.model == "smallcnn" and meta.input_shape == (1, 16, 16)
+    assert meta.preprocess.mean == (0.5,) and meta.preprocess.std == (0.5,)
+    assert meta.preprocess.size == (16, 16) and meta.opset == result["opset"]
+    # The sidecar holds the same document as the embedded copy.
+    sidecar = json.loads(meta_io.sidecar(out).read_text())
+    assert sidecar == json.loads(meta.to_json())
+
+
+def test_second_registry_model_with_external_weights(tmp_path: Path) -> None:
+    out = tmp_path / "resnet20.onnx"
+    result = export(from_registry("resnet20", (3, 16, 16), num_classes=7), out)
+    assert result["parity"] and result["top1_agreement"] == 1.0
+    data = Path(result["data_path"])
+    assert data == tmp_path / "resnet20.onnx.data" and data.stat().st_size > out.stat().st_size
+    proto = onnx.load(str(out))
+    dims = [d.dim_value for d in proto.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [1, 7]  # fixed batch of 1, seven classes
+
+
+def test_stored_run_keeps_weights_preprocessing_and_labels(tmp_path: Path) -> None:
+    store, run_id = trained_run(tmp_path)
+    source = from_run(store, run_id)
+    assert source.images is not None and source.images.shape == (64, 1, 8, 8)
+    out = tmp_path / "run.onnx"
+    result = export(source, out, dynamic_batch=True)
+    assert result["parity"] and result["run_id"] == run_id
+    sets = {s["input"]: s for s in result["parity_sets"]}
+    assert sets["test images"]["n"] == 64 and sets["test images"]["within_tolerance"]
+    assert sets["test images"]["top1_agreement"] == 1.0
+
+    meta = meta_io.load(out)
+    assert meta.run_id == run_id and meta.labels == list("0123456789")
+    assert meta.input_shape == (1, 8, 8) and meta.preprocess.channels == 1
+    # The run's own normalisation, not a default: digits' mean is about 0.3.
+    assert 0.2 < meta.preprocess.mean[0] < 0.4 and meta.preprocess.std[0] > 0.2
+
+    # The trained weights went into the file: the run's model and the export agree on
+    # images the random-weight model gets wrong.
+    with torch.no_grad():
+        trained = source.model(source.images).argmax(1)
+        fresh = from_registry("smallcnn", (1, 8, 8)).model(source.images).argmax(1)
+    assert (trained != fresh).any()
+
+
+def test_run_without_checkpoint_is_bad_input(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    run_id = store.create_run(name="x", kind="run", config={}, config_hash="", system={})
+    with pytest.raises(UserError, match=f"run {run_id} has no checkpoint"):
+        from_run(store, run_id)
+    with pytest.raises(UserError, match="no run 99"):
+        from_run(store, 99)
+
+
+def test_checker_rejects_corrupted_files(
+    smallcnn: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    good, _ = smallcnn
+    check_model(good)
+
+    proto = onnx.load(str(good))
+    proto.graph.node[0].input[0] = "no_such_tensor"  # a dangling edge
+    broken = tmp_path / "broken.onnx"
+    onnx.save(proto, str(broken))
+    with pytest.raises(UserError, match=r"broken\.onnx fails the ONNX checker") as e:
+        check_model(broken)
+    assert "\n" not in str(e.value)
+
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00not a protobuf\xff" * 10)
+    with pytest.raises(UserError, match="fails the ONNX checker"):
+        check_model(garbage)
+
+
+def test_compare_applies_the_allclose_rule() -> None:
+    reference = np.array([[1.0, -2.0, 0.0], [0.5, 0.25, 4.0]], dtype=np.float32)
+    # Within atol + rtol*|ref| everywhere: 1e-3 * 2 + 1e-5 allows 0.00201 on the -2 entry.
+    close = reference + np.array([[1e-3, -2e-3, 1e-5], [0, 0, 4e-3]], dtype=np.float32)
+    result = compare(reference, close, rtol=1e-3, atol=1e-5)
+    assert result["within_tolerance"] and result["top1_agreement"] == 1.0
+    assert result["max_abs_diff"] == pytest.approx(4e-3, rel=1e-3)
+    assert result["max_rel_diff"] == pytest.approx(1e-3, rel=1e-3)  # zero reference skipped
+
+    # 3e-3 on the 1.0 entry is outside 1e-3 + 1e-5; the row's top-1 flips too.
+    far = reference.copy()
+    far[1] = [5.0, 0.25, 4.0]
+    far[0, 0] += 3e-3
+    result = compare(reference, far, rtol=1e-3, atol=1e-5)
+    assert not result["within_tolerance"] and result["top1_agreement"] == 0.5
+    assert result["max_abs_diff"] == pytest.approx(4.5)
+    assert result["max_rel_diff"] == pytest.approx(9.0)
