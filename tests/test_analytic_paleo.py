@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from torch import nn
 
 from dlperf.analytic.counting import analyze_module
 from dlperf.analytic.devices import Device, get_device, load_catalog, save_device
+from dlperf.analytic.measure import KERNELS, Kernel, solve
 from dlperf.analytic.paleo import compare, fit_ppp, predict
 from dlperf.errors import UserError
 
@@ -103,12 +105,94 @@ def test_fitted_ppp_reproduces_the_measurement() -> None:
     a = analyze_module(nn.Linear(1000, 1000, bias=False), [1000], batch=10)
     r = predict(a, FAKE, ppp=1.0, ppp_mem=1.0)
     measured = 4 * r["totals"]["time_s"]
-    ppp = fit_ppp(r["totals"]["flops"], r["totals"]["bytes"], measured, 1e12, 100e9, 1.0)
+    ppp = fit_ppp(r, measured)
+    assert ppp is not None
     assert predict(a, FAKE, ppp=ppp, ppp_mem=1.0)["totals"]["time_s"] == pytest.approx(measured)
-    assert fit_ppp(1.0, 1e12, 1.0, 1e12, 100e9, 1.0) is None  # memory alone takes longer
+    assert fit_ppp(r, r["totals"]["memory_s"]) is None  # memory alone takes that long
 
     measurement = {"spread_s": {"median": measured}, "layers_s": {"(model)": measured}}
     c = compare(r, measurement)
     assert c["error_pct"] == pytest.approx(-75)
     assert c["fitted_ppp"] == pytest.approx(ppp)
     assert c["layers"][0]["error_pct"] == pytest.approx(-75)
+
+
+class ThreeKinds(nn.Module):
+    """A dense conv, a depthwise conv, a ReLU and a matmul: one of each operator kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1, bias=False)
+        self.depthwise = nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False)
+        self.w = nn.Parameter(torch.zeros(5, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.depthwise(self.conv(x))) @ self.w
+
+
+def test_per_kind_ppp_and_call_overhead_arithmetic() -> None:
+    a = analyze_module(ThreeKinds(), [2, 5, 5], batch=2)
+    conv, depthwise, matmul, relu = 2 * 2 * 25 * 4 * 18, 2 * 2 * 25 * 4 * 9, 2 * 2 * 4 * 5 * 15, 200
+    device = FAKE.model_copy(
+        update={
+            "ppp": 0.5,
+            "ppp_by_kind": {"conv": 0.8, "depthwise_conv": 0.1, "matmul": 0.9},
+            "ppp_mem": 0.25,
+            "op_overhead_us": 10.0,
+        }
+    )
+    r = predict(a, device)
+    t = r["totals"]
+    assert {k: v for k, v in t["flops_by_kind"].items() if v} == {
+        "conv": conv,
+        "depthwise_conv": depthwise,
+        "matmul": matmul,
+        "other": relu,
+    }
+    assert a.totals()["conv_flops_share"] == (conv + depthwise) / (conv + depthwise + matmul + relu)
+    compute = (conv / 0.8 + depthwise / 0.1 + matmul / 0.9 + relu / 0.5) / 1e12
+    assert t["compute_s"] == pytest.approx(compute)
+    assert t["memory_s"] == pytest.approx(t["bytes"] / (100e9 * 0.25))
+    assert t["calls"] == 4 and t["overhead_s"] == pytest.approx(40e-6)
+    assert t["time_s"] == pytest.approx(compute + t["memory_s"] + 40e-6)
+    # --ppp replaces every kind's PPP; the theoretical figures ignore PPPs and overhead.
+    one = predict(a, device, ppp=0.5)["totals"]
+    assert one["compute_s"] == pytest.approx((conv + depthwise + matmul + relu) / 0.5e12)
+    ideal = (conv + depthwise + matmul + relu) / 1e12 + t["bytes"] / 100e9
+    assert one["theoretical_time_per_image_s"] == pytest.approx(ideal / 2)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.unknown)
+def test_calibration_recovers_each_constant(kernel: Kernel) -> None:
+    """Each kernel's measured time, made up from known constants, gives them back."""
+    truth = FAKE.model_copy(
+        update={
+            "ppp_by_kind": {
+                "conv": 0.7,
+                "conv_backward": 0.4,
+                "depthwise_conv": 0.05,
+                "depthwise_conv_backward": 0.03,
+                "matmul": 0.9,
+                "pool": 0.002,
+                "norm": 0.04,
+                "other": 0.3,
+            },
+            "ppp_mem": 0.4,
+            "op_overhead_us": 6.0,
+        }
+    )
+    a = analyze_module(kernel.make(), kernel.shape, kernel.batch, kernel.train)
+    measured = predict(a, truth)["totals"]["time_s"]
+    field, value = {
+        "overhead": ("op_overhead_us", 6.0),
+        "ppp_mem": ("ppp_mem", 0.4),
+    }.get(kernel.unknown, ("ppp_by_kind", truth.kind_ppp()))
+    unknown = truth.model_copy(
+        update={field: {k: v for k, v in value.items() if k != kernel.unknown}}
+        if isinstance(value, dict)
+        else {field: None}
+    )
+    solved = solve(kernel, unknown, measured, a)
+    assert getattr(solved, field) == pytest.approx(value)
+    # A measurement the other terms already exceed leaves the unknown unknown.
+    assert getattr(solve(kernel, unknown, 1e-12, a), field) == getattr(unknown, field)

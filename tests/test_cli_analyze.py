@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.analytic.devices import KINDS
 from dlperf.store import Store
+from dlperf.system import usable_cores
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -76,6 +78,7 @@ def test_analyze_csv_and_table(cli: Cli) -> None:
         (["analyze", "resnet20", "--precision", "fp8"], "unknown precision 'fp8'"),
         (["predict", "resnet20", "--device", "V10"], "unknown device 'V10' (did you mean V100"),
         (["predict", "resnet20"], "give --device NAME"),
+        (["predict", "resnet20", "--measure"], "is not calibrated"),
         (["predict", "resnet20", "--device", "K80", "--precision", "fp16"], "no fp16 peak"),
     ],
 )
@@ -126,6 +129,13 @@ def test_calibrate_then_predict_measure_is_stored(
     assert calibrated.code == 0, calibrated.err
     device = json.loads(calibrated.out)
     assert device["peak_tflops"]["fp32"] > 0 and device["memory_bandwidth_gbs"] > 0
+    # a PPP for every kind; the compute-bound kernels' ones are always fitted (a kernel
+    # that its other terms already explain may leave its kind at 1)
+    kinds = device["ppp_by_kind"]
+    assert list(kinds) == list(KINDS) and min(kinds.values()) > 0 and kinds["other"] == 1.0
+    assert 1.0 not in (kinds["conv"], kinds["conv_backward"], kinds["matmul"])
+    assert device["ppp_mem"] not in (0, 1.0)
+    assert device["op_overhead_us"] > 0 and device["threads"] == usable_cores()
     assert "[here]" in user_devices.read_text()
     assert store.get_run(device["run_id"])["kind"] == "calibrate"
 

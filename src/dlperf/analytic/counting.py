@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -47,9 +47,20 @@ class Layer:
     activations: int = 0
     """Elements of the layer's output."""
     activation_bytes: int = 0
+    calls: int = 0
+    """Operator calls that do work (views excluded): each costs dispatch time."""
     backward_macs: int = 0
     backward_flops: int = 0
     backward_bytes: int = 0
+    backward_calls: int = 0
+    kind_flops: Counter[str] = field(default_factory=Counter)
+    """Forward FLOPs per operator kind (`ops.KINDS`), for the time model."""
+    backward_kind_flops: Counter[str] = field(default_factory=Counter)
+
+
+INTERNAL = ("kind_flops", "backward_kind_flops")
+"""Layer fields the time model reads that `analyze --json` leaves out."""
+BACKWARD = ("backward_macs", "backward_flops", "backward_bytes", "backward_calls")
 
 
 @dataclass
@@ -64,8 +75,6 @@ class Analysis:
     trainable_params: int
     receptive_field: dict[str, Any]
     unsupported_ops: dict[str, int]
-    conv_flops: int
-    """Forward FLOPs of convolution operators (functional ones included)."""
     training_memory: dict[str, Any] | None = None
 
     def totals(self) -> dict[str, Any]:
@@ -73,6 +82,10 @@ class Analysis:
             return sum(getattr(layer, key) for layer in self.layers)
 
         flops = total("flops")
+        # Convolution operators, functional ones included, whichever module ran them.
+        conv_flops = sum(
+            layer.kind_flops["conv"] + layer.kind_flops["depthwise_conv"] for layer in self.layers
+        )
         out: dict[str, Any] = {
             "params": self.params,
             "trainable_params": self.trainable_params,
@@ -81,7 +94,8 @@ class Analysis:
             "bytes": total("bytes"),
             "activations": total("activations"),
             "activation_bytes": total("activation_bytes"),
-            "conv_flops_share": self.conv_flops / flops if flops else 0.0,
+            "calls": total("calls"),
+            "conv_flops_share": conv_flops / flops if flops else 0.0,
             "receptive_field": self.receptive_field,
         }
         if self.train:
@@ -89,17 +103,17 @@ class Analysis:
                 "backward_macs": total("backward_macs"),
                 "backward_flops": total("backward_flops"),
                 "backward_bytes": total("backward_bytes"),
+                "backward_calls": total("backward_calls"),
                 "step_flops": flops + total("backward_flops"),
                 "training_memory": self.training_memory,
             }
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        layers = [asdict(layer) for layer in self.layers]
-        if not self.train:
-            for row in layers:
-                for key in ("backward_macs", "backward_flops", "backward_bytes"):
-                    del row[key]
+        left_out = INTERNAL if self.train else INTERNAL + BACKWARD
+        layers = [
+            {k: v for k, v in asdict(layer).items() if k not in left_out} for layer in self.layers
+        ]
         return {
             "model": self.model,
             "input": self.input,
@@ -196,7 +210,6 @@ class _CountingMode(TorchDispatchMode):
         self.modules = dict(model.named_modules())
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
-        self.conv_flops = 0
 
     def row(self, name: str) -> Layer:
         if name not in self.rows:
@@ -229,16 +242,19 @@ class _CountingMode(TorchDispatchMode):
             cost = ops.Cost(0, 0)
         row = self.row(name)
         moved = sum(_nbytes(t) for t in _tensors((args, out)))
+        kind = ops.kind_of(ops.op_name(func), args)
         if self.tracker.is_bw:
             row.backward_macs += cost.macs
             row.backward_flops += cost.flops
             row.backward_bytes += moved
+            row.backward_calls += 1
+            row.backward_kind_flops[kind] += cost.flops
             return out
         row.macs += cost.macs
         row.flops += cost.flops
-        if ops.op_name(func) in ops.CONVOLUTIONS:
-            self.conv_flops += cost.flops
         row.bytes += moved
+        row.calls += 1
+        row.kind_flops[kind] += cost.flops
         if not _is_leaf(self.modules[name]) and not func._schema.is_mutable:
             # A container's own op output is an activation; a leaf's is its module output.
             produced = _tensors(out)
@@ -376,7 +392,6 @@ def analyze_module(
         trainable_params=sum(p.numel() for p in params if p.requires_grad),
         receptive_field=fields_result,
         unsupported_ops=dict(sorted(mode.unsupported.items())),
-        conv_flops=mode.conv_flops,
         training_memory=memory,
     )
 

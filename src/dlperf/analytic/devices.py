@@ -11,12 +11,28 @@ import difflib
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dlperf.errors import UserError
+
+Kind = Literal[
+    "conv",
+    "conv_backward",
+    "depthwise_conv",
+    "depthwise_conv_backward",
+    "matmul",
+    "pool",
+    "norm",
+    "other",
+]
+"""Operator kinds a device can have a PPP of its own for (dlperf.analytic.ops.kind_of):
+convolutions and their backward, depthwise ones (far fewer FLOPs per byte) and their
+backward, matrix products (attention included), window pooling,
+normalisation (batch, layer, group; forward and backward), and all other operators."""
+KINDS: tuple[str, ...] = get_args(Kind)
 
 
 class Device(BaseModel):
@@ -35,12 +51,16 @@ class Device(BaseModel):
     """NVLink or PCIe bandwidth per GPU in 10^9 bytes/s."""
     price_per_hour_usd: float | None = None
     price_source: str | None = None
-    conv_tflops: float | None = None
-    """Measured fp32 rate of a 3x3 convolution (calibrated devices)."""
     ppp: float | None = None
     """Default platform percent of peak for compute (calibrated devices measure it)."""
+    ppp_by_kind: dict[Kind, float] | None = None
+    """PPP per operator kind (calibrated devices); a kind not listed uses `ppp`."""
     ppp_mem: float | None = None
     """Default fraction of the memory bandwidth reached."""
+    op_overhead_us: float | None = None
+    """Fixed cost of one operator call in microseconds (dispatch, launch), calibrated."""
+    threads: int | None = None
+    """CPU threads the calibration ran with."""
     source: str
     """Where the figures come from."""
     date: str
@@ -53,6 +73,11 @@ class Device(BaseModel):
                 f"it lists {', '.join(self.peak_tflops)}",
             )
         return self.peak_tflops[precision] * 1e12
+
+    def kind_ppp(self) -> dict[str, float]:
+        """The PPP of each operator kind: calibrated, else the device's `ppp`, else 1."""
+        default = self.ppp or 1.0
+        return {kind: (self.ppp_by_kind or {}).get(kind, default) for kind in KINDS}
 
 
 def user_file() -> Path:

@@ -12,12 +12,13 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.autograd import DeviceType
 
-from dlperf.analytic.counting import DTYPES, materialize_lazy, run_forward
+from dlperf.analytic.counting import DTYPES, Analysis, materialize_lazy, run_forward
 from dlperf.analytic.devices import Device
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import synchronize
@@ -26,17 +27,28 @@ LABEL = "dlperf::"
 """Prefix of the profiler ranges that mark each leaf module's forward."""
 
 
-def timings(fn: Callable[[], Any], device: torch.device, warmup: int, reps: int) -> list[float]:
+Clock = Callable[[], float]
+"""Seconds: time.perf_counter (wall time, the default) or time.process_time (CPU time of
+this process, which on a CPU with one thread leaves out time other jobs took)."""
+
+
+def timings(
+    fn: Callable[[], Any],
+    device: torch.device,
+    warmup: int,
+    reps: int,
+    clock: Clock = time.perf_counter,
+) -> list[float]:
     """Seconds of each of `reps` calls of `fn`, after `warmup` uncounted calls."""
     for _ in range(warmup):
         fn()
     synchronize(device)
     times = []
     for _ in range(reps):
-        start = time.perf_counter()
+        start = clock()
         fn()
         synchronize(device)
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return times
 
 
@@ -53,65 +65,141 @@ def _sized_to_take(
     device: torch.device,
     start: int,
     limit: int,
+    clock: Clock,
 ) -> tuple[int, Callable[[], Any]]:
     """Double the problem size until one call takes `seconds` (slow dtypes stay small)."""
     n = start
     fn = make(n)
-    while n < limit and min(timings(fn, device, 1, 1)) < seconds:
+    while n < limit and min(timings(fn, device, 1, 1, clock)) < seconds:
         n *= 2
         fn = make(n)
     return n, fn
 
 
-def matmul_flops(dtype: torch.dtype, device: torch.device, reps: int = 5) -> float:
+def matmul_flops(
+    dtype: torch.dtype, device: torch.device, reps: int = 5, clock: Clock = time.perf_counter
+) -> float:
+    """FLOP/s of a square matmul sized up until one takes 20 ms: the device's peak."""
+
     def make(n: int) -> Callable[[], Any]:
         a = torch.randn(n, n, device=device).to(dtype)
         b = torch.randn(n, n, device=device).to(dtype)
         return lambda: a @ b
 
     limit = 8192 if device.type == "cuda" else 2048
-    n, fn = _sized_to_take(0.02, make, device, 256, limit)
-    return 2 * n**3 / statistics.median(timings(fn, device, 2, reps))
+    n, fn = _sized_to_take(0.02, make, device, 256, limit, clock)
+    return 2 * n**3 / statistics.median(timings(fn, device, 2, reps, clock))
 
 
-def conv_flops(device: torch.device, reps: int = 5) -> float:
-    """A ResNet-style 3x3, 64 -> 64 channel convolution on 56x56 maps (fp32)."""
-    conv = nn.Conv2d(64, 64, 3, padding=1, bias=False).to(device)
-
-    def make(batch: int) -> Callable[[], Any]:
-        x = torch.randn(batch, 64, 56, 56, device=device)
-        return lambda: conv(x)
-
-    with torch.no_grad():
-        batch, fn = _sized_to_take(0.02, make, device, 1, 64)
-        seconds = statistics.median(timings(fn, device, 2, reps))
-    return 2 * batch * 56 * 56 * 64 * 64 * 9 / seconds
-
-
-def memory_bandwidth(device: torch.device, reps: int = 5) -> float:
+def memory_bandwidth(
+    device: torch.device, reps: int = 5, clock: Clock = time.perf_counter
+) -> float:
     """Bytes read and written per second by a copy far larger than the caches."""
     n = (256 if device.type == "cuda" else 64) * 2**20 // 4
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
-    return 2 * n * 4 / statistics.median(timings(lambda: dst.copy_(src), device, 2, reps))
+    seconds = statistics.median(timings(lambda: dst.copy_(src), device, 2, reps, clock))
+    return 2 * n * 4 / seconds
+
+
+class Kernel(NamedTuple):
+    """A small network whose measured time fixes one unknown of the time model."""
+
+    unknown: str
+    """'overhead', 'ppp_mem' or an operator kind (devices.KINDS)."""
+    make: Callable[[], nn.Module]
+    shape: list[int]
+    batch: int
+    """On a CPU; GPUs run 16 times larger batches."""
+    train: bool = False
+    """Time a training step (forward and backward) instead of a forward pass."""
+
+
+def _convs() -> nn.Module:
+    """Typical shapes of convolution layers: a strided stem on 3 channels, 1x1 and 3x3
+    ones, and wide ones on small maps, as a ResNet or MobileNet goes deeper."""
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, 2, 1),
+        nn.Conv2d(32, 64, 1),
+        nn.Conv2d(64, 64, 3, 1, 1),
+        nn.Conv2d(64, 128, 3, 2, 1),
+        nn.Conv2d(128, 128, 1),
+        nn.Conv2d(128, 256, 3, 2, 1),
+        nn.Conv2d(256, 512, 3, 2, 1),
+    )
+
+
+def _depthwise() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(96, 96, 3, 1, 1, groups=96),
+        nn.Conv2d(96, 96, 3, 2, 1, groups=96),
+        nn.Conv2d(96, 96, 5, 1, 2, groups=96),
+    )
+
+
+KERNELS = [
+    # An operator call's fixed cost: ReLUs of a single number.
+    Kernel("overhead", lambda: nn.Sequential(*[nn.ReLU() for _ in range(64)]), [1], 1),
+    # Memory-bound element-wise work at the size of a ResNet stage's activations.
+    Kernel("ppp_mem", lambda: nn.Sequential(nn.ReLU(), nn.SiLU()), [64, 56, 56], 4),
+    Kernel("conv", _convs, [3, 112, 112], 4),
+    Kernel("conv_backward", _convs, [3, 112, 112], 4, train=True),
+    Kernel("depthwise_conv", _depthwise, [96, 56, 56], 4),
+    Kernel("depthwise_conv_backward", _depthwise, [96, 56, 56], 4, train=True),
+    Kernel("matmul", lambda: nn.Linear(1024, 1024, bias=False), [1024], 256),
+    Kernel("pool", lambda: nn.MaxPool2d(3, 2, 1), [64, 56, 56], 4),
+    # Batch norm in training: statistics, normalisation and its backward.
+    Kernel("norm", lambda: nn.BatchNorm2d(64), [64, 56, 56], 4, train=True),
+]
+"""In the order they are solved: each one's prediction uses the unknowns before it."""
+
+
+def solve(kernel: Kernel, device: Device, measured_s: float, analysis: Analysis) -> Device:
+    """The device with `kernel.unknown` set so that the time model predicts `measured_s`
+    for the kernel; unchanged when the other terms alone already take longer."""
+    from dlperf.analytic.paleo import predict
+
+    neutral: dict[str, Any] = {"overhead": {"op_overhead_us": 0.0}, "ppp_mem": {"ppp_mem": 1.0}}
+    kinds = device.kind_ppp()
+    kinds_at_1 = {**kinds, kernel.unknown: 1.0}
+    t = predict(
+        analysis,
+        device.model_copy(update=neutral.get(kernel.unknown, {"ppp_by_kind": kinds_at_1})),
+    )["totals"]
+    if kernel.unknown == "overhead":
+        left = measured_s - t["compute_s"] - t["memory_s"]
+        update = {"op_overhead_us": left / t["calls"] * 1e6}
+        return device.model_copy(update=update) if left > 0 else device
+    if kernel.unknown == "ppp_mem":
+        left = measured_s - t["compute_s"] - t["overhead_s"]
+        return device.model_copy(update={"ppp_mem": t["memory_s"] / left}) if left > 0 else device
+    own = t["flops_by_kind"][kernel.unknown] / device.peak_flops(analysis.precision)
+    left = measured_s - (t["time_s"] - own)
+    if left <= 0:
+        return device
+    return device.model_copy(update={"ppp_by_kind": {**kinds, kernel.unknown: own / left}})
 
 
 def calibrate(
-    device: torch.device, name: str | None = None, reporter: Reporter | None = None
+    device: torch.device,
+    name: str | None = None,
+    reporter: Reporter | None = None,
+    reps: int = 5,
+    clock: Clock = time.perf_counter,
 ) -> Device:
-    """Measure achievable matmul FLOP/s per dtype, convolution FLOP/s and bandwidth."""
+    """Measure the device's peaks (square matmuls per dtype, a large copy), then fit the
+    time model's other constants, one kernel each (KERNELS), at fp32."""
+    from dlperf.analytic.counting import analyze_module
     from dlperf.system import system_info
 
     reporter = reporter or NullReporter()
-    reporter.task("calibrating", total=len(DTYPES) + 2)
+    reporter.task("calibrating", total=len(DTYPES) + 1 + len(KERNELS))
     peaks: dict[str, float] = {}
     for precision, dtype in DTYPES.items():
         with contextlib.suppress(RuntimeError):  # no kernel for this dtype here
-            peaks[precision] = matmul_flops(dtype, device) / 1e12
+            peaks[precision] = matmul_flops(dtype, device, reps, clock) / 1e12
         reporter.advance(status=f"matmul {precision}")
-    conv = conv_flops(device) / 1e12
-    reporter.advance(status="convolution")
-    bandwidth = memory_bandwidth(device) / 1e9
+    bandwidth = memory_bandwidth(device, reps, clock) / 1e9
     reporter.advance(status="memory bandwidth")
     info = system_info(device)
     if device.type == "cuda":
@@ -120,20 +208,37 @@ def calibrate(
     else:
         what = f"{info['cpu']} ({device.type}), {info['threads']} threads"
         memory_gb = info["memory_gb"]
-    return Device(
+    fitted = Device(
         name=name or socket.gethostname(),
         description=f"{what}, torch {torch.__version__}",
         kind="cpu" if device.type == "cpu" else "gpu",
         peak_tflops=peaks,
         memory_bandwidth_gbs=bandwidth,
         memory_gb=memory_gb,
-        conv_tflops=conv,
-        # The convolution's share of the fp32 matmul rate is this platform's PPP.
-        ppp=conv / peaks["fp32"],
-        ppp_mem=1.0,
-        source="dlperf calibrate: medians of 5 matmuls per dtype, 3x3 convolutions, copies",
+        threads=torch.get_num_threads() if device.type == "cpu" else None,
+        source=(
+            f"dlperf calibrate: medians of {reps} square matmuls per dtype and large copies, "
+            f"and of {reps} interleaved rounds of the kernels that fix the per-call "
+            "overhead, PPP_mem and the PPP of each operator kind"
+        ),
         date=datetime.now(UTC).date().isoformat(),
     )
+    scale = 1 if device.type == "cpu" else 16
+    analyses, steps = [], []
+    for kernel in KERNELS:
+        batch = kernel.batch * scale
+        analyses.append(analyze_module(kernel.make(), kernel.shape, batch, kernel.train))
+        steps.append(make_step(kernel.make(), kernel.shape, batch, kernel.train, "fp32", device))
+        timings(steps[-1], device, 2, 0, clock)
+    # Interleaved rounds: a change in the machine's speed hits every kernel alike.
+    times: list[list[float]] = [[] for _ in KERNELS]
+    for _ in range(reps):
+        for kernel_times, step in zip(times, steps, strict=True):
+            kernel_times += timings(step, device, 0, 1, clock)
+    for kernel, analysis, kernel_times in zip(KERNELS, analyses, times, strict=True):
+        fitted = solve(kernel, fitted, statistics.median(kernel_times), analysis)
+        reporter.advance(status=kernel.unknown)
+    return fitted
 
 
 # --- measuring a model ------------------------------------------------------------------------
@@ -162,20 +267,16 @@ def _label_leaves(model: nn.Module) -> list[Any]:
     return handles
 
 
-def measure_model(
+def make_step(
     model: nn.Module,
     input_shape: Sequence[int],
     batch: int,
     train: bool,
     precision: str,
     device: torch.device,
-    warmup: int = 3,
-    reps: int = 10,
-    reporter: Reporter | None = None,
-    profile_layers: bool = True,
-) -> dict[str, Any]:
-    """Time forward passes (or forward + backward steps); profile each leaf's forward."""
-    reporter = reporter or NullReporter()
+) -> Callable[[], None]:
+    """One forward pass (no_grad) or training step (forward, `sum()` loss, backward) of
+    `model` on a random batch, what the time model predicts."""
     dtype = DTYPES[precision]
     model = model.to(device=device, dtype=dtype)
     x = torch.randn(batch, *input_shape, device=device, dtype=dtype)
@@ -190,6 +291,24 @@ def measure_model(
             with torch.no_grad():
                 run_forward(model, x)
 
+    return step
+
+
+def measure_model(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    batch: int,
+    train: bool,
+    precision: str,
+    device: torch.device,
+    warmup: int = 3,
+    reps: int = 10,
+    reporter: Reporter | None = None,
+    profile_layers: bool = True,
+) -> dict[str, Any]:
+    """Time forward passes (or forward + backward steps); profile each leaf's forward."""
+    reporter = reporter or NullReporter()
+    step = make_step(model, input_shape, batch, train, precision, device)
     reporter.task(f"timing {warmup} + {reps} {'steps' if train else 'forwards'}")
     times = timings(step, device, warmup, reps)
     if not profile_layers:
@@ -210,7 +329,9 @@ def measure_model(
             handle.remove()
     layers = {}
     for event in prof.key_averages():
-        if event.key.startswith(LABEL):
+        # With CUDA activity a range also appears as a GPU-side annotation under the same
+        # name; the CPU-side range's device time already sums the kernels it launched.
+        if event.key.startswith(LABEL) and event.device_type == DeviceType.CPU:
             micros = event.device_time_total if device.type == "cuda" else event.cpu_time_total
             layers[event.key.removeprefix(LABEL)] = micros / 1e6 / profiled
     return {"times_s": times, "spread_s": spread(times), "layers_s": layers}

@@ -384,6 +384,38 @@ IGNORED: frozenset[str] = frozenset(
 
 CONVOLUTIONS = frozenset({"convolution", "_convolution"})
 
+MATMULS = frozenset(
+    name
+    for name, handler in HANDLERS.items()
+    if handler in (mm, addmm, bmm, baddbmm, mv, dot, attention, attention_backward)
+)
+POOLS = frozenset(
+    name for name, handler in HANDLERS.items() if handler in (pool, pool_backward)
+) | {"max_pool2d_with_indices_backward"}
+NORMS = frozenset(
+    name for name in HANDLERS if any(n in name for n in ("batch_norm", "layer_norm", "group_norm"))
+)
+
+
+def kind_of(name: str, args: Sequence[Any]) -> str:
+    """The kind (dlperf.analytic.devices.KINDS) of an ATen call, by `op_name`.
+
+    A convolution is depthwise when each group has one input channel (the weight is
+    argument 1 of a convolution, 2 of its backward; `groups` argument 8 and 9); grouped
+    ones with wider groups (ResNeXt, RegNet) run close to dense ones and count as such.
+    """
+    if name in CONVOLUTIONS:
+        return "depthwise_conv" if args[8] > 1 and args[1].shape[1] == 1 else "conv"
+    if name == "convolution_backward":
+        depthwise = args[9] > 1 and args[2].shape[1] == 1
+        return "depthwise_conv_backward" if depthwise else "conv_backward"
+    if name in MATMULS:
+        return "matmul"
+    if name in POOLS:
+        return "pool"
+    return "norm" if name in NORMS else "other"
+
+
 VIEWS: frozenset[str] = frozenset({"_unsafe_view"})
 """Ops that alias their input without saying so in their schema."""
 

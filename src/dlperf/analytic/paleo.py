@@ -1,61 +1,92 @@
 """The PALEO time model (Qi, Sparks, Talwalkar, "Paleo: A Performance Model for Deep
 Neural Networks", ICLR 2017), per layer from dlperf's counts:
 
-    time(layer) = flops / (peak[precision] * PPP) + bytes / (bandwidth * PPP_mem)
+    time(layer) = sum over operator kinds k of flops_k / (peak[precision] * PPP_k)
+                  + bytes / (bandwidth * PPP_mem)
+                  + calls * op_overhead
     time        = sum over layers
 
-`flops` and `bytes` are the layer's counted FLOPs and the bytes its operators read and
-write (forward; with `train` forward + backward). PPP, the platform percent of peak,
-is the fraction of the peak the software reaches; PPP_mem the same for bandwidth. The
-theoretical figures take PPP = PPP_mem = 1.
+`flops_k` are the layer's counted FLOPs of kind k (convolution, depthwise convolution,
+their backward, matrix product, pooling, normalisation, other: `devices.KINDS`), `bytes`
+what its operators read and write, `calls` its operator calls (forward; with `train`
+forward + backward). PPP, the platform percent of peak, is the fraction of the peak the
+software reaches: one number (`--ppp`, or a catalog device's `ppp`) or, on a calibrated
+device, one per kind. PPP_mem is the same for bandwidth; `op_overhead` the fixed cost of
+one call (0 unless calibrated). The theoretical figures take PPP = PPP_mem = 1 and no
+overhead.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from dlperf.analytic.counting import Analysis
-from dlperf.analytic.devices import Device
+from dlperf.analytic.devices import KINDS, Device
 from dlperf.errors import UserError
 
 
 def layer_time(
-    flops: float, nbytes: float, peak: float, bandwidth: float, ppp: float, ppp_mem: float
-) -> tuple[float, float]:
-    """(compute seconds, memory seconds) of one layer."""
-    return flops / (peak * ppp), nbytes / (bandwidth * ppp_mem)
+    kind_flops: dict[str, float],
+    nbytes: float,
+    calls: int,
+    peak: float,
+    bandwidth: float,
+    ppp: dict[str, float],
+    ppp_mem: float,
+    overhead_s: float,
+) -> tuple[float, float, float]:
+    """(compute, memory, overhead) seconds of one layer."""
+    compute = sum(flops / (peak * ppp[kind]) for kind, flops in kind_flops.items())
+    return compute, nbytes / (bandwidth * ppp_mem), calls * overhead_s
 
 
 def predict(
     analysis: Analysis, device: Device, ppp: float | None = None, ppp_mem: float | None = None
 ) -> dict[str, Any]:
-    """Per-layer and total predicted time of one forward (or training step) at the batch."""
-    ppp = ppp if ppp is not None else device.ppp or 1.0
+    """Per-layer and total predicted time of one forward (or training step) at the batch.
+
+    `ppp` replaces every kind's PPP with one number; `ppp_mem` the device's PPP_mem.
+    """
+    kind_ppp = {kind: ppp for kind in KINDS} if ppp is not None else device.kind_ppp()
     ppp_mem = ppp_mem if ppp_mem is not None else device.ppp_mem or 1.0
-    if ppp <= 0 or ppp_mem <= 0:
+    if min(kind_ppp.values()) <= 0 or ppp_mem <= 0:
         raise UserError(f"PPP must be positive, got {ppp} and {ppp_mem}", "e.g. --ppp 0.62")
     peak = device.peak_flops(analysis.precision)
     bandwidth = device.memory_bandwidth_gbs * 1e9
+    overhead = (device.op_overhead_us or 0.0) * 1e-6
     layers = []
+    kind_totals: Counter[str] = Counter()
     for layer in analysis.layers:
-        flops = layer.flops + layer.backward_flops
+        kinds = layer.kind_flops + layer.backward_kind_flops
+        kind_totals += kinds
         nbytes = layer.bytes + layer.backward_bytes
-        compute, memory = layer_time(flops, nbytes, peak, bandwidth, ppp, ppp_mem)
+        calls = layer.calls + layer.backward_calls
+        compute, memory, fixed = layer_time(
+            kinds, nbytes, calls, peak, bandwidth, kind_ppp, ppp_mem, overhead
+        )
         layers.append(
             {
                 "name": layer.name,
                 "type": layer.type,
-                "flops": flops,
+                "flops": layer.flops + layer.backward_flops,
                 "bytes": nbytes,
+                "calls": calls,
                 "compute_s": compute,
                 "memory_s": memory,
-                "time_s": compute + memory,
+                "overhead_s": fixed,
+                "time_s": compute + memory + fixed,
             }
         )
-    flops = sum(row["flops"] for row in layers)
-    nbytes = sum(row["bytes"] for row in layers)
-    compute, memory = layer_time(flops, nbytes, peak, bandwidth, ppp, ppp_mem)
-    ideal = sum(layer_time(flops, nbytes, peak, bandwidth, 1.0, 1.0))
+
+    def total(key: str) -> Any:
+        return sum(row[key] for row in layers)
+
+    nbytes = total("bytes")
+    ideal = sum(
+        layer_time(kind_totals, nbytes, 0, peak, bandwidth, dict.fromkeys(KINDS, 1.0), 1.0, 0)
+    )
+    time_s = total("time_s")
     batch = analysis.batch
     return {
         "model": analysis.model,
@@ -63,31 +94,35 @@ def predict(
         "precision": analysis.precision,
         "batch": batch,
         "train": analysis.train,
-        "ppp": ppp,
+        "ppp": ppp if ppp is not None else device.ppp or 1.0,
+        "ppp_by_kind": kind_ppp,
         "ppp_mem": ppp_mem,
+        "op_overhead_s": overhead,
         "peak_flops": peak,
         "memory_bandwidth": bandwidth,
         "layers": layers,
         "totals": {
-            "flops": flops,
+            "flops": total("flops"),
+            "flops_by_kind": {kind: kind_totals[kind] for kind in KINDS},
             "bytes": nbytes,
-            "compute_s": compute,
-            "memory_s": memory,
-            "time_s": compute + memory,
-            "images_per_s": batch / (compute + memory),
+            "calls": total("calls"),
+            "compute_s": total("compute_s"),
+            "memory_s": total("memory_s"),
+            "overhead_s": total("overhead_s"),
+            "time_s": time_s,
+            "images_per_s": batch / time_s,
             "theoretical_time_per_image_s": ideal / batch,
             "theoretical_images_per_s": batch / ideal,
         },
     }
 
 
-def fit_ppp(
-    flops: float, nbytes: float, measured_s: float, peak: float, bandwidth: float, ppp_mem: float
-) -> float | None:
-    """The PPP that makes the model's total equal the measured time (PPP_mem held fixed);
-    None when the memory term alone already exceeds the measurement."""
-    compute_s = measured_s - nbytes / (bandwidth * ppp_mem)
-    return flops / (peak * compute_s) if compute_s > 0 else None
+def fit_ppp(prediction: dict[str, Any], measured_s: float) -> float | None:
+    """The one PPP (for every kind) that makes the predicted total equal the measured
+    time, PPP_mem and the overhead held fixed; None when those alone take longer."""
+    t = prediction["totals"]
+    compute_s = measured_s - t["memory_s"] - t["overhead_s"]
+    return t["flops"] / (prediction["peak_flops"] * compute_s) if compute_s > 0 else None
 
 
 def error_pct(predicted: float, measured: float) -> float:
@@ -113,19 +148,11 @@ def compare(prediction: dict[str, Any], measurement: dict[str, Any]) -> dict[str
                         "error_pct": error_pct(row["time_s"], seconds),
                     }
                 )
-    fitted = fit_ppp(
-        prediction["totals"]["flops"],
-        prediction["totals"]["bytes"],
-        measured,
-        prediction["peak_flops"],
-        prediction["memory_bandwidth"],
-        prediction["ppp_mem"],
-    )
     return {
         "layers": layers,
         "predicted_s": predicted,
         "measured_s": measurement["spread_s"],
         "error_pct": error_pct(predicted, measured),
         "measured_images_per_s": prediction["batch"] / measured,
-        "fitted_ppp": fitted,
+        "fitted_ppp": fit_ppp(prediction, measured),
     }

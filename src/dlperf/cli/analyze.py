@@ -224,14 +224,22 @@ def predict(
 
     if device is None and not measure:
         raise UserError("give --device NAME", "see `dlperf devices`, or run `dlperf calibrate`")
-    entry = get_device(device or _local_device_name())
+    try:
+        entry = get_device(device or _local_device_name())
+    except UserError:
+        if device is not None:
+            raise
+        raise UserError(
+            f"this host ({_local_device_name()}) is not calibrated",
+            "run `dlperf calibrate` first, or give --device NAME",
+        ) from None
     if reps < 1:
         raise UserError(f"--reps must be at least 1, got {reps}")
     a = run_analysis(model, parse_shape(input_), batch, train, precision, classes)
     _warn_unsupported(a.unsupported_ops)
     result = run_prediction(a, entry, ppp)
     if measure:
-        result["measured"] = _measure_and_store(model, a, result, classes, reps)
+        result["measured"] = _measure_and_store(model, a, result, classes, reps, entry.threads)
     if as_json:
         console.print_json(result)
         return
@@ -239,7 +247,12 @@ def predict(
 
 
 def _measure_and_store(
-    model: str, a: Any, prediction: dict[str, Any], classes: int | None, reps: int
+    model: str,
+    a: Any,
+    prediction: dict[str, Any],
+    classes: int | None,
+    reps: int,
+    calibrated_threads: int | None,
 ) -> dict[str, Any]:
     from dlperf.analytic.counting import default_classes
     from dlperf.analytic.measure import measure_model
@@ -249,6 +262,11 @@ def _measure_and_store(
 
     local = pick_device("auto")
     threads = set_threads(None)
+    if local.type == "cpu" and calibrated_threads not in (None, threads):
+        console.warn(
+            f"{prediction['device']} was calibrated with {calibrated_threads} threads, "
+            f"this measurement runs {threads}: expect the rates to differ"
+        )
     real = create_model(
         model, num_classes=classes or default_classes(model), in_channels=a.input[0]
     )
@@ -294,22 +312,41 @@ def _measure_and_store(
     return comparison
 
 
+def _ppp_text(kinds: dict[str, float]) -> str:
+    """'0.62', or one value per operator kind when they differ."""
+    if len(set(kinds.values())) == 1:
+        return f"{next(iter(kinds.values())):.3g}"
+    return "(" + ", ".join(f"{kind} {v:.3g}" for kind, v in kinds.items()) + ")"
+
+
 def _print_prediction(r: dict[str, Any]) -> None:
     t = r["totals"]
     ms = 1e3
     console.print_table(
         f"{r['model']} on {r['device']}: {r['precision']}, batch {r['batch']}"
         f"{', training step' if r['train'] else ''}, "
-        f"PPP {r['ppp']:.3g}, PPP_mem {r['ppp_mem']:.3g}",
-        ["layer", "type", "FLOPs", "bytes", "compute ms", "memory ms", "time ms"],
+        f"PPP {_ppp_text(r['ppp_by_kind'])}, PPP_mem {r['ppp_mem']:.3g}",
+        [
+            "layer",
+            "type",
+            "FLOPs",
+            "bytes",
+            "calls",
+            "compute ms",
+            "memory ms",
+            "calls ms",
+            "time ms",
+        ],
         [
             [
                 row["name"],
                 row["type"],
                 si(row["flops"]),
                 si(row["bytes"], "B"),
+                row["calls"],
                 row["compute_s"] * ms,
                 row["memory_s"] * ms,
+                row["overhead_s"] * ms,
                 row["time_s"] * ms,
             ]
             for row in r["layers"]
@@ -317,7 +354,10 @@ def _print_prediction(r: dict[str, Any]) -> None:
     )
     rows: list[list[Any]] = [
         ["predicted time per batch (ms)", t["time_s"] * ms],
-        ["  compute / memory (ms)", f"{t['compute_s'] * ms:.4g} / {t['memory_s'] * ms:.4g}"],
+        [
+            "  compute / memory / calls (ms)",
+            f"{t['compute_s'] * ms:.4g} / {t['memory_s'] * ms:.4g} / {t['overhead_s'] * ms:.4g}",
+        ],
         ["predicted images/s", t["images_per_s"]],
         ["theoretical time per image, PPP = 1 (ms)", t["theoretical_time_per_image_s"] * ms],
         ["theoretical peak images/s", t["theoretical_images_per_s"]],
@@ -394,7 +434,7 @@ def devices(
                 d.memory_gb,
                 d.interconnect_gbs,
                 d.price_per_hour_usd,
-                d.ppp,
+                "per kind" if d.ppp_by_kind else d.ppp,
                 d.date,
             ]
             for name, d in catalog.items()
@@ -409,8 +449,9 @@ def calibrate(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Measure this machine (matmul FLOP/s per dtype, 3x3 convolution FLOP/s, memory
-    bandwidth), save it as a device in the user catalog and record the run.
+    """Measure this machine (matmul FLOP/s per dtype, copy bandwidth) and fit the time
+    model's PPP per operator kind, PPP_mem and per-call overhead on small kernels; save it
+    as a device named after the host in the user catalog and record the run.
 
     Example: dlperf calibrate && dlperf predict resnet18 --measure
     """
@@ -430,13 +471,15 @@ def calibrate(
     with console.reporter() as rep:
         device = run_calibration(local, name, rep)
     path = save_device(device)
+    kinds = device.kind_ppp()
     store.log_metrics(
         run_id,
         [(f"matmul_tflops_{p}", 0, v) for p, v in device.peak_tflops.items()]
+        + [(f"ppp_{kind}", 0, v) for kind, v in kinds.items()]
         + [
-            ("conv_tflops_fp32", 0, device.conv_tflops or 0.0),
             ("memory_bandwidth_gbs", 0, device.memory_bandwidth_gbs),
-            ("ppp", 0, device.ppp or 0.0),
+            ("ppp_mem", 0, device.ppp_mem or 1.0),
+            ("op_overhead_us", 0, device.op_overhead_us or 0.0),
         ],
     )
     store.add_artifact(run_id, "devices", path)
@@ -448,10 +491,11 @@ def calibrate(
         f"{device.name}: {device.description}",
         ["", "value"],
         [[f"matmul {p} (TFLOP/s)", v] for p, v in device.peak_tflops.items()]
+        + [["memory bandwidth, copy (GB/s)", device.memory_bandwidth_gbs]]
+        + [[f"PPP {kind}", v] for kind, v in kinds.items()]
         + [
-            ["3x3 convolution fp32 (TFLOP/s)", device.conv_tflops],
-            ["PPP: 3x3 conv / fp32 matmul", device.ppp],
-            ["memory bandwidth (GB/s)", device.memory_bandwidth_gbs],
+            ["PPP_mem", device.ppp_mem],
+            ["overhead per operator call (us)", device.op_overhead_us],
             ["saved to", str(path)],
             ["stored as run", run_id],
         ],
