@@ -12,6 +12,7 @@ import sys
 from dlperf.cli import analyze as _analyze  # noqa: F401
 from dlperf.cli import converge as _converge  # noqa: F401
 from dlperf.cli import deploy as _deploy  # noqa: F401
+from dlperf.cli import detect as _detect  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
 from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401

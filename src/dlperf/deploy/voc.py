@@ -1,0 +1,346 @@
+"""Pascal VOC detection data: the on-disk layout, a torch Dataset, and AP@0.5 per class.
+
+Layout (VOCdevkit/VOC2007 or anything shaped like it)::
+
+    ROOT/Annotations/<id>.xml        filename, size, object/name/bndbox/difficult
+    ROOT/JPEGImages/<id>.jpg
+    ROOT/ImageSets/Main/<split>.txt  one image id per line
+
+VOC boxes are 1-based inclusive pixel indices; they are read as continuous 0-based corners
+(x1 = xmin - 1, y1 = ymin - 1, x2 = xmax, y2 = ymax), the convention torchvision's detectors
+predict in, so plain IoU applies without the devkit's "+1".
+
+AP follows the VOC devkit: detections of a class ranked by score over the whole split; one
+that overlaps an unmatched ground-truth box with IoU >= 0.5 is a true positive, a second hit
+on the same box is a false positive, a hit on a "difficult" box counts as neither, and
+difficult boxes are left out of the number of positives. The precision-recall curve is
+summarised by all-point interpolation (the area under the monotone precision envelope,
+VOC2010 onwards) by default: it is exact for every recall level, where the VOC2007
+11-point rule quantises recall to steps of 0.1 and jumps on a small validation set.
+`method="11point"` reproduces the VOC2007 devkit's figures for comparison with papers.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlperf.errors import UserError
+
+BACKGROUND = "__background__"
+AP_METHODS = ("area", "11point")
+SHAPES = ("square", "disc")
+
+
+@dataclass
+class VocObject:
+    name: str
+    box: tuple[float, float, float, float]  # x1, y1, x2, y2, continuous 0-based pixels
+    difficult: bool
+
+
+@dataclass
+class VocAnnotation:
+    image_id: str
+    filename: str
+    width: int
+    height: int
+    objects: list[VocObject]
+
+
+def find_root(path: Path) -> Path:
+    """ROOT itself, or ROOT/VOC2007 when given a VOCdevkit directory."""
+    for candidate in (path, path / "VOC2007"):
+        if (candidate / "Annotations").is_dir() and (candidate / "ImageSets" / "Main").is_dir():
+            return candidate
+    raise UserError(
+        f"{path} is not a VOC data set (no Annotations/ and ImageSets/Main/)",
+        "give VOCdevkit/VOC2007 or a directory made by `dlperf detect make-shapes`",
+    )
+
+
+def read_split(root: Path, split: str) -> list[str]:
+    path = root / "ImageSets" / "Main" / f"{split}.txt"
+    if not path.is_file():
+        raise UserError(f"no split file {path}")
+    ids = [line.split()[0] for line in path.read_text().splitlines() if line.strip()]
+    if not ids:
+        raise UserError(f"split file {path} lists no images")
+    return ids
+
+
+def _text(node: ET.Element, tag: str, source: Path) -> str:
+    found = node.find(tag)
+    if found is None or found.text is None:
+        raise UserError(f"{source}: missing <{tag}>")
+    return found.text.strip()
+
+
+def parse_annotation(path: Path) -> VocAnnotation:
+    try:
+        tree = ET.parse(path)
+    except (ET.ParseError, OSError) as e:
+        raise UserError(f"{path}: not a readable VOC annotation ({e})") from None
+    node = tree.getroot()
+    size = node.find("size")
+    if size is None:
+        raise UserError(f"{path}: missing <size>")
+    objects = []
+    for obj in node.iter("object"):
+        bnd = obj.find("bndbox")
+        if bnd is None:
+            raise UserError(f"{path}: an <object> without <bndbox>")
+        try:
+            xmin, ymin, xmax, ymax = (
+                float(_text(bnd, k, path)) for k in ("xmin", "ymin", "xmax", "ymax")
+            )
+            difficult = obj.find("difficult")
+            hard = difficult is not None and int(difficult.text or 0) == 1
+            box = (xmin - 1, ymin - 1, xmax, ymax)
+            objects.append(VocObject(_text(obj, "name", path), box, hard))
+        except ValueError as e:
+            raise UserError(f"{path}: a box coordinate is not a number ({e})") from None
+    return VocAnnotation(
+        image_id=path.stem,
+        filename=_text(node, "filename", path),
+        width=int(_text(size, "width", path)),
+        height=int(_text(size, "height", path)),
+        objects=objects,
+    )
+
+
+def load_split(root: Path, split: str) -> list[VocAnnotation]:
+    annotations = []
+    for image_id in read_split(root, split):
+        path = root / "Annotations" / f"{image_id}.xml"
+        if not path.is_file():
+            raise UserError(f"{root}: split {split} lists {image_id} but {path} is missing")
+        annotations.append(parse_annotation(path))
+    return annotations
+
+
+def class_names(*splits: list[VocAnnotation]) -> list[str]:
+    """Label names by id: background first, then the object names sorted (for VOC2007
+    this is the devkit's own order, aeroplane ... tvmonitor)."""
+    names = {obj.name for split in splits for a in split for obj in a.objects}
+    return [BACKGROUND, *sorted(names)]
+
+
+class VocDataset:
+    """(image [3, H, W] float in [0, 1], target {"boxes", "labels"}) as torchvision's
+    detectors take them. Images are decoded per item: VOC2007 in memory would take ~3 GB.
+    Difficult objects are left out of training targets, as the SSD and Faster R-CNN
+    recipes do; evaluation reads them from `annotations` instead."""
+
+    def __init__(self, root: Path, annotations: list[VocAnnotation], labels: list[str]) -> None:
+        self.root = root
+        self.annotations = annotations
+        self.index = {name: i for i, name in enumerate(labels)}
+
+    def __len__(self) -> int:
+        return len(self.annotations)
+
+    def __getitem__(self, i: int) -> tuple[Any, dict[str, Any]]:
+        import torch
+        from PIL import Image
+
+        a = self.annotations[i]
+        path = self.root / "JPEGImages" / a.filename
+        if not path.is_file():
+            raise UserError(f"{self.root}: {a.image_id}.xml names {a.filename}, which is missing")
+        with Image.open(path) as im:
+            pixels = np.array(im.convert("RGB"), dtype=np.uint8)  # writable, for torch
+        image = torch.from_numpy(pixels).permute(2, 0, 1).float().div_(255)
+        kept = [o for o in a.objects if not o.difficult and o.name in self.index]
+        boxes = torch.tensor([o.box for o in kept], dtype=torch.float32).reshape(-1, 4)
+        labels = torch.tensor([self.index[o.name] for o in kept], dtype=torch.int64)
+        return image, {"boxes": boxes, "labels": labels}
+
+
+# --- average precision -------------------------------------------------------------------
+
+
+def iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one box against (N, 4) boxes, continuous corner coordinates."""
+    x1 = np.maximum(box[0], boxes[:, 0])
+    y1 = np.maximum(box[1], boxes[:, 1])
+    x2 = np.minimum(box[2], boxes[:, 2])
+    y2 = np.minimum(box[3], boxes[:, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area + areas - inter, np.finfo(np.float64).eps)
+
+
+def curve_ap(recall: np.ndarray, precision: np.ndarray, method: str = "area") -> float:
+    """Area under a precision-recall curve, the VOC way (see the module docstring)."""
+    if method == "11point":
+        points = [precision[recall >= t].max(initial=0.0) for t in np.linspace(0, 1, 11)]
+        return float(np.mean(points))
+    r = np.concatenate([[0.0], recall, [1.0]])
+    p = np.concatenate([[0.0], precision, [0.0]])
+    p = np.maximum.accumulate(p[::-1])[::-1]  # the envelope: best precision at recall >= r
+    steps = np.nonzero(r[1:] != r[:-1])[0]
+    return float(np.sum((r[steps + 1] - r[steps]) * p[steps + 1]))
+
+
+def class_ap(
+    detections: list[tuple[str, float, tuple[float, float, float, float]]],
+    truths: dict[str, tuple[np.ndarray, np.ndarray]],
+    iou_threshold: float = 0.5,
+    method: str = "area",
+) -> float:
+    """AP of one class. `detections`: (image_id, score, box); `truths`: image_id ->
+    (boxes (N, 4), difficult (N,) bool). NaN when the class has no non-difficult object."""
+    positives = sum(int((~difficult).sum()) for _, difficult in truths.values())
+    if positives == 0:
+        return math.nan
+    matched = {image_id: np.zeros(len(b), dtype=bool) for image_id, (b, _) in truths.items()}
+    # A stable sort keeps ties in input order, as the devkit's MATLAB sort does.
+    ranked = sorted(detections, key=lambda d: -d[1])
+    tp = np.zeros(len(ranked))
+    fp = np.zeros(len(ranked))
+    for k, (image_id, _, box) in enumerate(ranked):
+        boxes, difficult = truths.get(image_id, (np.zeros((0, 4)), np.zeros(0, dtype=bool)))
+        overlaps = iou(np.asarray(box, dtype=np.float64), boxes) if len(boxes) else np.zeros(0)
+        best = int(np.argmax(overlaps)) if len(overlaps) else -1
+        if best < 0 or overlaps[best] < iou_threshold:
+            fp[k] = 1
+        elif difficult[best]:
+            continue
+        elif not matched[image_id][best]:
+            tp[k], matched[image_id][best] = 1, True
+        else:
+            fp[k] = 1
+    tp, fp = np.cumsum(tp), np.cumsum(fp)
+    recall = tp / positives
+    precision = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
+    return curve_ap(recall, precision, method)
+
+
+def evaluate(
+    annotations: list[VocAnnotation],
+    predictions: list[dict[str, np.ndarray]],
+    labels: list[str],
+    iou_threshold: float = 0.5,
+    method: str = "area",
+) -> dict[str, Any]:
+    """Per-class AP and mAP. predictions[i] = {"boxes", "scores", "labels"} for
+    annotations[i], boxes in that image's pixels. mAP averages the classes that have
+    objects in the split."""
+    if method not in AP_METHODS:
+        raise UserError(f"unknown AP method '{method}'", f"choose {' or '.join(AP_METHODS)}")
+    ap: dict[str, float] = {}
+    for label_id, name in enumerate(labels):
+        if label_id == 0:
+            continue
+        truths = {}
+        for a in annotations:
+            objs = [o for o in a.objects if o.name == name]
+            truths[a.image_id] = (
+                np.asarray([o.box for o in objs], dtype=np.float64).reshape(-1, 4),
+                np.asarray([o.difficult for o in objs], dtype=bool),
+            )
+        detections = [
+            (a.image_id, float(score), tuple(float(v) for v in box))
+            for a, p in zip(annotations, predictions, strict=True)
+            for box, score, lab in zip(p["boxes"], p["scores"], p["labels"], strict=True)
+            if int(lab) == label_id
+        ]
+        ap[name] = class_ap(detections, truths, iou_threshold, method)
+    valid = [v for v in ap.values() if not math.isnan(v)]
+    return {"ap": ap, "map": float(np.mean(valid)) if valid else math.nan, "method": method}
+
+
+# --- a synthetic VOC set -----------------------------------------------------------------
+
+
+def _annotation_xml(image_id: str, size: int, objects: list[VocObject]) -> str:
+    lines = [
+        "<annotation>",
+        "  <folder>shapes</folder>",
+        f"  <filename>{image_id}.jpg</filename>",
+        f"  <size><width>{size}</width><height>{size}</height><depth>3</depth></size>",
+        "  <segmented>0</segmented>",
+    ]
+    for o in objects:
+        x1, y1, x2, y2 = o.box
+        lines += [
+            "  <object>",
+            f"    <name>{o.name}</name>",
+            "    <pose>Unspecified</pose>",
+            "    <truncated>0</truncated>",
+            f"    <difficult>{int(o.difficult)}</difficult>",
+            # Back to VOC's 1-based inclusive indices.
+            f"    <bndbox><xmin>{int(x1) + 1}</xmin><ymin>{int(y1) + 1}</ymin>"
+            f"<xmax>{int(x2)}</xmax><ymax>{int(y2)}</ymax></bndbox>",
+            "  </object>",
+        ]
+    lines.append("</annotation>")
+    return "\n".join(lines) + "\n"
+
+
+def make_shapes(
+    root: Path, images: int = 40, size: int = 160, val_fraction: float = 0.25, seed: int = 0
+) -> dict[str, Any]:
+    """Write a VOC-layout set of filled squares and discs on noisy backgrounds, 1-3 per
+    image, non-overlapping. About one object in ten is drawn in a colour close to the
+    background and marked difficult, which is what VOC's flag means."""
+    from PIL import Image, ImageDraw
+
+    if images < 2:
+        raise UserError("make-shapes needs at least 2 images (one for train, one for val)")
+    if size < 64:
+        raise UserError(f"image size {size} is too small", "use --size 64 or more")
+    rng = np.random.default_rng(seed)
+    for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    ids, counts = [], {name: 0 for name in SHAPES}
+    for n in range(images):
+        image_id = f"{n:06d}"
+        base = rng.uniform(60, 190, size=3)
+        noise = rng.normal(0, 18, size=(size, size, 3))
+        pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
+        image = Image.fromarray(pixels)
+        draw = ImageDraw.Draw(image)
+        objects: list[VocObject] = []
+        for _ in range(int(rng.integers(1, 4))):
+            side = int(rng.integers(size // 7, size // 2.5))
+            for _attempt in range(20):
+                x1, y1 = (int(v) for v in rng.integers(0, size - side, size=2))
+                box = (float(x1), float(y1), float(x1 + side), float(y1 + side))
+                if all(iou(np.asarray(box), np.asarray([o.box])).item() == 0 for o in objects):
+                    break
+            else:
+                continue
+            difficult = rng.random() < 0.1
+            offset = rng.uniform(12, 20) if difficult else rng.uniform(70, 120)
+            colour = tuple(int(v) for v in np.clip(base + offset * rng.choice([-1, 1]), 0, 255))
+            name = str(rng.choice(SHAPES))
+            # PIL's shapes include the end pixel; box corners are continuous.
+            xy = (box[0], box[1], box[2] - 1, box[3] - 1)
+            (draw.rectangle if name == "square" else draw.ellipse)(xy, fill=colour)
+            objects.append(VocObject(name, box, bool(difficult)))
+            counts[name] += 1
+        image.save(root / "JPEGImages" / f"{image_id}.jpg", quality=95)
+        (root / "Annotations" / f"{image_id}.xml").write_text(
+            _annotation_xml(image_id, size, objects)
+        )
+        ids.append(image_id)
+    n_val = max(1, round(images * val_fraction))
+    splits = {"train": ids[:-n_val], "val": ids[-n_val:], "trainval": ids}
+    for split, members in splits.items():
+        (root / "ImageSets" / "Main" / f"{split}.txt").write_text("\n".join(members) + "\n")
+    return {
+        "root": str(root),
+        "images": images,
+        "size": size,
+        "objects": counts,
+        "train": len(splits["train"]),
+        "val": len(splits["val"]),
+    }

@@ -1,0 +1,187 @@
+"""SSD detectors: ONNX export with parity, ONNX Runtime inference, annotation, fine-tuning."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from dlperf.deploy import detect, finetune, meta, voc
+from dlperf.errors import UserError
+from dlperf.store import Store
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+LABELS = ["__background__", "disc", "square"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One random-weight SSDlite320 export for the module: it takes tens of seconds."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("det") / "det.onnx"
+    det = detect.build("ssdlite320_mobilenet_v3_large", labels=LABELS)
+    return path, detect.export(det, path)
+
+
+def test_export_checks_and_matches_pytorch(exported: tuple[Path, dict]) -> None:
+    path, result = exported
+    assert result["check"] is True and result["exporter"] == "torchscript"
+    assert result["input"] == [1, 3, 320, 320] and result["num_classes"] == 3
+    assert result["detections_torch"] == result["detections_onnx"] > 0
+    assert result["labels_equal"] and result["parity"]
+    assert result["max_abs_diff_boxes"] <= 1e-3 and result["max_abs_diff_scores"] <= 1e-3
+    m = meta.load(path)
+    assert (m.task, m.model, m.labels) == ("detection", "ssdlite320_mobilenet_v3_large", LABELS)
+    assert m.preprocess.size == (320, 320) and m.preprocess.mean == (0.0, 0.0, 0.0)
+    assert m.preprocess.std == (1.0, 1.0, 1.0) and m.input_shape == (3, 320, 320)
+    assert meta.sidecar(path).is_file()
+
+
+def test_onnx_runtime_returns_three_named_outputs(exported: tuple[Path, dict]) -> None:
+    from dlperf.deploy.runtime import session
+
+    sess = session(exported[0], threads=1)
+    assert [o.name for o in sess.get_outputs()] == ["boxes", "scores", "labels"]
+    assert sess.get_inputs()[0].shape == [1, 3, 320, 320]
+    image = np.random.default_rng(1).random((1, 3, 320, 320), dtype=np.float32)
+    got = detect.infer(sess, image)
+    n = len(got["scores"])
+    assert got["boxes"].shape == (n, 4) and got["labels"].shape == (n,)
+    assert got["boxes"].dtype == np.float32 and got["scores"].dtype == np.float32
+    assert got["labels"].dtype == np.int64
+    assert n > 0 and set(got["labels"].tolist()) <= {1, 2}
+    assert np.all(np.diff(got["scores"]) <= 0) or n == 1  # best first
+    assert np.all(got["boxes"][:, :2] <= got["boxes"][:, 2:])
+    assert got["boxes"].min() >= 0 and got["boxes"].max() <= 320
+
+
+def test_run_scales_boxes_and_writes_annotated_pngs(
+    exported: tuple[Path, dict], tmp_path: Path
+) -> None:
+    image_path = tmp_path / "wide.jpg"
+    rng = np.random.default_rng(2)
+    Image.fromarray(rng.integers(0, 255, (120, 200, 3), dtype=np.uint8)).save(image_path)
+    results = detect.run(exported[0], [image_path], 0.0, tmp_path / "out", threads=1)
+    (r,) = results
+    assert (r["width"], r["height"]) == (200, 120)
+    boxes = np.asarray([d["box"] for d in r["detections"]])
+    assert len(boxes) > 0
+    assert boxes[:, [0, 2]].max() <= 200.01 and boxes[:, [1, 3]].max() <= 120.01
+    assert {d["label"] for d in r["detections"]} <= {"disc", "square"}
+    with Image.open(r["annotated"]) as annotated:
+        assert annotated.format == "PNG" and annotated.size == (200, 120)
+        drawn = np.asarray(annotated.convert("RGB"))
+    original = np.asarray(Image.open(image_path).convert("RGB"))
+    assert (drawn != original).any()  # boxes were drawn
+    # Nothing above the threshold: no boxes, the image left as it was.
+    (none,) = detect.run(exported[0], [image_path], 1.0, tmp_path / "out2", threads=1)
+    assert none["detections"] == []
+
+
+def test_scale_boxes_maps_input_pixels_to_the_image() -> None:
+    boxes = np.asarray([[0.0, 0.0, 320.0, 320.0], [32.0, 160.0, 64.0, 240.0]])
+    scaled = detect.scale_boxes(boxes, (320, 320), (640, 160))
+    assert scaled.tolist() == [[0.0, 0.0, 640.0, 160.0], [64.0, 80.0, 128.0, 120.0]]
+
+
+def test_run_cli_json_and_errors(cli: Cli, exported: tuple[Path, dict], tmp_path: Path) -> None:
+    image_path = tmp_path / "a.png"
+    Image.new("RGB", (64, 48), (120, 30, 200)).save(image_path)
+    r = cli("detect", "run", str(exported[0]), str(image_path), "--score-threshold", "0",
+            "--threads", "1", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    (doc,) = json.loads(r.out)
+    assert doc["width"] == 64 and doc["detections"][0]["label"] in LABELS
+    r = cli("detect", "run", str(exported[0]), str(tmp_path / "nope.jpg"))
+    assert (r.code, r.err) == (2, f"error: no image file {tmp_path / 'nope.jpg'}\n")
+    (tmp_path / "junk.png").write_bytes(b"not an image")
+    r = cli("detect", "run", str(exported[0]), str(tmp_path / "junk.png"))
+    assert r.code == 2 and r.err.startswith("error: ") and "is not a readable image" in r.err
+
+
+def test_export_cli_bad_input_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    r = cli("detect", "export", "--model", "ssd_mobilenet", "--out", str(tmp_path / "x.onnx"))
+    assert r.code == 2
+    assert (
+        r.err
+        == "error: unknown detector 'ssd_mobilenet' (did you mean ssdlite320_mobilenet_v3_large?)\n"
+    )
+    r = cli("detect", "export", "--size", "100", "--out", str(tmp_path / "x.onnx"))
+    assert r.err == "error: input size 100 not supported (use a multiple of 32 in 96..640)\n"
+    r = cli("detect", "export", "--model", "ssd300_vgg16", "--size", "320", "--out", "x.onnx")
+    assert r.err == "error: --size 320: ssd300_vgg16 runs at its native 300 x 300 only\n"
+    r = cli("detect", "export", "--pretrained", "--num-classes", "3", "--out", "x.onnx")
+    assert r.err == (
+        "error: --pretrained gives torchvision's COCO detector with 91 classes, not 3 "
+        "(fine-tune it for other classes)\n"
+    )
+    (tmp_path / "w.pt").write_text("garbage")
+    r = cli("detect", "export", "--weights", str(tmp_path / "w.pt"), "--out", "x.onnx")
+    assert r.code == 2 and r.err.startswith(f"error: {tmp_path / 'w.pt'} is not a PyTorch")
+    assert r.err.count("\n") == 1
+
+
+def test_checkpoint_round_trip_and_mismatch(tmp_path: Path) -> None:
+    det = detect.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
+    detect.save_checkpoint(det, tmp_path / "d.pt")
+    again = detect.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt")
+    assert (again.size, again.labels) == (96, LABELS)
+    saved, loaded = det.model.state_dict(), again.model.state_dict()
+    assert saved.keys() == loaded.keys()
+    assert all(torch.equal(saved[k], loaded[k]) for k in saved)
+    torch.save(det.model.state_dict(), tmp_path / "plain.pt")
+    with pytest.raises(UserError, match="does not fit ssdlite320_mobilenet_v3_large with 5"):
+        detect.build("ssdlite320_mobilenet_v3_large", num_classes=5, weights=tmp_path / "plain.pt")
+    with pytest.raises(UserError, match="holds a ssdlite320_mobilenet_v3_large detector"):
+        detect.build("ssd300_vgg16", weights=tmp_path / "d.pt")
+
+
+def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    voc.make_shapes(tmp_path, images=3, size=96, seed=1)
+    annotations = voc.load_split(tmp_path, "train")
+    assert len(annotations) == 2
+    det = detect.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
+    data = voc.VocDataset(tmp_path, annotations, LABELS)
+    before = {k: v.clone() for k, v in det.model.state_dict().items()}
+    result = finetune.train(det, data, epochs=1, batch=2, lr=0.01, max_steps=1)
+    assert result.steps == 1 and len(result.losses) == 1 and np.isfinite(result.losses[0])
+    after = det.model.state_dict()
+    changed = [
+        k for k in before if before[k].is_floating_point() and not torch.equal(before[k], after[k])
+    ]
+    assert any(k.startswith("head.") for k in changed)
+    assert any(k.startswith("backbone.") for k in changed)
+    assert not det.model.training  # left ready for evaluation
+    ap = finetune.measure_ap(det, data, batch=2)
+    assert set(ap["ap"]) == {"disc", "square"} and ap["method"] == "area"
+
+
+def test_finetune_cli_stores_the_run(cli: Cli, store: Store, tmp_path: Path) -> None:
+    voc.make_shapes(tmp_path / "shapes", images=4, size=96, seed=2)
+    out = str(tmp_path / "d.pt")
+    r = cli("detect", "finetune", str(tmp_path / "shapes"), "--size", "96", "--epochs", "1",
+            "--batch", "3", "--threads", "1", "--out", out, "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    run = store.get_run(doc["run_id"])
+    assert (run["kind"], run["status"]) == ("detect", "finished")
+    assert set(run["summary"]["ap_before"]) == set(run["summary"]["ap_after"]) == {"disc", "square"}
+    assert {"map_before", "map_after"} <= set(run["summary"]) and doc["steps"] == 1
+    assert len(store.metrics(doc["run_id"], "train/loss")) == 1
+    assert [a["kind"] for a in store.artifacts(doc["run_id"])] == ["checkpoint"]
+    assert detect.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt").size == 96
+
+
+@pytest.mark.parametrize("command", ["export", "run", "make-shapes", "finetune"])
+def test_help_ends_with_an_example(cli: Cli, command: str) -> None:
+    r = cli("detect", command, "--help")
+    assert r.code == 0 and f"Example: dlperf detect {command}" in r.out
