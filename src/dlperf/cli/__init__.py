@@ -16,6 +16,7 @@ from dlperf.cli import detect as _detect  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
 from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401
+from dlperf.cli import scale as _scale  # noqa: F401
 from dlperf.cli import serve as _serve  # noqa: F401
 from dlperf.cli.app import app, state
 from dlperf.errors import CheckFailed, UserError

@@ -1,0 +1,179 @@
+"""Two questions about `dlperf scale`, 2 workers under torchrun with gloo on this host:
+
+1. Does dlperf's DDP worker cost anything? Against a plain hand-written torchrun DDP script
+   (ddp_plain.py) on the same model, batch and threads, in interleaved repetitions: the ratio
+   of wall time per step after warm-up (goal: dlperf within 3%).
+2. How well does the α-β ring model, fitted by the all-reduce microbenchmark, predict a
+   step's communication? Over several model sizes, with all gradients in one DDP bucket
+   (reduced after the backward pass, so nothing overlaps and the exposed communication is
+   the whole all-reduce): the exposed communication (step time minus the no-op-hook step
+   time) and DDP's own backward communication time, against the ring model's prediction
+   for the model's gradient bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchlib import interleaved, save, spread, table
+from dlperf.config import Experiment
+from dlperf.dist.allreduce_study import run_allreduce_study
+from dlperf.dist.launch import free_port
+from dlperf.dist.study import ScaleOptions, run_study
+from dlperf.store import Store
+
+HERE = Path(__file__).resolve().parent
+REPEATS, STEPS, WARMUP, BATCH = 5, 30, 5, 32
+ONE_BUCKET_MB = 1024.0
+MODELS = [("resnet20", 16), ("resnet56", 16), ("smallcnn", 16), ("resnet18_cifar", 8)]
+
+
+def _experiment(model: str) -> Experiment:
+    return Experiment.model_validate(
+        {
+            "model": {"name": model},
+            "data": {"name": "synthetic", "shape": [3, 32, 32], "size": 512},
+            "train": {"lr": 0.05},
+            "run": {"name": f"bench-{model}"},
+        }
+    )
+
+
+def plain(tmp: Path) -> float:
+    out = tmp / "plain.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{free_port()}",
+            str(HERE / "ddp_plain.py"),
+            *("--batch", str(BATCH), "--steps", str(STEPS), "--warmup", str(WARMUP)),
+            *("--out", str(out)),
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    result = json.loads(out.read_text())
+    return result["wall_s"] / result["steps"]
+
+
+def dlperf(store: Store, tmp: Path) -> float:
+    opts = ScaleOptions(
+        workers=[2],
+        mode="weak",
+        per_worker_batch=BATCH,
+        steps=STEPS,
+        warmup_steps=WARMUP,
+        synthetic=True,
+        compute_split=False,
+        plots=False,
+    )
+    (row,) = run_study(_experiment("resnet20"), opts, store, tmp).rows
+    return row["wall_time_s"] / row["timed_steps"]
+
+
+def ring_check(store: Store, tmp: Path) -> list[dict[str, float | str | None]]:
+    rows = []
+    for model, batch in MODELS:
+        opts = ScaleOptions(
+            workers=[2],
+            mode="weak",
+            per_worker_batch=batch,
+            steps=20,
+            warmup_steps=3,
+            synthetic=True,
+            bucket_mbs=[ONE_BUCKET_MB],
+            plots=False,
+        )
+        (r,) = run_study(_experiment(model), opts, store, tmp).rows
+        predicted = r["ring_predicted_s"]
+        ddp_comm = r["ddp_logging_s"].get("backward_comm_time")
+        rows.append(
+            {
+                "model": model,
+                "grad_mb": r["grad_bytes"] / 2**20,
+                "step_s": r["step_time_s"],
+                "exposed_s": r["comm_exposed_s"],
+                "ddp_comm_s": ddp_comm,
+                "predicted_s": predicted,
+                "exposed_error": r["comm_exposed_s"] / predicted - 1 if predicted else None,
+                "ddp_comm_error": ddp_comm / predicted - 1 if predicted and ddp_comm else None,
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        store = Store.open(f"{tmp}/bench.db")
+        per_step = interleaved(
+            {"plain torchrun DDP": lambda: plain(tmp), "dlperf scale": lambda: dlperf(store, tmp)},
+            REPEATS,
+        )
+        bench = run_allreduce_study(store, [2], "4KB..64MB", "gloo", tmp, iters=10, warmup=3)
+        comm = ring_check(store, tmp)
+    ratios = [
+        d / p for d, p in zip(per_step["dlperf scale"], per_step["plain torchrun DDP"], strict=True)
+    ]
+    rows = [
+        [name, *(1e3 * v for v in spread(values).values())] for name, values in per_step.items()
+    ]
+    print(
+        table(
+            f"resnet20, 2 workers x batch {BATCH}, gloo, ms per step (min / median / max)",
+            ["contender", "min", "median", "max"],
+            rows,
+        )
+    )
+    overhead = spread(ratios)["median"] - 1
+    print(f"dlperf / plain, median: {overhead:+.1%} (goal: within 3%)\n")
+    ring = bench["ring_model"]
+    print(
+        f"ring model (2 workers, 4KB..64MB): alpha {ring['alpha_s'] * 1e6:.0f} us, "
+        f"B {ring['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, fit rms error {ring['rmse_pct']:.0f}%"
+    )
+    print(
+        table(
+            "exposed communication (one bucket) vs the ring model, 2 workers, ms per step",
+            ["model", "grad MB", "step", "exposed", "DDP comm", "ring", "exp. err", "DDP err"],
+            [
+                [
+                    r["model"],
+                    r["grad_mb"],
+                    *(1e3 * (r[k] or 0) for k in ("step_s", "exposed_s", "ddp_comm_s")),
+                    1e3 * (r["predicted_s"] or 0),
+                    f"{r['exposed_error']:+.0%}" if r["exposed_error"] is not None else "-",
+                    f"{r['ddp_comm_error']:+.0%}" if r["ddp_comm_error"] is not None else "-",
+                ]
+                for r in comm
+            ],
+        )
+    )
+    save(
+        "scale",
+        {
+            "seconds_per_step": per_step,
+            "ratio_dlperf_over_plain": ratios,
+            "median_overhead": overhead,
+            "allreduce": bench,
+            "ring_vs_measured": comm,
+            "settings": {"repeats": REPEATS, "steps": STEPS, "warmup": WARMUP, "batch": BATCH},
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,308 @@
+"""`dlperf scale`: scaling studies over workers and nodes on torch.distributed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+from dlperf.cli.run import _sigterm_as_interrupt
+from dlperf.errors import UserError
+
+# Options that place one node of a multi-node run: a job file adds its own per node.
+_PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node")
+
+
+def parse_list(text: str, option: str, kind: type = str) -> list[Any]:
+    try:
+        values = [kind(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise UserError(f"{option} {text!r}: expected a comma-separated list", "e.g. 1,2,4")
+    return values
+
+
+def job_argv(argv: list[str]) -> list[str]:
+    """The command line every node of a job runs: this one without the per-node options."""
+    kept: list[str] = ["dlperf"]
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _PER_NODE:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in _PER_NODE)):
+            kept.append(arg)
+    return kept
+
+
+def _emit(
+    kind: str,
+    out: Path | None,
+    nnodes: int,
+    workers: list[int],
+    backend: str,
+    gpus_per_node: int | None,
+    image: str,
+    job_name: str,
+) -> None:
+    from dlperf.dist.jobfiles import render_kubernetes, render_slurm
+
+    if nnodes < 1 or max(workers) % nnodes:
+        raise UserError(f"{max(workers)} workers do not split evenly over {nnodes} nodes")
+    per_node = max(workers) // nnodes
+    gpus = gpus_per_node if gpus_per_node is not None else per_node * (backend == "nccl")
+    argv = job_argv(sys.argv[1:])
+    if kind == "slurm":
+        text = render_slurm(argv, nnodes, per_node, gpus, job_name)
+    elif kind == "kubernetes":
+        text = render_kubernetes(argv, nnodes, per_node, gpus, job_name, image)
+    else:
+        raise UserError(f"unknown --emit '{kind}'", "use slurm or kubernetes")
+    if out is None:
+        console.out.print(text, markup=False, end="")
+        return
+    out.write_text(text)
+    console.err.print(f"wrote {out}", markup=False)
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1e3
+
+
+def _print_table(result: Any) -> None:
+    if result.study_id is None:
+        console.err.print(
+            f"this node ran its workers of {len(result.rows)} point(s); node 0 stores the results",
+            markup=False,
+        )
+        return
+    rows = [
+        [
+            r["workers"],
+            r["comm"] if r["strategy"] == "ddp" else f"{r['strategy']}/{r['comm']}",
+            r["per_worker_batch"],
+            r["global_batch"],
+            r.get("throughput"),
+            r.get("speedup"),
+            r.get("efficiency"),
+            _ms(r.get("step_time_s")),
+            f"{r['step_time_min_s'] * 1e3:.3g}-{r['step_time_max_s'] * 1e3:.3g}"
+            if r.get("step_time_s") is not None
+            else None,
+            _ms(r.get("compute_s")),
+            _ms(r.get("comm_exposed_s")),
+            _ms(r.get("ring_predicted_s")),
+            r.get("busbw_gbps"),
+            r.get("epoch_time_s"),
+            r.get("cost_per_epoch"),
+            r["status"],
+        ]
+        for r in result.rows
+    ]
+    console.print_table(
+        f"scale study {result.study_id} ({result.label}); ms per step, median (min-max) of the "
+        "slowest rank; comm = exposed communication, ring = ring-model all-reduce; busbw GB/s",
+        [
+            "workers",
+            "comm",
+            "batch/w",
+            "global",
+            "samples/s",
+            "speedup",
+            "effic.",
+            "step ms",
+            "min-max",
+            "compute",
+            "comm",
+            "ring",
+            "busbw",
+            "epoch s",
+            "$/epoch",
+            "status",
+        ],
+        rows,
+    )
+    if result.ring is None and any(r["workers"] > 1 for r in result.rows):
+        console.err.print(
+            "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
+            "run `dlperf scale --allreduce-bench --workers 2`",
+            markup=False,
+        )
+    for r in result.rows:
+        if r["status"] == "failed":
+            console.err.print(f"{r['workers']} workers failed:\n{r.get('error')}", markup=False)
+
+
+def _allreduce_bench(
+    workers: list[int], sizes: str, backend: str, iters: int, allow: bool, as_json: bool
+) -> None:
+    from dlperf.dist.allreduce_study import run_allreduce_study
+
+    with console.reporter() as rep:
+        result = run_allreduce_study(
+            open_store(), workers, sizes, backend, Path("dlperf_runs"), iters, 5, allow, rep
+        )
+    if as_json:
+        console.print_json(result)
+    else:
+        console.print_table(
+            f"all-reduce study {result['study_id']} ({result['backend']})",
+            ["workers", "bytes", "time (us)", "algbw GB/s", "busbw GB/s"],
+            [
+                [r["workers"], r["bytes"], r["time_s"] * 1e6, r["algbw_gbps"], r["busbw_gbps"]]
+                for r in result["rows"]
+            ],
+        )
+        ring = result["ring_model"]
+        if ring:
+            console.out.print(
+                f"ring model T = 2(n-1)a + 2(n-1)/n S/B: a = {ring['alpha_s'] * 1e6:.1f} us, "
+                f"B = {ring['bandwidth_bytes_per_s'] / 1e9:.3g} GB/s, "
+                f"rms error {ring['rmse_pct']:.1f}% over {ring['n_points']} points",
+                markup=False,
+            )
+        else:
+            console.warn(f"no ring model fitted: {result['fit_error']}")
+    for failure in result["failures"]:
+        console.err.print(f"{failure['workers']} workers failed:\n{failure['error']}", markup=False)
+    if result["failures"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def scale(
+    experiment: Path = typer.Argument(None, help="Experiment TOML file.", show_default=False),
+    set_: list[str] = typer.Option([], "--set", help="Override a config key (repeatable)."),
+    workers: str = typer.Option("1,2", "--workers", help="Worker counts, e.g. 1,2,4 (total)."),
+    mode: str = typer.Option("strong", "--mode", help="strong (fixed global batch) | weak."),
+    global_batch: int = typer.Option(None, "--global-batch", help="Strong scaling batch."),
+    per_worker_batch: int = typer.Option(None, "--per-worker-batch", help="Weak scaling batch."),
+    steps: int = typer.Option(None, "--steps", help="Timed steps per point."),
+    epochs: int = typer.Option(None, "--epochs", help="Timed epochs per point (or --steps)."),
+    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Untimed steps first."),
+    synthetic: bool = typer.Option(
+        False, "--synthetic", help="Random data of the model's input shape (system throughput)."
+    ),
+    backend: str = typer.Option("auto", "--backend", help="auto | gloo | nccl."),
+    comm: str = typer.Option(
+        "allreduce", "--comm", help="allreduce | fp16 | bf16 | powersgd | noop (comma list)."
+    ),
+    strategy: str = typer.Option("ddp", "--strategy", help="ddp | dp (GPUs only), comma list."),
+    bucket_mb: str = typer.Option(None, "--bucket-mb", help="DDP bucket size(s) in MB."),
+    comm_split: bool = typer.Option(
+        True, "--comm-split/--no-comm-split", help="Re-run under the no-op hook (compute only)."
+    ),
+    price_per_hour: float = typer.Option(None, "--price-per-hour", help="Price per worker-hour."),
+    device: str = typer.Option(None, "--device", help="Catalog device whose price to use."),
+    on_failure: str = typer.Option("continue", "--on-failure", help="continue | stop."),
+    allow_oversubscribe: bool = typer.Option(
+        False, "--allow-oversubscribe", help="Allow more workers per node than cores."
+    ),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes taking part."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (0 stores)."),
+    rdzv: str = typer.Option(None, "--rdzv", help="HOST:PORT of the c10d rendezvous."),
+    emit: str = typer.Option(None, "--emit", help="Write a slurm | kubernetes job instead."),
+    out: Path = typer.Option(None, "--out", help="--emit: file to write (default stdout)."),
+    image: str = typer.Option("dlperf:latest", "--image", help="--emit kubernetes: image."),
+    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="--emit: GPUs per node."),
+    allreduce_bench: bool = typer.Option(
+        False, "--allreduce-bench", help="Run the all-reduce microbenchmark instead."
+    ),
+    sizes: str = typer.Option("1KB..64MB", "--sizes", help="--allreduce-bench message sizes."),
+    iters: int = typer.Option(20, "--iters", help="--allreduce-bench timed iterations."),
+    find_max: bool = typer.Option(
+        False, "--find-max-batch", help="Grow the per-worker batch x4 from 32 until it fails."
+    ),
+    memory_cap_gb: float = typer.Option(
+        None, "--memory-cap-gb", help="--find-max-batch on CPU: peak memory per worker."
+    ),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Save figures as artifacts."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Scale an experiment over 1..N DDP workers launched with torchrun, point by point:
+    throughput, speedup, efficiency, compute vs exposed communication, cost.
+
+    Example: dlperf scale examples/digits_smallcnn.toml --mode weak --per-worker-batch 32 --steps 50
+    """
+    from dlperf.config import load_experiment
+    from dlperf.dist.study import ScaleOptions, find_max_batch, run_study
+
+    counts = parse_list(workers, "--workers", int)
+    _sigterm_as_interrupt()
+    if allreduce_bench:
+        _allreduce_bench(counts, sizes, backend, iters, allow_oversubscribe, as_json)
+        return
+    if experiment is None:
+        raise UserError("give an experiment file", "or --allreduce-bench")
+    exp = load_experiment(experiment, list(set_))
+    if emit is not None:
+        _emit(emit, out, nnodes, counts, backend, gpus_per_node, image, exp.run.name or "dlperf")
+        return
+    if device is not None:
+        from dlperf.analytic.devices import get_device
+
+        entry = get_device(device)
+        if price_per_hour is None:
+            if entry.price_per_hour_usd is None:
+                raise UserError(f"device {entry.name} has no price", "give --price-per-hour")
+            price_per_hour = entry.price_per_hour_usd
+    opts = ScaleOptions(
+        workers=counts,
+        mode=mode,
+        global_batch=global_batch,
+        per_worker_batch=per_worker_batch,
+        steps=steps,
+        epochs=epochs,
+        warmup_steps=warmup_steps,
+        synthetic=synthetic,
+        backend=backend,
+        comms=parse_list(comm, "--comm"),
+        strategies=parse_list(strategy, "--strategy"),
+        bucket_mbs=parse_list(bucket_mb, "--bucket-mb", float) if bucket_mb else [None],
+        price_per_hour=price_per_hour,
+        on_failure=on_failure,
+        compute_split=comm_split,
+        allow_oversubscribe=allow_oversubscribe,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv=rdzv,
+        plots=plots,
+    )
+    with console.reporter() as rep:
+        if find_max:
+            result = find_max_batch(
+                exp, opts, open_store(), Path(exp.run.out_dir), memory_cap_gb, rep
+            )
+        else:
+            result = run_study(exp, opts, open_store(), Path(exp.run.out_dir), rep)
+    for warning in result.warnings:
+        console.warn(warning)
+    if as_json:
+        console.print_json(
+            {
+                "study_id": result.study_id,
+                "label": result.label,
+                "warnings": result.warnings,
+                "ring_model": result.ring,
+                "max_per_worker_batch": result.max_per_worker_batch,
+                "artifacts": result.artifacts,
+                "rows": result.rows,
+            }
+        )
+    else:
+        _print_table(result)
+    if find_max:
+        if not as_json:
+            console.out.print(
+                f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
+            )
+        if result.max_per_worker_batch is None:
+            raise typer.Exit(1)
+    elif any(r["status"] == "failed" for r in result.rows):
+        raise typer.Exit(1)

@@ -1,0 +1,91 @@
+"""`dlperf scale --allreduce-bench`: the all-reduce microbenchmark (dlperf.dist.allreduce)
+under torchrun for each worker count, kept as a study of kind `allreduce` whose runs carry
+the ring model fitted over all of them (the scale table's prediction reads it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dlperf.dist.allreduce import fit_ring_model, parse_sizes
+from dlperf.dist.launch import run_torchrun
+from dlperf.dist.study import resolve_backend, threads_per_worker
+from dlperf.errors import UserError
+from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
+from dlperf.system import system_info, usable_cores
+
+
+def run_allreduce_study(
+    store: Store,
+    workers: list[int],
+    sizes: str,
+    backend: str,
+    out_dir: Path,
+    iters: int = 20,
+    warmup: int = 5,
+    allow_oversubscribe: bool = False,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    reporter = reporter or NullReporter()
+    backend = resolve_backend(backend)
+    parse_sizes(sizes)  # bad sizes fail here, before anything is launched or stored
+    if not workers or min(workers) < 1:
+        raise UserError("--workers needs positive counts", "e.g. --workers 2")
+    if backend == "gloo" and max(workers) > usable_cores() and not allow_oversubscribe:
+        raise UserError(
+            f"{max(workers)} workers but this host has {usable_cores()} usable cores",
+            "use fewer workers or --allow-oversubscribe",
+        )
+    study_id = store.create_study(f"allreduce {backend}", "allreduce")
+    measured: list[tuple[int, int, list[dict[str, Any]]]] = []
+    failures = []
+    for n in sorted(set(workers)):
+        threads = threads_per_worker(n, usable_cores()) if backend == "gloo" else 1
+        run_id = store.create_run(
+            name=f"allreduce {backend} {n} workers",
+            kind="allreduce",
+            config={"workers": n, "sizes": sizes, "iters": iters, "warmup": warmup},
+            system={**system_info(None, threads), "backend": backend},
+            study_id=study_id,
+        )
+        reporter.task(f"all-reduce, {n} workers")
+        directory = out_dir / f"allreduce-{study_id}" / f"w{n}"
+        args = ["--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup)]
+        args += ["--backend", backend, "--threads", str(threads)]
+        args += ["--out", str(directory / "result.json")]
+        try:
+            launch = run_torchrun(
+                directory, n, "dlperf.dist.allreduce", args, env={"OMP_NUM_THREADS": str(threads)}
+            )
+        except KeyboardInterrupt:
+            store.finish_run(run_id, "killed", error="interrupted")
+            raise
+        if launch.returncode != 0:
+            store.finish_run(run_id, "failed", error=launch.error)
+            failures.append({"workers": n, "error": launch.error})
+            continue
+        rows = [
+            {"workers": n, **row}
+            for row in json.loads((directory / "result.json").read_text())["rows"]
+        ]
+        store.log_metrics(run_id, [("allreduce/time_s", r["bytes"], r["time_s"]) for r in rows])
+        measured.append((run_id, n, rows))
+    every_row = [row for _, _, rows in measured for row in rows]
+    try:
+        ring: dict[str, Any] | None = fit_ring_model(every_row).to_dict()
+        fit_error = None
+    except UserError as e:
+        ring, fit_error = None, str(e)
+    for run_id, n, rows in measured:
+        summary = {"backend": backend, "workers": n, "rows": rows, "ring_model": ring}
+        store.finish_run(run_id, "finished", summary=summary)
+    return {
+        "study_id": study_id,
+        "backend": backend,
+        "rows": every_row,
+        "ring_model": ring,
+        "fit_error": fit_error,
+        "failures": failures,
+    }

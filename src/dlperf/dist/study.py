@@ -1,0 +1,569 @@
+"""Scaling studies: one torchrun launch per point (workers x comm x strategy x bucket size),
+every point a run of one `scale` study in the store.
+
+Batch arithmetic: strong scaling keeps the global batch B and gives each of N workers B/N;
+weak scaling keeps the per-worker batch b, so the global batch is N*b.
+
+Per point (all times per step, seconds):
+- step_time_s: median over the timed steps of the slowest rank's step time (min/max too);
+- compute_s: the same point re-run in the same processes, on a second replica under DDP's
+  no-op communication hook, in chunks of steps alternating with the point's own;
+  comm_exposed_s = max(0, step_time_s - compute_s), also stored as sync_time_s;
+- throughput = global samples / wall time after warm-up (slowest rank), never a mean of
+  per-step rates; speedup = X_N / X_base, efficiency = speedup * N_base / N, where the base
+  is the point with the fewest workers of the same comm/strategy/bucket (1 when measured);
+- algbw = grad_bytes / all-reduce time (DDP's own measured backward communication time,
+  else the exposed communication), busbw = algbw * 2(n-1)/n (nccl-tests' convention);
+- epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
+  per worker-hour.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dlperf.config import Experiment
+from dlperf.data import load_data
+from dlperf.dist.launch import Rendezvous, run_torchrun
+from dlperf.errors import UserError
+from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
+from dlperf.system import system_info, usable_cores
+
+MODES = ("strong", "weak")
+COMMS = ("allreduce", "fp16", "bf16", "powersgd", "noop")
+STRATEGIES = ("ddp", "dp")
+BACKENDS = ("auto", "gloo", "nccl")
+FAILURE_POLICIES = ("continue", "stop")
+WORKER_MODULE = "dlperf.dist.worker"
+BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
+
+
+@dataclass
+class ScaleOptions:
+    workers: list[int]
+    mode: str = "strong"
+    global_batch: int | None = None
+    per_worker_batch: int | None = None
+    steps: int | None = None
+    epochs: int | None = None
+    warmup_steps: int = 5
+    synthetic: bool = False
+    backend: str = "auto"
+    comms: list[str] = field(default_factory=lambda: ["allreduce"])
+    strategies: list[str] = field(default_factory=lambda: ["ddp"])
+    bucket_mbs: list[float | None] = field(default_factory=lambda: [None])
+    price_per_hour: float | None = None
+    on_failure: str = "continue"
+    compute_split: bool = True
+    allow_oversubscribe: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv: str | None = None
+    chunks: int = 5
+    plots: bool = True
+
+
+@dataclass
+class Point:
+    workers: int
+    per_worker_batch: int
+    global_batch: int
+    comm: str
+    strategy: str
+    bucket_mb: float | None
+
+    @property
+    def group(self) -> tuple[str, str, float | None]:
+        return (self.comm, self.strategy, self.bucket_mb)
+
+    def label(self) -> str:
+        bucket = f" bucket {self.bucket_mb:g}MB" if self.bucket_mb else ""
+        return f"{self.workers} workers {self.strategy}/{self.comm}{bucket}"
+
+
+def batch_split(
+    mode: str, workers: int, global_batch: int | None, per_worker_batch: int | None
+) -> tuple[int, int]:
+    """(per-worker batch, global batch) of one point."""
+    if mode == "strong":
+        if global_batch is None:
+            raise UserError("--mode strong needs --global-batch N", "or use --mode weak")
+        if global_batch % workers:
+            raise UserError(
+                f"--global-batch {global_batch} does not split evenly over {workers} workers",
+                "give a global batch divisible by every worker count",
+            )
+        return global_batch // workers, global_batch
+    if per_worker_batch is None:
+        raise UserError("--mode weak needs --per-worker-batch N", "or use --mode strong")
+    return per_worker_batch, per_worker_batch * workers
+
+
+def resolve_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise UserError(f"unknown backend '{name}'", f"use {', '.join(BACKENDS)}")
+    if name == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if name == "nccl" and not torch.cuda.is_available():
+        raise UserError("backend nccl needs CUDA GPUs, and none are available here", "use gloo")
+    return name
+
+
+def _check_choice(values: list[Any], allowed: tuple[str, ...], option: str) -> None:
+    for value in values:
+        if value not in allowed:
+            raise UserError(f"unknown {option} '{value}'", f"use {', '.join(allowed)}")
+
+
+def threads_per_worker(workers_per_node: int, cores: int) -> int:
+    return max(1, cores // workers_per_node)
+
+
+def plan(opts: ScaleOptions, backend: str) -> list[Point]:
+    """Every point of the study, fewest workers first, after checking the options."""
+    if not opts.workers or min(opts.workers) < 1:
+        raise UserError("--workers needs positive counts", "e.g. --workers 1,2,4")
+    if opts.mode not in MODES:
+        raise UserError(f"unknown mode '{opts.mode}'", "use strong or weak")
+    _check_choice(opts.comms, COMMS, "--comm")
+    _check_choice(opts.strategies, STRATEGIES, "--strategy")
+    if opts.on_failure not in FAILURE_POLICIES:
+        raise UserError(f"unknown --on-failure '{opts.on_failure}'", "use continue or stop")
+    if (opts.steps is None) == (opts.epochs is None):
+        raise UserError("give --steps N or --epochs N (one of them)")
+    if (opts.steps or 1) < 1 or (opts.epochs or 1) < 1 or opts.warmup_steps < 0:
+        raise UserError("--steps/--epochs must be at least 1 and --warmup-steps at least 0")
+    if opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
+        raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
+    if opts.nnodes > 1 and not opts.rdzv:
+        raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
+    if "dp" in opts.strategies:
+        if not torch.cuda.is_available():
+            raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
+        if opts.nnodes > 1:
+            raise UserError("--strategy dp runs in one process on one node", "use ddp")
+        if max(opts.workers) > torch.cuda.device_count():
+            raise UserError(f"--strategy dp: only {torch.cuda.device_count()} GPUs here")
+    for workers in opts.workers:
+        if workers % opts.nnodes:
+            raise UserError(f"{workers} workers do not split evenly over {opts.nnodes} nodes")
+        per_node = workers // opts.nnodes
+        if backend == "gloo" and per_node > usable_cores() and not opts.allow_oversubscribe:
+            raise UserError(
+                f"{per_node} workers per node but this host has {usable_cores()} usable cores",
+                "use fewer workers, more nodes, or --allow-oversubscribe",
+            )
+        if backend == "nccl" and per_node > torch.cuda.device_count():
+            raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
+    points = []
+    for workers, comm, strategy, bucket in itertools.product(
+        sorted(set(opts.workers)), opts.comms, opts.strategies, opts.bucket_mbs
+    ):
+        per_worker, global_batch = batch_split(
+            opts.mode, workers, opts.global_batch, opts.per_worker_batch
+        )
+        points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket))
+    return points
+
+
+def _slowest_per_step(ranks: list[dict[str, Any]], phase: str) -> list[float]:
+    """Per step, the slowest rank's time: a synchronous step ends when the last rank does."""
+    per_rank = [r[phase]["step_times_s"] for r in ranks]
+    return [max(step) for step in zip(*per_rank, strict=True)]
+
+
+def chunk_throughput(step_times: list[float], global_batch: int, chunks: int) -> dict[str, float]:
+    """Horovod's synthetic benchmark: throughput of consecutive chunks of steps, mean and a
+    95% interval (±1.96 standard deviations over the chunks)."""
+    chunks = max(1, min(chunks, len(step_times)))
+    size = len(step_times) // chunks
+    rates = [
+        global_batch * size / sum(step_times[i * size : (i + 1) * size]) for i in range(chunks)
+    ]
+    mean = statistics.fmean(rates)
+    sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
+    return {"throughput_mean": mean, "throughput_ci95": 1.96 * sd, "chunks": chunks}
+
+
+def summarize(
+    point: Point,
+    ranks: list[dict[str, Any]],
+    nnodes: int,
+    threads: int,
+    backend: str,
+    train_images: int,
+    price_per_hour: float | None,
+) -> dict[str, Any]:
+    """A point's summary from every rank's measurements (speedup/efficiency added later)."""
+    steps = _slowest_per_step(ranks, "main")
+    step_time = statistics.median(steps)
+    if "compute" in ranks[0]:
+        compute = statistics.median(_slowest_per_step(ranks, "compute"))
+    elif point.comm == "noop":
+        compute = step_time
+    else:
+        compute = None
+    exposed = max(0.0, step_time - compute) if compute is not None else None
+    wall = max(r["main"]["wall_s"] for r in ranks)
+    samples = sum(r["main"]["samples"] for r in ranks)
+    throughput = samples / wall
+    grad_bytes = ranks[0]["main"]["grad_bytes"]
+    ddp = {
+        key: statistics.fmean(r["main"]["ddp"][key] for r in ranks) / 1e9
+        for key in ranks[0]["main"]["ddp"]
+    }
+    comm_time = ddp.get("avg_backward_comm_time") or exposed
+    n = point.workers
+    algbw = grad_bytes / comm_time / 1e9 if n > 1 and comm_time else None
+    epoch_time = train_images / throughput
+    return {
+        "workers": n,
+        "nodes": nnodes,
+        "ps": 0,
+        "per_worker_batch": point.per_worker_batch,
+        "global_batch": point.global_batch,
+        "step_time_s": step_time,
+        "step_time_min_s": min(steps),
+        "step_time_max_s": max(steps),
+        "compute_s": compute,
+        "comm_exposed_s": exposed,
+        "sync_time_s": exposed,
+        "throughput": throughput,
+        "throughput_per_worker": throughput / n,
+        "speedup": None,
+        "efficiency": None,
+        "grad_bytes": grad_bytes,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * 2 * (n - 1) / n if algbw is not None else None,
+        "epoch_time_s": epoch_time,
+        "cost_per_epoch": n * epoch_time / 3600 * price_per_hour if price_per_hour else None,
+        "threads_per_worker": threads,
+        "backend": backend,
+        "comm": point.comm,
+        "strategy": point.strategy,
+        "bucket_mb": point.bucket_mb,
+        "timed_steps": len(steps),
+        "wall_time_s": wall,
+        "ddp_logging_s": {k.removeprefix("avg_"): v for k, v in ddp.items()},
+        "replica_max_diff": max(r["main"]["replica_max_diff"] for r in ranks),
+        "emulation": "single-host" if nnodes == 1 else None,
+        "ranks": [
+            {
+                "rank": r["rank"],
+                "host": r["host"],
+                "wall_s": r["main"]["wall_s"],
+                "step_time_s": statistics.median(r["main"]["step_times_s"]),
+                "ddp_logging_ns": r["main"]["ddp"],
+            }
+            for r in ranks
+        ],
+    }
+
+
+def add_relative(summary: dict[str, Any], base: dict[str, Any] | None) -> None:
+    """Speedup and efficiency against the group's base point (its fewest workers)."""
+    if base is None:
+        summary["speedup"], summary["efficiency"] = 1.0, 1.0
+        return
+    speedup = summary["throughput"] / base["throughput"]
+    summary["speedup"] = speedup
+    summary["efficiency"] = speedup * base["workers"] / summary["workers"]
+
+
+def ring_reference(store: Store, backend: str) -> dict[str, Any] | None:
+    """The ring model of the newest finished all-reduce benchmark run on `backend`."""
+    for run in store.list_runs(kind="allreduce"):
+        summary = run["summary"]
+        if run["status"] == "finished" and summary.get("backend") == backend:
+            return summary.get("ring_model")
+    return None
+
+
+def ring_prediction(
+    ring: dict[str, Any] | None, workers: int, grad_bytes: int, bucket_mb: float | None
+) -> float | None:
+    """Predicted all-reduce time of one step's gradients: DDP reduces them bucket by bucket,
+    so each bucket pays the latency term once."""
+    if ring is None or workers < 2:
+        return None
+    from dlperf.dist.allreduce import ring_time
+
+    bucket = (bucket_mb or 25) * 2**20
+    buckets = max(1, math.ceil(grad_bytes / bucket))
+    return buckets * ring_time(
+        workers, grad_bytes / buckets, ring["alpha_s"], ring["bandwidth_bytes_per_s"]
+    )
+
+
+@dataclass
+class StudyResult:
+    study_id: int | None
+    rows: list[dict[str, Any]]
+    warnings: list[str]
+    label: str
+    ring: dict[str, Any] | None = None
+    artifacts: list[str] = field(default_factory=list)
+    max_per_worker_batch: int | None = None
+
+
+def _spec(
+    exp: Experiment,
+    point: Point,
+    opts: ScaleOptions,
+    backend: str,
+    threads: int,
+    steps: int,
+) -> dict[str, Any]:
+    return {
+        "experiment": exp.to_dict(),
+        "per_worker_batch": point.per_worker_batch
+        if point.strategy == "ddp"
+        else point.global_batch,
+        "warmup_steps": opts.warmup_steps,
+        "steps": steps,
+        "synthetic": opts.synthetic,
+        "backend": backend,
+        "comm": point.comm,
+        "bucket_mb": point.bucket_mb,
+        "strategy": point.strategy,
+        "gpus": point.workers if point.strategy == "dp" else 0,
+        "threads": threads,
+        "compute_split": opts.compute_split and point.workers > 1,
+        "writer": opts.node_rank == 0,
+    }
+
+
+class _Study:
+    """What every point of one study shares, and how one point is run and recorded."""
+
+    def __init__(
+        self, exp: Experiment, opts: ScaleOptions, store: Store, out_dir: Path, reporter: Reporter
+    ) -> None:
+        self.exp, self.opts, self.store = exp, opts, store
+        self.out_dir, self.reporter = out_dir, reporter
+        self.backend = resolve_backend(opts.backend)
+        self.cores = usable_cores()
+        self.data = load_data(exp.data)
+        self.train_images = len(self.data.train)
+        self.writer = opts.node_rank == 0
+        self.study_id: int | None = None
+        self.ring: dict[str, Any] | None = None
+        self.bases: dict[tuple[str, str, float | None], dict[str, Any]] = {}
+        self.warnings: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+
+    def shard_error(self, point: Point) -> UserError | None:
+        if self.opts.synthetic or point.strategy == "dp":
+            return None
+        shard = self.train_images // point.workers
+        if point.per_worker_batch <= shard:
+            return None
+        return UserError(
+            f"per-worker batch {point.per_worker_batch} is larger than a worker's share "
+            f"({shard} images) of {self.data.name} at {point.workers} workers",
+            "use a smaller batch or --synthetic",
+        )
+
+    def open(self) -> None:
+        if self.writer:
+            name = f"scale {self.exp.run.name or self.exp.model.name}"
+            self.study_id = self.store.create_study(name, "scale")
+            self.ring = ring_reference(self.store, self.backend)
+
+    def run_point(
+        self, index: int, total: int, point: Point, steps: int, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Launch one point, store it (node 0) and return its row."""
+        opts, store = self.opts, self.store
+        per_node = point.workers // opts.nnodes if point.strategy == "ddp" else 1
+        threads = threads_per_worker(per_node, self.cores) if self.backend == "gloo" else 1
+        if self.backend == "gloo" and per_node * threads > self.cores:
+            self.warnings.append(
+                f"{point.label()}: {per_node} workers x {threads} threads > {self.cores} cores: "
+                "oversubscribed, timings are pessimistic"
+            )
+        spec = {**_spec(self.exp, point, opts, self.backend, threads, steps), **extra}
+        where = f"scale-{self.study_id}" if self.writer else "scale-node"
+        directory = self.out_dir / where / f"p{index}"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "spec.json").write_text(json.dumps(spec))
+        run_id = None
+        if self.writer:
+            run_id = store.create_run(
+                name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
+                kind="scale",
+                config={
+                    "experiment": self.exp.to_dict(),
+                    "point": asdict(point),
+                    "options": asdict(opts),
+                },
+                config_hash=self.exp.config_hash(),
+                system={**system_info(None, threads), "backend": self.backend},
+                study_id=self.study_id,
+            )
+        self.reporter.task(f"point {index + 1}/{total}: {point.label()}")
+        rdzv = Rendezvous(opts.nnodes, opts.node_rank, opts.rdzv)
+        try:
+            launch = run_torchrun(
+                directory,
+                per_node,
+                WORKER_MODULE,
+                [str(directory / "spec.json")],
+                rdzv,
+                env={"OMP_NUM_THREADS": str(threads)},
+            )
+        except KeyboardInterrupt:
+            if run_id is not None:
+                store.finish_run(run_id, "killed", error="interrupted")
+            raise
+        row: dict[str, Any] = {
+            "run_id": run_id,
+            "workers": point.workers,
+            "nodes": opts.nnodes,
+            "per_worker_batch": point.per_worker_batch,
+            "global_batch": point.global_batch,
+            "comm": point.comm,
+            "strategy": point.strategy,
+            "bucket_mb": point.bucket_mb,
+            "worker_pids": launch.pids,
+            "status": "finished" if launch.returncode == 0 else "failed",
+        }
+        self.rows.append(row)
+        if launch.returncode != 0:
+            oom = sorted(directory.glob("rank-*.oom"))
+            row["out_of_memory"] = bool(oom)
+            row["error"] = oom[0].read_text() if oom else launch.error
+            if run_id is not None:
+                store.finish_run(run_id, "failed", summary=row, error=row["error"])
+            self.reporter.log(f"{point.label()} failed: {row['error'].splitlines()[0]}")
+            return row
+        if not self.writer:
+            return row
+        assert run_id is not None
+        ranks = json.loads((directory / "result.json").read_text())["ranks"]
+        summary = summarize(
+            point, ranks, opts.nnodes, threads, self.backend, self.train_images, opts.price_per_hour
+        )
+        add_relative(summary, self.bases.get(point.group))
+        self.bases.setdefault(point.group, summary)
+        summary["ring_predicted_s"] = ring_prediction(
+            self.ring, point.workers, summary["grad_bytes"], point.bucket_mb
+        )
+        if opts.synthetic:
+            steps_s = _slowest_per_step(ranks, "main")
+            summary.update(chunk_throughput(steps_s, point.global_batch, opts.chunks))
+        store.log_metrics(run_id, _rank_metrics(ranks))
+        store.finish_run(run_id, "finished", summary=summary)
+        self.reporter.log(
+            f"{point.label()}: {summary['throughput']:.1f} samples/s, "
+            f"step {summary['step_time_s'] * 1e3:.1f} ms"
+        )
+        row.update(summary)
+        return row
+
+    def result(self) -> StudyResult:
+        artifacts = []
+        finished = [r for r in self.rows if r["status"] == "finished"]
+        if self.study_id is not None and self.opts.plots and finished:
+            from dlperf.dist.plots import plot_study
+
+            # The store keeps artifacts per run: a study's figures hang on its first run.
+            directory = self.out_dir / f"scale-{self.study_id}" / "plots"
+            for kind, path in plot_study(directory, self.rows):
+                self.store.add_artifact(self.rows[0]["run_id"], kind, path.resolve())
+                artifacts.append(str(path.resolve()))
+        label = "single-host emulation" if self.opts.nnodes == 1 else f"{self.opts.nnodes} nodes"
+        return StudyResult(self.study_id, self.rows, self.warnings, label, self.ring, artifacts)
+
+
+def run_study(
+    exp: Experiment,
+    opts: ScaleOptions,
+    store: Store,
+    out_dir: Path,
+    reporter: Reporter | None = None,
+) -> StudyResult:
+    """Run every point of the study; only node 0 (of a multi-node study) writes the store."""
+    study = _Study(exp, opts, store, out_dir, reporter or NullReporter())
+    points = plan(opts, study.backend)
+    for point in points:
+        error = study.shard_error(point)
+        if error is not None:
+            raise error
+    study.open()
+    for index, point in enumerate(points):
+        steps = opts.steps or opts.epochs * max(1, study.train_images // point.global_batch)
+        row = study.run_point(index, len(points), point, steps, {})
+        if row["status"] == "failed" and opts.on_failure == "stop":
+            break
+    return study.result()
+
+
+def find_max_batch(
+    exp: Experiment,
+    opts: ScaleOptions,
+    store: Store,
+    out_dir: Path,
+    memory_cap_gb: float | None,
+    reporter: Reporter | None = None,
+) -> StudyResult:
+    """Grow the per-worker batch x4 from 32 until it no longer fits (CUDA out of memory, or
+    a worker's peak resident memory above `memory_cap_gb` on CPU, or the data runs out);
+    each size trains two epochs and times the second."""
+    opts = replace(
+        opts,
+        mode="weak",
+        global_batch=None,
+        per_worker_batch=BATCH_START,
+        compute_split=False,
+        steps=1,  # each size sets its own: two epochs
+        epochs=None,
+    )
+    study = _Study(exp, opts, store, out_dir, reporter or NullReporter())
+    if len(set(opts.workers)) != 1:
+        raise UserError("--find-max-batch takes one worker count", "e.g. --workers 2")
+    if study.backend == "gloo" and memory_cap_gb is None:
+        raise UserError("--find-max-batch on CPU needs --memory-cap-gb", "e.g. --memory-cap-gb 4")
+    first = plan(opts, study.backend)[0]
+    study.open()
+    cap = int(memory_cap_gb * 2**30) if memory_cap_gb else None
+    batch, largest = BATCH_START, None
+    for index in range(BATCH_SIZES):
+        point = Point(
+            first.workers, batch, batch * first.workers, first.comm, first.strategy, first.bucket_mb
+        )
+        if study.shard_error(point) is not None:
+            study.warnings.append(f"per-worker batch {batch} exceeds the data set: stopped there")
+            break
+        steps = max(1, study.train_images // point.global_batch)
+        # The first epoch warms up, the second is timed.
+        extra = {"memory_cap_bytes": cap, "warmup_steps": steps}
+        row = study.run_point(index, index + 1, point, steps, extra)
+        if row["status"] != "finished":
+            break
+        largest, batch = batch, batch * BATCH_GROWTH
+    result = study.result()
+    result.max_per_worker_batch = largest
+    return result
+
+
+def _rank_metrics(ranks: list[dict[str, Any]]) -> list[tuple[str, int, float]]:
+    metrics = []
+    for r in ranks:
+        for phase in ("main", "compute"):
+            if phase in r:
+                prefix = "step_time_s" if phase == "main" else "compute_step_time_s"
+                metrics += [
+                    (f"rank{r['rank']}/{prefix}", i, t)
+                    for i, t in enumerate(r[phase]["step_times_s"], 1)
+                ]
+    return metrics

@@ -1,0 +1,259 @@
+"""One rank of a scaling point, run under torchrun: `python -m dlperf.dist.worker SPEC.json`.
+
+The spec (written by dlperf.dist.study) names the experiment, the per-worker batch, the
+steps, the backend and the communication options. The worker trains the experiment's model
+wrapped in DistributedDataParallel, timing every step after the warm-up, and (unless the
+point's hook already is the no-op) a second replica under DDP's no-op communication hook,
+in alternating chunks of steps: the compute-only time the parent subtracts to get the
+exposed communication. Every
+rank's figures are gathered to the launch's node and written as `result.json` next to the
+spec by local rank 0 of the writing node, so the parent of a multi-node run reads them
+without a shared file system.
+
+Test hooks (environment variables, read only here):
+- DLPERF_SCALE_CRASH="RANK:STEP" makes that rank raise at that step (counted from 1, warm-up
+  included); "RANK:STEP:kill" makes it SIGKILL itself instead.
+- DLPERF_SCALE_DUMP_GRADS=PREFIX saves each rank's first batch and its gradients after
+  DDP's all-reduce to PREFIX.w<world>.rank<r>.pt; the model then trains with dropout off,
+  so that one process can reproduce the step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+
+from dlperf.config import Experiment
+from dlperf.data import ImageData, load_data, make_loader
+from dlperf.engine.optim import build_optimizer
+from dlperf.engine.run import build_model
+from dlperf.engine.train import DTYPES
+from dlperf.system import peak_memory_bytes, synchronize
+
+CRASH_ENV = "DLPERF_SCALE_CRASH"
+DUMP_ENV = "DLPERF_SCALE_DUMP_GRADS"
+CHUNKS = 5  # timed steps alternate between the point and its compute-only copy in chunks
+# DDP logging data: sampled per-iteration times, in ns.
+DDP_TIMES = (
+    "avg_forward_compute_time",
+    "avg_backward_compute_time",
+    "avg_backward_comm_time",
+    "avg_backward_compute_comm_overlap_time",
+)
+
+
+def comm_hook(name: str, model: DistributedDataParallel) -> None:
+    """Register the named DDP communication hook (`allreduce` keeps DDP's built-in one)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks, default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+    if name == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif name == "bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif name == "noop":
+        model.register_comm_hook(None, debugging_hooks.noop_hook)
+    elif name == "powersgd":
+        state = powersgd.PowerSGDState(
+            process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2
+        )
+        model.register_comm_hook(state, powersgd.powerSGD_hook)
+
+
+class Crash:
+    def __init__(self, rank: int) -> None:
+        parts = os.environ.get(CRASH_ENV, "").split(":")
+        hit = len(parts) >= 2 and parts[0] == str(rank)
+        self.step = int(parts[1]) if hit else None
+        self.kill = hit and parts[2:] == ["kill"]
+
+    def maybe(self, step: int) -> None:
+        if step != self.step:
+            return
+        if self.kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"injected crash at step {step} ({CRASH_ENV})")
+
+
+def batches(
+    spec: dict[str, Any], exp: Experiment, data: ImageData, device: torch.device, rank: int
+) -> Any:
+    """Endless (x, y) batches of this rank: its shard of the training split, or random data
+    of the model's input shape."""
+    batch, world = spec["per_worker_batch"], dist.get_world_size()
+    if spec["synthetic"]:
+        g = torch.Generator().manual_seed(exp.run.seed * 1000 + rank)
+        x = torch.randn(batch, *data.shape, generator=g).to(device)
+        y = torch.randint(data.num_classes, (batch,), generator=g).to(device)
+        while True:
+            yield x, y
+    shard = data.train.subset(torch.arange(rank, len(data.train), world))
+    loader = make_loader(data, shard, exp.data, batch, device, exp.augment, exp.run.seed)
+    if len(loader) == 0:
+        raise ValueError(f"rank {rank}: per-worker batch {batch} exceeds its shard")
+    epoch = 0
+    while True:
+        epoch += 1
+        loader.set_epoch(epoch)
+        yield from loader
+
+
+class Phase:
+    """One replica of the experiment's model under DDP with `comm` (or DataParallel), its
+    optimizer and batches, and the times of its steps."""
+
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        exp: Experiment,
+        data: ImageData,
+        device: torch.device,
+        comm: str,
+        crash: Crash | None = None,
+        dump: str | None = None,
+    ) -> None:
+        self.spec, self.device, self.crash, self.dump = spec, device, crash, dump
+        self.model = build_model(exp, data, device)
+        # dump: dropout off, so that a single process can reproduce the first step exactly
+        self.model.train(not dump)
+        kwargs: dict[str, Any] = {}
+        if spec.get("bucket_mb"):
+            kwargs["bucket_cap_mb"] = spec["bucket_mb"]
+        if spec["strategy"] == "dp":
+            self.wrapped: nn.Module = nn.DataParallel(
+                self.model, device_ids=list(range(spec["gpus"]))
+            )
+        else:
+            if device.type == "cuda":
+                kwargs["device_ids"] = [device.index]
+            ddp = DistributedDataParallel(self.model, **kwargs)
+            ddp._set_ddp_runtime_logging_sample_rate(1)
+            comm_hook(comm, ddp)
+            self.wrapped = ddp
+        self.optimizer = build_optimizer(self.model, exp.train)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=exp.train.label_smoothing)
+        precision = exp.run.precision
+        self.autocast = torch.autocast(device.type, DTYPES[precision], precision != "fp32")
+        self.source = batches(spec, exp, data, device, dist.get_rank())
+        self.step = 0
+        self.times: list[float] = []
+        self.wall = 0.0
+
+    def train(self, steps: int, timed: bool) -> None:
+        """`steps` steps; when timed, each step's time and the whole between barriers."""
+        device, cap = self.device, self.spec.get("memory_cap_bytes")
+        synchronize(device)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step += 1
+            t0 = time.perf_counter()
+            x, y = next(self.source)
+            with self.autocast:
+                loss = self.criterion(self.wrapped(x), y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.dump and self.step == 1:
+                grads = [p.grad.detach().cpu() for p in self.model.parameters()]
+                path = f"{self.dump}.w{dist.get_world_size()}.rank{dist.get_rank()}.pt"
+                torch.save({"x": x.cpu(), "y": y.cpu(), "grads": grads}, path)
+            self.optimizer.step()
+            if self.crash is not None:
+                self.crash.maybe(self.step)
+            synchronize(device)
+            if timed:
+                self.times.append(time.perf_counter() - t0)
+            if cap and peak_memory_bytes(device) > cap:
+                raise MemoryError(
+                    f"peak memory {peak_memory_bytes(device) / 2**30:.2f} GiB is above the "
+                    f"cap of {cap / 2**30:.2f} GiB"
+                )
+        synchronize(device)
+        dist.barrier()
+        if timed:
+            self.wall += time.perf_counter() - start
+
+    def result(self) -> dict[str, Any]:
+        ddp = isinstance(self.wrapped, DistributedDataParallel)
+        logging = self.wrapped._get_ddp_logging_data() if ddp else {}
+        flat = torch.cat([p.detach().flatten() for p in self.model.parameters()])
+        reference = flat.clone()
+        dist.broadcast(reference, 0)
+        return {
+            "step_times_s": self.times,
+            "wall_s": self.wall,
+            "samples": len(self.times) * self.spec["per_worker_batch"],
+            "ddp": {k: logging[k] for k in DDP_TIMES if k in logging},
+            "replica_max_diff": float((flat - reference).abs().max()),
+            "grad_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
+        }
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Warm up, then alternate chunks of timed steps of the point and of its compute-only
+    copy, so that a change in the host's load hits both alike."""
+    exp = Experiment.model_validate(spec["experiment"])
+    rank, local_rank = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if spec["backend"] == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    data = load_data(exp.data)
+    dump = os.environ.get(DUMP_ENV)
+    phases = {"main": Phase(spec, exp, data, device, spec["comm"], Crash(rank), dump)}
+    if spec["compute_split"] and spec["comm"] != "noop" and spec["strategy"] == "ddp":
+        phases["compute"] = Phase(spec, exp, data, device, "noop")
+    for phase in phases.values():
+        phase.train(spec["warmup_steps"], timed=False)
+    steps, chunks = spec["steps"], max(1, min(CHUNKS, spec["steps"]))
+    for i in range(chunks):
+        size = steps // chunks + (i < steps % chunks)
+        for phase in phases.values():
+            phase.train(size, timed=True)
+    result: dict[str, Any] = {"rank": rank, "host": os.uname().nodename, "pid": os.getpid()}
+    return result | {name: phase.result() for name, phase in phases.items()}
+
+
+@record
+def main(argv: list[str] | None = None) -> None:
+    spec_path = Path((argv or sys.argv[1:])[0])
+    spec = json.loads(spec_path.read_text())
+    directory = spec_path.parent
+    rank = int(os.environ["RANK"])
+    (directory / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    torch.set_num_threads(spec["threads"])
+    try:
+        dist.init_process_group(spec["backend"])
+        result = run(spec)
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, result)
+        if spec["writer"] and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            tmp = directory / "result.json.tmp"
+            tmp.write_text(json.dumps({"ranks": everyone}))
+            tmp.replace(directory / "result.json")
+    except Exception as e:
+        (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
+        if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            (directory / f"rank-{rank}.oom").write_text(
+                f"out of memory at per-worker batch {spec['per_worker_batch']}: {first}"
+            )
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

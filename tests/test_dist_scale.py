@@ -1,0 +1,201 @@
+"""`dlperf scale` through real torchrun processes on this host: 1 and 2 workers, DDP's
+gradients against one process, the no-op hook, a killed worker, Ctrl-C, and two nodes on
+loopback. Slow by nature (each launch starts Python and torch several times)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.config import load_experiment
+from dlperf.data import load_data
+from dlperf.dist.launch import alive, free_port
+from dlperf.engine.run import build_model
+from dlperf.store import Store
+from tests.test_scale import SUMMARY_KEYS
+
+DLPERF = [sys.executable, "-m", "dlperf"]
+# Random images generated in memory: the workers start without reading a data set.
+EXPERIMENT = """
+[model]
+name = "smallcnn"
+[data]
+name = "synthetic"
+shape = [1, 8, 8]
+size = 256
+[train]
+lr = 0.05
+"""
+WEAK = ["--mode", "weak", "--per-worker-batch", "16", "--warmup-steps", "1", "--no-plots"]
+
+
+@pytest.fixture
+def exp_path(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(EXPERIMENT)
+    return path
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_allreduce_bench_then_one_and_two_workers(
+    cli: Callable, exp_path: Path, store: Store, tmp_path: Path, monkeypatch
+) -> None:
+    bench = ["scale", "--allreduce-bench", "--workers", "2", "--sizes", "4KB,1MB", "--iters", "3"]
+    r = cli(*bench, "--json")
+    assert r.code == 0, r.err
+    ring = json.loads(r.out)["ring_model"]
+    assert ring["bandwidth_bytes_per_s"] > 0 and ring["n_points"] == 2
+    (bench_run,) = store.list_runs(kind="allreduce")
+    assert bench_run["summary"]["ring_model"] == ring
+
+    dump = tmp_path / "grads"
+    monkeypatch.setenv("DLPERF_SCALE_DUMP_GRADS", str(dump))
+    r = cli("scale", str(exp_path), "--workers", "1,2", *WEAK[:-1], "--steps", "3", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["ring_model"] == ring
+    assert doc["label"] == "single-host emulation"
+    one, two = doc["rows"]
+    assert (one["workers"], one["global_batch"], two["global_batch"]) == (1, 16, 32)
+    assert two["per_worker_batch"] == 16 and two["threads_per_worker"] == 1
+    assert one["speedup"] == 1.0
+    assert two["speedup"] == pytest.approx(two["throughput"] / one["throughput"])
+    assert two["comm_exposed_s"] >= 0 and two["compute_s"] > 0
+    assert two["replica_max_diff"] == 0.0  # all-reduce keeps replicas identical
+    assert one["ring_predicted_s"] is None
+    assert two["ring_predicted_s"] == pytest.approx(
+        2 * ring["alpha_s"] + two["grad_bytes"] / ring["bandwidth_bytes_per_s"]
+    )
+    assert {rank["rank"] for rank in two["ranks"]} == {0, 1}
+
+    runs = store.list_runs(study_id=doc["study_id"])
+    assert [run["status"] for run in runs] == ["finished", "finished"]
+    assert all(set(run["summary"]) >= SUMMARY_KEYS for run in runs)
+    assert len(store.metrics(two["run_id"], "rank1/step_time_s")) == 3
+    assert len(store.metrics(two["run_id"], "rank0/compute_step_time_s")) == 3
+    kinds = {a["kind"] for a in store.artifacts(one["run_id"])}
+    assert {"plot/throughput", "plot/speedup", "plot/efficiency", "plot/step_split"} <= kinds
+
+    # DDP's averaged gradients of the first step = one process on the concatenated batch.
+    shards = [torch.load(f"{dump}.w2.rank{r}.pt") for r in (0, 1)]
+    exp = load_experiment(exp_path)
+    torch.set_num_threads(1)
+    model = build_model(exp, load_data(exp.data), torch.device("cpu"))
+    model.eval()
+    x = torch.cat([s["x"] for s in shards])
+    y = torch.cat([s["y"] for s in shards])
+    nn.functional.cross_entropy(model(x), y).backward()
+    for p, g0, g1 in zip(model.parameters(), shards[0]["grads"], shards[1]["grads"], strict=True):
+        torch.testing.assert_close(g0, p.grad, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(g1, g0, rtol=0, atol=0)
+    # The shards are the ranks' own halves of the data, not copies of one batch.
+    assert not torch.equal(shards[0]["x"], shards[1]["x"])
+
+
+def test_killed_worker_fails_the_point_and_leaves_nothing(
+    cli: Callable, exp_path: Path, store: Store, monkeypatch
+) -> None:
+    monkeypatch.setenv("DLPERF_SCALE_CRASH", "1:2:kill")
+    args = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "4", "--synthetic"]
+    r = cli(*args, "--comm", "allreduce,fp16", "--on-failure", "stop", "--json")
+    assert r.code == 1
+    (row,) = json.loads(r.out)["rows"]  # stop: the fp16 point never started
+    assert row["status"] == "failed"
+    assert row["error"].startswith("worker rank 1 failed (exit code -9")
+    assert "SIGKILL" in row["error"]
+    assert len(row["worker_pids"]) == 2
+    assert not any(alive(pid) for pid in row["worker_pids"])
+    (run,) = store.list_runs(kind="scale")
+    assert run["status"] == "failed" and "worker rank 1 failed" in run["error"]
+
+
+def test_interrupt_stops_every_worker(exp_path: Path, db: str, tmp_path: Path) -> None:
+    args = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "1000000"]
+    proc = subprocess.Popen([*DLPERF, *args, "--synthetic"], stderr=subprocess.PIPE, text=True)
+    try:
+        pid_files = lambda: list(tmp_path.glob("dlperf_runs/scale-*/p0/rank-*.pid"))  # noqa: E731
+        _wait_for(lambda: len(pid_files()) == 2 and all(p.read_text() for p in pid_files()), "pids")
+        pids = [int(p.read_text()) for p in pid_files()]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert not any(alive(pid) for pid in pids)
+    (run,) = Store.open(db).list_runs(kind="scale")
+    assert run["status"] == "killed"
+
+
+def test_two_nodes_on_loopback_store_once(
+    cli: Callable, exp_path: Path, store: Store, tmp_path: Path
+) -> None:
+    rdzv = f"127.0.0.1:{free_port()}"
+    node = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "2", "--synthetic"]
+    node += ["--comm", "noop", "--nnodes", "2", "--rdzv", rdzv]
+    elsewhere = tmp_path / "node1"  # the other "host": its own directory and run store
+    elsewhere.mkdir()
+    env = {**os.environ, "DLPERF_DB": str(elsewhere / "node1.db")}
+    node1 = subprocess.Popen([*DLPERF, *node, "--node-rank", "1"], env=env, cwd=elsewhere)
+    try:
+        r = cli(*node, "--node-rank", "0", "--json")
+        assert node1.wait(timeout=300) == 0
+    finally:
+        if node1.poll() is None:
+            node1.kill()
+    assert r.code == 0, r.err
+    (row,) = json.loads(r.out)["rows"]
+    assert (row["workers"], row["nodes"], row["global_batch"]) == (2, 2, 32)
+    assert {rank["rank"] for rank in row["ranks"]} == {0, 1}
+    assert row["replica_max_diff"] > 0  # no-op hook: each replica stepped on its own gradient
+    assert row["emulation"] is None
+    (run,) = store.list_runs(kind="scale")
+    assert run["summary"]["nodes"] == 2
+    assert Store.open(str(elsewhere / "node1.db")).list_runs() == []
+
+
+def test_find_max_batch_stops_where_the_data_runs_out(
+    cli: Callable, exp_path: Path, store: Store
+) -> None:
+    small = exp_path.read_text().replace("size = 256", "size = 64")  # 64 training images
+    exp_path.write_text(small)
+    args = ["scale", str(exp_path), "--workers", "1", "--find-max-batch", "--no-plots"]
+    r = cli(*args, "--memory-cap-gb", "64", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["max_per_worker_batch"] == 32
+    (row,) = doc["rows"]  # 128 > 64 images: never launched
+    assert row["per_worker_batch"] == 32 and row["timed_steps"] == 2  # one epoch
+    assert "per-worker batch 128 exceeds the data set" in doc["warnings"][0]
+
+
+def test_find_max_batch_catches_a_worker_over_its_memory_cap(
+    cli: Callable, exp_path: Path, store: Store
+) -> None:
+    args = ["scale", str(exp_path), "--workers", "1", "--find-max-batch", "--no-plots"]
+    r = cli(*args, "--memory-cap-gb", "0.01", "--json")
+    assert r.code == 1
+    doc = json.loads(r.out)
+    assert doc["max_per_worker_batch"] is None
+    (row,) = doc["rows"]
+    assert row["out_of_memory"] is True
+    assert row["error"].startswith("out of memory at per-worker batch 32: peak memory")
+    (run,) = store.list_runs(kind="scale")
+    assert run["status"] == "failed" and run["error"] == row["error"]

@@ -1,0 +1,254 @@
+"""`dlperf scale` without launching workers: batch arithmetic, the summary of a point, the
+ring-model column, job files and bad input."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlperf.cli.scale import job_argv
+from dlperf.dist.launch import _root_cause, alive
+from dlperf.dist.study import (
+    Point,
+    ScaleOptions,
+    add_relative,
+    batch_split,
+    chunk_throughput,
+    plan,
+    ring_prediction,
+    summarize,
+)
+from dlperf.errors import UserError
+
+SUMMARY_KEYS = {
+    "workers",
+    "nodes",
+    "ps",
+    "per_worker_batch",
+    "global_batch",
+    "step_time_s",
+    "step_time_min_s",
+    "step_time_max_s",
+    "compute_s",
+    "comm_exposed_s",
+    "sync_time_s",
+    "throughput",
+    "throughput_per_worker",
+    "speedup",
+    "efficiency",
+    "grad_bytes",
+    "algbw_gbps",
+    "busbw_gbps",
+    "epoch_time_s",
+    "cost_per_epoch",
+    "threads_per_worker",
+    "backend",
+    "comm",
+    "strategy",
+}
+
+
+def test_strong_scaling_splits_the_global_batch() -> None:
+    assert batch_split("strong", 1, 256, None) == (256, 256)
+    assert batch_split("strong", 4, 256, None) == (64, 256)
+    with pytest.raises(UserError, match="does not split evenly over 3 workers"):
+        batch_split("strong", 3, 256, None)
+    with pytest.raises(UserError, match="--mode strong needs --global-batch"):
+        batch_split("strong", 2, None, 32)
+
+
+def test_weak_scaling_keeps_the_per_worker_batch() -> None:
+    assert batch_split("weak", 1, None, 32) == (32, 32)
+    assert batch_split("weak", 8, None, 32) == (32, 256)
+    with pytest.raises(UserError, match="--mode weak needs --per-worker-batch"):
+        batch_split("weak", 2, 64, None)
+
+
+def test_plan_orders_points_and_crosses_options() -> None:
+    opts = ScaleOptions(
+        workers=[2, 1], mode="weak", per_worker_batch=8, steps=2, comms=["allreduce", "fp16"]
+    )
+    points = plan(opts, "gloo")
+    assert [(p.workers, p.comm, p.global_batch) for p in points] == [
+        (1, "allreduce", 8),
+        (1, "fp16", 8),
+        (2, "allreduce", 16),
+        (2, "fp16", 16),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"workers": [64]}, "64 workers per node but this host has"),
+        ({"comms": ["ring"]}, "unknown --comm 'ring'"),
+        ({"strategies": ["dp"]}, "--strategy dp (DataParallel) needs GPUs"),
+        ({"steps": None}, "give --steps N or --epochs N"),
+        ({"nnodes": 2}, "--nnodes > 1 needs --rdzv HOST:PORT"),
+        ({"on_failure": "retry"}, "unknown --on-failure 'retry'"),
+    ],
+)
+def test_plan_rejects_bad_options(changes: dict[str, object], message: str) -> None:
+    opts = ScaleOptions(workers=[1, 2], mode="weak", per_worker_batch=8, steps=2)
+    for key, value in changes.items():
+        setattr(opts, key, value)
+    with pytest.raises(UserError) as e:
+        plan(opts, "gloo")
+    assert message in str(e.value)
+
+
+def _rank(rank: int, steps: list[float], compute: list[float], wall: float) -> dict[str, object]:
+    ddp = {"avg_backward_comm_time": 2_000_000, "avg_forward_compute_time": 1_000_000}
+    return {
+        "rank": rank,
+        "host": "h",
+        "main": {
+            "step_times_s": steps,
+            "wall_s": wall,
+            "samples": 10 * len(steps),
+            "ddp": ddp,
+            "replica_max_diff": 0.0,
+            "grad_bytes": 4_000_000,
+        },
+        "compute": {"step_times_s": compute},
+    }
+
+
+def test_summary_of_a_point_follows_the_definitions() -> None:
+    point = Point(2, 10, 20, "allreduce", "ddp", None)
+    ranks = [
+        _rank(0, [0.10, 0.30, 0.20], [0.05, 0.06, 0.07], 0.60),
+        _rank(1, [0.20, 0.10, 0.10], [0.08, 0.05, 0.05], 0.50),
+    ]
+    s = summarize(point, ranks, 1, 1, "gloo", 1000, price_per_hour=3.6)
+    assert set(s) >= SUMMARY_KEYS
+    # Slowest rank per step: 0.20, 0.30, 0.20; compute: 0.08, 0.06, 0.07.
+    assert s["step_time_s"] == pytest.approx(0.20)
+    assert (s["step_time_min_s"], s["step_time_max_s"]) == pytest.approx((0.20, 0.30))
+    assert s["compute_s"] == pytest.approx(0.07)
+    assert s["comm_exposed_s"] == pytest.approx(0.13) == s["sync_time_s"]
+    assert s["throughput"] == pytest.approx(60 / 0.60)  # all samples over the slowest wall
+    assert s["throughput_per_worker"] == pytest.approx(50.0)
+    assert s["algbw_gbps"] == pytest.approx(4e6 / 2e-3 / 1e9)  # DDP's own comm time
+    assert s["busbw_gbps"] == pytest.approx(s["algbw_gbps"] * 2 * 1 / 2)
+    assert s["epoch_time_s"] == pytest.approx(1000 / 100)
+    assert s["cost_per_epoch"] == pytest.approx(2 * 10 / 3600 * 3.6)
+    assert s["ps"] == 0 and s["emulation"] == "single-host"
+    assert s["ddp_logging_s"]["backward_comm_time"] == pytest.approx(2e-3)
+
+    add_relative(s, {"throughput": 60.0, "workers": 1})
+    assert s["speedup"] == pytest.approx(100 / 60)
+    assert s["efficiency"] == pytest.approx(100 / 60 / 2)
+
+
+def test_synthetic_chunks_give_mean_and_interval() -> None:
+    stats = chunk_throughput([0.1, 0.1, 0.2, 0.2], global_batch=10, chunks=2)
+    assert stats["throughput_mean"] == pytest.approx((100 + 50) / 2)
+    assert stats["throughput_ci95"] == pytest.approx(1.96 * 35.35534, rel=1e-5)
+
+
+def test_ring_prediction_pays_latency_per_bucket() -> None:
+    ring = {"alpha_s": 1e-4, "bandwidth_bytes_per_s": 1e9}
+    one_bucket = 2 * 1e-4 + 1 * 10e6 / 1e9
+    assert ring_prediction(ring, 2, 10_000_000, 25) == pytest.approx(one_bucket)
+    two_buckets = 2 * (2 * 1e-4 + 5e6 / 1e9)
+    assert ring_prediction(ring, 2, 10_000_000, 5_000_000 / 2**20) == pytest.approx(two_buckets)
+    assert ring_prediction(ring, 1, 10_000_000, None) is None
+    assert ring_prediction(None, 2, 10_000_000, None) is None
+
+
+def test_torchrun_root_cause_is_read() -> None:
+    log = (
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026\n  host      : vm\n"
+        "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
+        "  traceback : Signal 9 (SIGKILL) received by PID 7\n"
+    )
+    assert _root_cause(log) == {
+        "rank": "1 (local_rank: 1)",
+        "exitcode": "-9 (pid: 7)",
+        "traceback": "Signal 9 (SIGKILL) received by PID 7",
+    }
+    assert alive(1 << 22) is False
+
+
+def test_job_argv_drops_the_per_node_options() -> None:
+    argv = ["scale", "e.toml", "--workers", "4", "--nnodes", "2", "--emit=slurm", "--out", "f"]
+    assert job_argv(argv) == ["dlperf", "scale", "e.toml", "--workers", "4"]
+
+
+def test_emit_slurm_and_kubernetes(cli: Callable, tiny_exp: Callable, tmp_path: Path) -> None:
+    exp = tiny_exp()
+    args = ["scale", str(exp), "--workers", "4", "--mode", "weak", "--per-worker-batch", "8"]
+    r = cli(*args, "--steps", "5", "--nnodes", "2", "--emit", "slurm", "--out", "job.sh")
+    assert r.code == 0, r.err
+    script = (tmp_path / "job.sh").read_text()
+    assert "#SBATCH --nodes=2" in script
+    srun = next(line for line in script.splitlines() if line.startswith("srun"))
+    per_node = shlex.split(shlex.split(srun)[-1])
+    assert per_node[:9] == ["dlperf", "scale", str(exp), "--workers", "4", *args[4:8]]
+    assert per_node[-6:-2] == ["--nnodes", "2", "--node-rank", "$SLURM_NODEID"]
+    assert "--emit" not in per_node
+
+    r = cli(*args, "--steps", "5", "--nnodes", "2", "--emit", "kubernetes", "--image", "me/dl:1")
+    assert r.code == 0, r.err
+    job = yaml.safe_load(r.out)
+    assert job["kind"] == "PyTorchJob"
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    container = worker["template"]["spec"]["containers"][0]
+    assert container["image"] == "me/dl:1"
+    assert container["command"] == ["dlperf"]
+    assert container["args"][:3] == ["scale", str(exp), "--workers"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--workers", "64"], "error: 64 workers per node but this host has"),
+        (["--backend", "mpi"], "error: unknown backend 'mpi' (use auto, gloo, nccl)"),
+        (["--backend", "nccl"], "error: backend nccl needs CUDA GPUs, and none are available"),
+        (["--strategy", "dp"], "error: --strategy dp (DataParallel) needs GPUs; none here"),
+        (["--workers", "1,x"], "error: --workers '1,x': expected a comma-separated list"),
+        (["--device", "V1OO"], "error: unknown device 'V1OO'"),
+        (["--per-worker-batch", "4000"], "error: per-worker batch 4000 is larger than"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    cli: Callable, tiny_exp: Callable, extra: list[str], message: str
+) -> None:
+    base = ["scale", str(tiny_exp()), "--mode", "weak", "--per-worker-batch", "8", "--steps", "2"]
+    r = cli(*base, *extra)
+    assert r.code == 2
+    assert r.err.startswith(message), r.err
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from dlperf.cli.scale import _print_table
+
+    point = {"workers": 2, "comm": "allreduce", "strategy": "ddp", "per_worker_batch": 16}
+    ok = {
+        **point,
+        "global_batch": 32,
+        "throughput": 1850.0,
+        "speedup": 1.8,
+        "efficiency": 0.9,
+        "step_time_s": 0.0187,
+        "step_time_min_s": 0.0127,
+        "step_time_max_s": 0.025,
+        "status": "finished",
+    }
+    failed = {**point, "workers": 4, "global_batch": 64, "status": "failed", "error": "boom"}
+    _print_table(
+        SimpleNamespace(rows=[ok, failed], study_id=7, label="single-host emulation", ring=None)
+    )
+    out, err = capsys.readouterr()
+    assert "scale study 7 (single-host emulation)" in out
+    assert "samples/s" in out and "12.7-25" in out and "18.7" in out
+    assert "4 workers failed:\nboom" in err
+    assert "run `dlperf scale --allreduce-bench --workers 2`" in err  # no ring model stored
