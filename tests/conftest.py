@@ -9,9 +9,27 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.config import Experiment
+from dlperf.engine.run import run_experiment
 from dlperf.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def trained_run(root: Path) -> tuple[Store, int, Experiment]:
+    """A one-epoch smallcnn run on the bundled digits, with its checkpoint, in `root`."""
+    exp = Experiment.model_validate(
+        {
+            "model": {"name": "smallcnn"},
+            "data": {"name": "digits"},
+            "train": {"epochs": 1, "batch_size": 32, "lr": 0.05},
+            "run": {"threads": 1, "warmup_steps": 2, "out_dir": str(root / "runs")},
+        }
+    )
+    store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
+    result = run_experiment(exp, store)
+    assert result["status"] == "finished" and result["test_accuracy"] > 0.5
+    return store, result["run_id"], exp
 
 
 @dataclass

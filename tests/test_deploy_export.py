@@ -11,12 +11,11 @@ import onnx
 import pytest
 import torch
 
-from dlperf.config import Experiment
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy.export import check_model, compare, export, from_registry, from_run
-from dlperf.engine.run import run_experiment
 from dlperf.errors import UserError
 from dlperf.store import Store
+from tests.conftest import trained_run
 
 KEYS = {"path", "opset", "check", "max_abs_diff", "max_rel_diff", "top1_agreement", "parity"}
 
@@ -24,22 +23,6 @@ KEYS = {"path", "opset", "check", "max_abs_diff", "max_rel_diff", "top1_agreemen
 @pytest.fixture(autouse=True)
 def _one_thread() -> None:
     torch.set_num_threads(1)
-
-
-def trained_run(root: Path) -> tuple[Store, int]:
-    """A one-epoch smallcnn run on the bundled digits, with its checkpoint."""
-    exp = Experiment.model_validate(
-        {
-            "model": {"name": "smallcnn"},
-            "data": {"name": "digits"},
-            "train": {"epochs": 1, "batch_size": 32, "lr": 0.05},
-            "run": {"threads": 1, "warmup_steps": 2, "out_dir": str(root / "runs")},
-        }
-    )
-    store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
-    result = run_experiment(exp, store)
-    assert result["status"] == "finished" and result["test_accuracy"] > 0.5
-    return store, result["run_id"]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +69,7 @@ def test_second_registry_model_with_external_weights(tmp_path: Path) -> None:
 
 
 def test_stored_run_keeps_weights_preprocessing_and_labels(tmp_path: Path) -> None:
-    store, run_id = trained_run(tmp_path)
+    store, run_id, _ = trained_run(tmp_path)
     source = from_run(store, run_id)
     assert source.images is not None and source.images.shape == (64, 1, 8, 8)
     out = tmp_path / "run.onnx"

@@ -15,9 +15,9 @@ from dlperf.data.augment import normalize
 from dlperf.deploy.bench import bench, pytorch_contender
 from dlperf.deploy.export import export, from_run
 from dlperf.deploy.infer import predict
-from dlperf.engine.run import run_experiment
 from dlperf.errors import UserError
 from dlperf.store import Store
+from tests.conftest import trained_run
 
 
 @dataclass
@@ -34,16 +34,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     """A one-epoch smallcnn digits run, exported with a dynamic batch."""
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("infer")
-    exp = Experiment.model_validate(
-        {
-            "model": {"name": "smallcnn"},
-            "data": {"name": "digits"},
-            "train": {"epochs": 1, "batch_size": 32, "lr": 0.05},
-            "run": {"threads": 1, "warmup_steps": 2, "out_dir": str(root / "runs")},
-        }
-    )
-    store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
-    run_id = run_experiment(exp, store)["run_id"]
+    store, run_id, exp = trained_run(root)
     source = from_run(store, run_id)
     path = root / "digits.onnx"
     assert export(source, path, dynamic_batch=True)["parity"]
