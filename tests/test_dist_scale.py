@@ -126,6 +126,22 @@ def test_killed_worker_fails_the_point_and_leaves_nothing(
     assert run["status"] == "failed" and "worker rank 1 failed" in run["error"]
 
 
+def test_compression_hooks_train_and_keep_replicas_in_step(
+    cli: Callable, exp_path: Path, store: Store
+) -> None:
+    """fp16/bf16 compress the all-reduce and PowerSGD replaces it with a low-rank one; each
+    still hands every rank the same gradient, so the replicas stay identical (unlike noop)."""
+    args = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "3", "--synthetic"]
+    r = cli(*args, "--comm", "fp16,bf16,powersgd", "--no-comm-split", "--json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)["rows"]
+    assert [row["comm"] for row in rows] == ["fp16", "bf16", "powersgd"]
+    for row in rows:
+        assert row["status"] == "finished" and row["throughput"] > 0
+        assert row["replica_max_diff"] == 0.0, row["comm"]
+    assert len(store.list_runs(kind="scale")) == 3
+
+
 def test_interrupt_stops_every_worker(exp_path: Path, db: str, tmp_path: Path) -> None:
     args = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "1000000"]
     proc = subprocess.Popen([*DLPERF, *args, "--synthetic"], stderr=subprocess.PIPE, text=True)
