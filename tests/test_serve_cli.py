@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from dlperf.cli.serve import _listen
 from tests.test_serve import LABELS, metric, png, tiny_classifier, wait_ready
 
 Cli = Callable[..., Any]
@@ -138,3 +141,28 @@ def test_sigterm_finishes_queued_requests(model: Path) -> None:
             c.join(timeout=60)
         assert [r.status_code for r in replies] == [200, 200]
         assert proc.wait(timeout=60) == -signal.SIGTERM
+
+
+def test_accepted_connections_send_without_delay() -> None:
+    """asyncio turns on TCP_NODELAY only for sockets whose proto says TCP; without it every
+    keep-alive response waited ~40 ms for the client's delayed ACK."""
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        listener = _listen("127.0.0.1", 0)
+        server = await asyncio.start_server(handle, sock=listener)
+        _, writer = await asyncio.open_connection(*listener.getsockname())
+        try:
+            return await asyncio.wait_for(seen, timeout=30)
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(accepted_nodelay()) == 1

@@ -29,7 +29,9 @@ def _listen(host: str, port: int) -> socket.socket:
     free port whose number we can print, and clients that connect as soon as it is printed
     wait in the backlog until uvicorn accepts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only when it does,
+    # and without it every keep-alive response waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
