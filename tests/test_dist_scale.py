@@ -57,7 +57,7 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 240) 
 def test_allreduce_bench_then_one_and_two_workers(
     cli: Callable, exp_path: Path, store: Store, tmp_path: Path, monkeypatch
 ) -> None:
-    bench = ["scale", "--allreduce-bench", "--workers", "2", "--sizes", "4KB,1MB", "--iters", "3"]
+    bench = ["scale", "--allreduce-bench", "--workers", "2", "--sizes", "4KB,16MB", "--iters", "3"]
     r = cli(*bench, "--json")
     assert r.code == 0, r.err
     ring = json.loads(r.out)["ring_model"]
