@@ -20,6 +20,7 @@ Test hooks (environment variables, read only here):
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -242,6 +243,11 @@ def main(argv: list[str] | None = None) -> None:
             tmp = directory / "result.json.tmp"
             tmp.write_text(json.dumps({"ranks": everyone}))
             tmp.replace(directory / "result.json")
+        # Tear down together, and free the DDP replicas (their reducers sit in reference
+        # cycles) while the process group still exists: otherwise a rank can abort at exit
+        # with "terminate called without an active exception" (seen with gloo in CI).
+        dist.barrier()
+        gc.collect()
     except Exception as e:
         (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
         if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
