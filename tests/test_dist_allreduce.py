@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 from dlperf.dist.allreduce import RingModel, fit_ring_model, parse_sizes, ring_time
+from dlperf.dist.launch import free_port
 from dlperf.errors import UserError
 
 KB, MB = 1024, 1024**2
@@ -103,12 +103,6 @@ def test_fit_refuses_data_that_cannot_determine_the_model(rows: list[dict]) -> N
         fit_ring_model(rows)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
     out = tmp_path / "ar.json"
     cmd = [
@@ -122,7 +116,7 @@ def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
-        f"127.0.0.1:{_free_port()}",
+        f"127.0.0.1:{free_port()}",
         "-m",
         "dlperf.dist.allreduce",
         "--sizes",

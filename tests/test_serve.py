@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import io
 import re
-import socket
 import struct
 import threading
 import time
@@ -26,6 +25,7 @@ from fastapi import FastAPI
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
+from dlperf.cli.serve import _listen
 from dlperf.deploy import meta, runtime
 from dlperf.deploy.batcher import Batcher, QueueFull
 from dlperf.deploy.server import ServedModel, create_app
@@ -116,8 +116,7 @@ def wait_ready(url: str, timeout_s: float = 60.0) -> None:
 @contextmanager
 def running(app: FastAPI) -> Iterator[str]:
     """Serve `app` on a free 127.0.0.1 port from a thread; stopped on exit."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = _listen("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from dataclasses import asdict
 from pathlib import Path
@@ -44,13 +43,6 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 @serve_app.command("start")
 def start(
     model: Path = typer.Argument(..., help="An ONNX model exported by `dlperf export`."),
@@ -74,13 +66,14 @@ def start(
     """
     import uvicorn
 
+    from dlperf.deploy.loadgen import is_loopback
     from dlperf.deploy.server import create_app
 
     server_app = create_app(
         model, max_batch, max_wait_ms, queue, threads, max_body_bytes=int(max_body_mb * 2**20)
     )
     sock = _listen(host, port)
-    if not _is_loopback(host):
+    if not is_loopback(host):
         console.warn(f"listening on {host}: other machines can reach this server, unauthenticated")
     served = server_app.state.model
     bound = sock.getsockname()[1]

@@ -45,17 +45,21 @@ class LevelResult:
     statuses: dict[str, int] = field(default_factory=dict)  # HTTP status or exception name
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: an address only this machine answers on."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def target(url: str) -> str:
     """The /predict URL of a loopback server; anything off this machine is refused."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"'{url}' is not an http:// URL", "e.g. http://127.0.0.1:8000")
     host = parts.hostname
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback(host):
         raise UserError(
             f"{host} is not a loopback address; serve bench only loads a server on this machine",
             "use 127.0.0.1, ::1 or localhost",
