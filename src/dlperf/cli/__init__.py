@@ -6,7 +6,10 @@ Heavy libraries (torch, torchvision, SciPy) are imported inside the commands so 
 
 from __future__ import annotations
 
+import errno
+import signal
 import sys
+from typing import Any
 
 # Importing a command module registers its commands on `app`.
 from dlperf.cli import analyze as _analyze  # noqa: F401
@@ -21,8 +24,23 @@ from dlperf.cli import serve as _serve  # noqa: F401
 from dlperf.cli.app import app, state
 from dlperf.errors import CheckFailed, UserError
 
+# A path the user named that cannot be used is bad input; anything else the OS refuses
+# (a full disk, an I/O error) is not, but still deserves one line rather than a traceback.
+_BAD_PATH = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR}
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """A scheduler's SIGTERM stops a command as Ctrl-C does, so its runs end `killed`."""
+    raise KeyboardInterrupt
+
+
+def _os_error(e: OSError) -> str:
+    where = f" {e.filename}" if e.filename else ""
+    return f"cannot use{where}: {e.strerror or e}"
+
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except UserError as e:
@@ -33,6 +51,11 @@ def main() -> None:
     except CheckFailed as e:
         print(f"check failed: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
+    except OSError as e:
+        if state.debug:
+            raise
+        print(f"error: {_os_error(e)}", file=sys.stderr)
+        sys.exit(2 if e.errno in _BAD_PATH else 1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,6 @@ config_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(config_app, name="config")
-
-
-def _sigterm_as_interrupt() -> None:
-    """A scheduler's SIGTERM should leave the run marked `killed`, like Ctrl-C does."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -76,7 +66,6 @@ def run(
         raise UserError("--resume continues a run with its stored config; drop --set/--timing")
     exp = load_experiment(experiment, overrides) if experiment is not None else None
     store = open_store()
-    _sigterm_as_interrupt()
     with console.reporter() as rep:
         if exp is not None:
             result = run_experiment(exp, store, rep)

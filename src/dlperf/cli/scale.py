@@ -10,7 +10,6 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
-from dlperf.cli.run import _sigterm_as_interrupt
 from dlperf.errors import UserError
 
 # Options that place one node of a multi-node run: a job file adds its own per node.
@@ -234,7 +233,6 @@ def scale(
     from dlperf.dist.study import ScaleOptions, find_max_batch, run_study
 
     counts = parse_list(workers, "--workers", int)
-    _sigterm_as_interrupt()
     if allreduce_bench:
         _allreduce_bench(counts, sizes, backend, iters, allow_oversubscribe, as_json)
         return
