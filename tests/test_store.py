@@ -103,3 +103,30 @@ def test_a_training_run_lands_in_the_store(any_store: Store, tmp_path: Path) -> 
     record = any_store.get_run(result["run_id"])
     assert record["status"] == "finished" and record["summary"]["steps"] == 20
     assert len(any_store.metrics(result["run_id"], "train/loss")) == 20
+
+
+def test_recording_marks_how_the_run_ended(any_store: Store) -> None:
+    with any_store.new_run("ok", "run", {}) as rec:
+        rec.summary = {"x": 1.0}
+    assert any_store.get_run(rec.id)["status"] == "finished"
+    assert any_store.get_run(rec.id)["summary"] == {"x": 1.0}
+
+    with any_store.new_run("soft", "run", {}) as rec:
+        rec.fail("worker rank 1 failed", summary={"rows": 0})
+    soft = any_store.get_run(rec.id)
+    assert (soft["status"], soft["error"], soft["summary"]) == (
+        "failed",
+        "worker rank 1 failed",
+        {"rows": 0},
+    )
+
+    with pytest.raises(KeyboardInterrupt), any_store.new_run("ctrl-c", "run", {}) as rec:
+        raise KeyboardInterrupt
+    killed = any_store.get_run(rec.id)
+    assert (killed["status"], killed["error"]) == ("killed", "interrupted")
+
+    with pytest.raises(ValueError), any_store.new_run("crash", "run", {}) as rec:
+        raise ValueError("bad value")
+    crashed = any_store.get_run(rec.id)
+    assert (crashed["status"], crashed["error"]) == ("failed", "ValueError: bad value")
+    assert crashed["ended"] is not None

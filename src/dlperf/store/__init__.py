@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,22 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "ended": run.ended.isoformat(timespec="seconds") if run.ended else None,
         "error": run.error,
     }
+
+
+@dataclass
+class Recording:
+    """A run being recorded: how it will be marked when its `with` block ends normally."""
+
+    id: int
+    status: str = "finished"
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+
+    def fail(self, error: str, summary: dict[str, Any] | None = None) -> None:
+        """End as failed without raising: the command goes on (e.g. the next point)."""
+        self.status, self.error = "failed", error
+        if summary is not None:
+            self.summary = summary
 
 
 class Store:
@@ -117,6 +135,37 @@ class Store:
             s.add(run)
             s.flush()
             return run.id
+
+    @contextmanager
+    def recording(self, run_id: int) -> Iterator[Recording]:
+        """Mark `run_id` finished (or as `Recording.fail` said) when the block ends, killed on
+        Ctrl-C or SIGTERM (which main() raises as KeyboardInterrupt), failed on any other
+        exception, which propagates. Every command that writes runs goes through here."""
+        record = Recording(run_id)
+        try:
+            yield record
+        except KeyboardInterrupt:
+            self.finish_run(run_id, "killed", error="interrupted")
+            raise
+        except BaseException as e:
+            self.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
+            raise
+        self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
+
+    @contextmanager
+    def new_run(
+        self,
+        name: str,
+        kind: str,
+        config: dict[str, Any],
+        config_hash: str | None = None,
+        system: dict[str, Any] | None = None,
+        study_id: int | None = None,
+    ) -> Iterator[Recording]:
+        """create_run, then record it as `recording` does."""
+        run_id = self.create_run(name, kind, config, config_hash, system, study_id)
+        with self.recording(run_id) as record:
+            yield record
 
     def log_metrics(self, run_id: int, rows: Iterable[tuple[str, int, float]]) -> None:
         """Insert a batch of (key, step, value) in one statement."""
