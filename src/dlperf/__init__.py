@@ -1,3 +1,25 @@
-"""dlperf: a performance lab for deep-learning training."""
+"""dlperf: a performance lab for deep-learning training.
+
+The public API (see docs/api.md): `analyze`, `run`, `track`, `Store`, `fit_curve`, and
+`UserError` for bad input. Names load on first use, so `import dlperf` does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import UserError
 
 __version__ = "0.1.0"
+__all__ = ["Store", "UserError", "analyze", "fit_curve", "run", "track"]
+
+if TYPE_CHECKING:
+    from dlperf.api import Store, analyze, fit_curve, run, track
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from dlperf import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'dlperf' has no attribute {name!r}")

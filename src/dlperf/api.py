@@ -1,0 +1,347 @@
+"""The public Python API: what the commands do, callable from a notebook or a script.
+
+`import dlperf` stays light: these functions import torch, SciPy and the store only when
+called. Every function raises `dlperf.UserError` for bad input, as the commands do.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from dlperf.analytic.counting import Analysis
+    from dlperf.store import Store as _Store
+
+
+# --- analyze --------------------------------------------------------------------------------
+
+
+def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` whose parameters and buffers live on the meta device: the counting
+    engine may move and run it, while the caller's model keeps its weights and device.
+    deepcopy's memo hands it the meta tensors, so no weight is copied byte by byte."""
+    import torch
+    from torch import nn
+
+    memo: dict[int, Any] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        if isinstance(tensor, nn.parameter.UninitializedParameter):
+            continue  # a lazy layer's placeholder holds no data; deepcopy copies it as it is
+        meta = tensor.detach().to("meta")
+        if isinstance(tensor, nn.Parameter):
+            meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
+        memo[id(tensor)] = meta
+    with torch.no_grad():
+        return copy.deepcopy(model, memo)
+
+
+@dataclass
+class AnalysisResult:
+    """`dlperf analyze` as an object: `.totals`, `.layers`, `.to_json()`; prints as a table."""
+
+    analysis: Analysis
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        return self.analysis.totals()
+
+    @property
+    def layers(self) -> list[dict[str, Any]]:
+        return self.analysis.to_dict()["layers"]
+
+    @property
+    def unsupported_ops(self) -> dict[str, int]:
+        return self.analysis.unsupported_ops
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.analysis.to_dict()
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        t = self.totals
+        counts = ("params", "macs", "flops")
+        rows = [("layer", "type", "params", "MACs", "FLOPs")]
+        rows += [(r["name"], r["type"], *(f"{r[c]:,}" for c in counts)) for r in self.layers]
+        rows.append(("total", "", *(f"{t[c]:,}" for c in counts)))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        return "\n".join(
+            "  ".join(
+                c.ljust(w) if i < 2 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+            for row in rows
+        )
+
+
+def analyze(
+    model: torch.nn.Module | str,
+    input_size: Sequence[int] | None = None,
+    *,
+    batch: int = 1,
+    dtype: str | None = None,
+    train: bool = False,
+) -> AnalysisResult:
+    """Count a network on paper: params, MACs, FLOPs, activations, receptive field.
+
+    `model` is a registry or torchvision name (as `dlperf analyze` takes) or your own
+    `nn.Module`, which is left untouched: the count runs on a meta-device copy.
+    `input_size` is one sample's shape, e.g. (3, 32, 32); `dtype` "fp32" | "bf16" | "fp16".
+    """
+    from torch import nn
+
+    from dlperf.analytic.counting import analyze as analyze_name
+    from dlperf.analytic.counting import analyze_module
+
+    precision = dtype or "fp32"
+    if isinstance(model, str):
+        return AnalysisResult(analyze_name(model, input_size, batch, train, precision))
+    if not isinstance(model, nn.Module):
+        raise UserError(f"analyze takes a model name or an nn.Module, not {type(model).__name__}")
+    if not input_size:
+        raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
+    if batch < 1:
+        raise UserError(f"batch must be at least 1, got {batch}")
+    counted = analyze_module(
+        _meta_copy(model), list(input_size), batch, train, precision, type(model).__name__
+    )
+    return AnalysisResult(counted)
+
+
+# --- run ------------------------------------------------------------------------------------
+
+
+def run(
+    experiment: str | Path | Mapping[str, Any],
+    overrides: Sequence[str] = (),
+    *,
+    store: Store | None = None,
+) -> dict[str, Any]:
+    """Train one experiment (a TOML path or a dict of its sections) and keep it in the store;
+    returns what `dlperf run --json` prints. `overrides` are `--set` strings."""
+    from dlperf.config import apply_override, build_experiment, load_experiment
+    from dlperf.engine.run import run_experiment
+
+    if isinstance(experiment, Mapping):
+        raw = copy.deepcopy(dict(experiment))
+        for assignment in overrides:
+            apply_override(raw, assignment)
+        exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
+    else:
+        exp = load_experiment(experiment, list(overrides))
+    return run_experiment(exp, (store or Store())._store)
+
+
+# --- track ----------------------------------------------------------------------------------
+
+FLUSH_ROWS = 256
+
+
+@dataclass
+class TrackedRun:
+    """Your own training loop, recorded as a run: `log` metrics, time `phase`s."""
+
+    id: int
+    _store: _Store
+    _device: Any
+    _rows: list[tuple[str, int, float]] = field(default_factory=list)
+    _phase_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    _phase_n: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _last: dict[str, float] = field(default_factory=dict)
+
+    def log(self, step: int, **metrics: float) -> None:
+        """Record metrics at `step`. `loss` and `lr` are stored as the engine stores them
+        (train/loss, train/lr); a key with a slash (e.g. val/acc1) is kept as it is; any
+        other key goes under train/."""
+        for key, value in metrics.items():
+            name = key if "/" in key else f"train/{key}"
+            value = float(value)
+            self._rows.append((name, int(step), value))
+            self._last[name] = value
+        if len(self._rows) >= FLUSH_ROWS:
+            self.flush()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of the step (forward, backward, ...); on a GPU the clock is read after
+        the device finishes, as the engine's phase timer does."""
+        from dlperf.system import synchronize
+
+        synchronize(self._device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            synchronize(self._device)
+            self._phase_s[name] += time.perf_counter() - start
+            self._phase_n[name] += 1
+
+    def flush(self) -> None:
+        self._store.log_metrics(self.id, self._rows)
+        self._rows.clear()
+
+    def summary(self) -> dict[str, Any]:
+        phases = {p: self._phase_s[p] / self._phase_n[p] for p in self._phase_s}
+        final = {k: v for k, v in self._last.items() if math.isfinite(v)}
+        return {"phases": phases or None, "final": final}
+
+
+@contextmanager
+def track(
+    name: str,
+    config: Mapping[str, Any] | None = None,
+    store: Store | None = None,
+    device: str | torch.device | None = None,
+) -> Iterator[TrackedRun]:
+    """Record a training loop you wrote yourself as a dlperf run.
+
+    The run is `finished` when the block ends, `failed` on an exception and `killed` on
+    Ctrl-C; it then shows up in `dlperf runs list/show/compare` like any other run.
+    """
+    import torch
+
+    from dlperf.system import system_info
+
+    where = store or Store()
+    config = dict(config or {})
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    system = system_info(dev, torch.get_num_threads())
+    with where._store.new_run(name, "run", config, digest[:16], system) as record:
+        tracked = TrackedRun(record.id, where._store, dev)
+        try:
+            yield tracked
+        finally:
+            tracked.flush()
+        record.summary = tracked.summary()
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+class Store:
+    """The run store (default ./dlperf.db, or $DLPERF_DB, or any SQLAlchemy URL), read as
+    plain Python data."""
+
+    def __init__(self, url: str | None = None) -> None:
+        from dlperf.store import Store as _StoreImpl
+
+        self._store = _StoreImpl.open(url or os.environ.get("DLPERF_DB"))
+
+    def runs(
+        self, kind: str | None = None, study: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Stored runs, newest first."""
+        return self._store.list_runs(kind=kind, study_id=study, limit=limit)
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        return self._store.get_run(run_id)
+
+    def metric_keys(self, run_id: int) -> list[str]:
+        return self._store.metric_keys(run_id)
+
+    def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
+        """(step, value) pairs of one metric, in step order."""
+        self._store.get_run(run_id)  # an unknown run is an error, not an empty list
+        return self._store.metrics(run_id, key)
+
+    def frame(self, run_id: int, keys: Sequence[str] | None = None) -> Any:
+        """A pandas DataFrame (step index, one column per key); needs pandas installed."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UserError("Store.frame needs pandas", "pip install pandas") from None
+        series = {
+            key: pd.Series(dict(self.metrics(run_id, key)), name=key)
+            for key in (keys or self.metric_keys(run_id))
+        }
+        return pd.DataFrame(series).rename_axis("step")
+
+
+# --- fit_curve ------------------------------------------------------------------------------
+
+
+@dataclass
+class CurveResult:
+    """A loss or accuracy curve fitted as `dlperf converge fit` fits it."""
+
+    form: str
+    metric: str
+    params: dict[str, float]
+    interval: dict[str, tuple[float, float]]  # 90% bootstrap interval of each parameter
+    rmse: float
+    heldout_rmse: float | None  # on the last third, from a fit on the first two thirds
+    converged: bool
+    message: str
+    _p: np.ndarray
+    _samples: np.ndarray
+
+    def predict_step(self, target: float) -> dict[str, Any]:
+        """When the curve reaches `target` (in the metric's units): the step, whether it is
+        reachable at all, and a 90% interval."""
+        from dlperf.converge.curve import predict
+
+        p = predict(self.form, self._p, self._samples, target, self.metric)
+        return {
+            "target": target,
+            "reachable": p.reachable,
+            "step": p.predicted_step,
+            "interval": p.interval,
+        }
+
+
+def fit_curve(
+    x: Sequence[float], y: Sequence[float], form: str = "optimus", metric: str = "loss"
+) -> CurveResult:
+    """Fit y(x) with the Optimus form 1/(β0·k + β1) + β2 or a power law ("power").
+    `metric` "loss" | "error" | "accuracy" (accuracy is fitted as 1 − accuracy)."""
+    import numpy as np
+
+    from dlperf.converge.curve import (
+        PARAMS,
+        bootstrap,
+        check_metric,
+        fit,
+        heldout_rmse,
+        intervals,
+        to_decreasing,
+    )
+
+    check_metric(metric)
+    if form not in PARAMS:
+        raise UserError(f"unknown curve form {form!r}", f"use {', '.join(PARAMS)}")
+    k = np.asarray(x, float)
+    values = to_decreasing(np.asarray(y, float), metric)
+    result, p = fit(k, values, form)
+    samples = bootstrap(k, values, form, p)
+    n_fit = max(4, 2 * len(k) // 3)
+    held = heldout_rmse(k, values, n_fit, form) if n_fit < len(k) else None
+    return CurveResult(
+        form=form,
+        metric=metric,
+        params=result.params,
+        interval=intervals(samples, form),
+        rmse=result.rmse,
+        heldout_rmse=held,
+        converged=result.converged,
+        message=result.message,
+        _p=p,
+        _samples=samples,
+    )
