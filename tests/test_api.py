@@ -1,0 +1,108 @@
+"""The public API: every example in docs/api.md runs, the caller's model is left as it was,
+and a tracked loop is a run like any other."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dlperf
+from tests.conftest import REPO
+
+EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
+
+
+def test_every_public_name_is_documented() -> None:
+    page = (REPO / "docs" / "api.md").read_text()
+    assert len(EXAMPLES) >= 5
+    for name in dlperf.__all__:
+        assert f"dlperf.{name}" in page or f"`{name}`" in page, name
+
+
+def test_import_does_not_load_torch() -> None:
+    code = "import sys, dlperf; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("code", EXAMPLES, ids=lambda c: c.splitlines()[-1][:40])
+def test_docs_example_runs(code: str, db: str) -> None:
+    exec(compile(code, "docs/api.md", "exec"), {})
+
+
+def test_analyze_leaves_the_callers_model_alone() -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.Flatten(),
+        torch.nn.LazyLinear(4),
+    )
+    model(torch.zeros(1, 3, 8, 8))  # materialise the lazy layer
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = dlperf.analyze(model, (3, 8, 8), batch=2, train=True)
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    for key, value in before.items():
+        assert after[key].device.type == "cpu" and torch.equal(after[key], value), key
+    assert all(p.grad is None for p in model.parameters())
+    assert result.totals["params"] == sum(p.numel() for p in model.parameters())
+    # conv: 8·3·3·3 MACs per output pixel (6·6 of them) per image; linear: 288·4
+    assert result.totals["macs"] >= 2 * (8 * 27 * 36 + 288 * 4)
+    assert '"totals"' in result.to_json()
+
+
+def test_analyze_refuses_what_it_cannot_count() -> None:
+    with pytest.raises(dlperf.UserError, match="input_size"):
+        dlperf.analyze(torch.nn.Linear(2, 2))
+    with pytest.raises(dlperf.UserError, match=r"nn\.Module"):
+        dlperf.analyze(42)  # type: ignore[arg-type]
+
+
+def test_tracked_run_is_a_run(cli, store) -> None:
+    with dlperf.track("mine", config={"lr": 0.1}) as run:
+        with run.phase("forward"):
+            pass
+        run.log(1, loss=2.0, **{"val/acc1": 0.5})
+    shown = cli("runs", "show", str(run.id))
+    assert shown.code == 0 and "mine" in shown.out and "finished" in shown.out
+    assert "forward" in shown.out
+    assert store.metrics(run.id, "val/acc1") == [(1, 0.5)]
+
+
+def test_tracked_run_ends_failed_or_killed(store) -> None:
+    with pytest.raises(RuntimeError), dlperf.track("boom") as failed:
+        raise RuntimeError("nan loss")
+    with pytest.raises(KeyboardInterrupt), dlperf.track("ctrl-c") as killed:
+        raise KeyboardInterrupt
+    assert store.get_run(failed.id)["status"] == "failed"
+    assert store.get_run(failed.id)["error"] == "RuntimeError: nan loss"
+    assert store.get_run(killed.id)["status"] == "killed"
+
+
+def test_store_reads_like_the_commands(db: str, tmp_path: Path) -> None:
+    with dlperf.track("a") as run:
+        run.log(1, loss=1.0)
+        run.log(2, loss=0.5)
+    store = dlperf.Store(db)
+    assert [r["id"] for r in store.runs()] == [run.id]
+    assert store.metrics(run.id, "train/loss") == [(1, 1.0), (2, 0.5)]
+    with pytest.raises(dlperf.UserError, match="no run 99"):
+        store.metrics(99, "train/loss")
+
+
+def test_fit_curve_recovers_known_parameters() -> None:
+    import numpy as np
+
+    k = np.arange(1.0, 81.0)
+    fit = dlperf.fit_curve(k, 1 / (0.1 * k + 2.0) + 0.3)
+    assert fit.converged
+    assert fit.params["beta2"] == pytest.approx(0.3, abs=1e-3)
+    step = fit.predict_step(0.35)
+    assert step["reachable"] and step["step"] == pytest.approx(180, abs=1)  # 1/(0.1k+2) = 0.05
+    with pytest.raises(dlperf.UserError, match="unknown curve form"):
+        dlperf.fit_curve(k, k, form="cubic")
