@@ -140,7 +140,7 @@ def test_sigterm_finishes_queued_requests(model: Path) -> None:
         for c in clients:
             c.join(timeout=60)
         assert [r.status_code for r in replies] == [200, 200]
-        assert proc.wait(timeout=60) == -signal.SIGTERM
+        assert proc.wait(timeout=60) == 130  # SIGTERM ends dlperf as Ctrl-C does
 
 
 def test_accepted_connections_send_without_delay() -> None:

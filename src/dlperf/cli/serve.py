@@ -15,9 +15,9 @@ from dlperf.errors import UserError
 serve_app = typer.Typer(
     cls=default_command_group("start"),
     subcommand_metavar="[start] MODEL.onnx [OPTIONS] | bench URL [OPTIONS]",
-    help="Serve an exported model over HTTP (KServe v2 JSON, image upload, Prometheus "
-    "metrics) and load-test it. `dlperf serve MODEL.onnx` is short for "
-    "`dlperf serve start MODEL.onnx`.\n\nExample: dlperf serve model.onnx --port 8000",
+    help="Serve an exported model over HTTP (Open Inference Protocol / KServe v2 with binary "
+    "tensors, image upload, Prometheus metrics) and load-test it. `dlperf serve MODEL.onnx` "
+    "is short for `dlperf serve start MODEL.onnx`.\n\nExample: dlperf serve model.onnx --port 8000",
     no_args_is_help=True,
 )
 app.add_typer(serve_app, name="serve")
@@ -57,10 +57,14 @@ def start(
         None, "--threads", min=1, help="ONNX Runtime intra-op threads (default: its own choice)."
     ),
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", min=0, help="Largest request body."),
+    max_pixels: int = typer.Option(
+        None, "--max-pixels", min=1, help="Largest image /predict decodes (default: 40,000,000)."
+    ),
 ) -> None:
-    """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching,
-    KServe v2 endpoints, /predict for images, /metrics for Prometheus. Ctrl-C or SIGTERM
-    stops accepting and finishes the queued requests.
+    """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching, the
+    Open Inference Protocol (KServe v2: JSON and binary tensors) under /v2, /predict for
+    images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting and finishes the
+    queued requests.
 
     Example: dlperf serve model.onnx --port 8000 --max-batch 32 --max-wait-ms 5
     """
@@ -70,7 +74,13 @@ def start(
     from dlperf.deploy.server import create_app
 
     server_app = create_app(
-        model, max_batch, max_wait_ms, queue, threads, max_body_bytes=int(max_body_mb * 2**20)
+        model,
+        max_batch,
+        max_wait_ms,
+        queue,
+        threads,
+        max_body_bytes=int(max_body_mb * 2**20),
+        max_pixels=max_pixels,
     )
     sock = _listen(host, port)
     if not is_loopback(host):

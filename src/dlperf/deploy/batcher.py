@@ -3,7 +3,8 @@
 Requests wait in a bounded queue. The worker takes the oldest, then waits at most
 `max_wait_s` for more, up to `max_batch` rows, and runs the lot in one call on a single
 inference thread, so the event loop keeps accepting requests while the model runs. The
-answers go back to each request's future in order. Closing stops new work and drains
+answers go back to each request's future in order; when a batch fails, its requests run
+again one by one, so that one bad request cannot fail the others. Closing stops new work and drains
 what is queued, so a graceful shutdown loses no accepted request.
 """
 
@@ -18,7 +19,8 @@ from typing import Any
 
 
 class QueueFull(Exception):
-    """The queue holds `queue_size` requests already (or the batcher is closing)."""
+    """The queue holds `queue_size` requests already, or the batcher is closing; the
+    message says which."""
 
 
 @dataclass
@@ -65,8 +67,10 @@ class Batcher:
 
     async def submit(self, payload: Any, rows: int = 1) -> Any:
         """Queue one request of `rows` rows and wait for its result."""
-        if self._closing or len(self._pending) >= self.queue_size:
-            raise QueueFull
+        if self._closing:
+            raise QueueFull("the server is shutting down")
+        if len(self._pending) >= self.queue_size:
+            raise QueueFull("the request queue is full")
         job = _Job(payload, rows, asyncio.get_running_loop().create_future())
         self._pending.append(job)
         self._arrived.set()
@@ -127,10 +131,14 @@ class Batcher:
             results = await loop.run_in_executor(
                 self._executor, self.run, [job.payload for job in batch]
             )
-        except Exception as e:  # the model call failed: every request of the batch hears why
-            for job in batch:
-                if not job.future.done():
-                    job.future.set_exception(e)
+        except Exception as e:
+            if len(batch) > 1:
+                # One request's input may be what the model refused: run each request alone,
+                # so that only those the model fails on hear the error.
+                for job in batch:
+                    await self._run(loop, [job])
+            elif not batch[0].future.done():
+                batch[0].future.set_exception(e)
             return
         if self.on_batch is not None:
             self.on_batch(sum(job.rows for job in batch), loop.time() - start)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from dlperf.deploy.meta import Preprocess
 from dlperf.errors import UserError
@@ -39,19 +39,35 @@ def session(path: Path, threads: int | None = None) -> Any:  # -> ort.InferenceS
 MAX_PIXELS = 40_000_000
 
 
-def decode(data: bytes, source: str = "image") -> Image.Image:
-    """Bytes of an image file (PNG, JPEG, ...) to a PIL image; anything else is bad input."""
+class ImageTooLarge(UserError):
+    """The image has more pixels than the cap (a decompression bomb, or just too big)."""
+
+
+def decode(data: bytes, source: str = "image", *, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """Bytes of an image file (PNG, JPEG, ...) to a PIL image; anything else is bad input.
+    The size in the file's header is checked against `max_pixels` before any decoding."""
     try:
         image = Image.open(io.BytesIO(data))
-        width, height = image.size
-        if width * height > MAX_PIXELS:
-            raise UserError(
-                f"{source} is {width}x{height} pixels, more than the {MAX_PIXELS:,} accepted"
-            )
+    except Image.DecompressionBombError as e:  # Pillow's own cap: twice its MAX_IMAGE_PIXELS
+        raise ImageTooLarge(f"{source} is too large to decode: {e}") from None
+    except Exception as e:
+        raise _unreadable(source, e) from None
+    width, height = image.size
+    if width * height > max_pixels:
+        raise ImageTooLarge(
+            f"{source} is {width}x{height} pixels, more than the {max_pixels:,} accepted"
+        )
+    try:
         image.load()
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as e:
-        raise UserError(f"{source} is not a readable image ({type(e).__name__})") from None
+    except Exception as e:
+        raise _unreadable(source, e) from None
     return image
+
+
+def _unreadable(source: str, error: Exception) -> UserError:
+    # Pillow's decoders raise many types on a malformed file (OSError, SyntaxError,
+    # EOFError, struct.error, IndexError, ...): all of them mean the bytes are bad.
+    return UserError(f"{source} is not a readable image ({type(error).__name__})")
 
 
 def to_array(image: Image.Image, pre: Preprocess) -> np.ndarray:
