@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint format bench clean
+.PHONY: setup demo test test-faults lint format bench clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,11 @@ demo: setup
 	$(BIN)/dlperf demo
 
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not faults"
+
+# The fault tests that take over a minute each (tests/faults/, marked `faults`); CI runs both.
+test-faults: setup
+	$(BIN)/pytest -q -m faults
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from dlperf.config import ScheduleConfig, load_experiment
 from dlperf.engine.optim import lr_factor
 from dlperf.engine.run import resume_run, run_experiment
+from dlperf.engine.train import PAUSE_ENV, PauseAt
 from dlperf.errors import UserError
 from dlperf.store import Store
 
@@ -136,33 +138,39 @@ def test_schedules() -> None:
 RESUMABLE = "threads = 1\nlog_every = 5\n"  # appended to the [run] section
 
 
-def test_resume_continues_exactly(store: Store, db: str, tiny_exp: Callable[..., Path]) -> None:
-    """Interrupt a real `dlperf run` process with SIGINT after its second checkpoint, resume
-    it, and compare every logged value with an uninterrupted run of the same experiment."""
-    path = tiny_exp(epochs=25, extra=RESUMABLE)
+def test_resume_continues_exactly(
+    store: Store, db: str, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Interrupt a real `dlperf run` process with SIGINT in its third epoch, after its second
+    checkpoint, resume it, and compare every logged value with an uninterrupted run."""
+    path = tiny_exp(epochs=3, extra=RESUMABLE)
     reference = run_experiment(load_experiment(path), store)
 
+    # The engine's test hook stops the run at that step, so the signal cannot come too late.
+    step = 2 * reference["steps_per_epoch"] + 5
+    marker = tmp_path / "paused"
     proc = subprocess.Popen(
         [sys.executable, "-m", "dlperf", "--db", db, "run", str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, PAUSE_ENV: f"{step}:{marker}"},
     )
     run_id = reference["run_id"] + 1
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     try:
-        while (
-            store.last_step(run_id, "val/acc1") is None or store.last_step(run_id, "val/acc1") < 2
-        ):
+        while not marker.exists():
             assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "the run never reached epoch 2"
-            time.sleep(0.05)
+            assert time.monotonic() < deadline, f"the run never reached step {step}"
+            time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        assert proc.wait(timeout=300) == 130
     finally:
         proc.kill()
+        proc.wait()
     interrupted = store.get_run(run_id)
     assert interrupted["status"] == "killed"
+    assert store.last_step(run_id, "val/acc1") == 2
 
     resumed = resume_run(run_id, store)
     assert resumed["status"] == "finished" and resumed["steps"] == reference["steps"]
@@ -171,3 +179,11 @@ def test_resume_continues_exactly(store: Store, db: str, tiny_exp: Callable[...,
         assert store.metrics(run_id, key) == store.metrics(reference["run_id"], key), key
     with pytest.raises(UserError, match="already finished"):
         resume_run(run_id, store)
+
+
+def test_pause_hook_needs_a_step_and_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PAUSE_ENV, raising=False)
+    assert PauseAt().step is None
+    monkeypatch.setenv(PAUSE_ENV, "5")
+    with pytest.raises(UserError, match=f"{PAUSE_ENV} must be STEP:PATH, not '5'"):
+        PauseAt()

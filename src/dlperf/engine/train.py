@@ -3,11 +3,18 @@
 Metric keys written to the store (step = global step for `train/`, epoch number 1..E for
 the others): train/loss, train/lr; epoch/train_loss, epoch/train_acc1, epoch/time_s,
 epoch/throughput, epoch/lr; val/loss, val/acc1, val/acc5; phase/<phase>_s.
+
+Test hook (an environment variable, read only here, once per run before the loop):
+- DLPERF_TEST_PAUSE_AT_STEP="N:PATH": when global step N is done (its losses flushed as
+  usual, its epoch not yet evaluated or checkpointed), write the file PATH atomically and
+  wait there until a signal ends the process, so that a test can interrupt a run at an
+  exact step however busy the machine is.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +35,7 @@ from dlperf.store import Store
 from dlperf.system import peak_memory_bytes, synchronize
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
 
 
 class Diverged(Exception):
@@ -51,6 +59,27 @@ class Progress:
     epochs_to_target: int | None = None
     time_to_target_s: float | None = None
     epoch_throughputs: list[float] = field(default_factory=list)
+
+
+class PauseAt:
+    """The DLPERF_TEST_PAUSE_AT_STEP hook (see the module docstring); a no-op when unset."""
+
+    def __init__(self) -> None:
+        value = os.environ.get(PAUSE_ENV, "")
+        step, _, marker = value.partition(":")
+        if value and not (step.isdigit() and marker):
+            raise UserError(f"{PAUSE_ENV} must be STEP:PATH, not {value!r}")
+        self.step = int(step) if value else None
+        self.marker = Path(marker)
+
+    def maybe(self, step: int) -> None:
+        if step != self.step:
+            return
+        tmp = self.marker.with_name(self.marker.name + ".tmp")
+        tmp.write_text(f"{step}\n")
+        os.replace(tmp, self.marker)  # the test sees the whole file or none
+        while True:  # left only by a signal that ends the process (SIGINT, SIGTERM, SIGKILL)
+            time.sleep(60)
 
 
 class MetricBuffer:
@@ -171,6 +200,7 @@ def train(
     timer = PhaseTimer(device, enabled=run.timing == "phases")
     timer.recording = run.warmup_steps == 0
     metrics = MetricBuffer(store, run_id)
+    pause = PauseAt()
     process_steps = 0  # warm-up is per process: a resumed run compiles and warms up again
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
         reporter.task(f"epoch {epoch}/{cfg.epochs}", total=steps_per_epoch)
@@ -218,6 +248,7 @@ def train(
             timer.end_step()
             if state.step % run.log_every == 0:
                 metrics.flush(epoch)
+            pause.maybe(state.step)
             reporter.advance(1, status=f"loss {metrics.last_loss:.4f}")
         metrics.flush(epoch)
 

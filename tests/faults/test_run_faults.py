@@ -1,0 +1,206 @@
+"""Faults: stop a real `dlperf run` at seeded steps, resume it, and find the run unharmed.
+
+For each signal (SIGINT, SIGTERM, SIGKILL) one run is stopped before its first checkpoint
+exists, which cannot be resumed and must say so, and another is stopped again and again,
+each time resumed by `dlperf run --resume` by the next process, the last running to the
+end. Its stored metrics must then hold every step and epoch exactly once and equal an
+uninterrupted run's bit for bit. The runs stop at exact steps through the engine's
+DLPERF_TEST_PAUSE_AT_STEP hook, so the signal lands there however busy the machine is.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlperf.engine.train import PAUSE_ENV
+from dlperf.store import Store
+from tests.conftest import TINY
+
+pytestmark = pytest.mark.faults
+
+EPOCHS = 3
+SPE = 20  # steps per epoch: 1294 training digits // batch 64
+TOTAL = EPOCHS * SPE
+SETTINGS = ["--set", "train.batch_size=64"]
+LOG_EVERY = 3  # losses reach the store every 3 steps, so a fault leaves some past the checkpoint
+EXPERIMENT = TINY.format(epochs=EPOCHS) + f"threads = 1\nlog_every = {LOG_EVERY}\n"
+WALL_CLOCK = {"epoch/time_s", "epoch/throughput"}  # differ between any two runs
+# A paused process cannot finish, so waiting long for it costs nothing on an idle machine.
+DEADLINE_S = 300
+# Faults per signal. SIGTERM gets few: the CLI turns it into the KeyboardInterrupt of SIGINT.
+FAULTS = {signal.SIGINT: 5, signal.SIGKILL: 5, signal.SIGTERM: 2}
+
+
+def fault_plan(rng: random.Random) -> list[Any]:
+    """Per signal: one step before the first checkpoint exists, then increasing steps after
+    it. Between them the signals cover every epoch edge after the first checkpoint (the
+    first step after a checkpoint, the last before one); the first signal stops at the
+    last step of epoch 1, whose checkpoint is not written yet."""
+    edges = [SPE + 1, 2 * SPE, 2 * SPE + 1, TOTAL]
+    inner = [s for s in range(SPE + 1, TOTAL + 1) if s not in edges]
+    rng.shuffle(edges)
+    plan = []
+    for i, (sig, n) in enumerate(FAULTS.items()):
+        first = SPE if i == 0 else rng.randint(1, SPE - 1)
+        mine = edges[i :: len(FAULTS)]
+        later = sorted(mine + rng.sample(inner, n - 1 - len(mine)))
+        plan.append(pytest.param(sig, first, later, id=f"{sig.name}-{first}-{later}"))
+    return plan
+
+
+PLAN = fault_plan(random.Random(0))
+
+
+def dlperf_run(root: Path, args: list[str], pause_at: int | None = None) -> subprocess.Popen[bytes]:
+    """Start `dlperf run ARGS` in `root` against its store; its stderr goes to a file."""
+    env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
+    env["DLPERF_DB"] = f"sqlite:///{root / 'dlperf.db'}"
+    if pause_at is not None:
+        env[PAUSE_ENV] = f"{pause_at}:{root / f'paused-{pause_at}'}"
+    with open(root / "stderr.txt", "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dlperf", "run", *args],
+            cwd=root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+def stderr(root: Path) -> str:
+    return (root / "stderr.txt").read_text()
+
+
+def finish(root: Path, args: list[str]) -> tuple[int, str]:
+    """Run `dlperf run ARGS` to its end: exit code and stderr."""
+    proc = dlperf_run(root, args)
+    try:
+        code = proc.wait(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.wait()
+    return code, stderr(root)
+
+
+def interrupt(root: Path, args: list[str], step: int, sig: signal.Signals) -> tuple[int, str]:
+    """Start `dlperf run ARGS` and send it `sig` once it has done global step `step`: exit
+    code and stderr."""
+    proc = dlperf_run(root, args, pause_at=step)
+    marker = root / f"paused-{step}"
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while not marker.exists():
+            assert proc.poll() is None, f"exited before step {step}: {stderr(root)}"
+            assert time.monotonic() < deadline, f"step {step} not reached in {DEADLINE_S} s"
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.wait()
+    return code, stderr(root)
+
+
+def epochs_logged(err: str) -> list[int]:
+    """The epochs a process finished, from its one log line per epoch."""
+    return [int(e) for e in re.findall(rf"^epoch (\d+)/{EPOCHS}  train loss", err, re.M)]
+
+
+def newest_run(root: Path) -> int:
+    return Store.open(f"sqlite:///{root / 'dlperf.db'}").list_runs(limit=1)[0]["id"]
+
+
+def assert_stopped(store: Store, run_id: int, sig: signal.Signals, code: int, err: str) -> None:
+    if sig == signal.SIGKILL:
+        # Nothing could run in the process to mark it: the run looks alive.
+        assert code == -signal.SIGKILL
+        assert store.get_run(run_id)["status"] == "running"
+    else:
+        assert code == 130, err
+        assert store.get_run(run_id)["status"] == "killed"
+
+
+def stored(store: Store, run_id: int) -> dict[str, list[tuple[int, float]]]:
+    """Every stored metric of the run except wall-clock times, by key."""
+    keys = set(store.metric_keys(run_id)) - WALL_CLOCK
+    return {key: store.metrics(run_id, key) for key in sorted(keys)}
+
+
+SUMMARY = ("test_accuracy", "test_loss", "test_top5", "best_val_accuracy", "epochs_to_target")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """An uninterrupted run of the experiment: its summary, all its metric keys, and the
+    stored values that must come out the same."""
+    root = tmp_path_factory.mktemp("reference")
+    (root / "exp.toml").write_text(EXPERIMENT)
+    code, err = finish(root, ["exp.toml", *SETTINGS])
+    assert code == 0, err
+    store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
+    run = store.get_run(newest_run(root))
+    assert run["summary"]["steps_per_epoch"] == SPE and run["summary"]["steps"] == TOTAL
+    return {
+        "summary": {k: run["summary"][k] for k in SUMMARY},
+        "keys": store.metric_keys(run["id"]),
+        "metrics": stored(store, run["id"]),
+    }
+
+
+@pytest.mark.parametrize(("sig", "first", "later"), PLAN)
+def test_stopped_runs_resume_exactly(
+    tmp_path: Path,
+    reference: dict[str, Any],
+    sig: signal.Signals,
+    first: int,
+    later: list[int],
+) -> None:
+    (tmp_path / "exp.toml").write_text(EXPERIMENT)
+    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+
+    code, err = interrupt(tmp_path, ["exp.toml", *SETTINGS], first, sig)
+    run_id = newest_run(tmp_path)
+    assert_stopped(store, run_id, sig, code, err)
+    code, err = finish(tmp_path, ["--resume", str(run_id)])
+    assert code == 2
+    assert f"error: run {run_id} has no checkpoint to resume from" in err
+
+    args = ["exp.toml", *SETTINGS]
+    done = 0  # epochs checkpointed so far
+    for step in later:
+        code, err = interrupt(tmp_path, args, step, sig)
+        run_id = newest_run(tmp_path)
+        # Each process starts at the epoch the last one was in: it loses at most that epoch.
+        epoch = (step - 1) // SPE + 1
+        assert epochs_logged(err) == list(range(done + 1, epoch)), (step, err)
+        assert_stopped(store, run_id, sig, code, err)
+        done = epoch - 1
+        assert [s for s, _ in store.metrics(run_id, "val/acc1")] == list(range(1, done + 1))
+        # Losses flushed after the checkpoint stay behind, for the resume to drop.
+        last = max(step - step % LOG_EVERY, done * SPE)
+        assert store.last_step(run_id, "train/loss") == last
+        args = ["--resume", str(run_id)]
+
+    code, err = finish(tmp_path, args)
+    assert code == 0, err
+    assert epochs_logged(err) == list(range(done + 1, EPOCHS + 1))
+    run = store.get_run(run_id)
+    assert run["status"] == "finished" and run["summary"]["steps"] == TOTAL
+    assert {k: run["summary"][k] for k in SUMMARY} == reference["summary"]
+    # Nothing lost, nothing twice: every step and every epoch exactly once ...
+    assert store.metric_keys(run_id) == reference["keys"]
+    for key in reference["keys"]:
+        steps = [s for s, _ in store.metrics(run_id, key)]
+        assert steps == list(range(1, (TOTAL if key.startswith("train/") else EPOCHS) + 1)), key
+    # ... and every value as if the run had never stopped.
+    assert stored(store, run_id) == reference["metrics"]
