@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, text
 
 from dlperf.errors import UserError
 from dlperf.store import Store
+from dlperf.store.schema import Base
 
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
 
@@ -19,7 +20,7 @@ POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
 def _fresh_postgres() -> Store:
     engine = create_engine(POSTGRES)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE IF EXISTS metrics, artifacts, runs, studies CASCADE"))
+        conn.execute(text("DROP TABLE IF EXISTS metrics, artifacts, runs, studies, meta CASCADE"))
     return Store.open(POSTGRES)
 
 
@@ -130,3 +131,27 @@ def test_recording_marks_how_the_run_ended(any_store: Store) -> None:
     crashed = any_store.get_run(rec.id)
     assert (crashed["status"], crashed["error"]) == ("failed", "ValueError: bad value")
     assert crashed["ended"] is not None
+
+
+def test_a_store_keeps_its_id_and_keys_artifacts_by_it(any_store: Store, tmp_path: Path) -> None:
+    again = Store.open(any_store.engine.url.render_as_string(hide_password=False))
+    other = Store.open(str(tmp_path / "other.db"))
+    assert again.id == any_store.id and len(any_store.id) == 12 and other.id != any_store.id
+    assert any_store.artifact_dir("runs") == Path("runs").resolve() / any_store.id
+
+
+def test_a_store_made_before_store_ids_opens_with_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    engine = create_engine(f"sqlite:///{path}")
+    Base.metadata.create_all(engine, [t for t in Base.metadata.sorted_tables if t.name != "meta"])
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (name, kind, status, config, started) "
+                "VALUES ('old', 'run', 'finished', '{}', '2025-01-01 00:00:00')"
+            )
+        )
+    engine.dispose()
+    store = Store.open(str(path))
+    assert store.get_run(1)["name"] == "old"
+    assert Store.open(str(path)).id == store.id

@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -22,6 +22,9 @@ from dlperf.analytic.counting import DTYPES, Analysis, materialize_lazy, run_for
 from dlperf.analytic.devices import Device
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import synchronize
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
 
 LABEL = "dlperf::"
 """Prefix of the profiler ranges that mark each leaf module's forward."""
@@ -341,3 +344,93 @@ def _outputs(out: Any) -> list[torch.Tensor]:
     from torch.utils._pytree import tree_flatten
 
     return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+# --- recorded in the run store ----------------------------------------------------------------
+
+
+def calibrate_recorded(
+    store: Store,
+    device: torch.device,
+    threads: int,
+    name: str | None = None,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """`calibrate`, saved as a device in the user catalog and recorded as a run (marked
+    killed or failed if calibration stops). Returns the run id, the file and the device."""
+    from dlperf.analytic.devices import save_device
+    from dlperf.system import system_info
+
+    with store.new_run(
+        name=f"calibrate {name or socket.gethostname()}",
+        kind="calibrate",
+        config={"name": name, "device": str(device)},
+        system=system_info(device, threads),
+    ) as record:
+        fitted = calibrate(device, name, reporter)
+        path = save_device(fitted)
+        store.log_metrics(
+            record.id,
+            [(f"matmul_tflops_{p}", 0, v) for p, v in fitted.peak_tflops.items()]
+            + [(f"ppp_{kind}", 0, v) for kind, v in fitted.kind_ppp().items()]
+            + [
+                ("memory_bandwidth_gbs", 0, fitted.memory_bandwidth_gbs),
+                ("ppp_mem", 0, fitted.ppp_mem or 1.0),
+                ("op_overhead_us", 0, fitted.op_overhead_us or 0.0),
+            ],
+        )
+        store.add_artifact(record.id, "devices", path)
+        record.summary = fitted.model_dump()
+    return {"run_id": record.id, "path": path, "device": fitted}
+
+
+def measure_recorded(
+    store: Store,
+    model: str,
+    analysis: Analysis,
+    prediction: dict[str, Any],
+    classes: int | None,
+    reps: int,
+    device: torch.device,
+    threads: int,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """Measure the registry model `model` here and compare it with `prediction`, recorded as
+    a run (marked killed or failed if the measurement stops)."""
+    from dlperf.analytic.counting import default_classes
+    from dlperf.analytic.paleo import compare
+    from dlperf.models import create_model
+    from dlperf.system import system_info
+
+    a = analysis
+    real = create_model(
+        model, num_classes=classes or default_classes(model), in_channels=a.input[0]
+    )
+    config = {
+        "model": {"name": model},  # the layout of an experiment's config, for `runs list`
+        "input": a.input,
+        "batch": a.batch,
+        "train": a.train,
+        "precision": a.precision,
+        "device": prediction["device"],
+        "ppp": prediction["ppp"],
+        "reps": reps,
+    }
+    with store.new_run(
+        name=f"predict {model} on {prediction['device']}",
+        kind="predict",
+        config=config,
+        system=system_info(device, threads),
+    ) as record:
+        measurement = measure_model(
+            real, a.input, a.batch, a.train, a.precision, device, reps=reps, reporter=reporter
+        )
+        times = measurement["times_s"]
+        store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(times)])
+        comparison = compare(prediction, measurement)
+        record.summary = {
+            k: comparison[k]
+            for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
+        }
+        record.summary["measured_median_s"] = measurement["spread_s"]["median"]
+    return {**comparison, "run_id": record.id, "local_device": str(device)}

@@ -254,11 +254,8 @@ def _measure_and_store(
     reps: int,
     calibrated_threads: int | None,
 ) -> dict[str, Any]:
-    from dlperf.analytic.counting import default_classes
-    from dlperf.analytic.measure import measure_model
-    from dlperf.analytic.paleo import compare
-    from dlperf.models import create_model
-    from dlperf.system import pick_device, set_threads, system_info
+    from dlperf.analytic.measure import measure_recorded
+    from dlperf.system import pick_device, set_threads
 
     local = pick_device("auto")
     threads = set_threads(None)
@@ -267,49 +264,9 @@ def _measure_and_store(
             f"{prediction['device']} was calibrated with {calibrated_threads} threads, "
             f"this measurement runs {threads}: expect the rates to differ"
         )
-    real = create_model(
-        model, num_classes=classes or default_classes(model), in_channels=a.input[0]
-    )
     store = open_store()
-    config = {
-        "model": {"name": model},  # the layout of an experiment's config, for `runs list`
-        "input": a.input,
-        "batch": a.batch,
-        "train": a.train,
-        "precision": a.precision,
-        "device": prediction["device"],
-        "ppp": prediction["ppp"],
-        "reps": reps,
-    }
-    run_id = store.create_run(
-        name=f"predict {model} on {prediction['device']}",
-        kind="predict",
-        config=config,
-        system=system_info(local, threads),
-    )
-    try:
-        with console.reporter() as rep:
-            measurement = measure_model(
-                real, a.input, a.batch, a.train, a.precision, local, reps=reps, reporter=rep
-            )
-    except BaseException as e:
-        store.finish_run(
-            run_id,
-            "killed" if isinstance(e, KeyboardInterrupt) else "failed",
-            error=f"{type(e).__name__}: {e}",
-        )
-        raise
-    comparison = compare(prediction, measurement)
-    comparison["run_id"] = run_id
-    comparison["local_device"] = str(local)
-    store.log_metrics(run_id, [("measured_s", i, t) for i, t in enumerate(measurement["times_s"])])
-    summary = {
-        k: comparison[k]
-        for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
-    }
-    summary["measured_median_s"] = measurement["spread_s"]["median"]
-    store.finish_run(run_id, "finished", summary=summary)
-    return comparison
+    with console.reporter() as rep:
+        return measure_recorded(store, model, a, prediction, classes, reps, local, threads, rep)
 
 
 def _ppp_text(kinds: dict[str, float]) -> str:
@@ -455,35 +412,16 @@ def calibrate(
 
     Example: dlperf calibrate && dlperf predict resnet18 --measure
     """
-    from dlperf.analytic.devices import save_device
-    from dlperf.analytic.measure import calibrate as run_calibration
-    from dlperf.system import pick_device, set_threads, system_info
+    from dlperf.analytic.measure import calibrate_recorded
+    from dlperf.system import pick_device, set_threads
 
     local = pick_device("auto")
     threads = set_threads(None)
     store = open_store()
-    run_id = store.create_run(
-        name=f"calibrate {name or _local_device_name()}",
-        kind="calibrate",
-        config={"name": name, "device": str(local)},
-        system=system_info(local, threads),
-    )
     with console.reporter() as rep:
-        device = run_calibration(local, name, rep)
-    path = save_device(device)
+        done = calibrate_recorded(store, local, threads, name, rep)
+    run_id, path, device = done["run_id"], done["path"], done["device"]
     kinds = device.kind_ppp()
-    store.log_metrics(
-        run_id,
-        [(f"matmul_tflops_{p}", 0, v) for p, v in device.peak_tflops.items()]
-        + [(f"ppp_{kind}", 0, v) for kind, v in kinds.items()]
-        + [
-            ("memory_bandwidth_gbs", 0, device.memory_bandwidth_gbs),
-            ("ppp_mem", 0, device.ppp_mem or 1.0),
-            ("op_overhead_us", 0, device.op_overhead_us or 0.0),
-        ],
-    )
-    store.add_artifact(run_id, "devices", path)
-    store.finish_run(run_id, "finished", summary=device.model_dump())
     if as_json:
         console.print_json({"run_id": run_id, "path": str(path), **device.model_dump()})
         return

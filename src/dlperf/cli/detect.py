@@ -173,84 +173,33 @@ def finetune(
 
     Example: dlperf detect finetune shapes --size 160 --epochs 30 --lr 0.05 --threads 1
     """
-    import torch
-
     from dlperf.deploy import detect, voc
-    from dlperf.deploy import finetune as ft
-    from dlperf.system import pick_device, set_threads, system_info
+    from dlperf.deploy.finetune import Recipe, finetune_recorded
 
     detect.check_model_name(model)
     if epochs < 1 or batch < 1 or lr <= 0:
         raise UserError("--epochs and --batch must be 1 or more and --lr positive")
     if ap_method not in voc.AP_METHODS:
         raise UserError(f"unknown --ap '{ap_method}'", f"choose {' or '.join(voc.AP_METHODS)}")
-    root = voc.find_root(voc_root)
-    train_set, val_set = voc.load_split(root, train_split), voc.load_split(root, val_split)
-    labels = voc.class_names(train_set, val_set)
-    if len(labels) < 2:
-        raise UserError(f"{root}: the annotations name no objects")
-    threads = set_threads(threads)
-    torch.manual_seed(seed)
-    device = pick_device("auto")
-    det = detect.build(model, len(labels), weights, size=size, labels=labels)
-    if det.labels != labels:
-        raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
-    train_data = voc.VocDataset(root, train_set, labels)
-    val_data = voc.VocDataset(root, val_set, labels)
+    recipe = Recipe(epochs, batch, lr, ap_method, seed)
+    splits = (train_split, val_split)
     store = open_store()
-    config = {
-        "model": {"name": model},
-        "data": {"root": str(root), "train": train_split, "val": val_split},
-        "size": det.size,
-        "epochs": epochs,
-        "batch": batch,
-        "lr": lr,
-        "weights": str(weights) if weights else None,
-        "ap_method": ap_method,
-        "seed": seed,
-    }
-    run_id = store.create_run(
-        name=f"finetune {model} on {root.name}",
-        kind="detect",
-        config=config,
-        system=system_info(device, threads),
-    )
-    try:
-        with console.reporter() as rep:
-            before = ft.measure_ap(det, val_data, batch, ap_method, device, rep)
-            result = ft.train(det, train_data, epochs, batch, lr, None, seed, device, rep)
-            after = ft.measure_ap(det, val_data, batch, ap_method, device, rep)
-        detect.save_checkpoint(det, out)
-    except BaseException as e:
-        status = "killed" if isinstance(e, KeyboardInterrupt) else "failed"
-        store.finish_run(run_id, status, error=f"{type(e).__name__}: {e}")
-        raise
-    store.log_metrics(run_id, [("train/loss", i, v) for i, v in enumerate(result.losses, 1)])
-    store.add_artifact(run_id, "checkpoint", out)
-    summary = {
-        "ap_before": before["ap"],
-        "ap_after": after["ap"],
-        "map_before": before["map"],
-        "map_after": after["map"],
-        "ap_method": ap_method,
-        "steps": result.steps,
-        "train_s": result.train_s,
-        "images_per_s": result.images_per_s,
-        "final_loss": result.losses[-1],
-        "weights": str(out),
-    }
-    store.finish_run(run_id, "finished", summary=summary)
+    with console.reporter() as rep:
+        done = finetune_recorded(
+            store, voc_root, model, recipe, out, weights, size, splits, threads, rep
+        )
     if as_json:
-        console.print_json({"run_id": run_id, "device": str(device), "threads": threads, **summary})
+        console.print_json(done)
         return
+    before = {"ap": done["ap_before"], "map": done["map_before"]}
+    after = {"ap": done["ap_after"], "map": done["map_after"]}
     console.print_table(
-        f"AP@0.5 on {val_split}",
-        ["class", "before", "after", "change"],
-        _ap_rows(before, after),
+        f"AP@0.5 on {val_split}", ["class", "before", "after", "change"], _ap_rows(before, after)
     )
     console.out.print(
-        f"run {run_id}: AP ({ap_method}) on {len(val_set)} {val_split} images; "
-        f"{result.steps} steps in {result.train_s:.1f} s ({result.images_per_s:.1f} images/s, "
-        f"{threads} threads on {device}), final loss {result.losses[-1]:.3f}; saved {out}",
+        f"run {done['run_id']}: AP ({ap_method}) on {done['val_images']} {val_split} images; "
+        f"{done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
+        f"images/s, {done['threads']} threads on {done['device']}), final loss "
+        f"{done['final_loss']:.3f}; saved {out}",
         markup=False,
     )

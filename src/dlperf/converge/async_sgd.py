@@ -30,6 +30,7 @@ from dlperf.engine.run import build_model
 from dlperf.engine.train import evaluate
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
 from dlperf.system import pick_device, set_threads, system_info
 
 
@@ -107,11 +108,12 @@ def train(
 def study(
     exp: Experiment,
     speeds: dict[str, float],
-    store: Any,
+    store: Store,
     out_dir: Path,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """Synchronous then emulated asynchronous SGD from the same initial weights, both stored."""
+    """Synchronous then emulated asynchronous SGD from the same initial weights, both stored;
+    the figure goes under the store's directory in `out_dir`."""
     reporter = reporter or NullReporter()
     device = pick_device(exp.run.device)
     threads = set_threads(exp.run.threads)
@@ -124,34 +126,39 @@ def study(
     result: dict[str, Any] = {"study_id": study_id, "learners": speeds}
     for mode in ("sync", "async"):
         config = {**exp.to_dict(), "staleness": {"mode": mode, "learners": speeds}}
-        run_id = store.create_run(
+        with store.new_run(
             name=f"{exp.model.name} {mode}",
             kind="staleness",
             config=config,
             system=system_info(device, threads),
             study_id=study_id,
-        )
-        model = build_model(exp, data, device)
-        history, stale = train(
-            exp, data, model, device, reads if mode == "async" else None, reporter
-        )
-        rows = [(f"val/{k}", e, v) for e, m in enumerate(history, start=1) for k, v in m.items()]
-        store.log_metrics(run_id, rows)
-        counts: dict[str, int] = {}
-        for s in stale:
-            counts[str(s)] = counts.get(str(s), 0) + 1
-        summary = {
-            "steps_per_epoch": steps_per_epoch,
-            "val_accuracy": history[-1].get("acc1"),
-            "val_loss": history[-1].get("loss"),
-            "mean_staleness": sum(stale) / len(stale),
-            "staleness_histogram": dict(sorted(counts.items(), key=lambda kv: int(kv[0]))),
+        ) as record:
+            model = build_model(exp, data, device)
+            history, stale = train(
+                exp, data, model, device, reads if mode == "async" else None, reporter
+            )
+            rows = [
+                (f"val/{k}", e, v) for e, m in enumerate(history, start=1) for k, v in m.items()
+            ]
+            store.log_metrics(record.id, rows)
+            counts: dict[str, int] = {}
+            for s in stale:
+                counts[str(s)] = counts.get(str(s), 0) + 1
+            record.summary = {
+                "steps_per_epoch": steps_per_epoch,
+                "val_accuracy": history[-1].get("acc1"),
+                "val_loss": history[-1].get("loss"),
+                "mean_staleness": sum(stale) / len(stale),
+                "staleness_histogram": dict(sorted(counts.items(), key=lambda kv: int(kv[0]))),
+            }
+        result[mode] = {
+            "run_id": record.id,
+            "val_acc1": [m.get("acc1") for m in history],
+            **record.summary,
         }
-        store.finish_run(run_id, summary=summary)
-        result[mode] = {"run_id": run_id, "val_acc1": [m.get("acc1") for m in history], **summary}
-    figure = out_dir / f"staleness-study-{study_id}.png"
+    figure = store.artifact_dir(out_dir) / f"staleness-study-{study_id}.png"
     _plot(figure, result)
-    store.add_artifact(result["async"]["run_id"], "figure", figure.resolve())
+    store.add_artifact(result["async"]["run_id"], "figure", figure)
     result["figure"] = str(figure)
     return result
 

@@ -93,10 +93,14 @@ def from_run(store: Store, run_id: int) -> Source:
             f"run {run_id} has no checkpoint file to export",
             "train with run.checkpoint = true and let at least one epoch finish",
         )
+    # The file must be this run's: a checkpoint copied over it (another store's run 1, say)
+    # would export weights that pass parity yet are not the run's.
+    owner = checkpoint.Owner(store.id, run_id, record["config_hash"])
+    weights = checkpoint.load(paths[-1], owner)["model"]
     exp = build_experiment(record["config"], f"run {run_id}")
     data = load_data(exp.data)
     model = build_model(exp, data, torch.device("cpu"))
-    model.load_state_dict(checkpoint.load(paths[-1])["model"])
+    model.load_state_dict(weights)
     test = data.test
     n = min(len(test), REAL_IMAGES)
     if test.images is not None:

@@ -4,7 +4,8 @@ Training is torchvision's detection recipe reduced to what a CPU can afford: in 
 `model(images, targets)` returns the SSD loss terms (box regression + classification with
 hard-negative mining), summed and minimised with SGD (momentum 0.9, weight decay 4e-5 as in
 torchvision's SSDlite reference) under a cosine schedule; a horizontal flip is the only
-augmentation.
+augmentation. `finetune_recorded` is the whole `dlperf detect finetune`: data, detector,
+AP before and after, the weights and the run in the store.
 """
 
 from __future__ import annotations
@@ -12,15 +13,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from dlperf.deploy import detect, voc
 from dlperf.deploy.detect import Detector
 from dlperf.deploy.voc import VocDataset, evaluate
+from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
+from dlperf.system import pick_device, set_threads, system_info
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
 
 
 @dataclass
@@ -126,3 +134,85 @@ def train(
     result.images_per_s = seen / result.train_s if result.train_s > 0 else math.nan
     model.eval()
     return result
+
+
+@dataclass
+class Recipe:
+    """The fine-tuning settings, as the run records them."""
+
+    epochs: int = 10
+    batch: int = 8
+    lr: float = 0.01
+    ap_method: str = "area"
+    seed: int = 0
+
+
+def finetune_recorded(
+    store: Store,
+    voc_root: Path,
+    model: str,
+    recipe: Recipe,
+    out: Path,
+    weights: Path | None = None,
+    size: int | None = None,
+    splits: tuple[str, str] = ("train", "val"),
+    threads: int | None = None,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """Fine-tune `model` on a VOC-layout set, AP@0.5 on the validation split before and after,
+    the weights saved to `out`, recorded as a run (killed or failed if it stops). Returns
+    the run's summary with its id, device, threads and the number of validation images."""
+    rep = reporter or NullReporter()
+    root = voc.find_root(voc_root)
+    train_set, val_set = voc.load_split(root, splits[0]), voc.load_split(root, splits[1])
+    labels = voc.class_names(train_set, val_set)
+    if len(labels) < 2:
+        raise UserError(f"{root}: the annotations name no objects")
+    threads = set_threads(threads)
+    torch.manual_seed(recipe.seed)
+    device = pick_device("auto")
+    det = detect.build(model, len(labels), weights, size=size, labels=labels)
+    if det.labels != labels:
+        raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
+    train_data = voc.VocDataset(root, train_set, labels)
+    val_data = voc.VocDataset(root, val_set, labels)
+    config = {
+        "model": {"name": model},
+        "data": {"root": str(root), "train": splits[0], "val": splits[1]},
+        "size": det.size,
+        **asdict(recipe),
+        "weights": str(weights) if weights else None,
+    }
+    with store.new_run(
+        name=f"finetune {model} on {root.name}",
+        kind="detect",
+        config=config,
+        system=system_info(device, threads),
+    ) as record:
+        before = measure_ap(det, val_data, recipe.batch, recipe.ap_method, device, rep)
+        result = train(
+            det, train_data, recipe.epochs, recipe.batch, recipe.lr, None, recipe.seed, device, rep
+        )
+        after = measure_ap(det, val_data, recipe.batch, recipe.ap_method, device, rep)
+        detect.save_checkpoint(det, out)
+        store.log_metrics(record.id, [("train/loss", i, v) for i, v in enumerate(result.losses, 1)])
+        store.add_artifact(record.id, "checkpoint", out)
+        record.summary = {
+            "ap_before": before["ap"],
+            "ap_after": after["ap"],
+            "map_before": before["map"],
+            "map_after": after["map"],
+            "ap_method": recipe.ap_method,
+            "steps": result.steps,
+            "train_s": result.train_s,
+            "images_per_s": result.images_per_s,
+            "final_loss": result.losses[-1],
+            "weights": str(out),
+        }
+    return {
+        "run_id": record.id,
+        "device": str(device),
+        "threads": threads,
+        "val_images": len(val_set),
+        **record.summary,
+    }

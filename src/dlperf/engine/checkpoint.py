@@ -1,20 +1,57 @@
-"""Checkpoints: everything needed to continue a run exactly where it stopped."""
+"""Checkpoints: everything needed to continue a run exactly where it stopped, and whose it is.
+
+Every checkpoint carries its owner (store id, run id, config hash), and `load` refuses any
+file that is not a checkpoint of the run asking for it: truncated, foreign, a bare
+state_dict, or another run's or another store's. Loading uses torch's weights-only
+unpickler, which builds nothing but tensors and plain containers; the RNG states are kept in
+those types (NumPy's key as a tensor), so no allowlist of globals is needed.
+"""
 
 from __future__ import annotations
 
+import io
 import os
 import random
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from dlperf.errors import UserError
+
+OWNER = "owner"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The run a checkpoint belongs to."""
+
+    store_id: str
+    run_id: int
+    config_hash: str | None
+
+
+class OwnedPath(type(Path())):  # the concrete class: Path itself subclasses only from 3.12
+    """A checkpoint's path that knows whose checkpoint goes there. train() only passes the path
+    on to `save`, so the owner travels with it and every checkpoint written is stamped."""
+
+    owner: Owner
+
+
+def owned(path: Path, owner: Owner) -> OwnedPath:
+    located = OwnedPath(path)
+    located.owner = owner
+    return located
+
 
 def rng_state() -> dict[str, Any]:
+    kind, key, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        # A tensor rather than a NumPy array, which the weights-only unpickler refuses.
+        "numpy": (kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss),
         "python": random.getstate(),
     }
     if torch.cuda.is_available():
@@ -24,20 +61,56 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    kind, key, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(path: Path, state: dict[str, Any]) -> None:
-    """Write atomically, so a crash mid-save leaves the previous checkpoint intact."""
+def save(path: OwnedPath, state: dict[str, Any]) -> None:
+    """Write `state` stamped with its owner, atomically: a crash or a full disk mid-save
+    leaves the previous checkpoint intact and no partial file behind."""
+    # Serialised in memory first: torch.save's zip writer turns a full disk into a
+    # RuntimeError ("unexpected pos"); a plain write reports it as the OSError it is (ENOSPC).
+    buffer = io.BytesIO()
+    torch.save({OWNER: asdict(path.owner), **state}, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:  # a failed write names no file, and the one-line error should
+        raise OSError(e.errno, e.strerror, e.filename or str(tmp)) from None
+    finally:
+        tmp.unlink(missing_ok=True)  # a partial file; already gone after the replace
 
 
-def load(path: Path) -> dict[str, Any]:
-    # The file is dlperf's own (optimizer state, numpy RNG tuples), not a foreign download.
-    return torch.load(path, map_location="cpu", weights_only=False)
+def load(path: Path, owner: Owner) -> dict[str, Any]:
+    """The checkpoint at `path`, if it is `owner`'s; anything else is one line of bad input."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # garbage, a truncated or foreign zip, a pickle of other objects
+        raise UserError(
+            f"cannot load checkpoint {path}: truncated or not written by dlperf "
+            f"({type(e).__name__})",
+            "an older dlperf's checkpoint, which names no run, is refused too",
+        ) from None
+    found = state.get(OWNER) if isinstance(state, dict) else None
+    if not isinstance(found, dict) or "model" not in state:
+        raise UserError(f"{path} is not a dlperf run checkpoint: it names no run")
+    if found != asdict(owner):
+        raise UserError(
+            f"{path} is the checkpoint of {_describe(found)}, not of {_describe(asdict(owner))}"
+        )
+    return state
+
+
+def _describe(owner: dict[str, Any]) -> str:
+    return (
+        f"run {owner.get('run_id')} in store {owner.get('store_id')} "
+        f"(config {owner.get('config_hash')})"
+    )

@@ -18,7 +18,7 @@ from dlperf.engine.train import Diverged, materialize, train
 from dlperf.errors import UserError
 from dlperf.models import create_model
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import Recording, Store
 from dlperf.system import pick_device, set_threads, system_info
 
 
@@ -55,34 +55,39 @@ def run_experiment(
     """Train a new run of `exp`; returns its summary with `run_id` and `status`."""
     reporter = reporter or NullReporter()
     device, threads, data, model = _prepare(exp)
-    run_id = store.create_run(
+    digest = exp.config_hash()
+    with store.new_run(
         name=exp.run.name or exp.model.name,
         kind="run",
         config=exp.to_dict(),
-        config_hash=exp.config_hash(),
+        config_hash=digest,
         system=system_info(device, threads),
         study_id=study_id,
-    )
-    ckpt = (Path(exp.run.out_dir) / f"run-{run_id}" / "checkpoint.pt").resolve()
-    if exp.run.checkpoint:
-        store.add_artifact(run_id, "checkpoint", ckpt)
-    return _execute(exp, store, run_id, ckpt, None, device, threads, data, model, reporter)
+    ) as record:
+        where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
+        ckpt = checkpoint.owned(where, checkpoint.Owner(store.id, record.id, digest))
+        if exp.run.checkpoint:
+            store.add_artifact(record.id, "checkpoint", ckpt)
+        return _execute(exp, store, record, ckpt, None, device, threads, data, model, reporter)
 
 
 def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> dict[str, Any]:
     """Continue a stopped run from its last checkpoint, with its stored config."""
     reporter = reporter or NullReporter()
-    record = store.get_run(run_id)
-    if record["status"] == "finished":
+    stored = store.get_run(run_id)
+    if stored["status"] == "finished":
         raise UserError(f"run {run_id} already finished", "start a new run instead")
-    exp = build_experiment(record["config"], f"run {run_id}")
+    exp = build_experiment(stored["config"], f"run {run_id}")
     paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
     if not paths or not paths[-1].is_file():
         raise UserError(
             f"run {run_id} has no checkpoint to resume from",
             "it stopped before its first epoch ended; start it again",
         )
-    state = checkpoint.load(paths[-1])
+    # The stored hash, not exp's: the run keeps its identity even if the config's defaults
+    # have changed since it started.
+    owner = checkpoint.Owner(store.id, run_id, stored["config_hash"])
+    state = checkpoint.load(paths[-1], owner)
     device, threads, data, model = _prepare(exp)
     done = state["progress"]
     # A killed run may have logged steps past its last checkpoint: drop them, so the
@@ -92,14 +97,16 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
         [("train/", done["step"])] + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/")],
     )
     store.set_running(run_id)
-    return _execute(exp, store, run_id, paths[-1], state, device, threads, data, model, reporter)
+    with store.recording(run_id) as record:
+        ckpt = checkpoint.owned(paths[-1], owner)
+        return _execute(exp, store, record, ckpt, state, device, threads, data, model, reporter)
 
 
 def _execute(
     exp: Experiment,
     store: Store,
-    run_id: int,
-    ckpt: Path,
+    record: Recording,
+    ckpt: checkpoint.OwnedPath,
     state: dict[str, Any] | None,
     device: torch.device,
     threads: int,
@@ -107,18 +114,12 @@ def _execute(
     model: torch.nn.Module,
     reporter: Reporter,
 ) -> dict[str, Any]:
+    """Train inside `record`: a diverged loss fails the run softly (the result says so),
+    anything else is left to `Store.recording` to mark."""
     try:
-        summary = train(exp, model, data, device, store, run_id, ckpt, state, reporter)
+        summary = train(exp, model, data, device, store, record.id, ckpt, state, reporter)
     except Diverged as e:
-        store.finish_run(run_id, "failed", error=str(e))
-        return {"run_id": run_id, "status": "failed", "error": str(e)}
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "killed", error="interrupted")
-        raise
-    except Exception as e:
-        store.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
-        raise
-    summary["device"] = str(device)
-    summary["threads"] = threads
-    store.finish_run(run_id, "finished", summary=summary)
-    return {"run_id": run_id, "status": "finished", **summary}
+        record.fail(str(e))
+        return {"run_id": record.id, "status": "failed", "error": str(e)}
+    record.summary = {**summary, "device": str(device), "threads": threads}
+    return {"run_id": record.id, "status": "finished", **record.summary}

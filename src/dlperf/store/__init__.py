@@ -3,12 +3,25 @@
 Default: a SQLite file ./dlperf.db in WAL mode with a busy timeout, so a reader (report,
 doctor, a second shell) never blocks the writer. `--db` / DLPERF_DB take a SQLAlchemy URL
 (e.g. postgresql+psycopg://user@host/db) or a plain file path.
+
+Many processes may write one SQLite store at once (a sweep's runs, the shells of a class):
+every write transaction begins IMMEDIATE, taking SQLite's one write lock up front and waiting
+for it up to the busy timeout. The driver's default, a deferred BEGIN, may read first and
+then fail at once with "database is locked" when it must upgrade to a writer while another
+process writes: SQLite cannot wait there without risking a deadlock.
+
+Each store has a random id, made when it is first opened: the files its runs write go under
+`<out_dir>/<store id>/`, so two stores used from one directory never share a checkpoint.
 """
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,16 +29,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, select, update
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy import create_engine, event, func, insert, select, text, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
-from dlperf.store.schema import Artifact, Base, Metric, Run, Study
+from dlperf.store.schema import Artifact, Base, Meta, Metric, Run, Study
 
 DEFAULT_DB = "dlperf.db"
 STATUSES = ("running", "finished", "failed", "killed")
+# SQLite's primary result codes (the low byte of an extended code).
+SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 8, 10, 13, 14
+NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
+PG_DISK_FULL = "53100"
+PG_SCHEMA_LOCK = int.from_bytes(b"dlperf", "big")  # any constant of dlperf's own: one lock, one key
+WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 
 
 def _url(db: str | None) -> str:
@@ -35,12 +54,60 @@ def _url(db: str | None) -> str:
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Transactions are begun by _sqlite_begin, not by the driver's implicit BEGIN before DML.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # The timeout first: switching a new file to WAL takes a lock that another process
+    # opening the same store at the same moment must wait for, not fail on.
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    writes = conn.get_execution_options().get(WRITES, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+
+
+def _sqlite_code(e: DatabaseError) -> int | None:
+    code = getattr(e.orig, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
+    """The OSError a full disk is, whichever database reports it: the CLI then says so in one
+    line (exit 1) instead of a driver traceback."""
+    where = str(engine.url.database)
+    code = _sqlite_code(e)
+    full = code == SQLITE_FULL or getattr(e.orig, "sqlstate", None) == PG_DISK_FULL
+    # SQLite reports a full disk met while growing its -shm or -wal file as an I/O error.
+    if code == SQLITE_IOERR and where not in ("", ":memory:"):
+        full = shutil.disk_usage(Path(where).resolve().parent).free < NEARLY_FULL
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) if full else None
+
+
+def _hint(e: DatabaseError) -> str | None:
+    if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
+        return "SQLite writes -wal and -shm files beside the store: is its directory writable?"
+    return None
+
+
+def _migrate(writer: Engine) -> str:
+    """Create missing tables (a newer dlperf adds tables, never changes them) and the store's
+    id, in one transaction under a lock, so processes opening a new store at the same moment
+    do not race to create the same table. Returns the store's id: random rather than derived
+    from the URL, so a store keeps it when moved and two servers' stores never share one."""
+    with writer.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
+        Base.metadata.create_all(conn)
+        store_id = conn.scalar(select(Meta.value).where(Meta.key == "store_id"))
+        if store_id is None:
+            store_id = uuid.uuid4().hex[:12]
+            conn.execute(insert(Meta).values(key="store_id", value=store_id))
+        return store_id
 
 
 def _now() -> datetime:
@@ -81,8 +148,10 @@ class Recording:
 
 
 class Store:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, store_id: str) -> None:
         self.engine = engine
+        self.id = store_id
+        self._writer = engine.execution_options(**{WRITES: True})
 
     @classmethod
     def open(cls, db: str | None = None) -> Store:
@@ -96,17 +165,37 @@ class Store:
             if path and path != ":memory:" and not Path(path).parent.exists():
                 raise UserError(f"run store directory {Path(path).parent} does not exist")
             event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "begin", _sqlite_begin)
         try:
-            # Idempotent: creates missing tables once, before any run (or worker) writes.
-            Base.metadata.create_all(engine)
+            store_id = _migrate(engine.execution_options(**{WRITES: True}))
+        except DatabaseError as e:  # also "file is not a database"
+            full = _disk_full(e, engine)
+            if full:
+                raise full from None
+            raise UserError(f"cannot open run store {engine.url!r}: {e.orig}", _hint(e)) from None
+        return cls(engine, store_id)
+
+    def artifact_dir(self, out_dir: str | Path) -> Path:
+        """Where this store's runs keep their files under `out_dir`: one directory per store,
+        so run 1 of one store never overwrites (or is read as) run 1 of another."""
+        return Path(out_dir).resolve() / self.id
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """One write transaction; a full disk comes out as OSError(ENOSPC)."""
+        try:
+            with Session(self._writer) as s, s.begin():
+                yield s
         except OperationalError as e:
-            raise UserError(f"cannot open run store {engine.url!r}: {e.orig}") from None
-        return cls(engine)
+            full = _disk_full(e, self.engine)
+            if full:
+                raise full from None
+            raise
 
     # --- writing -----------------------------------------------------------------------
 
     def create_study(self, name: str, kind: str) -> int:
-        with Session(self.engine) as s, s.begin():
+        with self._writing() as s:
             study = Study(name=name, kind=kind, created=_now())
             s.add(study)
             s.flush()
@@ -121,7 +210,7 @@ class Store:
         system: dict[str, Any] | None = None,
         study_id: int | None = None,
     ) -> int:
-        with Session(self.engine) as s, s.begin():
+        with self._writing() as s:
             run = Run(
                 name=name,
                 kind=kind,
@@ -175,15 +264,15 @@ class Store:
             for k, step, v in rows
         ]
         if batch:
-            with Session(self.engine) as s, s.begin():
+            with self._writing() as s:
                 s.execute(Metric.__table__.insert(), batch)
 
     def add_artifact(self, run_id: int, kind: str, path: str | Path) -> None:
-        with Session(self.engine) as s, s.begin():
+        with self._writing() as s:
             s.add(Artifact(run_id=run_id, kind=kind, path=str(path)))
 
     def update_run(self, run_id: int, **fields: Any) -> None:
-        with Session(self.engine) as s, s.begin():
+        with self._writing() as s:
             s.execute(update(Run).where(Run.id == run_id).values(**fields))
 
     def set_running(self, run_id: int) -> None:
@@ -261,7 +350,7 @@ class Store:
 
     def delete_metrics_after(self, run_id: int, keys_steps: Sequence[tuple[str, int]]) -> None:
         """Drop metrics logged after a checkpoint, so a resumed run does not repeat steps."""
-        with Session(self.engine) as s, s.begin():
+        with self._writing() as s:
             for key_prefix, step in keys_steps:
                 s.execute(
                     Metric.__table__.delete().where(

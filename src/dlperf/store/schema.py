@@ -12,6 +12,15 @@ class Base(DeclarativeBase):
     pass
 
 
+class Meta(Base):
+    """Facts about the store itself, one row each; `store_id` names the store, so the files
+    its runs leave on disk can be told from another store's."""
+
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(40), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
 class Study(Base):
     __tablename__ = "studies"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

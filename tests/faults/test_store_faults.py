@@ -1,0 +1,440 @@
+"""Faults around the run store: two stores in one directory, damaged or foreign checkpoints,
+a read-only directory, a full disk, eight writers at once, and SIGTERM to commands that
+record runs.
+
+The read-only directory is a read-only bind mount and the full disk a small tmpfs (root
+ignores file modes, so chmod proves nothing); where mounting is refused those tests skip
+and say so. Every mount is undone in a `finally`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sqlalchemy import create_engine, make_url, text
+
+from dlperf.config import Experiment
+from dlperf.deploy.export import from_run
+from dlperf.engine import checkpoint
+from dlperf.engine.run import run_experiment
+from dlperf.engine.train import PAUSE_ENV
+from dlperf.errors import UserError
+from dlperf.store import Store
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
+# Generous: the machine is shared and busy, and a workload below cannot finish before it.
+DEADLINE_S = 300
+
+
+def one_line(result: CliResult, code: int, *parts: str) -> None:
+    """Exit `code` and one line of error, the last on stderr (progress may come before it)."""
+    assert result.code == code, (result.out, result.err)
+    lines = result.err.splitlines()
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], result.err
+    assert "Traceback" not in result.err
+    for part in parts:
+        assert part in lines[-1], result.err
+
+
+def digits(seed: int = 0) -> Experiment:
+    """One epoch of smallcnn on the bundled digits; checkpoints under ./dlperf_runs."""
+    return Experiment.model_validate(
+        {
+            "model": {"name": "smallcnn"},
+            "data": {"name": "digits"},
+            "train": {"epochs": 1, "batch_size": 64, "lr": 0.05},
+            "run": {"threads": 1, "warmup_steps": 2, "seed": seed},
+        }
+    )
+
+
+def checkpoint_of(store: Store, run_id: int) -> Path:
+    [artifact] = [a for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
+    return Path(artifact["path"])
+
+
+# --- whose checkpoint -------------------------------------------------------------------------
+
+
+def test_two_stores_in_one_directory_keep_their_own_weights(
+    cli: Cli, store: Store, tmp_path: Path
+) -> None:
+    """Run 1 of each of two stores, trained from the same directory with the same out_dir:
+    each keeps its own checkpoint, export reads the right one, and a checkpoint copied from
+    the other store is refused."""
+    other = Store.open(str(tmp_path / "other.db"))
+    mine = run_experiment(digits(seed=0), store)["run_id"]
+    theirs = run_experiment(digits(seed=1), other)["run_id"]
+    assert mine == theirs == 1 and store.id != other.id
+    path, other_path = checkpoint_of(store, 1), checkpoint_of(other, 1)
+    assert path.parent.parent == tmp_path / "dlperf_runs" / store.id
+    assert other_path.parent.parent == tmp_path / "dlperf_runs" / other.id
+
+    exported = from_run(store, 1).model.state_dict()
+    own = torch.load(path, weights_only=True)["model"]
+    foreign = torch.load(other_path, weights_only=True)["model"]
+    assert all(torch.equal(exported[k], own[k]) for k in own)
+    assert not all(torch.equal(exported[k], foreign[k]) for k in foreign)
+
+    shutil.copy(other_path, path)
+    refused = f"is the checkpoint of run 1 in store {other.id}"
+    one_line(cli("export", "1", "--out", str(tmp_path / "m.onnx")), 2, str(path), refused)
+    assert not (tmp_path / "m.onnx").exists()
+    store.finish_run(1, "killed", error="interrupted")
+    one_line(cli("run", "--resume", "1"), 2, refused, f"not of run 1 in store {store.id}")
+    assert store.get_run(1)["status"] == "killed"  # refused before it was marked running
+
+
+def _real_checkpoint(path: Path) -> None:
+    owner = checkpoint.Owner("0123456789ab", 1, "cafe")
+    checkpoint.save(checkpoint.owned(path, owner), {"model": {"w": torch.ones(64, 64)}})
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(bytes(range(256)) * 16)
+
+
+def _truncated(path: Path) -> None:
+    _real_checkpoint(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _foreign_zip(path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("data.pkl", "not a pickle")
+
+
+def _state_dict(path: Path) -> None:
+    torch.save(torch.nn.Linear(4, 2).state_dict(), path)
+
+
+def _pickled_object(path: Path) -> None:
+    # A pickle that would build an object (and could run code) when fully unpickled.
+    torch.save({"model": {}, "owner": {}, "rng": Path("/etc")}, path)
+
+
+def _older_dlperf(path: Path) -> None:
+    # As dlperf wrote them before checkpoints named their run: NumPy's RNG state as an array.
+    torch.save({"model": {}, "rng": {"numpy": np.random.get_state()}}, path)
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (_garbage, "truncated or not written by dlperf"),
+        (_truncated, "truncated or not written by dlperf"),
+        (_foreign_zip, "truncated or not written by dlperf"),
+        (_pickled_object, "truncated or not written by dlperf (UnpicklingError)"),
+        (_older_dlperf, "an older dlperf's checkpoint, which names no run, is refused too"),
+        (_state_dict, "is not a dlperf run checkpoint: it names no run"),
+        (_real_checkpoint, "is the checkpoint of run 1 in store 0123456789ab (config cafe)"),
+    ],
+)
+def test_damaged_or_foreign_checkpoints_are_refused_in_one_line(
+    cli: Cli, store: Store, tmp_path: Path, write: Callable[[Path], None], message: str
+) -> None:
+    """Whatever lies where run 1's checkpoint should be, resume and export refuse it with one
+    line (exit 2), before doing anything."""
+    path = tmp_path / "checkpoint.pt"
+    write(path)
+    run_id = store.create_run("stopped", "run", digits().to_dict(), "cafe")
+    store.add_artifact(run_id, "checkpoint", path)
+    store.finish_run(run_id, "killed", error="interrupted")
+    with pytest.raises(UserError, match="checkpoint"):
+        checkpoint.load(path, checkpoint.Owner(store.id, run_id, "cafe"))
+    one_line(cli("export", str(run_id), "--out", str(tmp_path / "m.onnx")), 2, message)
+    one_line(cli("run", "--resume", str(run_id)), 2, message)
+    assert store.get_run(run_id)["status"] == "killed"
+    assert not (tmp_path / "m.onnx").exists()
+
+
+# --- a read-only directory, a full disk -------------------------------------------------------
+
+
+@contextmanager
+def mounted(*args: str, target: Path) -> Iterator[Path]:
+    """`mount ARGS TARGET`, skipping the test where mounting is refused; always unmounted."""
+    target.mkdir(parents=True, exist_ok=True)
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here")
+    done = subprocess.run(["mount", *args, str(target)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting is refused here (needs CAP_SYS_ADMIN): {done.stderr.strip()}")
+    try:
+        yield target
+    finally:
+        # Lazy: detached at once even while a store's connection in this process holds a file.
+        subprocess.run(["umount", "--lazy", str(target)], check=True)
+
+
+@contextmanager
+def read_only(source: Path, target: Path) -> Iterator[Path]:
+    """`source`, seen read-only at `target` through a bind mount."""
+    with mounted("--bind", str(source), target=target):
+        done = subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(target)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"read-only remounting is refused here: {done.stderr.strip()}")
+        yield target
+
+
+def fill(directory: Path) -> Path:
+    """Fill the file system under `directory` to its last byte; returns the filler file."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(bytes(4096))
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+    return filler
+
+
+def earlier_run(store: Store) -> int:
+    run_id = store.create_run("earlier", "run", {"n": 1})
+    store.log_metrics(run_id, [("train/loss", s, 1.0 / s) for s in range(1, 201)])
+    store.finish_run(run_id, "finished", summary={"ok": True})
+    return run_id
+
+
+def assert_intact(db: Path, store_id: str, run_id: int) -> None:
+    """The store opens, keeps its id, and holds the earlier run as it was, and nothing else."""
+    reopened = Store.open(str(db))
+    try:
+        assert reopened.id == store_id
+        assert [r["id"] for r in reopened.list_runs()] == [run_id]
+        assert reopened.get_run(run_id)["summary"] == {"ok": True}
+        assert reopened.metrics(run_id, "train/loss") == [(s, 1.0 / s) for s in range(1, 201)]
+        assert reopened.metric_keys(run_id) == ["train/loss"]
+    finally:
+        reopened.engine.dispose()
+
+
+def test_a_store_in_a_read_only_directory(
+    cli: Cli, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    store = Store.open(str(data / "dlperf.db"))
+    run_id = earlier_run(store)
+    store.engine.dispose()  # closed, as a finished command leaves it
+    with read_only(data, tmp_path / "ro") as ro:
+        result = cli("--db", str(ro / "dlperf.db"), "run", str(tiny_exp(epochs=1)))
+    one_line(result, 2, "cannot open run store", "is its directory writable?")
+    assert_intact(data / "dlperf.db", store.id, run_id)
+
+
+def test_artifacts_in_a_read_only_directory_fail_the_run(
+    cli: Cli, store: Store, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    out_dir = tmp_path / "runs"
+    out_dir.mkdir()
+    with read_only(out_dir, tmp_path / "ro") as ro:
+        result = cli("run", str(tiny_exp(epochs=1, extra=f'out_dir = "{ro}"\nthreads = 1\n')))
+    one_line(result, 2, f"cannot use {ro / store.id}", "Read-only file system")
+    [run] = store.list_runs()
+    assert run["status"] == "failed" and "Read-only file system" in run["error"]
+
+
+def test_a_store_on_a_full_disk(cli: Cli, tmp_path: Path, tiny_exp: Callable[..., Path]) -> None:
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", target=tmp_path / "small") as small:
+        db = small / "dlperf.db"
+        store = Store.open(str(db))
+        run_id = earlier_run(store)
+        filler = fill(small)
+        with pytest.raises(OSError) as full:
+            store.log_metrics(run_id, [("val/loss", s, 0.5) for s in range(20_000)])
+        assert full.value.errno == errno.ENOSPC
+        store.engine.dispose()
+        result = cli("--db", str(db), "run", str(tiny_exp(epochs=1)))
+        assert result.err == f"error: cannot use {db}: No space left on device\n"
+        assert result.code == 1
+        filler.unlink()
+        assert_intact(db, store.id, run_id)
+
+
+def test_checkpoints_on_a_full_disk(
+    cli: Cli, store: Store, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """The run whose checkpoint does not fit fails in one line (exit 1), leaves no partial
+    file, and the earlier run's checkpoint on the same disk still loads."""
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", target=tmp_path / "small") as small:
+        exp = str(tiny_exp(epochs=1, extra=f'out_dir = "{small}"\nthreads = 1\n'))
+        assert cli("run", exp).code == 0
+        first = checkpoint_of(store, 1)
+        fill(small)
+        one_line(cli("run", exp), 1, f"cannot use {small / store.id / 'run-2'}", "No space left")
+        failed = store.get_run(2)
+        assert failed["status"] == "failed" and "No space left on device" in failed["error"]
+        assert sorted(p.name for p in (small / store.id).rglob("*") if p.is_file()) == [
+            "checkpoint.pt"
+        ]
+        owner = checkpoint.Owner(store.id, 1, store.get_run(1)["config_hash"])
+        assert checkpoint.load(first, owner)["progress"]["epoch"] == 1
+
+
+# --- eight writers at once --------------------------------------------------------------------
+
+WRITERS, RUNS, BATCHES, ROWS = 8, 2, 10, 250
+WRITER = textwrap.dedent(
+    """
+    import sys
+
+    from dlperf.store import Store
+
+    url, name, runs, batches, rows = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+    store = Store.open(url)
+    print("open", flush=True)
+    sys.stdin.readline()  # the start gate: every writer is open before any writes
+    for r in range(runs):
+        with store.new_run(f"{name}.{r}", "run", {"writer": name}) as record:
+            for b in range(batches):
+                batch = [("x", b * rows + k, float(k)) for k in range(rows)]
+                store.log_metrics(record.id, batch)
+        print(record.id, flush=True)
+    """
+)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store nobody has opened yet: a new SQLite file, or a new PostgreSQL schema of its
+    own (other tests drop the tables of the database's default schema)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+        return
+    if not POSTGRES:
+        pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
+    schema = f"dlperf_faults_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(POSTGRES)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        url = make_url(POSTGRES).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def test_eight_processes_write_one_store_at_once(shared_url: str) -> None:
+    """Eight processes open a new store together, then each records runs and logs thousands
+    of metric rows in batches, all at once: no row is lost and no writer meets a lock."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, shared_url, f"w{i}", str(RUNS), str(BATCHES), str(ROWS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(WRITERS)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline() == "open\n", proc.communicate(timeout=DEADLINE_S)[1]
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=DEADLINE_S) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0 and "locked" not in err, err
+    run_ids = [int(line) for out, _ in outputs for line in out.split()]
+    assert len(set(run_ids)) == WRITERS * RUNS
+    store = Store.open(shared_url)
+    try:
+        assert {r["status"] for r in store.list_runs()} == {"finished"}
+        assert {len(store.metrics(i, "x")) for i in run_ids} == {BATCHES * ROWS}
+    finally:
+        store.engine.dispose()
+
+
+# --- SIGTERM ----------------------------------------------------------------------------------
+
+
+def _until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], err: Path) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not ready():
+        assert proc.poll() is None, f"exited {proc.returncode}: {err.read_text()}"
+        assert time.monotonic() < deadline, f"not ready in {DEADLINE_S} s: {err.read_text()}"
+        time.sleep(0.1)
+
+
+def _running(store: Store) -> Callable[[], bool]:
+    """Ready once the command's run is recorded and running."""
+    return lambda: [r["status"] for r in store.list_runs()] == ["running"]
+
+
+EXPERIMENT = '[data]\nname = "digits"\n[train]\nepochs = 1000\n[run]\nthreads = 1\n'
+
+
+Ready = Callable[[], bool]
+Command = tuple[list[str], dict[str, str], Ready]  # arguments, environment, ready to stop
+
+
+def _demo(tmp_path: Path, store: Store) -> Command:
+    # Paused inside its first run's training loop: it cannot finish, whatever the load.
+    marker = tmp_path / "paused"
+    return ["demo"], {PAUSE_ENV: f"5:{marker}"}, marker.exists
+
+
+def _predict(tmp_path: Path, store: Store) -> Command:
+    args = ["predict", "smallcnn", "--device", "V100", "--input", "1,8,8", "--measure"]
+    return [*args, "--reps", "1000000000"], {}, _running(store)
+
+
+def _staleness(tmp_path: Path, store: Store) -> Command:
+    (tmp_path / "exp.toml").write_text(EXPERIMENT)
+    return ["staleness", "--train", "exp.toml", "--learners", "2"], {}, _running(store)
+
+
+@pytest.mark.parametrize("command", [_demo, _predict, _staleness])
+def test_sigterm_marks_every_run_killed(
+    store: Store, db: str, tmp_path: Path, command: Callable[[Path, Store], Command]
+) -> None:
+    """SIGTERM to a real process while it records a run: exit 130, and every run it made
+    is `killed`, none left `running`."""
+    args, env, ready = command(tmp_path, store)
+    err = tmp_path / "stderr.txt"
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlperf", "--db", db, *args],
+            cwd=tmp_path,
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        _until(ready, proc, err)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE_S) == 130, err.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "Traceback" not in err.read_text()
+    runs = store.list_runs()
+    assert runs and {(r["status"], r["error"]) for r in runs} == {("killed", "interrupted")}
