@@ -10,17 +10,33 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dlperf.errors import UserError
+
+# Ranges shared by many keys; pydantic checks them on the file and on --set alike.
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, lt=1)]
+Count = Annotated[int, Field(ge=1)]
+Size = Annotated[int, Field(ge=0)]
+# torch seeds the (seed, epoch) generators with seed * 1_000_003 + epoch, which must stay
+# within the 64 bits a torch.Generator takes; 32 bits is the range seeds usually have.
+Seed = Annotated[int, Field(ge=0, lt=2**32)]
+# Per-channel normalisation statistics, on the [0, 1] scale of the images.
+Mean = Annotated[float, Field(ge=0, le=1)]
+Std = Annotated[float, Field(gt=0, le=1)]
 
 
 class Section(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, validate_assignment=True
+        extra="forbid",
+        use_attribute_docstrings=True,
+        validate_assignment=True,
+        allow_inf_nan=False,
     )
 
 
@@ -41,106 +57,78 @@ class DataConfig(Section):
     loader: Literal["tensor", "torchvision"] = "tensor"
     """tensor: uint8 tensors in memory, augmented a batch at a time on the device.
     torchvision: the classic per-sample path (PIL transforms, DataLoader workers)."""
-    num_workers: int = 2
+    num_workers: Size = 2
     """DataLoader worker processes for the torchvision loader."""
     in_memory: bool | None = None
     """Decode the whole data set into memory; None decides by `max_memory_gb`."""
-    max_memory_gb: float = 4.0
+    max_memory_gb: NonNegative = 4.0
     """Largest decoded data set kept in memory when `in_memory` is unset."""
-    val_fraction: float = 0.1
+    val_fraction: Fraction = 0.1
     """Share of the training set held out for per-epoch validation."""
-    test_fraction: float = 0.2
+    test_fraction: Fraction = 0.2
     """Share held out for the final test, for sets without an official test split."""
-    split_seed: int = 0
+    split_seed: Seed = 0
     """Seed of the split permutation; fixed so splits do not change with run.seed."""
-    limit: int | None = None
+    limit: Count | None = None
     """Use at most this many training images (after the split), for quick runs."""
-    image_size: int | None = None
+    image_size: Count | None = None
     """Resize images to this side (imagefolder; required there)."""
-    mean: list[float] | None = None
+    mean: Annotated[list[Mean], Field(min_length=1)] | None = None
     """Per-channel normalisation mean in [0,1]; None computes it from the training split."""
-    std: list[float] | None = None
+    std: Annotated[list[Std], Field(min_length=1)] | None = None
     """Per-channel normalisation std in [0,1]; None computes it from the training split."""
-    shape: list[int] = [3, 32, 32]
+    shape: Annotated[list[Count], Field(min_length=3, max_length=3)] = [3, 32, 32]
     """synthetic: image shape C,H,W."""
-    num_classes: int = 10
+    num_classes: Annotated[int, Field(ge=2)] = 10
     """synthetic: number of classes."""
-    size: int = 2048
+    size: Count = 2048
     """synthetic: number of training images."""
-
-    @field_validator("val_fraction", "test_fraction")
-    @classmethod
-    def _fraction(cls, v: float) -> float:
-        if not 0 <= v < 1:
-            raise ValueError("must be in [0, 1)")
-        return v
 
 
 class ScheduleConfig(Section):
     kind: Literal["multistep", "cosine", "constant"] = "constant"
     """Learning-rate schedule over epochs."""
-    milestones: list[int] = []
+    milestones: list[Count] = []
     """multistep: epochs at which the rate is multiplied by gamma."""
-    gamma: float = 0.1
+    gamma: Positive = 0.1
     """multistep: the factor applied at each milestone."""
-    warmup_epochs: float = 0.0
+    warmup_epochs: NonNegative = 0.0
     """Linear warm-up from 0 over this many epochs (fractions allowed)."""
-    min_lr: float = 0.0
+    min_lr: NonNegative = 0.0
     """cosine: the rate at the end of training."""
 
 
 class TrainConfig(Section):
-    epochs: int = 10
+    epochs: Count = 10
     """Passes over the training set."""
-    batch_size: int = 64
+    batch_size: Count = 64
     """Images per step (before batch augmentation multiplies it by M)."""
     optimizer: Literal["sgd", "adamw"] = "sgd"
     """sgd (with momentum/Nesterov) or adamw."""
-    lr: float = 0.05
+    lr: Positive = 0.05
     """Peak learning rate."""
-    momentum: float = 0.9
+    momentum: Fraction = 0.9
     """SGD momentum; AdamW beta1."""
     nesterov: bool = False
     """Nesterov momentum for SGD."""
-    weight_decay: float = 5e-4
+    weight_decay: NonNegative = 5e-4
     """L2 penalty (SGD) or decoupled weight decay (AdamW)."""
-    grad_clip: float | None = None
+    grad_clip: Positive | None = None
     """Clip the gradient norm to this value; None = no clipping."""
-    label_smoothing: float = 0.0
+    label_smoothing: Fraction = 0.0
     """Label smoothing of the cross-entropy loss."""
     schedule: ScheduleConfig = ScheduleConfig()
 
-    @field_validator("epochs", "batch_size")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be at least 1")
-        return v
-
 
 class AugmentConfig(Section):
-    crop_padding: int = 0
+    crop_padding: Size = 0
     """Random crop after zero-padding every side by this many pixels; 0 = off."""
     flip: bool = False
     """Random horizontal flip with probability 1/2."""
-    cutout: int = 0
+    cutout: Size = 0
     """Side of the square Cutout mask (DeVries & Taylor 2017); 0 = off."""
-    batch_aug_m: int = 1
+    batch_aug_m: Count = 1
     """Batch augmentation (Hoffer et al. 2019): M augmented copies of every sample."""
-
-    @field_validator("crop_padding", "cutout")
-    @classmethod
-    def _non_negative(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be 0 or more")
-        return v
-
-    @field_validator("batch_aug_m")
-    @classmethod
-    def _m(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be at least 1")
-        return v
 
 
 class TargetConfig(Section):
@@ -158,7 +146,7 @@ class TargetConfig(Section):
 class RunConfig(Section):
     name: str | None = None
     """Run name shown in listings; defaults to the experiment file's stem."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of model initialisation, shuffling and augmentation."""
     device: str = "auto"
     """auto (CUDA, then MPS, then CPU) | cpu | cuda | cuda:1 | mps."""
@@ -168,14 +156,14 @@ class RunConfig(Section):
     """Keep images and weights in NHWC memory format."""
     compile: bool = False
     """torch.compile the model (compile time is excluded from throughput)."""
-    threads: int | None = None
+    threads: Count | None = None
     """CPU threads for this process; None = all cores this process may use."""
     timing: Literal["off", "coarse", "phases"] = "coarse"
     """off: wall time only; coarse: per-epoch throughput; phases: per-step data, copy,
     forward, backward and optimizer times, synchronising the device after each."""
-    warmup_steps: int = 5
+    warmup_steps: Size = 5
     """Steps excluded from throughput and phase timings at the start of the run."""
-    log_every: int = 10
+    log_every: Count = 10
     """Steps between metric flushes to the store (and loss finiteness checks)."""
     out_dir: str = "dlperf_runs"
     """Directory for checkpoints and other run artifacts."""
@@ -193,8 +181,16 @@ class Experiment(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
-        if self.train.schedule.kind == "multistep" and not self.train.schedule.milestones:
+        train, schedule = self.train, self.train.schedule
+        if train.optimizer == "sgd" and train.nesterov and train.momentum == 0:
+            raise ValueError("train.nesterov: Nesterov momentum needs train.momentum > 0")
+        if schedule.kind == "multistep" and not schedule.milestones:
             raise ValueError("train.schedule.milestones: multistep needs at least one epoch")
+        if schedule.kind == "cosine" and schedule.min_lr > train.lr:
+            raise ValueError(
+                f"train.schedule.min_lr: must not exceed train.lr {train.lr:g} "
+                f"(got {schedule.min_lr:g})"
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,7 +218,8 @@ def _check_keys(raw: dict[str, Any], model: type[BaseModel], where: str, prefix:
     for key, value in raw.items():
         path = f"{prefix}{key}"
         if key not in fields:
-            raise UserError(f"{where}: unknown key '{path}'", _closest(key, list(fields)))
+            # repr: a key read from a file may hold a newline, and the error stays one line
+            raise UserError(f"{where}: unknown key {path!r}", _closest(key, list(fields)))
         annotation = fields[key].annotation
         if (
             isinstance(value, dict)
@@ -245,18 +242,41 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
         raise UserError(f"--set {assignment!r}: expected KEY=VALUE", "e.g. --set train.lr=0.01")
     key, _, text = assignment.partition("=")
     parts = key.strip().split(".")
+    if not all(parts):
+        raise UserError(f"--set {assignment!r}: empty key", "e.g. --set train.lr=0.01")
     node = raw
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise UserError(f"--set {key}: '{part}' is a value, not a section")
+            raise UserError(f"--set {key!r}: {part!r} is a value, not a section")
     node[parts[-1]] = _parse_value(text.strip())
+
+
+# pydantic's words for a value out of range, in the words of dlperf's other messages.
+_RANGE_MESSAGES = {
+    "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be less than {lt}",
+    "less_than_equal": "must be at most {le}",
+    "finite_number": "must be a finite number",
+    "too_short": "must have {min_length} or more values",
+    "too_long": "must have {max_length} or fewer values",
+}
+
+
+def _bound(value: Any) -> Any:
+    """0.0 as 0 and 1.0 as 1: a float field's bounds read as the integers they are."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _validation_message(error: ValidationError, where: str) -> UserError:
     first = error.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
-    msg = first["msg"].removeprefix("Value error, ")
+    template = _RANGE_MESSAGES.get(first["type"])
+    if template is not None:
+        msg = template.format(**{k: _bound(v) for k, v in first.get("ctx", {}).items()})
+    else:
+        msg = first["msg"].removeprefix("Value error, ")
     got = first.get("input")
     got_text = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
     return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}")
@@ -272,6 +292,8 @@ def build_experiment(raw: dict[str, Any], where: str = "config") -> Experiment:
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p} is a directory, not an experiment file", "give a TOML file in it")
     if not p.is_file():
         raise UserError(f"{p}: no such experiment file", "give the path of a TOML file")
     try:

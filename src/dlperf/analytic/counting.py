@@ -407,6 +407,8 @@ def analyze(
     """Analyse a model by registry/torchvision name or "file.py:factory"."""
     if batch < 1:
         raise UserError(f"batch must be at least 1, got {batch}")
+    if num_classes is not None and num_classes < 1:
+        raise UserError(f"classes must be at least 1, got {num_classes}")
     if precision not in DTYPES:
         raise UserError(f"unknown precision '{precision}'", f"use {', '.join(DTYPES)}")
     shape = list(input_shape) if input_shape else default_input(name)

@@ -107,6 +107,8 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
     """Built-in devices with the user file's entries merged over them, key by key."""
     entries = _builtin()
     path = path or user_file()
+    if path.is_dir():
+        raise UserError(f"device file {path} is a directory", "point DLPERF_DEVICES at a file")
     if path.is_file():
         for name, fields in _read(path.read_text(), str(path)).items():
             entries[name] = {**entries.get(name, {}), **fields}

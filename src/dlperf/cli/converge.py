@@ -38,7 +38,20 @@ converge_app.add_typer(speed_app, name="speed")
 RUN_IDS = typer.Argument(None, help="Stored run IDs (or use --csv).", show_default=False)
 CSV = typer.Option(None, "--csv", help="A CSV file with the curve.")
 JSON = typer.Option(False, "--json", help="Print one JSON document.")
-PLOT = typer.Option(None, "--plot", help="Save a figure to this file (PNG, PDF, SVG).")
+
+
+def _plot_path(path: Path | None) -> Path | None:
+    """--plot is checked as it is parsed, so that a figure that cannot be saved costs no fit."""
+    if path is not None:
+        from dlperf.converge.plots import check_path
+
+        check_path(path)
+    return path
+
+
+PLOT = typer.Option(
+    None, "--plot", help="Save a figure to this file (PNG, PDF, SVG).", callback=_plot_path
+)
 
 
 @dataclass
@@ -106,10 +119,14 @@ def _pairs(text: str, option: str, example: str) -> dict[str, str]:
 
 
 def _numbers(pairs: dict[str, str], option: str) -> dict[str, float]:
+    bad = UserError(f"{option}: every value must be a number, got {pairs}")
     try:
-        return {name: float(value) for name, value in pairs.items()}
+        numbers = {name: float(value) for name, value in pairs.items()}
     except ValueError:
-        raise UserError(f"{option}: every value must be a number, got {pairs}") from None
+        raise bad from None
+    if not all(map(math.isfinite, numbers.values())):  # float() reads 'nan' and 'inf' too
+        raise bad
+    return numbers
 
 
 def _curves(run_ids: list[int] | None, csv: Path | None, opts: CurveOptions) -> list[Curve]:
@@ -454,6 +471,11 @@ def _speed_prediction(fit: SpeedFit, keys: tuple[str, ...], text: str) -> dict[s
             f"--predict for {fit.model} takes {', '.join(f'{k}=N' for k in keys)} "
             f"(workers required), got {text!r}"
         )
+    counts = {k: v for k, v in at.items() if k != "batch"}
+    if any(v < 1 or not v.is_integer() for v in counts.values()) or at.get("batch", 1) <= 0:
+        raise UserError(
+            f"--predict {text!r}: workers, ps and nodes are whole numbers ≥ 1, batch is > 0"
+        )
     at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
     t = float(speed.step_time(fit, at["workers"], at["batch"], at["ps"], at["nodes"])[0])
     return {**{k: at[k] for k in keys}, "step_time_s": t, "samples_per_s": at["batch"] / t}
@@ -630,7 +652,7 @@ def plan(
         speed,
         planner.parse_range(ps, "ps"),
         planner.parse_range(workers, "workers"),
-        batch or speed.typical_batch,
+        batch if batch is not None else speed.typical_batch,
         price if price is not None else 1.0,
     )
     if plot is not None:

@@ -8,6 +8,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
+from dlperf.errors import UserError
 
 runs_app = typer.Typer(
     help="List, show and compare stored runs.\n\nExample: dlperf runs list", no_args_is_help=True
@@ -55,6 +56,8 @@ def runs_list(
 
     Example: dlperf runs list --limit 10
     """
+    if limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
     runs = open_store().list_runs(kind=kind, limit=limit)
     if as_json:
         console.print_json(runs)
@@ -147,6 +150,8 @@ def runs_compare(
 
     Example: dlperf runs compare 1 2
     """
+    if len(run_ids) < 2:
+        raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
     store = open_store()
     runs = [store.get_run(i) for i in run_ids]
     flat = [_flatten(r["config"]) for r in runs]

@@ -48,6 +48,11 @@ def check_optimus(fit: SpeedFit) -> None:
         )
 
 
+def _check_batch(batch: float, where: str = "") -> None:
+    if not (math.isfinite(batch) and batch > 0):
+        raise UserError(f"{where}the global batch must be a positive number, got {batch:g}")
+
+
 def time_to_target(steps: float, fit: SpeedFit, workers: int, ps: int, batch: float) -> float:
     speed = float(steps_per_second(fit, workers, batch, ps)[0])
     return steps / speed if speed > 0 else math.inf
@@ -63,6 +68,9 @@ def plan(
 ) -> list[Allocation]:
     """One row per (ps, workers), the fastest and the cheapest marked."""
     check_optimus(fit)
+    _check_batch(batch)
+    if not price_per_hour >= 0:  # nan too
+        raise UserError(f"--price-per-hour must be 0 or more, got {price_per_hour:g}")
     rows = []
     for p in ps_counts:
         for w in worker_counts:
@@ -79,6 +87,7 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
     the most, until the devices run out or no addition helps."""
     for job in jobs:
         check_optimus(job.speed)
+        _check_batch(job.batch, f"job {job.name}: ")
     if devices < 2 * len(jobs):
         raise UserError(
             f"{devices} devices cannot give {len(jobs)} jobs one worker and one server each",

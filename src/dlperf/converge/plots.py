@@ -10,11 +10,28 @@ import matplotlib
 matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.ticker import MaxNLocator
 
 from dlperf.converge.curve import Curve, model, to_decreasing
 from dlperf.converge.plan import Allocation
 from dlperf.converge.regress import Regression, predict
+from dlperf.errors import UserError
+
+
+def check_path(path: Path) -> None:
+    """Fail before the work, not after it, when no figure can be saved to `path`."""
+    existed = path.exists()
+    # Only opening tells (root passes every access() check), and the OSError it raises for a
+    # directory, a missing directory or a read-only place names the path.
+    with open(path, "ab"):
+        pass
+    if not existed:
+        path.unlink()
+    if path.suffix.lstrip(".").lower() not in FigureCanvasBase.get_supported_filetypes():
+        raise UserError(
+            f"{path}: not a figure format matplotlib writes", "end the name in .png, .pdf or .svg"
+        )
 
 
 def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:

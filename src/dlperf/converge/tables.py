@@ -28,7 +28,9 @@ def read_columns(
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
-    header = list(rows[0]) if rows else []
+    if not rows:
+        raise UserError(f"{path} has no rows", "a CSV has a header line, then one line per point")
+    header = list(rows[0])
     for name in required:
         if name not in header:
             close = difflib.get_close_matches(name, header, n=1)

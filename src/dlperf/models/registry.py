@@ -56,6 +56,8 @@ def _call_accepting(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -
 def _from_file(spec: str, kwargs: dict[str, Any]) -> nn.Module:
     path_text, _, factory = spec.rpartition(":")
     path = Path(path_text)
+    if path.is_dir():
+        raise UserError(f"model file {path} is a directory", "use path/to/file.py:factory")
     if not path.is_file():
         raise UserError(f"model file {path} not found", "use path/to/file.py:factory")
     module_spec = importlib.util.spec_from_file_location(f"dlperf_user_{path.stem}", path)

@@ -1,0 +1,468 @@
+"""A catalogue of bad input to every command, run through the real entry point.
+
+Each case is a command line, the line it must print and its exit code: one line on stderr
+that starts `error: `, says what is wrong and how to mend it, exit code 2, no traceback, and
+nothing written to the run store. Click's own usage errors (an unknown option, a value of
+the wrong type) keep Click's usage text, with the error on its last line.
+
+Every path argument is tried (a) in a directory that does not exist, (b) in a place that
+even root cannot write to or create (/proc, /sys: the tests run as root, who ignores file
+modes), and (c) as a directory where a file is expected, or a file where a directory is.
+An output whose missing parent directories a command creates (export --out, run.out_dir,
+detect make-shapes) has no case (a).
+
+Cases marked xfail fail today in code owned elsewhere; their reason names the file and the
+fix, and the mark comes off with the fix (strict: a case that starts passing is reported).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dlperf.store import Store
+from tests.conftest import REPO, TINY, CliResult
+
+POLLUX = REPO / "tests" / "data" / "pollux" / "cifar10_validation-128.csv"
+NOT_STORED = "no run 42 in the store"
+
+
+def case(line: str, expected: str, code: int = 2, *, xfail: str = "", env: str = "") -> Any:
+    """`line` with {onnx} for an exported classifier and {pollux} for a real loss curve;
+    `expected` is in the first line (Click: the last); `env` is NAME=VALUE to set first."""
+    marks = [pytest.mark.xfail(strict=True, reason=f"needs fix in {xfail}")] if xfail else []
+    return pytest.param(line, expected, code, env, marks=marks, id=line)
+
+
+FAST_RUN = "--set data.limit=64"  # two steps: a case that trains before it fails stays short
+STUDY = "--workers 1 --mode weak --per-worker-batch 8 --steps 2"  # a valid scale study
+CURVE = "converge fit --csv {pollux} --y metric --metric accuracy"
+PLAN = "converge plan --curve curve.json --speed speed.json --target 0.5"
+OUT_DIR_FIX = (
+    "engine/run.py: create and check run.out_dir in _prepare, before the run is recorded "
+    "(today it trains, records a failed run, then fails on the checkpoint)"
+)
+SCALE_FIX = (
+    "cli/scale.py / dist/study.py: validate ScaleOptions (batch >= 1, --steps/--epochs >= 1, "
+    "price >= 0, bucket > 0) before --emit and before launching torchrun"
+)
+
+CASES = [
+    # --- the run store (--db), through the commands that open it first --------------------
+    case("--db nodir/x.db runs list", "error: run store directory nodir does not exist"),
+    case("--db /proc/forbidden/x.db calibrate", "run store directory /proc/forbidden does not"),
+    case("--db /sys/x.db demo", "error: cannot open run store sqlite:////sys/x.db"),
+    case("--db dir runs list", "error: cannot open run store sqlite:///dir"),
+    case("--db exp.toml runs list", "cannot open run store sqlite:///exp.toml: file is not a"),
+    case("--db nosuch://x runs list", "error: cannot open run store 'nosuch://x'"),
+    # --- run: the experiment file --------------------------------------------------------
+    case("run missing.toml", "error: missing.toml: no such experiment file"),
+    case("run nodir/exp.toml", "error: nodir/exp.toml: no such experiment file"),
+    case("run /proc/forbidden/exp.toml", "error: /proc/forbidden/exp.toml: no such experiment"),
+    case("run dir", "error: dir is a directory, not an experiment file (give a TOML file in it)"),
+    case("run bad.toml", "error: bad.toml: malformed TOML: Expected ']' at the end of a table"),
+    case("run", "error: give an experiment file or --resume RUN_ID (not both)"),
+    case("run exp.toml --resume 1", "error: give an experiment file or --resume RUN_ID"),
+    case("run --resume 42", f"error: {NOT_STORED}"),
+    case("run --resume 42 --set train.lr=1", "error: --resume continues a run with its stored"),
+    # --- run: values out of range, of the wrong type, unknown keys and names ---------------
+    case(
+        "run exp.toml --set train.lr=-1",
+        "error: exp.toml with --set: train.lr: must be greater than 0 (got -1)",
+    ),
+    case("run exp.toml --set train.lr=nan", "train.lr: must be a finite number (got nan)"),
+    case("run exp.toml --set train.momentum=1", "train.momentum: must be less than 1 (got 1)"),
+    case("run exp.toml --set train.weight_decay=-0.1", "train.weight_decay: must be at least 0"),
+    case("run exp.toml --set train.batch_size=0", "train.batch_size: must be at least 1 (got 0)"),
+    case("run exp.toml --set train.epochs=0", "train.epochs: must be at least 1 (got 0)"),
+    case("run exp.toml --set train.grad_clip=0", "train.grad_clip: must be greater than 0"),
+    case("run exp.toml --set train.label_smoothing=1.5", "train.label_smoothing: must be less"),
+    case("run exp.toml --set train.schedule.warmup_epochs=-1", "warmup_epochs: must be at least 0"),
+    case(
+        "run exp.toml --set data.val_fraction=1", "data.val_fraction: must be less than 1 (got 1)"
+    ),
+    case("run exp.toml --set data.shape=[3,0,32]", "data.shape.1: must be at least 1 (got 0)"),
+    case("run exp.toml --set augment.cutout=-1", "augment.cutout: must be at least 0 (got -1)"),
+    case("run exp.toml --set augment.batch_aug_m=0", "augment.batch_aug_m: must be at least 1"),
+    case("run exp.toml --set target.accuracy=95", "target.accuracy: is a fraction in (0, 1]"),
+    case("run exp.toml --set run.threads=0", "run.threads: must be at least 1 (got 0)"),
+    case("run exp.toml --set run.log_every=0", "run.log_every: must be at least 1 (got 0)"),
+    case("run exp.toml --set run.seed=-1", "run.seed: must be at least 0 (got -1)"),
+    case(
+        "run exp.toml --set train.lr=fast",
+        "train.lr: Input should be a valid number, unable to parse string as a number",
+    ),
+    case("run exp.toml --set train.epochs=2.5", "train.epochs: Input should be a valid integer"),
+    case(
+        "run exp.toml --set train.nesterov=true --set train.momentum=0",
+        "train.nesterov: Nesterov momentum needs train.momentum > 0",
+    ),
+    case(
+        "run exp.toml --set train.schedule.min_lr=1",
+        "train.schedule.min_lr: must not exceed train.lr 0.05 (got 1)",
+    ),
+    case("run exp.toml --set train.lrr=1", "unknown key 'train.lrr' (did you mean 'lr'?)"),
+    case("run exp.toml --set trian.lr=1", "unknown key 'trian' (did you mean 'train'?)"),
+    case("run exp.toml --set train.lr", "error: --set 'train.lr': expected KEY=VALUE"),
+    case("run exp.toml --set .lr=1", "error: --set '.lr=1': empty key (e.g. --set train.lr=0.01)"),
+    case("run exp.toml --set run.timing=always", "run.timing: Input should be 'off', 'coarse' or"),
+    case("run exp.toml --set model.name=resnet2", "error: unknown model 'resnet2' (did you mean"),
+    case(
+        "run exp.toml --set data.name=cifar11", "unknown dataset 'cifar11' (did you mean 'cifar10'"
+    ),
+    case("run exp.toml --set run.device=tpu", "error: unknown device 'tpu'"),
+    case("run exp.toml --set train.batch_size=100000", "is larger than the 1294 training images"),
+    # --- run: the model file, the data root, the output directory --------------------------
+    case("run exp.toml --set model.name=nodir/net.py:build", "model file nodir/net.py not found"),
+    case(
+        "run exp.toml --set model.name=/proc/forbidden/net.py:build",
+        "model file /proc/forbidden/net.py not found",
+    ),
+    case("run exp.toml --set model.name=net.py:build", "error: model file net.py is a directory"),
+    case(
+        "run exp.toml --set data.name=cifar10 --set data.root=nodir",
+        "data.root 'nodir' has no readable cifar10",
+    ),
+    case(
+        "run exp.toml --set data.name=mnist --set data.root=/proc/forbidden",
+        "data.root '/proc/forbidden' has no readable MNIST",
+    ),
+    case(
+        "run exp.toml --set data.name=imagefolder --set data.image_size=8 --set data.root=exp.toml",
+        "error: exp.toml/train not found",
+    ),
+    case(f"run exp.toml --set run.out_dir=/sys/runs {FAST_RUN}", "/sys/runs", xfail=OUT_DIR_FIX),
+    case(f"run exp.toml --set run.out_dir=exp.toml {FAST_RUN}", "exp.toml", xfail=OUT_DIR_FIX),
+    # --- config ----------------------------------------------------------------------------
+    case("config show nodir/exp.toml", "error: nodir/exp.toml: no such experiment file"),
+    case("config show /proc/forbidden/exp.toml", "/proc/forbidden/exp.toml: no such experiment"),
+    case("config show dir", "error: dir is a directory, not an experiment file"),
+    case("config show bad.toml", "error: bad.toml: malformed TOML"),
+    case("config show --set train.lr=0", "error: config with --set: train.lr: must be greater"),
+    case("config keys extra", "Error: Got unexpected extra argument"),
+    # --- demo, models, datasets, devices ---------------------------------------------------
+    case("demo --epochs 3", "Error: No such option: --epochs"),
+    case("models --bogus", "Error: No such option: --bogus"),
+    case("datasets cifar10", "Error: Got unexpected extra argument"),
+    case("devices", "error: device file dir is a directory", env="DLPERF_DEVICES=dir"),
+    case("devices", "error: bad.toml: malformed TOML", env="DLPERF_DEVICES=bad.toml"),
+    # --- runs ------------------------------------------------------------------------------
+    case("runs show 42", "error: no run 42 in the store"),
+    case("runs show abc", "Error: Invalid value for 'run_id'"),
+    case("runs compare 1", "error: compare needs two or more run IDs (e.g. dlperf runs compare"),
+    case("runs compare 42 43", f"error: {NOT_STORED}"),
+    case("runs list --limit 0", "error: --limit must be at least 1, got 0"),
+    # --- analyze, predict, calibrate -------------------------------------------------------
+    case("analyze resnet2", "error: unknown model 'resnet2' (did you mean resnet32, resnet20"),
+    case("analyze nodir/net.py:build", "error: model file nodir/net.py not found"),
+    case("analyze /proc/forbidden/net.py:build", "model file /proc/forbidden/net.py not found"),
+    case("analyze net.py:build", "error: model file net.py is a directory"),
+    case("analyze smallcnn --input 3,0,32", "error: --input '3,0,32': expected positive integers"),
+    case("analyze smallcnn --batch 0", "error: batch must be at least 1, got 0"),
+    case("analyze smallcnn --classes 0", "error: classes must be at least 1, got 0"),
+    case("analyze smallcnn --precision fp8", "error: unknown precision 'fp8'"),
+    case("predict smallcnn", "error: give --device NAME"),
+    case("predict smallcnn --device V1000", "error: unknown device 'V1000' (did you mean V100"),
+    case("predict smallcnn --device V100 --ppp 0", "error: PPP must be positive"),
+    case("predict smallcnn --device V100 --batch 0", "error: batch must be at least 1, got 0"),
+    case("calibrate --name", "Error: Option '--name' requires an argument."),
+    # --- staleness -------------------------------------------------------------------------
+    case("staleness", "error: give --learner NAME=times ... or --speeds NAME=rate,..."),
+    case("staleness --learner L1=a", "error: --learner 'L1=a': times must be numbers"),
+    case("staleness --learner L1=1 --push-latency -1", "error: --push-latency must be ≥ 0"),
+    case("staleness --speeds L1=nan --horizon 9", "error: --speeds: every value must be a number"),
+    case("staleness --train nodir/exp.toml --learners 2", "nodir/exp.toml: no such experiment"),
+    case(
+        "staleness --train /proc/forbidden/x.toml --learners 2", "/proc/forbidden/x.toml: no such"
+    ),
+    case("staleness --train dir --learners 2", "error: dir is a directory, not an experiment"),
+    case("staleness --train exp.toml --learners 0", "error: --learners must be ≥ 1, got 0"),
+    case("staleness --train exp.toml --learners 2 --set train.lr=-1", "train.lr: must be greater"),
+    # --- export ----------------------------------------------------------------------------
+    case("export resnet2 --out x.onnx", "error: unknown model 'resnet2'"),
+    case("export 42 --out x.onnx", f"error: {NOT_STORED}"),
+    case("export smallcnn --input 1,8 --out x.onnx", "error: --input must be C,H,W"),
+    case("export smallcnn --input 1,8,8 --num-classes 0 --out x.onnx", "--num-classes must be"),
+    case("export smallcnn --input 1,8,8 --rtol -1 --out x.onnx", "--rtol and --atol must be non"),
+    case(
+        "export smallcnn --input 1,8,8 --out /proc/forbidden/x.onnx",
+        "error: cannot use /proc/forbidden: No such file or directory",
+    ),
+    case(
+        "export smallcnn --input 1,8,8 --out /sys/x.onnx",
+        "error: cannot use /sys/x.onnx: Permission denied",
+        xfail="deploy/export.py: open --out for writing before exporting (today: progress, a "
+        "fallback warning and 'cannot export to ONNX: PermissionError ...')",
+    ),
+    case(
+        "export smallcnn --input 1,8,8 --out dir",
+        "error: cannot use dir: Is a directory",
+        xfail="deploy/export.py: refuse a directory as --out before exporting (today: "
+        "progress, a fallback warning, then 'cannot export to ONNX: IsADirectoryError')",
+    ),
+    # --- infer -----------------------------------------------------------------------------
+    case("infer nodir/m.onnx img.png", "error: no model file nodir/m.onnx"),
+    case("infer /proc/forbidden/m.onnx img.png", "error: no model file /proc/forbidden/m.onnx"),
+    case("infer dir img.png", "error: no model file dir"),
+    case("infer bad.toml img.png", "error: bad.toml is not an ONNX model"),
+    case("infer {onnx} nodir/img.png", "error: no image file nodir/img.png"),
+    case("infer {onnx} /proc/forbidden/img.png", "error: no image file /proc/forbidden/img.png"),
+    case("infer {onnx} dir", "error: no image file dir"),
+    case("infer {onnx} notimg.png", "error: notimg.png is not a readable image"),
+    case("infer {onnx} img.png --labels nodir/l.txt", "error: no labels file nodir/l.txt"),
+    case("infer {onnx} img.png --labels /proc/forbidden/l.txt", "no labels file /proc/forbidden"),
+    case("infer {onnx} img.png --labels dir", "error: no labels file dir"),
+    case("infer {onnx} img.png --topk 0", "error: --topk must be at least 1, got 0"),
+    case("infer {onnx}", "Error: Missing argument 'images'."),
+    case("infer bench nodir/m.onnx", "error: no model file nodir/m.onnx"),
+    case("infer bench /proc/forbidden/m.onnx", "error: no model file /proc/forbidden/m.onnx"),
+    case("infer bench dir", "error: no model file dir"),
+    case("infer bench {onnx} --batch 0", "error: batch sizes must be positive integers"),
+    case("infer bench {onnx} --batch x", "error: --batch must be integers separated by commas"),
+    case("infer bench {onnx} --repeats 0", "error: --repeats must be at least 1"),
+    case("infer bench {onnx} --torch resnet2", "error: unknown model 'resnet2'"),
+    case(
+        "infer bench {onnx} --threads -1",
+        "--threads",
+        xfail="deploy/bench.py (or system.set_threads): refuse threads < 0 with a UserError "
+        "(today torch's RuntimeError 'set_num_threads expects a positive integer', a traceback)",
+    ),
+    # --- scale -----------------------------------------------------------------------------
+    case(f"scale nodir/exp.toml {STUDY}", "error: nodir/exp.toml: no such experiment file"),
+    case(f"scale /proc/forbidden/exp.toml {STUDY}", "/proc/forbidden/exp.toml: no such experiment"),
+    case(f"scale dir {STUDY}", "error: dir is a directory, not an experiment file"),
+    case(f"scale bad.toml {STUDY}", "error: bad.toml: malformed TOML"),
+    case(f"scale exp.toml {STUDY} --set train.lr=-1", "train.lr: must be greater than 0 (got -1)"),
+    case("scale", "error: give an experiment file (or --allreduce-bench)"),
+    case("scale exp.toml --workers 0", "error: --workers needs positive counts"),
+    case(f"scale exp.toml {STUDY} --mode medium", "error: unknown mode 'medium'"),
+    case(f"scale exp.toml {STUDY} --backend mpi", "error: unknown backend 'mpi'"),
+    case(f"scale exp.toml {STUDY} --comm zip", "error: unknown --comm 'zip'"),
+    case(f"scale exp.toml {STUDY} --on-failure maybe", "error: unknown --on-failure 'maybe'"),
+    case(f"scale exp.toml {STUDY} --device V1000", "error: unknown device 'V1000'"),
+    case(f"scale exp.toml {STUDY} --emit pbs", "error: unknown --emit 'pbs'"),
+    case(
+        f"scale exp.toml {STUDY} --emit slurm --out nodir/x.sbatch",
+        "error: cannot use nodir/x.sbatch: No such file or directory",
+    ),
+    case(
+        f"scale exp.toml {STUDY} --emit slurm --out /sys/x.sbatch",
+        "error: cannot use /sys/x.sbatch: Permission denied",
+    ),
+    case(f"scale exp.toml {STUDY} --emit slurm --out dir", "error: cannot use dir: Is a directory"),
+    case("scale --allreduce-bench --workers 1 --sizes 1XB", "error: bad message size '1XB'"),
+    case(
+        "scale exp.toml --workers 1 --mode weak --per-worker-batch 8 --steps 0",
+        "--steps",
+        xfail=SCALE_FIX,
+    ),
+    case(
+        "scale exp.toml --workers 1 --mode weak --per-worker-batch 0 --steps 2 --emit slurm",
+        "--per-worker-batch",
+        xfail=SCALE_FIX,
+    ),
+    case(
+        f"scale exp.toml {STUDY} --price-per-hour -1 --emit slurm",
+        "--price-per-hour",
+        xfail=SCALE_FIX,
+    ),
+    case(f"scale exp.toml {STUDY} --bucket-mb 0 --emit slurm", "--bucket-mb", xfail=SCALE_FIX),
+    # --- converge fit, predict, regress ----------------------------------------------------
+    case(
+        "converge fit --csv nodir/c.csv --y metric", "error: cannot read nodir/c.csv: No such file"
+    ),
+    case(
+        "converge fit --csv /proc/forbidden/c.csv --y metric", "cannot read /proc/forbidden/c.csv"
+    ),
+    case("converge fit --csv dir --y metric", "error: cannot read dir: Is a directory"),
+    case("converge fit --csv bad.toml --y metric", "error: bad.toml has no rows"),
+    case(
+        "converge fit --csv {pollux} --y metrik", "has no column 'metrik' (did you mean 'metric'?)"
+    ),
+    case(f"{CURVE} --upto 2", "error: --upto is a fraction in (0, 1], got 2.0"),
+    case("converge fit --csv {pollux} --y metric --metric acc", "error: unknown metric 'acc'"),
+    case(f"{CURVE} --plot nodir/fit.png", "error: cannot use nodir/fit.png: No such file or"),
+    case(f"{CURVE} --plot /sys/fit.png", "error: cannot use /sys/fit.png: Permission denied"),
+    case(f"{CURVE} --plot dir", "error: cannot use dir: Is a directory"),
+    case(f"{CURVE} --plot fit.xyz", "error: fit.xyz: not a figure format matplotlib writes"),
+    case("converge fit 42", f"error: {NOT_STORED}"),
+    case("converge fit", "error: give RUN_ID ... or --csv FILE (not both)"),
+    case(
+        f"{CURVE.replace('fit', 'predict')} --target 1.5", "an accuracy target must lie in [0, 1]"
+    ),
+    case(f"{CURVE.replace('fit', 'predict')} --target 0.9 --form cubic", "unknown form 'cubic'"),
+    case("converge predict --csv nodir/c.csv --y metric --target 1", "cannot read nodir/c.csv"),
+    case(
+        "converge regress nodir/c.csv:depth=2 --features depth --y metric",
+        "cannot read nodir/c.csv",
+    ),
+    case(
+        "converge regress /proc/forbidden/c.csv:depth=2 --features depth --y metric",
+        "error: cannot read /proc/forbidden/c.csv",
+    ),
+    case(
+        "converge regress dir:depth=2 --features depth --y metric",
+        "cannot read dir: Is a directory",
+    ),
+    case("converge regress {pollux} --features depth --y metric", "has no depth (e.g."),
+    case("converge regress 42 --features depth", f"error: {NOT_STORED}"),
+    case(
+        "converge regress {pollux}:depth=2 --features depth --y metric --plot /sys/r.png",
+        "error: cannot use /sys/r.png",
+    ),
+    # --- converge speed fit, plan ----------------------------------------------------------
+    case("converge speed fit --csv nodir/s.csv --model pollux", "error: cannot read nodir/s.csv"),
+    case(
+        "converge speed fit --csv /proc/forbidden/s.csv --model pollux",
+        "cannot read /proc/forbidden/s.csv",
+    ),
+    case("converge speed fit --csv dir --model pollux", "error: cannot read dir: Is a directory"),
+    case(
+        "converge speed fit --csv optimus.csv --model polux", "error: unknown speed model 'polux'"
+    ),
+    case("converge speed fit 42 --model pollux", "error: no study 42 in the store"),
+    case(
+        "converge speed fit --csv optimus.csv --model optimus-sync --predict workers=0",
+        "error: --predict 'workers=0': workers, ps and nodes are whole numbers ≥ 1",
+    ),
+    case("converge speed fit --csv optimus.csv", "Error: Missing option '--model'."),
+    case("converge plan", "error: plan needs --curve, --speed and --target"),
+    case(PLAN.replace("curve.json", "nodir/c.json"), "error: cannot read curve fit nodir/c.json"),
+    case(
+        PLAN.replace("curve.json", "/proc/forbidden/c.json"), "cannot read curve fit /proc/forbid"
+    ),
+    case(PLAN.replace("curve.json", "dir"), "error: cannot read curve fit dir: Is a directory"),
+    case(PLAN.replace("curve.json", "bad.toml"), "error: bad.toml is not JSON"),
+    case(PLAN.replace("speed.json", "nodir/s.json"), "error: cannot read speed fit nodir/s.json"),
+    case(
+        PLAN.replace("speed.json", "/proc/forbidden/s.json"), "cannot read speed fit /proc/forbid"
+    ),
+    case(PLAN.replace("speed.json", "dir"), "error: cannot read speed fit dir: Is a directory"),
+    case(PLAN.replace("speed.json", "curve.json"), "error: curve.json is not a speed fit"),
+    case(f"{PLAN} --workers 0", "error: --workers needs counts ≥ 1, got '0'"),
+    case(f"{PLAN} --ps x", "error: --ps must look like 1-16 or 2,4,8, got 'x'"),
+    case(f"{PLAN} --batch 0", "error: the global batch must be a positive number, got 0"),
+    case(f"{PLAN} --price-per-hour -1", "error: --price-per-hour must be 0 or more, got -1"),
+    case(f"{PLAN} --plot /proc/forbidden/plan.png", "error: cannot use /proc/forbidden/plan.png"),
+    case(f"{PLAN} --plot dir", "error: cannot use dir: Is a directory"),
+    case("converge plan --cluster nodir/jobs.toml --gpus 4", "cannot read nodir/jobs.toml"),
+    case("converge plan --cluster /proc/forbidden/j.toml --gpus 4", "cannot read /proc/forbidden"),
+    case("converge plan --cluster dir --gpus 4", "error: cannot read dir: Is a directory"),
+    case("converge plan --cluster bad.toml --gpus 4", "error: bad.toml is not valid TOML"),
+    case("converge plan --cluster exp.toml --gpus 4", "error: exp.toml has no [[job]] tables"),
+    case("converge plan --cluster jobs.toml --gpus 1", "error: 1 devices cannot give 1 jobs one"),
+    # --- detect ----------------------------------------------------------------------------
+    case("detect export --out d.onnx --model yolo", "error: unknown detector 'yolo'"),
+    case("detect export --out d.onnx --size 33", "error: input size 33 not supported"),
+    case("detect export --out d.onnx --weights nodir/w.pt", "error: no weights file nodir/w.pt"),
+    case("detect export --out d.onnx --weights /proc/forbidden/w.pt", "no weights file /proc/forb"),
+    case("detect export --out d.onnx --weights dir", "error: no weights file dir"),
+    case("detect export --out d.onnx --weights bad.toml", "bad.toml is not a PyTorch weights file"),
+    case("detect export --out d.onnx --labels nodir/l.txt", "error: no labels file nodir/l.txt"),
+    case("detect export --out d.onnx --labels dir", "error: no labels file dir"),
+    case("detect run nodir/d.onnx img.png", "error: no model file nodir/d.onnx"),
+    case(
+        "detect run /proc/forbidden/d.onnx img.png", "error: no model file /proc/forbidden/d.onnx"
+    ),
+    case("detect run dir img.png", "error: no model file dir"),
+    case(
+        "detect run {onnx} img.png", "is a classification model, not a detector (use dlperf infer)"
+    ),
+    case("detect make-shapes /proc/forbidden/shapes", "error: cannot use /proc/forbidden: No such"),
+    case(
+        "detect make-shapes /sys/shapes", "error: cannot use /sys/shapes: Operation not permitted"
+    ),
+    case("detect make-shapes exp.toml", "error: cannot use exp.toml/Annotations: Not a directory"),
+    case("detect make-shapes shapes --images 1", "error: make-shapes needs at least 2 images"),
+    case("detect finetune nodir/voc", "error: nodir/voc is not a VOC data set"),
+    case("detect finetune /proc/forbidden/voc", "error: /proc/forbidden/voc is not a VOC data set"),
+    case("detect finetune exp.toml", "error: exp.toml is not a VOC data set"),
+    case("detect finetune dir --epochs 0", "error: --epochs and --batch must be 1 or more"),
+    case("detect finetune dir --ap best", "error: unknown --ap 'best'"),
+    # --- serve -----------------------------------------------------------------------------
+    case("serve nodir/m.onnx", "error: no model file nodir/m.onnx"),
+    case("serve /proc/forbidden/m.onnx", "error: no model file /proc/forbidden/m.onnx"),
+    case("serve dir", "error: no model file dir"),
+    case("serve bad.toml", "error: bad.toml is not an ONNX model"),
+    case("serve {onnx} --port 70000", "Error: Invalid value for '--port'"),
+    case("serve bench nonsense", "error: 'nonsense' is not an http:// URL"),
+    case("serve bench http://example.com:80", "error: example.com is not a loopback address"),
+    case("serve bench http://127.0.0.1:1 --concurrency 0", "error: --concurrency '0': expected"),
+    case("serve bench http://127.0.0.1:1 --image nodir/i.png", "error: no image file nodir/i.png"),
+    case("serve bench http://127.0.0.1:1 --image /proc/forbidden/i.png", "no image file /proc/for"),
+    case("serve bench http://127.0.0.1:1 --image dir", "error: no image file dir"),
+]
+
+
+@pytest.fixture(scope="module")
+def onnx_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random smallcnn for 1x8x8 images, exported once for the cases that need a model."""
+    from dlperf.deploy.export import export, from_registry
+
+    path = tmp_path_factory.mktemp("bad_inputs") / "small.onnx"
+    export(from_registry("smallcnn", (1, 8, 8), 4), path, dynamic_batch=True, single_file=True)
+    return path
+
+
+def write_inputs(root: Path) -> None:
+    """The good and bad files the cases name, relative to the working directory."""
+    (root / "exp.toml").write_text(TINY.format(epochs=1))
+    (root / "bad.toml").write_text("[model\n")
+    (root / "dir").mkdir()
+    (root / "net.py").mkdir()  # a directory that looks like a model file
+    Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(root / "img.png")
+    (root / "notimg.png").write_text("not an image")
+    rows = [f"{w},{p},256,{0.5 / w + 0.01 + 0.02 * w / p:.4f}" for w in (1, 2, 4) for p in (1, 2)]
+    (root / "optimus.csv").write_text("workers,ps,global_batch,step_time_s\n" + "\n".join(rows))
+    (root / "curve.json").write_text(
+        json.dumps({"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1, "last_step": 10})
+    )
+    speed = {
+        "model": "optimus-sync",
+        "params": {f"theta{i}": 0.01 for i in range(5)},
+        "error_pct": 0.0,
+        "max_error_pct": 0.0,
+        "n_points": 6,
+        "converged": True,
+        "message": "",
+        "typical_batch": 256.0,
+        "typical_local_batch": 128.0,
+    }
+    (root / "speed.json").write_text(json.dumps(speed))
+    (root / "jobs.toml").write_text(
+        '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.5\n'
+    )
+
+
+@pytest.mark.parametrize(("line", "expected", "code", "env"), CASES)
+def test_bad_input_is_one_line(
+    cli: Callable[..., CliResult],
+    store: Store,
+    onnx_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    line: str,
+    expected: str,
+    code: int,
+    env: str,
+) -> None:
+    write_inputs(tmp_path)
+    monkeypatch.setenv("DLPERF_DEVICES", str(tmp_path / "devices.toml"))  # never ~/.config
+    if env:
+        monkeypatch.setenv(*env.split("=", 1))
+    result = cli(*shlex.split(line.format(onnx=onnx_model, pollux=POLLUX)))
+    lines = result.err.strip().splitlines()
+    assert result.code == code and lines, (result.out, result.err)
+    if expected.startswith("Error: "):  # Click's usage text, if any, then its error
+        assert expected in lines[-1], result.err
+    else:
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+        assert expected in lines[0], result.err
+    assert store.list_runs() == [], "bad input must leave the run store untouched"

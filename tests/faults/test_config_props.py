@@ -1,0 +1,301 @@
+"""Properties of experiment configs over generated keys, values and TOML documents.
+
+Whatever `--set` or a TOML file holds, loading gives a validated Experiment or raises
+UserError with one line; never another exception. A value in a key's range is what the
+resolved config holds, and survives `to_toml` and loading again; a value outside it is
+refused with a message naming the key. The ranges below are the specification, written
+out rather than read from dlperf.config, so a bound that goes missing there fails here.
+
+Hypothesis runs derandomized and without its example database: every run tries the same
+examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from dlperf.config import describe, load_experiment, to_toml
+from dlperf.errors import UserError
+
+REPEATABLE = settings(derandomize=True, database=None, deadline=None, max_examples=150)
+
+
+@dataclass(frozen=True)
+class Range:
+    """A numeric key's values: `kind` from `low` (excluded when `low_open`) up to `high`
+    (excluded when `high_open`; None: no upper bound)."""
+
+    kind: type
+    low: int
+    high: int | None = None
+    low_open: bool = False
+    high_open: bool = True
+
+    def valid(self) -> st.SearchStrategy[Any]:
+        if self.kind is int:
+            high = None if self.high is None else self.high - self.high_open
+            return st.integers(self.low + self.low_open, high)
+        return st.floats(
+            self.low,
+            self.high,
+            exclude_min=self.low_open,
+            exclude_max=self.high is not None and self.high_open,
+            allow_nan=False,
+            allow_infinity=False,
+        )
+
+    def invalid(self) -> st.SearchStrategy[Any]:
+        """Below the range, above it, of the wrong kind, or not a number at all."""
+        if self.kind is int:
+            below = st.integers(max_value=self.low - (not self.low_open))
+            # a whole-number key refuses fractions even within its bounds
+            wrong = st.integers(self.low, self.low + 100).map(lambda n: n + 0.5)
+        else:
+            below = st.floats(max_value=self.low, exclude_max=not self.low_open)
+            wrong = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+        choices = [below, wrong, st.sampled_from(["fast", "1,5", ""])]
+        if self.high is not None:
+            choices.append(
+                st.integers(min_value=self.high + (not self.high_open))
+                if self.kind is int
+                else st.floats(min_value=self.high, exclude_min=not self.high_open)
+            )
+        return st.one_of(*choices)
+
+
+NUMERIC = {
+    "data.num_workers": Range(int, 0),
+    "data.max_memory_gb": Range(float, 0),
+    "data.val_fraction": Range(float, 0, 1),
+    "data.test_fraction": Range(float, 0, 1),
+    "data.split_seed": Range(int, 0, 2**32),
+    "data.limit": Range(int, 1),
+    "data.image_size": Range(int, 1),
+    "data.num_classes": Range(int, 2),
+    "data.size": Range(int, 1),
+    "train.epochs": Range(int, 1),
+    "train.batch_size": Range(int, 1),
+    "train.lr": Range(float, 0, low_open=True),
+    "train.momentum": Range(float, 0, 1),
+    "train.weight_decay": Range(float, 0),
+    "train.grad_clip": Range(float, 0, low_open=True),
+    "train.label_smoothing": Range(float, 0, 1),
+    "train.schedule.gamma": Range(float, 0, low_open=True),
+    "train.schedule.warmup_epochs": Range(float, 0),
+    "train.schedule.min_lr": Range(float, 0),
+    "augment.crop_padding": Range(int, 0),
+    "augment.cutout": Range(int, 0),
+    "augment.batch_aug_m": Range(int, 1),
+    "target.accuracy": Range(float, 0, 1, low_open=True, high_open=False),
+    "run.seed": Range(int, 0, 2**32),
+    "run.threads": Range(int, 1),
+    "run.warmup_steps": Range(int, 0),
+    "run.log_every": Range(int, 1),
+}
+UNIT = st.floats(0, 1)
+LISTS = {  # key: (valid, invalid)
+    "data.shape": (
+        st.lists(st.integers(1, 512), min_size=3, max_size=3),
+        st.lists(st.integers(1, 512), max_size=5).filter(lambda s: len(s) != 3)
+        | st.lists(st.integers(-5, 0), min_size=3, max_size=3),
+    ),
+    "data.mean": (
+        st.lists(UNIT, min_size=1, max_size=4),
+        st.just([]) | st.lists(st.floats(1, exclude_min=True), min_size=1, max_size=4),
+    ),
+    "data.std": (
+        st.lists(st.floats(0, 1, exclude_min=True), min_size=1, max_size=4),
+        st.just([]) | st.lists(st.floats(max_value=0), min_size=1, max_size=4),
+    ),
+    "train.schedule.milestones": (
+        st.lists(st.integers(1, 1000), max_size=4),
+        st.lists(st.integers(max_value=0), min_size=1, max_size=4),
+    ),
+}
+CHOICES = {
+    "data.loader": ["tensor", "torchvision"],
+    "train.optimizer": ["sgd", "adamw"],
+    "train.schedule.kind": ["multistep", "cosine", "constant"],
+    "run.precision": ["fp32", "bf16", "fp16"],
+    "run.timing": ["off", "coarse", "phases"],
+}
+FLAGS = [
+    "data.download",
+    "data.in_memory",
+    "train.nesterov",
+    "augment.flip",
+    "run.channels_last",
+    "run.compile",
+    "run.checkpoint",
+]
+# Checked where they are used (the registries, the device, the file system), not on loading.
+TEXTS = ["model.name", "data.name", "data.root", "run.name", "run.device", "run.out_dir"]
+NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
+KWARGS = st.dictionaries(NAME, st.integers() | st.booleans() | st.text(max_size=5), max_size=3)
+
+VALID: dict[str, st.SearchStrategy[Any]] = {
+    **{key: r.valid() for key, r in NUMERIC.items()},
+    **{key: valid for key, (valid, _) in LISTS.items()},
+    **{key: st.sampled_from(values) for key, values in CHOICES.items()},
+    **{key: st.booleans() for key in FLAGS},
+    **{key: st.text() for key in TEXTS},
+}
+INVALID: dict[str, st.SearchStrategy[Any]] = {
+    **{key: r.invalid() for key, r in NUMERIC.items()},
+    **{key: invalid for key, (_, invalid) in LISTS.items()},
+    **{key: st.text().filter(lambda t, v=values: t not in v) for key, values in CHOICES.items()},
+    **{key: st.floats(0.1, 0.9) | st.lists(st.booleans(), max_size=2) for key in FLAGS},
+}
+
+
+def literal(value: Any) -> str:
+    """`value` as the TOML text `--set key=TEXT` reads back as `value`."""
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()
+
+
+def lookup(tree: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for key, value in flat.items():
+        *sections, name = key.split(".")
+        node = tree
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    return tree
+
+
+def with_key(table: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[tuple[str, Any]]:
+    return st.sampled_from(sorted(table)).flatmap(lambda k: st.tuples(st.just(k), table[k]))
+
+
+def one_line(error: UserError) -> str:
+    message = str(error)
+    assert "\n" not in message, message
+    return message
+
+
+def problem(flat: dict[str, Any]) -> str | None:
+    """The key a valid document breaks by combining values, if it does."""
+    nesterov = flat.get("train.optimizer", "sgd") == "sgd" and flat.get("train.nesterov")
+    if nesterov and flat.get("train.momentum", 0.9) == 0:
+        return "train.nesterov"
+    kind = flat.get("train.schedule.kind", "constant")
+    if kind == "multistep" and not flat.get("train.schedule.milestones"):
+        return "train.schedule.milestones"
+    if kind == "cosine" and flat.get("train.schedule.min_lr", 0) > flat.get("train.lr", 0.05):
+        return "train.schedule.min_lr"
+    return None
+
+
+@pytest.fixture(scope="module")
+def exp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One file rewritten by every example (hypothesis runs them within one test call)."""
+    return tmp_path_factory.mktemp("props") / "exp.toml"
+
+
+def test_every_key_has_a_specified_range_or_kind() -> None:
+    specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, "model.kwargs"}
+    assert {key for key, _ in describe()} == specified
+
+
+@REPEATABLE
+@given(with_key(VALID))
+def test_a_valid_set_is_the_resolved_value(exp_file: Path, pair: tuple[str, Any]) -> None:
+    key, value = pair
+    assume(problem({key: value}) is None)  # e.g. multistep alone: tested with documents
+    exp = load_experiment(None, [f"{key}={literal(value)}"])
+    assert lookup(exp.to_dict(), key) == value
+    exp_file.write_text(to_toml(exp))
+    again = load_experiment(exp_file)
+    assert lookup(again.to_dict(), key) == value
+    assert again.config_hash() == exp.config_hash()
+
+
+@REPEATABLE
+@given(with_key(INVALID))
+def test_an_invalid_value_is_refused_naming_its_key(pair: tuple[str, Any]) -> None:
+    key, value = pair
+    with pytest.raises(UserError) as info:
+        load_experiment(None, [f"{key}={literal(value)}"])
+    assert key in one_line(info.value)
+
+
+KEY_PARTS = sorted({part for key, _ in describe() for part in key.split(".")})
+NEAR_KEYS = st.lists(st.sampled_from(KEY_PARTS) | st.text(max_size=6), min_size=1, max_size=4)
+SET_VALUES = st.sampled_from(["1", "-1", "0.5", "nan", "x", "[1, 2]", "true", '"s"', "{a=1}", ""])
+
+
+@REPEATABLE
+@given(
+    st.lists(
+        st.tuples(NEAR_KEYS.map(".".join), SET_VALUES | st.text(max_size=8)).map("=".join)
+        | st.text(max_size=12),
+        max_size=4,
+    )
+)
+def test_any_set_resolves_or_is_one_line_user_error(assignments: list[str]) -> None:
+    try:
+        load_experiment(None, assignments)
+    except UserError as e:
+        one_line(e)
+
+
+@REPEATABLE
+@given(st.fixed_dictionaries({}, optional={**VALID, "model.kwargs": KWARGS}))
+def test_a_valid_document_loads_and_round_trips(exp_file: Path, flat: dict[str, Any]) -> None:
+    exp_file.write_text(tomli_w.dumps(nest(flat)))
+    broken = problem(flat)
+    if broken is not None:
+        with pytest.raises(UserError) as info:
+            load_experiment(exp_file)
+        assert broken in one_line(info.value)
+        return
+    exp = load_experiment(exp_file)
+    resolved = exp.to_dict()
+    assert all(lookup(resolved, key) == value for key, value in flat.items())
+    exp_file.write_text(to_toml(exp))
+    assert load_experiment(exp_file).to_dict() == resolved
+
+
+SCALARS = st.integers() | st.floats() | st.booleans() | st.text(max_size=6) | st.dates()
+TOML_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(KEY_PARTS) | st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@REPEATABLE
+@given(st.dictionaries(st.sampled_from(KEY_PARTS) | st.text(max_size=6), TOML_VALUES, max_size=4))
+def test_any_document_loads_or_is_one_line_user_error(exp_file: Path, doc: dict[str, Any]) -> None:
+    exp_file.write_text(tomli_w.dumps(doc))
+    try:
+        load_experiment(exp_file)
+    except UserError as e:
+        one_line(e)
+
+
+@REPEATABLE
+@given(st.binary(max_size=40) | st.text(max_size=40).map(str.encode))
+def test_any_bytes_load_or_are_one_line_user_error(exp_file: Path, content: bytes) -> None:
+    exp_file.write_bytes(content)
+    try:
+        load_experiment(exp_file)
+    except UserError as e:
+        one_line(e)
