@@ -105,7 +105,7 @@ def test_two_stores_in_one_directory_keep_their_own_weights(
 
 def _real_checkpoint(path: Path) -> None:
     owner = checkpoint.Owner("0123456789ab", 1, "cafe")
-    checkpoint.save(checkpoint.owned(path, owner), {"model": {"w": torch.ones(64, 64)}})
+    checkpoint.save(checkpoint.Slot(path, owner), {"model": {"w": torch.ones(64, 64)}})
 
 
 def _garbage(path: Path) -> None:

@@ -33,17 +33,12 @@ class Owner:
     config_hash: str | None
 
 
-class OwnedPath(type(Path())):  # the concrete class: Path itself subclasses only from 3.12
-    """A checkpoint's path that knows whose checkpoint goes there. train() only passes the path
-    on to `save`, so the owner travels with it and every checkpoint written is stamped."""
+@dataclass(frozen=True)
+class Slot:
+    """Where a run's checkpoints go and whose they are, so every checkpoint written is stamped."""
 
+    path: Path
     owner: Owner
-
-
-def owned(path: Path, owner: Owner) -> OwnedPath:
-    located = OwnedPath(path)
-    located.owner = owner
-    return located
 
 
 def rng_state() -> dict[str, Any]:
@@ -68,13 +63,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(path: OwnedPath, state: dict[str, Any]) -> None:
+def save(slot: Slot, state: dict[str, Any]) -> None:
     """Write `state` stamped with its owner, atomically: a crash or a full disk mid-save
     leaves the previous checkpoint intact and no partial file behind."""
     # Serialised in memory first: torch.save's zip writer turns a full disk into a
     # RuntimeError ("unexpected pos"); a plain write reports it as the OSError it is (ENOSPC).
     buffer = io.BytesIO()
-    torch.save({OWNER: asdict(path.owner), **state}, buffer)
+    torch.save({OWNER: asdict(slot.owner), **state}, buffer)
+    path = slot.path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     try:

@@ -65,9 +65,9 @@ def run_experiment(
         study_id=study_id,
     ) as record:
         where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
-        ckpt = checkpoint.owned(where, checkpoint.Owner(store.id, record.id, digest))
+        ckpt = checkpoint.Slot(where, checkpoint.Owner(store.id, record.id, digest))
         if exp.run.checkpoint:
-            store.add_artifact(record.id, "checkpoint", ckpt)
+            store.add_artifact(record.id, "checkpoint", where)
         return _execute(exp, store, record, ckpt, None, device, threads, data, model, reporter)
 
 
@@ -98,7 +98,7 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     )
     store.set_running(run_id)
     with store.recording(run_id) as record:
-        ckpt = checkpoint.owned(paths[-1], owner)
+        ckpt = checkpoint.Slot(paths[-1], owner)
         return _execute(exp, store, record, ckpt, state, device, threads, data, model, reporter)
 
 
@@ -106,7 +106,7 @@ def _execute(
     exp: Experiment,
     store: Store,
     record: Recording,
-    ckpt: checkpoint.OwnedPath,
+    ckpt: checkpoint.Slot,
     state: dict[str, Any] | None,
     device: torch.device,
     threads: int,

@@ -161,7 +161,7 @@ def train(
     device: torch.device,
     store: Store,
     run_id: int,
-    checkpoint_path: Path,
+    checkpoint_slot: checkpoint.Slot,
     resume: dict[str, Any] | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
@@ -284,7 +284,7 @@ def train(
         )
         if run.checkpoint:
             checkpoint.save(
-                checkpoint_path,
+                checkpoint_slot,
                 {
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
