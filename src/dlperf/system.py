@@ -48,7 +48,10 @@ def pick_device(spec: str = "auto") -> torch.device:
 
 
 def set_threads(threads: int | None) -> int:
-    """Set intra-op threads explicitly: the default oversubscribes small hosts badly."""
+    """Set intra-op threads explicitly: the default oversubscribes small hosts badly.
+    None: every usable core."""
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads must be at least 1, got {threads}")
     n = threads or usable_cores()
     torch.set_num_threads(n)
     return n

@@ -45,10 +45,6 @@ FAST_RUN = "--set data.limit=64"  # two steps: a case that trains before it fail
 STUDY = "--workers 1 --mode weak --per-worker-batch 8 --steps 2"  # a valid scale study
 CURVE = "converge fit --csv {pollux} --y metric --metric accuracy"
 PLAN = "converge plan --curve curve.json --speed speed.json --target 0.5"
-OUT_DIR_FIX = (
-    "engine/run.py: create and check run.out_dir in _prepare, before the run is recorded "
-    "(today it trains, records a failed run, then fails on the checkpoint)"
-)
 SCALE_FIX = (
     "cli/scale.py / dist/study.py: validate ScaleOptions (batch >= 1, --steps/--epochs >= 1, "
     "price >= 0, bucket > 0) before --emit and before launching torchrun"
@@ -138,8 +134,8 @@ CASES = [
         "run exp.toml --set data.name=imagefolder --set data.image_size=8 --set data.root=exp.toml",
         "error: exp.toml/train not found",
     ),
-    case(f"run exp.toml --set run.out_dir=/sys/runs {FAST_RUN}", "/sys/runs", xfail=OUT_DIR_FIX),
-    case(f"run exp.toml --set run.out_dir=exp.toml {FAST_RUN}", "exp.toml", xfail=OUT_DIR_FIX),
+    case(f"run exp.toml --set run.out_dir=/sys/runs {FAST_RUN}", "/sys/runs"),
+    case(f"run exp.toml --set run.out_dir=exp.toml {FAST_RUN}", "exp.toml"),
     # --- config ----------------------------------------------------------------------------
     case("config show nodir/exp.toml", "error: nodir/exp.toml: no such experiment file"),
     case("config show /proc/forbidden/exp.toml", "/proc/forbidden/exp.toml: no such experiment"),
@@ -198,15 +194,8 @@ CASES = [
     case(
         "export smallcnn --input 1,8,8 --out /sys/x.onnx",
         "error: cannot use /sys/x.onnx: Permission denied",
-        xfail="deploy/export.py: open --out for writing before exporting (today: progress, a "
-        "fallback warning and 'cannot export to ONNX: PermissionError ...')",
     ),
-    case(
-        "export smallcnn --input 1,8,8 --out dir",
-        "error: cannot use dir: Is a directory",
-        xfail="deploy/export.py: refuse a directory as --out before exporting (today: "
-        "progress, a fallback warning, then 'cannot export to ONNX: IsADirectoryError')",
-    ),
+    case("export smallcnn --input 1,8,8 --out dir", "error: cannot use dir: Is a directory"),
     # --- infer -----------------------------------------------------------------------------
     case("infer nodir/m.onnx img.png", "error: no model file nodir/m.onnx"),
     case("infer /proc/forbidden/m.onnx img.png", "error: no model file /proc/forbidden/m.onnx"),
@@ -228,12 +217,7 @@ CASES = [
     case("infer bench {onnx} --batch x", "error: --batch must be integers separated by commas"),
     case("infer bench {onnx} --repeats 0", "error: --repeats must be at least 1"),
     case("infer bench {onnx} --torch resnet2", "error: unknown model 'resnet2'"),
-    case(
-        "infer bench {onnx} --threads -1",
-        "--threads",
-        xfail="deploy/bench.py (or system.set_threads): refuse threads < 0 with a UserError "
-        "(today torch's RuntimeError 'set_num_threads expects a positive integer', a traceback)",
-    ),
+    case("infer bench {onnx} --threads -1", "--threads"),
     # --- scale -----------------------------------------------------------------------------
     case(f"scale nodir/exp.toml {STUDY}", "error: nodir/exp.toml: no such experiment file"),
     case(f"scale /proc/forbidden/exp.toml {STUDY}", "/proc/forbidden/exp.toml: no such experiment"),

@@ -252,6 +252,15 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
+def _check_writable(path: Path) -> None:
+    """An unwritable --out fails now, in one line, rather than after the export's work."""
+    existed = path.exists()
+    with open(path, "ab"):
+        pass
+    if not existed:
+        path.unlink()
+
+
 def export(
     source: Source,
     out: Path,
@@ -271,6 +280,7 @@ def export(
     if rtol < 0 or atol < 0:
         raise UserError("--rtol and --atol must be non-negative")
     out.parent.mkdir(parents=True, exist_ok=True)
+    _check_writable(out)
     data_file = out.with_name(out.name + ".data")
     data_file.unlink(missing_ok=True)  # a stale weights file from an earlier export
     model, meta = source.model.eval(), source.meta

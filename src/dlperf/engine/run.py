@@ -56,6 +56,8 @@ def run_experiment(
     reporter = reporter or NullReporter()
     device, threads, data, model = _prepare(exp)
     digest = exp.config_hash()
+    if exp.run.checkpoint:  # an unusable out_dir fails before the run is recorded
+        store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
     with store.new_run(
         name=exp.run.name or exp.model.name,
         kind="run",
