@@ -169,6 +169,12 @@ CASES = [
     case("predict smallcnn --device V100 --ppp 0", "error: PPP must be positive"),
     case("predict smallcnn --device V100 --batch 0", "error: batch must be at least 1, got 0"),
     case("calibrate --name", "Error: Option '--name' requires an argument."),
+    case(
+        "calibrate",
+        "error: cannot use /sys/devices.toml: Permission denied",
+        env="DLPERF_DEVICES=/sys/devices.toml",
+    ),
+    case("calibrate", "error: cannot use dir: Is a directory", env="DLPERF_DEVICES=dir"),
     # --- staleness -------------------------------------------------------------------------
     case("staleness", "error: give --learner NAME=times ... or --speeds NAME=rate,..."),
     case("staleness --learner L1=a", "error: --learner 'L1=a': times must be numbers"),
@@ -351,6 +357,9 @@ CASES = [
     case("detect export --out d.onnx --weights bad.toml", "bad.toml is not a PyTorch weights file"),
     case("detect export --out d.onnx --labels nodir/l.txt", "error: no labels file nodir/l.txt"),
     case("detect export --out d.onnx --labels dir", "error: no labels file dir"),
+    case("detect export --out /sys/d.onnx", "error: cannot use /sys/d.onnx: Permission denied"),
+    case("detect export --out dir", "error: cannot use dir: Is a directory"),
+    case("detect export --out d.onnx --num-classes 1", "error: --num-classes counts the back"),
     case("detect run nodir/d.onnx img.png", "error: no model file nodir/d.onnx"),
     case(
         "detect run /proc/forbidden/d.onnx img.png", "error: no model file /proc/forbidden/d.onnx"
@@ -370,6 +379,8 @@ CASES = [
     case("detect finetune exp.toml", "error: exp.toml is not a VOC data set"),
     case("detect finetune dir --epochs 0", "error: --epochs and --batch must be 1 or more"),
     case("detect finetune dir --ap best", "error: unknown --ap 'best'"),
+    case("detect finetune dir --out dir", "error: cannot use dir: Is a directory"),
+    case("detect finetune dir --out /sys/d.pt", "error: cannot use /sys/d.pt: Permission denied"),
     # --- serve -----------------------------------------------------------------------------
     case("serve nodir/m.onnx", "error: no model file nodir/m.onnx"),
     case("serve /proc/forbidden/m.onnx", "error: no model file /proc/forbidden/m.onnx"),

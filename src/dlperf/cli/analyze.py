@@ -11,6 +11,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import UserError
+from dlperf.paths import check_writable
 
 INPUT_HELP = (
     "Input shape without the batch, e.g. 3,224,224 "
@@ -412,9 +413,11 @@ def calibrate(
 
     Example: dlperf calibrate && dlperf predict resnet18 --measure
     """
+    from dlperf.analytic.devices import user_file
     from dlperf.analytic.measure import calibrate_recorded
     from dlperf.system import pick_device, set_threads
 
+    check_writable(user_file())  # before minutes of measuring, not after
     local = pick_device("auto")
     threads = set_threads(None)
     store = open_store()

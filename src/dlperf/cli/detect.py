@@ -11,6 +11,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import CheckFailed, UserError
+from dlperf.paths import check_writable
 
 detect_app = typer.Typer(
     help="Object detection: export torchvision's SSD detectors to ONNX, run them in ONNX "
@@ -62,6 +63,9 @@ def export(
     from dlperf.system import set_threads
 
     detect.check_model_name(model)
+    if num_classes is not None and num_classes < 2:
+        raise UserError(f"--num-classes counts the background too: at least 2, got {num_classes}")
+    check_writable(out)
     set_threads(threads)
     names = detect.read_labels(labels) if labels is not None else None
     with console.reporter() as rep:
@@ -181,6 +185,7 @@ def finetune(
         raise UserError("--epochs and --batch must be 1 or more and --lr positive")
     if ap_method not in voc.AP_METHODS:
         raise UserError(f"unknown --ap '{ap_method}'", f"choose {' or '.join(voc.AP_METHODS)}")
+    check_writable(out)
     recipe = Recipe(epochs, batch, lr, ap_method, seed)
     splits = (train_split, val_split)
     store = open_store()

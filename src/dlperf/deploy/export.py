@@ -25,6 +25,7 @@ from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import CheckFailed, UserError
+from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 
@@ -252,15 +253,6 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
-def _check_writable(path: Path) -> None:
-    """An unwritable --out fails now, in one line, rather than after the export's work."""
-    existed = path.exists()
-    with open(path, "ab"):
-        pass
-    if not existed:
-        path.unlink()
-
-
 def export(
     source: Source,
     out: Path,
@@ -279,8 +271,7 @@ def export(
     reporter = reporter or NullReporter()
     if rtol < 0 or atol < 0:
         raise UserError("--rtol and --atol must be non-negative")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _check_writable(out)
+    check_writable(out)
     data_file = out.with_name(out.name + ".data")
     data_file.unlink(missing_ok=True)  # a stale weights file from an earlier export
     model, meta = source.model.eval(), source.meta
