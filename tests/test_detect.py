@@ -11,7 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from dlperf.deploy import detect, finetune, meta, voc
+from dlperf.deploy import meta
+from dlperf.detect import finetune, ssd, voc
 from dlperf.errors import UserError
 from dlperf.store import Store
 from tests.conftest import CliResult
@@ -26,8 +27,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("det") / "det.onnx"
-    det = detect.build("ssdlite320_mobilenet_v3_large", labels=LABELS)
-    return path, detect.export(det, path)
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS)
+    return path, ssd.export(det, path)
 
 
 def test_export_checks_and_matches_pytorch(exported: tuple[Path, dict]) -> None:
@@ -51,7 +52,7 @@ def test_onnx_runtime_returns_three_named_outputs(exported: tuple[Path, dict]) -
     assert [o.name for o in sess.get_outputs()] == ["boxes", "scores", "labels"]
     assert sess.get_inputs()[0].shape == [1, 3, 320, 320]
     image = np.random.default_rng(1).random((1, 3, 320, 320), dtype=np.float32)
-    got = detect.infer(sess, image)
+    got = ssd.infer(sess, image)
     n = len(got["scores"])
     assert got["boxes"].shape == (n, 4) and got["labels"].shape == (n,)
     assert got["boxes"].dtype == np.float32 and got["scores"].dtype == np.float32
@@ -68,7 +69,7 @@ def test_run_scales_boxes_and_writes_annotated_pngs(
     image_path = tmp_path / "wide.jpg"
     rng = np.random.default_rng(2)
     Image.fromarray(rng.integers(0, 255, (120, 200, 3), dtype=np.uint8)).save(image_path)
-    results = detect.run(exported[0], [image_path], 0.0, tmp_path / "out", threads=1)
+    results = ssd.run(exported[0], [image_path], 0.0, tmp_path / "out", threads=1)
     (r,) = results
     assert (r["width"], r["height"]) == (200, 120)
     boxes = np.asarray([d["box"] for d in r["detections"]])
@@ -81,13 +82,13 @@ def test_run_scales_boxes_and_writes_annotated_pngs(
     original = np.asarray(Image.open(image_path).convert("RGB"))
     assert (drawn != original).any()  # boxes were drawn
     # Nothing above the threshold: no boxes, the image left as it was.
-    (none,) = detect.run(exported[0], [image_path], 1.0, tmp_path / "out2", threads=1)
+    (none,) = ssd.run(exported[0], [image_path], 1.0, tmp_path / "out2", threads=1)
     assert none["detections"] == []
 
 
 def test_scale_boxes_maps_input_pixels_to_the_image() -> None:
     boxes = np.asarray([[0.0, 0.0, 320.0, 320.0], [32.0, 160.0, 64.0, 240.0]])
-    scaled = detect.scale_boxes(boxes, (320, 320), (640, 160))
+    scaled = ssd.scale_boxes(boxes, (320, 320), (640, 160))
     assert scaled.tolist() == [[0.0, 0.0, 640.0, 160.0], [64.0, 80.0, 128.0, 120.0]]
 
 
@@ -129,18 +130,18 @@ def test_export_cli_bad_input_is_one_line(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_checkpoint_round_trip_and_mismatch(tmp_path: Path) -> None:
-    det = detect.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
-    detect.save_checkpoint(det, tmp_path / "d.pt")
-    again = detect.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt")
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
+    ssd.save_checkpoint(det, tmp_path / "d.pt")
+    again = ssd.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt")
     assert (again.size, again.labels) == (96, LABELS)
     saved, loaded = det.model.state_dict(), again.model.state_dict()
     assert saved.keys() == loaded.keys()
     assert all(torch.equal(saved[k], loaded[k]) for k in saved)
     torch.save(det.model.state_dict(), tmp_path / "plain.pt")
     with pytest.raises(UserError, match="does not fit ssdlite320_mobilenet_v3_large with 5"):
-        detect.build("ssdlite320_mobilenet_v3_large", num_classes=5, weights=tmp_path / "plain.pt")
+        ssd.build("ssdlite320_mobilenet_v3_large", num_classes=5, weights=tmp_path / "plain.pt")
     with pytest.raises(UserError, match="holds a ssdlite320_mobilenet_v3_large detector"):
-        detect.build("ssd300_vgg16", weights=tmp_path / "d.pt")
+        ssd.build("ssd300_vgg16", weights=tmp_path / "d.pt")
 
 
 def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
@@ -149,7 +150,7 @@ def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
     voc.make_shapes(tmp_path, images=3, size=96, seed=1)
     annotations = voc.load_split(tmp_path, "train")
     assert len(annotations) == 2
-    det = detect.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
     data = voc.VocDataset(tmp_path, annotations, LABELS)
     before = {k: v.clone() for k, v in det.model.state_dict().items()}
     result = finetune.train(det, data, epochs=1, batch=2, lr=0.01, max_steps=1)
@@ -178,7 +179,7 @@ def test_finetune_cli_stores_the_run(cli: Cli, store: Store, tmp_path: Path) -> 
     assert {"map_before", "map_after"} <= set(run["summary"]) and doc["steps"] == 1
     assert len(store.metrics(doc["run_id"], "train/loss")) == 1
     assert [a["kind"] for a in store.artifacts(doc["run_id"])] == ["checkpoint"]
-    assert detect.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt").size == 96
+    assert ssd.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt").size == 96
 
 
 @pytest.mark.parametrize("command", ["export", "run", "make-shapes", "finetune"])

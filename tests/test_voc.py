@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dlperf.deploy import voc
+from dlperf.detect import voc
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 

@@ -59,18 +59,18 @@ def export(
 
     Example: dlperf detect export --num-classes 3 --out det.onnx
     """
-    from dlperf.deploy import detect
+    from dlperf.detect import ssd
     from dlperf.system import set_threads
 
-    detect.check_model_name(model)
+    ssd.check_model_name(model)
     if num_classes is not None and num_classes < 2:
         raise UserError(f"--num-classes counts the background too: at least 2, got {num_classes}")
     check_writable(out)
     set_threads(threads)
-    names = detect.read_labels(labels) if labels is not None else None
+    names = ssd.read_labels(labels) if labels is not None else None
     with console.reporter() as rep:
-        det = detect.build(model, num_classes, weights, pretrained, size, names)
-        result = detect.export(det, out, reporter=rep)
+        det = ssd.build(model, num_classes, weights, pretrained, size, names)
+        result = ssd.export(det, out, reporter=rep)
     if as_json:
         console.print_json(result)
     else:
@@ -98,9 +98,9 @@ def run(
 
     Example: dlperf detect run det.onnx shapes/JPEGImages/000000.jpg --out-dir annotated
     """
-    from dlperf.deploy import detect
+    from dlperf.detect import ssd
 
-    results = detect.run(model_path, images, score_threshold, out_dir, threads)
+    results = ssd.run(model_path, images, score_threshold, out_dir, threads)
     if as_json:
         console.print_json(results)
         return
@@ -128,7 +128,7 @@ def make_shapes(
 
     Example: dlperf detect make-shapes shapes --images 40 --size 160
     """
-    from dlperf.deploy.voc import make_shapes as write
+    from dlperf.detect.voc import make_shapes as write
 
     summary = write(root, images=images, size=size, seed=seed)
     if as_json:
@@ -177,10 +177,10 @@ def finetune(
 
     Example: dlperf detect finetune shapes --size 160 --epochs 30 --lr 0.05 --threads 1
     """
-    from dlperf.deploy import detect, voc
-    from dlperf.deploy.finetune import Recipe, finetune_recorded
+    from dlperf.detect import ssd, voc
+    from dlperf.detect.finetune import Recipe, finetune_recorded
 
-    detect.check_model_name(model)
+    ssd.check_model_name(model)
     if epochs < 1 or batch < 1 or lr <= 0:
         raise UserError("--epochs and --batch must be 1 or more and --lr positive")
     if ap_method not in voc.AP_METHODS:

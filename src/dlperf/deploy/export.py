@@ -24,6 +24,7 @@ from torch import nn
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
+from dlperf.engine.checks import dry_forward
 from dlperf.errors import CheckFailed, UserError
 from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
@@ -73,7 +74,7 @@ def from_registry(
     model = create_model(name, in_channels=shape[0], **sized)
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
-    _dry_forward(model, shape, name)
+    dry_forward(model, shape, f"model '{name}' rejects input of shape {shape}")
     return Source(model, meta)
 
 
@@ -88,16 +89,16 @@ def from_run(store: Store, run_id: int) -> Source:
     from dlperf.engine.run import build_model
 
     record = store.get_run(run_id)
-    paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
-    if not paths or not paths[-1].is_file():
-        raise UserError(
-            f"run {run_id} has no checkpoint file to export",
-            "train with run.checkpoint = true and let at least one epoch finish",
-        )
+    path = checkpoint.run_checkpoint(
+        store,
+        run_id,
+        "file to export",
+        "train with run.checkpoint = true and let at least one epoch finish",
+    )
     # The file must be this run's: a checkpoint copied over it (another store's run 1, say)
     # would export weights that pass parity yet are not the run's.
     owner = checkpoint.Owner(store.id, run_id, record["config_hash"])
-    weights = checkpoint.load(paths[-1], owner)["model"]
+    weights = checkpoint.load(path, owner)["model"]
     exp = build_experiment(record["config"], f"run {run_id}")
     data = load_data(exp.data)
     model = build_model(exp, data, torch.device("cpu"))
@@ -134,18 +135,6 @@ def resolve(
             )
         return from_run(open_store(), int(spec))
     return from_registry(spec, input_shape, num_classes)
-
-
-def _dry_forward(model: nn.Module, shape: tuple[int, ...], name: str) -> None:
-    """Sizes lazy layers (the exporter cannot trace uninitialised parameters) and turns a
-    model that rejects the input shape into one line."""
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(torch.zeros(2, *shape))
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
-        raise UserError(f"model '{name}' rejects input of shape {shape}: {first}") from None
 
 
 def check_model(path: Path) -> None:

@@ -14,12 +14,15 @@ import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from dlperf.errors import UserError
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
 
 OWNER = "owner"
 
@@ -83,6 +86,15 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
         raise OSError(e.errno, e.strerror, e.filename or str(tmp)) from None
     finally:
         tmp.unlink(missing_ok=True)  # a partial file; already gone after the replace
+
+
+def run_checkpoint(store: Store, run_id: int, purpose: str, hint: str) -> Path:
+    """The last checkpoint file recorded for a run. None, or a file since removed, is one line
+    of bad input: "run N has no checkpoint `purpose`" and the caller's `hint`."""
+    paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
+    if not paths or not paths[-1].is_file():
+        raise UserError(f"run {run_id} has no checkpoint {purpose}", hint)
+    return paths[-1]
 
 
 def load(path: Path, owner: Owner) -> dict[str, Any]:

@@ -6,7 +6,6 @@ checked before the run is recorded, so bad input leaves nothing in the store.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,7 +13,8 @@ import torch
 from dlperf.config import Experiment, build_experiment
 from dlperf.data import ImageData, load_data
 from dlperf.engine import checkpoint
-from dlperf.engine.train import Diverged, materialize, train
+from dlperf.engine.checks import check_batch_fits, dry_forward
+from dlperf.engine.train import Diverged, train
 from dlperf.errors import UserError
 from dlperf.models import create_model
 from dlperf.progress import NullReporter, Reporter
@@ -26,12 +26,7 @@ def _prepare(exp: Experiment) -> tuple[torch.device, int, ImageData, torch.nn.Mo
     device = pick_device(exp.run.device)
     threads = set_threads(exp.run.threads)
     data = load_data(exp.data)
-    if exp.train.batch_size > len(data.train):
-        raise UserError(
-            f"train.batch_size {exp.train.batch_size} is larger than the {len(data.train)} "
-            f"training images of {data.name}",
-            f"use train.batch_size <= {len(data.train)}",
-        )
+    check_batch_fits(exp.train.batch_size, data)
     return device, threads, data, build_model(exp, data, device)
 
 
@@ -41,7 +36,8 @@ def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch
     model = create_model(
         exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
     )
-    materialize(model.to(device), data, device)
+    rejects = f"the model rejects {data.name} images of shape {data.shape}"
+    dry_forward(model.to(device), data.shape, rejects, device)
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
     return model
 
@@ -80,16 +76,13 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     if stored["status"] == "finished":
         raise UserError(f"run {run_id} already finished", "start a new run instead")
     exp = build_experiment(stored["config"], f"run {run_id}")
-    paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
-    if not paths or not paths[-1].is_file():
-        raise UserError(
-            f"run {run_id} has no checkpoint to resume from",
-            "it stopped before its first epoch ended; start it again",
-        )
+    path = checkpoint.run_checkpoint(
+        store, run_id, "to resume from", "it stopped before its first epoch ended; start it again"
+    )
     # The stored hash, not exp's: the run keeps its identity even if the config's defaults
     # have changed since it started.
     owner = checkpoint.Owner(store.id, run_id, stored["config_hash"])
-    state = checkpoint.load(paths[-1], owner)
+    state = checkpoint.load(path, owner)
     device, threads, data, model = _prepare(exp)
     done = state["progress"]
     # A killed run may have logged steps past its last checkpoint: drop them, so the
@@ -100,7 +93,7 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     )
     store.set_running(run_id)
     with store.recording(run_id) as record:
-        ckpt = checkpoint.Slot(paths[-1], owner)
+        ckpt = checkpoint.Slot(path, owner)
         return _execute(exp, store, record, ckpt, state, device, threads, data, model, reporter)
 
 

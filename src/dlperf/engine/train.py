@@ -27,14 +27,15 @@ from torch import nn
 from dlperf.config import Experiment
 from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
+from dlperf.engine.checks import check_batch_fits
 from dlperf.engine.optim import build_optimizer, build_scheduler
+from dlperf.engine.precision import DTYPES
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.system import peak_memory_bytes, synchronize
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
 
 
@@ -140,20 +141,6 @@ def evaluate(
     return result
 
 
-def materialize(model: nn.Module, data: ImageData, device: torch.device) -> None:
-    """One dry forward: sizes lazy layers before the optimizer sees the parameters, and turns
-    a model that rejects the data's image shape into one clear line."""
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(torch.zeros(2, *data.shape, device=device))
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
-        raise UserError(
-            f"the model rejects {data.name} images of shape {data.shape}: {first}"
-        ) from None
-
-
 def train(
     exp: Experiment,
     model: nn.Module,
@@ -167,18 +154,13 @@ def train(
 ) -> dict[str, Any]:
     reporter = reporter or NullReporter()
     cfg, run = exp.train, exp.run
+    check_batch_fits(cfg.batch_size, data)
     memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     train_loader = make_loader(
         data, data.train, exp.data, cfg.batch_size, device, exp.augment, run.seed
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
     steps_per_epoch = len(train_loader)
-    if steps_per_epoch == 0:
-        raise UserError(
-            f"train.batch_size {cfg.batch_size} is larger than the {len(data.train)} "
-            f"training images of {data.name}",
-            f"use train.batch_size <= {len(data.train)}",
-        )
 
     model.to(device=device, memory_format=memory_format)
     optimizer = build_optimizer(model, cfg)

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dlperf.deploy import detect, voc
-from dlperf.deploy.detect import Detector
-from dlperf.deploy.voc import VocDataset, evaluate
+from dlperf.detect import ssd, voc
+from dlperf.detect.ssd import Detector
+from dlperf.detect.voc import VocDataset, evaluate
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
@@ -171,7 +171,7 @@ def finetune_recorded(
     threads = set_threads(threads)
     torch.manual_seed(recipe.seed)
     device = pick_device("auto")
-    det = detect.build(model, len(labels), weights, size=size, labels=labels)
+    det = ssd.build(model, len(labels), weights, size=size, labels=labels)
     if det.labels != labels:
         raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
     train_data = voc.VocDataset(root, train_set, labels)
@@ -194,7 +194,7 @@ def finetune_recorded(
             det, train_data, recipe.epochs, recipe.batch, recipe.lr, None, recipe.seed, device, rep
         )
         after = measure_ap(det, val_data, recipe.batch, recipe.ap_method, device, rep)
-        detect.save_checkpoint(det, out)
+        ssd.save_checkpoint(det, out)
         store.log_metrics(record.id, [("train/loss", i, v) for i, v in enumerate(result.losses, 1)])
         store.add_artifact(record.id, "checkpoint", out)
         record.summary = {
