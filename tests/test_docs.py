@@ -1,0 +1,182 @@
+"""The README and docs/ cannot go stale: the quick start runs, links resolve, commands are covered.
+
+The quick start is the README's fenced ```bash blocks between `<!-- quickstart -->` and
+`<!-- /quickstart -->`. Each line is run for real as `python -m dlperf ...` in `tmp_path`, with
+the repository's `examples/` copied there and `DLPERF_DB` pointing at a file in `tmp_path`.
+Two rewrites, documented here; nothing else is changed:
+
+- `dlperf run EXP.toml ...` gets `--set train.epochs=1` appended (the quick start's runs train
+  10 epochs; one is enough to prove the command line works);
+- `export NAME=VALUE` sets NAME for the following commands, except that `DLPERF_DB` becomes a
+  file of the same name in `tmp_path`, so no store outside `tmp_path` is ever touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MAX_README_LINES = 320
+TIMEOUT_S = 300  # per command: generous, the machine may be shared and busy (pytest's: 900 s)
+
+QUICKSTART = re.compile(r"<!-- quickstart -->(.*?)<!-- /quickstart -->", re.S)
+BASH_FENCE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
+ANY_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.M)
+
+
+def quickstart_commands() -> list[str]:
+    """Every command line of the README's quick-start blocks, continuation lines joined."""
+    sections = QUICKSTART.findall(README.read_text(encoding="utf-8"))
+    assert sections, "README.md has no <!-- quickstart --> ... <!-- /quickstart --> section"
+    lines = []
+    for section in sections:
+        blocks = BASH_FENCE.findall(section)
+        assert blocks, "the quick-start section has no ```bash block"
+        for block in blocks:
+            for line in block.replace("\\\n", " ").splitlines():
+                if line.strip() and not line.strip().startswith("#"):
+                    lines.append(line.strip())
+    return lines
+
+
+def run_dlperf(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dlperf", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def test_quickstart_runs(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    env = {**os.environ, "DLPERF_DB": str(tmp_path / "dlperf.db"), "COLUMNS": "200"}
+    env.pop("DLPERF_DEVICES", None)
+    commands = quickstart_commands()
+    assert any(shlex.split(c, comments=True)[:2] == ["dlperf", "run"] for c in commands)
+    for line in commands:
+        argv = shlex.split(line, comments=True)
+        if argv[0] == "export":
+            name, _, value = argv[1].partition("=")
+            if name == "DLPERF_DB":
+                value = str(tmp_path / Path(value).name)
+            env[name] = value
+            continue
+        assert argv[0] == "dlperf", f"the quick start should only run dlperf: {line}"
+        args = argv[1:]
+        if args[0] == "run" and "--resume" not in args:
+            args += ["--set", "train.epochs=1"]
+        result = run_dlperf(args, tmp_path, env)
+        assert result.returncode == 0, f"{line}\nexit {result.returncode}\n{result.stderr}"
+        if "--json" in args:
+            doc = json.loads(result.stdout)
+            assert doc["status"] == "finished", line
+        if args[:2] == ["runs", "compare"]:
+            # The runs the quick start names by ID are the ones it made.
+            assert "train.lr" in result.stdout, result.stdout
+
+
+def doc_pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def github_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings (code blocks excluded)."""
+    text = ANY_FENCE.sub("", page.read_text(encoding="utf-8"))
+    anchors: set[str] = set()
+    for heading in HEADING.findall(text):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in anchors:
+            n += 1
+            candidate = f"{slug}-{n}"
+        anchors.add(candidate)
+    return anchors
+
+
+def test_relative_links_resolve() -> None:
+    broken = []
+    for page in doc_pages():
+        text = INLINE_CODE.sub("", ANY_FENCE.sub("", page.read_text(encoding="utf-8")))
+        for target in LINK.findall(text):
+            if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", target):  # https:, mailto: ...
+                continue
+            path_part, _, anchor = target.partition("#")
+            dest = (page.parent / path_part).resolve() if path_part else page
+            where = f"{page.relative_to(ROOT)}: {target}"
+            if not dest.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in github_anchors(dest):
+                broken.append(f"{where} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_docs_link_back_and_readme_links_every_page() -> None:
+    readme = README.read_text(encoding="utf-8")
+    pages = sorted(DOCS.glob("*.md"))
+    assert pages
+    for page in pages:
+        assert f"(docs/{page.name})" in readme, f"README.md does not link to docs/{page.name}"
+        assert "(../README.md)" in page.read_text(encoding="utf-8"), f"{page.name}: no README link"
+
+
+def test_readme_is_short() -> None:
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_README_LINES, f"README.md has {lines} lines (at most {MAX_README_LINES})"
+
+
+def help_commands(env: dict[str, str]) -> list[str]:
+    """The command names `dlperf --help` lists."""
+    result = run_dlperf(["--help"], ROOT, env)
+    assert result.returncode == 0, result.stderr
+    _, found, rest = result.stdout.partition("\nCommands:\n")
+    assert found, result.stdout
+    names = []
+    for line in rest.splitlines():
+        if not line.strip():
+            break
+        if not line.startswith("   "):  # wrapped descriptions are indented further
+            names.append(line.split()[0])
+    return names
+
+
+def sub_commands(command: object, path: list[str]) -> list[list[str]]:
+    """Every visible sub-command under a command group, depth first, in --help's order."""
+    found = []
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        if not sub.hidden:
+            found += [[*path, name], *sub_commands(sub, [*path, name])]
+    return found
+
+
+def test_every_command_is_in_the_readme() -> None:
+    import typer.main
+
+    from dlperf.cli import app
+
+    names = help_commands({**os.environ, "COLUMNS": "200"})
+    assert "run" in names and "serve" in names, names
+    group = typer.main.get_command(app)
+    commands = []
+    for name in names:
+        commands += [[name], *sub_commands(group.commands[name], [name])]
+    assert ["converge", "speed", "fit"] in commands, commands
+    readme = README.read_text(encoding="utf-8")
+    missing = [
+        " ".join(c) for c in commands if not re.search(rf"dlperf {' '.join(c)}(?![\w-])", readme)
+    ]
+    assert not missing, f"commands without an example in README.md: {missing}"
