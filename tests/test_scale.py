@@ -1,9 +1,17 @@
 """`dlperf scale` without launching workers: batch arithmetic, the summary of a point, the
-ring-model column, job files and bad input."""
+ring-model column, job files, bad input, which rank a failure is blamed on, and the guard
+that binds a launched program to its parent."""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import shlex
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +19,7 @@ import pytest
 import yaml
 
 from dlperf.cli.scale import job_argv
-from dlperf.dist.launch import _root_cause, alive
+from dlperf.dist.launch import PARENT_ENV, _failures, alive, error_lines, guarded
 from dlperf.dist.study import (
     Point,
     ScaleOptions,
@@ -145,10 +153,16 @@ def test_summary_of_a_point_follows_the_definitions() -> None:
     assert s["efficiency"] == pytest.approx(100 / 60 / 2)
 
 
-def test_synthetic_chunks_give_mean_and_interval() -> None:
-    stats = chunk_throughput([0.1, 0.1, 0.2, 0.2], global_batch=10, chunks=2)
-    assert stats["throughput_mean"] == pytest.approx((100 + 50) / 2)
-    assert stats["throughput_ci95"] == pytest.approx(1.96 * 35.35534, rel=1e-5)
+def test_synthetic_chunks_give_mean_and_student_t_interval() -> None:
+    # Chunks of 2 steps of a batch of 10: 100, 100, 50, 50, 100 samples/s.
+    steps = [0.1, 0.1, 0.1, 0.1, 0.2, 0.2, 0.2, 0.2, 0.1, 0.1]
+    stats = chunk_throughput(steps, global_batch=10, chunks=5)
+    assert stats["throughput_mean"] == pytest.approx(80.0)
+    # s^2 = (3 * 20^2 + 2 * 30^2) / 4 = 750; t(0.975, 4) = 2.776445; sem = sqrt(750 / 5).
+    assert stats["throughput_ci95"] == pytest.approx(2.776445 * math.sqrt(150), rel=1e-6)
+    assert (stats["throughput_ci_method"], stats["chunks"]) == ("student_t", 5)
+    one = chunk_throughput([0.1, 0.2], global_batch=10, chunks=1)
+    assert (one["throughput_mean"], one["throughput_ci95"]) == (pytest.approx(200 / 3), None)
 
 
 def test_ring_prediction_pays_latency_per_bucket() -> None:
@@ -161,18 +175,106 @@ def test_ring_prediction_pays_latency_per_bucket() -> None:
     assert ring_prediction(None, 2, 10_000_000, None) is None
 
 
-def test_torchrun_root_cause_is_read() -> None:
-    log = (
-        "Root Cause (first observed failure):\n[0]:\n  time      : 2026\n  host      : vm\n"
-        "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n"
-        "  traceback : Signal 9 (SIGKILL) received by PID 7\n"
+def _summary(root: tuple[int, int, str], *others: tuple[int, int, str]) -> str:
+    """torchrun's closing summary of failed ranks: (rank, exit code, traceback) each."""
+
+    def failure(i: int, rank: int, code: int, traceback: str) -> str:
+        return (
+            f"[{i}]:\n  time      : 2026-11-23_01:00:47\n  host      : vm\n"
+            f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: 7)\n"
+            f"  error_file: <N/A>\n  traceback : {traceback}\n    File x.py, line 1, in f\n"
+        )
+
+    listed = "".join(failure(i, *f) for i, f in enumerate(others, 1)) or "  <NO_OTHER_FAILURES>\n"
+    return (
+        f"[rank0]: Traceback\nworker FAILED\n-----\nFailures:\n{listed}-----\n"
+        f"Root Cause (first observed failure):\n{failure(0, *root)}=====\n"
     )
-    assert _root_cause(log) == {
-        "rank": "1 (local_rank: 1)",
-        "exitcode": "-9 (pid: 7)",
-        "traceback": "Signal 9 (SIGKILL) received by PID 7",
-    }
+
+
+def test_torchrun_failures_are_read_root_cause_first() -> None:
+    log = _summary((1, -9, "Signal 9 (SIGKILL) received by PID 7"), (0, 1, "Traceback (most"))
+    assert _failures(log) == [
+        {
+            "rank": "1 (local_rank: 1)",
+            "exitcode": "-9 (pid: 7)",
+            "traceback": "Signal 9 (SIGKILL) received by PID 7",
+        },
+        {"rank": "0 (local_rank: 0)", "exitcode": "1 (pid: 7)", "traceback": "Traceback (most"},
+    ]
+    assert _failures(_summary((0, 1, "boom"))) == [
+        {"rank": "0 (local_rank: 0)", "exitcode": "1 (pid: 7)", "traceback": "boom"}
+    ]
+    assert _failures("torchrun: error: unrecognized arguments") == []
     assert alive(1 << 22) is False
+
+
+def test_the_rank_that_set_off_the_failure_is_blamed(tmp_path: Path) -> None:
+    """torchrun's root cause is the earliest failure to the second: a peer whose collective
+    failed because rank 1 was killed can tie with it and be named instead."""
+    log = tmp_path / "torchrun.log"
+    reset = "RuntimeError: Connection reset by peer"
+    (tmp_path / "rank-0.error").write_text(f"Traceback (most recent call last):\n{reset}\n")
+    log.write_text(_summary((0, 1, reset), (1, -9, "Signal 9 (SIGKILL) received by PID 7")))
+    assert error_lines(tmp_path, log, 1) == (
+        "worker rank 1 failed (exit code -9 (pid: 7)): Signal 9 (SIGKILL) received by PID 7"
+    )
+    # Both raised: the first traceback written is the cause; torchrun's SIGTERM is no cause.
+    (tmp_path / "rank-1.error").write_text("Traceback (most recent call last):\nValueError: x\n")
+    os.utime(tmp_path / "rank-1.error", ns=(1, 1))
+    log.write_text(_summary((0, 1, reset), (1, -15, "Signal 15 (SIGTERM) received by PID 7")))
+    assert error_lines(tmp_path, log, 1).splitlines() == [
+        "worker rank 1 failed (exit code -15 (pid: 7))",
+        "Traceback (most recent call last):",
+        "ValueError: x",
+    ]
+    log.write_text("ERROR: address already in use\n")
+    assert error_lines(tmp_path, log, -9) == (
+        "torchrun failed (killed by SIGKILL)\nERROR: address already in use"
+    )
+    assert error_lines(tmp_path, log, 1).startswith("torchrun failed (exit code 1)")
+
+
+def test_guard_execs_only_for_the_parent_it_names() -> None:
+    check = "import os; print(os.environ['DLPERF_PARENT_PID'] == str(os.getpid()))"
+    command = guarded([sys.executable, "-c", check])
+    mine = {**os.environ, PARENT_ENV: str(os.getpid())}
+    r = subprocess.run(command, env=mine, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "True\n"), r.stderr  # named the next parent: itself
+    # Its parent died and it was handed to init before it could ask for the death signal.
+    orphan = {**os.environ, PARENT_ENV: "1"}
+    r = subprocess.run(command, env=orphan, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (1, "")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_guarded_program_dies_with_its_parent(tmp_path: Path) -> None:
+    pid = tmp_path / "pid"
+    script = f"echo $$ > {pid}.tmp && mv {pid}.tmp {pid} && exec sleep 600"
+    parent = (
+        "import os, subprocess\n"
+        f"os.environ[{PARENT_ENV!r}] = str(os.getpid())\n"
+        f"subprocess.run({guarded(['/bin/sh', '-c', script])!r})\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent])
+    try:
+        deadline = time.monotonic() + 120
+        while not pid.exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        sleeper = int(pid.read_text())
+        assert alive(sleeper)
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    try:
+        while alive(sleeper):
+            assert time.monotonic() < deadline, "the guarded program outlived its parent"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(sleeper, signal.SIGKILL)
 
 
 def test_job_argv_drops_the_per_node_options() -> None:
@@ -241,6 +343,9 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
         "step_time_s": 0.0187,
         "step_time_min_s": 0.0127,
         "step_time_max_s": 0.025,
+        "throughput_mean": 1843.0,
+        "throughput_ci95": 21.4,
+        "chunks": 5,
         "status": "finished",
     }
     failed = {**point, "workers": 4, "global_batch": 64, "status": "failed", "error": "boom"}
@@ -250,5 +355,9 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
     out, err = capsys.readouterr()
     assert "scale study 7 (single-host emulation)" in out
     assert "samples/s" in out and "12.7-25" in out and "18.7" in out
+    assert out.endswith(  # --synthetic: the chunks' mean and its interval, named
+        "\n2 workers ddp/allreduce: 1843 ± 21 samples/s "
+        "(mean of 5 chunks ± 95% confidence interval, Student's t)\n"
+    )
     assert "4 workers failed:\nboom" in err
     assert "run `dlperf scale --allreduce-bench --workers 2`" in err  # no ring model stored

@@ -74,6 +74,18 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1e3
 
 
+def _chunks_line(row: dict[str, Any]) -> str:
+    """--synthetic: the point's mean throughput over chunks of steps and its 95% interval."""
+    where = f"{row['workers']} workers {row['strategy']}/{row['comm']}"
+    mean, ci, n = row["throughput_mean"], row["throughput_ci95"], row["chunks"]
+    if ci is None:
+        return f"{where}: {console.fmt(mean)} samples/s in 1 chunk (no interval)"
+    return (
+        f"{where}: {console.fmt(mean)} ± {console.fmt(ci, 2)} samples/s "
+        f"(mean of {n} chunks ± 95% confidence interval, Student's t)"
+    )
+
+
 def _print_table(result: Any) -> None:
     if result.study_id is None:
         console.err.print(
@@ -127,6 +139,9 @@ def _print_table(result: Any) -> None:
         ],
         rows,
     )
+    for r in result.rows:
+        if r.get("throughput_mean") is not None:
+            console.out.print(_chunks_line(r), markup=False)
     if result.ring is None and any(r["workers"] > 1 for r in result.rows):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "

@@ -4,6 +4,7 @@ the ring model fitted over all of them (the scale table's prediction reads it)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from dlperf.dist.launch import run_torchrun
 from dlperf.dist.study import resolve_backend, threads_per_worker
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import Recording, Store
 from dlperf.system import system_info, usable_cores
 
 
@@ -39,48 +40,46 @@ def run_allreduce_study(
             "use fewer workers or --allow-oversubscribe",
         )
     study_id = store.create_study(f"allreduce {backend}", "allreduce")
-    measured: list[tuple[int, int, list[dict[str, Any]]]] = []
+    measured: list[tuple[Recording, int, list[dict[str, Any]]]] = []
     failures = []
-    for n in sorted(set(workers)):
-        threads = threads_per_worker(n, usable_cores()) if backend == "gloo" else 1
-        run_id = store.create_run(
-            name=f"allreduce {backend} {n} workers",
-            kind="allreduce",
-            config={"workers": n, "sizes": sizes, "iters": iters, "warmup": warmup},
-            system={**system_info(None, threads), "backend": backend},
-            study_id=study_id,
-        )
-        reporter.task(f"all-reduce, {n} workers")
-        directory = out_dir / f"allreduce-{study_id}" / f"w{n}"
-        args = ["--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup)]
-        args += ["--backend", backend, "--threads", str(threads)]
-        args += ["--out", str(directory / "result.json")]
-        try:
-            launch = run_torchrun(
-                directory, n, "dlperf.dist.allreduce", args, env={"OMP_NUM_THREADS": str(threads)}
+    # Every run stays open until the ring model, fitted over all of them, is in its summary.
+    with contextlib.ExitStack() as runs:
+        for n in sorted(set(workers)):
+            threads = threads_per_worker(n, usable_cores()) if backend == "gloo" else 1
+            run = runs.enter_context(
+                store.new_run(
+                    name=f"allreduce {backend} {n} workers",
+                    kind="allreduce",
+                    config={"workers": n, "sizes": sizes, "iters": iters, "warmup": warmup},
+                    system={**system_info(None, threads), "backend": backend},
+                    study_id=study_id,
+                )
             )
-        except KeyboardInterrupt:
-            store.finish_run(run_id, "killed", error="interrupted")
-            raise
-        if launch.returncode != 0:
-            store.finish_run(run_id, "failed", error=launch.error)
-            failures.append({"workers": n, "error": launch.error})
-            continue
-        rows = [
-            {"workers": n, **row}
-            for row in json.loads((directory / "result.json").read_text())["rows"]
-        ]
-        store.log_metrics(run_id, [("allreduce/time_s", r["bytes"], r["time_s"]) for r in rows])
-        measured.append((run_id, n, rows))
-    every_row = [row for _, _, rows in measured for row in rows]
-    try:
-        ring: dict[str, Any] | None = fit_ring_model(every_row).to_dict()
-        fit_error = None
-    except UserError as e:
-        ring, fit_error = None, str(e)
-    for run_id, n, rows in measured:
-        summary = {"backend": backend, "workers": n, "rows": rows, "ring_model": ring}
-        store.finish_run(run_id, "finished", summary=summary)
+            reporter.task(f"all-reduce, {n} workers")
+            directory = out_dir / f"allreduce-{study_id}" / f"w{n}"
+            args = ["--sizes", sizes, "--iters", str(iters), "--warmup", str(warmup)]
+            args += ["--backend", backend, "--threads", str(threads)]
+            args += ["--out", str(directory / "result.json")]
+            env = {"OMP_NUM_THREADS": str(threads)}
+            launch = run_torchrun(directory, n, "dlperf.dist.allreduce", args, env=env)
+            if launch.returncode != 0:
+                run.fail(launch.error or "torchrun failed")
+                failures.append({"workers": n, "error": launch.error})
+                continue
+            rows = [
+                {"workers": n, **row}
+                for row in json.loads((directory / "result.json").read_text())["rows"]
+            ]
+            store.log_metrics(run.id, [("allreduce/time_s", r["bytes"], r["time_s"]) for r in rows])
+            measured.append((run, n, rows))
+        every_row = [row for _, _, rows in measured for row in rows]
+        try:
+            ring: dict[str, Any] | None = fit_ring_model(every_row).to_dict()
+            fit_error = None
+        except UserError as e:
+            ring, fit_error = None, str(e)
+        for run, n, rows in measured:
+            run.summary = {"backend": backend, "workers": n, "rows": rows, "ring_model": ring}
     return {
         "study_id": study_id,
         "backend": backend,

@@ -1,15 +1,31 @@
 """Start `torchrun` as a subprocess, wait for it, and leave nothing running behind it.
 
-torchrun runs in its own session so that a stop signal reaches it and nothing else; its
-workers run in sessions of their own (torch.distributed.elastic starts them so), which is
-why every worker writes its pid to the launch directory: if torchrun itself must be killed,
-the workers are killed by pid.
+torchrun runs in its own session, so that a terminal's Ctrl-C reaches dlperf alone and dlperf
+decides how to stop; its workers run in sessions of their own (torch.distributed.elastic
+starts them so), which is why every worker writes its pid to the launch directory.
+
+The kill chain, dlperf -> torchrun -> workers:
+- dlperf stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt here): `stop` signals torchrun
+  and every worker directly, SIGTERM then, after a short grace, SIGKILL. torchrun's own
+  shutdown is not waited for: its agent can sit in a 300 s exit barrier when a peer is
+  gone, and a worker blocked in a collective never returns to a Python signal handler.
+- dlperf SIGKILLed: the kernel SIGKILLs torchrun, and torchrun's death SIGKILLs the workers.
+  Each of them is started through `guard`, which sets Linux's parent-death signal before
+  exec'ing the real program.
+- torchrun SIGKILLed: its workers die with it the same way; dlperf sees the launch fail.
+- a worker killed: its peers' collectives fail, torchrun stops whatever still runs and
+  exits with the failure, as for any failed worker. A peer *node*'s dlperf killed is the
+  same: its processes die together, their connections close, and our next collective (or
+  torchrun's rendezvous store, if it was theirs) fails. A host that vanishes without closing
+  them leaves our collectives waiting for the process group's timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,13 +36,45 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TAIL_LINES = 12
-STOP_GRACE_S = 15.0
+STOP_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
+REAP_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
+PARENT_ENV = "DLPERF_PARENT_PID"  # set by whoever starts a guarded command: its own pid
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """Have Linux SIGKILL this process when its parent exits (strictly: the parent's thread
+    that forked it); a no-op on other systems."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def guard() -> None:
+    """`python -c GUARD PROGRAM ARGS...`: become PROGRAM, bound to die with the parent whose
+    pid is in $DLPERF_PARENT_PID, and put our own pid there for PROGRAM's children.
+
+    The death signal survives exec; setting it in a fresh interpreter between fork and exec
+    avoids subprocess's preexec_fn, which is unsafe in a process with threads."""
+    die_with_parent()
+    if os.getppid() != int(os.environ[PARENT_ENV]):
+        # The parent died before prctl took effect, so no signal will come: nobody wants us.
+        sys.exit(1)
+    os.environ[PARENT_ENV] = str(os.getpid())
+    os.execv(sys.argv[1], sys.argv[1:])
+
+
+def guarded(command: Sequence[str]) -> list[str]:
+    """`command` run through `guard`."""
+    return [sys.executable, "-c", "from dlperf.dist.launch import guard; guard()", *command]
 
 
 @dataclass
@@ -62,23 +110,16 @@ class Launch:
 def torchrun_command(
     nproc_per_node: int, rdzv: Rendezvous, module: str, args: Sequence[str]
 ) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(nproc_per_node),
-        *rdzv.args(),
-        "--max-restarts",
-        "0",
-        "-m",
-        module,
-        *args,
-    ]
+    """torchrun, itself guarded, running `python -u -m module args` guarded in each worker."""
+    worker = guarded([sys.executable, "-u", "-m", module, *args])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
+    torchrun += [str(nproc_per_node), *rdzv.args(), "--max-restarts", "0", "--no-python"]
+    return guarded([*torchrun, *worker])
 
 
 def worker_pids(directory: Path) -> list[int]:
-    return [int(p.read_text()) for p in sorted(directory.glob("rank-*.pid")) if p.read_text()]
+    """The pids the workers wrote (each atomically, by rename) into the launch directory."""
+    return [int(p.read_text()) for p in sorted(directory.glob("rank-*.pid"))]
 
 
 def alive(pid: int) -> bool:
@@ -102,41 +143,93 @@ def _kill(pids: Sequence[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def stop(proc: subprocess.Popen[bytes], directory: Path) -> None:
-    """SIGTERM torchrun (it stops its workers), then SIGKILL whatever is still running."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    stragglers = [pid for pid in worker_pids(directory) if alive(pid)]
-    _kill(stragglers, signal.SIGKILL)
-    deadline = time.monotonic() + STOP_GRACE_S
-    while any(alive(pid) for pid in stragglers) and time.monotonic() < deadline:
+def _signal_all(proc: subprocess.Popen[bytes], directory: Path, sig: int) -> None:
+    proc.send_signal(sig)  # a no-op once torchrun is reaped, so never a recycled pid
+    # Re-read every time: a worker that started since has written its pid by now.
+    _kill([pid for pid in worker_pids(directory) if alive(pid)], sig)
+
+
+def _wait_gone(proc: subprocess.Popen[bytes], directory: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None or any(alive(pid) for pid in worker_pids(directory)):
+        if time.monotonic() > deadline:
+            return
         time.sleep(0.05)
 
 
-def _root_cause(log_text: str) -> dict[str, str]:
-    """Fields of the first failure in torchrun's summary ("Root Cause" block)."""
-    _, found, block = log_text.partition("Root Cause")
+def stop(proc: subprocess.Popen[bytes], directory: Path) -> None:
+    """SIGTERM torchrun and every worker, SIGKILL what still runs after STOP_GRACE_S, and
+    wait (a bounded time) for all of them to be gone. A worker that has not written its pid
+    yet dies with torchrun (see `guard`)."""
+    _signal_all(proc, directory, signal.SIGTERM)
+    _wait_gone(proc, directory, STOP_GRACE_S)
+    _signal_all(proc, directory, signal.SIGKILL)
+    _wait_gone(proc, directory, REAP_S)
+
+
+_FAILURE_HEAD = re.compile(r"^\[\d+\]:\s*$", re.M)  # "[0]:" opens one failure in the summary
+
+
+def _fields(block: str) -> dict[str, str]:
     fields: dict[str, str] = {}
-    if found:
-        for line in block.splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() in ("rank", "exitcode", "traceback"):
-                fields.setdefault(key.strip(), value.strip())
+    for line in block.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("rank", "exitcode", "traceback"):
+            fields.setdefault(key.strip(), value.strip())
     return fields
 
 
-def error_lines(directory: Path, log: Path) -> str:
+def _failures(log_text: str) -> list[dict[str, str]]:
+    """The failed ranks of torchrun's closing summary, its "Root Cause" first: the fields
+    rank, exitcode and traceback (its first line) of each."""
+    head, found, root = log_text.partition("Root Cause")
+    if not found:
+        return []
+    others = head.rpartition("Failures:")[2]
+    blocks = _FAILURE_HEAD.split(root)[1:] + _FAILURE_HEAD.split(others)[1:]
+    return [fields for fields in map(_fields, blocks) if "rank" in fields]
+
+
+def _first_cause(failures: list[dict[str, str]], directory: Path) -> dict[str, str]:
+    """The failure that set off the others. torchrun's pick, the earliest to the second, can
+    be a peer whose collective failed because the culprit vanished; so first a rank killed
+    by a signal (not the SIGTERM with which torchrun stops the rest), then the rank that
+    wrote its traceback first, then torchrun's pick."""
+
+    def killed(failure: dict[str, str]) -> bool:
+        code = int(failure.get("exitcode", "0").split()[0])
+        return code < 0 and code != -signal.SIGTERM
+
+    def error_file(failure: dict[str, str]) -> Path:
+        return directory / f"rank-{failure['rank'].split()[0]}.error"
+
+    for failure in failures:
+        if killed(failure):
+            return failure
+    raised = [f for f in failures if error_file(f).is_file()]
+    if raised:
+        return min(raised, key=lambda f: error_file(f).stat().st_mtime_ns)
+    return failures[0]
+
+
+def _how(returncode: int) -> str:
+    """How a process ended, from Popen's returncode (negative: the signal that killed it)."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:  # a signal without a name, e.g. a real-time one
+        return f"killed by signal {-returncode}"
+
+
+def error_lines(directory: Path, log: Path, returncode: int) -> str:
     """What went wrong, first line a summary: the first failed rank, then its own traceback
-    tail when it wrote one, else torchrun's account (a killed worker writes nothing)."""
+    tail when it wrote one, else torchrun's account (a killed worker writes nothing); or,
+    when torchrun itself failed, how and the end of its log."""
     text = log.read_text(errors="replace")
-    cause = _root_cause(text)
-    if cause.get("rank"):
+    failures = _failures(text)
+    if failures:
+        cause = _first_cause(failures, directory)
         rank = cause["rank"].split()[0]
         head = f"worker rank {rank} failed (exit code {cause.get('exitcode', '?')})"
         error_file = directory / f"rank-{rank}.error"
@@ -145,7 +238,7 @@ def error_lines(directory: Path, log: Path) -> str:
             return "\n".join([head, *tail])
         return f"{head}: {cause.get('traceback', '')}".rstrip(": ")
     lines = [line for line in text.splitlines() if line.strip()]
-    return "\n".join(["torchrun failed", *lines[-TAIL_LINES:]])
+    return "\n".join([f"torchrun failed ({_how(returncode)})", *lines[-TAIL_LINES:]])
 
 
 def run_torchrun(
@@ -156,12 +249,17 @@ def run_torchrun(
     rdzv: Rendezvous | None = None,
     env: dict[str, str] | None = None,
 ) -> Launch:
-    """Run `module` under torchrun with its output in `directory`/torchrun.log; stop every
-    process it started on Ctrl-C (the KeyboardInterrupt propagates)."""
+    """Run `module` under torchrun with its output in `directory`/torchrun.log; on any
+    exception, Ctrl-C and SIGTERM (KeyboardInterrupt) above all, stop every process it
+    started, then let the exception propagate."""
     directory.mkdir(parents=True, exist_ok=True)
+    # A directory can be reused (scale-node/ on every node but 0): its rank files, a pid
+    # above all, must be this launch's.
+    for stale in directory.glob("rank-*"):
+        stale.unlink()
     log = directory / "torchrun.log"
     command = torchrun_command(nproc_per_node, rdzv or Rendezvous(), module, args)
-    child_env = {**os.environ, **(env or {})}
+    child_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command,
@@ -176,7 +274,8 @@ def run_torchrun(
             stop(proc, directory)
             raise
     pids = worker_pids(directory)
-    # A worker that outlives a failed torchrun (it should not) must not keep the cores.
+    # A worker that outlives torchrun (only without a parent-death signal, off Linux) must
+    # not keep the cores.
     _kill([pid for pid in pids if alive(pid)], signal.SIGKILL)
-    error = error_lines(directory, log) if code != 0 else None
+    error = error_lines(directory, log, code) if code != 0 else None
     return Launch(code, log, pids, error)

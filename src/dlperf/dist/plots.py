@@ -1,5 +1,6 @@
-"""Figures of a scaling study (matplotlib Agg, files only): throughput with the ideal line,
-speedup, efficiency, the step split into compute and exposed communication, and cost."""
+"""Figures of a scaling study (matplotlib Agg, files only): throughput with the ideal line
+(and, with --synthetic, the chunks' mean and its 95% interval), speedup, efficiency, the
+step split into compute and exposed communication, and cost."""
 
 from __future__ import annotations
 
@@ -59,6 +60,18 @@ def plot_study(directory: Path, rows: list[dict[str, Any]]) -> list[tuple[str, P
     def linear(mine: list[dict[str, Any]], n: int) -> float:
         return mine[0]["throughput"] * n / mine[0]["workers"]
 
+    def throughput(ax: Axes) -> None:
+        series("throughput", linear)(ax)
+        label = "chunk mean, 95% CI (Student's t)"
+        for i, mine in enumerate(groups.values()):
+            chunked = [r for r in mine if r.get("throughput_ci95") is not None]
+            if chunked:
+                w = [r["workers"] for r in chunked]
+                mean = [r["throughput_mean"] for r in chunked]
+                ci = [r["throughput_ci95"] for r in chunked]
+                ax.errorbar(w, mean, yerr=ci, fmt="none", capsize=3, color=f"C{i}", label=label)
+                label = None  # one legend entry for all groups
+
     def split(ax: Axes) -> None:
         labels = [f"{r['workers']}\n{name}" for name, mine in groups.items() for r in mine]
         flat = [r for mine in groups.values() for r in mine]
@@ -70,7 +83,7 @@ def plot_study(directory: Path, rows: list[dict[str, Any]]) -> list[tuple[str, P
         ax.set_xticks(list(x), labels, fontsize=6)
 
     figures = [
-        ("plot/throughput", "samples/s", series("throughput", linear)),
+        ("plot/throughput", "samples/s", throughput),
         ("plot/speedup", "speedup", series("speedup", lambda mine, n: n / mine[0]["workers"])),
         ("plot/efficiency", "efficiency", series("efficiency")),
         ("plot/step_split", "ms per step", split),

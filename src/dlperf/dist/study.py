@@ -15,7 +15,9 @@ Per point (all times per step, seconds):
 - algbw = grad_bytes / all-reduce time (DDP's own measured backward communication time,
   else the exposed communication), busbw = algbw * 2(n-1)/n (nccl-tests' convention);
 - epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
-  per worker-hour.
+  per worker-hour;
+- --synthetic: throughput_mean and throughput_ci95 over chunks of the timed steps, the
+  interval by Student's t (throughput_ci_method; see chunk_throughput).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 FAILURE_POLICIES = ("continue", "stop")
 WORKER_MODULE = "dlperf.dist.worker"
 BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
+CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
 
 
 @dataclass
@@ -181,17 +184,28 @@ def _slowest_per_step(ranks: list[dict[str, Any]], phase: str) -> list[float]:
     return [max(step) for step in zip(*per_rank, strict=True)]
 
 
-def chunk_throughput(step_times: list[float], global_batch: int, chunks: int) -> dict[str, float]:
-    """Horovod's synthetic benchmark: throughput of consecutive chunks of steps, mean and a
-    95% interval (±1.96 standard deviations over the chunks)."""
+def chunk_throughput(step_times: list[float], global_batch: int, chunks: int) -> dict[str, Any]:
+    """Horovod's synthetic benchmark: throughput of consecutive chunks of steps, their mean,
+    and the half-width of the mean's 95% confidence interval, t(0.975, n-1) * s / sqrt(n)
+    over n chunks: Student's t, since s is estimated from a handful of chunks (1.96 s would
+    be the spread of single chunks, with a known sigma). One chunk has no interval (None)."""
+    from scipy import stats
+
     chunks = max(1, min(chunks, len(step_times)))
     size = len(step_times) // chunks
     rates = [
         global_batch * size / sum(step_times[i * size : (i + 1) * size]) for i in range(chunks)
     ]
-    mean = statistics.fmean(rates)
-    sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
-    return {"throughput_mean": mean, "throughput_ci95": 1.96 * sd, "chunks": chunks}
+    half_width = None
+    if chunks > 1:
+        sem = statistics.stdev(rates) / math.sqrt(chunks)
+        half_width = float(stats.t.ppf(0.975, chunks - 1)) * sem
+    return {
+        "throughput_mean": statistics.fmean(rates),
+        "throughput_ci95": half_width,
+        "throughput_ci_method": CI_METHOD,
+        "chunks": chunks,
+    }
 
 
 def summarize(
@@ -383,7 +397,7 @@ class _Study:
         self, index: int, total: int, point: Point, steps: int, extra: dict[str, Any]
     ) -> dict[str, Any]:
         """Launch one point, store it (node 0) and return its row."""
-        opts, store = self.opts, self.store
+        opts = self.opts
         per_node = point.workers // opts.nnodes if point.strategy == "ddp" else 1
         threads = threads_per_worker(per_node, self.cores) if self.backend == "gloo" else 1
         if self.backend == "gloo" and per_node * threads > self.cores:
@@ -396,35 +410,65 @@ class _Study:
         directory = self.out_dir / where / f"p{index}"
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "spec.json").write_text(json.dumps(spec))
-        run_id = None
-        if self.writer:
-            run_id = store.create_run(
-                name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
-                kind="scale",
-                config={
-                    "experiment": self.exp.to_dict(),
-                    "point": asdict(point),
-                    "options": asdict(opts),
-                },
-                config_hash=self.exp.config_hash(),
-                system={**system_info(None, threads), "backend": self.backend},
-                study_id=self.study_id,
-            )
         self.reporter.task(f"point {index + 1}/{total}: {point.label()}")
-        rdzv = Rendezvous(opts.nnodes, opts.node_rank, opts.rdzv)
-        try:
-            launch = run_torchrun(
-                directory,
-                per_node,
-                WORKER_MODULE,
-                [str(directory / "spec.json")],
-                rdzv,
-                env={"OMP_NUM_THREADS": str(threads)},
+        if not self.writer:
+            return self._launch(point, directory, per_node, threads, run_id=None)
+        with self.store.new_run(
+            name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
+            kind="scale",
+            config={
+                "experiment": self.exp.to_dict(),
+                "point": asdict(point),
+                "options": asdict(opts),
+            },
+            config_hash=self.exp.config_hash(),
+            system={**system_info(None, threads), "backend": self.backend},
+            study_id=self.study_id,
+        ) as run:
+            row = self._launch(point, directory, per_node, threads, run.id)
+            if row["status"] == "failed":
+                run.fail(row["error"], summary=row)
+                return row
+            ranks = json.loads((directory / "result.json").read_text())["ranks"]
+            summary = summarize(
+                point,
+                ranks,
+                opts.nnodes,
+                threads,
+                self.backend,
+                self.train_images,
+                opts.price_per_hour,
             )
-        except KeyboardInterrupt:
-            if run_id is not None:
-                store.finish_run(run_id, "killed", error="interrupted")
-            raise
+            add_relative(summary, self.bases.get(point.group))
+            self.bases.setdefault(point.group, summary)
+            summary["ring_predicted_s"] = ring_prediction(
+                self.ring, point.workers, summary["grad_bytes"], point.bucket_mb
+            )
+            if opts.synthetic:
+                steps_s = _slowest_per_step(ranks, "main")
+                summary.update(chunk_throughput(steps_s, point.global_batch, opts.chunks))
+            self.store.log_metrics(run.id, _rank_metrics(ranks))
+            run.summary = summary
+        self.reporter.log(
+            f"{point.label()}: {summary['throughput']:.1f} samples/s, "
+            f"step {summary['step_time_s'] * 1e3:.1f} ms"
+        )
+        row.update(summary)
+        return row
+
+    def _launch(
+        self, point: Point, directory: Path, per_node: int, threads: int, run_id: int | None
+    ) -> dict[str, Any]:
+        """Run the point's torchrun; its row, with the error when it failed."""
+        opts = self.opts
+        launch = run_torchrun(
+            directory,
+            per_node,
+            WORKER_MODULE,
+            [str(directory / "spec.json")],
+            Rendezvous(opts.nnodes, opts.node_rank, opts.rdzv),
+            env={"OMP_NUM_THREADS": str(threads)},
+        )
         row: dict[str, Any] = {
             "run_id": run_id,
             "workers": point.workers,
@@ -442,32 +486,7 @@ class _Study:
             oom = sorted(directory.glob("rank-*.oom"))
             row["out_of_memory"] = bool(oom)
             row["error"] = oom[0].read_text() if oom else launch.error
-            if run_id is not None:
-                store.finish_run(run_id, "failed", summary=row, error=row["error"])
             self.reporter.log(f"{point.label()} failed: {row['error'].splitlines()[0]}")
-            return row
-        if not self.writer:
-            return row
-        assert run_id is not None
-        ranks = json.loads((directory / "result.json").read_text())["ranks"]
-        summary = summarize(
-            point, ranks, opts.nnodes, threads, self.backend, self.train_images, opts.price_per_hour
-        )
-        add_relative(summary, self.bases.get(point.group))
-        self.bases.setdefault(point.group, summary)
-        summary["ring_predicted_s"] = ring_prediction(
-            self.ring, point.workers, summary["grad_bytes"], point.bucket_mb
-        )
-        if opts.synthetic:
-            steps_s = _slowest_per_step(ranks, "main")
-            summary.update(chunk_throughput(steps_s, point.global_batch, opts.chunks))
-        store.log_metrics(run_id, _rank_metrics(ranks))
-        store.finish_run(run_id, "finished", summary=summary)
-        self.reporter.log(
-            f"{point.label()}: {summary['throughput']:.1f} samples/s, "
-            f"step {summary['step_time_s'] * 1e3:.1f} ms"
-        )
-        row.update(summary)
         return row
 
     def result(self) -> StudyResult:

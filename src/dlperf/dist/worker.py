@@ -5,10 +5,11 @@ steps, the backend and the communication options. The worker trains the experime
 wrapped in DistributedDataParallel, timing every step after the warm-up, and (unless the
 point's hook already is the no-op) a second replica under DDP's no-op communication hook,
 in alternating chunks of steps: the compute-only time the parent subtracts to get the
-exposed communication. Every
-rank's figures are gathered to the launch's node and written as `result.json` next to the
-spec by local rank 0 of the writing node, so the parent of a multi-node run reads them
-without a shared file system.
+exposed communication. Every rank's figures are gathered to the launch's node and written
+as `result.json` next to the spec by local rank 0 of the writing node, so the parent of a
+multi-node run reads them without a shared file system. Beside it each rank writes
+`rank-R.pid` as it starts (the launcher stops workers by pid), `rank-R.training` once past
+warm-up, and `rank-R.error` (its traceback) if it fails.
 
 Test hooks (environment variables, read only here):
 - DLPERF_SCALE_CRASH="RANK:STEP" makes that rank raise at that step (counted from 1, warm-up
@@ -202,7 +203,7 @@ class Phase:
         }
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def run(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
     """Warm up, then alternate chunks of timed steps of the point and of its compute-only
     copy, so that a change in the host's load hits both alike."""
     exp = Experiment.model_validate(spec["experiment"])
@@ -217,6 +218,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         phases["compute"] = Phase(spec, exp, data, device, "noop")
     for phase in phases.values():
         phase.train(spec["warmup_steps"], timed=False)
+    # Past warm-up, every rank has been through DDP's collectives: the launch is up.
+    _write(directory / f"rank-{rank}.training", "")
     steps, chunks = spec["steps"], max(1, min(CHUNKS, spec["steps"]))
     for i in range(chunks):
         size = steps // chunks + (i < steps % chunks)
@@ -226,23 +229,28 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     return result | {name: phase.result() for name, phase in phases.items()}
 
 
+def _write(path: Path, text: str) -> None:
+    """Write by rename, so that the launcher never reads a half-written file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 @record
 def main(argv: list[str] | None = None) -> None:
     spec_path = Path((argv or sys.argv[1:])[0])
     spec = json.loads(spec_path.read_text())
     directory = spec_path.parent
     rank = int(os.environ["RANK"])
-    (directory / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    _write(directory / f"rank-{rank}.pid", str(os.getpid()))
     torch.set_num_threads(spec["threads"])
     try:
         dist.init_process_group(spec["backend"])
-        result = run(spec)
+        result = run(spec, directory)
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, result)
         if spec["writer"] and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            tmp = directory / "result.json.tmp"
-            tmp.write_text(json.dumps({"ranks": everyone}))
-            tmp.replace(directory / "result.json")
+            _write(directory / "result.json", json.dumps({"ranks": everyone}))
         # Tear down together, and free the DDP replicas (their reducers sit in reference
         # cycles) while the process group still exists: otherwise a rank can abort at exit
         # with "terminate called without an active exception" (seen with gloo in CI).
