@@ -47,6 +47,11 @@ def _os_error(e: OSError) -> str:
 
 
 def main() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python keeps that: restore it,
+    # so Ctrl-C (or a test's SIGINT) always stops the command. Typer turns the resulting
+    # KeyboardInterrupt into exit code 130 once each `with store.recording(...)` has marked
+    # its run killed.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
@@ -63,6 +68,3 @@ def main() -> None:
             raise
         print(f"error: {_os_error(e)}", file=sys.stderr)
         sys.exit(2 if e.errno in _BAD_PATH else 1)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)

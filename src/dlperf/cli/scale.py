@@ -158,10 +158,12 @@ def _allreduce_bench(
 ) -> None:
     from dlperf.dist.allreduce_study import run_allreduce_study
 
+    if iters < 1:  # before torchrun starts, not after
+        raise UserError(f"--iters must be at least 1, got {iters}")
     with console.reporter() as rep:
-        result = run_allreduce_study(
-            open_store(), workers, sizes, backend, Path("dlperf_runs"), iters, 5, allow, rep
-        )
+        store = open_store()
+        where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
+        result = run_allreduce_study(store, workers, sizes, backend, where, iters, 5, allow, rep)
     if as_json:
         console.print_json(result)
     else:
@@ -245,7 +247,7 @@ def scale(
     Example: dlperf scale examples/digits_smallcnn.toml --mode weak --per-worker-batch 32 --steps 50
     """
     from dlperf.config import load_experiment
-    from dlperf.dist.study import ScaleOptions, find_max_batch, run_study
+    from dlperf.dist.study import ScaleOptions, check_options, find_max_batch, run_study
 
     counts = parse_list(workers, "--workers", int)
     if allreduce_bench:
@@ -254,9 +256,6 @@ def scale(
     if experiment is None:
         raise UserError("give an experiment file", "or --allreduce-bench")
     exp = load_experiment(experiment, list(set_))
-    if emit is not None:
-        _emit(emit, out, nnodes, counts, backend, gpus_per_node, image, exp.run.name or "dlperf")
-        return
     if device is not None:
         from dlperf.analytic.devices import get_device
 
@@ -287,13 +286,17 @@ def scale(
         rdzv=rdzv,
         plots=plots,
     )
+    check_options(opts)  # here too, so an emitted job file never carries bad options
+    if emit is not None:
+        _emit(emit, out, nnodes, counts, backend, gpus_per_node, image, exp.run.name or "dlperf")
+        return
+    store = open_store()
+    where = store.artifact_dir(exp.run.out_dir)  # study ids repeat across stores
     with console.reporter() as rep:
         if find_max:
-            result = find_max_batch(
-                exp, opts, open_store(), Path(exp.run.out_dir), memory_cap_gb, rep
-            )
+            result = find_max_batch(exp, opts, store, where, memory_cap_gb, rep)
         else:
-            result = run_study(exp, opts, open_store(), Path(exp.run.out_dir), rep)
+            result = run_study(exp, opts, store, where, rep)
     for warning in result.warnings:
         console.warn(warning)
     if as_json:

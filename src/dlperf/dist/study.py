@@ -131,8 +131,8 @@ def threads_per_worker(workers_per_node: int, cores: int) -> int:
     return max(1, cores // workers_per_node)
 
 
-def plan(opts: ScaleOptions, backend: str) -> list[Point]:
-    """Every point of the study, fewest workers first, after checking the options."""
+def check_options(opts: ScaleOptions) -> None:
+    """Everything about the options that does not depend on this host."""
     if not opts.workers or min(opts.workers) < 1:
         raise UserError("--workers needs positive counts", "e.g. --workers 1,2,4")
     if opts.mode not in MODES:
@@ -143,12 +143,28 @@ def plan(opts: ScaleOptions, backend: str) -> list[Point]:
         raise UserError(f"unknown --on-failure '{opts.on_failure}'", "use continue or stop")
     if (opts.steps is None) == (opts.epochs is None):
         raise UserError("give --steps N or --epochs N (one of them)")
-    if (opts.steps or 1) < 1 or (opts.epochs or 1) < 1 or opts.warmup_steps < 0:
+    too_few = [n for n in (opts.steps, opts.epochs) if n is not None and n < 1]
+    if too_few or opts.warmup_steps < 0:
         raise UserError("--steps/--epochs must be at least 1 and --warmup-steps at least 0")
+    for option, batch in (
+        ("--global-batch", opts.global_batch),
+        ("--per-worker-batch", opts.per_worker_batch),
+    ):
+        if batch is not None and batch < 1:
+            raise UserError(f"{option} must be at least 1, got {batch}")
+    if opts.price_per_hour is not None and opts.price_per_hour < 0:
+        raise UserError(f"--price-per-hour must not be negative, got {opts.price_per_hour:g}")
+    if any(mb is not None and mb <= 0 for mb in opts.bucket_mbs):
+        raise UserError("--bucket-mb sizes must be positive (MB)")
     if opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
         raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
     if opts.nnodes > 1 and not opts.rdzv:
         raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
+
+
+def plan(opts: ScaleOptions, backend: str) -> list[Point]:
+    """Every point of the study, fewest workers first, after checking the options."""
+    check_options(opts)
     if "dp" in opts.strategies:
         if not torch.cuda.is_available():
             raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
