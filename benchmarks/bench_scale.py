@@ -22,9 +22,9 @@ from pathlib import Path
 
 from benchlib import interleaved, save, spread, table
 from dlperf.config import Experiment
-from dlperf.dist.allreduce_study import run_allreduce_study
-from dlperf.dist.launch import free_port
-from dlperf.dist.study import ScaleOptions, run_study
+from dlperf.distributed.allreduce_study import run_allreduce_study
+from dlperf.distributed.launch import free_port
+from dlperf.distributed.study import ScaleOptions, run_study
 from dlperf.store import Store
 
 HERE = Path(__file__).resolve().parent

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from dlperf.cli.scale import job_argv
-from dlperf.dist.launch import PARENT_ENV, _failures, alive, error_lines, guarded
-from dlperf.dist.study import (
+from dlperf.distributed.launch import PARENT_ENV, _failures, alive, error_lines, guarded
+from dlperf.distributed.study import (
     Point,
     ScaleOptions,
     add_relative,

@@ -3,7 +3,7 @@ to dlperf, SIGKILL of dlperf or of torchrun, a worker killed mid-point, a peer n
 every process it started (torchrun, the workers) is gone within STOP_S seconds, as the
 process table shows, and the store says what happened. The faults strike once the workers
 are past warm-up (the markers they write), however busy the machine is; the stop itself is
-what is timed. Ctrl-C is tested in tests/test_dist_scale.py."""
+what is timed. Ctrl-C is tested in tests/test_distributed_scale.py."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.dist.launch import alive, free_port, worker_pids
+from dlperf.distributed.launch import alive, free_port, worker_pids
 from dlperf.store import Store
-from tests.test_dist_scale import (
+from tests.test_distributed_scale import (
     ENDLESS,
     EVENT_S,
     STOP_S,

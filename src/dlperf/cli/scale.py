@@ -50,7 +50,7 @@ def _emit(
     image: str,
     job_name: str,
 ) -> None:
-    from dlperf.dist.jobfiles import render_kubernetes, render_slurm
+    from dlperf.distributed.jobfiles import render_kubernetes, render_slurm
 
     if nnodes < 1 or max(workers) % nnodes:
         raise UserError(f"{max(workers)} workers do not split evenly over {nnodes} nodes")
@@ -156,7 +156,7 @@ def _print_table(result: Any) -> None:
 def _allreduce_bench(
     workers: list[int], sizes: str, backend: str, iters: int, allow: bool, as_json: bool
 ) -> None:
-    from dlperf.dist.allreduce_study import run_allreduce_study
+    from dlperf.distributed.allreduce_study import run_allreduce_study
 
     if iters < 1:  # before torchrun starts, not after
         raise UserError(f"--iters must be at least 1, got {iters}")
@@ -247,7 +247,7 @@ def scale(
     Example: dlperf scale examples/digits_smallcnn.toml --mode weak --per-worker-batch 32 --steps 50
     """
     from dlperf.config import load_experiment
-    from dlperf.dist.study import ScaleOptions, check_options, find_max_batch, run_study
+    from dlperf.distributed.study import ScaleOptions, check_options, find_max_batch, run_study
 
     counts = parse_list(workers, "--workers", int)
     if allreduce_bench:

@@ -2,7 +2,7 @@
 
 Run under torchrun, one process per worker:
 
-    torchrun --nproc-per-node 2 -m dlperf.dist.allreduce --sizes 1KB..64MB --out ar.json
+    torchrun --nproc-per-node 2 -m dlperf.distributed.allreduce --sizes 1KB..64MB --out ar.json
 
 Definitions as in nccl-tests (doc/PERFORMANCE.md), for a message of S bytes on n ranks
 taking t seconds:  algbw = S / t,  busbw = algbw · 2(n−1)/n. busbw factors out the ring's
@@ -169,7 +169,7 @@ def measure(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m dlperf.dist.allreduce",
+        prog="python -m dlperf.distributed.allreduce",
         description="All-reduce microbenchmark; run one process per worker under torchrun.",
     )
     parser.add_argument("--sizes", default="1KB..64MB")

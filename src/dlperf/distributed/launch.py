@@ -74,7 +74,7 @@ def guard() -> None:
 
 def guarded(command: Sequence[str]) -> list[str]:
     """`command` run through `guard`."""
-    return [sys.executable, "-c", "from dlperf.dist.launch import guard; guard()", *command]
+    return [sys.executable, "-c", "from dlperf.distributed.launch import guard; guard()", *command]
 
 
 @dataclass

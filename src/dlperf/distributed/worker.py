@@ -1,6 +1,6 @@
-"""One rank of a scaling point, run under torchrun: `python -m dlperf.dist.worker SPEC.json`.
+"""One rank of a scaling point, run under torchrun: `python -m dlperf.distributed.worker SPEC.json`.
 
-The spec (written by dlperf.dist.study) names the experiment, the per-worker batch, the
+The spec (written by dlperf.distributed.study) names the experiment, the per-worker batch, the
 steps, the backend and the communication options. The worker trains the experiment's model
 wrapped in DistributedDataParallel, timing every step after the warm-up, and (unless the
 point's hook already is the no-op) a second replica under DDP's no-op communication hook,

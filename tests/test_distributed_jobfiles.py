@@ -1,4 +1,4 @@
-"""dlperf.dist.jobfiles: the Slurm script runs (with stand-in srun and scontrol) and the
+"""dlperf.distributed.jobfiles: the Slurm script runs (with stand-in srun and scontrol) and the
 PyTorchJob manifest has the shape the Kubeflow training operator expects."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlperf.dist.jobfiles import render_kubernetes, render_slurm
+from dlperf.distributed.jobfiles import render_kubernetes, render_slurm
 from dlperf.errors import UserError
 
 ARGV = ["dlperf", "scale", "exp.toml", "--workers", "1,2", "--mode", "strong"]

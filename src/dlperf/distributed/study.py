@@ -34,7 +34,7 @@ import torch
 
 from dlperf.config import Experiment
 from dlperf.data import load_data
-from dlperf.dist.launch import Rendezvous, run_torchrun
+from dlperf.distributed.launch import Rendezvous, run_torchrun
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
@@ -45,7 +45,7 @@ COMMS = ("allreduce", "fp16", "bf16", "powersgd", "noop")
 STRATEGIES = ("ddp", "dp")
 BACKENDS = ("auto", "gloo", "nccl")
 FAILURE_POLICIES = ("continue", "stop")
-WORKER_MODULE = "dlperf.dist.worker"
+WORKER_MODULE = "dlperf.distributed.worker"
 BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
 CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
 
@@ -325,7 +325,7 @@ def ring_prediction(
     so each bucket pays the latency term once."""
     if ring is None or workers < 2:
         return None
-    from dlperf.dist.allreduce import ring_time
+    from dlperf.distributed.allreduce import ring_time
 
     bucket = (bucket_mb or 25) * 2**20
     buckets = max(1, math.ceil(grad_bytes / bucket))
@@ -509,7 +509,7 @@ class _Study:
         artifacts = []
         finished = [r for r in self.rows if r["status"] == "finished"]
         if self.study_id is not None and self.opts.plots and finished:
-            from dlperf.dist.plots import plot_study
+            from dlperf.distributed.plots import plot_study
 
             # The store keeps artifacts per run: a study's figures hang on its first run.
             directory = self.out_dir / f"scale-{self.study_id}" / "plots"

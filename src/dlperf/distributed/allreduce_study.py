@@ -1,4 +1,4 @@
-"""`dlperf scale --allreduce-bench`: the all-reduce microbenchmark (dlperf.dist.allreduce)
+"""`dlperf scale --allreduce-bench`: the all-reduce microbenchmark (dlperf.distributed.allreduce)
 under torchrun for each worker count, kept as a study of kind `allreduce` whose runs carry
 the ring model fitted over all of them (the scale table's prediction reads it)."""
 
@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dlperf.dist.allreduce import fit_ring_model, parse_sizes
-from dlperf.dist.launch import run_torchrun
-from dlperf.dist.study import resolve_backend, threads_per_worker
+from dlperf.distributed.allreduce import fit_ring_model, parse_sizes
+from dlperf.distributed.launch import run_torchrun
+from dlperf.distributed.study import resolve_backend, threads_per_worker
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, Store
@@ -61,7 +61,7 @@ def run_allreduce_study(
             args += ["--backend", backend, "--threads", str(threads)]
             args += ["--out", str(directory / "result.json")]
             env = {"OMP_NUM_THREADS": str(threads)}
-            launch = run_torchrun(directory, n, "dlperf.dist.allreduce", args, env=env)
+            launch = run_torchrun(directory, n, "dlperf.distributed.allreduce", args, env=env)
             if launch.returncode != 0:
                 run.fail(launch.error or "torchrun failed")
                 failures.append({"workers": n, "error": launch.error})

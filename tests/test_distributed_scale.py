@@ -20,7 +20,7 @@ from torch import nn
 
 from dlperf.config import load_experiment
 from dlperf.data import load_data
-from dlperf.dist.launch import alive, free_port, worker_pids
+from dlperf.distributed.launch import alive, free_port, worker_pids
 from dlperf.engine.run import build_model
 from dlperf.store import Store
 from tests.test_scale import SUMMARY_KEYS

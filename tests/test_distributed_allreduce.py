@@ -1,4 +1,4 @@
-"""dlperf.dist.allreduce: size parsing, the ring model and its fit, the benchmark under torchrun."""
+"""dlperf.distributed.allreduce: size parsing, the ring model and its fit, the benchmark under torchrun."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlperf.dist.allreduce import RingModel, fit_ring_model, parse_sizes, ring_time
-from dlperf.dist.launch import free_port
+from dlperf.distributed.allreduce import RingModel, fit_ring_model, parse_sizes, ring_time
+from dlperf.distributed.launch import free_port
 from dlperf.errors import UserError
 
 KB, MB = 1024, 1024**2
@@ -118,7 +118,7 @@ def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
         "--rdzv-endpoint",
         f"127.0.0.1:{free_port()}",
         "-m",
-        "dlperf.dist.allreduce",
+        "dlperf.distributed.allreduce",
         "--sizes",
         "1KB..64KB",
         "--iters",
