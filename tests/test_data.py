@@ -12,8 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
+from dlperf.cli.models import dataset_table
 from dlperf.config import AugmentConfig, DataConfig
-from dlperf.data import Split, load_data, make_loader
+from dlperf.data import DATASETS, Split, load_data, make_loader
 from dlperf.errors import UserError
 
 RNG = np.random.default_rng(0)
@@ -60,6 +61,36 @@ def write_jpegs(root: Path, per_class: int = 6) -> None:
             for i in range(per_class):
                 pixels = RNG.integers(0, 256, (40 + i, 50, 3), dtype=np.uint8)
                 Image.fromarray(pixels).save(folder / f"{i}.jpg")
+
+
+def write_files_of(name: str, root: Path) -> None:
+    """Tiny files in `name`'s real on-disk format; the bundled sets need none."""
+    if name.startswith("cifar"):
+        write_cifar(root, hundred=name == "cifar100")
+    elif name in ("mnist", "fashionmnist"):
+        raw = root / ("MNIST" if name == "mnist" else "FashionMNIST") / "raw"
+        for prefix in ("train", "t10k"):
+            write_idx(raw, prefix, 50)
+
+
+def test_dataset_table_lists_every_reader() -> None:
+    """`dlperf datasets` prints datasets.toml so as not to import the readers."""
+    table = dataset_table()
+    assert list(table) == list(DATASETS)
+    for name, reader in DATASETS.items():
+        assert table[name]["source"] == (reader.__doc__ or "").strip().splitlines()[0]
+    # The config or the folder decides these sets' classes and shape.
+    assert not {"classes", "shape"} & (table["synthetic"].keys() | table["imagefolder"].keys())
+
+
+@pytest.mark.parametrize(
+    "name", ["digits", "mnist5k", "cifar10", "cifar100", "mnist", "fashionmnist"]
+)
+def test_dataset_table_gives_the_classes_and_shape_read(tmp_path: Path, name: str) -> None:
+    write_files_of(name, tmp_path)
+    data = load_data(DataConfig(name=name, root=str(tmp_path)))
+    meta = dataset_table()[name]
+    assert (meta["classes"], tuple(meta["shape"])) == (data.num_classes, data.shape)
 
 
 def test_cifar10_pickle_batches(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import torch
 
+from dlperf.cli import models as cli_models
 from dlperf.errors import UserError
 from dlperf.models import create_model, list_models
 
@@ -81,3 +83,23 @@ def test_unknown_names_and_arguments() -> None:
         UserError, match=r"does not accept width \(accepted: num_classes, in_channels\)"
     ):
         create_model("resnet20", width=2)
+
+
+def test_names_table_says_what_the_registry_and_torchvision_say() -> None:
+    """`dlperf models` prints names.toml so as not to import torch; it must not drift."""
+    table, live = cli_models._table("models/names.toml"), list_models()
+    assert table["dlperf"] == live["dlperf"]
+    installed = metadata.version("torchvision")
+    assert table["torchvision_version"] == installed, (
+        f"write torchvision {installed}'s names into src/dlperf/models/names.toml: "
+        f"{live['torchvision']}"
+    )
+    assert table["torchvision"] == live["torchvision"]
+
+
+def test_names_come_from_torchvision_when_the_table_is_for_another_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stale = {"torchvision_version": "0.1", "dlperf": ["gone"], "torchvision": ["gone"]}
+    monkeypatch.setattr(cli_models, "_table", lambda path: stale)
+    assert cli_models.model_names() == list_models()

@@ -1,4 +1,8 @@
-"""The machine a run executes on: device choice, threads, clocks and a system record."""
+"""The machine a run executes on: device choice, threads, clocks and a system record.
+
+torch is imported inside the functions that use it, so that importing this module (for
+`usable_cores`, say) does not cost a command torch's seconds of start-up.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 import dlperf
 from dlperf.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def usable_cores() -> int:
@@ -27,6 +32,8 @@ def usable_cores() -> int:
 
 def pick_device(spec: str = "auto") -> torch.device:
     """auto: CUDA, then MPS, then CPU. An explicit device that is absent is bad input."""
+    import torch
+
     if spec == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())
@@ -50,6 +57,8 @@ def pick_device(spec: str = "auto") -> torch.device:
 def set_threads(threads: int | None) -> int:
     """Set intra-op threads explicitly: the default oversubscribes small hosts badly.
     None: every usable core."""
+    import torch
+
     if threads is not None and threads < 1:
         raise UserError(f"--threads must be at least 1, got {threads}")
     n = threads or usable_cores()
@@ -59,6 +68,8 @@ def set_threads(threads: int | None) -> int:
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels, so a host clock read after it measures finished work."""
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -67,6 +78,8 @@ def synchronize(device: torch.device) -> None:
 
 def peak_memory_bytes(device: torch.device) -> int:
     """CUDA: max allocated by tensors. Elsewhere: the process's peak resident set size."""
+    import torch
+
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -98,6 +111,8 @@ def _git_commit() -> str | None:
 
 
 def system_info(device: torch.device | None = None, threads: int | None = None) -> dict[str, Any]:
+    import torch
+
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return {
         "host": socket.gethostname(),

@@ -1,11 +1,39 @@
-"""`dlperf models` and `dlperf datasets`: what the registries hold."""
+"""`dlperf models` and `dlperf datasets`: what the registries hold.
+
+Both read tables shipped beside the registries (models/names.toml, data/datasets.toml)
+rather than the registries themselves, which import torch: listing names answers at once.
+"""
 
 from __future__ import annotations
 
+from importlib import metadata, resources
+from typing import Any
+
+import tomllib
 import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app
+
+
+def _table(path: str) -> dict[str, Any]:
+    return tomllib.loads((resources.files("dlperf") / path).read_text())
+
+
+def model_names() -> dict[str, list[str]]:
+    """The registry's names and torchvision's zoo; from names.toml when it was written for the
+    installed torchvision, else from torchvision itself."""
+    table = _table("models/names.toml")
+    if table["torchvision_version"] != metadata.version("torchvision"):
+        from dlperf.models import list_models
+
+        return list_models()
+    return {"dlperf": table["dlperf"], "torchvision": table["torchvision"]}
+
+
+def dataset_table() -> dict[str, dict[str, Any]]:
+    """Each data set's source, and its classes and image shape where the set fixes them."""
+    return _table("data/datasets.toml")
 
 
 @app.command()
@@ -18,9 +46,7 @@ def models(
 
     Example: dlperf models --json
     """
-    from dlperf.models import list_models
-
-    names = list_models()
+    names = model_names()
     if as_json:
         console.print_json(names)
         return
@@ -32,14 +58,21 @@ def models(
 def datasets(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """List data set names for [data] name, with where each reads from.
+    """List data set names for [data] name: where each reads from, its classes and image shape.
 
     Example: dlperf datasets
     """
-    from dlperf.data.sources import DATASETS
-
-    rows = [[name, (fn.__doc__ or "").strip().splitlines()[0]] for name, fn in DATASETS.items()]
+    table = dataset_table()
     if as_json:
-        console.print_json(dict(rows))
+        console.print_json(table)
         return
-    console.print_table(None, ["name", "source"], rows)
+    rows = [
+        [
+            name,
+            meta.get("classes"),
+            "x".join(map(str, meta["shape"])) if "shape" in meta else None,
+            meta["source"],
+        ]
+        for name, meta in table.items()
+    ]
+    console.print_table(None, ["name", "classes", "image", "source"], rows)

@@ -7,14 +7,13 @@ into batches for training or evaluation.
 
 from __future__ import annotations
 
-import difflib
-
 import torch
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data.loaders import TensorLoader, TorchvisionLoader, channel_stats
 from dlperf.data.sources import DATASETS, ImageData, Split
 from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
 
 Loader = TensorLoader | TorchvisionLoader
 
@@ -24,8 +23,7 @@ __all__ = ["DATASETS", "ImageData", "Loader", "Split", "load_data", "make_loader
 def load_data(cfg: DataConfig) -> ImageData:
     reader = DATASETS.get(cfg.name)
     if reader is None:
-        close = difflib.get_close_matches(cfg.name, list(DATASETS), n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(DATASETS)}"
+        hint = did_you_mean(cfg.name, DATASETS, f"choose one of {', '.join(DATASETS)}", quote=True)
         raise UserError(f"unknown dataset '{cfg.name}'", hint)
     data = reader(cfg)
     if cfg.limit is not None:

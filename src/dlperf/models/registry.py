@@ -2,11 +2,13 @@
 
 Names resolve in this order: dlperf's own models (registered with `@register_model`),
 torchvision's classification zoo, then "path/to/file.py:factory" for a user's module.
+
+This module imports no model file: each one registers its factories when the `dlperf.models`
+package imports it (timm's way), so the registry is full whenever this module is reachable.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import inspect
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
 
 _REGISTRY: dict[str, Callable[..., nn.Module]] = {}
 
@@ -32,12 +35,7 @@ def _torchvision_names() -> list[str]:
 
 
 def list_models() -> dict[str, list[str]]:
-    _load_builtin()
     return {"dlperf": sorted(_REGISTRY), "torchvision": _torchvision_names()}
-
-
-def _load_builtin() -> None:
-    from dlperf.models import cifar_resnet, smallcnn  # noqa: F401  (registration)
 
 
 def _call_accepting(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
@@ -111,7 +109,6 @@ def create_model(
     name: str, num_classes: int = 10, in_channels: int = 3, **kwargs: Any
 ) -> nn.Module:
     """Build a model by name with its head sized for `num_classes` and stem for `in_channels`."""
-    _load_builtin()
     if name.endswith(".py") or ".py:" in name:
         if ":" not in name:
             raise UserError(f"model '{name}' names a file but no factory", "use file.py:factory")
@@ -134,6 +131,5 @@ def create_model(
         if in_channels != 3:
             _adapt_stem(model, in_channels)
         return model
-    close = difflib.get_close_matches(name, list(_REGISTRY) + tv_names, n=3, cutoff=0.6)
-    hint = f"did you mean {', '.join(close)}?" if close else "see `dlperf models`"
+    hint = did_you_mean(name, list(_REGISTRY) + tv_names, "see `dlperf models`", n=3)
     raise UserError(f"unknown model '{name}'", hint)

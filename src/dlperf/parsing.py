@@ -1,0 +1,90 @@
+"""The small text forms commands share: comma lists, NAME=VALUE lists, count ranges, and the
+"did you mean" hint for a misspelt name. Each raises the caller's own one-line `UserError`."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from dlperf.errors import UserError
+
+T = TypeVar("T")
+
+
+def did_you_mean(
+    name: str,
+    choices: Iterable[str],
+    otherwise: str,
+    *,
+    n: int = 1,
+    cutoff: float = 0.6,
+    quote: bool = False,
+) -> str:
+    """A hint naming the `n` choices closest to a misspelt `name` ("did you mean 'lr'?"),
+    else `otherwise` (e.g. the list of valid names)."""
+    close = difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
+    if not close:
+        return otherwise
+    return "did you mean " + ", ".join(f"'{c}'" if quote else c for c in close) + "?"
+
+
+def parse_list(
+    text: str, kind: Callable[[str], T], error: UserError, minimum: Any = None
+) -> list[T]:
+    """'1,8,32' as [1, 8, 32], each part converted by `kind`; `error` when a part does not
+    convert (an empty one neither, for numbers), or one is below `minimum`."""
+    try:
+        values = [kind(part.strip()) for part in text.split(",")]
+    except ValueError:
+        raise error from None
+    if minimum is not None and min(values) < minimum:
+        raise error
+    return values
+
+
+def parse_names(text: str) -> list[str]:
+    """'depth, gpu,' as ['depth', 'gpu']: stripped, empty parts left out."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_pairs(text: str, option: str, example: str) -> dict[str, str]:
+    """'a=1,b=x' as {'a': '1', 'b': 'x'}, in the order given."""
+    pairs: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not name or not value.strip():
+            raise UserError(f"{option} takes NAME=VALUE,..., got {text!r}", f"e.g. {example}")
+        if name in pairs:
+            raise UserError(f"{option}: {name} is given twice in {text!r}")
+        pairs[name] = value.strip()
+    return pairs
+
+
+def parse_numbers(text: str, option: str, example: str) -> dict[str, float]:
+    """'a=1,b=2.5' as {'a': 1.0, 'b': 2.5}: `parse_pairs` whose values are finite numbers."""
+    pairs = parse_pairs(text, option, example)
+    bad = UserError(f"{option}: every value must be a number, got {pairs}")
+    try:
+        numbers = {name: float(value) for name, value in pairs.items()}
+    except ValueError:
+        raise bad from None
+    if not all(map(math.isfinite, numbers.values())):  # float() reads 'nan' and 'inf' too
+        raise bad
+    return numbers
+
+
+def parse_range(text: str, name: str) -> list[int]:
+    """'1-16' or '2,4,8' (or both, '1-4,8') as sorted positive integers."""
+    values: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            values.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise UserError(f"--{name} must look like 1-16 or 2,4,8, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise UserError(f"--{name} needs counts ≥ 1, got {text!r}")
+    return sorted(values)

@@ -1,0 +1,71 @@
+"""Commands that need no tensors start without torch and the other heavy libraries.
+
+Each command runs in a fresh interpreter through the real entry point; what it imported is
+read from `sys.modules` afterwards. A property, not a wall-clock limit: importing torch is
+what costs these commands seconds (benchmarks/bench_startup.py measures the time).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import Store
+
+HEAVY = ("torch", "torchvision", "numpy", "scipy", "sklearn", "matplotlib")
+
+# Runs `dlperf ARGS` (ARGS from the command line), then fails naming any heavy import.
+PROBE = f"""
+import sys
+from dlperf.cli import main
+
+sys.argv[0] = "dlperf"
+try:
+    main()
+except SystemExit as e:
+    if e.code not in (0, None):
+        raise
+heavy = sorted({{name.split(".")[0] for name in sys.modules}} & set({HEAVY!r}))
+if heavy:
+    sys.exit(f"dlperf {{' '.join(sys.argv[1:])}} imported {{', '.join(heavy)}}")
+"""
+
+COMMANDS = [
+    ["--help"],
+    ["models"],
+    ["models", "--json"],
+    ["datasets"],
+    ["datasets", "--json"],
+    ["devices"],
+    ["config", "keys"],
+    ["config", "show", "{exp}"],
+    ["runs", "list"],
+    ["runs", "show", "1"],
+    ["runs", "compare", "1", "2", "--json"],
+]
+
+
+@pytest.fixture
+def two_runs(store: Store) -> None:
+    """Two finished runs with per-epoch metrics, so `runs show` and `compare` render fully."""
+    for name, lr in (("a", 0.1), ("b", 0.2)):
+        config = {"model": {"name": "smallcnn"}, "data": {"name": "digits"}, "train": {"lr": lr}}
+        run = store.create_run(name, "run", config, name, {"host": "h"})
+        store.log_metrics(run, [("val/acc1", 1, 0.5), ("epoch/train_loss", 1, 1.0)])
+        summary = {"test_accuracy": 0.9, "phases": {"data": 0.001, "forward": 0.002}}
+        store.finish_run(run, "finished", summary=summary)
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_command_imports_nothing_heavy(
+    args: list[str], two_runs: None, tiny_exp: Callable[..., Path]
+) -> None:
+    argv = [a.format(exp=tiny_exp()) for a in args]
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
