@@ -286,8 +286,8 @@ def scale(
         rdzv=rdzv,
         plots=plots,
     )
-    check_options(opts)  # here too, so an emitted job file never carries bad options
     if emit is not None:
+        check_options(opts)  # a job file must not carry options its nodes would refuse
         _emit(emit, out, nnodes, counts, backend, gpus_per_node, image, exp.run.name or "dlperf")
         return
     store = open_store()
