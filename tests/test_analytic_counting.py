@@ -155,6 +155,8 @@ def test_unsupported_ops_are_listed_by_name() -> None:
 
     a = analyze_module(Fft(), [8])
     assert a.unsupported_ops == {"aten._fft_r2c": 1}
+    assert a.unsupported_note() == "not counted (no handler for these operators): aten._fft_r2c x1"
+    assert analyze_module(nn.Linear(4, 2), [4]).unsupported_note() is None
 
 
 def test_bad_input_shape_is_one_line() -> None:

@@ -8,11 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from dlperf.analytic.counting import analyze_module
-from dlperf.analytic.devices import Device, get_device, load_catalog, save_device
-from dlperf.analytic.measure import KERNELS, Kernel, solve
-from dlperf.analytic.paleo import compare, fit_ppp, predict
+from dlperf.analytic.counting import analyze, analyze_module
+from dlperf.analytic.devices import Device, device_or_host, get_device, load_catalog, save_device
+from dlperf.analytic.measure import KERNELS, Kernel, measure_recorded, solve
+from dlperf.analytic.paleo import compare, fit_ppp, predict, predict_model
 from dlperf.errors import UserError
+from dlperf.progress import NullReporter
+from dlperf.store import Store
 
 # 1 TFLOP/s fp32, 2 TFLOP/s fp16, 100 GB/s: round numbers to check the formula by hand.
 FAKE = Device(
@@ -196,3 +198,42 @@ def test_calibration_recovers_each_constant(kernel: Kernel) -> None:
     assert getattr(solved, field) == pytest.approx(value)
     # A measurement the other terms already exceed leaves the unknown unknown.
     assert getattr(solve(kernel, unknown, 1e-12, a), field) == getattr(unknown, field)
+
+
+class Logged(NullReporter):
+    """A reporter that keeps what it is told to log."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def no_store() -> Store:
+    raise AssertionError("a prediction without --measure needs no store")
+
+
+def test_predict_model_by_name_on_a_catalog_device(no_user_file: Path) -> None:
+    r = predict_model("smallcnn", "V100", no_store, input_shape=[1, 8, 8], batch=4, ppp=0.5)
+    assert (r["model"], r["device"], r["batch"], r["ppp"]) == ("smallcnn", "V100", 4, 0.5)
+    assert "measured" not in r and r["totals"]["time_s"] > 0
+    with pytest.raises(UserError, match="give --device NAME"):
+        predict_model("smallcnn", None, no_store)
+    with pytest.raises(UserError, match=r"this host \(.*\) is not calibrated"):
+        device_or_host(None)
+    with pytest.raises(UserError, match="--reps must be at least 1"):
+        predict_model("smallcnn", "V100", no_store, measure=True, reps=0)
+
+
+def test_measure_recorded_warns_of_other_threads(no_user_file: Path, tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    a = analyze("smallcnn", [1, 8, 8])
+    log = Logged()
+    m = measure_recorded(lambda: store, "smallcnn", a, predict(a, FAKE), None, 1, 999, log)
+    assert store.get_run(m["run_id"])["status"] == "finished" and m["measured_s"]["min"] > 0
+    warning = (
+        "warning: fake was calibrated with 999 threads, this measurement runs "
+        f"{torch.get_num_threads()}: expect the rates to differ"
+    )
+    assert log.lines == ([warning] if m["local_device"] == "cpu" else [])

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from dlperf.converge import plan
-from dlperf.converge.speed import SpeedFit
+from dlperf.converge.speed import SpeedFit, SpeedReport
 from dlperf.errors import UserError
 
 
@@ -61,9 +64,23 @@ def test_plan_refuses_pollux() -> None:
         plan.plan(100, fit, [1], [1], batch=1)
 
 
-def test_parse_range() -> None:
-    assert plan.parse_range("1-4,8", "workers") == [1, 2, 3, 4, 8]
-    assert plan.parse_range("2,4", "ps") == [2, 4]
-    for bad in ("0-2", "a", "3-x"):
-        with pytest.raises(UserError):
-            plan.parse_range(bad, "workers")
+def test_plan_files_reads_what_the_fit_commands_write(tmp_path: Path) -> None:
+    speed_json, curve_json = tmp_path / "speed.json", tmp_path / "curve.json"
+    speed_json.write_text(json.dumps(SpeedReport(sync_fit([0.4, 0, 0.1, 0, 0]), []).to_dict()))
+    # 1/(0.01·k + 1) + 0.1 reaches 0.2 at k = 900, and 100 steps are done.
+    fit = {"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1, "last_step": 100}
+    curve_json.write_text(json.dumps(fit))
+    done = plan.plan_files(curve_json, speed_json, 0.2, [1, 2], [1, 2], batch=1)
+    assert done.steps == pytest.approx(800) and done.cost_unit == "device-hours"
+    times = {(a.ps, a.workers): a.time_s for a in done.allocations}
+    assert times[(2, 2)] == pytest.approx(800 * 0.3)  # 0.4/2 + 0.1·2/2 seconds a step
+
+    (tmp_path / "jobs.toml").write_text(
+        '[[job]]\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.2\nbatch = 1\n'
+    )
+    (job,) = plan.read_jobs(tmp_path / "jobs.toml")
+    assert (job.name, job.steps, job.batch) == ("job1", pytest.approx(800), 1.0)
+    with pytest.raises(UserError, match="is not a speed fit"):
+        plan.read_speed_fit(curve_json)
+    with pytest.raises(UserError, match="is unreachable: the curve"):
+        plan.remaining_steps(curve_json, 0.05)

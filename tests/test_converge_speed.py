@@ -136,3 +136,24 @@ def test_bad_tables(tmp_path: Path) -> None:
     path.write_text("workers,global_batch,step_time\n1,64,0.2\n")
     with pytest.raises(UserError, match="did you mean 'step_time'"):
         speed.load_csv(path)
+
+
+def test_fit_measured_predicts_the_configurations_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "speed.csv"
+    rows = [f"{w},{p},256,{0.5 / w + 0.01 + 0.02 * w / p!r}" for w in (1, 2, 4, 8) for p in (1, 2)]
+    path.write_text("workers,ps,global_batch,step_time_s\n" + "\n".join(rows))
+
+    def no_store() -> None:
+        raise AssertionError("a speed table needs no store")
+
+    done = speed.fit_measured("optimus-sync", no_store, csv=path, predict=["workers=8,ps=2"])
+    (p,) = done.predictions
+    assert (p["workers"], p["ps"], p["batch"]) == (8, 2, 256)  # the table's usual batch
+    assert p["step_time_s"] == pytest.approx(0.5 / 8 + 0.01 + 0.02 * 4, rel=1e-6)
+    doc = done.to_dict()
+    assert doc["meanings"] == speed.MEANINGS["optimus-sync"] and doc["predictions"] == [p]
+    assert done.warnings == []
+    with pytest.raises(UserError, match="takes workers=N, ps=N, batch=N"):
+        speed.predict_at(done.fit, "nodes=2")
+    with pytest.raises(UserError, match="give STUDY_ID or --csv FILE"):
+        speed.fit_measured("optimus-sync", no_store)

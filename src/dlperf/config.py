@@ -6,7 +6,6 @@ Unknown keys fail naming the file, the key and the closest valid key.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from pathlib import Path
@@ -16,6 +15,7 @@ import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
 
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
@@ -207,11 +207,6 @@ class Experiment(Section):
 # --- loading ------------------------------------------------------------------------------
 
 
-def _closest(key: str, choices: list[str]) -> str:
-    match = difflib.get_close_matches(key, choices, n=1, cutoff=0.5)
-    return f"did you mean '{match[0]}'?" if match else f"valid keys: {', '.join(choices)}"
-
-
 def _check_keys(raw: dict[str, Any], model: type[BaseModel], where: str, prefix: str = "") -> None:
     """Name an unknown key and its closest valid spelling before pydantic sees it."""
     fields = model.model_fields
@@ -219,7 +214,10 @@ def _check_keys(raw: dict[str, Any], model: type[BaseModel], where: str, prefix:
         path = f"{prefix}{key}"
         if key not in fields:
             # repr: a key read from a file may hold a newline, and the error stays one line
-            raise UserError(f"{where}: unknown key {path!r}", _closest(key, list(fields)))
+            hint = did_you_mean(
+                key, fields, f"valid keys: {', '.join(fields)}", cutoff=0.5, quote=True
+            )
+            raise UserError(f"{where}: unknown key {path!r}", hint)
         annotation = fields[key].annotation
         if (
             isinstance(value, dict)

@@ -109,6 +109,13 @@ class Analysis:
             }
         return out
 
+    def unsupported_note(self) -> str | None:
+        """What the counts leave out, worth a warning; None when every operator counted."""
+        if not self.unsupported_ops:
+            return None
+        ops = ", ".join(f"{op} x{n}" for op, n in self.unsupported_ops.items())
+        return f"not counted (no handler for these operators): {ops}"
+
     def to_dict(self) -> dict[str, Any]:
         left_out = INTERNAL if self.train else INTERNAL + BACKWARD
         layers = [

@@ -7,8 +7,8 @@ price. `dlperf calibrate` writes the measured machine there.
 
 from __future__ import annotations
 
-import difflib
 import os
+import socket
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -17,6 +17,7 @@ import tomllib
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
 
 Kind = Literal[
     "conv",
@@ -130,9 +131,23 @@ def get_device(name: str, path: Path | None = None) -> Device:
     lower = {k.lower(): k for k in catalog}
     if name.lower() in lower:
         return catalog[lower[name.lower()]]
-    close = difflib.get_close_matches(name, list(catalog), n=3, cutoff=0.4)
-    hint = f"did you mean {', '.join(close)}?" if close else "see `dlperf devices`"
+    hint = did_you_mean(name, catalog, "see `dlperf devices`", n=3, cutoff=0.4)
     raise UserError(f"unknown device '{name}'", hint)
+
+
+def device_or_host(name: str | None) -> Device:
+    """The catalog device `name`, or without one this host's, which `dlperf calibrate`
+    saves under the host name."""
+    if name is not None:
+        return get_device(name)
+    host = socket.gethostname()
+    try:
+        return get_device(host)
+    except UserError:
+        raise UserError(
+            f"this host ({host}) is not calibrated",
+            "run `dlperf calibrate` first, or give --device NAME",
+        ) from None
 
 
 def save_device(device: Device, path: Path | None = None) -> Path:

@@ -20,8 +20,9 @@ from torch.autograd import DeviceType
 
 from dlperf.analytic.counting import DTYPES, Analysis, materialize_lazy, run_forward
 from dlperf.analytic.devices import Device
+from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
-from dlperf.system import synchronize
+from dlperf.system import pick_device, set_threads, synchronize
 
 if TYPE_CHECKING:
     from dlperf.store import Store
@@ -350,17 +351,20 @@ def _outputs(out: Any) -> list[torch.Tensor]:
 
 
 def calibrate_recorded(
-    store: Store,
-    device: torch.device,
-    threads: int,
+    open_store: Callable[[], Store],
     name: str | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """`calibrate`, saved as a device in the user catalog and recorded as a run (marked
-    killed or failed if calibration stops). Returns the run id, the file and the device."""
-    from dlperf.analytic.devices import save_device
+    """`calibrate` this machine's device (CUDA, then MPS, then CPU) with all its threads,
+    saved as a device in the user catalog and recorded as a run (marked killed or failed if
+    calibration stops). Returns the run id, the file and the device."""
+    from dlperf.analytic.devices import save_device, user_file
     from dlperf.system import system_info
 
+    check_writable(user_file())  # before minutes of measuring, not after
+    device = pick_device("auto")
+    threads = set_threads(None)
+    store = open_store()
     with store.new_run(
         name=f"calibrate {name or socket.gethostname()}",
         kind="calibrate",
@@ -385,23 +389,32 @@ def calibrate_recorded(
 
 
 def measure_recorded(
-    store: Store,
+    open_store: Callable[[], Store],
     model: str,
     analysis: Analysis,
     prediction: dict[str, Any],
     classes: int | None,
     reps: int,
-    device: torch.device,
-    threads: int,
+    calibrated_threads: int | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """Measure the registry model `model` here and compare it with `prediction`, recorded as
-    a run (marked killed or failed if the measurement stops)."""
+    """Measure the registry model `model` on this machine's device with all its threads and
+    compare it with `prediction`, recorded as a run (marked killed or failed if the
+    measurement stops). A CPU device calibrated with other than those threads is warned of."""
     from dlperf.analytic.counting import default_classes
     from dlperf.analytic.paleo import compare
     from dlperf.models import create_model
     from dlperf.system import system_info
 
+    reporter = reporter or NullReporter()
+    device = pick_device("auto")
+    threads = set_threads(None)
+    if device.type == "cpu" and calibrated_threads not in (None, threads):
+        reporter.log(
+            f"warning: {prediction['device']} was calibrated with {calibrated_threads} "
+            f"threads, this measurement runs {threads}: expect the rates to differ"
+        )
+    store = open_store()
     a = analysis
     real = create_model(
         model, num_classes=classes or default_classes(model), in_channels=a.input[0]

@@ -19,11 +19,16 @@ overhead.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from dlperf.analytic.counting import Analysis
-from dlperf.analytic.devices import KINDS, Device
+from dlperf.analytic.counting import Analysis, analyze
+from dlperf.analytic.devices import KINDS, Device, device_or_host
 from dlperf.errors import UserError
+from dlperf.progress import NullReporter, Reporter
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
 
 
 def layer_time(
@@ -156,3 +161,42 @@ def compare(prediction: dict[str, Any], measurement: dict[str, Any]) -> dict[str
         "measured_images_per_s": prediction["batch"] / measured,
         "fitted_ppp": fit_ppp(prediction, measured),
     }
+
+
+def predict_model(
+    model: str,
+    device: str | None,
+    open_store: Callable[[], Store],
+    *,
+    input_shape: Sequence[int] | None = None,
+    batch: int = 1,
+    train: bool = False,
+    precision: str = "fp32",
+    classes: int | None = None,
+    ppp: float | None = None,
+    measure: bool = False,
+    reps: int = 10,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """`predict` for a model by name (registry, torchvision, "file.py:factory") on the catalog
+    device `device`. With `measure`, the model also runs here `reps` times (after warm-up)
+    and the comparison, recorded as a run, goes under "measured"; `device` None then means
+    this host, as `dlperf calibrate` saved it. Warnings go to the reporter."""
+    if device is None and not measure:
+        raise UserError("give --device NAME", "see `dlperf devices`, or run `dlperf calibrate`")
+    entry = device_or_host(device)
+    if reps < 1:
+        raise UserError(f"--reps must be at least 1, got {reps}")
+    reporter = reporter or NullReporter()
+    a = analyze(model, input_shape, batch, train, precision, classes)
+    note = a.unsupported_note()
+    if note:
+        reporter.log(f"warning: {note}")
+    result = predict(a, entry, ppp)
+    if measure:
+        from dlperf.analytic.measure import measure_recorded
+
+        result["measured"] = measure_recorded(
+            open_store, model, a, result, classes, reps, entry.threads, reporter
+        )
+    return result

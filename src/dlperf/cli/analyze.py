@@ -11,27 +11,33 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import UserError
-from dlperf.paths import check_writable
+from dlperf.parsing import parse_list
 
-INPUT_HELP = (
-    "Input shape without the batch, e.g. 3,224,224 "
-    "(default: 3,224,224 for torchvision, 3,32,32 otherwise)."
+MODEL = typer.Argument(..., help="Registry or torchvision name, or path/to/file.py:factory.")
+INPUT = typer.Option(
+    None,
+    "--input",
+    help="Input shape without the batch, e.g. 3,224,224 "
+    "(default: 3,224,224 for torchvision, 3,32,32 otherwise).",
+    show_default=False,
 )
-PRECISIONS = "fp32 | fp16 | bf16"
+BATCH = typer.Option(1, "--batch", help="Batch size.")
+PRECISION = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16")
+CLASSES = typer.Option(
+    None,
+    "--classes",
+    help="Output classes (default: 1000 for torchvision, 10 otherwise).",
+    show_default=False,
+)
+JSON = typer.Option(False, "--json", help="Print one JSON object.")
+MS = 1e3  # seconds to milliseconds
 
 
 def parse_shape(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    try:
-        shape = [int(part) for part in text.split(",")]
-    except ValueError:
-        shape = []
-    if not shape or min(shape) < 1:
-        raise UserError(
-            f"--input {text!r}: expected positive integers C,H,W", "e.g. --input 3,32,32"
-        )
-    return shape
+    bad = UserError(f"--input {text!r}: expected positive integers C,H,W", "e.g. --input 3,32,32")
+    return parse_list(text, int, bad, minimum=1)
 
 
 def si(value: float, unit: str = "") -> str:
@@ -53,30 +59,17 @@ def _field(rf: dict[str, Any]) -> str:
     return f"undefined ({rf['reason']}){last}"
 
 
-def _warn_unsupported(unsupported: dict[str, int]) -> None:
-    if unsupported:
-        ops = ", ".join(f"{op} x{n}" for op, n in unsupported.items())
-        console.warn(f"not counted (no handler for these operators): {ops}")
-
-
 @app.command()
 def analyze(
-    model: str = typer.Argument(
-        ..., help="Registry or torchvision name, or path/to/file.py:factory."
-    ),
-    input_: str = typer.Option(None, "--input", help=INPUT_HELP, show_default=False),
-    batch: int = typer.Option(1, "--batch", help="Batch size."),
+    model: str = MODEL,
+    input_: str = INPUT,
+    batch: int = BATCH,
     train: bool = typer.Option(
         False, "--train", help="Count a training step: forward + backward and training memory."
     ),
-    precision: str = typer.Option("fp32", "--precision", help=PRECISIONS),
-    classes: int = typer.Option(
-        None,
-        "--classes",
-        help="Output classes (default: 1000 for torchvision, 10 otherwise).",
-        show_default=False,
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    precision: str = PRECISION,
+    classes: int = CLASSES,
+    as_json: bool = JSON,
     as_csv: bool = typer.Option(False, "--csv", help="Print the per-layer rows as CSV."),
 ) -> None:
     """Count a network on paper, layer by layer: params, MACs, FLOPs (= 2 MACs + other
@@ -87,7 +80,9 @@ def analyze(
     from dlperf.analytic.counting import analyze as run_analysis
 
     a = run_analysis(model, parse_shape(input_), batch, train, precision, classes)
-    _warn_unsupported(a.unsupported_ops)
+    note = a.unsupported_note()
+    if note:
+        console.warn(note)
     result = a.to_dict()
     if as_json:
         console.print_json(result)
@@ -97,16 +92,8 @@ def analyze(
         _print_analysis(result)
 
 
-LAYER_COLUMNS = [
-    "name",
-    "type",
-    "output_shape",
-    "params",
-    "macs",
-    "flops",
-    "activations",
-    "activation_bytes",
-]
+LAYER_COLUMNS = ["name", "type", "output_shape", "params", "macs", "flops", "activations",
+                 "activation_bytes"]  # fmt: skip
 BACKWARD_COLUMNS = ["backward_macs", "backward_flops"]
 
 
@@ -121,14 +108,10 @@ def _print_analysis(result: dict[str, Any]) -> None:
     train = result["train"]
     counts = LAYER_COLUMNS[3:] + (BACKWARD_COLUMNS if train else [])
     rows = [
-        [
-            row["name"],
-            row["type"],
-            "x".join(map(str, row["output_shape"] or [])),
-            *(si(row[c], "B" if c.endswith("bytes") else "") for c in counts),
-        ]
+        [row["name"], row["type"], "x".join(map(str, row["output_shape"] or [])),
+         *(si(row[c], "B" if c.endswith("bytes") else "") for c in counts)]
         for row in result["layers"]
-    ]
+    ]  # fmt: skip
     shape = "x".join(map(str, result["input"]))
     step = ", training step" if train else ""
     console.print_table(
@@ -150,46 +133,34 @@ def _print_analysis(result: dict[str, Any]) -> None:
     ]
     if train:
         m = t["training_memory"]
+
+        def sgd_adam(sizes: dict[str, int]) -> str:
+            return f"{si(sizes['sgd_momentum'], 'B')} / {si(sizes['adam'], 'B')}"
+
         summary += [
             ["backward MACs", f"{t['backward_macs']:,}"],
             ["backward FLOPs", f"{t['backward_flops']:,}"],
             ["step FLOPs (fwd + bwd)", f"{t['step_flops']:,} ({si(t['step_flops'])})"],
             ["weights", si(m["weights_bytes"], "B")],
             ["gradients", si(m["gradients_bytes"], "B")],
-            [
-                "optimizer state SGD momentum / Adam",
-                f"{si(m['optimizer_state_bytes']['sgd_momentum'], 'B')} / "
-                f"{si(m['optimizer_state_bytes']['adam'], 'B')}",
-            ],
+            ["optimizer state SGD momentum / Adam", sgd_adam(m["optimizer_state_bytes"])],
             ["activations saved for backward", si(m["saved_activations_bytes"], "B")],
-            [
-                "training memory SGD momentum / Adam",
-                f"{si(m['total_bytes']['sgd_momentum'], 'B')} / "
-                f"{si(m['total_bytes']['adam'], 'B')}",
-            ],
+            ["training memory SGD momentum / Adam", sgd_adam(m["total_bytes"])],
         ]
     console.print_table("totals", ["", "value"], summary)
 
 
-def _local_device_name() -> str:
-    import socket
-
-    return socket.gethostname()
-
-
 @app.command()
 def predict(
-    model: str = typer.Argument(
-        ..., help="Registry or torchvision name, or path/to/file.py:factory."
-    ),
+    model: str = MODEL,
     device: str = typer.Option(
         None,
         "--device",
         help="Catalog device (see `dlperf devices`); default: this host, once calibrated.",
         show_default=False,
     ),
-    input_: str = typer.Option(None, "--input", help=INPUT_HELP, show_default=False),
-    batch: int = typer.Option(1, "--batch", help="Batch size."),
+    input_: str = INPUT,
+    batch: int = BATCH,
     train: bool = typer.Option(
         False, "--train", help="Predict a training step (forward + backward)."
     ),
@@ -199,75 +170,33 @@ def predict(
         help="Platform percent of peak, e.g. 0.62 (default: the device's, else 1).",
         show_default=False,
     ),
-    precision: str = typer.Option("fp32", "--precision", help=PRECISIONS),
-    classes: int = typer.Option(
-        None,
-        "--classes",
-        help="Output classes (default: 1000 for torchvision, 10 otherwise).",
-        show_default=False,
-    ),
+    precision: str = PRECISION,
+    classes: int = CLASSES,
     measure: bool = typer.Option(
         False, "--measure", help="Also run the model here and compare; the result is stored."
     ),
     reps: int = typer.Option(
         10, "--reps", help="--measure: timed repetitions (after 3 warm-up ones)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = JSON,
 ) -> None:
     """Predict a forward pass (or training step) with the PALEO model:
     time = sum over layers of FLOPs / (peak x PPP) + bytes / (bandwidth x PPP_mem).
 
     Example: dlperf predict resnet50 --device V100 --batch 64 --ppp 0.62
     """
-    from dlperf.analytic.counting import analyze as run_analysis
-    from dlperf.analytic.devices import get_device
-    from dlperf.analytic.paleo import predict as run_prediction
+    from dlperf.analytic.paleo import predict_model
 
-    if device is None and not measure:
-        raise UserError("give --device NAME", "see `dlperf devices`, or run `dlperf calibrate`")
-    try:
-        entry = get_device(device or _local_device_name())
-    except UserError:
-        if device is not None:
-            raise
-        raise UserError(
-            f"this host ({_local_device_name()}) is not calibrated",
-            "run `dlperf calibrate` first, or give --device NAME",
-        ) from None
-    if reps < 1:
-        raise UserError(f"--reps must be at least 1, got {reps}")
-    a = run_analysis(model, parse_shape(input_), batch, train, precision, classes)
-    _warn_unsupported(a.unsupported_ops)
-    result = run_prediction(a, entry, ppp)
-    if measure:
-        result["measured"] = _measure_and_store(model, a, result, classes, reps, entry.threads)
+    with console.reporter() as rep:
+        result = predict_model(
+            model, device, open_store, input_shape=parse_shape(input_), batch=batch,
+            train=train, precision=precision, classes=classes, ppp=ppp, measure=measure,
+            reps=reps, reporter=rep,
+        )  # fmt: skip
     if as_json:
         console.print_json(result)
         return
     _print_prediction(result)
-
-
-def _measure_and_store(
-    model: str,
-    a: Any,
-    prediction: dict[str, Any],
-    classes: int | None,
-    reps: int,
-    calibrated_threads: int | None,
-) -> dict[str, Any]:
-    from dlperf.analytic.measure import measure_recorded
-    from dlperf.system import pick_device, set_threads
-
-    local = pick_device("auto")
-    threads = set_threads(None)
-    if local.type == "cpu" and calibrated_threads not in (None, threads):
-        console.warn(
-            f"{prediction['device']} was calibrated with {calibrated_threads} threads, "
-            f"this measurement runs {threads}: expect the rates to differ"
-        )
-    store = open_store()
-    with console.reporter() as rep:
-        return measure_recorded(store, model, a, prediction, classes, reps, local, threads, rep)
 
 
 def _ppp_text(kinds: dict[str, float]) -> str:
@@ -279,45 +208,24 @@ def _ppp_text(kinds: dict[str, float]) -> str:
 
 def _print_prediction(r: dict[str, Any]) -> None:
     t = r["totals"]
-    ms = 1e3
+    times = ("compute_s", "memory_s", "overhead_s", "time_s")
     console.print_table(
         f"{r['model']} on {r['device']}: {r['precision']}, batch {r['batch']}"
         f"{', training step' if r['train'] else ''}, "
         f"PPP {_ppp_text(r['ppp_by_kind'])}, PPP_mem {r['ppp_mem']:.3g}",
+        ["layer", "type", "FLOPs", "bytes", "calls", "compute ms", "memory ms", "calls ms",
+         "time ms"],
         [
-            "layer",
-            "type",
-            "FLOPs",
-            "bytes",
-            "calls",
-            "compute ms",
-            "memory ms",
-            "calls ms",
-            "time ms",
-        ],
-        [
-            [
-                row["name"],
-                row["type"],
-                si(row["flops"]),
-                si(row["bytes"], "B"),
-                row["calls"],
-                row["compute_s"] * ms,
-                row["memory_s"] * ms,
-                row["overhead_s"] * ms,
-                row["time_s"] * ms,
-            ]
+            [row["name"], row["type"], si(row["flops"]), si(row["bytes"], "B"), row["calls"],
+             *(row[k] * MS for k in times)]
             for row in r["layers"]
         ],
-    )
+    )  # fmt: skip
     rows: list[list[Any]] = [
-        ["predicted time per batch (ms)", t["time_s"] * ms],
-        [
-            "  compute / memory / calls (ms)",
-            f"{t['compute_s'] * ms:.4g} / {t['memory_s'] * ms:.4g} / {t['overhead_s'] * ms:.4g}",
-        ],
+        ["predicted time per batch (ms)", t["time_s"] * MS],
+        ["  compute / memory / calls (ms)", " / ".join(f"{t[k] * MS:.4g}" for k in times[:3])],
         ["predicted images/s", t["images_per_s"]],
-        ["theoretical time per image, PPP = 1 (ms)", t["theoretical_time_per_image_s"] * ms],
+        ["theoretical time per image, PPP = 1 (ms)", t["theoretical_time_per_image_s"] * MS],
         ["theoretical peak images/s", t["theoretical_images_per_s"]],
     ]
     m = r.get("measured")
@@ -327,21 +235,16 @@ def _print_prediction(r: dict[str, Any]) -> None:
                 "forward per layer: predicted vs measured (torch.profiler)",
                 ["layer", "type", "predicted ms", "measured ms", "error %"],
                 [
-                    [
-                        row["name"],
-                        row["type"],
-                        row["predicted_s"] * ms,
-                        row["measured_s"] * ms,
-                        row["error_pct"],
-                    ]
+                    [row["name"], row["type"], row["predicted_s"] * MS, row["measured_s"] * MS,
+                     row["error_pct"]]
                     for row in m["layers"]
                 ],
-            )
+            )  # fmt: skip
         s = m["measured_s"]
         rows += [
             [
                 f"measured on {m['local_device']}: median (min-max) ms",
-                f"{s['median'] * ms:.4g} ({s['min'] * ms:.4g}-{s['max'] * ms:.4g})",
+                f"{s['median'] * MS:.4g} ({s['min'] * MS:.4g}-{s['max'] * MS:.4g})",
             ],
             ["measured images/s", m["measured_images_per_s"]],
             ["error of the prediction %", m["error_pct"]],
@@ -352,9 +255,7 @@ def _print_prediction(r: dict[str, Any]) -> None:
 
 
 @app.command()
-def devices(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-) -> None:
+def devices(as_json: bool = JSON) -> None:
     """List the device catalog: peak FLOP/s, bandwidth, memory, interconnect, price, source.
     Add or override devices in $DLPERF_DEVICES or ~/.config/dlperf/devices.toml.
 
@@ -366,38 +267,18 @@ def devices(
     if as_json:
         console.print_json({name: d.model_dump(exclude={"name"}) for name, d in catalog.items()})
         return
+    precisions = ("fp32", "fp16", "bf16")
     console.print_table(
         f"devices (user file: {user_file()})",
+        ["name", "kind", *(f"{p} TFLOPS" for p in precisions), "mem GB/s", "mem GB",
+         "link GB/s", "$/GPU-h", "PPP", "date"],
         [
-            "name",
-            "kind",
-            "fp32 TFLOPS",
-            "fp16 TFLOPS",
-            "bf16 TFLOPS",
-            "mem GB/s",
-            "mem GB",
-            "link GB/s",
-            "$/GPU-h",
-            "PPP",
-            "date",
-        ],
-        [
-            [
-                name,
-                d.kind,
-                d.peak_tflops.get("fp32"),
-                d.peak_tflops.get("fp16"),
-                d.peak_tflops.get("bf16"),
-                d.memory_bandwidth_gbs,
-                d.memory_gb,
-                d.interconnect_gbs,
-                d.price_per_hour_usd,
-                "per kind" if d.ppp_by_kind else d.ppp,
-                d.date,
-            ]
+            [name, d.kind, *(d.peak_tflops.get(p) for p in precisions), d.memory_bandwidth_gbs,
+             d.memory_gb, d.interconnect_gbs, d.price_per_hour_usd,
+             "per kind" if d.ppp_by_kind else d.ppp, d.date]
             for name, d in catalog.items()
         ],
-    )
+    )  # fmt: skip
 
 
 @app.command()
@@ -405,7 +286,7 @@ def calibrate(
     name: str = typer.Option(
         None, "--name", help="Device name to store (default: the host name).", show_default=False
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = JSON,
 ) -> None:
     """Measure this machine (matmul FLOP/s per dtype, copy bandwidth) and fit the time
     model's PPP per operator kind, PPP_mem and per-call overhead on small kernels; save it
@@ -413,18 +294,11 @@ def calibrate(
 
     Example: dlperf calibrate && dlperf predict resnet18 --measure
     """
-    from dlperf.analytic.devices import user_file
     from dlperf.analytic.measure import calibrate_recorded
-    from dlperf.system import pick_device, set_threads
 
-    check_writable(user_file())  # before minutes of measuring, not after
-    local = pick_device("auto")
-    threads = set_threads(None)
-    store = open_store()
     with console.reporter() as rep:
-        done = calibrate_recorded(store, local, threads, name, rep)
+        done = calibrate_recorded(open_store, name, rep)
     run_id, path, device = done["run_id"], done["path"], done["device"]
-    kinds = device.kind_ppp()
     if as_json:
         console.print_json({"run_id": run_id, "path": str(path), **device.model_dump()})
         return
@@ -433,7 +307,7 @@ def calibrate(
         ["", "value"],
         [[f"matmul {p} (TFLOP/s)", v] for p, v in device.peak_tflops.items()]
         + [["memory bandwidth, copy (GB/s)", device.memory_bandwidth_gbs]]
-        + [[f"PPP {kind}", v] for kind, v in kinds.items()]
+        + [[f"PPP {kind}", v] for kind, v in device.kind_ppp().items()]
         + [
             ["PPP_mem", device.ppp_mem],
             ["overhead per operator call (us)", device.op_overhead_us],

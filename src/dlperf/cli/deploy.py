@@ -10,6 +10,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import app, default_command_group, open_store
 from dlperf.errors import CheckFailed, UserError
+from dlperf.parsing import parse_list
 
 infer_app = typer.Typer(
     cls=default_command_group("predict"),
@@ -159,10 +160,8 @@ def bench_cmd(
     """
     from dlperf.deploy.bench import bench, pytorch_contender
 
-    try:
-        batches = [int(b) for b in batch.split(",")]
-    except ValueError:
-        raise UserError(f"--batch must be integers separated by commas, got '{batch}'") from None
+    bad = UserError(f"--batch must be integers separated by commas, got '{batch}'")
+    batches = parse_list(batch, int, bad)
     with console.reporter() as rep:
         contender = pytorch_contender(model, torch_model, open_store, rep)
         result = bench(model, batches, contender, threads, repeats, reporter=rep)

@@ -11,6 +11,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import app, default_command_group
 from dlperf.errors import UserError
+from dlperf.parsing import parse_list
 
 serve_app = typer.Typer(
     cls=default_command_group("start"),
@@ -98,16 +99,6 @@ def start(
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",")]
-    except ValueError:
-        levels = []
-    if not levels or min(levels) < 1:
-        raise UserError(f"--concurrency {text!r}: expected positive integers", "e.g. 1,8,32")
-    return levels
-
-
 @serve_app.command("bench")
 def bench(
     url: str = typer.Argument(..., help="The server, e.g. http://127.0.0.1:8000 (loopback)."),
@@ -126,7 +117,8 @@ def bench(
     """
     from dlperf.deploy import loadgen
 
-    levels = _levels(concurrency)
+    bad = UserError(f"--concurrency {concurrency!r}: expected positive integers", "e.g. 1,8,32")
+    levels = parse_list(concurrency, int, bad, minimum=1)
     endpoint = loadgen.target(url)
     with console.reporter() as rep:
         results = loadgen.run(endpoint, levels, duration, max_requests, image, rep)

@@ -7,9 +7,15 @@ takes one device; the cost is device-hours times the price per device-hour.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import tomllib
+
+from dlperf.converge import curve
 from dlperf.converge.speed import SpeedFit, steps_per_second
 from dlperf.errors import UserError
 
@@ -117,15 +123,111 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
     ]
 
 
-def parse_range(text: str, name: str) -> list[int]:
-    """'1-16' or '2,4,8' (or both, '1-4,8') as sorted positive integers."""
-    values: set[int] = set()
+# --- the files a plan reads: curve and speed fits (the commands' --json), jobs.toml --------
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            values.update(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise UserError(f"--{name} must look like 1-16 or 2,4,8, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise UserError(f"--{name} needs counts ≥ 1, got {text!r}")
-    return sorted(values)
+        document = json.loads(path.read_text())
+    except OSError as e:
+        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is not JSON: {e}", f"write it with --json > {path}") from None
+    if not isinstance(document, dict):
+        raise UserError(f"{path} holds no single {what}", "fit one curve or table at a time")
+    return document
+
+
+def remaining_steps(path: Path, target: float) -> float:
+    """Steps still to go from the end of the fit window to the target, by the Optimus fit in
+    `path` (`converge fit --json`)."""
+    document = read_json(path, "curve fit")
+    try:
+        metric = document["metric"]
+        beta = [float(document[k]) for k in curve.PARAMS["optimus"]]
+        done = float(document["last_step"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(
+            f"{path} is not a curve fit", "write it with `converge fit --json`"
+        ) from None
+    curve.check_target(target, metric)
+    steps = float(curve.steps_to("optimus", beta, curve.to_decreasing(target, metric))[0])
+    if not math.isfinite(steps):
+        raise UserError(
+            f"target {target:g} is unreachable: the curve in {path} levels off at "
+            f"{curve.to_decreasing(beta[2], metric):.4g} {metric}"
+        )
+    return max(steps - done, 0.0)
+
+
+def read_speed_fit(path: Path) -> SpeedFit:
+    """The speed fit in `path` (`converge speed fit --json`)."""
+    document = read_json(path, "speed fit")
+    document.pop("meanings", None)
+    document.pop("predictions", None)
+    try:
+        return SpeedFit(**document)
+    except TypeError:
+        raise UserError(
+            f"{path} is not a speed fit", "write it with `converge speed fit --json`"
+        ) from None
+
+
+@dataclass
+class Plan:
+    steps: float  # still to go from the end of the curve's fit window
+    cost_unit: str  # "cost" with a price per device-hour, else "device-hours"
+    allocations: list[Allocation]
+
+
+def plan_files(
+    curve_path: Path,
+    speed_path: Path,
+    target: float,
+    ps_counts: list[int],
+    worker_counts: list[int],
+    batch: float | None = None,
+    price_per_hour: float | None = None,
+    plot: Path | None = None,
+) -> Plan:
+    """`plan` for a curve fit and a speed fit read from their files; the global batch is the
+    speed data's most common one unless given. A figure saved to `plot`."""
+    speed = read_speed_fit(speed_path)
+    steps = remaining_steps(curve_path, target)
+    rows = plan(
+        steps,
+        speed,
+        ps_counts,
+        worker_counts,
+        batch if batch is not None else speed.typical_batch,
+        price_per_hour if price_per_hour is not None else 1.0,
+    )
+    if plot is not None:
+        from dlperf.converge.plots import plot_plan
+
+        plot_plan(plot, rows)
+    return Plan(steps, "cost" if price_per_hour is not None else "device-hours", rows)
+
+
+def read_jobs(path: Path) -> list[Job]:
+    """The [[job]] tables of a jobs.toml: name, curve, speed, target and optionally batch,
+    the files named relative to it."""
+    try:
+        document = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path} is not valid TOML: {e}") from None
+    entries = document.get("job")
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{path} has no [[job]] tables", "each with name, curve, speed, target")
+    jobs = []
+    for i, entry in enumerate(entries):
+        missing = [k for k in ("curve", "speed", "target") if k not in entry]
+        if missing:
+            raise UserError(f"{path}: job {i + 1} has no {', '.join(missing)}")
+        speed = read_speed_fit(path.parent / entry["speed"])
+        steps = remaining_steps(path.parent / entry["curve"], float(entry["target"]))
+        batch = float(entry.get("batch", speed.typical_batch))
+        jobs.append(Job(str(entry.get("name", f"job{i + 1}")), steps, speed, batch))
+    return jobs

@@ -23,15 +23,20 @@ a `dlperf scale` study (`ps` = 0 there: all-reduce).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from dlperf.converge.tables import header, read_columns
 from dlperf.errors import UserError
+from dlperf.parsing import parse_numbers
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
 
 MODELS = ("optimus-sync", "optimus-async", "pollux")
 # What a `dlperf scale` study varies besides the allocation; one speed model fits one setting.
@@ -320,9 +325,13 @@ def fit_pollux(data: SpeedData) -> SpeedFit:
     )
 
 
-def fit(data: SpeedData, model: str) -> SpeedFit:
+def check_model(model: str) -> None:
     if model not in MODELS:
         raise UserError(f"unknown speed model '{model}'", f"choose one of {', '.join(MODELS)}")
+
+
+def fit(data: SpeedData, model: str) -> SpeedFit:
+    check_model(model)
     return fit_pollux(data) if model == "pollux" else fit_optimus(data, model)
 
 
@@ -362,3 +371,65 @@ def from_study(store: Any, study_id: int, where: dict[str, str] | None = None) -
             f"fit one at a time, e.g. --where {SETTINGS[i]}={settings[0][i]}",
         )
     return from_rows([r["summary"] for r in runs], source)
+
+
+def config_keys(model: str) -> tuple[str, str, str]:
+    """What places a configuration: Optimus's models count parameter servers, Pollux's nodes."""
+    return ("workers", "nodes", "batch") if model == "pollux" else ("workers", "ps", "batch")
+
+
+def predict_at(fit: SpeedFit, text: str) -> dict[str, float]:
+    """The step time and samples/s at a configuration such as 'workers=8,ps=2' (1 node or
+    server unless given; the batch is global, by default `fit.default_batch`)."""
+    keys = config_keys(fit.model)
+    at = parse_numbers(text, "--predict", "--predict workers=8,ps=2")
+    if set(at) - set(keys) or "workers" not in at:
+        raise UserError(
+            f"--predict for {fit.model} takes {', '.join(f'{k}=N' for k in keys)} "
+            f"(workers required), got {text!r}"
+        )
+    counts = {k: v for k, v in at.items() if k != "batch"}
+    if any(v < 1 or not v.is_integer() for v in counts.values()) or at.get("batch", 1) <= 0:
+        raise UserError(
+            f"--predict {text!r}: workers, ps and nodes are whole numbers ≥ 1, batch is > 0"
+        )
+    at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
+    t = float(step_time(fit, at["workers"], at["batch"], at["ps"], at["nodes"])[0])
+    return {**{k: at[k] for k in keys}, "step_time_s": t, "samples_per_s": at["batch"] / t}
+
+
+@dataclass
+class SpeedReport:
+    fit: SpeedFit
+    predictions: list[dict[str, float]]  # one per configuration asked for (`predict_at`)
+
+    @property
+    def warnings(self) -> list[str]:
+        fit = self.fit
+        failed = f"the {fit.model} fit did not converge ({fit.message}); best attempt shown"
+        return ([] if fit.converged else [failed]) + fit.notes
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `converge speed fit --json` prints it and `converge plan --speed` reads it."""
+        meanings = MEANINGS[self.fit.model]
+        return {**asdict(self.fit), "meanings": meanings, "predictions": self.predictions}
+
+
+def fit_measured(
+    model: str,
+    open_store: Callable[[], Store],
+    csv: Path | None = None,
+    study_id: int | None = None,
+    where: dict[str, str] | None = None,
+    predict: list[str] | None = None,
+) -> SpeedReport:
+    """Fit `model` to a speed table (`csv`) or to a study's runs (`study_id`, narrowed by
+    `where`, from the store `open_store` opens), and predict the configurations `predict`."""
+    if (study_id is None) == (csv is None):
+        raise UserError("give STUDY_ID or --csv FILE (not both)")
+    if where and study_id is None:
+        raise UserError("--where selects runs of a study: give STUDY_ID")
+    check_model(model)
+    data = load_csv(csv) if csv is not None else from_study(open_store(), study_id, where)
+    result = fit(data, model)
+    return SpeedReport(result, [predict_at(result, text) for text in predict or []])

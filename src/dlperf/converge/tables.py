@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-import difflib
 import math
 from pathlib import Path
 
 from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
 
 
 def header(path: Path) -> list[str]:
@@ -33,8 +33,7 @@ def read_columns(
     header = list(rows[0])
     for name in required:
         if name not in header:
-            close = difflib.get_close_matches(name, header, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"columns: {', '.join(header)}"
+            hint = did_you_mean(name, header, f"columns: {', '.join(header)}", quote=True)
             raise UserError(f"{path} has no column '{name}'", hint)
     columns: dict[str, list[float]] = {}
     for name in [*required, *(c for c in optional if c in header)]:

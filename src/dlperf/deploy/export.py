@@ -26,6 +26,7 @@ from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.engine.checks import dry_forward
 from dlperf.errors import CheckFailed, UserError
+from dlperf.parsing import parse_list
 from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
@@ -47,13 +48,11 @@ class Source:
 
 def parse_shape(text: str) -> tuple[int, int, int]:
     """Parse "C,H,W" (e.g. "3,32,32") into three positive ints."""
-    try:
-        shape = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
-        raise UserError(f"--input must be C,H,W with positive sides, got '{text}'", "e.g. 3,32,32")
-    return shape  # type: ignore[return-value]
+    bad = UserError(f"--input must be C,H,W with positive sides, got '{text}'", "e.g. 3,32,32")
+    shape = parse_list(text, int, bad, minimum=1)
+    if len(shape) != 3:
+        raise bad
+    return tuple(shape)  # type: ignore[return-value]
 
 
 def from_registry(

@@ -13,7 +13,6 @@ symbolic), so that is the exporter used here, with opset 17.
 
 from __future__ import annotations
 
-import difflib
 import time
 import warnings
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import numpy as np
 from dlperf.deploy import meta as meta_mod
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
 from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -49,8 +49,7 @@ class Detector:
 
 def check_model_name(name: str) -> None:
     if name not in MODELS:
-        close = difflib.get_close_matches(name, list(MODELS), n=1, cutoff=0.4)
-        hint = f"did you mean {close[0]}?" if close else f"choose one of {', '.join(MODELS)}"
+        hint = did_you_mean(name, MODELS, f"choose one of {', '.join(MODELS)}", cutoff=0.4)
         raise UserError(f"unknown detector '{name}'", hint)
 
 

@@ -1,0 +1,272 @@
+"""What `dlperf converge fit | predict | regress` do, callable from a notebook: read curves
+from stored runs or CSV files, fit both curve forms, predict when a curve reaches a target,
+and regress the Optimus coefficients on run features.
+
+Results are the fit reports and the JSON documents the commands print; `fit_document` is
+also the curve fit `converge plan --curve` reads back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dlperf.converge import curve
+from dlperf.converge import regress as reg
+from dlperf.converge.curve import Curve, CurveFit, FitReport
+from dlperf.converge.options import CurveOptions
+from dlperf.errors import UserError
+from dlperf.parsing import parse_pairs
+from dlperf.progress import NullReporter, Reporter
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
+
+
+def load_curves(
+    run_ids: list[int], csv: Path | None, opts: CurveOptions, open_store: Callable[[], Store]
+) -> list[Curve]:
+    """The curves of stored runs, or the one curve of a CSV file (the store opened only for
+    runs)."""
+    curve.check_metric(opts.metric)
+    if bool(run_ids) == (csv is not None):
+        raise UserError("give RUN_ID ... or --csv FILE (not both)")
+    if csv is not None:
+        if opts.y is None:
+            raise UserError("--csv needs --y COLUMN (the metric)")
+        return [curve.from_csv(csv, opts.x, opts.y)]
+    store = open_store()
+    return [curve.from_run(store, i, opts.metric, opts.key) for i in run_ids]
+
+
+def _untrusted(label: str, form: str, fit: CurveFit) -> list[str]:
+    if fit.converged:
+        return []
+    return [f"{label}: the {form} fit {fit.message}; showing the best attempt"]
+
+
+@dataclass
+class CurveFits:
+    reports: list[FitReport]
+    warnings: list[str]  # one per fit not to be trusted (the best attempt is shown)
+    predictions: list[dict[str, Any]] = field(default_factory=list)  # `predict`: one per curve
+
+
+def fit(
+    run_ids: list[int],
+    csv: Path | None,
+    opts: CurveOptions,
+    open_store: Callable[[], Store],
+    plot: Path | None = None,
+    reporter: Reporter | None = None,
+) -> CurveFits:
+    """Both forms fitted to each curve's window (see `load_curves`) with bootstrap intervals
+    and compared on later points; a figure of them all saved to `plot`."""
+    curves = load_curves(run_ids, csv, opts, open_store)
+    reporter = reporter or NullReporter()
+    reporter.task("fitting", total=len(curves))
+    reports = []
+    for c in curves:
+        n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
+        reports.append(curve.analyse(c, opts.metric, n_fit))
+        reporter.advance()
+    if plot is not None:
+        from dlperf.converge.plots import plot_curves
+
+        rows = [(r.curve.label, r.curve.steps, r.curve.values, r.n_fit, r.params) for r in reports]
+        plot_curves(plot, rows, opts.metric)
+    warnings = [
+        w for r in reports for form, f in r.fits.items() for w in _untrusted(r.curve.label, form, f)
+    ]
+    return CurveFits(reports, warnings)
+
+
+def _ci(report: FitReport, form: str) -> dict[str, list[float]]:
+    return {k: list(v) for k, v in report.ci[form].items()}
+
+
+def fit_document(r: FitReport) -> dict[str, Any]:
+    """A report as `converge fit --json` prints it: the Optimus fit at the top level (what
+    `converge plan --curve` reads), the power law under "power"."""
+    optimus, power = r.fits["optimus"], r.fits["power"]
+    return {
+        "source": r.curve.label,
+        "metric": r.metric,
+        "form": "optimus",
+        **optimus.params,
+        "ci": _ci(r, "optimus"),
+        "rmse": optimus.rmse,
+        "n_points": optimus.n_points,
+        "last_step": optimus.last_step,
+        "steps_per_epoch": r.curve.steps_per_epoch,
+        "converged": optimus.converged,
+        "power": {
+            **power.params,
+            "ci": _ci(r, "power"),
+            "rmse": power.rmse,
+            "converged": power.converged,
+        },
+        "heldout": r.heldout,
+    }
+
+
+def predict(
+    run_ids: list[int],
+    csv: Path | None,
+    opts: CurveOptions,
+    open_store: Callable[[], Store],
+    target: float,
+    form: str = "optimus",
+    plot: Path | None = None,
+    reporter: Reporter | None = None,
+) -> CurveFits:
+    """The step at which each curve's `form` fit reaches `target` (in the metric's units),
+    with a 90% interval, and its error against the measured curve when that goes on beyond
+    the fit window."""
+    if form not in curve.PARAMS:
+        raise UserError(f"unknown form '{form}'", "choose optimus or power")
+    curve.check_metric(opts.metric)
+    curve.check_target(target, opts.metric)
+    fits = fit(run_ids, csv, opts, open_store, plot, reporter)
+    for r in fits.reports:
+        c = r.curve
+        p = curve.predict(
+            form, r.params[form], r.samples[form], target, opts.metric, c.steps, c.values
+        )
+        asymptote = r.fits[form].params[curve.PARAMS[form][2]]
+        spe = c.steps_per_epoch
+        fits.predictions.append(
+            {
+                "source": c.label,
+                "form": form,
+                "target": p.target,
+                "reachable": p.reachable,
+                "predicted_step": p.predicted_step,
+                "interval": list(p.interval) if p.interval else None,
+                "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
+                "actual_step": p.actual_step,
+                "error_pct": p.error_pct,
+                "asymptote": asymptote,
+                "plateau": float(curve.to_decreasing(asymptote, r.metric)),
+                "n_points": r.n_fit,
+            }
+        )
+    return fits
+
+
+def regress_sources(
+    sources: list[str], features: list[str], opts: CurveOptions, open_store: Callable[[], Store]
+) -> list[tuple[Curve, dict[str, Any]]]:
+    """Each source's curve and features: a run ID (features read from the run), or
+    PATH.csv:feature=value,..."""
+    store = None
+    found = []
+    for source in sources:
+        if source.isdigit():
+            store = store or open_store()
+            run = store.get_run(int(source))
+            c = curve.from_run(store, int(source), opts.metric, opts.key)
+            found.append((c, reg.run_features(run, features)))
+            continue
+        path, _, given = source.partition(":")
+        if opts.y is None:
+            raise UserError("CSV sources need --y COLUMN (the metric)")
+        example = f"{path}:{features[0]}=20"
+        values = parse_pairs(given, "a CSV source", example) if given else {}
+        missing = [f for f in features if f not in values]
+        if missing:
+            raise UserError(f"{path} has no {', '.join(missing)}", f"e.g. {example}")
+        found.append((curve.from_csv(Path(path), opts.x, opts.y), values))
+    return found
+
+
+@dataclass
+class Regressed:
+    regression: reg.Regression
+    document: dict[str, Any]  # as `converge regress --json` prints it
+    warnings: list[str]  # one per source whose fit is not to be trusted
+
+
+def _prediction(
+    found: list[tuple[Curve, dict[str, Any]]],
+    predicted: np.ndarray,
+    at: dict[str, str],
+    metric: str,
+    target: float | None,
+) -> dict[str, Any]:
+    """The unseen configuration's coefficients, its curve over the runs' steps, and the step
+    (and epoch) reaching `target`."""
+    last = max(float(c.steps.max()) for c, _ in found)
+    steps = np.linspace(last / 50, last, 50)
+    values = curve.to_decreasing(curve.model("optimus")(steps, predicted), metric)
+    prediction: dict[str, Any] = {
+        "features": at,
+        **dict(zip(reg.BETAS, map(float, predicted), strict=True)),
+        "curve": [[float(k), float(v)] for k, v in zip(steps, values, strict=True)],
+    }
+    if target is None:
+        return prediction
+    reach = curve.steps_to("optimus", predicted, curve.to_decreasing(target, metric))
+    step = int(curve.whole_step(reach[0])) if math.isfinite(reach[0]) else None
+    # The epoch only when every source counts the same steps per epoch.
+    per_epoch = {c.steps_per_epoch for c, _ in found}
+    spe = per_epoch.pop() if len(per_epoch) == 1 else None
+    return prediction | {
+        "target": target,
+        "predicted_step": step,
+        "predicted_epoch": step / spe if step is not None and spe else None,
+    }
+
+
+def regress(
+    sources: list[str],
+    features: list[str],
+    opts: CurveOptions,
+    open_store: Callable[[], Store],
+    at: dict[str, str] | None = None,
+    target: float | None = None,
+    plot: Path | None = None,
+) -> Regressed:
+    """Fit β0, β1, β2 of each source (see `regress_sources`), regress log β on `features`,
+    and predict the curve of the configuration `at` (and the step reaching `target`)."""
+    if not features:
+        raise UserError("--features needs at least one name", "e.g. --features depth")
+    curve.check_metric(opts.metric)
+    if target is not None:
+        if at is None:
+            raise UserError("--target needs --predict (the configuration to predict)")
+        curve.check_target(target, opts.metric)
+    found = regress_sources(sources, features, opts, open_store)
+    warnings, betas = [], []
+    for c, _ in found:
+        n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
+        fitted, params = curve.fit(
+            c.steps[:n_fit], curve.to_decreasing(c.values, opts.metric)[:n_fit]
+        )
+        warnings += _untrusted(c.label, "optimus", fitted)
+        betas.append(params)
+    result = reg.fit([f for _, f in found], np.array(betas), features)
+    document: dict[str, Any] = {
+        "features": features,
+        "columns": result.columns,
+        "coef": result.coef,
+        "rmse_log": result.rmse_log,
+        "runs": [
+            {"source": c.label, **f, **dict(zip(reg.BETAS, map(float, p), strict=True))}
+            for (c, f), p in zip(found, betas, strict=True)
+        ],
+    }
+    predicted = None
+    if at is not None:
+        predicted = reg.predict(result, at)
+        document["prediction"] = _prediction(found, predicted, at, opts.metric, target)
+    if plot is not None:
+        from dlperf.converge.plots import plot_regression
+
+        plot_regression(plot, found, result, predicted, opts.metric)
+    return Regressed(result, document, warnings)
