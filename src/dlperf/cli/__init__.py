@@ -18,11 +18,14 @@ from dlperf.cli import analyze as _analyze  # noqa: F401
 from dlperf.cli import converge as _converge  # noqa: F401
 from dlperf.cli import deploy as _deploy  # noqa: F401
 from dlperf.cli import detect as _detect  # noqa: F401
+from dlperf.cli import devices as _devices  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
 from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401
 from dlperf.cli import scale as _scale  # noqa: F401
 from dlperf.cli import serve as _serve  # noqa: F401
+from dlperf.cli import speed as _speed  # noqa: F401
+from dlperf.cli import staleness as _staleness  # noqa: F401
 from dlperf.cli.app import app, state
 from dlperf.errors import CheckFailed, UserError
 

@@ -9,8 +9,10 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -132,3 +134,37 @@ def reporter() -> Iterator[RichReporter]:
     ) as progress:
         rep._progress = progress
         yield rep
+
+
+def _plot_path(path: Path | None) -> Path | None:
+    """--plot is checked as it is parsed, so that a figure that cannot be saved costs no fit."""
+    if path is not None:
+        from dlperf.converge.plots import check_path
+
+        check_path(path)
+    return path
+
+
+PLOT = typer.Option(
+    None, "--plot", help="Save a figure to this file (PNG, PDF, SVG).", callback=_plot_path
+)
+
+
+def tell(warnings: list[str], saved: Path | str | None = None) -> None:
+    """What the library left to say, on stderr: its warnings, then the figure it saved."""
+    for warning in warnings:
+        warn(warning)
+    if saved is not None:
+        err.print(f"saved {saved}", markup=False)
+
+
+def print_phases(summary: dict[str, Any]) -> None:
+    """The per-step phase breakdown of a run's summary, when its phases were timed."""
+    phases = summary.get("phases") or {}
+    total = sum(phases.values())
+    if phases:
+        print_table(
+            "per step",
+            ["phase", "ms", "share"],
+            [[p, s * 1e3, s / total if total else None] for p, s in phases.items()],
+        )

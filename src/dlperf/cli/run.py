@@ -9,7 +9,6 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
-from dlperf.cli.runs import print_phases
 from dlperf.errors import CheckFailed, UserError
 
 config_app = typer.Typer(
@@ -37,7 +36,7 @@ def _print_result(result: dict[str, Any]) -> None:
         ["peak memory (MiB)", result["peak_memory_bytes"] / 2**20],
     ]
     console.print_table(None, ["", "value"], rows)
-    print_phases(result)
+    console.print_phases(result)
 
 
 @app.command()

@@ -27,18 +27,6 @@ SUMMARY_KEYS = (
 )
 
 
-def print_phases(summary: dict[str, Any]) -> None:
-    """The per-step phase breakdown of a run's summary, when its phases were timed."""
-    phases = summary.get("phases") or {}
-    total = sum(phases.values())
-    if phases:
-        console.print_table(
-            "per step",
-            ["phase", "ms", "share"],
-            [[p, s * 1e3, s / total if total else None] for p, s in phases.items()],
-        )
-
-
 def _config_value(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
     for part in dotted.split("."):
@@ -127,7 +115,7 @@ def runs_show(
         + [[k, summary.get(k)] for k in SUMMARY_KEYS if k in summary]
         + ([["error", run["error"]]] if run["error"] else []),
     )
-    print_phases(summary)
+    console.print_phases(summary)
     if epochs:
         shown = {h: k for h, k in epoch_columns.items() if k in epochs}
         by_epoch: dict[int, dict[str, float]] = {}

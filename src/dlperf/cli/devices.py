@@ -1,0 +1,73 @@
+"""`dlperf devices` and `dlperf calibrate`: the device catalog, and measuring this machine."""
+
+from __future__ import annotations
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+
+JSON = typer.Option(False, "--json", help="Print one JSON object.")
+
+
+@app.command()
+def devices(as_json: bool = JSON) -> None:
+    """List the device catalog: peak FLOP/s, bandwidth, memory, interconnect, price, source.
+    Add or override devices in $DLPERF_DEVICES or ~/.config/dlperf/devices.toml.
+
+    Example: dlperf devices --json
+    """
+    from dlperf.analytic.devices import load_catalog, user_file
+
+    catalog = load_catalog()
+    if as_json:
+        console.print_json({name: d.model_dump(exclude={"name"}) for name, d in catalog.items()})
+        return
+    precisions = ("fp32", "fp16", "bf16")
+    console.print_table(
+        f"devices (user file: {user_file()})",
+        ["name", "kind", *(f"{p} TFLOPS" for p in precisions), "mem GB/s", "mem GB",
+         "link GB/s", "$/GPU-h", "PPP", "date"],
+        [
+            [name, d.kind, *(d.peak_tflops.get(p) for p in precisions), d.memory_bandwidth_gbs,
+             d.memory_gb, d.interconnect_gbs, d.price_per_hour_usd,
+             "per kind" if d.ppp_by_kind else d.ppp, d.date]
+            for name, d in catalog.items()
+        ],
+    )  # fmt: skip
+
+
+@app.command()
+def calibrate(
+    name: str = typer.Option(
+        None, "--name", help="Device name to store (default: the host name).", show_default=False
+    ),
+    as_json: bool = JSON,
+) -> None:
+    """Measure this machine (matmul FLOP/s per dtype, copy bandwidth) and fit the time
+    model's PPP per operator kind, PPP_mem and per-call overhead on small kernels; save it
+    as a device named after the host in the user catalog and record the run.
+
+    Example: dlperf calibrate && dlperf predict resnet18 --measure
+    """
+    from dlperf.analytic.measure import calibrate_recorded
+
+    with console.reporter() as rep:
+        done = calibrate_recorded(open_store, name, rep)
+    run_id, path, device = done["run_id"], done["path"], done["device"]
+    if as_json:
+        console.print_json({"run_id": run_id, "path": str(path), **device.model_dump()})
+        return
+    console.print_table(
+        f"{device.name}: {device.description}",
+        ["", "value"],
+        [[f"matmul {p} (TFLOP/s)", v] for p, v in device.peak_tflops.items()]
+        + [["memory bandwidth, copy (GB/s)", device.memory_bandwidth_gbs]]
+        + [[f"PPP {kind}", v] for kind, v in device.kind_ppp().items()]
+        + [
+            ["PPP_mem", device.ppp_mem],
+            ["overhead per operator call (us)", device.op_overhead_us],
+            ["saved to", str(path)],
+            ["stored as run", run_id],
+        ],
+    )

@@ -1,0 +1,142 @@
+"""`dlperf converge speed fit` and `dlperf converge plan`: how fast a job runs where, and
+what to give it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import open_store
+from dlperf.cli.converge import JSON, converge_app, speed_app
+from dlperf.errors import UserError
+from dlperf.parsing import parse_pairs, parse_range
+
+
+@speed_app.command("fit")
+def speed_fit(
+    study_id: int = typer.Argument(
+        None, help="A `dlperf scale` study (or use --csv).", show_default=False
+    ),
+    csv: Path = typer.Option(None, "--csv", help="A speed table or a Pollux trace CSV."),
+    model: str = typer.Option(..., "--model", help="optimus-sync | optimus-async | pollux."),
+    where: list[str] = typer.Option(
+        [],
+        "--where",
+        help="With STUDY_ID: keep runs whose summary has KEY=VALUE, e.g. comm=fp16 (repeatable).",
+    ),
+    predict_at: list[str] = typer.Option(
+        [],
+        "--predict",
+        help="Predict a configuration, e.g. workers=32,nodes=8,batch=2048 or "
+        "workers=8,ps=2 (repeatable; batch is global, default the most common one).",
+    ),
+    as_json: bool = JSON,
+) -> None:
+    """Fit a speed model to measured step times: Optimus's parameter-server models (θ ≥ 0 by
+    NNLS) or Pollux's (T_grad^γ + T_sync^γ)^(1/γ).
+
+    A table has one row per configuration: workers, ps, nodes, global_batch, step_time_s,
+    sync_time_s (Pollux's trace columns are read as they are). A study's finished runs give
+    the same keys in their summaries; failed points are left out. The JSON output is what
+    `converge plan --speed` reads.
+
+    Example: dlperf converge speed fit --csv ../shared/data/pollux/cifar10_placements.csv
+    --model pollux --predict workers=32,nodes=8,batch=2048
+    """
+    from dlperf.converge import speed
+
+    selected: dict[str, str] = {}
+    for text in where:
+        selected |= parse_pairs(text, "--where", "--where comm=allreduce")
+    done = speed.fit_measured(model, open_store, csv, study_id, selected, predict_at)
+    console.tell(done.warnings)
+    result = done.fit
+    if as_json:
+        console.print_json(done.to_dict())
+        return
+    console.print_table(
+        f"{model}: {result.n_points} measurements, step-time error {result.error_pct:.2f}% "
+        f"mean, {result.max_error_pct:.1f}% max",
+        ["coefficient", "value", "meaning"],
+        [[k, v, speed.MEANINGS[model][k]] for k, v in result.params.items()],
+    )
+    if done.predictions:
+        keys = speed.config_keys(model)
+        console.print_table(
+            "predictions",
+            [*keys[:2], "global batch", "step time (s)", "samples/s"],
+            [
+                [*(p[k] for k in keys), p["step_time_s"], p["samples_per_s"]]
+                for p in done.predictions
+            ],
+        )
+
+
+@converge_app.command("plan")
+def plan(
+    curve_path: Path = typer.Option(
+        None, "--curve", help="Curve fit JSON (`converge fit --json`)."
+    ),
+    speed_path: Path = typer.Option(
+        None, "--speed", help="Speed fit JSON (`converge speed fit --json`)."
+    ),
+    target: float = typer.Option(None, "--target", help="Value to reach, in the curve's metric."),
+    ps: str = typer.Option("1,2,4", "--ps", help="Parameter-server counts, e.g. 2,4."),
+    workers: str = typer.Option("1-16", "--workers", help="Worker counts, e.g. 1-16."),
+    batch: float = typer.Option(
+        None, "--batch", help="Global batch (default: the speed data's most common)."
+    ),
+    price: float = typer.Option(None, "--price-per-hour", help="Price of one device-hour."),
+    cluster: Path = typer.Option(
+        None, "--cluster", help="jobs.toml: several jobs to share --gpus devices."
+    ),
+    gpus: int = typer.Option(None, "--gpus", help="Devices to share among the --cluster jobs."),
+    plot: Path = console.PLOT,
+    as_json: bool = JSON,
+) -> None:
+    """Predicted time (and cost) to reach a target against workers, one curve per
+    parameter-server count; the fastest and the cheapest allocation marked. With --cluster,
+    Optimus's greedy allocator shares --gpus devices among several jobs.
+
+    Steps to go are counted from the end of the curve's fit window. Each worker and server
+    takes one device. jobs.toml holds [[job]] tables with name, curve, speed, target and
+    optionally batch.
+
+    Example: dlperf converge plan --curve curve.json --speed speed.json --target 0.9
+    --ps 1,2,4 --workers 1-16 --price-per-hour 0.9
+    """
+    from dlperf.converge import plan as planner
+
+    if cluster is not None:
+        if gpus is None:
+            raise UserError("--cluster needs --gpus N")
+        jobs = planner.allocate(planner.read_jobs(cluster), gpus)
+        if as_json:
+            console.print_json({"gpus": gpus, "jobs": [asdict(a) for a in jobs]})
+            return
+        console.print_table(
+            f"{gpus} devices, Optimus greedy allocation",
+            ["job", "workers", "ps", "hours to target"],
+            [[a.name, a.workers, a.ps, a.time_s / 3600] for a in jobs],
+        )
+        return
+    if curve_path is None or speed_path is None or target is None:
+        raise UserError("plan needs --curve, --speed and --target (or --cluster and --gpus)")
+    counts = parse_range(ps, "ps"), parse_range(workers, "workers")
+    done = planner.plan_files(curve_path, speed_path, target, *counts, batch, price, plot)
+    console.tell([], plot)
+    if as_json:
+        console.print_json(asdict(done))
+        return
+    console.print_table(
+        f"{done.steps:.0f} steps to {target:g}",
+        ["ps", "workers", "hours", done.cost_unit, "best"],
+        [
+            [r.ps, r.workers, r.time_s / 3600, r.cost,
+             ", ".join(n for n, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on)]
+            for r in done.allocations
+        ],
+    )  # fmt: skip

@@ -1,0 +1,130 @@
+"""`dlperf staleness`: how stale gradients are under asynchronous SGD."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+from dlperf.errors import UserError
+from dlperf.parsing import parse_list, parse_numbers
+
+JSON = typer.Option(False, "--json", help="Print one JSON document.")
+
+
+def _learners(specs: list[str]) -> dict[str, list[float]]:
+    """['L1=1,2,3', 'L2=2.5'] as {'L1': [1, 2, 3], 'L2': [2.5]}, in the order given."""
+    learners: dict[str, list[float]] = {}
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UserError(f"--learner takes NAME=times, got {spec!r}", "e.g. --learner L1=1,2,3")
+        if name in learners:
+            raise UserError(f"learner {name} is given twice")
+        bad = UserError(f"--learner {spec!r}: times must be numbers")
+        learners[name] = parse_list(values, float, bad)
+    return learners
+
+
+def _rates(text: str) -> dict[str, float]:
+    return parse_numbers(text, "--speeds", "--speeds L1=1.0,L2=0.4")
+
+
+@app.command()
+def staleness(
+    learner: list[str] = typer.Option(
+        [], "--learner", help="NAME=t1,t2,...: gradient completion times (repeatable)."
+    ),
+    speeds: str = typer.Option(None, "--speeds", help="NAME=rate,...: gradients per unit time."),
+    horizon: float = typer.Option(None, "--horizon", help="Simulated time, with --speeds."),
+    push_latency: float = typer.Option(
+        0.0, "--push-latency", help="Time for a push to reach the server."
+    ),
+    pull_latency: float = typer.Option(
+        0.0, "--pull-latency", help="Time for new weights to reach a learner."
+    ),
+    train_exp: Path = typer.Option(
+        None, "--train", help="Train this experiment with emulated asynchronous SGD and sync SGD."
+    ),
+    learners: int = typer.Option(None, "--learners", help="With --train: N equally fast learners."),
+    set_: list[str] = typer.Option([], "--set", help="With --train: override a config key."),
+    as_json: bool = JSON,
+) -> None:
+    """Simulate a parameter server with asynchronous learners and report each gradient's
+    staleness: how many updates were applied between reading the weights and applying it.
+
+    A learner computes, pushes, waits for the new weights, computes again. Completion times
+    are those with no latency; latencies stretch them. Gradients arriving at the same
+    instant are applied in the order the learners are given. With --train, the experiment
+    is trained twice from the same weights, synchronously and with the staleness of
+    --learners (or --speeds) learners, and both runs are stored as one study.
+
+    Example: dlperf staleness --learner L1=1,2,3,4 --learner L2=2.5,5 --push-latency 0.1
+    """
+    from dlperf.converge import staleness as sim
+
+    if train_exp is not None:
+        _train_staleness(train_exp, learners, speeds, list(set_), as_json)
+        return
+    if learners is not None or set_:
+        raise UserError("--learners and --set go with --train EXP.toml")
+    if bool(learner) == (speeds is not None):
+        raise UserError("give --learner NAME=times ... or --speeds NAME=rate,... (not both)")
+    if speeds is not None:
+        if horizon is None:
+            raise UserError("--speeds needs --horizon")
+        times = sim.from_speeds(_rates(speeds), horizon)
+    else:
+        times = _learners(learner)
+    gradients = sim.simulate(times, push_latency, pull_latency)
+    if as_json:
+        console.print_json(sim.to_json(gradients))
+        return
+    console.print_table(
+        None,
+        ["learner", "index", "time", "read version", "applied to", "staleness"],
+        [[g.learner, g.index, g.time, g.read_version, g.applied_version, g.staleness]
+         for g in gradients],
+    )  # fmt: skip
+    s = sim.summary(gradients)
+    histogram = ", ".join(f"{k}: {v}" for k, v in s["histogram"].items())
+    console.out.print(
+        f"{s['gradients']} gradients, staleness mean {s['mean_staleness']:.3g}, "
+        f"max {s['max_staleness']}; histogram {histogram}",
+        markup=False,
+    )
+
+
+def _train_staleness(
+    path: Path, learners: int | None, speeds: str | None, overrides: list[str], as_json: bool
+) -> None:
+    from dlperf.config import load_experiment
+    from dlperf.converge import async_sgd
+
+    if (learners is None) == (speeds is None):
+        raise UserError("--train needs --learners N or --speeds NAME=rate,... (one of them)")
+    if learners is not None and learners < 1:
+        raise UserError(f"--learners must be ≥ 1, got {learners}")
+    rates = _rates(speeds) if speeds else {f"L{i + 1}": 1.0 for i in range(learners or 0)}
+    if any(not math.isfinite(r) or r <= 0 for r in rates.values()):
+        raise UserError(f"learner speeds must be positive, got {speeds}")
+    exp = load_experiment(path, overrides)
+    with console.reporter() as rep:
+        result = async_sgd.study(exp, rates, open_store(), Path(exp.run.out_dir), rep)
+    if as_json:
+        console.print_json(result)
+        return
+    console.print_table(
+        f"study {result['study_id']}: sync SGD vs {len(rates)} asynchronous learners",
+        ["", "run", "val accuracy", "val loss", "mean staleness"],
+        [
+            [mode, result[mode]["run_id"], result[mode]["val_accuracy"],
+             result[mode]["val_loss"], result[mode]["mean_staleness"]]
+            for mode in ("sync", "async")
+        ],
+    )  # fmt: skip
+    console.tell([], result["figure"])
