@@ -132,7 +132,8 @@ def threads_per_worker(workers_per_node: int, cores: int) -> int:
 
 
 def check_options(opts: ScaleOptions) -> None:
-    """Everything about the options that does not depend on this host."""
+    """Everything about the options that does not depend on this host or node (an emitted job
+    file sets each node's rank and rendezvous from the job's environment)."""
     if not opts.workers or min(opts.workers) < 1:
         raise UserError("--workers needs positive counts", "e.g. --workers 1,2,4")
     if opts.mode not in MODES:
@@ -156,15 +157,15 @@ def check_options(opts: ScaleOptions) -> None:
         raise UserError(f"--price-per-hour must not be negative, got {opts.price_per_hour:g}")
     if any(mb is not None and mb <= 0 for mb in opts.bucket_mbs):
         raise UserError("--bucket-mb sizes must be positive (MB)")
-    if opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
-        raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
-    if opts.nnodes > 1 and not opts.rdzv:
-        raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
 
 
 def plan(opts: ScaleOptions, backend: str) -> list[Point]:
     """Every point of the study, fewest workers first, after checking the options."""
     check_options(opts)
+    if opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
+        raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
+    if opts.nnodes > 1 and not opts.rdzv:
+        raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
     if "dp" in opts.strategies:
         if not torch.cuda.is_available():
             raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
