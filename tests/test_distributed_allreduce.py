@@ -1,4 +1,5 @@
-"""dlperf.distributed.allreduce: size parsing, the ring model and its fit, the benchmark under torchrun."""
+"""dlperf.distributed.allreduce: size parsing, the ring model and its fit, the benchmark
+under torchrun."""
 
 from __future__ import annotations
 

@@ -118,8 +118,8 @@ def test_bad_latency_and_speeds() -> None:
 
 def test_one_learner_async_sgd_equals_sync_sgd(tiny_exp: Callable[..., Path]) -> None:
     from dlperf.config import load_experiment
-    from dlperf.converge import async_sgd
     from dlperf.data import load_data
+    from dlperf.engine import async_sgd
     from dlperf.progress import NullReporter
 
     exp = load_experiment(tiny_exp(epochs=1), ["data.limit=160"])
@@ -140,7 +140,7 @@ def test_one_learner_async_sgd_equals_sync_sgd(tiny_exp: Callable[..., Path]) ->
 
 
 def test_equal_learners_settle_at_staleness_n_minus_1() -> None:
-    from dlperf.converge import async_sgd
+    from dlperf.engine import async_sgd
 
     reads = async_sgd.read_versions({"L1": 1.0, "L2": 1.0, "L3": 1.0}, 9)
     assert [i - r for i, r in enumerate(reads)] == [0, 1, 2, 2, 2, 2, 2, 2, 2]

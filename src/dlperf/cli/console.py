@@ -139,7 +139,7 @@ def reporter() -> Iterator[RichReporter]:
 def _plot_path(path: Path | None) -> Path | None:
     """--plot is checked as it is parsed, so that a figure that cannot be saved costs no fit."""
     if path is not None:
-        from dlperf.converge.plots import check_path
+        from dlperf.report.curves import check_path
 
         check_path(path)
     return path

@@ -103,7 +103,7 @@ def _train_staleness(
     path: Path, learners: int | None, speeds: str | None, overrides: list[str], as_json: bool
 ) -> None:
     from dlperf.config import load_experiment
-    from dlperf.converge import async_sgd
+    from dlperf.engine import async_sgd
 
     if (learners is None) == (speeds is None):
         raise UserError("--train needs --learners N or --speeds NAME=rate,... (one of them)")

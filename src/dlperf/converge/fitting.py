@@ -76,7 +76,7 @@ def fit(
         reports.append(curve.analyse(c, opts.metric, n_fit))
         reporter.advance()
     if plot is not None:
-        from dlperf.converge.plots import plot_curves
+        from dlperf.report.curves import plot_curves
 
         rows = [(r.curve.label, r.curve.steps, r.curve.values, r.n_fit, r.params) for r in reports]
         plot_curves(plot, rows, opts.metric)
@@ -266,7 +266,7 @@ def regress(
         predicted = reg.predict(result, at)
         document["prediction"] = _prediction(found, predicted, at, opts.metric, target)
     if plot is not None:
-        from dlperf.converge.plots import plot_regression
+        from dlperf.report.curves import plot_regression
 
         plot_regression(plot, found, result, predicted, opts.metric)
     return Regressed(result, document, warnings)

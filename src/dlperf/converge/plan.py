@@ -203,7 +203,7 @@ def plan_files(
         price_per_hour if price_per_hour is not None else 1.0,
     )
     if plot is not None:
-        from dlperf.converge.plots import plot_plan
+        from dlperf.report.curves import plot_plan
 
         plot_plan(plot, rows)
     return Plan(steps, "cost" if price_per_hour is not None else "device-hours", rows)

@@ -510,7 +510,7 @@ class _Study:
         artifacts = []
         finished = [r for r in self.rows if r["status"] == "finished"]
         if self.study_id is not None and self.opts.plots and finished:
-            from dlperf.distributed.plots import plot_study
+            from dlperf.report.scaling import plot_study
 
             # The store keeps artifacts per run: a study's figures hang on its first run.
             directory = self.out_dir / f"scale-{self.study_id}" / "plots"

@@ -17,17 +17,12 @@ from dlperf.converge.curve import Curve, model, to_decreasing
 from dlperf.converge.plan import Allocation
 from dlperf.converge.regress import Regression, predict
 from dlperf.errors import UserError
+from dlperf.paths import check_writable
 
 
 def check_path(path: Path) -> None:
     """Fail before the work, not after it, when no figure can be saved to `path`."""
-    existed = path.exists()
-    # Only opening tells (root passes every access() check), and the OSError it raises for a
-    # directory, a missing directory or a read-only place names the path.
-    with open(path, "ab"):
-        pass
-    if not existed:
-        path.unlink()
+    check_writable(path)
     if path.suffix.lstrip(".").lower() not in FigureCanvasBase.get_supported_filetypes():
         raise UserError(
             f"{path}: not a figure format matplotlib writes", "end the name in .png, .pdf or .svg"

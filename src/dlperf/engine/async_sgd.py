@@ -157,31 +157,9 @@ def study(
             **record.summary,
         }
     figure = store.artifact_dir(out_dir) / f"staleness-study-{study_id}.png"
-    _plot(figure, result)
+    from dlperf.report.staleness import plot_staleness  # matplotlib only when drawing
+
+    plot_staleness(figure, result)
     store.add_artifact(result["async"]["run_id"], "figure", figure)
     result["figure"] = str(figure)
     return result
-
-
-def _plot(path: Path, result: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    for mode in ("sync", "async"):
-        acc = result[mode]["val_acc1"]
-        left.plot(range(1, len(acc) + 1), acc, "o-", label=mode)
-    left.set_xlabel("epoch")
-    left.set_ylabel("validation accuracy")
-    left.legend()
-    left.grid(alpha=0.3)
-    hist = result["async"]["staleness_histogram"]
-    right.bar([int(k) for k in hist], list(hist.values()))
-    right.set_xlabel("staleness (updates)")
-    right.set_ylabel("gradients")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -1,0 +1,5 @@
+"""Every figure dlperf draws, in one place: matplotlib with the Agg backend, files only.
+
+curves.py: loss-curve fits, regressions and the cluster plan; scaling.py: scaling studies;
+staleness.py: the asynchronous-SGD study.
+"""
