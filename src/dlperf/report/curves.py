@@ -22,7 +22,7 @@ from dlperf.paths import check_writable
 
 def check_path(path: Path) -> None:
     """Fail before the work, not after it, when no figure can be saved to `path`."""
-    check_writable(path)
+    check_writable(path, make_parents=False)  # matplotlib saves into existing directories
     if path.suffix.lstrip(".").lower() not in FigureCanvasBase.get_supported_filetypes():
         raise UserError(
             f"{path}: not a figure format matplotlib writes", "end the name in .png, .pdf or .svg"
