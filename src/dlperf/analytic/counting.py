@@ -26,12 +26,11 @@ from torch.utils.module_tracker import ModuleTracker
 
 from dlperf.analytic import ops
 from dlperf.analytic.receptive import FieldTracker
+from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
 
 ROOT = "(model)"
 """Row name of work done in the top-level module's own forward."""
-
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass
