@@ -2,10 +2,11 @@
 
 Training is torchvision's detection recipe reduced to what a CPU can afford: in train mode
 `model(images, targets)` returns the SSD loss terms (box regression + classification with
-hard-negative mining), summed and minimised with SGD (momentum 0.9, weight decay 4e-5 as in
-torchvision's SSDlite reference) under a cosine schedule; a horizontal flip is the only
-augmentation. `finetune_recorded` is the whole `dlperf detect finetune`: data, detector,
-AP before and after, the weights and the run in the store.
+hard-negative mining), summed and minimised by the engine's training step with SGD
+(momentum 0.9, weight decay 4e-5 as in torchvision's SSDlite reference) under a cosine
+schedule; a horizontal flip is the only augmentation. `finetune_recorded` is the whole
+`dlperf detect finetune`: data, detector, AP before and after, the weights and the run in
+the store.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from dlperf.detect import ssd, voc
 from dlperf.detect.ssd import Detector
 from dlperf.detect.voc import VocDataset, evaluate
+from dlperf.engine.step import TrainStep, mixed_precision
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
@@ -85,6 +87,11 @@ def _flip(image: torch.Tensor, target: dict[str, torch.Tensor]) -> tuple[torch.T
     return image.flip(-1), {**target, "boxes": boxes}
 
 
+def _summed_losses(losses: dict[str, torch.Tensor], _: None) -> torch.Tensor:
+    """The detector's loss terms summed; it took the targets in its forward pass."""
+    return sum(losses.values())
+
+
 def train(
     det: Detector,
     dataset: VocDataset,
@@ -104,7 +111,17 @@ def train(
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=4e-5)
     per_epoch = math.ceil(len(dataset) / batch)
     total = min(epochs * per_epoch, max_steps or epochs * per_epoch)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
+    autocast, scaler = mixed_precision(device, "fp32")
+    step = TrainStep(
+        model=model,
+        # In train mode a torchvision detector takes the targets and returns its loss terms.
+        forward=lambda inputs: model(*inputs),
+        loss_fn=_summed_losses,
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total),
+        autocast=autocast,
+        scaler=scaler,
+    )
     rng = np.random.default_rng(seed)
     result = TrainResult(steps=0)
     rep.task("fine-tuning", total=total)
@@ -119,11 +136,7 @@ def train(
             pairs = [_flip(*p) if rng.random() < 0.5 else p for p in pairs]
             images = [p[0].to(device) for p in pairs]
             targets = [{k: v.to(device) for k, v in p[1].items()} for p in pairs]
-            optimizer.zero_grad(set_to_none=True)
-            loss = sum(model(images, targets).values())
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            loss = step((images, targets), None).loss
             result.steps += 1
             seen += len(idx)
             result.losses.append(loss.item())

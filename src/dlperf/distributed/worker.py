@@ -2,11 +2,13 @@
 
 The spec (written by dlperf.distributed.study) names the experiment, the per-worker batch, the
 steps, the backend and the communication options. The worker trains the experiment's model
-wrapped in DistributedDataParallel, timing every step after the warm-up, and (unless the
-point's hook already is the no-op) a second replica under DDP's no-op communication hook,
-in alternating chunks of steps: the compute-only time the parent subtracts to get the
-exposed communication. Every rank's figures are gathered to the launch's node and written
-as `result.json` next to the spec by local rank 0 of the writing node, so the parent of a
+wrapped in DistributedDataParallel with the engine's training step, so the experiment's
+optimizer, schedule, gradient clipping and fp16 gradient scaling apply as in a plain run at
+the point's global batch. It times every step after the warm-up, and (unless the point's
+hook already is the no-op) a second replica under DDP's no-op communication hook, in
+alternating chunks of steps: the compute-only time the parent subtracts to get the exposed
+communication. Every rank's figures are gathered to the launch's node and written as
+`result.json` next to the spec by local rank 0 of the writing node, so the parent of a
 multi-node run reads them without a shared file system. Beside it each rank writes
 `rank-R.pid` as it starts (the launcher stops workers by pid), `rank-R.training` once past
 warm-up, and `rank-R.error` (its traceback) if it fails.
@@ -14,9 +16,10 @@ warm-up, and `rank-R.error` (its traceback) if it fails.
 Test hooks (environment variables, read only here):
 - DLPERF_SCALE_CRASH="RANK:STEP" makes that rank raise at that step (counted from 1, warm-up
   included); "RANK:STEP:kill" makes it SIGKILL itself instead.
-- DLPERF_SCALE_DUMP_GRADS=PREFIX saves each rank's first batch and its gradients after
-  DDP's all-reduce to PREFIX.w<world>.rank<r>.pt; the model then trains with dropout off,
-  so that one process can reproduce the step.
+- DLPERF_SCALE_DUMP_GRADS=PREFIX saves each rank's first batch and its gradients as the
+  first step leaves them (all-reduced by DDP, unscaled, clipped) to
+  PREFIX.w<world>.rank<r>.pt; the model then trains with dropout off, so that one process
+  can reproduce the step.
 """
 
 from __future__ import annotations
@@ -39,9 +42,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlperf.config import Experiment
 from dlperf.data import ImageData, load_data, make_loader
-from dlperf.engine.optim import build_optimizer
 from dlperf.engine.run import build_model
-from dlperf.engine.train import DTYPES
+from dlperf.engine.step import build_step
 from dlperf.system import peak_memory_bytes, synchronize
 
 CRASH_ENV = "DLPERF_SCALE_CRASH"
@@ -112,9 +114,15 @@ def batches(
         yield from loader
 
 
+def steps_per_epoch(spec: dict[str, Any], data: ImageData) -> int:
+    """Steps of an epoch at the point's global batch, as the study counts them: the schedule
+    then runs as in a plain run of that batch, and alike on every rank."""
+    return max(1, len(data.train) // (spec["per_worker_batch"] * dist.get_world_size()))
+
+
 class Phase:
     """One replica of the experiment's model under DDP with `comm` (or DataParallel), its
-    optimizer and batches, and the times of its steps."""
+    training step and batches, and the times of its steps."""
 
     def __init__(
         self,
@@ -144,12 +152,13 @@ class Phase:
             ddp._set_ddp_runtime_logging_sample_rate(1)
             comm_hook(comm, ddp)
             self.wrapped = ddp
-        self.optimizer = build_optimizer(self.model, exp.train)
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=exp.train.label_smoothing)
-        precision = exp.run.precision
-        self.autocast = torch.autocast(device.type, DTYPES[precision], precision != "fp32")
+        epoch = steps_per_epoch(spec, data)
+        self.train_step = build_step(
+            self.model, exp.train, exp.run.precision, device, epoch, forward=self.wrapped
+        )
         self.source = batches(spec, exp, data, device, dist.get_rank())
         self.step = 0
+        self.lr: float | None = None  # of the last step
         self.times: list[float] = []
         self.wall = 0.0
 
@@ -163,15 +172,11 @@ class Phase:
             self.step += 1
             t0 = time.perf_counter()
             x, y = next(self.source)
-            with self.autocast:
-                loss = self.criterion(self.wrapped(x), y)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            self.lr = self.train_step(x, y).lr
             if self.dump and self.step == 1:
                 grads = [p.grad.detach().cpu() for p in self.model.parameters()]
                 path = f"{self.dump}.w{dist.get_world_size()}.rank{dist.get_rank()}.pt"
                 torch.save({"x": x.cpu(), "y": y.cpu(), "grads": grads}, path)
-            self.optimizer.step()
             if self.crash is not None:
                 self.crash.maybe(self.step)
             synchronize(device)
@@ -200,6 +205,7 @@ class Phase:
             "ddp": {k: logging[k] for k in DDP_TIMES if k in logging},
             "replica_max_diff": float((flat - reference).abs().max()),
             "grad_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
+            "lr": self.lr,
         }
 
 

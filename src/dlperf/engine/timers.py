@@ -1,6 +1,7 @@
-"""Phase timing kept out of the step's logic: the loop calls `mark(phase)` after each phase,
-which is a no-op unless phases are timed. Only in that mode is the device synchronised
-before each clock read, so the other modes do not slow the step."""
+"""Phase timing kept out of the step's logic: the loop (data, h2d) and the training step
+(forward, backward, optimizer) call `mark(phase)` after each phase, which is a no-op unless
+phases are timed. Only in that mode is the device synchronised before each clock read, so
+the other modes do not slow the step."""
 
 from __future__ import annotations
 

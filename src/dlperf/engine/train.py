@@ -1,4 +1,5 @@
-"""The training loop: plain code, read top to bottom.
+"""The training loop around the engine's step (dlperf.engine.step): plain code, read top to
+bottom, its bookkeeping (clocks, tallies, metrics, checkpoints) in small pieces beside it.
 
 Metric keys written to the store (step = global step for `train/`, epoch number 1..E for
 the others): train/loss, train/lr; epoch/train_loss, epoch/train_acc1, epoch/time_s,
@@ -28,8 +29,8 @@ from dlperf.config import Experiment
 from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
-from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.precision import DTYPES
+from dlperf.engine.step import Stepped, TrainStep, build_step
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
@@ -61,6 +62,15 @@ class Progress:
     time_to_target_s: float | None = None
     epoch_throughputs: list[float] = field(default_factory=list)
 
+    def end_epoch(self, epoch: int, seconds: float, accuracy: float, target: float | None) -> None:
+        """Count epoch `epoch`, `seconds` long with its evaluation, of validation `accuracy`,
+        noting when the accuracy first reached `target`."""
+        self.epoch = epoch
+        self.elapsed_s += seconds
+        self.best_val_accuracy = max(self.best_val_accuracy, accuracy)
+        if target is not None and self.epochs_to_target is None and accuracy >= target:
+            self.epochs_to_target, self.time_to_target_s = epoch, self.elapsed_s
+
 
 class PauseAt:
     """The DLPERF_TEST_PAUSE_AT_STEP hook (see the module docstring); a no-op when unset."""
@@ -87,13 +97,20 @@ class MetricBuffer:
     """Collects per-step losses as device tensors and writes them in batches, so the host
     waits for the device once per flush rather than once per step."""
 
-    def __init__(self, store: Store, run_id: int) -> None:
-        self.store, self.run_id = store, run_id
+    def __init__(self, store: Store, run_id: int, every: int) -> None:
+        self.store, self.run_id, self.every = store, run_id, every
         self.losses: list[tuple[int, torch.Tensor, float]] = []
         self.rows: list[tuple[str, int, float]] = []
         self.last_loss = math.nan
 
+    def log(self, step: int, stepped: Stepped, epoch: int) -> None:
+        """Keep the step's loss and learning rate; flush every `every` steps."""
+        self.losses.append((step, stepped.loss, stepped.lr))
+        if step % self.every == 0:
+            self.flush(epoch)
+
     def flush(self, epoch: int) -> None:
+        """Write what is kept; raise Diverged at the first loss that is not finite."""
         if self.losses:
             values = torch.stack([loss for _, loss, _ in self.losses]).float().tolist()
             pending = list(zip(self.losses, values, strict=True))
@@ -107,6 +124,99 @@ class MetricBuffer:
             self.last_loss = values[-1]
         self.store.log_metrics(self.run_id, self.rows)
         self.rows.clear()
+
+
+class EpochClock:
+    """Wall time of an epoch, and its training time and samples after the first
+    `warmup_steps` steps of this process (they compile and fill caches: a resumed run warms
+    up again). The device is synchronised before each clock read; the phase timer records
+    from the first step after the warm-up on."""
+
+    def __init__(self, device: torch.device, warmup_steps: int, timer: PhaseTimer) -> None:
+        self.device, self.warmup_steps, self.timer = device, warmup_steps, timer
+        self.steps = self.samples = 0
+        self.epoch_start = self.timed_start = 0.0
+        timer.recording = warmup_steps == 0
+
+    def start(self) -> None:
+        synchronize(self.device)
+        self.epoch_start = self.timed_start = time.perf_counter()
+        self.samples = 0
+        self.timer.start()
+
+    def count(self, samples: int) -> None:
+        """After each step, with the step's samples."""
+        self.steps += 1
+        if self.steps == self.warmup_steps:
+            synchronize(self.device)
+            self.timed_start = time.perf_counter()
+            self.timer.recording = True
+        elif self.steps > self.warmup_steps:
+            self.samples += samples
+
+    def stop(self, state: Progress) -> tuple[float, float | None]:
+        """Add the epoch's timed samples and seconds to `state`; the epoch's seconds so far
+        and its throughput (None when all its steps were warm-up)."""
+        synchronize(self.device)
+        now = time.perf_counter()
+        if not self.samples:
+            return now - self.epoch_start, None
+        state.train_time_s += now - self.timed_start
+        state.samples += self.samples
+        state.epoch_throughputs.append(self.samples / (now - self.timed_start))
+        return now - self.epoch_start, state.epoch_throughputs[-1]
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.epoch_start
+
+
+class EpochTally:
+    """An epoch's training loss and accuracy, summed on the device without waiting for it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device, dtype=torch.long)
+        self.seen = 0
+        self.lr = math.nan
+
+    def add(self, stepped: Stepped, y: torch.Tensor) -> None:
+        self.loss_sum += stepped.loss * len(y)
+        self.correct += (stepped.output.argmax(1) == y).sum()
+        self.seen += len(y)
+        self.lr = stepped.lr
+
+    def rows(self, epoch: int) -> list[tuple[str, int, float]]:
+        return [
+            ("epoch/train_loss", epoch, self.loss_sum.item() / self.seen),
+            ("epoch/train_acc1", epoch, self.correct.item() / self.seen),
+            ("epoch/lr", epoch, self.lr),
+        ]
+
+
+def timing_rows(
+    epoch: int, timing: str, seconds: float, throughput: float | None, timer: PhaseTimer
+) -> list[tuple[str, int, float]]:
+    rows = []
+    if timing != "off":
+        rows.append(("epoch/time_s", epoch, seconds))
+        if throughput is not None:
+            rows.append(("epoch/throughput", epoch, throughput))
+    return rows + [(f"phase/{p}_s", epoch, s) for p, s in timer.per_step().items()]
+
+
+def restore(resume: dict[str, Any], model: nn.Module, step: TrainStep) -> Progress:
+    """Load a checkpoint's weights, optimizer, schedule, scaler and RNG; its progress."""
+    model.load_state_dict(resume["model"])
+    step.load_state_dict(resume)
+    checkpoint.set_rng_state(resume["rng"])
+    return Progress(**resume["progress"])
+
+
+def save_checkpoint(
+    slot: checkpoint.Slot, model: nn.Module, step: TrainStep, state: Progress
+) -> None:
+    state_dict = {"model": model.state_dict(), **step.state_dict()}
+    checkpoint.save(slot, state_dict | {"rng": checkpoint.rng_state(), "progress": asdict(state)})
 
 
 @torch.no_grad()
@@ -152,6 +262,8 @@ def train(
     resume: dict[str, Any] | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
+    """Train `model` for the epochs of `exp` left after the checkpoint `resume` (all, without
+    one), storing metrics and a checkpoint as each epoch ends; the run's summary."""
     reporter = reporter or NullReporter()
     cfg, run = exp.train, exp.run
     check_batch_fits(cfg.batch_size, data)
@@ -160,125 +272,59 @@ def train(
         data, data.train, exp.data, cfg.batch_size, device, exp.augment, run.seed
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
-    steps_per_epoch = len(train_loader)
-
     model.to(device=device, memory_format=memory_format)
-    optimizer = build_optimizer(model, cfg)
-    scheduler = build_scheduler(optimizer, cfg, steps_per_epoch)
-    scaler = torch.amp.GradScaler(device.type, enabled=run.precision == "fp16")
-    autocast = torch.autocast(device.type, DTYPES[run.precision], run.precision != "fp32")
-    criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-    forward = torch.compile(model) if run.compile else model
-
-    state = Progress()
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
-        scaler.load_state_dict(resume["scaler"])
-        checkpoint.set_rng_state(resume["rng"])
-        state = Progress(**resume["progress"])
-
     timer = PhaseTimer(device, enabled=run.timing == "phases")
-    timer.recording = run.warmup_steps == 0
-    metrics = MetricBuffer(store, run_id)
-    pause = PauseAt()
-    process_steps = 0  # warm-up is per process: a resumed run compiles and warms up again
+    forward = torch.compile(model) if run.compile else model
+    step = build_step(model, cfg, run.precision, device, len(train_loader), forward, timer)
+    state = restore(resume, model, step) if resume is not None else Progress()
+    clock = EpochClock(device, run.warmup_steps, timer)
+    metrics, pause = MetricBuffer(store, run_id, run.log_every), PauseAt()
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
-        reporter.task(f"epoch {epoch}/{cfg.epochs}", total=steps_per_epoch)
+        reporter.task(f"epoch {epoch}/{cfg.epochs}", total=len(train_loader))
         model.train()
         train_loader.set_epoch(epoch)
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), device=device, dtype=torch.long)
-        seen = samples = 0
-        synchronize(device)
-        epoch_start = clock = time.perf_counter()
-        timer.start()
+        tally = EpochTally(device)
+        clock.start()
         for x, y in train_loader:
             timer.mark("data")
             x = x.to(device, non_blocking=True, memory_format=memory_format)
             y = y.to(device, non_blocking=True)
             timer.mark("h2d")
-            with autocast:
-                out = forward(x)
-                loss = criterion(out, y)
-            timer.mark("forward")
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            timer.mark("backward")
-            if cfg.grad_clip is not None:
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            lr = scheduler.get_last_lr()[0]
-            scheduler.step()
-            timer.mark("optimizer")
-
+            stepped = step(x, y)
             state.step += 1
-            process_steps += 1
-            metrics.losses.append((state.step, loss.detach(), lr))
-            loss_sum += loss.detach() * len(y)
-            correct += (out.argmax(1) == y).sum()
-            seen += len(y)
-            if process_steps == run.warmup_steps:
-                synchronize(device)
-                clock = time.perf_counter()
-                timer.recording = True
-            elif process_steps > run.warmup_steps:
-                samples += len(y)
+            tally.add(stepped, y)
             timer.end_step()
-            if state.step % run.log_every == 0:
-                metrics.flush(epoch)
+            clock.count(len(y))
+            metrics.log(state.step, stepped, epoch)
             pause.maybe(state.step)
             reporter.advance(1, status=f"loss {metrics.last_loss:.4f}")
         metrics.flush(epoch)
 
-        synchronize(device)
-        now = time.perf_counter()
-        if process_steps > run.warmup_steps and samples:
-            state.train_time_s += now - clock
-            state.samples += samples
-            state.epoch_throughputs.append(samples / (now - clock))
+        seconds, throughput = clock.stop(state)
         val = evaluate(model, val_loader, device, exp)
-        state.epoch = epoch
-        state.elapsed_s += time.perf_counter() - epoch_start
-        accuracy = val.get("acc1", math.nan)
-        state.best_val_accuracy = max(state.best_val_accuracy, accuracy)
-        target = exp.target.accuracy
-        if target is not None and state.epochs_to_target is None and accuracy >= target:
-            state.epochs_to_target, state.time_to_target_s = epoch, state.elapsed_s
-
-        rows = [
-            ("epoch/train_loss", epoch, loss_sum.item() / seen),
-            ("epoch/train_acc1", epoch, correct.item() / seen),
-            ("epoch/lr", epoch, lr),
-        ] + [(f"val/{k}", epoch, v) for k, v in val.items()]
-        if run.timing != "off":
-            rows.append(("epoch/time_s", epoch, now - epoch_start))
-            if samples:
-                rows.append(("epoch/throughput", epoch, state.epoch_throughputs[-1]))
-        rows += [(f"phase/{p}_s", epoch, s) for p, s in timer.per_step().items()]
-        store.log_metrics(run_id, rows)
+        state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), exp.target.accuracy)
+        rows = tally.rows(epoch) + [(f"val/{k}", epoch, v) for k, v in val.items()]
+        store.log_metrics(run_id, rows + timing_rows(epoch, run.timing, seconds, throughput, timer))
         reporter.log(
             f"epoch {epoch}/{cfg.epochs}  train loss {rows[0][2]:.4f}  "
-            f"val loss {val.get('loss', math.nan):.4f}  val acc {accuracy:.4f}"
+            f"val loss {val.get('loss', math.nan):.4f}  val acc {val.get('acc1', math.nan):.4f}"
         )
         if run.checkpoint:
-            checkpoint.save(
-                checkpoint_slot,
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "rng": checkpoint.rng_state(),
-                    "progress": asdict(state),
-                },
-            )
+            save_checkpoint(checkpoint_slot, model, step, state)
 
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
     test = evaluate(model, test_loader, device, exp)
+    return summary(exp, state, test, len(train_loader), timer, device)
+
+
+def summary(
+    exp: Experiment,
+    state: Progress,
+    test: dict[str, float],
+    steps_per_epoch: int,
+    timer: PhaseTimer,
+    device: torch.device,
+) -> dict[str, Any]:
     throughputs = state.epoch_throughputs
     return {
         "test_accuracy": test.get("acc1"),
@@ -288,7 +334,7 @@ def train(
         "epochs": state.epoch,
         "steps": state.step,
         "steps_per_epoch": steps_per_epoch,
-        "samples_per_step": cfg.batch_size * exp.augment.batch_aug_m,
+        "samples_per_step": exp.train.batch_size * exp.augment.batch_aug_m,
         "epochs_to_target": state.epochs_to_target,
         "time_to_target_s": state.time_to_target_s,
         "throughput": state.samples / state.train_time_s if state.train_time_s else None,

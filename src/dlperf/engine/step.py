@@ -1,0 +1,123 @@
+"""The one training step, shared by every trainer: plain runs, DDP workers, detection.
+
+`TrainStep(x, y)` reads top to bottom: zero grad, forward and loss under autocast, backward
+(where DDP all-reduces the gradients), unscale and clip, optimizer step through the fp16
+gradient scaler, learning-rate schedule. Timing stays out of it: `timer.mark(phase)` is
+called after each phase and does nothing unless the trainer hands in a real timer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
+
+from dlperf.config import TrainConfig
+from dlperf.engine.optim import build_optimizer, build_scheduler
+from dlperf.engine.precision import DTYPES
+
+
+class Timer(Protocol):
+    def mark(self, phase: str) -> None: ...
+
+
+class NoTimer:
+    """The default timer: phases are not timed."""
+
+    def mark(self, phase: str) -> None:
+        pass
+
+
+@dataclass
+class Stepped:
+    """What one step leaves for the trainer's bookkeeping."""
+
+    loss: torch.Tensor  # detached and still on the device: reading it waits for the device
+    output: Any
+    lr: float  # the learning rate this step applied
+
+
+@dataclass
+class TrainStep:
+    """One optimisation step of `model`'s parameters, the forward pass through `forward`
+    (the model itself, or the module wrapping it: DDP, DataParallel, torch.compile)."""
+
+    model: nn.Module
+    forward: Callable[[Any], Any]
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    scheduler: LRScheduler
+    autocast: torch.autocast
+    scaler: torch.amp.GradScaler
+    grad_clip: float | None = None
+    timer: Timer = field(default_factory=NoTimer)
+
+    def __call__(self, x: Any, y: Any) -> Stepped:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast:
+            output = self.forward(x)
+            loss = self.loss_fn(output, y)
+        self.timer.mark("forward")
+        self.scaler.scale(loss).backward()
+        self.timer.mark("backward")
+        if self.grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
+        self.scaler.update()
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.timer.mark("optimizer")
+        return Stepped(loss.detach(), output, lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+
+
+def mixed_precision(
+    device: torch.device, precision: str
+) -> tuple[torch.autocast, torch.amp.GradScaler]:
+    """Autocast of forward and loss at `precision` (as `run.precision` names it), and the
+    gradient scaler that fp16 alone needs: its narrow exponent flushes small gradients to 0."""
+    autocast = torch.autocast(device.type, DTYPES[precision], precision != "fp32")
+    return autocast, torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def build_step(
+    model: nn.Module,
+    cfg: TrainConfig,
+    precision: str,
+    device: torch.device,
+    steps_per_epoch: int,
+    forward: Callable[[Any], Any] | None = None,
+    timer: Timer | None = None,
+) -> TrainStep:
+    """The classification step of an experiment's `train` section at `precision`: its
+    optimizer, per-step schedule (epochs of `steps_per_epoch` steps), label-smoothed
+    cross-entropy, gradient clipping, and a gradient scaler for fp16."""
+    optimizer = build_optimizer(model, cfg)
+    autocast, scaler = mixed_precision(device, precision)
+    return TrainStep(
+        model=model,
+        forward=forward if forward is not None else model,
+        loss_fn=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, cfg, steps_per_epoch),
+        autocast=autocast,
+        scaler=scaler,
+        grad_clip=cfg.grad_clip,
+        timer=timer if timer is not None else NoTimer(),
+    )
