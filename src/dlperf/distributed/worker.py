@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         # with "terminate called without an active exception" (seen with gloo in CI).
         dist.barrier()
         gc.collect()
+        dist.destroy_process_group()
     except Exception as e:
         (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
         if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
@@ -269,10 +270,13 @@ def main(argv: list[str] | None = None) -> None:
             (directory / f"rank-{rank}.oom").write_text(
                 f"out of memory at per-worker batch {spec['per_worker_batch']}: {first}"
             )
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        traceback.print_exc()
+        sys.stderr.flush()
+        # A failed rank's peers may be gone already: tearing down the process group, or
+        # freeing DDP's reducer at exit, can then abort this process (SIGABRT, seen on a busy
+        # host), and a rank killed by a signal is blamed before the rank that failed first.
+        # Leave at once, with the ordinary failure code; the error file says what happened.
+        os._exit(1)
 
 
 if __name__ == "__main__":
