@@ -1,1 +1,2 @@
-"""The training engine: the loop, its timers, schedules and checkpoints."""
+"""The training engine: the one training step (step.py) every trainer uses, the loop, its
+timers, schedules and checkpoints."""
