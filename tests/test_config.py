@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.config import describe, load_experiment, to_toml
+from dlperf.config import describe, load_experiment, shortcuts, to_toml
 from dlperf.errors import UserError
 
 ISSUE_EXAMPLE = """
@@ -81,6 +81,11 @@ def test_set_overrides_with_type_checking(tmp_path: Path) -> None:
         ),
         ('[run]\nprecision = "fp8"\n', "run.precision: Input should be 'fp32', 'bf16' or 'fp16'"),
         ('[train.schedule]\nkind = "multistep"\n', "multistep needs at least one epoch"),
+        ("[scale]\nworkers = []\n", "scale.workers: must have 1 or more values (got [])"),
+        ('[scale]\ncomm = ["ring"]\n', "scale.comm.0: Input should be 'allreduce', 'fp16',"),
+        ("[scale]\nsteps = 0\n", "scale.steps: must be at least 1 (got 0)"),
+        ("[serve]\nport = 70000\n", "serve.port: must be at most 65535 (got 70000)"),
+        ("[serve]\nqueu = 1\n", "unknown key 'serve.queu' (did you mean 'queue'?)"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -115,4 +120,39 @@ def test_every_key_has_help() -> None:
         "train.schedule.milestones",
         "multistep: epochs at which the rate is multiplied by gamma.",
     ) in rows
+    assert ("scale.steps", "Timed steps per point (give steps or epochs).") in rows
+    assert ("serve.queue", "Waiting requests before the server answers 503.") in rows
     assert all(text for _, text in rows if not _.endswith("kwargs")), [k for k, t in rows if not t]
+
+
+STUDY = """
+[scale]
+workers = [1, 2, 4]
+mode = "weak"
+per_worker_batch = 32
+steps = 50
+"""
+
+
+def test_flags_are_shortcuts_for_keys(tmp_path: Path) -> None:
+    flags = {"workers": "1, 8", "steps": 9, "synthetic": True, "bucket_mb": "25,0.5", "mode": None}
+    assert shortcuts("scale", flags) == [
+        "scale.workers=[1, 8]",
+        "scale.steps=9",
+        "scale.synthetic=true",
+        "scale.bucket_mb=[25, 0.5]",
+    ]
+    # defaults < file < --set < flags
+    exp = load_experiment(write(tmp_path, STUDY), ["scale.steps=7", *shortcuts("scale", flags)])
+    assert exp.scale.workers == [1, 8] and exp.scale.mode == "weak"
+    assert exp.scale.steps == 9 and exp.scale.synthetic is True
+    assert exp.scale.bucket_mb == [25.0, 0.5]
+    assert shortcuts("serve", {"host": "::1", "port": 0}) == ['serve.host="::1"', "serve.port=0"]
+
+
+def test_command_sections_do_not_change_the_config_hash(tmp_path: Path) -> None:
+    """[scale] and [serve] say how a command runs the experiment, not what it trains."""
+    plain = load_experiment(write(tmp_path, ISSUE_EXAMPLE))
+    study = load_experiment(write(tmp_path, ISSUE_EXAMPLE + STUDY), ["serve.port=9000"])
+    assert study.config_hash() == plain.config_hash()
+    assert study.to_dict()["scale"]["workers"] == [1, 2, 4]

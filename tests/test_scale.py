@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from dlperf.cli.scale import job_argv
+from dlperf.config import ScaleConfig, load_experiment
 from dlperf.distributed.launch import PARENT_ENV, _failures, alive, error_lines, guarded
 from dlperf.distributed.study import (
     Point,
-    ScaleOptions,
     add_relative,
     batch_split,
     chunk_throughput,
@@ -32,6 +32,7 @@ from dlperf.distributed.study import (
 )
 from dlperf.errors import UserError
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scale_digits_weak.toml"
 SUMMARY_KEYS = {
     "workers",
     "nodes",
@@ -77,8 +78,8 @@ def test_weak_scaling_keeps_the_per_worker_batch() -> None:
 
 
 def test_plan_orders_points_and_crosses_options() -> None:
-    opts = ScaleOptions(
-        workers=[2, 1], mode="weak", per_worker_batch=8, steps=2, comms=["allreduce", "fp16"]
+    opts = ScaleConfig(
+        workers=[2, 1], mode="weak", per_worker_batch=8, steps=2, comm=["allreduce", "fp16"]
     )
     points = plan(opts, "gloo")
     assert [(p.workers, p.comm, p.global_batch) for p in points] == [
@@ -93,20 +94,32 @@ def test_plan_orders_points_and_crosses_options() -> None:
     ("changes", "message"),
     [
         ({"workers": [64]}, "64 workers per node but this host has"),
-        ({"comms": ["ring"]}, "unknown --comm 'ring'"),
-        ({"strategies": ["dp"]}, "--strategy dp (DataParallel) needs GPUs"),
-        ({"steps": None}, "give --steps N or --epochs N"),
+        ({"strategy": ["dp"]}, "--strategy dp (DataParallel) needs GPUs"),
+        ({"steps": None}, "give one of scale.steps and scale.epochs (e.g. --steps 50)"),
+        ({"epochs": 1}, "give one of scale.steps and scale.epochs"),
         ({"nnodes": 2}, "--nnodes > 1 needs --rdzv HOST:PORT"),
-        ({"on_failure": "retry"}, "unknown --on-failure 'retry'"),
+        ({"node_rank": 1}, "--node-rank 1 is not in 0..0"),
+        ({"device": "V1000"}, "unknown device 'V1000'"),
     ],
 )
 def test_plan_rejects_bad_options(changes: dict[str, object], message: str) -> None:
-    opts = ScaleOptions(workers=[1, 2], mode="weak", per_worker_batch=8, steps=2)
-    for key, value in changes.items():
-        setattr(opts, key, value)
+    """What the config's ranges cannot say: combinations of keys, this host, the catalog."""
+    good = {"workers": [1, 2], "mode": "weak", "per_worker_batch": 8, "steps": 2}
+    opts = ScaleConfig.model_validate({**good, **changes})
     with pytest.raises(UserError) as e:
         plan(opts, "gloo")
     assert message in str(e.value)
+
+
+def test_the_example_study_plans_weak_scaling_over_1_and_2_workers() -> None:
+    exp = load_experiment(EXAMPLE)
+    opts = exp.scale.model_copy(update={"allow_oversubscribe": True})  # a 1-core host too
+    points = plan(opts, "gloo")
+    assert [(p.workers, p.per_worker_batch, p.global_batch) for p in points] == [
+        (1, 32, 32),
+        (2, 32, 64),
+    ]
+    assert (exp.scale.steps, exp.run.name) == (50, "scale_digits_weak")
 
 
 def _rank(rank: int, steps: list[float], compute: list[float], wall: float) -> dict[str, object]:
@@ -310,10 +323,14 @@ def test_emit_slurm_and_kubernetes(cli: Callable, tiny_exp: Callable, tmp_path: 
     ("extra", "message"),
     [
         (["--workers", "64"], "error: 64 workers per node but this host has"),
-        (["--backend", "mpi"], "error: unknown backend 'mpi' (use auto, gloo, nccl)"),
+        (["--backend", "mpi"], "scale.backend: Input should be 'auto', 'gloo' or 'nccl' (got"),
         (["--backend", "nccl"], "error: backend nccl needs CUDA GPUs, and none are available"),
         (["--strategy", "dp"], "error: --strategy dp (DataParallel) needs GPUs; none here"),
-        (["--workers", "1,x"], "error: --workers '1,x': expected a comma-separated list"),
+        (["--strategy", "ddp,pp"], "scale.strategy.1: Input should be 'ddp' or 'dp' (got 'pp')"),
+        (["--workers", "1,x"], "scale.workers.1: Input should be a valid integer"),
+        (["--workers", ","], "scale.workers: must have 1 or more values (got [])"),
+        (["--bucket-mb", "25,-1"], "scale.bucket_mb.1: must be greater than 0 (got -1)"),
+        (["--set", "scale.chunks=0"], "scale.chunks: must be at least 1 (got 0)"),
         (["--device", "V1OO"], "error: unknown device 'V1OO'"),
         (["--per-worker-batch", "4000"], "error: per-worker batch 4000 is larger than"),
     ],
@@ -324,8 +341,26 @@ def test_bad_input_exits_2_with_one_line(
     base = ["scale", str(tiny_exp()), "--mode", "weak", "--per-worker-batch", "8", "--steps", "2"]
     r = cli(*base, *extra)
     assert r.code == 2
-    assert r.err.startswith(message), r.err
+    assert r.err.startswith("error: ") and message in r.err, r.err
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_emit_reads_the_study_from_the_file(
+    cli: Callable, tiny_exp: Callable, tmp_path: Path
+) -> None:
+    """The job's nodes run the file's study; the flags a job file appends win over it and
+    over --set, since they place each node."""
+    study = '[scale]\nworkers = [4]\nmode = "weak"\nper_worker_batch = 8\nsteps = 5\nnnodes = 3\n'
+    exp = tiny_exp(extra=study, name="study.toml")
+    r = cli("scale", str(exp), "--set", "scale.nnodes=4", "--nnodes", "2", "--emit", "slurm")
+    assert r.code == 0, r.err
+    assert "#SBATCH --nodes=2" in r.out and "#SBATCH --cpus-per-task=2" in r.out
+    srun = next(line for line in r.out.splitlines() if line.startswith("srun"))
+    per_node = shlex.split(shlex.split(srun)[-1])
+    assert per_node[:5] == ["dlperf", "scale", str(exp), "--set", "scale.nnodes=4"]
+    assert per_node[5:9] == ["--nnodes", "2", "--node-rank", "$SLURM_NODEID"]
+    r = cli("scale", str(exp), "--emit", "slurm")  # 4 workers over the file's 3 nodes
+    assert r.code == 2 and "4 workers do not split evenly over 3 nodes" in r.err
 
 
 def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[str]) -> None:

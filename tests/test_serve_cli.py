@@ -57,7 +57,10 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model: Path) -> Iterator[str]:
-    with serve(model, "--max-wait-ms", "2") as (url, _):
+    """Configured by a file's [serve] section, and a flag that overrides one of its keys."""
+    config = model.with_name("serve.toml")
+    config.write_text("[serve]\nmax_batch = 8\nmax_wait_ms = 1000\n")
+    with serve(model, "--config", str(config), "--max-wait-ms", "2") as (url, _):
         yield url
 
 
@@ -66,7 +69,8 @@ def test_cli_server_labels_an_image(server: str) -> None:
     assert r.status_code == 200, r.text
     (best,) = r.json()["predictions"]
     assert best["label"] in LABELS and 0 < best["probability"] <= 1
-    assert httpx.get(f"{server}/v2/models/tiny").json()["batching"]["max_wait_ms"] == 2
+    batching = httpx.get(f"{server}/v2/models/tiny").json()["batching"]
+    assert (batching["max_batch"], batching["max_wait_ms"]) == (8, 2)
 
 
 def test_bench_reports_each_level(server: str, cli: Cli) -> None:

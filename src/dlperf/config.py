@@ -1,7 +1,8 @@
 """An experiment: one pydantic model per TOML section, defaults < TOML < --set overrides.
 
 Each field's docstring is its help text (`dlperf config show` prints the resolved tree).
-Unknown keys fail naming the file, the key and the closest valid key.
+Unknown keys fail naming the file, the key and the closest valid key. [scale] and [serve] hold
+the options of those commands, whose flags are shortcuts for the keys (see `shortcuts`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -171,6 +172,81 @@ class RunConfig(Section):
     """Save a checkpoint at the end of every epoch (needed for --resume)."""
 
 
+class ScaleConfig(Section):
+    """`dlperf scale`: the points of a scaling study (every combination of workers, comm,
+    strategy and bucket size) and how they are launched."""
+
+    workers: Annotated[list[Count], Field(min_length=1)] = [1, 2]
+    """Worker counts, one point each (the total over all nodes)."""
+    mode: Literal["strong", "weak"] = "strong"
+    """strong: N workers share global_batch; weak: each has per_worker_batch (global N times it)."""
+    global_batch: Count | None = None
+    """strong: the global batch of every point (divisible by every worker count)."""
+    per_worker_batch: Count | None = None
+    """weak: the batch of each worker."""
+    steps: Count | None = None
+    """Timed steps per point (give steps or epochs)."""
+    epochs: Count | None = None
+    """Timed epochs per point: epochs x (training images // global batch) steps."""
+    warmup_steps: Size = 5
+    """Untimed steps before the timed ones."""
+    synthetic: bool = False
+    """Random data of the model's input shape: system throughput without data loading."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend; auto: nccl when CUDA GPUs are present, else gloo."""
+    comm: Annotated[
+        list[Literal["allreduce", "fp16", "bf16", "powersgd", "noop"]], Field(min_length=1)
+    ] = ["allreduce"]
+    """DDP communication hooks, one point each: allreduce | fp16 | bf16 | powersgd | noop."""
+    strategy: Annotated[list[Literal["ddp", "dp"]], Field(min_length=1)] = ["ddp"]
+    """ddp (DistributedDataParallel) | dp (one-process DataParallel, GPUs only), one point each."""
+    bucket_mb: list[Positive] = []
+    """DDP bucket sizes in MB, one point each; empty: DDP's default (25 MB)."""
+    comm_split: bool = True
+    """Re-run each multi-worker point under the no-op hook to split compute from communication."""
+    price_per_hour: NonNegative | None = None
+    """Price per worker-hour for cost_per_epoch; None: the catalog price of `device`, if set."""
+    device: str | None = None
+    """Device of the catalog (`dlperf devices`) whose price per hour to use."""
+    on_failure: Literal["continue", "stop"] = "continue"
+    """After a failed point: continue with the next one or stop the study."""
+    allow_oversubscribe: bool = False
+    """Allow more workers per node than usable cores (gloo); timings are then pessimistic."""
+    nnodes: Count = 1
+    """Nodes taking part; the workers are divided evenly over them."""
+    node_rank: Size = 0
+    """This node's rank, 0 .. nnodes-1; node 0 writes the run store."""
+    rdzv: str | None = None
+    """HOST:PORT of the c10d rendezvous on node 0 (needed when nnodes > 1)."""
+    chunks: Count = 5
+    """synthetic: chunks of the timed steps whose throughputs give the 95% interval."""
+    plots: bool = True
+    """Save the study's figures as artifacts of its first run."""
+    memory_cap_gb: Positive | None = None
+    """--find-max-batch on CPU: a worker's peak resident memory (GB) that fails a batch size."""
+
+
+class ServeConfig(Section):
+    """`dlperf serve`: where the server listens and how it batches requests."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on; other than loopback, other machines reach it unauthenticated."""
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    """TCP port; 0 = any free port (printed when the server starts)."""
+    max_batch: Count = 32
+    """Most rows in one model call (models with a dynamic batch dimension)."""
+    max_wait_ms: NonNegative = 5.0
+    """How long the first request of a batch waits for company."""
+    queue: Count = 256
+    """Waiting requests before the server answers 503."""
+    threads: Count | None = None
+    """ONNX Runtime intra-op threads; None = its own choice."""
+    max_body_mb: NonNegative = 8.0
+    """Largest request body in MiB; larger ones get 413."""
+    max_pixels: Count | None = None
+    """Largest image /predict decodes, in pixels; None = 40,000,000."""
+
+
 class Experiment(Section):
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -178,6 +254,8 @@ class Experiment(Section):
     augment: AugmentConfig = AugmentConfig()
     target: TargetConfig = TargetConfig()
     run: RunConfig = RunConfig()
+    scale: ScaleConfig = ScaleConfig()
+    serve: ServeConfig = ServeConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
@@ -197,10 +275,13 @@ class Experiment(Section):
         return self.model_dump(mode="json")
 
     def config_hash(self) -> str:
-        """Hash of everything that changes what is trained (not the run's name or paths)."""
+        """Hash of everything that changes what is trained: not the run's name or paths, nor
+        how the scale and serve commands run it."""
         d = self.to_dict()
         for key in ("name", "out_dir", "log_every"):
             d["run"].pop(key)
+        for section in ("scale", "serve"):
+            d.pop(section)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -248,6 +329,34 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
         if not isinstance(node, dict):
             raise UserError(f"--set {key!r}: {part!r} is a value, not a section")
     node[parts[-1]] = _parse_value(text.strip())
+
+
+def _toml(value: Any) -> str:
+    """`value` as the TOML text that --set reads back as `value`, on one line."""
+    import tomli_w
+
+    if isinstance(value, list):
+        return f"[{', '.join(map(_toml, value))}]"
+    if isinstance(value, dict):  # inline: tomli_w would write a table
+        pairs = ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in value.items())
+        return "{" + pairs + "}"
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()
+
+
+def shortcuts(section: str, flags: dict[str, Any]) -> list[str]:
+    """The `--set` assignments of the command-line flags given (not None): each flag is a
+    shortcut for the key of its name in `section`, so one validation serves flags, files and
+    --set alike. A list key's flag takes a comma-separated list, each item read as --set reads
+    a value."""
+    keys = Experiment.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
+    assignments = []
+    for name, value in flags.items():
+        if value is None:
+            continue
+        if get_origin(keys[name].annotation) is list:
+            value = [_parse_value(item.strip()) for item in value.split(",") if item.strip()]
+        assignments.append(f"{section}.{name}={_toml(value)}")
+    return assignments
 
 
 # pydantic's words for a value out of range, in the words of dlperf's other messages.

@@ -227,11 +227,15 @@ CASES = [
     case(f"scale bad.toml {STUDY}", "error: bad.toml: malformed TOML"),
     case(f"scale exp.toml {STUDY} --set train.lr=-1", "train.lr: must be greater than 0 (got -1)"),
     case("scale", "error: give an experiment file (or --allreduce-bench)"),
-    case("scale exp.toml --workers 0", "error: --workers needs positive counts"),
-    case(f"scale exp.toml {STUDY} --mode medium", "error: unknown mode 'medium'"),
-    case(f"scale exp.toml {STUDY} --backend mpi", "error: unknown backend 'mpi'"),
-    case(f"scale exp.toml {STUDY} --comm zip", "error: unknown --comm 'zip'"),
-    case(f"scale exp.toml {STUDY} --on-failure maybe", "error: unknown --on-failure 'maybe'"),
+    case("scale exp.toml --workers 0", "scale.workers.0: must be at least 1 (got 0)"),
+    case(f"scale exp.toml {STUDY} --mode medium", "scale.mode: Input should be 'strong' or 'weak'"),
+    case(f"scale exp.toml {STUDY} --backend mpi", "scale.backend: Input should be 'auto', 'gloo'"),
+    case(f"scale exp.toml {STUDY} --comm zip", "scale.comm.0: Input should be 'allreduce', 'fp16'"),
+    case(f"scale exp.toml {STUDY} --on-failure maybe", "scale.on_failure: Input should be 'cont"),
+    case(
+        f"scale exp.toml {STUDY} --set scale.nnodes=0", "scale.nnodes: must be at least 1 (got 0)"
+    ),
+    case("scale exp.toml --workers 1 --mode weak --per-worker-batch 8", "give one of scale.steps"),
     case(f"scale exp.toml {STUDY} --device V1000", "error: unknown device 'V1000'"),
     case(f"scale exp.toml {STUDY} --emit pbs", "error: unknown --emit 'pbs'"),
     case(
@@ -245,13 +249,22 @@ CASES = [
     case(f"scale exp.toml {STUDY} --emit slurm --out dir", "error: cannot use dir: Is a directory"),
     case("scale --allreduce-bench --workers 1 --sizes 1XB", "error: bad message size '1XB'"),
     case("scale --allreduce-bench --workers 1 --iters 0", "error: --iters must be at least 1"),
-    case("scale exp.toml --workers 1 --mode weak --per-worker-batch 8 --steps 0", "--steps"),
+    case(
+        "scale exp.toml --workers 1 --mode weak --per-worker-batch 8 --steps 0",
+        "error: exp.toml with --set: scale.steps: must be at least 1 (got 0)",
+    ),
     case(
         "scale exp.toml --workers 1 --mode weak --per-worker-batch 0 --steps 2 --emit slurm",
-        "--per-worker-batch",
+        "scale.per_worker_batch: must be at least 1 (got 0)",
     ),
-    case(f"scale exp.toml {STUDY} --price-per-hour -1 --emit slurm", "--price-per-hour"),
-    case(f"scale exp.toml {STUDY} --bucket-mb 0 --emit slurm", "--bucket-mb"),
+    case(
+        f"scale exp.toml {STUDY} --price-per-hour -1 --emit slurm",
+        "scale.price_per_hour: must be at least 0 (got -1.0)",
+    ),
+    case(
+        f"scale exp.toml {STUDY} --bucket-mb 0 --emit slurm",
+        "scale.bucket_mb.0: must be greater than 0 (got 0)",
+    ),
     # --- converge fit, predict, regress ----------------------------------------------------
     case(
         "converge fit --csv nodir/c.csv --y metric", "error: cannot read nodir/c.csv: No such file"
@@ -374,7 +387,16 @@ CASES = [
     case("serve /proc/forbidden/m.onnx", "error: no model file /proc/forbidden/m.onnx"),
     case("serve dir", "error: no model file dir"),
     case("serve bad.toml", "error: bad.toml is not an ONNX model"),
-    case("serve {onnx} --port 70000", "Error: Invalid value for '--port'"),
+    case(
+        "serve {onnx} --port 70000", "error: config with --set: serve.port: must be at most 65535"
+    ),
+    case("serve {onnx} --max-batch 0", "serve.max_batch: must be at least 1 (got 0)"),
+    case("serve {onnx} --set serve.max_wait_ms=-1", "serve.max_wait_ms: must be at least 0"),
+    case("serve {onnx} --config nodir/s.toml", "error: nodir/s.toml: no such experiment file"),
+    case("serve {onnx} --config /proc/forbidden/s.toml", "/proc/forbidden/s.toml: no such"),
+    case("serve {onnx} --config dir", "error: dir is a directory, not an experiment file"),
+    case("serve {onnx} --config bad.toml", "error: bad.toml: malformed TOML"),
+    case("serve {onnx} --config exp.toml --set serve.prot=1", "unknown key 'serve.prot' (did you"),
     case("serve bench nonsense", "error: 'nonsense' is not an http:// URL"),
     case("serve bench http://example.com:80", "error: example.com is not a loopback address"),
     case("serve bench http://127.0.0.1:1 --concurrency 0", "error: --concurrency '0': expected"),

@@ -98,8 +98,39 @@ NUMERIC = {
     "run.threads": Range(int, 1),
     "run.warmup_steps": Range(int, 0),
     "run.log_every": Range(int, 1),
+    "scale.global_batch": Range(int, 1),
+    "scale.per_worker_batch": Range(int, 1),
+    "scale.steps": Range(int, 1),
+    "scale.epochs": Range(int, 1),
+    "scale.warmup_steps": Range(int, 0),
+    "scale.price_per_hour": Range(float, 0),
+    "scale.nnodes": Range(int, 1),
+    "scale.node_rank": Range(int, 0),
+    "scale.chunks": Range(int, 1),
+    "scale.memory_cap_gb": Range(float, 0, low_open=True),
+    "serve.port": Range(int, 0, 65535, high_open=False),
+    "serve.max_batch": Range(int, 1),
+    "serve.max_wait_ms": Range(float, 0),
+    "serve.queue": Range(int, 1),
+    "serve.threads": Range(int, 1),
+    "serve.max_body_mb": Range(float, 0),
+    "serve.max_pixels": Range(int, 1),
 }
 UNIT = st.floats(0, 1)
+COMMS = ["allreduce", "fp16", "bf16", "powersgd", "noop"]
+STRATEGIES = ["ddp", "dp"]
+
+
+def choices(allowed: list[str]) -> tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]:
+    """A list key of choices: one or more of them; none, or one that is not a choice."""
+    some = st.lists(st.sampled_from(allowed), max_size=2)
+    unknown = st.text().filter(lambda t: t not in allowed)
+    return (
+        st.lists(st.sampled_from(allowed), min_size=1, max_size=3),
+        st.just([]) | st.builds(lambda good, bad: [*good, bad], some, unknown),
+    )
+
+
 LISTS = {  # key: (valid, invalid)
     "data.shape": (
         st.lists(st.integers(1, 512), min_size=3, max_size=3),
@@ -118,6 +149,16 @@ LISTS = {  # key: (valid, invalid)
         st.lists(st.integers(1, 1000), max_size=4),
         st.lists(st.integers(max_value=0), min_size=1, max_size=4),
     ),
+    "scale.workers": (
+        st.lists(st.integers(1, 1024), min_size=1, max_size=4),
+        st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
+    ),
+    "scale.bucket_mb": (
+        st.lists(st.floats(0, 1024, exclude_min=True), max_size=3),
+        st.lists(st.floats(max_value=0), min_size=1, max_size=3),
+    ),
+    "scale.comm": choices(COMMS),
+    "scale.strategy": choices(STRATEGIES),
 }
 CHOICES = {
     "data.loader": ["tensor", "torchvision"],
@@ -125,6 +166,9 @@ CHOICES = {
     "train.schedule.kind": ["multistep", "cosine", "constant"],
     "run.precision": ["fp32", "bf16", "fp16"],
     "run.timing": ["off", "coarse", "phases"],
+    "scale.mode": ["strong", "weak"],
+    "scale.backend": ["auto", "gloo", "nccl"],
+    "scale.on_failure": ["continue", "stop"],
 }
 FLAGS = [
     "data.download",
@@ -134,9 +178,14 @@ FLAGS = [
     "run.channels_last",
     "run.compile",
     "run.checkpoint",
+    "scale.synthetic",
+    "scale.comm_split",
+    "scale.allow_oversubscribe",
+    "scale.plots",
 ]
 # Checked where they are used (the registries, the device, the file system), not on loading.
 TEXTS = ["model.name", "data.name", "data.root", "run.name", "run.device", "run.out_dir"]
+TEXTS += ["scale.device", "scale.rdzv", "serve.host"]
 NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
 KWARGS = st.dictionaries(NAME, st.integers() | st.booleans() | st.text(max_size=5), max_size=3)
 

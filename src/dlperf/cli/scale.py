@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -12,18 +12,11 @@ from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import UserError
 
+if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
+    from dlperf.config import ScaleConfig
+
 # Options that place one node of a multi-node run: a job file adds its own per node.
 _PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node")
-
-
-def parse_list(text: str, option: str, kind: type = str) -> list[Any]:
-    try:
-        values = [kind(part.strip()) for part in text.split(",") if part.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise UserError(f"{option} {text!r}: expected a comma-separated list", "e.g. 1,2,4")
-    return values
 
 
 def job_argv(argv: list[str]) -> list[str]:
@@ -43,19 +36,19 @@ def job_argv(argv: list[str]) -> list[str]:
 def _emit(
     kind: str,
     out: Path | None,
-    nnodes: int,
-    workers: list[int],
-    backend: str,
+    opts: ScaleConfig,
     gpus_per_node: int | None,
     image: str,
     job_name: str,
 ) -> None:
+    """Write the job file that runs this command once on each of `opts.nnodes` nodes."""
     from dlperf.distributed.jobfiles import render_kubernetes, render_slurm
 
-    if nnodes < 1 or max(workers) % nnodes:
-        raise UserError(f"{max(workers)} workers do not split evenly over {nnodes} nodes")
-    per_node = max(workers) // nnodes
-    gpus = gpus_per_node if gpus_per_node is not None else per_node * (backend == "nccl")
+    nnodes, workers = opts.nnodes, max(opts.workers)
+    if workers % nnodes:
+        raise UserError(f"{workers} workers do not split evenly over {nnodes} nodes")
+    per_node = workers // nnodes
+    gpus = gpus_per_node if gpus_per_node is not None else per_node * (opts.backend == "nccl")
     argv = job_argv(sys.argv[1:])
     if kind == "slurm":
         text = render_slurm(argv, nnodes, per_node, gpus, job_name)
@@ -64,7 +57,8 @@ def _emit(
     else:
         raise UserError(f"unknown --emit '{kind}'", "use slurm or kubernetes")
     if out is None:
-        console.out.print(text, markup=False, end="")
+        # soft_wrap: a line wrapped at the console's width would split a command in two
+        console.out.print(text, markup=False, end="", soft_wrap=True)
         return
     out.write_text(text)
     console.err.print(f"wrote {out}", markup=False)
@@ -153,9 +147,8 @@ def _print_table(result: Any) -> None:
             console.err.print(f"{r['workers']} workers failed:\n{r.get('error')}", markup=False)
 
 
-def _allreduce_bench(
-    workers: list[int], sizes: str, backend: str, iters: int, allow: bool, as_json: bool
-) -> None:
+def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -> None:
+    """The all-reduce microbenchmark over `opts.workers` on `opts.backend`."""
     from dlperf.distributed.allreduce_study import run_allreduce_study
 
     if iters < 1:  # before torchrun starts, not after
@@ -163,7 +156,10 @@ def _allreduce_bench(
     with console.reporter() as rep:
         store = open_store()
         where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
-        result = run_allreduce_study(store, workers, sizes, backend, where, iters, 5, allow, rep)
+        allow = opts.allow_oversubscribe
+        result = run_allreduce_study(
+            store, opts.workers, sizes, opts.backend, where, iters, 5, allow, rep
+        )
     if as_json:
         console.print_json(result)
     else:
@@ -193,36 +189,44 @@ def _allreduce_bench(
 
 @app.command()
 def scale(
-    experiment: Path = typer.Argument(None, help="Experiment TOML file.", show_default=False),
-    set_: list[str] = typer.Option([], "--set", help="Override a config key (repeatable)."),
-    workers: str = typer.Option("1,2", "--workers", help="Worker counts, e.g. 1,2,4 (total)."),
-    mode: str = typer.Option("strong", "--mode", help="strong (fixed global batch) | weak."),
+    experiment: Path = typer.Argument(
+        None, help="Experiment TOML file (its [scale] section: the study).", show_default=False
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set scale.steps=50 (repeatable)."
+    ),
+    workers: str = typer.Option(None, "--workers", help="Worker counts, e.g. 1,2,4 (total)."),
+    mode: str = typer.Option(None, "--mode", help="strong (fixed global batch) | weak."),
     global_batch: int = typer.Option(None, "--global-batch", help="Strong scaling batch."),
     per_worker_batch: int = typer.Option(None, "--per-worker-batch", help="Weak scaling batch."),
     steps: int = typer.Option(None, "--steps", help="Timed steps per point."),
     epochs: int = typer.Option(None, "--epochs", help="Timed epochs per point (or --steps)."),
-    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Untimed steps first."),
+    warmup_steps: int = typer.Option(None, "--warmup-steps", help="Untimed steps first."),
     synthetic: bool = typer.Option(
-        False, "--synthetic", help="Random data of the model's input shape (system throughput)."
+        None, "--synthetic", help="Random data of the model's input shape (system throughput)."
     ),
-    backend: str = typer.Option("auto", "--backend", help="auto | gloo | nccl."),
+    backend: str = typer.Option(None, "--backend", help="auto | gloo | nccl."),
     comm: str = typer.Option(
-        "allreduce", "--comm", help="allreduce | fp16 | bf16 | powersgd | noop (comma list)."
+        None, "--comm", help="allreduce | fp16 | bf16 | powersgd | noop (comma list)."
     ),
-    strategy: str = typer.Option("ddp", "--strategy", help="ddp | dp (GPUs only), comma list."),
+    strategy: str = typer.Option(None, "--strategy", help="ddp | dp (GPUs only), comma list."),
     bucket_mb: str = typer.Option(None, "--bucket-mb", help="DDP bucket size(s) in MB."),
     comm_split: bool = typer.Option(
-        True, "--comm-split/--no-comm-split", help="Re-run under the no-op hook (compute only)."
+        None, "--comm-split/--no-comm-split", help="Re-run under the no-op hook (compute only)."
     ),
     price_per_hour: float = typer.Option(None, "--price-per-hour", help="Price per worker-hour."),
     device: str = typer.Option(None, "--device", help="Catalog device whose price to use."),
-    on_failure: str = typer.Option("continue", "--on-failure", help="continue | stop."),
+    on_failure: str = typer.Option(None, "--on-failure", help="continue | stop."),
     allow_oversubscribe: bool = typer.Option(
-        False, "--allow-oversubscribe", help="Allow more workers per node than cores."
+        None, "--allow-oversubscribe", help="Allow more workers per node than cores."
     ),
-    nnodes: int = typer.Option(1, "--nnodes", help="Nodes taking part."),
-    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (0 stores)."),
+    nnodes: int = typer.Option(None, "--nnodes", help="Nodes taking part."),
+    node_rank: int = typer.Option(None, "--node-rank", help="This node's rank (0 stores)."),
     rdzv: str = typer.Option(None, "--rdzv", help="HOST:PORT of the c10d rendezvous."),
+    memory_cap_gb: float = typer.Option(
+        None, "--memory-cap-gb", help="--find-max-batch on CPU: peak memory per worker."
+    ),
+    plots: bool = typer.Option(None, "--plots/--no-plots", help="Save figures as artifacts."),
     emit: str = typer.Option(None, "--emit", help="Write a slurm | kubernetes job instead."),
     out: Path = typer.Option(None, "--out", help="--emit: file to write (default stdout)."),
     image: str = typer.Option("dlperf:latest", "--image", help="--emit kubernetes: image."),
@@ -235,68 +239,40 @@ def scale(
     find_max: bool = typer.Option(
         False, "--find-max-batch", help="Grow the per-worker batch x4 from 32 until it fails."
     ),
-    memory_cap_gb: float = typer.Option(
-        None, "--memory-cap-gb", help="--find-max-batch on CPU: peak memory per worker."
-    ),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Save figures as artifacts."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Scale an experiment over 1..N DDP workers launched with torchrun, point by point:
     throughput, speedup, efficiency, compute vs exposed communication, cost.
 
-    Example: dlperf scale examples/digits_smallcnn.toml --mode weak --per-worker-batch 32 --steps 50
+    The study is the file's [scale] section. The options from --workers to --no-plots are
+    short for --set scale.KEY=VALUE (KEY: the option's name with _ for -; comma lists become
+    lists); `dlperf config keys` explains every key, `dlperf config show` shows the defaults.
+
+    Example: dlperf scale examples/scale_digits_weak.toml --workers 1,2 --steps 50
     """
-    from dlperf.config import load_experiment
-    from dlperf.distributed.study import ScaleOptions, check_options, find_max_batch, run_study
+    from dlperf.config import ScaleConfig, load_experiment, shortcuts
+    from dlperf.distributed.study import check_options, find_max_batch, run_study
 
-    counts = parse_list(workers, "--workers", int)
-    if allreduce_bench:
-        _allreduce_bench(counts, sizes, backend, iters, allow_oversubscribe, as_json)
-        return
-    if experiment is None:
+    # The options named after [scale] keys are shortcuts for them.
+    flags = {name: value for name, value in locals().items() if name in ScaleConfig.model_fields}
+    if experiment is None and not allreduce_bench:
         raise UserError("give an experiment file", "or --allreduce-bench")
-    exp = load_experiment(experiment, list(set_))
-    if device is not None:
-        from dlperf.analytic.devices import get_device
-
-        entry = get_device(device)
-        if price_per_hour is None:
-            if entry.price_per_hour_usd is None:
-                raise UserError(f"device {entry.name} has no price", "give --price-per-hour")
-            price_per_hour = entry.price_per_hour_usd
-    opts = ScaleOptions(
-        workers=counts,
-        mode=mode,
-        global_batch=global_batch,
-        per_worker_batch=per_worker_batch,
-        steps=steps,
-        epochs=epochs,
-        warmup_steps=warmup_steps,
-        synthetic=synthetic,
-        backend=backend,
-        comms=parse_list(comm, "--comm"),
-        strategies=parse_list(strategy, "--strategy"),
-        bucket_mbs=parse_list(bucket_mb, "--bucket-mb", float) if bucket_mb else [None],
-        price_per_hour=price_per_hour,
-        on_failure=on_failure,
-        compute_split=comm_split,
-        allow_oversubscribe=allow_oversubscribe,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv=rdzv,
-        plots=plots,
-    )
+    # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
+    exp = load_experiment(experiment, [*set_, *shortcuts("scale", flags)])
+    if allreduce_bench:
+        _allreduce_bench(exp.scale, sizes, iters, as_json)
+        return
     if emit is not None:
-        check_options(opts)  # a job file must not carry options its nodes would refuse
-        _emit(emit, out, nnodes, counts, backend, gpus_per_node, image, exp.run.name or "dlperf")
+        check_options(exp.scale)  # a job file must not carry options its nodes would refuse
+        _emit(emit, out, exp.scale, gpus_per_node, image, exp.run.name or "dlperf")
         return
     store = open_store()
     where = store.artifact_dir(exp.run.out_dir)  # study ids repeat across stores
     with console.reporter() as rep:
         if find_max:
-            result = find_max_batch(exp, opts, store, where, memory_cap_gb, rep)
+            result = find_max_batch(exp, store, where, rep)
         else:
-            result = run_study(exp, opts, store, where, rep)
+            result = run_study(exp, store, where, rep)
     for warning in result.warnings:
         console.warn(warning)
     if as_json:

@@ -47,48 +47,57 @@ def _listen(host: str, port: int) -> socket.socket:
 @serve_app.command("start")
 def start(
     model: Path = typer.Argument(..., help="An ONNX model exported by `dlperf export`."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0 = any free)."),
-    max_batch: int = typer.Option(32, "--max-batch", min=1, help="Most rows in one model call."),
+    config: Path = typer.Option(None, "--config", help="A TOML file whose [serve] section to use."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set serve.port=9000 (repeatable)."
+    ),
+    host: str = typer.Option(None, "--host", help="Address to listen on."),
+    port: int = typer.Option(None, "--port", help="Port (0 = any free)."),
+    max_batch: int = typer.Option(None, "--max-batch", help="Most rows in one model call."),
     max_wait_ms: float = typer.Option(
-        5.0, "--max-wait-ms", min=0, help="How long the first request waits for company."
+        None, "--max-wait-ms", help="How long the first request waits for company."
     ),
-    queue: int = typer.Option(256, "--queue", min=1, help="Waiting requests before 503."),
-    threads: int = typer.Option(
-        None, "--threads", min=1, help="ONNX Runtime intra-op threads (default: its own choice)."
-    ),
-    max_body_mb: float = typer.Option(8.0, "--max-body-mb", min=0, help="Largest request body."),
-    max_pixels: int = typer.Option(
-        None, "--max-pixels", min=1, help="Largest image /predict decodes (default: 40,000,000)."
-    ),
+    queue: int = typer.Option(None, "--queue", help="Waiting requests before 503."),
+    threads: int = typer.Option(None, "--threads", help="ONNX Runtime intra-op threads."),
+    max_body_mb: float = typer.Option(None, "--max-body-mb", help="Largest request body (MiB)."),
+    max_pixels: int = typer.Option(None, "--max-pixels", help="Largest image /predict decodes."),
 ) -> None:
     """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching, the
     Open Inference Protocol (KServe v2: JSON and binary tensors) under /v2, /predict for
     images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting and finishes the
     queued requests.
 
+    The options from --host to --max-pixels are short for --set serve.KEY=VALUE (KEY: the
+    option's name with _ for -); `dlperf config keys` explains every key.
+
     Example: dlperf serve model.onnx --port 8000 --max-batch 32 --max-wait-ms 5
     """
     import uvicorn
 
+    from dlperf.config import ServeConfig, load_experiment, shortcuts
     from dlperf.deploy.loadgen import is_loopback
     from dlperf.deploy.server import create_app
 
+    # The options named after [serve] keys are shortcuts for them.
+    flags = {name: value for name, value in locals().items() if name in ServeConfig.model_fields}
+    opts = load_experiment(config, [*set_, *shortcuts("serve", flags)]).serve
     server_app = create_app(
         model,
-        max_batch,
-        max_wait_ms,
-        queue,
-        threads,
-        max_body_bytes=int(max_body_mb * 2**20),
-        max_pixels=max_pixels,
+        opts.max_batch,
+        opts.max_wait_ms,
+        opts.queue,
+        opts.threads,
+        max_body_bytes=int(opts.max_body_mb * 2**20),
+        max_pixels=opts.max_pixels,
     )
-    sock = _listen(host, port)
-    if not is_loopback(host):
-        console.warn(f"listening on {host}: other machines can reach this server, unauthenticated")
+    sock = _listen(opts.host, opts.port)
+    if not is_loopback(opts.host):
+        console.warn(
+            f"listening on {opts.host}: other machines can reach this server, unauthenticated"
+        )
     served = server_app.state.model
     bound = sock.getsockname()[1]
-    where = f"[{host}]" if ":" in host else host
+    where = f"[{opts.host}]" if ":" in opts.host else opts.host
     console.err.print(
         f"serving {served.name} ({served.meta.task}; {served.note}) on "
         f"http://{where}:{bound} - Ctrl-C stops after the queued requests",

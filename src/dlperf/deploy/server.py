@@ -47,6 +47,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dlperf import __version__
+from dlperf.config import ServeConfig
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.batcher import Batcher, QueueFull
@@ -546,17 +547,21 @@ class _Instrumented:
 # --- the application -------------------------------------------------------------------------
 
 
+_DEFAULTS = ServeConfig()
+
+
 def create_app(
     model_path: Path,
-    max_batch: int = 32,
-    max_wait_ms: float = 5.0,
-    queue: int = 256,
-    threads: int | None = None,
-    max_body_bytes: int = 8 * 2**20,
-    max_pixels: int | None = None,
+    max_batch: int = _DEFAULTS.max_batch,
+    max_wait_ms: float = _DEFAULTS.max_wait_ms,
+    queue: int = _DEFAULTS.queue,
+    threads: int | None = _DEFAULTS.threads,
+    max_body_bytes: int = int(_DEFAULTS.max_body_mb * 2**20),
+    max_pixels: int | None = _DEFAULTS.max_pixels,
 ) -> FastAPI:
     """The server for one model; loads the session now so a bad model fails before serving.
-    `max_pixels` caps the images /predict decodes (None: `runtime.MAX_PIXELS`)."""
+    The options are those of the [serve] config section (dlperf.config.ServeConfig), with
+    their defaults; `max_pixels` caps the images /predict decodes (None: `runtime.MAX_PIXELS`)."""
     model = ServedModel(model_path, threads)
     batch = max_batch if model.batchable else 1
     pixel_cap = runtime.MAX_PIXELS if max_pixels is None else max_pixels

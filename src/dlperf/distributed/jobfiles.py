@@ -3,7 +3,8 @@ a Kubeflow PyTorchJob manifest.
 
 Both start the same dlperf command once per node and append
 `--nnodes N --node-rank R --rdzv HOST:PORT`, so each node's dlperf launches one torchrun and
-the torchruns meet at a c10d rendezvous hosted on the first node.
+the torchruns meet at a c10d rendezvous hosted on the first node. The flags are shortcuts
+for scale.nnodes, scale.node_rank and scale.rdzv that win over the study file and --set.
 """
 
 from __future__ import annotations

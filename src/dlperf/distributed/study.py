@@ -26,13 +26,14 @@ import itertools
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dlperf.config import Experiment
+from dlperf.analytic.devices import get_device
+from dlperf.config import Experiment, ScaleConfig
 from dlperf.data import load_data
 from dlperf.distributed.launch import Rendezvous, run_torchrun
 from dlperf.errors import UserError
@@ -40,39 +41,10 @@ from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.system import system_info, usable_cores
 
-MODES = ("strong", "weak")
-COMMS = ("allreduce", "fp16", "bf16", "powersgd", "noop")
-STRATEGIES = ("ddp", "dp")
 BACKENDS = ("auto", "gloo", "nccl")
-FAILURE_POLICIES = ("continue", "stop")
 WORKER_MODULE = "dlperf.distributed.worker"
 BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
 CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
-
-
-@dataclass
-class ScaleOptions:
-    workers: list[int]
-    mode: str = "strong"
-    global_batch: int | None = None
-    per_worker_batch: int | None = None
-    steps: int | None = None
-    epochs: int | None = None
-    warmup_steps: int = 5
-    synthetic: bool = False
-    backend: str = "auto"
-    comms: list[str] = field(default_factory=lambda: ["allreduce"])
-    strategies: list[str] = field(default_factory=lambda: ["ddp"])
-    bucket_mbs: list[float | None] = field(default_factory=lambda: [None])
-    price_per_hour: float | None = None
-    on_failure: str = "continue"
-    compute_split: bool = True
-    allow_oversubscribe: bool = False
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv: str | None = None
-    chunks: int = 5
-    plots: bool = True
 
 
 @dataclass
@@ -121,52 +93,38 @@ def resolve_backend(name: str) -> str:
     return name
 
 
-def _check_choice(values: list[Any], allowed: tuple[str, ...], option: str) -> None:
-    for value in values:
-        if value not in allowed:
-            raise UserError(f"unknown {option} '{value}'", f"use {', '.join(allowed)}")
-
-
 def threads_per_worker(workers_per_node: int, cores: int) -> int:
     return max(1, cores // workers_per_node)
 
 
-def check_options(opts: ScaleOptions) -> None:
-    """Everything about the options that does not depend on this host or node (an emitted job
-    file sets each node's rank and rendezvous from the job's environment)."""
-    if not opts.workers or min(opts.workers) < 1:
-        raise UserError("--workers needs positive counts", "e.g. --workers 1,2,4")
-    if opts.mode not in MODES:
-        raise UserError(f"unknown mode '{opts.mode}'", "use strong or weak")
-    _check_choice(opts.comms, COMMS, "--comm")
-    _check_choice(opts.strategies, STRATEGIES, "--strategy")
-    if opts.on_failure not in FAILURE_POLICIES:
-        raise UserError(f"unknown --on-failure '{opts.on_failure}'", "use continue or stop")
+def hourly_price(opts: ScaleConfig) -> float | None:
+    """The price per worker-hour: price_per_hour, else the catalog price of the device."""
+    if opts.device is None:
+        return opts.price_per_hour
+    entry = get_device(opts.device)  # a misspelt device fails even when a price is given
+    if opts.price_per_hour is not None:
+        return opts.price_per_hour
+    if entry.price_per_hour_usd is None:
+        raise UserError(f"device {entry.name} has no price", "give --price-per-hour")
+    return entry.price_per_hour_usd
+
+
+def check_options(opts: ScaleConfig) -> None:
+    """What the config's own ranges cannot say and does not depend on this host or node (an
+    emitted job file sets each node's rank and rendezvous from the job's environment)."""
     if (opts.steps is None) == (opts.epochs is None):
-        raise UserError("give --steps N or --epochs N (one of them)")
-    too_few = [n for n in (opts.steps, opts.epochs) if n is not None and n < 1]
-    if too_few or opts.warmup_steps < 0:
-        raise UserError("--steps/--epochs must be at least 1 and --warmup-steps at least 0")
-    for option, batch in (
-        ("--global-batch", opts.global_batch),
-        ("--per-worker-batch", opts.per_worker_batch),
-    ):
-        if batch is not None and batch < 1:
-            raise UserError(f"{option} must be at least 1, got {batch}")
-    if opts.price_per_hour is not None and opts.price_per_hour < 0:
-        raise UserError(f"--price-per-hour must not be negative, got {opts.price_per_hour:g}")
-    if any(mb is not None and mb <= 0 for mb in opts.bucket_mbs):
-        raise UserError("--bucket-mb sizes must be positive (MB)")
+        raise UserError("give one of scale.steps and scale.epochs", "e.g. --steps 50")
+    hourly_price(opts)
 
 
-def plan(opts: ScaleOptions, backend: str) -> list[Point]:
+def plan(opts: ScaleConfig, backend: str) -> list[Point]:
     """Every point of the study, fewest workers first, after checking the options."""
     check_options(opts)
-    if opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
+    if opts.node_rank >= opts.nnodes:
         raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
     if opts.nnodes > 1 and not opts.rdzv:
         raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
-    if "dp" in opts.strategies:
+    if "dp" in opts.strategy:
         if not torch.cuda.is_available():
             raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
         if opts.nnodes > 1:
@@ -186,7 +144,7 @@ def plan(opts: ScaleOptions, backend: str) -> list[Point]:
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
     points = []
     for workers, comm, strategy, bucket in itertools.product(
-        sorted(set(opts.workers)), opts.comms, opts.strategies, opts.bucket_mbs
+        sorted(set(opts.workers)), opts.comm, opts.strategy, opts.bucket_mb or [None]
     ):
         per_worker, global_batch = batch_split(
             opts.mode, workers, opts.global_batch, opts.per_worker_batch
@@ -346,14 +304,8 @@ class StudyResult:
     max_per_worker_batch: int | None = None
 
 
-def _spec(
-    exp: Experiment,
-    point: Point,
-    opts: ScaleOptions,
-    backend: str,
-    threads: int,
-    steps: int,
-) -> dict[str, Any]:
+def _spec(exp: Experiment, point: Point, backend: str, threads: int, steps: int) -> dict[str, Any]:
+    opts = exp.scale
     return {
         "experiment": exp.to_dict(),
         "per_worker_batch": point.per_worker_batch
@@ -368,7 +320,7 @@ def _spec(
         "strategy": point.strategy,
         "gpus": point.workers if point.strategy == "dp" else 0,
         "threads": threads,
-        "compute_split": opts.compute_split and point.workers > 1,
+        "compute_split": opts.comm_split and point.workers > 1,
         "writer": opts.node_rank == 0,
     }
 
@@ -376,16 +328,15 @@ def _spec(
 class _Study:
     """What every point of one study shares, and how one point is run and recorded."""
 
-    def __init__(
-        self, exp: Experiment, opts: ScaleOptions, store: Store, out_dir: Path, reporter: Reporter
-    ) -> None:
-        self.exp, self.opts, self.store = exp, opts, store
+    def __init__(self, exp: Experiment, store: Store, out_dir: Path, reporter: Reporter) -> None:
+        self.exp, self.opts, self.store = exp, exp.scale, store
         self.out_dir, self.reporter = out_dir, reporter
-        self.backend = resolve_backend(opts.backend)
+        self.backend = resolve_backend(self.opts.backend)
+        self.price = hourly_price(self.opts)
         self.cores = usable_cores()
         self.data = load_data(exp.data)
         self.train_images = len(self.data.train)
-        self.writer = opts.node_rank == 0
+        self.writer = self.opts.node_rank == 0
         self.study_id: int | None = None
         self.ring: dict[str, Any] | None = None
         self.bases: dict[tuple[str, str, float | None], dict[str, Any]] = {}
@@ -422,7 +373,7 @@ class _Study:
                 f"{point.label()}: {per_node} workers x {threads} threads > {self.cores} cores: "
                 "oversubscribed, timings are pessimistic"
             )
-        spec = {**_spec(self.exp, point, opts, self.backend, threads, steps), **extra}
+        spec = {**_spec(self.exp, point, self.backend, threads, steps), **extra}
         where = f"scale-{self.study_id}" if self.writer else "scale-node"
         directory = self.out_dir / where / f"p{index}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -433,11 +384,7 @@ class _Study:
         with self.store.new_run(
             name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
             kind="scale",
-            config={
-                "experiment": self.exp.to_dict(),
-                "point": asdict(point),
-                "options": asdict(opts),
-            },
+            config={"experiment": self.exp.to_dict(), "point": asdict(point)},
             config_hash=self.exp.config_hash(),
             system={**system_info(None, threads), "backend": self.backend},
             study_id=self.study_id,
@@ -454,7 +401,7 @@ class _Study:
                 threads,
                 self.backend,
                 self.train_images,
-                opts.price_per_hour,
+                self.price,
             )
             add_relative(summary, self.bases.get(point.group))
             self.bases.setdefault(point.group, summary)
@@ -522,14 +469,12 @@ class _Study:
 
 
 def run_study(
-    exp: Experiment,
-    opts: ScaleOptions,
-    store: Store,
-    out_dir: Path,
-    reporter: Reporter | None = None,
+    exp: Experiment, store: Store, out_dir: Path, reporter: Reporter | None = None
 ) -> StudyResult:
-    """Run every point of the study; only node 0 (of a multi-node study) writes the store."""
-    study = _Study(exp, opts, store, out_dir, reporter or NullReporter())
+    """Run every point of the study `exp.scale`; only node 0 (of a multi-node study) writes
+    the store."""
+    study = _Study(exp, store, out_dir, reporter or NullReporter())
+    opts = study.opts
     points = plan(opts, study.backend)
     for point in points:
         error = study.shard_error(point)
@@ -545,33 +490,29 @@ def run_study(
 
 
 def find_max_batch(
-    exp: Experiment,
-    opts: ScaleOptions,
-    store: Store,
-    out_dir: Path,
-    memory_cap_gb: float | None,
-    reporter: Reporter | None = None,
+    exp: Experiment, store: Store, out_dir: Path, reporter: Reporter | None = None
 ) -> StudyResult:
     """Grow the per-worker batch x4 from 32 until it no longer fits (CUDA out of memory, or
-    a worker's peak resident memory above `memory_cap_gb` on CPU, or the data runs out);
-    each size trains two epochs and times the second."""
-    opts = replace(
-        opts,
-        mode="weak",
-        global_batch=None,
-        per_worker_batch=BATCH_START,
-        compute_split=False,
-        steps=1,  # each size sets its own: two epochs
-        epochs=None,
-    )
-    study = _Study(exp, opts, store, out_dir, reporter or NullReporter())
+    a worker's peak resident memory above `scale.memory_cap_gb` on CPU, or the data runs
+    out); each size trains two epochs and times the second."""
+    search = {
+        "mode": "weak",
+        "global_batch": None,
+        "per_worker_batch": BATCH_START,
+        "comm_split": False,
+        "steps": 1,  # each size sets its own: two epochs
+        "epochs": None,
+    }
+    exp = exp.model_copy(update={"scale": exp.scale.model_copy(update=search)})
+    study = _Study(exp, store, out_dir, reporter or NullReporter())
+    opts = study.opts
     if len(set(opts.workers)) != 1:
         raise UserError("--find-max-batch takes one worker count", "e.g. --workers 2")
-    if study.backend == "gloo" and memory_cap_gb is None:
+    if study.backend == "gloo" and opts.memory_cap_gb is None:
         raise UserError("--find-max-batch on CPU needs --memory-cap-gb", "e.g. --memory-cap-gb 4")
     first = plan(opts, study.backend)[0]
     study.open()
-    cap = int(memory_cap_gb * 2**30) if memory_cap_gb else None
+    cap = int(opts.memory_cap_gb * 2**30) if opts.memory_cap_gb else None
     batch, largest = BATCH_START, None
     for index in range(BATCH_SIZES):
         point = Point(
