@@ -24,7 +24,7 @@ from benchlib import interleaved, save, spread, table
 from dlperf.config import Experiment
 from dlperf.distributed.allreduce_study import run_allreduce_study
 from dlperf.distributed.launch import free_port
-from dlperf.distributed.study import ScaleOptions, run_study
+from dlperf.distributed.study import run_study
 from dlperf.store import Store
 
 HERE = Path(__file__).resolve().parent
@@ -33,13 +33,15 @@ ONE_BUCKET_MB = 1024.0
 MODELS = [("resnet20", 16), ("resnet56", 16), ("smallcnn", 16), ("resnet18_cifar", 8)]
 
 
-def _experiment(model: str) -> Experiment:
+def _experiment(model: str, **scale: object) -> Experiment:
+    """A weak-scaling point of 2 workers on synthetic data, with `scale` on top."""
     return Experiment.model_validate(
         {
             "model": {"name": model},
             "data": {"name": "synthetic", "shape": [3, 32, 32], "size": 512},
             "train": {"lr": 0.05},
             "run": {"name": f"bench-{model}"},
+            "scale": {"workers": [2], "mode": "weak", "synthetic": True, "plots": False, **scale},
         }
     )
 
@@ -70,34 +72,20 @@ def plain(tmp: Path) -> float:
 
 
 def dlperf(store: Store, tmp: Path) -> float:
-    opts = ScaleOptions(
-        workers=[2],
-        mode="weak",
-        per_worker_batch=BATCH,
-        steps=STEPS,
-        warmup_steps=WARMUP,
-        synthetic=True,
-        compute_split=False,
-        plots=False,
+    exp = _experiment(
+        "resnet20", per_worker_batch=BATCH, steps=STEPS, warmup_steps=WARMUP, comm_split=False
     )
-    (row,) = run_study(_experiment("resnet20"), opts, store, tmp).rows
+    (row,) = run_study(exp, store, tmp).rows
     return row["wall_time_s"] / row["timed_steps"]
 
 
 def ring_check(store: Store, tmp: Path) -> list[dict[str, float | str | None]]:
     rows = []
     for model, batch in MODELS:
-        opts = ScaleOptions(
-            workers=[2],
-            mode="weak",
-            per_worker_batch=batch,
-            steps=20,
-            warmup_steps=3,
-            synthetic=True,
-            bucket_mbs=[ONE_BUCKET_MB],
-            plots=False,
+        exp = _experiment(
+            model, per_worker_batch=batch, steps=20, warmup_steps=3, bucket_mb=[ONE_BUCKET_MB]
         )
-        (r,) = run_study(_experiment(model), opts, store, tmp).rows
+        (r,) = run_study(exp, store, tmp).rows
         predicted = r["ring_predicted_s"]
         ddp_comm = r["ddp_logging_s"].get("backward_comm_time")
         rows.append(
