@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,6 +138,63 @@ def test_one_learner_async_sgd_equals_sync_sgd(tiny_exp: Callable[..., Path]) ->
     assert all(torch.equal(sync[k], emulated[k]) for k in sync)
     # Every gradient computed on the initial weights trains differently.
     assert not all(torch.equal(sync[k], stale[k]) for k in sync)
+
+
+def test_async_sgd_trains_at_run_precision(tiny_exp: Callable[..., Path]) -> None:
+    from dlperf.config import load_experiment
+    from dlperf.data import load_data
+    from dlperf.engine import async_sgd
+    from dlperf.progress import NullReporter
+
+    cpu = torch.device("cpu")
+    states = {}
+    for precision in ("fp32", "bf16"):
+        exp = load_experiment(
+            tiny_exp(epochs=1), ["data.limit=160", f"run.precision={precision!r}"]
+        )
+        data = load_data(exp.data)
+        reads = async_sgd.read_versions({"L1": 1.0, "L2": 0.5}, len(data.train) // 32)
+        model = build_model(exp, data, cpu)
+        async_sgd.train(exp, data, model, cpu, reads, NullReporter())
+        states[precision] = model.state_dict()
+    fp32, bf16 = states["fp32"], states["bf16"]
+    assert all(torch.isfinite(v.float()).all() for v in bf16.values())
+    assert not all(torch.equal(fp32[k], bf16[k]) for k in fp32)  # autocast reached the forward
+
+
+def test_stale_forward_gives_the_gradient_at_the_stale_weights() -> None:
+    from torch import nn
+
+    from dlperf.engine.async_sgd import StaleForward
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    model(torch.randn(16, 4))  # running statistics away from their initial values
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    model(torch.randn(16, 4))
+    live = {k: v.clone() for k, v in model.state_dict().items()}
+    x, y = torch.randn(16, 4), torch.randint(3, (16,))
+
+    forward = StaleForward(model)
+    forward.read(old)
+    nn.functional.cross_entropy(forward(x), y).backward()
+    # A learner holding the old weights and statistics, differentiated by plain autograd.
+    learner = copy.deepcopy(model)
+    learner.load_state_dict(old)
+    learner.zero_grad()
+    nn.functional.cross_entropy(learner(x), y).backward()
+
+    for (name, p), q in zip(model.named_parameters(), learner.parameters(), strict=True):
+        assert not torch.equal(p, old[name]) and torch.equal(p, live[name])  # not stepped
+        assert p.grad is not None and torch.equal(p.grad, q.grad)
+    for (name, b), c in zip(model.named_buffers(), learner.buffers(), strict=True):
+        assert torch.equal(b, c), name  # the statistics went from the old version's on
+    # Reading the live weights again is a plain forward pass through the model.
+    forward.read(None)
+    assert torch.equal(forward(x), model(x))
 
 
 def test_equal_learners_settle_at_staleness_n_minus_1() -> None:

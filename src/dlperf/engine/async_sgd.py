@@ -1,12 +1,14 @@
 """Asynchronous SGD emulated in one process, next to synchronous SGD on the same data.
 
 The staleness simulator gives the order in which the server applies gradients and the weight
-version each was computed on. Training replays that schedule: update i takes the i-th batch
-of the data stream, computes its gradient on a copy of the weights of the version it read,
-and the server applies it with the experiment's optimizer and schedule. Synchronous SGD is
-the same loop with every gradient read from the current weights, so one learner (never
-stale) trains exactly like synchronous SGD. BatchNorm statistics travel with the gradient:
-the server takes the learner's running statistics along with its update.
+version each was computed on. Training replays that schedule with the engine's one training
+step (`engine.step`, so `run.precision`, clipping and the schedule apply as in any run):
+update i takes the i-th batch of the data stream, its forward pass runs through the server
+model at the weights of the version it read, and the gradient lands on the server's live
+weights, which the experiment's optimizer and schedule then update. Synchronous SGD is the same
+loop with every forward pass at the current weights, so one learner (never stale) trains
+exactly like synchronous SGD. BatchNorm statistics travel with the gradient: the forward pass
+starts from the read version's running statistics and leaves its update of them on the server.
 
 Both runs go into the store as one study, with per-epoch validation curves, the staleness
 histogram in the asynchronous run's summary and a figure of both curves as an artifact.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +28,8 @@ from torch import nn
 from dlperf.config import Experiment
 from dlperf.converge import staleness
 from dlperf.data import ImageData, load_data, make_loader
-from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.run import build_model
+from dlperf.engine.step import build_step
 from dlperf.engine.train import evaluate
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
@@ -44,6 +47,45 @@ def read_versions(speeds: dict[str, float], updates: int) -> list[int]:
     return [g.read_version for g in gradients[:updates]]
 
 
+class _ReadAs(torch.autograd.Function):
+    """The value of a stale copy of a weight, with its gradient going to the live weight."""
+
+    @staticmethod
+    def forward(ctx: Any, live: torch.Tensor, stale: torch.Tensor) -> torch.Tensor:
+        return stale.clone()  # a copy: the output must not alias a snapshot later reads reuse
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+class StaleForward:
+    """The forward pass of `model` at the weights of the version last `read`: a learner that
+    computed its gradient on old weights. Gradients land on `model`'s live parameters, so the
+    shared training step optimizes `model` while this forward pass runs on the old weights."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.state: Mapping[str, torch.Tensor] | None = None
+
+    def read(self, state: Mapping[str, torch.Tensor] | None) -> None:
+        """Run the next forward passes at `state` (a `state_dict` of `model`; None: the live
+        weights). Its buffers are copied into `model` now, so BatchNorm starts from the read
+        version's running statistics and the server keeps what the forward pass makes of them."""
+        self.state = state
+        if state is not None:
+            for name, buffer in self.model.named_buffers():
+                buffer.copy_(state[name])
+
+    def __call__(self, x: torch.Tensor) -> Any:
+        if self.state is None:
+            return self.model(x)
+        weights = {
+            name: _ReadAs.apply(p, self.state[name]) for name, p in self.model.named_parameters()
+        }
+        return torch.func.functional_call(self.model, weights, (x,))
+
+
 def train(
     exp: Experiment,
     data: ImageData,
@@ -59,12 +101,8 @@ def train(
         data, data.train, exp.data, cfg.batch_size, device, exp.augment, exp.run.seed
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
-    optimizer = build_optimizer(model, cfg)
-    scheduler = build_scheduler(optimizer, cfg, len(loader))
-    criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-    learner = copy.deepcopy(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    learner_params = [p for p in learner.parameters() if p.requires_grad]
+    forward = StaleForward(model)
+    step = build_step(model, cfg, exp.run.precision, device, len(loader), forward)
     # Weights kept only while some later update still reads them.
     last_read: dict[int, int] = {}
     for i, v in enumerate(reads or []):
@@ -75,22 +113,10 @@ def train(
         reporter.task(f"{'async' if reads else 'sync'} epoch {epoch}/{cfg.epochs}", len(loader))
         loader.set_epoch(epoch)
         model.train()
-        learner.train()
         for x, y in loader:
             read = version if reads is None else reads[version]
-            learner.load_state_dict(snapshots[read] if reads else model.state_dict())
-            loss = criterion(learner(x.to(device)), y.to(device))
-            grads = torch.autograd.grad(loss, learner_params)
-            for p, g in zip(params, grads, strict=True):
-                p.grad = g
-            for server_buffer, learner_buffer in zip(
-                model.buffers(), learner.buffers(), strict=True
-            ):
-                server_buffer.copy_(learner_buffer)
-            if cfg.grad_clip is not None:
-                nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            forward.read(snapshots[read] if reads else None)
+            stepped = step(x.to(device), y.to(device))
             stale.append(version - read)
             version += 1
             if reads:
@@ -98,7 +124,7 @@ def train(
                     del snapshots[v]
                 if last_read.get(version, -1) >= version:
                     snapshots[version] = copy.deepcopy(model.state_dict())
-            reporter.advance(status=f"loss {loss.item():.3f}")
+            reporter.advance(status=f"loss {stepped.loss.item():.3f}")
         metrics = evaluate(model, val_loader, device, exp)
         history.append(metrics)
         reporter.log(f"epoch {epoch}: val acc {metrics.get('acc1', math.nan):.4f}")
