@@ -72,11 +72,9 @@ def start(
 
     Example: dlperf serve model.onnx --port 8000 --max-batch 32 --max-wait-ms 5
     """
-    import uvicorn
-
     from dlperf.config import ServeConfig, load_experiment, shortcuts
     from dlperf.deploy.loadgen import is_loopback
-    from dlperf.deploy.server import create_app
+    from dlperf.deploy.server import create_app, serve_forever
 
     # The options named after [serve] keys are shortcuts for them.
     flags = {name: value for name, value in locals().items() if name in ServeConfig.model_fields}
@@ -104,8 +102,7 @@ def start(
         markup=False,
         soft_wrap=True,
     )
-    config = uvicorn.Config(server_app, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    serve_forever(server_app, sock)
 
 
 @serve_app.command("bench")

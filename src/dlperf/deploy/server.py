@@ -17,6 +17,7 @@ import asyncio
 import json
 import math
 import os
+import socket
 import struct
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -742,3 +744,24 @@ def _detections(
                 }
             )
     return found
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn waits for the requests in flight before it runs the app's shutdown; a request
+    waiting out --max-wait-ms for company would hold the stop that long. Telling the
+    batcher first makes it run what is queued at once."""
+
+    def __init__(self, config: uvicorn.Config, batcher: Batcher) -> None:
+        super().__init__(config)
+        self.batcher = batcher
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.batcher.close()
+        await super().shutdown(sockets)
+
+
+def serve_forever(app: FastAPI, sock: socket.socket) -> None:
+    """Serve `app` on the bound socket until SIGINT or SIGTERM, then stop accepting, answer
+    every queued request and return."""
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    _DrainingServer(config, app.state.batcher).run(sockets=[sock])
