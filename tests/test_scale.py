@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlperf.cli.scale import job_argv
 from dlperf.config import ScaleConfig, load_experiment
+from dlperf.distributed.jobfiles import job_argv
 from dlperf.distributed.launch import PARENT_ENV, _failures, alive, error_lines, guarded
 from dlperf.distributed.study import (
     Point,

@@ -15,23 +15,6 @@ from dlperf.errors import UserError
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
     from dlperf.config import ScaleConfig
 
-# Options that place one node of a multi-node run: a job file adds its own per node.
-_PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node")
-
-
-def job_argv(argv: list[str]) -> list[str]:
-    """The command line every node of a job runs: this one without the per-node options."""
-    kept: list[str] = ["dlperf"]
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in _PER_NODE:
-            skip = True
-        elif not arg.startswith(tuple(f"{o}=" for o in _PER_NODE)):
-            kept.append(arg)
-    return kept
-
 
 def _emit(
     kind: str,
@@ -42,20 +25,9 @@ def _emit(
     job_name: str,
 ) -> None:
     """Write the job file that runs this command once on each of `opts.nnodes` nodes."""
-    from dlperf.distributed.jobfiles import render_kubernetes, render_slurm
+    from dlperf.distributed.jobfiles import job_file
 
-    nnodes, workers = opts.nnodes, max(opts.workers)
-    if workers % nnodes:
-        raise UserError(f"{workers} workers do not split evenly over {nnodes} nodes")
-    per_node = workers // nnodes
-    gpus = gpus_per_node if gpus_per_node is not None else per_node * (opts.backend == "nccl")
-    argv = job_argv(sys.argv[1:])
-    if kind == "slurm":
-        text = render_slurm(argv, nnodes, per_node, gpus, job_name)
-    elif kind == "kubernetes":
-        text = render_kubernetes(argv, nnodes, per_node, gpus, job_name, image)
-    else:
-        raise UserError(f"unknown --emit '{kind}'", "use slurm or kubernetes")
+    text = job_file(kind, sys.argv[1:], opts, gpus_per_node, image, job_name)
     if out is None:
         # soft_wrap: a line wrapped at the console's width would split a command in two
         console.out.print(text, markup=False, end="", soft_wrap=True)
@@ -113,26 +85,10 @@ def _print_table(result: Any) -> None:
     console.print_table(
         f"scale study {result.study_id} ({result.label}); ms per step, median (min-max) of the "
         "slowest rank; comm = exposed communication, ring = ring-model all-reduce; busbw GB/s",
-        [
-            "workers",
-            "comm",
-            "batch/w",
-            "global",
-            "samples/s",
-            "speedup",
-            "effic.",
-            "step ms",
-            "min-max",
-            "compute",
-            "comm",
-            "ring",
-            "busbw",
-            "epoch s",
-            "$/epoch",
-            "status",
-        ],
+        ["workers", "comm", "batch/w", "global", "samples/s", "speedup", "effic.", "step ms",
+         "min-max", "compute", "comm", "ring", "busbw", "epoch s", "$/epoch", "status"],
         rows,
-    )
+    )  # fmt: skip
     for r in result.rows:
         if r.get("throughput_mean") is not None:
             console.out.print(_chunks_line(r), markup=False)

@@ -12,11 +12,17 @@ from __future__ import annotations
 import copy
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dlperf.errors import UserError
+
+if TYPE_CHECKING:
+    from dlperf.config import ScaleConfig
+
+# Options that place one node of a multi-node run: a job file adds its own per node.
+_PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node")
 
 # Kubernetes object names are DNS-1123 labels; Slurm takes anything without whitespace.
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -144,3 +150,38 @@ def render_kubernetes(
         f"kubectl logs -f {job_name}-master-0\n"
     )
     return header + yaml.safe_dump(manifest, sort_keys=False)
+
+
+def job_argv(argv: list[str]) -> list[str]:
+    """The command line every node of a job runs: this one without the per-node options."""
+    kept: list[str] = ["dlperf"]
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _PER_NODE:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in _PER_NODE)):
+            kept.append(arg)
+    return kept
+
+
+def job_file(
+    kind: str,
+    argv: list[str],
+    opts: ScaleConfig,
+    gpus_per_node: int | None,
+    image: str,
+    job_name: str,
+) -> str:
+    """The `kind` (slurm | kubernetes) job that runs `dlperf ARGV` once on each node."""
+    nnodes, workers = opts.nnodes, max(opts.workers)
+    if workers % nnodes:
+        raise UserError(f"{workers} workers do not split evenly over {nnodes} nodes")
+    per_node = workers // nnodes
+    gpus = gpus_per_node if gpus_per_node is not None else per_node * (opts.backend == "nccl")
+    if kind == "slurm":
+        return render_slurm(job_argv(argv), nnodes, per_node, gpus, job_name)
+    if kind == "kubernetes":
+        return render_kubernetes(job_argv(argv), nnodes, per_node, gpus, job_name, image)
+    raise UserError(f"unknown --emit '{kind}'", "use slurm or kubernetes")
