@@ -86,6 +86,14 @@ def test_set_overrides_with_type_checking(tmp_path: Path) -> None:
         ("[scale]\nsteps = 0\n", "scale.steps: must be at least 1 (got 0)"),
         ("[serve]\nport = 70000\n", "serve.port: must be at most 65535 (got 70000)"),
         ("[serve]\nqueu = 1\n", "unknown key 'serve.queu' (did you mean 'queue'?)"),
+        ("[detect]\nepochs = 0\n", "detect.epochs: must be at least 1 (got 0)"),
+        ("[detect]\nsize = 64\n", "detect.size: must be at least 96 (got 64)"),
+        ("[detect]\nmomentum = 1\n", "detect.momentum: must be less than 1 (got 1)"),
+        (
+            '[detect]\nap_method = "101point"\n',
+            "detect.ap_method: Input should be 'area' or '11point' (got '101point')",
+        ),
+        ("[detect]\nap_metod = 1\n", "unknown key 'detect.ap_metod' (did you mean 'ap_method'"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -122,6 +130,7 @@ def test_every_key_has_help() -> None:
     ) in rows
     assert ("scale.steps", "Timed steps per point (give steps or epochs).") in rows
     assert ("serve.queue", "Waiting requests before the server answers 503.") in rows
+    assert ("detect.momentum", "SGD momentum.") in rows
     assert all(text for _, text in rows if not _.endswith("kwargs")), [k for k, t in rows if not t]
 
 
@@ -148,11 +157,36 @@ def test_flags_are_shortcuts_for_keys(tmp_path: Path) -> None:
     assert exp.scale.steps == 9 and exp.scale.synthetic is True
     assert exp.scale.bucket_mb == [25.0, 0.5]
     assert shortcuts("serve", {"host": "::1", "port": 0}) == ['serve.host="::1"', "serve.port=0"]
+    detect = shortcuts("detect", {"ap_method": "11point", "lr": 0.05, "val_split": "test"})
+    assert detect == ['detect.ap_method="11point"', "detect.lr=0.05", 'detect.val_split="test"']
+
+
+def test_detect_defaults_are_the_fine_tuning_recipe() -> None:
+    """The defaults `dlperf detect finetune` had before it read [detect]; torchvision's
+    SSDlite reference for momentum and weight decay."""
+    detect = load_experiment(None).detect
+    assert detect.model_dump() == {
+        "model": "ssdlite320_mobilenet_v3_large",
+        "size": None,
+        "epochs": 10,
+        "batch": 8,
+        "lr": 0.01,
+        "momentum": 0.9,
+        "weight_decay": 4e-5,
+        "train_split": "train",
+        "val_split": "val",
+        "ap_method": "area",
+        "seed": 0,
+        "threads": None,
+    }
 
 
 def test_command_sections_do_not_change_the_config_hash(tmp_path: Path) -> None:
-    """[scale] and [serve] say how a command runs the experiment, not what it trains."""
+    """[scale] and [serve] say how a command runs the experiment, not what it trains; [detect]
+    trains a detector of its own."""
     plain = load_experiment(write(tmp_path, ISSUE_EXAMPLE))
-    study = load_experiment(write(tmp_path, ISSUE_EXAMPLE + STUDY), ["serve.port=9000"])
+    study = load_experiment(
+        write(tmp_path, ISSUE_EXAMPLE + STUDY), ["serve.port=9000", "detect.lr=0.5"]
+    )
     assert study.config_hash() == plain.config_hash()
     assert study.to_dict()["scale"]["workers"] == [1, 2, 4]

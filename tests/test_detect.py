@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from dlperf.config import DetectConfig
 from dlperf.deploy import meta
 from dlperf.detect import finetune, ssd, voc
 from dlperf.errors import UserError
@@ -153,7 +154,7 @@ def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
     det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
     data = voc.VocDataset(tmp_path, annotations, LABELS)
     before = {k: v.clone() for k, v in det.model.state_dict().items()}
-    result = finetune.train(det, data, epochs=1, batch=2, lr=0.01, max_steps=1)
+    result = finetune.train(det, data, DetectConfig(epochs=1, batch=2), max_steps=1)
     assert result.steps == 1 and len(result.losses) == 1 and np.isfinite(result.losses[0])
     after = det.model.state_dict()
     changed = [
@@ -169,12 +170,21 @@ def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
 def test_finetune_cli_stores_the_run(cli: Cli, store: Store, tmp_path: Path) -> None:
     voc.make_shapes(tmp_path / "shapes", images=4, size=96, seed=2)
     out = str(tmp_path / "d.pt")
-    r = cli("detect", "finetune", str(tmp_path / "shapes"), "--size", "96", "--epochs", "1",
-            "--batch", "3", "--threads", "1", "--out", out, "--json")  # fmt: skip
+    config = tmp_path / "det.toml"
+    config.write_text("[detect]\nsize = 96\nepochs = 3\nbatch = 2\nweight_decay = 0.0\n")
+    # defaults < file < --set < flags: 3 training images, batch 3, one epoch: one step
+    r = cli("detect", "finetune", str(tmp_path / "shapes"), "--config", str(config),
+            "--set", "detect.batch=3", "--set", "detect.epochs=2", "--epochs", "1",
+            "--threads", "1", "--out", out, "--json")  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     run = store.get_run(doc["run_id"])
     assert (run["kind"], run["status"]) == ("detect", "finished")
+    assert run["config"]["model"] == {"name": "ssdlite320_mobilenet_v3_large"}
+    assert run["config"]["detect"] == {
+        **DetectConfig().model_dump(),
+        **{"size": 96, "epochs": 1, "batch": 3, "weight_decay": 0.0, "threads": 1},
+    }
     assert set(run["summary"]["ap_before"]) == set(run["summary"]["ap_after"]) == {"disc", "square"}
     assert {"map_before", "map_after"} <= set(run["summary"]) and doc["steps"] == 1
     assert len(store.metrics(doc["run_id"], "train/loss")) == 1

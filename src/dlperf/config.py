@@ -1,8 +1,9 @@
 """An experiment: one pydantic model per TOML section, defaults < TOML < --set overrides.
 
 Each field's docstring is its help text (`dlperf config show` prints the resolved tree).
-Unknown keys fail naming the file, the key and the closest valid key. [scale] and [serve] hold
-the options of those commands, whose flags are shortcuts for the keys (see `shortcuts`).
+Unknown keys fail naming the file, the key and the closest valid key. [scale], [serve] and
+[detect] hold the options of `dlperf scale`, `dlperf serve` and `dlperf detect finetune`, whose
+flags are shortcuts for the keys (see `shortcuts`).
 """
 
 from __future__ import annotations
@@ -247,6 +248,38 @@ class ServeConfig(Section):
     """Largest image /predict decodes, in pixels; None = 40,000,000."""
 
 
+class DetectConfig(Section):
+    """`dlperf detect finetune`: the detector, its data splits and the training recipe."""
+
+    model: str = "ssdlite320_mobilenet_v3_large"
+    """ssdlite320_mobilenet_v3_large | ssd300_vgg16."""
+    # The model-dependent rules (a multiple of 32; 300 only for ssd300_vgg16) are checked where
+    # the detector is built, as for `detect export --size`; this is the range they share.
+    size: Annotated[int, Field(ge=96, le=640)] | None = None
+    """Square input side, a multiple of 32 (ssd300_vgg16: 300 only); None: the side the
+    weights were trained at, else the model's (320 or 300)."""
+    epochs: Count = 10
+    """Passes over the train split."""
+    batch: Count = 8
+    """Images per step (and per forward pass when measuring AP)."""
+    lr: Positive = 0.01
+    """Peak learning rate of SGD, decayed to 0 over all steps by a cosine."""
+    momentum: Fraction = 0.9
+    """SGD momentum."""
+    weight_decay: NonNegative = 4e-5
+    """SGD weight decay (4e-5: torchvision's SSDlite reference)."""
+    train_split: str = "train"
+    """ImageSets/Main split to train on."""
+    val_split: str = "val"
+    """ImageSets/Main split AP@0.5 is measured on, before and after."""
+    ap_method: Literal["area", "11point"] = "area"
+    """area: all-point AP (VOC2010+); 11point: the VOC2007 devkit's."""
+    seed: Seed = 0
+    """Seed of initialisation, shuffling and flips."""
+    threads: Count | None = None
+    """Intra-op threads; None = all cores this process may use."""
+
+
 class Experiment(Section):
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -256,6 +289,7 @@ class Experiment(Section):
     run: RunConfig = RunConfig()
     scale: ScaleConfig = ScaleConfig()
     serve: ServeConfig = ServeConfig()
+    detect: DetectConfig = DetectConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
@@ -276,11 +310,12 @@ class Experiment(Section):
 
     def config_hash(self) -> str:
         """Hash of everything that changes what is trained: not the run's name or paths, nor
-        how the scale and serve commands run it."""
+        how the scale and serve commands run it, nor [detect] (detect finetune trains a detector
+        of its own, not the experiment's model)."""
         d = self.to_dict()
         for key in ("name", "out_dir", "log_every"):
             d["run"].pop(key)
-        for section in ("scale", "serve"):
+        for section in ("scale", "serve", "detect"):
             d.pop(section)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -115,6 +115,14 @@ NUMERIC = {
     "serve.threads": Range(int, 1),
     "serve.max_body_mb": Range(float, 0),
     "serve.max_pixels": Range(int, 1),
+    "detect.size": Range(int, 96, 640, high_open=False),
+    "detect.epochs": Range(int, 1),
+    "detect.batch": Range(int, 1),
+    "detect.lr": Range(float, 0, low_open=True),
+    "detect.momentum": Range(float, 0, 1),
+    "detect.weight_decay": Range(float, 0),
+    "detect.seed": Range(int, 0, 2**32),
+    "detect.threads": Range(int, 1),
 }
 UNIT = st.floats(0, 1)
 COMMS = ["allreduce", "fp16", "bf16", "powersgd", "noop"]
@@ -169,6 +177,7 @@ CHOICES = {
     "scale.mode": ["strong", "weak"],
     "scale.backend": ["auto", "gloo", "nccl"],
     "scale.on_failure": ["continue", "stop"],
+    "detect.ap_method": ["area", "11point"],
 }
 FLAGS = [
     "data.download",
@@ -186,6 +195,7 @@ FLAGS = [
 # Checked where they are used (the registries, the device, the file system), not on loading.
 TEXTS = ["model.name", "data.name", "data.root", "run.name", "run.device", "run.out_dir"]
 TEXTS += ["scale.device", "scale.rdzv", "serve.host"]
+TEXTS += ["detect.model", "detect.train_split", "detect.val_split"]
 NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
 KWARGS = st.dictionaries(NAME, st.integers() | st.booleans() | st.text(max_size=5), max_size=3)
 

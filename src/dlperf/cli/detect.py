@@ -156,54 +156,64 @@ def _delta(a: float, b: float) -> float | None:
 @detect_app.command("finetune")
 def finetune(
     voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
-    model: str = MODEL,
-    weights: Path = WEIGHTS,
-    size: int = SIZE,
-    epochs: int = typer.Option(10, "--epochs", help="Passes over the train split."),
-    batch: int = typer.Option(8, "--batch", help="Images per step."),
-    lr: float = typer.Option(0.01, "--lr", help="Peak learning rate (cosine decay)."),
-    train_split: str = typer.Option("train", "--train-split", help="ImageSets/Main split."),
-    val_split: str = typer.Option("val", "--val-split", help="Split AP is measured on."),
-    ap_method: str = typer.Option(
-        "area", "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
+    config: Path = typer.Option(
+        None, "--config", help="A TOML file whose [detect] section to use."
     ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set detect.lr=0.05 (repeatable)."
+    ),
+    weights: Path = WEIGHTS,
     out: Path = typer.Option(Path("detector.pt"), "--out", help="Checkpoint to write."),
-    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    model: str = typer.Option(
+        None, "--model", help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16."
+    ),
+    size: int = SIZE,
+    epochs: int = typer.Option(None, "--epochs", help="Passes over the train split."),
+    batch: int = typer.Option(None, "--batch", help="Images per step."),
+    lr: float = typer.Option(None, "--lr", help="Peak learning rate (cosine decay)."),
+    train_split: str = typer.Option(None, "--train-split", help="ImageSets/Main split."),
+    val_split: str = typer.Option(None, "--val-split", help="Split AP is measured on."),
+    ap_method: str = typer.Option(
+        None, "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
+    ),
+    seed: int = typer.Option(None, "--seed", help="Random seed."),
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
     """Fine-tune an SSD detector on a VOC-layout data set: per-class AP@0.5 and mAP on the
     validation split before and after, the weights saved, the run kept in the run store.
 
+    The options from --model to --threads are short for --set detect.KEY=VALUE (KEY: the
+    option's name with _ for -; --ap is detect.ap_method); `dlperf config keys` explains
+    every key, among them detect.momentum and detect.weight_decay.
+
     Example: dlperf detect finetune shapes --size 160 --epochs 30 --lr 0.05 --threads 1
     """
-    from dlperf.detect import ssd, voc
-    from dlperf.detect.finetune import Recipe, finetune_recorded
+    from dlperf.config import DetectConfig, load_experiment, shortcuts
+    from dlperf.detect import ssd
+    from dlperf.detect.finetune import finetune_recorded
 
-    ssd.check_model_name(model)
-    if epochs < 1 or batch < 1 or lr <= 0:
-        raise UserError("--epochs and --batch must be 1 or more and --lr positive")
-    if ap_method not in voc.AP_METHODS:
-        raise UserError(f"unknown --ap '{ap_method}'", f"choose {' or '.join(voc.AP_METHODS)}")
+    # The options named after [detect] keys are shortcuts for them.
+    flags = {name: value for name, value in locals().items() if name in DetectConfig.model_fields}
+    opts = load_experiment(config, [*set_, *shortcuts("detect", flags)]).detect
+    ssd.check_model_name(opts.model)
     check_writable(out)
-    recipe = Recipe(epochs, batch, lr, ap_method, seed)
-    splits = (train_split, val_split)
     store = open_store()
     with console.reporter() as rep:
-        done = finetune_recorded(
-            store, voc_root, model, recipe, out, weights, size, splits, threads, rep
-        )
+        done = finetune_recorded(store, voc_root, opts, out, weights, rep)
     if as_json:
         console.print_json(done)
         return
     before = {"ap": done["ap_before"], "map": done["map_before"]}
     after = {"ap": done["ap_after"], "map": done["map_after"]}
     console.print_table(
-        f"AP@0.5 on {val_split}", ["class", "before", "after", "change"], _ap_rows(before, after)
+        f"AP@0.5 on {opts.val_split}",
+        ["class", "before", "after", "change"],
+        _ap_rows(before, after),
     )
     console.out.print(
-        f"run {done['run_id']}: AP ({ap_method}) on {done['val_images']} {val_split} images; "
-        f"{done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
+        f"run {done['run_id']}: AP ({opts.ap_method}) on {done['val_images']} {opts.val_split} "
+        f"images; {done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
         f"images/s, {done['threads']} threads on {done['device']}), final loss "
         f"{done['final_loss']:.3f}; saved {out}",
         markup=False,

@@ -3,10 +3,10 @@
 Training is torchvision's detection recipe reduced to what a CPU can afford: in train mode
 `model(images, targets)` returns the SSD loss terms (box regression + classification with
 hard-negative mining), summed and minimised by the engine's training step with SGD
-(momentum 0.9, weight decay 4e-5 as in torchvision's SSDlite reference) under a cosine
-schedule; a horizontal flip is the only augmentation. `finetune_recorded` is the whole
-`dlperf detect finetune`: data, detector, AP before and after, the weights and the run in
-the store.
+(by default momentum 0.9 and weight decay 4e-5 as in torchvision's SSDlite reference) under a
+cosine schedule; a horizontal flip is the only augmentation. The settings are the [detect]
+section of the experiment config. `finetune_recorded` is the whole `dlperf detect finetune`:
+data, detector, AP before and after, the weights and the run in the store.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
+    from dlperf.config import DetectConfig
     from dlperf.store import Store
 
 
@@ -95,22 +96,21 @@ def _summed_losses(losses: dict[str, torch.Tensor], _: None) -> torch.Tensor:
 def train(
     det: Detector,
     dataset: VocDataset,
-    epochs: int = 1,
-    batch: int = 8,
-    lr: float = 0.01,
+    cfg: DetectConfig,
     max_steps: int | None = None,
-    seed: int = 0,
     device: torch.device | None = None,
     reporter: Reporter | None = None,
 ) -> TrainResult:
-    """SGD on the SSD loss; `max_steps` stops early (tests take one step)."""
+    """SGD on the SSD loss for `cfg.epochs`; `max_steps` stops early (tests take one step)."""
     rep = reporter or NullReporter()
     device = device or torch.device("cpu")
     model = det.model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=4e-5)
-    per_epoch = math.ceil(len(dataset) / batch)
-    total = min(epochs * per_epoch, max_steps or epochs * per_epoch)
+    optimizer = torch.optim.SGD(
+        params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+    per_epoch = math.ceil(len(dataset) / cfg.batch)
+    total = min(cfg.epochs * per_epoch, max_steps or cfg.epochs * per_epoch)
     autocast, scaler = mixed_precision(device, "fp32")
     step = TrainStep(
         model=model,
@@ -122,14 +122,14 @@ def train(
         autocast=autocast,
         scaler=scaler,
     )
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(cfg.seed)
     result = TrainResult(steps=0)
     rep.task("fine-tuning", total=total)
     started = time.perf_counter()
     seen = 0
     while result.steps < total:
         order = [int(i) for i in rng.permutation(len(dataset))]
-        for idx in _batches(order, batch):
+        for idx in _batches(order, cfg.batch):
             if result.steps >= total:
                 break
             pairs = [dataset[i] for i in idx]
@@ -149,64 +149,49 @@ def train(
     return result
 
 
-@dataclass
-class Recipe:
-    """The fine-tuning settings, as the run records them."""
-
-    epochs: int = 10
-    batch: int = 8
-    lr: float = 0.01
-    ap_method: str = "area"
-    seed: int = 0
-
-
 def finetune_recorded(
     store: Store,
     voc_root: Path,
-    model: str,
-    recipe: Recipe,
+    cfg: DetectConfig,
     out: Path,
     weights: Path | None = None,
-    size: int | None = None,
-    splits: tuple[str, str] = ("train", "val"),
-    threads: int | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune `model` on a VOC-layout set, AP@0.5 on the validation split before and after,
-    the weights saved to `out`, recorded as a run (killed or failed if it stops). Returns
-    the run's summary with its id, device, threads and the number of validation images."""
+    """Fine-tune `cfg.model` on a VOC-layout set, AP@0.5 on the validation split before and
+    after, the weights saved to `out`, recorded as a run (killed or failed if it stops).
+    Returns the run's summary with its id, device, threads and the number of validation
+    images."""
     rep = reporter or NullReporter()
     root = voc.find_root(voc_root)
-    train_set, val_set = voc.load_split(root, splits[0]), voc.load_split(root, splits[1])
+    train_set = voc.load_split(root, cfg.train_split)
+    val_set = voc.load_split(root, cfg.val_split)
     labels = voc.class_names(train_set, val_set)
     if len(labels) < 2:
         raise UserError(f"{root}: the annotations name no objects")
-    threads = set_threads(threads)
-    torch.manual_seed(recipe.seed)
+    threads = set_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
     device = pick_device("auto")
-    det = ssd.build(model, len(labels), weights, size=size, labels=labels)
+    det = ssd.build(cfg.model, len(labels), weights, size=cfg.size, labels=labels)
     if det.labels != labels:
         raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
     train_data = voc.VocDataset(root, train_set, labels)
     val_data = voc.VocDataset(root, val_set, labels)
     config = {
-        "model": {"name": model},
-        "data": {"root": str(root), "train": splits[0], "val": splits[1]},
-        "size": det.size,
-        **asdict(recipe),
+        "model": {"name": cfg.model},  # where `dlperf runs list` and `runs show` look
+        "data": {"root": str(root)},
+        # resolved: the size the detector was trained at, whether given, the weights' or default
+        "detect": {**cfg.model_dump(mode="json"), "size": det.size},
         "weights": str(weights) if weights else None,
     }
     with store.new_run(
-        name=f"finetune {model} on {root.name}",
+        name=f"finetune {cfg.model} on {root.name}",
         kind="detect",
         config=config,
         system=system_info(device, threads),
     ) as record:
-        before = measure_ap(det, val_data, recipe.batch, recipe.ap_method, device, rep)
-        result = train(
-            det, train_data, recipe.epochs, recipe.batch, recipe.lr, None, recipe.seed, device, rep
-        )
-        after = measure_ap(det, val_data, recipe.batch, recipe.ap_method, device, rep)
+        before = measure_ap(det, val_data, cfg.batch, cfg.ap_method, device, rep)
+        result = train(det, train_data, cfg, None, device, rep)
+        after = measure_ap(det, val_data, cfg.batch, cfg.ap_method, device, rep)
         ssd.save_checkpoint(det, out)
         store.log_metrics(record.id, [("train/loss", i, v) for i, v in enumerate(result.losses, 1)])
         store.add_artifact(record.id, "checkpoint", out)
@@ -215,7 +200,7 @@ def finetune_recorded(
             "ap_after": after["ap"],
             "map_before": before["map"],
             "map_after": after["map"],
-            "ap_method": recipe.ap_method,
+            "ap_method": cfg.ap_method,
             "steps": result.steps,
             "train_s": result.train_s,
             "images_per_s": result.images_per_s,
