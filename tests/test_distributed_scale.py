@@ -241,19 +241,6 @@ def test_compression_hooks_train_and_keep_replicas_in_step(
     assert len(store.list_runs(kind="scale")) == 3
 
 
-def test_interrupt_stops_every_worker(exp_path: Path, db: str, tmp_path: Path) -> None:
-    proc = start_dlperf(tmp_path, "scale", str(exp_path), *ENDLESS)
-    try:
-        elapsed = stop_study(proc, tmp_path, signal.SIGINT)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 130, (tmp_path / "stderr.txt").read_text()
-    assert elapsed <= STOP_S
-    (run,) = Store.open(db).list_runs(kind="scale")
-    assert run["status"] == "killed"
-
-
 def test_two_nodes_on_loopback_store_once(
     cli: Callable, exp_path: Path, store: Store, tmp_path: Path
 ) -> None:

@@ -41,10 +41,13 @@ def _output(root: Path) -> tuple[str, str]:
     return (root / "stdout.txt").read_text(), (root / "stderr.txt").read_text()
 
 
-def test_sigterm_stops_every_worker(exp_path: Path, db: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_every_worker(
+    exp_path: Path, db: str, tmp_path: Path, sig: signal.Signals
+) -> None:
     proc = start_dlperf(tmp_path, "scale", str(exp_path), *ENDLESS)
     try:
-        elapsed = stop_study(proc, tmp_path, signal.SIGTERM)
+        elapsed = stop_study(proc, tmp_path, sig)
     finally:
         proc.kill()
         proc.wait()
