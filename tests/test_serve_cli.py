@@ -45,7 +45,11 @@ def serve(model: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[st
     finally:
         if proc.poll() is None:
             proc.terminate()
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a server that ignores SIGTERM must not outlive us
+            proc.kill()
+            proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
 
