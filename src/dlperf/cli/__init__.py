@@ -16,6 +16,7 @@ from typing import Any
 # Importing a command module registers its commands on `app`.
 from dlperf.cli import analyze as _analyze  # noqa: F401
 from dlperf.cli import converge as _converge  # noqa: F401
+from dlperf.cli import data as _data  # noqa: F401
 from dlperf.cli import deploy as _deploy  # noqa: F401
 from dlperf.cli import detect as _detect  # noqa: F401
 from dlperf.cli import devices as _devices  # noqa: F401
