@@ -18,7 +18,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from dlperf.config import TrainConfig
 from dlperf.engine.optim import build_optimizer, build_scheduler
-from dlperf.engine.precision import DTYPES
+from dlperf.engine.precision import autocast as precision_autocast
 
 
 class Timer(Protocol):
@@ -92,8 +92,8 @@ def mixed_precision(
 ) -> tuple[torch.autocast, torch.amp.GradScaler]:
     """Autocast of forward and loss at `precision` (as `run.precision` names it), and the
     gradient scaler that fp16 alone needs: its narrow exponent flushes small gradients to 0."""
-    autocast = torch.autocast(device.type, DTYPES[precision], precision != "fp32")
-    return autocast, torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    return precision_autocast(device, precision), scaler
 
 
 def build_step(

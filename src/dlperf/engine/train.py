@@ -29,7 +29,7 @@ from dlperf.config import Experiment
 from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
-from dlperf.engine.precision import DTYPES
+from dlperf.engine.precision import autocast as precision_autocast
 from dlperf.engine.step import Stepped, TrainStep, build_step
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
@@ -228,7 +228,7 @@ def evaluate(
     top1 = torch.zeros((), device=device, dtype=torch.long)
     top5 = torch.zeros((), device=device, dtype=torch.long)
     n = 0
-    autocast = torch.autocast(device.type, DTYPES[exp.run.precision], exp.run.precision != "fp32")
+    autocast = precision_autocast(device, exp.run.precision)
     memory_format = torch.channels_last if exp.run.channels_last else torch.preserve_format
     classes = 0
     for x, y in loader:
