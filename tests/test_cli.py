@@ -135,6 +135,22 @@ def test_run_json_runs_list_show_compare(
     assert "train.lr" in cli("runs", "compare", str(result["run_id"]), str(second["run_id"])).out
 
 
+def test_runs_list_and_compare_by_study(cli: Callable[..., CliResult], store: Store) -> None:
+    study = store.create_study("lr", "sweep")
+    ids = [store.create_run(f"p{v}", "run", {"train": {"lr": v}}, study_id=study) for v in (1, 2)]
+    store.create_run("outside", "run", {"train": {"lr": 3}})
+
+    listed = json.loads(cli("runs", "list", "--study", str(study), "--json").out)
+    assert sorted(r["id"] for r in listed) == ids
+    compared = json.loads(cli("runs", "compare", "--study", str(study), "--json").out)
+    assert compared["runs"] == ids and compared["config_diff"] == {"train.lr": [1, 2]}
+    for args in (["list", "--study", "99"], ["compare", "--study", "99"]):
+        result = cli("runs", *args)
+        assert result.code == 2 and "no study 99" in result.err, result.err
+    both = cli("runs", "compare", "1", "--study", str(study))
+    assert both.code == 2 and "not both" in both.err
+
+
 def test_a_diverging_run_exits_1(
     cli: Callable[..., CliResult], tiny_exp: Callable[..., Path]
 ) -> None:

@@ -37,16 +37,20 @@ def _config_value(config: dict[str, Any], dotted: str) -> Any:
 @runs_app.command("list")
 def runs_list(
     kind: str = typer.Option(None, "--kind", help="Only runs of this kind (run, scale, ...)."),
+    study: int = typer.Option(None, "--study", help="Only the runs of study ID (a sweep...)."),
     limit: int = typer.Option(50, "--limit", help="Newest N runs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
 ) -> None:
     """List stored runs, newest first.
 
-    Example: dlperf runs list --limit 10
+    Example: dlperf runs list --study 3 --limit 10
     """
     if limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
-    runs = open_store().list_runs(kind=kind, limit=limit)
+    store = open_store()
+    if study is not None:
+        store.get_study(study)  # an unknown study is an error, not an empty list
+    runs = store.list_runs(kind=kind, study_id=study, limit=limit)
     if as_json:
         console.print_json(runs)
         return
@@ -131,16 +135,22 @@ def runs_show(
 
 @runs_app.command("compare")
 def runs_compare(
-    run_ids: list[int] = typer.Argument(..., help="Two or more run IDs."),
+    run_ids: list[int] = typer.Argument(None, help="Two or more run IDs.", show_default=False),
+    study: int = typer.Option(None, "--study", help="Compare every run of study ID."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Compare runs side by side: the config keys that differ, then the results.
 
-    Example: dlperf runs compare 1 2
+    Example: dlperf runs compare 1 2   (or: dlperf runs compare --study 3)
     """
-    if len(run_ids) < 2:
-        raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
     store = open_store()
+    if study is not None:
+        if run_ids:
+            raise UserError("give run IDs or --study, not both")
+        store.get_study(study)
+        run_ids = sorted(r["id"] for r in store.list_runs(study_id=study))
+    if len(run_ids or []) < 2:
+        raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
     runs = [store.get_run(i) for i in run_ids]
     flat = [_flatten(r["config"]) for r in runs]
     differing = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1)
