@@ -47,6 +47,23 @@ class ModelConfig(Section):
     """Registry or torchvision model name, or "path/to/file.py:factory"."""
     kwargs: dict[str, Any] = {}
     """Extra keyword arguments for the model factory."""
+    weights: str | None = None
+    """Starting weights: a torchvision weights name of the model (e.g. "IMAGENET1K_V1"),
+    "run:ID" or "run:last:NAME" (a stored run's checkpoint), or a state-dict file; the head is
+    new, sized for the data's classes. None: random initialisation."""
+    transfer: Literal["scratch", "finetune", "feature-extract"] = "scratch"
+    """finetune: train all weights from model.weights; feature-extract: train only the new
+    head, the backbone frozen (no gradients, batch-norm statistics fixed); scratch: random
+    initialisation (model.weights then only sets the images' size and statistics).
+    Unset: finetune when model.weights is given, else scratch."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transfer_default(cls, data: Any) -> Any:
+        # Resolved here, so that the stored config (and its hash) says what was trained.
+        if isinstance(data, dict) and data.get("weights") and "transfer" not in data:
+            return {**data, "transfer": "finetune"}
+        return data
 
 
 class DataConfig(Section):
@@ -74,7 +91,8 @@ class DataConfig(Section):
     limit: Count | None = None
     """Use at most this many training images (after the split), for quick runs."""
     image_size: Count | None = None
-    """Resize images to this side (imagefolder; required there)."""
+    """Resize images to this side once at load (required for imagefolder); None: the data
+    set's own size, or the resolution model.weights were trained at."""
     mean: Annotated[list[Mean], Field(min_length=1)] | None = None
     """Per-channel normalisation mean in [0,1]; None computes it from the training split."""
     std: Annotated[list[Std], Field(min_length=1)] | None = None
@@ -119,6 +137,9 @@ class TrainConfig(Section):
     """Clip the gradient norm to this value; None = no clipping."""
     label_smoothing: Fraction = 0.0
     """Label smoothing of the cross-entropy loss."""
+    backbone_lr_scale: Positive = 1.0
+    """Learning rate of everything but the classifier head, as a multiple of train.lr (e.g.
+    0.1 to fine-tune pretrained weights gently); the schedule scales both."""
     schedule: ScheduleConfig = ScheduleConfig()
 
 
@@ -298,6 +319,11 @@ class Experiment(Section):
             raise ValueError("train.nesterov: Nesterov momentum needs train.momentum > 0")
         if schedule.kind == "multistep" and not schedule.milestones:
             raise ValueError("train.schedule.milestones: multistep needs at least one epoch")
+        if self.model.transfer != "scratch" and self.model.weights is None:
+            raise ValueError(
+                f"model.transfer: {self.model.transfer} needs model.weights (a torchvision "
+                'weights name, run:ID or a state-dict file), or use transfer = "scratch"'
+            )
         if schedule.kind == "cosine" and schedule.min_lr > train.lr:
             raise ValueError(
                 f"train.schedule.min_lr: must not exceed train.lr {train.lr:g} "

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from dlperf.store import Store
@@ -36,7 +37,8 @@ NOT_STORED = "no run 42 in the store"
 
 def case(line: str, expected: str, code: int = 2, *, xfail: str = "", env: str = "") -> Any:
     """`line` with {onnx} for an exported classifier and {pollux} for a real loss curve;
-    `expected` is in the first line (Click: the last); `env` is NAME=VALUE to set first."""
+    `expected` is in the first line (Click: the last); `env` is NAME=VALUE pairs (separated by
+    spaces) to set first."""
     marks = [pytest.mark.xfail(strict=True, reason=f"needs fix in {xfail}")] if xfail else []
     return pytest.param(line, expected, code, env, marks=marks, id=line)
 
@@ -106,6 +108,36 @@ CASES = [
     case("run exp.toml --set .lr=1", "error: --set '.lr=1': empty key (e.g. --set train.lr=0.01)"),
     case("run exp.toml --set run.timing=always", "run.timing: Input should be 'off', 'coarse' or"),
     case("run exp.toml --set model.name=resnet2", "error: unknown model 'resnet2' (did you mean"),
+    # --- run: starting weights (transfer learning) ----------------------------------------
+    case(
+        "run exp.toml --set model.transfer=feature-extract",
+        "model.transfer: feature-extract needs model.weights",
+    ),
+    case(
+        "run exp.toml --set model.name=resnet18 --set model.weights=IMAGENET1K_V3",
+        "error: unknown weights 'IMAGENET1K_V3' for resnet18 (did you mean IMAGENET1K_V1?)",
+    ),
+    case(
+        "run exp.toml --set model.weights=IMAGENET1K_V1",
+        "model.weights 'IMAGENET1K_V1': smallcnn is not a torchvision model",
+    ),
+    case(
+        "run exp.toml --set model.name=resnet18 --set model.weights=IMAGENET1K_V1",
+        "error: model.weights resnet18 IMAGENET1K_V1 could not be downloaded from https://",
+        env="TORCH_HOME=torch https_proxy=http://127.0.0.1:9",  # refused at once: no network
+    ),
+    case("run exp.toml --set model.weights=run:42", f"error: {NOT_STORED}"),
+    case("run exp.toml --set model.weights=run:x", "model.weights 'run:x': expected run:ID or"),
+    case("run exp.toml --set model.weights=run:last:pre", "no finished run named 'pre'"),
+    case("run exp.toml --set model.weights=nodir/w.pt", "model.weights nodir/w.pt: no such file"),
+    case("run exp.toml --set model.weights=dir", "error: model.weights dir: is a directory"),
+    case("run exp.toml --set model.weights=exp.toml", "cannot load model.weights exp.toml: not a"),
+    case(
+        "run exp.toml --set model.weights=other.pt",
+        "error: model.weights other.pt do not fit the model: 1 of another shape (weights vs "
+        "model) (0.weight 1 vs 32x1x3x3); 5 missing from the weights (0.bias, 2.weight, 2.bias, "
+        "...); 1 not in the model (x)",
+    ),
     case(
         "run exp.toml --set data.name=cifar11", "unknown dataset 'cifar11' (did you mean 'cifar10'"
     ),
@@ -426,6 +458,7 @@ def write_inputs(root: Path) -> None:
     (root / "exp.toml").write_text(TINY.format(epochs=1))
     (root / "bad.toml").write_text("[model\n")
     (root / "dir").mkdir()
+    torch.save({"0.weight": torch.zeros(1), "x": torch.zeros(1)}, root / "other.pt")
     (root / "net.py").mkdir()  # a directory that looks like a model file
     Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(root / "img.png")
     (root / "notimg.png").write_text("not an image")
@@ -465,8 +498,8 @@ def test_bad_input_is_one_line(
 ) -> None:
     write_inputs(tmp_path)
     monkeypatch.setenv("DLPERF_DEVICES", str(tmp_path / "devices.toml"))  # never ~/.config
-    if env:
-        monkeypatch.setenv(*env.split("=", 1))
+    for assignment in env.split():
+        monkeypatch.setenv(*assignment.split("=", 1))
     result = cli(*shlex.split(line.format(onnx=onnx_model, pollux=POLLUX)))
     lines = result.err.strip().splitlines()
     assert result.code == code and lines, (result.out, result.err)

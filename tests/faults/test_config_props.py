@@ -78,6 +78,7 @@ NUMERIC = {
     "data.split_seed": Range(int, 0, 2**32),
     "data.limit": Range(int, 1),
     "data.image_size": Range(int, 1),
+    "train.backbone_lr_scale": Range(float, 0, low_open=True),
     "data.num_classes": Range(int, 2),
     "data.size": Range(int, 1),
     "train.epochs": Range(int, 1),
@@ -169,6 +170,7 @@ LISTS = {  # key: (valid, invalid)
     "scale.strategy": choices(STRATEGIES),
 }
 CHOICES = {
+    "model.transfer": ["scratch", "finetune", "feature-extract"],
     "data.loader": ["tensor", "torchvision"],
     "train.optimizer": ["sgd", "adamw"],
     "train.schedule.kind": ["multistep", "cosine", "constant"],
@@ -193,7 +195,8 @@ FLAGS = [
     "scale.plots",
 ]
 # Checked where they are used (the registries, the device, the file system), not on loading.
-TEXTS = ["model.name", "data.name", "data.root", "run.name", "run.device", "run.out_dir"]
+TEXTS = ["model.name", "model.weights", "data.name", "data.root", "run.name"]
+TEXTS += ["run.device", "run.out_dir"]
 TEXTS += ["scale.device", "scale.rdzv", "serve.host"]
 TEXTS += ["detect.model", "detect.train_split", "detect.val_split"]
 NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
@@ -248,6 +251,8 @@ def one_line(error: UserError) -> str:
 
 def problem(flat: dict[str, Any]) -> str | None:
     """The key a valid document breaks by combining values, if it does."""
+    if flat.get("model.transfer", "scratch") != "scratch" and "model.weights" not in flat:
+        return "model.transfer"
     nesterov = flat.get("train.optimizer", "sgd") == "sgd" and flat.get("train.nesterov")
     if nesterov and flat.get("train.momentum", 0.9) == 0:
         return "train.nesterov"

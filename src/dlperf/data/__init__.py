@@ -1,7 +1,8 @@
 """Data sets and batch loaders.
 
 `load_data(cfg)` reads a registered data set once into uint8 tensors (or a file list to
-stream), with deterministic splits and per-channel statistics; `make_loader` turns a split
+stream), resized to `data.image_size` when set, with deterministic splits and per-channel
+statistics (of the resized images); `make_loader` turns a split
 into batches for training or evaluation.
 """
 
@@ -11,7 +12,7 @@ import torch
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data.loaders import TensorLoader, TorchvisionLoader, channel_stats
-from dlperf.data.sources import DATASETS, ImageData, Split
+from dlperf.data.sources import DATASETS, ImageData, Split, resize
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
 
@@ -30,6 +31,8 @@ def load_data(cfg: DataConfig) -> ImageData:
         data.train = data.train.subset(torch.arange(min(cfg.limit, len(data.train))))
     if len(data.train) == 0:
         raise UserError(f"dataset '{cfg.name}' has no training images after the split")
+    if cfg.image_size is not None and data.in_memory and data.shape[1:] != (cfg.image_size,) * 2:
+        data = resize(data, cfg.image_size, cfg.max_memory_gb)
     channels = data.shape[0]
     for key in ("mean", "std"):
         given = getattr(cfg, key)

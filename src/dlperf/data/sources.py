@@ -63,6 +63,37 @@ class ImageData:
         return self.train.images is not None
 
 
+def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
+    """`data` (in memory) with every image resized to side x side, once, kept uint8."""
+    splits = (data.train, data.val, data.test)
+    channels = data.shape[0]
+    needed = sum(len(s) for s in splits) * channels * side * side
+    if needed > max_memory_gb * 2**30:
+        raise UserError(
+            f"data.image_size {side}: {data.name} at {side}x{side} takes "
+            f"{needed / 2**30:.1f} GB, more than data.max_memory_gb {max_memory_gb:g}",
+            "set a smaller data.image_size or a larger data.max_memory_gb",
+        )
+
+    def resized(split: Split) -> Split:
+        assert split.images is not None
+        chunks = [
+            torch.nn.functional.interpolate(
+                chunk.float(), size=(side, side), mode="bilinear", antialias=True
+            )
+            .round_()
+            .clamp_(0, 255)
+            .to(torch.uint8)
+            for chunk in split.images.split(1024)  # bounds the float copy's memory
+        ]
+        images = torch.cat(chunks) if chunks else split.images.new_empty(0, channels, side, side)
+        return Split(split.labels, images)
+
+    data.train, data.val, data.test = map(resized, splits)
+    data.shape = (channels, side, side)
+    return data
+
+
 def _perm(n: int, seed: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 

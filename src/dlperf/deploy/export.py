@@ -81,11 +81,10 @@ def from_run(store: Store, run_id: int) -> Source:
     """A stored run's model with its trained weights, its data's preprocessing and labels,
     and up to 64 of its test images."""
     from dlperf.config import build_experiment
-    from dlperf.data import load_data
     from dlperf.data.augment import normalize
     from dlperf.data.sources import decode_file
-    from dlperf.engine import checkpoint
-    from dlperf.engine.run import build_model
+    from dlperf.engine import checkpoint, pretrained
+    from dlperf.engine.run import build_model, load_run_data
 
     record = store.get_run(run_id)
     path = checkpoint.run_checkpoint(
@@ -99,7 +98,7 @@ def from_run(store: Store, run_id: int) -> Source:
     owner = checkpoint.Owner(store.id, run_id, record["config_hash"])
     weights = checkpoint.load(path, owner)["model"]
     exp = build_experiment(record["config"], f"run {run_id}")
-    data = load_data(exp.data)
+    data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
     model = build_model(exp, data, torch.device("cpu"))
     model.load_state_dict(weights)
     test = data.test

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
 from dlperf.config import ScheduleConfig, TrainConfig
+from dlperf.models.transfer import split_params
+
+
+def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """The trainable parameters: one group, or the head's at train.lr then the backbone's at
+    train.lr x backbone_lr_scale (the head first, so the logged rate is the peak rate's)."""
+    if cfg.backbone_lr_scale == 1:
+        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    backbone, head = ([p for p in params if p.requires_grad] for params in split_params(model))
+    groups = [{"params": head}]
+    if backbone:  # none when feature extraction froze it
+        groups.append({"params": backbone, "lr": cfg.lr * cfg.backbone_lr_scale})
+    return groups
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = param_groups(model, cfg)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(
             params, lr=cfg.lr, betas=(cfg.momentum, 0.999), weight_decay=cfg.weight_decay
@@ -42,6 +56,7 @@ def lr_factor(epoch: float, cfg: ScheduleConfig, epochs: int, base_lr: float) ->
 def build_scheduler(
     optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
+    # One factor for every group: each keeps its own peak rate (head, scaled backbone).
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: lr_factor(step / steps_per_epoch, cfg.schedule, cfg.epochs, cfg.lr),

@@ -6,28 +6,73 @@ checked before the run is recorded, so bad input leaves nothing in the store.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from dlperf.config import Experiment, build_experiment
+from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.data import ImageData, load_data
-from dlperf.engine import checkpoint
+from dlperf.engine import checkpoint, pretrained
 from dlperf.engine.checks import check_batch_fits, dry_forward
 from dlperf.engine.train import Diverged, train
 from dlperf.errors import UserError
-from dlperf.models import create_model
+from dlperf.models import create_model, transfer
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, Store
 from dlperf.system import pick_device, set_threads, system_info
 
 
-def _prepare(exp: Experiment) -> tuple[torch.device, int, ImageData, torch.nn.Module]:
+@dataclass
+class Prepared:
+    """What a run trains, checked before it is recorded."""
+
+    device: torch.device
+    threads: int
+    data: ImageData
+    model: torch.nn.Module
+    transfer: dict[str, Any] | None  # where the weights came from and what was adapted
+
+
+def _prepare(exp: Experiment, store: Store, reporter: Reporter, fresh: bool = True) -> Prepared:
+    """Device, data and model of `exp`; a `fresh` run starts from model.weights (a resumed
+    one from its own checkpoint)."""
     device = pick_device(exp.run.device)
     threads = set_threads(exp.run.threads)
-    data = load_data(exp.data)
+    start = pretrained.resolve(exp.model, store)
+    # Read (or downloaded) first: a download that fails is over before the data loads.
+    weights = start.fetch() if start and fresh and exp.model.transfer != "scratch" else None
+    data, warnings = load_run_data(exp, start)
+    for warning in warnings:
+        reporter.log(f"warning: {warning}")
     check_batch_fits(exp.train.batch_size, data)
-    return device, threads, data, build_model(exp, data, device)
+    model = build_model(exp, data, device)
+    if start is None:
+        return Prepared(device, threads, data, model, None)
+    notes = start_weights(model, exp.model, start.source, weights)
+    origin = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
+    return Prepared(device, threads, data, model, origin | {"warnings": warnings})
+
+
+def load_run_data(
+    exp: Experiment, start: pretrained.Pretrained | None
+) -> tuple[ImageData, list[str]]:
+    """The experiment's data as its runs see it: at the resolution and with the statistics of
+    its starting weights `start`, where the config does not set them; and warnings."""
+    data = load_data(pretrained.data_config(exp.data, start))
+    return data, pretrained.apply_statistics(data, exp.data, start)
+
+
+def start_weights(
+    model: torch.nn.Module, cfg: ModelConfig, source: str, weights: pretrained.StateDict | None
+) -> list[str]:
+    """Load `weights` (if any) and freeze the backbone for feature extraction; notes on what
+    was adapted."""
+    notes = transfer.load_weights(model, weights, source) if weights is not None else []
+    if cfg.transfer == "feature-extract":
+        transfer.freeze_backbone(model)
+        notes.append("backbone frozen: only the head trains")
+    return notes
 
 
 def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch.nn.Module:
@@ -50,7 +95,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train a new run of `exp`; returns its summary with `run_id` and `status`."""
     reporter = reporter or NullReporter()
-    device, threads, data, model = _prepare(exp)
+    prepared = _prepare(exp, store, reporter)
     digest = exp.config_hash()
     if exp.run.checkpoint:  # an unusable out_dir fails before the run is recorded
         store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
@@ -59,14 +104,14 @@ def run_experiment(
         kind="run",
         config=exp.to_dict(),
         config_hash=digest,
-        system=system_info(device, threads),
+        system=system_info(prepared.device, prepared.threads),
         study_id=study_id,
     ) as record:
         where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
         ckpt = checkpoint.Slot(where, checkpoint.Owner(store.id, record.id, digest))
         if exp.run.checkpoint:
             store.add_artifact(record.id, "checkpoint", where)
-        return _execute(exp, store, record, ckpt, None, device, threads, data, model, reporter)
+        return _execute(exp, store, record, ckpt, None, prepared, reporter)
 
 
 def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> dict[str, Any]:
@@ -83,7 +128,7 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     # have changed since it started.
     owner = checkpoint.Owner(store.id, run_id, stored["config_hash"])
     state = checkpoint.load(path, owner)
-    device, threads, data, model = _prepare(exp)
+    prepared = _prepare(exp, store, reporter, fresh=False)
     done = state["progress"]
     # A killed run may have logged steps past its last checkpoint: drop them, so the
     # resumed run's metrics continue without duplicates.
@@ -94,7 +139,7 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     store.set_running(run_id)
     with store.recording(run_id) as record:
         ckpt = checkpoint.Slot(path, owner)
-        return _execute(exp, store, record, ckpt, state, device, threads, data, model, reporter)
+        return _execute(exp, store, record, ckpt, state, prepared, reporter)
 
 
 def _execute(
@@ -103,18 +148,20 @@ def _execute(
     record: Recording,
     ckpt: checkpoint.Slot,
     state: dict[str, Any] | None,
-    device: torch.device,
-    threads: int,
-    data: ImageData,
-    model: torch.nn.Module,
+    prepared: Prepared,
     reporter: Reporter,
 ) -> dict[str, Any]:
     """Train inside `record`: a diverged loss fails the run softly (the result says so),
     anything else is left to `Store.recording` to mark."""
+    p = prepared
     try:
-        summary = train(exp, model, data, device, store, record.id, ckpt, state, reporter)
+        summary = train(exp, p.model, p.data, p.device, store, record.id, ckpt, state, reporter)
     except Diverged as e:
         record.fail(str(e))
         return {"run_id": record.id, "status": "failed", "error": str(e)}
-    record.summary = {**summary, "device": str(device), "threads": threads}
+    # The data's resolution and statistics as trained: what a transfer from this run expects.
+    data = {"shape": list(p.data.shape), "mean": list(p.data.mean), "std": list(p.data.std)}
+    record.summary = {**summary, "device": str(p.device), "threads": p.threads, "data": data}
+    if p.transfer is not None:
+        record.summary["transfer"] = p.transfer
     return {"run_id": record.id, "status": "finished", **record.summary}

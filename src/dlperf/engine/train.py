@@ -33,6 +33,7 @@ from dlperf.engine.precision import autocast as precision_autocast
 from dlperf.engine.step import Stepped, TrainStep, build_step
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
+from dlperf.models.transfer import set_train_mode
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.system import peak_memory_bytes, synchronize
@@ -281,7 +282,7 @@ def train(
     metrics, pause = MetricBuffer(store, run_id, run.log_every), PauseAt()
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
         reporter.task(f"epoch {epoch}/{cfg.epochs}", total=len(train_loader))
-        model.train()
+        set_train_mode(model)  # a frozen backbone stays in eval mode
         train_loader.set_epoch(epoch)
         tally = EpochTally(device)
         clock.start()

@@ -1,0 +1,203 @@
+"""A run's starting weights (`model.weights`) and the data settings they were trained with.
+
+`model.weights` is one of
+- a torchvision weights name of `model.name` (IMAGENET1K_V1, DEFAULT ...): fetched once by
+  torch.hub into its cache (`$TORCH_HOME/hub/checkpoints`); resolution, mean and std from the
+  weights' own transforms;
+- `run:ID`, or `run:last:NAME` (the newest finished run of that name): a stored run's last
+  checkpoint; resolution and statistics of the data that run trained on;
+- a path to a state-dict file: a bare state dict, or one under "model" or "state_dict".
+Every file is read with torch's weights-only unpickler. Resolving reads only metadata; the
+weights themselves are read (or downloaded) by `Pretrained.fetch`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dlperf.config import DataConfig, ModelConfig
+from dlperf.data import ImageData
+from dlperf.engine import checkpoint
+from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
+from dlperf.store import Store
+
+StateDict = Mapping[str, torch.Tensor]
+FORMS = "a torchvision weights name, run:ID, run:last:NAME or a state-dict file"
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """Where weights come from, and the images they expect (None: not known)."""
+
+    source: str  # as messages name it
+    fetch: Callable[[], StateDict]
+    image_size: int | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+
+def resolve(cfg: ModelConfig, store: Store) -> Pretrained | None:
+    spec = cfg.weights
+    if spec is None:
+        return None
+    if spec.startswith("run:"):
+        return _from_run(spec, store)
+    if re.fullmatch(r"\w+", spec) and not Path(spec).exists():
+        return _from_torchvision(cfg.name, spec)
+    return _from_file(spec)
+
+
+# --- the three sources ------------------------------------------------------------------
+
+
+def _from_torchvision(model: str, name: str) -> Pretrained:
+    import torchvision
+
+    if model not in torchvision.models.list_models(module=torchvision.models):
+        raise UserError(
+            f"model.weights {name!r}: {model} is not a torchvision model, and no file {name} "
+            "exists",
+            f"give {FORMS}",
+        )
+    enum = torchvision.models.get_model_weights(model)
+    if name not in enum.__members__:
+        hint = did_you_mean(name, enum.__members__, f"{model} has {', '.join(enum.__members__)}")
+        raise UserError(f"unknown weights {name!r} for {model}", hint)
+    weights = enum[name]
+    expects = weights.transforms()
+    source = f"{model} {weights.name}"
+    return Pretrained(
+        source,
+        lambda: _download(weights.url, source),
+        expects.crop_size[0],
+        tuple(expects.mean),
+        tuple(expects.std),
+    )
+
+
+def _download(url: str, source: str) -> StateDict:
+    """The weights at `url`, from torch.hub's cache, downloaded into it first if need be."""
+    cache = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
+    if not cache.is_file():
+        digest = torch.hub.HASH_REGEX.search(cache.name)  # torchvision's names carry one
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            torch.hub.download_url_to_file(
+                url, str(cache), digest.group(1) if digest else None, progress=False
+            )
+        except (OSError, RuntimeError) as e:  # URLError is an OSError; a bad hash a RuntimeError
+            reason = str(getattr(e, "reason", e)).splitlines()[0]
+            raise UserError(
+                f"model.weights {source} could not be downloaded from {url} ({reason})",
+                f"offline: copy the file to {cache}, or give model.weights = a state-dict file",
+            ) from None
+    try:
+        return torch.load(cache, map_location="cpu", weights_only=True)
+    except Exception as e:  # a file truncated or replaced in the cache
+        raise UserError(
+            f"cannot load the cached weights {cache} ({type(e).__name__})",
+            "delete it to download it again",
+        ) from None
+
+
+def _run_id(spec: str, store: Store) -> int:
+    rest = spec.removeprefix("run:")
+    if rest.isdigit():
+        return int(rest)
+    name = rest.removeprefix("last:")
+    if rest.startswith("last:") and name:
+        for run in store.list_runs(kind="run"):  # newest first
+            if run["name"] == name and run["status"] == "finished":
+                return int(run["id"])
+        raise UserError(f"model.weights {spec}: no finished run named {name!r}", "see dlperf runs")
+    raise UserError(f"model.weights {spec!r}: expected run:ID or run:last:NAME")
+
+
+def _from_run(spec: str, store: Store) -> Pretrained:
+    run_id = _run_id(spec, store)
+    stored = store.get_run(run_id)
+    data = stored["config"].get("data", {})
+    seen = stored["summary"].get("data", {})
+
+    def fetch() -> StateDict:
+        path = checkpoint.run_checkpoint(
+            store, run_id, "to start from", "train it with run.checkpoint = true"
+        )
+        owner = checkpoint.Owner(store.id, run_id, stored["config_hash"])
+        return checkpoint.load(path, owner)["model"]
+
+    side = data.get("image_size") or (seen.get("shape") or [None])[-1]
+    mean, std = data.get("mean") or seen.get("mean"), data.get("std") or seen.get("std")
+    return Pretrained(
+        f"run {run_id}", fetch, side, tuple(mean) if mean else None, tuple(std) if std else None
+    )
+
+
+def _from_file(spec: str) -> Pretrained:
+    path = Path(spec)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "no such file"
+        raise UserError(f"model.weights {spec}: {what}", f"give {FORMS}")
+
+    def fetch() -> StateDict:
+        try:
+            state: Any = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # garbage, a truncated zip, a pickle of other objects
+            raise UserError(
+                f"cannot load model.weights {path}: not a state-dict file ({type(e).__name__})"
+            ) from None
+        for key in ("model", "state_dict"):
+            if isinstance(state, dict) and isinstance(state.get(key), dict):
+                state = state[key]
+        if not isinstance(state, dict) or not all(
+            isinstance(v, torch.Tensor) for v in state.values()
+        ):
+            raise UserError(f"model.weights {path} holds no state dict of tensors")
+        return state
+
+    return Pretrained(str(path), fetch)
+
+
+# --- the data the weights expect --------------------------------------------------------
+
+
+def data_config(cfg: DataConfig, start: Pretrained | None) -> DataConfig:
+    """`cfg` with the weights' resolution where data.image_size is unset."""
+    if start is None or cfg.image_size is not None or start.image_size is None:
+        return cfg
+    return cfg.model_copy(update={"image_size": start.image_size})
+
+
+def _per_channel(values: tuple[float, ...], channels: int) -> tuple[float, ...]:
+    """Statistics of `values`' images for `channels` channels: their mean on a grey image."""
+    if len(values) == channels:
+        return values
+    return (sum(values) / len(values),) * channels
+
+
+def apply_statistics(data: ImageData, cfg: DataConfig, start: Pretrained | None) -> list[str]:
+    """Normalise `data` as the weights' training data was (where data.mean/std are unset);
+    warnings about images much smaller than the weights expect."""
+    if start is None:
+        return []
+    channels = data.shape[0]
+    if start.mean is not None and cfg.mean is None:
+        data.mean = _per_channel(start.mean, channels)
+    if start.std is not None and cfg.std is None:
+        data.std = _per_channel(start.std, channels)
+    side, expected = data.shape[-1], start.image_size
+    if expected is None or side * 2 > expected:
+        return []
+    return [
+        f"{data.name} images are {side}x{side} but {start.source} was trained at "
+        f"{expected}x{expected}: features at under half their resolution transfer poorly "
+        "(32x32 into an ImageNet network is a classic way to get chance accuracy); "
+        f"set data.image_size = {expected}"
+    ]

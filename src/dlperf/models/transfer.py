@@ -1,0 +1,134 @@
+"""Transfer learning: start a model from another network's weights, with its classifier head
+new and sized for the data's classes, and optionally train the head alone.
+
+The head is the model's last `nn.Linear` (torchvision's `fc`, `classifier[-1]`,
+`heads.head`; dlperf's smallcnn `[10]` and CIFAR ResNets' `fc`); the backbone is everything
+else. Pretrained weights fill the backbone; the head keeps its fresh initialisation. A first
+convolution trained on another number of input channels is adapted the standard way: summed
+over its input channels and spread evenly over the new ones (RGB into grey: the sum; grey
+into RGB: repeated and divided by 3), so that it answers a grey image as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from dlperf.errors import UserError
+
+
+def head_name(model: nn.Module) -> str:
+    """The name of the classifier head: the last `nn.Linear` in registration order."""
+    names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not names:
+        raise UserError(
+            f"{type(model).__name__} has no nn.Linear classifier head to replace",
+            'transfer needs one; use model.transfer = "scratch"',
+        )
+    return names[-1]
+
+
+def split_params(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(backbone, head) parameters."""
+    prefix = head_name(model) + "."
+    backbone, head = [], []
+    for name, p in model.named_parameters():
+        (head if name.startswith(prefix) else backbone).append(p)
+    return backbone, head
+
+
+def first_conv_name(model: nn.Module) -> str | None:
+    return next((n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
+
+
+def adapt_first_conv(weight: torch.Tensor, in_channels: int) -> torch.Tensor:
+    """A conv weight (out, c, kh, kw) for `in_channels` inputs that answers a grey image (the
+    same value in every channel) as the original does: summed over its input channels, spread
+    evenly over the new ones (3 into 1: the sum; 1 into 3: repeated and divided by 3)."""
+    return weight.sum(dim=1, keepdim=True).repeat(1, in_channels, 1, 1) / in_channels
+
+
+def _other_channels(given: torch.Tensor, wanted: torch.Tensor) -> bool:
+    """Whether two conv weights differ in their input channels alone."""
+    same = given.dim() == wanted.dim() == 4 and given.shape[0] == wanted.shape[0]
+    return same and given.shape[1] != wanted.shape[1] and given.shape[2:] == wanted.shape[2:]
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "x".join(map(str, t.shape)) or "scalar"
+
+
+def _listed(names: list[str], what: str) -> str:
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"{len(names)} {what} ({shown})"
+
+
+def load_weights(model: nn.Module, weights: Mapping[str, torch.Tensor], source: str) -> list[str]:
+    """Load `weights` into every parameter and buffer of `model` but its head; notes on what
+    was adapted. Keys missing on either side or of another shape fail by name."""
+    target = model.state_dict()
+    head = head_name(model) + "."
+    conv = first_conv_name(model)
+    classes = model.get_submodule(head[:-1]).out_features
+    notes = [f"head {head[:-1]} new, sized for {classes} classes"]
+    merged = dict(target)
+    missing, mismatched = [], []
+    for key, value in target.items():
+        if key.startswith(head):
+            continue
+        if key not in weights:
+            missing.append(key)
+            continue
+        given = weights[key]
+        if key == f"{conv}.weight" and _other_channels(given, value):
+            notes.append(
+                f"first conv {conv}: weights for {given.shape[1]} input channels summed and "
+                f"spread over {value.shape[1]}"
+            )
+            given = adapt_first_conv(given, value.shape[1])
+        if given.shape != value.shape:
+            mismatched.append(f"{key} {_shape(given)} vs {_shape(value)}")
+            continue
+        merged[key] = given.to(value.dtype)
+    unexpected = [k for k in weights if k not in target and not k.startswith(head)]
+    problems = [
+        _listed(names, what)
+        for names, what in (
+            (mismatched, "of another shape (weights vs model)"),
+            (missing, "missing from the weights"),
+            (unexpected, "not in the model"),
+        )
+        if names
+    ]
+    if problems:
+        raise UserError(
+            f"model.weights {source} do not fit the model: " + "; ".join(problems),
+            "use the model.name, model.kwargs and data.image_size the weights were trained with",
+        )
+    model.load_state_dict(merged)
+    return notes
+
+
+def freeze_backbone(model: nn.Module) -> None:
+    """Feature extraction: only the head trains. With no backbone parameter needing a gradient
+    (and inputs that never do), autograd records nothing before the head, so the backward pass
+    stops there."""
+    backbone, _ = split_params(model)
+    for p in backbone:
+        p.requires_grad_(False)
+
+
+def set_train_mode(model: nn.Module) -> None:
+    """`model.train()`, except that a module whose own weights or statistics are all frozen (a
+    frozen backbone's batch norms) stays in eval mode, so frozen features stay fixed, running
+    statistics included. A module with neither (dropout) trains as usual."""
+    model.train()
+    if all(p.requires_grad for p in model.parameters()):
+        return
+    for module in model.modules():
+        params = list(module.parameters(recurse=False))
+        state = params or list(module.buffers(recurse=False))
+        if state and not any(p.requires_grad for p in params):
+            module.eval()
