@@ -28,3 +28,22 @@ def test_there_are_examples() -> None:
         "mnist_smallcnn.toml",
         "digits_smallcnn.toml",
     }
+
+
+SWEEPS = sorted((Path(__file__).resolve().parents[1] / "examples" / "sweeps").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
+def test_sweep_example_is_valid(path: Path) -> None:
+    from dlperf.sweep import load_sweep
+
+    sweep = load_sweep(path)
+    assert len(sweep.points) >= 4 and sweep.axes
+
+
+def test_the_classic_studies_are_shipped_small_and_full() -> None:
+    assert {p.name for p in SWEEPS} >= {
+        f"{study}{size}.toml"
+        for study in ("transfer_lr", "cutout_batchaug")
+        for size in ("", "_full")
+    }

@@ -46,6 +46,7 @@ COMMANDS = [
     ["runs", "list"],
     ["runs", "show", "1"],
     ["runs", "compare", "1", "2", "--json"],
+    ["sweep", "--help"],
 ]
 
 

@@ -27,6 +27,7 @@ from dlperf.cli import scale as _scale  # noqa: F401
 from dlperf.cli import serve as _serve  # noqa: F401
 from dlperf.cli import speed as _speed  # noqa: F401
 from dlperf.cli import staleness as _staleness  # noqa: F401
+from dlperf.cli import sweep as _sweep  # noqa: F401
 from dlperf.cli.app import app, state
 from dlperf.errors import CheckFailed, UserError
 

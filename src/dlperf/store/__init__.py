@@ -343,6 +343,17 @@ class Store:
                 "created": study.created.isoformat(timespec="seconds"),
             }
 
+    def find_study(self, name: str, kind: str) -> int | None:
+        """The id of the newest study called `name` of `kind`, if any."""
+        query = (
+            select(Study.id)
+            .where(Study.name == name, Study.kind == kind)
+            .order_by(Study.id.desc())
+            .limit(1)
+        )
+        with Session(self.engine) as s:
+            return s.scalar(query)
+
     def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
         """(step, value) pairs of one metric, in step order."""
         query = (

@@ -1,0 +1,117 @@
+"""Sweep overhead per point: `dlperf sweep` against a shell loop of `dlperf run --set` over the
+same configs (smallcnn on the bundled digits, 10 epochs, four learning rates), after a warm-up
+round, in interleaved repetitions; and the same in-process: `run_sweep` against
+`run_experiment` per config.
+Goal: a sweep point costs at most 5% more than a run of its config. Seconds per point =
+wall time of the whole contender / points (a sweep's includes its ranking and figures)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchlib import interleaved, save, spread, table, timed
+from dlperf.config import load_experiment
+from dlperf.engine.run import run_experiment
+from dlperf.store import Store
+from dlperf.sweep import load_sweep, run_sweep
+
+REPEATS = 3
+LRS = [0.1, 0.05, 0.02, 0.01]
+BASE = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+[train]
+epochs = 10
+batch_size = 32
+[target]
+accuracy = 0.9
+[run]
+warmup_steps = 5
+checkpoint = false
+"""
+SWEEP = f'base = "base.toml"\n[grid]\n"train.lr" = {LRS}\n'
+DLPERF = [sys.executable, "-m", "dlperf"]
+
+
+def _dlperf(root: Path, *args: str) -> None:
+    db = str(root / "bench.db")
+    subprocess.run([*DLPERF, "--db", db, *args], cwd=root, check=True, capture_output=True)
+
+
+def command_runs(root: Path) -> float:
+    return timed(lambda: [_dlperf(root, "run", "base.toml", "--set", f"train.lr={lr}")
+                          for lr in LRS]) / len(LRS)  # fmt: skip
+
+
+def command_sweep(root: Path, jobs: int) -> float:
+    return timed(lambda: _dlperf(root, "sweep", "sweep.toml", "--new", "--jobs", str(jobs))) / len(
+        LRS
+    )
+
+
+def library_runs(root: Path, store: Store) -> float:
+    exps = [load_experiment(root / "base.toml", [f"train.lr={lr}"]) for lr in LRS]
+    return timed(lambda: [run_experiment(exp, store) for exp in exps]) / len(LRS)
+
+
+def library_sweep(root: Path, store: Store) -> float:
+    sweep = load_sweep(root / "sweep.toml")
+    return timed(lambda: run_sweep(sweep, store, new=True)) / len(LRS)
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "base.toml").write_text(BASE + f'out_dir = "{root / "runs"}"\n')
+        (root / "sweep.toml").write_text(SWEEP)
+        store = Store.open(str(root / "library.db"))
+        contenders = {
+            "dlperf run x4 (shell loop)": lambda: command_runs(root),
+            "dlperf sweep": lambda: command_sweep(root, 1),
+            "dlperf sweep --jobs 2": lambda: command_sweep(root, 2),
+            "run_experiment x4 (in-process)": lambda: library_runs(root, store),
+            "run_sweep (in-process)": lambda: library_sweep(root, store),
+        }
+        interleaved(contenders, 1)  # warm-up: caches, imports, the store's first writes
+        results = interleaved(contenders, REPEATS)
+    names = list(results)
+    pairs = {
+        "sweep / run loop (commands)": (names[1], names[0]),
+        "sweep --jobs 2 / run loop (commands)": (names[2], names[0]),
+        "run_sweep / run_experiment (in-process)": (names[4], names[3]),
+    }
+    ratios = {
+        label: [a / b for a, b in zip(results[x], results[y], strict=True)]
+        for label, (x, y) in pairs.items()
+    }
+    rows = [[name, *spread(v).values()] for name, v in results.items()]
+    rows += [[label, *spread(v).values()] for label, v in ratios.items()]
+    print(
+        table(
+            f"smallcnn on digits, 10 epochs, {len(LRS)} learning rates: seconds per point "
+            "(min / median / max), then ratios",
+            ["contender", "min", "median", "max"],
+            rows,
+        )
+    )
+    overhead = spread(ratios["run_sweep / run_experiment (in-process)"])["median"] - 1
+    print(f"median in-process overhead per point: {overhead:+.1%} (goal: at most +5%)")
+    save(
+        "sweep",
+        {
+            "seconds_per_point": results,
+            "ratios": ratios,
+            "median_in_process_overhead": overhead,
+            "base": BASE,
+            "learning_rates": LRS,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

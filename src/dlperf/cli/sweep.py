@@ -1,0 +1,99 @@
+"""`dlperf sweep`: recipe sweeps over any config key, every point a run of one study."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+
+
+def _params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _accuracy(group: dict[str, Any]) -> str:
+    """Mean test accuracy, ± the standard deviation and the min-max over repeats."""
+    mean, std = group["test_accuracy"], group["test_accuracy_std"]
+    if std is None:
+        return console.fmt(mean)
+    low, high = group["test_accuracy_min"], group["test_accuracy_max"]
+    return f"{mean:.4f} ± {std:.4f} ({low:.4f}-{high:.4f})"
+
+
+def _reached(group: dict[str, Any]) -> str:
+    """Mean epochs to target over the repeats that reached it, and how many did."""
+    if group["repeats"] == 1:
+        return console.fmt(group["epochs_to_target"])
+    epochs = console.fmt(group["epochs_to_target"])
+    return f"{epochs} ({group['reached_target']}/{group['repeats']})"
+
+
+def _print_summary(result: Any) -> None:
+    repeats = max((g["repeats"] for g in result.groups), default=1)
+    spread = "; mean ± std (min-max) over repeats" if repeats > 1 else ""
+    console.print_table(
+        f"sweep {result.name!r}, study {result.study_id}: points ranked by test accuracy{spread}",
+        ["rank", "point", "runs", "test acc", "best val", "epochs to target", "s to target",
+         "samples/s"],
+        [
+            [g["rank"], _params(g["params"]), ", ".join(map(str, g["run_ids"])), _accuracy(g),
+             g["best_val_accuracy"], _reached(g), g["time_to_target_s"], g["throughput"]]
+            for g in result.groups
+        ],
+    )  # fmt: skip
+    console.print_table(
+        "best point per axis value (winner first)",
+        ["axis", "value", "test acc", "best point", ""],
+        [
+            [axis, console.fmt(v["value"]), v["test_accuracy"], _params(v["params"]),
+             "winner" if i == 0 else ""]
+            for axis, verdict in result.axis_winners.items()
+            for i, v in enumerate(verdict["values"])
+        ],
+    )  # fmt: skip
+    if result.winner is not None:
+        console.out.print(f"winner: run {result.winner}", markup=False)
+    for row in result.points:
+        if row["status"] == "failed":
+            console.err.print(f"run {row['run_id']} failed: {row['error']}", markup=False)
+    for path in result.plots:
+        console.err.print(f"saved {path}", markup=False)
+
+
+@app.command()
+def sweep(
+    sweep_file: Path = typer.Argument(..., help="Sweep TOML file.", show_default=False),
+    jobs: int = typer.Option(1, "--jobs", help="Points run at once, each in its own process."),
+    on_failure: str = typer.Option(
+        "continue", "--on-failure", help="After a failed point: continue | stop."
+    ),
+    resume: int = typer.Option(
+        None, "--resume", help="Continue study ID (default: the newest study of the sweep's name)."
+    ),
+    new: bool = typer.Option(False, "--new", help="Start a new study, even if one exists."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Run a base experiment over grid and zip axes of any config key, each point a run of one
+    study; rank the points by test accuracy and time to target, name the winner per axis
+    value and save the figures. Running it again skips the points that finished.
+
+    Example: dlperf sweep examples/sweeps/transfer_lr.toml --jobs 2
+    """
+    from dlperf.sweep import load_sweep, run_sweep
+    from dlperf.sweep.summary import SPREAD
+
+    spec = load_sweep(sweep_file)
+    store = open_store()
+    with console.reporter() as rep:
+        result = run_sweep(spec, store, jobs, on_failure, resume, new, rep)
+    if as_json:
+        console.print_json({"spread": SPREAD, **dataclasses.asdict(result)})
+    else:
+        _print_summary(result)
+    if any(r["status"] == "failed" for r in result.points):
+        raise typer.Exit(1)

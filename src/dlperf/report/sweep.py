@@ -1,0 +1,111 @@
+"""Figures of a sweep (matplotlib Agg, files only): validation error per epoch of every run,
+final test accuracy against each numeric axis, and time to target per point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never needs a display
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+
+def _label(params: dict[str, Any], skip: str | None = None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items() if k != skip) or "all"
+
+
+def _save(fig: Figure, ax: Axes, path: Path, xlabel: str, ylabel: str) -> Path:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_val_error(path: Path, curves: list[tuple[str, list[tuple[int, float]]]]) -> Path:
+    """Validation error (1 - top-1 accuracy) against epoch, one line per run."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, points) in enumerate(curves):
+        ax.plot(
+            [e for e, _ in points],
+            [1 - a for _, a in points],
+            "o-",
+            ms=3,
+            color=f"C{i % 10}",
+            label=label,
+        )
+    return _save(fig, ax, path, "epoch", "validation error (1 - top-1)")
+
+
+def _numeric(values: list[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -> Path:
+    """Mean final test accuracy against `axis`, one line per combination of the other axes'
+    values; error bars: the standard deviation over repeats, where there is one."""
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for g in groups:
+        if g["test_accuracy"] is not None:
+            lines.setdefault(_label(g["params"], skip=axis), []).append(g)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (label, mine) in enumerate(lines.items()):
+        mine.sort(key=lambda g: g["params"][axis])
+        x = [g["params"][axis] for g in mine]
+        y = [g["test_accuracy"] for g in mine]
+        err = [g["test_accuracy_std"] or 0.0 for g in mine]
+        ax.errorbar(
+            x,
+            y,
+            yerr=err if any(err) else None,
+            fmt="o-",
+            capsize=3,
+            color=f"C{i % 10}",
+            label=label,
+        )
+    values = [g["params"][axis] for g in groups]
+    if min(values) > 0 and max(values) / min(values) >= 10:  # learning rates, say
+        ax.set_xscale("log")
+    return _save(fig, ax, path, axis, "final test accuracy")
+
+
+def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float | None) -> Path:
+    """Mean wall time to the target accuracy per point, best point first; a point that never
+    reached it is marked as such, without a bar."""
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.35 * len(groups) + 1)))
+    labels = [_label(g["params"]) for g in groups]
+    times = [g["time_to_target_s"] for g in groups]
+    y = range(len(groups))
+    ax.barh(y, [t if t is not None else 0.0 for t in times], color="C0")
+    for i, t in enumerate(times):
+        if t is None:
+            ax.text(0, i, " target not reached", va="center", fontsize=7)
+    ax.set_yticks(list(y), labels, fontsize=7)
+    ax.invert_yaxis()
+    reached = f"{target:.0%}" if target is not None else "target"
+    return _save(fig, ax, path, f"seconds to {reached} validation accuracy", "")
+
+
+def plot_sweep(
+    directory: Path,
+    curves: list[tuple[str, list[tuple[int, float]]]],
+    groups: list[dict[str, Any]],
+    axes: dict[str, list[Any]],
+    target: float | None,
+) -> list[Path]:
+    """Write the sweep's figures into `directory`; their paths."""
+    paths = [plot_val_error(directory / "val_error.png", curves)]
+    for axis, values in axes.items():
+        if _numeric(values) and len(set(values)) > 1:
+            name = f"accuracy_vs_{axis.replace('.', '_')}.png"
+            paths.append(plot_accuracy_vs_axis(directory / name, axis, groups))
+    paths.append(plot_time_to_target(directory / "time_to_target.png", groups, target))
+    return paths

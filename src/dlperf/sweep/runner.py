@@ -1,0 +1,371 @@
+"""Running a sweep: every point a run of one `sweep` study, finished points skipped on a rerun.
+
+A point is identified by its config hash with run.threads left out when the sweep sets the
+threads itself (they follow --jobs, and change how fast a point trains, not what it
+trains): so a sweep stopped under --jobs 2 resumes under --jobs 1 and skips what finished.
+
+--jobs 1 runs the points in this process. --jobs N > 1 starts one `python -m
+dlperf.sweep.worker` per point, at most N at a time, each through `launch.guarded` (it dies
+with dlperf, even a SIGKILLed one) in a session of its own (a terminal's Ctrl-C reaches
+dlperf alone, which then stops them: SIGTERM, and SIGKILL after a grace).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dlperf.config import Experiment
+from dlperf.distributed.launch import PARENT_ENV, REAP_S, STOP_GRACE_S, guarded
+from dlperf.errors import UserError
+from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
+from dlperf.sweep import summary
+from dlperf.sweep.spec import Point, Sweep
+from dlperf.system import usable_cores
+
+WORKER_MODULE = "dlperf.sweep.worker"
+POLL_S = 0.05
+ON_FAILURE = ("continue", "stop")
+
+
+def point_key(config: dict[str, Any], free_threads: bool) -> str | None:
+    """What identifies a point across reruns (see the module docstring); None for a stored
+    config this dlperf no longer reads."""
+    if free_threads:
+        config = copy.deepcopy(config)
+        config.setdefault("run", {})["threads"] = None
+    try:
+        return Experiment.model_validate(config).config_hash()
+    except ValidationError:
+        return None
+
+
+def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
+    """run.threads of each point: the host's cores split between the jobs that will run at
+    once; None (the config's own) in-process or when the sweep sets them. Oversubscribing
+    the cores is refused rather than measured."""
+    cores = usable_cores()
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if jobs > cores:
+        raise UserError(f"--jobs {jobs} is more than the {cores} usable cores of this host")
+    if jobs == 1:
+        return None
+    if sweep.threads_set:
+        most = max(p.exp.run.threads or cores for p in sweep.points)
+        if jobs * most > cores:
+            raise UserError(
+                f"--jobs {jobs} x run.threads {most} is more than the {cores} usable cores",
+                "drop run.threads from the sweep (--jobs then splits the cores) or use fewer jobs",
+            )
+        return None
+    return max(1, cores // min(jobs, max(1, pending)))
+
+
+def choose_study(store: Store, sweep: Sweep, resume: int | None, new: bool) -> int | None:
+    """The study to continue (None: a new one is to be made), checked without writing."""
+    if resume is not None:
+        if new:
+            raise UserError("give --resume STUDY_ID or --new, not both")
+        study = store.get_study(resume)
+        if study["kind"] != "sweep":
+            raise UserError(f"study {resume} is a {study['kind']} study, not a sweep")
+        return resume
+    return None if new else store.find_study(sweep.name, "sweep")
+
+
+def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dict[str, dict]:
+    """The newest finished run of each point key in the study."""
+    found: dict[str, dict[str, Any]] = {}
+    if study_id is None:
+        return found
+    for run in store.list_runs(study_id=study_id):  # newest first
+        key = point_key(run["config"], free_threads) if run["status"] == "finished" else None
+        if key is not None:
+            found.setdefault(key, run)
+    return found
+
+
+def _newest_id(store: Store) -> int:
+    newest = store.list_runs(limit=1)
+    return newest[0]["id"] if newest else 0
+
+
+def _own_run(store: Store, exp: Experiment, study_id: int, since: int) -> dict | None:
+    """The run this sweep started for `exp`: of the study, newer than `since`, same hash."""
+    digest = exp.config_hash()
+    for run in store.list_runs(study_id=study_id):
+        if run["id"] > since and run["config_hash"] == digest:
+            return run
+    return None
+
+
+def record_failure(
+    store: Store, exp: Experiment, study_id: int, since: int, error: str
+) -> dict[str, Any]:
+    """A point that failed: its run marked failed, or, if it failed before its run was
+    recorded (the batch does not fit the data, say), a failed run made for it, so the study
+    shows every point it tried."""
+    run = _own_run(store, exp, study_id, since)
+    if run is None:
+        run_id = store.create_run(
+            exp.run.name or exp.model.name, "run", exp.to_dict(), exp.config_hash(), None, study_id
+        )
+    else:
+        run_id = run["id"]
+    if run is None or run["status"] == "running":
+        store.finish_run(run_id, "failed", error=error)
+    return {"run_id": run_id, "status": "failed", "error": error}
+
+
+def run_point(
+    exp: Experiment, store: Store, study_id: int, since: int, reporter: Reporter
+) -> dict[str, Any]:
+    """Run one point here and return its summary; any failure is recorded, not raised."""
+    from dlperf.engine.run import run_experiment
+
+    try:
+        return run_experiment(exp, store, reporter, study_id=study_id)
+    except UserError as e:
+        return record_failure(store, exp, study_id, since, str(e))
+    except Exception as e:
+        return record_failure(store, exp, study_id, since, f"{type(e).__name__}: {e}")
+
+
+@dataclass
+class SweepRun:
+    """One sweep being run: its study, what is done, and the points still to do."""
+
+    sweep: Sweep
+    store: Store
+    study_id: int
+    out_dir: Path
+    threads: int | None
+    reporter: Reporter
+    on_failure: str
+    since: int
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def config(self, point: Point) -> Experiment:
+        if self.threads is None:
+            return point.exp
+        exp = point.exp.model_copy(deep=True)
+        exp.run.threads = self.threads
+        return exp
+
+    def started(self, point: Point, how: str = "") -> None:
+        total = len(self.sweep.points)
+        self.reporter.log(f"point {point.index + 1}/{total} started{how}: {point.label()}")
+
+    def finished(self, point: Point, result: dict[str, Any]) -> bool:
+        """Keep a point's result; False when the sweep is to stop here."""
+        self.results[point.index] = result
+        where = f"point {point.index + 1}/{len(self.sweep.points)}"
+        if result["status"] == "finished":
+            acc = result.get("test_accuracy")
+            self.reporter.log(
+                f"{where} finished: run {result['run_id']}, test accuracy "
+                f"{acc if acc is None else f'{acc:.4f}'}"
+            )
+            return True
+        first = (result.get("error") or "").splitlines()[:1]
+        self.reporter.log(f"{where} {result['status']}: {first[0] if first else ''}")
+        return self.on_failure == "continue"
+
+    def run_here(self, todo: list[Point]) -> None:
+        for point in todo:
+            self.started(point)
+            result = run_point(
+                self.config(point), self.store, self.study_id, self.since, self.reporter
+            )
+            if not self.finished(point, result):
+                return
+
+    def run_parallel(self, todo: list[Point], jobs: int) -> None:
+        pending, running = deque(todo), []
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    running.append(self._start(pending.popleft()))
+                time.sleep(POLL_S)
+                for child in [c for c in running if c.proc.poll() is not None]:
+                    running.remove(child)
+                    if not self.finished(child.point, self._collect(child)):
+                        pending.clear()  # the running points finish; no new ones start
+        except BaseException:
+            self._stop(running)
+            raise
+
+    def _start(self, point: Point) -> _Child:
+        directory = self.out_dir / f"p{point.index + 1}"
+        directory.mkdir(parents=True, exist_ok=True)
+        exp = self.config(point)
+        config, result = directory / "point.json", directory / "result.json"
+        config.write_text(json.dumps(exp.to_dict()))
+        result.unlink(missing_ok=True)  # a rerun's result must be this run's
+        env = {
+            **os.environ,
+            "DLPERF_DB": self.store.engine.url.render_as_string(hide_password=False),
+            "OMP_NUM_THREADS": str(exp.run.threads or usable_cores()),
+            PARENT_ENV: str(os.getpid()),
+        }
+        args = [str(config), str(result), str(self.study_id), str(self.since)]
+        with (directory / "worker.log").open("wb") as log:
+            proc = subprocess.Popen(
+                guarded([sys.executable, "-m", WORKER_MODULE, *args]),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.started(point, f" (pid {proc.pid})")
+        return _Child(point, exp, proc, directory)
+
+    def _collect(self, child: _Child) -> dict[str, Any]:
+        path = child.directory / "result.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        log = (child.directory / "worker.log").read_text(errors="replace").strip().splitlines()
+        error = "\n".join([f"sweep worker ended with code {child.proc.returncode}", *log[-12:]])
+        return record_failure(self.store, child.exp, self.study_id, self.since, error)
+
+    def _stop(self, children: list[_Child]) -> None:
+        """SIGTERM every worker (each marks its run killed), SIGKILL those still running after
+        the grace, and mark the runs of those killed so."""
+        for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, REAP_S)):
+            for child in children:
+                child.proc.send_signal(sig)  # a no-op once reaped: never a recycled pid
+            deadline = time.monotonic() + wait_s
+            while any(c.proc.poll() is None for c in children) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        for child in children:
+            run = _own_run(self.store, child.exp, self.study_id, self.since)
+            if run is not None and run["status"] == "running":
+                self.store.finish_run(run["id"], "killed", error="interrupted")
+
+
+@dataclass
+class _Child:
+    point: Point
+    exp: Experiment
+    proc: subprocess.Popen[bytes]
+    directory: Path
+
+
+@dataclass
+class SweepResult:
+    study_id: int
+    name: str
+    axes: dict[str, list[Any]]
+    points: list[dict[str, Any]]  # one per point run or skipped, in the sweep's order
+    groups: list[dict[str, Any]]  # one per combination of axis values, best first
+    winner: int | None
+    axis_winners: dict[str, Any]
+    plots: list[str]
+
+
+def _row(point: Point, result: dict[str, Any], skipped: bool) -> dict[str, Any]:
+    keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
+            "throughput", "train_time_s", "epochs")  # fmt: skip
+    return {
+        "run_id": result.get("run_id"),
+        "status": result["status"],
+        "params": point.params,
+        "seed": point.exp.run.seed,
+        "skipped": skipped,
+        **{k: result.get(k) for k in keys},
+        "error": result.get("error"),
+    }
+
+
+def run_sweep(
+    sweep: Sweep,
+    store: Store,
+    jobs: int = 1,
+    on_failure: str = "continue",
+    resume: int | None = None,
+    new: bool = False,
+    reporter: Reporter | None = None,
+) -> SweepResult:
+    """Run the points of `sweep` not yet finished in its study (the newest study of its
+    name, `resume`, or a new one with `new`); everything is checked before anything is
+    stored. Ctrl-C (KeyboardInterrupt) stops it, its running points marked killed."""
+    reporter = reporter or NullReporter()
+    if on_failure not in ON_FAILURE:
+        raise UserError(f"--on-failure {on_failure!r}", "use continue or stop")
+    study_id = choose_study(store, sweep, resume, new)
+    free = not sweep.threads_set
+    done = finished_runs(store, study_id, free)
+    keys = [point_key(p.exp.to_dict(), free) for p in sweep.points]
+    todo = [p for p, key in zip(sweep.points, keys, strict=True) if key not in done]
+    threads = threads_per_job(sweep, jobs, len(todo))
+    out_dir = store.artifact_dir(sweep.points[0].exp.run.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)  # an unusable out_dir fails before the study
+    if study_id is None:
+        study_id = store.create_study(sweep.name, "sweep")
+    directory = out_dir / f"study-{study_id}"
+    directory.mkdir(exist_ok=True)
+    state = SweepRun(
+        sweep, store, study_id, directory, threads, reporter, on_failure, _newest_id(store)
+    )
+    reporter.log(
+        f"sweep {sweep.name!r}, study {study_id}: {len(sweep.points)} points, "
+        f"{len(sweep.points) - len(todo)} finished before, {len(todo)} to run"
+    )
+    if jobs == 1:
+        state.run_here(todo)
+    else:
+        state.run_parallel(todo, jobs)
+    rows = []
+    for point, key in zip(sweep.points, keys, strict=True):
+        if point.index in state.results:
+            rows.append(_row(point, state.results[point.index], skipped=False))
+        elif key in done:
+            run = done[key]
+            rows.append(
+                _row(
+                    point,
+                    {**run["summary"], "run_id": run["id"], "status": "finished"},
+                    skipped=True,
+                )
+            )
+    return _verdict(sweep, store, study_id, rows, directory)
+
+
+def _verdict(
+    sweep: Sweep, store: Store, study_id: int, rows: list[dict[str, Any]], directory: Path
+) -> SweepResult:
+    """Rank the points, pick the winners and draw the figures into the study's directory."""
+    from dlperf.report.sweep import plot_sweep
+
+    groups = summary.group_rows(rows)
+    curves = [
+        (f"run {r['run_id']} {' '.join(f'{k}={v}' for k, v in r['params'].items())}",
+         store.metrics(r["run_id"], "val/acc1"))
+        for r in rows
+        if r["status"] == "finished"
+    ]  # fmt: skip
+    target = sweep.points[0].exp.target.accuracy
+    plots = plot_sweep(directory, curves, groups, sweep.axes, target) if curves else []
+    return SweepResult(
+        study_id,
+        sweep.name,
+        sweep.axes,
+        rows,
+        groups,
+        summary.winner(rows, groups),
+        summary.axis_winners(groups, sweep.axes),
+        [str(p) for p in plots],
+    )

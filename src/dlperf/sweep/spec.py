@@ -1,0 +1,210 @@
+"""A sweep file: a base experiment, the axes that vary, and the points they make.
+
+```toml
+base = "../digits_smallcnn.toml"   # the sweep file's directory first, then the cwd
+name = "lr"                        # default: the file's stem
+repeats = 2                        # seeds run.seed = 0..repeats-1 of every point
+[grid]                             # every combination of these
+"train.lr" = [0.1, 0.01]
+[zip]                              # these vary together (equal lengths), times the grid
+"train.epochs" = [1, 2]
+"train.batch_size" = [32, 64]
+[set]                              # fixed overrides of every point
+"data.limit" = 256
+```
+
+Every point is validated as `dlperf run --set` would validate it, before anything runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dlperf.config import Experiment, _validation_message, build_experiment, read_toml
+from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train": {"lr": [..]}} (TOML's bare dotted keys) as {"train.lr": [..]}, so that
+    `train.lr = [..]` and `"train.lr" = [..]` mean the same axis."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class SweepFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    base: str
+    """The experiment every point starts from."""
+    name: str | None = None
+    """The study's name; default: the sweep file's stem."""
+    repeats: int = Field(1, ge=1)
+    """Runs of every point, with run.seed = 0..repeats-1 (1: the base's seed)."""
+    grid: dict[str, list[Any]] = {}
+    """Axes combined as a product: "dotted.key" = [values]."""
+    zip: dict[str, list[Any]] = {}
+    """Axes that vary together (all of one length), combined with the grid as a product."""
+    set: dict[str, Any] = {}
+    """Fixed overrides applied to every point."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            for table in ("grid", "zip"):
+                if isinstance(raw.get(table), dict):
+                    raw = {**raw, table: _flatten(raw[table])}
+        return raw
+
+
+@dataclass
+class Point:
+    """One run of the sweep: the axis values and seed it was made from, and its config."""
+
+    index: int
+    params: dict[str, Any]
+    seed: int | None
+    exp: Experiment
+
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.params.items()]
+        if self.seed is not None:
+            parts.append(f"seed={self.seed}")
+        return " ".join(parts)
+
+
+@dataclass
+class Sweep:
+    path: Path
+    name: str
+    base: Path
+    axes: dict[str, list[Any]]
+    repeats: int
+    points: list[Point]
+    threads_set: bool  # run.threads given by the base, [set] or an axis
+
+
+def _assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set `key` (dotted) in `raw` as --set would, with a value TOML has already typed. A
+    table merges into the table it replaces (e.g. model.kwargs)."""
+    parts = key.split(".")
+    if not all(parts):
+        raise UserError(f"{where}: empty part in key {key!r}", 'e.g. "train.lr"')
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"{where}: {key!r}: {part!r} is a value, not a section")
+    old = node.get(parts[-1])
+    if isinstance(value, dict) and isinstance(old, dict):
+        node[parts[-1]] = {**old, **value}
+    else:
+        node[parts[-1]] = value
+
+
+def _resolve_base(path: Path, base: str) -> Path:
+    """The base experiment: relative to the sweep file's directory first, then the cwd."""
+    candidates = [path.parent / base, Path(base)]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise UserError(
+        f"{path}: base {base!r}: no such experiment file",
+        f"looked for {candidates[0]} and {candidates[1].resolve()}",
+    )
+
+
+def _parse(path: Path) -> SweepFile:
+    if not path.is_file():  # read_toml would call it an experiment file
+        raise UserError(f"{path}: no such sweep file", "give the path of a sweep TOML file")
+    raw = read_toml(path)
+    for key in raw:
+        if key not in SweepFile.model_fields:
+            fields = SweepFile.model_fields
+            hint = did_you_mean(key, fields, f"valid keys: {', '.join(fields)}", quote=True)
+            raise UserError(f"{path}: unknown key {key!r}", hint)
+    try:
+        spec = SweepFile.model_validate(raw)
+    except ValidationError as e:
+        raise _validation_message(e, str(path)) from None
+    if not spec.grid and not spec.zip:
+        raise UserError(f"{path}: no axes to sweep", 'add e.g. [grid] "train.lr" = [0.1, 0.01]')
+    for table, axes in (("grid", spec.grid), ("zip", spec.zip)):
+        for key, values in axes.items():
+            if not values:
+                raise UserError(f"{path}: [{table}] {key!r} has no values")
+    lengths = {key: len(values) for key, values in spec.zip.items()}
+    if len(set(lengths.values())) > 1:
+        sizes = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        raise UserError(f"{path}: [zip] axes must be of equal length: {sizes}")
+    both = spec.grid.keys() & spec.zip.keys()
+    if both:
+        raise UserError(f"{path}: {sorted(both)[0]!r} is in both [grid] and [zip]")
+    if spec.repeats > 1 and "run.seed" in {*spec.grid, *spec.zip, *_flatten(spec.set)}:
+        raise UserError(f"{path}: run.seed is set by repeats", "drop it, or set repeats = 1")
+    return spec
+
+
+def _combinations(spec: SweepFile) -> list[dict[str, Any]]:
+    """Every combination of axis values: the grid's product times the zip's rows."""
+    grid = [
+        dict(zip(spec.grid, values, strict=True))
+        for values in itertools.product(*spec.grid.values())
+    ]
+    rows = [
+        dict(zip(spec.zip, values, strict=True)) for values in zip(*spec.zip.values(), strict=True)
+    ]
+    return [{**g, **z} for g in grid for z in rows or [{}]]
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep file and build (and validate) every point, storing nothing."""
+    path = Path(path)
+    spec = _parse(path)
+    name = spec.name or path.stem
+    base = _resolve_base(path, spec.base)
+    base_raw = read_toml(base)
+    seeds: list[int | None] = list(range(spec.repeats)) if spec.repeats > 1 else [None]
+    points: list[Point] = []
+    seen: dict[str, int] = {}
+    for params in _combinations(spec):
+        for seed in seeds:
+            index = len(points)
+            label = " ".join(f"{k}={v!r}" for k, v in params.items())
+            where = f"{path} point {index + 1} ({label})"
+            raw = _fresh(base_raw)
+            for key, value in {**_flatten(spec.set), **params}.items():
+                _assign(raw, key, value, where)
+            if seed is not None:
+                _assign(raw, "run.seed", seed, where)
+            exp = build_experiment(raw, where)
+            digest = exp.config_hash()
+            if digest in seen:
+                raise UserError(
+                    f"{where}: the same config as point {seen[digest] + 1}",
+                    "an axis repeats a value, or sets what [set] or the base already does",
+                )
+            seen[digest] = index
+            point = Point(index, params, seed, exp)
+            exp.run.name = f"{name} {point.label()}"
+            points.append(point)
+    threads_set = "threads" in base_raw.get("run", {}) or any(
+        key == "run.threads" for key in (*_flatten(spec.set), *spec.grid, *spec.zip)
+    )
+    return Sweep(path, name, base, {**spec.grid, **spec.zip}, spec.repeats, points, threads_set)
+
+
+def _fresh(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the base's tables deep enough that one point's overrides never reach the next."""
+    return {k: _fresh(v) if isinstance(v, dict) else v for k, v in raw.items()}

@@ -1,0 +1,94 @@
+"""A sweep's verdict: its points ranked, the spread over repeats, the winner per axis value.
+
+A point here is one combination of axis values; its repeats (seeds) are pooled: the mean of
+each figure over the finished repeats, and for test accuracy also the sample standard
+deviation (n - 1; None with one repeat) and the min and max. Points rank by mean test
+accuracy, then by mean time to target (sooner first), then epochs to target.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from typing import Any
+
+SPREAD = "std"  # sample standard deviation over repeats (n - 1), with min and max
+FIGURES = ("best_val_accuracy", "epochs_to_target", "time_to_target_s", "throughput")
+
+
+def _mean(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _group(params: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    done = [r for r in runs if r["status"] == "finished"]
+    acc = [r["test_accuracy"] for r in done if r.get("test_accuracy") is not None]
+    return {
+        "params": params,
+        "run_ids": [r["run_id"] for r in runs],
+        "repeats": len(runs),
+        "finished": len(done),
+        "reached_target": sum(r.get("epochs_to_target") is not None for r in done),
+        "test_accuracy": _mean(acc),
+        "test_accuracy_std": statistics.stdev(acc) if len(acc) > 1 else None,
+        "test_accuracy_min": min(acc, default=None),
+        "test_accuracy_max": max(acc, default=None),
+        **{k: _mean([r.get(k) for r in done]) for k in FIGURES},
+    }
+
+
+def _rank_key(entry: dict[str, Any]) -> tuple[float, float, float]:
+    acc = entry.get("test_accuracy")
+    time_s, epochs = entry.get("time_to_target_s"), entry.get("epochs_to_target")
+    return (
+        -acc if acc is not None else math.inf,
+        time_s if time_s is not None else math.inf,
+        epochs if epochs is not None else math.inf,
+    )
+
+
+def group_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per combination of axis values, best first, with its rank."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    params: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        key = json.dumps(row["params"], sort_keys=True, default=str)
+        runs.setdefault(key, []).append(row)
+        params[key] = row["params"]
+    groups = sorted((_group(params[k], v) for k, v in runs.items()), key=_rank_key)
+    for rank, group in enumerate(groups, 1):
+        group["rank"] = rank
+    return groups
+
+
+def axis_winners(groups: list[dict[str, Any]], axes: dict[str, list[Any]]) -> dict[str, Any]:
+    """For each axis: each value's best point (its mean test accuracy and run ids) and the
+    value whose best point ranks first."""
+    verdict: dict[str, Any] = {}
+    for axis, values in axes.items():
+        best = {}
+        for value in values:
+            mine = [g for g in groups if g["params"][axis] == value and g["finished"]]
+            if mine:  # groups are ranked: the first is the best
+                best[json.dumps(value, default=str)] = mine[0]
+        ranked = sorted(best.values(), key=_rank_key)
+        verdict[axis] = {
+            "winner": ranked[0]["params"][axis] if ranked else None,
+            "values": [
+                {"value": g["params"][axis], "test_accuracy": g["test_accuracy"],
+                 "params": g["params"], "run_ids": g["run_ids"]}
+                for g in ranked
+            ],
+        }  # fmt: skip
+    return verdict
+
+
+def winner(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> int | None:
+    """The best run of the best point: the repeat with the highest test accuracy."""
+    if not groups or not groups[0]["finished"]:
+        return None
+    ids = set(groups[0]["run_ids"])
+    mine = [r for r in rows if r["run_id"] in ids and r["status"] == "finished"]
+    return min(mine, key=_rank_key)["run_id"]

@@ -1,0 +1,308 @@
+"""`dlperf sweep`: expanding a sweep file, bad input, running points in-process and in two
+worker processes, skipping finished points, and sweeps stopped by a real SIGINT (parked at
+an exact step through DLPERF_TEST_PAUSE_AT_STEP) or SIGKILL, then resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.distributed.launch import alive
+from dlperf.engine.train import PAUSE_ENV
+from dlperf.errors import UserError
+from dlperf.store import Store
+from dlperf.sweep import load_sweep
+from tests.conftest import CliResult
+
+EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
+# 128 training images in batches of 32: 4 steps per epoch.
+BASE = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 128
+[train]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[target]
+accuracy = 0.2
+[run]
+warmup_steps = 1
+checkpoint = false
+out_dir = "{out}"
+"""
+JSON_KEYS = {"run_id", "status", "params", "seed", "skipped", "test_accuracy",
+             "best_val_accuracy", "epochs_to_target", "time_to_target_s", "throughput"}  # fmt: skip
+
+
+def write_sweep(root: Path, body: str, name: str = "lr.toml") -> Path:
+    """The base experiment and a sweep of it in `root`; its runs' files under root too."""
+    (root / "base.toml").write_text(BASE.format(out=root / "dlperf_runs"))
+    path = root / name
+    path.write_text(f'base = "base.toml"\n{body}')
+    return path
+
+
+def wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + EVENT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def start_sweep(root: Path, db: str, *args: str, pause_at: int) -> subprocess.Popen[bytes]:
+    """`dlperf sweep ARGS` as a real process, parking every run at step `pause_at`, taking
+    SIGINT as a terminal's Ctrl-C delivers it (see tests/test_distributed_scale.py)."""
+    env = {**os.environ, "DLPERF_DB": db, PAUSE_ENV: f"{pause_at}:{root / 'parked'}"}
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with open(root / "stderr.txt", "wb") as err:
+            return subprocess.Popen(
+                [sys.executable, "-m", "dlperf", "sweep", *args],
+                cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err,
+            )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def processes_under(root: Path) -> dict[int, str]:
+    """pid -> command line of every running process whose command line names `root`: the
+    sweep workers name their point files there."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        if str(root) in cmdline and alive(int(entry.name)):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def worker_pids(text: str) -> list[int]:
+    return [int(pid) for pid in re.findall(r"started \(pid (\d+)\)", text)]
+
+
+def sweep_json(cli: Callable[..., CliResult], *args: str, code: int = 0) -> dict:
+    result = cli("sweep", *args, "--json")
+    assert result.code == code, result.err
+    return json.loads(result.out)
+
+
+# --- the sweep file -----------------------------------------------------------------------
+
+
+def test_grid_times_zip_times_repeats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_sweep(
+        tmp_path,
+        "repeats = 2\n[grid]\ntrain.lr = [0.1, 0.01]\n"
+        '[zip]\n"train.epochs" = [1, 2]\n"train.batch_size" = [16, 64]\n'
+        '[set]\n"data.limit" = 64\n',
+    )
+    monkeypatch.chdir("/")  # the base is found next to the sweep file
+    sweep = load_sweep(path)
+    assert sweep.name == "lr" and len(sweep.points) == 8
+    got = [(p.params, p.seed) for p in sweep.points]
+    want = [
+        ({"train.lr": lr, "train.epochs": e, "train.batch_size": b}, seed)
+        for lr in (0.1, 0.01)
+        for e, b in ((1, 16), (2, 64))
+        for seed in (0, 1)
+    ]
+    assert got == want
+    for p in sweep.points:
+        assert p.exp.train.lr == p.params["train.lr"] and p.exp.run.seed == p.seed
+        assert p.exp.train.epochs == p.params["train.epochs"] and p.exp.data.limit == 64
+    assert len({p.exp.config_hash() for p in sweep.points}) == 8
+
+
+def test_find_study_is_the_newest_of_that_name_and_kind(store: Store) -> None:
+    assert store.find_study("lr", "sweep") is None
+    first = store.create_study("lr", "sweep")
+    store.create_study("lr", "scale")
+    assert store.find_study("lr", "sweep") == first
+    second = store.create_study("lr", "sweep")
+    assert store.find_study("lr", "sweep") == second
+
+
+BAD = {
+    "unknown key": ('[grid]\n"train.lrr" = [0.1]\n', [],
+                    "unknown key 'train.lrr' (did you mean 'lr'?)"),
+    "no axes": ("repeats = 2\n", [], "no axes to sweep"),
+    "wrong type": ('[grid]\n"train.lr" = [0.1, "fast"]\n', [],
+                   "point 2 (train.lr='fast'): train.lr: Input should be a valid number"),
+    "zip lengths": ('[zip]\n"train.lr" = [0.1, 0.2]\n"train.epochs" = [1]\n', [],
+                    "[zip] axes must be of equal length: train.lr has 2, train.epochs has 1"),
+    "empty axis": ('[grid]\n"train.lr" = []\n', [], "[grid] 'train.lr' has no values"),
+    "jobs 0": ('[grid]\n"train.lr" = [0.1]\n', ["--jobs", "0"], "--jobs must be at least 1"),
+    "repeats 0": ('repeats = 0\n[grid]\n"train.lr" = [0.1]\n', [],
+                  "repeats: must be at least 1"),
+    "unknown top key": ('[grids]\n"train.lr" = [0.1]\n', [], "unknown key 'grids'"),
+    "no such study": ('[grid]\n"train.lr" = [0.1]\n', ["--resume", "7"], "no study 7"),
+    "on-failure": ('[grid]\n"train.lr" = [0.1]\n', ["--on-failure", "maybe"],
+                   "--on-failure 'maybe'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_bad_input_is_one_line_and_stores_nothing(
+    case: str, cli: Callable[..., CliResult], tmp_path: Path, store: Store
+) -> None:
+    body, args, message = BAD[case]
+    result = cli("sweep", str(write_sweep(tmp_path, body)), *args)
+    assert result.code == 2, result.err
+    assert len(result.err.strip().splitlines()) == 1 and message in result.err, result.err
+    assert store.list_runs() == [] and store.find_study("lr", "sweep") is None
+
+
+def test_missing_files_and_a_study_that_is_no_sweep(
+    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+) -> None:
+    result = cli("sweep", "nowhere.toml")
+    assert result.code == 2 and "nowhere.toml: no such sweep file" in result.err
+    path = tmp_path / "nobase.toml"
+    path.write_text('base = "gone.toml"\n[grid]\n"train.lr" = [0.1]\n')
+    result = cli("sweep", str(path))
+    assert result.code == 2 and "base 'gone.toml': no such experiment file" in result.err
+    scale = store.create_study("x", "scale")
+    result = cli("sweep", str(write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1]\n')),
+                 "--resume", str(scale))  # fmt: skip
+    assert result.code == 2 and f"study {scale} is a scale study, not a sweep" in result.err
+    assert store.list_runs() == []
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def test_sweep_runs_every_point_then_skips_them(
+    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+) -> None:
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.02]\n"augment.flip" = [false]\n')
+    first = sweep_json(cli, str(path))
+    points = first["points"]
+    assert [p["params"] for p in points] == [
+        {"train.lr": 0.1, "augment.flip": False}, {"train.lr": 0.02, "augment.flip": False}
+    ]  # fmt: skip
+    for p in points:
+        assert p.keys() >= JSON_KEYS and p["status"] == "finished" and not p["skipped"]
+        assert store.get_run(p["run_id"])["config"]["train"]["lr"] == p["params"]["train.lr"]
+        assert store.get_run(p["run_id"])["study_id"] == first["study_id"]
+    assert first["winner"] in [p["run_id"] for p in points]
+    assert set(first["axis_winners"]) == {"train.lr", "augment.flip"}
+    names = {Path(p).name for p in first["plots"]}
+    assert names == {"val_error.png", "accuracy_vs_train_lr.png", "time_to_target.png"}
+    for plot in first["plots"]:
+        assert Path(plot).parent.name == f"study-{first['study_id']}"
+        assert Path(plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    listed = cli("runs", "list")
+    assert listed.code == 0 and "lr train.lr=0.02 augment.flip=False" in listed.out
+
+    again = sweep_json(cli, str(path))
+    assert again["study_id"] == first["study_id"]
+    assert [p["skipped"] for p in again["points"]] == [True, True]
+    assert [p["run_id"] for p in again["points"]] == [p["run_id"] for p in points]
+    assert [p["test_accuracy"] for p in again["points"]] == [p["test_accuracy"] for p in points]
+    assert len(store.list_runs()) == 2
+
+    fresh = sweep_json(cli, str(path), "--new")
+    assert fresh["study_id"] != first["study_id"] and len(store.list_runs()) == 4
+
+
+@pytest.mark.parametrize("on_failure", ["continue", "stop"])
+def test_a_failed_point_is_recorded_and_the_sweep_goes_on_or_stops(
+    on_failure: str, cli: Callable[..., CliResult], tmp_path: Path, store: Store
+) -> None:
+    # 1000 images per batch do not fit in the 128 training images: the first point fails.
+    path = write_sweep(tmp_path, '[grid]\n"train.batch_size" = [1000, 32]\n')
+    result = sweep_json(cli, str(path), "--on-failure", on_failure, code=1)
+    statuses = [p["status"] for p in result["points"]]
+    assert statuses == (["failed", "finished"] if on_failure == "continue" else ["failed"])
+    failed = store.get_run(result["points"][0]["run_id"])
+    assert failed["status"] == "failed" and "batch" in failed["error"]
+    assert failed["study_id"] == result["study_id"]
+
+
+def test_two_jobs_write_every_point_and_leave_no_process(
+    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+) -> None:
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05, 0.02]\n')
+    result = cli("sweep", str(path), "--jobs", "2", "--json")
+    assert result.code == 0, result.err
+    points = json.loads(result.out)["points"]
+    runs = store.list_runs(study_id=json.loads(result.out)["study_id"])
+    assert len(runs) == 3 and {r["status"] for r in runs} == {"finished"}
+    for p in points:
+        config = store.get_run(p["run_id"])["config"]
+        assert config["train"]["lr"] == p["params"]["train.lr"]
+        assert config["run"]["threads"] == 1  # 2 cores split between 2 jobs
+    pids = worker_pids(result.err)
+    assert len(pids) == 3 and not any(alive(pid) for pid in pids)
+    assert processes_under(tmp_path) == {}
+    # Resumed in-process, the points run with 2 workers of 1 thread each are still found.
+    again = sweep_json(cli, str(path))
+    assert all(p["skipped"] for p in again["points"])
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
+    jobs: str, cli: Callable[..., CliResult], tmp_path: Path, db: str, store: Store
+) -> None:
+    # Point 1 trains 4 steps and never reaches step 6; point 2 trains 8 and parks there.
+    # Under --jobs 2 both start together: the signal finds point 1 finished or training.
+    path = write_sweep(tmp_path, '[grid]\n"train.epochs" = [1, 2]\n')
+    proc = start_sweep(tmp_path, db, str(path), "--jobs", jobs, pause_at=6)
+    try:
+        wait_for(lambda: (tmp_path / "parked").exists(), "point 2 to park at step 6")
+        if jobs == "2":
+            wait_for(lambda: worker_pids((tmp_path / "stderr.txt").read_text()), "a worker")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
+    finally:
+        proc.kill()
+    stopped = {r["config"]["train"]["epochs"]: r for r in store.list_runs()}
+    assert stopped[2]["status"] == "killed"
+    pids = worker_pids((tmp_path / "stderr.txt").read_text())
+    assert not any(alive(pid) for pid in pids) and processes_under(tmp_path) == {}
+
+    result = sweep_json(cli, str(path))
+    rows = {p["params"]["train.epochs"]: p for p in result["points"]}
+    assert rows[1]["skipped"] == (stopped[1]["status"] == "finished")
+    assert not rows[2]["skipped"] and rows[2]["status"] == "finished"
+    assert rows[2]["run_id"] != stopped[2]["id"]
+    assert store.get_run(stopped[2]["id"])["status"] == "killed"
+    assert {r["study_id"] for r in store.list_runs()} == {result["study_id"]}
+
+
+def test_workers_die_with_a_sigkilled_sweep(tmp_path: Path, db: str) -> None:
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05]\n')
+    proc = start_sweep(tmp_path, db, str(path), "--jobs", "2", pause_at=2)
+    try:
+        wait_for(lambda: (tmp_path / "parked").exists(), "a worker to park")
+        pids = worker_pids((tmp_path / "stderr.txt").read_text())
+        assert pids
+        proc.kill()
+        proc.wait(timeout=EVENT_S)
+        wait_for(
+            lambda: not processes_under(tmp_path) and not any(alive(pid) for pid in pids),
+            "the workers to die with dlperf",
+        )
+    finally:
+        proc.kill()
+
+
+def test_load_sweep_names_the_closest_key(tmp_path: Path) -> None:
+    path = write_sweep(tmp_path, '[grid]\n"trian.lr" = [0.1]\n')
+    with pytest.raises(UserError, match=r"unknown key 'trian' \(did you mean 'train'\?\)"):
+        load_sweep(path)
