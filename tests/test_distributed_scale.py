@@ -22,6 +22,7 @@ from dlperf.config import load_experiment
 from dlperf.data import load_data
 from dlperf.distributed.launch import alive, free_port, worker_pids
 from dlperf.engine.run import build_model, run_experiment
+from dlperf.models.transfer import split_params
 from dlperf.store import Store
 from tests.test_scale import SUMMARY_KEYS
 
@@ -223,6 +224,37 @@ def test_a_scale_point_applies_the_plain_runs_schedule_and_clipping(
     assert norm > 100 * exp.train.grad_clip
     for p, g in zip(model.parameters(), shard["grads"], strict=True):
         torch.testing.assert_close(g, p.grad * exp.train.grad_clip / norm, rtol=1e-3, atol=1e-9)
+
+
+def test_a_feature_extract_point_runs_frozen_at_the_weights_resolution(
+    cli: Callable, exp_path: Path, store: Store, tmp_path: Path
+) -> None:
+    """model.weights = run:ID (trained on 16x16 images) with feature extraction: the workers
+    train at 16x16 with the source's statistics, which the stored config states, and DDP
+    registers only the head's parameters for all-reduce."""
+    source = load_experiment(exp_path, ["data.image_size=16", "train.epochs=1", "run.threads=1"])
+    seen = run_experiment(source, store)["data"]
+    assert seen["shape"] == [1, 16, 16]
+    start = [f'model.weights="run:{store.list_runs(kind="run")[0]["id"]}"']
+    start += ['model.transfer="feature-extract"']
+    args = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "2", "--no-comm-split"]
+    r = cli(*args, *[a for s in start for a in ("--set", s)], "--json")
+    assert r.code == 0, r.err
+    (row,) = json.loads(r.out)["rows"]
+    assert row["status"] == "finished" and row["replica_max_diff"] == 0.0
+
+    exp = load_experiment(exp_path, [*start, "data.image_size=16"])
+    model = build_model(exp, load_data(exp.data), torch.device("cpu"))
+    backbone, head = split_params(model)
+    head_bytes = sum(p.numel() * p.element_size() for p in head)
+    assert head_bytes < sum(p.numel() * p.element_size() for p in backbone) / 10
+    assert row["grad_bytes"] == head_bytes
+    (result,) = tmp_path.glob("dlperf_runs/**/p0/result.json")
+    for rank in json.loads(result.read_text())["ranks"]:
+        assert rank["main"]["reduced_bytes"] == head_bytes  # DDP's own count
+    (run,) = store.list_runs(kind="scale")
+    data = run["config"]["experiment"]["data"]
+    assert (data["image_size"], data["mean"], data["std"]) == (16, seen["mean"], seen["std"])
 
 
 def test_compression_hooks_train_and_keep_replicas_in_step(

@@ -18,6 +18,11 @@ Per point (all times per step, seconds):
   per worker-hour;
 - --synthetic: throughput_mean and throughput_ci95 over chunks of the timed steps, the
   interval by Student's t (throughput_ci_method; see chunk_throughput).
+
+A point measures speed, so its workers start from random weights of the experiment's shape:
+model.weights only sets the images' resolution and statistics (resolved here, where the store
+is, and written into the experiment the workers get and the runs store), and a feature-extract
+experiment trains with its backbone frozen, as a run would.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ import torch
 
 from dlperf.analytic.devices import get_device
 from dlperf.config import Experiment, ScaleConfig
-from dlperf.data import load_data
+from dlperf.data import ImageData
 from dlperf.distributed.launch import Rendezvous, run_torchrun
+from dlperf.engine import pretrained
+from dlperf.engine.run import load_run_data
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
@@ -304,6 +311,27 @@ class StudyResult:
     max_per_worker_batch: int | None = None
 
 
+def as_run(exp: Experiment, store: Store) -> tuple[Experiment, ImageData, list[str]]:
+    """`exp` with the resolution and statistics its model.weights imply written into its data
+    section where the config leaves them unset (the workers have no store to resolve run:ID
+    with, and the stored runs then say what ran); its data, loaded once, and warnings."""
+    start = pretrained.resolve(exp.model, store)
+    data, warnings = load_run_data(exp, start)
+    if start is None:
+        return exp, data, warnings
+    update: dict[str, object] = {}
+    if exp.data.image_size is None and start.image_size is not None:
+        update["image_size"] = data.shape[-1]
+    for key in ("mean", "std"):
+        if getattr(exp.data, key) is None and getattr(start, key) is not None:
+            update[key] = list(getattr(data, key))
+    if not update:
+        return exp, data, warnings
+    config = exp.to_dict()
+    config["data"].update(update)
+    return Experiment.model_validate(config), data, warnings
+
+
 def _spec(exp: Experiment, point: Point, backend: str, threads: int, steps: int) -> dict[str, Any]:
     opts = exp.scale
     return {
@@ -329,18 +357,17 @@ class _Study:
     """What every point of one study shares, and how one point is run and recorded."""
 
     def __init__(self, exp: Experiment, store: Store, out_dir: Path, reporter: Reporter) -> None:
-        self.exp, self.opts, self.store = exp, exp.scale, store
+        self.opts, self.store = exp.scale, store
         self.out_dir, self.reporter = out_dir, reporter
         self.backend = resolve_backend(self.opts.backend)
         self.price = hourly_price(self.opts)
         self.cores = usable_cores()
-        self.data = load_data(exp.data)
+        self.exp, self.data, self.warnings = as_run(exp, store)
         self.train_images = len(self.data.train)
         self.writer = self.opts.node_rank == 0
         self.study_id: int | None = None
         self.ring: dict[str, Any] | None = None
         self.bases: dict[tuple[str, str, float | None], dict[str, Any]] = {}
-        self.warnings: list[str] = []
         self.rows: list[dict[str, Any]] = []
 
     def shard_error(self, point: Point) -> UserError | None:

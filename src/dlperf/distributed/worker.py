@@ -4,7 +4,11 @@ The spec (written by dlperf.distributed.study) names the experiment, the per-wor
 steps, the backend and the communication options. The worker trains the experiment's model
 wrapped in DistributedDataParallel with the engine's training step, so the experiment's
 optimizer, schedule, gradient clipping and fp16 gradient scaling apply as in a plain run at
-the point's global batch. It times every step after the warm-up, and (unless the point's
+the point's global batch. The model starts from random weights (speed does not depend on
+their values; the parent has written the resolution and statistics of model.weights into the
+experiment); a feature-extract experiment freezes its backbone, so the backward pass stops at
+the head, DDP reduces only the head's gradients and the backbone's batch norms stay in eval
+mode. It times every step after the warm-up, and (unless the point's
 hook already is the no-op) a second replica under DDP's no-op communication hook, in
 alternating chunks of steps: the compute-only time the parent subtracts to get the exposed
 communication. Every rank's figures are gathered to the launch's node and written as
@@ -16,8 +20,8 @@ warm-up, and `rank-R.error` (its traceback) if it fails.
 Test hooks (environment variables, read only here):
 - DLPERF_SCALE_CRASH="RANK:STEP" makes that rank raise at that step (counted from 1, warm-up
   included); "RANK:STEP:kill" makes it SIGKILL itself instead.
-- DLPERF_SCALE_DUMP_GRADS=PREFIX saves each rank's first batch and its gradients as the
-  first step leaves them (all-reduced by DDP, unscaled, clipped) to
+- DLPERF_SCALE_DUMP_GRADS=PREFIX saves each rank's first batch and its trained parameters'
+  gradients as the first step leaves them (all-reduced by DDP, unscaled, clipped) to
   PREFIX.w<world>.rank<r>.pt; the model then trains with dropout off, so that one process
   can reproduce the step.
 """
@@ -42,8 +46,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlperf.config import Experiment
 from dlperf.data import ImageData, load_data, make_loader
-from dlperf.engine.run import build_model
+from dlperf.engine.run import build_model, start_weights
 from dlperf.engine.step import build_step
+from dlperf.models.transfer import set_train_mode
 from dlperf.system import peak_memory_bytes, synchronize
 
 CRASH_ENV = "DLPERF_SCALE_CRASH"
@@ -136,8 +141,12 @@ class Phase:
     ) -> None:
         self.spec, self.device, self.crash, self.dump = spec, device, crash, dump
         self.model = build_model(exp, data, device)
+        start_weights(self.model, exp.model, exp.model.weights or "", None)  # freezes, if asked
         # dump: dropout off, so that a single process can reproduce the first step exactly
-        self.model.train(not dump)
+        if dump:
+            self.model.eval()
+        else:
+            set_train_mode(self.model)  # a frozen backbone's batch norms stay in eval mode
         kwargs: dict[str, Any] = {}
         if spec.get("bucket_mb"):
             kwargs["bucket_cap_mb"] = spec["bucket_mb"]
@@ -174,7 +183,8 @@ class Phase:
             x, y = next(self.source)
             self.lr = self.train_step(x, y).lr
             if self.dump and self.step == 1:
-                grads = [p.grad.detach().cpu() for p in self.model.parameters()]
+                trained = [p for p in self.model.parameters() if p.requires_grad]
+                grads = [p.grad.detach().cpu() for p in trained]
                 path = f"{self.dump}.w{dist.get_world_size()}.rank{dist.get_rank()}.pt"
                 torch.save({"x": x.cpu(), "y": y.cpu(), "grads": grads}, path)
             if self.crash is not None:
@@ -204,7 +214,11 @@ class Phase:
             "samples": len(self.times) * self.spec["per_worker_batch"],
             "ddp": {k: logging[k] for k in DDP_TIMES if k in logging},
             "replica_max_diff": float((flat - reference).abs().max()),
-            "grad_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
+            "grad_bytes": sum(
+                p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad
+            ),
+            # what DDP itself registered for all-reduce (frozen parameters are not)
+            "reduced_bytes": logging.get("total_parameter_size_bytes"),
             "lr": self.lr,
         }
 

@@ -9,6 +9,8 @@ weights, which the experiment's optimizer and schedule then update. Synchronous 
 loop with every forward pass at the current weights, so one learner (never stale) trains
 exactly like synchronous SGD. BatchNorm statistics travel with the gradient: the forward pass
 starts from the read version's running statistics and leaves its update of them on the server.
+Both start from the experiment's model.weights, at their resolution and statistics, as a run
+does (`engine.run`); feature extraction trains the head alone.
 
 Both runs go into the store as one study, with per-epoch validation curves, the staleness
 histogram in the asynchronous run's summary and a figure of both curves as an artifact.
@@ -27,11 +29,13 @@ from torch import nn
 
 from dlperf.config import Experiment
 from dlperf.converge import staleness
-from dlperf.data import ImageData, load_data, make_loader
-from dlperf.engine.run import build_model
+from dlperf.data import ImageData, make_loader
+from dlperf.engine import pretrained
+from dlperf.engine.run import build_model, load_run_data, start_weights
 from dlperf.engine.step import build_step
 from dlperf.engine.train import evaluate
 from dlperf.errors import UserError
+from dlperf.models.transfer import set_train_mode
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.system import pick_device, set_threads, system_info
@@ -112,7 +116,7 @@ def train(
     for epoch in range(1, cfg.epochs + 1):
         reporter.task(f"{'async' if reads else 'sync'} epoch {epoch}/{cfg.epochs}", len(loader))
         loader.set_epoch(epoch)
-        model.train()
+        set_train_mode(model)  # a frozen backbone stays in eval mode
         for x, y in loader:
             read = version if reads is None else reads[version]
             forward.read(snapshots[read] if reads else None)
@@ -143,7 +147,11 @@ def study(
     reporter = reporter or NullReporter()
     device = pick_device(exp.run.device)
     threads = set_threads(exp.run.threads)
-    data = load_data(exp.data)
+    start = pretrained.resolve(exp.model, store)
+    weights = start.fetch() if start and exp.model.transfer != "scratch" else None
+    data, warnings = load_run_data(exp, start)
+    for warning in warnings:
+        reporter.log(f"warning: {warning}")
     steps_per_epoch = len(data.train) // exp.train.batch_size
     if steps_per_epoch == 0:
         raise UserError(f"train.batch_size {exp.train.batch_size} exceeds the training set")
@@ -160,6 +168,8 @@ def study(
             study_id=study_id,
         ) as record:
             model = build_model(exp, data, device)
+            if start is not None:
+                start_weights(model, exp.model, start.source, weights)
             history, stale = train(
                 exp, data, model, device, reads if mode == "async" else None, reporter
             )
