@@ -3,7 +3,11 @@ same configs (smallcnn on the bundled digits, 10 epochs, four learning rates), a
 round, in interleaved repetitions; and the same in-process: `run_sweep` against
 `run_experiment` per config.
 Goal: a sweep point costs at most 5% more than a run of its config. Seconds per point =
-wall time of the whole contender / points (a sweep's includes its ranking and figures)."""
+wall time of the whole contender / points (a sweep's includes its ranking and figures).
+
+Then what feature extraction saves per step against fine-tuning the same pretrained model
+(resnet20 on 3x32x32, batch 64, the one training step of every run): forward, backward and
+optimizer time of whole steps, interleaved, and their ratios."""
 
 from __future__ import annotations
 
@@ -12,9 +16,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
 from benchlib import interleaved, save, spread, table, timed
-from dlperf.config import load_experiment
+from dlperf.config import TrainConfig, load_experiment
 from dlperf.engine.run import run_experiment
+from dlperf.engine.step import build_step
+from dlperf.models import create_model
+from dlperf.models.transfer import freeze_backbone, load_weights, set_train_mode
 from dlperf.store import Store
 from dlperf.sweep import load_sweep, run_sweep
 
@@ -36,6 +45,7 @@ checkpoint = false
 """
 SWEEP = f'base = "base.toml"\n[grid]\n"train.lr" = {LRS}\n'
 DLPERF = [sys.executable, "-m", "dlperf"]
+STEPS, BATCH = 20, 64
 
 
 def _dlperf(root: Path, *args: str) -> None:
@@ -64,7 +74,21 @@ def library_sweep(root: Path, store: Store) -> float:
     return timed(lambda: run_sweep(sweep, store, new=True)) / len(LRS)
 
 
-def main() -> None:
+def transfer_step(mode: str) -> float:
+    """Seconds per training step of resnet20 started from another resnet20's weights."""
+    torch.manual_seed(0)
+    model = create_model("resnet20", num_classes=10)
+    load_weights(model, create_model("resnet20", num_classes=100).state_dict(), "a resnet20")
+    if mode == "feature-extract":
+        freeze_backbone(model)
+    set_train_mode(model)
+    step = build_step(model, TrainConfig(lr=0.01), "fp32", torch.device("cpu"), STEPS)
+    x, y = torch.randn(BATCH, 3, 32, 32), torch.randint(10, (BATCH,))
+    step(x, y)  # warm-up: allocator and kernels
+    return timed(lambda: [step(x, y) for _ in range(STEPS)]) / STEPS
+
+
+def overhead() -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "base.toml").write_text(BASE + f'out_dir = "{root / "runs"}"\n')
@@ -99,18 +123,37 @@ def main() -> None:
             rows,
         )
     )
-    overhead = spread(ratios["run_sweep / run_experiment (in-process)"])["median"] - 1
-    print(f"median in-process overhead per point: {overhead:+.1%} (goal: at most +5%)")
-    save(
-        "sweep",
-        {
-            "seconds_per_point": results,
-            "ratios": ratios,
-            "median_in_process_overhead": overhead,
-            "base": BASE,
-            "learning_rates": LRS,
-        },
+    extra = spread(ratios["run_sweep / run_experiment (in-process)"])["median"] - 1
+    print(f"median in-process overhead per point: {extra:+.1%} (goal: at most +5%)")
+    return {
+        "seconds_per_point": results,
+        "ratios": ratios,
+        "median_in_process_overhead": extra,
+        "base": BASE,
+        "learning_rates": LRS,
+    }
+
+
+def transfer() -> dict[str, object]:
+    torch.set_num_threads(2)
+    modes = ("finetune", "feature-extract")
+    results = interleaved({m: lambda m=m: transfer_step(m) for m in modes}, 2 * REPEATS)
+    ratio = [f / e for f, e in zip(results[modes[0]], results[modes[1]], strict=True)]
+    rows = [[m, *(v * 1e3 for v in spread(results[m]).values())] for m in modes]
+    rows.append(["finetune / feature-extract", *spread(ratio).values()])
+    print(
+        table(
+            f"resnet20, 3x32x32, batch {BATCH}, {STEPS} steps: ms per step "
+            "(min / median / max), then the ratio",
+            ["mode", "min", "median", "max"],
+            rows,
+        )
     )
+    return {"seconds_per_step": results, "finetune_over_feature_extract": ratio}
+
+
+def main() -> None:
+    save("sweep", {**overhead(), "transfer": transfer()})
 
 
 if __name__ == "__main__":
