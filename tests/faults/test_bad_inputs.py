@@ -180,6 +180,25 @@ CASES = [
     # --- runs ------------------------------------------------------------------------------
     case("runs show 42", "error: no run 42 in the store"),
     case("runs show abc", "Error: Invalid value for 'run_id'"),
+    # --- sweep: the sweep file, its axes and options ------------------------------------------
+    case("sweep missing.toml", "error: missing.toml: no such sweep file"),
+    case("sweep nodir/s.toml", "error: nodir/s.toml: no such sweep file"),
+    case("sweep /proc/forbidden/s.toml", "error: /proc/forbidden/s.toml: no such sweep file"),
+    case("sweep dir", "error: dir: is a directory, not a sweep file"),
+    case("sweep bad.toml", "error: bad.toml: malformed TOML"),
+    case("sweep noaxes.toml", "error: noaxes.toml: no axes to sweep (add e.g. [grid]"),
+    case("sweep lrr.toml", "point 1 (train.lrr=0.1): unknown key 'train.lrr' (did you mean"),
+    case("sweep fast.toml", "point 1 (train.lr='fast'): train.lr: Input should be a valid number"),
+    case("sweep zip.toml", "[zip] axes must be of equal length: train.lr has 2, train.epochs has"),
+    case("sweep novalues.toml", "error: novalues.toml: [grid] 'train.lr' has no values"),
+    case("sweep nobase.toml", "base 'missing.toml': no such experiment file"),
+    case("sweep repeats.toml", "error: repeats.toml: repeats: must be at least 1 (got 0)"),
+    case("sweep sweep.toml --jobs 0", "error: --jobs must be at least 1, got 0"),
+    case("sweep sweep.toml --jobs 4096", "error: --jobs 4096 is more than the"),
+    case("sweep sweep.toml --resume 42", "error: no study 42 in the store"),
+    case("sweep sweep.toml --resume 1 --new", "error: give --resume STUDY_ID or --new, not both"),
+    case("sweep sweep.toml --on-failure maybe", "error: --on-failure 'maybe' (use continue or"),
+    case("runs list --study 42", "error: no study 42 in the store"),
     case("runs compare 1", "error: compare needs two or more run IDs (e.g. dlperf runs compare"),
     case("runs compare 42 43", f"error: {NOT_STORED}"),
     case("runs list --limit 0", "error: --limit must be at least 1, got 0"),
@@ -479,6 +498,17 @@ def write_inputs(root: Path) -> None:
         "typical_local_batch": 128.0,
     }
     (root / "speed.json").write_text(json.dumps(speed))
+    for name, text in {
+        "sweep": '[grid]\n"train.lr" = [0.1, 0.01]',
+        "noaxes": "",
+        "lrr": '[grid]\n"train.lrr" = [0.1]',
+        "fast": '[grid]\n"train.lr" = ["fast"]',
+        "zip": '[zip]\n"train.lr" = [0.1, 0.2]\n"train.epochs" = [1]',
+        "novalues": '[grid]\n"train.lr" = []',
+        "repeats": 'repeats = 0\n[grid]\n"train.lr" = [0.1]',
+    }.items():
+        (root / f"{name}.toml").write_text(f'base = "exp.toml"\n{text}\n')
+    (root / "nobase.toml").write_text('base = "missing.toml"\n[grid]\n"train.lr" = [0.1]\n')
     (root / "jobs.toml").write_text(
         '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.5\n'
     )

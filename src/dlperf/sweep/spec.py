@@ -127,7 +127,8 @@ def _resolve_base(path: Path, base: str) -> Path:
 
 def _parse(path: Path) -> SweepFile:
     if not path.is_file():  # read_toml would call it an experiment file
-        raise UserError(f"{path}: no such sweep file", "give the path of a sweep TOML file")
+        what = "is a directory, not a sweep file" if path.is_dir() else "no such sweep file"
+        raise UserError(f"{path}: {what}", "give the path of a sweep TOML file")
     raw = read_toml(path)
     for key in raw:
         if key not in SweepFile.model_fields:
