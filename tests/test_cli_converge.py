@@ -126,6 +126,7 @@ def test_speed_fit_on_study_then_plan(cli: Cli, store: Store, tmp_path: Path) ->
     assert times[(2, 2)] == pytest.approx(doc["steps"] * 0.3)
     assert [a["workers"] for a in doc["allocations"] if a["fastest"]] == [2]
     assert (tmp_path / "plan.png").stat().st_size > 0
+    assert "saved plan.png" in r.err  # the path also outside the JSON
 
     (tmp_path / "jobs.toml").write_text(
         '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.9\n'

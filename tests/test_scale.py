@@ -5,6 +5,7 @@ that binds a launched program to its parent."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shlex
@@ -396,3 +397,22 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
     )
     assert "4 workers failed:\nboom" in err
     assert "run `dlperf scale --allreduce-bench --workers 2`" in err  # no ring model stored
+
+
+def test_the_saved_figures_are_named_in_the_human_output(
+    cli: Callable, tiny_exp: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only in --json: each figure the study saved gets a `saved PATH` line on stderr."""
+    from dlperf.distributed import study
+
+    figures = ["/out/scale-1/plots/throughput.png", "/out/scale-1/plots/speedup.png"]
+    done = study.StudyResult(1, [], [], "single-host emulation", artifacts=figures)
+    monkeypatch.setattr(study, "run_study", lambda *args: done)
+    base = ["scale", str(tiny_exp()), "--mode", "weak", "--per-worker-batch", "8", "--steps", "2"]
+    r = cli(*base, "--workers", "1")
+    assert r.code == 0, r.err
+    assert [line for line in r.err.splitlines() if line.startswith("saved ")] == [
+        f"saved {path}" for path in figures
+    ]
+    r = cli(*base, "--workers", "1", "--json")
+    assert json.loads(r.out)["artifacts"] == figures

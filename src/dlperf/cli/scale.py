@@ -245,6 +245,8 @@ def scale(
         )
     else:
         _print_table(result)
+        for path in result.artifacts:
+            console.tell([], path)
     if find_max:
         if not as_json:
             console.out.print(

@@ -113,6 +113,8 @@ def plan(
     if cluster is not None:
         if gpus is None:
             raise UserError("--cluster needs --gpus N")
+        if plot is not None:
+            console.warn(f"--plot {plot}: nothing drawn, --cluster has no figure")
         jobs = planner.allocate(planner.read_jobs(cluster), gpus)
         if as_json:
             console.print_json({"gpus": gpus, "jobs": [asdict(a) for a in jobs]})

@@ -62,7 +62,7 @@ def _print_summary(result: Any) -> None:
         if row["status"] == "failed":
             console.err.print(f"run {row['run_id']} failed: {row['error']}", markup=False)
     for path in result.plots:
-        console.err.print(f"saved {path}", markup=False)
+        console.tell([], path)
 
 
 @app.command()

@@ -488,7 +488,8 @@ class _Study:
 
             # The store keeps artifacts per run: a study's figures hang on its first run.
             directory = self.out_dir / f"scale-{self.study_id}" / "plots"
-            for kind, path in plot_study(directory, self.rows):
+            study = self.store.get_study(self.study_id)
+            for kind, path in plot_study(directory, self.rows, (self.study_id, study["name"])):
                 self.store.add_artifact(self.rows[0]["run_id"], kind, path.resolve())
                 artifacts.append(str(path.resolve()))
         label = "single-host emulation" if self.opts.nnodes == 1 else f"{self.opts.nnodes} nodes"

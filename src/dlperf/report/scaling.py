@@ -1,6 +1,11 @@
 """Figures of a scaling study (matplotlib Agg, files only): throughput with the ideal line
 (and, with --synthetic, the chunks' mean and its 95% interval), speedup, efficiency, the
-step split into compute and exposed communication, and cost."""
+step split into compute and exposed communication, and cost.
+
+Every figure is titled with the study, carries error bars from the spread of each point's
+timed steps (the slowest rank's fastest and slowest step: `step_time_min_s`,
+`step_time_max_s`), and says so on the figure when all workers shared one host.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never needs a display
-import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure  # no pyplot: figures that need no global state
 from matplotlib.ticker import MaxNLocator
+
+SPREAD_LABEL = "min-max over timed steps"
 
 
 def _groups(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -25,32 +29,75 @@ def _groups(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
-def _figure(path: Path, ylabel: str, draw: Callable[[Axes], None]) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    draw(ax)
-    ax.set_xlabel("workers")
-    ax.set_ylabel(ylabel)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def step_range(row: dict[str, Any]) -> tuple[float, float] | None:
+    """(low, high) of the point's per-step throughput relative to its throughput: the
+    global batch over the slowest and the fastest timed step, divided by samples / wall
+    time. None when the row holds no spread."""
+    fastest, slowest = row.get("step_time_min_s"), row.get("step_time_max_s")
+    throughput, batch = row.get("throughput"), row.get("global_batch")
+    if not (fastest and slowest and throughput and batch):
+        return None
+    return batch / slowest / throughput, batch / fastest / throughput
 
 
-def plot_study(directory: Path, rows: list[dict[str, Any]]) -> list[tuple[str, Path]]:
-    """Write the study's figures into `directory`; returns (artifact kind, path) pairs."""
+def _yerr(values: list[float], ranges: list[tuple[float, float]]) -> list[list[float]]:
+    """Below/above distances for errorbar, from (low, high) factors of each value (never
+    negative: the throughput over the whole wall time may sit just outside the steps')."""
+    lows = [max(0.0, v - min(lo, hi) * v) for v, (lo, hi) in zip(values, ranges, strict=True)]
+    highs = [max(0.0, max(lo, hi) * v - v) for v, (lo, hi) in zip(values, ranges, strict=True)]
+    return [lows, highs]
+
+
+def shared_host(rows: list[dict[str, Any]]) -> str | None:
+    """The note for a study whose workers all ran on one host (one node, or every rank
+    reporting the same host name); None when they did not."""
+    finished = [r for r in rows if r.get("status") == "finished"]
+    if not finished:
+        return None
+    hosts = {rank.get("host") for r in finished for rank in r.get("ranks") or []} - {None}
+    if len(hosts) > 1:
+        return None
+    if len(hosts) == 1 or all(r.get("nodes", 1) == 1 for r in finished):
+        where = f" ({next(iter(hosts))})" if hosts else ""
+        return (
+            f"single-host emulation: all workers shared one host{where}, its cores and "
+            "memory bandwidth"
+        )
+    return None
+
+
+def study_figures(
+    rows: list[dict[str, Any]], title: str = "scale study"
+) -> list[tuple[str, Figure]]:
+    """The study's figures as (artifact kind, matplotlib Figure), not yet saved."""
     groups = _groups(rows)
     if not groups:
         return []
-    directory.mkdir(parents=True, exist_ok=True)
+    note = shared_host(rows)
 
-    def series(key: str, ideal: Callable[[list[dict[str, Any]], int], float] | None = None):
+    def series(
+        key: str,
+        ideal: Callable[[list[dict[str, Any]], int], float] | None = None,
+        inverse: bool = False,
+    ):
+        """One line per group, with the per-step spread (inverse: a value that falls as
+        throughput rises, such as cost) as error bars, and the ideal line dotted."""
+
         def draw(ax: Axes) -> None:
+            spread_label: str | None = SPREAD_LABEL
             for i, (label, mine) in enumerate(groups.items()):
                 w = [r["workers"] for r in mine]
                 ax.plot(w, [r[key] for r in mine], "o-", color=f"C{i}", label=label)
+                spread = [(r, step_range(r)) for r in mine if r.get(key) is not None]
+                spread = [(r, s) for r, s in spread if s is not None]
+                if spread:
+                    ranges = [(1 / hi, 1 / lo) if inverse else (lo, hi) for _, (lo, hi) in spread]
+                    values = [r[key] for r, _ in spread]
+                    ax.errorbar(
+                        [r["workers"] for r, _ in spread], values, yerr=_yerr(values, ranges),
+                        fmt="none", capsize=3, color=f"C{i}", alpha=0.7, label=spread_label,
+                    )  # fmt: skip
+                    spread_label = None  # one legend entry for all groups
                 if ideal is not None:
                     ideal_w = [ideal(mine, n) for n in w]
                     ax.plot(w, ideal_w, ":", color=f"C{i}", label=f"{label} ideal")
@@ -69,7 +116,16 @@ def plot_study(directory: Path, rows: list[dict[str, Any]]) -> list[tuple[str, P
                 w = [r["workers"] for r in chunked]
                 mean = [r["throughput_mean"] for r in chunked]
                 ci = [r["throughput_ci95"] for r in chunked]
-                ax.errorbar(w, mean, yerr=ci, fmt="none", capsize=3, color=f"C{i}", label=label)
+                ax.errorbar(
+                    w,
+                    mean,
+                    yerr=ci,
+                    fmt="none",
+                    capsize=5,
+                    elinewidth=2,
+                    color=f"C{i}",
+                    label=label,
+                )
                 label = None  # one legend entry for all groups
 
     def split(ax: Axes) -> None:
@@ -80,6 +136,17 @@ def plot_study(directory: Path, rows: list[dict[str, Any]]) -> list[tuple[str, P
         x = range(len(flat))
         ax.bar(x, compute, label="compute")
         ax.bar(x, comm, bottom=compute, label="exposed communication")
+        timed = [
+            (i, r) for i, r in enumerate(flat) if r.get("step_time_min_s") and r.get("step_time_s")
+        ]
+        if timed:
+            median = [r["step_time_s"] * 1e3 for _, r in timed]
+            low = [max(0.0, (r["step_time_s"] - r["step_time_min_s"]) * 1e3) for _, r in timed]
+            high = [max(0.0, (r["step_time_max_s"] - r["step_time_s"]) * 1e3) for _, r in timed]
+            ax.errorbar(
+                [i for i, _ in timed], median, yerr=[low, high], fmt="_", color="k", capsize=4,
+                label=f"step time, median and {SPREAD_LABEL}",
+            )  # fmt: skip
         ax.set_xticks(list(x), labels, fontsize=6)
 
     figures = [
@@ -89,8 +156,40 @@ def plot_study(directory: Path, rows: list[dict[str, Any]]) -> list[tuple[str, P
         ("plot/step_split", "ms per step", split),
     ]
     if all(r.get("cost_per_epoch") is not None for mine in groups.values() for r in mine):
-        figures.append(("plot/cost", "cost per epoch", series("cost_per_epoch")))
-    return [
-        (kind, _figure(directory / f"{kind.split('/')[1]}.png", ylabel, draw))
-        for kind, ylabel, draw in figures
-    ]
+        figures.append(("plot/cost", "cost per epoch", series("cost_per_epoch", inverse=True)))
+    return [(kind, _figure(title, ylabel, draw, note)) for kind, ylabel, draw in figures]
+
+
+def _figure(title: str, ylabel: str, draw: Callable[[Axes], None], note: str | None) -> Figure:
+    fig = Figure(figsize=(6, 4.3 if note else 4))
+    ax = fig.subplots()
+    draw(ax)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("workers")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, style="italic", color="0.3", va="bottom")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+    else:
+        fig.tight_layout()
+    return fig
+
+
+def plot_study(
+    directory: Path, rows: list[dict[str, Any]], study: tuple[int, str]
+) -> list[tuple[str, Path]]:
+    """Write the figures of study `study` = (id, name) into `directory`; returns (artifact
+    kind, path) pairs."""
+    figures = study_figures(rows, f"scale study {study[0]}: {study[1]}")
+    if not figures:
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for kind, fig in figures:
+        path = directory / f"{kind.split('/')[1]}.png"
+        fig.savefig(path, dpi=120)
+        saved.append((kind, path))
+    return saved

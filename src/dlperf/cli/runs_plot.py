@@ -1,0 +1,44 @@
+"""`dlperf runs plot`: overlays of stored metrics, one subplot per key, one line per run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import open_store
+from dlperf.cli.runs import runs_app
+
+
+@runs_app.command("plot")
+def runs_plot(
+    run_ids: list[int] = typer.Argument(..., help="One or more run IDs.", show_default=False),
+    keys: list[str] = typer.Option(
+        [],
+        "--key",
+        help="Metric key, e.g. val/loss (repeatable; default: training loss, val/acc1, train/lr).",
+    ),
+    x: str = typer.Option("step", "--x", help="step | epoch | time (seconds since the run began)."),
+    out: Path = typer.Option(
+        None, "--out", help="Figure file, .png, .svg or .pdf (default runs-ID-ID.png)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Plot stored metrics of one or many runs against the step, the epoch or the wall time:
+    one subplot per key, one line per run.
+
+    Example: dlperf runs plot 1 2 --key val/acc1 --key epoch/time_s --x epoch --out cmp.svg
+    """
+    from dlperf.paths import check_writable
+    from dlperf.report.runs import check_out, check_x, plot_runs
+
+    check_x(x)
+    path = out if out is not None else Path(f"runs-{'-'.join(map(str, run_ids))}.png")
+    check_out(path)
+    check_writable(path, make_parents=False)  # before the store is read
+    done = plot_runs(open_store(), run_ids, keys, x, path)
+    if as_json:
+        console.print_json(done.to_dict())
+        return
+    console.tell(done.warnings, done.path)

@@ -1,0 +1,199 @@
+"""Overlays of stored metrics for one or many runs (`dlperf runs plot`): one subplot per
+metric key, one line per run, against the global step, the (fractional) epoch or the wall
+time since the run's first metric row. matplotlib, files only.
+
+Per-step keys (train/loss, train/lr, ...) are stored at the global step; per-epoch keys
+(epoch/*, val/*, phase/*) at the epoch number 1..E. The two meet through the run summary's
+`steps_per_epoch`: a step s is epoch s / steps_per_epoch, and epoch e ends at step
+e * steps_per_epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure  # no pyplot: files only, no global state
+from sqlalchemy import func, select
+
+from dlperf.errors import UserError
+from dlperf.parsing import did_you_mean
+from dlperf.store import Store
+from dlperf.store.schema import Metric
+
+FORMATS = ("png", "svg", "pdf")
+X_AXES = ("step", "epoch", "time")
+PER_EPOCH = ("epoch/", "val/", "phase/")  # prefixes of keys stored at step = epoch
+
+X_LABELS = {
+    "step": "global step",
+    "epoch": "epoch",
+    "time": "wall time since the run's first metric (s)",
+}
+UNITS = {
+    "epoch/time_s": "s",
+    "epoch/throughput": "samples/s",
+    "val/acc1": "fraction",
+    "val/acc5": "fraction",
+    "epoch/train_acc1": "fraction",
+}
+
+
+def check_out(path: Path) -> None:
+    """The figure's format comes from the name: .png, .svg or .pdf, nothing else."""
+    if path.suffix.lstrip(".").lower() not in FORMATS:
+        raise UserError(
+            f"--out {path}: unknown figure format {path.suffix or '(no suffix)'!r}",
+            "end the name in .png, .svg or .pdf",
+        )
+
+
+def check_x(x: str) -> None:
+    if x not in X_AXES:
+        raise UserError(f"--x {x!r}: not an axis", f"choose one of {', '.join(X_AXES)}")
+
+
+def per_epoch(key: str) -> bool:
+    return key.startswith(PER_EPOCH)
+
+
+def ylabel(key: str) -> str:
+    unit = UNITS.get(key) or ("s" if key.startswith("phase/") and key.endswith("_s") else None)
+    return f"{key} ({unit})" if unit else key
+
+
+def default_keys(x: str, stored: set[str]) -> list[str]:
+    """Training loss (per step; per epoch on an epoch axis or when no step was logged),
+    validation accuracy and learning rate: those that any of the runs stored."""
+    loss = ["train/loss", "epoch/train_loss"]
+    if x == "epoch":
+        loss.reverse()
+    keys = []
+    for choices in (loss, ["val/acc1"], ["train/lr", "epoch/lr"]):
+        found = next((k for k in choices if k in stored), None)
+        if found is not None:
+            keys.append(found)
+    return keys
+
+
+@dataclass
+class RunsPlot:
+    """What `plot_runs` drew: the file, the axis, the keys, and per run its points per key."""
+
+    path: Path
+    x: str
+    keys: list[str]
+    runs: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "x": self.x,
+            "keys": self.keys,
+            "runs": self.runs,
+            "warnings": self.warnings,
+        }
+
+
+def _rows(store: Store, run_id: int, keys: list[str]) -> tuple[dict[str, list], float | None]:
+    """(step, value, wall_time) rows of `keys`, in step order, and the wall time of the run's
+    first metric row (the time axis' zero)."""
+    query = (
+        select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
+        .where(Metric.run_id == run_id, Metric.key.in_(keys))
+        .order_by(Metric.key, Metric.step, Metric.id)
+    )
+    first = select(func.min(Metric.wall_time)).where(Metric.run_id == run_id)
+    rows: dict[str, list] = {k: [] for k in keys}
+    with store.engine.connect() as conn:
+        for key, step, value, wall in conn.execute(query):
+            rows[key].append((int(step), math.nan if value is None else float(value), wall))
+        origin = conn.execute(first).scalar()
+    return rows, origin
+
+
+def _x_values(
+    key: str, x: str, rows: list, origin: float | None, steps_per_epoch: float | None
+) -> list[float] | None:
+    """The rows' positions on the x axis; None when the run cannot place them there."""
+    if x == "time":
+        return [wall - origin for _, _, wall in rows] if origin is not None else None
+    steps = [float(step) for step, _, _ in rows]
+    if (x == "epoch") == per_epoch(key):
+        return steps  # already in the axis' unit
+    if not steps_per_epoch:
+        return None
+    if x == "epoch":
+        return [s / steps_per_epoch for s in steps]
+    return [s * steps_per_epoch for s in steps]
+
+
+def plot_runs(store: Store, run_ids: list[int], keys: list[str], x: str, path: Path) -> RunsPlot:
+    """Overlay `keys` (default: training loss, val/acc1, learning rate) of the runs and save
+    the figure to `path` (PNG, SVG or PDF by its suffix)."""
+    check_x(x)
+    check_out(path)
+    runs = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]  # unknown: error
+    stored_by_run = {r["id"]: set(store.metric_keys(r["id"])) for r in runs}
+    stored = set().union(*stored_by_run.values())
+    which = ", ".join(str(r["id"]) for r in runs)
+    if not stored:
+        raise UserError(f"run(s) {which} stored no metrics", "see `dlperf runs show`")
+    listing = "stored keys: " + ", ".join(sorted(stored))
+    for key in keys:
+        if key not in stored:
+            hint = did_you_mean(key, stored, listing)
+            raise UserError(f"no metric {key!r} in run(s) {which}", hint)
+    keys = list(dict.fromkeys(keys)) or default_keys(x, stored)
+    if not keys:
+        raise UserError(
+            f"run(s) {which} stored none of the default metrics "
+            "(train/loss or epoch/train_loss, val/acc1, train/lr)",
+            f"choose with --key; {listing}",
+        )
+
+    warnings: list[str] = []
+    fig = Figure(figsize=(7, 1.2 + 2.4 * len(keys)))
+    axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)
+    drawn = []
+    for i, run in enumerate(runs):
+        rows, origin = _rows(store, run["id"], keys)
+        spe = (run["summary"] or {}).get("steps_per_epoch")
+        label = f"run {run['id']}: {run['name']}"
+        points: dict[str, int] = {}
+        for ax, key in zip(axes[:, 0], keys, strict=True):
+            mine = rows[key]
+            if not mine:
+                continue
+            xs = _x_values(key, x, mine, origin, spe)
+            if xs is None:
+                warnings.append(
+                    f"run {run['id']}: {key} left out: no steps_per_epoch in its summary "
+                    f"to put it on the {x} axis"
+                )
+                continue
+            style = "o-" if per_epoch(key) else "-"
+            ax.plot(xs, [v for _, v, _ in mine], style, color=f"C{i % 10}", ms=3, lw=1.2,
+                    label=label)  # fmt: skip
+            points[key] = len(mine)
+        drawn.append({"id": run["id"], "name": run["name"], "points": points})
+    if not any(r["points"] for r in drawn):
+        others = " or ".join(f"--x {a}" for a in X_AXES if a != x)
+        raise UserError(f"nothing to draw: {'; '.join(warnings)}", f"try {others}")
+    for ax, key in zip(axes[:, 0], keys, strict=True):
+        ax.set_ylabel(ylabel(key))
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no points of these runs on this axis", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")  # fmt: skip
+    axes[-1, 0].set_xlabel(X_LABELS[x])
+    title = runs[0]["name"] if len(runs) == 1 else f"{len(runs)} runs"
+    axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return RunsPlot(path, x, keys, drawn, warnings)
