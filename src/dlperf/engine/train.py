@@ -57,6 +57,7 @@ class Progress:
     step: int = 0
     elapsed_s: float = 0.0
     train_time_s: float = 0.0
+    cpu_time_s: float = 0.0  # this process's, over the same timed windows as train_time_s
     samples: int = 0
     best_val_accuracy: float = 0.0
     epochs_to_target: int | None = None
@@ -136,12 +137,13 @@ class EpochClock:
     def __init__(self, device: torch.device, warmup_steps: int, timer: PhaseTimer) -> None:
         self.device, self.warmup_steps, self.timer = device, warmup_steps, timer
         self.steps = self.samples = 0
-        self.epoch_start = self.timed_start = 0.0
+        self.epoch_start = self.timed_start = self.cpu_start = 0.0
         timer.recording = warmup_steps == 0
 
     def start(self) -> None:
         synchronize(self.device)
         self.epoch_start = self.timed_start = time.perf_counter()
+        self.cpu_start = time.process_time()
         self.samples = 0
         self.timer.start()
 
@@ -150,7 +152,7 @@ class EpochClock:
         self.steps += 1
         if self.steps == self.warmup_steps:
             synchronize(self.device)
-            self.timed_start = time.perf_counter()
+            self.timed_start, self.cpu_start = time.perf_counter(), time.process_time()
             self.timer.recording = True
         elif self.steps > self.warmup_steps:
             self.samples += samples
@@ -163,6 +165,7 @@ class EpochClock:
         if not self.samples:
             return now - self.epoch_start, None
         state.train_time_s += now - self.timed_start
+        state.cpu_time_s += time.process_time() - self.cpu_start
         state.samples += self.samples
         state.epoch_throughputs.append(self.samples / (now - self.timed_start))
         return now - self.epoch_start, state.epoch_throughputs[-1]
@@ -298,7 +301,8 @@ def train(
             clock.count(len(y))
             metrics.log(state.step, stepped, epoch)
             pause.maybe(state.step)
-            reporter.advance(1, status=f"loss {metrics.last_loss:.4f}")
+            loss = metrics.last_loss  # nan until the first flush: show nothing rather than nan
+            reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
         metrics.flush(epoch)
 
         seconds, throughput = clock.stop(state)
@@ -347,6 +351,7 @@ def summary(
         if throughputs
         else None,
         "train_time_s": state.train_time_s,
+        "cpu_time_s": state.cpu_time_s,
         "elapsed_s": state.elapsed_s,
         "phases": timer.per_step() or None,
         "step_time_spread": timer.spread() or None,

@@ -1,0 +1,64 @@
+"""`dlperf doctor`: findings over stored runs (dlperf.doctor), grouped by run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+from dlperf.errors import CheckFailed
+
+if TYPE_CHECKING:
+    from dlperf.doctor import Finding
+    from dlperf.store import Store
+
+
+@app.command()
+def doctor(
+    run_ids: list[int] = typer.Argument(
+        None, metavar="RUN_ID", help="Run IDs (none: the newest run)."
+    ),
+    study: list[int] = typer.Option(
+        [], "--study", metavar="ID", help="Every run of study ID (repeatable)."
+    ),
+    last: int = typer.Option(None, "--last", metavar="N", help="The newest N runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Diagnose stored runs: each finding with its severity, the stored figures it rests on,
+    and the fix. Exit 0 when clean, 1 when a finding is an error, 2 on bad input.
+
+    Example: dlperf doctor --last 5
+    """
+    from dlperf import doctor as lib
+
+    store = open_store()
+    ids = lib.select(store, run_ids or (), study, last)
+    findings = lib.examine(store, ids)
+    if as_json:
+        console.print_json({"runs": ids, "findings": [f.to_dict() for f in findings]})
+    else:
+        _print(store, ids, findings)
+    errors = sum(f.severity == "error" for f in findings)
+    if errors:
+        raise CheckFailed(f"{errors} finding(s) of severity error")
+
+
+def _print(store: Store, ids: list[int], findings: list[Finding]) -> None:
+    by_run: dict[int, list[Finding]] = {run_id: [] for run_id in ids}
+    for f in findings:
+        by_run[f.run_id].append(f)
+    for run_id, found in by_run.items():
+        run = store.get_run(run_id)
+        head = f"run {run_id} {run['name']} ({run['kind']}, {run['status']})"
+        if not found:
+            console.out.print(f"{head}: no findings", markup=False)
+            continue
+        console.out.print(head, markup=False)
+        for f in found:
+            console.out.print(f"  {f.severity:<8} {f.rule}: {f.evidence}", markup=False)
+            console.out.print(f"           fix: {f.fix}", markup=False)
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    tally = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
+    console.out.print(f"{len(ids)} run(s) examined: {tally}", markup=False)

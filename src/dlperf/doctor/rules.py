@@ -1,0 +1,588 @@
+"""The doctor's rules: one handler per rule in `RULES` (name -> handler), each reading one
+stored run through a `RunView` and returning its issues (fvcore's table of handlers).
+
+Thresholds are constants here, each documented in docs/doctor.md. Fields a rule reads that
+the engine does not record yet (the rule is silent until it does): summary["world_size"]
+(missing-workers; until then the ranks that reported), summary["data"]["classes"]
+(chance-accuracy for image folders), summary["transfer"]["expects"] (input-below-weights-
+resolution for torchvision weights' normalisation) and system["visible_gpus"] (cpu-not-gpu
+under a CPU-only torch build).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import tomllib
+
+from dlperf.doctor.view import Figures, Handler, Issue, RunView
+
+SEVERITIES = ("info", "warning", "error")
+
+CHANCE_MARGIN = 0.05  # absolute, and at most half of chance itself (1/K)
+RESOLUTION_RATIO = 0.5  # images at most this fraction of the weights' side
+MEAN_TOLERANCE = 0.05  # per channel, in [0, 1] pixel units
+STD_RATIO = 1.5  # std off by more than this factor either way
+DATA_SHARE = 0.20  # data wait over the whole step
+LOW_EFFICIENCY = 0.50
+SUPERLINEAR = 1.05  # efficiency above 1 beyond this is not measurement noise
+CI_SHARE = 0.10  # throughput_ci95 / throughput_mean
+STEP_IQR_SHARE = 0.50  # interquartile range of step times / their median
+EPOCH_SPREAD = 2.0  # max / min of the per-epoch throughputs
+LOSS_RISE = 1.10  # last loss / first loss
+LOSS_RISE_ABS = 0.02
+CPU_BUSY = 0.50  # CPU time / (wall time x threads)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _nonfinite(values: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    return [(s, v) for s, v in values if not math.isfinite(v)]
+
+
+# --- the device and the host ---------------------------------------------------------
+
+
+def cpu_not_gpu(run: RunView) -> list[Issue]:
+    device = run.device()
+    if device is None or not device.startswith("cpu"):
+        return []
+    gpus, visible = run.system.get("gpus") or [], run.system.get("visible_gpus") or []
+    if gpus:
+        if run.kind == "scale":
+            fix = 'set scale.backend = "auto" (nccl, one GPU per worker)'
+        else:
+            fix = f'set run.device = "auto" or "cuda" (now "{run.key("run.device") or "auto"}")'
+        return [
+            Issue(
+                "warning",
+                f"trained on {device} while {len(gpus)} GPU(s) were visible to torch: "
+                + ", ".join(gpus),
+                fix,
+                {"device": device, "gpus": gpus},
+            )
+        ]
+    if visible:
+        return [
+            Issue(
+                "warning",
+                f"trained on {device}: torch saw no CUDA device (torch {run.system.get('torch')}, "
+                f"cuda {run.system.get('cuda')}) but the host shows {len(visible)} GPU(s): "
+                + ", ".join(visible),
+                "install a CUDA build of torch that matches the driver, then run again",
+                {"device": device, "visible_gpus": visible, "cuda": run.system.get("cuda")},
+            )
+        ]
+    return []
+
+
+def _interval(run: dict[str, Any]) -> tuple[datetime, datetime] | None:
+    if not run.get("ended"):
+        return None
+    return datetime.fromisoformat(run["started"]), datetime.fromisoformat(run["ended"])
+
+
+def _threads_used(run: RunView) -> int:
+    return (run.summary.get("threads_per_worker") or run.threads() or 1) * run.workers_per_node()
+
+
+def _concurrent(run: RunView) -> tuple[int, list[int]]:
+    """The most threads that this run and others on its host had running at one moment
+    within this run's time, and the IDs of the runs that overlapped it."""
+    mine = _interval(run.run)
+    host = run.system.get("host")
+    if mine is None or host is None:
+        return _threads_used(run), []
+    events, others = [], []
+    for other in run.stored.everything():
+        span = _interval(other)
+        if other["id"] == run.id or span is None or (other["system"] or {}).get("host") != host:
+            continue
+        if span[0] < mine[1] and span[1] > mine[0]:
+            view = RunView(run.stored, other)
+            others.append(int(other["id"]))
+            events += [(max(span[0], mine[0]), 1, view), (min(span[1], mine[1]), 0, view)]
+    peak = busy = _threads_used(run)
+    for _, starts, view in sorted(events, key=lambda e: (e[0], e[1])):
+        busy += _threads_used(view) if starts else -_threads_used(view)
+        peak = max(peak, busy)
+    return peak, sorted(others)
+
+
+def oversubscribed(run: RunView) -> list[Issue]:
+    cores = run.system.get("usable_cores")
+    if not cores:
+        return []
+    issues = []
+    threads = run.summary.get("threads_per_worker") or run.threads()
+    per_node = run.workers_per_node()
+    if threads and per_node * threads > cores:
+        if run.kind == "scale":
+            evidence = (
+                f"{per_node} workers per node x {threads} threads = {per_node * threads} "
+                f"threads on {cores} usable cores"
+            )
+            fix = (
+                f"at most {cores} workers per node, or more nodes; until then these timings "
+                "are pessimistic"
+            )
+        else:
+            evidence = f"run.threads {threads} on {cores} usable cores"
+            fix = f"set run.threads to at most {cores}, or leave it unset (every usable core)"
+        figures = {"workers_per_node": per_node, "threads": threads, "usable_cores": cores}
+        issues.append(Issue("warning", evidence, fix, figures))
+    peak, others = _concurrent(run)
+    if others and peak > cores:
+        host = run.system.get("host")
+        issues.append(
+            Issue(
+                "warning",
+                f"run(s) {', '.join(map(str, others))} ran at the same time on host {host}: "
+                f"{peak} threads at once on {cores} usable cores",
+                "run fewer at once (`dlperf sweep --jobs N` splits the cores between its jobs) "
+                "or give each run.threads = cores / runs at once",
+                {"peak_threads": peak, "usable_cores": cores, "concurrent_runs": others},
+            )
+        )
+    return issues
+
+
+def shared_host(run: RunView) -> list[Issue]:
+    s = run.summary
+    cpu, wall, threads = s.get("cpu_time_s"), s.get("train_time_s"), run.threads()
+    device = run.device() or ""
+    if cpu is None or not wall or not threads or not device.startswith("cpu"):
+        return []
+    if run.key("data.loader") == "torchvision" and (run.key("data.num_workers") or 0) > 0:
+        return []  # loader processes do part of the work, off this process's CPU time
+    usable = min(threads, run.system.get("usable_cores") or threads)
+    busy = cpu / (wall * usable)
+    if busy >= CPU_BUSY:
+        return []
+    return [
+        Issue(
+            "warning",
+            f"training took {wall:.1f} s of wall time but {cpu:.1f} s of CPU time over "
+            f"{usable} threads: they were busy {busy:.0%} of the time (< {CPU_BUSY:.0%})",
+            "other processes shared its cores, or the host was throttled: rerun on an idle "
+            "host, or set run.threads to the cores that are really free",
+            {"train_time_s": wall, "cpu_time_s": cpu, "threads": usable, "busy": busy},
+        )
+    ]
+
+
+# --- scaling -------------------------------------------------------------------------
+
+
+def missing_workers(run: RunView) -> list[Issue]:
+    if run.kind != "scale":
+        return []
+    s = run.summary
+    asked = run.point.get("workers") or s.get("workers")
+    if not asked:
+        return []
+    processes = asked if run.point.get("strategy", "ddp") == "ddp" else 1
+    fix = (
+        "check every node reached the rendezvous (scale.rdzv, firewalls, the job's node "
+        "count) and that each worker started; rerun the point"
+    )
+    if run.status == "failed" and "rendezvous" in (run.run["error"] or "").lower():
+        first = (run.run["error"] or "").strip().splitlines()[0]
+        return [Issue("error", f"{asked} workers asked; the point failed: {first}", fix)]
+    joined, what = s.get("world_size"), "the process group's world size"
+    if joined is None and isinstance(s.get("ranks"), list) and run.status == "finished":
+        joined, what = len(s["ranks"]), "ranks that reported results"
+    issues = []
+    if joined is not None and joined < processes:
+        issues.append(
+            Issue(
+                "error",
+                f"{asked} workers asked ({processes} processes), {joined} joined ({what})",
+                fix,
+                {"asked": processes, "joined": joined},
+            )
+        )
+    nodes = s.get("nodes") or 1
+    hosts = sorted({r.get("host") for r in s.get("ranks") or [] if r.get("host")})
+    if nodes > 1 and hosts and len(hosts) < nodes:
+        issues.append(
+            Issue(
+                "warning",
+                f"{nodes} nodes asked, but the ranks ran on {len(hosts)} host(s): "
+                + ", ".join(hosts),
+                "give each node its own host in the job file, or read the point as one host's",
+                {"nodes": nodes, "hosts": hosts},
+            )
+        )
+    return issues
+
+
+def low_efficiency(run: RunView) -> list[Issue]:
+    s, base = run.summary, run.scale_base()
+    efficiency = s.get("efficiency")
+    if run.kind != "scale" or efficiency is None or base is None or base["id"] == run.id:
+        return []
+    b = base["summary"]
+    if efficiency >= LOW_EFFICIENCY or s["workers"] <= b["workers"]:
+        return []
+    step, compute, comm = s.get("step_time_s"), s.get("compute_s"), s.get("comm_exposed_s")
+    head = (
+        f"efficiency {efficiency:.2f} at {s['workers']} workers against {b['workers']} "
+        f"(run {base['id']}; speedup {s.get('speedup') or 0:.2f})"
+    )
+    figures: Figures = {"efficiency": efficiency, "workers": s["workers"]}
+    if step is None or compute is None or comm is None:
+        return [
+            Issue(
+                "warning",
+                f"{head}; no compute/communication split stored",
+                "rerun with scale.comm_split = true to see whether compute or communication "
+                "costs the time",
+                figures,
+            )
+        ]
+    # The step the base point would take at this point's per-worker batch.
+    ideal = b["step_time_s"] * s["per_worker_batch"] / b["per_worker_batch"]
+    slower = max(0.0, compute - ideal)
+    figures |= {"step_time_s": step, "compute_s": compute, "comm_exposed_s": comm, "ideal_s": ideal}
+    split = (
+        f"; step {_ms(step)} = compute {_ms(compute)} + exposed communication {_ms(comm)}, "
+        f"against an ideal {_ms(ideal)} (the base's step at this per-worker batch)"
+    )
+    if comm >= slower:
+        figures["cause"] = "communication"
+        cause = f": communication dominates ({_ms(comm)} exposed per step)"
+        fix = (
+            "raise the per-worker batch (weak scaling), compress gradients (scale.comm = "
+            "fp16, bf16 or powersgd), try larger scale.bucket_mb, or a faster interconnect"
+        )
+    else:
+        figures["cause"] = "compute"
+        threads = f"{b.get('threads_per_worker')} -> {s.get('threads_per_worker')}"
+        cause = f": compute dominates ({_ms(slower)} slower per step than ideal)"
+        fix = (
+            f"each worker computes more slowly than the base (threads per worker {threads}): "
+            "on one host the workers share its cores and memory bandwidth; measure on "
+            "separate nodes or GPUs, or compare at equal threads per worker"
+        )
+    return [Issue("warning", head + split + cause, fix, figures)]
+
+
+def _iqr_share(values: list[float]) -> float | None:
+    if len(values) < 8:
+        return None
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return (q3 - q1) / median if median > 0 else None
+
+
+def untrustworthy_scaling(run: RunView) -> list[Issue]:
+    s, issues = run.summary, []
+    if run.kind == "scale":
+        base = run.scale_base()
+        efficiency = s.get("efficiency")
+        faster = base is not None and s["workers"] > base["summary"]["workers"]
+        if efficiency and efficiency > SUPERLINEAR and base and faster:
+            issues.append(
+                Issue(
+                    "warning",
+                    f"efficiency {efficiency:.2f} > 1 at {s['workers']} workers against "
+                    f"{base['summary']['workers']} (run {base['id']}): faster than ideal",
+                    "the base point was slowed (a busy host, a cold cache) or the points did "
+                    "different work: rerun the study on an idle host with --synthetic",
+                    {"efficiency": efficiency},
+                )
+            )
+        mean, ci = s.get("throughput_mean"), s.get("throughput_ci95")
+        if mean and ci is not None and ci / mean > CI_SHARE:
+            issues.append(
+                Issue(
+                    "warning",
+                    f"throughput {mean:.1f} +/- {ci:.1f} samples/s (95% interval, "
+                    f"{ci / mean:.0%} of the mean > {CI_SHARE:.0%})",
+                    "time more steps (scale.steps) on an idle host",
+                    {"throughput_mean": mean, "throughput_ci95": ci},
+                )
+            )
+        steps = _slowest_steps(run)
+        share = _iqr_share(steps)
+        if share is not None and share > STEP_IQR_SHARE:
+            issues.append(
+                Issue(
+                    "warning",
+                    f"step times of the slowest rank vary by {share:.0%} of their median "
+                    f"{_ms(statistics.median(steps))} (interquartile range over "
+                    f"{len(steps)} steps, > {STEP_IQR_SHARE:.0%})",
+                    "time more steps (scale.steps) on an idle host",
+                    {"step_iqr_share": share, "steps": len(steps)},
+                )
+            )
+        return issues
+    spread = s.get("throughput_spread") or {}
+    low, high = spread.get("min"), spread.get("max")
+    if low and high and high / low > EPOCH_SPREAD:
+        issues.append(
+            Issue(
+                "warning",
+                f"epoch throughputs range from {low:.1f} to {high:.1f} samples/s "
+                f"(x{high / low:.1f} > x{EPOCH_SPREAD:g}): the throughput cannot be trusted",
+                "rerun on an idle host; check the oversubscribed and shared-host findings",
+                {"throughput_min": low, "throughput_max": high},
+            )
+        )
+    return issues
+
+
+def _slowest_steps(run: RunView) -> list[float]:
+    """Per step, the slowest rank's time, from the per-rank metrics a scale point stores."""
+    keys = [k for k in run.stored.metric_keys(run.id) if re.fullmatch(r"rank\d+/step_time_s", k)]
+    per_rank = [[v for _, v in run.metric(k)] for k in keys]
+    if not per_rank or len({len(r) for r in per_rank}) != 1:
+        return []
+    return [max(step) for step in zip(*per_rank, strict=True)]
+
+
+# --- the input pipeline and the data -------------------------------------------------
+
+
+def data_bound(run: RunView) -> list[Issue]:
+    phases = run.summary.get("phases") or {}
+    total = sum(v for v in phases.values() if v)
+    wait = phases.get("data")
+    if not total or wait is None or wait / total <= DATA_SHARE:
+        return []
+    loader = run.key("data.loader") or "tensor"
+    if loader == "torchvision":
+        fix = (
+            f'set data.loader = "tensor" (batches augmented on the device) or raise '
+            f"data.num_workers (now {run.key('data.num_workers')})"
+        )
+    else:
+        fix = (
+            "keep the data in memory (data.in_memory = true), lighten augmentation, or use a "
+            "larger batch so the step outweighs the batch's preparation"
+        )
+    return [
+        Issue(
+            "warning",
+            f"data wait {_ms(wait)} of a {_ms(total)} step ({wait / total:.0%} > "
+            f"{DATA_SHARE:.0%}; summary phases: "
+            + ", ".join(f"{k} {_ms(v)}" for k, v in phases.items() if v is not None)
+            + ")",
+            fix,
+            {"data_s": wait, "step_s": total, "share": wait / total},
+        )
+    ]
+
+
+def _classes(run: RunView) -> int | None:
+    seen = (run.summary.get("data") or {}).get("classes")
+    if seen:
+        return int(seen)
+    name = run.key("data.name")
+    if name == "synthetic":
+        return run.key("data.num_classes") or 10
+    return dataset_table().get(name or "", {}).get("classes")
+
+
+def dataset_table() -> dict[str, dict[str, Any]]:
+    return tomllib.loads((resources.files("dlperf") / "data/datasets.toml").read_text())
+
+
+def chance_accuracy(run: RunView) -> list[Issue]:
+    if run.kind == "scale" or _diverged(run):
+        return []  # a scale point trains no accuracy; a diverged run has `diverged`
+    accuracy, what = run.summary.get("test_accuracy"), "test accuracy"
+    if accuracy is None:
+        val = [(e, v) for e, v in run.metric("val/acc1") if math.isfinite(v)]
+        if not val:
+            return []
+        epoch, accuracy = val[-1]
+        what = f"validation accuracy (epoch {epoch})"
+    classes = _classes(run)
+    if not classes or classes < 2:
+        return []
+    chance = 1 / classes
+    margin = min(CHANCE_MARGIN, chance / 2)
+    if accuracy > chance + margin:
+        return []
+    fix = (
+        "the network learned nothing: check that labels match images, that the input is "
+        f"normalised, and the learning rate (train.lr {run.key('train.lr')}); train longer"
+    )
+    if (run.summary.get("transfer") or {}).get("warnings"):
+        fix += "; see input-below-weights-resolution"
+    # A run still training may yet learn: said, but not failed on.
+    return [
+        Issue(
+            "warning" if run.status == "running" else "error",
+            f"{what} {accuracy:.3f} is within {margin:.3f} of chance, 1/{classes} = "
+            f"{chance:.3f} ({run.key('data.name')}, {classes} classes)",
+            fix,
+            {"accuracy": accuracy, "chance": chance, "classes": classes},
+        )
+    ]
+
+
+def _expected(run: RunView, transfer: dict[str, Any]) -> dict[str, Any]:
+    """What the starting weights expect: image_size, mean, std (those known)."""
+    expects = dict(transfer.get("expects") or {})
+    source = re.fullmatch(r"run (\d+)", str(transfer.get("weights", "")))
+    if source:
+        origin = run.stored.find(int(source.group(1)))
+        data = (origin or {}).get("summary", {}).get("data") or {}
+        if data.get("shape"):
+            expects.setdefault("image_size", data["shape"][-1])
+        for key in ("mean", "std"):
+            if data.get(key):
+                expects.setdefault(key, data[key])
+    for warning in transfer.get("warnings") or []:
+        found = re.search(r"trained at (\d+)x\d+", warning)
+        if found:
+            expects.setdefault("image_size", int(found.group(1)))
+    return expects
+
+
+def _per_channel(values: list[float], channels: int) -> list[float]:
+    return values if len(values) == channels else [sum(values) / len(values)] * channels
+
+
+def input_below_weights_resolution(run: RunView) -> list[Issue]:
+    transfer = run.summary.get("transfer") or {}
+    data = run.summary.get("data") or {}
+    if not transfer or not data.get("shape") or run.key("model.transfer") == "scratch":
+        return []
+    expects, issues = _expected(run, transfer), []
+    side, expected, weights = data["shape"][-1], expects.get("image_size"), transfer.get("weights")
+    if expected and side <= expected * RESOLUTION_RATIO:
+        issues.append(
+            Issue(
+                "warning",
+                f"images {side}x{side} went into weights {weights} trained at "
+                f"{expected}x{expected} ({side / expected:.0%} of their side, "
+                f"<= {RESOLUTION_RATIO:.0%})",
+                f"set data.image_size = {expected}, or pre-train at this resolution",
+                {"image_size": side, "weights_image_size": expected},
+            )
+        )
+    channels = data["shape"][0]
+    mean, std = data.get("mean"), data.get("std")
+    want_mean, want_std = expects.get("mean"), expects.get("std")
+    off = []
+    if mean and want_mean:
+        want = _per_channel(list(want_mean), channels)
+        if any(abs(a - b) > MEAN_TOLERANCE for a, b in zip(mean, want, strict=False)):
+            off.append(f"mean {_values(mean)} instead of {_values(want)}")
+    if std and want_std:
+        want = _per_channel(list(want_std), channels)
+        if any(max(a / b, b / a) > STD_RATIO for a, b in zip(std, want, strict=False) if a and b):
+            off.append(f"std {_values(std)} instead of {_values(want)}")
+    if off:
+        issues.append(
+            Issue(
+                "warning",
+                f"the images were normalised with {' and '.join(off)}, the statistics "
+                f"weights {weights} were trained with",
+                "drop data.mean and data.std from the config (the weights' statistics then "
+                "apply), or set them to the weights'",
+                {"mean": mean, "std": std, "weights_mean": want_mean, "weights_std": want_std},
+            )
+        )
+    return issues
+
+
+def _values(values: list[float]) -> str:
+    return "(" + ", ".join(f"{v:.3f}" for v in values) + ")"
+
+
+# --- the optimisation ----------------------------------------------------------------
+
+LOSS_KEYS = ("train/loss", "epoch/train_loss", "val/loss")
+
+
+def _diverged(run: RunView) -> bool:
+    error = run.run["error"] or ""
+    return "loss became" in error or any(_nonfinite(run.metric(k)) for k in LOSS_KEYS)
+
+
+def diverged(run: RunView) -> list[Issue]:
+    lr = run.key("train.lr")
+    now = f" (now {lr:g})" if isinstance(lr, int | float) else ""
+    precision = run.key("run.precision") or "fp32"
+    fix = (
+        f"lower train.lr{now}, set train.grad_clip = 1.0, "
+        f'or run.precision = "fp32" (now "{precision}")'
+    )
+    error = run.run["error"] or ""
+    if run.status == "failed" and "loss became" in error:
+        said = error.splitlines()[0].split(";")[0]  # the engine's own advice is in `fix`
+        return [Issue("error", f"the run failed: {said}", fix)]
+    for key in LOSS_KEYS:
+        bad = _nonfinite(run.metric(key))
+        if bad:
+            step, value = bad[0]
+            unit = "step" if key.startswith("train/") else "epoch"
+            return [
+                Issue(
+                    "error",
+                    f"{key} is {value} at {unit} {step} ({len(bad)} non-finite value(s))",
+                    fix,
+                    {"key": key, unit: step, "nonfinite": len(bad)},
+                )
+            ]
+    return []
+
+
+def lr_too_high(run: RunView) -> list[Issue]:
+    if _diverged(run):
+        return []  # `diverged` says it
+    epochs = [(e, v) for e, v in run.metric("epoch/train_loss") if math.isfinite(v)]
+    if len(epochs) >= 2:
+        (first_at, first), (last_at, last) = epochs[0], epochs[-1]
+        what = (
+            f"epoch/train_loss rose from {first:.4f} (epoch {first_at}) to {last:.4f} "
+            f"(epoch {last_at})"
+        )
+    else:
+        losses = [v for _, v in run.metric("train/loss")]
+        if len(losses) < 20:
+            return []
+        window = max(5, len(losses) // 10)
+        first, last = statistics.fmean(losses[:window]), statistics.fmean(losses[-window:])
+        what = (
+            f"train/loss rose from a mean {first:.4f} over its first {window} steps to "
+            f"{last:.4f} over its last {window}"
+        )
+    if last <= first * LOSS_RISE or last - first <= LOSS_RISE_ABS:
+        return []
+    lr = run.key("train.lr")
+    fix = f"lower train.lr (e.g. {lr / 10:g})" if isinstance(lr, int | float) else "lower train.lr"
+    return [
+        Issue(
+            "warning",
+            f"{what} (x{last / first:.2f} > x{LOSS_RISE:g}) at train.lr {lr}",
+            fix + ", or warm it up (train.schedule.warmup_epochs)",
+            {"first_loss": first, "last_loss": last, "lr": lr},
+        )
+    ]
+
+
+RULES: dict[str, Handler] = {
+    "cpu-not-gpu": cpu_not_gpu,
+    "missing-workers": missing_workers,
+    "oversubscribed": oversubscribed,
+    "shared-host": shared_host,
+    "chance-accuracy": chance_accuracy,
+    "input-below-weights-resolution": input_below_weights_resolution,
+    "data-bound": data_bound,
+    "low-efficiency": low_efficiency,
+    "untrustworthy-scaling": untrustworthy_scaling,
+    "diverged": diverged,
+    "lr-too-high": lr_too_high,
+}

@@ -1,0 +1,147 @@
+"""How the doctor's rules read the store: a `RunView` of one run (its config, system,
+summary and metrics), over `Stored`, which reads each run, study and metric once; and the
+`Issue` a rule returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlperf.store import Store
+
+Figures = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Issue:
+    severity: str
+    evidence: str
+    fix: str
+    figures: Figures = field(default_factory=dict)
+
+
+class Stored:
+    """The store, read once per thing: runs, studies and metrics are cached."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._runs: dict[int, dict[str, Any]] = {}
+        self._studies: dict[int, list[dict[str, Any]]] = {}
+        self._everything: list[dict[str, Any]] | None = None
+        self._metrics: dict[tuple[int, str], list[tuple[int, float]]] = {}
+        self._keys: dict[int, list[str]] = {}
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        if run_id not in self._runs:
+            self._runs[run_id] = self.store.get_run(run_id)
+        return self._runs[run_id]
+
+    def find(self, run_id: int) -> dict[str, Any] | None:
+        """A run that another names (a transfer's source), None if it is gone."""
+        try:
+            return self.run(run_id)
+        except Exception:
+            return None
+
+    def study(self, study_id: int) -> list[dict[str, Any]]:
+        if study_id not in self._studies:
+            self._studies[study_id] = self.store.list_runs(study_id=study_id)
+        return self._studies[study_id]
+
+    def everything(self) -> list[dict[str, Any]]:
+        if self._everything is None:
+            self._everything = self.store.list_runs()
+        return self._everything
+
+    def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
+        if (run_id, key) not in self._metrics:
+            self._metrics[run_id, key] = self.store.metrics(run_id, key)
+        return self._metrics[run_id, key]
+
+    def metric_keys(self, run_id: int) -> list[str]:
+        if run_id not in self._keys:
+            self._keys[run_id] = self.store.metric_keys(run_id)
+        return self._keys[run_id]
+
+
+@dataclass
+class RunView:
+    """One stored run as the rules read it."""
+
+    stored: Stored
+    run: dict[str, Any]
+
+    @property
+    def id(self) -> int:
+        return int(self.run["id"])
+
+    @property
+    def kind(self) -> str:
+        return str(self.run["kind"])
+
+    @property
+    def status(self) -> str:
+        return str(self.run["status"])
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.run["summary"] or {}
+
+    @property
+    def system(self) -> dict[str, Any]:
+        return self.run["system"] or {}
+
+    @property
+    def experiment(self) -> dict[str, Any]:
+        """The experiment config: a scale point keeps it under "experiment"."""
+        config = self.run["config"] or {}
+        return config.get("experiment", config) if self.kind == "scale" else config
+
+    @property
+    def point(self) -> dict[str, Any]:
+        return (self.run["config"] or {}).get("point") or {}
+
+    def key(self, dotted: str) -> Any:
+        node: Any = self.experiment
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    def metric(self, key: str) -> list[tuple[int, float]]:
+        return self.stored.metrics(self.id, key)
+
+    def device(self) -> str | None:
+        device = self.summary.get("device") or self.system.get("device")
+        if device is None:  # a scale point's workers: gloo on the CPU, nccl on GPUs
+            device = {"gloo": "cpu", "nccl": "cuda"}.get(self.system.get("backend", ""))
+        return device
+
+    def threads(self) -> int | None:
+        return self.summary.get("threads") or self.system.get("threads")
+
+    def workers_per_node(self) -> int:
+        if self.kind != "scale" or self.point.get("strategy", "ddp") != "ddp":
+            return 1
+        workers = self.point.get("workers") or self.summary.get("workers") or 1
+        return max(1, workers // (self.summary.get("nodes") or self.key("scale.nnodes") or 1))
+
+    def scale_base(self) -> dict[str, Any] | None:
+        """The finished point of the same study and comm/strategy/bucket with the fewest
+        workers: what speedup and efficiency are measured against."""
+        if self.run["study_id"] is None:
+            return None
+        group = [self.point.get(k) for k in ("comm", "strategy", "bucket_mb")]
+        same = [
+            r
+            for r in self.stored.study(self.run["study_id"])
+            if r["kind"] == "scale"
+            and r["status"] == "finished"
+            and r["summary"].get("workers")
+            and [(r["config"].get("point") or {}).get(k) for k in ("comm", "strategy", "bucket_mb")]
+            == group
+        ]
+        return min(same, key=lambda r: (r["summary"]["workers"], r["id"]), default=None)
+
+
+Handler = Callable[[RunView], list[Issue]]

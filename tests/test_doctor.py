@@ -1,0 +1,458 @@
+"""`dlperf doctor`: each rule on a run that shows its problem, and silence on healthy runs.
+
+Training runs are real (`run_experiment` on the bundled digits: healthy, diverged, at chance,
+a learning rate that makes the loss rise, and a transfer from weights trained at twice the
+resolution). What cannot be produced on this 2-core CPU host (a GPU sitting idle, DDP points
+that scale badly or where a worker never joined, a data-bound step, a shared host) is stored
+through the Store API in the shapes the engine writes: the system record of
+`dlperf.system.system_info`, a scale point's summary from `dlperf.distributed.study.summarize`
+and `add_relative` over per-rank results, and a real run's summary with figures changed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from dlperf import doctor
+from dlperf.config import Experiment
+from dlperf.engine.run import run_experiment
+from dlperf.store import Store
+
+RULE_NAMES = {
+    "cpu-not-gpu",
+    "missing-workers",
+    "oversubscribed",
+    "shared-host",
+    "chance-accuracy",
+    "input-below-weights-resolution",
+    "data-bound",
+    "low-efficiency",
+    "untrustworthy-scaling",
+    "diverged",
+    "lr-too-high",
+}
+
+
+def _exp(**sections: dict[str, Any]) -> Experiment:
+    config: dict[str, Any] = {
+        "model": {"name": "smallcnn"},
+        "data": {"name": "digits"},
+        "train": {"epochs": 2, "batch_size": 32, "lr": 0.05},
+        "run": {"threads": 1, "warmup_steps": 2, "checkpoint": False},
+    }
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    return Experiment.model_validate(config)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, str, dict[str, int]]:
+    """A store with real training runs, by name."""
+    root = tmp_path_factory.mktemp("lab")
+    url = f"sqlite:///{root / 'dlperf.db'}"
+    store = Store.open(url)
+    out = {"out_dir": str(root / "runs")}
+
+    def run(**sections: dict[str, Any]) -> int:
+        sections["run"] = {**out, **sections.get("run", {})}
+        return int(run_experiment(_exp(**sections), store)["run_id"])
+
+    source = run(
+        model={"name": "resnet20"},
+        data={"image_size": 16, "limit": 300},
+        train={"epochs": 1},
+        run={"checkpoint": True},
+    )
+    runs = {
+        "healthy": run(run={"timing": "phases"}),
+        "diverged": run(train={"lr": 1e4}),
+        "chance": run(train={"lr": 1e-7}),
+        "random-labels": run(data={"name": "synthetic", "shape": [1, 8, 8], "size": 512}),
+        # lr warms up to 2.0 over three epochs: the loss falls, then climbs back up.
+        "lr-high": run(
+            train={
+                "epochs": 4,
+                "lr": 2.0,
+                "grad_clip": 1.0,
+                "schedule": {"kind": "constant", "warmup_epochs": 3},
+            }
+        ),
+        # Weights trained on 16x16 images, fed 8x8 ones normalised with other statistics.
+        "small-input": run(
+            model={"name": "resnet20", "weights": f"run:{source}", "transfer": "finetune"},
+            data={"image_size": 8, "limit": 300, "mean": [0.9], "std": [0.1]},
+            train={"epochs": 1},
+        ),
+    }
+    return store, url, runs
+
+
+def _rules(findings: list[doctor.Finding]) -> dict[str, list[doctor.Finding]]:
+    found: dict[str, list[doctor.Finding]] = {}
+    for f in findings:
+        found.setdefault(f.rule, []).append(f)
+    return found
+
+
+def _like(store: Store, run_id: int, system: dict[str, Any] = {}, **summary: Any) -> int:  # noqa: B006
+    """A copy of stored run `run_id` with its system record and summary figures changed, and
+    the load figures an idle machine gives (the real run's depend on the tests' neighbours)."""
+    run = store.get_run(run_id)
+    s = run["summary"]
+    idle = {
+        "throughput_spread": {k: s["throughput"] for k in ("min", "median", "max")},
+        "cpu_time_s": s["train_time_s"] * s["threads"],
+    }
+    copy = store.create_run(
+        run["name"], run["kind"], run["config"], run["config_hash"], {**run["system"], **system}
+    )
+    store.finish_run(copy, "finished", summary={**s, **idle, **summary})
+    return copy
+
+
+# --- the rule table ------------------------------------------------------------------
+
+
+def test_rules_have_stable_names_and_severities() -> None:
+    assert set(doctor.RULES) == RULE_NAMES
+    assert doctor.SEVERITIES == ("info", "warning", "error")
+
+
+# What the machine's load alone may show on a healthy run: the tests share their cores.
+LOAD_RULES = {"shared-host", "untrustworthy-scaling"}
+
+
+def _load_findings_are_earned(store: Store, run_id: int, findings: list[doctor.Finding]) -> None:
+    """The load-dependent findings on a healthy run fire exactly when its stored figures say
+    the machine was busy."""
+    s = store.get_run(run_id)["summary"]
+    spread = s["throughput_spread"]
+    busy = s["cpu_time_s"] / (s["train_time_s"] * s["threads"])
+    expected = {"untrustworthy-scaling"} if spread["max"] / spread["min"] > 2 else set()
+    expected |= {"shared-host"} if busy < 0.5 else set()
+    assert {f.rule for f in findings} == expected, findings
+
+
+def test_a_healthy_run_has_no_findings(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    summary = store.get_run(runs["healthy"])["summary"]
+    assert summary["phases"] and summary["test_accuracy"] > 0.5  # every rule had data to read
+    assert summary["cpu_time_s"] > 0
+    _load_findings_are_earned(store, runs["healthy"], doctor.examine(store, [runs["healthy"]]))
+
+
+# --- training runs -------------------------------------------------------------------
+
+
+def test_diverged_run(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    findings = doctor.examine(store, [runs["diverged"]])
+    assert [(f.rule, f.severity) for f in findings] == [("diverged", "error")]
+    assert "loss became nan" in findings[0].evidence
+    assert "train.lr (now 10000)" in findings[0].fix
+    assert findings[0].evidence == "the run failed: loss became nan at step 3 (epoch 1)"
+
+
+def test_nan_in_stored_losses_is_divergence(store: Store) -> None:
+    run = store.create_run("killed", "run", {"train": {"lr": 0.5}})
+    store.log_metrics(run, [("train/loss", 1, 2.3), ("train/loss", 2, float("nan"))])
+    store.finish_run(run, "killed", error="interrupted")
+    (finding,) = doctor.examine(store, [run])
+    assert (finding.rule, finding.severity) == ("diverged", "error")
+    assert finding.evidence == "train/loss is nan at step 2 (1 non-finite value(s))"
+
+
+@pytest.mark.parametrize("name", ["chance", "random-labels"])
+def test_chance_accuracy(lab: tuple[Store, str, dict[str, int]], name: str) -> None:
+    store, _, runs = lab
+    findings = _rules(doctor.examine(store, [runs[name]]))
+    (finding,) = findings["chance-accuracy"]
+    accuracy = store.get_run(runs[name])["summary"]["test_accuracy"]
+    assert finding.severity == "error"
+    assert finding.figures == {"accuracy": accuracy, "chance": 0.1, "classes": 10}
+    assert f"test accuracy {accuracy:.3f} is within 0.050 of chance, 1/10 = 0.100" in (
+        finding.evidence
+    )
+
+
+def test_lr_too_high(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    losses = [v for _, v in store.metrics(runs["lr-high"], "epoch/train_loss")]
+    assert losses[-1] > 1.1 * losses[0]  # the run really did what the rule looks for
+    (finding,) = _rules(doctor.examine(store, [runs["lr-high"]]))["lr-too-high"]
+    assert finding.severity == "warning"
+    assert finding.evidence.startswith(f"epoch/train_loss rose from {losses[0]:.4f} (epoch 1)")
+    assert "lower train.lr (e.g. 0.2)" in finding.fix
+
+
+def test_input_below_weights_resolution(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    size, stats = _rules(doctor.examine(store, [runs["small-input"]]))[
+        "input-below-weights-resolution"
+    ]
+    assert size.evidence.startswith("images 8x8 went into weights run 1 trained at 16x16")
+    assert size.fix.startswith("set data.image_size = 16")
+    assert stats.evidence.startswith("the images were normalised with mean (0.900) instead of")
+    assert size.figures == {"image_size": 8, "weights_image_size": 16}
+
+
+def test_data_bound(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    phases = {"data": 0.004, "h2d": 0.0001, "forward": 0.003, "backward": 0.005, "optimizer": 0.001}
+    run = _like(store, runs["healthy"], phases=phases)
+    (finding,) = doctor.examine(store, [run])
+    assert (finding.rule, finding.severity) == ("data-bound", "warning")
+    assert finding.evidence.startswith("data wait 4.0 ms of a 13.1 ms step (31% > 20%")
+    assert finding.figures["share"] == pytest.approx(0.004 / 0.0131)
+
+
+def test_shared_host(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    wall = store.get_run(runs["healthy"])["summary"]["train_time_s"]
+    busy = _like(store, runs["healthy"], cpu_time_s=0.95 * wall)  # one thread, busy
+    shared = _like(store, runs["healthy"], cpu_time_s=0.3 * wall)
+    assert doctor.examine(store, [busy]) == []
+    (finding,) = doctor.examine(store, [shared])
+    assert (finding.rule, finding.severity) == ("shared-host", "warning")
+    assert "they were busy 30% of the time" in finding.evidence
+
+
+# --- the device and the host ---------------------------------------------------------
+
+
+def test_cpu_while_a_gpu_was_visible(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    run = _like(store, runs["healthy"], {"gpus": ["NVIDIA A100-SXM4-40GB"]})
+    (finding,) = doctor.examine(store, [run])
+    assert (finding.rule, finding.severity) == ("cpu-not-gpu", "warning")
+    assert finding.evidence == (
+        "trained on cpu while 1 GPU(s) were visible to torch: NVIDIA A100-SXM4-40GB"
+    )
+    hidden = _like(store, runs["healthy"], {"visible_gpus": ["NVIDIA L4"], "cuda": None})
+    (finding,) = doctor.examine(store, [hidden])
+    assert "torch saw no CUDA device" in finding.evidence and "CUDA build" in finding.fix
+
+
+def test_oversubscribed_run_and_runs_at_once(lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, _, runs = lab
+    over = _like(store, runs["healthy"], {"usable_cores": 2}, threads=4)
+    (finding,) = doctor.examine(store, [over])
+    assert (finding.rule, finding.evidence) == ("oversubscribed", "run.threads 4 on 2 usable cores")
+    # Two 2-thread runs on one 2-core host, their times overlapping by a minute.
+    a, b = (_like(store, runs["healthy"], {"usable_cores": 2}, threads=2) for _ in range(2))
+    start = datetime(2025, 1, 1, 12, 0, 0)
+    store.update_run(a, started=start, ended=start + timedelta(minutes=2))
+    store.update_run(b, started=start + timedelta(minutes=1), ended=start + timedelta(minutes=3))
+    (finding,) = doctor.examine(store, [a])
+    assert finding.rule == "oversubscribed"
+    assert finding.evidence.endswith(": 4 threads at once on 2 usable cores")
+    assert finding.figures["concurrent_runs"] == [b]
+    store.update_run(b, started=start + timedelta(minutes=2), ended=start + timedelta(minutes=4))
+    assert doctor.examine(store, [a, b]) == []  # one after the other
+
+
+# --- scaling studies -----------------------------------------------------------------
+
+
+def _rank(rank: int, steps: list[float], compute: list[float] | None, batch: int) -> dict:
+    """One rank's result as dlperf.distributed.worker reports it."""
+    result = {
+        "rank": rank,
+        "host": "node0",
+        "pid": 100 + rank,
+        "main": {
+            "step_times_s": steps,
+            "wall_s": sum(steps),
+            "samples": batch * len(steps),
+            "ddp": {"avg_backward_comm_time": 1_000_000, "avg_forward_compute_time": 5_000_000},
+            "replica_max_diff": 0.0,
+            "grad_bytes": 400_000,
+        },
+    }
+    if compute is not None:
+        result["compute"] = {"step_times_s": compute}
+    return result
+
+
+def _study(
+    store: Store, points: list[tuple[int, float, float | None]], ranks: int | None = None
+) -> list[int]:
+    """A weak-scaling study, batch 32 per worker, stored as `dlperf scale` stores one: per
+    point (workers, median step s, compute s), 20 steps each, on a 2-core host."""
+    from dlperf.distributed.study import Point, _rank_metrics, add_relative, summarize
+    from dlperf.system import system_info
+
+    exp = _exp()
+    study = store.create_study("scale smallcnn", "scale")
+    base, ids = None, []
+    for workers, step, compute in points:
+        point = Point(workers, 32, 32 * workers, "allreduce", "ddp", None)
+        threads = max(1, 2 // workers)
+        steps = [step * f for f in (0.98, 1.0, 1.02, 1.0) * 5]
+        per_rank = [
+            _rank(r, steps, [compute] * 20 if compute else None, 32)
+            for r in range(workers if ranks is None else ranks)
+        ]
+        system = {**system_info(None, threads), "usable_cores": 2, "backend": "gloo"}
+        config = {"experiment": exp.to_dict(), "point": asdict(point)}
+        run = store.create_run(f"smallcnn {point.label()}", "scale", config, None, system, study)
+        summary = summarize(point, per_rank, 1, threads, "gloo", 1437, None)
+        add_relative(summary, base)
+        base = base or summary
+        store.log_metrics(run, _rank_metrics(per_rank))
+        store.finish_run(run, "finished", summary=summary)
+        ids.append(run)
+    return ids
+
+
+def test_a_healthy_scaling_study_has_no_findings(store: Store) -> None:
+    ids = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)])
+    assert store.get_run(ids[1])["summary"]["efficiency"] == pytest.approx(0.1 / 0.11)
+    assert doctor.examine(store, ids) == []
+
+
+def test_low_efficiency_blames_communication(store: Store) -> None:
+    _, two = _study(store, [(1, 0.100, None), (2, 0.250, 0.100)])
+    (finding,) = doctor.examine(store, [two])
+    assert (finding.rule, finding.severity, finding.figures["cause"]) == (
+        "low-efficiency",
+        "warning",
+        "communication",
+    )
+    assert finding.evidence.startswith("efficiency 0.40 at 2 workers against 1")
+    assert "step 250.0 ms = compute 100.0 ms + exposed communication 150.0 ms" in finding.evidence
+
+
+def test_low_efficiency_blames_compute(store: Store) -> None:
+    _, two = _study(store, [(1, 0.100, None), (2, 0.250, 0.230)])
+    (finding,) = doctor.examine(store, [two])
+    assert finding.figures["cause"] == "compute"
+    assert "threads per worker 2 -> 1" in finding.fix
+
+
+def test_superlinear_and_noisy_scaling_is_untrustworthy(store: Store) -> None:
+    _, two = _study(store, [(1, 0.100, None), (2, 0.070, 0.065)])
+    (finding,) = doctor.examine(store, [two])
+    assert (finding.rule, finding.figures) == (
+        "untrustworthy-scaling",
+        {"efficiency": pytest.approx(0.1 / 0.07)},
+    )
+    noisy = _study(store, [(1, 0.100, None)])[0]
+    store.log_metrics(noisy, [("rank0/step_time_s", i, 0.3) for i in range(1, 21, 2)])
+    (finding,) = doctor.examine(store, [noisy])
+    assert finding.rule == "untrustworthy-scaling"
+    assert "step times of the slowest rank vary by" in finding.evidence
+
+
+def test_missing_workers(store: Store) -> None:
+    _, short = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)], ranks=1)
+    findings = _rules(doctor.examine(store, [short]))
+    (finding,) = findings["missing-workers"]
+    assert finding.severity == "error"
+    assert (
+        finding.evidence == "2 workers asked (2 processes), 1 joined (ranks that reported results)"
+    )
+    failed = store.create_run("p", "scale", {"experiment": {}, "point": {"workers": 4}})
+    error = "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out\nmore"
+    store.finish_run(failed, "failed", error=error)
+    (finding,) = doctor.examine(store, [failed])
+    assert finding.evidence == f"4 workers asked; the point failed: {error.splitlines()[0]}"
+
+
+def test_oversubscribed_scale_point(store: Store) -> None:
+    from dlperf.distributed.study import Point, summarize
+
+    point = Point(2, 32, 64, "allreduce", "ddp", None)
+    config = {"experiment": _exp().to_dict(), "point": asdict(point)}
+    system = {"usable_cores": 2, "threads": 2, "backend": "gloo", "host": "h"}
+    run = store.create_run("p", "scale", config, None, system)
+    ranks = [_rank(r, [0.1] * 20, [0.08] * 20, 32) for r in range(2)]
+    store.finish_run(run, summary=summarize(point, ranks, 1, 2, "gloo", 1437, None))
+    (finding,) = doctor.examine(store, [run])
+    assert (finding.rule, finding.evidence) == (
+        "oversubscribed",
+        "2 workers per node x 2 threads = 4 threads on 2 usable cores",
+    )
+
+
+# --- selection and the command line --------------------------------------------------
+
+
+def test_select_runs_studies_and_the_newest(store: Store) -> None:
+    ids = [store.create_run(f"r{i}", "run", {}) for i in range(3)]
+    study = store.create_study("s", "sweep")
+    inside = store.create_run("in", "run", {}, study_id=study)
+    assert doctor.select(store) == [inside]
+    assert doctor.select(store, last=2) == [ids[2], inside]
+    assert doctor.select(store, [ids[0]], [study]) == [ids[0], inside]
+
+
+def test_cli_healthy_exits_0(cli: Callable, lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, url, runs = lab
+    healthy = _like(store, runs["healthy"])
+    assert doctor.examine(store, [healthy]) == []
+    result = cli("--db", url, "doctor", str(healthy))
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == [
+        f"run {healthy} smallcnn (run, finished): no findings",
+        "1 run(s) examined: 0 errors, 0 warnings, 0 info",
+    ]
+
+
+def test_cli_error_finding_exits_1(cli: Callable, lab: tuple[Store, str, dict[str, int]]) -> None:
+    store, url, runs = lab
+    healthy = _like(store, runs["healthy"])
+    result = cli("--db", url, "doctor", str(runs["chance"]), str(healthy), "--json")
+    assert result.code == 1
+    assert result.err == "check failed: 1 finding(s) of severity error\n"
+    doc = json.loads(result.out)
+    assert doc["runs"] == sorted([runs["chance"], healthy])
+    (finding,) = doc["findings"]
+    assert set(finding) == {"run_id", "rule", "severity", "evidence", "fix", "figures"}
+    assert (finding["run_id"], finding["rule"]) == (runs["chance"], "chance-accuracy")
+    human = cli("--db", url, "doctor", str(runs["chance"]))
+    assert human.code == 1
+    assert human.out.splitlines()[1].startswith("  error    chance-accuracy: test accuracy")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["doctor", "99"], "error: no run 99 in the store (see `dlperf runs list`)\n"),
+        (["doctor", "--study", "7"], "error: no study 7 in the store\n"),
+        (["doctor", "--last", "0"], "error: --last must be at least 1, got 0\n"),
+        (["doctor"], "error: the run store holds no runs (train one: dlperf run EXP.toml)\n"),
+    ],
+)
+def test_cli_bad_input_exits_2(cli: Callable, args: list[str], message: str) -> None:
+    result = cli(*args)
+    assert (result.code, result.err) == (2, message)
+
+
+def test_help_ends_with_an_example(cli: Callable) -> None:
+    result = cli("doctor", "--help")
+    assert result.code == 0
+    assert "Example: dlperf doctor --last 5" in result.out
+
+
+def test_doctor_imports_no_tensor_library(store: Store, db: str) -> None:
+    run = store.create_run("r", "run", {"data": {"name": "digits"}}, None, {"gpus": []})
+    store.finish_run(run, summary={"test_accuracy": 0.9, "phases": {"data": 0.1, "forward": 0.1}})
+    probe = (
+        "import sys\nfrom dlperf.cli import main\n"
+        f"sys.argv = ['dlperf', '--db', {db!r}, 'doctor', '--last', '3']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = {'torch', 'torchvision', 'numpy', 'scipy', 'matplotlib'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.stdout.splitlines()[-1] == "[]", result.stdout + result.stderr
+    assert "data-bound" in result.stdout
