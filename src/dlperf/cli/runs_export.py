@@ -1,0 +1,91 @@
+"""`dlperf runs export`: stored runs to MLflow or TensorBoard (optional extras)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import open_store
+from dlperf.cli.runs import runs_app
+from dlperf.errors import UserError
+
+TARGETS = ("mlflow", "tensorboard")  # dlperf.exporters.TARGETS, without importing it for --help
+
+
+@runs_app.command("export")
+def runs_export(
+    ctx: typer.Context,
+    run_ids: list[int] = typer.Argument(..., help="Run IDs.", show_default=False),
+    to: str = typer.Option(..., "--to", help="mlflow or tensorboard."),
+    uri: str = typer.Option(
+        None,
+        "--uri",
+        envvar="MLFLOW_TRACKING_URI",
+        help="MLflow tracking URI (sqlite:///mlflow.db, http://host:5000) for --to mlflow.",
+    ),
+    out: Path = typer.Option(
+        None, "--out", help="Directory for the event files (one per run) for --to tensorboard."
+    ),
+    experiment: str = typer.Option("dlperf", "--experiment", help="MLflow experiment name."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Export runs to MLflow (params, metrics, tags, artifacts) or TensorBoard (scalars).
+
+    Needs the extra: pip install 'dlperf[mlflow]' or 'dlperf[tensorboard]'. TensorBoard
+    gets one directory per run, OUT/run-ID-NAME: tensorboard --logdir OUT.
+
+    Example: dlperf runs export 1 2 --to mlflow --uri sqlite:///mlflow.db
+    """
+    if to not in TARGETS:
+        raise UserError(f"--to must be one of {', '.join(TARGETS)}, got {to!r}")
+    if to == "mlflow" and out is not None:
+        raise UserError("--out is for --to tensorboard; MLflow takes --uri")
+    if to == "tensorboard" and _given(ctx, "uri"):
+        raise UserError("--uri is for --to mlflow; TensorBoard takes --out DIR")
+    if to == "mlflow" and not uri:
+        raise UserError("--to mlflow needs --uri", "e.g. --uri sqlite:///mlflow.db")
+    if to == "tensorboard" and out is None:
+        raise UserError("--to tensorboard needs --out DIR", "e.g. --out tb")
+
+    from dlperf import exporters
+
+    store = open_store()
+    if to == "mlflow":
+        result = exporters.export_mlflow(store, run_ids, uri, experiment)
+    else:
+        result = exporters.export_tensorboard(store, run_ids, out)
+    console.tell(result["warnings"])
+    if as_json:
+        console.print_json(result)
+        return
+    if to == "mlflow":
+        console.print_table(
+            f"exported to MLflow {uri}, experiment {experiment} ({result['experiment_id']})",
+            ["run", "mlflow run", "params", "metrics", "points", "tags", "artifacts"],
+            [
+                [
+                    int(i),
+                    r["mlflow_run_id"],
+                    r["params"],
+                    r["metrics"],
+                    r["points"],
+                    r["tags"],
+                    r["artifacts"],
+                ]
+                for i, r in result["runs"].items()
+            ],
+        )
+    else:
+        console.print_table(
+            f"exported to TensorBoard: tensorboard --logdir {out}",
+            ["run", "event directory", "metrics", "points"],
+            [[int(i), r["dir"], r["metrics"], r["points"]] for i, r in result["runs"].items()],
+        )
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether an option was on the command line (MLFLOW_TRACKING_URI alone does not count)."""
+    source = ctx.get_parameter_source(name)  # typer's own click: compare by name
+    return getattr(source, "name", None) == "COMMANDLINE"

@@ -1,0 +1,343 @@
+"""Export stored runs to the tools people already browse runs in: MLflow and TensorBoard.
+
+MLflow (the `mlflow` extra: mlflow-skinny, plus alembic for its SQL tracking stores): one
+MLflow run per stored run, in one experiment. Params are the flattened config (dotted keys;
+non-string values as JSON; values longer than MLflow's limit are cut, and the whole run is
+always logged as the artifact `dlperf/run.json`); metrics keep their steps and wall times;
+numeric summary figures become `summary/<key>` metrics at step 0; tags hold the flattened
+system info (`system.*`) and the run's id, kind, status, store and config hash (`dlperf.*`);
+the run's name, status and start and end times are MLflow's own; the run's artifacts that
+still exist are logged under their kind.
+
+TensorBoard (the `tensorboard` extra): one event directory per run, `OUT/run-ID-NAME`, with
+one scalar series per metric key at its stored steps and wall times, written with
+torch's `SummaryWriter`. Exporting a run again replaces that directory's event files.
+
+Each exporter returns what it exported (run id -> MLflow run id or event directory) and
+its warnings; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dlperf.errors import UserError
+from dlperf.store import Store
+from dlperf.store.schema import Metric, Run
+
+TARGETS = ("mlflow", "tensorboard")
+EXTRAS = {"mlflow": "MLflow", "tensorboard": "TensorBoard"}
+DEFAULT_EXPERIMENT = "dlperf"
+# MLflow's limits, for versions that do not export them (mlflow.utils.validation).
+MLFLOW_PARAM_CHARS, MLFLOW_TAG_CHARS = 500, 5000
+# log_batch takes at most 100 params, 100 tags and 1000 metrics per call.
+MLFLOW_BATCH = {"params": 100, "tags": 100, "metrics": 1000}
+ELLIPSIS = "..."
+EVENT_FILES = "events.out.tfevents.*"
+
+
+def missing_extra(extra: str, module: str | None) -> UserError:
+    """The one-line error for an optional dependency that is not installed."""
+    return UserError(
+        f"exporting to {EXTRAS[extra]} needs {module or extra}, which is not installed: "
+        f"pip install 'dlperf[{extra}]'"
+    )
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts to dotted keys (`train.schedule.kind`); lists and empty dicts are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def as_text(value: Any) -> str:
+    """A param or tag value: strings as they are, anything else as JSON (true, null, [1, 2])."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def clip(value: str, limit: int) -> str:
+    return value if len(value) <= limit else value[: limit - len(ELLIPSIS)] + ELLIPSIS
+
+
+def metric_series(store: Store, run_id: int) -> dict[str, list[tuple[int, float, float]]]:
+    """Every metric of a run as key -> [(step, value, wall_time)], in step order (NULL is NaN)."""
+    query = (
+        select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
+        .where(Metric.run_id == run_id)
+        .order_by(Metric.key, Metric.step, Metric.id)
+    )
+    series: dict[str, list[tuple[int, float, float]]] = {}
+    with Session(store.engine) as s:
+        for key, step, value, wall_time in s.execute(query):
+            value = math.nan if value is None else float(value)
+            series.setdefault(key, []).append((int(step), value, float(wall_time)))
+    return series
+
+
+def _times(store: Store, run_id: int) -> tuple[float, float | None]:
+    """Start and end of a run in seconds since the epoch (the store keeps naive UTC)."""
+    with Session(store.engine) as s:
+        started, ended = s.execute(select(Run.started, Run.ended).where(Run.id == run_id)).one()
+    return (
+        started.replace(tzinfo=UTC).timestamp(),
+        ended.replace(tzinfo=UTC).timestamp() if ended else None,
+    )
+
+
+def _runs(store: Store, run_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The runs to export, each once, in the order given; an unknown id fails before any export."""
+    return [store.get_run(i) for i in dict.fromkeys(run_ids)]
+
+
+def _existing_artifacts(store: Store, run_id: int, warnings: list[str]) -> list[tuple[str, Path]]:
+    found = []
+    for artifact in store.artifacts(run_id):
+        path = Path(artifact["path"])
+        if path.exists():
+            found.append((artifact["kind"], path))
+        else:
+            warnings.append(f"run {run_id}: {artifact['kind']} {path} no longer exists, skipped")
+    return found
+
+
+# --- MLflow ------------------------------------------------------------------------------
+
+
+def _mlflow() -> tuple[Any, Any]:
+    """MlflowClient and mlflow.entities, with telemetry off and MLflow's chatter quiet."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    try:
+        import mlflow  # noqa: F401  (the package itself first: a stale submodule proves nothing)
+        import mlflow.entities as entities
+        from mlflow.tracking import MlflowClient
+    except ImportError as e:
+        raise missing_extra("mlflow", e.name) from None
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return MlflowClient, entities
+
+
+def _limits() -> tuple[int, int]:
+    try:
+        from mlflow.utils import validation
+    except ImportError:
+        return MLFLOW_PARAM_CHARS, MLFLOW_TAG_CHARS
+    return (
+        getattr(validation, "MAX_PARAM_VAL_LENGTH", MLFLOW_PARAM_CHARS),
+        getattr(validation, "MAX_TAG_VAL_LENGTH", MLFLOW_TAG_CHARS),
+    )
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(getattr(e, "message", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _numbers(tree: dict[str, Any]) -> Iterable[tuple[str, float]]:
+    for key, value in flatten(tree).items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            yield key, float(value)
+
+
+def mlflow_status(status: str) -> str:
+    """MLflow's status of a stored run; a `lost` run (its process gone) ends as KILLED."""
+    statuses = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "KILLED"}
+    return statuses.get(status, "RUNNING")
+
+
+def export_mlflow(
+    store: Store, run_ids: Sequence[int], uri: str, experiment: str = DEFAULT_EXPERIMENT
+) -> dict[str, Any]:
+    """Export runs to the MLflow tracking server or store at `uri`, into `experiment`.
+
+    Returns {"to", "uri", "experiment", "experiment_id", "runs": {run id: {"mlflow_run_id",
+    "params", "metrics", "points", "tags", "artifacts"}}, "warnings"}. Every export makes
+    new MLflow runs: exporting a run twice gives two MLflow runs.
+    """
+    runs = _runs(store, run_ids)
+    client_class, entities = _mlflow()
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    param_chars, tag_chars = _limits()
+    warnings: list[str] = []
+    exported: dict[str, Any] = {}
+    try:
+        client = client_class(tracking_uri=uri)
+        found = client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+        for run in runs:
+            exported[str(run["id"])] = _export_mlflow_run(
+                store, client, entities, experiment_id, run, (param_chars, tag_chars), warnings
+            )
+    except ImportError as e:  # a SQL tracking store without alembic
+        raise missing_extra("mlflow", e.name) from None
+    except (MlflowException, SQLAlchemyError) as e:
+        raise UserError(f"MLflow at {uri}: {_one_line(e)}") from None
+    return {
+        "to": "mlflow",
+        "uri": uri,
+        "experiment": experiment,
+        "experiment_id": experiment_id,
+        "runs": exported,
+        "warnings": warnings,
+    }
+
+
+def _export_mlflow_run(
+    store: Store,
+    client: Any,
+    entities: Any,
+    experiment_id: str,
+    run: dict[str, Any],
+    limits: tuple[int, int],
+    warnings: list[str],
+) -> dict[str, Any]:
+    param_chars, tag_chars = limits
+    run_id = run["id"]
+    started, ended = _times(store, run_id)
+
+    params = []
+    for key, value in flatten(run["config"]).items():
+        text = as_text(value)
+        if len(text) > param_chars:
+            warnings.append(
+                f"run {run_id}: param {key} cut to MLflow's {param_chars} characters "
+                "(the whole config is in the artifact dlperf/run.json)"
+            )
+        params.append(entities.Param(key, clip(text, param_chars)))
+
+    tags: dict[str, Any] = {  # the user's own tags as they are, but not MLflow's namespace
+        k: v for k, v in (run.get("tags") or {}).items() if not k.startswith("mlflow.")
+    }
+    tags.update({f"system.{k}": v for k, v in flatten(run["system"] or {}).items()})
+    tags.update(
+        {
+            "dlperf.run_id": run_id,
+            "dlperf.kind": run["kind"],
+            "dlperf.status": run["status"],
+            "dlperf.store_id": store.id,
+            "dlperf.config_hash": run["config_hash"],
+            "dlperf.study_id": run["study_id"],
+            "dlperf.error": run["error"],
+        }
+    )
+    run_tags = [
+        entities.RunTag(k, clip(as_text(v), tag_chars)) for k, v in tags.items() if v is not None
+    ]
+
+    metrics = []
+    series = metric_series(store, run_id)
+    for key, points in series.items():
+        metrics += [
+            entities.Metric(key, value, round(wall_time * 1000), step)
+            for step, value, wall_time in points
+        ]
+    summary_time = round((ended or started) * 1000)
+    summary = dict(_numbers(run["summary"]))
+    metrics += [entities.Metric(f"summary/{k}", v, summary_time, 0) for k, v in summary.items()]
+
+    created = client.create_run(
+        experiment_id, start_time=round(started * 1000), run_name=run["name"]
+    )
+    mlflow_id = created.info.run_id
+    for batch in _chunks(params, MLFLOW_BATCH["params"]):
+        client.log_batch(mlflow_id, params=batch)
+    for batch in _chunks(run_tags, MLFLOW_BATCH["tags"]):
+        client.log_batch(mlflow_id, tags=batch)
+    for batch in _chunks(metrics, MLFLOW_BATCH["metrics"]):
+        client.log_batch(mlflow_id, metrics=batch)
+
+    artifacts = _existing_artifacts(store, run_id, warnings)
+    document = {**run, "artifacts": store.artifacts(run_id)}
+    client.log_dict(mlflow_id, json.loads(json.dumps(document, default=str)), "dlperf/run.json")
+    for kind, path in artifacts:
+        if path.is_dir():
+            client.log_artifacts(mlflow_id, str(path), artifact_path=f"{kind}/{path.name}")
+        else:
+            client.log_artifact(mlflow_id, str(path), artifact_path=kind)
+
+    if run["status"] != "running":
+        last = max((w for points in series.values() for _, _, w in points), default=None)
+        end = ended or last  # a lost run never ended: its last metric is the best guess
+        end_ms = round(end * 1000) if end else None
+        client.set_terminated(mlflow_id, status=mlflow_status(run["status"]), end_time=end_ms)
+    return {
+        "mlflow_run_id": mlflow_id,
+        "params": len(params),
+        "metrics": len(series) + len(summary),
+        "points": len(metrics),
+        "tags": len(run_tags),
+        "artifacts": len(artifacts) + 1,
+    }
+
+
+# --- TensorBoard -------------------------------------------------------------------------
+
+
+def _summary_writer() -> Any:
+    try:
+        import tensorboard  # noqa: F401  (torch's writer needs the package; check it first)
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise missing_extra("tensorboard", e.name or "tensorboard") from None
+    return SummaryWriter
+
+
+def event_dir_name(run: dict[str, Any]) -> str:
+    """`run-ID-NAME`, the name reduced to characters safe in any file system."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run["name"]).strip("._")[:60]
+    return f"run-{run['id']}-{name}" if name else f"run-{run['id']}"
+
+
+def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) -> dict[str, Any]:
+    """Write one TensorBoard event directory per run under `out`: a scalar series per metric.
+
+    Returns {"to", "out", "runs": {run id: {"dir", "metrics", "points"}}, "warnings"}.
+    """
+    runs = _runs(store, run_ids)
+    writer_class = _summary_writer()
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file, not a directory")
+    exported: dict[str, Any] = {}
+    for run in runs:
+        directory = out / event_dir_name(run)
+        for old in directory.glob(EVENT_FILES):  # a second export replaces the first
+            old.unlink()
+        series = metric_series(store, run["id"])
+        writer = writer_class(log_dir=str(directory))
+        try:
+            for key, points in series.items():
+                for step, value, wall_time in points:
+                    writer.add_scalar(key, value, global_step=step, walltime=wall_time)
+        finally:
+            writer.close()
+        exported[str(run["id"])] = {
+            "dir": str(directory),
+            "metrics": len(series),
+            "points": sum(len(p) for p in series.values()),
+        }
+    return {"to": "tensorboard", "out": str(out), "runs": exported, "warnings": []}

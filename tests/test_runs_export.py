@@ -1,0 +1,244 @@
+"""`dlperf runs export`: real runs exported to a real MLflow SQLite tracking store and to
+TensorBoard event files, each read back with the tool's own reader."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf import exporters
+from dlperf.store import Store
+from tests.conftest import CliResult, trained_run
+
+pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
+pytest.importorskip("tensorboard", reason="the tensorboard extra")
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    # MLflow's SQL store, not dlperf, uses a loader strategy SQLAlchemy 2.1 deprecates.
+    pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning"),
+]
+
+Cli = Callable[..., CliResult]
+
+
+@pytest.fixture(autouse=True)
+def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("DO_NOT_TRACK", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+@pytest.fixture
+def run(tmp_path: Path, cli: Cli) -> tuple[Store, int]:
+    """A real finished run (checkpoint and metrics) in the store the `cli` fixture uses."""
+    store, run_id, _ = trained_run(tmp_path)
+    return store, run_id
+
+
+def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: Cli) -> None:
+    from mlflow.tracking import MlflowClient
+
+    store, run_id = run
+    stored = store.get_run(run_id)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    mlflow_id = doc["runs"][str(run_id)]["mlflow_run_id"]
+    assert doc["to"] == "mlflow" and doc["uri"] == uri and doc["warnings"] == []
+
+    client = MlflowClient(tracking_uri=uri)
+    got = client.get_run(mlflow_id)
+    assert got.info.run_name == stored["name"]
+    assert got.info.status == "FINISHED"
+    assert client.get_experiment(got.info.experiment_id).name == "dlperf"
+    # Params: the flattened config, non-strings as JSON.
+    flat = exporters.flatten(stored["config"])
+    assert got.data.params == {k: exporters.as_text(v) for k, v in flat.items()}
+    assert got.data.params["model.name"] == "smallcnn"
+    assert got.data.params["train.lr"] == "0.05"
+    # Tags: the flattened system info and the run's identity.
+    assert got.data.tags["system.host"] == stored["system"]["host"]
+    assert got.data.tags["system.cores"] == str(stored["system"]["cores"])
+    assert got.data.tags["dlperf.run_id"] == str(run_id)
+    assert got.data.tags["dlperf.status"] == "finished"
+    assert got.data.tags["dlperf.store_id"] == store.id
+    # Start and end times to the millisecond the store keeps (to the second in get_run).
+    started, ended = exporters._times(store, run_id)
+    assert got.info.start_time == round(started * 1000)
+    assert got.info.end_time == round(ended * 1000)
+    # Metrics: every stored point with its step, value and wall time.
+    series = exporters.metric_series(store, run_id)
+    assert "train/loss" in series and "val/acc1" in series
+    for key, points in series.items():
+        history = sorted(client.get_metric_history(mlflow_id, key), key=lambda m: m.step)
+        assert [(m.step, m.value) for m in history] == [(s, v) for s, v, _ in points], key
+        assert [m.timestamp for m in history] == [round(w * 1000) for _, _, w in points]
+        assert [v for _, v in store.metrics(run_id, key)] == [m.value for m in history]
+    accuracy = client.get_metric_history(mlflow_id, "summary/test_accuracy")
+    assert [m.value for m in accuracy] == [stored["summary"]["test_accuracy"]]
+    # Artifacts: the checkpoint under its kind, and the whole run as JSON.
+    checkpoint = Path(store.artifacts(run_id)[0]["path"])
+    assert [a.path for a in client.list_artifacts(mlflow_id, "checkpoint")] == [
+        f"checkpoint/{checkpoint.name}"
+    ]
+    local = Path(client.download_artifacts(mlflow_id, "dlperf/run.json", str(tmp_path / "dl")))
+    whole = json.loads(local.read_text())
+    assert whole["config"] == stored["config"] and whole["summary"]["test_accuracy"] > 0.5
+
+
+def test_mlflow_long_values_are_cut_and_kept_whole(store: Store, tmp_path: Path, cli: Cli) -> None:
+    """A value over MLflow's param limit is cut with a warning; run.json keeps it whole."""
+    from mlflow.tracking import MlflowClient
+
+    param_chars, _ = exporters._limits()
+    long = "x" * (param_chars + 100)
+    run_id = store.create_run("long", "run", {"note": long, "train": {"lr": 0.1}}, None, None)
+    store.log_metrics(run_id, [("train/loss", 1, 2.0), ("train/loss", 2, math.nan)])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    assert f"run {run_id}: param note cut to MLflow's {param_chars} characters" in result.err
+    client = MlflowClient(tracking_uri=uri)
+    got = client.get_run(json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"])
+    assert got.data.params["note"] == long[: param_chars - 3] + "..."
+    assert got.info.status == "RUNNING"  # the stored run never ended
+    history = client.get_metric_history(got.info.run_id, "train/loss")
+    assert sorted(m.step for m in history) == [1, 2]
+    assert any(math.isnan(m.value) for m in history)
+
+
+def test_tensorboard_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: Cli) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    store, run_id = run
+    out = tmp_path / "tb"
+    for _ in range(2):  # a second export replaces the first, it does not append to it
+        result = cli("runs", "export", str(run_id), "--to", "tensorboard", "--out", str(out))
+        assert result.code == 0, result.err
+    directory = out / f"run-{run_id}-smallcnn"
+    assert f"run-{run_id}-smallcnn" in result.out
+    assert len(list(directory.glob("events.out.tfevents.*"))) == 1
+
+    events = EventAccumulator(str(directory), size_guidance={"scalars": 0})
+    events.Reload()
+    keys = store.metric_keys(run_id)
+    assert sorted(events.Tags()["scalars"]) == keys
+    for key in keys:
+        scalars = events.Scalars(key)
+        stored = exporters.metric_series(store, run_id)[key]
+        assert [e.step for e in scalars] == [s for s, _, _ in stored]
+        assert [e.value for e in scalars] == pytest.approx([v for _, v, _ in stored], rel=1e-6)
+        assert [e.wall_time for e in scalars] == pytest.approx([w for _, _, w in stored])
+
+
+def test_json_maps_runs_to_where_they_went(store: Store, tmp_path: Path, cli: Cli) -> None:
+    ids = [store.create_run(n, "run", {"seed": i}, None, {"host": "h"}) for i, n in enumerate("ab")]
+    for run_id in ids:
+        store.log_metrics(run_id, [("val/acc1", 1, 0.5)])
+    result = cli("runs", "export", *map(str, ids), "--to", "tensorboard", "--out", "tb", "--json")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert doc["runs"] == {
+        str(ids[0]): {"dir": str(Path("tb") / f"run-{ids[0]}-a"), "metrics": 1, "points": 1},
+        str(ids[1]): {"dir": str(Path("tb") / f"run-{ids[1]}-b"), "metrics": 1, "points": 1},
+    }
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", *map(str, ids), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    runs = json.loads(result.out)["runs"]
+    assert list(runs) == [str(i) for i in ids]
+    assert len({r["mlflow_run_id"] for r in runs.values()}) == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "args", "blocked"),
+    [
+        ("mlflow", ["--to", "mlflow", "--uri", "sqlite:///m.db"], ("mlflow", "mlflow.tracking")),
+        (
+            "tensorboard",
+            ["--to", "tensorboard", "--out", "tb"],
+            ("tensorboard", "torch.utils.tensorboard"),
+        ),
+    ],
+)
+def test_missing_extra_is_one_line(
+    extra: str,
+    args: list[str],
+    blocked: tuple[str, ...],
+    store: Store,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_id = store.create_run("a", "run", {}, None, None)
+    for name in blocked:  # as if not installed: `import name` now raises ImportError
+        monkeypatch.setitem(sys.modules, name, None)
+    result = cli("runs", "export", str(run_id), *args)
+    assert result.code == 2
+    assert result.out == ""
+    name = {"mlflow": "MLflow", "tensorboard": "TensorBoard"}[extra]
+    assert result.err == (
+        f"error: exporting to {name} needs {extra}, which is not installed: "
+        f"pip install 'dlperf[{extra}]'\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["7", "--to", "tensorboard", "--out", "tb"],
+            "no run 7 in the store (see `dlperf runs list`)",
+        ),
+        (["1", "--to", "wandb"], "--to must be one of mlflow, tensorboard, got 'wandb'"),
+        (["1", "--to", "mlflow"], "--to mlflow needs --uri (e.g. --uri sqlite:///mlflow.db)"),
+        (["1", "--to", "tensorboard"], "--to tensorboard needs --out DIR (e.g. --out tb)"),
+        (
+            ["1", "--to", "mlflow", "--uri", "sqlite:///m.db", "--out", "tb"],
+            "--out is for --to tensorboard; MLflow takes --uri",
+        ),
+        (
+            ["1", "--to", "tensorboard", "--out", "tb", "--uri", "sqlite:///m.db"],
+            "--uri is for --to mlflow; TensorBoard takes --out DIR",
+        ),
+        (
+            ["1", "--to", "mlflow", "--uri", "nosuch://x"],
+            "MLflow at nosuch://x: ",
+        ),
+    ],
+)
+def test_bad_input_is_one_line(args: list[str], message: str, store: Store, cli: Cli) -> None:
+    store.create_run("a", "run", {}, None, None)
+    result = cli("runs", "export", *args)
+    assert result.code == 2, result.err
+    assert result.out == ""
+    assert result.err.startswith(f"error: {message}") and result.err.count("\n") == 1, result.err
+
+
+def test_mlflow_tracking_uri_env_is_the_default(
+    store: Store, tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = store.create_run("a", "run", {"seed": 0}, None, None)
+    uri = f"sqlite:///{tmp_path / 'env.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["uri"] == uri
+    # ...and it is no error with --to tensorboard, where it does not apply.
+    result = cli("runs", "export", str(run_id), "--to", "tensorboard", "--out", "tb")
+    assert result.code == 0, result.err
+
+
+def test_help_ends_with_an_example(cli: Cli) -> None:
+    result = cli("runs", "export", "--help")
+    assert result.code == 0
+    description = result.out.split("\nArguments:")[0].rstrip()
+    assert description.endswith(
+        "Example: dlperf runs export 1 2 --to mlflow --uri sqlite:///mlflow.db"
+    )
