@@ -20,7 +20,9 @@ POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
 def _fresh_postgres() -> Store:
     engine = create_engine(POSTGRES)
     with engine.begin() as conn:
-        conn.execute(text("DROP TABLE IF EXISTS metrics, artifacts, runs, studies, meta CASCADE"))
+        conn.execute(
+            text("DROP TABLE IF EXISTS tags, metrics, artifacts, runs, studies, meta CASCADE")
+        )
     return Store.open(POSTGRES)
 
 
@@ -155,3 +157,31 @@ def test_a_store_made_before_store_ids_opens_with_its_runs(tmp_path: Path) -> No
     store = Store.open(str(path))
     assert store.get_run(1)["name"] == "old"
     assert Store.open(str(path)).id == store.id
+
+
+def test_tags_and_deleting_runs(any_store: Store, tmp_path: Path) -> None:
+    keep = any_store.create_run("keep", "run", {}, None, {"host": "h"})
+    gone = any_store.create_run("gone", "run", {}, None, {"host": "h"})
+    assert any_store.get_run(gone)["system"]["process"]["pid"] == os.getpid()
+    assert any_store.set_tags(gone, {"b": "2", "a": "1"}) == {"a": "1", "b": "2"}
+    assert any_store.set_tags(gone, {"b": None, "c": "x y"}) == {"a": "1", "c": "x y"}
+    any_store.set_tags(keep, {"a": "k"})
+    assert [r["tags"] for r in any_store.list_runs()] == [{"a": "1", "c": "x y"}, {"a": "k"}]
+    with pytest.raises(UserError, match="no run 999 in the store"):
+        any_store.set_tags(999, {"a": "1"})
+
+    checkpoint = any_store.artifact_dir(tmp_path) / f"run-{gone}" / "checkpoint.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"x")
+    any_store.add_artifact(gone, "checkpoint", checkpoint)
+    any_store.log_metrics(gone, [("train/loss", 1, 1.0)])
+    with pytest.raises(UserError, match="no run 999 in the store; nothing deleted"):
+        any_store.delete_runs([gone, 999])
+    assert checkpoint.is_file() and any_store.get_run(gone)["tags"]
+
+    done = any_store.delete_runs([gone, gone])
+    assert (done.runs, done.removed, done.kept) == ([gone], [str(checkpoint.parent)], [])
+    assert [r["id"] for r in any_store.list_runs()] == [keep]
+    assert any_store.metrics(gone, "train/loss") == [] and any_store.artifacts(gone) == []
+    assert any_store.get_run(keep)["tags"] == {"a": "k"}
+    assert any_store.create_run("next", "run", {}) > gone

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 # Off a terminal rich assumes 80 columns and squeezes tables; logs and pipes have room.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -62,7 +63,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
         )
         table.add_column(column, justify="right" if numeric else "left")
     for row in rows:
-        table.add_row(*(fmt(v) for v in row))
+        table.add_row(*(Text(fmt(v)) for v in row))  # Text: a value's [brackets] are no markup
     out.print(table)
 
 
@@ -159,12 +160,13 @@ def tell(warnings: list[str], saved: Path | str | None = None) -> None:
 
 
 def print_phases(summary: dict[str, Any]) -> None:
-    """The per-step phase breakdown of a run's summary, when its phases were timed."""
+    """The per-step phase breakdown of a run's summary, when its phases were timed: milliseconds
+    per step and each phase's share of the step in %."""
     phases = summary.get("phases") or {}
     total = sum(phases.values())
     if phases:
         print_table(
             "per step",
-            ["phase", "ms", "share"],
-            [[p, s * 1e3, s / total if total else None] for p, s in phases.items()],
+            ["phase", "ms", "%"],
+            [[p, s * 1e3, round(100 * s / total, 1) if total else None] for p, s in phases.items()],
         )

@@ -12,6 +12,11 @@ process writes: SQLite cannot wait there without risking a deadlock.
 
 Each store has a random id, made when it is first opened: the files its runs write go under
 `<out_dir>/<store id>/`, so two stores used from one directory never share a checkpoint.
+
+A run records the process that writes it (host, pid, the process's start time, the boot id)
+in its system JSON under "process": a run stored as `running` whose process is known to be
+gone reads as `lost` (`effective_status`). That is computed when read, never written, so any
+number of readers may look at once and a run that is resumed is simply `running` again.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import errno
 import math
 import os
 import shutil
+import socket
 import sqlite3
 import time
 import uuid
@@ -30,16 +36,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, insert, select, text, update
+from sqlalchemy import create_engine, delete, event, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
-from dlperf.store.schema import Artifact, Base, Meta, Metric, Run, Study
+from dlperf.store.schema import Artifact, Base, Meta, Metric, Run, Study, Tag
 
 DEFAULT_DB = "dlperf.db"
 STATUSES = ("running", "finished", "failed", "killed")
+LOST = "lost"  # shown, never stored: a `running` run whose process is gone
+DELETED_MAX = "deleted_max_run_id"  # meta key: SQLite must not hand a deleted run's id out again
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
@@ -132,7 +140,7 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _run_dict(run: Run) -> dict[str, Any]:
+def _run_dict(run: Run, tags: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "id": run.id,
         "study_id": run.study_id,
@@ -146,7 +154,104 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "started": run.started.isoformat(timespec="seconds"),
         "ended": run.ended.isoformat(timespec="seconds") if run.ended else None,
         "error": run.error,
+        "tags": tags or {},
     }
+
+
+def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
+    """The tags of `run_ids`, by run, in key order; queried in chunks that stay well below
+    SQLite's limit on the parameters of one statement."""
+    tags: dict[int, dict[str, str]] = {}
+    ids = list(run_ids)
+    for start in range(0, len(ids), 500):
+        query = select(Tag).where(Tag.run_id.in_(ids[start : start + 500])).order_by(Tag.key)
+        for tag in s.scalars(query):
+            tags.setdefault(tag.run_id, {})[tag.key] = tag.value
+    return tags
+
+
+# --- the process that writes a run, and whether it is still there --------------------------
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks after boot) of a process, from /proc (Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
+    try:
+        return fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
+    except (IndexError, ValueError):
+        return None
+
+
+def this_process() -> dict[str, Any]:
+    """What identifies the running process across machines, pid reuse and reboots."""
+    pid = os.getpid()
+    stat = _proc_stat(pid)
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start": stat[1] if stat else None,
+        "boot_id": _boot_id(),
+    }
+
+
+def process_alive(process: dict[str, Any]) -> bool | None:
+    """Whether the process `this_process()` described is still running: None when this
+    machine cannot tell (another host, nothing recorded). A pid now held by another process
+    (another start time) or a zombie counts as gone, as does any pid after a reboot."""
+    pid = process.get("pid")
+    if process.get("host") != socket.gethostname() or not isinstance(pid, int) or pid < 1:
+        return None
+    boot = _boot_id()
+    if process.get("boot_id") and boot and process["boot_id"] != boot:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    except OSError:
+        return None
+    stat = _proc_stat(pid)
+    if stat is None:  # no /proc (macOS), or it ended just now: the signal said alive
+        return True
+    state, start = stat
+    if state in ("Z", "X"):
+        return False
+    return process.get("start") is None or start == process["start"]
+
+
+def effective_status(run: dict[str, Any]) -> str:
+    """A run's status as it stands: `lost` for a run stored as `running` whose recording
+    process is known to be gone (killed with SIGKILL, the machine rebooted...), else the stored
+    status. Runs of other hosts, or of a dlperf that recorded no process, stay `running`."""
+    if run["status"] != "running":
+        return run["status"]
+    process = (run.get("system") or {}).get("process")
+    if isinstance(process, dict) and process_alive(process) is False:
+        return LOST
+    return "running"
+
+
+@dataclass
+class Deleted:
+    """What `Store.delete_runs` did: the runs, the files and directories it removed, and the
+    recorded files it left in place, each with the reason."""
+
+    runs: list[int]
+    removed: list[str]
+    kept: list[tuple[str, str]]
 
 
 @dataclass
@@ -228,6 +333,10 @@ class Store:
         system: dict[str, Any] | None = None,
         study_id: int | None = None,
     ) -> int:
+        """A new `running` run. A `system` record gains "process" (`this_process()`), so that
+        readers can tell a run whose process is gone (`effective_status`)."""
+        if system is not None:
+            system = {**system, "process": this_process()}
         with self._writing() as s:
             run = Run(
                 name=name,
@@ -239,9 +348,22 @@ class Store:
                 study_id=study_id,
                 started=_now(),
             )
+            run.id = self._next_id(s)
             s.add(run)
             s.flush()
             return run.id
+
+    def _next_id(self, s: Session) -> int | None:
+        """SQLite gives a new row the largest id + 1, so deleting the newest run would hand
+        its id to the next: a different run answering to `dlperf runs show 7`, and to any note
+        that names it. Deleting runs records the largest id deleted; new ids stay above it.
+        (PostgreSQL's sequences never reuse an id: None lets the database choose.)"""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
+        if floor is None:
+            return None
+        return max(int(floor), s.scalar(select(func.max(Run.id))) or 0) + 1
 
     @contextmanager
     def recording(self, run_id: int) -> Iterator[Recording]:
@@ -294,7 +416,107 @@ class Store:
             s.execute(update(Run).where(Run.id == run_id).values(**fields))
 
     def set_running(self, run_id: int) -> None:
-        self.update_run(run_id, status="running", ended=None, error=None)
+        """Mark a run running again (a resume), now written by this process."""
+        with self._writing() as s:
+            system = s.scalar(select(Run.system).where(Run.id == run_id))
+            if system is not None:
+                system = {**system, "process": this_process()}
+            s.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(status="running", ended=None, error=None, system=system)
+            )
+
+    def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
+        """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
+        with self._writing() as s:
+            if s.get(Run, run_id) is None:
+                raise UserError(f"no run {run_id} in the store", "see `dlperf runs list`")
+            s.execute(delete(Tag).where(Tag.run_id == run_id, Tag.key.in_(list(tags))))
+            s.add_all(Tag(run_id=run_id, key=k, value=v) for k, v in tags.items() if v)
+            s.flush()
+            return _tags_of(s, [run_id]).get(run_id, {})
+
+    def delete_runs(self, run_ids: Sequence[int]) -> Deleted:
+        """Delete runs with their metrics, tags and artifact rows (one transaction; an unknown
+        id deletes nothing), then the files they recorded.
+
+        Only what a run owns goes: a recorded file under this store's artifact directory
+        (`<out_dir>/<store id>/`) that no other run records, and the run's own directory
+        `<store id>/run-<id>/` that holds its checkpoint. Directories left empty are removed
+        up to the store's directory. A recorded file elsewhere (the user's device catalog, a
+        detector saved to a path of the user's choice) or shared with another run is kept."""
+        ids = list(dict.fromkeys(run_ids))
+        with self._writing() as s:
+            found = set(s.scalars(select(Run.id).where(Run.id.in_(ids))))
+            missing = [str(i) for i in ids if i not in found]
+            if missing:
+                raise UserError(
+                    f"no run {', '.join(missing)} in the store; nothing deleted",
+                    "see `dlperf runs list`",
+                )
+            owned = [
+                tuple(r)
+                for r in s.execute(
+                    select(Artifact.run_id, Artifact.path)
+                    .where(Artifact.run_id.in_(ids))
+                    .order_by(Artifact.id)
+                )
+            ]
+            shared = set(
+                s.scalars(
+                    select(Artifact.path).where(
+                        Artifact.path.in_({p for _, p in owned}), Artifact.run_id.not_in(ids)
+                    )
+                )
+            )
+            for table in (Tag, Metric, Artifact):
+                s.execute(delete(table).where(table.run_id.in_(ids)))
+            s.execute(delete(Run).where(Run.id.in_(ids)))
+            if self.engine.dialect.name == "sqlite":
+                floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
+                top = max([*ids, int(floor or 0)])
+                s.execute(delete(Meta).where(Meta.key == DELETED_MAX))
+                s.add(Meta(key=DELETED_MAX, value=str(top)))
+        removed: list[str] = []
+        kept: list[tuple[str, str]] = []
+        for run_id, path in owned:
+            if path in shared:
+                kept.append((path, "another run records it too"))
+            else:
+                self._remove_file(run_id, Path(path), removed, kept)
+        return Deleted(ids, removed, kept)
+
+    def _remove_file(
+        self, run_id: int, path: Path, removed: list[str], kept: list[tuple[str, str]]
+    ) -> None:
+        root = next((p for p in path.parents if p.name == self.id), None)
+        if not path.is_absolute() or ".." in path.parts or root is None:
+            kept.append((str(path), f"not under this store's artifact directory .../{self.id}/"))
+            return
+        own = root / f"run-{run_id}"
+        target = own if path.is_relative_to(own) else path
+        try:
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target == own and target.is_dir():
+                shutil.rmtree(target)
+            elif target.is_dir():
+                kept.append((str(path), "a directory the run does not own"))
+                return
+            else:
+                return  # gone already
+        except OSError as e:
+            kept.append((str(path), f"cannot remove it: {e.strerror or e}"))
+            return
+        removed.append(str(target))
+        for parent in target.parents:  # directories left empty, up to the store's own
+            if parent == root or not parent.is_relative_to(root):
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
 
     def finish_run(
         self,
@@ -316,7 +538,7 @@ class Store:
             run = s.get(Run, run_id)
             if run is None:
                 raise UserError(f"no run {run_id} in the store", "see `dlperf runs list`")
-            return _run_dict(run)
+            return _run_dict(run, _tags_of(s, [run_id]).get(run_id))
 
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
@@ -329,7 +551,9 @@ class Store:
         if limit:
             query = query.limit(limit)
         with Session(self.engine) as s:
-            return [_run_dict(r) for r in s.scalars(query)]
+            runs = list(s.scalars(query))
+            tags = _tags_of(s, [r.id for r in runs])
+            return [_run_dict(r, tags.get(r.id)) for r in runs]
 
     def get_study(self, study_id: int) -> dict[str, Any]:
         with Session(self.engine) as s:

@@ -64,3 +64,13 @@ class Artifact(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
     kind: Mapped[str] = mapped_column(String(40))
     path: Mapped[str] = mapped_column(Text)
+
+
+class Tag(Base):
+    """A run's labels, set by `dlperf runs tag`: one value per key. Added after the first
+    release: stores made before it gain the table when a newer dlperf opens them."""
+
+    __tablename__ = "tags"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

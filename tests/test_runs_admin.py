@@ -1,0 +1,352 @@
+"""Store housekeeping: `runs delete`, `runs tag`, `runs list --where`, `lost` runs, and what
+`runs show` and `runs compare` print."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from dlperf.store import Store, effective_status, this_process
+from tests.conftest import CliResult, trained_run
+from tests.test_cli import one_line_error
+
+DEADLINE_S = 30
+
+
+def count(store: Store, table: str, run_id: int) -> int:
+    with store.engine.connect() as conn:
+        query = text(f"SELECT count(*) FROM {table} WHERE run_id = :r")
+        return conn.execute(query, {"r": run_id}).scalar_one()
+
+
+def finished(store: Store, name: str, config: dict, summary: dict | None = None) -> int:
+    run = store.create_run(name, "run", config, None, {"host": "h"})
+    store.finish_run(run, "finished", summary=summary or {})
+    return run
+
+
+def table_rows(out: str) -> dict[str, list[str]]:
+    """A printed table's rows by their first cell: the other cells as printed."""
+    cells = [[cell.strip() for cell in line.split("│")] for line in out.splitlines() if "│" in line]
+    return {row[0]: row[1:] for row in cells}
+
+
+# --- runs delete ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def real_run(tmp_path: Path) -> tuple[Store, int]:
+    """A real one-epoch run with its checkpoint, in the store the `cli` fixture uses."""
+    store, run_id, _ = trained_run(tmp_path)
+    return store, run_id
+
+
+def test_delete_removes_the_runs_rows_and_own_files_only(
+    cli: Callable[..., CliResult], real_run: tuple[Store, int], tmp_path: Path
+) -> None:
+    store, keep = real_run
+    kept_ckpt = Path(store.artifacts(keep)[0]["path"])
+    assert kept_ckpt.is_file() and kept_ckpt.parent.name == f"run-{keep}"
+
+    root = store.artifact_dir(tmp_path / "runs")
+    gone = finished(store, "gone", {"train": {"lr": 0.1}})
+    other = finished(store, "other", {})
+    own = root / f"run-{gone}" / "checkpoint.pt"
+    figure = root / "scale-9" / "plots" / "speedup.png"
+    shared = root / "shared.json"
+    outside = tmp_path / "devices.toml"  # the user's own file, recorded by a run
+    for path in (own, figure, shared, outside):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    (own.parent / "extra.log").write_text("the run's own directory goes whole")
+    for path in (own, figure, shared, outside):
+        store.add_artifact(gone, "file", path)
+    store.add_artifact(other, "figure", shared)
+    store.log_metrics(gone, [("train/loss", 1, 1.0)])
+    store.set_tags(gone, {"a": "1"})
+
+    result = cli("runs", "delete", str(gone), "--yes")
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0] == f"deleted run {gone}"
+    assert not own.parent.exists() and not (root / "scale-9").exists()
+    assert shared.is_file() and outside.is_file() and kept_ckpt.is_file() and root.is_dir()
+    assert f"kept {shared}: another run records it too" in result.err
+    assert f"kept {outside}: not under this store's artifact directory" in result.err
+    for table in ("metrics", "artifacts", "tags"):
+        assert count(store, table, gone) == 0
+    assert count(store, "metrics", keep) > 0 and store.artifacts(other)
+    assert [r["id"] for r in store.list_runs()] == [other, keep]
+
+    # The real run goes too, checkpoint and directory; the other runs' files stay.
+    assert cli("runs", "delete", str(keep), "-y").code == 0
+    assert not kept_ckpt.parent.exists() and shared.is_file()
+
+
+def test_delete_checks_every_id_first(cli: Callable[..., CliResult], store: Store) -> None:
+    a = finished(store, "a", {})
+    one_line_error(cli("runs", "delete", str(a), "98", "99", "--yes"), "no run 98, 99 in the store")
+    assert store.get_run(a)["name"] == "a"
+
+
+def test_delete_asks_and_refuses_to_hang_without_a_terminal(
+    cli: Callable[..., CliResult], store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = finished(store, "a", {})
+    one_line_error(cli("runs", "delete", str(a)), "stdin is not a terminal")
+
+    monkeypatch.setattr("dlperf.cli.runs._interactive", lambda: True)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    declined = cli("runs", "delete", str(a))
+    assert declined.code == 1 and "Delete 1 run(s)?" in declined.err
+    assert "nothing deleted" in declined.err and store.get_run(a)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    assert cli("runs", "delete", str(a)).code == 0
+    assert store.list_runs() == []
+
+
+def test_delete_refuses_a_running_run_unless_forced(
+    cli: Callable[..., CliResult], store: Store
+) -> None:
+    run = store.create_run("live", "run", {}, None, {"host": "h"})  # this process: alive
+    result = cli("runs", "delete", str(run), "--yes")
+    one_line_error(result, f"run {run} (pid {os.getpid()} on ")
+    assert "is still running; nothing deleted" in result.err and "--force" in result.err
+    assert cli("runs", "delete", str(run), "--yes", "--force").code == 0
+    assert store.list_runs() == []
+
+
+def test_a_deleted_id_is_never_handed_out_again(store: Store) -> None:
+    first = store.create_run("a", "run", {})
+    newest = store.create_run("b", "run", {})
+    store.delete_runs([newest])
+    assert store.create_run("c", "run", {}) == newest + 1
+    store.delete_runs([first])
+    assert store.create_run("d", "run", {}) == newest + 2
+
+
+# --- runs tag -------------------------------------------------------------------------------
+
+
+def test_tags_set_show_list_and_remove(cli: Callable[..., CliResult], store: Store) -> None:
+    run = finished(store, "a", {"model": {"name": "smallcnn"}})
+    result = cli("runs", "tag", str(run), "baseline=yes", "note=lr too high")
+    assert result.code == 0, result.err
+    assert "baseline" in result.out and "lr too high" in result.out
+    assert json.loads(cli("runs", "list", "--json").out)[0]["tags"] == {
+        "baseline": "yes",
+        "note": "lr too high",
+    }
+    shown = cli("runs", "show", str(run)).out
+    assert "tag baseline" in shown and "lr too high" in shown
+    assert "baseline=yes" in cli("runs", "list").out
+
+    assert cli("runs", "tag", str(run), "note=", "baseline=no").code == 0
+    assert store.get_run(run)["tags"] == {"baseline": "no"}
+    assert "has no tags" in cli("runs", "tag", str(run), "baseline=").out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["7", "a=1"], "no run 7 in the store"),
+        (["{run}", "novalue"], "runs tag 'novalue': expected KEY=VALUE"),
+        (["{run}", "=1"], "expected KEY=VALUE"),
+        (["{run}", "a b=1"], "expected KEY=VALUE"),
+        (["{run}", "a=1", "a=2"], "a is given twice"),
+    ],
+)
+def test_bad_tags_are_one_line(
+    cli: Callable[..., CliResult], store: Store, args: list[str], message: str
+) -> None:
+    run = finished(store, "a", {})
+    one_line_error(cli("runs", "tag", *(a.format(run=run) for a in args)), message)
+    assert store.get_run(run)["tags"] == {}
+
+
+# --- runs list --where ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def three(store: Store) -> list[int]:
+    ids = [
+        finished(
+            store,
+            f"r{lr}",
+            {"model": {"name": m}, "train": {"lr": lr, "nesterov": False, "epochs": 1}},
+            {"test_accuracy": acc},
+        )
+        for m, lr, acc in (("smallcnn", 0.1, 0.5), ("resnet20", 0.1, 0.9), ("smallcnn", 0.01, 0.7))
+    ]
+    store.set_tags(ids[0], {"baseline": "yes"})
+    return ids
+
+
+def where(cli: Callable[..., CliResult], *args: str) -> list[int]:
+    result = cli("runs", "list", *(a for w in args for a in ("--where", w)), "--json")
+    assert result.code == 0, result.err
+    return [r["id"] for r in json.loads(result.out)]
+
+
+def test_where_reads_values_as_set_does(cli: Callable[..., CliResult], three: list[int]) -> None:
+    a, b, c = three
+    assert where(cli, "train.lr=0.1") == [b, a]
+    assert where(cli, "train.lr=0.10", "model.name=smallcnn") == [a]
+    assert where(cli, "train.lr=1e-2") == [c]
+    assert where(cli, "train.nesterov=false") == [c, b, a]
+    assert where(cli, "train.epochs=true") == []  # true is not 1
+    assert where(cli, "train.epochs=1.0") == [c, b, a]
+    assert where(cli, "status=finished", "kind=run", "name=r0.01") == [c]
+    assert where(cli, "test_accuracy=0.9") == [b]
+    assert where(cli, "tag.baseline=yes") == [a]
+    assert where(cli, "model.name=resnet50") == []
+    # The limit counts runs that match: the newest one of those, not of all runs.
+    limited = cli("runs", "list", "--where", "model.name=smallcnn", "--limit", "1", "--json")
+    assert [r["id"] for r in json.loads(limited.out)] == [c]
+
+
+@pytest.mark.parametrize(
+    ("clause", "message"),
+    [
+        ("train.lrr=0.1", "--where: unknown key 'train.lrr' (did you mean 'train.lr'?)"),
+        ("modle.name=x", "did you mean 'model.name'?"),
+        ("statuss=lost", "did you mean 'status'?"),
+        ("tag.baselin=yes", "no listed run has tag 'baselin' (did you mean tag.baseline?)"),
+        ("train.lr", "--where 'train.lr': expected KEY=VALUE"),
+        ("train.lr=", "expected KEY=VALUE"),
+    ],
+)
+def test_bad_where_is_one_line(
+    cli: Callable[..., CliResult], three: list[int], clause: str, message: str
+) -> None:
+    one_line_error(cli("runs", "list", "--where", clause), message)
+
+
+# --- lost runs ------------------------------------------------------------------------------
+
+CHILD = """
+import sys, time
+from dlperf.store import Store
+store = Store.open(sys.argv[1])
+print(store.create_run("doomed", "run", {}, None, {"host": "h"}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_process_leaves_a_lost_run(
+    cli: Callable[..., CliResult], store: Store, db: str
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True)
+    try:
+        run_id = int(child.stdout.readline())
+        assert json.loads(cli("runs", "show", str(run_id), "--json").out)["status"] == "running"
+        child.send_signal(signal.SIGKILL)
+        # Not reaped yet, the child is a zombie: that is gone too.
+        deadline = time.monotonic() + DEADLINE_S
+        while effective_status(store.get_run(run_id)) != "lost":
+            assert time.monotonic() < deadline, "the killed run never read as lost"
+        child.wait(timeout=DEADLINE_S)
+    finally:
+        child.kill()
+        child.wait(timeout=DEADLINE_S)
+        child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+
+    assert store.get_run(run_id)["status"] == "running"  # computed on read, never written
+    listed = json.loads(cli("runs", "list", "--json").out)
+    assert [(r["id"], r["status"]) for r in listed] == [(run_id, "lost")]
+    assert where(cli, "status=lost") == [run_id]
+    shown = cli("runs", "show", str(run_id)).out
+    assert "(lost)" in shown and f"pid {child.pid} is gone" in shown
+    assert cli("runs", "delete", str(run_id), "--yes").code == 0  # lost: no --force needed
+
+
+def test_lost_needs_this_host_and_the_same_process(store: Store) -> None:
+    me = this_process()
+    run = {"status": "running", "system": {"process": me}}
+    assert effective_status(run) == "running"
+    if me["start"] is not None:  # the pid now held by another process: gone
+        reused = {**me, "start": me["start"] + 1}
+        assert effective_status({**run, "system": {"process": reused}}) == "lost"
+    rebooted = {**me, "boot_id": "another boot"}
+    assert effective_status({**run, "system": {"process": rebooted}}) == (
+        "lost" if me["boot_id"] else "running"
+    )
+    elsewhere = {**me, "host": "another-host", "pid": 2**22 + 1}
+    assert effective_status({**run, "system": {"process": elsewhere}}) == "running"
+    assert effective_status({**run, "system": {"host": "h"}}) == "running"  # nothing recorded
+    assert effective_status({**run, "status": "finished"}) == "finished"
+
+    resumed = store.create_run("r", "run", {}, None, {"host": "h"})
+    with store.engine.begin() as conn:  # as if written by a process long gone
+        gone = json.dumps({"host": "h", "process": {**me, "pid": 2**22 + 1}})
+        conn.execute(text("UPDATE runs SET system = :s WHERE id = :r"), {"s": gone, "r": resumed})
+    assert effective_status(store.get_run(resumed)) == "lost"
+    store.set_running(resumed)  # a resume: this process writes it now
+    assert effective_status(store.get_run(resumed)) == "running"
+
+
+# --- runs show, runs compare ----------------------------------------------------------------
+
+
+def test_show_prints_config_system_artifacts_memory_and_shares(
+    cli: Callable[..., CliResult], store: Store, tmp_path: Path
+) -> None:
+    config = {"model": {"name": "smallcnn"}, "train": {"lr": 0.05, "nesterov": True}}
+    summary = {"peak_memory_bytes": 3 * 2**20, "phases": {"forward": 0.003, "backward": 0.001}}
+    run = store.create_run("a", "run", config, None, {"host": "h", "gpus": []})
+    store.finish_run(run, "finished", summary=summary)
+    store.add_artifact(run, "checkpoint", tmp_path / "missing.pt")
+    rows = table_rows(cli("runs", "show", str(run)).out)
+    assert rows["model"] == ["name=smallcnn"] and rows["train"] == ["lr=0.05 nesterov=true"]
+    assert rows["peak memory MiB"] == ["3"]
+    assert rows["forward"] == ["3", "75"] and rows["backward"] == ["1", "25"]  # ms, %
+    assert rows["process.pid"] == [str(os.getpid())] and rows["gpus"] == ["-"]
+    assert rows["checkpoint"] == [str(tmp_path / "missing.pt"), "no"]
+    shown = json.loads(cli("runs", "show", str(run), "--json").out)
+    assert shown["artifacts"] == [
+        {"kind": "checkpoint", "path": str(tmp_path / "missing.pt"), "exists": False}
+    ]
+
+
+def test_compare_prints_plain_values_and_a_delta(
+    cli: Callable[..., CliResult], store: Store
+) -> None:
+    a = finished(
+        store,
+        "a",
+        {"run": {"timing": "phases"}, "train": {"lr": 0.05}},
+        {"test_accuracy": 0.8, "throughput": 1000.0},
+    )
+    b = finished(
+        store,
+        "b",
+        {"run": {"timing": "coarse"}, "train": {"lr": 0.02}},
+        {"test_accuracy": 0.9, "throughput": 1000.0},
+    )
+    c = finished(
+        store,
+        "c",
+        {"run": {"timing": "coarse"}, "train": {"lr": 0.1}},
+        {"test_accuracy": None, "throughput": 500.0},
+    )
+    out = cli("runs", "compare", str(a), str(b)).out
+    rows = table_rows(out)
+    assert rows["run.timing"] == ["phases", "coarse", "-"]
+    assert rows["train.lr"] == ["0.05", "0.02", "-0.03 (-60.0%)"]
+    assert rows["test_accuracy"] == ["0.8", "0.9", "+0.1 (+12.5%)"]
+    assert rows["throughput"] == ["1000", "1000", "0"]
+    assert "'" not in out and "None" not in out and "epochs_to_target" not in out
+
+    rows = table_rows(cli("runs", "compare", str(a), str(b), str(c)).out)
+    assert rows["test_accuracy"] == ["0.8", "0.9", "-", "+12.5% -"]
+    assert rows["throughput"] == ["1000", "1000", "500", "+0.0% -50.0%"]
