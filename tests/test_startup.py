@@ -47,6 +47,9 @@ COMMANDS = [
     ["runs", "show", "1"],
     ["runs", "compare", "1", "2", "--json"],
     ["sweep", "--help"],
+    ["doctor", "--last", "2"],
+    ["runs", "plot", "--help"],
+    ["runs", "export", "--help"],
 ]
 
 

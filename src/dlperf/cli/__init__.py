@@ -20,9 +20,12 @@ from dlperf.cli import data as _data  # noqa: F401
 from dlperf.cli import deploy as _deploy  # noqa: F401
 from dlperf.cli import detect as _detect  # noqa: F401
 from dlperf.cli import devices as _devices  # noqa: F401
+from dlperf.cli import doctor as _doctor  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
 from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401
+from dlperf.cli import runs_export as _runs_export  # noqa: F401
+from dlperf.cli import runs_plot as _runs_plot  # noqa: F401
 from dlperf.cli import scale as _scale  # noqa: F401
 from dlperf.cli import serve as _serve  # noqa: F401
 from dlperf.cli import speed as _speed  # noqa: F401
