@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlperf import exporters
+from dlperf.parsing import flatten
 from dlperf.store import Store
 from tests.conftest import CliResult, trained_run
 
@@ -59,7 +60,7 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
     assert got.info.status == "FINISHED"
     assert client.get_experiment(got.info.experiment_id).name == "dlperf"
     # Params: the flattened config, non-strings as JSON.
-    flat = exporters.flatten(stored["config"])
+    flat = flatten(stored["config"])
     assert got.data.params == {k: exporters.as_text(v) for k, v in flat.items()}
     assert got.data.params["model.name"] == "smallcnn"
     assert got.data.params["train.lr"] == "0.05"

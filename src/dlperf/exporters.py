@@ -33,6 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
+from dlperf.parsing import flatten
 from dlperf.store import Store
 from dlperf.store.schema import Metric, Run
 
@@ -53,17 +54,6 @@ def missing_extra(extra: str, module: str | None) -> UserError:
         f"exporting to {EXTRAS[extra]} needs {module or extra}, which is not installed: "
         f"pip install 'dlperf[{extra}]'"
     )
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts to dotted keys (`train.schedule.kind`); lists and empty dicts are leaves."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def as_text(value: Any) -> str:

@@ -13,6 +13,18 @@ from dlperf.errors import UserError
 T = TypeVar("T")
 
 
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys (`{"train": {"lr": 0.1}}` as `{"train.lr": 0.1}`), the form
+    of --set, sweep axes, tables and exports; lists and empty dicts are leaves."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def did_you_mean(
     name: str,
     choices: Iterable[str],

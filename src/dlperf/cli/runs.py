@@ -12,6 +12,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import UserError
+from dlperf.parsing import flatten
 
 runs_app = typer.Typer(
     help="List, show, compare, tag and delete stored runs.\n\nExample: dlperf runs list",
@@ -79,7 +80,7 @@ def _field(run: dict[str, Any], key: str) -> tuple[bool, Any]:
         return True, run[key]
     if "." not in key:
         return key in run["summary"], run["summary"].get(key)
-    flat = _flatten(run["config"])
+    flat = flatten(run["config"])
     return key in flat, flat.get(key)
 
 
@@ -100,7 +101,7 @@ def _filter(runs: list[dict[str, Any]], where: list[str]) -> list[dict[str, Any]
     known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     tags: set[str] = set()
     for run in runs:
-        known |= set(run["summary"]) | set(_flatten(run["config"]))
+        known |= set(run["summary"]) | set(flatten(run["config"]))
         tags |= {f"tag.{t}" for t in run.get("tags") or {}}
     for key, _ in tests:
         if key.startswith("tag.") and key not in tags:
@@ -226,7 +227,7 @@ def _config_rows(config: dict[str, Any]) -> list[list[Any]]:
             continue
         pairs = [
             f"{k}={_setting(v)}"
-            for k, v in _flatten(value).items()
+            for k, v in flatten(value).items()
             if v is not None and v != {} and v != []
         ]
         rows.append([section, " ".join(pairs) or None])
@@ -289,7 +290,7 @@ def runs_show(
         console.print_table("config", ["section", "keys set"], _config_rows(run["config"]))
     if system:
         console.print_table(
-            "system", ["key", "value"], [[k, _plain(v)] for k, v in _flatten(system).items()]
+            "system", ["key", "value"], [[k, _plain(v)] for k, v in flatten(system).items()]
         )
     if artifacts:
         console.print_table(
@@ -362,7 +363,7 @@ def runs_compare(
     if len(run_ids or []) < 2:
         raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
     runs = _with_status([store.get_run(i) for i in run_ids])
-    flat = [_flatten(r["config"]) for r in runs]
+    flat = [flatten(r["config"]) for r in runs]
     differing = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1)
     if as_json:
         console.print_json(
@@ -386,16 +387,6 @@ def runs_compare(
     rows.append(["status", *(r["status"] for r in runs)])
     table = [[*row, _delta(row[1:])] for row in rows]
     console.print_table(None, ["", *(f"run {i}" for i in run_ids), "Δ"], table)
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 # --- runs tag, runs delete ------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dlperf.errors import UserError
+from dlperf.parsing import flatten
 
 FLOOR = 1e-9
 BETAS = ("beta0", "beta1", "beta2")
@@ -37,16 +38,6 @@ def _is_number(value: Any) -> bool:
     return not isinstance(value, bool)
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def run_features(run: dict[str, Any], features: list[str]) -> dict[str, Any]:
     """A stored run's features: a summary, system or config key, looked up in that order, by
     its full name (model.name) or its last part (name), so `device` is the device the run
@@ -58,7 +49,7 @@ def run_features(run: dict[str, Any], features: list[str]) -> dict[str, Any]:
         "system": run["system"] or {},
         "config": run["config"] or {},
     }
-    flat = _flatten(sections)
+    flat = flatten(sections)
     derived: dict[str, Any] = {}
     digits = re.search(r"(\d+)$", str(flat.get("config.model.name", "")))
     if digits:

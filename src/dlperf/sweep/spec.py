@@ -27,19 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from dlperf.config import Experiment, _validation_message, build_experiment, read_toml
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean
-
-
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"train": {"lr": [..]}} (TOML's bare dotted keys) as {"train.lr": [..]}, so that
-    `train.lr = [..]` and `"train.lr" = [..]` mean the same axis."""
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+from dlperf.parsing import did_you_mean, flatten
 
 
 class SweepFile(BaseModel):
@@ -64,7 +52,7 @@ class SweepFile(BaseModel):
         if isinstance(raw, dict):
             for table in ("grid", "zip"):
                 if isinstance(raw.get(table), dict):
-                    raw = {**raw, table: _flatten(raw[table])}
+                    raw = {**raw, table: flatten(raw[table])}
         return raw
 
 
@@ -152,7 +140,7 @@ def _parse(path: Path) -> SweepFile:
     both = spec.grid.keys() & spec.zip.keys()
     if both:
         raise UserError(f"{path}: {sorted(both)[0]!r} is in both [grid] and [zip]")
-    if spec.repeats > 1 and "run.seed" in {*spec.grid, *spec.zip, *_flatten(spec.set)}:
+    if spec.repeats > 1 and "run.seed" in {*spec.grid, *spec.zip, *flatten(spec.set)}:
         raise UserError(f"{path}: run.seed is set by repeats", "drop it, or set repeats = 1")
     return spec
 
@@ -185,7 +173,7 @@ def load_sweep(path: str | Path) -> Sweep:
             label = " ".join(f"{k}={v!r}" for k, v in params.items())
             where = f"{path} point {index + 1} ({label})"
             raw = _fresh(base_raw)
-            for key, value in {**_flatten(spec.set), **params}.items():
+            for key, value in {**flatten(spec.set), **params}.items():
                 _assign(raw, key, value, where)
             if seed is not None:
                 _assign(raw, "run.seed", seed, where)
@@ -201,7 +189,7 @@ def load_sweep(path: str | Path) -> Sweep:
             exp.run.name = f"{name} {point.label()}"
             points.append(point)
     threads_set = "threads" in base_raw.get("run", {}) or any(
-        key == "run.threads" for key in (*_flatten(spec.set), *spec.grid, *spec.zip)
+        key == "run.threads" for key in (*flatten(spec.set), *spec.grid, *spec.zip)
     )
     return Sweep(path, name, base, {**spec.grid, **spec.zip}, spec.repeats, points, threads_set)
 
