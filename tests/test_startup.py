@@ -50,6 +50,7 @@ COMMANDS = [
     ["doctor", "--last", "2"],
     ["runs", "plot", "--help"],
     ["runs", "export", "--help"],
+    ["report", "--help"],
 ]
 
 

@@ -22,6 +22,7 @@ from dlperf.cli import detect as _detect  # noqa: F401
 from dlperf.cli import devices as _devices  # noqa: F401
 from dlperf.cli import doctor as _doctor  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
+from dlperf.cli import report as _report  # noqa: F401
 from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401
 from dlperf.cli import runs_export as _runs_export  # noqa: F401

@@ -134,8 +134,20 @@ def _x_values(
 def plot_runs(store: Store, run_ids: list[int], keys: list[str], x: str, path: Path) -> RunsPlot:
     """Overlay `keys` (default: training loss, val/acc1, learning rate) of the runs and save
     the figure to `path` (PNG, SVG or PDF by its suffix)."""
-    check_x(x)
     check_out(path)
+    fig, plot = draw_runs(store, run_ids, keys, x)
+    fig.savefig(path, dpi=120)
+    plot.path = path
+    return plot
+
+
+def draw_runs(
+    store: Store, run_ids: list[int], keys: list[str], x: str, fitted: bool = True
+) -> tuple[Figure, RunsPlot]:
+    """The figure `plot_runs` saves, not yet saved (its RunsPlot's path is empty). `fitted`:
+    margins fitted to the labels (tight_layout, which draws the figure once more), else fixed
+    margins that fit dlperf's own labels (the report draws hundreds of these)."""
+    check_x(x)
     runs = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]  # unknown: error
     stored_by_run = {r["id"]: set(store.metric_keys(r["id"])) for r in runs}
     stored = set().union(*stored_by_run.values())
@@ -194,6 +206,12 @@ def plot_runs(store: Store, run_ids: list[int], keys: list[str], x: str, path: P
     axes[-1, 0].set_xlabel(X_LABELS[x])
     title = runs[0]["name"] if len(runs) == 1 else f"{len(runs)} runs"
     axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return RunsPlot(path, x, keys, drawn, warnings)
+    fit_margins(fig, fitted)
+    return fig, RunsPlot(Path(), x, keys, drawn, warnings)
+
+
+def fit_margins(fig: Figure, fitted: bool) -> None:
+    if fitted:
+        fig.tight_layout()
+    else:
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.1, top=0.92, hspace=0.3, wspace=0.3)

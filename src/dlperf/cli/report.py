@@ -1,0 +1,45 @@
+"""`dlperf report`: a static, offline HTML site of stored runs and studies (dlperf.report.site)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+
+
+@app.command()
+def report(
+    run_ids: list[int] = typer.Argument(
+        None, metavar="RUN_ID", help="Run IDs (none: the newest 20 runs)."
+    ),
+    study: list[int] = typer.Option(
+        [], "--study", metavar="ID", help="A study and every run of it (repeatable)."
+    ),
+    last: int = typer.Option(None, "--last", metavar="N", help="The newest N runs."),
+    out: Path = typer.Option(..., "--out", metavar="DIR", help="Directory of the site."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Write a static HTML report that opens offline: DIR/index.html, one page per run
+    (curves, phases, doctor's findings, config, system) and per study (scaling, all-reduce,
+    sweep ranking), with every study a chosen run belongs to.
+
+    Example: dlperf report --last 10 --out report
+    """
+    from dlperf.paths import check_writable
+    from dlperf.report.site import build_report
+
+    check_writable(out / "index.html")  # before the store is read
+    with console.reporter() as rep:
+        done = build_report(open_store(), out, run_ids or (), study, last, rep)
+    if as_json:
+        console.print_json(done.to_dict())
+        return
+    console.out.print(
+        f"{len(done.runs)} run(s), {len(done.studies)} study(ies): "
+        f"{len(done.pages)} pages in {done.out}",
+        markup=False,
+    )
+    console.err.print(f"saved {done.out / 'index.html'}", markup=False)

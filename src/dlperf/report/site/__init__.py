@@ -1,0 +1,163 @@
+"""`dlperf report`: a static, self-contained HTML site of stored runs and studies.
+
+DIR/index.html lists every run and study included, with status, key figures and the counts
+of `dlperf doctor`'s findings; DIR/run-ID.html and DIR/study-ID.html hold one each. Figures
+are PNG data URIs, the CSS is inline, there is no script and no external reference: the site
+opens offline from file:// and can be sent as a directory or an archive. The report only
+reads the store.
+
+    from dlperf.store import Store
+    from dlperf.report.site import build_report
+    done = build_report(Store.open("dlperf.db"), Path("report"), last=10)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlperf.errors import UserError
+from dlperf.progress import NullReporter, Reporter
+from dlperf.store import Store
+
+DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
+
+
+@dataclass
+class Report:
+    """What `build_report` wrote: the directory, its pages (relative names, index first), and
+    the runs and studies it holds."""
+
+    out: Path
+    pages: list[str]
+    runs: list[int]
+    studies: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out": str(self.out), "pages": self.pages, "runs": self.runs,
+                "studies": self.studies}  # fmt: skip
+
+
+def select(
+    store: Store,
+    run_ids: Iterable[int] = (),
+    study_ids: Iterable[int] = (),
+    last: int | None = None,
+) -> tuple[list[int], list[int]]:
+    """(runs, studies) to report, newest first. Runs: `run_ids`, every run of `study_ids` and
+    the newest `last`; nothing given: the newest DEFAULT_LAST. Studies: `study_ids` and every
+    study a chosen run belongs to. Unknown IDs and --last < 1 are bad input."""
+    run_ids, study_ids = list(run_ids), list(study_ids)
+    if last is not None and last < 1:
+        raise UserError(f"--last must be at least 1, got {last}")
+    runs = {int(store.get_run(run_id)["id"]): store.get_run(run_id) for run_id in run_ids}
+    studies = {int(store.get_study(study_id)["id"]) for study_id in study_ids}
+    for study_id in study_ids:
+        runs.update({int(r["id"]): r for r in store.list_runs(study_id=study_id)})
+    if last is not None or not (run_ids or study_ids):
+        runs.update({int(r["id"]): r for r in store.list_runs(limit=last or DEFAULT_LAST)})
+    if not runs and not studies:
+        raise UserError("the run store holds no runs", "train one: dlperf run EXP.toml")
+    studies |= {int(r["study_id"]) for r in runs.values() if r["study_id"] is not None}
+    return sorted(runs, reverse=True), sorted(studies, reverse=True)
+
+
+def build_report(
+    store: Store,
+    out: Path,
+    run_ids: Iterable[int] = (),
+    study_ids: Iterable[int] = (),
+    last: int | None = None,
+    reporter: Reporter | None = None,
+    jobs: int | None = None,
+) -> Report:
+    """Write the report of the selected runs and studies (see `select`) into `out`. Run pages
+    are drawn by `jobs` processes (default: one per usable core; matplotlib's drawing is the
+    cost, and it holds the GIL), each with its own connection to the store."""
+    from dlperf.doctor import examine
+    from dlperf.report.site import pages
+
+    reporter = reporter or NullReporter()
+    chosen_runs, chosen_studies = select(store, run_ids, study_ids, last)
+    studies = [store.get_study(s) for s in chosen_studies]
+    study_runs = {s["id"]: store.list_runs(study_id=s["id"]) for s in studies}
+    runs = {r["id"]: r for mine in study_runs.values() for r in mine}
+    runs.update({rid: runs.get(rid) or store.get_run(rid) for rid in chosen_runs})
+    findings: dict[int, list] = {rid: [] for rid in runs}
+    for f in examine(store, sorted(runs)):
+        findings[f.run_id].append(f)
+    with_page = {("run", r) for r in chosen_runs} | {("study", s) for s in chosen_studies}
+
+    def has_page(kind: str, item_id: int) -> bool:
+        return (kind, item_id) in with_page
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    reporter.task("report", total=len(chosen_runs) + len(chosen_studies))
+    for study in studies:
+        name = pages.study_href(study["id"])
+        html = pages.study_page(store, study, study_runs[study["id"]], findings, has_page)
+        (out / name).write_text(html, encoding="utf-8")
+        written.append(name)
+        reporter.advance(status=f"study {study['id']}")
+    tasks = [(runs[r], findings[r]) for r in chosen_runs]
+    for name in _run_pages(store, out, tasks, with_page, jobs):
+        written.append(name)
+        reporter.advance(status=name)
+    listed = [runs[r] for r in chosen_runs]
+    index = pages.index_page(studies, listed, study_runs, findings, has_page)
+    (out / "index.html").write_text(index, encoding="utf-8")
+    return Report(out, ["index.html", *written], chosen_runs, chosen_studies)
+
+
+# --- run pages, in worker processes -------------------------------------------------------
+
+_worker: dict[str, Any] = {}
+
+
+def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]]) -> None:
+    _worker.update(store=Store.open(url), out=out, with_page=with_page)
+
+
+def _write_run_page(task: tuple[dict[str, Any], list]) -> str:
+    from dlperf.report.site import pages
+
+    run, found = task
+    with_page = _worker["with_page"]
+    html = pages.run_page(_worker["store"], run, found, lambda k, i: (k, i) in with_page)
+    name = pages.run_href(run["id"])
+    (_worker["out"] / name).write_text(html, encoding="utf-8")
+    return name
+
+
+def _run_pages(
+    store: Store,
+    out: Path,
+    tasks: list[tuple[dict[str, Any], list]],
+    with_page: set[tuple[str, int]],
+    jobs: int | None,
+) -> Iterator[str]:
+    """Write the run pages, yielding each page's name as it is done; in this process when
+    one job will do (or the store is in memory, which other processes cannot open)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from dlperf.system import usable_cores
+
+    url = store.engine.url
+    jobs = min(jobs or usable_cores(), len(tasks))
+    if jobs <= 1 or url.database in (None, "", ":memory:"):
+        _start_worker_here(store, out, with_page)
+        yield from map(_write_run_page, tasks)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    init = (url.render_as_string(hide_password=False), out, with_page)
+    with ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init) as pool:
+        yield from pool.map(_write_run_page, tasks)
+
+
+def _start_worker_here(store: Store, out: Path, with_page: set[tuple[str, int]]) -> None:
+    _worker.update(store=store, out=out, with_page=with_page)

@@ -1,0 +1,219 @@
+"""The report's figures, as (caption, PNG data URI) pairs. Curves of stored metrics come from
+`dlperf.report.runs.draw_runs`, scaling figures from `dlperf.report.scaling.study_figures`,
+a sweep's from `dlperf.report.sweep` and a staleness study's from `dlperf.report.staleness`;
+what only the report draws (phase breakdown, all-reduce against the α-β model, the largest
+batch, predicted against measured) is here. matplotlib without pyplot, files never written
+except where a reused function only saves (then into a temporary directory)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from dlperf.errors import UserError
+from dlperf.report.runs import fit_margins
+from dlperf.report.site.html import png, png_bytes
+from dlperf.store import Store
+
+Figures = list[tuple[str, str]]  # (caption, data URI)
+
+
+def _finish(fig: Figure, ax: Any, title: str, xlabel: str, ylabel: str) -> str:
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fit_margins(fig, fitted=False)
+    return png(fig)
+
+
+def run_curves(store: Store, run_id: int) -> tuple[Figures, list[str]]:
+    """Training loss, validation accuracy and learning rate against the epoch; loss and
+    accuracy against the wall time (the schedule is drawn once); notes for what the run
+    cannot show."""
+    from dlperf.report.runs import default_keys, draw_runs
+
+    stored = set(store.metric_keys(run_id))
+    timed = [k for k in default_keys("time", stored) if not k.endswith("/lr")]
+    figures, notes = [], []
+    for x, what, keys in (("epoch", "epoch", []), ("time", "wall time", timed)):
+        if x == "time" and not keys:
+            continue
+        try:
+            fig, done = draw_runs(store, [run_id], keys, x, fitted=False)
+        except UserError as e:
+            notes.append(f"no curves against {what}: {e}")
+            continue
+        notes += done.warnings
+        figures.append((f"{', '.join(done.keys)} against {what}", png(fig)))
+    return figures, notes
+
+
+def phases(store: Store, run: dict[str, Any]) -> Figures:
+    """Seconds per step by phase as stacked bars: one bar per epoch from the stored phase/*
+    metrics, else one bar from the summary's phases."""
+    keys = [k for k in store.metric_keys(run["id"]) if k.startswith("phase/")]
+    by_phase: dict[str, dict[int, float]] = {}
+    for key in keys:
+        name = key.removeprefix("phase/").removesuffix("_s")
+        by_phase[name] = dict(store.metrics(run["id"], key))
+    if by_phase:
+        epochs = sorted({e for values in by_phase.values() for e in values})
+        labels = [str(e) for e in epochs]
+        xlabel = "epoch"
+    else:
+        summary_phases = (run["summary"] or {}).get("phases") or {}
+        if not summary_phases:
+            return []
+        by_phase = {name: {0: s} for name, s in summary_phases.items()}
+        epochs, labels, xlabel = [0], ["whole run"], "run"
+    fig = Figure(figsize=(7, 3.6))
+    ax = fig.subplots()
+    bottom = [0.0] * len(epochs)
+    for i, (name, values) in enumerate(by_phase.items()):
+        heights = [values.get(e, 0.0) * 1e3 for e in epochs]
+        ax.bar(labels, heights, bottom=bottom, label=name, color=f"C{i % 10}")
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    uri = _finish(fig, ax, f"{run['name']}: time per step by phase", xlabel, "ms per step")
+    return [("phase breakdown, milliseconds per step (stacked)", uri)]
+
+
+def predicted(run: dict[str, Any], measured: list[float]) -> Figures:
+    """A `predict --measure` run: the PALEO prediction beside the measured step time."""
+    summary = run["summary"] or {}
+    if summary.get("predicted_s") is None or not measured:
+        return []
+    fig = Figure(figsize=(5, 3.4))
+    ax = fig.subplots()
+    median = summary.get("measured_median_s") or sorted(measured)[len(measured) // 2]
+    low, high = min(measured), max(measured)
+    ax.bar(["predicted (PALEO)"], [summary["predicted_s"] * 1e3], color="C0", label="predicted")
+    ax.bar(["measured"], [median * 1e3], color="C1", label="measured median")
+    ax.errorbar(
+        ["measured"], [median * 1e3], yerr=[[(median - low) * 1e3], [(high - median) * 1e3]],
+        fmt="none", color="k", capsize=4, label=f"min-max over {len(measured)} repetitions",
+    )  # fmt: skip
+    error = summary.get("error_pct")
+    title = f"{run['name']}: predicted vs measured" + (
+        f" (error {error:+.0f}%)" if error is not None else ""
+    )
+    return [("predicted against measured time per step", _finish(fig, ax, title, "", "ms"))]
+
+
+def allreduce(runs: list[dict[str, Any]], title: str) -> Figures:
+    """All-reduce time and bus bandwidth against message size per worker count, with the
+    fitted α-β ring model T = 2(n-1)α + 2(n-1)/n · S/B (dlperf.distributed.allreduce)."""
+    rows = [r for run in runs for r in (run["summary"] or {}).get("rows") or []]
+    if not rows:
+        return []
+    ring = next(((run["summary"] or {}).get("ring_model") for run in runs), None)
+    fig = Figure(figsize=(10, 3.8))
+    left, right = fig.subplots(1, 2)
+    for i, n in enumerate(sorted({int(r["workers"]) for r in rows})):
+        mine = sorted((r for r in rows if int(r["workers"]) == n), key=lambda r: r["bytes"])
+        sizes = [r["bytes"] for r in mine]
+        left.plot(sizes, [r["time_s"] * 1e6 for r in mine], "o", color=f"C{i}",
+                  label=f"{n} workers, measured")  # fmt: skip
+        right.plot(sizes, [r.get("busbw_gbps") or 0.0 for r in mine], "o", color=f"C{i}",
+                   label=f"{n} workers, measured")  # fmt: skip
+        if ring and n > 1:
+            alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
+            model = [2 * (n - 1) * alpha + 2 * (n - 1) / n * s / bandwidth for s in sizes]
+            left.plot(sizes, [t * 1e6 for t in model], "-", color=f"C{i}",
+                      label=f"{n} workers, α-β ring model")  # fmt: skip
+            busbw = [s / t * 2 * (n - 1) / n / 1e9 for s, t in zip(sizes, model, strict=True)]
+            right.plot(sizes, busbw, "-", color=f"C{i}", label=f"{n} workers, α-β ring model")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+    left.set_yscale("log")
+    fit = ""
+    if ring:
+        fit = (
+            f" (α = {ring['alpha_s'] * 1e6:.1f} µs, B = {ring['bandwidth_bytes_per_s'] / 1e9:.2f}"
+            f" GB/s, fit error {ring['rmse_pct']:.0f}%)"
+        )
+    _finish(fig, left, title + fit, "message size (bytes)", "all-reduce time (µs)")
+    uri = _finish(fig, right, "bus bandwidth", "message size (bytes)", "bus bandwidth (GB/s)")
+    return [("all-reduce time and bus bandwidth against message size" + fit, uri)]
+
+
+def max_batch(rows: list[dict[str, Any]], title: str) -> Figures:
+    """The largest-batch search: throughput per per-worker batch; sizes that failed (out of
+    memory) marked on the axis."""
+    fig = Figure(figsize=(6, 3.8))
+    ax = fig.subplots()
+    ok = sorted((r for r in rows if r.get("status") == "finished"),
+                key=lambda r: r["per_worker_batch"])  # fmt: skip
+    ax.plot([r["per_worker_batch"] for r in ok], [r["throughput"] for r in ok], "o-",
+            label="fits: measured throughput")  # fmt: skip
+    failed = [r for r in rows if r.get("status") != "finished"]
+    if failed:
+        label = "out of memory" if any(r.get("out_of_memory") for r in failed) else "failed"
+        ax.plot([r["per_worker_batch"] for r in failed], [0.0] * len(failed), "rx", ms=10,
+                label=f"does not fit: {label}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    uri = _finish(fig, ax, title, "per-worker batch (images)", "throughput (samples/s)")
+    largest = max((r["per_worker_batch"] for r in ok), default=None)
+    return [(f"largest-batch search: the largest per-worker batch that fits is {largest}", uri)]
+
+
+def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:
+    """Predicted (ring model) against measured communication per step, for the points whose
+    prediction was stored."""
+    points = [
+        r for r in rows if r.get("ring_predicted_s") is not None and r.get("status") != "failed"
+    ]
+    if not points:
+        return []
+    fig = Figure(figsize=(6, 3.8))
+    ax = fig.subplots()
+    labels = [f"{r['workers']} w {r.get('strategy', '')}/{r.get('comm', '')}" for r in points]
+    x = range(len(points))
+    width = 0.27
+    ax.bar([i - width for i in x], [r["ring_predicted_s"] * 1e3 for r in points], width,
+           label="predicted: α-β ring model")  # fmt: skip
+    comm = [((r.get("ddp_logging_s") or {}).get("backward_comm_time") or 0.0) * 1e3 for r in points]
+    ax.bar(list(x), comm, width, label="measured: DDP backward communication")
+    exposed = [(r.get("comm_exposed_s") or 0.0) * 1e3 for r in points]
+    ax.bar([i + width for i in x], exposed, width, label="measured: exposed communication")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    uri = _finish(fig, ax, title, "point", "ms per step")
+    return [("communication per step, predicted against measured", uri)]
+
+
+def _saved(paths: list[Path], captions: dict[str, str]) -> Figures:
+    return [(captions.get(p.stem, p.stem.replace("_", " ")), png_bytes(p.read_bytes()))
+            for p in paths]  # fmt: skip
+
+
+def sweep(
+    curves: list[tuple[str, list[tuple[int, float]]]],
+    groups: list[dict[str, Any]],
+    axes: dict[str, list[Any]],
+    target: float | None,
+) -> Figures:
+    """The figures `dlperf sweep` draws, drawn again from the stored runs."""
+    from dlperf.report.sweep import plot_sweep
+
+    captions = {
+        "val_error": "validation error against epoch, every run",
+        "time_to_target": "wall time to the target accuracy per point",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        return _saved(plot_sweep(Path(tmp), curves, groups, axes, target), captions)
+
+
+def staleness(result: dict[str, Any]) -> Figures:
+    """Synchronous against emulated asynchronous SGD, beside the staleness histogram."""
+    from dlperf.report.staleness import plot_staleness
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "staleness.png"
+        plot_staleness(path, result)
+        caption = "validation accuracy per epoch, sync vs async; staleness histogram"
+        return [(caption, png_bytes(path.read_bytes()))]

@@ -1,0 +1,305 @@
+"""The report's pages: one per run, one per study, and the index. Each returns its HTML."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from dlperf.doctor import SEVERITIES, Finding
+from dlperf.parsing import flatten
+from dlperf.report.site import figures as figs
+from dlperf.report.site.html import esc, figure, key_values, link, page, status, table
+from dlperf.store import Store, effective_status
+
+# Summary figures shown in the index, by run kind: (column, summary key).
+KEY_FIGURES = (
+    ("test accuracy", "test_accuracy"),
+    ("throughput (samples/s)", "throughput"),
+    ("train time (s)", "train_time_s"),
+)
+SWEEP_FREE = {"run.seed", "run.threads", "run.name", "run.out_dir"}  # not a sweep's axes
+
+
+def run_href(run_id: int) -> str:
+    return f"run-{run_id}.html"
+
+
+def study_href(study_id: int) -> str:
+    return f"study-{study_id}.html"
+
+
+def severity(value: str) -> str:
+    return status(value) if value in SEVERITIES else esc(value)
+
+
+def counts(findings: list[Finding]) -> str:
+    """'1 error, 2 warning' style, each marked by its severity; '-' when clean."""
+    parts = []
+    for level in ("error", "warning", "info"):
+        n = sum(f.severity == level for f in findings)
+        if n:
+            parts.append(f'<span class="{level}">{n} {level}</span>')
+    return ", ".join(parts) or "-"
+
+
+def _findings(found: list[Finding], by_run: bool = False) -> str:
+    if not found:
+        return '<p class="note">no findings</p>'
+    rows = [[severity(f.severity), f.rule, f.evidence, f.fix] for f in found]
+    columns = ["severity", "rule", "evidence", "fix"]
+    if by_run:
+        rows = [[f.run_id, *row] for f, row in zip(found, rows, strict=True)]
+        return table(["run", *columns], rows, raw=(1,))
+    return table(columns, rows, raw=(0,))
+
+
+def _figures(found: figs.Figures) -> str:
+    return "".join(figure(uri, caption) for caption, uri in found)
+
+
+def _notes(notes: list[str]) -> str:
+    return "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
+
+
+def run_page(
+    store: Store,
+    run: dict[str, Any],
+    found: list[Finding],
+    has_page: Callable[[str, int], bool],
+) -> str:
+    summary = run["summary"] or {}
+    head: dict[str, Any] = {
+        "kind": run["kind"],
+        "status": effective_status(run),
+        "started": run["started"],
+        "ended": run["ended"],
+    }
+    study = ""
+    if run["study_id"] is not None:
+        study_id = run["study_id"]
+        text = f"study {study_id}"
+        named = link(study_href(study_id), text) if has_page("study", study_id) else esc(text)
+        study = f"<p>Part of {named}.</p>"
+    body = [study, key_values(head)]
+    if run["error"]:
+        body.append(f'<h2>Error</h2><pre class="error">{esc(run["error"])}</pre>')
+    drawn, notes = figs.run_curves(store, run["id"])
+    drawn += figs.phases(store, run)
+    if run["kind"] == "predict":
+        drawn += figs.predicted(run, [v for _, v in store.metrics(run["id"], "measured_s")])
+    body += ["<h2>Figures</h2>", _figures(drawn) or '<p class="note">no figures</p>', _notes(notes)]
+    body += ["<h2>Findings of dlperf doctor</h2>", _findings(found)]
+    body += ["<h2>Summary</h2>", key_values(flatten(summary))]
+    body += ["<h2>Config</h2>", key_values(flatten(run["config"] or {}))]
+    body += ["<h2>System</h2>", key_values(flatten(run["system"] or {}))]
+    artifacts = store.artifacts(run["id"])
+    listing = table(["kind", "path"], [[a["kind"], a["path"]] for a in artifacts])
+    body += ["<h2>Artifacts</h2>", listing if artifacts else '<p class="note">none</p>']
+    body += ["<h2>Tags</h2>", key_values(run["tags"] or {})]
+    return page(f"run {run['id']}: {run['name']}", "".join(body))
+
+
+def _runs_table(
+    runs: list[dict[str, Any]],
+    findings: dict[int, list[Finding]],
+    has_page: Callable[[str, int], bool],
+) -> str:
+    columns = ["run", "name", "kind", "status", "study", *(c for c, _ in KEY_FIGURES), "findings"]
+    rows = []
+    for run in runs:
+        summary = run["summary"] or {}
+        rid, sid = run["id"], run["study_id"]
+        rows.append([
+            link(run_href(rid), rid) if has_page("run", rid) else esc(rid),
+            esc(run["name"]), esc(run["kind"]), status(effective_status(run)),
+            (link(study_href(sid), sid) if has_page("study", sid) else esc(sid)) if sid else "-",
+            *(esc(summary.get(key)) for _, key in KEY_FIGURES),
+            counts(findings.get(rid, [])),
+        ])  # fmt: skip
+    return table(columns, rows, raw=range(len(columns)))
+
+
+def index_page(
+    studies: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+    study_runs: dict[int, list[dict[str, Any]]],
+    findings: dict[int, list[Finding]],
+    has_page: Callable[[str, int], bool],
+) -> str:
+    every = [f for found in findings.values() for f in found]
+    body = [
+        f"<p>{len(runs)} run(s) and {len(studies)} study(ies); dlperf doctor: {counts(every)}.</p>",
+        "<h2>Studies</h2>",
+    ]
+    if studies:
+        rows = []
+        for s in studies:
+            mine = study_runs[s["id"]]
+            done = sum(r["status"] == "finished" for r in mine)
+            found = [f for r in mine for f in findings.get(r["id"], [])]
+            rows.append([link(study_href(s["id"]), s["id"]), esc(s["name"]), esc(s["kind"]),
+                         esc(s["created"]), esc(f"{done}/{len(mine)} finished"),
+                         counts(found)])  # fmt: skip
+        body.append(
+            table(["study", "name", "kind", "created", "runs", "findings"], rows, raw=range(6))
+        )
+    else:
+        body.append('<p class="note">none</p>')
+    body += ["<h2>Runs</h2>", _runs_table(runs, findings, has_page)]
+    return page("dlperf report", "".join(body), home=True)
+
+
+# --- studies -----------------------------------------------------------------------------
+
+
+def _rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A scale study's rows as `dlperf scale` returned them: each run's summary with its id and
+    status, oldest first."""
+    return [{**(r["summary"] or {}), "run_id": r["id"], "status": r["status"]}
+            for r in sorted(runs, key=lambda r: r["id"])]  # fmt: skip
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def _scale(study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    from dlperf.report.scaling import study_figures
+    from dlperf.report.site.html import png
+
+    rows = _rows(runs)
+    title = f"scale study {study['id']}: {study['name']}"
+    finished = [r for r in rows if r["status"] == "finished"]
+    batches = {r.get("per_worker_batch") for r in rows}
+    if len({r.get("workers") for r in rows}) == 1 and len(batches) > 1:
+        drawn = figs.max_batch(rows, title)
+    else:
+        drawn = [(kind.removeprefix("plot/").replace("_", " ") + " against workers", png(fig))
+                 for kind, fig in study_figures(rows, title)]  # fmt: skip
+    drawn += figs.comm_model(rows, title)
+    columns = ["run", "workers", "strategy/comm", "global batch", "throughput (samples/s)",
+               "speedup", "efficiency", "step (ms)", "exposed comm (ms)", "status"]  # fmt: skip
+    table_rows = [
+        [r["run_id"], r.get("workers"), f"{r.get('strategy')}/{r.get('comm')}",
+         r.get("global_batch"), r.get("throughput"), r.get("speedup"), r.get("efficiency"),
+         _ms(r.get("step_time_s")), _ms(r.get("comm_exposed_s")),
+         r["status"]]
+        for r in rows
+    ]  # fmt: skip
+    note = "" if finished else '<p class="note">no finished point</p>'
+    return _figures(drawn) + note + "<h2>Points</h2>" + table(columns, table_rows)
+
+
+def _allreduce(study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    title = f"all-reduce study {study['id']}: {study['name']}"
+    drawn = figs.allreduce([r for r in runs if r["status"] == "finished"], title)
+    ring = next(((r["summary"] or {}).get("ring_model") for r in runs if r["summary"]), None)
+    body = _figures(drawn) + "<h2>Ring model (α-β)</h2>"
+    body += key_values(ring) if ring else '<p class="note">no model was fitted</p>'
+    measured = [row for r in runs for row in (r["summary"] or {}).get("rows") or []]
+    keys = ("workers", "bytes", "time_s", "algbw_gbps", "busbw_gbps")
+    rows = [[row.get(k) for k in keys] for row in measured]
+    columns = ["workers", "bytes", "time (s)", "algbw (GB/s)", "busbw (GB/s)"]
+    return body + "<h2>Measurements</h2>" + table(columns, rows)
+
+
+def sweep_params(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each run's values of the config keys that vary over the study: the sweep's axes (the
+    seed and threads left out: repeats and --jobs, not axes)."""
+    flat = {r["id"]: flatten(r["config"] or {}) for r in runs}
+    keys = sorted({k for f in flat.values() for k in f} - SWEEP_FREE)
+    varying = [
+        k for k in keys
+        if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flat.values()}) > 1
+    ]  # fmt: skip
+    return {rid: {k: f.get(k) for k in varying} for rid, f in flat.items()}
+
+
+def _sweep(store: Store, study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    from dlperf.sweep import summary as ranking
+
+    params = sweep_params(runs)
+    keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
+            "throughput", "train_time_s", "epochs")  # fmt: skip
+    rows = [
+        {"run_id": r["id"], "status": r["status"], "params": params[r["id"]],
+         **{k: (r["summary"] or {}).get(k) for k in keys}}
+        for r in sorted(runs, key=lambda r: r["id"])
+    ]  # fmt: skip
+    groups = ranking.group_rows(rows)
+    axes = {k: sorted({json.dumps(p[k], default=str) for p in params.values()}) for k in
+            next(iter(params.values()), {})}  # fmt: skip
+    axes = {k: [json.loads(v) for v in values] for k, values in axes.items()}
+    curves = [(f"run {r['run_id']} " + " ".join(f"{k}={v}" for k, v in r["params"].items()),
+               store.metrics(r["run_id"], "val/acc1"))
+              for r in rows if r["status"] == "finished"]  # fmt: skip
+    first = (runs[0]["config"] or {}) if runs else {}
+    target = (first.get("target") or {}).get("accuracy")
+    drawn = figs.sweep(curves, groups, axes, target) if curves else []
+    columns = ["rank", "point", "runs", "finished", "test accuracy (mean)", "std", "min", "max",
+               "epochs to target", "time to target (s)", "throughput (samples/s)"]  # fmt: skip
+    table_rows = [
+        [g["rank"], ", ".join(f"{k}={v}" for k, v in g["params"].items()) or "all",
+         ", ".join(map(str, g["run_ids"])), g["finished"], g["test_accuracy"],
+         g["test_accuracy_std"], g["test_accuracy_min"], g["test_accuracy_max"],
+         g["epochs_to_target"], g["time_to_target_s"], g["throughput"]]
+        for g in groups
+    ]  # fmt: skip
+    best = ranking.winner(rows, groups)
+    verdict = f"<p>Best run: {esc(best)}.</p>" if best is not None else ""
+    return "<h2>Ranking</h2>" + verdict + table(columns, table_rows) + _figures(drawn)
+
+
+def _staleness(store: Store, runs: list[dict[str, Any]]) -> str:
+    modes = {(r["config"] or {}).get("staleness", {}).get("mode"): r for r in runs
+             if r["status"] == "finished"}  # fmt: skip
+    if not {"sync", "async"} <= set(modes):
+        return '<p class="note">the study lacks a finished sync and async run</p>'
+    result = {
+        mode: {**(run["summary"] or {}),
+               "val_acc1": [v for _, v in store.metrics(run["id"], "val/acc1")]}
+        for mode, run in modes.items()
+    }  # fmt: skip
+    result["async"].setdefault("staleness_histogram", {})
+    return _figures(figs.staleness(result))
+
+
+def _overlay(store: Store, runs: list[dict[str, Any]]) -> str:
+    from dlperf.errors import UserError
+    from dlperf.report.runs import draw_runs
+    from dlperf.report.site.html import png
+
+    ids = [r["id"] for r in runs if r["kind"] == "run"]
+    if not ids:
+        return ""
+    try:
+        fig, done = draw_runs(store, ids, [], "epoch")
+    except UserError as e:
+        return _notes([str(e)])
+    return _figures([(f"{', '.join(done.keys)} of the study's runs against epoch", png(fig))])
+
+
+def study_page(
+    store: Store,
+    study: dict[str, Any],
+    runs: list[dict[str, Any]],
+    findings: dict[int, list[Finding]],
+    has_page: Callable[[str, int], bool],
+) -> str:
+    kind = study["kind"]
+    if kind == "scale":
+        body = _scale(study, runs)
+    elif kind == "allreduce":
+        body = _allreduce(study, runs)
+    elif kind == "sweep":
+        body = _sweep(store, study, runs)
+    elif kind == "staleness":
+        body = _staleness(store, runs)
+    else:
+        body = _overlay(store, runs)
+    head = key_values({"kind": kind, "created": study["created"], "runs": len(runs)})
+    found = [f for r in runs for f in findings.get(r["id"], [])]
+    tail = "<h2>Findings of dlperf doctor</h2>" + _findings(found, by_run=True)
+    tail += "<h2>Runs</h2>" + _runs_table(runs, findings, has_page)
+    return page(f"study {study['id']}: {study['name']}", head + body + tail)

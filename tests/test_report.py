@@ -1,0 +1,447 @@
+"""`dlperf report`: a static offline HTML site over a store of real runs and studies.
+
+The lab: a real run with phase timing and a hostile name, a real two-point sweep on digits,
+and a scale study, an all-reduce study, a staleness study and a `predict --measure` run
+stored through the Store API in the shapes their commands store. Pages are checked as files
+(links, escaping, images that decode, no external reference) and in a real headless Chromium
+(Debian's `chromium`) driven over the DevTools protocol on a pipe: loaded from file:// with the
+network off, no console error, every image decoded, a screenshot that is not blank.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import io
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image, ImageStat
+
+from dlperf.config import Experiment
+from dlperf.engine.run import run_experiment
+from dlperf.report.site import build_report
+from dlperf.report.site import select as select_report
+from dlperf.store import Store
+
+HOSTILE = "<script>alert(1)</script>"
+BASE = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 400
+[train]
+epochs = 2
+batch_size = 32
+[target]
+accuracy = 0.5
+[run]
+threads = 1
+warmup_steps = 2
+checkpoint = false
+out_dir = "{out}"
+"""
+SWEEP = 'base = "base.toml"\nname = "lr"\n[grid]\n"train.lr" = [0.1, 0.02]\n'
+
+
+def _rank(rank: int, steps: list[float], compute: list[float] | None, batch: int) -> dict:
+    """One rank's result as dlperf.distributed.worker reports it."""
+    result: dict[str, Any] = {
+        "rank": rank,
+        "host": "node0",
+        "pid": 100 + rank,
+        "main": {
+            "step_times_s": steps,
+            "wall_s": sum(steps),
+            "samples": batch * len(steps),
+            "ddp": {"avg_backward_comm_time": 1_000_000, "avg_forward_compute_time": 5_000_000},
+            "replica_max_diff": 0.0,
+            "grad_bytes": 400_000,
+        },
+    }
+    if compute is not None:
+        result["compute"] = {"step_times_s": compute}
+    return result
+
+
+def _scale_study(store: Store, exp: Experiment) -> int:
+    """A weak-scaling study stored as `dlperf scale` stores one (1 and 2 workers, the second
+    far from linear, with a ring-model prediction)."""
+    from dlperf.distributed.study import Point, _rank_metrics, add_relative, summarize
+    from dlperf.system import system_info
+
+    study = store.create_study("scale smallcnn", "scale")
+    base = None
+    for workers, step, compute in ((1, 0.100, None), (2, 0.400, 0.100)):
+        point = Point(workers, 32, 32 * workers, "allreduce", "ddp", None)
+        ranks = [_rank(r, [step] * 20, [compute] * 20 if compute else None, 32)
+                 for r in range(workers)]  # fmt: skip
+        system = {**system_info(None, 1), "usable_cores": 2, "backend": "gloo"}
+        config = {"experiment": exp.to_dict(), "point": asdict(point)}
+        run = store.create_run(f"smallcnn {point.label()}", "scale", config, None, system, study)
+        summary = summarize(point, ranks, 1, 1, "gloo", 1437, 0.5)
+        add_relative(summary, base)
+        base = base or summary
+        summary["ring_predicted_s"] = 0.05 if workers > 1 else None
+        store.log_metrics(run, _rank_metrics(ranks))
+        store.finish_run(run, "finished", summary=summary)
+    return study
+
+
+def _allreduce_study(store: Store) -> int:
+    """An all-reduce study as `dlperf scale --allreduce-bench` stores one, with its model."""
+    from dlperf.distributed.allreduce import fit_ring_model
+
+    study = store.create_study("allreduce gloo", "allreduce")
+    alpha, bandwidth = 20e-6, 2e9
+    measured = {}
+    for n in (2, 4):
+        rows = []
+        for size in (1024 * 4**i for i in range(6)):
+            t = (2 * (n - 1) * alpha + 2 * (n - 1) / n * size / bandwidth) * 1.1
+            algbw = size / t / 1e9
+            rows.append({"workers": n, "bytes": size, "time_s": t, "algbw_gbps": algbw,
+                         "busbw_gbps": algbw * 2 * (n - 1) / n})  # fmt: skip
+        measured[n] = rows
+    ring = fit_ring_model([r for rows in measured.values() for r in rows]).to_dict()
+    for n, rows in measured.items():
+        run = store.create_run(f"allreduce gloo {n} workers", "allreduce", {"workers": n},
+                               None, {"backend": "gloo"}, study)  # fmt: skip
+        store.log_metrics(run, [("allreduce/time_s", r["bytes"], r["time_s"]) for r in rows])
+        summary = {"backend": "gloo", "workers": n, "rows": rows, "ring_model": ring}
+        store.finish_run(run, "finished", summary=summary)
+    return study
+
+
+def _staleness_study(store: Store, exp: Experiment) -> int:
+    study = store.create_study("staleness smallcnn", "staleness")
+    for mode, accs in (("sync", [0.5, 0.8, 0.9]), ("async", [0.4, 0.7, 0.85])):
+        config = {**exp.to_dict(), "staleness": {"mode": mode, "learners": {"a": 1.0}}}
+        run = store.create_run(f"smallcnn {mode}", "staleness", config, None, {}, study)
+        store.log_metrics(run, [("val/acc1", e, a) for e, a in enumerate(accs, 1)])
+        hist = {"0": 10, "1": 30, "2": 5} if mode == "async" else {"0": 45}
+        summary = {"steps_per_epoch": 15, "val_accuracy": accs[-1], "staleness_histogram": hist}
+        store.finish_run(run, "finished", summary=summary)
+    return study
+
+
+def _predict_run(store: Store) -> int:
+    run = store.create_run("predict smallcnn on cpu", "predict", {"model": {"name": "smallcnn"}})
+    store.log_metrics(run, [("measured_s", i, 0.010 + 0.001 * i) for i in range(5)])
+    summary = {"predicted_s": 0.008, "error_pct": -22.0, "measured_median_s": 0.012}
+    store.finish_run(run, "finished", summary=summary)
+    return run
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from dlperf.sweep import load_sweep, run_sweep
+
+    root = tmp_path_factory.mktemp("report")
+    url = f"sqlite:///{root / 'dlperf.db'}"
+    store = Store.open(url)
+    (root / "base.toml").write_text(BASE.format(out=root / "runs"))
+    (root / "sweep.toml").write_text(SWEEP)
+    sweep = run_sweep(load_sweep(root / "sweep.toml"), store)
+    exp = Experiment.model_validate(
+        {
+            "model": {"name": "smallcnn"},
+            "data": {"name": "digits", "limit": 400},
+            "train": {"epochs": 2, "batch_size": 32, "lr": 0.05},
+            "run": {"threads": 1, "warmup_steps": 2, "checkpoint": False, "timing": "phases",
+                    "name": HOSTILE, "out_dir": str(root / "runs")},
+        }
+    )  # fmt: skip
+    hostile = run_experiment(exp, store)["run_id"]
+    store.set_tags(hostile, {"note": HOSTILE})
+    ids = {
+        "sweep": sweep.study_id,
+        "hostile": hostile,
+        "scale": _scale_study(store, exp),
+        "allreduce": _allreduce_study(store),
+        "staleness": _staleness_study(store, exp),
+        "predict": _predict_run(store),
+    }
+    out = root / "site"
+    studies = [ids[k] for k in ("sweep", "scale", "allreduce", "staleness")]
+    done = build_report(store, out, [hostile, ids["predict"]], studies)
+    return {"root": root, "url": url, "store": store, "ids": ids, "out": out, "report": done}
+
+
+def _pages(out: Path) -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(out.glob("*.html"))}
+
+
+def test_site_has_an_index_and_a_page_per_run_and_study(lab: dict[str, Any]) -> None:
+    done, ids, out = lab["report"], lab["ids"], lab["out"]
+    assert done.pages[0] == "index.html"
+    assert sorted(done.pages) == sorted(_pages(out))
+    for study in (ids["sweep"], ids["scale"], ids["allreduce"], ids["staleness"]):
+        assert f"study-{study}.html" in done.pages
+    assert f"run-{ids['hostile']}.html" in done.pages
+    index = (out / "index.html").read_text(encoding="utf-8")
+    for name in done.pages[1:]:
+        assert f'href="{name}"' in index or any(
+            f'href="{name}"' in page for page in _pages(out).values()
+        )
+    # Every run of a named study has its page, linked from the study's page.
+    scale_page = (out / f"study-{ids['scale']}.html").read_text(encoding="utf-8")
+    for run in lab["store"].list_runs(study_id=ids["scale"]):
+        assert f'href="run-{run["id"]}.html"' in scale_page
+
+
+def test_run_page_holds_curves_phases_findings_config_and_system(lab: dict[str, Any]) -> None:
+    page = (lab["out"] / f"run-{lab['ids']['hostile']}.html").read_text(encoding="utf-8")
+    for text in ("against epoch", "against wall time", "phase breakdown", "Findings of dlperf",
+                 "Config", "System", "train.lr", "test_accuracy", "Tags"):  # fmt: skip
+        assert text in page, text
+    predict = (lab["out"] / f"run-{lab['ids']['predict']}.html").read_text(encoding="utf-8")
+    assert "predicted against measured" in predict
+
+
+def test_study_pages(lab: dict[str, Any]) -> None:
+    out, ids = lab["out"], lab["ids"]
+    scale = (out / f"study-{ids['scale']}.html").read_text(encoding="utf-8")
+    for caption in ("throughput against workers", "speedup against workers",
+                    "efficiency against workers", "cost against workers",
+                    "communication per step, predicted against measured"):  # fmt: skip
+        assert caption in scale, caption
+    assert "low-efficiency" in scale  # the doctor's finding on the 2-worker point
+    allreduce = (out / f"study-{ids['allreduce']}.html").read_text(encoding="utf-8")
+    assert "bus bandwidth against message size" in allreduce and "alpha_s" in allreduce
+    sweep = (out / f"study-{ids['sweep']}.html").read_text(encoding="utf-8")
+    assert "Ranking" in sweep and "train.lr=0.1" in sweep and "train.lr=0.02" in sweep
+    assert "validation error against epoch" in sweep
+    staleness = (out / f"study-{ids['staleness']}.html").read_text(encoding="utf-8")
+    assert "sync vs async" in staleness
+
+
+def test_images_decode_and_nothing_is_external(lab: dict[str, Any]) -> None:
+    count = 0
+    for name, page in _pages(lab["out"]).items():
+        for src in re.findall(r'src="([^"]*)"', page):
+            assert src.startswith("data:image/png;base64,"), (name, src[:60])
+            image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+            image.load()
+            assert image.width > 100 and image.height > 100
+            count += 1
+        for href in re.findall(r'href="([^"]*)"', page):
+            assert re.fullmatch(r"(index|run-\d+|study-\d+)\.html", href), (name, href)
+        assert not re.search(r"https?://|<script|<link|@import", page), name
+    assert count >= 15
+
+
+def test_stored_strings_are_escaped(lab: dict[str, Any]) -> None:
+    pages = _pages(lab["out"])
+    for page in pages.values():
+        assert HOSTILE not in page
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert escaped in pages["index.html"]
+    run_page = pages[f"run-{lab['ids']['hostile']}.html"]
+    assert run_page.count(escaped) >= 3  # title, heading, config run.name, tag
+
+
+def test_cli_json_and_text(cli: Callable, lab: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    result = cli("--db", lab["url"], "report", str(lab["ids"]["hostile"]), "--out", str(out),
+                 "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    assert set(document) == {"out", "pages", "runs", "studies"}
+    assert document["runs"] == [lab["ids"]["hostile"]] and document["studies"] == []
+    assert document["pages"] == ["index.html", f"run-{lab['ids']['hostile']}.html"]
+    result = cli("--db", lab["url"], "report", "--study", str(lab["ids"]["sweep"]), "--out",
+                 str(out))  # fmt: skip
+    assert result.code == 0, result.err
+    assert result.out.startswith("2 run(s), 1 study(ies): 4 pages in ")
+    assert (out / f"study-{lab['ids']['sweep']}.html").exists()
+
+
+def test_default_is_the_newest_20_runs_and_their_studies(store: Store) -> None:
+    study = store.create_study("old", "demo")
+    ids = [store.create_run(f"r{i}", "run", {}, study_id=study if i < 3 else None)
+           for i in range(25)]  # fmt: skip
+    newer = store.create_study("new", "demo")
+    ids.append(store.create_run("last", "run", {}, study_id=newer))
+    runs, studies = select_report(store)
+    assert runs == sorted(ids[-20:], reverse=True)
+    assert studies == [newer]  # the old study's runs are not among the newest 20
+    runs, studies = select_report(store, last=2, study_ids=[study])
+    assert runs == sorted([ids[-1], ids[-2], *ids[:3]], reverse=True)
+    assert studies == sorted([study, newer], reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["999", "--out", "r"], "error: no run 999 in the store"),
+        (["--study", "999", "--out", "r"], "error: no study 999 in the store"),
+        (["--last", "0", "--out", "r"], "error: --last must be at least 1, got 0"),
+        (["--out", "r"], "error: the run store holds no runs"),
+        (["--out", "file.txt/r"], "error: cannot use"),
+    ],
+)
+def test_bad_input_exits_2(cli: Callable, tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "file.txt").write_text("not a directory")
+    result = cli("report", *args)
+    assert result.code == 2
+    lines = result.err.strip().splitlines()
+    assert lines[0].startswith(message), result.err
+    assert "Traceback" not in result.err and len(lines) <= 2  # the message and its hint
+
+
+def test_help_ends_with_an_example(cli: Callable) -> None:
+    result = cli("report", "--help")
+    assert result.code == 0
+    assert "Example: dlperf report --last 10 --out report" in result.out
+
+
+# --- a real browser -------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGE_CHECK = """JSON.stringify({
+    title: document.title,
+    images: document.images.length,
+    decoded: [...document.images].every(i => i.complete && i.naturalWidth > 0),
+    text: document.body.innerText})"""
+
+
+class DevTools:
+    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe:
+    NUL-separated JSON on fds 3 and 4), in a process group of its own that `close` kills."""
+
+    def __init__(self, profile: Path) -> None:
+        read_in, self._write = os.pipe()  # we write, Chromium reads fd 3
+        self._read, write_out = os.pipe()  # Chromium writes fd 4, we read
+
+        # In the child: the pipe ends become fds 3 and 4 (kept open by pass_fds, as the child
+        # closes the others after this runs); either may itself be 3 or 4, so move both first.
+        def fds() -> None:
+            high_in, high_out = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (read_in, write_out))
+            os.dup2(high_in, 3)
+            os.dup2(high_out, 4)
+
+        command = [
+            CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--remote-debugging-pipe", f"--user-data-dir={profile}", "--window-size=1200,2000",
+            # No network at all: every name fails to resolve, every proxy connection fails.
+            "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
+            "about:blank",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            command, pass_fds=(3, 4), preexec_fn=fds, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        os.close(read_in)
+        os.close(write_out)
+        self._buffer = b""
+        self._id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("Chromium did not answer in time")
+            if select.select([self._read], [], [], left)[0]:
+                chunk = os.read(self._read, 1 << 20)
+                if not chunk:
+                    raise EOFError("Chromium closed its DevTools pipe")
+                self._buffer += chunk
+        message, _, self._buffer = self._buffer.partition(b"\0")
+        return json.loads(message)
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        self._id += 1
+        message: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._write, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + 30
+        while True:
+            reply = self._receive(deadline)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, reply
+                return reply["result"]
+            self.events.append(reply)
+
+    def wait_for(self, event: str, since: int) -> None:
+        deadline = time.monotonic() + 30
+        while not any(e.get("method") == event for e in self.events[since:]):
+            self.events.append(self._receive(deadline))
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        os.close(self._write)
+        os.close(self._read)
+        deadline = time.monotonic() + 10  # its children, reparented, are reaped by init
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def _errors(events: list[dict[str, Any]]) -> list[str]:
+    found = []
+    for e in events:
+        method, params = e.get("method"), e.get("params", {})
+        if method == "Runtime.exceptionThrown":
+            found.append(str(params.get("exceptionDetails")))
+        elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+            found.append(params["entry"]["text"])
+        elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+            found.append(str(params.get("args")))
+        elif method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            if not url.startswith(("file:", "data:")):
+                found.append(f"request to {url}")
+    return found
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (CI installs Debian's chromium)")
+def test_pages_load_in_headless_chromium_offline(lab: dict[str, Any], tmp_path: Path) -> None:
+    out, hostile = lab["out"], lab["ids"]["hostile"]
+    browser = DevTools(tmp_path / "profile")
+    try:
+        target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        attached = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})
+        session = attached["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            browser.call(f"{domain}.enable", session=session)
+        offline = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+        browser.call("Network.emulateNetworkConditions", offline, session)
+        for name, title in (("index.html", "dlperf report"),
+                            (f"run-{hostile}.html", f"run {hostile}: {HOSTILE}"),
+                            (f"study-{lab['ids']['scale']}.html", "study")):  # fmt: skip
+            since = len(browser.events)
+            browser.call("Page.navigate", {"url": (out / name).as_uri()}, session)
+            browser.wait_for("Page.loadEventFired", since)
+            check = {"expression": PAGE_CHECK, "returnByValue": True}
+            state = json.loads(browser.call("Runtime.evaluate", check, session)["result"]["value"])
+            assert state["title"].startswith(title), state["title"]
+            assert state["decoded"], f"{name}: an image did not decode"
+            assert name == "index.html" or state["images"] > 0
+            assert "dlperf doctor" in state["text"]
+            shot = browser.call("Page.captureScreenshot", {"format": "png"}, session)
+            image = Image.open(io.BytesIO(base64.b64decode(shot["data"]))).convert("L")
+            assert image.width >= 800 and ImageStat.Stat(image).var[0] > 0, f"{name}: blank"
+            assert _errors(browser.events[since:]) == [], name
+    finally:
+        browser.close()
