@@ -2,11 +2,11 @@
 stored run through a `RunView` and returning its issues (fvcore's table of handlers).
 
 Thresholds are constants here, each documented in docs/doctor.md. Fields a rule reads that
-the engine does not record yet (the rule is silent until it does): summary["world_size"]
-(missing-workers; until then the ranks that reported), summary["data"]["classes"]
-(chance-accuracy for image folders), summary["transfer"]["expects"] (input-below-weights-
-resolution for torchvision weights' normalisation) and system["visible_gpus"] (cpu-not-gpu
-under a CPU-only torch build).
+the engine does not record (the rule is silent or falls back without them):
+summary["world_size"] (missing-workers; until then the ranks that reported) and
+system["visible_gpus"] (cpu-not-gpu under a CPU-only torch build). Runs stored before
+summary["data"]["classes"] and summary["transfer"]["expects"] were recorded fall back to the
+data set table and the stored transfer warnings.
 """
 
 from __future__ import annotations

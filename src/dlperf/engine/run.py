@@ -50,7 +50,10 @@ def _prepare(exp: Experiment, store: Store, reporter: Reporter, fresh: bool = Tr
     if start is None:
         return Prepared(device, threads, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)
+    # What the weights expect of the images, for `dlperf doctor` to hold the data against.
+    expects = {"image_size": start.image_size, "mean": start.mean, "std": start.std}
     origin = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
+    origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
     return Prepared(device, threads, data, model, origin | {"warnings": warnings})
 
 
@@ -161,6 +164,7 @@ def _execute(
         return {"run_id": record.id, "status": "failed", "error": str(e)}
     # The data's resolution and statistics as trained: what a transfer from this run expects.
     data = {"shape": list(p.data.shape), "mean": list(p.data.mean), "std": list(p.data.std)}
+    data["classes"] = p.data.num_classes
     record.summary = {**summary, "device": str(p.device), "threads": p.threads, "data": data}
     if p.transfer is not None:
         record.summary["transfer"] = p.transfer
