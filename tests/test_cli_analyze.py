@@ -154,8 +154,16 @@ def test_calibrate_then_predict_measure_is_stored(
         "--json",
     )
     assert result.code == 0, result.err
-    measured = json.loads(result.out)["measured"]
-    assert measured["measured_s"]["min"] > 0 and measured["fitted_ppp"] is not None
+    doc = json.loads(result.out)
+    measured = doc["measured"]
+    assert measured["measured_s"]["min"] > 0
+    # No PPP explains a step that memory and overhead alone already outlast: calibrated on
+    # a busy machine (the suite shares its cores) the overhead can come out that large.
+    fixed_s = doc["totals"]["memory_s"] + doc["totals"]["overhead_s"]
+    if measured["measured_s"]["median"] > fixed_s:
+        assert measured["fitted_ppp"] > 0
+    else:
+        assert measured["fitted_ppp"] is None
     assert {row["name"] for row in measured["layers"]} >= {"0", "2", "7", "10"}
     run = store.get_run(measured["run_id"])
     assert (run["kind"], run["status"]) == ("predict", "finished")
