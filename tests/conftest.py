@@ -32,6 +32,27 @@ def trained_run(root: Path) -> tuple[Store, int, Experiment]:
     return store, result["run_id"], exp
 
 
+def rank_result(rank: int, steps: list[float], compute: list[float] | None, batch: int) -> dict:
+    """One rank's result of a scale point as dlperf.distributed.worker reports it, for tests
+    that store scaling studies by hand."""
+    result: dict = {
+        "rank": rank,
+        "host": "node0",
+        "pid": 100 + rank,
+        "main": {
+            "step_times_s": steps,
+            "wall_s": sum(steps),
+            "samples": batch * len(steps),
+            "ddp": {"avg_backward_comm_time": 1_000_000, "avg_forward_compute_time": 5_000_000},
+            "replica_max_diff": 0.0,
+            "grad_bytes": 400_000,
+        },
+    }
+    if compute is not None:
+        result["compute"] = {"step_times_s": compute}
+    return result
+
+
 @dataclass
 class CliResult:
     code: int

@@ -25,6 +25,7 @@ from dlperf import doctor
 from dlperf.config import Experiment
 from dlperf.engine.run import run_experiment
 from dlperf.store import Store
+from tests.conftest import rank_result
 
 RULE_NAMES = {
     "cpu-not-gpu",
@@ -262,26 +263,6 @@ def test_oversubscribed_run_and_runs_at_once(lab: tuple[Store, str, dict[str, in
 # --- scaling studies -----------------------------------------------------------------
 
 
-def _rank(rank: int, steps: list[float], compute: list[float] | None, batch: int) -> dict:
-    """One rank's result as dlperf.distributed.worker reports it."""
-    result = {
-        "rank": rank,
-        "host": "node0",
-        "pid": 100 + rank,
-        "main": {
-            "step_times_s": steps,
-            "wall_s": sum(steps),
-            "samples": batch * len(steps),
-            "ddp": {"avg_backward_comm_time": 1_000_000, "avg_forward_compute_time": 5_000_000},
-            "replica_max_diff": 0.0,
-            "grad_bytes": 400_000,
-        },
-    }
-    if compute is not None:
-        result["compute"] = {"step_times_s": compute}
-    return result
-
-
 def _study(
     store: Store, points: list[tuple[int, float, float | None]], ranks: int | None = None
 ) -> list[int]:
@@ -298,7 +279,7 @@ def _study(
         threads = max(1, 2 // workers)
         steps = [step * f for f in (0.98, 1.0, 1.02, 1.0) * 5]
         per_rank = [
-            _rank(r, steps, [compute] * 20 if compute else None, 32)
+            rank_result(r, steps, [compute] * 20 if compute else None, 32)
             for r in range(workers if ranks is None else ranks)
         ]
         system = {**system_info(None, threads), "usable_cores": 2, "backend": "gloo"}
@@ -374,7 +355,7 @@ def test_oversubscribed_scale_point(store: Store) -> None:
     config = {"experiment": _exp().to_dict(), "point": asdict(point)}
     system = {"usable_cores": 2, "threads": 2, "backend": "gloo", "host": "h"}
     run = store.create_run("p", "scale", config, None, system)
-    ranks = [_rank(r, [0.1] * 20, [0.08] * 20, 32) for r in range(2)]
+    ranks = [rank_result(r, [0.1] * 20, [0.08] * 20, 32) for r in range(2)]
     store.finish_run(run, summary=summarize(point, ranks, 1, 2, "gloo", 1437, None))
     (finding,) = doctor.examine(store, [run])
     assert (finding.rule, finding.evidence) == (

@@ -35,6 +35,7 @@ from dlperf.engine.run import run_experiment
 from dlperf.report.site import build_report
 from dlperf.report.site import select as select_report
 from dlperf.store import Store
+from tests.conftest import rank_result
 
 HOSTILE = "<script>alert(1)</script>"
 BASE = """
@@ -57,26 +58,6 @@ out_dir = "{out}"
 SWEEP = 'base = "base.toml"\nname = "lr"\n[grid]\n"train.lr" = [0.1, 0.02]\n'
 
 
-def _rank(rank: int, steps: list[float], compute: list[float] | None, batch: int) -> dict:
-    """One rank's result as dlperf.distributed.worker reports it."""
-    result: dict[str, Any] = {
-        "rank": rank,
-        "host": "node0",
-        "pid": 100 + rank,
-        "main": {
-            "step_times_s": steps,
-            "wall_s": sum(steps),
-            "samples": batch * len(steps),
-            "ddp": {"avg_backward_comm_time": 1_000_000, "avg_forward_compute_time": 5_000_000},
-            "replica_max_diff": 0.0,
-            "grad_bytes": 400_000,
-        },
-    }
-    if compute is not None:
-        result["compute"] = {"step_times_s": compute}
-    return result
-
-
 def _scale_study(store: Store, exp: Experiment) -> int:
     """A weak-scaling study stored as `dlperf scale` stores one (1 and 2 workers, the second
     far from linear, with a ring-model prediction)."""
@@ -87,7 +68,7 @@ def _scale_study(store: Store, exp: Experiment) -> int:
     base = None
     for workers, step, compute in ((1, 0.100, None), (2, 0.400, 0.100)):
         point = Point(workers, 32, 32 * workers, "allreduce", "ddp", None)
-        ranks = [_rank(r, [step] * 20, [compute] * 20 if compute else None, 32)
+        ranks = [rank_result(r, [step] * 20, [compute] * 20 if compute else None, 32)
                  for r in range(workers)]  # fmt: skip
         system = {**system_info(None, 1), "usable_cores": 2, "backend": "gloo"}
         config = {"experiment": exp.to_dict(), "point": asdict(point)}
