@@ -20,9 +20,10 @@ from torch import nn
 
 from dlperf.config import load_experiment
 from dlperf.data import load_data
-from dlperf.distributed.launch import alive, free_port, worker_pids
+from dlperf.distributed.launch import free_port, worker_pids
 from dlperf.engine.run import build_model, run_experiment
 from dlperf.models.transfer import split_params
+from dlperf.procs import alive
 from dlperf.store import Store
 from tests.test_scale import SUMMARY_KEYS
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from dlperf.store import Store, effective_status, this_process
+from dlperf.procs import this_process
+from dlperf.store import Store, effective_status
 from tests.conftest import CliResult, trained_run
 from tests.test_cli import one_line_error
 

@@ -21,7 +21,7 @@ import yaml
 
 from dlperf.config import ScaleConfig, load_experiment
 from dlperf.distributed.jobfiles import job_argv
-from dlperf.distributed.launch import PARENT_ENV, _failures, alive, error_lines, guarded
+from dlperf.distributed.launch import PARENT_ENV, _failures, error_lines, guarded
 from dlperf.distributed.study import (
     Point,
     add_relative,
@@ -32,6 +32,7 @@ from dlperf.distributed.study import (
     summarize,
 )
 from dlperf.errors import UserError
+from dlperf.procs import alive
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scale_digits_weak.toml"
 SUMMARY_KEYS = {

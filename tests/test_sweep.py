@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.distributed.launch import alive
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
+from dlperf.procs import alive
 from dlperf.store import Store
 from dlperf.sweep import load_sweep
 from tests.conftest import CliResult

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.distributed.launch import alive, free_port, worker_pids
+from dlperf.distributed.launch import free_port, worker_pids
+from dlperf.procs import alive
 from dlperf.store import Store
 from tests.test_distributed_scale import (
     ENDLESS,

@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlperf.procs import alive
+
 TAIL_LINES = 12
 STOP_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
 REAP_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
@@ -120,21 +122,6 @@ def torchrun_command(
 def worker_pids(directory: Path) -> list[int]:
     """The pids the workers wrote (each atomically, by rename) into the launch directory."""
     return [int(p.read_text()) for p in sorted(directory.glob("rank-*.pid"))]
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie counts as gone: it runs nothing)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return state not in ("Z", "X")
 
 
 def _kill(pids: Sequence[int], sig: int) -> None:

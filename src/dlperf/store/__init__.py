@@ -25,7 +25,6 @@ import errno
 import math
 import os
 import shutil
-import socket
 import sqlite3
 import time
 import uuid
@@ -42,6 +41,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
+from dlperf.procs import process_alive, this_process
 from dlperf.store.schema import Artifact, Base, Meta, Metric, Run, Study, Tag
 
 DEFAULT_DB = "dlperf.db"
@@ -168,68 +168,6 @@ def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
         for tag in s.scalars(query):
             tags.setdefault(tag.run_id, {})[tag.key] = tag.value
     return tags
-
-
-# --- the process that writes a run, and whether it is still there --------------------------
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks after boot) of a process, from /proc (Linux)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
-    try:
-        return fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
-    except (IndexError, ValueError):
-        return None
-
-
-def this_process() -> dict[str, Any]:
-    """What identifies the running process across machines, pid reuse and reboots."""
-    pid = os.getpid()
-    stat = _proc_stat(pid)
-    return {
-        "host": socket.gethostname(),
-        "pid": pid,
-        "start": stat[1] if stat else None,
-        "boot_id": _boot_id(),
-    }
-
-
-def process_alive(process: dict[str, Any]) -> bool | None:
-    """Whether the process `this_process()` described is still running: None when this
-    machine cannot tell (another host, nothing recorded). A pid now held by another process
-    (another start time) or a zombie counts as gone, as does any pid after a reboot."""
-    pid = process.get("pid")
-    if process.get("host") != socket.gethostname() or not isinstance(pid, int) or pid < 1:
-        return None
-    boot = _boot_id()
-    if process.get("boot_id") and boot and process["boot_id"] != boot:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        pass
-    except OSError:
-        return None
-    stat = _proc_stat(pid)
-    if stat is None:  # no /proc (macOS), or it ended just now: the signal said alive
-        return True
-    state, start = stat
-    if state in ("Z", "X"):
-        return False
-    return process.get("start") is None or start == process["start"]
 
 
 def effective_status(run: dict[str, Any]) -> str:
