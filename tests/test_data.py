@@ -12,10 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
-from dlperf.cli.models import dataset_table
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import DATASETS, Split, load_data, make_loader
 from dlperf.errors import UserError
+from dlperf.tables import dataset_table
 
 RNG = np.random.default_rng(0)
 

@@ -1,39 +1,29 @@
 """`dlperf models` and `dlperf datasets`: what the registries hold.
 
-Both read tables shipped beside the registries (models/names.toml, data/datasets.toml)
-rather than the registries themselves, which import torch: listing names answers at once.
+Both read tables shipped beside the registries (dlperf.tables) rather than the registries
+themselves, which import torch: listing names answers at once.
 """
 
 from __future__ import annotations
 
-from importlib import metadata, resources
-from typing import Any
+from importlib import metadata
 
-import tomllib
 import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app
-
-
-def _table(path: str) -> dict[str, Any]:
-    return tomllib.loads((resources.files("dlperf") / path).read_text())
+from dlperf.tables import dataset_table, shipped
 
 
 def model_names() -> dict[str, list[str]]:
     """The registry's names and torchvision's zoo; from names.toml when it was written for the
     installed torchvision, else from torchvision itself."""
-    table = _table("models/names.toml")
+    table = shipped("models/names.toml")
     if table["torchvision_version"] != metadata.version("torchvision"):
         from dlperf.models import list_models
 
         return list_models()
     return {"dlperf": table["dlperf"], "torchvision": table["torchvision"]}
-
-
-def dataset_table() -> dict[str, dict[str, Any]]:
-    """Each data set's source, and its classes and image shape where the set fixes them."""
-    return _table("data/datasets.toml")
 
 
 @app.command()

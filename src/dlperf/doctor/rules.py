@@ -15,12 +15,10 @@ import math
 import re
 import statistics
 from datetime import datetime
-from importlib import resources
 from typing import Any
 
-import tomllib
-
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
+from dlperf.tables import dataset_table
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -389,10 +387,6 @@ def _classes(run: RunView) -> int | None:
     if name == "synthetic":
         return run.key("data.num_classes") or 10
     return dataset_table().get(name or "", {}).get("classes")
-
-
-def dataset_table() -> dict[str, dict[str, Any]]:
-    return tomllib.loads((resources.files("dlperf") / "data/datasets.toml").read_text())
 
 
 def chance_accuracy(run: RunView) -> list[Issue]:
