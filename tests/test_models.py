@@ -9,6 +9,7 @@ import torch
 from dlperf.cli import models as cli_models
 from dlperf.errors import UserError
 from dlperf.models import create_model, list_models
+from dlperf.tables import shipped
 
 
 def params(model: torch.nn.Module) -> int:
@@ -87,7 +88,7 @@ def test_unknown_names_and_arguments() -> None:
 
 def test_names_table_says_what_the_registry_and_torchvision_say() -> None:
     """`dlperf models` prints names.toml so as not to import torch; it must not drift."""
-    table, live = cli_models._table("models/names.toml"), list_models()
+    table, live = shipped("models/names.toml"), list_models()
     assert table["dlperf"] == live["dlperf"]
     installed = metadata.version("torchvision")
     assert table["torchvision_version"] == installed, (
@@ -101,5 +102,5 @@ def test_names_come_from_torchvision_when_the_table_is_for_another_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stale = {"torchvision_version": "0.1", "dlperf": ["gone"], "torchvision": ["gone"]}
-    monkeypatch.setattr(cli_models, "_table", lambda path: stale)
+    monkeypatch.setattr(cli_models, "shipped", lambda path: stale)
     assert cli_models.model_names() == list_models()
