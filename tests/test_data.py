@@ -80,7 +80,9 @@ def test_dataset_table_lists_every_reader() -> None:
     for name, reader in DATASETS.items():
         assert table[name]["source"] == (reader.__doc__ or "").strip().splitlines()[0]
     # The config or the folder decides these sets' classes and shape.
-    assert not {"classes", "shape"} & (table["synthetic"].keys() | table["imagefolder"].keys())
+    assert not {"classes", "shape"} & set().union(
+        *(table[name].keys() for name in ("synthetic", "imagefolder", "npz"))
+    )
 
 
 @pytest.mark.parametrize(

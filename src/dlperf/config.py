@@ -1,9 +1,9 @@
 """An experiment: one pydantic model per TOML section, defaults < TOML < --set overrides.
 
 Each field's docstring is its help text (`dlperf config show` prints the resolved tree).
-Unknown keys fail naming the file, the key and the closest valid key. [scale], [serve] and
-[detect] hold the options of `dlperf scale`, `dlperf serve` and `dlperf detect finetune`, whose
-flags are shortcuts for the keys (see `shortcuts`).
+Unknown keys fail naming the file, the key and the closest valid key. [scale], [serve],
+[detect] and [distill] hold the options of `dlperf scale`, `dlperf serve`, `dlperf detect
+finetune` and `dlperf distill`, whose flags are shortcuts for the keys (see `shortcuts`).
 """
 
 from __future__ import annotations
@@ -68,9 +68,10 @@ class ModelConfig(Section):
 
 class DataConfig(Section):
     name: str = "digits"
-    """digits | mnist5k | synthetic | cifar10 | cifar100 | fashionmnist | mnist | imagefolder."""
+    """digits | mnist5k | synthetic | cifar10 | cifar100 | fashionmnist | mnist | imagefolder |
+    npz."""
     root: str = "data"
-    """Directory of the on-disk data sets (cifar10, mnist, imagefolder ...)."""
+    """Directory of the on-disk data sets (cifar10, mnist, imagefolder ...); npz: the file."""
     download: bool = False
     """Let torchvision download the data set into `root` when it is missing."""
     loader: Literal["tensor", "torchvision"] = "tensor"
@@ -90,6 +91,9 @@ class DataConfig(Section):
     """Seed of the split permutation; fixed so splits do not change with run.seed."""
     limit: Count | None = None
     """Use at most this many training images (after the split), for quick runs."""
+    holdout: Fraction = 0.0
+    """Share of the training split set aside with its labels hidden: the unlabelled images of
+    `dlperf distill --unlabeled NAME:holdout=F`. Runs train on the rest."""
     image_size: Count | None = None
     """Resize images to this side once at load (required for imagefolder); None: the data
     set's own size, or the resolution model.weights were trained at."""
@@ -301,6 +305,31 @@ class DetectConfig(Section):
     """Intra-op threads; None = all cores this process may use."""
 
 
+class DistillConfig(Section):
+    """`dlperf distill`: teacher-student training on pseudo-labels (Yalniz et al. 2019)."""
+
+    unlabeled: str | None = None
+    """The unlabelled images: NAME[:KEY=VALUE,...] (a data set and data.* keys, e.g.
+    "mnist5k:image_size=8"), or NAME:holdout=F (a share of the experiment's own training split,
+    its labels hidden)."""
+    top_k: Annotated[list[Count], Field(min_length=1)] = [100]
+    """Images kept per class, one student each: the K the teacher scores highest."""
+    top_p: Count = 1
+    """Classes an image may be kept for: its P highest-scored."""
+    teacher: Count | None = None
+    """A finished stored run to use as the teacher; None: train it from the experiment."""
+    student: str | None = None
+    """The student's model name; None: the experiment's model."""
+    pretrain_epochs: Count | None = None
+    """Epochs of the student's pre-training on pseudo-labels; None: train.epochs."""
+    finetune_epochs: Count | None = None
+    """Epochs of the student's fine-tuning on the labelled data; None: train.epochs."""
+    finetune_lr: Positive | None = None
+    """Learning rate of the fine-tuning; None: train.lr."""
+    score_batch: Count = 256
+    """Images per forward pass when the teacher scores the unlabelled set."""
+
+
 class Experiment(Section):
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -311,6 +340,7 @@ class Experiment(Section):
     scale: ScaleConfig = ScaleConfig()
     serve: ServeConfig = ServeConfig()
     detect: DetectConfig = DetectConfig()
+    distill: DistillConfig = DistillConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
@@ -337,11 +367,12 @@ class Experiment(Section):
     def config_hash(self) -> str:
         """Hash of everything that changes what is trained: not the run's name or paths, nor
         how the scale and serve commands run it, nor [detect] (detect finetune trains a detector
-        of its own, not the experiment's model)."""
+        of its own, not the experiment's model), nor [distill] (each of its stages is a run of
+        its own)."""
         d = self.to_dict()
         for key in ("name", "out_dir", "log_every"):
             d["run"].pop(key)
-        for section in ("scale", "serve", "detect"):
+        for section in ("scale", "serve", "detect", "distill"):
             d.pop(section)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -12,7 +12,7 @@ import torch
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data.loaders import TensorLoader, TorchvisionLoader, channel_stats
-from dlperf.data.sources import DATASETS, ImageData, Split, resize
+from dlperf.data.sources import DATASETS, ImageData, Split, holdout, resize
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
 
@@ -27,6 +27,8 @@ def load_data(cfg: DataConfig) -> ImageData:
         hint = did_you_mean(cfg.name, DATASETS, f"choose one of {', '.join(DATASETS)}", quote=True)
         raise UserError(f"unknown dataset '{cfg.name}'", hint)
     data = reader(cfg)
+    if cfg.holdout:
+        data.train, data.unlabeled = holdout(data.train, cfg.holdout, cfg.split_seed + 2)
     if cfg.limit is not None:
         data.train = data.train.subset(torch.arange(min(cfg.limit, len(data.train))))
     if len(data.train) == 0:

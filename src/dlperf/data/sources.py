@@ -5,11 +5,13 @@ Splits are deterministic (a permutation seeded by `data.split_seed`, independent
 run's seed):
 - sets with an official test split (cifar10/100, mnist, fashionmnist): test = the official
   test set; validation = `val_fraction` of the official training set.
-- sets without one (digits, mnist5k): test = the first `test_fraction` of the permutation,
+- sets without one (digits, mnist5k, npz): test = the first `test_fraction` of the permutation,
   validation = the next `val_fraction`, training = the rest.
 - imagefolder: training and validation from `root/train`, test from `root/val` (the Visual
   Decathlon layout, whose own test folder is unlabelled), or `root/test` when present.
 - synthetic: three independently drawn sets.
+- npz: as digits, from the arrays of one file.
+`data.holdout` then sets a share of the training split aside as `unlabeled`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class ImageData:
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
     classes: list[str] = field(default_factory=list)
+    unlabeled: Split | None = None  # data.holdout's share of the training split
 
     @property
     def in_memory(self) -> bool:
@@ -65,7 +68,7 @@ class ImageData:
 
 def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
     """`data` (in memory) with every image resized to side x side, once, kept uint8."""
-    splits = (data.train, data.val, data.test)
+    splits = [data.train, data.val, data.test] + ([data.unlabeled] if data.unlabeled else [])
     channels = data.shape[0]
     needed = sum(len(s) for s in splits) * channels * side * side
     if needed > max_memory_gb * 2**30:
@@ -89,7 +92,8 @@ def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
         images = torch.cat(chunks) if chunks else split.images.new_empty(0, channels, side, side)
         return Split(split.labels, images)
 
-    data.train, data.val, data.test = map(resized, splits)
+    data.train, data.val, data.test, *held = map(resized, splits)
+    data.unlabeled = held[0] if held else None
     data.shape = (channels, side, side)
     return data
 
@@ -98,7 +102,7 @@ def _perm(n: int, seed: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
 
-def _holdout(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+def holdout(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     """(rest, held out): `fraction` of `split` held out by a seeded permutation."""
     perm = _perm(len(split), seed)
     n = round(len(split) * fraction)
@@ -106,8 +110,8 @@ def _holdout(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
 
 
 def _three_way(split: Split, cfg: DataConfig) -> tuple[Split, Split, Split]:
-    rest, test = _holdout(split, cfg.test_fraction, cfg.split_seed)
-    train, val = _holdout(rest, cfg.val_fraction, cfg.split_seed + 1)
+    rest, test = holdout(split, cfg.test_fraction, cfg.split_seed)
+    train, val = holdout(rest, cfg.val_fraction, cfg.split_seed + 1)
     return train, val, test
 
 
@@ -204,7 +208,7 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
         Split(torch.tensor(p.targets, dtype=torch.int64), _tensor(p.data.transpose(0, 3, 1, 2)))
         for p in parts
     )
-    train, val = _holdout(full, cfg.val_fraction, cfg.split_seed)
+    train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     classes = list(parts[0].classes)
     return ImageData(name, train, val, test, len(classes), (3, 32, 32), classes=classes)
 
@@ -230,7 +234,7 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
     except (RuntimeError, OSError, ValueError, EOFError) as e:
         raise _missing(cfg, f"{cls.__name__} idx files ({raw}/)", e) from None
     full, test = (Split(p.targets.to(torch.int64), p.data[:, None].contiguous()) for p in parts)
-    train, val = _holdout(full, cfg.val_fraction, cfg.split_seed)
+    train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     name = "fashionmnist" if fashion else "mnist"
     return ImageData(name, train, val, test, 10, (1, 28, 28), classes=list(parts[0].classes))
 
@@ -300,11 +304,45 @@ def imagefolder(cfg: DataConfig) -> ImageData:
         return Split(labels, images)
 
     full, test = split(train_set), split(test_set)
-    train, val = _holdout(full, cfg.val_fraction, cfg.split_seed)
+    train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     classes = list(train_set.classes)
     return ImageData(
         "imagefolder", train, val, test, len(classes), (3, side, side), classes=classes
     )
+
+
+def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
+    """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
+    file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in ("images", "labels", "classes") if k in f.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise UserError(f"{path}: not a readable .npz file ({e})") from None
+    images = arrays.get("images")
+    if images is None or images.ndim != 4 or images.dtype != np.uint8:
+        raise UserError(f"{path}: wants an array 'images' of uint8 N,C,H,W")
+    labels = arrays.get("labels")
+    if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
+        raise UserError(f"{path}: 'labels' must hold one integer per image")
+    names = [str(c) for c in arrays.get("classes", [])]
+    if labels is not None and len(labels):
+        top = int(labels.max()) + 1
+        if labels.min() < 0 or (names and top > len(names)):
+            raise UserError(f"{path}: labels outside 0..{max(len(names), top) - 1}")
+        names = names or [str(i) for i in range(top)]
+    held = _tensor(labels.astype(np.int64)) if labels is not None else None
+    return _tensor(images), held, names
+
+
+def npz(cfg: DataConfig) -> ImageData:
+    """uint8 images N,C,H,W and integer labels in a .npz file (data.root), class names optional."""
+    images, labels, classes = read_npz(cfg.root)
+    if labels is None:
+        raise UserError(f"{cfg.root}: has no 'labels' array to train on")
+    train, val, test = _three_way(Split(labels, images), cfg)
+    shape = tuple(images.shape[1:])
+    return ImageData("npz", train, val, test, len(classes), shape, classes=classes)  # type: ignore[arg-type]
 
 
 DATASETS: dict[str, Callable[[DataConfig], ImageData]] = {
@@ -316,4 +354,5 @@ DATASETS: dict[str, Callable[[DataConfig], ImageData]] = {
     "mnist": mnist,
     "fashionmnist": fashionmnist,
     "imagefolder": imagefolder,
+    "npz": npz,
 }

@@ -74,16 +74,17 @@ def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
     return max(1, cores // min(jobs, max(1, pending)))
 
 
-def choose_study(store: Store, sweep: Sweep, resume: int | None, new: bool) -> int | None:
-    """The study to continue (None: a new one is to be made), checked without writing."""
+def choose_study(store: Store, name: str, kind: str, resume: int | None, new: bool) -> int | None:
+    """The `kind` study to continue (`resume`, else the newest called `name`; None: a new one
+    is to be made), checked without writing."""
     if resume is not None:
         if new:
             raise UserError("give --resume STUDY_ID or --new, not both")
         study = store.get_study(resume)
-        if study["kind"] != "sweep":
-            raise UserError(f"study {resume} is a {study['kind']} study, not a sweep")
+        if study["kind"] != kind:
+            raise UserError(f"study {resume} is a {study['kind']} study, not a {kind} study")
         return resume
-    return None if new else store.find_study(sweep.name, "sweep")
+    return None if new else store.find_study(name, kind)
 
 
 def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dict[str, dict]:
@@ -305,7 +306,7 @@ def run_sweep(
     reporter = reporter or NullReporter()
     if on_failure not in ON_FAILURE:
         raise UserError(f"--on-failure {on_failure!r}", "use continue or stop")
-    study_id = choose_study(store, sweep, resume, new)
+    study_id = choose_study(store, sweep.name, "sweep", resume, new)
     free = not sweep.threads_set
     done = finished_runs(store, study_id, free)
     keys = [point_key(p.exp.to_dict(), free) for p in sweep.points]
