@@ -20,6 +20,7 @@ from dlperf.cli import data as _data  # noqa: F401
 from dlperf.cli import deploy as _deploy  # noqa: F401
 from dlperf.cli import detect as _detect  # noqa: F401
 from dlperf.cli import devices as _devices  # noqa: F401
+from dlperf.cli import distill as _distill  # noqa: F401
 from dlperf.cli import doctor as _doctor  # noqa: F401
 from dlperf.cli import models as _models  # noqa: F401
 from dlperf.cli import report as _report  # noqa: F401

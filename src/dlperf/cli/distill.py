@@ -1,0 +1,131 @@
+"""`dlperf distill`: teacher-student training on pseudo-labels, every stage a stored run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dlperf.cli import console
+from dlperf.cli.app import app, open_store
+
+
+def _gain(best: float, other: dict[str, Any], name: str) -> str:
+    accuracy = other.get("test_accuracy")
+    if accuracy is None:
+        return f"no {name} accuracy"
+    return f"{best - accuracy:+.4f} over the {name} ({accuracy:.4f}, run {other['run_id']})"
+
+
+def _print_summary(result: Any) -> None:
+    t, b = result.teacher, result.baseline
+    rows: list[list[Any]] = []
+    if t:
+        rows.append(["teacher", None, t["run_id"], t["model"], t["test_accuracy"], None, None,
+                     "reused" if t["reused"] else ""])  # fmt: skip
+    if b:
+        note = "the teacher itself" if b["same_as_teacher"] else ("reused" if b["reused"] else "")
+        rows.append(["baseline", None, b["run_id"], b["model"], b["test_accuracy"], None, None,
+                     note])  # fmt: skip
+    for s in result.students:
+        runs = f"{s['select_run_id']} > {s['pretrain_run_id']} > {s['finetune_run_id']}"
+        rows.append(["student", s["top_k"], runs, b.get("model"), s["test_accuracy"],
+                     s["selected"], s["pseudo_label_precision"], s["status"]])  # fmt: skip
+    console.print_table(
+        f"distill {result.name!r}, study {result.study_id}",
+        [
+            "stage",
+            "K",
+            "run(s): select > pretrain > finetune",
+            "model",
+            "test acc",
+            "kept",
+            "precision",
+            "",
+        ],
+        rows,
+    )
+    if result.students:
+        console.print_table(
+            "images kept per class (pseudo-label precision)",
+            ["class", *(f"K={s['top_k']}" for s in result.students)],
+            [
+                [name, *(_kept(s, c) for s in result.students)]
+                for c, name in enumerate(result.classes)
+            ],
+        )
+    speed = t.get("scoring_images_per_s") if t else None
+    if speed is not None:
+        console.out.print(f"teacher scoring: {speed:,.0f} images/s", markup=False)
+    best = next((s for s in result.students if s["top_k"] == result.best_top_k), None)
+    if best is not None:
+        acc = best["test_accuracy"]
+        gains = [_gain(acc, t, "teacher")]
+        if not b.get("same_as_teacher"):
+            gains.append(_gain(acc, b, "baseline"))
+        console.out.print(f"best K = {best['top_k']}: {acc:.4f}, {'; '.join(gains)}", markup=False)
+    if result.error:
+        console.err.print(f"stopped: {result.error}", markup=False)
+    for path in result.plots:
+        console.tell([], path)
+
+
+def _kept(student: dict[str, Any], c: int) -> str:
+    precision = student["class_precision"]
+    if precision is None or precision[c] is None:
+        return str(student["kept"][c])
+    return f"{student['kept'][c]} ({precision[c]:.2f})"
+
+
+@app.command()
+def distill(
+    experiment: Path = typer.Argument(
+        ..., help="Experiment TOML file: the labelled data and recipe.", show_default=False
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set train.epochs=5 (repeatable)."
+    ),
+    unlabeled: str = typer.Option(
+        None,
+        "--unlabeled",
+        help="NAME[:KEY=VALUE,...], e.g. mnist5k:image_size=8 or digits:holdout=0.5.",
+    ),
+    top_k: str = typer.Option(None, "--top-k", help="Images kept per class, e.g. 50,100,200."),
+    top_p: int = typer.Option(None, "--top-p", help="Classes an image may be kept for."),
+    teacher: int = typer.Option(None, "--teacher", help="A finished run ID as the teacher."),
+    student: str = typer.Option(None, "--student", help="Student model (default: the EXP's)."),
+    pretrain_epochs: int = typer.Option(None, "--pretrain-epochs", help="On pseudo-labels."),
+    finetune_epochs: int = typer.Option(None, "--finetune-epochs", help="On the labelled data."),
+    finetune_lr: float = typer.Option(None, "--finetune-lr", help="Fine-tuning learning rate."),
+    resume: int = typer.Option(
+        None, "--resume", help="Continue study ID (default: the newest of the EXP's name)."
+    ),
+    new: bool = typer.Option(False, "--new", help="Start a new study, even if one exists."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Train a teacher on the labelled data, let it pick the K images it scores highest per
+    class from an unlabelled set, pre-train a student on them and fine-tune it on the labelled
+    data; one student per K, every stage a stored run of one study (Yalniz et al. 2019).
+    Running it again reuses the stages that finished.
+
+    The options from --unlabeled to --finetune-lr are short for --set distill.KEY=VALUE; the
+    file's [distill] section may hold them too.
+
+    Example: dlperf distill examples/distill_digits.toml --top-k 25,50,100
+    """
+    from dlperf.config import DistillConfig, load_experiment, shortcuts
+    from dlperf.distill import run_distill
+
+    flags = {k: v for k, v in locals().items() if k in DistillConfig.model_fields}
+    exp = load_experiment(experiment, [*set_, *shortcuts("distill", flags)])
+    store = open_store()
+    with console.reporter() as rep:
+        result = run_distill(exp, store, resume, new, rep)
+    if as_json:
+        console.print_json(dataclasses.asdict(result))
+    else:
+        _print_summary(result)
+    if result.error:
+        raise typer.Exit(1)

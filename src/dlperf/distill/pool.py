@@ -1,0 +1,125 @@
+"""The unlabelled images of `dlperf distill --unlabeled SPEC`.
+
+SPEC is NAME[:KEY=VALUE,...]: a data set with data.* keys (e.g. "mnist5k:image_size=8"), all
+of whose images become the pool; or NAME:holdout=F, the share F of the experiment's own
+training split that data.holdout sets aside (the labelled runs then train on the rest). The
+pool keeps the set's labels, hidden from the teacher, to measure pseudo-label precision; an
+npz file may have none.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dlperf.config import DataConfig, Experiment, _parse_value, build_experiment
+from dlperf.data import ImageData, Split, load_data
+from dlperf.data.sources import read_npz, resize
+from dlperf.errors import UserError
+
+EXAMPLE = "mnist5k:image_size=8 or digits:holdout=0.5"
+_PAIRS = re.compile(r",(?=\s*[A-Za-z_]\w*\s*=)")  # a comma that starts a KEY=
+
+
+@dataclass
+class Pool:
+    spec: str
+    images: torch.Tensor  # uint8 N,C,H,W
+    hidden: torch.Tensor | None  # labels of the images, when the set has the teacher's classes
+    classes: list[str]
+
+
+def parse(spec: str, exp: Experiment) -> tuple[DataConfig, DataConfig]:
+    """(the pool's data config, the labelled runs' data config) of `spec`."""
+    name, _, rest = spec.partition(":")
+    where = f"--unlabeled {spec}"
+    if not name.strip():
+        raise UserError(f"{where}: no data set named", f"e.g. {EXAMPLE}")
+    pairs = _pairs(rest, where) if rest else {}
+    if "holdout" in pairs:
+        if name != exp.data.name or len(pairs) > 1:
+            raise UserError(
+                f"{where}: holdout sets aside a share of the experiment's own {exp.data.name} "
+                "and takes no other keys",
+                f"use --unlabeled {exp.data.name}:holdout={pairs['holdout']}",
+            )
+        if not pairs["holdout"]:
+            raise UserError(f"{where}: holdout must be above 0")
+        raw = exp.to_dict()
+        raw["data"]["holdout"] = pairs["holdout"]
+        labelled = build_experiment(raw, where).data
+        return labelled, labelled
+    pool = build_experiment({"data": {"name": name, **pairs}}, where).data
+    if (pool.name, pool.root) == (exp.data.name, exp.data.root) and pool.name != "synthetic":
+        raise UserError(
+            f"{where}: these are the experiment's labelled images",
+            f"hold a share of them out: --unlabeled {name}:holdout=0.5",
+        )
+    return pool, exp.data
+
+
+def _pairs(text: str, where: str) -> dict[str, Any]:
+    """'image_size=8,shape=[3,8,8]' as {'image_size': 8, 'shape': [3, 8, 8]}: split at the
+    commas that start a KEY=, so that list values keep theirs."""
+    pairs: dict[str, Any] = {}
+    for part in _PAIRS.split(text):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UserError(f"{where}: expected KEY=VALUE after the name", f"e.g. {EXAMPLE}")
+        pairs[key.strip()] = _parse_value(value.strip())
+    return pairs
+
+
+def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
+    """The pool of `spec` (parsed into `cfg`), checked against the images the teacher takes:
+    `labelled`, the experiment's data as its runs see them."""
+    if cfg.holdout and labelled.unlabeled is not None:
+        data, held = labelled, labelled.unlabeled
+    else:
+        data = _read(cfg)
+        splits = [data.train, data.val, data.test]
+        if not data.in_memory:
+            raise UserError(
+                f"--unlabeled {spec}: {data.name} does not fit in memory",
+                "give it a smaller image_size or set in_memory=true",
+            )
+        held = Split(torch.cat([s.labels for s in splits]), torch.cat([s.images for s in splits]))
+    assert held.images is not None
+    _check_shape(spec, tuple(held.images.shape[1:]), labelled.shape)
+    same_classes = data.classes == labelled.classes and bool(held.labels.ge(0).all())
+    return Pool(spec, held.images, held.labels if same_classes else None, data.classes)
+
+
+def _read(cfg: DataConfig) -> ImageData:
+    if cfg.name != "npz":
+        return load_data(cfg)
+    # An npz pool may have no labels (truly unlabelled): -1 marks them unknown.
+    images, labels, classes = read_npz(cfg.root)
+    known = labels if labels is not None else torch.full((len(images),), -1, dtype=torch.int64)
+    empty = Split(known[:0], images[:0])
+    shape = tuple(images.shape[1:])
+    data = ImageData(
+        "npz", Split(known, images), empty, empty, len(classes), shape, classes=classes
+    )  # type: ignore[arg-type]
+    side = cfg.image_size
+    return resize(data, side, cfg.max_memory_gb) if side and shape[1:] != (side, side) else data
+
+
+def _check_shape(spec: str, got: tuple[int, ...], wanted: tuple[int, int, int]) -> None:
+    """The pool's images must be what the teacher takes: say what to set when they are not."""
+    if got == wanted:
+        return
+    where = f"--unlabeled {spec}: images are {'x'.join(map(str, got))}"
+    takes = f"the teacher takes {'x'.join(map(str, wanted))}"
+    if got[0] != wanted[0]:
+        raise UserError(
+            f"{where}, {takes} ({got[0]} channel(s), not {wanted[0]})",
+            f"choose a set with {wanted[0]} channel(s)",
+        )
+    name, _, rest = spec.partition(":")
+    keys = ",".join(p for p in _PAIRS.split(rest) if p and not p.startswith("image_size"))
+    hint = f"{name}:{keys + ',' if keys else ''}image_size={wanted[-1]}"
+    raise UserError(f"{where}, {takes}", f"set --unlabeled {hint}")

@@ -1,0 +1,91 @@
+"""The teacher: a finished stored run, and its batched scoring of the unlabelled images."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from dlperf.config import Experiment, ModelConfig, build_experiment
+from dlperf.engine import checkpoint, pretrained
+from dlperf.errors import UserError
+from dlperf.models import create_model
+from dlperf.store import Store, effective_status
+from dlperf.system import synchronize
+
+
+@dataclass
+class Teacher:
+    run_id: int
+    exp: Experiment
+    shape: tuple[int, int, int]  # what its model takes
+    mean: tuple[float, ...]  # the normalisation it trained with
+    std: tuple[float, ...]
+    classes: int
+    test_accuracy: float | None
+
+
+def stored(store: Store, run_id: int) -> Teacher:
+    """Run `run_id` as a teacher: a finished training run with a checkpoint."""
+    run = store.get_run(run_id)
+    status = effective_status(run)
+    if run["kind"] != "run":
+        raise UserError(f"teacher run {run_id} is a {run['kind']} run, not a training run")
+    if status != "finished":
+        raise UserError(
+            f"teacher run {run_id} did not finish (status {status})",
+            f"resume it with `dlperf run --resume {run_id}` or give a finished run",
+        )
+    data = run["summary"].get("data")
+    if not data:
+        raise UserError(f"teacher run {run_id} recorded no data shape (an older dlperf's run)")
+    checkpoint.run_checkpoint(
+        store, run_id, "to score with", "train the teacher with run.checkpoint = true"
+    )
+    return Teacher(
+        run_id,
+        build_experiment(run["config"], f"run {run_id}"),
+        tuple(data["shape"]),  # type: ignore[arg-type]
+        tuple(data["mean"]),
+        tuple(data["std"]),
+        data["classes"],
+        run["summary"].get("test_accuracy"),
+    )
+
+
+@dataclass
+class Scores:
+    scores: torch.Tensor  # images x classes, softmax
+    seconds: float  # the timed passes, one untimed warm-up batch before them
+    images_per_s: float
+
+
+def score(
+    teacher: Teacher, store: Store, images: torch.Tensor, device: torch.device, batch: int
+) -> Scores:
+    """The teacher's softmax scores of `images` (uint8), preprocessed as it was trained."""
+    cfg = teacher.exp.model
+    model = create_model(
+        cfg.name, num_classes=teacher.classes, in_channels=teacher.shape[0], **cfg.kwargs
+    )
+    weights = pretrained.resolve(ModelConfig(name=cfg.name, weights=f"run:{teacher.run_id}"), store)
+    assert weights is not None
+    model.load_state_dict(weights.fetch())
+    model.to(device).eval()
+    mean = torch.tensor(teacher.mean, device=device).view(-1, 1, 1)
+    std = torch.tensor(teacher.std, device=device).view(-1, 1, 1)
+
+    def forward(chunk: torch.Tensor) -> torch.Tensor:
+        x = (chunk.to(device, non_blocking=True).float() / 255 - mean) / std
+        return torch.softmax(model(x).float(), dim=1)
+
+    chunks = images.split(batch)
+    with torch.inference_mode():
+        forward(chunks[0])  # lazy initialisation and allocator warm-up, untimed
+        synchronize(device)
+        start = time.perf_counter()
+        out = [forward(chunk) for chunk in chunks]
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    return Scores(torch.cat(out).cpu(), seconds, len(images) / seconds)

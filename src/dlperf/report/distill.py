@@ -1,0 +1,57 @@
+"""The figure of a distill study (matplotlib Agg, a file only): student test accuracy against
+K, with the teacher's and the labelled-only baseline's accuracy as lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never needs a display
+import matplotlib.pyplot as plt
+
+if TYPE_CHECKING:
+    from dlperf.distill.runner import DistillResult
+
+
+def plot_distill(path: Path, result: DistillResult) -> Path:
+    students = sorted(
+        (s for s in result.students if s["test_accuracy"] is not None), key=lambda s: s["top_k"]
+    )
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ks = [s["top_k"] for s in students]
+    model = result.baseline.get("model", "")
+    accuracies = [s["test_accuracy"] for s in students]
+    ax.plot(ks, accuracies, "o-", color="C0", label=f"student ({model}) after fine-tuning")
+    for i, s in enumerate(students):
+        if s["pseudo_label_precision"] is not None:
+            ax.annotate(
+                f"prec. {s['pseudo_label_precision']:.2f}",
+                (ks[i], s["test_accuracy"]),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+            )
+    lines = [("teacher", result.teacher, "C3", "--"), ("baseline", result.baseline, "C2", ":")]
+    for name, run, color, style in lines:
+        accuracy = run.get("test_accuracy")
+        if accuracy is not None and not (name == "baseline" and run.get("same_as_teacher")):
+            label = f"{name} ({run['model']}, run {run['run_id']})"
+            ax.axhline(accuracy, color=color, ls=style, label=label)
+    if len(ks) > 1 and max(ks) / min(ks) >= 8:
+        ax.set_xscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.minorticks_off()
+    ax.margins(y=0.15)  # room for the precision labels
+    ax.set_xlabel("K: images kept per class")
+    ax.set_ylabel("test accuracy (top-1)")
+    top_p = students[0]["top_p"] if students else "?"
+    ax.set_title(f"distill study {result.study_id} ({result.name}), P = {top_p}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

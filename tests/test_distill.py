@@ -1,0 +1,330 @@
+"""`dlperf distill`: the top-K/top-P selection on hand-made scores, pseudo-label precision,
+the unlabelled sets (held out, another set resized, an npz file without labels), bad input,
+the stages of a tiny study and their links, and a study SIGKILLed mid-stage then resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dlperf.config import DataConfig, Experiment
+from dlperf.data import load_data
+from dlperf.distill import pool, precision, select
+from dlperf.engine.train import PAUSE_ENV
+from dlperf.errors import UserError
+from dlperf.procs import alive
+from dlperf.store import Store, effective_status
+from tests.conftest import CliResult
+
+EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
+# 64 labelled training images in batches of 32: 2 steps per epoch.
+EXP = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[run]
+threads = 1
+warmup_steps = 1
+out_dir = "{out}"
+"""
+
+
+def write_exp(root: Path, extra: str = "") -> Path:
+    path = root / "dist.toml"
+    path.write_text(EXP.format(out=root / "dlperf_runs") + extra)
+    return path
+
+
+def distill_json(cli: Callable[..., CliResult], *args: str) -> dict:
+    result = cli(*args, "--json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+# --- selection ------------------------------------------------------------------------------
+
+# 6 images x 3 classes. Top-1 classes: 0,0,1,2,1,0 (image 5 ties 0 and 1: the lower class
+# wins). Top-2 adds: image 0 -> 1, 1 -> 2, 2 -> 0, 3 -> 0, 4 -> 2, 5 -> 1.
+SCORES = torch.tensor(
+    [
+        [0.6, 0.3, 0.1],
+        [0.5, 0.1, 0.4],
+        [0.3, 0.6, 0.1],
+        [0.2, 0.1, 0.7],
+        [0.1, 0.5, 0.4],
+        [0.4, 0.4, 0.2],
+    ]
+)
+
+
+def test_top_k_per_class_among_images_whose_top_1_is_that_class() -> None:
+    chosen = select(SCORES, top_k=2, top_p=1)
+    # class 0: images 0 (0.6), 1 (0.5), 5 (0.4) -> the two best; class 1: 2 (0.6), 4 (0.5);
+    # class 2: only image 3.
+    assert chosen.index.tolist() == [0, 1, 2, 4, 3]
+    assert chosen.label.tolist() == [0, 0, 1, 1, 2]
+    assert chosen.kept == [2, 2, 1]
+
+
+def test_top_p_lets_an_image_enter_several_classes_and_ties_go_to_the_lower_index() -> None:
+    chosen = select(SCORES, top_k=3, top_p=2)
+    # class 0 candidates: 0,1,2,3,5 scoring .6,.5,.3,.2,.4 -> 0,1,5. class 1: 0,2,4,5 scoring
+    # .3,.6,.5,.4 -> 2,4,5. class 2: 1,3,4 -> 3 (.7), 1 (.4) and 4 (.4): the tie keeps 1 first.
+    assert chosen.index.tolist() == [0, 1, 5, 2, 4, 5, 3, 1, 4]
+    assert chosen.label.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert chosen.kept == [3, 3, 3]
+    # Every image taken once per class at most, and only for one of its top-2 classes.
+    pairs = list(zip(chosen.index.tolist(), chosen.label.tolist(), strict=True))
+    assert len(set(pairs)) == len(pairs)
+
+
+def test_equal_scores_select_the_same_images_every_time() -> None:
+    flat = torch.full((50, 4), 0.25)
+    first = select(flat, top_k=5, top_p=4)
+    assert first.index.tolist() == list(range(5)) * 4
+    again = select(flat.clone(), top_k=5, top_p=4)
+    assert torch.equal(first.index, again.index) and torch.equal(first.label, again.label)
+
+
+def test_precision_against_hidden_labels() -> None:
+    chosen = select(SCORES, top_k=2, top_p=1)  # images 0,1 -> 0; 2,4 -> 1; 3 -> 2
+    hidden = torch.tensor([0, 2, 1, 2, 0, 1])
+    overall, per_class = precision(chosen, hidden)
+    assert overall == pytest.approx(3 / 5)
+    assert per_class == [pytest.approx(0.5), pytest.approx(0.5), pytest.approx(1.0)]
+    none_for_2 = select(SCORES[[0, 1, 2]], top_k=1, top_p=1)
+    assert precision(none_for_2, hidden[:3])[1] == [1.0, 1.0, None]
+
+
+@pytest.mark.parametrize("k, p", [(0, 1), (1, 0), (1, 4)])
+def test_select_refuses_k_or_p_out_of_range(k: int, p: int) -> None:
+    with pytest.raises(ValueError):
+        select(SCORES, top_k=k, top_p=p)
+
+
+# --- the unlabelled images ------------------------------------------------------------------
+
+
+def test_holdout_takes_a_seeded_share_of_the_training_split() -> None:
+    whole = load_data(DataConfig(name="digits"))
+    half = load_data(DataConfig(name="digits", holdout=0.5, image_size=12))
+    assert half.unlabeled is not None and half.unlabeled.images is not None
+    assert len(half.train) + len(half.unlabeled) == len(whole.train)
+    assert abs(len(half.train) - len(half.unlabeled)) <= 1
+    assert half.unlabeled.images.shape[1:] == (1, 12, 12)  # resized with the rest
+    assert len(half.test) == len(whole.test)  # validation and test splits untouched
+    again = load_data(DataConfig(name="digits", holdout=0.5, image_size=12))
+    assert torch.equal(again.unlabeled.labels, half.unlabeled.labels)
+
+
+def test_another_set_resized_to_the_teachers_images() -> None:
+    exp = Experiment()  # digits: 1x8x8
+    labelled = load_data(exp.data)
+    cfg, same = pool.parse("mnist5k:image_size=8", exp)
+    assert same == exp.data
+    images = pool.load("mnist5k:image_size=8", cfg, labelled)
+    assert images.images.shape == (5000, 1, 8, 8) and images.images.dtype == torch.uint8
+    assert images.hidden is not None and len(images.hidden) == 5000  # same class names
+
+
+def test_an_npz_pool_without_labels_has_no_precision(tmp_path: Path) -> None:
+    exp = Experiment()
+    path = tmp_path / "pool.npz"
+    np.savez(path, images=np.zeros((7, 1, 16, 16), np.uint8))
+    cfg, _ = pool.parse(f"npz:root={path},image_size=8", exp)
+    images = pool.load(f"npz:root={path},image_size=8", cfg, load_data(exp.data))
+    assert images.images.shape == (7, 1, 8, 8) and images.hidden is None
+
+
+def test_the_npz_data_set_reads_images_labels_and_class_names(tmp_path: Path) -> None:
+    path = tmp_path / "set.npz"
+    labels = np.arange(40) % 4
+    np.savez(path, images=np.full((40, 3, 5, 5), 7, np.uint8), labels=labels,
+             classes=np.array(["a", "b", "c", "d", "e"]))  # fmt: skip
+    data = load_data(DataConfig(name="npz", root=str(path), test_fraction=0.25, val_fraction=0))
+    assert (data.shape, data.num_classes, data.classes) == ((3, 5, 5), 5, list("abcde"))
+    assert (len(data.train), len(data.test)) == (30, 10)
+    np.savez(path, images=np.zeros((3, 1, 4, 4), np.float32), labels=np.zeros(3, int))
+    with pytest.raises(UserError, match="uint8 N,C,H,W"):
+        load_data(DataConfig(name="npz", root=str(path)))
+    np.savez(path, images=np.zeros((3, 1, 4, 4), np.uint8))
+    with pytest.raises(UserError, match="no 'labels' array"):
+        load_data(DataConfig(name="npz", root=str(path)))
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("mnist5k", "images are 1x28x28, the teacher takes 1x8x8 (set --unlabeled "
+                    "mnist5k:image_size=8)"),
+        ("mnist5k:limit=5,image_size=9", "set --unlabeled mnist5k:limit=5,image_size=8"),
+        ("synthetic:shape=[3,8,8]", "(3 channel(s), not 1) (choose a set with 1 channel(s))"),
+        ("cifar10:holdout=0.5", "holdout sets aside a share of the experiment's own digits"),
+        ("digits:holdout=0", "holdout must be above 0"),
+        ("digits", "these are the experiment's labelled images"),
+        ("mnist5k:imagesize=8", "unknown key 'data.imagesize' (did you mean 'image_size'?)"),
+        ("nosuchset", "unknown dataset 'nosuchset'"),
+    ],
+)  # fmt: skip
+def test_unlabelled_sets_that_do_not_fit_the_teacher(spec: str, message: str) -> None:
+    exp = Experiment()
+    with pytest.raises(UserError) as e:
+        cfg, _ = pool.parse(spec, exp)
+        pool.load(spec, cfg, load_data(exp.data))
+    assert message in str(e.value)
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def test_a_tiny_study_stores_linked_stages(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    path = write_exp(tmp_path)
+    out = distill_json(cli, "distill", str(path), "--unlabeled", "digits:holdout=0.5",
+                       "--top-k", "3", "--student", "resnet20")  # fmt: skip
+    assert {"study_id", "teacher", "baseline", "students", "best_top_k"} <= out.keys()
+    runs = {r["id"]: r for r in store.list_runs(study_id=out["study_id"])}
+    assert store.get_study(out["study_id"])["kind"] == "distill"
+    teacher, baseline = out["teacher"], out["baseline"]
+    assert teacher["scoring_images_per_s"] > 0 and 0 <= teacher["test_accuracy"] <= 1
+    assert runs[teacher["run_id"]]["tags"]["stage"] == "teacher"
+    assert runs[baseline["run_id"]]["tags"]["stage"] == "baseline"
+    assert runs[baseline["run_id"]]["config"]["model"]["name"] == "resnet20"
+    (student,) = out["students"]
+    assert student.keys() >= {"top_k", "top_p", "selected", "pseudo_label_precision",
+                              "pretrain_run_id", "finetune_run_id", "test_accuracy"}  # fmt: skip
+    assert (student["top_k"], student["top_p"]) == (3, 1) and out["best_top_k"] == 3
+    assert student["selected"] == sum(student["kept"]) and max(student["kept"]) <= 3
+    assert 0 <= student["pseudo_label_precision"] <= 1  # the held-out images keep their labels
+    # The links: select <- teacher; pretrain <- select's file; finetune <- pretrain's weights.
+    chosen, pre, fine = (runs[student[f"{s}_run_id"]] for s in ("select", "pretrain", "finetune"))
+    assert chosen["kind"] == "select" and chosen["config"]["teacher"] == teacher["run_id"]
+    assert pre["config"]["data"]["name"] == "npz"
+    assert pre["config"]["data"]["root"] == chosen["summary"]["file"]
+    assert Path(chosen["summary"]["file"]).is_file()
+    assert pre["config"]["model"]["name"] == "resnet20" and pre["tags"]["select"] == str(
+        chosen["id"]
+    )
+    assert fine["config"]["model"]["weights"] == f"run:{pre['id']}"
+    assert (
+        fine["config"]["data"]["holdout"]
+        == 0.5
+        == runs[teacher["run_id"]]["config"]["data"]["holdout"]
+    )
+    assert [fine["tags"][k] for k in ("stage", "pretrain", "teacher")] == [
+        "finetune", str(pre["id"]), str(teacher["run_id"])]  # fmt: skip
+    assert all(r["status"] == "finished" for r in runs.values()) and len(runs) == 5
+    assert Path(out["plots"][0]).is_file()
+    # The same command again reuses every stage and stores nothing new.
+    again = distill_json(cli, "distill", str(path), "--unlabeled", "digits:holdout=0.5",
+                         "--top-k", "3", "--student", "resnet20")  # fmt: skip
+    assert again["students"][0]["finetune_run_id"] == fine["id"]
+    assert len(store.list_runs(study_id=out["study_id"])) == 5
+
+
+def test_a_stored_teacher_and_the_student_as_its_own_baseline(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    path = write_exp(tmp_path)
+    trained = cli("run", str(path), "--set", "run.checkpoint=true", "--set", "data.holdout=0.5",
+                  "--json")  # fmt: skip
+    teacher = json.loads(trained.out)["run_id"]
+    args = ["--unlabeled", "digits:holdout=0.5", "--top-k", "2", "--top-p", "2"]
+    out = distill_json(cli, "distill", str(path), *args, "--teacher", str(teacher))
+    assert out["teacher"]["run_id"] == teacher and out["teacher"]["reused"]
+    assert out["baseline"]["same_as_teacher"] and out["baseline"]["run_id"] == teacher
+    assert store.get_run(teacher)["study_id"] is None  # the given teacher stays where it was
+    assert out["students"][0]["top_p"] == 2
+    # A teacher that saw the held-out images' labels is refused.
+    plain = json.loads(cli("run", str(path), "--set", "run.checkpoint=true", "--json").out)
+    result = cli("distill", str(path), *args, "--teacher", str(plain["run_id"]))
+    assert result.code == 2 and "did not train with data.holdout = 0.5" in result.err
+
+
+def test_bad_input_is_one_line_and_stores_nothing(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    path = write_exp(tmp_path)
+    unfinished = store.create_run("half", "run", Experiment().to_dict(), "x", None)
+    store.finish_run(unfinished, "killed", error="interrupted")
+    holdout = ["--unlabeled", "digits:holdout=0.5"]
+    for args, message in [
+        (["--unlabeled", "mnist5k"], "takes 1x8x8 (set --unlabeled mnist5k:image_size=8)"),
+        ([*holdout, "--top-k", "0"], "distill.top_k.0: must be at least 1"),
+        ([*holdout, "--top-k", "2,x"], "distill.top_k.1: Input should be a valid integer"),
+        ([*holdout, "--top-p", "0"], "distill.top_p: must be at least 1"),
+        ([*holdout, "--top-p", "11"], "--top-p 11 is more than the 10 classes of digits"),
+        ([*holdout, "--teacher", str(unfinished)], f"{unfinished} did not finish (status killed)"),
+        ([*holdout, "--teacher", "999"], "no run 999 in the store"),
+        ([*holdout, "--student", "nosuchnet"], "nosuchnet"),
+        ([], "give the unlabelled images with --unlabeled"),
+    ]:  # fmt: skip
+        result = cli("distill", str(path), *args)
+        assert result.code == 2, (args, result.err)
+        assert message in result.err and len(result.err.strip().splitlines()) == 1, result.err
+    assert [r["id"] for r in store.list_runs()] == [unfinished]
+
+
+def start_distill(root: Path, db: str, *args: str, pause_at: int) -> subprocess.Popen[bytes]:
+    """`dlperf distill ARGS` as a real process, every run parking at step `pause_at`."""
+    env = {**os.environ, "DLPERF_DB": db, PAUSE_ENV: f"{pause_at}:{root / 'parked'}"}
+    with open(root / "stderr.txt", "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dlperf", "distill", *args],
+            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+
+
+def test_two_students_resume_after_a_sigkill(
+    tmp_path: Path, db: str, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    # The teacher trains 2 steps; the K=2 student pre-trains on 16 images in one batch for 3
+    # epochs, so the first run to reach step 3 is its pretrain: parked there, then killed.
+    path = write_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
+    args = [str(path), "--top-k", "2,4", "--pretrain-epochs", "3"]
+    proc = start_distill(tmp_path, db, *args, pause_at=3)
+    try:
+        deadline = time.monotonic() + EVENT_S
+        while not (tmp_path / "parked").exists():
+            assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+            assert time.monotonic() < deadline, "timed out waiting for the pretrain to park"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=EVENT_S)
+    finally:
+        proc.kill()
+    assert not alive(proc.pid)
+    log = (tmp_path / "stderr.txt").read_text()
+    assert "pretrain K=2: training" in log and "finetune" not in log
+    (killed,) = [r for r in store.list_runs() if r["status"] == "running"]
+    assert effective_status(killed) == "lost" and killed["tags"] == {}  # tags come at the end
+
+    result = cli("distill", *args, "--json")
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    assert "teacher: run" in result.err and "finished before, reused" in result.err
+    assert "select K=2: run" in result.err
+    assert [s["top_k"] for s in out["students"]] == [2, 4]
+    assert all(s["test_accuracy"] is not None for s in out["students"])
+    assert killed["id"] not in {s["pretrain_run_id"] for s in out["students"]}
+    finished = [r for r in store.list_runs(study_id=out["study_id"]) if r["status"] == "finished"]
+    stages = sorted((r["tags"]["stage"], r["tags"].get("top_k", "")) for r in finished)
+    assert stages == [("finetune", "2"), ("finetune", "4"), ("pretrain", "2"), ("pretrain", "4"),
+                      ("select", "2"), ("select", "4"), ("teacher", "")]  # fmt: skip
