@@ -328,3 +328,14 @@ def test_two_students_resume_after_a_sigkill(
     stages = sorted((r["tags"]["stage"], r["tags"].get("top_k", "")) for r in finished)
     assert stages == [("finetune", "2"), ("finetune", "4"), ("pretrain", "2"), ("pretrain", "4"),
                       ("select", "2"), ("select", "4"), ("teacher", "")]  # fmt: skip
+
+
+def test_the_shipped_example_runs_on_a_small_budget(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "distill_digits.toml"
+    out = distill_json(cli, "distill", str(example), "--top-k", "5", "--set", "train.epochs=1",
+                       "--set", f"run.out_dir={tmp_path / 'runs'}")  # fmt: skip
+    assert out["teacher"]["model"] == "resnet20" and out["baseline"]["model"] == "smallcnn"
+    assert not out["baseline"]["same_as_teacher"] and out["best_top_k"] == 5
+    assert out["students"][0]["selected"] <= 50

@@ -34,6 +34,7 @@ from dlperf.config import Experiment
 from dlperf.engine.run import run_experiment
 from dlperf.report.site import build_report
 from dlperf.report.site import select as select_report
+from dlperf.report.site.html import fmt
 from dlperf.store import Store
 from tests.conftest import rank_result
 
@@ -288,6 +289,74 @@ def test_help_ends_with_an_example(cli: Callable) -> None:
     result = cli("report", "--help")
     assert result.code == 0
     assert "Example: dlperf report --last 10 --out report" in result.out
+
+
+DISTILL = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+[run]
+threads = 1
+warmup_steps = 2
+out_dir = "{out}"
+"""
+STAGE_ROW = re.compile(r'<tr><td>([^<]*)</td><td[^>]*>([^<]*)</td><td><a href="run-(\d+)\.html">')
+
+
+def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None:
+    """A real distill study on a tiny budget (the teacher is also the baseline; students at
+    K = 2 and 4): its page lists every stage's run, embeds the figure and names the best K,
+    taken from the newest finished run of each stage and K."""
+    path = tmp_path / "distill.toml"
+    path.write_text(DISTILL.format(out=tmp_path / "runs"))
+    result = cli("distill", str(path), "--unlabeled", "digits:holdout=0.5", "--top-k", "2,4",
+                 "--set", "distill.pretrain_epochs=1", "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    done = json.loads(result.out)
+    study, teacher = done["study_id"], done["teacher"]
+    assert done["baseline"]["same_as_teacher"]
+
+    def render() -> str:
+        out = tmp_path / "site"
+        result = cli("report", "--study", str(study), "--out", str(out))
+        assert result.code == 0, result.err
+        return (out / f"study-{study}.html").read_text(encoding="utf-8")
+
+    page = render()
+    rows = [("teacher, also the baseline", "-", teacher["run_id"])]
+    for s in done["students"]:
+        k = str(s["top_k"])
+        rows += [("select", k, s["select_run_id"]), ("pretrain", k, s["pretrain_run_id"]),
+                 ("finetune", k, s["finetune_run_id"])]  # fmt: skip
+    assert [(st, k, int(rid)) for st, k, rid in STAGE_ROW.findall(page)] == rows
+    for s in done["students"]:  # images kept and pseudo-label precision of each select run
+        kept = f'<td class="num">{s["selected"]}</td><td class="num">'
+        assert kept + f"{fmt(s['pseudo_label_precision'])}</td>" in page
+    assert "student test accuracy against K" in page
+    (src,) = re.findall(r'<img src="data:image/png;base64,([^"]*)"', page)
+    assert Image.open(io.BytesIO(base64.b64decode(src))).size[0] > 100
+    best = next(s for s in done["students"] if s["top_k"] == done["best_top_k"])
+    acc = best["test_accuracy"]
+    assert (
+        f"<p>Best K = {best['top_k']}: test accuracy {acc:.4f}, "
+        f"{acc - teacher['test_accuracy']:+.4f} over the teacher (run {teacher['run_id']}); "
+        "the teacher is also the baseline.</p>"
+    ) in page
+
+    # A newer finished fine-tuning of K=4 replaces the first; a newer failed one of K=2 does not.
+    for k, state, accuracy in ((4, "finished", 0.99), (2, "failed", 1.0)):
+        run = store.create_run(f"finetune-k{k}", "run", {"model": {"name": "smallcnn"}},
+                               study_id=study)  # fmt: skip
+        store.finish_run(run, state, summary={"test_accuracy": accuracy})
+        store.set_tags(run, {"stage": "finetune", "top_k": str(k), "top_p": "1"})
+    page = render()
+    assert len(STAGE_ROW.findall(page)) == len(rows) + 2
+    assert f"<p>Best K = 4: test accuracy 0.9900, {0.99 - teacher['test_accuracy']:+.4f}" in page
 
 
 # --- a real browser -------------------------------------------------------------------------

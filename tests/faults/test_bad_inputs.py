@@ -198,6 +198,37 @@ CASES = [
     case("sweep sweep.toml --resume 42", "error: no study 42 in the store"),
     case("sweep sweep.toml --resume 1 --new", "error: give --resume STUDY_ID or --new, not both"),
     case("sweep sweep.toml --on-failure maybe", "error: --on-failure 'maybe' (use continue or"),
+    # --- distill: the experiment, the unlabelled images, K, P, teacher and student ---------
+    case("distill missing.toml", "error: missing.toml: no such experiment file"),
+    case("distill nodir/exp.toml", "error: nodir/exp.toml: no such experiment file"),
+    case("distill /proc/forbidden/exp.toml", "error: /proc/forbidden/exp.toml: no such experi"),
+    case("distill dir", "error: dir is a directory, not an experiment file"),
+    case("distill bad.toml", "error: bad.toml: malformed TOML"),
+    case("distill exp.toml", "error: give the unlabelled images with --unlabeled (e.g. mnist5k"),
+    case("distill exp.toml --unlabeled mnist5k", "the teacher takes 1x8x8 (set --unlabeled mnist"),
+    case("distill exp.toml --unlabeled synthetic:shape=[3,8,8]", "choose a set with 1 channel"),
+    case("distill exp.toml --unlabeled digits", "these are the experiment's labelled images"),
+    case("distill exp.toml --unlabeled cifar10:holdout=0.5", "holdout sets aside a share of"),
+    case("distill exp.toml --unlabeled digits:holdout=1", "data.holdout: must be less than 1"),
+    case("distill exp.toml --unlabeled mnist5k:size", "mnist5k:size: expected KEY=VALUE after"),
+    case("distill exp.toml --unlabeled mnist5k:imgsize=8", "unknown key 'data.imgsize' (did you"),
+    case("distill exp.toml --unlabeled nosuch", "error: unknown dataset 'nosuch'"),
+    case("distill exp.toml --unlabeled npz:root=nodir/p.npz", "nodir/p.npz: not a readable .npz"),
+    case("distill exp.toml --unlabeled npz:root=dir", "error: dir: not a readable .npz file"),
+    case("distill exp.toml --unlabeled npz:root=bad.toml", "bad.toml: not a readable .npz file"),
+    case("distill exp.toml --unlabeled npz:root=float.npz", "wants an array 'images' of uint8"),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --top-k 0", "distill.top_k.0: must be"),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --top-p 0", "distill.top_p: must be at"),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --top-p 11", "--top-p 11 is more than"),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --teacher 42", f"error: {NOT_STORED}"),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --student resnet2", "unknown model"),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --resume 42", "no study 42 in the"),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --resume 1 --new", "give --resume"),
+    case(
+        "distill exp.toml --unlabeled digits:holdout=0.5 --set run.out_dir=/proc/forbidden",
+        "error: cannot use /proc/forbidden",
+    ),
+    case("distill exp.toml --unlabeled digits:holdout=0.5 --set run.out_dir=exp.toml", "exp.toml"),
     case("runs list --study 42", "error: no study 42 in the store"),
     case("runs compare 1", "error: compare needs two or more run IDs (e.g. dlperf runs compare"),
     case("runs compare 42 43", f"error: {NOT_STORED}"),
@@ -508,6 +539,7 @@ def write_inputs(root: Path) -> None:
         "repeats": 'repeats = 0\n[grid]\n"train.lr" = [0.1]',
     }.items():
         (root / f"{name}.toml").write_text(f'base = "exp.toml"\n{text}\n')
+    np.savez(root / "float.npz", images=np.zeros((2, 1, 8, 8), np.float32))
     (root / "nobase.toml").write_text('base = "missing.toml"\n[grid]\n"train.lr" = [0.1]\n')
     (root / "jobs.toml").write_text(
         '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.5\n'

@@ -196,7 +196,10 @@ def run_distill(
         result.best_top_k = max(finished, key=lambda s: (s["test_accuracy"], -s["top_k"]))["top_k"]
         from dlperf.report.distill import plot_distill
 
-        result.plots = [str(plot_distill(directory / "student_accuracy.png", result))]
+        path = directory / "student_accuracy.png"
+        study_key = (study_id, name)
+        plot_distill(path, study_key, result.teacher, result.baseline, result.students)
+        result.plots = [str(path)]
     return result
 
 

@@ -4,24 +4,30 @@ K, with the teacher's and the labelled-only baseline's accuracy as lines."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 
-if TYPE_CHECKING:
-    from dlperf.distill.runner import DistillResult
 
-
-def plot_distill(path: Path, result: DistillResult) -> Path:
+def plot_distill(
+    path: Path,
+    study: tuple[int, str],
+    teacher: dict[str, Any],
+    baseline: dict[str, Any],
+    students: list[dict[str, Any]],
+) -> Path:
+    """`teacher` and `baseline` as DistillResult holds them (run_id, model, test_accuracy,
+    same_as_teacher), `students` its rows (top_k, top_p, test_accuracy,
+    pseudo_label_precision); `study`: its id and name."""
     students = sorted(
-        (s for s in result.students if s["test_accuracy"] is not None), key=lambda s: s["top_k"]
+        (s for s in students if s["test_accuracy"] is not None), key=lambda s: s["top_k"]
     )
     fig, ax = plt.subplots(figsize=(6, 4))
     ks = [s["top_k"] for s in students]
-    model = result.baseline.get("model", "")
+    model = baseline.get("model", "")
     accuracies = [s["test_accuracy"] for s in students]
     ax.plot(ks, accuracies, "o-", color="C0", label=f"student ({model}) after fine-tuning")
     for i, s in enumerate(students):
@@ -34,21 +40,23 @@ def plot_distill(path: Path, result: DistillResult) -> Path:
                 ha="center",
                 fontsize=7,
             )
-    lines = [("teacher", result.teacher, "C3", "--"), ("baseline", result.baseline, "C2", ":")]
+    same = baseline.get("same_as_teacher", False)
+    lines = [("teacher" + (", also the baseline" if same else ""), teacher, "C3", "--")]
+    if not same:
+        lines.append(("baseline", baseline, "C2", ":"))
     for name, run, color, style in lines:
-        accuracy = run.get("test_accuracy")
-        if accuracy is not None and not (name == "baseline" and run.get("same_as_teacher")):
+        if run.get("test_accuracy") is not None:
             label = f"{name} ({run['model']}, run {run['run_id']})"
-            ax.axhline(accuracy, color=color, ls=style, label=label)
+            ax.axhline(run["test_accuracy"], color=color, ls=style, label=label)
     if len(ks) > 1 and max(ks) / min(ks) >= 8:
         ax.set_xscale("log")
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
-    ax.margins(y=0.15)  # room for the precision labels
+    ax.margins(x=0.08, y=0.15)  # room for the precision labels
     ax.set_xlabel("K: images kept per class")
     ax.set_ylabel("test accuracy (top-1)")
     top_p = students[0]["top_p"] if students else "?"
-    ax.set_title(f"distill study {result.study_id} ({result.name}), P = {top_p}", fontsize=9)
+    ax.set_title(f"distill study {study[0]} ({study[1]}), P = {top_p}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -1,9 +1,10 @@
 """The report's figures, as (caption, PNG data URI) pairs. Curves of stored metrics come from
 `dlperf.report.runs.draw_runs`, scaling figures from `dlperf.report.scaling.study_figures`,
-a sweep's from `dlperf.report.sweep` and a staleness study's from `dlperf.report.staleness`;
-what only the report draws (phase breakdown, all-reduce against the α-β model, the largest
-batch, predicted against measured) is here. matplotlib without pyplot, files never written
-except where a reused function only saves (then into a temporary directory)."""
+a sweep's from `dlperf.report.sweep`, a staleness study's from `dlperf.report.staleness` and
+a distill study's from `dlperf.report.distill`; what only the report draws (phase breakdown,
+all-reduce against the α-β model, the largest batch, predicted against measured) is here.
+matplotlib without pyplot, files never written except where a reused function only saves
+(then into a temporary directory)."""
 
 from __future__ import annotations
 
@@ -216,4 +217,20 @@ def staleness(result: dict[str, Any]) -> Figures:
         path = Path(tmp) / "staleness.png"
         plot_staleness(path, result)
         caption = "validation accuracy per epoch, sync vs async; staleness histogram"
+        return [(caption, png_bytes(path.read_bytes()))]
+
+
+def distill(
+    study: tuple[int, str],
+    teacher: dict[str, Any],
+    baseline: dict[str, Any],
+    students: list[dict[str, Any]],
+) -> Figures:
+    """A distill study's figure as `dlperf distill` draws it: student test accuracy against K,
+    the teacher and the baseline as lines (arguments as `plot_distill` takes them)."""
+    from dlperf.report.distill import plot_distill
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = plot_distill(Path(tmp) / "distill.png", study, teacher, baseline, students)
+        caption = "student test accuracy against K (images kept per class), teacher and baseline"
         return [(caption, png_bytes(path.read_bytes()))]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,7 @@ KEY_FIGURES = (
     ("train time (s)", "train_time_s"),
 )
 SWEEP_FREE = {"run.seed", "run.threads", "run.name", "run.out_dir"}  # not a sweep's axes
+STAGES = ("teacher", "baseline", "select", "pretrain", "finetune")  # a distill study's, in order
 
 
 def run_href(run_id: int) -> str:
@@ -265,6 +267,83 @@ def _staleness(store: Store, runs: list[dict[str, Any]]) -> str:
     return _figures(figs.staleness(result))
 
 
+def _top_k(run: dict[str, Any]) -> int | None:
+    k = run["tags"].get("top_k")
+    return None if k is None else int(k)
+
+
+def _model(run: dict[str, Any]) -> str | None:
+    return ((run["config"] or {}).get("model") or {}).get("name")
+
+
+def _line(run: dict[str, Any] | None, same_as_teacher: bool = False) -> dict[str, Any]:
+    """The teacher or the baseline as a DistillResult holds it."""
+    if run is None:
+        return {}
+    return {"run_id": run["id"], "model": _model(run), "same_as_teacher": same_as_teacher,
+            "test_accuracy": (run["summary"] or {}).get("test_accuracy")}  # fmt: skip
+
+
+def _gains(best: float, lines: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"{best - line['test_accuracy']:+.4f} over the {name} (run {line['run_id']})"
+            for name, line in lines.items() if line.get("test_accuracy") is not None]  # fmt: skip
+
+
+def _distill(
+    store: Store,
+    study: dict[str, Any],
+    runs: list[dict[str, Any]],
+    has_page: Callable[[str, int], bool],
+) -> str:
+    """A distill study: its stages by K, student test accuracy against K beside the teacher and
+    the baseline (the newest finished run of each stage and K), and the best K."""
+    from dlperf.errors import UserError
+
+    staged = [r for r in runs if r["tags"].get("stage") in STAGES]
+    staged.sort(key=lambda r: (_top_k(r) or 0, STAGES.index(r["tags"]["stage"]), r["id"]))
+    newest = {(r["tags"]["stage"], _top_k(r)): r for r in staged if r["status"] == "finished"}
+    teacher = newest.get(("teacher", None))
+    named = [r for r in staged if "teacher" in r["tags"]]
+    if teacher is None and named:  # a finished run from outside the study (--teacher)
+        with contextlib.suppress(UserError):
+            teacher = store.get_run(int(max(named, key=lambda r: r["id"])["tags"]["teacher"]))
+            staged.insert(0, teacher)
+    baseline = newest.get(("baseline", None))
+    same = teacher is not None and all(r["tags"].get("stage") != "baseline" for r in staged)
+    columns = ["stage", "K", "run", "model", "status", "test accuracy", "images kept",
+               "pseudo-label precision", "teacher scoring (images/s)"]  # fmt: skip
+    rows = []
+    for r in staged:
+        summary, rid = r["summary"] or {}, r["id"]
+        speed = summary.get("scoring_images_per_s")
+        stage = r["tags"].get("stage", "teacher (from outside the study)")
+        rows.append([f"{stage}, also the baseline" if same and r is teacher else stage, _top_k(r),
+                     link(run_href(rid), rid) if has_page("run", rid) else esc(rid), _model(r),
+                     status(effective_status(r)), summary.get("test_accuracy"),
+                     summary.get("selected"), summary.get("pseudo_label_precision"),
+                     None if speed is None else round(speed)])  # fmt: skip
+    body = "<h2>Stages</h2>" + table(columns, rows, raw=(2, 4))
+    students = []
+    for (stage, k), run in sorted(newest.items(), key=lambda item: item[0][1] or 0):
+        accuracy = run["summary"].get("test_accuracy")
+        if stage == "finetune" and accuracy is not None:
+            chosen = newest[("select", k)]["summary"] if ("select", k) in newest else {}
+            precision = chosen.get("pseudo_label_precision")
+            top_p = run["tags"].get("top_p")
+            students.append({"top_k": k, "top_p": top_p, "test_accuracy": accuracy,
+                             "pseudo_label_precision": precision})  # fmt: skip
+    if not students:
+        return body + '<p class="note">no student has finished fine-tuning</p>'
+    best = max(students, key=lambda s: (s["test_accuracy"], -s["top_k"]))
+    lines = (_line(teacher), _line(teacher if same else baseline, same))
+    others = {"teacher": lines[0], **({} if same else {"baseline": lines[1]})}
+    verdict = f"Best K = {best['top_k']}: test accuracy {best['test_accuracy']:.4f}"
+    verdict += "".join(f", {gain}" for gain in _gains(best["test_accuracy"], others))
+    verdict += "; the teacher is also the baseline." if same else "."
+    figures = figs.distill((study["id"], study["name"]), *lines, students)
+    return body + f"<p>{esc(verdict)}</p>" + _figures(figures)
+
+
 def _overlay(store: Store, runs: list[dict[str, Any]]) -> str:
     from dlperf.errors import UserError
     from dlperf.report.runs import draw_runs
@@ -296,6 +375,8 @@ def study_page(
         body = _sweep(store, study, runs)
     elif kind == "staleness":
         body = _staleness(store, runs)
+    elif kind == "distill":
+        body = _distill(store, study, runs, has_page)
     else:
         body = _overlay(store, runs)
     head = key_values({"kind": kind, "created": study["created"], "runs": len(runs)})
