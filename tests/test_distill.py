@@ -19,7 +19,8 @@ import torch
 
 from dlperf.config import DataConfig, Experiment
 from dlperf.data import load_data
-from dlperf.distill import pool, precision, select
+from dlperf.distill import pool, teacher
+from dlperf.distill.select import precision, select
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
@@ -92,6 +93,15 @@ def test_top_p_lets_an_image_enter_several_classes_and_ties_go_to_the_lower_inde
     # Every image taken once per class at most, and only for one of its top-2 classes.
     pairs = list(zip(chosen.index.tolist(), chosen.label.tolist(), strict=True))
     assert len(set(pairs)) == len(pairs)
+
+
+def test_a_tie_for_the_top_class_goes_to_the_lower_class() -> None:
+    chosen = select(SCORES, top_k=3, top_p=1)
+    # Image 5 scores 0.4 for classes 0 and 1: with P = 1 it is a candidate of class 0 only.
+    assert chosen.index.tolist() == [0, 1, 5, 2, 4, 3]
+    assert chosen.kept == [3, 2, 1]
+    flat = select(torch.full((6, 3), 1 / 3), top_k=4, top_p=1)
+    assert (flat.index.tolist(), flat.kept) == ([0, 1, 2, 3], [4, 0, 0])
 
 
 def test_equal_scores_select_the_same_images_every_time() -> None:
@@ -202,9 +212,13 @@ def test_a_tiny_study_stores_linked_stages(
     assert {"study_id", "teacher", "baseline", "students", "best_top_k"} <= out.keys()
     runs = {r["id"]: r for r in store.list_runs(study_id=out["study_id"])}
     assert store.get_study(out["study_id"])["kind"] == "distill"
-    teacher, baseline = out["teacher"], out["baseline"]
-    assert teacher["scoring_images_per_s"] > 0 and 0 <= teacher["test_accuracy"] <= 1
-    assert runs[teacher["run_id"]]["tags"]["stage"] == "teacher"
+    teacher_id, baseline = out["teacher"]["run_id"], out["baseline"]
+    assert (
+        out["teacher"]["scoring_images_per_s"] > 0
+        and not out["teacher"]["reused"]
+        and 0 <= out["teacher"]["test_accuracy"] <= 1
+    )
+    assert runs[teacher_id]["tags"]["stage"] == "teacher"
     assert runs[baseline["run_id"]]["tags"]["stage"] == "baseline"
     assert runs[baseline["run_id"]]["config"]["model"]["name"] == "resnet20"
     (student,) = out["students"]
@@ -215,21 +229,25 @@ def test_a_tiny_study_stores_linked_stages(
     assert 0 <= student["pseudo_label_precision"] <= 1  # the held-out images keep their labels
     # The links: select <- teacher; pretrain <- select's file; finetune <- pretrain's weights.
     chosen, pre, fine = (runs[student[f"{s}_run_id"]] for s in ("select", "pretrain", "finetune"))
-    assert chosen["kind"] == "select" and chosen["config"]["teacher"] == teacher["run_id"]
+    assert chosen["kind"] == "select" and chosen["config"]["teacher"] == teacher_id
     assert pre["config"]["data"]["name"] == "npz"
     assert pre["config"]["data"]["root"] == chosen["summary"]["file"]
-    assert Path(chosen["summary"]["file"]).is_file()
+    # The file holds the kept images under the teacher's top class (P = 1), class by class.
+    with np.load(chosen["summary"]["file"]) as f:
+        images, labels = torch.from_numpy(f["images"]), torch.from_numpy(f["labels"])
+    assert len(labels) == student["selected"] and labels.tolist() == sorted(labels.tolist())
+    scores = teacher.score(
+        teacher.stored(store, teacher_id), store, images, torch.device("cpu"), 64
+    )
+    assert torch.equal(scores.scores.argmax(1), labels)
     assert pre["config"]["model"]["name"] == "resnet20" and pre["tags"]["select"] == str(
         chosen["id"]
     )
     assert fine["config"]["model"]["weights"] == f"run:{pre['id']}"
-    assert (
-        fine["config"]["data"]["holdout"]
-        == 0.5
-        == runs[teacher["run_id"]]["config"]["data"]["holdout"]
-    )
+    assert fine["config"]["data"]["holdout"] == 0.5 == runs[teacher_id]["config"]["data"]["holdout"]
+    assert fine["config"]["model"]["head"] == "keep"  # the head learnt on pseudo-labels too
     assert [fine["tags"][k] for k in ("stage", "pretrain", "teacher")] == [
-        "finetune", str(pre["id"]), str(teacher["run_id"])]  # fmt: skip
+        "finetune", str(pre["id"]), str(teacher_id)]  # fmt: skip
     assert all(r["status"] == "finished" for r in runs.values()) and len(runs) == 5
     assert Path(out["plots"][0]).is_file()
     # The same command again reuses every stage and stores nothing new.
@@ -319,8 +337,14 @@ def test_two_students_resume_after_a_sigkill(
     result = cli("distill", *args, "--json")
     assert result.code == 0, result.err
     out = json.loads(result.out)
-    assert "teacher: run" in result.err and "finished before, reused" in result.err
-    assert "select K=2: run" in result.err
+    teacher_id = next(r["id"] for r in store.list_runs() if r["tags"].get("stage") == "teacher")
+    tags = {r["id"]: r["tags"] for r in store.list_runs()}
+    (select_2,) = [
+        i for i, t in tags.items() if (t.get("stage"), t.get("top_k")) == ("select", "2")
+    ]
+    assert f"teacher: run {teacher_id} finished before, reused" in result.err
+    assert f"select K=2: run {select_2} finished before, reused" in result.err
+    assert "pretrain K=2: training" in result.err
     assert [s["top_k"] for s in out["students"]] == [2, 4]
     assert all(s["test_accuracy"] is not None for s in out["students"])
     assert killed["id"] not in {s["pretrain_run_id"] for s in out["students"]}
@@ -339,3 +363,50 @@ def test_the_shipped_example_runs_on_a_small_budget(
     assert out["teacher"]["model"] == "resnet20" and out["baseline"]["model"] == "smallcnn"
     assert not out["baseline"]["same_as_teacher"] and out["best_top_k"] == 5
     assert out["students"][0]["selected"] <= 50
+
+
+def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    path = write_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
+    result = cli("distill", str(path), "--top-k", "2,4", "--finetune-lr", "1e12", "--json")
+    assert result.code == 1, result.err
+    out = json.loads(result.out)
+    (student,) = out["students"]  # K = 4 never started
+    assert student["status"] == "failed" and student["test_accuracy"] is None
+    assert out["error"].startswith(f"finetune run {student['finetune_run_id']} failed: loss")
+    assert out["best_top_k"] is None and out["plots"] == []
+    statuses = {r["tags"]["stage"]: r["status"] for r in store.list_runs(study_id=out["study_id"])}
+    assert statuses == {"teacher": "finished", "select": "finished", "pretrain": "finished",
+                        "finetune": "failed"}  # fmt: skip
+
+
+def test_a_changed_pool_is_selected_again(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    path, pool_file = write_exp(tmp_path), tmp_path / "pool.npz"
+    rng = np.random.default_rng(0)
+    args = ["distill", str(path), "--unlabeled", f"npz:root={pool_file}", "--top-k", "3"]
+    runs = []
+    for _ in range(2):  # the same file name, other images
+        np.savez(pool_file, images=rng.integers(0, 256, (60, 1, 8, 8), dtype=np.uint8))
+        out = distill_json(cli, *args)
+        assert out["students"][0]["pseudo_label_precision"] is None  # no labels to check
+        runs.append(out["students"][0]["select_run_id"])
+    assert runs[0] != runs[1] and out["teacher"]["scoring_images_per_s"] is not None
+    assert out["teacher"]["reused"]  # the teacher, trained on the labelled data, is the same
+
+
+def test_a_teacher_trained_on_other_splits_is_refused(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    path = write_exp(tmp_path)
+    trained = cli("run", str(path), "--set", "run.checkpoint=true", "--set", "data.split_seed=7",
+                  "--json")  # fmt: skip
+    run_id = json.loads(trained.out)["run_id"]
+    result = cli("distill", str(path), "--unlabeled", "mnist5k:image_size=8", "--teacher",
+                 str(run_id))  # fmt: skip
+    assert result.code == 2
+    assert f"teacher run {run_id} trained on other data: data.split_seed 7, the experiment's 0" in (
+        result.err
+    )

@@ -305,7 +305,9 @@ threads = 1
 warmup_steps = 2
 out_dir = "{out}"
 """
-STAGE_ROW = re.compile(r'<tr><td>([^<]*)</td><td[^>]*>([^<]*)</td><td><a href="run-(\d+)\.html">')
+STAGE_ROW = re.compile(
+    r'<tr><td>([^<]*)</td><td[^>]*>([^<]*)</td><td[^>]*>[^<]*</td><td><a href="run-(\d+)\.html">'
+)
 
 
 def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None:
@@ -328,7 +330,7 @@ def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None
         return (out / f"study-{study}.html").read_text(encoding="utf-8")
 
     page = render()
-    rows = [("teacher, also the baseline", "-", teacher["run_id"])]
+    rows = [("teacher", "-", teacher["run_id"])]
     for s in done["students"]:
         k = str(s["top_k"])
         rows += [("select", k, s["select_run_id"]), ("pretrain", k, s["pretrain_run_id"]),
@@ -342,9 +344,11 @@ def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None
     assert Image.open(io.BytesIO(base64.b64decode(src))).size[0] > 100
     best = next(s for s in done["students"] if s["top_k"] == done["best_top_k"])
     acc = best["test_accuracy"]
+    t_acc = teacher["test_accuracy"]
     assert (
-        f"<p>Best K = {best['top_k']}: test accuracy {acc:.4f}, "
-        f"{acc - teacher['test_accuracy']:+.4f} over the teacher (run {teacher['run_id']}); "
+        f"<p>Newest recipe: teacher run {teacher['run_id']}, P = 1, unlabelled images "
+        f"digits:holdout=0.5, student smallcnn. Best K = {best['top_k']}: {acc:.4f}, "
+        f"{acc - t_acc:+.4f} over the teacher ({t_acc:.4f}, run {teacher['run_id']}); "
         "the teacher is also the baseline.</p>"
     ) in page
 
@@ -353,10 +357,29 @@ def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None
         run = store.create_run(f"finetune-k{k}", "run", {"model": {"name": "smallcnn"}},
                                study_id=study)  # fmt: skip
         store.finish_run(run, state, summary={"test_accuracy": accuracy})
-        store.set_tags(run, {"stage": "finetune", "top_k": str(k), "top_p": "1"})
+        tags = {"stage": "finetune", "top_k": str(k), "top_p": "1"}
+        store.set_tags(run, {**tags, "teacher": str(teacher["run_id"]),
+                             "unlabeled": "digits:holdout=0.5"})  # fmt: skip
     page = render()
     assert len(STAGE_ROW.findall(page)) == len(rows) + 2
-    assert f"<p>Best K = 4: test accuracy 0.9900, {0.99 - teacher['test_accuracy']:+.4f}" in page
+    assert f"Best K = 4: 0.9900, {0.99 - t_acc:+.4f} over the teacher" in page
+    # Another recipe's newer fine-tuning (P = 2) takes the figure and the sentence over.
+    run = store.create_run("finetune-k2", "run", {"model": {"name": "smallcnn"}},
+                           study_id=study)  # fmt: skip
+    store.finish_run(run, "finished", summary={"test_accuracy": 0.5})
+    store.set_tags(
+        run,
+        {
+            "stage": "finetune",
+            "top_k": "2",
+            "top_p": "2",
+            "teacher": str(teacher["run_id"]),
+            "unlabeled": "digits:holdout=0.5",
+        },
+    )
+    page = render()
+    assert "P = 2, unlabelled images digits:holdout=0.5" in page
+    assert "Best K = 2: 0.5000" in page
 
 
 # --- a real browser -------------------------------------------------------------------------

@@ -265,3 +265,13 @@ def test_pretraining_on_mnist5k_beats_scratch_on_200_digits(tmp_path: Path) -> N
 
     margins = [accuracy("finetune", s) - accuracy("scratch", s) for s in SEEDS]
     assert sum(margins) / len(margins) > 0.02, margins
+
+
+def test_keep_head_loads_the_weights_head_and_refuses_other_classes() -> None:
+    source = resnet(classes=10)
+    model = resnet(classes=10)
+    notes = load_weights(model, source.state_dict(), "run 3", keep_head=True)
+    assert notes == ["head fc kept from the weights (10 classes)"]
+    assert torch.equal(model.fc.weight, source.fc.weight)
+    with pytest.raises(UserError, match=r"fc\.weight 10x64 vs 5x64"):
+        load_weights(resnet(classes=5), source.state_dict(), "run 3", keep_head=True)

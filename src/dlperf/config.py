@@ -56,6 +56,9 @@ class ModelConfig(Section):
     head, the backbone frozen (no gradients, batch-norm statistics fixed); scratch: random
     initialisation (model.weights then only sets the images' size and statistics).
     Unset: finetune when model.weights is given, else scratch."""
+    head: Literal["new", "keep"] = "new"
+    """new: a fresh head sized for the data's classes; keep: the weights' head too (the same
+    classes, e.g. fine-tuning a `dlperf distill` student pre-trained on pseudo-labels)."""
 
     @model_validator(mode="before")
     @classmethod

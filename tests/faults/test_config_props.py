@@ -78,6 +78,7 @@ NUMERIC = {
     "data.split_seed": Range(int, 0, 2**32),
     "data.limit": Range(int, 1),
     "data.image_size": Range(int, 1),
+    "data.holdout": Range(float, 0, 1),
     "train.backbone_lr_scale": Range(float, 0, low_open=True),
     "data.num_classes": Range(int, 2),
     "data.size": Range(int, 1),
@@ -124,6 +125,12 @@ NUMERIC = {
     "detect.weight_decay": Range(float, 0),
     "detect.seed": Range(int, 0, 2**32),
     "detect.threads": Range(int, 1),
+    "distill.top_p": Range(int, 1),
+    "distill.teacher": Range(int, 1),
+    "distill.pretrain_epochs": Range(int, 1),
+    "distill.finetune_epochs": Range(int, 1),
+    "distill.finetune_lr": Range(float, 0, low_open=True),
+    "distill.score_batch": Range(int, 1),
 }
 UNIT = st.floats(0, 1)
 COMMS = ["allreduce", "fp16", "bf16", "powersgd", "noop"]
@@ -166,11 +173,16 @@ LISTS = {  # key: (valid, invalid)
         st.lists(st.floats(0, 1024, exclude_min=True), max_size=3),
         st.lists(st.floats(max_value=0), min_size=1, max_size=3),
     ),
+    "distill.top_k": (
+        st.lists(st.integers(1, 10_000), min_size=1, max_size=4),
+        st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
+    ),
     "scale.comm": choices(COMMS),
     "scale.strategy": choices(STRATEGIES),
 }
 CHOICES = {
     "model.transfer": ["scratch", "finetune", "feature-extract"],
+    "model.head": ["new", "keep"],
     "data.loader": ["tensor", "torchvision"],
     "train.optimizer": ["sgd", "adamw"],
     "train.schedule.kind": ["multistep", "cosine", "constant"],
@@ -197,7 +209,7 @@ FLAGS = [
 # Checked where they are used (the registries, the device, the file system), not on loading.
 TEXTS = ["model.name", "model.weights", "data.name", "data.root", "run.name"]
 TEXTS += ["run.device", "run.out_dir"]
-TEXTS += ["scale.device", "scale.rdzv", "serve.host"]
+TEXTS += ["scale.device", "scale.rdzv", "serve.host", "distill.unlabeled", "distill.student"]
 TEXTS += ["detect.model", "detect.train_split", "detect.val_split"]
 NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
 KWARGS = st.dictionaries(NAME, st.integers() | st.booleans() | st.text(max_size=5), max_size=3)

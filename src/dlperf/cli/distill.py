@@ -12,14 +12,9 @@ from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 
 
-def _gain(best: float, other: dict[str, Any], name: str) -> str:
-    accuracy = other.get("test_accuracy")
-    if accuracy is None:
-        return f"no {name} accuracy"
-    return f"{best - accuracy:+.4f} over the {name} ({accuracy:.4f}, run {other['run_id']})"
-
-
 def _print_summary(result: Any) -> None:
+    from dlperf.distill.summary import best, verdict
+
     t, b = result.teacher, result.baseline
     rows: list[list[Any]] = []
     if t:
@@ -59,13 +54,9 @@ def _print_summary(result: Any) -> None:
     speed = t.get("scoring_images_per_s") if t else None
     if speed is not None:
         console.out.print(f"teacher scoring: {speed:,.0f} images/s", markup=False)
-    best = next((s for s in result.students if s["top_k"] == result.best_top_k), None)
-    if best is not None:
-        acc = best["test_accuracy"]
-        gains = [_gain(acc, t, "teacher")]
-        if not b.get("same_as_teacher"):
-            gains.append(_gain(acc, b, "baseline"))
-        console.out.print(f"best K = {best['top_k']}: {acc:.4f}, {'; '.join(gains)}", markup=False)
+    winner = best(result.students)
+    if winner is not None:
+        console.out.print(verdict(winner, t, b), markup=False)
     if result.error:
         console.err.print(f"stopped: {result.error}", markup=False)
     for path in result.plots:
@@ -116,7 +107,7 @@ def distill(
     Example: dlperf distill examples/distill_digits.toml --top-k 25,50,100
     """
     from dlperf.config import DistillConfig, load_experiment, shortcuts
-    from dlperf.distill import run_distill
+    from dlperf.distill.runner import run_distill
 
     flags = {k: v for k, v in locals().items() if k in DistillConfig.model_fields}
     exp = load_experiment(experiment, [*set_, *shortcuts("distill", flags)])

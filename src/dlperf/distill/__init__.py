@@ -1,7 +1,4 @@
 """Teacher-student semi-supervised training on pseudo-labels (`dlperf distill`;
-docs/distill.md)."""
-
-from dlperf.distill.runner import DistillResult, run_distill
-from dlperf.distill.select import Selection, precision, select
-
-__all__ = ["DistillResult", "Selection", "precision", "run_distill", "select"]
+docs/distill.md): select.py chooses the pseudo-labelled images, pool.py reads the unlabelled
+ones, teacher.py scores them, runner.py runs the stages, summary.py (torch-free) says who won.
+"""

@@ -9,6 +9,7 @@ npz file may have none.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ class Pool:
     spec: str
     images: torch.Tensor  # uint8 N,C,H,W
     hidden: torch.Tensor | None  # labels of the images, when the set has the teacher's classes
-    classes: list[str]
+    digest: str  # of the images and labels: a selection is reused only for the same pool
 
 
 def parse(spec: str, exp: Experiment) -> tuple[DataConfig, DataConfig]:
@@ -88,9 +89,14 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
             )
         held = Split(torch.cat([s.labels for s in splits]), torch.cat([s.images for s in splits]))
     assert held.images is not None
+    if len(held) == 0:
+        raise UserError(f"--unlabeled {spec}: no images", "hold out a larger share")
     _check_shape(spec, tuple(held.images.shape[1:]), labelled.shape)
     same_classes = data.classes == labelled.classes and bool(held.labels.ge(0).all())
-    return Pool(spec, held.images, held.labels if same_classes else None, data.classes)
+    digest = hashlib.sha256(held.images.numpy().tobytes())
+    digest.update(held.labels.numpy().tobytes())
+    hidden = held.labels if same_classes else None
+    return Pool(spec, held.images, hidden, digest.hexdigest()[:16])
 
 
 def _read(cfg: DataConfig) -> ImageData:

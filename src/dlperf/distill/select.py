@@ -36,7 +36,7 @@ def select(scores: torch.Tensor, top_k: int, top_p: int) -> Selection:
     n, classes = scores.shape
     if top_k < 1 or not 1 <= top_p <= classes:
         raise ValueError(f"top_k {top_k} must be >= 1 and top_p {top_p} in 1..{classes}")
-    eligible = torch.zeros(n, classes, dtype=torch.bool)
+    eligible = torch.zeros(n, classes, dtype=torch.bool, device=scores.device)
     eligible.scatter_(1, _descending(scores, dim=1)[:, :top_p], True)
     index, label, kept = [], [], []
     for c in range(classes):
@@ -45,7 +45,7 @@ def select(scores: torch.Tensor, top_k: int, top_p: int) -> Selection:
         index.append(chosen)
         label.append(torch.full_like(chosen, c))
         kept.append(len(chosen))
-    return Selection(torch.cat(index), torch.cat(label), kept)
+    return Selection(torch.cat(index).cpu(), torch.cat(label).cpu(), kept)
 
 
 def precision(

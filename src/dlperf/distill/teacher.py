@@ -56,9 +56,10 @@ def stored(store: Store, run_id: int) -> Teacher:
 
 @dataclass
 class Scores:
-    scores: torch.Tensor  # images x classes, softmax
+    scores: torch.Tensor  # images x classes, softmax (on the CPU)
     seconds: float  # the timed passes, one untimed warm-up batch before them
     images_per_s: float
+    device: torch.device  # where the teacher ran
 
 
 def score(
@@ -88,4 +89,4 @@ def score(
         out = [forward(chunk) for chunk in chunks]
         synchronize(device)
         seconds = time.perf_counter() - start
-    return Scores(torch.cat(out).cpu(), seconds, len(images) / seconds)
+    return Scores(torch.cat(out).cpu(), seconds, len(images) / seconds, device)

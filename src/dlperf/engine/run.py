@@ -71,7 +71,8 @@ def start_weights(
 ) -> list[str]:
     """Load `weights` (if any) and freeze the backbone for feature extraction; notes on what
     was adapted."""
-    notes = transfer.load_weights(model, weights, source) if weights is not None else []
+    keep = cfg.head == "keep"
+    notes = transfer.load_weights(model, weights, source, keep) if weights is not None else []
     if cfg.transfer == "feature-extract":
         transfer.freeze_backbone(model)
         notes.append("backbone frozen: only the head trains")

@@ -65,14 +65,21 @@ def _listed(names: list[str], what: str) -> str:
     return f"{len(names)} {what} ({shown})"
 
 
-def load_weights(model: nn.Module, weights: Mapping[str, torch.Tensor], source: str) -> list[str]:
-    """Load `weights` into every parameter and buffer of `model` but its head; notes on what
-    was adapted. Keys missing on either side or of another shape fail by name."""
+def load_weights(
+    model: nn.Module, weights: Mapping[str, torch.Tensor], source: str, keep_head: bool = False
+) -> list[str]:
+    """Load `weights` into every parameter and buffer of `model` but its head (and the head
+    too with `keep_head`); notes on what was adapted. Keys missing on either side or of
+    another shape fail by name."""
     target = model.state_dict()
     head = head_name(model) + "."
     conv = first_conv_name(model)
     classes = model.get_submodule(head[:-1]).out_features
-    notes = [f"head {head[:-1]} new, sized for {classes} classes"]
+    if keep_head:
+        notes = [f"head {head[:-1]} kept from the weights ({classes} classes)"]
+        head = "\0"  # no key starts with it: the head loads like any other layer
+    else:
+        notes = [f"head {head[:-1]} new, sized for {classes} classes"]
     merged = dict(target)
     missing, mismatched = [], []
     for key, value in target.items():

@@ -284,64 +284,65 @@ def _line(run: dict[str, Any] | None, same_as_teacher: bool = False) -> dict[str
             "test_accuracy": (run["summary"] or {}).get("test_accuracy")}  # fmt: skip
 
 
-def _gains(best: float, lines: dict[str, dict[str, Any]]) -> list[str]:
-    return [f"{best - line['test_accuracy']:+.4f} over the {name} (run {line['run_id']})"
-            for name, line in lines.items() if line.get("test_accuracy") is not None]  # fmt: skip
-
-
 def _distill(
     store: Store,
     study: dict[str, Any],
     runs: list[dict[str, Any]],
     has_page: Callable[[str, int], bool],
 ) -> str:
-    """A distill study: its stages by K, student test accuracy against K beside the teacher and
-    the baseline (the newest finished run of each stage and K), and the best K."""
+    """A distill study: every stage run by K; then, for its newest recipe (the teacher, P,
+    unlabelled images and student of the newest fine-tuning), student accuracy against K
+    beside the teacher and the baseline, and the best K."""
+    from dlperf.distill.summary import best, verdict
     from dlperf.errors import UserError
 
     staged = [r for r in runs if r["tags"].get("stage") in STAGES]
     staged.sort(key=lambda r: (_top_k(r) or 0, STAGES.index(r["tags"]["stage"]), r["id"]))
-    newest = {(r["tags"]["stage"], _top_k(r)): r for r in staged if r["status"] == "finished"}
-    teacher = newest.get(("teacher", None))
-    named = [r for r in staged if "teacher" in r["tags"]]
-    if teacher is None and named:  # a finished run from outside the study (--teacher)
+    done = [r for r in staged if r["status"] == "finished"]
+    fine = sorted((r for r in done if r["tags"]["stage"] == "finetune"), key=lambda r: r["id"])
+    recipe = {k: fine[-1]["tags"].get(k) for k in ("teacher", "top_p", "unlabeled")} if fine else {}
+    teacher = next((r for r in staged if r["id"] == int(recipe.get("teacher") or 0)), None)
+    if teacher is None and recipe.get("teacher"):  # a run from outside the study (--teacher)
         with contextlib.suppress(UserError):
-            teacher = store.get_run(int(max(named, key=lambda r: r["id"])["tags"]["teacher"]))
-            staged.insert(0, teacher)
-    baseline = newest.get(("baseline", None))
-    same = teacher is not None and all(r["tags"].get("stage") != "baseline" for r in staged)
-    columns = ["stage", "K", "run", "model", "status", "test accuracy", "images kept",
+            teacher = store.get_run(int(recipe["teacher"]))
+            staged.insert(0, {**teacher, "tags": {"stage": "teacher (outside the study)"}})
+    columns = ["stage", "K", "P", "run", "model", "status", "test accuracy", "images kept",
                "pseudo-label precision", "teacher scoring (images/s)"]  # fmt: skip
     rows = []
     for r in staged:
         summary, rid = r["summary"] or {}, r["id"]
         speed = summary.get("scoring_images_per_s")
-        stage = r["tags"].get("stage", "teacher (from outside the study)")
-        rows.append([f"{stage}, also the baseline" if same and r is teacher else stage, _top_k(r),
+        rows.append([r["tags"]["stage"], _top_k(r), r["tags"].get("top_p"),
                      link(run_href(rid), rid) if has_page("run", rid) else esc(rid), _model(r),
                      status(effective_status(r)), summary.get("test_accuracy"),
                      summary.get("selected"), summary.get("pseudo_label_precision"),
                      None if speed is None else round(speed)])  # fmt: skip
-    body = "<h2>Stages</h2>" + table(columns, rows, raw=(2, 4))
-    students = []
-    for (stage, k), run in sorted(newest.items(), key=lambda item: item[0][1] or 0):
-        accuracy = run["summary"].get("test_accuracy")
-        if stage == "finetune" and accuracy is not None:
-            chosen = newest[("select", k)]["summary"] if ("select", k) in newest else {}
-            precision = chosen.get("pseudo_label_precision")
-            top_p = run["tags"].get("top_p")
-            students.append({"top_k": k, "top_p": top_p, "test_accuracy": accuracy,
-                             "pseudo_label_precision": precision})  # fmt: skip
-    if not students:
+    body = "<h2>Stages</h2>" + table(columns, rows, raw=(3, 5))
+    if not fine:
         return body + '<p class="note">no student has finished fine-tuning</p>'
-    best = max(students, key=lambda s: (s["test_accuracy"], -s["top_k"]))
+    model = _model(fine[-1])
+    newest: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for r in sorted(done, key=lambda r: r["id"]):  # the newest run of each stage and K wins
+        if all(r["tags"].get(k) == v for k, v in recipe.items()) and _model(r) in (model, None):
+            newest[(r["tags"]["stage"], _top_k(r))] = r
+    students = [
+        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r["summary"]["test_accuracy"],
+         "pseudo_label_precision": (newest.get(("select", k)) or {"summary": {}})["summary"].get(
+             "pseudo_label_precision")}
+        for (stage, k), r in sorted(newest.items(), key=lambda item: item[0][1] or 0)
+        if stage == "finetune"
+    ]  # fmt: skip
+    baselines = [r for r in done if r["tags"]["stage"] == "baseline" and _model(r) == model]
+    baseline = max(baselines, key=lambda r: r["id"]) if baselines else None
+    same = baseline is None and teacher is not None and _model(teacher) == model
     lines = (_line(teacher), _line(teacher if same else baseline, same))
-    others = {"teacher": lines[0], **({} if same else {"baseline": lines[1]})}
-    verdict = f"Best K = {best['top_k']}: test accuracy {best['test_accuracy']:.4f}"
-    verdict += "".join(f", {gain}" for gain in _gains(best["test_accuracy"], others))
-    verdict += "; the teacher is also the baseline." if same else "."
+    winner = best(students)
+    assert winner is not None  # every student here finished fine-tuning
+    said = (f"Newest recipe: teacher run {recipe['teacher']}, P = {recipe['top_p']}, "
+            f"unlabelled images {recipe['unlabeled']}, student {model}. "
+            f"B{verdict(winner, *lines)[1:]}.")  # fmt: skip
     figures = figs.distill((study["id"], study["name"]), *lines, students)
-    return body + f"<p>{esc(verdict)}</p>" + _figures(figures)
+    return body + f"<p>{esc(said)}</p>" + _figures(figures)
 
 
 def _overlay(store: Store, runs: list[dict[str, Any]]) -> str:
