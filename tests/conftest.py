@@ -124,3 +124,28 @@ def tiny_exp(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+# 64 labelled training images in batches of 32: 2 steps per epoch.
+DISTILL_EXP = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[run]
+threads = 1
+warmup_steps = 1
+out_dir = "{out}"
+"""
+
+
+def write_distill_exp(root: Path, extra: str = "") -> Path:
+    """A tiny experiment for `dlperf distill` in `root` (its runs' files under root too)."""
+    path = root / "dist.toml"
+    path.write_text(DISTILL_EXP.format(out=root / "dlperf_runs") + extra)
+    return path

@@ -25,31 +25,9 @@ from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import Store, effective_status
-from tests.conftest import CliResult
+from tests.conftest import CliResult, write_distill_exp
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
-# 64 labelled training images in batches of 32: 2 steps per epoch.
-EXP = """
-[model]
-name = "smallcnn"
-[data]
-name = "digits"
-limit = 64
-[train]
-epochs = 1
-batch_size = 32
-lr = 0.05
-[run]
-threads = 1
-warmup_steps = 1
-out_dir = "{out}"
-"""
-
-
-def write_exp(root: Path, extra: str = "") -> Path:
-    path = root / "dist.toml"
-    path.write_text(EXP.format(out=root / "dlperf_runs") + extra)
-    return path
 
 
 def distill_json(cli: Callable[..., CliResult], *args: str) -> dict:
@@ -206,7 +184,7 @@ def test_unlabelled_sets_that_do_not_fit_the_teacher(spec: str, message: str) ->
 def test_a_tiny_study_stores_linked_stages(
     tmp_path: Path, store: Store, cli: Callable[..., CliResult]
 ) -> None:
-    path = write_exp(tmp_path)
+    path = write_distill_exp(tmp_path)
     out = distill_json(cli, "distill", str(path), "--unlabeled", "digits:holdout=0.5",
                        "--top-k", "3", "--student", "resnet20")  # fmt: skip
     assert {"study_id", "teacher", "baseline", "students", "best_top_k"} <= out.keys()
@@ -260,7 +238,7 @@ def test_a_tiny_study_stores_linked_stages(
 def test_a_stored_teacher_and_the_student_as_its_own_baseline(
     tmp_path: Path, store: Store, cli: Callable[..., CliResult]
 ) -> None:
-    path = write_exp(tmp_path)
+    path = write_distill_exp(tmp_path)
     trained = cli("run", str(path), "--set", "run.checkpoint=true", "--set", "data.holdout=0.5",
                   "--json")  # fmt: skip
     teacher = json.loads(trained.out)["run_id"]
@@ -279,7 +257,7 @@ def test_a_stored_teacher_and_the_student_as_its_own_baseline(
 def test_bad_input_is_one_line_and_stores_nothing(
     tmp_path: Path, store: Store, cli: Callable[..., CliResult]
 ) -> None:
-    path = write_exp(tmp_path)
+    path = write_distill_exp(tmp_path)
     unfinished = store.create_run("half", "run", Experiment().to_dict(), "x", None)
     store.finish_run(unfinished, "killed", error="interrupted")
     holdout = ["--unlabeled", "digits:holdout=0.5"]
@@ -315,7 +293,7 @@ def test_two_students_resume_after_a_sigkill(
 ) -> None:
     # The teacher trains 2 steps; the K=2 student pre-trains on 16 images in one batch for 3
     # epochs, so the first run to reach step 3 is its pretrain: parked there, then killed.
-    path = write_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
+    path = write_distill_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
     args = [str(path), "--top-k", "2,4", "--pretrain-epochs", "3"]
     proc = start_distill(tmp_path, db, *args, pause_at=3)
     try:
@@ -368,7 +346,7 @@ def test_the_shipped_example_runs_on_a_small_budget(
 def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
     tmp_path: Path, store: Store, cli: Callable[..., CliResult]
 ) -> None:
-    path = write_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
+    path = write_distill_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
     result = cli("distill", str(path), "--top-k", "2,4", "--finetune-lr", "1e12", "--json")
     assert result.code == 1, result.err
     out = json.loads(result.out)
@@ -384,7 +362,7 @@ def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
 def test_a_changed_pool_is_selected_again(
     tmp_path: Path, store: Store, cli: Callable[..., CliResult]
 ) -> None:
-    path, pool_file = write_exp(tmp_path), tmp_path / "pool.npz"
+    path, pool_file = write_distill_exp(tmp_path), tmp_path / "pool.npz"
     rng = np.random.default_rng(0)
     args = ["distill", str(path), "--unlabeled", f"npz:root={pool_file}", "--top-k", "3"]
     runs = []
@@ -400,7 +378,7 @@ def test_a_changed_pool_is_selected_again(
 def test_a_teacher_trained_on_other_splits_is_refused(
     tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
-    path = write_exp(tmp_path)
+    path = write_distill_exp(tmp_path)
     trained = cli("run", str(path), "--set", "run.checkpoint=true", "--set", "data.split_seed=7",
                   "--json")  # fmt: skip
     run_id = json.loads(trained.out)["run_id"]

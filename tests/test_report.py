@@ -36,7 +36,7 @@ from dlperf.report.site import build_report
 from dlperf.report.site import select as select_report
 from dlperf.report.site.html import fmt
 from dlperf.store import Store
-from tests.conftest import rank_result
+from tests.conftest import rank_result, write_distill_exp
 
 HOSTILE = "<script>alert(1)</script>"
 BASE = """
@@ -291,20 +291,6 @@ def test_help_ends_with_an_example(cli: Callable) -> None:
     assert "Example: dlperf report --last 10 --out report" in result.out
 
 
-DISTILL = """
-[model]
-name = "smallcnn"
-[data]
-name = "digits"
-limit = 64
-[train]
-epochs = 1
-batch_size = 32
-[run]
-threads = 1
-warmup_steps = 2
-out_dir = "{out}"
-"""
 STAGE_ROW = re.compile(
     r'<tr><td>([^<]*)</td><td[^>]*>([^<]*)</td><td[^>]*>[^<]*</td><td><a href="run-(\d+)\.html">'
 )
@@ -314,8 +300,7 @@ def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None
     """A real distill study on a tiny budget (the teacher is also the baseline; students at
     K = 2 and 4): its page lists every stage's run, embeds the figure and names the best K,
     taken from the newest finished run of each stage and K."""
-    path = tmp_path / "distill.toml"
-    path.write_text(DISTILL.format(out=tmp_path / "runs"))
+    path = write_distill_exp(tmp_path)
     result = cli("distill", str(path), "--unlabeled", "digits:holdout=0.5", "--top-k", "2,4",
                  "--set", "distill.pretrain_epochs=1", "--json")  # fmt: skip
     assert result.code == 0, result.err

@@ -93,14 +93,13 @@ def plan(exp: Experiment, store: Store) -> Plan:
     given = teacher.stored(store, opts.teacher) if opts.teacher is not None else None
     if given is not None:
         _check_teacher(given, labelled, base)
-    name = exp.run.name or exp.model.name
     student = opts.student or exp.model.name
     kwargs = exp.model.kwargs if student == exp.model.name else {}
     model = {"name": student, "kwargs": kwargs, "weights": None, "transfer": "scratch"}
-    found = Plan(name, opts, base, labelled, given, model, None, device)  # type: ignore[arg-type]
-    build_model(found.baseline_exp(), labelled, torch.device("cpu"))  # the student fits
-    found.pool = pool.load(opts.unlabeled, pool_cfg, labelled)
-    return found
+    build_model(_derive(base, model=model), labelled, torch.device("cpu"))  # the student fits
+    unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled)
+    name = exp.run.name or exp.model.name
+    return Plan(name, opts, base, labelled, given, model, unlabeled, device)
 
 
 def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment) -> None:
