@@ -227,8 +227,16 @@ class ScaleConfig(Section):
         list[Literal["allreduce", "fp16", "bf16", "powersgd", "noop"]], Field(min_length=1)
     ] = ["allreduce"]
     """DDP communication hooks, one point each: allreduce | fp16 | bf16 | powersgd | noop."""
-    strategy: Annotated[list[Literal["ddp", "dp"]], Field(min_length=1)] = ["ddp"]
-    """ddp (DistributedDataParallel) | dp (one-process DataParallel, GPUs only), one point each."""
+    framework: Literal["torch", "tensorflow"] = "torch"
+    """torch (DDP via torchrun) | tensorflow (tf.distribute; the `tensorflow` extra)."""
+    strategy: list[Literal["ddp", "dp", "mirrored", "multiworker"]] = []
+    """torch: ddp (DistributedDataParallel) | dp (one-process DataParallel, GPUs only);
+    tensorflow: mirrored (MirroredStrategy, one process) | multiworker
+    (MultiWorkerMirroredStrategy, one process per worker). One point each; empty: ddp, or
+    mirrored for tensorflow."""
+    allreduce: list[Literal["nccl", "hierarchical", "one-device", "auto", "ring"]] = []
+    """tensorflow: the all-reduce, one point each; mirrored: nccl | hierarchical | one-device
+    (default nccl on GPUs, else one-device), multiworker: auto | ring | nccl (default auto)."""
     bucket_mb: list[Positive] = []
     """DDP bucket sizes in MB, one point each; empty: DDP's default (25 MB)."""
     comm_split: bool = True

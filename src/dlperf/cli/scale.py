@@ -92,7 +92,8 @@ def _print_table(result: Any) -> None:
     for r in result.rows:
         if r.get("throughput_mean") is not None:
             console.out.print(_chunks_line(r), markup=False)
-    if result.ring is None and any(r["workers"] > 1 for r in result.rows):
+    torch_rows = [r for r in result.rows if r.get("backend", "") != "tensorflow"]
+    if result.ring is None and any(r["workers"] > 1 for r in torch_rows):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
             "run `dlperf scale --allreduce-bench --workers 2`",
@@ -165,7 +166,15 @@ def scale(
     comm: str = typer.Option(
         None, "--comm", help="allreduce | fp16 | bf16 | powersgd | noop (comma list)."
     ),
-    strategy: str = typer.Option(None, "--strategy", help="ddp | dp (GPUs only), comma list."),
+    framework: str = typer.Option(None, "--framework", help="torch | tensorflow."),
+    strategy: str = typer.Option(
+        None, "--strategy", help="torch: ddp | dp (GPUs); tensorflow: mirrored | multiworker."
+    ),
+    allreduce: str = typer.Option(
+        None,
+        "--allreduce",
+        help="tensorflow: nccl | hierarchical | one-device (mirrored), auto | ring | nccl.",
+    ),
     bucket_mb: str = typer.Option(None, "--bucket-mb", help="DDP bucket size(s) in MB."),
     comm_split: bool = typer.Option(
         None, "--comm-split/--no-comm-split", help="Re-run under the no-op hook (compute only)."

@@ -41,6 +41,7 @@ from dlperf.analytic.devices import get_device
 from dlperf.config import Experiment, ScaleConfig
 from dlperf.data import ImageData
 from dlperf.distributed.launch import Rendezvous, run_torchrun
+from dlperf.distributed.tf_launch import run_tf
 from dlperf.engine import pretrained
 from dlperf.engine.run import load_run_data
 from dlperf.errors import UserError
@@ -51,6 +52,7 @@ from dlperf.system import system_info, usable_cores
 BACKENDS = ("auto", "gloo", "nccl")
 WORKER_MODULE = "dlperf.distributed.worker"
 BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
+DATA_PARALLEL = ("ddp", "multiworker")  # one process per worker; dp and mirrored: one in all
 CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
 
 
@@ -124,14 +126,85 @@ def check_options(opts: ScaleConfig) -> None:
     hourly_price(opts)
 
 
-def plan(opts: ScaleConfig, backend: str) -> list[Point]:
+TF_ALLREDUCE = {"mirrored": ("nccl", "hierarchical", "one-device"),
+                "multiworker": ("auto", "ring", "nccl")}  # fmt: skip
+TF_MODELS = ("resnet50", "smallcnn")
+
+
+def strategies(opts: ScaleConfig) -> list[str]:
+    """The strategies of the study, each checked against its framework."""
+    allowed = ("mirrored", "multiworker") if opts.framework == "tensorflow" else ("ddp", "dp")
+    chosen = opts.strategy or [allowed[0]]
+    for name in chosen:
+        if name not in allowed:
+            raise UserError(
+                f"--strategy {name} is not a {opts.framework} strategy",
+                f"use {' | '.join(allowed)}",
+            )
+    return chosen
+
+
+def tf_allreduce(opts: ScaleConfig, strategy: str, chosen: list[str]) -> list[str]:
+    """The TensorFlow all-reduces of one strategy's points (its default when none is given)."""
+    for name in opts.allreduce:
+        if not any(name in TF_ALLREDUCE[s] for s in chosen):
+            takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
+            raise UserError(f"--allreduce {name} is not an all-reduce of --strategy "
+                            f"{','.join(chosen)}", takes)  # fmt: skip
+    gpus = torch.cuda.is_available()
+    valid = TF_ALLREDUCE[strategy]
+    default = "auto" if strategy == "multiworker" else "nccl" if gpus else "one-device"
+    mine = [a for a in opts.allreduce if a in valid] or [default]
+    if "nccl" in mine and not gpus:
+        rest = [a for a in valid if a != "nccl"]
+        raise UserError("--allreduce nccl needs GPUs, and none are available here",
+                        f"use {' or '.join(rest)}")  # fmt: skip
+    return mine
+
+
+def check_tensorflow(opts: ScaleConfig, model: str) -> None:
+    """What the TensorFlow path needs (the extra, synthetic data, one node, its models)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UserError("--framework tensorflow needs TensorFlow, which is not installed",
+                        "pip install -e '.[tensorflow]'")  # fmt: skip
+    if model not in TF_MODELS:
+        raise UserError(f"model {model!r} has no TensorFlow version here",
+                        f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
+    if not opts.synthetic:
+        raise UserError("--framework tensorflow measures synthetic data", "add --synthetic")
+    if opts.nnodes > 1:
+        raise UserError("--framework tensorflow runs on one node here", "use --nnodes 1")
+    if opts.bucket_mb or opts.comm != ["allreduce"]:
+        raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
+
+
+def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     """Every point of the study, fewest workers first, after checking the options."""
     check_options(opts)
+    chosen = strategies(opts)
+    if opts.framework == "tensorflow":
+        check_tensorflow(opts, model)
+        points = []
+        for workers, strategy in itertools.product(sorted(set(opts.workers)), chosen):
+            per_worker, global_batch = batch_split(
+                opts.mode, workers, opts.global_batch, opts.per_worker_batch
+            )
+            crowded = strategy == "multiworker" and workers > usable_cores()
+            if crowded and not opts.allow_oversubscribe:
+                raise UserError(
+                    f"{workers} workers but this host has {usable_cores()} usable cores",
+                    "use fewer workers or --allow-oversubscribe",
+                )
+            for allreduce in tf_allreduce(opts, strategy, chosen):
+                points.append(Point(workers, per_worker, global_batch, allreduce, strategy, None))
+        return points
     if opts.node_rank >= opts.nnodes:
         raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
     if opts.nnodes > 1 and not opts.rdzv:
         raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
-    if "dp" in opts.strategy:
+    if "dp" in chosen:
         if not torch.cuda.is_available():
             raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
         if opts.nnodes > 1:
@@ -151,7 +224,7 @@ def plan(opts: ScaleConfig, backend: str) -> list[Point]:
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
     points = []
     for workers, comm, strategy, bucket in itertools.product(
-        sorted(set(opts.workers)), opts.comm, opts.strategy, opts.bucket_mb or [None]
+        sorted(set(opts.workers)), opts.comm, chosen, opts.bucket_mb or [None]
     ):
         per_worker, global_batch = batch_split(
             opts.mode, workers, opts.global_batch, opts.per_worker_batch
@@ -336,9 +409,10 @@ def _spec(exp: Experiment, point: Point, backend: str, threads: int, steps: int)
     opts = exp.scale
     return {
         "experiment": exp.to_dict(),
-        "per_worker_batch": point.per_worker_batch
-        if point.strategy == "ddp"
-        else point.global_batch,
+        # dp splits the global batch itself; mirrored replicas take a worker's batch each
+        "per_worker_batch": point.global_batch
+        if point.strategy == "dp"
+        else point.per_worker_batch,
         "warmup_steps": opts.warmup_steps,
         "steps": steps,
         "synthetic": opts.synthetic,
@@ -350,6 +424,7 @@ def _spec(exp: Experiment, point: Point, backend: str, threads: int, steps: int)
         "threads": threads,
         "compute_split": opts.comm_split and point.workers > 1,
         "writer": opts.node_rank == 0,
+        "replicas": point.workers,  # tensorflow: a mirrored point's replicas in one process
     }
 
 
@@ -359,7 +434,8 @@ class _Study:
     def __init__(self, exp: Experiment, store: Store, out_dir: Path, reporter: Reporter) -> None:
         self.opts, self.store = exp.scale, store
         self.out_dir, self.reporter = out_dir, reporter
-        self.backend = resolve_backend(self.opts.backend)
+        self.tensorflow = self.opts.framework == "tensorflow"
+        self.backend = "tensorflow" if self.tensorflow else resolve_backend(self.opts.backend)
         self.price = hourly_price(self.opts)
         self.cores = usable_cores()
         self.exp, self.data, self.warnings = as_run(exp, store)
@@ -393,14 +469,16 @@ class _Study:
     ) -> dict[str, Any]:
         """Launch one point, store it (node 0) and return its row."""
         opts = self.opts
-        per_node = point.workers // opts.nnodes if point.strategy == "ddp" else 1
-        threads = threads_per_worker(per_node, self.cores) if self.backend == "gloo" else 1
+        per_node = point.workers // opts.nnodes if point.strategy in DATA_PARALLEL else 1
+        cpu = self.backend in ("gloo", "tensorflow")
+        threads = threads_per_worker(per_node, self.cores) if cpu else 1
         if self.backend == "gloo" and per_node * threads > self.cores:
             self.warnings.append(
                 f"{point.label()}: {per_node} workers x {threads} threads > {self.cores} cores: "
                 "oversubscribed, timings are pessimistic"
             )
         spec = {**_spec(self.exp, point, self.backend, threads, steps), **extra}
+        spec |= {"shape": list(self.data.shape), "classes": self.data.num_classes}
         where = f"scale-{self.study_id}" if self.writer else "scale-node"
         directory = self.out_dir / where / f"p{index}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -452,14 +530,17 @@ class _Study:
     ) -> dict[str, Any]:
         """Run the point's torchrun; its row, with the error when it failed."""
         opts = self.opts
-        launch = run_torchrun(
-            directory,
-            per_node,
-            WORKER_MODULE,
-            [str(directory / "spec.json")],
-            Rendezvous(opts.nnodes, opts.node_rank, opts.rdzv),
-            env={"OMP_NUM_THREADS": str(threads)},
-        )
+        if self.tensorflow:
+            launch = run_tf(directory, per_node, threads)
+        else:
+            launch = run_torchrun(
+                directory,
+                per_node,
+                WORKER_MODULE,
+                [str(directory / "spec.json")],
+                Rendezvous(opts.nnodes, opts.node_rank, opts.rdzv),
+                env={"OMP_NUM_THREADS": str(threads)},
+            )
         row: dict[str, Any] = {
             "run_id": run_id,
             "workers": point.workers,
@@ -503,7 +584,7 @@ def run_study(
     the store."""
     study = _Study(exp, store, out_dir, reporter or NullReporter())
     opts = study.opts
-    points = plan(opts, study.backend)
+    points = plan(opts, study.backend, study.exp.model.name)
     for point in points:
         error = study.shard_error(point)
         if error is not None:
@@ -536,9 +617,11 @@ def find_max_batch(
     opts = study.opts
     if len(set(opts.workers)) != 1:
         raise UserError("--find-max-batch takes one worker count", "e.g. --workers 2")
+    if study.tensorflow:
+        raise UserError("--find-max-batch measures the torch path", "leave out --framework")
     if study.backend == "gloo" and opts.memory_cap_gb is None:
         raise UserError("--find-max-batch on CPU needs --memory-cap-gb", "e.g. --memory-cap-gb 4")
-    first = plan(opts, study.backend)[0]
+    first = plan(opts, study.backend, study.exp.model.name)[0]
     study.open()
     cap = int(opts.memory_cap_gb * 2**30) if opts.memory_cap_gb else None
     batch, largest = BATCH_START, None

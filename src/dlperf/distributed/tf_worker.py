@@ -1,0 +1,170 @@
+"""One TensorFlow process of a scaling point: `python -m dlperf.distributed.tf_worker SPEC.json
+RANK`, started by dlperf.distributed.tf_launch.
+
+`mirrored`: one process, MirroredStrategy over the point's replicas (GPUs, or on a CPU host
+as many logical CPU devices); `multiworker`: one replica per process, MultiWorkerMirroredStrategy
+with the cluster in TF_CONFIG (set by the launcher). Both train with a custom loop under
+`strategy.run` (Keras 3's `model.fit` fails with two CPU workers, keras-team/keras#20585):
+the per-replica loss scaled by the global batch (`tf.nn.compute_average_loss`), gradients
+all-reduced by the strategy's cross-device ops, SGD with the experiment's lr and momentum.
+Data are synthetic (random images of the model's input shape, made on the device once), as
+in TensorFlow's and Horovod's own benchmarks. Every step is timed to the host's return of
+its loss. The rank's figures go to `rank-R.json` in the spec's directory, in the shape the
+torch workers report, so one summary serves both frameworks.
+
+Test hook: DLPERF_SCALE_CRASH="RANK:STEP:kill" makes that rank SIGKILL itself at that step
+(counted from 1, warm-up included).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CRASH_ENV = "DLPERF_SCALE_CRASH"
+
+
+def _strategy(spec: dict[str, Any]) -> Any:
+    import tensorflow as tf
+
+    threads = spec["threads"]
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    if spec["strategy"] == "multiworker":
+        impl = tf.distribute.experimental.CommunicationImplementation
+        choice = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[spec["comm"]]
+        options = tf.distribute.experimental.CommunicationOptions(implementation=choice)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    replicas = spec["replicas"]
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        devices = [f"/gpu:{i}" for i in range(replicas)]
+    else:  # one logical CPU device per replica, all on the host's cores
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * replicas
+        )
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:replicas]
+    ops = {
+        "nccl": tf.distribute.NcclAllReduce,
+        "hierarchical": tf.distribute.HierarchicalCopyAllReduce,
+        "one-device": tf.distribute.ReductionToOneDevice,
+    }[spec["comm"]]()
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+
+
+def build_model(name: str, shape: tuple[int, int, int], classes: int) -> Any:
+    """A Keras model of the registry's name: resnet50 (keras.applications, random weights) or
+    smallcnn (dlperf's small CNN: two 3x3 conv-ReLU-pool blocks, dropout, a linear head)."""
+    import keras
+
+    if name == "resnet50":
+        return keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
+    layers = keras.layers
+    return keras.Sequential(
+        [
+            layers.Input(shape),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dropout(0.5),
+            layers.Dense(classes),
+        ]
+    )
+
+
+def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
+    import keras
+    import tensorflow as tf
+
+    strategy = _strategy(spec)
+    exp = spec["experiment"]
+    channels, height, width = spec["shape"]
+    shape = (height, width, channels)  # Keras's channels-last
+    classes, local = spec["classes"], spec["per_worker_batch"]
+    global_batch = local * strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = build_model(exp["model"]["name"], shape, classes)
+        train_cfg = exp["train"]
+        optimizer = keras.optimizers.SGD(train_cfg["lr"], momentum=train_cfg["momentum"])
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        seed = exp["run"]["seed"] * 1000 + context.input_pipeline_id + rank
+        g = tf.random.Generator.from_seed(seed)
+        batch = context.get_per_replica_batch_size(global_batch)
+        x = g.uniform((batch, *shape))
+        y = g.uniform((batch,), 0, classes, dtype=tf.int32)
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+    data = iter(strategy.distribute_datasets_from_function(batches))
+
+    @tf.function
+    def step(iterator: Any) -> tf.Tensor:
+        def replica(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            x, y = inputs
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(
+                    loss_fn(y, model(x, training=True)), global_batch_size=global_batch
+                )
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        losses = strategy.run(replica, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    crash = os.environ.get(CRASH_ENV, "").split(":")
+    times, start = [], 0.0
+    for i in range(spec["warmup_steps"] + spec["steps"]):
+        if crash[0] == str(rank) and crash[1] == str(i + 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if i == spec["warmup_steps"]:
+            start = time.perf_counter()
+        began = time.perf_counter()
+        step(data).numpy()  # the host has the loss: the step, all-reduce included, is done
+        if i >= spec["warmup_steps"]:
+            times.append(time.perf_counter() - began)
+    wall = time.perf_counter() - start
+    variables = model.trainable_variables
+    replicas = [strategy.experimental_local_results(v) for v in variables]
+    spread = max(float(tf.reduce_max(tf.abs(r - rs[0]))) for rs in replicas for r in rs)
+    return {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "main": {
+            "step_times_s": times,
+            "wall_s": wall,
+            "samples": local * len(strategy.extended.worker_devices) * len(times),
+            "ddp": {},
+            "replica_max_diff": spread,
+            "grad_bytes": sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables),
+            # Replicas of other processes are compared by the launcher.
+            "fingerprint": [float(tf.reduce_sum(tf.abs(v))) for v in variables],
+        },
+    }
+
+
+def main() -> None:
+    spec_path, rank = Path(sys.argv[1]), int(sys.argv[2])
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
+    (spec_path.parent / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    result = train(json.loads(spec_path.read_text()), rank)
+    done = spec_path.parent / f"rank-{rank}.json"
+    part = done.with_suffix(".part")
+    part.write_text(json.dumps(result))
+    part.replace(done)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""`dlperf scale --framework tensorflow`: TensorFlow's MirroredStrategy (logical CPU devices)
+and MultiWorkerMirroredStrategy (worker processes with TF_CONFIG on loopback) measured as the
+DDP path is. The options are checked without TensorFlow; the studies skip without it (the
+`tensorflow` extra: pip install -e '.[tensorflow]')."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.config import ScaleConfig
+from dlperf.distributed.study import Point, plan, summarize
+from dlperf.errors import UserError
+from dlperf.procs import alive
+from dlperf.store import Store
+from tests.conftest import CliResult, rank_result
+
+HAS_TF = importlib.util.find_spec("tensorflow") is not None
+needs_tf = pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed (the extra)")
+STUDY = """
+[model]
+name = "smallcnn"
+[data]
+name = "synthetic"
+shape = [3, 16, 16]
+[train]
+lr = 0.01
+momentum = 0.9
+[scale]
+framework = "tensorflow"
+synthetic = true
+workers = [1, 2]
+mode = "strong"
+global_batch = 16
+steps = 4
+warmup_steps = 1
+chunks = 2
+[run]
+out_dir = "{out}"
+"""
+
+
+def write_study(root: Path) -> Path:
+    path = root / "tf.toml"
+    path.write_text(STUDY.format(out=root / "runs"))
+    return path
+
+
+def tf_opts(**changes: object) -> ScaleConfig:
+    good = {"framework": "tensorflow", "synthetic": True, "workers": [1, 2], "mode": "strong",
+            "global_batch": 16, "steps": 2}  # fmt: skip
+    return ScaleConfig.model_validate({**good, **changes})
+
+
+@pytest.mark.parametrize(
+    ("mode", "batch"), [("strong", {"global_batch": 64}), ("weak", {"per_worker_batch": 32})]
+)
+def test_the_batch_arithmetic_is_the_ddp_paths(
+    mode: str, batch: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())  # as if installed
+    common = {"workers": [1, 2], "mode": mode, "steps": 2, **batch}
+    ddp = plan(ScaleConfig.model_validate(common), "gloo")
+    tf = plan(tf_opts(strategy=["multiworker", "mirrored"], **common), "tensorflow", "smallcnn")
+    split = {(p.workers, p.per_worker_batch, p.global_batch) for p in ddp}
+    assert {(p.workers, p.per_worker_batch, p.global_batch) for p in tf} == split
+    assert [(p.strategy, p.comm) for p in tf[:2]] == [("multiworker", "auto"),
+                                                     ("mirrored", "one-device")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "model", "message"),
+    [
+        ({"strategy": ["ddp"]}, "smallcnn", "--strategy ddp is not a tensorflow strategy (use "
+                                            "mirrored | multiworker)"),
+        ({"allreduce": ["ring"], "strategy": ["mirrored"]}, "smallcnn",
+         "--allreduce ring is not an all-reduce of --strategy mirrored (mirrored takes nccl | "
+         "hierarchical | one-device)"),
+        ({"allreduce": ["nccl"]}, "smallcnn", "--allreduce nccl needs GPUs, and none are "
+                                              "available here (use hierarchical or one-device)"),
+        ({}, "resnet20", "model 'resnet20' has no TensorFlow version here (use model.name = "
+                         "resnet50 or smallcnn)"),
+        ({"synthetic": False}, "smallcnn", "--framework tensorflow measures synthetic data"),
+        ({"bucket_mb": [25.0]}, "smallcnn", "--bucket-mb and --comm are DDP's"),
+        ({"workers": [64], "strategy": ["multiworker"], "global_batch": 64}, "smallcnn",
+         "64 workers but this host"),
+    ],
+)  # fmt: skip
+def test_options_the_tensorflow_path_refuses(
+    changes: dict[str, object], model: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    with pytest.raises(UserError) as e:
+        plan(tf_opts(**changes), "tensorflow", model)
+    assert message in str(e.value)
+
+
+def test_without_tensorflow_the_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(UserError, match=r"pip install -e '\.\[tensorflow\]'"):
+        plan(tf_opts(), "tensorflow", "smallcnn")
+
+
+def test_a_torch_study_refuses_a_tensorflow_strategy() -> None:
+    opts = ScaleConfig(workers=[1], mode="weak", per_worker_batch=8, steps=2, strategy=["mirrored"])
+    with pytest.raises(UserError, match="--strategy mirrored is not a torch strategy"):
+        plan(opts, "gloo")
+
+
+@needs_tf
+@pytest.mark.parametrize(
+    ("strategy", "allreduce"),
+    [("mirrored", "hierarchical"), ("mirrored", "one-device"), ("multiworker", "ring"),
+     ("multiworker", "auto")],
+)  # fmt: skip
+def test_one_and_two_workers_train_in_step(
+    strategy: str, allreduce: str, tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    path = write_study(tmp_path)
+    result = cli("scale", str(path), "--strategy", strategy, "--allreduce", allreduce, "--json")
+    assert result.code == 0, result.err
+    out = json.loads(result.out)
+    rows = out["rows"]
+    assert [(r["workers"], r["per_worker_batch"], r["global_batch"]) for r in rows] == [
+        (1, 16, 16), (2, 8, 16)]  # fmt: skip
+    ddp_keys = set(
+        summarize(
+            Point(2, 8, 16, "allreduce", "ddp", None),
+            [rank_result(0, [0.1], [0.05], 8)],
+            1,
+            1,
+            "gloo",
+            100,
+            None,
+        )
+    )
+    for r in rows:
+        assert r["status"] == "finished" and (r["strategy"], r["comm"]) == (strategy, allreduce)
+        assert ddp_keys <= r.keys() and r["backend"] == "tensorflow"
+        assert r["replica_max_diff"] == 0.0  # every replica holds the same weights
+        assert r["throughput"] > 0 and r["timed_steps"] == 4 and r["grad_bytes"] > 0
+        assert not any(alive(pid) for pid in r["worker_pids"])
+    assert rows[1]["speedup"] == pytest.approx(rows[1]["throughput"] / rows[0]["throughput"])
+    assert len({r["run_id"] for r in rows}) == 2 and out["study_id"] is not None
+
+
+@needs_tf
+def test_a_killed_worker_fails_its_point_and_leaves_no_process(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DLPERF_SCALE_CRASH", "1:2:kill")  # rank 1 SIGKILLs itself at step 2
+    path = write_study(tmp_path)
+    result = cli("scale", str(path), "--workers", "2", "--strategy", "multiworker", "--json")
+    assert result.code == 1
+    (row,) = json.loads(result.out)["rows"]
+    assert row["status"] == "failed"
+    assert row["error"].startswith("TensorFlow worker 1 failed (killed by signal 9)")
+    assert len(row["worker_pids"]) == 2 and not any(alive(pid) for pid in row["worker_pids"])
+    assert store.get_run(row["run_id"])["status"] == "failed"
