@@ -145,6 +145,9 @@ def test_one_and_two_workers_train_in_step(
         assert r["throughput"] > 0 and r["timed_steps"] == 4 and r["grad_bytes"] > 0
         assert not any(alive(pid) for pid in r["worker_pids"])
     assert rows[1]["speedup"] == pytest.approx(rows[1]["throughput"] / rows[0]["throughput"])
+    # Two workers: the compute-only replica splits the step into compute and communication.
+    assert rows[0]["compute_s"] is None and rows[1]["compute_s"] > 0
+    assert rows[1]["comm_exposed_s"] == max(0.0, rows[1]["step_time_s"] - rows[1]["compute_s"])
     assert len({r["run_id"] for r in rows}) == 2 and out["study_id"] is not None
 
 
@@ -161,3 +164,15 @@ def test_a_killed_worker_fails_its_point_and_leaves_no_process(
     assert row["error"].startswith("TensorFlow worker 1 failed (killed by signal 9)")
     assert len(row["worker_pids"]) == 2 and not any(alive(pid) for pid in row["worker_pids"])
     assert store.get_run(row["run_id"])["status"] == "failed"
+
+
+def test_a_job_file_runs_the_tensorflow_study_on_one_node(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    path = write_study(tmp_path)
+    result = cli("scale", str(path), "--emit", "slurm", "--out", "job.sh")
+    assert result.code == 0, result.err
+    script = (tmp_path / "job.sh").read_text()
+    assert "#SBATCH --nodes=1" in script and f"dlperf scale {path}" in script
+    result = cli("scale", str(path), "--nnodes", "2", "--emit", "slurm")
+    assert result.code == 2 and "--framework tensorflow runs on one node here" in result.err

@@ -45,6 +45,7 @@ def case(line: str, expected: str, code: int = 2, *, xfail: str = "", env: str =
 
 FAST_RUN = "--set data.limit=64"  # two steps: a case that trains before it fails stays short
 STUDY = "--workers 1 --mode weak --per-worker-batch 8 --steps 2"  # a valid scale study
+TF = "--framework tensorflow --synthetic"
 CURVE = "converge fit --csv {pollux} --y metric --metric accuracy"
 PLAN = "converge plan --curve curve.json --speed speed.json --target 0.5"
 
@@ -329,6 +330,17 @@ CASES = [
         "error: cannot use /sys/x.sbatch: Permission denied",
     ),
     case(f"scale exp.toml {STUDY} --emit slurm --out dir", "error: cannot use dir: Is a directory"),
+    # --- scale --framework tensorflow (checked before TensorFlow starts) ----------------------
+    case(f"scale exp.toml {STUDY} --framework jax", "scale.framework: Input should be 'torch' or"),
+    case(f"scale exp.toml {STUDY} {TF} --strategy ddp", "--strategy ddp is not a tensorflow str"),
+    case(f"scale exp.toml {STUDY} --strategy multiworker", "--strategy multiworker is not a torch"),
+    case(f"scale exp.toml {STUDY} {TF} --allreduce mpi", "scale.allreduce.0: Input should be 'nc"),
+    case(f"scale exp.toml {STUDY} {TF} --allreduce nccl", "--allreduce nccl needs GPUs, and none"),
+    case(f"scale exp.toml {STUDY} {TF} --allreduce ring", "--allreduce ring is not an all-reduce"),
+    case(f"scale exp.toml {STUDY} {TF} --set model.name=resnet20", "no TensorFlow version here"),
+    case(f"scale exp.toml {STUDY} --framework tensorflow", "measures synthetic data (add --synth"),
+    case(f"scale exp.toml {STUDY} {TF} --comm fp16", "--bucket-mb and --comm are DDP's"),
+    case(f"scale exp.toml {STUDY} {TF} --nnodes 2 --emit slurm", "runs on one node here (use --"),
     case("scale --allreduce-bench --workers 1 --sizes 1XB", "error: bad message size '1XB'"),
     case("scale --allreduce-bench --workers 1 --iters 0", "error: --iters must be at least 1"),
     case(

@@ -123,6 +123,8 @@ def check_options(opts: ScaleConfig) -> None:
     emitted job file sets each node's rank and rendezvous from the job's environment)."""
     if (opts.steps is None) == (opts.epochs is None):
         raise UserError("give one of scale.steps and scale.epochs", "e.g. --steps 50")
+    if opts.framework == "tensorflow" and opts.nnodes > 1:  # before --emit writes a job
+        raise UserError("--framework tensorflow runs on one node here", "use --nnodes 1")
     hourly_price(opts)
 
 
@@ -174,8 +176,6 @@ def check_tensorflow(opts: ScaleConfig, model: str) -> None:
                         f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
     if not opts.synthetic:
         raise UserError("--framework tensorflow measures synthetic data", "add --synthetic")
-    if opts.nnodes > 1:
-        raise UserError("--framework tensorflow runs on one node here", "use --nnodes 1")
     if opts.bucket_mb or opts.comm != ["allreduce"]:
         raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
 

@@ -12,8 +12,12 @@ in TensorFlow's and Horovod's own benchmarks. Every step is timed to the host's 
 its loss. The rank's figures go to `rank-R.json` in the spec's directory, in the shape the
 torch workers report, so one summary serves both frameworks.
 
-Test hook: DLPERF_SCALE_CRASH="RANK:STEP:kill" makes that rank SIGKILL itself at that step
-(counted from 1, warm-up included).
+Past the warm-up, chunks of timed steps alternate with chunks of the same replicas' forward
+and backward without the update (`compute_only`): the compute time the study subtracts to
+get the exposed communication, as the DDP workers' no-op-hook replica gives it.
+
+Test hook: DLPERF_SCALE_CRASH="RANK:STEP:kill" makes that rank SIGKILL itself at that warm-up
+step (counted from 1), or, for a STEP past the warm-up, in its last chunk of timed steps.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 CRASH_ENV = "DLPERF_SCALE_CRASH"
+CHUNKS = 5  # timed steps alternate between the point and its compute-only copy in chunks
 
 
 def _strategy(spec: dict[str, Any]) -> Any:
@@ -62,7 +67,8 @@ def _strategy(spec: dict[str, Any]) -> Any:
 
 def build_model(name: str, shape: tuple[int, int, int], classes: int) -> Any:
     """A Keras model of the registry's name: resnet50 (keras.applications, random weights) or
-    smallcnn (dlperf's small CNN: two 3x3 conv-ReLU-pool blocks, dropout, a linear head)."""
+    smallcnn, the same network as dlperf's (the Keras MNIST example: two 3x3 convolutions,
+    max-pool, dropout, FC 128, dropout, FC classes; same parameter count)."""
     import keras
 
     if name == "resnet50":
@@ -71,11 +77,12 @@ def build_model(name: str, shape: tuple[int, int, int], classes: int) -> Any:
     return keras.Sequential(
         [
             layers.Input(shape),
-            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.Conv2D(64, 3, activation="relu"),
             layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, padding="same", activation="relu"),
-            layers.MaxPooling2D(),
+            layers.Dropout(0.25),
             layers.Flatten(),
+            layers.Dense(128, activation="relu"),
             layers.Dropout(0.5),
             layers.Dense(classes),
         ]
@@ -108,33 +115,63 @@ def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
 
     data = iter(strategy.distribute_datasets_from_function(batches))
 
+    def forward_backward(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(
+                loss_fn(y, model(x, training=True)), global_batch_size=global_batch
+            )
+        return loss, tape.gradient(loss, model.trainable_variables)
+
     @tf.function
     def step(iterator: Any) -> tf.Tensor:
         def replica(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-            x, y = inputs
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(
-                    loss_fn(y, model(x, training=True)), global_batch_size=global_batch
-                )
-            grads = tape.gradient(loss, model.trainable_variables)
+            loss, grads = forward_backward(*inputs)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return loss
 
         losses = strategy.run(replica, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
+    @tf.function
+    def compute_only(iterator: Any) -> Any:
+        """Every replica's forward and backward, no update: gradients are all-reduced only
+        when applied, so this is the step without its communication (and without the
+        optimizer's update, a small share)."""
+
+        def replica(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            loss, grads = forward_backward(*inputs)
+            return loss + 0 * tf.add_n([tf.reduce_sum(g) for g in grads])  # keeps grads
+
+        return strategy.run(replica, args=(next(iterator),))
+
+    def timed(fn: Any, count: int, into: list[float]) -> None:
+        for _ in range(count):
+            began = time.perf_counter()
+            for value in strategy.experimental_local_results(fn(data)):
+                value.numpy()  # the host has it: the step, all-reduce included, is done
+            into.append(time.perf_counter() - began)
+
     crash = os.environ.get(CRASH_ENV, "").split(":")
-    times, start = [], 0.0
-    for i in range(spec["warmup_steps"] + spec["steps"]):
+    for i in range(spec["warmup_steps"]):
         if crash[0] == str(rank) and crash[1] == str(i + 1):
             os.kill(os.getpid(), signal.SIGKILL)
-        if i == spec["warmup_steps"]:
-            start = time.perf_counter()
+        step(data).numpy()
+    split = spec["compute_split"]
+    if split:
+        compute_only(data)  # traced and warm before the timing starts
+    times: list[float] = []
+    compute: list[float] = []
+    wall = 0.0
+    steps, chunks = spec["steps"], max(1, min(CHUNKS, spec["steps"]))
+    for c in range(chunks):  # alternating chunks: a change in load hits both alike
+        size = steps // chunks + (c < steps % chunks)
+        if crash[0] == str(rank) and int(crash[1]) > spec["warmup_steps"] and c == chunks - 1:
+            os.kill(os.getpid(), signal.SIGKILL)
         began = time.perf_counter()
-        step(data).numpy()  # the host has the loss: the step, all-reduce included, is done
-        if i >= spec["warmup_steps"]:
-            times.append(time.perf_counter() - began)
-    wall = time.perf_counter() - start
+        timed(step, size, times)
+        wall += time.perf_counter() - began
+        if split:
+            timed(compute_only, size, compute)
     variables = model.trainable_variables
     replicas = [strategy.experimental_local_results(v) for v in variables]
     spread = max(float(tf.reduce_max(tf.abs(r - rs[0]))) for rs in replicas for r in rs)
@@ -152,6 +189,7 @@ def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
             # Replicas of other processes are compared by the launcher.
             "fingerprint": [float(tf.reduce_sum(tf.abs(v))) for v in variables],
         },
+        **({"compute": {"step_times_s": compute}} if split else {}),
     }
 
 
