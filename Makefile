@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-faults lint format bench clean
+.PHONY: setup demo test test-faults lint format bench horovod clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -35,5 +35,20 @@ bench: setup
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
 	$(BIN)/python benchmarks/run_all.py
 
+# Horovod 0.28.1 built from source for CPU (gloo) against this torch and TensorFlow, with
+# tools/horovod-0.28.1-cpu-torch2.14-tf2.21.patch (the release does not build against them);
+# about 7 minutes on 2 cores. docs/scale.md#horovod.
+HOROVOD := build/horovod/horovod-0.28.1
+horovod: setup
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,tensorflow]' cloudpickle psutil
+	rm -rf build/horovod && mkdir -p build/horovod
+	$(BIN)/pip download --quiet --no-deps --no-binary :all: horovod==0.28.1 -d build/horovod
+	tar xzf build/horovod/horovod-0.28.1.tar.gz -C build/horovod
+	patch -d $(HOROVOD) -p1 < tools/horovod-0.28.1-cpu-torch2.14-tf2.21.patch
+	HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_CUDA=1 \
+	HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j2 \
+		$(BIN)/pip install --quiet --no-build-isolation -c constraints.txt ./$(HOROVOD)
+	$(BIN)/horovodrun --check-build
+
 clean:
-	rm -rf dlperf_runs dlperf.db dlperf.db-wal dlperf.db-shm .pytest_cache
+	rm -rf dlperf_runs dlperf.db dlperf.db-wal dlperf.db-shm .pytest_cache build
