@@ -37,7 +37,7 @@ bench: setup
 
 # Horovod 0.28.1 built from source for CPU (gloo) against this torch and TensorFlow, with
 # tools/horovod-0.28.1-cpu-torch2.14-tf2.21.patch (the release does not build against them);
-# about 7 minutes on 2 cores. docs/scale.md#horovod.
+# under 9 minutes on 2 cores from a fresh clone. docs/scale.md#horovod.
 HOROVOD := build/horovod/horovod-0.28.1
 horovod: setup
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,tensorflow]' cloudpickle psutil

@@ -134,7 +134,8 @@ NUMERIC = {
 }
 UNIT = st.floats(0, 1)
 COMMS = ["allreduce", "fp16", "bf16", "powersgd", "noop"]
-STRATEGIES = ["ddp", "dp"]
+STRATEGIES = ["ddp", "dp", "mirrored", "multiworker"]
+ALLREDUCES = ["nccl", "hierarchical", "one-device", "auto", "ring"]
 
 
 def choices(allowed: list[str]) -> tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]:
@@ -178,7 +179,15 @@ LISTS = {  # key: (valid, invalid)
         st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
     ),
     "scale.comm": choices(COMMS),
-    "scale.strategy": choices(STRATEGIES),
+    # empty: the framework's default strategy and all-reduce
+    "scale.strategy": (
+        st.lists(st.sampled_from(STRATEGIES), max_size=3),
+        choices(STRATEGIES)[1].filter(bool),
+    ),
+    "scale.allreduce": (
+        st.lists(st.sampled_from(ALLREDUCES), max_size=3),
+        choices(ALLREDUCES)[1].filter(bool),
+    ),
 }
 CHOICES = {
     "model.transfer": ["scratch", "finetune", "feature-extract"],
@@ -190,6 +199,7 @@ CHOICES = {
     "run.timing": ["off", "coarse", "phases"],
     "scale.mode": ["strong", "weak"],
     "scale.backend": ["auto", "gloo", "nccl"],
+    "scale.framework": ["torch", "tensorflow"],
     "scale.on_failure": ["continue", "stop"],
     "detect.ap_method": ["area", "11point"],
 }
