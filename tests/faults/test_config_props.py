@@ -272,15 +272,16 @@ def one_line(error: UserError) -> str:
 
 
 def problem(flat: dict[str, Any]) -> str | None:
-    """The key a valid document breaks by combining values, if it does."""
-    if flat.get("model.transfer", "scratch") != "scratch" and "model.weights" not in flat:
-        return "model.transfer"
+    """The key a valid document breaks by combining values, if it does (the first one in
+    the order Experiment._consistent checks them)."""
     nesterov = flat.get("train.optimizer", "sgd") == "sgd" and flat.get("train.nesterov")
     if nesterov and flat.get("train.momentum", 0.9) == 0:
         return "train.nesterov"
     kind = flat.get("train.schedule.kind", "constant")
     if kind == "multistep" and not flat.get("train.schedule.milestones"):
         return "train.schedule.milestones"
+    if flat.get("model.transfer", "scratch") != "scratch" and "model.weights" not in flat:
+        return "model.transfer"
     if kind == "cosine" and flat.get("train.schedule.min_lr", 0) > flat.get("train.lr", 0.05):
         return "train.schedule.min_lr"
     return None
