@@ -33,7 +33,7 @@ def load_data(cfg: DataConfig) -> ImageData:
         data.train = data.train.subset(torch.arange(min(cfg.limit, len(data.train))))
     if len(data.train) == 0:
         raise UserError(f"dataset '{cfg.name}' has no training images after the split")
-    if cfg.image_size is not None and data.in_memory and data.shape[1:] != (cfg.image_size,) * 2:
+    if cfg.image_size is not None and data.in_memory:
         data = resize(data, cfg.image_size, cfg.max_memory_gb)
     channels = data.shape[0]
     for key in ("mean", "std"):

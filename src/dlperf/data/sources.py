@@ -67,8 +67,12 @@ class ImageData:
 
 
 def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
-    """`data` (in memory) with every image resized to side x side, once, kept uint8."""
-    splits = [data.train, data.val, data.test] + ([data.unlabeled] if data.unlabeled else [])
+    """`data` (in memory) with every image resized to side x side, once, kept uint8; `data`
+    itself when its images already are."""
+    if data.shape[1:] == (side, side):
+        return data
+    held = [data.unlabeled] if data.unlabeled is not None else []
+    splits = [data.train, data.val, data.test, *held]
     channels = data.shape[0]
     needed = sum(len(s) for s in splits) * channels * side * side
     if needed > max_memory_gb * 2**30:

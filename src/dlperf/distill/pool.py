@@ -110,8 +110,7 @@ def _read(cfg: DataConfig) -> ImageData:
     data = ImageData(
         "npz", Split(known, images), empty, empty, len(classes), shape, classes=classes
     )  # type: ignore[arg-type]
-    side = cfg.image_size
-    return resize(data, side, cfg.max_memory_gb) if side and shape[1:] != (side, side) else data
+    return resize(data, cfg.image_size, cfg.max_memory_gb) if cfg.image_size else data
 
 
 def _check_shape(spec: str, got: tuple[int, ...], wanted: tuple[int, int, int]) -> None:

@@ -30,8 +30,7 @@ from dlperf.data import ImageData, load_data
 from dlperf.distill import pool, teacher
 from dlperf.distill.select import precision, select
 from dlperf.distill.summary import DistillResult, best
-from dlperf.engine import pretrained
-from dlperf.engine.run import build_model, load_run_data, run_experiment
+from dlperf.engine.run import as_run, build_model, run_experiment
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
@@ -79,11 +78,7 @@ def plan(exp: Experiment, store: Store) -> Plan:
     pool_cfg, labelled_cfg = pool.parse(opts.unlabeled, exp)
     base = _derive(exp, data=labelled_cfg.model_dump(mode="json"), run={"checkpoint": True})
     base.distill = DistillConfig()  # the stages are plain runs; tags say what they were
-    start = pretrained.resolve(base.model, store)
-    labelled, _ = load_run_data(base, start)
-    if start is not None:  # the student has no weights: pin what they set for the teacher
-        pinned = {"image_size": labelled.shape[-1], "mean": list(labelled.mean)}
-        base = _derive(base, data={**pinned, "std": list(labelled.std)})
+    base, labelled, _ = as_run(base, store)  # the students have no weights to imply them
     if opts.top_p > labelled.num_classes:
         raise UserError(
             f"--top-p {opts.top_p} is more than the {labelled.num_classes} classes of "

@@ -39,11 +39,9 @@ import torch
 
 from dlperf.analytic.devices import get_device
 from dlperf.config import Experiment, ScaleConfig
-from dlperf.data import ImageData
 from dlperf.distributed.launch import Rendezvous, run_torchrun
 from dlperf.distributed.tf_launch import run_tf
-from dlperf.engine import pretrained
-from dlperf.engine.run import load_run_data
+from dlperf.engine.run import as_run
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
@@ -146,13 +144,8 @@ def strategies(opts: ScaleConfig) -> list[str]:
     return chosen
 
 
-def tf_allreduce(opts: ScaleConfig, strategy: str, chosen: list[str]) -> list[str]:
+def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
     """The TensorFlow all-reduces of one strategy's points (its default when none is given)."""
-    for name in opts.allreduce:
-        if not any(name in TF_ALLREDUCE[s] for s in chosen):
-            takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
-            raise UserError(f"--allreduce {name} is not an all-reduce of --strategy "
-                            f"{','.join(chosen)}", takes)  # fmt: skip
     gpus = torch.cuda.is_available()
     valid = TF_ALLREDUCE[strategy]
     default = "auto" if strategy == "multiworker" else "nccl" if gpus else "one-device"
@@ -186,6 +179,11 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     chosen = strategies(opts)
     if opts.framework == "tensorflow":
         check_tensorflow(opts, model)
+        for name in opts.allreduce:
+            if not any(name in TF_ALLREDUCE[s] for s in chosen):
+                takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
+                raise UserError(f"--allreduce {name} is not an all-reduce of --strategy "
+                                f"{','.join(chosen)}", takes)  # fmt: skip
         points = []
         for workers, strategy in itertools.product(sorted(set(opts.workers)), chosen):
             per_worker, global_batch = batch_split(
@@ -197,7 +195,7 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
                     f"{workers} workers but this host has {usable_cores()} usable cores",
                     "use fewer workers or --allow-oversubscribe",
                 )
-            for allreduce in tf_allreduce(opts, strategy, chosen):
+            for allreduce in tf_allreduce(opts, strategy):
                 points.append(Point(workers, per_worker, global_batch, allreduce, strategy, None))
         return points
     if opts.node_rank >= opts.nnodes:
@@ -382,27 +380,6 @@ class StudyResult:
     ring: dict[str, Any] | None = None
     artifacts: list[str] = field(default_factory=list)
     max_per_worker_batch: int | None = None
-
-
-def as_run(exp: Experiment, store: Store) -> tuple[Experiment, ImageData, list[str]]:
-    """`exp` with the resolution and statistics its model.weights imply written into its data
-    section where the config leaves them unset (the workers have no store to resolve run:ID
-    with, and the stored runs then say what ran); its data, loaded once, and warnings."""
-    start = pretrained.resolve(exp.model, store)
-    data, warnings = load_run_data(exp, start)
-    if start is None:
-        return exp, data, warnings
-    update: dict[str, object] = {}
-    if exp.data.image_size is None and start.image_size is not None:
-        update["image_size"] = data.shape[-1]
-    for key in ("mean", "std"):
-        if getattr(exp.data, key) is None and getattr(start, key) is not None:
-            update[key] = list(getattr(data, key))
-    if not update:
-        return exp, data, warnings
-    config = exp.to_dict()
-    config["data"].update(update)
-    return Experiment.model_validate(config), data, warnings
 
 
 def _spec(exp: Experiment, point: Point, backend: str, threads: int, steps: int) -> dict[str, Any]:

@@ -76,11 +76,11 @@ def run_tf(directory: Path, processes: int, threads: int) -> Launch:
                         start_new_session=True,
                     )
                 )
-        failed = None
-        while failed is None and any(p.poll() is None for p in procs):
-            failed = next((r for r, p in enumerate(procs) if p.poll() not in (None, 0)), None)
+        codes = [p.poll() for p in procs]  # None while running, 0 done, else failed
+        while None in codes and not any(codes):
             time.sleep(POLL_S)
-        failed = next((r for r, p in enumerate(procs) if p.returncode), failed)
+            codes = [p.poll() for p in procs]
+        failed = next((r for r, code in enumerate(codes) if code), None)
     except BaseException:
         _stop(procs)
         raise

@@ -66,6 +66,28 @@ def load_run_data(
     return data, pretrained.apply_statistics(data, exp.data, start)
 
 
+def as_run(exp: Experiment, store: Store) -> tuple[Experiment, ImageData, list[str]]:
+    """`exp` with the resolution and statistics its model.weights imply written into its data
+    section where the config leaves them unset (so that runs derived from it see the same
+    images without the weights: scale workers, which have no store to resolve run:ID with,
+    and a distill study's students); its data, loaded once, and warnings."""
+    start = pretrained.resolve(exp.model, store)
+    data, warnings = load_run_data(exp, start)
+    if start is None:
+        return exp, data, warnings
+    update: dict[str, object] = {}
+    if exp.data.image_size is None and start.image_size is not None:
+        update["image_size"] = data.shape[-1]
+    for key in ("mean", "std"):
+        if getattr(exp.data, key) is None and getattr(start, key) is not None:
+            update[key] = list(getattr(data, key))
+    if not update:
+        return exp, data, warnings
+    config = exp.to_dict()
+    config["data"].update(update)
+    return Experiment.model_validate(config), data, warnings
+
+
 def start_weights(
     model: torch.nn.Module, cfg: ModelConfig, source: str, weights: pretrained.StateDict | None
 ) -> list[str]:

@@ -77,13 +77,13 @@ def load_weights(
     classes = model.get_submodule(head[:-1]).out_features
     if keep_head:
         notes = [f"head {head[:-1]} kept from the weights ({classes} classes)"]
-        head = "\0"  # no key starts with it: the head loads like any other layer
     else:
         notes = [f"head {head[:-1]} new, sized for {classes} classes"]
+    skipped = () if keep_head else (head,)  # str.startswith(()) is False: nothing skipped
     merged = dict(target)
     missing, mismatched = [], []
     for key, value in target.items():
-        if key.startswith(head):
+        if key.startswith(skipped):
             continue
         if key not in weights:
             missing.append(key)
@@ -99,7 +99,7 @@ def load_weights(
             mismatched.append(f"{key} {_shape(given)} vs {_shape(value)}")
             continue
         merged[key] = given.to(value.dtype)
-    unexpected = [k for k in weights if k not in target and not k.startswith(head)]
+    unexpected = [k for k in weights if k not in target and not k.startswith(skipped)]
     problems = [
         _listed(names, what)
         for names, what in (
