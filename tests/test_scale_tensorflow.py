@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shlex
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dlperf.config import ScaleConfig
+from dlperf.distributed.launch import free_port
 from dlperf.distributed.study import Point, plan, summarize
 from dlperf.errors import UserError
 from dlperf.procs import alive
@@ -20,6 +26,7 @@ from dlperf.store import Store
 from tests.conftest import CliResult, rank_result
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
+DLPERF = [sys.executable, "-m", "dlperf"]
 needs_tf = pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed (the extra)")
 STUDY = """
 [model]
@@ -87,7 +94,7 @@ def test_the_batch_arithmetic_is_the_ddp_paths(
         ({"synthetic": False}, "smallcnn", "--framework tensorflow measures synthetic data"),
         ({"bucket_mb": [25.0]}, "smallcnn", "--bucket-mb and --comm are DDP's"),
         ({"workers": [64], "strategy": ["multiworker"], "global_batch": 64}, "smallcnn",
-         "64 workers but this host"),
+         "64 workers per node but this host"),
     ],
 )  # fmt: skip
 def test_options_the_tensorflow_path_refuses(
@@ -166,13 +173,59 @@ def test_a_killed_worker_fails_its_point_and_leaves_no_process(
     assert store.get_run(row["run_id"])["status"] == "failed"
 
 
-def test_a_job_file_runs_the_tensorflow_study_on_one_node(
+@needs_tf
+def test_two_nodes_on_loopback_trade_addresses_and_store_once(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    """Two dlperf processes as two nodes: they meet at node 0's store, each starts its worker
+    with a TF_CONFIG naming both, and node 0 stores one run with both ranks."""
+    path = write_study(tmp_path)
+    node = ["scale", str(path), "--workers", "2", "--strategy", "multiworker"]
+    node += ["--nnodes", "2", "--rdzv", f"127.0.0.1:{free_port()}"]
+    elsewhere = tmp_path / "node1"  # the other "host": its own directory and run store
+    elsewhere.mkdir()
+    env = {**os.environ, "DLPERF_DB": str(elsewhere / "node1.db")}
+    node1 = subprocess.Popen([*DLPERF, *node, "--node-rank", "1"], env=env, cwd=elsewhere)
+    try:
+        result = cli(*node, "--node-rank", "0", "--json")
+        assert node1.wait(timeout=600) == 0
+    finally:
+        if node1.poll() is None:
+            node1.kill()
+    assert result.code == 0, result.err
+    (row,) = json.loads(result.out)["rows"]
+    assert (row["workers"], row["nodes"], row["global_batch"], row["status"]) == (
+        2, 2, 16, "finished")  # fmt: skip
+    assert [rank["rank"] for rank in row["ranks"]] == [0, 1]
+    assert row["replica_max_diff"] == 0.0 and row["emulation"] is None
+    assert row["compute_s"] > 0
+    (run,) = store.list_runs(kind="scale")
+    assert run["summary"]["nodes"] == 2
+    assert Store.open(str(elsewhere / "node1.db")).list_runs() == []
+
+
+def test_job_files_run_the_tensorflow_study_on_every_node(
     cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:
     path = write_study(tmp_path)
-    result = cli("scale", str(path), "--emit", "slurm", "--out", "job.sh")
+    argv = ["scale", str(path), "--strategy", "multiworker", "--nnodes", "2"]
+    result = cli(*argv, "--emit", "slurm", "--out", "job.sh")
     assert result.code == 0, result.err
     script = (tmp_path / "job.sh").read_text()
-    assert "#SBATCH --nodes=1" in script and f"dlperf scale {path}" in script
-    result = cli("scale", str(path), "--nnodes", "2", "--emit", "slurm")
-    assert result.code == 2 and "--framework tensorflow runs on one node here" in result.err
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --cpus-per-task=1" in script
+    srun = script.splitlines()[-1]
+    per_node = shlex.split(shlex.split(srun)[-1])
+    assert per_node[:5] == ["dlperf", "scale", str(path), "--strategy", "multiworker"]
+    assert per_node[-6:] == ["--nnodes", "2", "--node-rank", "$SLURM_NODEID", "--rdzv",
+                             "$head_node:29500"]  # fmt: skip
+    result = cli(*argv, "--emit", "kubernetes", "--image", "me/dl:1")
+    assert result.code == 0, result.err
+    manifest = yaml.safe_load(result.out)
+    (container,) = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["args"][-4:] == ["--node-rank", "$(RANK)", "--rdzv",
+                                      "$(MASTER_ADDR):$(MASTER_PORT)"]  # fmt: skip
+    result = cli("scale", str(path), "--strategy", "mirrored", "--nnodes", "2", "--emit", "slurm")
+    assert result.code == 2
+    assert "--strategy mirrored runs in one process on one node (use multiworker)" in result.err

@@ -340,7 +340,8 @@ CASES = [
     case(f"scale exp.toml {STUDY} {TF} --set model.name=resnet20", "no TensorFlow version here"),
     case(f"scale exp.toml {STUDY} --framework tensorflow", "measures synthetic data (add --synth"),
     case(f"scale exp.toml {STUDY} {TF} --comm fp16", "--bucket-mb and --comm are DDP's"),
-    case(f"scale exp.toml {STUDY} {TF} --nnodes 2 --emit slurm", "runs on one node here (use --"),
+    case(f"scale exp.toml {STUDY} {TF} --strategy mirrored --nnodes 2 --emit slurm",
+         "mirrored runs in one process on one node (use multiworker)"),
     case("scale --allreduce-bench --workers 1 --sizes 1XB", "error: bad message size '1XB'"),
     case("scale --allreduce-bench --workers 1 --iters 0", "error: --iters must be at least 1"),
     case(

@@ -5,6 +5,13 @@ Both start the same dlperf command once per node and append
 `--nnodes N --node-rank R --rdzv HOST:PORT`, so each node's dlperf launches one torchrun and
 the torchruns meet at a c10d rendezvous hosted on the first node. The flags are shortcuts
 for scale.nnodes, scale.node_rank and scale.rdzv that win over the study file and --set.
+
+A TensorFlow study (--framework tensorflow) runs from the same job files: each node's dlperf
+starts its MultiWorker processes and builds their TF_CONFIG from the addresses the nodes
+trade at the --rdzv store (dlperf.distributed.tf_launch). The Kubernetes manifest stays a
+PyTorchJob for it: the operator only starts one pod per node and gives each its rank and the
+first pod's address; a TFJob's own TF_CONFIG names one address per pod, where dlperf runs
+several workers per node.
 """
 
 from __future__ import annotations
@@ -72,9 +79,10 @@ def render_slurm(
         f"#SBATCH --output={job_name}-%j.out",
         "#",
         f"# dlperf scale on {nnodes} node(s) x {nproc_per_node} worker(s). srun starts dlperf once",
-        "# per node; each starts one torchrun, and they meet at a c10d rendezvous on the first",
-        "# node of the allocation. All nodes need the same dlperf install and data, and a shared",
-        "# working directory for the run store (or --db naming a shared database server).",
+        "# per node; each starts its workers (torchrun, or TensorFlow's with their TF_CONFIG),",
+        "# and they meet at a rendezvous on the first node of the allocation. All nodes need the",
+        "# same dlperf install and data, and a shared working directory for the run store (or",
+        "# --db naming a shared database server).",
         "#   submit: sbatch THIS_FILE",
         f"#   watch:  squeue --me; tail -f {job_name}-<jobid>.out",
         "",
@@ -179,7 +187,8 @@ def job_file(
     if workers % nnodes:
         raise UserError(f"{workers} workers do not split evenly over {nnodes} nodes")
     per_node = workers // nnodes
-    gpus = gpus_per_node if gpus_per_node is not None else per_node * (opts.backend == "nccl")
+    on_gpus = opts.backend == "nccl" or "nccl" in opts.allreduce
+    gpus = gpus_per_node if gpus_per_node is not None else per_node * on_gpus
     if kind == "slurm":
         return render_slurm(job_argv(argv), nnodes, per_node, gpus, job_name)
     if kind == "kubernetes":

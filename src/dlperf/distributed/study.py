@@ -40,7 +40,7 @@ import torch
 from dlperf.analytic.devices import get_device
 from dlperf.config import Experiment, ScaleConfig
 from dlperf.distributed.launch import Rendezvous, run_torchrun
-from dlperf.distributed.tf_launch import run_tf
+from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.engine.run import as_run
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
@@ -121,8 +121,8 @@ def check_options(opts: ScaleConfig) -> None:
     emitted job file sets each node's rank and rendezvous from the job's environment)."""
     if (opts.steps is None) == (opts.epochs is None):
         raise UserError("give one of scale.steps and scale.epochs", "e.g. --steps 50")
-    if opts.framework == "tensorflow" and opts.nnodes > 1:  # before --emit writes a job
-        raise UserError("--framework tensorflow runs on one node here", "use --nnodes 1")
+    if opts.nnodes > 1 and "mirrored" in opts.strategy:  # before --emit writes a job
+        raise UserError("--strategy mirrored runs in one process on one node", "use multiworker")
     hourly_price(opts)
 
 
@@ -177,6 +177,10 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     """Every point of the study, fewest workers first, after checking the options."""
     check_options(opts)
     chosen = strategies(opts)
+    if opts.node_rank >= opts.nnodes:
+        raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
+    if opts.nnodes > 1 and not opts.rdzv:
+        raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
     if opts.framework == "tensorflow":
         check_tensorflow(opts, model)
         for name in opts.allreduce:
@@ -184,24 +188,6 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
                 takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
                 raise UserError(f"--allreduce {name} is not an all-reduce of --strategy "
                                 f"{','.join(chosen)}", takes)  # fmt: skip
-        points = []
-        for workers, strategy in itertools.product(sorted(set(opts.workers)), chosen):
-            per_worker, global_batch = batch_split(
-                opts.mode, workers, opts.global_batch, opts.per_worker_batch
-            )
-            crowded = strategy == "multiworker" and workers > usable_cores()
-            if crowded and not opts.allow_oversubscribe:
-                raise UserError(
-                    f"{workers} workers but this host has {usable_cores()} usable cores",
-                    "use fewer workers or --allow-oversubscribe",
-                )
-            for allreduce in tf_allreduce(opts, strategy):
-                points.append(Point(workers, per_worker, global_batch, allreduce, strategy, None))
-        return points
-    if opts.node_rank >= opts.nnodes:
-        raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
-    if opts.nnodes > 1 and not opts.rdzv:
-        raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
     if "dp" in chosen:
         if not torch.cuda.is_available():
             raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
@@ -209,11 +195,13 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
             raise UserError("--strategy dp runs in one process on one node", "use ddp")
         if max(opts.workers) > torch.cuda.device_count():
             raise UserError(f"--strategy dp: only {torch.cuda.device_count()} GPUs here")
+    # MirroredStrategy's replicas share one process; the other strategies take a core each.
+    on_cpu = backend == "gloo" or "multiworker" in chosen
     for workers in opts.workers:
         if workers % opts.nnodes:
             raise UserError(f"{workers} workers do not split evenly over {opts.nnodes} nodes")
         per_node = workers // opts.nnodes
-        if backend == "gloo" and per_node > usable_cores() and not opts.allow_oversubscribe:
+        if on_cpu and per_node > usable_cores() and not opts.allow_oversubscribe:
             raise UserError(
                 f"{per_node} workers per node but this host has {usable_cores()} usable cores",
                 "use fewer workers, more nodes, or --allow-oversubscribe",
@@ -221,13 +209,13 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         if backend == "nccl" and per_node > torch.cuda.device_count():
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
     points = []
-    for workers, comm, strategy, bucket in itertools.product(
-        sorted(set(opts.workers)), opts.comm, chosen, opts.bucket_mb or [None]
-    ):
+    for workers, strategy in itertools.product(sorted(set(opts.workers)), chosen):
         per_worker, global_batch = batch_split(
             opts.mode, workers, opts.global_batch, opts.per_worker_batch
         )
-        points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket))
+        comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
+        for comm, bucket in itertools.product(comms, opts.bucket_mb or [None]):
+            points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket))
     return points
 
 
@@ -420,6 +408,7 @@ class _Study:
         self.writer = self.opts.node_rank == 0
         self.study_id: int | None = None
         self.ring: dict[str, Any] | None = None
+        self.cluster: Cluster | None = None  # the nodes of a multi-node TensorFlow study
         self.bases: dict[tuple[str, str, float | None], dict[str, Any]] = {}
         self.rows: list[dict[str, Any]] = []
 
@@ -436,6 +425,9 @@ class _Study:
         )
 
     def open(self) -> None:
+        if self.tensorflow and self.opts.nnodes > 1:
+            self.reporter.task(f"waiting for {self.opts.nnodes} nodes at {self.opts.rdzv}")
+            self.cluster = Cluster.meet(self.opts.nnodes, self.opts.node_rank, self.opts.rdzv)
         if self.writer:
             name = f"scale {self.exp.run.name or self.exp.model.name}"
             self.study_id = self.store.create_study(name, "scale")
@@ -462,7 +454,7 @@ class _Study:
         (directory / "spec.json").write_text(json.dumps(spec))
         self.reporter.task(f"point {index + 1}/{total}: {point.label()}")
         if not self.writer:
-            return self._launch(point, directory, per_node, threads, run_id=None)
+            return self._launch(index, point, directory, per_node, threads, run_id=None)
         with self.store.new_run(
             name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
             kind="scale",
@@ -471,7 +463,7 @@ class _Study:
             system={**system_info(None, threads), "backend": self.backend},
             study_id=self.study_id,
         ) as run:
-            row = self._launch(point, directory, per_node, threads, run.id)
+            row = self._launch(index, point, directory, per_node, threads, run.id)
             if row["status"] == "failed":
                 run.fail(row["error"], summary=row)
                 return row
@@ -503,12 +495,18 @@ class _Study:
         return row
 
     def _launch(
-        self, point: Point, directory: Path, per_node: int, threads: int, run_id: int | None
+        self,
+        index: int,
+        point: Point,
+        directory: Path,
+        per_node: int,
+        threads: int,
+        run_id: int | None,
     ) -> dict[str, Any]:
-        """Run the point's torchrun; its row, with the error when it failed."""
+        """Run the point (number `index`) on this node; its row, with the error if it failed."""
         opts = self.opts
         if self.tensorflow:
-            launch = run_tf(directory, per_node, threads)
+            launch = run_tf(directory, per_node, threads, self.cluster, index)
         else:
             launch = run_torchrun(
                 directory,

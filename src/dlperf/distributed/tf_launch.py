@@ -1,6 +1,13 @@
 """Launching a TensorFlow scaling point: one process for MirroredStrategy, one per worker
 with its TF_CONFIG (a cluster of free ports on 127.0.0.1) for MultiWorkerMirroredStrategy.
 
+On several nodes (--nnodes N --node-rank R --rdzv HOST:PORT, as a job file sets them from
+the job's environment), each node's dlperf starts its own workers and the nodes meet at a
+key-value store node 0's dlperf serves on the --rdzv address (torch's TCPStore): before a
+point every node posts its workers' addresses and builds each worker's TF_CONFIG from all of
+them (worker index = node rank x workers per node + local rank); after it, every other node
+posts its ranks' results (or its error), which node 0 stores with its own.
+
 Every process is guarded (it dies with dlperf, even a SIGKILLed one) and writes its log to
 `worker-R.log`. A collective waits for every worker, so when one process fails the others
 would wait forever: the first failure stops them all and fails the point. The ranks' results
@@ -12,10 +19,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from dlperf.distributed.launch import (
     PARENT_ENV,
@@ -25,18 +36,69 @@ from dlperf.distributed.launch import (
     free_port,
     guarded,
 )
+from dlperf.errors import UserError
 
 MODULE = "dlperf.distributed.tf_worker"
 POLL_S = 0.05
+JOIN_S = 900  # for every node to reach the store: torchrun's rendezvous waits as long
+RESULTS_S = 300  # for a peer node's results once ours are in: its steps ended with ours
 
 
-def _env(rank: int, ports: list[int], threads: int) -> dict[str, str]:
+def _towards(host: str) -> str:
+    """This host's address on the route to `host`, which peers can reach it by: connecting a
+    UDP socket sends nothing but makes the kernel pick the route's source address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))
+        return str(s.getsockname()[0])
+
+
+@dataclass
+class Cluster:
+    """The nodes of one multi-node TensorFlow study, met at node 0's key-value store."""
+
+    nnodes: int
+    node_rank: int
+    store: Any  # torch.distributed.TCPStore
+    address: str  # this node's, as its peers reach it
+
+    @classmethod
+    def meet(cls, nnodes: int, node_rank: int, rdzv: str) -> Cluster:
+        from torch.distributed import TCPStore
+
+        host, _, port = rdzv.rpartition(":")
+        try:
+            store = TCPStore(host, int(port), nnodes, node_rank == 0, timedelta(seconds=JOIN_S))
+        except (RuntimeError, ValueError) as e:  # a peer never came, or a bad address
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"the {nnodes} nodes did not meet at {rdzv}: {first}") from e
+        return cls(nnodes, node_rank, store, _towards(host))
+
+    def workers(self, point: int, ports: list[int]) -> list[str]:
+        """Every worker's HOST:PORT in index order, once every node has posted its own."""
+        self.store.set(f"p{point}/workers{self.node_rank}", json.dumps(
+            [f"{self.address}:{port}" for port in ports]))  # fmt: skip
+        nodes = [json.loads(self.store.get(f"p{point}/workers{r}")) for r in range(self.nnodes)]
+        return [address for node in nodes for address in node]
+
+    def post(self, point: int, outcome: dict[str, Any]) -> None:
+        self.store.set(f"p{point}/result{self.node_rank}", json.dumps(outcome))
+
+    def results(self, point: int) -> list[dict[str, Any]]:
+        """The other nodes' outcomes of `point`: {"ranks": [...]} or {"error": "..."}."""
+        keys = [f"p{point}/result{r}" for r in range(1, self.nnodes)]
+        try:
+            self.store.wait(keys, timedelta(seconds=RESULTS_S))
+        except RuntimeError:  # the store's timeout, or a peer gone with its connection
+            return [{"error": f"no results from the other nodes within {RESULTS_S} s"}]
+        return [json.loads(self.store.get(key)) for key in keys]
+
+
+def _env(index: int, cluster: list[str], threads: int) -> dict[str, str]:
     env = {**os.environ, PARENT_ENV: str(os.getpid()), "OMP_NUM_THREADS": str(threads)}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    if ports:
-        cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    if cluster:
         env["TF_CONFIG"] = json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": rank}}
+            {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
         )
     return env
 
@@ -56,23 +118,35 @@ def _error(directory: Path, rank: int, code: int) -> str:
     return "\n".join([f"TensorFlow worker {rank} failed ({how})", *lines[-TAIL_LINES:]])
 
 
-def run_tf(directory: Path, processes: int, threads: int) -> Launch:
-    """Run the point whose spec.json is in `directory` in `processes` TensorFlow processes
-    (MultiWorker when more than one); on any exception, Ctrl-C above all, stop them first."""
-    for stale in [*directory.glob("rank-*"), *directory.glob("worker-*.log")]:
-        stale.unlink()
-    ports = [free_port() for _ in range(processes)] if processes > 1 else []
+def _gpu(local_rank: int, multi: bool) -> dict[str, str]:
+    """One GPU per MultiWorker process: each would otherwise take every GPU it sees as a
+    replica of its own. No GPU, nothing to hide; MirroredStrategy picks its own devices."""
+    import torch
+
+    if not multi or not torch.cuda.is_available():
+        return {}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    return {"CUDA_VISIBLE_DEVICES": devices[local_rank]}
+
+
+def _run_local(
+    directory: Path, ranks: range, addresses: list[str], threads: int
+) -> tuple[int, list[int], str | None]:
+    """Run this node's workers (global `ranks`) to their end, or stop them all at the first
+    failure: (return code, pids, error)."""
     spec = str(directory / "spec.json")
     procs = []
     try:
-        for rank in range(processes):
+        for rank in ranks:
             with (directory / f"worker-{rank}.log").open("wb") as log:
                 procs.append(
                     subprocess.Popen(
                         guarded([sys.executable, "-u", "-m", MODULE, spec, str(rank)]),
                         stdout=log,
                         stderr=subprocess.STDOUT,
-                        env=_env(rank, ports, threads),
+                        env=_env(rank, addresses, threads)
+                        | _gpu(rank - ranks.start, bool(addresses)),
                         start_new_session=True,
                     )
                 )
@@ -80,17 +154,50 @@ def run_tf(directory: Path, processes: int, threads: int) -> Launch:
         while None in codes and not any(codes):
             time.sleep(POLL_S)
             codes = [p.poll() for p in procs]
-        failed = next((r for r, code in enumerate(codes) if code), None)
     except BaseException:
         _stop(procs)
         raise
     _stop(procs)
     pids = [p.pid for p in procs]
-    log = directory / "worker-0.log"
-    if failed is not None:
-        code = procs[failed].returncode or 1
-        return Launch(code, log, pids, _error(directory, failed, code))
-    ranks = [json.loads((directory / f"rank-{r}.json").read_text()) for r in range(processes)]
+    failed = next((i for i, code in enumerate(codes) if code), None)
+    if failed is None:
+        return 0, pids, None
+    code = procs[failed].returncode or 1
+    return code, pids, _error(directory, ranks[failed], code)
+
+
+def run_tf(
+    directory: Path, processes: int, threads: int, cluster: Cluster | None = None, point: int = 0
+) -> Launch:
+    """Run the point whose spec.json is in `directory` in `processes` TensorFlow processes
+    (MultiWorker when more than one, or on several nodes: `cluster`, where this is point
+    number `point` of the study); node 0 gathers every rank's results into result.json."""
+    for stale in [*directory.glob("rank-*"), *directory.glob("worker-*.log")]:
+        stale.unlink()
+    ports = [free_port() for _ in range(processes)] if processes > 1 or cluster else []
+    if cluster is not None:
+        try:
+            addresses = cluster.workers(point, ports)
+        except RuntimeError as e:  # a peer node gone, or the store's timeout
+            return Launch(1, directory / "spec.json", [], f"the nodes did not meet: {e}")
+    else:
+        addresses = [f"127.0.0.1:{port}" for port in ports]
+    first = cluster.node_rank * processes if cluster else 0
+    mine = range(first, first + processes)
+    code, pids, error = _run_local(directory, mine, addresses, threads)
+    log = directory / f"worker-{first}.log"
+    ranks = [] if error else [json.loads((directory / f"rank-{r}.json").read_text()) for r in mine]
+    if cluster is not None and cluster.node_rank > 0:
+        cluster.post(point, {"error": error} if error else {"ranks": ranks})
+        return Launch(code, log, pids, error)
+    if cluster is not None and error is None:
+        for node, outcome in enumerate(cluster.results(point), 1):
+            if "error" in outcome:
+                code, error = 1, f"node {node}: {outcome['error']}"
+                break
+            ranks += outcome["ranks"]
+    if error is not None:
+        return Launch(code, log, pids, error)
     # Replicas in other processes: their weights' fingerprints must agree.
     prints = [r["main"].pop("fingerprint") for r in ranks]
     spread = max(abs(a - b) for p in prints for a, b in zip(p, prints[0], strict=True))
