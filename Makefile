@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-faults lint format bench horovod clean
+.PHONY: setup demo test test-faults test-horovod lint format bench horovod clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,11 +17,16 @@ demo: setup
 	$(BIN)/dlperf demo
 
 test: setup
-	$(BIN)/pytest -q -m "not faults"
+	$(BIN)/pytest -q -m "not faults and not horovod"
 
 # The fault tests that take over a minute each (tests/faults/, marked `faults`); CI runs both.
 test-faults: setup
 	$(BIN)/pytest -q -m faults
+
+# The studies under horovodrun (tests/test_scale_horovod.py, marked `horovod`): they need a
+# Horovod build (make horovod) and skip, saying so, without one.
+test-horovod: setup
+	$(BIN)/pytest -q -m horovod
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

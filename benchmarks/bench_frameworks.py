@@ -2,10 +2,10 @@
 run: images/s of the small CNN (3x32x32, global batch 64) and ResNet-50 (3x32x32, global
 batch 32), synthetic data, 1 and 2 workers in strong scaling, for DDP (gloo), MirroredStrategy
 (logical CPU devices; hierarchical-copy and reduce-to-one-device all-reduce) and
-MultiWorkerMirroredStrategy (two processes; ring and auto collectives). Every contender is
-one `dlperf scale` study in-process, interleaved over the repetitions; throughput = global
-samples / wall time of the timed steps. Horovod is not here: see README (it does not build
-against this torch and TensorFlow).
+MultiWorkerMirroredStrategy (two processes; ring and auto collectives), and Horovod's torch
+and TensorFlow bindings under horovodrun (gloo) when Horovod is built (make horovod). Every
+contender is one `dlperf scale` study in-process, interleaved over the repetitions;
+throughput = global samples / wall time of the timed steps.
 
 Needs the tensorflow extra (pip install -e '.[tensorflow]')."""
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from benchlib import interleaved, save, spread, table
 from dlperf.config import load_experiment
+from dlperf.distributed.hvd_launch import horovodrun
 from dlperf.distributed.study import run_study
 from dlperf.store import Store
 
@@ -33,6 +34,9 @@ CONTENDERS = {
     "TF multiworker, auto": {"framework": "tensorflow", "strategy": ["multiworker"],
                              "allreduce": ["auto"]},
 }  # fmt: skip
+if horovodrun() is not None:
+    CONTENDERS["Horovod torch (gloo)"] = {"framework": "horovod", "strategy": ["torch"]}
+    CONTENDERS["Horovod TF (gloo)"] = {"framework": "horovod", "strategy": ["tensorflow"]}
 EXP = """
 [model]
 name = "{model}"

@@ -328,7 +328,7 @@ def test_emit_slurm_and_kubernetes(cli: Callable, tiny_exp: Callable, tmp_path: 
         (["--backend", "mpi"], "scale.backend: Input should be 'auto', 'gloo' or 'nccl' (got"),
         (["--backend", "nccl"], "error: backend nccl needs CUDA GPUs, and none are available"),
         (["--strategy", "dp"], "error: --strategy dp (DataParallel) needs GPUs; none here"),
-        (["--strategy", "ddp,pp"], "scale.strategy.1: Input should be 'ddp', 'dp', 'mirrored' or"),
+        (["--strategy", "ddp,pp"], "scale.strategy.1: Input should be 'ddp', 'dp', 'mirrored',"),
         (["--workers", "1,x"], "scale.workers.1: Input should be a valid integer"),
         (["--workers", ","], "scale.workers: must have 1 or more values (got [])"),
         (["--bucket-mb", "25,-1"], "scale.bucket_mb.1: must be greater than 0 (got -1)"),

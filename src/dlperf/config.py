@@ -226,19 +226,22 @@ class ScaleConfig(Section):
     comm: Annotated[
         list[Literal["allreduce", "fp16", "bf16", "powersgd", "noop"]], Field(min_length=1)
     ] = ["allreduce"]
-    """DDP communication hooks, one point each: allreduce | fp16 | bf16 | powersgd | noop."""
-    framework: Literal["torch", "tensorflow"] = "torch"
-    """torch (DDP via torchrun) | tensorflow (tf.distribute; the `tensorflow` extra)."""
-    strategy: list[Literal["ddp", "dp", "mirrored", "multiworker"]] = []
+    """DDP communication hooks, one point each: allreduce | fp16 | bf16 | powersgd | noop
+    (horovod: allreduce | fp16, its fp16 compression)."""
+    framework: Literal["torch", "tensorflow", "horovod"] = "torch"
+    """torch (DDP via torchrun) | tensorflow (tf.distribute; the `tensorflow` extra) |
+    horovod (horovodrun; built by `make horovod`)."""
+    strategy: list[Literal["ddp", "dp", "mirrored", "multiworker", "torch", "tensorflow"]] = []
     """torch: ddp (DistributedDataParallel) | dp (one-process DataParallel, GPUs only);
     tensorflow: mirrored (MirroredStrategy, one process) | multiworker
-    (MultiWorkerMirroredStrategy, one process per worker). One point each; empty: ddp, or
-    mirrored for tensorflow."""
+    (MultiWorkerMirroredStrategy, one process per worker); horovod: its binding, torch |
+    tensorflow. One point each; empty: ddp, mirrored for tensorflow, torch for horovod."""
     allreduce: list[Literal["nccl", "hierarchical", "one-device", "auto", "ring"]] = []
     """tensorflow: the all-reduce, one point each; mirrored: nccl | hierarchical | one-device
     (default nccl on GPUs, else one-device), multiworker: auto | ring | nccl (default auto)."""
     bucket_mb: list[Positive] = []
-    """DDP bucket sizes in MB, one point each; empty: DDP's default (25 MB)."""
+    """DDP bucket sizes in MB (horovod: its tensor-fusion threshold), one point each; empty:
+    DDP's default (25 MB), Horovod's (64 MB)."""
     comm_split: bool = True
     """Re-run each multi-worker point under the no-op hook to split compute from communication."""
     price_per_hour: NonNegative | None = None

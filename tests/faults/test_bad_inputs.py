@@ -46,6 +46,7 @@ def case(line: str, expected: str, code: int = 2, *, xfail: str = "", env: str =
 FAST_RUN = "--set data.limit=64"  # two steps: a case that trains before it fails stays short
 STUDY = "--workers 1 --mode weak --per-worker-batch 8 --steps 2"  # a valid scale study
 TF = "--framework tensorflow --synthetic"
+HVD = "--framework horovod --synthetic"
 CURVE = "converge fit --csv {pollux} --y metric --metric accuracy"
 PLAN = "converge plan --curve curve.json --speed speed.json --target 0.5"
 
@@ -330,8 +331,8 @@ CASES = [
         "error: cannot use /sys/x.sbatch: Permission denied",
     ),
     case(f"scale exp.toml {STUDY} --emit slurm --out dir", "error: cannot use dir: Is a directory"),
-    # --- scale --framework tensorflow (checked before TensorFlow starts) ----------------------
-    case(f"scale exp.toml {STUDY} --framework jax", "scale.framework: Input should be 'torch' or"),
+    # --- scale --framework tensorflow|horovod (checked before either starts) -------------------
+    case(f"scale exp.toml {STUDY} --framework jax", "scale.framework: Input should be 'torch', '"),
     case(f"scale exp.toml {STUDY} {TF} --strategy ddp", "--strategy ddp is not a tensorflow str"),
     case(f"scale exp.toml {STUDY} --strategy multiworker", "--strategy multiworker is not a torch"),
     case(f"scale exp.toml {STUDY} {TF} --allreduce mpi", "scale.allreduce.0: Input should be 'nc"),
@@ -340,8 +341,15 @@ CASES = [
     case(f"scale exp.toml {STUDY} {TF} --set model.name=resnet20", "no TensorFlow version here"),
     case(f"scale exp.toml {STUDY} --framework tensorflow", "measures synthetic data (add --synth"),
     case(f"scale exp.toml {STUDY} {TF} --comm fp16", "--bucket-mb and --comm are DDP's"),
-    case(f"scale exp.toml {STUDY} {TF} --strategy mirrored --nnodes 2 --emit slurm",
-         "mirrored runs in one process on one node (use multiworker)"),
+    case(
+        f"scale exp.toml {STUDY} {TF} --strategy mirrored --nnodes 2 --emit slurm",
+        "mirrored runs in one process on one node (use multiworker)",
+    ),
+    case(f"scale exp.toml {STUDY} {HVD} --strategy ddp", "--strategy ddp is not a horovod str"),
+    case(f"scale exp.toml {STUDY} {HVD} --comm powersgd", "--comm powersgd is DDP's (horovod"),
+    case(f"scale exp.toml {STUDY} {HVD} --allreduce ring", "--allreduce is TensorFlow's (horo"),
+    case(f"scale exp.toml {STUDY} --framework horovod", "horovod measures synthetic data (add"),
+    case(f"scale exp.toml {STUDY} {HVD} --nnodes 2 --emit slurm", "horovod runs on one node here"),
     case("scale --allreduce-bench --workers 1 --sizes 1XB", "error: bad message size '1XB'"),
     case("scale --allreduce-bench --workers 1 --iters 0", "error: --iters must be at least 1"),
     case(

@@ -166,16 +166,21 @@ def scale(
     comm: str = typer.Option(
         None, "--comm", help="allreduce | fp16 | bf16 | powersgd | noop (comma list)."
     ),
-    framework: str = typer.Option(None, "--framework", help="torch | tensorflow."),
+    framework: str = typer.Option(None, "--framework", help="torch | tensorflow | horovod."),
     strategy: str = typer.Option(
-        None, "--strategy", help="torch: ddp | dp (GPUs); tensorflow: mirrored | multiworker."
+        None,
+        "--strategy",
+        help="torch: ddp | dp (GPUs); tensorflow: mirrored | multiworker; horovod: torch | "
+        "tensorflow.",
     ),
     allreduce: str = typer.Option(
         None,
         "--allreduce",
         help="tensorflow: nccl | hierarchical | one-device (mirrored), auto | ring | nccl.",
     ),
-    bucket_mb: str = typer.Option(None, "--bucket-mb", help="DDP bucket size(s) in MB."),
+    bucket_mb: str = typer.Option(
+        None, "--bucket-mb", help="DDP bucket size(s) in MB (horovod: fusion threshold)."
+    ),
     comm_split: bool = typer.Option(
         None, "--comm-split/--no-comm-split", help="Re-run under the no-op hook (compute only)."
     ),

@@ -228,15 +228,11 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
     return "\n".join([f"torchrun failed ({_how(returncode)})", *lines[-TAIL_LINES:]])
 
 
-def run_torchrun(
-    directory: Path,
-    nproc_per_node: int,
-    module: str,
-    args: Sequence[str],
-    rdzv: Rendezvous | None = None,
-    env: dict[str, str] | None = None,
-) -> Launch:
-    """Run `module` under torchrun with its output in `directory`/torchrun.log; on any
+def run_launcher(
+    directory: Path, command: list[str], log: Path, env: dict[str, str] | None = None
+) -> tuple[int, list[int]]:
+    """Run a guarded launcher `command` (torchrun, horovodrun) whose workers write their pids
+    into `directory`, its output in `log`: (its return code, the workers' pids). On any
     exception, Ctrl-C and SIGTERM (KeyboardInterrupt) above all, stop every process it
     started, then let the exception propagate."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -244,8 +240,6 @@ def run_torchrun(
     # above all, must be this launch's.
     for stale in directory.glob("rank-*"):
         stale.unlink()
-    log = directory / "torchrun.log"
-    command = torchrun_command(nproc_per_node, rdzv or Rendezvous(), module, args)
     child_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -261,8 +255,23 @@ def run_torchrun(
             stop(proc, directory)
             raise
     pids = worker_pids(directory)
-    # A worker that outlives torchrun (only without a parent-death signal, off Linux) must
-    # not keep the cores.
+    # A worker that outlives its launcher (only without a parent-death signal, off Linux)
+    # must not keep the cores.
     _kill([pid for pid in pids if alive(pid)], signal.SIGKILL)
+    return code, pids
+
+
+def run_torchrun(
+    directory: Path,
+    nproc_per_node: int,
+    module: str,
+    args: Sequence[str],
+    rdzv: Rendezvous | None = None,
+    env: dict[str, str] | None = None,
+) -> Launch:
+    """Run `module` under torchrun with its output in `directory`/torchrun.log."""
+    log = directory / "torchrun.log"
+    command = torchrun_command(nproc_per_node, rdzv or Rendezvous(), module, args)
+    code, pids = run_launcher(directory, command, log, env)
     error = error_lines(directory, log, code) if code != 0 else None
     return Launch(code, log, pids, error)

@@ -39,6 +39,7 @@ import torch
 
 from dlperf.analytic.devices import get_device
 from dlperf.config import Experiment, ScaleConfig
+from dlperf.distributed.hvd_launch import run_horovod
 from dlperf.distributed.launch import Rendezvous, run_torchrun
 from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.engine.run import as_run
@@ -50,7 +51,8 @@ from dlperf.system import system_info, usable_cores
 BACKENDS = ("auto", "gloo", "nccl")
 WORKER_MODULE = "dlperf.distributed.worker"
 BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
-DATA_PARALLEL = ("ddp", "multiworker")  # one process per worker; dp and mirrored: one in all
+# One process per worker: DDP, MultiWorker and Horovod's bindings; dp and mirrored: one in all.
+DATA_PARALLEL = ("ddp", "multiworker", "torch", "tensorflow")
 CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
 
 
@@ -123,6 +125,9 @@ def check_options(opts: ScaleConfig) -> None:
         raise UserError("give one of scale.steps and scale.epochs", "e.g. --steps 50")
     if opts.nnodes > 1 and "mirrored" in opts.strategy:  # before --emit writes a job
         raise UserError("--strategy mirrored runs in one process on one node", "use multiworker")
+    if opts.nnodes > 1 and opts.framework == "horovod":
+        raise UserError("--framework horovod runs on one node here (horovodrun starts remote "
+                        "workers itself, over ssh)", "use --nnodes 1")  # fmt: skip
     hourly_price(opts)
 
 
@@ -131,9 +136,15 @@ TF_ALLREDUCE = {"mirrored": ("nccl", "hierarchical", "one-device"),
 TF_MODELS = ("resnet50", "smallcnn")
 
 
+STRATEGIES = {"torch": ("ddp", "dp"), "tensorflow": ("mirrored", "multiworker"),
+              "horovod": ("torch", "tensorflow")}  # fmt: skip
+HOROVOD_COMM = ("allreduce", "fp16")
+
+
 def strategies(opts: ScaleConfig) -> list[str]:
-    """The strategies of the study, each checked against its framework."""
-    allowed = ("mirrored", "multiworker") if opts.framework == "tensorflow" else ("ddp", "dp")
+    """The strategies of the study (Horovod's: its bindings), each checked against its
+    framework."""
+    allowed = STRATEGIES[opts.framework]
     chosen = opts.strategy or [allowed[0]]
     for name in chosen:
         if name not in allowed:
@@ -158,19 +169,35 @@ def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
 
 
 def check_tensorflow(opts: ScaleConfig, model: str) -> None:
-    """What the TensorFlow path needs (the extra, synthetic data, one node, its models)."""
+    """What a TensorFlow model needs (the extra, one of its models, synthetic data)."""
     import importlib.util
 
     if importlib.util.find_spec("tensorflow") is None:
-        raise UserError("--framework tensorflow needs TensorFlow, which is not installed",
-                        "pip install -e '.[tensorflow]'")  # fmt: skip
+        raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
+                        "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
     if model not in TF_MODELS:
         raise UserError(f"model {model!r} has no TensorFlow version here",
                         f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
     if not opts.synthetic:
-        raise UserError("--framework tensorflow measures synthetic data", "add --synthetic")
-    if opts.bucket_mb or opts.comm != ["allreduce"]:
-        raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
+        raise UserError(f"--framework {opts.framework} measures synthetic data", "add --synthetic")
+
+
+def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
+    """What the Horovod path needs: horovodrun, synthetic data, its communication options."""
+    from dlperf.distributed.hvd_launch import horovodrun
+
+    for name in opts.comm:
+        if name not in HOROVOD_COMM:
+            raise UserError(f"--comm {name} is DDP's", f"horovod takes {' | '.join(HOROVOD_COMM)}")
+    if opts.allreduce:
+        raise UserError("--allreduce is TensorFlow's", "horovod takes --comm and --bucket-mb")
+    if not opts.synthetic:
+        raise UserError("--framework horovod measures synthetic data", "add --synthetic")
+    if horovodrun() is None:
+        raise UserError("--framework horovod needs Horovod, which is not installed",
+                        "build it with `make horovod` (docs/scale.md#horovod)")  # fmt: skip
+    if "tensorflow" in chosen:
+        check_tensorflow(opts, model)
 
 
 def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
@@ -181,8 +208,12 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
     if opts.nnodes > 1 and not opts.rdzv:
         raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
+    if opts.framework == "horovod":
+        check_horovod(opts, model, chosen)
     if opts.framework == "tensorflow":
         check_tensorflow(opts, model)
+        if opts.bucket_mb or opts.comm != ["allreduce"]:
+            raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
         for name in opts.allreduce:
             if not any(name in TF_ALLREDUCE[s] for s in chosen):
                 takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
@@ -195,8 +226,9 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
             raise UserError("--strategy dp runs in one process on one node", "use ddp")
         if max(opts.workers) > torch.cuda.device_count():
             raise UserError(f"--strategy dp: only {torch.cuda.device_count()} GPUs here")
-    # MirroredStrategy's replicas share one process; the other strategies take a core each.
-    on_cpu = backend == "gloo" or "multiworker" in chosen
+    # A process per worker, each taking cores (MirroredStrategy's replicas share one).
+    processes = any(s in DATA_PARALLEL for s in chosen)
+    on_cpu = backend == "gloo" or (processes and not torch.cuda.is_available())
     for workers in opts.workers:
         if workers % opts.nnodes:
             raise UserError(f"{workers} workers do not split evenly over {opts.nnodes} nodes")
@@ -400,7 +432,8 @@ class _Study:
         self.opts, self.store = exp.scale, store
         self.out_dir, self.reporter = out_dir, reporter
         self.tensorflow = self.opts.framework == "tensorflow"
-        self.backend = "tensorflow" if self.tensorflow else resolve_backend(self.opts.backend)
+        torch_ddp = self.opts.framework == "torch"
+        self.backend = resolve_backend(self.opts.backend) if torch_ddp else self.opts.framework
         self.price = hourly_price(self.opts)
         self.cores = usable_cores()
         self.exp, self.data, self.warnings = as_run(exp, store)
@@ -439,7 +472,7 @@ class _Study:
         """Launch one point, store it (node 0) and return its row."""
         opts = self.opts
         per_node = point.workers // opts.nnodes if point.strategy in DATA_PARALLEL else 1
-        cpu = self.backend in ("gloo", "tensorflow")
+        cpu = self.backend in ("gloo", "tensorflow", "horovod")
         threads = threads_per_worker(per_node, self.cores) if cpu else 1
         if self.backend == "gloo" and per_node * threads > self.cores:
             self.warnings.append(
@@ -507,6 +540,8 @@ class _Study:
         opts = self.opts
         if self.tensorflow:
             launch = run_tf(directory, per_node, threads, self.cluster, index)
+        elif self.backend == "horovod":
+            launch = run_horovod(directory, per_node, threads, point.bucket_mb)
         else:
             launch = run_torchrun(
                 directory,
@@ -592,7 +627,7 @@ def find_max_batch(
     opts = study.opts
     if len(set(opts.workers)) != 1:
         raise UserError("--find-max-batch takes one worker count", "e.g. --workers 2")
-    if study.tensorflow:
+    if opts.framework != "torch":
         raise UserError("--find-max-batch measures the torch path", "leave out --framework")
     if study.backend == "gloo" and opts.memory_cap_gb is None:
         raise UserError("--find-max-batch on CPU needs --memory-cap-gb", "e.g. --memory-cap-gb 4")

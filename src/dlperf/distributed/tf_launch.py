@@ -198,10 +198,15 @@ def run_tf(
             ranks += outcome["ranks"]
     if error is not None:
         return Launch(code, log, pids, error)
-    # Replicas in other processes: their weights' fingerprints must agree.
+    write_result(directory, ranks)
+    return Launch(0, log, pids, None)
+
+
+def write_result(directory: Path, ranks: list[dict[str, Any]]) -> None:
+    """Every rank's results as `result.json`, as the torch workers leave them; replicas in
+    other processes are compared by their weights' fingerprints, which must agree."""
     prints = [r["main"].pop("fingerprint") for r in ranks]
     spread = max(abs(a - b) for p in prints for a, b in zip(p, prints[0], strict=True))
     for r in ranks:
         r["main"]["replica_max_diff"] = max(r["main"]["replica_max_diff"], spread)
     (directory / "result.json").write_text(json.dumps({"ranks": ranks}))
-    return Launch(0, log, pids, None)

@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,53 @@ def build_model(name: str, shape: tuple[int, int, int], classes: int) -> Any:
     )
 
 
+def measure(
+    spec: dict[str, Any], rank: int, step: Callable[[], None], compute_only: Callable[[], None]
+) -> dict[str, Any]:
+    """Warm up, then time chunks of steps alternating with chunks of compute-only steps (when
+    the spec splits compute), so that a change in the host's load hits both alike. Each call
+    returns once its step is done. Times in seconds: every step's, the wall time of the
+    timed steps, and the compute-only steps' (None without the split)."""
+    crash = os.environ.get(CRASH_ENV, "").split(":")
+    for i in range(spec["warmup_steps"]):
+        if crash[0] == str(rank) and crash[1] == str(i + 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+        step()
+    split = spec["compute_split"]
+    if split:
+        compute_only()  # traced and warm before the timing starts
+    times: list[float] = []
+    compute: list[float] = []
+    wall = 0.0
+    steps, chunks = spec["steps"], max(1, min(CHUNKS, spec["steps"]))
+    for c in range(chunks):
+        size = steps // chunks + (c < steps % chunks)
+        if crash[0] == str(rank) and int(crash[1]) > spec["warmup_steps"] and c == chunks - 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        began = time.perf_counter()
+        for _ in range(size):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        wall += time.perf_counter() - began
+        for _ in range(size if split else 0):
+            t0 = time.perf_counter()
+            compute_only()
+            compute.append(time.perf_counter() - t0)
+    return {"step_times_s": times, "wall_s": wall, "compute_s": compute if split else None}
+
+
+def weights(variables: list[Any]) -> dict[str, Any]:
+    """The bytes of the trained variables' gradients, and a fingerprint of their values by
+    which the launcher compares replicas in other processes."""
+    import tensorflow as tf
+
+    return {
+        "grad_bytes": sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables),
+        "fingerprint": [float(tf.reduce_sum(tf.abs(v))) for v in variables],
+    }
+
+
 def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
     import keras
     import tensorflow as tf
@@ -144,34 +192,11 @@ def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
 
         return strategy.run(replica, args=(next(iterator),))
 
-    def timed(fn: Any, count: int, into: list[float]) -> None:
-        for _ in range(count):
-            began = time.perf_counter()
-            for value in strategy.experimental_local_results(fn(data)):
-                value.numpy()  # the host has it: the step, all-reduce included, is done
-            into.append(time.perf_counter() - began)
+    def run(fn: Any) -> None:
+        for value in strategy.experimental_local_results(fn(data)):
+            value.numpy()  # the host has it: the step, all-reduce included, is done
 
-    crash = os.environ.get(CRASH_ENV, "").split(":")
-    for i in range(spec["warmup_steps"]):
-        if crash[0] == str(rank) and crash[1] == str(i + 1):
-            os.kill(os.getpid(), signal.SIGKILL)
-        step(data).numpy()
-    split = spec["compute_split"]
-    if split:
-        compute_only(data)  # traced and warm before the timing starts
-    times: list[float] = []
-    compute: list[float] = []
-    wall = 0.0
-    steps, chunks = spec["steps"], max(1, min(CHUNKS, spec["steps"]))
-    for c in range(chunks):  # alternating chunks: a change in load hits both alike
-        size = steps // chunks + (c < steps % chunks)
-        if crash[0] == str(rank) and int(crash[1]) > spec["warmup_steps"] and c == chunks - 1:
-            os.kill(os.getpid(), signal.SIGKILL)
-        began = time.perf_counter()
-        timed(step, size, times)
-        wall += time.perf_counter() - began
-        if split:
-            timed(compute_only, size, compute)
+    times = measure(spec, rank, lambda: run(step), lambda: run(compute_only))
     variables = model.trainable_variables
     replicas = [strategy.experimental_local_results(v) for v in variables]
     spread = max(float(tf.reduce_max(tf.abs(r - rs[0]))) for rs in replicas for r in rs)
@@ -180,16 +205,14 @@ def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "main": {
-            "step_times_s": times,
-            "wall_s": wall,
-            "samples": local * len(strategy.extended.worker_devices) * len(times),
+            "step_times_s": times["step_times_s"],
+            "wall_s": times["wall_s"],
+            "samples": local * len(strategy.extended.worker_devices) * len(times["step_times_s"]),
             "ddp": {},
             "replica_max_diff": spread,
-            "grad_bytes": sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables),
-            # Replicas of other processes are compared by the launcher.
-            "fingerprint": [float(tf.reduce_sum(tf.abs(v))) for v in variables],
+            **weights(variables),
         },
-        **({"compute": {"step_times_s": compute}} if split else {}),
+        **({"compute": {"step_times_s": times["compute_s"]}} if times["compute_s"] else {}),
     }
 
 

@@ -1,0 +1,89 @@
+"""Launching a Horovod scaling point: `horovodrun -np N -H localhost:N --gloo` running
+dlperf.distributed.hvd_worker in each of N processes, on this node.
+
+horovodrun starts through the launcher's guard, so it dies with dlperf, even a SIGKILLed
+one; Horovod then ends its own workers (each runs under a middleman that kills it when
+horovodrun is gone). Ctrl-C and SIGTERM stop horovodrun and every worker by the pids they
+write, as for torchrun (dlperf.distributed.launch). Horovod's tensor-fusion threshold is the
+point's bucket size (--bucket-mb), its 64 MiB default otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from dlperf.distributed.launch import TAIL_LINES, Launch, guarded, run_launcher
+from dlperf.distributed.tf_launch import write_result
+
+MODULE = "dlperf.distributed.hvd_worker"
+START_TIMEOUT_S = 600  # horovodrun's 30 s is less than TensorFlow's start on a busy host
+# horovodrun's account of a failed job names the first process to exit badly.
+_FIRST = re.compile(r"The first process to do so was:\s*Process name: (\d+)\s*Exit code: (\d+)")
+
+
+def horovodrun() -> str | None:
+    """The horovodrun beside this interpreter (the venv's), else on PATH; None without one."""
+    return shutil.which("horovodrun", path=str(Path(sys.executable).parent)) or shutil.which(
+        "horovodrun"
+    )
+
+
+def horovodrun_command(processes: int, spec: Path) -> list[str]:
+    program = horovodrun() or "horovodrun"
+    command = [sys.executable, program, "-np", str(processes), "-H", f"localhost:{processes}"]
+    command += ["--gloo", "--start-timeout", str(START_TIMEOUT_S)]
+    return guarded([*command, sys.executable, "-u", "-m", MODULE, str(spec)])
+
+
+def _error(directory: Path, log: Path, code: int) -> str:
+    """What went wrong, first line a summary: the process horovodrun saw fail first (a killed
+    one is blamed before the peers it took down), with its traceback's tail when it wrote
+    one; else the rank that wrote its traceback first; else horovodrun's own log's tail."""
+    text = log.read_text(errors="replace")
+    first = _FIRST.search(text)
+    errors = sorted(directory.glob("rank-*.error"), key=lambda p: p.stat().st_mtime_ns)
+    if first:
+        rank, status = first.group(1), int(first.group(2))
+        how = f"exit status {status}"
+        if status > 128:  # the shell's 128 + the signal that killed it
+            how = f"killed by {_signal_name(status - 128)}"
+        head = f"Horovod worker rank {rank} failed ({how})"
+        mine = directory / f"rank-{rank}.error"
+        errors = [mine] if mine.is_file() else []
+    elif errors:
+        head = f"Horovod worker rank {errors[0].stem.removeprefix('rank-')} failed"
+    else:
+        lines = [line for line in text.splitlines() if line.strip()]
+        return "\n".join([f"horovodrun failed (exit code {code})", *lines[-TAIL_LINES:]])
+    tail = errors[0].read_text().strip().splitlines()[-TAIL_LINES:] if errors else []
+    return "\n".join([head, *tail])
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def run_horovod(
+    directory: Path, processes: int, threads: int, bucket_mb: float | None = None
+) -> Launch:
+    """Run the point whose spec.json is in `directory` under horovodrun; every rank's results
+    go to result.json."""
+    log = directory / "horovodrun.log"
+    env = {"OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if bucket_mb:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(int(bucket_mb * 2**20))
+    command = horovodrun_command(processes, directory / "spec.json")
+    code, pids = run_launcher(directory, command, log, env)
+    if code != 0:
+        return Launch(code, log, pids, _error(directory, log, code))
+    ranks = [json.loads((directory / f"rank-{r}.json").read_text()) for r in range(processes)]
+    write_result(directory, ranks)
+    return Launch(0, log, pids, None)

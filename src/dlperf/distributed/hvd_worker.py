@@ -1,0 +1,165 @@
+"""One Horovod process of a scaling point: `horovodrun -np N ... python -m
+dlperf.distributed.hvd_worker SPEC.json`, started by dlperf.distributed.hvd_launch.
+
+The point's strategy names Horovod's binding: `torch` trains dlperf's model of the registry's
+name with `hvd.DistributedOptimizer`, `tensorflow` the Keras model of dlperf.distributed.tf_worker
+with `hvd.DistributedGradientTape`; both broadcast rank 0's weights (and optimizer state)
+first, as Horovod's own synthetic benchmarks do, then train with SGD at the experiment's lr
+and momentum on synthetic data (random images of the model's input shape, per rank), the
+gradients averaged over the ranks by Horovod's all-reduce (gloo or NCCL, as built), fp16-
+compressed on the wire for `--comm fp16`; `--bucket-mb` is Horovod's tensor-fusion
+threshold (set by the launcher). Steps are timed as the TensorFlow workers time theirs
+(tf_worker.measure), the compute-only steps being a second copy of the model without
+Horovod: forward, backward and a local SGD update on torch (as DDP's no-op hook replica),
+forward and backward on TensorFlow (as the tf.distribute path). Each rank writes `rank-R.pid`
+as it starts, `rank-R.json` (the TensorFlow workers' shape) at the end, and `rank-R.error`
+(its traceback) if it fails.
+
+TensorFlow and torchvision must not share a process (they crash it): the `tensorflow` path
+imports nothing of torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from dlperf.distributed.tf_worker import build_model, measure, weights
+
+
+def _torch(spec: dict[str, Any]) -> dict[str, Any]:
+    import copy
+
+    import horovod.torch as hvd
+    import torch
+    import torch.nn.functional as F
+
+    from dlperf.models.registry import create_model
+    from dlperf.system import synchronize
+
+    hvd.init()
+    torch.set_num_threads(spec["threads"])
+    device = torch.device("cuda", hvd.local_rank()) if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    exp, (channels, height, width) = spec["experiment"], spec["shape"]
+    torch.manual_seed(exp["run"]["seed"])
+    model = create_model(exp["model"]["name"], num_classes=spec["classes"],
+                         in_channels=channels, **exp["model"]["kwargs"]).to(device)  # fmt: skip
+    g = torch.Generator().manual_seed(exp["run"]["seed"] * 1000 + hvd.rank())
+    x = torch.randn(spec["per_worker_batch"], channels, height, width, generator=g).to(device)
+    y = torch.randint(spec["classes"], (spec["per_worker_batch"],), generator=g).to(device)
+    with torch.no_grad():
+        model(x[:1])  # sizes the lazy layers (smallcnn's), as dlperf's training does
+    model.train()
+    shadow = copy.deepcopy(model)  # the compute-only copy, outside Horovod
+    lr, momentum = exp["train"]["lr"], exp["train"]["momentum"]
+    compression = hvd.Compression.fp16 if spec["comm"] == "fp16" else hvd.Compression.none
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum),
+        named_parameters=model.named_parameters(),
+        compression=compression,
+    )
+    local = torch.optim.SGD(shadow.parameters(), lr=lr, momentum=momentum)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    def step(net: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+        synchronize(device)  # the clock is read next
+
+    times = measure(spec, hvd.rank(), lambda: step(model, optimizer), lambda: step(shadow, local))
+    params = [p for p in model.parameters() if p.requires_grad]
+    return times | {
+        "grad_bytes": sum(p.numel() * p.element_size() for p in params),
+        "fingerprint": [float(p.detach().abs().sum()) for p in params],
+    }
+
+
+def _tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
+    import horovod.tensorflow as hvd
+    import keras
+    import tensorflow as tf
+
+    hvd.init()
+    tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(spec["threads"])
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    exp, (channels, height, width) = spec["experiment"], spec["shape"]
+    shape, classes, batch = (height, width, channels), spec["classes"], spec["per_worker_batch"]
+    model = build_model(exp["model"]["name"], shape, classes)
+    optimizer = keras.optimizers.SGD(exp["train"]["lr"], momentum=exp["train"]["momentum"])
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    compression = hvd.Compression.fp16 if spec["comm"] == "fp16" else hvd.Compression.none
+    g = tf.random.Generator.from_seed(exp["run"]["seed"] * 1000 + hvd.rank())
+    x = g.uniform((batch, *shape))
+    y = g.uniform((batch,), 0, classes, dtype=tf.int32)
+
+    # Horovod 0.28.1 keys gradients by tf.Variable.ref(), which Keras 3's variables lack: the
+    # tape takes the tf.Variables they wrap.
+    sources = [v.value for v in model.trainable_variables]
+
+    @tf.function
+    def step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape, compression=compression)
+        grads = tape.gradient(loss, sources)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    @tf.function
+    def compute_only() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        return loss + 0 * tf.add_n([tf.reduce_sum(g) for g in grads])  # keeps grads
+
+    # The optimizer's variables exist after its first update: then broadcast, as Horovod's
+    # TensorFlow 2 benchmark does.
+    step().numpy()
+    hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
+    hvd.broadcast_variables([v.value for v in optimizer.variables], root_rank=0)
+    times = measure(spec, hvd.rank(), lambda: step().numpy(), lambda: compute_only().numpy())
+    return times | weights(model.trainable_variables)
+
+
+def main() -> None:
+    spec_path = Path(sys.argv[1])
+    directory = spec_path.parent
+    rank = int(os.environ["HOROVOD_RANK"])  # set by horovodrun before the worker starts
+    (directory / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    spec = json.loads(spec_path.read_text())
+    try:
+        train = _tensorflow if spec["strategy"] == "tensorflow" else _torch
+        times = train(spec)
+    except Exception:
+        (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)  # peers may be gone: tearing Horovod down could hang
+    compute = times.pop("compute_s")
+    samples = spec["per_worker_batch"] * len(times["step_times_s"])
+    result = {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "main": times | {"samples": samples, "ddp": {}, "replica_max_diff": 0.0},
+        **({"compute": {"step_times_s": compute}} if compute is not None else {}),
+    }
+    done = directory / f"rank-{rank}.json"
+    part = done.with_suffix(".part")
+    part.write_text(json.dumps(result))
+    part.replace(done)
+
+
+if __name__ == "__main__":
+    main()
