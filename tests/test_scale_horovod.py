@@ -24,6 +24,7 @@ from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import Store
 from tests.conftest import CliResult, rank_result
+from tests.test_scale_tensorflow import on_digits
 
 HAS_HOROVOD = hvd_launch.horovodrun() is not None
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
@@ -93,7 +94,6 @@ def test_the_points_are_the_ddp_paths_per_binding(installed: None) -> None:
         ({"comm": ["powersgd"]}, "smallcnn", "--comm powersgd is DDP's (horovod takes allreduce "
                                              "| fp16)"),
         ({"allreduce": ["ring"]}, "smallcnn", "--allreduce is TensorFlow's"),
-        ({"synthetic": False}, "smallcnn", "--framework horovod measures synthetic data"),
         ({"strategy": ["tensorflow"]}, "resnet20", "model 'resnet20' has no TensorFlow version"),
         ({"nnodes": 2, "rdzv": "h:1"}, "smallcnn", "--framework horovod runs on one node here"),
         ({"workers": [64], "global_batch": 64}, "smallcnn", "64 workers per node but this host"),
@@ -114,20 +114,27 @@ def test_without_horovod_the_build_is_named(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.parametrize(
-    ("strategy", "comm"), [("torch", "allreduce"), ("torch", "fp16"), ("tensorflow", "allreduce")]
-)
+    ("strategy", "comm", "data"),
+    [("torch", "allreduce", "synthetic"), ("torch", "fp16", "digits"),
+     ("tensorflow", "allreduce", "synthetic"), ("tensorflow", "fp16", "digits")],
+)  # fmt: skip
 @pytest.mark.horovod
 @needs_horovod
 def test_one_and_two_workers_train_in_step(
     strategy: str,
     comm: str,
+    data: str,
     tmp_path: Path,
     store: Store,
     cli: Callable[..., CliResult],
 ) -> None:
+    """Synthetic images, or the digits' training split: each rank its shard, as DDP's ranks
+    take theirs (torch: the DDP workers' own batches; TensorFlow: the file dlperf writes)."""
     if strategy == "tensorflow" and not HAS_TF:
         pytest.skip("TensorFlow is not installed (the extra)")
     path = write_study(tmp_path)
+    if data == "digits":
+        on_digits(path)
     args = ["scale", str(path), "--strategy", strategy, "--comm", comm, "--bucket-mb", "0.5"]
     result = cli(*args, "--json")
     assert result.code == 0, result.err
@@ -150,7 +157,8 @@ def test_one_and_two_workers_train_in_step(
         assert ddp_keys <= r.keys() and r["backend"] == "horovod" and r["bucket_mb"] == 0.5
         assert r["replica_max_diff"] == 0.0  # rank 0's weights, broadcast, then equal steps
         assert r["throughput"] > 0 and r["timed_steps"] == 4
-        assert r["grad_bytes"] == 1_262_888  # smallcnn at 3x16x16, 10 classes, fp32
+        # smallcnn, 10 classes, fp32, at 3x16x16 (synthetic) or 1x8x8 (digits)
+        assert r["grad_bytes"] == 4 * (315_722 if data == "synthetic" else 53_002)
         assert not any(alive(pid) for pid in r["worker_pids"])
     assert [len(r["ranks"]) for r in rows] == [1, 2]
     assert rows[0]["compute_s"] is None and rows[1]["compute_s"] > 0

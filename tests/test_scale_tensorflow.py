@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -24,6 +25,7 @@ from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import Store
 from tests.conftest import CliResult, rank_result
+from tests.test_data import write_jpegs
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
 DLPERF = [sys.executable, "-m", "dlperf"]
@@ -54,6 +56,13 @@ out_dir = "{out}"
 def write_study(root: Path) -> Path:
     path = root / "tf.toml"
     path.write_text(STUDY.format(out=root / "runs"))
+    return path
+
+
+def on_digits(path: Path) -> Path:
+    """The study at `path` on the digits' training split instead of synthetic images."""
+    study = path.read_text().replace('name = "synthetic"\nshape = [3, 16, 16]', 'name = "digits"')
+    path.write_text(study.replace("synthetic = true", ""))
     return path
 
 
@@ -91,7 +100,6 @@ def test_the_batch_arithmetic_is_the_ddp_paths(
                                               "available here (use hierarchical or one-device)"),
         ({}, "resnet20", "model 'resnet20' has no TensorFlow version here (use model.name = "
                          "resnet50 or smallcnn)"),
-        ({"synthetic": False}, "smallcnn", "--framework tensorflow measures synthetic data"),
         ({"bucket_mb": [25.0]}, "smallcnn", "--bucket-mb and --comm are DDP's"),
         ({"workers": [64], "strategy": ["multiworker"], "global_batch": 64}, "smallcnn",
          "64 workers per node but this host"),
@@ -156,6 +164,41 @@ def test_one_and_two_workers_train_in_step(
     assert rows[0]["compute_s"] is None and rows[1]["compute_s"] > 0
     assert rows[1]["comm_exposed_s"] == max(0.0, rows[1]["step_time_s"] - rows[1]["compute_s"])
     assert len({r["run_id"] for r in rows}) == 2 and out["study_id"] is not None
+
+
+@needs_tf
+def test_real_data_trains_each_worker_on_its_shard(
+    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+) -> None:
+    """Without --synthetic the workers read the experiment's training split, written once
+    for them: MultiWorker's two processes each take every other image, as DDP's ranks do."""
+    path = on_digits(write_study(tmp_path))
+    result = cli("scale", str(path), "--strategy", "multiworker,mirrored", "--json")
+    assert result.code == 0, result.err
+    rows = json.loads(result.out)["rows"]
+    assert [(r["workers"], r["strategy"], r["status"]) for r in rows] == [
+        (1, "multiworker", "finished"), (1, "mirrored", "finished"),
+        (2, "multiworker", "finished"), (2, "mirrored", "finished")]  # fmt: skip
+    assert all(r["replica_max_diff"] == 0.0 and r["throughput"] > 0 for r in rows)
+    (data,) = tmp_path.glob("runs/**/train.npz")  # one file for every point of the study
+    with np.load(data) as f:
+        assert f["images"].shape[1:] == (8, 8, 1) and f["images"].dtype == np.uint8
+        training_images = rows[0]["epoch_time_s"] * rows[0]["throughput"]
+        assert len(f["labels"]) == pytest.approx(training_images)
+
+
+def test_a_data_set_streamed_from_files_is_refused(
+    tmp_path: Path, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    write_jpegs(tmp_path / "folder")
+    path = write_study(tmp_path)
+    folder = f'name = "imagefolder"\nroot = "{tmp_path / "folder"}"\nimage_size = 16\n'
+    path.write_text(path.read_text().replace('name = "synthetic"\n', folder + "in_memory = false\n")
+                    .replace("synthetic = true", ""))  # fmt: skip
+    result = cli("scale", str(path), "--strategy", "multiworker")
+    assert result.code == 2
+    assert "TensorFlow reads the training images from memory, and imagefolder streams" in result.err
 
 
 @needs_tf

@@ -339,7 +339,6 @@ CASES = [
     case(f"scale exp.toml {STUDY} {TF} --allreduce nccl", "--allreduce nccl needs GPUs, and none"),
     case(f"scale exp.toml {STUDY} {TF} --allreduce ring", "--allreduce ring is not an all-reduce"),
     case(f"scale exp.toml {STUDY} {TF} --set model.name=resnet20", "no TensorFlow version here"),
-    case(f"scale exp.toml {STUDY} --framework tensorflow", "measures synthetic data (add --synth"),
     case(f"scale exp.toml {STUDY} {TF} --comm fp16", "--bucket-mb and --comm are DDP's"),
     case(
         f"scale exp.toml {STUDY} {TF} --strategy mirrored --nnodes 2 --emit slurm",
@@ -348,7 +347,6 @@ CASES = [
     case(f"scale exp.toml {STUDY} {HVD} --strategy ddp", "--strategy ddp is not a horovod str"),
     case(f"scale exp.toml {STUDY} {HVD} --comm powersgd", "--comm powersgd is DDP's (horovod"),
     case(f"scale exp.toml {STUDY} {HVD} --allreduce ring", "--allreduce is TensorFlow's (horo"),
-    case(f"scale exp.toml {STUDY} --framework horovod", "horovod measures synthetic data (add"),
     case(f"scale exp.toml {STUDY} {HVD} --nnodes 2 --emit slurm", "horovod runs on one node here"),
     case("scale --allreduce-bench --workers 1 --sizes 1XB", "error: bad message size '1XB'"),
     case("scale --allreduce-bench --workers 1 --iters 0", "error: --iters must be at least 1"),

@@ -2,18 +2,20 @@
 dlperf.distributed.hvd_worker SPEC.json`, started by dlperf.distributed.hvd_launch.
 
 The point's strategy names Horovod's binding: `torch` trains dlperf's model of the registry's
-name with `hvd.DistributedOptimizer`, `tensorflow` the Keras model of dlperf.distributed.tf_worker
-with `hvd.DistributedGradientTape`; both broadcast rank 0's weights (and optimizer state)
-first, as Horovod's own synthetic benchmarks do, then train with SGD at the experiment's lr
-and momentum on synthetic data (random images of the model's input shape, per rank), the
-gradients averaged over the ranks by Horovod's all-reduce (gloo or NCCL, as built), fp16-
-compressed on the wire for `--comm fp16`; `--bucket-mb` is Horovod's tensor-fusion
-threshold (set by the launcher). Steps are timed as the TensorFlow workers time theirs
-(tf_worker.measure), the compute-only steps being a second copy of the model without
-Horovod: forward, backward and a local SGD update on torch (as DDP's no-op hook replica),
-forward and backward on TensorFlow (as the tf.distribute path). Each rank writes `rank-R.pid`
-as it starts, `rank-R.json` (the TensorFlow workers' shape) at the end, and `rank-R.error`
-(its traceback) if it fails.
+name with `hvd.DistributedOptimizer`, `tensorflow` the Keras model of
+dlperf.distributed.tf_worker with `hvd.DistributedGradientTape`; both broadcast rank 0's
+weights (and optimizer state) first, as Horovod's own synthetic benchmarks do, then train with
+SGD at the experiment's lr and momentum, the gradients averaged over the ranks by Horovod's
+all-reduce (gloo or NCCL, as built), fp16-compressed on the wire for `--comm fp16`; `--bucket-mb`
+is Horovod's tensor-fusion threshold (set by the launcher). Data: random images of the
+model's input shape (--synthetic), else each rank's shard of the training split, every size-th
+image from its rank as DDP's ranks take theirs: on torch the DDP workers' own batches
+(augmented as the experiment says), on TensorFlow those of the tf.distribute workers
+(tf_worker.dataset). Steps are timed as the TensorFlow workers time theirs (tf_worker.measure),
+the compute-only steps being a second copy of the model without Horovod: forward, backward and
+a local SGD update on torch (as DDP's no-op hook replica), forward and backward on TensorFlow
+(as the tf.distribute path). Each rank writes `rank-R.pid` as it starts, `rank-R.json` (the
+TensorFlow workers' shape) at the end, and `rank-R.error` (its traceback) if it fails.
 
 TensorFlow and torchvision must not share a process (they crash it): the `tensorflow` path
 imports nothing of torch.
@@ -29,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from dlperf.distributed.tf_worker import build_model, measure, weights
+from dlperf.distributed.tf_worker import build_model, dataset, measure, weights
 
 
 def _torch(spec: dict[str, Any]) -> dict[str, Any]:
@@ -39,25 +41,26 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
+    from dlperf.config import Experiment
+    from dlperf.data import load_data
+    from dlperf.distributed.worker import batches
     from dlperf.models.registry import create_model
     from dlperf.system import synchronize
 
     hvd.init()
     torch.set_num_threads(spec["threads"])
-    device = torch.device("cuda", hvd.local_rank()) if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    exp, (channels, height, width) = spec["experiment"], spec["shape"]
-    torch.manual_seed(exp["run"]["seed"])
-    model = create_model(exp["model"]["name"], num_classes=spec["classes"],
-                         in_channels=channels, **exp["model"]["kwargs"]).to(device)  # fmt: skip
-    g = torch.Generator().manual_seed(exp["run"]["seed"] * 1000 + hvd.rank())
-    x = torch.randn(spec["per_worker_batch"], channels, height, width, generator=g).to(device)
-    y = torch.randint(spec["classes"], (spec["per_worker_batch"],), generator=g).to(device)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", hvd.local_rank()) if cuda else torch.device("cpu")
+    exp = Experiment.model_validate(spec["experiment"])
+    data = load_data(exp.data)
+    torch.manual_seed(exp.run.seed)
+    model = create_model(exp.model.name, num_classes=data.num_classes,
+                         in_channels=data.shape[0], **exp.model.kwargs).to(device)  # fmt: skip
     with torch.no_grad():
-        model(x[:1])  # sizes the lazy layers (smallcnn's), as dlperf's training does
+        model(torch.zeros(1, *data.shape, device=device))  # sizes lazy layers (smallcnn's)
     model.train()
     shadow = copy.deepcopy(model)  # the compute-only copy, outside Horovod
-    lr, momentum = exp["train"]["lr"], exp["train"]["momentum"]
+    lr, momentum = exp.train.lr, exp.train.momentum
     compression = hvd.Compression.fp16 if spec["comm"] == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum),
@@ -67,8 +70,12 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     local = torch.optim.SGD(shadow.parameters(), lr=lr, momentum=momentum)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    # The DDP workers' batches: this rank's shard (augmented as the experiment says), or
+    # random images.
+    source = batches(spec, exp, data, device, hvd.rank(), hvd.size())
 
     def step(net: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        x, y = next(source)
         opt.zero_grad()
         F.cross_entropy(net(x), y).backward()
         opt.step()
@@ -99,16 +106,15 @@ def _tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
     optimizer = keras.optimizers.SGD(exp["train"]["lr"], momentum=exp["train"]["momentum"])
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     compression = hvd.Compression.fp16 if spec["comm"] == "fp16" else hvd.Compression.none
-    g = tf.random.Generator.from_seed(exp["run"]["seed"] * 1000 + hvd.rank())
-    x = g.uniform((batch, *shape))
-    y = g.uniform((batch,), 0, classes, dtype=tf.int32)
+    source = iter(dataset(spec, hvd.rank(), hvd.size(), batch))
 
     # Horovod 0.28.1 keys gradients by tf.Variable.ref(), which Keras 3's variables lack: the
     # tape takes the tf.Variables they wrap.
     sources = [v.value for v in model.trainable_variables]
 
     @tf.function
-    def step() -> tf.Tensor:
+    def step(source: Any) -> tf.Tensor:
+        x, y = next(source)
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         tape = hvd.DistributedGradientTape(tape, compression=compression)
@@ -117,7 +123,8 @@ def _tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
         return loss
 
     @tf.function
-    def compute_only() -> tf.Tensor:
+    def compute_only(source: Any) -> tf.Tensor:
+        x, y = next(source)
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         grads = tape.gradient(loss, model.trainable_variables)
@@ -125,10 +132,12 @@ def _tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
 
     # The optimizer's variables exist after its first update: then broadcast, as Horovod's
     # TensorFlow 2 benchmark does.
-    step().numpy()
+    step(source).numpy()
     hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
     hvd.broadcast_variables([v.value for v in optimizer.variables], root_rank=0)
-    times = measure(spec, hvd.rank(), lambda: step().numpy(), lambda: compute_only().numpy())
+    times = measure(
+        spec, hvd.rank(), lambda: step(source).numpy(), lambda: compute_only(source).numpy()
+    )
     return times | weights(model.trainable_variables)
 
 

@@ -169,7 +169,7 @@ def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
 
 
 def check_tensorflow(opts: ScaleConfig, model: str) -> None:
-    """What a TensorFlow model needs (the extra, one of its models, synthetic data)."""
+    """What a TensorFlow model needs: the extra, and one of its models."""
     import importlib.util
 
     if importlib.util.find_spec("tensorflow") is None:
@@ -178,12 +178,11 @@ def check_tensorflow(opts: ScaleConfig, model: str) -> None:
     if model not in TF_MODELS:
         raise UserError(f"model {model!r} has no TensorFlow version here",
                         f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
-    if not opts.synthetic:
-        raise UserError(f"--framework {opts.framework} measures synthetic data", "add --synthetic")
 
 
 def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
-    """What the Horovod path needs: horovodrun, synthetic data, its communication options."""
+    """What the Horovod path needs: its communication options, horovodrun, and TensorFlow
+    for the TensorFlow binding."""
     from dlperf.distributed.hvd_launch import horovodrun
 
     for name in opts.comm:
@@ -191,8 +190,6 @@ def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
             raise UserError(f"--comm {name} is DDP's", f"horovod takes {' | '.join(HOROVOD_COMM)}")
     if opts.allreduce:
         raise UserError("--allreduce is TensorFlow's", "horovod takes --comm and --bucket-mb")
-    if not opts.synthetic:
-        raise UserError("--framework horovod measures synthetic data", "add --synthetic")
     if horovodrun() is None:
         raise UserError("--framework horovod needs Horovod, which is not installed",
                         "build it with `make horovod` (docs/scale.md#horovod)")  # fmt: skip
@@ -448,6 +445,12 @@ class _Study:
     def shard_error(self, point: Point) -> UserError | None:
         if self.opts.synthetic or point.strategy == "dp":
             return None
+        if (self.tensorflow or point.strategy == "tensorflow") and not self.data.in_memory:
+            return UserError(
+                f"TensorFlow reads the training images from memory, and {self.data.name} "
+                "streams them from files",
+                "use --synthetic or an in-memory data set (e.g. digits, mnist5k, cifar10, npz)",
+            )
         shard = self.train_images // point.workers
         if point.per_worker_batch <= shard:
             return None
@@ -456,6 +459,23 @@ class _Study:
             f"({shard} images) of {self.data.name} at {point.workers} workers",
             "use a smaller batch or --synthetic",
         )
+
+    def keras_data(self, where: Path) -> Path:
+        """The training split as the TensorFlow workers read it (they must not load torch's
+        data sets: TensorFlow and torchvision crash one process), written once per study:
+        uint8 images channels-last, labels, the normalisation's mean and std."""
+        path = where / "train.npz"
+        if not path.exists():
+            import numpy as np
+
+            images = self.data.train.images
+            assert images is not None  # shard_error refuses streamed data sets first
+            part = path.with_suffix(".part.npz")
+            np.savez(part, images=images.permute(0, 2, 3, 1).numpy(),
+                     labels=self.data.train.labels.numpy(), mean=np.array(self.data.mean),
+                     std=np.array(self.data.std))  # fmt: skip
+            part.replace(path)
+        return path
 
     def open(self) -> None:
         if self.tensorflow and self.opts.nnodes > 1:
@@ -484,6 +504,8 @@ class _Study:
         where = f"scale-{self.study_id}" if self.writer else "scale-node"
         directory = self.out_dir / where / f"p{index}"
         directory.mkdir(parents=True, exist_ok=True)
+        if (self.tensorflow or point.strategy == "tensorflow") and not opts.synthetic:
+            spec["data_file"] = str(self.keras_data(directory.parent))
         (directory / "spec.json").write_text(json.dumps(spec))
         self.reporter.task(f"point {index + 1}/{total}: {point.label()}")
         if not self.writer:

@@ -7,10 +7,13 @@ with the cluster in TF_CONFIG (set by the launcher). Both train with a custom lo
 `strategy.run` (Keras 3's `model.fit` fails with two CPU workers, keras-team/keras#20585):
 the per-replica loss scaled by the global batch (`tf.nn.compute_average_loss`), gradients
 all-reduced by the strategy's cross-device ops, SGD with the experiment's lr and momentum.
-Data are synthetic (random images of the model's input shape, made on the device once), as
-in TensorFlow's and Horovod's own benchmarks. Every step is timed to the host's return of
-its loss. The rank's figures go to `rank-R.json` in the spec's directory, in the shape the
-torch workers report, so one summary serves both frameworks.
+Data (`dataset`): with --synthetic random images of the model's input shape, made once, as in
+TensorFlow's and Horovod's own benchmarks; else each process's shard of the training split
+dlperf wrote for the point (TensorFlow must not load torchvision's data sets itself: the two
+crash one process), shuffled each epoch and normalized as dlperf does, not augmented. Every
+step is timed to the host's return of its loss. The rank's figures go to `rank-R.json` in
+the spec's directory, in the shape the torch workers report, so one summary serves both
+frameworks.
 
 Past the warm-up, chunks of timed steps alternate with chunks of the same replicas' forward
 and backward without the update (`compute_only`): the compute time the study subtracts to
@@ -137,6 +140,31 @@ def weights(variables: list[Any]) -> dict[str, Any]:
     }
 
 
+def dataset(spec: dict[str, Any], rank: int, world: int, batch: int) -> Any:
+    """Endless batches of `batch` (x, y) of process `rank` of `world`: random images of the
+    model's input shape, made once (--synthetic), else, as the DDP workers take theirs, its
+    shard (every world-th image from its rank) of the training split dlperf wrote for it,
+    shuffled each epoch (seeded) and normalized, incomplete last batch dropped, without the
+    experiment's augmentation."""
+    import numpy as np
+    import tensorflow as tf
+
+    seed = spec["experiment"]["run"]["seed"] * 1000 + rank
+    channels, height, width = spec["shape"]
+    if spec["synthetic"]:
+        g = tf.random.Generator.from_seed(seed)
+        x = g.uniform((batch, height, width, channels))
+        y = g.uniform((batch,), 0, spec["classes"], dtype=tf.int32)
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+    with np.load(spec["data_file"]) as f:
+        images, labels = f["images"][rank::world], f["labels"][rank::world].astype(np.int32)
+        mean, std = f["mean"].astype(np.float32), f["std"].astype(np.float32)
+    data = tf.data.Dataset.from_tensor_slices((images, labels)).shuffle(len(labels), seed=seed)
+    data = data.batch(batch, drop_remainder=True)
+    data = data.map(lambda x, y: ((tf.cast(x, tf.float32) / 255 - mean) / std, y))
+    return data.repeat().prefetch(tf.data.AUTOTUNE)
+
+
 def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
     import keras
     import tensorflow as tf
@@ -154,12 +182,8 @@ def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        seed = exp["run"]["seed"] * 1000 + context.input_pipeline_id + rank
-        g = tf.random.Generator.from_seed(seed)
         batch = context.get_per_replica_batch_size(global_batch)
-        x = g.uniform((batch, *shape))
-        y = g.uniform((batch,), 0, classes, dtype=tf.int32)
-        return tf.data.Dataset.from_tensors((x, y)).repeat()
+        return dataset(spec, rank, context.num_input_pipelines, batch)
 
     data = iter(strategy.distribute_datasets_from_function(batches))
 

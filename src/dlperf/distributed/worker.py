@@ -97,11 +97,16 @@ class Crash:
 
 
 def batches(
-    spec: dict[str, Any], exp: Experiment, data: ImageData, device: torch.device, rank: int
+    spec: dict[str, Any],
+    exp: Experiment,
+    data: ImageData,
+    device: torch.device,
+    rank: int,
+    world: int,
 ) -> Any:
-    """Endless (x, y) batches of this rank: its shard of the training split, or random data
-    of the model's input shape."""
-    batch, world = spec["per_worker_batch"], dist.get_world_size()
+    """Endless (x, y) batches of rank `rank` of `world`: its shard of the training split
+    (every world-th image from its rank), or random data of the model's input shape."""
+    batch = spec["per_worker_batch"]
     if spec["synthetic"]:
         g = torch.Generator().manual_seed(exp.run.seed * 1000 + rank)
         x = torch.randn(batch, *data.shape, generator=g).to(device)
@@ -165,7 +170,7 @@ class Phase:
         self.train_step = build_step(
             self.model, exp.train, exp.run.precision, device, epoch, forward=self.wrapped
         )
-        self.source = batches(spec, exp, data, device, dist.get_rank())
+        self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         self.step = 0
         self.lr: float | None = None  # of the last step
         self.times: list[float] = []
