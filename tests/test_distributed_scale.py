@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -274,23 +275,30 @@ def test_compression_hooks_train_and_keep_replicas_in_step(
     assert len(store.list_runs(kind="scale")) == 3
 
 
-def test_two_nodes_on_loopback_store_once(
-    cli: Callable, exp_path: Path, store: Store, tmp_path: Path
-) -> None:
-    rdzv = f"127.0.0.1:{free_port()}"
-    node = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "2", "--synthetic"]
-    node += ["--comm", "noop", "--nnodes", "2", "--rdzv", rdzv]
-    elsewhere = tmp_path / "node1"  # the other "host": its own directory and run store
+def two_nodes(cli: Callable, args: list[str], root: Path) -> tuple[Any, Path]:
+    """`dlperf scale ARGS` as two nodes on loopback: node 1 a process of its own in its own
+    directory with its own run store (the other "host"), node 0 in this one. Node 0's
+    result, and node 1's directory."""
+    node = [*args, "--nnodes", "2", "--rdzv", f"127.0.0.1:{free_port()}"]
+    elsewhere = root / "node1"
     elsewhere.mkdir()
     env = {**os.environ, "DLPERF_DB": str(elsewhere / "node1.db")}
     node1 = subprocess.Popen([*DLPERF, *node, "--node-rank", "1"], env=env, cwd=elsewhere)
     try:
-        r = cli(*node, "--node-rank", "0", "--json")
-        assert node1.wait(timeout=300) == 0
+        result = cli(*node, "--node-rank", "0", "--json")
+        assert node1.wait(timeout=EVENT_S) == 0
     finally:
         if node1.poll() is None:
             node1.kill()
-    assert r.code == 0, r.err
+    assert result.code == 0, result.err
+    return result, elsewhere
+
+
+def test_two_nodes_on_loopback_store_once(
+    cli: Callable, exp_path: Path, store: Store, tmp_path: Path
+) -> None:
+    node = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "2", "--synthetic"]
+    r, elsewhere = two_nodes(cli, [*node, "--comm", "noop"], tmp_path)
     (row,) = json.loads(r.out)["rows"]
     assert (row["workers"], row["nodes"], row["global_batch"]) == (2, 2, 32)
     assert {rank["rank"] for rank in row["ranks"]} == {0, 1}

@@ -44,7 +44,7 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     from dlperf.config import Experiment
     from dlperf.data import load_data
     from dlperf.distributed.worker import batches
-    from dlperf.models.registry import create_model
+    from dlperf.engine.run import build_model as torch_model
     from dlperf.system import synchronize
 
     hvd.init()
@@ -53,11 +53,7 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     device = torch.device("cuda", hvd.local_rank()) if cuda else torch.device("cpu")
     exp = Experiment.model_validate(spec["experiment"])
     data = load_data(exp.data)
-    torch.manual_seed(exp.run.seed)
-    model = create_model(exp.model.name, num_classes=data.num_classes,
-                         in_channels=data.shape[0], **exp.model.kwargs).to(device)  # fmt: skip
-    with torch.no_grad():
-        model(torch.zeros(1, *data.shape, device=device))  # sizes lazy layers (smallcnn's)
+    model = torch_model(exp, data, device)  # the DDP workers' model: seeded, lazy layers sized
     model.train()
     shadow = copy.deepcopy(model)  # the compute-only copy, outside Horovod
     lr, momentum = exp.train.lr, exp.train.momentum
