@@ -230,8 +230,12 @@ def test_measure_recorded_warns_of_other_threads(no_user_file: Path, tmp_path: P
     store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     a = analyze("smallcnn", [1, 8, 8])
     log = Logged()
-    m = measure_recorded(lambda: store, "smallcnn", a, predict(a, FAKE), None, 1, 999, log)
+    entry = FAKE.model_copy(update={"threads": 999})
+    r = measure_recorded(lambda: store, "smallcnn", a, entry, None, None, 1, log)
+    m = r["measured"]
     assert store.get_run(m["run_id"])["status"] == "finished" and m["measured_s"]["min"] > 0
+    assert r["basis"]["kind"] == "catalog peak" and m["basis"] == r["basis"]
+    assert m["same_moment"]["basis"]["interleaved"] and len(m["same_moment"]["rounds"]) == 1
     warning = (
         "warning: fake was calibrated with 999 threads, this measurement runs "
         f"{torch.get_num_threads()}: expect the rates to differ"

@@ -78,7 +78,7 @@ def test_analyze_csv_and_table(cli: Cli) -> None:
         (["analyze", "resnet20", "--precision", "fp8"], "unknown precision 'fp8'"),
         (["predict", "resnet20", "--device", "V10"], "unknown device 'V10' (did you mean V100"),
         (["predict", "resnet20"], "give --device NAME"),
-        (["predict", "resnet20", "--measure"], "is not calibrated"),
+        (["predict", "resnet20", "--device", "V100", "--ppp", "2"], "--ppp must lie in (0, 1]"),
         (["predict", "resnet20", "--device", "K80", "--precision", "fp16"], "no fp16 peak"),
     ],
 )
@@ -169,3 +169,10 @@ def test_calibrate_then_predict_measure_is_stored(
     assert (run["kind"], run["status"]) == ("predict", "finished")
     assert run["summary"]["error_pct"] == pytest.approx(measured["error_pct"])
     assert len(store.metrics(measured["run_id"], "measured_s")) == 3
+    # The prediction for the stored calibration names it; the one calibrated in the same
+    # rounds as the measurement says so, and both carry their error.
+    assert doc["basis"]["kind"] == "calibrated" and doc["basis"]["calibrated_at"] == device["date"]
+    same = measured["same_moment"]
+    assert same["basis"]["interleaved"] and len(same["rounds"]) == 3
+    assert same["error_pct"] == pytest.approx(sorted(r["error_pct"] for r in same["rounds"])[1])
+    assert run["summary"]["same_moment_error_pct"] == pytest.approx(same["error_pct"])

@@ -246,7 +246,9 @@ CASES = [
     case("analyze smallcnn --precision fp8", "error: unknown precision 'fp8'"),
     case("predict smallcnn", "error: give --device NAME"),
     case("predict smallcnn --device V1000", "error: unknown device 'V1000' (did you mean V100"),
-    case("predict smallcnn --device V100 --ppp 0", "error: PPP must be positive"),
+    case("predict smallcnn --device V100 --ppp 0", "error: --ppp must lie in (0, 1], got 0"),
+    case("predict smallcnn --device V100 --ppp 1.5", "error: --ppp must lie in (0, 1], got 1.5"),
+    case("predict smallcnn --measure --reps 0", "error: --reps must be at least 1, got 0"),
     case("predict smallcnn --device V100 --batch 0", "error: batch must be at least 1, got 0"),
     case("calibrate --name", "Error: Option '--name' requires an argument."),
     case(

@@ -6,12 +6,10 @@ all repetitions, so min / median / max can be reported.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -80,10 +78,10 @@ def _sized_to_take(
     return n, fn
 
 
-def matmul_flops(
-    dtype: torch.dtype, device: torch.device, reps: int = 5, clock: Clock = time.perf_counter
-) -> float:
-    """FLOP/s of a square matmul sized up until one takes 20 ms: the device's peak."""
+def square_matmul(
+    dtype: torch.dtype, device: torch.device, clock: Clock = time.perf_counter
+) -> tuple[float, Callable[[], Any]]:
+    """A square matmul sized up until one takes 20 ms, and its FLOPs: the device's peak."""
 
     def make(n: int) -> Callable[[], Any]:
         a = torch.randn(n, n, device=device).to(dtype)
@@ -92,18 +90,15 @@ def matmul_flops(
 
     limit = 8192 if device.type == "cuda" else 2048
     n, fn = _sized_to_take(0.02, make, device, 256, limit, clock)
-    return 2 * n**3 / statistics.median(timings(fn, device, 2, reps, clock))
+    return 2 * n**3, fn
 
 
-def memory_bandwidth(
-    device: torch.device, reps: int = 5, clock: Clock = time.perf_counter
-) -> float:
-    """Bytes read and written per second by a copy far larger than the caches."""
+def large_copy(device: torch.device) -> tuple[float, Callable[[], Any]]:
+    """A copy far larger than the caches, and the bytes it reads and writes."""
     n = (256 if device.type == "cuda" else 64) * 2**20 // 4
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
-    seconds = statistics.median(timings(lambda: dst.copy_(src), device, 2, reps, clock))
-    return 2 * n * 4 / seconds
+    return 2 * n * 4, lambda: dst.copy_(src)
 
 
 class Kernel(NamedTuple):
@@ -184,67 +179,6 @@ def solve(kernel: Kernel, device: Device, measured_s: float, analysis: Analysis)
     return device.model_copy(update={"ppp_by_kind": {**kinds, kernel.unknown: own / left}})
 
 
-def calibrate(
-    device: torch.device,
-    name: str | None = None,
-    reporter: Reporter | None = None,
-    reps: int = 5,
-    clock: Clock = time.perf_counter,
-) -> Device:
-    """Measure the device's peaks (square matmuls per dtype, a large copy), then fit the
-    time model's other constants, one kernel each (KERNELS), at fp32."""
-    from dlperf.analytic.counting import analyze_module
-    from dlperf.system import system_info
-
-    reporter = reporter or NullReporter()
-    reporter.task("calibrating", total=len(DTYPES) + 1 + len(KERNELS))
-    peaks: dict[str, float] = {}
-    for precision, dtype in DTYPES.items():
-        with contextlib.suppress(RuntimeError):  # no kernel for this dtype here
-            peaks[precision] = matmul_flops(dtype, device, reps, clock) / 1e12
-        reporter.advance(status=f"matmul {precision}")
-    bandwidth = memory_bandwidth(device, reps, clock) / 1e9
-    reporter.advance(status="memory bandwidth")
-    info = system_info(device)
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        what, memory_gb = props.name, props.total_memory / 1e9
-    else:
-        what = f"{info['cpu']} ({device.type}), {info['threads']} threads"
-        memory_gb = info["memory_gb"]
-    fitted = Device(
-        name=name or socket.gethostname(),
-        description=f"{what}, torch {torch.__version__}",
-        kind="cpu" if device.type == "cpu" else "gpu",
-        peak_tflops=peaks,
-        memory_bandwidth_gbs=bandwidth,
-        memory_gb=memory_gb,
-        threads=torch.get_num_threads() if device.type == "cpu" else None,
-        source=(
-            f"dlperf calibrate: medians of {reps} square matmuls per dtype and large copies, "
-            f"and of {reps} interleaved rounds of the kernels that fix the per-call "
-            "overhead, PPP_mem and the PPP of each operator kind"
-        ),
-        date=datetime.now(UTC).date().isoformat(),
-    )
-    scale = 1 if device.type == "cpu" else 16
-    analyses, steps = [], []
-    for kernel in KERNELS:
-        batch = kernel.batch * scale
-        analyses.append(analyze_module(kernel.make(), kernel.shape, batch, kernel.train))
-        steps.append(make_step(kernel.make(), kernel.shape, batch, kernel.train, "fp32", device))
-        timings(steps[-1], device, 2, 0, clock)
-    # Interleaved rounds: a change in the machine's speed hits every kernel alike.
-    times: list[list[float]] = [[] for _ in KERNELS]
-    for _ in range(reps):
-        for kernel_times, step in zip(times, steps, strict=True):
-            kernel_times += timings(step, device, 0, 1, clock)
-    for kernel, analysis, kernel_times in zip(KERNELS, analyses, times, strict=True):
-        fitted = solve(kernel, fitted, statistics.median(kernel_times), analysis)
-        reporter.advance(status=kernel.unknown)
-    return fitted
-
-
 # --- measuring a model ------------------------------------------------------------------------
 
 
@@ -298,34 +232,18 @@ def make_step(
     return step
 
 
-def measure_model(
-    model: nn.Module,
-    input_shape: Sequence[int],
-    batch: int,
-    train: bool,
-    precision: str,
-    device: torch.device,
-    warmup: int = 3,
-    reps: int = 10,
-    reporter: Reporter | None = None,
-    profile_layers: bool = True,
-) -> dict[str, Any]:
-    """Time forward passes (or forward + backward steps); profile each leaf's forward."""
-    reporter = reporter or NullReporter()
-    step = make_step(model, input_shape, batch, train, precision, device)
-    reporter.task(f"timing {warmup} + {reps} {'steps' if train else 'forwards'}")
-    times = timings(step, device, warmup, reps)
-    if not profile_layers:
-        return {"times_s": times, "spread_s": spread(times), "layers_s": {}}
-    reporter.task("profiling layers")
-    profiled = min(reps, 3)
+def profile_leaves(
+    model: nn.Module, step: Callable[[], None], device: torch.device, reps: int = 3
+) -> dict[str, float]:
+    """Seconds of each leaf module's forward per call of `step` (which runs `model`), from
+    torch.profiler over `reps` calls: CPU time of its range, on a GPU its kernels' time."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     handles = _label_leaves(model)
     try:
         with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(profiled):
+            for _ in range(reps):
                 step()
             synchronize(device)
     finally:
@@ -337,8 +255,8 @@ def measure_model(
         # name; the CPU-side range's device time already sums the kernels it launched.
         if event.key.startswith(LABEL) and event.device_type == DeviceType.CPU:
             micros = event.device_time_total if device.type == "cuda" else event.cpu_time_total
-            layers[event.key.removeprefix(LABEL)] = micros / 1e6 / profiled
-    return {"times_s": times, "spread_s": spread(times), "layers_s": layers}
+            layers[event.key.removeprefix(LABEL)] = micros / 1e6 / reps
+    return layers
 
 
 def _outputs(out: Any) -> list[torch.Tensor]:
@@ -359,6 +277,7 @@ def calibrate_recorded(
     saved as a device in the user catalog and recorded as a run (marked killed or failed if
     calibration stops). Returns the run id, the file and the device."""
     from dlperf.analytic.devices import save_device, user_file
+    from dlperf.analytic.interleaved import calibrate
     from dlperf.system import system_info
 
     check_writable(user_file())  # before minutes of measuring, not after
@@ -392,26 +311,31 @@ def measure_recorded(
     open_store: Callable[[], Store],
     model: str,
     analysis: Analysis,
-    prediction: dict[str, Any],
+    entry: Device | None,
+    ppp: float | None,
     classes: int | None,
     reps: int,
-    calibrated_threads: int | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """Measure the registry model `model` on this machine's device with all its threads and
-    compare it with `prediction`, recorded as a run (marked killed or failed if the
-    measurement stops). A CPU device calibrated with other than those threads is warned of."""
+    """`predict --measure`: run the registry model `model` on this machine's device with all
+    its threads in `reps` rounds interleaved with the calibration kernels
+    (interleaved.calibrate_and_measure), recorded as a run (marked killed or failed if it
+    stops). Returns the prediction for `entry` (None: this machine as calibrated in those
+    rounds) at `ppp`, with its basis, and under "measured" its comparison with the
+    measurement and the same-moment prediction with its error. A CPU entry calibrated with
+    other than this run's threads is warned of."""
     from dlperf.analytic.counting import default_classes
-    from dlperf.analytic.paleo import compare
+    from dlperf.analytic.interleaved import build_probes, calibrate_and_measure, host_device
+    from dlperf.analytic.paleo import basis, compare, predict_with_basis
     from dlperf.models import create_model
     from dlperf.system import system_info
 
     reporter = reporter or NullReporter()
     device = pick_device("auto")
     threads = set_threads(None)
-    if device.type == "cpu" and calibrated_threads not in (None, threads):
+    if entry is not None and device.type == "cpu" and entry.threads not in (None, threads):
         reporter.log(
-            f"warning: {prediction['device']} was calibrated with {calibrated_threads} "
+            f"warning: {entry.name} was calibrated with {entry.threads} "
             f"threads, this measurement runs {threads}: expect the rates to differ"
         )
     store = open_store()
@@ -425,25 +349,49 @@ def measure_recorded(
         "batch": a.batch,
         "train": a.train,
         "precision": a.precision,
-        "device": prediction["device"],
-        "ppp": prediction["ppp"],
+        "device": entry.name if entry else "this machine, calibrated in the same rounds",
+        "ppp": ppp,
         "reps": reps,
     }
     with store.new_run(
-        name=f"predict {model} on {prediction['device']}",
+        name=f"predict {model} on {entry.name if entry else 'this machine'}",
         kind="predict",
         config=config,
         system=system_info(device, threads),
     ) as record:
-        measurement = measure_model(
-            real, a.input, a.batch, a.train, a.precision, device, reps=reps, reporter=reporter
+        reporter.task("preparing the calibration kernels and the model")
+        probes = build_probes(device, [a.precision], time.perf_counter)
+        step = make_step(real, a.input, a.batch, a.train, a.precision, device)
+        here = host_device(
+            device, None, "dlperf predict --measure: calibrated in the rounds of the measurement"
         )
-        times = measurement["times_s"]
-        store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(times)])
-        comparison = compare(prediction, measurement)
+        same = calibrate_and_measure(
+            here, probes, {model: (a, step)}, reps, device, reporter=reporter
+        )
+        timed = same.models[model]
+        layers = {}
+        if not a.train:  # the profiler's ranges are the leaves' forwards
+            reporter.task("profiling layers")
+            layers = profile_leaves(real, step, device, min(reps, 3))
+        prediction = predict_with_basis(a, entry or same.device, ppp, interleaved=entry is None)
+        store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(timed["times_s"])])
+        comparison = compare(prediction, {"spread_s": timed["measured_s"], "layers_s": layers})
+        comparison["basis"] = prediction["basis"]
+        comparison["same_moment"] = {
+            "predicted_s": timed["predicted_s"],
+            "error_pct": timed["error_pct"],
+            "rounds": timed["rounds"],
+            "basis": basis(same.device, None, interleaved=True),
+        }
         record.summary = {
             k: comparison[k]
             for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
         }
-        record.summary["measured_median_s"] = measurement["spread_s"]["median"]
-    return {**comparison, "run_id": record.id, "local_device": str(device)}
+        record.summary |= {
+            "measured_median_s": timed["measured_s"]["median"],
+            "basis": prediction["basis"],
+            "same_moment_predicted_s": timed["predicted_s"],
+            "same_moment_error_pct": timed["error_pct"],
+        }
+    comparison |= {"run_id": record.id, "local_device": str(device)}
+    return {**prediction, "measured": comparison}

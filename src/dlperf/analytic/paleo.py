@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dlperf.analytic.counting import Analysis, analyze
-from dlperf.analytic.devices import KINDS, Device, device_or_host
+from dlperf.analytic.devices import KINDS, Device, get_device
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 
@@ -163,6 +163,52 @@ def compare(prediction: dict[str, Any], measurement: dict[str, Any]) -> dict[str
     }
 
 
+def calibrated(device: Device) -> bool:
+    """Whether the entry's rates were measured (`dlperf calibrate` fits these two; vendor
+    figures have neither)."""
+    return device.ppp_by_kind is not None or device.op_overhead_us is not None
+
+
+def basis(device: Device, ppp: float | None, interleaved: bool = False) -> dict[str, Any]:
+    """What a prediction for `device` at `ppp` (None: the device's own) rests on: `kind`
+    ("catalog peak": vendor peaks at PPP 1; "device ppp": an entry's own PPP; "calibrated":
+    rates measured on `on` at `calibrated_at`; "given ppp": --ppp), and a `label` for tables.
+    `interleaved`: calibrated in the same rounds as the measurement it is compared with."""
+    measured = calibrated(device)
+    if ppp is not None:
+        kind, label = "given ppp", f"given PPP {ppp:g}"
+    elif measured:
+        kind, label = "calibrated", "calibrated"
+    elif device.ppp is not None:
+        kind, label = "device ppp", f"PPP {device.ppp:g} of the {device.name} entry"
+    else:
+        kind, label = "catalog peak", "peak (PPP=1)"
+    if interleaved:
+        label += " in the same rounds as the measurement"
+    elif measured:
+        label += f" {device.date}"
+    if measured:
+        label += f" on {device.description or device.name}"
+    elif kind != "device ppp":
+        label += f" of {device.name} ({device.source}, {device.date})"
+    return {
+        "kind": kind,
+        "device": device.name,
+        "ppp": ppp,
+        "calibrated_at": device.date if measured else None,
+        "on": (device.description or device.name) if measured else None,
+        "interleaved": interleaved,
+        "label": label,
+    }
+
+
+def predict_with_basis(
+    analysis: Analysis, device: Device, ppp: float | None = None, interleaved: bool = False
+) -> dict[str, Any]:
+    """predict() with the prediction's `basis` added."""
+    return {**predict(analysis, device, ppp), "basis": basis(device, ppp, interleaved)}
+
+
 def predict_model(
     model: str,
     device: str | None,
@@ -179,12 +225,20 @@ def predict_model(
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """`predict` for a model by name (registry, torchvision, "file.py:factory") on the catalog
-    device `device`. With `measure`, the model also runs here `reps` times (after warm-up)
-    and the comparison, recorded as a run, goes under "measured"; `device` None then means
-    this host, as `dlperf calibrate` saved it. Warnings go to the reporter."""
+    device `device`, with its basis. With `measure`, the model also runs here in `reps`
+    rounds interleaved with the calibration kernels, and the comparison, recorded as a run,
+    goes under "measured"; `device` None then means this machine as calibrated in those
+    rounds. Warnings go to the reporter."""
     if device is None and not measure:
-        raise UserError("give --device NAME", "see `dlperf devices`, or run `dlperf calibrate`")
-    entry = device_or_host(device)
+        raise UserError(
+            "give --device NAME", "see `dlperf devices`, or measure here with --measure"
+        )
+    if ppp is not None and not 0 < ppp <= 1:
+        raise UserError(
+            f"--ppp must lie in (0, 1], got {ppp:g}",
+            "it is the fraction of the peak reached, e.g. --ppp 0.62",
+        )
+    entry = get_device(device) if device is not None else None
     if reps < 1:
         raise UserError(f"--reps must be at least 1, got {reps}")
     reporter = reporter or NullReporter()
@@ -192,11 +246,9 @@ def predict_model(
     note = a.unsupported_note()
     if note:
         reporter.log(f"warning: {note}")
-    result = predict(a, entry, ppp)
-    if measure:
-        from dlperf.analytic.measure import measure_recorded
+    if not measure:
+        assert entry is not None
+        return predict_with_basis(a, entry, ppp)
+    from dlperf.analytic.measure import measure_recorded
 
-        result["measured"] = measure_recorded(
-            open_store, model, a, result, classes, reps, entry.threads, reporter
-        )
-    return result
+    return measure_recorded(open_store, model, a, entry, ppp, classes, reps, reporter)

@@ -156,7 +156,8 @@ def predict(
     device: str = typer.Option(
         None,
         "--device",
-        help="Catalog device (see `dlperf devices`); default: this host, once calibrated.",
+        help="Catalog device (see `dlperf devices`); with --measure the default is this "
+        "machine, calibrated in the same rounds as the measurement.",
         show_default=False,
     ),
     input_: str = INPUT,
@@ -167,21 +168,27 @@ def predict(
     ppp: float = typer.Option(
         None,
         "--ppp",
-        help="Platform percent of peak, e.g. 0.62 (default: the device's, else 1).",
+        help="Platform percent of peak in (0, 1], e.g. 0.62, for every operator kind "
+        "(default: the device's calibrated rates; a catalog GPU's peak, PPP = 1).",
         show_default=False,
     ),
     precision: str = PRECISION,
     classes: int = CLASSES,
     measure: bool = typer.Option(
-        False, "--measure", help="Also run the model here and compare; the result is stored."
+        False,
+        "--measure",
+        help="Also run the model here, interleaved with calibration kernels, and compare; "
+        "the result is stored. Without --device, predicts this machine from those kernels.",
     ),
     reps: int = typer.Option(
-        10, "--reps", help="--measure: timed repetitions (after 3 warm-up ones)."
+        10, "--reps", help="--measure: rounds of calibration kernels + one timed model run."
     ),
     as_json: bool = JSON,
 ) -> None:
     """Predict a forward pass (or training step) with the PALEO model:
     time = sum over layers of FLOPs / (peak x PPP) + bytes / (bandwidth x PPP_mem).
+    Every figure names its basis: "peak (PPP=1)" for a catalog GPU unless --ppp is given,
+    "calibrated <when> on <what>" for a calibrated device.
 
     Example: dlperf predict resnet50 --device V100 --batch 64 --ppp 0.62
     """
@@ -206,13 +213,25 @@ def _ppp_text(kinds: dict[str, float]) -> str:
     return "(" + ", ".join(f"{kind} {v:.3g}" for kind, v in kinds.items()) + ")"
 
 
+def _figure(basis: dict[str, Any]) -> str:
+    """What a row's figure is: the peak, or a prediction at a PPP from somewhere."""
+    if basis["kind"] == "given ppp":
+        return f"prediction at given PPP {basis['ppp']:g}"
+    return {
+        "catalog peak": "peak (PPP=1)",
+        "device ppp": "prediction at the device's PPP",
+        "calibrated": "prediction from calibration",
+    }[basis["kind"]]
+
+
 def _print_prediction(r: dict[str, Any]) -> None:
     t = r["totals"]
+    what = _figure(r["basis"])
     times = ("compute_s", "memory_s", "overhead_s", "time_s")
     console.print_table(
         f"{r['model']} on {r['device']}: {r['precision']}, batch {r['batch']}"
         f"{', training step' if r['train'] else ''}, "
-        f"PPP {_ppp_text(r['ppp_by_kind'])}, PPP_mem {r['ppp_mem']:.3g}",
+        f"PPP {_ppp_text(r['ppp_by_kind'])}, PPP_mem {r['ppp_mem']:.3g}; {r['basis']['label']}",
         ["layer", "type", "FLOPs", "bytes", "calls", "compute ms", "memory ms", "calls ms",
          "time ms"],
         [
@@ -222,33 +241,41 @@ def _print_prediction(r: dict[str, Any]) -> None:
         ],
     )  # fmt: skip
     rows: list[list[Any]] = [
-        ["predicted time per batch (ms)", t["time_s"] * MS],
+        [f"{what}: time per batch (ms)", t["time_s"] * MS],
         ["  compute / memory / calls (ms)", " / ".join(f"{t[k] * MS:.4g}" for k in times[:3])],
-        ["predicted images/s", t["images_per_s"]],
-        ["theoretical time per image, PPP = 1 (ms)", t["theoretical_time_per_image_s"] * MS],
-        ["theoretical peak images/s", t["theoretical_images_per_s"]],
+        [f"{what}: images/s", t["images_per_s"]],
+        ["  basis", r["basis"]["label"]],
     ]
+    if r["basis"]["kind"] != "catalog peak":  # there the figures above are these already
+        rows += [
+            ["peak (PPP=1): time per image (ms)", t["theoretical_time_per_image_s"] * MS],
+            ["peak (PPP=1): images/s", t["theoretical_images_per_s"]],
+        ]
     m = r.get("measured")
     if m:
         if m["layers"]:
             console.print_table(
-                "forward per layer: predicted vs measured (torch.profiler)",
-                ["layer", "type", "predicted ms", "measured ms", "error %"],
+                f"forward per layer: {what} vs measured (torch.profiler)",
+                ["layer", "type", f"{what.split()[0]} ms", "measured ms", "error %"],
                 [
                     [row["name"], row["type"], row["predicted_s"] * MS, row["measured_s"] * MS,
                      row["error_pct"]]
                     for row in m["layers"]
                 ],
             )  # fmt: skip
-        s = m["measured_s"]
+        s, same = m["measured_s"], m["same_moment"]
         rows += [
             [
                 f"measured on {m['local_device']}: median (min-max) ms",
                 f"{s['median'] * MS:.4g} ({s['min'] * MS:.4g}-{s['max'] * MS:.4g})",
             ],
             ["measured images/s", m["measured_images_per_s"]],
-            ["error of the prediction %", m["error_pct"]],
+            [f"error of the {what} (%)", m["error_pct"]],
+            [f"same-moment prediction: time per batch (ms), median of {len(same['rounds'])} "
+             "rounds", same["predicted_s"] * MS],
+            ["  error (%), median of the rounds' errors", same["error_pct"]],
+            ["  basis", same["basis"]["label"]],
             ["PPP that fits the measurement", m["fitted_ppp"]],
             ["stored as run", m["run_id"]],
-        ]
+        ]  # fmt: skip
     console.print_table("totals", ["", "value"], rows)

@@ -1,0 +1,206 @@
+"""Calibrate and measure at the same moment, so that a drift in the machine's speed cancels.
+
+A shared VM's speed drifts by up to 2x within minutes; rates calibrated at one moment then
+mispredict a model measured at another by as much as the drift (issue 16: the median error
+of `bench_paleo.py` met its goal in 3 runs of 6). Here the calibration's timed work (square
+matmuls, a large copy, the KERNELS) and the models' steps run in rounds, each once per
+round, in one process on one clock. Each round's calibration predicts that round's models,
+so a slow round is slow on both sides of the comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from dlperf.analytic.counting import DTYPES, Analysis, analyze_module
+from dlperf.analytic.devices import Device
+from dlperf.analytic.measure import (
+    KERNELS,
+    Clock,
+    large_copy,
+    make_step,
+    solve,
+    spread,
+    square_matmul,
+    timings,
+)
+from dlperf.analytic.paleo import error_pct, predict
+from dlperf.progress import NullReporter, Reporter
+
+Step = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Probes:
+    """The calibration's timed work, each with what dlperf counts of it."""
+
+    matmul: dict[str, tuple[float, Step]]
+    """Precision -> (FLOPs of one call, a square matmul); fp32 is always there: the
+    kernels are solved at fp32."""
+    copy: tuple[float, Step]
+    """(bytes read and written, a copy far larger than the caches)."""
+    kernels: list[tuple[Analysis, Step]]
+    """One per KERNELS entry, in its order."""
+
+    def steps(self) -> dict[str, Step]:
+        """Name -> step, in the order a round runs them (names are fit()'s keys)."""
+        return (
+            {f"matmul {p}": step for p, (_, step) in self.matmul.items()}
+            | {"copy": self.copy[1]}
+            | {k.unknown: step for k, (_, step) in zip(KERNELS, self.kernels, strict=True)}
+        )
+
+
+def build_probes(device: torch.device, precisions: Iterable[str], clock: Clock) -> Probes:
+    """The real probes on `device`: matmuls sized to take 20 ms at fp32 and each of
+    `precisions` this device has a kernel for, the copy, and the KERNELS (16x the batch on
+    a GPU)."""
+    matmul: dict[str, tuple[float, Step]] = {}
+    for precision in dict.fromkeys(["fp32", *precisions]):
+        with contextlib.suppress(RuntimeError):  # no matmul kernel for this dtype here
+            matmul[precision] = square_matmul(DTYPES[precision], device, clock)
+    scale = 1 if device.type == "cpu" else 16
+    kernels = []
+    for kernel in KERNELS:
+        batch = kernel.batch * scale
+        analysis = analyze_module(kernel.make(), kernel.shape, batch, kernel.train)
+        step = make_step(kernel.make(), kernel.shape, batch, kernel.train, "fp32", device)
+        kernels.append((analysis, step))
+    return Probes(matmul, large_copy(device), kernels)
+
+
+def host_device(device: torch.device, name: str | None, source: str) -> Device:
+    """This machine as a catalog entry without rates yet: what it is, when, with which
+    threads (`fit` adds the rates)."""
+    from dlperf.system import system_info
+
+    info = system_info(device)
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        what, memory_gb = props.name, props.total_memory / 1e9
+    else:
+        what = f"{info['cpu']} ({device.type}), {info['threads']} threads"
+        memory_gb = info["memory_gb"]
+    return Device(
+        name=name or socket.gethostname(),
+        description=f"{what}, torch {torch.__version__}",
+        kind="cpu" if device.type == "cpu" else "gpu",
+        peak_tflops={},
+        memory_bandwidth_gbs=0.0,
+        memory_gb=memory_gb,
+        threads=torch.get_num_threads() if device.type == "cpu" else None,
+        source=source,
+        # The time, not only the day: a prediction's basis says when its rates were true.
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def fit(base: Device, probes: Probes, seconds: Mapping[str, float]) -> Device:
+    """`base` with the rates that `seconds` (probe name -> time, as Probes.steps() names
+    them) give: peaks and bandwidth directly, then each kernel's unknown in KERNELS order."""
+    peaks = {p: flops / seconds[f"matmul {p}"] / 1e12 for p, (flops, _) in probes.matmul.items()}
+    clean = {"ppp": None, "ppp_by_kind": None, "ppp_mem": None, "op_overhead_us": None}
+    device = base.model_copy(
+        update={
+            "peak_tflops": peaks,
+            "memory_bandwidth_gbs": probes.copy[0] / seconds["copy"] / 1e9,
+            **clean,
+        }
+    )
+    for kernel, (analysis, _) in zip(KERNELS, probes.kernels, strict=True):
+        device = solve(kernel, device, seconds[kernel.unknown], analysis)
+    return device
+
+
+@dataclass(frozen=True)
+class SameMoment:
+    """What calibrate_and_measure found."""
+
+    device: Device
+    """Fitted from each probe's median time over the rounds (what `dlperf calibrate`
+    saves)."""
+    rounds: list[Device]
+    """Fitted from each round's probe times alone."""
+    models: dict[str, dict[str, Any]]
+    """Name -> `times_s` (one per round), `measured_s` (spread), `rounds` [{`predicted_s`,
+    `measured_s`, `error_pct`}], `predicted_s` and `error_pct` (medians over the rounds)."""
+
+
+def calibrate_and_measure(
+    base: Device,
+    probes: Probes,
+    models: Mapping[str, tuple[Analysis, Step]],
+    rounds: int,
+    device: torch.device,
+    clock: Clock = time.perf_counter,
+    warmup: int = 2,
+    reporter: Reporter | None = None,
+) -> SameMoment:
+    """Time every probe, then every model, once per round for `rounds` rounds (after
+    `warmup` untimed calls of each); predict each round's models from that round's fit.
+    A model's error is the median over the rounds of its per-round error."""
+    reporter = reporter or NullReporter()
+    steps = probes.steps()
+    for step in [*steps.values(), *(step for _, step in models.values())]:
+        timings(step, device, warmup, 0, clock)
+    probe_times: dict[str, list[float]] = {name: [] for name in steps}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    fitted: list[Device] = []
+    reporter.task(f"{rounds} rounds: calibration kernels, then the model", total=rounds)
+    for _ in range(rounds):
+        for name, step in steps.items():
+            probe_times[name] += timings(step, device, 0, 1, clock)
+        for name, (_, step) in models.items():
+            times[name] += timings(step, device, 0, 1, clock)
+        fitted.append(fit(base, probes, {name: t[-1] for name, t in probe_times.items()}))
+        reporter.advance()
+    results = {}
+    for name, (analysis, _) in models.items():
+        per_round = [
+            {"predicted_s": p, "measured_s": m, "error_pct": error_pct(p, m)}
+            for p, m in zip(
+                (predict(analysis, d)["totals"]["time_s"] for d in fitted), times[name], strict=True
+            )
+        ]
+        results[name] = {
+            "times_s": times[name],
+            "measured_s": spread(times[name]),
+            "rounds": per_round,
+            "predicted_s": statistics.median(r["predicted_s"] for r in per_round),
+            "error_pct": statistics.median(r["error_pct"] for r in per_round),
+        }
+    medians = {name: statistics.median(t) for name, t in probe_times.items()}
+    return SameMoment(fit(base, probes, medians), fitted, results)
+
+
+def calibrate(
+    device: torch.device,
+    name: str | None = None,
+    reporter: Reporter | None = None,
+    reps: int = 5,
+    clock: Clock = time.perf_counter,
+) -> Device:
+    """`dlperf calibrate`: the device's peaks (square matmuls per dtype, a large copy) and
+    the time model's other constants, one kernel each (KERNELS), from the medians of
+    `reps` rounds that run them all in turn, so that the peaks and the kernels that are
+    solved against them are measured at the same moments."""
+    source = (
+        f"dlperf calibrate: medians of {reps} interleaved rounds of square matmuls per dtype, "
+        "a large copy and the kernels that fix the per-call overhead, PPP_mem and the PPP of "
+        "each operator kind"
+    )
+    if reporter:
+        reporter.task("sizing the matmuls, building the kernels")
+    probes = build_probes(device, DTYPES, clock)
+    return calibrate_and_measure(
+        host_device(device, name, source), probes, {}, reps, device, clock, reporter=reporter
+    ).device

@@ -1,0 +1,234 @@
+"""PALEO measured against itself at the same moment (issue 16), and every prediction's basis.
+
+The interleaved calibration runs on a fake clock whose speed halves and recovers between
+rounds: each probe and the model "take" their true time (from known rates) times the
+round's slowdown, so the arithmetic is exact and nothing depends on this machine's load.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.analytic.counting import analyze_module
+from dlperf.analytic.devices import Device
+from dlperf.analytic.interleaved import Probes, calibrate_and_measure, fit
+from dlperf.analytic.measure import KERNELS
+from dlperf.analytic.paleo import basis, error_pct, predict
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+# The machine's true rates at full speed: round numbers, every kind's PPP its own.
+TRUTH = Device(
+    name="truth",
+    peak_tflops={"fp32": 1.0},
+    memory_bandwidth_gbs=100,
+    ppp_by_kind={
+        "conv": 0.7,
+        "conv_backward": 0.4,
+        "depthwise_conv": 0.05,
+        "depthwise_conv_backward": 0.03,
+        "matmul": 0.9,
+        "pool": 0.002,
+        "norm": 0.04,
+        "other": 1.0,  # calibration leaves `other` at 1: its time is in the memory term
+    },
+    ppp_mem=0.4,
+    op_overhead_us=6.0,
+    source="a test",
+    date="2026-01-01",
+)
+SLOWDOWN = [1.0, 2.0, 1.0, 2.0, 2.0]
+"""Per round: the machine runs at full speed, then at half, and back."""
+
+
+class FakeClock:
+    """Seconds that advance only when fake work runs: its true time x the slowdown of the
+    round, which starts when the round's first probe (the fp32 matmul) runs."""
+
+    def __init__(self) -> None:
+        self.now, self.round, self.slowdown = 0.0, -1, 1.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def work(self, seconds: float) -> Callable[[], None]:
+        def step() -> None:
+            self.now += seconds * self.slowdown
+
+        return step
+
+    def next_round(self, seconds: float) -> Callable[[], None]:
+        def step() -> None:
+            self.round += 1
+            self.slowdown = SLOWDOWN[self.round]
+            self.now += seconds * self.slowdown
+
+        return step
+
+
+def fake_probes(clock: FakeClock) -> Probes:
+    flops, nbytes = 2 * 1024**3, 2 * 64 * 2**20
+    kernels = []
+    for kernel in KERNELS:
+        a = analyze_module(kernel.make(), kernel.shape, kernel.batch, kernel.train)
+        kernels.append((a, clock.work(predict(a, TRUTH)["totals"]["time_s"])))
+    return Probes(
+        matmul={"fp32": (flops, clock.next_round(flops / 1e12))},
+        copy=(nbytes, clock.work(nbytes / 100e9)),
+        kernels=kernels,
+    )
+
+
+def test_interleaved_calibration_cancels_a_2x_drift() -> None:
+    clock = FakeClock()
+    net = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Flatten(), nn.Linear(16 * 16 * 16, 10),
+    )  # fmt: skip
+    a = analyze_module(net, [3, 32, 32], batch=4)
+    true_s = predict(a, TRUTH)["totals"]["time_s"]
+    model = {"net": (a, clock.work(true_s))}
+    base = TRUTH.model_copy(update={"name": "here", "peak_tflops": {}})
+    same = calibrate_and_measure(
+        base, fake_probes(clock), model, len(SLOWDOWN), torch.device("cpu"), clock, warmup=0
+    )
+    r = same.models["net"]
+    assert r["times_s"] == pytest.approx([true_s * s for s in SLOWDOWN])
+    # Each round's calibration saw that round's speed: its prediction matches that round's
+    # measurement whether the machine ran fast or slow.
+    assert [d.peak_tflops["fp32"] for d in same.rounds] == pytest.approx([1 / s for s in SLOWDOWN])
+    for row in r["rounds"]:
+        assert abs(row["error_pct"]) < 1
+    assert abs(r["error_pct"]) < 1
+    # Calibrated once, at the first (fast) round, the same model is predicted 2x too fast
+    # against the median measurement: the drift, not the model, is the error.
+    once = predict(a, same.rounds[0])["totals"]["time_s"]
+    assert error_pct(once, r["measured_s"]["median"]) == pytest.approx(-50, abs=1)
+
+
+def test_fit_recovers_the_rates_from_one_rounds_times() -> None:
+    clock = FakeClock()
+    probes = fake_probes(clock)
+    seconds = {}
+    for name, step in probes.steps().items():
+        start = clock()
+        step()
+        seconds[name] = clock() - start
+    device = fit(TRUTH.model_copy(update={"peak_tflops": {}}), probes, seconds)
+    assert device.peak_tflops["fp32"] == pytest.approx(1.0)
+    assert device.memory_bandwidth_gbs == pytest.approx(100)
+    assert device.ppp_mem == pytest.approx(0.4, rel=0.01)
+    assert device.kind_ppp() == pytest.approx(TRUTH.kind_ppp(), rel=0.01)
+
+
+def test_basis_of_each_kind_of_prediction() -> None:
+    v100 = Device(
+        name="V100", peak_tflops={"fp32": 15.7}, memory_bandwidth_gbs=900,
+        source="datasheet", date="2018-01",
+    )  # fmt: skip
+    assert basis(v100, None) == {
+        "kind": "catalog peak",
+        "device": "V100",
+        "ppp": None,
+        "calibrated_at": None,
+        "on": None,
+        "interleaved": False,
+        "label": "peak (PPP=1) of V100 (datasheet, 2018-01)",
+    }
+    assert basis(v100, 0.62)["label"] == "given PPP 0.62 of V100 (datasheet, 2018-01)"
+    lab = v100.model_copy(update={"name": "lab", "ppp": 0.5})
+    assert (basis(lab, None)["kind"], basis(lab, None)["label"]) == (
+        "device ppp",
+        "PPP 0.5 of the lab entry",
+    )
+    here = TRUTH.model_copy(update={"description": "a CPU, 2 threads"})
+    b = basis(here, None)
+    assert (b["kind"], b["calibrated_at"], b["on"]) == (
+        "calibrated",
+        "2026-01-01",
+        "a CPU, 2 threads",
+    )
+    assert b["label"] == "calibrated 2026-01-01 on a CPU, 2 threads"
+    assert basis(here, None, interleaved=True)["label"] == (
+        "calibrated in the same rounds as the measurement on a CPU, 2 threads"
+    )
+
+
+# --- through the command line -------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def user_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "devices.toml"
+    monkeypatch.setenv("DLPERF_DEVICES", str(path))
+    return path
+
+
+SMALL = ["smallcnn", "--input", "1,8,8", "--batch", "4"]
+
+
+def totals_rows(out: str) -> dict[str, str]:
+    """The `totals` table's rows: first column -> value."""
+    rows = {}
+    for line in out.split("totals", 1)[1].splitlines():
+        if "│" in line:
+            key, value = (cell.strip() for cell in line.split("│", 1))
+            rows[key] = value
+    return rows
+
+
+def test_predict_on_a_catalog_gpu_says_it_is_the_peak(cli: Cli) -> None:
+    result = cli("predict", *SMALL, "--device", "V100")
+    assert result.code == 0, result.err
+    rows = totals_rows(result.out)
+    assert "peak (PPP=1): time per batch (ms)" in rows and "peak (PPP=1): images/s" in rows
+    assert not any(key.startswith("prediction") for key in rows)
+    assert rows["basis"] == "peak (PPP=1) of V100 (NVIDIA Tesla V100 datasheet, 2018-01)"
+    doc = json.loads(cli("predict", *SMALL, "--device", "V100", "--json").out)
+    assert doc["basis"]["kind"] == "catalog peak" and doc["basis"]["calibrated_at"] is None
+
+
+def test_ppp_changes_the_figures_and_the_label(cli: Cli) -> None:
+    peak = json.loads(cli("predict", *SMALL, "--device", "V100", "--json").out)
+    given = json.loads(cli("predict", *SMALL, "--device", "V100", "--ppp", "0.5", "--json").out)
+    assert given["basis"]["kind"] == "given ppp" and given["basis"]["ppp"] == 0.5
+    assert given["totals"]["compute_s"] == pytest.approx(2 * peak["totals"]["compute_s"])
+    rows = totals_rows(cli("predict", *SMALL, "--device", "V100", "--ppp", "0.5").out)
+    assert "prediction at given PPP 0.5: time per batch (ms)" in rows
+    assert rows["basis"].startswith("given PPP 0.5 of V100")
+    assert "peak (PPP=1): images/s" in rows  # the peak is still shown, and named so
+
+
+def test_predict_on_a_calibrated_device_names_when_and_on_what(
+    cli: Cli, user_devices: Path
+) -> None:
+    user_devices.write_text(
+        '[here]\ndescription = "a 2-core CPU, 2 threads"\nkind = "cpu"\n'
+        "peak_tflops = { fp32 = 0.1 }\nmemory_bandwidth_gbs = 10\nppp_mem = 0.5\n"
+        'op_overhead_us = 5.0\nppp_by_kind = { conv = 0.8 }\nsource = "dlperf calibrate"\n'
+        'date = "2026-11-23T09:00:00+00:00"\n'
+    )
+    doc = json.loads(cli("predict", *SMALL, "--device", "here", "--json").out)
+    assert doc["basis"]["kind"] == "calibrated"
+    assert doc["basis"]["calibrated_at"] == "2026-11-23T09:00:00+00:00"
+    assert doc["basis"]["on"] == "a 2-core CPU, 2 threads"
+    rows = totals_rows(cli("predict", *SMALL, "--device", "here").out)
+    assert "prediction from calibration: time per batch (ms)" in rows
+    assert rows["basis"] == "calibrated 2026-11-23T09:00:00+00:00 on a 2-core CPU, 2 threads"
+
+
+@pytest.mark.parametrize("ppp", ["0", "1.5", "-0.2"])
+def test_ppp_outside_0_1_is_one_line(cli: Cli, ppp: str) -> None:
+    result = cli("predict", *SMALL, "--device", "V100", f"--ppp={ppp}")
+    assert result.code == 2
+    assert result.err.strip().splitlines() == [
+        f"error: --ppp must lie in (0, 1], got {float(ppp):g} "
+        "(it is the fraction of the peak reached, e.g. --ppp 0.62)"
+    ]
