@@ -127,7 +127,9 @@ def predict(
     run_ids: list[int] = RUN_IDS,
     target: float = typer.Option(..., "--target", help="Value to reach, in the metric's units."),
     csv: Path = CSV,
-    form: str = typer.Option("optimus", "--form", help="optimus | power."),
+    form: str = typer.Option(
+        "optimus", "--form", help="optimus | power | ensemble (a distribution over 5 families)."
+    ),
     plot: Path = console.PLOT,
     as_json: bool = JSON,
 ) -> None:
@@ -145,6 +147,9 @@ def predict(
     if as_json:
         console.print_json(_one_or_list(done.predictions))
         return
+    if form == "ensemble":
+        _print_ensemble(done.predictions, target, opts.metric)
+        return
     asymptote = "β2" if form == "optimus" else "c"
     console.print_table(
         f"{form} model: step reaching {opts.metric} {target:g}",
@@ -157,11 +162,39 @@ def predict(
             for d in done.predictions
         ],
     )  # fmt: skip
+    _print_basis(done.predictions)
     for d in done.predictions:
         if not d["reachable"]:
             console.warn(
                 f"{d['source']}: unreachable, the fitted curve levels off at "
                 f"{d['plateau']:.4g} {opts.metric} ({asymptote} = {d['asymptote']:.4g})"
+            )
+
+
+def _print_basis(predictions: list[dict[str, Any]]) -> None:
+    for d in predictions:
+        console.out.print(f"{d['source']}: {d['basis']}", markup=False)
+
+
+def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: str) -> None:
+    console.print_table(
+        f"ensemble: step reaching {metric} {target:g} (posterior median, 90% interval)",
+        ["source", "predicted step", "5%", "95%", "P(reach)", "epoch", "actual step",
+         "error %", "plateau", "plateau 5%", "plateau 95%"],
+        [
+            [d["source"], d["predicted_step"] if d["reachable"] else "unreachable or unknown",
+             *d["interval"], d["p_reachable"], d["predicted_epoch"], d["actual_step"],
+             d["error_pct"], d["plateau"], *d["plateau_interval"]]
+            for d in predictions
+        ],
+    )  # fmt: skip
+    _print_basis(predictions)
+    for d in predictions:
+        if not d["reachable"]:
+            lo, hi = d["plateau_interval"]
+            console.warn(
+                f"{d['source']}: unreachable or unknown, P(reachable) = {d['p_reachable']:.2f}; "
+                f"the curve levels off between {lo:.4g} and {hi:.4g} {metric} (90%)"
             )
 
 

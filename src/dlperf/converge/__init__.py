@@ -2,6 +2,8 @@
 
 - `curve`: the Optimus loss model l(k) = 1/(β0·k + β1) + β2 and a power law, with bootstrap
   intervals and the step at which a target is reached (Peng et al., EuroSys 2018).
+- `ensemble`: the step reaching a target as a distribution, a Bayesian average of five curve
+  families on a grid posterior (after Domhan et al., IJCAI 2015).
 - `regress`: the loss-model coefficients as functions of run features.
 - `fitting`: what `converge fit | predict | regress` do, from stored runs or CSV files.
 - `speed`: Optimus's parameter-server speed models and Pollux's iteration-time model

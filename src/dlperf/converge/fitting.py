@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlperf.converge import curve
+from dlperf.converge import curve, ensemble
 from dlperf.converge import regress as reg
 from dlperf.converge.curve import Curve, CurveFit, FitReport
 from dlperf.converge.options import CurveOptions
@@ -26,6 +26,8 @@ from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
     from dlperf.store import Store
+
+FORMS = (*curve.PARAMS, "ensemble")
 
 
 def load_curves(
@@ -127,14 +129,18 @@ def predict(
 ) -> CurveFits:
     """The step at which each curve's `form` fit reaches `target` (in the metric's units),
     with a 90% interval, and its error against the measured curve when that goes on beyond
-    the fit window."""
-    if form not in curve.PARAMS:
-        raise UserError(f"unknown form '{form}'", "choose optimus or power")
+    the fit window. `form` "ensemble" gives the distribution of that step (see
+    `dlperf.converge.ensemble`)."""
+    if form not in FORMS:
+        raise UserError(f"unknown form '{form}'", f"choose {', '.join(FORMS)}")
     curve.check_metric(opts.metric)
     curve.check_target(target, opts.metric)
     fits = fit(run_ids, csv, opts, open_store, plot, reporter)
     for r in fits.reports:
         c = r.curve
+        if form == "ensemble":
+            fits.predictions.append(ensemble_document(r, target))
+            continue
         p = curve.predict(
             form, r.params[form], r.samples[form], target, opts.metric, c.steps, c.values
         )
@@ -154,9 +160,40 @@ def predict(
                 "asymptote": asymptote,
                 "plateau": float(curve.to_decreasing(asymptote, r.metric)),
                 "n_points": r.n_fit,
+                "basis": f"{form} least squares (points weighted 1, 4, 16 by thirds) on "
+                f"{r.n_fit} points up to step {r.fits[form].last_step:g}; 90% interval from "
+                f"{len(r.samples[form])} residual-bootstrap refits",
             }
         )
     return fits
+
+
+def ensemble_document(r: FitReport, target: float) -> dict[str, Any]:
+    """`predict --form ensemble --json` for one curve: the step's distribution (median, 90%
+    interval, P(reachable)), the plateau's, and what they rest on."""
+    c = r.curve
+    y = curve.to_decreasing(c.values, r.metric)
+    post = ensemble.fit(c.steps[: r.n_fit], y[: r.n_fit])
+    p = ensemble.predict(post, target, r.metric, c.steps, c.values)
+    spe = c.steps_per_epoch
+    return {
+        "source": c.label,
+        "form": "ensemble",
+        "target": p.target,
+        "reachable": p.reachable,
+        "p_reachable": p.p_reachable,
+        "predicted_step": p.predicted_step,
+        "interval": list(p.interval),
+        "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
+        "actual_step": p.actual_step,
+        "error_pct": p.error_pct,
+        "asymptote": float(curve.to_decreasing(p.plateau, r.metric)),
+        "plateau": p.plateau,
+        "plateau_interval": list(p.plateau_interval),
+        "family_weights": p.family_weight,
+        "n_points": r.n_fit,
+        "basis": ensemble.basis(post),
+    }
 
 
 def regress_sources(

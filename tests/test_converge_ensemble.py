@@ -1,0 +1,109 @@
+"""dlperf.converge.ensemble: the curve-family average and its intervals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dlperf.converge import ensemble
+
+POLLUX_128 = str(Path(__file__).parent / "data" / "pollux" / "cifar10_validation-128.csv")
+
+
+def pow3(k: np.ndarray, c: float, a: float, b: float) -> np.ndarray:
+    return c + a * k ** (-b)
+
+
+def test_recovers_known_parameters() -> None:
+    rng = np.random.default_rng(0)
+    k = np.arange(1.0, 101.0)
+    y = pow3(k, 0.1, 0.8, 0.7) + rng.normal(0, 0.003, k.size)
+    post = ensemble.fit(k[:50], y[:50], families=("pow",), temper=1.0, weighted=False)
+    p = ensemble.predict(post, 0.14, "loss", k, y)
+    true_step = (0.8 / 0.04) ** (1 / 0.7)  # 72.2: c + a·k^−b = 0.14
+    assert p.plateau == pytest.approx(0.1, abs=0.01)
+    assert p.predicted_step == pytest.approx(true_step, rel=0.1)
+    assert p.interval[0] < p.predicted_step < p.interval[1]  # coverage: the next test
+    assert p.p_reachable > 0.95
+
+
+def test_interval_covers_at_the_nominal_rate() -> None:
+    """Curves drawn from the model (plateau and drop uniform, exponent log-uniform, noise
+    0.01), fitted on their first half: the 90% interval of the exact posterior (unweighted,
+    untempered) holds the true step of a target ≥ 85 times in 100. Targets within 3σ of the
+    plateau are skipped: there the step is not determined by any data (it moves by tens of
+    steps when the noise moves the plateau by 0.005)."""
+    rng = np.random.default_rng(1)
+    k = np.arange(1.0, 41.0)
+    covered = tried = 0
+    while tried < 100:
+        c, a, b = rng.uniform(0.02, 0.2), rng.uniform(0.3, 1.0), np.exp(rng.uniform(-1.5, 0.5))
+        y = pow3(k, c, a, b) + rng.normal(0, 0.01, k.size)
+        goal = pow3(np.array(30.0), c, a, b)  # reached at step 30 of 40
+        if goal - c < 0.03:
+            continue
+        post = ensemble.fit(k[:20], y[:20], families=("pow",), temper=1.0, weighted=False)
+        lo, hi = ensemble.predict(post, float(goal), "loss").interval
+        covered += lo <= 30.0 <= hi
+        tried += 1
+    assert covered >= 85
+
+
+def test_default_ensemble_is_wider_not_narrower() -> None:
+    rng = np.random.default_rng(2)
+    k = np.arange(1.0, 41.0)
+    y = pow3(k, 0.1, 0.8, 0.7) + rng.normal(0, 0.005, k.size)
+    exact = ensemble.predict(ensemble.fit(k[:20], y[:20], ("pow",), temper=1.0), 0.15, "loss")
+    default = ensemble.predict(ensemble.fit(k[:20], y[:20]), 0.15, "loss")
+    assert default.interval[0] <= exact.interval[0]
+    assert default.interval[1] >= exact.interval[1]
+    assert set(default.family_weight) == set(ensemble.FAMILIES)
+    assert sum(default.family_weight.values()) == pytest.approx(1.0)
+
+
+def test_target_beyond_the_plateau_is_unreachable_or_unknown() -> None:
+    rng = np.random.default_rng(3)
+    k = np.arange(1.0, 61.0)
+    acc = 1 - pow3(k, 0.2, 0.6, 1.0) - rng.normal(0, 0.002, k.size)  # levels off at 80%
+    post = ensemble.fit(k, 1 - acc)
+    p = ensemble.predict(post, 0.95, "accuracy", k, acc)
+    assert not p.reachable and p.predicted_step is None and p.error_pct is None
+    assert p.p_reachable < 0.5
+    lo, hi = p.plateau_interval
+    assert lo <= 0.8 <= hi and hi < 0.95
+    assert p.interval[1] == np.inf
+
+
+def test_predict_form_ensemble_json(cli: Callable[..., Any]) -> None:
+    r = cli("converge", "predict", "--csv", POLLUX_128, "--y", "metric", "--metric",
+            "accuracy", "--upto", "0.5", "--target", "0.93", "--form", "ensemble",
+            "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["form"] == "ensemble" and doc["n_points"] == 50
+    assert {"predicted_step", "interval", "p_reachable", "plateau", "plateau_interval",
+            "family_weights", "actual_step", "error_pct", "basis"} <= set(doc)  # fmt: skip
+    assert doc["actual_step"] == 56  # first epoch at or past 93% in the trace
+    lo, hi = doc["interval"]
+    assert lo <= doc["predicted_step"] and (hi is None or doc["predicted_step"] <= hi)
+    assert 0 <= doc["p_reachable"] <= 1
+    assert doc["basis"].startswith("Bayesian average of 5 curve families")
+
+
+def test_predict_form_ensemble_table_says_unknown(cli: Callable[..., Any]) -> None:
+    r = cli("converge", "predict", "--csv", POLLUX_128, "--y", "metric", "--metric",
+            "accuracy", "--upto", "0.3", "--target", "0.99", "--form", "ensemble")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "unreachable or unknown" in r.out
+    assert "Bayesian average" in r.out
+    assert "levels off between" in r.err
+
+
+def test_unknown_family() -> None:
+    with pytest.raises(Exception, match="unknown curve family"):
+        ensemble.fit(np.arange(1.0, 6.0), np.linspace(1, 0.5, 5), families=("nope",))
