@@ -168,6 +168,14 @@ def test_allreduce_bench_then_one_and_two_workers(
         2 * ring["alpha_s"] + two["grad_bytes"] / ring["bandwidth_bytes_per_s"]
     )
     assert {rank["rank"] for rank in two["ranks"]} == {0, 1}
+    # The bucket/overlap model, from when each gradient was ready on the compute replica:
+    # the backward runs from the last layer to the first.
+    assert one["overlap_predicted_s"] is None and two["overlap_predicted_s"] >= 0
+    (result,) = tmp_path.glob("dlperf_runs/**/p1/result.json")
+    for rank in json.loads(result.read_text())["ranks"]:
+        ready, sizes = rank["compute"]["grad_ready_s"], rank["compute"]["grad_sizes"]
+        assert len(ready) == len(sizes) > 1
+        assert 0 < ready[-1] < ready[0] and sum(sizes) == two["grad_bytes"]
 
     runs = store.list_runs(study_id=doc["study_id"])
     assert [run["status"] for run in runs] == ["finished", "finished"]

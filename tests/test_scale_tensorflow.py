@@ -158,6 +158,8 @@ def test_one_and_two_workers_train_in_step(
     assert rows[0]["compute_s"] is None and rows[1]["compute_s"] > 0
     assert rows[1]["comm_exposed_s"] == max(0.0, rows[1]["step_time_s"] - rows[1]["compute_s"])
     assert len({r["run_id"] for r in rows}) == 2 and out["study_id"] is not None
+    logical = "MirroredStrategy's replicas are logical CPU devices"
+    assert (logical in out["label"]) == (strategy == "mirrored")
 
 
 @needs_tf

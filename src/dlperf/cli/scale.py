@@ -75,6 +75,7 @@ def _print_table(result: Any) -> None:
             _ms(r.get("compute_s")),
             _ms(r.get("comm_exposed_s")),
             _ms(r.get("ring_predicted_s")),
+            _ms(r.get("overlap_predicted_s")),
             r.get("busbw_gbps"),
             r.get("epoch_time_s"),
             r.get("cost_per_epoch"),
@@ -84,15 +85,17 @@ def _print_table(result: Any) -> None:
     ]
     console.print_table(
         f"scale study {result.study_id} ({result.label}); ms per step, median (min-max) of the "
-        "slowest rank; comm = exposed communication, ring = ring-model all-reduce; busbw GB/s",
+        "slowest rank; comm = exposed communication, ring = ring-model all-reduce, overlap = "
+        "the exposed part the bucket/overlap model predicts; busbw GB/s",
         ["workers", "comm", "batch/w", "global", "samples/s", "speedup", "effic.", "step ms",
-         "min-max", "compute", "comm", "ring", "busbw", "epoch s", "$/epoch", "status"],
+         "min-max", "compute", "comm", "ring", "overlap", "busbw", "epoch s", "$/epoch",
+         "status"],
         rows,
     )  # fmt: skip
     for r in result.rows:
         if r.get("throughput_mean") is not None:
             console.out.print(_chunks_line(r), markup=False)
-    torch_rows = [r for r in result.rows if r.get("backend", "") != "tensorflow"]
+    torch_rows = [r for r in result.rows if r.get("backend") not in ("tensorflow", "horovod")]
     if result.ring is None and any(r["workers"] > 1 for r in torch_rows):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "

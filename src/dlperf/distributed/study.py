@@ -388,6 +388,31 @@ def ring_prediction(
     )
 
 
+def overlap_prediction(
+    ring: dict[str, Any] | None,
+    workers: int,
+    ranks: list[dict[str, Any]],
+    bucket_mb: float | None,
+) -> float | None:
+    """Predicted exposed communication of a DDP step: its buckets' ring all-reduces
+    overlapped with the backward pass (dlperf.distributed.overlap), each gradient ready when
+    the slowest rank's compute-only replica had it."""
+    compute = [r.get("compute", {}) for r in ranks]
+    if ring is None or workers < 2 or not all("grad_ready_s" in c for c in compute):
+        return None
+    from dlperf.distributed.allreduce import ring_time
+    from dlperf.distributed.overlap import exposed_time
+
+    ready = [max(times) for times in zip(*(c["grad_ready_s"] for c in compute), strict=True)]
+    alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
+    return exposed_time(
+        ready,
+        compute[0]["grad_sizes"],
+        lambda nbytes: ring_time(workers, nbytes, alpha, bandwidth),
+        bucket_mb,
+    )
+
+
 @dataclass
 class StudyResult:
     study_id: int | None
@@ -537,6 +562,9 @@ class _Study:
             summary["ring_predicted_s"] = ring_prediction(
                 self.ring, point.workers, summary["grad_bytes"], point.bucket_mb
             )
+            summary["overlap_predicted_s"] = overlap_prediction(
+                self.ring, point.workers, ranks, point.bucket_mb
+            )
             if opts.synthetic:
                 steps_s = _slowest_per_step(ranks, "main")
                 summary.update(chunk_throughput(steps_s, point.global_batch, opts.chunks))
@@ -606,6 +634,8 @@ class _Study:
                 self.store.add_artifact(self.rows[0]["run_id"], kind, path.resolve())
                 artifacts.append(str(path.resolve()))
         label = "single-host emulation" if self.opts.nnodes == 1 else f"{self.opts.nnodes} nodes"
+        if any(r["strategy"] == "mirrored" for r in self.rows) and not torch.cuda.is_available():
+            label += "; MirroredStrategy's replicas are logical CPU devices sharing the cores"
         return StudyResult(self.study_id, self.rows, self.warnings, label, self.ring, artifacts)
 
 

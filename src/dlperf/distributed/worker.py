@@ -32,6 +32,7 @@ import gc
 import json
 import os
 import signal
+import statistics
 import sys
 import time
 import traceback
@@ -175,6 +176,27 @@ class Phase:
         self.lr: float | None = None  # of the last step
         self.times: list[float] = []
         self.wall = 0.0
+        self.ready: list[list[float]] | None = None  # per timed step: see watch_gradients
+        self._marks: list[float] = []
+        self._forward_end = 0.0
+
+    def watch_gradients(self) -> None:
+        """Record, in every timed step, when each trained parameter's gradient is ready,
+        in seconds after the model's forward returned (the backward starts right after the
+        loss): what dlperf.distributed.overlap needs to place DDP's bucket all-reduces."""
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        self._marks = [0.0] * len(trained)
+        self.ready = []
+
+        def forward_done(*_: Any) -> None:
+            self._forward_end = time.perf_counter()
+
+        def mark(index: int) -> Any:
+            return lambda _: self._marks.__setitem__(index, time.perf_counter())
+
+        self.model.register_forward_hook(forward_done)
+        for index, param in enumerate(trained):
+            param.register_post_accumulate_grad_hook(mark(index))
 
     def train(self, steps: int, timed: bool) -> None:
         """`steps` steps; when timed, each step's time and the whole between barriers."""
@@ -197,6 +219,8 @@ class Phase:
             synchronize(device)
             if timed:
                 self.times.append(time.perf_counter() - t0)
+                if self.ready is not None:
+                    self.ready.append([m - self._forward_end for m in self._marks])
             if cap and peak_memory_bytes(device) > cap:
                 raise MemoryError(
                     f"peak memory {peak_memory_bytes(device) / 2**30:.2f} GiB is above the "
@@ -225,6 +249,17 @@ class Phase:
             # what DDP itself registered for all-reduce (frozen parameters are not)
             "reduced_bytes": logging.get("total_parameter_size_bytes"),
             "lr": self.lr,
+            **self._readiness(),
+        }
+
+    def _readiness(self) -> dict[str, Any]:
+        """Per trained parameter: the median time its gradient was ready, and its bytes."""
+        if not self.ready:
+            return {}
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        return {
+            "grad_ready_s": [statistics.median(step) for step in zip(*self.ready, strict=True)],
+            "grad_sizes": [p.numel() * p.element_size() for p in trained],
         }
 
 
@@ -241,6 +276,7 @@ def run(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
     phases = {"main": Phase(spec, exp, data, device, spec["comm"], Crash(rank), dump)}
     if spec["compute_split"] and spec["comm"] != "noop" and spec["strategy"] == "ddp":
         phases["compute"] = Phase(spec, exp, data, device, "noop")
+        phases["compute"].watch_gradients()
     for phase in phases.values():
         phase.train(spec["warmup_steps"], timed=False)
     # Past warm-up, every rank has been through DDP's collectives: the launch is up.
