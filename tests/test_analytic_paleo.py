@@ -17,6 +17,10 @@ from dlperf.progress import NullReporter
 from dlperf.store import Store
 
 # 1 TFLOP/s fp32, 2 TFLOP/s fp16, 100 GB/s: round numbers to check the formula by hand.
+# Per-kind PPPs a calibration should give back (tests here and in test_paleo_interleaved).
+KNOWN_PPP = {"conv": 0.7, "conv_backward": 0.4, "depthwise_conv": 0.05,
+             "depthwise_conv_backward": 0.03, "matmul": 0.9, "pool": 0.002, "norm": 0.04,
+             "other": 0.3}  # fmt: skip
 FAKE = Device(
     name="fake",
     peak_tflops={"fp32": 1.0, "fp16": 2.0},
@@ -169,16 +173,7 @@ def test_calibration_recovers_each_constant(kernel: Kernel) -> None:
     """Each kernel's measured time, made up from known constants, gives them back."""
     truth = FAKE.model_copy(
         update={
-            "ppp_by_kind": {
-                "conv": 0.7,
-                "conv_backward": 0.4,
-                "depthwise_conv": 0.05,
-                "depthwise_conv_backward": 0.03,
-                "matmul": 0.9,
-                "pool": 0.002,
-                "norm": 0.04,
-                "other": 0.3,
-            },
+            "ppp_by_kind": KNOWN_PPP,
             "ppp_mem": 0.4,
             "op_overhead_us": 6.0,
         }

@@ -21,6 +21,7 @@ from dlperf.analytic.interleaved import Probes, calibrate_and_measure, fit
 from dlperf.analytic.measure import KERNELS
 from dlperf.analytic.paleo import basis, error_pct, predict
 from tests.conftest import CliResult
+from tests.test_analytic_paleo import KNOWN_PPP
 
 Cli = Callable[..., CliResult]
 
@@ -29,16 +30,8 @@ TRUTH = Device(
     name="truth",
     peak_tflops={"fp32": 1.0},
     memory_bandwidth_gbs=100,
-    ppp_by_kind={
-        "conv": 0.7,
-        "conv_backward": 0.4,
-        "depthwise_conv": 0.05,
-        "depthwise_conv_backward": 0.03,
-        "matmul": 0.9,
-        "pool": 0.002,
-        "norm": 0.04,
-        "other": 1.0,  # calibration leaves `other` at 1: its time is in the memory term
-    },
+    # calibration leaves `other` at 1: its time is in the memory term
+    ppp_by_kind={**KNOWN_PPP, "other": 1.0},
     ppp_mem=0.4,
     op_overhead_us=6.0,
     source="a test",

@@ -467,10 +467,14 @@ class _Study:
         self.bases: dict[tuple[str, str, float | None], dict[str, Any]] = {}
         self.rows: list[dict[str, Any]] = []
 
+    def keras(self, point: Point) -> bool:
+        """Whether the point trains a Keras model: tf.distribute, or Horovod's TF binding."""
+        return self.tensorflow or point.strategy == "tensorflow"
+
     def shard_error(self, point: Point) -> UserError | None:
         if self.opts.synthetic or point.strategy == "dp":
             return None
-        if (self.tensorflow or point.strategy == "tensorflow") and not self.data.in_memory:
+        if self.keras(point) and not self.data.in_memory:
             return UserError(
                 f"TensorFlow reads the training images from memory, and {self.data.name} "
                 "streams them from files",
@@ -529,7 +533,7 @@ class _Study:
         where = f"scale-{self.study_id}" if self.writer else "scale-node"
         directory = self.out_dir / where / f"p{index}"
         directory.mkdir(parents=True, exist_ok=True)
-        if (self.tensorflow or point.strategy == "tensorflow") and not opts.synthetic:
+        if self.keras(point) and not opts.synthetic:
             spec["data_file"] = str(self.keras_data(directory.parent))
         (directory / "spec.json").write_text(json.dumps(spec))
         self.reporter.task(f"point {index + 1}/{total}: {point.label()}")
