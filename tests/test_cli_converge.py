@@ -56,7 +56,7 @@ def test_fit_csv_json_keys(cli: Cli) -> None:
 def test_predict_from_stored_run(cli: Cli, store: Store) -> None:
     run_id = accuracy_run(store)
     r = cli("converge", "predict", str(run_id), "--metric", "accuracy", "--upto", "0.5",
-            "--target", "0.9", "--json")  # fmt: skip
+            "--target", "0.9", "--form", "optimus", "--json")  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     # 1/(0.5·k_epoch... ) on the step axis: 1/(0.05·k + 1) = 0.05 at k = 380 steps = epoch 38.
@@ -69,9 +69,25 @@ def test_predict_from_stored_run(cli: Cli, store: Store) -> None:
     assert lo <= doc["predicted_step"] <= hi
 
 
+def test_predict_defaults_to_the_ensemble(cli: Cli, store: Store) -> None:
+    """The default form is the distribution over curve families; on the same exact Optimus
+    curve its median lands on the measured step and its interval holds it."""
+    run_id = accuracy_run(store)
+    r = cli("converge", "predict", str(run_id), "--metric", "accuracy", "--upto", "0.5",
+            "--target", "0.9", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["form"] == "ensemble" and doc["actual_step"] == 380
+    assert doc["predicted_step"] == pytest.approx(380, rel=0.05)
+    lo, hi = doc["interval"]
+    assert lo <= 380 and (hi is None or hi >= 380)
+    assert "log prior on the plateau" in doc["basis"]
+
+
 def test_unreachable_target_says_so(cli: Cli, store: Store) -> None:
     run_id = accuracy_run(store)
-    r = cli("converge", "predict", str(run_id), "--metric", "accuracy", "--target", "0.99")
+    r = cli("converge", "predict", str(run_id), "--metric", "accuracy", "--target", "0.99",
+            "--form", "optimus")  # fmt: skip
     assert r.code == 0
     assert "unreachable" in r.out
     assert "levels off at 0.95 accuracy" in r.err

@@ -32,9 +32,11 @@ def test_recovers_known_parameters() -> None:
     assert p.p_reachable > 0.95
 
 
-def test_interval_covers_at_the_nominal_rate() -> None:
-    """Curves drawn from the model (plateau and drop uniform, exponent log-uniform, noise
-    0.01), fitted on their first half: the 90% interval of the exact posterior (unweighted,
+@pytest.mark.parametrize("prior", ensemble.PRIORS)
+def test_interval_covers_at_the_nominal_rate(prior: str) -> None:
+    """Curves drawn from the model (the plateau from the prior under test: log-uniform over
+    [0.005, 0.2] or uniform over [0.02, 0.2]; drop uniform, exponent log-uniform, noise 0.01),
+    fitted on their first half: the 90% interval of the exact posterior (unweighted,
     untempered) holds the true step of a target ≥ 85 times in 100. Targets within 3σ of the
     plateau are skipped: there the step is not determined by any data (it moves by tens of
     steps when the noise moves the plateau by 0.005)."""
@@ -42,12 +44,18 @@ def test_interval_covers_at_the_nominal_rate() -> None:
     k = np.arange(1.0, 41.0)
     covered = tried = 0
     while tried < 100:
-        c, a, b = rng.uniform(0.02, 0.2), rng.uniform(0.3, 1.0), np.exp(rng.uniform(-1.5, 0.5))
+        if prior == "log":
+            c = float(np.exp(rng.uniform(np.log(0.005), np.log(0.2))))
+        else:
+            c = rng.uniform(0.02, 0.2)
+        a, b = rng.uniform(0.3, 1.0), np.exp(rng.uniform(-1.5, 0.5))
         y = pow3(k, c, a, b) + rng.normal(0, 0.01, k.size)
         goal = pow3(np.array(30.0), c, a, b)  # reached at step 30 of 40
         if goal - c < 0.03:
             continue
-        post = ensemble.fit(k[:20], y[:20], families=("pow",), temper=1.0, weighted=False)
+        post = ensemble.fit(
+            k[:20], y[:20], families=("pow",), temper=1.0, weighted=False, plateau_prior=prior
+        )
         lo, hi = ensemble.predict(post, float(goal), "loss").interval
         covered += lo <= 30.0 <= hi
         tried += 1
@@ -104,6 +112,8 @@ def test_predict_form_ensemble_table_says_unknown(cli: Callable[..., Any]) -> No
     assert "levels off between" in r.err
 
 
-def test_unknown_family() -> None:
+def test_unknown_family_and_prior() -> None:
     with pytest.raises(Exception, match="unknown curve family"):
         ensemble.fit(np.arange(1.0, 6.0), np.linspace(1, 0.5, 5), families=("nope",))
+    with pytest.raises(Exception, match="unknown plateau prior"):
+        ensemble.fit(np.arange(1.0, 6.0), np.linspace(1, 0.5, 5), plateau_prior="flat")

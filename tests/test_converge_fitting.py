@@ -51,7 +51,7 @@ def test_fit_documents_the_fit_window(tmp_path: Path) -> None:
 
 def test_predict_compares_with_the_measured_curve(tmp_path: Path) -> None:
     opts = CurveOptions(x="step", y="loss", upto=0.5)
-    done = fitting.predict([], loss_csv(tmp_path / "c.csv"), opts, no_store, 0.2)
+    done = fitting.predict([], loss_csv(tmp_path / "c.csv"), opts, no_store, 0.2, "optimus")
     (p,) = done.predictions
     # 1/(0.005·k + 1) = 0.1 at k = 1800 steps: beyond the curve, so nothing to compare with.
     assert p["reachable"] and p["predicted_step"] == pytest.approx(1800, rel=0.01)

@@ -128,7 +128,9 @@ def predict(
     target: float = typer.Option(..., "--target", help="Value to reach, in the metric's units."),
     csv: Path = CSV,
     form: str = typer.Option(
-        "optimus", "--form", help="optimus | power | ensemble (a distribution over 5 families)."
+        "ensemble",
+        "--form",
+        help="ensemble (default: a distribution over 5 curve families) | optimus | power.",
     ),
     plot: Path = console.PLOT,
     as_json: bool = JSON,

@@ -46,6 +46,8 @@ Inverse = Callable[..., np.ndarray]  # x at which g(x, *θ) = v
 
 N_ASYMPTOTE = 200  # grid points over the plateau c
 TEMPER = 10.0  # the points count as n / TEMPER independent ones (see the module docstring)
+PLATEAU_FLOOR = 0.02  # the log prior on c is flat below this share of min y (keeps it proper)
+PRIORS = ("log", "uniform")  # on the plateau c
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class Posterior:
     n_points: int
     n_effective: float  # independent points the residuals are worth
     last_step: float
+    best: float  # the lowest value in the fit window (decreasing units)
+    plateau_prior: str  # "log" or "uniform"
 
 
 def _weighted_quantile(values: np.ndarray, weight: np.ndarray, q: float) -> float:
@@ -113,6 +117,7 @@ def fit(
     families: tuple[str, ...] = tuple(FAMILIES),
     temper: float = TEMPER,
     weighted: bool = True,
+    plateau_prior: str = "log",
 ) -> Posterior:
     """The grid posterior of a decreasing curve y(k) (loss, or error = 1 − accuracy)."""
     k, y = np.asarray(k, float), np.asarray(y, float)
@@ -122,6 +127,8 @@ def fit(
         raise UserError("steps must be positive and values finite")
     if np.any(y < 0):
         raise UserError("loss/error values must be ≥ 0 (is the metric right?)")
+    if plateau_prior not in PRIORS:
+        raise UserError(f"unknown plateau prior '{plateau_prior}'", f"choose from {PRIORS}")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise UserError(f"unknown curve family '{unknown[0]}'", f"choose from {list(FAMILIES)}")
@@ -161,9 +168,15 @@ def fit(
     # At least two points' worth: below one, the SSE exponent turns positive and rewards misfit.
     n_eff = max(len(k) / temper, 2.0)
     flat = -0.5 * np.concatenate(log_gg) - 0.5 * (n_eff - 1.0) * lsse
-    # Equal prior per family, uniform over each family's grid.
-    sizes = np.concatenate([np.full(len(v), 1.0 / len(v)) for v in log_sse])
-    post = np.exp(flat - flat.max()) * sizes
+    # Equal prior per family, uniform over each family's shape grid; on the plateau c, by
+    # default, p(c) ∝ 1/(c + floor): scale-invariant, since nothing says how low a curve can
+    # go. The uniform prior puts most of its mass on plateaus near the last value, i.e. it
+    # presumes the curve has nearly finished; on held-out curves it made the predicted step
+    # late (docs/converge.md).
+    prior = np.concatenate([np.full(len(v), 1.0 / len(v)) for v in log_sse])
+    if plateau_prior == "log":
+        prior = prior / (c_all + max(PLATEAU_FLOOR * float(y.min()), 1e-12))
+    post = np.exp(flat - flat.max()) * prior
     post /= post.sum()
     family_weight = {name: float(post[fam_idx == i].sum()) for i, name in enumerate(families)}
     return Posterior(
@@ -180,6 +193,8 @@ def fit(
         n_points=len(k),
         n_effective=n_eff,
         last_step=scale,
+        best=float(y.min()),
+        plateau_prior=plateau_prior,
     )
 
 
@@ -230,6 +245,10 @@ def predict(
     check_target(target, metric)
     goal = float(to_decreasing(np.array(target), metric))
     reach = steps_to(post, goal)
+    if goal < post.best:
+        # Not reached by any measured point of the window: a smooth curve that crosses the
+        # goal inside the window (through the noise) says "right after it", not before.
+        reach = np.maximum(reach, post.last_step)
     p_reach = float(post.weight[np.isfinite(reach)].sum())
     median = _weighted_quantile(reach, post.weight, 0.5)
     lo = whole_step(_weighted_quantile(reach, post.weight, 0.05))
@@ -263,6 +282,6 @@ def basis(post: Posterior) -> str:
     weights = ", ".join(f"{n} {w:.0%}" for n, w in post.family_weight.items() if w >= 0.005)
     return (
         f"Bayesian average of {len(post.families)} curve families ({weights}) fitted to "
-        f"{post.n_points} points up to step {post.last_step:g}; median and 90% interval of "
-        "the posterior"
+        f"{post.n_points} points up to step {post.last_step:g}, {post.plateau_prior} prior on "
+        "the plateau; median and 90% interval of the posterior"
     )

@@ -123,7 +123,7 @@ def predict(
     opts: CurveOptions,
     open_store: Callable[[], Store],
     target: float,
-    form: str = "optimus",
+    form: str = "ensemble",
     plot: Path | None = None,
     reporter: Reporter | None = None,
 ) -> CurveFits:
