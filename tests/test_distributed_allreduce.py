@@ -1,5 +1,5 @@
-"""dlperf.distributed.allreduce: size parsing, the ring model and its fit, the benchmark
-under torchrun."""
+"""dlperf.distributed.allreduce: size parsing, the ring model and its fit, measured times
+between measured sizes, the overlap cost, the benchmark under torchrun."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlperf.distributed.allreduce import RingModel, fit_ring_model, parse_sizes, ring_time
+from dlperf.distributed.allreduce import (
+    RingModel,
+    fit_ring_model,
+    interpolate_time,
+    overlap_cost,
+    overlap_sizes,
+    parse_sizes,
+    ring_time,
+)
 from dlperf.distributed.launch import free_port
 from dlperf.errors import UserError
 
@@ -104,6 +112,36 @@ def test_fit_refuses_data_that_cannot_determine_the_model(rows: list[dict]) -> N
         fit_ring_model(rows)
 
 
+def test_measured_times_between_and_beyond_the_measured_sizes() -> None:
+    """Linear between neighbours (not one α-β line: 8 KB here is slower than 64 KB, as gloo
+    measured it on the 2-core VM), the smallest's time below, in proportion above."""
+    rows = [
+        {"bytes": 4 * KB, "time_s": 265e-6},
+        {"bytes": 8 * KB, "time_s": 1.7e-3},
+        {"bytes": 64 * KB, "time_s": 231e-6},
+        {"bytes": MB, "time_s": 1.1e-3},
+        {"bytes": 4 * MB, "time_s": 2.8e-3},
+    ]
+    assert interpolate_time(rows, 6 * KB) == pytest.approx((265e-6 + 1.7e-3) / 2)
+    assert interpolate_time(rows, 2.5 * MB) == pytest.approx((1.1e-3 + 2.8e-3) / 2)
+    assert interpolate_time(rows, KB) == pytest.approx(265e-6)
+    assert interpolate_time(rows, 8 * MB) == pytest.approx(5.6e-3)
+    assert interpolate_time(rows, MB) == pytest.approx(1.1e-3)
+
+
+def test_overlap_cost_pools_the_sizes_by_their_all_reduce_time() -> None:
+    """All the compute lost over all the all-reduce time: (1 + 6) ms / (2 + 12) ms; a
+    negative loss (noise) counts as it was measured, a negative total as 0."""
+    rows = [
+        {"allreduce_s": 0.002, "compute_lost_s": 0.001},
+        {"allreduce_s": 0.012, "compute_lost_s": 0.006},
+    ]
+    assert overlap_cost(rows) == pytest.approx(0.5)
+    assert overlap_cost([{"allreduce_s": 0.002, "compute_lost_s": -0.001}]) == 0.0
+    assert overlap_sizes(parse_sizes("4KB..64MB")) == [MB, 4 * MB, 16 * MB]
+    assert overlap_sizes(parse_sizes("1KB..64KB")) == [64 * KB]
+
+
 def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
     out = tmp_path / "ar.json"
     cmd = [
@@ -142,3 +180,7 @@ def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
         assert r["time_s"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9, rel=1e-12)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2, rel=1e-12)
+    # the cost of overlapping an all-reduce with compute, at the largest size here
+    (overlap,) = result["overlap"]
+    assert overlap["bytes"] == 64 * KB and overlap["allreduce_s"] > 0 and overlap["cost"] >= 0
+    assert overlap["compute_s"] > 0

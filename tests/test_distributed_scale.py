@@ -146,6 +146,7 @@ def test_allreduce_bench_then_one_and_two_workers(
     assert r.code == 0, r.err
     ring = json.loads(r.out)["ring_model"]
     assert ring["bandwidth_bytes_per_s"] > 0 and ring["n_points"] == 2
+    assert json.loads(r.out)["overlap_cost"]["2"] >= 0  # measured beside the all-reduces
     (bench_run,) = store.list_runs(kind="allreduce")
     assert bench_run["status"] == "finished" and bench_run["summary"]["ring_model"] == ring
 
@@ -171,6 +172,15 @@ def test_allreduce_bench_then_one_and_two_workers(
     # The bucket/overlap model, from when each gradient was ready on the compute replica:
     # the backward runs from the last layer to the first.
     assert one["overlap_predicted_s"] is None and two["overlap_predicted_s"] >= 0
+    # each prediction says what it was calibrated on, and its error where one was measured
+    study = bench_run["study_id"]
+    assert two["ring_basis"].startswith(f"ring α-β fitted to all-reduce study {study} (")
+    assert f"measured at 2 workers by run {bench_run['id']} of" in two["overlap_basis"]
+    assert "overlap cost" in two["overlap_basis"] and one["overlap_basis"] is None
+    if two["comm_exposed_s"]:
+        assert two["ring_error"] == pytest.approx(
+            two["ring_predicted_s"] / two["comm_exposed_s"] - 1
+        )
     (result,) = tmp_path.glob("dlperf_runs/**/p1/result.json")
     for rank in json.loads(result.read_text())["ranks"]:
         ready, sizes = rank["compute"]["grad_ready_s"], rank["compute"]["grad_sizes"]

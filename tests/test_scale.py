@@ -27,7 +27,10 @@ from dlperf.distributed.study import (
     add_relative,
     batch_split,
     chunk_throughput,
+    overlap_prediction,
     plan,
+    prediction_error,
+    ring_basis,
     ring_prediction,
     summarize,
 )
@@ -188,6 +191,56 @@ def test_ring_prediction_pays_latency_per_bucket() -> None:
     assert ring_prediction(ring, 2, 10_000_000, 5_000_000 / 2**20) == pytest.approx(two_buckets)
     assert ring_prediction(ring, 1, 10_000_000, None) is None
     assert ring_prediction(None, 2, 10_000_000, None) is None
+
+
+REFERENCE = {  # what comm_reference reads from a stored all-reduce benchmark
+    "study_id": 4,
+    "measured_at": "2026-11-23T12:00:00",
+    "ring_model": {"alpha_s": 1e-4, "bandwidth_bytes_per_s": 1e9, "rmse_pct": 12.3, "n_points": 9},
+    "workers": {
+        2: {
+            "run_id": 9,
+            "rows": [{"bytes": 2**20, "time_s": 0.002}, {"bytes": 2**22, "time_s": 0.008}],
+            "overlap_cost": 1.0,
+        }
+    },
+}
+
+
+def test_overlap_prediction_reads_the_measured_times_and_cost_and_says_so() -> None:
+    """One 3 MiB bucket (cap 25 MB) ready at the backward's end, which is what the slowest
+    rank says: its all-reduce measured between 1 MiB (2 ms) and 4 MiB (8 ms) is 6 ms."""
+    mib = 2**20
+    ranks = [
+        {"compute": {"grad_ready_s": [0.030, 0.010], "grad_sizes": [2 * mib, mib]}},
+        {"compute": {"grad_ready_s": [0.040, 0.012], "grad_sizes": [2 * mib, mib]}},
+    ]
+    predicted, basis = overlap_prediction(REFERENCE, 2, ranks, 25)
+    assert predicted == pytest.approx(0.006)
+    assert basis == (
+        "bucket/overlap model: gradient ready times of this point's compute-only replica; "
+        "all-reduce times measured at 2 workers by run 9 of all-reduce study 4 "
+        "(2026-11-23T12:00:00), interpolated; overlap cost 1.00 s of compute per s of "
+        "all-reduce, measured there"
+    )
+    # the default buckets: 1 MiB first (ready at 12 ms, 2 ms long, the backward stopped
+    # meanwhile at cost 1), then 2 MiB at 42 ms: (2 + 4) ms after the 40 ms backward
+    assert overlap_prediction(REFERENCE, 2, ranks, None)[0] == pytest.approx(0.006)
+    # no run at 4 workers: the ring model's times, said so
+    _, basis = overlap_prediction(REFERENCE, 4, ranks, 25)
+    assert "ring α-β times of all-reduce study 4" in basis and "overlap cost not measured" in basis
+    assert overlap_prediction(None, 2, ranks, 25) == (None, None)
+    assert overlap_prediction(REFERENCE, 2, [{}], 25) == (None, None)  # no compute split
+
+
+def test_every_prediction_carries_its_basis_and_error() -> None:
+    assert ring_basis(REFERENCE) == (
+        "ring α-β fitted to all-reduce study 4 (2026-11-23T12:00:00), rms error 12% over 9 sizes"
+    )
+    assert ring_basis(None) is None
+    assert prediction_error(0.012, 0.010) == pytest.approx(0.2)
+    assert prediction_error(0.012, 0.0) is None  # nothing exposed was measured
+    assert prediction_error(None, 0.01) is None
 
 
 def _summary(root: tuple[int, int, str], *others: tuple[int, int, str]) -> str:
@@ -380,6 +433,13 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
         "step_time_s": 0.0187,
         "step_time_min_s": 0.0127,
         "step_time_max_s": 0.025,
+        "comm_exposed_s": 0.005,
+        "ring_predicted_s": 0.004,
+        "ring_error": -0.2,
+        "ring_basis": "ring α-β fitted to all-reduce study 4 (T), rms error 12% over 9 sizes",
+        "overlap_predicted_s": 0.0055,
+        "overlap_error": 0.1,
+        "overlap_basis": "bucket/overlap model: ...",
         "throughput_mean": 1843.0,
         "throughput_ci95": 21.4,
         "chunks": 5,
@@ -392,6 +452,12 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
     out, err = capsys.readouterr()
     assert "scale study 7 (single-host emulation)" in out
     assert "samples/s" in out and "12.7-25" in out and "18.7" in out
+    assert (  # each prediction beside the measurement, with its error
+        "\n2 workers ddp/allreduce: exposed comm 5 ms measured; predicted ring 4 ms (-20%), "
+        "overlap 5.5 ms (+10%)\n" in out
+    )
+    assert "\nring: ring α-β fitted to all-reduce study 4 (T), rms error 12% over 9 sizes\n" in out
+    assert "\noverlap: bucket/overlap model: ...\n" in out
     assert out.endswith(  # --synthetic: the chunks' mean and its interval, named
         "\n2 workers ddp/allreduce: 1843 ± 21 samples/s "
         "(mean of 5 chunks ± 95% confidence interval, Student's t)\n"

@@ -40,6 +40,23 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1e3
 
 
+def _predictions_line(row: dict[str, Any]) -> str | None:
+    """A point's predicted exposed communication beside the measured, with the errors."""
+    parts = []
+    for name in ("ring", "overlap"):
+        value, error = row.get(f"{name}_predicted_s"), row.get(f"{name}_error")
+        if value is not None:
+            how = "" if error is None else f" ({error:+.0%})"
+            parts.append(f"{name} {console.fmt(value * 1e3, 3)} ms{how}")
+    if not parts:
+        return None
+    bucket = f" bucket {row['bucket_mb']:g}MB" if row.get("bucket_mb") else ""
+    where = f"{row['workers']} workers {row['strategy']}/{row['comm']}{bucket}"
+    exposed = row.get("comm_exposed_s")
+    measured = "not measured" if exposed is None else f"{console.fmt(exposed * 1e3, 3)} ms measured"
+    return f"{where}: exposed comm {measured}; predicted {', '.join(parts)}"
+
+
 def _chunks_line(row: dict[str, Any]) -> str:
     """--synthetic: the point's mean throughput over chunks of steps and its 95% interval."""
     where = f"{row['workers']} workers {row['strategy']}/{row['comm']}"
@@ -92,6 +109,15 @@ def _print_table(result: Any) -> None:
          "status"],
         rows,
     )  # fmt: skip
+    # Each prediction's error (predicted / measured - 1), and its basis: what it was
+    # calibrated on, and when (one line per distinct one).
+    for r in result.rows:
+        line = _predictions_line(r) if r["status"] == "finished" else None
+        if line:
+            console.out.print(line, markup=False)
+    for key, name in (("ring_basis", "ring"), ("overlap_basis", "overlap")):
+        for basis in dict.fromkeys(r[key] for r in result.rows if r.get(key)):
+            console.out.print(f"{name}: {basis}", markup=False)
     for r in result.rows:
         if r.get("throughput_mean") is not None:
             console.out.print(_chunks_line(r), markup=False)
@@ -141,6 +167,15 @@ def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -
             )
         else:
             console.warn(f"no ring model fitted: {result['fit_error']}")
+        for n, cost in result["overlap_cost"].items():
+            sizes = ", ".join(
+                f"{r['bytes'] / 2**20:g} MiB" for r in result["overlap"] if r["workers"] == n
+            )
+            console.out.print(
+                f"overlap cost at {n} workers: {cost:.2f} s of compute lost per s of all-reduce "
+                f"in flight (measured at {sizes})",
+                markup=False,
+            )
     for failure in result["failures"]:
         console.err.print(f"{failure['workers']} workers failed:\n{failure['error']}", markup=False)
     if result["failures"]:

@@ -14,7 +14,17 @@ per-step latency α and a per-link bandwidth B:
     T(n, S) = 2(n−1)·α + 2(n−1)/n · S/B        (0 when n = 1)
 
 so busbw → B for large messages. T is linear in (α, 1/B); fit_ring_model finds both,
-non-negative, by least squares on relative error.
+non-negative, by least squares on relative error. One straight line cannot follow a backend
+that changes algorithm with the message size (gloo does), so `interpolate_time` also reads
+the measured times themselves, between the two measured sizes around a message.
+
+DDP overlaps its all-reduces with the backward pass. Whether that overlap is free depends on
+the host: NCCL runs on its own CUDA stream, but gloo's thread on a CPU worker whose cores are
+busy computing takes them from the backward. `measure_overlap` measures that cost the way DDP
+incurs it: a compute kernel alone, then the same kernel with an all-reduce launched just
+before it (asynchronously, as DDP launches a bucket's), and the all-reduce alone;
+cost = (compute time overlapped - compute time alone) / all-reduce time alone, the compute
+seconds lost per second of all-reduce in flight (dlperf.distributed.overlap uses it).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import json
 import math
 import os
 import re
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -131,6 +142,118 @@ def fit_ring_model(rows: list[dict[str, Any]]) -> RingModel:
     )
 
 
+def interpolate_time(rows: list[dict[str, Any]], nbytes: float) -> float:
+    """All-reduce time of `nbytes` from measured rows (bytes, time_s) of one worker count:
+    linear between the two measured sizes around it; below the smallest, the smallest's
+    time (latency-bound); above the largest, the largest's scaled in proportion
+    (bandwidth-bound)."""
+    points = sorted((float(r["bytes"]), float(r["time_s"])) for r in rows)
+    if not points:
+        raise ValueError("no measured all-reduce times")
+    sizes, times = zip(*points, strict=True)
+    if nbytes >= sizes[-1]:
+        return times[-1] * nbytes / sizes[-1]
+    return float(np.interp(nbytes, sizes, times))
+
+
+# Where DDP's buckets fall: its 1 MiB first bucket up to its 25 MiB default cap.
+OVERLAP_SIZES = (2**20, 4 * 2**20, 16 * 2**20)
+OVERLAP_SPAN = 4  # the compute lasts this many all-reduces, so that one ends inside it
+
+
+def overlap_sizes(sizes: list[int]) -> list[int]:
+    """The sizes at which measure_overlap runs: OVERLAP_SIZES within the measured range, else
+    the largest measured size."""
+    inside = [s for s in OVERLAP_SIZES if min(sizes) <= s <= max(sizes)]
+    return inside or [max(sizes)]
+
+
+def measure_overlap(
+    sizes: list[int], reps: int, dtype: torch.dtype, device: torch.device
+) -> list[dict[str, float]]:
+    """The cost of overlapping an all-reduce with compute (see the module's docstring), per
+    message size: medians over `reps` interleaved repetitions of the compute alone, the
+    compute with the all-reduce in flight, and the all-reduce alone. The compute is a loop of
+    256x256 matrix products sized to last OVERLAP_SPAN all-reduces, the same on every rank.
+    A synchronous step waits for its slowest rank, so the compute lost is the largest of the
+    ranks', the all-reduce time the largest too. Every rank returns the same rows."""
+    matrix = torch.randn(256, 256, device=device)
+    product = torch.empty_like(matrix)
+
+    def compute(repeats: int) -> float:
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(matrix, matrix, out=product)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    def allreduce(tensor: torch.Tensor) -> float:
+        synchronize(device)
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    kernel_s = compute(20) / 20  # the first calls warm the kernel up
+    kernel_s = compute(20) / 20
+    rows = []
+    for size in sizes:
+        tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
+        dist.barrier()
+        allreduce(tensor)  # warm-up
+        typical = statistics.median(allreduce(tensor) for _ in range(3))
+        repeats = torch.tensor([OVERLAP_SPAN * typical / kernel_s], device=device)
+        dist.all_reduce(repeats, op=dist.ReduceOp.MAX)  # the same work on every rank
+        count = max(1, math.ceil(float(repeats.item())))
+        alone, lost, communication = [], [], []
+        for _ in range(reps):
+            dist.barrier()
+            alone.append(compute(count))
+            dist.barrier()
+            synchronize(device)
+            start = time.perf_counter()
+            work = dist.all_reduce(tensor, async_op=True)
+            compute(count)
+            work.wait()  # as a step waits for its last bucket; normally done by now
+            synchronize(device)
+            # paired with the compute just before it: a change in the host's load between
+            # repetitions hits both alike
+            lost.append(time.perf_counter() - start - alone[-1])
+            dist.barrier()
+            communication.append(allreduce(tensor))
+        mine = torch.tensor(
+            [
+                statistics.median(lost),
+                statistics.median(communication),
+                statistics.median(alone),
+            ],
+            device=device,
+            dtype=torch.float64,
+        )
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+        lost, seconds, compute_s = (float(v) for v in mine.tolist())
+        rows.append(
+            {
+                "bytes": tensor.numel() * itemsize,
+                "allreduce_s": seconds,
+                "compute_s": compute_s,
+                "compute_lost_s": lost,
+                "cost": max(0.0, lost / seconds),
+            }
+        )
+    return rows
+
+
+def overlap_cost(rows: list[dict[str, float]]) -> float:
+    """One host's overlap cost over the measured message sizes: all the compute lost over all
+    the all-reduce time, so that the longer all-reduces, whose loss stands out of the
+    timer's noise, weigh more than the short ones."""
+    total = sum(r["allreduce_s"] for r in rows)
+    return max(0.0, sum(r["compute_lost_s"] for r in rows) / total) if total > 0 else 0.0
+
+
 def measure(
     sizes: list[int], iters: int, warmup: int, dtype: torch.dtype, device: torch.device
 ) -> list[dict[str, float]]:
@@ -200,7 +323,9 @@ def main(argv: list[str] | None = None) -> None:
 
     dist.init_process_group(backend)
     try:
-        rows = measure(sizes, args.iters, args.warmup, DTYPES[args.dtype], device)
+        dtype = DTYPES[args.dtype]
+        rows = measure(sizes, args.iters, args.warmup, dtype, device)
+        overlap = measure_overlap(overlap_sizes(sizes), args.iters, dtype, device)
         if dist.get_rank() == 0:
             result = {
                 "backend": backend,
@@ -209,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
                 "iters": args.iters,
                 "warmup": args.warmup,
                 "rows": rows,
+                "overlap": overlap,
             }
             args.out.write_text(json.dumps(result, indent=2) + "\n")
     finally:

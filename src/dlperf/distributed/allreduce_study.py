@@ -1,6 +1,7 @@
 """`dlperf scale --allreduce-bench`: the all-reduce microbenchmark (dlperf.distributed.allreduce)
 under torchrun for each worker count, kept as a study of kind `allreduce` whose runs carry
-the ring model fitted over all of them (the scale table's prediction reads it)."""
+the ring model fitted over all of them, their own measured times and the cost of overlapping
+an all-reduce with compute at their worker count (the scale table's predictions read them)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dlperf.distributed.allreduce import fit_ring_model, parse_sizes
+from dlperf.distributed.allreduce import fit_ring_model, overlap_cost, parse_sizes
 from dlperf.distributed.launch import run_torchrun
 from dlperf.distributed.study import resolve_backend, threads_per_worker
 from dlperf.errors import UserError
@@ -41,6 +42,7 @@ def run_allreduce_study(
         )
     study_id = store.create_study(f"allreduce {backend}", "allreduce")
     measured: list[tuple[Recording, int, list[dict[str, Any]]]] = []
+    overlap: dict[int, list[dict[str, Any]]] = {}  # per worker count: measure_overlap's rows
     failures = []
     # Every run stays open until the ring model, fitted over all of them, is in its summary.
     with contextlib.ExitStack() as runs:
@@ -66,10 +68,9 @@ def run_allreduce_study(
                 run.fail(launch.error or "torchrun failed")
                 failures.append({"workers": n, "error": launch.error})
                 continue
-            rows = [
-                {"workers": n, **row}
-                for row in json.loads((directory / "result.json").read_text())["rows"]
-            ]
+            result = json.loads((directory / "result.json").read_text())
+            rows = [{"workers": n, **row} for row in result["rows"]]
+            overlap[n] = result["overlap"]
             store.log_metrics(run.id, [("allreduce/time_s", r["bytes"], r["time_s"]) for r in rows])
             measured.append((run, n, rows))
         every_row = [row for _, _, rows in measured for row in rows]
@@ -79,12 +80,21 @@ def run_allreduce_study(
         except UserError as e:
             ring, fit_error = None, str(e)
         for run, n, rows in measured:
-            run.summary = {"backend": backend, "workers": n, "rows": rows, "ring_model": ring}
+            run.summary = {
+                "backend": backend,
+                "workers": n,
+                "rows": rows,
+                "ring_model": ring,
+                "overlap": overlap[n],
+                "overlap_cost": overlap_cost(overlap[n]),
+            }
     return {
         "study_id": study_id,
         "backend": backend,
         "rows": every_row,
         "ring_model": ring,
         "fit_error": fit_error,
+        "overlap": [{"workers": n, **row} for n, rows in overlap.items() for row in rows],
+        "overlap_cost": {n: overlap_cost(rows) for n, rows in overlap.items()},
         "failures": failures,
     }

@@ -363,12 +363,30 @@ def add_relative(summary: dict[str, Any], base: dict[str, Any] | None) -> None:
     summary["efficiency"] = speedup * base["workers"] / summary["workers"]
 
 
-def ring_reference(store: Store, backend: str) -> dict[str, Any] | None:
-    """The ring model of the newest finished all-reduce benchmark run on `backend`."""
+def comm_reference(store: Store, backend: str) -> dict[str, Any] | None:
+    """What the communication models are calibrated on: the newest all-reduce benchmark study
+    on `backend` with a finished run, its ring model, and per worker count the run's id, its
+    measured times and its measured overlap cost (absent from benchmarks stored before it
+    was measured)."""
     for run in store.list_runs(kind="allreduce"):
         summary = run["summary"]
-        if run["status"] == "finished" and summary.get("backend") == backend:
-            return summary.get("ring_model")
+        if run["status"] != "finished" or summary.get("backend") != backend:
+            continue
+        runs = store.list_runs(kind="allreduce", study_id=run["study_id"])
+        return {
+            "study_id": run["study_id"],
+            "measured_at": run["ended"],
+            "ring_model": summary.get("ring_model"),
+            "workers": {
+                int(r["summary"]["workers"]): {
+                    "run_id": r["id"],
+                    "rows": r["summary"]["rows"],
+                    "overlap_cost": r["summary"].get("overlap_cost"),
+                }
+                for r in runs
+                if r["status"] == "finished"
+            },
+        }
     return None
 
 
@@ -389,28 +407,67 @@ def ring_prediction(
 
 
 def overlap_prediction(
-    ring: dict[str, Any] | None,
+    reference: dict[str, Any] | None,
     workers: int,
     ranks: list[dict[str, Any]],
     bucket_mb: float | None,
-) -> float | None:
-    """Predicted exposed communication of a DDP step: its buckets' ring all-reduces
+) -> tuple[float | None, str | None]:
+    """Predicted exposed communication of a DDP step and its basis: its buckets' all-reduces
     overlapped with the backward pass (dlperf.distributed.overlap), each gradient ready when
-    the slowest rank's compute-only replica had it."""
+    the slowest rank's compute-only replica had it, each bucket's all-reduce as long as the
+    benchmark measured at that size and worker count (else the ring model's time), the
+    backward paying the benchmark's measured overlap cost while a bucket is in flight."""
     compute = [r.get("compute", {}) for r in ranks]
-    if ring is None or workers < 2 or not all("grad_ready_s" in c for c in compute):
-        return None
-    from dlperf.distributed.allreduce import ring_time
+    if reference is None or workers < 2 or not all("grad_ready_s" in c for c in compute):
+        return None, None
+    from dlperf.distributed.allreduce import interpolate_time, ring_time
     from dlperf.distributed.overlap import exposed_time
 
-    ready = [max(times) for times in zip(*(c["grad_ready_s"] for c in compute), strict=True)]
-    alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
-    return exposed_time(
-        ready,
-        compute[0]["grad_sizes"],
-        lambda nbytes: ring_time(workers, nbytes, alpha, bandwidth),
-        bucket_mb,
+    where = f"all-reduce study {reference['study_id']} ({reference['measured_at']})"
+    measured = reference["workers"].get(workers)
+    ring = reference["ring_model"]
+    if measured is not None:
+        rows = measured["rows"]
+        times = f"times measured at {workers} workers by run {measured['run_id']} of {where}"
+        allreduce_s = lambda nbytes: interpolate_time(rows, nbytes)  # noqa: E731
+    elif ring is not None:
+        alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
+        times = f"ring α-β times of {where} (no run at {workers} workers)"
+        allreduce_s = lambda nbytes: ring_time(workers, nbytes, alpha, bandwidth)  # noqa: E731
+    else:
+        return None, None
+    cost = measured.get("overlap_cost") if measured else None
+    paid = (
+        f"overlap cost {cost:.2f} s of compute per s of all-reduce, measured there"
+        if cost is not None
+        else "overlap cost not measured (taken as 0: overlapped communication free)"
     )
+    ready = [max(step) for step in zip(*(c["grad_ready_s"] for c in compute), strict=True)]
+    predicted = exposed_time(ready, compute[0]["grad_sizes"], allreduce_s, bucket_mb, cost or 0.0)
+    basis = (
+        f"bucket/overlap model: gradient ready times of this point's compute-only replica; "
+        f"all-reduce {times}, interpolated; {paid}"
+    )
+    return predicted, basis
+
+
+def ring_basis(reference: dict[str, Any] | None) -> str | None:
+    """What ring_predicted_s is calibrated on."""
+    ring = reference and reference["ring_model"]
+    if not ring:
+        return None
+    return (
+        f"ring α-β fitted to all-reduce study {reference['study_id']} "
+        f"({reference['measured_at']}), rms error {ring['rmse_pct']:.0f}% over "
+        f"{ring['n_points']} sizes"
+    )
+
+
+def prediction_error(predicted: float | None, measured: float | None) -> float | None:
+    """predicted / measured - 1; None without both, or when nothing exposed was measured."""
+    if predicted is None or not measured:
+        return None
+    return predicted / measured - 1
 
 
 @dataclass
@@ -463,6 +520,7 @@ class _Study:
         self.writer = self.opts.node_rank == 0
         self.study_id: int | None = None
         self.ring: dict[str, Any] | None = None
+        self.reference: dict[str, Any] | None = None  # see comm_reference
         self.cluster: Cluster | None = None  # the nodes of a multi-node TensorFlow study
         self.bases: dict[tuple[str, str, float | None], dict[str, Any]] = {}
         self.rows: list[dict[str, Any]] = []
@@ -513,7 +571,8 @@ class _Study:
         if self.writer:
             name = f"scale {self.exp.run.name or self.exp.model.name}"
             self.study_id = self.store.create_study(name, "scale")
-            self.ring = ring_reference(self.store, self.backend)
+            self.reference = comm_reference(self.store, self.backend)
+            self.ring = self.reference["ring_model"] if self.reference else None
 
     def run_point(
         self, index: int, total: int, point: Point, steps: int, extra: dict[str, Any]
@@ -563,12 +622,19 @@ class _Study:
             )
             add_relative(summary, self.bases.get(point.group))
             self.bases.setdefault(point.group, summary)
-            summary["ring_predicted_s"] = ring_prediction(
-                self.ring, point.workers, summary["grad_bytes"], point.bucket_mb
+            exposed = summary["comm_exposed_s"]
+            ring = ring_prediction(self.ring, point.workers, summary["grad_bytes"], point.bucket_mb)
+            overlap, basis = overlap_prediction(
+                self.reference, point.workers, ranks, point.bucket_mb
             )
-            summary["overlap_predicted_s"] = overlap_prediction(
-                self.ring, point.workers, ranks, point.bucket_mb
-            )
+            summary |= {
+                "ring_predicted_s": ring,
+                "ring_basis": ring_basis(self.reference) if ring is not None else None,
+                "ring_error": prediction_error(ring, exposed),
+                "overlap_predicted_s": overlap,
+                "overlap_basis": basis,
+                "overlap_error": prediction_error(overlap, exposed),
+            }
             if opts.synthetic:
                 steps_s = _slowest_per_step(ranks, "main")
                 summary.update(chunk_throughput(steps_s, point.global_batch, opts.chunks))
