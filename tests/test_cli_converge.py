@@ -125,6 +125,10 @@ def test_speed_fit_on_study_then_plan(cli: Cli, store: Store, tmp_path: Path) ->
     assert speed_doc["params"]["theta0"] == pytest.approx(0.4 / 64, rel=1e-6)
     assert speed_doc["params"]["theta2"] == pytest.approx(0.1, rel=1e-6)
     assert speed_doc["error_pct"] == pytest.approx(0, abs=1e-6)
+    # The basis names the study, its kind and when it was made (the speed data's moment).
+    created = store.get_study(study)["created"]
+    basis = speed_doc["basis"]
+    assert f"fitted to 8 measured step times of study {study} (scale, {created})" in basis
     (tmp_path / "speed.json").write_text(r.out)
 
     run_id = accuracy_run(store)
@@ -141,6 +145,9 @@ def test_speed_fit_on_study_then_plan(cli: Cli, store: Store, tmp_path: Path) ->
     times = {(a["ps"], a["workers"]): a["time_s"] for a in doc["allocations"]}
     assert times[(2, 2)] == pytest.approx(doc["steps"] * 0.3)
     assert [a["workers"] for a in doc["allocations"] if a["fastest"]] == [2]
+    basis = doc["basis"]
+    assert basis.startswith(f"steps: the Optimus fit of run {run_id}")
+    assert f"step times: optimus-sync fitted to 8 measured step times of study {study}" in basis
     assert (tmp_path / "plan.png").stat().st_size > 0
     assert "saved plan.png" in r.err  # the path also outside the JSON
 

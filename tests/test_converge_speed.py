@@ -146,12 +146,19 @@ def test_fit_measured_predicts_the_configurations_asked_for(tmp_path: Path) -> N
     def no_store() -> None:
         raise AssertionError("a speed table needs no store")
 
-    done = speed.fit_measured("optimus-sync", no_store, csv=path, predict=["workers=8,ps=2"])
-    (p,) = done.predictions
+    done = speed.fit_measured(
+        "optimus-sync", no_store, csv=path, predict=["workers=8,ps=2", "workers=16,ps=2"]
+    )
+    p, beyond = done.predictions
     assert (p["workers"], p["ps"], p["batch"]) == (8, 2, 256)  # the table's usual batch
     assert p["step_time_s"] == pytest.approx(0.5 / 8 + 0.01 + 0.02 * 4, rel=1e-6)
+    # A configuration the table measured: its step time and the prediction's error beside it.
+    assert p["measured_step_time_s"] == pytest.approx(0.5 / 8 + 0.01 + 0.02 * 4)
+    assert abs(p["error_pct"]) < 1e-3
+    assert beyond["measured_step_time_s"] is None and beyond["error_pct"] is None
     doc = done.to_dict()
-    assert doc["meanings"] == speed.MEANINGS["optimus-sync"] and doc["predictions"] == [p]
+    assert doc["meanings"] == speed.MEANINGS["optimus-sync"] and doc["predictions"] == [p, beyond]
+    assert doc["basis"].startswith("optimus-sync fitted to 8 measured step times of speed.csv")
     assert done.warnings == []
     with pytest.raises(UserError, match="takes workers=N, ps=N, batch=N"):
         speed.predict_at(done.fit, "nodes=2")

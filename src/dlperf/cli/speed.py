@@ -66,13 +66,15 @@ def speed_fit(
     if done.predictions:
         keys = speed.config_keys(model)
         console.print_table(
-            "predictions",
-            [*keys[:2], "global batch", "step time (s)", "samples/s"],
+            "predictions (measured: the data's step time at that configuration, if any)",
+            [*keys[:2], "global batch", "step time (s)", "samples/s", "measured (s)", "error %"],
             [
-                [*(p[k] for k in keys), p["step_time_s"], p["samples_per_s"]]
+                [*(p[k] for k in keys), p["step_time_s"], p["samples_per_s"],
+                 p["measured_step_time_s"], p["error_pct"]]
                 for p in done.predictions
             ],
-        )
+        )  # fmt: skip
+        console.out.print(f"basis: {done.basis}", markup=False)
 
 
 @converge_app.command("plan")
@@ -142,3 +144,4 @@ def plan(
             for r in done.allocations
         ],
     )  # fmt: skip
+    console.out.print(f"basis: {done.basis}", markup=False)

@@ -165,6 +165,7 @@ def read_speed_fit(path: Path) -> SpeedFit:
     document = read_json(path, "speed fit")
     document.pop("meanings", None)
     document.pop("predictions", None)
+    document.pop("basis", None)
     try:
         return SpeedFit(**document)
     except TypeError:
@@ -178,6 +179,7 @@ class Plan:
     steps: float  # still to go from the end of the curve's fit window
     cost_unit: str  # "cost" with a price per device-hour, else "device-hours"
     allocations: list[Allocation]
+    basis: str  # what the steps and the step times rest on
 
 
 def plan_files(
@@ -206,7 +208,14 @@ def plan_files(
         from dlperf.report.curves import plot_plan
 
         plot_plan(plot, rows)
-    return Plan(steps, "cost" if price_per_hour is not None else "device-hours", rows)
+    fitted, timed = read_json(curve_path, "curve fit"), read_json(speed_path, "speed fit")
+    points = f" to {fitted['n_points']} points" if "n_points" in fitted else ""
+    basis = (
+        f"steps: the Optimus fit of {fitted.get('source', curve_path.name)}{points} up to "
+        f"step {float(fitted['last_step']):g}; step times: "
+        + timed.get("basis", f"the {speed.model} fit in {speed_path.name}")
+    )
+    return Plan(steps, "cost" if price_per_hour is not None else "device-hours", rows, basis)
 
 
 def read_jobs(path: Path) -> list[Job]:

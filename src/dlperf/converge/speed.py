@@ -398,10 +398,29 @@ def predict_at(fit: SpeedFit, text: str) -> dict[str, float]:
     return {**{k: at[k] for k in keys}, "step_time_s": t, "samples_per_s": at["batch"] / t}
 
 
+def measured_at(data: SpeedData, at: dict[str, float]) -> float | None:
+    """The median measured step time at exactly this configuration, if the data have it
+    (a prediction there is an in-sample fit, and its error says how well the model fits)."""
+    hit = (data.workers == at["workers"]) & np.isclose(data.global_batch, at["batch"])
+    for key, column in (("ps", data.ps), ("nodes", data.nodes)):
+        if key in at and column is not None:
+            hit &= column == at[key]
+    return float(np.median(data.step_time[hit])) if hit.any() else None
+
+
+def with_measurement(prediction: dict[str, float], data: SpeedData) -> dict[str, Any]:
+    """A prediction with the measured step time at its configuration and its error (null
+    when the data hold no such configuration)."""
+    measured = measured_at(data, prediction)
+    error = (prediction["step_time_s"] / measured - 1) * 100 if measured else None
+    return {**prediction, "measured_step_time_s": measured, "error_pct": error}
+
+
 @dataclass
 class SpeedReport:
     fit: SpeedFit
-    predictions: list[dict[str, float]]  # one per configuration asked for (`predict_at`)
+    predictions: list[dict[str, Any]]  # one per configuration asked for (`predict_at`)
+    basis: str  # what the predictions rest on: the model, the measurements, their source
 
     @property
     def warnings(self) -> list[str]:
@@ -412,7 +431,12 @@ class SpeedReport:
     def to_dict(self) -> dict[str, Any]:
         """As `converge speed fit --json` prints it and `converge plan --speed` reads it."""
         meanings = MEANINGS[self.fit.model]
-        return {**asdict(self.fit), "meanings": meanings, "predictions": self.predictions}
+        return {
+            **asdict(self.fit),
+            "meanings": meanings,
+            "predictions": self.predictions,
+            "basis": self.basis,
+        }
 
 
 def fit_measured(
@@ -430,6 +454,17 @@ def fit_measured(
     if where and study_id is None:
         raise UserError("--where selects runs of a study: give STUDY_ID")
     check_model(model)
-    data = load_csv(csv) if csv is not None else from_study(open_store(), study_id, where)
+    if csv is not None:
+        data, source = load_csv(csv), f"{csv.name}"
+    else:
+        store = open_store()
+        study = store.get_study(study_id)
+        data = from_study(store, study_id, where)
+        source = f"study {study_id} ({study['kind']}, {study['created']})"
     result = fit(data, model)
-    return SpeedReport(result, [predict_at(result, text) for text in predict or []])
+    basis = (
+        f"{model} fitted to {result.n_points} measured step times of {source}; in-sample "
+        f"error {result.error_pct:.1f}% mean, {result.max_error_pct:.1f}% max"
+    )
+    predictions = [with_measurement(predict_at(result, text), data) for text in predict or []]
+    return SpeedReport(result, predictions, basis)
