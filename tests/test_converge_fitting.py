@@ -77,5 +77,13 @@ def test_regress_predicts_an_unseen_feature_value(tmp_path: Path) -> None:
     # 1/(β0·k + 1) = 0.2 at k = 4/β0
     assert pred["predicted_step"] == pytest.approx(4 / (0.01 * np.exp(-2.2)), rel=1e-3)
     assert [run["depth"] for run in done.document["runs"]] == ["20", "32", "44", "56"]
+    assert pred["actual_step"] is None and pred["error_pct"] is None  # no run at depth 110
+    assert pred["basis"].startswith("log β0, log β1, log β2 linear in depth over 4 runs")
+    # At a depth one run has, its measured step stands beside the prediction.
+    done = fitting.regress(sources, ["depth"], opts, no_store, at={"depth": "32"}, target=0.5)
+    pred = done.document["prediction"]
+    # 1/(β0·k + 1) + 0.1 = 0.5 at β0·k = 1.5: k = 284.5, first measured at step 290.
+    assert pred["predicted_step"] == 285 and pred["actual_step"] == 290
+    assert pred["error_pct"] == pytest.approx((285 - 290) / 290 * 100)
     with pytest.raises(UserError, match="--target needs --predict"):
         fitting.regress(sources, ["depth"], opts, no_store, target=0.3)

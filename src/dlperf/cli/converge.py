@@ -248,4 +248,8 @@ def regress(
             rows.append([f"step reaching {target:g}", pred["predicted_step"] or "unreachable"])
             if pred["predicted_epoch"] is not None:
                 rows.append([f"epoch reaching {target:g}", pred["predicted_epoch"]])
+            if pred["actual_step"] is not None:
+                rows.append(["measured step (a run with these features)", pred["actual_step"]])
+                rows.append(["error %", pred["error_pct"]])
         console.print_table(f"prediction for {predict_at}", ["", "value"], rows)
+        console.out.print(f"basis: {pred['basis']}", markup=False)

@@ -235,9 +235,11 @@ def _prediction(
     at: dict[str, str],
     metric: str,
     target: float | None,
+    basis: str,
 ) -> dict[str, Any]:
     """The unseen configuration's coefficients, its curve over the runs' steps, and the step
-    (and epoch) reaching `target`."""
+    (and epoch) reaching `target`; with the measured step of a source that has exactly these
+    features, when there is one (then the configuration was not unseen: an in-sample check)."""
     last = max(float(c.steps.max()) for c, _ in found)
     steps = np.linspace(last / 50, last, 50)
     values = curve.to_decreasing(curve.model("optimus")(steps, predicted), metric)
@@ -245,18 +247,28 @@ def _prediction(
         "features": at,
         **dict(zip(reg.BETAS, map(float, predicted), strict=True)),
         "curve": [[float(k), float(v)] for k, v in zip(steps, values, strict=True)],
+        "basis": basis,
     }
     if target is None:
         return prediction
-    reach = curve.steps_to("optimus", predicted, curve.to_decreasing(target, metric))
+    goal = curve.to_decreasing(target, metric)
+    reach = curve.steps_to("optimus", predicted, goal)
     step = int(curve.whole_step(reach[0])) if math.isfinite(reach[0]) else None
     # The epoch only when every source counts the same steps per epoch.
     per_epoch = {c.steps_per_epoch for c, _ in found}
     spe = per_epoch.pop() if len(per_epoch) == 1 else None
+    actual = None
+    for c, features in found:
+        hit = np.flatnonzero(curve.to_decreasing(c.values, metric) <= goal)
+        if {k: str(v) for k, v in features.items()} == at and len(hit):
+            actual = float(c.steps[hit[0]])
+            break
     return prediction | {
         "target": target,
         "predicted_step": step,
         "predicted_epoch": step / spe if step is not None and spe else None,
+        "actual_step": actual,
+        "error_pct": (step - actual) / actual * 100 if step is not None and actual else None,
     }
 
 
@@ -301,7 +313,13 @@ def regress(
     predicted = None
     if at is not None:
         predicted = reg.predict(result, at)
-        document["prediction"] = _prediction(found, predicted, at, opts.metric, target)
+        basis = (
+            f"log β0, log β1, log β2 linear in {', '.join(features)} over {len(found)} runs' "
+            "Optimus fits (in-sample rmse of log β "
+            + ", ".join(f"{result.rmse_log[b]:.2g}" for b in reg.BETAS)
+            + ")"
+        )
+        document["prediction"] = _prediction(found, predicted, at, opts.metric, target, basis)
     if plot is not None:
         from dlperf.report.curves import plot_regression
 
