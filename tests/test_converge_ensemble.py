@@ -117,3 +117,22 @@ def test_unknown_family_and_prior() -> None:
         ensemble.fit(np.arange(1.0, 6.0), np.linspace(1, 0.5, 5), families=("nope",))
     with pytest.raises(Exception, match="unknown plateau prior"):
         ensemble.fit(np.arange(1.0, 6.0), np.linspace(1, 0.5, 5), plateau_prior="flat")
+
+
+def test_band_holds_the_true_curve_and_is_drawn(cli: Callable[..., Any], tmp_path: Path) -> None:
+    """The 90% band of curves drawn by weight holds the true curve over the extrapolated
+    part, its median lies inside it, and `predict --plot` draws it (the default form)."""
+    rng = np.random.default_rng(4)
+    k = np.arange(1.0, 61.0)
+    truth = pow3(k, 0.1, 0.8, 0.7)
+    post = ensemble.fit(k[:30], truth[:30] + rng.normal(0, 0.005, 30))
+    lo, mid, hi = ensemble.band(post, k)
+    assert np.all(lo <= mid) and np.all(mid <= hi)
+    assert np.mean((lo[30:] <= truth[30:]) & (truth[30:] <= hi[30:])) >= 0.9
+    assert np.array_equal(ensemble.band(post, k)[1], mid)  # seeded: the same figure each time
+
+    path = tmp_path / "band.png"
+    r = cli("converge", "predict", "--csv", POLLUX_128, "--y", "metric", "--metric",
+            "accuracy", "--upto", "0.5", "--target", "0.94", "--plot", str(path))  # fmt: skip
+    assert r.code == 0, r.err
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

@@ -219,6 +219,31 @@ def steps_to(post: Posterior, goal: float) -> np.ndarray:
     return out
 
 
+def band(
+    post: Posterior, steps: np.ndarray, draws: int = 2000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The posterior's 5th, 50th and 95th percentile curves at `steps` (decreasing units),
+    from `draws` grid points drawn by weight (seeded: the same figure every time); evaluating
+    every grid point would take hundreds of MB for a figure."""
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(post.weight), size=draws, p=post.weight)
+    x = np.asarray(steps, float)[None, :] / post.scale
+    curves = np.empty((draws, x.shape[1]))
+    for i, name in enumerate(post.families):
+        n_theta = len(post.theta[i][0])
+        mine = (chosen >= post.offsets[i]) & (chosen < post.offsets[i] + N_ASYMPTOTE * n_theta)
+        if not mine.any():
+            continue
+        local = chosen[mine] - post.offsets[i]
+        theta = tuple(t[local % n_theta][:, None] for t in post.theta[i])  # c outer, θ inner
+        shape = FAMILIES[name].shape
+        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+            g = shape(x, *theta) / shape(np.array(post.x_first), *theta)
+        curves[mine] = post.c[chosen[mine]][:, None] + post.a[chosen[mine]][:, None] * g
+    lo, mid, hi = np.nanpercentile(curves, [5, 50, 95], axis=0)
+    return lo, mid, hi
+
+
 @dataclass
 class EnsemblePrediction:
     target: float  # in the metric's units

@@ -135,12 +135,19 @@ def predict(
         raise UserError(f"unknown form '{form}'", f"choose {', '.join(FORMS)}")
     curve.check_metric(opts.metric)
     curve.check_target(target, opts.metric)
-    fits = fit(run_ids, csv, opts, open_store, plot, reporter)
+    # The ensemble draws its own figure (median and band); the single forms the fit's.
+    fits = fit(run_ids, csv, opts, open_store, None if form == "ensemble" else plot, reporter)
+    if form == "ensemble":
+        bands = []
+        for r in fits.reports:
+            document, post = ensemble_document(r, target)
+            fits.predictions.append(document)
+            bands.append((r, post, document["predicted_step"]))
+        if plot is not None:
+            _plot_bands(plot, bands, opts.metric, target)
+        return fits
     for r in fits.reports:
         c = r.curve
-        if form == "ensemble":
-            fits.predictions.append(ensemble_document(r, target))
-            continue
         p = curve.predict(
             form, r.params[form], r.samples[form], target, opts.metric, c.steps, c.values
         )
@@ -168,9 +175,29 @@ def predict(
     return fits
 
 
-def ensemble_document(r: FitReport, target: float) -> dict[str, Any]:
+def _plot_bands(
+    path: Path,
+    fitted: list[tuple[FitReport, ensemble.Posterior, int | None]],
+    metric: str,
+    target: float,
+) -> None:
+    """Each curve's band out to its last measured point or a little past the predicted step,
+    whichever is later."""
+    from dlperf.report.curves import plot_bands
+
+    rows = []
+    for r, post, predicted in fitted:
+        c = r.curve
+        end = max(float(c.steps.max()), 1.2 * (predicted or 0))
+        grid = np.linspace(c.steps.min(), end, 200)
+        lo, mid, hi = (curve.to_decreasing(b, metric) for b in ensemble.band(post, grid))
+        rows.append((c.label, c.steps, c.values, r.n_fit, (grid, lo, mid, hi)))
+    plot_bands(path, rows, metric, target)
+
+
+def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ensemble.Posterior]:
     """`predict --form ensemble --json` for one curve: the step's distribution (median, 90%
-    interval, P(reachable)), the plateau's, and what they rest on."""
+    interval, P(reachable)), the plateau's, and what they rest on; and the posterior."""
     c = r.curve
     y = curve.to_decreasing(c.values, r.metric)
     post = ensemble.fit(c.steps[: r.n_fit], y[: r.n_fit])
@@ -193,7 +220,7 @@ def ensemble_document(r: FitReport, target: float) -> dict[str, Any]:
         "family_weights": p.family_weight,
         "n_points": r.n_fit,
         "basis": ensemble.basis(post),
-    }
+    }, post
 
 
 def regress_sources(

@@ -59,6 +59,27 @@ def plot_curves(
     _save(fig, ax, path, "step", metric)
 
 
+def plot_bands(
+    path: Path,
+    curves: list[tuple[str, np.ndarray, np.ndarray, int, tuple[np.ndarray, ...]]],
+    metric: str,
+    target: float,
+) -> None:
+    """Measured points (filled inside the fit window, hollow after it), the ensemble's
+    median curve and its 90% band, and the target. A curve is (label, steps, values, points
+    in the window, (grid, 5th, 50th, 95th percentile) in the metric's units)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, k, values, n_fit, (grid, lo, mid, hi)) in enumerate(curves):
+        color = f"C{i}"
+        ax.plot(k[:n_fit], values[:n_fit], "o", color=color, ms=3, label=f"{label} measured")
+        ax.plot(k[n_fit:], values[n_fit:], "o", color=color, ms=3, mfc="none")
+        ax.fill_between(grid, lo, hi, color=color, alpha=0.15, label=f"{label} 90% band")
+        ax.plot(grid, mid, "-", color=color, label=f"{label} ensemble median")
+        ax.axvline(k[n_fit - 1], color=color, alpha=0.2)
+    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
+    _save(fig, ax, path, "step", metric)
+
+
 def plot_plan(path: Path, rows: list[Allocation]) -> None:
     """Time to target versus workers, one line per server count, best allocations marked."""
     fig, ax = plt.subplots(figsize=(6, 4))
