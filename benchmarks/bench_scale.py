@@ -8,9 +8,10 @@
    model sizes, at DDP's default 25 MB buckets and with a 1 GB cap (one bucket after the
    1 MiB first one: nearly nothing overlaps): the ring model (the whole gradient's
    all-reduce, bucket by bucket, nothing overlapped) and the bucket/overlap model (each
-   bucket's all-reduce placed after its gradients are ready in the backward pass, measured
-   on the compute-only replica; dlperf.distributed.overlap), and DDP's own backward
-   communication time beside them.
+   bucket's all-reduce, as long as the benchmark measured at its size, placed after its
+   gradients are ready in the backward pass, measured on the compute-only replica, the
+   backward paying the benchmark's measured overlap cost while a bucket is in flight;
+   dlperf.distributed.overlap), and DDP's own backward communication time beside them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dlperf.store import Store
 
 HERE = Path(__file__).resolve().parent
 REPEATS, STEPS, WARMUP, BATCH = 5, 30, 5, 32
+COMM_STEPS = 40  # per point and phase: the exposed time is a difference of two medians
 ONE_BUCKET_MB, DEFAULT_BUCKET_MB = 1024.0, 25.0
 MODELS = [("resnet20", 16), ("resnet56", 16), ("smallcnn", 16), ("resnet18_cifar", 8)]
 
@@ -81,14 +83,10 @@ def dlperf(store: Store, tmp: Path) -> float:
     return row["wall_time_s"] / row["timed_steps"]
 
 
-def _error(measured: float | None, predicted: float | None) -> float | None:
-    return predicted / measured - 1 if measured and predicted is not None else None
-
-
 def comm_check(store: Store, tmp: Path) -> list[dict[str, float | str | None]]:
     rows = []
     for model, batch in MODELS:
-        exp = _experiment(model, per_worker_batch=batch, steps=20, warmup_steps=3,
+        exp = _experiment(model, per_worker_batch=batch, steps=COMM_STEPS, warmup_steps=5,
                           bucket_mb=[DEFAULT_BUCKET_MB, ONE_BUCKET_MB])  # fmt: skip
         for r in run_study(exp, store, tmp).rows:
             exposed = r["comm_exposed_s"]
@@ -99,11 +97,14 @@ def comm_check(store: Store, tmp: Path) -> list[dict[str, float | str | None]]:
                     "grad_mb": r["grad_bytes"] / 2**20,
                     "step_s": r["step_time_s"],
                     "exposed_s": exposed,
+                    "exposed_ci95_s": r["comm_exposed_ci95_s"],
                     "ddp_comm_s": r["ddp_logging_s"].get("backward_comm_time"),
                     "ring_s": r["ring_predicted_s"],
                     "overlap_s": r["overlap_predicted_s"],
-                    "ring_error": _error(exposed, r["ring_predicted_s"]),
-                    "overlap_error": _error(exposed, r["overlap_predicted_s"]),
+                    "ring_error": r["ring_error"],
+                    "overlap_error": r["overlap_error"],
+                    "ring_basis": r["ring_basis"],
+                    "overlap_basis": r["overlap_basis"],
                 }
             )
     return rows
@@ -139,6 +140,15 @@ def main() -> None:
         f"ring model (2 workers, 4KB..64MB): alpha {ring['alpha_s'] * 1e6:.0f} us, "
         f"B {ring['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, fit rms error {ring['rmse_pct']:.0f}%"
     )
+    print(
+        f"overlap cost (2 workers): {bench['overlap_cost'][2]:.2f} s of compute lost per s of "
+        "all-reduce in flight; "
+        + ", ".join(
+            f"{r['bytes'] / 2**20:g} MiB: {r['compute_lost_s'] * 1e3:.2f} ms lost "
+            f"beside {r['allreduce_s'] * 1e3:.2f} ms"
+            for r in bench["overlap"]
+        )
+    )
 
     def pct(error: float | None) -> str:
         return f"{error:+.0%}" if error is not None else "-"
@@ -147,12 +157,12 @@ def main() -> None:
         table(
             "exposed communication vs the ring and bucket/overlap models (error = predicted / "
             "measured - 1), 2 workers, ms per step",
-            ["model", "bucket MB", "grad MB", "step", "exposed", "DDP comm", "ring", "overlap",
-             "ring err", "overlap err"],
+            ["model", "bucket MB", "grad MB", "step", "exposed", "± 95%", "DDP comm", "ring",
+             "overlap", "ring err", "overlap err"],
             [
                 [r["model"], r["bucket_mb"], r["grad_mb"],
-                 *(1e3 * (r[k] or 0) for k in ("step_s", "exposed_s", "ddp_comm_s", "ring_s",
-                                              "overlap_s")),
+                 *(1e3 * (r[k] or 0) for k in ("step_s", "exposed_s", "exposed_ci95_s",
+                                              "ddp_comm_s", "ring_s", "overlap_s")),
                  pct(r["ring_error"]), pct(r["overlap_error"])]
                 for r in comm
             ],
@@ -166,7 +176,13 @@ def main() -> None:
             "median_overhead": overhead,
             "allreduce": bench,
             "models_vs_measured": comm,
-            "settings": {"repeats": REPEATS, "steps": STEPS, "warmup": WARMUP, "batch": BATCH},
+            "settings": {
+                "repeats": REPEATS,
+                "steps": STEPS,
+                "warmup": WARMUP,
+                "batch": BATCH,
+                "comm_steps": COMM_STEPS,
+            },
         },
     )
 

@@ -27,6 +27,7 @@ from dlperf.distributed.study import (
     add_relative,
     batch_split,
     chunk_throughput,
+    exposed_ci95,
     overlap_prediction,
     plan,
     prediction_error,
@@ -231,6 +232,19 @@ def test_overlap_prediction_reads_the_measured_times_and_cost_and_says_so() -> N
     assert "ring α-β times of all-reduce study 4" in basis and "overlap cost not measured" in basis
     assert overlap_prediction(None, 2, ranks, 25) == (None, None)
     assert overlap_prediction(REFERENCE, 2, [{}], 25) == (None, None)  # no compute split
+
+
+def test_how_finely_the_exposed_time_is_measured() -> None:
+    """10 steps in the worker's 5 chunks of 2; the slowest rank (0) exposes 1, 2, 3, 2, 2 ms
+    per chunk: sd 0.707 ms, so 2.776 x 0.707 / sqrt(5) = 0.878 ms."""
+    exposed_ms = [1, 1, 2, 2, 3, 3, 2, 2, 2, 2]
+    main = [0.010 + e / 1e3 for e in exposed_ms]
+    ranks = [
+        {"main": {"step_times_s": main}, "compute": {"step_times_s": [0.010] * 10}},
+        {"main": {"step_times_s": [0.009] * 10}, "compute": {"step_times_s": [0.009] * 10}},
+    ]
+    assert exposed_ci95(ranks) == pytest.approx(2.776 * 0.7071e-3 / 5**0.5, rel=1e-3)
+    assert exposed_ci95([{"main": {"step_times_s": main}}]) is None  # no compute split
 
 
 def test_every_prediction_carries_its_basis_and_error() -> None:

@@ -278,6 +278,32 @@ def chunk_throughput(step_times: list[float], global_batch: int, chunks: int) ->
     }
 
 
+def exposed_ci95(ranks: list[dict[str, Any]]) -> float | None:
+    """How finely comm_exposed_s is measured: the half-width of the 95% interval (Student's
+    t) of the exposed time over the chunks in which the worker alternated the point's steps
+    with its compute-only replica's, each chunk's exposed time the difference of the two
+    medians of the slowest rank's step times. None without the compute split or with fewer
+    than two chunks."""
+    if "compute" not in ranks[0]:
+        return None
+    from scipy import stats
+
+    from dlperf.distributed.worker import CHUNKS
+
+    main, compute = _slowest_per_step(ranks, "main"), _slowest_per_step(ranks, "compute")
+    chunks = max(1, min(CHUNKS, len(main)))
+    if chunks < 2:
+        return None
+    diffs, start = [], 0
+    for i in range(chunks):  # the worker's chunks: see dlperf.distributed.worker.run
+        size = len(main) // chunks + (i < len(main) % chunks)
+        span = slice(start, start + size)
+        diffs.append(statistics.median(main[span]) - statistics.median(compute[span]))
+        start += size
+    sem = statistics.stdev(diffs) / math.sqrt(chunks)
+    return float(stats.t.ppf(0.975, chunks - 1)) * sem
+
+
 def summarize(
     point: Point,
     ranks: list[dict[str, Any]],
@@ -321,6 +347,7 @@ def summarize(
         "compute_s": compute,
         "comm_exposed_s": exposed,
         "sync_time_s": exposed,
+        "comm_exposed_ci95_s": exposed_ci95(ranks) if exposed is not None else None,
         "throughput": throughput,
         "throughput_per_worker": throughput / n,
         "speedup": None,
