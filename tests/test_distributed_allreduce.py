@@ -127,6 +127,9 @@ def test_measured_times_between_and_beyond_the_measured_sizes() -> None:
     assert interpolate_time(rows, KB) == pytest.approx(265e-6)
     assert interpolate_time(rows, 8 * MB) == pytest.approx(5.6e-3)
     assert interpolate_time(rows, MB) == pytest.approx(1.1e-3)
+    # the median of the calls where the benchmark measured it
+    rows[-1]["median_s"] = 2.0e-3
+    assert interpolate_time(rows, 4 * MB) == pytest.approx(2.0e-3)
 
 
 def test_overlap_cost_pools_the_sizes_by_their_all_reduce_time() -> None:
@@ -177,7 +180,7 @@ def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
     rows = result["rows"]
     assert [r["bytes"] for r in rows] == parse_sizes("1KB..64KB")
     for r in rows:
-        assert r["time_s"] > 0
+        assert r["time_s"] > 0 and r["median_s"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9, rel=1e-12)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2, rel=1e-12)
     # the cost of overlapping an all-reduce with compute, at the largest size here

@@ -220,7 +220,7 @@ def test_overlap_prediction_reads_the_measured_times_and_cost_and_says_so() -> N
     assert predicted == pytest.approx(0.006)
     assert basis == (
         "bucket/overlap model: gradient ready times of this point's compute-only replica; "
-        "all-reduce times measured at 2 workers by run 9 of all-reduce study 4 "
+        "all-reduce median times measured at 2 workers by run 9 of all-reduce study 4 "
         "(2026-11-23T12:00:00), interpolated; overlap cost 1.00 s of compute per s of "
         "all-reduce, measured there"
     )

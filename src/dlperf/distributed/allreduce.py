@@ -143,11 +143,11 @@ def fit_ring_model(rows: list[dict[str, Any]]) -> RingModel:
 
 
 def interpolate_time(rows: list[dict[str, Any]], nbytes: float) -> float:
-    """All-reduce time of `nbytes` from measured rows (bytes, time_s) of one worker count:
-    linear between the two measured sizes around it; below the smallest, the smallest's
-    time (latency-bound); above the largest, the largest's scaled in proportion
-    (bandwidth-bound)."""
-    points = sorted((float(r["bytes"]), float(r["time_s"])) for r in rows)
+    """All-reduce time of `nbytes` from measured rows (bytes, median_s; time_s in rows
+    stored before medians were) of one worker count: linear between the two measured sizes
+    around it; below the smallest, the smallest's time (latency-bound); above the largest,
+    the largest's scaled in proportion (bandwidth-bound)."""
+    points = sorted((float(r["bytes"]), float(r.get("median_s", r["time_s"]))) for r in rows)
     if not points:
         raise ValueError("no measured all-reduce times")
     sizes, times = zip(*points, strict=True)
@@ -267,22 +267,29 @@ def measure(
         for _ in range(warmup):
             dist.all_reduce(tensor)
         dist.barrier()
-        synchronize(device)
-        start = time.perf_counter()
+        calls = []
         for _ in range(iters):
+            synchronize(device)
+            start = time.perf_counter()
             dist.all_reduce(tensor)
-        synchronize(device)
-        elapsed = torch.tensor([(time.perf_counter() - start) / iters], device=device)
+            synchronize(device)
+            calls.append(time.perf_counter() - start)
+        # The mean is nccl-tests' figure; the median, robust to a busy host's hiccups, is
+        # what the bucket/overlap model reads (the scale study's step times are medians too).
+        elapsed = torch.tensor(
+            [statistics.fmean(calls), statistics.median(calls)], device=device, dtype=torch.float64
+        )
         # A collective ends when its slowest rank does, so take the max over ranks
         # (nccl-tests averages by default; its -a 3 is this).
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        seconds = float(elapsed.item())
+        seconds, median = (float(v) for v in elapsed.tolist())
         nbytes = tensor.numel() * itemsize
         algbw = nbytes / seconds / 1e9
         rows.append(
             {
                 "bytes": nbytes,
                 "time_s": seconds,
+                "median_s": median,
                 "algbw_gbps": algbw,
                 "busbw_gbps": algbw * 2 * (world - 1) / world,
             }

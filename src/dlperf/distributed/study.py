@@ -455,7 +455,7 @@ def overlap_prediction(
     ring = reference["ring_model"]
     if measured is not None:
         rows = measured["rows"]
-        times = f"times measured at {workers} workers by run {measured['run_id']} of {where}"
+        times = f"median times measured at {workers} workers by run {measured['run_id']} of {where}"
         allreduce_s = lambda nbytes: interpolate_time(rows, nbytes)  # noqa: E731
     elif ring is not None:
         alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
