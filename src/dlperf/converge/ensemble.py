@@ -15,7 +15,9 @@ p(σ) ∝ 1/σ, integrating a and σ out leaves
 
     p(c, θ | y) ∝ (Σ w·g̃²)^(−1/2) · SSE(c, θ)^(−(n − 1)/2),
 
-SSE the weighted sum of squared residuals at the best a. Families are weighted by their
+SSE the weighted sum of squared residuals at the best a, times the prior: equal per family,
+uniform over each shape grid, and p(c) ∝ 1/(c + 0.02·min y) on the plateau (scale-invariant;
+`plateau_prior="uniform"` for a flat one). Families are weighted by their
 marginal likelihood (Bayesian model averaging, equal prior per family). Every grid point
 gives a step at which the curve reaches the target (∞ when c is at or above it); the
 prediction is the weighted median of those steps and the interval their 5th–95th weighted
