@@ -118,7 +118,7 @@ def main() -> None:
             {"plain torchrun DDP": lambda: plain(tmp), "dlperf scale": lambda: dlperf(store, tmp)},
             REPEATS,
         )
-        bench = run_allreduce_study(store, [2], "4KB..64MB", "gloo", tmp, iters=10, warmup=3)
+        bench = run_allreduce_study(store, [2], "4KB..64MB", "gloo", tmp, iters=20, warmup=3)
         comm = comm_check(store, tmp)
     ratios = [
         d / p for d, p in zip(per_step["dlperf scale"], per_step["plain torchrun DDP"], strict=True)

@@ -448,6 +448,7 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
         "step_time_min_s": 0.0127,
         "step_time_max_s": 0.025,
         "comm_exposed_s": 0.005,
+        "comm_exposed_ci95_s": 0.0012,
         "ring_predicted_s": 0.004,
         "ring_error": -0.2,
         "ring_basis": "ring α-β fitted to all-reduce study 4 (T), rms error 12% over 9 sizes",
@@ -467,7 +468,8 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
     assert "scale study 7 (single-host emulation)" in out
     assert "samples/s" in out and "12.7-25" in out and "18.7" in out
     assert (  # each prediction beside the measurement, with its error
-        "\n2 workers ddp/allreduce: exposed comm 5 ms measured; predicted ring 4 ms (-20%), "
+        "\n2 workers ddp/allreduce: exposed comm 5 ± 1.2 ms measured; predicted ring 4 ms "
+        "(-20%), "
         "overlap 5.5 ms (+10%)\n" in out
     )
     assert "\nring: ring α-β fitted to all-reduce study 4 (T), rms error 12% over 9 sizes\n" in out

@@ -52,8 +52,13 @@ def _predictions_line(row: dict[str, Any]) -> str | None:
         return None
     bucket = f" bucket {row['bucket_mb']:g}MB" if row.get("bucket_mb") else ""
     where = f"{row['workers']} workers {row['strategy']}/{row['comm']}{bucket}"
-    exposed = row.get("comm_exposed_s")
-    measured = "not measured" if exposed is None else f"{console.fmt(exposed * 1e3, 3)} ms measured"
+    exposed, ci = row.get("comm_exposed_s"), row.get("comm_exposed_ci95_s")
+    spread = "" if ci is None else f" ± {console.fmt(ci * 1e3, 2)}"
+    measured = (
+        "not measured"
+        if exposed is None
+        else f"{console.fmt(exposed * 1e3, 3)}{spread} ms measured"
+    )
     return f"{where}: exposed comm {measured}; predicted {', '.join(parts)}"
 
 
