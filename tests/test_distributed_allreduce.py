@@ -14,6 +14,7 @@ import pytest
 
 from dlperf.distributed.allreduce import (
     RingModel,
+    after_compute_times,
     fit_ring_model,
     interpolate_time,
     overlap_cost,
@@ -130,6 +131,24 @@ def test_measured_times_between_and_beyond_the_measured_sizes() -> None:
     # the median of the calls where the benchmark measured it
     rows[-1]["median_s"] = 2.0e-3
     assert interpolate_time(rows, 4 * MB) == pytest.approx(2.0e-3)
+    # another measured time where asked for and present, else the median, else the mean
+    rows[-1]["after_compute_last_s"] = 3.0e-3
+    assert interpolate_time(rows, 4 * MB, "after_compute_last_s") == pytest.approx(3.0e-3)
+    assert interpolate_time(rows, 2.5 * MB, "after_compute_last_s") == pytest.approx(2.05e-3)
+
+
+def test_after_compute_times_take_the_slowest_and_the_last_rank_per_repetition() -> None:
+    """Rank 0 arrives first in repetitions 1 and 3 and waits for rank 1; per repetition the
+    slowest (waiting included) is 9, 6, 8 ms, the last rank in 5, 6, 4 ms: medians 8 and 5."""
+    durations = [[9e-3, 6e-3, 8e-3], [5e-3, 7e-3, 4e-3]]
+    slowest, last = after_compute_times(durations)
+    assert slowest == pytest.approx(8e-3) and last == pytest.approx(5e-3)
+    # per repetition, not per rank: each rank's median is 2 ms here, but in two of three
+    # repetitions one rank waited 9 ms and the other, the last in, took 1-2 ms
+    slowest, last = after_compute_times([[1e-3, 2e-3, 9e-3], [9e-3, 1e-3, 2e-3]])
+    assert (slowest, last) == (pytest.approx(9e-3), pytest.approx(1e-3))
+    with pytest.raises(ValueError):
+        after_compute_times([[], []])
 
 
 def test_overlap_cost_pools_the_sizes_by_their_all_reduce_time() -> None:
@@ -181,6 +200,8 @@ def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
     assert [r["bytes"] for r in rows] == parse_sizes("1KB..64KB")
     for r in rows:
         assert r["time_s"] > 0 and r["median_s"] > 0
+        # after a compute burst: the slowest rank waited at least as long as the last one
+        assert r["after_compute_s"] >= r["after_compute_last_s"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9, rel=1e-12)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2, rel=1e-12)
     # the cost of overlapping an all-reduce with compute, at the largest size here

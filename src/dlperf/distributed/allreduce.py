@@ -25,6 +25,15 @@ incurs it: a compute kernel alone, then the same kernel with an all-reduce launc
 before it (asynchronously, as DDP launches a bucket's), and the all-reduce alone;
 cost = (compute time overlapped - compute time alone) / all-reduce time alone, the compute
 seconds lost per second of all-reduce in flight (dlperf.distributed.overlap uses it).
+
+An all-reduce timed after a barrier is not the one DDP pays: DDP launches a bucket as that
+rank's backward produces it, right after heavy compute, and the ranks arrive at different
+times. `measure_after_compute` times that: per repetition, a barrier (a DDP step starts as
+the previous one's all-reduce ends, on every rank at once), the same compute burst on every
+rank (AFTER_COMPUTE_S, a backward pass's order, with whatever rank-to-rank noise it has), then
+at once the all-reduce, timed from each rank's own start. The slowest rank's duration
+includes waiting for the others; the fastest's is that of the rank that arrived last, which
+waits for no one: the all-reduce once every rank is in.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -142,12 +152,15 @@ def fit_ring_model(rows: list[dict[str, Any]]) -> RingModel:
     )
 
 
-def interpolate_time(rows: list[dict[str, Any]], nbytes: float) -> float:
-    """All-reduce time of `nbytes` from measured rows (bytes, median_s; time_s in rows
-    stored before medians were) of one worker count: linear between the two measured sizes
-    around it; below the smallest, the smallest's time (latency-bound); above the largest,
-    the largest's scaled in proportion (bandwidth-bound)."""
-    points = sorted((float(r["bytes"]), float(r.get("median_s", r["time_s"]))) for r in rows)
+def interpolate_time(rows: list[dict[str, Any]], nbytes: float, key: str = "median_s") -> float:
+    """All-reduce time of `nbytes` from measured rows (bytes and `key`; median_s in rows
+    stored before `key` was measured, time_s in those stored before medians were) of one
+    worker count: linear between the two measured sizes around it; below the smallest, the
+    smallest's time (latency-bound); above the largest, the largest's scaled in proportion
+    (bandwidth-bound)."""
+    points = sorted(
+        (float(r["bytes"]), float(r.get(key, r.get("median_s", r["time_s"])))) for r in rows
+    )
     if not points:
         raise ValueError("no measured all-reduce times")
     sizes, times = zip(*points, strict=True)
@@ -168,15 +181,9 @@ def overlap_sizes(sizes: list[int]) -> list[int]:
     return inside or [max(sizes)]
 
 
-def measure_overlap(
-    sizes: list[int], reps: int, dtype: torch.dtype, device: torch.device
-) -> list[dict[str, float]]:
-    """The cost of overlapping an all-reduce with compute (see the module's docstring), per
-    message size: medians over `reps` interleaved repetitions of the compute alone, the
-    compute with the all-reduce in flight, and the all-reduce alone. The compute is a loop of
-    256x256 matrix products sized to last OVERLAP_SPAN all-reduces, the same on every rank.
-    A synchronous step waits for its slowest rank, so the compute lost is the largest of the
-    ranks', the all-reduce time the largest too. Every rank returns the same rows."""
+def _matmul_loop(device: torch.device) -> Callable[[int], float]:
+    """The compute kernel of the overlap and after-compute measurements: `repeats` 256x256
+    matrix products, timed to their end (synchronised, so also on a GPU)."""
     matrix = torch.randn(256, 256, device=device)
     product = torch.empty_like(matrix)
 
@@ -188,6 +195,21 @@ def measure_overlap(
         synchronize(device)
         return time.perf_counter() - start
 
+    compute(20)  # the first calls warm the kernel up
+    return compute
+
+
+def measure_overlap(
+    sizes: list[int], reps: int, dtype: torch.dtype, device: torch.device
+) -> list[dict[str, float]]:
+    """The cost of overlapping an all-reduce with compute (see the module's docstring), per
+    message size: medians over `reps` interleaved repetitions of the compute alone, the
+    compute with the all-reduce in flight, and the all-reduce alone. The compute is a loop of
+    256x256 matrix products sized to last OVERLAP_SPAN all-reduces, the same on every rank.
+    A synchronous step waits for its slowest rank, so the compute lost is the largest of the
+    ranks', the all-reduce time the largest too. Every rank returns the same rows."""
+    compute = _matmul_loop(device)
+
     def allreduce(tensor: torch.Tensor) -> float:
         synchronize(device)
         start = time.perf_counter()
@@ -196,7 +218,6 @@ def measure_overlap(
         return time.perf_counter() - start
 
     itemsize = torch.empty((), dtype=dtype).element_size()
-    kernel_s = compute(20) / 20  # the first calls warm the kernel up
     kernel_s = compute(20) / 20
     rows = []
     for size in sizes:
@@ -252,6 +273,61 @@ def overlap_cost(rows: list[dict[str, float]]) -> float:
     timer's noise, weigh more than the short ones."""
     total = sum(r["allreduce_s"] for r in rows)
     return max(0.0, sum(r["compute_lost_s"] for r in rows) / total) if total > 0 else 0.0
+
+
+# The compute burst before each all-reduce of measure_after_compute: the order of a backward
+# pass of the small CIFAR models benchmarks/bench_scale.py runs on a CPU worker (their whole
+# steps take 40-75 ms on the 2-core VM), so its rank-to-rank noise is of that order too.
+# Chosen from the setting, never fitted to an exposed time.
+AFTER_COMPUTE_S = 0.03
+
+
+def after_compute_times(durations: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """From each rank's all-reduce durations (one sequence per rank, one value per
+    repetition, each timed from that rank's own start): the median over repetitions of the
+    slowest rank's duration (waiting included) and of the fastest's (the rank that arrived
+    last, so the all-reduce once every rank is in)."""
+    repetitions = list(zip(*durations, strict=True))
+    if not repetitions:
+        raise ValueError("no all-reduce durations")
+    return (
+        statistics.median(max(r) for r in repetitions),
+        statistics.median(min(r) for r in repetitions),
+    )
+
+
+def measure_after_compute(
+    sizes: list[int],
+    reps: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    burst_s: float = AFTER_COMPUTE_S,
+) -> list[tuple[float, float]]:
+    """Per message size, the all-reduce as DDP launches it (see the module's docstring):
+    after_compute_times over `reps` repetitions. Every rank returns the same values."""
+    compute = _matmul_loop(device)
+    kernel_s = compute(20) / 20
+    repeats = torch.tensor([burst_s / kernel_s], device=device)
+    dist.all_reduce(repeats, op=dist.ReduceOp.MAX)  # the same work on every rank
+    count = max(1, math.ceil(float(repeats.item())))
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    out = []
+    for size in sizes:
+        tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
+        dist.all_reduce(tensor)  # warm-up
+        mine = []
+        for _ in range(reps):
+            dist.barrier()
+            compute(count)  # ends synchronised: on a GPU the clock starts as the compute ends
+            start = time.perf_counter()
+            dist.all_reduce(tensor)  # no barrier: each rank arrives when its compute ends
+            synchronize(device)
+            mine.append(time.perf_counter() - start)
+        local = torch.tensor(mine, device=device, dtype=torch.float64)
+        every = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+        dist.all_gather(every, local)
+        out.append(after_compute_times([t.tolist() for t in every]))
+    return out
 
 
 def measure(
@@ -332,6 +408,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         dtype = DTYPES[args.dtype]
         rows = measure(sizes, args.iters, args.warmup, dtype, device)
+        after = measure_after_compute(sizes, args.iters, dtype, device)
+        for row, (slowest, last) in zip(rows, after, strict=True):
+            row["after_compute_s"], row["after_compute_last_s"] = slowest, last
         overlap = measure_overlap(overlap_sizes(sizes), args.iters, dtype, device)
         if dist.get_rank() == 0:
             result = {
