@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,11 +130,12 @@ def test_calibrate_then_predict_measure_is_stored(
     assert calibrated.code == 0, calibrated.err
     device = json.loads(calibrated.out)
     assert device["peak_tflops"]["fp32"] > 0 and device["memory_bandwidth_gbs"] > 0
-    # a PPP in (0, 1] for every kind; on a busy host a kernel measured at another moment than
-    # the peak can reach it, so even the compute-bound kinds may stay at 1 (issue 16's drift)
+    # a positive PPP for every kind; not capped at 1: a kernel can outrun the square-matmul
+    # peak (oneDNN's convolutions on this CPU), and on a busy host a kernel measured at
+    # another moment than the peak can land either side of it (issue 16's drift)
     kinds = device["ppp_by_kind"]
     assert list(kinds) == list(KINDS) and kinds["other"] == 1.0
-    assert all(0 < v <= 1 for v in kinds.values())
+    assert all(0 < v < math.inf for v in kinds.values())
     assert device["ppp_mem"] not in (0, 1.0)
     assert device["op_overhead_us"] > 0 and device["threads"] == usable_cores()
     assert "[here]" in user_devices.read_text()

@@ -78,6 +78,7 @@ def _scale_study(store: Store, exp: Experiment) -> int:
         add_relative(summary, base)
         base = base or summary
         summary["ring_predicted_s"] = 0.05 if workers > 1 else None
+        summary["overlap_predicted_s"] = 0.08 if workers > 1 else None
         store.log_metrics(run, _rank_metrics(ranks))
         store.finish_run(run, "finished", summary=summary)
     return study

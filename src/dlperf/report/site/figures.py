@@ -164,8 +164,9 @@ def max_batch(rows: list[dict[str, Any]], title: str) -> Figures:
 
 
 def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:
-    """Predicted (ring model) against measured communication per step, for the points whose
-    prediction was stored."""
+    """Predicted (ring model; bucket/overlap model where stored) against measured
+    communication per step, for the points whose prediction was stored; the exposed time
+    with its 95% interval where the point measured one."""
     points = [
         r for r in rows if r.get("ring_predicted_s") is not None and r.get("status") != "failed"
     ]
@@ -174,15 +175,25 @@ def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:
     fig = Figure(figsize=(6, 3.8))
     ax = fig.subplots()
     labels = [f"{r['workers']} w {r.get('strategy', '')}/{r.get('comm', '')}" for r in points]
-    x = range(len(points))
-    width = 0.27
-    ax.bar([i - width for i in x], [r["ring_predicted_s"] * 1e3 for r in points], width,
-           label="predicted: α-β ring model")  # fmt: skip
+    overlap = any(r.get("overlap_predicted_s") is not None for r in points)
+    bars = 4 if overlap else 3
+    width = 0.8 / bars
+    x = [i - 0.4 + width / 2 for i in range(len(points))]  # the first bar of each point
+
+    def bar(k: int, values: list[float], label: str, **kw: Any) -> None:
+        ax.bar([i + k * width for i in x], values, width, label=label, **kw)
+
+    bar(0, [r["ring_predicted_s"] * 1e3 for r in points], "predicted: α-β ring model")
+    if overlap:
+        bar(1, [(r.get("overlap_predicted_s") or 0.0) * 1e3 for r in points],
+            "predicted: bucket/overlap model")  # fmt: skip
     comm = [((r.get("ddp_logging_s") or {}).get("backward_comm_time") or 0.0) * 1e3 for r in points]
-    ax.bar(list(x), comm, width, label="measured: DDP backward communication")
+    bar(bars - 2, comm, "measured: DDP backward communication")
     exposed = [(r.get("comm_exposed_s") or 0.0) * 1e3 for r in points]
-    ax.bar([i + width for i in x], exposed, width, label="measured: exposed communication")
-    ax.set_xticks(list(x), labels, fontsize=7)
+    ci = [(r.get("comm_exposed_ci95_s") or 0.0) * 1e3 for r in points]
+    bar(bars - 1, exposed, "measured: exposed communication (95% interval)",
+        yerr=ci, capsize=3)  # fmt: skip
+    ax.set_xticks(range(len(points)), labels, fontsize=7)
     uri = _finish(fig, ax, title, "point", "ms per step")
     return [("communication per step, predicted against measured", uri)]
 
