@@ -442,9 +442,8 @@ def overlap_prediction(
     """Predicted exposed communication of a DDP step and its basis: its buckets' all-reduces
     overlapped with the backward pass (dlperf.distributed.overlap), each gradient ready when
     the slowest rank's compute-only replica had it, each bucket's all-reduce as long as the
-    benchmark measured at that size and worker count after a compute burst (else after a
-    barrier; else the ring model's time), the backward paying the benchmark's measured
-    overlap cost while a bucket is in flight."""
+    benchmark measured at that size and worker count (else the ring model's time), the
+    backward paying the benchmark's measured overlap cost while a bucket is in flight."""
     compute = [r.get("compute", {}) for r in ranks]
     if reference is None or workers < 2 or not all("grad_ready_s" in c for c in compute):
         return None, None
@@ -456,15 +455,8 @@ def overlap_prediction(
     ring = reference["ring_model"]
     if measured is not None:
         rows = measured["rows"]
-        # What DDP pays: the all-reduce launched as the compute ends, from the moment the last
-        # rank is in. Its wait for the others is no communication cost: the ready times are
-        # the slowest rank's already. Benchmarks stored before it was measured: the medians.
-        key, kind = "median_s", "median times (after a barrier)"
-        if all("after_compute_last_s" in r for r in rows):
-            key = "after_compute_last_s"
-            kind = "times after compute (launched as each rank's compute ends; the last rank's)"
-        times = f"{kind} measured at {workers} workers by run {measured['run_id']} of {where}"
-        allreduce_s = lambda nbytes: interpolate_time(rows, nbytes, key)  # noqa: E731
+        times = f"median times measured at {workers} workers by run {measured['run_id']} of {where}"
+        allreduce_s = lambda nbytes: interpolate_time(rows, nbytes)  # noqa: E731
     elif ring is not None:
         alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
         times = f"ring α-β times of {where} (no run at {workers} workers)"
