@@ -26,14 +26,16 @@ before it (asynchronously, as DDP launches a bucket's), and the all-reduce alone
 cost = (compute time overlapped - compute time alone) / all-reduce time alone, the compute
 seconds lost per second of all-reduce in flight (dlperf.distributed.overlap uses it).
 
-An all-reduce timed after a barrier is not the one DDP pays: DDP launches a bucket as that
-rank's backward produces it, right after heavy compute, and the ranks arrive at different
+An all-reduce timed after a barrier may not be the one DDP pays: DDP launches a bucket as
+each rank's backward produces it, right after heavy compute, the ranks arriving at different
 times. `measure_after_compute` times that: per repetition, a barrier (a DDP step starts as
 the previous one's all-reduce ends, on every rank at once), the same compute burst on every
 rank (AFTER_COMPUTE_S, a backward pass's order, with whatever rank-to-rank noise it has), then
 at once the all-reduce, timed from each rank's own start. The slowest rank's duration
 includes waiting for the others; the fastest's is that of the rank that arrived last, which
-waits for no one: the all-reduce once every rank is in.
+waits for no one: the all-reduce once every rank is in. (On the 2-core VM neither came out
+systematically longer than after a barrier, so the bucket/overlap model does not read them;
+docs/scale.md.)
 """
 
 from __future__ import annotations
