@@ -8,11 +8,11 @@
    model sizes, at DDP's default 25 MB buckets and with a 1 GB cap (one bucket: in torch 2.14
    an explicit cap applies to the first bucket too, so nothing overlaps): the ring model (the
    whole gradient's all-reduce, bucket by bucket, nothing overlapped) and the bucket/overlap
-   model (each bucket's all-reduce as long as the benchmark measured at its size right after
-   a compute burst, as DDP launches it, placed after its gradients are ready in the backward
-   pass, measured on the compute-only replica, the backward paying the benchmark's measured
-   overlap cost while a bucket is in flight; dlperf.distributed.overlap), and DDP's own
-   backward communication time beside them.
+   model (each bucket's all-reduce as long as the benchmark's median at its size, placed
+   after its gradients are ready in the backward pass, measured on the compute-only replica,
+   the backward paying the benchmark's measured overlap cost while a bucket is in flight;
+   dlperf.distributed.overlap), and DDP's own backward communication time beside them. The
+   benchmark's all-reduce times after a compute burst are printed beside its medians.
 """
 
 from __future__ import annotations
