@@ -190,6 +190,9 @@ def test_ring_prediction_pays_latency_per_bucket() -> None:
     assert ring_prediction(ring, 2, 10_000_000, 25) == pytest.approx(one_bucket)
     two_buckets = 2 * (2 * 1e-4 + 5e6 / 1e9)
     assert ring_prediction(ring, 2, 10_000_000, 5_000_000 / 2**20) == pytest.approx(two_buckets)
+    # DDP's default cap: a first bucket of 1 MiB, then the rest in one 25 MiB bucket.
+    default = 2 * (2 * 1e-4) + 10e6 / 1e9
+    assert ring_prediction(ring, 2, 10_000_000, None) == pytest.approx(default)
     assert ring_prediction(ring, 1, 10_000_000, None) is None
     assert ring_prediction(None, 2, 10_000_000, None) is None
 

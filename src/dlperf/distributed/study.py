@@ -421,16 +421,22 @@ def ring_prediction(
     ring: dict[str, Any] | None, workers: int, grad_bytes: int, bucket_mb: float | None
 ) -> float | None:
     """Predicted all-reduce time of one step's gradients: DDP reduces them bucket by bucket,
-    so each bucket pays the latency term once."""
+    so each bucket pays the latency term once. The buckets as DDP caps them (its first 1 MiB
+    under the default cap; see dlperf.distributed.overlap), cut at byte granularity: this
+    model does not see the parameters' own sizes."""
     if ring is None or workers < 2:
         return None
     from dlperf.distributed.allreduce import ring_time
+    from dlperf.distributed.overlap import DEFAULT_BUCKET_MB, FIRST_BUCKET_BYTES
 
-    bucket = (bucket_mb or 25) * 2**20
-    buckets = max(1, math.ceil(grad_bytes / bucket))
-    return buckets * ring_time(
-        workers, grad_bytes / buckets, ring["alpha_s"], ring["bandwidth_bytes_per_s"]
-    )
+    cap = int((bucket_mb or DEFAULT_BUCKET_MB) * 2**20)
+    sizes, left = [], grad_bytes
+    while left > 0 or not sizes:
+        size = min(left, FIRST_BUCKET_BYTES if bucket_mb is None and not sizes else cap)
+        sizes.append(size)
+        left -= size
+    alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
+    return sum(ring_time(workers, size, alpha, bandwidth) for size in sizes)
 
 
 def overlap_prediction(
