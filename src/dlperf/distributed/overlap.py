@@ -40,15 +40,20 @@ FIRST_BUCKET_BYTES = 2**20  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
 DEFAULT_BUCKET_MB = 25.0
 
 
+def bucket_caps(bucket_mb: float | None = None) -> tuple[int, int]:
+    """DDP's caps in bytes of its first bucket and of the others: with `bucket_mb` None (its
+    default) 1 MiB and 25 MiB; a given `bucket_mb` caps every bucket, the first included."""
+    cap = int((bucket_mb or DEFAULT_BUCKET_MB) * 2**20)  # DDP's int(bucket_cap_mb * MiB)
+    return (FIRST_BUCKET_BYTES if bucket_mb is None else cap), cap
+
+
 def buckets(
     sizes: Sequence[int], order: Sequence[int], bucket_mb: float | None = None
 ) -> list[list[int]]:
     """Parameter indices per bucket as DDP rebuilds them: the parameters taken in `order`
-    (their gradients' ready order), a bucket closed once it holds at least its cap. With
-    `bucket_mb` None (DDP's default) the first bucket's cap is 1 MiB and the others' 25 MiB;
-    a given `bucket_mb` caps every bucket, the first included."""
-    cap = int((bucket_mb or DEFAULT_BUCKET_MB) * 2**20)  # DDP's int(bucket_cap_mb * MiB)
-    first = FIRST_BUCKET_BYTES if bucket_mb is None else cap
+    (their gradients' ready order), a bucket closed once it holds at least its cap
+    (bucket_caps)."""
+    first, cap = bucket_caps(bucket_mb)
     out: list[list[int]] = []
     current: list[int] = []
     held = 0

@@ -427,12 +427,12 @@ def ring_prediction(
     if ring is None or workers < 2:
         return None
     from dlperf.distributed.allreduce import ring_time
-    from dlperf.distributed.overlap import DEFAULT_BUCKET_MB, FIRST_BUCKET_BYTES
+    from dlperf.distributed.overlap import bucket_caps
 
-    cap = int((bucket_mb or DEFAULT_BUCKET_MB) * 2**20)
+    first, cap = bucket_caps(bucket_mb)
     sizes, left = [], grad_bytes
     while left > 0 or not sizes:
-        size = min(left, FIRST_BUCKET_BYTES if bucket_mb is None and not sizes else cap)
+        size = min(left, cap if sizes else first)
         sizes.append(size)
         left -= size
     alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
