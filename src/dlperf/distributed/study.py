@@ -39,6 +39,7 @@ import torch
 
 from dlperf.analytic.devices import get_device
 from dlperf.config import Experiment, ScaleConfig
+from dlperf.distributed import chunk_sizes
 from dlperf.distributed.hvd_launch import run_horovod
 from dlperf.distributed.launch import Rendezvous, run_torchrun
 from dlperf.distributed.tf_launch import Cluster, run_tf
@@ -259,23 +260,28 @@ def chunk_throughput(step_times: list[float], global_batch: int, chunks: int) ->
     and the half-width of the mean's 95% confidence interval, t(0.975, n-1) * s / sqrt(n)
     over n chunks: Student's t, since s is estimated from a handful of chunks (1.96 s would
     be the spread of single chunks, with a known sigma). One chunk has no interval (None)."""
-    from scipy import stats
-
     chunks = max(1, min(chunks, len(step_times)))
     size = len(step_times) // chunks
     rates = [
         global_batch * size / sum(step_times[i * size : (i + 1) * size]) for i in range(chunks)
     ]
-    half_width = None
-    if chunks > 1:
-        sem = statistics.stdev(rates) / math.sqrt(chunks)
-        half_width = float(stats.t.ppf(0.975, chunks - 1)) * sem
     return {
         "throughput_mean": statistics.fmean(rates),
-        "throughput_ci95": half_width,
+        "throughput_ci95": t_half_width(rates),
         "throughput_ci_method": CI_METHOD,
         "chunks": chunks,
     }
+
+
+def t_half_width(values: list[float]) -> float | None:
+    """The half-width of the 95% confidence interval of the mean of `values`, Student's t:
+    t(0.975, n-1) * s / sqrt(n). None for fewer than two values."""
+    if len(values) < 2:
+        return None
+    from scipy import stats
+
+    sem = statistics.stdev(values) / math.sqrt(len(values))
+    return float(stats.t.ppf(0.975, len(values) - 1)) * sem
 
 
 def exposed_ci95(ranks: list[dict[str, Any]]) -> float | None:
@@ -286,22 +292,13 @@ def exposed_ci95(ranks: list[dict[str, Any]]) -> float | None:
     than two chunks."""
     if "compute" not in ranks[0]:
         return None
-    from scipy import stats
-
-    from dlperf.distributed.worker import CHUNKS
-
     main, compute = _slowest_per_step(ranks, "main"), _slowest_per_step(ranks, "compute")
-    chunks = max(1, min(CHUNKS, len(main)))
-    if chunks < 2:
-        return None
     diffs, start = [], 0
-    for i in range(chunks):  # the worker's chunks: see dlperf.distributed.worker.run
-        size = len(main) // chunks + (i < len(main) % chunks)
+    for size in chunk_sizes(len(main)):  # the workers' chunks
         span = slice(start, start + size)
         diffs.append(statistics.median(main[span]) - statistics.median(compute[span]))
         start += size
-    sem = statistics.stdev(diffs) / math.sqrt(chunks)
-    return float(stats.t.ppf(0.975, chunks - 1)) * sem
+    return t_half_width(diffs)
 
 
 def summarize(

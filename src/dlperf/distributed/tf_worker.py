@@ -36,8 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dlperf.distributed import chunk_sizes
+
 CRASH_ENV = "DLPERF_SCALE_CRASH"
-CHUNKS = 5  # timed steps alternate between the point and its compute-only copy in chunks
 
 
 def _strategy(spec: dict[str, Any]) -> Any:
@@ -111,10 +112,9 @@ def measure(
     times: list[float] = []
     compute: list[float] = []
     wall = 0.0
-    steps, chunks = spec["steps"], max(1, min(CHUNKS, spec["steps"]))
-    for c in range(chunks):
-        size = steps // chunks + (c < steps % chunks)
-        if crash[0] == str(rank) and int(crash[1]) > spec["warmup_steps"] and c == chunks - 1:
+    sizes = chunk_sizes(spec["steps"])
+    for c, size in enumerate(sizes):
+        if crash[0] == str(rank) and int(crash[1]) > spec["warmup_steps"] and c == len(sizes) - 1:
             os.kill(os.getpid(), signal.SIGKILL)
         began = time.perf_counter()
         for _ in range(size):

@@ -47,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlperf.config import Experiment
 from dlperf.data import ImageData, load_data, make_loader
+from dlperf.distributed import chunk_sizes
 from dlperf.engine.run import build_model, start_weights
 from dlperf.engine.step import build_step
 from dlperf.models.transfer import set_train_mode
@@ -54,7 +55,6 @@ from dlperf.system import peak_memory_bytes, synchronize
 
 CRASH_ENV = "DLPERF_SCALE_CRASH"
 DUMP_ENV = "DLPERF_SCALE_DUMP_GRADS"
-CHUNKS = 5  # timed steps alternate between the point and its compute-only copy in chunks
 # DDP logging data: sampled per-iteration times, in ns.
 DDP_TIMES = (
     "avg_forward_compute_time",
@@ -281,9 +281,7 @@ def run(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
         phase.train(spec["warmup_steps"], timed=False)
     # Past warm-up, every rank has been through DDP's collectives: the launch is up.
     _write(directory / f"rank-{rank}.training", "")
-    steps, chunks = spec["steps"], max(1, min(CHUNKS, spec["steps"]))
-    for i in range(chunks):
-        size = steps // chunks + (i < steps % chunks)
+    for size in chunk_sizes(spec["steps"]):
         for phase in phases.values():
             phase.train(size, timed=True)
     result: dict[str, Any] = {"rank": rank, "host": os.uname().nodename, "pid": os.getpid()}
