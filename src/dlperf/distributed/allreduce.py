@@ -201,6 +201,14 @@ def _matmul_loop(device: torch.device) -> Callable[[int], float]:
     return compute
 
 
+def _calls_lasting(seconds: float, kernel_s: float, device: torch.device) -> int:
+    """How many calls of a kernel of `kernel_s` seconds last `seconds`, the largest count
+    over the ranks, so that every rank does the same work."""
+    repeats = torch.tensor([seconds / kernel_s], device=device)
+    dist.all_reduce(repeats, op=dist.ReduceOp.MAX)
+    return max(1, math.ceil(float(repeats.item())))
+
+
 def measure_overlap(
     sizes: list[int], reps: int, dtype: torch.dtype, device: torch.device
 ) -> list[dict[str, float]]:
@@ -227,9 +235,7 @@ def measure_overlap(
         dist.barrier()
         allreduce(tensor)  # warm-up
         typical = statistics.median(allreduce(tensor) for _ in range(3))
-        repeats = torch.tensor([OVERLAP_SPAN * typical / kernel_s], device=device)
-        dist.all_reduce(repeats, op=dist.ReduceOp.MAX)  # the same work on every rank
-        count = max(1, math.ceil(float(repeats.item())))
+        count = _calls_lasting(OVERLAP_SPAN * typical, kernel_s, device)
         alone, lost, communication = [], [], []
         for _ in range(reps):
             dist.barrier()
@@ -308,10 +314,7 @@ def measure_after_compute(
     """Per message size, the all-reduce as DDP launches it (see the module's docstring):
     after_compute_times over `reps` repetitions. Every rank returns the same values."""
     compute = _matmul_loop(device)
-    kernel_s = compute(20) / 20
-    repeats = torch.tensor([burst_s / kernel_s], device=device)
-    dist.all_reduce(repeats, op=dist.ReduceOp.MAX)  # the same work on every rank
-    count = max(1, math.ceil(float(repeats.item())))
+    count = _calls_lasting(burst_s, compute(20) / 20, device)
     itemsize = torch.empty((), dtype=dtype).element_size()
     out = []
     for size in sizes:
