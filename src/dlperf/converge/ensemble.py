@@ -200,24 +200,27 @@ def fit(
     )
 
 
+def _shape_params(post: Posterior, i: int, points: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The shape parameters θ of grid points `points` (flat indices) of family i, whose
+    points run c outer, θ inner from the family's offset."""
+    n_theta = len(post.theta[i][0])
+    return tuple(t[(points - post.offsets[i]) % n_theta] for t in post.theta[i])
+
+
 def steps_to(post: Posterior, goal: float) -> np.ndarray:
     """The step at which each grid point's curve reaches `goal` (decreasing units); ∞ when
     its plateau is at or above the goal."""
     out = np.full(len(post.c), np.inf)
-    n_c = N_ASYMPTOTE
     for i, name in enumerate(post.families):
         f = FAMILIES[name]
-        theta = post.theta[i]
-        m = n_c * len(theta[0])
-        sl = slice(post.offsets[i], post.offsets[i] + m)
-        c, a = post.c[sl], post.a[sl]
-        th = tuple(np.tile(t, n_c) for t in theta)  # grid order: c outer, θ inner
+        points = np.flatnonzero(post.family == i)
+        c, a, th = post.c[points], post.a[points], _shape_params(post, i, points)
         with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
             # g(x)/g(x_1) = (goal − c)/a  ⇔  g(x) = v
             v = (goal - c) / a * f.shape(np.array(post.x_first), *th)
             x = f.inverse(v, *th)
         k = np.where(np.isfinite(x), np.maximum(x, 0.0) * post.scale, np.inf)
-        out[sl] = np.where(c < goal, np.where(a > 0, k, 0.0), np.inf)
+        out[points] = np.where(c < goal, np.where(a > 0, k, 0.0), np.inf)
     return out
 
 
@@ -232,16 +235,15 @@ def band(
     x = np.asarray(steps, float)[None, :] / post.scale
     curves = np.empty((draws, x.shape[1]))
     for i, name in enumerate(post.families):
-        n_theta = len(post.theta[i][0])
-        mine = (chosen >= post.offsets[i]) & (chosen < post.offsets[i] + N_ASYMPTOTE * n_theta)
+        mine = post.family[chosen] == i
         if not mine.any():
             continue
-        local = chosen[mine] - post.offsets[i]
-        theta = tuple(t[local % n_theta][:, None] for t in post.theta[i])  # c outer, θ inner
+        points = chosen[mine]
+        theta = tuple(t[:, None] for t in _shape_params(post, i, points))
         shape = FAMILIES[name].shape
         with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
             g = shape(x, *theta) / shape(np.array(post.x_first), *theta)
-        curves[mine] = post.c[chosen[mine]][:, None] + post.a[chosen[mine]][:, None] * g
+        curves[mine] = post.c[points][:, None] + post.a[points][:, None] * g
     lo, mid, hi = np.nanpercentile(curves, [5, 50, 95], axis=0)
     return lo, mid, hi
 
