@@ -66,7 +66,7 @@ def test_plan_refuses_pollux() -> None:
 
 def test_plan_files_reads_what_the_fit_commands_write(tmp_path: Path) -> None:
     speed_json, curve_json = tmp_path / "speed.json", tmp_path / "curve.json"
-    report = SpeedReport(sync_fit([0.4, 0, 0.1, 0, 0]), [], "made up")
+    report = SpeedReport(sync_fit([0.4, 0, 0.1, 0, 0]), [])
     speed_json.write_text(json.dumps(report.to_dict()))
     # 1/(0.01·k + 1) + 0.1 reaches 0.2 at k = 900, and 100 steps are done.
     fit = {"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1, "last_step": 100}

@@ -74,7 +74,7 @@ def speed_fit(
                 for p in done.predictions
             ],
         )  # fmt: skip
-        console.out.print(f"basis: {done.basis}", markup=False)
+        console.out.print(f"basis: {result.basis}", markup=False)
 
 
 @converge_app.command("plan")

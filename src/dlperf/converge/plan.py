@@ -138,9 +138,9 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     return document
 
 
-def remaining_steps(path: Path, target: float) -> float:
+def remaining_steps(path: Path, target: float) -> tuple[float, str]:
     """Steps still to go from the end of the fit window to the target, by the Optimus fit in
-    `path` (`converge fit --json`)."""
+    `path` (`converge fit --json`), and what they rest on."""
     document = read_json(path, "curve fit")
     try:
         metric = document["metric"]
@@ -157,7 +157,9 @@ def remaining_steps(path: Path, target: float) -> float:
             f"target {target:g} is unreachable: the curve in {path} levels off at "
             f"{curve.to_decreasing(beta[2], metric):.4g} {metric}"
         )
-    return max(steps - done, 0.0)
+    points = f" to {document['n_points']} points" if "n_points" in document else ""
+    basis = f"the Optimus fit of {document.get('source', path.name)}{points} up to step {done:g}"
+    return max(steps - done, 0.0), basis
 
 
 def read_speed_fit(path: Path) -> SpeedFit:
@@ -165,13 +167,14 @@ def read_speed_fit(path: Path) -> SpeedFit:
     document = read_json(path, "speed fit")
     document.pop("meanings", None)
     document.pop("predictions", None)
-    document.pop("basis", None)
     try:
-        return SpeedFit(**document)
+        fit = SpeedFit(**document)
     except TypeError:
         raise UserError(
             f"{path} is not a speed fit", "write it with `converge speed fit --json`"
         ) from None
+    fit.basis = fit.basis or f"the {fit.model} fit in {path.name}"  # written before bases
+    return fit
 
 
 @dataclass
@@ -195,7 +198,7 @@ def plan_files(
     """`plan` for a curve fit and a speed fit read from their files; the global batch is the
     speed data's most common one unless given. A figure saved to `plot`."""
     speed = read_speed_fit(speed_path)
-    steps = remaining_steps(curve_path, target)
+    steps, steps_basis = remaining_steps(curve_path, target)
     rows = plan(
         steps,
         speed,
@@ -208,13 +211,7 @@ def plan_files(
         from dlperf.report.curves import plot_plan
 
         plot_plan(plot, rows)
-    fitted, timed = read_json(curve_path, "curve fit"), read_json(speed_path, "speed fit")
-    points = f" to {fitted['n_points']} points" if "n_points" in fitted else ""
-    basis = (
-        f"steps: the Optimus fit of {fitted.get('source', curve_path.name)}{points} up to "
-        f"step {float(fitted['last_step']):g}; step times: "
-        + timed.get("basis", f"the {speed.model} fit in {speed_path.name}")
-    )
+    basis = f"steps: {steps_basis}; step times: {speed.basis}"
     return Plan(steps, "cost" if price_per_hour is not None else "device-hours", rows, basis)
 
 
@@ -236,7 +233,7 @@ def read_jobs(path: Path) -> list[Job]:
         if missing:
             raise UserError(f"{path}: job {i + 1} has no {', '.join(missing)}")
         speed = read_speed_fit(path.parent / entry["speed"])
-        steps = remaining_steps(path.parent / entry["curve"], float(entry["target"]))
+        steps, _ = remaining_steps(path.parent / entry["curve"], float(entry["target"]))
         batch = float(entry.get("batch", speed.typical_batch))
         jobs.append(Job(str(entry.get("name", f"job{i + 1}")), steps, speed, batch))
     return jobs

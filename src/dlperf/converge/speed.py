@@ -93,6 +93,7 @@ class SpeedFit:
     notes: list[str] = field(default_factory=list)
     typical_batch: float = 0.0  # the most common global batch of the data, the plan's default
     typical_local_batch: float = 0.0  # the most common per-worker batch
+    basis: str = ""  # what the fit rests on: the measurements and their source (fit_measured)
 
     def default_batch(self, workers: float) -> float:
         """The global batch to predict at when none is given: Optimus's models take a fixed
@@ -420,7 +421,6 @@ def with_measurement(prediction: dict[str, float], data: SpeedData) -> dict[str,
 class SpeedReport:
     fit: SpeedFit
     predictions: list[dict[str, Any]]  # one per configuration asked for (`predict_at`)
-    basis: str  # what the predictions rest on: the model, the measurements, their source
 
     @property
     def warnings(self) -> list[str]:
@@ -431,12 +431,7 @@ class SpeedReport:
     def to_dict(self) -> dict[str, Any]:
         """As `converge speed fit --json` prints it and `converge plan --speed` reads it."""
         meanings = MEANINGS[self.fit.model]
-        return {
-            **asdict(self.fit),
-            "meanings": meanings,
-            "predictions": self.predictions,
-            "basis": self.basis,
-        }
+        return {**asdict(self.fit), "meanings": meanings, "predictions": self.predictions}
 
 
 def fit_measured(
@@ -462,9 +457,9 @@ def fit_measured(
         data = from_study(store, study_id, where)
         source = f"study {study_id} ({study['kind']}, {study['created']})"
     result = fit(data, model)
-    basis = (
+    result.basis = (
         f"{model} fitted to {result.n_points} measured step times of {source}; in-sample "
         f"error {result.error_pct:.1f}% mean, {result.max_error_pct:.1f}% max"
     )
     predictions = [with_measurement(predict_at(result, text), data) for text in predict or []]
-    return SpeedReport(result, predictions, basis)
+    return SpeedReport(result, predictions)
