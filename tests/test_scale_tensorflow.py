@@ -110,10 +110,24 @@ def test_the_batch_arithmetic_is_the_ddp_paths(
          "64 workers per node but this host"),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("installed", [True, False], ids=["with-tf", "without-tf"])
 def test_options_the_tensorflow_path_refuses(
-    changes: dict[str, object], model: str, message: str, monkeypatch: pytest.MonkeyPatch
+    changes: dict[str, object],
+    model: str,
+    message: str,
+    installed: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    """Each wrong option gets its own message whether or not the extra is installed (the
+    bad-input catalogue runs without TensorFlow on a newcomer's machine, with it in CI)."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (
+            (object() if installed else None) if name == "tensorflow" else find_spec(name, *a)
+        ),
+    )
     with pytest.raises(UserError) as e:
         plan(tf_opts(**changes), "tensorflow", model)
     assert message in str(e.value)

@@ -169,16 +169,21 @@ def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
     return mine
 
 
-def check_tensorflow(opts: ScaleConfig, model: str) -> None:
-    """What a TensorFlow model needs: the extra, and one of its models."""
+def check_tensorflow(model: str) -> None:
+    """What a TensorFlow point needs of the experiment: one of its models."""
+    if model not in TF_MODELS:
+        raise UserError(f"model {model!r} has no TensorFlow version here",
+                        f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
+
+
+def require_tensorflow(opts: ScaleConfig) -> None:
+    """The extra itself, checked after every option so that a wrong option gets its own
+    message whether or not TensorFlow is installed."""
     import importlib.util
 
     if importlib.util.find_spec("tensorflow") is None:
         raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
                         "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
-    if model not in TF_MODELS:
-        raise UserError(f"model {model!r} has no TensorFlow version here",
-                        f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
 
 
 def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
@@ -195,7 +200,7 @@ def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
         raise UserError("--framework horovod needs Horovod, which is not installed",
                         "build it with `make horovod` (docs/scale.md#horovod)")  # fmt: skip
     if "tensorflow" in chosen:
-        check_tensorflow(opts, model)
+        check_tensorflow(model)
 
 
 def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
@@ -209,7 +214,7 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     if opts.framework == "horovod":
         check_horovod(opts, model, chosen)
     if opts.framework == "tensorflow":
-        check_tensorflow(opts, model)
+        check_tensorflow(model)
         if opts.bucket_mb or opts.comm != ["allreduce"]:
             raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
         for name in opts.allreduce:
@@ -246,6 +251,8 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
         for comm, bucket in itertools.product(comms, opts.bucket_mb or [None]):
             points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket))
+    if opts.framework == "tensorflow" or "tensorflow" in chosen:
+        require_tensorflow(opts)
     return points
 
 
