@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,30 @@ def test_command_sections_do_not_change_the_config_hash(tmp_path: Path) -> None:
     )
     assert study.config_hash() == plain.config_hash()
     assert study.to_dict()["scale"]["workers"] == [1, 2, 4]
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("train.epochs=true", "train.epochs: Input should be a valid integer (got True)"),
+        ('train.epochs="5"', "train.epochs: Input should be a valid integer (got '5')"),
+        ("train.lr=true", "train.lr: Input should be a valid number (got True)"),
+        ("train.epochs=99999999999999999999999", "train.epochs: must be at most 1000000"),
+        ("train.batch_size=4294967296", "train.batch_size: must be less than 2147483648"),
+    ],
+)
+def test_numbers_are_strict_and_bounded(tmp_path: Path, setting: str, message: str) -> None:
+    """A bool or a quoted number is not coerced into a count (`epochs=true` trained 1 epoch),
+    and a count beyond a C int is refused before anything is built from it."""
+    path = tmp_path / "exp.toml"
+    path.write_text("[model]\nname = 'smallcnn'\n")
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_experiment(path, [setting])
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    """Windows editors start UTF-8 files with a BOM; TOML's parser calls it an invalid
+    statement at line 1."""
+    path = tmp_path / "exp.toml"
+    path.write_bytes("\ufeff[train]\nepochs = 3\n".encode())
+    assert load_experiment(path).train.epochs == 3

@@ -36,6 +36,7 @@ if heavy:
 
 COMMANDS = [
     ["--help"],
+    ["--version"],
     ["models"],
     ["models", "--json"],
     ["datasets"],
@@ -74,3 +75,12 @@ def test_command_imports_nothing_heavy(
         [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_version_is_the_installed_package_s() -> None:
+    from importlib.metadata import version
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout) == (0, f"dlperf {version('dlperf')}\n")

@@ -23,8 +23,9 @@ from dlperf.parsing import did_you_mean
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, lt=1)]
-Count = Annotated[int, Field(ge=1)]
-Size = Annotated[int, Field(ge=0)]
+# At most 2**31 - 1: what a C int holds, and far past any sane count of anything here.
+Count = Annotated[int, Field(ge=1, lt=2**31)]
+Size = Annotated[int, Field(ge=0, lt=2**31)]
 # torch seeds the (seed, epoch) generators with seed * 1_000_003 + epoch, which must stay
 # within the 64 bits a torch.Generator takes; 32 bits is the range seeds usually have.
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
@@ -34,7 +35,9 @@ Std = Annotated[float, Field(gt=0, le=1)]
 
 
 class Section(BaseModel):
+    # strict: `--set train.epochs=true` or `epochs = "5"` is an error, not 1 or 5.
     model_config = ConfigDict(
+        strict=True,
         extra="forbid",
         use_attribute_docstrings=True,
         validate_assignment=True,
@@ -106,7 +109,7 @@ class DataConfig(Section):
     """Per-channel normalisation std in [0,1]; None computes it from the training split."""
     shape: Annotated[list[Count], Field(min_length=3, max_length=3)] = [3, 32, 32]
     """synthetic: image shape C,H,W."""
-    num_classes: Annotated[int, Field(ge=2)] = 10
+    num_classes: Annotated[int, Field(ge=2, lt=2**31)] = 10
     """synthetic: number of classes."""
     size: Count = 2048
     """synthetic: number of training images."""
@@ -126,7 +129,7 @@ class ScheduleConfig(Section):
 
 
 class TrainConfig(Section):
-    epochs: Count = 10
+    epochs: Annotated[int, Field(ge=1, le=1_000_000)] = 10
     """Passes over the training set."""
     batch_size: Count = 64
     """Images per step (before batch augmentation multiplies it by M)."""
@@ -510,7 +513,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"{p}: no such experiment file", "give the path of a TOML file")
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM, as Notepad writes it
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{p}: malformed TOML: {e}") from None
     except UnicodeDecodeError:

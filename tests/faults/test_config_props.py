@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 from dlperf.config import describe, load_experiment, to_toml
 from dlperf.errors import UserError
 
+# Every count's bound: what a C int holds (dlperf.config's Count and Size).
+INT = 2**31
 REPEATABLE = settings(derandomize=True, database=None, deadline=None, max_examples=150)
 
 
@@ -60,7 +62,8 @@ class Range:
         else:
             below = st.floats(max_value=self.low, exclude_max=not self.low_open)
             wrong = st.sampled_from([float("nan"), float("inf"), float("-inf")])
-        choices = [below, wrong, st.sampled_from(["fast", "1,5", ""])]
+        # strict: neither a bool (`--set train.epochs=true`) nor a number in quotes
+        choices = [below, wrong, st.booleans(), st.sampled_from(["fast", "1,5", "", "5"])]
         if self.high is not None:
             choices.append(
                 st.integers(min_value=self.high + (not self.high_open))
@@ -71,19 +74,19 @@ class Range:
 
 
 NUMERIC = {
-    "data.num_workers": Range(int, 0),
+    "data.num_workers": Range(int, 0, INT),
     "data.max_memory_gb": Range(float, 0),
     "data.val_fraction": Range(float, 0, 1),
     "data.test_fraction": Range(float, 0, 1),
     "data.split_seed": Range(int, 0, 2**32),
-    "data.limit": Range(int, 1),
-    "data.image_size": Range(int, 1),
+    "data.limit": Range(int, 1, INT),
+    "data.image_size": Range(int, 1, INT),
     "data.holdout": Range(float, 0, 1),
     "train.backbone_lr_scale": Range(float, 0, low_open=True),
-    "data.num_classes": Range(int, 2),
-    "data.size": Range(int, 1),
-    "train.epochs": Range(int, 1),
-    "train.batch_size": Range(int, 1),
+    "data.num_classes": Range(int, 2, INT),
+    "data.size": Range(int, 1, INT),
+    "train.epochs": Range(int, 1, 1_000_000, high_open=False),
+    "train.batch_size": Range(int, 1, INT),
     "train.lr": Range(float, 0, low_open=True),
     "train.momentum": Range(float, 0, 1),
     "train.weight_decay": Range(float, 0),
@@ -92,45 +95,45 @@ NUMERIC = {
     "train.schedule.gamma": Range(float, 0, low_open=True),
     "train.schedule.warmup_epochs": Range(float, 0),
     "train.schedule.min_lr": Range(float, 0),
-    "augment.crop_padding": Range(int, 0),
-    "augment.cutout": Range(int, 0),
-    "augment.batch_aug_m": Range(int, 1),
+    "augment.crop_padding": Range(int, 0, INT),
+    "augment.cutout": Range(int, 0, INT),
+    "augment.batch_aug_m": Range(int, 1, INT),
     "target.accuracy": Range(float, 0, 1, low_open=True, high_open=False),
     "run.seed": Range(int, 0, 2**32),
-    "run.threads": Range(int, 1),
-    "run.warmup_steps": Range(int, 0),
-    "run.log_every": Range(int, 1),
-    "scale.global_batch": Range(int, 1),
-    "scale.per_worker_batch": Range(int, 1),
-    "scale.steps": Range(int, 1),
-    "scale.epochs": Range(int, 1),
-    "scale.warmup_steps": Range(int, 0),
+    "run.threads": Range(int, 1, INT),
+    "run.warmup_steps": Range(int, 0, INT),
+    "run.log_every": Range(int, 1, INT),
+    "scale.global_batch": Range(int, 1, INT),
+    "scale.per_worker_batch": Range(int, 1, INT),
+    "scale.steps": Range(int, 1, INT),
+    "scale.epochs": Range(int, 1, INT),
+    "scale.warmup_steps": Range(int, 0, INT),
     "scale.price_per_hour": Range(float, 0),
-    "scale.nnodes": Range(int, 1),
-    "scale.node_rank": Range(int, 0),
-    "scale.chunks": Range(int, 1),
+    "scale.nnodes": Range(int, 1, INT),
+    "scale.node_rank": Range(int, 0, INT),
+    "scale.chunks": Range(int, 1, INT),
     "scale.memory_cap_gb": Range(float, 0, low_open=True),
     "serve.port": Range(int, 0, 65535, high_open=False),
-    "serve.max_batch": Range(int, 1),
+    "serve.max_batch": Range(int, 1, INT),
     "serve.max_wait_ms": Range(float, 0),
-    "serve.queue": Range(int, 1),
-    "serve.threads": Range(int, 1),
+    "serve.queue": Range(int, 1, INT),
+    "serve.threads": Range(int, 1, INT),
     "serve.max_body_mb": Range(float, 0),
-    "serve.max_pixels": Range(int, 1),
+    "serve.max_pixels": Range(int, 1, INT),
     "detect.size": Range(int, 96, 640, high_open=False),
-    "detect.epochs": Range(int, 1),
-    "detect.batch": Range(int, 1),
+    "detect.epochs": Range(int, 1, INT),
+    "detect.batch": Range(int, 1, INT),
     "detect.lr": Range(float, 0, low_open=True),
     "detect.momentum": Range(float, 0, 1),
     "detect.weight_decay": Range(float, 0),
     "detect.seed": Range(int, 0, 2**32),
-    "detect.threads": Range(int, 1),
-    "distill.top_p": Range(int, 1),
-    "distill.teacher": Range(int, 1),
-    "distill.pretrain_epochs": Range(int, 1),
-    "distill.finetune_epochs": Range(int, 1),
+    "detect.threads": Range(int, 1, INT),
+    "distill.top_p": Range(int, 1, INT),
+    "distill.teacher": Range(int, 1, INT),
+    "distill.pretrain_epochs": Range(int, 1, INT),
+    "distill.finetune_epochs": Range(int, 1, INT),
     "distill.finetune_lr": Range(float, 0, low_open=True),
-    "distill.score_batch": Range(int, 1),
+    "distill.score_batch": Range(int, 1, INT),
 }
 UNIT = st.floats(0, 1)
 COMMS = ["allreduce", "fp16", "bf16", "powersgd", "noop"]

@@ -42,6 +42,14 @@ class State:
 state = State()
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"dlperf {version('dlperf')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global(
     db: str = typer.Option(
@@ -51,6 +59,9 @@ def _global(
         help="Run store: a SQLAlchemy URL or a SQLite file path (default ./dlperf.db).",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    _: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     state.db = db
     state.debug = debug
