@@ -274,7 +274,7 @@ def test_default_is_the_newest_20_runs_and_their_studies(store: Store) -> None:
         (["--study", "999", "--out", "r"], "error: no study 999 in the store"),
         (["--last", "0", "--out", "r"], "error: --last must be at least 1, got 0"),
         (["--out", "r"], "error: the run store holds no runs"),
-        (["--out", "file.txt/r"], "error: cannot use"),
+        (["--out", "file.txt"], "error: --out file.txt is a file, not a directory"),
     ],
 )
 def test_bad_input_exits_2(cli: Callable, tmp_path: Path, args: list[str], message: str) -> None:
@@ -284,6 +284,25 @@ def test_bad_input_exits_2(cli: Callable, tmp_path: Path, args: list[str], messa
     lines = result.err.strip().splitlines()
     assert lines[0].startswith(message), result.err
     assert "Traceback" not in result.err and len(lines) <= 2  # the message and its hint
+    assert not (tmp_path / "r").exists(), "a refused report leaves no directory behind"
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("file.txt/r", "error: cannot use file.txt/r: Not a directory"),
+        ("nodir/r", "error: cannot use nodir/r: No such file or directory"),
+    ],
+)
+def test_an_unusable_site_directory_exits_2(
+    cli: Callable, store: Store, tmp_path: Path, out: str, message: str
+) -> None:
+    """With runs to report, the site's directory is made, but never a missing tree above it."""
+    (tmp_path / "file.txt").write_text("not a directory")
+    store.finish_run(store.create_run("r", "run", {}), "finished")
+    result = cli("report", "--out", out)
+    assert (result.code, result.err.strip()) == (2, message)
+    assert not (tmp_path / "nodir").exists()
 
 
 def test_help_ends_with_an_example(cli: Callable) -> None:

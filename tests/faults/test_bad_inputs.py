@@ -8,8 +8,8 @@ the wrong type) keep Click's usage text, with the error on its last line.
 Every path argument is tried (a) in a directory that does not exist, (b) in a place that
 even root cannot write to or create (/proc, /sys: the tests run as root, who ignores file
 modes), and (c) as a directory where a file is expected, or a file where a directory is.
-An output whose missing parent directories a command creates (export --out, run.out_dir,
-detect make-shapes) has no case (a).
+An output file's directory must exist (a typo would otherwise create a tree at the root);
+the directories dlperf lays out itself (run.out_dir, detect make-shapes) have no case (a).
 
 Cases marked xfail fail today in code owned elsewhere; their reason names the file and the
 fix, and the mark comes off with the fix (strict: a case that starts passing is reported).
@@ -276,14 +276,22 @@ CASES = [
     case("export smallcnn --input 1,8,8 --num-classes 0 --out x.onnx", "--num-classes must be"),
     case("export smallcnn --input 1,8,8 --rtol -1 --out x.onnx", "--rtol and --atol must be non"),
     case(
+        "export smallcnn --input 1,8,8 --out nodir/x.onnx",
+        "error: cannot use nodir/x.onnx: No such file or directory",
+    ),
+    case(
         "export smallcnn --input 1,8,8 --out /proc/forbidden/x.onnx",
-        "error: cannot use /proc/forbidden: No such file or directory",
+        "error: cannot use /proc/forbidden/x.onnx: No such file or directory",
     ),
     case(
         "export smallcnn --input 1,8,8 --out /sys/x.onnx",
         "error: cannot use /sys/x.onnx: Permission denied",
     ),
     case("export smallcnn --input 1,8,8 --out dir", "error: cannot use dir: Is a directory"),
+    # --- report (the store is empty here: its own line comes before any directory's) ------
+    case("report --out exp.toml", "error: --out exp.toml is a file, not a directory"),
+    case("report --out site", "error: the run store holds no runs (train one: dlperf run"),
+    case("report --out nodir/site", "error: the run store holds no runs"),
     # --- infer -----------------------------------------------------------------------------
     case("infer nodir/m.onnx img.png", "error: no model file nodir/m.onnx"),
     case("infer /proc/forbidden/m.onnx img.png", "error: no model file /proc/forbidden/m.onnx"),
@@ -461,6 +469,7 @@ CASES = [
     case("detect export --out d.onnx --weights bad.toml", "bad.toml is not a PyTorch weights file"),
     case("detect export --out d.onnx --labels nodir/l.txt", "error: no labels file nodir/l.txt"),
     case("detect export --out d.onnx --labels dir", "error: no labels file dir"),
+    case("detect export --out nodir/d.onnx", "error: cannot use nodir/d.onnx: No such file or"),
     case("detect export --out /sys/d.onnx", "error: cannot use /sys/d.onnx: Permission denied"),
     case("detect export --out dir", "error: cannot use dir: Is a directory"),
     case("detect export --out d.onnx --num-classes 1", "error: --num-classes counts the back"),

@@ -280,7 +280,7 @@ def calibrate_recorded(
     from dlperf.analytic.interleaved import calibrate
     from dlperf.system import system_info
 
-    check_writable(user_file())  # before minutes of measuring, not after
+    check_writable(user_file(), make_parents=True)  # before minutes of measuring, not after
     device = pick_device("auto")
     threads = set_threads(None)
     store = open_store()

@@ -8,6 +8,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
+from dlperf.errors import UserError
 
 
 @app.command()
@@ -28,10 +29,10 @@ def report(
 
     Example: dlperf report --last 10 --out report
     """
-    from dlperf.paths import check_writable
     from dlperf.report.site import build_report
 
-    check_writable(out / "index.html")  # before the store is read
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory", "give a directory for the site")
     with console.reporter() as rep:
         done = build_report(open_store(), out, run_ids or (), study, last, rep)
     if as_json:

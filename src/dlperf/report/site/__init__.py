@@ -93,7 +93,7 @@ def build_report(
     def has_page(kind: str, item_id: int) -> bool:
         return (kind, item_id) in with_page
 
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)  # the site's own directory, not a missing tree above it
     written = []
     reporter.task("report", total=len(chosen_runs) + len(chosen_studies))
     for study in studies:
