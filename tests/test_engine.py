@@ -168,6 +168,10 @@ def test_resume_continues_exactly(
     finally:
         proc.kill()
         proc.wait()
+    hint = (
+        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}"
+    )
+    assert hint in proc.stderr.read()
     interrupted = store.get_run(run_id)
     assert interrupted["status"] == "killed"
     assert store.last_step(run_id, "val/acc1") == 2

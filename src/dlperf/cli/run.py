@@ -65,17 +65,43 @@ def run(
         raise UserError("--resume continues a run with its stored config; drop --set/--timing")
     exp = load_experiment(experiment, overrides) if experiment is not None else None
     store = open_store()
-    with console.reporter() as rep:
-        if exp is not None:
-            result = run_experiment(exp, store, rep)
-        else:
-            result = resume_run(resume, store, rep)
+    try:
+        with console.reporter() as rep:
+            if exp is not None:
+                result = run_experiment(exp, store, rep)
+            else:
+                result = resume_run(resume, store, rep)
+    except KeyboardInterrupt:
+        _resume_hint(store, resume)
+        raise
     if as_json:
         console.print_json(result)
     else:
         _print_result(result)
     if result["status"] == "failed":
         raise typer.Exit(1)
+
+
+def _resume_hint(store: Any, run_id: int | None) -> None:
+    """After Ctrl-C or SIGTERM: how to go on with this process's run (the newest run that
+    records this pid), when it reached a checkpoint."""
+    import os
+
+    from dlperf.engine.checkpoint import run_checkpoint
+
+    if run_id is None:
+        newest = store.list_runs(limit=1)
+        if not newest or newest[0]["system"].get("process", {}).get("pid") != os.getpid():
+            return
+        run_id = newest[0]["id"]
+    try:
+        run_checkpoint(store, run_id, "", "")
+    except UserError:
+        return
+    console.err.print(
+        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}",
+        markup=False,
+    )
 
 
 @config_app.command("show")
