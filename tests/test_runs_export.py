@@ -13,7 +13,9 @@ import pytest
 
 from dlperf import exporters
 from dlperf.parsing import flatten
-from dlperf.store import Store
+from dlperf.procs import this_process
+from dlperf.store import Store, effective_status
+from dlperf.store.keys import on_global_steps
 from tests.conftest import CliResult, trained_run
 
 pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
@@ -59,9 +61,10 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
     assert got.info.run_name == stored["name"]
     assert got.info.status == "FINISHED"
     assert client.get_experiment(got.info.experiment_id).name == "dlperf"
-    # Params: the flattened config, non-strings as JSON.
+    # Params: the flattened config, non-strings as JSON, unset keys left out (not "null").
     flat = flatten(stored["config"])
-    assert got.data.params == {k: exporters.as_text(v) for k, v in flat.items()}
+    assert flat["model.weights"] is None and "model.weights" not in got.data.params
+    assert got.data.params == {k: exporters.as_text(v) for k, v in flat.items() if v is not None}
     assert got.data.params["model.name"] == "smallcnn"
     assert got.data.params["train.lr"] == "0.05"
     # Tags: the flattened system info and the run's identity.
@@ -70,18 +73,27 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
     assert got.data.tags["dlperf.run_id"] == str(run_id)
     assert got.data.tags["dlperf.status"] == "finished"
     assert got.data.tags["dlperf.store_id"] == store.id
+    commit = stored["system"]["git_commit"]
+    assert got.data.tags.get("mlflow.source.git.commit") == commit
     # Start and end times to the millisecond the store keeps (to the second in get_run).
     started, ended = exporters._times(store, run_id)
     assert got.info.start_time == round(started * 1000)
     assert got.info.end_time == round(ended * 1000)
-    # Metrics: every stored point with its step, value and wall time.
-    series = exporters.metric_series(store, run_id)
+    # Metrics: every stored point with its value and wall time, all on the global step: the
+    # one-epoch run's validation at its last training step, and an `epoch` series.
+    stored_series = exporters.metric_series(store, run_id)
+    series = on_global_steps(stored_series, stored["summary"]["steps_per_epoch"])
     assert "train/loss" in series and "val/acc1" in series
+    last_step = stored_series["train/loss"][-1][0]
+    assert [s for s, _, _ in stored_series["val/acc1"]] == [1]
+    assert [s for s, _, _ in series["val/acc1"]] == [last_step]
+    assert [(s, v) for s, v, _ in series["epoch"]] == [(last_step, 1.0)]
     for key, points in series.items():
         history = sorted(client.get_metric_history(mlflow_id, key), key=lambda m: m.step)
         assert [(m.step, m.value) for m in history] == [(s, v) for s, v, _ in points], key
         assert [m.timestamp for m in history] == [round(w * 1000) for _, _, w in points]
-        assert [v for _, v in store.metrics(run_id, key)] == [m.value for m in history]
+        if key != "epoch":
+            assert [v for _, v in store.metrics(run_id, key)] == [m.value for m in history]
     accuracy = client.get_metric_history(mlflow_id, "summary/test_accuracy")
     assert [m.value for m in accuracy] == [stored["summary"]["test_accuracy"]]
     # Artifacts: the checkpoint under its kind, and the whole run as JSON.
@@ -109,10 +121,31 @@ def test_mlflow_long_values_are_cut_and_kept_whole(store: Store, tmp_path: Path,
     client = MlflowClient(tracking_uri=uri)
     got = client.get_run(json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"])
     assert got.data.params["note"] == long[: param_chars - 3] + "..."
-    assert got.info.status == "RUNNING"  # the stored run never ended
+    assert got.info.status == "RUNNING"  # the stored run never ended, and may yet
     history = client.get_metric_history(got.info.run_id, "train/loss")
     assert sorted(m.step for m in history) == [1, 2]
     assert any(math.isnan(m.value) for m in history)
+
+
+def test_a_lost_run_ends_killed_in_mlflow(store: Store, tmp_path: Path, cli: Cli) -> None:
+    """A run whose process died without marking it (SIGKILL) reads as `lost`: MLflow gets
+    KILLED with the last metric's time as its end, not a run forever RUNNING."""
+    from mlflow.tracking import MlflowClient
+
+    gone = {**this_process(), "start": -1}  # this pid, another start time: not this process
+    run_id = store.create_run("doomed", "run", {}, None, {"host": "h"})
+    store.update_run(run_id, system={"host": "h", "process": gone})
+    store.log_metrics(run_id, [("train/loss", 1, 2.0)])
+    assert effective_status(store.get_run(run_id)) == "lost"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    got = MlflowClient(tracking_uri=uri).get_run(
+        json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"]
+    )
+    assert got.info.status == "KILLED" and got.data.tags["dlperf.status"] == "lost"
+    wall = exporters.metric_series(store, run_id)["train/loss"][0][2]
+    assert got.info.end_time == round(wall * 1000)
 
 
 def test_tensorboard_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: Cli) -> None:
@@ -130,10 +163,14 @@ def test_tensorboard_export_reads_back(run: tuple[Store, int], tmp_path: Path, c
     events = EventAccumulator(str(directory), size_guidance={"scalars": 0})
     events.Reload()
     keys = store.metric_keys(run_id)
-    assert sorted(events.Tags()["scalars"]) == keys
-    for key in keys:
+    assert sorted(events.Tags()["scalars"]) == sorted([*keys, "epoch"])
+    spe = store.get_run(run_id)["summary"]["steps_per_epoch"]
+    series = on_global_steps(exporters.metric_series(store, run_id), spe)
+    assert [e.step for e in events.Scalars("val/acc1")] == [e.step for e in events.Scalars("epoch")]
+    assert events.Scalars("val/acc1")[0].step == events.Scalars("train/loss")[-1].step
+    for key in [*keys, "epoch"]:
         scalars = events.Scalars(key)
-        stored = exporters.metric_series(store, run_id)[key]
+        stored = series[key]
         assert [e.step for e in scalars] == [s for s, _, _ in stored]
         assert [e.value for e in scalars] == pytest.approx([v for _, v, _ in stored], rel=1e-6)
         assert [e.wall_time for e in scalars] == pytest.approx([w for _, _, w in stored])

@@ -2,16 +2,23 @@
 
 MLflow (the `mlflow` extra: mlflow-skinny, plus alembic for its SQL tracking stores): one
 MLflow run per stored run, in one experiment. Params are the flattened config (dotted keys;
-non-string values as JSON; values longer than MLflow's limit are cut, and the whole run is
-always logged as the artifact `dlperf/run.json`); metrics keep their steps and wall times;
+non-string values as JSON; an unset key (None) is left out, as MLflow has no null; values
+longer than MLflow's limit are cut, and the whole run is always logged as the artifact
+`dlperf/run.json`); metrics keep their wall times, all on the global step (see below);
 numeric summary figures become `summary/<key>` metrics at step 0; tags hold the flattened
-system info (`system.*`) and the run's id, kind, status, store and config hash (`dlperf.*`);
-the run's name, status and start and end times are MLflow's own; the run's artifacts that
-still exist are logged under their kind.
+system info (`system.*`), the run's id, kind, status, store and config hash (`dlperf.*`) and
+the git commit as MLflow's own `mlflow.source.git.commit`; the run's name, status (a `lost`
+run, whose process died, as KILLED) and start and end times are MLflow's own; the run's
+artifacts that still exist are logged under their kind.
 
 TensorBoard (the `tensorboard` extra): one event directory per run, `OUT/run-ID-NAME`, with
-one scalar series per metric key at its stored steps and wall times, written with
-torch's `SummaryWriter`. Exporting a run again replaces that directory's event files.
+one scalar series per metric key at its wall times, written with torch's `SummaryWriter`.
+Exporting a run again replaces that directory's event files.
+
+Both put every metric on the global step: the per-epoch keys (val/*, epoch/*, phase/*),
+stored at step = epoch, move to the epoch's last step, and an `epoch` series says which
+epoch each step is in (dlperf.store.keys); a run that does not know its steps per epoch
+keeps its stored steps.
 
 Each exporter returns what it exported (run id -> MLflow run id or event directory) and
 its warnings; nothing here prints.
@@ -34,7 +41,8 @@ from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
 from dlperf.parsing import flatten
-from dlperf.store import Store
+from dlperf.store import Store, effective_status
+from dlperf.store.keys import on_global_steps
 from dlperf.store.schema import Metric, Run
 
 TARGETS = ("mlflow", "tensorboard")
@@ -66,7 +74,8 @@ def clip(value: str, limit: int) -> str:
 
 
 def metric_series(store: Store, run_id: int) -> dict[str, list[tuple[int, float, float]]]:
-    """Every metric of a run as key -> [(step, value, wall_time)], in step order (NULL is NaN)."""
+    """Every metric of a run as key -> [(step, value, wall_time)], in step order (NULL is NaN),
+    at the steps the store keeps."""
     query = (
         select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
         .where(Metric.run_id == run_id)
@@ -211,6 +220,8 @@ def _export_mlflow_run(
 
     params = []
     for key, value in flatten(run["config"]).items():
+        if value is None:
+            continue
         text = as_text(value)
         if len(text) > param_chars:
             warnings.append(
@@ -223,11 +234,13 @@ def _export_mlflow_run(
         k: v for k, v in (run.get("tags") or {}).items() if not k.startswith("mlflow.")
     }
     tags.update({f"system.{k}": v for k, v in flatten(run["system"] or {}).items()})
+    status = effective_status(run)
     tags.update(
         {
+            "mlflow.source.git.commit": (run["system"] or {}).get("git_commit"),
             "dlperf.run_id": run_id,
             "dlperf.kind": run["kind"],
-            "dlperf.status": run["status"],
+            "dlperf.status": status,
             "dlperf.store_id": store.id,
             "dlperf.config_hash": run["config_hash"],
             "dlperf.study_id": run["study_id"],
@@ -239,7 +252,7 @@ def _export_mlflow_run(
     ]
 
     metrics = []
-    series = metric_series(store, run_id)
+    series = on_global_steps(metric_series(store, run_id), run["summary"].get("steps_per_epoch"))
     for key, points in series.items():
         metrics += [
             entities.Metric(key, value, round(wall_time * 1000), step)
@@ -269,11 +282,11 @@ def _export_mlflow_run(
         else:
             client.log_artifact(mlflow_id, str(path), artifact_path=kind)
 
-    if run["status"] != "running":
+    if status != "running":
         last = max((w for points in series.values() for _, _, w in points), default=None)
         end = ended or last  # a lost run never ended: its last metric is the best guess
         end_ms = round(end * 1000) if end else None
-        client.set_terminated(mlflow_id, status=mlflow_status(run["status"]), end_time=end_ms)
+        client.set_terminated(mlflow_id, status=mlflow_status(status), end_time=end_ms)
     return {
         "mlflow_run_id": mlflow_id,
         "params": len(params),
@@ -288,6 +301,8 @@ def _export_mlflow_run(
 
 
 def _summary_writer() -> Any:
+    # TensorBoard imports TensorFlow when it is installed, which logs its start-up to stderr.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         import tensorboard  # noqa: F401  (torch's writer needs the package; check it first)
         from torch.utils.tensorboard import SummaryWriter
@@ -317,7 +332,9 @@ def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) ->
         directory = out / event_dir_name(run)
         for old in directory.glob(EVENT_FILES):  # a second export replaces the first
             old.unlink()
-        series = metric_series(store, run["id"])
+        series = on_global_steps(
+            metric_series(store, run["id"]), run["summary"].get("steps_per_epoch")
+        )
         writer = writer_class(log_dir=str(directory))
         try:
             for key, points in series.items():
