@@ -1,7 +1,8 @@
 """The HTTP inference server behind `dlperf serve`: FastAPI in front of one ONNX Runtime session.
 
 It speaks the REST side of the Open Inference Protocol (KServe v2): server and model health,
-server and model metadata, and inference on JSON tensors or on binary tensors (the
+server and model metadata, Triton's model configuration, repository index and statistics,
+and inference on JSON tensors or on binary tensors (the
 `binary_tensor_data` extension: a JSON header of `Inference-Header-Content-Length` bytes,
 then the raw little-endian tensors), at `/v2/models/NAME[/versions/1]/...`. Besides it,
 `POST /predict` takes an image and `GET /metrics` exposes Prometheus metrics. Requests meet
@@ -20,10 +21,10 @@ import os
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
-from dataclasses import asdict
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -169,6 +170,35 @@ class ServedModel:
             },
         }
 
+    def config(self, max_batch: int, max_wait_ms: float, queue: int) -> dict[str, Any]:
+        """The model configuration as Triton writes it (`get_model_config`): a batching model
+        has max_batch_size over 0 and dims without the batch dimension; any other, 0 and
+        its whole shape."""
+        skip = 1 if self.batchable else 0
+
+        def tensors(args: list[Any]) -> list[dict[str, Any]]:
+            return [
+                {"name": a.name, "data_type": _config_type(a.type), "dims": _dims(a)[skip:]}
+                for a in args
+            ]
+
+        gpu = "CUDAExecutionProvider" in self.session.get_providers()
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "platform": "onnxruntime_onnx",
+            "backend": "onnxruntime",
+            "max_batch_size": max_batch if self.batchable else 0,
+            "input": tensors(self.inputs),
+            "output": tensors(self.outputs),
+            "instance_group": [{"count": 1, "kind": "KIND_GPU" if gpu else "KIND_CPU"}],
+        }
+        if self.batchable:
+            doc["dynamic_batching"] = {
+                "max_queue_delay_microseconds": round(max_wait_ms * 1000),
+                "default_queue_policy": {"max_queue_size": queue},
+            }
+        return doc
+
     def tensors(
         self, request: InferRequest, binary: memoryview | None
     ) -> tuple[dict[str, np.ndarray], int]:
@@ -212,6 +242,13 @@ def _dims(arg: Any) -> list[int]:
     return [d if isinstance(d, int) else -1 for d in arg.shape]
 
 
+def _config_type(ort_type: str) -> str:
+    """Triton's name of a datatype in a model configuration: TYPE_ and the v2 name, except
+    that BYTES is TYPE_STRING there."""
+    name = ORT_TYPES.get(ort_type, ort_type)
+    return "TYPE_STRING" if name == "BYTES" else f"TYPE_{name}"
+
+
 # --- the protocol: requests ------------------------------------------------------------------
 
 
@@ -248,6 +285,11 @@ class InferRequest(BaseModel):
     parameters: Parameters = Field(default_factory=Parameters)
     inputs: list[TensorIn] = Field(min_length=1)
     outputs: list[OutputIn] | None = None
+
+
+class IndexRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    ready: StrictBool = False  # list only the models ready for inference
 
 
 Parsed = TypeVar("Parsed", bound=BaseModel)
@@ -444,6 +486,95 @@ def _to_binary(array: np.ndarray) -> bytes:
     return np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
 
 
+# --- statistics (the protocol's statistics extension, as Triton reports it) ------------------
+
+
+@dataclass
+class _Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+
+@dataclass
+class Phases:
+    """Where one successful request's time went, in nanoseconds: decoding its inputs,
+    waiting for its batch, its batch's model call, encoding the answer."""
+
+    compute_input: int = 0
+    queue: int = 0
+    compute_infer: int = 0
+    compute_output: int = 0
+
+    @contextmanager
+    def timing(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter_ns()
+        yield
+        setattr(self, phase, getattr(self, phase) + time.perf_counter_ns() - start)
+
+
+PHASES = [f.name for f in fields(Phases)]
+
+
+class Statistics:
+    """Inference statistics of the served model in the shape of Triton's
+    `get_inference_statistics`. Requests are those that run the model (v2 infer and
+    /predict): success or fail with their whole time, and, for a success, its phases. A
+    batch adds its rows to inference_count and its model call to execution_count and to
+    the batch_stats of its size. Updated on the event loop only, so no lock."""
+
+    def __init__(self) -> None:
+        self.success = _Duration()
+        self.fail = _Duration()
+        self.phases = {phase: _Duration() for phase in PHASES}
+        self.batches: dict[int, _Duration] = {}
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ms = 0
+
+    @contextmanager
+    def request(self) -> Iterator[Phases]:
+        """Times the request in the block, a success unless the block raises."""
+        start = time.perf_counter_ns()
+        phases = Phases()
+        try:
+            yield phases
+        except BaseException:
+            self.fail.add(time.perf_counter_ns() - start)
+            raise
+        self.success.add(time.perf_counter_ns() - start)
+        for phase, spent in self.phases.items():
+            spent.add(getattr(phases, phase))
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def batch(self, rows: int, seconds: float) -> None:
+        self.inference_count += rows
+        self.execution_count += 1
+        self.batches.setdefault(rows, _Duration()).add(round(seconds * 1e9))
+
+    def document(self, name: str) -> dict[str, Any]:
+        spent = {"success": self.success, "fail": self.fail, **self.phases}
+        return {
+            "model_stats": [
+                {
+                    "name": name,
+                    "version": MODEL_VERSION,
+                    "last_inference": self.last_inference_ms,
+                    "inference_count": self.inference_count,
+                    "execution_count": self.execution_count,
+                    "inference_stats": {key: asdict(d) for key, d in spent.items()},
+                    "batch_stats": [
+                        {"batch_size": rows, "compute_infer": asdict(d)}
+                        for rows, d in sorted(self.batches.items())
+                    ],
+                }
+            ]
+        }
+
+
 # --- metrics ---------------------------------------------------------------------------------
 
 
@@ -568,9 +699,23 @@ def create_app(
     batch = max_batch if model.batchable else 1
     pixel_cap = runtime.MAX_PIXELS if max_pixels is None else max_pixels
     metrics = Metrics(lambda: batcher.depth)
-    batcher = Batcher(model.run, batch, max_wait_ms / 1000, queue, on_batch=metrics.batch)
+    stats = Statistics()
+
+    def execute(payloads: list[dict[str, np.ndarray]]) -> list[tuple[dict[str, np.ndarray], int]]:
+        """The model call, each request's outputs with the call's time (ns) beside them."""
+        start = time.perf_counter_ns()
+        results = model.run(payloads)
+        spent = time.perf_counter_ns() - start
+        return [(outputs, spent) for outputs in results]
+
+    def on_batch(rows: int, seconds: float) -> None:
+        metrics.batch(rows, seconds)
+        stats.batch(rows, seconds)
+
+    batcher = Batcher(execute, batch, max_wait_ms / 1000, queue, on_batch=on_batch)
     decoder = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="decode")
     description = model.metadata(batch, max_wait_ms, queue)
+    configuration = model.config(batch, max_wait_ms, queue)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -621,15 +766,21 @@ def create_app(
                 404, f"unknown version '{version}' of model '{name}'; it has '{MODEL_VERSION}'"
             )
 
-    async def infer(feeds: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    async def infer(
+        feeds: dict[str, np.ndarray], rows: int, phases: Phases
+    ) -> dict[str, np.ndarray]:
+        start = time.perf_counter_ns()
         try:
-            return await batcher.submit(feeds, rows)
+            outputs, phases.compute_infer = await batcher.submit(feeds, rows)
         except QueueFull as e:
             raise HTTPException(503, str(e), headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        phases.queue = time.perf_counter_ns() - start - phases.compute_infer
+        return outputs
 
     @app.get("/v2")
     async def server_metadata() -> dict[str, Any]:
-        return {"name": "dlperf", "version": __version__, "extensions": ["binary_tensor_data"]}
+        extensions = ["binary_tensor_data", "model_configuration", "statistics"]
+        return {"name": "dlperf", "version": __version__, "extensions": extensions}
 
     @app.get("/v2/health/live")
     async def live() -> dict[str, bool]:
@@ -639,8 +790,28 @@ def create_app(
     async def ready() -> JSONResponse:
         return JSONResponse({"ready": batcher.running}, 200 if batcher.running else 503)
 
+    @app.post("/v2/repository/index")
+    async def repository_index(request: Request) -> list[dict[str, str]]:
+        body = await request.body()
+        wanted = _parse(IndexRequest, body) if body.strip() else IndexRequest()
+        entry = {"name": model.name, "version": MODEL_VERSION, "state": "READY"}
+        if not batcher.running:
+            entry.update(state="UNAVAILABLE", reason="the server is shutting down")
+        return [] if wanted.ready and not batcher.running else [entry]
+
+    # Before the model's routes: /v2/models/{name} would take "stats" for a model's name.
+    @app.get("/v2/models/stats")
+    async def all_statistics() -> dict[str, Any]:
+        return stats.document(model.name)
+
     async def model_metadata() -> dict[str, Any]:
         return description
+
+    async def model_config() -> dict[str, Any]:
+        return configuration
+
+    async def model_statistics() -> dict[str, Any]:
+        return stats.document(model.name)
 
     async def model_ready() -> JSONResponse:
         doc = {"name": model.name, "ready": batcher.running}
@@ -650,18 +821,23 @@ def create_app(
         encoding = request.headers.get("content-encoding", "identity")
         if encoding != "identity":
             raise HTTPException(415, f"Content-Encoding {encoding} is not accepted; send it plain")
-        header, binary = _split(await request.body(), request.headers.get(HEADER_LENGTH))
-        parsed = _parse(InferRequest, header)
-        wanted = model.requested(parsed)
-        feeds, rows = model.tensors(parsed, binary)
-        outputs = await infer(feeds, rows)
-        return _infer_response(model.name, parsed.id, wanted, outputs)
+        with stats.request() as phases:
+            header, binary = _split(await request.body(), request.headers.get(HEADER_LENGTH))
+            with phases.timing("compute_input"):
+                parsed = _parse(InferRequest, header)
+                wanted = model.requested(parsed)
+                feeds, rows = model.tensors(parsed, binary)
+            outputs = await infer(feeds, rows, phases)
+            with phases.timing("compute_output"):
+                return _infer_response(model.name, parsed.id, wanted, outputs)
 
     # The model's routes with and without /versions/{version}, each its own route (and label).
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         checked = {"dependencies": [Depends(served)]}
         app.add_api_route(prefix, model_metadata, methods=["GET"], **checked)
         app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], **checked)
+        app.add_api_route(f"{prefix}/config", model_config, methods=["GET"], **checked)
+        app.add_api_route(f"{prefix}/stats", model_statistics, methods=["GET"], **checked)
         app.add_api_route(f"{prefix}/infer", infer_tensors, methods=["POST"], **checked)
 
     @app.post("/predict")
@@ -670,19 +846,21 @@ def create_app(
         topk: int = Query(5, ge=1, description="Classes to return (classifiers)."),
         score_threshold: float = Query(0.5, ge=0, le=1, description="Detectors: lowest score."),
     ) -> dict[str, Any]:
-        data = await _image_bytes(request)
-        x, (width, height) = await asyncio.get_running_loop().run_in_executor(
-            decoder, _image_array, data, model.meta.preprocess, pixel_cap
-        )
-        outputs = await infer({model.inputs[0].name: x[None]}, 1)
-        if model.meta.task == "detection":
-            found = _detections(outputs, model.meta, (width, height), score_threshold)
-            return {"model_name": model.name, "image_size": [width, height], "detections": found}
-        logits = outputs[model.output_names[0]]
-        return {
-            "model_name": model.name,
-            "predictions": runtime.topk(logits, topk, model.meta.labels)[0],
-        }
+        with stats.request() as phases:
+            data = await _image_bytes(request)
+            with phases.timing("compute_input"):
+                x, (width, height) = await asyncio.get_running_loop().run_in_executor(
+                    decoder, _image_array, data, model.meta.preprocess, pixel_cap
+                )
+            outputs = await infer({model.inputs[0].name: x[None]}, 1, phases)
+            with phases.timing("compute_output"):
+                if model.meta.task == "detection":
+                    found = _detections(outputs, model.meta, (width, height), score_threshold)
+                    size = [width, height]
+                    return {"model_name": model.name, "image_size": size, "detections": found}
+                logits = outputs[model.output_names[0]]
+                predictions = runtime.topk(logits, topk, model.meta.labels)[0]
+                return {"model_name": model.name, "predictions": predictions}
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
