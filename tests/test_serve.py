@@ -348,6 +348,17 @@ def test_metrics_are_prometheus_with_process_metrics(server: str, models: dict[s
     assert "dlperf_errors_total{" not in fresh and metric(fresh, "process_open_fds") > 0
 
 
+def test_request_metrics_carry_the_model(server: str) -> None:
+    """Per-request series have a `model` label, so several servers' requests keep apart."""
+    httpx.post(f"{server}/predict", content=png())
+    httpx.post(f"{server}/predict", content=b"garbage")
+    text = httpx.get(f"{server}/metrics").text
+    route = {"model": "tiny", "route": "/predict"}
+    assert metric(text, "dlperf_requests_total", **route, status="200") >= 1
+    assert metric(text, "dlperf_errors_total", **route, kind="bad_request") >= 1
+    assert metric(text, "dlperf_request_duration_seconds_count", **route) >= 2
+
+
 def test_full_queue_is_503_with_retry_after(models: dict[str, Path]) -> None:
     # One waiting request fills the queue; the first batch waits 1 s for a second row.
     app = create_app(models["tiny"], max_batch=2, max_wait_ms=1000, queue=1, threads=1)

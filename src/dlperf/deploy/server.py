@@ -580,28 +580,31 @@ class Statistics:
 
 class Metrics:
     """Prometheus metrics in a registry of this app's own, so that several servers in one
-    process (tests) keep apart; process and platform collectors included."""
+    process (tests) keep apart; process and platform collectors included. The per-request
+    series have the served model's name as their `model` label, so that several servers
+    scraped into one Prometheus keep their requests apart."""
 
-    def __init__(self, queue_depth: Callable[[], int]) -> None:
+    def __init__(self, model: str, queue_depth: Callable[[], int]) -> None:
+        self.model = model
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self.requests = Counter(
             "dlperf_requests",
             "HTTP requests by route and status.",
-            ["route", "status"],
+            ["model", "route", "status"],
             registry=self.registry,
         )
         self.errors = Counter(
             "dlperf_errors",
             "Failed requests by route and kind.",
-            ["route", "kind"],
+            ["model", "route", "kind"],
             registry=self.registry,
         )
         self.latency = Histogram(
             "dlperf_request_duration_seconds",
             "Request latency, arrival to last byte sent.",
-            ["route"],
+            ["model", "route"],
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -621,11 +624,11 @@ class Metrics:
         depth.set_function(queue_depth)
 
     def request(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, str(status)).inc()
+        self.requests.labels(self.model, route, str(status)).inc()
         if status >= 400:
             kind = ERROR_KINDS.get(status, "server_error" if status >= 500 else "client_error")
-            self.errors.labels(route, kind).inc()
-        self.latency.labels(route).observe(seconds)
+            self.errors.labels(self.model, route, kind).inc()
+        self.latency.labels(self.model, route).observe(seconds)
 
     def batch(self, rows: int, seconds: float) -> None:
         self.batch_size.observe(rows)
@@ -698,7 +701,7 @@ def create_app(
     model = ServedModel(model_path, threads)
     batch = max_batch if model.batchable else 1
     pixel_cap = runtime.MAX_PIXELS if max_pixels is None else max_pixels
-    metrics = Metrics(lambda: batcher.depth)
+    metrics = Metrics(model.name, lambda: batcher.depth)
     stats = Statistics()
 
     def execute(payloads: list[dict[str, np.ndarray]]) -> list[tuple[dict[str, np.ndarray], int]]:
