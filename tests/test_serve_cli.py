@@ -149,7 +149,13 @@ def test_sigterm_finishes_queued_requests(model: Path) -> None:
         for c in clients:
             c.join(timeout=60)
         assert [r.status_code for r in replies] == [200, 200]
-        assert proc.wait(timeout=60) == 130  # SIGTERM ends dlperf as Ctrl-C does
+        assert proc.wait(timeout=60) == 143  # 128 + SIGTERM, as a shell reports it
+
+
+def test_ctrl_c_exits_130(model: Path) -> None:
+    with serve(model) as (_, proc):
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130  # 128 + SIGINT
 
 
 def test_accepted_connections_send_without_delay() -> None:

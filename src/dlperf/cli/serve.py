@@ -64,8 +64,8 @@ def start(
 ) -> None:
     """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching, the
     Open Inference Protocol (KServe v2: JSON and binary tensors) under /v2, /predict for
-    images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting and finishes the
-    queued requests.
+    images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting, finishes the queued
+    requests and exits 130 or 143 (128 + the signal).
 
     The options from --host to --max-pixels are short for --set serve.KEY=VALUE (KEY: the
     option's name with _ for -); `dlperf config keys` explains every key.
@@ -102,7 +102,10 @@ def start(
         markup=False,
         soft_wrap=True,
     )
-    serve_forever(server_app, sock)
+    stopped_by = serve_forever(server_app, sock)
+    if stopped_by is not None:
+        # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM.
+        raise typer.Exit(128 + stopped_by)
 
 
 @serve_app.command("bench")

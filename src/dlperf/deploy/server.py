@@ -18,6 +18,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import socket
 import struct
 import time
@@ -941,8 +942,23 @@ class _DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def serve_forever(app: FastAPI, sock: socket.socket) -> None:
+def serve_forever(app: FastAPI, sock: socket.socket) -> int | None:
     """Serve `app` on the bound socket until SIGINT or SIGTERM, then stop accepting, answer
-    every queued request and return."""
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
-    _DrainingServer(config, app.state.batcher).run(sockets=[sock])
+    every queued request and return the number of the signal that stopped it (None if
+    none did)."""
+    stopped_by: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        stopped_by.append(signum)
+
+    # Once drained, uvicorn raises the signal that stopped it again, for the handler in
+    # force before it ran: dlperf's turns SIGTERM into KeyboardInterrupt (exit 130), so
+    # this one only notes which signal it was, for the caller to exit by it.
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        _DrainingServer(config, app.state.batcher).run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return stopped_by[0] if stopped_by else None
