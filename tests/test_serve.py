@@ -61,6 +61,27 @@ def tiny_classifier(path: Path, batch: int | str = "N") -> Path:
     return path
 
 
+def plain_model(path: Path, batch: int | str = "N") -> Path:
+    """x FP32 [batch, 4] -> y = x @ W FP32 [batch, 2], n = ArgMax INT64 [batch]: an ONNX file
+    of someone else's, without dlperf's metadata."""
+    weight = np.arange(8, dtype=np.float32).reshape(4, 2) / 8
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["y"]),
+            helper.make_node("ArgMax", ["y"], ["n"], axis=1, keepdims=0),
+        ],
+        "plain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, [batch]),
+        ],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
+    return path
+
+
 def tiny_detector(path: Path) -> Path:
     """The detector signature: image [1, 3, H, W] -> boxes [N, 4], scores [N], labels [N];
     fixed boxes, scores that still depend on the image (plus 0 x its mean)."""
@@ -386,6 +407,16 @@ def test_fixed_batch_model_runs_one_at_a_time(models: dict[str, Path]) -> None:
     outs = served.run([{"input": x}, {"input": 2 * x}])
     assert [o["logits"].shape for o in outs] == [(1, 3), (1, 3)]
     np.testing.assert_allclose(outs[1]["logits"], reference(models, 2 * x), rtol=1e-5)
+
+
+def test_a_plain_onnx_file_with_a_fixed_first_dimension_runs_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    served = ServedModel(plain_model(tmp_path / "plain.onnx", batch=2), threads=1)
+    assert served.meta is None and not served.batchable
+    x = np.ones((2, 4), np.float32)
+    (outputs,) = served.run([{"x": x}])
+    np.testing.assert_allclose(outputs["y"], x @ (np.arange(8).reshape(4, 2) / 8))
 
 
 def test_detector_boxes_scaled_to_the_image(models: dict[str, Path]) -> None:

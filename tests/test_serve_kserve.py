@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from dlperf.deploy import meta
 from dlperf.deploy.server import create_app
-from tests.test_serve import OPSET, SIZE, running, tiny_classifier
+from tests.test_serve import OPSET, SIZE, plain_model, png, running, tiny_classifier
 
 MIXED_INPUTS = {"a": "FP16", "b": "INT32", "u": "UINT8", "flag": "BOOL", "text": "BYTES"}
 
@@ -357,3 +357,38 @@ def test_inference_statistics_count_requests_rows_and_batches(
     with pytest.raises(InferenceServerException) as unknown:
         client.get_inference_statistics("nope")
     assert unknown.value.status() == "404"
+
+
+def test_a_plain_onnx_file_serves_tensors(tmp_path: Path) -> None:
+    """No dlperf metadata: names, datatypes and shapes come from the graph; the tensor
+    endpoint answers as ONNX Runtime does, /predict says what it lacks."""
+    path = plain_model(tmp_path / "plain.onnx")
+    x = np.random.default_rng(5).normal(size=(3, 4)).astype(np.float32)
+    with running(create_app(path, max_batch=8, max_wait_ms=2, threads=1)) as url:
+        stock = triton.InferenceServerClient(url.removeprefix("http://"))
+        try:
+            doc = stock.get_model_metadata("plain")
+            config = stock.get_model_config("plain")
+            tensor = triton.InferInput("x", list(x.shape), "FP32").set_data_from_numpy(x)
+            result = stock.infer("plain", [tensor])
+        finally:
+            stock.close()
+        image = httpx.post(f"{url}/predict", content=png())
+    assert doc["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    assert doc["outputs"] == [
+        {"name": "y", "datatype": "FP32", "shape": [-1, 2]},
+        {"name": "n", "datatype": "INT64", "shape": [-1]},
+    ]
+    assert doc["task"] is None and doc["preprocessing"] is None and doc["labels"] is None
+    assert doc["batching"]["dynamic"] is True
+    assert config["max_batch_size"] == 8
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}]
+    expected = ort_run(path, {"x": x})
+    np.testing.assert_allclose(result.as_numpy("y"), expected["y"], rtol=1e-6)
+    np.testing.assert_array_equal(result.as_numpy("n"), expected["n"])
+    assert image.status_code == 400
+    assert image.json() == {
+        "error": "/predict needs the dlperf metadata (task, preprocessing, labels) that model "
+        "'plain' does not carry; send tensors to /v2/models/plain/infer, or export the model "
+        "with `dlperf export`"
+    }

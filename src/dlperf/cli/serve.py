@@ -46,7 +46,9 @@ def _listen(host: str, port: int) -> socket.socket:
 
 @serve_app.command("start")
 def start(
-    model: Path = typer.Argument(..., help="An ONNX model exported by `dlperf export`."),
+    model: Path = typer.Argument(
+        ..., help="An ONNX model; one exported by `dlperf export` also gets /predict."
+    ),
     config: Path = typer.Option(None, "--config", help="A TOML file whose [serve] section to use."),
     set_: list[str] = typer.Option(
         [], "--set", help="Override a config key, e.g. --set serve.port=9000 (repeatable)."
@@ -97,7 +99,8 @@ def start(
     bound = sock.getsockname()[1]
     where = f"[{opts.host}]" if ":" in opts.host else opts.host
     console.err.print(
-        f"serving {served.name} ({served.meta.task}; {served.note}) on "
+        f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
+        f"{served.note}) on "
         f"http://{where}:{bound} - Ctrl-C stops after the queued requests",
         markup=False,
         soft_wrap=True,

@@ -98,31 +98,50 @@ DECODE_THREADS = min(4, os.cpu_count() or 1)
 
 
 class ServedModel:
-    """One ONNX model, its dlperf metadata, and how its requests may be batched."""
+    """One ONNX model, its dlperf metadata if it has any, and how its requests may be batched.
+
+    A plain ONNX file (no dlperf metadata) is served on the tensor endpoints, its inputs and
+    outputs as its graph declares them; /predict, which needs the preprocessing and labels,
+    refuses it."""
 
     def __init__(self, path: Path, threads: int | None) -> None:
         self.name = path.stem
-        self.meta = meta_io.load(path)
+        self.meta = meta_io.find(path)
+        self.task = self.meta.task if self.meta else None
         self.session = runtime.session(path, threads)
         self.inputs = self.session.get_inputs()
         self.outputs = self.session.get_outputs()
         self.output_names = [o.name for o in self.outputs]
         batch_dim = self.inputs[0].shape[0] if self.inputs[0].shape else None
-        if isinstance(batch_dim, int) and batch_dim != 1:
+        # /predict feeds one image: a fixed batch of more would refuse every upload.
+        if self.meta and isinstance(batch_dim, int) and batch_dim != 1:
             raise UserError(
                 f"{path} has a fixed batch size of {batch_dim}; the server needs 1 or a "
                 "dynamic batch dimension",
                 "export it with `dlperf export --dynamic-batch`",
             )
-        dynamic = all(i.shape and not isinstance(i.shape[0], int) for i in self.inputs)
+        # Rows split back along the outputs' first dimension, so it must be dynamic too:
+        # a plain ONNX file may well reduce over the batch.
+        dynamic = all(a.shape and not isinstance(a.shape[0], int) for a in self.inputs)
+        dynamic = dynamic and all(a.shape and not isinstance(a.shape[0], int) for a in self.outputs)
         # Detector outputs ([N, 4] boxes, ...) have no batch dimension to split along.
-        self.batchable = self.meta.task != "detection" and dynamic
-        if self.meta.task == "detection":
+        self.batchable = self.task != "detection" and dynamic
+        if self.task == "detection":
             self.note = "detection models run one image at a time"
         elif not self.batchable:
             self.note = "the model has no dynamic batch dimension: requests run one at a time"
         else:
             self.note = "requests are batched along the dynamic batch dimension"
+
+    def described(self, endpoint: str) -> meta_io.ModelMeta:
+        """The dlperf metadata that `endpoint` needs, or a UserError saying it is missing."""
+        if self.meta is None:
+            raise UserError(
+                f"{endpoint} needs the dlperf metadata (task, preprocessing, labels) that "
+                f"model '{self.name}' does not carry; send tensors to "
+                f"/v2/models/{self.name}/infer, or export the model with `dlperf export`"
+            )
+        return self.meta
 
     def run(self, payloads: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """Called on the inference thread with one batch of requests' input tensors."""
@@ -158,10 +177,10 @@ class ServedModel:
             "platform": "onnxruntime_onnx",
             "inputs": tensors(self.inputs),
             "outputs": tensors(self.outputs),
-            "task": self.meta.task,
-            "model": self.meta.model,
-            "preprocessing": asdict(self.meta.preprocess),
-            "labels": self.meta.labels,
+            "task": self.task,
+            "model": self.meta.model if self.meta else None,
+            "preprocessing": asdict(self.meta.preprocess) if self.meta else None,
+            "labels": self.meta.labels if self.meta else None,
             "batching": {
                 "dynamic": self.batchable,
                 "max_batch": max_batch,
@@ -850,20 +869,21 @@ def create_app(
         topk: int = Query(5, ge=1, description="Classes to return (classifiers)."),
         score_threshold: float = Query(0.5, ge=0, le=1, description="Detectors: lowest score."),
     ) -> dict[str, Any]:
+        described = model.described("/predict")
         with stats.request() as phases:
             data = await _image_bytes(request)
             with phases.timing("compute_input"):
                 x, (width, height) = await asyncio.get_running_loop().run_in_executor(
-                    decoder, _image_array, data, model.meta.preprocess, pixel_cap
+                    decoder, _image_array, data, described.preprocess, pixel_cap
                 )
             outputs = await infer({model.inputs[0].name: x[None]}, 1, phases)
             with phases.timing("compute_output"):
-                if model.meta.task == "detection":
-                    found = _detections(outputs, model.meta, (width, height), score_threshold)
+                if described.task == "detection":
+                    found = _detections(outputs, described, (width, height), score_threshold)
                     size = [width, height]
                     return {"model_name": model.name, "image_size": size, "detections": found}
                 logits = outputs[model.output_names[0]]
-                predictions = runtime.topk(logits, topk, model.meta.labels)[0]
+                predictions = runtime.topk(logits, topk, described.labels)[0]
                 return {"model_name": model.name, "predictions": predictions}
 
     @app.get("/metrics")
