@@ -28,7 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from dlperf.cli.serve import _listen
 from dlperf.deploy import meta, runtime
 from dlperf.deploy.batcher import Batcher, QueueFull
-from dlperf.deploy.server import ServedModel, _image_array, create_app
+from dlperf.deploy.images import image_array
+from dlperf.deploy.served_model import ServedModel
+from dlperf.deploy.server import create_app
 from dlperf.errors import UserError
 
 LABELS = ["cat", "dog", "bird"]
@@ -244,7 +246,7 @@ def test_an_image_pillow_cannot_convert_is_bad_input() -> None:
     Image.new("LAB", (4, 4)).save(lab, format="TIFF")  # it decodes; Pillow has no LAB -> L
     gray = meta.Preprocess((4, 4), 1, (0.0,), (1.0,))
     with pytest.raises(UserError, match="the uploaded file cannot be used"):
-        _image_array(lab.getvalue(), gray, max_pixels=100)
+        image_array(lab.getvalue(), gray, max_pixels=100)
 
 
 def png_header(width: int, height: int) -> bytes:
