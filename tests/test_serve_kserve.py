@@ -283,7 +283,12 @@ def test_model_config_in_tritons_shape(urls: dict[str, str], models: dict[str, P
     )
     assert config["max_batch_size"] == 8
     assert config["input"][0] == {"name": "a", "data_type": "TYPE_FP16", "dims": [2]}
-    assert config["input"][4] == {"name": "text", "data_type": "TYPE_STRING", "dims": []}
+    assert config["input"][4] == {
+        "name": "text",
+        "data_type": "TYPE_STRING",
+        "dims": [1],
+        "reshape": {"shape": []},
+    }
     assert [o["data_type"] for o in config["output"]] == ["TYPE_FP64", "TYPE_FP16", "TYPE_STRING"]
     assert config["dynamic_batching"] == {
         "max_queue_delay_microseconds": 2000,

@@ -161,7 +161,7 @@ def binary_parts(inputs: list[TensorIn], binary: memoryview | None) -> list[memo
     return parts
 
 
-def tensor(spec: TensorIn, arg: Any, raw: memoryview | None) -> np.ndarray:
+def decode_tensor(spec: TensorIn, arg: Any, raw: memoryview | None) -> np.ndarray:
     datatype = ORT_TYPES.get(arg.type)
     if datatype is None:
         raise UserError(f"input '{spec.name}' is a {arg.type}, which this server cannot feed")

@@ -20,9 +20,9 @@ from dlperf.deploy.protocol import (
     InferRequest,
     binary_parts,
     config_type,
+    decode_tensor,
     dims,
     refuse_unsupported,
-    tensor,
 )
 from dlperf.errors import UserError
 
@@ -126,11 +126,12 @@ class ServedModel:
         its whole shape."""
         skip = 1 if self.batchable else 0
 
-        def tensors(args: list[Any]) -> list[dict[str, Any]]:
-            return [
-                {"name": a.name, "data_type": config_type(a.type), "dims": dims(a)[skip:]}
-                for a in args
-            ]
+        def entry(arg: Any) -> dict[str, Any]:
+            doc = {"name": arg.name, "data_type": config_type(arg.type), "dims": dims(arg)[skip:]}
+            if not doc["dims"]:
+                # Triton's dims are never empty: a batch of scalars is dims [1] reshaped to [].
+                doc.update(dims=[1], reshape={"shape": []})
+            return doc
 
         gpu = "CUDAExecutionProvider" in self.session.get_providers()
         doc: dict[str, Any] = {
@@ -138,8 +139,8 @@ class ServedModel:
             "platform": "onnxruntime_onnx",
             "backend": "onnxruntime",
             "max_batch_size": max_batch if self.batchable else 0,
-            "input": tensors(self.inputs),
-            "output": tensors(self.outputs),
+            "input": [entry(a) for a in self.inputs],
+            "output": [entry(a) for a in self.outputs],
             "instance_group": [{"count": 1, "kind": "KIND_GPU" if gpu else "KIND_CPU"}],
         }
         if self.batchable:
@@ -161,7 +162,7 @@ class ServedModel:
                 raise UserError(f"unknown input '{spec.name}'; the model takes {list(args)}")
             if spec.name in feeds:
                 raise UserError(f"input '{spec.name}' is given twice")
-            feeds[spec.name] = tensor(spec, args[spec.name], raw)
+            feeds[spec.name] = decode_tensor(spec, args[spec.name], raw)
         missing = [name for name in args if name not in feeds]
         if missing:
             raise UserError(f"missing input '{missing[0]}'; the model takes {list(args)}")
