@@ -28,7 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from dlperf.cli.serve import _listen
 from dlperf.deploy import meta, runtime
 from dlperf.deploy.batcher import Batcher, QueueFull
-from dlperf.deploy.server import ServedModel, _image_array, create_app
+from dlperf.deploy.images import image_array
+from dlperf.deploy.served_model import ServedModel
+from dlperf.deploy.server import create_app
 from dlperf.errors import UserError
 
 LABELS = ["cat", "dog", "bird"]
@@ -58,6 +60,27 @@ def tiny_classifier(path: Path, batch: int | str = "N") -> Path:
     onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
     pre = meta.Preprocess((SIZE, SIZE), 3, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
     meta.save(path, meta.ModelMeta("classification", "tiny", "input", (3, SIZE, SIZE), pre, LABELS))
+    return path
+
+
+def plain_model(path: Path, batch: int | str = "N") -> Path:
+    """x FP32 [batch, 4] -> y = x @ W FP32 [batch, 2], n = ArgMax INT64 [batch]: an ONNX file
+    of someone else's, without dlperf's metadata."""
+    weight = np.arange(8, dtype=np.float32).reshape(4, 2) / 8
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["y"]),
+            helper.make_node("ArgMax", ["y"], ["n"], axis=1, keepdims=0),
+        ],
+        "plain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, [batch]),
+        ],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
     return path
 
 
@@ -223,7 +246,7 @@ def test_an_image_pillow_cannot_convert_is_bad_input() -> None:
     Image.new("LAB", (4, 4)).save(lab, format="TIFF")  # it decodes; Pillow has no LAB -> L
     gray = meta.Preprocess((4, 4), 1, (0.0,), (1.0,))
     with pytest.raises(UserError, match="the uploaded file cannot be used"):
-        _image_array(lab.getvalue(), gray, max_pixels=100)
+        image_array(lab.getvalue(), gray, max_pixels=100)
 
 
 def png_header(width: int, height: int) -> bytes:
@@ -348,6 +371,17 @@ def test_metrics_are_prometheus_with_process_metrics(server: str, models: dict[s
     assert "dlperf_errors_total{" not in fresh and metric(fresh, "process_open_fds") > 0
 
 
+def test_request_metrics_carry_the_model(server: str) -> None:
+    """Per-request series have a `model` label, so several servers' requests keep apart."""
+    httpx.post(f"{server}/predict", content=png())
+    httpx.post(f"{server}/predict", content=b"garbage")
+    text = httpx.get(f"{server}/metrics").text
+    route = {"model": "tiny", "route": "/predict"}
+    assert metric(text, "dlperf_requests_total", **route, status="200") >= 1
+    assert metric(text, "dlperf_errors_total", **route, kind="bad_request") >= 1
+    assert metric(text, "dlperf_request_duration_seconds_count", **route) >= 2
+
+
 def test_full_queue_is_503_with_retry_after(models: dict[str, Path]) -> None:
     # One waiting request fills the queue; the first batch waits 1 s for a second row.
     app = create_app(models["tiny"], max_batch=2, max_wait_ms=1000, queue=1, threads=1)
@@ -375,6 +409,16 @@ def test_fixed_batch_model_runs_one_at_a_time(models: dict[str, Path]) -> None:
     outs = served.run([{"input": x}, {"input": 2 * x}])
     assert [o["logits"].shape for o in outs] == [(1, 3), (1, 3)]
     np.testing.assert_allclose(outs[1]["logits"], reference(models, 2 * x), rtol=1e-5)
+
+
+def test_a_plain_onnx_file_with_a_fixed_first_dimension_runs_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    served = ServedModel(plain_model(tmp_path / "plain.onnx", batch=2), threads=1)
+    assert served.meta is None and not served.batchable
+    x = np.ones((2, 4), np.float32)
+    (outputs,) = served.run([{"x": x}])
+    np.testing.assert_allclose(outputs["y"], x @ (np.arange(8).reshape(4, 2) / 8))
 
 
 def test_detector_boxes_scaled_to_the_image(models: dict[str, Path]) -> None:

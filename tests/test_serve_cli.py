@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from dlperf.cli.serve import _listen
-from tests.test_serve import LABELS, metric, png, tiny_classifier, wait_ready
+from tests.test_serve import LABELS, metric, plain_model, png, tiny_classifier, wait_ready
 
 Cli = Callable[..., Any]
 
@@ -149,7 +149,22 @@ def test_sigterm_finishes_queued_requests(model: Path) -> None:
         for c in clients:
             c.join(timeout=60)
         assert [r.status_code for r in replies] == [200, 200]
-        assert proc.wait(timeout=60) == 130  # SIGTERM ends dlperf as Ctrl-C does
+        assert proc.wait(timeout=60) == 143  # 128 + SIGTERM, as a shell reports it
+
+
+def test_ctrl_c_exits_130(model: Path) -> None:
+    with serve(model) as (_, proc):
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130  # 128 + SIGINT
+
+
+def test_serves_a_plain_onnx_file(tmp_path: Path) -> None:
+    """An ONNX file without dlperf's metadata starts (it was refused) on the tensor endpoint."""
+    body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 0, 0, 0]}]}
+    with serve(plain_model(tmp_path / "plain.onnx")) as (url, _):
+        r = httpx.post(f"{url}/v2/models/plain/infer", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"][0]["data"] == [0.0, 0.125]
 
 
 def test_accepted_connections_send_without_delay() -> None:

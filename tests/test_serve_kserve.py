@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from dlperf.deploy import meta
 from dlperf.deploy.server import create_app
-from tests.test_serve import OPSET, SIZE, running, tiny_classifier
+from tests.test_serve import OPSET, SIZE, plain_model, png, running, tiny_classifier
 
 MIXED_INPUTS = {"a": "FP16", "b": "INT32", "u": "UINT8", "flag": "BOOL", "text": "BYTES"}
 
@@ -255,3 +255,145 @@ def test_nan_outputs_stay_readable(client: triton.InferenceServerClient) -> None
     )
     wanted = [triton.InferRequestedOutput("logits", binary_data=False)]
     assert np.isnan(client.infer("tiny", [tensor], outputs=wanted).as_numpy("logits")).all()
+
+
+def test_model_config_in_tritons_shape(urls: dict[str, str], models: dict[str, Path]) -> None:
+    """Triton's model configuration: dims without the batch dimension when max_batch_size
+    is over 0 (a batching model), with it when 0 (a model served one request at a time)."""
+    stock = triton.InferenceServerClient(urls["mixed"].removeprefix("http://"))
+    fixed = create_app(tiny_classifier(models["tiny"].with_name("fixed.onnx"), batch=1), threads=1)
+    try:
+        config = stock.get_model_config("mixed")
+        assert stock.get_model_config("mixed", "1") == config
+        with running(fixed) as fixed_url:
+            single = triton.InferenceServerClient(fixed_url.removeprefix("http://"))
+            try:
+                unbatched = single.get_model_config("fixed")
+            finally:
+                single.close()
+        with pytest.raises(InferenceServerException) as unknown:
+            stock.get_model_config("nope")
+    finally:
+        stock.close()
+    assert unknown.value.status() == "404" and "unknown model 'nope'" in unknown.value.message()
+    assert (config["name"], config["platform"], config["backend"]) == (
+        "mixed",
+        "onnxruntime_onnx",
+        "onnxruntime",
+    )
+    assert config["max_batch_size"] == 8
+    assert config["input"][0] == {"name": "a", "data_type": "TYPE_FP16", "dims": [2]}
+    assert config["input"][4] == {
+        "name": "text",
+        "data_type": "TYPE_STRING",
+        "dims": [1],
+        "reshape": {"shape": []},
+    }
+    assert [o["data_type"] for o in config["output"]] == ["TYPE_FP64", "TYPE_FP16", "TYPE_STRING"]
+    assert config["dynamic_batching"] == {
+        "max_queue_delay_microseconds": 2000,
+        "default_queue_policy": {"max_queue_size": 256},
+    }
+    assert config["instance_group"] == [{"count": 1, "kind": "KIND_CPU"}]
+    assert unbatched["max_batch_size"] == 0 and "dynamic_batching" not in unbatched
+    assert unbatched["input"] == [{"name": "input", "data_type": "TYPE_FP32", "dims": [1, 3, 8, 8]}]
+
+
+def test_repository_index_lists_the_model(client: triton.InferenceServerClient) -> None:
+    assert client.get_model_repository_index() == [
+        {"name": "tiny", "version": "1", "state": "READY"}
+    ]
+
+
+def test_repository_index_ready_filter(urls: dict[str, str]) -> None:
+    url = f"{urls['tiny']}/v2/repository/index"
+    assert httpx.post(url, json={"ready": True}).json()[0]["state"] == "READY"
+    bad = httpx.post(url, content=b"[1]")
+    assert bad.status_code == 400 and "malformed request" in bad.json()["error"]
+
+
+def infer_rows(client: triton.InferenceServerClient, rows: int) -> None:
+    x = np.zeros((rows, 3, SIZE, SIZE), np.float32)
+    tensor = triton.InferInput("input", list(x.shape), "FP32").set_data_from_numpy(x)
+    client.infer("tiny", [tensor])
+
+
+def test_inference_statistics_count_requests_rows_and_batches(
+    client: triton.InferenceServerClient,
+) -> None:
+    def stats() -> dict[str, Any]:
+        (doc,) = client.get_inference_statistics("tiny")["model_stats"]
+        return doc
+
+    before = stats()
+    infer_rows(client, 3)  # one after the other: each request is its own batch
+    infer_rows(client, 2)
+    infer_rows(client, 3)
+    wrong = triton.InferInput("input", [1, 3, SIZE, 1], "FP32")
+    with pytest.raises(InferenceServerException):
+        client.infer("tiny", [wrong.set_data_from_numpy(np.zeros((1, 3, SIZE, 1), np.float32))])
+    after = stats()
+    assert (after["name"], after["version"]) == ("tiny", "1")
+    assert after["inference_count"] - before["inference_count"] == 8
+    assert after["execution_count"] - before["execution_count"] == 3
+    assert after["last_inference"] >= before["last_inference"] and after["last_inference"] > 0
+    grown = {
+        key: (after["inference_stats"][key]["count"] - before["inference_stats"][key]["count"])
+        for key in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+    }
+    assert grown == {
+        "success": 3,
+        "fail": 1,
+        "queue": 3,
+        "compute_input": 3,
+        "compute_infer": 3,
+        "compute_output": 3,
+    }
+    spent = after["inference_stats"]
+    parts = sum(
+        spent[k]["ns"] for k in ("queue", "compute_input", "compute_infer", "compute_output")
+    )
+    assert spent["compute_infer"]["ns"] > 0 and parts <= spent["success"]["ns"]
+    batches = {b["batch_size"]: b["compute_infer"]["count"] for b in after["batch_stats"]}
+    earlier = {b["batch_size"]: b["compute_infer"]["count"] for b in before["batch_stats"]}
+    assert batches[3] - earlier.get(3, 0) == 2 and batches[2] - earlier.get(2, 0) == 1
+    assert client.get_inference_statistics()["model_stats"][0]["name"] == "tiny"
+    assert client.get_inference_statistics("tiny", "1")["model_stats"][0]["name"] == "tiny"
+    with pytest.raises(InferenceServerException) as unknown:
+        client.get_inference_statistics("nope")
+    assert unknown.value.status() == "404"
+
+
+def test_a_plain_onnx_file_serves_tensors(tmp_path: Path) -> None:
+    """No dlperf metadata: names, datatypes and shapes come from the graph; the tensor
+    endpoint answers as ONNX Runtime does, /predict says what it lacks."""
+    path = plain_model(tmp_path / "plain.onnx")
+    x = np.random.default_rng(5).normal(size=(3, 4)).astype(np.float32)
+    with running(create_app(path, max_batch=8, max_wait_ms=2, threads=1)) as url:
+        stock = triton.InferenceServerClient(url.removeprefix("http://"))
+        try:
+            doc = stock.get_model_metadata("plain")
+            config = stock.get_model_config("plain")
+            tensor = triton.InferInput("x", list(x.shape), "FP32").set_data_from_numpy(x)
+            result = stock.infer("plain", [tensor])
+        finally:
+            stock.close()
+        image = httpx.post(f"{url}/predict", content=png())
+    assert doc["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
+    assert doc["outputs"] == [
+        {"name": "y", "datatype": "FP32", "shape": [-1, 2]},
+        {"name": "n", "datatype": "INT64", "shape": [-1]},
+    ]
+    assert doc["task"] is None and doc["preprocessing"] is None and doc["labels"] is None
+    assert doc["batching"]["dynamic"] is True
+    assert config["max_batch_size"] == 8
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}]
+    expected = ort_run(path, {"x": x})
+    np.testing.assert_allclose(result.as_numpy("y"), expected["y"], rtol=1e-6)
+    np.testing.assert_array_equal(result.as_numpy("n"), expected["n"])
+    assert image.status_code == 400
+    assert image.json() == {
+        "error": "/predict needs the dlperf metadata (task, preprocessing, labels) that model "
+        "'plain' does not carry; send tensors to /v2/models/plain/infer, or export the model "
+        "with `dlperf export`"
+    }

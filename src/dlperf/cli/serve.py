@@ -46,7 +46,9 @@ def _listen(host: str, port: int) -> socket.socket:
 
 @serve_app.command("start")
 def start(
-    model: Path = typer.Argument(..., help="An ONNX model exported by `dlperf export`."),
+    model: Path = typer.Argument(
+        ..., help="An ONNX model; one exported by `dlperf export` also gets /predict."
+    ),
     config: Path = typer.Option(None, "--config", help="A TOML file whose [serve] section to use."),
     set_: list[str] = typer.Option(
         [], "--set", help="Override a config key, e.g. --set serve.port=9000 (repeatable)."
@@ -64,8 +66,8 @@ def start(
 ) -> None:
     """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching, the
     Open Inference Protocol (KServe v2: JSON and binary tensors) under /v2, /predict for
-    images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting and finishes the
-    queued requests.
+    images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting, finishes the queued
+    requests and exits 130 or 143 (128 + the signal).
 
     The options from --host to --max-pixels are short for --set serve.KEY=VALUE (KEY: the
     option's name with _ for -); `dlperf config keys` explains every key.
@@ -97,12 +99,16 @@ def start(
     bound = sock.getsockname()[1]
     where = f"[{opts.host}]" if ":" in opts.host else opts.host
     console.err.print(
-        f"serving {served.name} ({served.meta.task}; {served.note}) on "
+        f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
+        f"{served.note}) on "
         f"http://{where}:{bound} - Ctrl-C stops after the queued requests",
         markup=False,
         soft_wrap=True,
     )
-    serve_forever(server_app, sock)
+    stopped_by = serve_forever(server_app, sock)
+    if stopped_by is not None:
+        # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM.
+        raise typer.Exit(128 + stopped_by)
 
 
 @serve_app.command("bench")

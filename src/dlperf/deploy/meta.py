@@ -77,6 +77,18 @@ def save(model_path: Path, meta: ModelMeta) -> None:
 
 def load(model_path: Path) -> ModelMeta:
     """The metadata of an exported model: embedded copy first, then the sidecar."""
+    found = find(model_path)
+    if found is None:
+        raise UserError(
+            f"{model_path} carries no dlperf metadata (task, preprocessing)",
+            "export it with `dlperf export`",
+        )
+    return found
+
+
+def find(model_path: Path) -> ModelMeta | None:
+    """The metadata of an exported model as `load` reads it, or None for an ONNX file
+    without any (one that `dlperf export` did not write)."""
     import onnx
 
     if not model_path.is_file():
@@ -90,10 +102,7 @@ def load(model_path: Path) -> ModelMeta:
             return ModelMeta.from_json(prop.value, str(model_path))
     if sidecar(model_path).is_file():
         return ModelMeta.from_json(sidecar(model_path).read_text(), str(sidecar(model_path)))
-    raise UserError(
-        f"{model_path} carries no dlperf metadata (task, preprocessing)",
-        "export it with `dlperf export`",
-    )
+    return None
 
 
 def as_dict(meta: ModelMeta) -> dict[str, Any]:

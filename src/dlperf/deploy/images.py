@@ -1,0 +1,73 @@
+"""The images of `POST /predict`: the upload out of the request, decoded and preprocessed as
+at export, and a detector's boxes scaled back to the uploaded image's pixels.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+from starlette.datastructures import UploadFile
+
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy import runtime
+from dlperf.errors import UserError
+
+# Each decode may hold a whole image of up to max_pixels: a few at a time bound the memory.
+DECODE_THREADS = min(4, os.cpu_count() or 1)
+
+
+async def image_bytes(request: Request) -> bytes:
+    """The uploaded file of a multipart form (field `file`, else the first file), or the
+    raw body."""
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        async with request.form() as form:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile):
+                upload = next((v for v in form.values() if isinstance(v, UploadFile)), None)
+            if upload is None:
+                raise UserError("the multipart form has no file; send the image as field 'file'")
+            data = await upload.read()
+    else:
+        data = await request.body()
+    if not data:
+        raise UserError("no image in the request; send it as the body or a 'file' upload")
+    return data
+
+
+def image_array(
+    data: bytes, pre: meta_io.Preprocess, max_pixels: int
+) -> tuple[np.ndarray, tuple[int, int]]:
+    image = runtime.decode(data, "the uploaded file", max_pixels=max_pixels)
+    try:
+        return runtime.to_array(image, pre), image.size
+    except ValueError as e:  # Pillow converts most colour modes to RGB, not all (LAB)
+        raise UserError(f"the uploaded file cannot be used: {e}") from None
+
+
+def detections(
+    outputs: dict[str, np.ndarray],
+    meta: meta_io.ModelMeta,
+    image_size: tuple[int, int],
+    threshold: float,
+) -> list[dict[str, Any]]:
+    """Boxes over the threshold, from model-input pixels back to the uploaded image's."""
+    (in_h, in_w), (width, height), labels = meta.preprocess.size, image_size, meta.labels
+    scale = np.array([width / in_w, height / in_h, width / in_w, height / in_h])
+    limit = np.array([width, height, width, height])
+    boxes = np.clip(outputs["boxes"].reshape(-1, 4) * scale, 0, limit)
+    found = []
+    for box, score, label in zip(boxes, outputs["scores"], outputs["labels"], strict=True):
+        if score >= threshold:
+            index = int(label)
+            found.append(
+                {
+                    "box": [round(float(v), 2) for v in box],
+                    "score": float(score),
+                    "index": index,
+                    "label": labels[index] if 0 <= index < len(labels) else str(index),
+                }
+            )
+    return found

@@ -1,0 +1,291 @@
+"""The Open Inference Protocol (KServe v2) codec of `dlperf serve`: request bodies (JSON and
+the `binary_tensor_data` extension: a JSON header of `Inference-Header-Content-Length`
+bytes, then the raw little-endian tensors) to numpy arrays checked against the model's
+inputs, and outputs back to a response. Everything a client got wrong is a UserError.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any, TypeVar
+
+import numpy as np
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from dlperf.errors import UserError
+
+# v2 datatype -> (ONNX Runtime type, numpy type); BYTES elements are str, as ORT gives them.
+DATATYPES: dict[str, tuple[str, Any]] = {
+    "BOOL": ("tensor(bool)", np.bool_),
+    "UINT8": ("tensor(uint8)", np.uint8),
+    "UINT16": ("tensor(uint16)", np.uint16),
+    "UINT32": ("tensor(uint32)", np.uint32),
+    "UINT64": ("tensor(uint64)", np.uint64),
+    "INT8": ("tensor(int8)", np.int8),
+    "INT16": ("tensor(int16)", np.int16),
+    "INT32": ("tensor(int32)", np.int32),
+    "INT64": ("tensor(int64)", np.int64),
+    "FP16": ("tensor(float16)", np.float16),
+    "FP32": ("tensor(float)", np.float32),
+    "FP64": ("tensor(double)", np.float64),
+    "BYTES": ("tensor(string)", np.object_),
+}
+ORT_TYPES = {ort: name for name, (ort, _) in DATATYPES.items()}
+V2_TYPES = {np.dtype(t): name for name, (_, t) in DATATYPES.items()}
+# The kinds of numpy array (np.asarray of the JSON data) each datatype accepts; the
+# integer datatypes, not listed, take integers ("iu") only.
+JSON_KINDS = {"BOOL": "b", "BYTES": "U", "FP16": "iuf", "FP32": "iuf", "FP64": "iuf"}
+MODEL_VERSION = "1"
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+def dims(arg: Any) -> list[int]:
+    """A tensor's shape with dynamic dimensions as -1, as the v2 protocol writes them."""
+    return [d if isinstance(d, int) else -1 for d in arg.shape]
+
+
+def config_type(ort_type: str) -> str:
+    """Triton's name of a datatype in a model configuration: TYPE_ and the v2 name, except
+    that BYTES is TYPE_STRING there."""
+    name = ORT_TYPES.get(ort_type, ort_type)
+    return "TYPE_STRING" if name == "BYTES" else f"TYPE_{name}"
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+class Parameters(BaseModel):
+    """The parameters this server reads; the protocol allows any others, which are ignored,
+    except those of extensions it does not have (refused rather than silently dropped)."""
+
+    model_config = ConfigDict(extra="allow")
+    binary_data_size: StrictInt | None = Field(None, ge=0)  # on an input
+    binary_data: StrictBool | None = None  # on a requested output
+    binary_data_output: StrictBool = False  # on the request
+    shared_memory_region: Any = None
+    classification: Any = None
+
+
+class TensorIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    shape: list[StrictInt]
+    datatype: str
+    parameters: Parameters = Field(default_factory=Parameters)
+    data: list[Any] | None = None
+
+
+class OutputIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    parameters: Parameters = Field(default_factory=Parameters)
+
+
+class InferRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    parameters: Parameters = Field(default_factory=Parameters)
+    inputs: list[TensorIn] = Field(min_length=1)
+    outputs: list[OutputIn] | None = None
+
+
+class IndexRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    ready: StrictBool = False  # list only the models ready for inference
+
+
+Parsed = TypeVar("Parsed", bound=BaseModel)
+
+
+def parse(model: type[Parsed], text: bytes) -> Parsed:
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(
+            f"malformed request: {where + ': ' if where else ''}{first['msg']}"
+        ) from None
+
+
+def split(body: bytes, header_length: str | None) -> tuple[bytes, memoryview | None]:
+    """The JSON header and the binary data after it (None: the request has no binary part)."""
+    if header_length is None:
+        return body, None
+    if not (header_length.isascii() and header_length.isdigit()):
+        raise UserError(f"{HEADER_LENGTH} is {header_length!r}; expected a byte count")
+    length = int(header_length)
+    if length > len(body):
+        raise UserError(f"{HEADER_LENGTH} is {length} but the body has only {len(body)} bytes")
+    return body[:length], memoryview(body)[length:]
+
+
+def refuse_unsupported(parameters: Parameters, what: str) -> None:
+    if parameters.shared_memory_region is not None:
+        raise UserError(f"{what}: this server has no shared-memory extension; send the data")
+    if parameters.classification is not None:
+        raise UserError(f"{what}: this server has no classification extension")
+
+
+def binary_parts(inputs: list[TensorIn], binary: memoryview | None) -> list[memoryview | None]:
+    """Each input's slice of the binary data (in the order of the inputs), or None for an
+    input sent as JSON; every byte must belong to an input."""
+    parts: list[memoryview | None] = []
+    offset = 0
+    for spec in inputs:
+        refuse_unsupported(spec.parameters, f"input '{spec.name}'")
+        size = spec.parameters.binary_data_size
+        if size is None:
+            parts.append(None)
+            continue
+        if binary is None:
+            raise UserError(
+                f"input '{spec.name}' has binary_data_size but the request has no "
+                f"{HEADER_LENGTH} header"
+            )
+        if offset + size > len(binary):
+            raise UserError(
+                f"input '{spec.name}': binary_data_size {size} runs past the end of the body "
+                f"({len(binary) - offset} bytes left)"
+            )
+        parts.append(binary[offset : offset + size])
+        offset += size
+    if binary is not None and offset != len(binary):
+        raise UserError(
+            f"{len(binary) - offset} bytes after the JSON header belong to no input; the "
+            "inputs' binary_data_size must add up to the binary data"
+        )
+    return parts
+
+
+def decode_tensor(spec: TensorIn, arg: Any, raw: memoryview | None) -> np.ndarray:
+    datatype = ORT_TYPES.get(arg.type)
+    if datatype is None:
+        raise UserError(f"input '{spec.name}' is a {arg.type}, which this server cannot feed")
+    if spec.datatype != datatype:
+        raise UserError(f"input '{spec.name}' has datatype {spec.datatype}; expected {datatype}")
+    expected = dims(arg)
+    fits = len(spec.shape) == len(expected) and all(
+        s >= 1 and d in (-1, s) for s, d in zip(spec.shape, expected, strict=True)
+    )
+    if not fits:
+        raise UserError(f"input '{spec.name}' has shape {spec.shape}; expected {expected}")
+    count = math.prod(spec.shape)
+    if raw is not None:
+        if spec.data is not None:
+            raise UserError(f"input '{spec.name}' has both data and binary_data_size")
+        array = _from_binary(raw, datatype, count, spec.name)
+    elif spec.data is not None:
+        array = _from_json(spec.data, datatype, spec.name)
+    else:
+        raise UserError(f"input '{spec.name}' has no data and no binary_data_size")
+    if array.size != count:
+        raise UserError(
+            f"input '{spec.name}' has {array.size} values; shape {spec.shape} needs {count}"
+        )
+    return array.reshape(spec.shape)
+
+
+def _from_json(data: list[Any], datatype: str, name: str) -> np.ndarray:
+    """JSON numbers, booleans or strings (flat or nested) to the datatype, refusing values
+    it cannot hold rather than wrapping or truncating them."""
+    dtype = np.dtype(DATATYPES[datatype][1])
+    try:
+        values = np.asarray(data)
+    except ValueError:  # ragged nesting, or deeper than numpy's 64 dimensions
+        raise UserError(f"input '{name}': data is not a flat or evenly nested list") from None
+    kinds = JSON_KINDS.get(datatype, "iu")
+    if values.size and values.dtype.kind not in kinds:
+        wanted = {"b": "true or false", "U": "strings", "iu": "integers"}.get(kinds, "numbers")
+        raise UserError(f"input '{name}' ({datatype}): data must be {wanted}")
+    if dtype.kind in "iu" and values.size:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise UserError(
+                f"input '{name}' ({datatype}): values must lie in [{info.min}, {info.max}]"
+            )
+    return values.astype(dtype)
+
+
+def _from_binary(raw: memoryview, datatype: str, count: int, name: str) -> np.ndarray:
+    """Row-major little-endian elements; BOOL one byte each, BYTES a uint32 length and
+    the bytes (UTF-8 text, as ONNX Runtime's strings are) each."""
+    if datatype == "BYTES":
+        return _bytes_elements(raw, name)
+    dtype = np.dtype(DATATYPES[datatype][1])
+    if len(raw) != count * dtype.itemsize:
+        raise UserError(
+            f"input '{name}': binary_data_size is {len(raw)} bytes; {count} {datatype} "
+            f"values take {count * dtype.itemsize}"
+        )
+    if datatype == "BOOL":
+        return np.frombuffer(raw, np.uint8) != 0
+    return np.frombuffer(raw, dtype.newbyteorder("<")).astype(dtype, copy=False)
+
+
+def _bytes_elements(raw: memoryview, name: str) -> np.ndarray:
+    items = []
+    offset = 0
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise UserError(f"input '{name}': BYTES data ends inside an element's length")
+        (size,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + size > len(raw):
+            raise UserError(f"input '{name}': a BYTES element runs past binary_data_size")
+        try:
+            items.append(bytes(raw[offset : offset + size]).decode())
+        except UnicodeDecodeError:
+            raise UserError(f"input '{name}': BYTES elements must be UTF-8 text") from None
+        offset += size
+    return np.array(items, dtype=object)
+
+
+# --- responses -------------------------------------------------------------------------------
+
+
+def infer_response(
+    model_name: str,
+    request_id: str | None,
+    wanted: list[tuple[str, bool]],
+    outputs: dict[str, np.ndarray],
+) -> Response:
+    """The v2 inference response; outputs asked for as binary follow the JSON header."""
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": MODEL_VERSION}
+    if request_id is not None:
+        doc["id"] = request_id
+    doc["outputs"] = []
+    binary = []
+    for name, as_binary in wanted:
+        array = outputs[name]
+        out: dict[str, Any] = {
+            "name": name,
+            "datatype": V2_TYPES.get(array.dtype, str(array.dtype)),
+            "shape": list(array.shape),
+        }
+        if as_binary:
+            binary.append(_to_binary(array))
+            out["parameters"] = {"binary_data_size": len(binary[-1])}
+        else:
+            out["data"] = array.ravel().tolist()
+        doc["outputs"].append(out)
+    # NaN and infinities come out as Python's json writes them (NaN, Infinity), which
+    # Python clients, tritonclient among them, read back; binary outputs avoid the question.
+    header = json.dumps(doc).encode()
+    if not binary:
+        return Response(header, media_type="application/json")
+    return Response(
+        b"".join([header, *binary]),
+        media_type="application/octet-stream",
+        headers={HEADER_LENGTH: str(len(header))},
+    )
+
+
+def _to_binary(array: np.ndarray) -> bytes:
+    if array.dtype == object:  # BYTES
+        encoded = [str(item).encode() for item in array.ravel()]
+        return b"".join(struct.pack("<I", len(e)) + e for e in encoded)
+    return np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()

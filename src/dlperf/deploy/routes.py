@@ -1,0 +1,168 @@
+"""The endpoints of `dlperf serve`: the Open Inference Protocol's REST side under /v2 (health,
+metadata, Triton's model configuration, repository index and statistics, inference), the
+image endpoint /predict and /metrics. Each reads the request, calls the model through the
+batcher and answers; what they share is one `Serving`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client.exposition import choose_encoder
+
+from dlperf import __version__
+from dlperf.deploy import runtime
+from dlperf.deploy.batcher import Batcher, QueueFull
+from dlperf.deploy.images import detections, image_array, image_bytes
+from dlperf.deploy.protocol import (
+    HEADER_LENGTH,
+    MODEL_VERSION,
+    IndexRequest,
+    InferRequest,
+    infer_response,
+    parse,
+    split,
+)
+from dlperf.deploy.serve_metrics import Metrics, Phases, Statistics
+from dlperf.deploy.served_model import ServedModel
+
+RETRY_AFTER_S = 1
+
+
+@dataclass
+class Serving:
+    """The served model, its batcher, what counts its requests, and the image decoders;
+    `description` and `configuration` are its v2 metadata and Triton configuration."""
+
+    model: ServedModel
+    batcher: Batcher
+    metrics: Metrics
+    stats: Statistics
+    decoder: ThreadPoolExecutor
+    pixel_cap: int
+    description: dict[str, Any]
+    configuration: dict[str, Any]
+
+
+def add_routes(app: FastAPI, serving: Serving) -> None:
+    model, batcher, stats = serving.model, serving.batcher, serving.stats
+
+    def served(request: Request) -> None:
+        """404 unless the path names this model and, if it names one, its version."""
+        name = request.path_params["name"]
+        version = request.path_params.get("version", MODEL_VERSION)
+        if name != model.name:
+            raise HTTPException(404, f"unknown model '{name}'; this server serves '{model.name}'")
+        if version != MODEL_VERSION:
+            raise HTTPException(
+                404, f"unknown version '{version}' of model '{name}'; it has '{MODEL_VERSION}'"
+            )
+
+    async def infer(
+        feeds: dict[str, np.ndarray], rows: int, phases: Phases
+    ) -> dict[str, np.ndarray]:
+        start = time.perf_counter_ns()
+        try:
+            outputs, phases.compute_infer = await batcher.submit(feeds, rows)
+        except QueueFull as e:
+            raise HTTPException(503, str(e), headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        phases.queue = time.perf_counter_ns() - start - phases.compute_infer
+        return outputs
+
+    @app.get("/v2")
+    async def server_metadata() -> dict[str, Any]:
+        extensions = ["binary_tensor_data", "model_configuration", "statistics"]
+        return {"name": "dlperf", "version": __version__, "extensions": extensions}
+
+    @app.get("/v2/health/live")
+    async def live() -> dict[str, bool]:
+        return {"live": True}
+
+    @app.get("/v2/health/ready")
+    async def ready() -> JSONResponse:
+        return JSONResponse({"ready": batcher.running}, 200 if batcher.running else 503)
+
+    @app.post("/v2/repository/index")
+    async def repository_index(request: Request) -> list[dict[str, str]]:
+        body = await request.body()
+        wanted = parse(IndexRequest, body) if body.strip() else IndexRequest()
+        entry = {"name": model.name, "version": MODEL_VERSION, "state": "READY"}
+        if not batcher.running:
+            entry.update(state="UNAVAILABLE", reason="the server is shutting down")
+        return [] if wanted.ready and not batcher.running else [entry]
+
+    # Before the model's routes: /v2/models/{name} would take "stats" for a model's name.
+    @app.get("/v2/models/stats")
+    async def all_statistics() -> dict[str, Any]:
+        return stats.document(model.name)
+
+    async def model_metadata() -> dict[str, Any]:
+        return serving.description
+
+    async def model_config() -> dict[str, Any]:
+        return serving.configuration
+
+    async def model_statistics() -> dict[str, Any]:
+        return stats.document(model.name)
+
+    async def model_ready() -> JSONResponse:
+        doc = {"name": model.name, "ready": batcher.running}
+        return JSONResponse(doc, 200 if batcher.running else 503)
+
+    async def infer_tensors(request: Request) -> Response:
+        encoding = request.headers.get("content-encoding", "identity")
+        if encoding != "identity":
+            raise HTTPException(415, f"Content-Encoding {encoding} is not accepted; send it plain")
+        with stats.request() as phases:
+            header, binary = split(await request.body(), request.headers.get(HEADER_LENGTH))
+            with phases.timing("compute_input"):
+                parsed = parse(InferRequest, header)
+                wanted = model.requested(parsed)
+                feeds, rows = model.tensors(parsed, binary)
+            outputs = await infer(feeds, rows, phases)
+            with phases.timing("compute_output"):
+                return infer_response(model.name, parsed.id, wanted, outputs)
+
+    # The model's routes with and without /versions/{version}, each its own route (and label).
+    for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        checked = {"dependencies": [Depends(served)]}
+        app.add_api_route(prefix, model_metadata, methods=["GET"], **checked)
+        app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], **checked)
+        app.add_api_route(f"{prefix}/config", model_config, methods=["GET"], **checked)
+        app.add_api_route(f"{prefix}/stats", model_statistics, methods=["GET"], **checked)
+        app.add_api_route(f"{prefix}/infer", infer_tensors, methods=["POST"], **checked)
+
+    @app.post("/predict")
+    async def predict(
+        request: Request,
+        topk: int = Query(5, ge=1, description="Classes to return (classifiers)."),
+        score_threshold: float = Query(0.5, ge=0, le=1, description="Detectors: lowest score."),
+    ) -> dict[str, Any]:
+        described = model.described("/predict")
+        with stats.request() as phases:
+            data = await image_bytes(request)
+            with phases.timing("compute_input"):
+                x, (width, height) = await asyncio.get_running_loop().run_in_executor(
+                    serving.decoder, image_array, data, described.preprocess, serving.pixel_cap
+                )
+            outputs = await infer({model.inputs[0].name: x[None]}, 1, phases)
+            with phases.timing("compute_output"):
+                if described.task == "detection":
+                    found = detections(outputs, described, (width, height), score_threshold)
+                    size = [width, height]
+                    return {"model_name": model.name, "image_size": size, "detections": found}
+                logits = outputs[model.output_names[0]]
+                predictions = runtime.topk(logits, topk, described.labels)[0]
+                return {"model_name": model.name, "predictions": predictions}
+
+    @app.get("/metrics")
+    async def prometheus(request: Request) -> Response:
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encode(serving.metrics.registry), media_type=content_type)

@@ -1,0 +1,188 @@
+"""The model behind `dlperf serve`: one ONNX Runtime session, the dlperf metadata if the file
+has any, whether its requests may be batched, and its description in the protocol's
+shapes (v2 metadata, Triton's model configuration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy import runtime
+from dlperf.deploy.protocol import (
+    MODEL_VERSION,
+    ORT_TYPES,
+    InferRequest,
+    binary_parts,
+    config_type,
+    decode_tensor,
+    dims,
+    refuse_unsupported,
+)
+from dlperf.errors import UserError
+
+
+class ServedModel:
+    """One ONNX model, its dlperf metadata if it has any, and how its requests may be batched.
+
+    A plain ONNX file (no dlperf metadata) is served on the tensor endpoints, its inputs and
+    outputs as its graph declares them; /predict, which needs the preprocessing and labels,
+    refuses it."""
+
+    def __init__(self, path: Path, threads: int | None) -> None:
+        self.name = path.stem
+        self.meta = meta_io.find(path)
+        self.task = self.meta.task if self.meta else None
+        self.session = runtime.session(path, threads)
+        self.inputs = self.session.get_inputs()
+        self.outputs = self.session.get_outputs()
+        self.output_names = [o.name for o in self.outputs]
+        batch_dim = self.inputs[0].shape[0] if self.inputs[0].shape else None
+        # /predict feeds one image: a fixed batch of more would refuse every upload.
+        if self.meta and isinstance(batch_dim, int) and batch_dim != 1:
+            raise UserError(
+                f"{path} has a fixed batch size of {batch_dim}; the server needs 1 or a "
+                "dynamic batch dimension",
+                "export it with `dlperf export --dynamic-batch`",
+            )
+        # Rows split back along the outputs' first dimension, so it must be dynamic too:
+        # a plain ONNX file may well reduce over the batch.
+        dynamic = all(a.shape and not isinstance(a.shape[0], int) for a in self.inputs)
+        dynamic = dynamic and all(a.shape and not isinstance(a.shape[0], int) for a in self.outputs)
+        # Detector outputs ([N, 4] boxes, ...) have no batch dimension to split along.
+        self.batchable = self.task != "detection" and dynamic
+        if self.task == "detection":
+            self.note = "detection models run one image at a time"
+        elif not self.batchable:
+            self.note = "the model has no dynamic batch dimension: requests run one at a time"
+        else:
+            self.note = "requests are batched along the dynamic batch dimension"
+
+    def described(self, endpoint: str) -> meta_io.ModelMeta:
+        """The dlperf metadata that `endpoint` needs, or a UserError saying it is missing."""
+        if self.meta is None:
+            raise UserError(
+                f"{endpoint} needs the dlperf metadata (task, preprocessing, labels) that "
+                f"model '{self.name}' does not carry; send tensors to "
+                f"/v2/models/{self.name}/infer, or export the model with `dlperf export`"
+            )
+        return self.meta
+
+    def run(self, payloads: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Called on the inference thread with one batch of requests' input tensors."""
+        if not self.batchable:
+            return [dict(zip(self.output_names, self._call(p), strict=True)) for p in payloads]
+        feeds = {i.name: np.concatenate([p[i.name] for p in payloads]) for i in self.inputs}
+        outputs = self._call(feeds)
+        bounds = np.cumsum([len(p[self.inputs[0].name]) for p in payloads])[:-1]
+        parts = [np.split(o, bounds) for o in outputs]
+        return [dict(zip(self.output_names, row, strict=True)) for row in zip(*parts, strict=True)]
+
+    def _call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return self.session.run(self.output_names, feeds)
+        except InvalidArgument as e:
+            # ONNX Runtime checks values as well as shapes (an index out of range, ...).
+            raise UserError(
+                f"the model refused the input: {str(e).strip().splitlines()[0]}"
+            ) from None
+
+    def metadata(self, max_batch: int, max_wait_ms: float, queue: int) -> dict[str, Any]:
+        """The v2 model metadata, plus preprocessing, labels and the batching in force."""
+
+        def tensors(args: list[Any]) -> list[dict[str, Any]]:
+            return [
+                {"name": a.name, "datatype": ORT_TYPES.get(a.type, a.type), "shape": dims(a)}
+                for a in args
+            ]
+
+        return {
+            "name": self.name,
+            "versions": [MODEL_VERSION],
+            "platform": "onnxruntime_onnx",
+            "inputs": tensors(self.inputs),
+            "outputs": tensors(self.outputs),
+            "task": self.task,
+            "model": self.meta.model if self.meta else None,
+            "preprocessing": asdict(self.meta.preprocess) if self.meta else None,
+            "labels": self.meta.labels if self.meta else None,
+            "batching": {
+                "dynamic": self.batchable,
+                "max_batch": max_batch,
+                "max_wait_ms": max_wait_ms,
+                "queue": queue,
+                "note": self.note,
+            },
+        }
+
+    def config(self, max_batch: int, max_wait_ms: float, queue: int) -> dict[str, Any]:
+        """The model configuration as Triton writes it (`get_model_config`): a batching model
+        has max_batch_size over 0 and dims without the batch dimension; any other, 0 and
+        its whole shape."""
+        skip = 1 if self.batchable else 0
+
+        def entry(arg: Any) -> dict[str, Any]:
+            doc = {"name": arg.name, "data_type": config_type(arg.type), "dims": dims(arg)[skip:]}
+            if not doc["dims"]:
+                # Triton's dims are never empty: a batch of scalars is dims [1] reshaped to [].
+                doc.update(dims=[1], reshape={"shape": []})
+            return doc
+
+        gpu = "CUDAExecutionProvider" in self.session.get_providers()
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "platform": "onnxruntime_onnx",
+            "backend": "onnxruntime",
+            "max_batch_size": max_batch if self.batchable else 0,
+            "input": [entry(a) for a in self.inputs],
+            "output": [entry(a) for a in self.outputs],
+            "instance_group": [{"count": 1, "kind": "KIND_GPU" if gpu else "KIND_CPU"}],
+        }
+        if self.batchable:
+            doc["dynamic_batching"] = {
+                "max_queue_delay_microseconds": round(max_wait_ms * 1000),
+                "default_queue_policy": {"max_queue_size": queue},
+            }
+        return doc
+
+    def tensors(
+        self, request: InferRequest, binary: memoryview | None
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """The request's inputs checked against the model's (names, datatypes, shapes) and
+        decoded from JSON or from their share of the binary data; and the batch's rows."""
+        args = {i.name: i for i in self.inputs}
+        feeds: dict[str, np.ndarray] = {}
+        for spec, raw in zip(request.inputs, binary_parts(request.inputs, binary), strict=True):
+            if spec.name not in args:
+                raise UserError(f"unknown input '{spec.name}'; the model takes {list(args)}")
+            if spec.name in feeds:
+                raise UserError(f"input '{spec.name}' is given twice")
+            feeds[spec.name] = decode_tensor(spec, args[spec.name], raw)
+        missing = [name for name in args if name not in feeds]
+        if missing:
+            raise UserError(f"missing input '{missing[0]}'; the model takes {list(args)}")
+        if not self.batchable:
+            return feeds, 1
+        rows = {len(x) for x in feeds.values()}
+        if len(rows) > 1:
+            raise UserError(f"inputs differ in batch size: {sorted(rows)}")
+        return feeds, rows.pop()
+
+    def requested(self, request: InferRequest) -> list[tuple[str, bool]]:
+        """(output name, as binary?) for each output to return, in the order asked."""
+        default = request.parameters.binary_data_output
+        if not request.outputs:
+            return [(name, default) for name in self.output_names]
+        wanted = []
+        for out in request.outputs:
+            if out.name not in self.output_names:
+                raise UserError(f"unknown output '{out.name}'; the model has {self.output_names}")
+            refuse_unsupported(out.parameters, f"output '{out.name}'")
+            binary = out.parameters.binary_data
+            wanted.append((out.name, default if binary is None else binary))
+        return wanted
