@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import dlperf
-from tests.conftest import REPO
+from dlperf.procs import this_process
+from dlperf.store import Store as StoreImpl
+from tests.conftest import REPO, trained_run
 
 EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
 
@@ -93,6 +95,28 @@ def test_store_reads_like_the_commands(db: str, tmp_path: Path) -> None:
     assert store.metrics(run.id, "train/loss") == [(1, 1.0), (2, 0.5)]
     with pytest.raises(dlperf.UserError, match="no run 99"):
         store.metrics(99, "train/loss")
+
+
+def test_frame_puts_every_metric_on_the_global_step(tmp_path: Path) -> None:
+    """Validation is stored at step = epoch; the frame puts it at the epoch's last step, as
+    the exports do, instead of squashed at the left of the step axis."""
+    pytest.importorskip("pandas")
+    _, run_id, _ = trained_run(tmp_path)
+    frame = dlperf.Store(f"sqlite:///{tmp_path / 'dlperf.db'}").frame(run_id)
+    last = int(frame["train/loss"].last_valid_index())
+    assert frame["val/acc1"].dropna().index.tolist() == [last]
+    assert frame["epoch"].dropna().to_dict() == {last: 1.0}
+    assert frame.index.is_monotonic_increasing
+
+
+def test_runs_say_lost_as_the_commands_do(db: str) -> None:
+    gone = {**this_process(), "start": -1}  # this pid with another start time: gone
+    impl = StoreImpl.open(db)
+    run_id = impl.create_run("doomed", "run", {}, None, {"host": "h"})
+    impl.update_run(run_id, system={"host": "h", "process": gone})
+    store = dlperf.Store(db)
+    assert store.run(run_id)["status"] == "lost"
+    assert [r["status"] for r in store.runs()] == ["lost"]
 
 
 def test_fit_curve_recovers_known_parameters() -> None:

@@ -248,11 +248,14 @@ class Store:
     def runs(
         self, kind: str | None = None, study: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
-        """Stored runs, newest first."""
-        return self._store.list_runs(kind=kind, study_id=study, limit=limit)
+        """Stored runs, newest first, each with its status as it stands (`lost` for a run
+        whose process died without marking it, as `dlperf runs list` shows)."""
+        return [
+            _as_it_stands(r) for r in self._store.list_runs(kind=kind, study_id=study, limit=limit)
+        ]
 
     def run(self, run_id: int) -> dict[str, Any]:
-        return self._store.get_run(run_id)
+        return _as_it_stands(self._store.get_run(run_id))
 
     def metric_keys(self, run_id: int) -> list[str]:
         return self._store.metric_keys(run_id)
@@ -263,16 +266,30 @@ class Store:
         return self._store.metrics(run_id, key)
 
     def frame(self, run_id: int, keys: Sequence[str] | None = None) -> Any:
-        """A pandas DataFrame (step index, one column per key); needs pandas installed."""
+        """A pandas DataFrame: the global step as index, one column per key, per-epoch keys
+        (val/*, epoch/*, phase/*) at their epoch's last step and an `epoch` column, as
+        `dlperf runs export` puts them; needs pandas installed."""
         try:
             import pandas as pd
         except ImportError:
             raise UserError("Store.frame needs pandas", "pip install pandas") from None
-        series = {
-            key: pd.Series(dict(self.metrics(run_id, key)), name=key)
-            for key in (keys or self.metric_keys(run_id))
+        from dlperf.exporters import metric_series
+        from dlperf.store.keys import on_global_steps
+
+        spe = self._store.get_run(run_id)["summary"].get("steps_per_epoch")
+        series = on_global_steps(metric_series(self._store, run_id), spe)
+        wanted = series if keys is None else {k: series.get(k, []) for k in keys}
+        columns = {
+            key: pd.Series({step: value for step, value, _ in points}, name=key, dtype=float)
+            for key, points in wanted.items()
         }
-        return pd.DataFrame(series).rename_axis("step")
+        return pd.DataFrame(columns).sort_index().rename_axis("step")
+
+
+def _as_it_stands(run: dict[str, Any]) -> dict[str, Any]:
+    from dlperf.store import effective_status
+
+    return {**run, "status": effective_status(run)}
 
 
 # --- fit_curve ------------------------------------------------------------------------------
