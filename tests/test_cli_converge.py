@@ -389,3 +389,35 @@ def test_speed_fit_on_a_scale_study(cli: Cli, store: Store) -> None:
     assert json.loads(r.out)["n_points"] == 24
     r = cli("converge", "speed", "fit", str(study), "--model", "pollux", "--where", "comm=x")
     assert r.code == 2 and f"study {study} has no finished runs that match --where" in r.err
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def help_example(cli: Cli, *command: str) -> list[str]:
+    """The arguments of the example that ends `dlperf COMMAND --help`, without `dlperf`."""
+    r = cli(*command, "--help")
+    assert r.code == 0, r.err
+    example = r.out.split("Example: ", 1)[1].split("\n\n", 1)[0]
+    argv = example.split()
+    assert argv[0] == "dlperf"
+    return argv[1:]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["converge"], ["converge", "fit"], ["converge", "predict"], ["converge", "speed"],
+     ["converge", "speed", "fit"]],
+)  # fmt: skip
+def test_help_examples_run_inside_the_checkout(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """The examples read the Pollux traces shipped in examples/pollux/, not files beside the
+    repository, so they run from a fresh checkout."""
+    args = help_example(cli, *command)
+    assert not any(a.startswith("../") for a in args), args
+    monkeypatch.chdir(REPO)
+    r = cli(*args)
+    assert r.code == 0, r.err
+    assert r.out
+

@@ -19,12 +19,12 @@ from dlperf.parsing import parse_names, parse_pairs
 converge_app = typer.Typer(
     help="Loss-curve and speed models (Optimus, Pollux): when a job converges, how fast it "
     "runs, what to give it.\n\nExample: dlperf converge fit --csv "
-    "../shared/data/pollux/cifar10_validation-128.csv --y metric --metric accuracy --upto 0.3",
+    "examples/pollux/cifar10_validation-128.csv --y metric --metric accuracy --upto 0.3",
     no_args_is_help=True,
 )
 speed_app = typer.Typer(
     help="Resource-speed models (Optimus, Pollux).\n\nExample: dlperf converge speed fit "
-    "--csv ../shared/data/pollux/cifar10_placements.csv --model pollux",
+    "--csv examples/pollux/cifar10_placements.csv --model pollux",
     no_args_is_help=True,
 )
 app.add_typer(converge_app, name="converge")
@@ -91,7 +91,7 @@ def fit(
 
     The JSON output is what `dlperf converge plan --curve` reads.
 
-    Example: dlperf converge fit --csv ../shared/data/pollux/cifar10_validation-128.csv
+    Example: dlperf converge fit --csv examples/pollux/cifar10_validation-128.csv
     --y metric --metric accuracy --upto 0.3
     """
     from dlperf.converge import fitting
@@ -138,7 +138,7 @@ def predict(
     """The step at which the fitted curve reaches a target, with a 90% interval, and the
     error against the measured curve when it goes on beyond the fit window.
 
-    Example: dlperf converge predict --csv ../shared/data/pollux/cifar10_validation-128.csv
+    Example: dlperf converge predict --csv examples/pollux/cifar10_validation-128.csv
     --y metric --metric accuracy --upto 0.3 --target 0.94 --form power
     """
     from dlperf.converge import fitting

@@ -43,7 +43,7 @@ def speed_fit(
     the same keys in their summaries; failed points are left out. The JSON output is what
     `converge plan --speed` reads.
 
-    Example: dlperf converge speed fit --csv ../shared/data/pollux/cifar10_placements.csv
+    Example: dlperf converge speed fit --csv examples/pollux/cifar10_placements.csv
     --model pollux --predict workers=32,nodes=8,batch=2048
     """
     from dlperf.converge import speed
