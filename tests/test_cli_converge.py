@@ -421,3 +421,68 @@ def test_help_examples_run_inside_the_checkout(
     assert r.code == 0, r.err
     assert r.out
 
+def loss_csv(path: Path, beta: tuple[float, float, float], metric: str = "loss") -> Path:
+    """A noise-free Optimus curve 1/(β0·k + β1) + β2 at steps 10, 20, ..., 400 (as accuracy,
+    1 minus that, for metric accuracy)."""
+    k = np.arange(1.0, 41.0) * 10
+    loss = 1.0 / (beta[0] * k + beta[1]) + beta[2]
+    values = 1.0 - loss if metric == "accuracy" else loss
+    rows = "".join(f"{s:g},{float(v)!r}\n" for s, v in zip(k, values, strict=True))
+    path.write_text(f"step,{metric}\n{rows}")
+    return path
+
+
+def depth_betas(depth: float) -> tuple[float, float, float]:
+    """β log-linear in depth: what regress recovers exactly from noise-free curves."""
+    return 0.02 * math.exp(-0.01 * depth), 0.5 * math.exp(0.005 * depth), 0.1
+
+
+def test_regress_says_which_features_it_dropped(cli: Cli, tmp_path: Path) -> None:
+    """A feature with one value in every run cannot be told from the intercept."""
+    sources = [f"{loss_csv(tmp_path / f'd{d}.csv', depth_betas(d))}:depth={d},gpu=T4,width=16"
+               for d in (20, 32, 44)]  # fmt: skip
+    r = cli("converge", "regress", *sources, "--features", "depth,gpu,width", "--x", "step",
+            "--y", "loss", "--predict", "depth=110,gpu=T4,width=16", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["columns"] == ["intercept", "depth"]
+    assert doc["dropped_features"] == {"gpu": "T4", "width": "16"}
+    assert r.err == (
+        "warning: gpu has one value in every run (T4): left out of the regression\n"
+        "warning: width has one value in every run (16): left out of the regression\n"
+    )
+    assert doc["prediction"]["beta0"] == pytest.approx(depth_betas(110)[0], rel=0.02)
+    r = cli("converge", "regress", *sources, "--features", "depth,width", "--x", "step",
+            "--y", "loss", "--predict", "depth=110,width=32")  # fmt: skip
+    assert r.code == 2
+    assert "every run has width=16: the regression cannot predict width=32" in r.err
+
+
+def test_regress_plot_draws_only_the_fitted_range(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The predicted curves stay on the steps each fit saw: before the first point an
+    accuracy curve with a small β1 dives far below 0, and it once set the y axis to −45..1."""
+    import matplotlib.pyplot as plt
+
+    drawn: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    close = plt.close
+
+    def spy(fig: Any) -> None:
+        ax = fig.axes[0]
+        drawn.append((ax.get_xlim(), ax.get_ylim()))
+        close(fig)
+
+    monkeypatch.setattr(plt, "close", spy)
+    sources = [
+        f"{loss_csv(tmp_path / f'd{d}.csv', (0.15 * d / 20, 0.04, 0.05), 'accuracy')}:depth={d}"
+        for d in (20, 32, 44)
+    ]
+    r = cli("converge", "regress", *sources, "--features", "depth", "--x", "step", "--y",
+            "accuracy", "--metric", "accuracy", "--upto", "0.5", "--predict", "depth=38",
+            "--plot", "r.png")  # fmt: skip
+    assert r.code == 0, r.err
+    (((x0, x1), (y0, y1)),) = drawn
+    # The window: steps 10..200, accuracy from 0.30 up to 0.93.
+    assert x0 >= 0 and x1 <= 210
+    assert y0 >= 0.2 and y1 <= 1.0

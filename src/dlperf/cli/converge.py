@@ -228,7 +228,11 @@ def regress(
     from dlperf.converge.regress import BETAS
 
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
-    done = fitting.regress(sources, parse_names(features), opts, open_store, at, target, plot)
+    done = fitting.regress(sources, parse_names(features), opts, open_store, at, target)
+    if plot is not None:
+        from dlperf.report.curves import plot_regression
+
+        plot_regression(plot, done.runs, done.unseen, opts.metric)
     console.tell(done.warnings, plot)
     doc = done.document
     if as_json:

@@ -250,10 +250,25 @@ def regress_sources(
 
 
 @dataclass
+class RegressedRun:
+    """One source of a regression as its figure shows it: the points its β were fitted to,
+    and the curve its features predict over the same steps."""
+
+    label: str
+    features: dict[str, Any]
+    steps: np.ndarray  # the fit window's
+    values: np.ndarray  # measured, in the metric's units
+    grid: np.ndarray  # from the window's first step to its last
+    predicted: np.ndarray  # on `grid`, in the metric's units
+
+
+@dataclass
 class Regressed:
     regression: reg.Regression
     document: dict[str, Any]  # as `converge regress --json` prints it
-    warnings: list[str]  # one per source whose fit is not to be trusted
+    warnings: list[str]  # one per source whose fit is not to be trusted, one per dropped feature
+    runs: list[RegressedRun]
+    unseen: tuple[np.ndarray, np.ndarray] | None  # --predict's curve over the runs' windows
 
 
 def _prediction(
@@ -306,10 +321,11 @@ def regress(
     open_store: Callable[[], Store],
     at: dict[str, str] | None = None,
     target: float | None = None,
-    plot: Path | None = None,
 ) -> Regressed:
     """Fit β0, β1, β2 of each source (see `regress_sources`), regress log β on `features`,
-    and predict the curve of the configuration `at` (and the step reaching `target`)."""
+    and predict the curve of the configuration `at` (and the step reaching `target`). The
+    curves of the figure stay on the steps the fits saw: the model is not to be read outside
+    them (before the first point 1/(β0·k + β1) climbs towards 1/β1)."""
     if not features:
         raise UserError("--features needs at least one name", "e.g. --features depth")
     curve.check_metric(opts.metric)
@@ -318,7 +334,7 @@ def regress(
             raise UserError("--target needs --predict (the configuration to predict)")
         curve.check_target(target, opts.metric)
     found = regress_sources(sources, features, opts, open_store)
-    warnings, betas = [], []
+    warnings, betas, windows = [], [], []
     for c, _ in found:
         n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
         fitted, params = curve.fit(
@@ -326,9 +342,16 @@ def regress(
         )
         warnings += _untrusted(c.label, "optimus", fitted)
         betas.append(params)
+        windows.append(n_fit)
     result = reg.fit([f for _, f in found], np.array(betas), features)
+    warnings += [
+        f"{f} has one value in every run ({value}): left out of the regression"
+        for f, value in result.dropped.items()
+    ]
     document: dict[str, Any] = {
         "features": features,
+        "metric": opts.metric,
+        "dropped_features": result.dropped,
         "columns": result.columns,
         "coef": result.coef,
         "rmse_log": result.rmse_log,
@@ -337,18 +360,25 @@ def regress(
             for (c, f), p in zip(found, betas, strict=True)
         ],
     }
-    predicted = None
+    predicted_betas = None
     if at is not None:
-        predicted = reg.predict(result, at)
+        predicted_betas = reg.predict(result, at)
         basis = (
-            f"log β0, log β1, log β2 linear in {', '.join(features)} over {len(found)} runs' "
+            f"log β0, log β1, log β2 linear in {', '.join(result.features) or 'no feature'} "
+            f"over {len(found)} runs' "
             "Optimus fits (in-sample rmse of log β "
             + ", ".join(f"{result.rmse_log[b]:.2g}" for b in reg.BETAS)
             + ")"
         )
-        document["prediction"] = _prediction(found, predicted, at, opts.metric, target, basis)
-    if plot is not None:
-        from dlperf.report.curves import plot_regression
-
-        plot_regression(plot, found, result, predicted, opts.metric)
-    return Regressed(result, document, warnings)
+        document["prediction"] = _prediction(found, predicted_betas, at, opts.metric, target, basis)
+    optimus = curve.model("optimus")
+    runs = []
+    for (c, f), n_fit in zip(found, windows, strict=True):
+        grid = np.linspace(c.steps[0], c.steps[n_fit - 1], 200)
+        predicted = curve.to_decreasing(optimus(grid, reg.predict(result, f)), opts.metric)
+        runs.append(RegressedRun(c.label, f, c.steps[:n_fit], c.values[:n_fit], grid, predicted))
+    unseen = None
+    if predicted_betas is not None:
+        grid = np.linspace(min(r.grid[0] for r in runs), max(r.grid[-1] for r in runs), 200)
+        unseen = grid, curve.to_decreasing(optimus(grid, predicted_betas), opts.metric)
+    return Regressed(result, document, warnings, runs, unseen)
