@@ -421,6 +421,7 @@ def test_help_examples_run_inside_the_checkout(
     assert r.code == 0, r.err
     assert r.out
 
+
 def loss_csv(path: Path, beta: tuple[float, float, float], metric: str = "loss") -> Path:
     """A noise-free Optimus curve 1/(β0·k + β1) + β2 at steps 10, 20, ..., 400 (as accuracy,
     1 minus that, for metric accuracy)."""
@@ -435,6 +436,107 @@ def loss_csv(path: Path, beta: tuple[float, float, float], metric: str = "loss")
 def depth_betas(depth: float) -> tuple[float, float, float]:
     """β log-linear in depth: what regress recovers exactly from noise-free curves."""
     return 0.02 * math.exp(-0.01 * depth), 0.5 * math.exp(0.005 * depth), 0.1
+
+
+SPEED_PARAMS = "theta0=0.4,theta1=0,theta2=0.1,theta3=0,theta4=0"
+
+
+def test_plan_reads_a_regress_prediction_and_paper_coefficients(cli: Cli, tmp_path: Path) -> None:
+    """Issue 22: the Optimus chain of HW4 P4 without hand work: regress predicts the curve of
+    an unseen depth, and plan takes it with the speed model's coefficients as given."""
+    sources = [
+        f"{loss_csv(tmp_path / f'd{d}.csv', depth_betas(d))}:depth={d}" for d in (20, 32, 44, 56)
+    ]
+    r = cli("converge", "regress", *sources, "--features", "depth", "--x", "step", "--y",
+            "loss", "--predict", "depth=110", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    (tmp_path / "regress.json").write_text(r.out)
+    b0, b1, b2 = depth_betas(110)
+    # Nothing of the unseen configuration has run: all the steps to 0.3 are still to go.
+    steps = (1 / (0.3 - b2) - b1) / b0
+    plan = ("converge", "plan", "--curve", "regress.json", "--target", "0.3", "--ps", "1,2",
+            "--workers", "1-2", "--batch", "1", "--json")  # fmt: skip
+    r = cli(*plan, "--speed-params", SPEED_PARAMS)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["steps"] == pytest.approx(steps, rel=0.02)
+    times = {(a["ps"], a["workers"]): a["time_s"] for a in doc["allocations"]}
+    assert times[(2, 2)] == pytest.approx(doc["steps"] * 0.3)  # 0.4·1/2 + 0.1·2/2 s a step
+    assert doc["basis"].startswith("steps: the Optimus curve regress predicted for depth=110")
+    assert "step times: optimus-sync with the coefficients given" in doc["basis"]
+
+    # The same speed model as the documented minimal JSON, its θ in any order.
+    minimal = {"model": "optimus-sync", "params": {"theta4": 0, "theta3": 0, "theta2": 0.1,
+               "theta1": 0, "theta0": 0.4}, "typical_batch": 1}  # fmt: skip
+    (tmp_path / "speed.json").write_text(json.dumps(minimal))
+    r = cli(*plan[:-3], "--speed", "speed.json", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["allocations"] == doc["allocations"]
+
+    # And the curve as the minimal JSON: the metric and β; no step done unless last_step.
+    curve_doc = {"metric": "loss", "beta0": b0, "beta1": b1, "beta2": b2, "last_step": 100}
+    (tmp_path / "curve.json").write_text(json.dumps(curve_doc))
+    r = cli("converge", "plan", "--curve", "curve.json", "--target", "0.3", "--speed-params",
+            SPEED_PARAMS, "--batch", "1", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["steps"] == pytest.approx(steps - 100)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--speed-params", "theta0=1,theta1=0"],
+         "--speed-params: optimus-sync needs theta2, theta3, theta4"),
+        (["--speed-params", SPEED_PARAMS + ",theta5=1"],
+         "--speed-params: optimus-sync has no theta5"),
+        (["--speed-params", "model=optimus-async," + SPEED_PARAMS],
+         "--speed-params: optimus-async has no theta4"),
+        (["--speed-params", SPEED_PARAMS.replace("0.4", "fast")],
+         "--speed-params: theta0 must be a number ≥ 0, got 'fast'"),
+        (["--speed-params", SPEED_PARAMS.replace("0.4", "-1")],
+         "--speed-params: theta0 must be a number ≥ 0, got '-1'"),
+        (["--speed-params", "model=pollux,alpha_g=1"], "planning needs an Optimus speed model"),
+        (["--speed-params", SPEED_PARAMS, "--speed", "speed.json"],
+         "give --speed FILE or --speed-params"),
+        (["--speed-params", SPEED_PARAMS, "--batch", "0"], "global batch must be a positive"),
+        (["--speed-params", SPEED_PARAMS], "the speed model gives no global batch"),
+        (["--speed", "speed.json"], "the speed model gives no global batch"),
+        (["--speed", "nothing.json"], "nothing.json is not a speed fit"),
+    ],
+)  # fmt: skip
+def test_plan_speed_model_bad_inputs(
+    cli: Cli, tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "curve.json").write_text(
+        json.dumps({"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1})
+    )
+    thetas = ["theta0", "theta1", "theta2", "theta3"]
+    minimal = {"model": "optimus-async", "params": dict.fromkeys(thetas, 0.1)}
+    (tmp_path / "speed.json").write_text(json.dumps(minimal))
+    (tmp_path / "nothing.json").write_text(json.dumps({"params": {}}))
+    r = cli("converge", "plan", "--curve", "curve.json", "--target", "0.2", *args)
+    assert r.code == 2
+    assert r.err.count("\n") == 1 and r.err.startswith("error: ") and message in r.err, r.err
+
+
+def test_plan_for_a_curve_already_past_the_target_says_so(cli: Cli, store: Store) -> None:
+    r = cli("converge", "fit", str(accuracy_run(store)), "--metric", "accuracy", "--upto",
+            "0.5", "--json")  # fmt: skip
+    Path("curve.json").write_text(r.out)
+    plan = ("converge", "plan", "--curve", "curve.json", "--speed-params", SPEED_PARAMS,
+            "--batch", "1", "--target", "0.8")  # fmt: skip
+    # 1 − (1/(0.05·k + 1) + 0.05) = 0.8 at k = 113.3, inside the window (to step 200).
+    r = cli(*plan, "--plot", "plan.png")
+    assert r.code == 0, r.err
+    assert r.out == (
+        "the curve is already at or above the target 0.8 accuracy at step 114 (its fit window "
+        "ends at step 200): no steps to go\n"
+    )
+    assert "warning: --plot plan.png: nothing drawn, there is nothing to plan" in r.err
+    assert not Path("plan.png").exists()
+    r = cli(*plan, "--json")
+    doc = json.loads(r.out)
+    assert (doc["steps"], doc["reached_at_step"], doc["allocations"]) == (0, 114, [])
 
 
 def test_regress_says_which_features_it_dropped(cli: Cli, tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def test_plan_files_reads_what_the_fit_commands_write(tmp_path: Path) -> None:
     # 1/(0.01·k + 1) + 0.1 reaches 0.2 at k = 900, and 100 steps are done.
     fit = {"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1, "last_step": 100}
     curve_json.write_text(json.dumps(fit))
-    done = plan.plan_files(curve_json, speed_json, 0.2, [1, 2], [1, 2], batch=1)
+    done = plan.plan_files(curve_json, plan.read_speed_fit(speed_json), 0.2, [1, 2], [1, 2], 1)
     assert done.steps == pytest.approx(800) and done.cost_unit == "device-hours"
     times = {(a.ps, a.workers): a.time_s for a in done.allocations}
     assert times[(2, 2)] == pytest.approx(800 * 0.3)  # 0.4/2 + 0.1·2/2 seconds a step
