@@ -588,3 +588,13 @@ def test_regress_plot_draws_only_the_fitted_range(
     # The window: steps 10..200, accuracy from 0.30 up to 0.93.
     assert x0 >= 0 and x1 <= 210
     assert y0 >= 0.2 and y1 <= 1.0
+
+
+def test_fit_and_single_form_predict_draw_the_fits(cli: Cli) -> None:
+    fit = ("--csv", POLLUX_128, "--y", "metric", "--metric", "accuracy", "--upto", "0.3")
+    for args in (["fit", *fit], ["predict", *fit, "--target", "0.9", "--form", "power"]):
+        r = cli("converge", *args, "--plot", "fit.png")
+        assert r.code == 0, r.err
+        assert r.err.endswith("saved fit.png\n")
+        assert Path("fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        Path("fit.png").unlink()

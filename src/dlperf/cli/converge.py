@@ -97,7 +97,11 @@ def fit(
     from dlperf.converge import fitting
 
     with console.reporter() as rep:
-        done = fitting.fit(run_ids or [], csv, opts, open_store, plot, rep)
+        done = fitting.fit(run_ids or [], csv, opts, open_store, rep)
+    if plot is not None:
+        from dlperf.report.curves import plot_curves
+
+        plot_curves(plot, done.reports, opts.metric)
     console.tell(done.warnings, plot)
     if as_json:
         console.print_json(_one_or_list([fitting.fit_document(r) for r in done.reports]))
@@ -144,7 +148,14 @@ def predict(
     from dlperf.converge import fitting
 
     with console.reporter() as rep:
-        done = fitting.predict(run_ids or [], csv, opts, open_store, target, form, plot, rep)
+        done = fitting.predict(run_ids or [], csv, opts, open_store, target, form, rep)
+    if plot is not None:
+        from dlperf.report import curves
+
+        if form == "ensemble":  # the posterior's median and band
+            curves.plot_bands(plot, fitting.band_rows(done, opts.metric), opts.metric, target)
+        else:
+            curves.plot_curves(plot, done.reports, opts.metric)
     console.tell(done.warnings, plot)
     if as_json:
         console.print_json(_one_or_list(done.predictions))

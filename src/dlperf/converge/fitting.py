@@ -57,6 +57,8 @@ class CurveFits:
     reports: list[FitReport]
     warnings: list[str]  # one per fit not to be trusted (the best attempt is shown)
     predictions: list[dict[str, Any]] = field(default_factory=list)  # `predict`: one per curve
+    # `predict --form ensemble`: each curve's posterior and predicted step, for `band_rows`
+    posteriors: list[tuple[ensemble.Posterior, int | None]] = field(default_factory=list)
 
 
 def fit(
@@ -64,11 +66,10 @@ def fit(
     csv: Path | None,
     opts: CurveOptions,
     open_store: Callable[[], Store],
-    plot: Path | None = None,
     reporter: Reporter | None = None,
 ) -> CurveFits:
     """Both forms fitted to each curve's window (see `load_curves`) with bootstrap intervals
-    and compared on later points; a figure of them all saved to `plot`."""
+    and compared on later points."""
     curves = load_curves(run_ids, csv, opts, open_store)
     reporter = reporter or NullReporter()
     reporter.task("fitting", total=len(curves))
@@ -77,11 +78,6 @@ def fit(
         n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
         reports.append(curve.analyse(c, opts.metric, n_fit))
         reporter.advance()
-    if plot is not None:
-        from dlperf.report.curves import plot_curves
-
-        rows = [(r.curve.label, r.curve.steps, r.curve.values, r.n_fit, r.params) for r in reports]
-        plot_curves(plot, rows, opts.metric)
     warnings = [
         w for r in reports for form, f in r.fits.items() for w in _untrusted(r.curve.label, form, f)
     ]
@@ -124,7 +120,6 @@ def predict(
     open_store: Callable[[], Store],
     target: float,
     form: str = "ensemble",
-    plot: Path | None = None,
     reporter: Reporter | None = None,
 ) -> CurveFits:
     """The step at which each curve's `form` fit reaches `target` (in the metric's units),
@@ -135,16 +130,12 @@ def predict(
         raise UserError(f"unknown form '{form}'", f"choose {', '.join(FORMS)}")
     curve.check_metric(opts.metric)
     curve.check_target(target, opts.metric)
-    # The ensemble draws its own figure (median and band); the single forms the fit's.
-    fits = fit(run_ids, csv, opts, open_store, None if form == "ensemble" else plot, reporter)
+    fits = fit(run_ids, csv, opts, open_store, reporter)
     if form == "ensemble":
-        bands = []
         for r in fits.reports:
             document, post = ensemble_document(r, target)
             fits.predictions.append(document)
-            bands.append((r, post, document["predicted_step"]))
-        if plot is not None:
-            _plot_bands(plot, bands, opts.metric, target)
+            fits.posteriors.append((post, document["predicted_step"]))
         return fits
     for r in fits.reports:
         c = r.curve
@@ -175,24 +166,21 @@ def predict(
     return fits
 
 
-def _plot_bands(
-    path: Path,
-    fitted: list[tuple[FitReport, ensemble.Posterior, int | None]],
-    metric: str,
-    target: float,
-) -> None:
-    """Each curve's band out to its last measured point or a little past the predicted step,
-    whichever is later."""
-    from dlperf.report.curves import plot_bands
-
+def band_rows(
+    fits: CurveFits, metric: str
+) -> list[tuple[str, np.ndarray, np.ndarray, int, tuple[np.ndarray, ...]]]:
+    """What the figure of `predict --form ensemble` draws of each curve: label, steps, values,
+    points in the window, and (grid, 5th, 50th, 95th percentile) in the metric's units, the
+    band out to its last measured point or a little past the predicted step, whichever is
+    later."""
     rows = []
-    for r, post, predicted in fitted:
+    for r, (post, predicted) in zip(fits.reports, fits.posteriors, strict=True):
         c = r.curve
         end = max(float(c.steps.max()), 1.2 * (predicted or 0))
         grid = np.linspace(c.steps.min(), end, 200)
         lo, mid, hi = (curve.to_decreasing(b, metric) for b in ensemble.band(post, grid))
         rows.append((c.label, c.steps, c.values, r.n_fit, (grid, lo, mid, hi)))
-    plot_bands(path, rows, metric, target)
+    return rows
 
 
 def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ensemble.Posterior]:

@@ -18,6 +18,7 @@ from dlperf.errors import UserError
 from dlperf.paths import check_writable
 
 if TYPE_CHECKING:
+    from dlperf.converge.curve import FitReport
     from dlperf.converge.fitting import RegressedRun
     from dlperf.converge.plan import Allocation
 
@@ -41,20 +42,21 @@ def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
     plt.close(fig)
 
 
-def plot_curves(
-    path: Path,
-    curves: list[tuple[str, np.ndarray, np.ndarray, int, dict[str, np.ndarray]]],
-    metric: str,
-) -> None:
-    """Measured points (filled inside the fit window, hollow after it) and each fitted form.
-    A curve is (label, steps, values, points in the window, {form: parameters})."""
+def plot_curves(path: Path, reports: list[FitReport], metric: str) -> None:
+    """Measured points (filled inside the fit window, hollow after it) and each fitted form."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (label, k, values, n_fit, params) in enumerate(curves):
-        color = f"C{i}"
+    for i, r in enumerate(reports):
+        color, label, k, values, n_fit = (
+            f"C{i}",
+            r.curve.label,
+            r.curve.steps,
+            r.curve.values,
+            r.n_fit,
+        )
         ax.plot(k[:n_fit], values[:n_fit], "o", color=color, ms=3, label=f"{label} measured")
         ax.plot(k[n_fit:], values[n_fit:], "o", color=color, ms=3, mfc="none")
         grid = np.linspace(k.min(), k.max(), 400)
-        for (form, p), style in zip(params.items(), ("-", ":"), strict=False):
+        for (form, p), style in zip(r.params.items(), ("-", ":"), strict=False):
             fitted = to_decreasing(model(form)(grid, p), metric)  # back to accuracy if needed
             ax.plot(grid, fitted, style, color=color, label=f"{label} {form}")
         ax.axvline(k[n_fit - 1], color=color, alpha=0.2)
