@@ -140,13 +140,13 @@ def plan(
             [[a.name, a.workers, a.ps, a.time_s / 3600] for a in jobs],
         )
         return
-    if (speed_path is None) == (speed_params is None):
+    if curve_path is None or target is None or (speed_path is None and speed_params is None):
         raise UserError(
-            "give --speed FILE or --speed-params theta0=...,... (one of them)",
-            "the speed model: a `converge speed fit --json` file or its coefficients",
+            "plan needs --curve, --speed and --target (or --cluster and --gpus)",
+            "--speed-params theta0=...,... may stand for --speed",
         )
-    if curve_path is None or target is None:
-        raise UserError("plan needs --curve, --speed and --target (or --cluster and --gpus)")
+    if speed_path is not None and speed_params is not None:
+        raise UserError("give --speed FILE or --speed-params theta0=...,..., not both")
     counts = parse_range(ps, "ps"), parse_range(workers, "workers")
     if speed_path is not None:
         speed_model = planner.read_speed_fit(speed_path)

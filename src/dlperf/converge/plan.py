@@ -197,7 +197,7 @@ def _curve_of(document: dict[str, Any], path: Path) -> tuple[dict[str, Any], Any
 def remaining_steps(path: Path, target: float) -> Remaining:
     """Steps still to go to the target by the Optimus curve in `path` (see `_curve_of`), from
     the end of its fit window (from 0 for a predicted curve)."""
-    coefficients, metric, done, basis = _curve_of(read_json(path, "curve"), path)
+    coefficients, metric, done, basis = _curve_of(read_json(path, "curve fit"), path)
     if metric not in curve.METRICS or any(k not in coefficients for k in curve.PARAMS["optimus"]):
         raise _not_a_curve(path)
     beta = [_number(coefficients[k], path) for k in curve.PARAMS["optimus"]]
