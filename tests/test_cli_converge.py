@@ -389,3 +389,212 @@ def test_speed_fit_on_a_scale_study(cli: Cli, store: Store) -> None:
     assert json.loads(r.out)["n_points"] == 24
     r = cli("converge", "speed", "fit", str(study), "--model", "pollux", "--where", "comm=x")
     assert r.code == 2 and f"study {study} has no finished runs that match --where" in r.err
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def help_example(cli: Cli, *command: str) -> list[str]:
+    """The arguments of the example that ends `dlperf COMMAND --help`, without `dlperf`."""
+    r = cli(*command, "--help")
+    assert r.code == 0, r.err
+    example = r.out.split("Example: ", 1)[1].split("\n\n", 1)[0]
+    argv = example.split()
+    assert argv[0] == "dlperf"
+    return argv[1:]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["converge"], ["converge", "fit"], ["converge", "predict"], ["converge", "speed"],
+     ["converge", "speed", "fit"]],
+)  # fmt: skip
+def test_help_examples_run_inside_the_checkout(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """The examples read the Pollux traces shipped in examples/pollux/, not files beside the
+    repository, so they run from a fresh checkout."""
+    args = help_example(cli, *command)
+    assert not any(a.startswith("../") for a in args), args
+    monkeypatch.chdir(REPO)
+    r = cli(*args)
+    assert r.code == 0, r.err
+    assert r.out
+
+
+def loss_csv(path: Path, beta: tuple[float, float, float], metric: str = "loss") -> Path:
+    """A noise-free Optimus curve 1/(β0·k + β1) + β2 at steps 10, 20, ..., 400 (as accuracy,
+    1 minus that, for metric accuracy)."""
+    k = np.arange(1.0, 41.0) * 10
+    loss = 1.0 / (beta[0] * k + beta[1]) + beta[2]
+    values = 1.0 - loss if metric == "accuracy" else loss
+    rows = "".join(f"{s:g},{float(v)!r}\n" for s, v in zip(k, values, strict=True))
+    path.write_text(f"step,{metric}\n{rows}")
+    return path
+
+
+def depth_betas(depth: float) -> tuple[float, float, float]:
+    """β log-linear in depth: what regress recovers exactly from noise-free curves."""
+    return 0.02 * math.exp(-0.01 * depth), 0.5 * math.exp(0.005 * depth), 0.1
+
+
+SPEED_PARAMS = "theta0=0.4,theta1=0,theta2=0.1,theta3=0,theta4=0"
+
+
+def test_plan_reads_a_regress_prediction_and_paper_coefficients(cli: Cli, tmp_path: Path) -> None:
+    """Issue 22: the Optimus chain of HW4 P4 without hand work: regress predicts the curve of
+    an unseen depth, and plan takes it with the speed model's coefficients as given."""
+    sources = [
+        f"{loss_csv(tmp_path / f'd{d}.csv', depth_betas(d))}:depth={d}" for d in (20, 32, 44, 56)
+    ]
+    r = cli("converge", "regress", *sources, "--features", "depth", "--x", "step", "--y",
+            "loss", "--predict", "depth=110", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    (tmp_path / "regress.json").write_text(r.out)
+    b0, b1, b2 = depth_betas(110)
+    # Nothing of the unseen configuration has run: all the steps to 0.3 are still to go.
+    steps = (1 / (0.3 - b2) - b1) / b0
+    plan = ("converge", "plan", "--curve", "regress.json", "--target", "0.3", "--ps", "1,2",
+            "--workers", "1-2", "--batch", "1", "--json")  # fmt: skip
+    r = cli(*plan, "--speed-params", SPEED_PARAMS)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["steps"] == pytest.approx(steps, rel=0.02)
+    times = {(a["ps"], a["workers"]): a["time_s"] for a in doc["allocations"]}
+    assert times[(2, 2)] == pytest.approx(doc["steps"] * 0.3)  # 0.4·1/2 + 0.1·2/2 s a step
+    assert doc["basis"].startswith("steps: the Optimus curve regress predicted for depth=110")
+    assert "step times: optimus-sync with the coefficients given" in doc["basis"]
+
+    # The same speed model as the documented minimal JSON, its θ in any order.
+    minimal = {"model": "optimus-sync", "params": {"theta4": 0, "theta3": 0, "theta2": 0.1,
+               "theta1": 0, "theta0": 0.4}, "typical_batch": 1}  # fmt: skip
+    (tmp_path / "speed.json").write_text(json.dumps(minimal))
+    r = cli(*plan[:-3], "--speed", "speed.json", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["allocations"] == doc["allocations"]
+
+    # And the curve as the minimal JSON: the metric and β; no step done unless last_step.
+    curve_doc = {"metric": "loss", "beta0": b0, "beta1": b1, "beta2": b2, "last_step": 100}
+    (tmp_path / "curve.json").write_text(json.dumps(curve_doc))
+    r = cli("converge", "plan", "--curve", "curve.json", "--target", "0.3", "--speed-params",
+            SPEED_PARAMS, "--batch", "1", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["steps"] == pytest.approx(steps - 100)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--speed-params", "theta0=1,theta1=0"],
+         "--speed-params: optimus-sync needs theta2, theta3, theta4"),
+        (["--speed-params", SPEED_PARAMS + ",theta5=1"],
+         "--speed-params: optimus-sync has no theta5"),
+        (["--speed-params", "model=optimus-async," + SPEED_PARAMS],
+         "--speed-params: optimus-async has no theta4"),
+        (["--speed-params", SPEED_PARAMS.replace("0.4", "fast")],
+         "--speed-params: theta0 must be a number ≥ 0, got 'fast'"),
+        (["--speed-params", SPEED_PARAMS.replace("0.4", "-1")],
+         "--speed-params: theta0 must be a number ≥ 0, got '-1'"),
+        (["--speed-params", "model=pollux,alpha_g=1"], "planning needs an Optimus speed model"),
+        (["--speed-params", SPEED_PARAMS, "--speed", "speed.json"],
+         "give --speed FILE or --speed-params"),
+        (["--speed-params", SPEED_PARAMS, "--batch", "0"], "global batch must be a positive"),
+        (["--speed-params", SPEED_PARAMS], "the speed model gives no global batch"),
+        (["--speed", "speed.json"], "the speed model gives no global batch"),
+        (["--speed", "nothing.json"], "nothing.json is not a speed fit"),
+    ],
+)  # fmt: skip
+def test_plan_speed_model_bad_inputs(
+    cli: Cli, tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "curve.json").write_text(
+        json.dumps({"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1})
+    )
+    thetas = ["theta0", "theta1", "theta2", "theta3"]
+    minimal = {"model": "optimus-async", "params": dict.fromkeys(thetas, 0.1)}
+    (tmp_path / "speed.json").write_text(json.dumps(minimal))
+    (tmp_path / "nothing.json").write_text(json.dumps({"params": {}}))
+    r = cli("converge", "plan", "--curve", "curve.json", "--target", "0.2", *args)
+    assert r.code == 2
+    assert r.err.count("\n") == 1 and r.err.startswith("error: ") and message in r.err, r.err
+
+
+def test_plan_for_a_curve_already_past_the_target_says_so(cli: Cli, store: Store) -> None:
+    r = cli("converge", "fit", str(accuracy_run(store)), "--metric", "accuracy", "--upto",
+            "0.5", "--json")  # fmt: skip
+    Path("curve.json").write_text(r.out)
+    plan = ("converge", "plan", "--curve", "curve.json", "--speed-params", SPEED_PARAMS,
+            "--batch", "1", "--target", "0.8")  # fmt: skip
+    # 1 − (1/(0.05·k + 1) + 0.05) = 0.8 at k = 113.3, inside the window (to step 200).
+    r = cli(*plan, "--plot", "plan.png")
+    assert r.code == 0, r.err
+    assert r.out == (
+        "the curve is already at or above the target 0.8 accuracy at step 114 (its fit window "
+        "ends at step 200): no steps to go\n"
+    )
+    assert "warning: --plot plan.png: nothing drawn, there is nothing to plan" in r.err
+    assert not Path("plan.png").exists()
+    r = cli(*plan, "--json")
+    doc = json.loads(r.out)
+    assert (doc["steps"], doc["reached_at_step"], doc["allocations"]) == (0, 114, [])
+
+
+def test_regress_says_which_features_it_dropped(cli: Cli, tmp_path: Path) -> None:
+    """A feature with one value in every run cannot be told from the intercept."""
+    sources = [f"{loss_csv(tmp_path / f'd{d}.csv', depth_betas(d))}:depth={d},gpu=T4,width=16"
+               for d in (20, 32, 44)]  # fmt: skip
+    r = cli("converge", "regress", *sources, "--features", "depth,gpu,width", "--x", "step",
+            "--y", "loss", "--predict", "depth=110,gpu=T4,width=16", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["columns"] == ["intercept", "depth"]
+    assert doc["dropped_features"] == {"gpu": "T4", "width": "16"}
+    assert r.err == (
+        "warning: gpu has one value in every run (T4): left out of the regression\n"
+        "warning: width has one value in every run (16): left out of the regression\n"
+    )
+    assert doc["prediction"]["beta0"] == pytest.approx(depth_betas(110)[0], rel=0.02)
+    r = cli("converge", "regress", *sources, "--features", "depth,width", "--x", "step",
+            "--y", "loss", "--predict", "depth=110,width=32")  # fmt: skip
+    assert r.code == 2
+    assert "every run has width=16: the regression cannot predict width=32" in r.err
+
+
+def test_regress_plot_draws_only_the_fitted_range(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The predicted curves stay on the steps each fit saw: before the first point an
+    accuracy curve with a small β1 dives far below 0, and it once set the y axis to −45..1."""
+    import matplotlib.pyplot as plt
+
+    drawn: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    close = plt.close
+
+    def spy(fig: Any) -> None:
+        ax = fig.axes[0]
+        drawn.append((ax.get_xlim(), ax.get_ylim()))
+        close(fig)
+
+    monkeypatch.setattr(plt, "close", spy)
+    sources = [
+        f"{loss_csv(tmp_path / f'd{d}.csv', (0.15 * d / 20, 0.04, 0.05), 'accuracy')}:depth={d}"
+        for d in (20, 32, 44)
+    ]
+    r = cli("converge", "regress", *sources, "--features", "depth", "--x", "step", "--y",
+            "accuracy", "--metric", "accuracy", "--upto", "0.5", "--predict", "depth=38",
+            "--plot", "r.png")  # fmt: skip
+    assert r.code == 0, r.err
+    (((x0, x1), (y0, y1)),) = drawn
+    # The window: steps 10..200, accuracy from 0.30 up to 0.93.
+    assert x0 >= 0 and x1 <= 210
+    assert y0 >= 0.2 and y1 <= 1.0
+
+
+def test_fit_and_single_form_predict_draw_the_fits(cli: Cli) -> None:
+    fit = ("--csv", POLLUX_128, "--y", "metric", "--metric", "accuracy", "--upto", "0.3")
+    for args in (["fit", *fit], ["predict", *fit, "--target", "0.9", "--form", "power"]):
+        r = cli("converge", *args, "--plot", "fit.png")
+        assert r.code == 0, r.err
+        assert r.err.endswith("saved fit.png\n")
+        assert Path("fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        Path("fit.png").unlink()

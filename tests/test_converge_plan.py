@@ -71,7 +71,7 @@ def test_plan_files_reads_what_the_fit_commands_write(tmp_path: Path) -> None:
     # 1/(0.01·k + 1) + 0.1 reaches 0.2 at k = 900, and 100 steps are done.
     fit = {"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1, "last_step": 100}
     curve_json.write_text(json.dumps(fit))
-    done = plan.plan_files(curve_json, speed_json, 0.2, [1, 2], [1, 2], batch=1)
+    done = plan.plan_files(curve_json, plan.read_speed_fit(speed_json), 0.2, [1, 2], [1, 2], 1)
     assert done.steps == pytest.approx(800) and done.cost_unit == "device-hours"
     times = {(a.ps, a.workers): a.time_s for a in done.allocations}
     assert times[(2, 2)] == pytest.approx(800 * 0.3)  # 0.4/2 + 0.1·2/2 seconds a step
@@ -85,3 +85,25 @@ def test_plan_files_reads_what_the_fit_commands_write(tmp_path: Path) -> None:
         plan.read_speed_fit(curve_json)
     with pytest.raises(UserError, match="is unreachable: the curve"):
         plan.remaining_steps(curve_json, 0.05)
+
+
+def test_curve_and_speed_files_that_cannot_plan(tmp_path: Path) -> None:
+    (tmp_path / "regress.json").write_text(json.dumps({"coef": {}, "metric": "loss"}))
+    with pytest.raises(UserError, match="is a regression without a prediction"):
+        plan.remaining_steps(tmp_path / "regress.json", 0.2)
+    (tmp_path / "curve.json").write_text(json.dumps({"beta0": 0.01, "beta1": 1, "beta2": 0.1}))
+    with pytest.raises(UserError, match=r"curve\.json is not a curve"):  # no metric
+        plan.remaining_steps(tmp_path / "curve.json", 0.2)
+    curve = {"metric": "loss", "beta0": -0.01, "beta1": 1, "beta2": 0.1}
+    (tmp_path / "curve.json").write_text(json.dumps(curve))
+    with pytest.raises(UserError, match="must be numbers ≥ 0"):
+        plan.remaining_steps(tmp_path / "curve.json", 0.2)
+    (tmp_path / "curve.json").write_text(json.dumps({**curve, "beta0": 0.01}))
+    thetas = dict.fromkeys(plan.speed.MEANINGS["optimus-sync"], 0.1)
+    speed = {"model": "optimus-sync", "params": thetas}
+    (tmp_path / "speed.json").write_text(json.dumps(speed))
+    (tmp_path / "jobs.toml").write_text(
+        '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.2\n'
+    )
+    with pytest.raises(UserError, match="job a: the speed model gives no global batch"):
+        plan.read_jobs(tmp_path / "jobs.toml")

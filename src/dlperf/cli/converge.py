@@ -19,12 +19,12 @@ from dlperf.parsing import parse_names, parse_pairs
 converge_app = typer.Typer(
     help="Loss-curve and speed models (Optimus, Pollux): when a job converges, how fast it "
     "runs, what to give it.\n\nExample: dlperf converge fit --csv "
-    "../shared/data/pollux/cifar10_validation-128.csv --y metric --metric accuracy --upto 0.3",
+    "examples/pollux/cifar10_validation-128.csv --y metric --metric accuracy --upto 0.3",
     no_args_is_help=True,
 )
 speed_app = typer.Typer(
     help="Resource-speed models (Optimus, Pollux).\n\nExample: dlperf converge speed fit "
-    "--csv ../shared/data/pollux/cifar10_placements.csv --model pollux",
+    "--csv examples/pollux/cifar10_placements.csv --model pollux",
     no_args_is_help=True,
 )
 app.add_typer(converge_app, name="converge")
@@ -91,13 +91,17 @@ def fit(
 
     The JSON output is what `dlperf converge plan --curve` reads.
 
-    Example: dlperf converge fit --csv ../shared/data/pollux/cifar10_validation-128.csv
+    Example: dlperf converge fit --csv examples/pollux/cifar10_validation-128.csv
     --y metric --metric accuracy --upto 0.3
     """
     from dlperf.converge import fitting
 
     with console.reporter() as rep:
-        done = fitting.fit(run_ids or [], csv, opts, open_store, plot, rep)
+        done = fitting.fit(run_ids or [], csv, opts, open_store, rep)
+    if plot is not None:
+        from dlperf.report.curves import plot_curves
+
+        plot_curves(plot, done.reports, opts.metric)
     console.tell(done.warnings, plot)
     if as_json:
         console.print_json(_one_or_list([fitting.fit_document(r) for r in done.reports]))
@@ -138,13 +142,20 @@ def predict(
     """The step at which the fitted curve reaches a target, with a 90% interval, and the
     error against the measured curve when it goes on beyond the fit window.
 
-    Example: dlperf converge predict --csv ../shared/data/pollux/cifar10_validation-128.csv
+    Example: dlperf converge predict --csv examples/pollux/cifar10_validation-128.csv
     --y metric --metric accuracy --upto 0.3 --target 0.94 --form power
     """
     from dlperf.converge import fitting
 
     with console.reporter() as rep:
-        done = fitting.predict(run_ids or [], csv, opts, open_store, target, form, plot, rep)
+        done = fitting.predict(run_ids or [], csv, opts, open_store, target, form, rep)
+    if plot is not None:
+        from dlperf.report import curves
+
+        if form == "ensemble":  # the posterior's median and band
+            curves.plot_bands(plot, fitting.band_rows(done, opts.metric), opts.metric, target)
+        else:
+            curves.plot_curves(plot, done.reports, opts.metric)
     console.tell(done.warnings, plot)
     if as_json:
         console.print_json(_one_or_list(done.predictions))
@@ -228,7 +239,11 @@ def regress(
     from dlperf.converge.regress import BETAS
 
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
-    done = fitting.regress(sources, parse_names(features), opts, open_store, at, target, plot)
+    done = fitting.regress(sources, parse_names(features), opts, open_store, at, target)
+    if plot is not None:
+        from dlperf.report.curves import plot_regression
+
+        plot_regression(plot, done.runs, done.unseen, opts.metric)
     console.tell(done.warnings, plot)
     doc = done.document
     if as_json:

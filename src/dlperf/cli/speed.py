@@ -43,7 +43,7 @@ def speed_fit(
     the same keys in their summaries; failed points are left out. The JSON output is what
     `converge plan --speed` reads.
 
-    Example: dlperf converge speed fit --csv ../shared/data/pollux/cifar10_placements.csv
+    Example: dlperf converge speed fit --csv examples/pollux/cifar10_placements.csv
     --model pollux --predict workers=32,nodes=8,batch=2048
     """
     from dlperf.converge import speed
@@ -80,10 +80,21 @@ def speed_fit(
 @converge_app.command("plan")
 def plan(
     curve_path: Path = typer.Option(
-        None, "--curve", help="Curve fit JSON (`converge fit --json`)."
+        None,
+        "--curve",
+        help="Optimus curve JSON: `converge fit --json`, `converge regress --predict --json`, "
+        'or {"metric", "beta0", "beta1", "beta2"} (docs/converge.md).',
     ),
     speed_path: Path = typer.Option(
-        None, "--speed", help="Speed fit JSON (`converge speed fit --json`)."
+        None,
+        "--speed",
+        help='Speed model JSON: `converge speed fit --json`, or {"model", "params"}.',
+    ),
+    speed_params: str = typer.Option(
+        None,
+        "--speed-params",
+        help="Or the speed model's coefficients, e.g. a paper's: theta0=...,theta1=...,... "
+        "(optimus-sync; model=optimus-async,... for the other).",
     ),
     target: float = typer.Option(None, "--target", help="Value to reach, in the curve's metric."),
     ps: str = typer.Option("1,2,4", "--ps", help="Parameter-server counts, e.g. 2,4."),
@@ -103,11 +114,13 @@ def plan(
     parameter-server count; the fastest and the cheapest allocation marked. With --cluster,
     Optimus's greedy allocator shares --gpus devices among several jobs.
 
-    Steps to go are counted from the end of the curve's fit window. Each worker and server
+    Steps to go are counted from the end of the curve's fit window (from 0 for a curve
+    `regress` predicted); a curve already at the target says so. Each worker and server
     takes one device. jobs.toml holds [[job]] tables with name, curve, speed, target and
     optionally batch.
 
-    Example: dlperf converge plan --curve curve.json --speed speed.json --target 0.9
+    Example: dlperf converge plan --curve curve.json --speed-params
+    theta0=0.01,theta1=0.1,theta2=0.2,theta3=0.01,theta4=0.01 --batch 256 --target 0.9
     --ps 1,2,4 --workers 1-16 --price-per-hour 0.9
     """
     from dlperf.converge import plan as planner
@@ -127,16 +140,43 @@ def plan(
             [[a.name, a.workers, a.ps, a.time_s / 3600] for a in jobs],
         )
         return
-    if curve_path is None or speed_path is None or target is None:
-        raise UserError("plan needs --curve, --speed and --target (or --cluster and --gpus)")
+    if curve_path is None or target is None or (speed_path is None and speed_params is None):
+        raise UserError(
+            "plan needs --curve, --speed and --target (or --cluster and --gpus)",
+            "--speed-params theta0=...,... may stand for --speed",
+        )
+    if speed_path is not None and speed_params is not None:
+        raise UserError("give --speed FILE or --speed-params theta0=...,..., not both")
     counts = parse_range(ps, "ps"), parse_range(workers, "workers")
-    done = planner.plan_files(curve_path, speed_path, target, *counts, batch, price, plot)
+    if speed_path is not None:
+        speed_model = planner.read_speed_fit(speed_path)
+    else:
+        speed_model = planner.speed_from_params(speed_params)
+    done = planner.plan_files(curve_path, speed_model, target, *counts, batch, price)
+    if done.reached_at_step is not None:
+        if plot is not None:
+            console.warn(f"--plot {plot}: nothing drawn, there is nothing to plan")
+        if as_json:
+            console.print_json(asdict(done))
+            return
+        side = "above" if done.metric == "accuracy" else "below"
+        window = f" (its fit window ends at step {done.done:g})" if done.done else ""
+        console.out.print(
+            f"the curve is already at or {side} the target {target:g} {done.metric} at step "
+            f"{done.reached_at_step:g}{window}: no steps to go",
+            markup=False,
+        )
+        return
+    if plot is not None:
+        from dlperf.report.curves import plot_plan
+
+        plot_plan(plot, done.allocations)
     console.tell([], plot)
     if as_json:
         console.print_json(asdict(done))
         return
     console.print_table(
-        f"{done.steps:.0f} steps to {target:g}",
+        f"{console.fmt(done.steps)} steps to {target:g}",
         ["ps", "workers", "hours", done.cost_unit, "best"],
         [
             [r.ps, r.workers, r.time_s / 3600, r.cost,

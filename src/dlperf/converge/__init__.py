@@ -12,5 +12,6 @@
   allocator for several jobs; the curve and speed fits and jobs.toml it reads.
 - `staleness`: an event-driven parameter server with asynchronous learners.
 
-Everything here returns plain dataclasses and never prints; `dlperf.cli.converge` renders.
+Everything here returns plain dataclasses and never prints or draws; `dlperf.cli.converge`
+renders them and draws their figures with `dlperf.report.curves`.
 """

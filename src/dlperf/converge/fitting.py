@@ -57,6 +57,8 @@ class CurveFits:
     reports: list[FitReport]
     warnings: list[str]  # one per fit not to be trusted (the best attempt is shown)
     predictions: list[dict[str, Any]] = field(default_factory=list)  # `predict`: one per curve
+    # `predict --form ensemble`: each curve's posterior and predicted step, for `band_rows`
+    posteriors: list[tuple[ensemble.Posterior, int | None]] = field(default_factory=list)
 
 
 def fit(
@@ -64,11 +66,10 @@ def fit(
     csv: Path | None,
     opts: CurveOptions,
     open_store: Callable[[], Store],
-    plot: Path | None = None,
     reporter: Reporter | None = None,
 ) -> CurveFits:
     """Both forms fitted to each curve's window (see `load_curves`) with bootstrap intervals
-    and compared on later points; a figure of them all saved to `plot`."""
+    and compared on later points."""
     curves = load_curves(run_ids, csv, opts, open_store)
     reporter = reporter or NullReporter()
     reporter.task("fitting", total=len(curves))
@@ -77,11 +78,6 @@ def fit(
         n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
         reports.append(curve.analyse(c, opts.metric, n_fit))
         reporter.advance()
-    if plot is not None:
-        from dlperf.report.curves import plot_curves
-
-        rows = [(r.curve.label, r.curve.steps, r.curve.values, r.n_fit, r.params) for r in reports]
-        plot_curves(plot, rows, opts.metric)
     warnings = [
         w for r in reports for form, f in r.fits.items() for w in _untrusted(r.curve.label, form, f)
     ]
@@ -124,7 +120,6 @@ def predict(
     open_store: Callable[[], Store],
     target: float,
     form: str = "ensemble",
-    plot: Path | None = None,
     reporter: Reporter | None = None,
 ) -> CurveFits:
     """The step at which each curve's `form` fit reaches `target` (in the metric's units),
@@ -135,16 +130,12 @@ def predict(
         raise UserError(f"unknown form '{form}'", f"choose {', '.join(FORMS)}")
     curve.check_metric(opts.metric)
     curve.check_target(target, opts.metric)
-    # The ensemble draws its own figure (median and band); the single forms the fit's.
-    fits = fit(run_ids, csv, opts, open_store, None if form == "ensemble" else plot, reporter)
+    fits = fit(run_ids, csv, opts, open_store, reporter)
     if form == "ensemble":
-        bands = []
         for r in fits.reports:
             document, post = ensemble_document(r, target)
             fits.predictions.append(document)
-            bands.append((r, post, document["predicted_step"]))
-        if plot is not None:
-            _plot_bands(plot, bands, opts.metric, target)
+            fits.posteriors.append((post, document["predicted_step"]))
         return fits
     for r in fits.reports:
         c = r.curve
@@ -175,24 +166,21 @@ def predict(
     return fits
 
 
-def _plot_bands(
-    path: Path,
-    fitted: list[tuple[FitReport, ensemble.Posterior, int | None]],
-    metric: str,
-    target: float,
-) -> None:
-    """Each curve's band out to its last measured point or a little past the predicted step,
-    whichever is later."""
-    from dlperf.report.curves import plot_bands
-
+def band_rows(
+    fits: CurveFits, metric: str
+) -> list[tuple[str, np.ndarray, np.ndarray, int, tuple[np.ndarray, ...]]]:
+    """What the figure of `predict --form ensemble` draws of each curve: label, steps, values,
+    points in the window, and (grid, 5th, 50th, 95th percentile) in the metric's units, the
+    band out to its last measured point or a little past the predicted step, whichever is
+    later."""
     rows = []
-    for r, post, predicted in fitted:
+    for r, (post, predicted) in zip(fits.reports, fits.posteriors, strict=True):
         c = r.curve
         end = max(float(c.steps.max()), 1.2 * (predicted or 0))
         grid = np.linspace(c.steps.min(), end, 200)
         lo, mid, hi = (curve.to_decreasing(b, metric) for b in ensemble.band(post, grid))
         rows.append((c.label, c.steps, c.values, r.n_fit, (grid, lo, mid, hi)))
-    plot_bands(path, rows, metric, target)
+    return rows
 
 
 def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ensemble.Posterior]:
@@ -250,10 +238,25 @@ def regress_sources(
 
 
 @dataclass
+class RegressedRun:
+    """One source of a regression as its figure shows it: the points its β were fitted to,
+    and the curve its features predict over the same steps."""
+
+    label: str
+    features: dict[str, Any]
+    steps: np.ndarray  # the fit window's
+    values: np.ndarray  # measured, in the metric's units
+    grid: np.ndarray  # from the window's first step to its last
+    predicted: np.ndarray  # on `grid`, in the metric's units
+
+
+@dataclass
 class Regressed:
     regression: reg.Regression
     document: dict[str, Any]  # as `converge regress --json` prints it
-    warnings: list[str]  # one per source whose fit is not to be trusted
+    warnings: list[str]  # one per source whose fit is not to be trusted, one per dropped feature
+    runs: list[RegressedRun]
+    unseen: tuple[np.ndarray, np.ndarray] | None  # --predict's curve over the runs' windows
 
 
 def _prediction(
@@ -306,10 +309,11 @@ def regress(
     open_store: Callable[[], Store],
     at: dict[str, str] | None = None,
     target: float | None = None,
-    plot: Path | None = None,
 ) -> Regressed:
     """Fit β0, β1, β2 of each source (see `regress_sources`), regress log β on `features`,
-    and predict the curve of the configuration `at` (and the step reaching `target`)."""
+    and predict the curve of the configuration `at` (and the step reaching `target`). The
+    curves of the figure stay on the steps the fits saw: the model is not to be read outside
+    them (before the first point 1/(β0·k + β1) climbs towards 1/β1)."""
     if not features:
         raise UserError("--features needs at least one name", "e.g. --features depth")
     curve.check_metric(opts.metric)
@@ -318,7 +322,7 @@ def regress(
             raise UserError("--target needs --predict (the configuration to predict)")
         curve.check_target(target, opts.metric)
     found = regress_sources(sources, features, opts, open_store)
-    warnings, betas = [], []
+    warnings, betas, windows = [], [], []
     for c, _ in found:
         n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
         fitted, params = curve.fit(
@@ -326,9 +330,16 @@ def regress(
         )
         warnings += _untrusted(c.label, "optimus", fitted)
         betas.append(params)
+        windows.append(n_fit)
     result = reg.fit([f for _, f in found], np.array(betas), features)
+    warnings += [
+        f"{f} has one value in every run ({value}): left out of the regression"
+        for f, value in result.dropped.items()
+    ]
     document: dict[str, Any] = {
         "features": features,
+        "metric": opts.metric,
+        "dropped_features": result.dropped,
         "columns": result.columns,
         "coef": result.coef,
         "rmse_log": result.rmse_log,
@@ -337,18 +348,25 @@ def regress(
             for (c, f), p in zip(found, betas, strict=True)
         ],
     }
-    predicted = None
+    predicted_betas = None
     if at is not None:
-        predicted = reg.predict(result, at)
+        predicted_betas = reg.predict(result, at)
         basis = (
-            f"log β0, log β1, log β2 linear in {', '.join(features)} over {len(found)} runs' "
+            f"log β0, log β1, log β2 linear in {', '.join(result.features) or 'no feature'} "
+            f"over {len(found)} runs' "
             "Optimus fits (in-sample rmse of log β "
             + ", ".join(f"{result.rmse_log[b]:.2g}" for b in reg.BETAS)
             + ")"
         )
-        document["prediction"] = _prediction(found, predicted, at, opts.metric, target, basis)
-    if plot is not None:
-        from dlperf.report.curves import plot_regression
-
-        plot_regression(plot, found, result, predicted, opts.metric)
-    return Regressed(result, document, warnings)
+        document["prediction"] = _prediction(found, predicted_betas, at, opts.metric, target, basis)
+    optimus = curve.model("optimus")
+    runs = []
+    for (c, f), n_fit in zip(found, windows, strict=True):
+        grid = np.linspace(c.steps[0], c.steps[n_fit - 1], 200)
+        predicted = curve.to_decreasing(optimus(grid, reg.predict(result, f)), opts.metric)
+        runs.append(RegressedRun(c.label, f, c.steps[:n_fit], c.values[:n_fit], grid, predicted))
+    unseen = None
+    if predicted_betas is not None:
+        grid = np.linspace(min(r.grid[0] for r in runs), max(r.grid[-1] for r in runs), 200)
+        unseen = grid, curve.to_decreasing(optimus(grid, predicted_betas), opts.metric)
+    return Regressed(result, document, warnings, runs, unseen)

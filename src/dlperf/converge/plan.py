@@ -15,9 +15,10 @@ from typing import Any
 
 import tomllib
 
-from dlperf.converge import curve
+from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit, steps_per_second
 from dlperf.errors import UserError
+from dlperf.parsing import parse_pairs
 
 
 @dataclass
@@ -46,10 +47,10 @@ class JobAllocation:
     time_s: float
 
 
-def check_optimus(fit: SpeedFit) -> None:
-    if not fit.model.startswith("optimus"):
+def check_optimus(model: str) -> None:
+    if not model.startswith("optimus"):
         raise UserError(
-            f"planning needs an Optimus speed fit (parameter servers), got {fit.model}",
+            f"planning needs an Optimus speed model (parameter servers), got {model}",
             "fit with --model optimus-sync or optimus-async",
         )
 
@@ -73,7 +74,7 @@ def plan(
     price_per_hour: float = 1.0,
 ) -> list[Allocation]:
     """One row per (ps, workers), the fastest and the cheapest marked."""
-    check_optimus(fit)
+    check_optimus(fit.model)
     _check_batch(batch)
     if not price_per_hour >= 0:  # nan too
         raise UserError(f"--price-per-hour must be 0 or more, got {price_per_hour:g}")
@@ -92,7 +93,7 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
     device to the job and role (worker or server) that shortens that job's remaining time
     the most, until the devices run out or no addition helps."""
     for job in jobs:
-        check_optimus(job.speed)
+        check_optimus(job.speed.model)
         _check_batch(job.batch, f"job {job.name}: ")
     if devices < 2 * len(jobs):
         raise UserError(
@@ -123,7 +124,8 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
     ]
 
 
-# --- the files a plan reads: curve and speed fits (the commands' --json), jobs.toml --------
+# --- what a plan reads: curves and speed models (the commands' --json, minimal JSON, or
+# coefficients on the command line), jobs.toml -----------------------------------------------
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -138,18 +140,67 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     return document
 
 
-def remaining_steps(path: Path, target: float) -> tuple[float, str]:
-    """Steps still to go from the end of the fit window to the target, by the Optimus fit in
-    `path` (`converge fit --json`), and what they rest on."""
-    document = read_json(path, "curve fit")
+@dataclass
+class Remaining:
+    """Where a curve stands against a target."""
+
+    steps: float  # still to go from `done`; 0 when the curve is there already
+    done: float  # steps already trained: the end of the fit window, 0 for a predicted curve
+    reached_at: float | None  # the whole step at which it reaches the target, when ≤ done
+    metric: str
+    basis: str  # what the steps rest on
+
+
+def _not_a_curve(path: Path) -> UserError:
+    return UserError(
+        f"{path} is not a curve",
+        "write it with `converge fit --json` or `converge regress --predict --json`, or as "
+        '{"metric": "loss", "beta0": ..., "beta1": ..., "beta2": ...}',
+    )
+
+
+def _number(value: Any, path: Path) -> float:
+    """A coefficient or step count of a curve file: a number ≥ 0."""
     try:
-        metric = document["metric"]
-        beta = [float(document[k]) for k in curve.PARAMS["optimus"]]
-        done = float(document["last_step"])
-    except (KeyError, TypeError, ValueError):
-        raise UserError(
-            f"{path} is not a curve fit", "write it with `converge fit --json`"
-        ) from None
+        number = float(value)
+    except (TypeError, ValueError):
+        raise _not_a_curve(path) from None
+    if isinstance(value, bool) or not (math.isfinite(number) and number >= 0):
+        raise UserError(f"{path}: beta0, beta1, beta2 and last_step must be numbers ≥ 0")
+    return number
+
+
+def _curve_of(document: dict[str, Any], path: Path) -> tuple[dict[str, Any], Any, float, str]:
+    """The Optimus coefficients, metric, steps done and basis of a curve file: the fit of
+    `converge fit --json`, the prediction of `converge regress --predict --json`, or the
+    minimal {"metric", "beta0", "beta1", "beta2", optionally "last_step"}."""
+    metric = document.get("metric")
+    if "coef" in document:  # a regression
+        if "prediction" not in document:
+            raise UserError(
+                f"{path} is a regression without a prediction",
+                "run `converge regress` with --predict and --json",
+            )
+        prediction = document["prediction"]
+        at = ", ".join(f"{k}={v}" for k, v in prediction.get("features", {}).items())
+        basis = f"the Optimus curve regress predicted for {at} ({prediction.get('basis')})"
+        # Nothing of an unseen configuration has run yet.
+        return prediction, metric, 0.0, basis
+    source = document.get("source", path.name)
+    if "last_step" not in document:
+        return document, metric, 0.0, f"the Optimus curve in {source}"
+    done = _number(document["last_step"], path)
+    points = f" to {document['n_points']} points" if "n_points" in document else ""
+    return document, metric, done, f"the Optimus fit of {source}{points} up to step {done:g}"
+
+
+def remaining_steps(path: Path, target: float) -> Remaining:
+    """Steps still to go to the target by the Optimus curve in `path` (see `_curve_of`), from
+    the end of its fit window (from 0 for a predicted curve)."""
+    coefficients, metric, done, basis = _curve_of(read_json(path, "curve fit"), path)
+    if metric not in curve.METRICS or any(k not in coefficients for k in curve.PARAMS["optimus"]):
+        raise _not_a_curve(path)
+    beta = [_number(coefficients[k], path) for k in curve.PARAMS["optimus"]]
     curve.check_target(target, metric)
     steps = float(curve.steps_to("optimus", beta, curve.to_decreasing(target, metric))[0])
     if not math.isfinite(steps):
@@ -157,62 +208,91 @@ def remaining_steps(path: Path, target: float) -> tuple[float, str]:
             f"target {target:g} is unreachable: the curve in {path} levels off at "
             f"{curve.to_decreasing(beta[2], metric):.4g} {metric}"
         )
-    points = f" to {document['n_points']} points" if "n_points" in document else ""
-    basis = f"the Optimus fit of {document.get('source', path.name)}{points} up to step {done:g}"
-    return max(steps - done, 0.0), basis
+    if steps <= done:
+        return Remaining(0.0, done, curve.whole_step(steps), metric, basis)
+    return Remaining(steps - done, done, None, metric, basis)
+
+
+# What a fitted speed model records beyond its coefficients.
+_FIT_RECORD = ("error_pct", "max_error_pct", "n_points", "converged", "message", "notes",
+               "typical_local_batch", "basis")  # fmt: skip
 
 
 def read_speed_fit(path: Path) -> SpeedFit:
-    """The speed fit in `path` (`converge speed fit --json`)."""
+    """The speed model in `path`: a fit (`converge speed fit --json`) or the minimal
+    {"model", "params", optionally "typical_batch"} of coefficients given."""
     document = read_json(path, "speed fit")
-    document.pop("meanings", None)
-    document.pop("predictions", None)
-    try:
-        fit = SpeedFit(**document)
-    except TypeError:
+    params = document.get("params")
+    if not isinstance(document.get("model"), str) or not isinstance(params, dict):
         raise UserError(
-            f"{path} is not a speed fit", "write it with `converge speed fit --json`"
-        ) from None
-    fit.basis = fit.basis or f"the {fit.model} fit in {path.name}"  # written before bases
+            f"{path} is not a speed fit",
+            "write it with `converge speed fit --json`, or as "
+            '{"model": "optimus-sync", "params": {"theta0": ..., ...}}',
+        )
+    batch = document.get("typical_batch", 0.0)
+    if isinstance(batch, bool) or not isinstance(batch, int | float):
+        raise UserError(f"{path}: typical_batch must be a number, got {batch!r}")
+    fit = speed.given(document["model"], params, path.name, float(batch))
+    if "n_points" in document:  # fitted: keep what the fit says of itself
+        for name in _FIT_RECORD:
+            if name in document:
+                setattr(fit, name, document[name])
+        fit.basis = fit.basis or f"the {fit.model} fit in {path.name}"  # written before bases
     return fit
+
+
+def speed_from_params(text: str) -> SpeedFit:
+    """An Optimus speed model from coefficients given on the command line, e.g. a paper's:
+    'theta0=0.4,theta1=0,...' (optionally 'model=optimus-async,...'; optimus-sync unless)."""
+    pairs = parse_pairs(text, "--speed-params", "--speed-params theta0=0.4,theta1=0.01,...")
+    model = pairs.pop("model", "optimus-sync")
+    speed.check_model(model)
+    check_optimus(model)
+    return speed.given(model, pairs, "--speed-params")
 
 
 @dataclass
 class Plan:
     steps: float  # still to go from the end of the curve's fit window
     cost_unit: str  # "cost" with a price per device-hour, else "device-hours"
-    allocations: list[Allocation]
+    allocations: list[Allocation]  # none when the curve has reached the target already
     basis: str  # what the steps and the step times rest on
+    metric: str  # the curve's, which the target is in
+    done: float  # steps already trained: the end of the curve's fit window, 0 for a predicted one
+    reached_at_step: float | None  # where the curve reached the target, when it has already
 
 
 def plan_files(
     curve_path: Path,
-    speed_path: Path,
+    speed_model: SpeedFit,
     target: float,
     ps_counts: list[int],
     worker_counts: list[int],
     batch: float | None = None,
     price_per_hour: float | None = None,
-    plot: Path | None = None,
 ) -> Plan:
-    """`plan` for a curve fit and a speed fit read from their files; the global batch is the
-    speed data's most common one unless given. A figure saved to `plot`."""
-    speed = read_speed_fit(speed_path)
-    steps, steps_basis = remaining_steps(curve_path, target)
+    """`plan` for the curve in a file (see `remaining_steps`) and a speed model (see
+    `read_speed_fit`, `speed_from_params`); the global batch is the speed model's typical
+    one unless given. No allocations when the curve has reached the target already."""
+    check_optimus(speed_model.model)
+    remaining = remaining_steps(curve_path, target)
+    unit = "cost" if price_per_hour is not None else "device-hours"
+    basis = f"steps: {remaining.basis}; step times: {speed_model.basis}"
+    if remaining.reached_at is not None:
+        return Plan(0.0, unit, [], basis, remaining.metric, remaining.done, remaining.reached_at)
+    if batch is None:
+        batch = speed_model.typical_batch
+        if not batch:
+            raise UserError("the speed model gives no global batch", "give --batch M")
     rows = plan(
-        steps,
-        speed,
+        remaining.steps,
+        speed_model,
         ps_counts,
         worker_counts,
-        batch if batch is not None else speed.typical_batch,
+        batch,
         price_per_hour if price_per_hour is not None else 1.0,
     )
-    if plot is not None:
-        from dlperf.report.curves import plot_plan
-
-        plot_plan(plot, rows)
-    basis = f"steps: {steps_basis}; step times: {speed.basis}"
-    return Plan(steps, "cost" if price_per_hour is not None else "device-hours", rows, basis)
+    return Plan(remaining.steps, unit, rows, basis, remaining.metric, remaining.done, None)
 
 
 def read_jobs(path: Path) -> list[Job]:
@@ -232,8 +312,14 @@ def read_jobs(path: Path) -> list[Job]:
         missing = [k for k in ("curve", "speed", "target") if k not in entry]
         if missing:
             raise UserError(f"{path}: job {i + 1} has no {', '.join(missing)}")
-        speed = read_speed_fit(path.parent / entry["speed"])
-        steps, _ = remaining_steps(path.parent / entry["curve"], float(entry["target"]))
-        batch = float(entry.get("batch", speed.typical_batch))
-        jobs.append(Job(str(entry.get("name", f"job{i + 1}")), steps, speed, batch))
+        name = str(entry.get("name", f"job{i + 1}"))
+        speed_model = read_speed_fit(path.parent / entry["speed"])
+        remaining = remaining_steps(path.parent / entry["curve"], float(entry["target"]))
+        batch = float(entry.get("batch", speed_model.typical_batch))
+        if not batch:
+            raise UserError(
+                f"{path}: job {name}: the speed model gives no global batch",
+                "give batch = M in its [[job]]",
+            )
+        jobs.append(Job(name, remaining.steps, speed_model, batch))
     return jobs

@@ -3,7 +3,9 @@
 Each run's curve is fitted on its own; then log β_j (j = 0, 1, 2) is regressed linearly on the
 features: numbers as they are (ResNet depth 20, 32, 56), anything else one-hot against its
 first level (GPU type). Logs keep every predicted β positive and let a feature scale β rather
-than shift it. β is floored at 1e-9 before the log, since a fit may put β2 at exactly 0.
+than shift it. β is floored at 1e-9 before the log, since a fit may put β2 at exactly 0. A
+feature with one value in every run cannot be told from the intercept, so it is left out
+(`Regression.dropped`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Regression:
     levels: dict[str, list[str]]  # categorical feature -> its levels, the first the reference
     coef: dict[str, list[float]]  # per β, one coefficient per column (on log β)
     rmse_log: dict[str, float]  # per β, in-sample RMSE of log β
+    dropped: dict[str, str]  # feature -> the one value every run had, left out of `features`
 
 
 def _is_number(value: Any) -> bool:
@@ -70,6 +73,11 @@ def run_features(run: dict[str, Any], features: list[str]) -> dict[str, Any]:
     return found
 
 
+def _key(value: Any) -> Any:
+    """A feature's value as runs are told apart by it: 56 and "56.0" are one depth."""
+    return float(value) if _is_number(value) else str(value)
+
+
 def _design(
     rows: list[dict[str, Any]], features: list[str], levels: dict[str, list[str]]
 ) -> np.ndarray:
@@ -85,6 +93,14 @@ def _design(
 
 def fit(rows: list[dict[str, Any]], betas: np.ndarray, features: list[str]) -> Regression:
     """`rows[i]` holds run i's features, `betas[i]` its fitted (β0, β1, β2)."""
+    dropped = {f: str(rows[0][f]) for f in features if len({_key(r[f]) for r in rows}) == 1}
+    features = [f for f in features if f not in dropped]
+    if not features:
+        every = ", ".join(f"{f}={v}" for f, v in dropped.items())
+        raise UserError(
+            f"nothing to regress on: {every} in every run (too few runs, or none that differ)",
+            "give runs that differ in at least one feature",
+        )
     levels = {
         f: sorted({str(r[f]) for r in rows})
         for f in features
@@ -108,14 +124,21 @@ def fit(rows: list[dict[str, Any]], betas: np.ndarray, features: list[str]) -> R
         levels=levels,
         coef={b: coef[:, j].tolist() for j, b in enumerate(BETAS)},
         rmse_log={b: float(rmse[j]) for j, b in enumerate(BETAS)},
+        dropped=dropped,
     )
 
 
 def predict(reg: Regression, values: dict[str, Any]) -> np.ndarray:
-    """(β0, β1, β2) for a configuration, which may be one no run had."""
+    """(β0, β1, β2) for a configuration, which may be one no run had. A dropped feature may
+    be left out, or given its one value."""
     missing = [f for f in reg.features if f not in values]
     if missing:
         raise UserError(f"the prediction needs {', '.join(missing)}", "e.g. --predict depth=50")
+    for f, value in reg.dropped.items():
+        if f in values and _key(values[f]) != _key(value):
+            raise UserError(
+                f"every run has {f}={value}: the regression cannot predict {f}={values[f]}"
+            )
     for f, levels in reg.levels.items():
         if str(values[f]) not in levels:
             raise UserError(f"{f}={values[f]} was in no run", f"known: {', '.join(levels)}")

@@ -23,6 +23,7 @@ a `dlperf scale` study (`ps` = 0 there: all-reduce).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -323,6 +324,43 @@ def fit_pollux(data: SpeedData) -> SpeedFit:
         notes=notes,
         typical_batch=_typical(data.global_batch),
         typical_local_batch=_typical(data.global_batch / data.workers),
+    )
+
+
+def given(model: str, params: dict[str, Any], source: str, batch: float = 0.0) -> SpeedFit:
+    """A speed model whose coefficients are given, not fitted (e.g. a paper's): every one of
+    `model`'s, each a number ≥ 0, in any order; `batch` the global batch to predict at."""
+    check_model(model)
+    names = list(MEANINGS[model])
+    unknown = [k for k in params if k not in names]
+    if unknown:
+        raise UserError(
+            f"{source}: {model} has no {', '.join(unknown)}",
+            f"its coefficients are {', '.join(names)}",
+        )
+    missing = [k for k in names if k not in params]
+    if missing:
+        raise UserError(f"{source}: {model} needs {', '.join(missing)}")
+    values = {}
+    for name in names:
+        try:
+            values[name] = float(params[name])
+        except (TypeError, ValueError):
+            values[name] = math.nan
+        if isinstance(params[name], bool) or not (
+            math.isfinite(values[name]) and values[name] >= 0
+        ):
+            raise UserError(f"{source}: {name} must be a number ≥ 0, got {params[name]!r}")
+    return SpeedFit(
+        model=model,
+        params=values,  # in the model's order, which `step_time` relies on
+        error_pct=math.nan,  # nothing measured
+        max_error_pct=math.nan,
+        n_points=0,
+        converged=True,
+        message="coefficients given, not fitted",
+        typical_batch=batch,
+        basis=f"{model} with the coefficients given in {source}, not fitted",
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -13,11 +13,14 @@ import numpy as np
 from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.ticker import MaxNLocator
 
-from dlperf.converge.curve import Curve, model, to_decreasing
-from dlperf.converge.plan import Allocation
-from dlperf.converge.regress import Regression, predict
+from dlperf.converge.curve import model, to_decreasing
 from dlperf.errors import UserError
 from dlperf.paths import check_writable
+
+if TYPE_CHECKING:
+    from dlperf.converge.curve import FitReport
+    from dlperf.converge.fitting import RegressedRun
+    from dlperf.converge.plan import Allocation
 
 
 def check_path(path: Path) -> None:
@@ -39,20 +42,21 @@ def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
     plt.close(fig)
 
 
-def plot_curves(
-    path: Path,
-    curves: list[tuple[str, np.ndarray, np.ndarray, int, dict[str, np.ndarray]]],
-    metric: str,
-) -> None:
-    """Measured points (filled inside the fit window, hollow after it) and each fitted form.
-    A curve is (label, steps, values, points in the window, {form: parameters})."""
+def plot_curves(path: Path, reports: list[FitReport], metric: str) -> None:
+    """Measured points (filled inside the fit window, hollow after it) and each fitted form."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (label, k, values, n_fit, params) in enumerate(curves):
-        color = f"C{i}"
+    for i, r in enumerate(reports):
+        color, label, k, values, n_fit = (
+            f"C{i}",
+            r.curve.label,
+            r.curve.steps,
+            r.curve.values,
+            r.n_fit,
+        )
         ax.plot(k[:n_fit], values[:n_fit], "o", color=color, ms=3, label=f"{label} measured")
         ax.plot(k[n_fit:], values[n_fit:], "o", color=color, ms=3, mfc="none")
         grid = np.linspace(k.min(), k.max(), 400)
-        for (form, p), style in zip(params.items(), ("-", ":"), strict=False):
+        for (form, p), style in zip(r.params.items(), ("-", ":"), strict=False):
             fitted = to_decreasing(model(form)(grid, p), metric)  # back to accuracy if needed
             ax.plot(grid, fitted, style, color=color, label=f"{label} {form}")
         ax.axvline(k[n_fit - 1], color=color, alpha=0.2)
@@ -96,25 +100,18 @@ def plot_plan(path: Path, rows: list[Allocation]) -> None:
 
 def plot_regression(
     path: Path,
-    runs: list[tuple[Curve, dict[str, Any]]],
-    reg: Regression,
-    unseen: np.ndarray | None,
+    runs: list[RegressedRun],
+    unseen: tuple[np.ndarray, np.ndarray] | None,
     metric: str,
 ) -> None:
-    """Each run measured (points) against the curve its features predict (line); the unseen
-    configuration's predicted curve dashed."""
+    """Each run measured in its fit window (points) against the curve its features predict
+    (line); the unseen configuration's predicted curve dashed."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    f = model("optimus")
-    last = max(float(c.steps.max()) for c, _ in runs)
-    grid = np.linspace(last / 200, last, 200)
-    for i, (c, features) in enumerate(runs):
+    for i, run in enumerate(runs):
         color = f"C{i % 10}"
-        label = ", ".join(f"{k}={v}" for k, v in features.items())
-        ax.plot(c.steps, c.values, "o", color=color, ms=3, label=f"{label} measured")
-        predicted = f(grid, predict(reg, features))
-        ax.plot(
-            grid, to_decreasing(predicted, metric), "-", color=color, label=f"{label} predicted"
-        )
+        label = ", ".join(f"{k}={v}" for k, v in run.features.items())
+        ax.plot(run.steps, run.values, "o", color=color, ms=3, label=f"{label} measured")
+        ax.plot(run.grid, run.predicted, "-", color=color, label=f"{label} predicted")
     if unseen is not None:
-        ax.plot(grid, to_decreasing(f(grid, unseen), metric), "k--", label="unseen, predicted")
+        ax.plot(*unseen, "k--", label="unseen, predicted")
     _save(fig, ax, path, "step", metric)
