@@ -87,6 +87,23 @@ def test_run_scales_boxes_and_writes_annotated_pngs(
     assert none["detections"] == []
 
 
+def _text_pixels(image: Image.Image) -> int:
+    """Pixels of the white label text: the boxes, label backgrounds and image are darker."""
+    return int((np.asarray(image).min(axis=-1) > 128).sum())
+
+
+@pytest.mark.parametrize(
+    "box", [[40.0, 0.0, 64.0, 20.0], [44.0, 28.0, 64.0, 40.0], [0.0, 0.0, 64.0, 40.0]]
+)
+def test_labels_stay_inside_small_images(box: list[float]) -> None:
+    detection = {"label_id": 2, "label": "square", "score": 0.93, "box": box}
+    whole = _text_pixels(ssd.draw(Image.new("RGB", (200, 200)), [{**detection, "box": [80.0,
+                         80.0, 120.0, 120.0]}]))  # fmt: skip
+    assert whole > 0
+    # In a 64 x 40 image, a label at a box's corner would run off the right or bottom edge.
+    assert _text_pixels(ssd.draw(Image.new("RGB", (64, 40)), [detection])) == whole
+
+
 def test_scale_boxes_maps_input_pixels_to_the_image() -> None:
     boxes = np.asarray([[0.0, 0.0, 320.0, 320.0], [32.0, 160.0, 64.0, 240.0]])
     scaled = ssd.scale_boxes(boxes, (320, 320), (640, 160))
