@@ -113,10 +113,13 @@ def build(
     pretrained: bool = False,
     size: int | None = None,
     labels: list[str] | None = None,
+    fallback_labels: list[str] | None = None,
 ) -> Detector:
     """A detector in eval mode: random weights (offline), a weights file (a dlperf detector
     checkpoint or a plain state_dict of the same architecture), or torchvision's COCO
-    weights (`pretrained`, downloads them: needs the internet)."""
+    weights (`pretrained`, downloads them: needs the internet). `labels` name the classes
+    whatever the weights say; `fallback_labels` only where the weights name none (a plain
+    state_dict, random weights)."""
     from torchvision.models import detection, get_model_weights
 
     check_model_name(name)
@@ -125,7 +128,7 @@ def build(
     checkpoint, state = _read_weights(weights, name) if weights is not None else ({}, None)
     size = size or checkpoint.get("size") or MODELS[name]
     check_size(name, size)
-    labels = labels or checkpoint.get("labels")
+    labels = labels or checkpoint.get("labels") or (None if pretrained else fallback_labels)
     if pretrained:
         weight_enum = get_model_weights(name).DEFAULT
         labels = labels or list(weight_enum.meta["categories"])
