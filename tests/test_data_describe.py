@@ -122,6 +122,7 @@ def test_image_folder_classes_by_name_or_index(tmp_path: Path) -> None:
         (["digits", "--classes", "0"], "error: --classes must be at least 1, got 0"),
         (["digits", "--classes", "11"], "error: --classes 11: digits has 10 classes"),
         (["digits", "--classes", "3,cow"], "error: --classes: digits has no class 'cow'"),
+        (["digits", "--classes", ","], "error: --classes names no class"),
         (["digits", "--out", "/proc/forbidden/fig"], "error: cannot use /proc/forbidden"),
     ],
 )

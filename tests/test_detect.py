@@ -17,6 +17,7 @@ from dlperf.deploy import meta
 from dlperf.detect import finetune, ssd, voc
 from dlperf.errors import UserError
 from dlperf.store import Store
+from dlperf.system import pick_device
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -239,7 +240,7 @@ def test_eval_cli_stores_the_run(cli: Cli, store: Store, checkpoints: Path) -> N
     root = checkpoints / "shapes"
     data = voc.VocDataset(root, voc.load_split(root, "val"), LABELS)
     det = ssd.build("ssdlite320_mobilenet_v3_large", weights=weights)
-    expected = finetune.measure_ap(det, data, batch=2)
+    expected = finetune.measure_ap(det, data, batch=2, device=pick_device("auto"))
     assert doc["ap"] == pytest.approx(expected["ap"]) and doc["map"] == pytest.approx(
         expected["map"]
     )

@@ -88,6 +88,8 @@ def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) 
         if chosen > len(classes):
             raise UserError(f"--classes {chosen}: {name} has {len(classes)} classes")
         return list(range(chosen))
+    if not chosen:
+        raise UserError("--classes names no class", "give a count or names, e.g. --classes 2")
     ids = []
     for item in chosen:
         if item in classes:
@@ -103,7 +105,7 @@ def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) 
     return ids
 
 
-def augments(cfg: AugmentConfig) -> bool:
+def _augments(cfg: AugmentConfig) -> bool:
     return bool(cfg.crop_padding or cfg.flip or cfg.cutout or cfg.batch_aug_m > 1)
 
 
@@ -137,7 +139,7 @@ def describe(
     names = data.classes or [str(i) for i in range(data.num_classes)]
     labels = pick_classes(data.name, names, classes)
     samples = _samples(data, data.train, labels, per_class)
-    active = augment if augment is not None and augments(augment) else None
+    active = augment if augment is not None and _augments(augment) else None
     return Description(
         name=data.name,
         classes=names,
