@@ -270,9 +270,8 @@ def evaluate(
     if as_json:
         console.print_json(done)
         return
-    detector = {name: done["renamed"].get(name, name) for name in done["ap"]}
     rows = [
-        [name, "-" if name in done["unknown"] else detector[name], ap]
+        [name, "-" if name in done["unknown"] else done["renamed"].get(name, name), ap]
         for name, ap in done["ap"].items()
     ]
     console.print_table(

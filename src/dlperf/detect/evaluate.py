@@ -11,6 +11,7 @@ result's `unknown`.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,7 +117,7 @@ def evaluate_recorded(
             "ap_method": cfg.ap_method,
             "images": len(annotations),
             "eval_s": eval_s,
-            "images_per_s": len(annotations) / eval_s if eval_s > 0 else None,
+            "images_per_s": len(annotations) / eval_s if eval_s > 0 else math.nan,
             "renamed": renamed,
             "unknown": unknown,
         }
