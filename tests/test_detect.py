@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from dlperf.deploy import meta
 from dlperf.detect import finetune, ssd, voc
 from dlperf.errors import UserError
 from dlperf.store import Store
+from dlperf.system import pick_device
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -85,6 +87,23 @@ def test_run_scales_boxes_and_writes_annotated_pngs(
     # Nothing above the threshold: no boxes, the image left as it was.
     (none,) = ssd.run(exported[0], [image_path], 1.0, tmp_path / "out2", threads=1)
     assert none["detections"] == []
+
+
+def _text_pixels(image: Image.Image) -> int:
+    """Pixels of the white label text: the boxes, label backgrounds and image are darker."""
+    return int((np.asarray(image).min(axis=-1) > 128).sum())
+
+
+@pytest.mark.parametrize(
+    "box", [[40.0, 0.0, 64.0, 20.0], [44.0, 28.0, 64.0, 40.0], [0.0, 0.0, 64.0, 40.0]]
+)
+def test_labels_stay_inside_small_images(box: list[float]) -> None:
+    detection = {"label_id": 2, "label": "square", "score": 0.93, "box": box}
+    whole = _text_pixels(ssd.draw(Image.new("RGB", (200, 200)), [{**detection, "box": [80.0,
+                         80.0, 120.0, 120.0]}]))  # fmt: skip
+    assert whole > 0
+    # In a 64 x 40 image, a label at a box's corner would run off the right or bottom edge.
+    assert _text_pixels(ssd.draw(Image.new("RGB", (64, 40)), [detection])) == whole
 
 
 def test_scale_boxes_maps_input_pixels_to_the_image() -> None:
@@ -192,7 +211,90 @@ def test_finetune_cli_stores_the_run(cli: Cli, store: Store, tmp_path: Path) -> 
     assert ssd.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt").size == 96
 
 
-@pytest.mark.parametrize("command", ["export", "run", "make-shapes", "finetune"])
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shapes set, the same set with VOC's names (square: aeroplane, disc: horse), and one
+    random-weight detector saved twice: labelled square at id 2, and COCO-style airplane."""
+    root = tmp_path_factory.mktemp("eval")
+    voc.make_shapes(root / "shapes", images=6, size=96)
+    shutil.copytree(root / "shapes", root / "renamed")
+    for xml in (root / "renamed" / "Annotations").glob("*.xml"):
+        text = xml.read_text().replace(">square<", ">aeroplane<").replace(">disc<", ">horse<")
+        xml.write_text(text)
+    torch.manual_seed(0)
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
+    ssd.save_checkpoint(det, root / "shapes.pt")
+    det.labels = ["__background__", "person", "airplane"]
+    ssd.save_checkpoint(det, root / "coco.pt")
+    return root
+
+
+def test_eval_cli_stores_the_run(cli: Cli, store: Store, checkpoints: Path) -> None:
+    weights = checkpoints / "shapes.pt"
+    saved = weights.read_bytes()
+    r = cli("detect", "eval", str(checkpoints / "shapes"), "--weights", str(weights),
+            "--batch", "2", "--threads", "1", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    # The numbers finetune measures before training: the same detector, split and batch.
+    root = checkpoints / "shapes"
+    data = voc.VocDataset(root, voc.load_split(root, "val"), LABELS)
+    det = ssd.build("ssdlite320_mobilenet_v3_large", weights=weights)
+    expected = finetune.measure_ap(det, data, batch=2, device=pick_device("auto"))
+    assert doc["ap"] == pytest.approx(expected["ap"]) and doc["map"] == pytest.approx(
+        expected["map"]
+    )
+    assert (doc["split"], doc["images"], doc["renamed"], doc["unknown"]) == ("val", 2, {}, [])
+    run = store.get_run(doc["run_id"])
+    assert (run["kind"], run["status"]) == ("detect", "finished")
+    assert run["config"]["detect"] == {"model": "ssdlite320_mobilenet_v3_large", "size": 96,
+        "batch": 2, "val_split": "val", "ap_method": "area", "threads": 1}  # fmt: skip
+    assert run["config"]["weights"] == str(weights) and run["summary"]["ap"] == doc["ap"]
+    assert store.artifacts(doc["run_id"]) == [] and weights.read_bytes() == saved  # no training
+
+
+def test_eval_matches_coco_names_to_voc(cli: Cli, checkpoints: Path) -> None:
+    args = ("--threads", "1", "--json")
+    r = cli("detect", "eval", str(checkpoints / "shapes"), "--weights",
+            str(checkpoints / "shapes.pt"), *args)  # fmt: skip
+    shapes = json.loads(r.out)
+    r = cli("detect", "eval", str(checkpoints / "renamed"), "--weights",
+            str(checkpoints / "coco.pt"), *args)  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["renamed"] == {"aeroplane": "airplane"} and doc["unknown"] == ["horse"]
+    # COCO's airplane is label id 2, which the shapes detector calls square: the same boxes.
+    assert doc["ap"]["aeroplane"] == shapes["ap"]["square"] > 0
+    assert doc["ap"]["horse"] == 0.0 and doc["map"] == pytest.approx(doc["ap"]["aeroplane"] / 2)
+    r = cli("detect", "eval", str(checkpoints / "renamed"), "--weights",
+            str(checkpoints / "coco.pt"), "--threads", "1")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "warning: the detector has no class 'horse': its AP is 0\n" in r.err
+    table = [line.split() for line in r.out.splitlines()]
+    assert table[3][:3] == ["aeroplane", "│", "airplane"] and table[4][:3] == ["horse", "│", "-"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "error: detect eval tests trained weights (give --weights FILE, a `dlperf"),
+        (["--weights", "shapes.pt", "--pretrained"], "error: give --weights FILE or --pretr"),
+        (["--weights", "coco.pt"], "error: the detector's classes (person, airplane) include"
+            " none of split val's (disc, square) (test weights trained on these classes)"),
+        (["--weights", "shapes.pt", "--val-split", "test"], "error: no split file"),
+        (["--weights", "shapes.pt", "--ap", "best"], "error: config with --set: detect.ap_method"),
+    ],
+)  # fmt: skip
+def test_eval_bad_input_is_one_line(
+    cli: Cli, checkpoints: Path, args: list[str], message: str
+) -> None:
+    args = [str(checkpoints / a) if a.endswith(".pt") else a for a in args]
+    r = cli("detect", "eval", str(checkpoints / "shapes"), *args)
+    assert r.code == 2
+    assert r.err.startswith(message) and r.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["export", "run", "make-shapes", "finetune", "eval"])
 def test_help_ends_with_an_example(cli: Cli, command: str) -> None:
     r = cli("detect", command, "--help")
     assert r.code == 0 and f"Example: dlperf detect {command}" in r.out

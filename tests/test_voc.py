@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from dlperf.detect import voc
+from dlperf.detect.evaluate import match_classes
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 
@@ -195,6 +196,32 @@ def test_evaluate_averages_classes_with_objects(tmp_path: Path) -> None:
     result = voc.evaluate([a], [prediction], labels)
     assert result["ap"]["cat"] == pytest.approx(0.5)
     assert result["map"] == pytest.approx(0.75)
+
+
+def test_coco_names_score_as_voc_classes() -> None:
+    a = voc.VocAnnotation(
+        "img",
+        "img.jpg",
+        50,
+        50,
+        [voc.VocObject("aeroplane", BOX_A, False), voc.VocObject("sofa", BOX_B, False)],
+    )
+    coco = ["__background__", "person", "airplane", "couch", "truck"]
+    names, renamed = match_classes(coco, ["__background__", "aeroplane", "sofa", "cow"])
+    assert names == ["__background__", "person", "aeroplane", "sofa", "truck"]
+    assert renamed == {"aeroplane": "airplane", "sofa": "couch"}
+    prediction = {
+        "boxes": np.asarray([BOX_A, BOX_B, BOX_A]),
+        "scores": np.asarray([0.9, 0.8, 0.95]),
+        "labels": np.asarray([2, 3, 4]),  # a "truck" on A ranked first: not an aeroplane FP
+    }
+    result = voc.evaluate([a], [prediction], names, classes=["aeroplane", "sofa", "cow"])
+    assert list(result["ap"]) == ["aeroplane", "sofa", "cow"]  # the data set's, not COCO's 4
+    assert result["ap"]["aeroplane"] == result["ap"]["sofa"] == 1.0
+    assert math.isnan(result["ap"]["cow"]) and result["map"] == 1.0  # no cow in the split
+    # A detector that has the VOC name keeps its own labels as they are.
+    both = ["__background__", "aeroplane", "airplane"]
+    assert match_classes(both, ["__background__", "aeroplane"]) == (both, {})
 
 
 # --- CLI -----------------------------------------------------------------------------------

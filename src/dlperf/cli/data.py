@@ -17,34 +17,80 @@ data_app = typer.Typer(
 app.add_typer(data_app, name="data")
 
 
+def _classes(value: str | None) -> int | list[str] | None:
+    """--classes N (the first N) or A,B,... (names or indices; any comma makes it a list)."""
+    if value is None:
+        return None
+    if value.strip().lstrip("-").isdigit():
+        return int(value)
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
 @data_app.command("describe")
 def describe(
     dataset: str = typer.Argument(..., help="A data set name (see `dlperf datasets`)."),
     set_: list[str] = typer.Option(
-        [], "--set", help="A [data] key, e.g. --set data.root=~/data (repeatable)."
+        [],
+        "--set",
+        help="A [data] or [augment] key, e.g. --set data.root=~/data or --set augment.cutout=8 "
+        "(repeatable); an [augment] key shows each sample beside its augmented copies.",
     ),
     out: Path = typer.Option(
         None, "--out", help="Directory for the figures (default dlperf_runs/data-NAME)."
+    ),
+    classes: str = typer.Option(
+        None,
+        "--classes",
+        help="Classes in the sample grid: N (the first N) or a comma list of names or indices "
+        "(cat,dog or 3,7; one class: 7,). Default: all.",
     ),
     per_class: int = typer.Option(8, "--per-class", help="Sample images shown per class."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Classes, training images per class, split sizes, image shape, per-channel mean and
-    std, a bar chart of the classes and a grid of sample images.
+    std, a bar chart of the classes and a grid of sample images; with an [augment] key set,
+    each sample beside what training's augmentation makes of it.
 
-    Example: dlperf data describe mnist5k --per-class 6 --out figures
+    Example: dlperf data describe digits --set augment.cutout=4 --classes 2 --per-class 2
     """
     from dlperf.config import load_experiment
     from dlperf.data.describe import describe as describe_data
+    from dlperf.report.data import plot_counts, plot_samples
 
     if per_class < 1:
         raise UserError(f"--per-class must be at least 1, got {per_class}")
     for assignment in set_:
-        if not assignment.startswith("data."):
-            raise UserError(f"--set {assignment!r}: only [data] keys apply here", "data.KEY=V")
+        if not assignment.startswith(("data.", "augment.")):
+            raise UserError(
+                f"--set {assignment!r}: only [data] and [augment] keys apply here",
+                "data.KEY=V or augment.KEY=V",
+            )
     exp = load_experiment(None, [f'data.name="{dataset}"', *set_])
     where = out if out is not None else Path("dlperf_runs") / f"data-{exp.data.name}"
-    result = describe_data(exp.data, where, per_class)
+    where.mkdir(parents=True, exist_ok=True)  # an unusable place fails before the reading
+    desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
+    augment = desc.augment
+    setting = (
+        ", ".join(f"{k}={v}" for k, v in augment.model_dump(exclude_defaults=True).items())
+        if augment
+        else ""
+    )
+    plots = {
+        "counts": str(
+            plot_counts(where / f"{desc.name}-counts.png", desc.name, desc.classes, desc.counts)
+        ),
+        "samples": str(
+            plot_samples(
+                where / f"{desc.name}-samples.png",
+                desc.name,
+                desc.shown,
+                desc.samples,
+                desc.augmented,
+                setting,
+            )
+        ),
+    }
+    result = {**desc.summary(), "plots": plots}
     if as_json:
         console.print_json(result)
         return
@@ -61,5 +107,5 @@ def describe(
     console.print_table(
         "training images per class", ["class", "images"], list(result["counts"].items())
     )
-    console.tell([], result["plots"]["counts"])
-    console.tell([], result["plots"]["samples"])
+    console.tell([], plots["counts"])
+    console.tell([], plots["samples"])

@@ -1,4 +1,5 @@
-"""`dlperf detect export | run | make-shapes | finetune`: SSD detectors, ONNX and VOC AP."""
+"""`dlperf detect export | run | make-shapes | finetune | eval`: SSD detectors, ONNX and VOC
+AP."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from dlperf.paths import check_writable
 
 detect_app = typer.Typer(
     help="Object detection: export torchvision's SSD detectors to ONNX, run them in ONNX "
-    "Runtime, fine-tune them on VOC-layout data and measure AP@0.5.\n\n"
+    "Runtime, fine-tune them on VOC-layout data and measure AP@0.5 (with or without "
+    "fine-tuning).\n\n"
     "Example: dlperf detect export --out det.onnx --num-classes 3",
     no_args_is_help=True,
 )
@@ -216,5 +218,71 @@ def finetune(
         f"images; {done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
         f"images/s, {done['threads']} threads on {done['device']}), final loss "
         f"{done['final_loss']:.3f}; saved {out}",
+        markup=False,
+    )
+
+
+@detect_app.command("eval")
+def evaluate(
+    voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
+    weights: Path = WEIGHTS,
+    pretrained: bool = typer.Option(
+        False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
+    ),
+    config: Path = typer.Option(
+        None, "--config", help="A TOML file whose [detect] section to use."
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set detect.batch=16 (repeatable)."
+    ),
+    model: str = typer.Option(
+        None, "--model", help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16."
+    ),
+    size: int = SIZE,
+    batch: int = typer.Option(None, "--batch", help="Images per forward pass."),
+    val_split: str = typer.Option(None, "--val-split", help="ImageSets/Main split to test on."),
+    ap_method: str = typer.Option(
+        None, "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
+    ),
+    threads: int = THREADS,
+    as_json: bool = JSON,
+) -> None:
+    """Test a trained detector on a VOC-layout split without fine-tuning it: per-class
+    AP@0.5 and mAP, the run kept in the run store.
+
+    The detector's classes are matched to the set's by name, COCO's airplane, dining table,
+    motorcycle, potted plant, couch and tv to VOC's aeroplane, diningtable, motorbike,
+    pottedplant, sofa and tvmonitor; a class the detector does not know scores AP 0. The
+    options from --model to --threads are short for --set detect.KEY=VALUE, as for finetune.
+
+    Example: dlperf detect eval shapes --weights shapes.pt --val-split val --threads 1
+    """
+    from dlperf.config import DetectConfig, load_experiment, shortcuts
+    from dlperf.detect import ssd
+    from dlperf.detect.evaluate import evaluate_recorded
+
+    flags = {name: value for name, value in locals().items() if name in DetectConfig.model_fields}
+    opts = load_experiment(config, [*set_, *shortcuts("detect", flags)]).detect
+    ssd.check_model_name(opts.model)
+    store = open_store()
+    with console.reporter() as rep:
+        done = evaluate_recorded(store, voc_root, opts, weights, pretrained, rep)
+    if as_json:
+        console.print_json(done)
+        return
+    rows = [
+        [name, "-" if name in done["unknown"] else done["renamed"].get(name, name), ap]
+        for name, ap in done["ap"].items()
+    ]
+    console.print_table(
+        f"AP@0.5 on {done['split']}",
+        ["class", "detector's class", "AP"],
+        [*rows, ["mAP", "", done["map"]]],
+    )
+    console.tell([f"the detector has no class '{name}': its AP is 0" for name in done["unknown"]])
+    console.out.print(
+        f"run {done['run_id']}: AP ({done['ap_method']}) on {done['images']} {done['split']} "
+        f"images in {done['eval_s']:.1f} s ({done['images_per_s']:.1f} images/s, "
+        f"{done['threads']} threads on {done['device']})",
         markup=False,
     )

@@ -1,17 +1,53 @@
 """What a data set holds, before anything trains on it: classes, images per class, split sizes,
-image shape, per-channel statistics, and sample images (`dlperf data describe`)."""
+image shape, per-channel statistics, and sample images with, when an [augment] key is set,
+what training's batched augmentation makes of them (`dlperf data describe`).
+
+Returns data only; `dlperf.cli.data` draws the figures."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from dlperf.config import DataConfig
+from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
+from dlperf.data.augment import augment_batch
 from dlperf.data.sources import Split
+from dlperf.errors import UserError
+
+
+@dataclass
+class Description:
+    name: str
+    classes: list[str]
+    counts: list[int]  # training images per class
+    splits: dict[str, int]
+    image_shape: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    in_memory: bool
+    shown: list[str]  # the classes sampled, in the order asked for
+    samples: list[torch.Tensor]  # per shown class: uint8 n,C,H,W
+    augment: AugmentConfig | None  # None: no augmentation set
+    augmented: list[torch.Tensor] | None  # per shown class: uint8 M,n,C,H,W, M copies of each
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the images, as JSON takes it."""
+        return {
+            "name": self.name,
+            "classes": self.classes,
+            "counts": dict(zip(self.classes, self.counts, strict=True)),
+            "splits": self.splits,
+            "image_shape": list(self.image_shape),
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "in_memory": self.in_memory,
+            "sample_classes": self.shown,
+            "augment": self.augment.model_dump() if self.augment is not None else None,
+        }
 
 
 def _read(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
@@ -27,10 +63,12 @@ def _read(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
         )
 
 
-def _samples(data: ImageData, split: Split, per_class: int) -> list[torch.Tensor]:
-    """Up to `per_class` uint8 images C,H,W of each class, in split order."""
+def _samples(
+    data: ImageData, split: Split, labels: list[int], per_class: int
+) -> list[torch.Tensor]:
+    """Up to `per_class` uint8 images C,H,W of each class in `labels`, in split order."""
     picked: list[torch.Tensor] = []
-    for label in range(data.num_classes):
+    for label in labels:
         index = torch.nonzero(split.labels == label).flatten()[:per_class]
         if split.images is not None:
             picked.append(split.images[index])
@@ -39,34 +77,80 @@ def _samples(data: ImageData, split: Split, per_class: int) -> list[torch.Tensor
     return picked
 
 
-def describe(cfg: DataConfig, out_dir: Path, per_class: int = 8) -> dict[str, Any]:
-    """The data set `cfg` names, described; the class bar chart and the sample grid are
-    written to `out_dir` and their paths returned under `plots`."""
-    from dlperf.report.data import plot_counts, plot_samples
-
-    out_dir.mkdir(parents=True, exist_ok=True)  # an unusable place fails before the reading
-    data = load_data(cfg)
-    classes = data.classes or [str(i) for i in range(data.num_classes)]
-    counts = torch.bincount(data.train.labels, minlength=data.num_classes).tolist()
-    plots = {
-        "counts": str(plot_counts(out_dir / f"{data.name}-counts.png", data.name, classes, counts)),
-        "samples": str(
-            plot_samples(
-                out_dir / f"{data.name}-samples.png",
-                data.name,
-                classes,
-                _samples(data, data.train, per_class),
+def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) -> list[int]:
+    """Label ids of `chosen`: all classes (None), the first N (an int), or each listed class
+    by name, else by index."""
+    if chosen is None:
+        return list(range(len(classes)))
+    if isinstance(chosen, int):
+        if chosen < 1:
+            raise UserError(f"--classes must be at least 1, got {chosen}")
+        if chosen > len(classes):
+            raise UserError(f"--classes {chosen}: {name} has {len(classes)} classes")
+        return list(range(chosen))
+    if not chosen:
+        raise UserError("--classes names no class", "give a count or names, e.g. --classes 2")
+    ids = []
+    for item in chosen:
+        if item in classes:
+            ids.append(classes.index(item))
+        elif item.isdigit() and int(item) < len(classes):
+            ids.append(int(item))
+        else:
+            listed = ", ".join(classes[:12]) + (", ..." if len(classes) > 12 else "")
+            raise UserError(
+                f"--classes: {name} has no class '{item}'",
+                f"give names or indices 0..{len(classes) - 1}: {listed}",
             )
-        ),
-    }
-    return {
-        "name": data.name,
-        "classes": classes,
-        "counts": dict(zip(classes, counts, strict=True)),
-        "splits": {"train": len(data.train), "val": len(data.val), "test": len(data.test)},
-        "image_shape": list(data.shape),
-        "mean": list(data.mean),
-        "std": list(data.std),
-        "in_memory": data.in_memory,
-        "plots": plots,
-    }
+    return ids
+
+
+def _augments(cfg: AugmentConfig) -> bool:
+    return bool(cfg.crop_padding or cfg.flip or cfg.cutout or cfg.batch_aug_m > 1)
+
+
+def _augmented(
+    samples: list[torch.Tensor], cfg: AugmentConfig, mean: tuple[float, ...], std: tuple[float, ...]
+) -> list[torch.Tensor]:
+    """Each class's samples through training's `augment_batch` (all of them as one batch,
+    with a fixed seed, so the figure is the same every time), back to uint8 for display:
+    per class M,n,C,H,W."""
+    x = torch.cat(samples)
+    mean_t = torch.tensor(mean).view(-1, 1, 1)
+    std_t = torch.tensor(std).view(-1, 1, 1)
+    g = torch.Generator().manual_seed(0)
+    out, _ = augment_batch(x, torch.zeros(len(x), dtype=torch.long), cfg, mean_t, std_t, g)
+    pixels = (out * std_t + mean_t).mul(255).round().clamp(0, 255).to(torch.uint8)
+    # augment_batch's M copies are copy-major: all first copies, then all second ones.
+    pixels = pixels.view(cfg.batch_aug_m, *x.shape)
+    return list(pixels.split([len(images) for images in samples], dim=1))
+
+
+def describe(
+    cfg: DataConfig,
+    augment: AugmentConfig | None = None,
+    classes: int | list[str] | None = None,
+    per_class: int = 8,
+) -> Description:
+    """The data set `cfg` names, described, with up to `per_class` training images of each
+    class `classes` picks (see `pick_classes`) and, when `augment` sets any augmentation,
+    what training's augmentation makes of them."""
+    data = load_data(cfg)
+    names = data.classes or [str(i) for i in range(data.num_classes)]
+    labels = pick_classes(data.name, names, classes)
+    samples = _samples(data, data.train, labels, per_class)
+    active = augment if augment is not None and _augments(augment) else None
+    return Description(
+        name=data.name,
+        classes=names,
+        counts=torch.bincount(data.train.labels, minlength=data.num_classes).tolist(),
+        splits={"train": len(data.train), "val": len(data.val), "test": len(data.test)},
+        image_shape=data.shape,
+        mean=data.mean,
+        std=data.std,
+        in_memory=data.in_memory,
+        shown=[names[i] for i in labels],
+        samples=samples,
+        augment=active,
+        augmented=_augmented(samples, active, data.mean, data.std) if active else None,
+    )

@@ -113,10 +113,13 @@ def build(
     pretrained: bool = False,
     size: int | None = None,
     labels: list[str] | None = None,
+    fallback_labels: list[str] | None = None,
 ) -> Detector:
     """A detector in eval mode: random weights (offline), a weights file (a dlperf detector
     checkpoint or a plain state_dict of the same architecture), or torchvision's COCO
-    weights (`pretrained`, downloads them: needs the internet)."""
+    weights (`pretrained`, downloads them: needs the internet). `labels` name the classes
+    whatever the weights say; `fallback_labels` only where the weights name none (a plain
+    state_dict, random weights)."""
     from torchvision.models import detection, get_model_weights
 
     check_model_name(name)
@@ -125,7 +128,7 @@ def build(
     checkpoint, state = _read_weights(weights, name) if weights is not None else ({}, None)
     size = size or checkpoint.get("size") or MODELS[name]
     check_size(name, size)
-    labels = labels or checkpoint.get("labels")
+    labels = labels or checkpoint.get("labels") or (None if pretrained else fallback_labels)
     if pretrained:
         weight_enum = get_model_weights(name).DEFAULT
         labels = labels or list(weight_enum.meta["categories"])
@@ -355,8 +358,21 @@ def scale_boxes(
     return boxes.astype(np.float64) * np.array([sx, sy, sx, sy])
 
 
+def _label_corner(
+    box: list[float], label_wh: tuple[float, float], image_wh: tuple[int, int]
+) -> tuple[float, float]:
+    """Top-left corner of a box's label: above the box, or just inside its top when there is
+    no room above, moved left or up as far as needed to stay inside the image (a label
+    wider than the image starts at its left edge)."""
+    x1, y1 = box[0], box[1]
+    (w, h), (width, height) = label_wh, image_wh
+    y = y1 - h if y1 >= h else y1
+    return max(0.0, min(x1, width - w)), max(0.0, min(y, height - h))
+
+
 def draw(image: Image.Image, detections: list[dict[str, Any]]) -> Image.Image:
-    """The image with each detection's box and "label score" drawn on it."""
+    """The image with each detection's box and "label score" drawn on it, the labels kept
+    inside the image."""
     from PIL import ImageDraw
 
     out = image.convert("RGB")
@@ -364,13 +380,15 @@ def draw(image: Image.Image, detections: list[dict[str, Any]]) -> Image.Image:
     palette = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180))
     for d in detections:
         colour = palette[d["label_id"] % len(palette)]
-        x1, y1, x2, y2 = d["box"]
-        pen.rectangle((x1, y1, x2, y2), outline=colour, width=2)
+        pen.rectangle(tuple(d["box"]), outline=colour, width=2)
         text = f"{d['label']} {d['score']:.2f}"
-        left, top, right, bottom = pen.textbbox((x1, y1), text)
-        y = max(0.0, y1 - (bottom - top) - 2)
-        pen.rectangle((x1, y, x1 + right - left + 2, y + bottom - top + 2), fill=colour)
-        pen.text((x1 + 1, y), text, fill=(255, 255, 255))
+        # The text's ink sits at an offset from the point it is drawn at: measure it at the
+        # origin, so that the ink lands 1 px inside its background at any position.
+        left, top, right, bottom = pen.textbbox((0, 0), text)
+        w, h = right - left + 2, bottom - top + 2
+        x, y = _label_corner(d["box"], (w, h), out.size)
+        pen.rectangle((x, y, x + w, y + h), fill=colour)
+        pen.text((x + 1 - left, y + 1 - top), text, fill=(255, 255, 255))
     return out
 
 

@@ -229,16 +229,18 @@ def evaluate(
     labels: list[str],
     iou_threshold: float = 0.5,
     method: str = "area",
+    classes: list[str] | None = None,
 ) -> dict[str, Any]:
     """Per-class AP and mAP. predictions[i] = {"boxes", "scores", "labels"} for
-    annotations[i], boxes in that image's pixels. mAP averages the classes that have
-    objects in the split."""
+    annotations[i], boxes in that image's pixels; `labels` names the predicted label ids.
+    AP is given for each of `classes` (default: every label but the background); a class no
+    label id names has no detections. mAP averages the classes that have objects in the
+    split."""
     if method not in AP_METHODS:
         raise UserError(f"unknown AP method '{method}'", f"choose {' or '.join(AP_METHODS)}")
     ap: dict[str, float] = {}
-    for label_id, name in enumerate(labels):
-        if label_id == 0:
-            continue
+    for name in classes if classes is not None else labels[1:]:
+        ids = {i for i, label in enumerate(labels) if label == name and i != 0}
         truths = {}
         for a in annotations:
             objs = [o for o in a.objects if o.name == name]
@@ -250,7 +252,7 @@ def evaluate(
             (a.image_id, float(score), tuple(float(v) for v in box))
             for a, p in zip(annotations, predictions, strict=True)
             for box, score, lab in zip(p["boxes"], p["scores"], p["labels"], strict=True)
-            if int(lab) == label_id
+            if int(lab) in ids
         ]
         ap[name] = class_ap(detections, truths, iou_threshold, method)
     valid = [v for v in ap.values() if not math.isnan(v)]

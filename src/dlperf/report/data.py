@@ -1,4 +1,5 @@
-"""Figures of a data set: images per class, and a grid of sample images per class."""
+"""Figures of a data set: images per class, and a grid of sample images per class (with
+their augmented copies beside them when augmentation is on)."""
 
 from __future__ import annotations
 
@@ -25,22 +26,54 @@ def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) ->
     return path
 
 
-def plot_samples(path: Path, name: str, classes: list[str], samples: list[torch.Tensor]) -> Path:
-    """One row per class of its sample images (uint8 C,H,W), grey or RGB as stored."""
-    columns = max((len(s) for s in samples), default=1) or 1
+def plot_samples(
+    path: Path,
+    name: str,
+    classes: list[str],
+    samples: list[torch.Tensor],
+    augmented: list[torch.Tensor] | None = None,
+    augment: str = "",
+) -> Path:
+    """One row per class of its sample images (uint8 C,H,W), grey or RGB as stored; with
+    `augmented` (per class M,n,C,H,W), each image followed by its M augmented copies."""
+    copies = len(augmented[0]) if augmented else 0
+    per_class = max((len(s) for s in samples), default=1) or 1
+    columns = per_class * (1 + copies)
+    # At least 4 inches wide: the title would not fit a grid of two or three columns.
     fig, axes = plt.subplots(
-        len(classes), columns, figsize=(columns * 0.9, len(classes) * 0.9), squeeze=False
+        len(classes),
+        columns,
+        figsize=(max(4.0, columns * 0.9), len(classes) * 0.9 + 0.4),
+        squeeze=False,
     )
-    for row, (label, images) in enumerate(zip(classes, samples, strict=True)):
-        for col in range(columns):
-            ax = axes[row][col]
+    for row, label in enumerate(classes):
+        for ax in axes[row]:
             ax.axis("off")
-            if col < len(images):
-                image = images[col].permute(1, 2, 0).numpy()
-                ax.imshow(image.squeeze(-1) if image.shape[-1] == 1 else image, cmap="gray")
+        for i, image in enumerate(samples[row]):
+            shown = [image, *(augmented[row][:, i] if augmented else [])]
+            for k, pixels in enumerate(shown):
+                _show(axes[row][i * (1 + copies) + k], pixels)
         axes[row][0].set_title(label, loc="left", fontsize=8)
-    fig.suptitle(f"{name}: training images by class")
+    for col in range(columns if copies else 0):
+        k = col % (1 + copies)
+        if k:  # the first row names the copies; the originals' column shows the class
+            axes[0][col].set_title("aug" if copies == 1 else f"aug {k}", fontsize=7)
+    if augmented:
+        what = "augmented copy" if copies == 1 else f"{copies} augmented copies"
+        title = f"{name}: each training image, then its {what}\n{augment}"
+    else:
+        title = f"{name}: training images by class"
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _show(ax: plt.Axes, image: torch.Tensor) -> None:
+    pixels = image.permute(1, 2, 0).numpy()
+    # A fixed 0..255 scale: autoscaling each image apart would show Cutout's patch as a
+    # change of contrast in the copy.
+    ax.imshow(
+        pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels, cmap="gray", vmin=0, vmax=255
+    )
