@@ -229,7 +229,7 @@ def test_a_staleness_study_starts_from_the_weights_and_freezes_the_backbone(
 
     monkeypatch.setattr(async_sgd, "train", train)
     store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
-    async_sgd.study(exp, {"L1": 1.0, "L2": 0.5}, store, tmp_path / "runs")
+    async_sgd.study(exp, {"L1": 1.0, "L2": 0.5}, store)
     head = head_name(trained[0]) + "."
     for model in trained:
         for key, value in model.state_dict().items():

@@ -113,8 +113,15 @@ def _train_staleness(
     if any(not math.isfinite(r) or r <= 0 for r in rates.values()):
         raise UserError(f"learner speeds must be positive, got {speeds}")
     exp = load_experiment(path, overrides)
+    from dlperf.report.staleness import plot_staleness
+
+    store = open_store()
     with console.reporter() as rep:
-        result = async_sgd.study(exp, rates, open_store(), Path(exp.run.out_dir), rep)
+        result = async_sgd.study(exp, rates, store, rep)
+    figure = store.artifact_dir(Path(exp.run.out_dir)) / f"staleness-study-{result['study_id']}.png"
+    plot_staleness(figure, result)
+    store.add_artifact(result["async"]["run_id"], "figure", figure)
+    result["figure"] = str(figure)
     if as_json:
         console.print_json(result)
         return

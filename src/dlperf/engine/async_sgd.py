@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -139,11 +138,10 @@ def study(
     exp: Experiment,
     speeds: dict[str, float],
     store: Store,
-    out_dir: Path,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """Synchronous then emulated asynchronous SGD from the same initial weights, both stored;
-    the figure goes under the store's directory in `out_dir`."""
+    """Synchronous then emulated asynchronous SGD from the same initial weights, both stored
+    as runs of one study."""
     reporter = reporter or NullReporter()
     device = pick_device(exp.run.device)
     threads = set_threads(exp.run.threads)
@@ -192,10 +190,4 @@ def study(
             "val_acc1": [m.get("acc1") for m in history],
             **record.summary,
         }
-    figure = store.artifact_dir(out_dir) / f"staleness-study-{study_id}.png"
-    from dlperf.report.staleness import plot_staleness  # matplotlib only when drawing
-
-    plot_staleness(figure, result)
-    store.add_artifact(result["async"]["run_id"], "figure", figure)
-    result["figure"] = str(figure)
     return result
