@@ -118,6 +118,10 @@ def study_figures(
     def inverse_linear(mine: list[dict[str, Any]], n: int) -> float:
         return mine[0]["epoch_time_s"] * mine[0]["workers"] / n
 
+    def efficiency(ax: Axes) -> None:
+        series("efficiency")(ax)
+        ax.axhline(1.0, linestyle=":", color="0.4", label="ideal")  # one for every series
+
     def throughput(ax: Axes) -> None:
         series("throughput", linear)(ax)
         label = "chunk mean, 95% CI (Student's t)"
@@ -173,8 +177,7 @@ def study_figures(
     if any(r.get("speedup") is not None for r in flat):
         figures += [
             ("plot/speedup", "speedup", series("speedup", lambda mine, n: n / mine[0]["workers"])),
-            ("plot/efficiency", "efficiency (throughput-based)",
-             series("efficiency", lambda mine, n: 1.0)),
+            ("plot/efficiency", "efficiency (throughput-based)", efficiency),
         ]  # fmt: skip
     figures.append(("plot/step_split", "ms per step", split))
     if all(r.get("cost_per_epoch") is not None for r in flat):
