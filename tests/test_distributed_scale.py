@@ -22,6 +22,7 @@ from torch import nn
 from dlperf.config import load_experiment
 from dlperf.data import load_data
 from dlperf.distributed.launch import free_port, worker_pids
+from dlperf.distributed.scaling import EFFICIENCY
 from dlperf.engine.run import build_model, run_experiment
 from dlperf.models.transfer import split_params
 from dlperf.procs import alive
@@ -160,8 +161,9 @@ def test_allreduce_bench_then_one_and_two_workers(
     one, two = doc["rows"]
     assert (one["workers"], one["global_batch"], two["global_batch"]) == (1, 16, 32)
     assert two["per_worker_batch"] == 16 and two["threads_per_worker"] == 1
-    assert one["speedup"] == 1.0
+    assert one["speedup"] == 1.0 and (one["mode"], two["mode"]) == ("weak", "weak")
     assert two["speedup"] == pytest.approx(two["throughput"] / one["throughput"])
+    assert doc["efficiency_definitions"] == {"weak": EFFICIENCY["weak"]}
     assert two["comm_exposed_s"] >= 0 and two["compute_s"] > 0
     assert two["replica_max_diff"] == 0.0  # all-reduce keeps replicas identical
     assert one["ring_predicted_s"] is None
@@ -339,6 +341,7 @@ def test_find_max_batch_stops_where_the_data_runs_out(
     assert doc["max_per_worker_batch"] == 32
     (row,) = doc["rows"]  # 128 > 64 images: never launched
     assert row["per_worker_batch"] == 32 and row["timed_steps"] == 2  # one epoch
+    assert (row["speedup"], row["efficiency"]) == (None, None)  # no scaling point
     assert "per-worker batch 128 exceeds the data set" in doc["warnings"][0]
 
 

@@ -264,22 +264,27 @@ def test_oversubscribed_run_and_runs_at_once(lab: tuple[Store, str, dict[str, in
 
 
 def _study(
-    store: Store, points: list[tuple[int, float, float | None]], ranks: int | None = None
+    store: Store,
+    points: list[tuple[int, float, float | None]],
+    ranks: int | None = None,
+    batch: int = 32,
+    study: int | None = None,
 ) -> list[int]:
-    """A weak-scaling study, batch 32 per worker, stored as `dlperf scale` stores one: per
-    point (workers, median step s, compute s), 20 steps each, on a 2-core host."""
+    """A weak-scaling series, `batch` per worker, stored as `dlperf scale` stores one: per
+    point (workers, median step s, compute s), 20 steps each, on a 2-core host; in a new
+    study, or in `study`."""
     from dlperf.distributed.study import Point, _rank_metrics, add_relative, summarize
     from dlperf.system import system_info
 
     exp = _exp()
-    study = store.create_study("scale smallcnn", "scale")
+    study = study or store.create_study("scale smallcnn", "scale")
     base, ids = None, []
     for workers, step, compute in points:
-        point = Point(workers, 32, 32 * workers, "allreduce", "ddp", None)
+        point = Point(workers, batch, batch * workers, "allreduce", "ddp", None, "weak")
         threads = max(1, 2 // workers)
         steps = [step * f for f in (0.98, 1.0, 1.02, 1.0) * 5]
         per_rank = [
-            rank_result(r, steps, [compute] * 20 if compute else None, 32)
+            rank_result(r, steps, [compute] * 20 if compute else None, batch)
             for r in range(workers if ranks is None else ranks)
         ]
         system = {**system_info(None, threads), "usable_cores": 2, "backend": "gloo"}
@@ -331,6 +336,19 @@ def test_superlinear_and_noisy_scaling_is_untrustworthy(store: Store) -> None:
     (finding,) = doctor.examine(store, [noisy])
     assert finding.rule == "untrustworthy-scaling"
     assert "step times of the slowest rank vary by" in finding.evidence
+
+
+def test_a_point_is_measured_against_its_own_series(store: Store) -> None:
+    """Two per-worker batches in one study: the 2-worker point at 128 against the 1-worker
+    point at 128, not the one at 32 stored first (as `dlperf scale` compares them)."""
+    small = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)])
+    study = store.get_run(small[0])["study_id"]
+    one, two = _study(store, [(1, 0.400, None), (2, 1.000, 0.400)], batch=128, study=study)
+    assert doctor.examine(store, small) == []
+    (finding,) = doctor.examine(store, [two])
+    assert finding.rule == "low-efficiency"
+    assert finding.evidence.startswith(f"efficiency 0.40 at 2 workers against 1 (run {one};")
+    assert "against an ideal 400.0 ms" in finding.evidence
 
 
 def test_missing_workers(store: Store) -> None:

@@ -166,7 +166,8 @@ def test_scale_figures_have_spread_title_and_host_note(tmp_path: Path) -> None:
     directory = tmp_path / "scale-7" / "plots"
     saved = plot_study(directory, rows, (7, "scale smallcnn"))
     assert [kind for kind, _ in saved] == [
-        "plot/throughput", "plot/speedup", "plot/efficiency", "plot/step_split", "plot/cost"
+        "plot/throughput", "plot/train_time", "plot/speedup", "plot/efficiency",
+        "plot/step_split", "plot/cost",
     ]  # fmt: skip
     for _, path in saved:
         _png_not_blank(path)

@@ -1,6 +1,8 @@
 """`dlperf scale` without launching workers: batch arithmetic, the summary of a point, the
 ring-model column, job files, bad input, which rank a failure is blamed on, and the guard
-that binds a launched program to its parent."""
+that binds a launched program to its parent. Whole studies run through the real command
+with `fake_workers` standing in for torchrun: the series, the table, --json, the warnings,
+the store and the figures, on per-step times a test chooses."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import yaml
 
 from dlperf.config import ScaleConfig, load_experiment
 from dlperf.distributed.jobfiles import job_argv
-from dlperf.distributed.launch import PARENT_ENV, _failures, error_lines, guarded
+from dlperf.distributed.launch import PARENT_ENV, Launch, _failures, error_lines, guarded
+from dlperf.distributed.scaling import EFFICIENCY
 from dlperf.distributed.study import (
     Point,
     add_relative,
@@ -37,6 +40,7 @@ from dlperf.distributed.study import (
 )
 from dlperf.errors import UserError
 from dlperf.procs import alive
+from tests.conftest import rank_result
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scale_digits_weak.toml"
 SUMMARY_KEYS = {
@@ -68,19 +72,19 @@ SUMMARY_KEYS = {
 
 
 def test_strong_scaling_splits_the_global_batch() -> None:
-    assert batch_split("strong", 1, 256, None) == (256, 256)
-    assert batch_split("strong", 4, 256, None) == (64, 256)
+    assert batch_split("strong", 1, 256) == (256, 256)
+    assert batch_split("strong", 4, 256) == (64, 256)
     with pytest.raises(UserError, match="does not split evenly over 3 workers"):
-        batch_split("strong", 3, 256, None)
+        batch_split("strong", 3, 256)
     with pytest.raises(UserError, match="--mode strong needs --global-batch"):
-        batch_split("strong", 2, None, 32)
+        batch_split("strong", 2, None)
 
 
 def test_weak_scaling_keeps_the_per_worker_batch() -> None:
-    assert batch_split("weak", 1, None, 32) == (32, 32)
-    assert batch_split("weak", 8, None, 32) == (32, 256)
+    assert batch_split("weak", 1, 32) == (32, 32)
+    assert batch_split("weak", 8, 32) == (32, 256)
     with pytest.raises(UserError, match="--mode weak needs --per-worker-batch"):
-        batch_split("weak", 2, 64, None)
+        batch_split("weak", 2, None)
 
 
 def test_plan_orders_points_and_crosses_options() -> None:
@@ -94,6 +98,25 @@ def test_plan_orders_points_and_crosses_options() -> None:
         (2, "allreduce", 16),
         (2, "fp16", 16),
     ]
+
+
+def test_plan_runs_series_by_series() -> None:
+    """Modes in the order given, each mode's batches smallest first, workers within each."""
+    opts = ScaleConfig(
+        workers=[2, 1], mode=["strong", "weak"], global_batch=[8, 4], per_worker_batch=2, steps=2
+    )
+    points = [(p.mode, p.workers, p.per_worker_batch, p.global_batch) for p in plan(opts, "gloo")]
+    assert points == [
+        ("strong", 1, 4, 4),
+        ("strong", 2, 2, 4),
+        ("strong", 1, 8, 8),
+        ("strong", 2, 4, 8),
+        ("weak", 1, 2, 2),
+        ("weak", 2, 2, 4),
+    ]
+    both = ScaleConfig(workers=[1], mode=["weak", "strong"], per_worker_batch=2, steps=2)
+    with pytest.raises(UserError, match="--mode strong needs --global-batch"):
+        plan(both, "gloo")
 
 
 @pytest.mark.parametrize(
@@ -405,6 +428,8 @@ def test_emit_slurm_and_kubernetes(cli: Callable, tiny_exp: Callable, tmp_path: 
         (["--set", "scale.chunks=0"], "scale.chunks: must be at least 1 (got 0)"),
         (["--device", "V1OO"], "error: unknown device 'V1OO'"),
         (["--per-worker-batch", "4000"], "error: per-worker batch 4000 is larger than"),
+        (["--per-worker-batch", "8,0"], "scale.per_worker_batch: must be at least 1 (got [8, 0])"),
+        (["--mode", "weak,fast"], "scale.mode: Input should be 'strong' or 'weak' (got ['weak',"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -436,11 +461,11 @@ def test_emit_reads_the_study_from_the_file(
 
 
 def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
-    from types import SimpleNamespace
-
     from dlperf.cli.scale import _print_table
+    from dlperf.distributed.study import StudyResult
 
     point = {"workers": 2, "comm": "allreduce", "strategy": "ddp", "per_worker_batch": 16}
+    point["mode"] = "weak"
     ok = {
         **point,
         "global_batch": 32,
@@ -464,11 +489,10 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
         "status": "finished",
     }
     failed = {**point, "workers": 4, "global_batch": 64, "status": "failed", "error": "boom"}
-    _print_table(
-        SimpleNamespace(rows=[ok, failed], study_id=7, label="single-host emulation", ring=None)
-    )
+    definitions = {"weak": EFFICIENCY["weak"]}
+    _print_table(StudyResult(7, [ok, failed], [], "single-host emulation", efficiency=definitions))
     out, err = capsys.readouterr()
-    assert "scale study 7 (single-host emulation)" in out
+    assert "scale study 7 (single-host emulation): weak, 16 per worker" in out
     assert "samples/s" in out and "12.7-25" in out and "18.7" in out
     assert (  # each prediction beside the measurement, with its error
         "\n2 workers ddp/allreduce: exposed comm 5 ± 1.2 ms measured; predicted ring 4 ms "
@@ -502,3 +526,207 @@ def test_the_saved_figures_are_named_in_the_human_output(
     ]
     r = cli(*base, "--workers", "1", "--json")
     assert json.loads(r.out)["artifacts"] == figures
+
+
+# --- whole studies through the command, torchrun replaced by fake_workers -----------------
+
+Timing = Callable[[int, int], list[float]]  # (workers, per-worker batch) -> per-step seconds
+
+
+@pytest.fixture
+def fake_workers(monkeypatch: pytest.MonkeyPatch) -> Callable[[Timing], None]:
+    """Stand in for torchrun: each point's ranks report what dlperf.distributed.worker would,
+    with the per-step times `timing(workers, per_worker_batch)` gives (compute: 80% of each
+    step), so that a whole study runs through the command in a second."""
+    from dlperf.distributed import study
+
+    def install(timing: Timing) -> None:
+        def run_torchrun(directory: Path, nproc: int, *args: object, **kwargs: object) -> Launch:
+            spec = json.loads((directory / "spec.json").read_text())
+            batch = spec["per_worker_batch"]
+            steps = timing(nproc, batch)
+            compute = [t * 0.8 for t in steps] if spec["compute_split"] else None
+            ranks = [rank_result(rank, steps, compute, batch) for rank in range(nproc)]
+            (directory / "result.json").write_text(json.dumps({"ranks": ranks}))
+            return Launch(0, directory / "torchrun.log", [])
+
+        monkeypatch.setattr(study, "run_torchrun", run_torchrun)
+
+    return install
+
+
+STUDY = ["--steps", "10", "--warmup-steps", "1", "--allow-oversubscribe"]
+
+
+def _no_host_warnings(warnings: list[str]) -> list[str]:
+    """The study's warnings but the oversubscription one a 1-core host adds."""
+    return [w for w in warnings if "oversubscribed" not in w]
+
+
+def test_a_study_faster_than_ideal_warns_in_its_own_output(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 22: speedup 8.64 and efficiency 4.32 at 2 workers came with `"warnings": []`.
+    Efficiency above 1 and widely spread step times are said on stderr and in --json, with
+    the same words `dlperf doctor` finds in the stored study."""
+    # 2 workers step 10x faster than 1 (efficiency 5); the 2-worker steps alternate 20/60 ms.
+    fake_workers(lambda n, b: [0.1] * 10 if n == 1 else [0.02, 0.06] * 5)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    two = doc["rows"][1]
+    # 80 samples in 1 s against 160 in 0.4 s: speedup 5, efficiency 2.5
+    assert (two["speedup"], two["efficiency"]) == pytest.approx((5.0, 2.5))
+    label = "2 workers ddp/allreduce, weak, 8 per worker"
+    warnings = _no_host_warnings(doc["warnings"])
+    assert warnings == [
+        f"{label}: efficiency 2.50 > 1 at 2 workers against 1: faster than ideal; the base "
+        "point was slowed (a busy host, a cold cache) or the points did different work: rerun "
+        "the study on a quiet machine (no other jobs running), with --synthetic",
+        f"{label}: step times of the slowest rank vary by 100% of their median 40.0 ms "
+        "(interquartile range over 10 steps, > 50%); time more steps (scale.steps) and rerun "
+        "the study on a quiet machine (no other jobs running)",
+    ]
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots")  # the table: warnings on stderr
+    assert r.code == 0, r.err
+    err = " ".join(r.err.split())  # rich wraps stderr at 160 columns
+    for warning in warnings:
+        assert f"warning: {warning}" in err
+    # The doctor reads the stored study and says the same, naming the base point's run.
+    r = cli("doctor", "--study", str(doc["study_id"]), "--json")
+    found = {
+        (f["evidence"], f["fix"])
+        for f in json.loads(r.out)["findings"]
+        if f["rule"] == "untrustworthy-scaling"
+    }
+    base = f" against 1 (run {doc['rows'][0]['run_id']})"
+    said = {tuple(w.removeprefix(f"{label}: ").split("; ", 1)) for w in warnings}
+    assert {(e.replace(base, " against 1"), f) for e, f in found} == said
+
+
+def test_a_list_of_per_worker_batches_is_one_series_each(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """--per-worker-batch 8,32: every (batch, workers) point, in a table per batch, speedup
+    and efficiency within each batch only: a step takes 10 ms + 1 ms per image, so a worker
+    does 444 samples/s at batch 8 and 762 at 32 (against batch 8's point, batch 32's would
+    have a speedup of 1.71 on 1 worker)."""
+    fake_workers(lambda n, b: [(0.01 + 0.001 * b) * (1 if n == 1 else 1.25)] * 10)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "32,8", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert [(r["per_worker_batch"], r["workers"]) for r in doc["rows"]] == [
+        (8, 1),
+        (8, 2),
+        (32, 1),
+        (32, 2),
+    ]
+    # 2 workers take 1.25x as long a step as 1, whatever the batch: speedup 1.6 in each.
+    assert [r["speedup"] for r in doc["rows"]] == pytest.approx([1.0, 1.6, 1.0, 1.6])
+    assert [r["efficiency"] for r in doc["rows"]] == pytest.approx([1.0, 0.8, 1.0, 0.8])
+    assert _no_host_warnings(doc["warnings"]) == []
+    assert doc["efficiency_definitions"] == {"weak": EFFICIENCY["weak"]}
+
+    r = cli(*args, "--per-worker-batch", "32,8", "--no-plots")
+    assert r.code == 0, r.err
+    titles = [line for line in r.out.splitlines() if line.startswith("scale study")]
+    assert [t.split(": ", 1)[1].strip() for t in titles] == [
+        "weak, 8 per worker",
+        "weak, 32 per worker",
+    ]
+    two_workers = [line.split("│") for line in r.out.splitlines() if line.startswith("      2 │")]
+    assert [[cell.strip() for cell in row[2:7]] for row in two_workers] == [
+        ["8", "16", "711.1", "1.6", "0.8"],
+        ["32", "64", "1219", "1.6", "0.8"],
+    ]
+
+
+def test_weak_and_strong_scaling_in_one_study_and_one_figure(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """--mode weak,strong: both modes' points; each compared within itself, the output
+    saying which efficiency each uses; the efficiency figure has a curve for each."""
+    from dlperf.report.scaling import study_figures
+
+    # A step's time: 10 ms per 8 images a worker takes, 25% more on 2 workers.
+    fake_workers(lambda n, b: [0.01 * b / 8 * (1 if n == 1 else 1.25)] * 10)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--no-plots"]
+    r = cli(*args, "--mode", "weak,strong", "--per-worker-batch", "8", "--global-batch", "16")
+    assert r.code == 0, r.err
+    assert (
+        "\nspeedup = throughput_N / throughput_base (base: the series' point with the fewest "
+        "workers); efficiency, T = wall time per step:\n"
+        "  weak (per-worker batch fixed): efficiency = throughput_N × N_base / "
+        "(N × throughput_base) = T_base / T_N\n"
+        "  strong (global batch fixed): efficiency = speedup × N_base / N "
+        "= T_base × N_base / (N × T_N)\n"
+    ) in r.out
+    r = cli(*args, "--mode", "weak,strong", "--per-worker-batch", "8", "--global-batch", "16",
+            "--json")  # fmt: skip
+    doc = json.loads(r.out)
+    points = [
+        (r["mode"], r["workers"], r["per_worker_batch"], r["global_batch"]) for r in doc["rows"]
+    ]
+    assert points == [
+        ("weak", 1, 8, 8),
+        ("weak", 2, 8, 16),
+        ("strong", 1, 16, 16),
+        ("strong", 2, 8, 16),
+    ]
+    # weak: 80 samples/s -> 128; strong: 16 / 0.02 = 800 samples/s -> 16 / 0.0125 = 1280
+    assert [r["efficiency"] for r in doc["rows"]] == pytest.approx([1.0, 0.8, 1.0, 0.8])
+    assert doc["efficiency_definitions"] == EFFICIENCY
+
+    figures = dict(study_figures(doc["rows"], "both"))
+    (ax,) = figures["plot/efficiency"].axes
+    curves = [line.get_label() for line in ax.get_lines()]
+    assert curves[0] == "weak, 8 per worker: ddp/allreduce"
+    assert "strong, global batch 16: ddp/allreduce" in curves
+    assert ax.get_ylabel() == "efficiency (throughput-based)"
+
+
+def test_the_figures_show_the_time_to_train_an_epoch(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Beside throughput and cost: the time one epoch of the training images takes at each
+    worker count, with the ideal (the fewest workers' time shared out) dotted."""
+    from dlperf.report.scaling import study_figures
+
+    fake_workers(lambda n, b: [0.01 * (1 if n == 1 else 1.25)] * 10)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "8", "--price-per-hour", "3.6", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    kinds = [Path(p).stem for p in doc["artifacts"]]
+    assert kinds == ["throughput", "train_time", "speedup", "efficiency", "step_split", "cost"]
+    one = doc["rows"][0]
+    images = round(one["epoch_time_s"] * one["throughput"])
+    (ax,) = dict(study_figures(doc["rows"]))["plot/train_time"].axes
+    assert ax.get_ylabel() == f"s to train one epoch of {images:,} images"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    measured = lines["weak, 8 per worker: ddp/allreduce"]
+    ideal = lines["weak, 8 per worker: ddp/allreduce ideal"]
+    assert list(measured.get_ydata()) == pytest.approx([images / 800, images / 1280])
+    assert list(ideal.get_ydata()) == pytest.approx([images / 800, images / 1600])
+
+
+def test_find_max_batch_compares_no_batch_sizes(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Its points differ in batch, not in workers: no speedup or efficiency between them."""
+    fake_workers(lambda n, b: [0.01 * b / 32] * 10)  # the same samples/s at every batch
+    args = ["scale", str(tiny_exp()), "--workers", "1", "--find-max-batch", "--no-plots"]
+    r = cli(*args, "--memory-cap-gb", "64", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert [r["per_worker_batch"] for r in doc["rows"]] == [32, 128, 512]
+    assert {(r["speedup"], r["efficiency"]) for r in doc["rows"]} == {(None, None)}
+    assert doc["efficiency_definitions"] == {}
+    r = cli(*args, "--memory-cap-gb", "64")
+    assert r.code == 0, r.err
+    header = next(line for line in r.out.splitlines() if line.lstrip().startswith("workers"))
+    assert "speedup" not in header and "effic" not in header and "samples/s" in header
+    assert "largest-batch search (single-host emulation), study" in r.out
+    assert "efficiency" not in r.out

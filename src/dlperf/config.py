@@ -11,10 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticKnownError
 
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
@@ -204,18 +213,23 @@ class RunConfig(Section):
     """Save a checkpoint at the end of every epoch (needed for --resume)."""
 
 
+ScaleMode = Literal["strong", "weak"]
+
+
 class ScaleConfig(Section):
     """`dlperf scale`: the points of a scaling study (every combination of workers, comm,
     strategy and bucket size) and how they are launched."""
 
     workers: Annotated[list[Count], Field(min_length=1)] = [1, 2]
     """Worker counts, one point each (the total over all nodes)."""
-    mode: Literal["strong", "weak"] = "strong"
-    """strong: N workers share global_batch; weak: each has per_worker_batch (global N times it)."""
-    global_batch: Count | None = None
-    """strong: the global batch of every point (divisible by every worker count)."""
-    per_worker_batch: Count | None = None
-    """weak: the batch of each worker."""
+    mode: ScaleMode | Annotated[list[ScaleMode], Field(min_length=1)] = "strong"
+    """strong: N workers share global_batch; weak: each has per_worker_batch (global N times
+    it); a list (["weak", "strong"]): both, each compared within itself."""
+    global_batch: Count | Annotated[list[Count], Field(min_length=1)] | None = None
+    """strong: the global batch of every point (divisible by every worker count); a list: one
+    strong-scaling series per global batch."""
+    per_worker_batch: Count | Annotated[list[Count], Field(min_length=1)] | None = None
+    """weak: the batch of each worker; a list: one weak-scaling series per batch."""
     steps: Count | None = None
     """Timed steps per point (give steps or epochs)."""
     epochs: Count | None = None
@@ -267,6 +281,31 @@ class ScaleConfig(Section):
     """Save the study's figures as artifacts of its first run."""
     memory_cap_gb: Positive | None = None
     """--find-max-batch on CPU: a worker's peak resident memory (GB) that fails a batch size."""
+
+    @field_validator("mode", "global_batch", "per_worker_batch", mode="wrap")
+    @classmethod
+    def _one_or_a_list(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # pydantic reports a bad value against every member of the union, each under the
+        # member's name; the error of the form given (one value or a list) is the one to say.
+        try:
+            return handler(value)
+        except ValidationError as e:
+            errors, many = e.errors(), type(value) is list
+            given = [x for x in errors if str(x["loc"][0]).startswith("list[") == many]
+            first = (given or errors)[0]
+            raise PydanticKnownError(first["type"], first.get("ctx")) from None
+
+    def modes(self) -> list[ScaleMode]:
+        """The study's modes, in the order given."""
+        return list(dict.fromkeys(self.mode if isinstance(self.mode, list) else [self.mode]))
+
+    def batches(self, mode: ScaleMode) -> list[int] | None:
+        """The batches a mode's series are at, smallest first (strong: global, weak: per
+        worker); None when none is given."""
+        given = self.global_batch if mode == "strong" else self.per_worker_batch
+        if given is None:
+            return None
+        return sorted(set(given if isinstance(given, list) else [given]))
 
 
 class ServeConfig(Section):
@@ -452,18 +491,28 @@ def _toml(value: Any) -> str:
     return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()
 
 
+def _is_list(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return get_origin(annotation) is list
+
+
 def shortcuts(section: str, flags: dict[str, Any]) -> list[str]:
     """The `--set` assignments of the command-line flags given (not None): each flag is a
     shortcut for the key of its name in `section`, so one validation serves flags, files and
     --set alike. A list key's flag takes a comma-separated list, each item read as --set reads
-    a value."""
+    a value; a key that takes one value or a list (scale.mode) keeps a single item a value."""
     keys = Experiment.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
     assignments = []
     for name, value in flags.items():
         if value is None:
             continue
-        if get_origin(keys[name].annotation) is list:
+        annotation = keys[name].annotation
+        either = any(_is_list(member) for member in get_args(annotation))
+        if _is_list(annotation) or either:
             value = [_parse_value(item.strip()) for item in value.split(",") if item.strip()]
+            if either and len(value) == 1:
+                value = value[0]
         assignments.append(f"{section}.{name}={_toml(value)}")
     return assignments
 

@@ -2,7 +2,9 @@
 every point a run of one `scale` study in the store.
 
 Batch arithmetic: strong scaling keeps the global batch B and gives each of N workers B/N;
-weak scaling keeps the per-worker batch b, so the global batch is N*b.
+weak scaling keeps the per-worker batch b, so the global batch is N*b. A study may hold both
+modes and several batches of each: every (mode, batch) is a series of points over the worker
+counts (see dlperf.distributed.scaling).
 
 Per point (all times per step, seconds):
 - step_time_s: median over the timed steps of the slowest rank's step time (min/max too);
@@ -11,7 +13,8 @@ Per point (all times per step, seconds):
   comm_exposed_s = max(0, step_time_s - compute_s), also stored as sync_time_s;
 - throughput = global samples / wall time after warm-up (slowest rank), never a mean of
   per-step rates; speedup = X_N / X_base, efficiency = speedup * N_base / N, where the base
-  is the point with the fewest workers of the same comm/strategy/bucket (1 when measured);
+  is the point with the fewest workers of the same series (mode and its batch, comm, strategy,
+  bucket; 1 worker when measured); none for --find-max-batch, whose points differ in batch;
 - algbw = grad_bytes / all-reduce time (DDP's own measured backward communication time,
   else the exposed communication), busbw = algbw * 2(n-1)/n (nccl-tests' convention);
 - epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
@@ -38,10 +41,11 @@ from typing import Any
 import torch
 
 from dlperf.analytic.devices import get_device
-from dlperf.config import Experiment, ScaleConfig
+from dlperf.config import Experiment, ScaleConfig, ScaleMode
 from dlperf.distributed import chunk_sizes
 from dlperf.distributed.hvd_launch import run_horovod
 from dlperf.distributed.launch import Rendezvous, run_torchrun
+from dlperf.distributed.scaling import EFFICIENCY, series, series_name, untrustworthy
 from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.engine.run import as_run
 from dlperf.errors import UserError
@@ -65,32 +69,36 @@ class Point:
     comm: str
     strategy: str
     bucket_mb: float | None
+    mode: ScaleMode | None = None  # None: a point of no series (--find-max-batch's)
 
     @property
-    def group(self) -> tuple[str, str, float | None]:
-        return (self.comm, self.strategy, self.bucket_mb)
+    def group(self) -> tuple[object, ...]:
+        """The series whose base the point's speedup and efficiency are measured against."""
+        return series(asdict(self))
 
     def label(self) -> str:
         bucket = f" bucket {self.bucket_mb:g}MB" if self.bucket_mb else ""
-        return f"{self.workers} workers {self.strategy}/{self.comm}{bucket}"
+        batch = series_name(asdict(self))
+        return f"{self.workers} workers {self.strategy}/{self.comm}{bucket}" + (
+            f", {batch}" if batch else ""
+        )
 
 
-def batch_split(
-    mode: str, workers: int, global_batch: int | None, per_worker_batch: int | None
-) -> tuple[int, int]:
-    """(per-worker batch, global batch) of one point."""
+def batch_split(mode: str, workers: int, batch: int | None) -> tuple[int, int]:
+    """(per-worker batch, global batch) of one point; `batch` is the mode's (strong: global,
+    weak: per worker)."""
     if mode == "strong":
-        if global_batch is None:
+        if batch is None:
             raise UserError("--mode strong needs --global-batch N", "or use --mode weak")
-        if global_batch % workers:
+        if batch % workers:
             raise UserError(
-                f"--global-batch {global_batch} does not split evenly over {workers} workers",
+                f"--global-batch {batch} does not split evenly over {workers} workers",
                 "give a global batch divisible by every worker count",
             )
-        return global_batch // workers, global_batch
-    if per_worker_batch is None:
+        return batch // workers, batch
+    if batch is None:
         raise UserError("--mode weak needs --per-worker-batch N", "or use --mode strong")
-    return per_worker_batch, per_worker_batch * workers
+    return batch, batch * workers
 
 
 def resolve_backend(name: str) -> str:
@@ -204,7 +212,8 @@ def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
 
 
 def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
-    """Every point of the study, fewest workers first, after checking the options."""
+    """Every point of the study after checking the options: series by series (the modes in
+    the order given, each mode's batches smallest first), fewest workers first in each."""
     check_options(opts)
     chosen = strategies(opts)
     if opts.node_rank >= opts.nnodes:
@@ -244,13 +253,14 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         if backend == "nccl" and per_node > torch.cuda.device_count():
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
     points = []
-    for workers, strategy in itertools.product(sorted(set(opts.workers)), chosen):
-        per_worker, global_batch = batch_split(
-            opts.mode, workers, opts.global_batch, opts.per_worker_batch
-        )
+    by_batch = [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or [None]]
+    for (mode, batch), workers, strategy in itertools.product(
+        by_batch, sorted(set(opts.workers)), chosen
+    ):
+        per_worker, global_batch = batch_split(mode, workers, batch)
         comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
         for comm, bucket in itertools.product(comms, opts.bucket_mb or [None]):
-            points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket))
+            points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket, mode))
     if opts.framework == "tensorflow" or "tensorflow" in chosen:
         require_tensorflow(opts)
     return points
@@ -343,6 +353,7 @@ def summarize(
         "workers": n,
         "nodes": nnodes,
         "ps": 0,
+        "mode": point.mode,
         "per_worker_batch": point.per_worker_batch,
         "global_batch": point.global_batch,
         "step_time_s": step_time,
@@ -516,6 +527,8 @@ class StudyResult:
     ring: dict[str, Any] | None = None
     artifacts: list[str] = field(default_factory=list)
     max_per_worker_batch: int | None = None
+    # mode -> the efficiency reported for its series, in words; empty: points not compared
+    efficiency: dict[str, str] = field(default_factory=dict)
 
 
 def _spec(exp: Experiment, point: Point, backend: str, threads: int, steps: int) -> dict[str, Any]:
@@ -544,8 +557,16 @@ def _spec(exp: Experiment, point: Point, backend: str, threads: int, steps: int)
 class _Study:
     """What every point of one study shares, and how one point is run and recorded."""
 
-    def __init__(self, exp: Experiment, store: Store, out_dir: Path, reporter: Reporter) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        store: Store,
+        out_dir: Path,
+        reporter: Reporter,
+        compare: bool = True,
+    ) -> None:
         self.opts, self.store = exp.scale, store
+        self.compare = compare  # speedup and efficiency within each series
         self.out_dir, self.reporter = out_dir, reporter
         self.tensorflow = self.opts.framework == "tensorflow"
         torch_ddp = self.opts.framework == "torch"
@@ -559,7 +580,7 @@ class _Study:
         self.ring: dict[str, Any] | None = None
         self.reference: dict[str, Any] | None = None  # see comm_reference
         self.cluster: Cluster | None = None  # the nodes of a multi-node TensorFlow study
-        self.bases: dict[tuple[str, str, float | None], dict[str, Any]] = {}
+        self.bases: dict[tuple[object, ...], dict[str, Any]] = {}
         self.rows: list[dict[str, Any]] = []
 
     def keras(self, point: Point) -> bool:
@@ -657,8 +678,9 @@ class _Study:
                 self.train_images,
                 self.price,
             )
-            add_relative(summary, self.bases.get(point.group))
-            self.bases.setdefault(point.group, summary)
+            if self.compare:
+                add_relative(summary, self.bases.get(point.group))
+                self.bases.setdefault(point.group, summary)
             exposed = summary["comm_exposed_s"]
             ring = ring_prediction(self.ring, point.workers, summary["grad_bytes"], point.bucket_mb)
             overlap, basis = overlap_prediction(
@@ -672,9 +694,13 @@ class _Study:
                 "overlap_basis": basis,
                 "overlap_error": prediction_error(overlap, exposed),
             }
+            steps_s = _slowest_per_step(ranks, "main")
             if opts.synthetic:
-                steps_s = _slowest_per_step(ranks, "main")
                 summary.update(chunk_throughput(steps_s, point.global_batch, opts.chunks))
+            base = self.bases.get(point.group)
+            base_workers = base["workers"] if base else None
+            for concern in untrustworthy(summary, base_workers, steps_s):
+                self.warnings.append(f"{point.label()}: {concern.evidence}; {concern.fix}")
             self.store.log_metrics(run.id, _rank_metrics(ranks))
             run.summary = summary
         self.reporter.log(
@@ -712,6 +738,7 @@ class _Study:
             "run_id": run_id,
             "workers": point.workers,
             "nodes": opts.nnodes,
+            "mode": point.mode,
             "per_worker_batch": point.per_worker_batch,
             "global_batch": point.global_batch,
             "comm": point.comm,
@@ -743,7 +770,12 @@ class _Study:
         label = "single-host emulation" if self.opts.nnodes == 1 else f"{self.opts.nnodes} nodes"
         if any(r["strategy"] == "mirrored" for r in self.rows) and not torch.cuda.is_available():
             label += "; MirroredStrategy's replicas are logical CPU devices sharing the cores"
-        return StudyResult(self.study_id, self.rows, self.warnings, label, self.ring, artifacts)
+        modes = dict.fromkeys(r["mode"] for r in self.rows) if self.compare else {}
+        efficiency = {mode: EFFICIENCY[mode] for mode in modes if mode in EFFICIENCY}
+        return StudyResult(
+            self.study_id, self.rows, self.warnings, label, self.ring, artifacts,
+            efficiency=efficiency,
+        )  # fmt: skip
 
 
 def run_study(
@@ -782,7 +814,8 @@ def find_max_batch(
         "epochs": None,
     }
     exp = exp.model_copy(update={"scale": exp.scale.model_copy(update=search)})
-    study = _Study(exp, store, out_dir, reporter or NullReporter())
+    # Its points differ in batch, not in workers: no speedup or efficiency between them.
+    study = _Study(exp, store, out_dir, reporter or NullReporter(), compare=False)
     opts = study.opts
     if len(set(opts.workers)) != 1:
         raise UserError("--find-max-batch takes one worker count", "e.g. --workers 2")

@@ -1,7 +1,8 @@
 """The doctor's rules: one handler per rule in `RULES` (name -> handler), each reading one
 stored run through a `RunView` and returning its issues (fvcore's table of handlers).
 
-Thresholds are constants here, each documented in docs/doctor.md. Fields a rule reads that
+Thresholds are constants here (untrustworthy-scaling's in dlperf.distributed.scaling, which
+`dlperf scale` warns with too), each documented in docs/doctor.md. Fields a rule reads that
 the engine does not record (the rule is silent or falls back without them):
 summary["world_size"] (missing-workers; until then the ranks that reported) and
 system["visible_gpus"] (cpu-not-gpu under a CPU-only torch build). Runs stored before
@@ -17,6 +18,7 @@ import statistics
 from datetime import datetime
 from typing import Any
 
+from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
 from dlperf.tables import dataset_table
 
@@ -28,9 +30,6 @@ MEAN_TOLERANCE = 0.05  # per channel, in [0, 1] pixel units
 STD_RATIO = 1.5  # std off by more than this factor either way
 DATA_SHARE = 0.20  # data wait over the whole step
 LOW_EFFICIENCY = 0.50
-SUPERLINEAR = 1.05  # efficiency above 1 beyond this is not measurement noise
-CI_SHARE = 0.10  # throughput_ci95 / throughput_mean
-STEP_IQR_SHARE = 0.50  # interquartile range of step times / their median
 EPOCH_SPREAD = 2.0  # max / min of the per-epoch throughputs
 LOSS_RISE = 1.10  # last loss / first loss
 LOSS_RISE_ABS = 0.02
@@ -273,55 +272,14 @@ def low_efficiency(run: RunView) -> list[Issue]:
     return [Issue("warning", head + split + cause, fix, figures)]
 
 
-def _iqr_share(values: list[float]) -> float | None:
-    if len(values) < 8:
-        return None
-    q1, median, q3 = statistics.quantiles(values, n=4)
-    return (q3 - q1) / median if median > 0 else None
-
-
 def untrustworthy_scaling(run: RunView) -> list[Issue]:
     s, issues = run.summary, []
     if run.kind == "scale":
+        # The same check `dlperf scale` warns with as it measures (dlperf.distributed.scaling).
         base = run.scale_base()
-        efficiency = s.get("efficiency")
-        faster = base is not None and s["workers"] > base["summary"]["workers"]
-        if efficiency and efficiency > SUPERLINEAR and base and faster:
-            issues.append(
-                Issue(
-                    "warning",
-                    f"efficiency {efficiency:.2f} > 1 at {s['workers']} workers against "
-                    f"{base['summary']['workers']} (run {base['id']}): faster than ideal",
-                    "the base point was slowed (a busy host, a cold cache) or the points did "
-                    "different work: rerun the study on an idle host with --synthetic",
-                    {"efficiency": efficiency},
-                )
-            )
-        mean, ci = s.get("throughput_mean"), s.get("throughput_ci95")
-        if mean and ci is not None and ci / mean > CI_SHARE:
-            issues.append(
-                Issue(
-                    "warning",
-                    f"throughput {mean:.1f} +/- {ci:.1f} samples/s (95% interval, "
-                    f"{ci / mean:.0%} of the mean > {CI_SHARE:.0%})",
-                    "time more steps (scale.steps) on an idle host",
-                    {"throughput_mean": mean, "throughput_ci95": ci},
-                )
-            )
-        steps = _slowest_steps(run)
-        share = _iqr_share(steps)
-        if share is not None and share > STEP_IQR_SHARE:
-            issues.append(
-                Issue(
-                    "warning",
-                    f"step times of the slowest rank vary by {share:.0%} of their median "
-                    f"{_ms(statistics.median(steps))} (interquartile range over "
-                    f"{len(steps)} steps, > {STEP_IQR_SHARE:.0%})",
-                    "time more steps (scale.steps) on an idle host",
-                    {"step_iqr_share": share, "steps": len(steps)},
-                )
-            )
-        return issues
+        workers, base_run = (base["summary"]["workers"], base["id"]) if base else (None, None)
+        concerns = untrustworthy(s, workers, _slowest_steps(run), base_run)
+        return [Issue("warning", c.evidence, c.fix, c.figures) for c in concerns]
     spread = s.get("throughput_spread") or {}
     low, high = spread.get("min"), spread.get("max")
     if low and high and high / low > EPOCH_SPREAD:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf.distributed.scaling import series
 from dlperf.store import Store
 
 Figures = dict[str, Any]
@@ -127,19 +128,19 @@ class RunView:
         return max(1, workers // (self.summary.get("nodes") or self.key("scale.nnodes") or 1))
 
     def scale_base(self) -> dict[str, Any] | None:
-        """The finished point of the same study and comm/strategy/bucket with the fewest
-        workers: what speedup and efficiency are measured against."""
+        """The finished point of the same study and series (mode and its batch, comm,
+        strategy, bucket) with the fewest workers: what speedup and efficiency are measured
+        against."""
         if self.run["study_id"] is None:
             return None
-        group = [self.point.get(k) for k in ("comm", "strategy", "bucket_mb")]
+        mine = series(self.point)
         same = [
             r
             for r in self.stored.study(self.run["study_id"])
             if r["kind"] == "scale"
             and r["status"] == "finished"
             and r["summary"].get("workers")
-            and [(r["config"].get("point") or {}).get(k) for k in ("comm", "strategy", "bucket_mb")]
-            == group
+            and series(r["config"].get("point") or {}) == mine
         ]
         return min(same, key=lambda r: (r["summary"]["workers"], r["id"]), default=None)
 

@@ -1,6 +1,8 @@
 """Figures of a scaling study (matplotlib Agg, files only): throughput with the ideal line
-(and, with --synthetic, the chunks' mean and its 95% interval), speedup, efficiency, the
-step split into compute and exposed communication, and cost.
+(and, with --synthetic, the chunks' mean and its 95% interval), the time to train one epoch,
+speedup, efficiency, the step split into compute and exposed communication, and cost. Each
+figure draws one line per series (mode and batch, comm, strategy, bucket): a study of both
+modes draws weak and strong scaling in the same figures.
 
 Every figure is titled with the study, carries error bars from the spread of each point's
 timed steps (the slowest rank's fastest and slowest step: `step_time_min_s`,
@@ -17,15 +19,21 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: figures that need no global state
 from matplotlib.ticker import MaxNLocator
 
+from dlperf.distributed.scaling import series_name
+
 SPREAD_LABEL = "min-max over timed steps"
 
 
 def _groups(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The finished rows by series, each named: "weak, 32 per worker: ddp/allreduce"."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row.get("status") == "finished":
             bucket = f" {row['bucket_mb']:g}MB" if row.get("bucket_mb") else ""
-            groups.setdefault(f"{row['strategy']}/{row['comm']}{bucket}", []).append(row)
+            name = series_name(row)
+            label = f"{name}: " if name else ""
+            label += f"{row['strategy']}/{row['comm']}{bucket}"
+            groups.setdefault(label, []).append(row)
     return groups
 
 
@@ -107,6 +115,13 @@ def study_figures(
     def linear(mine: list[dict[str, Any]], n: int) -> float:
         return mine[0]["throughput"] * n / mine[0]["workers"]
 
+    def inverse_linear(mine: list[dict[str, Any]], n: int) -> float:
+        return mine[0]["epoch_time_s"] * mine[0]["workers"] / n
+
+    def efficiency(ax: Axes) -> None:
+        series("efficiency")(ax)
+        ax.axhline(1.0, linestyle=":", color="0.4", label="ideal")  # one for every series
+
     def throughput(ax: Axes) -> None:
         series("throughput", linear)(ax)
         label = "chunk mean, 95% CI (Student's t)"
@@ -149,13 +164,23 @@ def study_figures(
             )  # fmt: skip
         ax.set_xticks(list(x), labels, fontsize=6)
 
+    flat = [r for mine in groups.values() for r in mine]
+    # Training images of an epoch: epoch_time_s is defined as images / throughput.
+    images = {round(r["epoch_time_s"] * r["throughput"]) for r in flat}
+    of = f" of {images.pop():,} images" if len(images) == 1 else ""
     figures = [
         ("plot/throughput", "samples/s", throughput),
-        ("plot/speedup", "speedup", series("speedup", lambda mine, n: n / mine[0]["workers"])),
-        ("plot/efficiency", "efficiency", series("efficiency")),
-        ("plot/step_split", "ms per step", split),
-    ]
-    if all(r.get("cost_per_epoch") is not None for mine in groups.values() for r in mine):
+        ("plot/train_time", f"s to train one epoch{of}", series("epoch_time_s", inverse_linear,
+                                                                inverse=True)),
+    ]  # fmt: skip
+    # --find-max-batch compares no points: no speedup or efficiency to draw.
+    if any(r.get("speedup") is not None for r in flat):
+        figures += [
+            ("plot/speedup", "speedup", series("speedup", lambda mine, n: n / mine[0]["workers"])),
+            ("plot/efficiency", "efficiency (throughput-based)", efficiency),
+        ]  # fmt: skip
+    figures.append(("plot/step_split", "ms per step", split))
+    if all(r.get("cost_per_epoch") is not None for r in flat):
         figures.append(("plot/cost", "cost per epoch", series("cost_per_epoch", inverse=True)))
     return [(kind, _figure(title, ylabel, draw, note)) for kind, ylabel, draw in figures]
 

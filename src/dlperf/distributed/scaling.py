@@ -1,0 +1,118 @@
+"""How the points of a scaling study compare, and when the comparison cannot be trusted:
+shared by `dlperf scale` (its table, figures and warnings) and `dlperf doctor` (the base
+point it measures against, and its untrustworthy-scaling rule), so that both say the same.
+No torch or numpy here: the doctor imports this module.
+
+Speedup and efficiency compare a point only with points of its series: the same mode, the
+same batch of that mode (strong: global, weak: per worker), comm, strategy and bucket size.
+The base of a series is its point with the fewest workers. Thresholds are documented in
+docs/doctor.md and docs/scale.md.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SUPERLINEAR = 1.05  # efficiency above 1 beyond this is not measurement noise
+CI_SHARE = 0.10  # throughput_ci95 / throughput_mean
+STEP_IQR_SHARE = 0.50  # interquartile range of step times / their median
+IQR_STEPS = 8  # fewer steps give no interquartile range worth reading
+QUIET = "rerun the study on a quiet machine (no other jobs running)"
+
+BATCH_KEY = {"strong": "global_batch", "weak": "per_worker_batch"}
+
+# Which efficiency `dlperf scale` reports, per mode, and what it equals there: speedup =
+# throughput_N / throughput_base; T = wall time per timed step of the slowest rank.
+EFFICIENCY = {
+    "strong": "strong (global batch fixed): efficiency = speedup × N_base / N "
+    "= T_base × N_base / (N × T_N)",
+    "weak": "weak (per-worker batch fixed): efficiency = throughput_N × N_base / "
+    "(N × throughput_base) = T_base / T_N",
+}
+
+
+def series(point: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The series of a point (a stored `point` or a row): mode, that mode's batch, comm,
+    strategy, bucket size. A point stored before the mode was recorded has neither (its study
+    had one mode and one batch)."""
+    mode = point.get("mode")
+    batch = point.get(BATCH_KEY[mode]) if mode in BATCH_KEY else None
+    return (mode, batch, point.get("comm"), point.get("strategy"), point.get("bucket_mb"))
+
+
+def series_name(point: Mapping[str, Any]) -> str | None:
+    """A series' mode and batch in words ("weak, 32 per worker"); None without a mode."""
+    mode = point.get("mode")
+    if mode == "weak":
+        return f"weak, {point['per_worker_batch']} per worker"
+    if mode == "strong":
+        return f"strong, global batch {point['global_batch']}"
+    return None
+
+
+@dataclass(frozen=True)
+class Concern:
+    """Why a point's numbers cannot be trusted: the figures that say so, quoted, and the fix."""
+
+    evidence: str
+    fix: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def iqr_share(values: Sequence[float]) -> float | None:
+    """The interquartile range of `values` over their median; None for fewer than IQR_STEPS."""
+    if len(values) < IQR_STEPS:
+        return None
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return (q3 - q1) / median if median > 0 else None
+
+
+def untrustworthy(
+    summary: Mapping[str, Any],
+    base_workers: int | None,
+    steps: Sequence[float],
+    base_run: int | None = None,
+) -> list[Concern]:
+    """What makes a point's speedup and throughput untrustworthy: efficiency above ideal
+    against a base with fewer workers (`base_workers`; its stored run `base_run`, if known),
+    a wide 95% interval of the chunks' throughput, or widely spread step times (`steps`: the
+    slowest rank's, per step)."""
+    concerns = []
+    efficiency, workers = summary.get("efficiency"), summary.get("workers")
+    faster = base_workers is not None and workers is not None and workers > base_workers
+    if efficiency and efficiency > SUPERLINEAR and faster:
+        run = f" (run {base_run})" if base_run is not None else ""
+        concerns.append(
+            Concern(
+                f"efficiency {efficiency:.2f} > 1 at {workers} workers against {base_workers}"
+                f"{run}: faster than ideal",
+                "the base point was slowed (a busy host, a cold cache) or the points did "
+                f"different work: {QUIET}, with --synthetic",
+                {"efficiency": efficiency},
+            )
+        )
+    mean, ci = summary.get("throughput_mean"), summary.get("throughput_ci95")
+    if mean and ci is not None and ci / mean > CI_SHARE:
+        concerns.append(
+            Concern(
+                f"throughput {mean:.1f} +/- {ci:.1f} samples/s (95% interval, "
+                f"{ci / mean:.0%} of the mean > {CI_SHARE:.0%})",
+                f"time more steps (scale.steps) and {QUIET}",
+                {"throughput_mean": mean, "throughput_ci95": ci},
+            )
+        )
+    share = iqr_share(steps)
+    if share is not None and share > STEP_IQR_SHARE:
+        concerns.append(
+            Concern(
+                f"step times of the slowest rank vary by {share:.0%} of their median "
+                f"{statistics.median(steps) * 1e3:.1f} ms (interquartile range over "
+                f"{len(steps)} steps, > {STEP_IQR_SHARE:.0%})",
+                f"time more steps (scale.steps) and {QUIET}",
+                {"step_iqr_share": share, "steps": len(steps)},
+            )
+        )
+    return concerns
