@@ -160,6 +160,18 @@ def test_gpu_utilization_is_read_each_epoch_and_summarised(
     assert result["gpu_utilization_pct"] == {"min": 40.0, "median": 60.0, "max": 80.0}
 
 
+def test_an_explicit_cuda_device_is_recorded_with_its_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert system.pick_device("cuda") == torch.device("cuda", 1)
+    assert system.pick_device("cuda:0") == torch.device("cuda", 0)
+    with pytest.raises(UserError, match=r"device 'cuda:2': only 2 GPU\(s\) here"):
+        system.pick_device("cuda:2")
+
+
 def test_gpu_gauges_are_never_required(monkeypatch: pytest.MonkeyPatch) -> None:
     cuda = torch.device("cuda", 0)
     assert system.gpu_utilization(torch.device("cpu")) is None

@@ -49,6 +49,8 @@ def pick_device(spec: str = "auto") -> torch.device:
             raise UserError(f"device '{spec}' asked for, but CUDA is not available here")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise UserError(f"device '{spec}': only {torch.cuda.device_count()} GPU(s) here")
+        if device.index is None:  # the current GPU, named so that the run records which
+            device = torch.device("cuda", torch.cuda.current_device())
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise UserError("device 'mps' asked for, but MPS is not available here")
     return device
