@@ -11,7 +11,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +26,7 @@ import torch
 
 from dlperf.analytic.devices import KINDS
 from dlperf.engine.timers import PHASES
+from dlperf.engine.train import PAUSE_ENV
 from dlperf.store import Store
 from tests.conftest import CliResult
 
@@ -98,6 +104,52 @@ def test_each_run_reports_its_own_peak_memory(cli: Cli, tiny_exp: Callable[..., 
     large = ok(cli("run", exp, *on_gpu, "--set", "train.batch_size=512"))
     small = ok(cli("run", exp, *on_gpu, "--set", "train.batch_size=16"))
     assert small["gpu_memory"]["max_allocated_bytes"] < large["gpu_memory"]["max_allocated_bytes"]
+
+
+def test_a_gpu_run_resumes_on_the_gpu(
+    cli: Cli, db: str, store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A real `dlperf run` on CUDA interrupted in its second epoch resumes from a checkpoint
+    read onto the CPU: weights, optimizer state and fp16 scaler go back to the GPU, and the
+    CUDA generator's state is restored."""
+    path = tiny_exp(epochs=2, extra='device = "cuda"\nprecision = "fp16"\nlog_every = 5\n')
+    marker = tmp_path / "paused"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlperf", "--db", db, "run", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, PAUSE_ENV: f"45:{marker}"},  # 40 steps an epoch
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while not marker.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the run never reached step 45"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=300) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    (run,) = store.list_runs()
+    assert run["status"] == "killed"
+    resumed = ok(cli("run", "--resume", str(run["id"]), "--json"))
+    assert resumed["status"] == "finished" and resumed["device"] == "cuda:0"
+    assert resumed["steps"] == 2 * resumed["steps_per_epoch"]
+    steps = [s for s, _ in store.metrics(run["id"], "train/loss")]
+    assert steps == list(range(1, resumed["steps"] + 1))
+
+
+def test_a_run_trained_on_the_gpu_exports(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The checkpoint of a CUDA run loads into the CPU model that export traces."""
+    run = ok(cli("run", str(tiny_exp(epochs=1)), "--set", "run.device=cuda", "--json"))
+    out = tmp_path / "run.onnx"
+    doc = ok(cli("export", str(run["run_id"]), "--out", str(out), "--json"))
+    assert doc["run_id"] == run["run_id"] and doc["parity"] is True
+    assert {s["input"] for s in doc["parity_sets"]} == {"random", "test images"}
 
 
 # --- dlperf scale over NCCL ----------------------------------------------------------------
