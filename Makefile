@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-faults test-horovod lint format bench horovod clean
+.PHONY: setup demo test test-faults test-horovod test-gpu lint format bench horovod clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ demo: setup
 	$(BIN)/dlperf demo
 
 test: setup
-	$(BIN)/pytest -q -m "not faults and not horovod"
+	$(BIN)/pytest -q -m "not faults and not horovod and not gpu"
 
 # The fault tests that take over a minute each (tests/faults/, marked `faults`); CI runs both.
 test-faults: setup
@@ -27,6 +27,11 @@ test-faults: setup
 # Horovod build (make horovod) and skip, saying so, without one.
 test-horovod: setup
 	$(BIN)/pytest -q -m horovod
+
+# The CUDA code paths on a real GPU (tests/gpu/, marked `gpu`): runs, timers, NCCL, OOM,
+# calibration, ONNX Runtime's CUDA provider. Each test skips, saying so, without CUDA.
+test-gpu: setup
+	$(BIN)/pytest -q -m gpu
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

@@ -1,6 +1,7 @@
 """Instrumentation overhead: the dlperf engine (timing=coarse) against a plain 15-line
 PyTorch loop, same model, data, batch and threads, in interleaved repetitions.
-Goal: dlperf at most 3% slower. Images/s for both = samples / wall time after warm-up."""
+Goal: dlperf at most 3% slower. Images/s for both = samples / wall time after warm-up, on the
+device a run picks (CUDA, then MPS, then CPU), synchronised before each clock read."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dlperf.data import load_data
 from dlperf.engine.run import run_experiment
 from dlperf.models import create_model
 from dlperf.store import Store
+from dlperf.system import pick_device, synchronize
 
 REPEATS, EPOCHS, WARMUP = 5, 2, 5
 SETTINGS = {
@@ -28,14 +30,15 @@ SETTINGS = {
 def plain_loop() -> float:
     """What a throw-away script does: tensors in memory, one loop, no instrumentation."""
     torch.manual_seed(0)
+    device = pick_device()  # the engine's choice, so both race on the same device
     data = load_data(Experiment.model_validate(SETTINGS).data)
-    x_all = (data.train.images.float() / 255 - 0.5) / 0.25
-    y_all = data.train.labels
-    model = create_model("resnet20")
+    x_all = ((data.train.images.float() / 255 - 0.5) / 0.25).to(device)
+    y_all = data.train.labels.to(device)
+    model = create_model("resnet20").to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     steps, samples, start = 0, 0, 0.0
     for _ in range(EPOCHS):
-        perm = torch.randperm(len(y_all))
+        perm = torch.randperm(len(y_all), device=device)
         for i in range(len(y_all) // 128):
             idx = perm[i * 128 : (i + 1) * 128]
             loss = torch.nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
@@ -44,9 +47,11 @@ def plain_loop() -> float:
             opt.step()
             steps += 1
             if steps == WARMUP:
+                synchronize(device)
                 start = time.perf_counter()
             elif steps > WARMUP:
                 samples += 128
+    synchronize(device)
     return samples / (time.perf_counter() - start)
 
 
@@ -67,7 +72,8 @@ def main() -> None:
     rows.append(["slowdown plain/dlperf", *spread(ratios).values()])
     print(
         table(
-            "resnet20, synthetic 32x32, batch 128, images/s (min / median / max)",
+            f"resnet20, synthetic 32x32, batch 128, on {pick_device()}, images/s "
+            "(min / median / max)",
             ["contender", "min", "median", "max"],
             rows,
         )
@@ -81,6 +87,7 @@ def main() -> None:
             "ratio_plain_over_dlperf": ratios,
             "median_overhead": overhead,
             "settings": SETTINGS,
+            "device": str(pick_device()),
         },
     )
 

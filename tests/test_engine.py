@@ -12,10 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
+from dlperf import system
 from dlperf.config import ScheduleConfig, load_experiment
+from dlperf.engine import timers, train
 from dlperf.engine.optim import lr_factor
 from dlperf.engine.run import resume_run, run_experiment
+from dlperf.engine.timers import PHASES, PhaseTimer
 from dlperf.engine.train import PAUSE_ENV, PauseAt
 from dlperf.errors import UserError
 from dlperf.store import Store
@@ -53,6 +57,128 @@ def test_phase_timing(store: Store, tiny_exp: Callable[..., Path]) -> None:
         result["train_time_s"] / (result["steps"] - 2), rel=0.2
     )
     assert store.metrics(result["run_id"], "phase/forward_s")
+    # On the CPU the host clock times the phases, and there is no GPU to report on.
+    assert result["phase_clock"] == "host"
+    assert result["gpu_memory"] is None and result["gpu_utilization_pct"] is None
+
+
+class FakeEvent:
+    """A CUDA event stand-in: `record` stamps the test's clock, `elapsed_time` answers in
+    milliseconds as torch.cuda.Event does, and every wait is counted."""
+
+    clock = 0.0
+    waits = 0
+
+    def __init__(self, enable_timing: bool) -> None:
+        assert enable_timing
+        self.at: float | None = None
+
+    def record(self, stream: object) -> None:
+        self.at = FakeEvent.clock
+
+    def synchronize(self) -> None:
+        FakeEvent.waits += 1
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.at is not None and end.at is not None, "both events must be recorded"
+        return (end.at - self.at) * 1e3
+
+
+@pytest.fixture
+def fake_events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """CUDA events and streams replaced by FakeEvent; the host synchronisations made."""
+    monkeypatch.setattr(FakeEvent, "clock", 0.0)
+    monkeypatch.setattr(FakeEvent, "waits", 0)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
+    syncs: list[str] = []
+    monkeypatch.setattr(timers, "synchronize", lambda device: syncs.append(str(device)))
+    return syncs
+
+
+PHASE_SECONDS = dict(zip(PHASES, (0.5, 0.25, 1.0, 2.0, 0.25), strict=True))
+
+
+def _time_steps(timer: PhaseTimer, steps: int) -> None:
+    timer.start()
+    for _ in range(steps):
+        for phase, seconds in PHASE_SECONDS.items():
+            FakeEvent.clock += seconds
+            timer.mark(phase)
+        timer.end_step()
+
+
+def test_a_cuda_timer_reads_events_once_per_step(fake_events: list[str]) -> None:
+    timer = PhaseTimer(torch.device("cuda", 0), enabled=True)
+    _time_steps(timer, 1)  # warm-up: waited for, not recorded
+    timer.recording = True
+    FakeEvent.clock += 10.0  # between steps (a checkpoint, say): the next data wait has it
+    for _ in range(3):
+        for phase, seconds in PHASE_SECONDS.items():
+            FakeEvent.clock += seconds
+            timer.mark(phase)
+        timer.end_step()
+    assert fake_events == []  # the host never waits between phases
+    assert FakeEvent.waits == 4  # but once per step
+    assert timer.clock == "cuda_events"
+    assert timer.per_step() == pytest.approx(PHASE_SECONDS | {"data": (10.5 + 0.5 + 0.5) / 3})
+    assert timer.spread() == pytest.approx({"min": 4.0, "median": 4.0, "max": 14.0})
+
+
+def test_cpu_and_disabled_timers_use_no_events(
+    fake_events: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_event(enable_timing: bool) -> None:
+        raise AssertionError("no CUDA event on this timer")
+
+    monkeypatch.setattr(torch.cuda, "Event", no_event)
+    cpu = PhaseTimer(torch.device("cpu"), enabled=True)
+    cpu.recording = True
+    _time_steps(cpu, 2)
+    # Synchronised before every clock read: the epoch's start and each of the 2 x 5 marks.
+    assert fake_events == ["cpu"] * 11 and cpu.clock == "host"
+    assert set(cpu.per_step()) == set(PHASES) and len(cpu.step_times) == 2
+    off = PhaseTimer(torch.device("cuda", 0), enabled=False)
+    off.recording = True
+    _time_steps(off, 2)
+    assert fake_events == ["cpu"] * 11 and off.clock is None and off.per_step() == {}
+
+
+def test_gpu_utilization_is_read_each_epoch_and_summarised(
+    store: Store, tiny_exp: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML's readings (here a stand-in, as this host has no GPU) become one metric per
+    epoch and a spread in the summary."""
+    readings = iter([40.0, 80.0, 60.0])
+    monkeypatch.setattr(train, "gpu_utilization", lambda device: next(readings))
+    result = run_experiment(load_experiment(tiny_exp(epochs=3)), store)
+    assert store.metrics(result["run_id"], "gpu/utilization_pct") == [
+        (1, 40.0),
+        (2, 80.0),
+        (3, 60.0),
+    ]
+    assert result["gpu_utilization_pct"] == {"min": 40.0, "median": 60.0, "max": 80.0}
+
+
+def test_an_explicit_cuda_device_is_recorded_with_its_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert system.pick_device("cuda") == torch.device("cuda", 1)
+    assert system.pick_device("cuda:0") == torch.device("cuda", 0)
+    with pytest.raises(UserError, match=r"device 'cuda:2': only 2 GPU\(s\) here"):
+        system.pick_device("cuda:2")
+
+
+def test_gpu_gauges_are_never_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = torch.device("cuda", 0)
+    assert system.gpu_utilization(torch.device("cpu")) is None
+    assert system.gpu_memory(torch.device("cpu")) is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the `gpu` extra is not installed
+    assert system.gpu_utilization(cuda) is None
+    assert system.host_gpus() is None
 
 
 def test_timing_off_keeps_only_the_totals(store: Store, tiny_exp: Callable[..., Path]) -> None:

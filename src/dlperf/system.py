@@ -49,6 +49,8 @@ def pick_device(spec: str = "auto") -> torch.device:
             raise UserError(f"device '{spec}' asked for, but CUDA is not available here")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise UserError(f"device '{spec}': only {torch.cuda.device_count()} GPU(s) here")
+        if device.index is None:  # the current GPU, named so that the run records which
+            device = torch.device("cuda", torch.cuda.current_device())
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise UserError("device 'mps' asked for, but MPS is not available here")
     return device
@@ -84,6 +86,70 @@ def peak_memory_bytes(device: torch.device) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start CUDA's peak-memory counts afresh, so that a run's peak is its own and not that of
+    an earlier run in the same process (a sweep). A process's peak RSS cannot be reset."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def gpu_memory(device: torch.device) -> dict[str, int] | None:
+    """CUDA: the peak bytes held by tensors and the peak reserved by the caching allocator
+    (what nvidia-smi sees of it) since `reset_peak_memory`; None on other devices."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    return {
+        "max_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+        "max_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+    }
+
+
+def gpu_utilization(device: torch.device) -> float | None:
+    """CUDA with the `gpu` extra (nvidia-ml-py): the percent of NVML's last sample period
+    (1/6 s to 1 s) in which a kernel ran on `device`. None on other devices, without the
+    extra, or where NVML cannot answer (a container without the driver's library): a gauge
+    never fails a run."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    try:
+        import pynvml
+
+        # torch maps the device through CUDA_VISIBLE_DEVICES to NVML's index.
+        return float(torch.cuda.utilization(device))
+    except ModuleNotFoundError:  # the extra is not installed (torch raises it too)
+        return None
+    except (RuntimeError, ValueError, pynvml.NVMLError):
+        return None
+
+
+def host_gpus() -> list[str] | None:
+    """The GPUs the host's driver shows, through NVML (the `gpu` extra), whether or not this
+    torch build can use them; None without the extra or a driver."""
+    try:
+        import pynvml
+    except ModuleNotFoundError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        return [
+            pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)
+        ]
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _cpu_model() -> str:
@@ -124,6 +190,7 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
         "threads": threads or torch.get_num_threads(),
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "gpus": gpus,
+        "visible_gpus": host_gpus(),
         "device": str(device) if device is not None else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

@@ -160,7 +160,8 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     # resumed run's metrics continue without duplicates.
     store.delete_metrics_after(
         run_id,
-        [("train/", done["step"])] + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/")],
+        [("train/", done["step"])]
+        + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/", "gpu/")],
     )
     store.set_running(run_id)
     with store.recording(run_id) as record:

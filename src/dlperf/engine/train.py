@@ -3,7 +3,8 @@ bottom, its bookkeeping (clocks, tallies, metrics, checkpoints) in small pieces 
 
 Metric keys written to the store (step = global step for `train/`, epoch number 1..E for
 the others): train/loss, train/lr; epoch/train_loss, epoch/train_acc1, epoch/time_s,
-epoch/throughput, epoch/lr; val/loss, val/acc1, val/acc5; phase/<phase>_s.
+epoch/throughput, epoch/lr; val/loss, val/acc1, val/acc5; phase/<phase>_s;
+gpu/utilization_pct (CUDA with the `gpu` extra: NVML's reading as the epoch's training ends).
 
 Test hook (an environment variable, read only here, once per run before the loop):
 - DLPERF_TEST_PAUSE_AT_STEP="N:PATH": when global step N is done (its losses flushed as
@@ -36,7 +37,13 @@ from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
-from dlperf.system import peak_memory_bytes, synchronize
+from dlperf.system import (
+    gpu_memory,
+    gpu_utilization,
+    peak_memory_bytes,
+    reset_peak_memory,
+    synchronize,
+)
 
 PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
 
@@ -63,6 +70,7 @@ class Progress:
     epochs_to_target: int | None = None
     time_to_target_s: float | None = None
     epoch_throughputs: list[float] = field(default_factory=list)
+    gpu_utilization_pct: list[float] = field(default_factory=list)  # one reading per epoch
 
     def end_epoch(self, epoch: int, seconds: float, accuracy: float, target: float | None) -> None:
         """Count epoch `epoch`, `seconds` long with its evaluation, of validation `accuracy`,
@@ -277,6 +285,7 @@ def train(
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
     model.to(device=device, memory_format=memory_format)
+    reset_peak_memory(device)
     timer = PhaseTimer(device, enabled=run.timing == "phases")
     forward = torch.compile(model) if run.compile else model
     step = build_step(model, cfg, run.precision, device, len(train_loader), forward, timer)
@@ -306,9 +315,15 @@ def train(
         metrics.flush(epoch)
 
         seconds, throughput = clock.stop(state)
+        # Read before evaluating: NVML's last sample period is then the epoch's training.
+        utilization = gpu_utilization(device)
+        if utilization is not None:
+            state.gpu_utilization_pct.append(utilization)
         val = evaluate(model, val_loader, device, exp)
         state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), exp.target.accuracy)
         rows = tally.rows(epoch) + [(f"val/{k}", epoch, v) for k, v in val.items()]
+        if utilization is not None:
+            rows.append(("gpu/utilization_pct", epoch, utilization))
         store.log_metrics(run_id, rows + timing_rows(epoch, run.timing, seconds, throughput, timer))
         reporter.log(
             f"epoch {epoch}/{cfg.epochs}  train loss {rows[0][2]:.4f}  "
@@ -330,7 +345,7 @@ def summary(
     timer: PhaseTimer,
     device: torch.device,
 ) -> dict[str, Any]:
-    throughputs = state.epoch_throughputs
+    throughputs, utilization = state.epoch_throughputs, state.gpu_utilization_pct
     return {
         "test_accuracy": test.get("acc1"),
         "test_top5": test.get("acc5"),
@@ -343,17 +358,20 @@ def summary(
         "epochs_to_target": state.epochs_to_target,
         "time_to_target_s": state.time_to_target_s,
         "throughput": state.samples / state.train_time_s if state.train_time_s else None,
-        "throughput_spread": {
-            "min": min(throughputs),
-            "median": statistics.median(throughputs),
-            "max": max(throughputs),
-        }
-        if throughputs
-        else None,
+        "throughput_spread": spread(throughputs),
         "train_time_s": state.train_time_s,
         "cpu_time_s": state.cpu_time_s,
         "elapsed_s": state.elapsed_s,
         "phases": timer.per_step() or None,
+        "phase_clock": timer.clock,
         "step_time_spread": timer.spread() or None,
         "peak_memory_bytes": peak_memory_bytes(device),
+        "gpu_memory": gpu_memory(device),
+        "gpu_utilization_pct": spread(utilization),
     }
+
+
+def spread(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
