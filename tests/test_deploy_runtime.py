@@ -114,3 +114,13 @@ def test_session_rejects_a_broken_model(tmp_path: Path) -> None:
     bad.write_bytes(b"nonsense")
     with pytest.raises(UserError, match="ONNX Runtime cannot load"):
         runtime.session(bad)
+
+
+def test_cuda_sessions_keep_fp32_without_tf32() -> None:
+    """onnxruntime-gpu runs fp32 matmuls in TF32 by default on Ampere and later, which
+    misses PyTorch's answers by more than export's parity tolerance; the CPU stays last."""
+    assert runtime.providers(["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+    assert runtime.providers(["CUDAExecutionProvider", "CPUExecutionProvider"]) == [
+        ("CUDAExecutionProvider", {"use_tf32": "0"}),
+        "CPUExecutionProvider",
+    ]

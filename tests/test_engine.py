@@ -317,3 +317,19 @@ def test_pause_hook_needs_a_step_and_a_path(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(PAUSE_ENV, "5")
     with pytest.raises(UserError, match=f"{PAUSE_ENV} must be STEP:PATH, not '5'"):
         PauseAt()
+
+
+class _Hungry(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_a_forward_out_of_memory_is_said_as_such() -> None:
+    """A CUDA OOM in the dry forward is not "the model rejects these images"."""
+    from dlperf.engine.checks import dry_forward, out_of_memory
+
+    with pytest.raises(UserError, match=r"out of memory in a forward of two \(3, 8, 8\) images"):
+        dry_forward(_Hungry(), (3, 8, 8), "the model rejects 3x8x8 images")
+    assert out_of_memory(RuntimeError("CUDNN_STATUS_ALLOC_FAILED in cudnnConvolutionForward"))
+    assert out_of_memory(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
+    assert not out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3)"))

@@ -133,6 +133,17 @@ def test_options_the_tensorflow_path_refuses(
     assert message in str(e.value)
 
 
+def test_multiworker_on_gpus_takes_one_gpu_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each MultiWorker process sees one GPU: more workers on a node than GPUs is refused
+    before any starts (it failed at launch with an IndexError)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UserError, match="2 workers per node but 1 GPUs"):
+        plan(tf_opts(strategy=["multiworker"]), "tensorflow", "smallcnn")
+
+
 def test_without_tensorflow_the_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UserError, match=r"pip install -e '\.\[tensorflow\]'"):

@@ -26,13 +26,22 @@ def session(path: Path, threads: int | None = None) -> Any:  # -> ort.InferenceS
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-    available = ort.get_available_providers()
-    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
     try:
-        return ort.InferenceSession(str(path), options, providers=providers)
+        return ort.InferenceSession(
+            str(path), options, providers=providers(ort.get_available_providers())
+        )
     except Exception as e:  # ORT raises its own Fail/InvalidGraph types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"ONNX Runtime cannot load {path}: {first}") from None
+
+
+def providers(available: list[str]) -> list[Any]:
+    """CUDA when onnxruntime-gpu has it, else the CPU. CUDA without TF32: its 10-bit
+    mantissa would miss PyTorch's fp32 answers by more than export's parity tolerance."""
+    chosen: list[Any] = []
+    if "CUDAExecutionProvider" in available:
+        chosen.append(("CUDAExecutionProvider", {"use_tf32": "0"}))
+    return [*chosen, "CPUExecutionProvider"]
 
 
 # A few KB of compressed PNG can claim gigapixels: refuse before decoding, not after.

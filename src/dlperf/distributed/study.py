@@ -250,7 +250,9 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
                 f"{per_node} workers per node but this host has {usable_cores()} usable cores",
                 "use fewer workers, more nodes, or --allow-oversubscribe",
             )
-        if backend == "nccl" and per_node > torch.cuda.device_count():
+        # NCCL, and TensorFlow's MultiWorker processes on GPUs, take one GPU per worker.
+        one_gpu_each = backend == "nccl" or ("multiworker" in chosen and torch.cuda.is_available())
+        if one_gpu_each and per_node > torch.cuda.device_count():
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
     points = []
     by_batch = [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or [None]]

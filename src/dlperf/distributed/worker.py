@@ -48,6 +48,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dlperf.config import Experiment
 from dlperf.data import ImageData, load_data, make_loader
 from dlperf.distributed import chunk_sizes
+from dlperf.engine.checks import out_of_memory
 from dlperf.engine.run import build_model, start_weights
 from dlperf.engine.step import build_step
 from dlperf.models.transfer import set_train_mode
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
         dist.destroy_process_group()
     except Exception as e:
         (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
-        if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
+        if out_of_memory(e):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             (directory / f"rank-{rank}.oom").write_text(
                 f"out of memory at per-worker batch {spec['per_worker_batch']}: {first}"

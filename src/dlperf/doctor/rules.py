@@ -3,9 +3,10 @@ stored run through a `RunView` and returning its issues (fvcore's table of handl
 
 Thresholds are constants here (untrustworthy-scaling's in dlperf.distributed.scaling, which
 `dlperf scale` warns with too), each documented in docs/doctor.md. Fields a rule reads that
-the engine does not record (the rule is silent or falls back without them):
+the engine does not always record (the rule is silent or falls back without them):
 summary["world_size"] (missing-workers; until then the ranks that reported) and
-system["visible_gpus"] (cpu-not-gpu under a CPU-only torch build). Runs stored before
+system["visible_gpus"] (cpu-not-gpu under a CPU-only torch build; recorded through NVML
+with the `gpu` extra). Runs stored before
 summary["data"]["classes"] and summary["transfer"]["expects"] were recorded fall back to the
 data set table and the stored transfer warnings.
 """

@@ -27,7 +27,30 @@ def dry_forward(
             model(torch.zeros(2, *shape, device=device))
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
+        if out_of_memory(e):
+            raise UserError(
+                f"out of memory in a forward of two {tuple(shape)} images on {device or 'cpu'}: "
+                f"{first}",
+                "a smaller model or input, or a device with more memory",
+            ) from None
         raise UserError(f"{rejects}: {first}") from None
+
+
+# What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
+# RuntimeError, not torch's OutOfMemoryError.
+OOM_MESSAGES = (
+    "out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "DefaultCPUAllocator: not enough memory",
+)
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether `e` says the device (or the host) ran out of memory."""
+    if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in OOM_MESSAGES)
 
 
 def check_batch_fits(batch_size: int, data: ImageData) -> None:
