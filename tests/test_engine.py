@@ -333,3 +333,16 @@ def test_a_forward_out_of_memory_is_said_as_such() -> None:
     assert out_of_memory(RuntimeError("CUDNN_STATUS_ALLOC_FAILED in cudnnConvolutionForward"))
     assert out_of_memory(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
     assert not out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3)"))
+
+
+def test_each_step_keeps_its_own_wall_time(
+    store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Losses are written ten steps at a time, but each keeps the time its step ended: the
+    batch's write time put ten points on one instant (a wall of bars against wall time)."""
+    result = run_experiment(load_experiment(tiny_exp(epochs=1, extra="log_every = 10\n")), store)
+    from dlperf.exporters import metric_series
+
+    walls = [w for _, _, w in metric_series(store, result["run_id"])["train/loss"]]
+    assert len(walls) > 10
+    assert len(set(walls)) == len(walls) and walls == sorted(walls)

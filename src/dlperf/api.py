@@ -161,7 +161,7 @@ class TrackedRun:
     id: int
     _store: _Store
     _device: Any
-    _rows: list[tuple[str, int, float]] = field(default_factory=list)
+    _rows: list[tuple[str, int, float, float]] = field(default_factory=list)
     _phase_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     _phase_n: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     _last: dict[str, float] = field(default_factory=dict)
@@ -170,10 +170,11 @@ class TrackedRun:
         """Record metrics at `step`. `loss` and `lr` are stored as the engine stores them
         (train/loss, train/lr); a key with a slash (e.g. val/acc1) is kept as it is; any
         other key goes under train/."""
+        now = time.time()  # the call's own time, not the batch's write
         for key, value in metrics.items():
             name = key if "/" in key else f"train/{key}"
             value = float(value)
-            self._rows.append((name, int(step), value))
+            self._rows.append((name, int(step), value, now))
             self._last[name] = value
         if len(self._rows) >= FLUSH_ROWS:
             self.flush()

@@ -105,28 +105,29 @@ class PauseAt:
 
 class MetricBuffer:
     """Collects per-step losses as device tensors and writes them in batches, so the host
-    waits for the device once per flush rather than once per step."""
+    waits for the device once per flush rather than once per step. Each step keeps its own
+    wall time: the batch's write time would stack `every` points on one instant."""
 
     def __init__(self, store: Store, run_id: int, every: int) -> None:
         self.store, self.run_id, self.every = store, run_id, every
-        self.losses: list[tuple[int, torch.Tensor, float]] = []
-        self.rows: list[tuple[str, int, float]] = []
+        self.losses: list[tuple[int, torch.Tensor, float, float]] = []
+        self.rows: list[tuple[str, int, float, float]] = []
         self.last_loss = math.nan
 
     def log(self, step: int, stepped: Stepped, epoch: int) -> None:
-        """Keep the step's loss and learning rate; flush every `every` steps."""
-        self.losses.append((step, stepped.loss, stepped.lr))
+        """Keep the step's loss, learning rate and time; flush every `every` steps."""
+        self.losses.append((step, stepped.loss, stepped.lr, time.time()))
         if step % self.every == 0:
             self.flush(epoch)
 
     def flush(self, epoch: int) -> None:
         """Write what is kept; raise Diverged at the first loss that is not finite."""
         if self.losses:
-            values = torch.stack([loss for _, loss, _ in self.losses]).float().tolist()
+            values = torch.stack([loss for _, loss, _, _ in self.losses]).float().tolist()
             pending = list(zip(self.losses, values, strict=True))
             self.losses.clear()
-            for (step, _, lr), value in pending:
-                self.rows += [("train/loss", step, value), ("train/lr", step, lr)]
+            for (step, _, lr, wall), value in pending:
+                self.rows += [("train/loss", step, value, wall), ("train/lr", step, lr, wall)]
                 if not math.isfinite(value):
                     self.store.log_metrics(self.run_id, self.rows)
                     self.rows.clear()

@@ -334,12 +334,21 @@ class Store:
         with self.recording(run_id) as record:
             yield record
 
-    def log_metrics(self, run_id: int, rows: Iterable[tuple[str, int, float]]) -> None:
-        """Insert a batch of (key, step, value) in one statement."""
+    def log_metrics(
+        self, run_id: int, rows: Iterable[tuple[str, int, float] | tuple[str, int, float, float]]
+    ) -> None:
+        """Insert a batch of (key, step, value[, wall_time]) in one statement; a row without
+        its own wall time gets the time of this call."""
         now = time.time()
         batch = [
-            {"run_id": run_id, "key": k, "step": int(step), "value": float(v), "wall_time": now}
-            for k, step, v in rows
+            {
+                "run_id": run_id,
+                "key": row[0],
+                "step": int(row[1]),
+                "value": float(row[2]),
+                "wall_time": float(row[3]) if len(row) > 3 else now,
+            }
+            for row in rows
         ]
         if batch:
             with self._writing() as s:
