@@ -178,3 +178,54 @@ def test_calibrate_then_predict_measure_is_stored(
     assert same["basis"]["interleaved"] and len(same["rounds"]) == 3
     assert same["error_pct"] == pytest.approx(sorted(r["error_pct"] for r in same["rounds"])[1])
     assert run["summary"]["same_moment_error_pct"] == pytest.approx(same["error_pct"])
+
+
+# --- issue 22: numbers a student can hand in --------------------------------------------------
+
+
+def test_googlenet_totals_are_the_rows_and_unused_aux_heads_are_named(cli: Cli) -> None:
+    doc = json.loads(cli("analyze", "googlenet", "--json").out)
+    totals = doc["totals"]
+    # the auxiliary classifiers run only in training: in eval they have no row
+    assert totals["params"] == sum(row["params"] for row in doc["layers"]) == 6624904
+    assert [(m["name"], m["type"]) for m in doc["not_run"]] == [
+        ("aux1", "InceptionAux"),
+        ("aux2", "InceptionAux"),
+    ]
+    assert totals["params_not_run"] == sum(m["params"] for m in doc["not_run"])
+    assert totals["params"] + totals["params_not_run"] == 13004888
+    table = cli("analyze", "googlenet").out
+    assert "6,624,904" in table and "13,004,888" not in table.split("not run")[0]
+    assert "modules that never ran" in table and "InceptionAux" in table
+
+
+TIED = """
+import torch
+from torch import nn
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 3)  # never called: its weight is used directly below
+
+    def forward(self, x):
+        return torch.nn.functional.linear(self.body(x), self.head.weight)
+
+
+def tied():
+    return Tied()
+"""
+
+
+def test_a_module_used_only_through_its_weight_counts_where_it_is_used(
+    cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "tied.py"
+    path.write_text(TIED)
+    doc = json.loads(cli("analyze", f"{path}:tied", "--input", "4", "--json").out)
+    rows = {row["name"]: row["params"] for row in doc["layers"]}
+    assert rows == {"body": 20, "(model)": 12}  # head's weight, not its unused bias
+    assert doc["totals"]["params"] == 32 and doc["totals"]["params_not_run"] == 3
+    assert doc["not_run"] == [{"name": "head", "type": "Linear", "params": 3}]

@@ -7,6 +7,12 @@ operator the forward (and with `train`, the backward) runs, looks it up in
 (torch.utils.module_tracker follows modules through the backward too). Leaf modules get
 a row each; a module whose own forward computes something (a residual add, `x @ W`,
 `torch.cat` of branches) gets a row for that work. Rows are in execution order.
+
+Parameters are counted in the rows, so the totals are the sum of the rows: a module's own
+parameters go to its row when it starts, and a parameter a running module uses without
+calling its owner (`F.linear(x, self.head.weight)`) to the row that uses it. Parameters
+of modules that never ran (GoogLeNet's auxiliary classifiers in eval) are in no row and
+no total; `Analysis.not_run` names those modules.
 """
 
 from __future__ import annotations
@@ -63,6 +69,15 @@ BACKWARD = ("backward_macs", "backward_flops", "backward_bytes", "backward_calls
 
 
 @dataclass
+class NotRun:
+    """A module that never ran in the counted pass, with its parameters that no row counts."""
+
+    name: str
+    type: str
+    params: int
+
+
+@dataclass
 class Analysis:
     model: str
     input: list[int]
@@ -71,9 +86,12 @@ class Analysis:
     precision: str
     layers: list[Layer]
     params: int
+    """Every parameter of the model, those of modules that never ran included."""
     trainable_params: int
+    """Of the rows' parameters, those that need a gradient."""
     receptive_field: dict[str, Any]
     unsupported_ops: dict[str, int]
+    not_run: list[NotRun] = field(default_factory=list)
     training_memory: dict[str, Any] | None = None
 
     def totals(self) -> dict[str, Any]:
@@ -86,8 +104,9 @@ class Analysis:
             layer.kind_flops["conv"] + layer.kind_flops["depthwise_conv"] for layer in self.layers
         )
         out: dict[str, Any] = {
-            "params": self.params,
+            "params": total("params"),
             "trainable_params": self.trainable_params,
+            "params_not_run": sum(m.params for m in self.not_run),
             "macs": total("macs"),
             "flops": flops,
             "bytes": total("bytes"),
@@ -128,6 +147,7 @@ class Analysis:
             "precision": self.precision,
             "totals": self.totals(),
             "layers": layers,
+            "not_run": [asdict(m) for m in self.not_run],
             "unsupported_ops": self.unsupported_ops,
         }
 
@@ -216,15 +236,31 @@ class _CountingMode(TorchDispatchMode):
         self.modules = dict(model.named_modules())
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
+        self.claimed: set[int] = set()
+        """ids of the parameters a row counts: each is counted once (tied weights)."""
+        self.by_storage = {p.untyped_storage()._cdata: p for p in model.parameters()}
+        self.trainable = 0
+
+    def claim(self, row: Layer, params: Iterator[nn.Parameter]) -> None:
+        for p in params:
+            if id(p) not in self.claimed:
+                self.claimed.add(id(p))
+                row.params += p.numel()
+                self.trainable += p.numel() if p.requires_grad else 0
 
     def row(self, name: str) -> Layer:
         if name not in self.rows:
             module = self.modules[name]
+            self.rows[name] = Layer(name or ROOT, type(module).__name__)
             # Direct parameters only: a leaf holds all of its own, a container's rows
             # would otherwise repeat its children's.
-            params = sum(p.numel() for p in module.parameters(recurse=False))
-            self.rows[name] = Layer(name or ROOT, type(module).__name__, params=params)
+            self.claim(self.rows[name], module.parameters(recurse=False))
         return self.rows[name]
+
+    def claim_used(self, row: Layer, args: Any) -> None:
+        """Count parameters of modules that were not called, used by `row`'s operator."""
+        used = (self.by_storage.get(t.untyped_storage()._cdata) for t in _tensors(args))
+        self.claim(row, (p for p in used if p is not None))
 
     def current(self) -> str | None:
         """The innermost running module (its name in `named_modules`), None outside the model."""
@@ -247,6 +283,8 @@ class _CountingMode(TorchDispatchMode):
             self.unsupported[f"{func.namespace}.{func.overloadpacket.__name__}"] += 1
             cost = ops.Cost(0, 0)
         row = self.row(name)
+        if not self.tracker.is_bw:
+            self.claim_used(row, args)
         moved = sum(_nbytes(t) for t in _tensors((args, out)))
         kind = ops.kind_of(ops.op_name(func), args)
         if self.tracker.is_bw:
@@ -270,7 +308,8 @@ class _CountingMode(TorchDispatchMode):
         return out
 
     def leaf_hooks(self) -> list[Any]:
-        """Give every leaf a row when it starts (execution order) and its output at the end."""
+        """Give every leaf, and every module with parameters of its own, a row when it starts
+        (execution order); a leaf's row gets its output at the end."""
 
         def started(module: nn.Module, args: Any) -> None:
             self.row(names[module])
@@ -282,12 +321,36 @@ class _CountingMode(TorchDispatchMode):
             row.activation_bytes += sum(_nbytes(t) for t in produced)
             row.output_shape = list(produced[0].shape) if produced else None
 
-        names = {m: n for n, m in self.modules.items() if _is_leaf(m)}
-        return [
-            handle
-            for m in names
-            for handle in (m.register_forward_pre_hook(started), m.register_forward_hook(finished))
+        names = {m: n for n, m in self.modules.items()}
+        owners = [m for m in names if next(m.parameters(recurse=False), None) is not None]
+        leaves = [m for m in names if _is_leaf(m)]
+        return [m.register_forward_pre_hook(started) for m in {*owners, *leaves}] + [
+            m.register_forward_hook(finished) for m in leaves
         ]
+
+    def not_run(self) -> list[NotRun]:
+        """The outermost modules whose parameters no row counts: a module whose every
+        parameter is uncounted stands for its submodules; one whose submodules ran in part
+        is named for its own uncounted parameters only."""
+        found: list[NotRun] = []
+        counted = set(self.claimed)
+        whole: list[str] = []
+        for name, module in self.modules.items():
+            if any(name.startswith(f"{outer}.") for outer in whole):
+                continue
+            subtree = list(module.parameters())
+            if all(id(p) in counted for p in subtree):
+                continue
+            if all(id(p) not in counted for p in subtree):
+                whole.append(name)
+                left = subtree
+            else:
+                left = [p for p in module.parameters(recurse=False) if id(p) not in counted]
+                if not left:
+                    continue
+            counted |= {id(p) for p in left}
+            found.append(NotRun(name or ROOT, type(module).__name__, sum(p.numel() for p in left)))
+        return found
 
 
 def _is_leaf(module: nn.Module) -> bool:
@@ -386,7 +449,6 @@ def analyze_module(
     finally:
         for handle in hooks:
             handle.remove()
-    params = {id(p): p for p in model.parameters()}.values()
     return Analysis(
         model=name,
         input=list(input_shape),
@@ -394,10 +456,11 @@ def analyze_module(
         train=train,
         precision=precision,
         layers=list(mode.rows.values()),
-        params=sum(p.numel() for p in params),
-        trainable_params=sum(p.numel() for p in params if p.requires_grad),
+        params=sum(p.numel() for p in model.parameters()),
+        trainable_params=mode.trainable,
         receptive_field=fields_result,
         unsupported_ops=dict(sorted(mode.unsupported.items())),
+        not_run=mode.not_run(),
         training_memory=memory,
     )
 

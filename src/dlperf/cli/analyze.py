@@ -121,9 +121,19 @@ def _print_analysis(result: dict[str, Any]) -> None:
         rows,
     )
     t = result["totals"]
+    if result["not_run"]:
+        console.print_table(
+            "modules that never ran",
+            ["module", "type", "params (in no row or total)"],
+            [[m["name"], m["type"], f"{m['params']:,}"] for m in result["not_run"]],
+        )
     summary = [
-        ["params", f"{t['params']:,}"],
+        ["params (sum of the rows)", f"{t['params']:,}"],
         ["trainable params", f"{t['trainable_params']:,}"],
+    ]
+    if result["not_run"]:
+        summary += [["params of modules that never ran", f"{t['params_not_run']:,}"]]
+    summary += [
         ["MACs", f"{t['macs']:,} ({si(t['macs'])})"],
         ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
         ["activations (elements)", f"{t['activations']:,}"],
