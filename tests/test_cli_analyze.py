@@ -229,3 +229,54 @@ def test_a_module_used_only_through_its_weight_counts_where_it_is_used(
     assert rows == {"body": 20, "(model)": 12}  # head's weight, not its unused bias
     assert doc["totals"]["params"] == 32 and doc["totals"]["params_not_run"] == 3
     assert doc["not_run"] == [{"name": "head", "type": "Linear", "params": 3}]
+
+
+ALEXNET_PAPER = '''
+from torch import nn
+
+
+def alexnet_paper(num_classes=1000):
+    """Krizhevsky et al. 2012, the two-GPU grouping included: 60,965,224 parameters."""
+    return nn.Sequential(
+        nn.Conv2d(3, 96, 11, stride=4), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(96, 256, 5, padding=2, groups=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(256, 384, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(384, 384, 3, padding=1, groups=2), nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1, groups=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Flatten(),
+        nn.Linear(9216, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+        nn.Linear(4096, num_classes),
+    )
+
+
+def no_classes():
+    return nn.Linear(4, 3)
+'''
+
+
+def test_a_model_files_factory_keeps_its_own_number_of_classes(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "mynet.py"
+    path.write_text(ALEXNET_PAPER)
+    spec = f"{path}:alexnet_paper"
+    doc = json.loads(cli("analyze", spec, "--input", "3,227,227", "--json").out)
+    assert doc["totals"]["params"] == 60965224
+    assert (doc["classes"], doc["classes_source"]) == (1000, "the factory's default")
+    given = json.loads(
+        cli("analyze", spec, "--input", "3,227,227", "--classes", "10", "--json").out
+    )
+    assert given["totals"]["params"] == 56909194
+    assert (given["classes"], given["classes_source"]) == (10, "--classes")
+    table = cli("analyze", spec, "--input", "3,227,227").out
+    assert "1000 classes (the factory's default)" in table
+    none = json.loads(cli("analyze", f"{path}:no_classes", "--input", "4", "--json").out)
+    assert none["classes"] is None
+    one_line_error(
+        cli("analyze", f"{path}:no_classes", "--input", "4", "--classes", "5"),
+        "--classes 5: the factory no_classes takes no num_classes",
+    )
+
+
+def test_torchvision_and_dlperf_models_say_which_classes_they_count(cli: Cli) -> None:
+    doc = json.loads(cli("analyze", "resnet20", "--json").out)
+    assert (doc["classes"], doc["classes_source"]) == (10, "default for dlperf's models")
+    assert "10 classes (default for dlperf's models)" in cli("analyze", "resnet20").out

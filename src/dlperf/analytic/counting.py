@@ -18,8 +18,9 @@ no total; `Analysis.not_run` names those modules.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -93,6 +94,9 @@ class Analysis:
     unsupported_ops: dict[str, int]
     not_run: list[NotRun] = field(default_factory=list)
     training_memory: dict[str, Any] | None = None
+    classes: int | None = None
+    """The classes the model was built for; None when its factory takes no num_classes."""
+    classes_source: str = "the module as it was built"
 
     def totals(self) -> dict[str, Any]:
         def total(key: str) -> int:
@@ -145,6 +149,8 @@ class Analysis:
             "batch": self.batch,
             "train": self.train,
             "precision": self.precision,
+            "classes": self.classes,
+            "classes_source": self.classes_source,
             "totals": self.totals(),
             "layers": layers,
             "not_run": [asdict(m) for m in self.not_run],
@@ -200,19 +206,53 @@ def default_classes(name: str) -> int:
     return 1000 if name in list_models()["torchvision"] else 10
 
 
+def _file_classes(
+    fn: Callable[..., nn.Module], spec: str, num_classes: int | None
+) -> tuple[int | None, str]:
+    """The classes a model file's factory builds for, and where that number comes from: the
+    factory's own default unless `num_classes` is given."""
+    params = inspect.signature(fn).parameters
+    if num_classes is not None:
+        if "num_classes" not in params and not any(
+            p.kind is p.VAR_KEYWORD for p in params.values()
+        ):
+            factory = spec.rpartition(":")[2]
+            raise UserError(
+                f"--classes {num_classes}: the factory {factory} takes no num_classes",
+                "leave --classes out: the factory sizes its own head",
+            )
+        return num_classes, "--classes"
+    default = params["num_classes"].default if "num_classes" in params else None
+    if isinstance(default, int):
+        return default, "the factory's default"
+    return None, "set by the factory (it has no num_classes default)"
+
+
 def build_model(
     name: str, input_shape: Sequence[int], num_classes: int | None = None, **kwargs: Any
-) -> nn.Module:
-    """`create_model` with weights on the meta device; 1000 classes for torchvision's zoo."""
-    from dlperf.models import create_model
+) -> tuple[nn.Module, int | None, str]:
+    """`create_model` with weights on the meta device, with the classes it is built for and
+    where that number comes from: `num_classes`, else a model file's factory's own default,
+    else 1000 for torchvision's zoo and 10 for dlperf's models."""
+    from dlperf.models import create_model, list_models
+    from dlperf.models.registry import build_from_factory, is_file_spec, load_factory
 
     with _weights_on_meta():
-        return create_model(
-            name,
-            num_classes=num_classes or default_classes(name),
-            in_channels=input_shape[0],
-            **kwargs,
-        )
+        if is_file_spec(name):
+            fn = load_factory(name)
+            classes, source = _file_classes(fn, name, num_classes)
+            sized = {"num_classes": num_classes} if num_classes is not None else {}
+            model = build_from_factory(fn, name, {**sized, "in_channels": input_shape[0], **kwargs})
+            return model, classes, source
+        if num_classes is not None:
+            source = "--classes"
+        elif name in list_models()["torchvision"]:
+            source = "default for torchvision models"
+        else:
+            source = "default for dlperf's models"
+        classes = num_classes or default_classes(name)
+        model = create_model(name, num_classes=classes, in_channels=input_shape[0], **kwargs)
+        return model, classes, source
 
 
 # --- counting ---------------------------------------------------------------------------------
@@ -481,5 +521,7 @@ def analyze(
     if precision not in DTYPES:
         raise UserError(f"unknown precision '{precision}'", f"use {', '.join(DTYPES)}")
     shape = list(input_shape) if input_shape else default_input(name)
-    model = build_model(name, shape, num_classes)
-    return analyze_module(model, shape, batch, train, precision, name)
+    model, classes, source = build_model(name, shape, num_classes)
+    a = analyze_module(model, shape, batch, train, precision, name)
+    a.classes, a.classes_source = classes, source
+    return a

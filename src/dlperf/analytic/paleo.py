@@ -251,4 +251,4 @@ def predict_model(
         return predict_with_basis(a, entry, ppp)
     from dlperf.analytic.measure import measure_recorded
 
-    return measure_recorded(open_store, model, a, entry, ppp, classes, reps, reporter)
+    return measure_recorded(open_store, model, a, entry, ppp, reps, reporter)

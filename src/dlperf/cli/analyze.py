@@ -26,7 +26,8 @@ PRECISION = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16")
 CLASSES = typer.Option(
     None,
     "--classes",
-    help="Output classes (default: 1000 for torchvision, 10 otherwise).",
+    help="Output classes (default: 1000 for torchvision, 10 for dlperf's models, a model "
+    "file's factory's own num_classes default).",
     show_default=False,
 )
 JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -114,8 +115,11 @@ def _print_analysis(result: dict[str, Any]) -> None:
     ]  # fmt: skip
     shape = "x".join(map(str, result["input"]))
     step = ", training step" if train else ""
+    n = result["classes"]
+    classes = f"{n} classes" if n is not None else "classes"
     console.print_table(
-        f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}",
+        f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}, "
+        f"{classes} ({result['classes_source']})",
         ["layer", "type", "output", "params", "MACs", "FLOPs", "activations", "act. bytes"]
         + (["bwd MACs", "bwd FLOPs"] if train else []),
         rows,
