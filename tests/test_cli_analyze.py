@@ -228,7 +228,7 @@ def test_a_module_used_only_through_its_weight_counts_where_it_is_used(
     rows = {row["name"]: row["params"] for row in doc["layers"]}
     assert rows == {"body": 20, "(model)": 12}  # head's weight, not its unused bias
     assert doc["totals"]["params"] == 32 and doc["totals"]["params_not_run"] == 3
-    assert doc["not_run"] == [{"name": "head", "type": "Linear", "params": 3}]
+    assert doc["not_run"] == [{"name": "head", "type": "Linear", "params": 3, "bias_params": 3}]
 
 
 ALEXNET_PAPER = '''
@@ -280,3 +280,38 @@ def test_torchvision_and_dlperf_models_say_which_classes_they_count(cli: Cli) ->
     doc = json.loads(cli("analyze", "resnet20", "--json").out)
     assert (doc["classes"], doc["classes_source"]) == (10, "default for dlperf's models")
     assert "10 classes (default for dlperf's models)" in cli("analyze", "resnet20").out
+
+
+def test_vgg19_activations_and_params_as_the_course_tables_count_them(cli: Cli) -> None:
+    every = json.loads(cli("analyze", "vgg19", "--json").out)
+    assert every["conventions"] == {"params": "with biases", "activations": "all"}
+    doc = json.loads(
+        cli("analyze", "vgg19", "--activations", "conv-pool-fc", "--no-bias", "--json").out
+    )
+    t = doc["totals"]
+    conv = 2 * 224 * 224 * 64 + 2 * 112 * 112 * 128 + 4 * 56 * 56 * 256 + 4 * 28 * 28 * 512
+    conv += 4 * 14 * 14 * 512
+    pool = 112 * 112 * 64 + 56 * 56 * 128 + 28 * 28 * 256 + 14 * 14 * 512 + 7 * 7 * 512
+    avgpool = 7 * 7 * 512  # torchvision's adaptive average pooling, 7x7 to 7x7
+    fc = 4096 + 4096 + 1000
+    assert t["activations"] == conv + pool + avgpool + fc == 16_416_744
+    assert t["activations"] < every["totals"]["activations"]
+    assert t["activation_bytes"] == 4 * t["activations"]
+    assert t["activations"] == sum(row["activations"] for row in doc["layers"])
+    assert {row["role"] for row in doc["layers"] if row["activations"]} == {"conv", "pool", "fc"}
+    # biases: 5,504 in the convolutions, 9,192 in the fully connected layers
+    assert t["params"] == 143667240 - 14696 == sum(row["params"] for row in doc["layers"])
+    assert doc["conventions"] == {"params": "without biases", "activations": "conv-pool-fc"}
+    table = cli("analyze", "vgg19", "--activations", "conv-pool-fc", "--no-bias").out
+    assert "params (without biases)" in table
+    assert "activations (elements; outputs of conv, pool and fc layers)" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["analyze", "resnet20", "--activations", "relu"], "--activations 'relu': use all or"),
+    ],
+)
+def test_bad_values_of_the_new_options_are_one_line(cli: Cli, args: list[str], text: str) -> None:
+    one_line_error(cli(*args), text)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -46,6 +46,11 @@ class Layer:
     type: str
     output_shape: list[int] | None = None
     params: int = 0
+    bias_params: int = 0
+    """Of `params`, those named *bias (the course tables count parameters without them)."""
+    role: str = "other"
+    """conv, pool, fc (a Linear) or other: the course tables count the outputs of the first
+    three as activations."""
     macs: int = 0
     flops: int = 0
     bytes: int = 0
@@ -76,6 +81,12 @@ class NotRun:
     name: str
     type: str
     params: int
+    bias_params: int
+
+
+ACTIVATIONS = {"all": "outputs of every row", "conv-pool-fc": "outputs of conv, pool and fc layers"}
+"""Which rows' outputs the activation totals count: every row's, or (as course tables count
+them) those of convolution, pooling and fully connected layers only."""
 
 
 @dataclass
@@ -90,6 +101,7 @@ class Analysis:
     """Every parameter of the model, those of modules that never ran included."""
     trainable_params: int
     """Of the rows' parameters, those that need a gradient."""
+    trainable_bias_params: int
     receptive_field: dict[str, Any]
     unsupported_ops: dict[str, int]
     not_run: list[NotRun] = field(default_factory=list)
@@ -97,10 +109,23 @@ class Analysis:
     classes: int | None = None
     """The classes the model was built for; None when its factory takes no num_classes."""
     classes_source: str = "the module as it was built"
+    bias: bool = True
+    """Whether parameter counts include biases."""
+    activations: str = "all"
+    """The rows whose outputs count as activations: a key of ACTIVATIONS."""
+
+    def params_of(self, counted: Layer | NotRun) -> int:
+        return counted.params - (0 if self.bias else counted.bias_params)
+
+    def counts_activations(self, layer: Layer) -> bool:
+        return self.activations == "all" or layer.role != "other"
 
     def totals(self) -> dict[str, Any]:
         def total(key: str) -> int:
             return sum(getattr(layer, key) for layer in self.layers)
+
+        def activations(key: str) -> int:
+            return sum(getattr(x, key) for x in self.layers if self.counts_activations(x))
 
         flops = total("flops")
         # Convolution operators, functional ones included, whichever module ran them.
@@ -108,14 +133,16 @@ class Analysis:
             layer.kind_flops["conv"] + layer.kind_flops["depthwise_conv"] for layer in self.layers
         )
         out: dict[str, Any] = {
-            "params": total("params"),
-            "trainable_params": self.trainable_params,
-            "params_not_run": sum(m.params for m in self.not_run),
+            "params": sum(self.params_of(layer) for layer in self.layers),
+            "trainable_params": self.trainable_params
+            - (0 if self.bias else self.trainable_bias_params),
+            "bias_params": total("bias_params"),
+            "params_not_run": sum(self.params_of(m) for m in self.not_run),
             "macs": total("macs"),
             "flops": flops,
             "bytes": total("bytes"),
-            "activations": total("activations"),
-            "activation_bytes": total("activation_bytes"),
+            "activations": activations("activations"),
+            "activation_bytes": activations("activation_bytes"),
             "calls": total("calls"),
             "conv_flops_share": conv_flops / flops if flops else 0.0,
             "receptive_field": self.receptive_field,
@@ -140,9 +167,13 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         left_out = INTERNAL if self.train else INTERNAL + BACKWARD
-        layers = [
-            {k: v for k, v in asdict(layer).items() if k not in left_out} for layer in self.layers
-        ]
+        layers = []
+        for layer in self.layers:
+            row = {k: v for k, v in asdict(layer).items() if k not in left_out}
+            row["params"] = self.params_of(layer)
+            if not self.counts_activations(layer):
+                row["activations"] = row["activation_bytes"] = 0
+            layers.append(row)
         return {
             "model": self.model,
             "input": self.input,
@@ -151,9 +182,13 @@ class Analysis:
             "precision": self.precision,
             "classes": self.classes,
             "classes_source": self.classes_source,
+            "conventions": {
+                "params": "with biases" if self.bias else "without biases",
+                "activations": self.activations,
+            },
             "totals": self.totals(),
             "layers": layers,
-            "not_run": [asdict(m) for m in self.not_run],
+            "not_run": [asdict(m) | {"params": self.params_of(m)} for m in self.not_run],
             "unsupported_ops": self.unsupported_ops,
         }
 
@@ -278,29 +313,32 @@ class _CountingMode(TorchDispatchMode):
         self.unsupported: Counter[str] = Counter()
         self.claimed: set[int] = set()
         """ids of the parameters a row counts: each is counted once (tied weights)."""
-        self.by_storage = {p.untyped_storage()._cdata: p for p in model.parameters()}
-        self.trainable = 0
+        self.by_storage = {p.untyped_storage()._cdata: (n, p) for n, p in model.named_parameters()}
+        self.trainable = Counter[bool]()
+        """Trainable parameters the rows count, biases (True) and others."""
 
-    def claim(self, row: Layer, params: Iterator[nn.Parameter]) -> None:
-        for p in params:
+    def claim(self, row: Layer, params: Iterable[tuple[str, nn.Parameter]]) -> None:
+        for name, p in params:
             if id(p) not in self.claimed:
                 self.claimed.add(id(p))
                 row.params += p.numel()
-                self.trainable += p.numel() if p.requires_grad else 0
+                row.bias_params += p.numel() if _is_bias(name) else 0
+                self.trainable[_is_bias(name)] += p.numel() if p.requires_grad else 0
 
     def row(self, name: str) -> Layer:
         if name not in self.rows:
             module = self.modules[name]
-            self.rows[name] = Layer(name or ROOT, type(module).__name__)
+            role = _role(module) if _is_leaf(module) else "other"
+            self.rows[name] = Layer(name or ROOT, type(module).__name__, role=role)
             # Direct parameters only: a leaf holds all of its own, a container's rows
             # would otherwise repeat its children's.
-            self.claim(self.rows[name], module.parameters(recurse=False))
+            self.claim(self.rows[name], module.named_parameters(recurse=False))
         return self.rows[name]
 
     def claim_used(self, row: Layer, args: Any) -> None:
         """Count parameters of modules that were not called, used by `row`'s operator."""
         used = (self.by_storage.get(t.untyped_storage()._cdata) for t in _tensors(args))
-        self.claim(row, (p for p in used if p is not None))
+        self.claim(row, (named for named in used if named is not None))
 
     def current(self) -> str | None:
         """The innermost running module (its name in `named_modules`), None outside the model."""
@@ -378,23 +416,51 @@ class _CountingMode(TorchDispatchMode):
         for name, module in self.modules.items():
             if any(name.startswith(f"{outer}.") for outer in whole):
                 continue
-            subtree = list(module.parameters())
-            if all(id(p) in counted for p in subtree):
+            subtree = list(module.named_parameters())
+            if all(id(p) in counted for _, p in subtree):
                 continue
-            if all(id(p) not in counted for p in subtree):
+            if all(id(p) not in counted for _, p in subtree):
                 whole.append(name)
                 left = subtree
             else:
-                left = [p for p in module.parameters(recurse=False) if id(p) not in counted]
+                own = module.named_parameters(recurse=False)
+                left = [(n, p) for n, p in own if id(p) not in counted]
                 if not left:
                     continue
-            counted |= {id(p) for p in left}
-            found.append(NotRun(name or ROOT, type(module).__name__, sum(p.numel() for p in left)))
+            counted |= {id(p) for _, p in left}
+            params = sum(p.numel() for _, p in left)
+            bias = sum(p.numel() for n, p in left if _is_bias(n))
+            found.append(NotRun(name or ROOT, type(module).__name__, params, bias))
         return found
 
 
 def _is_leaf(module: nn.Module) -> bool:
     return next(module.children(), None) is None
+
+
+def _is_bias(name: str) -> bool:
+    """`bias`, and MultiheadAttention's `in_proj_bias`, `bias_k`, `bias_v`."""
+    return "bias" in name.rpartition(".")[2]
+
+
+ROLES: tuple[tuple[type[nn.Module] | tuple[type[nn.Module], ...], str], ...] = (
+    (nn.modules.conv._ConvNd, "conv"),
+    (
+        (
+            nn.modules.pooling._MaxPoolNd,
+            nn.modules.pooling._AvgPoolNd,
+            nn.modules.pooling._AdaptiveAvgPoolNd,
+            nn.modules.pooling._AdaptiveMaxPoolNd,
+            nn.modules.pooling._LPPoolNd,
+        ),
+        "pool",
+    ),
+    (nn.Linear, "fc"),
+)
+
+
+def _role(module: nn.Module) -> str:
+    return next((role for kind, role in ROLES if isinstance(module, kind)), "other")
 
 
 def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
@@ -497,7 +563,8 @@ def analyze_module(
         precision=precision,
         layers=list(mode.rows.values()),
         params=sum(p.numel() for p in model.parameters()),
-        trainable_params=mode.trainable,
+        trainable_params=mode.trainable.total(),
+        trainable_bias_params=mode.trainable[True],
         receptive_field=fields_result,
         unsupported_ops=dict(sorted(mode.unsupported.items())),
         not_run=mode.not_run(),
@@ -512,16 +579,25 @@ def analyze(
     train: bool = False,
     precision: str = "fp32",
     num_classes: int | None = None,
+    bias: bool = True,
+    activations: str = "all",
 ) -> Analysis:
-    """Analyse a model by registry/torchvision name or "file.py:factory"."""
+    """Analyse a model by registry/torchvision name or "file.py:factory"; `bias` and
+    `activations` choose what the parameter and activation counts include."""
     if batch < 1:
         raise UserError(f"batch must be at least 1, got {batch}")
     if num_classes is not None and num_classes < 1:
         raise UserError(f"classes must be at least 1, got {num_classes}")
     if precision not in DTYPES:
         raise UserError(f"unknown precision '{precision}'", f"use {', '.join(DTYPES)}")
+    if activations not in ACTIVATIONS:
+        raise UserError(
+            f"--activations {activations!r}: use {' or '.join(ACTIVATIONS)}",
+            "conv-pool-fc counts the outputs of convolution, pooling and linear layers only",
+        )
     shape = list(input_shape) if input_shape else default_input(name)
     model, classes, source = build_model(name, shape, num_classes)
     a = analyze_module(model, shape, batch, train, precision, name)
     a.classes, a.classes_source = classes, source
+    a.bias, a.activations = bias, activations
     return a

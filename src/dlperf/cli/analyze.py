@@ -70,17 +70,33 @@ def analyze(
     ),
     precision: str = PRECISION,
     classes: int = CLASSES,
+    no_bias: bool = typer.Option(
+        False,
+        "--no-bias",
+        help="Count parameters without biases (parameters named *bias), as tables that ask "
+        "for params 'without biases' do, e.g. dlperf analyze vgg19 --no-bias.",
+    ),
+    activations: str = typer.Option(
+        "all",
+        "--activations",
+        help="Whose outputs the activation totals count: all (every row) or conv-pool-fc "
+        "(convolution, pooling and linear layers only, as course tables count them), "
+        "e.g. dlperf analyze vgg19 --activations conv-pool-fc.",
+    ),
     as_json: bool = JSON,
     as_csv: bool = typer.Option(False, "--csv", help="Print the per-layer rows as CSV."),
 ) -> None:
     """Count a network on paper, layer by layer: params, MACs, FLOPs (= 2 MACs + other
     arithmetic), activations, receptive field. Runs on meta tensors: nothing is computed.
+    Totals are the sums of the rows; parameters of modules that never ran are listed apart.
 
-    Example: dlperf analyze resnet50 --batch 32 --train
+    Example: dlperf analyze vgg19 --no-bias --activations conv-pool-fc
     """
     from dlperf.analytic.counting import analyze as run_analysis
 
-    a = run_analysis(model, parse_shape(input_), batch, train, precision, classes)
+    a = run_analysis(
+        model, parse_shape(input_), batch, train, precision, classes, not no_bias, activations
+    )
     note = a.unsupported_note()
     if note:
         console.warn(note)
@@ -105,12 +121,21 @@ def _print_csv(result: dict[str, Any]) -> None:
     writer.writerows([[row[c] for c in columns] for row in result["layers"]])
 
 
+def _cell(row: dict[str, Any], column: str, every_output: bool) -> str:
+    if column.startswith("activation") and not every_output and row["role"] == "other":
+        return "–"  # not an activation in this convention
+    return si(row[column], "B" if column.endswith("bytes") else "")
+
+
 def _print_analysis(result: dict[str, Any]) -> None:
+    from dlperf.analytic.counting import ACTIVATIONS
+
     train = result["train"]
     counts = LAYER_COLUMNS[3:] + (BACKWARD_COLUMNS if train else [])
+    every_output = result["conventions"]["activations"] == "all"
     rows = [
         [row["name"], row["type"], "x".join(map(str, row["output_shape"] or [])),
-         *(si(row[c], "B" if c.endswith("bytes") else "") for c in counts)]
+         *(_cell(row, c, every_output) for c in counts)]
         for row in result["layers"]
     ]  # fmt: skip
     shape = "x".join(map(str, result["input"]))
@@ -120,7 +145,16 @@ def _print_analysis(result: dict[str, Any]) -> None:
     console.print_table(
         f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}, "
         f"{classes} ({result['classes_source']})",
-        ["layer", "type", "output", "params", "MACs", "FLOPs", "activations", "act. bytes"]
+        [
+            "layer",
+            "type",
+            "output",
+            "params" if result["conventions"]["params"] == "with biases" else "params w/o bias",
+            "MACs",
+            "FLOPs",
+            "activations",
+            "act. bytes",
+        ]
         + (["bwd MACs", "bwd FLOPs"] if train else []),
         rows,
     )
@@ -131,17 +165,19 @@ def _print_analysis(result: dict[str, Any]) -> None:
             ["module", "type", "params (in no row or total)"],
             [[m["name"], m["type"], f"{m['params']:,}"] for m in result["not_run"]],
         )
+    biases = result["conventions"]["params"]
+    outputs = ACTIVATIONS[result["conventions"]["activations"]]
     summary = [
-        ["params (sum of the rows)", f"{t['params']:,}"],
-        ["trainable params", f"{t['trainable_params']:,}"],
+        [f"params ({biases})", f"{t['params']:,}"],
+        [f"trainable params ({biases})", f"{t['trainable_params']:,}"],
     ]
     if result["not_run"]:
         summary += [["params of modules that never ran", f"{t['params_not_run']:,}"]]
     summary += [
         ["MACs", f"{t['macs']:,} ({si(t['macs'])})"],
         ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
-        ["activations (elements)", f"{t['activations']:,}"],
-        ["activation memory", si(t["activation_bytes"], "B")],
+        [f"activations (elements; {outputs})", f"{t['activations']:,}"],
+        ["activation memory (the same)", si(t["activation_bytes"], "B")],
         ["conv share of FLOPs", f"{t['conv_flops_share']:.1%}"],
         ["receptive field", _field(t["receptive_field"])],
     ]
