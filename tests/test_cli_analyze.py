@@ -108,7 +108,9 @@ def test_devices_lists_the_catalog_with_sources(cli: Cli, user_devices: Path) ->
     user_devices.write_text("[V100]\nprice_per_hour_usd = 2.48\n")
     doc = json.loads(cli("devices", "--json").out)
     assert doc["V100"]["price_per_hour_usd"] == 2.48 and doc["V100"]["source"]
-    assert "H100-SXM" in cli("devices").out
+    table = cli("devices").out
+    assert "H100-SXM" in table and "gpu, 1 of 2/board" in table  # the K80's figures
+    assert doc["K80"]["gpus_per_board"] == 2 and doc["K80"]["peak_tflops"]["fp32"] == 4.365
 
 
 def test_predict_json(cli: Cli) -> None:
@@ -311,7 +313,61 @@ def test_vgg19_activations_and_params_as_the_course_tables_count_them(cli: Cli) 
     ("args", "text"),
     [
         (["analyze", "resnet20", "--activations", "relu"], "--activations 'relu': use all or"),
+        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "0"], "--peak-tflops '0'"),
+        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "8T"], "--peak-tflops '8T'"),
+        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "inf"], "expected a posi"),
+        (["predict", "resnet20", "--peak-tflops", "8.7", "--measure"], "--peak-tflops needs"),
+        (["predict", "resnet20", "--device", "K80", "--flops", "lots"], "--flops 'lots'"),
+        (["predict", "resnet20", "--device", "K80", "--flops", "-3G"], "--flops '-3G'"),
+        (["predict", "resnet20", "--device", "K80", "--flops", "3X"], "--flops '3X'"),
     ],
 )
 def test_bad_values_of_the_new_options_are_one_line(cli: Cli, args: list[str], text: str) -> None:
     one_line_error(cli(*args), text)
+
+
+def test_predict_k80_says_which_peak_and_shows_flops_over_peak(cli: Cli) -> None:
+    doc = json.loads(cli("predict", "vgg16", "--device", "K80", "--json").out)
+    peak = doc["peak"]
+    assert peak["flops_per_s"] == doc["peak_flops"] == 4.365e12
+    assert peak["label"] == (
+        "4.365 TFLOPS fp32: one of the 2 GPUs of a K80 board (the board: 8.73 TFLOPS)"
+    )
+    fop = doc["flops_over_peak"]
+    counted = doc["totals"]["flops"]  # batch 1: one image's forward
+    assert fop["flops_per_image"] == counted and fop["flops_source"] == "counted"
+    assert fop["time_per_image_s"] == pytest.approx(counted / 4.365e12)
+    assert fop["images_per_s"] == pytest.approx(4.365e12 / counted)
+    # PALEO at the peak adds the memory time: slower than FLOPs / peak
+    assert doc["totals"]["time_s"] > fop["time_per_image_s"]
+    rows = totals_rows(cli("predict", "vgg16", "--device", "K80").out)
+    assert "peak (PPP=1), compute + memory: images/s" in rows
+    assert "FLOPs ÷ peak: images/s" in rows
+    assert rows["peak"].startswith("4.365 TFLOPS fp32: one of the 2 GPUs")
+
+
+def test_predict_with_the_peak_and_flops_given(cli: Cli) -> None:
+    doc = json.loads(
+        cli(
+            "predict", "vgg16", "--device", "K80", "--peak-tflops", "8.73",
+            "--flops", "15.5G", "--batch", "2", "--json",
+        ).out
+    )  # fmt: skip
+    assert doc["peak"]["flops_per_s"] == doc["peak_flops"] == 8.73e12
+    assert doc["peak"]["label"] == "8.73 TFLOPS fp32, given (--peak-tflops)"
+    fop = doc["flops_over_peak"]
+    assert (fop["flops_per_image"], fop["flops_source"]) == (15.5e9, "given (--flops)")
+    assert fop["time_per_image_s"] == pytest.approx(15.5e9 / 8.73e12)
+    assert fop["time_s"] == pytest.approx(2 * 15.5e9 / 8.73e12)
+    assert fop["counted_flops_per_image"] == doc["totals"]["flops"] / 2
+    assert doc["basis"]["label"].endswith("; peak given: 8.73 TFLOPS fp32")
+
+
+def totals_rows(out: str) -> dict[str, str]:
+    """The `totals` table's rows: first column -> value."""
+    rows = {}
+    for line in out.split("totals", 1)[1].splitlines():
+        if "│" in line:
+            key, value = (cell.strip() for cell in line.split("│", 1))
+            rows[key] = value
+    return rows

@@ -315,6 +315,8 @@ def measure_recorded(
     ppp: float | None,
     reps: int,
     reporter: Reporter | None = None,
+    peak_tflops: float | None = None,
+    flops: float | None = None,
 ) -> dict[str, Any]:
     """`predict --measure`: run the model `model`, built for the classes `analysis` counted,
     on this machine's device with all its threads in `reps` rounds interleaved with the
@@ -322,7 +324,8 @@ def measure_recorded(
     killed or failed if it stops). Returns the prediction for `entry` (None: this machine
     as calibrated in those rounds) at `ppp`, with its basis, and under "measured" its
     comparison with the measurement and the same-moment prediction with its error. A CPU
-    entry calibrated with other than this run's threads is warned of."""
+    entry calibrated with other than this run's threads is warned of. `peak_tflops` and
+    `flops` go to predict_with_basis."""
     from dlperf.analytic.interleaved import build_probes, calibrate_and_measure, host_device
     from dlperf.analytic.paleo import basis, compare, predict_with_basis
     from dlperf.models import create_model
@@ -369,7 +372,9 @@ def measure_recorded(
         if not a.train:  # the profiler's ranges are the leaves' forwards
             reporter.task("profiling layers")
             layers = profile_leaves(real, step, device, min(reps, 3))
-        prediction = predict_with_basis(a, entry or same.device, ppp, interleaved=entry is None)
+        prediction = predict_with_basis(
+            a, entry or same.device, ppp, entry is None, peak_tflops, flops
+        )
         store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(timed["times_s"])])
         comparison = compare(prediction, {"spread_s": timed["measured_s"], "layers_s": layers})
         comparison["basis"] = prediction["basis"]
