@@ -114,6 +114,18 @@ def test_transformer_encoder_layer_eval_no_grad() -> None:
     assert not a.receptive_field["defined"]
 
 
+def test_attention_out_proj_used_through_its_weight_is_in_a_row() -> None:
+    """MultiheadAttention never calls its out_proj module: F.multi_head_attention_forward
+    reads out_proj.weight and .bias, so the attention's row counts them."""
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    a = analyze_module(layer, [5, 8], batch=2)
+    rows = {r.name: r for r in a.layers}
+    assert rows["self_attn"].params == 8 * 24 + 24 + 8 * 8 + 8  # in_proj, out_proj
+    assert rows["self_attn"].bias_params == 24 + 8
+    assert a.totals()["params"] == a.params == sum(p.numel() for p in layer.parameters())
+    assert a.not_run == []
+
+
 def test_mlp_backward_flops_are_counted_not_estimated() -> None:
     mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     t = analyze_module(mlp, [4], batch=3, train=True).totals()

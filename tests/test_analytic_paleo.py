@@ -226,7 +226,7 @@ def test_measure_recorded_warns_of_other_threads(no_user_file: Path, tmp_path: P
     a = analyze("smallcnn", [1, 8, 8])
     log = Logged()
     entry = FAKE.model_copy(update={"threads": 999})
-    r = measure_recorded(lambda: store, "smallcnn", a, entry, None, None, 1, log)
+    r = measure_recorded(lambda: store, "smallcnn", a, entry, None, 1, log)
     m = r["measured"]
     assert store.get_run(m["run_id"])["status"] == "finished" and m["measured_s"]["min"] > 0
     assert r["basis"]["kind"] == "catalog peak" and m["basis"] == r["basis"]

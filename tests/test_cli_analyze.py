@@ -108,7 +108,9 @@ def test_devices_lists_the_catalog_with_sources(cli: Cli, user_devices: Path) ->
     user_devices.write_text("[V100]\nprice_per_hour_usd = 2.48\n")
     doc = json.loads(cli("devices", "--json").out)
     assert doc["V100"]["price_per_hour_usd"] == 2.48 and doc["V100"]["source"]
-    assert "H100-SXM" in cli("devices").out
+    table = cli("devices").out
+    assert "H100-SXM" in table and "gpu, 1 of 2/board" in table  # the K80's figures
+    assert doc["K80"]["gpus_per_board"] == 2 and doc["K80"]["peak_tflops"]["fp32"] == 4.365
 
 
 def test_predict_json(cli: Cli) -> None:
@@ -178,3 +180,194 @@ def test_calibrate_then_predict_measure_is_stored(
     assert same["basis"]["interleaved"] and len(same["rounds"]) == 3
     assert same["error_pct"] == pytest.approx(sorted(r["error_pct"] for r in same["rounds"])[1])
     assert run["summary"]["same_moment_error_pct"] == pytest.approx(same["error_pct"])
+
+
+# --- issue 22: numbers a student can hand in --------------------------------------------------
+
+
+def test_googlenet_totals_are_the_rows_and_unused_aux_heads_are_named(cli: Cli) -> None:
+    doc = json.loads(cli("analyze", "googlenet", "--json").out)
+    totals = doc["totals"]
+    # the auxiliary classifiers run only in training: in eval they have no row
+    assert totals["params"] == sum(row["params"] for row in doc["layers"]) == 6624904
+    assert [(m["name"], m["type"]) for m in doc["not_run"]] == [
+        ("aux1", "InceptionAux"),
+        ("aux2", "InceptionAux"),
+    ]
+    assert totals["params_not_run"] == sum(m["params"] for m in doc["not_run"])
+    assert totals["params"] + totals["params_not_run"] == 13004888
+    table = cli("analyze", "googlenet").out
+    assert "6,624,904" in table and "13,004,888" not in table.split("not run")[0]
+    assert "modules that never ran" in table and "InceptionAux" in table
+
+
+TIED = """
+import torch
+from torch import nn
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 3)  # never called: its weight is used directly below
+
+    def forward(self, x):
+        return torch.nn.functional.linear(self.body(x), self.head.weight)
+
+
+def tied():
+    return Tied()
+"""
+
+
+def test_a_module_used_only_through_its_weight_counts_where_it_is_used(
+    cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "tied.py"
+    path.write_text(TIED)
+    doc = json.loads(cli("analyze", f"{path}:tied", "--input", "4", "--json").out)
+    rows = {row["name"]: row["params"] for row in doc["layers"]}
+    assert rows == {"body": 20, "(model)": 12}  # head's weight, not its unused bias
+    assert doc["totals"]["params"] == 32 and doc["totals"]["params_not_run"] == 3
+    assert doc["not_run"] == [{"name": "head", "type": "Linear", "params": 3, "bias_params": 3}]
+
+
+ALEXNET_PAPER = '''
+from torch import nn
+
+
+def alexnet_paper(num_classes=1000):
+    """Krizhevsky et al. 2012, the two-GPU grouping included: 60,965,224 parameters."""
+    return nn.Sequential(
+        nn.Conv2d(3, 96, 11, stride=4), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(96, 256, 5, padding=2, groups=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(256, 384, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(384, 384, 3, padding=1, groups=2), nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1, groups=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Flatten(),
+        nn.Linear(9216, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+        nn.Linear(4096, num_classes),
+    )
+
+
+def no_classes():
+    return nn.Linear(4, 3)
+'''
+
+
+def test_a_model_files_factory_keeps_its_own_number_of_classes(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "mynet.py"
+    path.write_text(ALEXNET_PAPER)
+    spec = f"{path}:alexnet_paper"
+    doc = json.loads(cli("analyze", spec, "--input", "3,227,227", "--json").out)
+    assert doc["totals"]["params"] == 60965224
+    assert (doc["classes"], doc["classes_source"]) == (1000, "the factory's default")
+    given = json.loads(
+        cli("analyze", spec, "--input", "3,227,227", "--classes", "10", "--json").out
+    )
+    assert given["totals"]["params"] == 56909194
+    assert (given["classes"], given["classes_source"]) == (10, "--classes")
+    table = cli("analyze", spec, "--input", "3,227,227").out
+    assert "1000 classes (the factory's default)" in table
+    none = json.loads(cli("analyze", f"{path}:no_classes", "--input", "4", "--json").out)
+    assert none["classes"] is None
+    one_line_error(
+        cli("analyze", f"{path}:no_classes", "--input", "4", "--classes", "5"),
+        "--classes 5: the factory no_classes takes no num_classes",
+    )
+
+
+def test_torchvision_and_dlperf_models_say_which_classes_they_count(cli: Cli) -> None:
+    doc = json.loads(cli("analyze", "resnet20", "--json").out)
+    assert (doc["classes"], doc["classes_source"]) == (10, "default for dlperf's models")
+    assert "10 classes (default for dlperf's models)" in cli("analyze", "resnet20").out
+
+
+def test_vgg19_activations_and_params_as_the_course_tables_count_them(cli: Cli) -> None:
+    every = json.loads(cli("analyze", "vgg19", "--json").out)
+    assert every["conventions"] == {"params": "with biases", "activations": "all"}
+    doc = json.loads(
+        cli("analyze", "vgg19", "--activations", "conv-pool-fc", "--no-bias", "--json").out
+    )
+    t = doc["totals"]
+    conv = 2 * 224 * 224 * 64 + 2 * 112 * 112 * 128 + 4 * 56 * 56 * 256 + 4 * 28 * 28 * 512
+    conv += 4 * 14 * 14 * 512
+    pool = 112 * 112 * 64 + 56 * 56 * 128 + 28 * 28 * 256 + 14 * 14 * 512 + 7 * 7 * 512
+    avgpool = 7 * 7 * 512  # torchvision's adaptive average pooling, 7x7 to 7x7
+    fc = 4096 + 4096 + 1000
+    assert t["activations"] == conv + pool + avgpool + fc == 16_416_744
+    assert t["activations"] < every["totals"]["activations"]
+    assert t["activation_bytes"] == 4 * t["activations"]
+    assert t["activations"] == sum(row["activations"] for row in doc["layers"])
+    assert {row["role"] for row in doc["layers"] if row["activations"]} == {"conv", "pool", "fc"}
+    # biases: 5,504 in the convolutions, 9,192 in the fully connected layers
+    assert t["params"] == 143667240 - 14696 == sum(row["params"] for row in doc["layers"])
+    assert doc["conventions"] == {"params": "without biases", "activations": "conv-pool-fc"}
+    table = cli("analyze", "vgg19", "--activations", "conv-pool-fc", "--no-bias").out
+    assert "params (without biases)" in table
+    assert "activations (elements; outputs of conv, pool and fc layers)" in table
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["analyze", "resnet20", "--activations", "relu"], "--activations 'relu': use all or"),
+        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "0"], "--peak-tflops '0'"),
+        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "8T"], "--peak-tflops '8T'"),
+        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "inf"], "expected a posi"),
+        (["predict", "resnet20", "--peak-tflops", "8.7", "--measure"], "--peak-tflops needs"),
+        (["predict", "resnet20", "--device", "K80", "--flops", "lots"], "--flops 'lots'"),
+        (["predict", "resnet20", "--device", "K80", "--flops", "-3G"], "--flops '-3G'"),
+        (["predict", "resnet20", "--device", "K80", "--flops", "3X"], "--flops '3X'"),
+    ],
+)
+def test_bad_values_of_the_new_options_are_one_line(cli: Cli, args: list[str], text: str) -> None:
+    one_line_error(cli(*args), text)
+
+
+def test_predict_k80_says_which_peak_and_shows_flops_over_peak(cli: Cli) -> None:
+    doc = json.loads(cli("predict", "vgg16", "--device", "K80", "--json").out)
+    peak = doc["peak"]
+    assert peak["flops_per_s"] == doc["peak_flops"] == 4.365e12
+    assert peak["label"] == (
+        "4.365 TFLOPS fp32: one of the 2 GPUs of a K80 board (the board: 8.73 TFLOPS)"
+    )
+    fop = doc["flops_over_peak"]
+    counted = doc["totals"]["flops"]  # batch 1: one image's forward
+    assert fop["flops_per_image"] == counted and fop["flops_source"] == "counted"
+    assert fop["time_per_image_s"] == pytest.approx(counted / 4.365e12)
+    assert fop["images_per_s"] == pytest.approx(4.365e12 / counted)
+    # PALEO at the peak adds the memory time: slower than FLOPs / peak
+    assert doc["totals"]["time_s"] > fop["time_per_image_s"]
+    rows = totals_rows(cli("predict", "vgg16", "--device", "K80").out)
+    assert "peak (PPP=1), compute + memory: images/s" in rows
+    assert "FLOPs ÷ peak: images/s" in rows
+    assert rows["peak"].startswith("4.365 TFLOPS fp32: one of the 2 GPUs")
+
+
+def test_predict_with_the_peak_and_flops_given(cli: Cli) -> None:
+    doc = json.loads(
+        cli(
+            "predict", "vgg16", "--device", "K80", "--peak-tflops", "8.73",
+            "--flops", "15.5G", "--batch", "2", "--json",
+        ).out
+    )  # fmt: skip
+    assert doc["peak"]["flops_per_s"] == doc["peak_flops"] == 8.73e12
+    assert doc["peak"]["label"] == "8.73 TFLOPS fp32, given (--peak-tflops)"
+    fop = doc["flops_over_peak"]
+    assert (fop["flops_per_image"], fop["flops_source"]) == (15.5e9, "given (--flops)")
+    assert fop["time_per_image_s"] == pytest.approx(15.5e9 / 8.73e12)
+    assert fop["time_s"] == pytest.approx(2 * 15.5e9 / 8.73e12)
+    assert fop["counted_flops_per_image"] == doc["totals"]["flops"] / 2
+    assert doc["basis"]["label"].endswith("; peak given: 8.73 TFLOPS fp32")
+
+
+def totals_rows(out: str) -> dict[str, str]:
+    """The `totals` table's rows: first column -> value."""
+    rows = {}
+    for line in out.split("totals", 1)[1].splitlines():
+        if "│" in line:
+            key, value = (cell.strip() for cell in line.split("│", 1))
+            rows[key] = value
+    return rows

@@ -181,7 +181,8 @@ def test_predict_on_a_catalog_gpu_says_it_is_the_peak(cli: Cli) -> None:
     result = cli("predict", *SMALL, "--device", "V100")
     assert result.code == 0, result.err
     rows = totals_rows(result.out)
-    assert "peak (PPP=1): time per batch (ms)" in rows and "peak (PPP=1): images/s" in rows
+    assert "peak (PPP=1), compute + memory: time per batch (ms)" in rows
+    assert "peak (PPP=1), compute + memory: images/s" in rows
     assert not any(key.startswith("prediction") for key in rows)
     assert rows["basis"] == "peak (PPP=1) of V100 (NVIDIA Tesla V100 datasheet, 2018-01)"
     doc = json.loads(cli("predict", *SMALL, "--device", "V100", "--json").out)
@@ -194,9 +195,10 @@ def test_ppp_changes_the_figures_and_the_label(cli: Cli) -> None:
     assert given["basis"]["kind"] == "given ppp" and given["basis"]["ppp"] == 0.5
     assert given["totals"]["compute_s"] == pytest.approx(2 * peak["totals"]["compute_s"])
     rows = totals_rows(cli("predict", *SMALL, "--device", "V100", "--ppp", "0.5").out)
-    assert "prediction at given PPP 0.5: time per batch (ms)" in rows
+    assert "prediction at given PPP 0.5, compute + memory: time per batch (ms)" in rows
     assert rows["basis"].startswith("given PPP 0.5 of V100")
-    assert "peak (PPP=1): images/s" in rows  # the peak is still shown, and named so
+    # the peak is still shown, and named so
+    assert "peak (PPP=1), compute + memory: images/s" in rows
 
 
 def test_predict_on_a_calibrated_device_names_when_and_on_what(
@@ -213,7 +215,7 @@ def test_predict_on_a_calibrated_device_names_when_and_on_what(
     assert doc["basis"]["calibrated_at"] == "2026-11-23T09:00:00+00:00"
     assert doc["basis"]["on"] == "a 2-core CPU, 2 threads"
     rows = totals_rows(cli("predict", *SMALL, "--device", "here").out)
-    assert "prediction from calibration: time per batch (ms)" in rows
+    assert "prediction from calibration, compute + memory + calls: time per batch (ms)" in rows
     assert rows["basis"] == "calibrated 2026-11-23T09:00:00+00:00 on a 2-core CPU, 2 threads"
 
 

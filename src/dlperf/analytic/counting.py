@@ -7,13 +7,20 @@ operator the forward (and with `train`, the backward) runs, looks it up in
 (torch.utils.module_tracker follows modules through the backward too). Leaf modules get
 a row each; a module whose own forward computes something (a residual add, `x @ W`,
 `torch.cat` of branches) gets a row for that work. Rows are in execution order.
+
+Parameters are counted in the rows, so the totals are the sum of the rows: a module's own
+parameters go to its row when it starts, and a parameter a running module uses without
+calling its owner (`F.linear(x, self.head.weight)`) to the row that uses it. Parameters
+of modules that never ran (GoogLeNet's auxiliary classifiers in eval) are in no row and
+no total; `Analysis.not_run` names those modules.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,6 +46,11 @@ class Layer:
     type: str
     output_shape: list[int] | None = None
     params: int = 0
+    bias_params: int = 0
+    """Of `params`, those named *bias (the course tables count parameters without them)."""
+    role: str = "other"
+    """conv, pool, fc (a Linear) or other: the course tables count the outputs of the first
+    three as activations."""
     macs: int = 0
     flops: int = 0
     bytes: int = 0
@@ -63,6 +75,21 @@ BACKWARD = ("backward_macs", "backward_flops", "backward_bytes", "backward_calls
 
 
 @dataclass
+class NotRun:
+    """A module that never ran in the counted pass, with its parameters that no row counts."""
+
+    name: str
+    type: str
+    params: int
+    bias_params: int
+
+
+ACTIVATIONS = {"all": "outputs of every row", "conv-pool-fc": "outputs of conv, pool and fc layers"}
+"""Which rows' outputs the activation totals count: every row's, or (as course tables count
+them) those of convolution, pooling and fully connected layers only."""
+
+
+@dataclass
 class Analysis:
     model: str
     input: list[int]
@@ -71,14 +98,34 @@ class Analysis:
     precision: str
     layers: list[Layer]
     params: int
+    """Every parameter of the model, those of modules that never ran included."""
     trainable_params: int
+    """Of the rows' parameters, those that need a gradient."""
+    trainable_bias_params: int
     receptive_field: dict[str, Any]
     unsupported_ops: dict[str, int]
+    not_run: list[NotRun] = field(default_factory=list)
     training_memory: dict[str, Any] | None = None
+    classes: int | None = None
+    """The classes the model was built for; None when its factory takes no num_classes."""
+    classes_source: str = "the module as it was built"
+    bias: bool = True
+    """Whether parameter counts include biases."""
+    activations: str = "all"
+    """The rows whose outputs count as activations: a key of ACTIVATIONS."""
+
+    def params_of(self, counted: Layer | NotRun) -> int:
+        return counted.params - (0 if self.bias else counted.bias_params)
+
+    def counts_activations(self, layer: Layer) -> bool:
+        return self.activations == "all" or layer.role != "other"
 
     def totals(self) -> dict[str, Any]:
         def total(key: str) -> int:
             return sum(getattr(layer, key) for layer in self.layers)
+
+        def activations(key: str) -> int:
+            return sum(getattr(x, key) for x in self.layers if self.counts_activations(x))
 
         flops = total("flops")
         # Convolution operators, functional ones included, whichever module ran them.
@@ -86,13 +133,16 @@ class Analysis:
             layer.kind_flops["conv"] + layer.kind_flops["depthwise_conv"] for layer in self.layers
         )
         out: dict[str, Any] = {
-            "params": self.params,
-            "trainable_params": self.trainable_params,
+            "params": sum(self.params_of(layer) for layer in self.layers),
+            "trainable_params": self.trainable_params
+            - (0 if self.bias else self.trainable_bias_params),
+            "bias_params": total("bias_params"),
+            "params_not_run": sum(self.params_of(m) for m in self.not_run),
             "macs": total("macs"),
             "flops": flops,
             "bytes": total("bytes"),
-            "activations": total("activations"),
-            "activation_bytes": total("activation_bytes"),
+            "activations": activations("activations"),
+            "activation_bytes": activations("activation_bytes"),
             "calls": total("calls"),
             "conv_flops_share": conv_flops / flops if flops else 0.0,
             "receptive_field": self.receptive_field,
@@ -117,17 +167,28 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         left_out = INTERNAL if self.train else INTERNAL + BACKWARD
-        layers = [
-            {k: v for k, v in asdict(layer).items() if k not in left_out} for layer in self.layers
-        ]
+        layers = []
+        for layer in self.layers:
+            row = {k: v for k, v in asdict(layer).items() if k not in left_out}
+            row["params"] = self.params_of(layer)
+            if not self.counts_activations(layer):
+                row["activations"] = row["activation_bytes"] = 0
+            layers.append(row)
         return {
             "model": self.model,
             "input": self.input,
             "batch": self.batch,
             "train": self.train,
             "precision": self.precision,
+            "classes": self.classes,
+            "classes_source": self.classes_source,
+            "conventions": {
+                "params": "with biases" if self.bias else "without biases",
+                "activations": self.activations,
+            },
             "totals": self.totals(),
             "layers": layers,
+            "not_run": [asdict(m) | {"params": self.params_of(m)} for m in self.not_run],
             "unsupported_ops": self.unsupported_ops,
         }
 
@@ -180,19 +241,53 @@ def default_classes(name: str) -> int:
     return 1000 if name in list_models()["torchvision"] else 10
 
 
+def _file_classes(
+    fn: Callable[..., nn.Module], spec: str, num_classes: int | None
+) -> tuple[int | None, str]:
+    """The classes a model file's factory builds for, and where that number comes from: the
+    factory's own default unless `num_classes` is given."""
+    params = inspect.signature(fn).parameters
+    if num_classes is not None:
+        if "num_classes" not in params and not any(
+            p.kind is p.VAR_KEYWORD for p in params.values()
+        ):
+            factory = spec.rpartition(":")[2]
+            raise UserError(
+                f"--classes {num_classes}: the factory {factory} takes no num_classes",
+                "leave --classes out: the factory sizes its own head",
+            )
+        return num_classes, "--classes"
+    default = params["num_classes"].default if "num_classes" in params else None
+    if isinstance(default, int):
+        return default, "the factory's default"
+    return None, "set by the factory (it has no num_classes default)"
+
+
 def build_model(
     name: str, input_shape: Sequence[int], num_classes: int | None = None, **kwargs: Any
-) -> nn.Module:
-    """`create_model` with weights on the meta device; 1000 classes for torchvision's zoo."""
-    from dlperf.models import create_model
+) -> tuple[nn.Module, int | None, str]:
+    """`create_model` with weights on the meta device, with the classes it is built for and
+    where that number comes from: `num_classes`, else a model file's factory's own default,
+    else 1000 for torchvision's zoo and 10 for dlperf's models."""
+    from dlperf.models import create_model, list_models
+    from dlperf.models.registry import build_from_factory, is_file_spec, load_factory
 
     with _weights_on_meta():
-        return create_model(
-            name,
-            num_classes=num_classes or default_classes(name),
-            in_channels=input_shape[0],
-            **kwargs,
-        )
+        if is_file_spec(name):
+            fn = load_factory(name)
+            classes, source = _file_classes(fn, name, num_classes)
+            sized = {"num_classes": num_classes} if num_classes is not None else {}
+            model = build_from_factory(fn, name, {**sized, "in_channels": input_shape[0], **kwargs})
+            return model, classes, source
+        if num_classes is not None:
+            source = "--classes"
+        elif name in list_models()["torchvision"]:
+            source = "default for torchvision models"
+        else:
+            source = "default for dlperf's models"
+        classes = num_classes or default_classes(name)
+        model = create_model(name, num_classes=classes, in_channels=input_shape[0], **kwargs)
+        return model, classes, source
 
 
 # --- counting ---------------------------------------------------------------------------------
@@ -216,15 +311,34 @@ class _CountingMode(TorchDispatchMode):
         self.modules = dict(model.named_modules())
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
+        self.claimed: set[int] = set()
+        """ids of the parameters a row counts: each is counted once (tied weights)."""
+        self.by_storage = {p.untyped_storage()._cdata: (n, p) for n, p in model.named_parameters()}
+        self.trainable = Counter[bool]()
+        """Trainable parameters the rows count, biases (True) and others."""
+
+    def claim(self, row: Layer, params: Iterable[tuple[str, nn.Parameter]]) -> None:
+        for name, p in params:
+            if id(p) not in self.claimed:
+                self.claimed.add(id(p))
+                row.params += p.numel()
+                row.bias_params += p.numel() if _is_bias(name) else 0
+                self.trainable[_is_bias(name)] += p.numel() if p.requires_grad else 0
 
     def row(self, name: str) -> Layer:
         if name not in self.rows:
             module = self.modules[name]
+            role = _role(module) if _is_leaf(module) else "other"
+            self.rows[name] = Layer(name or ROOT, type(module).__name__, role=role)
             # Direct parameters only: a leaf holds all of its own, a container's rows
             # would otherwise repeat its children's.
-            params = sum(p.numel() for p in module.parameters(recurse=False))
-            self.rows[name] = Layer(name or ROOT, type(module).__name__, params=params)
+            self.claim(self.rows[name], module.named_parameters(recurse=False))
         return self.rows[name]
+
+    def claim_used(self, row: Layer, args: Any) -> None:
+        """Count parameters of modules that were not called, used by `row`'s operator."""
+        used = (self.by_storage.get(t.untyped_storage()._cdata) for t in _tensors(args))
+        self.claim(row, (named for named in used if named is not None))
 
     def current(self) -> str | None:
         """The innermost running module (its name in `named_modules`), None outside the model."""
@@ -247,6 +361,8 @@ class _CountingMode(TorchDispatchMode):
             self.unsupported[f"{func.namespace}.{func.overloadpacket.__name__}"] += 1
             cost = ops.Cost(0, 0)
         row = self.row(name)
+        if not self.tracker.is_bw:
+            self.claim_used(row, args)
         moved = sum(_nbytes(t) for t in _tensors((args, out)))
         kind = ops.kind_of(ops.op_name(func), args)
         if self.tracker.is_bw:
@@ -270,7 +386,8 @@ class _CountingMode(TorchDispatchMode):
         return out
 
     def leaf_hooks(self) -> list[Any]:
-        """Give every leaf a row when it starts (execution order) and its output at the end."""
+        """Give every leaf, and every module with parameters of its own, a row when it starts
+        (execution order); a leaf's row gets its output at the end."""
 
         def started(module: nn.Module, args: Any) -> None:
             self.row(names[module])
@@ -282,16 +399,68 @@ class _CountingMode(TorchDispatchMode):
             row.activation_bytes += sum(_nbytes(t) for t in produced)
             row.output_shape = list(produced[0].shape) if produced else None
 
-        names = {m: n for n, m in self.modules.items() if _is_leaf(m)}
-        return [
-            handle
-            for m in names
-            for handle in (m.register_forward_pre_hook(started), m.register_forward_hook(finished))
+        names = {m: n for n, m in self.modules.items()}
+        owners = [m for m in names if next(m.parameters(recurse=False), None) is not None]
+        leaves = [m for m in names if _is_leaf(m)]
+        return [m.register_forward_pre_hook(started) for m in {*owners, *leaves}] + [
+            m.register_forward_hook(finished) for m in leaves
         ]
+
+    def not_run(self) -> list[NotRun]:
+        """The outermost modules whose parameters no row counts: a module whose every
+        parameter is uncounted stands for its submodules; one whose submodules ran in part
+        is named for its own uncounted parameters only."""
+        found: list[NotRun] = []
+        counted = set(self.claimed)
+        whole: list[str] = []
+        for name, module in self.modules.items():
+            if any(name.startswith(f"{outer}.") for outer in whole):
+                continue
+            subtree = list(module.named_parameters())
+            if all(id(p) in counted for _, p in subtree):
+                continue
+            if all(id(p) not in counted for _, p in subtree):
+                whole.append(name)
+                left = subtree
+            else:
+                own = module.named_parameters(recurse=False)
+                left = [(n, p) for n, p in own if id(p) not in counted]
+                if not left:
+                    continue
+            counted |= {id(p) for _, p in left}
+            params = sum(p.numel() for _, p in left)
+            bias = sum(p.numel() for n, p in left if _is_bias(n))
+            found.append(NotRun(name or ROOT, type(module).__name__, params, bias))
+        return found
 
 
 def _is_leaf(module: nn.Module) -> bool:
     return next(module.children(), None) is None
+
+
+def _is_bias(name: str) -> bool:
+    """`bias`, and MultiheadAttention's `in_proj_bias`, `bias_k`, `bias_v`."""
+    return "bias" in name.rpartition(".")[2]
+
+
+ROLES: tuple[tuple[type[nn.Module] | tuple[type[nn.Module], ...], str], ...] = (
+    (nn.modules.conv._ConvNd, "conv"),
+    (
+        (
+            nn.modules.pooling._MaxPoolNd,
+            nn.modules.pooling._AvgPoolNd,
+            nn.modules.pooling._AdaptiveAvgPoolNd,
+            nn.modules.pooling._AdaptiveMaxPoolNd,
+            nn.modules.pooling._LPPoolNd,
+        ),
+        "pool",
+    ),
+    (nn.Linear, "fc"),
+)
+
+
+def _role(module: nn.Module) -> str:
+    return next((role for kind, role in ROLES if isinstance(module, kind)), "other")
 
 
 def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
@@ -386,7 +555,6 @@ def analyze_module(
     finally:
         for handle in hooks:
             handle.remove()
-    params = {id(p): p for p in model.parameters()}.values()
     return Analysis(
         model=name,
         input=list(input_shape),
@@ -394,10 +562,12 @@ def analyze_module(
         train=train,
         precision=precision,
         layers=list(mode.rows.values()),
-        params=sum(p.numel() for p in params),
-        trainable_params=sum(p.numel() for p in params if p.requires_grad),
+        params=sum(p.numel() for p in model.parameters()),
+        trainable_params=mode.trainable.total(),
+        trainable_bias_params=mode.trainable[True],
         receptive_field=fields_result,
         unsupported_ops=dict(sorted(mode.unsupported.items())),
+        not_run=mode.not_run(),
         training_memory=memory,
     )
 
@@ -409,14 +579,25 @@ def analyze(
     train: bool = False,
     precision: str = "fp32",
     num_classes: int | None = None,
+    bias: bool = True,
+    activations: str = "all",
 ) -> Analysis:
-    """Analyse a model by registry/torchvision name or "file.py:factory"."""
+    """Analyse a model by registry/torchvision name or "file.py:factory"; `bias` and
+    `activations` choose what the parameter and activation counts include."""
     if batch < 1:
         raise UserError(f"batch must be at least 1, got {batch}")
     if num_classes is not None and num_classes < 1:
         raise UserError(f"classes must be at least 1, got {num_classes}")
     if precision not in DTYPES:
         raise UserError(f"unknown precision '{precision}'", f"use {', '.join(DTYPES)}")
+    if activations not in ACTIVATIONS:
+        raise UserError(
+            f"--activations {activations!r}: use {' or '.join(ACTIVATIONS)}",
+            "conv-pool-fc counts the outputs of convolution, pooling and linear layers only",
+        )
     shape = list(input_shape) if input_shape else default_input(name)
-    model = build_model(name, shape, num_classes)
-    return analyze_module(model, shape, batch, train, precision, name)
+    model, classes, source = build_model(name, shape, num_classes)
+    a = analyze_module(model, shape, batch, train, precision, name)
+    a.classes, a.classes_source = classes, source
+    a.bias, a.activations = bias, activations
+    return a

@@ -45,6 +45,8 @@ class Device(BaseModel):
     kind: Literal["gpu", "cpu"] = "gpu"
     peak_tflops: dict[str, float]
     """Peak 10^12 FLOP/s per precision (fp32, tf32, fp16, bf16)."""
+    gpus_per_board: int = 1
+    """GPUs on one board (a K80 has 2); every figure is one GPU's."""
     memory_bandwidth_gbs: float
     """Memory bandwidth in 10^9 bytes/s."""
     memory_gb: float | None = None
@@ -74,6 +76,16 @@ class Device(BaseModel):
                 f"it lists {', '.join(self.peak_tflops)}",
             )
         return self.peak_tflops[precision] * 1e12
+
+    def peak_label(self, precision: str) -> str:
+        """The peak at `precision` and what it is the peak of, e.g. one GPU of a board."""
+        tflops = self.peak_flops(precision) / 1e12
+        if self.gpus_per_board > 1:
+            return (
+                f"{tflops:g} TFLOPS {precision}: one of the {self.gpus_per_board} GPUs of a "
+                f"{self.name} board (the board: {tflops * self.gpus_per_board:g} TFLOPS)"
+            )
+        return f"{tflops:g} TFLOPS {precision} of {self.name}"
 
     def kind_ppp(self) -> dict[str, float]:
         """The PPP of each operator kind: calibrated, else the device's `ppp`, else 1."""

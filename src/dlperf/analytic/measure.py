@@ -313,18 +313,19 @@ def measure_recorded(
     analysis: Analysis,
     entry: Device | None,
     ppp: float | None,
-    classes: int | None,
     reps: int,
     reporter: Reporter | None = None,
+    peak_tflops: float | None = None,
+    flops: float | None = None,
 ) -> dict[str, Any]:
-    """`predict --measure`: run the registry model `model` on this machine's device with all
-    its threads in `reps` rounds interleaved with the calibration kernels
-    (interleaved.calibrate_and_measure), recorded as a run (marked killed or failed if it
-    stops). Returns the prediction for `entry` (None: this machine as calibrated in those
-    rounds) at `ppp`, with its basis, and under "measured" its comparison with the
-    measurement and the same-moment prediction with its error. A CPU entry calibrated with
-    other than this run's threads is warned of."""
-    from dlperf.analytic.counting import default_classes
+    """`predict --measure`: run the model `model`, built for the classes `analysis` counted,
+    on this machine's device with all its threads in `reps` rounds interleaved with the
+    calibration kernels (interleaved.calibrate_and_measure), recorded as a run (marked
+    killed or failed if it stops). Returns the prediction for `entry` (None: this machine
+    as calibrated in those rounds) at `ppp`, with its basis, and under "measured" its
+    comparison with the measurement and the same-moment prediction with its error. A CPU
+    entry calibrated with other than this run's threads is warned of. `peak_tflops` and
+    `flops` go to predict_with_basis."""
     from dlperf.analytic.interleaved import build_probes, calibrate_and_measure, host_device
     from dlperf.analytic.paleo import basis, compare, predict_with_basis
     from dlperf.models import create_model
@@ -340,9 +341,7 @@ def measure_recorded(
         )
     store = open_store()
     a = analysis
-    real = create_model(
-        model, num_classes=classes or default_classes(model), in_channels=a.input[0]
-    )
+    real = create_model(model, num_classes=a.classes, in_channels=a.input[0])
     config = {
         "model": {"name": model},  # the layout of an experiment's config, for `runs list`
         "input": a.input,
@@ -373,7 +372,9 @@ def measure_recorded(
         if not a.train:  # the profiler's ranges are the leaves' forwards
             reporter.task("profiling layers")
             layers = profile_leaves(real, step, device, min(reps, 3))
-        prediction = predict_with_basis(a, entry or same.device, ppp, interleaved=entry is None)
+        prediction = predict_with_basis(
+            a, entry or same.device, ppp, entry is None, peak_tflops, flops
+        )
         store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(timed["times_s"])])
         comparison = compare(prediction, {"spread_s": timed["measured_s"], "layers_s": layers})
         comparison["basis"] = prediction["basis"]

@@ -13,11 +13,13 @@ forward + backward). PPP, the platform percent of peak, is the fraction of the p
 software reaches: one number (`--ppp`, or a catalog device's `ppp`) or, on a calibrated
 device, one per kind. PPP_mem is the same for bandwidth; `op_overhead` the fixed cost of
 one call (0 unless calibrated). The theoretical figures take PPP = PPP_mem = 1 and no
-overhead.
+overhead. Beside them, the plain count a course asks for: time = FLOPs / peak FLOP/s,
+without memory time (`flops_over_peak`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -202,11 +204,59 @@ def basis(device: Device, ppp: float | None, interleaved: bool = False) -> dict[
     }
 
 
+def flops_over_peak(analysis: Analysis, peak: float, flops: float | None = None) -> dict[str, Any]:
+    """time = FLOPs / peak FLOP/s for one image and for the batch, from the counted FLOPs
+    (forward, with `train` forward + backward) or from `flops` per image."""
+    t = analysis.totals()
+    batch = analysis.batch
+    counted = (t["flops"] + t.get("backward_flops", 0)) / batch
+    per_image = counted if flops is None else flops
+    return {
+        "flops_per_image": per_image,
+        "flops_source": "counted" if flops is None else "given (--flops)",
+        "counted_flops_per_image": counted,
+        "counted_macs_per_image": (t["macs"] + t.get("backward_macs", 0)) / batch,
+        "peak_flops": peak,
+        "time_per_image_s": per_image / peak,
+        "time_s": per_image * batch / peak,
+        "images_per_s": peak / per_image,
+    }
+
+
 def predict_with_basis(
-    analysis: Analysis, device: Device, ppp: float | None = None, interleaved: bool = False
+    analysis: Analysis,
+    device: Device,
+    ppp: float | None = None,
+    interleaved: bool = False,
+    peak_tflops: float | None = None,
+    flops: float | None = None,
 ) -> dict[str, Any]:
-    """predict() with the prediction's `basis` added."""
-    return {**predict(analysis, device, ppp), "basis": basis(device, ppp, interleaved)}
+    """predict() with the prediction's `basis`, its `peak` (the device's at the precision,
+    or `peak_tflops`) and `flops_over_peak` (with `flops` per image if given) added."""
+    precision = analysis.precision
+    if peak_tflops is not None:
+        peaks = {**device.peak_tflops, precision: peak_tflops}
+        device = device.model_copy(update={"peak_tflops": peaks, "gpus_per_board": 1})
+    prediction = predict(analysis, device, ppp)
+    b = basis(device, ppp, interleaved)
+    if peak_tflops is None:
+        peak_label = device.peak_label(precision)
+    else:
+        peak_label = f"{peak_tflops:g} TFLOPS {precision}, given (--peak-tflops)"
+        b["label"] += f"; peak given: {peak_tflops:g} TFLOPS {precision}"
+    peak = {
+        "flops_per_s": prediction["peak_flops"],
+        "precision": precision,
+        "given": peak_tflops is not None,
+        "gpus_per_board": device.gpus_per_board,
+        "label": peak_label,
+    }
+    return {
+        **prediction,
+        "basis": b,
+        "peak": peak,
+        "flops_over_peak": flops_over_peak(analysis, prediction["peak_flops"], flops),
+    }
 
 
 def predict_model(
@@ -220,15 +270,18 @@ def predict_model(
     precision: str = "fp32",
     classes: int | None = None,
     ppp: float | None = None,
+    peak_tflops: float | None = None,
+    flops: float | None = None,
     measure: bool = False,
     reps: int = 10,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """`predict` for a model by name (registry, torchvision, "file.py:factory") on the catalog
-    device `device`, with its basis. With `measure`, the model also runs here in `reps`
-    rounds interleaved with the calibration kernels, and the comparison, recorded as a run,
-    goes under "measured"; `device` None then means this machine as calibrated in those
-    rounds. Warnings go to the reporter."""
+    device `device`, with its basis; `peak_tflops` replaces the device's peak at the
+    precision, `flops` (per image) the counted FLOPs of FLOPs / peak. With `measure`, the
+    model also runs here in `reps` rounds interleaved with the calibration kernels, and the
+    comparison, recorded as a run, goes under "measured"; `device` None then means this
+    machine as calibrated in those rounds. Warnings go to the reporter."""
     if device is None and not measure:
         raise UserError(
             "give --device NAME", "see `dlperf devices`, or measure here with --measure"
@@ -238,6 +291,11 @@ def predict_model(
             f"--ppp must lie in (0, 1], got {ppp:g}",
             "it is the fraction of the peak reached, e.g. --ppp 0.62",
         )
+    for option, value in (("--peak-tflops", peak_tflops), ("--flops", flops)):
+        if value is not None and not 0 < value < math.inf:
+            raise UserError(f"{option} must be positive and finite, got {value:g}")
+    if peak_tflops is not None and device is None:
+        raise UserError("--peak-tflops needs --device NAME", "its memory bandwidth is used too")
     entry = get_device(device) if device is not None else None
     if reps < 1:
         raise UserError(f"--reps must be at least 1, got {reps}")
@@ -248,7 +306,9 @@ def predict_model(
         reporter.log(f"warning: {note}")
     if not measure:
         assert entry is not None
-        return predict_with_basis(a, entry, ppp)
+        return predict_with_basis(a, entry, ppp, peak_tflops=peak_tflops, flops=flops)
     from dlperf.analytic.measure import measure_recorded
 
-    return measure_recorded(open_store, model, a, entry, ppp, classes, reps, reporter)
+    return measure_recorded(
+        open_store, model, a, entry, ppp, reps, reporter, peak_tflops=peak_tflops, flops=flops
+    )

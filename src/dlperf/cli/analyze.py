@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from typing import Any
 
@@ -26,7 +27,8 @@ PRECISION = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16")
 CLASSES = typer.Option(
     None,
     "--classes",
-    help="Output classes (default: 1000 for torchvision, 10 otherwise).",
+    help="Output classes (default: 1000 for torchvision, 10 for dlperf's models, a model "
+    "file's factory's own num_classes default).",
     show_default=False,
 )
 JSON = typer.Option(False, "--json", help="Print one JSON object.")
@@ -38,6 +40,26 @@ def parse_shape(text: str | None) -> list[int] | None:
         return None
     bad = UserError(f"--input {text!r}: expected positive integers C,H,W", "e.g. --input 3,32,32")
     return parse_list(text, int, bad, minimum=1)
+
+
+SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_positive(
+    text: str | None, option: str, what: str, example: str, prefixed: bool = False
+) -> float | None:
+    """A positive finite number; `prefixed`: an SI prefix may follow, '15.5G' -> 1.55e10."""
+    if text is None:
+        return None
+    has_prefix = prefixed and text[-1:].isalpha()
+    number, prefix = (text[:-1], text[-1].upper()) if has_prefix else (text, "")
+    try:
+        value = float(number) * SI[prefix]
+    except (ValueError, KeyError):
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{option} {text!r}: expected {what}", f"e.g. {option} {example}")
+    return value
 
 
 def si(value: float, unit: str = "") -> str:
@@ -69,17 +91,33 @@ def analyze(
     ),
     precision: str = PRECISION,
     classes: int = CLASSES,
+    no_bias: bool = typer.Option(
+        False,
+        "--no-bias",
+        help="Count parameters without biases (parameters named *bias), as tables that ask "
+        "for params 'without biases' do, e.g. dlperf analyze vgg19 --no-bias.",
+    ),
+    activations: str = typer.Option(
+        "all",
+        "--activations",
+        help="Whose outputs the activation totals count: all (every row) or conv-pool-fc "
+        "(convolution, pooling and linear layers only, as course tables count them), "
+        "e.g. dlperf analyze vgg19 --activations conv-pool-fc.",
+    ),
     as_json: bool = JSON,
     as_csv: bool = typer.Option(False, "--csv", help="Print the per-layer rows as CSV."),
 ) -> None:
     """Count a network on paper, layer by layer: params, MACs, FLOPs (= 2 MACs + other
     arithmetic), activations, receptive field. Runs on meta tensors: nothing is computed.
+    Totals are the sums of the rows; parameters of modules that never ran are listed apart.
 
-    Example: dlperf analyze resnet50 --batch 32 --train
+    Example: dlperf analyze vgg19 --no-bias --activations conv-pool-fc
     """
     from dlperf.analytic.counting import analyze as run_analysis
 
-    a = run_analysis(model, parse_shape(input_), batch, train, precision, classes)
+    a = run_analysis(
+        model, parse_shape(input_), batch, train, precision, classes, not no_bias, activations
+    )
     note = a.unsupported_note()
     if note:
         console.warn(note)
@@ -104,30 +142,63 @@ def _print_csv(result: dict[str, Any]) -> None:
     writer.writerows([[row[c] for c in columns] for row in result["layers"]])
 
 
+def _cell(row: dict[str, Any], column: str, every_output: bool) -> str:
+    if column.startswith("activation") and not every_output and row["role"] == "other":
+        return "–"  # not an activation in this convention
+    return si(row[column], "B" if column.endswith("bytes") else "")
+
+
 def _print_analysis(result: dict[str, Any]) -> None:
+    from dlperf.analytic.counting import ACTIVATIONS
+
     train = result["train"]
     counts = LAYER_COLUMNS[3:] + (BACKWARD_COLUMNS if train else [])
+    every_output = result["conventions"]["activations"] == "all"
     rows = [
         [row["name"], row["type"], "x".join(map(str, row["output_shape"] or [])),
-         *(si(row[c], "B" if c.endswith("bytes") else "") for c in counts)]
+         *(_cell(row, c, every_output) for c in counts)]
         for row in result["layers"]
     ]  # fmt: skip
     shape = "x".join(map(str, result["input"]))
     step = ", training step" if train else ""
+    n = result["classes"]
+    classes = f"{n} classes" if n is not None else "classes"
     console.print_table(
-        f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}",
-        ["layer", "type", "output", "params", "MACs", "FLOPs", "activations", "act. bytes"]
+        f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}, "
+        f"{classes} ({result['classes_source']})",
+        [
+            "layer",
+            "type",
+            "output",
+            "params" if result["conventions"]["params"] == "with biases" else "params w/o bias",
+            "MACs",
+            "FLOPs",
+            "activations",
+            "act. bytes",
+        ]
         + (["bwd MACs", "bwd FLOPs"] if train else []),
         rows,
     )
     t = result["totals"]
+    if result["not_run"]:
+        console.print_table(
+            "modules that never ran",
+            ["module", "type", "params (in no row or total)"],
+            [[m["name"], m["type"], f"{m['params']:,}"] for m in result["not_run"]],
+        )
+    biases = result["conventions"]["params"]
+    outputs = ACTIVATIONS[result["conventions"]["activations"]]
     summary = [
-        ["params", f"{t['params']:,}"],
-        ["trainable params", f"{t['trainable_params']:,}"],
+        [f"params ({biases})", f"{t['params']:,}"],
+        [f"trainable params ({biases})", f"{t['trainable_params']:,}"],
+    ]
+    if result["not_run"]:
+        summary += [["params of modules that never ran", f"{t['params_not_run']:,}"]]
+    summary += [
         ["MACs", f"{t['macs']:,} ({si(t['macs'])})"],
         ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
-        ["activations (elements)", f"{t['activations']:,}"],
-        ["activation memory", si(t["activation_bytes"], "B")],
+        [f"activations (elements; {outputs})", f"{t['activations']:,}"],
+        ["activation memory (the same)", si(t["activation_bytes"], "B")],
         ["conv share of FLOPs", f"{t['conv_flops_share']:.1%}"],
         ["receptive field", _field(t["receptive_field"])],
     ]
@@ -172,6 +243,21 @@ def predict(
         "(default: the device's calibrated rates; a catalog GPU's peak, PPP = 1).",
         show_default=False,
     ),
+    peak_tflops: str = typer.Option(
+        None,
+        "--peak-tflops",
+        help="Peak in 10^12 FLOP/s at --precision instead of the device's, e.g. 8.73 for a "
+        "whole K80 board (the catalog's K80 is one of its two GPUs); bandwidth stays the "
+        "device's.",
+        show_default=False,
+    ),
+    flops: str = typer.Option(
+        None,
+        "--flops",
+        help="FLOPs of one image (forward; with --train forward + backward) for FLOPs / peak "
+        "instead of the counted ones, e.g. 15.5G or 15.5e9.",
+        show_default=False,
+    ),
     precision: str = PRECISION,
     classes: int = CLASSES,
     measure: bool = typer.Option(
@@ -186,19 +272,27 @@ def predict(
     as_json: bool = JSON,
 ) -> None:
     """Predict a forward pass (or training step) with the PALEO model:
-    time = sum over layers of FLOPs / (peak x PPP) + bytes / (bandwidth x PPP_mem).
+    time = sum over layers of FLOPs / (peak x PPP) + bytes / (bandwidth x PPP_mem),
+    and beside it FLOPs / peak alone (no memory time), the count courses ask for.
     Every figure names its basis: "peak (PPP=1)" for a catalog GPU unless --ppp is given,
-    "calibrated <when> on <what>" for a calibrated device.
+    "calibrated <when> on <what>" for a calibrated device; the peak says what it is the
+    peak of (one GPU of a K80 board, or the --peak-tflops given).
 
-    Example: dlperf predict resnet50 --device V100 --batch 64 --ppp 0.62
+    Example: dlperf predict vgg16 --device K80 --peak-tflops 8.73 --flops 15.5G
     """
     from dlperf.analytic.paleo import predict_model
 
     with console.reporter() as rep:
         result = predict_model(
             model, device, open_store, input_shape=parse_shape(input_), batch=batch,
-            train=train, precision=precision, classes=classes, ppp=ppp, measure=measure,
-            reps=reps, reporter=rep,
+            train=train, precision=precision, classes=classes, ppp=ppp,
+            peak_tflops=parse_positive(
+                peak_tflops, "--peak-tflops", "a positive peak in 10^12 FLOP/s", "8.73"
+            ),
+            flops=parse_positive(
+                flops, "--flops", "a positive number of FLOPs per image", "15.5G", prefixed=True
+            ),
+            measure=measure, reps=reps, reporter=rep,
         )  # fmt: skip
     if as_json:
         console.print_json(result)
@@ -216,12 +310,19 @@ def _ppp_text(kinds: dict[str, float]) -> str:
 def _figure(basis: dict[str, Any]) -> str:
     """What a row's figure is: the peak, or a prediction at a PPP from somewhere."""
     if basis["kind"] == "given ppp":
-        return f"prediction at given PPP {basis['ppp']:g}"
+        return f"prediction at given PPP {basis['ppp']:g}, compute + memory"
     return {
-        "catalog peak": "peak (PPP=1)",
-        "device ppp": "prediction at the device's PPP",
-        "calibrated": "prediction from calibration",
+        "catalog peak": "peak (PPP=1), compute + memory",
+        "device ppp": "prediction at the device's PPP, compute + memory",
+        "calibrated": "prediction from calibration, compute + memory + calls",
     }[basis["kind"]]
+
+
+def _flops_text(f: dict[str, Any]) -> str:
+    counted = f"{si(f['counted_flops_per_image'])} counted ({si(f['counted_macs_per_image'])} MACs)"
+    if f["flops_source"] == "counted":
+        return counted
+    return f"{si(f['flops_per_image'])} given (--flops); {counted}"
 
 
 def _print_prediction(r: dict[str, Any]) -> None:
@@ -245,12 +346,20 @@ def _print_prediction(r: dict[str, Any]) -> None:
         ["  compute / memory / calls (ms)", " / ".join(f"{t[k] * MS:.4g}" for k in times[:3])],
         [f"{what}: images/s", t["images_per_s"]],
         ["  basis", r["basis"]["label"]],
+        ["  peak", r["peak"]["label"]],
     ]
     if r["basis"]["kind"] != "catalog peak":  # there the figures above are these already
         rows += [
-            ["peak (PPP=1): time per image (ms)", t["theoretical_time_per_image_s"] * MS],
-            ["peak (PPP=1): images/s", t["theoretical_images_per_s"]],
-        ]
+            ["peak (PPP=1), compute + memory: time per image (ms)",
+             t["theoretical_time_per_image_s"] * MS],
+            ["peak (PPP=1), compute + memory: images/s", t["theoretical_images_per_s"]],
+        ]  # fmt: skip
+    f = r["flops_over_peak"]
+    rows += [
+        ["FLOPs ÷ peak: time per image (ms)", f["time_per_image_s"] * MS],
+        ["FLOPs ÷ peak: images/s", f["images_per_s"]],
+        ["  FLOPs per image", _flops_text(f)],
+    ]
     m = r.get("measured")
     if m:
         if m["layers"]:

@@ -29,7 +29,8 @@ def devices(as_json: bool = JSON) -> None:
         ["name", "kind", *(f"{p} TFLOPS" for p in precisions), "mem GB/s", "mem GB",
          "link GB/s", "$/GPU-h", "PPP", "date"],
         [
-            [name, d.kind, *(d.peak_tflops.get(p) for p in precisions), d.memory_bandwidth_gbs,
+            [name, d.kind if d.gpus_per_board == 1 else f"gpu, 1 of {d.gpus_per_board}/board",
+             *(d.peak_tflops.get(p) for p in precisions), d.memory_bandwidth_gbs,
              d.memory_gb, d.interconnect_gbs, d.price_per_hour_usd,
              "per kind" if d.ppp_by_kind else d.ppp, d.date]
             for name, d in catalog.items()

@@ -51,7 +51,14 @@ def _call_accepting(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -
     return fn(**kwargs)
 
 
-def _from_file(spec: str, kwargs: dict[str, Any]) -> nn.Module:
+def is_file_spec(name: str) -> bool:
+    return name.endswith(".py") or ".py:" in name
+
+
+def load_factory(spec: str) -> Callable[..., nn.Module]:
+    """The factory that "path/to/file.py:factory" names, its file imported."""
+    if ":" not in spec:
+        raise UserError(f"model '{spec}' names a file but no factory", "use file.py:factory")
     path_text, _, factory = spec.rpartition(":")
     path = Path(path_text)
     if path.is_dir():
@@ -69,6 +76,13 @@ def _from_file(spec: str, kwargs: dict[str, Any]) -> nn.Module:
     if not callable(fn):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
         raise UserError(f"{path} has no factory '{factory}'", f"found: {', '.join(names)}")
+    return fn
+
+
+def build_from_factory(
+    fn: Callable[..., nn.Module], spec: str, kwargs: dict[str, Any]
+) -> nn.Module:
+    """Call a model file's factory with those of `kwargs` it accepts."""
     # A user's factory may not know about num_classes/in_channels: pass what it accepts.
     params = inspect.signature(fn).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
@@ -106,18 +120,18 @@ def _adapt_stem(model: nn.Module, in_channels: int) -> None:
 
 
 def create_model(
-    name: str, num_classes: int = 10, in_channels: int = 3, **kwargs: Any
+    name: str, num_classes: int | None = 10, in_channels: int = 3, **kwargs: Any
 ) -> nn.Module:
-    """Build a model by name with its head sized for `num_classes` and stem for `in_channels`."""
-    if name.endswith(".py") or ".py:" in name:
-        if ":" not in name:
-            raise UserError(f"model '{name}' names a file but no factory", "use file.py:factory")
-        return _from_file(name, {"num_classes": num_classes, "in_channels": in_channels, **kwargs})
+    """Build a model by name with its head sized for `num_classes` (None: the factory's own
+    default) and stem for `in_channels`."""
+    sized = {"num_classes": num_classes} if num_classes is not None else {}
+    if is_file_spec(name):
+        return build_from_factory(
+            load_factory(name), name, {**sized, "in_channels": in_channels, **kwargs}
+        )
     if name in _REGISTRY:
         return _call_accepting(
-            _REGISTRY[name],
-            {"num_classes": num_classes, "in_channels": in_channels, **kwargs},
-            name,
+            _REGISTRY[name], {**sized, "in_channels": in_channels, **kwargs}, name
         )
     tv_names = _torchvision_names()
     if name in tv_names:
@@ -125,7 +139,7 @@ def create_model(
 
         builder = torchvision.models.get_model_builder(name)
         try:
-            model = builder(weights=None, num_classes=num_classes, **kwargs)
+            model = builder(weights=None, **sized, **kwargs)
         except TypeError as e:
             raise UserError(f"torchvision model '{name}': {e}") from None
         if in_channels != 3:
