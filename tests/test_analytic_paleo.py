@@ -121,6 +121,9 @@ def test_fitted_ppp_reproduces_the_measurement() -> None:
     assert c["error_pct"] == pytest.approx(-75)
     assert c["fitted_ppp"] == pytest.approx(ppp)
     assert c["layers"][0]["error_pct"] == pytest.approx(-75)
+    # A GPU's profiler can time a tiny layer at 0 s: no error, rather than a division by 0.
+    zero = compare(r, {**measurement, "layers_s": {"(model)": 0.0}})
+    assert zero["layers"][0]["error_pct"] is None and zero["error_pct"] == pytest.approx(-75)
 
 
 class ThreeKinds(nn.Module):

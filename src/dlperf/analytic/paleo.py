@@ -152,7 +152,8 @@ def compare(prediction: dict[str, Any], measurement: dict[str, Any]) -> dict[str
                         "type": row["type"],
                         "predicted_s": row["time_s"],
                         "measured_s": seconds,
-                        "error_pct": error_pct(row["time_s"], seconds),
+                        # a GPU's profiler may give a tiny layer 0 s: no error to speak of
+                        "error_pct": error_pct(row["time_s"], seconds) if seconds > 0 else None,
                     }
                 )
     return {
