@@ -34,7 +34,8 @@ from dlperf.config import Experiment
 from dlperf.engine.run import run_experiment
 from dlperf.report.site import build_report
 from dlperf.report.site import select as select_report
-from dlperf.report.site.html import fmt
+from dlperf.report.site.figures import PHASES, spread
+from dlperf.report.site.html import COLUMN_PX, MIN_FONT_PT, fmt
 from dlperf.store import Store
 from tests.conftest import rank_result, write_distill_exp
 
@@ -387,6 +388,169 @@ def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None
     assert "Best K = 2: 0.5000" in page
 
 
+# --- what a person reads (issue 23) --------------------------------------------------------
+
+
+def _run_page_figures(
+    lab: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    studies: tuple[int, ...] = (),
+) -> list:
+    """The matplotlib Figures of the real run's page (and of `studies`' pages), caught as the
+    report saves them (one job: drawn in this process)."""
+    from matplotlib.figure import Figure
+
+    saved: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    build_report(lab["store"], tmp_path / "site", [lab["ids"]["hostile"]], studies, jobs=1)
+    return saved
+
+
+def test_run_page_figures_fill_the_column_and_no_label_is_cut(
+    lab: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drawn as wide as the page's content column (shown 1:1, so their points read as body
+    text does), no text under 9 pt, and every label, title and legend inside the figure."""
+    from matplotlib.text import Text
+
+    saved = _run_page_figures(lab, tmp_path, monkeypatch)
+    assert len(saved) == 3  # against epoch, against wall time, phases
+    for fig in saved:
+        title = fig.axes[0].get_title()
+        fig.draw_without_rendering()
+        inside = fig.get_tightbbox()  # inches, every drawn artist's extent
+        width, height = fig.get_size_inches()
+        assert inside.x0 >= -0.01 and inside.y0 >= -0.01, (title, inside)
+        assert inside.x1 <= width + 0.01 and inside.y1 <= height + 0.01, (title, inside)
+    for fig in saved:
+        sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text()]
+        assert min(sizes) >= MIN_FONT_PT, fig.axes[0].get_title()
+    page = (tmp_path / "site" / f"run-{lab['ids']['hostile']}.html").read_text(encoding="utf-8")
+    for src in re.findall(r'src="data:image/png;base64,([^"]*)"', page):
+        assert Image.open(io.BytesIO(base64.b64decode(src))).width == COLUMN_PX
+
+
+def test_a_footnote_stays_clear_of_the_axes(
+    lab: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scale study's figures carry a footnote placed on the figure (single-host
+    emulation), which the report's refitting must not leave under the x axis' label."""
+    saved = _run_page_figures(lab, tmp_path, monkeypatch, (lab["ids"]["scale"],))
+    noted = [fig for fig in saved if fig.texts]
+    assert noted
+    for fig in noted:
+        fig.draw_without_rendering()
+        for note in fig.texts:
+            box = note.get_window_extent()
+            assert not any(box.overlaps(ax.get_tightbbox()) for ax in fig.axes), note.get_text()
+
+
+def test_phases_stack_and_legend_follow_the_step(
+    lab: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlperf.engine.timers import PHASES as TIMED
+
+    assert PHASES == TIMED  # the report's copy of the order the step runs its phases in
+    saved = _run_page_figures(lab, tmp_path, monkeypatch)
+    (phases,) = [f for f in saved if "by phase" in f.axes[0].get_title()]
+    ax = phases.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(PHASES)
+    bottoms = [container[0].get_y() for container in ax.containers]  # the first epoch's bar
+    assert bottoms == sorted(bottoms) and bottoms[0] == 0  # data at the bottom, then upward
+
+
+def test_rows_written_together_are_spread_by_step() -> None:
+    """120 steps logged in 12 batches of 10 share 12 times; each batch is spread over the time
+    since the batch before, the first at the second's pace. Distinct times are kept."""
+    rows = [(s, 100.0 + 2.0 * ((s - 1) // 10)) for s in range(1, 121)]  # batch b: 10b+1..10b+10
+    times, moved = spread(rows)
+    assert moved and len(set(times)) == 120 and times == sorted(times)
+    assert times[9] == 100.0 and times[19] == 102.0 and times[119] == 122.0  # batch ends
+    assert times[10] == pytest.approx(100.2) and times[0] == pytest.approx(98.2)
+    assert spread([(1, 5.0), (2, 6.5), (3, 7.0)]) == ([5.0, 6.5, 7.0], False)
+    assert spread([(1, 5.0), (2, 5.0)]) == ([5.0, 5.0], True)  # one batch: nothing to pace it
+
+
+def test_wall_time_figure_says_what_its_axis_is(lab: dict[str, Any]) -> None:
+    """The real run wrote its per-step rows in batches (run.log_every): the caption says how
+    they are placed on the time axis."""
+    rows = lab["store"].metrics(lab["ids"]["hostile"], "train/loss")
+    assert len(rows) > 10  # more steps than one batch
+    page = (lab["out"] / f"run-{lab['ids']['hostile']}.html").read_text(encoding="utf-8")
+    assert (
+        "train/loss, val/acc1 against wall time (the store holds one time per batch of rows: "
+        "the steps of a batch are spread evenly between its time and the batch before&#x27;s)"
+    ) in page
+
+
+def test_summary_shows_units_and_keeps_the_stored_value(cli: Callable, store: Store) -> None:
+    summary = {
+        "peak_memory_bytes": 1086017536, "train_time_s": 12.34, "throughput": 1234.4,
+        "test_accuracy": 0.9321, "error_pct": -22.04, "phases": {"data": 0.004591},
+        "scoring_images_per_s": 15234.7, "steps": 12345, "test_loss": 12345.6,
+        "ring_model": {"bandwidth_bytes_per_s": 1.818e9}, "busbw_gbps": 1.5,
+    }  # fmt: skip
+    run = store.create_run("units", "run", {})
+    store.finish_run(run, "finished", summary=summary)
+    result = cli("report", str(run), "--out", "site")
+    assert result.code == 0, result.err
+    page = Path(f"site/run-{run}.html").read_text(encoding="utf-8")
+    for key, raw, shown in (
+        ("peak_memory_bytes", "1086017536", "1.09 GB"),
+        ("train_time_s", "12.34", "12.3 s"),
+        ("throughput", "1234.4", "1,234 samples/s"),
+        ("test_accuracy", "0.9321", "93.2%"),
+        ("error_pct", "-22.04", "-22.0%"),
+        ("phases.data", "0.004591", "4.59 ms"),
+        ("scoring_images_per_s", "15234.7", "15,235 images/s"),
+        ("ring_model.bandwidth_bytes_per_s", "1818000000.0", "1.82 GB/s"),
+        ("busbw_gbps", "1.5", "1.5 GB/s"),
+    ):
+        assert f'<th>{key}</th><td class="value" title="{raw}">{shown}</td>' in page, key
+    # No unit: the number as the terminal prints it, and no title to repeat it.
+    assert '<th>steps</th><td class="value">12345</td>' in page
+    assert '<th>test_loss</th><td class="value">12,346</td>' in page
+
+
+def test_report_numbers_read_as_the_terminal_prints_them() -> None:
+    from dlperf.cli.console import fmt as terminal
+
+    for value in (12345.6, -12345.6, 1e5, 0.9554, 2944.31, 0.0004567, 1e-9, 0.0, 1.0, 7,
+                  1086017536, -3, None, True, False, float("inf"), float("nan")):  # fmt: skip
+        assert fmt(value) == terminal(value), value
+    assert fmt(12345.6) == "12,346"
+
+
+def test_config_shows_what_applies_to_the_run(cli: Callable, store: Store) -> None:
+    """A digits run's page leaves out the synthetic-only keys and puts the keys set away from
+    their defaults before the folded rest; a synthetic run's page shows them."""
+    digits = Experiment.model_validate({"data": {"name": "digits"}, "train": {"epochs": 7}})
+    synthetic = Experiment.model_validate({"data": {"name": "synthetic", "shape": [1, 8, 8]}})
+    ids = [store.create_run(name, "run", exp.to_dict())
+           for name, exp in (("digits", digits), ("synthetic", synthetic))]  # fmt: skip
+    result = cli("report", *map(str, ids), "--out", "site")
+    assert result.code == 0, result.err
+    page = Path(f"site/run-{ids[0]}.html").read_text(encoding="utf-8")
+    config = page.split("<h2>Config</h2>")[1].split("<h2>")[0]
+    assert "<th>data.shape</th>" not in config and "<th>data.size</th>" not in config
+    assert "left out, not used by this run: data.num_classes, data.shape, data.size" in config
+    set_here, folded = config.split("<details>")
+    assert '<th>train.epochs</th><td class="value">7</td>' in set_here
+    assert "<th>data.name</th>" not in set_here  # digits is the default
+    assert "keys at their defaults</summary>" in folded and "<th>data.name</th>" in folded
+    page = Path(f"site/run-{ids[1]}.html").read_text(encoding="utf-8")
+    config = page.split("<h2>Config</h2>")[1].split("<details>")[0]
+    assert '<th>data.shape</th><td class="value">[1, 8, 8]</td>' in config
+    assert '<th>data.name</th><td class="value">synthetic</td>' in config
+
+
 # --- a real browser -------------------------------------------------------------------------
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -523,3 +687,43 @@ def test_pages_load_in_headless_chromium_offline(lab: dict[str, Any], tmp_path: 
             assert _errors(browser.events[since:]) == [], name
     finally:
         browser.close()
+
+
+FIGURE_PROBE = """(() => {
+    const style = getComputedStyle(document.body);
+    const column = document.body.clientWidth - parseFloat(style.paddingLeft)
+        - parseFloat(style.paddingRight);
+    return JSON.stringify({column, figures: [...document.querySelectorAll("figure img")].map(
+        i => ({shown: i.getBoundingClientRect().width, drawn: i.naturalWidth}))});
+})()"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (CI installs Debian's chromium)")
+def test_run_page_figures_fill_the_column_at_1400_px(lab: dict[str, Any], tmp_path: Path) -> None:
+    """At 1400 px, a common laptop's page width, every figure of the run page spans at least
+    80% of the content column and is shown at about the size it was drawn at, so that its
+    fonts read as drawn. The full-page screenshot is left in tmp_path to look at."""
+    browser = DevTools(tmp_path / "profile")
+    try:
+        target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        attached = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})
+        session = attached["sessionId"]
+        browser.call("Page.enable", session=session)
+        screen = {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False}
+        browser.call("Emulation.setDeviceMetricsOverride", screen, session)
+        since = len(browser.events)
+        page = lab["out"] / f"run-{lab['ids']['hostile']}.html"
+        browser.call("Page.navigate", {"url": page.as_uri()}, session)
+        browser.wait_for("Page.loadEventFired", since)
+        probe = {"expression": FIGURE_PROBE, "returnByValue": True}
+        sizes = json.loads(browser.call("Runtime.evaluate", probe, session)["result"]["value"])
+        shot = {"format": "png", "captureBeyondViewport": True}
+        data = browser.call("Page.captureScreenshot", shot, session)["data"]
+        (tmp_path / "run-page-1400px.png").write_bytes(base64.b64decode(data))
+    finally:
+        browser.close()
+    assert sizes["column"] == COLUMN_PX  # the page's widest content column
+    assert len(sizes["figures"]) == 3
+    for figure in sizes["figures"]:
+        assert figure["shown"] >= 0.8 * sizes["column"], sizes
+        assert 0.95 <= figure["shown"] / figure["drawn"] <= 1.05, sizes

@@ -13,13 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from sqlalchemy import select
 
 from dlperf.errors import UserError
-from dlperf.report.runs import fit_margins
-from dlperf.report.site.html import png, png_bytes
+from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import Store
+from dlperf.store.schema import Metric
 
 Figures = list[tuple[str, str]]  # (caption, data URI)
+# The order the training step runs its phases in (dlperf.engine.timers.PHASES, which imports
+# torch; a test holds the two equal): the stacked bars and their legend follow it.
+PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 
 
 def _finish(fig: Figure, ax: Any, title: str, xlabel: str, ylabel: str) -> str:
@@ -28,36 +32,105 @@ def _finish(fig: Figure, ax: Any, title: str, xlabel: str, ylabel: str) -> str:
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fit_margins(fig, fitted=False)
+        ax.legend(fontsize=9)
     return png(fig)
 
 
-def run_curves(store: Store, run_id: int) -> tuple[Figures, list[str]]:
+def run_curves(store: Store, run: dict[str, Any]) -> tuple[Figures, list[str]]:
     """Training loss, validation accuracy and learning rate against the epoch; loss and
     accuracy against the wall time (the schedule is drawn once); notes for what the run
     cannot show."""
     from dlperf.report.runs import default_keys, draw_runs
 
-    stored = set(store.metric_keys(run_id))
-    timed = [k for k in default_keys("time", stored) if not k.endswith("/lr")]
+    stored = set(store.metric_keys(run["id"]))
     figures, notes = [], []
-    for x, what, keys in (("epoch", "epoch", []), ("time", "wall time", timed)):
-        if x == "time" and not keys:
-            continue
-        try:
-            fig, done = draw_runs(store, [run_id], keys, x, fitted=False)
-        except UserError as e:
-            notes.append(f"no curves against {what}: {e}")
-            continue
+    try:
+        fig, done = draw_runs(store, [run["id"]], [], "epoch", fitted=False)
+    except UserError as e:
+        notes.append(f"no curves against epoch: {e}")
+    else:
         notes += done.warnings
-        figures.append((f"{', '.join(done.keys)} against {what}", png(fig)))
+        figures.append((f"{', '.join(done.keys)} against epoch", png(fig)))
+    timed = [k for k in default_keys("time", stored) if not k.endswith("/lr")]
+    if timed:
+        figures.append(against_time(store, run, timed))
     return figures, notes
 
 
+def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
+    """The wall time of each (step, wall time) row, in step order, and whether any row was
+    moved. Rows written to the store in one batch share the batch's time, which is when its
+    last step ended; each is placed instead between the batch before's time and its own in
+    proportion to its step (the batch's steps taken at an even pace), the first batch at the
+    second's pace. A row alone at its time keeps it."""
+    groups: list[list[tuple[int, float]]] = []
+    for step, wall in rows:
+        if groups and groups[-1][0][1] == wall:
+            groups[-1].append((step, wall))
+        else:
+            groups.append([(step, wall)])
+    ends = [group[-1] for group in groups]  # (last step, time) of each batch
+    times: list[float] = []
+    for i, group in enumerate(groups):
+        last, wall = ends[i]
+        if len(group) == 1:
+            times.append(wall)
+        elif i > 0:
+            before, then = ends[i - 1]
+            times += [then + (wall - then) * (s - before) / (last - before) for s, _ in group]
+        elif len(groups) > 1 and ends[1][0] > last:
+            pace = (ends[1][1] - wall) / (ends[1][0] - last)  # seconds per step
+            times += [wall - pace * (last - s) for s, _ in group]
+        else:  # one batch and nothing to pace it by
+            times += [wall] * len(group)
+    return times, len(groups) < len(rows)
+
+
+def against_time(store: Store, run: dict[str, Any], keys: list[str]) -> tuple[str, str]:
+    """`keys` against the wall time since the run's first step, one subplot each, the rows of
+    a batch spread by `spread` (the x axis then says so)."""
+    from dlperf.report.runs import per_epoch, ylabel
+
+    query = (
+        select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
+        .where(Metric.run_id == run["id"], Metric.key.in_(keys))
+        .order_by(Metric.key, Metric.step, Metric.id)
+    )
+    rows: dict[str, list[tuple[int, float, float]]] = {k: [] for k in keys}
+    with store.engine.connect() as conn:
+        for key, step, value, wall in conn.execute(query):
+            rows[key].append((int(step), float("nan") if value is None else value, wall))
+    placed, moved = {}, False
+    for key in keys:
+        placed[key], spread_out = spread([(step, wall) for step, _, wall in rows[key]])
+        moved |= spread_out
+    origin = min(min(times) for times in placed.values() if times)
+    fig = Figure(figsize=(FIG_WIDTH_IN, 1.2 + 2.2 * len(keys)))
+    axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, key in zip(axes, keys, strict=True):
+        xs = [t - origin for t in placed[key]]
+        ax.plot(xs, [v for _, v, _ in rows[key]], "o-" if per_epoch(key) else "-", ms=3,
+                lw=1.2, color="C0")  # fmt: skip
+        ax.set_ylabel(ylabel(key))
+        ax.grid(alpha=0.3)
+    axis = "wall time since the run's first logged step (s)"
+    if moved:
+        axis += "; steps written to the store together placed between the writes by step"
+    axes[-1].set_xlabel(axis)
+    axes[0].set_title(f"{run['name']}: {', '.join(keys)} against wall time", fontsize=10)
+    caption = f"{', '.join(keys)} against wall time"
+    if moved:
+        caption += (
+            " (the store holds one time per batch of rows: the steps of a batch are spread "
+            "evenly between its time and the batch before's)"
+        )
+    return caption, png(fig)
+
+
 def phases(store: Store, run: dict[str, Any]) -> Figures:
-    """Seconds per step by phase as stacked bars: one bar per epoch from the stored phase/*
-    metrics, else one bar from the summary's phases."""
+    """Seconds per step by phase as stacked bars in the order the step runs them (data at the
+    bottom): one bar per epoch from the stored phase/* metrics, else one bar from the
+    summary's phases."""
     keys = [k for k in store.metric_keys(run["id"]) if k.startswith("phase/")]
     by_phase: dict[str, dict[int, float]] = {}
     for key in keys:
@@ -73,15 +146,23 @@ def phases(store: Store, run: dict[str, Any]) -> Figures:
             return []
         by_phase = {name: {0: s} for name, s in summary_phases.items()}
         epochs, labels, xlabel = [0], ["whole run"], "run"
-    fig = Figure(figsize=(7, 3.6))
+    order = sorted(by_phase, key=lambda p: PHASES.index(p) if p in PHASES else len(PHASES))
+    fig = Figure(figsize=(FIG_WIDTH_IN, 3.6))
     ax = fig.subplots()
     bottom = [0.0] * len(epochs)
-    for i, (name, values) in enumerate(by_phase.items()):
-        heights = [values.get(e, 0.0) * 1e3 for e in epochs]
+    for i, name in enumerate(order):
+        heights = [by_phase[name].get(e, 0.0) * 1e3 for e in epochs]
         ax.bar(labels, heights, bottom=bottom, label=name, color=f"C{i % 10}")
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    uri = _finish(fig, ax, f"{run['name']}: time per step by phase", xlabel, "ms per step")
-    return [("phase breakdown, milliseconds per step (stacked)", uri)]
+    ax.set_title(f"{run['name']}: time per step by phase", fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("ms per step")
+    ax.grid(alpha=0.3, axis="y")
+    # Beside the bars, top to bottom in the step's order: the stack reads bottom to top.
+    ax.legend(title="phase, in step order", loc="upper left", bbox_to_anchor=(1.01, 1),
+              fontsize=9)  # fmt: skip
+    return [("phase breakdown, milliseconds per step (stacked, first phase at the bottom)",
+             png(fig))]  # fmt: skip
 
 
 def predicted(run: dict[str, Any], measured: list[float]) -> Figures:
@@ -89,7 +170,7 @@ def predicted(run: dict[str, Any], measured: list[float]) -> Figures:
     summary = run["summary"] or {}
     if summary.get("predicted_s") is None or not measured:
         return []
-    fig = Figure(figsize=(5, 3.4))
+    fig = Figure(figsize=(FIG_WIDTH_IN, 3.4))
     ax = fig.subplots()
     median = summary.get("measured_median_s") or sorted(measured)[len(measured) // 2]
     low, high = min(measured), max(measured)
@@ -113,7 +194,7 @@ def allreduce(runs: list[dict[str, Any]], title: str) -> Figures:
     if not rows:
         return []
     ring = next(((run["summary"] or {}).get("ring_model") for run in runs), None)
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(FIG_WIDTH_IN, 3.8))
     left, right = fig.subplots(1, 2)
     for i, n in enumerate(sorted({int(r["workers"]) for r in rows})):
         mine = sorted((r for r in rows if int(r["workers"]) == n), key=lambda r: r["bytes"])
@@ -146,7 +227,7 @@ def allreduce(runs: list[dict[str, Any]], title: str) -> Figures:
 def max_batch(rows: list[dict[str, Any]], title: str) -> Figures:
     """The largest-batch search: throughput per per-worker batch; sizes that failed (out of
     memory) marked on the axis."""
-    fig = Figure(figsize=(6, 3.8))
+    fig = Figure(figsize=(FIG_WIDTH_IN, 3.8))
     ax = fig.subplots()
     ok = sorted((r for r in rows if r.get("status") == "finished"),
                 key=lambda r: r["per_worker_batch"])  # fmt: skip
@@ -172,7 +253,7 @@ def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:
     ]
     if not points:
         return []
-    fig = Figure(figsize=(6, 3.8))
+    fig = Figure(figsize=(FIG_WIDTH_IN, 3.8))
     ax = fig.subplots()
     labels = [f"{r['workers']} w {r.get('strategy', '')}/{r.get('comm', '')}" for r in points]
     overlap = any(r.get("overlap_predicted_s") is not None for r in points)
@@ -193,7 +274,7 @@ def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:
     ci = [(r.get("comm_exposed_ci95_s") or 0.0) * 1e3 for r in points]
     bar(bars - 1, exposed, "measured: exposed communication (95% interval)",
         yerr=ci, capsize=3)  # fmt: skip
-    ax.set_xticks(range(len(points)), labels, fontsize=7)
+    ax.set_xticks(range(len(points)), labels, fontsize=9)
     uri = _finish(fig, ax, title, "point", "ms per step")
     return [("communication per step, predicted against measured", uri)]
 

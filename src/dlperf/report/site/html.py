@@ -9,10 +9,15 @@ import html
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-DPI = 80  # the figures' resolution: a page of 50 runs stays light and quick to draw
+# Figures are drawn at the content column's width, so that the browser shows them 1:1 and a
+# font's points read as on paper (10 pt at 100 dpi: 14 px, the body text's size).
+COLUMN_PX = 1100
+DPI = 100
+FIG_WIDTH_IN = COLUMN_PX / DPI
+MIN_FONT_PT = 9.0  # smaller text, drawn for a narrower figure, is raised to this
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px;
@@ -26,6 +31,8 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 td.value { max-width: 700px; overflow-wrap: anywhere; font-family: monospace; }
 figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
 img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figure img { display: block; width: 100%; box-sizing: border-box; }
+details > summary { cursor: pointer; color: #555; font-size: 0.9em; margin: 0.5em 0; }
 .error { color: #a00; } .warning { color: #a60; } .info { color: #06a; }
 .finished { color: #080; } .failed, .lost, .killed { color: #a00; } .running { color: #a60; }
 p.note { color: #555; font-size: 0.9em; }
@@ -38,6 +45,11 @@ def esc(value: Any) -> str:
 
 
 def fmt(value: Any) -> str:
+    """A value as text, a number as the terminal's tables print it (12345.6: '12,346'). A copy
+    of `dlperf.cli.console.fmt`, which a module below `cli` may not import; a test holds the
+    two to the same text. Lists and dicts as JSON."""
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, default=str)
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -45,12 +57,79 @@ def fmt(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-            return f"{value:.4g}"
-        return f"{value:.4g}" if abs(value) < 1 else f"{value:,.4g}"
-    if isinstance(value, dict | list | tuple):
-        return json.dumps(value, default=str)
+        if abs(value) >= 1e4:
+            return f"{value:,.0f}"
+        if value != 0 and abs(value) < 1e-3:
+            return f"{value:.3g}"
+        return f"{value:.4g}"
     return str(value)
+
+
+# Summary keys carry their unit in their name (dlperf's convention: train_time_s,
+# peak_memory_bytes, error_pct, scoring_images_per_s), or in their parent's for the values of
+# a nested dict (phases.data, step_time_spread.min, throughput_spread.max).
+SECONDS = {"phases", "step_time_spread"}
+FRACTIONS = {"test_top5", "efficiency", "pseudo_label_precision"}
+PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def unit(key: str) -> str | None:
+    """The unit of a (flattened) summary key's value: 's', 'B', '%', 'fraction', 'GB/s' or
+    'X/s'; None for a count or a plain number."""
+    for part in reversed(key.split(".")):
+        if part.endswith("_per_s"):
+            what = part.removesuffix("_per_s").rsplit("_", 1)[-1]
+            return "B/s" if what == "bytes" else f"{what}/s"
+        if part.endswith("_bytes"):
+            return "B"
+        if part.endswith("_gbps"):
+            return "GB/s"
+        if part.endswith("_s") or part in SECONDS:
+            return "s"
+        if part.endswith("_pct"):
+            return "%"
+        if part.startswith("throughput"):
+            return "samples/s"
+        if part.endswith("accuracy") or part in FRACTIONS:
+            return "fraction"
+    return None
+
+
+def _seconds(s: float) -> str:
+    size = abs(s)
+    if size >= 3600:
+        return f"{s / 3600:.3g} h"
+    if size >= 60:
+        return f"{s / 60:.3g} min"
+    for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if size >= scale:
+            return f"{s / scale:.3g} {name}"
+    return "0 s" if s == 0 else f"{s * 1e9:.3g} ns"
+
+
+def _si(value: float, name: str) -> str:
+    scale, prefix = next(((f, p) for f, p in PREFIXES if abs(value) >= f), PREFIXES[-1])
+    return f"{value / scale:.3g} {prefix}{name}"
+
+
+def quantity(key: str, value: Any) -> str:
+    """A summary value read by a person: with its unit, sizes and times scaled (1.09 GB,
+    12.3 s, 4.59 ms), rates with thousands separators (1,234 samples/s), fractions and
+    percentages as % (93.2%). Values of keys without a unit, and non-numbers, as `fmt`."""
+    kind = unit(key)
+    if kind is None or not _numeric(value) or not math.isfinite(value):
+        return fmt(value)
+    if kind == "s":
+        return _seconds(value)
+    if kind == "B":
+        return _si(value, "B")
+    if kind == "B/s":
+        return _si(value, "B/s")
+    if kind == "%":
+        return f"{value:.1f}%"
+    if kind == "fraction":
+        return f"{100 * value:.1f}%"
+    return f"{value:,.0f} {kind}" if abs(value) >= 100 else f"{value:.3g} {kind}"
 
 
 def _numeric(value: Any) -> bool:
@@ -75,14 +154,18 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], raw: Sequence[i
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def key_values(pairs: dict[str, Any]) -> str:
-    """A two-column table of flattened keys and their values."""
+def key_values(pairs: dict[str, Any], shown: Callable[[str, Any], str] | None = None) -> str:
+    """A two-column table of flattened keys and their values, each shown as `shown(key,
+    value)` says (default: `fmt`) with the stored value in its title where the two differ."""
     if not pairs:
         return '<p class="note">nothing stored</p>'
-    rows = "".join(
-        f'<tr><th>{esc(k)}</th><td class="value">{esc(v)}</td></tr>' for k, v in pairs.items()
-    )
-    return f"<table>{rows}</table>"
+    rows = []
+    for k, v in pairs.items():
+        text = shown(k, v) if shown else fmt(v)
+        raw = json.dumps(v, default=str)
+        title = f' title="{html.escape(raw, quote=True)}"' if text != fmt(v) else ""
+        rows.append(f'<tr><th>{esc(k)}</th><td class="value"{title}>{html.escape(text)}</td></tr>')
+    return f"<table>{''.join(rows)}</table>"
 
 
 def link(href: str, text: Any) -> str:
@@ -90,10 +173,34 @@ def link(href: str, text: Any) -> str:
 
 
 def png(fig: Any) -> str:
-    """A matplotlib Figure as a base64 PNG data URI."""
+    """A matplotlib Figure as a base64 PNG data URI, fitted to the page by `fit`."""
+    fit(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def fit(fig: Any) -> None:
+    """Make a figure, whoever drew it, read on the page: as wide as the content column (shown
+    1:1, neither shrunk nor blown up), no text under MIN_FONT_PT, and margins fitted to its
+    labels and legends (constrained layout) so that none is cut off."""
+    from matplotlib.text import Text
+
+    fig.set_size_inches(FIG_WIDTH_IN, fig.get_figheight())
+    for text in fig.findobj(Text):
+        if text.get_fontsize() < MIN_FONT_PT:
+            text.set_fontsize(MIN_FONT_PT)
+    notes = [t for t in fig.texts if t.get_text()]
+    if not notes:
+        fig.set_layout_engine("constrained")
+        return
+    # Constrained layout leaves text placed on the figure itself (a scale study's footnote)
+    # where it is, under the axes it moves: keep the axes clear of it instead.
+    boxes = [t.get_window_extent().transformed(fig.transFigure.inverted()) for t in notes]
+    low = max((b.y1 for b in boxes if b.y0 < 0.5), default=0.0)
+    high = min((b.y0 for b in boxes if b.y0 >= 0.5), default=1.0)
+    fig.set_layout_engine(None)
+    fig.tight_layout(rect=(0, low, 1, high))
 
 
 def png_bytes(data: bytes) -> str:

@@ -10,7 +10,16 @@ from typing import Any
 from dlperf.doctor import SEVERITIES, Finding
 from dlperf.parsing import flatten
 from dlperf.report.site import figures as figs
-from dlperf.report.site.html import esc, figure, key_values, link, page, status, table
+from dlperf.report.site.html import (
+    esc,
+    figure,
+    key_values,
+    link,
+    page,
+    quantity,
+    status,
+    table,
+)
 from dlperf.store import Store, effective_status
 
 # Summary figures shown in the index, by run kind: (column, summary key).
@@ -21,6 +30,16 @@ KEY_FIGURES = (
 )
 SWEEP_FREE = {"run.seed", "run.threads", "run.name", "run.out_dir"}  # not a sweep's axes
 STAGES = ("teacher", "baseline", "select", "pretrain", "finetune")  # a distill study's, in order
+# Config keys that only mean something for one value of another key (their docstrings in
+# dlperf.config say so: "synthetic: image shape C,H,W."): left out of other runs' pages.
+APPLIES_WHEN = {
+    "data.shape": ("data.name", "synthetic"),
+    "data.num_classes": ("data.name", "synthetic"),
+    "data.size": ("data.name", "synthetic"),
+    "train.schedule.milestones": ("train.schedule.kind", "multistep"),
+    "train.schedule.gamma": ("train.schedule.kind", "multistep"),
+    "train.schedule.min_lr": ("train.schedule.kind", "cosine"),
+}
 
 
 def run_href(run_id: int) -> str:
@@ -86,20 +105,51 @@ def run_page(
     body = [study, key_values(head)]
     if run["error"]:
         body.append(f'<h2>Error</h2><pre class="error">{esc(run["error"])}</pre>')
-    drawn, notes = figs.run_curves(store, run["id"])
+    drawn, notes = figs.run_curves(store, run)
     drawn += figs.phases(store, run)
     if run["kind"] == "predict":
         drawn += figs.predicted(run, [v for _, v in store.metrics(run["id"], "measured_s")])
     body += ["<h2>Figures</h2>", _figures(drawn) or '<p class="note">no figures</p>', _notes(notes)]
     body += ["<h2>Findings of dlperf doctor</h2>", _findings(found)]
-    body += ["<h2>Summary</h2>", key_values(flatten(summary))]
-    body += ["<h2>Config</h2>", key_values(flatten(run["config"] or {}))]
+    body += ["<h2>Summary</h2>", key_values(flatten(summary), quantity)]
+    body += ["<h2>Config</h2>", config(run["config"] or {})]
     body += ["<h2>System</h2>", key_values(flatten(run["system"] or {}))]
     artifacts = store.artifacts(run["id"])
     listing = table(["kind", "path"], [[a["kind"], a["path"]] for a in artifacts])
     body += ["<h2>Artifacts</h2>", listing if artifacts else '<p class="note">none</p>']
     body += ["<h2>Tags</h2>", key_values(run["tags"] or {})]
     return page(f"run {run['id']}: {run['name']}", "".join(body))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def config(stored: dict[str, Any]) -> str:
+    """A run's config as it bears on the run: the keys set away from their defaults first,
+    the others folded away, and the keys that do not apply to it (see APPLIES_WHEN) left out.
+    A config that is not an experiment's (a scale point's, an all-reduce run's) is shown
+    whole."""
+    from dlperf.config import Experiment
+
+    flat = flatten(stored)
+    defaults = flatten(Experiment().to_dict())
+    if not flat.keys() & defaults.keys():
+        return key_values(flat)
+    kept = {
+        k: v for k, v in flat.items()
+        if k not in APPLIES_WHEN or flat.get(APPLIES_WHEN[k][0]) == APPLIES_WHEN[k][1]
+    }  # fmt: skip
+    same = {k: v for k, v in kept.items() if k in defaults and _same(v, defaults[k])}
+    changed = {k: v for k, v in kept.items() if k not in same}
+    left_out = sorted(flat.keys() - kept.keys())
+    shown = key_values(changed) if changed else '<p class="note">every key at its default</p>'
+    if same:
+        shown += (f"<details><summary>{len(same)} keys at their defaults</summary>"
+                  f"{key_values(same)}</details>")  # fmt: skip
+    if left_out:
+        shown += f'<p class="note">left out, not used by this run: {esc(", ".join(left_out))}</p>'
+    return shown
 
 
 def _runs_table(
@@ -198,7 +248,7 @@ def _allreduce(study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     drawn = figs.allreduce([r for r in runs if r["status"] == "finished"], title)
     ring = next(((r["summary"] or {}).get("ring_model") for r in runs if r["summary"]), None)
     body = _figures(drawn) + "<h2>Ring model (α-β)</h2>"
-    body += key_values(ring) if ring else '<p class="note">no model was fitted</p>'
+    body += key_values(ring, quantity) if ring else '<p class="note">no model was fitted</p>'
     measured = [row for r in runs for row in (r["summary"] or {}).get("rows") or []]
     keys = ("workers", "bytes", "time_s", "algbw_gbps", "busbw_gbps")
     rows = [[row.get(k) for k in keys] for row in measured]
