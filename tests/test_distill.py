@@ -243,7 +243,15 @@ def test_a_stored_teacher_and_the_student_as_its_own_baseline(
                   "--json")  # fmt: skip
     teacher = json.loads(trained.out)["run_id"]
     args = ["--unlabeled", "digits:holdout=0.5", "--top-k", "2", "--top-p", "2"]
+    one = distill_json(cli, "distill", str(path), *args[:-1], "1", "--teacher", str(teacher))
     out = distill_json(cli, "distill", str(path), *args, "--teacher", str(teacher))
+    # Each recipe's figure is named by it: P = 2 in the same study leaves P = 1's in place.
+    assert out["study_id"] == one["study_id"]
+    figures = [Path(doc["plots"][0]) for doc in (one, out)]
+    assert [f.name for f in figures] == [
+        f"distill_top-p{p}_top-k2_{out['baseline']['model']}_digits-holdout-0.5.png" for p in (1, 2)
+    ]
+    assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in figures)
     assert out["teacher"]["run_id"] == teacher and out["teacher"]["reused"]
     assert out["baseline"]["same_as_teacher"] and out["baseline"]["run_id"] == teacher
     assert store.get_run(teacher)["study_id"] is None  # the given teacher stays where it was

@@ -16,7 +16,7 @@ from PIL import Image, ImageStat
 from dlperf.config import Experiment
 from dlperf.distributed.study import Point, add_relative, summarize
 from dlperf.engine.run import run_experiment
-from dlperf.report.runs import _x_values, default_keys
+from dlperf.report.runs import _x_values, default_keys, legend_labels
 from dlperf.report.scaling import plot_study, shared_host, study_figures
 
 from .conftest import trained_run
@@ -81,6 +81,32 @@ def test_two_runs_overlaid_as_json(runs_cli: Callable, tmp_path: Path) -> None:
     assert two["train/loss"] == two["train/lr"] == 2 * one["train/loss"] > 0  # 2 epochs vs 1
     assert (one["val/acc1"], two["val/acc1"]) == (1, 2)
     _png_not_blank(tmp_path / "runs-1-2.png")
+
+
+def test_legends_name_the_config_keys_that_differ(runs_cli: Callable) -> None:
+    r = runs_cli("runs", "plot", "1", "2", "--json")
+    assert r.code == 0, r.err
+    assert [run["label"] for run in json.loads(r.out)["runs"]] == [
+        "run 1: smallcnn (train.epochs=1, train.schedule.kind=constant)",
+        "run 2: cosine (train.epochs=2, train.schedule.kind=cosine)",
+    ]  # not run.name nor run.out_dir: the name is there already, the path says nothing
+    alone = runs_cli("runs", "plot", "2", "--json")
+    assert [run["label"] for run in json.loads(alone.out)["runs"]] == ["run 2: cosine"]
+
+
+def test_legends_shorten_values_never_keys() -> None:
+    config = {"data": {"root": "/data/decathlon/aircraft/train"}, "model": {"name": "resnet20"}}
+    other = {"data": {"root": "/data/c10"}, "model": {"name": "wide_resnet50_2_imagenet"}}
+    other["train"] = {f"key_{i}": i for i in range(6)}
+    first, second = legend_labels(
+        [{"id": 1, "name": "a", "config": config}, {"id": 2, "name": "b", "config": other}]
+    )
+    assert first == (
+        "run 1: a (data.root=…/aircraft/train, model.name=resnet20,\n"
+        "train.key_0=-, train.key_1=-, train.key_2=-, train.key_3=-, +2 more)"
+    )  # a path's tail; a key whole; the keys past six counted
+    assert "model.name=wide_resnet50_2…," in second  # the value's head, within 16 characters
+    assert all(len(line) <= 72 for line in (first + "\n" + second).splitlines())
 
 
 def test_a_chosen_key_against_wall_time_as_svg(runs_cli: Callable, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ an exact step through DLPERF_TEST_PAUSE_AT_STEP) or SIGKILL, then resumed."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -46,9 +47,9 @@ JSON_KEYS = {"run_id", "status", "params", "seed", "skipped", "test_accuracy",
              "best_val_accuracy", "epochs_to_target", "time_to_target_s", "throughput"}  # fmt: skip
 
 
-def write_sweep(root: Path, body: str, name: str = "lr.toml") -> Path:
+def write_sweep(root: Path, body: str, name: str = "lr.toml", base: str = BASE) -> Path:
     """The base experiment and a sweep of it in `root`; its runs' files under root too."""
-    (root / "base.toml").write_text(BASE.format(out=root / "dlperf_runs"))
+    (root / "base.toml").write_text(base.format(out=root / "dlperf_runs"))
     path = root / name
     path.write_text(f'base = "base.toml"\n{body}')
     return path
@@ -152,6 +153,10 @@ BAD = {
     "no such study": ('[grid]\n"train.lr" = [0.1]\n', ["--resume", "7"], "no study 7"),
     "on-failure": ('[grid]\n"train.lr" = [0.1]\n', ["--on-failure", "maybe"],
                    "--on-failure 'maybe'"),
+    "sort": ('[grid]\n"train.lr" = [0.1]\n', ["--sort", "lr"],
+             "--sort 'lr': not a swept key or result column (choose one of train.lr, rank, "
+             "test_accuracy, best_val_accuracy, epochs_to_target, time_to_target_s, "
+             "throughput)"),
 }  # fmt: skip
 
 
@@ -218,6 +223,39 @@ def test_sweep_runs_every_point_then_skips_them(
 
     fresh = sweep_json(cli, str(path), "--new")
     assert fresh["study_id"] != first["study_id"] and len(store.list_runs()) == 4
+
+
+def table_column(out: str, header: str) -> list[str]:
+    """The cells of the first table's column `header`, top to bottom."""
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("rank"))
+    at = [c.strip() for c in lines[head].split("┃")].index(header)
+    body = itertools.takewhile(lambda line: "│" in line, lines[head + 2 :])
+    return [line.split("│")[at].strip() for line in body]
+
+
+def test_a_sweep_without_a_target_draws_no_time_to_target_and_sorts_by_an_axis(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    untargeted = BASE.replace("[target]\naccuracy = 0.2\n", "")
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.01, 0.05]\n', base=untargeted)
+    result = cli("sweep", str(path), "--sort", "train.lr")
+    assert result.code == 0, result.err
+    assert table_column(result.out, "point") == [
+        "train.lr=0.01", "train.lr=0.05", "train.lr=0.1"
+    ]  # fmt: skip
+    assert "points ranked by test accuracy, shown by train.lr" in result.out
+    assert "to target" not in result.out  # no column that could only say "-"
+    saved = sorted(Path(line[6:]).name for line in result.err.splitlines() if line[:6] == "saved ")
+    assert saved == ["accuracy_vs_train_lr.png", "val_error.png"]
+    directory = next(tmp_path.glob("dlperf_runs/*/study-1"))
+    assert not (directory / "time_to_target.png").exists()
+
+    again = sweep_json(cli, str(path), "--sort", "throughput")  # every point skipped
+    throughput = [g["throughput"] for g in again["groups"]]
+    assert throughput == sorted(throughput, reverse=True)  # best first
+    assert sorted(g["rank"] for g in again["groups"]) == [1, 2, 3]  # the ranks kept
+    assert again["target"] is None and "time_to_target.png" not in str(again["plots"])
 
 
 @pytest.mark.parametrize("on_failure", ["continue", "stop"])

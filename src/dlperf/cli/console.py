@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -13,13 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-# Off a terminal rich assumes 80 columns and squeezes tables; logs and pipes have room.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+
+def _line_width(stream: Any) -> int | None:
+    """Off a terminal rich assumes 80 columns; logs and pipes have room. None: rich's own
+    choice, the terminal's width or COLUMNS."""
+    return None if stream.isatty() or os.environ.get("COLUMNS") else 160
+
+
+out = Console(highlight=False, width=_line_width(sys.stdout))
+err = Console(stderr=True, highlight=False, width=_line_width(sys.stderr))
+GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
 
 
 def _jsonable(value: Any) -> Any:
@@ -54,17 +64,84 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def table_width() -> int | None:
+    """The width a table must fit: COLUMNS when set, else the terminal's; None off a terminal
+    (a pipe, a file, a notebook's `!dlperf`), where a table takes the width it needs."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _share(fewest: list[int], most: list[int], room: int) -> list[int]:
+    """Column widths from each column's fewest (its longest word) up to its most (its longest
+    cell), `room` in all: what is left over the fewest goes to each column in proportion to
+    what it lacks, so the columns wrap about as much as each other."""
+    lack = [m - f for f, m in zip(fewest, most, strict=True)]
+    spare = room - sum(fewest)
+    widths = [f + spare * need // sum(lack) for f, need in zip(fewest, lack, strict=True)]
+    for i in sorted(range(len(widths)), key=lambda i: widths[i] - most[i]):
+        if sum(widths) == room:
+            break
+        widths[i] += widths[i] < most[i]
+    return widths
+
+
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    """A table on stdout, whole: no cell is ever cut. Wider than `table_width()`, its cells
+    wrap between words (a word is never broken, so names, keys and numbers stay whole); when
+    even its longest words do not fit side by side, each row is printed as a block of
+    `column  value` lines."""
+    cells = [[fmt(v) for v in row] for row in rows]
+    most = [max([1, *(cell_len(c[i]) for c in [columns, *cells])]) for i in range(len(columns))]
+    fewest = [
+        max([1, *(cell_len(w) for c in [columns, *cells] for w in c[i].split())])
+        for i in range(len(columns))
+    ]
+    gaps = GAP * (len(columns) - 1)
+    width = table_width()
+    if width is None or sum(most) + gaps <= width:
+        widths = most
+    elif sum(fewest) + gaps <= width:
+        widths = _share(fewest, most, width - gaps)
+    else:
+        _print_blocks(title, columns, cells, width)
+        return
+    table = Table(show_edge=False, pad_edge=False)
     for i, column in enumerate(columns):
         values = [row[i] for row in rows if row[i] is not None]
         numeric = bool(values) and all(
             isinstance(v, int | float) and not isinstance(v, bool) for v in values
         )
-        table.add_column(column, justify="right" if numeric else "left")
-    for row in rows:
-        table.add_row(*(Text(fmt(v)) for v in row))  # Text: a value's [brackets] are no markup
-    out.print(table)
+        justify = "right" if numeric else "left"
+        table.add_column(column, justify=justify, width=widths[i], overflow="fold")
+    for row in cells:
+        table.add_row(*(Text(c) for c in row))  # Text: a value's [brackets] are no markup
+    # The title on a line of its own, wrapped only to the width, not to a narrower table.
+    shown = sum(widths) + gaps
+    sink = Console(highlight=False, width=width or max(shown, cell_len(title or "")))
+    if title:
+        sink.print(Text(title, style="table.title"))
+    sink.print(table)
+
+
+def _print_blocks(
+    title: str | None, columns: Sequence[str], cells: list[list[str]], width: int
+) -> None:
+    """A table too wide for `width` even wrapped: one block of `column  value` lines per row,
+    a value longer than its line folded onto the next ones."""
+    sink = Console(highlight=False, width=width)
+    if title:
+        sink.print(Text(title, style="table.title"))
+    names = max(1, min(max(cell_len(c) for c in columns), width // 3))
+    for row in cells:
+        block = Table.grid(padding=(0, 2))
+        block.add_column(width=names, overflow="fold")
+        block.add_column(overflow="fold")
+        for column, value in zip(columns, row, strict=True):
+            block.add_row(Text(column), Text(value))
+        sink.print()
+        sink.print(block)
 
 
 def warn(message: str) -> None:

@@ -12,7 +12,7 @@ from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 
 
-def _print_summary(result: Any) -> None:
+def _print_summary(result: Any, plots: list[str]) -> None:
     from dlperf.distill.summary import best, verdict
 
     t, b = result.teacher, result.baseline
@@ -59,7 +59,7 @@ def _print_summary(result: Any) -> None:
         console.out.print(verdict(winner, t, b), markup=False)
     if result.error:
         console.err.print(f"stopped: {result.error}", markup=False)
-    for path in result.plots:
+    for path in plots:
         console.tell([], path)
 
 
@@ -108,15 +108,18 @@ def distill(
     """
     from dlperf.config import DistillConfig, load_experiment, shortcuts
     from dlperf.distill.runner import run_distill
+    from dlperf.report.distill import distill_figure
 
     flags = {k: v for k, v in locals().items() if k in DistillConfig.model_fields}
     exp = load_experiment(experiment, [*set_, *shortcuts("distill", flags)])
     store = open_store()
     with console.reporter() as rep:
         result = run_distill(exp, store, resume, new, rep)
+    figure = distill_figure(result)
+    plots = [str(figure)] if figure is not None else []
     if as_json:
-        console.print_json(dataclasses.asdict(result))
+        console.print_json({**dataclasses.asdict(result), "plots": plots})
     else:
-        _print_summary(result)
+        _print_summary(result, plots)
     if result.error:
         raise typer.Exit(1)

@@ -33,16 +33,21 @@ def _reached(group: dict[str, Any]) -> str:
     return f"{epochs} ({group['reached_target']}/{group['repeats']})"
 
 
-def _print_summary(result: Any) -> None:
+def _print_summary(result: Any, sort: str | None) -> None:
     repeats = max((g["repeats"] for g in result.groups), default=1)
     spread = "; mean ± std (min-max) over repeats" if repeats > 1 else ""
+    order = f", shown by {sort}" if sort is not None else ""
+    # Without a target there is no "to target" to show.
+    reached = result.target is not None
     console.print_table(
-        f"sweep {result.name!r}, study {result.study_id}: points ranked by test accuracy{spread}",
-        ["rank", "point", "runs", "test acc", "best val", "epochs to target", "s to target",
-         "samples/s"],
+        f"sweep {result.name!r}, study {result.study_id}: points ranked by test "
+        f"accuracy{order}{spread}",
+        ["rank", "point", "runs", "test acc", "best val",
+         *(["epochs to target", "s to target"] if reached else []), "samples/s"],
         [
             [g["rank"], _params(g["params"]), ", ".join(map(str, g["run_ids"])), _accuracy(g),
-             g["best_val_accuracy"], _reached(g), g["time_to_target_s"], g["throughput"]]
+             g["best_val_accuracy"],
+             *([_reached(g), g["time_to_target_s"]] if reached else []), g["throughput"]]
             for g in result.groups
         ],
     )  # fmt: skip
@@ -61,8 +66,6 @@ def _print_summary(result: Any) -> None:
     for row in result.points:
         if row["status"] == "failed":
             console.err.print(f"run {row['run_id']} failed: {row['error']}", markup=False)
-    for path in result.plots:
-        console.tell([], path)
 
 
 @app.command()
@@ -76,24 +79,34 @@ def sweep(
         None, "--resume", help="Continue study ID (default: the newest study of the sweep's name)."
     ),
     new: bool = typer.Option(False, "--new", help="Start a new study, even if one exists."),
+    sort: str = typer.Option(
+        None,
+        "--sort",
+        help="Show the points by a swept key (ascending) or a result column (best first), "
+        "e.g. augment.batch_aug_m or time_to_target_s.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run a base experiment over grid and zip axes of any config key, each point a run of one
     study; rank the points by test accuracy and time to target, name the winner per axis
     value and save the figures. Running it again skips the points that finished.
 
-    Example: dlperf sweep examples/sweeps/transfer_lr.toml --jobs 2
+    Example: dlperf sweep examples/sweeps/cutout_batchaug.toml --jobs 2 --sort augment.batch_aug_m
     """
+    from dlperf.report.sweep import sweep_figures
     from dlperf.sweep import load_sweep, run_sweep
     from dlperf.sweep.summary import SPREAD
 
     spec = load_sweep(sweep_file)
     store = open_store()
     with console.reporter() as rep:
-        result = run_sweep(spec, store, jobs, on_failure, resume, new, rep)
+        result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
+    plots = [str(p) for p in sweep_figures(store, result)]
     if as_json:
-        console.print_json({"spread": SPREAD, **dataclasses.asdict(result)})
+        console.print_json({"spread": SPREAD, **dataclasses.asdict(result), "plots": plots})
     else:
-        _print_summary(result)
+        _print_summary(result, sort)
+        for path in plots:
+            console.tell([], path)
     if any(r["status"] == "failed" for r in result.points):
         raise typer.Exit(1)

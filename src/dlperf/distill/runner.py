@@ -330,7 +330,9 @@ def run_distill(
         f"distill {p.name!r}, study {study_id}: {len(p.pool.images)} unlabelled images, "
         f"K = {', '.join(map(str, p.opts.top_k))}, P = {p.opts.top_p}"
     )
-    result = DistillResult(study_id, p.name, {}, {}, [], None, p.labelled.classes)
+    result = DistillResult(
+        study_id, p.name, {}, {}, [], None, p.labelled.classes, p.pool.spec, str(directory)
+    )
 
     given, reused = p.given, True
     if given is None:
@@ -365,11 +367,5 @@ def run_distill(
     scored = study.scored.images_per_s if study.scored is not None else None
     result.teacher["scoring_images_per_s"] = scored or (speeds[0] if speeds else None)
     winner = best(result.students)
-    if winner is not None:
-        from dlperf.report.distill import plot_distill
-
-        result.best_top_k = winner["top_k"]
-        path = directory / "student_accuracy.png"
-        plot_distill(path, (study_id, p.name), result.teacher, result.baseline, result.students)
-        result.plots = [str(path)]
+    result.best_top_k = winner["top_k"] if winner is not None else None
     return result

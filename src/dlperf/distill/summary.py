@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -16,7 +16,8 @@ class DistillResult:
     students: list[dict[str, Any]]  # one per K, in the order given
     best_top_k: int | None
     classes: list[str]
-    plots: list[str] = field(default_factory=list)
+    unlabeled: str  # the pool, as --unlabeled gave it
+    directory: str  # the study's own directory: the pseudo-labelled files, and its figures
     error: str | None = None  # the stage that failed, which ended the study early
 
 

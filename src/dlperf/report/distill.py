@@ -3,13 +3,37 @@ K, with the teacher's and the labelled-only baseline's accuracy as lines."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
+
+if TYPE_CHECKING:
+    from dlperf.distill.summary import DistillResult
+
+
+def figure_name(result: DistillResult) -> str:
+    """The figure's file name, made of the recipe it shows: P, the Ks, the student and the
+    pool, so that another recipe in the same study gets a figure of its own
+    (`distill_top-p2_top-k25-50_smallcnn_digits-holdout-0.5.png`)."""
+    students = result.students
+    ks = "-".join(str(s["top_k"]) for s in students)
+    pool = re.sub(r"[^\w.]+", "-", result.unlabeled).strip("-")
+    return f"distill_top-p{students[0]['top_p']}_top-k{ks}_{result.baseline['model']}_{pool}.png"
+
+
+def distill_figure(result: DistillResult) -> Path | None:
+    """Draw what `dlperf distill` ran into its study's directory (`figure_name`); None when
+    no student finished."""
+    if not any(s["test_accuracy"] is not None for s in result.students):
+        return None
+    path = Path(result.directory) / figure_name(result)
+    study = (result.study_id, result.name)
+    return plot_distill(path, study, result.teacher, result.baseline, result.students)
 
 
 def plot_distill(

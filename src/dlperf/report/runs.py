@@ -11,6 +11,7 @@ e * steps_per_epoch.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,20 @@ from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from sqlalchemy import func, select
 
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean
+from dlperf.parsing import did_you_mean, flatten
 from dlperf.store import Store
 from dlperf.store.schema import Metric
 
 FORMATS = ("png", "svg", "pdf")
 X_AXES = ("step", "epoch", "time")
 PER_EPOCH = ("epoch/", "val/", "phase/")  # prefixes of keys stored at step = epoch
+
+# Config keys a legend leaves out: the name is in it already, and where a run wrote its
+# files says nothing about how it trained.
+UNTOLD = ("run.name", "run.out_dir")
+VALUE_CHARS = 16  # a longer value is shortened in a legend; a key never is
+MOST_KEYS = 6  # differing keys named per run; `dlperf runs compare` lists them all
+LEGEND_LINE = 72  # characters per legend line: about half the width of a figure
 
 X_LABELS = {
     "step": "global step",
@@ -96,6 +104,37 @@ class RunsPlot:
             "runs": self.runs,
             "warnings": self.warnings,
         }
+
+
+def _short(value: Any) -> str:
+    """A config value as a legend shows it: its head, or for a path its tail, within
+    VALUE_CHARS."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    if len(text) <= VALUE_CHARS:
+        return text
+    if "/" in text:
+        return "…" + text[1 - VALUE_CHARS :]
+    return text[: VALUE_CHARS - 1] + "…"
+
+
+def legend_labels(runs: list[dict[str, Any]]) -> list[str]:
+    """ "run 3: digits (train.lr=0.01, augment.cutout=8)": each run's id and name, and the
+    config keys whose values differ between the runs (MOST_KEYS of them, then how many more),
+    wrapped between keys into lines of LEGEND_LINE characters."""
+    flat = [flatten(r["config"] or {}) for r in runs]
+    keys = sorted(k for k in set().union(*flat) if k not in UNTOLD
+                  and len({repr(f.get(k)) for f in flat}) > 1)  # fmt: skip
+    labels = []
+    for run, config in zip(runs, flat, strict=True):
+        label = f"run {run['id']}: {run['name']}"
+        if keys:
+            told = [f"{k}={_short(config.get(k, '-'))}" for k in keys[:MOST_KEYS]]
+            if len(keys) > MOST_KEYS:
+                told.append(f"+{len(keys) - MOST_KEYS} more")
+            label += f" ({', '.join(told)})"
+        lines = textwrap.wrap(label, LEGEND_LINE, break_long_words=False, break_on_hyphens=False)
+        labels.append("\n".join(lines))
+    return labels
 
 
 def _rows(store: Store, run_id: int, keys: list[str]) -> tuple[dict[str, list], float | None]:
@@ -171,10 +210,9 @@ def draw_runs(
     fig = Figure(figsize=(7, 1.2 + 2.4 * len(keys)))
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)
     drawn = []
-    for i, run in enumerate(runs):
+    for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
         rows, origin = _rows(store, run["id"], keys)
         spe = (run["summary"] or {}).get("steps_per_epoch")
-        label = f"run {run['id']}: {run['name']}"
         points: dict[str, int] = {}
         for ax, key in zip(axes[:, 0], keys, strict=True):
             mine = rows[key]
@@ -191,7 +229,7 @@ def draw_runs(
             ax.plot(xs, [v for _, v, _ in mine], style, color=f"C{i % 10}", ms=3, lw=1.2,
                     label=label)  # fmt: skip
             points[key] = len(mine)
-        drawn.append({"id": run["id"], "name": run["name"], "points": points})
+        drawn.append({"id": run["id"], "name": run["name"], "label": label, "points": points})
     if not any(r["points"] for r in drawn):
         others = " or ".join(f"--x {a}" for a in X_AXES if a != x)
         raise UserError(f"nothing to draw: {'; '.join(warnings)}", f"try {others}")

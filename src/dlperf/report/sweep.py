@@ -1,10 +1,11 @@
 """Figures of a sweep (matplotlib Agg, files only): validation error per epoch of every run,
-final test accuracy against each numeric axis, and time to target per point."""
+final test accuracy against each numeric axis, and time to target per point when the sweep
+has a target."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -12,6 +13,10 @@ matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
+    from dlperf.sweep import SweepResult
 
 
 def _label(params: dict[str, Any], skip: str | None = None) -> str:
@@ -77,7 +82,7 @@ def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -
     return _save(fig, ax, path, axis, "final test accuracy")
 
 
-def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float | None) -> Path:
+def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float) -> Path:
     """Mean wall time to the target accuracy per point, best point first; a point that never
     reached it is marked as such, without a bar."""
     fig, ax = plt.subplots(figsize=(7, max(2.5, 0.35 * len(groups) + 1)))
@@ -90,8 +95,7 @@ def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float 
             ax.text(0, i, " target not reached", va="center", fontsize=7)
     ax.set_yticks(list(y), labels, fontsize=7)
     ax.invert_yaxis()
-    reached = f"{target:.0%}" if target is not None else "target"
-    return _save(fig, ax, path, f"seconds to {reached} validation accuracy", "")
+    return _save(fig, ax, path, f"seconds to {target:.0%} validation accuracy", "")
 
 
 def plot_sweep(
@@ -101,11 +105,28 @@ def plot_sweep(
     axes: dict[str, list[Any]],
     target: float | None,
 ) -> list[Path]:
-    """Write the sweep's figures into `directory`; their paths."""
+    """Write the sweep's figures into `directory`; their paths. No time-to-target figure
+    without a target: every point would be "not reached"."""
     paths = [plot_val_error(directory / "val_error.png", curves)]
     for axis, values in axes.items():
         if _numeric(values) and len(set(values)) > 1:
             name = f"accuracy_vs_{axis.replace('.', '_')}.png"
             paths.append(plot_accuracy_vs_axis(directory / name, axis, groups))
-    paths.append(plot_time_to_target(directory / "time_to_target.png", groups, target))
+    if target is not None:
+        paths.append(plot_time_to_target(directory / "time_to_target.png", groups, target))
     return paths
+
+
+def sweep_figures(store: Store, result: SweepResult) -> list[Path]:
+    """The figures of what `dlperf sweep` ran, in its study's directory, the validation
+    curves of its finished points read from `store`; none when no point finished."""
+    curves = [
+        (f"run {r['run_id']} {' '.join(f'{k}={v}' for k, v in r['params'].items())}",
+         store.metrics(r["run_id"], "val/acc1"))
+        for r in result.points
+        if r["status"] == "finished"
+    ]  # fmt: skip
+    if not curves:
+        return []
+    ranked = sorted(result.groups, key=lambda g: g["rank"])  # whatever order --sort chose
+    return plot_sweep(Path(result.directory), curves, ranked, result.axes, result.target)

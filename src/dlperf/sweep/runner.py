@@ -270,11 +270,12 @@ class SweepResult:
     study_id: int
     name: str
     axes: dict[str, list[Any]]
+    target: float | None  # the base's target.accuracy: what "to target" means
     points: list[dict[str, Any]]  # one per point run or skipped, in the sweep's order
-    groups: list[dict[str, Any]]  # one per combination of axis values, best first
+    groups: list[dict[str, Any]]  # one per combination of axis values, ranked (or --sort)
     winner: int | None
     axis_winners: dict[str, Any]
-    plots: list[str]
+    directory: str  # the study's own directory: the points' files, and its figures
 
 
 def _row(point: Point, result: dict[str, Any], skipped: bool) -> dict[str, Any]:
@@ -299,13 +300,16 @@ def run_sweep(
     resume: int | None = None,
     new: bool = False,
     reporter: Reporter | None = None,
+    sort: str | None = None,
 ) -> SweepResult:
     """Run the points of `sweep` not yet finished in its study (the newest study of its
-    name, `resume`, or a new one with `new`); everything is checked before anything is
-    stored. Ctrl-C (KeyboardInterrupt) stops it, its running points marked killed."""
+    name, `resume`, or a new one with `new`), ranked, or in the order of `sort` (a swept key
+    or a result column); everything is checked before anything is stored. Ctrl-C
+    (KeyboardInterrupt) stops it, its running points marked killed."""
     reporter = reporter or NullReporter()
     if on_failure not in ON_FAILURE:
         raise UserError(f"--on-failure {on_failure!r}", "use continue or stop")
+    order = summary.sort_key(sort, sweep.axes) if sort is not None else None
     study_id = choose_study(store, sweep.name, "sweep", resume, new)
     free = not sweep.threads_set
     done = finished_runs(store, study_id, free)
@@ -342,31 +346,15 @@ def run_sweep(
                     skipped=True,
                 )
             )
-    return _verdict(sweep, store, study_id, rows, directory)
-
-
-def _verdict(
-    sweep: Sweep, store: Store, study_id: int, rows: list[dict[str, Any]], directory: Path
-) -> SweepResult:
-    """Rank the points, pick the winners and draw the figures into the study's directory."""
-    from dlperf.report.sweep import plot_sweep
-
     groups = summary.group_rows(rows)
-    curves = [
-        (f"run {r['run_id']} {' '.join(f'{k}={v}' for k, v in r['params'].items())}",
-         store.metrics(r["run_id"], "val/acc1"))
-        for r in rows
-        if r["status"] == "finished"
-    ]  # fmt: skip
-    target = sweep.points[0].exp.target.accuracy
-    plots = plot_sweep(directory, curves, groups, sweep.axes, target) if curves else []
     return SweepResult(
         study_id,
         sweep.name,
         sweep.axes,
+        sweep.points[0].exp.target.accuracy,
         rows,
-        groups,
+        sorted(groups, key=order) if order is not None else groups,
         summary.winner(rows, groups),
         summary.axis_winners(groups, sweep.axes),
-        [str(p) for p in plots],
+        str(directory),
     )

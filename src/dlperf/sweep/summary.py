@@ -3,7 +3,8 @@
 A point here is one combination of axis values; its repeats (seeds) are pooled: the mean of
 each figure over the finished repeats, and for test accuracy also the sample standard
 deviation (n - 1; None with one repeat) and the min and max. Points rank by mean test
-accuracy, then by mean time to target (sooner first), then epochs to target.
+accuracy, then by mean time to target (sooner first), then epochs to target; `--sort` shows
+them in another order, their ranks kept.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
+
+from dlperf.errors import UserError
 
 SPREAD = "std"  # sample standard deviation over repeats (n - 1), with min and max
 FIGURES = ("best_val_accuracy", "epochs_to_target", "time_to_target_s", "throughput")
+# The result columns --sort takes, and whether more is better (shown first).
+SORTS = {"rank": False, "test_accuracy": True, "best_val_accuracy": True,
+         "epochs_to_target": False, "time_to_target_s": False, "throughput": True}  # fmt: skip
 
 
 def _mean(values: list[Any]) -> float | None:
@@ -92,3 +99,29 @@ def winner(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> int | No
     ids = set(groups[0]["run_ids"])
     mine = [r for r in rows if r["run_id"] in ids and r["status"] == "finished"]
     return min(mine, key=_rank_key)["run_id"]
+
+
+def sort_key(name: str, axes: dict[str, list[Any]]) -> Callable[[dict[str, Any]], tuple]:
+    """How `--sort NAME` orders the points: a swept key by its values, ascending (numbers as
+    numbers); a result column best first (accuracy and throughput high, time and epochs
+    low); points without a value last."""
+    if name in axes:
+
+        def by_value(group: dict[str, Any]) -> tuple:
+            value = group["params"][name]
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            return (not number, value if number else str(value))
+
+        return by_value
+    if name not in SORTS:
+        raise UserError(
+            f"--sort {name!r}: not a swept key or result column",
+            f"choose one of {', '.join([*axes, *SORTS])}",
+        )
+    sign = -1 if SORTS[name] else 1
+
+    def by_result(group: dict[str, Any]) -> tuple:
+        value = group[name]
+        return (value is None, sign * value if value is not None else 0)
+
+    return by_result
