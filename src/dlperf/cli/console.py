@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dlperf.numbers import fmt
+
 
 def _line_width(stream: Any) -> int | None:
     """Off a terminal rich assumes 80 columns; logs and pipes have room. None: rich's own
@@ -46,22 +48,6 @@ def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout (non-finite floats become null)."""
     sys.stdout.write(json.dumps(_jsonable(document), indent=2, default=str) + "\n")
     sys.stdout.flush()
-
-
-def fmt(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        if abs(value) >= 1e4:
-            return f"{value:,.0f}"
-        if value != 0 and abs(value) < 1e-3:
-            return f"{value:.3g}"
-        return f"{value:.{digits}g}"
-    return str(value)
 
 
 def table_width() -> int | None:

@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from dlperf import numbers
+
 # Figures are drawn at the content column's width, so that the browser shows them 1:1 and a
 # font's points read as on paper (10 pt at 100 dpi: 14 px, the body text's size).
 COLUMN_PX = 1100
@@ -45,24 +47,11 @@ def esc(value: Any) -> str:
 
 
 def fmt(value: Any) -> str:
-    """A value as text, a number as the terminal's tables print it (12345.6: '12,346'). A copy
-    of `dlperf.cli.console.fmt`, which a module below `cli` may not import; a test holds the
-    two to the same text. Lists and dicts as JSON."""
+    """A value as text: a number as the terminal's tables print it (12345.6: "12,346"),
+    lists and dicts as JSON."""
     if isinstance(value, dict | list | tuple):
         return json.dumps(value, default=str)
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        if abs(value) >= 1e4:
-            return f"{value:,.0f}"
-        if value != 0 and abs(value) < 1e-3:
-            return f"{value:.3g}"
-        return f"{value:.4g}"
-    return str(value)
+    return numbers.fmt(value)
 
 
 # Summary keys carry their unit in their name (dlperf's convention: train_time_s,

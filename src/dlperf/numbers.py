@@ -1,0 +1,24 @@
+"""Numbers as text, the one way the terminal's tables and the HTML report both print them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """None as "-", booleans as yes/no, a float to `digits` significant digits with thousands
+    separators from 10,000 up (12345.6: "12,346"), anything else as str() gives it."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if abs(value) >= 1e4:
+            return f"{value:,.0f}"
+        if value != 0 and abs(value) < 1e-3:
+            return f"{value:.3g}"
+        return f"{value:.{digits}g}"
+    return str(value)
