@@ -126,6 +126,10 @@ def test_grid_times_zip_times_repeats(tmp_path: Path, monkeypatch: pytest.Monkey
         assert p.exp.train.lr == p.params["train.lr"] and p.exp.run.seed == p.seed
         assert p.exp.train.epochs == p.params["train.epochs"] and p.exp.data.limit == 64
     assert len({p.exp.config_hash() for p in sweep.points}) == 8
+    # --set fixes a key in every point, over the file's [set]
+    fixed = load_sweep(path, ["data.limit=32", "augment.flip=true"])
+    assert [p.params for p in fixed.points] == [p.params for p in sweep.points]
+    assert all(p.exp.data.limit == 32 and p.exp.augment.flip for p in fixed.points)
 
 
 def test_find_study_is_the_newest_of_that_name_and_kind(store: Store) -> None:
@@ -157,6 +161,14 @@ BAD = {
              "--sort 'lr': not a swept key or result column (choose one of train.lr, rank, "
              "test_accuracy, best_val_accuracy, epochs_to_target, time_to_target_s, "
              "throughput)"),
+    "set a swept key": ('[grid]\n"train.lr" = [0.1]\n', ["--set", "train.lr=0.5"],
+                        "--set train.lr: "),
+    "set seed over repeats": ('repeats = 2\n[grid]\n"train.lr" = [0.1]\n',
+                              ["--set", "run.seed=3"], "--set run.seed: "),
+    "set no value": ('[grid]\n"train.lr" = [0.1]\n', ["--set", "train.epochs"],
+                     "--set 'train.epochs': expected KEY=VALUE"),
+    "set out of range": ('[grid]\n"train.lr" = [0.1]\n', ["--set", "train.epochs=0"],
+                         "train.epochs: must be at least 1"),
 }  # fmt: skip
 
 

@@ -79,6 +79,9 @@ def sweep(
         None, "--resume", help="Continue study ID (default: the newest study of the sweep's name)."
     ),
     new: bool = typer.Option(False, "--new", help="Start a new study, even if one exists."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Fix a key in every point, over the file's [set], e.g. train.epochs=4."
+    ),
     sort: str = typer.Option(
         None,
         "--sort",
@@ -97,7 +100,7 @@ def sweep(
     from dlperf.sweep import load_sweep, run_sweep
     from dlperf.sweep.summary import SPREAD
 
-    spec = load_sweep(sweep_file)
+    spec = load_sweep(sweep_file, list(set_))
     store = open_store()
     with console.reporter() as rep:
         result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)

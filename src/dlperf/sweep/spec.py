@@ -25,7 +25,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dlperf.config import Experiment, _validation_message, build_experiment, read_toml
+from dlperf.config import (
+    Experiment,
+    _validation_message,
+    apply_override,
+    build_experiment,
+    read_toml,
+)
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten
 
@@ -157,10 +163,19 @@ def _combinations(spec: SweepFile) -> list[dict[str, Any]]:
     return [{**g, **z} for g in grid for z in rows or [{}]]
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and check a sweep file and build (and validate) every point, storing nothing."""
+def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
+    """Read and check a sweep file and build (and validate) every point, storing nothing.
+    `overrides` (--set KEY=VALUE) fix a key in every point, over the file's [set]; a key the
+    sweep varies cannot be fixed."""
     path = Path(path)
     spec = _parse(path)
+    given: dict[str, Any] = {}
+    for assignment in overrides or []:
+        apply_override(given, assignment)
+    fixed = {**flatten(spec.set), **flatten(given)}
+    for key in flatten(given):
+        if key in spec.grid or key in spec.zip or (key == "run.seed" and spec.repeats > 1):
+            raise UserError(f"--set {key}: {path} varies it", "drop --set, or edit the sweep file")
     name = spec.name or path.stem
     base = _resolve_base(path, spec.base)
     base_raw = read_toml(base)
@@ -173,7 +188,7 @@ def load_sweep(path: str | Path) -> Sweep:
             label = " ".join(f"{k}={v!r}" for k, v in params.items())
             where = f"{path} point {index + 1} ({label})"
             raw = _fresh(base_raw)
-            for key, value in {**flatten(spec.set), **params}.items():
+            for key, value in {**fixed, **params}.items():
                 _assign(raw, key, value, where)
             if seed is not None:
                 _assign(raw, "run.seed", seed, where)
@@ -189,7 +204,7 @@ def load_sweep(path: str | Path) -> Sweep:
             exp.run.name = f"{name} {point.label()}"
             points.append(point)
     threads_set = "threads" in base_raw.get("run", {}) or any(
-        key == "run.threads" for key in (*flatten(spec.set), *spec.grid, *spec.zip)
+        key == "run.threads" for key in (*fixed, *spec.grid, *spec.zip)
     )
     return Sweep(path, name, base, {**spec.grid, **spec.zip}, spec.repeats, points, threads_set)
 
