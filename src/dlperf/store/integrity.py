@@ -3,9 +3,12 @@ read copied into a new store (`dlperf runs repair`).
 
 An existing store file gets `PRAGMA quick_check` when first opened in a process (again only
 if the file has changed since): it reads every page but not every index entry, so it costs
-one pass over the file. Damage it cannot see, or damage done while the store is open, is
-caught where SQLite reports it: any query that meets a malformed page raises the same
-one-line error, and from then on the process refuses to write into that store.
+one pass over the file, about 0.65 s for a 67 MiB store of a million metric rows on the
+2-core development VM. Over CHECK_MAX_BYTES a check would add seconds to every command, so
+such a store is not checked on open. Damage a check does not see, or damage done while the
+store is open, is caught where SQLite reports it: any query that meets a malformed page
+raises the same one-line error, and from then on the process refuses to write into that
+store.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dlperf.store.schema import (
 )
 
 SQLITE_CORRUPT = 11
+CHECK_MAX_BYTES = 256 << 20
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
 _damaged: dict[Path, str] = {}  # stores this process found damaged, and how: never written
@@ -64,7 +68,7 @@ def check(engine: Engine) -> None:
         stat = path.stat() if path is not None else None
     except FileNotFoundError:
         return  # a new store
-    if stat is None or stat.st_size == 0:
+    if stat is None or not 0 < stat.st_size <= CHECK_MAX_BYTES:
         return
     key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if key in _passed:
