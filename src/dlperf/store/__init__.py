@@ -17,6 +17,9 @@ A run records the process that writes it (host, pid, the process's start time, t
 in its system JSON under "process": a run stored as `running` whose process is known to be
 gone reads as `lost` (`effective_status`). That is computed when read, never written, so any
 number of readers may look at once and a run that is resumed is simply `running` again.
+
+Opening a store checks it (a SQLite file: `integrity`) and brings its schema to the current
+version (`migrations`); a URL is printed only through `masked_url`.
 """
 
 from __future__ import annotations
