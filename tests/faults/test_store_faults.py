@@ -563,6 +563,24 @@ def test_damage_met_by_a_query_is_one_line_and_stops_writes(tmp_path: Path) -> N
     untouched(path, before)
 
 
+def test_a_header_damaged_after_opening_is_one_line(tmp_path: Path) -> None:
+    """SQLite calls a file whose first page is garbage "not a database": bad input when a
+    command is pointed at such a file (tests/faults/test_bad_inputs.py), a damaged store
+    when it opened as one before."""
+    path = tmp_path / "dlperf.db"
+    store = Store.open(str(path))
+    run_id = store.create_run("a", "run", {})
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.engine.dispose()
+    with open(path, "r+b") as f:
+        f.write(random.Random(0).randbytes(PAGE))
+    with pytest.raises(UserError, match=r"is damaged \(file is not a database\)"):
+        store.get_run(run_id)
+    with pytest.raises(UserError, match=r"is damaged \(file is not a database\)"):
+        Store.open(str(path))  # this process knows the file as a store
+
+
 def test_repair_copies_every_readable_row_into_a_new_store(
     cli: Cli, db: str, tmp_path: Path
 ) -> None:

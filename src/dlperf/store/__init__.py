@@ -247,6 +247,7 @@ class Store:
             integrity.check(engine)
             writer = engine.execution_options(**{WRITES: True})
             store_id = migrations.migrate(engine, writer, name)
+            integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
             full = _disk_full(e, engine)
             if full:

@@ -38,11 +38,12 @@ from dlperf.store.schema import (
     Tag,
 )
 
-SQLITE_CORRUPT = 11
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
 CHECK_MAX_BYTES = 256 << 20
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
 _damaged: dict[Path, str] = {}  # stores this process found damaged, and how: never written
+_opened: set[Path] = set()  # store files this process opened as SQLite databases
 
 
 def store_file(engine: Engine) -> Path | None:
@@ -84,6 +85,14 @@ def check(engine: Engine) -> None:
     _damaged.pop(path, None)  # a file put back in its place (restored from a backup)
 
 
+def opened(engine: Engine) -> None:
+    """Note a store that opened: if SQLite later calls it "not a database", its header was
+    damaged since (before it opened, that is a file that never was a store: bad input)."""
+    path = store_file(engine)
+    if path is not None:
+        _opened.add(path)
+
+
 def refuse_writes(engine: Engine) -> None:
     path = store_file(engine)
     if path in _damaged:
@@ -95,9 +104,11 @@ def on_error(context: ExceptionContext) -> BaseException | None:
     one-line error (SQLAlchemy raises what this returns)."""
     code = getattr(context.original_exception, "sqlite_errorcode", None)
     path = store_file(context.engine) if context.engine is not None else None
-    if code is None or code & 0xFF != SQLITE_CORRUPT or path is None:
+    if code is None or path is None:
         return None
-    return damaged(path, str(context.original_exception))
+    if code & 0xFF == SQLITE_CORRUPT or (code & 0xFF == SQLITE_NOTADB and path in _opened):
+        return damaged(path, str(context.original_exception))
+    return None
 
 
 # --- repair ---------------------------------------------------------------------------------
