@@ -351,3 +351,83 @@ def test_compare_prints_plain_values_and_a_delta(
     rows = table_rows(cli("runs", "compare", str(a), str(b), str(c)).out)
     assert rows["test_accuracy"] == ["0.8", "0.9", "-", "+12.5% -"]
     assert rows["throughput"] == ["1000", "1000", "500", "+0.0% -50.0%"]
+
+
+# --- ids no store can hold -----------------------------------------------------------------
+
+HUGE = "99999999999999999999"  # > 2^63: SQLite's driver cannot even bind it
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "show", HUGE],
+        ["runs", "show", str(2**63)],
+        ["runs", "tag", HUGE, "a=1"],
+        ["runs", "delete", HUGE, "--yes"],
+        ["runs", "compare", "1", HUGE],
+        ["runs", "plot", HUGE],
+        ["runs", "export", HUGE, "--to", "tensorboard", "--out", "tb"],
+        ["export", HUGE, "--out", "m.onnx"],
+        ["run", "--resume", HUGE],
+        ["converge", "fit", HUGE],
+        ["doctor", HUGE],
+    ],
+    ids=" ".join,
+)
+def test_a_run_id_beyond_64_bits_is_no_run(
+    cli: Callable[..., CliResult], store: Store, args: list[str]
+) -> None:
+    """These printed an OverflowError traceback (exit 1)."""
+    finished(store, "only", {})
+    one_line_error(cli(*args), f"no run {HUGE if HUGE in args else 2**63} in the store")
+
+
+# --- runs repair ---------------------------------------------------------------------------
+
+
+def test_repair_of_a_sound_store_is_a_faithful_copy(
+    cli: Callable[..., CliResult], store: Store, tmp_path: Path
+) -> None:
+    """Every table comes across: studies, runs (with a study), metrics, artifacts, tags and
+    the store's id; and a deleted run's id stays retired."""
+    study = store.create_study("lr", "sweep")
+    first = store.create_run("a", "run", {"train": {"lr": 0.1}}, "cafe", {"host": "h"}, study)
+    store.log_metrics(first, [("train/loss", s, 1.0 / s) for s in range(1, 2001)])
+    store.add_artifact(first, "checkpoint", "/x/checkpoint.pt")
+    store.set_tags(first, {"baseline": "yes"})
+    store.finish_run(first, "finished", summary={"test_accuracy": 0.9})
+    gone = finished(store, "gone", {})
+    store.delete_runs([gone])
+    result = cli("runs", "repair", "copy.db")
+    assert result.code == 0, result.err
+    rows = table_rows(result.out)
+    assert rows["runs"] == ["1", "0", "0"] and rows["metrics"] == ["2000", "0", "0"], result.out
+    assert result.out.rstrip().endswith(
+        f"wrote {tmp_path / 'copy.db'}: 1 run(s) of store {store.id}"
+    )
+
+    copy = Store.open(str(tmp_path / "copy.db"))
+    assert copy.id == store.id and copy.get_run(first) == store.get_run(first)
+    assert copy.get_study(study) == store.get_study(study)
+    assert copy.metrics(first, "train/loss") == store.metrics(first, "train/loss")
+    assert copy.artifacts(first) == store.artifacts(first)
+    assert copy.create_run("next", "run", {}) == gone + 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["runs", "repair", "dlperf.db"], "dlperf.db exists (repair writes a new store"),
+        (["--db", "none.db", "runs", "repair", "new.db"], "none.db does not exist"),
+        (
+            ["--db", "postgresql+psycopg://u:secret@h/db", "runs", "repair", "new.db"],
+            "runs repair reads a SQLite store file, not postgresql+psycopg://u:***@h/db",
+        ),
+    ],
+)
+def test_bad_repairs_are_one_line(
+    cli: Callable[..., CliResult], store: Store, tmp_path: Path, args: list[str], message: str
+) -> None:
+    one_line_error(cli(*args), message)
+    assert not (tmp_path / "new.db").exists()

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, make_url, text
 
-from dlperf.errors import UserError
-from dlperf.store import Store
+from dlperf.errors import NoSuchRun, UserError
+from dlperf.store import BUSY_TIMEOUT_S, Store, masked_url
+from dlperf.store.migrations import MIGRATIONS, PG_SCHEMA_LOCK, SCHEMA_VERSION
 from dlperf.store.schema import Base
 
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
@@ -185,3 +191,181 @@ def test_tags_and_deleting_runs(any_store: Store, tmp_path: Path) -> None:
     assert any_store.metrics(gone, "train/loss") == [] and any_store.artifacts(gone) == []
     assert any_store.get_run(keep)["tags"] == {"a": "k"}
     assert any_store.create_run("next", "run", {}) > gone
+
+
+# --- run ids the database cannot hold ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", [2**63 - 1, 2**63, 10**20, 0, -(2**70)])
+def test_any_integer_that_names_no_run_is_no_run(any_store: Store, run_id: int) -> None:
+    """SQLite cannot bind an integer beyond 64 bits (OverflowError), PostgreSQL's integer
+    column ends at 2^31: every lookup says "no run N" instead."""
+    kept = any_store.create_run("kept", "run", {})
+    for lookup in (
+        lambda: any_store.get_run(run_id),
+        lambda: any_store.set_tags(run_id, {"a": "1"}),
+        lambda: any_store.delete_runs([kept, run_id]),
+    ):
+        with pytest.raises(NoSuchRun, match=f"no run {run_id} in the store"):
+            lookup()
+    assert [r["id"] for r in any_store.list_runs()] == [kept]
+
+
+# --- passwords in URLs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("mysql://u:secret@host/db", "mysql://u:***@host/db"),
+        ("postgresql+psycopg://u:secret@host:5432/db", "postgresql+psycopg://u:***@host:5432/db"),
+        ("http://u:secret@host:5000/x?y=1", "http://u:***@host:5000/x?y=1"),
+        ("mysql://u:sec@ret@host/db", "mysql://u:***@host/db"),  # an unescaped @ in it
+        ("no such ://u:secret@host", "no such ://u:***@host"),  # no URL SQLAlchemy reads
+        ("sqlite:////tmp/runs.db", "sqlite:////tmp/runs.db"),
+        ("./mlruns", "./mlruns"),
+    ],
+)
+def test_masked_url_hides_any_password(url: str, shown: str) -> None:
+    assert masked_url(url) == shown
+
+
+def test_a_store_url_password_is_never_printed(cli: Any) -> None:
+    """A MySQL URL (its driver not installed) used to print its password in the error."""
+    result = cli("--db", "mysql://u:secret@host/db", "runs", "list")
+    assert result.code == 2 and "secret" not in result.err
+    assert result.err.startswith("error: cannot open run store 'mysql://u:***@host/db': ")
+
+
+# --- schema versions ---------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty database: a new SQLite file, or a new PostgreSQL schema of its own
+    (so tables made here never meet another test's)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'runs.db'}"
+        return
+    if not POSTGRES:
+        pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
+    schema = f"dlperf_test_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(POSTGRES)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        url = make_url(POSTGRES).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+def _sql(url: str, *statements: str) -> list[Any]:
+    """Run `statements` in one transaction; the rows of each (None for one that returns none)."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            results = [conn.execute(text(statement)) for statement in statements]
+            return [r.all() if r.returns_rows else None for r in results]
+    finally:
+        engine.dispose()
+
+
+def _version(url: str) -> int:
+    [[(value,)]] = _sql(url, "SELECT value FROM meta WHERE key = 'schema_version'")
+    return int(value)
+
+
+def test_a_new_store_is_made_at_the_current_version(empty_url: str) -> None:
+    Store.open(empty_url).engine.dispose()
+    assert _version(empty_url) == SCHEMA_VERSION == len(MIGRATIONS) + 1
+
+
+def test_a_store_of_the_first_release_is_migrated_once(empty_url: str) -> None:
+    """Version 1 (no meta, no tags) gains them and its version; a second open finds it current."""
+    engine = create_engine(empty_url)
+    Base.metadata.create_all(
+        engine, [t for t in Base.metadata.sorted_tables if t.name not in ("meta", "tags")]
+    )
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (name, kind, status, config, started) "
+                "VALUES ('old', 'run', 'finished', '{}', '2025-01-01 00:00:00')"
+            )
+        )
+    engine.dispose()
+    store = Store.open(empty_url)
+    assert store.get_run(1)["name"] == "old" and _version(empty_url) == SCHEMA_VERSION
+    assert store.set_tags(1, {"kept": "yes"}) == {"kept": "yes"}
+    assert Store.open(empty_url).id == store.id
+    store.engine.dispose()
+
+
+def test_a_current_store_opens_while_another_process_holds_the_write_lock(empty_url: str) -> None:
+    """Migrations run once: opening a store at the current version only reads, so workers
+    that open the store while the parent writes (a sweep's, a report's) never wait on a lock.
+    Before, every open began a write transaction under the schema lock."""
+    Store.open(empty_url).engine.dispose()
+    engine = create_engine(empty_url)
+    holder = engine.connect()
+    if engine.dialect.name == "sqlite":
+        holder.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        holder.execute(text("SELECT pg_advisory_lock(:key)"), {"key": PG_SCHEMA_LOCK})
+    opened: list[Store] = []
+    worker = threading.Thread(target=lambda: opened.append(Store.open(empty_url)), daemon=True)
+    try:
+        worker.start()
+        worker.join(timeout=BUSY_TIMEOUT_S / 2)  # a write open would wait the busy timeout
+        assert opened, "opening a current store waited for the write lock"
+    finally:
+        if engine.dialect.name == "sqlite":
+            holder.rollback()
+        else:
+            holder.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": PG_SCHEMA_LOCK})
+        holder.close()
+        worker.join(timeout=BUSY_TIMEOUT_S * 2)
+        engine.dispose()
+    opened[0].engine.dispose()
+
+
+def inspect_tables(url: str) -> list[str]:
+    engine = create_engine(url)
+    try:
+        return inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("statement", "message"),
+    [
+        (
+            "CREATE TABLE experiments (experiment_id INTEGER PRIMARY KEY, name TEXT)",
+            "holds tables that are not dlperf's: experiments",
+        ),
+        (  # MLflow's store has a `runs` table too
+            "CREATE TABLE runs (run_uuid VARCHAR(32) PRIMARY KEY, name TEXT, status TEXT)",
+            "table runs is not dlperf's (it has no column id, study_id, kind, config",
+        ),
+    ],
+)
+def test_a_foreign_schema_is_refused_untouched(
+    empty_url: str, statement: str, message: str
+) -> None:
+    _sql(empty_url, statement)
+    with pytest.raises(UserError, match=re.escape(message)) as refused:
+        Store.open(empty_url)
+    assert "a database of its own" in str(refused.value)
+    assert set(inspect_tables(empty_url)) == {statement.split()[2]}  # nothing made beside it
+
+
+def test_a_store_of_a_newer_dlperf_is_refused(empty_url: str) -> None:
+    Store.open(empty_url).engine.dispose()
+    newer = SCHEMA_VERSION + 1
+    _sql(empty_url, f"UPDATE meta SET value = '{newer}' WHERE key = 'schema_version'")
+    with pytest.raises(UserError, match=f"has schema version {newer}, newer than this dlperf's"):
+        Store.open(empty_url)

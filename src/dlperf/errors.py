@@ -17,6 +17,10 @@ class UserError(Exception):
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
 
+class NoSuchRun(UserError):
+    """A run id the store does not hold (told apart from a store that cannot be read)."""
+
+
 class CheckFailed(Exception):
     """A check the user asked for (parity, a threshold) failed: exit code 1."""
 

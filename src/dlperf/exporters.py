@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
 from dlperf.parsing import flatten
-from dlperf.store import Store, effective_status
+from dlperf.store import Store, effective_status, masked_url
 from dlperf.store.keys import on_global_steps
 from dlperf.store.schema import Metric, Run
 
@@ -194,10 +194,10 @@ def export_mlflow(
     except ImportError as e:  # a SQL tracking store without alembic
         raise missing_extra("mlflow", e.name) from None
     except (MlflowException, SQLAlchemyError) as e:
-        raise UserError(f"MLflow at {uri}: {_one_line(e)}") from None
+        raise UserError(f"MLflow at {masked_url(uri)}: {_one_line(e)}") from None
     return {
         "to": "mlflow",
-        "uri": uri,
+        "uri": masked_url(uri),
         "experiment": experiment,
         "experiment_id": experiment_id,
         "runs": exported,

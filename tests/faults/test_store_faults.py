@@ -10,9 +10,12 @@ and say so. Every mount is undone in a `finally`.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -480,3 +483,132 @@ def test_sigterm_marks_every_run_killed(
     assert "Traceback" not in err.read_text()
     runs = store.list_runs()
     assert runs and {(r["status"], r["error"]) for r in runs} == {("killed", "interrupted")}
+
+
+# --- a damaged store --------------------------------------------------------------------------
+
+PAGE = 4096  # SQLite's default page size
+RUNS_IN_STORE = 30
+
+
+def damage(path: Path) -> dict[int, dict]:
+    """Fill a store with 30 finished runs of 200 metric rows each, close it, then overwrite
+    pages 14-17 with random bytes (seeded) as `dd if=/dev/urandom of=dlperf.db bs=4096
+    seek=13 count=4 conv=notrunc` does. Returns the runs as they were, with their metrics."""
+    store = Store.open(str(path))
+    for i in range(RUNS_IN_STORE):
+        with store.new_run(f"r{i}", "run", {"train": {"lr": 0.1}, "pad": "x" * 1000}) as run:
+            store.log_metrics(run.id, [("train/loss", s, 1.0 / (s + 1)) for s in range(200)])
+            run.summary = {"test_accuracy": i / 100}
+    runs = {r["id"]: {**r, "loss": store.metrics(r["id"], "train/loss")} for r in store.list_runs()}
+    with store.engine.connect() as conn:  # every page in the file, none left in its WAL
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.engine.dispose()
+    assert path.stat().st_size >= 17 * PAGE
+    with open(path, "r+b") as f:
+        f.seek(13 * PAGE)
+        f.write(random.Random(0).randbytes(4 * PAGE))
+    return runs
+
+
+def untouched(path: Path, before: bytes) -> None:
+    """Nothing was written into the damaged store: neither its file nor its WAL."""
+    wal = path.with_name(path.name + "-wal")
+    assert path.read_bytes() == before
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "list"],
+        ["runs", "show", "3"],
+        ["doctor"],
+        ["report", "--out", "site"],
+        ["run", "{exp}"],
+        ["runs", "tag", "3", "a=1"],
+    ],
+    ids=" ".join,
+)
+def test_a_damaged_store_is_refused_in_one_line_and_never_written(
+    cli: Cli, db: str, tmp_path: Path, tiny_exp: Callable[..., Path], args: list[str]
+) -> None:
+    """Before, these printed a 66-90 line traceback (exit 1), or read what they could and
+    exited 0, and `run` recorded a new run into the damaged file."""
+    path = tmp_path / "dlperf.db"
+    damage(path)
+    before = path.read_bytes()
+    exp = str(tiny_exp(epochs=1))
+    result = cli(*[a.format(exp=exp) for a in args])
+    one_line(result, 2, f"run store {path} is damaged (quick_check: ", "restore it from a backup")
+    assert f"`dlperf --db {path} runs repair NEW.db`" in result.err
+    untouched(path, before)
+
+
+def test_damage_met_by_a_query_is_one_line_and_stops_writes(tmp_path: Path) -> None:
+    """A store damaged after it was opened (quick_check passed then): the query that meets a
+    malformed page raises the same one-line error, and the store is not written again."""
+    path = tmp_path / "dlperf.db"
+    store = Store.open(str(path))
+    runs = damage(path)
+    store.engine.dispose()  # no page read before the damage stays cached
+    with pytest.raises(UserError, match=r"is damaged \(database disk image is malformed\)"):
+        for run_id in runs:
+            store.get_run(run_id)
+            store.metrics(run_id, "train/loss")
+    before = path.read_bytes()
+    with pytest.raises(UserError, match="is damaged"):
+        store.create_run("after", "run", {})
+    store.engine.dispose()
+    untouched(path, before)
+
+
+def test_a_header_damaged_after_opening_is_one_line(tmp_path: Path) -> None:
+    """SQLite calls a file whose first page is garbage "not a database": bad input when a
+    command is pointed at such a file (tests/faults/test_bad_inputs.py), a damaged store
+    when it opened as one before."""
+    path = tmp_path / "dlperf.db"
+    store = Store.open(str(path))
+    run_id = store.create_run("a", "run", {})
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.engine.dispose()
+    with open(path, "r+b") as f:
+        f.write(random.Random(0).randbytes(PAGE))
+    with pytest.raises(UserError, match=r"is damaged \(file is not a database\)"):
+        store.get_run(run_id)
+    with pytest.raises(UserError, match=r"is damaged \(file is not a database\)"):
+        Store.open(str(path))  # this process knows the file as a store
+
+
+def test_repair_copies_every_readable_row_into_a_new_store(
+    cli: Cli, db: str, tmp_path: Path
+) -> None:
+    """`runs repair` steps over the damaged pages: the new store passes quick_check, every run
+    in it is exactly as it was, its metrics are the original's (a damaged page's rows gone),
+    it keeps the store id, and a new run never takes the id of one it lost."""
+    path = tmp_path / "dlperf.db"
+    runs = damage(path)
+    before = path.read_bytes()
+    store_id = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'store_id'")
+    result = cli("runs", "repair", "repaired.db", "--json")
+    assert result.code == 0, result.err
+    done = json.loads(result.out)
+    untouched(path, before)
+
+    out = tmp_path / "repaired.db"
+    assert sqlite3.connect(out).execute("PRAGMA quick_check").fetchall() == [("ok",)]
+    repaired = Store.open(str(out))
+    got = {r["id"]: r for r in repaired.list_runs()}
+    assert repaired.id == done["store_id"] == store_id.fetchone()[0]
+    assert got and done["tables"]["runs"]["copied"] == len(got)
+    for run_id, run in got.items():
+        assert run == {k: v for k, v in runs[run_id].items() if k != "loss"}
+        loss = repaired.metrics(run_id, "train/loss")
+        assert set(loss) <= set(runs[run_id]["loss"])
+    rows = sum(len(repaired.metrics(i, "train/loss")) for i in got)
+    assert 0 < done["tables"]["metrics"]["copied"] == rows < 200 * RUNS_IN_STORE
+    assert sum(c["skipped_stretches"] for c in done["tables"].values()) >= 1
+    assert repaired.create_run("next", "run", {}) > max(got)
+    repaired.engine.dispose()
+    assert cli("--db", str(out), "runs", "list").code == 0

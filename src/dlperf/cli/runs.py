@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
-from dlperf.errors import UserError
+from dlperf.cli.app import app, open_store, state
+from dlperf.errors import NoSuchRun, UserError
 from dlperf.parsing import flatten
 
 runs_app = typer.Typer(
-    help="List, show, compare, tag and delete stored runs.\n\nExample: dlperf runs list",
+    help="List, show, compare, tag, delete and repair stored runs.\n\nExample: dlperf runs list",
     no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
@@ -449,7 +451,7 @@ def runs_delete(
     for run_id in ids:
         try:
             runs.append(store.get_run(run_id))
-        except UserError:
+        except NoSuchRun:
             missing.append(str(run_id))
     if missing:
         raise UserError(
@@ -488,3 +490,38 @@ def runs_delete(
     console.out.print(f"deleted run {', '.join(map(str, done.runs))}", markup=False)
     for path in done.removed:
         console.out.print(f"removed {path}", markup=False)
+
+
+@runs_app.command("repair")
+def runs_repair(
+    out: Path = typer.Argument(..., help="The new store file to write (must not exist)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Copy what can still be read of a damaged SQLite store (--db, default ./dlperf.db) into
+    a new store file, stepping over damaged pages; the damaged file is only read. The new
+    store keeps the store's id, so its runs' checkpoints stay theirs. Point --db at the new
+    file, or move it in place of the old one once that is kept aside.
+
+    Example: dlperf --db dlperf.db runs repair repaired.db
+    """
+    from dlperf.store import repair
+
+    done = repair(state.db, out)
+    if as_json:
+        console.print_json(
+            {
+                "source": str(done.source),
+                "out": str(done.out),
+                "store_id": done.store_id,
+                "tables": {name: asdict(counts) for name, counts in done.tables.items()},
+            }
+        )
+        return
+    console.print_table(
+        f"rows read from {done.source}",
+        ["table", "copied", "left out", "damaged stretches skipped"],
+        [[n, c.copied, c.left_out, c.skipped_stretches] for n, c in done.tables.items()],
+    )
+    console.out.print(
+        f"wrote {done.out}: {done.runs} run(s) of store {done.store_id}", markup=False
+    )

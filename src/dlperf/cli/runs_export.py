@@ -62,7 +62,8 @@ def runs_export(
         return
     if to == "mlflow":
         console.print_table(
-            f"exported to MLflow {uri}, experiment {experiment} ({result['experiment_id']})",
+            f"exported to MLflow {result['uri']}, experiment {experiment} "
+            f"({result['experiment_id']})",
             ["run", "mlflow run", "params", "metrics", "points", "tags", "artifacts"],
             [
                 [

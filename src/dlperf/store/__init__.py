@@ -17,17 +17,21 @@ A run records the process that writes it (host, pid, the process's start time, t
 in its system JSON under "process": a run stored as `running` whose process is known to be
 gone reads as `lost` (`effective_status`). That is computed when read, never written, so any
 number of readers may look at once and a run that is resumed is simply `running` again.
+
+Opening a store checks it (a SQLite file: `integrity`) and brings its schema to the current
+version (`migrations`); a URL is printed only through `masked_url`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
+import re
 import shutil
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,26 +39,36 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy import create_engine, delete, event, func, make_url, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.orm import Session
 
-from dlperf.errors import UserError
+from dlperf.errors import NoSuchRun, UserError
 from dlperf.procs import process_alive, this_process
-from dlperf.store.schema import Artifact, Base, Meta, Metric, Run, Study, Tag
+from dlperf.store import integrity, migrations
+from dlperf.store.schema import DELETED_MAX, Artifact, Meta, Metric, Run, Study, Tag
 
 DEFAULT_DB = "dlperf.db"
 STATUSES = ("running", "finished", "failed", "killed")
 LOST = "lost"  # shown, never stored: a `running` run whose process is gone
-DELETED_MAX = "deleted_max_run_id"  # meta key: SQLite must not hand a deleted run's id out again
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
 PG_DISK_FULL = "53100"
-PG_SCHEMA_LOCK = int.from_bytes(b"dlperf", "big")  # any constant of dlperf's own: one lock, one key
 BUSY_TIMEOUT_S = 30
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
+# user:password@, up to the last @ before the path
+PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
+
+
+def masked_url(url: str) -> str:
+    """`url` as dlperf prints or records it anywhere: with its password, if any, as ***."""
+    # A string SQLAlchemy cannot read as a URL may still carry a password: the pattern masks
+    # it, and an unescaped @ in a password that SQLAlchemy took for part of the host.
+    with contextlib.suppress(ArgumentError):
+        url = make_url(url).render_as_string(hide_password=True)
+    return PASSWORD.sub(r"\1***@", url)
 
 
 def _url(db: str | None) -> str:
@@ -120,22 +134,6 @@ def _hint(e: DatabaseError) -> str | None:
     return None
 
 
-def _migrate(writer: Engine) -> str:
-    """Create missing tables (a newer dlperf adds tables, never changes them) and the store's
-    id, in one transaction under a lock, so processes opening a new store at the same moment
-    do not race to create the same table. Returns the store's id: random rather than derived
-    from the URL, so a store keeps it when moved and two servers' stores never share one."""
-    with writer.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
-        Base.metadata.create_all(conn)
-        store_id = conn.scalar(select(Meta.value).where(Meta.key == "store_id"))
-        if store_id is None:
-            store_id = uuid.uuid4().hex[:12]
-            conn.execute(insert(Meta).values(key="store_id", value=store_id))
-        return store_id
-
-
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -168,6 +166,22 @@ def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
         for tag in s.scalars(query):
             tags.setdefault(tag.run_id, {})[tag.key] = tag.value
     return tags
+
+
+def _storable(s: Session, run_id: int) -> bool:
+    """Whether the id column can hold `run_id` at all: a SQLite integer has 64 bits (beyond,
+    the driver cannot even bind it), PostgreSQL's `integer` 32 (beyond, a query fails)."""
+    bits = 64 if s.get_bind().dialect.name == "sqlite" else 32
+    return 0 < run_id < 2 ** (bits - 1)
+
+
+def _stored_run(s: Session, run_id: int) -> Run:
+    """The lookup of a run by the id a user gave: any integer, however large, that names no
+    stored run is "no run N", not an error of the database's integer type."""
+    run = s.get(Run, run_id) if _storable(s, run_id) else None
+    if run is None:
+        raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
+    return run
 
 
 def effective_status(run: dict[str, Any]) -> str:
@@ -220,20 +234,25 @@ class Store:
         try:
             engine = create_engine(url)
         except (ArgumentError, ImportError) as e:
-            raise UserError(f"cannot open run store {url!r}: {e}") from None
+            raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
+        name = masked_url(url)
         if engine.dialect.name == "sqlite":
             path = engine.url.database
             if path and path != ":memory:" and not Path(path).parent.exists():
                 raise UserError(f"run store directory {Path(path).parent} does not exist")
             event.listen(engine, "connect", _sqlite_pragmas)
             event.listen(engine, "begin", _sqlite_begin)
+            event.listen(engine, "handle_error", integrity.on_error)
         try:
-            store_id = _migrate(engine.execution_options(**{WRITES: True}))
+            integrity.check(engine)
+            writer = engine.execution_options(**{WRITES: True})
+            store_id = migrations.migrate(engine, writer, name)
+            integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
             full = _disk_full(e, engine)
             if full:
                 raise full from None
-            raise UserError(f"cannot open run store {engine.url!r}: {e.orig}", _hint(e)) from None
+            raise UserError(f"cannot open run store {name}: {e.orig}", _hint(e)) from None
         return cls(engine, store_id)
 
     def artifact_dir(self, out_dir: str | Path) -> Path:
@@ -243,7 +262,9 @@ class Store:
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
-        """One write transaction; a full disk comes out as OSError(ENOSPC)."""
+        """One write transaction; a full disk comes out as OSError(ENOSPC). Nothing is written
+        into a store found damaged."""
+        integrity.refuse_writes(self.engine)
         try:
             with Session(self._writer) as s, s.begin():
                 yield s
@@ -377,8 +398,7 @@ class Store:
     def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
         with self._writing() as s:
-            if s.get(Run, run_id) is None:
-                raise UserError(f"no run {run_id} in the store", "see `dlperf runs list`")
+            _stored_run(s, run_id)
             s.execute(delete(Tag).where(Tag.run_id == run_id, Tag.key.in_(list(tags))))
             s.add_all(Tag(run_id=run_id, key=k, value=v) for k, v in tags.items() if v)
             s.flush()
@@ -395,10 +415,11 @@ class Store:
         detector saved to a path of the user's choice) or shared with another run is kept."""
         ids = list(dict.fromkeys(run_ids))
         with self._writing() as s:
-            found = set(s.scalars(select(Run.id).where(Run.id.in_(ids))))
+            query = select(Run.id).where(Run.id.in_([i for i in ids if _storable(s, i)]))
+            found = set(s.scalars(query))
             missing = [str(i) for i in ids if i not in found]
             if missing:
-                raise UserError(
+                raise NoSuchRun(
                     f"no run {', '.join(missing)} in the store; nothing deleted",
                     "see `dlperf runs list`",
                 )
@@ -482,10 +503,7 @@ class Store:
 
     def get_run(self, run_id: int) -> dict[str, Any]:
         with Session(self.engine) as s:
-            run = s.get(Run, run_id)
-            if run is None:
-                raise UserError(f"no run {run_id} in the store", "see `dlperf runs list`")
-            return _run_dict(run, _tags_of(s, [run_id]).get(run_id))
+            return _run_dict(_stored_run(s, run_id), _tags_of(s, [run_id]).get(run_id))
 
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
@@ -575,3 +593,32 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+def repair(db: str | None, out: Path) -> integrity.Repaired:
+    """Copy what can still be read of the SQLite store `db` (a URL or path, as `--db` takes)
+    into a new store file `out`; the damaged file is only read."""
+    try:
+        url = make_url(_url(db))
+    except ArgumentError as e:
+        raise UserError(f"cannot open run store {masked_url(_url(db))!r}: {e}") from None
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        raise UserError(
+            f"runs repair reads a SQLite store file, not {masked_url(str(url))}",
+            "for PostgreSQL use its own tools: pg_dump, pg_amcheck",
+        )
+    source, out = Path(url.database).resolve(), out.resolve()
+    if not source.is_file():
+        raise UserError(f"run store {source} does not exist")
+    if out.exists():
+        raise UserError(f"{out} exists", "repair writes a new store: give a new file name")
+    new = Store.open(str(out))
+    try:
+        return integrity.copy_readable(source, new._writer, out)
+    except BaseException:
+        new.engine.dispose()
+        for leftover in (out, out.with_name(out.name + "-wal"), out.with_name(out.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        raise
+    finally:
+        new.engine.dispose()

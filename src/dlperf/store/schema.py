@@ -12,6 +12,11 @@ class Base(DeclarativeBase):
     pass
 
 
+STORE_ID = "store_id"
+VERSION_KEY = "schema_version"  # see dlperf.store.migrations
+DELETED_MAX = "deleted_max_run_id"  # SQLite must not hand a deleted run's id out again
+
+
 class Meta(Base):
     """Facts about the store itself, one row each; `store_id` names the store, so the files
     its runs leave on disk can be told from another store's."""

@@ -1,0 +1,119 @@
+"""The run store's schema version and the ordered migrations between versions.
+
+A version row (`meta.schema_version`) and plain migration functions, not alembic: dlperf's
+schema has changed only by adding tables, and a store must open without a migration
+directory on disk. `MIGRATIONS[v - 1]` takes a store from version v to v + 1.
+
+Version 1 is every store made before versions were recorded (it may lack the tables added
+since the first release). A new store is made at the current version in one step. A store
+of a newer dlperf, or a database holding tables that are not dlperf's, is refused.
+
+Migrations run in one transaction under a lock (SQLite: the write lock taken by BEGIN
+IMMEDIATE; PostgreSQL: an advisory lock), so processes opening a store at the same moment
+never race; the first to open an older store migrates it, and every later opener (a
+sweep's or a report's workers) finds the current version and only reads.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from sqlalchemy import Connection, Engine, delete, insert, inspect, select, text
+
+from dlperf.errors import UserError
+from dlperf.store.schema import STORE_ID, VERSION_KEY, Base, Meta, Tag
+
+PG_SCHEMA_LOCK = int.from_bytes(b"dlperf", "big")  # any constant of dlperf's own: one lock, one key
+OWN_SPACE = (
+    "give dlperf a database of its own: a new SQLite file, or a PostgreSQL database "
+    "or schema (postgresql+psycopg://.../db?options=-csearch_path%3Ddlperf)"
+)
+
+
+def _add_tags_and_meta(conn: Connection) -> None:
+    """Tags (`dlperf runs tag`) and the store's own facts came after the first release."""
+    for table in (Tag.__table__, Meta.__table__):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_add_tags_and_meta,)
+SCHEMA_VERSION = len(MIGRATIONS) + 1
+
+
+def _facts(conn: Connection, tables: set[str]) -> dict[str, str]:
+    if Meta.__tablename__ not in tables:
+        return {}
+    query = select(Meta.key, Meta.value).where(Meta.key.in_([VERSION_KEY, STORE_ID]))
+    return {key: value for key, value in conn.execute(query)}
+
+
+def _version(facts: dict[str, str], tables: set[str], where: str) -> int:
+    """0 for an empty database, 1 for a store made before versions were recorded."""
+    if VERSION_KEY in facts:
+        version = int(facts[VERSION_KEY])
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"run store {where} has schema version {version}, newer than this dlperf's "
+                f"{SCHEMA_VERSION}",
+                "upgrade dlperf to use it",
+            )
+        return version
+    return 1 if tables else 0
+
+
+def _refuse_foreign(conn: Connection, tables: set[str], where: str) -> None:
+    """Tables that are not dlperf's, or dlperf's table names with other columns (MLflow's
+    store has `runs`, `metrics` and `tags` too), are another program's data: writing dlperf's
+    tables beside them would mix two programs in one schema."""
+    foreign = sorted(tables - set(Base.metadata.tables))
+    if foreign:
+        shown = ", ".join(foreign[:4]) + (
+            f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
+        )
+        raise UserError(f"run store {where} holds tables that are not dlperf's: {shown}", OWN_SPACE)
+    inspector = inspect(conn)
+    for name in sorted(tables):
+        have = {c["name"] for c in inspector.get_columns(name)}
+        lacking = [c.name for c in Base.metadata.tables[name].columns if c.name not in have]
+        if lacking:
+            raise UserError(
+                f"run store {where}: table {name} is not dlperf's (it has no column "
+                f"{', '.join(lacking)})",
+                OWN_SPACE,
+            )
+
+
+def migrate(reader: Engine, writer: Engine, where: str) -> str:
+    """Bring the store to SCHEMA_VERSION, making it if it is empty; return its id (random
+    rather than derived from the URL, so a store keeps it when moved and two servers' stores
+    never share one). `writer` is the engine whose transactions write; `where` names the
+    store in errors."""
+    with reader.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        facts = _facts(conn, tables)
+    if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
+        return facts[STORE_ID]  # the common case: a current store, only read
+    with writer.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
+        tables = set(inspect(conn).get_table_names())  # again: another process may have migrated
+        facts = _facts(conn, tables)
+        version = _version(facts, tables, where)
+        if version < SCHEMA_VERSION:
+            _refuse_foreign(conn, tables, where)
+        if version == 0:
+            Base.metadata.create_all(conn)
+        else:
+            for step in MIGRATIONS[version - 1 :]:
+                step(conn)
+        store_id = facts.get(STORE_ID) or uuid.uuid4().hex[:12]
+        conn.execute(delete(Meta).where(Meta.key.in_([VERSION_KEY, STORE_ID])))
+        conn.execute(
+            insert(Meta),
+            [
+                {"key": STORE_ID, "value": store_id},
+                {"key": VERSION_KEY, "value": str(SCHEMA_VERSION)},
+            ],
+        )
+        return store_id
