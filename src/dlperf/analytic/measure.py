@@ -6,7 +6,6 @@ all repetitions, so min / median / max can be reported.
 
 from __future__ import annotations
 
-import socket
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -18,12 +17,10 @@ from torch.autograd import DeviceType
 
 from dlperf.analytic.counting import DTYPES, Analysis, materialize_lazy, run_forward
 from dlperf.analytic.devices import Device
-from dlperf.paths import check_writable
-from dlperf.progress import NullReporter, Reporter
-from dlperf.system import pick_device, set_threads, synchronize
+from dlperf.system import synchronize
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    pass
 
 LABEL = "dlperf::"
 """Prefix of the profiler ranges that mark each leaf module's forward."""
@@ -263,136 +260,3 @@ def _outputs(out: Any) -> list[torch.Tensor]:
     from torch.utils._pytree import tree_flatten
 
     return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
-
-
-# --- recorded in the run store ----------------------------------------------------------------
-
-
-def calibrate_recorded(
-    open_store: Callable[[], Store],
-    name: str | None = None,
-    reporter: Reporter | None = None,
-) -> dict[str, Any]:
-    """`calibrate` this machine's device (CUDA, then MPS, then CPU) with all its threads,
-    saved as a device in the user catalog and recorded as a run (marked killed or failed if
-    calibration stops). Returns the run id, the file and the device."""
-    from dlperf.analytic.devices import save_device, user_file
-    from dlperf.analytic.interleaved import calibrate
-    from dlperf.system import system_info
-
-    check_writable(user_file(), make_parents=True)  # before minutes of measuring, not after
-    device = pick_device("auto")
-    threads = set_threads(None)
-    store = open_store()
-    with store.new_run(
-        name=f"calibrate {name or socket.gethostname()}",
-        kind="calibrate",
-        config={"name": name, "device": str(device)},
-        system=system_info(device, threads),
-    ) as record:
-        fitted = calibrate(device, name, reporter)
-        path = save_device(fitted)
-        store.log_metrics(
-            record.id,
-            [(f"matmul_tflops_{p}", 0, v) for p, v in fitted.peak_tflops.items()]
-            + [(f"ppp_{kind}", 0, v) for kind, v in fitted.kind_ppp().items()]
-            + [
-                ("memory_bandwidth_gbs", 0, fitted.memory_bandwidth_gbs),
-                ("ppp_mem", 0, fitted.ppp_mem or 1.0),
-                ("op_overhead_us", 0, fitted.op_overhead_us or 0.0),
-            ],
-        )
-        store.add_artifact(record.id, "devices", path)
-        record.summary = fitted.model_dump()
-    return {"run_id": record.id, "path": path, "device": fitted}
-
-
-def measure_recorded(
-    open_store: Callable[[], Store],
-    model: str,
-    analysis: Analysis,
-    entry: Device | None,
-    ppp: float | None,
-    reps: int,
-    reporter: Reporter | None = None,
-    peak_tflops: float | None = None,
-    flops: float | None = None,
-) -> dict[str, Any]:
-    """`predict --measure`: run the model `model`, built for the classes `analysis` counted,
-    on this machine's device with all its threads in `reps` rounds interleaved with the
-    calibration kernels (interleaved.calibrate_and_measure), recorded as a run (marked
-    killed or failed if it stops). Returns the prediction for `entry` (None: this machine
-    as calibrated in those rounds) at `ppp`, with its basis, and under "measured" its
-    comparison with the measurement and the same-moment prediction with its error. A CPU
-    entry calibrated with other than this run's threads is warned of. `peak_tflops` and
-    `flops` go to predict_with_basis."""
-    from dlperf.analytic.interleaved import build_probes, calibrate_and_measure, host_device
-    from dlperf.analytic.paleo import basis, compare, predict_with_basis
-    from dlperf.models import create_model
-    from dlperf.system import system_info
-
-    reporter = reporter or NullReporter()
-    device = pick_device("auto")
-    threads = set_threads(None)
-    if entry is not None and device.type == "cpu" and entry.threads not in (None, threads):
-        reporter.log(
-            f"warning: {entry.name} was calibrated with {entry.threads} "
-            f"threads, this measurement runs {threads}: expect the rates to differ"
-        )
-    store = open_store()
-    a = analysis
-    real = create_model(model, num_classes=a.classes, in_channels=a.input[0])
-    config = {
-        "model": {"name": model},  # the layout of an experiment's config, for `runs list`
-        "input": a.input,
-        "batch": a.batch,
-        "train": a.train,
-        "precision": a.precision,
-        "device": entry.name if entry else "this machine, calibrated in the same rounds",
-        "ppp": ppp,
-        "reps": reps,
-    }
-    with store.new_run(
-        name=f"predict {model} on {entry.name if entry else 'this machine'}",
-        kind="predict",
-        config=config,
-        system=system_info(device, threads),
-    ) as record:
-        reporter.task("preparing the calibration kernels and the model")
-        probes = build_probes(device, [a.precision], time.perf_counter)
-        step = make_step(real, a.input, a.batch, a.train, a.precision, device)
-        here = host_device(
-            device, None, "dlperf predict --measure: calibrated in the rounds of the measurement"
-        )
-        same = calibrate_and_measure(
-            here, probes, {model: (a, step)}, reps, device, reporter=reporter
-        )
-        timed = same.models[model]
-        layers = {}
-        if not a.train:  # the profiler's ranges are the leaves' forwards
-            reporter.task("profiling layers")
-            layers = profile_leaves(real, step, device, min(reps, 3))
-        prediction = predict_with_basis(
-            a, entry or same.device, ppp, entry is None, peak_tflops, flops
-        )
-        store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(timed["times_s"])])
-        comparison = compare(prediction, {"spread_s": timed["measured_s"], "layers_s": layers})
-        comparison["basis"] = prediction["basis"]
-        comparison["same_moment"] = {
-            "predicted_s": timed["predicted_s"],
-            "error_pct": timed["error_pct"],
-            "rounds": timed["rounds"],
-            "basis": basis(same.device, None, interleaved=True),
-        }
-        record.summary = {
-            k: comparison[k]
-            for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
-        }
-        record.summary |= {
-            "measured_median_s": timed["measured_s"]["median"],
-            "basis": prediction["basis"],
-            "same_moment_predicted_s": timed["predicted_s"],
-            "same_moment_error_pct": timed["error_pct"],
-        }
-    comparison |= {"run_id": record.id, "local_device": str(device)}
-    return {**prediction, "measured": comparison}

@@ -19,18 +19,15 @@ without memory time (`flops_over_peak`).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dlperf.analytic.counting import Analysis, analyze
-from dlperf.analytic.devices import KINDS, Device, get_device
+from dlperf.analytic.counting import Analysis
+from dlperf.analytic.devices import KINDS, Device
 from dlperf.errors import UserError
-from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    pass
 
 
 def layer_time(
@@ -258,58 +255,3 @@ def predict_with_basis(
         "peak": peak,
         "flops_over_peak": flops_over_peak(analysis, prediction["peak_flops"], flops),
     }
-
-
-def predict_model(
-    model: str,
-    device: str | None,
-    open_store: Callable[[], Store],
-    *,
-    input_shape: Sequence[int] | None = None,
-    batch: int = 1,
-    train: bool = False,
-    precision: str = "fp32",
-    classes: int | None = None,
-    ppp: float | None = None,
-    peak_tflops: float | None = None,
-    flops: float | None = None,
-    measure: bool = False,
-    reps: int = 10,
-    reporter: Reporter | None = None,
-) -> dict[str, Any]:
-    """`predict` for a model by name (registry, torchvision, "file.py:factory") on the catalog
-    device `device`, with its basis; `peak_tflops` replaces the device's peak at the
-    precision, `flops` (per image) the counted FLOPs of FLOPs / peak. With `measure`, the
-    model also runs here in `reps` rounds interleaved with the calibration kernels, and the
-    comparison, recorded as a run, goes under "measured"; `device` None then means this
-    machine as calibrated in those rounds. Warnings go to the reporter."""
-    if device is None and not measure:
-        raise UserError(
-            "give --device NAME", "see `dlperf devices`, or measure here with --measure"
-        )
-    if ppp is not None and not 0 < ppp <= 1:
-        raise UserError(
-            f"--ppp must lie in (0, 1], got {ppp:g}",
-            "it is the fraction of the peak reached, e.g. --ppp 0.62",
-        )
-    for option, value in (("--peak-tflops", peak_tflops), ("--flops", flops)):
-        if value is not None and not 0 < value < math.inf:
-            raise UserError(f"{option} must be positive and finite, got {value:g}")
-    if peak_tflops is not None and device is None:
-        raise UserError("--peak-tflops needs --device NAME", "its memory bandwidth is used too")
-    entry = get_device(device) if device is not None else None
-    if reps < 1:
-        raise UserError(f"--reps must be at least 1, got {reps}")
-    reporter = reporter or NullReporter()
-    a = analyze(model, input_shape, batch, train, precision, classes)
-    note = a.unsupported_note()
-    if note:
-        reporter.log(f"warning: {note}")
-    if not measure:
-        assert entry is not None
-        return predict_with_basis(a, entry, ppp, peak_tflops=peak_tflops, flops=flops)
-    from dlperf.analytic.measure import measure_recorded
-
-    return measure_recorded(
-        open_store, model, a, entry, ppp, reps, reporter, peak_tflops=peak_tflops, flops=flops
-    )

@@ -280,7 +280,7 @@ def predict(
 
     Example: dlperf predict vgg16 --device K80 --peak-tflops 8.73 --flops 15.5G
     """
-    from dlperf.analytic.paleo import predict_model
+    from dlperf.analytic.recorded import predict_model
 
     with console.reporter() as rep:
         result = predict_model(

@@ -51,7 +51,7 @@ def calibrate(
 
     Example: dlperf calibrate && dlperf predict resnet18 --measure
     """
-    from dlperf.analytic.measure import calibrate_recorded
+    from dlperf.analytic.recorded import calibrate_recorded
 
     with console.reporter() as rep:
         done = calibrate_recorded(open_store, name, rep)

@@ -330,6 +330,11 @@ def scale(
             result = run_study(exp, store, where, rep)
     for warning in result.warnings:
         console.warn(warning)
+    artifacts = []
+    if result.study_id is not None and exp.scale.plots:  # only node 0 stores and draws
+        from dlperf.report.scaling import save_study_figures
+
+        artifacts = save_study_figures(store, result.study_id, result.rows, where)
     if as_json:
         console.print_json(
             {
@@ -339,13 +344,13 @@ def scale(
                 "ring_model": result.ring,
                 "max_per_worker_batch": result.max_per_worker_batch,
                 "efficiency_definitions": result.efficiency,
-                "artifacts": result.artifacts,
+                "artifacts": artifacts,
                 "rows": result.rows,
             }
         )
     else:
         _print_table(result)
-        for path in result.artifacts:
+        for path in artifacts:
             console.tell([], path)
     if find_max:
         if not as_json:

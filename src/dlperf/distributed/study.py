@@ -527,7 +527,6 @@ class StudyResult:
     warnings: list[str]
     label: str
     ring: dict[str, Any] | None = None
-    artifacts: list[str] = field(default_factory=list)
     max_per_worker_batch: int | None = None
     # mode -> the efficiency reported for its series, in words; empty: points not compared
     efficiency: dict[str, str] = field(default_factory=dict)
@@ -758,25 +757,13 @@ class _Study:
         return row
 
     def result(self) -> StudyResult:
-        artifacts = []
-        finished = [r for r in self.rows if r["status"] == "finished"]
-        if self.study_id is not None and self.opts.plots and finished:
-            from dlperf.report.scaling import plot_study
-
-            # The store keeps artifacts per run: a study's figures hang on its first run.
-            directory = self.out_dir / f"scale-{self.study_id}" / "plots"
-            study = self.store.get_study(self.study_id)
-            for kind, path in plot_study(directory, self.rows, (self.study_id, study["name"])):
-                self.store.add_artifact(self.rows[0]["run_id"], kind, path.resolve())
-                artifacts.append(str(path.resolve()))
         label = "single-host emulation" if self.opts.nnodes == 1 else f"{self.opts.nnodes} nodes"
         if any(r["strategy"] == "mirrored" for r in self.rows) and not torch.cuda.is_available():
             label += "; MirroredStrategy's replicas are logical CPU devices sharing the cores"
         modes = dict.fromkeys(r["mode"] for r in self.rows) if self.compare else {}
         efficiency = {mode: EFFICIENCY[mode] for mode in modes if mode in EFFICIENCY}
         return StudyResult(
-            self.study_id, self.rows, self.warnings, label, self.ring, artifacts,
-            efficiency=efficiency,
+            self.study_id, self.rows, self.warnings, label, self.ring, efficiency=efficiency
         )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure  # no pyplot: figures that need no global s
 from matplotlib.ticker import MaxNLocator
 
 from dlperf.distributed.scaling import series_name
+from dlperf.store import Store
 
 SPREAD_LABEL = "min-max over timed steps"
 
@@ -217,4 +218,21 @@ def plot_study(
         path = directory / f"{kind.split('/')[1]}.png"
         fig.savefig(path, dpi=120)
         saved.append((kind, path))
+    return saved
+
+
+def save_study_figures(
+    store: Store, study_id: int, rows: list[dict[str, Any]], out_dir: Path
+) -> list[str]:
+    """Draw a stored study's figures under `out_dir`/scale-ID/plots and record them as
+    artifacts of its first run (the store keeps artifacts per run); their paths. Nothing
+    when no point finished."""
+    if not any(r["status"] == "finished" for r in rows):
+        return []
+    study = store.get_study(study_id)
+    saved = []
+    directory = out_dir / f"scale-{study_id}" / "plots"
+    for kind, path in plot_study(directory, rows, (study_id, study["name"])):
+        store.add_artifact(rows[0]["run_id"], kind, path.resolve())
+        saved.append(str(path.resolve()))
     return saved

@@ -1,0 +1,209 @@
+"""The analytic commands that measure and are recorded as runs: `calibrate` (this machine's
+rates, saved to the user catalog) and `predict` (PALEO's prediction, with `--measure` the
+model timed here in rounds interleaved with the calibration kernels). They sit above the
+counting, the PALEO model (paleo.py), the timing primitives (measure.py) and the
+interleaved rounds (interleaved.py), which import none of this.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dlperf.analytic.counting import Analysis, analyze
+from dlperf.analytic.devices import Device, get_device, save_device, user_file
+from dlperf.analytic.interleaved import (
+    build_probes,
+    calibrate,
+    calibrate_and_measure,
+    host_device,
+)
+from dlperf.analytic.measure import make_step, profile_leaves
+from dlperf.analytic.paleo import basis, compare, predict_with_basis
+from dlperf.errors import UserError
+from dlperf.paths import check_writable
+from dlperf.progress import NullReporter, Reporter
+from dlperf.system import pick_device, set_threads, system_info
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
+
+
+def predict_model(
+    model: str,
+    device: str | None,
+    open_store: Callable[[], Store],
+    *,
+    input_shape: Sequence[int] | None = None,
+    batch: int = 1,
+    train: bool = False,
+    precision: str = "fp32",
+    classes: int | None = None,
+    ppp: float | None = None,
+    peak_tflops: float | None = None,
+    flops: float | None = None,
+    measure: bool = False,
+    reps: int = 10,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """`predict` for a model by name (registry, torchvision, "file.py:factory") on the catalog
+    device `device`, with its basis; `peak_tflops` replaces the device's peak at the
+    precision, `flops` (per image) the counted FLOPs of FLOPs / peak. With `measure`, the
+    model also runs here in `reps` rounds interleaved with the calibration kernels, and the
+    comparison, recorded as a run, goes under "measured"; `device` None then means this
+    machine as calibrated in those rounds. Warnings go to the reporter."""
+    if device is None and not measure:
+        raise UserError(
+            "give --device NAME", "see `dlperf devices`, or measure here with --measure"
+        )
+    if ppp is not None and not 0 < ppp <= 1:
+        raise UserError(
+            f"--ppp must lie in (0, 1], got {ppp:g}",
+            "it is the fraction of the peak reached, e.g. --ppp 0.62",
+        )
+    for option, value in (("--peak-tflops", peak_tflops), ("--flops", flops)):
+        if value is not None and not 0 < value < math.inf:
+            raise UserError(f"{option} must be positive and finite, got {value:g}")
+    if peak_tflops is not None and device is None:
+        raise UserError("--peak-tflops needs --device NAME", "its memory bandwidth is used too")
+    entry = get_device(device) if device is not None else None
+    if reps < 1:
+        raise UserError(f"--reps must be at least 1, got {reps}")
+    reporter = reporter or NullReporter()
+    a = analyze(model, input_shape, batch, train, precision, classes)
+    note = a.unsupported_note()
+    if note:
+        reporter.log(f"warning: {note}")
+    if not measure:
+        assert entry is not None
+        return predict_with_basis(a, entry, ppp, peak_tflops=peak_tflops, flops=flops)
+    return measure_recorded(
+        open_store, model, a, entry, ppp, reps, reporter, peak_tflops=peak_tflops, flops=flops
+    )
+
+
+def calibrate_recorded(
+    open_store: Callable[[], Store],
+    name: str | None = None,
+    reporter: Reporter | None = None,
+) -> dict[str, Any]:
+    """`calibrate` this machine's device (CUDA, then MPS, then CPU) with all its threads,
+    saved as a device in the user catalog and recorded as a run (marked killed or failed if
+    calibration stops). Returns the run id, the file and the device."""
+
+    check_writable(user_file(), make_parents=True)  # before minutes of measuring, not after
+    device = pick_device("auto")
+    threads = set_threads(None)
+    store = open_store()
+    with store.new_run(
+        name=f"calibrate {name or socket.gethostname()}",
+        kind="calibrate",
+        config={"name": name, "device": str(device)},
+        system=system_info(device, threads),
+    ) as record:
+        fitted = calibrate(device, name, reporter)
+        path = save_device(fitted)
+        store.log_metrics(
+            record.id,
+            [(f"matmul_tflops_{p}", 0, v) for p, v in fitted.peak_tflops.items()]
+            + [(f"ppp_{kind}", 0, v) for kind, v in fitted.kind_ppp().items()]
+            + [
+                ("memory_bandwidth_gbs", 0, fitted.memory_bandwidth_gbs),
+                ("ppp_mem", 0, fitted.ppp_mem or 1.0),
+                ("op_overhead_us", 0, fitted.op_overhead_us or 0.0),
+            ],
+        )
+        store.add_artifact(record.id, "devices", path)
+        record.summary = fitted.model_dump()
+    return {"run_id": record.id, "path": path, "device": fitted}
+
+
+def measure_recorded(
+    open_store: Callable[[], Store],
+    model: str,
+    analysis: Analysis,
+    entry: Device | None,
+    ppp: float | None,
+    reps: int,
+    reporter: Reporter | None = None,
+    peak_tflops: float | None = None,
+    flops: float | None = None,
+) -> dict[str, Any]:
+    """`predict --measure`: run the model `model`, built for the classes `analysis` counted,
+    on this machine's device with all its threads in `reps` rounds interleaved with the
+    calibration kernels (interleaved.calibrate_and_measure), recorded as a run (marked
+    killed or failed if it stops). Returns the prediction for `entry` (None: this machine
+    as calibrated in those rounds) at `ppp`, with its basis, and under "measured" its
+    comparison with the measurement and the same-moment prediction with its error. A CPU
+    entry calibrated with other than this run's threads is warned of. `peak_tflops` and
+    `flops` go to predict_with_basis."""
+    from dlperf.models import create_model
+
+    reporter = reporter or NullReporter()
+    device = pick_device("auto")
+    threads = set_threads(None)
+    if entry is not None and device.type == "cpu" and entry.threads not in (None, threads):
+        reporter.log(
+            f"warning: {entry.name} was calibrated with {entry.threads} "
+            f"threads, this measurement runs {threads}: expect the rates to differ"
+        )
+    store = open_store()
+    a = analysis
+    real = create_model(model, num_classes=a.classes, in_channels=a.input[0])
+    config = {
+        "model": {"name": model},  # the layout of an experiment's config, for `runs list`
+        "input": a.input,
+        "batch": a.batch,
+        "train": a.train,
+        "precision": a.precision,
+        "device": entry.name if entry else "this machine, calibrated in the same rounds",
+        "ppp": ppp,
+        "reps": reps,
+    }
+    with store.new_run(
+        name=f"predict {model} on {entry.name if entry else 'this machine'}",
+        kind="predict",
+        config=config,
+        system=system_info(device, threads),
+    ) as record:
+        reporter.task("preparing the calibration kernels and the model")
+        probes = build_probes(device, [a.precision], time.perf_counter)
+        step = make_step(real, a.input, a.batch, a.train, a.precision, device)
+        here = host_device(
+            device, None, "dlperf predict --measure: calibrated in the rounds of the measurement"
+        )
+        same = calibrate_and_measure(
+            here, probes, {model: (a, step)}, reps, device, reporter=reporter
+        )
+        timed = same.models[model]
+        layers = {}
+        if not a.train:  # the profiler's ranges are the leaves' forwards
+            reporter.task("profiling layers")
+            layers = profile_leaves(real, step, device, min(reps, 3))
+        prediction = predict_with_basis(
+            a, entry or same.device, ppp, entry is None, peak_tflops, flops
+        )
+        store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(timed["times_s"])])
+        comparison = compare(prediction, {"spread_s": timed["measured_s"], "layers_s": layers})
+        comparison["basis"] = prediction["basis"]
+        comparison["same_moment"] = {
+            "predicted_s": timed["predicted_s"],
+            "error_pct": timed["error_pct"],
+            "rounds": timed["rounds"],
+            "basis": basis(same.device, None, interleaved=True),
+        }
+        record.summary = {
+            k: comparison[k]
+            for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
+        }
+        record.summary |= {
+            "measured_median_s": timed["measured_s"]["median"],
+            "basis": prediction["basis"],
+            "same_moment_predicted_s": timed["predicted_s"],
+            "same_moment_error_pct": timed["error_pct"],
+        }
+    comparison |= {"run_id": record.id, "local_device": str(device)}
+    return {**prediction, "measured": comparison}
