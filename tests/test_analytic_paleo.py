@@ -10,8 +10,9 @@ from torch import nn
 
 from dlperf.analytic.counting import analyze, analyze_module
 from dlperf.analytic.devices import Device, device_or_host, get_device, load_catalog, save_device
-from dlperf.analytic.measure import KERNELS, Kernel, measure_recorded, solve
-from dlperf.analytic.paleo import compare, fit_ppp, predict, predict_model
+from dlperf.analytic.measure import KERNELS, Kernel, solve
+from dlperf.analytic.paleo import compare, fit_ppp, predict
+from dlperf.analytic.recorded import measure_recorded, predict_model
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter
 from dlperf.store import Store

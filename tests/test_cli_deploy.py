@@ -51,6 +51,7 @@ def png(path: Path, seed: int) -> Path:
 
 
 def test_export_then_infer_then_bench(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()  # an output's directory must exist (tests/faults: bad inputs)
     r = cli("export", "smallcnn", "--input", "3,12,12", "--num-classes", "4", "--out",
             "out/small.onnx", "--dynamic-batch", "--single-file", "--json")  # fmt: skip
     assert r.code == 0, r.err

@@ -93,7 +93,7 @@ CASES = [
     case("run exp.toml --set run.seed=-1", "run.seed: must be at least 0 (got -1)"),
     case(
         "run exp.toml --set train.lr=fast",
-        "train.lr: Input should be a valid number, unable to parse string as a number",
+        "train.lr: Input should be a valid number (got 'fast')",
     ),
     case("run exp.toml --set train.epochs=2.5", "train.epochs: Input should be a valid integer"),
     case(
@@ -487,6 +487,8 @@ CASES = [
     ),
     case("detect make-shapes exp.toml", "error: cannot use exp.toml/Annotations: Not a directory"),
     case("detect make-shapes shapes --images 1", "error: make-shapes needs at least 2 images"),
+    case("detect eval nodir/voc --weights other.pt", "error: nodir/voc is not a VOC data set"),
+    case("detect eval dir", "error: detect eval tests trained weights"),
     case("detect finetune nodir/voc", "error: nodir/voc is not a VOC data set"),
     case("detect finetune /proc/forbidden/voc", "error: /proc/forbidden/voc is not a VOC data set"),
     case("detect finetune exp.toml", "error: exp.toml is not a VOC data set"),
