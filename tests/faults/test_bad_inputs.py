@@ -240,6 +240,9 @@ CASES = [
     case("analyze nodir/net.py:build", "error: model file nodir/net.py not found"),
     case("analyze /proc/forbidden/net.py:build", "model file /proc/forbidden/net.py not found"),
     case("analyze net.py:build", "error: model file net.py is a directory"),
+    case("analyze exits.py:build", "error: model file exits.py called sys.exit(0) while import"),
+    case("run exp.toml --set model.name=exits.py:build", "model file exits.py called sys.exit(0)"),
+    case("analyze quits.py:build", "error: factory quits.py:build called sys.exit(3)"),
     case("analyze smallcnn --input 3,0,32", "error: --input '3,0,32': expected positive integers"),
     case("analyze smallcnn --batch 0", "error: batch must be at least 1, got 0"),
     case("analyze smallcnn --classes 0", "error: classes must be at least 1, got 0"),
@@ -542,6 +545,8 @@ def write_inputs(root: Path) -> None:
     (root / "dir").mkdir()
     torch.save({"0.weight": torch.zeros(1), "x": torch.zeros(1)}, root / "other.pt")
     (root / "net.py").mkdir()  # a directory that looks like a model file
+    (root / "exits.py").write_text("import sys\nsys.exit(0)\n")  # a script, not a module
+    (root / "quits.py").write_text("import sys\ndef build(**kw):\n    sys.exit(3)\n")
     Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(root / "img.png")
     (root / "notimg.png").write_text("not an image")
     rows = [f"{w},{p},256,{0.5 / w + 0.01 + 0.02 * w / p:.4f}" for w in (1, 2, 4) for p in (1, 2)]

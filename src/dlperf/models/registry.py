@@ -70,6 +70,11 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
+    except SystemExit as e:  # a script's `sys.exit()` would end dlperf, storing nothing
+        raise UserError(
+            f"model file {path} called sys.exit({e.code!r}) while importing",
+            "guard the script's own code with `if __name__ == '__main__':`",
+        ) from None
     except Exception as e:
         raise UserError(f"model file {path} failed to import: {type(e).__name__}: {e}") from None
     fn = getattr(module, factory, None)
@@ -89,6 +94,8 @@ def build_from_factory(
     accepted = {k: v for k, v in kwargs.items() if takes_any or k in params}
     try:
         model = fn(**accepted)
+    except SystemExit as e:
+        raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
     except Exception as e:
         raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):
