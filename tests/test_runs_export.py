@@ -280,3 +280,21 @@ def test_help_ends_with_an_example(cli: Cli) -> None:
     assert description.endswith(
         "Example: dlperf runs export 1 2 --to mlflow --uri sqlite:///mlflow.db"
     )
+
+
+def test_tensorboard_export_says_only_its_own_lines(run: tuple[Store, int], tmp_path: Path) -> None:
+    """TensorBoard imports TensorFlow where it is installed (CI), which logs its start-up to
+    stderr; the export's stderr holds only dlperf's own lines."""
+    import os
+    import subprocess
+
+    _, run_id = run
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", "runs", "export", str(run_id), "--to", "tensorboard",
+         "--out", str(tmp_path / "tb")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    noise = [line for line in done.stderr.splitlines() if not line.startswith("saved ")]
+    assert noise == [], done.stderr
