@@ -12,10 +12,10 @@ backbone's batch norms stay in eval mode. It times every step after the warm-up,
 point's hook already is the no-op) a second replica under DDP's no-op communication hook, in
 alternating chunks of steps: the compute-only time the parent subtracts to get the exposed
 communication. Every rank's figures are gathered to the launch's node and written as
-`result.json` next to the spec by local rank 0 of the writing node, so the parent of a multi-
-node run reads them without a shared file system. Beside it each rank writes `rank-R.pid` as it
-starts (the launcher stops workers by pid), `rank-R.training` once past warm-up, and
-`rank-R.error` (its traceback) if it fails.
+`result.json` next to the spec by local rank 0 of the writing node, so the parent of a
+multi-node run reads them without a shared file system. Beside it each rank writes
+`rank-R.pid` as it starts (the launcher stops workers by pid), `rank-R.training` once past
+warm-up, and `rank-R.error` (its traceback) if it fails.
 
 Test hooks (environment variables, read only here):
 - DLPERF_SCALE_CRASH="RANK:STEP" makes that rank raise at that step (counted from 1, warm-up
