@@ -71,7 +71,7 @@ class TrainStep:
     memory_format: torch.memory_format = torch.preserve_format  # the trainer's inputs'
 
     def __call__(self, x: Any, y: Any) -> Stepped:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
         with self.autocast:
             output = self.forward(x)
             loss = self.loss_fn(output, y)
