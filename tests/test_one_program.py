@@ -1,10 +1,10 @@
 """One training program behind every launcher: the same experiment, with settings away from
-their defaults (SGD with Nesterov and weight decay, clipping, label smoothing, a
-cosine schedule), trained by `dlperf run`, a DDP point of one worker under a real torchrun,
-the emulated synchronous and asynchronous SGD of `dlperf staleness --train` and (with Horovod
-built) a Horovod point of one worker: each takes the same first batch to the same loss and
-the same parameters. Each trainer saves its first step through the engine's test hook
-(dlperf.engine.step.DUMP_ENV)."""
+their defaults (SGD with Nesterov and weight decay, clipping, label smoothing, a cosine
+schedule, the channels-last memory format), trained by `dlperf run`, a DDP point of one worker
+under a real torchrun, the emulated synchronous and asynchronous SGD of `dlperf staleness
+--train` and (with Horovod built) a Horovod point of one worker: each takes the same first
+batch to the same loss and the same parameters. Each trainer saves its first step through the
+engine's test hook (dlperf.engine.step.DUMP_ENV)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ EXPERIMENT = """
 name = "smallcnn"
 [data]
 name = "synthetic"
-shape = [1, 8, 8]
+shape = [3, 8, 8]
 size = 256
 [train]
 batch_size = 16
@@ -37,6 +37,7 @@ schedule = {{ kind = "cosine", min_lr = 0.01 }}
 [run]
 seed = 3
 threads = 1
+channels_last = true
 out_dir = "{out}"
 """
 SCALE = ["--workers", "1", "--mode", "weak", "--per-worker-batch", "16", "--no-plots"]
@@ -72,6 +73,11 @@ def test_every_launcher_takes_the_same_first_step(
         trainers.append("horovod")
 
     reference = load(first_steps, "run")
+    for trainer in ["run", *trainers]:  # run.channels_last reaches every launcher's step
+        dumped = load(first_steps, trainer)
+        assert dumped["x"].is_contiguous(memory_format=torch.channels_last), trainer
+        assert dumped["params"]["0.weight"].is_contiguous(memory_format=torch.channels_last)
+        assert not dumped["params"]["0.weight"].is_contiguous()
     for trainer in trainers:
         other = load(first_steps, trainer)
         assert torch.equal(other["x"], reference["x"]) and torch.equal(other["y"], reference["y"])
