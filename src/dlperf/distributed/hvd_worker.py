@@ -77,12 +77,14 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     step = prepare(model, exp, device, epoch, distribute=distribute)
     local = prepare(shadow, exp, device, epoch)
 
+    horovod: Any = step.optimizer  # hvd.DistributedOptimizer, which torch's types do not know
+
     @contextmanager
     def reduced() -> Iterator[None]:
         # Horovod's recipe for clipping and the fp16 scaler: all-reduce before unscaling and
         # clipping, then step without all-reducing again.
-        step.optimizer.synchronize()
-        with step.optimizer.skip_synchronize():
+        horovod.synchronize()
+        with horovod.skip_synchronize():
             yield
 
     step.reduced = reduced

@@ -157,7 +157,7 @@ def prepare(
     when run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the
     schedule, precision, loss and clipping of `exp.train` and `exp.run.precision`."""
     memory_format = torch.channels_last if exp.run.channels_last else torch.preserve_format
-    model.to(device=device, memory_format=memory_format)
+    model.to(device).to(memory_format=memory_format)
     forward = wrap(model) if wrap is not None else model
     if exp.run.compile:
         forward = torch.compile(forward)
