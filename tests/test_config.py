@@ -179,6 +179,7 @@ def test_detect_defaults_are_the_fine_tuning_recipe() -> None:
         "ap_method": "area",
         "seed": 0,
         "threads": None,
+        "precision": "fp32",
     }
 
 

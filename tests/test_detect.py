@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -184,6 +185,35 @@ def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
     assert not det.model.training  # left ready for evaluation
     ap = finetune.measure_ap(det, data, batch=2)
     assert set(ap["ap"]) == {"disc", "square"} and ap["method"] == "area"
+
+
+def test_finetune_trains_at_the_configured_precision_and_times_past_the_warm_up(
+    tmp_path: Path,
+) -> None:
+    """detect.precision reaches the step (bf16 autocast on the CPU); images/s leaves out the
+    warm-up step, so a run of that step alone has no rate."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    voc.make_shapes(tmp_path, images=6, size=96, seed=1)
+    data = voc.VocDataset(tmp_path, voc.load_split(tmp_path, "train"), LABELS)
+    assert len(data) == 4  # two steps of two images
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
+    cfg = DetectConfig(epochs=1, batch=2, precision="bf16")
+    calls: list[str] = []
+    real = torch.autocast.__enter__
+
+    def entered(self: torch.autocast) -> None:
+        calls.append(f"{self.fast_dtype}:{self._enabled}")
+        real(self)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch.autocast, "__enter__", entered)
+        result = finetune.train(det, data, cfg, max_steps=2)
+    assert calls == ["torch.bfloat16:True"] * 2
+    assert result.steps == 2 and len(result.losses) == 2 and np.isfinite(result.losses).all()
+    assert result.images_per_s > 0
+    one = finetune.train(det, data, DetectConfig(epochs=1, batch=2), max_steps=1)
+    assert math.isnan(one.images_per_s) and one.train_s > 0
 
 
 def test_finetune_cli_stores_the_run(cli: Cli, store: Store, tmp_path: Path) -> None:

@@ -281,3 +281,36 @@ def test_job_files_run_the_tensorflow_study_on_every_node(
     result = cli("scale", str(path), "--strategy", "mirrored", "--nnodes", "2", "--emit", "slurm")
     assert result.code == 2
     assert "--strategy mirrored runs in one process on one node (use multiworker)" in result.err
+
+
+def test_a_keras_study_warns_of_each_setting_it_ignores(tmp_path: Path, store: Store) -> None:
+    """The Keras step trains with plain SGD on unaugmented fp32 images: each setting of the
+    experiment away from its default that it cannot honour is one warning naming the key;
+    settings at their defaults, and a torch study, warn of nothing."""
+    from dlperf.config import load_experiment
+    from dlperf.distributed.study import _Study
+    from dlperf.progress import NullReporter
+
+    sets = ["train.grad_clip=1.0", 'train.schedule.kind="cosine"', "augment.flip=true"]
+    sets += ['run.precision="bf16"', "train.lr=0.2", "train.momentum=0.8"]
+    exp = load_experiment(write_study(tmp_path), sets)
+    study = _Study(exp, store, tmp_path, NullReporter())
+    assert study.warnings == [
+        "TensorFlow ignores train.grad_clip = 1.0: the Keras SGD takes only train.lr and "
+        "train.momentum",
+        "TensorFlow ignores train.schedule.kind = 'cosine': the Keras SGD takes only train.lr "
+        "and train.momentum",
+        "TensorFlow ignores augment.flip = True: no augmentation",
+        "TensorFlow ignores run.precision = 'bf16': fp32, uncompiled",
+    ]
+    assert (
+        _Study(load_experiment(write_study(tmp_path)), store, tmp_path, NullReporter()).warnings
+        == []
+    )
+    torch_study = load_experiment(write_study(tmp_path), [*sets, 'scale.framework="torch"'])
+    assert _Study(torch_study, store, tmp_path, NullReporter()).warnings == []
+    horovod_tf = [*sets, 'scale.framework="horovod"', 'scale.strategy=["tensorflow"]']
+    hvd = _Study(
+        load_experiment(write_study(tmp_path), horovod_tf), store, tmp_path, NullReporter()
+    )
+    assert len(hvd.warnings) == 4

@@ -114,3 +114,36 @@ def test_the_step_optimizes_the_model_and_calls_the_forward_module() -> None:
     step = build_step(m, TrainConfig(), "fp32", CPU, STEPS_PER_EPOCH, forward=forward)
     step(*batches(1)[0])
     assert calls == [8] and not torch.equal(flat(m), before)
+
+
+def test_a_distributed_optimizer_is_scheduled_and_reduced_before_clipping() -> None:
+    """Horovod's shape, without Horovod: `distribute` wraps the optimizer dlperf builds and
+    the schedule drives the wrapper; `reduced` surrounds clipping and the update, so that the
+    all-reduce comes before the gradients are clipped."""
+    events: list[str] = []
+
+    class Wrapper(torch.optim.SGD):
+        def step(self, closure: object = None) -> None:
+            events.append("step")
+            super().step()
+
+    def distribute(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        return Wrapper(optimizer.param_groups)
+
+    class Reduced:
+        def __enter__(self) -> None:
+            events.append("reduce")
+
+        def __exit__(self, *_: object) -> None:
+            events.append("done")
+
+    m = model()
+    clip = torch.nn.utils.clip_grad_norm_
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nn.utils, "clip_grad_norm_", lambda *a: events.append("clip") or clip(*a))
+        step = build_step(m, CFG, "fp32", CPU, STEPS_PER_EPOCH, distribute=distribute)
+        step.reduced = Reduced
+        lrs = [step(x, y).lr for x, y in batches(3)]
+    assert isinstance(step.optimizer, Wrapper) and step.scheduler.optimizer is step.optimizer
+    assert events == ["reduce", "clip", "step", "done"] * 3
+    assert lrs == [CFG.lr * lr_factor(i / STEPS_PER_EPOCH, SCHEDULE, 2, CFG.lr) for i in range(3)]

@@ -359,6 +359,8 @@ class DetectConfig(Section):
     """Seed of initialisation, shuffling and flips."""
     threads: Count | None = None
     """Intra-op threads; None = all cores this process may use."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Training's autocast, as run.precision: fp16 with a gradient scaler."""
 
 
 class DistillConfig(Section):

@@ -3,8 +3,9 @@
 Training is torchvision's detection recipe reduced to what a CPU can afford: in train mode
 `model(images, targets)` returns the SSD loss terms (box regression + classification with
 hard-negative mining), summed and minimised by the engine's training step with SGD
-(by default momentum 0.9 and weight decay 4e-5 as in torchvision's SSDlite reference) under a
-cosine schedule; a horizontal flip is the only augmentation. The settings are the [detect]
+(by default momentum 0.9 and weight decay 4e-5 as in torchvision's SSDlite reference) under
+the engine's cosine schedule at detect.precision; a horizontal flip is the only
+augmentation. The settings are the [detect]
 section of the experiment config. `finetune_recorded` is the whole `dlperf detect finetune`:
 data, detector, AP before and after, the weights and the run in the store.
 """
@@ -21,17 +22,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from dlperf.config import DetectConfig, ScheduleConfig
 from dlperf.detect import ssd, voc
 from dlperf.detect.ssd import Detector
 from dlperf.detect.voc import VocDataset, evaluate
+from dlperf.engine.optim import per_step_schedule
 from dlperf.engine.step import TrainStep, mixed_precision
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.system import pick_device, set_threads, system_info
+from dlperf.system import pick_device, set_threads, synchronize, system_info
 
 if TYPE_CHECKING:
-    from dlperf.config import DetectConfig
     from dlperf.store import Store
+
+# Steps left out of images/s: the first allocates and fills the allocator's and the
+# kernels' caches.
+WARMUP_STEPS = 1
 
 
 @dataclass
@@ -101,7 +107,9 @@ def train(
     device: torch.device | None = None,
     reporter: Reporter | None = None,
 ) -> TrainResult:
-    """SGD on the SSD loss for `cfg.epochs`; `max_steps` stops early (tests take one step)."""
+    """SGD on the SSD loss for `cfg.epochs` under the engine's cosine schedule, at
+    cfg.precision; `max_steps` stops early (tests take one step). The losses are read from
+    the device once per epoch; images/s counts the steps after the first WARMUP_STEPS."""
     rep = reporter or NullReporter()
     device = device or torch.device("cpu")
     model = det.model.to(device).train()
@@ -111,21 +119,23 @@ def train(
     )
     per_epoch = math.ceil(len(dataset) / cfg.batch)
     total = min(cfg.epochs * per_epoch, max_steps or cfg.epochs * per_epoch)
-    autocast, scaler = mixed_precision(device, "fp32")
+    autocast, scaler = mixed_precision(device, cfg.precision)
+    cosine = ScheduleConfig(kind="cosine")
     step = TrainStep(
         model=model,
         # In train mode a torchvision detector takes the targets and returns its loss terms.
         forward=lambda inputs: model(*inputs),
         loss_fn=_summed_losses,
         optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total),
+        scheduler=per_step_schedule(optimizer, cosine, cfg.epochs, cfg.lr, per_epoch),
         autocast=autocast,
         scaler=scaler,
     )
     rng = np.random.default_rng(cfg.seed)
     result = TrainResult(steps=0)
     rep.task("fine-tuning", total=total)
-    started = time.perf_counter()
+    pending: list[torch.Tensor] = []  # this epoch's losses, still on the device
+    started = timed = time.perf_counter()
     seen = 0
     while result.steps < total:
         order = [int(i) for i in rng.permutation(len(dataset))]
@@ -136,15 +146,23 @@ def train(
             pairs = [_flip(*p) if rng.random() < 0.5 else p for p in pairs]
             images = [p[0].to(device) for p in pairs]
             targets = [{k: v.to(device) for k, v in p[1].items()} for p in pairs]
-            loss = step((images, targets), None).loss
+            pending.append(step((images, targets), None).loss)
             result.steps += 1
-            seen += len(idx)
-            result.losses.append(loss.item())
-            rep.advance(status=f"loss {result.losses[-1]:.3f}")
+            rep.advance()
+            if result.steps == WARMUP_STEPS:
+                synchronize(device)
+                timed = time.perf_counter()
+            elif result.steps > WARMUP_STEPS:
+                seen += len(idx)
+            if result.steps % per_epoch == 0 or result.steps == total:
+                result.losses += torch.stack(pending).float().tolist()
+                pending.clear()
             if result.steps % per_epoch == 0:
                 rep.log(f"epoch {result.steps // per_epoch}: loss {result.losses[-1]:.3f}")
-    result.train_s = time.perf_counter() - started
-    result.images_per_s = seen / result.train_s if result.train_s > 0 else math.nan
+    synchronize(device)
+    now = time.perf_counter()
+    result.train_s = now - started
+    result.images_per_s = seen / (now - timed) if seen else math.nan
     model.eval()
     return result
 

@@ -4,16 +4,20 @@ dlperf.distributed.hvd_worker SPEC.json`, started by dlperf.distributed.hvd_laun
 The point's strategy names Horovod's binding: `torch` trains dlperf's model of the registry's
 name with `hvd.DistributedOptimizer`, `tensorflow` the Keras model of
 dlperf.distributed.tf_worker with `hvd.DistributedGradientTape`; both broadcast rank 0's
-weights (and optimizer state) first, as Horovod's own synthetic benchmarks do, then train with
-SGD at the experiment's lr and momentum, the gradients averaged over the ranks by Horovod's
-all-reduce (gloo or NCCL, as built), fp16-compressed on the wire for `--comm fp16`; `--bucket-mb`
+weights first (the TensorFlow path its optimizer state too), as Horovod's own synthetic
+benchmarks do. On torch the step is the one of every dlperf trainer (dlperf.engine.step.prepare:
+the experiment's optimizer, schedule, clipping, label smoothing, precision, memory format and
+compilation), its optimizer wrapped by `hvd.DistributedOptimizer`; TensorFlow trains with SGD
+at the experiment's lr and momentum and warns of the settings it ignores (tf_worker). The
+gradients are averaged over the ranks by Horovod's all-reduce (gloo or NCCL, as built),
+fp16-compressed on the wire for `--comm fp16`; `--bucket-mb`
 is Horovod's tensor-fusion threshold (set by the launcher). Data: random images of the
 model's input shape (--synthetic), else each rank's shard of the training split, every size-th
 image from its rank as DDP's ranks take theirs: on torch the DDP workers' own batches
 (augmented as the experiment says), on TensorFlow those of the tf.distribute workers
 (tf_worker.dataset). Steps are timed as the TensorFlow workers time theirs (tf_worker.measure),
-the compute-only steps being a second copy of the model without Horovod: forward, backward and
-a local SGD update on torch (as DDP's no-op hook replica), forward and backward on TensorFlow
+the compute-only steps being a second copy of the model without Horovod: the same step with a
+local optimizer on torch (as DDP's no-op hook replica), forward and backward on TensorFlow
 (as the tf.distribute path). Each rank writes `rank-R.pid` as it starts, `rank-R.json` (the
 TensorFlow workers' shape) at the end, and `rank-R.error` (its traceback) if it fails.
 
@@ -36,15 +40,19 @@ from dlperf.distributed.tf_worker import build_model, dataset, measure, weights
 
 def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     import copy
+    from collections.abc import Iterator
+    from contextlib import contextmanager
 
     import horovod.torch as hvd
     import torch
-    import torch.nn.functional as F
 
     from dlperf.config import Experiment
     from dlperf.data import load_data
     from dlperf.distributed.worker import batches
     from dlperf.engine.run import build_model as torch_model
+    from dlperf.engine.run import start_weights
+    from dlperf.engine.step import TrainStep, dump_first_step, prepare
+    from dlperf.models.transfer import set_train_mode
     from dlperf.system import synchronize
 
     hvd.init()
@@ -54,30 +62,50 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     exp = Experiment.model_validate(spec["experiment"])
     data = load_data(exp.data)
     model = torch_model(exp, data, device)  # the DDP workers' model: seeded, lazy layers sized
-    model.train()
+    start_weights(model, exp.model, exp.model.weights or "", None)  # freezes, if asked
+    set_train_mode(model)  # a frozen backbone's batch norms stay in eval mode
     shadow = copy.deepcopy(model)  # the compute-only copy, outside Horovod
-    lr, momentum = exp.train.lr, exp.train.momentum
+    # Steps per epoch at the point's global batch, as the DDP workers count them.
+    epoch = max(1, len(data.train) // (spec["per_worker_batch"] * hvd.size()))
     compression = hvd.Compression.fp16 if spec["comm"] == "fp16" else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum),
-        named_parameters=model.named_parameters(),
-        compression=compression,
-    )
-    local = torch.optim.SGD(shadow.parameters(), lr=lr, momentum=momentum)
+
+    def distribute(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        return hvd.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters(), compression=compression
+        )
+
+    step = prepare(model, exp, device, epoch, distribute=distribute)
+    local = prepare(shadow, exp, device, epoch)
+
+    horovod: Any = step.optimizer  # hvd.DistributedOptimizer, which torch's types do not know
+
+    @contextmanager
+    def reduced() -> Iterator[None]:
+        # Horovod's recipe for clipping and the fp16 scaler: all-reduce before unscaling and
+        # clipping, then step without all-reducing again.
+        horovod.synchronize()
+        with horovod.skip_synchronize():
+            yield
+
+    step.reduced = reduced
+    # Only the weights: fresh optimizers hold no state, and Horovod's broadcast of optimizer
+    # state first creates it with a step on zero gradients, which weight decay turns into
+    # a real update.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     # The DDP workers' batches: this rank's shard (augmented as the experiment says), or
     # random images.
     source = batches(spec, exp, data, device, hvd.rank(), hvd.size())
 
-    def step(net: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    def train(replica: TrainStep) -> None:
         x, y = next(source)
-        opt.zero_grad()
-        F.cross_entropy(net(x), y).backward()
-        opt.step()
+        x = x.to(memory_format=replica.memory_format)
+        stepped = replica(x, y)
+        first = replica.scheduler.last_epoch == 1  # the schedule counts the steps taken
+        if replica is step and first and hvd.rank() == 0:
+            dump_first_step("horovod", x, y, stepped, model)
         synchronize(device)  # the clock is read next
 
-    times = measure(spec, hvd.rank(), lambda: step(model, optimizer), lambda: step(shadow, local))
+    times = measure(spec, hvd.rank(), lambda: train(step), lambda: train(local))
     params = [p for p in model.parameters() if p.requires_grad]
     return times | {
         "grad_bytes": sum(p.numel() * p.element_size() for p in params),

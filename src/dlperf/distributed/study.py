@@ -47,6 +47,7 @@ from dlperf.distributed.hvd_launch import run_horovod
 from dlperf.distributed.launch import Rendezvous, run_torchrun
 from dlperf.distributed.scaling import EFFICIENCY, series, series_name, untrustworthy
 from dlperf.distributed.tf_launch import Cluster, run_tf
+from dlperf.distributed.tf_worker import ignored_settings
 from dlperf.engine.run import as_run
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
@@ -575,6 +576,8 @@ class _Study:
         self.price = hourly_price(self.opts)
         self.cores = usable_cores()
         self.exp, self.data, self.warnings = as_run(exp, store)
+        if self.tensorflow or "tensorflow" in self.opts.strategy:
+            self.warnings += ignored_settings(self.exp)
         self.train_images = len(self.data.train)
         self.writer = self.opts.node_rank == 0
         self.study_id: int | None = None

@@ -6,7 +6,8 @@ as many logical CPU devices); `multiworker`: one replica per process, MultiWorke
 with the cluster in TF_CONFIG (set by the launcher). Both train with a custom loop under
 `strategy.run` (Keras 3's `model.fit` fails with two CPU workers, keras-team/keras#20585):
 the per-replica loss scaled by the global batch (`tf.nn.compute_average_loss`), gradients
-all-reduced by the strategy's cross-device ops, SGD with the experiment's lr and momentum.
+all-reduced by the strategy's cross-device ops, SGD with the experiment's lr and momentum;
+the study warns of each setting of the experiment this step ignores (`ignored_settings`).
 Data (`dataset`): with --synthetic random images of the model's input shape, made once, as in
 TensorFlow's and Horovod's own benchmarks; else each process's shard of the training split
 dlperf wrote for the point (TensorFlow must not load torchvision's data sets itself: the two
@@ -34,11 +35,46 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed import chunk_sizes
 
+if TYPE_CHECKING:
+    from dlperf.config import Experiment
+
 CRASH_ENV = "DLPERF_SCALE_CRASH"
+# The settings the Keras step does not apply, by section, and why: its SGD takes train.lr and
+# train.momentum only, its images are not augmented, it runs fp32 uncompiled from random
+# weights (tf_worker's and hvd_worker's TensorFlow paths alike).
+KERAS_IGNORES = {
+    "model": (("transfer",), "the Keras model trains from random weights"),
+    "train": (
+        ("optimizer", "nesterov", "weight_decay", "grad_clip", "label_smoothing",
+         "backbone_lr_scale", "schedule"),
+        "the Keras SGD takes only train.lr and train.momentum",
+    ),
+    "augment": (("crop_padding", "flip", "cutout", "batch_aug_m"), "no augmentation"),
+    "run": (("precision", "channels_last", "compile"), "fp32, uncompiled"),
+}  # fmt: skip
+
+
+def ignored_settings(exp: Experiment) -> list[str]:
+    """One warning per key of `exp`, set away from its default, that a Keras worker cannot
+    honour (a nested section's keys one by one: train.schedule.kind)."""
+    warnings = []
+    for section, (names, why) in KERAS_IGNORES.items():
+        config = getattr(exp, section)
+        values, defaults = config.model_dump(), type(config)().model_dump()
+        for name in names:
+            for key, value in _changed(f"{section}.{name}", values[name], defaults[name]):
+                warnings.append(f"TensorFlow ignores {key} = {value!r}: {why}")
+    return warnings
+
+
+def _changed(key: str, value: Any, default: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [c for k in value for c in _changed(f"{key}.{k}", value[k], default[k])]
+    return [(key, value)] if value != default else []
 
 
 def _strategy(spec: dict[str, Any]) -> Any:

@@ -2,14 +2,14 @@
 
 The spec (written by dlperf.distributed.study) names the experiment, the per-worker batch, the
 steps, the backend and the communication options. The worker trains the experiment's model
-wrapped in DistributedDataParallel with the engine's training step, so the experiment's
-optimizer, schedule, gradient clipping and fp16 gradient scaling apply as in a plain run at
-the point's global batch. The model starts from random weights (speed does not depend on
-their values; the parent has written the resolution and statistics of model.weights into the
-experiment); a feature-extract experiment freezes its backbone, so the backward pass stops at
-the head, DDP reduces only the head's gradients and the backbone's batch norms stay in eval
-mode. It times every step after the warm-up, and (unless the point's
-hook already is the no-op) a second replica under DDP's no-op communication hook, in
+wrapped in DistributedDataParallel with the training step of `dlperf.engine.step.prepare`, so
+the experiment's optimizer, schedule, gradient clipping, precision, memory format and
+compilation apply as in a plain run at the point's global batch. The model starts from random
+weights (speed does not depend on their values; the parent has written the resolution and
+statistics of model.weights into the experiment); a feature-extract experiment freezes its
+backbone, so the backward pass stops at the head, DDP reduces only the head's gradients and the
+backbone's batch norms stay in eval mode. It times every step after the warm-up, and (unless the
+point's hook already is the no-op) a second replica under DDP's no-op communication hook, in
 alternating chunks of steps: the compute-only time the parent subtracts to get the exposed
 communication. Every rank's figures are gathered to the launch's node and written as
 `result.json` next to the spec by local rank 0 of the writing node, so the parent of a
@@ -50,7 +50,7 @@ from dlperf.data import ImageData, load_data, make_loader
 from dlperf.distributed import chunk_sizes
 from dlperf.engine.checks import out_of_memory
 from dlperf.engine.run import build_model, start_weights
-from dlperf.engine.step import build_step
+from dlperf.engine.step import dump_first_step, prepare
 from dlperf.models.transfer import set_train_mode
 from dlperf.system import peak_memory_bytes, synchronize
 
@@ -147,6 +147,7 @@ class Phase:
         dump: str | None = None,
     ) -> None:
         self.spec, self.device, self.crash, self.dump = spec, device, crash, dump
+        self.comm = comm
         self.model = build_model(exp, data, device)
         start_weights(self.model, exp.model, exp.model.weights or "", None)  # freezes, if asked
         # dump: dropout off, so that a single process can reproduce the first step exactly
@@ -154,24 +155,9 @@ class Phase:
             self.model.eval()
         else:
             set_train_mode(self.model)  # a frozen backbone's batch norms stay in eval mode
-        kwargs: dict[str, Any] = {}
-        if spec.get("bucket_mb"):
-            kwargs["bucket_cap_mb"] = spec["bucket_mb"]
-        if spec["strategy"] == "dp":
-            self.wrapped: nn.Module = nn.DataParallel(
-                self.model, device_ids=list(range(spec["gpus"]))
-            )
-        else:
-            if device.type == "cuda":
-                kwargs["device_ids"] = [device.index]
-            ddp = DistributedDataParallel(self.model, **kwargs)
-            ddp._set_ddp_runtime_logging_sample_rate(1)
-            comm_hook(comm, ddp)
-            self.wrapped = ddp
+        self.main = crash is not None  # the measured replica; the compute-only one has none
         epoch = steps_per_epoch(spec, data)
-        self.train_step = build_step(
-            self.model, exp.train, exp.run.precision, device, epoch, forward=self.wrapped
-        )
+        self.train_step = prepare(self.model, exp, device, epoch, wrap=self._wrap)
         self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         self.step = 0
         self.lr: float | None = None  # of the last step
@@ -180,6 +166,23 @@ class Phase:
         self.ready: list[list[float]] | None = None  # per timed step: see watch_gradients
         self._marks: list[float] = []
         self._forward_end = 0.0
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        """`model` under DDP with the phase's communication hook, or DataParallel."""
+        spec = self.spec
+        if spec["strategy"] == "dp":
+            self.wrapped: nn.Module = nn.DataParallel(model, device_ids=list(range(spec["gpus"])))
+            return self.wrapped
+        kwargs: dict[str, Any] = {}
+        if spec.get("bucket_mb"):
+            kwargs["bucket_cap_mb"] = spec["bucket_mb"]
+        if self.device.type == "cuda":
+            kwargs["device_ids"] = [self.device.index]
+        ddp = DistributedDataParallel(model, **kwargs)
+        ddp._set_ddp_runtime_logging_sample_rate(1)
+        comm_hook(self.comm, ddp)
+        self.wrapped = ddp
+        return ddp
 
     def watch_gradients(self) -> None:
         """Record, in every timed step, when each trained parameter's gradient is ready,
@@ -209,7 +212,11 @@ class Phase:
             self.step += 1
             t0 = time.perf_counter()
             x, y = next(self.source)
-            self.lr = self.train_step(x, y).lr
+            x = x.to(memory_format=self.train_step.memory_format)
+            stepped = self.train_step(x, y)
+            self.lr = stepped.lr
+            if self.main and self.step == 1:
+                dump_first_step("ddp", x, y, stepped, self.model)
             if self.dump and self.step == 1:
                 trained = [p for p in self.model.parameters() if p.requires_grad]
                 grads = [p.grad.detach().cpu() for p in trained]

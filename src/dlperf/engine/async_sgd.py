@@ -31,7 +31,7 @@ from dlperf.converge import staleness
 from dlperf.data import ImageData, make_loader
 from dlperf.engine import pretrained
 from dlperf.engine.run import build_model, load_run_data, start_weights
-from dlperf.engine.step import build_step
+from dlperf.engine.step import dump_first_step, prepare
 from dlperf.engine.train import evaluate
 from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
@@ -105,7 +105,7 @@ def train(
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
     forward = StaleForward(model)
-    step = build_step(model, cfg, exp.run.precision, device, len(loader), forward)
+    step = prepare(model, exp, device, len(loader), wrap=lambda _: forward)
     # Weights kept only while some later update still reads them.
     last_read: dict[int, int] = {}
     for i, v in enumerate(reads or []):
@@ -119,7 +119,10 @@ def train(
         for x, y in loader:
             read = version if reads is None else reads[version]
             forward.read(snapshots[read] if reads else None)
-            stepped = step(x.to(device), y.to(device))
+            x, y = x.to(device, memory_format=step.memory_format), y.to(device)
+            stepped = step(x, y)
+            if version == 0:
+                dump_first_step("async" if reads else "sync", x, y, stepped, model)
             stale.append(version - read)
             version += 1
             if reads:

@@ -1,14 +1,25 @@
-"""The one training step, shared by every trainer: plain runs, DDP workers, detection.
+"""The one training step, shared by every trainer: plain runs, DDP and Horovod workers,
+async-SGD emulation, detection.
 
-`TrainStep(x, y)` reads top to bottom: zero grad, forward and loss under autocast, backward
-(where DDP all-reduces the gradients), unscale and clip, optimizer step through the fp16
-gradient scaler, learning-rate schedule. Timing stays out of it: `timer.mark(phase)` is
-called after each phase and does nothing unless the trainer hands in a real timer.
+`prepare(model, exp, ...)` is the one place an experiment's step is built: memory format,
+the launcher's wrapping (DDP) and torch.compile of the forward pass, the optimizer (wrapped
+by Horovod's where it runs), schedule, precision, loss and clipping. `TrainStep(x, y)` reads
+top to bottom: zero grad, forward and loss under autocast, backward (where DDP all-reduces
+the gradients), unscale and clip, optimizer step through the fp16 gradient scaler,
+learning-rate schedule. Timing stays out of it: `timer.mark(phase)` is called after each
+phase and does nothing unless the trainer hands in a real timer.
+
+Test hook (an environment variable, read only here): DLPERF_TEST_FIRST_STEP=PREFIX makes
+every trainer save its first step's batch, loss and updated parameters to
+PREFIX.<trainer>.pt (see `dump_first_step`), so that a test can hold the launchers' steps
+against each other.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,7 +27,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from dlperf.config import TrainConfig
+from dlperf.config import Experiment, TrainConfig
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.precision import autocast as precision_autocast
 
@@ -55,19 +66,23 @@ class TrainStep:
     scaler: torch.amp.GradScaler
     grad_clip: float | None = None
     timer: Timer = field(default_factory=NoTimer)
+    # Horovod all-reduces in here, before clipping; DDP has already, during backward.
+    reduced: Callable[[], AbstractContextManager[Any]] = nullcontext
+    memory_format: torch.memory_format = torch.preserve_format  # the trainer's inputs'
 
     def __call__(self, x: Any, y: Any) -> Stepped:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
         with self.autocast:
             output = self.forward(x)
             loss = self.loss_fn(output, y)
         self.timer.mark("forward")
         self.scaler.scale(loss).backward()
         self.timer.mark("backward")
-        if self.grad_clip is not None:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
+        with self.reduced():
+            if self.grad_clip is not None:
+                self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
+                nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
         self.scaler.update()
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
@@ -104,11 +119,15 @@ def build_step(
     steps_per_epoch: int,
     forward: Callable[[Any], Any] | None = None,
     timer: Timer | None = None,
+    distribute: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] | None = None,
 ) -> TrainStep:
     """The classification step of an experiment's `train` section at `precision`: its
-    optimizer, per-step schedule (epochs of `steps_per_epoch` steps), label-smoothed
-    cross-entropy, gradient clipping, and a gradient scaler for fp16."""
+    optimizer (handed to `distribute` to wrap, if given), per-step schedule (epochs of
+    `steps_per_epoch` steps), label-smoothed cross-entropy, gradient clipping, and a
+    gradient scaler for fp16."""
     optimizer = build_optimizer(model, cfg)
+    if distribute is not None:  # the schedule must drive the optimizer that steps
+        optimizer = distribute(optimizer)
     autocast, scaler = mixed_precision(device, precision)
     return TrainStep(
         model=model,
@@ -121,3 +140,43 @@ def build_step(
         grad_clip=cfg.grad_clip,
         timer=timer if timer is not None else NoTimer(),
     )
+
+
+def prepare(
+    model: nn.Module,
+    exp: Experiment,
+    device: torch.device,
+    steps_per_epoch: int,
+    wrap: Callable[[nn.Module], Callable[[Any], Any]] | None = None,
+    distribute: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] | None = None,
+    timer: Timer | None = None,
+) -> TrainStep:
+    """The training step of `exp` for `model`, whatever launches it (as torchtitan's
+    parallelize_fn): `model` moved to `device` in run.channels_last's memory format, its
+    forward pass wrapped by the launcher's `wrap` (DDP, a stale-weights reader) and compiled
+    when run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the
+    schedule, precision, loss and clipping of `exp.train` and `exp.run.precision`."""
+    memory_format = torch.channels_last if exp.run.channels_last else torch.preserve_format
+    model.to(device).to(memory_format=memory_format)
+    forward = wrap(model) if wrap is not None else model
+    if exp.run.compile:
+        forward = torch.compile(forward)
+    step = build_step(
+        model, exp.train, exp.run.precision, device, steps_per_epoch, forward, timer, distribute
+    )
+    step.memory_format = memory_format
+    return step
+
+
+DUMP_ENV = "DLPERF_TEST_FIRST_STEP"
+
+
+def dump_first_step(trainer: str, x: Any, y: Any, stepped: Stepped, model: nn.Module) -> None:
+    """The DLPERF_TEST_FIRST_STEP hook (see the module docstring), called by each trainer
+    after its first step: a no-op when unset."""
+    prefix = os.environ.get(DUMP_ENV)
+    if not prefix:
+        return
+    params = {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+    state = {"x": x.cpu(), "y": y.cpu(), "loss": stepped.loss.float().cpu(), "params": params}
+    torch.save(state, f"{prefix}.{trainer}.pt")

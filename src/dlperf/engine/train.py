@@ -31,7 +31,7 @@ from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
 from dlperf.engine.precision import autocast as precision_autocast
-from dlperf.engine.step import Stepped, TrainStep, build_step
+from dlperf.engine.step import Stepped, TrainStep, dump_first_step, prepare
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
@@ -280,16 +280,13 @@ def train(
     reporter = reporter or NullReporter()
     cfg, run = exp.train, exp.run
     check_batch_fits(cfg.batch_size, data)
-    memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     train_loader = make_loader(
         data, data.train, exp.data, cfg.batch_size, device, exp.augment, run.seed
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
-    model.to(device=device, memory_format=memory_format)
-    reset_peak_memory(device)
     timer = PhaseTimer(device, enabled=run.timing == "phases")
-    forward = torch.compile(model) if run.compile else model
-    step = build_step(model, cfg, run.precision, device, len(train_loader), forward, timer)
+    step = prepare(model, exp, device, len(train_loader), timer=timer)
+    reset_peak_memory(device)
     state = restore(resume, model, step) if resume is not None else Progress()
     clock = EpochClock(device, run.warmup_steps, timer)
     metrics, pause = MetricBuffer(store, run_id, run.log_every), PauseAt()
@@ -301,11 +298,13 @@ def train(
         clock.start()
         for x, y in train_loader:
             timer.mark("data")
-            x = x.to(device, non_blocking=True, memory_format=memory_format)
+            x = x.to(device, non_blocking=True, memory_format=step.memory_format)
             y = y.to(device, non_blocking=True)
             timer.mark("h2d")
             stepped = step(x, y)
             state.step += 1
+            if state.step == 1:
+                dump_first_step("run", x, y, stepped, model)
             tally.add(stepped, y)
             timer.end_step()
             clock.count(len(y))

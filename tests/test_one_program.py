@@ -1,0 +1,88 @@
+"""One training program behind every launcher: the same experiment, with settings away from
+their defaults (SGD with Nesterov and weight decay, clipping, label smoothing, a cosine
+schedule, the channels-last memory format), trained by `dlperf run`, a DDP point of one worker
+under a real torchrun, the emulated synchronous and asynchronous SGD of `dlperf staleness
+--train` and (with Horovod built) a Horovod point of one worker: each takes the same first
+batch to the same loss and the same parameters. Each trainer saves its first step through the
+engine's test hook (dlperf.engine.step.DUMP_ENV)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlperf.distributed import hvd_launch
+from dlperf.engine.step import DUMP_ENV
+from tests.conftest import CliResult
+
+EXPERIMENT = """
+[model]
+name = "smallcnn"
+[data]
+name = "synthetic"
+shape = [3, 8, 8]
+size = 256
+[train]
+batch_size = 16
+epochs = 1
+lr = 0.2
+nesterov = true
+weight_decay = 0.01
+grad_clip = 0.05
+label_smoothing = 0.1
+schedule = {{ kind = "cosine", min_lr = 0.01 }}
+[run]
+seed = 3
+threads = 1
+channels_last = true
+out_dir = "{out}"
+"""
+SCALE = ["--workers", "1", "--mode", "weak", "--per-worker-batch", "16", "--no-plots"]
+SCALE += ["--warmup-steps", "1", "--steps", "1", "--json"]
+
+
+@pytest.fixture
+def first_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    prefix = tmp_path / "first"
+    monkeypatch.setenv(DUMP_ENV, str(prefix))
+    return prefix
+
+
+def load(prefix: Path, trainer: str) -> dict[str, object]:
+    return torch.load(f"{prefix}.{trainer}.pt")
+
+
+def test_every_launcher_takes_the_same_first_step(
+    cli: Callable[..., CliResult], tmp_path: Path, first_steps: Path
+) -> None:
+    exp = tmp_path / "exp.toml"
+    exp.write_text(EXPERIMENT.format(out=tmp_path / "runs"))
+    run = cli("run", str(exp), "--json")
+    assert run.code == 0, run.err
+    scale = cli("scale", str(exp), *SCALE)
+    assert scale.code == 0, scale.err
+    staleness = cli("staleness", "--train", str(exp), "--learners", "2", "--json")
+    assert staleness.code == 0, staleness.err
+    trainers = ["ddp", "sync", "async"]
+    if hvd_launch.horovodrun() is not None:
+        horovod = cli("scale", str(exp), *SCALE, "--framework", "horovod")
+        assert horovod.code == 0, horovod.err
+        trainers.append("horovod")
+
+    reference = load(first_steps, "run")
+    for trainer in ["run", *trainers]:  # run.channels_last reaches every launcher's step
+        dumped = load(first_steps, trainer)
+        assert dumped["x"].is_contiguous(memory_format=torch.channels_last), trainer
+        assert dumped["params"]["0.weight"].is_contiguous(memory_format=torch.channels_last)
+        assert not dumped["params"]["0.weight"].is_contiguous()
+    for trainer in trainers:
+        other = load(first_steps, trainer)
+        assert torch.equal(other["x"], reference["x"]) and torch.equal(other["y"], reference["y"])
+        # Thread counts differ between the launchers: the last bits may too.
+        torch.testing.assert_close(other["loss"], reference["loss"], rtol=1e-6, atol=1e-7)
+        assert other["params"].keys() == reference["params"].keys()
+        for name, p in reference["params"].items():
+            torch.testing.assert_close(other["params"][name], p, rtol=1e-5, atol=1e-7, msg=name)
