@@ -425,15 +425,14 @@ class Store:
                     f"no run {', '.join(missing)} in the store; nothing deleted",
                     "see `dlperf runs list`",
                 )
-            owned = (
-                s.execute(
+            owned = [
+                (run_id, path)
+                for run_id, path in s.execute(
                     select(Artifact.run_id, Artifact.path)
                     .where(Artifact.run_id.in_(ids))
                     .order_by(Artifact.id)
                 )
-                .tuples()
-                .all()
-            )
+            ]
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
