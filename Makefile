@@ -36,6 +36,7 @@ test-gpu: setup
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy src
 
 format: setup
 	$(BIN)/ruff format src tests benchmarks

@@ -6,12 +6,19 @@ bias/residual adds and 1 FLOP per element of an element-wise op.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
 from dlperf.analytic.counting import analyze, analyze_module
 from dlperf.errors import UserError
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
 
 
 def test_single_conv() -> None:
@@ -181,3 +188,15 @@ def test_precision_changes_bytes_not_counts() -> None:
     bf16 = analyze("resnet20", precision="bf16").totals()
     assert bf16["macs"] == fp32["macs"]
     assert bf16["activation_bytes"] * 2 == fp32["activation_bytes"]
+
+
+def test_train_count_of_a_model_with_nothing_to_train(cli: Cli, tmp_path: Path) -> None:
+    # Its outputs need no gradient: the backward sum was the int 0, and `.backward()` on it
+    # a traceback.
+    path = tmp_path / "nets.py"
+    path.write_text("from torch import nn\ndef pool():\n    return nn.MaxPool2d(2)\n")
+    result = cli("analyze", f"{path}:pool", "--input", "1,4,4", "--train", "--json")
+    assert result.code == 0, result.err
+    totals = json.loads(result.out)["totals"]
+    assert totals["backward_flops"] == 0
+    assert totals["training_memory"]["gradients_bytes"] == 0

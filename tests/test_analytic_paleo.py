@@ -10,7 +10,7 @@ from torch import nn
 
 from dlperf.analytic.counting import analyze, analyze_module
 from dlperf.analytic.devices import Device, device_or_host, get_device, load_catalog, save_device
-from dlperf.analytic.measure import KERNELS, Kernel, solve
+from dlperf.analytic.measure import KERNELS, Kernel, make_step, solve
 from dlperf.analytic.paleo import compare, fit_ppp, predict
 from dlperf.analytic.recorded import measure_recorded, predict_model
 from dlperf.errors import UserError
@@ -240,3 +240,13 @@ def test_measure_recorded_warns_of_other_threads(no_user_file: Path, tmp_path: P
         f"{torch.get_num_threads()}: expect the rates to differ"
     )
     assert log.lines == ([warning] if m["local_device"] == "cpu" else [])
+
+
+def test_training_step_of_a_model_with_nothing_to_train_runs_forward() -> None:
+    # No output needs a gradient: the backward sum was the int 0, and `.backward()` on it
+    # an AttributeError.
+    seen: list[torch.Size] = []
+    model = nn.MaxPool2d(2)
+    model.register_forward_hook(lambda _m, _i, out: seen.append(out.shape))
+    make_step(model, [1, 4, 4], 2, True, "fp32", torch.device("cpu"))()
+    assert seen == [torch.Size([2, 1, 2, 2])]

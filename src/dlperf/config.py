@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
 import tomllib
 from pydantic import (
@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticKnownError
+from pydantic_core.core_schema import ErrorType
 
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
@@ -293,7 +294,8 @@ class ScaleConfig(Section):
             errors, many = e.errors(), type(value) is list
             given = [x for x in errors if str(x["loc"][0]).startswith("list[") == many]
             first = (given or errors)[0]
-            raise PydanticKnownError(first["type"], first.get("ctx")) from None
+            # An error pydantic raised, so its type is one of its own known ones.
+            raise PydanticKnownError(cast(ErrorType, first["type"]), first.get("ctx")) from None
 
     def modes(self) -> list[ScaleMode]:
         """The study's modes, in the order given."""

@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 
 from dlperf.errors import UserError
 
-T = TypeVar("T")
+# The numbers a comma list holds: each compares with `minimum`.
+Num = TypeVar("Num", int, float)
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -43,8 +44,8 @@ def did_you_mean(
 
 
 def parse_list(
-    text: str, kind: Callable[[str], T], error: UserError, minimum: Any = None
-) -> list[T]:
+    text: str, kind: Callable[[str], Num], error: UserError, minimum: Any = None
+) -> list[Num]:
     """'1,8,32' as [1, 8, 32], each part converted by `kind`; `error` when a part does not
     convert (an empty one neither, for numbers), or one is below `minimum`."""
     try:

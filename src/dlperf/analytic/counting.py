@@ -207,17 +207,20 @@ def _weights_on_meta() -> Iterator[None]:
     register_parameter = nn.Module.register_parameter
     register_buffer = nn.Module.register_buffer
 
-    def on_meta_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+    # `self`, as the methods they replace name it (a caller may pass it by keyword).
+    def on_meta_parameter(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if isinstance(param, UninitializedParameter):
             param = UninitializedParameter(param.requires_grad, device="meta", dtype=param.dtype)
         elif param is not None:
             param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-        register_parameter(module, name, param)
+        register_parameter(self, name, param)
 
-    def on_meta_buffer(module: nn.Module, name: str, tensor: Any, persistent: bool = True) -> None:
+    def on_meta_buffer(
+        self: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True
+    ) -> None:
         if isinstance(tensor, torch.Tensor):
             tensor = tensor.to("meta")
-        register_buffer(module, name, tensor, persistent)
+        register_buffer(self, name, tensor, persistent)
 
     nn.Module.register_parameter = on_meta_parameter  # type: ignore[method-assign]
     nn.Module.register_buffer = on_meta_buffer  # type: ignore[method-assign]
@@ -544,9 +547,10 @@ def analyze_module(
                 fields_result = fields.result(_tensors(out))
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted.
-                loss = sum(t.sum() for t in _tensors(out) if t.requires_grad)
-                with mode:
-                    loss.backward()
+                losses = [t.sum() for t in _tensors(out) if t.requires_grad]
+                if losses:  # none: nothing trains (no parameters, or all frozen), no backward
+                    with mode:
+                        sum(losses[1:], losses[0]).backward()
                 memory = _training_memory(model, saved.bytes)
             else:
                 with mode, torch.no_grad():

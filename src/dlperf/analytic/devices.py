@@ -33,7 +33,7 @@ Kind = Literal[
 convolutions and their backward, depthwise ones (far fewer FLOPs per byte) and their
 backward, matrix products (attention included), window pooling,
 normalisation (batch, layer, group; forward and backward), and all other operators."""
-KINDS: tuple[str, ...] = get_args(Kind)
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 class Device(BaseModel):

@@ -221,7 +221,9 @@ def make_step(
     def step() -> None:
         if train:
             model.zero_grad(set_to_none=True)
-            sum(t.sum() for t in _outputs(run_forward(model, x))).backward()
+            losses = [t.sum() for t in _outputs(run_forward(model, x))]
+            if losses:  # none: nothing trains (no parameters, or all frozen), no backward
+                sum(losses[1:], losses[0]).backward()
         else:
             with torch.no_grad():
                 run_forward(model, x)

@@ -20,6 +20,7 @@ without memory time (`flops_over_peak`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dlperf.analytic.counting import Analysis
@@ -31,12 +32,12 @@ if TYPE_CHECKING:
 
 
 def layer_time(
-    kind_flops: dict[str, float],
+    kind_flops: Mapping[str, float],
     nbytes: float,
     calls: int,
     peak: float,
     bandwidth: float,
-    ppp: dict[str, float],
+    ppp: Mapping[str, float],
     ppp_mem: float,
     overhead_s: float,
 ) -> tuple[float, float, float]:
@@ -52,7 +53,9 @@ def predict(
 
     `ppp` replaces every kind's PPP with one number; `ppp_mem` the device's PPP_mem.
     """
-    kind_ppp = {kind: ppp for kind in KINDS} if ppp is not None else device.kind_ppp()
+    kind_ppp: dict[str, float] = (
+        {kind: ppp for kind in KINDS} if ppp is not None else device.kind_ppp()
+    )
     ppp_mem = ppp_mem if ppp_mem is not None else device.ppp_mem or 1.0
     if min(kind_ppp.values()) <= 0 or ppp_mem <= 0:
         raise UserError(f"PPP must be positive, got {ppp} and {ppp_mem}", "e.g. --ppp 0.62")

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -99,7 +99,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
         numeric = bool(values) and all(
             isinstance(v, int | float) and not isinstance(v, bool) for v in values
         )
-        justify = "right" if numeric else "left"
+        justify: JustifyMethod = "right" if numeric else "left"
         table.add_column(column, justify=justify, width=widths[i], overflow="fold")
     for row in cells:
         table.add_row(*(Text(c) for c in row))  # Text: a value's [brackets] are no markup

@@ -155,21 +155,22 @@ def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
         if missing:
             raise UserError(f"{source}: row {i + 1} has no {', '.join(missing)}")
 
-    def column(key: str) -> np.ndarray | None:
-        if any(row.get(key) is None for row in rows):
-            return None
+    def column(key: str) -> np.ndarray:
         values = _array([float(row[key]) for row in rows])
         if not np.all(np.isfinite(values)):
             raise UserError(f"{source}: '{key}' has non-finite values")
         return values
 
+    def optional(key: str) -> np.ndarray | None:
+        return None if any(row.get(key) is None for row in rows) else column(key)
+
     data = SpeedData(
         workers=column("workers"),
         global_batch=column("global_batch"),
         step_time=column("step_time_s"),
-        ps=column("ps"),
-        nodes=column("nodes"),
-        sync_time=column("sync_time_s"),
+        ps=optional("ps"),
+        nodes=optional("nodes"),
+        sync_time=optional("sync_time_s"),
     )
     if np.any(data.workers < 1) or np.any(data.step_time <= 0):
         raise UserError(f"{source}: workers must be ≥ 1 and step times > 0")
@@ -490,6 +491,7 @@ def fit_measured(
     if csv is not None:
         data, source = load_csv(csv), f"{csv.name}"
     else:
+        assert study_id is not None  # one of the two, checked above
         store = open_store()
         study = store.get_study(study_id)
         data = from_study(store, study_id, where)

@@ -54,8 +54,8 @@ def _read(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
     """One image file as uint8 C,H,W of `shape`, as the streaming loader sizes it."""
     from PIL import Image
 
-    with Image.open(path) as image:
-        image = image.convert("L" if shape[0] == 1 else "RGB").resize((shape[2], shape[1]))
+    with Image.open(path) as file:
+        image = file.convert("L" if shape[0] == 1 else "RGB").resize((shape[2], shape[1]))
         return (
             torch.from_numpy(np.asarray(image).copy())
             .reshape(shape[1], shape[2], -1)

@@ -56,7 +56,7 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 
 def from_registry(
-    name: str, input_shape: tuple[int, int, int] | None = None, num_classes: int | None = None
+    name: str, input_shape: tuple[int, ...] | None = None, num_classes: int | None = None
 ) -> Source:
     """A registry model with random weights. Without `input_shape`: ImageNet-style input,
     3x224x224 with ImageNet's mean and std; with it: mean 0.5 and std 0.5 per channel."""
@@ -64,6 +64,9 @@ def from_registry(
 
     if num_classes is not None and num_classes < 1:
         raise UserError(f"--num-classes must be positive, got {num_classes}")
+    shape: tuple[int, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
     if input_shape is None:
         shape, mean, std = IMAGENET_SHAPE, IMAGENET_MEAN, IMAGENET_STD
     else:

@@ -132,12 +132,14 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
 
     # The model's routes with and without /versions/{version}, each its own route (and label).
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        checked = {"dependencies": [Depends(served)]}
-        app.add_api_route(prefix, model_metadata, methods=["GET"], **checked)
-        app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], **checked)
-        app.add_api_route(f"{prefix}/config", model_config, methods=["GET"], **checked)
-        app.add_api_route(f"{prefix}/stats", model_statistics, methods=["GET"], **checked)
-        app.add_api_route(f"{prefix}/infer", infer_tensors, methods=["POST"], **checked)
+        checked = [Depends(served)]
+        app.add_api_route(prefix, model_metadata, methods=["GET"], dependencies=checked)
+        app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], dependencies=checked)
+        app.add_api_route(f"{prefix}/config", model_config, methods=["GET"], dependencies=checked)
+        app.add_api_route(
+            f"{prefix}/stats", model_statistics, methods=["GET"], dependencies=checked
+        )
+        app.add_api_route(f"{prefix}/infer", infer_tensors, methods=["POST"], dependencies=checked)
 
     @app.post("/predict")
     async def predict(

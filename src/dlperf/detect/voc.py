@@ -190,7 +190,7 @@ def curve_ap(recall: np.ndarray, precision: np.ndarray, method: str = "area") ->
 
 
 def class_ap(
-    detections: list[tuple[str, float, tuple[float, float, float, float]]],
+    detections: list[tuple[str, float, tuple[float, ...]]],
     truths: dict[str, tuple[np.ndarray, np.ndarray]],
     iou_threshold: float = 0.5,
     method: str = "area",
@@ -312,7 +312,7 @@ def make_shapes(
         draw = ImageDraw.Draw(image)
         objects: list[VocObject] = []
         for _ in range(int(rng.integers(1, 4))):
-            side = int(rng.integers(size // 7, size // 2.5))
+            side = int(rng.integers(size // 7, int(size // 2.5)))
             for _attempt in range(20):
                 x1, y1 = (int(v) for v in rng.integers(0, size - side, size=2))
                 box = (float(x1), float(y1), float(x1 + side), float(y1 + side))

@@ -87,7 +87,10 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
                 f"--unlabeled {spec}: {data.name} does not fit in memory",
                 "give it a smaller image_size or set in_memory=true",
             )
-        held = Split(torch.cat([s.labels for s in splits]), torch.cat([s.images for s in splits]))
+        held = Split(
+            torch.cat([s.labels for s in splits]),
+            torch.cat([s.images for s in splits if s.images is not None]),
+        )
     assert held.images is not None
     if len(held) == 0:
         raise UserError(f"--unlabeled {spec}: no images", "hold out a larger share")
@@ -106,10 +109,16 @@ def _read(cfg: DataConfig) -> ImageData:
     images, labels, classes = read_npz(cfg.root)
     known = labels if labels is not None else torch.full((len(images),), -1, dtype=torch.int64)
     empty = Split(known[:0], images[:0])
-    shape = tuple(images.shape[1:])
+    channels, height, width = images.shape[1:]  # read_npz checked N,C,H,W
     data = ImageData(
-        "npz", Split(known, images), empty, empty, len(classes), shape, classes=classes
-    )  # type: ignore[arg-type]
+        "npz",
+        Split(known, images),
+        empty,
+        empty,
+        len(classes),
+        (channels, height, width),
+        classes=classes,
+    )
     return resize(data, cfg.image_size, cfg.max_memory_gb) if cfg.image_size else data
 
 

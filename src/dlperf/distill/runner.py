@@ -291,14 +291,14 @@ def _write_pseudo(
 ) -> Path:
     """The pseudo-labelled set as an npz file named by its content (so a run's config hash
     names its data), written once."""
-    arrays = {"images": images.numpy(), "labels": labels.numpy(), "classes": np.array(classes)}
+    images_np, labels_np, classes_np = images.numpy(), labels.numpy(), np.array(classes)
     digest = hashlib.sha256()
-    for array in arrays.values():
+    for array in (images_np, labels_np, classes_np):
         digest.update(array.tobytes())
     path = directory / f"pseudo-{digest.hexdigest()[:12]}.npz"
     if not path.is_file():
         part = path.with_suffix(".part.npz")
-        np.savez(part, **arrays)
+        np.savez(part, images=images_np, labels=labels_np, classes=classes_np)
         part.replace(path)
     return path
 

@@ -46,7 +46,7 @@ def stored(store: Store, run_id: int) -> Teacher:
     return Teacher(
         run_id,
         build_experiment(run["config"], f"run {run_id}"),
-        tuple(data["shape"]),  # type: ignore[arg-type]
+        tuple(data["shape"]),
         tuple(data["mean"]),
         tuple(data["std"]),
         data["classes"],

@@ -229,7 +229,7 @@ def measure_overlap(
 
     itemsize = torch.empty((), dtype=dtype).element_size()
     kernel_s = compute(20) / 20
-    rows = []
+    rows: list[dict[str, float]] = []
     for size in sizes:
         tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
         dist.barrier()
@@ -262,14 +262,14 @@ def measure_overlap(
             dtype=torch.float64,
         )
         dist.all_reduce(mine, op=dist.ReduceOp.MAX)
-        lost, seconds, compute_s = (float(v) for v in mine.tolist())
+        lost_s, seconds, compute_s = (float(v) for v in mine.tolist())
         rows.append(
             {
                 "bytes": tensor.numel() * itemsize,
                 "allreduce_s": seconds,
                 "compute_s": compute_s,
-                "compute_lost_s": lost,
-                "cost": max(0.0, lost / seconds),
+                "compute_lost_s": lost_s,
+                "cost": max(0.0, lost_s / seconds),
             }
         )
     return rows

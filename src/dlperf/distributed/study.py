@@ -155,7 +155,7 @@ def strategies(opts: ScaleConfig) -> list[str]:
     """The strategies of the study (Horovod's: its bindings), each checked against its
     framework."""
     allowed = STRATEGIES[opts.framework]
-    chosen = opts.strategy or [allowed[0]]
+    chosen: list[str] = [*opts.strategy] if opts.strategy else [allowed[0]]
     for name in chosen:
         if name not in allowed:
             raise UserError(
@@ -170,7 +170,7 @@ def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
     gpus = torch.cuda.is_available()
     valid = TF_ALLREDUCE[strategy]
     default = "auto" if strategy == "multiworker" else "nccl" if gpus else "one-device"
-    mine = [a for a in opts.allreduce if a in valid] or [default]
+    mine: list[str] = [a for a in opts.allreduce if a in valid] or [default]
     if "nccl" in mine and not gpus:
         rest = [a for a in valid if a != "nccl"]
         raise UserError("--allreduce nccl needs GPUs, and none are available here",
@@ -256,13 +256,13 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         if one_gpu_each and per_node > torch.cuda.device_count():
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
     points = []
-    by_batch = [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or [None]]
+    by_batch = [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or (None,)]
     for (mode, batch), workers, strategy in itertools.product(
         by_batch, sorted(set(opts.workers)), chosen
     ):
         per_worker, global_batch = batch_split(mode, workers, batch)
         comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
-        for comm, bucket in itertools.product(comms, opts.bucket_mb or [None]):
+        for comm, bucket in itertools.product(comms, opts.bucket_mb or (None,)):
             points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket, mode))
     if opts.framework == "tensorflow" or "tensorflow" in chosen:
         require_tensorflow(opts)
@@ -448,7 +448,8 @@ def ring_prediction(
     from dlperf.distributed.overlap import bucket_caps
 
     first, cap = bucket_caps(bucket_mb)
-    sizes, left = [], grad_bytes
+    sizes: list[int] = []
+    left = grad_bytes
     while left > 0 or not sizes:
         size = min(left, cap if sizes else first)
         sizes.append(size)
@@ -504,9 +505,9 @@ def overlap_prediction(
 
 def ring_basis(reference: dict[str, Any] | None) -> str | None:
     """What ring_predicted_s is calibrated on."""
-    ring = reference and reference["ring_model"]
-    if not ring:
+    if not reference or not reference["ring_model"]:
         return None
+    ring = reference["ring_model"]
     return (
         f"ring α-β fitted to all-reduce study {reference['study_id']} "
         f"({reference['measured_at']}), rms error {ring['rmse_pct']:.0f}% over "
@@ -629,6 +630,7 @@ class _Study:
     def open(self) -> None:
         if self.tensorflow and self.opts.nnodes > 1:
             self.reporter.task(f"waiting for {self.opts.nnodes} nodes at {self.opts.rdzv}")
+            assert self.opts.rdzv is not None  # plan refuses nnodes > 1 without it
             self.cluster = Cluster.meet(self.opts.nnodes, self.opts.node_rank, self.opts.rdzv)
         if self.writer:
             name = f"scale {self.exp.run.name or self.exp.model.name}"
@@ -784,7 +786,11 @@ def run_study(
             raise error
     study.open()
     for index, point in enumerate(points):
-        steps = opts.steps or opts.epochs * max(1, study.train_images // point.global_batch)
+        if opts.steps is not None:
+            steps = opts.steps
+        else:
+            assert opts.epochs is not None  # plan refuses neither or both
+            steps = opts.epochs * max(1, study.train_images // point.global_batch)
         row = study.run_point(index, len(points), point, steps, {})
         if row["status"] == "failed" and opts.on_failure == "stop":
             break

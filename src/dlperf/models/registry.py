@@ -103,6 +103,16 @@ def build_from_factory(
     return model
 
 
+def _geometry(conv: nn.Conv2d) -> dict[str, Any]:
+    # torch types these as any convolution's (tuple[int, ...]), which Conv2d does not take.
+    return {
+        "kernel_size": conv.kernel_size,
+        "stride": conv.stride,
+        "padding": conv.padding,
+        "dilation": conv.dilation,
+    }
+
+
 def _adapt_stem(model: nn.Module, in_channels: int) -> None:
     """Give a torchvision model a first convolution that takes `in_channels`."""
     for parent in model.modules():
@@ -115,12 +125,9 @@ def _adapt_stem(model: nn.Module, in_channels: int) -> None:
                         nn.Conv2d(
                             in_channels,
                             child.out_channels,
-                            child.kernel_size,
-                            child.stride,
-                            child.padding,
-                            child.dilation,
-                            child.groups,
-                            child.bias is not None,
+                            groups=child.groups,
+                            bias=child.bias is not None,
+                            **_geometry(child),
                         ),
                     )
                 return

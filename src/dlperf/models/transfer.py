@@ -33,7 +33,8 @@ def head_name(model: nn.Module) -> str:
 def split_params(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """(backbone, head) parameters."""
     prefix = head_name(model) + "."
-    backbone, head = [], []
+    backbone: list[nn.Parameter] = []
+    head: list[nn.Parameter] = []
     for name, p in model.named_parameters():
         (head if name.startswith(prefix) else backbone).append(p)
     return backbone, head
@@ -136,6 +137,6 @@ def set_train_mode(model: nn.Module) -> None:
         return
     for module in model.modules():
         params = list(module.parameters(recurse=False))
-        state = params or list(module.buffers(recurse=False))
-        if state and not any(p.requires_grad for p in params):
+        buffers = list(module.buffers(recurse=False))
+        if (params or buffers) and not any(p.requires_grad for p in params):
             module.eval()

@@ -97,8 +97,11 @@ def study_figures(
             for i, (label, mine) in enumerate(groups.items()):
                 w = [r["workers"] for r in mine]
                 ax.plot(w, [r[key] for r in mine], "o-", color=f"C{i}", label=label)
-                spread = [(r, step_range(r)) for r in mine if r.get(key) is not None]
-                spread = [(r, s) for r, s in spread if s is not None]
+                spread = [
+                    (r, s)
+                    for r in mine
+                    if r.get(key) is not None and (s := step_range(r)) is not None
+                ]
                 if spread:
                     ranges = [(1 / hi, 1 / lo) if inverse else (lo, hi) for _, (lo, hi) in spread]
                     values = [r[key] for r, _ in spread]
@@ -125,7 +128,7 @@ def study_figures(
 
     def throughput(ax: Axes) -> None:
         series("throughput", linear)(ax)
-        label = "chunk mean, 95% CI (Student's t)"
+        label: str | None = "chunk mean, 95% CI (Student's t)"
         for i, mine in enumerate(groups.values()):
             chunked = [r for r in mine if r.get("throughput_ci95") is not None]
             if chunked:

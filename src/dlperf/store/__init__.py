@@ -307,7 +307,9 @@ class Store:
                 study_id=study_id,
                 started=_now(),
             )
-            run.id = self._next_id(s)
+            next_id = self._next_id(s)
+            if next_id is not None:
+                run.id = next_id
             s.add(run)
             s.flush()
             return run.id
@@ -424,8 +426,8 @@ class Store:
                     "see `dlperf runs list`",
                 )
             owned = [
-                tuple(r)
-                for r in s.execute(
+                (run_id, path)
+                for run_id, path in s.execute(
                     select(Artifact.run_id, Artifact.path)
                     .where(Artifact.run_id.in_(ids))
                     .order_by(Artifact.id)

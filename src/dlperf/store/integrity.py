@@ -65,11 +65,13 @@ def damaged(path: Path, detail: str) -> UserError:
 def check(engine: Engine) -> None:
     """Refuse a store file that fails `PRAGMA quick_check`, before anything writes to it."""
     path = store_file(engine)
+    if path is None:
+        return  # in memory
     try:
-        stat = path.stat() if path is not None else None
+        stat = path.stat()
     except FileNotFoundError:
         return  # a new store
-    if stat is None or not 0 < stat.st_size <= CHECK_MAX_BYTES:
+    if not 0 < stat.st_size <= CHECK_MAX_BYTES:
         return
     key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if key in _passed:

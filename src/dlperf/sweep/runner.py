@@ -195,7 +195,7 @@ class SweepRun:
                 return
 
     def run_parallel(self, todo: list[Point], jobs: int) -> None:
-        pending, running = deque(todo), []
+        pending, running = deque(todo), list[_Child]()
         try:
             while pending or running:
                 while pending and len(running) < jobs:

@@ -67,7 +67,7 @@ def counts(findings: list[Finding]) -> str:
 def _findings(found: list[Finding], by_run: bool = False) -> str:
     if not found:
         return '<p class="note">no findings</p>'
-    rows = [[severity(f.severity), f.rule, f.evidence, f.fix] for f in found]
+    rows: list[list[Any]] = [[severity(f.severity), f.rule, f.evidence, f.fix] for f in found]
     columns = ["severity", "rule", "evidence", "fix"]
     if by_run:
         rows = [[f.run_id, *row] for f, row in zip(found, rows, strict=True)]
