@@ -478,14 +478,25 @@ def test_rows_written_together_are_spread_by_step() -> None:
     assert spread([(1, 5.0), (2, 5.0)]) == ([5.0, 5.0], True)  # one batch: nothing to pace it
 
 
-def test_wall_time_figure_says_what_its_axis_is(lab: dict[str, Any]) -> None:
-    """The real run wrote its per-step rows in batches (run.log_every): the caption says how
-    they are placed on the time axis."""
+def test_wall_time_figure_says_what_its_axis_is(
+    lab: dict[str, Any], cli: Callable, store: Store
+) -> None:
+    """A run of this dlperf keeps each step's own time: the figure plots it as it is. A run
+    whose rows share one time per batch (written by an older dlperf) gets them spread by
+    step, and the caption says so."""
     rows = lab["store"].metrics(lab["ids"]["hostile"], "train/loss")
     assert len(rows) > 10  # more steps than one batch
     page = (lab["out"] / f"run-{lab['ids']['hostile']}.html").read_text(encoding="utf-8")
+    assert "train/loss, val/acc1 against wall time" in page
+    assert "one time per batch" not in page
+    old = store.create_run("batched", "run", {})
+    for first in (1, 11):  # two batches of ten rows, each stamped with its write time
+        store.log_metrics(old, [("train/loss", s, 1.0 / s) for s in range(first, first + 10)])
+    store.finish_run(old, "finished", summary={"steps_per_epoch": 20})
+    assert cli("report", str(old), "--out", "site").code == 0
+    page = Path(f"site/run-{old}.html").read_text(encoding="utf-8")
     assert (
-        "train/loss, val/acc1 against wall time (the store holds one time per batch of rows: "
+        "train/loss against wall time (the store holds one time per batch of rows: "
         "the steps of a batch are spread evenly between its time and the batch before&#x27;s)"
     ) in page
 

@@ -514,10 +514,12 @@ def test_the_saved_figures_are_named_in_the_human_output(
 ) -> None:
     """Not only in --json: each figure the study saved gets a `saved PATH` line on stderr."""
     from dlperf.distributed import study
+    from dlperf.report import scaling
 
     figures = ["/out/scale-1/plots/throughput.png", "/out/scale-1/plots/speedup.png"]
-    done = study.StudyResult(1, [], [], "single-host emulation", artifacts=figures)
+    done = study.StudyResult(1, [], [], "single-host emulation")
     monkeypatch.setattr(study, "run_study", lambda *args: done)
+    monkeypatch.setattr(scaling, "save_study_figures", lambda *args: figures)
     base = ["scale", str(tiny_exp()), "--mode", "weak", "--per-worker-batch", "8", "--steps", "2"]
     r = cli(*base, "--workers", "1")
     assert r.code == 0, r.err
