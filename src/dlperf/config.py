@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
-import tomllib
 from pydantic import (
     BaseModel,
     ConfigDict,

@@ -5,10 +5,9 @@ looking up a data set's classes, answers at once."""
 from __future__ import annotations
 
 import functools
+import tomllib
 from importlib import resources
 from typing import Any
-
-import tomllib
 
 
 def shipped(path: str) -> dict[str, Any]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import socket
+import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dlperf.errors import UserError

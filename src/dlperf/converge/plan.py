@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit, steps_per_second

@@ -96,7 +96,7 @@ def _flip(image: torch.Tensor, target: dict[str, torch.Tensor]) -> tuple[torch.T
 
 def _summed_losses(losses: dict[str, torch.Tensor], _: None) -> torch.Tensor:
     """The detector's loss terms summed; it took the targets in its forward pass."""
-    return sum(losses.values())
+    return torch.stack(list(losses.values())).sum()
 
 
 def train(

@@ -219,7 +219,7 @@ class Phase:
                 dump_first_step("ddp", x, y, stepped, self.model)
             if self.dump and self.step == 1:
                 trained = [p for p in self.model.parameters() if p.requires_grad]
-                grads = [p.grad.detach().cpu() for p in trained]
+                grads = [p.grad.detach().cpu() for p in trained if p.grad is not None]
                 path = f"{self.dump}.w{dist.get_world_size()}.rank{dist.get_rank()}.pt"
                 torch.save({"x": x.cpu(), "y": y.cpu(), "grads": grads}, path)
             if self.crash is not None:
@@ -240,8 +240,10 @@ class Phase:
             self.wall += time.perf_counter() - start
 
     def result(self) -> dict[str, Any]:
-        ddp = isinstance(self.wrapped, DistributedDataParallel)
-        logging = self.wrapped._get_ddp_logging_data() if ddp else {}
+        wrapped = self.wrapped
+        logging = (
+            wrapped._get_ddp_logging_data() if isinstance(wrapped, DistributedDataParallel) else {}
+        )
         flat = torch.cat([p.detach().flatten() for p in self.model.parameters()])
         reference = flat.clone()
         dist.broadcast(reference, 0)

@@ -49,7 +49,7 @@ def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         # A tensor rather than a NumPy array, which the weights-only unpickler refuses.
-        "numpy": (kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss),
+        "numpy": (kind, torch.from_numpy(np.asarray(key, dtype=np.int64)), pos, has_gauss, gauss),
         "python": random.getstate(),
     }
     if torch.cuda.is_available():

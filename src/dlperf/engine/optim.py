@@ -18,7 +18,7 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
     if cfg.backbone_lr_scale == 1:
         return [{"params": [p for p in model.parameters() if p.requires_grad]}]
     backbone, head = ([p for p in params if p.requires_grad] for params in split_params(model))
-    groups = [{"params": head}]
+    groups: list[dict[str, Any]] = [{"params": head}]
     if backbone:  # none when feature extraction froze it
         groups.append({"params": backbone, "lr": cfg.lr * cfg.backbone_lr_scale})
     return groups

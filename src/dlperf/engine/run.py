@@ -52,7 +52,7 @@ def _prepare(exp: Experiment, store: Store, reporter: Reporter, fresh: bool = Tr
     notes = start_weights(model, exp.model, start.source, weights)
     # What the weights expect of the images, for `dlperf doctor` to hold the data against.
     expects = {"image_size": start.image_size, "mean": start.mean, "std": start.std}
-    origin = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
+    origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
     origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
     return Prepared(device, threads, data, model, origin | {"warnings": warnings})
 

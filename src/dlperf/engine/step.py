@@ -84,7 +84,7 @@ class TrainStep:
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
             self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
         self.scaler.update()
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         self.timer.mark("optimizer")
         return Stepped(loss.detach(), output, lr)
