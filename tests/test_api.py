@@ -3,6 +3,7 @@ and a tracked loop is a run like any other."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -117,6 +118,30 @@ def test_runs_say_lost_as_the_commands_do(db: str) -> None:
     store = dlperf.Store(db)
     assert store.run(run_id)["status"] == "lost"
     assert [r["status"] for r in store.runs()] == ["lost"]
+
+
+def test_store_selects_and_compares_as_the_commands_do(cli, db: str) -> None:
+    ids = []
+    for lr in (0.1, 0.2, 0.4):
+        with dlperf.track("lr", config={"train": {"lr": lr}}) as run:
+            run.log(1, loss=lr)
+        ids.append(run.id)
+    store = dlperf.Store(db)
+    picked = store.runs(where=["train.lr=0.2"])
+    assert [r["id"] for r in picked] == [ids[1]]
+    listed = json.loads(cli("runs", "list", "--where", "train.lr=0.2", "--json").out)
+    assert [r["id"] for r in listed] == [ids[1]]
+    with pytest.raises(dlperf.UserError, match="unknown key 'train.lrr'"):
+        store.runs(where=["train.lrr=0.2"])
+    diff = store.compare(ids)
+    assert diff.to_dict() == json.loads(cli("runs", "compare", *map(str, ids), "--json").out)
+    assert diff.config_diff == {"train.lr": [0.1, 0.2, 0.4]}
+    assert [(r.label, r.delta) for r in diff.rows()] == [
+        ("train.lr", "+100.0% +300.0%"),
+        ("status", None),
+    ]
+    with pytest.raises(dlperf.UserError, match="two or more"):
+        store.compare(ids[:1])
 
 
 def test_fit_curve_recovers_known_parameters() -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from dlperf.analytic.counting import Analysis
     from dlperf.store import Store as _Store
+    from dlperf.store.query import Comparison
 
 
 # --- analyze --------------------------------------------------------------------------------
@@ -247,16 +248,31 @@ class Store:
         self._store = _StoreImpl.open(url or os.environ.get("DLPERF_DB"))
 
     def runs(
-        self, kind: str | None = None, study: int | None = None, limit: int | None = None
+        self,
+        kind: str | None = None,
+        study: int | None = None,
+        limit: int | None = None,
+        where: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """Stored runs, newest first, each with its status as it stands (`lost` for a run
-        whose process died without marking it, as `dlperf runs list` shows)."""
-        return [
-            _as_it_stands(r) for r in self._store.list_runs(kind=kind, study_id=study, limit=limit)
-        ]
+        whose process died without marking it), as `dlperf runs list` shows them: `where`
+        holds its --where filters (["model.name=resnet20", "status=finished",
+        "tag.baseline=yes"]), and `limit` keeps the newest of the runs they select."""
+        from dlperf.store.query import list_runs
+
+        return list_runs(lambda: self._store, kind=kind, study=study, where=where, limit=limit)
+
+    def compare(self, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
+        """What `dlperf runs compare` shows: the config keys that differ, each result, tag and
+        status per run, with the change from the first run (`.rows()`, `.to_dict()`)."""
+        from dlperf.store.query import compare
+
+        return compare(self._store, run_ids, study)
 
     def run(self, run_id: int) -> dict[str, Any]:
-        return _as_it_stands(self._store.get_run(run_id))
+        from dlperf.store.query import with_status
+
+        return with_status([self._store.get_run(run_id)])[0]
 
     def metric_keys(self, run_id: int) -> list[str]:
         return self._store.metric_keys(run_id)
@@ -285,12 +301,6 @@ class Store:
             for key, points in wanted.items()
         }
         return pd.DataFrame(columns).sort_index().rename_axis("step")
-
-
-def _as_it_stands(run: dict[str, Any]) -> dict[str, Any]:
-    from dlperf.store import effective_status
-
-    return {**run, "status": effective_status(run)}
 
 
 # --- fit_curve ------------------------------------------------------------------------------
