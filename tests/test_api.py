@@ -131,7 +131,7 @@ def test_store_selects_and_compares_as_the_commands_do(cli, db: str) -> None:
     assert [r["id"] for r in picked] == [ids[1]]
     listed = json.loads(cli("runs", "list", "--where", "train.lr=0.2", "--json").out)
     assert [r["id"] for r in listed] == [ids[1]]
-    with pytest.raises(dlperf.UserError, match="unknown key 'train.lrr'"):
+    with pytest.raises(dlperf.UserError, match=r"unknown key 'train\.lrr'"):
         store.runs(where=["train.lrr=0.2"])
     diff = store.compare(ids)
     assert diff.to_dict() == json.loads(cli("runs", "compare", *map(str, ids), "--json").out)
