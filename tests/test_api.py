@@ -155,3 +155,20 @@ def test_fit_curve_recovers_known_parameters() -> None:
     assert step["reachable"] and step["step"] == pytest.approx(180, abs=1)  # 1/(0.1k+2) = 0.05
     with pytest.raises(dlperf.UserError, match="unknown curve form"):
         dlperf.fit_curve(k, k, form="cubic")
+
+
+def test_fit_curve_fits_as_converge_fit_does(cli, tmp_path: Path) -> None:
+    """The same window, the same checks and the same held-out points as the command."""
+    import numpy as np
+
+    k = np.arange(1, 41)
+    loss = 1 / (0.05 * k + 1) + 0.2 + np.random.default_rng(1).normal(0, 0.003, k.size)
+    csv = tmp_path / "curve.csv"
+    csv.write_text("loss\n" + "\n".join(map(str, loss)) + "\n")
+    shown = cli("converge", "fit", "--csv", str(csv), "--y", "loss", "--upto", "0.5", "--json")
+    command = json.loads(shown.out)
+    fit = dlperf.fit_curve(k, loss, upto=0.5)
+    assert fit.params == {b: command[b] for b in ("beta0", "beta1", "beta2")}
+    assert fit.heldout_rmse == command["heldout"]["optimus_rmse"]
+    with pytest.raises(dlperf.UserError, match=r"accuracy values must lie in \[0, 1\]"):
+        dlperf.fit_curve(k, 100 * (1 - loss), metric="accuracy")  # percent, not a fraction

@@ -315,7 +315,9 @@ class CurveResult:
     params: dict[str, float]
     interval: dict[str, tuple[float, float]]  # 90% bootstrap interval of each parameter
     rmse: float
-    heldout_rmse: float | None  # on the last third, from a fit on the first two thirds
+    # on the points after the fit window, from a fit on the window; when the window is the
+    # whole curve, on its last third from a fit on its first two thirds
+    heldout_rmse: float | None
     converged: bool
     message: str
     _p: np.ndarray
@@ -336,40 +338,39 @@ class CurveResult:
 
 
 def fit_curve(
-    x: Sequence[float], y: Sequence[float], form: str = "optimus", metric: str = "loss"
+    x: Sequence[float],
+    y: Sequence[float],
+    form: str = "optimus",
+    metric: str = "loss",
+    *,
+    upto: float | None = None,
+    upto_step: float | None = None,
 ) -> CurveResult:
-    """Fit y(x) with the Optimus form 1/(β0·k + β1) + β2 or a power law ("power").
-    `metric` "loss" | "error" | "accuracy" (accuracy is fitted as 1 − accuracy)."""
+    """Fit y(x) with the Optimus form 1/(β0·k + β1) + β2 or a power law ("power"), as
+    `dlperf converge fit` fits a curve: on the leading points `upto` (a fraction) or
+    `upto_step` picks, all of them by default. `metric` "loss" | "error" | "accuracy"
+    (accuracy is fitted as 1 − accuracy; accuracy and error lie in [0, 1])."""
     import numpy as np
 
-    from dlperf.converge.curve import (
-        PARAMS,
-        bootstrap,
-        check_metric,
-        fit,
-        heldout_rmse,
-        intervals,
-        to_decreasing,
-    )
+    from dlperf.converge.curve import PARAMS, Curve
+    from dlperf.converge.fitting import fit_one
+    from dlperf.converge.options import CurveOptions
 
-    check_metric(metric)
     if form not in PARAMS:
         raise UserError(f"unknown curve form {form!r}", f"use {', '.join(PARAMS)}")
-    k = np.asarray(x, float)
-    values = to_decreasing(np.asarray(y, float), metric)
-    result, p = fit(k, values, form)
-    samples = bootstrap(k, values, form, p)
-    n_fit = max(4, 2 * len(k) // 3)
-    held = heldout_rmse(k, values, n_fit, form) if n_fit < len(k) else None
+    points = Curve("fit_curve", np.asarray(x, float), np.asarray(y, float))
+    report = fit_one(points, CurveOptions(metric=metric, upto=upto, upto_step=upto_step))
+    fitted = report.fits[form]
+    held = report.heldout.get(f"{form}_rmse")
     return CurveResult(
         form=form,
         metric=metric,
-        params=result.params,
-        interval=intervals(samples, form),
-        rmse=result.rmse,
-        heldout_rmse=held,
-        converged=result.converged,
-        message=result.message,
-        _p=p,
-        _samples=samples,
+        params=fitted.params,
+        interval=report.ci[form],
+        rmse=fitted.rmse,
+        heldout_rmse=None if held is None else float(held),
+        converged=fitted.converged,
+        message=fitted.message,
+        _p=report.params[form],
+        _samples=report.samples[form],
     )
