@@ -59,6 +59,21 @@ def test_analyze_leaves_the_callers_model_alone() -> None:
     assert '"totals"' in result.to_json()
 
 
+def test_analysis_prints_the_tables_the_command_prints(cli) -> None:
+    """One rendering of the analysis: the same titles, columns, rows and totals, word for
+    word, with the console's rules and column bars left aside."""
+
+    def words(text: str) -> list[list[str]]:
+        lines = (line.translate(str.maketrans("", "", "┃│")).split() for line in text.splitlines())
+        return [w for w in lines if w and not set("".join(w)) <= set("━╇─┼")]
+
+    shown = cli("analyze", "smallcnn", "--input", "1,8,8", "--train")
+    assert shown.code == 0
+    result = dlperf.analyze("smallcnn", (1, 8, 8), train=True)
+    assert words(str(result)) == words(shown.out)
+    assert "training memory SGD momentum / Adam" in str(result)
+
+
 def test_analyze_refuses_what_it_cannot_count() -> None:
     with pytest.raises(dlperf.UserError, match="input_size"):
         dlperf.analyze(torch.nn.Linear(2, 2))

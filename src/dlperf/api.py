@@ -77,19 +77,10 @@ class AnalysisResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def __str__(self) -> str:
-        t = self.totals
-        counts = ("params", "macs", "flops")
-        rows = [("layer", "type", "params", "MACs", "FLOPs")]
-        rows += [(r["name"], r["type"], *(f"{r[c]:,}" for c in counts)) for r in self.layers]
-        rows.append(("total", "", *(f"{t[c]:,}" for c in counts)))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        return "\n".join(
-            "  ".join(
-                c.ljust(w) if i < 2 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-            for row in rows
-        )
+        """The tables `dlperf analyze` prints, as plain text."""
+        from dlperf.analytic.tables import tables
+
+        return "\n\n".join(table.text() for table in tables(self.to_dict()))
 
 
 def analyze(
