@@ -5,27 +5,13 @@ the command line takes `si` from here at start-up."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from dlperf.table import Table
 
 LAYER_COLUMNS = ["name", "type", "output_shape", "params", "macs", "flops", "activations",
                  "activation_bytes"]  # fmt: skip
 BACKWARD_COLUMNS = ["backward_macs", "backward_flops"]
-
-
-@dataclass
-class Table:
-    title: str | None
-    columns: list[str]
-    rows: list[list[str]]
-
-    def text(self) -> str:
-        """The table as plain text: the title, then columns padded to their widest cell."""
-        lines = [self.columns, *self.rows]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(self.columns))]
-        body = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                for line in lines]  # fmt: skip
-        return "\n".join(([self.title] if self.title else []) + body)
 
 
 def si(value: float, unit: str = "") -> str:
