@@ -54,7 +54,8 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 @dataclass
 class AnalysisResult:
-    """`dlperf analyze` as an object: `.totals`, `.layers`, `.to_json()`; prints as a table."""
+    """`dlperf analyze` as an object: `.totals`, `.layers`, `.to_json()`; prints as the
+    command's tables."""
 
     analysis: Analysis
 

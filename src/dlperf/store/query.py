@@ -1,6 +1,7 @@
-"""Reading runs as `dlperf runs list | compare` and `dlperf.api.Store` do: runs as they stand
-(`lost` for a dead `running` one), the `--where KEY=VALUE` filters, and what differs between
-runs with the numeric change of each result."""
+"""Reading runs as `dlperf runs list | show | compare | delete` and `dlperf.api.Store` do: runs
+as they stand (`lost` for a dead `running` one), the `--where KEY=VALUE` filters, one run with
+its per-epoch metrics, what differs between runs with the numeric change of each result, and
+which runs may be deleted."""
 
 from __future__ import annotations
 
@@ -130,6 +131,7 @@ class RunView:
 
 
 def show(store: Store, run_id: int) -> RunView:
+    """One run with its per-epoch metrics and artifacts."""
     run = with_status([store.get_run(run_id)])[0]
     epochs = {
         key: store.metrics(run_id, key)
