@@ -51,7 +51,7 @@ def config_value(config: dict[str, Any], dotted: str) -> Any:
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
     """The run's results that it has, in SUMMARY_KEYS order, peak memory in MiB."""
-    rows = []
+    rows: list[tuple[str, Any]] = []
     for key in SUMMARY_KEYS:
         if key not in summary:
             continue
@@ -78,7 +78,7 @@ def setting(value: Any) -> str:
 def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
     """One (section, its keys as KEY=VALUE) per section, unset keys left out: compact enough
     to read in one screen, and each pair is what --set SECTION.KEY=VALUE takes."""
-    rows = []
+    rows: list[tuple[str, str | None]] = []
     for section, value in config.items():
         if not isinstance(value, dict):
             rows.append((section, setting(value)))
