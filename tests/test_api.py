@@ -3,6 +3,7 @@ and a tracked loop is a run like any other."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -56,6 +57,21 @@ def test_analyze_leaves_the_callers_model_alone() -> None:
     # conv: 8·3·3·3 MACs per output pixel (6·6 of them) per image; linear: 288·4
     assert result.totals["macs"] >= 2 * (8 * 27 * 36 + 288 * 4)
     assert '"totals"' in result.to_json()
+
+
+def test_analysis_prints_the_tables_the_command_prints(cli) -> None:
+    """One rendering of the analysis: the same titles, columns, rows and totals, word for
+    word, with the console's rules and column bars left aside."""
+
+    def words(text: str) -> list[list[str]]:
+        lines = (line.translate(str.maketrans("", "", "┃│")).split() for line in text.splitlines())
+        return [w for w in lines if w and not set("".join(w)) <= set("━╇─┼")]
+
+    shown = cli("analyze", "smallcnn", "--input", "1,8,8", "--train")
+    assert shown.code == 0
+    result = dlperf.analyze("smallcnn", (1, 8, 8), train=True)
+    assert words(str(result)) == words(shown.out)
+    assert "training memory SGD momentum / Adam" in str(result)
 
 
 def test_analyze_refuses_what_it_cannot_count() -> None:
@@ -119,6 +135,30 @@ def test_runs_say_lost_as_the_commands_do(db: str) -> None:
     assert [r["status"] for r in store.runs()] == ["lost"]
 
 
+def test_store_selects_and_compares_as_the_commands_do(cli, db: str) -> None:
+    ids = []
+    for lr in (0.1, 0.2, 0.4):
+        with dlperf.track("lr", config={"train": {"lr": lr}}) as run:
+            run.log(1, loss=lr)
+        ids.append(run.id)
+    store = dlperf.Store(db)
+    picked = store.runs(where=["train.lr=0.2"])
+    assert [r["id"] for r in picked] == [ids[1]]
+    listed = json.loads(cli("runs", "list", "--where", "train.lr=0.2", "--json").out)
+    assert [r["id"] for r in listed] == [ids[1]]
+    with pytest.raises(dlperf.UserError, match=r"unknown key 'train\.lrr'"):
+        store.runs(where=["train.lrr=0.2"])
+    diff = store.compare(ids)
+    assert diff.to_dict() == json.loads(cli("runs", "compare", *map(str, ids), "--json").out)
+    assert diff.config_diff == {"train.lr": [0.1, 0.2, 0.4]}
+    assert [(r.label, r.delta) for r in diff.rows()] == [
+        ("train.lr", "+100.0% +300.0%"),
+        ("status", None),
+    ]
+    with pytest.raises(dlperf.UserError, match="two or more"):
+        store.compare(ids[:1])
+
+
 def test_fit_curve_recovers_known_parameters() -> None:
     import numpy as np
 
@@ -130,3 +170,20 @@ def test_fit_curve_recovers_known_parameters() -> None:
     assert step["reachable"] and step["step"] == pytest.approx(180, abs=1)  # 1/(0.1k+2) = 0.05
     with pytest.raises(dlperf.UserError, match="unknown curve form"):
         dlperf.fit_curve(k, k, form="cubic")
+
+
+def test_fit_curve_fits_as_converge_fit_does(cli, tmp_path: Path) -> None:
+    """The same window, the same checks and the same held-out points as the command."""
+    import numpy as np
+
+    k = np.arange(1, 41)
+    loss = 1 / (0.05 * k + 1) + 0.2 + np.random.default_rng(1).normal(0, 0.003, k.size)
+    csv = tmp_path / "curve.csv"
+    csv.write_text("loss\n" + "\n".join(map(str, loss)) + "\n")
+    shown = cli("converge", "fit", "--csv", str(csv), "--y", "loss", "--upto", "0.5", "--json")
+    command = json.loads(shown.out)
+    fit = dlperf.fit_curve(k, loss, upto=0.5)
+    assert fit.params == {b: command[b] for b in ("beta0", "beta1", "beta2")}
+    assert fit.heldout_rmse == command["heldout"]["optimus_rmse"]
+    with pytest.raises(dlperf.UserError, match=r"accuracy values must lie in \[0, 1\]"):
+        dlperf.fit_curve(k, 100 * (1 - loss), metric="accuracy")  # percent, not a fraction

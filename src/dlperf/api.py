@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from dlperf.analytic.counting import Analysis
     from dlperf.store import Store as _Store
+    from dlperf.store.query import Comparison
 
 
 # --- analyze --------------------------------------------------------------------------------
@@ -53,7 +54,8 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 @dataclass
 class AnalysisResult:
-    """`dlperf analyze` as an object: `.totals`, `.layers`, `.to_json()`; prints as a table."""
+    """`dlperf analyze` as an object: `.totals`, `.layers`, `.to_json()`; prints as the
+    command's tables."""
 
     analysis: Analysis
 
@@ -76,19 +78,10 @@ class AnalysisResult:
         return json.dumps(self.to_dict(), indent=2)
 
     def __str__(self) -> str:
-        t = self.totals
-        counts = ("params", "macs", "flops")
-        rows = [("layer", "type", "params", "MACs", "FLOPs")]
-        rows += [(r["name"], r["type"], *(f"{r[c]:,}" for c in counts)) for r in self.layers]
-        rows.append(("total", "", *(f"{t[c]:,}" for c in counts)))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        return "\n".join(
-            "  ".join(
-                c.ljust(w) if i < 2 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-            for row in rows
-        )
+        """The tables `dlperf analyze` prints, as plain text."""
+        from dlperf.analytic.tables import tables
+
+        return "\n\n".join(table.text() for table in tables(self.to_dict()))
 
 
 def analyze(
@@ -247,16 +240,31 @@ class Store:
         self._store = _StoreImpl.open(url or os.environ.get("DLPERF_DB"))
 
     def runs(
-        self, kind: str | None = None, study: int | None = None, limit: int | None = None
+        self,
+        kind: str | None = None,
+        study: int | None = None,
+        limit: int | None = None,
+        where: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """Stored runs, newest first, each with its status as it stands (`lost` for a run
-        whose process died without marking it, as `dlperf runs list` shows)."""
-        return [
-            _as_it_stands(r) for r in self._store.list_runs(kind=kind, study_id=study, limit=limit)
-        ]
+        whose process died without marking it), as `dlperf runs list` shows them: `where`
+        holds its --where filters (["model.name=resnet20", "status=finished",
+        "tag.baseline=yes"]), and `limit` keeps the newest of the runs they select."""
+        from dlperf.store.query import list_runs
+
+        return list_runs(lambda: self._store, kind=kind, study=study, where=where, limit=limit)
+
+    def compare(self, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
+        """What `dlperf runs compare` shows: the config keys that differ, each result, tag and
+        status per run, with the change from the first run (`.rows()`, `.to_dict()`)."""
+        from dlperf.store.query import compare
+
+        return compare(self._store, run_ids, study)
 
     def run(self, run_id: int) -> dict[str, Any]:
-        return _as_it_stands(self._store.get_run(run_id))
+        from dlperf.store.query import with_status
+
+        return with_status([self._store.get_run(run_id)])[0]
 
     def metric_keys(self, run_id: int) -> list[str]:
         return self._store.metric_keys(run_id)
@@ -287,12 +295,6 @@ class Store:
         return pd.DataFrame(columns).sort_index().rename_axis("step")
 
 
-def _as_it_stands(run: dict[str, Any]) -> dict[str, Any]:
-    from dlperf.store import effective_status
-
-    return {**run, "status": effective_status(run)}
-
-
 # --- fit_curve ------------------------------------------------------------------------------
 
 
@@ -305,7 +307,9 @@ class CurveResult:
     params: dict[str, float]
     interval: dict[str, tuple[float, float]]  # 90% bootstrap interval of each parameter
     rmse: float
-    heldout_rmse: float | None  # on the last third, from a fit on the first two thirds
+    # on the points after the fit window, from a fit on the window; when the window is the
+    # whole curve, on its last third from a fit on its first two thirds
+    heldout_rmse: float | None
     converged: bool
     message: str
     _p: np.ndarray
@@ -326,40 +330,39 @@ class CurveResult:
 
 
 def fit_curve(
-    x: Sequence[float], y: Sequence[float], form: str = "optimus", metric: str = "loss"
+    x: Sequence[float],
+    y: Sequence[float],
+    form: str = "optimus",
+    metric: str = "loss",
+    *,
+    upto: float | None = None,
+    upto_step: float | None = None,
 ) -> CurveResult:
-    """Fit y(x) with the Optimus form 1/(β0·k + β1) + β2 or a power law ("power").
-    `metric` "loss" | "error" | "accuracy" (accuracy is fitted as 1 − accuracy)."""
+    """Fit y(x) with the Optimus form 1/(β0·k + β1) + β2 or a power law ("power"), as
+    `dlperf converge fit` fits a curve: on the leading points `upto` (a fraction) or
+    `upto_step` picks, all of them by default. `metric` "loss" | "error" | "accuracy"
+    (accuracy is fitted as 1 − accuracy; accuracy and error lie in [0, 1])."""
     import numpy as np
 
-    from dlperf.converge.curve import (
-        PARAMS,
-        bootstrap,
-        check_metric,
-        fit,
-        heldout_rmse,
-        intervals,
-        to_decreasing,
-    )
+    from dlperf.converge.curve import PARAMS, Curve
+    from dlperf.converge.fitting import fit_one
+    from dlperf.converge.options import CurveOptions
 
-    check_metric(metric)
     if form not in PARAMS:
         raise UserError(f"unknown curve form {form!r}", f"use {', '.join(PARAMS)}")
-    k = np.asarray(x, float)
-    values = to_decreasing(np.asarray(y, float), metric)
-    result, p = fit(k, values, form)
-    samples = bootstrap(k, values, form, p)
-    n_fit = max(4, 2 * len(k) // 3)
-    held = heldout_rmse(k, values, n_fit, form) if n_fit < len(k) else None
+    points = Curve("fit_curve", np.asarray(x, float), np.asarray(y, float))
+    report = fit_one(points, CurveOptions(metric=metric, upto=upto, upto_step=upto_step))
+    fitted = report.fits[form]
+    held = report.heldout.get(f"{form}_rmse")
     return CurveResult(
         form=form,
         metric=metric,
-        params=result.params,
-        interval=intervals(samples, form),
-        rmse=result.rmse,
-        heldout_rmse=held,
-        converged=result.converged,
-        message=result.message,
-        _p=p,
-        _samples=samples,
+        params=fitted.params,
+        interval=report.ci[form],
+        rmse=fitted.rmse,
+        heldout_rmse=None if held is None else float(held),
+        converged=fitted.converged,
+        message=fitted.message,
+        _p=report.params[form],
+        _samples=report.samples[form],
     )

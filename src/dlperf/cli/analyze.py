@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from dlperf.analytic.tables import si
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import UserError
@@ -62,25 +63,6 @@ def parse_positive(
     return value
 
 
-def si(value: float, unit: str = "") -> str:
-    """1234567 -> '1.23 M': counts in tables, exact numbers in --json."""
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.4g} {unit}".rstrip()
-
-
-def _field(rf: dict[str, Any]) -> str:
-    def text(d: dict[str, Any]) -> str:
-        size, jump, start = d["size"], d["jump"], d["start"]
-        return f"{size[0]}x{size[1]} px, jump {jump[0]}x{jump[1]}, start {start[0]},{start[1]}"
-
-    if rf["defined"]:
-        return text(rf)
-    last = f"; last spatial layer {rf['last_spatial_layer']}: {text(rf)}" if "size" in rf else ""
-    return f"undefined ({rf['reason']}){last}"
-
-
 @app.command()
 def analyze(
     model: str = MODEL,
@@ -114,6 +96,7 @@ def analyze(
     Example: dlperf analyze vgg19 --no-bias --activations conv-pool-fc
     """
     from dlperf.analytic.counting import analyze as run_analysis
+    from dlperf.analytic.tables import csv_columns, tables
 
     a = run_analysis(
         model, parse_shape(input_), batch, train, precision, classes, not no_bias, activations
@@ -125,100 +108,13 @@ def analyze(
     if as_json:
         console.print_json(result)
     elif as_csv:
-        _print_csv(result)
+        columns = csv_columns(result)
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows([[row[c] for c in columns] for row in result["layers"]])
     else:
-        _print_analysis(result)
-
-
-LAYER_COLUMNS = ["name", "type", "output_shape", "params", "macs", "flops", "activations",
-                 "activation_bytes"]  # fmt: skip
-BACKWARD_COLUMNS = ["backward_macs", "backward_flops"]
-
-
-def _print_csv(result: dict[str, Any]) -> None:
-    columns = LAYER_COLUMNS + (BACKWARD_COLUMNS if result["train"] else [])
-    writer = csv.writer(sys.stdout)
-    writer.writerow(columns)
-    writer.writerows([[row[c] for c in columns] for row in result["layers"]])
-
-
-def _cell(row: dict[str, Any], column: str, every_output: bool) -> str:
-    if column.startswith("activation") and not every_output and row["role"] == "other":
-        return "–"  # not an activation in this convention
-    return si(row[column], "B" if column.endswith("bytes") else "")
-
-
-def _print_analysis(result: dict[str, Any]) -> None:
-    from dlperf.analytic.counting import ACTIVATIONS
-
-    train = result["train"]
-    counts = LAYER_COLUMNS[3:] + (BACKWARD_COLUMNS if train else [])
-    every_output = result["conventions"]["activations"] == "all"
-    rows = [
-        [row["name"], row["type"], "x".join(map(str, row["output_shape"] or [])),
-         *(_cell(row, c, every_output) for c in counts)]
-        for row in result["layers"]
-    ]  # fmt: skip
-    shape = "x".join(map(str, result["input"]))
-    step = ", training step" if train else ""
-    n = result["classes"]
-    classes = f"{n} classes" if n is not None else "classes"
-    console.print_table(
-        f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}, "
-        f"{classes} ({result['classes_source']})",
-        [
-            "layer",
-            "type",
-            "output",
-            "params" if result["conventions"]["params"] == "with biases" else "params w/o bias",
-            "MACs",
-            "FLOPs",
-            "activations",
-            "act. bytes",
-        ]
-        + (["bwd MACs", "bwd FLOPs"] if train else []),
-        rows,
-    )
-    t = result["totals"]
-    if result["not_run"]:
-        console.print_table(
-            "modules that never ran",
-            ["module", "type", "params (in no row or total)"],
-            [[m["name"], m["type"], f"{m['params']:,}"] for m in result["not_run"]],
-        )
-    biases = result["conventions"]["params"]
-    outputs = ACTIVATIONS[result["conventions"]["activations"]]
-    summary = [
-        [f"params ({biases})", f"{t['params']:,}"],
-        [f"trainable params ({biases})", f"{t['trainable_params']:,}"],
-    ]
-    if result["not_run"]:
-        summary += [["params of modules that never ran", f"{t['params_not_run']:,}"]]
-    summary += [
-        ["MACs", f"{t['macs']:,} ({si(t['macs'])})"],
-        ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
-        [f"activations (elements; {outputs})", f"{t['activations']:,}"],
-        ["activation memory (the same)", si(t["activation_bytes"], "B")],
-        ["conv share of FLOPs", f"{t['conv_flops_share']:.1%}"],
-        ["receptive field", _field(t["receptive_field"])],
-    ]
-    if train:
-        m = t["training_memory"]
-
-        def sgd_adam(sizes: dict[str, int]) -> str:
-            return f"{si(sizes['sgd_momentum'], 'B')} / {si(sizes['adam'], 'B')}"
-
-        summary += [
-            ["backward MACs", f"{t['backward_macs']:,}"],
-            ["backward FLOPs", f"{t['backward_flops']:,}"],
-            ["step FLOPs (fwd + bwd)", f"{t['step_flops']:,} ({si(t['step_flops'])})"],
-            ["weights", si(m["weights_bytes"], "B")],
-            ["gradients", si(m["gradients_bytes"], "B")],
-            ["optimizer state SGD momentum / Adam", sgd_adam(m["optimizer_state_bytes"])],
-            ["activations saved for backward", si(m["saved_activations_bytes"], "B")],
-            ["training memory SGD momentum / Adam", sgd_adam(m["total_bytes"])],
-        ]
-    console.print_table("totals", ["", "value"], summary)
+        for table in tables(result):
+            console.print_table(table.title, table.columns, table.rows)
 
 
 @app.command()

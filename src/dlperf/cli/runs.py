@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from dataclasses import asdict
@@ -13,7 +12,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store, state
-from dlperf.errors import NoSuchRun, UserError
+from dlperf.errors import UserError
 from dlperf.parsing import flatten
 
 runs_app = typer.Typer(
@@ -22,108 +21,7 @@ runs_app = typer.Typer(
 )
 app.add_typer(runs_app, name="runs")
 
-SUMMARY_KEYS = (
-    "test_accuracy",
-    "best_val_accuracy",
-    "epochs_to_target",
-    "time_to_target_s",
-    "throughput",
-    "train_time_s",
-    "epochs",
-    "peak_memory_bytes",
-)
-# The run's own fields that --where reads (besides summary keys, config keys and tag.NAME).
-RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
 TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-MIB = 2**20
-
-
-def _config_value(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
-def _with_status(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Runs as they stand: a `running` run whose process is gone reads `lost`."""
-    from dlperf.store import effective_status
-
-    for run in runs:
-        run["status"] = effective_status(run)
-    return runs
-
-
-# --- runs list --where ----------------------------------------------------------------------
-
-
-def _parse_where(text: str) -> tuple[str, Any]:
-    from dlperf.config import _parse_value
-
-    key, sep, value = text.partition("=")
-    key, value = key.strip(), value.strip()
-    if not sep or not key or not value:
-        raise UserError(
-            f"--where {text!r}: expected KEY=VALUE",
-            "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
-        )
-    return key, _parse_value(value)
-
-
-def _field(run: dict[str, Any], key: str) -> tuple[bool, Any]:
-    """(known for this run, value) of a --where key."""
-    if key.startswith("tag."):
-        from dlperf.config import _parse_value
-
-        name = key.removeprefix("tag.")
-        tags = run.get("tags") or {}
-        return name in tags, _parse_value(tags[name]) if name in tags else None
-    if key in RUN_FIELDS:
-        return True, run[key]
-    if "." not in key:
-        return key in run["summary"], run["summary"].get(key)
-    flat = flatten(run["config"])
-    return key in flat, flat.get(key)
-
-
-def _same(stored: Any, wanted: Any) -> bool:
-    """Equal as --set values are: 0.1 == 0.10 and 1 == 1.0, but true is not 1."""
-    if isinstance(stored, bool) or isinstance(wanted, bool):
-        return type(stored) is type(wanted) and stored == wanted
-    return stored == wanted
-
-
-def _filter(runs: list[dict[str, Any]], where: list[str]) -> list[dict[str, Any]]:
-    """The runs every --where KEY=VALUE holds for; a key no run and no experiment has is bad
-    input, with the closest key as a hint."""
-    from dlperf.config import describe
-    from dlperf.parsing import did_you_mean
-
-    tests = [_parse_where(w) for w in where]
-    known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
-    tags: set[str] = set()
-    for run in runs:
-        known |= set(run["summary"]) | set(flatten(run["config"]))
-        tags |= {f"tag.{t}" for t in run.get("tags") or {}}
-    for key, _ in tests:
-        if key.startswith("tag.") and key not in tags:
-            hint = did_you_mean(key, tags, "set one with `dlperf runs tag ID KEY=VALUE`")
-            raise UserError(f"--where {key}: no listed run has tag {key[4:]!r}", hint)
-        if not key.startswith("tag.") and key not in known:
-            hint = did_you_mean(
-                key,
-                known,
-                "keys: config keys (model.name, train.lr), status, kind, name, "
-                "summary keys (test_accuracy, throughput) and tag.NAME",
-                quote=True,
-            )
-            raise UserError(f"--where: unknown key {key!r}", hint)
-    chosen = []
-    for run in runs:
-        fields = [_field(run, key) for key, _ in tests]
-        if all(has and _same(v, want) for (has, v), (_, want) in zip(fields, tests, strict=True)):
-            chosen.append(run)
-    return chosen
 
 
 @runs_app.command("list")
@@ -145,15 +43,9 @@ def runs_list(
 
     Example: dlperf runs list --where model.name=resnet20 --where status=finished --limit 10
     """
-    if limit < 1:
-        raise UserError(f"--limit must be at least 1, got {limit}")
-    store = open_store()
-    if study is not None:
-        store.get_study(study)  # an unknown study is an error, not an empty list
-    if where:  # filtered here, before the limit: the newest N runs that match
-        runs = _filter(_with_status(store.list_runs(kind=kind, study_id=study)), where)[:limit]
-    else:
-        runs = _with_status(store.list_runs(kind=kind, study_id=study, limit=limit))
+    from dlperf.store.query import config_value, list_runs
+
+    runs = list_runs(open_store, kind=kind, study=study, where=where or (), limit=limit)
     if as_json:
         console.print_json(runs)
         return
@@ -168,8 +60,8 @@ def runs_list(
                 r["name"],
                 r["kind"],
                 r["status"],
-                _config_value(r["config"], "model.name"),
-                _config_value(r["config"], "data.name"),
+                config_value(r["config"], "model.name"),
+                config_value(r["config"], "data.name"),
                 r["summary"].get("test_accuracy"),
                 r["summary"].get("throughput"),
                 r["started"],
@@ -194,48 +86,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
-    rows = []
-    for key in SUMMARY_KEYS:
-        if key not in summary:
-            continue
-        if key == "peak_memory_bytes":
-            value = summary[key]
-            rows.append(["peak memory MiB", None if value is None else value / MIB])
-        else:
-            rows.append([key, summary[key]])
-    return rows
-
-
-def _setting(value: Any) -> str:
-    """A config value as --set takes it: 0.05, true, [1, 2], a quoted string with spaces."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        items = (json.dumps(v) if isinstance(v, str) else _setting(v) for v in value)
-        return "[" + ", ".join(items) + "]"  # TOML: strings in a list are quoted
-    if isinstance(value, str) and (not value or any(c in value for c in " =\"'")):
-        return '"' + value.replace('"', '\\"') + '"'
-    return str(value)
-
-
-def _config_rows(config: dict[str, Any]) -> list[list[Any]]:
-    """One row per section, its keys as KEY=VALUE (unset keys left out): compact enough to
-    read in one screen, and each pair is what --set SECTION.KEY=VALUE takes."""
-    rows = []
-    for section, value in config.items():
-        if not isinstance(value, dict):
-            rows.append([section, _setting(value)])
-            continue
-        pairs = [
-            f"{k}={_setting(v)}"
-            for k, v in flatten(value).items()
-            if v is not None and v != {} and v != []
-        ]
-        rows.append([section, " ".join(pairs) or None])
-    return rows
-
-
 @runs_app.command("show")
 def runs_show(
     run_id: int = typer.Argument(..., help="Run ID."),
@@ -246,36 +96,18 @@ def runs_show(
 
     Example: dlperf runs show 1
     """
-    from pathlib import Path
+    from dlperf.store.query import config_settings, config_value, show, summary_rows
 
-    store = open_store()
-    run = _with_status([store.get_run(run_id)])[0]
-    epochs = {
-        key: store.metrics(run_id, key)
-        for key in store.metric_keys(run_id)
-        if key.startswith(("val/", "epoch/"))
-    }
-    epoch_columns = {  # column header -> metric key, in reading order
-        "train loss": "epoch/train_loss",
-        "train acc": "epoch/train_acc1",
-        "val loss": "val/loss",
-        "val acc": "val/acc1",
-        "val top5": "val/acc5",
-        "lr": "epoch/lr",
-        "s": "epoch/time_s",
-        "samples/s": "epoch/throughput",
-    }
-    artifacts = [{**a, "exists": Path(a["path"]).exists()} for a in store.artifacts(run_id)]
+    view = show(open_store(), run_id)
     if as_json:
-        run["epochs"] = {k: [v for _, v in pairs] for k, pairs in epochs.items()}
-        run["artifacts"] = artifacts
-        console.print_json(run)
+        console.print_json(view.to_dict())
         return
+    run = view.run
     summary, system = run["summary"], run["system"] or {}
     process = system.get("process") or {}
     rows: list[list[Any]] = [
-        ["model", _config_value(run["config"], "model.name")],
-        ["data", _config_value(run["config"], "data.name")],
+        ["model", config_value(run["config"], "model.name")],
+        ["data", config_value(run["config"], "data.name")],
         ["device", summary.get("device") or system.get("device")],
         ["study", run["study_id"]],
         ["started", run["started"]],
@@ -284,64 +116,28 @@ def runs_show(
     if run["status"] == "lost":
         rows.append(["lost", f"stored as running, but pid {process.get('pid')} is gone"])
     rows += [[f"tag {k}", v] for k, v in run["tags"].items()]
-    rows += _summary_rows(summary)
+    rows += [list(r) for r in summary_rows(summary)]
     rows += [["error", run["error"]]] if run["error"] else []
     console.print_table(f"run {run_id}: {run['name']} ({run['status']})", ["", "value"], rows)
     console.print_phases(summary)
     if run["config"]:
-        console.print_table("config", ["section", "keys set"], _config_rows(run["config"]))
+        console.print_table("config", ["section", "keys set"], config_settings(run["config"]))
     if system:
         console.print_table(
             "system", ["key", "value"], [[k, _plain(v)] for k, v in flatten(system).items()]
         )
-    if artifacts:
+    if view.artifacts:
         console.print_table(
             "artifacts",
             ["kind", "path", "exists"],
-            [[a["kind"], a["path"], a["exists"]] for a in artifacts],
+            [[a["kind"], a["path"], a["exists"]] for a in view.artifacts],
         )
-    if epochs:
-        shown = {h: k for h, k in epoch_columns.items() if k in epochs}
-        by_epoch: dict[int, dict[str, float]] = {}
-        for key, pairs in epochs.items():
-            for step, value in pairs:
-                by_epoch.setdefault(step, {})[key] = value
-        console.print_table(
-            "per epoch",
-            ["epoch", *shown],
-            [[e, *(by_epoch[e].get(k) for k in shown.values())] for e in sorted(by_epoch)],
-        )
+    if view.epochs:
+        headers, rows = view.per_epoch()
+        console.print_table("per epoch", ["epoch", *headers], rows)
 
 
 # --- runs compare ---------------------------------------------------------------------------
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _delta(values: list[Any]) -> str | None:
-    """How the other runs differ from the first: for two runs the difference and its share
-    of the first ('+0.012 (+1.3%)'); for more, each one's change in % of the first, in
-    column order ('+3% -5%'), or the differences when the first is 0. None when not numeric."""
-    first, others = values[0], values[1:]
-    if not _number(first) or not any(_number(v) for v in others):
-        return None
-
-    def signed(v: Any) -> str:
-        if not _number(v):
-            return "-"
-        d = v - first
-        return f"+{console.fmt(d)}" if d >= 0 else console.fmt(d)
-
-    def percent(v: Any) -> str:
-        return f"{(v - first) / abs(first):+.1%}" if _number(v) else "-"
-
-    if all(v == first for v in others):
-        return "0"
-    if len(others) == 1:
-        return signed(others[0]) + (f" ({percent(others[0])})" if first else "")
-    return " ".join(percent(v) if first else signed(v) for v in others)
 
 
 @runs_app.command("compare")
@@ -356,39 +152,17 @@ def runs_compare(
 
     Example: dlperf runs compare 1 2   (or: dlperf runs compare --study 3)
     """
-    store = open_store()
-    if study is not None:
-        if run_ids:
-            raise UserError("give run IDs or --study, not both")
-        store.get_study(study)
-        run_ids = sorted(r["id"] for r in store.list_runs(study_id=study))
-    if len(run_ids or []) < 2:
-        raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
-    runs = _with_status([store.get_run(i) for i in run_ids])
-    flat = [flatten(r["config"]) for r in runs]
-    differing = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1)
+    from dlperf.store.query import compare
+
+    done = compare(open_store(), run_ids or [], study)
     if as_json:
-        console.print_json(
-            {
-                "runs": run_ids,
-                "config_diff": {k: [f.get(k) for f in flat] for k in differing},
-                "summary": {k: [r["summary"].get(k) for r in runs] for k in SUMMARY_KEYS},
-            }
-        )
+        console.print_json(done.to_dict())
         return
-    rows = [[k, *(_plain(f.get(k)) for f in flat)] for k in differing]
-    for key in SUMMARY_KEYS:
-        values = [r["summary"].get(key) for r in runs]
-        if all(v is None for v in values):
-            continue
-        if key == "peak_memory_bytes":
-            key, values = "peak memory MiB", [v / MIB if _number(v) else v for v in values]
-        rows.append([key, *values])
-    tags = sorted(set().union(*(r["tags"] for r in runs)))
-    rows += [[f"tag {t}", *(r["tags"].get(t) for r in runs)] for t in tags]
-    rows.append(["status", *(r["status"] for r in runs)])
-    table = [[*row, _delta(row[1:])] for row in rows]
-    console.print_table(None, ["", *(f"run {i}" for i in run_ids), "Δ"], table)
+    console.print_table(
+        None,
+        ["", *(f"run {i}" for i in done.run_ids), "Δ"],
+        [[row.label, *map(_plain, row.values), row.delta] for row in done.rows()],
+    )
 
 
 # --- runs tag, runs delete ------------------------------------------------------------------
@@ -444,31 +218,11 @@ def runs_delete(
 
     Example: dlperf runs delete 3 4 --yes
     """
+    from dlperf.store.query import to_delete
+
     store = open_store()
     ids = list(dict.fromkeys(run_ids))
-    missing = []
-    runs = []
-    for run_id in ids:
-        try:
-            runs.append(store.get_run(run_id))
-        except NoSuchRun:
-            missing.append(str(run_id))
-    if missing:
-        raise UserError(
-            f"no run {', '.join(missing)} in the store; nothing deleted", "see `dlperf runs list`"
-        )
-    running = [r for r in _with_status(runs) if r["status"] == "running"]
-    if running and not force:
-        where = ", ".join(
-            f"{r['id']} (pid {p.get('pid')} on {p.get('host')})"
-            if (p := (r["system"] or {}).get("process"))
-            else str(r["id"])
-            for r in running
-        )
-        raise UserError(
-            f"run {where} is still running; nothing deleted",
-            "stop it first, or pass --force",
-        )
+    runs = to_delete(store, ids, force)
     if not yes:
         if not _interactive():
             raise UserError(

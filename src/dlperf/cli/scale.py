@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
-from dlperf.distributed.scaling import series_name
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
     from dlperf.config import ScaleConfig
+    from dlperf.distributed.study import StudyResult
 
 
 def _emit(
@@ -37,108 +37,24 @@ def _emit(
     console.err.print(f"wrote {out}", markup=False)
 
 
-def _ms(value: float | None) -> float | None:
-    return None if value is None else value * 1e3
+def _print_table(result: StudyResult) -> None:
+    from dlperf.distributed import study_tables
 
-
-def _where(row: dict[str, Any], several: bool, bucket: bool = True) -> str:
-    """A point in words; with its series (mode and batch) when the study has several."""
-    size = f" bucket {row['bucket_mb']:g}MB" if bucket and row.get("bucket_mb") else ""
-    where = f"{row['workers']} workers {row['strategy']}/{row['comm']}{size}"
-    name = series_name(row) if several else None
-    return f"{where}, {name}" if name else where
-
-
-def _predictions_line(row: dict[str, Any], several: bool) -> str | None:
-    """A point's predicted exposed communication beside the measured, with the errors."""
-    parts = []
-    for name in ("ring", "overlap"):
-        value, error = row.get(f"{name}_predicted_s"), row.get(f"{name}_error")
-        if value is not None:
-            how = "" if error is None else f" ({error:+.0%})"
-            parts.append(f"{name} {console.fmt(value * 1e3, 3)} ms{how}")
-    if not parts:
-        return None
-    exposed, ci = row.get("comm_exposed_s"), row.get("comm_exposed_ci95_s")
-    spread = "" if ci is None else f" ± {console.fmt(ci * 1e3, 2)}"
-    measured = (
-        "not measured"
-        if exposed is None
-        else f"{console.fmt(exposed * 1e3, 3)}{spread} ms measured"
-    )
-    return f"{_where(row, several)}: exposed comm {measured}; predicted {', '.join(parts)}"
-
-
-def _chunks_line(row: dict[str, Any], several: bool) -> str:
-    """--synthetic: the point's mean throughput over chunks of steps and its 95% interval."""
-    where = _where(row, several, bucket=False)
-    mean, ci, n = row["throughput_mean"], row["throughput_ci95"], row["chunks"]
-    if ci is None:
-        return f"{where}: {console.fmt(mean)} samples/s in 1 chunk (no interval)"
-    return (
-        f"{where}: {console.fmt(mean)} ± {console.fmt(ci, 2)} samples/s "
-        f"(mean of {n} chunks ± 95% confidence interval, Student's t)"
-    )
-
-
-def _series(rows: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
-    """The rows by series (mode and batch, in words), in the order the study ran them."""
-    groups: dict[str | None, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(series_name(row), []).append(row)
-    return groups
-
-
-def _print_table(result: Any) -> None:
     if result.study_id is None:
         console.err.print(
             f"this node ran its workers of {len(result.rows)} point(s); node 0 stores the results",
             markup=False,
         )
         return
-    # --find-max-batch compares no points: its rows differ in batch, not in workers.
-    compared = bool(result.efficiency)
-    relative = ["speedup", "effic."] if compared else []
-    columns = ["workers", "comm", "batch/w", "global", "samples/s", *relative, "step ms",
-               "min-max", "compute", "comm", "ring", "overlap", "busbw", "epoch s", "$/epoch",
-               "status"]  # fmt: skip
-    groups = _series(result.rows) if compared else {None: result.rows}
-    for name, rows in groups.items():
-        table = [
-            [
-                r["workers"],
-                r["comm"] if r["strategy"] == "ddp" else f"{r['strategy']}/{r['comm']}",
-                r["per_worker_batch"],
-                r["global_batch"],
-                r.get("throughput"),
-                *([r.get("speedup"), r.get("efficiency")] if compared else []),
-                _ms(r.get("step_time_s")),
-                f"{r['step_time_min_s'] * 1e3:.3g}-{r['step_time_max_s'] * 1e3:.3g}"
-                if r.get("step_time_s") is not None
-                else None,
-                _ms(r.get("compute_s")),
-                _ms(r.get("comm_exposed_s")),
-                _ms(r.get("ring_predicted_s")),
-                _ms(r.get("overlap_predicted_s")),
-                r.get("busbw_gbps"),
-                r.get("epoch_time_s"),
-                r.get("cost_per_epoch"),
-                r["status"],
-            ]
-            for r in rows
-        ]
-        what = f"scale study {result.study_id}" if compared else "largest-batch search"
-        title = f"{what} ({result.label})" + (f": {name}" if name else "")
-        if not compared:
-            title += f", study {result.study_id}"
-        console.print_table(title, columns, table)
+    for table in study_tables.tables(result):
+        console.print_table(table.title, table.columns, table.rows)
     console.out.print(
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
         "ring = ring-model all-reduce, overlap = the exposed part the bucket/overlap model "
         "predicts; busbw GB/s",
         markup=False,
     )
-    if compared:
+    if result.efficiency:
         console.out.print(
             "speedup = throughput_N / throughput_base (base: the series' point with the fewest "
             "workers); efficiency, T = wall time per step:",
@@ -147,31 +63,16 @@ def _print_table(result: Any) -> None:
         )
         for definition in result.efficiency.values():
             console.out.print(f"  {definition}", markup=False, soft_wrap=True)
-    several = len(groups) > 1
-    # Each prediction's error (predicted / measured - 1), and its basis: what it was
-    # calibrated on, and when (one line per distinct one).
-    for r in result.rows:
-        line = _predictions_line(r, several) if r["status"] == "finished" else None
-        if line:
-            console.out.print(line, markup=False)
-    for key, name in (("ring_basis", "ring"), ("overlap_basis", "overlap")):
-        for basis in dict.fromkeys(r[key] for r in result.rows if r.get(key)):
-            console.out.print(f"{name}: {basis}", markup=False)
-    for r in result.rows:
-        if r.get("throughput_mean") is not None:
-            console.out.print(_chunks_line(r, several), markup=False)
-    torch_rows = [r for r in result.rows if r.get("backend") not in ("tensorflow", "horovod")]
-    if result.ring is None and any(r["workers"] > 1 for r in torch_rows):
+    for line in study_tables.findings(result):
+        console.out.print(line, markup=False)
+    if study_tables.missing_ring(result):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
             "run `dlperf scale --allreduce-bench --workers 2`",
             markup=False,
         )
-    for r in result.rows:
-        if r["status"] == "failed":
-            name = series_name(r) if several else None
-            where = f"{r['workers']} workers" + (f" ({name})" if name else "")
-            console.err.print(f"{where} failed:\n{r.get('error')}", markup=False)
+    for failure in study_tables.failures(result):
+        console.err.print(failure, markup=False)
 
 
 def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -> None:
@@ -336,18 +237,9 @@ def scale(
 
         artifacts = save_study_figures(store, result.study_id, result.rows, where)
     if as_json:
-        console.print_json(
-            {
-                "study_id": result.study_id,
-                "label": result.label,
-                "warnings": result.warnings,
-                "ring_model": result.ring,
-                "max_per_worker_batch": result.max_per_worker_batch,
-                "efficiency_definitions": result.efficiency,
-                "artifacts": artifacts,
-                "rows": result.rows,
-            }
-        )
+        from dlperf.distributed.study_tables import document
+
+        console.print_json(document(result, artifacts))
     else:
         _print_table(result)
         for path in artifacts:

@@ -75,13 +75,18 @@ def fit(
     reporter.task("fitting", total=len(curves))
     reports = []
     for c in curves:
-        n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
-        reports.append(curve.analyse(c, opts.metric, n_fit))
+        reports.append(fit_one(c, opts))
         reporter.advance()
     warnings = [
         w for r in reports for form, f in r.fits.items() for w in _untrusted(r.curve.label, form, f)
     ]
     return CurveFits(reports, warnings)
+
+
+def fit_one(c: Curve, opts: CurveOptions) -> FitReport:
+    """One curve as `converge fit` fits it (and `dlperf.fit_curve`): both forms on the window
+    `opts.upto` / `opts.upto_step` picks, the metric's values checked."""
+    return curve.analyse(c, opts.metric, curve.window(c.steps, opts.upto, opts.upto_step))
 
 
 def _ci(report: FitReport, form: str) -> dict[str, list[float]]:

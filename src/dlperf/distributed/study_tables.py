@@ -1,0 +1,154 @@
+"""A scaling study's result (`study.StudyResult`) as `dlperf scale` shows it: one table per
+series, each prediction beside its measurement, each --synthetic interval, and the failures;
+the command prints them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dlperf.distributed.scaling import series_name
+from dlperf.numbers import fmt
+from dlperf.table import Table
+
+if TYPE_CHECKING:
+    from dlperf.distributed.study import StudyResult
+
+COLUMNS = ["workers", "comm", "batch/w", "global", "samples/s", "step ms", "min-max", "compute",
+           "comm", "ring", "overlap", "busbw", "epoch s", "$/epoch", "status"]  # fmt: skip
+RELATIVE = ["speedup", "effic."]  # after samples/s, when the study compares its points
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1e3
+
+
+def _where(row: dict[str, Any], several: bool, bucket: bool = True) -> str:
+    """A point in words; with its series (mode and batch) when the study has several."""
+    size = f" bucket {row['bucket_mb']:g}MB" if bucket and row.get("bucket_mb") else ""
+    where = f"{row['workers']} workers {row['strategy']}/{row['comm']}{size}"
+    name = series_name(row) if several else None
+    return f"{where}, {name}" if name else where
+
+
+def series(result: StudyResult) -> dict[str | None, list[dict[str, Any]]]:
+    """The rows by series (mode and batch, in words), in the order the study ran them; one
+    unnamed series when the study compares no points (--find-max-batch: its rows differ in
+    batch, not in workers)."""
+    if not result.efficiency:
+        return {None: result.rows}
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    for row in result.rows:
+        groups.setdefault(series_name(row), []).append(row)
+    return groups
+
+
+def _row(r: dict[str, Any], compared: bool) -> list[Any]:
+    return [
+        r["workers"],
+        r["comm"] if r["strategy"] == "ddp" else f"{r['strategy']}/{r['comm']}",
+        r["per_worker_batch"],
+        r["global_batch"],
+        r.get("throughput"),
+        *([r.get("speedup"), r.get("efficiency")] if compared else []),
+        _ms(r.get("step_time_s")),
+        f"{r['step_time_min_s'] * 1e3:.3g}-{r['step_time_max_s'] * 1e3:.3g}"
+        if r.get("step_time_s") is not None
+        else None,
+        _ms(r.get("compute_s")),
+        _ms(r.get("comm_exposed_s")),
+        _ms(r.get("ring_predicted_s")),
+        _ms(r.get("overlap_predicted_s")),
+        r.get("busbw_gbps"),
+        r.get("epoch_time_s"),
+        r.get("cost_per_epoch"),
+        r["status"],
+    ]
+
+
+def tables(result: StudyResult) -> list[Table]:
+    """One table per series: throughput (speedup and efficiency when compared), step time,
+    compute against exposed communication and its predictions, bus bandwidth, cost."""
+    compared = bool(result.efficiency)
+    columns = COLUMNS[:5] + (RELATIVE if compared else []) + COLUMNS[5:]
+    what = f"scale study {result.study_id}" if compared else "largest-batch search"
+    found = []
+    for name, rows in series(result).items():
+        title = f"{what} ({result.label})" + (f": {name}" if name else "")
+        if not compared:
+            title += f", study {result.study_id}"
+        found.append(Table(title, columns, [_row(r, compared) for r in rows]))
+    return found
+
+
+def _prediction(row: dict[str, Any], several: bool) -> str | None:
+    """A point's predicted exposed communication beside the measured, with the errors."""
+    parts = []
+    for name in ("ring", "overlap"):
+        value, error = row.get(f"{name}_predicted_s"), row.get(f"{name}_error")
+        if value is not None:
+            how = "" if error is None else f" ({error:+.0%})"
+            parts.append(f"{name} {fmt(value * 1e3, 3)} ms{how}")
+    if not parts:
+        return None
+    exposed, ci = row.get("comm_exposed_s"), row.get("comm_exposed_ci95_s")
+    spread = "" if ci is None else f" ± {fmt(ci * 1e3, 2)}"
+    measured = "not measured" if exposed is None else f"{fmt(exposed * 1e3, 3)}{spread} ms measured"
+    return f"{_where(row, several)}: exposed comm {measured}; predicted {', '.join(parts)}"
+
+
+def _chunks(row: dict[str, Any], several: bool) -> str:
+    """--synthetic: the point's mean throughput over chunks of steps and its 95% interval."""
+    where = _where(row, several, bucket=False)
+    mean, ci, n = row["throughput_mean"], row["throughput_ci95"], row["chunks"]
+    if ci is None:
+        return f"{where}: {fmt(mean)} samples/s in 1 chunk (no interval)"
+    return (
+        f"{where}: {fmt(mean)} ± {fmt(ci, 2)} samples/s "
+        f"(mean of {n} chunks ± 95% confidence interval, Student's t)"
+    )
+
+
+def findings(result: StudyResult) -> list[str]:
+    """Each finished point's predictions with their errors (predicted / measured - 1), the
+    basis of each prediction (what it was calibrated on, and when: one line per distinct
+    one), and each --synthetic point's interval."""
+    several = len(series(result)) > 1
+    lines = [
+        line for r in result.rows if r["status"] == "finished" and (line := _prediction(r, several))
+    ]
+    for key, name in (("ring_basis", "ring"), ("overlap_basis", "overlap")):
+        lines += [f"{name}: {b}" for b in dict.fromkeys(r[key] for r in result.rows if r.get(key))]
+    lines += [_chunks(r, several) for r in result.rows if r.get("throughput_mean") is not None]
+    return lines
+
+
+def failures(result: StudyResult) -> list[str]:
+    """Each failed point and its error."""
+    several = len(series(result)) > 1
+    lines = []
+    for r in result.rows:
+        if r["status"] == "failed":
+            name = series_name(r) if several else None
+            where = f"{r['workers']} workers" + (f" ({name})" if name else "")
+            lines.append(f"{where} failed:\n{r.get('error')}")
+    return lines
+
+
+def missing_ring(result: StudyResult) -> bool:
+    """True when torch points over several workers have no ring model to predict with."""
+    torch_rows = [r for r in result.rows if r.get("backend") not in ("tensorflow", "horovod")]
+    return result.ring is None and any(r["workers"] > 1 for r in torch_rows)
+
+
+def document(result: StudyResult, artifacts: list[Any]) -> dict[str, Any]:
+    """What `dlperf scale --json` prints."""
+    return {
+        "study_id": result.study_id,
+        "label": result.label,
+        "warnings": result.warnings,
+        "ring_model": result.ring,
+        "max_per_worker_batch": result.max_per_worker_batch,
+        "efficiency_definitions": result.efficiency,
+        "artifacts": artifacts,
+        "rows": result.rows,
+    }

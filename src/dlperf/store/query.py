@@ -1,0 +1,363 @@
+"""Reading runs as `dlperf runs list | show | compare | delete` and `dlperf.api.Store` do: runs
+as they stand (`lost` for a dead `running` one), the `--where KEY=VALUE` filters, one run with
+its per-epoch metrics, what differs between runs with the numeric change of each result, and
+which runs may be deleted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlperf.config import _parse_value, describe
+from dlperf.errors import NoSuchRun, UserError
+from dlperf.numbers import fmt
+from dlperf.parsing import did_you_mean, flatten
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
+
+SUMMARY_KEYS = (
+    "test_accuracy",
+    "best_val_accuracy",
+    "epochs_to_target",
+    "time_to_target_s",
+    "throughput",
+    "train_time_s",
+    "epochs",
+    "peak_memory_bytes",
+)
+# The run's own fields that --where reads (besides summary keys, config keys and tag.NAME).
+RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
+MIB = 2**20
+
+
+def with_status(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs as they stand: a `running` run whose process is gone reads `lost`."""
+    from dlperf.store import effective_status
+
+    return [{**run, "status": effective_status(run)} for run in runs]
+
+
+def config_value(config: dict[str, Any], dotted: str) -> Any:
+    """A config key by its dotted name (model.name), None when the run has none."""
+    node: Any = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The run's results that it has, in SUMMARY_KEYS order, peak memory in MiB."""
+    rows: list[tuple[str, Any]] = []
+    for key in SUMMARY_KEYS:
+        if key not in summary:
+            continue
+        if key == "peak_memory_bytes":
+            value = summary[key]
+            rows.append(("peak memory MiB", None if value is None else value / MIB))
+        else:
+            rows.append((key, summary[key]))
+    return rows
+
+
+def setting(value: Any) -> str:
+    """A config value as --set takes it: 0.05, true, [1, 2], a quoted string with spaces."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        items = (json.dumps(v) if isinstance(v, str) else setting(v) for v in value)
+        return "[" + ", ".join(items) + "]"  # TOML: strings in a list are quoted
+    if isinstance(value, str) and (not value or any(c in value for c in " =\"'")):
+        return '"' + value.replace('"', '\\"') + '"'
+    return str(value)
+
+
+def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """One (section, its keys as KEY=VALUE) per section, unset keys left out: compact enough
+    to read in one screen, and each pair is what --set SECTION.KEY=VALUE takes."""
+    rows: list[tuple[str, str | None]] = []
+    for section, value in config.items():
+        if not isinstance(value, dict):
+            rows.append((section, setting(value)))
+            continue
+        pairs = [
+            f"{k}={setting(v)}"
+            for k, v in flatten(value).items()
+            if v is not None and v != {} and v != []
+        ]
+        rows.append((section, " ".join(pairs) or None))
+    return rows
+
+
+# Per-epoch table: column header -> metric key, in reading order.
+EPOCH_COLUMNS = {
+    "train loss": "epoch/train_loss",
+    "train acc": "epoch/train_acc1",
+    "val loss": "val/loss",
+    "val acc": "val/acc1",
+    "val top5": "val/acc5",
+    "lr": "epoch/lr",
+    "s": "epoch/time_s",
+    "samples/s": "epoch/throughput",
+}
+
+
+@dataclass
+class RunView:
+    """A run as `runs show` shows it: the run as it stands, its per-epoch metrics and its
+    artifacts, each marked whether its file exists."""
+
+    run: dict[str, Any]
+    epochs: dict[str, list[tuple[int, float]]]  # per-epoch metric key -> (epoch, value)
+    artifacts: list[dict[str, Any]]
+
+    def per_epoch(self) -> tuple[list[str], list[list[Any]]]:
+        """The per-epoch table: the headers of the metrics the run has, one row per epoch."""
+        shown = {h: k for h, k in EPOCH_COLUMNS.items() if k in self.epochs}
+        by_epoch: dict[int, dict[str, float]] = {}
+        for key, pairs in self.epochs.items():
+            for step, value in pairs:
+                by_epoch.setdefault(step, {})[key] = value
+        rows = [[e, *(by_epoch[e].get(k) for k in shown.values())] for e in sorted(by_epoch)]
+        return list(shown), rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `runs show --json` prints."""
+        epochs = {k: [v for _, v in pairs] for k, pairs in self.epochs.items()}
+        return {**self.run, "epochs": epochs, "artifacts": self.artifacts}
+
+
+def show(store: Store, run_id: int) -> RunView:
+    """One run with its per-epoch metrics and artifacts."""
+    run = with_status([store.get_run(run_id)])[0]
+    epochs = {
+        key: store.metrics(run_id, key)
+        for key in store.metric_keys(run_id)
+        if key.startswith(("val/", "epoch/"))
+    }
+    artifacts = [{**a, "exists": Path(a["path"]).exists()} for a in store.artifacts(run_id)]
+    return RunView(run, epochs, artifacts)
+
+
+# --- --where --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One KEY=VALUE filter, the value read as --set reads it."""
+
+    key: str
+    value: Any
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        key, sep, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise UserError(
+                f"--where {text!r}: expected KEY=VALUE",
+                "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
+            )
+        return cls(key, _parse_value(value))
+
+    def holds(self, run: dict[str, Any]) -> bool:
+        has, value = _field(run, self.key)
+        return has and _same(value, self.value)
+
+
+def _field(run: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """(known for this run, value) of a --where key."""
+    if key.startswith("tag."):
+        name = key.removeprefix("tag.")
+        tags = run.get("tags") or {}
+        return name in tags, _parse_value(tags[name]) if name in tags else None
+    if key in RUN_FIELDS:
+        return True, run[key]
+    if "." not in key:
+        return key in run["summary"], run["summary"].get(key)
+    flat = flatten(run["config"])
+    return key in flat, flat.get(key)
+
+
+def _same(stored: Any, wanted: Any) -> bool:
+    """Equal as --set values are: 0.1 == 0.10 and 1 == 1.0, but true is not 1."""
+    if isinstance(stored, bool) or isinstance(wanted, bool):
+        return type(stored) is type(wanted) and stored == wanted
+    return stored == wanted
+
+
+def _check_keys(runs: list[dict[str, Any]], conditions: list[Condition]) -> None:
+    """A key no run and no experiment has is bad input, with the closest key as a hint."""
+    known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
+    tags: set[str] = set()
+    for run in runs:
+        known |= set(run["summary"]) | set(flatten(run["config"]))
+        tags |= {f"tag.{t}" for t in run.get("tags") or {}}
+    for key in (c.key for c in conditions):
+        if key.startswith("tag.") and key not in tags:
+            hint = did_you_mean(key, tags, "set one with `dlperf runs tag ID KEY=VALUE`")
+            raise UserError(f"--where {key}: no listed run has tag {key[4:]!r}", hint)
+        if not key.startswith("tag.") and key not in known:
+            hint = did_you_mean(
+                key,
+                known,
+                "keys: config keys (model.name, train.lr), status, kind, name, "
+                "summary keys (test_accuracy, throughput) and tag.NAME",
+                quote=True,
+            )
+            raise UserError(f"--where: unknown key {key!r}", hint)
+
+
+def select(runs: list[dict[str, Any]], where: Sequence[str]) -> list[dict[str, Any]]:
+    """The runs (as they stand) every KEY=VALUE of `where` holds for."""
+    conditions = [Condition.parse(w) for w in where]
+    _check_keys(runs, conditions)
+    return [run for run in runs if all(c.holds(run) for c in conditions)]
+
+
+def list_runs(
+    open_store: Callable[[], Store],
+    kind: str | None = None,
+    study: int | None = None,
+    where: Sequence[str] = (),
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """Stored runs as they stand, newest first: the newest `limit` of those `where` selects
+    (the store opened once the arguments are known good)."""
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+    store = open_store()
+    if study is not None:
+        store.get_study(study)  # an unknown study is an error, not an empty list
+    if not where:
+        return with_status(store.list_runs(kind=kind, study_id=study, limit=limit))
+    # filtered before the limit: the newest N runs that match
+    return select(with_status(store.list_runs(kind=kind, study_id=study)), where)[:limit]
+
+
+# --- compare --------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def delta(values: Sequence[Any]) -> str | None:
+    """How the other runs differ from the first: for two runs the difference and its share
+    of the first ('+0.012 (+1.3%)'); for more, each one's change in % of the first, in
+    column order ('+3% -5%'), or the differences when the first is 0. None when not numeric."""
+    first, others = values[0], values[1:]
+    if not _number(first) or not any(_number(v) for v in others):
+        return None
+
+    def signed(v: Any) -> str:
+        if not _number(v):
+            return "-"
+        d = v - first
+        return f"+{fmt(d)}" if d >= 0 else fmt(d)
+
+    def percent(v: Any) -> str:
+        return f"{(v - first) / abs(first):+.1%}" if _number(v) else "-"
+
+    if all(v == first for v in others):
+        return "0"
+    if len(others) == 1:
+        return signed(others[0]) + (f" ({percent(others[0])})" if first else "")
+    return " ".join(percent(v) if first else signed(v) for v in others)
+
+
+@dataclass
+class Row:
+    """One compared quantity: its label, each run's value, and the change from the first."""
+
+    label: str
+    values: list[Any]
+    delta: str | None
+
+
+@dataclass
+class Comparison:
+    """What differs between runs: config keys, then results, tags and status."""
+
+    run_ids: list[int]
+    config_diff: dict[str, list[Any]]  # only the keys whose values differ
+    summary: dict[str, list[Any]]  # every summary key, None where a run lacks it
+    tags: dict[str, list[str | None]]
+    status: list[str]
+
+    def rows(self) -> list[Row]:
+        """The comparison as `runs compare` tables it: results that no run has left out,
+        peak memory in MiB."""
+        rows = [[k, *v] for k, v in self.config_diff.items()]
+        for key, values in self.summary.items():
+            if all(v is None for v in values):
+                continue
+            if key == "peak_memory_bytes":
+                key, values = "peak memory MiB", [v / MIB if _number(v) else v for v in values]
+            rows.append([key, *values])
+        rows += [[f"tag {t}", *values] for t, values in self.tags.items()]
+        rows.append(["status", *self.status])
+        return [Row(label, values, delta(values)) for label, *values in rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `runs compare --json` prints."""
+        return {"runs": self.run_ids, "config_diff": self.config_diff, "summary": self.summary}
+
+
+def compare(store: Store, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
+    """Compare two or more runs, given by ID or as every run of a study."""
+    ids = list(run_ids)
+    if study is not None:
+        if ids:
+            raise UserError("give run IDs or --study, not both")
+        store.get_study(study)
+        ids = sorted(r["id"] for r in store.list_runs(study_id=study))
+    if len(ids) < 2:
+        raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
+    runs = with_status([store.get_run(i) for i in ids])
+    flat = [flatten(r["config"]) for r in runs]
+    differing = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1)
+    tags: set[str] = set().union(*(r["tags"] for r in runs))
+    return Comparison(
+        run_ids=ids,
+        config_diff={k: [f.get(k) for f in flat] for k in differing},
+        summary={k: [r["summary"].get(k) for r in runs] for k in SUMMARY_KEYS},
+        tags={t: [r["tags"].get(t) for r in runs] for t in sorted(tags)},
+        status=[r["status"] for r in runs],
+    )
+
+
+# --- delete ---------------------------------------------------------------------------------
+
+
+def to_delete(store: Store, run_ids: Sequence[int], force: bool) -> list[dict[str, Any]]:
+    """The runs `runs delete` may delete, as they stand: every one must exist, and none may
+    still be `running` unless `force` (a `lost` one may go)."""
+    missing = []
+    runs = []
+    for run_id in run_ids:
+        try:
+            runs.append(store.get_run(run_id))
+        except NoSuchRun:
+            missing.append(str(run_id))
+    if missing:
+        raise UserError(
+            f"no run {', '.join(missing)} in the store; nothing deleted", "see `dlperf runs list`"
+        )
+    runs = with_status(runs)
+    running = [r for r in runs if r["status"] == "running"]
+    if running and not force:
+        where = ", ".join(
+            f"{r['id']} (pid {p.get('pid')} on {p.get('host')})"
+            if (p := (r["system"] or {}).get("process"))
+            else str(r["id"])
+            for r in running
+        )
+        raise UserError(
+            f"run {where} is still running; nothing deleted",
+            "stop it first, or pass --force",
+        )
+    return runs
