@@ -178,7 +178,7 @@ def band_rows(
     points in the window, and (grid, 5th, 50th, 95th percentile) in the metric's units, the
     band out to its last measured point or a little past the predicted step, whichever is
     later."""
-    rows = []
+    rows: list[tuple[str, np.ndarray, np.ndarray, int, tuple[np.ndarray, ...]]] = []
     for r, (post, predicted) in zip(fits.reports, fits.posteriors, strict=True):
         c = r.curve
         end = max(float(c.steps.max()), 1.2 * (predicted or 0))
