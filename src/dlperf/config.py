@@ -469,18 +469,32 @@ def _parse_value(text: str) -> Any:
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """`--set KEY=VALUE` into `raw`."""
     if "=" not in assignment:
         raise UserError(f"--set {assignment!r}: expected KEY=VALUE", "e.g. --set train.lr=0.01")
     key, _, text = assignment.partition("=")
-    parts = key.strip().split(".")
-    if not all(parts):
+    if not all(key.strip().split(".")):
         raise UserError(f"--set {assignment!r}: empty key", "e.g. --set train.lr=0.01")
+    assign(raw, key.strip(), _parse_value(text.strip()), "--set")
+
+
+def assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set the dotted `key` in `raw` to a typed `value` (--set's, or a sweep point's); a table
+    merges into the table it replaces (e.g. model.kwargs). `where` names the setting in
+    errors."""
+    parts = key.split(".")
+    if not all(parts):
+        raise UserError(f"{where}: empty part in key {key!r}", 'e.g. "train.lr"')
     node = raw
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise UserError(f"--set {key!r}: {part!r} is a value, not a section")
-    node[parts[-1]] = _parse_value(text.strip())
+            raise UserError(f"{where}: {key!r}: {part!r} is a value, not a section")
+    old = node.get(parts[-1])
+    if isinstance(value, dict) and isinstance(old, dict):
+        node[parts[-1]] = {**old, **value}
+    else:
+        node[parts[-1]] = value
 
 
 def _toml(value: Any) -> str:

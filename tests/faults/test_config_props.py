@@ -205,6 +205,7 @@ CHOICES = {
     "scale.framework": ["torch", "tensorflow"],
     "scale.on_failure": ["continue", "stop"],
     "detect.ap_method": ["area", "11point"],
+    "detect.precision": ["fp32", "bf16", "fp16"],
 }
 FLAGS = [
     "data.download",

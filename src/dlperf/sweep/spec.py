@@ -29,6 +29,7 @@ from dlperf.config import (
     Experiment,
     _validation_message,
     apply_override,
+    assign,
     build_experiment,
     read_toml,
 )
@@ -87,24 +88,6 @@ class Sweep:
     repeats: int
     points: list[Point]
     threads_set: bool  # run.threads given by the base, [set] or an axis
-
-
-def _assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
-    """Set `key` (dotted) in `raw` as --set would, with a value TOML has already typed. A
-    table merges into the table it replaces (e.g. model.kwargs)."""
-    parts = key.split(".")
-    if not all(parts):
-        raise UserError(f"{where}: empty part in key {key!r}", 'e.g. "train.lr"')
-    node = raw
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise UserError(f"{where}: {key!r}: {part!r} is a value, not a section")
-    old = node.get(parts[-1])
-    if isinstance(value, dict) and isinstance(old, dict):
-        node[parts[-1]] = {**old, **value}
-    else:
-        node[parts[-1]] = value
 
 
 def _resolve_base(path: Path, base: str) -> Path:
@@ -189,9 +172,9 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
             where = f"{path} point {index + 1} ({label})"
             raw = _fresh(base_raw)
             for key, value in {**fixed, **params}.items():
-                _assign(raw, key, value, where)
+                assign(raw, key, value, where)
             if seed is not None:
-                _assign(raw, "run.seed", seed, where)
+                assign(raw, "run.seed", seed, where)
             exp = build_experiment(raw, where)
             digest = exp.config_hash()
             if digest in seen:
