@@ -60,6 +60,10 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", hvd.local_rank()) if cuda else torch.device("cpu")
     exp = Experiment.model_validate(spec["experiment"])
+    # Horovod all-reduces and broadcasts only contiguous tensors, and channels-last weights
+    # (and their gradients) are not: this binding trains in the default format (the study
+    # warns of it).
+    exp.run.channels_last = False
     data = load_data(exp.data)
     model = torch_model(exp, data, device)  # the DDP workers' model: seeded, lazy layers sized
     start_weights(model, exp.model, exp.model.weights or "", None)  # freezes, if asked

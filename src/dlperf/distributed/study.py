@@ -579,6 +579,11 @@ class _Study:
         self.exp, self.data, self.warnings = as_run(exp, store)
         if self.tensorflow or "tensorflow" in self.opts.strategy:
             self.warnings += ignored_settings(self.exp)
+        if self.opts.framework == "horovod" and self.exp.run.channels_last:
+            self.warnings.append(
+                "Horovod ignores run.channels_last = True: it all-reduces only contiguous "
+                "tensors, so its points train in the default memory format"
+            )
         self.train_images = len(self.data.train)
         self.writer = self.opts.node_rank == 0
         self.study_id: int | None = None
