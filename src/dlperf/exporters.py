@@ -31,6 +31,8 @@ import logging
 import math
 import os
 import re
+import sys
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC
 from pathlib import Path
@@ -301,8 +303,10 @@ def _export_mlflow_run(
 
 
 def _summary_writer() -> Any:
-    # TensorBoard imports TensorFlow when it is installed, which logs its start-up to stderr.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # TensorBoard imports TensorFlow when it is installed (seconds, and a start-up log on
+    # stderr) unless the module `tensorboard.compat.notf` exists: its own switch to the
+    # TensorFlow stub, which is all that writing event files needs.
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
     try:
         import tensorboard  # noqa: F401  (torch's writer needs the package; check it first)
         from torch.utils.tensorboard import SummaryWriter
