@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, make_url, text
 
 from dlperf.config import Experiment
 from dlperf.engine.run import run_experiment
 from dlperf.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
+POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")  # bash .ci/run starts a server
+
+
+def fresh_store_url(kind: str, tmp_path: Path, prefix: str) -> Iterator[str]:
+    """The URL of a store nobody has opened: a new SQLite file, or a new PostgreSQL schema of
+    its own (other tests drop the tables of the database's default schema), dropped after.
+    Skips without a PostgreSQL server. For a fixture parametrized over "sqlite" and
+    "postgresql" to yield from."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / f'{prefix}.db'}"
+        return
+    if not POSTGRES:
+        pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
+    schema = f"dlperf_{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(POSTGRES)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    try:
+        url = make_url(POSTGRES).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
 
 
 def trained_run(root: Path) -> tuple[Store, int, Experiment]:

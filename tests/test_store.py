@@ -7,18 +7,18 @@ import os
 import re
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, inspect, make_url, text
+from sqlalchemy import create_engine, inspect, text
 
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.store import BUSY_TIMEOUT_S, Store, masked_url
 from dlperf.store.migrations import MIGRATIONS, PG_SCHEMA_LOCK, SCHEMA_VERSION
 from dlperf.store.schema import Base
+from tests.conftest import fresh_store_url
 
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
 
@@ -242,24 +242,8 @@ def test_a_store_url_password_is_never_printed(cli: Any) -> None:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The URL of an empty database: a new SQLite file, or a new PostgreSQL schema of its own
-    (so tables made here never meet another test's)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'runs.db'}"
-        return
-    if not POSTGRES:
-        pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
-    schema = f"dlperf_test_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(POSTGRES)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    try:
-        url = make_url(POSTGRES).update_query_dict({"options": f"-csearch_path={schema}"})
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
+    """The URL of an empty database (tests.conftest.fresh_store_url)."""
+    yield from fresh_store_url(request.param, tmp_path, "test")
 
 
 def _sql(url: str, *statements: str) -> list[Any]:

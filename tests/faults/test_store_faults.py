@@ -20,7 +20,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from sqlalchemy import create_engine, make_url, text
 
 from dlperf.config import Experiment
 from dlperf.deploy.export import from_run
@@ -38,7 +36,7 @@ from dlperf.engine.run import run_experiment
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.store import Store
-from tests.conftest import CliResult
+from tests.conftest import CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
 
@@ -362,24 +360,8 @@ def test_processes_opening_a_new_sqlite_store_at_once_never_meet_a_lock(tmp_path
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A store nobody has opened yet: a new SQLite file, or a new PostgreSQL schema of its
-    own (other tests drop the tables of the database's default schema)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shared.db'}"
-        return
-    if not POSTGRES:
-        pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
-    schema = f"dlperf_faults_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(POSTGRES)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    try:
-        url = make_url(POSTGRES).update_query_dict({"options": f"-csearch_path={schema}"})
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
+    """A store nobody has opened yet (tests.conftest.fresh_store_url)."""
+    yield from fresh_store_url(request.param, tmp_path, "faults")
 
 
 def test_eight_processes_write_one_store_at_once(shared_url: str) -> None:
