@@ -306,7 +306,10 @@ def two_nodes(cli: Callable, args: list[str], root: Path) -> tuple[Any, Path]:
     node1 = subprocess.Popen([*DLPERF, *node, "--node-rank", "1"], env=env, cwd=elsewhere)
     try:
         result = cli(*node, "--node-rank", "0", "--json")
-        assert node1.wait(timeout=EVENT_S) == 0
+        code = node1.wait(timeout=EVENT_S)
+        # Node 1's torchrun log says why, should it fail (once, under a heavy load: exit 1).
+        logs = "".join(f"--- {f}\n{f.read_text()[-3000:]}" for f in elsewhere.rglob("*.log"))
+        assert code == 0, logs
     finally:
         if node1.poll() is None:
             node1.kill()
