@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-faults test-horovod test-gpu lint format bench horovod clean
+.PHONY: setup demo test test-faults test-horovod test-gpu lint format bench horovod horovod-deps horovod-wheel clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -48,17 +48,25 @@ bench: setup
 
 # Horovod 0.28.1 built from source for CPU (gloo) against this torch and TensorFlow, with
 # tools/horovod-0.28.1-cpu-torch2.14-tf2.21.patch (the release does not build against them);
-# under 9 minutes on 2 cores from a fresh clone. docs/scale.md#horovod.
+# under 9 minutes on 2 cores from a fresh clone. docs/scale.md#horovod. `horovod-wheel` only
+# builds the wheel (it changes nothing in .venv, so CI builds it beside the tests);
+# `horovod` installs it.
 HOROVOD := build/horovod/horovod-0.28.1
-horovod: setup
+horovod-deps: setup
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,tensorflow]' cloudpickle psutil
+
+horovod-wheel: horovod-deps
 	rm -rf build/horovod && mkdir -p build/horovod
 	$(BIN)/pip download --quiet --no-deps --no-binary :all: horovod==0.28.1 -d build/horovod
 	tar xzf build/horovod/horovod-0.28.1.tar.gz -C build/horovod
 	patch -d $(HOROVOD) -p1 < tools/horovod-0.28.1-cpu-torch2.14-tf2.21.patch
 	HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_CUDA=1 \
 	HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j2 \
-		$(BIN)/pip install --quiet --no-build-isolation -c constraints.txt ./$(HOROVOD)
+		$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w build/horovod/dist ./$(HOROVOD)
+
+horovod: horovod-deps
+	test -n "$$(ls build/horovod/dist/horovod-*.whl 2>/dev/null)" || $(MAKE) horovod-wheel
+	$(BIN)/pip install --quiet --no-deps build/horovod/dist/horovod-*.whl
 	$(BIN)/horovodrun --check-build
 
 clean:
