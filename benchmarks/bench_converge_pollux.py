@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchlib import interleaved, save, spread, table, timed
+from benchlib import save, spread, table
 from dlperf.converge import curve, ensemble, regress, speed
+from dlperf.timing import Timer, round_robin
 
 POLLUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
 OWN = Path(__file__).resolve().parents[1] / "tests" / "data" / "own_curves"
@@ -198,11 +199,11 @@ def fit_times() -> dict[str, dict[str, float]]:
     curves = {str(b): load(b) for b in BATCHES}
 
     def fit_once(c: curve.Curve) -> float:
-        return timed(lambda: curve.analyse(c, "accuracy", curve.window(c.steps, 0.3, None)))
+        return Timer().time(lambda: curve.analyse(c, "accuracy", curve.window(c.steps, 0.3, None)))
 
     for c in curves.values():
         fit_once(c)  # warm-up: imports, first calls
-    runs = interleaved({b: functools.partial(fit_once, c) for b, c in curves.items()}, REPEATS)
+    runs = round_robin({b: functools.partial(fit_once, c) for b, c in curves.items()}, REPEATS)
     return {b: spread(t) for b, t in runs.items()}
 
 

@@ -6,17 +6,17 @@ device a run picks (CUDA, then MPS, then CPU), synchronised before each clock re
 from __future__ import annotations
 
 import tempfile
-import time
 
 import torch
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
 from dlperf.config import Experiment
 from dlperf.data import load_data
 from dlperf.engine.run import run_experiment
 from dlperf.models import create_model
 from dlperf.store import Store
-from dlperf.system import pick_device, synchronize
+from dlperf.system import pick_device
+from dlperf.timing import Timer, round_robin
 
 REPEATS, EPOCHS, WARMUP = 5, 2, 5
 SETTINGS = {
@@ -36,7 +36,7 @@ def plain_loop() -> float:
     y_all = data.train.labels.to(device)
     model = create_model("resnet20").to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-    steps, samples, start = 0, 0, 0.0
+    steps, samples, timer = 0, 0, Timer(device)
     for _ in range(EPOCHS):
         perm = torch.randperm(len(y_all), device=device)
         for i in range(len(y_all) // 128):
@@ -47,12 +47,10 @@ def plain_loop() -> float:
             opt.step()
             steps += 1
             if steps == WARMUP:
-                synchronize(device)
-                start = time.perf_counter()
+                timer.start()
             elif steps > WARMUP:
                 samples += 128
-    synchronize(device)
-    return samples / (time.perf_counter() - start)
+    return samples / timer.stop()
 
 
 def dlperf_engine(store: Store) -> float:
@@ -64,7 +62,7 @@ def main() -> None:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(f"{tmp}/bench.db")
-        results = interleaved(
+        results = round_robin(
             {"plain loop": plain_loop, "dlperf (coarse)": lambda: dlperf_engine(store)}, REPEATS
         )
     ratios = [p / d for p, d in zip(results["plain loop"], results["dlperf (coarse)"], strict=True)]

@@ -12,9 +12,8 @@ Goal: dlperf right on every case; ResNet-50 analysed end to end in under 2 s.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
-import statistics
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from torch import nn
 
 from benchlib import save, table
 from dlperf.analytic.counting import analyze, analyze_module
+from dlperf.timing import Spread, Timer, interleave
 
 warnings.filterwarnings("ignore")
 REPEATS = 3
@@ -145,21 +145,20 @@ def run_case(
 ) -> dict[str, dict[str, Any]]:
     """Every tool REPEATS times, interleaved; keep its answer and median seconds."""
     results: dict[str, dict[str, Any]] = {}
-    times: dict[str, list[float]] = {name: [] for name in tools}
     models = {name: build().eval() for name in tools}
     x = torch.randn(1, *shape)
-    for _ in range(REPEATS):
-        for name, count in tools.items():
-            start = time.perf_counter()
-            try:
-                with torch.no_grad():
-                    params, macs = count(models[name], x)
-                results[name] = {"params": params, "macs": macs}
-            except Exception as e:  # report a peer's failure, keep going
-                results[name] = {"error": f"{type(e).__name__}: {str(e)[:80]}"}
-            times[name].append(time.perf_counter() - start)
-    for name in tools:
-        results[name]["seconds"] = statistics.median(times[name])
+
+    def count_once(name: str) -> None:
+        try:
+            with torch.no_grad():
+                params, macs = tools[name](models[name], x)
+            results[name] = {"params": params, "macs": macs}
+        except Exception as e:  # report a peer's failure, keep going
+            results[name] = {"error": f"{type(e).__name__}: {str(e)[:80]}"}
+
+    times = interleave({name: functools.partial(count_once, name) for name in tools}, 0, REPEATS)
+    for name, seconds in times.items():
+        results[name]["seconds"] = Spread.of(seconds).median
     return results
 
 
@@ -213,9 +212,7 @@ def main() -> None:
             flush=True,
         )
 
-    start = time.perf_counter()
-    analyze("resnet50")
-    resnet50_s = time.perf_counter() - start
+    resnet50_s = Timer().time(lambda: analyze("resnet50"))
 
     columns = ["case", "reference MACs"] + [f"{t} MACs" for t in tools] + [f"{t} s" for t in tools]
     rows = []

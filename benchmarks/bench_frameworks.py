@@ -14,11 +14,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
 from dlperf.config import load_experiment
 from dlperf.distributed.hvd_launch import horovodrun
 from dlperf.distributed.study import run_study
 from dlperf.store import Store
+from dlperf.timing import round_robin
 
 REPEATS = 2
 MODELS = {"smallcnn": 64, "resnet50": 32}  # global batch
@@ -81,7 +82,7 @@ def main() -> None:
                 name: lambda options=options, model=model: study(root, store, model, options)
                 for name, options in CONTENDERS.items()
             }
-            records[model] = interleaved(contenders, REPEATS)
+            records[model] = round_robin(contenders, REPEATS)
     rows = []
     for model, results in records.items():
         for name, runs in results.items():

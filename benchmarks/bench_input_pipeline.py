@@ -4,23 +4,23 @@ normalise), one epoch each, interleaved. Goal: at least 10x more images/s."""
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import load_data, make_loader
+from dlperf.timing import Timer, round_robin
 
 REPEATS = 5
 AUGMENT = AugmentConfig(crop_padding=4, flip=True, cutout=16)
 
 
 def epoch_rate(loader) -> float:
-    n, start = 0, time.perf_counter()
+    n, timer = 0, Timer()
+    timer.start()
     for x, _ in loader:
         n += len(x)
-    return n / (time.perf_counter() - start)
+    return n / timer.stop()
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     tensor = make_loader(data, data.train, cfg, 256, cpu, AUGMENT)
     classic_cfg = cfg.model_copy(update={"loader": "torchvision"})
     classic = make_loader(data, data.train, classic_cfg, 256, cpu, AUGMENT)
-    results = interleaved(
+    results = round_robin(
         {
             "tensor (batched)": lambda: epoch_rate(tensor),
             "torchvision (2 workers)": lambda: epoch_rate(classic),

@@ -15,10 +15,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import interleaved, save, spread, table, timed
+from benchlib import save, spread, table
 from dlperf.config import Experiment
 from dlperf.report.site import build_report
 from dlperf.store import Store
+from dlperf.timing import Timer, round_robin
 
 RUNS, STEPS, EPOCHS, REPEATS = 50, 1000, 10, 3
 PHASES = {"data": 0.002, "copy": 0.0005, "forward": 0.006, "backward": 0.011, "optimizer": 0.002}
@@ -67,14 +68,14 @@ def main() -> None:
         command = [sys.executable, "-m", "dlperf", "--db", url, "report", "--last", str(RUNS)]
 
         def library() -> float:
-            return timed(lambda: build_report(store, root / "lib", last=RUNS))
+            return Timer().time(lambda: build_report(store, root / "lib", last=RUNS))
 
         def cli() -> float:
-            return timed(lambda: subprocess.run([*command, "--out", str(root / "cli")],
-                                                check=True, capture_output=True))  # fmt: skip
+            argv = [*command, "--out", str(root / "cli")]
+            return Timer().time(lambda: subprocess.run(argv, check=True, capture_output=True))
 
         library()  # warm-up: imports, matplotlib's font cache
-        times = interleaved({"library": library, "command": cli}, REPEATS)
+        times = round_robin({"library": library, "command": cli}, REPEATS)
         size = sum(p.stat().st_size for p in (root / "cli").glob("*.html"))
     rows = [[name, *spread(values).values()] for name, values in times.items()]
     print(

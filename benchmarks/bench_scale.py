@@ -24,12 +24,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
 from dlperf.config import Experiment
 from dlperf.distributed.allreduce_study import run_allreduce_study
 from dlperf.distributed.launch import free_port
 from dlperf.distributed.study import run_study
 from dlperf.store import Store
+from dlperf.timing import round_robin
 
 HERE = Path(__file__).resolve().parent
 REPEATS, STEPS, WARMUP, BATCH = 5, 30, 5, 32
@@ -115,7 +116,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         store = Store.open(f"{tmp}/bench.db")
-        per_step = interleaved(
+        per_step = round_robin(
             {"plain torchrun DDP": lambda: plain(tmp), "dlperf scale": lambda: dlperf(store, tmp)},
             REPEATS,
         )

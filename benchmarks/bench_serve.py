@@ -18,9 +18,10 @@ from pathlib import Path
 import httpx
 import torch
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
 from dlperf.deploy import loadgen, meta
 from dlperf.models import create_model
+from dlperf.timing import round_robin
 
 REPEATS, DURATION_S, CONCURRENCY, THREADS = 3, 5.0, 32, 1
 CONTENDERS = {"micro-batching (max-batch 32)": 32, "batch 1 (max-batch 1)": 1}
@@ -83,7 +84,7 @@ def main() -> None:
             runs[name].append(result)
             return result.throughput
 
-        results = interleaved({name: lambda n=name: measure(n) for name in CONTENDERS}, REPEATS)
+        results = round_robin({name: lambda n=name: measure(n) for name in CONTENDERS}, REPEATS)
         batches = {name: mean_batch(url) for name, url in urls.items()}
     batched, single = (results[name] for name in CONTENDERS)
     ratios = [b / s for b, s in zip(batched, single, strict=True)]

@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
+from dlperf.timing import Timer, round_robin
 
 REPEATS = 7
 GOAL_S = 1.0
@@ -26,9 +26,9 @@ COMMANDS = {
 
 
 def wall_time(command: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    return Timer().time(
+        lambda: subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    )
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
         }
         for argv in full.values():  # warm the file cache once
             wall_time(argv, env)
-        results = interleaved(
+        results = round_robin(
             {name: (lambda argv=argv: wall_time(argv, env)) for name, argv in full.items()},
             REPEATS,
         )

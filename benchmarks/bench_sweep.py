@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from benchlib import interleaved, save, spread, table, timed
+from benchlib import save, spread, table
 from dlperf.config import TrainConfig, load_experiment
 from dlperf.engine.run import run_experiment
 from dlperf.engine.step import build_step
@@ -26,6 +26,7 @@ from dlperf.models import create_model
 from dlperf.models.transfer import freeze_backbone, load_weights, set_train_mode
 from dlperf.store import Store
 from dlperf.sweep import load_sweep, run_sweep
+from dlperf.timing import Timer, round_robin
 
 REPEATS = 3
 LRS = [0.1, 0.05, 0.02, 0.01]
@@ -54,24 +55,23 @@ def _dlperf(root: Path, *args: str) -> None:
 
 
 def command_runs(root: Path) -> float:
-    return timed(lambda: [_dlperf(root, "run", "base.toml", "--set", f"train.lr={lr}")
-                          for lr in LRS]) / len(LRS)  # fmt: skip
+    runs = [["run", "base.toml", "--set", f"train.lr={lr}"] for lr in LRS]
+    return Timer().time(lambda: [_dlperf(root, *args) for args in runs]) / len(LRS)
 
 
 def command_sweep(root: Path, jobs: int) -> float:
-    return timed(lambda: _dlperf(root, "sweep", "sweep.toml", "--new", "--jobs", str(jobs))) / len(
-        LRS
-    )
+    args = ["sweep", "sweep.toml", "--new", "--jobs", str(jobs)]
+    return Timer().time(lambda: _dlperf(root, *args)) / len(LRS)
 
 
 def library_runs(root: Path, store: Store) -> float:
     exps = [load_experiment(root / "base.toml", [f"train.lr={lr}"]) for lr in LRS]
-    return timed(lambda: [run_experiment(exp, store) for exp in exps]) / len(LRS)
+    return Timer().time(lambda: [run_experiment(exp, store) for exp in exps]) / len(LRS)
 
 
 def library_sweep(root: Path, store: Store) -> float:
     sweep = load_sweep(root / "sweep.toml")
-    return timed(lambda: run_sweep(sweep, store, new=True)) / len(LRS)
+    return Timer().time(lambda: run_sweep(sweep, store, new=True)) / len(LRS)
 
 
 def transfer_step(mode: str) -> float:
@@ -85,7 +85,7 @@ def transfer_step(mode: str) -> float:
     step = build_step(model, TrainConfig(lr=0.01), "fp32", torch.device("cpu"), STEPS)
     x, y = torch.randn(BATCH, 3, 32, 32), torch.randint(10, (BATCH,))
     step(x, y)  # warm-up: allocator and kernels
-    return timed(lambda: [step(x, y) for _ in range(STEPS)]) / STEPS
+    return Timer().time(lambda: [step(x, y) for _ in range(STEPS)]) / STEPS
 
 
 def overhead() -> dict[str, object]:
@@ -101,8 +101,8 @@ def overhead() -> dict[str, object]:
             "run_experiment x4 (in-process)": lambda: library_runs(root, store),
             "run_sweep (in-process)": lambda: library_sweep(root, store),
         }
-        interleaved(contenders, 1)  # warm-up: caches, imports, the store's first writes
-        results = interleaved(contenders, REPEATS)
+        round_robin(contenders, 1)  # warm-up: caches, imports, the store's first writes
+        results = round_robin(contenders, REPEATS)
     names = list(results)
     pairs = {
         "sweep / run loop (commands)": (names[1], names[0]),
@@ -137,7 +137,7 @@ def overhead() -> dict[str, object]:
 def transfer() -> dict[str, object]:
     torch.set_num_threads(2)
     modes = ("finetune", "feature-extract")
-    results = interleaved({m: lambda m=m: transfer_step(m) for m in modes}, 2 * REPEATS)
+    results = round_robin({m: lambda m=m: transfer_step(m) for m in modes}, 2 * REPEATS)
     ratio = [f / e for f, e in zip(results[modes[0]], results[modes[1]], strict=True)]
     rows = [[m, *(v * 1e3 for v in spread(results[m]).values())] for m in modes]
     rows.append(["finetune / feature-extract", *spread(ratio).values()])

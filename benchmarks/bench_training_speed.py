@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import re
 import tempfile
-import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
 from dlperf.analytic.devices import Device, load_catalog
 from dlperf.config import Experiment
 from dlperf.engine.run import run_experiment
 from dlperf.models import create_model
 from dlperf.store import Store
-from dlperf.system import pick_device, synchronize
+from dlperf.system import pick_device
+from dlperf.timing import round_robin, timed
 
 REPEATS, BATCH = 3, 64
 CONTENDERS = {
@@ -36,17 +36,8 @@ CONTENDERS = {
 def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, repeats: int = 5) -> float:
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
-    a @ b
-    best = min(_time(lambda: a @ b, device) for _ in range(repeats))
+    best = min(timed(lambda: a @ b, 1, repeats, device))
     return 2 * n**3 / best
-
-
-def _time(fn, device: torch.device) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 def catalog_entry(gpu: str) -> Device | None:
@@ -110,7 +101,7 @@ def main() -> None:
     flops = train_flops_per_image()
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(f"{tmp}/bench.db")
-        results = interleaved(
+        results = round_robin(
             {name: (lambda run=run: images_per_s(store, run)) for name, run in CONTENDERS.items()},
             REPEATS,
         )

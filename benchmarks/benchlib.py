@@ -1,30 +1,22 @@
-"""Shared by the benchmarks: interleaved repetitions, spreads, a table, a JSON record."""
+"""Shared by the benchmarks: spreads, a table, a JSON record (dlperf.timing times them and
+runs their contenders in interleaved rounds)."""
 
 from __future__ import annotations
 
 import json
-import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from dlperf.timing import Spread
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def interleaved(contenders: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
-    """Run every contender once per round, in turn, so drifts in machine load hit all alike.
-    Each contender returns its own measurement (e.g. images/s)."""
-    results: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, measure in contenders.items():
-            results[name].append(measure())
-    return results
+    """min / median / max, the columns of the tables and the keys of the saved records."""
+    return Spread.of(values).min_median_max()
 
 
 def machine() -> dict[str, Any]:
@@ -66,9 +58,3 @@ def save(name: str, payload: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start

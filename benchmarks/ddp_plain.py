@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from dlperf.models import create_model
+from dlperf.timing import Timer
 
 
 def main() -> None:
@@ -34,16 +34,17 @@ def main() -> None:
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, 3, 32, 32, generator=g)
     y = torch.randint(10, (args.batch,), generator=g)
+    timer = Timer(torch.device("cpu"))
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             dist.barrier()
-            start = time.perf_counter()
+            timer.start()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
     dist.barrier()
-    wall = time.perf_counter() - start
+    wall = timer.stop()
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump({"wall_s": wall, "steps": args.steps, "world": dist.get_world_size()}, f)

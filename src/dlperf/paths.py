@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -18,3 +21,26 @@ def check_writable(path: Path, make_parents: bool = False) -> Path:
     if not existed:
         path.unlink()
     return path
+
+
+@contextmanager
+def replaced(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` that becomes `path` by one rename when the block ends
+    without error, so that a reader (another process, a resumed run) sees the whole file or
+    none; a failed block leaves no partial file. The temporary name keeps the suffix, since
+    numpy's savez appends ".npz" to a name without it."""
+    tmp = path.with_name(f"{path.stem}.part{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # already gone after the replace
+
+
+def atomic_write(path: Path, data: bytes | str, fsync: bool = False) -> None:
+    """Write `data` to `path` by rename (see `replaced`); `fsync` also survives a power cut."""
+    with replaced(path) as tmp, open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())

@@ -23,18 +23,10 @@ import torch
 
 from dlperf.analytic.counting import DTYPES, Analysis, analyze_module
 from dlperf.analytic.devices import Device
-from dlperf.analytic.measure import (
-    KERNELS,
-    Clock,
-    large_copy,
-    make_step,
-    solve,
-    spread,
-    square_matmul,
-    timings,
-)
+from dlperf.analytic.measure import KERNELS, large_copy, make_step, solve, square_matmul
 from dlperf.analytic.paleo import error_pct, predict
 from dlperf.progress import NullReporter, Reporter
+from dlperf.timing import Clock, Spread, interleave
 
 Step = Callable[[], Any]
 
@@ -150,19 +142,17 @@ def calibrate_and_measure(
     A model's error is the median over the rounds of its per-round error."""
     reporter = reporter or NullReporter()
     steps = probes.steps()
-    for step in [*steps.values(), *(step for _, step in models.values())]:
-        timings(step, device, warmup, 0, clock)
-    probe_times: dict[str, list[float]] = {name: [] for name in steps}
-    times: dict[str, list[float]] = {name: [] for name in models}
-    fitted: list[Device] = []
+    # Keyed apart: a model may have a probe's name.
+    contenders = {("probe", name): step for name, step in steps.items()} | {
+        ("model", name): step for name, (_, step) in models.items()
+    }
     reporter.task(f"{rounds} rounds: calibration kernels, then the model", total=rounds)
-    for _ in range(rounds):
-        for name, step in steps.items():
-            probe_times[name] += timings(step, device, 0, 1, clock)
-        for name, (_, step) in models.items():
-            times[name] += timings(step, device, 0, 1, clock)
-        fitted.append(fit(base, probes, {name: t[-1] for name, t in probe_times.items()}))
-        reporter.advance()
+    seconds = interleave(contenders, warmup, rounds, device, clock, on_round=reporter.advance)
+    probe_times = {name: seconds["probe", name] for name in steps}
+    times = {name: seconds["model", name] for name in models}
+    fitted = [
+        fit(base, probes, {name: t[i] for name, t in probe_times.items()}) for i in range(rounds)
+    ]
     results = {}
     for name, (analysis, _) in models.items():
         per_round = [
@@ -173,7 +163,7 @@ def calibrate_and_measure(
         ]
         results[name] = {
             "times_s": times[name],
-            "measured_s": spread(times[name]),
+            "measured_s": Spread.of(times[name]).min_median_max(),
             "rounds": per_round,
             "predicted_s": statistics.median(r["predicted_s"] for r in per_round),
             "error_pct": statistics.median(r["error_pct"] for r in per_round),

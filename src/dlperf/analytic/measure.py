@@ -1,15 +1,14 @@
 """What the hardware actually does: calibration kernels and a model's measured time.
 
-Every timing warms up first, synchronises the device before reading the clock and keeps
-all repetitions, so min / median / max can be reported.
+Every timing (dlperf.timing) warms up first, waits for the device before reading the clock
+and keeps all repetitions, so that their spread can be reported.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -18,41 +17,10 @@ from torch.autograd import DeviceType
 from dlperf.analytic.counting import DTYPES, Analysis, materialize_lazy, run_forward
 from dlperf.analytic.devices import Device
 from dlperf.system import synchronize
-
-if TYPE_CHECKING:
-    pass
+from dlperf.timing import Clock, timed
 
 LABEL = "dlperf::"
 """Prefix of the profiler ranges that mark each leaf module's forward."""
-
-
-Clock = Callable[[], float]
-"""Seconds: time.perf_counter (wall time, the default) or time.process_time (CPU time of
-this process, which on a CPU with one thread leaves out time other jobs took)."""
-
-
-def timings(
-    fn: Callable[[], Any],
-    device: torch.device,
-    warmup: int,
-    reps: int,
-    clock: Clock = time.perf_counter,
-) -> list[float]:
-    """Seconds of each of `reps` calls of `fn`, after `warmup` uncounted calls."""
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    times = []
-    for _ in range(reps):
-        start = clock()
-        fn()
-        synchronize(device)
-        times.append(clock() - start)
-    return times
-
-
-def spread(times: Sequence[float]) -> dict[str, float]:
-    return {"min": min(times), "median": statistics.median(times), "max": max(times)}
 
 
 # --- calibration ------------------------------------------------------------------------------
@@ -69,7 +37,7 @@ def _sized_to_take(
     """Double the problem size until one call takes `seconds` (slow dtypes stay small)."""
     n = start
     fn = make(n)
-    while n < limit and min(timings(fn, device, 1, 1, clock)) < seconds:
+    while n < limit and timed(fn, 1, 1, device, clock)[0] < seconds:
         n *= 2
         fn = make(n)
     return n, fn

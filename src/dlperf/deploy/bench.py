@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.system import set_threads
+from dlperf.timing import Spread, interleave
 
 ORT = "onnxruntime"
 
@@ -76,21 +76,28 @@ def bench(
             layout = torch.channels_last if "channels_last" in name else torch.contiguous_format
             calls[name] = functools.partial(model, x.contiguous(memory_format=layout))
         with torch.inference_mode():
-            times = _interleaved(calls, warmup, repeats, reporter, f"batch {batch}")
-        ort_p50 = float(np.median(times[ORT]))
+            # Timed on the host: ONNX Runtime's and the models' work is all on the CPU.
+            times = interleave(
+                calls,
+                warmup,
+                repeats,
+                on_round=functools.partial(reporter.advance, 1, status=f"batch {batch}"),
+            )
+        ort_p50 = Spread.of(times[ORT]).median
         for name, seconds in times.items():
-            p50, p90, p99 = np.percentile(seconds, [50, 90, 99])
+            spread = Spread.of(seconds)
+            p90, p99 = np.percentile(seconds, [90, 99])
             rows.append(
                 {
                     "batch": batch,
                     "contender": name,
-                    "min_ms": min(seconds) * 1e3,
-                    "p50_ms": p50 * 1e3,
+                    "min_ms": spread.min * 1e3,
+                    "p50_ms": spread.median * 1e3,
                     "p90_ms": p90 * 1e3,
                     "p99_ms": p99 * 1e3,
-                    "max_ms": max(seconds) * 1e3,
+                    "max_ms": spread.max * 1e3,
                     "throughput": batch * len(seconds) / sum(seconds),
-                    "ort_speedup": p50 / ort_p50,
+                    "ort_speedup": spread.median / ort_p50,
                 }
             )
     return {
@@ -146,19 +153,3 @@ def _from_meta(
     except UserError as e:
         reporter.log(f"warning: cannot rebuild the PyTorch model ({e}); timing ONNX Runtime only")
         return None
-
-
-def _interleaved(
-    calls: dict[str, Callable[[], Any]], warmup: int, repeats: int, reporter: Reporter, note: str
-) -> dict[str, list[float]]:
-    for call in calls.values():
-        for _ in range(warmup):
-            call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-        reporter.advance(1, status=note)
-    return times

@@ -13,7 +13,6 @@ data, detector, AP before and after, the weights and the run in the store.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,8 @@ from dlperf.engine.optim import per_step_schedule
 from dlperf.engine.step import TrainStep, mixed_precision
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.system import pick_device, set_threads, synchronize, system_info
+from dlperf.system import pick_device, set_threads, system_info
+from dlperf.timing import now
 
 if TYPE_CHECKING:
     from dlperf.store import Store
@@ -135,7 +135,7 @@ def train(
     result = TrainResult(steps=0)
     rep.task("fine-tuning", total=total)
     pending: list[torch.Tensor] = []  # this epoch's losses, still on the device
-    started = timed = time.perf_counter()
+    started = timed = now(device)
     seen = 0
     while result.steps < total:
         order = [int(i) for i in rng.permutation(len(dataset))]
@@ -150,8 +150,7 @@ def train(
             result.steps += 1
             rep.advance()
             if result.steps == WARMUP_STEPS:
-                synchronize(device)
-                timed = time.perf_counter()
+                timed = now(device)
             elif result.steps > WARMUP_STEPS:
                 seen += len(idx)
             if result.steps % per_epoch == 0 or result.steps == total:
@@ -159,10 +158,9 @@ def train(
                 pending.clear()
             if result.steps % per_epoch == 0:
                 rep.log(f"epoch {result.steps // per_epoch}: loss {result.losses[-1]:.3f}")
-    synchronize(device)
-    now = time.perf_counter()
-    result.train_s = now - started
-    result.images_per_s = seen / (now - timed) if seen else math.nan
+    end = now(device)
+    result.train_s = end - started
+    result.images_per_s = seen / (end - timed) if seen else math.nan
     model.eval()
     return result
 

@@ -41,12 +41,12 @@ docs/scale.md.)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
 import re
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,7 +58,8 @@ import torch.distributed as dist
 from scipy.optimize import nnls
 
 from dlperf.errors import UserError
-from dlperf.system import set_threads, synchronize
+from dlperf.system import set_threads
+from dlperf.timing import Spread, Timer, timed
 
 UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
 DTYPES = {
@@ -183,19 +184,15 @@ def overlap_sizes(sizes: list[int]) -> list[int]:
     return inside or [max(sizes)]
 
 
-def _matmul_loop(device: torch.device) -> Callable[[int], float]:
+def _matmuls(device: torch.device) -> Callable[[int], None]:
     """The compute kernel of the overlap and after-compute measurements: `repeats` 256x256
-    matrix products, timed to their end (synchronised, so also on a GPU)."""
+    matrix products, queued (a Timer waits for them)."""
     matrix = torch.randn(256, 256, device=device)
     product = torch.empty_like(matrix)
 
-    def compute(repeats: int) -> float:
-        synchronize(device)
-        start = time.perf_counter()
+    def compute(repeats: int) -> None:
         for _ in range(repeats):
             torch.mm(matrix, matrix, out=product)
-        synchronize(device)
-        return time.perf_counter() - start
 
     compute(20)  # the first calls warm the kernel up
     return compute
@@ -218,40 +215,30 @@ def measure_overlap(
     256x256 matrix products sized to last OVERLAP_SPAN all-reduces, the same on every rank.
     A synchronous step waits for its slowest rank, so the compute lost is the largest of the
     ranks', the all-reduce time the largest too. Every rank returns the same rows."""
-    compute = _matmul_loop(device)
-
-    def allreduce(tensor: torch.Tensor) -> float:
-        synchronize(device)
-        start = time.perf_counter()
-        dist.all_reduce(tensor)
-        synchronize(device)
-        return time.perf_counter() - start
-
+    compute = _matmuls(device)
+    timer = Timer(device)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    kernel_s = compute(20) / 20
+    kernel_s = timer.time(lambda: compute(20)) / 20
     rows: list[dict[str, float]] = []
     for size in sizes:
         tensor = torch.zeros(max(1, size // itemsize), dtype=dtype, device=device)
         dist.barrier()
-        allreduce(tensor)  # warm-up
-        typical = statistics.median(allreduce(tensor) for _ in range(3))
+        typical = statistics.median(timed(functools.partial(dist.all_reduce, tensor), 1, 3, device))
         count = _calls_lasting(OVERLAP_SPAN * typical, kernel_s, device)
         alone, lost, communication = [], [], []
         for _ in range(reps):
             dist.barrier()
-            alone.append(compute(count))
+            alone.append(timer.time(functools.partial(compute, count)))
             dist.barrier()
-            synchronize(device)
-            start = time.perf_counter()
+            timer.start()
             work = dist.all_reduce(tensor, async_op=True)
             compute(count)
             work.wait()  # as a step waits for its last bucket; normally done by now
-            synchronize(device)
             # paired with the compute just before it: a change in the host's load between
             # repetitions hits both alike
-            lost.append(time.perf_counter() - start - alone[-1])
+            lost.append(timer.stop() - alone[-1])
             dist.barrier()
-            communication.append(allreduce(tensor))
+            communication.append(timer.time(functools.partial(dist.all_reduce, tensor)))
         mine = torch.tensor(
             [
                 statistics.median(lost),
@@ -313,8 +300,9 @@ def measure_after_compute(
 ) -> list[tuple[float, float]]:
     """Per message size, the all-reduce as DDP launches it (see the module's docstring):
     after_compute_times over `reps` repetitions. Every rank returns the same values."""
-    compute = _matmul_loop(device)
-    count = _calls_lasting(burst_s, compute(20) / 20, device)
+    compute = _matmuls(device)
+    timer = Timer(device)
+    count = _calls_lasting(burst_s, timer.time(lambda: compute(20)) / 20, device)
     itemsize = torch.empty((), dtype=dtype).element_size()
     out = []
     for size in sizes:
@@ -323,11 +311,10 @@ def measure_after_compute(
         mine = []
         for _ in range(reps):
             dist.barrier()
-            compute(count)  # ends synchronised: on a GPU the clock starts as the compute ends
-            start = time.perf_counter()
-            dist.all_reduce(tensor)  # no barrier: each rank arrives when its compute ends
-            synchronize(device)
-            mine.append(time.perf_counter() - start)
+            compute(count)
+            # The clock starts as the compute ends; no barrier: each rank arrives at the
+            # all-reduce when its compute ends.
+            mine.append(timer.time(functools.partial(dist.all_reduce, tensor)))
         local = torch.tensor(mine, device=device, dtype=torch.float64)
         every = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(every, local)
@@ -348,18 +335,10 @@ def measure(
         for _ in range(warmup):
             dist.all_reduce(tensor)
         dist.barrier()
-        calls = []
-        for _ in range(iters):
-            synchronize(device)
-            start = time.perf_counter()
-            dist.all_reduce(tensor)
-            synchronize(device)
-            calls.append(time.perf_counter() - start)
+        calls = Spread.of(timed(functools.partial(dist.all_reduce, tensor), 0, iters, device))
         # The mean is nccl-tests' figure; the median, robust to a busy host's hiccups, is
         # what the bucket/overlap model reads (the scale study's step times are medians too).
-        elapsed = torch.tensor(
-            [statistics.fmean(calls), statistics.median(calls)], device=device, dtype=torch.float64
-        )
+        elapsed = torch.tensor([calls.mean, calls.median], device=device, dtype=torch.float64)
         # A collective ends when its slowest rank does, so take the max over ranks
         # (nccl-tests averages by default; its -a 3 is this).
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)

@@ -10,7 +10,6 @@ those types (NumPy's key as a tensor), so no allowlist of globals is needed.
 from __future__ import annotations
 
 import io
-import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from dlperf.errors import UserError
+from dlperf.paths import atomic_write
 
 if TYPE_CHECKING:
     from dlperf.store import Store
@@ -75,17 +75,10 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
     torch.save({OWNER: asdict(slot.owner), **state}, buffer)
     path = slot.path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, buffer.getbuffer().tobytes(), fsync=True)
     except OSError as e:  # a failed write names no file, and the one-line error should
-        raise OSError(e.errno, e.strerror, e.filename or str(tmp)) from None
-    finally:
-        tmp.unlink(missing_ok=True)  # a partial file; already gone after the replace
+        raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
 
 
 def run_checkpoint(store: Store, run_id: int, purpose: str, hint: str) -> Path:

@@ -9,13 +9,11 @@ Elsewhere (CPU, MPS) the device is synchronised at each mark and the host clock 
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections import defaultdict
 
 import torch
 
-from dlperf.system import synchronize
+from dlperf.timing import Spread, now, record_event, seconds_between
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 
@@ -38,22 +36,20 @@ class PhaseTimer:
         if not self.enabled:
             return
         if self.events:
-            self._start_event, self._marks = self._record(), []
+            self._start_event, self._marks = record_event(self.device), []
         else:
-            synchronize(self.device)
-            self._last = self._step_start = time.perf_counter()
+            self._last = self._step_start = now(self.device)
 
     def mark(self, phase: str) -> None:
         if not self.enabled:
             return
         if self.events:
-            self._marks.append((phase, self._record()))
+            self._marks.append((phase, record_event(self.device)))
             return
-        synchronize(self.device)
-        now = time.perf_counter()
+        reading = now(self.device)
         if self.recording:
-            self.totals[phase] += now - self._last
-        self._last = now
+            self.totals[phase] += reading - self._last
+        self._last = reading
 
     def end_step(self) -> None:
         if not self.enabled:
@@ -73,12 +69,6 @@ class PhaseTimer:
             return None
         return "cuda_events" if self.events else "host"
 
-    def _record(self) -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)
-        # The run's device, which need not be the current one (run.device = "cuda:1").
-        event.record(torch.cuda.current_stream(self.device))
-        return event
-
     def _read_events(self) -> None:
         """Add the step's phases from its events; the next step starts at its last one."""
         assert self._start_event is not None, "start() comes before the first step"
@@ -87,9 +77,9 @@ class PhaseTimer:
         if self.recording:
             previous = self._start_event
             for phase, event in self._marks:
-                self.totals[phase] += previous.elapsed_time(event) / 1e3  # milliseconds
+                self.totals[phase] += seconds_between(previous, event)
                 previous = event
-            self.step_times.append(self._start_event.elapsed_time(last) / 1e3)
+            self.step_times.append(seconds_between(self._start_event, last))
         self._start_event, self._marks = last, []
 
     def per_step(self) -> dict[str, float]:
@@ -99,10 +89,4 @@ class PhaseTimer:
 
     def spread(self) -> dict[str, float]:
         """min/median/max seconds of a whole step."""
-        if not self.step_times:
-            return {}
-        return {
-            "min": min(self.step_times),
-            "median": statistics.median(self.step_times),
-            "max": max(self.step_times),
-        }
+        return Spread.of(self.step_times).min_median_max() if self.step_times else {}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from dlperf.engine.step import Stepped, TrainStep, dump_first_step, prepare
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
+from dlperf.paths import atomic_write
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.system import (
@@ -42,8 +42,8 @@ from dlperf.system import (
     gpu_utilization,
     peak_memory_bytes,
     reset_peak_memory,
-    synchronize,
 )
+from dlperf.timing import Spread, now
 
 PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
 
@@ -96,9 +96,7 @@ class PauseAt:
     def maybe(self, step: int) -> None:
         if step != self.step:
             return
-        tmp = self.marker.with_name(self.marker.name + ".tmp")
-        tmp.write_text(f"{step}\n")
-        os.replace(tmp, self.marker)  # the test sees the whole file or none
+        atomic_write(self.marker, f"{step}\n")  # the test sees the whole file or none
         while True:  # left only by a signal that ends the process (SIGINT, SIGTERM, SIGKILL)
             time.sleep(60)
 
@@ -150,8 +148,7 @@ class EpochClock:
         timer.recording = warmup_steps == 0
 
     def start(self) -> None:
-        synchronize(self.device)
-        self.epoch_start = self.timed_start = time.perf_counter()
+        self.epoch_start = self.timed_start = now(self.device)
         self.cpu_start = time.process_time()
         self.samples = 0
         self.timer.start()
@@ -160,8 +157,7 @@ class EpochClock:
         """After each step, with the step's samples."""
         self.steps += 1
         if self.steps == self.warmup_steps:
-            synchronize(self.device)
-            self.timed_start, self.cpu_start = time.perf_counter(), time.process_time()
+            self.timed_start, self.cpu_start = now(self.device), time.process_time()
             self.timer.recording = True
         elif self.steps > self.warmup_steps:
             self.samples += samples
@@ -169,15 +165,14 @@ class EpochClock:
     def stop(self, state: Progress) -> tuple[float, float | None]:
         """Add the epoch's timed samples and seconds to `state`; the epoch's seconds so far
         and its throughput (None when all its steps were warm-up)."""
-        synchronize(self.device)
-        now = time.perf_counter()
+        end = now(self.device)
         if not self.samples:
-            return now - self.epoch_start, None
-        state.train_time_s += now - self.timed_start
+            return end - self.epoch_start, None
+        state.train_time_s += end - self.timed_start
         state.cpu_time_s += time.process_time() - self.cpu_start
         state.samples += self.samples
-        state.epoch_throughputs.append(self.samples / (now - self.timed_start))
-        return now - self.epoch_start, state.epoch_throughputs[-1]
+        state.epoch_throughputs.append(self.samples / (end - self.timed_start))
+        return end - self.epoch_start, state.epoch_throughputs[-1]
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.epoch_start
@@ -372,6 +367,4 @@ def summary(
 
 
 def spread(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return Spread.of(values).min_median_max() if values else None

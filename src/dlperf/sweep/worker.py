@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.config import build_experiment
+from dlperf.paths import atomic_write
 from dlperf.progress import NullReporter
 from dlperf.store import Store
 from dlperf.sweep.runner import run_point
@@ -34,9 +35,7 @@ def main(argv: list[str]) -> int:
         summary = run_point(exp, store, int(study_id), int(since), NullReporter())
     except KeyboardInterrupt:  # the run is marked killed by now
         return 130
-    tmp = Path(result + ".tmp")
-    tmp.write_text(json.dumps(summary, default=str))
-    os.replace(tmp, result)
+    atomic_write(Path(result), json.dumps(summary, default=str))
     return 0
 
 
