@@ -217,11 +217,11 @@ def test_predict_model_by_name_on_a_catalog_device(no_user_file: Path) -> None:
     r = predict_model("smallcnn", "V100", no_store, input_shape=[1, 8, 8], batch=4, ppp=0.5)
     assert (r["model"], r["device"], r["batch"], r["ppp"]) == ("smallcnn", "V100", 4, 0.5)
     assert "measured" not in r and r["totals"]["time_s"] > 0
-    with pytest.raises(UserError, match="give --device NAME"):
+    with pytest.raises(UserError, match=r"give predict\.device"):
         predict_model("smallcnn", None, no_store)
     with pytest.raises(UserError, match=r"this host \(.*\) is not calibrated"):
         device_or_host(None)
-    with pytest.raises(UserError, match="--reps must be at least 1"):
+    with pytest.raises(UserError, match=r"predict\.reps must be at least 1"):
         predict_model("smallcnn", "V100", no_store, measure=True, reps=0)
 
 
@@ -232,7 +232,7 @@ def test_measure_recorded_warns_of_other_threads(no_user_file: Path, tmp_path: P
     entry = FAKE.model_copy(update={"threads": 999})
     r = measure_recorded(lambda: store, "smallcnn", a, entry, None, 1, log)
     m = r["measured"]
-    assert store.get_run(m["run_id"])["status"] == "finished" and m["measured_s"]["min"] > 0
+    assert store.get_run(m["run_id"]).status == "finished" and m["measured_s"]["min"] > 0
     assert r["basis"]["kind"] == "catalog peak" and m["basis"] == r["basis"]
     assert m["same_moment"]["basis"]["interleaved"] and len(m["same_moment"]["rounds"]) == 1
     warning = (

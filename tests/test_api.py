@@ -97,9 +97,9 @@ def test_tracked_run_ends_failed_or_killed(store) -> None:
         raise RuntimeError("nan loss")
     with pytest.raises(KeyboardInterrupt), dlperf.track("ctrl-c") as killed:
         raise KeyboardInterrupt
-    assert store.get_run(failed.id)["status"] == "failed"
-    assert store.get_run(failed.id)["error"] == "RuntimeError: nan loss"
-    assert store.get_run(killed.id)["status"] == "killed"
+    assert store.get_run(failed.id).status == "failed"
+    assert store.get_run(failed.id).error == "RuntimeError: nan loss"
+    assert store.get_run(killed.id).status == "killed"
 
 
 def test_store_reads_like_the_commands(db: str, tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_store_reads_like_the_commands(db: str, tmp_path: Path) -> None:
         run.log(1, loss=1.0)
         run.log(2, loss=0.5)
     store = dlperf.Store(db)
-    assert [r["id"] for r in store.runs()] == [run.id]
+    assert [r.id for r in store.runs()] == [run.id]
     assert store.metrics(run.id, "train/loss") == [(1, 1.0), (2, 0.5)]
     with pytest.raises(dlperf.UserError, match="no run 99"):
         store.metrics(99, "train/loss")
@@ -131,8 +131,8 @@ def test_runs_say_lost_as_the_commands_do(db: str) -> None:
     run_id = impl.create_run("doomed", "run", {}, None, {"host": "h"})
     impl.update_run(run_id, system={"host": "h", "process": gone})
     store = dlperf.Store(db)
-    assert store.run(run_id)["status"] == "lost"
-    assert [r["status"] for r in store.runs()] == ["lost"]
+    assert store.run(run_id).status == "lost"
+    assert [r.status for r in store.runs()] == ["lost"]
 
 
 def test_store_selects_and_compares_as_the_commands_do(cli, db: str) -> None:
@@ -143,7 +143,7 @@ def test_store_selects_and_compares_as_the_commands_do(cli, db: str) -> None:
         ids.append(run.id)
     store = dlperf.Store(db)
     picked = store.runs(where=["train.lr=0.2"])
-    assert [r["id"] for r in picked] == [ids[1]]
+    assert [r.id for r in picked] == [ids[1]]
     listed = json.loads(cli("runs", "list", "--where", "train.lr=0.2", "--json").out)
     assert [r["id"] for r in listed] == [ids[1]]
     with pytest.raises(dlperf.UserError, match=r"unknown key 'train\.lrr'"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from dlperf.converge import regress
 from dlperf.errors import UserError
+from dlperf.store.record import RunRecord
 
 
 def betas(depth: float, device: str = "T4") -> np.ndarray:
@@ -43,12 +45,16 @@ def test_too_few_runs() -> None:
 
 
 def test_run_features_from_config() -> None:
-    run = {
-        "id": 1,
-        "config": {"model": {"name": "resnet56"}, "run": {"device": "auto"}},
-        "summary": {},
-        "system": {"device": "cuda:0", "gpus": ["Tesla T4", "Tesla T4"]},
-    }
+    run = RunRecord(
+        id=1,
+        study_id=None,
+        name="r",
+        kind="run",
+        status="finished",
+        config={"model": {"name": "resnet56"}, "run": {"device": "auto"}},
+        config_hash=None,
+        system={"device": "cuda:0", "gpus": ["Tesla T4", "Tesla T4"]},
+    )
     # The device used (system) wins over the one asked for (config); gpu is the GPU's name.
     assert regress.run_features(run, ["depth", "device", "name", "gpu", "run.device"]) == {
         "depth": 56,
@@ -57,7 +63,7 @@ def test_run_features_from_config() -> None:
         "gpu": "Tesla T4",
         "run.device": "auto",
     }
-    assert regress.run_features({**run, "system": {"gpus": []}}, ["gpu"]) == {"gpu": "cpu"}
+    assert regress.run_features(replace(run, system={"gpus": []}), ["gpu"]) == {"gpu": "cpu"}
     with pytest.raises(UserError, match="no feature 'width'"):
         regress.run_features(run, ["width"])
 

@@ -228,14 +228,14 @@ def test_finetune_cli_stores_the_run(cli: Cli, store: Store, tmp_path: Path) -> 
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     run = store.get_run(doc["run_id"])
-    assert (run["kind"], run["status"]) == ("detect", "finished")
-    assert run["config"]["model"] == {"name": "ssdlite320_mobilenet_v3_large"}
-    assert run["config"]["detect"] == {
+    assert (run.kind, run.status) == ("detect", "finished")
+    assert run.config["model"] == {"name": "ssdlite320_mobilenet_v3_large"}
+    assert run.config["detect"] == {
         **DetectConfig().model_dump(),
         **{"size": 96, "epochs": 1, "batch": 3, "weight_decay": 0.0, "threads": 1},
     }
-    assert set(run["summary"]["ap_before"]) == set(run["summary"]["ap_after"]) == {"disc", "square"}
-    assert {"map_before", "map_after"} <= set(run["summary"]) and doc["steps"] == 1
+    assert set(run.summary["ap_before"]) == set(run.summary["ap_after"]) == {"disc", "square"}
+    assert {"map_before", "map_after"} <= set(run.summary) and doc["steps"] == 1
     assert len(store.metrics(doc["run_id"], "train/loss")) == 1
     assert [a["kind"] for a in store.artifacts(doc["run_id"])] == ["checkpoint"]
     assert ssd.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt").size == 96
@@ -276,10 +276,10 @@ def test_eval_cli_stores_the_run(cli: Cli, store: Store, checkpoints: Path) -> N
     )
     assert (doc["split"], doc["images"], doc["renamed"], doc["unknown"]) == ("val", 2, {}, [])
     run = store.get_run(doc["run_id"])
-    assert (run["kind"], run["status"]) == ("detect", "finished")
-    assert run["config"]["detect"] == {"model": "ssdlite320_mobilenet_v3_large", "size": 96,
+    assert (run.kind, run.status) == ("detect", "finished")
+    assert run.config["detect"] == {"model": "ssdlite320_mobilenet_v3_large", "size": 96,
         "batch": 2, "val_split": "val", "ap_method": "area", "threads": 1}  # fmt: skip
-    assert run["config"]["weights"] == str(weights) and run["summary"]["ap"] == doc["ap"]
+    assert run.config["weights"] == str(weights) and run.summary["ap"] == doc["ap"]
     assert store.artifacts(doc["run_id"]) == [] and weights.read_bytes() == saved  # no training
 
 
@@ -312,7 +312,7 @@ def test_eval_matches_coco_names_to_voc(cli: Cli, checkpoints: Path) -> None:
         (["--weights", "coco.pt"], "error: the detector's classes (person, airplane) include"
             " none of split val's (disc, square) (test weights trained on these classes)"),
         (["--weights", "shapes.pt", "--val-split", "test"], "error: no split file"),
-        (["--weights", "shapes.pt", "--ap", "best"], "error: config with --set: detect.ap_method"),
+        (["--weights", "shapes.pt", "--ap", "best"], "error: --ap-method: detect.ap_method"),
     ],
 )  # fmt: skip
 def test_eval_bad_input_is_one_line(

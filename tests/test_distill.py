@@ -24,7 +24,7 @@ from dlperf.distill.select import precision, select
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
-from dlperf.store import Store, effective_status
+from dlperf.store import Store
 from tests.conftest import CliResult, write_distill_exp
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
@@ -188,7 +188,7 @@ def test_a_tiny_study_stores_linked_stages(
     out = distill_json(cli, "distill", str(path), "--unlabeled", "digits:holdout=0.5",
                        "--top-k", "3", "--student", "resnet20")  # fmt: skip
     assert {"study_id", "teacher", "baseline", "students", "best_top_k"} <= out.keys()
-    runs = {r["id"]: r for r in store.list_runs(study_id=out["study_id"])}
+    runs = {r.id: r for r in store.list_runs(study_id=out["study_id"])}
     assert store.get_study(out["study_id"])["kind"] == "distill"
     teacher_id, baseline = out["teacher"]["run_id"], out["baseline"]
     assert (
@@ -196,9 +196,9 @@ def test_a_tiny_study_stores_linked_stages(
         and not out["teacher"]["reused"]
         and 0 <= out["teacher"]["test_accuracy"] <= 1
     )
-    assert runs[teacher_id]["tags"]["stage"] == "teacher"
-    assert runs[baseline["run_id"]]["tags"]["stage"] == "baseline"
-    assert runs[baseline["run_id"]]["config"]["model"]["name"] == "resnet20"
+    assert runs[teacher_id].tags["stage"] == "teacher"
+    assert runs[baseline["run_id"]].tags["stage"] == "baseline"
+    assert runs[baseline["run_id"]].config["model"]["name"] == "resnet20"
     (student,) = out["students"]
     assert student.keys() >= {"top_k", "top_p", "selected", "pseudo_label_precision",
                               "pretrain_run_id", "finetune_run_id", "test_accuracy"}  # fmt: skip
@@ -207,31 +207,29 @@ def test_a_tiny_study_stores_linked_stages(
     assert 0 <= student["pseudo_label_precision"] <= 1  # the held-out images keep their labels
     # The links: select <- teacher; pretrain <- select's file; finetune <- pretrain's weights.
     chosen, pre, fine = (runs[student[f"{s}_run_id"]] for s in ("select", "pretrain", "finetune"))
-    assert chosen["kind"] == "select" and chosen["config"]["teacher"] == teacher_id
-    assert pre["config"]["data"]["name"] == "npz"
-    assert pre["config"]["data"]["root"] == chosen["summary"]["file"]
+    assert chosen.kind == "select" and chosen.config["teacher"] == teacher_id
+    assert pre.config["data"]["name"] == "npz"
+    assert pre.config["data"]["root"] == chosen.summary["file"]
     # The file holds the kept images under the teacher's top class (P = 1), class by class.
-    with np.load(chosen["summary"]["file"]) as f:
+    with np.load(chosen.summary["file"]) as f:
         images, labels = torch.from_numpy(f["images"]), torch.from_numpy(f["labels"])
     assert len(labels) == student["selected"] and labels.tolist() == sorted(labels.tolist())
     scores = teacher.score(
         teacher.stored(store, teacher_id), store, images, torch.device("cpu"), 64
     )
     assert torch.equal(scores.scores.argmax(1), labels)
-    assert pre["config"]["model"]["name"] == "resnet20" and pre["tags"]["select"] == str(
-        chosen["id"]
-    )
-    assert fine["config"]["model"]["weights"] == f"run:{pre['id']}"
-    assert fine["config"]["data"]["holdout"] == 0.5 == runs[teacher_id]["config"]["data"]["holdout"]
-    assert fine["config"]["model"]["head"] == "keep"  # the head learnt on pseudo-labels too
-    assert [fine["tags"][k] for k in ("stage", "pretrain", "teacher")] == [
-        "finetune", str(pre["id"]), str(teacher_id)]  # fmt: skip
-    assert all(r["status"] == "finished" for r in runs.values()) and len(runs) == 5
+    assert pre.config["model"]["name"] == "resnet20" and pre.tags["select"] == str(chosen.id)
+    assert fine.config["model"]["weights"] == f"run:{pre.id}"
+    assert fine.config["data"]["holdout"] == 0.5 == runs[teacher_id].config["data"]["holdout"]
+    assert fine.config["model"]["head"] == "keep"  # the head learnt on pseudo-labels too
+    assert [fine.tags[k] for k in ("stage", "pretrain", "teacher")] == [
+        "finetune", str(pre.id), str(teacher_id)]  # fmt: skip
+    assert all(r.status == "finished" for r in runs.values()) and len(runs) == 5
     assert Path(out["plots"][0]).is_file()
     # The same command again reuses every stage and stores nothing new.
     again = distill_json(cli, "distill", str(path), "--unlabeled", "digits:holdout=0.5",
                          "--top-k", "3", "--student", "resnet20")  # fmt: skip
-    assert again["students"][0]["finetune_run_id"] == fine["id"]
+    assert again["students"][0]["finetune_run_id"] == fine.id
     assert len(store.list_runs(study_id=out["study_id"])) == 5
 
 
@@ -254,7 +252,7 @@ def test_a_stored_teacher_and_the_student_as_its_own_baseline(
     assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in figures)
     assert out["teacher"]["run_id"] == teacher and out["teacher"]["reused"]
     assert out["baseline"]["same_as_teacher"] and out["baseline"]["run_id"] == teacher
-    assert store.get_run(teacher)["study_id"] is None  # the given teacher stays where it was
+    assert store.get_run(teacher).study_id is None  # the given teacher stays where it was
     assert out["students"][0]["top_p"] == 2
     # A teacher that saw the held-out images' labels is refused.
     plain = json.loads(cli("run", str(path), "--set", "run.checkpoint=true", "--json").out)
@@ -283,7 +281,7 @@ def test_bad_input_is_one_line_and_stores_nothing(
         result = cli("distill", str(path), *args)
         assert result.code == 2, (args, result.err)
         assert message in result.err and len(result.err.strip().splitlines()) == 1, result.err
-    assert [r["id"] for r in store.list_runs()] == [unfinished]
+    assert [r.id for r in store.list_runs()] == [unfinished]
 
 
 def start_distill(root: Path, db: str, *args: str, pause_at: int) -> subprocess.Popen[bytes]:
@@ -317,14 +315,14 @@ def test_two_students_resume_after_a_sigkill(
     assert not alive(proc.pid)
     log = (tmp_path / "stderr.txt").read_text()
     assert "pretrain K=2: training" in log and "finetune" not in log
-    (killed,) = [r for r in store.list_runs() if r["status"] == "running"]
-    assert effective_status(killed) == "lost" and killed["tags"] == {}  # tags come at the end
+    (killed,) = [r for r in store.list_runs() if r.unfinished]
+    assert killed.status == "lost" and killed.tags == {}  # tags come at the end
 
     result = cli("distill", *args, "--json")
     assert result.code == 0, result.err
     out = json.loads(result.out)
-    teacher_id = next(r["id"] for r in store.list_runs() if r["tags"].get("stage") == "teacher")
-    tags = {r["id"]: r["tags"] for r in store.list_runs()}
+    teacher_id = next(r.id for r in store.list_runs() if r.tags.get("stage") == "teacher")
+    tags = {r.id: r.tags for r in store.list_runs()}
     (select_2,) = [
         i for i, t in tags.items() if (t.get("stage"), t.get("top_k")) == ("select", "2")
     ]
@@ -333,9 +331,9 @@ def test_two_students_resume_after_a_sigkill(
     assert "pretrain K=2: training" in result.err
     assert [s["top_k"] for s in out["students"]] == [2, 4]
     assert all(s["test_accuracy"] is not None for s in out["students"])
-    assert killed["id"] not in {s["pretrain_run_id"] for s in out["students"]}
-    finished = [r for r in store.list_runs(study_id=out["study_id"]) if r["status"] == "finished"]
-    stages = sorted((r["tags"]["stage"], r["tags"].get("top_k", "")) for r in finished)
+    assert killed.id not in {s["pretrain_run_id"] for s in out["students"]}
+    finished = [r for r in store.list_runs(study_id=out["study_id"]) if r.status == "finished"]
+    stages = sorted((r.tags["stage"], r.tags.get("top_k", "")) for r in finished)
     assert stages == [("finetune", "2"), ("finetune", "4"), ("pretrain", "2"), ("pretrain", "4"),
                       ("select", "2"), ("select", "4"), ("teacher", "")]  # fmt: skip
 
@@ -362,7 +360,7 @@ def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
     assert student["status"] == "failed" and student["test_accuracy"] is None
     assert out["error"].startswith(f"finetune run {student['finetune_run_id']} failed: loss")
     assert out["best_top_k"] is None and out["plots"] == []
-    statuses = {r["tags"]["stage"]: r["status"] for r in store.list_runs(study_id=out["study_id"])}
+    statuses = {r.tags["stage"]: r.status for r in store.list_runs(study_id=out["study_id"])}
     assert statuses == {"teacher": "finished", "select": "finished", "pretrain": "finished",
                         "finetune": "failed"}  # fmt: skip
 

@@ -5,7 +5,7 @@ a learning rate that makes the loss rise, and a transfer from weights trained at
 resolution). What cannot be produced on this 2-core CPU host (a GPU sitting idle, DDP points
 that scale badly or where a worker never joined, a data-bound step, a shared host) is stored
 through the Store API in the shapes the engine writes: the system record of
-`dlperf.system.system_info`, a scale point's summary from `dlperf.distributed.study.summarize`
+`dlperf.system.system_info`, a scale point's summary from `dlperf.distributed.summary.summarize`
 and `add_relative` over per-rank results, and a real run's summary with figures changed.
 """
 
@@ -107,13 +107,13 @@ def _like(store: Store, run_id: int, system: dict[str, Any] = {}, **summary: Any
     """A copy of stored run `run_id` with its system record and summary figures changed, and
     the load figures an idle machine gives (the real run's depend on the tests' neighbours)."""
     run = store.get_run(run_id)
-    s = run["summary"]
+    s = run.summary
     idle = {
         "throughput_spread": {k: s["throughput"] for k in ("min", "median", "max")},
         "cpu_time_s": s["train_time_s"] * s["threads"],
     }
     copy = store.create_run(
-        run["name"], run["kind"], run["config"], run["config_hash"], {**run["system"], **system}
+        run.name, run.kind, run.config, run.config_hash, {**run.system, **system}
     )
     store.finish_run(copy, "finished", summary={**s, **idle, **summary})
     return copy
@@ -134,7 +134,7 @@ LOAD_RULES = {"shared-host", "untrustworthy-scaling"}
 def _load_findings_are_earned(store: Store, run_id: int, findings: list[doctor.Finding]) -> None:
     """The load-dependent findings on a healthy run fire exactly when its stored figures say
     the machine was busy."""
-    s = store.get_run(run_id)["summary"]
+    s = store.get_run(run_id).summary
     spread = s["throughput_spread"]
     busy = s["cpu_time_s"] / (s["train_time_s"] * s["threads"])
     expected = {"untrustworthy-scaling"} if spread["max"] / spread["min"] > 2 else set()
@@ -144,7 +144,7 @@ def _load_findings_are_earned(store: Store, run_id: int, findings: list[doctor.F
 
 def test_a_healthy_run_has_no_findings(lab: tuple[Store, str, dict[str, int]]) -> None:
     store, _, runs = lab
-    summary = store.get_run(runs["healthy"])["summary"]
+    summary = store.get_run(runs["healthy"]).summary
     assert summary["phases"] and summary["test_accuracy"] > 0.5  # every rule had data to read
     assert summary["cpu_time_s"] > 0
     _load_findings_are_earned(store, runs["healthy"], doctor.examine(store, [runs["healthy"]]))
@@ -176,7 +176,7 @@ def test_chance_accuracy(lab: tuple[Store, str, dict[str, int]], name: str) -> N
     store, _, runs = lab
     findings = _rules(doctor.examine(store, [runs[name]]))
     (finding,) = findings["chance-accuracy"]
-    accuracy = store.get_run(runs[name])["summary"]["test_accuracy"]
+    accuracy = store.get_run(runs[name]).summary["test_accuracy"]
     assert finding.severity == "error"
     assert finding.figures == {"accuracy": accuracy, "chance": 0.1, "classes": 10}
     assert f"test accuracy {accuracy:.3f} is within 0.050 of chance, 1/10 = 0.100" in (
@@ -217,7 +217,7 @@ def test_data_bound(lab: tuple[Store, str, dict[str, int]]) -> None:
 
 def test_shared_host(lab: tuple[Store, str, dict[str, int]]) -> None:
     store, _, runs = lab
-    wall = store.get_run(runs["healthy"])["summary"]["train_time_s"]
+    wall = store.get_run(runs["healthy"]).summary["train_time_s"]
     busy = _like(store, runs["healthy"], cpu_time_s=0.95 * wall)  # one thread, busy
     shared = _like(store, runs["healthy"], cpu_time_s=0.3 * wall)
     assert doctor.examine(store, [busy]) == []
@@ -273,7 +273,9 @@ def _study(
     """A weak-scaling series, `batch` per worker, stored as `dlperf scale` stores one: per
     point (workers, median step s, compute s), 20 steps each, on a 2-core host; in a new
     study, or in `study`."""
-    from dlperf.distributed.study import Point, _rank_metrics, add_relative, summarize
+    from dlperf.distributed.planning import Point
+    from dlperf.distributed.study import rank_metrics
+    from dlperf.distributed.summary import add_relative, summarize
     from dlperf.system import system_info
 
     exp = _exp()
@@ -283,25 +285,25 @@ def _study(
         point = Point(workers, batch, batch * workers, "allreduce", "ddp", None, "weak")
         threads = max(1, 2 // workers)
         steps = [step * f for f in (0.98, 1.0, 1.02, 1.0) * 5]
+        world = workers if ranks is None else ranks
         per_rank = [
-            rank_result(r, steps, [compute] * 20 if compute else None, batch)
-            for r in range(workers if ranks is None else ranks)
+            rank_result(r, steps, [compute] * 20 if compute else None, batch, world=world)
+            for r in range(world)
         ]
         system = {**system_info(None, threads), "usable_cores": 2, "backend": "gloo"}
         config = {"experiment": exp.to_dict(), "point": asdict(point)}
         run = store.create_run(f"smallcnn {point.label()}", "scale", config, None, system, study)
-        summary = summarize(point, per_rank, 1, threads, "gloo", 1437, None)
-        add_relative(summary, base)
+        summary = add_relative(summarize(point, per_rank, 1, threads, "gloo", 1437, None), base)
         base = base or summary
-        store.log_metrics(run, _rank_metrics(per_rank))
-        store.finish_run(run, "finished", summary=summary)
+        store.log_metrics(run, rank_metrics(per_rank))
+        store.finish_run(run, "finished", summary=summary.to_dict())
         ids.append(run)
     return ids
 
 
 def test_a_healthy_scaling_study_has_no_findings(store: Store) -> None:
     ids = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)])
-    assert store.get_run(ids[1])["summary"]["efficiency"] == pytest.approx(0.1 / 0.11)
+    assert store.get_run(ids[1]).summary["efficiency"] == pytest.approx(0.1 / 0.11)
     assert doctor.examine(store, ids) == []
 
 
@@ -342,7 +344,7 @@ def test_a_point_is_measured_against_its_own_series(store: Store) -> None:
     """Two per-worker batches in one study: the 2-worker point at 128 against the 1-worker
     point at 128, not the one at 32 stored first (as `dlperf scale` compares them)."""
     small = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)])
-    study = store.get_run(small[0])["study_id"]
+    study = store.get_run(small[0]).study_id
     one, two = _study(store, [(1, 0.400, None), (2, 1.000, 0.400)], batch=128, study=study)
     assert doctor.examine(store, small) == []
     (finding,) = doctor.examine(store, [two])
@@ -352,13 +354,22 @@ def test_a_point_is_measured_against_its_own_series(store: Store) -> None:
 
 
 def test_missing_workers(store: Store) -> None:
+    """The process group's world size, as the ranks report it and the study stores it; in
+    a summary stored before it was, the ranks that reported."""
     _, short = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)], ranks=1)
+    summary = store.get_run(short).summary
+    assert summary["world_size"] == 1
     findings = _rules(doctor.examine(store, [short]))
     (finding,) = findings["missing-workers"]
     assert finding.severity == "error"
-    assert (
-        finding.evidence == "2 workers asked (2 processes), 1 joined (ranks that reported results)"
+    assert finding.evidence == (
+        "2 workers asked (2 processes), 1 joined (the process group's world size)"
     )
+    run = store.get_run(short)
+    older = store.create_run("older", "scale", run.config, None, run.system)
+    store.finish_run(older, "finished", summary={**summary, "world_size": None})
+    (finding,) = _rules(doctor.examine(store, [older]))["missing-workers"]
+    assert finding.evidence.endswith("1 joined (ranks that reported results)")
     failed = store.create_run("p", "scale", {"experiment": {}, "point": {"workers": 4}})
     error = "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: timed out\nmore"
     store.finish_run(failed, "failed", error=error)
@@ -367,14 +378,15 @@ def test_missing_workers(store: Store) -> None:
 
 
 def test_oversubscribed_scale_point(store: Store) -> None:
-    from dlperf.distributed.study import Point, summarize
+    from dlperf.distributed.planning import Point
+    from dlperf.distributed.summary import summarize
 
     point = Point(2, 32, 64, "allreduce", "ddp", None)
     config = {"experiment": _exp().to_dict(), "point": asdict(point)}
     system = {"usable_cores": 2, "threads": 2, "backend": "gloo", "host": "h"}
     run = store.create_run("p", "scale", config, None, system)
-    ranks = [rank_result(r, [0.1] * 20, [0.08] * 20, 32) for r in range(2)]
-    store.finish_run(run, summary=summarize(point, ranks, 1, 2, "gloo", 1437, None))
+    ranks = [rank_result(r, [0.1] * 20, [0.08] * 20, 32, world=2) for r in range(2)]
+    store.finish_run(run, summary=summarize(point, ranks, 1, 2, "gloo", 1437, None).to_dict())
     (finding,) = doctor.examine(store, [run])
     assert (finding.rule, finding.evidence) == (
         "oversubscribed",

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlperf import system
+from dlperf import system, timing
 from dlperf.config import ScheduleConfig, load_experiment
-from dlperf.engine import timers, train
+from dlperf.engine import train
 from dlperf.engine.optim import lr_factor
 from dlperf.engine.run import resume_run, run_experiment
 from dlperf.engine.timers import PHASES, PhaseTimer
@@ -35,9 +35,9 @@ def test_a_digits_run_learns_and_is_recorded(store: Store, tiny_exp: Callable[..
     assert result["steps"] == 3 * result["steps_per_epoch"]
 
     record = store.get_run(result["run_id"])
-    assert record["status"] == "finished" and record["config"] == exp.to_dict()
-    assert record["system"]["torch"] and record["system"]["device"] == "cpu"
-    assert record["summary"]["test_accuracy"] == result["test_accuracy"]
+    assert record.status == "finished" and record.config == exp.to_dict()
+    assert record.system["torch"] and record.system["device"] == "cpu"
+    assert record.summary["test_accuracy"] == result["test_accuracy"]
     losses = store.metrics(result["run_id"], "train/loss")
     assert [s for s, _ in losses] == list(range(1, result["steps"] + 1))
     assert [s for s, _ in store.metrics(result["run_id"], "val/acc1")] == [1, 2, 3]
@@ -92,7 +92,7 @@ def fake_events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
     syncs: list[str] = []
-    monkeypatch.setattr(timers, "synchronize", lambda device: syncs.append(str(device)))
+    monkeypatch.setattr(timing, "synchronize", lambda device: syncs.append(str(device)))
     return syncs
 
 
@@ -199,9 +199,9 @@ def test_nan_loss_stops_the_run(store: Store, tiny_exp: Callable[..., Path]) -> 
     result = run_experiment(exp, store)
     assert result["status"] == "failed"
     record = store.get_run(result["run_id"])
-    assert record["status"] == "failed"
-    assert "loss became" in record["error"] and "at step" in record["error"]
-    assert "try a lower train.lr" in record["error"]
+    assert record.status == "failed"
+    assert "loss became" in record.error and "at step" in record.error
+    assert "try a lower train.lr" in record.error
     # Losses up to the bad step are kept; the bad one is the last.
     losses = store.metrics(result["run_id"], "train/loss")
     assert not math.isfinite(losses[-1][1]) and all(math.isfinite(v) for _, v in losses[:-1])
@@ -299,7 +299,7 @@ def test_resume_continues_exactly(
     )
     assert hint in proc.stderr.read()
     interrupted = store.get_run(run_id)
-    assert interrupted["status"] == "killed"
+    assert interrupted.status == "killed"
     assert store.last_step(run_id, "val/acc1") == 2
 
     resumed = resume_run(run_id, store)

@@ -63,25 +63,25 @@ SWEEP = 'base = "base.toml"\nname = "lr"\n[grid]\n"train.lr" = [0.1, 0.02]\n'
 def _scale_study(store: Store, exp: Experiment) -> int:
     """A weak-scaling study stored as `dlperf scale` stores one (1 and 2 workers, the second
     far from linear, with a ring-model prediction)."""
-    from dlperf.distributed.study import Point, _rank_metrics, add_relative, summarize
+    from dlperf.distributed.planning import Point
+    from dlperf.distributed.study import rank_metrics
+    from dlperf.distributed.summary import add_relative, summarize
     from dlperf.system import system_info
 
     study = store.create_study("scale smallcnn", "scale")
     base = None
     for workers, step, compute in ((1, 0.100, None), (2, 0.400, 0.100)):
         point = Point(workers, 32, 32 * workers, "allreduce", "ddp", None)
-        ranks = [rank_result(r, [step] * 20, [compute] * 20 if compute else None, 32)
-                 for r in range(workers)]  # fmt: skip
+        ranks = [rank_result(r, [step] * 20, [compute] * 20 if compute else None, 32,
+                             world=workers) for r in range(workers)]  # fmt: skip
         system = {**system_info(None, 1), "usable_cores": 2, "backend": "gloo"}
         config = {"experiment": exp.to_dict(), "point": asdict(point)}
         run = store.create_run(f"smallcnn {point.label()}", "scale", config, None, system, study)
-        summary = summarize(point, ranks, 1, 1, "gloo", 1437, 0.5)
-        add_relative(summary, base)
+        summary = add_relative(summarize(point, ranks, 1, 1, "gloo", 1437, 0.5), base)
         base = base or summary
-        summary["ring_predicted_s"] = 0.05 if workers > 1 else None
-        summary["overlap_predicted_s"] = 0.08 if workers > 1 else None
-        store.log_metrics(run, _rank_metrics(ranks))
-        store.finish_run(run, "finished", summary=summary)
+        predicted = {"ring_predicted_s": 0.05, "overlap_predicted_s": 0.08} if workers > 1 else {}
+        store.log_metrics(run, rank_metrics(ranks))
+        store.finish_run(run, "finished", summary=summary.to_dict() | predicted)
     return study
 
 
@@ -184,7 +184,7 @@ def test_site_has_an_index_and_a_page_per_run_and_study(lab: dict[str, Any]) -> 
     # Every run of a named study has its page, linked from the study's page.
     scale_page = (out / f"study-{ids['scale']}.html").read_text(encoding="utf-8")
     for run in lab["store"].list_runs(study_id=ids["scale"]):
-        assert f'href="run-{run["id"]}.html"' in scale_page
+        assert f'href="run-{run.id}.html"' in scale_page
 
 
 def test_run_page_holds_curves_phases_findings_config_and_system(lab: dict[str, Any]) -> None:

@@ -17,7 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from dlperf.procs import this_process
-from dlperf.store import Store, effective_status
+from dlperf.store import Store
+from dlperf.store.record import current_status
 from tests.conftest import CliResult, trained_run
 from tests.test_cli import one_line_error
 
@@ -86,7 +87,7 @@ def test_delete_removes_the_runs_rows_and_own_files_only(
     for table in ("metrics", "artifacts", "tags"):
         assert count(store, table, gone) == 0
     assert count(store, "metrics", keep) > 0 and store.artifacts(other)
-    assert [r["id"] for r in store.list_runs()] == [other, keep]
+    assert [r.id for r in store.list_runs()] == [other, keep]
 
     # The real run goes too, checkpoint and directory; the other runs' files stay.
     assert cli("runs", "delete", str(keep), "-y").code == 0
@@ -96,7 +97,7 @@ def test_delete_removes_the_runs_rows_and_own_files_only(
 def test_delete_checks_every_id_first(cli: Callable[..., CliResult], store: Store) -> None:
     a = finished(store, "a", {})
     one_line_error(cli("runs", "delete", str(a), "98", "99", "--yes"), "no run 98, 99 in the store")
-    assert store.get_run(a)["name"] == "a"
+    assert store.get_run(a).name == "a"
 
 
 def test_delete_asks_and_refuses_to_hang_without_a_terminal(
@@ -152,7 +153,7 @@ def test_tags_set_show_list_and_remove(cli: Callable[..., CliResult], store: Sto
     assert "baseline=yes" in cli("runs", "list").out
 
     assert cli("runs", "tag", str(run), "note=", "baseline=no").code == 0
-    assert store.get_run(run)["tags"] == {"baseline": "no"}
+    assert store.get_run(run).tags == {"baseline": "no"}
     assert "has no tags" in cli("runs", "tag", str(run), "baseline=").out
 
 
@@ -171,7 +172,7 @@ def test_bad_tags_are_one_line(
 ) -> None:
     run = finished(store, "a", {})
     one_line_error(cli("runs", "tag", *(a.format(run=run) for a in args)), message)
-    assert store.get_run(run)["tags"] == {}
+    assert store.get_run(run).tags == {}
 
 
 # --- runs list --where ----------------------------------------------------------------------
@@ -253,7 +254,7 @@ def test_a_killed_process_leaves_a_lost_run(
         child.send_signal(signal.SIGKILL)
         # Not reaped yet, the child is a zombie: that is gone too.
         deadline = time.monotonic() + DEADLINE_S
-        while effective_status(store.get_run(run_id)) != "lost":
+        while store.get_run(run_id).status != "lost":
             assert time.monotonic() < deadline, "the killed run never read as lost"
         child.wait(timeout=DEADLINE_S)
     finally:
@@ -262,7 +263,9 @@ def test_a_killed_process_leaves_a_lost_run(
         child.stdout.close()
     assert child.returncode == -signal.SIGKILL
 
-    assert store.get_run(run_id)["status"] == "running"  # computed on read, never written
+    with store.engine.connect() as conn:  # computed on read, never written
+        stored = conn.execute(text("SELECT status FROM runs WHERE id = :r"), {"r": run_id})
+        assert stored.scalar() == "running"
     listed = json.loads(cli("runs", "list", "--json").out)
     assert [(r["id"], r["status"]) for r in listed] == [(run_id, "lost")]
     assert where(cli, "status=lost") == [run_id]
@@ -273,27 +276,28 @@ def test_a_killed_process_leaves_a_lost_run(
 
 def test_lost_needs_this_host_and_the_same_process(store: Store) -> None:
     me = this_process()
-    run = {"status": "running", "system": {"process": me}}
-    assert effective_status(run) == "running"
+    assert current_status("running", {"process": me}) == "running"
     if me["start"] is not None:  # the pid now held by another process: gone
         reused = {**me, "start": me["start"] + 1}
-        assert effective_status({**run, "system": {"process": reused}}) == "lost"
+        assert current_status("running", {"process": reused}) == "lost"
     rebooted = {**me, "boot_id": "another boot"}
-    assert effective_status({**run, "system": {"process": rebooted}}) == (
+    assert current_status("running", {"process": rebooted}) == (
         "lost" if me["boot_id"] else "running"
     )
     elsewhere = {**me, "host": "another-host", "pid": 2**22 + 1}
-    assert effective_status({**run, "system": {"process": elsewhere}}) == "running"
-    assert effective_status({**run, "system": {"host": "h"}}) == "running"  # nothing recorded
-    assert effective_status({**run, "status": "finished"}) == "finished"
+    assert current_status("running", {"process": elsewhere}) == "running"
+    assert current_status("running", {"host": "h"}) == "running"  # nothing recorded
+    gone = {**me, "pid": 2**22 + 1}
+    assert current_status("running", {"process": gone}) == "lost"
+    assert current_status("finished", {"process": gone}) == "finished"
 
     resumed = store.create_run("r", "run", {}, None, {"host": "h"})
     with store.engine.begin() as conn:  # as if written by a process long gone
         gone = json.dumps({"host": "h", "process": {**me, "pid": 2**22 + 1}})
         conn.execute(text("UPDATE runs SET system = :s WHERE id = :r"), {"s": gone, "r": resumed})
-    assert effective_status(store.get_run(resumed)) == "lost"
+    assert store.get_run(resumed).status == "lost"
     store.set_running(resumed)  # a resume: this process writes it now
-    assert effective_status(store.get_run(resumed)) == "running"
+    assert store.get_run(resumed).status == "running"
 
 
 # --- runs show, runs compare ----------------------------------------------------------------

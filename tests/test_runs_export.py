@@ -14,7 +14,7 @@ import pytest
 from dlperf import exporters
 from dlperf.parsing import flatten
 from dlperf.procs import this_process
-from dlperf.store import Store, effective_status
+from dlperf.store import Store
 from dlperf.store.keys import on_global_steps
 from tests.conftest import CliResult, trained_run
 
@@ -58,22 +58,22 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
 
     client = MlflowClient(tracking_uri=uri)
     got = client.get_run(mlflow_id)
-    assert got.info.run_name == stored["name"]
+    assert got.info.run_name == stored.name
     assert got.info.status == "FINISHED"
     assert client.get_experiment(got.info.experiment_id).name == "dlperf"
     # Params: the flattened config, non-strings as JSON, unset keys left out (not "null").
-    flat = flatten(stored["config"])
+    flat = flatten(stored.config)
     assert flat["model.weights"] is None and "model.weights" not in got.data.params
     assert got.data.params == {k: exporters.as_text(v) for k, v in flat.items() if v is not None}
     assert got.data.params["model.name"] == "smallcnn"
     assert got.data.params["train.lr"] == "0.05"
     # Tags: the flattened system info and the run's identity.
-    assert got.data.tags["system.host"] == stored["system"]["host"]
-    assert got.data.tags["system.cores"] == str(stored["system"]["cores"])
+    assert got.data.tags["system.host"] == stored.system["host"]
+    assert got.data.tags["system.cores"] == str(stored.system["cores"])
     assert got.data.tags["dlperf.run_id"] == str(run_id)
     assert got.data.tags["dlperf.status"] == "finished"
     assert got.data.tags["dlperf.store_id"] == store.id
-    commit = stored["system"]["git_commit"]
+    commit = stored.system["git_commit"]
     assert got.data.tags.get("mlflow.source.git.commit") == commit
     # Start and end times to the millisecond the store keeps (to the second in get_run).
     started, ended = exporters._times(store, run_id)
@@ -82,7 +82,7 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
     # Metrics: every stored point with its value and wall time, all on the global step: the
     # one-epoch run's validation at its last training step, and an `epoch` series.
     stored_series = exporters.metric_series(store, run_id)
-    series = on_global_steps(stored_series, stored["summary"]["steps_per_epoch"])
+    series = on_global_steps(stored_series, stored.summary["steps_per_epoch"])
     assert "train/loss" in series and "val/acc1" in series
     last_step = stored_series["train/loss"][-1][0]
     assert [s for s, _, _ in stored_series["val/acc1"]] == [1]
@@ -95,7 +95,7 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
         if key != "epoch":
             assert [v for _, v in store.metrics(run_id, key)] == [m.value for m in history]
     accuracy = client.get_metric_history(mlflow_id, "summary/test_accuracy")
-    assert [m.value for m in accuracy] == [stored["summary"]["test_accuracy"]]
+    assert [m.value for m in accuracy] == [stored.summary["test_accuracy"]]
     # Artifacts: the checkpoint under its kind, and the whole run as JSON.
     checkpoint = Path(store.artifacts(run_id)[0]["path"])
     assert [a.path for a in client.list_artifacts(mlflow_id, "checkpoint")] == [
@@ -103,7 +103,7 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
     ]
     local = Path(client.download_artifacts(mlflow_id, "dlperf/run.json", str(tmp_path / "dl")))
     whole = json.loads(local.read_text())
-    assert whole["config"] == stored["config"] and whole["summary"]["test_accuracy"] > 0.5
+    assert whole["config"] == stored.config and whole["summary"]["test_accuracy"] > 0.5
 
 
 def test_mlflow_long_values_are_cut_and_kept_whole(store: Store, tmp_path: Path, cli: Cli) -> None:
@@ -136,7 +136,7 @@ def test_a_lost_run_ends_killed_in_mlflow(store: Store, tmp_path: Path, cli: Cli
     run_id = store.create_run("doomed", "run", {}, None, {"host": "h"})
     store.update_run(run_id, system={"host": "h", "process": gone})
     store.log_metrics(run_id, [("train/loss", 1, 2.0)])
-    assert effective_status(store.get_run(run_id)) == "lost"
+    assert store.get_run(run_id).status == "lost"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
@@ -164,7 +164,7 @@ def test_tensorboard_export_reads_back(run: tuple[Store, int], tmp_path: Path, c
     events.Reload()
     keys = store.metric_keys(run_id)
     assert sorted(events.Tags()["scalars"]) == sorted([*keys, "epoch"])
-    spe = store.get_run(run_id)["summary"]["steps_per_epoch"]
+    spe = store.get_run(run_id).summary["steps_per_epoch"]
     series = on_global_steps(exporters.metric_series(store, run_id), spe)
     assert [e.step for e in events.Scalars("val/acc1")] == [e.step for e in events.Scalars("epoch")]
     assert events.Scalars("val/acc1")[0].step == events.Scalars("train/loss")[-1].step

@@ -14,10 +14,13 @@ from matplotlib.container import ErrorbarContainer
 from PIL import Image, ImageStat
 
 from dlperf.config import Experiment
-from dlperf.distributed.study import Point, add_relative, summarize
+from dlperf.distributed.contracts import RankResult
+from dlperf.distributed.planning import Point
+from dlperf.distributed.summary import add_relative, summarize
 from dlperf.engine.run import run_experiment
 from dlperf.report.runs import _x_values, default_keys, legend_labels
 from dlperf.report.scaling import plot_study, shared_host, study_figures
+from dlperf.store.record import RunRecord
 
 from .conftest import trained_run
 
@@ -99,8 +102,9 @@ def test_legends_shorten_values_never_keys() -> None:
     other = {"data": {"root": "/data/c10"}, "model": {"name": "wide_resnet50_2_imagenet"}}
     other["train"] = {f"key_{i}": i for i in range(6)}
     first, second = legend_labels(
-        [{"id": 1, "name": "a", "config": config}, {"id": 2, "name": "b", "config": other}]
-    )
+        [RunRecord(1, None, "a", "run", "finished", config, None, None),
+         RunRecord(2, None, "b", "run", "finished", other, None, None)]
+    )  # fmt: skip
     assert first == (
         "run 1: a (data.root=…/aircraft/train, model.name=resnet20,\n"
         "train.key_0=-, train.key_1=-, train.key_2=-, train.key_3=-, +2 more)"
@@ -164,26 +168,33 @@ def _scale_rows(nodes: int = 1, hosts: tuple[str, str] = ("h", "h")) -> list[dic
     rows, base = [], None
     for workers, steps in ((1, [0.10, 0.12, 0.20]), (2, [0.15, 0.12, 0.30])):
         ranks = [
-            {
-                "rank": r,
-                "host": hosts[r],
-                "main": {
-                    "step_times_s": steps,
-                    "wall_s": sum(steps),
-                    "samples": 10 * len(steps),
-                    "ddp": {"avg_backward_comm_time": 2_000_000},
-                    "replica_max_diff": 0.0,
-                    "grad_bytes": 4_000_000,
-                },
-                "compute": {"step_times_s": [s * 0.6 for s in steps]},
-            }
+            RankResult.from_dict(
+                {
+                    "rank": r,
+                    "host": hosts[r],
+                    "pid": 100 + r,
+                    "world_size": workers,
+                    "main": {
+                        "step_times_s": steps,
+                        "wall_s": sum(steps),
+                        "samples": 10 * len(steps),
+                        "ddp": {
+                            "times_ns": {"avg_backward_comm_time": 2_000_000},
+                            "reduced_bytes": 4_000_000,
+                        },
+                        "replica_max_diff": 0.0,
+                        "grad_bytes": 4_000_000,
+                    },
+                    "compute": {"step_times_s": [s * 0.6 for s in steps]},
+                }
+            )
             for r in range(workers)
         ]
         point = Point(workers, 10, 10 * workers, "allreduce", "ddp", None)
         row = summarize(point, ranks, nodes, 1, "gloo", 1000, price_per_hour=3.6)
-        add_relative(row, base)
+        row = add_relative(row, base)
         base = base or row
-        rows.append({"run_id": workers, "status": "finished", **row})
+        rows.append({"run_id": workers, "status": "finished", **row.to_dict()})
     return rows
 
 

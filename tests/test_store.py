@@ -53,15 +53,15 @@ def test_round_trip(any_store: Store) -> None:
     any_store.finish_run(run, "finished", summary={"test_accuracy": 0.9, "bad": math.inf})
 
     record = any_store.get_run(run)
-    assert record["status"] == "finished" and record["config"] == {"train": {"lr": 0.1}}
-    assert record["summary"] == {"test_accuracy": 0.9, "bad": None}
-    assert record["study_id"] == study and record["ended"] is not None
+    assert record.status == "finished" and record.config == {"train": {"lr": 0.1}}
+    assert record.summary == {"test_accuracy": 0.9, "bad": None}
+    assert record.study_id == study and record.ended is not None
     loss = any_store.metrics(run, "train/loss")
     assert len(loss) == 101 and loss[0] == (1, 1.0) and math.isnan(loss[-1][1])
     assert any_store.metric_keys(run) == ["train/loss", "val/acc1"]
     assert any_store.last_step(run, "train/loss") == 101
     assert any_store.artifacts(run) == [{"kind": "checkpoint", "path": "/tmp/x.pt"}]
-    assert [r["id"] for r in any_store.list_runs(study_id=study)] == [run]
+    assert [r.id for r in any_store.list_runs(study_id=study)] == [run]
     assert any_store.get_study(study)["kind"] == "sweep"
 
 
@@ -70,12 +70,12 @@ def test_failed_run_and_resume_cleanup(any_store: Store) -> None:
     any_store.log_metrics(run, [("train/loss", s, 1.0) for s in range(1, 31)])
     any_store.log_metrics(run, [("val/acc1", e, 0.5) for e in (1, 2, 3)])
     any_store.finish_run(run, "killed", error="interrupted")
-    assert any_store.get_run(run)["error"] == "interrupted"
+    assert any_store.get_run(run).error == "interrupted"
     any_store.delete_metrics_after(run, [("train/", 20), ("val/", 2)])
     assert any_store.last_step(run, "train/loss") == 20
     assert [s for s, _ in any_store.metrics(run, "val/acc1")] == [1, 2]
     any_store.set_running(run)
-    assert any_store.get_run(run)["status"] == "running"
+    assert any_store.get_run(run).status == "running"
 
 
 def test_unknown_run_is_bad_input(any_store: Store) -> None:
@@ -110,20 +110,20 @@ def test_a_training_run_lands_in_the_store(any_store: Store, tmp_path: Path) -> 
     path.write_text(f'[train]\nepochs = 1\nbatch_size = 64\n[run]\nout_dir = "{tmp_path}"\n')
     result = run_experiment(load_experiment(path), any_store)
     record = any_store.get_run(result["run_id"])
-    assert record["status"] == "finished" and record["summary"]["steps"] == 20
+    assert record.status == "finished" and record.summary["steps"] == 20
     assert len(any_store.metrics(result["run_id"], "train/loss")) == 20
 
 
 def test_recording_marks_how_the_run_ended(any_store: Store) -> None:
     with any_store.new_run("ok", "run", {}) as rec:
         rec.summary = {"x": 1.0}
-    assert any_store.get_run(rec.id)["status"] == "finished"
-    assert any_store.get_run(rec.id)["summary"] == {"x": 1.0}
+    assert any_store.get_run(rec.id).status == "finished"
+    assert any_store.get_run(rec.id).summary == {"x": 1.0}
 
     with any_store.new_run("soft", "run", {}) as rec:
         rec.fail("worker rank 1 failed", summary={"rows": 0})
     soft = any_store.get_run(rec.id)
-    assert (soft["status"], soft["error"], soft["summary"]) == (
+    assert (soft.status, soft.error, soft.summary) == (
         "failed",
         "worker rank 1 failed",
         {"rows": 0},
@@ -132,13 +132,13 @@ def test_recording_marks_how_the_run_ended(any_store: Store) -> None:
     with pytest.raises(KeyboardInterrupt), any_store.new_run("ctrl-c", "run", {}) as rec:
         raise KeyboardInterrupt
     killed = any_store.get_run(rec.id)
-    assert (killed["status"], killed["error"]) == ("killed", "interrupted")
+    assert (killed.status, killed.error) == ("killed", "interrupted")
 
     with pytest.raises(ValueError), any_store.new_run("crash", "run", {}) as rec:
         raise ValueError("bad value")
     crashed = any_store.get_run(rec.id)
-    assert (crashed["status"], crashed["error"]) == ("failed", "ValueError: bad value")
-    assert crashed["ended"] is not None
+    assert (crashed.status, crashed.error) == ("failed", "ValueError: bad value")
+    assert crashed.ended is not None
 
 
 def test_a_store_keeps_its_id_and_keys_artifacts_by_it(any_store: Store, tmp_path: Path) -> None:
@@ -161,18 +161,18 @@ def test_a_store_made_before_store_ids_opens_with_its_runs(tmp_path: Path) -> No
         )
     engine.dispose()
     store = Store.open(str(path))
-    assert store.get_run(1)["name"] == "old"
+    assert store.get_run(1).name == "old"
     assert Store.open(str(path)).id == store.id
 
 
 def test_tags_and_deleting_runs(any_store: Store, tmp_path: Path) -> None:
     keep = any_store.create_run("keep", "run", {}, None, {"host": "h"})
     gone = any_store.create_run("gone", "run", {}, None, {"host": "h"})
-    assert any_store.get_run(gone)["system"]["process"]["pid"] == os.getpid()
+    assert any_store.get_run(gone).system["process"]["pid"] == os.getpid()
     assert any_store.set_tags(gone, {"b": "2", "a": "1"}) == {"a": "1", "b": "2"}
     assert any_store.set_tags(gone, {"b": None, "c": "x y"}) == {"a": "1", "c": "x y"}
     any_store.set_tags(keep, {"a": "k"})
-    assert [r["tags"] for r in any_store.list_runs()] == [{"a": "1", "c": "x y"}, {"a": "k"}]
+    assert [r.tags for r in any_store.list_runs()] == [{"a": "1", "c": "x y"}, {"a": "k"}]
     with pytest.raises(UserError, match="no run 999 in the store"):
         any_store.set_tags(999, {"a": "1"})
 
@@ -183,13 +183,13 @@ def test_tags_and_deleting_runs(any_store: Store, tmp_path: Path) -> None:
     any_store.log_metrics(gone, [("train/loss", 1, 1.0)])
     with pytest.raises(UserError, match="no run 999 in the store; nothing deleted"):
         any_store.delete_runs([gone, 999])
-    assert checkpoint.is_file() and any_store.get_run(gone)["tags"]
+    assert checkpoint.is_file() and any_store.get_run(gone).tags
 
     done = any_store.delete_runs([gone, gone])
     assert (done.runs, done.removed, done.kept) == ([gone], [str(checkpoint.parent)], [])
-    assert [r["id"] for r in any_store.list_runs()] == [keep]
+    assert [r.id for r in any_store.list_runs()] == [keep]
     assert any_store.metrics(gone, "train/loss") == [] and any_store.artifacts(gone) == []
-    assert any_store.get_run(keep)["tags"] == {"a": "k"}
+    assert any_store.get_run(keep).tags == {"a": "k"}
     assert any_store.create_run("next", "run", {}) > gone
 
 
@@ -208,7 +208,7 @@ def test_any_integer_that_names_no_run_is_no_run(any_store: Store, run_id: int) 
     ):
         with pytest.raises(NoSuchRun, match=f"no run {run_id} in the store"):
             lookup()
-    assert [r["id"] for r in any_store.list_runs()] == [kept]
+    assert [r.id for r in any_store.list_runs()] == [kept]
 
 
 # --- passwords in URLs ---------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def test_a_store_of_the_first_release_is_migrated_once(empty_url: str) -> None:
         )
     engine.dispose()
     store = Store.open(empty_url)
-    assert store.get_run(1)["name"] == "old" and _version(empty_url) == SCHEMA_VERSION
+    assert store.get_run(1).name == "old" and _version(empty_url) == SCHEMA_VERSION
     assert store.set_tags(1, {"kept": "yes"}) == {"kept": "yes"}
     assert Store.open(empty_url).id == store.id
     store.engine.dispose()

@@ -213,8 +213,8 @@ def test_sweep_runs_every_point_then_skips_them(
     ]  # fmt: skip
     for p in points:
         assert p.keys() >= JSON_KEYS and p["status"] == "finished" and not p["skipped"]
-        assert store.get_run(p["run_id"])["config"]["train"]["lr"] == p["params"]["train.lr"]
-        assert store.get_run(p["run_id"])["study_id"] == first["study_id"]
+        assert store.get_run(p["run_id"]).config["train"]["lr"] == p["params"]["train.lr"]
+        assert store.get_run(p["run_id"]).study_id == first["study_id"]
     assert first["winner"] in [p["run_id"] for p in points]
     assert set(first["axis_winners"]) == {"train.lr", "augment.flip"}
     names = {Path(p).name for p in first["plots"]}
@@ -280,8 +280,8 @@ def test_a_failed_point_is_recorded_and_the_sweep_goes_on_or_stops(
     statuses = [p["status"] for p in result["points"]]
     assert statuses == (["failed", "finished"] if on_failure == "continue" else ["failed"])
     failed = store.get_run(result["points"][0]["run_id"])
-    assert failed["status"] == "failed" and "batch" in failed["error"]
-    assert failed["study_id"] == result["study_id"]
+    assert failed.status == "failed" and "batch" in failed.error
+    assert failed.study_id == result["study_id"]
 
 
 def test_two_jobs_write_every_point_and_leave_no_process(
@@ -292,9 +292,9 @@ def test_two_jobs_write_every_point_and_leave_no_process(
     assert result.code == 0, result.err
     points = json.loads(result.out)["points"]
     runs = store.list_runs(study_id=json.loads(result.out)["study_id"])
-    assert len(runs) == 3 and {r["status"] for r in runs} == {"finished"}
+    assert len(runs) == 3 and {r.status for r in runs} == {"finished"}
     for p in points:
-        config = store.get_run(p["run_id"])["config"]
+        config = store.get_run(p["run_id"]).config
         assert config["train"]["lr"] == p["params"]["train.lr"]
         assert config["run"]["threads"] == 1  # 2 cores split between 2 jobs
     pids = worker_pids(result.err)
@@ -321,18 +321,18 @@ def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
         assert proc.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
     finally:
         proc.kill()
-    stopped = {r["config"]["train"]["epochs"]: r for r in store.list_runs()}
-    assert stopped[2]["status"] == "killed"
+    stopped = {r.config["train"]["epochs"]: r for r in store.list_runs()}
+    assert stopped[2].status == "killed"
     pids = worker_pids((tmp_path / "stderr.txt").read_text())
     assert not any(alive(pid) for pid in pids) and processes_under(tmp_path) == {}
 
     result = sweep_json(cli, str(path))
     rows = {p["params"]["train.epochs"]: p for p in result["points"]}
-    assert rows[1]["skipped"] == (stopped[1]["status"] == "finished")
+    assert rows[1]["skipped"] == (stopped[1].status == "finished")
     assert not rows[2]["skipped"] and rows[2]["status"] == "finished"
-    assert rows[2]["run_id"] != stopped[2]["id"]
-    assert store.get_run(stopped[2]["id"])["status"] == "killed"
-    assert {r["study_id"] for r in store.list_runs()} == {result["study_id"]}
+    assert rows[2]["run_id"] != stopped[2].id
+    assert store.get_run(stopped[2].id).status == "killed"
+    assert {r.study_id for r in store.list_runs()} == {result["study_id"]}
 
 
 def test_workers_die_with_a_sigkilled_sweep(tmp_path: Path, db: str) -> None:

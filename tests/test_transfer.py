@@ -145,7 +145,7 @@ def test_start_from_a_run_or_a_file(
     tmp_path: Path, tiny_file: Path, cli: Callable[..., CliResult]
 ) -> None:
     store, run_id, _ = trained_run(tmp_path)  # the store the CLI opens
-    source_data = store.get_run(run_id)["summary"]["data"]
+    source_data = store.get_run(run_id).summary["data"]
     source = torch.load(next(Path(a["path"]) for a in store.artifacts(run_id)), weights_only=True)[
         "model"
     ]
@@ -155,10 +155,10 @@ def test_start_from_a_run_or_a_file(
         result = cli("run", str(tiny_file), "--set", f"model.weights={spec}", *fast)
         assert result.code == 0, result.err
         stored = store.get_run(json.loads(result.out)["run_id"])
-        assert stored["config"]["model"]["transfer"] == "finetune"
-        assert stored["summary"]["transfer"]["notes"] == ["head 10 new, sized for 10 classes"]
+        assert stored.config["model"]["transfer"] == "finetune"
+        assert stored.summary["transfer"]["notes"] == ["head 10 new, sized for 10 classes"]
         if spec.startswith("run:"):  # the source run's statistics, not the data's own
-            assert stored["summary"]["data"] == source_data
+            assert stored.summary["data"] == source_data
 
 
 @pytest.fixture
@@ -223,7 +223,7 @@ def test_small_images_into_an_imagenet_network_warn(
         "features at under half their resolution transfer poorly (32x32 into an ImageNet "
         "network is a classic way to get chance accuracy); set data.image_size = 224"
     ) in " ".join(result.err.split())
-    summary = store.get_run(json.loads(result.out)["run_id"])["summary"]
+    summary = store.get_run(json.loads(result.out)["run_id"]).summary
     assert summary["data"]["shape"] == [1, 32, 32]
     assert summary["data"]["mean"] == pytest.approx([(0.485 + 0.456 + 0.406) / 3])
     assert summary["transfer"]["mode"] == "scratch" and summary["transfer"]["notes"] == []

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dlperf.analytic.counting import Analysis
     from dlperf.store import Store as _Store
     from dlperf.store.query import Comparison
+    from dlperf.store.record import RunRecord
 
 
 # --- analyze --------------------------------------------------------------------------------
@@ -174,17 +175,16 @@ class TrackedRun:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time a phase of the step (forward, backward, ...); on a GPU the clock is read after
-        the device finishes, as the engine's phase timer does."""
-        from dlperf.system import synchronize
+        """Time a phase of the step (forward, backward, ...) on the run's device, as the
+        engine does: CUDA events on a GPU, the host clock after a synchronize elsewhere."""
+        from dlperf.timing import Timer
 
-        synchronize(self._device)
-        start = time.perf_counter()
+        timer = Timer(self._device)  # one per call: phases may nest
+        timer.start()
         try:
             yield
         finally:
-            synchronize(self._device)
-            self._phase_s[name] += time.perf_counter() - start
+            self._phase_s[name] += timer.stop()
             self._phase_n[name] += 1
 
     def flush(self) -> None:
@@ -245,9 +245,10 @@ class Store:
         study: int | None = None,
         limit: int | None = None,
         where: Sequence[str] = (),
-    ) -> list[dict[str, Any]]:
-        """Stored runs, newest first, each with its status as it stands (`lost` for a run
-        whose process died without marking it), as `dlperf runs list` shows them: `where`
+    ) -> list[RunRecord]:
+        """Stored runs, newest first, each a `RunRecord` with its status as it stands (`lost`
+        for a run whose process died without marking it; `.to_dict()` gives the JSON of
+        `dlperf runs list --json`), as `dlperf runs list` shows them: `where`
         holds its --where filters (["model.name=resnet20", "status=finished",
         "tag.baseline=yes"]), and `limit` keeps the newest of the runs they select."""
         from dlperf.store.query import list_runs
@@ -261,10 +262,9 @@ class Store:
 
         return compare(self._store, run_ids, study)
 
-    def run(self, run_id: int) -> dict[str, Any]:
-        from dlperf.store.query import with_status
-
-        return with_status([self._store.get_run(run_id)])[0]
+    def run(self, run_id: int) -> RunRecord:
+        """One stored run, its status as it stands."""
+        return self._store.get_run(run_id)
 
     def metric_keys(self, run_id: int) -> list[str]:
         return self._store.metric_keys(run_id)
@@ -285,7 +285,7 @@ class Store:
         from dlperf.exporters import metric_series
         from dlperf.store.keys import on_global_steps
 
-        spe = self._store.get_run(run_id)["summary"].get("steps_per_epoch")
+        spe = self._store.get_run(run_id).summary.get("steps_per_epoch")
         series = on_global_steps(metric_series(self._store, run_id), spe)
         wanted = series if keys is None else {k: series.get(k, []) for k in keys}
         columns = {

@@ -43,8 +43,9 @@ from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
 from dlperf.parsing import flatten
-from dlperf.store import Store, effective_status, masked_url
+from dlperf.store import Store, masked_url
 from dlperf.store.keys import on_global_steps
+from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric, Run
 
 TARGETS = ("mlflow", "tensorboard")
@@ -101,7 +102,7 @@ def _times(store: Store, run_id: int) -> tuple[float, float | None]:
     )
 
 
-def _runs(store: Store, run_ids: Sequence[int]) -> list[dict[str, Any]]:
+def _runs(store: Store, run_ids: Sequence[int]) -> list[RunRecord]:
     """The runs to export, each once, in the order given; an unknown id fails before any export."""
     return [store.get_run(i) for i in dict.fromkeys(run_ids)]
 
@@ -190,7 +191,7 @@ def export_mlflow(
         found = client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else client.create_experiment(experiment)
         for run in runs:
-            exported[str(run["id"])] = _export_mlflow_run(
+            exported[str(run.id)] = _export_mlflow_run(
                 store, client, entities, experiment_id, run, (param_chars, tag_chars), warnings
             )
     except ImportError as e:  # a SQL tracking store without alembic
@@ -212,16 +213,16 @@ def _export_mlflow_run(
     client: Any,
     entities: Any,
     experiment_id: str,
-    run: dict[str, Any],
+    run: RunRecord,
     limits: tuple[int, int],
     warnings: list[str],
 ) -> dict[str, Any]:
     param_chars, tag_chars = limits
-    run_id = run["id"]
+    run_id = run.id
     started, ended = _times(store, run_id)
 
     params = []
-    for key, value in flatten(run["config"]).items():
+    for key, value in flatten(run.config).items():
         if value is None:
             continue
         text = as_text(value)
@@ -233,20 +234,20 @@ def _export_mlflow_run(
         params.append(entities.Param(key, clip(text, param_chars)))
 
     tags: dict[str, Any] = {  # the user's own tags as they are, but not MLflow's namespace
-        k: v for k, v in (run.get("tags") or {}).items() if not k.startswith("mlflow.")
+        k: v for k, v in run.tags.items() if not k.startswith("mlflow.")
     }
-    tags.update({f"system.{k}": v for k, v in flatten(run["system"] or {}).items()})
-    status = effective_status(run)
+    tags.update({f"system.{k}": v for k, v in flatten(run.system or {}).items()})
+    status = run.status
     tags.update(
         {
-            "mlflow.source.git.commit": (run["system"] or {}).get("git_commit"),
+            "mlflow.source.git.commit": (run.system or {}).get("git_commit"),
             "dlperf.run_id": run_id,
-            "dlperf.kind": run["kind"],
+            "dlperf.kind": run.kind,
             "dlperf.status": status,
             "dlperf.store_id": store.id,
-            "dlperf.config_hash": run["config_hash"],
-            "dlperf.study_id": run["study_id"],
-            "dlperf.error": run["error"],
+            "dlperf.config_hash": run.config_hash,
+            "dlperf.study_id": run.study_id,
+            "dlperf.error": run.error,
         }
     )
     run_tags = [
@@ -254,19 +255,17 @@ def _export_mlflow_run(
     ]
 
     metrics = []
-    series = on_global_steps(metric_series(store, run_id), run["summary"].get("steps_per_epoch"))
+    series = on_global_steps(metric_series(store, run_id), run.summary.get("steps_per_epoch"))
     for key, points in series.items():
         metrics += [
             entities.Metric(key, value, round(wall_time * 1000), step)
             for step, value, wall_time in points
         ]
     summary_time = round((ended or started) * 1000)
-    summary = dict(_numbers(run["summary"]))
+    summary = dict(_numbers(run.summary))
     metrics += [entities.Metric(f"summary/{k}", v, summary_time, 0) for k, v in summary.items()]
 
-    created = client.create_run(
-        experiment_id, start_time=round(started * 1000), run_name=run["name"]
-    )
+    created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=run.name)
     mlflow_id = created.info.run_id
     for batch in _chunks(params, MLFLOW_BATCH["params"]):
         client.log_batch(mlflow_id, params=batch)
@@ -276,7 +275,7 @@ def _export_mlflow_run(
         client.log_batch(mlflow_id, metrics=batch)
 
     artifacts = _existing_artifacts(store, run_id, warnings)
-    document = {**run, "artifacts": store.artifacts(run_id)}
+    document = {**run.to_dict(), "artifacts": store.artifacts(run_id)}
     client.log_dict(mlflow_id, json.loads(json.dumps(document, default=str)), "dlperf/run.json")
     for kind, path in artifacts:
         if path.is_dir():
@@ -315,10 +314,10 @@ def _summary_writer() -> Any:
     return SummaryWriter
 
 
-def event_dir_name(run: dict[str, Any]) -> str:
+def event_dir_name(run: RunRecord) -> str:
     """`run-ID-NAME`, the name reduced to characters safe in any file system."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run["name"]).strip("._")[:60]
-    return f"run-{run['id']}-{name}" if name else f"run-{run['id']}"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("._")[:60]
+    return f"run-{run.id}-{name}" if name else f"run-{run.id}"
 
 
 def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) -> dict[str, Any]:
@@ -336,9 +335,7 @@ def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) ->
         directory = out / event_dir_name(run)
         for old in directory.glob(EVENT_FILES):  # a second export replaces the first
             old.unlink()
-        series = on_global_steps(
-            metric_series(store, run["id"]), run["summary"].get("steps_per_epoch")
-        )
+        series = on_global_steps(metric_series(store, run.id), run.summary.get("steps_per_epoch"))
         writer = writer_class(log_dir=str(directory))
         try:
             for key, points in series.items():
@@ -346,7 +343,7 @@ def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) ->
                     writer.add_scalar(key, value, global_step=step, walltime=wall_time)
         finally:
             writer.close()
-        exported[str(run["id"])] = {
+        exported[str(run.id)] = {
             "dir": str(directory),
             "metrics": len(series),
             "points": sum(len(p) for p in series.values()),

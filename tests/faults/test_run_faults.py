@@ -117,17 +117,17 @@ def epochs_logged(err: str) -> list[int]:
 
 
 def newest_run(root: Path) -> int:
-    return Store.open(f"sqlite:///{root / 'dlperf.db'}").list_runs(limit=1)[0]["id"]
+    return Store.open(f"sqlite:///{root / 'dlperf.db'}").list_runs(limit=1)[0].id
 
 
 def assert_stopped(store: Store, run_id: int, sig: signal.Signals, code: int, err: str) -> None:
     if sig == signal.SIGKILL:
         # Nothing could run in the process to mark it: the run looks alive.
         assert code == -signal.SIGKILL
-        assert store.get_run(run_id)["status"] == "running"
+        assert store.get_run(run_id).status == "running"
     else:
         assert code == 130, err
-        assert store.get_run(run_id)["status"] == "killed"
+        assert store.get_run(run_id).status == "killed"
 
 
 def stored(store: Store, run_id: int) -> dict[str, list[tuple[int, float]]]:
@@ -149,11 +149,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert code == 0, err
     store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
     run = store.get_run(newest_run(root))
-    assert run["summary"]["steps_per_epoch"] == SPE and run["summary"]["steps"] == TOTAL
+    assert run.summary["steps_per_epoch"] == SPE and run.summary["steps"] == TOTAL
     return {
-        "summary": {k: run["summary"][k] for k in SUMMARY},
-        "keys": store.metric_keys(run["id"]),
-        "metrics": stored(store, run["id"]),
+        "summary": {k: run.summary[k] for k in SUMMARY},
+        "keys": store.metric_keys(run.id),
+        "metrics": stored(store, run.id),
     }
 
 
@@ -195,8 +195,8 @@ def test_stopped_runs_resume_exactly(
     assert code == 0, err
     assert epochs_logged(err) == list(range(done + 1, EPOCHS + 1))
     run = store.get_run(run_id)
-    assert run["status"] == "finished" and run["summary"]["steps"] == TOTAL
-    assert {k: run["summary"][k] for k in SUMMARY} == reference["summary"]
+    assert run.status == "finished" and run.summary["steps"] == TOTAL
+    assert {k: run.summary[k] for k in SUMMARY} == reference.summary
     # Nothing lost, nothing twice: every step and every epoch exactly once ...
     assert store.metric_keys(run_id) == reference["keys"]
     for key in reference["keys"]:

@@ -101,7 +101,7 @@ def test_two_stores_in_one_directory_keep_their_own_weights(
     assert not (tmp_path / "m.onnx").exists()
     store.finish_run(1, "killed", error="interrupted")
     one_line(cli("run", "--resume", "1"), 2, refused, f"not of run 1 in store {store.id}")
-    assert store.get_run(1)["status"] == "killed"  # refused before it was marked running
+    assert store.get_run(1).status == "killed"  # refused before it was marked running
 
 
 def _real_checkpoint(path: Path) -> None:
@@ -163,7 +163,7 @@ def test_damaged_or_foreign_checkpoints_are_refused_in_one_line(
         checkpoint.load(path, checkpoint.Owner(store.id, run_id, "cafe"))
     one_line(cli("export", str(run_id), "--out", str(tmp_path / "m.onnx")), 2, message)
     one_line(cli("run", "--resume", str(run_id)), 2, message)
-    assert store.get_run(run_id)["status"] == "killed"
+    assert store.get_run(run_id).status == "killed"
     assert not (tmp_path / "m.onnx").exists()
 
 
@@ -222,8 +222,8 @@ def assert_intact(db: Path, store_id: str, run_id: int) -> None:
     reopened = Store.open(str(db))
     try:
         assert reopened.id == store_id
-        assert [r["id"] for r in reopened.list_runs()] == [run_id]
-        assert reopened.get_run(run_id)["summary"] == {"ok": True}
+        assert [r.id for r in reopened.list_runs()] == [run_id]
+        assert reopened.get_run(run_id).summary == {"ok": True}
         assert reopened.metrics(run_id, "train/loss") == [(s, 1.0 / s) for s in range(1, 201)]
         assert reopened.metric_keys(run_id) == ["train/loss"]
     finally:
@@ -284,11 +284,11 @@ def test_checkpoints_on_a_full_disk(
         fill(small)
         one_line(cli("run", exp), 1, f"cannot use {small / store.id / 'run-2'}", "No space left")
         failed = store.get_run(2)
-        assert failed["status"] == "failed" and "No space left on device" in failed["error"]
+        assert failed.status == "failed" and "No space left on device" in failed.error
         assert sorted(p.name for p in (small / store.id).rglob("*") if p.is_file()) == [
             "checkpoint.pt"
         ]
-        owner = checkpoint.Owner(store.id, 1, store.get_run(1)["config_hash"])
+        owner = checkpoint.Owner(store.id, 1, store.get_run(1).config_hash)
         assert checkpoint.load(first, owner)["progress"]["epoch"] == 1
 
 
@@ -394,7 +394,7 @@ def test_eight_processes_write_one_store_at_once(shared_url: str) -> None:
     assert len(set(run_ids)) == WRITERS * RUNS
     store = Store.open(shared_url)
     try:
-        assert {r["status"] for r in store.list_runs()} == {"finished"}
+        assert {r.status for r in store.list_runs()} == {"finished"}
         assert {len(store.metrics(i, "x")) for i in run_ids} == {BATCHES * ROWS}
     finally:
         store.engine.dispose()
@@ -413,7 +413,7 @@ def _until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], err: Path) 
 
 def _running(store: Store) -> Callable[[], bool]:
     """Ready once the command's run is recorded and running."""
-    return lambda: [r["status"] for r in store.list_runs()] == ["running"]
+    return lambda: [r.status for r in store.list_runs()] == ["running"]
 
 
 EXPERIMENT = '[data]\nname = "digits"\n[train]\nepochs = 1000\n[run]\nthreads = 1\n'
@@ -464,7 +464,7 @@ def test_sigterm_marks_every_run_killed(
         proc.wait()
     assert "Traceback" not in err.read_text()
     runs = store.list_runs()
-    assert runs and {(r["status"], r["error"]) for r in runs} == {("killed", "interrupted")}
+    assert runs and {(r.status, r.error) for r in runs} == {("killed", "interrupted")}
 
 
 # --- a damaged store --------------------------------------------------------------------------
@@ -482,7 +482,9 @@ def damage(path: Path) -> dict[int, dict]:
         with store.new_run(f"r{i}", "run", {"train": {"lr": 0.1}, "pad": "x" * 1000}) as run:
             store.log_metrics(run.id, [("train/loss", s, 1.0 / (s + 1)) for s in range(200)])
             run.summary = {"test_accuracy": i / 100}
-    runs = {r["id"]: {**r, "loss": store.metrics(r["id"], "train/loss")} for r in store.list_runs()}
+    runs = {
+        r.id: {**r.to_dict(), "loss": store.metrics(r.id, "train/loss")} for r in store.list_runs()
+    }
     with store.engine.connect() as conn:  # every page in the file, none left in its WAL
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     store.engine.dispose()
@@ -581,11 +583,11 @@ def test_repair_copies_every_readable_row_into_a_new_store(
     out = tmp_path / "repaired.db"
     assert sqlite3.connect(out).execute("PRAGMA quick_check").fetchall() == [("ok",)]
     repaired = Store.open(str(out))
-    got = {r["id"]: r for r in repaired.list_runs()}
+    got = {r.id: r for r in repaired.list_runs()}
     assert repaired.id == done["store_id"] == store_id.fetchone()[0]
     assert got and done["tables"]["runs"]["copied"] == len(got)
     for run_id, run in got.items():
-        assert run == {k: v for k, v in runs[run_id].items() if k != "loss"}
+        assert run.to_dict() == {k: v for k, v in runs[run_id].items() if k != "loss"}
         loss = repaired.metrics(run_id, "train/loss")
         assert set(loss) <= set(runs[run_id]["loss"])
     rows = sum(len(repaired.metrics(i, "train/loss")) for i in got)

@@ -62,9 +62,9 @@ def test_a_run_on_the_gpu_at_mixed_precision(
     assert doc["status"] == "finished" and doc["device"] == "cuda:0"
     assert doc["test_accuracy"] > 0.5
     record = store.get_run(doc["run_id"])
-    assert record["config"]["run"]["precision"] == precision
-    assert record["system"]["device"] == "cuda:0" and record["system"]["gpus"] == gpu_names()
-    assert record["system"]["cuda"] and record["system"]["cudnn"]
+    assert record.config["run"]["precision"] == precision
+    assert record.system["device"] == "cuda:0" and record.system["gpus"] == gpu_names()
+    assert record.system["cuda"] and record.system["cudnn"]
 
     # fp16 trains through the gradient scaler, bf16 (fp32's exponent) without one.
     checkpoint = torch.load(store.artifacts(doc["run_id"])[0]["path"], weights_only=True)
@@ -91,9 +91,9 @@ def test_a_run_on_the_gpu_at_mixed_precision(
     if NVML:
         assert 0 <= utilization["min"] <= utilization["max"] <= 100
         assert [e for e, _ in store.metrics(doc["run_id"], "gpu/utilization_pct")] == [1, 2]
-        assert record["system"]["visible_gpus"]
+        assert record.system["visible_gpus"]
     else:
-        assert utilization is None and record["system"]["visible_gpus"] is None
+        assert utilization is None and record.system["visible_gpus"] is None
 
 
 def test_each_run_reports_its_own_peak_memory(cli: Cli, tiny_exp: Callable[..., Path]) -> None:
@@ -133,11 +133,11 @@ def test_a_gpu_run_resumes_on_the_gpu(
         proc.kill()
         proc.wait()
     (run,) = store.list_runs()
-    assert run["status"] == "killed"
-    resumed = ok(cli("run", "--resume", str(run["id"]), "--json"))
+    assert run.status == "killed"
+    resumed = ok(cli("run", "--resume", str(run.id), "--json"))
     assert resumed["status"] == "finished" and resumed["device"] == "cuda:0"
     assert resumed["steps"] == 2 * resumed["steps_per_epoch"]
-    steps = [s for s, _ in store.metrics(run["id"], "train/loss")]
+    steps = [s for s, _ in store.metrics(run.id, "train/loss")]
     assert steps == list(range(1, resumed["steps"] + 1))
 
 
@@ -184,7 +184,7 @@ def test_a_scaling_study_over_nccl(cli: Cli, store: Store, tmp_path: Path) -> No
         assert row["status"] == "finished" and row["backend"] == "nccl"
         assert row["throughput"] > 0 and row["replica_max_diff"] == 0.0
         run = store.get_run(row["run_id"])
-        assert run["system"]["backend"] == "nccl" and run["summary"]["backend"] == "nccl"
+        assert run.system["backend"] == "nccl" and run.summary["backend"] == "nccl"
 
 
 def test_the_allreduce_benchmark_over_nccl(cli: Cli, store: Store) -> None:
@@ -197,7 +197,7 @@ def test_the_allreduce_benchmark_over_nccl(cli: Cli, store: Store) -> None:
     if workers.endswith("2"):  # the ring model needs an all-reduce between 2 or more GPUs
         assert doc["ring_model"]["bandwidth_bytes_per_s"] > 0
     runs = store.list_runs(kind="allreduce")
-    assert runs and all(store.get_run(r["id"])["system"]["backend"] == "nccl" for r in runs)
+    assert runs and all(store.get_run(r.id).system["backend"] == "nccl" for r in runs)
 
 
 FIND_MAX_EXPERIMENT = """
@@ -232,7 +232,7 @@ def test_find_max_batch_recovers_from_a_real_cuda_out_of_memory(
     assert "CUDA out of memory" in failed["error"]
     assert doc["max_per_worker_batch"] == fitted[-1]["per_worker_batch"]
     assert batch == 4 * doc["max_per_worker_batch"]
-    statuses = [run["status"] for run in store.list_runs(kind="scale")]
+    statuses = [run.status for run in store.list_runs(kind="scale")]
     assert sorted(statuses) == sorted(["finished"] * len(fitted) + ["failed"])
 
 
@@ -249,7 +249,7 @@ def test_calibrate_and_predict_measure_on_the_gpu(
     assert device["threads"] is None  # a GPU's rates do not depend on the host's threads
     kinds = device["ppp_by_kind"]
     assert list(kinds) == list(KINDS) and all(0 < v < math.inf for v in kinds.values())
-    assert store.get_run(device["run_id"])["system"]["device"] == "cuda:0"
+    assert store.get_run(device["run_id"]).system["device"] == "cuda:0"
 
     args = ["--device", "this-gpu", "--input", "3,32,32", "--batch", "64", "--reps", "3"]
     doc = ok(cli("predict", "resnet20", *args, "--measure", "--json"))
@@ -263,8 +263,8 @@ def test_calibrate_and_predict_measure_on_the_gpu(
     assert {"Conv2d", "BatchNorm2d", "Linear"} <= set(errors)
     assert all(math.isfinite(statistics.median(e)) for e in errors.values())
     run = store.get_run(measured["run_id"])
-    assert (run["kind"], run["status"]) == ("predict", "finished")
-    assert run["system"]["device"] == "cuda:0"
+    assert (run.kind, run.status) == ("predict", "finished")
+    assert run.system["device"] == "cuda:0"
 
 
 # --- export through ONNX Runtime's CUDA provider ------------------------------------------

@@ -51,7 +51,7 @@ def _print(store: Store, ids: list[int], findings: list[Finding]) -> None:
         by_run[f.run_id].append(f)
     for run_id, found in by_run.items():
         run = store.get_run(run_id)
-        head = f"run {run_id} {run['name']} ({run['kind']}, {run['status']})"
+        head = f"run {run_id} {run.name} ({run.kind}, {run.status})"
         if not found:
             console.out.print(f"{head}: no findings", markup=False)
             continue

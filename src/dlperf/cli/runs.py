@@ -47,26 +47,26 @@ def runs_list(
 
     runs = list_runs(open_store, kind=kind, study=study, where=where or (), limit=limit)
     if as_json:
-        console.print_json(runs)
+        console.print_json([r.to_dict() for r in runs])
         return
-    tagged = any(r["tags"] for r in runs)
+    tagged = any(r.tags for r in runs)
     console.print_table(
         None,
         ["id", "name", "kind", "status", "model", "data", "test acc", "samples/s", "started"]
         + (["tags"] if tagged else []),
         [
             [
-                r["id"],
-                r["name"],
-                r["kind"],
-                r["status"],
-                config_value(r["config"], "model.name"),
-                config_value(r["config"], "data.name"),
-                r["summary"].get("test_accuracy"),
-                r["summary"].get("throughput"),
-                r["started"],
+                r.id,
+                r.name,
+                r.kind,
+                r.status,
+                config_value(r.config, "model.name"),
+                config_value(r.config, "data.name"),
+                r.summary.get("test_accuracy"),
+                r.summary.get("throughput"),
+                r.started,
             ]
-            + ([_tag_text(r["tags"])] if tagged else [])
+            + ([_tag_text(r.tags)] if tagged else [])
             for r in runs
         ],
     )
@@ -103,25 +103,25 @@ def runs_show(
         console.print_json(view.to_dict())
         return
     run = view.run
-    summary, system = run["summary"], run["system"] or {}
+    summary, system = run.summary, run.system or {}
     process = system.get("process") or {}
     rows: list[list[Any]] = [
-        ["model", config_value(run["config"], "model.name")],
-        ["data", config_value(run["config"], "data.name")],
+        ["model", config_value(run.config, "model.name")],
+        ["data", config_value(run.config, "data.name")],
         ["device", summary.get("device") or system.get("device")],
-        ["study", run["study_id"]],
-        ["started", run["started"]],
-        ["ended", run["ended"]],
+        ["study", run.study_id],
+        ["started", run.started],
+        ["ended", run.ended],
     ]
-    if run["status"] == "lost":
+    if run.status == "lost":
         rows.append(["lost", f"stored as running, but pid {process.get('pid')} is gone"])
-    rows += [[f"tag {k}", v] for k, v in run["tags"].items()]
+    rows += [[f"tag {k}", v] for k, v in run.tags.items()]
     rows += [list(r) for r in summary_rows(summary)]
-    rows += [["error", run["error"]]] if run["error"] else []
-    console.print_table(f"run {run_id}: {run['name']} ({run['status']})", ["", "value"], rows)
+    rows += [["error", run.error]] if run.error else []
+    console.print_table(f"run {run_id}: {run.name} ({run.status})", ["", "value"], rows)
     console.print_phases(summary)
-    if run["config"]:
-        console.print_table("config", ["section", "keys set"], config_settings(run["config"]))
+    if run.config:
+        console.print_table("config", ["section", "keys set"], config_settings(run.config))
     if system:
         console.print_table(
             "system", ["key", "value"], [[k, _plain(v)] for k, v in flatten(system).items()]
@@ -231,8 +231,8 @@ def runs_delete(
             )
         for r in runs:
             console.err.print(
-                f"run {r['id']}: {r['name']} ({r['kind']}, {r['status']}, "
-                f"{len(store.artifacts(r['id']))} artifacts)",
+                f"run {r.id}: {r.name} ({r.kind}, {r.status}, "
+                f"{len(store.artifacts(r.id))} artifacts)",
                 markup=False,
             )
         if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dlperf.errors import UserError
 from dlperf.parsing import flatten
+
+if TYPE_CHECKING:
+    from dlperf.store.record import RunRecord
 
 FLOOR = 1e-9
 BETAS = ("beta0", "beta1", "beta2")
@@ -41,16 +44,16 @@ def _is_number(value: Any) -> bool:
     return not isinstance(value, bool)
 
 
-def run_features(run: dict[str, Any], features: list[str]) -> dict[str, Any]:
+def run_features(run: RunRecord, features: list[str]) -> dict[str, Any]:
     """A stored run's features: a summary, system or config key, looked up in that order, by
     its full name (model.name) or its last part (name), so `device` is the device the run
     used (system.device), not the one asked for (config.run.device, e.g. "auto"). Two are
     derived: `depth`, the digits ending the model name (resnet56 → 56), and `gpu`, the
     first GPU's name ("cpu" when the run had none)."""
     sections = {
-        "summary": run["summary"],
-        "system": run["system"] or {},
-        "config": run["config"] or {},
+        "summary": run.summary,
+        "system": run.system or {},
+        "config": run.config or {},
     }
     flat = flatten(sections)
     derived: dict[str, Any] = {}
@@ -66,7 +69,7 @@ def run_features(run: dict[str, Any], features: list[str]) -> dict[str, Any]:
             matches = [derived[feature]]
         if not matches:
             raise UserError(
-                f"run {run['id']} has no feature '{feature}'",
+                f"run {run.id} has no feature '{feature}'",
                 "features are summary, system or config keys, e.g. model.name",
             )
         found[feature] = matches[0]

@@ -383,7 +383,7 @@ def _matches(value: Any, wanted: str) -> bool:
         return str(value) == wanted
 
 
-def from_study(store: Any, study_id: int, where: dict[str, str] | None = None) -> SpeedData:
+def from_study(store: Store, study_id: int, where: dict[str, str] | None = None) -> SpeedData:
     """The finished runs of a study (e.g. `dlperf scale`), one measurement per run, read from
     each run's summary: workers, global_batch, step_time_s and optionally ps, nodes,
     sync_time_s. Failed, killed and unfinished points are left out; `where` keeps the runs
@@ -394,15 +394,15 @@ def from_study(store: Any, study_id: int, where: dict[str, str] | None = None) -
     runs = [
         r
         for r in store.list_runs(study_id=study_id)
-        if r["status"] == "finished"
-        and all(_matches(r["summary"].get(k), v) for k, v in (where or {}).items())
+        if r.status == "finished"
+        and all(_matches(r.summary.get(k), v) for k, v in (where or {}).items())
     ]
     if not runs:
         raise UserError(
             f"{source} has no finished runs" + (" that match --where" if where else ""),
             "see `dlperf runs list`",
         )
-    settings = sorted({tuple(str(r["summary"].get(k)) for k in SETTINGS) for r in runs})
+    settings = sorted({tuple(str(r.summary.get(k)) for k in SETTINGS) for r in runs})
     if len(settings) > 1:
         listed = "; ".join("/".join(s) for s in settings)
         i = next(i for i in range(len(SETTINGS)) if len({s[i] for s in settings}) > 1)
@@ -410,7 +410,7 @@ def from_study(store: Any, study_id: int, where: dict[str, str] | None = None) -
             f"{source} mixes {len(settings)} settings of {'/'.join(SETTINGS)} ({listed})",
             f"fit one at a time, e.g. --where {SETTINGS[i]}={settings[0][i]}",
         )
-    return from_rows([r["summary"] for r in runs], source)
+    return from_rows([r.summary for r in runs], source)
 
 
 def config_keys(model: str) -> tuple[str, str, str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from dlperf.config import DataConfig, Experiment, _parse_value, build_experiment
+from dlperf.config import DataConfig, Experiment, build_experiment, parse_value
 from dlperf.data import ImageData, Split, load_data
 from dlperf.data.sources import read_npz, resize
 from dlperf.errors import UserError
@@ -70,7 +70,7 @@ def _pairs(text: str, where: str) -> dict[str, Any]:
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise UserError(f"{where}: expected KEY=VALUE after the name", f"e.g. {EXAMPLE}")
-        pairs[key.strip()] = _parse_value(value.strip())
+        pairs[key.strip()] = parse_value(value.strip())
     return pairs
 
 

@@ -32,6 +32,7 @@ from dlperf.distill.select import precision, select
 from dlperf.distill.summary import DistillResult, best
 from dlperf.engine.run import as_run, build_model, run_experiment
 from dlperf.errors import UserError
+from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.sweep.runner import choose_study
@@ -297,9 +298,8 @@ def _write_pseudo(
         digest.update(array.tobytes())
     path = directory / f"pseudo-{digest.hexdigest()[:12]}.npz"
     if not path.is_file():
-        part = path.with_suffix(".part.npz")
-        np.savez(part, images=images_np, labels=labels_np, classes=classes_np)
-        part.replace(path)
+        with replaced(path) as part:
+            np.savez(part, images=images_np, labels=labels_np, classes=classes_np)
     return path
 
 
@@ -322,9 +322,9 @@ def run_distill(
     directory = out_dir / f"study-{study_id}"
     directory.mkdir(exist_ok=True)
     done: dict[str, dict[str, Any]] = {}
-    for run in store.list_runs(study_id=study_id):  # newest first
-        if run["status"] == "finished" and run["config_hash"]:
-            done.setdefault(run["config_hash"], run)
+    for stored in store.list_runs(study_id=study_id):  # newest first
+        if stored.status == "finished" and stored.config_hash:
+            done.setdefault(stored.config_hash, {"id": stored.id, "summary": stored.summary})
     study = _Study(store, p, study_id, directory, reporter, done)
     reporter.log(
         f"distill {p.name!r}, study {study_id}: {len(p.pool.images)} unlabelled images, "
@@ -344,7 +344,7 @@ def run_distill(
     result.teacher = {"run_id": given.run_id, "model": given.exp.model.name,
                       "test_accuracy": given.test_accuracy, "scoring_images_per_s": None,
                       "reused": reused}  # fmt: skip
-    if p.baseline_exp().config_hash() == store.get_run(given.run_id)["config_hash"]:
+    if p.baseline_exp().config_hash() == store.get_run(given.run_id).config_hash:
         same = {k: result.teacher[k] for k in ("run_id", "model", "test_accuracy", "reused")}
         result.baseline = {**same, "same_as_teacher": True}
     else:

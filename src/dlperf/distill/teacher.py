@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -11,8 +10,8 @@ from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.engine import checkpoint, pretrained
 from dlperf.errors import UserError
 from dlperf.models import create_model
-from dlperf.store import Store, effective_status
-from dlperf.system import synchronize
+from dlperf.store import Store
+from dlperf.timing import Timer
 
 
 @dataclass
@@ -29,15 +28,14 @@ class Teacher:
 def stored(store: Store, run_id: int) -> Teacher:
     """Run `run_id` as a teacher: a finished training run with a checkpoint."""
     run = store.get_run(run_id)
-    status = effective_status(run)
-    if run["kind"] != "run":
-        raise UserError(f"teacher run {run_id} is a {run['kind']} run, not a training run")
-    if status != "finished":
+    if run.kind != "run":
+        raise UserError(f"teacher run {run_id} is a {run.kind} run, not a training run")
+    if run.status != "finished":
         raise UserError(
-            f"teacher run {run_id} did not finish (status {status})",
+            f"teacher run {run_id} did not finish (status {run.status})",
             f"resume it with `dlperf run --resume {run_id}` or give a finished run",
         )
-    data = run["summary"].get("data")
+    data = run.summary.get("data")
     if not data:
         raise UserError(f"teacher run {run_id} recorded no data shape (an older dlperf's run)")
     checkpoint.run_checkpoint(
@@ -45,12 +43,12 @@ def stored(store: Store, run_id: int) -> Teacher:
     )
     return Teacher(
         run_id,
-        build_experiment(run["config"], f"run {run_id}"),
+        build_experiment(run.config, f"run {run_id}"),
         tuple(data["shape"]),
         tuple(data["mean"]),
         tuple(data["std"]),
         data["classes"],
-        run["summary"].get("test_accuracy"),
+        run.summary.get("test_accuracy"),
     )
 
 
@@ -84,9 +82,8 @@ def score(
     chunks = images.split(batch)
     with torch.inference_mode():
         forward(chunks[0])  # lazy initialisation and allocator warm-up, untimed
-        synchronize(device)
-        start = time.perf_counter()
+        timer = Timer(device)
+        timer.start()
         out = [forward(chunk) for chunk in chunks]
-        synchronize(device)
-        seconds = time.perf_counter() - start
+        seconds = timer.stop()
     return Scores(torch.cat(out).cpu(), seconds, len(images) / seconds, device)

@@ -51,15 +51,15 @@ def select(
     run_ids, study_ids = list(run_ids), list(study_ids)
     if last is not None and last < 1:
         raise UserError(f"--last must be at least 1, got {last}")
-    chosen = {int(store.get_run(run_id)["id"]) for run_id in run_ids}
+    chosen = {store.get_run(run_id).id for run_id in run_ids}
     for study_id in study_ids:
         store.get_study(study_id)  # an unknown study is an error, not nothing to examine
-        chosen |= {int(r["id"]) for r in store.list_runs(study_id=study_id)}
+        chosen |= {r.id for r in store.list_runs(study_id=study_id)}
     if last is not None or not (run_ids or study_ids):
         newest = store.list_runs(limit=last or 1)
         if not newest and not chosen:
             raise UserError("the run store holds no runs", "train one: dlperf run EXP.toml")
-        chosen |= {int(r["id"]) for r in newest}
+        chosen |= {r.id for r in newest}
     return sorted(chosen)
 
 

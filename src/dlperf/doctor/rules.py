@@ -21,6 +21,7 @@ from typing import Any
 
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
+from dlperf.store.record import RunRecord
 from dlperf.tables import dataset_table
 
 SEVERITIES = ("info", "warning", "error")
@@ -81,10 +82,10 @@ def cpu_not_gpu(run: RunView) -> list[Issue]:
     return []
 
 
-def _interval(run: dict[str, Any]) -> tuple[datetime, datetime] | None:
-    if not run.get("ended"):
+def _interval(run: RunRecord) -> tuple[datetime, datetime] | None:
+    if not run.ended:
         return None
-    return datetime.fromisoformat(run["started"]), datetime.fromisoformat(run["ended"])
+    return datetime.fromisoformat(run.started), datetime.fromisoformat(run.ended)
 
 
 def _threads_used(run: RunView) -> int:
@@ -101,11 +102,11 @@ def _concurrent(run: RunView) -> tuple[int, list[int]]:
     events, others = [], []
     for other in run.stored.everything():
         span = _interval(other)
-        if other["id"] == run.id or span is None or (other["system"] or {}).get("host") != host:
+        if other.id == run.id or span is None or (other.system or {}).get("host") != host:
             continue
         if span[0] < mine[1] and span[1] > mine[0]:
             view = RunView(run.stored, other)
-            others.append(int(other["id"]))
+            others.append(other.id)
             events += [(max(span[0], mine[0]), 1, view), (min(span[1], mine[1]), 0, view)]
     peak = busy = _threads_used(run)
     for _, starts, view in sorted(events, key=lambda e: (e[0], e[1])):
@@ -191,8 +192,8 @@ def missing_workers(run: RunView) -> list[Issue]:
         "check every node reached the rendezvous (scale.rdzv, firewalls, the job's node "
         "count) and that each worker started; rerun the point"
     )
-    if run.status == "failed" and "rendezvous" in (run.run["error"] or "").lower():
-        first = (run.run["error"] or "").strip().splitlines()[0]
+    if run.status == "failed" and "rendezvous" in (run.run.error or "").lower():
+        first = (run.run.error or "").strip().splitlines()[0]
         return [Issue("error", f"{asked} workers asked; the point failed: {first}", fix)]
     joined, what = s.get("world_size"), "the process group's world size"
     if joined is None and isinstance(s.get("ranks"), list) and run.status == "finished":
@@ -225,15 +226,15 @@ def missing_workers(run: RunView) -> list[Issue]:
 def low_efficiency(run: RunView) -> list[Issue]:
     s, base = run.summary, run.scale_base()
     efficiency = s.get("efficiency")
-    if run.kind != "scale" or efficiency is None or base is None or base["id"] == run.id:
+    if run.kind != "scale" or efficiency is None or base is None or base.id == run.id:
         return []
-    b = base["summary"]
+    b = base.summary
     if efficiency >= LOW_EFFICIENCY or s["workers"] <= b["workers"]:
         return []
     step, compute, comm = s.get("step_time_s"), s.get("compute_s"), s.get("comm_exposed_s")
     head = (
         f"efficiency {efficiency:.2f} at {s['workers']} workers against {b['workers']} "
-        f"(run {base['id']}; speedup {s.get('speedup') or 0:.2f})"
+        f"(run {base.id}; speedup {s.get('speedup') or 0:.2f})"
     )
     figures: Figures = {"efficiency": efficiency, "workers": s["workers"]}
     if step is None or compute is None or comm is None:
@@ -278,7 +279,7 @@ def untrustworthy_scaling(run: RunView) -> list[Issue]:
     if run.kind == "scale":
         # The same check `dlperf scale` warns with as it measures (dlperf.distributed.scaling).
         base = run.scale_base()
-        workers, base_run = (base["summary"]["workers"], base["id"]) if base else (None, None)
+        workers, base_run = (base.summary["workers"], base.id) if base else (None, None)
         concerns = untrustworthy(s, workers, _slowest_steps(run), base_run)
         return [Issue("warning", c.evidence, c.fix, c.figures) for c in concerns]
     spread = s.get("throughput_spread") or {}
@@ -389,7 +390,7 @@ def _expected(run: RunView, transfer: dict[str, Any]) -> dict[str, Any]:
     source = re.fullmatch(r"run (\d+)", str(transfer.get("weights", "")))
     if source:
         origin = run.stored.find(int(source.group(1)))
-        data = (origin or {}).get("summary", {}).get("data") or {}
+        data = (origin.summary if origin else {}).get("data") or {}
         if data.get("shape"):
             expects.setdefault("image_size", data["shape"][-1])
         for key in ("mean", "std"):
@@ -460,7 +461,7 @@ LOSS_KEYS = ("train/loss", "epoch/train_loss", "val/loss")
 
 
 def _diverged(run: RunView) -> bool:
-    error = run.run["error"] or ""
+    error = run.run.error or ""
     return "loss became" in error or any(_nonfinite(run.metric(k)) for k in LOSS_KEYS)
 
 
@@ -472,7 +473,7 @@ def diverged(run: RunView) -> list[Issue]:
         f"lower train.lr{now}, set train.grad_clip = 1.0, "
         f'or run.precision = "fp32" (now "{precision}")'
     )
-    error = run.run["error"] or ""
+    error = run.run.error or ""
     if run.status == "failed" and "loss became" in error:
         said = error.splitlines()[0].split(";")[0]  # the engine's own advice is in `fix`
         return [Issue("error", f"the run failed: {said}", fix)]

@@ -10,6 +10,7 @@ from typing import Any
 
 from dlperf.distributed.scaling import series
 from dlperf.store import Store
+from dlperf.store.record import RunRecord
 
 Figures = dict[str, Any]
 
@@ -27,30 +28,30 @@ class Stored:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._runs: dict[int, dict[str, Any]] = {}
-        self._studies: dict[int, list[dict[str, Any]]] = {}
-        self._everything: list[dict[str, Any]] | None = None
+        self._runs: dict[int, RunRecord] = {}
+        self._studies: dict[int, list[RunRecord]] = {}
+        self._everything: list[RunRecord] | None = None
         self._metrics: dict[tuple[int, str], list[tuple[int, float]]] = {}
         self._keys: dict[int, list[str]] = {}
 
-    def run(self, run_id: int) -> dict[str, Any]:
+    def run(self, run_id: int) -> RunRecord:
         if run_id not in self._runs:
             self._runs[run_id] = self.store.get_run(run_id)
         return self._runs[run_id]
 
-    def find(self, run_id: int) -> dict[str, Any] | None:
+    def find(self, run_id: int) -> RunRecord | None:
         """A run that another names (a transfer's source), None if it is gone."""
         try:
             return self.run(run_id)
         except Exception:
             return None
 
-    def study(self, study_id: int) -> list[dict[str, Any]]:
+    def study(self, study_id: int) -> list[RunRecord]:
         if study_id not in self._studies:
             self._studies[study_id] = self.store.list_runs(study_id=study_id)
         return self._studies[study_id]
 
-    def everything(self) -> list[dict[str, Any]]:
+    def everything(self) -> list[RunRecord]:
         if self._everything is None:
             self._everything = self.store.list_runs()
         return self._everything
@@ -71,37 +72,37 @@ class RunView:
     """One stored run as the rules read it."""
 
     stored: Stored
-    run: dict[str, Any]
+    run: RunRecord
 
     @property
     def id(self) -> int:
-        return int(self.run["id"])
+        return self.run.id
 
     @property
     def kind(self) -> str:
-        return str(self.run["kind"])
+        return self.run.kind
 
     @property
     def status(self) -> str:
-        return str(self.run["status"])
+        return self.run.status
 
     @property
     def summary(self) -> dict[str, Any]:
-        return self.run["summary"] or {}
+        return self.run.summary
 
     @property
     def system(self) -> dict[str, Any]:
-        return self.run["system"] or {}
+        return self.run.system or {}
 
     @property
     def experiment(self) -> dict[str, Any]:
         """The experiment config: a scale point keeps it under "experiment"."""
-        config = self.run["config"] or {}
+        config = self.run.config or {}
         return config.get("experiment", config) if self.kind == "scale" else config
 
     @property
     def point(self) -> dict[str, Any]:
-        return (self.run["config"] or {}).get("point") or {}
+        return (self.run.config or {}).get("point") or {}
 
     def key(self, dotted: str) -> Any:
         node: Any = self.experiment
@@ -127,22 +128,22 @@ class RunView:
         workers = self.point.get("workers") or self.summary.get("workers") or 1
         return max(1, workers // (self.summary.get("nodes") or self.key("scale.nnodes") or 1))
 
-    def scale_base(self) -> dict[str, Any] | None:
+    def scale_base(self) -> RunRecord | None:
         """The finished point of the same study and series (mode and its batch, comm,
         strategy, bucket) with the fewest workers: what speedup and efficiency are measured
         against."""
-        if self.run["study_id"] is None:
+        if self.run.study_id is None:
             return None
         mine = series(self.point)
         same = [
             r
-            for r in self.stored.study(self.run["study_id"])
-            if r["kind"] == "scale"
-            and r["status"] == "finished"
-            and r["summary"].get("workers")
-            and series(r["config"].get("point") or {}) == mine
+            for r in self.stored.study(self.run.study_id)
+            if r.kind == "scale"
+            and r.status == "finished"
+            and r.summary.get("workers")
+            and series(r.config.get("point") or {}) == mine
         ]
-        return min(same, key=lambda r: (r["summary"]["workers"], r["id"]), default=None)
+        return min(same, key=lambda r: (r.summary["workers"], r.id), default=None)
 
 
 Handler = Callable[[RunView], list[Issue]]

@@ -114,8 +114,8 @@ def _run_id(spec: str, store: Store) -> int:
     name = rest.removeprefix("last:")
     if rest.startswith("last:") and name:
         for run in store.list_runs(kind="run"):  # newest first
-            if run["name"] == name and run["status"] == "finished":
-                return int(run["id"])
+            if run.name == name and run.status == "finished":
+                return run.id
         raise UserError(f"model.weights {spec}: no finished run named {name!r}", "see dlperf runs")
     raise UserError(f"model.weights {spec!r}: expected run:ID or run:last:NAME")
 
@@ -123,14 +123,14 @@ def _run_id(spec: str, store: Store) -> int:
 def _from_run(spec: str, store: Store) -> Pretrained:
     run_id = _run_id(spec, store)
     stored = store.get_run(run_id)
-    data = stored["config"].get("data", {})
-    seen = stored["summary"].get("data", {})
+    data = stored.config.get("data", {})
+    seen = stored.summary.get("data", {})
 
     def fetch() -> StateDict:
         path = checkpoint.run_checkpoint(
             store, run_id, "to start from", "train it with run.checkpoint = true"
         )
-        owner = checkpoint.Owner(store.id, run_id, stored["config_hash"])
+        owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
         return checkpoint.load(path, owner)["model"]
 
     side = data.get("image_size") or (seen.get("shape") or [None])[-1]

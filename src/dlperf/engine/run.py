@@ -144,15 +144,15 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     """Continue a stopped run from its last checkpoint, with its stored config."""
     reporter = reporter or NullReporter()
     stored = store.get_run(run_id)
-    if stored["status"] == "finished":
+    if stored.status == "finished":
         raise UserError(f"run {run_id} already finished", "start a new run instead")
-    exp = build_experiment(stored["config"], f"run {run_id}")
+    exp = build_experiment(stored.config, f"run {run_id}")
     path = checkpoint.run_checkpoint(
         store, run_id, "to resume from", "it stopped before its first epoch ended; start it again"
     )
     # The stored hash, not exp's: the run keeps its identity even if the config's defaults
     # have changed since it started.
-    owner = checkpoint.Owner(store.id, run_id, stored["config_hash"])
+    owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
     state = checkpoint.load(path, owner)
     prepared = _prepare(exp, store, reporter, fresh=False)
     done = state["progress"]

@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten
 from dlperf.store import Store
+from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric
 
 FORMATS = ("png", "svg", "pdf")
@@ -117,16 +118,16 @@ def _short(value: Any) -> str:
     return text[: VALUE_CHARS - 1] + "…"
 
 
-def legend_labels(runs: list[dict[str, Any]]) -> list[str]:
+def legend_labels(runs: list[RunRecord]) -> list[str]:
     """ "run 3: digits (train.lr=0.01, augment.cutout=8)": each run's id and name, and the
     config keys whose values differ between the runs (MOST_KEYS of them, then how many more),
     wrapped between keys into lines of LEGEND_LINE characters."""
-    flat = [flatten(r["config"] or {}) for r in runs]
+    flat = [flatten(r.config or {}) for r in runs]
     keys = sorted(k for k in set().union(*flat) if k not in UNTOLD
                   and len({repr(f.get(k)) for f in flat}) > 1)  # fmt: skip
     labels = []
     for run, config in zip(runs, flat, strict=True):
-        label = f"run {run['id']}: {run['name']}"
+        label = f"run {run.id}: {run.name}"
         if keys:
             told = [f"{k}={_short(config.get(k, '-'))}" for k in keys[:MOST_KEYS]]
             if len(keys) > MOST_KEYS:
@@ -188,9 +189,9 @@ def draw_runs(
     margins that fit dlperf's own labels (the report draws hundreds of these)."""
     check_x(x)
     runs = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]  # unknown: error
-    stored_by_run = {r["id"]: set(store.metric_keys(r["id"])) for r in runs}
+    stored_by_run = {r.id: set(store.metric_keys(r.id)) for r in runs}
     stored = set().union(*stored_by_run.values())
-    which = ", ".join(str(r["id"]) for r in runs)
+    which = ", ".join(str(r.id) for r in runs)
     if not stored:
         raise UserError(f"run(s) {which} stored no metrics", "see `dlperf runs show`")
     listing = "stored keys: " + ", ".join(sorted(stored))
@@ -211,8 +212,8 @@ def draw_runs(
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)
     drawn = []
     for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
-        rows, origin = _rows(store, run["id"], keys)
-        spe = (run["summary"] or {}).get("steps_per_epoch")
+        rows, origin = _rows(store, run.id, keys)
+        spe = (run.summary or {}).get("steps_per_epoch")
         points: dict[str, int] = {}
         for ax, key in zip(axes[:, 0], keys, strict=True):
             mine = rows[key]
@@ -221,7 +222,7 @@ def draw_runs(
             xs = _x_values(key, x, mine, origin, spe)
             if xs is None:
                 warnings.append(
-                    f"run {run['id']}: {key} left out: no steps_per_epoch in its summary "
+                    f"run {run.id}: {key} left out: no steps_per_epoch in its summary "
                     f"to put it on the {x} axis"
                 )
                 continue
@@ -229,7 +230,7 @@ def draw_runs(
             ax.plot(xs, [v for _, v, _ in mine], style, color=f"C{i % 10}", ms=3, lw=1.2,
                     label=label)  # fmt: skip
             points[key] = len(mine)
-        drawn.append({"id": run["id"], "name": run["name"], "label": label, "points": points})
+        drawn.append({"id": run.id, "name": run.name, "label": label, "points": points})
     if not any(r["points"] for r in drawn):
         others = " or ".join(f"--x {a}" for a in X_AXES if a != x)
         raise UserError(f"nothing to draw: {'; '.join(warnings)}", f"try {others}")
@@ -242,7 +243,7 @@ def draw_runs(
             ax.text(0.5, 0.5, "no points of these runs on this axis", ha="center", va="center",
                     transform=ax.transAxes, color="0.4")  # fmt: skip
     axes[-1, 0].set_xlabel(X_LABELS[x])
-    title = runs[0]["name"] if len(runs) == 1 else f"{len(runs)} runs"
+    title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs"
     axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
     fit_margins(fig, fitted)
     return fig, RunsPlot(Path(), x, keys, drawn, warnings)

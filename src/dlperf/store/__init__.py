@@ -15,7 +15,7 @@ Each store has a random id, made when it is first opened: the files its runs wri
 
 A run records the process that writes it (host, pid, the process's start time, the boot id)
 in its system JSON under "process": a run stored as `running` whose process is known to be
-gone reads as `lost` (`effective_status`). That is computed when read, never written, so any
+gone reads as `lost` (`record.RunRecord`). That is computed when read, never written, so any
 number of readers may look at once and a run that is resumed is simply `running` again.
 
 Opening a store checks it (a SQLite file: `integrity`) and brings its schema to the current
@@ -45,13 +45,13 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.orm import Session
 
 from dlperf.errors import NoSuchRun, UserError
-from dlperf.procs import process_alive, this_process
+from dlperf.procs import this_process
 from dlperf.store import integrity, migrations
+from dlperf.store.record import RunRecord
 from dlperf.store.schema import DELETED_MAX, Artifact, Meta, Metric, Run, Study, Tag
 
 DEFAULT_DB = "dlperf.db"
 STATUSES = ("running", "finished", "failed", "killed")
-LOST = "lost"  # shown, never stored: a `running` run whose process is gone
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
@@ -138,22 +138,22 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _run_dict(run: Run, tags: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "study_id": run.study_id,
-        "name": run.name,
-        "kind": run.kind,
-        "status": run.status,
-        "config": run.config,
-        "config_hash": run.config_hash,
-        "system": run.system,
-        "summary": run.summary or {},
-        "started": run.started.isoformat(timespec="seconds"),
-        "ended": run.ended.isoformat(timespec="seconds") if run.ended else None,
-        "error": run.error,
-        "tags": tags or {},
-    }
+def _record(run: Run, tags: dict[str, str] | None = None) -> RunRecord:
+    return RunRecord.read(
+        run.status,
+        run.system,
+        id=run.id,
+        study_id=run.study_id,
+        name=run.name,
+        kind=run.kind,
+        config=run.config,
+        config_hash=run.config_hash,
+        summary=run.summary or {},
+        started=run.started.isoformat(timespec="seconds"),
+        ended=run.ended.isoformat(timespec="seconds") if run.ended else None,
+        error=run.error,
+        tags=tags or {},
+    )
 
 
 def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
@@ -182,18 +182,6 @@ def _stored_run(s: Session, run_id: int) -> Run:
     if run is None:
         raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
     return run
-
-
-def effective_status(run: dict[str, Any]) -> str:
-    """A run's status as it stands: `lost` for a run stored as `running` whose recording
-    process is known to be gone (killed with SIGKILL, the machine rebooted...), else the stored
-    status. Runs of other hosts, or of a dlperf that recorded no process, stay `running`."""
-    if run["status"] != "running":
-        return run["status"]
-    process = (run.get("system") or {}).get("process")
-    if isinstance(process, dict) and process_alive(process) is False:
-        return LOST
-    return "running"
 
 
 @dataclass
@@ -293,7 +281,7 @@ class Store:
         study_id: int | None = None,
     ) -> int:
         """A new `running` run. A `system` record gains "process" (`this_process()`), so that
-        readers can tell a run whose process is gone (`effective_status`)."""
+        readers can tell a run whose process is gone (`RunRecord.status`)."""
         if system is not None:
             system = {**system, "process": this_process()}
         with self._writing() as s:
@@ -503,13 +491,13 @@ class Store:
 
     # --- reading -----------------------------------------------------------------------
 
-    def get_run(self, run_id: int) -> dict[str, Any]:
+    def get_run(self, run_id: int) -> RunRecord:
         with Session(self.engine) as s:
-            return _run_dict(_stored_run(s, run_id), _tags_of(s, [run_id]).get(run_id))
+            return _record(_stored_run(s, run_id), _tags_of(s, [run_id]).get(run_id))
 
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRecord]:
         query = select(Run).order_by(Run.id.desc())
         if kind:
             query = query.where(Run.kind == kind)
@@ -520,7 +508,7 @@ class Store:
         with Session(self.engine) as s:
             runs = list(s.scalars(query))
             tags = _tags_of(s, [r.id for r in runs])
-            return [_run_dict(r, tags.get(r.id)) for r in runs]
+            return [_record(r, tags.get(r.id)) for r in runs]
 
     def get_study(self, study_id: int) -> dict[str, Any]:
         with Session(self.engine) as s:

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.config import _parse_value, describe
+from dlperf.config import describe, parse_value
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.numbers import fmt
 from dlperf.parsing import did_you_mean, flatten
 
 if TYPE_CHECKING:
     from dlperf.store import Store
+    from dlperf.store.record import RunRecord
 
 SUMMARY_KEYS = (
     "test_accuracy",
@@ -32,13 +33,6 @@ SUMMARY_KEYS = (
 # The run's own fields that --where reads (besides summary keys, config keys and tag.NAME).
 RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
 MIB = 2**20
-
-
-def with_status(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Runs as they stand: a `running` run whose process is gone reads `lost`."""
-    from dlperf.store import effective_status
-
-    return [{**run, "status": effective_status(run)} for run in runs]
 
 
 def config_value(config: dict[str, Any], dotted: str) -> Any:
@@ -110,7 +104,7 @@ class RunView:
     """A run as `runs show` shows it: the run as it stands, its per-epoch metrics and its
     artifacts, each marked whether its file exists."""
 
-    run: dict[str, Any]
+    run: RunRecord
     epochs: dict[str, list[tuple[int, float]]]  # per-epoch metric key -> (epoch, value)
     artifacts: list[dict[str, Any]]
 
@@ -127,12 +121,12 @@ class RunView:
     def to_dict(self) -> dict[str, Any]:
         """What `runs show --json` prints."""
         epochs = {k: [v for _, v in pairs] for k, pairs in self.epochs.items()}
-        return {**self.run, "epochs": epochs, "artifacts": self.artifacts}
+        return {**self.run.to_dict(), "epochs": epochs, "artifacts": self.artifacts}
 
 
 def show(store: Store, run_id: int) -> RunView:
     """One run with its per-epoch metrics and artifacts."""
-    run = with_status([store.get_run(run_id)])[0]
+    run = store.get_run(run_id)
     epochs = {
         key: store.metrics(run_id, key)
         for key in store.metric_keys(run_id)
@@ -161,24 +155,23 @@ class Condition:
                 f"--where {text!r}: expected KEY=VALUE",
                 "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
             )
-        return cls(key, _parse_value(value))
+        return cls(key, parse_value(value))
 
-    def holds(self, run: dict[str, Any]) -> bool:
+    def holds(self, run: RunRecord) -> bool:
         has, value = _field(run, self.key)
         return has and _same(value, self.value)
 
 
-def _field(run: dict[str, Any], key: str) -> tuple[bool, Any]:
+def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     """(known for this run, value) of a --where key."""
     if key.startswith("tag."):
         name = key.removeprefix("tag.")
-        tags = run.get("tags") or {}
-        return name in tags, _parse_value(tags[name]) if name in tags else None
+        return name in run.tags, parse_value(run.tags[name]) if name in run.tags else None
     if key in RUN_FIELDS:
-        return True, run[key]
+        return True, getattr(run, key)
     if "." not in key:
-        return key in run["summary"], run["summary"].get(key)
-    flat = flatten(run["config"])
+        return key in run.summary, run.summary.get(key)
+    flat = flatten(run.config)
     return key in flat, flat.get(key)
 
 
@@ -189,13 +182,13 @@ def _same(stored: Any, wanted: Any) -> bool:
     return stored == wanted
 
 
-def _check_keys(runs: list[dict[str, Any]], conditions: list[Condition]) -> None:
+def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     """A key no run and no experiment has is bad input, with the closest key as a hint."""
     known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     tags: set[str] = set()
     for run in runs:
-        known |= set(run["summary"]) | set(flatten(run["config"]))
-        tags |= {f"tag.{t}" for t in run.get("tags") or {}}
+        known |= set(run.summary) | set(flatten(run.config))
+        tags |= {f"tag.{t}" for t in run.tags}
     for key in (c.key for c in conditions):
         if key.startswith("tag.") and key not in tags:
             hint = did_you_mean(key, tags, "set one with `dlperf runs tag ID KEY=VALUE`")
@@ -211,7 +204,7 @@ def _check_keys(runs: list[dict[str, Any]], conditions: list[Condition]) -> None
             raise UserError(f"--where: unknown key {key!r}", hint)
 
 
-def select(runs: list[dict[str, Any]], where: Sequence[str]) -> list[dict[str, Any]]:
+def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
     """The runs (as they stand) every KEY=VALUE of `where` holds for."""
     conditions = [Condition.parse(w) for w in where]
     _check_keys(runs, conditions)
@@ -224,7 +217,7 @@ def list_runs(
     study: int | None = None,
     where: Sequence[str] = (),
     limit: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[RunRecord]:
     """Stored runs as they stand, newest first: the newest `limit` of those `where` selects
     (the store opened once the arguments are known good)."""
     if limit is not None and limit < 1:
@@ -233,9 +226,9 @@ def list_runs(
     if study is not None:
         store.get_study(study)  # an unknown study is an error, not an empty list
     if not where:
-        return with_status(store.list_runs(kind=kind, study_id=study, limit=limit))
+        return store.list_runs(kind=kind, study_id=study, limit=limit)
     # filtered before the limit: the newest N runs that match
-    return select(with_status(store.list_runs(kind=kind, study_id=study)), where)[:limit]
+    return select(store.list_runs(kind=kind, study_id=study), where)[:limit]
 
 
 # --- compare --------------------------------------------------------------------------------
@@ -314,26 +307,26 @@ def compare(store: Store, run_ids: Sequence[int] = (), study: int | None = None)
         if ids:
             raise UserError("give run IDs or --study, not both")
         store.get_study(study)
-        ids = sorted(r["id"] for r in store.list_runs(study_id=study))
+        ids = sorted(r.id for r in store.list_runs(study_id=study))
     if len(ids) < 2:
         raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
-    runs = with_status([store.get_run(i) for i in ids])
-    flat = [flatten(r["config"]) for r in runs]
+    runs = [store.get_run(i) for i in ids]
+    flat = [flatten(r.config) for r in runs]
     differing = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1)
-    tags: set[str] = set().union(*(r["tags"] for r in runs))
+    tags: set[str] = set().union(*(r.tags for r in runs))
     return Comparison(
         run_ids=ids,
         config_diff={k: [f.get(k) for f in flat] for k in differing},
-        summary={k: [r["summary"].get(k) for r in runs] for k in SUMMARY_KEYS},
-        tags={t: [r["tags"].get(t) for r in runs] for t in sorted(tags)},
-        status=[r["status"] for r in runs],
+        summary={k: [r.summary.get(k) for r in runs] for k in SUMMARY_KEYS},
+        tags={t: [r.tags.get(t) for r in runs] for t in sorted(tags)},
+        status=[r.status for r in runs],
     )
 
 
 # --- delete ---------------------------------------------------------------------------------
 
 
-def to_delete(store: Store, run_ids: Sequence[int], force: bool) -> list[dict[str, Any]]:
+def to_delete(store: Store, run_ids: Sequence[int], force: bool) -> list[RunRecord]:
     """The runs `runs delete` may delete, as they stand: every one must exist, and none may
     still be `running` unless `force` (a `lost` one may go)."""
     missing = []
@@ -347,13 +340,10 @@ def to_delete(store: Store, run_ids: Sequence[int], force: bool) -> list[dict[st
         raise UserError(
             f"no run {', '.join(missing)} in the store; nothing deleted", "see `dlperf runs list`"
         )
-    runs = with_status(runs)
-    running = [r for r in runs if r["status"] == "running"]
+    running = [r for r in runs if r.status == "running"]
     if running and not force:
         where = ", ".join(
-            f"{r['id']} (pid {p.get('pid')} on {p.get('host')})"
-            if (p := (r["system"] or {}).get("process"))
-            else str(r["id"])
+            f"{r.id} (pid {p.get('pid')} on {p.get('host')})" if (p := r.process) else str(r.id)
             for r in running
         )
         raise UserError(

@@ -31,6 +31,7 @@ from dlperf.distributed.launch import PARENT_ENV, REAP_S, STOP_GRACE_S, guarded
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
+from dlperf.store.record import RunRecord
 from dlperf.sweep import summary
 from dlperf.sweep.spec import Point, Sweep
 from dlperf.system import usable_cores
@@ -87,13 +88,13 @@ def choose_study(store: Store, name: str, kind: str, resume: int | None, new: bo
     return None if new else store.find_study(name, kind)
 
 
-def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dict[str, dict]:
+def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dict[str, RunRecord]:
     """The newest finished run of each point key in the study."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, RunRecord] = {}
     if study_id is None:
         return found
     for run in store.list_runs(study_id=study_id):  # newest first
-        key = point_key(run["config"], free_threads) if run["status"] == "finished" else None
+        key = point_key(run.config, free_threads) if run.status == "finished" else None
         if key is not None:
             found.setdefault(key, run)
     return found
@@ -101,14 +102,14 @@ def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dic
 
 def _newest_id(store: Store) -> int:
     newest = store.list_runs(limit=1)
-    return newest[0]["id"] if newest else 0
+    return newest[0].id if newest else 0
 
 
-def _own_run(store: Store, exp: Experiment, study_id: int, since: int) -> dict | None:
+def _own_run(store: Store, exp: Experiment, study_id: int, since: int) -> RunRecord | None:
     """The run this sweep started for `exp`: of the study, newer than `since`, same hash."""
     digest = exp.config_hash()
     for run in store.list_runs(study_id=study_id):
-        if run["id"] > since and run["config_hash"] == digest:
+        if run.id > since and run.config_hash == digest:
             return run
     return None
 
@@ -125,8 +126,8 @@ def record_failure(
             exp.run.name or exp.model.name, "run", exp.to_dict(), exp.config_hash(), None, study_id
         )
     else:
-        run_id = run["id"]
-    if run is None or run["status"] == "running":
+        run_id = run.id
+    if run is None or run.unfinished:
         store.finish_run(run_id, "failed", error=error)
     return {"run_id": run_id, "status": "failed", "error": error}
 
@@ -253,8 +254,8 @@ class SweepRun:
                 time.sleep(POLL_S)
         for child in children:
             run = _own_run(self.store, child.exp, self.study_id, self.since)
-            if run is not None and run["status"] == "running":
-                self.store.finish_run(run["id"], "killed", error="interrupted")
+            if run is not None and run.unfinished:  # lost, too, once the child is gone
+                self.store.finish_run(run.id, "killed", error="interrupted")
 
 
 @dataclass
@@ -342,7 +343,7 @@ def run_sweep(
             rows.append(
                 _row(
                     point,
-                    {**run["summary"], "run_id": run["id"], "status": "finished"},
+                    {**run.summary, "run_id": run.id, "status": "finished"},
                     skipped=True,
                 )
             )

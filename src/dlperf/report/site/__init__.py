@@ -21,6 +21,7 @@ from typing import Any
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
+from dlperf.store.record import RunRecord
 
 DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
 
@@ -52,15 +53,15 @@ def select(
     run_ids, study_ids = list(run_ids), list(study_ids)
     if last is not None and last < 1:
         raise UserError(f"--last must be at least 1, got {last}")
-    runs = {int(store.get_run(run_id)["id"]): store.get_run(run_id) for run_id in run_ids}
+    runs = {run.id: run for run in map(store.get_run, run_ids)}
     studies = {int(store.get_study(study_id)["id"]) for study_id in study_ids}
     for study_id in study_ids:
-        runs.update({int(r["id"]): r for r in store.list_runs(study_id=study_id)})
+        runs.update({r.id: r for r in store.list_runs(study_id=study_id)})
     if last is not None or not (run_ids or study_ids):
-        runs.update({int(r["id"]): r for r in store.list_runs(limit=last or DEFAULT_LAST)})
+        runs.update({r.id: r for r in store.list_runs(limit=last or DEFAULT_LAST)})
     if not runs and not studies:
         raise UserError("the run store holds no runs", "train one: dlperf run EXP.toml")
-    studies |= {int(r["study_id"]) for r in runs.values() if r["study_id"] is not None}
+    studies |= {r.study_id for r in runs.values() if r.study_id is not None}
     return sorted(runs, reverse=True), sorted(studies, reverse=True)
 
 
@@ -83,7 +84,7 @@ def build_report(
     chosen_runs, chosen_studies = select(store, run_ids, study_ids, last)
     studies = [store.get_study(s) for s in chosen_studies]
     study_runs = {s["id"]: store.list_runs(study_id=s["id"]) for s in studies}
-    runs = {r["id"]: r for mine in study_runs.values() for r in mine}
+    runs = {r.id: r for mine in study_runs.values() for r in mine}
     runs.update({rid: runs.get(rid) or store.get_run(rid) for rid in chosen_runs})
     findings: dict[int, list] = {rid: [] for rid in runs}
     for f in examine(store, sorted(runs)):
@@ -121,13 +122,13 @@ def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]]) -> None:
     _worker.update(store=Store.open(url), out=out, with_page=with_page)
 
 
-def _write_run_page(task: tuple[dict[str, Any], list]) -> str:
+def _write_run_page(task: tuple[RunRecord, list]) -> str:
     from dlperf.report.site import pages
 
     run, found = task
     with_page = _worker["with_page"]
     html = pages.run_page(_worker["store"], run, found, lambda k, i: (k, i) in with_page)
-    name = pages.run_href(run["id"])
+    name = pages.run_href(run.id)
     (_worker["out"] / name).write_text(html, encoding="utf-8")
     return name
 
@@ -135,7 +136,7 @@ def _write_run_page(task: tuple[dict[str, Any], list]) -> str:
 def _run_pages(
     store: Store,
     out: Path,
-    tasks: list[tuple[dict[str, Any], list]],
+    tasks: list[tuple[RunRecord, list]],
     with_page: set[tuple[str, int]],
     jobs: int | None,
 ) -> Iterator[str]:

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from dlperf.errors import UserError
 from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import Store
+from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric
 
 Figures = list[tuple[str, str]]  # (caption, data URI)
@@ -36,16 +37,16 @@ def _finish(fig: Figure, ax: Any, title: str, xlabel: str, ylabel: str) -> str:
     return png(fig)
 
 
-def run_curves(store: Store, run: dict[str, Any]) -> tuple[Figures, list[str]]:
+def run_curves(store: Store, run: RunRecord) -> tuple[Figures, list[str]]:
     """Training loss, validation accuracy and learning rate against the epoch; loss and
     accuracy against the wall time (the schedule is drawn once); notes for what the run
     cannot show."""
     from dlperf.report.runs import default_keys, draw_runs
 
-    stored = set(store.metric_keys(run["id"]))
+    stored = set(store.metric_keys(run.id))
     figures, notes = [], []
     try:
-        fig, done = draw_runs(store, [run["id"]], [], "epoch", fitted=False)
+        fig, done = draw_runs(store, [run.id], [], "epoch", fitted=False)
     except UserError as e:
         notes.append(f"no curves against epoch: {e}")
     else:
@@ -86,14 +87,14 @@ def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
     return times, len(groups) < len(rows)
 
 
-def against_time(store: Store, run: dict[str, Any], keys: list[str]) -> tuple[str, str]:
+def against_time(store: Store, run: RunRecord, keys: list[str]) -> tuple[str, str]:
     """`keys` against the wall time since the run's first step, one subplot each, the rows of
     a batch spread by `spread` (the x axis then says so)."""
     from dlperf.report.runs import per_epoch, ylabel
 
     query = (
         select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
-        .where(Metric.run_id == run["id"], Metric.key.in_(keys))
+        .where(Metric.run_id == run.id, Metric.key.in_(keys))
         .order_by(Metric.key, Metric.step, Metric.id)
     )
     rows: dict[str, list[tuple[int, float, float]]] = {k: [] for k in keys}
@@ -117,7 +118,7 @@ def against_time(store: Store, run: dict[str, Any], keys: list[str]) -> tuple[st
     if moved:
         axis += "; steps written to the store together placed between the writes by step"
     axes[-1].set_xlabel(axis)
-    axes[0].set_title(f"{run['name']}: {', '.join(keys)} against wall time", fontsize=10)
+    axes[0].set_title(f"{run.name}: {', '.join(keys)} against wall time", fontsize=10)
     caption = f"{', '.join(keys)} against wall time"
     if moved:
         caption += (
@@ -127,21 +128,21 @@ def against_time(store: Store, run: dict[str, Any], keys: list[str]) -> tuple[st
     return caption, png(fig)
 
 
-def phases(store: Store, run: dict[str, Any]) -> Figures:
+def phases(store: Store, run: RunRecord) -> Figures:
     """Seconds per step by phase as stacked bars in the order the step runs them (data at the
     bottom): one bar per epoch from the stored phase/* metrics, else one bar from the
     summary's phases."""
-    keys = [k for k in store.metric_keys(run["id"]) if k.startswith("phase/")]
+    keys = [k for k in store.metric_keys(run.id) if k.startswith("phase/")]
     by_phase: dict[str, dict[int, float]] = {}
     for key in keys:
         name = key.removeprefix("phase/").removesuffix("_s")
-        by_phase[name] = dict(store.metrics(run["id"], key))
+        by_phase[name] = dict(store.metrics(run.id, key))
     if by_phase:
         epochs = sorted({e for values in by_phase.values() for e in values})
         labels = [str(e) for e in epochs]
         xlabel = "epoch"
     else:
-        summary_phases = (run["summary"] or {}).get("phases") or {}
+        summary_phases = (run.summary or {}).get("phases") or {}
         if not summary_phases:
             return []
         by_phase = {name: {0: s} for name, s in summary_phases.items()}
@@ -154,7 +155,7 @@ def phases(store: Store, run: dict[str, Any]) -> Figures:
         heights = [by_phase[name].get(e, 0.0) * 1e3 for e in epochs]
         ax.bar(labels, heights, bottom=bottom, label=name, color=f"C{i % 10}")
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_title(f"{run['name']}: time per step by phase", fontsize=10)
+    ax.set_title(f"{run.name}: time per step by phase", fontsize=10)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("ms per step")
     ax.grid(alpha=0.3, axis="y")
@@ -165,9 +166,9 @@ def phases(store: Store, run: dict[str, Any]) -> Figures:
              png(fig))]  # fmt: skip
 
 
-def predicted(run: dict[str, Any], measured: list[float]) -> Figures:
+def predicted(run: RunRecord, measured: list[float]) -> Figures:
     """A `predict --measure` run: the PALEO prediction beside the measured step time."""
-    summary = run["summary"] or {}
+    summary = run.summary or {}
     if summary.get("predicted_s") is None or not measured:
         return []
     fig = Figure(figsize=(FIG_WIDTH_IN, 3.4))
@@ -181,19 +182,19 @@ def predicted(run: dict[str, Any], measured: list[float]) -> Figures:
         fmt="none", color="k", capsize=4, label=f"min-max over {len(measured)} repetitions",
     )  # fmt: skip
     error = summary.get("error_pct")
-    title = f"{run['name']}: predicted vs measured" + (
+    title = f"{run.name}: predicted vs measured" + (
         f" (error {error:+.0f}%)" if error is not None else ""
     )
     return [("predicted against measured time per step", _finish(fig, ax, title, "", "ms"))]
 
 
-def allreduce(runs: list[dict[str, Any]], title: str) -> Figures:
+def allreduce(runs: list[RunRecord], title: str) -> Figures:
     """All-reduce time and bus bandwidth against message size per worker count, with the
     fitted α-β ring model T = 2(n-1)α + 2(n-1)/n · S/B (dlperf.distributed.allreduce)."""
-    rows = [r for run in runs for r in (run["summary"] or {}).get("rows") or []]
+    rows = [r for run in runs for r in (run.summary or {}).get("rows") or []]
     if not rows:
         return []
-    ring = next(((run["summary"] or {}).get("ring_model") for run in runs), None)
+    ring = next(((run.summary or {}).get("ring_model") for run in runs), None)
     fig = Figure(figsize=(FIG_WIDTH_IN, 3.8))
     left, right = fig.subplots(1, 2)
     for i, n in enumerate(sorted({int(r["workers"]) for r in rows})):

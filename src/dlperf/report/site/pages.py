@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from dlperf.doctor import SEVERITIES, Finding
@@ -20,7 +21,8 @@ from dlperf.report.site.html import (
     status,
     table,
 )
-from dlperf.store import Store, effective_status
+from dlperf.store import Store
+from dlperf.store.record import RunRecord
 
 # Summary figures shown in the index, by run kind: (column, summary key).
 KEY_FIGURES = (
@@ -85,40 +87,40 @@ def _notes(notes: list[str]) -> str:
 
 def run_page(
     store: Store,
-    run: dict[str, Any],
+    run: RunRecord,
     found: list[Finding],
     has_page: Callable[[str, int], bool],
 ) -> str:
-    summary = run["summary"] or {}
+    summary = run.summary or {}
     head: dict[str, Any] = {
-        "kind": run["kind"],
-        "status": effective_status(run),
-        "started": run["started"],
-        "ended": run["ended"],
+        "kind": run.kind,
+        "status": run.status,
+        "started": run.started,
+        "ended": run.ended,
     }
     study = ""
-    if run["study_id"] is not None:
-        study_id = run["study_id"]
+    if run.study_id is not None:
+        study_id = run.study_id
         text = f"study {study_id}"
         named = link(study_href(study_id), text) if has_page("study", study_id) else esc(text)
         study = f"<p>Part of {named}.</p>"
     body = [study, key_values(head)]
-    if run["error"]:
-        body.append(f'<h2>Error</h2><pre class="error">{esc(run["error"])}</pre>')
+    if run.error:
+        body.append(f'<h2>Error</h2><pre class="error">{esc(run.error)}</pre>')
     drawn, notes = figs.run_curves(store, run)
     drawn += figs.phases(store, run)
-    if run["kind"] == "predict":
-        drawn += figs.predicted(run, [v for _, v in store.metrics(run["id"], "measured_s")])
+    if run.kind == "predict":
+        drawn += figs.predicted(run, [v for _, v in store.metrics(run.id, "measured_s")])
     body += ["<h2>Figures</h2>", _figures(drawn) or '<p class="note">no figures</p>', _notes(notes)]
     body += ["<h2>Findings of dlperf doctor</h2>", _findings(found)]
     body += ["<h2>Summary</h2>", key_values(flatten(summary), quantity)]
-    body += ["<h2>Config</h2>", config(run["config"] or {})]
-    body += ["<h2>System</h2>", key_values(flatten(run["system"] or {}))]
-    artifacts = store.artifacts(run["id"])
+    body += ["<h2>Config</h2>", config(run.config or {})]
+    body += ["<h2>System</h2>", key_values(flatten(run.system or {}))]
+    artifacts = store.artifacts(run.id)
     listing = table(["kind", "path"], [[a["kind"], a["path"]] for a in artifacts])
     body += ["<h2>Artifacts</h2>", listing if artifacts else '<p class="note">none</p>']
-    body += ["<h2>Tags</h2>", key_values(run["tags"] or {})]
-    return page(f"run {run['id']}: {run['name']}", "".join(body))
+    body += ["<h2>Tags</h2>", key_values(run.tags or {})]
+    return page(f"run {run.id}: {run.name}", "".join(body))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -153,18 +155,18 @@ def config(stored: dict[str, Any]) -> str:
 
 
 def _runs_table(
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     findings: dict[int, list[Finding]],
     has_page: Callable[[str, int], bool],
 ) -> str:
     columns = ["run", "name", "kind", "status", "study", *(c for c, _ in KEY_FIGURES), "findings"]
     rows = []
     for run in runs:
-        summary = run["summary"] or {}
-        rid, sid = run["id"], run["study_id"]
+        summary = run.summary or {}
+        rid, sid = run.id, run.study_id
         rows.append([
             link(run_href(rid), rid) if has_page("run", rid) else esc(rid),
-            esc(run["name"]), esc(run["kind"]), status(effective_status(run)),
+            esc(run.name), esc(run.kind), status(run.status),
             (link(study_href(sid), sid) if has_page("study", sid) else esc(sid)) if sid else "-",
             *(esc(summary.get(key)) for _, key in KEY_FIGURES),
             counts(findings.get(rid, [])),
@@ -174,8 +176,8 @@ def _runs_table(
 
 def index_page(
     studies: list[dict[str, Any]],
-    runs: list[dict[str, Any]],
-    study_runs: dict[int, list[dict[str, Any]]],
+    runs: list[RunRecord],
+    study_runs: dict[int, list[RunRecord]],
     findings: dict[int, list[Finding]],
     has_page: Callable[[str, int], bool],
 ) -> str:
@@ -188,8 +190,8 @@ def index_page(
         rows = []
         for s in studies:
             mine = study_runs[s["id"]]
-            done = sum(r["status"] == "finished" for r in mine)
-            found = [f for r in mine for f in findings.get(r["id"], [])]
+            done = sum(r.status == "finished" for r in mine)
+            found = [f for r in mine for f in findings.get(r.id, [])]
             rows.append([link(study_href(s["id"]), s["id"]), esc(s["name"]), esc(s["kind"]),
                          esc(s["created"]), esc(f"{done}/{len(mine)} finished"),
                          counts(found)])  # fmt: skip
@@ -205,18 +207,18 @@ def index_page(
 # --- studies -----------------------------------------------------------------------------
 
 
-def _rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     """A scale study's rows as `dlperf scale` returned them: each run's summary with its id and
     status, oldest first."""
-    return [{**(r["summary"] or {}), "run_id": r["id"], "status": r["status"]}
-            for r in sorted(runs, key=lambda r: r["id"])]  # fmt: skip
+    return [{**(r.summary or {}), "run_id": r.id, "status": r.status}
+            for r in sorted(runs, key=lambda r: r.id)]  # fmt: skip
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def _scale(study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
     from dlperf.report.scaling import study_figures
     from dlperf.report.site.html import png
 
@@ -243,23 +245,23 @@ def _scale(study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     return _figures(drawn) + note + "<h2>Points</h2>" + table(columns, table_rows)
 
 
-def _allreduce(study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+def _allreduce(study: dict[str, Any], runs: list[RunRecord]) -> str:
     title = f"all-reduce study {study['id']}: {study['name']}"
-    drawn = figs.allreduce([r for r in runs if r["status"] == "finished"], title)
-    ring = next(((r["summary"] or {}).get("ring_model") for r in runs if r["summary"]), None)
+    drawn = figs.allreduce([r for r in runs if r.status == "finished"], title)
+    ring = next(((r.summary or {}).get("ring_model") for r in runs if r.summary), None)
     body = _figures(drawn) + "<h2>Ring model (α-β)</h2>"
     body += key_values(ring, quantity) if ring else '<p class="note">no model was fitted</p>'
-    measured = [row for r in runs for row in (r["summary"] or {}).get("rows") or []]
+    measured = [row for r in runs for row in (r.summary or {}).get("rows") or []]
     keys = ("workers", "bytes", "time_s", "algbw_gbps", "busbw_gbps")
     rows = [[row.get(k) for k in keys] for row in measured]
     columns = ["workers", "bytes", "time (s)", "algbw (GB/s)", "busbw (GB/s)"]
     return body + "<h2>Measurements</h2>" + table(columns, rows)
 
 
-def sweep_params(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def sweep_params(runs: list[RunRecord]) -> dict[int, dict[str, Any]]:
     """Each run's values of the config keys that vary over the study: the sweep's axes (the
     seed and threads left out: repeats and --jobs, not axes)."""
-    flat = {r["id"]: flatten(r["config"] or {}) for r in runs}
+    flat = {r.id: flatten(r.config or {}) for r in runs}
     keys = sorted({k for f in flat.values() for k in f} - SWEEP_FREE)
     varying = [
         k for k in keys
@@ -268,16 +270,16 @@ def sweep_params(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {rid: {k: f.get(k) for k in varying} for rid, f in flat.items()}
 
 
-def _sweep(store: Store, study: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
     from dlperf.sweep import summary as ranking
 
     params = sweep_params(runs)
     keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
             "throughput", "train_time_s", "epochs")  # fmt: skip
-    rows = [
-        {"run_id": r["id"], "status": r["status"], "params": params[r["id"]],
-         **{k: (r["summary"] or {}).get(k) for k in keys}}
-        for r in sorted(runs, key=lambda r: r["id"])
+    rows: list[dict[str, Any]] = [
+        {"run_id": r.id, "status": r.status, "params": params[r.id],
+         **{k: (r.summary or {}).get(k) for k in keys}}
+        for r in sorted(runs, key=lambda r: r.id)
     ]  # fmt: skip
     groups = ranking.group_rows(rows)
     axes = {k: sorted({json.dumps(p[k], default=str) for p in params.values()}) for k in
@@ -286,7 +288,7 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[dict[str, Any]]) -> s
     curves = [(f"run {r['run_id']} " + " ".join(f"{k}={v}" for k, v in r["params"].items()),
                store.metrics(r["run_id"], "val/acc1"))
               for r in rows if r["status"] == "finished"]  # fmt: skip
-    first = (runs[0]["config"] or {}) if runs else {}
+    first = (runs[0].config or {}) if runs else {}
     target = (first.get("target") or {}).get("accuracy")
     drawn = figs.sweep(curves, groups, axes, target) if curves else []
     columns = ["rank", "point", "runs", "finished", "test accuracy (mean)", "std", "min", "max",
@@ -303,41 +305,41 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[dict[str, Any]]) -> s
     return "<h2>Ranking</h2>" + verdict + table(columns, table_rows) + _figures(drawn)
 
 
-def _staleness(store: Store, runs: list[dict[str, Any]]) -> str:
-    modes = {(r["config"] or {}).get("staleness", {}).get("mode"): r for r in runs
-             if r["status"] == "finished"}  # fmt: skip
+def _staleness(store: Store, runs: list[RunRecord]) -> str:
+    modes = {(r.config or {}).get("staleness", {}).get("mode"): r for r in runs
+             if r.status == "finished"}  # fmt: skip
     if not {"sync", "async"} <= set(modes):
         return '<p class="note">the study lacks a finished sync and async run</p>'
     result = {
-        mode: {**(run["summary"] or {}),
-               "val_acc1": [v for _, v in store.metrics(run["id"], "val/acc1")]}
+        mode: {**(run.summary or {}),
+               "val_acc1": [v for _, v in store.metrics(run.id, "val/acc1")]}
         for mode, run in modes.items()
     }  # fmt: skip
     result["async"].setdefault("staleness_histogram", {})
     return _figures(figs.staleness(result))
 
 
-def _top_k(run: dict[str, Any]) -> int | None:
-    k = run["tags"].get("top_k")
+def _top_k(run: RunRecord) -> int | None:
+    k = run.tags.get("top_k")
     return None if k is None else int(k)
 
 
-def _model(run: dict[str, Any]) -> str | None:
-    return ((run["config"] or {}).get("model") or {}).get("name")
+def _model(run: RunRecord) -> str | None:
+    return ((run.config or {}).get("model") or {}).get("name")
 
 
-def _line(run: dict[str, Any] | None, same_as_teacher: bool = False) -> dict[str, Any]:
+def _line(run: RunRecord | None, same_as_teacher: bool = False) -> dict[str, Any]:
     """The teacher or the baseline as a DistillResult holds it."""
     if run is None:
         return {}
-    return {"run_id": run["id"], "model": _model(run), "same_as_teacher": same_as_teacher,
-            "test_accuracy": (run["summary"] or {}).get("test_accuracy")}  # fmt: skip
+    return {"run_id": run.id, "model": _model(run), "same_as_teacher": same_as_teacher,
+            "test_accuracy": (run.summary or {}).get("test_accuracy")}  # fmt: skip
 
 
 def _distill(
     store: Store,
     study: dict[str, Any],
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     has_page: Callable[[str, int], bool],
 ) -> str:
     """A distill study: every stage run by K; then, for its newest recipe (the teacher, P,
@@ -346,44 +348,46 @@ def _distill(
     from dlperf.distill.summary import best, verdict
     from dlperf.errors import UserError
 
-    staged = [r for r in runs if r["tags"].get("stage") in STAGES]
-    staged.sort(key=lambda r: (_top_k(r) or 0, STAGES.index(r["tags"]["stage"]), r["id"]))
-    done = [r for r in staged if r["status"] == "finished"]
-    fine = sorted((r for r in done if r["tags"]["stage"] == "finetune"), key=lambda r: r["id"])
-    recipe = {k: fine[-1]["tags"].get(k) for k in ("teacher", "top_p", "unlabeled")} if fine else {}
-    teacher = next((r for r in staged if r["id"] == int(recipe.get("teacher") or 0)), None)
+    staged = [r for r in runs if r.tags.get("stage") in STAGES]
+    staged.sort(key=lambda r: (_top_k(r) or 0, STAGES.index(r.tags["stage"]), r.id))
+    done = [r for r in staged if r.status == "finished"]
+    fine = sorted((r for r in done if r.tags["stage"] == "finetune"), key=lambda r: r.id)
+    recipe: dict[str, Any] = (
+        {k: fine[-1].tags.get(k) for k in ("teacher", "top_p", "unlabeled")} if fine else {}
+    )
+    teacher = next((r for r in staged if r.id == int(recipe.get("teacher") or 0)), None)
     if teacher is None and recipe.get("teacher"):  # a run from outside the study (--teacher)
         with contextlib.suppress(UserError):
             teacher = store.get_run(int(recipe["teacher"]))
-            staged.insert(0, {**teacher, "tags": {"stage": "teacher (outside the study)"}})
+            staged.insert(0, replace(teacher, tags={"stage": "teacher (outside the study)"}))
     columns = ["stage", "K", "P", "run", "model", "status", "test accuracy", "images kept",
                "pseudo-label precision", "teacher scoring (images/s)"]  # fmt: skip
     rows = []
     for r in staged:
-        summary, rid = r["summary"] or {}, r["id"]
+        summary, rid = r.summary or {}, r.id
         speed = summary.get("scoring_images_per_s")
-        rows.append([r["tags"]["stage"], _top_k(r), r["tags"].get("top_p"),
+        rows.append([r.tags["stage"], _top_k(r), r.tags.get("top_p"),
                      link(run_href(rid), rid) if has_page("run", rid) else esc(rid), _model(r),
-                     status(effective_status(r)), summary.get("test_accuracy"),
+                     status(r.status), summary.get("test_accuracy"),
                      summary.get("selected"), summary.get("pseudo_label_precision"),
                      None if speed is None else round(speed)])  # fmt: skip
     body = "<h2>Stages</h2>" + table(columns, rows, raw=(3, 5))
     if not fine:
         return body + '<p class="note">no student has finished fine-tuning</p>'
     model = _model(fine[-1])
-    newest: dict[tuple[str, int | None], dict[str, Any]] = {}
-    for r in sorted(done, key=lambda r: r["id"]):  # the newest run of each stage and K wins
-        if all(r["tags"].get(k) == v for k, v in recipe.items()) and _model(r) in (model, None):
-            newest[(r["tags"]["stage"], _top_k(r))] = r
+    newest: dict[tuple[str, int | None], RunRecord] = {}
+    for r in sorted(done, key=lambda r: r.id):  # the newest run of each stage and K wins
+        if all(r.tags.get(k) == v for k, v in recipe.items()) and _model(r) in (model, None):
+            newest[(r.tags["stage"], _top_k(r))] = r
     students = [
-        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r["summary"]["test_accuracy"],
-         "pseudo_label_precision": (newest.get(("select", k)) or {"summary": {}})["summary"].get(
+        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r.summary["test_accuracy"],
+         "pseudo_label_precision": (s.summary if (s := newest.get(("select", k))) else {}).get(
              "pseudo_label_precision")}
         for (stage, k), r in sorted(newest.items(), key=lambda item: item[0][1] or 0)
         if stage == "finetune"
     ]  # fmt: skip
-    baselines = [r for r in done if r["tags"]["stage"] == "baseline" and _model(r) == model]
-    baseline = max(baselines, key=lambda r: r["id"]) if baselines else None
+    baselines = [r for r in done if r.tags["stage"] == "baseline" and _model(r) == model]
+    baseline = max(baselines, key=lambda r: r.id) if baselines else None
     same = baseline is None and teacher is not None and _model(teacher) == model
     lines = (_line(teacher), _line(teacher if same else baseline, same))
     winner = best(students)
@@ -395,12 +399,12 @@ def _distill(
     return body + f"<p>{esc(said)}</p>" + _figures(figures)
 
 
-def _overlay(store: Store, runs: list[dict[str, Any]]) -> str:
+def _overlay(store: Store, runs: list[RunRecord]) -> str:
     from dlperf.errors import UserError
     from dlperf.report.runs import draw_runs
     from dlperf.report.site.html import png
 
-    ids = [r["id"] for r in runs if r["kind"] == "run"]
+    ids = [r.id for r in runs if r.kind == "run"]
     if not ids:
         return ""
     try:
@@ -413,7 +417,7 @@ def _overlay(store: Store, runs: list[dict[str, Any]]) -> str:
 def study_page(
     store: Store,
     study: dict[str, Any],
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     findings: dict[int, list[Finding]],
     has_page: Callable[[str, int], bool],
 ) -> str:
@@ -431,7 +435,7 @@ def study_page(
     else:
         body = _overlay(store, runs)
     head = key_values({"kind": kind, "created": study["created"], "runs": len(runs)})
-    found = [f for r in runs for f in findings.get(r["id"], [])]
+    found = [f for r in runs for f in findings.get(r.id, [])]
     tail = "<h2>Findings of dlperf doctor</h2>" + _findings(found, by_run=True)
     tail += "<h2>Runs</h2>" + _runs_table(runs, findings, has_page)
     return page(f"study {study['id']}: {study['name']}", head + body + tail)
