@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from dlperf.config import Experiment
+from dlperf.distributed.contracts import ComputePhase, DdpStats, MainPhase, RankResult
 from dlperf.engine.run import run_experiment
 from dlperf.store import Store
 
@@ -59,25 +60,17 @@ def trained_run(root: Path) -> tuple[Store, int, Experiment]:
     return store, result["run_id"], exp
 
 
-def rank_result(rank: int, steps: list[float], compute: list[float] | None, batch: int) -> dict:
-    """One rank's result of a scale point as dlperf.distributed.worker reports it, for tests
-    that store scaling studies by hand."""
-    result: dict = {
-        "rank": rank,
-        "host": "node0",
-        "pid": 100 + rank,
-        "main": {
-            "step_times_s": steps,
-            "wall_s": sum(steps),
-            "samples": batch * len(steps),
-            "ddp": {"avg_backward_comm_time": 1_000_000, "avg_forward_compute_time": 5_000_000},
-            "replica_max_diff": 0.0,
-            "grad_bytes": 400_000,
-        },
-    }
-    if compute is not None:
-        result["compute"] = {"step_times_s": compute}
-    return result
+def rank_result(
+    rank: int, steps: list[float], compute: list[float] | None, batch: int, *, world: int
+) -> RankResult:
+    """One rank (of `world`) of a scale point as dlperf.distributed.worker reports it, for
+    tests that store scaling studies by hand."""
+    ddp = {"avg_backward_comm_time": 1_000_000, "avg_forward_compute_time": 5_000_000}
+    main = MainPhase(
+        tuple(steps), sum(steps), batch * len(steps), 0.0, 400_000, ddp=DdpStats(ddp, 400_000)
+    )
+    phase = None if compute is None else ComputePhase(tuple(compute))
+    return RankResult(rank, "node0", 100 + rank, world, main, phase)
 
 
 @dataclass

@@ -149,7 +149,7 @@ def test_allreduce_bench_then_one_and_two_workers(
     assert ring["bandwidth_bytes_per_s"] > 0 and ring["n_points"] == 2
     assert json.loads(r.out)["overlap_cost"]["2"] >= 0  # measured beside the all-reduces
     (bench_run,) = store.list_runs(kind="allreduce")
-    assert bench_run["status"] == "finished" and bench_run["summary"]["ring_model"] == ring
+    assert bench_run.status == "finished" and bench_run.summary["ring_model"] == ring
 
     dump = tmp_path / "grads"
     monkeypatch.setenv("DLPERF_SCALE_DUMP_GRADS", str(dump))
@@ -175,9 +175,9 @@ def test_allreduce_bench_then_one_and_two_workers(
     # the backward runs from the last layer to the first.
     assert one["overlap_predicted_s"] is None and two["overlap_predicted_s"] >= 0
     # each prediction says what it was calibrated on, and its error where one was measured
-    study = bench_run["study_id"]
+    study = bench_run.study_id
     assert two["ring_basis"].startswith(f"ring α-β fitted to all-reduce study {study} (")
-    assert f"measured at 2 workers by run {bench_run['id']} of" in two["overlap_basis"]
+    assert f"measured at 2 workers by run {bench_run.id} of" in two["overlap_basis"]
     assert "overlap cost" in two["overlap_basis"] and one["overlap_basis"] is None
     if two["comm_exposed_s"]:
         assert two["ring_error"] == pytest.approx(
@@ -190,8 +190,8 @@ def test_allreduce_bench_then_one_and_two_workers(
         assert 0 < ready[-1] < ready[0] and sum(sizes) == two["grad_bytes"]
 
     runs = store.list_runs(study_id=doc["study_id"])
-    assert [run["status"] for run in runs] == ["finished", "finished"]
-    assert all(set(run["summary"]) >= SUMMARY_KEYS for run in runs)
+    assert [run.status for run in runs] == ["finished", "finished"]
+    assert all(set(run.summary) >= SUMMARY_KEYS for run in runs)
     assert len(store.metrics(two["run_id"], "rank1/step_time_s")) == 3
     assert len(store.metrics(two["run_id"], "rank0/compute_step_time_s")) == 3
     kinds = {a["kind"] for a in store.artifacts(one["run_id"])}
@@ -257,7 +257,7 @@ def test_a_feature_extract_point_runs_frozen_at_the_weights_resolution(
     source = load_experiment(exp_path, ["data.image_size=16", "train.epochs=1", "run.threads=1"])
     seen = run_experiment(source, store)["data"]
     assert seen["shape"] == [1, 16, 16]
-    start = [f'model.weights="run:{store.list_runs(kind="run")[0]["id"]}"']
+    start = [f'model.weights="run:{store.list_runs(kind="run")[0].id}"']
     start += ['model.transfer="feature-extract"']
     args = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "2", "--no-comm-split"]
     r = cli(*args, *[a for s in start for a in ("--set", s)], "--json")
@@ -273,9 +273,9 @@ def test_a_feature_extract_point_runs_frozen_at_the_weights_resolution(
     assert row["grad_bytes"] == head_bytes
     (result,) = tmp_path.glob("dlperf_runs/**/p0/result.json")
     for rank in json.loads(result.read_text())["ranks"]:
-        assert rank["main"]["reduced_bytes"] == head_bytes  # DDP's own count
+        assert rank["main"]["ddp"]["reduced_bytes"] == head_bytes  # DDP's own count
     (run,) = store.list_runs(kind="scale")
-    data = run["config"]["experiment"]["data"]
+    data = run.config["experiment"]["data"]
     assert (data["image_size"], data["mean"], data["std"]) == (16, seen["mean"], seen["std"])
 
 
@@ -328,7 +328,7 @@ def test_two_nodes_on_loopback_store_once(
     assert row["replica_max_diff"] > 0  # no-op hook: each replica stepped on its own gradient
     assert row["emulation"] is None
     (run,) = store.list_runs(kind="scale")
-    assert run["summary"]["nodes"] == 2
+    assert run.summary["nodes"] == 2
     assert Store.open(str(elsewhere / "node1.db")).list_runs() == []
 
 
@@ -360,4 +360,4 @@ def test_find_max_batch_catches_a_worker_over_its_memory_cap(
     assert row["out_of_memory"] is True
     assert row["error"].startswith("out of memory at per-worker batch 32: peak memory")
     (run,) = store.list_runs(kind="scale")
-    assert run["status"] == "failed" and run["error"] == row["error"]
+    assert run.status == "failed" and run.error == row["error"]

@@ -16,26 +16,35 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dlperf.config import ScaleConfig, load_experiment
+from dlperf.distributed.contracts import (
+    ComputePhase,
+    DdpStats,
+    MainPhase,
+    RankResult,
+    WorkerSpec,
+    write_ranks,
+)
 from dlperf.distributed.jobfiles import job_argv
 from dlperf.distributed.launch import PARENT_ENV, Launch, _failures, error_lines, guarded
-from dlperf.distributed.scaling import EFFICIENCY
-from dlperf.distributed.study import (
-    Point,
-    add_relative,
-    batch_split,
-    chunk_throughput,
-    exposed_ci95,
+from dlperf.distributed.planning import Point, batch_split, plan
+from dlperf.distributed.predictions import (
     overlap_prediction,
-    plan,
     prediction_error,
     ring_basis,
     ring_prediction,
+)
+from dlperf.distributed.scaling import EFFICIENCY
+from dlperf.distributed.summary import (
+    add_relative,
+    chunk_throughput,
+    exposed_ci95,
     summarize,
 )
 from dlperf.errors import UserError
@@ -151,21 +160,16 @@ def test_the_example_study_plans_weak_scaling_over_1_and_2_workers() -> None:
     assert (exp.scale.steps, exp.run.name) == (50, "scale_digits_weak")
 
 
-def _rank(rank: int, steps: list[float], compute: list[float], wall: float) -> dict[str, object]:
+def _rank(rank: int, steps: list[float], compute: list[float], wall: float) -> RankResult:
     ddp = {"avg_backward_comm_time": 2_000_000, "avg_forward_compute_time": 1_000_000}
-    return {
-        "rank": rank,
-        "host": "h",
-        "main": {
-            "step_times_s": steps,
-            "wall_s": wall,
-            "samples": 10 * len(steps),
-            "ddp": ddp,
-            "replica_max_diff": 0.0,
-            "grad_bytes": 4_000_000,
-        },
-        "compute": {"step_times_s": compute},
-    }
+    main = MainPhase(tuple(steps), wall, 10 * len(steps), 0.0, 4_000_000, ddp=DdpStats(ddp, None))
+    return RankResult(rank, "h", 100 + rank, 2, main, ComputePhase(tuple(compute)))
+
+
+def _timed(main: list[float], compute: list[float] | None = None, rank: int = 0) -> RankResult:
+    """A rank of which only the step times matter."""
+    phase = None if compute is None else ComputePhase(tuple(compute))
+    return RankResult(rank, "h", 1, 2, MainPhase(tuple(main), 1.0, 10, 0.0, 1), phase)
 
 
 def test_summary_of_a_point_follows_the_definitions() -> None:
@@ -174,7 +178,8 @@ def test_summary_of_a_point_follows_the_definitions() -> None:
         _rank(0, [0.10, 0.30, 0.20], [0.05, 0.06, 0.07], 0.60),
         _rank(1, [0.20, 0.10, 0.10], [0.08, 0.05, 0.05], 0.50),
     ]
-    s = summarize(point, ranks, 1, 1, "gloo", 1000, price_per_hour=3.6)
+    summary = summarize(point, ranks, 1, 1, "gloo", 1000, price_per_hour=3.6)
+    s = summary.to_dict()
     assert set(s) >= SUMMARY_KEYS
     # Slowest rank per step: 0.20, 0.30, 0.20; compute: 0.08, 0.06, 0.07.
     assert s["step_time_s"] == pytest.approx(0.20)
@@ -189,22 +194,25 @@ def test_summary_of_a_point_follows_the_definitions() -> None:
     assert s["cost_per_epoch"] == pytest.approx(2 * 10 / 3600 * 3.6)
     assert s["ps"] == 0 and s["emulation"] == "single-host"
     assert s["ddp_logging_s"]["backward_comm_time"] == pytest.approx(2e-3)
+    assert s["world_size"] == 2  # as the ranks report it
 
-    add_relative(s, {"throughput": 60.0, "workers": 1})
-    assert s["speedup"] == pytest.approx(100 / 60)
-    assert s["efficiency"] == pytest.approx(100 / 60 / 2)
+    base = replace(summary, workers=1, throughput=60.0)
+    assert (add_relative(base, None).speedup, add_relative(base, None).efficiency) == (1.0, 1.0)
+    relative = add_relative(summary, base)
+    assert relative.speedup == pytest.approx(100 / 60)
+    assert relative.efficiency == pytest.approx(100 / 60 / 2)
 
 
 def test_synthetic_chunks_give_mean_and_student_t_interval() -> None:
     # Chunks of 2 steps of a batch of 10: 100, 100, 50, 50, 100 samples/s.
     steps = [0.1, 0.1, 0.1, 0.1, 0.2, 0.2, 0.2, 0.2, 0.1, 0.1]
     stats = chunk_throughput(steps, global_batch=10, chunks=5)
-    assert stats["throughput_mean"] == pytest.approx(80.0)
+    assert stats.throughput_mean == pytest.approx(80.0)
     # s^2 = (3 * 20^2 + 2 * 30^2) / 4 = 750; t(0.975, 4) = 2.776445; sem = sqrt(750 / 5).
-    assert stats["throughput_ci95"] == pytest.approx(2.776445 * math.sqrt(150), rel=1e-6)
-    assert (stats["throughput_ci_method"], stats["chunks"]) == ("student_t", 5)
+    assert stats.throughput_ci95 == pytest.approx(2.776445 * math.sqrt(150), rel=1e-6)
+    assert (stats.throughput_ci_method, stats.chunks) == ("student_t", 5)
     one = chunk_throughput([0.1, 0.2], global_batch=10, chunks=1)
-    assert (one["throughput_mean"], one["throughput_ci95"]) == (pytest.approx(200 / 3), None)
+    assert (one.throughput_mean, one.throughput_ci95) == (pytest.approx(200 / 3), None)
 
 
 def test_ring_prediction_pays_latency_per_bucket() -> None:
@@ -239,8 +247,8 @@ def test_overlap_prediction_reads_the_measured_times_and_cost_and_says_so() -> N
     rank says: its all-reduce measured between 1 MiB (2 ms) and 4 MiB (8 ms) is 6 ms."""
     mib = 2**20
     ranks = [
-        {"compute": {"grad_ready_s": [0.030, 0.010], "grad_sizes": [2 * mib, mib]}},
-        {"compute": {"grad_ready_s": [0.040, 0.012], "grad_sizes": [2 * mib, mib]}},
+        replace(_timed([0.05]), compute=ComputePhase((0.04,), (0.030, 0.010), (2 * mib, mib))),
+        replace(_timed([0.05]), compute=ComputePhase((0.04,), (0.040, 0.012), (2 * mib, mib))),
     ]
     predicted, basis = overlap_prediction(REFERENCE, 2, ranks, 25)
     assert predicted == pytest.approx(0.006)
@@ -257,7 +265,9 @@ def test_overlap_prediction_reads_the_measured_times_and_cost_and_says_so() -> N
     _, basis = overlap_prediction(REFERENCE, 4, ranks, 25)
     assert "ring α-β times of all-reduce study 4" in basis and "overlap cost not measured" in basis
     assert overlap_prediction(None, 2, ranks, 25) == (None, None)
-    assert overlap_prediction(REFERENCE, 2, [{}], 25) == (None, None)  # no compute split
+    assert overlap_prediction(REFERENCE, 2, [_timed([0.05])], 25) == (None, None)  # no split
+    no_readiness = [_timed([0.05], [0.04])]  # a compute split without DDP's gradient hooks
+    assert overlap_prediction(REFERENCE, 2, no_readiness, 25) == (None, None)
 
 
 def test_how_finely_the_exposed_time_is_measured() -> None:
@@ -265,12 +275,9 @@ def test_how_finely_the_exposed_time_is_measured() -> None:
     per chunk: sd 0.707 ms, so 2.776 x 0.707 / sqrt(5) = 0.878 ms."""
     exposed_ms = [1, 1, 2, 2, 3, 3, 2, 2, 2, 2]
     main = [0.010 + e / 1e3 for e in exposed_ms]
-    ranks = [
-        {"main": {"step_times_s": main}, "compute": {"step_times_s": [0.010] * 10}},
-        {"main": {"step_times_s": [0.009] * 10}, "compute": {"step_times_s": [0.009] * 10}},
-    ]
+    ranks = [_timed(main, [0.010] * 10), _timed([0.009] * 10, [0.009] * 10, rank=1)]
     assert exposed_ci95(ranks) == pytest.approx(2.776 * 0.7071e-3 / 5**0.5, rel=1e-3)
-    assert exposed_ci95([{"main": {"step_times_s": main}}]) is None  # no compute split
+    assert exposed_ci95([_timed(main)]) is None  # no compute split
 
 
 def test_every_prediction_carries_its_basis_and_error() -> None:
@@ -539,17 +546,19 @@ Timing = Callable[[int, int], list[float]]  # (workers, per-worker batch) -> per
 def fake_workers(monkeypatch: pytest.MonkeyPatch) -> Callable[[Timing], None]:
     """Stand in for torchrun: each point's ranks report what dlperf.distributed.worker would,
     with the per-step times `timing(workers, per_worker_batch)` gives (compute: 80% of each
-    step), so that a whole study runs through the command in a second."""
+    step), so that a whole study runs through the command in a second; `missing` ranks of
+    each point never join its process group."""
     from dlperf.distributed import study
 
-    def install(timing: Timing) -> None:
+    def install(timing: Timing, missing: int = 0) -> None:
         def run_torchrun(directory: Path, nproc: int, *args: object, **kwargs: object) -> Launch:
-            spec = json.loads((directory / "spec.json").read_text())
-            batch = spec["per_worker_batch"]
+            spec = WorkerSpec.read(directory / "spec.json")
+            batch = spec.per_worker_batch
             steps = timing(nproc, batch)
-            compute = [t * 0.8 for t in steps] if spec["compute_split"] else None
-            ranks = [rank_result(rank, steps, compute, batch) for rank in range(nproc)]
-            (directory / "result.json").write_text(json.dumps({"ranks": ranks}))
+            compute = [t * 0.8 for t in steps] if spec.compute_split else None
+            world = nproc - missing
+            ranks = [rank_result(r, steps, compute, batch, world=world) for r in range(world)]
+            write_ranks(directory / "result.json", ranks)
             return Launch(0, directory / "torchrun.log", [])
 
         monkeypatch.setattr(study, "run_torchrun", run_torchrun)
@@ -605,6 +614,24 @@ def test_a_study_faster_than_ideal_warns_in_its_own_output(
     base = f" against 1 (run {doc['rows'][0]['run_id']})"
     said = {tuple(w.removeprefix(f"{label}: ").split("; ", 1)) for w in warnings}
     assert {(e.replace(base, " against 1"), f) for e, f in found} == said
+
+
+def test_the_stored_summary_has_the_world_size_the_doctor_checks(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 24: the doctor's missing-workers rule read a world size nothing wrote. The study
+    stores the process group's size as the ranks report it: 1 of 2 workers joined."""
+    fake_workers(lambda n, b: [0.1] * 10, missing=1)
+    args = ["scale", str(tiny_exp()), "--workers", "2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    (row,) = json.loads(r.out)["rows"]
+    assert row["world_size"] == 1
+    r = cli("doctor", str(row["run_id"]), "--json")
+    (finding,) = [f for f in json.loads(r.out)["findings"] if f["rule"] == "missing-workers"]
+    assert finding["evidence"] == (
+        "2 workers asked (2 processes), 1 joined (the process group's world size)"
+    )
 
 
 def test_a_list_of_per_worker_batches_is_one_series_each(

@@ -19,7 +19,8 @@ import pytest
 
 from dlperf.config import ScaleConfig
 from dlperf.distributed import hvd_launch
-from dlperf.distributed.study import plan
+from dlperf.distributed.contracts import read_ranks
+from dlperf.distributed.planning import plan
 from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import Store
@@ -128,6 +129,9 @@ def test_one_and_two_workers_train_in_step(
         # smallcnn, 10 classes, fp32, at 3x16x16 (synthetic) or 1x8x8 (digits)
         assert r["grad_bytes"] == 4 * (315_722 if data == "synthetic" else 53_002)
         assert not any(alive(pid) for pid in r["worker_pids"])
+        assert r["world_size"] == r["workers"]  # hvd.size(), one process per worker
+    for result in tmp_path.glob("**/p*/result.json"):  # no fake DDP figures
+        assert all(r.main.ddp is None and r.main.fingerprint is None for r in read_ranks(result))
     assert [len(r["ranks"]) for r in rows] == [1, 2]
     assert rows[0]["compute_s"] is None and rows[1]["compute_s"] > 0
     assert rows[1]["speedup"] == pytest.approx(rows[1]["throughput"] / rows[0]["throughput"])
@@ -164,7 +168,7 @@ def test_a_killed_worker_fails_its_point_and_leaves_no_process(
     assert row["status"] == "failed"
     assert row["error"].startswith("Horovod worker rank 1 failed (killed by SIGKILL)")
     assert len(row["worker_pids"]) == 2
-    assert store.get_run(row["run_id"])["status"] == "failed"
+    assert store.get_run(row["run_id"]).status == "failed"
     deadline = time.monotonic() + EVENT_S
     while _in_environment(f"DLPERF_TEST_MARK={tmp_path}"):
         assert time.monotonic() < deadline, _in_environment(f"DLPERF_TEST_MARK={tmp_path}")

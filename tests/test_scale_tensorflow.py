@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from dlperf.config import ScaleConfig
-from dlperf.distributed.study import Point, plan, summarize
+from dlperf.distributed.contracts import read_ranks
+from dlperf.distributed.planning import Point, plan
+from dlperf.distributed.summary import summarize
 from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import Store
@@ -59,8 +61,8 @@ def write_study(root: Path) -> Path:
 
 # The keys of a DDP point's row: every framework's rows have them all.
 DDP_ROW_KEYS = set(
-    summarize(Point(2, 8, 16, "allreduce", "ddp", None), [rank_result(0, [0.1], [0.05], 8)],
-              1, 1, "gloo", 100, None)
+    summarize(Point(2, 8, 16, "allreduce", "ddp", None),
+              [rank_result(0, [0.1], [0.05], 8, world=1)], 1, 1, "gloo", 100, None).to_dict()
 )  # fmt: skip
 
 
@@ -178,6 +180,11 @@ def test_one_and_two_workers_train_in_step(
         assert r["replica_max_diff"] == 0.0  # every replica holds the same weights
         assert r["throughput"] > 0 and r["timed_steps"] == 4 and r["grad_bytes"] > 0
         assert not any(alive(pid) for pid in r["worker_pids"])
+        # the processes of the point: MirroredStrategy's replicas share one
+        assert r["world_size"] == (r["workers"] if strategy == "multiworker" else 1)
+    # No fake DDP figures: the ranks report none, and their fingerprints are compared away.
+    for result in tmp_path.glob("**/p*/result.json"):
+        assert all(r.main.ddp is None and r.main.fingerprint is None for r in read_ranks(result))
     assert rows[1]["speedup"] == pytest.approx(rows[1]["throughput"] / rows[0]["throughput"])
     # Two workers: the compute-only replica splits the step into compute and communication.
     assert rows[0]["compute_s"] is None and rows[1]["compute_s"] > 0
@@ -234,7 +241,7 @@ def test_a_killed_worker_fails_its_point_and_leaves_no_process(
     assert row["status"] == "failed"
     assert row["error"].startswith("TensorFlow worker 1 failed (killed by signal 9)")
     assert len(row["worker_pids"]) == 2 and not any(alive(pid) for pid in row["worker_pids"])
-    assert store.get_run(row["run_id"])["status"] == "failed"
+    assert store.get_run(row["run_id"]).status == "failed"
 
 
 @needs_tf
@@ -252,7 +259,7 @@ def test_two_nodes_on_loopback_trade_addresses_and_store_once(
     assert row["replica_max_diff"] == 0.0 and row["emulation"] is None
     assert row["compute_s"] > 0
     (run,) = store.list_runs(kind="scale")
-    assert run["summary"]["nodes"] == 2
+    assert run.summary["nodes"] == 2
     assert Store.open(str(elsewhere / "node1.db")).list_runs() == []
 
 
@@ -288,13 +295,13 @@ def test_a_keras_study_warns_of_each_setting_it_ignores(tmp_path: Path, store: S
     experiment away from its default that it cannot honour is one warning naming the key;
     settings at their defaults, and a torch study, warn of nothing."""
     from dlperf.config import load_experiment
-    from dlperf.distributed.study import _Study
+    from dlperf.distributed.study import Study
     from dlperf.progress import NullReporter
 
     sets = ["train.grad_clip=1.0", 'train.schedule.kind="cosine"', "augment.flip=true"]
     sets += ['run.precision="bf16"', "train.lr=0.2", "train.momentum=0.8"]
     exp = load_experiment(write_study(tmp_path), sets)
-    study = _Study(exp, store, tmp_path, NullReporter())
+    study = Study(exp, store, tmp_path, NullReporter())
     assert study.warnings == [
         "TensorFlow ignores train.grad_clip = 1.0: the Keras SGD takes only train.lr and "
         "train.momentum",
@@ -304,13 +311,11 @@ def test_a_keras_study_warns_of_each_setting_it_ignores(tmp_path: Path, store: S
         "TensorFlow ignores run.precision = 'bf16': fp32, uncompiled",
     ]
     assert (
-        _Study(load_experiment(write_study(tmp_path)), store, tmp_path, NullReporter()).warnings
+        Study(load_experiment(write_study(tmp_path)), store, tmp_path, NullReporter()).warnings
         == []
     )
     torch_study = load_experiment(write_study(tmp_path), [*sets, 'scale.framework="torch"'])
-    assert _Study(torch_study, store, tmp_path, NullReporter()).warnings == []
+    assert Study(torch_study, store, tmp_path, NullReporter()).warnings == []
     horovod_tf = [*sets, 'scale.framework="horovod"', 'scale.strategy=["tensorflow"]']
-    hvd = _Study(
-        load_experiment(write_study(tmp_path), horovod_tf), store, tmp_path, NullReporter()
-    )
+    hvd = Study(load_experiment(write_study(tmp_path), horovod_tf), store, tmp_path, NullReporter())
     assert len(hvd.warnings) == 4

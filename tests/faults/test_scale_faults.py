@@ -55,7 +55,7 @@ def test_ctrl_c_or_sigterm_stops_every_worker(
     assert proc.returncode == 130, _output(tmp_path)
     assert elapsed <= STOP_S
     (run,) = Store.open(db).list_runs(kind="scale")
-    assert (run["status"], run["error"]) == ("killed", "interrupted")
+    assert (run.status, run.error) == ("killed", "interrupted")
 
 
 def test_sigkill_of_dlperf_leaves_no_process(exp_path: Path, db: str, tmp_path: Path) -> None:
@@ -68,7 +68,8 @@ def test_sigkill_of_dlperf_leaves_no_process(exp_path: Path, db: str, tmp_path: 
     assert proc.returncode == -signal.SIGKILL
     assert elapsed <= STOP_S
     (run,) = Store.open(db).list_runs(kind="scale")
-    assert run["status"] == "running"  # nothing ran in dlperf to mark it
+    # Nothing ran in dlperf to mark it: stored as running, read as lost (its process is gone).
+    assert run.status == "lost"
 
 
 @pytest.mark.parametrize("victim", ["torchrun", "worker"])
@@ -101,7 +102,7 @@ def test_a_killed_launch_fails_the_point_and_leaves_nothing(
         assert row["error"].startswith("worker rank 1 failed (exit code -9")
         assert "SIGKILL" in row["error"]
     (run,) = Store.open(db).list_runs(kind="scale")
-    assert (run["status"], run["error"]) == ("failed", row["error"])
+    assert (run.status, run.error) == ("failed", row["error"])
 
 
 def test_a_dead_peer_node_fails_the_point(exp_path: Path, db: str, tmp_path: Path) -> None:
@@ -130,7 +131,7 @@ def test_a_dead_peer_node_fails_the_point(exp_path: Path, db: str, tmp_path: Pat
     (row,) = json.loads(out)["rows"]
     assert row["status"] == "failed" and row["error"]
     (run,) = Store.open(db).list_runs(kind="scale")
-    assert (run["status"], run["error"]) == ("failed", row["error"])
+    assert (run.status, run.error) == ("failed", row["error"])
 
 
 @pytest.mark.parametrize(
@@ -153,4 +154,4 @@ def test_a_failing_rank_is_blamed_not_its_peer(
     assert row["error"].startswith(error[0]) and error[1] in row["error"], row["error"]
     assert not any(alive(pid) for pid in row["worker_pids"])
     (run,) = store.list_runs(kind="scale")
-    assert (run["status"], run["error"]) == ("failed", row["error"])
+    assert (run.status, run.error) == ("failed", row["error"])

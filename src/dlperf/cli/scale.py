@@ -206,15 +206,15 @@ def scale(
 
     Example: dlperf scale examples/scale_digits_weak.toml --workers 1,2 --steps 50
     """
-    from dlperf.config import ScaleConfig, load_experiment, shortcuts
-    from dlperf.distributed.study import check_options, find_max_batch, run_study
+    from dlperf.config import load_command
+    from dlperf.distributed.max_batch import find_max_batch
+    from dlperf.distributed.planning import check_options
+    from dlperf.distributed.study import run_study
 
-    # The options named after [scale] keys are shortcuts for them.
-    flags = {name: value for name, value in locals().items() if name in ScaleConfig.model_fields}
     if experiment is None and not allreduce_bench:
         raise UserError("give an experiment file", "or --allreduce-bench")
     # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
-    exp = load_experiment(experiment, [*set_, *shortcuts("scale", flags)])
+    exp = load_command(experiment, set_, locals(), "scale")
     if allreduce_bench:
         _allreduce_bench(exp.scale, sizes, iters, as_json)
         return

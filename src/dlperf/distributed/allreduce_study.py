@@ -12,7 +12,7 @@ from typing import Any
 
 from dlperf.distributed.allreduce import fit_ring_model, overlap_cost, parse_sizes
 from dlperf.distributed.launch import run_torchrun
-from dlperf.distributed.study import resolve_backend, threads_per_worker
+from dlperf.distributed.planning import resolve_backend, threads_per_worker
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, Store

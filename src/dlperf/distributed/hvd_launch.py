@@ -10,13 +10,13 @@ point's bucket size (--bucket-mb), its 64 MiB default otherwise.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import signal
 import sys
 from pathlib import Path
 
+from dlperf.distributed.contracts import RankResult
 from dlperf.distributed.launch import TAIL_LINES, Launch, guarded, run_launcher
 from dlperf.distributed.tf_launch import write_result
 
@@ -84,6 +84,6 @@ def run_horovod(
     code, pids = run_launcher(directory, command, log, env)
     if code != 0:
         return Launch(code, log, pids, _error(directory, log, code))
-    ranks = [json.loads((directory / f"rank-{r}.json").read_text()) for r in range(processes)]
+    ranks = [RankResult.read(directory / f"rank-{r}.json") for r in range(processes)]
     write_result(directory, ranks)
     return Launch(0, log, pids, None)

@@ -18,8 +18,9 @@ image from its rank as DDP's ranks take theirs: on torch the DDP workers' own ba
 (tf_worker.dataset). Steps are timed as the TensorFlow workers time theirs (tf_worker.measure),
 the compute-only steps being a second copy of the model without Horovod: the same step with a
 local optimizer on torch (as DDP's no-op hook replica), forward and backward on TensorFlow
-(as the tf.distribute path). Each rank writes `rank-R.pid` as it starts, `rank-R.json` (the
-TensorFlow workers' shape) at the end, and `rank-R.error` (its traceback) if it fails.
+(as the tf.distribute path). Each rank writes `rank-R.pid` as it starts, `rank-R.json` (its
+dlperf.distributed.contracts.RankResult, without DDP's figures) at the end, and
+`rank-R.error` (its traceback) if it fails.
 
 TensorFlow and torchvision must not share a process (they crash it): the `tensorflow` path
 imports nothing of torch.
@@ -27,18 +28,40 @@ imports nothing of torch.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dlperf.distributed.tf_worker import build_model, dataset, measure, weights
+from dlperf.distributed.contracts import MainPhase, RankResult, WorkerSpec
+from dlperf.distributed.tf_worker import Timings, build_model, dataset, measure, weights
 
 
-def _torch(spec: dict[str, Any]) -> dict[str, Any]:
+def _result(
+    spec: WorkerSpec,
+    rank: int,
+    world: int,
+    times: Timings,
+    grad_bytes: int,
+    fingerprint: Sequence[float],
+) -> RankResult:
+    """This rank's record: one replica per process, compared with the others' by the
+    launcher (their fingerprints)."""
+    main = MainPhase(
+        step_times_s=times.step_times_s,
+        wall_s=times.wall_s,
+        samples=spec.per_worker_batch * len(times.step_times_s),
+        replica_max_diff=0.0,  # one replica per process: the launcher compares fingerprints
+        grad_bytes=grad_bytes,
+        fingerprint=tuple(fingerprint),
+    )
+    return RankResult(rank, socket.gethostname(), os.getpid(), world, main, times.compute)
+
+
+def _torch(spec: WorkerSpec) -> RankResult:
     import copy
     from collections.abc import Iterator
     from contextlib import contextmanager
@@ -56,10 +79,10 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     from dlperf.system import synchronize
 
     hvd.init()
-    torch.set_num_threads(spec["threads"])
+    torch.set_num_threads(spec.threads)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", hvd.local_rank()) if cuda else torch.device("cpu")
-    exp = Experiment.model_validate(spec["experiment"])
+    exp = Experiment.model_validate(spec.experiment)
     # Horovod all-reduces and broadcasts only contiguous tensors, and channels-last weights
     # (and their gradients) are not: this binding trains in the default format (the study
     # warns of it).
@@ -70,8 +93,8 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
     set_train_mode(model)  # a frozen backbone's batch norms stay in eval mode
     shadow = copy.deepcopy(model)  # the compute-only copy, outside Horovod
     # Steps per epoch at the point's global batch, as the DDP workers count them.
-    epoch = max(1, len(data.train) // (spec["per_worker_batch"] * hvd.size()))
-    compression = hvd.Compression.fp16 if spec["comm"] == "fp16" else hvd.Compression.none
+    epoch = max(1, len(data.train) // (spec.per_worker_batch * hvd.size()))
+    compression = hvd.Compression.fp16 if spec.comm == "fp16" else hvd.Compression.none
 
     def distribute(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         return hvd.DistributedOptimizer(
@@ -111,29 +134,28 @@ def _torch(spec: dict[str, Any]) -> dict[str, Any]:
 
     times = measure(spec, hvd.rank(), lambda: train(step), lambda: train(local))
     params = [p for p in model.parameters() if p.requires_grad]
-    return times | {
-        "grad_bytes": sum(p.numel() * p.element_size() for p in params),
-        "fingerprint": [float(p.detach().abs().sum()) for p in params],
-    }
+    grad_bytes = sum(p.numel() * p.element_size() for p in params)
+    fingerprint = [float(p.detach().abs().sum()) for p in params]
+    return _result(spec, hvd.rank(), hvd.size(), times, grad_bytes, fingerprint)
 
 
-def _tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
+def _tensorflow(spec: WorkerSpec) -> RankResult:
     import horovod.tensorflow as hvd
     import keras
     import tensorflow as tf
 
     hvd.init()
-    tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
-    tf.config.threading.set_inter_op_parallelism_threads(spec["threads"])
+    tf.config.threading.set_intra_op_parallelism_threads(spec.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(spec.threads)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-    exp, (channels, height, width) = spec["experiment"], spec["shape"]
-    shape, classes, batch = (height, width, channels), spec["classes"], spec["per_worker_batch"]
+    exp, (channels, height, width) = spec.experiment, spec.shape
+    shape, classes, batch = (height, width, channels), spec.classes, spec.per_worker_batch
     model = build_model(exp["model"]["name"], shape, classes)
     optimizer = keras.optimizers.SGD(exp["train"]["lr"], momentum=exp["train"]["momentum"])
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    compression = hvd.Compression.fp16 if spec["comm"] == "fp16" else hvd.Compression.none
+    compression = hvd.Compression.fp16 if spec.comm == "fp16" else hvd.Compression.none
     source = iter(dataset(spec, hvd.rank(), hvd.size(), batch))
 
     # Horovod 0.28.1 keys gradients by tf.Variable.ref(), which Keras 3's variables lack: the
@@ -166,7 +188,7 @@ def _tensorflow(spec: dict[str, Any]) -> dict[str, Any]:
     times = measure(
         spec, hvd.rank(), lambda: step(source).numpy(), lambda: compute_only(source).numpy()
     )
-    return times | weights(model.trainable_variables)
+    return _result(spec, hvd.rank(), hvd.size(), times, *weights(model.trainable_variables))
 
 
 def main() -> None:
@@ -174,28 +196,16 @@ def main() -> None:
     directory = spec_path.parent
     rank = int(os.environ["HOROVOD_RANK"])  # set by horovodrun before the worker starts
     (directory / f"rank-{rank}.pid").write_text(str(os.getpid()))
-    spec = json.loads(spec_path.read_text())
+    spec = WorkerSpec.read(spec_path)
     try:
-        train = _tensorflow if spec["strategy"] == "tensorflow" else _torch
-        times = train(spec)
+        train = _tensorflow if spec.strategy == "tensorflow" else _torch
+        result = train(spec)
     except Exception:
         (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)  # peers may be gone: tearing Horovod down could hang
-    compute = times.pop("compute_s")
-    samples = spec["per_worker_batch"] * len(times["step_times_s"])
-    result = {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "main": times | {"samples": samples, "ddp": {}, "replica_max_diff": 0.0},
-        **({"compute": {"step_times_s": compute}} if compute is not None else {}),
-    }
-    done = directory / f"rank-{rank}.json"
-    part = done.with_suffix(".part")
-    part.write_text(json.dumps(result))
-    part.replace(done)
+    result.write(directory / f"rank-{rank}.json")
 
 
 if __name__ == "__main__":

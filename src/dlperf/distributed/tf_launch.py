@@ -16,6 +16,7 @@ are gathered into `result.json` as the torch launcher leaves them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -23,11 +24,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from dlperf.distributed.contracts import RankResult, write_ranks
 from dlperf.distributed.launch import (
     PARENT_ENV,
     REAP_S,
@@ -186,27 +189,33 @@ def run_tf(
     mine = range(first, first + processes)
     code, pids, error = _run_local(directory, mine, addresses, threads)
     log = directory / f"worker-{first}.log"
-    ranks = [] if error else [json.loads((directory / f"rank-{r}.json").read_text()) for r in mine]
+    ranks = [] if error else [RankResult.read(directory / f"rank-{r}.json") for r in mine]
     if cluster is not None and cluster.node_rank > 0:
-        cluster.post(point, {"error": error} if error else {"ranks": ranks})
+        posted = {"ranks": [r.to_dict() for r in ranks]}
+        cluster.post(point, {"error": error} if error else posted)
         return Launch(code, log, pids, error)
     if cluster is not None and error is None:
         for node, outcome in enumerate(cluster.results(point), 1):
             if "error" in outcome:
                 code, error = 1, f"node {node}: {outcome['error']}"
                 break
-            ranks += outcome["ranks"]
+            ranks += [RankResult.from_dict(r) for r in outcome["ranks"]]
     if error is not None:
         return Launch(code, log, pids, error)
     write_result(directory, ranks)
     return Launch(0, log, pids, None)
 
 
-def write_result(directory: Path, ranks: list[dict[str, Any]]) -> None:
+def write_result(directory: Path, ranks: Sequence[RankResult]) -> None:
     """Every rank's results as `result.json`, as the torch workers leave them; replicas in
-    other processes are compared by their weights' fingerprints, which must agree."""
-    prints = [r["main"].pop("fingerprint") for r in ranks]
+    other processes are compared by their weights' fingerprints, which must agree, and the
+    fingerprints are dropped."""
+    prints = [r.main.fingerprint or () for r in ranks]
     spread = max(abs(a - b) for p in prints for a, b in zip(p, prints[0], strict=True))
-    for r in ranks:
-        r["main"]["replica_max_diff"] = max(r["main"]["replica_max_diff"], spread)
-    (directory / "result.json").write_text(json.dumps({"ranks": ranks}))
+
+    def compared(r: RankResult) -> RankResult:
+        diff = max(r.main.replica_max_diff, spread)
+        main = dataclasses.replace(r.main, replica_max_diff=diff, fingerprint=None)
+        return dataclasses.replace(r, main=main)
+
+    write_ranks(directory / "result.json", [compared(r) for r in ranks])

@@ -13,36 +13,36 @@ TensorFlow's and Horovod's own benchmarks; else each process's shard of the trai
 dlperf wrote for the point (TensorFlow must not load torchvision's data sets itself: the two
 crash one process), shuffled each epoch and normalized as dlperf does, not augmented. Every
 step is timed to the host's return of its loss. The rank's figures go to `rank-R.json` in
-the spec's directory, in the shape the torch workers report, so one summary serves both
-frameworks.
+the spec's directory, the torch workers' record (dlperf.distributed.contracts.RankResult,
+without DDP's figures), so one summary serves both frameworks.
 
 Past the warm-up, chunks of timed steps alternate with chunks of the same replicas' forward
 and backward without the update (`compute_only`): the compute time the study subtracts to
 get the exposed communication, as the DDP workers' no-op-hook replica gives it.
 
-Test hook: DLPERF_SCALE_CRASH="RANK:STEP:kill" makes that rank SIGKILL itself at that warm-up
-step (counted from 1), or, for a STEP past the warm-up, in its last chunk of timed steps.
+The crash hook of the fault tests (DLPERF_SCALE_CRASH) is dlperf.distributed.crash's, counted
+over the point's steps, warm-up and timed, as the torch workers count them.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import signal
 import socket
 import sys
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed import chunk_sizes
+from dlperf.distributed.contracts import ComputePhase, MainPhase, RankResult, WorkerSpec
+from dlperf.distributed.crash import Crash
+from dlperf.timing import Timer
 
 if TYPE_CHECKING:
     from dlperf.config import Experiment
 
-CRASH_ENV = "DLPERF_SCALE_CRASH"
 # The settings the Keras step does not apply, by section, and why: its SGD takes train.lr and
 # train.momentum only, its images are not augmented, it runs fp32 uncompiled from random
 # weights (tf_worker's and hvd_worker's TensorFlow paths alike).
@@ -77,18 +77,18 @@ def _changed(key: str, value: Any, default: Any) -> list[tuple[str, Any]]:
     return [(key, value)] if value != default else []
 
 
-def _strategy(spec: dict[str, Any]) -> Any:
+def _strategy(spec: WorkerSpec) -> Any:
     import tensorflow as tf
 
-    threads = spec["threads"]
+    threads = spec.threads
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    if spec["strategy"] == "multiworker":
+    if spec.strategy == "multiworker":
         impl = tf.distribute.experimental.CommunicationImplementation
-        choice = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[spec["comm"]]
+        choice = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[spec.comm]
         options = tf.distribute.experimental.CommunicationOptions(implementation=choice)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    replicas = spec["replicas"]
+    replicas = spec.replicas
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         devices = [f"/gpu:{i}" for i in range(replicas)]
@@ -102,7 +102,7 @@ def _strategy(spec: dict[str, Any]) -> Any:
         "nccl": tf.distribute.NcclAllReduce,
         "hierarchical": tf.distribute.HierarchicalCopyAllReduce,
         "one-device": tf.distribute.ReductionToOneDevice,
-    }[spec["comm"]]()
+    }[spec.comm]()
     return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
 
 
@@ -130,53 +130,54 @@ def build_model(name: str, shape: tuple[int, int, int], classes: int) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class Timings:
+    """What `measure` timed, in seconds: every timed step, their wall time, and the
+    compute-only steps (None without the split)."""
+
+    step_times_s: tuple[float, ...]
+    wall_s: float
+    compute: ComputePhase | None
+
+
 def measure(
-    spec: dict[str, Any], rank: int, step: Callable[[], None], compute_only: Callable[[], None]
-) -> dict[str, Any]:
+    spec: WorkerSpec, rank: int, step: Callable[[], None], compute_only: Callable[[], None]
+) -> Timings:
     """Warm up, then time chunks of steps alternating with chunks of compute-only steps (when
     the spec splits compute), so that a change in the host's load hits both alike. Each call
-    returns once its step is done. Times in seconds: every step's, the wall time of the
-    timed steps, and the compute-only steps' (None without the split)."""
-    crash = os.environ.get(CRASH_ENV, "").split(":")
-    for i in range(spec["warmup_steps"]):
-        if crash[0] == str(rank) and crash[1] == str(i + 1):
-            os.kill(os.getpid(), signal.SIGKILL)
+    returns once its step is done."""
+    crash = Crash.from_env(rank)
+    for n in range(1, spec.warmup_steps + 1):
         step()
-    split = spec["compute_split"]
-    if split:
+        crash.at(n)
+    if spec.compute_split:
         compute_only()  # traced and warm before the timing starts
     times: list[float] = []
     compute: list[float] = []
     wall = 0.0
-    sizes = chunk_sizes(spec["steps"])
-    for c, size in enumerate(sizes):
-        if crash[0] == str(rank) and int(crash[1]) > spec["warmup_steps"] and c == len(sizes) - 1:
-            os.kill(os.getpid(), signal.SIGKILL)
-        began = time.perf_counter()
+    timer, chunk = Timer(), Timer()  # no device: the host clock, and torch stays unloaded
+    for size in chunk_sizes(spec.steps):
+        chunk.start()
         for _ in range(size):
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
-        wall += time.perf_counter() - began
-        for _ in range(size if split else 0):
-            t0 = time.perf_counter()
-            compute_only()
-            compute.append(time.perf_counter() - t0)
-    return {"step_times_s": times, "wall_s": wall, "compute_s": compute if split else None}
+            times.append(timer.time(step))
+            crash.at(spec.warmup_steps + len(times))
+        wall += chunk.stop()
+        for _ in range(size if spec.compute_split else 0):
+            compute.append(timer.time(compute_only))
+    split = ComputePhase(tuple(compute)) if spec.compute_split else None
+    return Timings(tuple(times), wall, split)
 
 
-def weights(variables: list[Any]) -> dict[str, Any]:
+def weights(variables: list[Any]) -> tuple[int, tuple[float, ...]]:
     """The bytes of the trained variables' gradients, and a fingerprint of their values by
     which the launcher compares replicas in other processes."""
     import tensorflow as tf
 
-    return {
-        "grad_bytes": sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables),
-        "fingerprint": [float(tf.reduce_sum(tf.abs(v))) for v in variables],
-    }
+    grad_bytes = sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in variables)
+    return grad_bytes, tuple(float(tf.reduce_sum(tf.abs(v))) for v in variables)
 
 
-def dataset(spec: dict[str, Any], rank: int, world: int, batch: int) -> Any:
+def dataset(spec: WorkerSpec, rank: int, world: int, batch: int) -> Any:
     """Endless batches of `batch` (x, y) of process `rank` of `world`: random images of the
     model's input shape, made once (--synthetic), else, as the DDP workers take theirs, its
     shard (every world-th image from its rank) of the training split dlperf wrote for it,
@@ -185,14 +186,15 @@ def dataset(spec: dict[str, Any], rank: int, world: int, batch: int) -> Any:
     import numpy as np
     import tensorflow as tf
 
-    seed = spec["experiment"]["run"]["seed"] * 1000 + rank
-    channels, height, width = spec["shape"]
-    if spec["synthetic"]:
+    seed = spec.experiment["run"]["seed"] * 1000 + rank
+    channels, height, width = spec.shape
+    if spec.synthetic:
         g = tf.random.Generator.from_seed(seed)
         x = g.uniform((batch, height, width, channels))
-        y = g.uniform((batch,), 0, spec["classes"], dtype=tf.int32)
+        y = g.uniform((batch,), 0, spec.classes, dtype=tf.int32)
         return tf.data.Dataset.from_tensors((x, y)).repeat()
-    with np.load(spec["data_file"]) as f:
+    assert spec.data_file is not None  # the study writes it for every point on real data
+    with np.load(spec.data_file) as f:
         images, labels = f["images"][rank::world], f["labels"][rank::world].astype(np.int32)
         mean, std = f["mean"].astype(np.float32), f["std"].astype(np.float32)
     data = tf.data.Dataset.from_tensor_slices((images, labels)).shuffle(len(labels), seed=seed)
@@ -201,15 +203,15 @@ def dataset(spec: dict[str, Any], rank: int, world: int, batch: int) -> Any:
     return data.repeat().prefetch(tf.data.AUTOTUNE)
 
 
-def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
+def train(spec: WorkerSpec, rank: int) -> RankResult:
     import keras
     import tensorflow as tf
 
     strategy = _strategy(spec)
-    exp = spec["experiment"]
-    channels, height, width = spec["shape"]
+    exp = spec.experiment
+    channels, height, width = spec.shape
     shape = (height, width, channels)  # Keras's channels-last
-    classes, local = spec["classes"], spec["per_worker_batch"]
+    classes, local = spec.classes, spec.per_worker_batch
     global_batch = local * strategy.num_replicas_in_sync
     with strategy.scope():
         model = build_model(exp["model"]["name"], shape, classes)
@@ -260,31 +262,32 @@ def train(spec: dict[str, Any], rank: int) -> dict[str, Any]:
     variables = model.trainable_variables
     replicas = [strategy.experimental_local_results(v) for v in variables]
     spread = max(float(tf.reduce_max(tf.abs(r - rs[0]))) for rs in replicas for r in rs)
-    return {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "main": {
-            "step_times_s": times["step_times_s"],
-            "wall_s": times["wall_s"],
-            "samples": local * len(strategy.extended.worker_devices) * len(times["step_times_s"]),
-            "ddp": {},
-            "replica_max_diff": spread,
-            **weights(variables),
-        },
-        **({"compute": {"step_times_s": times["compute_s"]}} if times["compute_s"] else {}),
-    }
+    grad_bytes, fingerprint = weights(variables)
+    local_replicas = len(strategy.extended.worker_devices)
+    return RankResult(
+        rank=rank,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        # the processes of the point: every one holds as many replicas as this one
+        world_size=strategy.num_replicas_in_sync // local_replicas,
+        main=MainPhase(
+            step_times_s=times.step_times_s,
+            wall_s=times.wall_s,
+            samples=local * local_replicas * len(times.step_times_s),
+            replica_max_diff=spread,
+            grad_bytes=grad_bytes,
+            fingerprint=fingerprint,
+        ),
+        compute=times.compute,
+    )
 
 
 def main() -> None:
     spec_path, rank = Path(sys.argv[1]), int(sys.argv[2])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     (spec_path.parent / f"rank-{rank}.pid").write_text(str(os.getpid()))
-    result = train(json.loads(spec_path.read_text()), rank)
-    done = spec_path.parent / f"rank-{rank}.json"
-    part = done.with_suffix(".part")
-    part.write_text(json.dumps(result))
-    part.replace(done)
+    result = train(WorkerSpec.read(spec_path), rank)
+    result.write(spec_path.parent / f"rank-{rank}.json")
 
 
 if __name__ == "__main__":

@@ -1,25 +1,25 @@
 """One rank of a scaling point, run under torchrun: `python -m dlperf.distributed.worker SPEC.json`.
 
-The spec (written by dlperf.distributed.study) names the experiment, the per-worker batch, the
-steps, the backend and the communication options. The worker trains the experiment's model
-wrapped in DistributedDataParallel with the training step of `dlperf.engine.step.prepare`, so
-the experiment's optimizer, schedule, gradient clipping, precision, memory format and
-compilation apply as in a plain run at the point's global batch. The model starts from random
-weights (speed does not depend on their values; the parent has written the resolution and
-statistics of model.weights into the experiment); a feature-extract experiment freezes its
-backbone, so the backward pass stops at the head, DDP reduces only the head's gradients and the
-backbone's batch norms stay in eval mode. It times every step after the warm-up, and (unless the
-point's hook already is the no-op) a second replica under DDP's no-op communication hook, in
-alternating chunks of steps: the compute-only time the parent subtracts to get the exposed
-communication. Every rank's figures are gathered to the launch's node and written as
-`result.json` next to the spec by local rank 0 of the writing node, so the parent of a
-multi-node run reads them without a shared file system. Beside it each rank writes
+The spec (a WorkerSpec, written by dlperf.distributed.study) names the experiment, the
+per-worker batch, the steps, the backend and the communication options. The worker trains the
+experiment's model wrapped in DistributedDataParallel with the training step of
+`dlperf.engine.step.prepare`, so the experiment's optimizer, schedule, gradient clipping,
+precision, memory format and compilation apply as in a plain run at the point's global batch.
+The model starts from random weights (speed does not depend on their values; the parent has
+written the resolution and statistics of model.weights into the experiment); a feature-extract
+experiment freezes its backbone, so the backward pass stops at the head, DDP reduces only the
+head's gradients and the backbone's batch norms stay in eval mode. It times every step after
+the warm-up, and (unless the point's hook already is the no-op) a second replica under DDP's
+no-op communication hook, in alternating chunks of steps: the compute-only time the parent
+subtracts to get the exposed communication. Every rank's figures are gathered to the launch's
+node and written as `result.json` next to the spec by local rank 0 of the writing node, so the
+parent of a multi-node run reads them without a shared file system. Beside it each rank writes
 `rank-R.pid` as it starts (the launcher stops workers by pid), `rank-R.training` once past
 warm-up, and `rank-R.error` (its traceback) if it fails.
 
-Test hooks (environment variables, read only here):
-- DLPERF_SCALE_CRASH="RANK:STEP" makes that rank raise at that step (counted from 1, warm-up
-  included); "RANK:STEP:kill" makes it SIGKILL itself instead.
+The spec and the result are the records of dlperf.distributed.contracts; the crash hook
+(DLPERF_SCALE_CRASH) is dlperf.distributed.crash's. Test hook (an environment variable, read
+only here):
 - DLPERF_SCALE_DUMP_GRADS=PREFIX saves each rank's first batch and its trained parameters'
   gradients as the first step leaves them (all-reduced by DDP, unscaled, clipped) to
   PREFIX.w<world>.rank<r>.pt; the model then trains with dropout off, so that one process
@@ -29,9 +29,7 @@ Test hooks (environment variables, read only here):
 from __future__ import annotations
 
 import gc
-import json
 import os
-import signal
 import statistics
 import sys
 import time
@@ -48,13 +46,23 @@ from torch.nn.parallel import DistributedDataParallel
 from dlperf.config import Experiment
 from dlperf.data import ImageData, load_data, make_loader
 from dlperf.distributed import chunk_sizes
+from dlperf.distributed.contracts import (
+    ComputePhase,
+    DdpStats,
+    MainPhase,
+    RankResult,
+    WorkerSpec,
+    write_ranks,
+)
+from dlperf.distributed.crash import Crash
 from dlperf.engine.checks import out_of_memory
 from dlperf.engine.run import build_model, start_weights
 from dlperf.engine.step import dump_first_step, prepare
 from dlperf.models.transfer import set_train_mode
+from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
+from dlperf.timing import Timer
 
-CRASH_ENV = "DLPERF_SCALE_CRASH"
 DUMP_ENV = "DLPERF_SCALE_DUMP_GRADS"
 # DDP logging data: sampled per-iteration times, in ns.
 DDP_TIMES = (
@@ -83,23 +91,8 @@ def comm_hook(name: str, model: DistributedDataParallel) -> None:
         model.register_comm_hook(state, powersgd.powerSGD_hook)
 
 
-class Crash:
-    def __init__(self, rank: int) -> None:
-        parts = os.environ.get(CRASH_ENV, "").split(":")
-        hit = len(parts) >= 2 and parts[0] == str(rank)
-        self.step = int(parts[1]) if hit else None
-        self.kill = hit and parts[2:] == ["kill"]
-
-    def maybe(self, step: int) -> None:
-        if step != self.step:
-            return
-        if self.kill:
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"injected crash at step {step} ({CRASH_ENV})")
-
-
 def batches(
-    spec: dict[str, Any],
+    spec: WorkerSpec,
     exp: Experiment,
     data: ImageData,
     device: torch.device,
@@ -108,8 +101,8 @@ def batches(
 ) -> Any:
     """Endless (x, y) batches of rank `rank` of `world`: its shard of the training split
     (every world-th image from its rank), or random data of the model's input shape."""
-    batch = spec["per_worker_batch"]
-    if spec["synthetic"]:
+    batch = spec.per_worker_batch
+    if spec.synthetic:
         g = torch.Generator().manual_seed(exp.run.seed * 1000 + rank)
         x = torch.randn(batch, *data.shape, generator=g).to(device)
         y = torch.randint(data.num_classes, (batch,), generator=g).to(device)
@@ -126,10 +119,10 @@ def batches(
         yield from loader
 
 
-def steps_per_epoch(spec: dict[str, Any], data: ImageData) -> int:
+def steps_per_epoch(spec: WorkerSpec, data: ImageData) -> int:
     """Steps of an epoch at the point's global batch, as the study counts them: the schedule
     then runs as in a plain run of that batch, and alike on every rank."""
-    return max(1, len(data.train) // (spec["per_worker_batch"] * dist.get_world_size()))
+    return max(1, len(data.train) // (spec.per_worker_batch * dist.get_world_size()))
 
 
 class Phase:
@@ -138,7 +131,7 @@ class Phase:
 
     def __init__(
         self,
-        spec: dict[str, Any],
+        spec: WorkerSpec,
         exp: Experiment,
         data: ImageData,
         device: torch.device,
@@ -170,12 +163,12 @@ class Phase:
     def _wrap(self, model: nn.Module) -> nn.Module:
         """`model` under DDP with the phase's communication hook, or DataParallel."""
         spec = self.spec
-        if spec["strategy"] == "dp":
-            self.wrapped: nn.Module = nn.DataParallel(model, device_ids=list(range(spec["gpus"])))
+        if spec.strategy == "dp":
+            self.wrapped: nn.Module = nn.DataParallel(model, device_ids=list(range(spec.gpus)))
             return self.wrapped
         kwargs: dict[str, Any] = {}
-        if spec.get("bucket_mb"):
-            kwargs["bucket_cap_mb"] = spec["bucket_mb"]
+        if spec.bucket_mb:
+            kwargs["bucket_cap_mb"] = spec.bucket_mb
         if self.device.type == "cuda":
             kwargs["device_ids"] = [self.device.index]
         ddp = DistributedDataParallel(model, **kwargs)
@@ -204,13 +197,14 @@ class Phase:
 
     def train(self, steps: int, timed: bool) -> None:
         """`steps` steps; when timed, each step's time and the whole between barriers."""
-        device, cap = self.device, self.spec.get("memory_cap_bytes")
+        device, cap = self.device, self.spec.memory_cap_bytes
+        step_timer, wall_timer = Timer(device), Timer(device)
         synchronize(device)
         dist.barrier()
-        start = time.perf_counter()
+        wall_timer.start()
         for _ in range(steps):
             self.step += 1
-            t0 = time.perf_counter()
+            step_timer.start()
             x, y = next(self.source)
             x = x.to(memory_format=self.train_step.memory_format)
             stepped = self.train_step(x, y)
@@ -223,10 +217,10 @@ class Phase:
                 path = f"{self.dump}.w{dist.get_world_size()}.rank{dist.get_rank()}.pt"
                 torch.save({"x": x.cpu(), "y": y.cpu(), "grads": grads}, path)
             if self.crash is not None:
-                self.crash.maybe(self.step)
-            synchronize(device)
+                self.crash.at(self.step)
+            took = step_timer.stop()  # waits for the step: the memory check reads its peak
             if timed:
-                self.times.append(time.perf_counter() - t0)
+                self.times.append(took)
                 if self.ready is not None:
                     self.ready.append([m - self._forward_end for m in self._marks])
             if cap and peak_memory_bytes(device) > cap:
@@ -237,89 +231,96 @@ class Phase:
         synchronize(device)
         dist.barrier()
         if timed:
-            self.wall += time.perf_counter() - start
+            self.wall += wall_timer.stop()
 
-    def result(self) -> dict[str, Any]:
-        wrapped = self.wrapped
-        logging = (
-            wrapped._get_ddp_logging_data() if isinstance(wrapped, DistributedDataParallel) else {}
-        )
+    def measured(self) -> MainPhase:
+        """The main replica's figures; every rank calls it (it broadcasts rank 0's weights)."""
         flat = torch.cat([p.detach().flatten() for p in self.model.parameters()])
         reference = flat.clone()
         dist.broadcast(reference, 0)
-        return {
-            "step_times_s": self.times,
-            "wall_s": self.wall,
-            "samples": len(self.times) * self.spec["per_worker_batch"],
-            "ddp": {k: logging[k] for k in DDP_TIMES if k in logging},
-            "replica_max_diff": float((flat - reference).abs().max()),
-            "grad_bytes": sum(
+        return MainPhase(
+            step_times_s=tuple(self.times),
+            wall_s=self.wall,
+            samples=len(self.times) * self.spec.per_worker_batch,
+            replica_max_diff=float((flat - reference).abs().max()),
+            grad_bytes=sum(
                 p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad
             ),
+            lr=self.lr,
+            ddp=self._ddp(),
+        )
+
+    def _ddp(self) -> DdpStats | None:
+        if not isinstance(self.wrapped, DistributedDataParallel):
+            return None
+        logging = self.wrapped._get_ddp_logging_data()
+        return DdpStats(
+            {k: logging[k] for k in DDP_TIMES if k in logging},
             # what DDP itself registered for all-reduce (frozen parameters are not)
-            "reduced_bytes": logging.get("total_parameter_size_bytes"),
-            "lr": self.lr,
-            **self._readiness(),
-        }
+            logging.get("total_parameter_size_bytes"),
+        )
 
-    def _readiness(self) -> dict[str, Any]:
-        """Per trained parameter: the median time its gradient was ready, and its bytes."""
+    def compute_only(self) -> ComputePhase:
+        """The compute-only replica's step times and, per trained parameter, the median time
+        its gradient was ready, and its bytes."""
         if not self.ready:
-            return {}
+            return ComputePhase(tuple(self.times))
         trained = [p for p in self.model.parameters() if p.requires_grad]
-        return {
-            "grad_ready_s": [statistics.median(step) for step in zip(*self.ready, strict=True)],
-            "grad_sizes": [p.numel() * p.element_size() for p in trained],
-        }
+        return ComputePhase(
+            tuple(self.times),
+            tuple(statistics.median(step) for step in zip(*self.ready, strict=True)),
+            tuple(p.numel() * p.element_size() for p in trained),
+        )
 
 
-def run(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
+def run(spec: WorkerSpec, directory: Path) -> RankResult:
     """Warm up, then alternate chunks of timed steps of the point and of its compute-only
     copy, so that a change in the host's load hits both alike."""
-    exp = Experiment.model_validate(spec["experiment"])
+    exp = Experiment.model_validate(spec.experiment)
     rank, local_rank = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if spec["backend"] == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", local_rank) if spec.backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     data = load_data(exp.data)
     dump = os.environ.get(DUMP_ENV)
-    phases = {"main": Phase(spec, exp, data, device, spec["comm"], Crash(rank), dump)}
-    if spec["compute_split"] and spec["comm"] != "noop" and spec["strategy"] == "ddp":
-        phases["compute"] = Phase(spec, exp, data, device, "noop")
-        phases["compute"].watch_gradients()
-    for phase in phases.values():
-        phase.train(spec["warmup_steps"], timed=False)
+    main = Phase(spec, exp, data, device, spec.comm, Crash.from_env(rank), dump)
+    phases = [main]
+    if spec.compute_split and spec.comm != "noop" and spec.strategy == "ddp":
+        compute = Phase(spec, exp, data, device, "noop")
+        compute.watch_gradients()
+        phases.append(compute)
+    for phase in phases:
+        phase.train(spec.warmup_steps, timed=False)
     # Past warm-up, every rank has been through DDP's collectives: the launch is up.
-    _write(directory / f"rank-{rank}.training", "")
-    for size in chunk_sizes(spec["steps"]):
-        for phase in phases.values():
+    atomic_write(directory / f"rank-{rank}.training", "")
+    for size in chunk_sizes(spec.steps):
+        for phase in phases:
             phase.train(size, timed=True)
-    result: dict[str, Any] = {"rank": rank, "host": os.uname().nodename, "pid": os.getpid()}
-    return result | {name: phase.result() for name, phase in phases.items()}
-
-
-def _write(path: Path, text: str) -> None:
-    """Write by rename, so that the launcher never reads a half-written file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    return RankResult(
+        rank=rank,
+        host=os.uname().nodename,
+        pid=os.getpid(),
+        world_size=dist.get_world_size(),
+        main=main.measured(),
+        compute=phases[1].compute_only() if len(phases) > 1 else None,
+    )
 
 
 @record
 def main(argv: list[str] | None = None) -> None:
     spec_path = Path((argv or sys.argv[1:])[0])
-    spec = json.loads(spec_path.read_text())
+    spec = WorkerSpec.read(spec_path)
     directory = spec_path.parent
     rank = int(os.environ["RANK"])
-    _write(directory / f"rank-{rank}.pid", str(os.getpid()))
-    torch.set_num_threads(spec["threads"])
+    atomic_write(directory / f"rank-{rank}.pid", str(os.getpid()))
+    torch.set_num_threads(spec.threads)
     try:
-        dist.init_process_group(spec["backend"])
+        dist.init_process_group(spec.backend)
         result = run(spec, directory)
         everyone: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, result)
-        if spec["writer"] and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            _write(directory / "result.json", json.dumps({"ranks": everyone}))
+        if spec.writer and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            write_ranks(directory / "result.json", everyone)
         # Tear down together, and free the DDP replicas (their reducers sit in reference
         # cycles) while the process group still exists: otherwise a rank can abort at exit
         # with "terminate called without an active exception" (seen with gloo in CI).
@@ -331,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         if out_of_memory(e):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             (directory / f"rank-{rank}.oom").write_text(
-                f"out of memory at per-worker batch {spec['per_worker_batch']}: {first}"
+                f"out of memory at per-worker batch {spec.per_worker_batch}: {first}"
             )
         traceback.print_exc()
         sys.stderr.flush()

@@ -1,0 +1,295 @@
+"""The records a scaling study's processes hand each other, each with one codec that both
+its writer and its reader use:
+
+- `WorkerSpec`: what the study writes for a point's workers (`spec.json`), read by the torch,
+  Horovod and TensorFlow workers and their launchers;
+- `RankResult`: what each rank measured (`rank-R.json`, gathered into `result.json`), read
+  by the study; DDP's own figures are there only when DDP trained the point;
+- `PointSummary`: what the study makes of a finished point's ranks and stores as its run's
+  summary, read back by the report and the doctor (older stored summaries lack the fields
+  added since; those have defaults).
+
+`from_dict` refuses a missing or an unknown field with a `ContractError` naming the record
+and the fields, rather than a KeyError deep inside a worker. No torch here: the TensorFlow
+worker imports this module, and TensorFlow and torchvision must not share a process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dlperf.paths import atomic_write
+
+
+class ContractError(ValueError):
+    """A record that does not have the fields its contract names."""
+
+
+def _checked(cls: type, data: object) -> dict[str, Any]:
+    """`data` as `cls`'s keyword arguments: every field without a default present, none
+    unknown."""
+    name = cls.__name__
+    if not isinstance(data, Mapping):
+        raise ContractError(f"{name}: expected an object, got {type(data).__name__}")
+    fields = dataclasses.fields(cls)
+    required = {
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    missing = sorted(required - data.keys())
+    unknown = sorted(data.keys() - {f.name for f in fields})
+    if missing:
+        raise ContractError(f"{name}: missing field(s) {', '.join(missing)}")
+    if unknown:
+        raise ContractError(f"{name}: unknown field(s) {', '.join(unknown)}")
+    return dict(data)
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON holds it: tuples as lists, all the way down."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _floats(values: Sequence[float] | None) -> tuple[float, ...] | None:
+    return None if values is None else tuple(values)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One point as its workers run it."""
+
+    experiment: dict[str, Any]  # Experiment.to_dict(), resolved by the study
+    per_worker_batch: int  # dp: the global batch, which DataParallel splits itself
+    warmup_steps: int
+    steps: int  # timed, after the warm-up
+    synthetic: bool
+    backend: str  # gloo, nccl, tensorflow or horovod
+    comm: str  # DDP's hook, Horovod's compression or TensorFlow's all-reduce
+    bucket_mb: float | None
+    strategy: str
+    gpus: int  # dp: the GPUs DataParallel spreads over; else 0
+    threads: int
+    compute_split: bool  # time a compute-only replica beside the point
+    writer: bool  # this node writes result.json (node 0)
+    replicas: int  # tensorflow: a mirrored point's replicas in one process
+    shape: tuple[int, int, int]  # channels, height, width of the images
+    classes: int
+    data_file: str | None = None  # the training split for the Keras workers (not synthetic)
+    memory_cap_bytes: int | None = None  # --find-max-batch on CPU: peak memory allowed
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: object) -> WorkerSpec:
+        fields = _checked(cls, data)
+        channels, height, width = fields["shape"]
+        return cls(**(fields | {"shape": (channels, height, width)}))
+
+    def write(self, path: Path) -> None:
+        atomic_write(path, json.dumps(self.to_dict()))
+
+    @classmethod
+    def read(cls, path: Path) -> WorkerSpec:
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class DdpStats:
+    """What DistributedDataParallel measured and registered itself (DDP points only)."""
+
+    times_ns: dict[str, float]  # its logging data's sampled per-iteration times
+    reduced_bytes: int | None  # the parameters it registered for all-reduce
+
+    @classmethod
+    def from_dict(cls, data: object) -> DdpStats:
+        return cls(**_checked(cls, data))
+
+
+@dataclass(frozen=True)
+class MainPhase:
+    """The point's own replica on one rank: its timed steps and what they did."""
+
+    step_times_s: tuple[float, ...]
+    wall_s: float  # the timed steps, between barriers
+    samples: int  # trained in the timed steps, by this rank's replicas
+    replica_max_diff: float  # largest weight difference from rank 0's replica
+    grad_bytes: int  # of the trained parameters
+    lr: float | None = None  # of the last step, where the worker runs dlperf's schedule
+    ddp: DdpStats | None = None
+    # TensorFlow and Horovod: the trained weights' sums, by which the launcher compares
+    # replicas in other processes before it writes result.json.
+    fingerprint: tuple[float, ...] | None = None
+
+    @classmethod
+    def from_dict(cls, data: object) -> MainPhase:
+        fields = _checked(cls, data)
+        ddp = fields.get("ddp")
+        return cls(
+            **fields
+            | {
+                "step_times_s": tuple(fields["step_times_s"]),
+                "ddp": None if ddp is None else DdpStats.from_dict(ddp),
+                "fingerprint": _floats(fields.get("fingerprint")),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class ComputePhase:
+    """The point's steps without their communication, timed in chunks alternating with the
+    main phase's."""
+
+    step_times_s: tuple[float, ...]
+    # DDP's no-op-hook replica: per trained parameter, the median time its gradient was
+    # ready after the forward returned, and its bytes (dlperf.distributed.overlap).
+    grad_ready_s: tuple[float, ...] | None = None
+    grad_sizes: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_dict(cls, data: object) -> ComputePhase:
+        fields = _checked(cls, data)
+        sizes = fields.get("grad_sizes")
+        return cls(
+            tuple(fields["step_times_s"]),
+            _floats(fields.get("grad_ready_s")),
+            None if sizes is None else tuple(sizes),
+        )
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What one rank of a point measured."""
+
+    rank: int
+    host: str
+    pid: int
+    world_size: int  # the ranks of the point's process group, as this rank saw it
+    main: MainPhase
+    compute: ComputePhase | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: object) -> RankResult:
+        fields = _checked(cls, data)
+        compute = fields.get("compute")
+        return cls(
+            **fields
+            | {
+                "main": MainPhase.from_dict(fields["main"]),
+                "compute": None if compute is None else ComputePhase.from_dict(compute),
+            }
+        )
+
+    def write(self, path: Path) -> None:
+        atomic_write(path, json.dumps(self.to_dict()))
+
+    @classmethod
+    def read(cls, path: Path) -> RankResult:
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def write_ranks(path: Path, ranks: Sequence[RankResult]) -> None:
+    """Every rank's results, as one `result.json`."""
+    atomic_write(path, json.dumps({"ranks": [r.to_dict() for r in ranks]}))
+
+
+def read_ranks(path: Path) -> list[RankResult]:
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("ranks"), list):
+        raise ContractError(f"{path}: expected an object with a list of ranks")
+    return [RankResult.from_dict(r) for r in data["ranks"]]
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank's figures in a point's summary."""
+
+    rank: int
+    host: str
+    wall_s: float
+    step_time_s: float  # median
+    ddp_logging_ns: dict[str, float]  # empty where DDP did not train the point
+
+    @classmethod
+    def from_dict(cls, data: object) -> RankSummary:
+        return cls(**_checked(cls, data))
+
+
+@dataclass(frozen=True)
+class PointSummary:
+    """A finished point as the study stores it (times in seconds per step; see
+    dlperf.distributed.summary for the definitions)."""
+
+    workers: int
+    nodes: int
+    ps: int  # parameter servers: none in a synchronous study
+    per_worker_batch: int
+    global_batch: int
+    step_time_s: float
+    step_time_min_s: float
+    step_time_max_s: float
+    compute_s: float | None
+    comm_exposed_s: float | None
+    sync_time_s: float | None  # comm_exposed_s, under the name converge's fit reads
+    throughput: float
+    throughput_per_worker: float
+    speedup: float | None
+    efficiency: float | None
+    grad_bytes: int
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    epoch_time_s: float
+    cost_per_epoch: float | None
+    threads_per_worker: int
+    backend: str
+    comm: str
+    strategy: str
+    bucket_mb: float | None
+    timed_steps: int
+    wall_time_s: float
+    ddp_logging_s: dict[str, float]
+    replica_max_diff: float
+    emulation: str | None
+    ranks: tuple[RankSummary, ...]
+    # Added after the first studies were stored: None in their summaries.
+    mode: str | None = None
+    world_size: int | None = None
+    comm_exposed_ci95_s: float | None = None
+    ring_predicted_s: float | None = None
+    ring_basis: str | None = None
+    ring_error: float | None = None
+    overlap_predicted_s: float | None = None
+    overlap_basis: str | None = None
+    overlap_error: float | None = None
+    # --synthetic only (see summary.chunk_throughput): absent from other points' summaries.
+    throughput_mean: float | None = None
+    throughput_ci95: float | None = None
+    throughput_ci_method: str | None = None
+    chunks: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored shape: the --synthetic figures only where measured, as before."""
+        data: dict[str, Any] = _plain(asdict(self))
+        if self.throughput_mean is None:
+            for name in ("throughput_mean", "throughput_ci95", "throughput_ci_method", "chunks"):
+                del data[name]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> PointSummary:
+        fields = _checked(cls, data)
+        ranks = tuple(RankSummary.from_dict(r) for r in fields["ranks"])
+        return cls(**fields | {"ranks": ranks})

@@ -1,0 +1,234 @@
+"""Planning a scaling study: its points (workers x comm x strategy x bucket size, series by
+series), each point's batches, and every check of the options that can be made before a
+worker starts: the framework's strategies and communication, the devices and cores of this
+host, and the extras (TensorFlow, Horovod) the study needs.
+
+Batch arithmetic: strong scaling keeps the global batch B and gives each of N workers B/N;
+weak scaling keeps the per-worker batch b, so the global batch is N*b. A study may hold both
+modes and several batches of each: every (mode, batch) is a series of points over the worker
+counts (see dlperf.distributed.scaling).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+import torch
+
+from dlperf.analytic.devices import get_device
+from dlperf.config import ScaleConfig, ScaleMode
+from dlperf.distributed.scaling import series, series_name
+from dlperf.errors import UserError
+from dlperf.system import usable_cores
+
+BACKENDS = ("auto", "gloo", "nccl")
+# One process per worker: DDP, MultiWorker and Horovod's bindings; dp and mirrored: one in all.
+DATA_PARALLEL = ("ddp", "multiworker", "torch", "tensorflow")
+
+
+@dataclass(frozen=True)
+class Point:
+    workers: int
+    per_worker_batch: int
+    global_batch: int
+    comm: str
+    strategy: str
+    bucket_mb: float | None
+    mode: ScaleMode | None = None  # None: a point of no series (--find-max-batch's)
+
+    @property
+    def group(self) -> tuple[object, ...]:
+        """The series whose base the point's speedup and efficiency are measured against."""
+        return series(asdict(self))
+
+    def label(self) -> str:
+        bucket = f" bucket {self.bucket_mb:g}MB" if self.bucket_mb else ""
+        batch = series_name(asdict(self))
+        return f"{self.workers} workers {self.strategy}/{self.comm}{bucket}" + (
+            f", {batch}" if batch else ""
+        )
+
+
+def batch_split(mode: str, workers: int, batch: int | None) -> tuple[int, int]:
+    """(per-worker batch, global batch) of one point; `batch` is the mode's (strong: global,
+    weak: per worker)."""
+    if mode == "strong":
+        if batch is None:
+            raise UserError("--mode strong needs --global-batch N", "or use --mode weak")
+        if batch % workers:
+            raise UserError(
+                f"--global-batch {batch} does not split evenly over {workers} workers",
+                "give a global batch divisible by every worker count",
+            )
+        return batch // workers, batch
+    if batch is None:
+        raise UserError("--mode weak needs --per-worker-batch N", "or use --mode strong")
+    return batch, batch * workers
+
+
+def resolve_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise UserError(f"unknown backend '{name}'", f"use {', '.join(BACKENDS)}")
+    if name == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if name == "nccl" and not torch.cuda.is_available():
+        raise UserError("backend nccl needs CUDA GPUs, and none are available here", "use gloo")
+    return name
+
+
+def threads_per_worker(workers_per_node: int, cores: int) -> int:
+    return max(1, cores // workers_per_node)
+
+
+def hourly_price(opts: ScaleConfig) -> float | None:
+    """The price per worker-hour: price_per_hour, else the catalog price of the device."""
+    if opts.device is None:
+        return opts.price_per_hour
+    entry = get_device(opts.device)  # a misspelt device fails even when a price is given
+    if opts.price_per_hour is not None:
+        return opts.price_per_hour
+    if entry.price_per_hour_usd is None:
+        raise UserError(f"device {entry.name} has no price", "give --price-per-hour")
+    return entry.price_per_hour_usd
+
+
+def check_options(opts: ScaleConfig) -> None:
+    """What the config's own ranges cannot say and does not depend on this host or node (an
+    emitted job file sets each node's rank and rendezvous from the job's environment)."""
+    if (opts.steps is None) == (opts.epochs is None):
+        raise UserError("give one of scale.steps and scale.epochs", "e.g. --steps 50")
+    if opts.nnodes > 1 and "mirrored" in opts.strategy:  # before --emit writes a job
+        raise UserError("--strategy mirrored runs in one process on one node", "use multiworker")
+    if opts.nnodes > 1 and opts.framework == "horovod":
+        raise UserError("--framework horovod runs on one node here (horovodrun starts remote "
+                        "workers itself, over ssh)", "use --nnodes 1")  # fmt: skip
+    hourly_price(opts)
+
+
+TF_ALLREDUCE = {"mirrored": ("nccl", "hierarchical", "one-device"),
+                "multiworker": ("auto", "ring", "nccl")}  # fmt: skip
+TF_MODELS = ("resnet50", "smallcnn")
+
+
+STRATEGIES = {"torch": ("ddp", "dp"), "tensorflow": ("mirrored", "multiworker"),
+              "horovod": ("torch", "tensorflow")}  # fmt: skip
+HOROVOD_COMM = ("allreduce", "fp16")
+
+
+def strategies(opts: ScaleConfig) -> list[str]:
+    """The strategies of the study (Horovod's: its bindings), each checked against its
+    framework."""
+    allowed = STRATEGIES[opts.framework]
+    chosen: list[str] = [*opts.strategy] if opts.strategy else [allowed[0]]
+    for name in chosen:
+        if name not in allowed:
+            raise UserError(
+                f"--strategy {name} is not a {opts.framework} strategy",
+                f"use {' | '.join(allowed)}",
+            )
+    return chosen
+
+
+def tf_allreduce(opts: ScaleConfig, strategy: str) -> list[str]:
+    """The TensorFlow all-reduces of one strategy's points (its default when none is given)."""
+    gpus = torch.cuda.is_available()
+    valid = TF_ALLREDUCE[strategy]
+    default = "auto" if strategy == "multiworker" else "nccl" if gpus else "one-device"
+    mine: list[str] = [a for a in opts.allreduce if a in valid] or [default]
+    if "nccl" in mine and not gpus:
+        rest = [a for a in valid if a != "nccl"]
+        raise UserError("--allreduce nccl needs GPUs, and none are available here",
+                        f"use {' or '.join(rest)}")  # fmt: skip
+    return mine
+
+
+def check_tensorflow(model: str) -> None:
+    """What a TensorFlow point needs of the experiment: one of its models."""
+    if model not in TF_MODELS:
+        raise UserError(f"model {model!r} has no TensorFlow version here",
+                        f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
+
+
+def require_tensorflow(opts: ScaleConfig) -> None:
+    """The extra itself, checked after every option so that a wrong option gets its own
+    message whether or not TensorFlow is installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
+                        "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
+
+
+def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
+    """What the Horovod path needs: its communication options, horovodrun, and TensorFlow
+    for the TensorFlow binding."""
+    from dlperf.distributed.hvd_launch import horovodrun
+
+    for name in opts.comm:
+        if name not in HOROVOD_COMM:
+            raise UserError(f"--comm {name} is DDP's", f"horovod takes {' | '.join(HOROVOD_COMM)}")
+    if opts.allreduce:
+        raise UserError("--allreduce is TensorFlow's", "horovod takes --comm and --bucket-mb")
+    if horovodrun() is None:
+        raise UserError("--framework horovod needs Horovod, which is not installed",
+                        "build it with `make horovod` (docs/scale.md#horovod)")  # fmt: skip
+    if "tensorflow" in chosen:
+        check_tensorflow(model)
+
+
+def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
+    """Every point of the study after checking the options: series by series (the modes in
+    the order given, each mode's batches smallest first), fewest workers first in each."""
+    check_options(opts)
+    chosen = strategies(opts)
+    if opts.node_rank >= opts.nnodes:
+        raise UserError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
+    if opts.nnodes > 1 and not opts.rdzv:
+        raise UserError("--nnodes > 1 needs --rdzv HOST:PORT", "the address of node 0")
+    if opts.framework == "horovod":
+        check_horovod(opts, model, chosen)
+    if opts.framework == "tensorflow":
+        check_tensorflow(model)
+        if opts.bucket_mb or opts.comm != ["allreduce"]:
+            raise UserError("--bucket-mb and --comm are DDP's; TensorFlow takes --allreduce")
+        for name in opts.allreduce:
+            if not any(name in TF_ALLREDUCE[s] for s in chosen):
+                takes = "; ".join(f"{s} takes {' | '.join(TF_ALLREDUCE[s])}" for s in chosen)
+                raise UserError(f"--allreduce {name} is not an all-reduce of --strategy "
+                                f"{','.join(chosen)}", takes)  # fmt: skip
+    if "dp" in chosen:
+        if not torch.cuda.is_available():
+            raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
+        if opts.nnodes > 1:
+            raise UserError("--strategy dp runs in one process on one node", "use ddp")
+        if max(opts.workers) > torch.cuda.device_count():
+            raise UserError(f"--strategy dp: only {torch.cuda.device_count()} GPUs here")
+    # A process per worker, each taking cores (MirroredStrategy's replicas share one).
+    processes = any(s in DATA_PARALLEL for s in chosen)
+    on_cpu = backend == "gloo" or (processes and not torch.cuda.is_available())
+    for workers in opts.workers:
+        if workers % opts.nnodes:
+            raise UserError(f"{workers} workers do not split evenly over {opts.nnodes} nodes")
+        per_node = workers // opts.nnodes
+        if on_cpu and per_node > usable_cores() and not opts.allow_oversubscribe:
+            raise UserError(
+                f"{per_node} workers per node but this host has {usable_cores()} usable cores",
+                "use fewer workers, more nodes, or --allow-oversubscribe",
+            )
+        # NCCL, and TensorFlow's MultiWorker processes on GPUs, take one GPU per worker.
+        one_gpu_each = backend == "nccl" or ("multiworker" in chosen and torch.cuda.is_available())
+        if one_gpu_each and per_node > torch.cuda.device_count():
+            raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
+    points = []
+    by_batch = [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or (None,)]
+    for (mode, batch), workers, strategy in itertools.product(
+        by_batch, sorted(set(opts.workers)), chosen
+    ):
+        per_worker, global_batch = batch_split(mode, workers, batch)
+        comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
+        for comm, bucket in itertools.product(comms, opts.bucket_mb or (None,)):
+            points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket, mode))
+    if opts.framework == "tensorflow" or "tensorflow" in chosen:
+        require_tensorflow(opts)
+    return points

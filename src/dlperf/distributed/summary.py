@@ -1,0 +1,177 @@
+"""A point's figures from its ranks' measurements (all times per step, seconds):
+
+- step_time_s: median over the timed steps of the slowest rank's step time (min/max too);
+- compute_s: the same point re-run in the same processes, on a second replica under DDP's
+  no-op communication hook, in chunks of steps alternating with the point's own;
+  comm_exposed_s = max(0, step_time_s - compute_s), also stored as sync_time_s;
+- throughput = global samples / wall time after warm-up (slowest rank), never a mean of
+  per-step rates; speedup = X_N / X_base, efficiency = speedup * N_base / N, where the base
+  is the point with the fewest workers of the same series (add_relative);
+- algbw = grad_bytes / all-reduce time (DDP's own measured backward communication time,
+  else the exposed communication), busbw = algbw * 2(n-1)/n (nccl-tests' convention);
+- epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
+  per worker-hour;
+- world_size: the process group's size, as the ranks report it;
+- --synthetic: throughput_mean and throughput_ci95 over chunks of the timed steps, the
+  interval by Student's t (throughput_ci_method; see chunk_throughput).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlperf.distributed import chunk_sizes
+from dlperf.distributed.contracts import ComputePhase, PointSummary, RankResult, RankSummary
+from dlperf.distributed.planning import Point
+from dlperf.timing import t_half_width
+
+CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
+
+
+def slowest_per_step(per_rank: Sequence[Sequence[float]]) -> list[float]:
+    """Per step, the slowest rank's time: a synchronous step ends when the last rank does."""
+    return [max(step) for step in zip(*per_rank, strict=True)]
+
+
+def main_steps(ranks: Sequence[RankResult]) -> list[float]:
+    """The slowest rank's time of each timed step of the point."""
+    return slowest_per_step([r.main.step_times_s for r in ranks])
+
+
+def computes(ranks: Sequence[RankResult]) -> list[ComputePhase] | None:
+    """Every rank's compute-only phase; None unless each rank timed one."""
+    phases = [r.compute for r in ranks]
+    return [c for c in phases if c is not None] if all(phases) else None
+
+
+@dataclass(frozen=True)
+class ChunkThroughput:
+    """--synthetic: the throughput of chunks of the timed steps (see chunk_throughput)."""
+
+    throughput_mean: float
+    throughput_ci95: float | None
+    throughput_ci_method: str
+    chunks: int
+
+
+def chunk_throughput(step_times: list[float], global_batch: int, chunks: int) -> ChunkThroughput:
+    """Horovod's synthetic benchmark: throughput of consecutive chunks of steps, their mean,
+    and the half-width of the mean's 95% confidence interval, t(0.975, n-1) * s / sqrt(n)
+    over n chunks: Student's t, since s is estimated from a handful of chunks (1.96 s would
+    be the spread of single chunks, with a known sigma). One chunk has no interval (None)."""
+    chunks = max(1, min(chunks, len(step_times)))
+    size = len(step_times) // chunks
+    rates = [
+        global_batch * size / sum(step_times[i * size : (i + 1) * size]) for i in range(chunks)
+    ]
+    return ChunkThroughput(statistics.fmean(rates), t_half_width(rates), CI_METHOD, chunks)
+
+
+def exposed_ci95(ranks: Sequence[RankResult]) -> float | None:
+    """How finely comm_exposed_s is measured: the half-width of the 95% interval (Student's
+    t) of the exposed time over the chunks in which the worker alternated the point's steps
+    with its compute-only replica's, each chunk's exposed time the difference of the two
+    medians of the slowest rank's step times. None without the compute split or with fewer
+    than two chunks."""
+    phases = computes(ranks)
+    if phases is None:
+        return None
+    main, compute = main_steps(ranks), slowest_per_step([c.step_times_s for c in phases])
+    diffs, start = [], 0
+    for size in chunk_sizes(len(main)):  # the workers' chunks
+        span = slice(start, start + size)
+        diffs.append(statistics.median(main[span]) - statistics.median(compute[span]))
+        start += size
+    return t_half_width(diffs)
+
+
+def summarize(
+    point: Point,
+    ranks: Sequence[RankResult],
+    nnodes: int,
+    threads: int,
+    backend: str,
+    train_images: int,
+    price_per_hour: float | None,
+) -> PointSummary:
+    """A point's summary from every rank's measurements (speedup and efficiency, the
+    predictions and the --synthetic figures are added later)."""
+    steps = main_steps(ranks)
+    step_time = statistics.median(steps)
+    phases = computes(ranks)
+    if phases is not None:
+        compute: float | None = statistics.median(
+            slowest_per_step([c.step_times_s for c in phases])
+        )
+    elif point.comm == "noop":
+        compute = step_time
+    else:
+        compute = None
+    exposed = max(0.0, step_time - compute) if compute is not None else None
+    wall = max(r.main.wall_s for r in ranks)
+    throughput = sum(r.main.samples for r in ranks) / wall
+    grad_bytes = ranks[0].main.grad_bytes
+    logged = [r.main.ddp.times_ns if r.main.ddp else {} for r in ranks]
+    ddp = {key: statistics.fmean(times[key] for times in logged) / 1e9 for key in logged[0]}
+    comm_time = ddp.get("avg_backward_comm_time") or exposed
+    n = point.workers
+    algbw = grad_bytes / comm_time / 1e9 if n > 1 and comm_time else None
+    epoch_time = train_images / throughput
+    return PointSummary(
+        workers=n,
+        nodes=nnodes,
+        ps=0,
+        mode=point.mode,
+        per_worker_batch=point.per_worker_batch,
+        global_batch=point.global_batch,
+        step_time_s=step_time,
+        step_time_min_s=min(steps),
+        step_time_max_s=max(steps),
+        compute_s=compute,
+        comm_exposed_s=exposed,
+        sync_time_s=exposed,
+        comm_exposed_ci95_s=exposed_ci95(ranks) if exposed is not None else None,
+        throughput=throughput,
+        throughput_per_worker=throughput / n,
+        speedup=None,
+        efficiency=None,
+        grad_bytes=grad_bytes,
+        algbw_gbps=algbw,
+        busbw_gbps=algbw * 2 * (n - 1) / n if algbw is not None else None,
+        epoch_time_s=epoch_time,
+        cost_per_epoch=n * epoch_time / 3600 * price_per_hour if price_per_hour else None,
+        threads_per_worker=threads,
+        backend=backend,
+        comm=point.comm,
+        strategy=point.strategy,
+        bucket_mb=point.bucket_mb,
+        timed_steps=len(steps),
+        wall_time_s=wall,
+        ddp_logging_s={k.removeprefix("avg_"): v for k, v in ddp.items()},
+        replica_max_diff=max(r.main.replica_max_diff for r in ranks),
+        emulation="single-host" if nnodes == 1 else None,
+        world_size=ranks[0].world_size,
+        ranks=tuple(
+            RankSummary(
+                rank=r.rank,
+                host=r.host,
+                wall_s=r.main.wall_s,
+                step_time_s=statistics.median(r.main.step_times_s),
+                ddp_logging_ns=times,
+            )
+            for r, times in zip(ranks, logged, strict=True)
+        ),
+    )
+
+
+def add_relative(summary: PointSummary, base: PointSummary | None) -> PointSummary:
+    """`summary` with its speedup and efficiency against the series' base point (its fewest
+    workers; None: `summary` is the base)."""
+    if base is None:
+        return dataclasses.replace(summary, speedup=1.0, efficiency=1.0)
+    speedup = summary.throughput / base.throughput
+    efficiency = speedup * base.workers / summary.workers
+    return dataclasses.replace(summary, speedup=speedup, efficiency=efficiency)
