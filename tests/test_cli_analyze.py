@@ -74,12 +74,12 @@ def test_analyze_csv_and_table(cli: Cli) -> None:
     ("args", "text"),
     [
         (["analyze", "resnet2O"], "unknown model 'resnet2O' (did you mean resnet32, resnet20"),
-        (["analyze", "resnet20", "--input", "3,x"], "--input '3,x': expected positive integers"),
-        (["analyze", "resnet20", "--batch", "0"], "batch must be at least 1"),
-        (["analyze", "resnet20", "--precision", "fp8"], "unknown precision 'fp8'"),
+        (["analyze", "resnet20", "--input", "3,x"], "analyze.input.1: Input should be a valid int"),
+        (["analyze", "resnet20", "--batch", "0"], "analyze.batch: must be at least 1 (got 0)"),
+        (["analyze", "resnet20", "--precision", "fp8"], "analyze.precision: Input should be"),
         (["predict", "resnet20", "--device", "V10"], "unknown device 'V10' (did you mean V100"),
-        (["predict", "resnet20"], "give --device NAME"),
-        (["predict", "resnet20", "--device", "V100", "--ppp", "2"], "--ppp must lie in (0, 1]"),
+        (["predict", "resnet20"], "give predict.device"),
+        (["predict", "resnet20", "--device", "V100", "--ppp", "2"], "predict.ppp: must be at most"),
         (["predict", "resnet20", "--device", "K80", "--precision", "fp16"], "no fp16 peak"),
     ],
 )
@@ -141,7 +141,7 @@ def test_calibrate_then_predict_measure_is_stored(
     assert device["ppp_mem"] not in (0, 1.0)
     assert device["op_overhead_us"] > 0 and device["threads"] == usable_cores()
     assert "[here]" in user_devices.read_text()
-    assert store.get_run(device["run_id"])["kind"] == "calibrate"
+    assert store.get_run(device["run_id"]).kind == "calibrate"
 
     result = cli(
         "predict",
@@ -170,8 +170,8 @@ def test_calibrate_then_predict_measure_is_stored(
         assert measured["fitted_ppp"] is None
     assert {row["name"] for row in measured["layers"]} >= {"0", "2", "7", "10"}
     run = store.get_run(measured["run_id"])
-    assert (run["kind"], run["status"]) == ("predict", "finished")
-    assert run["summary"]["error_pct"] == pytest.approx(measured["error_pct"])
+    assert (run.kind, run.status) == ("predict", "finished")
+    assert run.summary["error_pct"] == pytest.approx(measured["error_pct"])
     assert len(store.metrics(measured["run_id"], "measured_s")) == 3
     # The prediction for the stored calibration names it; the one calibrated in the same
     # rounds as the measurement says so, and both carry their error.
@@ -179,7 +179,7 @@ def test_calibrate_then_predict_measure_is_stored(
     same = measured["same_moment"]
     assert same["basis"]["interleaved"] and len(same["rounds"]) == 3
     assert same["error_pct"] == pytest.approx(sorted(r["error_pct"] for r in same["rounds"])[1])
-    assert run["summary"]["same_moment_error_pct"] == pytest.approx(same["error_pct"])
+    assert run.summary["same_moment_error_pct"] == pytest.approx(same["error_pct"])
 
 
 # --- issue 22: numbers a student can hand in --------------------------------------------------
@@ -274,7 +274,7 @@ def test_a_model_files_factory_keeps_its_own_number_of_classes(cli: Cli, tmp_pat
     assert none["classes"] is None
     one_line_error(
         cli("analyze", f"{path}:no_classes", "--input", "4", "--classes", "5"),
-        "--classes 5: the factory no_classes takes no num_classes",
+        "analyze.classes 5: the factory no_classes takes no num_classes",
     )
 
 
@@ -309,17 +309,20 @@ def test_vgg19_activations_and_params_as_the_course_tables_count_them(cli: Cli) 
     assert "activations (elements; outputs of conv, pool and fc layers)" in table
 
 
+K80 = ["predict", "resnet20", "--device", "K80"]
+
+
 @pytest.mark.parametrize(
     ("args", "text"),
     [
-        (["analyze", "resnet20", "--activations", "relu"], "--activations 'relu': use all or"),
-        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "0"], "--peak-tflops '0'"),
-        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "8T"], "--peak-tflops '8T'"),
-        (["predict", "resnet20", "--device", "K80", "--peak-tflops", "inf"], "expected a posi"),
-        (["predict", "resnet20", "--peak-tflops", "8.7", "--measure"], "--peak-tflops needs"),
-        (["predict", "resnet20", "--device", "K80", "--flops", "lots"], "--flops 'lots'"),
-        (["predict", "resnet20", "--device", "K80", "--flops", "-3G"], "--flops '-3G'"),
-        (["predict", "resnet20", "--device", "K80", "--flops", "3X"], "--flops '3X'"),
+        (["analyze", "resnet20", "--activations", "relu"], "analyze.activations: Input should"),
+        ([*K80, "--peak-tflops", "0"], "predict.peak_tflops: must be greater than 0"),
+        ([*K80, "--peak-tflops", "8T"], "predict.peak_tflops: Input should be a valid number"),
+        ([*K80, "--peak-tflops", "inf"], "predict.peak_tflops: must be a finite number"),
+        (["predict", "resnet20", "--peak-tflops", "8.7", "--measure"], "needs predict.device"),
+        ([*K80, "--flops", "lots"], "predict.flops: Input should be a valid number"),
+        ([*K80, "--flops", "-3G"], "predict.flops: must be greater than 0"),
+        ([*K80, "--flops", "3X"], "predict.flops: Input should be a valid number (got '3X')"),
     ],
 )
 def test_bad_values_of_the_new_options_are_one_line(cli: Cli, args: list[str], text: str) -> None:
@@ -371,3 +374,29 @@ def totals_rows(out: str) -> dict[str, str]:
             key, value = (cell.strip() for cell in line.split("│", 1))
             rows[key] = value
     return rows
+
+
+def test_analyze_and_predict_read_their_sections(cli: Cli, tmp_path: Path) -> None:
+    """--config's [analyze] and [predict], --set over the file, and the flags over both."""
+    path = tmp_path / "count.toml"
+    path.write_text(
+        "[analyze]\ninput = [1, 8, 8]\nbatch = 4\nbias = false\n"
+        '[predict]\ndevice = "V100"\nppp = 0.5\nflops = "2M"\n'
+    )
+    doc = json.loads(cli("analyze", "smallcnn", "--config", str(path), "--json").out)
+    assert (doc["input"], doc["batch"]) == ([1, 8, 8], 4)
+    assert doc["conventions"]["params"] == "without biases"
+    doc = json.loads(
+        cli("analyze", "smallcnn", "--config", str(path), "--set", "analyze.batch=6",
+            "--bias", "--json").out
+    )  # fmt: skip
+    assert (doc["batch"], doc["conventions"]["params"]) == (6, "with biases")
+    doc = json.loads(
+        cli("predict", "smallcnn", "--config", str(path), "--batch", "2", "--json").out
+    )
+    assert (doc["device"], doc["ppp"], doc["batch"]) == ("V100", 0.5, 2)
+    assert doc["flops_over_peak"]["flops_per_image"] == 2e6
+    one_line_error(
+        cli("analyze", "smallcnn", "--config", str(path), "--set", "analyze.batchh=2"),
+        "unknown key 'analyze.batchh'",
+    )

@@ -84,6 +84,22 @@ def test_predict_defaults_to_the_ensemble(cli: Cli, store: Store) -> None:
     assert "log prior on the plateau" in doc["basis"]
 
 
+def test_predict_reads_converge_from_a_file(cli: Cli, store: Store, tmp_path: Path) -> None:
+    """[converge] holds what the flags say; --set and the flags go over it."""
+    run_id = accuracy_run(store)
+    path = tmp_path / "curve.toml"
+    path.write_text('[converge]\nmetric = "accuracy"\nupto = 0.5\ntarget = 0.9\nform = "power"\n')
+    doc = json.loads(
+        cli("converge", "predict", str(run_id), "--config", str(path), "--set",
+            "converge.form='optimus'", "--json").out
+    )  # fmt: skip
+    assert (doc["form"], doc["actual_step"]) == ("optimus", 380)
+    assert doc["predicted_step"] == pytest.approx(380, abs=2)
+    r = cli("converge", "fit", str(run_id), "--config", str(path), "--upto", "0.25", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["n_points"] == 10  # 0.25 of the 40 points
+
+
 def test_unreachable_target_says_so(cli: Cli, store: Store) -> None:
     run_id = accuracy_run(store)
     r = cli("converge", "predict", str(run_id), "--metric", "accuracy", "--target", "0.99",
@@ -100,7 +116,7 @@ def test_unreachable_target_says_so(cli: Cli, store: Store) -> None:
         (["--y", "metric", "--metric", "accuracy", "--target", "94"], "must lie in [0, 1]"),
         (["--y", "metric", "--metric", "accuracy", "--target", "0.9", "--upto", "0.03"],
          "too few"),
-        (["--y", "metric", "--metric", "speed", "--target", "0.9"], "unknown metric"),
+        (["--y", "metric", "--metric", "speed", "--target", "0.9"], "converge.metric: Input"),
     ],
 )  # fmt: skip
 def test_predict_bad_input_is_one_line(cli: Cli, args: list[str], message: str) -> None:
@@ -245,7 +261,7 @@ def test_staleness_train_stores_both_runs(
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     runs = store.list_runs(study_id=doc["study_id"])
-    assert {run["name"] for run in runs} == {"smallcnn sync", "smallcnn async"}
+    assert {run.name for run in runs} == {"smallcnn sync", "smallcnn async"}
     assert doc["sync"]["mean_staleness"] == 0
     assert doc["async"]["staleness_histogram"] == {"0": 1, "1": 7}  # 2 epochs of 4 updates
     assert len(store.metrics(doc["async"]["run_id"], "val/acc1")) == 2

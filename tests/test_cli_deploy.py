@@ -84,6 +84,14 @@ def test_export_then_infer_then_bench(cli: Cli, tmp_path: Path) -> None:
     assert doc["threads"] == 1 and len(doc["rows"]) == 6  # 2 batches x 3 contenders
     assert all(row["p50_ms"] > 0 and row["ort_speedup"] > 0 for row in doc["rows"])
 
+    # [infer] in a file, --set over it: the same options as the flags
+    (tmp_path / "deploy.toml").write_text("[infer]\ntopk = 1\nbatch = [2]\nthreads = 1\n")
+    conf = ["--config", str(tmp_path / "deploy.toml"), "--set", "infer.repeats=2", "--json"]
+    r = cli("infer", str(model), str(a), *conf)
+    assert [len(p["top"]) for p in json.loads(r.out)["predictions"]] == [1]
+    doc = json.loads(cli("infer", "bench", str(model), *conf).out)
+    assert {row["batch"] for row in doc["rows"]} == {2} and doc["repeats"] == 2
+
     r = cli("infer", str(model), str(tmp_path / "missing.png"))
     assert (r.code, r.err) == (2, f"error: no image file {tmp_path / 'missing.png'}\n")
 
@@ -101,7 +109,8 @@ def test_parity_failure_exits_1(cli: Cli, tmp_path: Path) -> None:
     """The dynamo exporter refuses data-dependent control flow; the TorchScript fallback
     traces the branch the all-zero example takes, so ONNX negates every random batch's logits."""
     (tmp_path / "branchy.py").write_text(BRANCHY)
-    r = cli("export", "branchy.py:build", "--input", "3,8,8", "--out", "b.onnx", "--json")
+    (tmp_path / "export.toml").write_text("[export]\ninput = [3, 8, 8]\n")
+    r = cli("export", "branchy.py:build", "--config", "export.toml", "--out", "b.onnx", "--json")
     assert r.code == 1
     doc = json.loads(r.out)
     assert doc["exporter"] == "torchscript" and doc["parity"] is False
@@ -121,9 +130,11 @@ def test_parity_failure_exits_1(cli: Cli, tmp_path: Path) -> None:
         (["export", "42", "--out", "x.onnx"],
          "error: no run 42 in the store (see `dlperf runs list`)"),
         (["export", "smallcnn", "--input", "3,x", "--out", "x.onnx"],
-         "error: --input must be C,H,W with positive sides, got '3,x' (e.g. 3,32,32)"),
+         "error: --input: export.input.1: Input should be a valid integer (got 'x')"),
+        (["export", "smallcnn", "--input", "3,8", "--out", "x.onnx"],
+         "error: --input: export.input: must have 3 or more values (got [3, 8])"),
         (["export", "7", "--input", "3,8,8", "--out", "x.onnx"],
-         "error: --input and --num-classes apply to registry models "
+         "error: export.input and export.num_classes apply to registry models "
          "(a run's input and classes come from its data)"),
         (["infer", "notes.txt", "a.png"], "error: notes.txt is not an ONNX model: DecodeError"),
         (["infer", "none.onnx", "a.png"], "error: no model file none.onnx"),

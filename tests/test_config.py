@@ -160,6 +160,15 @@ def test_flags_are_shortcuts_for_keys(tmp_path: Path) -> None:
     assert shortcuts("serve", {"host": "::1", "port": 0}) == ['serve.host="::1"', "serve.port=0"]
     detect = shortcuts("detect", {"ap_method": "11point", "lr": 0.05, "val_split": "test"})
     assert detect == ['detect.ap_method="11point"', "detect.lr=0.05", 'detect.val_split="test"']
+    # text for a key that holds no text is read as --set reads it; an optional list stays one
+    given = {"peak_tflops": "8.73", "flops": "15.5G", "device": "V100"}
+    predict = shortcuts("predict", given)
+    assert predict == ["predict.peak_tflops=8.73", 'predict.flops="15.5G"', 'predict.device="V100"']
+    assert load_experiment(None, predict).predict.flops == 15.5e9
+    assert shortcuts("analyze", {"input": "5", "bias": False}) == [
+        "analyze.input=[5]",
+        "analyze.bias=false",
+    ]
 
 
 def test_detect_defaults_are_the_fine_tuning_recipe() -> None:

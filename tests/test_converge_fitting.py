@@ -84,5 +84,5 @@ def test_regress_predicts_an_unseen_feature_value(tmp_path: Path) -> None:
     # 1/(β0·k + 1) + 0.1 = 0.5 at β0·k = 1.5: k = 284.5, first measured at step 290.
     assert pred["predicted_step"] == 285 and pred["actual_step"] == 290
     assert pred["error_pct"] == pytest.approx((285 - 290) / 290 * 100)
-    with pytest.raises(UserError, match="--target needs --predict"):
+    with pytest.raises(UserError, match=r"converge\.target needs --predict"):
         fitting.regress(sources, ["depth"], opts, no_store, target=0.3)

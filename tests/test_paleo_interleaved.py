@@ -219,11 +219,27 @@ def test_predict_on_a_calibrated_device_names_when_and_on_what(
     assert rows["basis"] == "calibrated 2026-11-23T09:00:00+00:00 on a 2-core CPU, 2 threads"
 
 
-@pytest.mark.parametrize("ppp", ["0", "1.5", "-0.2"])
-def test_ppp_outside_0_1_is_one_line(cli: Cli, ppp: str) -> None:
+@pytest.mark.parametrize(
+    ("ppp", "why"),
+    [
+        ("0", "must be greater than 0"),
+        ("1.5", "must be at most 1"),
+        ("-0.2", "must be greater than 0"),
+    ],
+)
+def test_ppp_outside_0_1_is_one_line_naming_the_flag_and_its_key(
+    cli: Cli, ppp: str, why: str
+) -> None:
     result = cli("predict", *SMALL, "--device", "V100", f"--ppp={ppp}")
     assert result.code == 2
     assert result.err.strip().splitlines() == [
-        f"error: --ppp must lie in (0, 1], got {float(ppp):g} "
-        "(it is the fraction of the peak reached, e.g. --ppp 0.62)"
+        f"error: --ppp: predict.ppp: {why} (got {float(ppp)})"
     ]
+
+
+def test_ppp_out_of_range_from_set_names_the_key() -> None:
+    from dlperf.config import load_command
+    from dlperf.errors import UserError
+
+    with pytest.raises(UserError, match=r"^config with --set: predict.ppp: must be at most 1"):
+        load_command(None, ["predict.ppp=2"], {"ppp": None}, "predict")

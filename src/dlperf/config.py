@@ -2,8 +2,9 @@
 
 Each field's docstring is its help text (`dlperf config show` prints the resolved tree).
 Unknown keys fail naming the file, the key and the closest valid key. [scale], [serve],
-[detect] and [distill] hold the options of `dlperf scale`, `dlperf serve`, `dlperf detect
-finetune` and `dlperf distill`, whose flags are shortcuts for the keys (see `shortcuts`).
+[detect], [distill], [analyze], [predict], [export], [infer] and [converge] hold the options
+of the commands of those names (`detect finetune` for [detect]), whose flags are shortcuts
+for the keys (see `shortcuts`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import hashlib
 import json
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast, get_args, get_origin
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -390,6 +392,138 @@ class DistillConfig(Section):
     """Images per forward pass when the teacher scores the unlabelled set."""
 
 
+Precision = Literal["fp32", "fp16", "bf16"]
+# SI prefixes a number of FLOPs may carry: "15.5G" is 15.5e9.
+SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+class AnalyzeConfig(Section):
+    """`dlperf analyze`, and the counting `dlperf predict` predicts from: the input, batch and
+    precision a model is counted at, and what the totals include."""
+
+    input: Annotated[list[Count], Field(min_length=1)] | None = None
+    """Input shape without the batch, e.g. [3, 224, 224]; None: 3,224,224 for torchvision's
+    models, 3,32,32 otherwise."""
+    batch: Count = 1
+    """Batch size."""
+    train: bool = False
+    """Count a training step: forward + backward and training memory."""
+    precision: Precision = "fp32"
+    """fp32 | fp16 | bf16: the dtype of weights and activations."""
+    classes: Count | None = None
+    """Output classes; None: 1000 for torchvision's models, 10 for dlperf's, a model file's
+    factory's own num_classes default."""
+    bias: bool = True
+    """Count parameters with biases (false: without parameters named *bias, as tables that
+    ask for params 'without biases' do)."""
+    activations: Literal["all", "conv-pool-fc"] = "all"
+    """Whose outputs the activation totals count: all (every row) or conv-pool-fc
+    (convolution, pooling and linear layers only, as course tables count them)."""
+
+
+class PredictConfig(Section):
+    """`dlperf predict`: the device and PALEO's figures (the model is counted as [analyze]
+    says: input, batch, train, precision, classes)."""
+
+    device: str | None = None
+    """Catalog device (`dlperf devices`); None with predict.measure: this machine,
+    calibrated in the same rounds as the measurement."""
+    ppp: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Platform percent of peak in (0, 1] for every operator kind; None: the device's
+    calibrated rates, or a catalog GPU's peak (PPP = 1)."""
+    peak_tflops: Positive | None = None
+    """Peak in 10^12 FLOP/s at analyze.precision instead of the device's (e.g. 8.73 for a
+    whole K80 board); bandwidth stays the device's."""
+    flops: Positive | None = None
+    """FLOPs of one image (forward; training: forward + backward) for FLOPs / peak instead of
+    the counted ones: a number, or text with an SI prefix ("15.5G")."""
+    measure: bool = False
+    """Also run the model here, interleaved with calibration kernels, and compare; the result
+    is stored as a run."""
+    reps: Count = 10
+    """predict.measure: rounds of calibration kernels + one timed model run."""
+
+    @field_validator("flops", mode="before")
+    @classmethod
+    def _si_prefix(cls, value: Any) -> Any:
+        # Only text ending in a prefix is read here; anything else meets the strict number check.
+        if isinstance(value, str) and value[-1:].upper() in SI:
+            try:
+                return float(value[:-1]) * SI[value[-1].upper()]
+            except ValueError:
+                raise ValueError(
+                    f"expected a number of FLOPs per image, e.g. 15.5G (got {value!r})"
+                ) from None
+        return value
+
+
+class ExportConfig(Section):
+    """`dlperf export`: the ONNX file's form, a registry model's input and classes, and the
+    parity tolerance."""
+
+    input: Annotated[list[Count], Field(min_length=3, max_length=3)] | None = None
+    """C,H,W of a registry model's input; its normalisation is then mean 0.5, std 0.5. None:
+    3,224,224 with ImageNet's mean and std."""
+    num_classes: Count | None = None
+    """Classes of a registry model; None: the model's (10)."""
+    opset: Count | None = None
+    """ONNX opset; None: the exporter's."""
+    dynamic_batch: bool = False
+    """Any batch size; false: a fixed batch of 1."""
+    single_file: bool = False
+    """Weights inside the .onnx file, no MODEL.onnx.data beside it."""
+    rtol: NonNegative = 1e-3
+    """Parity: relative tolerance, |onnx - torch| <= atol + rtol * |torch|."""
+    atol: NonNegative = 1e-5
+    """Parity: absolute tolerance."""
+
+
+class InferConfig(Section):
+    """`dlperf infer` (classify images) and `dlperf infer bench` (ONNX Runtime against
+    PyTorch)."""
+
+    topk: Count = 5
+    """Classes per image."""
+    batch: Annotated[list[Count], Field(min_length=1)] = [1, 8, 32]
+    """bench: batch sizes, one row each."""
+    threads: Count | None = None
+    """bench: intra-op threads of both contenders; None: all cores this process may use."""
+    repeats: Count = 20
+    """bench: timed calls per contender and batch."""
+    torch: str | None = None
+    """bench: the PyTorch contender, a stored run ID or a registry name; None: the model the
+    ONNX file's metadata names."""
+
+
+class ConvergeConfig(Section):
+    """`dlperf converge fit | predict | regress`: how a curve is read, which of its points are
+    fitted, and what is predicted from them."""
+
+    x: str | None = None
+    """CSV column of the step; None: the row number, 1, 2, ..."""
+    y: str | None = None
+    """CSV column of the metric (needed for CSV curves)."""
+    metric: Literal["loss", "accuracy", "error"] = "loss"
+    """loss | accuracy | error (accuracy is fitted as 1 - accuracy)."""
+    key: str | None = None
+    """Stored metric key of a run; None: val/loss, val/acc1 (error: 1 - val/acc1)."""
+    upto: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Fit the first fraction of the points, e.g. 0.3 (or give upto_step)."""
+    upto_step: Positive | None = None
+    """Fit the points up to this step."""
+    target: float | None = None
+    """predict: the value to reach, in the metric's units (an accuracy or error in [0, 1]);
+    regress: with --predict, the step reaching it."""
+    form: Literal["ensemble", "optimus", "power"] = "ensemble"
+    """predict: ensemble (a distribution over 5 curve families) | optimus | power."""
+
+
+# The sections that hold a command's options rather than what an experiment trains.
+COMMAND_SECTIONS = (
+    "scale", "serve", "detect", "distill", "analyze", "predict", "export", "infer", "converge",
+)  # fmt: skip
+
+
 class Experiment(Section):
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -401,6 +535,11 @@ class Experiment(Section):
     serve: ServeConfig = ServeConfig()
     detect: DetectConfig = DetectConfig()
     distill: DistillConfig = DistillConfig()
+    analyze: AnalyzeConfig = AnalyzeConfig()
+    predict: PredictConfig = PredictConfig()
+    export: ExportConfig = ExportConfig()
+    infer: InferConfig = InferConfig()
+    converge: ConvergeConfig = ConvergeConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> Experiment:
@@ -428,11 +567,12 @@ class Experiment(Section):
         """Hash of everything that changes what is trained: not the run's name or paths, nor
         how the scale and serve commands run it, nor [detect] (detect finetune trains a detector
         of its own, not the experiment's model), nor [distill] (each of its stages is a run of
-        its own)."""
+        its own), nor the sections of the commands that train nothing (analyze, predict,
+        export, infer, converge)."""
         d = self.to_dict()
         for key in ("name", "out_dir", "log_every"):
             d["run"].pop(key)
-        for section in ("scale", "serve", "detect", "distill"):
+        for section in COMMAND_SECTIONS:
             d.pop(section)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -460,7 +600,7 @@ def _check_keys(raw: dict[str, Any], model: type[BaseModel], where: str, prefix:
             _check_keys(value, annotation, where, f"{path}.")
 
 
-def _parse_value(text: str) -> Any:
+def parse_value(text: str) -> Any:
     """A --set value is a TOML value (numbers, booleans, lists); anything else is a string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
@@ -475,7 +615,7 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     key, _, text = assignment.partition("=")
     if not all(key.strip().split(".")):
         raise UserError(f"--set {assignment!r}: empty key", "e.g. --set train.lr=0.01")
-    assign(raw, key.strip(), _parse_value(text.strip()), "--set")
+    assign(raw, key.strip(), parse_value(text.strip()), "--set")
 
 
 def assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
@@ -515,24 +655,58 @@ def _is_list(annotation: Any) -> bool:
     return get_origin(annotation) is list
 
 
+def _takes_text(annotation: Any) -> bool:
+    """Whether a key holds text as text: a str, a Literal of words, or a union with one."""
+    if annotation is str:
+        return True
+    if get_origin(annotation) is Literal:
+        return any(isinstance(value, str) for value in get_args(annotation))
+    return any(_takes_text(member) for member in get_args(annotation))
+
+
 def shortcuts(section: str, flags: dict[str, Any]) -> list[str]:
     """The `--set` assignments of the command-line flags given (not None): each flag is a
     shortcut for the key of its name in `section`, so one validation serves flags, files and
     --set alike. A list key's flag takes a comma-separated list, each item read as --set reads
-    a value; a key that takes one value or a list (scale.mode) keeps a single item a value."""
+    a value; a key that takes one value or a list (scale.mode) keeps a single item a value.
+    A flag given as text for a key that holds no text (predict.peak_tflops) is read as --set
+    reads a value, so that the key's own check names what is wrong."""
     keys = Experiment.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
     assignments = []
     for name, value in flags.items():
         if value is None:
             continue
         annotation = keys[name].annotation
-        either = any(_is_list(member) for member in get_args(annotation))
-        if _is_list(annotation) or either:
-            value = [_parse_value(item.strip()) for item in value.split(",") if item.strip()]
+        union = get_origin(annotation) in (Union, UnionType)
+        members = [m for m in get_args(annotation) if m is not NoneType] if union else [annotation]
+        many = any(_is_list(member) for member in members)
+        # one value or a list: a list member beside a member that is not one
+        either = many and not all(_is_list(member) for member in members)
+        if many:
+            value = [parse_value(item.strip()) for item in value.split(",") if item.strip()]
             if either and len(value) == 1:
                 value = value[0]
+        elif isinstance(value, str) and not _takes_text(annotation):
+            value = parse_value(value)
         assignments.append(f"{section}.{name}={_toml(value)}")
     return assignments
+
+
+def load_command(
+    path: str | Path | None, overrides: list[str], flags: dict[str, Any], *sections: str
+) -> Experiment:
+    """The experiment a command runs with: defaults < the file at `path` < `overrides` (--set)
+    < the command's flags. Each entry of `flags` (a command's locals()) named after a key of
+    one of `sections` is a shortcut for that key; the other entries are not config."""
+    assignments = list(overrides)
+    options: dict[str, str] = {}  # a key set by a flag: its error names the flag the user typed
+    for section in sections:
+        keys = Experiment.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
+        given = {name: value for name, value in flags.items() if name in keys}
+        assignments += shortcuts(section, given)
+        options |= {f"{section}.{name}": "--" + name.replace("_", "-")
+                    for name, value in given.items() if value is not None}  # fmt: skip
+    return load_experiment(path, assignments, options)
 
 
 # pydantic's words for a value out of range, in the words of dlperf's other messages.
@@ -552,9 +726,14 @@ def _bound(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _validation_message(error: ValidationError, where: str) -> UserError:
+def validation_message(
+    error: ValidationError, where: str, options: dict[str, str] | None = None
+) -> UserError:
+    """The first error of `error` on one line, after `where` it came from, or after the flag
+    that set its key when `options` (dotted key: flag) has one."""
     first = error.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
+    flag = next((f for k, f in (options or {}).items() if f"{loc}.".startswith(f"{k}.")), None)
     template = _RANGE_MESSAGES.get(first["type"])
     if template is not None:
         msg = template.format(**{k: _bound(v) for k, v in first.get("ctx", {}).items()})
@@ -562,15 +741,19 @@ def _validation_message(error: ValidationError, where: str) -> UserError:
         msg = first["msg"].removeprefix("Value error, ")
     got = first.get("input")
     got_text = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+    if flag is not None:
+        return UserError(f"{flag}: {loc}: {msg}{got_text}")
     return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}")
 
 
-def build_experiment(raw: dict[str, Any], where: str = "config") -> Experiment:
+def build_experiment(
+    raw: dict[str, Any], where: str = "config", options: dict[str, str] | None = None
+) -> Experiment:
     _check_keys(raw, Experiment, where)
     try:
         return Experiment.model_validate(raw)
     except ValidationError as e:
-        raise _validation_message(e, where) from None
+        raise validation_message(e, where, options) from None
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -587,13 +770,18 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}: not a text file") from None
 
 
-def load_experiment(path: str | Path | None, overrides: list[str] | None = None) -> Experiment:
-    """defaults < TOML file < --set overrides, validated in one place."""
+def load_experiment(
+    path: str | Path | None,
+    overrides: list[str] | None = None,
+    options: dict[str, str] | None = None,
+) -> Experiment:
+    """defaults < TOML file < --set overrides, validated in one place; an error in a key that
+    `options` (dotted key: flag) lists names the flag."""
     raw = read_toml(path) if path is not None else {}
     where = str(path) if path is not None else "config"
     for assignment in overrides or []:
         apply_override(raw, assignment)
-    exp = build_experiment(raw, where + (" with --set" if overrides else ""))
+    exp = build_experiment(raw, where + (" with --set" if overrides else ""), options)
     if exp.run.name is None and path is not None:
         exp.run.name = Path(path).stem
     return exp

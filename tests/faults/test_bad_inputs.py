@@ -243,16 +243,16 @@ CASES = [
     case("analyze exits.py:build", "error: model file exits.py called sys.exit(0) while import"),
     case("run exp.toml --set model.name=exits.py:build", "model file exits.py called sys.exit(0)"),
     case("analyze quits.py:build", "error: factory quits.py:build called sys.exit(3)"),
-    case("analyze smallcnn --input 3,0,32", "error: --input '3,0,32': expected positive integers"),
-    case("analyze smallcnn --batch 0", "error: batch must be at least 1, got 0"),
-    case("analyze smallcnn --classes 0", "error: classes must be at least 1, got 0"),
-    case("analyze smallcnn --precision fp8", "error: unknown precision 'fp8'"),
-    case("predict smallcnn", "error: give --device NAME"),
+    case("analyze smallcnn --input 3,0,32", "analyze.input.1: must be at least 1 (got 0)"),
+    case("analyze smallcnn --batch 0", "analyze.batch: must be at least 1 (got 0)"),
+    case("analyze smallcnn --classes 0", "analyze.classes: must be at least 1 (got 0)"),
+    case("analyze smallcnn --precision fp8", "analyze.precision: Input should be 'fp32'"),
+    case("predict smallcnn", "error: give predict.device, a catalog device"),
     case("predict smallcnn --device V1000", "error: unknown device 'V1000' (did you mean V100"),
-    case("predict smallcnn --device V100 --ppp 0", "error: --ppp must lie in (0, 1], got 0"),
-    case("predict smallcnn --device V100 --ppp 1.5", "error: --ppp must lie in (0, 1], got 1.5"),
-    case("predict smallcnn --measure --reps 0", "error: --reps must be at least 1, got 0"),
-    case("predict smallcnn --device V100 --batch 0", "error: batch must be at least 1, got 0"),
+    case("predict smallcnn --device V100 --ppp 0", "predict.ppp: must be greater than 0 (got 0"),
+    case("predict smallcnn --device V100 --ppp 1.5", "predict.ppp: must be at most 1 (got 1.5)"),
+    case("predict smallcnn --measure --reps 0", "predict.reps: must be at least 1 (got 0)"),
+    case("predict smallcnn --device V100 --batch 0", "analyze.batch: must be at least 1 (got 0)"),
     case("calibrate --name", "Error: Option '--name' requires an argument."),
     case(
         "calibrate",
@@ -275,9 +275,9 @@ CASES = [
     # --- export ----------------------------------------------------------------------------
     case("export resnet2 --out x.onnx", "error: unknown model 'resnet2'"),
     case("export 42 --out x.onnx", f"error: {NOT_STORED}"),
-    case("export smallcnn --input 1,8 --out x.onnx", "error: --input must be C,H,W"),
-    case("export smallcnn --input 1,8,8 --num-classes 0 --out x.onnx", "--num-classes must be"),
-    case("export smallcnn --input 1,8,8 --rtol -1 --out x.onnx", "--rtol and --atol must be non"),
+    case("export smallcnn --input 1,8 --out x.onnx", "export.input: must have 3 or more values"),
+    case("export smallcnn --input 1,8,8 --num-classes 0 --out x.onnx", "export.num_classes: must"),
+    case("export smallcnn --input 1,8,8 --rtol -1 --out x.onnx", "export.rtol: must be at least 0"),
     case(
         "export smallcnn --input 1,8,8 --out nodir/x.onnx",
         "error: cannot use nodir/x.onnx: No such file or directory",
@@ -307,16 +307,16 @@ CASES = [
     case("infer {onnx} img.png --labels nodir/l.txt", "error: no labels file nodir/l.txt"),
     case("infer {onnx} img.png --labels /proc/forbidden/l.txt", "no labels file /proc/forbidden"),
     case("infer {onnx} img.png --labels dir", "error: no labels file dir"),
-    case("infer {onnx} img.png --topk 0", "error: --topk must be at least 1, got 0"),
+    case("infer {onnx} img.png --topk 0", "infer.topk: must be at least 1 (got 0)"),
     case("infer {onnx}", "Error: Missing argument 'images'."),
     case("infer bench nodir/m.onnx", "error: no model file nodir/m.onnx"),
     case("infer bench /proc/forbidden/m.onnx", "error: no model file /proc/forbidden/m.onnx"),
     case("infer bench dir", "error: no model file dir"),
-    case("infer bench {onnx} --batch 0", "error: batch sizes must be positive integers"),
-    case("infer bench {onnx} --batch x", "error: --batch must be integers separated by commas"),
-    case("infer bench {onnx} --repeats 0", "error: --repeats must be at least 1"),
+    case("infer bench {onnx} --batch 0", "infer.batch.0: must be at least 1 (got 0)"),
+    case("infer bench {onnx} --batch x", "infer.batch.0: Input should be a valid integer"),
+    case("infer bench {onnx} --repeats 0", "infer.repeats: must be at least 1 (got 0)"),
     case("infer bench {onnx} --torch resnet2", "error: unknown model 'resnet2'"),
-    case("infer bench {onnx} --threads -1", "--threads"),
+    case("infer bench {onnx} --threads -1", "infer.threads: must be at least 1 (got -1)"),
     # --- scale -----------------------------------------------------------------------------
     case(f"scale nodir/exp.toml {STUDY}", "error: nodir/exp.toml: no such experiment file"),
     case(f"scale /proc/forbidden/exp.toml {STUDY}", "/proc/forbidden/exp.toml: no such experiment"),
@@ -365,7 +365,7 @@ CASES = [
     case("scale --allreduce-bench --workers 1 --iters 0", "error: --iters must be at least 1"),
     case(
         "scale exp.toml --workers 1 --mode weak --per-worker-batch 8 --steps 0",
-        "error: exp.toml with --set: scale.steps: must be at least 1 (got 0)",
+        "error: --steps: scale.steps: must be at least 1 (got 0)",
     ),
     case(
         "scale exp.toml --workers 1 --mode weak --per-worker-batch 0 --steps 2 --emit slurm",
@@ -391,8 +391,8 @@ CASES = [
     case(
         "converge fit --csv {pollux} --y metrik", "has no column 'metrik' (did you mean 'metric'?)"
     ),
-    case(f"{CURVE} --upto 2", "error: --upto is a fraction in (0, 1], got 2.0"),
-    case("converge fit --csv {pollux} --y metric --metric acc", "error: unknown metric 'acc'"),
+    case(f"{CURVE} --upto 2", "converge.upto: must be at most 1 (got 2.0)"),
+    case("converge fit --csv {pollux} --y metric --metric acc", "converge.metric: Input should"),
     case(f"{CURVE} --plot nodir/fit.png", "error: cannot use nodir/fit.png: No such file or"),
     case(f"{CURVE} --plot /sys/fit.png", "error: cannot use /sys/fit.png: Permission denied"),
     case(f"{CURVE} --plot dir", "error: cannot use dir: Is a directory"),
@@ -402,7 +402,8 @@ CASES = [
     case(
         f"{CURVE.replace('fit', 'predict')} --target 1.5", "an accuracy target must lie in [0, 1]"
     ),
-    case(f"{CURVE.replace('fit', 'predict')} --target 0.9 --form cubic", "unknown form 'cubic'"),
+    case(f"{CURVE.replace('fit', 'predict')} --target 0.9 --form cubic", "converge.form: Input"),
+    case(CURVE.replace("fit", "predict"), "error: give converge.target, the value to reach"),
     case("converge predict --csv nodir/c.csv --y metric --target 1", "cannot read nodir/c.csv"),
     case(
         "converge regress nodir/c.csv:depth=2 --features depth --y metric",
@@ -509,9 +510,7 @@ CASES = [
     case("serve /proc/forbidden/m.onnx", "error: no model file /proc/forbidden/m.onnx"),
     case("serve dir", "error: no model file dir"),
     case("serve bad.toml", "error: bad.toml is not an ONNX model"),
-    case(
-        "serve {onnx} --port 70000", "error: config with --set: serve.port: must be at most 65535"
-    ),
+    case("serve {onnx} --port 70000", "error: --port: serve.port: must be at most 65535"),
     case("serve {onnx} --max-batch 0", "serve.max_batch: must be at least 1 (got 0)"),
     case("serve {onnx} --set serve.max_wait_ms=-1", "serve.max_wait_ms: must be at least 0"),
     case("serve {onnx} --config nodir/s.toml", "error: nodir/s.toml: no such experiment file"),

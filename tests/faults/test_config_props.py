@@ -134,7 +134,24 @@ NUMERIC = {
     "distill.finetune_epochs": Range(int, 1, INT),
     "distill.finetune_lr": Range(float, 0, low_open=True),
     "distill.score_batch": Range(int, 1, INT),
+    "analyze.batch": Range(int, 1, INT),
+    "analyze.classes": Range(int, 1, INT),
+    "predict.ppp": Range(float, 0, 1, low_open=True, high_open=False),
+    "predict.peak_tflops": Range(float, 0, low_open=True),
+    "predict.flops": Range(float, 0, low_open=True),
+    "predict.reps": Range(int, 1, INT),
+    "export.num_classes": Range(int, 1, INT),
+    "export.opset": Range(int, 1, INT),
+    "export.rtol": Range(float, 0),
+    "export.atol": Range(float, 0),
+    "infer.topk": Range(int, 1, INT),
+    "infer.threads": Range(int, 1, INT),
+    "infer.repeats": Range(int, 1, INT),
+    "converge.upto": Range(float, 0, 1, low_open=True, high_open=False),
+    "converge.upto_step": Range(float, 0, low_open=True),
 }
+# Any finite number: its range depends on converge.metric, checked where it is used.
+FINITE = {"converge.target"}
 UNIT = st.floats(0, 1)
 COMMS = ["allreduce", "fp16", "bf16", "powersgd", "noop"]
 STRATEGIES = ["ddp", "dp", "mirrored", "multiworker"]
@@ -181,6 +198,19 @@ LISTS = {  # key: (valid, invalid)
         st.lists(st.integers(1, 10_000), min_size=1, max_size=4),
         st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
     ),
+    "analyze.input": (
+        st.lists(st.integers(1, 512), min_size=1, max_size=4),
+        st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
+    ),
+    "export.input": (
+        st.lists(st.integers(1, 512), min_size=3, max_size=3),
+        st.lists(st.integers(1, 512), max_size=5).filter(lambda s: len(s) != 3)
+        | st.lists(st.integers(-5, 0), min_size=3, max_size=3),
+    ),
+    "infer.batch": (
+        st.lists(st.integers(1, 1024), min_size=1, max_size=4),
+        st.just([]) | st.lists(st.integers(max_value=0), min_size=1, max_size=4),
+    ),
     "scale.comm": choices(COMMS),
     # empty: the framework's default strategy and all-reduce
     "scale.strategy": (
@@ -206,6 +236,10 @@ CHOICES = {
     "scale.on_failure": ["continue", "stop"],
     "detect.ap_method": ["area", "11point"],
     "detect.precision": ["fp32", "bf16", "fp16"],
+    "analyze.precision": ["fp32", "bf16", "fp16"],
+    "analyze.activations": ["all", "conv-pool-fc"],
+    "converge.metric": ["loss", "accuracy", "error"],
+    "converge.form": ["ensemble", "optimus", "power"],
 }
 FLAGS = [
     "data.download",
@@ -219,12 +253,18 @@ FLAGS = [
     "scale.comm_split",
     "scale.allow_oversubscribe",
     "scale.plots",
+    "analyze.train",
+    "analyze.bias",
+    "predict.measure",
+    "export.dynamic_batch",
+    "export.single_file",
 ]
 # Checked where they are used (the registries, the device, the file system), not on loading.
 TEXTS = ["model.name", "model.weights", "data.name", "data.root", "run.name"]
 TEXTS += ["run.device", "run.out_dir"]
 TEXTS += ["scale.device", "scale.rdzv", "serve.host", "distill.unlabeled", "distill.student"]
 TEXTS += ["detect.model", "detect.train_split", "detect.val_split"]
+TEXTS += ["predict.device", "infer.torch", "converge.x", "converge.y", "converge.key"]
 NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
 KWARGS = st.dictionaries(NAME, st.integers() | st.booleans() | st.text(max_size=5), max_size=3)
 
@@ -234,12 +274,14 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     **{key: st.sampled_from(values) for key, values in CHOICES.items()},
     **{key: st.booleans() for key in FLAGS},
     **{key: st.text() for key in TEXTS},
+    **{key: st.floats(allow_nan=False, allow_infinity=False) for key in FINITE},
 }
 INVALID: dict[str, st.SearchStrategy[Any]] = {
     **{key: r.invalid() for key, r in NUMERIC.items()},
     **{key: invalid for key, (_, invalid) in LISTS.items()},
     **{key: st.text().filter(lambda t, v=values: t not in v) for key, values in CHOICES.items()},
     **{key: st.floats(0.1, 0.9) | st.lists(st.booleans(), max_size=2) for key in FLAGS},
+    **{key: st.sampled_from([float("nan"), float("inf"), True, "0.9"]) for key in FINITE},
 }
 
 
@@ -298,7 +340,7 @@ def exp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_key_has_a_specified_range_or_kind() -> None:
-    specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, "model.kwargs"}
+    specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, *FINITE, "model.kwargs"}
     assert {key for key, _ in describe()} == specified
 
 

@@ -256,8 +256,8 @@ def _file_classes(
         ):
             factory = spec.rpartition(":")[2]
             raise UserError(
-                f"--classes {num_classes}: the factory {factory} takes no num_classes",
-                "leave --classes out: the factory sizes its own head",
+                f"analyze.classes {num_classes}: the factory {factory} takes no num_classes",
+                "leave analyze.classes unset: the factory sizes its own head",
             )
         return num_classes, "--classes"
     default = params["num_classes"].default if "num_classes" in params else None
@@ -480,7 +480,8 @@ def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise UserError(
             f"the model rejects input {list(x.shape)}: {type(e).__name__}: {first}",
-            "check --input C,H,W (and --batch: batch norm in training needs 2 or more)",
+            "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "
+            "more)",
         ) from None
 
 
@@ -589,14 +590,16 @@ def analyze(
     """Analyse a model by registry/torchvision name or "file.py:factory"; `bias` and
     `activations` choose what the parameter and activation counts include."""
     if batch < 1:
-        raise UserError(f"batch must be at least 1, got {batch}")
+        raise UserError(f"analyze.batch: must be at least 1, got {batch}")
     if num_classes is not None and num_classes < 1:
-        raise UserError(f"classes must be at least 1, got {num_classes}")
+        raise UserError(f"analyze.classes: must be at least 1, got {num_classes}")
     if precision not in DTYPES:
-        raise UserError(f"unknown precision '{precision}'", f"use {', '.join(DTYPES)}")
+        raise UserError(
+            f"analyze.precision: unknown precision '{precision}'", f"use {', '.join(DTYPES)}"
+        )
     if activations not in ACTIVATIONS:
         raise UserError(
-            f"--activations {activations!r}: use {' or '.join(ACTIVATIONS)}",
+            f"analyze.activations {activations!r}: use {' or '.join(ACTIVATIONS)}",
             "conv-pool-fc counts the outputs of convolution, pooling and linear layers only",
         )
     shape = list(input_shape) if input_shape else default_input(name)

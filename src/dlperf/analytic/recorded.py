@@ -57,21 +57,24 @@ def predict_model(
     machine as calibrated in those rounds. Warnings go to the reporter."""
     if device is None and not measure:
         raise UserError(
-            "give --device NAME", "see `dlperf devices`, or measure here with --measure"
+            "give predict.device, a catalog device",
+            "see `dlperf devices`, or measure here with predict.measure",
         )
     if ppp is not None and not 0 < ppp <= 1:
         raise UserError(
-            f"--ppp must lie in (0, 1], got {ppp:g}",
-            "it is the fraction of the peak reached, e.g. --ppp 0.62",
+            f"predict.ppp must lie in (0, 1], got {ppp:g}",
+            "it is the fraction of the peak reached, e.g. 0.62",
         )
-    for option, value in (("--peak-tflops", peak_tflops), ("--flops", flops)):
+    for option, value in (("predict.peak_tflops", peak_tflops), ("predict.flops", flops)):
         if value is not None and not 0 < value < math.inf:
             raise UserError(f"{option} must be positive and finite, got {value:g}")
     if peak_tflops is not None and device is None:
-        raise UserError("--peak-tflops needs --device NAME", "its memory bandwidth is used too")
+        raise UserError(
+            "predict.peak_tflops needs predict.device", "its memory bandwidth is used too"
+        )
     entry = get_device(device) if device is not None else None
     if reps < 1:
-        raise UserError(f"--reps must be at least 1, got {reps}")
+        raise UserError(f"predict.reps must be at least 1, got {reps}")
     reporter = reporter or NullReporter()
     a = analyze(model, input_shape, batch, train, precision, classes)
     note = a.unsupported_note()

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import csv
-import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
 
 from dlperf.analytic.tables import si
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
-from dlperf.errors import UserError
-from dlperf.parsing import parse_list
+from dlperf.cli.app import app, config_option, open_store, set_option
 
 MODEL = typer.Argument(..., help="Registry or torchvision name, or path/to/file.py:factory.")
 INPUT = typer.Option(
@@ -23,8 +21,8 @@ INPUT = typer.Option(
     "(default: 3,224,224 for torchvision, 3,32,32 otherwise).",
     show_default=False,
 )
-BATCH = typer.Option(1, "--batch", help="Batch size.")
-PRECISION = typer.Option("fp32", "--precision", help="fp32 | fp16 | bf16")
+BATCH = typer.Option(None, "--batch", help="Batch size (default 1).", show_default=False)
+PRECISION = typer.Option(None, "--precision", help="fp32 (default) | fp16 | bf16")
 CLASSES = typer.Option(
     None,
     "--classes",
@@ -33,58 +31,38 @@ CLASSES = typer.Option(
     show_default=False,
 )
 JSON = typer.Option(False, "--json", help="Print one JSON object.")
+ANALYZE_CONFIG = config_option("[analyze] section")
+ANALYZE_SET = set_option("analyze.batch=8")
+PREDICT_CONFIG = config_option("[predict] and [analyze] sections")
+PREDICT_SET = set_option("predict.ppp=0.5")
 MS = 1e3  # seconds to milliseconds
-
-
-def parse_shape(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    bad = UserError(f"--input {text!r}: expected positive integers C,H,W", "e.g. --input 3,32,32")
-    return parse_list(text, int, bad, minimum=1)
-
-
-SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-
-
-def parse_positive(
-    text: str | None, option: str, what: str, example: str, prefixed: bool = False
-) -> float | None:
-    """A positive finite number; `prefixed`: an SI prefix may follow, '15.5G' -> 1.55e10."""
-    if text is None:
-        return None
-    has_prefix = prefixed and text[-1:].isalpha()
-    number, prefix = (text[:-1], text[-1].upper()) if has_prefix else (text, "")
-    try:
-        value = float(number) * SI[prefix]
-    except (ValueError, KeyError):
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UserError(f"{option} {text!r}: expected {what}", f"e.g. {option} {example}")
-    return value
 
 
 @app.command()
 def analyze(
     model: str = MODEL,
+    config: Path = ANALYZE_CONFIG,
+    set_: list[str] = ANALYZE_SET,
     input_: str = INPUT,
     batch: int = BATCH,
     train: bool = typer.Option(
-        False, "--train", help="Count a training step: forward + backward and training memory."
+        None, "--train", help="Count a training step: forward + backward and training memory."
     ),
     precision: str = PRECISION,
     classes: int = CLASSES,
-    no_bias: bool = typer.Option(
-        False,
-        "--no-bias",
-        help="Count parameters without biases (parameters named *bias), as tables that ask "
-        "for params 'without biases' do, e.g. dlperf analyze vgg19 --no-bias.",
+    bias: bool = typer.Option(
+        None,
+        "--bias/--no-bias",
+        help="--no-bias: count parameters without biases (parameters named *bias), as tables "
+        "that ask for params 'without biases' do, e.g. dlperf analyze vgg19 --no-bias.",
+        show_default=False,
     ),
     activations: str = typer.Option(
-        "all",
+        None,
         "--activations",
-        help="Whose outputs the activation totals count: all (every row) or conv-pool-fc "
-        "(convolution, pooling and linear layers only, as course tables count them), "
-        "e.g. dlperf analyze vgg19 --activations conv-pool-fc.",
+        help="Whose outputs the activation totals count: all (default, every row) or "
+        "conv-pool-fc (convolution, pooling and linear layers only, as course tables count "
+        "them), e.g. dlperf analyze vgg19 --activations conv-pool-fc.",
     ),
     as_json: bool = JSON,
     as_csv: bool = typer.Option(False, "--csv", help="Print the per-layer rows as CSV."),
@@ -93,14 +71,20 @@ def analyze(
     arithmetic), activations, receptive field. Runs on meta tensors: nothing is computed.
     Totals are the sums of the rows; parameters of modules that never ran are listed apart.
 
+    The options from --input to --activations are short for --set analyze.KEY=VALUE (KEY: the
+    option's name, --no-bias is analyze.bias=false); `dlperf config keys` explains every key.
+
     Example: dlperf analyze vgg19 --no-bias --activations conv-pool-fc
     """
-    from dlperf.analytic.counting import analyze as run_analysis
+    from dlperf.analytic.counting import analyze as count
     from dlperf.analytic.tables import csv_columns, tables
+    from dlperf.config import load_command
 
-    a = run_analysis(
-        model, parse_shape(input_), batch, train, precision, classes, not no_bias, activations
-    )
+    opts = load_command(config, set_, {**locals(), "input": input_}, "analyze").analyze
+    a = count(
+        model, opts.input, opts.batch, opts.train, opts.precision, opts.classes, opts.bias,
+        opts.activations,
+    )  # fmt: skip
     note = a.unsupported_note()
     if note:
         console.warn(note)
@@ -120,6 +104,8 @@ def analyze(
 @app.command()
 def predict(
     model: str = MODEL,
+    config: Path = PREDICT_CONFIG,
+    set_: list[str] = PREDICT_SET,
     device: str = typer.Option(
         None,
         "--device",
@@ -130,7 +116,7 @@ def predict(
     input_: str = INPUT,
     batch: int = BATCH,
     train: bool = typer.Option(
-        False, "--train", help="Predict a training step (forward + backward)."
+        None, "--train", help="Predict a training step (forward + backward)."
     ),
     ppp: float = typer.Option(
         None,
@@ -157,13 +143,13 @@ def predict(
     precision: str = PRECISION,
     classes: int = CLASSES,
     measure: bool = typer.Option(
-        False,
+        None,
         "--measure",
         help="Also run the model here, interleaved with calibration kernels, and compare; "
         "the result is stored. Without --device, predicts this machine from those kernels.",
     ),
     reps: int = typer.Option(
-        10, "--reps", help="--measure: rounds of calibration kernels + one timed model run."
+        None, "--reps", help="--measure: rounds of calibration kernels + one timed model run."
     ),
     as_json: bool = JSON,
 ) -> None:
@@ -174,21 +160,23 @@ def predict(
     "calibrated <when> on <what>" for a calibrated device; the peak says what it is the
     peak of (one GPU of a K80 board, or the --peak-tflops given).
 
+    The options are short for --set predict.KEY=VALUE, and --input, --batch, --train,
+    --precision and --classes for --set analyze.KEY=VALUE (KEY: the option's name with _
+    for -); `dlperf config keys` explains every key.
+
     Example: dlperf predict vgg16 --device K80 --peak-tflops 8.73 --flops 15.5G
     """
     from dlperf.analytic.recorded import predict_model
+    from dlperf.config import load_command
 
+    exp = load_command(config, set_, {**locals(), "input": input_}, "analyze", "predict")
+    count, opts = exp.analyze, exp.predict
     with console.reporter() as rep:
         result = predict_model(
-            model, device, open_store, input_shape=parse_shape(input_), batch=batch,
-            train=train, precision=precision, classes=classes, ppp=ppp,
-            peak_tflops=parse_positive(
-                peak_tflops, "--peak-tflops", "a positive peak in 10^12 FLOP/s", "8.73"
-            ),
-            flops=parse_positive(
-                flops, "--flops", "a positive number of FLOPs per image", "15.5G", prefixed=True
-            ),
-            measure=measure, reps=reps, reporter=rep,
+            model, opts.device, open_store, input_shape=count.input, batch=count.batch,
+            train=count.train, precision=count.precision, classes=count.classes, ppp=opts.ppp,
+            peak_tflops=opts.peak_tflops, flops=opts.flops, measure=opts.measure,
+            reps=opts.reps, reporter=rep,
         )  # fmt: skip
     if as_json:
         console.print_json(result)

@@ -71,3 +71,15 @@ def open_store():  # -> dlperf.store.Store, imported lazily to keep --help fast
     from dlperf.store import Store
 
     return Store.open(state.db)
+
+
+def config_option(sections: str) -> Any:
+    """--config: a TOML file whose `sections` (e.g. "[serve]") hold the command's options."""
+    return typer.Option(None, "--config", help=f"A TOML file whose {sections} to use.")
+
+
+def set_option(example: str) -> Any:
+    """--set KEY=VALUE, repeatable; `example` is one such assignment."""
+    return typer.Option(
+        [], "--set", help=f"Override a config key, e.g. --set {example} (repeatable)."
+    )

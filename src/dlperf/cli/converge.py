@@ -12,13 +12,15 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import app, config_option, open_store, set_option
 from dlperf.converge.options import CurveOptions
 from dlperf.parsing import parse_names, parse_pairs
 
 converge_app = typer.Typer(
     help="Loss-curve and speed models (Optimus, Pollux): when a job converges, how fast it "
-    "runs, what to give it.\n\nExample: dlperf converge fit --csv "
+    "runs, what to give it.\n\nThe curve options of fit, predict and regress (--x to "
+    "--upto-step, --target, --form) are short for --set converge.KEY=VALUE; `dlperf config "
+    "keys` explains every key.\n\nExample: dlperf converge fit --csv "
     "examples/pollux/cifar10_validation-128.csv --y metric --metric accuracy --upto 0.3",
     no_args_is_help=True,
 )
@@ -36,12 +38,16 @@ JSON = typer.Option(False, "--json", help="Print one JSON document.")
 
 
 _CURVE_OPTIONS = {
+    "config": config_option("[converge] section"),
+    "set_": set_option("converge.upto=0.3"),
     "x": typer.Option(
         None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...)."
     ),
     "y": typer.Option(None, "--y", help="CSV column of the metric."),
     "metric": typer.Option(
-        "loss", "--metric", help="loss | accuracy | error (accuracy is fitted as 1 − accuracy)."
+        None,
+        "--metric",
+        help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy).",
     ),
     "key": typer.Option(
         None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
@@ -49,23 +55,32 @@ _CURVE_OPTIONS = {
     "upto": typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3."),
     "upto_step": typer.Option(None, "--upto-step", help="Fit the points up to step K."),
 }
+_ANNOTATIONS: dict[str, Any] = {"config": Path, "set_": list[str], "upto": float}
+_ANNOTATIONS |= {"x": str, "y": str, "metric": str, "key": str, "upto_step": float}
 
 
 def curve_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give a command the options of `CurveOptions` (--x, --y, --metric, --key, --upto,
-    --upto-step), passed to it as one argument `opts`, so that each command declares only
-    its own options."""
+    """Give a command --config, --set and the options of `CurveOptions` (--x, --y, --metric,
+    --key, --upto, --upto-step), shortcuts for the keys of [converge]; the command gets the
+    resolved curve options as one argument `opts`, and its own options named after keys
+    (--target, --form) their resolved values, so that each command declares only its own."""
     own = [p for p in inspect.signature(command).parameters.values() if p.name != "opts"]
     shared = [
-        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=_CURVE_OPTIONS[f.name],
-                          annotation=f.type)
-        for f in fields(CurveOptions)
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                          annotation=_ANNOTATIONS[name])
+        for name, option in _CURVE_OPTIONS.items()
     ]  # fmt: skip
 
     @functools.wraps(command)
     def wrapper(**kwargs: Any) -> None:
-        opts = CurveOptions(**{f.name: kwargs.pop(f.name) for f in fields(CurveOptions)})
-        command(opts=opts, **kwargs)
+        from dlperf.config import load_command
+
+        given = {name: kwargs.pop(name) for name in _CURVE_OPTIONS}
+        config, set_ = given.pop("config"), given.pop("set_")
+        section = load_command(config, set_, {**given, **kwargs}, "converge").converge
+        opts = CurveOptions(**{f.name: getattr(section, f.name) for f in fields(CurveOptions)})
+        resolved = {k: getattr(section, k) for k in kwargs if k in type(section).model_fields}
+        command(opts=opts, **{**kwargs, **resolved})
 
     # Typer reads the options from the signature and resolves its annotations.
     wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
@@ -129,10 +144,10 @@ def fit(
 def predict(
     opts: CurveOptions,
     run_ids: list[int] = RUN_IDS,
-    target: float = typer.Option(..., "--target", help="Value to reach, in the metric's units."),
+    target: float = typer.Option(None, "--target", help="Value to reach, in the metric's units."),
     csv: Path = CSV,
     form: str = typer.Option(
-        "ensemble",
+        None,
         "--form",
         help="ensemble (default: a distribution over 5 curve families) | optimus | power.",
     ),
@@ -222,7 +237,9 @@ def regress(
     predict_at: str = typer.Option(
         None, "--predict", help="A configuration to predict, e.g. depth=50,gpu=T4."
     ),
-    target: float = typer.Option(None, "--target", help="With --predict: the step reaching it."),
+    target: float = typer.Option(
+        None, "--target", help="With --predict: the value whose step to predict."
+    ),
     plot: Path = console.PLOT,
     as_json: bool = JSON,
 ) -> None:

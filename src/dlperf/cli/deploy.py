@@ -8,9 +8,8 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, default_command_group, open_store
-from dlperf.errors import CheckFailed, UserError
-from dlperf.parsing import parse_list
+from dlperf.cli.app import app, config_option, default_command_group, open_store, set_option
+from dlperf.errors import CheckFailed
 
 infer_app = typer.Typer(
     cls=default_command_group("predict"),
@@ -24,6 +23,13 @@ infer_app = typer.Typer(
 app.add_typer(infer_app, name="infer")
 
 JSON = typer.Option(False, "--json", help="Print one JSON document.")
+EXPORT_CONFIG = config_option("[export] section")
+EXPORT_SET = set_option("export.rtol=0.01")
+INFER_CONFIG = config_option("[infer] section")
+INFER_SET = set_option("infer.topk=3")
+THREADS = typer.Option(
+    None, "--threads", help="Intra-op threads (default: all cores).", show_default=False
+)
 
 
 @app.command("export")
@@ -34,12 +40,14 @@ def export_cmd(
         show_default=False,
     ),
     out: Path = typer.Option(..., "--out", help="The ONNX file to write.", show_default=False),
+    config: Path = EXPORT_CONFIG,
+    set_: list[str] = EXPORT_SET,
     opset: int = typer.Option(None, "--opset", help="ONNX opset (default: the exporter's)."),
     dynamic_batch: bool = typer.Option(
-        False, "--dynamic-batch", help="Any batch size (default: a fixed batch of 1)."
+        None, "--dynamic-batch", help="Any batch size (default: a fixed batch of 1)."
     ),
     single_file: bool = typer.Option(
-        False, "--single-file", help="Weights inside the .onnx file, no MODEL.onnx.data beside it."
+        None, "--single-file", help="Weights inside the .onnx file, no MODEL.onnx.data beside it."
     ),
     input_shape: str = typer.Option(
         None,
@@ -50,8 +58,8 @@ def export_cmd(
     num_classes: int = typer.Option(
         None, "--num-classes", help="Classes of a registry model (default: the model's, 10)."
     ),
-    rtol: float = typer.Option(1e-3, "--rtol", help="Parity: relative tolerance."),
-    atol: float = typer.Option(1e-5, "--atol", help="Parity: absolute tolerance."),
+    rtol: float = typer.Option(None, "--rtol", help="Parity: relative tolerance (1e-3)."),
+    atol: float = typer.Option(None, "--atol", help="Parity: absolute tolerance (1e-5)."),
     as_json: bool = JSON,
 ) -> None:
     """Export a stored run or a registry model to ONNX, check the file, and prove that ONNX
@@ -61,14 +69,22 @@ def export_cmd(
     |onnx - torch| <= atol + rtol * |torch|. The preprocessing and labels are saved inside
     the file and in MODEL.onnx.json, for `dlperf infer` and `dlperf serve`.
 
+    The options from --opset to --atol are short for --set export.KEY=VALUE (KEY: the
+    option's name with _ for -; --input is export.input); `dlperf config keys` explains them.
+
     Example: dlperf export resnet20 --input 3,32,32 --out resnet20.onnx --dynamic-batch
     """
-    from dlperf.deploy.export import export, parse_shape, resolve
+    from dlperf.config import load_command
+    from dlperf.deploy.export import export, resolve
 
-    shape = parse_shape(input_shape) if input_shape is not None else None
-    src = resolve(source, open_store, shape, num_classes)
+    opts = load_command(config, set_, {**locals(), "input": input_shape}, "export").export
+    shape = tuple(opts.input) if opts.input is not None else None
+    src = resolve(source, open_store, shape, opts.num_classes)
     with console.reporter() as rep:
-        result = export(src, out, opset, dynamic_batch, single_file, rtol, atol, reporter=rep)
+        result = export(
+            src, out, opts.opset, opts.dynamic_batch, opts.single_file, opts.rtol, opts.atol,
+            reporter=rep,
+        )  # fmt: skip
     if as_json:
         console.print_json(result)
     else:
@@ -76,7 +92,7 @@ def export_cmd(
     if not result["parity"]:
         raise CheckFailed(
             f"ONNX Runtime differs from PyTorch by up to {result['max_abs_diff']:.3g} "
-            f"(rtol {rtol:g}, atol {atol:g})"
+            f"(rtol {opts.rtol:g}, atol {opts.atol:g})"
         )
 
 
@@ -116,17 +132,25 @@ def predict_cmd(
         ..., help="An ONNX file from `dlperf export`.", show_default=False
     ),
     images: list[Path] = typer.Argument(..., help="Image files.", show_default=False),
-    topk: int = typer.Option(5, "--topk", help="Classes per image."),
+    config: Path = INFER_CONFIG,
+    set_: list[str] = INFER_SET,
+    topk: int = typer.Option(None, "--topk", help="Classes per image (default 5)."),
+    threads: int = THREADS,
     labels: Path = typer.Option(None, "--labels", help="Class names, one per line."),
     as_json: bool = JSON,
 ) -> None:
     """Classify images with the preprocessing saved at export.
 
+    --topk and --threads are short for --set infer.KEY=VALUE; `dlperf config keys` explains
+    every key.
+
     Example: dlperf infer model.onnx cat.png dog.jpg --topk 3
     """
+    from dlperf.config import load_command
     from dlperf.deploy.infer import predict
 
-    result = predict(model, images, topk, labels)
+    opts = load_command(config, set_, locals(), "infer").infer
+    result = predict(model, images, opts.topk, labels, opts.threads)
     if as_json:
         console.print_json(result)
         return
@@ -143,28 +167,33 @@ def bench_cmd(
     model: Path = typer.Argument(
         ..., help="An ONNX file from `dlperf export`.", show_default=False
     ),
-    torch_model: str = typer.Option(
+    config: Path = INFER_CONFIG,
+    set_: list[str] = INFER_SET,
+    torch: str = typer.Option(
         None,
         "--torch",
         help="PyTorch contender: RUN_ID or registry name (default: the model the metadata names).",
     ),
-    batch: str = typer.Option("1,8,32", "--batch", help="Batch sizes, comma-separated."),
-    threads: int = typer.Option(None, "--threads", help="Threads for both (default: all cores)."),
-    repeats: int = typer.Option(20, "--repeats", help="Timed calls per contender and batch."),
+    batch: str = typer.Option(None, "--batch", help="Batch sizes, comma-separated (1,8,32)."),
+    threads: int = THREADS,
+    repeats: int = typer.Option(None, "--repeats", help="Timed calls per contender and batch."),
     as_json: bool = JSON,
 ) -> None:
     """Latency p50/p90/p99 and throughput of ONNX Runtime against PyTorch eager (NCHW and
     channels_last), same input, same thread count, warm-up excluded, interleaved calls.
 
+    The options from --torch to --repeats are short for --set infer.KEY=VALUE (a comma list
+    for infer.batch); `dlperf config keys` explains every key.
+
     Example: dlperf infer bench model.onnx --batch 1,8,32 --threads 2
     """
+    from dlperf.config import load_command
     from dlperf.deploy.bench import bench, pytorch_contender
 
-    bad = UserError(f"--batch must be integers separated by commas, got '{batch}'")
-    batches = parse_list(batch, int, bad)
+    opts = load_command(config, set_, locals(), "infer").infer
     with console.reporter() as rep:
-        contender = pytorch_contender(model, torch_model, open_store, rep)
-        result = bench(model, batches, contender, threads, repeats, reporter=rep)
+        contender = pytorch_contender(model, opts.torch, open_store, rep)
+        result = bench(model, opts.batch, contender, opts.threads, opts.repeats, reporter=rep)
     if as_json:
         console.print_json(result)
         return

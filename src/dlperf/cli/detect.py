@@ -4,15 +4,19 @@ AP."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import app, config_option, open_store
 from dlperf.errors import CheckFailed, UserError
 from dlperf.paths import check_writable
+
+if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
+    from dlperf.config import DetectConfig
 
 detect_app = typer.Typer(
     help="Object detection: export torchvision's SSD detectors to ONNX, run them in ONNX "
@@ -36,6 +40,7 @@ SIZE = typer.Option(
 )
 THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: the usable cores).")
 JSON = typer.Option(False, "--json", help="Print one JSON document.")
+DETECT_CONFIG = config_option("[detect] section")
 
 
 @detect_app.command("export")
@@ -155,12 +160,27 @@ def _delta(a: float, b: float) -> float | None:
     return None if math.isnan(a) or math.isnan(b) else b - a
 
 
+def _detect_options(config: Path | None, set_: list[str], flags: dict[str, Any]) -> DetectConfig:
+    """[detect] of `config` < --set < the command's options named after its keys."""
+    from dlperf.config import load_command
+    from dlperf.detect import ssd
+
+    opts = load_command(config, set_, flags, "detect").detect
+    ssd.check_model_name(opts.model)
+    return opts
+
+
+def _recorded(command: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """`command(store, *args, reporter)`: a stored run, its progress on the console."""
+    store = open_store()
+    with console.reporter() as rep:
+        return command(store, *args, rep)
+
+
 @detect_app.command("finetune")
 def finetune(
     voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
-    config: Path = typer.Option(
-        None, "--config", help="A TOML file whose [detect] section to use."
-    ),
+    config: Path = DETECT_CONFIG,
     set_: list[str] = typer.Option(
         [], "--set", help="Override a config key, e.g. --set detect.lr=0.05 (repeatable)."
     ),
@@ -191,18 +211,11 @@ def finetune(
 
     Example: dlperf detect finetune shapes --size 160 --epochs 30 --lr 0.05 --threads 1
     """
-    from dlperf.config import DetectConfig, load_experiment, shortcuts
-    from dlperf.detect import ssd
     from dlperf.detect.finetune import finetune_recorded
 
-    # The options named after [detect] keys are shortcuts for them.
-    flags = {name: value for name, value in locals().items() if name in DetectConfig.model_fields}
-    opts = load_experiment(config, [*set_, *shortcuts("detect", flags)]).detect
-    ssd.check_model_name(opts.model)
+    opts = _detect_options(config, set_, locals())
     check_writable(out)
-    store = open_store()
-    with console.reporter() as rep:
-        done = finetune_recorded(store, voc_root, opts, out, weights, rep)
+    done = _recorded(finetune_recorded, voc_root, opts, out, weights)
     if as_json:
         console.print_json(done)
         return
@@ -229,9 +242,7 @@ def evaluate(
     pretrained: bool = typer.Option(
         False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
     ),
-    config: Path = typer.Option(
-        None, "--config", help="A TOML file whose [detect] section to use."
-    ),
+    config: Path = DETECT_CONFIG,
     set_: list[str] = typer.Option(
         [], "--set", help="Override a config key, e.g. --set detect.batch=16 (repeatable)."
     ),
@@ -257,16 +268,10 @@ def evaluate(
 
     Example: dlperf detect eval shapes --weights shapes.pt --val-split val --threads 1
     """
-    from dlperf.config import DetectConfig, load_experiment, shortcuts
-    from dlperf.detect import ssd
     from dlperf.detect.evaluate import evaluate_recorded
 
-    flags = {name: value for name, value in locals().items() if name in DetectConfig.model_fields}
-    opts = load_experiment(config, [*set_, *shortcuts("detect", flags)]).detect
-    ssd.check_model_name(opts.model)
-    store = open_store()
-    with console.reporter() as rep:
-        done = evaluate_recorded(store, voc_root, opts, weights, pretrained, rep)
+    opts = _detect_options(config, set_, locals())
+    done = _recorded(evaluate_recorded, voc_root, opts, weights, pretrained)
     if as_json:
         console.print_json(done)
         return

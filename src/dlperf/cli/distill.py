@@ -106,12 +106,11 @@ def distill(
 
     Example: dlperf distill examples/distill_digits.toml --top-k 25,50,100
     """
-    from dlperf.config import DistillConfig, load_experiment, shortcuts
+    from dlperf.config import load_command
     from dlperf.distill.runner import run_distill
     from dlperf.report.distill import distill_figure
 
-    flags = {k: v for k, v in locals().items() if k in DistillConfig.model_fields}
-    exp = load_experiment(experiment, [*set_, *shortcuts("distill", flags)])
+    exp = load_command(experiment, set_, locals(), "distill")
     store = open_store()
     with console.reporter() as rep:
         result = run_distill(exp, store, resume, new, rep)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app, open_store
 from dlperf.errors import CheckFailed, UserError
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
 
 config_app = typer.Typer(
     help="Inspect experiment configs.\n\nExample: dlperf config show examples/digits_smallcnn.toml",
@@ -82,7 +85,7 @@ def run(
         raise typer.Exit(1)
 
 
-def _resume_hint(store: Any, run_id: int | None) -> None:
+def _resume_hint(store: Store, run_id: int | None) -> None:
     """After Ctrl-C or SIGTERM: how to go on with this process's run (the newest run that
     records this pid), when it reached a checkpoint."""
     import os
@@ -91,9 +94,9 @@ def _resume_hint(store: Any, run_id: int | None) -> None:
 
     if run_id is None:
         newest = store.list_runs(limit=1)
-        if not newest or newest[0]["system"].get("process", {}).get("pid") != os.getpid():
+        if not newest or (newest[0].process or {}).get("pid") != os.getpid():
             return
-        run_id = newest[0]["id"]
+        run_id = newest[0].id
     try:
         run_checkpoint(store, run_id, "", "")
     except UserError:

@@ -74,13 +74,11 @@ def start(
 
     Example: dlperf serve model.onnx --port 8000 --max-batch 32 --max-wait-ms 5
     """
-    from dlperf.config import ServeConfig, load_experiment, shortcuts
+    from dlperf.config import load_command
     from dlperf.deploy.loadgen import is_loopback
     from dlperf.deploy.server import create_app, serve_forever
 
-    # The options named after [serve] keys are shortcuts for them.
-    flags = {name: value for name, value in locals().items() if name in ServeConfig.model_fields}
-    opts = load_experiment(config, [*set_, *shortcuts("serve", flags)]).serve
+    opts = load_command(config, set_, locals(), "serve").serve
     server_app = create_app(
         model,
         opts.max_batch,

@@ -17,13 +17,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
 
 from dlperf.converge.tables import read_columns
 from dlperf.errors import UserError
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
 
 METRICS = ("loss", "accuracy", "error")
 # The stored metric each kind reads by default (per epoch, step = epoch). The engine logs no
@@ -63,7 +66,9 @@ def to_decreasing(values: Any, metric: str) -> Any:
 
 def check_metric(metric: str) -> None:
     if metric not in METRICS:
-        raise UserError(f"unknown metric '{metric}'", f"choose one of {', '.join(METRICS)}")
+        raise UserError(
+            f"converge.metric: unknown metric '{metric}'", f"choose one of {', '.join(METRICS)}"
+        )
 
 
 def check_target(target: float, metric: str) -> None:
@@ -279,10 +284,10 @@ def predict(
 def window(k: np.ndarray, upto: float | None, upto_step: float | None) -> int:
     """How many leading points the fit uses: a fraction of them, or those up to a step."""
     if upto is not None and upto_step is not None:
-        raise UserError("give --upto or --upto-step, not both")
+        raise UserError("give converge.upto or converge.upto_step, not both")
     if upto is not None:
         if not 0.0 < upto <= 1.0:
-            raise UserError(f"--upto is a fraction in (0, 1], got {upto}")
+            raise UserError(f"converge.upto is a fraction in (0, 1], got {upto}")
         return max(1, round(upto * len(k)))
     if upto_step is not None:
         return int(np.sum(k <= upto_step))
@@ -316,7 +321,9 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     later points."""
     check_metric(metric)
     if metric in ("accuracy", "error") and np.any((curve.values < 0) | (curve.values > 1)):
-        raise UserError(f"{curve.label}: {metric} values must lie in [0, 1]", "is --metric right?")
+        raise UserError(
+            f"{curve.label}: {metric} values must lie in [0, 1]", "is converge.metric right?"
+        )
     k, y = curve.steps, to_decreasing(curve.values, metric)
     fits, params, samples, ci = {}, {}, {}, {}
     for form in PARAMS:
@@ -337,7 +344,7 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
     return Curve(path.name, steps, values)
 
 
-def from_run(store: Any, run_id: int, metric: str, key: str | None = None) -> Curve:
+def from_run(store: Store, run_id: int, metric: str, key: str | None = None) -> Curve:
     """A stored run's metric: `key`, else the metric's default key (error: 1 − val/acc1).
     Per-epoch metrics (val/*, epoch/*) are logged at step = epoch; they are put on the
     global-step axis when the run knows its steps per epoch."""
@@ -346,7 +353,7 @@ def from_run(store: Any, run_id: int, metric: str, key: str | None = None) -> Cu
     pairs = store.metrics(run_id, stored)
     if not pairs:
         raise UserError(f"run {run_id} has no metric '{stored}'", "see `dlperf runs show`")
-    epoch_steps = run["summary"].get("steps_per_epoch")
+    epoch_steps = run.summary.get("steps_per_epoch")
     steps = np.array([s for s, _ in pairs], float)
     if stored.startswith(("val/", "epoch/")) and epoch_steps:
         steps = steps * epoch_steps

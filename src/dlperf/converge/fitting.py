@@ -40,7 +40,7 @@ def load_curves(
         raise UserError("give RUN_ID ... or --csv FILE (not both)")
     if csv is not None:
         if opts.y is None:
-            raise UserError("--csv needs --y COLUMN (the metric)")
+            raise UserError("--csv needs converge.y, the column of the metric", "e.g. --y metric")
         return [curve.from_csv(csv, opts.x, opts.y)]
     store = open_store()
     return [curve.from_run(store, i, opts.metric, opts.key) for i in run_ids]
@@ -123,7 +123,7 @@ def predict(
     csv: Path | None,
     opts: CurveOptions,
     open_store: Callable[[], Store],
-    target: float,
+    target: float | None,
     form: str = "ensemble",
     reporter: Reporter | None = None,
 ) -> CurveFits:
@@ -131,8 +131,10 @@ def predict(
     with a 90% interval, and its error against the measured curve when that goes on beyond
     the fit window. `form` "ensemble" gives the distribution of that step (see
     `dlperf.converge.ensemble`)."""
+    if target is None:
+        raise UserError("give converge.target, the value to reach", "e.g. --target 0.94")
     if form not in FORMS:
-        raise UserError(f"unknown form '{form}'", f"choose {', '.join(FORMS)}")
+        raise UserError(f"converge.form: unknown form '{form}'", f"choose {', '.join(FORMS)}")
     curve.check_metric(opts.metric)
     curve.check_target(target, opts.metric)
     fits = fit(run_ids, csv, opts, open_store, reporter)
@@ -232,7 +234,9 @@ def regress_sources(
             continue
         path, _, given = source.partition(":")
         if opts.y is None:
-            raise UserError("CSV sources need --y COLUMN (the metric)")
+            raise UserError(
+                "CSV sources need converge.y, the column of the metric", "e.g. --y metric"
+            )
         example = f"{path}:{features[0]}=20"
         values = parse_pairs(given, "a CSV source", example) if given else {}
         missing = [f for f in features if f not in values]
@@ -324,7 +328,7 @@ def regress(
     curve.check_metric(opts.metric)
     if target is not None:
         if at is None:
-            raise UserError("--target needs --predict (the configuration to predict)")
+            raise UserError("converge.target needs --predict (the configuration to predict)")
         curve.check_target(target, opts.metric)
     found = regress_sources(sources, features, opts, open_store)
     warnings, betas, windows = [], [], []

@@ -26,7 +26,6 @@ from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.engine.checks import dry_forward
 from dlperf.errors import CheckFailed, UserError
-from dlperf.parsing import parse_list
 from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
@@ -46,15 +45,6 @@ class Source:
     images: torch.Tensor | None = None  # (N, C, H, W) float, normalised as in training
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """Parse "C,H,W" (e.g. "3,32,32") into three positive ints."""
-    bad = UserError(f"--input must be C,H,W with positive sides, got '{text}'", "e.g. 3,32,32")
-    shape = parse_list(text, int, bad, minimum=1)
-    if len(shape) != 3:
-        raise bad
-    return tuple(shape)  # type: ignore[return-value]
-
-
 def from_registry(
     name: str, input_shape: tuple[int, ...] | None = None, num_classes: int | None = None
 ) -> Source:
@@ -63,7 +53,7 @@ def from_registry(
     from dlperf.models import create_model
 
     if num_classes is not None and num_classes < 1:
-        raise UserError(f"--num-classes must be positive, got {num_classes}")
+        raise UserError(f"export.num_classes must be positive, got {num_classes}")
     shape: tuple[int, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -98,9 +88,9 @@ def from_run(store: Store, run_id: int) -> Source:
     )
     # The file must be this run's: a checkpoint copied over it (another store's run 1, say)
     # would export weights that pass parity yet are not the run's.
-    owner = checkpoint.Owner(store.id, run_id, record["config_hash"])
+    owner = checkpoint.Owner(store.id, run_id, record.config_hash)
     weights = checkpoint.load(path, owner)["model"]
-    exp = build_experiment(record["config"], f"run {run_id}")
+    exp = build_experiment(record.config, f"run {run_id}")
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
     model = build_model(exp, data, torch.device("cpu"))
     model.load_state_dict(weights)
@@ -124,14 +114,14 @@ def from_run(store: Store, run_id: int) -> Source:
 def resolve(
     spec: str,
     open_store: Callable[[], Store],
-    input_shape: tuple[int, int, int] | None = None,
+    input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None,
 ) -> Source:
     """RUN_ID (all digits) or a registry name; the store is opened only for a run."""
     if spec.isdigit():
         if input_shape is not None or num_classes is not None:
             raise UserError(
-                "--input and --num-classes apply to registry models",
+                "export.input and export.num_classes apply to registry models",
                 "a run's input and classes come from its data",
             )
         return from_run(open_store(), int(spec))
@@ -260,7 +250,7 @@ def export(
 
     reporter = reporter or NullReporter()
     if rtol < 0 or atol < 0:
-        raise UserError("--rtol and --atol must be non-negative")
+        raise UserError("export.rtol and export.atol must be non-negative")
     check_writable(out)
     data_file = out.with_name(out.name + ".data")
     data_file.unlink(missing_ok=True)  # a stale weights file from an earlier export

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.export import run_onnx
 from dlperf.errors import UserError
@@ -29,13 +28,13 @@ def predict(
     threads: int | None = None,
 ) -> dict[str, Any]:
     """The top-k classes of each image: {model, labels, predictions: [{image, top}]}."""
-    meta = meta_io.load(model)
-    if meta.task != "classification":
-        raise UserError(f"{model} is a {meta.task} model; `dlperf infer` classifies images")
     if k < 1:
-        raise UserError(f"--topk must be at least 1, got {k}")
+        raise UserError(f"infer.topk must be at least 1, got {k}")
+    meta, sess = runtime.open_model(
+        model, "classification", "a classifier", "use dlperf detect run", threads
+    )
     x = runtime.load_images(images, meta.preprocess)
-    logits = run_onnx(runtime.session(model, threads), x)
+    logits = run_onnx(sess, x)
     labels = read_labels(labels_file) if labels_file is not None else meta.labels
     classes = logits.shape[-1]
     if labels and len(labels) != classes:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from dlperf.deploy.meta import Preprocess
+from dlperf.deploy import meta as meta_io
+from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import UserError
 
 
@@ -33,6 +34,17 @@ def session(path: Path, threads: int | None = None) -> Any:  # -> ort.InferenceS
     except Exception as e:  # ORT raises its own Fail/InvalidGraph types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"ONNX Runtime cannot load {path}: {first}") from None
+
+
+def open_model(
+    path: Path, task: str, what: str, instead: str, threads: int | None = None
+) -> tuple[ModelMeta, Any]:
+    """The metadata and a session of an exported model that must be a `task` model (`what`,
+    e.g. "a detector"); `instead` says what reads the other tasks' models."""
+    meta = meta_io.load(path)
+    if meta.task != task:
+        raise UserError(f"{path} is a {meta.task} model, not {what}", instead)
+    return meta, session(path, threads)
 
 
 def providers(available: list[str]) -> list[Any]:

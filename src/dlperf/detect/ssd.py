@@ -401,14 +401,11 @@ def run(
 ) -> list[dict[str, Any]]:
     """Detect objects in each image with an exported detector; boxes in the image's own
     pixels; with `out_dir`, an annotated PNG per image."""
-    from dlperf.deploy.runtime import decode, to_array
+    from dlperf.deploy.runtime import decode, open_model, to_array
 
-    meta = meta_mod.load(model_path)
-    if meta.task != "detection":
-        raise UserError(f"{model_path} is a {meta.task} model, not a detector", "use dlperf infer")
     if not 0 <= score_threshold <= 1:
         raise UserError(f"--score-threshold {score_threshold} is not in [0, 1]")
-    sess = _session(model_path, threads)
+    meta, sess = open_model(model_path, "detection", "a detector", "use dlperf infer", threads)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     results = []

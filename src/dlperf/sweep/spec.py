@@ -27,11 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from dlperf.config import (
     Experiment,
-    _validation_message,
     apply_override,
     assign,
     build_experiment,
     read_toml,
+    validation_message,
 )
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten
@@ -115,7 +115,7 @@ def _parse(path: Path) -> SweepFile:
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as e:
-        raise _validation_message(e, str(path)) from None
+        raise validation_message(e, str(path)) from None
     if not spec.grid and not spec.zip:
         raise UserError(f"{path}: no axes to sweep", 'add e.g. [grid] "train.lr" = [0.1, 0.01]')
     for table, axes in (("grid", spec.grid), ("zip", spec.zip)):
