@@ -124,3 +124,31 @@ def test_cuda_sessions_keep_fp32_without_tf32() -> None:
         ("CUDAExecutionProvider", {"use_tf32": "0"}),
         "CPUExecutionProvider",
     ]
+
+
+def test_a_cpu_session_stays_on_the_cpu_where_cuda_is_offered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`infer bench` races ONNX Runtime against PyTorch on the CPU: its session must not take
+    onnxruntime-gpu's CUDA provider."""
+    import onnxruntime as ort
+
+    path = tmp_path / "m.onnx"
+    _identity_model(path)
+    offered: list[object] = []
+    real = ort.InferenceSession
+
+    def session(path: str, options: object, providers: list[object]) -> object:
+        offered.append(providers)
+        return real(path, options, providers=["CPUExecutionProvider"])
+
+    monkeypatch.setattr(
+        ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    monkeypatch.setattr(ort, "InferenceSession", session)
+    runtime.session(path, threads=1, cpu=True)
+    runtime.session(path, threads=1)
+    assert offered == [
+        ["CPUExecutionProvider"],
+        [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"],
+    ]

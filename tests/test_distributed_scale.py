@@ -361,3 +361,31 @@ def test_find_max_batch_catches_a_worker_over_its_memory_cap(
     assert row["error"].startswith("out of memory at per-worker batch 32: peak memory")
     (run,) = store.list_runs(kind="scale")
     assert run.status == "failed" and run.error == row["error"]
+
+
+def test_find_max_batch_fails_when_a_batch_fails_for_another_reason(
+    cli: Callable, exp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only running out of memory ends the search with an answer: a point that crashes (an
+    NCCL error, a bug) at batch 128 after 32 fitted leaves it unfinished, exit 1, saying so."""
+    from dlperf.distributed.study import Study
+
+    real = Study.run_point
+
+    def run_point(study: Study, index: int, total: int, point: Any, steps: int, extra: Any):
+        if point.per_worker_batch == 32:
+            return real(study, index, total, point, steps, extra)
+        row = {"status": "failed", "per_worker_batch": point.per_worker_batch, "mode": "weak",
+               "strategy": "ddp", "out_of_memory": False, "error": "rank 0 failed"}  # fmt: skip
+        study.rows.append(row)
+        return row
+
+    monkeypatch.setattr(Study, "run_point", run_point)
+    monkeypatch.setattr(Study, "shard_error", lambda study, point: None)  # 128 > 64 images
+    args = ["scale", str(exp_path), "--workers", "1", "--find-max-batch", "--no-plots"]
+    r = cli(*args, "--memory-cap-gb", "64", "--json")
+    assert r.code == 1, r.err
+    doc = json.loads(r.out)
+    assert doc["max_per_worker_batch"] == 32
+    assert [row["status"] for row in doc["rows"]] == ["finished", "failed"]
+    assert any("per-worker batch 128 failed, not for memory" in w for w in doc["warnings"])

@@ -346,3 +346,26 @@ def test_each_step_keeps_its_own_wall_time(
     walls = [w for _, _, w in metric_series(store, result["run_id"])["train/loss"]]
     assert len(walls) > 10
     assert len(set(walls)) == len(walls) and walls == sorted(walls)
+
+
+def test_a_checkpoint_keeps_the_rng_of_the_runs_gpu_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the run's GPU's generator is saved and restored, so a run resumes where fewer
+    GPUs are visible; a checkpoint of every GPU's (before 2026-11-24) gives the run's own."""
+    from dlperf.engine import checkpoint
+
+    calls: list[tuple[str, object, torch.device]] = []
+    monkeypatch.setattr(
+        torch.cuda, "get_rng_state", lambda d: calls.append(("get", None, d)) or "s"
+    )
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, d: calls.append(("set", s, d)))
+    gpu1 = torch.device("cuda", 1)
+    state = checkpoint.rng_state(gpu1)
+    assert state["cuda"] == "s" and calls == [("get", None, gpu1)]
+    checkpoint.set_rng_state(state, gpu1)
+    checkpoint.set_rng_state({**state, "cuda": ["s0", "s1"]}, gpu1)
+    checkpoint.set_rng_state({**state, "cuda": ["s0"]}, gpu1)  # GPU 1 not in it: left alone
+    assert calls[1:] == [("set", "s", gpu1), ("set", "s1", gpu1)]
+    cpu = torch.device("cpu")
+    assert "cuda" not in checkpoint.rng_state(cpu)
+    checkpoint.set_rng_state(state, cpu)  # a GPU run resumed on the CPU
+    assert len(calls) == 3

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from dlperf.config import ScaleConfig, load_experiment
@@ -147,6 +148,19 @@ def test_plan_rejects_bad_options(changes: dict[str, object], message: str) -> N
     with pytest.raises(UserError) as e:
         plan(opts, "gloo")
     assert message in str(e.value)
+
+
+def test_dataparallel_on_a_gpu_host_needs_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DataParallel trains on the GPUs; under --backend gloo its worker would put the model on
+    the CPU and fail at its first forward, so the plan refuses it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    opts = ScaleConfig(workers=[1, 2], mode="weak", per_worker_batch=8, steps=2, strategy=["dp"])
+    with pytest.raises(
+        UserError, match="--strategy dp trains on the GPUs, not with --backend gloo"
+    ):
+        plan(opts, "gloo")
+    assert [p.workers for p in plan(opts, "nccl")] == [1, 2]
 
 
 def test_the_example_study_plans_weak_scaling_over_1_and_2_workers() -> None:

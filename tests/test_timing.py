@@ -206,3 +206,19 @@ def test_cuda_events_agree_with_the_host_clock_on_a_real_gpu() -> None:
     host = [Timer().time(lambda: (work(), torch.cuda.synchronize(device))) for _ in range(5)]
     assert all(t > 0 for t in events)
     assert statistics.median(events) == pytest.approx(statistics.median(host), rel=0.5)
+
+
+def test_marks_are_events_on_cuda_and_the_host_clock_elsewhere(fake_events: list[str]) -> None:
+    """The DDP worker's gradient-ready marks: on a GPU a hook runs when its work is queued,
+    so the mark is an event on the device's stream, read once the step has been waited for."""
+    log: list[str] = []
+    start = timing.mark(CUDA)
+    gpu_work(0.5, log)()
+    end = timing.mark(CUDA)
+    assert isinstance(start, FakeEvent) and FakeEvent.waits == 0  # marking never waits
+    assert timing.seconds_from(start, end) == pytest.approx(0.5)
+    assert fake_events == []
+    host = timing.mark(torch.device("cpu"))
+    assert isinstance(host, float) and timing.seconds_from(host, timing.mark(None)) >= 0
+    with pytest.raises(AssertionError, match="marks of one device"):
+        timing.seconds_from(host, end)

@@ -112,6 +112,22 @@ def seconds_between(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
     return start.elapsed_time(end) / 1e3  # torch answers in milliseconds
 
 
+def mark(device: torch.device | None) -> float | torch.cuda.Event:
+    """This moment of `device`'s work, without waiting for it: on a CUDA device an event on
+    its stream (read by `seconds_from` once a later event has completed); elsewhere the
+    host clock, since on the host the work queued before this call is done."""
+    cuda = events_device(device)
+    return record_event(cuda) if cuda is not None else time.perf_counter()
+
+
+def seconds_from(start: float | torch.cuda.Event, end: float | torch.cuda.Event) -> float:
+    """Seconds between two marks of one device."""
+    if isinstance(start, float) and isinstance(end, float):
+        return end - start
+    assert not isinstance(start, float) and not isinstance(end, float), "marks of one device"
+    return seconds_between(start, end)
+
+
 class Timer:
     """Times one span at a time of work on `device` (None: work on the host alone):
     start(), then stop() returns the seconds between them."""

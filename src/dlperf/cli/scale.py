@@ -249,7 +249,9 @@ def scale(
             console.out.print(
                 f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
             )
-        if result.max_per_worker_batch is None:
+        # Out of memory is the answer; any other failure leaves the search unfinished.
+        failed = any(r["status"] == "failed" and not r.get("out_of_memory") for r in result.rows)
+        if result.max_per_worker_batch is None or failed:
             raise typer.Exit(1)
     elif any(r["status"] == "failed" for r in result.rows):
         raise typer.Exit(1)

@@ -49,7 +49,8 @@ def bench(
     if repeats < 1 or warmup < 0:
         raise UserError("--repeats must be at least 1 and --warmup at least 0")
     n_threads = set_threads(threads)
-    session = runtime.session(model_path, n_threads)
+    # ONNX Runtime on the CPU, where the PyTorch contenders run, even with onnxruntime-gpu.
+    session = runtime.session(model_path, n_threads, cpu=True)
     spec = session.get_inputs()[0]
     fixed = spec.shape[0] if isinstance(spec.shape[0], int) else None
     if fixed is not None and any(b != fixed for b in batches):

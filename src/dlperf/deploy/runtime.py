@@ -18,9 +18,12 @@ from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import UserError
 
 
-def session(path: Path, threads: int | None = None) -> Any:  # -> ort.InferenceSession
-    """A CPU (or CUDA, when onnxruntime-gpu has it) session with explicit intra-op threads:
-    the default takes every core and fights any other worker on a small host."""
+def session(
+    path: Path, threads: int | None = None, cpu: bool = False
+) -> Any:  # -> ort.InferenceSession
+    """A CPU (or CUDA, when onnxruntime-gpu has it and `cpu` is false) session with explicit
+    intra-op threads: the default takes every core and fights any other worker on a small
+    host."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -29,7 +32,7 @@ def session(path: Path, threads: int | None = None) -> Any:  # -> ort.InferenceS
         options.inter_op_num_threads = 1
     try:
         return ort.InferenceSession(
-            str(path), options, providers=providers(ort.get_available_providers())
+            str(path), options, providers=providers([] if cpu else ort.get_available_providers())
         )
     except Exception as e:  # ORT raises its own Fail/InvalidGraph types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

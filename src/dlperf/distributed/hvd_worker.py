@@ -82,6 +82,8 @@ def _torch(spec: WorkerSpec) -> RankResult:
     torch.set_num_threads(spec.threads)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", hvd.local_rank()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)  # else every rank opens a context on GPU 0 as well
     exp = Experiment.model_validate(spec.experiment)
     # Horovod all-reduces and broadcasts only contiguous tensors, and channels-last weights
     # (and their gradients) are not: this binding trains in the default format (the study

@@ -55,6 +55,11 @@ def find_max_batch(
         extra = {"memory_cap_bytes": cap, "warmup_steps": steps}
         row = study.run_point(index, index + 1, point, steps, extra)
         if row["status"] != "finished":
+            if not row.get("out_of_memory"):
+                study.warnings.append(
+                    f"per-worker batch {batch} failed, not for memory: the search stopped "
+                    "there, and a larger batch may still fit"
+                )
             break
         largest, batch = batch, batch * BATCH_GROWTH
     result = study.result()

@@ -202,6 +202,9 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
             raise UserError("--strategy dp (DataParallel) needs GPUs; none here", "use ddp")
         if opts.nnodes > 1:
             raise UserError("--strategy dp runs in one process on one node", "use ddp")
+        if backend != "nccl":
+            raise UserError(f"--strategy dp trains on the GPUs, not with --backend {backend}",
+                            "leave out --backend, or use ddp")  # fmt: skip
         if max(opts.workers) > torch.cuda.device_count():
             raise UserError(f"--strategy dp: only {torch.cuda.device_count()} GPUs here")
     # A process per worker, each taking cores (MirroredStrategy's replicas share one).

@@ -32,7 +32,6 @@ import gc
 import os
 import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,7 @@ from dlperf.engine.step import dump_first_step, prepare
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
-from dlperf.timing import Timer
+from dlperf.timing import Timer, mark, seconds_from
 
 DUMP_ENV = "DLPERF_SCALE_DUMP_GRADS"
 # DDP logging data: sampled per-iteration times, in ns.
@@ -157,8 +156,8 @@ class Phase:
         self.times: list[float] = []
         self.wall = 0.0
         self.ready: list[list[float]] | None = None  # per timed step: see watch_gradients
-        self._marks: list[float] = []
-        self._forward_end = 0.0
+        self._marks: list[float | torch.cuda.Event] = []
+        self._forward_end: float | torch.cuda.Event = 0.0
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         """`model` under DDP with the phase's communication hook, or DataParallel."""
@@ -185,15 +184,17 @@ class Phase:
         self._marks = [0.0] * len(trained)
         self.ready = []
 
+        # Marks of the device's work (CUDA events on a GPU, where a hook runs when the work
+        # is queued, not done), read once the step has been waited for.
         def forward_done(*_: Any) -> None:
-            self._forward_end = time.perf_counter()
+            self._forward_end = mark(self.device)
 
-        def mark(index: int) -> Any:
-            return lambda _: self._marks.__setitem__(index, time.perf_counter())
+        def ready(index: int) -> Any:
+            return lambda _: self._marks.__setitem__(index, mark(self.device))
 
         self.model.register_forward_hook(forward_done)
         for index, param in enumerate(trained):
-            param.register_post_accumulate_grad_hook(mark(index))
+            param.register_post_accumulate_grad_hook(ready(index))
 
     def train(self, steps: int, timed: bool) -> None:
         """`steps` steps; when timed, each step's time and the whole between barriers."""
@@ -222,7 +223,7 @@ class Phase:
             if timed:
                 self.times.append(took)
                 if self.ready is not None:
-                    self.ready.append([m - self._forward_end for m in self._marks])
+                    self.ready.append([seconds_from(self._forward_end, m) for m in self._marks])
             if cap and peak_memory_bytes(device) > cap:
                 raise MemoryError(
                     f"peak memory {peak_memory_bytes(device) / 2**30:.2f} GiB is above the "

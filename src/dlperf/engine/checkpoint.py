@@ -44,7 +44,9 @@ class Slot:
     owner: Owner
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """Every generator a run draws from; of the GPUs only the run's `device`, so that a run
+    resumes where fewer GPUs are visible, or on another one."""
     kind, key, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
@@ -52,18 +54,25 @@ def rng_state() -> dict[str, Any]:
         "numpy": (kind, torch.from_numpy(np.asarray(key, dtype=np.int64)), pos, has_gauss, gauss),
         "python": random.getstate(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     kind, key, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if cuda is None or device.type != "cuda":
+        return
+    if isinstance(cuda, list):  # written before 2026-11-24: one state per visible GPU
+        index = device.index or 0
+        if index >= len(cuda):
+            return
+        cuda = cuda[index]
+    torch.cuda.set_rng_state(cuda, device)
 
 
 def save(slot: Slot, state: dict[str, Any]) -> None:

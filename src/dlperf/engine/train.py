@@ -212,19 +212,22 @@ def timing_rows(
     return rows + [(f"phase/{p}_s", epoch, s) for p, s in timer.per_step().items()]
 
 
-def restore(resume: dict[str, Any], model: nn.Module, step: TrainStep) -> Progress:
+def restore(
+    resume: dict[str, Any], model: nn.Module, step: TrainStep, device: torch.device
+) -> Progress:
     """Load a checkpoint's weights, optimizer, schedule, scaler and RNG; its progress."""
     model.load_state_dict(resume["model"])
     step.load_state_dict(resume)
-    checkpoint.set_rng_state(resume["rng"])
+    checkpoint.set_rng_state(resume["rng"], device)
     return Progress(**resume["progress"])
 
 
 def save_checkpoint(
-    slot: checkpoint.Slot, model: nn.Module, step: TrainStep, state: Progress
+    slot: checkpoint.Slot, model: nn.Module, step: TrainStep, state: Progress, device: torch.device
 ) -> None:
+    rng = checkpoint.rng_state(device)
     state_dict = {"model": model.state_dict(), **step.state_dict()}
-    checkpoint.save(slot, state_dict | {"rng": checkpoint.rng_state(), "progress": asdict(state)})
+    checkpoint.save(slot, state_dict | {"rng": rng, "progress": asdict(state)})
 
 
 @torch.no_grad()
@@ -282,7 +285,7 @@ def train(
     timer = PhaseTimer(device, enabled=run.timing == "phases")
     step = prepare(model, exp, device, len(train_loader), timer=timer)
     reset_peak_memory(device)
-    state = restore(resume, model, step) if resume is not None else Progress()
+    state = restore(resume, model, step, device) if resume is not None else Progress()
     clock = EpochClock(device, run.warmup_steps, timer)
     metrics, pause = MetricBuffer(store, run_id, run.log_every), PauseAt()
     for epoch in range(state.epoch + 1, cfg.epochs + 1):
@@ -325,7 +328,7 @@ def train(
             f"val loss {val.get('loss', math.nan):.4f}  val acc {val.get('acc1', math.nan):.4f}"
         )
         if run.checkpoint:
-            save_checkpoint(checkpoint_slot, model, step, state)
+            save_checkpoint(checkpoint_slot, model, step, state, device)
 
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
     test = evaluate(model, test_loader, device, exp)
