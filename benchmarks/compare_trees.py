@@ -20,11 +20,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import interleaved, save, spread, table
+from benchlib import save, spread, table
+from dlperf.timing import Timer, round_robin
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = """
@@ -80,12 +80,7 @@ def contenders(tree: Path, scratch: Path) -> dict[str, Callable[[], float]]:
         return float(study["rows"][-1]["throughput"])
 
     def wall(*argv: str) -> Callable[[], float]:
-        def measure() -> float:
-            start = time.perf_counter()
-            dlperf(tree, scratch, *argv)
-            return time.perf_counter() - start
-
-        return measure
+        return lambda: Timer().time(lambda: dlperf(tree, scratch, *argv))
 
     return {"engine images/s": engine, "ddp images/s": ddp,
             "--help s": wall("--help"), "models s": wall("models")}  # fmt: skip
@@ -108,7 +103,7 @@ def main() -> None:
             both = {name: contenders(trees[name], scratch[name]) for name in trees}
             for measure in [*both["before"].values(), *both["after"].values()]:
                 measure()  # warm the file cache and the stores
-            results = interleaved(
+            results = round_robin(
                 {f"{tree}: {name}": fn for tree, fns in both.items() for name, fn in fns.items()},
                 args.rounds,
             )
