@@ -8,10 +8,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+import torch
 from sqlalchemy import create_engine, make_url, text
 
+from dlperf import timing
 from dlperf.config import Experiment
 from dlperf.distributed.contracts import ComputePhase, DdpStats, MainPhase, RankResult
 from dlperf.engine.run import run_experiment
@@ -169,3 +172,46 @@ def write_distill_exp(root: Path, extra: str = "") -> Path:
     path = root / "dist.toml"
     path.write_text(DISTILL_EXP.format(out=root / "dlperf_runs") + extra)
     return path
+
+
+class FakeEvent:
+    """A CUDA event stand-in: `record` stamps the test's clock on the stream it is given,
+    `elapsed_time` answers in milliseconds as torch.cuda.Event does, waits are counted."""
+
+    clock = 0.0
+    waits = 0
+    streams: ClassVar[list[object]] = []
+
+    def __init__(self, enable_timing: bool) -> None:
+        assert enable_timing
+        self.at: float | None = None
+
+    def record(self, stream: object) -> None:
+        self.at = FakeEvent.clock
+        FakeEvent.streams.append(stream)
+
+    def synchronize(self) -> None:
+        FakeEvent.waits += 1
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.at is not None and end.at is not None, "both events must be recorded"
+        return (end.at - self.at) * 1e3
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The device synchronisations dlperf.timing makes, none for real."""
+    made: list[str] = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: made.append(str(device)))
+    return made
+
+
+@pytest.fixture
+def fake_events(monkeypatch: pytest.MonkeyPatch, syncs: list[str]) -> list[str]:
+    """CUDA events and streams replaced by FakeEvent; the host synchronisations made."""
+    monkeypatch.setattr(FakeEvent, "clock", 0.0)
+    monkeypatch.setattr(FakeEvent, "waits", 0)
+    monkeypatch.setattr(FakeEvent, "streams", [])
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
+    return syncs

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlperf import system, timing
+from dlperf import system
 from dlperf.config import ScheduleConfig, load_experiment
 from dlperf.engine import train
 from dlperf.engine.optim import lr_factor
@@ -23,6 +23,7 @@ from dlperf.engine.timers import PHASES, PhaseTimer
 from dlperf.engine.train import PAUSE_ENV, PauseAt
 from dlperf.errors import UserError
 from dlperf.store import Store
+from tests.conftest import FakeEvent
 
 
 def test_a_digits_run_learns_and_is_recorded(store: Store, tiny_exp: Callable[..., Path]) -> None:
@@ -60,40 +61,6 @@ def test_phase_timing(store: Store, tiny_exp: Callable[..., Path]) -> None:
     # On the CPU the host clock times the phases, and there is no GPU to report on.
     assert result["phase_clock"] == "host"
     assert result["gpu_memory"] is None and result["gpu_utilization_pct"] is None
-
-
-class FakeEvent:
-    """A CUDA event stand-in: `record` stamps the test's clock, `elapsed_time` answers in
-    milliseconds as torch.cuda.Event does, and every wait is counted."""
-
-    clock = 0.0
-    waits = 0
-
-    def __init__(self, enable_timing: bool) -> None:
-        assert enable_timing
-        self.at: float | None = None
-
-    def record(self, stream: object) -> None:
-        self.at = FakeEvent.clock
-
-    def synchronize(self) -> None:
-        FakeEvent.waits += 1
-
-    def elapsed_time(self, end: FakeEvent) -> float:
-        assert self.at is not None and end.at is not None, "both events must be recorded"
-        return (end.at - self.at) * 1e3
-
-
-@pytest.fixture
-def fake_events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """CUDA events and streams replaced by FakeEvent; the host synchronisations made."""
-    monkeypatch.setattr(FakeEvent, "clock", 0.0)
-    monkeypatch.setattr(FakeEvent, "waits", 0)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
-    syncs: list[str] = []
-    monkeypatch.setattr(timing, "synchronize", lambda device: syncs.append(str(device)))
-    return syncs
 
 
 PHASE_SECONDS = dict(zip(PHASES, (0.5, 0.25, 1.0, 2.0, 0.25), strict=True))

@@ -7,7 +7,6 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import ClassVar
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from scipy import stats
 
 from dlperf import timing
 from dlperf.timing import Spread, Timer, interleave, round_robin, t_half_width, timed
+from tests.conftest import FakeEvent
 
 CUDA = torch.device("cuda", 0)
 
@@ -71,14 +71,6 @@ class FakeClock:
         return fn
 
 
-@pytest.fixture
-def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The device synchronisations the timing makes, none for real."""
-    made: list[str] = []
-    monkeypatch.setattr(timing, "synchronize", lambda device: made.append(str(device)))
-    return made
-
-
 def test_timed_warms_up_then_times_each_call_waiting_before_each_reading(
     syncs: list[str],
 ) -> None:
@@ -125,40 +117,6 @@ def test_timer_measures_a_sleep_on_the_host() -> None:
     timer.start()
     time.sleep(0.02)
     assert 0.018 <= timer.stop() < 2.0
-
-
-class FakeEvent:
-    """A CUDA event stand-in: `record` stamps the test's clock on the stream it is given,
-    `elapsed_time` answers in milliseconds as torch.cuda.Event does, waits are counted."""
-
-    clock = 0.0
-    waits = 0
-    streams: ClassVar[list[object]] = []
-
-    def __init__(self, enable_timing: bool) -> None:
-        assert enable_timing
-        self.at: float | None = None
-
-    def record(self, stream: object) -> None:
-        self.at = FakeEvent.clock
-        FakeEvent.streams.append(stream)
-
-    def synchronize(self) -> None:
-        FakeEvent.waits += 1
-
-    def elapsed_time(self, end: FakeEvent) -> float:
-        assert self.at is not None and end.at is not None, "both events must be recorded"
-        return (end.at - self.at) * 1e3
-
-
-@pytest.fixture
-def fake_events(monkeypatch: pytest.MonkeyPatch, syncs: list[str]) -> list[str]:
-    monkeypatch.setattr(FakeEvent, "clock", 0.0)
-    monkeypatch.setattr(FakeEvent, "waits", 0)
-    monkeypatch.setattr(FakeEvent, "streams", [])
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
-    return syncs
 
 
 def gpu_work(seconds: float, log: list[str]) -> Callable[[], None]:
