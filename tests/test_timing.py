@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -44,6 +46,18 @@ def test_spread_by_hand() -> None:
     )
     with pytest.raises(ValueError, match="no values"):
         Spread.of([])
+
+
+def test_min_median_max_leaves_scipy_unimported() -> None:
+    """A run's step times want min/median/max only: SciPy's stats module (about a second to
+    import) is loaded when an interval is first read, not before."""
+    code = (
+        "import sys; from dlperf.timing import Spread; s = Spread.of([1.0, 2.0, 4.0]); "
+        "assert s.min_median_max() == {'min': 1.0, 'median': 2.0, 'max': 4.0}; "
+        "assert 'scipy.stats' not in sys.modules; assert s.ci95 > 0; "
+        "assert 'scipy.stats' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
 @pytest.mark.parametrize("values", [[1.0, 2.0], [0.1, 0.4, 0.2, 0.9, 0.3], [7.0] * 3 + [8.0] * 9])

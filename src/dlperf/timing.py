@@ -23,7 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dlperf.system import synchronize
@@ -43,14 +43,16 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Spread:
     """Repeated measurements summarised: `ci95` is the half-width of the 95% confidence
-    interval of the mean (Student's t), None for fewer than two values."""
+    interval of the mean (Student's t), None for fewer than two values. It is worked out
+    when first read: it needs SciPy, whose stats module takes about a second to import,
+    and most readers (a run's step times) want only min/median/max."""
 
     n: int
     min: float
     median: float
     max: float
     mean: float
-    ci95: float | None
+    values: tuple[float, ...] = field(repr=False)
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Spread:
@@ -62,11 +64,15 @@ class Spread:
             median=statistics.median(values),
             max=max(values),
             mean=statistics.fmean(values),
-            ci95=t_half_width(values),
+            values=tuple(values),
         )
 
+    @functools.cached_property
+    def ci95(self) -> float | None:
+        return t_half_width(self.values)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**self.min_median_max(), "n": self.n, "mean": self.mean, "ci95": self.ci95}
 
     def min_median_max(self) -> dict[str, float]:
         """The three keys the records written before this class (runs, benchmarks) hold."""

@@ -84,9 +84,9 @@ def bench(
                 repeats,
                 on_round=functools.partial(reporter.advance, 1, status=f"batch {batch}"),
             )
-        ort_p50 = Spread.of(times[ORT]).median
+        spreads = {name: Spread.of(seconds) for name, seconds in times.items()}
         for name, seconds in times.items():
-            spread = Spread.of(seconds)
+            spread = spreads[name]
             p90, p99 = np.percentile(seconds, [90, 99])
             rows.append(
                 {
@@ -98,7 +98,7 @@ def bench(
                     "p99_ms": p99 * 1e3,
                     "max_ms": spread.max * 1e3,
                     "throughput": batch * len(seconds) / sum(seconds),
-                    "ort_speedup": spread.median / ort_p50,
+                    "ort_speedup": spread.median / spreads[ORT].median,
                 }
             )
     return {
