@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, config_option, open_store
+from dlperf.cli.app import app, config_option, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 from dlperf.paths import check_writable
 
@@ -41,6 +41,8 @@ SIZE = typer.Option(
 THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: the usable cores).")
 JSON = typer.Option(False, "--json", help="Print one JSON document.")
 DETECT_CONFIG = config_option("[detect] section")
+FINETUNE_SET = set_option("detect.lr=0.05")
+EVAL_SET = set_option("detect.batch=16")
 
 
 @detect_app.command("export")
@@ -181,9 +183,7 @@ def _recorded(command: Callable[..., dict[str, Any]], *args: Any) -> dict[str, A
 def finetune(
     voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
     config: Path = DETECT_CONFIG,
-    set_: list[str] = typer.Option(
-        [], "--set", help="Override a config key, e.g. --set detect.lr=0.05 (repeatable)."
-    ),
+    set_: list[str] = FINETUNE_SET,
     weights: Path = WEIGHTS,
     out: Path = typer.Option(Path("detector.pt"), "--out", help="Checkpoint to write."),
     model: str = typer.Option(
@@ -243,9 +243,7 @@ def evaluate(
         False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
     ),
     config: Path = DETECT_CONFIG,
-    set_: list[str] = typer.Option(
-        [], "--set", help="Override a config key, e.g. --set detect.batch=16 (repeatable)."
-    ),
+    set_: list[str] = EVAL_SET,
     model: str = typer.Option(
         None, "--model", help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16."
     ),

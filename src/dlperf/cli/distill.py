@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import app, open_store, set_option
 
 
 def _print_summary(result: Any, plots: list[str]) -> None:
@@ -70,14 +70,15 @@ def _kept(student: dict[str, Any], c: int) -> str:
     return f"{student['kept'][c]} ({precision[c]:.2f})"
 
 
+DISTILL_SET = set_option("train.epochs=5")
+
+
 @app.command()
 def distill(
     experiment: Path = typer.Argument(
         ..., help="Experiment TOML file: the labelled data and recipe.", show_default=False
     ),
-    set_: list[str] = typer.Option(
-        [], "--set", help="Override a config key, e.g. --set train.epochs=5 (repeatable)."
-    ),
+    set_: list[str] = DISTILL_SET,
     unlabeled: str = typer.Option(
         None,
         "--unlabeled",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import app, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 
 if TYPE_CHECKING:
@@ -42,12 +42,13 @@ def _print_result(result: dict[str, Any]) -> None:
     console.print_phases(result)
 
 
+RUN_SET = set_option("train.lr=0.01")
+
+
 @app.command()
 def run(
     experiment: Path = typer.Argument(None, help="Experiment TOML file.", show_default=False),
-    set_: list[str] = typer.Option(
-        [], "--set", help="Override a config key, e.g. --set train.lr=0.01 (repeatable)."
-    ),
+    set_: list[str] = RUN_SET,
     timing: str = typer.Option(
         None, "--timing", help="off | coarse | phases (same as --set run.timing=...)."
     ),

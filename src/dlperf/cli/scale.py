@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import app, open_store, set_option
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
@@ -124,14 +124,15 @@ def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -
         raise typer.Exit(1)
 
 
+SCALE_SET = set_option("scale.steps=50")
+
+
 @app.command()
 def scale(
     experiment: Path = typer.Argument(
         None, help="Experiment TOML file (its [scale] section: the study).", show_default=False
     ),
-    set_: list[str] = typer.Option(
-        [], "--set", help="Override a config key, e.g. --set scale.steps=50 (repeatable)."
-    ),
+    set_: list[str] = SCALE_SET,
     workers: str = typer.Option(None, "--workers", help="Worker counts, e.g. 1,2,4 (total)."),
     mode: str = typer.Option(
         None, "--mode", help="strong (fixed global batch) | weak | weak,strong (both)."

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, default_command_group
+from dlperf.cli.app import app, config_option, default_command_group, set_option
 from dlperf.errors import UserError
 from dlperf.parsing import parse_list
 
@@ -44,15 +44,17 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+SERVE_CONFIG = config_option("[serve] section")
+SERVE_SET = set_option("serve.port=9000")
+
+
 @serve_app.command("start")
 def start(
     model: Path = typer.Argument(
         ..., help="An ONNX model; one exported by `dlperf export` also gets /predict."
     ),
-    config: Path = typer.Option(None, "--config", help="A TOML file whose [serve] section to use."),
-    set_: list[str] = typer.Option(
-        [], "--set", help="Override a config key, e.g. --set serve.port=9000 (repeatable)."
-    ),
+    config: Path = SERVE_CONFIG,
+    set_: list[str] = SERVE_SET,
     host: str = typer.Option(None, "--host", help="Address to listen on."),
     port: int = typer.Option(None, "--port", help="Port (0 = any free)."),
     max_batch: int = typer.Option(None, "--max-batch", help="Most rows in one model call."),
