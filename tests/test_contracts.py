@@ -110,6 +110,14 @@ def test_a_summary_round_trips_and_todays_stored_shape_loads() -> None:
     assert PointSummary.from_dict(older).mode is None  # stored before the mode was
 
 
+def test_a_stored_summary_reads_as_a_point_or_as_none() -> None:
+    """The doctor reads stored summaries through PointSummary.stored: a point that failed
+    before it was summarised stores none, and reads as None rather than an error."""
+    assert PointSummary.stored(STORED) == PointSummary.from_dict(STORED)
+    assert PointSummary.stored({}) is None
+    assert PointSummary.stored({**STORED, "ranks": [{"rank": 0}]}) is None
+
+
 @pytest.mark.parametrize(
     ("load", "data", "message"),
     [

@@ -6,8 +6,9 @@ its writer and its reader use:
 - `RankResult`: what each rank measured (`rank-R.json`, gathered into `result.json`), read
   by the study; DDP's own figures are there only when DDP trained the point;
 - `PointSummary`: what the study makes of a finished point's ranks and stores as its run's
-  summary, read back by the report and the doctor (older stored summaries lack the fields
-  added since; those have defaults).
+  summary, read back by the doctor (older stored summaries lack the fields added since;
+  those have defaults). The report draws a study from its rows, the document `dlperf scale
+  --json` prints.
 
 `from_dict` refuses a missing or an unknown field with a `ContractError` naming the record
 and the fields, rather than a KeyError deep inside a worker. No torch here: the TensorFlow
@@ -293,3 +294,12 @@ class PointSummary:
         fields = _checked(cls, data)
         ranks = tuple(RankSummary.from_dict(r) for r in fields["ranks"])
         return cls(**fields | {"ranks": ranks})
+
+    @classmethod
+    def stored(cls, data: object) -> PointSummary | None:
+        """A stored run's summary as a point's, or None where it is not one: a point that
+        failed before it was summarised stores none."""
+        try:
+            return cls.from_dict(data)
+        except ContractError:
+            return None

@@ -19,6 +19,7 @@ import statistics
 from datetime import datetime
 from typing import Any
 
+from dlperf.distributed.contracts import PointSummary
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
 from dlperf.store.record import RunRecord
@@ -183,8 +184,8 @@ def shared_host(run: RunView) -> list[Issue]:
 def missing_workers(run: RunView) -> list[Issue]:
     if run.kind != "scale":
         return []
-    s = run.summary
-    asked = run.point.get("workers") or s.get("workers")
+    p = run.point_summary
+    asked = run.point.get("workers") or (p.workers if p else None)
     if not asked:
         return []
     processes = asked if run.point.get("strategy", "ddp") == "ddp" else 1
@@ -195,9 +196,11 @@ def missing_workers(run: RunView) -> list[Issue]:
     if run.status == "failed" and "rendezvous" in (run.run.error or "").lower():
         first = (run.run.error or "").strip().splitlines()[0]
         return [Issue("error", f"{asked} workers asked; the point failed: {first}", fix)]
-    joined, what = s.get("world_size"), "the process group's world size"
-    if joined is None and isinstance(s.get("ranks"), list) and run.status == "finished":
-        joined, what = len(s["ranks"]), "ranks that reported results"
+    if p is None:
+        return []
+    joined, what = p.world_size, "the process group's world size"
+    if joined is None and run.status == "finished":
+        joined, what = len(p.ranks), "ranks that reported results"
     issues = []
     if joined is not None and joined < processes:
         issues.append(
@@ -208,36 +211,35 @@ def missing_workers(run: RunView) -> list[Issue]:
                 {"asked": processes, "joined": joined},
             )
         )
-    nodes = s.get("nodes") or 1
-    hosts = sorted({r.get("host") for r in s.get("ranks") or [] if r.get("host")})
-    if nodes > 1 and hosts and len(hosts) < nodes:
+    hosts = sorted({r.host for r in p.ranks if r.host})
+    if p.nodes > 1 and hosts and len(hosts) < p.nodes:
         issues.append(
             Issue(
                 "warning",
-                f"{nodes} nodes asked, but the ranks ran on {len(hosts)} host(s): "
+                f"{p.nodes} nodes asked, but the ranks ran on {len(hosts)} host(s): "
                 + ", ".join(hosts),
                 "give each node its own host in the job file, or read the point as one host's",
-                {"nodes": nodes, "hosts": hosts},
+                {"nodes": p.nodes, "hosts": hosts},
             )
         )
     return issues
 
 
 def low_efficiency(run: RunView) -> list[Issue]:
-    s, base = run.summary, run.scale_base()
-    efficiency = s.get("efficiency")
-    if run.kind != "scale" or efficiency is None or base is None or base.id == run.id:
+    s, base = run.point_summary, run.scale_base()
+    if s is None or s.efficiency is None or base is None or base.id == run.id:
         return []
-    b = base.summary
-    if efficiency >= LOW_EFFICIENCY or s["workers"] <= b["workers"]:
+    b = PointSummary.stored(base.summary)
+    efficiency = s.efficiency
+    if b is None or efficiency >= LOW_EFFICIENCY or s.workers <= b.workers:
         return []
-    step, compute, comm = s.get("step_time_s"), s.get("compute_s"), s.get("comm_exposed_s")
+    step, compute, comm = s.step_time_s, s.compute_s, s.comm_exposed_s
     head = (
-        f"efficiency {efficiency:.2f} at {s['workers']} workers against {b['workers']} "
-        f"(run {base.id}; speedup {s.get('speedup') or 0:.2f})"
+        f"efficiency {efficiency:.2f} at {s.workers} workers against {b.workers} "
+        f"(run {base.id}; speedup {s.speedup or 0:.2f})"
     )
-    figures: Figures = {"efficiency": efficiency, "workers": s["workers"]}
-    if step is None or compute is None or comm is None:
+    figures: Figures = {"efficiency": efficiency, "workers": s.workers}
+    if compute is None or comm is None:
         return [
             Issue(
                 "warning",
@@ -248,7 +250,7 @@ def low_efficiency(run: RunView) -> list[Issue]:
             )
         ]
     # The step the base point would take at this point's per-worker batch.
-    ideal = b["step_time_s"] * s["per_worker_batch"] / b["per_worker_batch"]
+    ideal = b.step_time_s * s.per_worker_batch / b.per_worker_batch
     slower = max(0.0, compute - ideal)
     figures |= {"step_time_s": step, "compute_s": compute, "comm_exposed_s": comm, "ideal_s": ideal}
     split = (
@@ -264,7 +266,7 @@ def low_efficiency(run: RunView) -> list[Issue]:
         )
     else:
         figures["cause"] = "compute"
-        threads = f"{b.get('threads_per_worker')} -> {s.get('threads_per_worker')}"
+        threads = f"{b.threads_per_worker} -> {s.threads_per_worker}"
         cause = f": compute dominates ({_ms(slower)} slower per step than ideal)"
         fix = (
             f"each worker computes more slowly than the base (threads per worker {threads}): "

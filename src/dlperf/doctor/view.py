@@ -4,10 +4,12 @@ summary and metrics), over `Stored`, which reads each run, study and metric once
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf.distributed.contracts import PointSummary
 from dlperf.distributed.scaling import series
 from dlperf.store import Store
 from dlperf.store.record import RunRecord
@@ -89,6 +91,11 @@ class RunView:
     @property
     def summary(self) -> dict[str, Any]:
         return self.run.summary
+
+    @functools.cached_property
+    def point_summary(self) -> PointSummary | None:
+        """A scale point's summary, typed; None for other runs and unsummarised points."""
+        return PointSummary.stored(self.summary) if self.kind == "scale" else None
 
     @property
     def system(self) -> dict[str, Any]:
