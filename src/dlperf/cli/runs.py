@@ -104,7 +104,7 @@ def runs_show(
         return
     run = view.run
     summary, system = run.summary, run.system or {}
-    process = system.get("process") or {}
+    process = run.process or {}
     rows: list[list[Any]] = [
         ["model", config_value(run.config, "model.name")],
         ["data", config_value(run.config, "data.name")],

@@ -213,7 +213,7 @@ def draw_runs(
     drawn = []
     for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
         rows, origin = _rows(store, run.id, keys)
-        spe = (run.summary or {}).get("steps_per_epoch")
+        spe = run.summary.get("steps_per_epoch")
         points: dict[str, int] = {}
         for ax, key in zip(axes[:, 0], keys, strict=True):
             mine = rows[key]

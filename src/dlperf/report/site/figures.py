@@ -142,7 +142,7 @@ def phases(store: Store, run: RunRecord) -> Figures:
         labels = [str(e) for e in epochs]
         xlabel = "epoch"
     else:
-        summary_phases = (run.summary or {}).get("phases") or {}
+        summary_phases = run.summary.get("phases") or {}
         if not summary_phases:
             return []
         by_phase = {name: {0: s} for name, s in summary_phases.items()}
@@ -168,7 +168,7 @@ def phases(store: Store, run: RunRecord) -> Figures:
 
 def predicted(run: RunRecord, measured: list[float]) -> Figures:
     """A `predict --measure` run: the PALEO prediction beside the measured step time."""
-    summary = run.summary or {}
+    summary = run.summary
     if summary.get("predicted_s") is None or not measured:
         return []
     fig = Figure(figsize=(FIG_WIDTH_IN, 3.4))
@@ -191,10 +191,10 @@ def predicted(run: RunRecord, measured: list[float]) -> Figures:
 def allreduce(runs: list[RunRecord], title: str) -> Figures:
     """All-reduce time and bus bandwidth against message size per worker count, with the
     fitted α-β ring model T = 2(n-1)α + 2(n-1)/n · S/B (dlperf.distributed.allreduce)."""
-    rows = [r for run in runs for r in (run.summary or {}).get("rows") or []]
+    rows = [r for run in runs for r in run.summary.get("rows") or []]
     if not rows:
         return []
-    ring = next(((run.summary or {}).get("ring_model") for run in runs), None)
+    ring = next((run.summary.get("ring_model") for run in runs), None)
     fig = Figure(figsize=(FIG_WIDTH_IN, 3.8))
     left, right = fig.subplots(1, 2)
     for i, n in enumerate(sorted({int(r["workers"]) for r in rows})):

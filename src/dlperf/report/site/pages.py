@@ -91,7 +91,7 @@ def run_page(
     found: list[Finding],
     has_page: Callable[[str, int], bool],
 ) -> str:
-    summary = run.summary or {}
+    summary = run.summary
     head: dict[str, Any] = {
         "kind": run.kind,
         "status": run.status,
@@ -162,7 +162,7 @@ def _runs_table(
     columns = ["run", "name", "kind", "status", "study", *(c for c, _ in KEY_FIGURES), "findings"]
     rows = []
     for run in runs:
-        summary = run.summary or {}
+        summary = run.summary
         rid, sid = run.id, run.study_id
         rows.append([
             link(run_href(rid), rid) if has_page("run", rid) else esc(rid),
@@ -210,7 +210,7 @@ def index_page(
 def _rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
     """A scale study's rows as `dlperf scale` returned them: each run's summary with its id and
     status, oldest first."""
-    return [{**(r.summary or {}), "run_id": r.id, "status": r.status}
+    return [{**r.summary, "run_id": r.id, "status": r.status}
             for r in sorted(runs, key=lambda r: r.id)]  # fmt: skip
 
 
@@ -248,10 +248,10 @@ def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
 def _allreduce(study: dict[str, Any], runs: list[RunRecord]) -> str:
     title = f"all-reduce study {study['id']}: {study['name']}"
     drawn = figs.allreduce([r for r in runs if r.status == "finished"], title)
-    ring = next(((r.summary or {}).get("ring_model") for r in runs if r.summary), None)
+    ring = next((r.summary.get("ring_model") for r in runs if r.summary), None)
     body = _figures(drawn) + "<h2>Ring model (α-β)</h2>"
     body += key_values(ring, quantity) if ring else '<p class="note">no model was fitted</p>'
-    measured = [row for r in runs for row in (r.summary or {}).get("rows") or []]
+    measured = [row for r in runs for row in r.summary.get("rows") or []]
     keys = ("workers", "bytes", "time_s", "algbw_gbps", "busbw_gbps")
     rows = [[row.get(k) for k in keys] for row in measured]
     columns = ["workers", "bytes", "time (s)", "algbw (GB/s)", "busbw (GB/s)"]
@@ -278,7 +278,7 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
             "throughput", "train_time_s", "epochs")  # fmt: skip
     rows: list[dict[str, Any]] = [
         {"run_id": r.id, "status": r.status, "params": params[r.id],
-         **{k: (r.summary or {}).get(k) for k in keys}}
+         **{k: r.summary.get(k) for k in keys}}
         for r in sorted(runs, key=lambda r: r.id)
     ]  # fmt: skip
     groups = ranking.group_rows(rows)
@@ -311,7 +311,7 @@ def _staleness(store: Store, runs: list[RunRecord]) -> str:
     if not {"sync", "async"} <= set(modes):
         return '<p class="note">the study lacks a finished sync and async run</p>'
     result = {
-        mode: {**(run.summary or {}),
+        mode: {**run.summary,
                "val_acc1": [v for _, v in store.metrics(run.id, "val/acc1")]}
         for mode, run in modes.items()
     }  # fmt: skip
@@ -333,7 +333,7 @@ def _line(run: RunRecord | None, same_as_teacher: bool = False) -> dict[str, Any
     if run is None:
         return {}
     return {"run_id": run.id, "model": _model(run), "same_as_teacher": same_as_teacher,
-            "test_accuracy": (run.summary or {}).get("test_accuracy")}  # fmt: skip
+            "test_accuracy": run.summary.get("test_accuracy")}  # fmt: skip
 
 
 def _distill(
@@ -364,7 +364,7 @@ def _distill(
                "pseudo-label precision", "teacher scoring (images/s)"]  # fmt: skip
     rows = []
     for r in staged:
-        summary, rid = r.summary or {}, r.id
+        summary, rid = r.summary, r.id
         speed = summary.get("scoring_images_per_s")
         rows.append([r.tags["stage"], _top_k(r), r.tags.get("top_p"),
                      link(run_href(rid), rid) if has_page("run", rid) else esc(rid), _model(r),
