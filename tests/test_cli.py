@@ -170,3 +170,16 @@ def test_demo_reaches_the_target(cli: Callable[..., CliResult], db: str) -> None
     report = json.loads(result.out)
     assert report["passed"] and [r["model"] for r in report["runs"]] == ["smallcnn", "resnet20"]
     assert all(r["test_accuracy"] >= 0.95 for r in report["runs"])
+
+
+def test_an_interrupt_wrapped_outside_a_recording_still_exits_130(
+    cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM (raised as KeyboardInterrupt) that lands in code which wraps it in another
+    exception, before any run is recorded, still ends the command as Ctrl-C does."""
+    from dlperf.analytic import devices
+    from tests.test_store import _interrupt_wrapped_by_a_class_body
+
+    monkeypatch.setattr(devices, "load_catalog", _interrupt_wrapped_by_a_class_body)
+    r = cli("devices")
+    assert r.code == 130 and "Traceback" not in r.err

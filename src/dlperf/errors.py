@@ -25,3 +25,18 @@ class CheckFailed(Exception):
     """A check the user asked for (parity, a threshold) failed: exit code 1."""
 
     exit_code = 1
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is a Ctrl-C or SIGTERM (main() raises both as KeyboardInterrupt), or
+    was raised because of one: an interrupt that lands in code which wraps what it raises
+    arrives as another exception caused by it (a class body's `__set_name__` turns it into a
+    RuntimeError, as when torch imports torch._dynamo on an optimizer's first use)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

@@ -34,7 +34,7 @@ from dlperf.cli import speed as _speed  # noqa: F401
 from dlperf.cli import staleness as _staleness  # noqa: F401
 from dlperf.cli import sweep as _sweep  # noqa: F401
 from dlperf.cli.app import app, state
-from dlperf.errors import CheckFailed, UserError
+from dlperf.errors import CheckFailed, UserError, interrupted
 
 # A path the user named that cannot be used is bad input; anything else the OS refuses
 # (a full disk, an I/O error) is not, but still deserves one line rather than a traceback.
@@ -78,3 +78,7 @@ def main() -> None:
             raise
         print(f"error: {_os_error(e)}", file=sys.stderr)
         sys.exit(2 if e.errno in _BAD_PATH else 1)
+    except Exception as e:
+        if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130
+            sys.exit(130)
+        raise

@@ -44,7 +44,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 from sqlalchemy.orm import Session
 
-from dlperf.errors import NoSuchRun, UserError
+from dlperf.errors import NoSuchRun, UserError, interrupted
 from dlperf.procs import this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RunRecord
@@ -317,7 +317,8 @@ class Store:
     @contextmanager
     def recording(self, run_id: int) -> Iterator[Recording]:
         """Mark `run_id` finished (or as `Recording.fail` said) when the block ends, killed on
-        Ctrl-C or SIGTERM (which main() raises as KeyboardInterrupt), failed on any other
+        Ctrl-C or SIGTERM (which main() raises as KeyboardInterrupt; raised again as one when
+        the code it landed in wrapped it in another exception), failed on any other
         exception, which propagates. Every command that writes runs goes through here."""
         record = Recording(run_id)
         try:
@@ -326,6 +327,9 @@ class Store:
             self.finish_run(run_id, "killed", error="interrupted")
             raise
         except BaseException as e:
+            if interrupted(e):
+                self.finish_run(run_id, "killed", error="interrupted")
+                raise KeyboardInterrupt from e
             self.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
             raise
         self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
