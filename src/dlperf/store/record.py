@@ -45,8 +45,7 @@ class RunRecord:
     @property
     def process(self) -> dict[str, Any] | None:
         """The recording process (host, pid, start time, boot id), when one was recorded."""
-        process = (self.system or {}).get("process")
-        return process if isinstance(process, dict) else None
+        return recorded_process(self.system)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON output and exports write it."""
@@ -57,7 +56,13 @@ def current_status(stored: str, system: dict[str, Any] | None) -> str:
     """`stored`, or `lost` for a `running` run whose recording process is known to be gone."""
     if stored != RUNNING:
         return stored
-    process = (system or {}).get("process")
-    if isinstance(process, dict) and process_alive(process) is False:
+    process = recorded_process(system)
+    if process is not None and process_alive(process) is False:
         return LOST
     return RUNNING
+
+
+def recorded_process(system: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The process a run's system record names, when one was recorded."""
+    process = (system or {}).get("process")
+    return process if isinstance(process, dict) else None
