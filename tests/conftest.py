@@ -215,3 +215,21 @@ def fake_events(monkeypatch: pytest.MonkeyPatch, syncs: list[str]) -> list[str]:
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
     return syncs
+
+
+def interrupt_wrapped_by_a_class_body() -> None:
+    """A KeyboardInterrupt (Ctrl-C, or SIGTERM as main() raises it) that lands in an
+    attribute's __set_name__ while a class is made, as importing torch._dynamo on an
+    optimizer's first use does: Python 3.11 hands it on as a RuntimeError caused by it."""
+
+    class Field:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise KeyboardInterrupt
+
+    try:
+
+        class Handler:
+            callbacks = Field()
+
+    except KeyboardInterrupt as e:  # Python 3.12 and later no longer wrap it
+        raise RuntimeError(f"Error calling __set_name__ on 'Field' instance {e!r}") from e

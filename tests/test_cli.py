@@ -12,7 +12,7 @@ import typer.core
 
 from dlperf.cli.app import app
 from dlperf.store import Store
-from tests.conftest import CliResult
+from tests.conftest import CliResult, interrupt_wrapped_by_a_class_body
 
 
 def all_commands() -> list[list[str]]:
@@ -178,8 +178,7 @@ def test_an_interrupt_wrapped_outside_a_recording_still_exits_130(
     """SIGTERM (raised as KeyboardInterrupt) that lands in code which wraps it in another
     exception, before any run is recorded, still ends the command as Ctrl-C does."""
     from dlperf.analytic import devices
-    from tests.test_store import _interrupt_wrapped_by_a_class_body
 
-    monkeypatch.setattr(devices, "load_catalog", _interrupt_wrapped_by_a_class_body)
+    monkeypatch.setattr(devices, "load_catalog", interrupt_wrapped_by_a_class_body)
     r = cli("devices")
     assert r.code == 130 and "Traceback" not in r.err

@@ -18,7 +18,7 @@ from dlperf.errors import NoSuchRun, UserError
 from dlperf.store import BUSY_TIMEOUT_S, Store, masked_url
 from dlperf.store.migrations import MIGRATIONS, PG_SCHEMA_LOCK, SCHEMA_VERSION
 from dlperf.store.schema import Base
-from tests.conftest import fresh_store_url
+from tests.conftest import fresh_store_url, interrupt_wrapped_by_a_class_body
 
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
 
@@ -355,30 +355,12 @@ def test_a_store_of_a_newer_dlperf_is_refused(empty_url: str) -> None:
         Store.open(empty_url)
 
 
-def _interrupt_wrapped_by_a_class_body() -> None:
-    """A KeyboardInterrupt (Ctrl-C, or SIGTERM as main() raises it) that lands in an
-    attribute's __set_name__ while a class is made, as importing torch._dynamo on an
-    optimizer's first use does: Python 3.11 hands it on as a RuntimeError caused by it."""
-
-    class Field:
-        def __set_name__(self, owner: type, name: str) -> None:
-            raise KeyboardInterrupt
-
-    try:
-
-        class Handler:
-            callbacks = Field()
-
-    except KeyboardInterrupt as e:  # Python 3.12 and later no longer wrap it
-        raise RuntimeError(f"Error calling __set_name__ on 'Field' instance {e!r}") from e
-
-
 def test_an_interrupt_wrapped_by_the_code_it_landed_in_still_kills_the_run(
     store: Store,
 ) -> None:
     run_id = store.create_run("r", "run", {})
     with pytest.raises(KeyboardInterrupt) as caught, store.recording(run_id):
-        _interrupt_wrapped_by_a_class_body()
+        interrupt_wrapped_by_a_class_body()
     assert isinstance(caught.value.__cause__, RuntimeError)
     assert (store.get_run(run_id).status, store.get_run(run_id).error) == ("killed", "interrupted")
     other = store.create_run("r", "run", {})
