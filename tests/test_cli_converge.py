@@ -614,3 +614,36 @@ def test_fit_and_single_form_predict_draw_the_fits(cli: Cli) -> None:
         assert r.err.endswith("saved fit.png\n")
         assert Path("fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         Path("fit.png").unlink()
+
+
+def test_speed_fit_refuses_what_its_points_cannot_tell(cli: Cli, tmp_path: Path) -> None:
+    """Issue 29: a 1- and 2-worker weak study predicted 76 s a step at 4 workers (8 ms
+    measured). The fit now names what it cannot determine; the prediction is refused (one
+    line, exit 2) until --fix gives the coefficient."""
+    (tmp_path / "weak.csv").write_text(
+        "workers,nodes,global_batch,step_time_s,sync_time_s\n"
+        "1,1,16,0.003,0\n1,1,32,0.004,0\n1,1,64,0.006,0\n"
+        "2,1,32,0.0045,0.0015\n2,1,64,0.0056,0.0015\n2,1,128,0.0076,0.0016\n"
+    )
+    fit = ("converge", "speed", "fit", "--csv", "weak.csv", "--model", "pollux")
+    r = cli(*fit, "--predict", "workers=4,nodes=1")
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1
+    assert "error: --predict workers=4,nodes=1: rests on beta_intra, not identifiable" in r.err
+    r = cli(*fit, "--predict", "workers=4,nodes=1", "--fix", "beta_intra=0.0005", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["fixed"] == {"beta_intra": 0.0005}
+    assert set(doc["undetermined"]) == {"alpha_inter", "beta_inter"}
+    assert (
+        doc["intervals"]["alpha_g"][0] <= doc["params"]["alpha_g"] <= doc["intervals"]["alpha_g"][1]
+    )
+    (p,) = doc["predictions"]
+    assert p["step_time_s"] < 0.02
+    assert (
+        "prediction at workers=4,nodes=1,batch=64: workers 4 is outside the measured 1–2" in r.err
+    )
+    r = cli(*fit)
+    assert r.code == 0
+    assert "beta_intra: not identifiable from these points: needs runs with 3 or more" in r.out
+    r = cli(*fit, "--fix", "beta_intra=-1")
+    assert r.code == 2 and "--fix: beta_intra must be ≥ 0, got -1" in r.err
