@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
 
+from dlperf.converge.regress import configuration
 from dlperf.converge.tables import read_columns
 from dlperf.errors import UserError
 
@@ -308,6 +309,14 @@ class Curve:
     steps: np.ndarray
     values: np.ndarray
     steps_per_epoch: float | None = None
+    about: dict[str, Any] = field(default_factory=dict)  # a run's model, depth, device
+
+    @property
+    def legend(self) -> str:
+        """The configuration, as figures name the curve, e.g. 'resnet56 on cpu (run 7)'; the
+        label alone when the configuration is unknown (a CSV file)."""
+        parts = [str(v) for k in ("model", "device") if (v := self.about.get(k))]
+        return f"{' on '.join(parts)} ({self.label})" if parts else self.label
 
 
 @dataclass
@@ -366,4 +375,4 @@ def from_run(store: Store, run_id: int, metric: str, key: str | None = None) -> 
     values = np.array([v for _, v in pairs], float)
     if key is None and metric == "error":
         values = 1.0 - values
-    return Curve(f"run {run_id}", steps, values, epoch_steps)
+    return Curve(f"run {run_id}", steps, values, epoch_steps, configuration(run))
