@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlperf.converge import speed
 from dlperf.errors import UserError
@@ -298,3 +300,34 @@ def test_pollux_placements_up_to_4_gpus_predict_8_and_16_held_out() -> None:
     assert 20 < errors[8] < 40 and 80 < errors[16] < 130
     p = speed.predict_at(fit, "workers=16,nodes=4,batch=1024", small)
     assert p["outside"][0].startswith("workers 16 is outside the measured 1–4 (4× the largest)")
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    workers=st.lists(st.integers(1, 8), min_size=2, max_size=4, unique=True),
+    batches=st.lists(st.sampled_from([16.0, 32.0, 64.0, 128.0]), min_size=1, max_size=3,
+                     unique=True),
+    sync=st.floats(0.0, 0.02),
+    noise=st.floats(0.0, 0.1),
+    seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_every_speed_interval_contains_its_point(
+    workers: list[int], batches: list[float], sync: float, noise: float, seed: int
+) -> None:
+    """Item 5 of issue 29 for speed fits: over random one-node studies, each coefficient is
+    either undetermined or has an interval holding its value, and Optimus's the same."""
+    rng = np.random.default_rng(seed)
+    w, local = (a.ravel() for a in np.meshgrid(np.array(workers, float), batches))
+    w, local = np.repeat(w, 2), np.repeat(local, 2)  # two measurements per configuration
+    exposed = np.where(w > 1, sync + 1e-3 * np.maximum(w - 2, 0), 0.0)
+    step = (0.004 + 5e-5 * local + exposed) * (1 + noise * rng.random(len(w)))
+    data = speed.SpeedData(w, local * w, step, nodes=np.ones_like(w), sync_time=exposed,
+                           ps=np.ceil(w / 2))  # fmt: skip
+    for model in ("pollux", "optimus-sync"):
+        try:
+            fit = speed.fit(data, model)
+        except UserError:  # too few measurements for this model: nothing printed
+            continue
+        assert set(fit.intervals) | set(fit.undetermined) == set(fit.params)
+        for name, bounds in fit.intervals.items():
+            assert bounds is None or bounds[0] <= fit.params[name] <= bounds[1], (model, name)
