@@ -688,6 +688,8 @@ def test_fit_of_several_runs_is_one_beta_table(cli: Cli, store: Store, tmp_path:
         {"model": f"resnet{d}", "depth": d, "device": "cpu"} for d in (20, 32, 44)
     ]
     assert docs[0]["beta0"] == pytest.approx(depth_betas(20)[0], rel=1e-3)
+    r = cli("converge", "fit", *ids, "--to-csv", "nodir/betas.csv")
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "nodir/betas.csv" in r.err
 
 
 def test_regress_compares_the_prediction_with_the_real_run(

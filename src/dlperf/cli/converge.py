@@ -116,6 +116,10 @@ def fit(
     """
     from dlperf.converge import fitting
 
+    if to_csv is not None:
+        from dlperf.paths import check_writable
+
+        check_writable(to_csv, make_parents=False)  # before the fits, not after them
     with console.reporter() as rep:
         done = fitting.fit(run_ids or [], csv, opts, open_store, rep)
     if plot is not None:

@@ -322,12 +322,14 @@ def _compare(
     reaching it."""
     predicted = curve.to_decreasing(curve.model("optimus")(c.steps, betas), metric)
     gap = predicted - c.values
+    nonzero = c.values != 0  # a relative error at a measured 0 (accuracy, epoch 1) is none
+    relative = np.abs(gap[nonzero]) / np.abs(c.values[nonzero])
     compared: dict[str, Any] = {
         "source": c.label,
         "legend": c.legend,
         "n_points": len(c.steps),
         "curve_rmse": float(np.sqrt(np.mean(gap**2))),
-        "curve_error_pct": float(np.mean(np.abs(gap) / np.abs(c.values)) * 100),
+        "curve_error_pct": float(np.mean(relative) * 100) if len(relative) else None,
     }
     if "target" not in prediction:
         return compared
