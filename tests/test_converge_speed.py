@@ -275,6 +275,9 @@ def test_optimus_with_one_server_refuses_other_server_counts() -> None:
         speed.predict_at(fixed, "workers=8,ps=2,batch=512", data)
     with pytest.raises(UserError, match="--fix: optimus-sync has no gamma"):
         speed.fit(data, "optimus-sync", {"gamma": 2.0})
+    every = dict.fromkeys(speed.MEANINGS["optimus-sync"], 0.01)
+    with pytest.raises(UserError, match="--fix gives every coefficient of optimus-sync"):
+        speed.fit(data, "optimus-sync", every)
 
 
 def test_pollux_placements_up_to_4_gpus_predict_8_and_16_held_out() -> None:

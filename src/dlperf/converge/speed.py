@@ -278,6 +278,8 @@ def check_fixed(model: str, fixed: dict[str, float]) -> None:
             f"--fix: {model} has no {', '.join(unknown)}",
             f"its coefficients are {', '.join(names)}",
         )
+    if set(fixed) == set(names):
+        raise UserError(f"--fix gives every coefficient of {model}: nothing is left to fit")
     for name, value in fixed.items():
         low = 1.0 if name == "gamma" else 0.0
         if not value >= low:
@@ -322,7 +324,7 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = No
             intervals[names[i]] = [max(theta[i] - half, 0.0), theta[i] + half]
         else:
             intervals[names[i]] = None
-    notes = [] if dof > 0 else ["as many coefficients as distinct measurements: no intervals"]
+    notes = [] if dof > 0 else ["no residual left to estimate intervals from: measure more"]
     return SpeedFit(
         model=model,
         params=dict(zip(names, map(float, theta), strict=True)),
@@ -355,11 +357,12 @@ def _pollux_time(
     return t_grad, (t_grad**gamma + t_sync**gamma) ** (1.0 / gamma)
 
 
-# Pollux's linear pairs a + b·x: (a, b, what x is, where runs must be to vary x)
+# Pollux's linear pairs a + b·x (x: the batch per worker for T_grad, the workers beyond 2 for
+# each link's sync time) and where the runs must be that vary x.
 PAIRS = (
-    ("alpha_g", "beta_g", "batch per worker", "at 2 or more batch sizes per worker"),
-    ("alpha_intra", "beta_intra", "workers beyond 2", "on one node"),
-    ("alpha_inter", "beta_inter", "workers beyond 2", "across nodes"),
+    ("alpha_g", "beta_g", "at 2 or more batch sizes per worker"),
+    ("alpha_intra", "beta_intra", "on one node"),
+    ("alpha_inter", "beta_inter", "across nodes"),
 )
 
 
@@ -393,14 +396,14 @@ def _pollux_pairs(data: SpeedData, fixed: dict[str, float]) -> dict[str, _Pair]:
         "alpha_intra": beyond[(w > 1) & (n == 1)],
         "alpha_inter": beyond[n > 1],
     }
-    return {a: _pair(set(xs[a].tolist()), a in fixed, b in fixed) for a, b, _, _ in PAIRS}
+    return {a: _pair(set(xs[a].tolist()), a in fixed, b in fixed) for a, b, _ in PAIRS}
 
 
 def _pollux_undetermined(pairs: dict[str, _Pair], gamma: bool) -> dict[str, str]:
     """Why each coefficient the measurements leave open is open (γ: whether any run had
     several workers, or γ was fixed)."""
     why: dict[str, str] = {}
-    for a, b, _, where in PAIRS:
+    for a, b, where in PAIRS:
         pair = pairs[a]
         if pair.a and pair.b:
             continue
@@ -468,8 +471,9 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
     sync0 = float(np.median(data.sync_time[w > 1])) if several else 0.0
     sync0 = max(sync0, 1e-3 * float(np.median(data.step_time)))
     start = np.array([max(a_g, 1e-4), max(b_g, 1e-6), sync0, sync0 / 10, sync0, sync0 / 10, 1.5])
-    start[[3, 5]] = [v if informed[k] else 0.0 for k, v in (("beta_intra", start[3]),
-                                                           ("beta_inter", start[5]))]  # fmt: skip
+    for name in ("beta_intra", "beta_inter"):
+        if not informed[name]:
+            start[names.index(name)] = 0.0  # no row beyond 2 workers: no per-worker term seen
     theta = np.array([fixed.get(k, v) for k, v in zip(names, start, strict=True)])
     lower = np.array([1e-8] * 6 + [1.0])[free]
     upper = np.array([np.inf] * 6 + [10.0])[free]
@@ -487,15 +491,16 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
     result = least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac")
     theta = full(result.x)
     notes = []
-    # Constants of a link never measured stay undetermined; those who read only the values
-    # (e.g. `converge plan`) get the other link's rather than a start value.
-    for borrow, lend, link in ((4, 2, "inter"), (2, 4, "intra")):
-        taken = [names[i] for i in (borrow, borrow + 1) if names[i] in undetermined
-                 and not informed[names[i]] and informed[names[lend]]]  # fmt: skip
-        for name in taken:
-            theta[names.index(name)] = theta[names.index(name) + lend - borrow]
-        if taken:
-            notes.append(f"{', '.join(taken)} copied from the other link: no {link}-node runs")
+    # A link never measured stays undetermined, but those who read only the values (e.g.
+    # `converge plan`) get the measured link's constants rather than start values.
+    for link, other in (("inter", "intra"), ("intra", "inter")):
+        if pairs[f"alpha_{link}"].seen or not pairs[f"alpha_{other}"].seen:
+            continue
+        copied = [k for k in (f"alpha_{link}", f"beta_{link}") if k not in fixed]
+        for name in copied:
+            theta[names.index(name)] = theta[names.index(name.replace(link, other))]
+        if copied:
+            notes.append(f"{', '.join(copied)} copied from the other link: no {link}-node runs")
     intervals = _log_intervals(result, theta, free, names, undetermined)
     mean, worst = _errors(_pollux_time(theta, n, w, local)[1], data.step_time)
     return SpeedFit(
@@ -517,7 +522,11 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
 
 
 def _log_intervals(
-    result: Any, theta: np.ndarray, free: np.ndarray, names: list[str], undetermined: dict
+    result: Any,
+    theta: np.ndarray,
+    free: np.ndarray,
+    names: list[str],
+    undetermined: dict[str, str],
 ) -> dict[str, list[float] | None]:
     """90% intervals of the free, determined coefficients from the Jacobian at the solution,
     on log θ (so they stay positive and hold their point): θ·exp(±1.645·se(log θ))."""
