@@ -501,7 +501,8 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
             theta[names.index(name)] = theta[names.index(name.replace(link, other))]
         if copied:
             notes.append(f"{', '.join(copied)} copied from the other link: no {link}-node runs")
-    intervals = _log_intervals(result, theta, free, names, undetermined)
+    intervals, barely = _log_intervals(result, theta, free, names, undetermined)
+    undetermined |= barely
     mean, worst = _errors(_pollux_time(theta, n, w, local)[1], data.step_time)
     return SpeedFit(
         model="pollux",
@@ -527,28 +528,39 @@ def _log_intervals(
     free: np.ndarray,
     names: list[str],
     undetermined: dict[str, str],
-) -> dict[str, list[float] | None]:
+) -> tuple[dict[str, list[float] | None], dict[str, str]]:
     """90% intervals of the free, determined coefficients from the Jacobian at the solution,
-    on log θ (so they stay positive and hold their point): θ·exp(±1.645·se(log θ))."""
+    on log θ (so they stay positive and hold their point): θ·exp(±1.645·se(log θ)); and the
+    coefficients the measured step times barely depend on (an interval wider than a factor
+    of 10^6 either way, or a direction the residuals do not see at all), with why."""
     jac = np.asarray(result.jac) * theta[free]  # d residual / d log θ
     dof = len(result.fun) - int(free.sum())
     out: dict[str, list[float] | None] = {}
-    cov = None
-    if dof > 0:
-        cov = float(result.fun @ result.fun) / dof * np.linalg.pinv(jac.T @ jac)
+    barely: dict[str, str] = {}
+    _, sv, vt = np.linalg.svd(jac, full_matrices=False)
+    # Variance of each log θ; a direction with no singular value has infinite variance (a
+    # pseudo-inverse would give it none, and a zero-width interval).
+    blind = sv <= 1e-9 * sv.max()
+    weight = vt.T**2
+    var = weight[:, ~blind] @ (1.0 / sv[~blind] ** 2)
+    var = np.where((weight[:, blind] > 1e-12).any(axis=1), np.inf, var)
     for j, name in enumerate(k for k, on in zip(names, free, strict=True) if on):
         if name in undetermined:
             continue
         value = float(theta[names.index(name)])
-        if cov is None:
+        if dof <= 0:
             out[name] = None
             continue
-        spread = math.exp(min(Z90 * math.sqrt(max(cov[j, j], 0.0)), 700.0))
+        half = Z90 * math.sqrt(float(result.fun @ result.fun) / dof * var[j])
+        if not half <= math.log(1e6):
+            barely[name] = f"{UNDETERMINED}in which it moves the step time (these barely do)"
+            continue
+        spread = math.exp(half)
         low, high = value / spread, value * spread
         if name == "gamma":  # γ lives in [1, 10]
             low, high = max(low, 1.0), min(high, 10.0)
         out[name] = [low, high]
-    return out
+    return out, barely
 
 
 def given(model: str, params: dict[str, Any], source: str, batch: float = 0.0) -> SpeedFit:
@@ -678,14 +690,22 @@ def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]
                 if names[i] in fit.undetermined and v != 0]  # fmt: skip
     w, local = at["workers"], at["batch"] / at["workers"]
     pairs = _pollux_pairs(data, fit.fixed)
+    several = bool(np.any(data.workers > 1)) or "gamma" in fit.fixed
+    structural = _pollux_undetermined(pairs, several)
     needed = [("alpha_g", "beta_g", local)]
     if w > 1:
         link = "intra" if at["nodes"] == 1 else "inter"
         needed.append((f"alpha_{link}", f"beta_{link}", max(w - 2, 0)))
-    missing = ["gamma"] if w > 1 and "gamma" in fit.undetermined else []
+    missing = ["gamma"] if w > 1 and "gamma" in structural else []
     for a, b, x in needed:
         if not pairs[a].known_at(x):
-            missing += [k for k in (a, b) if k in fit.undetermined and (k == a or x != 0)]
+            missing += [k for k in (a, b) if k in structural and (k == a or x != 0)]
+    # One the step times barely depend on matters only beyond them: inside, neither do the
+    # predictions.
+    if _outside(fit, at):
+        uses = {a for a, _, _ in needed} | {b for _, b, x in needed if x != 0}
+        uses |= {"gamma"} if w > 1 else set()
+        missing += [k for k in fit.undetermined if k in uses and k not in structural]
     return missing
 
 
