@@ -153,3 +153,17 @@ def test_every_interval_contains_its_point(
         p = curve.predict(form, report.params[form], report.samples[form], target, "loss")
         if p.interval is not None:
             assert p.interval[0] <= p.predicted_step <= p.interval[1]
+
+
+def test_beta2_on_its_bound_lies_inside_its_interval() -> None:
+    """The issue's case: a curve falling towards 0 fits β2 ≈ 3e-19, on its bound, and every
+    bootstrap refit lands above it: the percentile interval alone was [5.1e-19, 0.022]."""
+    rng = np.random.default_rng(1)
+    k = np.arange(1.0, 21.0)
+    y = np.maximum(optimus(k, 0.3, 1.0, 0.0) + rng.normal(0, 0.02, 20), 0.0)
+    fit, p = curve.fit(k, y)
+    samples = curve.bootstrap(k, y, "optimus", p, n=50)
+    assert np.percentile(samples[:, 2], 5) > p[2]  # the refits all sit above the point
+    lo, hi = curve.intervals(samples, "optimus", p)["beta2"]
+    assert lo <= fit.params["beta2"] <= hi
+    assert hi == pytest.approx(np.percentile(samples[:, 2], 95))
