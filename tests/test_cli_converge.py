@@ -614,3 +614,127 @@ def test_fit_and_single_form_predict_draw_the_fits(cli: Cli) -> None:
         assert r.err.endswith("saved fit.png\n")
         assert Path("fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         Path("fit.png").unlink()
+
+
+def test_speed_fit_refuses_what_its_points_cannot_tell(cli: Cli, tmp_path: Path) -> None:
+    """Issue 29: a 1- and 2-worker weak study predicted 76 s a step at 4 workers (8 ms
+    measured). The fit now names what it cannot determine; the prediction is refused (one
+    line, exit 2) until --fix gives the coefficient."""
+    (tmp_path / "weak.csv").write_text(
+        "workers,nodes,global_batch,step_time_s,sync_time_s\n"
+        "1,1,16,0.003,0\n1,1,32,0.004,0\n1,1,64,0.006,0\n"
+        "2,1,32,0.0045,0.0015\n2,1,64,0.0056,0.0015\n2,1,128,0.0076,0.0016\n"
+    )
+    fit = ("converge", "speed", "fit", "--csv", "weak.csv", "--model", "pollux")
+    r = cli(*fit, "--predict", "workers=4,nodes=1")
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1
+    assert "error: --predict workers=4,nodes=1: rests on beta_intra, not identifiable" in r.err
+    r = cli(*fit, "--predict", "workers=4,nodes=1", "--fix", "beta_intra=0.0005", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["fixed"] == {"beta_intra": 0.0005}
+    assert set(doc["undetermined"]) == {"alpha_inter", "beta_inter"}
+    assert (
+        doc["intervals"]["alpha_g"][0] <= doc["params"]["alpha_g"] <= doc["intervals"]["alpha_g"][1]
+    )
+    (p,) = doc["predictions"]
+    assert p["step_time_s"] < 0.02
+    assert (
+        "prediction at workers=4,nodes=1,batch=64: workers 4 is outside the measured 1–2" in r.err
+    )
+    r = cli(*fit)
+    assert r.code == 0
+    assert "beta_intra: not identifiable from these points: needs runs with 3 or more" in r.out
+    r = cli(*fit, "--fix", "beta_intra=-1")
+    assert r.code == 2 and "--fix: beta_intra must be ≥ 0, got -1" in r.err
+
+
+def resnet_run(store: Store, depth: int, device: str = "cpu") -> int:
+    """A stored ResNet run whose validation loss follows the Optimus curve of `depth_betas`
+    (per step, 10 steps an epoch, 40 epochs), on `device`."""
+    run_id = store.create_run(
+        name=f"resnet{depth}", kind="run", config={"model": {"name": f"resnet{depth}"}},
+        system={"device": device, "gpus": []},
+    )  # fmt: skip
+    b0, b1, b2 = depth_betas(depth)
+    rows = [("val/loss", e, 1 / (b0 * e * 10 + b1) + b2) for e in range(1, 41)]
+    store.log_metrics(run_id, rows)
+    store.finish_run(run_id, summary={"steps_per_epoch": 10})
+    return run_id
+
+
+def test_fit_of_several_runs_is_one_beta_table(cli: Cli, store: Store, tmp_path: Path) -> None:
+    """Issue 29: `converge fit` over fifteen runs printed fifteen blocks; now one table of
+    run, model, depth, device, β with intervals and fit error (JSON and CSV alike)."""
+    ids = [str(resnet_run(store, d)) for d in (20, 32, 44)]
+    r = cli("converge", "fit", *ids, "--to-csv", "betas.csv")
+    assert r.code == 0, r.err
+    assert r.out.startswith("Optimus fits of 3 curves, loss (90% intervals)\n")
+    header, _, *lines = r.out.splitlines()[1:]
+    assert [c.strip() for c in header.split("┃")] == [
+        "run", "model", "depth", "device", "β0", "β0 5–95%", "β1", "β1 5–95%", "β2",
+        "β2 5–95%", "rmse fit", "rmse held out",
+    ]  # fmt: skip
+    assert [line.split("│")[1].strip() for line in lines] == ["resnet20", "resnet32", "resnet44"]
+    assert "fit error (held out" not in r.out  # not one block per run
+    assert "saved betas.csv" in r.err
+    rows = (tmp_path / "betas.csv").read_text().splitlines()
+    assert rows[0].startswith("source,model,depth,device,beta0,beta0_5%,beta0_95%,beta1")
+    assert rows[1].startswith(f"run {ids[0]},resnet20,20,cpu,")
+    assert len(rows) == 4
+    r = cli("converge", "fit", *ids, "--json")
+    docs = json.loads(r.out)
+    assert [d["configuration"] for d in docs] == [
+        {"model": f"resnet{d}", "depth": d, "device": "cpu"} for d in (20, 32, 44)
+    ]
+    assert docs[0]["beta0"] == pytest.approx(depth_betas(20)[0], rel=1e-3)
+    r = cli("converge", "fit", *ids, "--to-csv", "nodir/betas.csv")
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "nodir/betas.csv" in r.err
+
+
+def test_regress_compares_the_prediction_with_the_real_run(
+    cli: Cli, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 (HW4 P4.2): regress predicted depth 56 but drew no real depth-56 run beside
+    it and gave no error. --compare overlays the run and prints the curve's error and the
+    error on the epochs to the target; legends name the configuration, not "run 4"."""
+    import matplotlib.pyplot as plt
+
+    legends: list[list[str]] = []
+    close = plt.close
+
+    def spy(fig: Any) -> None:
+        legends.append(fig.axes[0].get_legend_handles_labels()[1])
+        close(fig)
+
+    monkeypatch.setattr(plt, "close", spy)
+    ids = [str(resnet_run(store, d)) for d in (20, 32, 44)]
+    real = resnet_run(store, 56)
+    r = cli("converge", "regress", *ids, "--features", "depth", "--predict", "depth=56",
+            "--target", "0.35", "--compare", str(real), "--plot", "r.png", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    compared = json.loads(r.out)["prediction"]["compare"]
+    assert compared["source"] == f"run {real}" and compared["n_points"] == 40
+    # β log-linear in depth, curves noise-free: the prediction is the real curve.
+    assert compared["curve_error_pct"] == pytest.approx(0, abs=0.1)
+    b0, b1, b2 = depth_betas(56)
+    actual = math.ceil(((1 / (0.35 - b2) - b1) / b0) / 10) * 10  # logged every 10 steps
+    assert compared["actual_step"] == actual and compared["actual_epoch"] == actual / 10
+    assert abs(compared["error_pct"]) < 10  # predicted between two logged epochs
+    (labels,) = legends
+    assert labels == [
+        *(f"resnet{d} on cpu (run {i}) {kind}" for d, i in zip((20, 32, 44), ids, strict=True)
+          for kind in ("measured", "fitted")),
+        "depth=56 predicted",
+        f"resnet56 on cpu (run {real}) measured",
+    ]  # fmt: skip
+    r = cli("converge", "regress", *ids, "--features", "depth", "--predict", "depth=56",
+            "--target", "0.35", "--compare", str(real))  # fmt: skip
+    assert r.code == 0, r.err
+    assert f"compared with resnet56 on cpu (run {real}): curve error %" in r.out
+    assert "error % on the steps (and epochs) to the target" in r.out
+    r = cli("converge", "regress", *ids, "--features", "depth", "--predict", "depth=50",
+            "--compare", str(real), "--json")  # fmt: skip
+    assert r.code == 0 and "--compare " + str(real) + " has depth=56, not the predicted" in r.err
+    r = cli("converge", "regress", *ids, "--features", "depth", "--compare", str(real))
+    assert r.code == 2 and "--compare needs --predict" in r.err

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dlperf.converge import curve
 from dlperf.errors import UserError
@@ -32,7 +34,7 @@ def test_recovers_known_betas_from_noisy_curve() -> None:
     assert fit.params["beta1"] == pytest.approx(0.5, rel=0.1)
     assert fit.params["beta2"] == pytest.approx(0.2, abs=0.01)
     assert fit.rmse == pytest.approx(0.005, rel=0.2)
-    lo, hi = curve.intervals(curve.bootstrap(k, y, "optimus", p, n=50), "optimus")["beta2"]
+    lo, hi = curve.intervals(curve.bootstrap(k, y, "optimus", p, n=50), "optimus", p)["beta2"]
     assert lo <= fit.params["beta2"] <= hi
 
 
@@ -122,3 +124,46 @@ def test_curve_that_reaches_zero_error() -> None:
     report = curve.analyse(curve.Curve("perfect", k, accuracy), "accuracy", 20, n_boot=10)
     assert report.fits["optimus"].converged
     assert report.fits["optimus"].rmse < 0.06  # the clipped curve is not exactly the model
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    b0=st.floats(1e-4, 1.0),
+    b1=st.floats(0.5, 20.0),
+    b2=st.sampled_from([0.0, 1e-6, 0.01, 0.3]),
+    noise=st.floats(0.0, 0.05),
+    n=st.integers(6, 30),
+    seed=st.integers(0, 2**16),
+)
+def test_every_interval_contains_its_point(
+    b0: float, b1: float, b2: float, noise: float, n: int, seed: int
+) -> None:
+    """A fit's 90% interval holds its own point, also when the point sits on a bound (β2 = 0,
+    where every bootstrap refit may land on one side of it), and so does the interval of the
+    step reaching a target. Issue 29: β2 = 1.13e-19 printed with [6.46e-19, 0.609]."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(1.0, n + 1)
+    y = np.maximum(optimus(k, b0, b1, b2) + rng.normal(0, noise, n), 0.0)
+    report = curve.analyse(curve.Curve("random", k, y), "loss", n, n_boot=20)
+    for form, fit in report.fits.items():
+        for name, value in fit.params.items():
+            lo, hi = report.ci[form][name]
+            assert lo <= value <= hi, (form, name, value, lo, hi)
+        target = float(y[-1]) * 0.9 + float(report.params[form][2]) * 0.1
+        p = curve.predict(form, report.params[form], report.samples[form], target, "loss")
+        if p.interval is not None:
+            assert p.interval[0] <= p.predicted_step <= p.interval[1]
+
+
+def test_beta2_on_its_bound_lies_inside_its_interval() -> None:
+    """The issue's case: a curve falling towards 0 fits β2 ≈ 3e-19, on its bound, and every
+    bootstrap refit lands above it: the percentile interval alone was [5.1e-19, 0.022]."""
+    rng = np.random.default_rng(1)
+    k = np.arange(1.0, 21.0)
+    y = np.maximum(optimus(k, 0.3, 1.0, 0.0) + rng.normal(0, 0.02, 20), 0.0)
+    fit, p = curve.fit(k, y)
+    samples = curve.bootstrap(k, y, "optimus", p, n=50)
+    assert np.percentile(samples[:, 2], 5) > p[2]  # the refits all sit above the point
+    lo, hi = curve.intervals(samples, "optimus", p)["beta2"]
+    assert lo <= fit.params["beta2"] <= hi
+    assert hi == pytest.approx(np.percentile(samples[:, 2], 95))

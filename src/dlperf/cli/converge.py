@@ -99,27 +99,55 @@ def fit(
     run_ids: list[int] = RUN_IDS,
     csv: Path = CSV,
     plot: Path = console.PLOT,
+    to_csv: Path = typer.Option(
+        None, "--to-csv", help="Also write the β table (one row per curve) to this CSV file."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Fit l(k) = 1/(β0·k + β1) + β2 (Optimus) and a·k^−b + c to a loss or accuracy curve,
     with bootstrap 90% intervals; say which form predicts later points better.
 
-    The JSON output is what `dlperf converge plan --curve` reads.
+    Several runs give one table: run, model, depth, device, β0, β1, β2 with their intervals,
+    and the fit's error (--to-csv writes it as CSV). The JSON output, one document per curve,
+    is what `dlperf converge plan --curve` reads.
 
     Example: dlperf converge fit --csv examples/pollux/cifar10_validation-128.csv
     --y metric --metric accuracy --upto 0.3
     """
     from dlperf.converge import fitting
 
+    if to_csv is not None:
+        from dlperf.paths import check_writable
+
+        check_writable(to_csv, make_parents=False)  # before the fits, not after them
     with console.reporter() as rep:
         done = fitting.fit(run_ids or [], csv, opts, open_store, rep)
     if plot is not None:
         from dlperf.report.curves import plot_curves
 
         plot_curves(plot, done.reports, opts.metric)
+    table = fitting.beta_table(done.reports)
+    if to_csv is not None:
+        fitting.write_table(to_csv, table)
     console.tell(done.warnings, plot)
+    if to_csv is not None:
+        console.err.print(f"saved {to_csv}", markup=False)
     if as_json:
         console.print_json(_one_or_list([fitting.fit_document(r) for r in done.reports]))
+        return
+    if len(table) > 1:
+        console.print_table(
+            f"Optimus fits of {len(table)} curves, {opts.metric} (90% intervals)",
+            ["run", "model", "depth", "device", "β0", "β0 5–95%", "β1", "β1 5–95%", "β2",
+             "β2 5–95%", "rmse fit", "rmse held out"],
+            [
+                [row["source"], row["model"], row["depth"], row["device"],
+                 *(cell for b in ("beta0", "beta1", "beta2") for cell in
+                   (row[b], f"{console.fmt(row[f'{b}_5%'])}–{console.fmt(row[f'{b}_95%'])}")),
+                 row["rmse"], row["heldout_rmse"]]
+                for row in table
+            ],
+        )  # fmt: skip
         return
     for r in done.reports:
         console.print_table(
@@ -240,6 +268,12 @@ def regress(
     target: float = typer.Option(
         None, "--target", help="With --predict: the value whose step to predict."
     ),
+    compare: str = typer.Option(
+        None,
+        "--compare",
+        help="With --predict: a run ID (or PATH.csv:feature=value,...) of that configuration, "
+        "left out of the regression, to measure the prediction against.",
+    ),
     plot: Path = console.PLOT,
     as_json: bool = JSON,
 ) -> None:
@@ -247,20 +281,22 @@ def regress(
     unseen configuration (and the step, and epoch, reaching --target).
 
     Features are run summary, system or config keys; depth reads resnet56's 56, gpu the
-    first GPU's name.
+    first GPU's name. With --compare, the real run of the predicted configuration is drawn
+    beside the predicted curve, with the curve's error and the error of the epochs to the
+    target.
 
     Example: dlperf converge regress 1 2 3 4 --features depth --metric accuracy
-    --predict depth=50 --target 0.9
+    --predict depth=56 --target 0.9 --compare 5 --plot regress.png
     """
     from dlperf.converge import fitting
     from dlperf.converge.regress import BETAS
 
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
-    done = fitting.regress(sources, parse_names(features), opts, open_store, at, target)
+    done = fitting.regress(sources, parse_names(features), opts, open_store, at, target, compare)
     if plot is not None:
         from dlperf.report.curves import plot_regression
 
-        plot_regression(plot, done.runs, done.unseen, opts.metric)
+        plot_regression(plot, done.runs, done.unseen, opts.metric, predict_at, done.compared)
     console.tell(done.warnings, plot)
     doc = done.document
     if as_json:
@@ -283,5 +319,19 @@ def regress(
             if pred["actual_step"] is not None:
                 rows.append(["measured step (a run with these features)", pred["actual_step"]])
                 rows.append(["error %", pred["error_pct"]])
+        if "compare" in pred:
+            c = pred["compare"]
+            rows += [
+                [f"compared with {c['legend']}: curve error % (mean, {c['n_points']} points)",
+                 c["curve_error_pct"]],
+                ["curve rmse", c["curve_rmse"]],
+            ]  # fmt: skip
+            if target is not None:
+                rows += [
+                    [f"measured step reaching {target:g}", c["actual_step"] or "not reached"],
+                    [f"measured epoch reaching {target:g}", c["actual_epoch"]],
+                    ["predicted epoch", c["predicted_epoch"]],
+                    ["error % on the steps (and epochs) to the target", c["error_pct"]],
+                ]  # fmt: skip
         console.print_table(f"prediction for {predict_at}", ["", "value"], rows)
         console.out.print(f"basis: {pred['basis']}", markup=False)

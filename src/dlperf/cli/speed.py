@@ -12,7 +12,7 @@ from dlperf.cli import console
 from dlperf.cli.app import open_store
 from dlperf.cli.converge import JSON, converge_app, speed_app
 from dlperf.errors import UserError
-from dlperf.parsing import parse_pairs, parse_range
+from dlperf.parsing import parse_numbers, parse_pairs, parse_range
 
 
 @speed_app.command("fit")
@@ -33,6 +33,12 @@ def speed_fit(
         help="Predict a configuration, e.g. workers=32,nodes=8,batch=2048 or "
         "workers=8,ps=2 (repeatable; batch is global, default the most common one).",
     ),
+    fix: list[str] = typer.Option(
+        [],
+        "--fix",
+        help="Hold coefficients at given values instead of fitting them, e.g. a paper's or "
+        "what other runs measured: beta_intra=0.004,gamma=2 (repeatable).",
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Fit a speed model to measured step times: Optimus's parameter-server models (θ ≥ 0 by
@@ -43,6 +49,11 @@ def speed_fit(
     the same keys in their summaries; failed points are left out. The JSON output is what
     `converge plan --speed` reads.
 
+    Each coefficient gets a 90% interval, or the runs it would need when these points cannot
+    determine it (e.g. 1 and 2 workers say nothing of the sync time per worker beyond 2). A
+    --predict that rests on such a coefficient is refused unless --fix gives it; one outside
+    the measured workers, nodes, servers or batches says how far, and what it assumes.
+
     Example: dlperf converge speed fit --csv examples/pollux/cifar10_placements.csv
     --model pollux --predict workers=32,nodes=8,batch=2048
     """
@@ -51,18 +62,32 @@ def speed_fit(
     selected: dict[str, str] = {}
     for text in where:
         selected |= parse_pairs(text, "--where", "--where comm=allreduce")
-    done = speed.fit_measured(model, open_store, csv, study_id, selected, predict_at)
+    fixed: dict[str, float] = {}
+    for text in fix:
+        fixed |= parse_numbers(text, "--fix", "--fix beta_intra=0.004")
+    done = speed.fit_measured(model, open_store, csv, study_id, selected, predict_at, fixed)
     console.tell(done.warnings)
     result = done.fit
     if as_json:
         console.print_json(done.to_dict())
         return
+
+    def interval(name: str) -> list[object]:
+        if name in result.fixed:
+            return ["fixed", "fixed"]
+        if name in result.undetermined:
+            return ["undetermined", "undetermined"]
+        bounds = result.intervals.get(name)
+        return [*bounds] if bounds else ["—", "—"]  # no residual left to estimate one
+
     console.print_table(
         f"{model}: {result.n_points} measurements, step-time error {result.error_pct:.2f}% "
         f"mean, {result.max_error_pct:.1f}% max",
-        ["coefficient", "value", "meaning"],
-        [[k, v, speed.MEANINGS[model][k]] for k, v in result.params.items()],
+        ["coefficient", "value", "5%", "95%", "meaning"],
+        [[k, v, *interval(k), speed.MEANINGS[model][k]] for k, v in result.params.items()],
     )
+    for name, why in result.undetermined.items():
+        console.out.print(f"{name}: {why}", markup=False)
     if done.predictions:
         keys = speed.config_keys(model)
         console.print_table(

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
 
+from dlperf.converge.regress import configuration
 from dlperf.converge.tables import read_columns
 from dlperf.errors import UserError
 
@@ -98,7 +99,8 @@ def steps_to(form: str, p: Any, target: float) -> np.ndarray:
     asymptote; 0 when the curve starts below it. `p` is (3,) or (n, 3)."""
     p = np.atleast_2d(np.asarray(p, float))
     gap = target - p[:, 2]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # A crossing beyond float range (overflow) is inf: never, as far as the fit can tell.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if form == "optimus":
             k = (1.0 / gap - p[:, 1]) / p[:, 0]
         else:
@@ -212,9 +214,12 @@ def bootstrap(
     return samples
 
 
-def intervals(samples: np.ndarray, form: str) -> dict[str, tuple[float, float]]:
-    """90% percentile interval of each parameter."""
+def intervals(samples: np.ndarray, form: str, point: np.ndarray) -> dict[str, tuple[float, float]]:
+    """90% percentile interval of each parameter, widened to hold the fit's own `point`: a
+    point on a bound (β2 = 0) can have every refit on one side of it, and an interval that
+    excludes its point contradicts itself."""
     lo, hi = np.percentile(samples, [5, 95], axis=0)
+    lo, hi = np.minimum(lo, point), np.maximum(hi, point)
     return {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(PARAMS[form])}
 
 
@@ -270,7 +275,9 @@ def predict(
         reach = steps_to(form, samples, goal)
         lo = np.percentile(reach, 5, method="lower")
         hi = np.percentile(reach, 95, method="higher")
-        interval = (whole_step(lo), whole_step(hi))
+        # Widened to hold the point, as `intervals` does.
+        point = whole_step(k_hat)
+        interval = (min(whole_step(lo), point), max(whole_step(hi), point))
     actual = None
     if steps is not None and values is not None:
         hit = np.flatnonzero(to_decreasing(np.asarray(values, float), metric) <= goal)
@@ -302,6 +309,14 @@ class Curve:
     steps: np.ndarray
     values: np.ndarray
     steps_per_epoch: float | None = None
+    about: dict[str, Any] = field(default_factory=dict)  # a run's model, depth, device
+
+    @property
+    def legend(self) -> str:
+        """The configuration, as figures name the curve, e.g. 'resnet56 on cpu (run 7)'; the
+        label alone when the configuration is unknown (a CSV file)."""
+        parts = [str(v) for k in ("model", "device") if (v := self.about.get(k))]
+        return f"{' on '.join(parts)} ({self.label})" if parts else self.label
 
 
 @dataclass
@@ -329,7 +344,7 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     for form in PARAMS:
         fits[form], params[form] = fit(k[:n_fit], y[:n_fit], form)
         samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
-        ci[form] = intervals(samples[form], form)
+        ci[form] = intervals(samples[form], form, params[form])
     heldout = compare_forms(k, y, n_fit)
     return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout)
 
@@ -360,4 +375,4 @@ def from_run(store: Store, run_id: int, metric: str, key: str | None = None) -> 
     values = np.array([v for _, v in pairs], float)
     if key is None and metric == "error":
         values = 1.0 - values
-    return Curve(f"run {run_id}", steps, values, epoch_steps)
+    return Curve(f"run {run_id}", steps, values, epoch_steps, configuration(run))

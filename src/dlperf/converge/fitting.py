@@ -8,6 +8,7 @@ also the curve fit `converge plan --curve` reads back.
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,6 +100,7 @@ def fit_document(r: FitReport) -> dict[str, Any]:
     optimus, power = r.fits["optimus"], r.fits["power"]
     return {
         "source": r.curve.label,
+        "configuration": r.curve.about,
         "metric": r.metric,
         "form": "optimus",
         **optimus.params,
@@ -116,6 +118,40 @@ def fit_document(r: FitReport) -> dict[str, Any]:
         },
         "heldout": r.heldout,
     }
+
+
+def beta_table(reports: list[FitReport]) -> list[dict[str, Any]]:
+    """One row per curve, as `converge fit` tabulates several: the run, its configuration, the
+    Optimus β with their 90% intervals, and the fit's error (rmse on the window, and on the
+    later points when there are any)."""
+    rows = []
+    for r in reports:
+        about = r.curve.about
+        row: dict[str, Any] = {
+            "source": r.curve.label,
+            **{k: about.get(k) for k in ("model", "depth", "device")},
+        }
+        for name, value in r.fits["optimus"].params.items():
+            low, high = r.ci["optimus"][name]
+            row |= {name: value, f"{name}_5%": low, f"{name}_95%": high}
+        row |= {
+            "rmse": r.fits["optimus"].rmse,
+            "heldout_rmse": r.heldout.get("optimus_rmse"),
+            "n_points": r.n_fit,
+        }
+        rows.append(row)
+    return rows
+
+
+def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
+    """`beta_table`'s rows as a CSV file (empty cells where a value is unknown)."""
+    try:
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
 
 
 def predict(
@@ -265,7 +301,49 @@ class Regressed:
     document: dict[str, Any]  # as `converge regress --json` prints it
     warnings: list[str]  # one per source whose fit is not to be trusted, one per dropped feature
     runs: list[RegressedRun]
-    unseen: tuple[np.ndarray, np.ndarray] | None  # --predict's curve over the runs' windows
+    # --predict's curve over the runs' windows (and the compared run's steps)
+    unseen: tuple[np.ndarray, np.ndarray] | None
+    compared: Curve | None = None  # the measured run of the predicted configuration
+
+
+def _legend(c: Curve, features: dict[str, Any]) -> str:
+    """A source as figures name it: its configuration when a run gives it, else its
+    features and file."""
+    if c.about.get("model"):
+        return c.legend
+    return f"{', '.join(f'{k}={v}' for k, v in features.items())} ({c.label})"
+
+
+def _compare(
+    c: Curve, betas: np.ndarray, metric: str, prediction: dict[str, Any]
+) -> dict[str, Any]:
+    """The predicted curve against the measured curve `c` of the same configuration: its
+    error over all of `c`'s points, and, with a target, the error of the step (and epoch)
+    reaching it."""
+    predicted = curve.to_decreasing(curve.model("optimus")(c.steps, betas), metric)
+    gap = predicted - c.values
+    nonzero = c.values != 0  # a relative error at a measured 0 (accuracy, epoch 1) is none
+    relative = np.abs(gap[nonzero]) / np.abs(c.values[nonzero])
+    compared: dict[str, Any] = {
+        "source": c.label,
+        "legend": c.legend,
+        "n_points": len(c.steps),
+        "curve_rmse": float(np.sqrt(np.mean(gap**2))),
+        "curve_error_pct": float(np.mean(relative) * 100) if len(relative) else None,
+    }
+    if "target" not in prediction:
+        return compared
+    goal = curve.to_decreasing(prediction["target"], metric)
+    hit = np.flatnonzero(curve.to_decreasing(c.values, metric) <= goal)
+    actual = float(c.steps[hit[0]]) if len(hit) else None
+    step, spe = prediction["predicted_step"], c.steps_per_epoch
+    return compared | {
+        "actual_step": actual,
+        "actual_epoch": actual / spe if actual is not None and spe else None,
+        "predicted_epoch": step / spe if step is not None and spe else None,
+        # The same for epochs: both counts are over this run's steps per epoch.
+        "error_pct": (step - actual) / actual * 100 if step is not None and actual else None,
+    }
 
 
 def _prediction(
@@ -318,11 +396,14 @@ def regress(
     open_store: Callable[[], Store],
     at: dict[str, str] | None = None,
     target: float | None = None,
+    compare: str | None = None,
 ) -> Regressed:
     """Fit β0, β1, β2 of each source (see `regress_sources`), regress log β on `features`,
-    and predict the curve of the configuration `at` (and the step reaching `target`). The
-    curves of the figure stay on the steps the fits saw: the model is not to be read outside
-    them (before the first point 1/(β0·k + β1) climbs towards 1/β1)."""
+    and predict the curve of the configuration `at` (and the step reaching `target`); with
+    `compare`, a source of that configuration left out of the regression, the error of the
+    predicted curve against it. The curves of the figure stay on the steps the fits (and the
+    compared run) saw: the model is not to be read outside them (before the first point
+    1/(β0·k + β1) climbs towards 1/β1)."""
     if not features:
         raise UserError("--features needs at least one name", "e.g. --features depth")
     curve.check_metric(opts.metric)
@@ -330,6 +411,8 @@ def regress(
         if at is None:
             raise UserError("converge.target needs --predict (the configuration to predict)")
         curve.check_target(target, opts.metric)
+    if compare is not None and at is None:
+        raise UserError("--compare needs --predict (the configuration of the compared run)")
     found = regress_sources(sources, features, opts, open_store)
     warnings, betas, windows = [], [], []
     for c, _ in found:
@@ -368,14 +451,31 @@ def regress(
             + ")"
         )
         document["prediction"] = _prediction(found, predicted_betas, at, opts.metric, target, basis)
+    compared = None
+    if compare is not None and at is not None and predicted_betas is not None:
+        ((compared, its),) = regress_sources([compare], features, opts, open_store)
+        warnings += [
+            f"--compare {compare} has {k}={v}, not the predicted {k}={at[k]}"
+            for k, v in its.items()
+            if k in at and reg.differs(v, at[k])
+        ]
+        document["prediction"]["compare"] = _compare(
+            compared, predicted_betas, opts.metric, document["prediction"]
+        )
     optimus = curve.model("optimus")
     runs = []
     for (c, f), n_fit in zip(found, windows, strict=True):
         grid = np.linspace(c.steps[0], c.steps[n_fit - 1], 200)
         predicted = curve.to_decreasing(optimus(grid, reg.predict(result, f)), opts.metric)
-        runs.append(RegressedRun(c.label, f, c.steps[:n_fit], c.values[:n_fit], grid, predicted))
+        runs.append(
+            RegressedRun(_legend(c, f), f, c.steps[:n_fit], c.values[:n_fit], grid, predicted)
+        )
     unseen = None
     if predicted_betas is not None:
-        grid = np.linspace(min(r.grid[0] for r in runs), max(r.grid[-1] for r in runs), 200)
+        first = min(r.grid[0] for r in runs)
+        last = max(r.grid[-1] for r in runs)
+        if compared is not None:
+            first, last = min(first, compared.steps[0]), max(last, compared.steps[-1])
+        grid = np.linspace(first, last, 200)
         unseen = grid, curve.to_decreasing(optimus(grid, predicted_betas), opts.metric)
-    return Regressed(result, document, warnings, runs, unseen)
+    return Regressed(result, document, warnings, runs, unseen, compared)

@@ -76,9 +76,25 @@ def run_features(run: RunRecord, features: list[str]) -> dict[str, Any]:
     return found
 
 
+def configuration(run: RunRecord) -> dict[str, Any]:
+    """What a run trained where, as tables and legends name it: its model, the depth (the
+    digits ending the model name, resnet56 → 56) and the device (the first GPU's name, else
+    the device it ran on); None where the run does not say."""
+    model = (run.config or {}).get("model", {}).get("name")
+    digits = re.search(r"(\d+)$", str(model or ""))
+    system = run.system or {}
+    device = (system.get("gpus") or [None])[0] or system.get("device")
+    return {"model": model, "depth": int(digits.group(1)) if digits else None, "device": device}
+
+
 def _key(value: Any) -> Any:
     """A feature's value as runs are told apart by it: 56 and "56.0" are one depth."""
     return float(value) if _is_number(value) else str(value)
+
+
+def differs(value: Any, wanted: Any) -> bool:
+    """Whether a run's feature is not the value asked for (56 and "56.0" are one depth)."""
+    return bool(_key(value) != _key(wanted))
 
 
 def _design(

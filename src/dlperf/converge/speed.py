@@ -14,6 +14,13 @@ with one (α_s, β_s) within a node and another across nodes; γ between 1 (no o
 compute and communication) and ∞ (perfect overlap). Fitted on log time, as the Pollux code
 does, to T_grad = step − sync time and to T_iter = step time.
 
+Every fitted coefficient carries a 90% interval (linearised least squares: ±1.645 standard
+errors, on log θ for Pollux), or the reason the measurements cannot determine it (e.g. no
+study of 1 and 2 workers says anything of the sync time per worker beyond 2). A prediction
+that rests on such a coefficient is refused unless the coefficient is fixed (`fixed`, e.g. to a
+paper's value); one outside the measured workers, nodes, servers or batches says how far
+outside it is and what it assumes.
+
 Speed tables have one row per measured configuration with the columns `workers`, `ps`
 (Optimus), `nodes` (Pollux), `global_batch`, `step_time_s` and, for Pollux, `sync_time_s`.
 The Pollux traces' own columns (`placement` or `num_nodes`/`num_replicas`, `local_bsz`,
@@ -69,6 +76,26 @@ MEANINGS = {
 }
 
 
+# Optimus: what must vary, independently of the other terms, to determine each coefficient.
+VARIES = {
+    "optimus-sync": {
+        "theta0": "the batch per worker M/w",
+        "theta1": "M/w, w/p, w and p (the fixed time is what none of them explains)",
+        "theta2": "the workers per server w/p",
+        "theta3": "the worker count w",
+        "theta4": "the server count p",
+    },
+    "optimus-async": {
+        "theta0": "w/p, w and p (the fixed time is what none of them explains)",
+        "theta1": "the workers per server w/p",
+        "theta2": "the worker count w",
+        "theta3": "the server count p",
+    },
+}
+UNDETERMINED = "not identifiable from these points: needs runs "
+Z90 = 1.6448536269514722  # a two-sided 90% interval is ±1.645 standard errors
+
+
 @dataclass
 class SpeedData:
     workers: np.ndarray
@@ -95,6 +122,12 @@ class SpeedFit:
     typical_batch: float = 0.0  # the most common global batch of the data, the plan's default
     typical_local_batch: float = 0.0  # the most common per-worker batch
     basis: str = ""  # what the fit rests on: the measurements and their source (fit_measured)
+    # 90% interval of each coefficient the data determine (None: no residual to estimate it)
+    intervals: dict[str, list[float] | None] = field(default_factory=dict)
+    undetermined: dict[str, str] = field(default_factory=dict)  # coefficient -> why
+    fixed: dict[str, float] = field(default_factory=dict)  # set by the user, not fitted
+    # measured [least, most] of workers, ps or nodes, and batch (Pollux: per worker)
+    span: dict[str, list[float]] = field(default_factory=dict)
 
     def default_batch(self, workers: float) -> float:
         """The global batch to predict at when none is given: Optimus's models take a fixed
@@ -215,7 +248,46 @@ def _typical(batch: np.ndarray) -> float:
     return float(values[np.argmax(counts)])
 
 
-def fit_optimus(data: SpeedData, model: str) -> SpeedFit:
+def _in_rowspace(design: np.ndarray, row: np.ndarray) -> bool:
+    """Whether `row` · θ is determined by `design` · θ (estimable): `row` is a combination of
+    the design's rows. Columns are scaled to 1 first, so units do not set the tolerance."""
+    scale = np.maximum(np.abs(design).max(axis=0), 1e-300)
+    a, b = design / scale, np.atleast_2d(row) / scale
+    return bool(np.linalg.matrix_rank(np.vstack([a, b])) == np.linalg.matrix_rank(a))
+
+
+def _span(data: SpeedData, model: str) -> dict[str, list[float]]:
+    def least_most(values: np.ndarray) -> list[float]:
+        return [float(values.min()), float(values.max())]
+
+    if model == "pollux":
+        assert data.nodes is not None  # checked by fit_pollux
+        batch = data.global_batch / data.workers
+        return {"workers": least_most(data.workers), "nodes": least_most(data.nodes),
+                "batch per worker": least_most(batch)}  # fmt: skip
+    assert data.ps is not None  # checked by fit_optimus
+    return {"workers": least_most(data.workers), "ps": least_most(data.ps),
+            "batch": least_most(data.global_batch)}  # fmt: skip
+
+
+def check_fixed(model: str, fixed: dict[str, float]) -> None:
+    names = list(MEANINGS[model])
+    unknown = [k for k in fixed if k not in names]
+    if unknown:
+        raise UserError(
+            f"--fix: {model} has no {', '.join(unknown)}",
+            f"its coefficients are {', '.join(names)}",
+        )
+    if set(fixed) == set(names):
+        raise UserError(f"--fix gives every coefficient of {model}: nothing is left to fit")
+    for name, value in fixed.items():
+        low = 1.0 if name == "gamma" else 0.0
+        if not value >= low:
+            raise UserError(f"--fix: {name} must be ≥ {low:g}, got {value:g}")
+
+
+def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> SpeedFit:
+    fixed = fixed or {}
     if data.ps is None:
         raise UserError(
             f"{model} needs a 'ps' column (parameter servers per measurement)",
@@ -227,14 +299,32 @@ def fit_optimus(data: SpeedData, model: str) -> SpeedFit:
             "have ps = 0 (all-reduce)",
             "use --model pollux",
         )
-    design = _optimus_design(model, data.workers, data.ps, data.global_batch)
-    if len(data) < design.shape[1]:
-        raise UserError(
-            f"{len(data)} measurements are too few for {design.shape[1]} coefficients of {model}"
-        )
-    theta, _ = nnls(design, data.step_time)
-    mean, worst = _errors(design @ theta, data.step_time)
     names = list(MEANINGS[model])
+    design = _optimus_design(model, data.workers, data.ps, data.global_batch)
+    free = [i for i, name in enumerate(names) if name not in fixed]
+    if len(data) < len(free):
+        raise UserError(
+            f"{len(data)} measurements are too few for {len(free)} coefficients of {model}"
+        )
+    theta = np.array([fixed.get(name, 0.0) for name in names])
+    x = design[:, free]
+    theta[free], _ = nnls(x, data.step_time - design @ theta)
+    residual = design @ theta - data.step_time
+    mean, worst = _errors(design @ theta, data.step_time)
+    dof = len(data) - np.linalg.matrix_rank(x)
+    # Linearised: the covariance of the unconstrained least squares at NNLS's solution.
+    cov = float(residual @ residual) / dof * np.linalg.pinv(x.T @ x) if dof > 0 else None
+    intervals: dict[str, list[float] | None] = {}
+    undetermined = {}
+    for j, i in enumerate(free):
+        if not _in_rowspace(x, np.eye(len(free))[j]):
+            undetermined[names[i]] = f"{UNDETERMINED}that vary {VARIES[model][names[i]]}"
+        elif cov is not None:
+            half = Z90 * math.sqrt(max(cov[j, j], 0.0))
+            intervals[names[i]] = [max(theta[i] - half, 0.0), theta[i] + half]
+        else:
+            intervals[names[i]] = None
+    notes = [] if dof > 0 else ["no residual left to estimate intervals from: measure more"]
     return SpeedFit(
         model=model,
         params=dict(zip(names, map(float, theta), strict=True)),
@@ -243,8 +333,13 @@ def fit_optimus(data: SpeedData, model: str) -> SpeedFit:
         n_points=len(data),
         converged=True,
         message="NNLS solved exactly",
+        notes=notes,
         typical_batch=_typical(data.global_batch),
         typical_local_batch=_typical(data.global_batch / data.workers),
+        intervals=intervals,
+        undetermined=undetermined,
+        fixed=dict(fixed),
+        span=_span(data, model),
     )
 
 
@@ -262,61 +357,156 @@ def _pollux_time(
     return t_grad, (t_grad**gamma + t_sync**gamma) ** (1.0 / gamma)
 
 
-def fit_pollux(data: SpeedData) -> SpeedFit:
+# Pollux's linear pairs a + b·x (x: the batch per worker for T_grad, the workers beyond 2 for
+# each link's sync time) and where the runs must be that vary x.
+PAIRS = (
+    ("alpha_g", "beta_g", "at 2 or more batch sizes per worker"),
+    ("alpha_intra", "beta_intra", "on one node"),
+    ("alpha_inter", "beta_inter", "across nodes"),
+)
+
+
+@dataclass
+class _Pair:
+    """What measurements at the values `seen` of x determine of a + b·x."""
+
+    seen: set[float]
+    a: bool  # a is determined (or fixed)
+    b: bool
+
+    def known_at(self, x: float) -> bool:
+        """Whether a + b·x is determined: both terms, or measured at this very x."""
+        return (self.a and (self.b or x == 0)) or x in self.seen
+
+
+def _pair(seen: set[float], fixed_a: bool, fixed_b: bool) -> _Pair:
+    a = fixed_a or len(seen) >= 2 or (fixed_b and bool(seen)) or seen == {0.0}
+    b = fixed_b or len(seen) >= 2 or (fixed_a and any(x > 0 for x in seen))
+    return _Pair(seen, a, b)
+
+
+def _pollux_pairs(data: SpeedData, fixed: dict[str, float]) -> dict[str, _Pair]:
+    """Each pair's status, by the name of its a: x is the batch per worker for T_grad, and
+    workers beyond 2 for the sync time of runs on one node and across nodes."""
+    assert data.nodes is not None
+    n, w = data.nodes, data.workers
+    beyond = np.maximum(w - 2, 0)
+    xs = {
+        "alpha_g": data.global_batch / w,
+        "alpha_intra": beyond[(w > 1) & (n == 1)],
+        "alpha_inter": beyond[n > 1],
+    }
+    return {a: _pair(set(xs[a].tolist()), a in fixed, b in fixed) for a, b, _ in PAIRS}
+
+
+def _pollux_undetermined(pairs: dict[str, _Pair], gamma: bool) -> dict[str, str]:
+    """Why each coefficient the measurements leave open is open (γ: whether any run had
+    several workers, or γ was fixed)."""
+    why: dict[str, str] = {}
+    for a, b, where in PAIRS:
+        pair = pairs[a]
+        if pair.a and pair.b:
+            continue
+        # Open pairs were measured at one x at most (two determine both terms).
+        if not pair.seen:
+            runs = "with 2 or more workers on one node" if a == "alpha_intra" else where
+            opened = {a: runs, b: f"with 3 or more workers {where}"}
+        elif a == "alpha_g":
+            (batch,) = pair.seen
+            text = f"{where} (all at {batch:g}; only their sum there is known)"
+            opened = {a: text, b: text}
+        else:
+            (beyond,) = pair.seen
+            counts = "3 or more workers" if beyond == 0 else "2 worker counts"
+            opened = {
+                a: f"at 2 worker counts {where} (all at {beyond + 2:g} workers)",
+                b: f"with {counts} {where} (all at {beyond + 2:g} workers)",
+            }
+        known = {a: pair.a, b: pair.b}
+        why |= {k: UNDETERMINED + v for k, v in opened.items() if not known[k]}
+    if not gamma:
+        why["gamma"] = f"{UNDETERMINED}with 2 or more workers"
+    return why
+
+
+def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedFit:
+    fixed = fixed or {}
     if data.nodes is None or data.sync_time is None:
         raise UserError(
             "pollux needs 'nodes' and 'sync_time_s' for every measurement",
             "a Pollux trace, or a `dlperf scale` study that timed compute on its own",
         )
     n, w = data.nodes, data.workers
-    intra, inter = (w > 1) & (n == 1), n > 1
-    # Only what was measured can be fitted: T_grad's 2 constants, and with several workers
-    # γ and 2 sync constants per link measured.
-    needed = 2 + (1 + 2 * (int(intra.any()) + int(inter.any())) if np.any(w > 1) else 0)
-    if len(data) < needed:
+    names = list(MEANINGS["pollux"])
+    pairs = _pollux_pairs(data, fixed)
+    several = bool(np.any(w > 1))
+    undetermined = _pollux_undetermined(pairs, several or "gamma" in fixed)
+    # A coefficient no row informs stays where it starts: a fitted value would be noise.
+    informed = {
+        "alpha_g": True,
+        "beta_g": True,
+        "alpha_intra": bool(pairs["alpha_intra"].seen),
+        "beta_intra": any(x > 0 for x in pairs["alpha_intra"].seen),
+        "alpha_inter": bool(pairs["alpha_inter"].seen),
+        "beta_inter": any(x > 0 for x in pairs["alpha_inter"].seen),
+        "gamma": several,
+    }
+    free = np.array([informed[k] and k not in fixed for k in names])
+    if len(data) < free.sum():
         raise UserError(
-            f"{len(data)} measurements are too few for the {needed} coefficients of pollux "
-            "they determine",
+            f"{len(data)} measurements are too few for the {int(free.sum())} coefficients of "
+            "pollux they determine",
             "measure more worker counts or batch sizes",
         )
     local = data.global_batch / w
     grad = data.step_time - data.sync_time
     if np.any(grad <= 0):
         raise UserError("sync time must be shorter than step time in every row")
-    notes = []
     if len(np.unique(local)) > 1:
         b_g, a_g = np.polyfit(local, grad, 1)
     else:
         # Weak scaling at one local batch: only α_g + β_g·m is determined, so start halfway.
         b_g, a_g = float(np.median(grad)) / 2 / local[0], float(np.median(grad)) / 2
-        notes.append(
-            f"one local batch ({local[0]:g}) in every measurement: α_g and β_g are not "
-            "told apart, so predictions at other batch sizes are guesses"
-        )
     # A start inside the bounds even when no sync time was exposed (fully overlapped).
-    sync0 = float(np.median(data.sync_time[w > 1])) if np.any(w > 1) else 0.0
+    sync0 = float(np.median(data.sync_time[w > 1])) if several else 0.0
     sync0 = max(sync0, 1e-3 * float(np.median(data.step_time)))
     start = np.array([max(a_g, 1e-4), max(b_g, 1e-6), sync0, sync0 / 10, sync0, sync0 / 10, 1.5])
-    lower = np.array([1e-8] * 6 + [1.0])
-    upper = np.array([np.inf] * 6 + [10.0])
+    for name in ("beta_intra", "beta_inter"):
+        if not informed[name]:
+            start[names.index(name)] = 0.0  # no row beyond 2 workers: no per-worker term seen
+    theta = np.array([fixed.get(k, v) for k, v in zip(names, start, strict=True)])
+    lower = np.array([1e-8] * 6 + [1.0])[free]
+    upper = np.array([np.inf] * 6 + [10.0])[free]
 
-    def residuals(theta: np.ndarray) -> np.ndarray:
-        t_grad, t_iter = _pollux_time(theta, n, w, local)
+    def full(x: np.ndarray) -> np.ndarray:
+        out = theta.copy()
+        out[free] = x
+        return out
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        t_grad, t_iter = _pollux_time(full(x), n, w, local)
         return np.concatenate([np.log(t_grad / grad), np.log(t_iter / data.step_time)])
 
-    result = least_squares(residuals, start, bounds=(lower, upper), x_scale="jac")
-    theta = result.x
-    # Constants of a link that was never measured cannot be fitted: borrow the other link's.
-    if not np.any(inter):
-        theta[4:6] = theta[2:4]
-        notes.append("no measurement across nodes: inter-node constants copied from intra-node")
-    if not np.any(intra):
-        theta[2:4] = theta[4:6]
-        notes.append("no measurement within one node: intra-node constants copied from inter")
+    x0 = np.clip(theta[free], lower, upper)
+    result = least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac")
+    theta = full(result.x)
+    notes = []
+    # A link never measured stays undetermined, but those who read only the values (e.g.
+    # `converge plan`) get the measured link's constants rather than start values.
+    for link, other in (("inter", "intra"), ("intra", "inter")):
+        if pairs[f"alpha_{link}"].seen or not pairs[f"alpha_{other}"].seen:
+            continue
+        copied = [k for k in (f"alpha_{link}", f"beta_{link}") if k not in fixed]
+        for name in copied:
+            theta[names.index(name)] = theta[names.index(name.replace(link, other))]
+        if copied:
+            notes.append(f"{', '.join(copied)} copied from the other link: no {link}-node runs")
+    intervals, barely = _log_intervals(result, theta, free, names, undetermined)
+    undetermined |= barely
     mean, worst = _errors(_pollux_time(theta, n, w, local)[1], data.step_time)
     return SpeedFit(
         model="pollux",
-        params=dict(zip(MEANINGS["pollux"], map(float, theta), strict=True)),
+        params=dict(zip(names, map(float, theta), strict=True)),
         error_pct=mean,
         max_error_pct=worst,
         n_points=len(data),
@@ -325,7 +515,52 @@ def fit_pollux(data: SpeedData) -> SpeedFit:
         notes=notes,
         typical_batch=_typical(data.global_batch),
         typical_local_batch=_typical(data.global_batch / data.workers),
+        intervals=intervals,
+        undetermined=undetermined,
+        fixed=dict(fixed),
+        span=_span(data, "pollux"),
     )
+
+
+def _log_intervals(
+    result: Any,
+    theta: np.ndarray,
+    free: np.ndarray,
+    names: list[str],
+    undetermined: dict[str, str],
+) -> tuple[dict[str, list[float] | None], dict[str, str]]:
+    """90% intervals of the free, determined coefficients from the Jacobian at the solution,
+    on log θ (so they stay positive and hold their point): θ·exp(±1.645·se(log θ)); and the
+    coefficients the measured step times barely depend on (an interval wider than a factor
+    of 10^6 either way, or a direction the residuals do not see at all), with why."""
+    jac = np.asarray(result.jac) * theta[free]  # d residual / d log θ
+    dof = len(result.fun) - int(free.sum())
+    out: dict[str, list[float] | None] = {}
+    barely: dict[str, str] = {}
+    _, sv, vt = np.linalg.svd(jac, full_matrices=False)
+    # Variance of each log θ; a direction with no singular value has infinite variance (a
+    # pseudo-inverse would give it none, and a zero-width interval).
+    blind = sv <= 1e-9 * sv.max()
+    weight = vt.T**2
+    var = weight[:, ~blind] @ (1.0 / sv[~blind] ** 2)
+    var = np.where((weight[:, blind] > 1e-12).any(axis=1), np.inf, var)
+    for j, name in enumerate(k for k, on in zip(names, free, strict=True) if on):
+        if name in undetermined:
+            continue
+        value = float(theta[names.index(name)])
+        if dof <= 0:
+            out[name] = None
+            continue
+        half = Z90 * math.sqrt(float(result.fun @ result.fun) / dof * var[j])
+        if not half <= math.log(1e6):
+            barely[name] = f"{UNDETERMINED}in which it moves the step time (these barely do)"
+            continue
+        spread = math.exp(half)
+        low, high = value / spread, value * spread
+        if name == "gamma":  # γ lives in [1, 10]
+            low, high = max(low, 1.0), min(high, 10.0)
+        out[name] = [low, high]
+    return out, barely
 
 
 def given(model: str, params: dict[str, Any], source: str, batch: float = 0.0) -> SpeedFit:
@@ -370,9 +605,11 @@ def check_model(model: str) -> None:
         raise UserError(f"unknown speed model '{model}'", f"choose one of {', '.join(MODELS)}")
 
 
-def fit(data: SpeedData, model: str) -> SpeedFit:
+def fit(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> SpeedFit:
+    """`model` fitted to `data`, the coefficients in `fixed` held at their values."""
     check_model(model)
-    return fit_pollux(data) if model == "pollux" else fit_optimus(data, model)
+    check_fixed(model, fixed or {})
+    return fit_pollux(data, fixed) if model == "pollux" else fit_optimus(data, model, fixed)
 
 
 def _matches(value: Any, wanted: str) -> bool:
@@ -418,9 +655,86 @@ def config_keys(model: str) -> tuple[str, str, str]:
     return ("workers", "nodes", "batch") if model == "pollux" else ("workers", "ps", "batch")
 
 
-def predict_at(fit: SpeedFit, text: str) -> dict[str, float]:
+# What a prediction beyond the measured range of each key takes for granted, by model family.
+ASSUMES = {
+    "optimus": {
+        "workers": "that each θ term stays linear in w, w/p and M/w",
+        "ps": "that the per-server terms stay linear in p and w/p",
+        "batch": "that compute time stays linear in the batch per worker M/w",
+    },
+    "pollux": {
+        "workers": "that sync time grows linearly with the workers beyond 2 and overlaps "
+        "compute as measured (γ)",
+        "nodes": "that the across-node constants hold for any number of nodes",
+        "batch per worker": "that gradient time stays linear in the batch per worker "
+        "(α_g + β_g·m: no memory limit, no change of kernels)",
+    },
+}
+
+
+def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]:
+    """The coefficients `data` leave undetermined that a prediction at `at` needs."""
+    if not fit.undetermined:
+        return []
+    names = list(MEANINGS[fit.model])
+    if fit.model.startswith("optimus"):
+        assert data.ps is not None  # fitted
+        free = [i for i, k in enumerate(names) if k not in fit.fixed]
+        design = _optimus_design(fit.model, data.workers, data.ps, data.global_batch)[:, free]
+        values = (np.array([at[k]]) for k in ("workers", "ps", "batch"))
+        row = _optimus_design(fit.model, *values)[0, free]
+        # Estimable: the row is a combination of measured rows, though its terms may not be.
+        if _in_rowspace(design, row):
+            return []
+        return [names[i] for i, v in zip(free, row, strict=True)
+                if names[i] in fit.undetermined and v != 0]  # fmt: skip
+    w, local = at["workers"], at["batch"] / at["workers"]
+    pairs = _pollux_pairs(data, fit.fixed)
+    several = bool(np.any(data.workers > 1)) or "gamma" in fit.fixed
+    structural = _pollux_undetermined(pairs, several)
+    needed = [("alpha_g", "beta_g", local)]
+    if w > 1:
+        link = "intra" if at["nodes"] == 1 else "inter"
+        needed.append((f"alpha_{link}", f"beta_{link}", max(w - 2, 0)))
+    missing = ["gamma"] if w > 1 and "gamma" in structural else []
+    for a, b, x in needed:
+        if not pairs[a].known_at(x):
+            missing += [k for k in (a, b) if k in structural and (k == a or x != 0)]
+    # One the step times barely depend on matters only beyond them: inside, neither do the
+    # predictions.
+    if _outside(fit, at):
+        uses = {a for a, _, _ in needed} | {b for _, b, x in needed if x != 0}
+        uses |= {"gamma"} if w > 1 else set()
+        missing += [k for k in fit.undetermined if k in uses and k not in structural]
+    return missing
+
+
+def _outside(fit: SpeedFit, at: dict[str, float]) -> list[str]:
+    """How far outside the measured range each of the configuration's values lies, and what
+    the prediction then assumes."""
+    values = {**at, "batch per worker": at["batch"] / at["workers"]}
+    notes = []
+    for key, (least, most) in fit.span.items():
+        value = values[key]
+        if least <= value <= most:
+            continue
+        side = (
+            f"{value / most:.3g}× the largest"
+            if value > most
+            else f"1/{least / value:.3g} of the smallest"
+        )
+        notes.append(
+            f"{key} {value:g} is outside the measured {least:g}–{most:g} ({side}): "
+            f"assumes {ASSUMES[fit.model.split('-')[0]][key]}"
+        )
+    return notes
+
+
+def predict_at(fit: SpeedFit, text: str, data: SpeedData | None = None) -> dict[str, Any]:
     """The step time and samples/s at a configuration such as 'workers=8,ps=2' (1 node or
-    server unless given; the batch is global, by default `fit.default_batch`)."""
+    server unless given; the batch is global, by default `fit.default_batch`), with notes on
+    how far outside the measured range it lies. Refused when it rests on a coefficient that
+    `data`, the measurements fitted, leave undetermined."""
     keys = config_keys(fit.model)
     at = parse_numbers(text, "--predict", "--predict workers=8,ps=2")
     if set(at) - set(keys) or "workers" not in at:
@@ -434,8 +748,15 @@ def predict_at(fit: SpeedFit, text: str) -> dict[str, float]:
             f"--predict {text!r}: workers, ps and nodes are whole numbers ≥ 1, batch is > 0"
         )
     at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
+    missing = _rests_on(fit, data, at) if data is not None else []
+    if missing:
+        raise UserError(
+            f"--predict {text}: rests on {missing[0]}, {fit.undetermined[missing[0]]}",
+            f"measure such runs, or fix it with --fix {missing[0]}=VALUE, e.g. the paper's",
+        )
     t = float(step_time(fit, at["workers"], at["batch"], at["ps"], at["nodes"])[0])
-    return {**{k: at[k] for k in keys}, "step_time_s": t, "samples_per_s": at["batch"] / t}
+    return {**{k: at[k] for k in keys}, "step_time_s": t, "samples_per_s": at["batch"] / t,
+            "outside": _outside(fit, at)}  # fmt: skip
 
 
 def measured_at(data: SpeedData, at: dict[str, float]) -> float | None:
@@ -448,7 +769,7 @@ def measured_at(data: SpeedData, at: dict[str, float]) -> float | None:
     return float(np.median(data.step_time[hit])) if hit.any() else None
 
 
-def with_measurement(prediction: dict[str, float], data: SpeedData) -> dict[str, Any]:
+def with_measurement(prediction: dict[str, Any], data: SpeedData) -> dict[str, Any]:
     """A prediction with the measured step time at its configuration and its error (null
     when the data hold no such configuration)."""
     measured = measured_at(data, prediction)
@@ -465,7 +786,13 @@ class SpeedReport:
     def warnings(self) -> list[str]:
         fit = self.fit
         failed = f"the {fit.model} fit did not converge ({fit.message}); best attempt shown"
-        return ([] if fit.converged else [failed]) + fit.notes
+        keys = config_keys(fit.model)
+        outside = [
+            f"prediction at {','.join(f'{k}={p[k]:g}' for k in keys)}: {note}"
+            for p in self.predictions
+            for note in p["outside"]
+        ]
+        return ([] if fit.converged else [failed]) + fit.notes + outside
 
     def to_dict(self) -> dict[str, Any]:
         """As `converge speed fit --json` prints it and `converge plan --speed` reads it."""
@@ -480,9 +807,11 @@ def fit_measured(
     study_id: int | None = None,
     where: dict[str, str] | None = None,
     predict: list[str] | None = None,
+    fixed: dict[str, float] | None = None,
 ) -> SpeedReport:
     """Fit `model` to a speed table (`csv`) or to a study's runs (`study_id`, narrowed by
-    `where`, from the store `open_store` opens), and predict the configurations `predict`."""
+    `where`, from the store `open_store` opens), holding the coefficients `fixed` at their
+    values, and predict the configurations `predict`."""
     if (study_id is None) == (csv is None):
         raise UserError("give STUDY_ID or --csv FILE (not both)")
     if where and study_id is None:
@@ -496,10 +825,12 @@ def fit_measured(
         study = store.get_study(study_id)
         data = from_study(store, study_id, where)
         source = f"study {study_id} ({study['kind']}, {study['created']})"
-    result = fit(data, model)
+    result = fit(data, model, fixed)
     result.basis = (
         f"{model} fitted to {result.n_points} measured step times of {source}; in-sample "
         f"error {result.error_pct:.1f}% mean, {result.max_error_pct:.1f}% max"
     )
-    predictions = [with_measurement(predict_at(result, text), data) for text in predict or []]
+    if result.fixed:
+        result.basis += "; fixed: " + ", ".join(f"{k}={v:g}" for k, v in result.fixed.items())
+    predictions = [with_measurement(predict_at(result, text, data), data) for text in predict or []]
     return SpeedReport(result, predictions)

@@ -18,7 +18,7 @@ from dlperf.errors import UserError
 from dlperf.paths import check_writable
 
 if TYPE_CHECKING:
-    from dlperf.converge.curve import FitReport
+    from dlperf.converge.curve import Curve, FitReport
     from dlperf.converge.fitting import RegressedRun
     from dlperf.converge.plan import Allocation
 
@@ -48,7 +48,7 @@ def plot_curves(path: Path, reports: list[FitReport], metric: str) -> None:
     for i, r in enumerate(reports):
         color, label, k, values, n_fit = (
             f"C{i}",
-            r.curve.label,
+            r.curve.legend,
             r.curve.steps,
             r.curve.values,
             r.n_fit,
@@ -103,15 +103,19 @@ def plot_regression(
     runs: list[RegressedRun],
     unseen: tuple[np.ndarray, np.ndarray] | None,
     metric: str,
+    predicted: str = "unseen",
+    compared: Curve | None = None,
 ) -> None:
     """Each run measured in its fit window (points) against the curve its features predict
-    (line); the unseen configuration's predicted curve dashed."""
+    (line), each named by its configuration; the `predicted` configuration's curve dashed,
+    and the measured run of it (`compared`) beside it in black."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, run in enumerate(runs):
         color = f"C{i % 10}"
-        label = ", ".join(f"{k}={v}" for k, v in run.features.items())
-        ax.plot(run.steps, run.values, "o", color=color, ms=3, label=f"{label} measured")
-        ax.plot(run.grid, run.predicted, "-", color=color, label=f"{label} predicted")
+        ax.plot(run.steps, run.values, "o", color=color, ms=3, label=f"{run.label} measured")
+        ax.plot(run.grid, run.predicted, "-", color=color, label=f"{run.label} fitted")
     if unseen is not None:
-        ax.plot(*unseen, "k--", label="unseen, predicted")
+        ax.plot(*unseen, "k--", label=f"{predicted} predicted")
+    if compared is not None:
+        ax.plot(compared.steps, compared.values, "ks", ms=3, label=f"{compared.legend} measured")
     _save(fig, ax, path, "step", metric)
