@@ -699,12 +699,11 @@ def test_weak_and_strong_scaling_in_one_study_and_one_figure(
     r = cli(*args, "--mode", "weak,strong", "--per-worker-batch", "8", "--global-batch", "16")
     assert r.code == 0, r.err
     assert (
-        "\nspeedup = throughput_N / throughput_base (base: the series' point with the fewest "
-        "workers); efficiency, T = wall time per step:\n"
-        "  weak (per-worker batch fixed): efficiency = throughput_N × N_base / "
-        "(N × throughput_base) = T_base / T_N\n"
-        "  strong (global batch fixed): efficiency = speedup × N_base / N "
-        "= T_base × N_base / (N × T_N)\n"
+        "\nspeedup = X_N / X_base (base: the series' point with the fewest workers)\n"
+        "effic. X = efficiency on throughput: X_N × N_base / (N × X_base), X = samples/s "
+        "(all ranks' samples / the slowest rank's wall time)\n"
+        "effic. T = efficiency on time (T = step ms): weak: T_base / T_N\n"
+        "effic. T = efficiency on time (T = step ms): strong: T_base × N_base / (N × T_N)\n"
     ) in r.out
     r = cli(*args, "--mode", "weak,strong", "--per-worker-batch", "8", "--global-batch", "16",
             "--json")  # fmt: skip
@@ -773,3 +772,35 @@ def test_find_max_batch_compares_no_batch_sizes(
     assert "speedup" not in header and "effic" not in header and "samples/s" in header
     assert "largest-batch search (single-host emulation), study" in r.out
     assert "efficiency" not in r.out
+
+
+def test_both_efficiencies_are_computed_from_their_stated_definitions(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 30: the footer said weak efficiency = T_base / T_N, but the table printed the
+    throughput ratio (0.575 where the step times gave 12.94 / 23.98 = 0.540). Both are kept,
+    named, each computed from its own definition: on throughput (samples / wall time) and on
+    time (the table's step time, the slowest rank's median step)."""
+    # 1 worker: 10 ms steps; 2 workers: 4 of 10 ms, 6 of 20 ms (median 20 ms, 160 ms in all).
+    fake_workers(lambda n, b: [0.01] * 10 if n == 1 else [0.01] * 4 + [0.02] * 6)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    two = doc["rows"][1]
+    # throughput: 80 / 0.1 = 800 against 160 / 0.16 = 1000, over 2 workers: 0.625
+    assert two["efficiency"] == pytest.approx(0.625)
+    assert two["efficiency_time"] == pytest.approx(0.010 / 0.020)  # T_base / T_N
+    assert doc["efficiency_definitions"] == {"weak": EFFICIENCY["weak"]}
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots")
+    assert r.code == 0, r.err
+    header = next(line for line in r.out.splitlines() if line.lstrip().startswith("workers"))
+    cells = [c.strip() for c in header.split("┃")]
+    row = next(line for line in r.out.splitlines() if line.startswith("      2 │"))
+    values = dict(zip(cells, [c.strip() for c in row.split("│")], strict=True))
+    assert (values["step ms"], values["effic. X"], values["effic. T"]) == ("20", "0.625", "0.5")
+    footer = " ".join(r.out.split())
+    assert (
+        "effic. X = efficiency on throughput: X_N × N_base / (N × X_base), X = samples/s" in footer
+    )
+    assert "effic. T = efficiency on time (T = step ms): weak: T_base / T_N" in footer

@@ -54,15 +54,8 @@ def _print_table(result: StudyResult) -> None:
         "predicts; busbw GB/s",
         markup=False,
     )
-    if result.efficiency:
-        console.out.print(
-            "speedup = throughput_N / throughput_base (base: the series' point with the fewest "
-            "workers); efficiency, T = wall time per step:",
-            markup=False,
-            soft_wrap=True,
-        )
-        for definition in result.efficiency.values():
-            console.out.print(f"  {definition}", markup=False, soft_wrap=True)
+    for line in study_tables.definitions(result):
+        console.out.print(line, markup=False, soft_wrap=True)
     for line in study_tables.findings(result):
         console.out.print(line, markup=False)
     if study_tables.missing_ring(result):

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 COLUMNS = ["workers", "comm", "batch/w", "global", "samples/s", "step ms", "min-max", "compute",
            "comm", "ring", "overlap", "busbw", "epoch s", "$/epoch", "status"]  # fmt: skip
-RELATIVE = ["speedup", "effic."]  # after samples/s, when the study compares its points
+# After samples/s, when the study compares its points: the efficiency on throughput and on time.
+RELATIVE = ["speedup", "effic. X", "effic. T"]
 
 
 def _ms(value: float | None) -> float | None:
@@ -49,7 +50,7 @@ def _row(r: dict[str, Any], compared: bool) -> list[Any]:
         r["per_worker_batch"],
         r["global_batch"],
         r.get("throughput"),
-        *([r.get("speedup"), r.get("efficiency")] if compared else []),
+        *([r.get("speedup"), r.get("efficiency"), r.get("efficiency_time")] if compared else []),
         _ms(r.get("step_time_s")),
         f"{r['step_time_min_s'] * 1e3:.3g}-{r['step_time_max_s'] * 1e3:.3g}"
         if r.get("step_time_s") is not None
@@ -78,6 +79,19 @@ def tables(result: StudyResult) -> list[Table]:
             title += f", study {result.study_id}"
         found.append(Table(title, columns, [_row(r, compared) for r in rows]))
     return found
+
+
+def definitions(result: StudyResult) -> list[str]:
+    """What speedup and the two efficiency columns mean, each stated once: the one on
+    throughput is the same in every mode, the one on time is per mode."""
+    if not result.efficiency:
+        return []
+    modes = result.efficiency.values()
+    lines = [
+        "speedup = X_N / X_base (base: the series' point with the fewest workers)",
+        f"effic. X = {next(iter(modes))['efficiency']}",
+    ]
+    return lines + [f"effic. T = {mode['efficiency_time']}" for mode in modes]
 
 
 def _prediction(row: dict[str, Any], several: bool) -> str | None:
