@@ -804,3 +804,57 @@ def test_both_efficiencies_are_computed_from_their_stated_definitions(
         "effic. X = efficiency on throughput: X_N × N_base / (N × X_base), X = samples/s" in footer
     )
     assert "effic. T = efficiency on time (T = step ms): weak: T_base / T_N" in footer
+
+
+def test_a_study_is_named_after_the_model_it_trains(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable, store: object
+) -> None:
+    """Issue 30: `--set model.name=resnet18_cifar` on a smallcnn file was labelled with the
+    file's name alone, which says smallcnn; the default name now says what the --set changed."""
+    fake_workers(lambda n, b: [0.01] * 10)
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    args = ["scale", str(exp), "--workers", "1", "--mode", "weak", "--per-worker-batch", "8"]
+    r = cli(*args, *STUDY, "--no-plots", "--set", "model.name=resnet20", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert store.get_study(doc["study_id"])["name"] == (  # type: ignore[attr-defined]
+        "scale digits_smallcnn model.name=resnet20"
+    )
+    assert load_experiment(exp).run.name == "digits_smallcnn"  # the file's own model
+    assert load_experiment(exp, ["model.name=smallcnn"]).run.name == "digits_smallcnn"
+    named = load_experiment(exp, ["model.name=resnet20", 'run.name="mine"'])
+    assert named.run.name == "mine"  # a name given is kept
+
+
+@pytest.mark.parametrize(
+    ("sets", "name"),
+    [
+        ([], "digits-smallcnn"),
+        (["--set", "model.name=resnet18_cifar"], "digits-smallcnn-model-name-resnet18-cifar"),
+        (["--set", 'run.name="A  Study_of__ResNets!"'], "a-study-of-resnets"),
+        (["--set", f'run.name="{"x" * 70}_y"'], "x" * 63),
+        (["--set", 'run.name="__"'], "dlperf"),
+    ],
+)
+def test_emit_kubernetes_derives_a_valid_name(
+    cli: Callable, tiny_exp: Callable, sets: list[str], name: str
+) -> None:
+    """Issue 30: `--emit kubernetes` refused its own default name `digits_smallcnn`. It makes
+    an RFC 1123 label of the run's name: lower-case alphanumerics and '-', at most 63."""
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    args = ["scale", str(exp), "--workers", "2", "--mode", "weak", "--per-worker-batch", "8"]
+    r = cli(*args, "--steps", "5", *sets, "--emit", "kubernetes")
+    assert r.code == 0, r.err
+    assert yaml.safe_load(r.out)["metadata"]["name"] == name
+
+
+def test_emit_slurm_names_the_job_after_the_overridden_model(
+    cli: Callable, tiny_exp: Callable
+) -> None:
+    """The default name now holds a space and '=': the Slurm job (and its --output file) gets
+    it with each run of other characters one '-'."""
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    args = ["scale", str(exp), "--workers", "2", "--mode", "weak", "--per-worker-batch", "8"]
+    r = cli(*args, "--steps", "5", "--set", "model.name=resnet20", "--emit", "slurm")
+    assert r.code == 0, r.err
+    assert "#SBATCH --job-name=digits_smallcnn-model.name-resnet20" in r.out.splitlines()

@@ -35,6 +35,18 @@ _PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+def kubernetes_name(name: str) -> str:
+    """`name` as an RFC 1123 label: lower case, each run of other characters one '-', at most
+    63 characters, starting and ending alphanumeric; "dlperf" when nothing is left."""
+    label = re.sub(r"[^a-z0-9]+", "-", name.lower())[:63].strip("-")
+    return label or "dlperf"
+
+
+def slurm_name(name: str) -> str:
+    """`name` as a Slurm job name that is also a safe file name (the job's --output)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "dlperf"
+
+
 def _check(
     argv: list[str], nnodes: int, nproc_per_node: int, gpus_per_node: int, port: int
 ) -> None:
@@ -182,7 +194,8 @@ def job_file(
     image: str,
     job_name: str,
 ) -> str:
-    """The `kind` (slurm | kubernetes) job that runs `dlperf ARGV` once on each node."""
+    """The `kind` (slurm | kubernetes) job that runs `dlperf ARGV` once on each node, named
+    after `job_name` in the platform's rules."""
     nnodes, workers = opts.nnodes, max(opts.workers)
     if workers % nnodes:
         raise UserError(f"{workers} workers do not split evenly over {nnodes} nodes")
@@ -190,7 +203,8 @@ def job_file(
     on_gpus = opts.backend == "nccl" or "nccl" in opts.allreduce
     gpus = gpus_per_node if gpus_per_node is not None else per_node * on_gpus
     if kind == "slurm":
-        return render_slurm(job_argv(argv), nnodes, per_node, gpus, job_name)
+        return render_slurm(job_argv(argv), nnodes, per_node, gpus, slurm_name(job_name))
     if kind == "kubernetes":
-        return render_kubernetes(job_argv(argv), nnodes, per_node, gpus, job_name, image)
+        name = kubernetes_name(job_name)
+        return render_kubernetes(job_argv(argv), nnodes, per_node, gpus, name, image)
     raise UserError(f"unknown --emit '{kind}'", "use slurm or kubernetes")
