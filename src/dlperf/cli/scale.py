@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,7 +47,7 @@ def _print_table(result: StudyResult) -> None:
             markup=False,
         )
         return
-    for table in study_tables.tables(result):
+    for table in study_tables.course_tables(result) + study_tables.tables(result):
         console.print_table(table.title, table.columns, table.rows)
     console.out.print(
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
@@ -66,6 +67,16 @@ def _print_table(result: StudyResult) -> None:
         )
     for failure in study_tables.failures(result):
         console.err.print(failure, markup=False)
+
+
+def _print_csv(result: StudyResult) -> None:
+    """The course's scaling tables as one CSV on stdout (see study_tables.course_csv)."""
+    from dlperf.distributed.study_tables import course_csv
+
+    columns, rows = course_csv(result)
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
 
 
 def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -> None:
@@ -190,6 +201,9 @@ def scale(
         False, "--find-max-batch", help="Grow the per-worker batch x4 from 32 until it fails."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_csv: bool = typer.Option(
+        False, "--csv", help="Print the course's tables as CSV: workers x batch sizes."
+    ),
 ) -> None:
     """Scale an experiment over 1..N DDP workers launched with torchrun, point by point:
     throughput, speedup, efficiency, compute vs exposed communication, cost.
@@ -207,6 +221,11 @@ def scale(
 
     if experiment is None and not allreduce_bench:
         raise UserError("give an experiment file", "or --allreduce-bench")
+    if as_csv and (as_json or find_max or allreduce_bench):
+        raise UserError(
+            "--csv prints a scaling study's tables",
+            "not with --json, --find-max-batch or --allreduce-bench",
+        )
     # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
     exp = load_command(experiment, set_, locals(), "scale")
     if allreduce_bench:
@@ -235,7 +254,10 @@ def scale(
 
         console.print_json(document(result, artifacts))
     else:
-        _print_table(result)
+        if as_csv and result.study_id is not None:
+            _print_csv(result)
+        else:  # the tables, or (on a node but the first) that node 0 stores the results
+            _print_table(result)
         for path in artifacts:
             console.tell([], path)
     if find_max:
