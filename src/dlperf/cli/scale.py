@@ -25,17 +25,31 @@ def _emit(
     gpus_per_node: int | None,
     image: str,
     job_name: str,
+    cloud: dict[str, str | None],
 ) -> None:
     """Write the job file that runs this command once on each of `opts.nnodes` nodes."""
+    import json
+
+    import yaml
+
+    from dlperf.distributed.cloudjobs import CLOUD, shared
     from dlperf.distributed.jobfiles import job_file
 
-    text = job_file(kind, sys.argv[1:], opts, gpus_per_node, image, job_name)
+    text = job_file(kind, sys.argv[1:], opts, gpus_per_node, image, job_name, cloud)
     if out is None:
         # soft_wrap: a line wrapped at the console's width would split a command in two
         console.out.print(text, markup=False, end="", soft_wrap=True)
         return
     out.write_text(text)
     console.err.print(f"wrote {out}", markup=False)
+    if kind in CLOUD:  # what the platforms share, as this one says it
+        job = json.loads(text) if kind != "azureml" else yaml.safe_load(text)
+        fields = shared(kind, job)
+        console.err.print(
+            f"{fields['instance count']} x {fields['instance type']} running {fields['image']}; "
+            f"output: {fields['output location'] or 'the job default'}",
+            markup=False,
+        )
 
 
 def _print_table(result: StudyResult) -> None:
@@ -188,10 +202,21 @@ def scale(
         None, "--memory-cap-gb", help="--find-max-batch on CPU: peak memory per worker."
     ),
     plots: bool = typer.Option(None, "--plots/--no-plots", help="Save figures as artifacts."),
-    emit: str = typer.Option(None, "--emit", help="Write a slurm | kubernetes job instead."),
+    emit: str = typer.Option(
+        None,
+        "--emit",
+        help="Write a job instead: slurm | kubernetes | sagemaker | vertex | azureml.",
+    ),
     out: Path = typer.Option(None, "--out", help="--emit: file to write (default stdout)."),
-    image: str = typer.Option("dlperf:latest", "--image", help="--emit kubernetes: image."),
+    image: str = typer.Option("dlperf:latest", "--image", help="--emit: container image."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="--emit: GPUs per node."),
+    instance_type: str = typer.Option(
+        None, "--instance-type", help="--emit sagemaker|vertex|azureml: machine type."
+    ),
+    output_uri: str = typer.Option(
+        None, "--output-uri", help="--emit sagemaker|vertex|azureml: s3://, gs://, azureml://."
+    ),
+    role: str = typer.Option(None, "--role", help="--emit sagemaker: IAM role ARN."),
     allreduce_bench: bool = typer.Option(
         False, "--allreduce-bench", help="Run the all-reduce microbenchmark instead."
     ),
@@ -233,7 +258,12 @@ def scale(
         return
     if emit is not None:
         check_options(exp.scale)  # a job file must not carry options its nodes would refuse
-        _emit(emit, out, exp.scale, gpus_per_node, image, exp.run.name or "dlperf")
+        cloud: dict[str, str | None] = {
+            "instance_type": instance_type,
+            "output_uri": output_uri,
+            "role": role,
+        }
+        _emit(emit, out, exp.scale, gpus_per_node, image, exp.run.name or "dlperf", cloud)
         return
     store = open_store()
     where = store.artifact_dir(exp.run.out_dir)  # study ids repeat across stores
