@@ -183,6 +183,7 @@ def study_figures(
                 xytext=(0, -22), textcoords="offset points", ha="center", va="top", fontsize=7,
             )  # fmt: skip
         ax.xaxis.labelpad = 34  # below the series' names
+        ax.margins(y=0.3)  # room above the tallest bar for the legend
 
     flat = [r for mine in groups.values() for r in mine]
     # Training images of an epoch: epoch_time_s is defined as images / throughput.
