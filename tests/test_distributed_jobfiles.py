@@ -1,19 +1,25 @@
-"""dlperf.distributed.jobfiles: the Slurm script runs (with stand-in srun and scontrol) and the
-PyTorchJob manifest has the shape the Kubeflow training operator expects."""
+"""dlperf.distributed.jobfiles and cloudjobs: the Slurm script runs (with stand-in srun and
+scontrol), the PyTorchJob manifest has the shape the Kubeflow training operator expects, and
+the SageMaker, Vertex AI and Azure ML jobs follow each platform's documented schema (below,
+written from each one's reference) and run on each node as the platform starts them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from dlperf.distributed.cloudjobs import SHARED_FIELDS, shared
 from dlperf.distributed.jobfiles import render_kubernetes, render_slurm
 from dlperf.errors import UserError
+from tests.conftest import CliResult
 
 ARGV = ["dlperf", "scale", "exp.toml", "--workers", "1,2", "--mode", "strong"]
 
@@ -138,3 +144,540 @@ def test_bad_input_is_a_user_error(kwargs: dict, message: str) -> None:
 def test_slurm_refuses_a_job_name_with_spaces() -> None:
     with pytest.raises(UserError, match="job name"):
         render_slurm(ARGV, 2, 1, 0, "my study")
+
+
+# --- cloud ML platforms: SageMaker, Vertex AI, Azure ML (dlperf.distributed.cloudjobs) -----
+
+CLOUD_ARGS = {
+    "sagemaker": [
+        "--output-uri",
+        "s3://my-bucket/dlperf",
+        "--role",
+        "arn:aws:iam::123456789012:role/SageMakerRole",
+    ],
+    "vertex": ["--output-uri", "gs://my-bucket/dlperf"],
+    "azureml": ["--output-uri", "azureml://datastores/workspaceblobstore/paths/dlperf"],
+}
+
+
+def _fail(errors: list[str], where: str, message: str) -> None:
+    errors.append(f"{where}: {message}")
+
+
+def _keys(errors: list[str], where: str, obj: object, required: set[str], known: set[str]) -> None:
+    """`obj` is an object holding every `required` key and no key outside `known`."""
+    if not isinstance(obj, dict):
+        _fail(errors, where, f"expected an object, got {type(obj).__name__}")
+        return
+    for key in sorted(required - set(obj)):
+        _fail(errors, where, f"missing required {key}")
+    for key in sorted(set(obj) - known):
+        _fail(errors, where, f"unknown field {key}")
+
+
+def _string(errors: list[str], where: str, value: object, most: int, pattern: str = ".*") -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= most:
+        _fail(errors, where, f"expected a string of 1..{most} characters, got {value!r}")
+    elif not re.fullmatch(pattern, value):
+        _fail(errors, where, f"{value!r} does not match {pattern}")
+
+
+def _strings(errors: list[str], where: str, value: object, items: int, most: int) -> None:
+    if not isinstance(value, list) or not 1 <= len(value) <= items:
+        _fail(errors, where, f"expected a list of 1..{items} strings")
+        return
+    for i, item in enumerate(value):
+        _string(errors, f"{where}[{i}]", item, most)
+
+
+def _integer(errors: list[str], where: str, value: object, least: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        _fail(errors, where, f"expected an integer >= {least}, got {value!r}")
+
+
+def sagemaker_errors(request: dict) -> list[str]:
+    """The CreateTrainingJob request syntax (Amazon SageMaker API Reference): required
+    members, types, lengths and patterns of what dlperf writes."""
+    errors: list[str] = []
+    known = {
+        "TrainingJobName",
+        "RoleArn",
+        "AlgorithmSpecification",
+        "ResourceConfig",
+        "OutputDataConfig",
+        "StoppingCondition",
+        "Environment",
+        "HyperParameters",
+        "InputDataConfig",
+        "VpcConfig",
+        "Tags",
+        "CheckpointConfig",
+        "EnableNetworkIsolation",
+        "EnableManagedSpotTraining",
+    }
+    required = {
+        "TrainingJobName",
+        "RoleArn",
+        "AlgorithmSpecification",
+        "ResourceConfig",
+        "OutputDataConfig",
+        "StoppingCondition",
+    }
+    _keys(errors, "request", request, required, known)
+    _string(
+        errors,
+        "TrainingJobName",
+        request.get("TrainingJobName"),
+        63,
+        r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}",
+    )
+    _string(
+        errors,
+        "RoleArn",
+        request.get("RoleArn"),
+        2048,
+        r"arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+",
+    )
+    spec = request.get("AlgorithmSpecification", {})
+    _keys(
+        errors,
+        "AlgorithmSpecification",
+        spec,
+        {"TrainingInputMode"},
+        {
+            "TrainingImage",
+            "AlgorithmName",
+            "TrainingInputMode",
+            "MetricDefinitions",
+            "ContainerEntrypoint",
+            "ContainerArguments",
+            "EnableSageMakerMetricsTimeSeries",
+        },
+    )
+    if spec.get("TrainingInputMode") not in ("Pipe", "File", "FastFile"):
+        _fail(errors, "TrainingInputMode", "not Pipe, File or FastFile")
+    _string(errors, "TrainingImage", spec.get("TrainingImage"), 255)
+    _strings(errors, "ContainerEntrypoint", spec.get("ContainerEntrypoint"), 100, 256)
+    _strings(errors, "ContainerArguments", spec.get("ContainerArguments"), 100, 256)
+    resources = request.get("ResourceConfig", {})
+    _keys(
+        errors,
+        "ResourceConfig",
+        resources,
+        {"VolumeSizeInGB"},
+        {
+            "InstanceType",
+            "InstanceCount",
+            "VolumeSizeInGB",
+            "VolumeKmsKeyId",
+            "InstanceGroups",
+            "KeepAlivePeriodInSeconds",
+        },
+    )
+    _string(errors, "InstanceType", resources.get("InstanceType"), 64, r"ml\.[a-z0-9]+\.\w+")
+    _integer(errors, "InstanceCount", resources.get("InstanceCount"), 1)
+    _integer(errors, "VolumeSizeInGB", resources.get("VolumeSizeInGB"), 1)
+    output = request.get("OutputDataConfig", {})
+    _keys(
+        errors,
+        "OutputDataConfig",
+        output,
+        {"S3OutputPath"},
+        {"S3OutputPath", "KmsKeyId", "CompressionType"},
+    )
+    _string(errors, "S3OutputPath", output.get("S3OutputPath"), 1024, r"(https|s3)://([^/]+)/?(.*)")
+    stop = request.get("StoppingCondition", {})
+    _integer(errors, "MaxRuntimeInSeconds", stop.get("MaxRuntimeInSeconds"), 1)
+    environment = request.get("Environment", {})
+    if not isinstance(environment, dict) or len(environment) > 100:
+        _fail(errors, "Environment", "expected a map of at most 100 entries")
+    for key, value in environment.items():
+        _string(errors, "Environment key", key, 512, r"[a-zA-Z_][a-zA-Z0-9_]*")
+        _string(errors, f"Environment[{key}]", value, 512, r"[\S\s]*")
+    return errors
+
+
+ACCELERATORS = {
+    "NVIDIA_TESLA_K80",
+    "NVIDIA_TESLA_P100",
+    "NVIDIA_TESLA_V100",
+    "NVIDIA_TESLA_P4",
+    "NVIDIA_TESLA_T4",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_L4",
+    "NVIDIA_H100_80GB",
+    "TPU_V2",
+    "TPU_V3",
+}
+
+
+def vertex_errors(job: dict) -> list[str]:
+    """The CustomJob REST resource (Vertex AI API v1): CustomJob, CustomJobSpec,
+    WorkerPoolSpec, MachineSpec, ContainerSpec, EnvVar, GcsDestination."""
+    errors: list[str] = []
+    _keys(
+        errors,
+        "CustomJob",
+        job,
+        {"displayName", "jobSpec"},
+        {"displayName", "jobSpec", "labels", "encryptionSpec"},
+    )
+    _string(errors, "displayName", job.get("displayName"), 128)
+    spec = job.get("jobSpec", {})
+    _keys(
+        errors,
+        "jobSpec",
+        spec,
+        {"workerPoolSpecs"},
+        {
+            "workerPoolSpecs",
+            "baseOutputDirectory",
+            "scheduling",
+            "serviceAccount",
+            "network",
+            "enableWebAccess",
+            "tensorboard",
+            "persistentResourceId",
+        },
+    )
+    pools = spec.get("workerPoolSpecs")
+    if not isinstance(pools, list) or not pools:
+        _fail(errors, "workerPoolSpecs", "expected a non-empty list")
+        pools = []
+    for i, pool in enumerate(pools):
+        where = f"workerPoolSpecs[{i}]"
+        _keys(
+            errors,
+            where,
+            pool,
+            {"machineSpec", "replicaCount"},
+            {
+                "machineSpec",
+                "replicaCount",
+                "containerSpec",
+                "pythonPackageSpec",
+                "diskSpec",
+                "nfsMounts",
+            },
+        )
+        _integer(errors, f"{where}.replicaCount", pool.get("replicaCount"), 1)
+        machine = pool.get("machineSpec", {})
+        _keys(
+            errors,
+            f"{where}.machineSpec",
+            machine,
+            {"machineType"},
+            {"machineType", "acceleratorType", "acceleratorCount", "tpuTopology"},
+        )
+        _string(errors, f"{where}.machineType", machine.get("machineType"), 64, r"[a-z0-9-]+")
+        if "acceleratorType" in machine:
+            if machine["acceleratorType"] not in ACCELERATORS:
+                _fail(errors, f"{where}.acceleratorType", f"unknown {machine['acceleratorType']}")
+            _integer(errors, f"{where}.acceleratorCount", machine.get("acceleratorCount"), 1)
+        container = pool.get("containerSpec", {})
+        _keys(
+            errors,
+            f"{where}.containerSpec",
+            container,
+            {"imageUri"},
+            {"imageUri", "command", "args", "env"},
+        )
+        _string(errors, f"{where}.imageUri", container.get("imageUri"), 1024)
+        for field in ("command", "args"):
+            _strings(errors, f"{where}.{field}", container.get(field), 1000, 10_000)
+        for var in container.get("env", []):
+            _keys(errors, f"{where}.env", var, {"name", "value"}, {"name", "value"})
+            _string(errors, f"{where}.env.name", var.get("name"), 1024, r"[A-Za-z_][A-Za-z0-9_]*")
+    if len(pools) > 1 and pools[0].get("replicaCount") != 1:
+        _fail(errors, "workerPoolSpecs[0]", "the chief pool has one replica")
+    output = spec.get("baseOutputDirectory", {})
+    _keys(errors, "baseOutputDirectory", output, {"outputUriPrefix"}, {"outputUriPrefix"})
+    _string(errors, "outputUriPrefix", output.get("outputUriPrefix"), 1024, r"gs://[^/]+(/.*)?")
+    return errors
+
+
+def azureml_errors(job: dict) -> list[str]:
+    """The Azure ML CLI (v2) command job YAML schema: its keys, the inline environment, the
+    resources, the PyTorch distribution and the outputs."""
+    errors: list[str] = []
+    _keys(
+        errors,
+        "job",
+        job,
+        {"type", "command", "environment"},
+        {
+            "$schema",
+            "type",
+            "name",
+            "display_name",
+            "experiment_name",
+            "description",
+            "tags",
+            "command",
+            "code",
+            "environment",
+            "environment_variables",
+            "distribution",
+            "compute",
+            "resources",
+            "limits",
+            "inputs",
+            "outputs",
+            "identity",
+            "services",
+            "queue_settings",
+        },
+    )
+    if job.get("type") != "command":
+        _fail(errors, "type", "must be command")
+    _string(errors, "command", job.get("command"), 100_000)
+    environment = job.get("environment")
+    if not isinstance(environment, str):
+        _keys(
+            errors,
+            "environment",
+            environment,
+            set(),
+            {"image", "conda_file", "build", "os_type", "inference_config", "description"},
+        )
+        _string(errors, "environment.image", (environment or {}).get("image"), 1024)
+    variables = job.get("environment_variables", {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in variables.items()):
+        _fail(errors, "environment_variables", "expected a map of strings to strings")
+    resources = job.get("resources", {})
+    _keys(
+        errors,
+        "resources",
+        resources,
+        set(),
+        {
+            "instance_count",
+            "instance_type",
+            "properties",
+            "shm_size",
+            "docker_args",
+            "locations",
+            "max_instance_count",
+        },
+    )
+    _integer(errors, "resources.instance_count", resources.get("instance_count"), 1)
+    _string(errors, "resources.instance_type", resources.get("instance_type"), 128)
+    distribution = job.get("distribution", {})
+    if distribution.get("type") not in ("pytorch", "mpi", "tensorflow", "ray"):
+        _fail(errors, "distribution.type", "not pytorch, mpi, tensorflow or ray")
+    _integer(
+        errors, "process_count_per_instance", distribution.get("process_count_per_instance"), 1
+    )
+    for name, output in job.get("outputs", {}).items():
+        where = f"outputs.{name}"
+        _keys(errors, where, output, {"type"}, {"type", "path", "mode", "name", "version"})
+        if output.get("type") not in ("uri_folder", "uri_file", "mlflow_model", "custom_model"):
+            _fail(errors, f"{where}.type", "not a known output type")
+        if output.get("mode") not in (None, "rw_mount", "upload", "direct"):
+            _fail(errors, f"{where}.mode", "not rw_mount, upload or direct")
+        if "path" in output:
+            _string(
+                errors, f"{where}.path", output["path"], 2048, r"(azureml|https|abfss|wasbs)://.+"
+            )
+    for expression in re.findall(r"\$\{\{([^}]*)\}\}", job.get("command", "")):
+        kind, _, name = expression.strip().partition(".")
+        if kind != "outputs" or name not in job.get("outputs", {}):
+            _fail(errors, "command", f"${{{{{expression}}}}} names no output of the job")
+    return errors
+
+
+def _load(kind: str, text: str) -> dict:
+    return yaml.safe_load(text) if kind == "azureml" else json.loads(text)
+
+
+CHECKS = {"sagemaker": sagemaker_errors, "vertex": vertex_errors, "azureml": azureml_errors}
+
+
+def _emit(cli: Callable, exp: Path, kind: str, *extra: str) -> CliResult:
+    args = ["scale", str(exp), "--workers", "4", "--mode", "weak", "--per-worker-batch", "8"]
+    return cli(*args, "--steps", "5", "--nnodes", "2", "--emit", kind, *extra)
+
+
+@pytest.mark.parametrize("kind", list(CHECKS))
+def test_each_cloud_job_follows_its_platforms_documented_schema(
+    cli: Callable, tiny_exp: Callable, kind: str
+) -> None:
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    r = _emit(cli, exp, kind, *CLOUD_ARGS[kind], "--image", "registry.example/dlperf:1")
+    assert r.code == 0, r.err
+    assert CHECKS[kind](_load(kind, r.out)) == []
+    # The checks can fail: a job broken as a hand edit would break it is refused.
+    broken = _load(kind, r.out)
+    del broken[{"sagemaker": "RoleArn", "vertex": "jobSpec", "azureml": "command"}[kind]]
+    assert CHECKS[kind](broken)
+
+
+def test_the_three_cloud_jobs_describe_the_same_study(
+    cli: Callable, tiny_exp: Callable, tmp_path: Path
+) -> None:
+    """The fields they share (SHARED_FIELDS): one image, one command per node, 2 nodes of the
+    instance type given; each keeps the study's store and figures in its output location."""
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    seen = {}
+    for kind in CHECKS:
+        out = tmp_path / f"{kind}.job"
+        extra = [*CLOUD_ARGS[kind], "--image", "me/dl:2", "--instance-type", f"{kind}-type"]
+        r = _emit(cli, exp, kind, *extra, "--out", str(out))
+        assert r.code == 0, r.err
+        fields = shared(kind, _load(kind, out.read_text()))
+        assert set(fields) == set(SHARED_FIELDS)
+        assert r.err.splitlines()[-1] == (
+            f"2 x {kind}-type running me/dl:2; output: {fields['output location']}"
+        )
+        seen[kind] = fields
+    study = [
+        "dlperf",
+        "scale",
+        str(exp),
+        "--workers",
+        "4",
+        "--mode",
+        "weak",
+        "--per-worker-batch",
+        "8",
+        "--steps",
+        "5",
+    ]
+    outs = {
+        "sagemaker": "/opt/ml/model",
+        "vertex": "/gcs/my-bucket/dlperf",
+        "azureml": "${{outputs.results}}",
+    }
+    for kind, fields in seen.items():
+        assert fields["image"] == "me/dl:2" and fields["instance count"] == 2
+        assert fields["instance type"] == f"{kind}-type"
+        out = outs[kind]
+        assert fields["command"] == [
+            *study,
+            "--set",
+            f'run.out_dir="{out}/dlperf_runs"',
+            "--nnodes",
+            "2",
+        ]
+        assert fields["environment"]["DLPERF_DB"] == f"{out}/dlperf.db"
+        assert fields["output location"] == CLOUD_ARGS[kind][1]
+
+
+def _fake_dlperf(directory: Path) -> dict[str, str]:
+    """A `dlperf` on PATH that prints its arguments and DLPERF_DB as JSON."""
+    program = directory / "dlperf"
+    program.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "print(json.dumps([sys.argv[1:], os.environ.get('DLPERF_DB')]))\n"
+    )
+    program.chmod(0o755)
+    return {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}"}
+
+
+def _node(command: list[str], env: dict[str, str]) -> list:
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+def test_each_node_of_a_cloud_job_finds_its_rank_and_the_first_node(
+    cli: Callable, tiny_exp: Callable, tmp_path: Path
+) -> None:
+    """Each job's command run as each platform runs it on node 1 of 2, with what the platform
+    gives that node (SageMaker's resource config, Vertex's CLUSTER_SPEC, Azure's variables)."""
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    env = _fake_dlperf(tmp_path)
+    tail = ["--nnodes", "2", "--node-rank", "1"]
+
+    config = tmp_path / "resourceconfig.json"
+    config.write_text(json.dumps({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}))
+    job = json.loads(_emit(cli, exp, "sagemaker", *CLOUD_ARGS["sagemaker"]).out)
+    spec = job["AlgorithmSpecification"]
+    entry = [
+        e.replace("/opt/ml/input/config/resourceconfig.json", str(config))
+        for e in spec["ContainerEntrypoint"]
+    ]
+    argv, db = _node(entry + spec["ContainerArguments"], {**env, **job["Environment"]})
+    assert argv[-6:] == [*tail, "--rdzv", "algo-1:29500"] and db == "/opt/ml/model/dlperf.db"
+
+    job = json.loads(_emit(cli, exp, "vertex", *CLOUD_ARGS["vertex"]).out)
+    pools = job["jobSpec"]["workerPoolSpecs"]
+    assert [p["replicaCount"] for p in pools] == [1, 1]
+    container = pools[1]["containerSpec"]
+    cluster = {
+        "cluster": {
+            "workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
+            "workerpool1": ["cmle-training-workerpool1-ab-0:2222"],
+        },
+        "task": {"type": "workerpool1", "index": 0},
+    }
+    node_env = {**env, "CLUSTER_SPEC": json.dumps(cluster)}
+    node_env |= {v["name"]: v["value"] for v in container["env"]}
+    argv, db = _node(container["command"] + container["args"], node_env)
+    assert argv[-6:] == [*tail, "--rdzv", "cmle-training-workerpool0-ab-0:29500"]
+    assert db == "/gcs/my-bucket/dlperf/dlperf.db"
+
+    job = yaml.safe_load(_emit(cli, exp, "azureml", *CLOUD_ARGS["azureml"]).out)
+    command = job["command"].replace("${{outputs.results}}", str(tmp_path / "out"))
+    azure = {"NODE_RANK": "1", "MASTER_ADDR": "10.0.0.4", "MASTER_PORT": "6105"}
+    argv, db = _node(["bash", "-c", command], {**env, **azure})
+    assert argv[-6:] == [*tail, "--rdzv", "10.0.0.4:6105"]
+    assert db == f"{tmp_path / 'out'}/dlperf.db"
+    assert argv[argv.index("--set") + 1] == f'run.out_dir="{tmp_path / "out"}/dlperf_runs"'
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "message"),
+    [
+        ("sagemaker", ["--role", "arn:aws:iam::123456789012:role/R"], "needs --output-uri s3://"),
+        ("sagemaker", ["--output-uri", "s3://b/p"], "needs --role arn:aws:iam::ACCOUNT"),
+        ("sagemaker", ["--output-uri", "s3://b/p", "--role", "admin"], "needs --role"),
+        ("vertex", ["--output-uri", "s3://b/p"], "needs --output-uri gs://BUCKET/PATH"),
+        ("vertex", ["--output-uri", "gs://b", "--gpus-per-node", "1"], "MACHINE:ACCELERATOR"),
+        ("azureml", ["--output-uri", "/data"], "needs --output-uri azureml://"),
+        ("lambda", [], "use slurm, kubernetes or sagemaker, vertex, azureml"),
+    ],
+)
+def test_a_cloud_job_missing_what_its_platform_needs_exits_2(
+    cli: Callable, tiny_exp: Callable, kind: str, extra: list[str], message: str
+) -> None:
+    r = _emit(cli, tiny_exp(), kind, *extra)
+    assert r.code == 2 and message in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def test_a_vertex_job_on_gpus_names_its_accelerator(cli: Callable, tiny_exp: Callable) -> None:
+    extra = ["--gpus-per-node", "2", "--instance-type", "n1-standard-8:NVIDIA_TESLA_T4"]
+    r = _emit(cli, tiny_exp(), "vertex", *CLOUD_ARGS["vertex"], *extra)
+    assert r.code == 0, r.err
+    job = json.loads(r.out)
+    machine = job["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]
+    assert machine == {
+        "machineType": "n1-standard-8",
+        "acceleratorType": "NVIDIA_TESLA_T4",
+        "acceleratorCount": 2,
+    }
+    assert vertex_errors(job) == []
+
+
+def test_the_sagemaker_request_passes_botocores_own_validation(
+    cli: Callable, tiny_exp: Callable
+) -> None:
+    """With the AWS SDK's service model (botocore, when installed: it is not a dependency),
+    the request is validated offline as `create_training_job` would before sending it."""
+    session = pytest.importorskip("botocore.session")
+    from botocore.validate import validate_parameters
+
+    model = session.get_session().get_service_model("sagemaker")
+    shape = model.operation_model("CreateTrainingJob").input_shape
+    job = json.loads(_emit(cli, tiny_exp(), "sagemaker", *CLOUD_ARGS["sagemaker"]).out)
+    validate_parameters(job, shape)  # raises ParamValidationError on any mismatch
+    with pytest.raises(Exception, match="Missing required parameter"):
+        validate_parameters({k: v for k, v in job.items() if k != "RoleArn"}, shape)
+
+
+def test_the_docs_table_of_shared_fields_is_the_codes() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "scale.md").read_text()
+    for field, where in SHARED_FIELDS.items():
+        row = f"| {field} | `{where['sagemaker']}` | `{where['vertex']}` | `{where['azureml']}` |"
+        assert row in page

@@ -42,6 +42,7 @@ from dlperf.distributed.predictions import (
     ring_prediction,
 )
 from dlperf.distributed.scaling import EFFICIENCY
+from dlperf.distributed.study_tables import COURSE
 from dlperf.distributed.summary import (
     add_relative,
     chunk_throughput,
@@ -676,10 +677,12 @@ def test_a_list_of_per_worker_batches_is_one_series_each(
     assert r.code == 0, r.err
     titles = [line for line in r.out.splitlines() if line.startswith("scale study")]
     assert [t.split(": ", 1)[1].strip() for t in titles] == [
+        *(f"{name}; weak, ddp/allreduce: workers × per-worker batch b" for name in COURSE),
         "weak, 8 per worker",
         "weak, 32 per worker",
     ]
-    two_workers = [line.split("│") for line in r.out.splitlines() if line.startswith("      2 │")]
+    series = r.out[r.out.index("weak, 8 per worker\n") :]  # after the course's tables
+    two_workers = [line.split("│") for line in series.splitlines() if line.startswith("      2 │")]
     assert [[cell.strip() for cell in row[2:7]] for row in two_workers] == [
         ["8", "16", "711.1", "1.6", "0.8"],
         ["32", "64", "1219", "1.6", "0.8"],
@@ -699,12 +702,11 @@ def test_weak_and_strong_scaling_in_one_study_and_one_figure(
     r = cli(*args, "--mode", "weak,strong", "--per-worker-batch", "8", "--global-batch", "16")
     assert r.code == 0, r.err
     assert (
-        "\nspeedup = throughput_N / throughput_base (base: the series' point with the fewest "
-        "workers); efficiency, T = wall time per step:\n"
-        "  weak (per-worker batch fixed): efficiency = throughput_N × N_base / "
-        "(N × throughput_base) = T_base / T_N\n"
-        "  strong (global batch fixed): efficiency = speedup × N_base / N "
-        "= T_base × N_base / (N × T_N)\n"
+        "\nspeedup = X_N / X_base (base: the series' point with the fewest workers)\n"
+        "effic. X = efficiency on throughput: X_N × N_base / (N × X_base), X = samples/s "
+        "(all ranks' samples / the slowest rank's wall time)\n"
+        "effic. T = efficiency on time (T = step ms): weak: T_base / T_N\n"
+        "effic. T = efficiency on time (T = step ms): strong: T_base × N_base / (N × T_N)\n"
     ) in r.out
     r = cli(*args, "--mode", "weak,strong", "--per-worker-batch", "8", "--global-batch", "16",
             "--json")  # fmt: skip
@@ -773,3 +775,221 @@ def test_find_max_batch_compares_no_batch_sizes(
     assert "speedup" not in header and "effic" not in header and "samples/s" in header
     assert "largest-batch search (single-host emulation), study" in r.out
     assert "efficiency" not in r.out
+
+
+def test_both_efficiencies_are_computed_from_their_stated_definitions(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 30: the footer said weak efficiency = T_base / T_N, but the table printed the
+    throughput ratio (0.575 where the step times gave 12.94 / 23.98 = 0.540). Both are kept,
+    named, each computed from its own definition: on throughput (samples / wall time) and on
+    time (the table's step time, the slowest rank's median step)."""
+    # 1 worker: 10 ms steps; 2 workers: 4 of 10 ms, 6 of 20 ms (median 20 ms, 160 ms in all).
+    fake_workers(lambda n, b: [0.01] * 10 if n == 1 else [0.01] * 4 + [0.02] * 6)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    two = doc["rows"][1]
+    # throughput: 80 / 0.1 = 800 against 160 / 0.16 = 1000, over 2 workers: 0.625
+    assert two["efficiency"] == pytest.approx(0.625)
+    assert two["efficiency_time"] == pytest.approx(0.010 / 0.020)  # T_base / T_N
+    assert doc["efficiency_definitions"] == {"weak": EFFICIENCY["weak"]}
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots")
+    assert r.code == 0, r.err
+    header = next(line for line in r.out.splitlines() if line.lstrip().startswith("workers"))
+    cells = [c.strip() for c in header.split("┃")]
+    row = next(line for line in r.out.splitlines() if line.startswith("      2 │"))
+    values = dict(zip(cells, [c.strip() for c in row.split("│")], strict=True))
+    assert (values["step ms"], values["effic. X"], values["effic. T"]) == ("20", "0.625", "0.5")
+    footer = " ".join(r.out.split())
+    assert (
+        "effic. X = efficiency on throughput: X_N × N_base / (N × X_base), X = samples/s" in footer
+    )
+    assert "effic. T = efficiency on time (T = step ms): weak: T_base / T_N" in footer
+
+
+def test_a_study_is_named_after_the_model_it_trains(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable, store: object
+) -> None:
+    """Issue 30: `--set model.name=resnet18_cifar` on a smallcnn file was labelled with the
+    file's name alone, which says smallcnn; the default name now says what the --set changed."""
+    fake_workers(lambda n, b: [0.01] * 10)
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    args = ["scale", str(exp), "--workers", "1", "--mode", "weak", "--per-worker-batch", "8"]
+    r = cli(*args, *STUDY, "--no-plots", "--set", "model.name=resnet20", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert store.get_study(doc["study_id"])["name"] == (  # type: ignore[attr-defined]
+        "scale digits_smallcnn model.name=resnet20"
+    )
+    assert load_experiment(exp).run.name == "digits_smallcnn"  # the file's own model
+    assert load_experiment(exp, ["model.name=smallcnn"]).run.name == "digits_smallcnn"
+    named = load_experiment(exp, ["model.name=resnet20", 'run.name="mine"'])
+    assert named.run.name == "mine"  # a name given is kept
+
+
+@pytest.mark.parametrize(
+    ("sets", "name"),
+    [
+        ([], "digits-smallcnn"),
+        (["--set", "model.name=resnet18_cifar"], "digits-smallcnn-model-name-resnet18-cifar"),
+        (["--set", 'run.name="A  Study_of__ResNets!"'], "a-study-of-resnets"),
+        (["--set", f'run.name="{"x" * 70}_y"'], "x" * 63),
+        (["--set", 'run.name="__"'], "dlperf"),
+    ],
+)
+def test_emit_kubernetes_derives_a_valid_name(
+    cli: Callable, tiny_exp: Callable, sets: list[str], name: str
+) -> None:
+    """Issue 30: `--emit kubernetes` refused its own default name `digits_smallcnn`. It makes
+    an RFC 1123 label of the run's name: lower-case alphanumerics and '-', at most 63."""
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    args = ["scale", str(exp), "--workers", "2", "--mode", "weak", "--per-worker-batch", "8"]
+    r = cli(*args, "--steps", "5", *sets, "--emit", "kubernetes")
+    assert r.code == 0, r.err
+    assert yaml.safe_load(r.out)["metadata"]["name"] == name
+
+
+def test_emit_slurm_names_the_job_after_the_overridden_model(
+    cli: Callable, tiny_exp: Callable
+) -> None:
+    """The default name now holds a space and '=': the Slurm job (and its --output file) gets
+    it with each run of other characters one '-'."""
+    exp = tiny_exp(name="digits_smallcnn.toml")
+    args = ["scale", str(exp), "--workers", "2", "--mode", "weak", "--per-worker-batch", "8"]
+    r = cli(*args, "--steps", "5", "--set", "model.name=resnet20", "--emit", "slurm")
+    assert r.code == 0, r.err
+    assert "#SBATCH --job-name=digits_smallcnn-model.name-resnet20" in r.out.splitlines()
+
+
+def _table(out: str, title: str) -> tuple[list[str], list[list[str]]]:
+    """The columns and rows of the table printed under `title` (a part of it)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if title in line)
+    header = [c.strip() for c in lines[start + 1].split("┃")]
+    rows = []
+    for line in lines[start + 3 :]:
+        if "│" not in line:
+            break
+        rows.append([c.strip() for c in line.split("│")])
+    return header, rows
+
+
+def test_a_study_over_batch_sizes_prints_the_course_tables(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 30: the course's tables (workers as rows, a group of columns per per-worker
+    batch): time and speedup; compute and communication; bandwidth utilisation; in the
+    human output and in --csv. A step takes 10 ms + 1 ms per image, 25% more on 2 workers;
+    compute is 80% of it."""
+    import csv
+    import io
+
+    fake_workers(lambda n, b: [(0.01 + 0.001 * b) * (1 if n == 1 else 1.25)] * 10)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "32,8", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    epoch = {(row["per_worker_batch"], row["workers"]): row["epoch_time_s"] for row in doc["rows"]}
+    r = cli(*args, "--per-worker-batch", "32,8", "--no-plots")
+    assert r.code == 0, r.err
+    grid = "weak, ddp/allreduce: workers × per-worker batch b"
+    head, rows = _table(r.out, f"time and speedup; {grid}")
+    assert head == ["workers", "b=8 epoch s", "b=8 speedup", "b=32 epoch s", "b=32 speedup"]
+    assert [row[0] for row in rows] == ["1", "2"]
+    assert rows[1][2] == rows[1][4] == "1.6"
+    assert float(rows[1][3]) == pytest.approx(epoch[(32, 2)], rel=1e-3)
+    head, rows = _table(r.out, f"compute and communication; {grid}")
+    assert head[1:3] == ["b=8 compute ms", "b=8 comm ms"]
+    assert rows[1][1:] == ["18", "4.5", "42", "10.5"]  # 80% and 20% of 22.5 and 52.5 ms
+    head, rows = _table(r.out, f"bandwidth utilisation; {grid}")
+    assert head[1:4] == ["b=8 algbw GB/s", "b=8 busbw GB/s", "b=8 of B"]
+    # 400 kB of gradients in DDP's 1 ms; no all-reduce benchmark stored, so no B to share
+    assert rows[0][1:4] == ["-", "-", "-"] and rows[1][1:4] == ["0.4", "0.4", "-"]
+    assert r.out.index("time and speedup") < r.out.index("weak, 8 per worker\n")
+
+    r = cli(*args, "--per-worker-batch", "32,8", "--no-plots", "--csv")
+    assert r.code == 0, r.err
+    table = list(csv.reader(io.StringIO(r.out)))
+    assert table[0][:7] == ["mode", "comm", "strategy", "bucket_mb", "workers",
+                            "b=8 epoch_time_s", "b=8 speedup"]  # fmt: skip
+    assert len(table[0]) == 5 + 2 * 7 and len(table) == 3
+    cells = dict(zip(table[0], table[2], strict=True))
+    assert cells["workers"] == "2" and cells["mode"] == "weak"
+    assert float(cells["b=32 epoch_time_s"]) == pytest.approx(epoch[(32, 2)])
+    assert float(cells["b=32 comm_exposed_s"]) == pytest.approx(0.0105)
+    assert cells["b=32 busbw_utilisation"] == ""
+
+
+def test_a_study_of_one_batch_size_prints_no_course_tables(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    fake_workers(lambda n, b: [0.01] * 10)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots")
+    assert r.code == 0, r.err
+    assert "time and speedup" not in r.out and "weak, 8 per worker" in r.out
+    r = cli(*args, "--per-worker-batch", "8", "--no-plots", "--csv", "--json")
+    assert r.code == 2 and r.err.startswith("error: --csv prints a scaling study's tables")
+
+
+def test_bandwidth_utilisation_is_busbw_over_the_ring_models_bandwidth() -> None:
+    from dlperf.distributed.study import StudyResult
+    from dlperf.distributed.study_tables import course_csv, course_tables
+
+    def row(workers: int, batch: int, busbw: float | None) -> dict[str, object]:
+        point = {"workers": workers, "mode": "strong", "global_batch": batch, "comm": "fp16"}
+        return {**point, "strategy": "ddp", "bucket_mb": 1.0, "busbw_gbps": busbw}
+
+    rows = [row(1, 64, None), row(2, 64, 0.5), row(4, 128, 1.5)]
+    ring = {"bandwidth_bytes_per_s": 2e9, "alpha_s": 1e-4}
+    result = StudyResult(3, rows, [], "2 nodes", ring, efficiency={"strong": EFFICIENCY["strong"]})
+    columns, table = course_csv(result)
+    cells = [dict(zip(columns, r, strict=True)) for r in table]
+    assert [c["workers"] for c in cells] == [1, 2, 4]
+    assert [c["B=64 busbw_utilisation"] for c in cells] == [None, 0.25, None]
+    assert [c["B=128 busbw_utilisation"] for c in cells] == [None, None, 0.75]
+    titles = [t.title for t in course_tables(result)]
+    assert titles[2] == (
+        "scale study 3 (2 nodes): bandwidth utilisation; strong, ddp/fp16 bucket 1MB: "
+        "workers × global batch B"
+    )
+
+
+def _point_row(workers: int, batch: int) -> dict[str, object]:
+    """A finished weak-scaling point as the study returns it, for the figures."""
+    step = (0.01 + 0.001 * batch) * (1 if workers == 1 else 1.25)
+    return {"workers": workers, "mode": "weak", "per_worker_batch": batch,
+            "global_batch": batch * workers, "comm": "allreduce", "strategy": "ddp",
+            "bucket_mb": None, "status": "finished", "step_time_s": step,
+            "step_time_min_s": step * 0.9, "step_time_max_s": step * 1.2, "compute_s": step * 0.8,
+            "comm_exposed_s": step * 0.2, "throughput": batch * workers / step,
+            "epoch_time_s": 1437 * step / (batch * workers), "speedup": 1.0, "efficiency": 1.0,
+            "cost_per_epoch": None}  # fmt: skip
+
+
+def test_step_split_labels_do_not_overlap_at_three_batches_by_two_worker_counts() -> None:
+    """Issue 30: at 3 batch sizes x 2 worker counts the step split's bar labels ran into each
+    other. Every label drawn under the bars (worker counts, series names, the axis label) is
+    measured where the renderer puts it: no two overlap, and none leaves the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dlperf.report.scaling import study_figures
+
+    rows = [_point_row(n, b) for b in (32, 128, 512) for n in (1, 2)]
+    fig = dict(study_figures(rows, "scale study 9: scale digits_smallcnn"))["plot/step_split"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (ax,) = fig.axes
+    texts = [t for t in ax.get_xticklabels() if t.get_text()] + [ax.xaxis.label]
+    texts += [t for t in ax.texts if t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert len(boxes) >= 7  # 6 bars' labels and the axis label, at least
+    for i, a in enumerate(boxes):
+        assert fig.bbox.contains(a.x0, a.y0) and fig.bbox.contains(a.x1, a.y1), texts[i]
+        for j in range(i):
+            assert not a.overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+    every = " ".join(t.get_text() for t in texts)
+    for batch in (32, 128, 512):
+        assert f"weak, {batch} per worker" in every

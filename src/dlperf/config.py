@@ -190,7 +190,8 @@ class TargetConfig(Section):
 
 class RunConfig(Section):
     name: str | None = None
-    """Run name shown in listings; defaults to the experiment file's stem."""
+    """Run name shown in listings; defaults to the experiment file's stem, followed by
+    `model.name=NAME` when --set trains another model than the file's."""
     seed: Seed = 0
     """Seed of model initialisation, shuffling and augmentation."""
     device: str = "auto"
@@ -779,11 +780,15 @@ def load_experiment(
     `options` (dotted key: flag) lists names the flag."""
     raw = read_toml(path) if path is not None else {}
     where = str(path) if path is not None else "config"
+    model = raw.get("model")
+    file_model = model.get("name") if isinstance(model, dict) else None
     for assignment in overrides or []:
         apply_override(raw, assignment)
     exp = build_experiment(raw, where + (" with --set" if overrides else ""), options)
     if exp.run.name is None and path is not None:
-        exp.run.name = Path(path).stem
+        # The file's name often names its model: say so when --set trains another one.
+        changed = exp.model.name != (file_model or ModelConfig.model_fields["name"].default)
+        exp.run.name = Path(path).stem + (f" model.name={exp.model.name}" if changed else "")
     return exp
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,17 +25,31 @@ def _emit(
     gpus_per_node: int | None,
     image: str,
     job_name: str,
+    cloud: dict[str, str | None],
 ) -> None:
     """Write the job file that runs this command once on each of `opts.nnodes` nodes."""
+    import json
+
+    import yaml
+
+    from dlperf.distributed.cloudjobs import CLOUD, shared
     from dlperf.distributed.jobfiles import job_file
 
-    text = job_file(kind, sys.argv[1:], opts, gpus_per_node, image, job_name)
+    text = job_file(kind, sys.argv[1:], opts, gpus_per_node, image, job_name, cloud)
     if out is None:
         # soft_wrap: a line wrapped at the console's width would split a command in two
         console.out.print(text, markup=False, end="", soft_wrap=True)
         return
     out.write_text(text)
     console.err.print(f"wrote {out}", markup=False)
+    if kind in CLOUD:  # what the platforms share, as this one says it
+        job = json.loads(text) if kind != "azureml" else yaml.safe_load(text)
+        fields = shared(kind, job)
+        console.err.print(
+            f"{fields['instance count']} x {fields['instance type']} running {fields['image']}; "
+            f"output: {fields['output location'] or 'the job default'}",
+            markup=False,
+        )
 
 
 def _print_table(result: StudyResult) -> None:
@@ -46,7 +61,7 @@ def _print_table(result: StudyResult) -> None:
             markup=False,
         )
         return
-    for table in study_tables.tables(result):
+    for table in study_tables.course_tables(result) + study_tables.tables(result):
         console.print_table(table.title, table.columns, table.rows)
     console.out.print(
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
@@ -54,15 +69,8 @@ def _print_table(result: StudyResult) -> None:
         "predicts; busbw GB/s",
         markup=False,
     )
-    if result.efficiency:
-        console.out.print(
-            "speedup = throughput_N / throughput_base (base: the series' point with the fewest "
-            "workers); efficiency, T = wall time per step:",
-            markup=False,
-            soft_wrap=True,
-        )
-        for definition in result.efficiency.values():
-            console.out.print(f"  {definition}", markup=False, soft_wrap=True)
+    for line in study_tables.definitions(result):
+        console.out.print(line, markup=False, soft_wrap=True)
     for line in study_tables.findings(result):
         console.out.print(line, markup=False)
     if study_tables.missing_ring(result):
@@ -73,6 +81,16 @@ def _print_table(result: StudyResult) -> None:
         )
     for failure in study_tables.failures(result):
         console.err.print(failure, markup=False)
+
+
+def _print_csv(result: StudyResult) -> None:
+    """The course's scaling tables as one CSV on stdout (see study_tables.course_csv)."""
+    from dlperf.distributed.study_tables import course_csv
+
+    columns, rows = course_csv(result)
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
 
 
 def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -> None:
@@ -184,10 +202,21 @@ def scale(
         None, "--memory-cap-gb", help="--find-max-batch on CPU: peak memory per worker."
     ),
     plots: bool = typer.Option(None, "--plots/--no-plots", help="Save figures as artifacts."),
-    emit: str = typer.Option(None, "--emit", help="Write a slurm | kubernetes job instead."),
+    emit: str = typer.Option(
+        None,
+        "--emit",
+        help="Write a job instead: slurm | kubernetes | sagemaker | vertex | azureml.",
+    ),
     out: Path = typer.Option(None, "--out", help="--emit: file to write (default stdout)."),
-    image: str = typer.Option("dlperf:latest", "--image", help="--emit kubernetes: image."),
+    image: str = typer.Option("dlperf:latest", "--image", help="--emit: container image."),
     gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="--emit: GPUs per node."),
+    instance_type: str = typer.Option(
+        None, "--instance-type", help="--emit sagemaker|vertex|azureml: machine type."
+    ),
+    output_uri: str = typer.Option(
+        None, "--output-uri", help="--emit sagemaker|vertex|azureml: s3://, gs://, azureml://."
+    ),
+    role: str = typer.Option(None, "--role", help="--emit sagemaker: IAM role ARN."),
     allreduce_bench: bool = typer.Option(
         False, "--allreduce-bench", help="Run the all-reduce microbenchmark instead."
     ),
@@ -197,6 +226,9 @@ def scale(
         False, "--find-max-batch", help="Grow the per-worker batch x4 from 32 until it fails."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_csv: bool = typer.Option(
+        False, "--csv", help="Print the course's tables as CSV: workers x batch sizes."
+    ),
 ) -> None:
     """Scale an experiment over 1..N DDP workers launched with torchrun, point by point:
     throughput, speedup, efficiency, compute vs exposed communication, cost.
@@ -214,6 +246,11 @@ def scale(
 
     if experiment is None and not allreduce_bench:
         raise UserError("give an experiment file", "or --allreduce-bench")
+    if as_csv and (as_json or find_max or allreduce_bench):
+        raise UserError(
+            "--csv prints a scaling study's tables",
+            "not with --json, --find-max-batch or --allreduce-bench",
+        )
     # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
     exp = load_command(experiment, set_, locals(), "scale")
     if allreduce_bench:
@@ -221,7 +258,12 @@ def scale(
         return
     if emit is not None:
         check_options(exp.scale)  # a job file must not carry options its nodes would refuse
-        _emit(emit, out, exp.scale, gpus_per_node, image, exp.run.name or "dlperf")
+        cloud: dict[str, str | None] = {
+            "instance_type": instance_type,
+            "output_uri": output_uri,
+            "role": role,
+        }
+        _emit(emit, out, exp.scale, gpus_per_node, image, exp.run.name or "dlperf", cloud)
         return
     store = open_store()
     where = store.artifact_dir(exp.run.out_dir)  # study ids repeat across stores
@@ -242,7 +284,10 @@ def scale(
 
         console.print_json(document(result, artifacts))
     else:
-        _print_table(result)
+        if as_csv and result.study_id is not None:
+            _print_csv(result)
+        else:  # the tables, or (on a node but the first) that node 0 stores the results
+            _print_table(result)
         for path in artifacts:
             console.tell([], path)
     if find_max:

@@ -275,6 +275,7 @@ class PointSummary:
     overlap_predicted_s: float | None = None
     overlap_basis: str | None = None
     overlap_error: float | None = None
+    efficiency_time: float | None = None  # efficiency on step times (see summary.add_relative)
     # --synthetic only (see summary.chunk_throughput): absent from other points' summaries.
     throughput_mean: float | None = None
     throughput_ci95: float | None = None

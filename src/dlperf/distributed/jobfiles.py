@@ -1,5 +1,6 @@
 """Job files that run one `dlperf scale` study across several nodes: a Slurm batch script and
-a Kubeflow PyTorchJob manifest.
+a Kubeflow PyTorchJob manifest (and, through dlperf.distributed.cloudjobs, the jobs of
+SageMaker, Vertex AI and Azure ML).
 
 Both start the same dlperf command once per node and append
 `--nnodes N --node-rank R --rdzv HOST:PORT`, so each node's dlperf launches one torchrun and
@@ -23,16 +24,30 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from dlperf.distributed.cloudjobs import CLOUD, PORT, cloud_job
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
     from dlperf.config import ScaleConfig
 
 # Options that place one node of a multi-node run: a job file adds its own per node.
-_PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node")
+_PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node",
+             "--instance-type", "--output-uri", "--role")  # fmt: skip
 
 # Kubernetes object names are DNS-1123 labels; Slurm takes anything without whitespace.
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def kubernetes_name(name: str) -> str:
+    """`name` as an RFC 1123 label: lower case, each run of other characters one '-', at most
+    63 characters, starting and ending alphanumeric; "dlperf" when nothing is left."""
+    label = re.sub(r"[^a-z0-9]+", "-", name.lower())[:63].strip("-")
+    return label or "dlperf"
+
+
+def slurm_name(name: str) -> str:
+    """`name` as a Slurm job name that is also a safe file name (the job's --output)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "dlperf"
 
 
 def _check(
@@ -56,7 +71,7 @@ def render_slurm(
     nproc_per_node: int,
     gpus_per_node: int,
     job_name: str,
-    port: int = 29500,
+    port: int = PORT,
 ) -> str:
     """An sbatch script: srun starts the command once on each of `nnodes` nodes."""
     _check(argv, nnodes, nproc_per_node, gpus_per_node, port)
@@ -104,7 +119,7 @@ def render_kubernetes(
     gpus_per_node: int,
     job_name: str,
     image: str,
-    port: int = 29500,
+    port: int = PORT,
 ) -> str:
     """A Kubeflow PyTorchJob (training operator, kubeflow.org/v1): Master + nnodes−1 Workers."""
     _check(argv, nnodes, nproc_per_node, gpus_per_node, port)
@@ -181,8 +196,11 @@ def job_file(
     gpus_per_node: int | None,
     image: str,
     job_name: str,
+    cloud: dict[str, str | None] | None = None,
 ) -> str:
-    """The `kind` (slurm | kubernetes) job that runs `dlperf ARGV` once on each node."""
+    """The `kind` (slurm | kubernetes | sagemaker | vertex | azureml) job that runs
+    `dlperf ARGV` once on each node, named after `job_name` in the platform's rules; `cloud`:
+    a cloud platform's instance_type, output_uri and role (dlperf.distributed.cloudjobs)."""
     nnodes, workers = opts.nnodes, max(opts.workers)
     if workers % nnodes:
         raise UserError(f"{workers} workers do not split evenly over {nnodes} nodes")
@@ -190,7 +208,15 @@ def job_file(
     on_gpus = opts.backend == "nccl" or "nccl" in opts.allreduce
     gpus = gpus_per_node if gpus_per_node is not None else per_node * on_gpus
     if kind == "slurm":
-        return render_slurm(job_argv(argv), nnodes, per_node, gpus, job_name)
+        return render_slurm(job_argv(argv), nnodes, per_node, gpus, slurm_name(job_name))
     if kind == "kubernetes":
-        return render_kubernetes(job_argv(argv), nnodes, per_node, gpus, job_name, image)
-    raise UserError(f"unknown --emit '{kind}'", "use slurm or kubernetes")
+        name = kubernetes_name(job_name)
+        return render_kubernetes(job_argv(argv), nnodes, per_node, gpus, name, image)
+    if kind in CLOUD:
+        _check(argv, nnodes, per_node, gpus, PORT)
+        extra = cloud or {}
+        return cloud_job(
+            kind, job_argv(argv), nnodes, gpus, kubernetes_name(job_name), image,
+            extra.get("instance_type"), extra.get("output_uri"), extra.get("role"),
+        )  # fmt: skip
+    raise UserError(f"unknown --emit '{kind}'", f"use slurm, kubernetes or {', '.join(CLOUD)}")

@@ -60,8 +60,9 @@ class StudyResult:
     label: str
     ring: dict[str, Any] | None = None
     max_per_worker_batch: int | None = None
-    # mode -> the efficiency reported for its series, in words; empty: points not compared
-    efficiency: dict[str, str] = field(default_factory=dict)
+    # mode -> the efficiencies reported for its series (key -> definition in words); empty:
+    # points not compared
+    efficiency: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class Study:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dlperf.distributed.scaling import series_name
+from dlperf.distributed.scaling import BATCH_KEY, series_name
 from dlperf.numbers import fmt
 from dlperf.table import Table
 
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 COLUMNS = ["workers", "comm", "batch/w", "global", "samples/s", "step ms", "min-max", "compute",
            "comm", "ring", "overlap", "busbw", "epoch s", "$/epoch", "status"]  # fmt: skip
-RELATIVE = ["speedup", "effic."]  # after samples/s, when the study compares its points
+# After samples/s, when the study compares its points: the efficiency on throughput and on time.
+RELATIVE = ["speedup", "effic. X", "effic. T"]
 
 
 def _ms(value: float | None) -> float | None:
@@ -49,7 +50,7 @@ def _row(r: dict[str, Any], compared: bool) -> list[Any]:
         r["per_worker_batch"],
         r["global_batch"],
         r.get("throughput"),
-        *([r.get("speedup"), r.get("efficiency")] if compared else []),
+        *([r.get("speedup"), r.get("efficiency"), r.get("efficiency_time")] if compared else []),
         _ms(r.get("step_time_s")),
         f"{r['step_time_min_s'] * 1e3:.3g}-{r['step_time_max_s'] * 1e3:.3g}"
         if r.get("step_time_s") is not None
@@ -78,6 +79,118 @@ def tables(result: StudyResult) -> list[Table]:
             title += f", study {result.study_id}"
         found.append(Table(title, columns, [_row(r, compared) for r in rows]))
     return found
+
+
+def definitions(result: StudyResult) -> list[str]:
+    """What speedup and the two efficiency columns mean, each stated once: the one on
+    throughput is the same in every mode, the one on time is per mode."""
+    if not result.efficiency:
+        return []
+    modes = result.efficiency.values()
+    lines = [
+        "speedup = X_N / X_base (base: the series' point with the fewest workers)",
+        f"effic. X = {next(iter(modes))['efficiency']}",
+    ]
+    return lines + [f"effic. T = {mode['efficiency_time']}" for mode in modes]
+
+
+# The course's scaling tables: workers as rows, one group of columns per batch size of the
+# mode; each table's name and its columns, (heading, key, scale of the shown value).
+COURSE: dict[str, list[tuple[str, str, float]]] = {
+    "time and speedup": [("epoch s", "epoch_time_s", 1.0), ("speedup", "speedup", 1.0)],
+    "compute and communication": [
+        ("compute ms", "compute_s", 1e3),
+        ("comm ms", "comm_exposed_s", 1e3),
+    ],
+    "bandwidth utilisation": [
+        ("algbw GB/s", "algbw_gbps", 1.0),
+        ("busbw GB/s", "busbw_gbps", 1.0),
+        ("of B", "busbw_utilisation", 1.0),
+    ],
+}
+BATCH_SYMBOL = {"weak": "b", "strong": "B"}  # per-worker b, global B, as docs/scale.md writes
+
+
+def _utilisation(row: dict[str, Any], ring: dict[str, Any] | None) -> float | None:
+    """busbw over the bandwidth B of the ring model fitted to the all-reduce benchmark: the
+    share of what the all-reduce reaches on large messages."""
+    busbw = row.get("busbw_gbps")
+    if busbw is None or not ring:
+        return None
+    return busbw * 1e9 / ring["bandwidth_bytes_per_s"]
+
+
+Grid = dict[int, dict[int, dict[str, Any]]]  # that mode's batch -> workers -> row
+
+
+def grids(result: StudyResult) -> dict[tuple[Any, ...], Grid]:
+    """The compared points in the course's shape, one grid per (mode, comm, strategy,
+    bucket): batch of the mode (weak: per worker, strong: global) -> workers -> row, with
+    `busbw_utilisation` added. Empty when the study compares no points."""
+    found: dict[tuple[Any, ...], Grid] = {}
+    if not result.efficiency:
+        return found
+    for row in result.rows:
+        mode = row["mode"]
+        key = (mode, row["comm"], row["strategy"], row.get("bucket_mb"))
+        cells = found.setdefault(key, {}).setdefault(row[BATCH_KEY[mode]], {})
+        cells[row["workers"]] = {**row, "busbw_utilisation": _utilisation(row, result.ring)}
+    return {key: dict(sorted(grid.items())) for key, grid in found.items()}
+
+
+def _grid_name(key: tuple[Any, ...]) -> str:
+    mode, comm, strategy, bucket = key
+    size = f" bucket {bucket:g}MB" if bucket else ""
+    batch = "per-worker batch b" if mode == "weak" else "global batch B"
+    return f"{mode}, {strategy}/{comm}{size}: workers × {batch}"
+
+
+def _cells(grid: Grid, columns: list[tuple[str, str, float]]) -> list[list[Any]]:
+    """One row per worker count: each batch's columns, None where the point is missing."""
+    workers = sorted({n for points in grid.values() for n in points})
+    rows = []
+    for n in workers:
+        row: list[Any] = [n]
+        for points in grid.values():
+            point = points.get(n, {})
+            row += [None if (v := point.get(key)) is None else v * k for _, key, k in columns]
+        rows.append(row)
+    return rows
+
+
+def course_tables(result: StudyResult) -> list[Table]:
+    """The course's three scaling tables (time and speedup; compute and communication per
+    step; bandwidth utilisation) for each grid of the study that has several batch sizes;
+    none for a study of one batch size, whose series table says it all."""
+    found = []
+    for key, grid in grids(result).items():
+        if len(grid) < 2:
+            continue
+        symbol = BATCH_SYMBOL[key[0]]
+        for name, columns in COURSE.items():
+            heads = [f"{symbol}={b} {head}" for b in grid for head, _, _ in columns]
+            title = f"scale study {result.study_id} ({result.label}): {name}; {_grid_name(key)}"
+            found.append(Table(title, ["workers", *heads], _cells(grid, columns)))
+    return found
+
+
+def course_csv(result: StudyResult) -> tuple[list[str], list[list[Any]]]:
+    """The course's tables as one CSV: a row per (grid, workers); the grid's keys, then for
+    each batch of a mode (`b=32` per worker, `B=256` global) every column of the three
+    tables, in the stored keys and units (seconds, GB/s); empty where a grid lacks it."""
+    found = grids(result)
+    batches = dict.fromkeys((key[0], b) for key, grid in found.items() for b in grid)
+    keys = [key for columns in COURSE.values() for _, key, _ in columns]
+    heads = [f"{BATCH_SYMBOL[mode]}={b} {key}" for mode, b in batches for key in keys]
+    rows = []
+    for key, grid in found.items():
+        for n in sorted({n for points in grid.values() for n in points}):
+            row: list[Any] = [*key, n]
+            for mode, b in batches:
+                point = grid.get(b, {}).get(n, {}) if mode == key[0] else {}
+                row += [point.get(k) for k in keys]
+            rows.append(row)
+    return ["mode", "comm", "strategy", "bucket_mb", "workers", *heads], rows
 
 
 def _prediction(row: dict[str, Any], several: bool) -> str | None:

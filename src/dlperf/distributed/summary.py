@@ -5,8 +5,10 @@
   no-op communication hook, in chunks of steps alternating with the point's own;
   comm_exposed_s = max(0, step_time_s - compute_s), also stored as sync_time_s;
 - throughput = global samples / wall time after warm-up (slowest rank), never a mean of
-  per-step rates; speedup = X_N / X_base, efficiency = speedup * N_base / N, where the base
-  is the point with the fewest workers of the same series (add_relative);
+  per-step rates; speedup = X_N / X_base, where the base is the point with the fewest
+  workers of the same series, and two efficiencies (add_relative): on throughput,
+  efficiency = speedup * N_base / N, and on time, efficiency_time = T_base / T_N (weak) or
+  T_base * N_base / (N * T_N) (strong), T = step_time_s;
 - algbw = grad_bytes / all-reduce time (DDP's own measured backward communication time,
   else the exposed communication), busbw = algbw * 2(n-1)/n (nccl-tests' convention);
 - epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
@@ -168,10 +170,16 @@ def summarize(
 
 
 def add_relative(summary: PointSummary, base: PointSummary | None) -> PointSummary:
-    """`summary` with its speedup and efficiency against the series' base point (its fewest
-    workers; None: `summary` is the base)."""
+    """`summary` with its speedup and both efficiencies against the series' base point (its
+    fewest workers; None: `summary` is the base): on throughput and on time (see
+    dlperf.distributed.scaling.EFFICIENCY)."""
     if base is None:
-        return dataclasses.replace(summary, speedup=1.0, efficiency=1.0)
+        return dataclasses.replace(summary, speedup=1.0, efficiency=1.0, efficiency_time=1.0)
     speedup = summary.throughput / base.throughput
-    efficiency = speedup * base.workers / summary.workers
-    return dataclasses.replace(summary, speedup=speedup, efficiency=efficiency)
+    share = base.workers / summary.workers
+    on_time = base.step_time_s / summary.step_time_s
+    if summary.mode != "weak":  # weak: each worker's work is fixed, so ideal is T_N = T_base
+        on_time *= share
+    return dataclasses.replace(
+        summary, speedup=speedup, efficiency=speedup * share, efficiency_time=on_time
+    )

@@ -23,6 +23,8 @@ from dlperf.distributed.scaling import series_name
 from dlperf.store import Store
 
 SPREAD_LABEL = "min-max over timed steps"
+SERIES_GAP = 0.8  # bars of a gap between two series' groups on the step split
+SERIES_WIDTH = 1.7  # inches each series' group of bars needs under it for its name
 
 
 def _groups(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -147,26 +149,41 @@ def study_figures(
                 )
                 label = None  # one legend entry for all groups
 
+    # The step split: bars grouped by series, a gap between groups; each bar labelled with
+    # its worker count, each group once with its series' name under them.
+    positions, centres, at = [], [], 0.0
+    for mine in groups.values():
+        positions += [at + i for i in range(len(mine))]
+        centres.append(at + (len(mine) - 1) / 2)
+        at += len(mine) + SERIES_GAP
+
     def split(ax: Axes) -> None:
-        labels = [f"{r['workers']}\n{name}" for name, mine in groups.items() for r in mine]
         flat = [r for mine in groups.values() for r in mine]
         compute = [(r["compute_s"] or r["step_time_s"]) * 1e3 for r in flat]
         comm = [(r["comm_exposed_s"] or 0.0) * 1e3 for r in flat]
-        x = range(len(flat))
-        ax.bar(x, compute, label="compute")
-        ax.bar(x, comm, bottom=compute, label="exposed communication")
+        ax.bar(positions, compute, label="compute")
+        ax.bar(positions, comm, bottom=compute, label="exposed communication")
         timed = [
-            (i, r) for i, r in enumerate(flat) if r.get("step_time_min_s") and r.get("step_time_s")
+            (x, r)
+            for x, r in zip(positions, flat, strict=True)
+            if r.get("step_time_min_s") and r.get("step_time_s")
         ]
         if timed:
             median = [r["step_time_s"] * 1e3 for _, r in timed]
             low = [max(0.0, (r["step_time_s"] - r["step_time_min_s"]) * 1e3) for _, r in timed]
             high = [max(0.0, (r["step_time_max_s"] - r["step_time_s"]) * 1e3) for _, r in timed]
             ax.errorbar(
-                [i for i, _ in timed], median, yerr=[low, high], fmt="_", color="k", capsize=4,
+                [x for x, _ in timed], median, yerr=[low, high], fmt="_", color="k", capsize=4,
                 label=f"step time, median and {SPREAD_LABEL}",
             )  # fmt: skip
-        ax.set_xticks(list(x), labels, fontsize=6)
+        ax.set_xticks(positions, [str(r["workers"]) for r in flat])
+        for centre, name in zip(centres, groups, strict=True):
+            ax.annotate(
+                name.replace(": ", "\n"), (centre, 0), xycoords=("data", "axes fraction"),
+                xytext=(0, -22), textcoords="offset points", ha="center", va="top", fontsize=7,
+            )  # fmt: skip
+        ax.xaxis.labelpad = 34  # below the series' names
+        ax.margins(y=0.3)  # room above the tallest bar for the legend
 
     flat = [r for mine in groups.values() for r in mine]
     # Training images of an epoch: epoch_time_s is defined as images / throughput.
@@ -186,17 +203,24 @@ def study_figures(
     figures.append(("plot/step_split", "ms per step", split))
     if all(r.get("cost_per_epoch") is not None for r in flat):
         figures.append(("plot/cost", "cost per epoch", series("cost_per_epoch", inverse=True)))
-    return [(kind, _figure(title, ylabel, draw, note)) for kind, ylabel, draw in figures]
+    # The step split widens with its series, so that their names fit side by side.
+    wide = max(6.0, 1.0 + SERIES_WIDTH * len(groups))
+    return [
+        (kind, _figure(title, ylabel, draw, note, wide if kind == "plot/step_split" else 6.0))
+        for kind, ylabel, draw in figures
+    ]
 
 
-def _figure(title: str, ylabel: str, draw: Callable[[Axes], None], note: str | None) -> Figure:
-    fig = Figure(figsize=(6, 4.3 if note else 4))
+def _figure(
+    title: str, ylabel: str, draw: Callable[[Axes], None], note: str | None, width: float = 6.0
+) -> Figure:
+    fig = Figure(figsize=(width, 4.3 if note else 4))
     ax = fig.subplots()
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # before draw: it may set its own
     draw(ax)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("workers")
     ax.set_ylabel(ylabel)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     if note:
