@@ -195,3 +195,38 @@ def test_trace_errors_are_one_line(
     refused = cli("run", str(long))
     assert refused.code == 2 and "run.profile records steps 3..43" in refused.err
     assert len(refused.err.strip().splitlines()) <= 2
+
+
+def test_a_profiled_two_worker_point_keeps_each_ranks_trace_and_its_split(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    """Real torchrun workers on gloo: each rank traces its window after the warm-up (not in
+    the 3 timed steps), the point stores both traces, and the study sets the traces' split
+    beside its estimates of exposed communication, each with its error against it."""
+    from dlperf.distributed import trace_split
+    from tests.test_distributed_scale import WEAK, write_experiment
+
+    exp = write_experiment(tmp_path)
+    args = ["scale", str(exp), "--workers", "2", *WEAK, "--steps", "3", "--synthetic"]
+    result = cli(*args, "--profile", "--json")
+    assert result.code == 0, result.err
+    (row,) = json.loads(result.out)["rows"]
+    assert row["status"] == "finished" and row["timed_steps"] == 3
+    split = [row[f"trace_{part}_s"] for part in trace_split.SPLIT]
+    assert all(v >= 0 for v in split) and sum(split) > 0
+    assert row["trace_comm_only_s"] + row["trace_both_s"] > 0  # gloo's all-reduce was seen
+    if row["comm_exposed_s"] is not None and row["trace_comm_only_s"] > 0:
+        expected = row["comm_exposed_s"] / row["trace_comm_only_s"] - 1
+        assert row["comm_error_vs_trace"] == pytest.approx(expected)
+    artifacts = json.loads(cli("runs", "show", str(row["run_id"]), "--json").out)["artifacts"]
+    traces = sorted(Path(a["path"]).name for a in artifacts if a["kind"] == "trace")
+    assert traces == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    one = cli("runs", "trace", str(row["run_id"]), "--rank", "1", "--json")
+    assert one.code == 0 and json.loads(one.out)["traces"][0]["path"].endswith(
+        "rank1.pt.trace.json.gz"
+    )
+    wrong = cli("runs", "trace", str(row["run_id"]), "--rank", "2")
+    assert wrong.code == 2 and "--rank must be 0..1" in wrong.err
+    table = trace_split.table([row])
+    assert table is not None and table.rows[0][:3] == [2, "allreduce", 16]
+    assert "%" in str(table.rows[0][7])  # the replica's estimate with its error
