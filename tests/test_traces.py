@@ -148,6 +148,22 @@ def test_runs_trace_prints_the_top_operators_and_json(
     assert sum(trace["overlap_ms"].values()) == pytest.approx(trace["step_ms"], rel=1e-6)
 
 
+def test_the_report_shows_the_trace_and_says_when_it_is_gone(
+    cli: Callable[..., CliResult], tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    run = _profiled_run(cli, tiny_exp)
+    run_id = run["run_id"]
+    top = json.loads(cli("runs", "trace", str(run_id), "--json", "--top", "1").out)["traces"][0]
+    assert cli("report", str(run_id), "--out", str(tmp_path / "site")).code == 0
+    page = (tmp_path / "site" / f"run-{run_id}.html").read_text()
+    assert "<h2>Profiler trace</h2>" in page and "3 steps profiled on cpu" in page
+    assert top["operators"][0]["name"] in page and "self CPU ms/step" in page
+    Path(top["path"]).unlink()
+    assert cli("report", str(run_id), "--out", str(tmp_path / "again")).code == 0
+    page = (tmp_path / "again" / f"run-{run_id}.html").read_text()
+    assert "trace is gone" in page
+
+
 def test_tensorboards_profiler_plugin_reads_the_trace_alike(
     cli: Callable[..., CliResult], tiny_exp: Callable[..., Path]
 ) -> None:
