@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ RULE_NAMES = {
     "chance-accuracy",
     "input-below-weights-resolution",
     "data-bound",
+    "trace-non-compute",
     "low-efficiency",
     "untrustworthy-scaling",
     "diverged",
@@ -213,6 +215,36 @@ def test_data_bound(lab: tuple[Store, str, dict[str, int]]) -> None:
     assert (finding.rule, finding.severity) == ("data-bound", "warning")
     assert finding.evidence.startswith("data wait 4.0 ms of a 13.1 ms step (31% > 20%")
     assert finding.figures["share"] == pytest.approx(0.004 / 0.0131)
+
+
+def _traced(store: Store, run_id: int, path: Path, top: str) -> int:
+    """A copy of run `run_id` with a trace whose one 100 µs step spends 60 µs in `top`."""
+    copy = _like(store, run_id)
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "dlperf::h2d", "ts": 0, "dur": 70},
+        {"ph": "X", "cat": "cpu_op", "name": top, "ts": 5, "dur": 60},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 70, "dur": 20},
+    ]
+    for e in events:
+        e.update(pid=1, tid=1)
+    path.write_text(json.dumps({"traceEvents": events}))
+    store.add_artifact(copy, "trace", path)
+    return copy
+
+
+def test_trace_non_compute(lab: tuple[Store, str, dict[str, int]], tmp_path: Path) -> None:
+    store, _, runs = lab
+    copying = _traced(store, runs["healthy"], tmp_path / "a.pt.trace.json", "aten::copy_")
+    (finding,) = doctor.examine(store, [copying])
+    assert (finding.rule, finding.severity) == ("trace-non-compute", "warning")
+    assert finding.evidence.startswith(
+        "aten::copy_ (copy) takes 60% of each profiled step (0.06 of 0.10 ms, mostly in h2d"
+    )
+    assert finding.figures == {"operator": "aten::copy_", "kind": "copy", "share": 0.6,
+                               "phase": "h2d"}  # fmt: skip
+    computing = _traced(store, runs["healthy"], tmp_path / "b.pt.trace.json", "aten::conv2d")
+    assert doctor.examine(store, [computing]) == []
 
 
 def test_shared_host(lab: tuple[Store, str, dict[str, int]]) -> None:

@@ -188,6 +188,29 @@ class TargetConfig(Section):
         return v
 
 
+class ProfileConfig(Section):
+    """`[run.profile]`: a window of steps recorded by torch.profiler after the run's warm-up
+    (its steps are left out of throughput and phase timings), stored as a Chrome trace."""
+
+    enabled: bool = False
+    """Record the window (`--profile` sets this)."""
+    warmup: Size = 1
+    """Steps the profiler runs but discards before recording (its own start-up cost)."""
+    active: Count = 3
+    """Steps recorded in the trace."""
+    record_shapes: bool = False
+    """Record operators' input shapes (larger traces; groups operators by shape)."""
+    profile_memory: bool = False
+    """Record tensor allocations and frees."""
+    with_stack: bool = False
+    """Record Python stacks of operators (much larger traces and slower steps)."""
+
+    @property
+    def steps(self) -> int:
+        """Steps the window takes from the run, after its warm-up."""
+        return self.warmup + self.active if self.enabled else 0
+
+
 class RunConfig(Section):
     name: str | None = None
     """Run name shown in listings; defaults to the experiment file's stem, followed by
@@ -215,6 +238,8 @@ class RunConfig(Section):
     """Directory for checkpoints and other run artifacts."""
     checkpoint: bool = True
     """Save a checkpoint at the end of every epoch (needed for --resume)."""
+    profile: ProfileConfig = ProfileConfig()
+    """A profiled window of steps (torch.profiler), stored with the run as a trace."""
 
 
 ScaleMode = Literal["strong", "weak"]
@@ -565,13 +590,13 @@ class Experiment(Section):
         return self.model_dump(mode="json")
 
     def config_hash(self) -> str:
-        """Hash of everything that changes what is trained: not the run's name or paths, nor
-        how the scale and serve commands run it, nor [detect] (detect finetune trains a detector
-        of its own, not the experiment's model), nor [distill] (each of its stages is a run of
-        its own), nor the sections of the commands that train nothing (analyze, predict,
-        export, infer, converge)."""
+        """Hash of everything that changes what is trained: not the run's name, paths or
+        profiled window, nor how the scale and serve commands run it, nor [detect] (detect
+        finetune trains a detector of its own, not the experiment's model), nor [distill] (each
+        of its stages is a run of its own), nor the sections of the commands that train nothing
+        (analyze, predict, export, infer, converge)."""
         d = self.to_dict()
-        for key in ("name", "out_dir", "log_every"):
+        for key in ("name", "out_dir", "log_every", "profile"):
             d["run"].pop(key)
         for section in COMMAND_SECTIONS:
             d.pop(section)

@@ -28,6 +28,7 @@ from dlperf.cli import run as _run  # noqa: F401
 from dlperf.cli import runs as _runs  # noqa: F401
 from dlperf.cli import runs_export as _runs_export  # noqa: F401
 from dlperf.cli import runs_plot as _runs_plot  # noqa: F401
+from dlperf.cli import runs_trace as _runs_trace  # noqa: F401
 from dlperf.cli import scale as _scale  # noqa: F401
 from dlperf.cli import serve as _serve  # noqa: F401
 from dlperf.cli import speed as _speed  # noqa: F401

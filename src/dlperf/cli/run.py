@@ -52,6 +52,12 @@ def run(
     timing: str = typer.Option(
         None, "--timing", help="off | coarse | phases (same as --set run.timing=...)."
     ),
+    profile: bool = typer.Option(
+        False,
+        "--profile",
+        help="Record a window of steps with torch.profiler (--set run.profile.enabled=true); "
+        "dlperf runs trace RUN summarises it.",
+    ),
     resume: int = typer.Option(None, "--resume", help="Continue run ID from its checkpoint."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -65,8 +71,11 @@ def run(
     if (experiment is None) == (resume is None):
         raise UserError("give an experiment file or --resume RUN_ID (not both)")
     overrides = list(set_) + ([f'run.timing="{timing}"'] if timing else [])
+    overrides += ["run.profile.enabled=true"] if profile else []
     if resume is not None and overrides:
-        raise UserError("--resume continues a run with its stored config; drop --set/--timing")
+        raise UserError(
+            "--resume continues a run with its stored config; drop --set/--timing/--profile"
+        )
     exp = load_experiment(experiment, overrides) if experiment is not None else None
     store = open_store()
     try:

@@ -53,15 +53,17 @@ def _emit(
 
 
 def _print_table(result: StudyResult) -> None:
-    from dlperf.distributed import study_tables
-
     if result.study_id is None:
         console.err.print(
             f"this node ran its workers of {len(result.rows)} point(s); node 0 stores the results",
             markup=False,
         )
         return
-    for table in study_tables.course_tables(result) + study_tables.tables(result):
+    from dlperf.distributed import study_tables, trace_split
+
+    traced = trace_split.table(result.rows)
+    tables = study_tables.course_tables(result) + study_tables.tables(result)
+    for table in [*tables, *([traced] if traced else [])]:
         console.print_table(table.title, table.columns, table.rows)
     console.out.print(
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
@@ -202,6 +204,12 @@ def scale(
         None, "--memory-cap-gb", help="--find-max-batch on CPU: peak memory per worker."
     ),
     plots: bool = typer.Option(None, "--plots/--no-plots", help="Save figures as artifacts."),
+    profile: bool = typer.Option(
+        False,
+        "--profile",
+        help="Trace each rank's steps with torch.profiler after the warm-up (run.profile): the "
+        "measured compute/communication split; dlperf runs trace RUN.",
+    ),
     emit: str = typer.Option(
         None,
         "--emit",
@@ -252,7 +260,8 @@ def scale(
             "not with --json, --find-max-batch or --allreduce-bench",
         )
     # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
-    exp = load_command(experiment, set_, locals(), "scale")
+    sets = [*set_, "run.profile.enabled=true"] if profile else set_
+    exp = load_command(experiment, sets, locals(), "scale")
     if allreduce_bench:
         _allreduce_bench(exp.scale, sizes, iters, as_json)
         return

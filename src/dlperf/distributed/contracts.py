@@ -229,6 +229,17 @@ class RankSummary:
         return cls(**_checked(cls, data))
 
 
+TRACE_FIELDS = (
+    "trace_compute_only_s",
+    "trace_comm_only_s",
+    "trace_both_s",
+    "trace_idle_s",
+    "comm_error_vs_trace",
+    "ring_error_vs_trace",
+    "overlap_error_vs_trace",
+)
+
+
 @dataclass(frozen=True)
 class PointSummary:
     """A finished point as the study stores it (times in seconds per step; see
@@ -276,6 +287,15 @@ class PointSummary:
     overlap_basis: str | None = None
     overlap_error: float | None = None
     efficiency_time: float | None = None  # efficiency on step times (see summary.add_relative)
+    # --profile only (dlperf.traces): each step's wall time split as the ranks' traces show
+    # it, mean over ranks; and each estimate of exposed communication against comm-only.
+    trace_compute_only_s: float | None = None
+    trace_comm_only_s: float | None = None
+    trace_both_s: float | None = None
+    trace_idle_s: float | None = None
+    comm_error_vs_trace: float | None = None  # comm_exposed_s (step − compute-only replica)
+    ring_error_vs_trace: float | None = None
+    overlap_error_vs_trace: float | None = None
     # --synthetic only (see summary.chunk_throughput): absent from other points' summaries.
     throughput_mean: float | None = None
     throughput_ci95: float | None = None
@@ -287,6 +307,9 @@ class PointSummary:
         data: dict[str, Any] = _plain(asdict(self))
         if self.throughput_mean is None:
             for name in ("throughput_mean", "throughput_ci95", "throughput_ci_method", "chunks"):
+                del data[name]
+        if self.trace_comm_only_s is None:
+            for name in TRACE_FIELDS:
                 del data[name]
         return data
 

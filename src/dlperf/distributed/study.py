@@ -42,6 +42,7 @@ from dlperf.distributed.scaling import EFFICIENCY, untrustworthy
 from dlperf.distributed.summary import add_relative, chunk_throughput, main_steps, summarize
 from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.distributed.tf_worker import ignored_settings
+from dlperf.distributed.trace_split import rank_traces, with_trace_split
 from dlperf.engine.run import as_run
 from dlperf.errors import UserError
 from dlperf.paths import replaced
@@ -237,6 +238,12 @@ class Study:
                 overlap_basis=basis,
                 overlap_error=prediction_error(overlap, exposed),
             )
+            traced = rank_traces(directory) if self.exp.run.profile.enabled else []
+            if traced:
+                summary, split = with_trace_split(summary, traced)
+                self.store.log_metrics(run.id, split)
+                for path in traced:
+                    self.store.add_artifact(run.id, "trace", path)
             steps_s = main_steps(ranks)
             if opts.synthetic:
                 chunks = chunk_throughput(steps_s, point.global_batch, opts.chunks)

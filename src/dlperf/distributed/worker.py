@@ -42,7 +42,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from dlperf.config import Experiment
+from dlperf.config import Experiment, ProfileConfig
 from dlperf.data import ImageData, load_data, make_loader
 from dlperf.distributed import chunk_sizes
 from dlperf.distributed.contracts import (
@@ -55,8 +55,10 @@ from dlperf.distributed.contracts import (
 )
 from dlperf.distributed.crash import Crash
 from dlperf.engine.checks import out_of_memory
+from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.run import build_model, start_weights
-from dlperf.engine.step import dump_first_step, prepare
+from dlperf.engine.step import NoTimer, dump_first_step, prepare
+from dlperf.engine.timers import PhaseTimer
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
@@ -152,6 +154,7 @@ class Phase:
         self.train_step = prepare(self.model, exp, device, epoch, wrap=self._wrap)
         self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         self.step = 0
+        self.window: ProfileWindow | None = None  # a profiled window: see profile()
         self.lr: float | None = None  # of the last step
         self.times: list[float] = []
         self.wall = 0.0
@@ -207,7 +210,9 @@ class Phase:
             self.step += 1
             step_timer.start()
             x, y = next(self.source)
+            self.train_step.timer.mark("data")
             x = x.to(memory_format=self.train_step.memory_format)
+            self.train_step.timer.mark("h2d")
             stepped = self.train_step(x, y)
             self.lr = stepped.lr
             if self.main and self.step == 1:
@@ -220,6 +225,8 @@ class Phase:
             if self.crash is not None:
                 self.crash.at(self.step)
             took = step_timer.stop()  # waits for the step: the memory check reads its peak
+            if self.window is not None:
+                self.window.after_step()
             if timed:
                 self.times.append(took)
                 if self.ready is not None:
@@ -233,6 +240,17 @@ class Phase:
         dist.barrier()
         if timed:
             self.wall += wall_timer.stop()
+
+    def profile(self, cfg: ProfileConfig, path: Path) -> None:
+        """Untimed steps under torch.profiler (cfg's window), their phases labelled in the
+        trace written to `path`."""
+        with ProfileWindow(cfg, self.device, 0, path) as window:
+            self.window = window
+            self.train_step.timer = PhaseTimer(self.device, enabled=False, labels=window.labels)
+            try:
+                self.train(cfg.steps, timed=False)
+            finally:
+                self.window, self.train_step.timer = None, NoTimer()
 
     def measured(self) -> MainPhase:
         """The main replica's figures; every rank calls it (it broadcasts rank 0's weights)."""
@@ -294,6 +312,8 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
         phase.train(spec.warmup_steps, timed=False)
     # Past warm-up, every rank has been through DDP's collectives: the launch is up.
     atomic_write(directory / f"rank-{rank}.training", "")
+    if exp.run.profile.enabled:  # after the warm-up, and left out of the timed steps
+        main.profile(exp.run.profile, directory / trace_name(f"rank{rank}"))
     for size in chunk_sizes(spec.steps):
         for phase in phases:
             phase.train(size, timed=True)

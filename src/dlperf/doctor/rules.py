@@ -19,9 +19,11 @@ import statistics
 from datetime import datetime
 from typing import Any
 
+from dlperf import traces
 from dlperf.distributed.contracts import PointSummary
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
+from dlperf.errors import UserError
 from dlperf.store.record import RunRecord
 from dlperf.tables import dataset_table
 
@@ -37,6 +39,24 @@ EPOCH_SPREAD = 2.0  # max / min of the per-epoch throughputs
 LOSS_RISE = 1.10  # last loss / first loss
 LOSS_RISE_ABS = 0.02
 CPU_BUSY = 0.50  # CPU time / (wall time x threads)
+NON_COMPUTE_SHARE = 0.25  # one copy, conversion or synchronisation's self time / the step
+# Operators that compute nothing, by what they do instead (matched as name prefixes).
+NON_COMPUTE = {
+    "copy": ("aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "Memcpy", "Memset"),
+    "format conversion": ("aten::contiguous", "aten::_reshape_alias", "aten::permute"),
+    "synchronisation": (
+        "aten::item", "aten::_local_scalar_dense", "aten::nonzero", "cudaStreamSynchronize",
+        "cudaDeviceSynchronize", "cudaEventSynchronize", "c10d::wait", "aten::wait",
+    ),
+}  # fmt: skip
+NON_COMPUTE_FIX = {
+    "copy": "move data to the device once (data in memory, pinned) and keep the step free of "
+    ".to()/.cpu() copies",
+    "format conversion": "keep inputs and weights in one memory format (run.channels_last for "
+    "both) so no layer converts",
+    "synchronisation": "keep host reads (.item(), printing, nonzero) out of the step; raise "
+    "run.log_every so losses are read in batches",
+}
 
 
 def _ms(seconds: float) -> str:
@@ -341,6 +361,40 @@ def data_bound(run: RunView) -> list[Issue]:
     ]
 
 
+def _non_compute(name: str) -> str | None:
+    return next((k for k, names in NON_COMPUTE.items() if name.startswith(names)), None)
+
+
+def trace_non_compute(run: RunView) -> list[Issue]:
+    """A profiled step whose largest operator by self time computes nothing."""
+    if not any(a["kind"] == "trace" for a in run.stored.store.artifacts(run.id)):
+        return []
+    try:
+        summaries = [traces.summarise(p) for p in traces.run_traces(run.stored.store, run.id)]
+    except UserError as e:
+        return [Issue("info", f"the run's trace cannot be read: {e}", "profile the run again")]
+    issues = []
+    for s in summaries:
+        if not s.operators or not s.step_us:
+            continue
+        top = s.operators[0]
+        kind, share = _non_compute(top.name), top.cpu_self_us / s.step_us
+        if kind is None or share <= NON_COMPUTE_SHARE:
+            continue
+        phase = max(top.by_phase_us.items(), key=lambda kv: kv[1])[0]
+        issues.append(
+            Issue(
+                "warning",
+                f"{top.name} ({kind}) takes {share:.0%} of each profiled step "
+                f"({s.per_step(top.cpu_self_us):.2f} of {s.per_step(s.step_us):.2f} ms, mostly "
+                f"in {phase}; > {NON_COMPUTE_SHARE:.0%}), the largest operator in {s.path}",
+                NON_COMPUTE_FIX[kind],
+                {"operator": top.name, "kind": kind, "share": share, "phase": phase},
+            )
+        )
+    return issues
+
+
 def _classes(run: RunView) -> int | None:
     seen = (run.summary.get("data") or {}).get("classes")
     if seen:
@@ -537,6 +591,7 @@ RULES: dict[str, Handler] = {
     "chance-accuracy": chance_accuracy,
     "input-below-weights-resolution": input_below_weights_resolution,
     "data-bound": data_bound,
+    "trace-non-compute": trace_non_compute,
     "low-efficiency": low_efficiency,
     "untrustworthy-scaling": untrustworthy_scaling,
     "diverged": diverged,

@@ -12,16 +12,54 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+from torch.profiler import record_function
 
 from dlperf.timing import Spread, now, record_event, seconds_between
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
+SPAN = "dlperf::"  # the prefix of the phase ranges in a profiler trace
+# The phase that follows each mark; "optimizer" ends the step (the next "data" range is opened
+# after the profiler's own step marker, so that the ranges nest inside ProfilerStep#N).
+_NEXT = dict(zip(PHASES, (*PHASES[1:], None), strict=True))
+
+
+class PhaseLabels:
+    """`dlperf::<phase>` ranges in a profiler trace, opened and closed at the phase marks while
+    `active` (a profiled window), so that a trace's reader can tell every operator's phase."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self._open: record_function | None = None
+
+    def begin(self) -> None:
+        """Open a step's first phase (data)."""
+        if self.active:
+            self._switch(PHASES[0])
+
+    def mark(self, phase: str) -> None:
+        """`phase` has ended: close its range and open the next phase's."""
+        if self.active:
+            self._switch(_NEXT.get(phase))
+
+    def close(self) -> None:
+        self._switch(None)
+
+    def _switch(self, phase: str | None) -> None:
+        if self._open is not None:
+            self._open.__exit__(None, None, None)
+            self._open = None
+        if phase is not None:
+            self._open = record_function(SPAN + phase)
+            self._open.__enter__()
 
 
 class PhaseTimer:
-    def __init__(self, device: torch.device, enabled: bool) -> None:
+    def __init__(
+        self, device: torch.device, enabled: bool, labels: PhaseLabels | None = None
+    ) -> None:
         self.device = device
         self.enabled = enabled
+        self.labels = labels
         self.recording = False
         self.totals: dict[str, float] = defaultdict(float)
         self.step_times: list[float] = []
@@ -41,6 +79,8 @@ class PhaseTimer:
             self._last = self._step_start = now(self.device)
 
     def mark(self, phase: str) -> None:
+        if self.labels is not None:
+            self.labels.mark(phase)
         if not self.enabled:
             return
         if self.events:

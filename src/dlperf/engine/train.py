@@ -30,6 +30,7 @@ from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
 from dlperf.engine.precision import autocast as precision_autocast
+from dlperf.engine.profiler import ProfileWindow, check_fits, trace_name
 from dlperf.engine.step import Stepped, TrainStep, dump_first_step, prepare
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
@@ -282,53 +283,64 @@ def train(
         data, data.train, exp.data, cfg.batch_size, device, exp.augment, run.seed
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
-    timer = PhaseTimer(device, enabled=run.timing == "phases")
+    # The profiled window follows the warm-up, and the clock counts it as warm-up too.
+    trace = checkpoint_slot.path.parent / "trace" / trace_name("rank0")
+    window = ProfileWindow(run.profile, device, run.warmup_steps, trace)
+    timer = PhaseTimer(device, enabled=run.timing == "phases", labels=window.labels)
     step = prepare(model, exp, device, len(train_loader), timer=timer)
     reset_peak_memory(device)
     state = restore(resume, model, step, device) if resume is not None else Progress()
-    clock = EpochClock(device, run.warmup_steps, timer)
+    check_fits(run, (cfg.epochs - state.epoch) * len(train_loader))
+    clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
     metrics, pause = MetricBuffer(store, run_id, run.log_every), PauseAt()
-    for epoch in range(state.epoch + 1, cfg.epochs + 1):
-        reporter.task(f"epoch {epoch}/{cfg.epochs}", total=len(train_loader))
-        set_train_mode(model)  # a frozen backbone stays in eval mode
-        train_loader.set_epoch(epoch)
-        tally = EpochTally(device)
-        clock.start()
-        for x, y in train_loader:
-            timer.mark("data")
-            x = x.to(device, non_blocking=True, memory_format=step.memory_format)
-            y = y.to(device, non_blocking=True)
-            timer.mark("h2d")
-            stepped = step(x, y)
-            state.step += 1
-            if state.step == 1:
-                dump_first_step("run", x, y, stepped, model)
-            tally.add(stepped, y)
-            timer.end_step()
-            clock.count(len(y))
-            metrics.log(state.step, stepped, epoch)
-            pause.maybe(state.step)
-            loss = metrics.last_loss  # nan until the first flush: show nothing rather than nan
-            reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
-        metrics.flush(epoch)
+    with window:
+        for epoch in range(state.epoch + 1, cfg.epochs + 1):
+            reporter.task(f"epoch {epoch}/{cfg.epochs}", total=len(train_loader))
+            set_train_mode(model)  # a frozen backbone stays in eval mode
+            train_loader.set_epoch(epoch)
+            tally = EpochTally(device)
+            clock.start()
+            window.resume_labels()
+            for x, y in train_loader:
+                timer.mark("data")
+                x = x.to(device, non_blocking=True, memory_format=step.memory_format)
+                y = y.to(device, non_blocking=True)
+                timer.mark("h2d")
+                stepped = step(x, y)
+                state.step += 1
+                if state.step == 1:
+                    dump_first_step("run", x, y, stepped, model)
+                tally.add(stepped, y)
+                timer.end_step()
+                clock.count(len(y))
+                if window.after_step():
+                    store.add_artifact(run_id, "trace", window.path)
+                metrics.log(state.step, stepped, epoch)
+                pause.maybe(state.step)
+                loss = metrics.last_loss  # nan until the first flush: show nothing, not nan
+                reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
+            window.pause_labels()
+            metrics.flush(epoch)
 
-        seconds, throughput = clock.stop(state)
-        # Read before evaluating: NVML's last sample period is then the epoch's training.
-        utilization = gpu_utilization(device)
-        if utilization is not None:
-            state.gpu_utilization_pct.append(utilization)
-        val = evaluate(model, val_loader, device, exp)
-        state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), exp.target.accuracy)
-        rows = tally.rows(epoch) + [(f"val/{k}", epoch, v) for k, v in val.items()]
-        if utilization is not None:
-            rows.append(("gpu/utilization_pct", epoch, utilization))
-        store.log_metrics(run_id, rows + timing_rows(epoch, run.timing, seconds, throughput, timer))
-        reporter.log(
-            f"epoch {epoch}/{cfg.epochs}  train loss {rows[0][2]:.4f}  "
-            f"val loss {val.get('loss', math.nan):.4f}  val acc {val.get('acc1', math.nan):.4f}"
-        )
-        if run.checkpoint:
-            save_checkpoint(checkpoint_slot, model, step, state, device)
+            seconds, throughput = clock.stop(state)
+            # Read before evaluating: NVML's last sample period is then the epoch's training.
+            utilization = gpu_utilization(device)
+            if utilization is not None:
+                state.gpu_utilization_pct.append(utilization)
+            val = evaluate(model, val_loader, device, exp)
+            state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), exp.target.accuracy)
+            rows = tally.rows(epoch) + [(f"val/{k}", epoch, v) for k, v in val.items()]
+            if utilization is not None:
+                rows.append(("gpu/utilization_pct", epoch, utilization))
+            store.log_metrics(
+                run_id, rows + timing_rows(epoch, run.timing, seconds, throughput, timer)
+            )
+            reporter.log(
+                f"epoch {epoch}/{cfg.epochs}  train loss {rows[0][2]:.4f}  "
+                f"val loss {val.get('loss', math.nan):.4f}  val acc {val.get('acc1', math.nan):.4f}"
+            )
+            if run.checkpoint:
+                save_checkpoint(checkpoint_slot, model, step, state, device)
 
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
     test = evaluate(model, test_loader, device, exp)
@@ -356,6 +368,7 @@ def summary(
         "epochs_to_target": state.epochs_to_target,
         "time_to_target_s": state.time_to_target_s,
         "throughput": state.samples / state.train_time_s if state.train_time_s else None,
+        "timed_samples": state.samples,  # after the warm-up and any profiled window
         "throughput_spread": spread(throughputs),
         "train_time_s": state.train_time_s,
         "cpu_time_s": state.cpu_time_s,

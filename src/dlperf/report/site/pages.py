@@ -21,6 +21,7 @@ from dlperf.report.site.html import (
     status,
     table,
 )
+from dlperf.report.site.trace_section import trace_section
 from dlperf.store import Store
 from dlperf.store.record import RunRecord
 
@@ -112,6 +113,7 @@ def run_page(
     if run.kind == "predict":
         drawn += figs.predicted(run, [v for _, v in store.metrics(run.id, "measured_s")])
     body += ["<h2>Figures</h2>", _figures(drawn) or '<p class="note">no figures</p>', _notes(notes)]
+    body += [trace_section(store, run)]
     body += ["<h2>Findings of dlperf doctor</h2>", _findings(found)]
     body += ["<h2>Summary</h2>", key_values(flatten(summary), quantity)]
     body += ["<h2>Config</h2>", config(run.config or {})]

@@ -1,0 +1,125 @@
+"""A profiled window of a run: torch.profiler records a few steps after the warm-up and the
+trace is written as gzipped Chrome trace JSON, the format Perfetto, chrome://tracing and
+TensorBoard's PyTorch profiler plugin open.
+
+The window starts when the run's warm-up ends (compilation and cache filling stay out of it)
+and the trainer's clock counts its steps as warm-up too, so the profiler's overhead never
+reaches throughput or phase timings. Each training phase is labelled in the trace by a
+`dlperf::<phase>` range (engine.timers.PhaseLabels, driven by the phase timer's marks), so
+that a reader of the trace can attribute every operator to data, h2d, forward, backward or
+optimizer.
+
+The trace file is named `<worker>.pt.trace.json.gz` (`trace_name`): TensorBoard's plugin
+finds a run's workers by that pattern in a log directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from dlperf.config import ProfileConfig, RunConfig
+from dlperf.engine.timers import PhaseLabels
+from dlperf.errors import UserError
+
+
+def trace_name(worker: str) -> str:
+    return f"{worker}.pt.trace.json.gz"
+
+
+def check_fits(run: RunConfig, steps: int) -> None:
+    """The window, and one timed step after it, must fit in the `steps` this process trains."""
+    if not run.profile.enabled:
+        return
+    last = run.warmup_steps + run.profile.steps
+    if steps <= last:
+        raise UserError(
+            f"run.profile records steps {run.warmup_steps + 1}..{last} and throughput is timed "
+            f"after them, but this run trains {steps} steps",
+            "lower run.warmup_steps or run.profile.active, or train longer",
+        )
+
+
+class ProfileWindow:
+    """Records `cfg.warmup + cfg.active` steps of this process, starting after `start_after`
+    steps, into `path`. Call `after_step()` once per training step and `close()` when training
+    ends (or stops); `labels` goes to the phase timer, and labels phases inside the window."""
+
+    def __init__(
+        self, cfg: ProfileConfig, device: torch.device, start_after: int, path: Path
+    ) -> None:
+        self.cfg, self.path = cfg, path
+        self.start_after, self.steps = start_after, 0
+        self.labels = PhaseLabels()
+        self.written = False
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self._profiler = profile(
+            activities=activities,
+            schedule=schedule(wait=0, warmup=cfg.warmup, active=cfg.active, repeat=1),
+            on_trace_ready=self._write,
+            record_shapes=cfg.record_shapes,
+            profile_memory=cfg.profile_memory,
+            with_stack=cfg.with_stack,
+        )
+        self._running = False
+        if cfg.enabled and start_after == 0:
+            self._start()
+
+    def after_step(self) -> bool:
+        """One training step is done (its phases marked); True when the trace has just been
+        written."""
+        if not self.cfg.enabled or self.written:
+            return False
+        self.steps += 1
+        if self._running:
+            self.labels.close()
+            self._profiler.step()  # the schedule calls _write after the last active step
+            if self.written:
+                self._stop()
+                return True
+            self.labels.begin()
+        elif self.steps == self.start_after:
+            self._start()
+        return False
+
+    def pause_labels(self) -> None:
+        """Between epochs (evaluation, checkpoints): no phase is open."""
+        self.labels.close()
+
+    def resume_labels(self) -> None:
+        self.labels.begin()
+
+    def close(self) -> None:
+        """Stop the profiler if the run ended inside the window (nothing is written then)."""
+        if self._running:
+            self._stop()
+
+    def _start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._profiler.__enter__()
+        self._running = True
+        self.labels.active = True
+        self.labels.begin()
+
+    def _stop(self) -> None:
+        self.labels.close()
+        self.labels.active = False
+        self._running = False
+        self._profiler.__exit__(None, None, None)
+
+    def _write(self, prof: profile) -> None:
+        prof.export_chrome_trace(str(self.path))  # gzipped: the name ends in .gz
+        self.written = True
+
+    def __enter__(self) -> ProfileWindow:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,324 @@
+"""What a profiler trace says: operators by self time, the training phases, and how much of
+each step computes, communicates, does both at once, or waits.
+
+A trace is the Chrome trace JSON that torch.profiler writes (gzipped or not): complete
+events ("ph": "X") with a category. Operators are `cpu_op` events; their self time is their
+duration less that of the events nested directly inside them on the same thread (what
+torch's `key_averages()` and TensorBoard's profiler plugin call self time). GPU work is a
+`kernel`, `gpu_memcpy` or `gpu_memset` event, tied by its `correlation` to the runtime call
+that launched it and so to the innermost operator around that call. The training phases are
+the `dlperf::<phase>` ranges that dlperf's profiled window writes (engine.profiler), and the
+steps the `ProfilerStep#N` ranges that torch.profiler writes.
+
+Communication is what moves gradients between processes: NCCL kernels on a GPU; on a CPU,
+the collectives' operators and ranges (`c10d::`, `gloo:`, `nccl:` and `record_param_comms`, on
+whichever thread runs them: gloo runs each all-reduce on a thread of its own). Computation is
+every other operator or kernel. Overlap is measured on the wall clock of each step: the union
+of computation intervals, of communication intervals, their intersection, and the rest of the
+step (idle: waiting, Python, the framework's own work).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlperf.errors import UserError
+
+if TYPE_CHECKING:
+    from dlperf.store import Store
+
+PHASE_PREFIX = "dlperf::"  # engine.timers.SPAN: kept here too so reading needs no torch
+STEP_PREFIX = "ProfilerStep#"
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    category: str
+    thread: tuple[Any, Any]  # (pid, tid)
+    start: float  # µs
+    end: float
+    correlation: int | None = None
+
+
+@dataclass
+class Operator:
+    name: str
+    calls: int = 0
+    cpu_self_us: float = 0.0
+    cuda_us: float = 0.0
+    by_phase_us: dict[str, float] = field(default_factory=dict)  # self CPU time per phase
+
+
+@dataclass
+class StepOverlap:
+    """One step's wall time split four ways (µs); the four add up to `step_us`."""
+
+    step_us: float
+    compute_only_us: float
+    comm_only_us: float
+    both_us: float
+    idle_us: float
+
+
+@dataclass
+class TraceSummary:
+    path: str
+    steps: int
+    device: str  # "cpu" or "cuda": where the operators' time was measured
+    step_us: float  # the profiled steps' total wall time
+    phases_us: dict[str, float]
+    operators: list[Operator]  # by CPU self time, largest first
+    overlap: list[StepOverlap]
+
+    def per_step(self, us: float) -> float:
+        """Milliseconds per step of a total in µs."""
+        return us / self.steps / 1000.0 if self.steps else 0.0
+
+    def mean_overlap(self) -> dict[str, float]:
+        """Milliseconds per step of computation only, communication only, both, idle."""
+        keys = ("compute_only_us", "comm_only_us", "both_us", "idle_us")
+        n = len(self.overlap)
+        return (
+            {
+                k.removesuffix("_us") + "_ms": sum(getattr(o, k) for o in self.overlap) / n / 1000.0
+                for k in keys
+            }
+            if n
+            else {}
+        )
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        d = asdict(self)
+        d["operators"] = d["operators"][:top] if top else d["operators"]
+        d["step_ms"] = self.per_step(self.step_us)
+        d["overlap_ms"] = self.mean_overlap()
+        return d
+
+
+def load(path: Path) -> list[Event]:
+    """The complete events of a trace file; UserError when it is not a readable trace."""
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        document = json.loads(raw)
+        events = document["traceEvents"] if isinstance(document, dict) else document
+        return [_event(item) for item in events if _complete(item)]
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"cannot read the trace {path}: {err}") from None
+
+
+def _complete(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("ph") == "X" and "dur" in item
+
+
+def _event(item: dict[str, Any]) -> Event:
+    start = float(item["ts"])
+    return Event(
+        name=str(item.get("name", "")),
+        category=str(item.get("cat", "")),
+        thread=(item.get("pid"), item.get("tid")),
+        start=start,
+        end=start + float(item["dur"]),
+        correlation=(item.get("args") or {}).get("correlation"),
+    )
+
+
+def _is_comm(name: str) -> bool:
+    return name.startswith(COMM_PREFIXES)
+
+
+class _Phases:
+    """The time intervals of the dlperf::<phase> ranges, to look an instant's phase up."""
+
+    def __init__(self, events: list[Event]) -> None:
+        ranges = sorted(
+            (e.start, e.end, e.name.removeprefix(PHASE_PREFIX))
+            for e in events
+            if e.name.startswith(PHASE_PREFIX)
+        )
+        self.starts = [r[0] for r in ranges]
+        self.ranges = ranges
+
+    def at(self, instant: float) -> str:
+        i = bisect.bisect_right(self.starts, instant) - 1
+        if i >= 0 and instant < self.ranges[i][1]:
+            return self.ranges[i][2]
+        return "other"
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for start, end, name in self.ranges:
+            out[name] += end - start
+        return dict(out)
+
+
+def _operators(events: list[Event], phases: _Phases) -> list[Operator]:
+    """Self CPU time per operator (and per phase), and the GPU time it launched."""
+    ops: dict[str, Operator] = {}
+    launched_by: dict[int, str] = {}  # correlation id -> innermost operator at the launch
+    by_thread: dict[tuple[Any, Any], list[Event]] = defaultdict(list)
+    for e in events:
+        if e.category in ("cpu_op", "user_annotation", *LAUNCH_CATEGORIES):
+            by_thread[e.thread].append(e)
+    for thread_events in by_thread.values():
+        _sweep(thread_events, ops, launched_by, phases)
+    for e in events:
+        if e.category in DEVICE_CATEGORIES and e.correlation in launched_by:
+            ops[launched_by[e.correlation]].cuda_us += e.end - e.start
+    return sorted(ops.values(), key=lambda o: (-o.cpu_self_us, -o.cuda_us, o.name))
+
+
+def _sweep(
+    events: list[Event], ops: dict[str, Operator], launched_by: dict[int, str], phases: _Phases
+) -> None:
+    """One thread's events in time order, nested on a stack: each operator's self time is its
+    duration less its direct children's; each launch belongs to the innermost operator."""
+    events = sorted(events, key=lambda e: (e.start, -(e.end - e.start)))
+    stack: list[tuple[Event, list[float]]] = []  # (event, [its children's time])
+
+    def pop_until(instant: float) -> None:
+        while stack and stack[-1][0].end <= instant:
+            done, children = stack.pop()
+            if done.category == "cpu_op":
+                op = ops.setdefault(done.name, Operator(done.name))
+                self_us = max(done.end - done.start - children[0], 0.0)
+                op.calls += 1
+                op.cpu_self_us += self_us
+                phase = phases.at(done.start)
+                op.by_phase_us[phase] = op.by_phase_us.get(phase, 0.0) + self_us
+            if stack:
+                stack[-1][1][0] += done.end - done.start
+
+    for e in events:
+        pop_until(e.start)
+        if e.category in LAUNCH_CATEGORIES:
+            around = [s for s, _ in stack if s.category == "cpu_op"]
+            if e.correlation is not None and around:
+                launched_by[e.correlation] = around[-1].name
+            continue
+        stack.append((e, [0.0]))
+    pop_until(float("inf"))
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _intersection(
+    a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if start < end:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _clip(events: list[Event], start: float, end: float) -> list[tuple[float, float]]:
+    return [
+        (max(e.start, start), min(e.end, end)) for e in events if e.end > start and e.start < end
+    ]
+
+
+def _overlap(events: list[Event], steps: list[Event], on_gpu: bool) -> list[StepOverlap]:
+    """Each step's computation-only, communication-only, both-at-once and idle time. On a GPU
+    the kernels are the work; on a CPU the operators (nested ones add no time to a union)."""
+    if on_gpu:
+        work = [e for e in events if e.category in DEVICE_CATEGORIES]
+    else:  # gloo runs a collective on its own thread, as a user_annotation range
+        work = [
+            e
+            for e in events
+            if e.category == "cpu_op" or (e.category == "user_annotation" and _is_comm(e.name))
+        ]
+    comm_events = [e for e in work if _is_comm(e.name)]
+    compute_events = [e for e in work if not _is_comm(e.name)]
+    out = []
+    for step in steps:
+        compute = _union(_clip(compute_events, step.start, step.end))
+        comm = _union(_clip(comm_events, step.start, step.end))
+        both = _length(_intersection(compute, comm))
+        busy = _length(_union(compute + comm))
+        length = step.end - step.start
+        out.append(
+            StepOverlap(
+                step_us=length,
+                compute_only_us=_length(compute) - both,
+                comm_only_us=_length(comm) - both,
+                both_us=both,
+                idle_us=max(length - busy, 0.0),
+            )
+        )
+    return out
+
+
+def summarise(path: Path) -> TraceSummary:
+    """Read the trace at `path` and summarise it (see the module docstring)."""
+    events = load(path)
+    steps = sorted(
+        (e for e in events if e.name.startswith(STEP_PREFIX) and e.category == "user_annotation"),
+        key=lambda e: e.start,
+    )
+    if not steps:
+        raise UserError(
+            f"the trace {path} has no ProfilerStep ranges",
+            "it was not recorded with a torch.profiler schedule (dlperf run --profile records one)",
+        )
+    on_gpu = any(e.category in DEVICE_CATEGORIES for e in events)
+    phases = _Phases(events)
+    return TraceSummary(
+        path=str(path),
+        steps=len(steps),
+        device="cuda" if on_gpu else "cpu",
+        step_us=sum(s.end - s.start for s in steps),
+        phases_us=phases.totals(),
+        operators=_operators(events, phases),
+        overlap=_overlap(events, steps, on_gpu),
+    )
+
+
+def run_traces(store: Store, run_id: int) -> list[Path]:
+    """The trace files stored with run `run_id` (one per rank of a scaling point), in rank
+    order; UserError when it has none or they are gone."""
+    paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "trace"]
+    if not paths:
+        raise UserError(
+            f"run {run_id} has no trace",
+            "record one with dlperf run EXP --profile (or dlperf scale EXP --profile)",
+        )
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UserError(f"run {run_id}'s trace is gone: {', '.join(missing)}")
+    return sorted(paths, key=_rank_order)
+
+
+def _rank_order(path: Path) -> tuple[int, str]:
+    worker = path.name.split(".", 1)[0]
+    digits = worker.removeprefix("rank")
+    return (int(digits) if digits.isdigit() else 0, worker)
