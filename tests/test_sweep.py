@@ -237,6 +237,32 @@ def test_sweep_runs_every_point_then_skips_them(
     assert fresh["study_id"] != first["study_id"] and len(store.list_runs()) == 4
 
 
+def test_a_sweep_with_other_points_starts_its_own_study_and_each_resumes_its_own(
+    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+) -> None:
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.02]\n')
+    first = sweep_json(cli, str(path))
+
+    result = cli("sweep", str(path), "--set", "train.epochs=2", "--json")
+    assert result.code == 0, result.err
+    other = json.loads(result.out)
+    assert other["study_id"] != first["study_id"]
+    assert not any(p["skipped"] for p in other["points"])
+    assert f"its points differ from those of study {first['study_id']}" in result.err
+    assert {r.config["train"]["epochs"] for r in store.list_runs(study_id=other["study_id"])} == {2}
+    assert Path(other["directory"]).name == f"study-{other['study_id']}"
+
+    # Each set of points finds its own study again, the newest or not.
+    result = cli("sweep", str(path), "--json")
+    assert result.code == 0, result.err
+    again = json.loads(result.out)
+    assert again["study_id"] == first["study_id"] and all(p["skipped"] for p in again["points"])
+    assert f"resuming study {first['study_id']}" in result.err
+    again = sweep_json(cli, str(path), "--set", "train.epochs=2")
+    assert again["study_id"] == other["study_id"] and all(p["skipped"] for p in again["points"])
+    assert len(store.list_runs()) == 4
+
+
 def table_column(out: str, header: str) -> list[str]:
     """The cells of the first table's column `header`, top to bottom."""
     lines = out.splitlines()
