@@ -329,7 +329,7 @@ class SweepResult:
 
 def _row(point: Point, result: dict[str, Any], skipped: bool) -> dict[str, Any]:
     keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
-            "throughput", "train_time_s", "epochs")  # fmt: skip
+            "elapsed_s", "throughput", "train_time_s", "epochs")  # fmt: skip
     return {
         "run_id": result.get("run_id"),
         "status": result["status"],
