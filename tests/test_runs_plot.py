@@ -8,6 +8,7 @@ import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from matplotlib.container import ErrorbarContainer
@@ -18,8 +19,9 @@ from dlperf.distributed.contracts import RankResult
 from dlperf.distributed.planning import Point
 from dlperf.distributed.summary import add_relative, summarize
 from dlperf.engine.run import run_experiment
-from dlperf.report.runs import _x_values, default_keys, legend_labels
+from dlperf.report.runs import _x_values, default_keys, draw_runs, legend_labels
 from dlperf.report.scaling import plot_study, shared_host, study_figures
+from dlperf.store import Store
 from dlperf.store.record import RunRecord
 
 from .conftest import trained_run
@@ -227,3 +229,26 @@ def test_scale_note_follows_the_hosts() -> None:
     # Two nodes on two hosts: no single-host note.
     assert shared_host(_scale_rows(nodes=2, hosts=("a", "b"))) is None
     assert shared_host(_scale_rows(nodes=1, hosts=("a", "a"))).startswith("single-host")
+
+
+def _integer_ticks(ax: Any) -> list[float]:
+    """The x ticks inside the drawn range; each must be a whole number."""
+    low, high = ax.get_xlim()
+    return [t for t in ax.get_xticks() if low <= t <= high]
+
+
+def test_val_error_is_one_minus_accuracy_on_whole_epochs(
+    runs_cli: Callable, tmp_path: Path
+) -> None:
+    r = runs_cli("runs", "plot", "2", "--key", "val/error", "--x", "epoch", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["keys"] == ["val/error"] and doc["runs"][0]["points"] == {"val/error": 2}
+    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    fig, _ = draw_runs(store, [2], ["val/error"], "epoch")
+    (ax,) = fig.axes
+    accuracy = store.metrics(2, "val/acc1")
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([1 - a for _, a in accuracy])
+    assert ax.get_ylabel() == "val/error (fraction, 1 - val/acc1)"
+    ticks = _integer_ticks(ax)
+    assert ticks and all(t == int(t) for t in ticks), ticks  # 2 epochs: no 1.25, 1.5, ...

@@ -234,3 +234,17 @@ def test_a_staleness_study_starts_from_the_weights_and_freezes_the_backbone(
     for model in trained:
         for key, value in model.state_dict().items():
             assert torch.equal(value, weights[key]) != key.startswith(head), key
+
+
+def test_the_staleness_figure_has_whole_epochs_and_staleness_ticks() -> None:
+    from dlperf.report.staleness import draw_staleness
+
+    result = {
+        "sync": {"val_acc1": [0.5, 0.7, 0.8]},
+        "async": {"val_acc1": [0.4, 0.6, 0.75], "staleness_histogram": {"0": 3, "1": 9, "2": 4}},
+    }
+    fig = draw_staleness(result)
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(t == int(t) for t in ticks), (ax.get_xlabel(), ticks)

@@ -237,6 +237,32 @@ def test_sweep_runs_every_point_then_skips_them(
     assert fresh["study_id"] != first["study_id"] and len(store.list_runs()) == 4
 
 
+def test_a_sweep_with_other_points_starts_its_own_study_and_each_resumes_its_own(
+    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+) -> None:
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.02]\n')
+    first = sweep_json(cli, str(path))
+
+    result = cli("sweep", str(path), "--set", "train.epochs=2", "--json")
+    assert result.code == 0, result.err
+    other = json.loads(result.out)
+    assert other["study_id"] != first["study_id"]
+    assert not any(p["skipped"] for p in other["points"])
+    assert f"its points differ from those of study {first['study_id']}" in result.err
+    assert {r.config["train"]["epochs"] for r in store.list_runs(study_id=other["study_id"])} == {2}
+    assert Path(other["directory"]).name == f"study-{other['study_id']}"
+
+    # Each set of points finds its own study again, the newest or not.
+    result = cli("sweep", str(path), "--json")
+    assert result.code == 0, result.err
+    again = json.loads(result.out)
+    assert again["study_id"] == first["study_id"] and all(p["skipped"] for p in again["points"])
+    assert f"resuming study {first['study_id']}" in result.err
+    again = sweep_json(cli, str(path), "--set", "train.epochs=2")
+    assert again["study_id"] == other["study_id"] and all(p["skipped"] for p in again["points"])
+    assert len(store.list_runs()) == 4
+
+
 def table_column(out: str, header: str) -> list[str]:
     """The cells of the first table's column `header`, top to bottom."""
     lines = out.splitlines()
@@ -356,3 +382,56 @@ def test_load_sweep_names_the_closest_key(tmp_path: Path) -> None:
     path = write_sweep(tmp_path, '[grid]\n"trian.lr" = [0.1]\n')
     with pytest.raises(UserError, match=r"unknown key 'trian' \(did you mean 'train'\?\)"):
         load_sweep(path)
+
+
+# --- the summary and its figures ----------------------------------------------------------
+
+
+def test_validation_curves_are_one_line_per_point_with_a_band_over_its_seeds() -> None:
+    from dlperf.report.sweep import draw_val_error
+    from dlperf.sweep.summary import mean_curves
+
+    curves = [
+        ({"m": 1}, [(1, 0.5), (2, 0.7)]),
+        ({"m": 2}, [(1, 0.4), (2, 0.8), (3, 0.85)]),
+        ({"m": 1}, [(1, 0.6), (2, 0.9)]),
+    ]
+    mean = mean_curves(curves)
+    assert [(c["params"], c["runs"], c["epochs"]) for c in mean] == [
+        ({"m": 1}, 2, [1, 2]), ({"m": 2}, 1, [1, 2, 3])
+    ]  # fmt: skip
+    assert mean[0]["mean"] == pytest.approx([0.55, 0.8])
+    assert (mean[0]["min"], mean[0]["max"]) == ([0.5, 0.7], [0.6, 0.9])
+
+    (ax,) = draw_val_error(mean).axes
+    assert [line.get_label() for line in ax.lines] == ["m=1 (mean of 2 seeds)", "m=2"]
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([0.45, 0.2])  # error = 1 - accuracy
+    assert len(ax.collections) == 1  # a band where there are seeds to spread
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(t == int(t) for t in ticks), ticks
+
+
+def test_repeats_give_mean_and_spread_and_an_unreached_target_draws_no_bars(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    unreachable = BASE.replace("accuracy = 0.2", "accuracy = 0.999")
+    path = write_sweep(
+        tmp_path, 'repeats = 2\n[grid]\n"train.lr" = [0.1, 0.05]\n', base=unreachable
+    )
+    result = cli("sweep", str(path))
+    assert result.code == 0, result.err
+    assert "no point reached the target (validation accuracy 0.999)" in result.out
+    assert table_column(result.out, "epochs to target") == ["not reached (0/2)"] * 2
+    for cell in table_column(result.out, "s for 1 epoch"):  # HW3 P4.3: the time for N epochs
+        assert re.fullmatch(r"[\d.]+ ± [\d.]+", cell), cell
+    saved = sorted(Path(line[6:]).name for line in result.err.splitlines() if line[:6] == "saved ")
+    assert saved == ["accuracy_vs_train_lr.png", "val_error.png"]
+    assert not next(tmp_path.glob("dlperf_runs/*/study-1/time_to_target.png"), None)
+
+    again = sweep_json(cli, str(path))
+    for group in again["groups"]:
+        elapsed = [p["elapsed_s"] for p in again["points"] if p["params"] == group["params"]]
+        assert group["elapsed_s"] == pytest.approx(sum(elapsed) / 2)
+        assert group["elapsed_s_std"] == pytest.approx(abs(elapsed[0] - elapsed[1]) / 2**0.5)
+        assert group["epochs"] == 1 and group["reached_target"] == 0

@@ -151,6 +151,13 @@ def predict(
     reps: int = typer.Option(
         None, "--reps", help="--measure: rounds of calibration kernels + one timed model run."
     ),
+    plot: Path = typer.Option(
+        None,
+        "--plot",
+        help="Save the roofline (each layer's arithmetic intensity under the device's compute "
+        "and memory roofs) beside PALEO's time per layer to this file (PNG, PDF, SVG).",
+        callback=console.PLOT.callback,
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Predict a forward pass (or training step) with the PALEO model:
@@ -164,7 +171,7 @@ def predict(
     --precision and --classes for --set analyze.KEY=VALUE (KEY: the option's name with _
     for -); `dlperf config keys` explains every key.
 
-    Example: dlperf predict vgg16 --device K80 --peak-tflops 8.73 --flops 15.5G
+    Example: dlperf predict vgg16 --device K80 --peak-tflops 8.73 --flops 15.5G --plot roofline.png
     """
     from dlperf.analytic.recorded import predict_model
     from dlperf.config import load_command
@@ -178,10 +185,15 @@ def predict(
             peak_tflops=opts.peak_tflops, flops=opts.flops, measure=opts.measure,
             reps=opts.reps, reporter=rep,
         )  # fmt: skip
+    if plot is not None:
+        from dlperf.report.roofline import plot_roofline
+
+        result["plot"] = str(plot_roofline(plot, result))
     if as_json:
         console.print_json(result)
-        return
-    _print_prediction(result)
+    else:
+        _print_prediction(result)
+    console.tell([], plot)
 
 
 def _ppp_text(kinds: dict[str, float]) -> str:

@@ -17,7 +17,8 @@ def runs_plot(
     keys: list[str] = typer.Option(
         [],
         "--key",
-        help="Metric key, e.g. val/loss (repeatable; default: training loss, val/acc1, train/lr).",
+        help="Metric key, e.g. val/loss, or val/error for 1 - val/acc1 (repeatable; default: "
+        "training loss, val/acc1, train/lr).",
     ),
     x: str = typer.Option("step", "--x", help="step | epoch | time (seconds since the run began)."),
     out: Path = typer.Option(

@@ -25,12 +25,29 @@ def _accuracy(group: dict[str, Any]) -> str:
     return f"{mean:.4f} ± {std:.4f} ({low:.4f}-{high:.4f})"
 
 
+def _spread(group: dict[str, Any], key: str) -> str:
+    """A figure's mean over the repeats, ± its standard deviation where there is one."""
+    mean, std = group[key], group[f"{key}_std"]
+    return console.fmt(mean) if std is None else f"{console.fmt(mean)} ± {console.fmt(std)}"
+
+
 def _reached(group: dict[str, Any]) -> str:
     """Mean epochs to target over the repeats that reached it, and how many did."""
+    epochs = _spread(group, "epochs_to_target")
+    if group["finished"] and not group["reached_target"]:
+        epochs = "not reached"
     if group["repeats"] == 1:
-        return console.fmt(group["epochs_to_target"])
-    epochs = console.fmt(group["epochs_to_target"])
+        return epochs
     return f"{epochs} ({group['reached_target']}/{group['repeats']})"
+
+
+def _elapsed_header(result: Any) -> str:
+    """The wall-time column's name: the time for N epochs when every point trained N."""
+    epochs = {r["epochs"] for r in result.points if r["status"] == "finished"}
+    if len(epochs) != 1:
+        return "s to last epoch"
+    (n,) = epochs
+    return f"s for {n} epoch{'s' if n != 1 else ''}"
 
 
 def _print_summary(result: Any, sort: str | None) -> None:
@@ -43,14 +60,22 @@ def _print_summary(result: Any, sort: str | None) -> None:
         f"sweep {result.name!r}, study {result.study_id}: points ranked by test "
         f"accuracy{order}{spread}",
         ["rank", "point", "runs", "test acc", "best val",
-         *(["epochs to target", "s to target"] if reached else []), "samples/s"],
+         *(["epochs to target", "s to target"] if reached else []), _elapsed_header(result),
+         "samples/s"],
         [
             [g["rank"], _params(g["params"]), ", ".join(map(str, g["run_ids"])), _accuracy(g),
-             g["best_val_accuracy"],
-             *([_reached(g), g["time_to_target_s"]] if reached else []), g["throughput"]]
+             _spread(g, "best_val_accuracy"),
+             *([_reached(g), _spread(g, "time_to_target_s")] if reached else []),
+             _spread(g, "elapsed_s"), _spread(g, "throughput")]
             for g in result.groups
         ],
     )  # fmt: skip
+    if reached and not any(g["reached_target"] for g in result.groups):
+        console.out.print(
+            f"no point reached the target (validation accuracy {result.target:g}) in the "
+            "epochs it trained: no time_to_target.png",
+            markup=False,
+        )
     console.print_table(
         "best point per axis value (winner first)",
         ["axis", "value", "test acc", "best point", ""],

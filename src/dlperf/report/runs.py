@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
+from matplotlib.ticker import MaxNLocator
 from sqlalchemy import func, select
 
 from dlperf.errors import UserError
@@ -35,6 +36,13 @@ UNTOLD = ("run.name", "run.out_dir")
 VALUE_CHARS = 16  # a longer value is shortened in a legend; a key never is
 MOST_KEYS = 6  # differing keys named per run; `dlperf runs compare` lists them all
 LEGEND_LINE = 72  # characters per legend line: about half the width of a figure
+
+# Keys drawn from a stored accuracy as 1 - accuracy: the error curves courses ask for.
+ERRORS = {
+    "val/error": "val/acc1",
+    "val/error5": "val/acc5",
+    "epoch/train_error": "epoch/train_acc1",
+}
 
 X_LABELS = {
     "step": "global step",
@@ -69,6 +77,8 @@ def per_epoch(key: str) -> bool:
 
 
 def ylabel(key: str) -> str:
+    if key in ERRORS:
+        return f"{key} (fraction, 1 - {ERRORS[key]})"
     unit = UNITS.get(key) or ("s" if key.startswith("phase/") and key.endswith("_s") else None)
     return f"{key} ({unit})" if unit else key
 
@@ -139,19 +149,26 @@ def legend_labels(runs: list[RunRecord]) -> list[str]:
 
 
 def _rows(store: Store, run_id: int, keys: list[str]) -> tuple[dict[str, list], float | None]:
-    """(step, value, wall_time) rows of `keys`, in step order, and the wall time of the run's
-    first metric row (the time axis' zero)."""
+    """(step, value, wall_time) rows of `keys` (an error key: 1 - its accuracy's), in step
+    order, and the wall time of the run's first metric row (the time axis' zero)."""
+    sources = {ERRORS.get(k, k) for k in keys}
     query = (
         select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
-        .where(Metric.run_id == run_id, Metric.key.in_(keys))
+        .where(Metric.run_id == run_id, Metric.key.in_(sources))
         .order_by(Metric.key, Metric.step, Metric.id)
     )
     first = select(func.min(Metric.wall_time)).where(Metric.run_id == run_id)
-    rows: dict[str, list] = {k: [] for k in keys}
+    stored: dict[str, list] = {k: [] for k in sources}
     with store.engine.connect() as conn:
         for key, step, value, wall in conn.execute(query):
-            rows[key].append((int(step), math.nan if value is None else float(value), wall))
+            stored[key].append((int(step), math.nan if value is None else float(value), wall))
         origin = conn.execute(first).scalar()
+    rows = {
+        k: [(step, 1 - value, wall) for step, value, wall in stored[ERRORS[k]]]
+        if k in ERRORS
+        else stored[k]
+        for k in keys
+    }
     return rows, origin
 
 
@@ -191,6 +208,7 @@ def draw_runs(
     runs = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]  # unknown: error
     stored_by_run = {r.id: set(store.metric_keys(r.id)) for r in runs}
     stored = set().union(*stored_by_run.values())
+    stored |= {error for error, accuracy in ERRORS.items() if accuracy in stored}
     which = ", ".join(str(r.id) for r in runs)
     if not stored:
         raise UserError(f"run(s) {which} stored no metrics", "see `dlperf runs show`")
@@ -243,6 +261,8 @@ def draw_runs(
             ax.text(0.5, 0.5, "no points of these runs on this axis", ha="center", va="center",
                     transform=ax.transAxes, color="0.4")  # fmt: skip
     axes[-1, 0].set_xlabel(X_LABELS[x])
+    if x == "epoch":  # shared by every subplot
+        axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs"
     axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
     fit_margins(fig, fitted)

@@ -5,16 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never needs a display
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure  # no pyplot: files only, no global state
+from matplotlib.ticker import MaxNLocator
 
 
-def plot_staleness(path: Path, result: dict[str, Any]) -> None:
+def draw_staleness(result: dict[str, Any]) -> Figure:
     """Validation accuracy per epoch, sync against async, beside the staleness histogram."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig = Figure(figsize=(9, 3.5))
+    left, right = fig.subplots(1, 2)
     for mode in ("sync", "async"):
         acc = result[mode]["val_acc1"]
         left.plot(range(1, len(acc) + 1), acc, "o-", label=mode)
@@ -26,6 +24,13 @@ def plot_staleness(path: Path, result: dict[str, Any]) -> None:
     right.bar([int(k) for k in hist], list(hist.values()))
     right.set_xlabel("staleness (updates)")
     right.set_ylabel("gradients")
+    for axis in (left.xaxis, right.xaxis, right.yaxis):  # epochs, updates and counts are whole
+        axis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def plot_staleness(path: Path, result: dict[str, Any]) -> None:
+    """draw_staleness's figure, saved to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draw_staleness(result).savefig(path, dpi=120)

@@ -1,6 +1,6 @@
-"""Figures of a sweep (matplotlib Agg, files only): validation error per epoch of every run,
-final test accuracy against each numeric axis, and time to target per point when the sweep
-has a target."""
+"""Figures of a sweep (matplotlib Agg, files only): validation error per epoch of each point
+(the mean over its seeds, their range as a band), final test accuracy against each numeric
+axis, and time to target per point when a point reached the sweep's target."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from dlperf.sweep.summary import mean_curves
 
 if TYPE_CHECKING:
     from dlperf.store import Store
@@ -35,19 +38,38 @@ def _save(fig: Figure, ax: Axes, path: Path, xlabel: str, ylabel: str) -> Path:
     return path
 
 
-def plot_val_error(path: Path, curves: list[tuple[str, list[tuple[int, float]]]]) -> Path:
-    """Validation error (1 - top-1 accuracy) against epoch, one line per run."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (label, points) in enumerate(curves):
-        ax.plot(
-            [e for e, _ in points],
-            [1 - a for _, a in points],
-            "o-",
-            ms=3,
-            color=f"C{i % 10}",
-            label=label,
-        )
-    return _save(fig, ax, path, "epoch", "validation error (1 - top-1)")
+Curve = tuple[dict[str, Any], list[tuple[int, float]]]  # a run's axis values, (epoch, val acc)
+
+
+def draw_val_error(curves: list[dict[str, Any]]) -> Figure:
+    """Validation error (1 - top-1 accuracy) against epoch, one line per point of
+    `summary.mean_curves`: the mean over its seeds, and the band from the best seed's error
+    to the worst's."""
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    for i, curve in enumerate(curves):
+        color, seeds = f"C{i % 10}", curve["runs"]
+        label = _label(curve["params"]) + (f" (mean of {seeds} seeds)" if seeds > 1 else "")
+        error = [1 - a for a in curve["mean"]]
+        ax.plot(curve["epochs"], error, "o-", ms=3, color=color, label=label)
+        if seeds > 1:
+            low, high = [1 - a for a in curve["max"]], [1 - a for a in curve["min"]]
+            ax.fill_between(curve["epochs"], low, high, color=color, alpha=0.2, lw=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if any(c["runs"] > 1 for c in curves):
+        ax.set_title("each point's mean over its seeds; band: the seeds' range", fontsize=9)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation error (1 - top-1)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_val_error(path: Path, curves: list[Curve]) -> Path:
+    """draw_val_error's figure of the runs' `curves`, saved to `path`."""
+    draw_val_error(mean_curves(curves)).savefig(path, dpi=120)
+    return path
 
 
 def _numeric(values: list[Any]) -> bool:
@@ -100,19 +122,20 @@ def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float)
 
 def plot_sweep(
     directory: Path,
-    curves: list[tuple[str, list[tuple[int, float]]]],
+    curves: list[Curve],
     groups: list[dict[str, Any]],
     axes: dict[str, list[Any]],
     target: float | None,
 ) -> list[Path]:
-    """Write the sweep's figures into `directory`; their paths. No time-to-target figure
-    without a target: every point would be "not reached"."""
+    """Write the sweep's figures into `directory` from its finished runs' validation
+    `curves`; their paths. No time-to-target figure when no point reached a target: it
+    would hold no bar."""
     paths = [plot_val_error(directory / "val_error.png", curves)]
     for axis, values in axes.items():
         if _numeric(values) and len(set(values)) > 1:
             name = f"accuracy_vs_{axis.replace('.', '_')}.png"
             paths.append(plot_accuracy_vs_axis(directory / name, axis, groups))
-    if target is not None:
+    if target is not None and any(g["time_to_target_s"] is not None for g in groups):
         paths.append(plot_time_to_target(directory / "time_to_target.png", groups, target))
     return paths
 
@@ -121,11 +144,10 @@ def sweep_figures(store: Store, result: SweepResult) -> list[Path]:
     """The figures of what `dlperf sweep` ran, in its study's directory, the validation
     curves of its finished points read from `store`; none when no point finished."""
     curves = [
-        (f"run {r['run_id']} {' '.join(f'{k}={v}' for k, v in r['params'].items())}",
-         store.metrics(r["run_id"], "val/acc1"))
+        (r["params"], store.metrics(r["run_id"], "val/acc1"))
         for r in result.points
         if r["status"] == "finished"
-    ]  # fmt: skip
+    ]
     if not curves:
         return []
     ranked = sorted(result.groups, key=lambda g: g["rank"])  # whatever order --sort chose

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from dlperf.config import Experiment
 from dlperf.distributed.launch import PARENT_ENV, REAP_S, STOP_GRACE_S, guarded
@@ -32,6 +34,7 @@ from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Store
 from dlperf.store.record import RunRecord
+from dlperf.store.schema import Study
 from dlperf.sweep import summary
 from dlperf.sweep.spec import Point, Sweep
 from dlperf.system import usable_cores
@@ -86,6 +89,51 @@ def choose_study(store: Store, name: str, kind: str, resume: int | None, new: bo
             raise UserError(f"study {resume} is a {study['kind']} study, not a {kind} study")
         return resume
     return None if new else store.find_study(name, kind)
+
+
+def _studies(store: Store, name: str, kind: str) -> list[int]:
+    """The ids of the `kind` studies called `name`, newest first."""
+    query = select(Study.id).where(Study.name == name, Study.kind == kind).order_by(Study.id.desc())
+    with Session(store.engine) as s:
+        return list(s.scalars(query))
+
+
+def sweep_study(
+    store: Store,
+    sweep: Sweep,
+    keys: list[str | None],
+    free_threads: bool,
+    resume: int | None,
+    new: bool,
+    reporter: Reporter,
+) -> int | None:
+    """The sweep study to continue (None: a new one is to be made), checked without writing.
+
+    Without --resume or --new: the newest study of the sweep's name whose every run is a
+    point of this sweep (its points' `keys`), so a rerun resumes and a sweep that ran with
+    other --set values or another file keeps to its own study. A study holding runs that
+    are not points of this sweep is never joined: its report and figures would mix the two.
+    """
+    if resume is not None or new:
+        return choose_study(store, sweep.name, "sweep", resume, new)
+    wanted = set(keys)
+    studies = _studies(store, sweep.name, "sweep")
+    for study_id in studies:
+        runs = store.list_runs(study_id=study_id)
+        if all(point_key(run.config, free_threads) in wanted for run in runs):
+            if study_id != studies[0]:
+                reporter.log(
+                    f"sweep {sweep.name!r}: resuming study {study_id}, the newest whose runs "
+                    f"are all points of this sweep (study {studies[0]} ran other points)"
+                )
+            return study_id
+    if studies:
+        reporter.log(
+            f"sweep {sweep.name!r}: its points differ from those of study {studies[0]} (other "
+            "--set values or another sweep file): starting a new study "
+            "(--resume ID joins one anyway)"
+        )
+    return None
 
 
 def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dict[str, RunRecord]:
@@ -281,7 +329,7 @@ class SweepResult:
 
 def _row(point: Point, result: dict[str, Any], skipped: bool) -> dict[str, Any]:
     keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
-            "throughput", "train_time_s", "epochs")  # fmt: skip
+            "elapsed_s", "throughput", "train_time_s", "epochs")  # fmt: skip
     return {
         "run_id": result.get("run_id"),
         "status": result["status"],
@@ -311,10 +359,10 @@ def run_sweep(
     if on_failure not in ON_FAILURE:
         raise UserError(f"--on-failure {on_failure!r}", "use continue or stop")
     order = summary.sort_key(sort, sweep.axes) if sort is not None else None
-    study_id = choose_study(store, sweep.name, "sweep", resume, new)
     free = not sweep.threads_set
-    done = finished_runs(store, study_id, free)
     keys = [point_key(p.exp.to_dict(), free) for p in sweep.points]
+    study_id = sweep_study(store, sweep, keys, free, resume, new, reporter)
+    done = finished_runs(store, study_id, free)
     todo = [p for p, key in zip(sweep.points, keys, strict=True) if key not in done]
     threads = threads_per_job(sweep, jobs, len(todo))
     out_dir = store.artifact_dir(sweep.points[0].exp.run.out_dir)

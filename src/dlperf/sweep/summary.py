@@ -1,10 +1,11 @@
 """A sweep's verdict: its points ranked, the spread over repeats, the winner per axis value.
 
 A point here is one combination of axis values; its repeats (seeds) are pooled: the mean of
-each figure over the finished repeats, and for test accuracy also the sample standard
-deviation (n - 1; None with one repeat) and the min and max. Points rank by mean test
+each figure over the finished repeats and its sample standard deviation (n - 1; None with
+fewer than two values), and for test accuracy also the min and max. Points rank by mean test
 accuracy, then by mean time to target (sooner first), then epochs to target; `--sort` shows
-them in another order, their ranks kept.
+them in another order, their ranks kept. A point's validation curve is the mean over its
+repeats at each epoch, with their min and max (`mean_curves`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 from dlperf.errors import UserError
 
 SPREAD = "std"  # sample standard deviation over repeats (n - 1), with min and max
-FIGURES = ("best_val_accuracy", "epochs_to_target", "time_to_target_s", "throughput")
+# elapsed_s: wall time (training and evaluation) to the last epoch, the clock of time to target
+FIGURES = ("best_val_accuracy", "epochs_to_target", "time_to_target_s", "elapsed_s", "epochs",
+           "throughput")  # fmt: skip
 # The result columns --sort takes, and whether more is better (shown first).
 SORTS = {"rank": False, "test_accuracy": True, "best_val_accuracy": True,
          "epochs_to_target": False, "time_to_target_s": False, "throughput": True}  # fmt: skip
@@ -27,6 +30,11 @@ SORTS = {"rank": False, "test_accuracy": True, "best_val_accuracy": True,
 def _mean(values: list[Any]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.fmean(present) if present else None
+
+
+def _std(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.stdev(present) if len(present) > 1 else None
 
 
 def _group(params: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -39,10 +47,11 @@ def _group(params: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]
         "finished": len(done),
         "reached_target": sum(r.get("epochs_to_target") is not None for r in done),
         "test_accuracy": _mean(acc),
-        "test_accuracy_std": statistics.stdev(acc) if len(acc) > 1 else None,
+        "test_accuracy_std": _std(acc),
         "test_accuracy_min": min(acc, default=None),
         "test_accuracy_max": max(acc, default=None),
         **{k: _mean([r.get(k) for r in done]) for k in FIGURES},
+        **{f"{k}_std": _std([r.get(k) for r in done]) for k in FIGURES},
     }
 
 
@@ -68,6 +77,36 @@ def group_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for rank, group in enumerate(groups, 1):
         group["rank"] = rank
     return groups
+
+
+def mean_curves(
+    curves: list[tuple[dict[str, Any], list[tuple[int, float]]]],
+) -> list[dict[str, Any]]:
+    """One validation curve per combination of axis values, in the order they first come:
+    from each run's (axis values, [(epoch, accuracy)]), at each epoch the mean, min and max
+    over the runs that reached it, and how many runs there are."""
+    by_point: dict[str, list[list[tuple[int, float]]]] = {}
+    params: dict[str, dict[str, Any]] = {}
+    for values, points in curves:
+        key = json.dumps(values, sort_keys=True, default=str)
+        by_point.setdefault(key, []).append(points)
+        params[key] = values
+    merged = []
+    for key, runs in by_point.items():
+        at: dict[int, list[float]] = {}
+        for points in runs:
+            for epoch, accuracy in points:
+                at.setdefault(epoch, []).append(accuracy)
+        epochs = sorted(at)
+        merged.append({
+            "params": params[key],
+            "runs": len(runs),
+            "epochs": epochs,
+            "mean": [statistics.fmean(at[e]) for e in epochs],
+            "min": [min(at[e]) for e in epochs],
+            "max": [max(at[e]) for e in epochs],
+        })  # fmt: skip
+    return merged
 
 
 def axis_winners(groups: list[dict[str, Any]], axes: dict[str, list[Any]]) -> dict[str, Any]:

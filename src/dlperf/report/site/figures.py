@@ -286,7 +286,7 @@ def _saved(paths: list[Path], captions: dict[str, str]) -> Figures:
 
 
 def sweep(
-    curves: list[tuple[str, list[tuple[int, float]]]],
+    curves: list[tuple[dict[str, Any], list[tuple[int, float]]]],
     groups: list[dict[str, Any]],
     axes: dict[str, list[Any]],
     target: float | None,
@@ -295,7 +295,7 @@ def sweep(
     from dlperf.report.sweep import plot_sweep
 
     captions = {
-        "val_error": "validation error against epoch, every run",
+        "val_error": "validation error against epoch, each point's mean over its seeds",
         "time_to_target": "wall time to the target accuracy per point",
     }
     with tempfile.TemporaryDirectory() as tmp:

@@ -277,7 +277,7 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
 
     params = sweep_params(runs)
     keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
-            "throughput", "train_time_s", "epochs")  # fmt: skip
+            "elapsed_s", "throughput", "train_time_s", "epochs")  # fmt: skip
     rows: list[dict[str, Any]] = [
         {"run_id": r.id, "status": r.status, "params": params[r.id],
          **{k: r.summary.get(k) for k in keys}}
@@ -287,8 +287,7 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
     axes = {k: sorted({json.dumps(p[k], default=str) for p in params.values()}) for k in
             next(iter(params.values()), {})}  # fmt: skip
     axes = {k: [json.loads(v) for v in values] for k, values in axes.items()}
-    curves = [(f"run {r['run_id']} " + " ".join(f"{k}={v}" for k, v in r["params"].items()),
-               store.metrics(r["run_id"], "val/acc1"))
+    curves = [(r["params"], store.metrics(r["run_id"], "val/acc1"))
               for r in rows if r["status"] == "finished"]  # fmt: skip
     first = (runs[0].config or {}) if runs else {}
     target = (first.get("target") or {}).get("accuracy")
