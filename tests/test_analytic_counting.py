@@ -200,3 +200,61 @@ def test_train_count_of_a_model_with_nothing_to_train(cli: Cli, tmp_path: Path) 
     totals = json.loads(result.out)["totals"]
     assert totals["backward_flops"] == 0
     assert totals["training_memory"]["gradients_bytes"] == 0
+
+
+# --- issue 30: counting defects ------------------------------------------------------------
+
+class NoArithmetic(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pad = nn.ReflectionPad2d(1)
+        self.replicate = nn.ReplicationPad2d(1)
+        self.pool = nn.MaxPool2d(2, return_indices=True)
+        self.unpool = nn.MaxUnpool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, indices = self.pool(self.replicate(self.pad(x)))
+        return self.unpool(y, indices)
+
+
+def test_ops_without_arithmetic_are_ignored_not_unsupported() -> None:
+    a = analyze_module(NoArithmetic(), [1, 4, 4])
+    assert a.unsupported_ops == {}
+    rows = {r.name: r.flops for r in a.layers}
+    # 4x4 padded twice to 8x8, pooled to 4x4: 16 outputs of a 2x2 window
+    assert rows == {"pad": 0, "replicate": 0, "pool": 16 * 4, "unpool": 0}
+    lstm = analyze_module(nn.LSTM(4, 4), [3, 4])  # aten.unsafe_split splits the gates
+    assert lstm.unsupported_ops == {}
+
+
+def test_bilinear_upsampling_is_counted() -> None:
+    """Each output is a weighted sum of its 4 nearest inputs: 4 multiplies and 3 adds; the
+    backward spreads each output's gradient over them: 4 multiplies, 4 adds."""
+    up = nn.Sequential(nn.Conv2d(1, 1, 1, bias=False), nn.Upsample(scale_factor=2, mode="bilinear"))
+    a = analyze_module(up, [1, 3, 3], train=True)
+    row = a.layers[1]
+    assert (row.type, row.output_shape) == ("Upsample", [1, 1, 6, 6])
+    assert row.flops == 7 * 36 and row.macs == 0
+    assert row.backward_flops == 8 * 36
+    assert a.unsupported_ops == {}
+    linear = analyze_module(nn.Upsample(scale_factor=2, mode="linear"), [2, 5])
+    assert linear.totals()["flops"] == 3 * 2 * 10  # 2 inputs: 2 multiplies, 1 add
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_normalisation_flops_follow_affine(affine: bool) -> None:
+    """(x - mean) * rstd is 2 FLOPs; gamma and beta one each where the layer has them; the
+    statistics 4 more in training; the backward 6, plus 3 for d-gamma and d-beta."""
+    elements, extra = 2 * 3 * 4 * 4, 2 if affine else 0
+    bn = nn.BatchNorm2d(3, affine=affine)
+    assert analyze_module(bn, [3, 4, 4], batch=2).totals()["flops"] == (2 + extra) * elements
+    conv_bn = nn.Sequential(nn.Conv2d(3, 3, 1, bias=False), bn)
+    t = analyze_module(conv_bn, [3, 4, 4], batch=2, train=True).layers[1]
+    assert t.flops == (6 + extra) * elements + 1  # and num_batches_tracked += 1
+    assert t.backward_flops == (6 + (3 if affine else 0)) * elements
+    ln = nn.LayerNorm(8, elementwise_affine=affine)
+    assert analyze_module(ln, [5, 8]).totals()["flops"] == (6 + extra) * 40
+    gn = nn.GroupNorm(1, 3, affine=affine)
+    assert analyze_module(gn, [3, 4, 4]).totals()["flops"] == (6 + extra) * 48
+    inorm = nn.InstanceNorm2d(3, affine=affine)  # statistics per sample and channel
+    assert analyze_module(inorm, [3, 4, 4]).totals()["flops"] == (6 + extra) * 48
