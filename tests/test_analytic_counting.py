@@ -204,6 +204,77 @@ def test_train_count_of_a_model_with_nothing_to_train(cli: Cli, tmp_path: Path) 
 
 # --- issue 30: counting defects ------------------------------------------------------------
 
+TIED_FILE = """
+from torch import nn
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8, bias=False)
+        self.b = nn.Linear(8, 8, bias=False)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def tied():
+    return Tied()
+"""
+
+
+def test_tied_weights_of_a_model_file_are_counted_once(cli: Cli, tmp_path: Path) -> None:
+    """Built on the meta device, the second assignment of a tied weight made a new parameter
+    (128 counted); the module as built holds 64."""
+    path = tmp_path / "tie.py"
+    path.write_text(TIED_FILE)
+    doc = json.loads(cli("analyze", f"{path}:tied", "--input", "8", "--json").out)
+    assert doc["totals"]["params"] == 64
+    assert [row["params"] for row in doc["layers"]] == [64, 0]
+    assert doc["totals"]["macs"] == 2 * 64  # the weight is used twice
+
+
+class SharedReLU(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        relu = nn.ReLU()
+        self.p = nn.Sequential(nn.Linear(4, 4), relu)
+        self.q = nn.Sequential(nn.Linear(4, 4), relu)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q(self.p(x))
+
+
+def test_a_module_in_two_parents_is_counted() -> None:
+    """torch's ModuleTracker names it by its last parent, `q.1`, which the deduplicated
+    module names lacked: KeyError, reported as a bad input shape."""
+    a = analyze_module(SharedReLU(), [4])
+    t = a.totals()
+    assert t["params"] == 40 and t["macs"] == 32
+    assert t["flops"] == 2 * 32 + 4 + 4 + 4 + 4  # two bias adds, the ReLU run twice
+    assert {r.name for r in a.layers} == {"p.0", "q.0", "q.1"}
+
+
+class Gaussian(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.distributions.Normal:
+        mean, log_std = self.head(x).chunk(2, dim=-1)
+        return torch.distributions.Normal(mean, log_std.exp())
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_a_model_returning_a_distribution_is_counted(train: bool) -> None:
+    """The distribution's argument checks called Tensor.item() on meta tensors."""
+    t = analyze_module(Gaussian(), [4], batch=2, train=train).totals()
+    assert t["params"] == 10 and t["macs"] == 2 * 4 * 2
+    if train:  # the backward runs from the distribution's parameters
+        assert t["backward_macs"] == 2 * 4 * 2  # d-weight only: the input needs no gradient
+
+
 class NoArithmetic(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -211,7 +211,7 @@ def _weights_on_meta() -> Iterator[None]:
     def on_meta_parameter(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if isinstance(param, UninitializedParameter):
             param = UninitializedParameter(param.requires_grad, device="meta", dtype=param.dtype)
-        elif param is not None:
+        elif param is not None and not param.is_meta:  # on meta: a tied weight, kept the same
             param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
         register_parameter(self, name, param)
 
@@ -311,7 +311,9 @@ class _CountingMode(TorchDispatchMode):
         super().__init__()
         self.tracker = tracker
         self.fields = fields
-        self.modules = dict(model.named_modules())
+        # Every name of a module placed in two parents: torch's ModuleTracker names it by
+        # the last of them, as the name -> module map below does.
+        self.modules = dict(model.named_modules(remove_duplicate=False))
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
         self.claimed: set[int] = set()
@@ -473,9 +475,29 @@ def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
             model(x)
 
 
+@contextlib.contextmanager
+def _distributions_unchecked() -> Iterator[None]:
+    """A model may return a torch.distributions object, whose argument checks read values:
+    on meta tensors there are none."""
+    before = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(before)
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    """The tensors a model returned: of a distribution, its parameters."""
+    if isinstance(out, torch.distributions.Distribution):
+        return [t for t in vars(out).values() if isinstance(t, torch.Tensor)]
+    return _tensors(out)
+
+
 def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
     try:
-        return model(x)
+        with _distributions_unchecked():
+            return model(x)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise UserError(
@@ -545,10 +567,10 @@ def analyze_module(
                 saved = _SavedTensors(model)
                 with mode, saved:
                     out = run_forward(model, x)
-                fields_result = fields.result(_tensors(out))
+                fields_result = fields.result(_outputs(out))
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted.
-                losses = [t.sum() for t in _tensors(out) if t.requires_grad]
+                losses = [t.sum() for t in _outputs(out) if t.requires_grad]
                 if losses:  # none: nothing trains (no parameters, or all frozen), no backward
                     with mode:
                         sum(losses[1:], losses[0]).backward()
@@ -556,7 +578,7 @@ def analyze_module(
             else:
                 with mode, torch.no_grad():
                     out = run_forward(model, x)
-                fields_result = fields.result(_tensors(out))
+                fields_result = fields.result(_outputs(out))
     finally:
         for handle in hooks:
             handle.remove()
