@@ -419,6 +419,9 @@ class AnalyzeConfig(Section):
     activations: Literal["all", "conv-pool-fc"] = "all"
     """Whose outputs the activation totals count: all (every row) or conv-pool-fc
     (convolution, pooling and linear layers only, as course tables count them)."""
+    macs_convention: Literal["dlperf", "torchinfo", "ptflops", "fvcore"] = "dlperf"
+    """Whose MACs to count: dlperf (weight products only; bias adds, normalisation and
+    pooling in FLOPs), or torchinfo's, ptflops' or fvcore's, to reproduce a table they made."""
 
 
 class PredictConfig(Section):
