@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable
 
 import pytest
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dlperf.analytic.counting import analyze, analyze_module
@@ -64,6 +66,15 @@ def test_the_peers_count_per_batch_as_dlperf_does() -> None:
     assert a.totals()["macs"] == 3 * EXPECTED["torchinfo"]
     a.macs_convention = "fvcore"
     assert a.totals()["macs"] == 3 * EXPECTED["fvcore"]
+    a.macs_convention = "ptflops"  # its linear bias adds are per row, too
+    assert a.totals()["macs"] == 3 * EXPECTED["ptflops"]
+
+
+class FunctionalPool(nn.Module):
+    """MobileNetV2's head pools with F.adaptive_avg_pool2d, not a module."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(x, (1, 1))
 
 
 def test_fvcore_counts_norms_without_affine_and_upsampling() -> None:
@@ -77,6 +88,7 @@ def test_fvcore_counts_norms_without_affine_and_upsampling() -> None:
         (nn.Upsample(scale_factor=2, mode="bilinear"), [1, 3, 3], 4 * 36),
         (nn.Upsample(scale_factor=2, mode="nearest"), [1, 3, 3], 36),
         (nn.AdaptiveAvgPool2d(1), [2, 4, 4], 32),
+        (FunctionalPool(), [2, 4, 4], 32),  # ATen sees `mean`; fvcore's tracer the pool
     ]
     for module, shape, macs in cases:
         a = analyze_module(module, shape)
@@ -89,6 +101,10 @@ def test_ptflops_counts_layer_norm_once_and_upsampling_per_output() -> None:
     `elementwise_affine`), and counts nn.Upsample 1 per output whatever the mode."""
     for module, shape, macs in [
         (nn.LayerNorm(6), [4, 6], 24),
+        (nn.Linear(6, 2), [3, 6], 3 * (6 + 1) * 2),  # per row: weights and a bias add
+        # a 2x2 kernel window of 3 x 2 products per input position (9), a bias add per
+        # output (2 x 4 x 4)
+        (nn.ConvTranspose2d(3, 2, 2, stride=2, padding=1), [3, 3, 3], 9 * 4 * 3 * 2 + 32),
         (nn.InstanceNorm2d(2, affine=True), [2, 3, 3], 36),
         (nn.Upsample(scale_factor=2, mode="bilinear"), [1, 3, 3], 36),
         (nn.GELU(), [5], 5),

@@ -9,16 +9,20 @@ each in its own way, worked out from their code (docs/analyze.md gives the sourc
   positions: for a module whose class name has "Conv", (weight + bias) x N x output H x W;
   for any other, parameters named weight or bias x N (the output's first dimension), and
   other parameters with weight or bias in their name (RNNs) x N x its second dimension.
-- ptflops (its `pytorch` backend, module hooks, the one its CNN tables use): convolutions
-  (per output position: kernel x in_channels x out_channels / groups, plus out_channels bias
-  adds), linear layers (input elements x out_features, plus out_features bias adds once per
-  call), 1 per output of ReLU, PReLU, ELU, LeakyReLU, ReLU6, GELU and nn.Upsample (of the
-  first sample), 1 per input of pooling, 1 per input of batch, instance, group and layer
-  norm (2 with `affine=True`; LayerNorm has no `affine`, so 1). Other modules count 0.
+- ptflops 0.7.5 (its `pytorch` backend's module hooks, the one its CNN tables use, as with
+  `backend_specific_config={"count_functional": False}`): convolutions (per output
+  position, per input position when transposed: kernel x in_channels x out_channels /
+  groups, plus one bias add per output), linear layers ((in_features + 1 with a bias) x
+  out_features per row), 1 per output of ReLU, PReLU, ELU, LeakyReLU, ReLU6, GELU and
+  nn.Upsample (of the first sample), 1 per input of pooling, 1 per input of batch, instance,
+  group and layer norm (2 with `affine=True`; LayerNorm has no `affine`, so 1). Other
+  modules count 0. Its default also counts functional calls (F.relu, F.max_pool2d, ...)
+  beside the module hooks, so that nn.ReLU and nn.MaxPool2d count twice; that is not
+  reproduced.
 - fvcore (`FlopCountAnalysis`, whose "flops" are MACs): convolutions and matrix products
   without bias; batch norm in eval 1 per element (2 with an affine weight), norms computing
   statistics 4 per element (5 with an affine weight); nearest upsampling 1 and bilinear 4
-  per output; adaptive average pooling (nn.AdaptiveAvgPool2d) 1 per input; nothing else.
+  per output; adaptive average pooling 1 per input; nothing else.
 
 Each counts one forward pass; a layer's cost under each convention is kept beside dlperf's.
 """
@@ -75,12 +79,14 @@ def torchinfo_macs(module: nn.Module, out: torch.Tensor) -> int:
 def ptflops_macs(module: nn.Module, x: torch.Tensor | None, out: torch.Tensor) -> int:
     """ptflops' pytorch-backend hook for a module's type (0 for a type it has no hook for)."""
     if isinstance(module, nn.modules.conv._ConvNd) and x is not None:
-        active = x.shape[0] * prod(out.shape[2:])
+        # a transposed convolution computes one kernel window per input position
+        active = x.shape[0] * prod((x if module.transposed else out).shape[2:])
         per_position = prod(module.kernel_size) * module.in_channels * module.out_channels
-        bias = module.out_channels * active if module.bias is not None else 0
+        bias = out.numel() if module.bias is not None else 0
         return per_position // module.groups * active + bias
     if isinstance(module, nn.Linear) and x is not None:
-        return x.numel() * out.shape[-1] + (out.shape[-1] if module.bias is not None else 0)
+        bias = out.shape[-1] if module.bias is not None else 0
+        return (x.shape[-1] * out.shape[-1] + bias) * prod(x.shape[:-1])
     if isinstance(module, (*_PTFLOPS_ACTIVATIONS,)):
         return out.numel()
     if isinstance(module, nn.Upsample):
@@ -116,7 +122,7 @@ def fvcore_extra(name: str, args: Any, out: Any) -> int:
     return 0
 
 
-def fvcore_module_extra(module: nn.Module, x: torch.Tensor | None) -> int:
-    """fvcore's 1 per input of adaptive average pooling, counted per module: its ATen
-    operator becomes `mean` when pooling to 1x1, which fvcore's tracer never sees."""
-    return x.numel() if isinstance(module, nn.AdaptiveAvgPool2d) and x is not None else 0
+def fvcore_function(name: str, args: Any) -> int:
+    """What fvcore counts for a torch function call that ATen does not show as such:
+    adaptive average pooling (module or functional) becomes `mean` when pooling to 1x1."""
+    return int(args[0].numel()) if name == "adaptive_avg_pool2d" else 0

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
@@ -36,7 +37,7 @@ from dlperf.analytic.conventions import (
     MACS_CONVENTIONS,
     PTFLOPS_NOT_REPRODUCED,
     fvcore_extra,
-    fvcore_module_extra,
+    fvcore_function,
     ptflops_macs,
     torchinfo_macs,
 )
@@ -459,7 +460,6 @@ class _CountingMode(TorchDispatchMode):
             if produced:
                 row.peer_macs["torchinfo"] += torchinfo_macs(module, produced[0])
                 row.peer_macs["ptflops"] += ptflops_macs(module, x, produced[0])
-                row.peer_macs["fvcore"] += fvcore_module_extra(module, x)
 
         names = {m: n for n, m in self.modules.items()}
         owners = [m for m in names if next(m.parameters(recurse=False), None) is not None]
@@ -500,6 +500,21 @@ def _returns_its_input(module: nn.Module, x: torch.Tensor, out: list[torch.Tenso
     """An adaptive pool asked for the size it is given (VGG's 7x7 to 7x7 at 224 px)."""
     adaptive = (nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd)
     return isinstance(module, adaptive) and len(out) >= 1 and out[0].shape == x.shape
+
+
+class _FunctionCalls(TorchFunctionMode):
+    """Sees torch-level calls, above ATen, for the one count fvcore makes there."""
+
+    def __init__(self, counting: _CountingMode) -> None:
+        super().__init__()
+        self.counting = counting
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = self.counting.current()
+        extra = fvcore_function(getattr(func, "__name__", ""), args)
+        if name is not None and extra:
+            self.counting.row(name).peer_macs["fvcore"] += extra
+        return func(*args, **(kwargs or {}))
 
 
 def _is_leaf(module: nn.Module) -> bool:
@@ -628,7 +643,7 @@ def analyze_module(
         with tracker:
             if train:
                 saved = _SavedTensors(model)
-                with mode, saved:
+                with mode, _FunctionCalls(mode), saved:
                     out = run_forward(model, x)
                 fields_result = fields.result(_outputs(out))
                 mode.fields = None
@@ -639,7 +654,7 @@ def analyze_module(
                         sum(losses[1:], losses[0]).backward()
                 memory = _training_memory(model, saved.bytes)
             else:
-                with mode, torch.no_grad():
+                with mode, _FunctionCalls(mode), torch.no_grad():
                     out = run_forward(model, x)
                 fields_result = fields.result(_outputs(out))
     finally:
