@@ -470,6 +470,11 @@ def test_feature_extract_counts_the_trainable_head_without_weights(
     assert t["trainable_params"] == 512 * 10 + 10
     table = cli("analyze", "resnet18", "--config", str(path), "--classes", "10").out
     assert "backbone frozen (feature-extract)" in table
+    # no weights named: counting the architecture needs none, training still refuses it
+    bare = ["--set", "model.transfer=feature-extract"]
+    alone = json.loads(cli("analyze", "resnet18", "--classes", "10", *bare, "--json").out)
+    assert alone["totals"]["trainable_params"] == t["trainable_params"]
+    one_line_error(cli("config", "show", *bare), "feature-extract needs model.weights")
     finetune = cli("analyze", "resnet18", "--config", str(path), "--classes", "10",
                    "--set", "model.transfer=finetune", "--json")  # fmt: skip
     assert json.loads(finetune.out)["totals"]["trainable_params"] == t["params"]

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
@@ -545,13 +546,16 @@ class Experiment(Section):
     converge: ConvergeConfig = ConvergeConfig()
 
     @model_validator(mode="after")
-    def _consistent(self) -> Experiment:
+    def _consistent(self, info: ValidationInfo) -> Experiment:
         train, schedule = self.train, self.train.schedule
         if train.optimizer == "sgd" and train.nesterov and train.momentum == 0:
             raise ValueError("train.nesterov: Nesterov momentum needs train.momentum > 0")
         if schedule.kind == "multistep" and not schedule.milestones:
             raise ValueError("train.schedule.milestones: multistep needs at least one epoch")
-        if self.model.transfer != "scratch" and self.model.weights is None:
+        # analyze and predict count the architecture (a frozen backbone's trainable head too):
+        # they load no weights, so need none named.
+        counting = bool(info.context and info.context.get("architecture_only"))
+        if self.model.transfer != "scratch" and self.model.weights is None and not counting:
             raise ValueError(
                 f"model.transfer: {self.model.transfer} needs model.weights (a torchvision "
                 'weights name, run:ID or a state-dict file), or use transfer = "scratch"'
@@ -709,7 +713,8 @@ def load_command(
         assignments += shortcuts(section, given)
         options |= {f"{section}.{name}": "--" + name.replace("_", "-")
                     for name, value in given.items() if value is not None}  # fmt: skip
-    return load_experiment(path, assignments, options)
+    counting = bool(sections) and set(sections) <= {"analyze", "predict"}  # they load no weights
+    return load_experiment(path, assignments, options, {"architecture_only": counting})
 
 
 # pydantic's words for a value out of range, in the words of dlperf's other messages.
@@ -750,11 +755,14 @@ def validation_message(
 
 
 def build_experiment(
-    raw: dict[str, Any], where: str = "config", options: dict[str, str] | None = None
+    raw: dict[str, Any],
+    where: str = "config",
+    options: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> Experiment:
     _check_keys(raw, Experiment, where)
     try:
-        return Experiment.model_validate(raw)
+        return Experiment.model_validate(raw, context=context)
     except ValidationError as e:
         raise validation_message(e, where, options) from None
 
@@ -777,14 +785,15 @@ def load_experiment(
     path: str | Path | None,
     overrides: list[str] | None = None,
     options: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> Experiment:
-    """defaults < TOML file < --set overrides, validated in one place; an error in a key that
-    `options` (dotted key: flag) lists names the flag."""
+    """defaults < TOML file < --set overrides, validated in one place (with pydantic's
+    `context`); an error in a key that `options` (dotted key: flag) lists names the flag."""
     raw = read_toml(path) if path is not None else {}
     where = str(path) if path is not None else "config"
     for assignment in overrides or []:
         apply_override(raw, assignment)
-    exp = build_experiment(raw, where + (" with --set" if overrides else ""), options)
+    exp = build_experiment(raw, where + (" with --set" if overrides else ""), options, context)
     if exp.run.name is None and path is not None:
         exp.run.name = Path(path).stem
     return exp
