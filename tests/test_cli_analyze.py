@@ -268,6 +268,9 @@ def test_a_model_files_factory_keeps_its_own_number_of_classes(cli: Cli, tmp_pat
     )
     assert given["totals"]["params"] == 56909194
     assert (given["classes"], given["classes_source"]) == (10, "--classes")
+    # the title and --json name the arguments the factory was called with: not one it lacks
+    extra = cli("analyze", spec, "--input", "3,227,227", "--set", "model.kwargs.width=2", "--json")
+    assert json.loads(extra.out)["arguments"] == {}
     table = cli("analyze", spec, "--input", "3,227,227").out
     assert "1000 classes (the factory's default)" in table
     none = json.loads(cli("analyze", f"{path}:no_classes", "--input", "4", "--json").out)

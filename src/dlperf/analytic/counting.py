@@ -303,9 +303,11 @@ def _factory_classes(
 def _arguments(fn: Callable[..., nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The arguments a factory was called with, its defaults filled in, those the table's
     title already gives (num_classes, in_channels) left out."""
+    from dlperf.models.registry import accepted
+
     params = inspect.signature(fn).parameters
     called = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
-    called |= kwargs
+    called |= accepted(fn, kwargs)  # a model file's factory is given only what it takes
     return {k: v for k, v in called.items() if k not in ("num_classes", "in_channels")}
 
 
