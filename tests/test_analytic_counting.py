@@ -200,3 +200,132 @@ def test_train_count_of_a_model_with_nothing_to_train(cli: Cli, tmp_path: Path) 
     totals = json.loads(result.out)["totals"]
     assert totals["backward_flops"] == 0
     assert totals["training_memory"]["gradients_bytes"] == 0
+
+
+# --- issue 30: counting defects ------------------------------------------------------------
+
+TIED_FILE = """
+from torch import nn
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8, bias=False)
+        self.b = nn.Linear(8, 8, bias=False)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def tied():
+    return Tied()
+"""
+
+
+def test_tied_weights_of_a_model_file_are_counted_once(cli: Cli, tmp_path: Path) -> None:
+    """Built on the meta device, the second assignment of a tied weight made a new parameter
+    (128 counted); the module as built holds 64."""
+    path = tmp_path / "tie.py"
+    path.write_text(TIED_FILE)
+    doc = json.loads(cli("analyze", f"{path}:tied", "--input", "8", "--json").out)
+    assert doc["totals"]["params"] == 64
+    assert [row["params"] for row in doc["layers"]] == [64, 0]
+    assert doc["totals"]["macs"] == 2 * 64  # the weight is used twice
+
+
+class SharedReLU(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        relu = nn.ReLU()
+        self.p = nn.Sequential(nn.Linear(4, 4), relu)
+        self.q = nn.Sequential(nn.Linear(4, 4), relu)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q(self.p(x))
+
+
+def test_a_module_in_two_parents_is_counted() -> None:
+    """torch's ModuleTracker names it by its last parent, `q.1`, which the deduplicated
+    module names lacked: KeyError, reported as a bad input shape."""
+    a = analyze_module(SharedReLU(), [4])
+    t = a.totals()
+    assert t["params"] == 40 and t["macs"] == 32
+    assert t["flops"] == 2 * 32 + 4 + 4 + 4 + 4  # two bias adds, the ReLU run twice
+    assert {r.name for r in a.layers} == {"p.0", "q.0", "q.1"}
+
+
+class Gaussian(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.distributions.Normal:
+        mean, log_std = self.head(x).chunk(2, dim=-1)
+        return torch.distributions.Normal(mean, log_std.exp())
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_a_model_returning_a_distribution_is_counted(train: bool) -> None:
+    """The distribution's argument checks called Tensor.item() on meta tensors."""
+    t = analyze_module(Gaussian(), [4], batch=2, train=train).totals()
+    assert t["params"] == 10 and t["macs"] == 2 * 4 * 2
+    if train:  # the backward runs from the distribution's parameters
+        assert t["backward_macs"] == 2 * 4 * 2  # d-weight only: the input needs no gradient
+
+
+class NoArithmetic(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pad = nn.ReflectionPad2d(1)
+        self.replicate = nn.ReplicationPad2d(1)
+        self.pool = nn.MaxPool2d(2, return_indices=True)
+        self.unpool = nn.MaxUnpool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, indices = self.pool(self.replicate(self.pad(x)))
+        return self.unpool(y, indices)
+
+
+def test_ops_without_arithmetic_are_ignored_not_unsupported() -> None:
+    a = analyze_module(NoArithmetic(), [1, 4, 4])
+    assert a.unsupported_ops == {}
+    rows = {r.name: r.flops for r in a.layers}
+    # 4x4 padded twice to 8x8, pooled to 4x4: 16 outputs of a 2x2 window
+    assert rows == {"pad": 0, "replicate": 0, "pool": 16 * 4, "unpool": 0}
+    lstm = analyze_module(nn.LSTM(4, 4), [3, 4])  # aten.unsafe_split splits the gates
+    assert lstm.unsupported_ops == {}
+
+
+def test_bilinear_upsampling_is_counted() -> None:
+    """Each output is a weighted sum of its 4 nearest inputs: 4 multiplies and 3 adds; the
+    backward spreads each output's gradient over them: 4 multiplies, 4 adds."""
+    up = nn.Sequential(nn.Conv2d(1, 1, 1, bias=False), nn.Upsample(scale_factor=2, mode="bilinear"))
+    a = analyze_module(up, [1, 3, 3], train=True)
+    row = a.layers[1]
+    assert (row.type, row.output_shape) == ("Upsample", [1, 1, 6, 6])
+    assert row.flops == 7 * 36 and row.macs == 0
+    assert row.backward_flops == 8 * 36
+    assert a.unsupported_ops == {}
+    linear = analyze_module(nn.Upsample(scale_factor=2, mode="linear"), [2, 5])
+    assert linear.totals()["flops"] == 3 * 2 * 10  # 2 inputs: 2 multiplies, 1 add
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_normalisation_flops_follow_affine(affine: bool) -> None:
+    """(x - mean) * rstd is 2 FLOPs; gamma and beta one each where the layer has them; the
+    statistics 4 more in training; the backward 6, plus 3 for d-gamma and d-beta."""
+    elements, extra = 2 * 3 * 4 * 4, 2 if affine else 0
+    bn = nn.BatchNorm2d(3, affine=affine)
+    assert analyze_module(bn, [3, 4, 4], batch=2).totals()["flops"] == (2 + extra) * elements
+    conv_bn = nn.Sequential(nn.Conv2d(3, 3, 1, bias=False), bn)
+    t = analyze_module(conv_bn, [3, 4, 4], batch=2, train=True).layers[1]
+    assert t.flops == (6 + extra) * elements + 1  # and num_batches_tracked += 1
+    assert t.backward_flops == (6 + (3 if affine else 0)) * elements
+    ln = nn.LayerNorm(8, elementwise_affine=affine)
+    assert analyze_module(ln, [5, 8]).totals()["flops"] == (6 + extra) * 40
+    gn = nn.GroupNorm(1, 3, affine=affine)
+    assert analyze_module(gn, [3, 4, 4]).totals()["flops"] == (6 + extra) * 48
+    inorm = nn.InstanceNorm2d(3, affine=affine)  # statistics per sample and channel
+    assert analyze_module(inorm, [3, 4, 4]).totals()["flops"] == (6 + extra) * 48

@@ -56,7 +56,7 @@ def test_params_and_macs_match_torchvision_metadata(
     shape = [3, crop, crop]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # googlenet/inception init notice
-        model, _, _ = build_model(name, shape, classes, **_builder_kwargs(name, crop))
+        model, *_ = build_model(name, shape, classes, **_builder_kwargs(name, crop))
     a = analyze_module(model, shape, name=name)
     assert a.params == num_params
     # Inception v3's auxiliary head is in num_params but never runs in eval

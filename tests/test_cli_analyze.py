@@ -268,6 +268,9 @@ def test_a_model_files_factory_keeps_its_own_number_of_classes(cli: Cli, tmp_pat
     )
     assert given["totals"]["params"] == 56909194
     assert (given["classes"], given["classes_source"]) == (10, "--classes")
+    # the title and --json name the arguments the factory was called with: not one it lacks
+    extra = cli("analyze", spec, "--input", "3,227,227", "--set", "model.kwargs.width=2", "--json")
+    assert json.loads(extra.out)["arguments"] == {}
     table = cli("analyze", spec, "--input", "3,227,227").out
     assert "1000 classes (the factory's default)" in table
     none = json.loads(cli("analyze", f"{path}:no_classes", "--input", "4", "--json").out)
@@ -286,7 +289,12 @@ def test_torchvision_and_dlperf_models_say_which_classes_they_count(cli: Cli) ->
 
 def test_vgg19_activations_and_params_as_the_course_tables_count_them(cli: Cli) -> None:
     every = json.loads(cli("analyze", "vgg19", "--json").out)
-    assert every["conventions"] == {"params": "with biases", "activations": "all"}
+    assert every["conventions"] | {"macs_counts": ""} == {
+        "params": "with biases",
+        "activations": "all",
+        "macs": "dlperf",
+        "macs_counts": "",
+    }
     doc = json.loads(
         cli("analyze", "vgg19", "--activations", "conv-pool-fc", "--no-bias", "--json").out
     )
@@ -294,19 +302,23 @@ def test_vgg19_activations_and_params_as_the_course_tables_count_them(cli: Cli) 
     conv = 2 * 224 * 224 * 64 + 2 * 112 * 112 * 128 + 4 * 56 * 56 * 256 + 4 * 28 * 28 * 512
     conv += 4 * 14 * 14 * 512
     pool = 112 * 112 * 64 + 56 * 56 * 128 + 28 * 28 * 256 + 14 * 14 * 512 + 7 * 7 * 512
-    avgpool = 7 * 7 * 512  # torchvision's adaptive average pooling, 7x7 to 7x7
     fc = 4096 + 4096 + 1000
-    assert t["activations"] == conv + pool + avgpool + fc == 16_416_744
+    # the paper's Table 1: torchvision's adaptive average pooling, 7x7 to 7x7 at 224 px, is
+    # an identity that the paper's network does not have (it would add 25,088)
+    assert t["activations"] == conv + pool + fc == 16_391_656
+    avgpool = next(row for row in doc["layers"] if row["name"] == "avgpool")
+    assert (avgpool["role"], avgpool["activations"]) == ("identity", 0)
     assert t["activations"] < every["totals"]["activations"]
     assert t["activation_bytes"] == 4 * t["activations"]
     assert t["activations"] == sum(row["activations"] for row in doc["layers"])
     assert {row["role"] for row in doc["layers"] if row["activations"]} == {"conv", "pool", "fc"}
     # biases: 5,504 in the convolutions, 9,192 in the fully connected layers
     assert t["params"] == 143667240 - 14696 == sum(row["params"] for row in doc["layers"])
-    assert doc["conventions"] == {"params": "without biases", "activations": "conv-pool-fc"}
+    assert doc["conventions"]["params"] == "without biases"
+    assert doc["conventions"]["activations"] == "conv-pool-fc"
     table = cli("analyze", "vgg19", "--activations", "conv-pool-fc", "--no-bias").out
     assert "params (without biases)" in table
-    assert "activations (elements; outputs of conv, pool and fc layers)" in table
+    assert "activations (elements; outputs of conv, pool and fc layers (not of a pool that" in table
 
 
 K80 = ["predict", "resnet20", "--device", "K80"]
@@ -400,3 +412,72 @@ def test_analyze_and_predict_read_their_sections(cli: Cli, tmp_path: Path) -> No
         cli("analyze", "smallcnn", "--config", str(path), "--set", "analyze.batchh=2"),
         "unknown key 'analyze.batchh'",
     )
+
+
+# --- issue 30: the course's networks, transfer learning's Table 1 -----------------------------
+
+
+def test_the_papers_alexnet_just_works(cli: Cli) -> None:
+    doc = json.loads(cli("analyze", "alexnet_paper", "--json").out)
+    assert (doc["input"], doc["classes"]) == ([3, 227, 227], 1000)
+    assert doc["totals"]["params"] == 60_965_224
+    field = doc["totals"]["receptive_field"]  # local response normalisation is followed
+    assert (field["last_spatial_layer"], field["size"]) == ("14", [195, 195])
+
+
+def test_inception_modules_say_the_filter_counts_they_used(cli: Cli) -> None:
+    doc = json.loads(cli("analyze", "inception_naive", "--input", "256,32,32", "--json").out)
+    assert doc["arguments"] == {"c1x1": 64, "c3x3": 128, "c5x5": 32}
+    assert doc["classes"] is None
+    # every convolution keeps 32x32: 1024 positions x filters x 256 channels x kernel
+    assert doc["totals"]["macs"] == 1024 * 256 * (64 + 128 * 9 + 32 * 25) == 528_482_304
+    table = cli("analyze", "inception_naive", "--input", "256,32,32").out
+    assert "inception_naive(c1x1=64, c3x3=128, c5x5=32): input 256x32x32" in table
+    reduced = json.loads(cli("analyze", "inception_reduced", "--json").out)
+    assert reduced["input"] == [256, 32, 32]
+    # 1x1 64; 96 then 3x3 128; 16 then 5x5 32; pool then 1x1 32
+    macs = 1024 * (256 * 64 + 256 * 96 + 96 * 128 * 9 + 256 * 16 + 16 * 32 * 25 + 256 * 32)
+    assert reduced["totals"]["macs"] == macs == 180_879_360
+    given = cli("analyze", "inception_reduced", "--set", "model.kwargs.c3x3=64", "--json")
+    assert json.loads(given.out)["arguments"]["c3x3"] == 64
+    one_line_error(
+        cli("analyze", "inception_naive", "--classes", "10"),
+        "analyze.classes 10: the factory inception_naive takes no num_classes",
+    )
+
+
+def test_conv_stack_has_the_receptive_field_the_course_derives(cli: Cli) -> None:
+    args = ["analyze", "conv_stack", "--set", "model.kwargs.n=3", "--set", "model.kwargs.f=5"]
+    doc = json.loads(cli(*args, "--json").out)
+    assert doc["totals"]["receptive_field"]["size"] == [3 * 5 - 3 + 1] * 2
+    assert "conv_stack(n=3, f=5, channels=64)" in cli(*args).out
+    one_line_error(
+        cli("analyze", "conv_stack", "--set", "model.kwargs.f=0"), "n and f must be at least 1"
+    )
+
+
+def test_feature_extract_counts_the_trainable_head_without_weights(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The student report's Table 1: an ImageNet backbone frozen under a new 10-class head.
+    The run's config names the weights; analyze never loads them (nothing is downloaded)."""
+    path = tmp_path / "transfer.toml"
+    path.write_text(
+        '[model]\nname = "resnet18"\nweights = "IMAGENET1K_V1"\ntransfer = "feature-extract"\n'
+    )
+    doc = json.loads(cli("analyze", "resnet18", "--config", str(path), "--classes", "10",
+                         "--json").out)  # fmt: skip
+    t = doc["totals"]
+    assert doc["transfer"] == "feature-extract"
+    assert t["params"] == 11_689_512 - 513_000 + 5_130  # the 1000-class fc swapped for 10
+    assert t["trainable_params"] == 512 * 10 + 10
+    table = cli("analyze", "resnet18", "--config", str(path), "--classes", "10").out
+    assert "backbone frozen (feature-extract)" in table
+    # no weights named: counting the architecture needs none, training still refuses it
+    bare = ["--set", "model.transfer=feature-extract"]
+    alone = json.loads(cli("analyze", "resnet18", "--classes", "10", *bare, "--json").out)
+    assert alone["totals"]["trainable_params"] == t["trainable_params"]
+    one_line_error(cli("config", "show", *bare), "feature-extract needs model.weights")
+    finetune = cli("analyze", "resnet18", "--config", str(path), "--classes", "10",
+                   "--set", "model.transfer=finetune", "--json")  # fmt: skip
+    assert json.loads(finetune.out)["totals"]["trainable_params"] == t["params"]

@@ -86,6 +86,40 @@ def test_unknown_names_and_arguments() -> None:
         create_model("resnet20", width=2)
 
 
+# --- issue 30: the course's networks are built in ---------------------------------------
+
+
+def test_alexnet_as_the_paper_draws_it() -> None:
+    """Krizhevsky et al. 2012 on 227x227, the two-GPU grouping included."""
+    model = create_model("alexnet_paper", num_classes=None)
+    assert params(model) == 60_965_224
+    assert model.eval()(torch.zeros(1, 3, 227, 227)).shape == (1, 1000)
+    assert params(create_model("alexnet_paper", num_classes=10)) == 56_909_194
+
+
+def test_inception_modules_take_their_filter_counts() -> None:
+    """GoogLeNet's inception (3a) counts by default; concatenated channels: naive 64 + 128 +
+    32 + the 256 pooled; reduced 64 + 128 + 32 + 32."""
+    x = torch.zeros(1, 256, 32, 32)
+    assert create_model("inception_naive", in_channels=256)(x).shape == (1, 480, 32, 32)
+    assert create_model("inception_reduced", in_channels=256)(x).shape == (1, 256, 32, 32)
+    # 1x1: 256*64+64, 3x3: 256*128*9+128, 5x5: 256*32*25+32
+    assert params(create_model("inception_naive", in_channels=256)) == 516_320
+    narrow = create_model("inception_naive", in_channels=256, c3x3=8)
+    assert narrow(x).shape == (1, 64 + 8 + 32 + 256, 32, 32)
+    with pytest.raises(UserError, match=r"does not accept c7x7 \(accepted: in_channels, c1x1"):
+        create_model("inception_reduced", c7x7=3)
+
+
+def test_conv_stack_takes_n_and_f() -> None:
+    model = create_model("conv_stack", n=3, f=5)
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [c.kernel_size for c in convs] == [(5, 5)] * 3
+    assert model(torch.zeros(1, 3, 16, 16)).shape == (1, 64, 16, 16)
+    with pytest.raises(UserError, match="model 'conv_stack': n and f must be at least 1"):
+        create_model("conv_stack", n=0)
+
+
 def test_names_table_says_what_the_registry_and_torchvision_say() -> None:
     """`dlperf models` prints names.toml so as not to import torch; it must not drift."""
     table, live = shipped("models/names.toml"), list_models()

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
@@ -445,6 +446,9 @@ class AnalyzeConfig(Section):
     activations: Literal["all", "conv-pool-fc"] = "all"
     """Whose outputs the activation totals count: all (every row) or conv-pool-fc
     (convolution, pooling and linear layers only, as course tables count them)."""
+    macs_convention: Literal["dlperf", "torchinfo", "ptflops", "fvcore"] = "dlperf"
+    """Whose MACs to count: dlperf (weight products only; bias adds, normalisation and
+    pooling in FLOPs), or torchinfo's, ptflops' or fvcore's, to reproduce a table they made."""
 
 
 class PredictConfig(Section):
@@ -568,13 +572,16 @@ class Experiment(Section):
     converge: ConvergeConfig = ConvergeConfig()
 
     @model_validator(mode="after")
-    def _consistent(self) -> Experiment:
+    def _consistent(self, info: ValidationInfo) -> Experiment:
         train, schedule = self.train, self.train.schedule
         if train.optimizer == "sgd" and train.nesterov and train.momentum == 0:
             raise ValueError("train.nesterov: Nesterov momentum needs train.momentum > 0")
         if schedule.kind == "multistep" and not schedule.milestones:
             raise ValueError("train.schedule.milestones: multistep needs at least one epoch")
-        if self.model.transfer != "scratch" and self.model.weights is None:
+        # analyze and predict count the architecture (a frozen backbone's trainable head too):
+        # they load no weights, so need none named.
+        counting = bool(info.context and info.context.get("architecture_only"))
+        if self.model.transfer != "scratch" and self.model.weights is None and not counting:
             raise ValueError(
                 f"model.transfer: {self.model.transfer} needs model.weights (a torchvision "
                 'weights name, run:ID or a state-dict file), or use transfer = "scratch"'
@@ -732,7 +739,8 @@ def load_command(
         assignments += shortcuts(section, given)
         options |= {f"{section}.{name}": "--" + name.replace("_", "-")
                     for name, value in given.items() if value is not None}  # fmt: skip
-    return load_experiment(path, assignments, options)
+    counting = bool(sections) and set(sections) <= {"analyze", "predict"}  # they load no weights
+    return load_experiment(path, assignments, options, {"architecture_only": counting})
 
 
 # pydantic's words for a value out of range, in the words of dlperf's other messages.
@@ -773,11 +781,14 @@ def validation_message(
 
 
 def build_experiment(
-    raw: dict[str, Any], where: str = "config", options: dict[str, str] | None = None
+    raw: dict[str, Any],
+    where: str = "config",
+    options: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> Experiment:
     _check_keys(raw, Experiment, where)
     try:
-        return Experiment.model_validate(raw)
+        return Experiment.model_validate(raw, context=context)
     except ValidationError as e:
         raise validation_message(e, where, options) from None
 
@@ -800,16 +811,17 @@ def load_experiment(
     path: str | Path | None,
     overrides: list[str] | None = None,
     options: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> Experiment:
-    """defaults < TOML file < --set overrides, validated in one place; an error in a key that
-    `options` (dotted key: flag) lists names the flag."""
+    """defaults < TOML file < --set overrides, validated in one place (with pydantic's
+    `context`); an error in a key that `options` (dotted key: flag) lists names the flag."""
     raw = read_toml(path) if path is not None else {}
     where = str(path) if path is not None else "config"
     model = raw.get("model")
     file_model = model.get("name") if isinstance(model, dict) else None
     for assignment in overrides or []:
         apply_override(raw, assignment)
-    exp = build_experiment(raw, where + (" with --set" if overrides else ""), options)
+    exp = build_experiment(raw, where + (" with --set" if overrides else ""), options, context)
     if exp.run.name is None and path is not None:
         # The file's name often names its model: say so when --set trains another one.
         changed = exp.model.name != (file_model or ModelConfig.model_fields["name"].default)

@@ -238,6 +238,7 @@ CHOICES = {
     "detect.precision": ["fp32", "bf16", "fp16"],
     "analyze.precision": ["fp32", "bf16", "fp16"],
     "analyze.activations": ["all", "conv-pool-fc"],
+    "analyze.macs_convention": ["dlperf", "torchinfo", "ptflops", "fvcore"],
     "converge.metric": ["loss", "accuracy", "error"],
     "converge.form": ["ensemble", "optimus", "power"],
 }

@@ -27,11 +27,20 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 from dlperf.analytic import ops
+from dlperf.analytic.conventions import (
+    MACS_CONVENTIONS,
+    PTFLOPS_NOT_REPRODUCED,
+    fvcore_extra,
+    fvcore_function,
+    ptflops_macs,
+    torchinfo_macs,
+)
 from dlperf.analytic.receptive import FieldTracker
 from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
@@ -49,8 +58,9 @@ class Layer:
     bias_params: int = 0
     """Of `params`, those named *bias (the course tables count parameters without them)."""
     role: str = "other"
-    """conv, pool, fc (a Linear) or other: the course tables count the outputs of the first
-    three as activations."""
+    """conv, pool, fc (a Linear), identity (a pooling that returns its input: torchvision's
+    adaptive pool given the size it pools to) or other: the course tables count the outputs
+    of the first three as activations."""
     macs: int = 0
     flops: int = 0
     bytes: int = 0
@@ -67,9 +77,11 @@ class Layer:
     kind_flops: Counter[str] = field(default_factory=Counter)
     """Forward FLOPs per operator kind (`ops.KINDS`), for the time model."""
     backward_kind_flops: Counter[str] = field(default_factory=Counter)
+    peer_macs: Counter[str] = field(default_factory=Counter)
+    """Forward MACs as each peer counts them (conventions.PEERS)."""
 
 
-INTERNAL = ("kind_flops", "backward_kind_flops")
+INTERNAL = ("kind_flops", "backward_kind_flops", "peer_macs")
 """Layer fields the time model reads that `analyze --json` leaves out."""
 BACKWARD = ("backward_macs", "backward_flops", "backward_bytes", "backward_calls")
 
@@ -84,7 +96,10 @@ class NotRun:
     bias_params: int
 
 
-ACTIVATIONS = {"all": "outputs of every row", "conv-pool-fc": "outputs of conv, pool and fc layers"}
+ACTIVATIONS = {
+    "all": "outputs of every row",
+    "conv-pool-fc": "outputs of conv, pool and fc layers (not of a pool that returns its input)",
+}
 """Which rows' outputs the activation totals count: every row's, or (as course tables count
 them) those of convolution, pooling and fully connected layers only."""
 
@@ -113,12 +128,25 @@ class Analysis:
     """Whether parameter counts include biases."""
     activations: str = "all"
     """The rows whose outputs count as activations: a key of ACTIVATIONS."""
+    macs_convention: str = "dlperf"
+    """Whose MACs `macs` counts: a key of conventions.MACS_CONVENTIONS."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """The factory's arguments (defaults filled in) besides num_classes and in_channels."""
+    transfer: str = "scratch"
+    """model.transfer: feature-extract counts the backbone frozen, only the head trainable."""
+
+    def macs_of(self, layer: Layer) -> int:
+        return (
+            layer.macs
+            if self.macs_convention == "dlperf"
+            else layer.peer_macs[self.macs_convention]
+        )
 
     def params_of(self, counted: Layer | NotRun) -> int:
         return counted.params - (0 if self.bias else counted.bias_params)
 
     def counts_activations(self, layer: Layer) -> bool:
-        return self.activations == "all" or layer.role != "other"
+        return self.activations == "all" or layer.role in ("conv", "pool", "fc")
 
     def totals(self) -> dict[str, Any]:
         def total(key: str) -> int:
@@ -138,7 +166,7 @@ class Analysis:
             - (0 if self.bias else self.trainable_bias_params),
             "bias_params": total("bias_params"),
             "params_not_run": sum(self.params_of(m) for m in self.not_run),
-            "macs": total("macs"),
+            "macs": sum(self.macs_of(layer) for layer in self.layers),
             "flops": flops,
             "bytes": total("bytes"),
             "activations": activations("activations"),
@@ -171,13 +199,16 @@ class Analysis:
         for layer in self.layers:
             row = {k: v for k, v in asdict(layer).items() if k not in left_out}
             row["params"] = self.params_of(layer)
+            row["macs"] = self.macs_of(layer)
             if not self.counts_activations(layer):
                 row["activations"] = row["activation_bytes"] = 0
             layers.append(row)
         return {
             "model": self.model,
+            "arguments": self.arguments,
             "input": self.input,
             "batch": self.batch,
+            "transfer": self.transfer,
             "train": self.train,
             "precision": self.precision,
             "classes": self.classes,
@@ -185,6 +216,8 @@ class Analysis:
             "conventions": {
                 "params": "with biases" if self.bias else "without biases",
                 "activations": self.activations,
+                "macs": self.macs_convention,
+                "macs_counts": MACS_CONVENTIONS[self.macs_convention],
             },
             "totals": self.totals(),
             "layers": layers,
@@ -211,7 +244,7 @@ def _weights_on_meta() -> Iterator[None]:
     def on_meta_parameter(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if isinstance(param, UninitializedParameter):
             param = UninitializedParameter(param.requires_grad, device="meta", dtype=param.dtype)
-        elif param is not None:
+        elif param is not None and not param.is_meta:  # on meta: a tied weight, kept the same
             param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
         register_parameter(self, name, param)
 
@@ -232,65 +265,83 @@ def _weights_on_meta() -> Iterator[None]:
 
 
 def default_input(name: str) -> list[int]:
-    """ImageNet size for torchvision's zoo, CIFAR size for dlperf's models and users' files."""
+    """The input a registered model is meant for (the paper's AlexNet: 3x227x227), else
+    ImageNet size for torchvision's zoo and CIFAR size for dlperf's models and users' files."""
     from dlperf.models import list_models
+    from dlperf.models.registry import registered_input
 
+    meant = registered_input(name)
+    if meant is not None:
+        return meant
     return [3, 224, 224] if name in list_models()["torchvision"] else [3, 32, 32]
 
 
-def default_classes(name: str) -> int:
-    from dlperf.models import list_models
-
-    return 1000 if name in list_models()["torchvision"] else 10
-
-
-def _file_classes(
-    fn: Callable[..., nn.Module], spec: str, num_classes: int | None
+def _factory_classes(
+    fn: Callable[..., nn.Module], name: str, num_classes: int | None, default_source: str
 ) -> tuple[int | None, str]:
-    """The classes a model file's factory builds for, and where that number comes from: the
-    factory's own default unless `num_classes` is given."""
+    """The classes a factory builds for, and where that number comes from: the factory's
+    own default unless `num_classes` is given."""
     params = inspect.signature(fn).parameters
     if num_classes is not None:
         if "num_classes" not in params and not any(
             p.kind is p.VAR_KEYWORD for p in params.values()
         ):
-            factory = spec.rpartition(":")[2]
+            factory = name.rpartition(":")[2]
             raise UserError(
                 f"analyze.classes {num_classes}: the factory {factory} takes no num_classes",
                 "leave analyze.classes unset: the factory sizes its own head",
             )
         return num_classes, "--classes"
-    default = params["num_classes"].default if "num_classes" in params else None
+    if "num_classes" not in params:
+        return None, "the model takes no num_classes"
+    default = params["num_classes"].default
     if isinstance(default, int):
-        return default, "the factory's default"
+        return default, default_source
     return None, "set by the factory (it has no num_classes default)"
+
+
+def _arguments(fn: Callable[..., nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments a factory was called with, its defaults filled in, those the table's
+    title already gives (num_classes, in_channels) left out."""
+    from dlperf.models.registry import accepted
+
+    params = inspect.signature(fn).parameters
+    called = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+    called |= accepted(fn, kwargs)  # a model file's factory is given only what it takes
+    return {k: v for k, v in called.items() if k not in ("num_classes", "in_channels")}
 
 
 def build_model(
     name: str, input_shape: Sequence[int], num_classes: int | None = None, **kwargs: Any
-) -> tuple[nn.Module, int | None, str]:
-    """`create_model` with weights on the meta device, with the classes it is built for and
-    where that number comes from: `num_classes`, else a model file's factory's own default,
-    else 1000 for torchvision's zoo and 10 for dlperf's models."""
-    from dlperf.models import create_model, list_models
-    from dlperf.models.registry import build_from_factory, is_file_spec, load_factory
+) -> tuple[nn.Module, int | None, str, dict[str, Any]]:
+    """`create_model` with weights on the meta device, with the classes it is built for,
+    where that number comes from (`num_classes`, else the factory's own default, else 1000
+    for torchvision's zoo) and the factory's arguments."""
+    from dlperf.models import create_model
+    from dlperf.models.registry import (
+        build_from_factory,
+        is_file_spec,
+        load_factory,
+        registered_factory,
+    )
 
     with _weights_on_meta():
         if is_file_spec(name):
             fn = load_factory(name)
-            classes, source = _file_classes(fn, name, num_classes)
+            classes, source = _factory_classes(fn, name, num_classes, "the factory's default")
             sized = {"num_classes": num_classes} if num_classes is not None else {}
             model = build_from_factory(fn, name, {**sized, "in_channels": input_shape[0], **kwargs})
-            return model, classes, source
-        if num_classes is not None:
-            source = "--classes"
-        elif name in list_models()["torchvision"]:
-            source = "default for torchvision models"
+            return model, classes, source, _arguments(fn, kwargs)
+        registered = registered_factory(name)
+        if registered is not None:
+            default = "default for dlperf's models"
+            classes, source = _factory_classes(registered, name, num_classes, default)
+            arguments = _arguments(registered, kwargs)
         else:
-            source = "default for dlperf's models"
-        classes = num_classes or default_classes(name)
+            source = "--classes" if num_classes is not None else "default for torchvision models"
+            classes, arguments = num_classes or 1000, dict(kwargs)
         model = create_model(name, num_classes=classes, in_channels=input_shape[0], **kwargs)
-        return model, classes, source
+        return model, classes, source, arguments
 
 
 # --- counting ---------------------------------------------------------------------------------
@@ -311,7 +362,9 @@ class _CountingMode(TorchDispatchMode):
         super().__init__()
         self.tracker = tracker
         self.fields = fields
-        self.modules = dict(model.named_modules())
+        # Every name of a module placed in two parents: torch's ModuleTracker names it by
+        # the last of them, as the name -> module map below does.
+        self.modules = dict(model.named_modules(remove_duplicate=False))
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
         self.claimed: set[int] = set()
@@ -376,6 +429,7 @@ class _CountingMode(TorchDispatchMode):
             row.backward_kind_flops[kind] += cost.flops
             return out
         row.macs += cost.macs
+        row.peer_macs["fvcore"] += cost.macs + fvcore_extra(ops.op_name(func), args, out)
         row.flops += cost.flops
         row.bytes += moved
         row.calls += 1
@@ -401,6 +455,13 @@ class _CountingMode(TorchDispatchMode):
             row.activations += sum(t.numel() for t in produced)
             row.activation_bytes += sum(_nbytes(t) for t in produced)
             row.output_shape = list(produced[0].shape) if produced else None
+            given = _tensors(args)
+            x = given[0] if given else None
+            if row.role == "pool" and x is not None and _returns_its_input(module, x, produced):
+                row.role = "identity"
+            if produced:
+                row.peer_macs["torchinfo"] += torchinfo_macs(module, produced[0])
+                row.peer_macs["ptflops"] += ptflops_macs(module, x, produced[0])
 
         names = {m: n for n, m in self.modules.items()}
         owners = [m for m in names if next(m.parameters(recurse=False), None) is not None]
@@ -435,6 +496,27 @@ class _CountingMode(TorchDispatchMode):
             bias = sum(p.numel() for n, p in left if _is_bias(n))
             found.append(NotRun(name or ROOT, type(module).__name__, params, bias))
         return found
+
+
+def _returns_its_input(module: nn.Module, x: torch.Tensor, out: list[torch.Tensor]) -> bool:
+    """An adaptive pool asked for the size it is given (VGG's 7x7 to 7x7 at 224 px)."""
+    adaptive = (nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd)
+    return isinstance(module, adaptive) and len(out) >= 1 and out[0].shape == x.shape
+
+
+class _FunctionCalls(TorchFunctionMode):
+    """Sees torch-level calls, above ATen, for the one count fvcore makes there."""
+
+    def __init__(self, counting: _CountingMode) -> None:
+        super().__init__()
+        self.counting = counting
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = self.counting.current()
+        extra = fvcore_function(getattr(func, "__name__", ""), args)
+        if name is not None and extra:
+            self.counting.row(name).peer_macs["fvcore"] += extra
+        return func(*args, **(kwargs or {}))
 
 
 def _is_leaf(module: nn.Module) -> bool:
@@ -473,9 +555,29 @@ def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
             model(x)
 
 
+@contextlib.contextmanager
+def _distributions_unchecked() -> Iterator[None]:
+    """A model may return a torch.distributions object, whose argument checks read values:
+    on meta tensors there are none."""
+    before = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(before)
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    """The tensors a model returned: of a distribution, its parameters."""
+    if isinstance(out, torch.distributions.Distribution):
+        return [t for t in vars(out).values() if isinstance(t, torch.Tensor)]
+    return _tensors(out)
+
+
 def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
     try:
-        return model(x)
+        with _distributions_unchecked():
+            return model(x)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise UserError(
@@ -543,20 +645,20 @@ def analyze_module(
         with tracker:
             if train:
                 saved = _SavedTensors(model)
-                with mode, saved:
+                with mode, _FunctionCalls(mode), saved:
                     out = run_forward(model, x)
-                fields_result = fields.result(_tensors(out))
+                fields_result = fields.result(_outputs(out))
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted.
-                losses = [t.sum() for t in _tensors(out) if t.requires_grad]
+                losses = [t.sum() for t in _outputs(out) if t.requires_grad]
                 if losses:  # none: nothing trains (no parameters, or all frozen), no backward
                     with mode:
                         sum(losses[1:], losses[0]).backward()
                 memory = _training_memory(model, saved.bytes)
             else:
-                with mode, torch.no_grad():
+                with mode, _FunctionCalls(mode), torch.no_grad():
                     out = run_forward(model, x)
-                fields_result = fields.result(_tensors(out))
+                fields_result = fields.result(_outputs(out))
     finally:
         for handle in hooks:
             handle.remove()
@@ -586,9 +688,15 @@ def analyze(
     num_classes: int | None = None,
     bias: bool = True,
     activations: str = "all",
+    *,
+    macs_convention: str = "dlperf",
+    transfer: str = "scratch",
+    model_kwargs: dict[str, Any] | None = None,
 ) -> Analysis:
-    """Analyse a model by registry/torchvision name or "file.py:factory"; `bias` and
-    `activations` choose what the parameter and activation counts include."""
+    """Analyse a model by registry/torchvision name or "file.py:factory", built with
+    `model_kwargs`; `bias`, `activations` and `macs_convention` choose what the parameter,
+    activation and MAC counts include. With `transfer` "feature-extract" the backbone is
+    frozen as a run would freeze it (no weights needed): only the head is trainable."""
     if batch < 1:
         raise UserError(f"analyze.batch: must be at least 1, got {batch}")
     if num_classes is not None and num_classes < 1:
@@ -602,9 +710,37 @@ def analyze(
             f"analyze.activations {activations!r}: use {' or '.join(ACTIVATIONS)}",
             "conv-pool-fc counts the outputs of convolution, pooling and linear layers only",
         )
+    if macs_convention not in MACS_CONVENTIONS:
+        raise UserError(
+            f"analyze.macs_convention {macs_convention!r}: use {', '.join(MACS_CONVENTIONS)}"
+        )
+    if train and macs_convention != "dlperf":
+        raise UserError(
+            f"analyze.macs_convention {macs_convention}: the peers count a forward pass only",
+            "leave out analyze.train, or count the training step with the dlperf convention",
+        )
     shape = list(input_shape) if input_shape else default_input(name)
-    model, classes, source = build_model(name, shape, num_classes)
+    model, classes, source, arguments = build_model(
+        name, shape, num_classes, **(model_kwargs or {})
+    )
+    if macs_convention == "ptflops":
+        kept = [type(m).__name__ for m in model.modules() if isinstance(m, PTFLOPS_NOT_REPRODUCED)]
+        if kept:
+            raise UserError(
+                f"analyze.macs_convention ptflops: its experimental hooks for {kept[0]} are not "
+                "reproduced",
+                "use the dlperf, torchinfo or fvcore convention for this model",
+            )
+    if transfer == "feature-extract":
+        from dlperf.models.transfer import freeze_backbone
+
+        freeze_backbone(model)
     a = analyze_module(model, shape, batch, train, precision, name)
-    a.classes, a.classes_source = classes, source
-    a.bias, a.activations = bias, activations
+    a.classes, a.classes_source, a.arguments = classes, source, arguments
+    a.bias, a.activations, a.macs_convention, a.transfer = (
+        bias,
+        activations,
+        macs_convention,
+        transfer,
+    )
     return a

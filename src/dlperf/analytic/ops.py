@@ -13,6 +13,7 @@ arithmetic), or reported by name as unsupported. Nothing is silently counted as 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from math import prod
 from typing import Any, NamedTuple
 
@@ -31,12 +32,18 @@ Handler = Callable[[Sequence[Any], Any], Cost]
 # FLOPs per element of the ops that are not multiply-accumulates.
 ELEMENTWISE = 1
 """Any element-wise op (add, mul, relu, exp, sigmoid, gelu, compare, their backward)."""
-NORM_APPLY = 4
-"""(x - mean) * rstd * gamma + beta with given statistics (batch norm in eval)."""
+NORMALIZE = 2
+"""(x - mean) * rstd with given statistics (batch norm in eval); the affine weight (gamma)
+and bias (beta), where the layer has them, add one FLOP each."""
 NORM_STATS = 4
 """Computing mean (1 add) and variance (subtract, square, add) of each element."""
-NORM_BACKWARD = 9
-"""Recompute x-hat (2), d-gamma (2), d-beta (1), d-input (4)."""
+NORM_BACKWARD = 6
+"""Recompute x-hat (2) and d-input (4); d-gamma (2) and d-beta (1) where they are computed."""
+INTERPOLATE = {"upsample_linear1d": 2, "upsample_bilinear2d": 4, "upsample_trilinear3d": 8,
+               "upsample_bicubic2d": 16}  # fmt: skip
+"""Input values each output of an interpolating upsampling weighs: a weighted sum of n values
+is n multiplies and n - 1 adds; its backward spreads each output's gradient over them
+(n multiplies, n adds)."""
 SOFTMAX = 5
 """max (1), subtract (1), exp (1), sum (1), divide (1); log-softmax alike."""
 SOFTMAX_BACKWARD = 4
@@ -163,10 +170,42 @@ def pool_backward(args: Sequence[Any], out: Any) -> Cost:
     return Cost(0, _window(args[1:]) * args[0].numel())
 
 
+def _affine(args: Sequence[Any], weight_at: int) -> int:
+    """How many of the affine weight and bias (arguments weight_at, weight_at + 1) are given:
+    a layer built with affine=False has neither."""
+    return sum(args[i] is not None for i in (weight_at, weight_at + 1))
+
+
 def batch_norm(args: Sequence[Any], out: Any) -> Cost:
     """native_batch_norm(input, weight, bias, running_mean, running_var, training, ...)."""
     training = bool(args[5])
-    return Cost(0, (NORM_APPLY + NORM_STATS * training) * args[0].numel())
+    return Cost(0, (NORMALIZE + _affine(args, 1) + NORM_STATS * training) * args[0].numel())
+
+
+def normalisation(weight_at: int, stats: bool) -> Handler:
+    """A norm whose affine weight is argument `weight_at`, computing its statistics or not."""
+
+    def handler(args: Sequence[Any], out: Any) -> Cost:
+        per_element = NORMALIZE + _affine(args, weight_at) + NORM_STATS * stats
+        return Cost(0, per_element * args[0].numel())
+
+    return handler
+
+
+def norm_backward(args: Sequence[Any], out: Any) -> Cost:
+    """A norm's backward; its last argument, output_mask, says whether d-gamma and d-beta are
+    computed (not for a layer without them)."""
+    mask = args[-1]
+    return Cost(0, (NORM_BACKWARD + 2 * bool(mask[1]) + bool(mask[2])) * args[0].numel())
+
+
+def interpolate(args: Sequence[Any], out: Any, name: str) -> Cost:
+    n = INTERPOLATE[name]
+    return Cost(0, (2 * n - 1) * _first(out).numel())
+
+
+def interpolate_backward(args: Sequence[Any], out: Any, name: str) -> Cost:
+    return Cost(0, 2 * INTERPOLATE[name.removesuffix("_backward")] * args[0].numel())
 
 
 def index_put(args: Sequence[Any], out: Any) -> Cost:
@@ -196,13 +235,13 @@ HANDLERS: dict[str, Handler] = {
     "_scaled_dot_product_cudnn_attention_backward": attention_backward,
     # normalisation
     "native_batch_norm": batch_norm,
-    "_native_batch_norm_legit": per_input(NORM_APPLY + NORM_STATS),
-    "_native_batch_norm_legit_no_training": per_input(NORM_APPLY),
-    "native_layer_norm": per_input(NORM_APPLY + NORM_STATS),
-    "native_group_norm": per_input(NORM_APPLY + NORM_STATS),
-    "native_batch_norm_backward": per_input(NORM_BACKWARD),
-    "native_layer_norm_backward": per_input(NORM_BACKWARD),
-    "native_group_norm_backward": per_input(NORM_BACKWARD),
+    "_native_batch_norm_legit": normalisation(1, stats=True),
+    "_native_batch_norm_legit_no_training": normalisation(1, stats=False),
+    "native_layer_norm": normalisation(2, stats=True),
+    "native_group_norm": normalisation(1, stats=True),
+    "native_batch_norm_backward": norm_backward,
+    "native_layer_norm_backward": norm_backward,
+    "native_group_norm_backward": norm_backward,
     # softmax
     "_softmax": per_output(SOFTMAX),
     "_safe_softmax": per_output(SOFTMAX),
@@ -237,6 +276,10 @@ HANDLERS: dict[str, Handler] = {
     "index_put": index_put,
     "embedding_dense_backward": per_input(ELEMENTWISE),  # sums the gradients of each row
 }
+
+for _name in INTERPOLATE:
+    HANDLERS[_name] = partial(interpolate, name=_name)
+    HANDLERS[f"{_name}_backward"] = partial(interpolate_backward, name=f"{_name}_backward")
 
 # Element-wise ops and their backward: one FLOP per output element (in-place "_" forms too).
 for _name in [
@@ -318,6 +361,9 @@ IGNORED: frozenset[str] = frozenset(
         "slice",
         "split",
         "split_with_sizes",
+        "unsafe_split",
+        "unsafe_split_with_sizes",
+        "unsafe_chunk",
         "chunk",
         "unbind",
         "as_strided",
@@ -334,6 +380,14 @@ IGNORED: frozenset[str] = frozenset(
         "cat",
         "stack",
         "constant_pad_nd",
+        "reflection_pad1d",
+        "reflection_pad2d",
+        "reflection_pad3d",
+        "replication_pad1d",
+        "replication_pad2d",
+        "replication_pad3d",
+        "max_unpool2d",
+        "max_unpool3d",
         "index",
         "index_select",
         "gather",
@@ -345,7 +399,12 @@ IGNORED: frozenset[str] = frozenset(
         "masked_select",
         "select_backward",
         "slice_backward",
+        "upsample_nearest1d",
         "upsample_nearest2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d",
+        "_upsample_nearest_exact3d",
         "pixel_shuffle",
         "pixel_unshuffle",
         "channel_shuffle",

@@ -83,15 +83,19 @@ def _pair(v: Any, default: Sequence[int]) -> list[int]:
     return v * 2 if len(v) == 1 else v
 
 
-def _keeps_axes(name: str, args: Sequence[Any]) -> bool:
-    """Does a permute/transpose leave the height and width axes where they are?"""
+def _keeps_axes(name: str, args: Sequence[Any], dims: int) -> bool:
+    """Does a permute/transpose leave the height and width axes (the last two) where they
+    are?"""
+    last = [dims - 2, dims - 1]
     if name == "permute":
-        return [d % 4 for d in args[1]][2:] == [2, 3]
-    return not {args[1] % 4, args[2] % 4} & {2, 3}
+        return [d % dims for d in args[1]][-2:] == last
+    return not {args[1] % dims, args[2] % dims} & set(last)
 
 
 def _spatial(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == 4
+    """An image batch (N, C, H, W), or one with its channels split in two (N, 1, C, H, W), as
+    local response normalisation views them to pool over channels."""
+    return isinstance(t, torch.Tensor) and t.dim() in (4, 5)
 
 
 class FieldTracker:
@@ -166,13 +170,13 @@ class FieldTracker:
         if not _spatial(out):
             return Ended("positions are mixed (global pooling, flatten or attention)")
         assert out is not None
-        if out.shape[2:] == (1, 1) and x.shape[2:] != (1, 1):
+        if out.shape[-2:] == (1, 1) and x.shape[-2:] != (1, 1):
             return Ended("global pooling mixes all positions")
         if name in ("_adaptive_avg_pool2d", "adaptive_max_pool2d"):
             return self._adaptive(field, x, out)
-        if name == "slice" and args[1] in (2, 3, -1, -2):
+        if name == "slice" and args[1] % x.dim() >= x.dim() - 2:
             return self._slice(field, x, args)
-        if name in ("permute", "transpose") and not _keeps_axes(name, args):
+        if name in ("permute", "transpose") and not _keeps_axes(name, args, x.dim()):
             return Ended("not followed (the layout changes)")
         if name == "constant_pad_nd":
             pad = list(args[1]) + [0] * 4
@@ -193,7 +197,7 @@ class FieldTracker:
     def _slice(self, field: Field | Ended, x: torch.Tensor, args: Sequence[Any]) -> Field | Ended:
         if isinstance(field, Ended):
             return field
-        axis = args[1] % 4 - 2
+        axis = args[1] % x.dim() - (x.dim() - 2)
         begin = args[2] if len(args) > 2 and args[2] is not None else 0
         begin = begin + x.shape[axis + 2] if begin < 0 else begin
         step = args[4] if len(args) > 4 else 1
@@ -213,10 +217,10 @@ class FieldTracker:
     ) -> Field | Ended:
         joined: list[Field] = []
         for t, state in inputs:
-            gate = _spatial(t) and t.shape[2:] == (1, 1) and out.shape[2:] != (1, 1)
+            gate = _spatial(t) and t.shape[-2:] == (1, 1) and out.shape[-2:] != (1, 1)
             if gate:
                 continue
-            if not _spatial(t) or t.shape[2:] != out.shape[2:]:
+            if not _spatial(t) or t.shape[-2:] != out.shape[-2:]:
                 return Ended(f"not followed (aten.{name} changes the spatial size)")
             if isinstance(state, Ended):
                 return state

@@ -12,6 +12,8 @@ from dlperf.table import Table
 LAYER_COLUMNS = ["name", "type", "output_shape", "params", "macs", "flops", "activations",
                  "activation_bytes"]  # fmt: skip
 BACKWARD_COLUMNS = ["backward_macs", "backward_flops"]
+COUNTED = ("conv", "pool", "fc")
+"""The roles whose outputs the conv-pool-fc convention counts as activations."""
 
 
 def si(value: float, unit: str = "") -> str:
@@ -28,7 +30,7 @@ def csv_columns(result: dict[str, Any]) -> list[str]:
 
 
 def _cell(row: dict[str, Any], column: str, every_output: bool) -> str:
-    if column.startswith("activation") and not every_output and row["role"] == "other":
+    if column.startswith("activation") and not every_output and row["role"] not in COUNTED:
         return "–"  # not an activation in this convention
     return si(row[column], "B" if column.endswith("bytes") else "")
 
@@ -46,16 +48,22 @@ def layer_table(result: dict[str, Any]) -> Table:
     shape = "x".join(map(str, result["input"]))
     step = ", training step" if train else ""
     n = result["classes"]
-    classes = f"{n} classes" if n is not None else "classes"
+    classes = f"{n} classes ({result['classes_source']})" if n is not None else "no classes"
+    if n is None and result["classes_source"] != "the model takes no num_classes":
+        classes = f"classes ({result['classes_source']})"
+    arguments = ", ".join(f"{k}={v}" for k, v in result["arguments"].items())
+    frozen = (
+        ", backbone frozen (feature-extract)" if result["transfer"] == "feature-extract" else ""
+    )
     return Table(
-        f"{result['model']}: input {shape}, batch {result['batch']}, {result['precision']}{step}, "
-        f"{classes} ({result['classes_source']})",
+        f"{result['model']}{f'({arguments})' if arguments else ''}: input {shape}, "
+        f"batch {result['batch']}, {result['precision']}{step}, {classes}{frozen}",
         [
             "layer",
             "type",
             "output",
             "params" if result["conventions"]["params"] == "with biases" else "params w/o bias",
-            "MACs",
+            f"MACs ({result['conventions']['macs']})",
             "FLOPs",
             "activations",
             "act. bytes",
@@ -101,7 +109,8 @@ def totals_table(result: dict[str, Any]) -> Table:
     if result["not_run"]:
         summary += [["params of modules that never ran", f"{t['params_not_run']:,}"]]
     summary += [
-        ["MACs", f"{t['macs']:,} ({si(t['macs'])})"],
+        [f"MACs ({result['conventions']['macs']})", f"{t['macs']:,} ({si(t['macs'])})"],
+        ["  MACs count", result["conventions"]["macs_counts"]],
         ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
         [f"activations (elements; {outputs})", f"{t['activations']:,}"],
         ["activation memory (the same)", si(t["activation_bytes"], "B")],

@@ -64,6 +64,14 @@ def analyze(
         "conv-pool-fc (convolution, pooling and linear layers only, as course tables count "
         "them), e.g. dlperf analyze vgg19 --activations conv-pool-fc.",
     ),
+    macs_convention: str = typer.Option(
+        None,
+        "--macs-convention",
+        help="Whose MACs: dlperf (default: weight products only; bias adds, normalisation "
+        "and pooling are FLOPs), torchinfo, ptflops or fvcore (to reproduce their tables), "
+        "e.g. dlperf analyze resnet18 --macs-convention ptflops.",
+        show_default=False,
+    ),
     as_json: bool = JSON,
     as_csv: bool = typer.Option(False, "--csv", help="Print the per-layer rows as CSV."),
 ) -> None:
@@ -71,8 +79,10 @@ def analyze(
     arithmetic), activations, receptive field. Runs on meta tensors: nothing is computed.
     Totals are the sums of the rows; parameters of modules that never ran are listed apart.
 
-    The options from --input to --activations are short for --set analyze.KEY=VALUE (KEY: the
-    option's name, --no-bias is analyze.bias=false); `dlperf config keys` explains every key.
+    The options from --input to --macs-convention are short for --set analyze.KEY=VALUE (KEY:
+    the option's name with _ for -, --no-bias is analyze.bias=false); `dlperf config keys`
+    explains every key. [model] kwargs build the model (--set model.kwargs.n=3), and
+    model.transfer = "feature-extract" counts the backbone frozen: only the head trains.
 
     Example: dlperf analyze vgg19 --no-bias --activations conv-pool-fc
     """
@@ -80,10 +90,12 @@ def analyze(
     from dlperf.analytic.tables import csv_columns, tables
     from dlperf.config import load_command
 
-    opts = load_command(config, set_, {**locals(), "input": input_}, "analyze").analyze
+    exp = load_command(config, set_, {**locals(), "input": input_}, "analyze")
+    opts = exp.analyze
     a = count(
         model, opts.input, opts.batch, opts.train, opts.precision, opts.classes, opts.bias,
-        opts.activations,
+        opts.activations, macs_convention=opts.macs_convention, transfer=exp.model.transfer,
+        model_kwargs=exp.model.kwargs,
     )  # fmt: skip
     note = a.unsupported_note()
     if note:

@@ -4,7 +4,7 @@ Importing the package imports every model file, whose `@register_model` factorie
 registry. `dlperf models` lists names from names.toml instead, without importing torch.
 """
 
-from dlperf.models import cifar_resnet, smallcnn  # noqa: F401  (they register their models)
+from dlperf.models import cifar_resnet, course, smallcnn  # noqa: F401  (they register models)
 from dlperf.models.registry import create_model, list_models, register_model
 
 __all__ = ["create_model", "list_models", "register_model"]

@@ -20,12 +20,34 @@ from torch import nn
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
 
-_REGISTRY: dict[str, Callable[..., nn.Module]] = {}
+Factory = Callable[..., nn.Module]
+_REGISTRY: dict[str, Factory] = {}
+_INPUTS: dict[str, list[int]] = {}
 
 
-def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+def register_model(fn: Factory) -> Factory:
     _REGISTRY[fn.__name__] = fn
     return fn
+
+
+def meant_for(*shape: int) -> Callable[[Factory], Factory]:
+    """Decorator: the input (C, H, W) a registered model is counted at by default, for a
+    network drawn for one size (the paper's AlexNet at 227x227)."""
+
+    def record(fn: Factory) -> Factory:
+        _INPUTS[fn.__name__] = list(shape)
+        return fn
+
+    return record
+
+
+def registered_input(name: str) -> list[int] | None:
+    """The input a registered model is meant for; None when it names none."""
+    return _INPUTS.get(name)
+
+
+def registered_factory(name: str) -> Factory | None:
+    return _REGISTRY.get(name)
 
 
 def _torchvision_names() -> list[str]:
@@ -48,7 +70,18 @@ def _call_accepting(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -
             f"model '{name}' does not accept {', '.join(unknown)}",
             f"accepted: {', '.join(params) or 'no arguments'}",
         )
-    return fn(**kwargs)
+    try:
+        return fn(**kwargs)
+    except (TypeError, ValueError) as e:  # a value the factory refuses (conv_stack's n=0)
+        raise UserError(f"model '{name}': {e}") from None
+
+
+def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Those of `kwargs` that `fn` takes (all of them when it takes **kwargs)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
 
 
 def is_file_spec(name: str) -> bool:
@@ -89,11 +122,8 @@ def build_from_factory(
 ) -> nn.Module:
     """Call a model file's factory with those of `kwargs` it accepts."""
     # A user's factory may not know about num_classes/in_channels: pass what it accepts.
-    params = inspect.signature(fn).parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    accepted = {k: v for k, v in kwargs.items() if takes_any or k in params}
     try:
-        model = fn(**accepted)
+        model = fn(**accepted(fn, kwargs))
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
     except Exception as e:
@@ -144,8 +174,11 @@ def create_model(
             load_factory(name), name, {**sized, "in_channels": in_channels, **kwargs}
         )
     if name in _REGISTRY:
+        # The course's blocks have no classifier: num_classes and in_channels go to the
+        # factories that take them; any other argument must be the factory's own.
+        fn = _REGISTRY[name]
         return _call_accepting(
-            _REGISTRY[name], {**sized, "in_channels": in_channels, **kwargs}, name
+            fn, {**accepted(fn, {**sized, "in_channels": in_channels}), **kwargs}, name
         )
     tv_names = _torchvision_names()
     if name in tv_names:

@@ -1,0 +1,128 @@
+"""MAC conventions: what dlperf counts as a multiply-accumulate, and what the counters that
+published tables come from count, so that a student can reproduce such a table.
+
+dlperf's MACs are the weight products alone (convolutions, matrix products, attention);
+bias adds, normalisation, pooling and element-wise ops are FLOPs only. The peers count more,
+each in its own way, worked out from their code (docs/analyze.md gives the sources):
+
+- torchinfo (`summary`'s "Mult-Adds"): every leaf module's parameters times its output
+  positions: for a module whose class name has "Conv", (weight + bias) x N x output H x W;
+  for any other, parameters named weight or bias x N (the output's first dimension), and
+  other parameters with weight or bias in their name (RNNs) x N x its second dimension.
+- ptflops 0.7.5 (its `pytorch` backend's module hooks, the one its CNN tables use, as with
+  `backend_specific_config={"count_functional": False}`): convolutions (per output
+  position, per input position when transposed: kernel x in_channels x out_channels /
+  groups, plus one bias add per output), linear layers ((in_features + 1 with a bias) x
+  out_features per row), 1 per output of ReLU, PReLU, ELU, LeakyReLU, ReLU6, GELU and
+  nn.Upsample (of the first sample), 1 per input of pooling, 1 per input of batch, instance,
+  group and layer norm (2 with `affine=True`; LayerNorm has no `affine`, so 1). Other
+  modules count 0. Its default also counts functional calls (F.relu, F.max_pool2d, ...)
+  beside the module hooks, so that nn.ReLU and nn.MaxPool2d count twice; that is not
+  reproduced.
+- fvcore (`FlopCountAnalysis`, whose "flops" are MACs): convolutions and matrix products
+  without bias; batch norm in eval 1 per element (2 with an affine weight), norms computing
+  statistics 4 per element (5 with an affine weight); nearest upsampling 1 and bilinear 4
+  per output; adaptive average pooling 1 per input; nothing else.
+
+Each counts one forward pass; a layer's cost under each convention is kept beside dlperf's.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import torch
+from torch import nn
+
+MACS_CONVENTIONS = {
+    "dlperf": "weight products only (convolutions, matrix products, attention); bias adds, "
+    "normalisation, pooling and element-wise ops are in FLOPs only",
+    "torchinfo": "torchinfo's Mult-Adds: each leaf layer's parameters, biases included, "
+    "times its output positions (N x H x W for a convolution, N for other layers)",
+    "ptflops": "ptflops (pytorch backend): convolution and linear products plus one per "
+    "bias add; 1 per output of activations and upsampling, 1 per input of pooling, 1 per "
+    "input of normalisation (2 with affine)",
+    "fvcore": "fvcore: convolution and matrix products without bias; normalisation 1-5 per "
+    "element, upsampling 1 (nearest) or 4 (bilinear) per output, adaptive average pooling 1 "
+    "per input; element-wise ops and max pooling 0",
+}
+"""Convention -> what its MACs count, as the table and `--json` say it."""
+
+PEERS = ("torchinfo", "ptflops", "fvcore")
+
+_PTFLOPS_ACTIVATIONS = (nn.ReLU, nn.PReLU, nn.ELU, nn.LeakyReLU, nn.ReLU6, nn.GELU)
+_PTFLOPS_POOLS = (
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd,
+)
+_PTFLOPS_NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+PTFLOPS_NOT_REPRODUCED = (nn.RNNBase, nn.RNNCellBase, nn.MultiheadAttention)
+"""Modules whose experimental ptflops hooks dlperf does not reproduce."""
+
+
+def torchinfo_macs(module: nn.Module, out: torch.Tensor) -> int:
+    """torchinfo's LayerInfo.calculate_macs for a leaf module and its (first) output."""
+    shape = list(out.shape)
+    macs = 0
+    for name, p in module.named_parameters():
+        if name in ("weight", "bias"):
+            positions = prod(shape[:1] + shape[2:]) if "Conv" in type(module).__name__ else shape[0]
+            macs += p.numel() * positions
+        elif "weight" in name or "bias" in name:
+            macs += prod(shape[:2]) * p.numel()
+    return macs
+
+
+def ptflops_macs(module: nn.Module, x: torch.Tensor | None, out: torch.Tensor) -> int:
+    """ptflops' pytorch-backend hook for a module's type (0 for a type it has no hook for)."""
+    if isinstance(module, nn.modules.conv._ConvNd) and x is not None:
+        # a transposed convolution computes one kernel window per input position
+        active = x.shape[0] * prod((x if module.transposed else out).shape[2:])
+        per_position = prod(module.kernel_size) * module.in_channels * module.out_channels
+        bias = out.numel() if module.bias is not None else 0
+        return per_position // module.groups * active + bias
+    if isinstance(module, nn.Linear) and x is not None:
+        bias = out.shape[-1] if module.bias is not None else 0
+        return (x.shape[-1] * out.shape[-1] + bias) * prod(x.shape[:-1])
+    if isinstance(module, (*_PTFLOPS_ACTIVATIONS,)):
+        return out.numel()
+    if isinstance(module, nn.Upsample):
+        return out[0].numel()
+    if isinstance(module, _PTFLOPS_POOLS) and x is not None:
+        return x.numel()
+    if isinstance(module, _PTFLOPS_NORMS) and x is not None:
+        return x.numel() * (2 if getattr(module, "affine", False) else 1)
+    return 0
+
+
+def _fvcore_norm(args: Any, weight_at: int, stats: bool) -> int:
+    affine = args[weight_at] is not None
+    per_element = (5 if affine else 4) if stats else (2 if affine else 1)
+    return per_element * args[0].numel()
+
+
+def fvcore_extra(name: str, args: Any, out: Any) -> int:
+    """What fvcore counts for an ATen call besides its weight products (dlperf's MACs)."""
+    first = out[0] if isinstance(out, tuple | list) else out
+    if name == "native_batch_norm":
+        return _fvcore_norm(args, 1, stats=bool(args[5]))
+    if name == "_native_batch_norm_legit":
+        return _fvcore_norm(args, 1, stats=True)
+    if name == "_native_batch_norm_legit_no_training":
+        return _fvcore_norm(args, 1, stats=False)
+    if name in ("native_layer_norm", "native_group_norm"):
+        return _fvcore_norm(args, 2 if name == "native_layer_norm" else 1, stats=True)
+    if name == "upsample_nearest2d":
+        return int(first.numel())
+    if name in ("upsample_bilinear2d", "grid_sampler_2d"):
+        return 4 * first.numel()
+    return 0
+
+
+def fvcore_function(name: str, args: Any) -> int:
+    """What fvcore counts for a torch function call that ATen does not show as such:
+    adaptive average pooling (module or functional) becomes `mean` when pooling to 1x1."""
+    return int(args[0].numel()) if name == "adaptive_avg_pool2d" else 0
