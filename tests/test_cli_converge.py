@@ -535,6 +535,63 @@ def test_plan_speed_model_bad_inputs(
     assert r.err.count("\n") == 1 and r.err.startswith("error: ") and message in r.err, r.err
 
 
+def weak_optimus_csv(path: Path) -> Path:
+    """A weak-scaling study of 1 and 2 workers, one parameter server: step time
+    0.0001·M/w + 0.002 + 0.001·w. It cannot tell θ2 (×w/p) from θ3 (×w), nor θ1 from θ4."""
+    rows = [f"{w},1,{m * w},{0.0001 * m + 0.002 + 0.001 * w}" for w in (1, 2) for m in (16, 32, 64)]
+    path.write_text("workers,ps,global_batch,step_time_s\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_plan_refuses_allocations_its_speed_fit_cannot_tell(cli: Cli, tmp_path: Path) -> None:
+    """Issue 29: plan took a speed fit's bare coefficients, so a 1- and 2-worker study with
+    one server planned 2 servers as if the fit knew what they do."""
+    fit = ("converge", "speed", "fit", "--csv", str(weak_optimus_csv(tmp_path / "weak.csv")),
+           "--model", "optimus-sync", "--json")  # fmt: skip
+    r = cli(*fit)
+    assert r.code == 0, r.err
+    assert {"theta2", "theta3"} <= set(json.loads(r.out)["undetermined"])
+    (tmp_path / "speed.json").write_text(r.out)
+    (tmp_path / "curve.json").write_text(
+        json.dumps({"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1})
+    )
+    plan = ("converge", "plan", "--curve", "curve.json", "--speed", "speed.json", "--target",
+            "0.2", "--batch", "64", "--workers", "1-4")  # fmt: skip
+    r = cli(*plan, "--ps", "1,2")
+    assert r.code == 2 and r.out == "", r.out
+    assert r.err.count("\n") == 1 and r.err.startswith("error: ps=2, workers=1 rests on ")
+    assert "theta2" in r.err and "not identifiable from these points" in r.err
+    assert "--fix theta" in r.err and "--speed-params" in r.err
+
+    # One server: the fit determines every allocation, beyond 2 workers as extrapolations.
+    r = cli(*plan, "--ps", "1", "--json")
+    assert r.code == 0, r.err
+    outside = {a["workers"]: a["outside"] for a in json.loads(r.out)["allocations"]}
+    assert outside[1] == outside[2] == {}
+    assert outside[4] == {"workers": 2.0}  # 2× the most measured
+    r = cli(*plan, "--ps", "1")
+    assert r.code == 0, r.err
+    assert "workers 2×" in r.out
+    assert "workers beyond the measured 1–2 assume that each θ term stays linear" in r.out
+
+    # The coefficients fixed (e.g. to a paper's values), two servers can be planned.
+    r = cli(*fit, "--fix", "theta3=0.001,theta4=0")
+    (tmp_path / "speed.json").write_text(r.out)
+    r = cli(*plan, "--ps", "1,2", "--json")
+    assert r.code == 0, r.err
+    (a,) = [a for a in json.loads(r.out)["allocations"] if (a["ps"], a["workers"]) == (2, 1)]
+    assert a["outside"] == {"ps": 2.0}
+
+    # The cluster allocator weighs a second server for each job: refused the same way.
+    r = cli(*fit)
+    (tmp_path / "speed.json").write_text(r.out)
+    (tmp_path / "jobs.toml").write_text(
+        '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.2\n'
+    )
+    r = cli("converge", "plan", "--cluster", "jobs.toml", "--gpus", "4")
+    assert r.code == 2 and r.err.startswith("error: job a: ps=2, workers=1 rests on "), r.err
+
+
 def test_plan_for_a_curve_already_past_the_target_says_so(cli: Cli, store: Store) -> None:
     r = cli("converge", "fit", str(accuracy_run(store)), "--metric", "accuracy", "--upto",
             "0.5", "--json")  # fmt: skip

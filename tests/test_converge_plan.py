@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.converge import plan
+from dlperf.converge import plan, speed
 from dlperf.converge.speed import SpeedFit, SpeedReport
 from dlperf.errors import UserError
 
@@ -107,3 +107,30 @@ def test_curve_and_speed_files_that_cannot_plan(tmp_path: Path) -> None:
     )
     with pytest.raises(UserError, match="job a: the speed model gives no global batch"):
         plan.read_jobs(tmp_path / "jobs.toml")
+
+
+def test_plan_honours_what_the_speed_fit_leaves_undetermined(tmp_path: Path) -> None:
+    """Issue 29: a weak-scaling fit of 1 and 2 workers on one server cannot tell θ2 (×w/p)
+    from θ3 (×w): its value for θ2 is one of many, so a plan with 2 servers is refused; one
+    server and 4 workers is the same combination of the θ as measured, an extrapolation that
+    says how far."""
+    rows = [
+        {"workers": w, "ps": 1, "global_batch": m * w, "step_time_s": 0.001 * m + 0.01 * w}
+        for w, m in ((1, 16), (1, 64), (2, 16), (2, 64), (1, 16))
+    ]
+    fit = speed.fit(speed.from_rows(rows, "test"), "optimus-sync")
+    path = tmp_path / "speed.json"
+    path.write_text(json.dumps(SpeedReport(fit, []).to_dict()))
+    read = plan.read_speed_fit(path)
+    assert read.undetermined == fit.undetermined and "theta2" in read.undetermined
+    assert read.measured == [[r["workers"], 1, r["global_batch"]] for r in rows]
+    with pytest.raises(UserError, match=r"ps=2, workers=1 rests on .*theta2"):
+        plan.plan(100, read, [1, 2], [1, 2], batch=64)
+    done = plan.plan(100, read, [1], [1, 4], batch=64)
+    assert [r.outside for r in done] == [{}, {"workers": 2.0}]
+    assert done[1].time_s == pytest.approx(100 * (0.001 * 16 + 0.01 * 4))
+    with pytest.raises(UserError, match="job a: ps=2, workers=1 rests on "):
+        plan.allocate([plan.Job("a", 100, read, 64)], 3)
+    path.write_text(json.dumps({**SpeedReport(fit, []).to_dict(), "measured": [[1, 1]]}))
+    with pytest.raises(UserError, match="not as the fit writes them"):
+        plan.read_speed_fit(path)

@@ -144,11 +144,16 @@ def plan(
     takes one device. jobs.toml holds [[job]] tables with name, curve, speed, target and
     optionally batch.
 
+    An allocation that rests on a coefficient the speed fit leaves undetermined is refused
+    (fix it with `speed fit --fix`, or give --speed-params); one beyond the measured
+    workers, servers or batch is marked with how far.
+
     Example: dlperf converge plan --curve curve.json --speed-params
     theta0=0.01,theta1=0.1,theta2=0.2,theta3=0.01,theta4=0.01 --batch 256 --target 0.9
     --ps 1,2,4 --workers 1-16 --price-per-hour 0.9
     """
     from dlperf.converge import plan as planner
+    from dlperf.converge import speed
 
     if cluster is not None:
         if gpus is None:
@@ -202,11 +207,19 @@ def plan(
         return
     console.print_table(
         f"{console.fmt(done.steps)} steps to {target:g}",
-        ["ps", "workers", "hours", done.cost_unit, "best"],
+        ["ps", "workers", "hours", done.cost_unit, "best", "beyond the measured"],
         [
             [r.ps, r.workers, r.time_s / 3600, r.cost,
-             ", ".join(n for n, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on)]
+             ", ".join(n for n, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on),
+             ", ".join(f"{k} {f:.3g}×" for k, f in r.outside.items())]
             for r in done.allocations
         ],
     )  # fmt: skip
+    beyond = {k for r in done.allocations for k in r.outside}
+    for key in (k for k in ("workers", "ps", "batch") if k in beyond):
+        least, most = speed_model.span[key]
+        console.out.print(
+            f"{key} beyond the measured {least:g}–{most:g} assume {speed.ASSUMES['optimus'][key]}",
+            markup=False,
+        )
     console.out.print(f"basis: {done.basis}", markup=False)

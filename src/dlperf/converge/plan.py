@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ class Allocation:
     cost: float  # device-hours × price (device-hours when no price is given)
     fastest: bool = False
     cheapest: bool = False
+    # how far outside the speed data's measured workers, ps or batch it lies (`outside`)
+    outside: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,7 +61,34 @@ def _check_batch(batch: float, where: str = "") -> None:
         raise UserError(f"{where}the global batch must be a positive number, got {batch:g}")
 
 
-def time_to_target(steps: float, fit: SpeedFit, workers: int, ps: int, batch: float) -> float:
+def check_determined(fit: SpeedFit, workers: int, ps: int, batch: float, where: str = "") -> None:
+    """Refuse an allocation whose step time rests on a coefficient the speed data leave
+    undetermined: the fit's value for it is one of many that fit the data equally well."""
+    missing = speed.optimus_rests_on(fit, {"workers": workers, "ps": ps, "batch": batch})
+    if missing:
+        raise UserError(
+            f"{where}ps={ps}, workers={workers} rests on {', '.join(missing)}, which the speed "
+            f"fit leaves undetermined ({missing[0]}: {fit.undetermined[missing[0]]})",
+            f"plan only --ps/--workers the fit determines, fix it with `converge speed fit ... "
+            f"--fix {missing[0]}=VALUE,...`, or give the paper's coefficients with --speed-params",
+        )
+
+
+def outside(fit: SpeedFit, workers: int, ps: int, batch: float) -> dict[str, float]:
+    """How far an allocation lies outside the speed data's measured range: for each key
+    beyond it, the value ÷ the largest measured (> 1) or ÷ the smallest (< 1)."""
+    factors = {}
+    for key, value in (("workers", workers), ("ps", ps), ("batch", batch)):
+        least, most = fit.span.get(key, (value, value))
+        if not least <= value <= most:
+            factors[key] = value / (most if value > most else least)
+    return factors
+
+
+def time_to_target(
+    steps: float, fit: SpeedFit, workers: int, ps: int, batch: float, where: str = ""
+) -> float:
+    check_determined(fit, workers, ps, batch, where)
     speed = float(steps_per_second(fit, workers, batch, ps)[0])
     return steps / speed if speed > 0 else math.inf
 
@@ -72,7 +101,8 @@ def plan(
     batch: float,
     price_per_hour: float = 1.0,
 ) -> list[Allocation]:
-    """One row per (ps, workers), the fastest and the cheapest marked."""
+    """One row per (ps, workers), the fastest and the cheapest marked, and how far each lies
+    outside the measured range; refused when one rests on an undetermined coefficient."""
     check_optimus(fit.model)
     _check_batch(batch)
     if not price_per_hour >= 0:  # nan too
@@ -81,7 +111,8 @@ def plan(
     for p in ps_counts:
         for w in worker_counts:
             t = time_to_target(steps, fit, w, p, batch)
-            rows.append(Allocation(p, w, t, t / 3600.0 * (w + p) * price_per_hour))
+            cost = t / 3600.0 * (w + p) * price_per_hour
+            rows.append(Allocation(p, w, t, cost, outside=outside(fit, w, p, batch)))
     min(rows, key=lambda r: (r.time_s, r.workers + r.ps)).fastest = True
     min(rows, key=lambda r: (r.cost, r.time_s)).cheapest = True
     return rows
@@ -102,7 +133,8 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
     alloc = [[1, 1] for _ in jobs]  # [workers, ps]
 
     def remaining(i: int, w: int, p: int) -> float:
-        return time_to_target(jobs[i].steps, jobs[i].speed, w, p, jobs[i].batch)
+        job = jobs[i]
+        return time_to_target(job.steps, job.speed, w, p, job.batch, f"job {job.name}: ")
 
     free = devices - 2 * len(jobs)
     while free > 0:
@@ -214,7 +246,8 @@ def remaining_steps(path: Path, target: float) -> Remaining:
 
 # What a fitted speed model records beyond its coefficients.
 _FIT_RECORD = ("error_pct", "max_error_pct", "n_points", "converged", "message", "notes",
-               "typical_local_batch", "basis")  # fmt: skip
+               "typical_local_batch", "basis", "intervals", "undetermined", "fixed", "span",
+               "measured")  # fmt: skip
 
 
 def read_speed_fit(path: Path) -> SpeedFit:
@@ -237,7 +270,34 @@ def read_speed_fit(path: Path) -> SpeedFit:
             if name in document:
                 setattr(fit, name, document[name])
         fit.basis = fit.basis or f"the {fit.model} fit in {path.name}"  # written before bases
+        _check_record(fit, path)
     return fit
+
+
+def _numbers(values: Any, count: int) -> bool:
+    return (
+        isinstance(values, list)
+        and len(values) == count
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    )
+
+
+def _check_record(fit: SpeedFit, path: Path) -> None:
+    """What the plan reads of a fit beyond its coefficients is as the fit writes it."""
+    undetermined, span, measured = fit.undetermined, fit.span, fit.measured
+    if not (
+        isinstance(undetermined, dict)
+        and all(isinstance(why, str) for why in undetermined.values())
+        and isinstance(fit.fixed, dict)
+        and isinstance(span, dict)
+        and all(_numbers(bounds, 2) for bounds in span.values())
+        and isinstance(measured, list)
+        and all(_numbers(row, 3) for row in measured)
+    ):
+        raise UserError(
+            f"{path}: its undetermined, fixed, span or measured are not as the fit writes them",
+            "write it again with `converge speed fit --json`",
+        )
 
 
 def speed_from_params(text: str) -> SpeedFit:

@@ -128,6 +128,9 @@ class SpeedFit:
     fixed: dict[str, float] = field(default_factory=dict)  # set by the user, not fitted
     # measured [least, most] of workers, ps or nodes, and batch (Pollux: per worker)
     span: dict[str, list[float]] = field(default_factory=dict)
+    # the measured configurations [workers, ps or nodes, global batch]: what tells a reader of
+    # the fit (`converge plan`) which of Optimus's predictions they determine
+    measured: list[list[float]] = field(default_factory=list)
 
     def default_batch(self, workers: float) -> float:
         """The global batch to predict at when none is given: Optimus's models take a fixed
@@ -270,6 +273,12 @@ def _span(data: SpeedData, model: str) -> dict[str, list[float]]:
             "batch": least_most(data.global_batch)}  # fmt: skip
 
 
+def _configurations(data: SpeedData, model: str) -> list[list[float]]:
+    places = data.nodes if model == "pollux" else data.ps
+    assert places is not None  # checked by the fit
+    return np.column_stack([data.workers, places, data.global_batch]).tolist()
+
+
 def check_fixed(model: str, fixed: dict[str, float]) -> None:
     names = list(MEANINGS[model])
     unknown = [k for k in fixed if k not in names]
@@ -340,6 +349,7 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = No
         undetermined=undetermined,
         fixed=dict(fixed),
         span=_span(data, model),
+        measured=_configurations(data, model),
     )
 
 
@@ -519,6 +529,7 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
         undetermined=undetermined,
         fixed=dict(fixed),
         span=_span(data, "pollux"),
+        measured=_configurations(data, "pollux"),
     )
 
 
@@ -707,6 +718,17 @@ def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]
         uses |= {"gamma"} if w > 1 else set()
         missing += [k for k in fit.undetermined if k in uses and k not in structural]
     return missing
+
+
+def optimus_rests_on(fit: SpeedFit, at: dict[str, float]) -> list[str]:
+    """`_rests_on` for an Optimus fit read back from its JSON, whose measured configurations
+    stand for the data (Optimus's estimability depends on nothing else); every undetermined
+    coefficient when it records none."""
+    if not fit.undetermined or not fit.measured:
+        return list(fit.undetermined)
+    w, p, m = np.array(fit.measured, float).T
+    unknown = np.full_like(w, np.nan)  # step times: estimability does not depend on them
+    return _rests_on(fit, SpeedData(workers=w, global_batch=m, step_time=unknown, ps=p), at)
 
 
 def _outside(fit: SpeedFit, at: dict[str, float]) -> list[str]:
