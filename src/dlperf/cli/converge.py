@@ -183,7 +183,8 @@ def predict(
     as_json: bool = JSON,
 ) -> None:
     """The step at which the fitted curve reaches a target, with a 90% interval, and the
-    error against the measured curve when it goes on beyond the fit window.
+    error against the measured curve when it goes on beyond the fit window. The ensemble says
+    "cannot tell", with the reason, where the points seen do not determine it.
 
     Example: dlperf converge predict --csv examples/pollux/cifar10_validation-128.csv
     --y metric --metric accuracy --upto 0.3 --target 0.94 --form power
@@ -238,20 +239,16 @@ def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: st
         ["source", "predicted step", "5%", "95%", "P(reach)", "epoch", "actual step",
          "error %", "plateau", "plateau 5%", "plateau 95%"],
         [
-            [d["source"], d["predicted_step"] if d["reachable"] else "unreachable or unknown",
-             *d["interval"], d["p_reachable"], d["predicted_epoch"], d["actual_step"],
-             d["error_pct"], d["plateau"], *d["plateau_interval"]]
+            [d["source"], d["predicted_step"] if d["reachable"] else d["verdict"],
+             *(d["interval"] or (None, None)), d["p_reachable"], d["predicted_epoch"],
+             d["actual_step"], d["error_pct"], d["plateau"], *d["plateau_interval"]]
             for d in predictions
         ],
     )  # fmt: skip
     _print_basis(predictions)
     for d in predictions:
         if not d["reachable"]:
-            lo, hi = d["plateau_interval"]
-            console.warn(
-                f"{d['source']}: unreachable or unknown, P(reachable) = {d['p_reachable']:.2f}; "
-                f"the curve levels off between {lo:.4g} and {hi:.4g} {metric} (90%)"
-            )
+            console.warn(f"{d['source']}: {d['verdict']}, {d['reason']}")
 
 
 @converge_app.command("regress")

@@ -228,7 +228,8 @@ def band_rows(
 
 def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ensemble.Posterior]:
     """`predict --form ensemble --json` for one curve: the step's distribution (median, 90%
-    interval, P(reachable)), the plateau's, and what they rest on; and the posterior."""
+    interval, P(reachable)) or why there is none (verdict "cannot tell" and its reason), the
+    plateau's, and what they rest on; and the posterior."""
     c = r.curve
     y = curve.to_decreasing(c.values, r.metric)
     post = ensemble.fit(c.steps[: r.n_fit], y[: r.n_fit])
@@ -238,10 +239,12 @@ def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ense
         "source": c.label,
         "form": "ensemble",
         "target": p.target,
+        "verdict": p.verdict,
+        "reason": p.reason,
         "reachable": p.reachable,
         "p_reachable": p.p_reachable,
         "predicted_step": p.predicted_step,
-        "interval": list(p.interval),
+        "interval": list(p.interval) if p.interval else None,
         "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
         "actual_step": p.actual_step,
         "error_pct": p.error_pct,
