@@ -116,14 +116,62 @@ def test_delete_asks_and_refuses_to_hang_without_a_terminal(
     assert store.list_runs() == []
 
 
-def test_delete_refuses_a_running_run_unless_forced(
+LIVE = """
+import signal, sys, time
+from dlperf.store import Store
+def stop(*_):
+    raise KeyboardInterrupt  # as dlperf's commands take SIGTERM
+signal.signal(signal.SIGTERM, stop)
+store = Store.open(sys.argv[1])
+try:
+    with store.new_run("live", "run", {}, None, {"host": "h"}) as record:
+        print(record.id, flush=True)
+        time.sleep(600)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_delete_refuses_a_running_run_and_force_stops_it_first(
+    cli: Callable[..., CliResult], store: Store, db: str
+) -> None:
+    """A run that a live process writes is not deleted under it: refused in one line, or
+    with --force its process is told to stop, marks it killed, and then it goes."""
+    child = subprocess.Popen([sys.executable, "-c", LIVE, db], stdout=subprocess.PIPE, text=True)
+    try:
+        run = int(child.stdout.readline())
+        result = cli("runs", "delete", str(run), "--yes")
+        one_line_error(result, f"run {run} (pid {child.pid} on ")
+        assert "is still running; nothing deleted" in result.err and "--force" in result.err
+        forced = cli("runs", "delete", str(run), "--yes", "--force")
+        assert forced.code == 0, forced.err
+        assert forced.out.splitlines() == [
+            f"stopped run {run}: pid {child.pid} marked it killed",
+            f"deleted run {run}",
+        ]
+        assert child.wait(timeout=DEADLINE_S) == 130
+    finally:
+        child.kill()
+        child.wait(timeout=DEADLINE_S)
+        child.stdout.close()
+    assert store.list_runs() == []
+
+
+def test_a_run_of_another_host_is_deleted_under_it_only_when_forced(
     cli: Callable[..., CliResult], store: Store
 ) -> None:
-    run = store.create_run("live", "run", {}, None, {"host": "h"})  # this process: alive
-    result = cli("runs", "delete", str(run), "--yes")
-    one_line_error(result, f"run {run} (pid {os.getpid()} on ")
-    assert "is still running; nothing deleted" in result.err and "--force" in result.err
-    assert cli("runs", "delete", str(run), "--yes", "--force").code == 0
+    run = store.create_run("far", "run", {}, None, {"host": "h"})
+    elsewhere = json.dumps({**this_process(), "host": "another-host"}, sort_keys=True)
+    with store.engine.begin() as conn:
+        system = json.dumps({"process": json.loads(elsewhere)})
+        conn.execute(
+            text("UPDATE runs SET owner = :o, system = :s WHERE id = :r"),
+            {"o": elsewhere, "s": system, "r": run},
+        )
+    one_line_error(cli("runs", "delete", str(run), "--yes"), "is still running")
+    forced = cli("runs", "delete", str(run), "--yes", "--force")
+    assert forced.code == 0 and forced.out == f"deleted run {run}\n"
+    assert "on another-host, which cannot be stopped from here: deleted under it" in forced.err
     assert store.list_runs() == []
 
 
@@ -296,7 +344,7 @@ def test_lost_needs_this_host_and_the_same_process(store: Store) -> None:
         gone = json.dumps({"host": "h", "process": {**me, "pid": 2**22 + 1}})
         conn.execute(text("UPDATE runs SET system = :s WHERE id = :r"), {"s": gone, "r": resumed})
     assert store.get_run(resumed).status == "lost"
-    store.set_running(resumed)  # a resume: this process writes it now
+    store.take_over(resumed)  # a resume: this process writes it now
     assert store.get_run(resumed).status == "running"
 
 

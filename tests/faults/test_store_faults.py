@@ -24,6 +24,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,8 +36,9 @@ from dlperf.engine import checkpoint
 from dlperf.engine.run import run_experiment
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
+from dlperf.procs import this_process
 from dlperf.store import Store
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import TINY, CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
 
@@ -465,6 +467,92 @@ def test_sigterm_marks_every_run_killed(
     assert "Traceback" not in err.read_text()
     runs = store.list_runs()
     assert runs and {(r.status, r.error) for r in runs} == {("killed", "interrupted")}
+
+
+# --- two commands on one run -------------------------------------------------------------------
+
+RESUMED = TINY.format(epochs=3) + "threads = 1\n"  # 20 steps per epoch at batch 64
+STEPS = 60
+
+
+def _dlperf(tmp_path: Path, db: str, args: list[str], pause_at: int | None, log: str) -> Any:
+    """A real `dlperf ARGS` process in tmp_path, parking at step `pause_at` (if given) and
+    writing that marker file; stderr goes to `log`."""
+    env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
+    if pause_at is not None:
+        env[PAUSE_ENV] = f"{pause_at}:{tmp_path / f'paused-{log}'}"
+    with open(tmp_path / log, "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dlperf", "--db", db, *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+def _parked(tmp_path: Path, db: str, args: list[str], step: int, log: str) -> Any:
+    proc = _dlperf(tmp_path, db, args, step, log)
+    _until((tmp_path / f"paused-{log}").exists, proc, tmp_path / log)
+    return proc
+
+
+def _stopped(proc: Any, sig: signal.Signals = signal.SIGINT) -> int:
+    try:
+        proc.send_signal(sig)
+        return int(proc.wait(timeout=DEADLINE_S))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.faults
+def test_a_run_has_one_writer(cli: Cli, store: Store, db: str, tmp_path: Path) -> None:
+    """A second `dlperf run --resume` of a run that a live process resumed is refused in one
+    line (exit 2) and writes nothing; so is `runs delete` without --force. Once the first
+    stops, the run is taken over and ends with every step and epoch stored once. Before,
+    both resumes trained and exited 0, and the run held 320 loss rows for 240 steps."""
+    (tmp_path / "exp.toml").write_text(RESUMED)
+    train = ["run", "exp.toml", "--set", "train.batch_size=64"]
+    assert _stopped(_parked(tmp_path, db, train, 25, "first.txt")) == 130
+    first = _parked(tmp_path, db, ["run", "--resume", "1"], 45, "second.txt")
+    try:
+        second = _dlperf(tmp_path, db, ["run", "--resume", "1"], None, "third.txt")
+        assert second.wait(timeout=DEADLINE_S) == 2
+        err = (tmp_path / "third.txt").read_text()
+        assert err == (
+            f"error: run 1 is running in pid {first.pid} on {this_process()['host']}: one "
+            "process writes a run at a time (wait for it to end, or stop it; a run whose "
+            "process is gone can be resumed)\n"
+        )
+        one_line(cli("runs", "delete", "1", "--yes"), 2, f"run 1 (pid {first.pid} on ")
+    finally:
+        assert _stopped(first) == 130
+    last = _dlperf(tmp_path, db, ["run", "--resume", "1"], None, "fourth.txt")
+    assert last.wait(timeout=DEADLINE_S) == 0, (tmp_path / "fourth.txt").read_text()
+    assert store.get_run(1).status == "finished"
+    assert [s for s, _ in store.metrics(1, "train/loss")] == list(range(1, STEPS + 1))
+    assert [e for e, _ in store.metrics(1, "val/acc1")] == [1, 2, 3]
+
+
+@pytest.mark.faults
+def test_runs_delete_force_stops_a_training_run_first(
+    cli: Cli, store: Store, db: str, tmp_path: Path
+) -> None:
+    """Before, the delete went through while the run trained on, which then printed its
+    summary and exited 0 with nothing stored."""
+    (tmp_path / "exp.toml").write_text(RESUMED)
+    proc = _parked(tmp_path, db, ["run", "exp.toml"], 5, "run.txt")
+    try:
+        forced = cli("runs", "delete", "1", "--yes", "--force")
+        assert forced.code == 0, forced.err
+        assert forced.out.startswith(f"stopped run 1: pid {proc.pid} marked it killed\n")
+        assert proc.wait(timeout=DEADLINE_S) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    assert store.list_runs() == []
+    assert "Traceback" not in (tmp_path / "run.txt").read_text()
 
 
 # --- a damaged store --------------------------------------------------------------------------

@@ -209,16 +209,20 @@ def runs_delete(
     run_ids: list[int] = typer.Argument(..., help="Run IDs.", show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
     force: bool = typer.Option(
-        False, "--force", help="Delete runs that may still be running (their writes then fail)."
+        False,
+        "--force",
+        help="Stop runs still running first (SIGTERM to their process, which marks them "
+        "killed); one running on another host is deleted under it.",
     ),
 ) -> None:
     """Delete runs: their metrics, tags, artifact records and the files they own (a checkpoint
     under the store's artifact directory; files elsewhere are kept). Asks first unless --yes;
-    refuses a run still `running` unless --force (a `lost` one goes without).
+    refuses a run still `running` unless --force, which stops it first (a `lost` one goes
+    without).
 
     Example: dlperf runs delete 3 4 --yes
     """
-    from dlperf.store.query import to_delete
+    from dlperf.store.query import stop, to_delete
 
     store = open_store()
     ids = list(dict.fromkeys(run_ids))
@@ -238,7 +242,18 @@ def runs_delete(
         if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):
             console.err.print("nothing deleted", markup=False)
             raise typer.Exit(1)
-    done = store.delete_runs(ids)
+    for stopped in stop(store, runs) if force else []:
+        if stopped.status is None:
+            console.warn(
+                f"run {stopped.run_id} runs in pid {stopped.pid} on {stopped.host}, which "
+                "cannot be stopped from here: deleted under it"
+            )
+        else:
+            console.out.print(
+                f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}",
+                markup=False,
+            )
+    done = store.delete_runs(ids, force)
     for path, why in done.kept:
         console.warn(f"kept {path}: {why}")
     console.out.print(f"deleted run {', '.join(map(str, done.runs))}", markup=False)

@@ -18,6 +18,13 @@ in its system JSON under "process": a run stored as `running` whose process is k
 gone reads as `lost` (`record.RunRecord`). That is computed when read, never written, so any
 number of readers may look at once and a run that is resumed is simply `running` again.
 
+One process writes a run: the same process, as JSON, is the run's `owner` while it runs (its
+lease, held as long as that process lives). Resuming a stopped run takes it over with a
+compare-and-set (`UPDATE ... WHERE owner IS <the owner seen>`), which the database applies
+to one process only, on SQLite and PostgreSQL alike; a run whose owner still lives (or lives
+on another host, where that cannot be told) is refused. A sweep's points are claimed the
+same way (`claim`).
+
 Opening a store checks it (a SQLite file: `integrity`) and brings its schema to the current
 version (`migrations`); a URL is printed only through `masked_url`.
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import math
 import os
 import re
@@ -41,14 +49,14 @@ from typing import Any
 
 from sqlalchemy import create_engine, delete, event, func, make_url, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from dlperf.errors import NoSuchRun, UserError, interrupted
-from dlperf.procs import this_process
+from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
-from dlperf.store.record import RunRecord
-from dlperf.store.schema import DELETED_MAX, Artifact, Meta, Metric, Run, Study, Tag
+from dlperf.store.record import RUNNING, RunRecord
+from dlperf.store.schema import DELETED_MAX, Artifact, Claim, Meta, Metric, Run, Study, Tag
 
 DEFAULT_DB = "dlperf.db"
 STATUSES = ("running", "finished", "failed", "killed")
@@ -184,6 +192,39 @@ def _stored_run(s: Session, run_id: int) -> Run:
     return run
 
 
+def _owner(process: dict[str, Any]) -> str:
+    """A process as the owner columns hold it: the same text for the same process, so that
+    an owner compares equal in SQL."""
+    return json.dumps(process, sort_keys=True)
+
+
+def _same(column: Any, value: Any) -> Any:
+    """`column` holds `value` (SQL's `=` never matches a null)."""
+    return column.is_(None) if value is None else column == value
+
+
+def writer_refusal(run: RunRecord) -> UserError | None:
+    """Why this process may not become the writer of `run`: it finished, or it is running
+    in a process that lives (or lives on another host, where that cannot be told)."""
+    if run.status == "finished":
+        return UserError(f"run {run.id} already finished", "start a new run instead")
+    if run.status != RUNNING:
+        return None
+    process = run.process or {}
+    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
+    return UserError(
+        f"run {run.id} is running{who}: one process writes a run at a time",
+        "wait for it to end, or stop it; a run whose process is gone can be resumed",
+    )
+
+
+def _writes(process: dict[str, Any], force: bool) -> bool:
+    """Whether a run's owner `process` may still write it: it lives, or (unless `force`)
+    it runs on another host, where that cannot be told."""
+    alive = process_alive(process)
+    return alive is True or (alive is None and not force)
+
+
 @dataclass
 class Deleted:
     """What `Store.delete_runs` did: the runs, the files and directories it removed, and the
@@ -280,10 +321,12 @@ class Store:
         system: dict[str, Any] | None = None,
         study_id: int | None = None,
     ) -> int:
-        """A new `running` run. A `system` record gains "process" (`this_process()`), so that
-        readers can tell a run whose process is gone (`RunRecord.status`)."""
+        """A new `running` run owned by this process. A `system` record gains "process"
+        (`this_process()`), so that readers can tell a run whose process is gone
+        (`RunRecord.status`)."""
+        me = this_process()
         if system is not None:
-            system = {**system, "process": this_process()}
+            system = {**system, "process": me}
         with self._writing() as s:
             run = Run(
                 name=name,
@@ -294,6 +337,7 @@ class Store:
                 system=system,
                 study_id=study_id,
                 started=_now(),
+                owner=_owner(me),
             )
             next_id = self._next_id(s)
             if next_id is not None:
@@ -377,17 +421,57 @@ class Store:
         with self._writing() as s:
             s.execute(update(Run).where(Run.id == run_id).values(**fields))
 
-    def set_running(self, run_id: int) -> None:
-        """Mark a run running again (a resume), now written by this process."""
+    def take_over(self, run_id: int) -> None:
+        """Make this process the one writer of the stopped run `run_id` (a resume): `running`
+        again, owned by this process. Refused (UserError, see `writer_refusal`) while another
+        process writes it, and when another process takes it over first: the update applies
+        only to the run as it was read (owner, status, end), so of two processes that read it
+        at once the database lets one through."""
+        with Session(self.engine) as s:
+            run = _stored_run(s, run_id)
+            seen = (run.owner, run.status, run.ended)
+            record = _record(run)
+        refusal = writer_refusal(record)
+        if refusal is not None:
+            raise refusal
+        me = this_process()
+        system = None if record.system is None else {**record.system, "process": me}
+        owner, status, ended = seen
         with self._writing() as s:
-            system = s.scalar(select(Run.system).where(Run.id == run_id))
-            if system is not None:
-                system = {**system, "process": this_process()}
-            s.execute(
+            taken = s.connection().execute(
                 update(Run)
-                .where(Run.id == run_id)
-                .values(status="running", ended=None, error=None, system=system)
+                .where(
+                    Run.id == run_id,
+                    _same(Run.owner, owner),
+                    Run.status == status,
+                    _same(Run.ended, ended),
+                )
+                .values(status="running", ended=None, error=None, system=system, owner=_owner(me))
             )
+            if taken.rowcount != 1:
+                raise UserError(
+                    f"run {run_id} was taken over by another process just now",
+                    f"see dlperf runs show {run_id}",
+                )
+
+    def claim(self, study_id: int, key: str) -> dict[str, Any] | None:
+        """Claim the point `key` of study `study_id` (a sweep's) for this process: None when it
+        is this process's now, else the process that holds it. A claim whose process is gone
+        is taken over (compare-and-set on its owner, as `take_over`). A claim is kept after
+        its point ends: the caller checks that the point did not finish meanwhile."""
+        me = _owner(this_process())
+        where = (Claim.study_id == study_id, Claim.key == key)
+        with self._writing() as s:
+            try:
+                with s.begin_nested():  # of two processes inserting at once, one fails here
+                    s.add(Claim(study_id=study_id, key=key, owner=me))
+            except IntegrityError:
+                pass
+            held = s.scalars(select(Claim.owner).where(*where)).one()
+            if held != me and process_alive(json.loads(held)) is False:
+                s.execute(update(Claim).where(*where, Claim.owner == held).values(owner=me))
+                held = s.scalars(select(Claim.owner).where(*where)).one()
+        return None if held == me else json.loads(held)
 
     def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
@@ -398,9 +482,11 @@ class Store:
             s.flush()
             return _tags_of(s, [run_id]).get(run_id, {})
 
-    def delete_runs(self, run_ids: Sequence[int]) -> Deleted:
+    def delete_runs(self, run_ids: Sequence[int], force: bool = False) -> Deleted:
         """Delete runs with their metrics, tags and artifact rows (one transaction; an unknown
-        id deletes nothing), then the files they recorded.
+        id, or a run whose owner lives, deletes nothing), then the files they recorded. With
+        `force`, a run whose owner runs on another host (who cannot be stopped from here) goes
+        too; one whose owner lives on this host never does: stop it first (`query.stop`).
 
         Only what a run owns goes: a recorded file under this store's artifact directory
         (`<out_dir>/<store id>/`) that no other run records, and the run's own directory
@@ -416,6 +502,16 @@ class Store:
                 raise NoSuchRun(
                     f"no run {', '.join(missing)} in the store; nothing deleted",
                     "see `dlperf runs list`",
+                )
+            # Locked until the end (PostgreSQL; SQLite's write lock is already held): a resume
+            # taking a run over meanwhile waits, then finds it gone.
+            owners = s.execute(select(Run.id, Run.owner).where(Run.id.in_(ids)).with_for_update())
+            me = _owner(this_process())  # a process may delete the runs it writes itself
+            live = [i for i, o in owners if o and o != me and _writes(json.loads(o), force)]
+            if live:
+                raise UserError(
+                    f"run {', '.join(map(str, live))} is running; nothing deleted",
+                    "stop it first, or pass --force",
                 )
             owned = [
                 (run_id, path)
@@ -488,7 +584,7 @@ class Store:
         error: str | None = None,
     ) -> None:
         assert status in STATUSES, status
-        fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error}
+        fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error, "owner": None}
         if summary is not None:
             fields["summary"] = _finite(summary)
         self.update_run(run_id, **fields)

@@ -1,11 +1,14 @@
 """Reading runs as `dlperf runs list | show | compare | delete` and `dlperf.api.Store` do: runs
 as they stand (`lost` for a dead `running` one), the `--where KEY=VALUE` filters, one run with
 its per-epoch metrics, what differs between runs with the numeric change of each result, and
-which runs may be deleted."""
+which runs may be deleted (and stopping those still running first)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +18,7 @@ from dlperf.config import describe, parse_value
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.numbers import fmt
 from dlperf.parsing import did_you_mean, flatten
+from dlperf.procs import process_alive
 
 if TYPE_CHECKING:
     from dlperf.store import Store
@@ -351,3 +355,45 @@ def to_delete(store: Store, run_ids: Sequence[int], force: bool) -> list[RunReco
             "stop it first, or pass --force",
         )
     return runs
+
+
+STOP_WAIT_S = 60.0  # for a stopped run's process to mark it killed (it ends its current step)
+POLL_S = 0.1
+
+
+@dataclass
+class Stopped:
+    """A running run that `runs delete --force` met: stopped (its process, told to stop,
+    marked it `status`), or left to run on another host, where it cannot be stopped."""
+
+    run_id: int
+    pid: int | None
+    host: str | None
+    status: str | None  # None: not stopped
+
+
+def stop(store: Store, runs: Sequence[RunRecord], wait_s: float = STOP_WAIT_S) -> list[Stopped]:
+    """Stop the processes of the `running` runs among `runs`: SIGTERM, which dlperf takes as
+    Ctrl-C (the run is marked killed), then wait until each run is no longer running. A run
+    whose process runs on another host is not stopped (it is deleted under it, and its
+    writes then fail)."""
+    done = []
+    for run in runs:
+        if run.status != "running":
+            continue
+        process = run.process or {}
+        pid, host = process.get("pid"), process.get("host")
+        if pid is None or process_alive(process) is not True:
+            done.append(Stopped(run.id, pid, host, None))
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while (status := store.get_run(run.id).status) == "running":
+            if time.monotonic() > deadline:
+                raise UserError(
+                    f"run {run.id}: pid {pid} did not stop within {wait_s:g} s; nothing deleted",
+                    f"stop it with kill -9 {pid}, then delete the run again",
+                )
+            time.sleep(POLL_S)
+        done.append(Stopped(run.id, pid, host, status))
+    return done
