@@ -39,6 +39,7 @@ from dlperf.errors import UserError
 from dlperf.procs import this_process
 from dlperf.store import Store
 from tests.conftest import TINY, CliResult, fresh_store_url
+from tests.test_sweep import EVENT_S, start_sweep, sweep_json, wait_for, write_sweep
 
 Cli = Callable[..., CliResult]
 
@@ -553,6 +554,37 @@ def test_runs_delete_force_stops_a_training_run_first(
         proc.wait()
     assert store.list_runs() == []
     assert "Traceback" not in (tmp_path / "run.txt").read_text()
+
+
+@pytest.mark.faults
+def test_two_sweeps_of_one_study_run_each_point_once(
+    cli: Cli, tmp_path: Path, db: str, store: Store
+) -> None:
+    """A second sweep started while the first trains point 1 leaves that point to it and
+    runs the others; once the first is gone (SIGINT), a rerun takes point 1 over. Before,
+    both sweeps ran every point (6 runs for 3 points)."""
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05, 0.02]\n')
+    first = start_sweep(tmp_path, db, str(path), pause_at=2)
+    try:
+        wait_for(lambda: (tmp_path / "parked").exists(), "point 1 to park at step 2")
+        second = cli("sweep", str(path), "--json")
+        assert second.code == 0, second.err
+        assert f"point 1/3 skipped: pid {first.pid} on " in second.err
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
+    finally:
+        first.kill()
+        first.wait()
+    runs = {(r.config["train"]["lr"], r.status) for r in store.list_runs()}
+    assert runs == {(0.1, "killed"), (0.05, "finished"), (0.02, "finished")}
+    rerun = sweep_json(cli, str(path))
+    assert [(p["params"]["train.lr"], p["skipped"]) for p in rerun["points"]] == [
+        (0.1, False),
+        (0.05, True),
+        (0.02, True),
+    ]
+    finished = [r.config["train"]["lr"] for r in store.list_runs() if r.status == "finished"]
+    assert sorted(finished) == [0.02, 0.05, 0.1] and len(store.list_runs()) == 4
 
 
 # --- a damaged store --------------------------------------------------------------------------
