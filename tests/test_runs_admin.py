@@ -483,3 +483,55 @@ def test_bad_repairs_are_one_line(
 ) -> None:
     one_line_error(cli(*args), message)
     assert not (tmp_path / "new.db").exists()
+
+
+# --- stores that must not be written --------------------------------------------------------
+
+
+def test_sqlite_read_only_mode_is_honoured(
+    cli: Callable[..., CliResult], store: Store, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """`?mode=ro` opens the file read-only: every writing command is refused in one line and
+    the file is untouched; readers read. Before, the driver ignored the mode with a warning
+    and a run was written into the store."""
+    run = finished(store, "kept", {})
+    store.engine.dispose()
+    path = tmp_path / "dlperf.db"
+    before = path.read_bytes()
+    ro = f"sqlite:///{path}?mode=ro"
+    for args in (
+        ["runs", "tag", str(run), "a=b"],
+        ["runs", "delete", str(run), "--yes"],
+        ["run", str(tiny_exp(epochs=1))],
+    ):
+        one_line_error(
+            cli("--db", ro, *args), f"run store sqlite:///{path} is open read-only (drop ?mode=ro"
+        )
+    listed = cli("--db", ro, "runs", "list", "--json")
+    assert listed.code == 0 and listed.err == ""
+    assert [r["name"] for r in json.loads(listed.out)] == ["kept"]
+    assert path.read_bytes() == before
+    one_line_error(cli("--db", f"sqlite:///{path}?mode=rwc", "runs", "list"), "mode=rwc is not")
+
+
+def test_readers_never_make_a_store(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    """`runs list/show/compare` read a missing or zero-byte store file as a store without runs,
+    and leave it as it was. Before, `runs list` wrote a schema into a zero-byte file."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for db in (empty, tmp_path / "missing.db"):
+        listed = cli("--db", str(db), "runs", "list", "--json")
+        assert (listed.code, json.loads(listed.out)) == (0, [])
+        one_line_error(cli("--db", str(db), "runs", "show", "1"), "no run 1 in the store")
+    assert empty.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
+
+
+def test_a_store_path_that_is_a_symlink_loop_is_one_line(
+    cli: Callable[..., CliResult], tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    (tmp_path / "loop.db").symlink_to("loop.db")
+    for args in (["runs", "list"], ["runs", "tag", "1", "a=b"], ["run", str(tiny_exp())]):
+        result = cli("--db", str(tmp_path / "loop.db"), *args)
+        one_line_error(result, f"cannot open run store sqlite:///{tmp_path / 'loop.db'}: ")
+        assert "loop" in result.err.lower()

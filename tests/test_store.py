@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect, make_url, text
 
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.procs import proc_stat, this_process
@@ -470,3 +470,26 @@ def test_a_point_is_claimed_by_one_process_until_it_is_gone(any_store: Store) ->
         conn.execute(text("UPDATE claims SET owner = :o"), {"o": gone})
     assert any_store.claim(study, "a") is None
     assert any_store.claim(study, "b") is None
+
+
+def test_a_store_that_cannot_be_written_refuses_writes_in_one_line(empty_url: str) -> None:
+    """SQLite opened with ?mode=ro, a PostgreSQL session that is read-only: a write is a
+    UserError (one line, exit 2 in the CLI), not a driver traceback; reading still works."""
+    store = Store.open(empty_url)
+    run_id = store.create_run("r", "run", {})
+    store.finish_run(run_id)
+    store.engine.dispose()
+    url = make_url(empty_url)
+    if url.get_backend_name() == "sqlite":
+        read_only, message = f"{empty_url}?mode=ro", "is open read-only"
+    else:
+        options = f"{url.query.get('options', '')} -cdefault_transaction_read_only=on"
+        read_only = url.update_query_dict({"options": options}).render_as_string(False)
+        message = "cannot write run store .*read-only transaction"
+    reopened = Store.open(read_only)
+    try:
+        assert reopened.get_run(run_id).status == "finished"
+        with pytest.raises(UserError, match=message):
+            reopened.set_tags(run_id, {"a": "b"})
+    finally:
+        reopened.engine.dispose()

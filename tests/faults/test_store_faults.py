@@ -201,6 +201,24 @@ def read_only(source: Path, target: Path) -> Iterator[Path]:
         yield target
 
 
+@contextmanager
+def read_only_file(path: Path) -> Iterator[Path]:
+    """The file `path` made read-only by a read-only bind mount over itself (its directory
+    stays writable), as `chattr +i` or a read-only file system would; always unmounted."""
+    done = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting is refused here (needs CAP_SYS_ADMIN): {done.stderr.strip()}")
+    try:
+        done = subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(path)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"read-only remounting is refused here: {done.stderr.strip()}")
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
 def fill(directory: Path) -> Path:
     """Fill the file system under `directory` to its last byte; returns the filler file."""
     filler = directory / "filler"
@@ -245,6 +263,24 @@ def test_a_store_in_a_read_only_directory(
         result = cli("--db", str(ro / "dlperf.db"), "run", str(tiny_exp(epochs=1)))
     one_line(result, 2, "cannot open run store", "is its directory writable?")
     assert_intact(data / "dlperf.db", store.id, run_id)
+
+
+def test_a_store_file_that_cannot_be_written(
+    cli: Cli, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """A store file the OS will not let dlperf write: `runs tag` and `run` are refused in
+    one line (exit 2), and the store is left as it was. Before: 82 and 97 lines of
+    traceback."""
+    path = tmp_path / "data" / "dlperf.db"
+    path.parent.mkdir()
+    store = Store.open(str(path))
+    run_id = earlier_run(store)
+    store.engine.dispose()
+    with read_only_file(path):
+        for args in (["runs", "tag", str(run_id), "a=b"], ["run", str(tiny_exp(epochs=1))]):
+            result = cli("--db", str(path), *args)
+            one_line(result, 2, f"cannot write run store sqlite:///{path}", "read-only")
+    assert_intact(path, store.id, run_id)
 
 
 def test_artifacts_in_a_read_only_directory_refuse_the_run(

@@ -24,6 +24,11 @@ app.add_typer(runs_app, name="runs")
 TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
+def reader() -> Any:  # -> dlperf.store.Store
+    """The store as the commands that only read it open it: never made or written."""
+    return open_store(create=False)
+
+
 @runs_app.command("list")
 def runs_list(
     kind: str = typer.Option(None, "--kind", help="Only runs of this kind (run, scale, ...)."),
@@ -45,7 +50,7 @@ def runs_list(
     """
     from dlperf.store.query import config_value, list_runs
 
-    runs = list_runs(open_store, kind=kind, study=study, where=where or (), limit=limit)
+    runs = list_runs(reader, kind=kind, study=study, where=where or (), limit=limit)
     if as_json:
         console.print_json([r.to_dict() for r in runs])
         return
@@ -98,7 +103,7 @@ def runs_show(
     """
     from dlperf.store.query import config_settings, config_value, show, summary_rows
 
-    view = show(open_store(), run_id)
+    view = show(reader(), run_id)
     if as_json:
         console.print_json(view.to_dict())
         return
@@ -154,7 +159,7 @@ def runs_compare(
     """
     from dlperf.store.query import compare
 
-    done = compare(open_store(), run_ids or [], study)
+    done = compare(reader(), run_ids or [], study)
     if as_json:
         console.print_json(done.to_dict())
         return

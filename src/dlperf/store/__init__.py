@@ -46,11 +46,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, delete, event, func, make_url, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
 
 from dlperf.errors import NoSuchRun, UserError, interrupted
 from dlperf.procs import process_alive, this_process
@@ -63,7 +65,11 @@ STATUSES = ("running", "finished", "failed", "killed")
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
-PG_DISK_FULL = "53100"
+PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
+UNWRITABLE = (
+    "the store's file, its directory or its database is read-only: check the file's mode and "
+    "attributes (lsattr), the mount, or the database's permissions"
+)
 BUSY_TIMEOUT_S = 30
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
@@ -98,6 +104,45 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """As _sqlite_pragmas, for a connection opened read-only: it cannot switch to WAL."""
+    dbapi_connection.isolation_level = None
+    dbapi_connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+
+
+def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
+    """The engine of a SQLite store, and whether it is read-only. The driver ignores a URL's
+    `?mode=ro` (with a warning) and writes: here `mode` "ro" opens the file read-only
+    indeed; other modes are refused."""
+    if mode not in (None, "ro"):
+        raise UserError(
+            f"run store {name}: SQLite mode={mode} is not supported",
+            "add ?mode=ro to open it read-only, or give no mode",
+        )
+    path = engine.url.database
+    if path and path != ":memory:":
+        try:
+            where = Path(path).resolve()
+        except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+            raise UserError(f"cannot open run store {name}: {e}") from None
+        if not where.parent.exists():
+            raise UserError(f"run store directory {Path(path).parent} does not exist")
+        if mode == "ro":
+            uri = f"file:{quote(str(where))}?mode=ro"
+            engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
+    read_only = mode == "ro"
+    event.listen(engine, "connect", _sqlite_read_pragmas if read_only else _sqlite_pragmas)
+    event.listen(engine, "begin", _sqlite_begin)
+    event.listen(engine, "handle_error", integrity.on_error)
+    return engine, read_only
+
+
+def _no_file(engine: Engine) -> bool:
+    """A SQLite store whose file is missing or empty: opening it would write a header."""
+    path = integrity.store_file(engine)
+    return path is not None and (not path.exists() or path.stat().st_size == 0)
+
+
 def _wal(cursor: Any) -> None:
     """Switch the store to WAL. On a new file this reads the header, then upgrades to a write
     lock, and SQLite never waits in such an upgrade (it could deadlock): a process opening a
@@ -129,11 +174,15 @@ def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
     line (exit 1) instead of a driver traceback."""
     where = str(engine.url.database)
     code = _sqlite_code(e)
-    full = code == SQLITE_FULL or getattr(e.orig, "sqlstate", None) == PG_DISK_FULL
+    full = code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL
     # SQLite reports a full disk met while growing its -shm or -wal file as an I/O error.
     if code == SQLITE_IOERR and where not in ("", ":memory:"):
         full = shutil.disk_usage(Path(where).resolve().parent).free < NEARLY_FULL
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) if full else None
+
+
+def _pg_state(e: DatabaseError) -> str | None:
+    return getattr(e.orig, "sqlstate", None)
 
 
 def _hint(e: DatabaseError) -> str | None:
@@ -252,37 +301,56 @@ class Recording:
 
 
 class Store:
-    def __init__(self, engine: Engine, store_id: str) -> None:
+    def __init__(self, engine: Engine, store_id: str, read_only: bool = False) -> None:
         self.engine = engine
         self.id = store_id
+        self.read_only = read_only
         self._writer = engine.execution_options(**{WRITES: True})
 
     @classmethod
-    def open(cls, db: str | None = None) -> Store:
+    def open(cls, db: str | None = None, create: bool = True) -> Store:
+        """The store at `db` (a URL or a SQLite file path), checked and brought to the current
+        schema. Without `create` (the commands that only read), a database that is empty, or
+        a SQLite file that is missing or empty, reads as a store without runs and nothing is
+        written into it; so does one opened read-only (SQLite's `?mode=ro`), into which every
+        write is refused."""
         url = _url(db)
         try:
-            engine = create_engine(url)
+            parsed = make_url(url)
+            # The driver would ignore SQLite's mode with a warning: _sqlite_engine honours it.
+            engine = create_engine(parsed.difference_update_query(["mode"]))
         except (ArgumentError, ImportError) as e:
             raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
         name = masked_url(url)
+        read_only = False
         if engine.dialect.name == "sqlite":
-            path = engine.url.database
-            if path and path != ":memory:" and not Path(path).parent.exists():
-                raise UserError(f"run store directory {Path(path).parent} does not exist")
-            event.listen(engine, "connect", _sqlite_pragmas)
-            event.listen(engine, "begin", _sqlite_begin)
-            event.listen(engine, "handle_error", integrity.on_error)
+            engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
+            if (read_only or not create) and _no_file(engine):
+                return cls._empty()
         try:
             integrity.check(engine)
             writer = engine.execution_options(**{WRITES: True})
-            store_id = migrations.migrate(engine, writer, name)
+            store_id = migrations.migrate(engine, writer, name, create and not read_only)
             integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
             full = _disk_full(e, engine)
             if full:
                 raise full from None
+            if read_only and _sqlite_code(e) == SQLITE_READONLY:
+                raise UserError(
+                    f"run store {name} is older than this dlperf and opened read-only",
+                    "open it once without ?mode=ro: that upgrades it",
+                ) from None
             raise UserError(f"cannot open run store {name}: {e.orig}", _hint(e)) from None
-        return cls(engine, store_id)
+        if store_id is None:
+            return cls._empty()
+        return cls(engine, store_id, read_only)
+
+    @classmethod
+    def _empty(cls) -> Store:
+        """A store without runs, in memory, for readers of a store that holds nothing yet."""
+        engine = create_engine("sqlite://", poolclass=StaticPool)
+        return cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
 
     def artifact_dir(self, out_dir: str | Path) -> Path:
         """Where this store's runs keep their files under `out_dir`: one directory per store,
@@ -294,13 +362,18 @@ class Store:
         """One write transaction; a full disk comes out as OSError(ENOSPC). Nothing is written
         into a store found damaged."""
         integrity.refuse_writes(self.engine)
+        name = masked_url(self.engine.url.render_as_string())
+        if self.read_only:
+            raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         try:
             with Session(self._writer) as s, s.begin():
                 yield s
-        except OperationalError as e:
+        except DatabaseError as e:  # PostgreSQL's read-only transaction is an InternalError
             full = _disk_full(e, self.engine)
             if full:
                 raise full from None
+            if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
+                raise UserError(f"cannot write run store {name}: {e.orig}", UNWRITABLE) from None
             raise
 
     # --- writing -----------------------------------------------------------------------

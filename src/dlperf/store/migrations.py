@@ -97,16 +97,18 @@ def _refuse_foreign(conn: Connection, tables: set[str], where: str) -> None:
             )
 
 
-def migrate(reader: Engine, writer: Engine, where: str) -> str:
-    """Bring the store to SCHEMA_VERSION, making it if it is empty; return its id (random
-    rather than derived from the URL, so a store keeps it when moved and two servers' stores
-    never share one). `writer` is the engine whose transactions write; `where` names the
-    store in errors."""
+def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> str | None:
+    """Bring the store to SCHEMA_VERSION, making it if it is empty (unless not `create`:
+    then None, and nothing written); return its id (random rather than derived from the URL,
+    so a store keeps it when moved and two servers' stores never share one). `writer` is the
+    engine whose transactions write; `where` names the store in errors."""
     with reader.connect() as conn:
         tables = set(inspect(conn).get_table_names())
         facts = _facts(conn, tables)
     if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
         return facts[STORE_ID]  # the common case: a current store, only read
+    if not tables and not create:
+        return None
     with writer.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
