@@ -535,3 +535,28 @@ def test_a_store_path_that_is_a_symlink_loop_is_one_line(
         result = cli("--db", str(tmp_path / "loop.db"), *args)
         one_line_error(result, f"cannot open run store sqlite:///{tmp_path / 'loop.db'}: ")
         assert "loop" in result.err.lower()
+
+
+LISTING = """
+import sys
+from dlperf.cli import main
+
+sys.argv = ["dlperf", "--db", sys.argv[1], "runs", "list"]
+try:
+    main()
+except SystemExit as e:
+    if e.code not in (0, None):
+        raise
+print(" ".join(sorted(m for m in ("dlperf.config", "torch", "numpy") if m in sys.modules)))
+"""
+
+
+def test_runs_list_reads_without_the_config_models(store: Store, db: str) -> None:
+    """A listing pays for the store, not for building the experiment's pydantic models
+    (dlperf.config); `--where` still loads them. No clock: what is imported is the property."""
+    finished(store, "a", {"train": {"lr": 0.1}})
+    done = subprocess.run(
+        [sys.executable, "-c", LISTING, db], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == ""

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.config import describe, parse_value
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.numbers import fmt
 from dlperf.parsing import did_you_mean, flatten
@@ -159,6 +158,8 @@ class Condition:
                 f"--where {text!r}: expected KEY=VALUE",
                 "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
             )
+        from dlperf.config import parse_value  # lazily: pydantic is most of a listing's start-up
+
         return cls(key, parse_value(value))
 
     def holds(self, run: RunRecord) -> bool:
@@ -169,6 +170,8 @@ class Condition:
 def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     """(known for this run, value) of a --where key."""
     if key.startswith("tag."):
+        from dlperf.config import parse_value
+
         name = key.removeprefix("tag.")
         return name in run.tags, parse_value(run.tags[name]) if name in run.tags else None
     if key in RUN_FIELDS:
@@ -188,6 +191,8 @@ def _same(stored: Any, wanted: Any) -> bool:
 
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     """A key no run and no experiment has is bad input, with the closest key as a hint."""
+    from dlperf.config import describe
+
     known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     tags: set[str] = set()
     for run in runs:
