@@ -362,7 +362,7 @@ class Store:
         """One write transaction; a full disk comes out as OSError(ENOSPC). Nothing is written
         into a store found damaged."""
         integrity.refuse_writes(self.engine)
-        name = masked_url(self.engine.url.render_as_string())
+        name = self.engine.url.render_as_string()  # the password hidden
         if self.read_only:
             raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         try:
