@@ -544,17 +544,18 @@ def _stopped(proc: Any, sig: signal.Signals = signal.SIGINT) -> int:
 
 
 @pytest.mark.faults
-def test_a_run_has_one_writer(cli: Cli, store: Store, db: str, tmp_path: Path) -> None:
+def test_a_run_has_one_writer(cli: Cli, shared_url: str, tmp_path: Path) -> None:
     """A second `dlperf run --resume` of a run that a live process resumed is refused in one
     line (exit 2) and writes nothing; so is `runs delete` without --force. Once the first
-    stops, the run is taken over and ends with every step and epoch stored once. Before,
-    both resumes trained and exited 0, and the run held 320 loss rows for 240 steps."""
+    stops, the run is taken over and ends with every step and epoch stored once; on SQLite
+    and PostgreSQL. Before, both resumes trained and exited 0, and the run held 320 loss
+    rows for 240 steps."""
     (tmp_path / "exp.toml").write_text(RESUMED)
     train = ["run", "exp.toml", "--set", "train.batch_size=64"]
-    assert _stopped(_parked(tmp_path, db, train, 25, "first.txt")) == 130
-    first = _parked(tmp_path, db, ["run", "--resume", "1"], 45, "second.txt")
+    assert _stopped(_parked(tmp_path, shared_url, train, 25, "first.txt")) == 130
+    first = _parked(tmp_path, shared_url, ["run", "--resume", "1"], 45, "second.txt")
     try:
-        second = _dlperf(tmp_path, db, ["run", "--resume", "1"], None, "third.txt")
+        second = _dlperf(tmp_path, shared_url, ["run", "--resume", "1"], None, "third.txt")
         assert second.wait(timeout=DEADLINE_S) == 2
         err = (tmp_path / "third.txt").read_text()
         assert err == (
@@ -562,14 +563,19 @@ def test_a_run_has_one_writer(cli: Cli, store: Store, db: str, tmp_path: Path) -
             "process writes a run at a time (wait for it to end, or stop it; a run whose "
             "process is gone can be resumed)\n"
         )
-        one_line(cli("runs", "delete", "1", "--yes"), 2, f"run 1 (pid {first.pid} on ")
+        deleted = cli("--db", shared_url, "runs", "delete", "1", "--yes")
+        one_line(deleted, 2, f"run 1 (pid {first.pid} on ")
     finally:
         assert _stopped(first) == 130
-    last = _dlperf(tmp_path, db, ["run", "--resume", "1"], None, "fourth.txt")
+    last = _dlperf(tmp_path, shared_url, ["run", "--resume", "1"], None, "fourth.txt")
     assert last.wait(timeout=DEADLINE_S) == 0, (tmp_path / "fourth.txt").read_text()
-    assert store.get_run(1).status == "finished"
-    assert [s for s, _ in store.metrics(1, "train/loss")] == list(range(1, STEPS + 1))
-    assert [e for e, _ in store.metrics(1, "val/acc1")] == [1, 2, 3]
+    store = Store.open(shared_url)
+    try:
+        assert store.get_run(1).status == "finished"
+        assert [s for s, _ in store.metrics(1, "train/loss")] == list(range(1, STEPS + 1))
+        assert [e for e, _ in store.metrics(1, "val/acc1")] == [1, 2, 3]
+    finally:
+        store.engine.dispose()
 
 
 @pytest.mark.faults
