@@ -317,13 +317,14 @@ class Store:
         url = _url(db)
         try:
             parsed = make_url(url)
+            sqlite = parsed.get_backend_name() == "sqlite"
             # The driver would ignore SQLite's mode with a warning: _sqlite_engine honours it.
-            engine = create_engine(parsed.difference_update_query(["mode"]))
+            engine = create_engine(parsed.difference_update_query(["mode"]) if sqlite else parsed)
         except (ArgumentError, ImportError) as e:
             raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
         name = masked_url(url)
         read_only = False
-        if engine.dialect.name == "sqlite":
+        if sqlite:
             engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
             if (read_only or not create) and _no_file(engine):
                 return cls._empty()
