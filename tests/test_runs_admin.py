@@ -116,14 +116,62 @@ def test_delete_asks_and_refuses_to_hang_without_a_terminal(
     assert store.list_runs() == []
 
 
-def test_delete_refuses_a_running_run_unless_forced(
+LIVE = """
+import signal, sys, time
+from dlperf.store import Store
+def stop(*_):
+    raise KeyboardInterrupt  # as dlperf's commands take SIGTERM
+signal.signal(signal.SIGTERM, stop)
+store = Store.open(sys.argv[1])
+try:
+    with store.new_run("live", "run", {}, None, {"host": "h"}) as record:
+        print(record.id, flush=True)
+        time.sleep(600)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_delete_refuses_a_running_run_and_force_stops_it_first(
+    cli: Callable[..., CliResult], store: Store, db: str
+) -> None:
+    """A run that a live process writes is not deleted under it: refused in one line, or
+    with --force its process is told to stop, marks it killed, and then it goes."""
+    child = subprocess.Popen([sys.executable, "-c", LIVE, db], stdout=subprocess.PIPE, text=True)
+    try:
+        run = int(child.stdout.readline())
+        result = cli("runs", "delete", str(run), "--yes")
+        one_line_error(result, f"run {run} (pid {child.pid} on ")
+        assert "is still running; nothing deleted" in result.err and "--force" in result.err
+        forced = cli("runs", "delete", str(run), "--yes", "--force")
+        assert forced.code == 0, forced.err
+        assert forced.out.splitlines() == [
+            f"stopped run {run}: pid {child.pid} marked it killed",
+            f"deleted run {run}",
+        ]
+        assert child.wait(timeout=DEADLINE_S) == 130
+    finally:
+        child.kill()
+        child.wait(timeout=DEADLINE_S)
+        child.stdout.close()
+    assert store.list_runs() == []
+
+
+def test_a_run_of_another_host_is_deleted_under_it_only_when_forced(
     cli: Callable[..., CliResult], store: Store
 ) -> None:
-    run = store.create_run("live", "run", {}, None, {"host": "h"})  # this process: alive
-    result = cli("runs", "delete", str(run), "--yes")
-    one_line_error(result, f"run {run} (pid {os.getpid()} on ")
-    assert "is still running; nothing deleted" in result.err and "--force" in result.err
-    assert cli("runs", "delete", str(run), "--yes", "--force").code == 0
+    run = store.create_run("far", "run", {}, None, {"host": "h"})
+    elsewhere = json.dumps({**this_process(), "host": "another-host"}, sort_keys=True)
+    with store.engine.begin() as conn:
+        system = json.dumps({"process": json.loads(elsewhere)})
+        conn.execute(
+            text("UPDATE runs SET owner = :o, system = :s WHERE id = :r"),
+            {"o": elsewhere, "s": system, "r": run},
+        )
+    one_line_error(cli("runs", "delete", str(run), "--yes"), "is still running")
+    forced = cli("runs", "delete", str(run), "--yes", "--force")
+    assert forced.code == 0 and forced.out == f"deleted run {run}\n"
+    assert "on another-host, which cannot be stopped from here: deleted under it" in forced.err
     assert store.list_runs() == []
 
 
@@ -296,7 +344,7 @@ def test_lost_needs_this_host_and_the_same_process(store: Store) -> None:
         gone = json.dumps({"host": "h", "process": {**me, "pid": 2**22 + 1}})
         conn.execute(text("UPDATE runs SET system = :s WHERE id = :r"), {"s": gone, "r": resumed})
     assert store.get_run(resumed).status == "lost"
-    store.set_running(resumed)  # a resume: this process writes it now
+    store.take_over(resumed)  # a resume: this process writes it now
     assert store.get_run(resumed).status == "running"
 
 
@@ -435,3 +483,80 @@ def test_bad_repairs_are_one_line(
 ) -> None:
     one_line_error(cli(*args), message)
     assert not (tmp_path / "new.db").exists()
+
+
+# --- stores that must not be written --------------------------------------------------------
+
+
+def test_sqlite_read_only_mode_is_honoured(
+    cli: Callable[..., CliResult], store: Store, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """`?mode=ro` opens the file read-only: every writing command is refused in one line and
+    the file is untouched; readers read. Before, the driver ignored the mode with a warning
+    and a run was written into the store."""
+    run = finished(store, "kept", {})
+    store.engine.dispose()
+    path = tmp_path / "dlperf.db"
+    before = path.read_bytes()
+    ro = f"sqlite:///{path}?mode=ro"
+    for args in (
+        ["runs", "tag", str(run), "a=b"],
+        ["runs", "delete", str(run), "--yes"],
+        ["run", str(tiny_exp(epochs=1))],
+    ):
+        one_line_error(
+            cli("--db", ro, *args), f"run store sqlite:///{path} is open read-only (drop ?mode=ro"
+        )
+    listed = cli("--db", ro, "runs", "list", "--json")
+    assert listed.code == 0 and listed.err == ""
+    assert [r["name"] for r in json.loads(listed.out)] == ["kept"]
+    assert path.read_bytes() == before
+    one_line_error(cli("--db", f"sqlite:///{path}?mode=rwc", "runs", "list"), "mode=rwc is not")
+
+
+def test_readers_never_make_a_store(cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    """`runs list/show/compare` read a missing or zero-byte store file as a store without runs,
+    and leave it as it was. Before, `runs list` wrote a schema into a zero-byte file."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for db in (empty, tmp_path / "missing.db"):
+        listed = cli("--db", str(db), "runs", "list", "--json")
+        assert (listed.code, json.loads(listed.out)) == (0, [])
+        one_line_error(cli("--db", str(db), "runs", "show", "1"), "no run 1 in the store")
+    assert empty.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
+
+
+def test_a_store_path_that_is_a_symlink_loop_is_one_line(
+    cli: Callable[..., CliResult], tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    (tmp_path / "loop.db").symlink_to("loop.db")
+    for args in (["runs", "list"], ["runs", "tag", "1", "a=b"], ["run", str(tiny_exp())]):
+        result = cli("--db", str(tmp_path / "loop.db"), *args)
+        one_line_error(result, f"cannot open run store sqlite:///{tmp_path / 'loop.db'}: ")
+        assert "loop" in result.err.lower()
+
+
+LISTING = """
+import sys
+from dlperf.cli import main
+
+sys.argv = ["dlperf", "--db", sys.argv[1], "runs", "list"]
+try:
+    main()
+except SystemExit as e:
+    if e.code not in (0, None):
+        raise
+print(" ".join(sorted(m for m in ("dlperf.config", "torch", "numpy") if m in sys.modules)))
+"""
+
+
+def test_runs_list_reads_without_the_config_models(store: Store, db: str) -> None:
+    """A listing pays for the store, not for building the experiment's pydantic models
+    (dlperf.config); `--where` still loads them. No clock: what is imported is the property."""
+    finished(store, "a", {"train": {"lr": 0.1}})
+    done = subprocess.run(
+        [sys.executable, "-c", LISTING, db], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == ""

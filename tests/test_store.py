@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect, make_url, text
 
 from dlperf.errors import NoSuchRun, UserError
+from dlperf.procs import proc_stat, this_process
 from dlperf.store import BUSY_TIMEOUT_S, Store, masked_url
 from dlperf.store.migrations import MIGRATIONS, PG_SCHEMA_LOCK, SCHEMA_VERSION
 from dlperf.store.schema import Base
@@ -27,7 +31,9 @@ def _fresh_postgres() -> Store:
     engine = create_engine(POSTGRES)
     with engine.begin() as conn:
         conn.execute(
-            text("DROP TABLE IF EXISTS tags, metrics, artifacts, runs, studies, meta CASCADE")
+            text(
+                "DROP TABLE IF EXISTS claims, tags, metrics, artifacts, runs, studies, meta CASCADE"
+            )
         )
     return Store.open(POSTGRES)
 
@@ -74,7 +80,7 @@ def test_failed_run_and_resume_cleanup(any_store: Store) -> None:
     any_store.delete_metrics_after(run, [("train/", 20), ("val/", 2)])
     assert any_store.last_step(run, "train/loss") == 20
     assert [s for s, _ in any_store.metrics(run, "val/acc1")] == [1, 2]
-    any_store.set_running(run)
+    any_store.take_over(run)
     assert any_store.get_run(run).status == "running"
 
 
@@ -268,12 +274,15 @@ def test_a_new_store_is_made_at_the_current_version(empty_url: str) -> None:
 
 
 def test_a_store_of_the_first_release_is_migrated_once(empty_url: str) -> None:
-    """Version 1 (no meta, no tags) gains them and its version; a second open finds it current."""
+    """Version 1 (no meta, no tags, no run owners or claims) gains them and its version; a
+    second open finds it current."""
     engine = create_engine(empty_url)
     Base.metadata.create_all(
-        engine, [t for t in Base.metadata.sorted_tables if t.name not in ("meta", "tags")]
+        engine,
+        [t for t in Base.metadata.sorted_tables if t.name not in ("meta", "tags", "claims")],
     )
     with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE runs DROP COLUMN owner"))
         conn.execute(
             text(
                 "INSERT INTO runs (name, kind, status, config, started) "
@@ -284,6 +293,7 @@ def test_a_store_of_the_first_release_is_migrated_once(empty_url: str) -> None:
     store = Store.open(empty_url)
     assert store.get_run(1).name == "old" and _version(empty_url) == SCHEMA_VERSION
     assert store.set_tags(1, {"kept": "yes"}) == {"kept": "yes"}
+    assert store.claim(store.create_study("s", "sweep"), "point") is None
     assert Store.open(empty_url).id == store.id
     store.engine.dispose()
 
@@ -367,3 +377,119 @@ def test_an_interrupt_wrapped_by_the_code_it_landed_in_still_kills_the_run(
     with pytest.raises(RuntimeError), store.recording(other):
         raise RuntimeError("a plain failure")
     assert store.get_run(other).status == "failed"
+
+
+# --- one writer per run -------------------------------------------------------------------------
+
+TAKER = """
+import sys
+from dlperf.errors import UserError
+from dlperf.store import Store
+store = Store.open(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()  # "go": every taker reads the run, then updates it, at once
+try:
+    store.take_over(int(sys.argv[2]))
+    print("took it", flush=True)
+except UserError as e:
+    print(f"refused: {e}", flush=True)
+sys.stdin.readline()  # the winner keeps its lease until the test has looked
+"""
+
+
+def test_of_processes_taking_over_a_stopped_run_at_once_one_wins(
+    any_store: Store, tmp_path: Path
+) -> None:
+    """Four real processes take over one killed run at the same moment: the compare-and-set
+    lets one through, and the others are refused in one line (the run is running in the
+    winner, or was taken just now)."""
+    run_id = any_store.create_run("r", "run", {}, None, {"host": "h"})
+    any_store.finish_run(run_id, "killed", error="interrupted")
+    url = any_store.engine.url.render_as_string(hide_password=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    takers = [
+        subprocess.Popen(
+            [sys.executable, "-c", TAKER, url, str(run_id)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for taker in takers:
+            assert taker.stdout.readline() == "ready\n"
+        for taker in takers:
+            taker.stdin.write("go\n")
+            taker.stdin.flush()
+        said = [taker.stdout.readline().strip() for taker in takers]
+        winners = [t.pid for t, line in zip(takers, said, strict=True) if line == "took it"]
+        assert len(winners) == 1, said
+        refusals = [line for line in said if line != "took it"]
+        assert all(
+            re.fullmatch(
+                rf"refused: run {run_id} (is running in pid {winners[0]} on .*"
+                rf"|was taken over by another process just now.*)",
+                line,
+            )
+            for line in refusals
+        ), said
+        run = any_store.get_run(run_id)
+        assert (run.status, run.process["pid"]) == ("running", winners[0])
+    finally:
+        for taker in takers:
+            taker.stdin.close()
+            taker.wait(timeout=60)
+            taker.stdout.close()
+    assert any_store.get_run(run_id).status == "lost"  # the winner is gone: taken over again
+    any_store.take_over(run_id)
+    assert any_store.get_run(run_id).process["pid"] == os.getpid()
+
+
+def test_a_finished_or_live_run_is_not_taken_over(any_store: Store) -> None:
+    done = any_store.create_run("done", "run", {}, None, {"host": "h"})
+    any_store.finish_run(done)
+    with pytest.raises(UserError, match=f"run {done} already finished"):
+        any_store.take_over(done)
+    live = any_store.create_run("live", "run", {}, None, {"host": "h"})  # this process's
+    with pytest.raises(UserError, match=f"run {live} is running in pid {os.getpid()} on "):
+        any_store.take_over(live)
+
+
+def test_a_point_is_claimed_by_one_process_until_it_is_gone(any_store: Store) -> None:
+    study = any_store.create_study("s", "sweep")
+    assert any_store.claim(study, "a") is None
+    assert any_store.claim(study, "a") is None  # this process's already
+    with any_store.engine.begin() as conn:  # as if claimed by another live process, then not
+        other = json.dumps({**this_process(), "pid": 1, "start": proc_stat(1)[1]})
+        conn.execute(text("UPDATE claims SET owner = :o"), {"o": other})
+    assert any_store.claim(study, "a")["pid"] == 1
+    with any_store.engine.begin() as conn:
+        gone = json.dumps({**this_process(), "pid": 2**22 + 1})
+        conn.execute(text("UPDATE claims SET owner = :o"), {"o": gone})
+    assert any_store.claim(study, "a") is None
+    assert any_store.claim(study, "b") is None
+
+
+def test_a_store_that_cannot_be_written_refuses_writes_in_one_line(empty_url: str) -> None:
+    """SQLite opened with ?mode=ro, a PostgreSQL session that is read-only: a write is a
+    UserError (one line, exit 2 in the CLI), not a driver traceback; reading still works."""
+    store = Store.open(empty_url)
+    run_id = store.create_run("r", "run", {})
+    store.finish_run(run_id)
+    store.engine.dispose()
+    url = make_url(empty_url)
+    if url.get_backend_name() == "sqlite":
+        read_only, message = f"{empty_url}?mode=ro", "is open read-only"
+    else:
+        options = f"{url.query.get('options', '')} -cdefault_transaction_read_only=on"
+        read_only = url.update_query_dict({"options": options}).render_as_string(False)
+        message = "cannot write run store .*read-only transaction"
+    reopened = Store.open(read_only)
+    try:
+        assert reopened.get_run(run_id).status == "finished"
+        with pytest.raises(UserError, match=message):
+            reopened.set_tags(run_id, {"a": "b"})
+    finally:
+        reopened.engine.dispose()

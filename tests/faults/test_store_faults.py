@@ -24,6 +24,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,8 +36,10 @@ from dlperf.engine import checkpoint
 from dlperf.engine.run import run_experiment
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
+from dlperf.procs import this_process
 from dlperf.store import Store
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import TINY, CliResult, fresh_store_url
+from tests.test_sweep import EVENT_S, start_sweep, sweep_json, wait_for, write_sweep
 
 Cli = Callable[..., CliResult]
 
@@ -198,6 +201,24 @@ def read_only(source: Path, target: Path) -> Iterator[Path]:
         yield target
 
 
+@contextmanager
+def read_only_file(path: Path) -> Iterator[Path]:
+    """The file `path` made read-only by a read-only bind mount over itself (its directory
+    stays writable), as `chattr +i` or a read-only file system would; always unmounted."""
+    done = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting is refused here (needs CAP_SYS_ADMIN): {done.stderr.strip()}")
+    try:
+        done = subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(path)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"read-only remounting is refused here: {done.stderr.strip()}")
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
 def fill(directory: Path) -> Path:
     """Fill the file system under `directory` to its last byte; returns the filler file."""
     filler = directory / "filler"
@@ -242,6 +263,24 @@ def test_a_store_in_a_read_only_directory(
         result = cli("--db", str(ro / "dlperf.db"), "run", str(tiny_exp(epochs=1)))
     one_line(result, 2, "cannot open run store", "is its directory writable?")
     assert_intact(data / "dlperf.db", store.id, run_id)
+
+
+def test_a_store_file_that_cannot_be_written(
+    cli: Cli, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """A store file the OS will not let dlperf write: `runs tag` and `run` are refused in
+    one line (exit 2), and the store is left as it was. Before: 82 and 97 lines of
+    traceback."""
+    path = tmp_path / "data" / "dlperf.db"
+    path.parent.mkdir()
+    store = Store.open(str(path))
+    run_id = earlier_run(store)
+    store.engine.dispose()
+    with read_only_file(path):
+        for args in (["runs", "tag", str(run_id), "a=b"], ["run", str(tiny_exp(epochs=1))]):
+            result = cli("--db", str(path), *args)
+            one_line(result, 2, f"cannot write run store sqlite:///{path}", "read-only")
+    assert_intact(path, store.id, run_id)
 
 
 def test_artifacts_in_a_read_only_directory_refuse_the_run(
@@ -465,6 +504,129 @@ def test_sigterm_marks_every_run_killed(
     assert "Traceback" not in err.read_text()
     runs = store.list_runs()
     assert runs and {(r.status, r.error) for r in runs} == {("killed", "interrupted")}
+
+
+# --- two commands on one run -------------------------------------------------------------------
+
+RESUMED = TINY.format(epochs=3) + "threads = 1\n"  # 20 steps per epoch at batch 64
+STEPS = 60
+
+
+def _dlperf(tmp_path: Path, db: str, args: list[str], pause_at: int | None, log: str) -> Any:
+    """A real `dlperf ARGS` process in tmp_path, parking at step `pause_at` (if given) and
+    writing that marker file; stderr goes to `log`."""
+    env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
+    if pause_at is not None:
+        env[PAUSE_ENV] = f"{pause_at}:{tmp_path / f'paused-{log}'}"
+    with open(tmp_path / log, "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dlperf", "--db", db, *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+def _parked(tmp_path: Path, db: str, args: list[str], step: int, log: str) -> Any:
+    proc = _dlperf(tmp_path, db, args, step, log)
+    _until((tmp_path / f"paused-{log}").exists, proc, tmp_path / log)
+    return proc
+
+
+def _stopped(proc: Any, sig: signal.Signals = signal.SIGINT) -> int:
+    try:
+        proc.send_signal(sig)
+        return int(proc.wait(timeout=DEADLINE_S))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.faults
+def test_a_run_has_one_writer(cli: Cli, shared_url: str, tmp_path: Path) -> None:
+    """A second `dlperf run --resume` of a run that a live process resumed is refused in one
+    line (exit 2) and writes nothing; so is `runs delete` without --force. Once the first
+    stops, the run is taken over and ends with every step and epoch stored once; on SQLite
+    and PostgreSQL. Before, both resumes trained and exited 0, and the run held 320 loss
+    rows for 240 steps."""
+    (tmp_path / "exp.toml").write_text(RESUMED)
+    train = ["run", "exp.toml", "--set", "train.batch_size=64"]
+    assert _stopped(_parked(tmp_path, shared_url, train, 25, "first.txt")) == 130
+    first = _parked(tmp_path, shared_url, ["run", "--resume", "1"], 45, "second.txt")
+    try:
+        second = _dlperf(tmp_path, shared_url, ["run", "--resume", "1"], None, "third.txt")
+        assert second.wait(timeout=DEADLINE_S) == 2
+        err = (tmp_path / "third.txt").read_text()
+        assert err == (
+            f"error: run 1 is running in pid {first.pid} on {this_process()['host']}: one "
+            "process writes a run at a time (wait for it to end, or stop it; a run whose "
+            "process is gone can be resumed)\n"
+        )
+        deleted = cli("--db", shared_url, "runs", "delete", "1", "--yes")
+        one_line(deleted, 2, f"run 1 (pid {first.pid} on ")
+    finally:
+        assert _stopped(first) == 130
+    last = _dlperf(tmp_path, shared_url, ["run", "--resume", "1"], None, "fourth.txt")
+    assert last.wait(timeout=DEADLINE_S) == 0, (tmp_path / "fourth.txt").read_text()
+    store = Store.open(shared_url)
+    try:
+        assert store.get_run(1).status == "finished"
+        assert [s for s, _ in store.metrics(1, "train/loss")] == list(range(1, STEPS + 1))
+        assert [e for e, _ in store.metrics(1, "val/acc1")] == [1, 2, 3]
+    finally:
+        store.engine.dispose()
+
+
+@pytest.mark.faults
+def test_runs_delete_force_stops_a_training_run_first(
+    cli: Cli, store: Store, db: str, tmp_path: Path
+) -> None:
+    """Before, the delete went through while the run trained on, which then printed its
+    summary and exited 0 with nothing stored."""
+    (tmp_path / "exp.toml").write_text(RESUMED)
+    proc = _parked(tmp_path, db, ["run", "exp.toml"], 5, "run.txt")
+    try:
+        forced = cli("runs", "delete", "1", "--yes", "--force")
+        assert forced.code == 0, forced.err
+        assert forced.out.startswith(f"stopped run 1: pid {proc.pid} marked it killed\n")
+        assert proc.wait(timeout=DEADLINE_S) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    assert store.list_runs() == []
+    assert "Traceback" not in (tmp_path / "run.txt").read_text()
+
+
+@pytest.mark.faults
+def test_two_sweeps_of_one_study_run_each_point_once(
+    cli: Cli, tmp_path: Path, db: str, store: Store
+) -> None:
+    """A second sweep started while the first trains point 1 leaves that point to it and
+    runs the others; once the first is gone (SIGINT), a rerun takes point 1 over. Before,
+    both sweeps ran every point (6 runs for 3 points)."""
+    path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05, 0.02]\n')
+    first = start_sweep(tmp_path, db, str(path), pause_at=2)
+    try:
+        wait_for(lambda: (tmp_path / "parked").exists(), "point 1 to park at step 2")
+        second = cli("sweep", str(path), "--json")
+        assert second.code == 0, second.err
+        assert f"point 1/3 skipped: pid {first.pid} on " in second.err
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=EVENT_S) == 130, (tmp_path / "stderr.txt").read_text()
+    finally:
+        first.kill()
+        first.wait()
+    runs = {(r.config["train"]["lr"], r.status) for r in store.list_runs()}
+    assert runs == {(0.1, "killed"), (0.05, "finished"), (0.02, "finished")}
+    rerun = sweep_json(cli, str(path))
+    assert [(p["params"]["train.lr"], p["skipped"]) for p in rerun["points"]] == [
+        (0.1, False),
+        (0.05, True),
+        (0.02, True),
+    ]
+    finished = [r.config["train"]["lr"] for r in store.list_runs() if r.status == "finished"]
+    assert sorted(finished) == [0.02, 0.05, 0.1] and len(store.list_runs()) == 4
 
 
 # --- a damaged store --------------------------------------------------------------------------

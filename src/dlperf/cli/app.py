@@ -67,10 +67,11 @@ def _global(
     state.debug = debug
 
 
-def open_store():  # -> dlperf.store.Store, imported lazily to keep --help fast
+def open_store(create: bool = True):  # -> dlperf.store.Store, imported lazily: --help is fast
+    """The store --db names; `create=False` for commands that only read (Store.open)."""
     from dlperf.store import Store
 
-    return Store.open(state.db)
+    return Store.open(state.db, create)
 
 
 def config_option(sections: str) -> Any:

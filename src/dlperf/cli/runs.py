@@ -24,6 +24,11 @@ app.add_typer(runs_app, name="runs")
 TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
+def reader() -> Any:  # -> dlperf.store.Store
+    """The store as the commands that only read it open it: never made or written."""
+    return open_store(create=False)
+
+
 @runs_app.command("list")
 def runs_list(
     kind: str = typer.Option(None, "--kind", help="Only runs of this kind (run, scale, ...)."),
@@ -45,7 +50,7 @@ def runs_list(
     """
     from dlperf.store.query import config_value, list_runs
 
-    runs = list_runs(open_store, kind=kind, study=study, where=where or (), limit=limit)
+    runs = list_runs(reader, kind=kind, study=study, where=where or (), limit=limit)
     if as_json:
         console.print_json([r.to_dict() for r in runs])
         return
@@ -98,7 +103,7 @@ def runs_show(
     """
     from dlperf.store.query import config_settings, config_value, show, summary_rows
 
-    view = show(open_store(), run_id)
+    view = show(reader(), run_id)
     if as_json:
         console.print_json(view.to_dict())
         return
@@ -154,7 +159,7 @@ def runs_compare(
     """
     from dlperf.store.query import compare
 
-    done = compare(open_store(), run_ids or [], study)
+    done = compare(reader(), run_ids or [], study)
     if as_json:
         console.print_json(done.to_dict())
         return
@@ -209,16 +214,20 @@ def runs_delete(
     run_ids: list[int] = typer.Argument(..., help="Run IDs.", show_default=False),
     yes: bool = typer.Option(False, "--yes", "-y", help="Delete without asking."),
     force: bool = typer.Option(
-        False, "--force", help="Delete runs that may still be running (their writes then fail)."
+        False,
+        "--force",
+        help="Stop runs still running first (SIGTERM to their process, which marks them "
+        "killed); one running on another host is deleted under it.",
     ),
 ) -> None:
     """Delete runs: their metrics, tags, artifact records and the files they own (a checkpoint
     under the store's artifact directory; files elsewhere are kept). Asks first unless --yes;
-    refuses a run still `running` unless --force (a `lost` one goes without).
+    refuses a run still `running` unless --force, which stops it first (a `lost` one goes
+    without).
 
     Example: dlperf runs delete 3 4 --yes
     """
-    from dlperf.store.query import to_delete
+    from dlperf.store.query import stop, to_delete
 
     store = open_store()
     ids = list(dict.fromkeys(run_ids))
@@ -238,7 +247,18 @@ def runs_delete(
         if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):
             console.err.print("nothing deleted", markup=False)
             raise typer.Exit(1)
-    done = store.delete_runs(ids)
+    for stopped in stop(store, runs) if force else []:
+        if stopped.status is None:
+            console.warn(
+                f"run {stopped.run_id} runs in pid {stopped.pid} on {stopped.host}, which "
+                "cannot be stopped from here: deleted under it"
+            )
+        else:
+            console.out.print(
+                f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}",
+                markup=False,
+            )
+    done = store.delete_runs(ids, force)
     for path, why in done.kept:
         console.warn(f"kept {path}: {why}")
     console.out.print(f"deleted run {', '.join(map(str, done.runs))}", markup=False)

@@ -16,10 +16,9 @@ from dlperf.data import ImageData, load_data
 from dlperf.engine import checkpoint, pretrained
 from dlperf.engine.checks import check_batch_fits, dry_forward
 from dlperf.engine.train import Diverged, train
-from dlperf.errors import UserError
 from dlperf.models import create_model, transfer
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Recording, Store
+from dlperf.store import Recording, Store, writer_refusal
 from dlperf.system import pick_device, set_threads, system_info
 
 
@@ -144,8 +143,9 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     """Continue a stopped run from its last checkpoint, with its stored config."""
     reporter = reporter or NullReporter()
     stored = store.get_run(run_id)
-    if stored.status == "finished":
-        raise UserError(f"run {run_id} already finished", "start a new run instead")
+    refusal = writer_refusal(stored)  # at once, before the data loads; again when taking over
+    if refusal is not None:
+        raise refusal
     exp = build_experiment(stored.config, f"run {run_id}")
     path = checkpoint.run_checkpoint(
         store, run_id, "to resume from", "it stopped before its first epoch ended; start it again"
@@ -156,15 +156,16 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
     state = checkpoint.load(path, owner)
     prepared = _prepare(exp, store, reporter, fresh=False)
     done = state["progress"]
-    # A killed run may have logged steps past its last checkpoint: drop them, so the
-    # resumed run's metrics continue without duplicates.
-    store.delete_metrics_after(
-        run_id,
-        [("train/", done["step"])]
-        + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/", "gpu/")],
-    )
-    store.set_running(run_id)
+    # One process writes a run: of two resuming it at once, the other stops here.
+    store.take_over(run_id)
     with store.recording(run_id) as record:
+        # A killed run may have logged steps past its last checkpoint: drop them, so the
+        # resumed run's metrics continue without duplicates.
+        store.delete_metrics_after(
+            run_id,
+            [("train/", done["step"])]
+            + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/", "gpu/")],
+        )
         ckpt = checkpoint.Slot(path, owner)
         return _execute(exp, store, record, ckpt, state, prepared, reporter)
 

@@ -18,6 +18,13 @@ in its system JSON under "process": a run stored as `running` whose process is k
 gone reads as `lost` (`record.RunRecord`). That is computed when read, never written, so any
 number of readers may look at once and a run that is resumed is simply `running` again.
 
+One process writes a run: the same process, as JSON, is the run's `owner` while it runs (its
+lease, held as long as that process lives). Resuming a stopped run takes it over with a
+compare-and-set (`UPDATE ... WHERE owner IS <the owner seen>`), which the database applies
+to one process only, on SQLite and PostgreSQL alike; a run whose owner still lives (or lives
+on another host, where that cannot be told) is refused. A sweep's points are claimed the
+same way (`claim`).
+
 Opening a store checks it (a SQLite file: `integrity`) and brings its schema to the current
 version (`migrations`); a URL is printed only through `masked_url`.
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import math
 import os
 import re
@@ -38,24 +46,30 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, delete, event, func, make_url, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
 
 from dlperf.errors import NoSuchRun, UserError, interrupted
-from dlperf.procs import this_process
+from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
-from dlperf.store.record import RunRecord
-from dlperf.store.schema import DELETED_MAX, Artifact, Meta, Metric, Run, Study, Tag
+from dlperf.store.record import RUNNING, RunRecord
+from dlperf.store.schema import DELETED_MAX, Artifact, Claim, Meta, Metric, Run, Study, Tag
 
 DEFAULT_DB = "dlperf.db"
 STATUSES = ("running", "finished", "failed", "killed")
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
-PG_DISK_FULL = "53100"
+PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
+UNWRITABLE = (
+    "the store's file, its directory or its database is read-only: check the file's mode and "
+    "attributes (lsattr), the mount, or the database's permissions"
+)
 BUSY_TIMEOUT_S = 30
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
@@ -90,6 +104,45 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """As _sqlite_pragmas, for a connection opened read-only: it cannot switch to WAL."""
+    dbapi_connection.isolation_level = None
+    dbapi_connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+
+
+def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
+    """The engine of a SQLite store, and whether it is read-only. The driver ignores a URL's
+    `?mode=ro` (with a warning) and writes: here `mode` "ro" opens the file read-only
+    indeed; other modes are refused."""
+    if mode not in (None, "ro"):
+        raise UserError(
+            f"run store {name}: SQLite mode={mode} is not supported",
+            "add ?mode=ro to open it read-only, or give no mode",
+        )
+    path = engine.url.database
+    if path and path != ":memory:":
+        try:
+            where = Path(path).resolve()
+        except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+            raise UserError(f"cannot open run store {name}: {e}") from None
+        if not where.parent.exists():
+            raise UserError(f"run store directory {Path(path).parent} does not exist")
+        if mode == "ro":
+            uri = f"file:{quote(str(where))}?mode=ro"
+            engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
+    read_only = mode == "ro"
+    event.listen(engine, "connect", _sqlite_read_pragmas if read_only else _sqlite_pragmas)
+    event.listen(engine, "begin", _sqlite_begin)
+    event.listen(engine, "handle_error", integrity.on_error)
+    return engine, read_only
+
+
+def _no_file(engine: Engine) -> bool:
+    """A SQLite store whose file is missing or empty: opening it would write a header."""
+    path = integrity.store_file(engine)
+    return path is not None and (not path.exists() or path.stat().st_size == 0)
+
+
 def _wal(cursor: Any) -> None:
     """Switch the store to WAL. On a new file this reads the header, then upgrades to a write
     lock, and SQLite never waits in such an upgrade (it could deadlock): a process opening a
@@ -121,11 +174,15 @@ def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
     line (exit 1) instead of a driver traceback."""
     where = str(engine.url.database)
     code = _sqlite_code(e)
-    full = code == SQLITE_FULL or getattr(e.orig, "sqlstate", None) == PG_DISK_FULL
+    full = code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL
     # SQLite reports a full disk met while growing its -shm or -wal file as an I/O error.
     if code == SQLITE_IOERR and where not in ("", ":memory:"):
         full = shutil.disk_usage(Path(where).resolve().parent).free < NEARLY_FULL
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) if full else None
+
+
+def _pg_state(e: DatabaseError) -> str | None:
+    return getattr(e.orig, "sqlstate", None)
 
 
 def _hint(e: DatabaseError) -> str | None:
@@ -184,6 +241,39 @@ def _stored_run(s: Session, run_id: int) -> Run:
     return run
 
 
+def _owner(process: dict[str, Any]) -> str:
+    """A process as the owner columns hold it: the same text for the same process, so that
+    an owner compares equal in SQL."""
+    return json.dumps(process, sort_keys=True)
+
+
+def _same(column: Any, value: Any) -> Any:
+    """`column` holds `value` (SQL's `=` never matches a null)."""
+    return column.is_(None) if value is None else column == value
+
+
+def writer_refusal(run: RunRecord) -> UserError | None:
+    """Why this process may not become the writer of `run`: it finished, or it is running
+    in a process that lives (or lives on another host, where that cannot be told)."""
+    if run.status == "finished":
+        return UserError(f"run {run.id} already finished", "start a new run instead")
+    if run.status != RUNNING:
+        return None
+    process = run.process or {}
+    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
+    return UserError(
+        f"run {run.id} is running{who}: one process writes a run at a time",
+        "wait for it to end, or stop it; a run whose process is gone can be resumed",
+    )
+
+
+def _writes(process: dict[str, Any], force: bool) -> bool:
+    """Whether a run's owner `process` may still write it: it lives, or (unless `force`)
+    it runs on another host, where that cannot be told."""
+    alive = process_alive(process)
+    return alive is True or (alive is None and not force)
+
+
 @dataclass
 class Deleted:
     """What `Store.delete_runs` did: the runs, the files and directories it removed, and the
@@ -211,37 +301,57 @@ class Recording:
 
 
 class Store:
-    def __init__(self, engine: Engine, store_id: str) -> None:
+    def __init__(self, engine: Engine, store_id: str, read_only: bool = False) -> None:
         self.engine = engine
         self.id = store_id
+        self.read_only = read_only
         self._writer = engine.execution_options(**{WRITES: True})
 
     @classmethod
-    def open(cls, db: str | None = None) -> Store:
+    def open(cls, db: str | None = None, create: bool = True) -> Store:
+        """The store at `db` (a URL or a SQLite file path), checked and brought to the current
+        schema. Without `create` (the commands that only read), a database that is empty, or
+        a SQLite file that is missing or empty, reads as a store without runs and nothing is
+        written into it; so does one opened read-only (SQLite's `?mode=ro`), into which every
+        write is refused."""
         url = _url(db)
         try:
-            engine = create_engine(url)
+            parsed = make_url(url)
+            sqlite = parsed.get_backend_name() == "sqlite"
+            # The driver would ignore SQLite's mode with a warning: _sqlite_engine honours it.
+            engine = create_engine(parsed.difference_update_query(["mode"]) if sqlite else parsed)
         except (ArgumentError, ImportError) as e:
             raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
         name = masked_url(url)
-        if engine.dialect.name == "sqlite":
-            path = engine.url.database
-            if path and path != ":memory:" and not Path(path).parent.exists():
-                raise UserError(f"run store directory {Path(path).parent} does not exist")
-            event.listen(engine, "connect", _sqlite_pragmas)
-            event.listen(engine, "begin", _sqlite_begin)
-            event.listen(engine, "handle_error", integrity.on_error)
+        read_only = False
+        if sqlite:
+            engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
+            if (read_only or not create) and _no_file(engine):
+                return cls._empty()
         try:
             integrity.check(engine)
             writer = engine.execution_options(**{WRITES: True})
-            store_id = migrations.migrate(engine, writer, name)
+            store_id = migrations.migrate(engine, writer, name, create and not read_only)
             integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
             full = _disk_full(e, engine)
             if full:
                 raise full from None
+            if read_only and _sqlite_code(e) == SQLITE_READONLY:
+                raise UserError(
+                    f"run store {name} is older than this dlperf and opened read-only",
+                    "open it once without ?mode=ro: that upgrades it",
+                ) from None
             raise UserError(f"cannot open run store {name}: {e.orig}", _hint(e)) from None
-        return cls(engine, store_id)
+        if store_id is None:
+            return cls._empty()
+        return cls(engine, store_id, read_only)
+
+    @classmethod
+    def _empty(cls) -> Store:
+        """A store without runs, in memory, for readers of a store that holds nothing yet."""
+        engine = create_engine("sqlite://", poolclass=StaticPool)
+        return cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
 
     def artifact_dir(self, out_dir: str | Path) -> Path:
         """Where this store's runs keep their files under `out_dir`: one directory per store,
@@ -253,13 +363,18 @@ class Store:
         """One write transaction; a full disk comes out as OSError(ENOSPC). Nothing is written
         into a store found damaged."""
         integrity.refuse_writes(self.engine)
+        name = self.engine.url.render_as_string()  # the password hidden
+        if self.read_only:
+            raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         try:
             with Session(self._writer) as s, s.begin():
                 yield s
-        except OperationalError as e:
+        except DatabaseError as e:  # PostgreSQL's read-only transaction is an InternalError
             full = _disk_full(e, self.engine)
             if full:
                 raise full from None
+            if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
+                raise UserError(f"cannot write run store {name}: {e.orig}", UNWRITABLE) from None
             raise
 
     # --- writing -----------------------------------------------------------------------
@@ -280,10 +395,12 @@ class Store:
         system: dict[str, Any] | None = None,
         study_id: int | None = None,
     ) -> int:
-        """A new `running` run. A `system` record gains "process" (`this_process()`), so that
-        readers can tell a run whose process is gone (`RunRecord.status`)."""
+        """A new `running` run owned by this process. A `system` record gains "process"
+        (`this_process()`), so that readers can tell a run whose process is gone
+        (`RunRecord.status`)."""
+        me = this_process()
         if system is not None:
-            system = {**system, "process": this_process()}
+            system = {**system, "process": me}
         with self._writing() as s:
             run = Run(
                 name=name,
@@ -294,6 +411,7 @@ class Store:
                 system=system,
                 study_id=study_id,
                 started=_now(),
+                owner=_owner(me),
             )
             next_id = self._next_id(s)
             if next_id is not None:
@@ -377,17 +495,57 @@ class Store:
         with self._writing() as s:
             s.execute(update(Run).where(Run.id == run_id).values(**fields))
 
-    def set_running(self, run_id: int) -> None:
-        """Mark a run running again (a resume), now written by this process."""
+    def take_over(self, run_id: int) -> None:
+        """Make this process the one writer of the stopped run `run_id` (a resume): `running`
+        again, owned by this process. Refused (UserError, see `writer_refusal`) while another
+        process writes it, and when another process takes it over first: the update applies
+        only to the run as it was read (owner, status, end), so of two processes that read it
+        at once the database lets one through."""
+        with Session(self.engine) as s:
+            run = _stored_run(s, run_id)
+            seen = (run.owner, run.status, run.ended)
+            record = _record(run)
+        refusal = writer_refusal(record)
+        if refusal is not None:
+            raise refusal
+        me = this_process()
+        system = None if record.system is None else {**record.system, "process": me}
+        owner, status, ended = seen
         with self._writing() as s:
-            system = s.scalar(select(Run.system).where(Run.id == run_id))
-            if system is not None:
-                system = {**system, "process": this_process()}
-            s.execute(
+            taken = s.connection().execute(
                 update(Run)
-                .where(Run.id == run_id)
-                .values(status="running", ended=None, error=None, system=system)
+                .where(
+                    Run.id == run_id,
+                    _same(Run.owner, owner),
+                    Run.status == status,
+                    _same(Run.ended, ended),
+                )
+                .values(status="running", ended=None, error=None, system=system, owner=_owner(me))
             )
+            if taken.rowcount != 1:
+                raise UserError(
+                    f"run {run_id} was taken over by another process just now",
+                    f"see dlperf runs show {run_id}",
+                )
+
+    def claim(self, study_id: int, key: str) -> dict[str, Any] | None:
+        """Claim the point `key` of study `study_id` (a sweep's) for this process: None when it
+        is this process's now, else the process that holds it. A claim whose process is gone
+        is taken over (compare-and-set on its owner, as `take_over`). A claim is kept after
+        its point ends: the caller checks that the point did not finish meanwhile."""
+        me = _owner(this_process())
+        where = (Claim.study_id == study_id, Claim.key == key)
+        with self._writing() as s:
+            try:
+                with s.begin_nested():  # of two processes inserting at once, one fails here
+                    s.add(Claim(study_id=study_id, key=key, owner=me))
+            except IntegrityError:
+                pass
+            held = s.scalars(select(Claim.owner).where(*where)).one()
+            if held != me and process_alive(json.loads(held)) is False:
+                s.execute(update(Claim).where(*where, Claim.owner == held).values(owner=me))
+                held = s.scalars(select(Claim.owner).where(*where)).one()
+        return None if held == me else json.loads(held)
 
     def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
@@ -398,9 +556,11 @@ class Store:
             s.flush()
             return _tags_of(s, [run_id]).get(run_id, {})
 
-    def delete_runs(self, run_ids: Sequence[int]) -> Deleted:
+    def delete_runs(self, run_ids: Sequence[int], force: bool = False) -> Deleted:
         """Delete runs with their metrics, tags and artifact rows (one transaction; an unknown
-        id deletes nothing), then the files they recorded.
+        id, or a run whose owner lives, deletes nothing), then the files they recorded. With
+        `force`, a run whose owner runs on another host (who cannot be stopped from here) goes
+        too; one whose owner lives on this host never does: stop it first (`query.stop`).
 
         Only what a run owns goes: a recorded file under this store's artifact directory
         (`<out_dir>/<store id>/`) that no other run records, and the run's own directory
@@ -416,6 +576,16 @@ class Store:
                 raise NoSuchRun(
                     f"no run {', '.join(missing)} in the store; nothing deleted",
                     "see `dlperf runs list`",
+                )
+            # Locked until the end (PostgreSQL; SQLite's write lock is already held): a resume
+            # taking a run over meanwhile waits, then finds it gone.
+            owners = s.execute(select(Run.id, Run.owner).where(Run.id.in_(ids)).with_for_update())
+            me = _owner(this_process())  # a process may delete the runs it writes itself
+            live = [i for i, o in owners if o and o != me and _writes(json.loads(o), force)]
+            if live:
+                raise UserError(
+                    f"run {', '.join(map(str, live))} is running; nothing deleted",
+                    "stop it first, or pass --force",
                 )
             owned = [
                 (run_id, path)
@@ -488,7 +658,7 @@ class Store:
         error: str | None = None,
     ) -> None:
         assert status in STATUSES, status
-        fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error}
+        fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error, "owner": None}
         if summary is not None:
             fields["summary"] = _finite(summary)
         self.update_run(run_id, **fields)

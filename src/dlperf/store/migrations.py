@@ -1,8 +1,8 @@
 """The run store's schema version and the ordered migrations between versions.
 
 A version row (`meta.schema_version`) and plain migration functions, not alembic: dlperf's
-schema has changed only by adding tables, and a store must open without a migration
-directory on disk. `MIGRATIONS[v - 1]` takes a store from version v to v + 1.
+schema has changed only by adding tables and nullable columns, and a store must open without
+a migration directory on disk. `MIGRATIONS[v - 1]` takes a store from version v to v + 1.
 
 Version 1 is every store made before versions were recorded (it may lack the tables added
 since the first release). A new store is made at the current version in one step. A store
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, delete, insert, inspect, select, text
 
 from dlperf.errors import UserError
-from dlperf.store.schema import STORE_ID, VERSION_KEY, Base, Meta, Tag
+from dlperf.store.schema import STORE_ID, VERSION_KEY, Base, Claim, Meta, Tag
 
 PG_SCHEMA_LOCK = int.from_bytes(b"dlperf", "big")  # any constant of dlperf's own: one lock, one key
 OWN_SPACE = (
@@ -37,8 +37,17 @@ def _add_tags_and_meta(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_add_tags_and_meta,)
+def _add_owners_and_claims(conn: Connection) -> None:
+    """One writer per run (`runs.owner`) and per sweep point (`claims`)."""
+    if "owner" not in {c["name"] for c in inspect(conn).get_columns("runs")}:
+        conn.execute(text("ALTER TABLE runs ADD COLUMN owner TEXT"))
+    Claim.__table__.create(conn, checkfirst=True)
+
+
+MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_add_tags_and_meta, _add_owners_and_claims)
 SCHEMA_VERSION = len(MIGRATIONS) + 1
+# Columns a migration adds: an older store lacks them and is still dlperf's.
+ADDED_COLUMNS = {("runs", "owner")}
 
 
 def _facts(conn: Connection, tables: set[str]) -> dict[str, str]:
@@ -75,7 +84,11 @@ def _refuse_foreign(conn: Connection, tables: set[str], where: str) -> None:
     inspector = inspect(conn)
     for name in sorted(tables):
         have = {c["name"] for c in inspector.get_columns(name)}
-        lacking = [c.name for c in Base.metadata.tables[name].columns if c.name not in have]
+        lacking = [
+            c.name
+            for c in Base.metadata.tables[name].columns
+            if c.name not in have and (name, c.name) not in ADDED_COLUMNS
+        ]
         if lacking:
             raise UserError(
                 f"run store {where}: table {name} is not dlperf's (it has no column "
@@ -84,16 +97,18 @@ def _refuse_foreign(conn: Connection, tables: set[str], where: str) -> None:
             )
 
 
-def migrate(reader: Engine, writer: Engine, where: str) -> str:
-    """Bring the store to SCHEMA_VERSION, making it if it is empty; return its id (random
-    rather than derived from the URL, so a store keeps it when moved and two servers' stores
-    never share one). `writer` is the engine whose transactions write; `where` names the
-    store in errors."""
+def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> str | None:
+    """Bring the store to SCHEMA_VERSION, making it if it is empty (unless not `create`:
+    then None, and nothing written); return its id (random rather than derived from the URL,
+    so a store keeps it when moved and two servers' stores never share one). `writer` is the
+    engine whose transactions write; `where` names the store in errors."""
     with reader.connect() as conn:
         tables = set(inspect(conn).get_table_names())
         facts = _facts(conn, tables)
     if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
         return facts[STORE_ID]  # the common case: a current store, only read
+    if not tables and not create:
+        return None
     with writer.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})

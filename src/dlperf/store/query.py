@@ -1,20 +1,23 @@
 """Reading runs as `dlperf runs list | show | compare | delete` and `dlperf.api.Store` do: runs
 as they stand (`lost` for a dead `running` one), the `--where KEY=VALUE` filters, one run with
 its per-epoch metrics, what differs between runs with the numeric change of each result, and
-which runs may be deleted."""
+which runs may be deleted (and stopping those still running first)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.config import describe, parse_value
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.numbers import fmt
 from dlperf.parsing import did_you_mean, flatten
+from dlperf.procs import process_alive
 
 if TYPE_CHECKING:
     from dlperf.store import Store
@@ -155,6 +158,8 @@ class Condition:
                 f"--where {text!r}: expected KEY=VALUE",
                 "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
             )
+        from dlperf.config import parse_value  # lazily: pydantic is most of a listing's start-up
+
         return cls(key, parse_value(value))
 
     def holds(self, run: RunRecord) -> bool:
@@ -165,6 +170,8 @@ class Condition:
 def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     """(known for this run, value) of a --where key."""
     if key.startswith("tag."):
+        from dlperf.config import parse_value
+
         name = key.removeprefix("tag.")
         return name in run.tags, parse_value(run.tags[name]) if name in run.tags else None
     if key in RUN_FIELDS:
@@ -184,6 +191,8 @@ def _same(stored: Any, wanted: Any) -> bool:
 
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     """A key no run and no experiment has is bad input, with the closest key as a hint."""
+    from dlperf.config import describe
+
     known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     tags: set[str] = set()
     for run in runs:
@@ -351,3 +360,45 @@ def to_delete(store: Store, run_ids: Sequence[int], force: bool) -> list[RunReco
             "stop it first, or pass --force",
         )
     return runs
+
+
+STOP_WAIT_S = 60.0  # for a stopped run's process to mark it killed (it ends its current step)
+POLL_S = 0.1
+
+
+@dataclass
+class Stopped:
+    """A running run that `runs delete --force` met: stopped (its process, told to stop,
+    marked it `status`), or left to run on another host, where it cannot be stopped."""
+
+    run_id: int
+    pid: int | None
+    host: str | None
+    status: str | None  # None: not stopped
+
+
+def stop(store: Store, runs: Sequence[RunRecord], wait_s: float = STOP_WAIT_S) -> list[Stopped]:
+    """Stop the processes of the `running` runs among `runs`: SIGTERM, which dlperf takes as
+    Ctrl-C (the run is marked killed), then wait until each run is no longer running. A run
+    whose process runs on another host is not stopped (it is deleted under it, and its
+    writes then fail)."""
+    done = []
+    for run in runs:
+        if run.status != "running":
+            continue
+        process = run.process or {}
+        pid, host = process.get("pid"), process.get("host")
+        if pid is None or process_alive(process) is not True:
+            done.append(Stopped(run.id, pid, host, None))
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while (status := store.get_run(run.id).status) == "running":
+            if time.monotonic() > deadline:
+                raise UserError(
+                    f"run {run.id}: pid {pid} did not stop within {wait_s:g} s; nothing deleted",
+                    f"stop it with kill -9 {pid}, then delete the run again",
+                )
+            time.sleep(POLL_S)
+        done.append(Stopped(run.id, pid, host, status))
+    return done

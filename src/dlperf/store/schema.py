@@ -52,6 +52,9 @@ class Run(Base):
     started: Mapped[datetime] = mapped_column(DateTime)
     ended: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The one process that may write the run while it is `running` (`procs.this_process()`
+    # as JSON), taken by compare-and-set: see Store.take_over. Null once the run has ended.
+    owner: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Metric(Base):
@@ -82,3 +85,15 @@ class Tag(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     key: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class Claim(Base):
+    """A sweep point taken by one process (`Store.claim`), so that two sweeps of one study
+    never train the same point: `key` is the point's identity within the study, `owner` the
+    claiming process as in `Run.owner`. Kept after the point ends; a claim whose process is
+    gone is taken over."""
+
+    __tablename__ = "claims"
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(Text)

@@ -1,4 +1,6 @@
 """Running a sweep: every point a run of one `sweep` study, finished points skipped on a rerun.
+Each point is claimed in the store before it starts (`Store.claim`): two sweeps of one study
+running at once train each point once.
 
 A point is identified by its config hash with run.threads left out when the sweep sets the
 threads itself (they follow --jobs, and change how fast a point trains, not what it
@@ -234,8 +236,30 @@ class SweepRun:
         self.reporter.log(f"{where} {result['status']}: {first[0] if first else ''}")
         return self.on_failure == "continue"
 
+    def claimed(self, point: Point) -> bool:
+        """Whether this sweep is to run `point` now: it claims the point in the store, so that
+        two sweeps of one study never both train it. A point that another live process
+        holds, or that finished since this sweep looked, is skipped, and the log says so."""
+        free = not self.sweep.threads_set
+        key = point_key(point.exp.to_dict(), free)
+        if key is None:
+            return True
+        where = f"point {point.index + 1}/{len(self.sweep.points)}"
+        holder = self.store.claim(self.study_id, key)
+        if holder is not None:
+            self.reporter.log(
+                f"{where} skipped: pid {holder.get('pid')} on {holder.get('host')} runs it"
+            )
+            return False
+        if key in finished_runs(self.store, self.study_id, free):
+            self.reporter.log(f"{where} skipped: it finished meanwhile")
+            return False
+        return True
+
     def run_here(self, todo: list[Point]) -> None:
         for point in todo:
+            if not self.claimed(point):
+                continue
             self.started(point)
             result = run_point(
                 self.config(point), self.store, self.study_id, self.since, self.reporter
@@ -248,7 +272,9 @@ class SweepRun:
         try:
             while pending or running:
                 while pending and len(running) < jobs:
-                    running.append(self._start(pending.popleft()))
+                    point = pending.popleft()
+                    if self.claimed(point):
+                        running.append(self._start(point))
                 time.sleep(POLL_S)
                 for child in [c for c in running if c.proc.poll() is not None]:
                     running.remove(child)
