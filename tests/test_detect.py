@@ -81,30 +81,73 @@ def test_run_scales_boxes_and_writes_annotated_pngs(
     assert boxes[:, [0, 2]].max() <= 200.01 and boxes[:, [1, 3]].max() <= 120.01
     assert {d["label"] for d in r["detections"]} <= {"disc", "square"}
     with Image.open(r["annotated"]) as annotated:
-        assert annotated.format == "PNG" and annotated.size == (200, 120)
+        assert annotated.format == "PNG" and annotated.width == 200 * 4 > 480
         drawn = np.asarray(annotated.convert("RGB"))
-    original = np.asarray(Image.open(image_path).convert("RGB"))
-    assert (drawn != original).any()  # boxes were drawn
+    with Image.open(image_path) as original:
+        plain = np.asarray(ssd.draw(original, []))
+    assert drawn.shape == plain.shape and (drawn != plain).any()  # boxes were drawn
     # Nothing above the threshold: no boxes, the image left as it was.
     (none,) = ssd.run(exported[0], [image_path], 1.0, tmp_path / "out2", threads=1)
     assert none["detections"] == []
 
 
-def _text_pixels(image: Image.Image) -> int:
-    """Pixels of the white label text: the boxes, label backgrounds and image are darker."""
-    return int((np.asarray(image).min(axis=-1) > 128).sum())
+def _drawn(
+    size: tuple[int, int], detections: list[dict]
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(annotated, annotated with no detections, enlargement, top margin) of a black image."""
+    image = Image.new("RGB", size)
+    empty = np.asarray(ssd.draw(image, []), dtype=np.int16)
+    scale = empty.shape[1] // size[0]
+    margin = int(np.argmax(empty.max(axis=(1, 2)) == 0))  # the first black row
+    return np.asarray(ssd.draw(image, detections), dtype=np.int16), empty, scale, margin
+
+
+def _changed(drawn: np.ndarray, empty: np.ndarray) -> np.ndarray:
+    return (drawn != empty).any(axis=-1)
+
+
+def _inside(mask: np.ndarray, box: list[float], scale: int, margin: int, inset: int) -> np.ndarray:
+    """The box's pixels in the drawing (PIL's rectangles include their far corner)."""
+    x1, y1, x2, y2 = (int(v * scale) for v in box)
+    return mask[y1 + margin + inset : y2 + margin + 1 - inset, x1 + inset : x2 + 1 - inset]
+
+
+def test_a_small_image_is_drawn_enlarged_with_labels_outside_the_boxes() -> None:
+    # A 96-px image: labels at the boxes' corners covered the objects they named.
+    boxes = [[4.0, 68.0, 27.0, 91.0], [34.0, 44.0, 70.0, 80.0], [0.0, 0.0, 29.0, 34.0]]
+    detections = [
+        {"label_id": i, "label": name, "score": 0.87, "box": box}
+        for i, (name, box) in enumerate(zip(["disc", "disc", "square"], boxes, strict=True))
+    ]
+    drawn, empty, scale, margin = _drawn((96, 96), detections)
+    assert scale == ssd.drawn_scale((96, 96)) == 5 and drawn.shape[1] == 480
+    changed = _changed(drawn, empty)
+    line = 3  # the outline, inside each box
+    for box in boxes:
+        assert not _inside(changed, box, scale, margin, line).any()  # the object is untouched
+        assert _inside(changed, box, scale, margin, 0).any()  # its outline is drawn
+    outside = changed.copy()
+    for box in boxes:
+        _inside(outside, box, scale, margin, 0)[:] = False
+    assert outside.sum() > 3 * 40 * 12  # three labels of readable size, outside the boxes
 
 
 @pytest.mark.parametrize(
     "box", [[40.0, 0.0, 64.0, 20.0], [44.0, 28.0, 64.0, 40.0], [0.0, 0.0, 64.0, 40.0]]
 )
-def test_labels_stay_inside_small_images(box: list[float]) -> None:
-    detection = {"label_id": 2, "label": "square", "score": 0.93, "box": box}
-    whole = _text_pixels(ssd.draw(Image.new("RGB", (200, 200)), [{**detection, "box": [80.0,
-                         80.0, 120.0, 120.0]}]))  # fmt: skip
+def test_labels_stay_whole_at_the_edges_of_small_images(box: list[float]) -> None:
+    def label_pixels(size: tuple[int, int], box: list[float]) -> int:
+        detection = {"label_id": 2, "label": "square", "score": 0.93, "box": box}
+        drawn, _, scale, margin = _drawn(size, [detection])
+        # The label's background: its colour (the box's) outside the box.
+        coloured = (drawn == ssd.PALETTE[2]).all(axis=-1)
+        _inside(coloured, box, scale, margin, 0)[:] = False
+        return int(coloured.sum())
+
+    whole = label_pixels((200, 200), [80.0, 80.0, 120.0, 120.0])
     assert whole > 0
-    # In a 64 x 40 image, a label at a box's corner would run off the right or bottom edge.
-    assert _text_pixels(ssd.draw(Image.new("RGB", (64, 40)), [detection])) == whole
+    # In a 64 x 40 image, a label at a box's edge would run off the canvas or into the box.
+    assert label_pixels((64, 40), box) == whole
 
 
 def test_scale_boxes_maps_input_pixels_to_the_image() -> None:
@@ -117,10 +160,13 @@ def test_run_cli_json_and_errors(cli: Cli, exported: tuple[Path, dict], tmp_path
     image_path = tmp_path / "a.png"
     Image.new("RGB", (64, 48), (120, 30, 200)).save(image_path)
     r = cli("detect", "run", str(exported[0]), str(image_path), "--score-threshold", "0",
-            "--threads", "1", "--json")  # fmt: skip
+            "--threads", "1", "--out", str(tmp_path / "drawn"), "--json")  # fmt: skip
     assert r.code == 0, r.err
     (doc,) = json.loads(r.out)
     assert doc["width"] == 64 and doc["detections"][0]["label"] in LABELS
+    assert doc["annotated"] == str(tmp_path / "drawn" / "a.det.png")
+    with Image.open(doc["annotated"]) as drawn:
+        assert drawn.width == 64 * 10  # its 48-px side enlarged to 480 px
     r = cli("detect", "run", str(exported[0]), str(tmp_path / "nope.jpg"))
     assert (r.code, r.err) == (2, f"error: no image file {tmp_path / 'nope.jpg'}\n")
     (tmp_path / "junk.png").write_bytes(b"not an image")

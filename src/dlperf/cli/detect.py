@@ -98,14 +98,16 @@ def run(
     model_path: Path = typer.Argument(..., help="An ONNX detector from `dlperf detect export`."),
     images: list[Path] = typer.Argument(..., help="Image files."),
     score_threshold: float = typer.Option(0.5, "--score-threshold", help="Keep scores >= this."),
-    out_dir: Path = typer.Option(None, "--out-dir", help="Write annotated PNGs here."),
+    out_dir: Path = typer.Option(
+        None, "--out", help="Directory for annotated copies (NAME.det.png, small images enlarged)."
+    ),
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
     """Detect objects with an exported detector in ONNX Runtime; boxes in each image's own
-    pixels; annotated copies as PNG with --out-dir.
+    pixels; annotated copies as PNG with --out, the labels outside the boxes.
 
-    Example: dlperf detect run det.onnx shapes/JPEGImages/000000.jpg --out-dir annotated
+    Example: dlperf detect run det.onnx shapes/JPEGImages/000000.jpg --out annotated
     """
     from dlperf.detect import ssd
 

@@ -13,6 +13,7 @@ symbolic), so that is the exporter used here, with opset 17.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -358,37 +359,72 @@ def scale_boxes(
     return boxes.astype(np.float64) * np.array([sx, sy, sx, sy])
 
 
-def _label_corner(
-    box: list[float], label_wh: tuple[float, float], image_wh: tuple[int, int]
-) -> tuple[float, float]:
-    """Top-left corner of a box's label: above the box, or just inside its top when there is
-    no room above, moved left or up as far as needed to stay inside the image (a label
-    wider than the image starts at its left edge)."""
-    x1, y1 = box[0], box[1]
-    (w, h), (width, height) = label_wh, image_wh
-    y = y1 - h if y1 >= h else y1
-    return max(0.0, min(x1, width - w)), max(0.0, min(y, height - h))
+# An annotated copy is at least this many pixels on its shorter side: a label drawn on a
+# 96-px image would cover the objects it names.
+MIN_DRAWN_SIDE = 480
+FONT_PX = 16
+PALETTE = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180))
+
+
+def drawn_scale(size: tuple[int, int]) -> int:
+    """The whole factor an image is enlarged by before drawing (1 when it is big enough)."""
+    return max(1, math.ceil(MIN_DRAWN_SIDE / max(1, min(size))))
+
+
+def _label_box(
+    box: list[float], label_wh: tuple[int, int], canvas_wh: tuple[int, int], taken: list[tuple]
+) -> tuple[int, int, int, int]:
+    """Where a box's label goes, outside the box: above it, else below it when the place
+    above holds an earlier label; moved left as far as needed to stay on the canvas."""
+    (w, h), (width, _) = label_wh, canvas_wh
+    x = max(0, min(round(box[0]), width - w))
+    places = [
+        (x, round(box[1]) - h, x + w, round(box[1])),
+        (x, round(box[3]), x + w, round(box[3]) + h),
+    ]
+    free = [p for p in places if not any(_overlap(p, t) for t in taken)]
+    return (free or places)[0]
+
+
+def _overlap(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 def draw(image: Image.Image, detections: list[dict[str, Any]]) -> Image.Image:
-    """The image with each detection's box and "label score" drawn on it, the labels kept
-    inside the image."""
-    from PIL import ImageDraw
+    """An annotated copy of the image: enlarged by a whole factor (`drawn_scale`, nearest
+    neighbour: the pixels the detector saw, no invented detail) when small, set between a
+    margin strip above and below, each detection's box drawn and its "label score" outside
+    the box, so that no label covers the object it names."""
+    from PIL import Image, ImageDraw, ImageFont
 
-    out = image.convert("RGB")
+    k = drawn_scale(image.size)
+    photo = image.convert("RGB")
+    photo = photo.resize((photo.width * k, photo.height * k), Image.Resampling.NEAREST)
+    font = ImageFont.load_default(size=FONT_PX)
+    line = max(2, min(photo.size) // 160)
+    left, top, right, bottom = ImageDraw.Draw(photo).textbbox((0, 0), "Ag 0.99", font=font)
+    # A label's height and the gap to its box: a box at an edge has room outside it.
+    margin = round(bottom - top) + 4 + line
+    out = Image.new("RGB", (photo.width, photo.height + 2 * margin), (255, 255, 255))
+    out.paste(photo, (0, margin))
     pen = ImageDraw.Draw(out)
-    palette = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180))
+    taken: list[tuple[int, int, int, int]] = []
     for d in detections:
-        colour = palette[d["label_id"] % len(palette)]
-        pen.rectangle(tuple(d["box"]), outline=colour, width=2)
+        colour = PALETTE[d["label_id"] % len(PALETTE)]
+        x1, y1, x2, y2 = (v * k for v in d["box"])
+        box = [x1, y1 + margin, x2, y2 + margin]
+        pen.rectangle(tuple(box), outline=colour, width=line)
         text = f"{d['label']} {d['score']:.2f}"
         # The text's ink sits at an offset from the point it is drawn at: measure it at the
-        # origin, so that the ink lands 1 px inside its background at any position.
-        left, top, right, bottom = pen.textbbox((0, 0), text)
-        w, h = right - left + 2, bottom - top + 2
-        x, y = _label_corner(d["box"], (w, h), out.size)
-        pen.rectangle((x, y, x + w, y + h), fill=colour)
-        pen.text((x + 1 - left, y + 1 - top), text, fill=(255, 255, 255))
+        # origin, so that the ink lands 2 px inside its background at any position.
+        left, top, right, bottom = pen.textbbox((0, 0), text, font=font)
+        w, h = round(right - left) + 4, round(bottom - top) + 4
+        # One outline's width between a label and its box.
+        outside = [box[0], box[1] - line, box[2], box[3] + line]
+        place = _label_box(outside, (w, h), out.size, taken)
+        taken.append(place)
+        pen.rectangle(place, fill=colour)
+        pen.text((place[0] + 2 - left, place[1] + 2 - top), text, fill=(255, 255, 255), font=font)
     return out
 
 
