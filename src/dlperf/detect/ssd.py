@@ -1,5 +1,9 @@
 """torchvision SSD detectors: build, export to ONNX, run in ONNX Runtime, draw the boxes.
 
+Three detectors: torchvision's SSDlite320-MobileNetV3 and SSD300-VGG16, and SSD300 on
+MobileNet-V1 in torchvision's SSD, laid out as qfgaohao/pytorch-ssd's mb1-ssd so that its
+checkpoints load (detect/mobilenet_ssd.py).
+
 The exported graph takes one image [1, 3, H, W] in [0, 1] (the detector normalises and
 resizes inside) and returns "boxes" [N, 4] (x1, y1, x2, y2 in input pixels), "scores" [N]
 and "labels" [N] (int64), after the detector's own score threshold and per-class NMS.
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
 
-MODELS = {"ssdlite320_mobilenet_v3_large": 320, "ssd300_vgg16": 300}
+MODELS = {"ssdlite320_mobilenet_v3_large": 320, "ssd300_vgg16": 300, "ssd300_mobilenet_v1": 300}
+# Run at their native size only: VGG16's layers and mb1-ssd's table of default boxes fix it.
+NATIVE_SIZE_ONLY = ("ssd300_vgg16", "ssd300_mobilenet_v1")
 OUTPUTS = ("boxes", "scores", "labels")
 INPUT = "image"
 OPSET = 17
@@ -57,8 +63,8 @@ def check_model_name(name: str) -> None:
 def check_size(name: str, size: int) -> None:
     if size == MODELS[name]:
         return
-    if name == "ssd300_vgg16":
-        raise UserError(f"--size {size}: ssd300_vgg16 runs at its native 300 x 300 only")
+    if name in NATIVE_SIZE_ONLY:
+        raise UserError(f"--size {size}: {name} runs at its native 300 x 300 only")
     if size % 32 or not 96 <= size <= 640:
         raise UserError(f"input size {size} not supported", "use a multiple of 32 in 96..640")
 
@@ -86,8 +92,11 @@ def set_size(model: Any, size: int) -> None:
 
 
 def _read_weights(path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the dlperf checkpoint or {}, the state_dict) of a weights file."""
+    """(the dlperf checkpoint or what the weights say of themselves, the state_dict in this
+    detector's key names) of a weights file."""
     import torch
+
+    from dlperf.detect import mobilenet_ssd
 
     if not path.is_file():
         raise UserError(f"no weights file {path}")
@@ -97,6 +106,16 @@ def _read_weights(path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]
         raise UserError(f"{path} is not a PyTorch weights file ({type(e).__name__})") from None
     if not isinstance(loaded, dict):
         raise UserError(f"{path} holds a {type(loaded).__name__}, not a state_dict")
+    if mobilenet_ssd.is_pytorch_ssd(loaded):
+        if name != mobilenet_ssd.NAME:
+            raise UserError(
+                f"{path} is a qfgaohao/pytorch-ssd mb1-ssd checkpoint, not {name}",
+                f"use --model {mobilenet_ssd.NAME}",
+            )
+        classes = mobilenet_ssd.pytorch_ssd_classes(loaded)
+        # pytorch-ssd's VOC model has 21 classes, in the devkit's order.
+        labels = {"labels": mobilenet_ssd.VOC_LABELS} if classes == 21 else {}
+        return {"num_classes": classes, **labels}, mobilenet_ssd.from_pytorch_ssd(loaded)
     if "state_dict" not in loaded:
         return {}, loaded
     if loaded.get("model") != name:
@@ -117,15 +136,23 @@ def build(
     fallback_labels: list[str] | None = None,
 ) -> Detector:
     """A detector in eval mode: random weights (offline), a weights file (a dlperf detector
-    checkpoint or a plain state_dict of the same architecture), or torchvision's COCO
-    weights (`pretrained`, downloads them: needs the internet). `labels` name the classes
-    whatever the weights say; `fallback_labels` only where the weights name none (a plain
-    state_dict, random weights)."""
+    checkpoint, a plain state_dict of the same architecture, or for ssd300_mobilenet_v1 a
+    qfgaohao/pytorch-ssd mb1-ssd checkpoint, whose 21 classes are VOC's), or torchvision's
+    COCO weights (`pretrained`, downloads them: needs the internet). `labels` name the
+    classes whatever the weights say; `fallback_labels` only where the weights name none (a
+    plain state_dict, random weights)."""
     from torchvision.models import detection, get_model_weights
+
+    from dlperf.detect import mobilenet_ssd
 
     check_model_name(name)
     if weights is not None and pretrained:
         raise UserError("give --weights FILE or --pretrained, not both")
+    if pretrained and name == mobilenet_ssd.NAME:
+        raise UserError(
+            f"torchvision has no weights for {name}",
+            "give --weights with qfgaohao/pytorch-ssd's mb1-ssd checkpoint",
+        )
     checkpoint, state = _read_weights(weights, name) if weights is not None else ({}, None)
     size = size or checkpoint.get("size") or MODELS[name]
     check_size(name, size)
@@ -150,11 +177,13 @@ def build(
             f"{len(labels)} labels for {num_classes} classes",
             "the labels list background first, one name per class id",
         )
-    factory = getattr(detection, name)
     try:
-        if pretrained:
-            model = factory(weights="DEFAULT")
+        if name == mobilenet_ssd.NAME:
+            model = mobilenet_ssd.build(num_classes)
+        elif pretrained:
+            model = getattr(detection, name)(weights="DEFAULT")
         else:
+            factory = getattr(detection, name)
             model = factory(weights=None, weights_backbone=None, num_classes=num_classes)
     except OSError as e:  # urllib's URLError is an OSError
         raise UserError(
