@@ -81,30 +81,73 @@ def test_run_scales_boxes_and_writes_annotated_pngs(
     assert boxes[:, [0, 2]].max() <= 200.01 and boxes[:, [1, 3]].max() <= 120.01
     assert {d["label"] for d in r["detections"]} <= {"disc", "square"}
     with Image.open(r["annotated"]) as annotated:
-        assert annotated.format == "PNG" and annotated.size == (200, 120)
+        assert annotated.format == "PNG" and annotated.width == 200 * 4 > 480
         drawn = np.asarray(annotated.convert("RGB"))
-    original = np.asarray(Image.open(image_path).convert("RGB"))
-    assert (drawn != original).any()  # boxes were drawn
+    with Image.open(image_path) as original:
+        plain = np.asarray(ssd.draw(original, []))
+    assert drawn.shape == plain.shape and (drawn != plain).any()  # boxes were drawn
     # Nothing above the threshold: no boxes, the image left as it was.
     (none,) = ssd.run(exported[0], [image_path], 1.0, tmp_path / "out2", threads=1)
     assert none["detections"] == []
 
 
-def _text_pixels(image: Image.Image) -> int:
-    """Pixels of the white label text: the boxes, label backgrounds and image are darker."""
-    return int((np.asarray(image).min(axis=-1) > 128).sum())
+def _drawn(
+    size: tuple[int, int], detections: list[dict]
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(annotated, annotated with no detections, enlargement, top margin) of a black image."""
+    image = Image.new("RGB", size)
+    empty = np.asarray(ssd.draw(image, []), dtype=np.int16)
+    scale = empty.shape[1] // size[0]
+    margin = int(np.argmax(empty.max(axis=(1, 2)) == 0))  # the first black row
+    return np.asarray(ssd.draw(image, detections), dtype=np.int16), empty, scale, margin
+
+
+def _changed(drawn: np.ndarray, empty: np.ndarray) -> np.ndarray:
+    return (drawn != empty).any(axis=-1)
+
+
+def _inside(mask: np.ndarray, box: list[float], scale: int, margin: int, inset: int) -> np.ndarray:
+    """The box's pixels in the drawing (PIL's rectangles include their far corner)."""
+    x1, y1, x2, y2 = (int(v * scale) for v in box)
+    return mask[y1 + margin + inset : y2 + margin + 1 - inset, x1 + inset : x2 + 1 - inset]
+
+
+def test_a_small_image_is_drawn_enlarged_with_labels_outside_the_boxes() -> None:
+    # A 96-px image: labels at the boxes' corners covered the objects they named.
+    boxes = [[4.0, 68.0, 27.0, 91.0], [34.0, 44.0, 70.0, 80.0], [0.0, 0.0, 29.0, 34.0]]
+    detections = [
+        {"label_id": i, "label": name, "score": 0.87, "box": box}
+        for i, (name, box) in enumerate(zip(["disc", "disc", "square"], boxes, strict=True))
+    ]
+    drawn, empty, scale, margin = _drawn((96, 96), detections)
+    assert scale == ssd.drawn_scale((96, 96)) == 5 and drawn.shape[1] == 480
+    changed = _changed(drawn, empty)
+    line = 3  # the outline, inside each box
+    for box in boxes:
+        assert not _inside(changed, box, scale, margin, line).any()  # the object is untouched
+        assert _inside(changed, box, scale, margin, 0).any()  # its outline is drawn
+    outside = changed.copy()
+    for box in boxes:
+        _inside(outside, box, scale, margin, 0)[:] = False
+    assert outside.sum() > 3 * 40 * 12  # three labels of readable size, outside the boxes
 
 
 @pytest.mark.parametrize(
     "box", [[40.0, 0.0, 64.0, 20.0], [44.0, 28.0, 64.0, 40.0], [0.0, 0.0, 64.0, 40.0]]
 )
-def test_labels_stay_inside_small_images(box: list[float]) -> None:
-    detection = {"label_id": 2, "label": "square", "score": 0.93, "box": box}
-    whole = _text_pixels(ssd.draw(Image.new("RGB", (200, 200)), [{**detection, "box": [80.0,
-                         80.0, 120.0, 120.0]}]))  # fmt: skip
+def test_labels_stay_whole_at_the_edges_of_small_images(box: list[float]) -> None:
+    def label_pixels(size: tuple[int, int], box: list[float]) -> int:
+        detection = {"label_id": 2, "label": "square", "score": 0.93, "box": box}
+        drawn, _, scale, margin = _drawn(size, [detection])
+        # The label's background: its colour (the box's) outside the box.
+        coloured = (drawn == ssd.PALETTE[2]).all(axis=-1)
+        _inside(coloured, box, scale, margin, 0)[:] = False
+        return int(coloured.sum())
+
+    whole = label_pixels((200, 200), [80.0, 80.0, 120.0, 120.0])
     assert whole > 0
-    # In a 64 x 40 image, a label at a box's corner would run off the right or bottom edge.
-    assert _text_pixels(ssd.draw(Image.new("RGB", (64, 40)), [detection])) == whole
+    # In a 64 x 40 image, a label at a box's edge would run off the canvas or into the box.
+    assert label_pixels((64, 40), box) == whole
 
 
 def test_scale_boxes_maps_input_pixels_to_the_image() -> None:
@@ -117,10 +160,13 @@ def test_run_cli_json_and_errors(cli: Cli, exported: tuple[Path, dict], tmp_path
     image_path = tmp_path / "a.png"
     Image.new("RGB", (64, 48), (120, 30, 200)).save(image_path)
     r = cli("detect", "run", str(exported[0]), str(image_path), "--score-threshold", "0",
-            "--threads", "1", "--json")  # fmt: skip
+            "--threads", "1", "--out", str(tmp_path / "drawn"), "--json")  # fmt: skip
     assert r.code == 0, r.err
     (doc,) = json.loads(r.out)
     assert doc["width"] == 64 and doc["detections"][0]["label"] in LABELS
+    assert doc["annotated"] == str(tmp_path / "drawn" / "a.det.png")
+    with Image.open(doc["annotated"]) as drawn:
+        assert drawn.width == 64 * 10  # its 48-px side enlarged to 480 px
     r = cli("detect", "run", str(exported[0]), str(tmp_path / "nope.jpg"))
     assert (r.code, r.err) == (2, f"error: no image file {tmp_path / 'nope.jpg'}\n")
     (tmp_path / "junk.png").write_bytes(b"not an image")
@@ -131,10 +177,7 @@ def test_run_cli_json_and_errors(cli: Cli, exported: tuple[Path, dict], tmp_path
 def test_export_cli_bad_input_is_one_line(cli: Cli, tmp_path: Path) -> None:
     r = cli("detect", "export", "--model", "ssd_mobilenet", "--out", str(tmp_path / "x.onnx"))
     assert r.code == 2
-    assert (
-        r.err
-        == "error: unknown detector 'ssd_mobilenet' (did you mean ssdlite320_mobilenet_v3_large?)\n"
-    )
+    assert r.err == "error: unknown detector 'ssd_mobilenet' (did you mean ssd300_mobilenet_v1?)\n"
     r = cli("detect", "export", "--size", "100", "--out", str(tmp_path / "x.onnx"))
     assert r.err == "error: input size 100 not supported (use a multiple of 32 in 96..640)\n"
     r = cli("detect", "export", "--model", "ssd300_vgg16", "--size", "320", "--out", "x.onnx")
@@ -328,3 +371,213 @@ def test_eval_bad_input_is_one_line(
 def test_help_ends_with_an_example(cli: Cli, command: str) -> None:
     r = cli("detect", command, "--help")
     assert r.code == 0 and f"Example: dlperf detect {command}" in r.out
+
+
+# --- qfgaohao/pytorch-ssd's mb1-ssd ------------------------------------------------------
+
+
+class PytorchSsdMb1(torch.nn.Module):
+    """A reference written from qfgaohao/pytorch-ssd's `create_mobilenetv1_ssd` (vision/ssd/
+    mobilenetv1_ssd.py, vision/nn/mobilenet.py, vision/ssd/ssd.py): the same modules under
+    the same attribute names, so its state_dict has the checkpoint's keys and shapes, and
+    the same forward (feature maps after base_net[:12], base_net[12:] and each extra; each
+    header's output permuted to (N, H, W, C) and flattened to (N, boxes, classes or 4))."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        nn = torch.nn
+
+        def conv_bn(inp: int, out: int, stride: int) -> nn.Sequential:
+            return nn.Sequential(
+                nn.Conv2d(inp, out, 3, stride, 1, bias=False), nn.BatchNorm2d(out), nn.ReLU()
+            )
+
+        def conv_dw(inp: int, out: int, stride: int) -> nn.Sequential:
+            return nn.Sequential(
+                nn.Conv2d(inp, inp, 3, stride, 1, groups=inp, bias=False),
+                nn.BatchNorm2d(inp),
+                nn.ReLU(),
+                nn.Conv2d(inp, out, 1, 1, 0, bias=False),
+                nn.BatchNorm2d(out),
+                nn.ReLU(),
+            )
+
+        self.num_classes = num_classes
+        self.base_net = nn.Sequential(
+            conv_bn(3, 32, 2), conv_dw(32, 64, 1), conv_dw(64, 128, 2), conv_dw(128, 128, 1),
+            conv_dw(128, 256, 2), conv_dw(256, 256, 1), conv_dw(256, 512, 2),
+            *[conv_dw(512, 512, 1) for _ in range(5)], conv_dw(512, 1024, 2),
+            conv_dw(1024, 1024, 1),
+        )  # fmt: skip
+
+        def extra(inp: int, mid: int, out: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(inp, mid, kernel_size=1), nn.ReLU(),
+                nn.Conv2d(mid, out, kernel_size=3, stride=2, padding=1), nn.ReLU())  # fmt: skip
+
+        self.extras = nn.ModuleList(
+            [extra(1024, 256, 512), extra(512, 128, 256), extra(256, 128, 256),
+             extra(256, 128, 256)]
+        )  # fmt: skip
+        channels = [512, 1024, 512, 256, 256, 256]
+        self.classification_headers = nn.ModuleList(
+            nn.Conv2d(c, 6 * num_classes, kernel_size=3, padding=1) for c in channels
+        )
+        self.regression_headers = nn.ModuleList(
+            nn.Conv2d(c, 6 * 4, kernel_size=3, padding=1) for c in channels
+        )
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sources = []
+        for layer in self.base_net[:12]:
+            x = layer(x)
+        sources.append(x)
+        for layer in self.base_net[12:]:
+            x = layer(x)
+        sources.append(x)
+        for layer in self.extras:
+            x = layer(x)
+            sources.append(x)
+        confidences, locations = [], []
+        for i, y in enumerate(sources):
+            c = self.classification_headers[i](y).permute(0, 2, 3, 1).contiguous()
+            confidences.append(c.view(c.size(0), -1, self.num_classes))
+            loc = self.regression_headers[i](y).permute(0, 2, 3, 1).contiguous()
+            locations.append(loc.view(loc.size(0), -1, 4))
+        return torch.cat(confidences, 1), torch.cat(locations, 1)
+
+
+def pytorch_ssd_priors() -> torch.Tensor:
+    """generate_ssd_priors of vision/ssd/config/mobilenetv1_ssd_config.py: (cx, cy, w, h)
+    relative to the 300-px image, per location the min box, the sqrt(min max) box, then
+    for each aspect ratio r the min box stretched by sqrt(r) one way and the other."""
+    specs = [(19, 16, 60, 105), (10, 32, 105, 150), (5, 64, 150, 195), (3, 100, 195, 240),
+             (2, 150, 240, 285), (1, 300, 285, 330)]  # fmt: skip
+    priors = []
+    for size, shrinkage, small, big in specs:
+        scale = 300 / shrinkage
+        for j in range(size):
+            for i in range(size):
+                cx, cy = (i + 0.5) / scale, (j + 0.5) / scale
+                s, b = small / 300, math.sqrt(big * small) / 300
+                priors += [[cx, cy, s, s], [cx, cy, b, b]]
+                for ratio in (2, 3):
+                    r = math.sqrt(ratio)
+                    priors += [[cx, cy, s * r, s / r], [cx, cy, s / r, s * r]]
+    return torch.tensor(priors).clamp(0.0, 1.0)
+
+
+def pytorch_ssd_boxes(locations: torch.Tensor, priors: torch.Tensor) -> torch.Tensor:
+    """convert_locations_to_boxes (center variance 0.1, size variance 0.2), then corners."""
+    centers = locations[..., :2] * 0.1 * priors[..., 2:] + priors[..., :2]
+    sizes = torch.exp(locations[..., 2:] * 0.2) * priors[..., 2:]
+    return torch.cat([centers - sizes / 2, centers + sizes / 2], -1)
+
+
+def pytorch_ssd_checkpoint(path: Path, num_classes: int, seed: int = 0) -> PytorchSsdMb1:
+    """A reference model with random weights and BatchNorm statistics, saved as pytorch-ssd
+    saves one (`torch.save(net.state_dict())`)."""
+    torch.manual_seed(seed)
+    ref = PytorchSsdMb1(num_classes)
+    with torch.no_grad():
+        for m in ref.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+    torch.save(ref.state_dict(), path)
+    return ref.eval()
+
+
+def test_a_pytorch_ssd_mb1_checkpoint_maps_exactly(tmp_path: Path) -> None:
+    from torchvision.models.detection.image_list import ImageList
+
+    torch.set_num_threads(1)
+    ref = pytorch_ssd_checkpoint(tmp_path / "mb1-ssd.pth", 21)
+    det = ssd.build("ssd300_mobilenet_v1", weights=tmp_path / "mb1-ssd.pth")
+    assert det.size == 300 and len(det.labels) == 21
+    assert det.labels[1:4] == ["aeroplane", "bicycle", "bird"] and det.labels[-1] == "tvmonitor"
+    # Every tensor of the checkpoint, and nothing else, lands in the detector unchanged.
+    mapped, theirs = det.model.state_dict(), ref.state_dict()
+    # stem: a convolution and a BatchNorm (5 tensors); 13 blocks of two of each; 4 extras of
+    # two convolutions with bias; 12 headers
+    assert len(mapped) == len(theirs) == 6 + 13 * 12 + 4 * 4 + 12 * 2
+    prefixes = {"base_net.": "backbone.base_net.", "extras.": "backbone.extras.",
+                "classification_headers.": "head.classification_head.module_list.",
+                "regression_headers.": "head.regression_head.module_list."}  # fmt: skip
+    for key, value in theirs.items():
+        prefix = next(p for p in prefixes if key.startswith(p))
+        assert torch.equal(mapped[prefixes[prefix] + key.removeprefix(prefix)], value), key
+    # The input: 8-bit pixels p become (p - 127) / 128 at 300 x 300.
+    pixels = torch.randint(0, 256, (3, 300, 300), generator=torch.Generator().manual_seed(1))
+    theirs_in = (pixels.float() - 127) / 128
+    ours_in = det.model.transform([pixels.float() / 255])[0].tensors
+    torch.testing.assert_close(ours_in[0], theirs_in, rtol=0, atol=1e-5)
+    # The network: the same class scores and box offsets, bit for bit, in the same order.
+    with torch.no_grad():
+        maps = list(det.model.backbone(theirs_in[None]).values())
+        head = det.model.head(maps)
+        confidences, locations = ref(theirs_in[None])
+    assert [tuple(m.shape[1:]) for m in maps] == [(512, 19, 19), (1024, 10, 10), (512, 5, 5),
+        (256, 3, 3), (256, 2, 2), (256, 1, 1)]  # fmt: skip
+    assert torch.equal(head["cls_logits"], confidences)
+    assert torch.equal(head["bbox_regression"], locations)
+    # The default boxes and the decoding (variances 0.1 and 0.2), in pixels.
+    priors = pytorch_ssd_priors()
+    anchors = det.model.anchor_generator(ImageList(theirs_in[None], [(300, 300)]), maps)[0]
+    assert anchors.shape == (3000, 4)
+    corners = torch.cat([priors[:, :2] - priors[:, 2:] / 2, priors[:, :2] + priors[:, 2:] / 2], 1)
+    torch.testing.assert_close(anchors, corners * 300, rtol=0, atol=1e-4)
+    decoded = det.model.box_coder.decode_single(head["bbox_regression"][0], anchors)
+    expected = pytorch_ssd_boxes(locations[0], priors) * 300
+    torch.testing.assert_close(decoded, expected, rtol=1e-5, atol=1e-3)
+
+
+def test_a_pytorch_ssd_checkpoint_without_batchnorm_counters_loads(tmp_path: Path) -> None:
+    # PyTorch before 0.4.1 saved no num_batches_tracked: the same weights, the counters at 0.
+    pytorch_ssd_checkpoint(tmp_path / "new.pth", 3)
+    state = torch.load(tmp_path / "new.pth")
+    torch.save({k: v for k, v in state.items() if "num_batches" not in k}, tmp_path / "old.pth")
+    new = ssd.build("ssd300_mobilenet_v1", weights=tmp_path / "new.pth").model.state_dict()
+    old = ssd.build("ssd300_mobilenet_v1", weights=tmp_path / "old.pth").model.state_dict()
+    assert new.keys() == old.keys() and all(torch.equal(new[k], old[k]) for k in new)
+
+
+def test_eval_tests_a_pytorch_ssd_checkpoint_on_a_voc_directory(
+    cli: Cli, store: Store, tmp_path: Path
+) -> None:
+    # The val split's two images hold discs and squares: the detector's classes, by name.
+    voc.make_shapes(tmp_path / "shapes", images=6, size=96, seed=3)
+    pytorch_ssd_checkpoint(tmp_path / "mb1.pth", 3)
+    r = cli("detect", "eval", str(tmp_path / "shapes"), "--model", "ssd300_mobilenet_v1",
+            "--weights", str(tmp_path / "mb1.pth"), "--ap", "11point", "--threads", "1",
+            "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert set(doc["ap"]) == {"disc", "square"} and doc["images"] == 2
+    assert doc["ap_method"] == "11point" and doc["unknown"] == []
+    run = store.get_run(doc["run_id"])
+    assert run.config["detect"]["model"] == "ssd300_mobilenet_v1"
+    assert run.config["detect"]["size"] == 300
+    # The same figures from the detector and the AP code directly.
+    root = tmp_path / "shapes"
+    data = voc.VocDataset(root, voc.load_split(root, "val"), LABELS)
+    det = ssd.build("ssd300_mobilenet_v1", weights=tmp_path / "mb1.pth", fallback_labels=LABELS)
+    expected = finetune.measure_ap(det, data, batch=16, method="11point")
+    assert doc["ap"] == pytest.approx(expected["ap"])
+
+
+def test_pytorch_ssd_bad_input_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    pytorch_ssd_checkpoint(tmp_path / "mb1.pth", 21)
+    r = cli("detect", "export", "--weights", str(tmp_path / "mb1.pth"), "--out", "x.onnx")
+    assert r.code == 2 and r.err == (
+        f"error: {tmp_path / 'mb1.pth'} is a qfgaohao/pytorch-ssd mb1-ssd checkpoint, not "
+        "ssdlite320_mobilenet_v3_large (use --model ssd300_mobilenet_v1)\n"
+    )
+    r = cli("detect", "export", "--model", "ssd300_mobilenet_v1", "--pretrained", "--out", "x")
+    assert r.code == 2 and r.err == (
+        "error: torchvision has no weights for ssd300_mobilenet_v1 (give --weights with "
+        "qfgaohao/pytorch-ssd's mb1-ssd checkpoint)\n"
+    )
+    r = cli("detect", "export", "--model", "ssd300_mobilenet_v1", "--size", "320", "--out", "x")
+    assert r.err == "error: --size 320: ssd300_mobilenet_v1 runs at its native 300 x 300 only\n"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
+import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,9 @@ import torch
 from dlperf.converge import staleness
 from dlperf.engine.run import build_model
 from dlperf.errors import UserError
+from tests.conftest import CliResult
+
+COURSE = Path(__file__).resolve().parents[1] / "docs" / "course.md"
 
 
 def rows(learners: dict[str, list[float]], push: float = 0.0, pull: float = 0.0) -> list[tuple]:
@@ -32,6 +38,25 @@ def test_fast_and_slow_learner() -> None:
         ("L1", 4, 4, 4, 4, 0),  # read after its own third update, nobody else in between
         ("L2", 2, 5, 3, 5, 2),
     ]
+
+
+def test_the_course_example_pushes_when_the_page_says(cli: Callable[..., CliResult]) -> None:
+    # docs/course.md states the problem (two learners, the instants their gradients reach the
+    # server, a push latency of 0.1) and gives the command: the command must print those
+    # instants, not the problem's with the latency added twice.
+    section = COURSE.read_text(encoding="utf-8").split("## Gradient staleness")[1]
+    said = re.search(r"at t = ([\d., ]+) and one at ([\d., ]+) \(", section)
+    assert said is not None
+    stated = [[float(t) for t in group.split(", ")] for group in said.groups()]
+    assert stated == [[1.1, 2.2, 3.3, 4.4], [2.6, 5.2]]
+    line = next(ln for ln in section.splitlines() if ln.startswith("dlperf staleness"))
+    args = shlex.split(line.split(" #=> ")[0])[1:]
+    r = cli(*args, "--json")
+    assert r.code == 0, r.err
+    times: dict[str, list[float]] = {}
+    for g in json.loads(r.out)["gradients"]:
+        times.setdefault(g["learner"], []).append(round(g["time"], 9))
+    assert list(times.values()) == stated
 
 
 def test_simultaneous_completions_follow_learner_order() -> None:

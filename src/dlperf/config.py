@@ -364,11 +364,11 @@ class DetectConfig(Section):
     """`dlperf detect finetune`: the detector, its data splits and the training recipe."""
 
     model: str = "ssdlite320_mobilenet_v3_large"
-    """ssdlite320_mobilenet_v3_large | ssd300_vgg16."""
-    # The model-dependent rules (a multiple of 32; 300 only for ssd300_vgg16) are checked where
+    """ssdlite320_mobilenet_v3_large | ssd300_vgg16 | ssd300_mobilenet_v1."""
+    # The model-dependent rules (a multiple of 32; 300 only for the SSD300s) are checked where
     # the detector is built, as for `detect export --size`; this is the range they share.
     size: Annotated[int, Field(ge=96, le=640)] | None = None
-    """Square input side, a multiple of 32 (ssd300_vgg16: 300 only); None: the side the
+    """Square input side, a multiple of 32 (the SSD300s: 300 only); None: the side the
     weights were trained at, else the model's (320 or 300)."""
     epochs: Count = 10
     """Passes over the train split."""

@@ -1,4 +1,4 @@
-"""`dlperf data describe`: what a data set holds."""
+"""`dlperf data describe | samples`: what a data set holds, and its images as files."""
 
 from __future__ import annotations
 
@@ -11,10 +11,29 @@ from dlperf.cli.app import app
 from dlperf.errors import UserError
 
 data_app = typer.Typer(
-    help="Look at a data set before training on it.\n\nExample: dlperf data describe digits",
+    help="Look at a data set before training on it, or write some of its images as PNG "
+    "files.\n\nExample: dlperf data describe digits",
     no_args_is_help=True,
 )
 app.add_typer(data_app, name="data")
+
+
+CLASSES_HELP = (
+    "Classes: N (the first N) or a comma list of names or indices (cat,dog or 3,7; one class: "
+    "7,). Default: all."
+)
+
+
+def _data_sets(dataset: str, set_: list[str], allowed: tuple[str, ...]) -> list[str]:
+    """The --set assignments with data.name, refusing keys outside `allowed` sections."""
+    for assignment in set_:
+        if not assignment.startswith(allowed):
+            keys = " and ".join(f"[{a.rstrip('.')}]" for a in allowed)
+            raise UserError(
+                f"--set {assignment!r}: only {keys} keys apply here",
+                " or ".join(f"{a}KEY=V" for a in allowed),
+            )
+    return [f'data.name="{dataset}"', *set_]
 
 
 def _classes(value: str | None) -> int | list[str] | None:
@@ -38,12 +57,7 @@ def describe(
     out: Path = typer.Option(
         None, "--out", help="Directory for the figures (default dlperf_runs/data-NAME)."
     ),
-    classes: str = typer.Option(
-        None,
-        "--classes",
-        help="Classes in the sample grid: N (the first N) or a comma list of names or indices "
-        "(cat,dog or 3,7; one class: 7,). Default: all.",
-    ),
+    classes: str = typer.Option(None, "--classes", help=f"In the sample grid. {CLASSES_HELP}"),
     per_class: int = typer.Option(8, "--per-class", help="Sample images shown per class."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -59,13 +73,7 @@ def describe(
 
     if per_class < 1:
         raise UserError(f"--per-class must be at least 1, got {per_class}")
-    for assignment in set_:
-        if not assignment.startswith(("data.", "augment.")):
-            raise UserError(
-                f"--set {assignment!r}: only [data] and [augment] keys apply here",
-                "data.KEY=V or augment.KEY=V",
-            )
-    exp = load_experiment(None, [f'data.name="{dataset}"', *set_])
+    exp = load_experiment(None, _data_sets(dataset, set_, ("data.", "augment.")))
     where = out if out is not None else Path("dlperf_runs") / f"data-{exp.data.name}"
     where.mkdir(parents=True, exist_ok=True)  # an unusable place fails before the reading
     desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
@@ -109,3 +117,37 @@ def describe(
     )
     console.tell([], plots["counts"])
     console.tell([], plots["samples"])
+
+
+@data_app.command("samples")
+def samples(
+    dataset: str = typer.Argument(..., help="A data set name (see `dlperf datasets`)."),
+    out: Path = typer.Option(..., "--out", help="Directory to write the PNG files into."),
+    per_class: int = typer.Option(1, "--per-class", help="Images written per class."),
+    classes: str = typer.Option(None, "--classes", help=CLASSES_HELP),
+    split: str = typer.Option("test", "--split", help="train | val | test."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="A [data] key, e.g. --set data.root=~/data (repeatable)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Write a few images of each class of a data set's split as PNG files (SPLIT-INDEX-
+    CLASS.png, at the images' own size, as the loader holds them), to run inference on or
+    look at.
+
+    Example: dlperf data samples digits --per-class 1 --out samples
+    """
+    from dlperf.config import load_experiment
+    from dlperf.data.samples import write_samples
+
+    exp = load_experiment(None, _data_sets(dataset, set_, ("data.",)))
+    done = write_samples(exp.data, out, per_class, _classes(classes), split)
+    if as_json:
+        console.print_json(done)
+        return
+    console.print_table(
+        f"{done['dataset']}: {len(done['files'])} {done['split']} images",
+        ["file", "class", "index"],
+        [[f["path"], f["class"], f["index"]] for f in done["files"]],
+    )
+    console.err.print(f"wrote {len(done['files'])} images to {out}", markup=False)

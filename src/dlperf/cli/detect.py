@@ -30,10 +30,14 @@ app.add_typer(detect_app, name="detect")
 MODEL = typer.Option(
     "ssdlite320_mobilenet_v3_large",
     "--model",
-    help="ssdlite320_mobilenet_v3_large | ssd300_vgg16.",
+    help="ssdlite320_mobilenet_v3_large | ssd300_vgg16 | ssd300_mobilenet_v1 (pytorch-ssd's "
+    "mb1-ssd).",
 )
 WEIGHTS = typer.Option(
-    None, "--weights", help="A state_dict or a `dlperf detect finetune` checkpoint (.pt)."
+    None,
+    "--weights",
+    help="A state_dict, a `dlperf detect finetune` checkpoint (.pt), or with --model "
+    "ssd300_mobilenet_v1 a qfgaohao/pytorch-ssd mb1-ssd checkpoint (.pth).",
 )
 SIZE = typer.Option(
     None, "--size", help="Square input side (multiple of 32; default the model's: 320 or 300)."
@@ -98,14 +102,16 @@ def run(
     model_path: Path = typer.Argument(..., help="An ONNX detector from `dlperf detect export`."),
     images: list[Path] = typer.Argument(..., help="Image files."),
     score_threshold: float = typer.Option(0.5, "--score-threshold", help="Keep scores >= this."),
-    out_dir: Path = typer.Option(None, "--out-dir", help="Write annotated PNGs here."),
+    out_dir: Path = typer.Option(
+        None, "--out", help="Directory for annotated copies (NAME.det.png, small images enlarged)."
+    ),
     threads: int = THREADS,
     as_json: bool = JSON,
 ) -> None:
     """Detect objects with an exported detector in ONNX Runtime; boxes in each image's own
-    pixels; annotated copies as PNG with --out-dir.
+    pixels; annotated copies as PNG with --out, the labels outside the boxes.
 
-    Example: dlperf detect run det.onnx shapes/JPEGImages/000000.jpg --out-dir annotated
+    Example: dlperf detect run det.onnx shapes/JPEGImages/000000.jpg --out annotated
     """
     from dlperf.detect import ssd
 
@@ -187,7 +193,9 @@ def finetune(
     weights: Path = WEIGHTS,
     out: Path = typer.Option(Path("detector.pt"), "--out", help="Checkpoint to write."),
     model: str = typer.Option(
-        None, "--model", help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16."
+        None,
+        "--model",
+        help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16 | ssd300_mobilenet_v1.",
     ),
     size: int = SIZE,
     epochs: int = typer.Option(None, "--epochs", help="Passes over the train split."),
@@ -245,7 +253,9 @@ def evaluate(
     config: Path = DETECT_CONFIG,
     set_: list[str] = EVAL_SET,
     model: str = typer.Option(
-        None, "--model", help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16."
+        None,
+        "--model",
+        help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16 | ssd300_mobilenet_v1.",
     ),
     size: int = SIZE,
     batch: int = typer.Option(None, "--batch", help="Images per forward pass."),
@@ -263,6 +273,10 @@ def evaluate(
     motorcycle, potted plant, couch and tv to VOC's aeroplane, diningtable, motorbike,
     pottedplant, sofa and tvmonitor; a class the detector does not know scores AP 0. The
     options from --model to --threads are short for --set detect.KEY=VALUE, as for finetune.
+
+    With --model ssd300_mobilenet_v1, --weights also takes qfgaohao/pytorch-ssd's mb1-ssd
+    checkpoint (its VOC model: mobilenet-v1-ssd-mp-0_675.pth), its keys mapped onto the same
+    layers; give VOCdevkit/VOC2007 with --val-split test --ap 11point for its paper figure.
 
     Example: dlperf detect eval shapes --weights shapes.pt --val-split val --threads 1
     """

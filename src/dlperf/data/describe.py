@@ -50,7 +50,7 @@ class Description:
         }
 
 
-def _read(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
+def read_image(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
     """One image file as uint8 C,H,W of `shape`, as the streaming loader sizes it."""
     from PIL import Image
 
@@ -73,7 +73,7 @@ def _samples(
         if split.images is not None:
             picked.append(split.images[index])
         else:  # a streamed set: read only the files shown
-            picked.append(torch.stack([_read(split.files[i], data.shape) for i in index]))
+            picked.append(torch.stack([read_image(split.files[i], data.shape) for i in index]))
     return picked
 
 

@@ -1,5 +1,9 @@
 """torchvision SSD detectors: build, export to ONNX, run in ONNX Runtime, draw the boxes.
 
+Three detectors: torchvision's SSDlite320-MobileNetV3 and SSD300-VGG16, and SSD300 on
+MobileNet-V1 in torchvision's SSD, laid out as qfgaohao/pytorch-ssd's mb1-ssd so that its
+checkpoints load (detect/mobilenet_ssd.py).
+
 The exported graph takes one image [1, 3, H, W] in [0, 1] (the detector normalises and
 resizes inside) and returns "boxes" [N, 4] (x1, y1, x2, y2 in input pixels), "scores" [N]
 and "labels" [N] (int64), after the detector's own score threshold and per-class NMS.
@@ -13,6 +17,7 @@ symbolic), so that is the exporter used here, with opset 17.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -31,7 +36,9 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
 
-MODELS = {"ssdlite320_mobilenet_v3_large": 320, "ssd300_vgg16": 300}
+MODELS = {"ssdlite320_mobilenet_v3_large": 320, "ssd300_vgg16": 300, "ssd300_mobilenet_v1": 300}
+# Run at their native size only: VGG16's layers and mb1-ssd's table of default boxes fix it.
+NATIVE_SIZE_ONLY = ("ssd300_vgg16", "ssd300_mobilenet_v1")
 OUTPUTS = ("boxes", "scores", "labels")
 INPUT = "image"
 OPSET = 17
@@ -56,8 +63,8 @@ def check_model_name(name: str) -> None:
 def check_size(name: str, size: int) -> None:
     if size == MODELS[name]:
         return
-    if name == "ssd300_vgg16":
-        raise UserError(f"--size {size}: ssd300_vgg16 runs at its native 300 x 300 only")
+    if name in NATIVE_SIZE_ONLY:
+        raise UserError(f"--size {size}: {name} runs at its native 300 x 300 only")
     if size % 32 or not 96 <= size <= 640:
         raise UserError(f"input size {size} not supported", "use a multiple of 32 in 96..640")
 
@@ -85,8 +92,11 @@ def set_size(model: Any, size: int) -> None:
 
 
 def _read_weights(path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the dlperf checkpoint or {}, the state_dict) of a weights file."""
+    """(the dlperf checkpoint or what the weights say of themselves, the state_dict in this
+    detector's key names) of a weights file."""
     import torch
+
+    from dlperf.detect import mobilenet_ssd
 
     if not path.is_file():
         raise UserError(f"no weights file {path}")
@@ -96,6 +106,16 @@ def _read_weights(path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]
         raise UserError(f"{path} is not a PyTorch weights file ({type(e).__name__})") from None
     if not isinstance(loaded, dict):
         raise UserError(f"{path} holds a {type(loaded).__name__}, not a state_dict")
+    if mobilenet_ssd.is_pytorch_ssd(loaded):
+        if name != mobilenet_ssd.NAME:
+            raise UserError(
+                f"{path} is a qfgaohao/pytorch-ssd mb1-ssd checkpoint, not {name}",
+                f"use --model {mobilenet_ssd.NAME}",
+            )
+        classes = mobilenet_ssd.pytorch_ssd_classes(loaded)
+        # pytorch-ssd's VOC model has 21 classes, in the devkit's order.
+        labels = {"labels": mobilenet_ssd.VOC_LABELS} if classes == 21 else {}
+        return {"num_classes": classes, **labels}, mobilenet_ssd.from_pytorch_ssd(loaded)
     if "state_dict" not in loaded:
         return {}, loaded
     if loaded.get("model") != name:
@@ -116,15 +136,23 @@ def build(
     fallback_labels: list[str] | None = None,
 ) -> Detector:
     """A detector in eval mode: random weights (offline), a weights file (a dlperf detector
-    checkpoint or a plain state_dict of the same architecture), or torchvision's COCO
-    weights (`pretrained`, downloads them: needs the internet). `labels` name the classes
-    whatever the weights say; `fallback_labels` only where the weights name none (a plain
-    state_dict, random weights)."""
+    checkpoint, a plain state_dict of the same architecture, or for ssd300_mobilenet_v1 a
+    qfgaohao/pytorch-ssd mb1-ssd checkpoint, whose 21 classes are VOC's), or torchvision's
+    COCO weights (`pretrained`, downloads them: needs the internet). `labels` name the
+    classes whatever the weights say; `fallback_labels` only where the weights name none (a
+    plain state_dict, random weights)."""
     from torchvision.models import detection, get_model_weights
+
+    from dlperf.detect import mobilenet_ssd
 
     check_model_name(name)
     if weights is not None and pretrained:
         raise UserError("give --weights FILE or --pretrained, not both")
+    if pretrained and name == mobilenet_ssd.NAME:
+        raise UserError(
+            f"torchvision has no weights for {name}",
+            "give --weights with qfgaohao/pytorch-ssd's mb1-ssd checkpoint",
+        )
     checkpoint, state = _read_weights(weights, name) if weights is not None else ({}, None)
     size = size or checkpoint.get("size") or MODELS[name]
     check_size(name, size)
@@ -149,11 +177,13 @@ def build(
             f"{len(labels)} labels for {num_classes} classes",
             "the labels list background first, one name per class id",
         )
-    factory = getattr(detection, name)
     try:
-        if pretrained:
-            model = factory(weights="DEFAULT")
+        if name == mobilenet_ssd.NAME:
+            model = mobilenet_ssd.build(num_classes)
+        elif pretrained:
+            model = getattr(detection, name)(weights="DEFAULT")
         else:
+            factory = getattr(detection, name)
             model = factory(weights=None, weights_backbone=None, num_classes=num_classes)
     except OSError as e:  # urllib's URLError is an OSError
         raise UserError(
@@ -358,37 +388,72 @@ def scale_boxes(
     return boxes.astype(np.float64) * np.array([sx, sy, sx, sy])
 
 
-def _label_corner(
-    box: list[float], label_wh: tuple[float, float], image_wh: tuple[int, int]
-) -> tuple[float, float]:
-    """Top-left corner of a box's label: above the box, or just inside its top when there is
-    no room above, moved left or up as far as needed to stay inside the image (a label
-    wider than the image starts at its left edge)."""
-    x1, y1 = box[0], box[1]
-    (w, h), (width, height) = label_wh, image_wh
-    y = y1 - h if y1 >= h else y1
-    return max(0.0, min(x1, width - w)), max(0.0, min(y, height - h))
+# An annotated copy is at least this many pixels on its shorter side: a label drawn on a
+# 96-px image would cover the objects it names.
+MIN_DRAWN_SIDE = 480
+FONT_PX = 16
+PALETTE = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180))
+
+
+def drawn_scale(size: tuple[int, int]) -> int:
+    """The whole factor an image is enlarged by before drawing (1 when it is big enough)."""
+    return max(1, math.ceil(MIN_DRAWN_SIDE / max(1, min(size))))
+
+
+def _label_box(
+    box: list[float], label_wh: tuple[int, int], canvas_wh: tuple[int, int], taken: list[tuple]
+) -> tuple[int, int, int, int]:
+    """Where a box's label goes, outside the box: above it, else below it when the place
+    above holds an earlier label; moved left as far as needed to stay on the canvas."""
+    (w, h), (width, _) = label_wh, canvas_wh
+    x = max(0, min(round(box[0]), width - w))
+    places = [
+        (x, round(box[1]) - h, x + w, round(box[1])),
+        (x, round(box[3]), x + w, round(box[3]) + h),
+    ]
+    free = [p for p in places if not any(_overlap(p, t) for t in taken)]
+    return (free or places)[0]
+
+
+def _overlap(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 def draw(image: Image.Image, detections: list[dict[str, Any]]) -> Image.Image:
-    """The image with each detection's box and "label score" drawn on it, the labels kept
-    inside the image."""
-    from PIL import ImageDraw
+    """An annotated copy of the image: enlarged by a whole factor (`drawn_scale`, nearest
+    neighbour: the pixels the detector saw, no invented detail) when small, set between a
+    margin strip above and below, each detection's box drawn and its "label score" outside
+    the box, so that no label covers the object it names."""
+    from PIL import Image, ImageDraw, ImageFont
 
-    out = image.convert("RGB")
+    k = drawn_scale(image.size)
+    photo = image.convert("RGB")
+    photo = photo.resize((photo.width * k, photo.height * k), Image.Resampling.NEAREST)
+    font = ImageFont.load_default(size=FONT_PX)
+    line = max(2, min(photo.size) // 160)
+    left, top, right, bottom = ImageDraw.Draw(photo).textbbox((0, 0), "Ag 0.99", font=font)
+    # A label's height and the gap to its box: a box at an edge has room outside it.
+    margin = round(bottom - top) + 4 + line
+    out = Image.new("RGB", (photo.width, photo.height + 2 * margin), (255, 255, 255))
+    out.paste(photo, (0, margin))
     pen = ImageDraw.Draw(out)
-    palette = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180))
+    taken: list[tuple[int, int, int, int]] = []
     for d in detections:
-        colour = palette[d["label_id"] % len(palette)]
-        pen.rectangle(tuple(d["box"]), outline=colour, width=2)
+        colour = PALETTE[d["label_id"] % len(PALETTE)]
+        x1, y1, x2, y2 = (v * k for v in d["box"])
+        box = [x1, y1 + margin, x2, y2 + margin]
+        pen.rectangle(tuple(box), outline=colour, width=line)
         text = f"{d['label']} {d['score']:.2f}"
         # The text's ink sits at an offset from the point it is drawn at: measure it at the
-        # origin, so that the ink lands 1 px inside its background at any position.
-        left, top, right, bottom = pen.textbbox((0, 0), text)
-        w, h = right - left + 2, bottom - top + 2
-        x, y = _label_corner(d["box"], (w, h), out.size)
-        pen.rectangle((x, y, x + w, y + h), fill=colour)
-        pen.text((x + 1 - left, y + 1 - top), text, fill=(255, 255, 255))
+        # origin, so that the ink lands 2 px inside its background at any position.
+        left, top, right, bottom = pen.textbbox((0, 0), text, font=font)
+        w, h = round(right - left) + 4, round(bottom - top) + 4
+        # One outline's width between a label and its box.
+        outside = [box[0], box[1] - line, box[2], box[3] + line]
+        place = _label_box(outside, (w, h), out.size, taken)
+        taken.append(place)
+        pen.rectangle(place, fill=colour)
+        pen.text((place[0] + 2 - left, place[1] + 2 - top), text, fill=(255, 255, 255), font=font)
     return out
 
 

@@ -1,0 +1,65 @@
+"""A data set's images as PNG files, a few per class (`dlperf data samples`): what a
+student runs inference on, or looks at, without writing Python.
+
+Each file is one image of a split exactly as the loader holds it (after `data.image_size`
+when set, before normalisation and augmentation), at its own size: an 8 x 8 digit stays
+8 x 8 pixels. Files are named SPLIT-INDEX-CLASS.png, INDEX the image's position in the
+split, so a file leads back to its image."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dlperf.config import DataConfig
+from dlperf.data import load_data
+from dlperf.data.describe import pick_classes, read_image
+from dlperf.errors import UserError
+
+SPLITS = ("train", "val", "test")
+
+
+def _safe(name: str) -> str:
+    """A class name as a file name part: letters, digits, '.', '_' and '-' only."""
+    return re.sub(r"[^\w.-]+", "_", name).strip("_") or "class"
+
+
+def write_samples(
+    cfg: DataConfig,
+    out: Path,
+    per_class: int = 1,
+    classes: int | list[str] | None = None,
+    split: str = "test",
+) -> dict[str, Any]:
+    """Write up to `per_class` images of each class `classes` picks (see `pick_classes`)
+    from `split`, the first of that class in split order, as PNG files in `out`. Returns
+    the data set, split, directory and one entry per file (path, class, label, index)."""
+    from PIL import Image
+
+    if per_class < 1:
+        raise UserError(f"--per-class must be at least 1, got {per_class}")
+    if split not in SPLITS:
+        raise UserError(f"unknown split '{split}'", f"choose {', '.join(SPLITS)}")
+    data = load_data(cfg)
+    part = getattr(data, split)
+    if len(part) == 0:
+        raise UserError(f"{data.name} has no {split} images", "choose another --split")
+    names = data.classes or [str(i) for i in range(data.num_classes)]
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for label in pick_classes(data.name, names, classes):
+        for index in torch.nonzero(part.labels == label).flatten()[:per_class].tolist():
+            if part.images is not None:
+                pixels = part.images[index]
+            else:  # a streamed set: read only the files written
+                pixels = read_image(part.files[index], data.shape)
+            array = np.ascontiguousarray(pixels.permute(1, 2, 0).numpy())
+            image = Image.fromarray(array.squeeze(-1) if array.shape[-1] == 1 else array)
+            path = out / f"{split}-{index:05d}-{_safe(names[label])}.png"
+            image.save(path)
+            files.append({"path": str(path), "class": names[label], "label": label, "index": index})
+    return {"dataset": data.name, "split": split, "out": str(out), "files": files}
