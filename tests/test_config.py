@@ -228,3 +228,29 @@ def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
     path = tmp_path / "exp.toml"
     path.write_bytes("\ufeff[train]\nepochs = 3\n".encode())
     assert load_experiment(path).train.epochs == 3
+
+
+DEEP = 50_000  # as a hostile file nests: tomllib's parser recurses once per level
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides"),
+    [
+        (f"[model]\nkwargs = {{ a = {'[' * DEEP}{']' * DEEP} }}\n", []),
+        ("", [f"model.kwargs.a={'[' * DEEP}{']' * DEEP}"]),
+        ("", [f"model.kwargs.a={'{b=' * DEEP}1{'}' * DEEP}"]),
+        ("", ["model.kwargs." + ".".join(["a"] * DEEP) + "=1"]),  # deep by key, not by value
+        (f"[model]\nkwargs = {{ a = {'[' * 40}{']' * 40} }}\n", []),  # parses; too deep to keep
+    ],
+    ids=["file", "set-list", "set-table", "set-key", "file-40"],
+)
+def test_deep_nesting_is_one_line(tmp_path: Path, text: str, overrides: list[str]) -> None:
+    """A value nested 50,000 deep gave a RecursionError and 3,000 lines of traceback."""
+    with pytest.raises(UserError, match="nested too deeply") as info:
+        load_experiment(write(tmp_path, text), overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_nesting_within_the_limit_is_kept(tmp_path: Path) -> None:
+    exp = load_experiment(write(tmp_path, "[model]\nkwargs = { a = [[[1]]] }\n"))
+    assert exp.model.kwargs == {"a": [[[1]]]}

@@ -29,7 +29,7 @@ from pydantic_core import PydanticKnownError
 from pydantic_core.core_schema import ErrorType
 
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean
+from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean
 
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
@@ -606,6 +606,8 @@ def parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:  # the parser recurses once per level of [ or {
+        raise UserError(f"--set value {text[:20]}...: {TOO_DEEP}") from None
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
@@ -749,6 +751,8 @@ def validation_message(
 def build_experiment(
     raw: dict[str, Any], where: str = "config", options: dict[str, str] | None = None
 ) -> Experiment:
+    if depth(raw) > MAX_DEPTH:
+        raise UserError(f"{where}: {TOO_DEEP}")
     _check_keys(raw, Experiment, where)
     try:
         return Experiment.model_validate(raw)
@@ -766,6 +770,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM, as Notepad writes it
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{p}: malformed TOML: {e}") from None
+    except RecursionError:  # the parser recurses once per level of [ or {
+        raise UserError(f"{p}: {TOO_DEEP}") from None
     except UnicodeDecodeError:
         raise UserError(f"{p}: not a text file") from None
 

@@ -13,6 +13,26 @@ from dlperf.errors import UserError
 # The numbers a comma list holds: each compares with `minimum`.
 Num = TypeVar("Num", int, float)
 
+# Levels of tables and lists a config may nest (an experiment needs about five): deeper, and
+# the TOML parser, pydantic and json, which all recurse, could run out of stack.
+MAX_DEPTH = 32
+TOO_DEEP = f"nested too deeply (dlperf reads at most {MAX_DEPTH} levels of tables and lists)"
+
+
+def depth(value: Any) -> int:
+    """How deeply tables and lists nest in `value` (1 for 1, 2 for [1], 3 for {"a": [1]}),
+    found without recursing: a value too deep to recurse over is what this looks for."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, dict):
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, level + 1) for child in node)
+    return deepest
+
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts as dotted keys (`{"train": {"lr": 0.1}}` as `{"train.lr": 0.1}`), the form
