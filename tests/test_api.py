@@ -203,6 +203,7 @@ BAD_CALLS = {
     "store url a number": lambda: dlperf.Store(42),  # type: ignore[arg-type]
     "run id as text": lambda: dlperf.Store().run("x"),  # type: ignore[arg-type]
     "track name a number": lambda: dlperf.track(7).__enter__(),  # type: ignore[arg-type]
+    "track name with ESC": lambda: dlperf.track("a\x1b[2Jb").__enter__(),
 }
 
 

@@ -734,3 +734,14 @@ def test_run_page_figures_fill_the_column_at_1400_px(lab: dict[str, Any], tmp_pa
     for figure in sizes["figures"]:
         assert figure["shown"] >= 0.8 * sizes["column"], sizes
         assert 0.95 <= figure["shown"] / figure["drawn"] <= 1.05, sizes
+
+
+def test_control_characters_in_names_are_shown_escaped(store: Store, tmp_path: Path) -> None:
+    """A name holding ESC and NUL reached the HTML raw (a browser drops or mangles them)."""
+    evil = "evil\x1b[31m\x00nul"
+    study = store.create_study(evil, "demo")
+    run_id = store.create_run(evil, "run", {"run": {"name": evil}}, study_id=study)
+    build_report(store, tmp_path / "site", [run_id], jobs=1)
+    for name, page in _pages(tmp_path / "site").items():
+        assert not any(c in page for c in "\x1b\x00"), name
+        assert r"evil\x1b[31m\x00nul" in page, name

@@ -298,3 +298,18 @@ def test_tensorboard_export_says_only_its_own_lines(run: tuple[Store, int], tmp_
     assert done.returncode == 0, done.stderr
     noise = [line for line in done.stderr.splitlines() if not line.startswith("saved ")]
     assert noise == [], done.stderr
+
+
+def test_a_name_with_control_characters_reaches_mlflow_escaped(
+    store: Store, tmp_path: Path, cli: Cli
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    run_id = store.create_run("evil\x1b[31m\x00nul", "run", {}, None, None)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    got = MlflowClient(tracking_uri=uri).get_run(
+        json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"]
+    )
+    assert got.info.run_name == r"evil\x1b[31m\x00nul"

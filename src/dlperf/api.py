@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import UserError
+from dlperf.parsing import has_control
 
 if TYPE_CHECKING:
     import numpy as np
@@ -260,8 +261,8 @@ def track(
 
     from dlperf.system import system_info
 
-    if not isinstance(name, str) or not name.strip():
-        raise UserError(f"a run's name is a non-empty string, got {name!r}")
+    if not isinstance(name, str) or not name.strip() or has_control(name):
+        raise UserError(f"a run's name is printable text, got {name!r}")
     where = store or Store()
     config = dict(config or {})
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()

@@ -29,7 +29,7 @@ from pydantic_core import PydanticKnownError
 from pydantic_core.core_schema import ErrorType
 
 from dlperf.errors import UserError
-from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean
+from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean, has_control, printable
 
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
@@ -191,6 +191,14 @@ class TargetConfig(Section):
 class RunConfig(Section):
     name: str | None = None
     """Run name shown in listings; defaults to the experiment file's stem."""
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        if v is not None and has_control(v):
+            raise ValueError("must hold no control characters (ESC, NUL, tab, newline, ...)")
+        return v
+
     seed: Seed = 0
     """Seed of model initialisation, shuffling and augmentation."""
     device: str = "auto"
@@ -789,7 +797,7 @@ def load_experiment(
         apply_override(raw, assignment)
     exp = build_experiment(raw, where + (" with --set" if overrides else ""), options)
     if exp.run.name is None and path is not None:
-        exp.run.name = Path(path).stem
+        exp.run.name = printable(Path(path).stem)  # a file's name may hold anything
     return exp
 
 

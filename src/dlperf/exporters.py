@@ -42,7 +42,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
-from dlperf.parsing import flatten
+from dlperf.parsing import flatten, printable
 from dlperf.store import Store, masked_url
 from dlperf.store.keys import on_global_steps
 from dlperf.store.record import RunRecord
@@ -265,7 +265,9 @@ def _export_mlflow_run(
     summary = dict(_numbers(run.summary))
     metrics += [entities.Metric(f"summary/{k}", v, summary_time, 0) for k, v in summary.items()]
 
-    created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=run.name)
+    # A name holding ESC or NUL (a store of an older dlperf, another writer) is shown escaped.
+    name = printable(run.name)
+    created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=name)
     mlflow_id = created.info.run_id
     for batch in _chunks(params, MLFLOW_BATCH["params"]):
         client.log_batch(mlflow_id, params=batch)

@@ -92,6 +92,8 @@ CASES = [
     case("run exp.toml --set target.accuracy=95", "target.accuracy: is a fraction in (0, 1]"),
     case("run exp.toml --set run.threads=0", "run.threads: must be at least 1 (got 0)"),
     case("run exp.toml --set run.log_every=0", "run.log_every: must be at least 1 (got 0)"),
+    case("run exp.toml --set 'run.name=\"a\x1b[2Jb\"'", "run.name: must hold no control"),
+    case("run exp.toml --set 'run.name=\"a\\u0000b\"'", "run.name: must hold no control"),
     case("run exp.toml --set run.seed=-1", "run.seed: must be at least 0 (got -1)"),
     case(
         "run exp.toml --set train.lr=fast",
