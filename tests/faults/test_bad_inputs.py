@@ -91,6 +91,8 @@ CASES = [
     case("run exp.toml --set augment.batch_aug_m=0", "augment.batch_aug_m: must be at least 1"),
     case("run exp.toml --set target.accuracy=95", "target.accuracy: is a fraction in (0, 1]"),
     case("run exp.toml --set run.threads=0", "run.threads: must be at least 1 (got 0)"),
+    case("run exp.toml --set run.threads=4096", "error: 4096 threads asked for, but this host"),
+    case("infer bench {onnx} --threads 4096", "error: 4096 threads asked for, but this host"),
     case("run exp.toml --set run.log_every=0", "run.log_every: must be at least 1 (got 0)"),
     case("run exp.toml --set 'run.name=\"a\x1b[2Jb\"'", "run.name: must hold no control"),
     case("run exp.toml --set 'run.name=\"a\\u0000b\"'", "run.name: must hold no control"),
