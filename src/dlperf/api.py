@@ -347,11 +347,12 @@ class Store:
             import pandas as pd
         except ImportError:
             raise UserError("Store.frame needs pandas", "pip install pandas") from None
-        from dlperf.exporters import metric_series
+        from dlperf.exporters import metric_series, steps_per_epoch
         from dlperf.store.keys import on_global_steps
 
-        spe = self.run(run_id).summary.get("steps_per_epoch")
-        series = on_global_steps(metric_series(self._store, run_id), spe)
+        stored = metric_series(self._store, run_id)
+        spe = steps_per_epoch(self.run(run_id), stored, [])
+        series = on_global_steps(stored, spe)
         if keys is None:
             wanted = series
         else:
