@@ -36,8 +36,9 @@ def _report(tmp_path: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}",
            "PYTHONPATH": SOURCE}  # fmt: skip
     command = [sys.executable, "-m", "dlperf", "report", "--last", str(RUNS), "--out", "site"]
-    return subprocess.Popen(command, cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    # Output to files, not pipes: workers that outlive the report would hold a pipe open.
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=err)
 
 
 def _children(pid: int) -> list[int]:
@@ -65,6 +66,7 @@ def _wait_for(what: str, check: Callable[[], T]) -> T:
 def test_sigkill_takes_the_drawing_workers_with_it(tmp_path: Path) -> None:
     """Before: the 2 workers lived on with parent pid 1, still there 40 s later."""
     report = _report(tmp_path)
+    workers: list[int] = []
     try:
         workers = _wait_for(
             "2 drawing workers", lambda: _children(report.pid)[1:] and _children(report.pid)
@@ -74,7 +76,9 @@ def test_sigkill_takes_the_drawing_workers_with_it(tmp_path: Path) -> None:
         _wait_for("the workers to die", lambda: not any(map(alive, workers)))
     finally:
         report.kill()
-        report.communicate()
+        report.wait()
+        for pid in filter(alive, workers):  # a failed test leaves nothing running either
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_ctrl_c_leaves_no_partial_site(tmp_path: Path) -> None:
@@ -83,8 +87,9 @@ def test_ctrl_c_leaves_no_partial_site(tmp_path: Path) -> None:
     try:
         _wait_for("a page drawn", lambda: any((tmp_path / "site").rglob("*.html")))
         report.send_signal(signal.SIGINT)
-        _, err = report.communicate(timeout=DEADLINE_S)
+        report.wait(timeout=DEADLINE_S)
     finally:
         report.kill()
-    assert report.returncode == 130, err
+        report.wait()
+    assert report.returncode == 130, (tmp_path / "err.txt").read_text()
     assert not (tmp_path / "site").exists(), list((tmp_path / "site").rglob("*"))

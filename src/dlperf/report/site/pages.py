@@ -305,8 +305,8 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
     ]  # fmt: skip
     best = ranking.winner(rows, groups)
     verdict = f"<p>Best run: {esc(best)}.</p>" if best is not None else ""
-    keys = {i: "test_accuracy" for i in range(4, 8)} | {10: "throughput"}
-    return "<h2>Ranking</h2>" + verdict + table(columns, table_rows, keys=keys) + _figures(drawn)
+    formats = {i: "test_accuracy" for i in range(4, 8)} | {10: "throughput"}
+    return "<h2>Ranking</h2>" + verdict + table(columns, table_rows, keys=formats) + _figures(drawn)
 
 
 def _staleness(store: Store, runs: list[RunRecord]) -> str:
