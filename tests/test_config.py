@@ -241,9 +241,10 @@ DEEP = 50_000  # as a hostile file nests: tomllib's parser recurses once per lev
         ("", [f"model.kwargs.a={'[' * DEEP}{']' * DEEP}"]),
         ("", [f"model.kwargs.a={'{b=' * DEEP}1{'}' * DEEP}"]),
         ("", ["model.kwargs." + ".".join(["a"] * DEEP) + "=1"]),  # deep by key, not by value
+        ("", ["model.kwargs.a=" + "[\n" * DEEP + "]" * DEEP]),  # its message stays one line
         (f"[model]\nkwargs = {{ a = {'[' * 40}{']' * 40} }}\n", []),  # parses; too deep to keep
     ],
-    ids=["file", "set-list", "set-table", "set-key", "file-40"],
+    ids=["file", "set-list", "set-table", "set-key", "set-lines", "file-40"],
 )
 def test_deep_nesting_is_one_line(tmp_path: Path, text: str, overrides: list[str]) -> None:
     """A value nested 50,000 deep gave a RecursionError and 3,000 lines of traceback."""

@@ -615,7 +615,7 @@ def parse_value(text: str) -> Any:
     except tomllib.TOMLDecodeError:
         return text
     except RecursionError:  # the parser recurses once per level of [ or {
-        raise UserError(f"--set value {text[:20]}...: {TOO_DEEP}") from None
+        raise UserError(f"--set value {text[:20]!r}...: {TOO_DEEP}") from None
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:

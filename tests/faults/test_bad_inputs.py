@@ -180,8 +180,8 @@ CASES = [
     case("config show --set train.lr=0", "error: config with --set: train.lr: must be greater"),
     case("config show deep.toml", "error: deep.toml: nested too deeply (dlperf reads at most 32"),
     case("run deep.toml", "error: deep.toml: nested too deeply (dlperf reads at most 32"),
-    case("run exp.toml --set model.kwargs.a={deep}", "error: --set value [[[[[[[[[[[[[[[[[[[["),
-    case("config show --set model.kwargs.a={deep}", "[[[[...: nested too deeply (dlperf reads"),
+    case("run exp.toml --set model.kwargs.a={deep}", "error: --set value '[[[[[[[[[[[[[[[[[[[['"),
+    case("config show --set model.kwargs.a={deep}", "[['...: nested too deeply (dlperf reads"),
     case("config keys extra", "Error: Got unexpected extra argument"),
     # --- demo, models, datasets, devices ---------------------------------------------------
     case("demo --epochs 3", "Error: No such option: --epochs"),
