@@ -174,7 +174,7 @@ def _check_reachable(uri: str) -> None:
             reason = e.strerror or str(e) or type(e).__name__
             raise UserError(
                 f"MLflow at {masked_url(uri)}: cannot connect to {host}:{port} ({reason})",
-                "is the tracking server running? (mlflow server)",
+                "is the tracking server running? `mlflow server` starts one",
             ) from None
     elif scheme == "sqlite":
         path = make_url(uri).database
@@ -249,8 +249,8 @@ def export_mlflow(
     new MLflow runs: exporting a run twice gives two MLflow runs.
     """
     runs = _runs(store, run_ids)
+    _check_reachable(uri)  # before importing MLflow, which alone takes seconds
     client_class, entities = _mlflow()
-    _check_reachable(uri)
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
