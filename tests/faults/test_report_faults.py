@@ -61,7 +61,9 @@ def _wait_for(what: str, check: Callable[[], T]) -> T:
 
 
 @pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2, reason="2 drawing workers need 2 usable cores (Linux)"
+    len(os.sched_getaffinity(0)) < 2
+    or not Path(f"/proc/self/task/{os.getpid()}/children").exists(),
+    reason="2 drawing workers need 2 usable cores, and finding them Linux's /proc",
 )
 def test_sigkill_takes_the_drawing_workers_with_it(tmp_path: Path) -> None:
     """Before: the 2 workers lived on with parent pid 1, still there 40 s later."""
