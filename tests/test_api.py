@@ -187,3 +187,42 @@ def test_fit_curve_fits_as_converge_fit_does(cli, tmp_path: Path) -> None:
     assert fit.heldout_rmse == command["heldout"]["optimus_rmse"]
     with pytest.raises(dlperf.UserError, match=r"accuracy values must lie in \[0, 1\]"):
         dlperf.fit_curve(k, 100 * (1 - loss), metric="accuracy")  # percent, not a fraction
+
+
+BAD_CALLS = {
+    "negative size": lambda: dlperf.analyze("resnet20", (3, -32, 32)),
+    "fractional size": lambda: dlperf.analyze("resnet20", (3, 2.5, 32)),
+    "size as text": lambda: dlperf.analyze("resnet20", "3,32,32"),  # type: ignore[arg-type]
+    "module, negative size": lambda: dlperf.analyze(torch.nn.Linear(2, 2), (-2,)),
+    "run of a number": lambda: dlperf.run(42),  # type: ignore[arg-type]
+    "run of a list": lambda: dlperf.run([1]),  # type: ignore[arg-type]
+    "overrides as one string": lambda: dlperf.run({}, "train.lr=1"),
+    "override not a string": lambda: dlperf.run({}, [42]),  # type: ignore[list-item]
+    "curve of text": lambda: dlperf.fit_curve("abcd", [1, 2, 3, 4]),  # type: ignore[arg-type]
+    "curve of unequal lengths": lambda: dlperf.fit_curve([1, 2, 3, 4, 5], [1, 2, 3, 4]),
+    "store url a number": lambda: dlperf.Store(42),  # type: ignore[arg-type]
+    "run id as text": lambda: dlperf.Store().run("x"),  # type: ignore[arg-type]
+    "track name a number": lambda: dlperf.track(7).__enter__(),  # type: ignore[arg-type]
+    "track name with ESC": lambda: dlperf.track("a\x1b[2Jb").__enter__(),
+}
+
+
+@pytest.mark.parametrize("call", BAD_CALLS.values(), ids=BAD_CALLS.keys())
+def test_bad_input_raises_dlperfs_own_error(db: str, call) -> None:
+    """These raised RuntimeError, TypeError or ValueError from deep inside torch, pathlib or
+    NumPy; a caller catching dlperf.UserError for bad input missed them."""
+    with pytest.raises(dlperf.UserError) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def test_the_names_you_log_are_the_names_you_read(db: str) -> None:
+    """log(step, loss=...) stores train/loss; metrics(run, "loss") returned [] without a word."""
+    with dlperf.track("a") as run:
+        run.log(1, loss=1.0, acc=0.5, **{"val/acc1": 0.25})
+    store = dlperf.Store(db)
+    assert store.metrics(run.id, "loss") == store.metrics(run.id, "train/loss") == [(1, 1.0)]
+    assert store.metrics(run.id, "acc") == [(1, 0.5)]
+    assert store.metrics(run.id, "val/acc1") == [(1, 0.25)]
+    with pytest.raises(dlperf.UserError, match=r"no metric 'los'.*train/loss"):
+        store.metrics(run.id, "los")

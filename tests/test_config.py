@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -228,3 +229,44 @@ def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
     path = tmp_path / "exp.toml"
     path.write_bytes("\ufeff[train]\nepochs = 3\n".encode())
     assert load_experiment(path).train.epochs == 3
+
+
+DEEP = 50_000  # as a hostile file nests: tomllib's parser recurses once per level
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides"),
+    [
+        (f"[model]\nkwargs = {{ a = {'[' * DEEP}{']' * DEEP} }}\n", []),
+        ("", [f"model.kwargs.a={'[' * DEEP}{']' * DEEP}"]),
+        ("", [f"model.kwargs.a={'{b=' * DEEP}1{'}' * DEEP}"]),
+        ("", ["model.kwargs." + ".".join(["a"] * DEEP) + "=1"]),  # deep by key, not by value
+        ("", ["model.kwargs.a=" + "[\n" * DEEP + "]" * DEEP]),  # its message stays one line
+        (f"[model]\nkwargs = {{ a = {'[' * 40}{']' * 40} }}\n", []),  # parses; too deep to keep
+    ],
+    ids=["file", "set-list", "set-table", "set-key", "set-lines", "file-40"],
+)
+def test_deep_nesting_is_one_line(tmp_path: Path, text: str, overrides: list[str]) -> None:
+    """A value nested 50,000 deep gave a RecursionError and 3,000 lines of traceback."""
+    with pytest.raises(UserError, match="nested too deeply") as info:
+        load_experiment(write(tmp_path, text), overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_nesting_within_the_limit_is_kept(tmp_path: Path) -> None:
+    exp = load_experiment(write(tmp_path, "[model]\nkwargs = { a = [[[1]]] }\n"))
+    assert exp.model.kwargs == {"a": [[[1]]]}
+
+
+@pytest.mark.parametrize("name", ["a\x1b[31mred", "nul\x00", "two\nlines", "bell\x07", "c1\x9b"])
+def test_a_run_name_with_control_characters_is_refused(tmp_path: Path, name: str) -> None:
+    """ESC and NUL in a name reached the terminal, the HTML report and MLflow raw."""
+    with pytest.raises(UserError, match=r"run\.name: must hold no control characters") as info:
+        load_experiment(write(tmp_path, ""), [f"run.name={json.dumps(name)}"])  # TOML escapes
+    assert "\x1b" not in str(info.value) and "\x00" not in str(info.value)
+
+
+def test_a_file_stem_with_control_characters_names_the_run_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "evil\x1b[2J.toml"
+    path.write_text("")
+    assert load_experiment(path).run.name == "evil\\x1b[2J"

@@ -6,6 +6,7 @@ import pytest
 
 from dlperf.errors import UserError
 from dlperf.parsing import (
+    depth,
     did_you_mean,
     parse_list,
     parse_names,
@@ -59,3 +60,11 @@ def test_parse_range() -> None:
     for bad in ("0-2", "a", "3-x"):
         with pytest.raises(UserError):
             parse_range(bad, "workers")
+
+
+def test_depth_counts_levels_without_recursing() -> None:
+    assert [depth(1), depth([1]), depth({"a": [1, [2]]}), depth({})] == [1, 2, 4, 1]
+    deep: list[object] = []
+    for _ in range(100_000):  # far past the interpreter's recursion limit
+        deep = [deep]
+    assert depth(deep) == 100_001

@@ -35,7 +35,7 @@ from dlperf.engine.run import run_experiment
 from dlperf.report.site import build_report
 from dlperf.report.site import select as select_report
 from dlperf.report.site.figures import PHASES, spread
-from dlperf.report.site.html import COLUMN_PX, MIN_FONT_PT, fmt
+from dlperf.report.site.html import COLUMN_PX, MIN_FONT_PT, NAME_CHARS, fmt, quantity
 from dlperf.store import Store
 from tests.conftest import rank_result, write_distill_exp
 
@@ -734,3 +734,55 @@ def test_run_page_figures_fill_the_column_at_1400_px(lab: dict[str, Any], tmp_pa
     for figure in sizes["figures"]:
         assert figure["shown"] >= 0.8 * sizes["column"], sizes
         assert 0.95 <= figure["shown"] / figure["drawn"] <= 1.05, sizes
+
+
+def test_control_characters_in_names_are_shown_escaped(store: Store, tmp_path: Path) -> None:
+    """A name holding ESC and NUL reached the HTML raw (a browser drops or mangles them)."""
+    evil = "evil\x1b[31m\x00nul"
+    study = store.create_study(evil, "demo")
+    run_id = store.create_run(evil, "run", {"run": {"name": evil}}, study_id=study)
+    build_report(store, tmp_path / "site", [run_id], jobs=1)
+    for name, page in _pages(tmp_path / "site").items():
+        assert not any(c in page for c in "\x1b\x00"), name
+        assert r"evil\x1b[31m\x00nul" in page, name
+
+
+def test_a_figure_reads_the_same_on_every_page(lab: dict[str, Any]) -> None:
+    """The study page showed a point's efficiency as 0.4427 where its own page showed a
+    percentage, and throughput as 1562 beside 17,541."""
+    store, out, ids = lab["store"], lab["out"], lab["ids"]
+    study = (out / f"study-{ids['scale']}.html").read_text(encoding="utf-8")
+    index = (out / "index.html").read_text(encoding="utf-8")
+    for run in store.list_runs(study_id=ids["scale"]):
+        page = (out / f"run-{run.id}.html").read_text(encoding="utf-8")
+        efficiency = quantity("efficiency", run.summary["efficiency"])
+        throughput = quantity("throughput", run.summary["throughput"])
+        assert efficiency.endswith("%") and throughput.endswith(" samples/s")
+        assert efficiency in page and throughput in page
+        assert f'<td class="num">{efficiency}</td>' in study
+        assert f'<td class="num">{throughput.removesuffix(" samples/s")}</td>' in study
+        assert throughput.removesuffix(" samples/s") in index
+
+
+def test_a_run_without_default_curves_names_no_missing_option(store: Store, tmp_path: Path) -> None:
+    """The note said "choose with --key", an option of `runs plot` that `report` has not."""
+    run_id = store.create_run("odd", "run", {})
+    store.log_metrics(run_id, [("my/metric", 1, 0.5)])
+    store.finish_run(run_id, "finished")
+    build_report(store, tmp_path / "site", [run_id], jobs=1)
+    page = (tmp_path / "site" / f"run-{run_id}.html").read_text(encoding="utf-8")
+    assert "stored none of the default metrics" in page and "my/metric" in page
+    assert "--key" not in page
+
+
+def test_a_long_name_is_cut_in_the_index_and_whole_in_its_title(
+    store: Store, tmp_path: Path
+) -> None:
+    """A 10,000-character name filled the index."""
+    long = "n" * 10_000
+    run_id = store.create_run(long, "run", {}, study_id=store.create_study(long, "demo"))
+    build_report(store, tmp_path / "site", [run_id], jobs=1)
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    cut = f'<span title="{long}">{long[: NAME_CHARS - 1]}…</span>'
+    assert index.count(cut) == 2  # the run's row and the study's
+    assert index.count(long) == 2  # only in the titles

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +18,7 @@ from dlperf.parsing import flatten
 from dlperf.procs import this_process
 from dlperf.store import Store
 from dlperf.store.keys import on_global_steps
-from tests.conftest import CliResult, trained_run
+from tests.conftest import REPO, CliResult, trained_run
 
 pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
 pytest.importorskip("tensorboard", reason="the tensorboard extra")
@@ -298,3 +300,90 @@ def test_tensorboard_export_says_only_its_own_lines(run: tuple[Store, int], tmp_
     assert done.returncode == 0, done.stderr
     noise = [line for line in done.stderr.splitlines() if not line.startswith("saved ")]
     assert noise == [], done.stderr
+
+
+def test_a_name_with_control_characters_reaches_mlflow_escaped(
+    store: Store, tmp_path: Path, cli: Cli
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    run_id = store.create_run("evil\x1b[31m\x00nul", "run", {}, None, None)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    got = MlflowClient(tracking_uri=uri).get_run(
+        json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"]
+    )
+    assert got.info.run_name == r"evil\x1b[31m\x00nul"
+
+
+def test_a_lost_run_without_metrics_ends_when_it_started(
+    store: Store, tmp_path: Path, cli: Cli
+) -> None:
+    """It ended at the moment of export: a run of minutes that never happened."""
+    from mlflow.tracking import MlflowClient
+
+    gone = {**this_process(), "start": -1}
+    run_id = store.create_run("doomed", "run", {}, None, {"host": "h"})
+    store.update_run(run_id, system={"host": "h", "process": gone})
+    assert store.get_run(run_id).status == "lost"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    got = MlflowClient(tracking_uri=uri).get_run(
+        json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"]
+    )
+    started, _ = exporters._times(store, run_id)
+    assert got.info.status == "KILLED"
+    assert got.info.start_time == got.info.end_time == round(started * 1000)
+
+
+def test_a_killed_runs_epochs_land_on_the_global_step(tmp_path: Path, cli: Cli) -> None:
+    """A run killed before it wrote its summary has no steps_per_epoch there: its per-epoch
+    metrics went to steps 1..E, squashed left of the training loss. The steps per epoch come
+    from its config and data instead (1294 digits in batches of 32: 40)."""
+    from mlflow.tracking import MlflowClient
+
+    store, run_id, _ = trained_run(tmp_path)
+    store.update_run(run_id, status="killed", summary={})
+    stored = exporters.metric_series(store, run_id)
+    last_step = stored["train/loss"][-1][0]
+    assert last_step == 40 and [s for s, _, _ in stored["val/acc1"]] == [1]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
+    assert result.code == 0, result.err
+    client = MlflowClient(tracking_uri=uri)
+    mlflow_id = json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"]
+    assert client.get_run(mlflow_id).info.status == "KILLED"
+    assert [m.step for m in client.get_metric_history(mlflow_id, "val/acc1")] == [last_step]
+    assert [(m.step, m.value) for m in client.get_metric_history(mlflow_id, "epoch")] == [
+        (last_step, 1.0)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        (
+            "http://127.0.0.1:1",
+            "error: MLflow at http://127.0.0.1:1: cannot connect to 127.0.0.1:1",
+        ),
+        ("sqlite:////proc/mlflow.db", "error: MLflow at sqlite:////proc/mlflow.db: cannot open"),
+    ],
+    ids=["refused", "unwritable"],
+)
+def test_an_unusable_mlflow_fails_at_once_in_one_line(
+    store: Store, db: str, uri: str, message: str
+) -> None:
+    """MLflow retried: 247 s of silence for a refused connection, 37 lines of retries over
+    103 s for a SQLite file it cannot open. A real process, so that the retries' sleeps and
+    logging are MLflow's own; the timeout only keeps a regression from hanging the suite."""
+    run_id = store.create_run("a", "run", {}, None, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", "runs", "export", str(run_id), "--to", "mlflow",
+         "--uri", uri],
+        capture_output=True, text=True, timeout=90,
+        env={**os.environ, "DLPERF_DB": db, "PYTHONPATH": str(REPO / "src")},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr

@@ -247,14 +247,64 @@ def test_protocol_errors_have_their_status(urls: dict[str, str]) -> None:
     assert httpx.get(f"{url}/v2/models/tiny/infer").status_code == 405
 
 
-def test_nan_outputs_stay_readable(client: triton.InferenceServerClient) -> None:
-    """NaN is no JSON number: it goes out as Python's json writes it, which clients read."""
-    x = np.full((1, 3, SIZE, SIZE), np.nan, np.float32)
+def test_nan_outputs_stay_readable(
+    client: triton.InferenceServerClient, models: dict[str, Path]
+) -> None:
+    """NaN is no JSON number: it goes out as Python's json writes it, which clients read. The
+    inputs are finite (non-finite ones are refused); the model overflows on them."""
+    x = np.full((1, 3, SIZE, SIZE), 3e38, np.float32)
     tensor = triton.InferInput("input", list(x.shape), "FP32").set_data_from_numpy(
         x, binary_data=False
     )
     wanted = [triton.InferRequestedOutput("logits", binary_data=False)]
-    assert np.isnan(client.infer("tiny", [tensor], outputs=wanted).as_numpy("logits")).all()
+    got = client.infer("tiny", [tensor], outputs=wanted).as_numpy("logits")
+    expected = ort_run(models["tiny"], {"input": x})["logits"]
+    assert not np.isfinite(expected).any()
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_non_finite_inputs_are_400(
+    client: triton.InferenceServerClient, value: float, binary: bool
+) -> None:
+    """NaN and infinities were answered 200 with NaN logits (docs/deploy.md said refused)."""
+    x = np.zeros((2, 3, SIZE, SIZE), np.float32)
+    x[1, 2, 3, 4] = value
+    tensor = triton.InferInput("input", list(x.shape), "FP32").set_data_from_numpy(
+        x, binary_data=binary
+    )
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("tiny", [tensor])
+    assert info.value.status() == "400"
+    assert "input 'input' (FP32): values must be finite and within ±3.403e+38" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["3.5e38", "-1e39", "1e400", "NaN", "Infinity", "-Infinity"])
+def test_out_of_range_json_numbers_are_400(urls: dict[str, str], value: str) -> None:
+    """As a raw client writes them: beyond FP32's range (3.5e38 became inf), beyond a double's
+    (1e400), and Python's json literals for NaN and the infinities."""
+    data = ", ".join(["0.5"] * (3 * SIZE * SIZE - 1) + [value])
+    body = f'{{"inputs": [{{"name": "input", "shape": [1, 3, {SIZE}, {SIZE}], '
+    body += f'"datatype": "FP32", "data": [{data}]}}]}}'
+    r = httpx.post(f"{urls['tiny']}/v2/models/tiny/infer", content=body.encode())
+    assert r.status_code == 400, r.text
+    assert "values must be finite and within ±3.403e+38" in r.json()["error"]
+
+
+def test_fp16_beyond_its_range_is_400(urls: dict[str, str]) -> None:
+    inputs = mixed_inputs(1)
+    request = {
+        "inputs": [
+            {"name": name, "shape": list(inputs[name].shape), "datatype": kind,
+             "data": inputs[name].ravel().tolist()}
+            for name, kind in MIXED_INPUTS.items()
+        ]
+    }  # fmt: skip
+    request["inputs"][0]["data"] = [70000.0, 1.0]  # FP16 holds at most 65504
+    r = httpx.post(f"{urls['mixed']}/v2/models/mixed/infer", json=request)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "input 'a' (FP16): values must be finite and within ±6.55e+04"
 
 
 def test_model_config_in_tritons_shape(urls: dict[str, str], models: dict[str, Path]) -> None:

@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import math
+import numbers
 import os
 import time
 from collections import defaultdict
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import UserError
+from dlperf.parsing import has_control
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,6 +31,43 @@ if TYPE_CHECKING:
     from dlperf.store import Store as _Store
     from dlperf.store.query import Comparison
     from dlperf.store.record import RunRecord
+
+
+# --- checks of what a caller passes ------------------------------------------------------
+# Without them, a wrong type or value surfaces as torch's RuntimeError, pathlib's TypeError or
+# NumPy's ValueError from deep inside, which a caller catching UserError for bad input misses.
+
+
+def _whole(value: Any) -> bool:
+    """Whether `value` is a whole number (NumPy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _shape(input_size: Any) -> list[int] | None:
+    """One sample's shape as a list of whole numbers ≥ 1 (None: not given)."""
+    if input_size is None:
+        return None
+    if isinstance(input_size, (str, bytes)) or not isinstance(input_size, Sequence):
+        given: Any = input_size
+    elif all(_whole(n) and n >= 1 for n in input_size):
+        return [int(n) for n in input_size]
+    else:
+        given = tuple(input_size)
+    raise UserError(
+        f"input_size must be one sample's shape in whole numbers ≥ 1, got {given!r}",
+        "e.g. (3, 32, 32)",
+    )
+
+
+def _run_id(run_id: Any) -> int:
+    if not _whole(run_id):
+        raise UserError(f"a run id is a whole number, got {run_id!r}")
+    return int(run_id)
+
+
+def _logged_name(key: str) -> str:
+    """The name `TrackedRun.log` stores `key` under, the name `Store.metrics` reads it by."""
+    return key if "/" in key else f"train/{key}"
 
 
 # --- analyze --------------------------------------------------------------------------------
@@ -105,6 +144,7 @@ def analyze(
     from dlperf.analytic.counting import analyze_module
 
     precision = dtype or "fp32"
+    input_size = _shape(input_size)
     if isinstance(model, str):
         return AnalysisResult(analyze_name(model, input_size, batch, train, precision))
     if not isinstance(model, nn.Module):
@@ -133,6 +173,14 @@ def run(
     from dlperf.config import apply_override, build_experiment, load_experiment
     from dlperf.engine.run import run_experiment
 
+    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+        raise UserError(
+            f"overrides are a list of --set strings, got {overrides!r}", "e.g. ['train.lr=0.01']"
+        )
+    if not isinstance(experiment, (str, os.PathLike, Mapping)):
+        raise UserError(
+            f"run takes a TOML path or a dict of sections, not {type(experiment).__name__}"
+        )
     if isinstance(experiment, Mapping):
         raw = copy.deepcopy(dict(experiment))
         for assignment in overrides:
@@ -166,7 +214,7 @@ class TrackedRun:
         other key goes under train/."""
         now = time.time()  # the call's own time, not the batch's write
         for key, value in metrics.items():
-            name = key if "/" in key else f"train/{key}"
+            name = _logged_name(key)
             value = float(value)
             self._rows.append((name, int(step), value, now))
             self._last[name] = value
@@ -213,6 +261,8 @@ def track(
 
     from dlperf.system import system_info
 
+    if not isinstance(name, str) or not name.strip() or has_control(name):
+        raise UserError(f"a run's name is printable text, got {name!r}")
     where = store or Store()
     config = dict(config or {})
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
@@ -237,6 +287,10 @@ class Store:
     def __init__(self, url: str | None = None) -> None:
         from dlperf.store import Store as _StoreImpl
 
+        if url is not None and not isinstance(url, str):
+            raise UserError(
+                f"Store takes a SQLAlchemy URL, got {url!r}", "e.g. 'sqlite:///dlperf.db'"
+            )
         self._store = _StoreImpl.open(url or os.environ.get("DLPERF_DB"))
 
     def runs(
@@ -264,15 +318,26 @@ class Store:
 
     def run(self, run_id: int) -> RunRecord:
         """One stored run, its status as it stands."""
-        return self._store.get_run(run_id)
+        return self._store.get_run(_run_id(run_id))
 
     def metric_keys(self, run_id: int) -> list[str]:
-        return self._store.metric_keys(run_id)
+        return self._store.metric_keys(_run_id(run_id))
+
+    def _stored_key(self, run_id: int, key: str, stored: Sequence[str]) -> str:
+        """`key` as stored: as given, or as `TrackedRun.log` names it ("loss": train/loss);
+        an error naming the stored keys when the run has neither."""
+        for name in (key, _logged_name(key)):
+            if name in stored:
+                return name
+        hint = f"its metrics: {', '.join(stored)}" if stored else "it has no metrics yet"
+        raise UserError(f"run {run_id} has no metric {key!r}", hint)
 
     def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
-        """(step, value) pairs of one metric, in step order."""
-        self._store.get_run(run_id)  # an unknown run is an error, not an empty list
-        return self._store.metrics(run_id, key)
+        """(step, value) pairs of one metric, in step order; `key` as stored or as `log`
+        took it ("loss" reads train/loss)."""
+        self.run(run_id)  # an unknown run is an error, not an empty list
+        name = self._stored_key(run_id, key, self._store.metric_keys(run_id))
+        return self._store.metrics(run_id, name)
 
     def frame(self, run_id: int, keys: Sequence[str] | None = None) -> Any:
         """A pandas DataFrame: the global step as index, one column per key, per-epoch keys
@@ -282,12 +347,16 @@ class Store:
             import pandas as pd
         except ImportError:
             raise UserError("Store.frame needs pandas", "pip install pandas") from None
-        from dlperf.exporters import metric_series
+        from dlperf.exporters import metric_series, steps_per_epoch
         from dlperf.store.keys import on_global_steps
 
-        spe = self._store.get_run(run_id).summary.get("steps_per_epoch")
-        series = on_global_steps(metric_series(self._store, run_id), spe)
-        wanted = series if keys is None else {k: series.get(k, []) for k in keys}
+        stored = metric_series(self._store, run_id)
+        spe = steps_per_epoch(self.run(run_id), stored, [])
+        series = on_global_steps(stored, spe)
+        if keys is None:
+            wanted = series
+        else:
+            wanted = {k: series[self._stored_key(run_id, k, list(series))] for k in keys}
         columns = {
             key: pd.Series({step: value for step, value, _ in points}, name=key, dtype=float)
             for key, points in wanted.items()
@@ -350,7 +419,16 @@ def fit_curve(
 
     if form not in PARAMS:
         raise UserError(f"unknown curve form {form!r}", f"use {', '.join(PARAMS)}")
-    points = Curve("fit_curve", np.asarray(x, float), np.asarray(y, float))
+    try:
+        xs, ys = np.asarray(x, float), np.asarray(y, float)
+    except (TypeError, ValueError):
+        raise UserError("fit_curve takes x and y as sequences of numbers") from None
+    if xs.ndim != 1 or xs.shape != ys.shape:
+        raise UserError(
+            "x and y must be flat sequences of the same length, "
+            f"got shapes {xs.shape} and {ys.shape}"
+        )
+    points = Curve("fit_curve", xs, ys)
     report = fit_one(points, CurveOptions(metric=metric, upto=upto, upto_step=upto_step))
     fitted = report.fits[form]
     held = report.heldout.get(f"{form}_rmse")

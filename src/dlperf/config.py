@@ -30,7 +30,7 @@ from pydantic_core import PydanticKnownError
 from pydantic_core.core_schema import ErrorType
 
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean
+from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean, has_control, printable
 
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
@@ -216,6 +216,14 @@ class RunConfig(Section):
     name: str | None = None
     """Run name shown in listings; defaults to the experiment file's stem, followed by
     `model.name=NAME` when --set trains another model than the file's."""
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        if v is not None and has_control(v):
+            raise ValueError("must hold no control characters (ESC, NUL, tab, newline, ...)")
+        return v
+
     seed: Seed = 0
     """Seed of model initialisation, shuffling and augmentation."""
     device: str = "auto"
@@ -639,6 +647,8 @@ def parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:  # the parser recurses once per level of [ or {
+        raise UserError(f"--set value {text[:20]!r}...: {TOO_DEEP}") from None
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
@@ -786,6 +796,8 @@ def build_experiment(
     options: dict[str, str] | None = None,
     context: dict[str, Any] | None = None,
 ) -> Experiment:
+    if depth(raw) > MAX_DEPTH:
+        raise UserError(f"{where}: {TOO_DEEP}")
     _check_keys(raw, Experiment, where)
     try:
         return Experiment.model_validate(raw, context=context)
@@ -803,6 +815,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM, as Notepad writes it
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{p}: malformed TOML: {e}") from None
+    except RecursionError:  # the parser recurses once per level of [ or {
+        raise UserError(f"{p}: {TOO_DEEP}") from None
     except UnicodeDecodeError:
         raise UserError(f"{p}: not a text file") from None
 
@@ -825,7 +839,8 @@ def load_experiment(
     if exp.run.name is None and path is not None:
         # The file's name often names its model: say so when --set trains another one.
         changed = exp.model.name != (file_model or ModelConfig.model_fields["name"].default)
-        exp.run.name = Path(path).stem + (f" model.name={exp.model.name}" if changed else "")
+        stem = printable(Path(path).stem)  # a file's name may hold anything
+        exp.run.name = stem + (f" model.name={exp.model.name}" if changed else "")
     return exp
 
 

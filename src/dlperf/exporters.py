@@ -17,8 +17,9 @@ Exporting a run again replaces that directory's event files.
 
 Both put every metric on the global step: the per-epoch keys (val/*, epoch/*, phase/*),
 stored at step = epoch, move to the epoch's last step, and an `epoch` series says which
-epoch each step is in (dlperf.store.keys); a run that does not know its steps per epoch
-keeps its stored steps.
+epoch each step is in (dlperf.store.keys). The steps per epoch come from the run's summary,
+or, for a run killed or lost before it wrote one, from its config and data as the engine
+counts them; a run that tells neither (a scaling point, a tracked loop) keeps its stored steps.
 
 Each exporter returns what it exported (run id -> MLflow run id or event directory) and
 its warnings; nothing here prints.
@@ -31,20 +32,24 @@ import logging
 import math
 import os
 import re
+import socket
+import sqlite3
 import sys
 import types
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import closing
 from datetime import UTC
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from sqlalchemy import select
+from sqlalchemy import make_url, select
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
-from dlperf.parsing import flatten
+from dlperf.parsing import flatten, printable
 from dlperf.store import Store, masked_url
-from dlperf.store.keys import on_global_steps
+from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric, Run
 
@@ -56,6 +61,11 @@ MLFLOW_PARAM_CHARS, MLFLOW_TAG_CHARS = 500, 5000
 # log_batch takes at most 100 params, 100 tags and 1000 metrics per call.
 MLFLOW_BATCH = {"params": 100, "tags": 100, "metrics": 1000}
 ELLIPSIS = "..."
+# How long to wait for an MLflow server to accept a connection: MLflow's own client retries a
+# refused one for about four minutes (7 retries, backoff factor 2) before it says anything.
+CONNECT_TIMEOUT_S = 5.0
+# MLflow's retries of a request that failed midway, unless the user sets them: 3 wait 2+4+8 s.
+MLFLOW_RETRIES = "3"
 EVENT_FILES = "events.out.tfevents.*"
 
 
@@ -92,6 +102,35 @@ def metric_series(store: Store, run_id: int) -> dict[str, list[tuple[int, float,
     return series
 
 
+def steps_per_epoch(
+    run: RunRecord, series: dict[str, list[Any]], warnings: list[str]
+) -> float | None:
+    """A run's steps per epoch: from its summary; for a run with per-epoch metrics that ended
+    before writing its summary (killed, lost), the training images of its config over its
+    batch size, the incomplete last batch dropped, as the engine trains them; else None."""
+    known = run.summary.get("steps_per_epoch")
+    if known or run.kind != "run" or not any(map(per_epoch, series)):
+        return known
+    from pydantic import ValidationError
+
+    from dlperf.config import Experiment
+    from dlperf.data import load_data
+
+    try:
+        exp = Experiment.model_validate(run.config)
+    except ValidationError:  # not an engine run's config: a loop recorded with dlperf.track
+        return None
+    try:
+        images = len(load_data(exp.data).train)
+    except (UserError, OSError) as e:
+        warnings.append(
+            f"run {run.id}: its steps per epoch are unknown ({e}); "
+            "its per-epoch metrics stay at step = epoch"
+        )
+        return None
+    return images // exp.train.batch_size or None
+
+
 def _times(store: Store, run_id: int) -> tuple[float, float | None]:
     """Start and end of a run in seconds since the epoch (the store keeps naive UTC)."""
     with Session(store.engine) as s:
@@ -121,10 +160,41 @@ def _existing_artifacts(store: Store, run_id: int, warnings: list[str]) -> list[
 # --- MLflow ------------------------------------------------------------------------------
 
 
+def _check_reachable(uri: str) -> None:
+    """Fail at once, in one line, where MLflow would retry for minutes: a server that refuses
+    or does not answer the connection, or a SQLite store file that cannot be opened for
+    writing (MLflow retries creating its engine 15 times, logging each)."""
+    scheme = uri.partition(":")[0].lower()
+    if scheme in ("http", "https"):
+        parts = urlsplit(uri)
+        host, port = parts.hostname or "localhost", parts.port or (443 if scheme == "https" else 80)
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as e:
+            reason = e.strerror or str(e) or type(e).__name__
+            raise UserError(
+                f"MLflow at {masked_url(uri)}: cannot connect to {host}:{port} ({reason})",
+                "is the tracking server running? `mlflow server` starts one",
+            ) from None
+    elif scheme == "sqlite":
+        path = make_url(uri).database
+        if not path or path == ":memory:" or not Path(path).parent.is_dir():
+            return  # in memory, or MLflow makes the directory (and says so if it cannot)
+        try:
+            with closing(sqlite3.connect(path, timeout=CONNECT_TIMEOUT_S)) as conn:
+                conn.execute("BEGIN IMMEDIATE")  # the write lock: a read-only file fails here
+                conn.rollback()
+        except sqlite3.Error as e:
+            raise UserError(
+                f"MLflow at {masked_url(uri)}: cannot open {path} to write ({e})"
+            ) from None
+
+
 def _mlflow() -> tuple[Any, Any]:
     """MlflowClient and mlflow.entities, with telemetry off and MLflow's chatter quiet."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", MLFLOW_RETRIES)
     try:
         import mlflow  # noqa: F401  (the package itself first: a stale submodule proves nothing)
         import mlflow.entities as entities
@@ -179,6 +249,7 @@ def export_mlflow(
     new MLflow runs: exporting a run twice gives two MLflow runs.
     """
     runs = _runs(store, run_ids)
+    _check_reachable(uri)  # before importing MLflow, which alone takes seconds
     client_class, entities = _mlflow()
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
@@ -255,7 +326,8 @@ def _export_mlflow_run(
     ]
 
     metrics = []
-    series = on_global_steps(metric_series(store, run_id), run.summary.get("steps_per_epoch"))
+    stored = metric_series(store, run_id)
+    series = on_global_steps(stored, steps_per_epoch(run, stored, warnings))
     for key, points in series.items():
         metrics += [
             entities.Metric(key, value, round(wall_time * 1000), step)
@@ -265,7 +337,9 @@ def _export_mlflow_run(
     summary = dict(_numbers(run.summary))
     metrics += [entities.Metric(f"summary/{k}", v, summary_time, 0) for k, v in summary.items()]
 
-    created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=run.name)
+    # A name holding ESC or NUL (a store of an older dlperf, another writer) is shown escaped.
+    name = printable(run.name)
+    created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=name)
     mlflow_id = created.info.run_id
     for batch in _chunks(params, MLFLOW_BATCH["params"]):
         client.log_batch(mlflow_id, params=batch)
@@ -285,9 +359,10 @@ def _export_mlflow_run(
 
     if status != "running":
         last = max((w for points in series.values() for _, _, w in points), default=None)
-        end = ended or last  # a lost run never ended: its last metric is the best guess
-        end_ms = round(end * 1000) if end else None
-        client.set_terminated(mlflow_id, status=mlflow_status(status), end_time=end_ms)
+        # A lost run never ended: its last metric is the best guess, its start without one
+        # (MLflow would take the moment of export).
+        end = ended or last or started
+        client.set_terminated(mlflow_id, status=mlflow_status(status), end_time=round(end * 1000))
     return {
         "mlflow_run_id": mlflow_id,
         "params": len(params),
@@ -331,11 +406,13 @@ def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) ->
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file, not a directory")
     exported: dict[str, Any] = {}
+    warnings: list[str] = []
     for run in runs:
         directory = out / event_dir_name(run)
         for old in directory.glob(EVENT_FILES):  # a second export replaces the first
             old.unlink()
-        series = on_global_steps(metric_series(store, run.id), run.summary.get("steps_per_epoch"))
+        stored = metric_series(store, run.id)
+        series = on_global_steps(stored, steps_per_epoch(run, stored, warnings))
         writer = writer_class(log_dir=str(directory))
         try:
             for key, points in series.items():
@@ -348,4 +425,4 @@ def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) ->
             "metrics": len(series),
             "points": sum(len(p) for p in series.values()),
         }
-    return {"to": "tensorboard", "out": str(out), "runs": exported, "warnings": []}
+    return {"to": "tensorboard", "out": str(out), "runs": exported, "warnings": warnings}

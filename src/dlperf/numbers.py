@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dlperf.parsing import printable
+
 
 def fmt(value: Any, digits: int = 4) -> str:
     """None as "-", booleans as yes/no, a float to `digits` significant digits with thousands
@@ -21,4 +23,4 @@ def fmt(value: Any, digits: int = 4) -> str:
         if value != 0 and abs(value) < 1e-3:
             return f"{value:.3g}"
         return f"{value:.{digits}g}"
-    return str(value)
+    return printable(str(value))  # a stored name may hold ESC or NUL: show it, never act on it

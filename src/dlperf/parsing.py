@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -12,6 +13,43 @@ from dlperf.errors import UserError
 
 # The numbers a comma list holds: each compares with `minimum`.
 Num = TypeVar("Num", int, float)
+
+# Levels of tables and lists a config may nest (an experiment needs about five): deeper, and
+# the TOML parser, pydantic and json, which all recurse, could run out of stack.
+MAX_DEPTH = 32
+TOO_DEEP = f"nested too deeply (dlperf reads at most {MAX_DEPTH} levels of tables and lists)"
+
+
+# C0 controls but tab and newline, DEL and C1: bytes a terminal acts on (ESC starts a colour
+# or cursor sequence, CR rewrites the line) and HTML forbids.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written as Python escapes (ESC as \\x1b), so that
+    what a name holds is shown, never acted on by a terminal or dropped by a browser."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def has_control(name: str) -> bool:
+    """Whether `name` holds a control character, tab and newline included: a name is shown
+    on one line in terminals, HTML and MLflow, and so must hold none."""
+    return bool(_CONTROL.search(name)) or "\n" in name or "\t" in name
+
+
+def depth(value: Any) -> int:
+    """How deeply tables and lists nest in `value` (1 for 1, 2 for [1], 3 for {"a": [1]}),
+    found without recursing: a value too deep to recurse over is what this looks for."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, dict):
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, level + 1) for child in node)
+    return deepest
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -4,10 +4,15 @@ guard and the store's readers both use it."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -35,6 +40,16 @@ def alive(pid: int) -> bool:
     except PermissionError:  # alive, another user's
         return True
     return True
+
+
+def die_with_parent() -> None:
+    """Have Linux SIGKILL this process when its parent exits (strictly: the parent's thread
+    that forked it); a no-op on other systems."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def _boot_id() -> str | None:

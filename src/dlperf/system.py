@@ -63,6 +63,11 @@ def set_threads(threads: int | None) -> int:
 
     if threads is not None and threads < 1:
         raise UserError(f"--threads must be at least 1, got {threads}")
+    if threads is not None and threads > usable_cores():  # 1,000 on 2 cores: 1,000x slower
+        raise UserError(
+            f"{threads} threads asked for, but this host has {usable_cores()} usable cores",
+            f"ask for at most {usable_cores()}, or leave threads unset to use them all",
+        )
     n = threads or usable_cores()
     torch.set_num_threads(n)
     return n

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlperf.numbers import fmt
+from dlperf.parsing import printable
 
 
 @dataclass
@@ -21,4 +22,4 @@ class Table:
         widths = [max(len(line[i]) for line in lines) for i in range(len(self.columns))]
         body = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
                 for line in lines]  # fmt: skip
-        return "\n".join(([self.title] if self.title else []) + body)
+        return "\n".join(([printable(self.title)] if self.title else []) + body)

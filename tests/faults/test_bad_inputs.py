@@ -33,10 +33,12 @@ from tests.conftest import REPO, TINY, CliResult
 
 POLLUX = REPO / "tests" / "data" / "pollux" / "cifar10_validation-128.csv"
 NOT_STORED = "no run 42 in the store"
+DEEP = "[" * 50_000 + "]" * 50_000  # the TOML parser recursed until a RecursionError
 
 
 def case(line: str, expected: str, code: int = 2, *, xfail: str = "", env: str = "") -> Any:
-    """`line` with {onnx} for an exported classifier and {pollux} for a real loss curve;
+    """`line` with {onnx} for an exported classifier, {pollux} for a real loss curve and
+    {deep} for a list nested 50,000 deep;
     `expected` is in the first line (Click: the last); `env` is NAME=VALUE pairs (separated by
     spaces) to set first."""
     marks = [pytest.mark.xfail(strict=True, reason=f"needs fix in {xfail}")] if xfail else []
@@ -89,7 +91,11 @@ CASES = [
     case("run exp.toml --set augment.batch_aug_m=0", "augment.batch_aug_m: must be at least 1"),
     case("run exp.toml --set target.accuracy=95", "target.accuracy: is a fraction in (0, 1]"),
     case("run exp.toml --set run.threads=0", "run.threads: must be at least 1 (got 0)"),
+    case("run exp.toml --set run.threads=4096", "error: 4096 threads asked for, but this host"),
+    case("infer bench {onnx} --threads 4096", "error: 4096 threads asked for, but this host"),
     case("run exp.toml --set run.log_every=0", "run.log_every: must be at least 1 (got 0)"),
+    case("run exp.toml --set 'run.name=\"a\x1b[2Jb\"'", "run.name: must hold no control"),
+    case("run exp.toml --set 'run.name=\"a\\u0000b\"'", "run.name: must hold no control"),
     case("run exp.toml --set run.seed=-1", "run.seed: must be at least 0 (got -1)"),
     case(
         "run exp.toml --set train.lr=fast",
@@ -172,6 +178,10 @@ CASES = [
     case("config show dir", "error: dir is a directory, not an experiment file"),
     case("config show bad.toml", "error: bad.toml: malformed TOML"),
     case("config show --set train.lr=0", "error: config with --set: train.lr: must be greater"),
+    case("config show deep.toml", "error: deep.toml: nested too deeply (dlperf reads at most 32"),
+    case("run deep.toml", "error: deep.toml: nested too deeply (dlperf reads at most 32"),
+    case("run exp.toml --set model.kwargs.a={deep}", "error: --set value '[[[[[[[[[[[[[[[[[[[['"),
+    case("config show --set model.kwargs.a={deep}", "[['...: nested too deeply (dlperf reads"),
     case("config keys extra", "Error: Got unexpected extra argument"),
     # --- demo, models, datasets, devices ---------------------------------------------------
     case("demo --epochs 3", "Error: No such option: --epochs"),
@@ -541,6 +551,7 @@ def write_inputs(root: Path) -> None:
     """The good and bad files the cases name, relative to the working directory."""
     (root / "exp.toml").write_text(TINY.format(epochs=1))
     (root / "bad.toml").write_text("[model\n")
+    (root / "deep.toml").write_text(f"[model]\nkwargs = {{ a = {DEEP} }}\n")
     (root / "dir").mkdir()
     torch.save({"0.weight": torch.zeros(1), "x": torch.zeros(1)}, root / "other.pt")
     (root / "net.py").mkdir()  # a directory that looks like a model file
@@ -598,7 +609,7 @@ def test_bad_input_is_one_line(
     monkeypatch.setenv("DLPERF_DEVICES", str(tmp_path / "devices.toml"))  # never ~/.config
     for assignment in env.split():
         monkeypatch.setenv(*assignment.split("=", 1))
-    result = cli(*shlex.split(line.format(onnx=onnx_model, pollux=POLLUX)))
+    result = cli(*shlex.split(line.format(onnx=onnx_model, pollux=POLLUX, deep=DEEP)))
     lines = result.err.strip().splitlines()
     assert result.code == code and lines, (result.out, result.err)
     if expected.startswith("Error: "):  # Click's usage text, if any, then its error

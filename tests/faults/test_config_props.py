@@ -261,7 +261,7 @@ FLAGS = [
     "export.single_file",
 ]
 # Checked where they are used (the registries, the device, the file system), not on loading.
-TEXTS = ["model.name", "model.weights", "data.name", "data.root", "run.name"]
+TEXTS = ["model.name", "model.weights", "data.name", "data.root"]
 TEXTS += ["run.device", "run.out_dir"]
 TEXTS += ["scale.device", "scale.rdzv", "serve.host", "distill.unlabeled", "distill.student"]
 TEXTS += ["detect.model", "detect.train_split", "detect.val_split"]
@@ -276,6 +276,8 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     **{key: st.booleans() for key in FLAGS},
     **{key: st.text() for key in TEXTS},
     **{key: st.floats(allow_nan=False, allow_infinity=False) for key in FINITE},
+    # a name is shown in terminals, HTML and MLflow: no control character (category Cc)
+    "run.name": st.text(st.characters(blacklist_categories=["Cc"])),
 }
 INVALID: dict[str, st.SearchStrategy[Any]] = {
     **{key: r.invalid() for key, r in NUMERIC.items()},
@@ -283,6 +285,9 @@ INVALID: dict[str, st.SearchStrategy[Any]] = {
     **{key: st.text().filter(lambda t, v=values: t not in v) for key, values in CHOICES.items()},
     **{key: st.floats(0.1, 0.9) | st.lists(st.booleans(), max_size=2) for key in FLAGS},
     **{key: st.sampled_from([float("nan"), float("inf"), True, "0.9"]) for key in FINITE},
+    "run.name": st.tuples(
+        st.text(max_size=5), st.characters(whitelist_categories=["Cc"]), st.text(max_size=5)
+    ).map("".join),
 }
 
 
@@ -341,7 +346,7 @@ def exp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_key_has_a_specified_range_or_kind() -> None:
-    specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, *FINITE, "model.kwargs"}
+    specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, *FINITE, "model.kwargs", "run.name"}
     assert {key for key, _ in describe()} == specified
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlperf.numbers import fmt
+from dlperf.parsing import printable
 
 
 def _line_width(stream: Any) -> int | None:
@@ -78,6 +79,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     wrap between words (a word is never broken, so names, keys and numbers stay whole); when
     even its longest words do not fit side by side, each row is printed as a block of
     `column  value` lines."""
+    title = printable(title) if title else title  # it may name a run: shown, never acted on
     cells = [[fmt(v) for v in row] for row in rows]
     most = [max([1, *(cell_len(c[i]) for c in [columns, *cells])]) for i in range(len(columns))]
     fewest = [

@@ -186,6 +186,12 @@ def decode_tensor(spec: TensorIn, arg: Any, raw: memoryview | None) -> np.ndarra
         raise UserError(
             f"input '{spec.name}' has {array.size} values; shape {spec.shape} needs {count}"
         )
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        # NaN, Infinity, 1e400, or 3.5e38 cast to FP32: the model would answer NaN or inf
+        limit = float(np.finfo(array.dtype).max)
+        raise UserError(
+            f"input '{spec.name}' ({datatype}): values must be finite and within ±{limit:.4g}"
+        )
     return array.reshape(spec.shape)
 
 
@@ -207,7 +213,8 @@ def _from_json(data: list[Any], datatype: str, name: str) -> np.ndarray:
             raise UserError(
                 f"input '{name}' ({datatype}): values must lie in [{info.min}, {info.max}]"
             )
-    return values.astype(dtype)
+    with np.errstate(over="ignore"):  # a float beyond the datatype's range: inf, refused after
+        return values.astype(dtype)
 
 
 def _from_binary(raw: memoryview, datatype: str, count: int, name: str) -> np.ndarray:

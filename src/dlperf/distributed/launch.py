@@ -23,7 +23,6 @@ The kill chain, dlperf -> torchrun -> workers:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import signal
@@ -35,29 +34,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlperf.procs import alive
+from dlperf.procs import alive, die_with_parent
 
 TAIL_LINES = 12
 STOP_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
 REAP_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
 PARENT_ENV = "DLPERF_PARENT_PID"  # set by whoever starts a guarded command: its own pid
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def die_with_parent() -> None:
-    """Have Linux SIGKILL this process when its parent exits (strictly: the parent's thread
-    that forked it); a no-op on other systems."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def guard() -> None:

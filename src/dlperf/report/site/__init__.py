@@ -13,6 +13,8 @@ reads the store.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from dlperf.store import Store
 from dlperf.store.record import RunRecord
 
 DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
+STAGING = ".report-partial"  # in the site's directory: pages until the whole site is drawn
 
 
 @dataclass
@@ -76,7 +79,9 @@ def build_report(
 ) -> Report:
     """Write the report of the selected runs and studies (see `select`) into `out`. Run pages
     are drawn by `jobs` processes (default: one per usable core; matplotlib's drawing is the
-    cost, and it holds the GIL), each with its own connection to the store."""
+    cost, and it holds the GIL), each with its own connection to the store, and die with
+    this one. The pages are drawn in a staging directory and renamed into `out` once all of
+    them are: an interrupted report leaves no partial site (nor `out`, if it made it)."""
     from dlperf.doctor import examine
     from dlperf.report.site import pages
 
@@ -94,22 +99,33 @@ def build_report(
     def has_page(kind: str, item_id: int) -> bool:
         return (kind, item_id) in with_page
 
+    made = not out.exists()
     out.mkdir(exist_ok=True)  # the site's own directory, not a missing tree above it
+    staging = out / STAGING
     written = []
-    reporter.task("report", total=len(chosen_runs) + len(chosen_studies))
-    for study in studies:
-        name = pages.study_href(study["id"])
-        html = pages.study_page(store, study, study_runs[study["id"]], findings, has_page)
-        (out / name).write_text(html, encoding="utf-8")
-        written.append(name)
-        reporter.advance(status=f"study {study['id']}")
-    tasks = [(runs[r], findings[r]) for r in chosen_runs]
-    for name in _run_pages(store, out, tasks, with_page, jobs):
-        written.append(name)
-        reporter.advance(status=name)
-    listed = [runs[r] for r in chosen_runs]
-    index = pages.index_page(studies, listed, study_runs, findings, has_page)
-    (out / "index.html").write_text(index, encoding="utf-8")
+    try:
+        shutil.rmtree(staging, ignore_errors=True)  # left by a report that was SIGKILLed
+        staging.mkdir()
+        reporter.task("report", total=len(chosen_runs) + len(chosen_studies))
+        for study in studies:
+            name = pages.study_href(study["id"])
+            html = pages.study_page(store, study, study_runs[study["id"]], findings, has_page)
+            (staging / name).write_text(html, encoding="utf-8")
+            written.append(name)
+            reporter.advance(status=f"study {study['id']}")
+        tasks = [(runs[r], findings[r]) for r in chosen_runs]
+        for name in _run_pages(store, staging, tasks, with_page, jobs):
+            written.append(name)
+            reporter.advance(status=name)
+        listed = [runs[r] for r in chosen_runs]
+        index = pages.index_page(studies, listed, study_runs, findings, has_page)
+        (staging / "index.html").write_text(index, encoding="utf-8")
+        for name in [*written, "index.html"]:  # the index last: it links to the others
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if made and not any(out.iterdir()):  # interrupted before any page was in place
+            out.rmdir()
     return Report(out, ["index.html", *written], chosen_runs, chosen_studies)
 
 
@@ -118,7 +134,14 @@ def build_report(
 _worker: dict[str, Any] = {}
 
 
-def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]]) -> None:
+def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]], parent: int) -> None:
+    """A drawing process: SIGKILLed by Linux when the report's process dies (SIGKILL
+    included, which leaves no chance to stop it), as scale's workers are."""
+    from dlperf.procs import die_with_parent
+
+    die_with_parent()
+    if os.getppid() != parent:  # the report died before the guard took effect
+        os._exit(1)
     _worker.update(store=Store.open(url), out=out, with_page=with_page)
 
 
@@ -155,9 +178,12 @@ def _run_pages(
         return
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    init = (url.render_as_string(hide_password=False), out, with_page)
-    with ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init) as pool:
+    init = (url.render_as_string(hide_password=False), out, with_page, os.getpid())
+    pool = ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init)
+    try:
         yield from pool.map(_write_run_page, tasks)
+    finally:  # on Ctrl-C, the pages not yet started are not drawn
+        pool.shutdown(cancel_futures=True)
 
 
 def _start_worker_here(store: Store, out: Path, with_page: set[tuple[str, int]]) -> None:

@@ -47,8 +47,9 @@ def run_curves(store: Store, run: RunRecord) -> tuple[Figures, list[str]]:
     figures, notes = [], []
     try:
         fig, done = draw_runs(store, [run.id], [], "epoch", fitted=False)
-    except UserError as e:
-        notes.append(f"no curves against epoch: {e}")
+    except UserError as e:  # its hint names `runs plot`'s --key, which a report has not
+        notes.append(f"no curves against epoch: {e.message}; its metrics: "
+                     f"{', '.join(sorted(stored)) or 'none'}")  # fmt: skip
     else:
         notes += done.warnings
         figures.append((f"{', '.join(done.keys)} against epoch", png(fig)))

@@ -121,13 +121,43 @@ def quantity(key: str, value: Any) -> str:
     return f"{value:,.0f} {kind}" if abs(value) >= 100 else f"{value:.3g} {kind}"
 
 
+def table_figure(key: str, value: Any) -> str:
+    """A summary value in a table whose column names its unit: as `quantity` shows it on a
+    run's page (efficiency 44.3%, throughput 1,562), less a rate's unit, so that a figure
+    reads the same on the index, a study's page and its run's page."""
+    shown = quantity(key, value)
+    kind = unit(key)
+    return shown.removesuffix(f" {kind}") if kind and kind.endswith("/s") else shown
+
+
+# Names longer than this are cut in tables (the index), whole in the cell's title (hover).
+NAME_CHARS = 80
+
+
+def short_name(value: Any) -> str:
+    """A name for a table cell, as HTML: escaped, cut to NAME_CHARS with the whole name in
+    its title attribute when longer (a 10,000-character name filled the index)."""
+    text = fmt(value)
+    if len(text) <= NAME_CHARS:
+        return html.escape(text)
+    cut = html.escape(text[: NAME_CHARS - 1]) + "…"
+    return f'<span title="{html.escape(text, quote=True)}">{cut}</span>'
+
+
 def _numeric(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], raw: Sequence[int] = ()) -> str:
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    raw: Sequence[int] = (),
+    keys: dict[int, str] | None = None,
+) -> str:
     """An HTML table; cells are escaped except those of the columns in `raw` (already HTML,
-    built here from escaped parts: links, severity marks)."""
+    built here from escaped parts: links, severity marks). A number in a column of `keys`
+    (column: summary key) is shown as `table_figure` shows that key's values."""
+    keys = keys or {}
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     body = []
     for row in rows:
@@ -136,7 +166,8 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], raw: Sequence[i
             if i in raw:
                 cells.append(f"<td>{value}</td>")
             elif _numeric(value):
-                cells.append(f'<td class="num">{esc(value)}</td>')
+                shown = table_figure(keys[i], value) if i in keys else fmt(value)
+                cells.append(f'<td class="num">{html.escape(shown)}</td>')
             else:
                 cells.append(f"<td>{esc(value)}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")

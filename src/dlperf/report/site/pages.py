@@ -18,8 +18,10 @@ from dlperf.report.site.html import (
     link,
     page,
     quantity,
+    short_name,
     status,
     table,
+    table_figure,
 )
 from dlperf.report.site.trace_section import trace_section
 from dlperf.store import Store
@@ -168,9 +170,9 @@ def _runs_table(
         rid, sid = run.id, run.study_id
         rows.append([
             link(run_href(rid), rid) if has_page("run", rid) else esc(rid),
-            esc(run.name), esc(run.kind), status(run.status),
+            short_name(run.name), esc(run.kind), status(run.status),
             (link(study_href(sid), sid) if has_page("study", sid) else esc(sid)) if sid else "-",
-            *(esc(summary.get(key)) for _, key in KEY_FIGURES),
+            *(esc(table_figure(key, summary.get(key))) for _, key in KEY_FIGURES),
             counts(findings.get(rid, [])),
         ])  # fmt: skip
     return table(columns, rows, raw=range(len(columns)))
@@ -194,7 +196,7 @@ def index_page(
             mine = study_runs[s["id"]]
             done = sum(r.status == "finished" for r in mine)
             found = [f for r in mine for f in findings.get(r.id, [])]
-            rows.append([link(study_href(s["id"]), s["id"]), esc(s["name"]), esc(s["kind"]),
+            rows.append([link(study_href(s["id"]), s["id"]), short_name(s["name"]), esc(s["kind"]),
                          esc(s["created"]), esc(f"{done}/{len(mine)} finished"),
                          counts(found)])  # fmt: skip
         body.append(
@@ -244,7 +246,8 @@ def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
         for r in rows
     ]  # fmt: skip
     note = "" if finished else '<p class="note">no finished point</p>'
-    return _figures(drawn) + note + "<h2>Points</h2>" + table(columns, table_rows)
+    keys = {4: "throughput", 6: "efficiency"}  # as each point's own page shows them
+    return _figures(drawn) + note + "<h2>Points</h2>" + table(columns, table_rows, keys=keys)
 
 
 def _allreduce(study: dict[str, Any], runs: list[RunRecord]) -> str:
@@ -303,7 +306,8 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
     ]  # fmt: skip
     best = ranking.winner(rows, groups)
     verdict = f"<p>Best run: {esc(best)}.</p>" if best is not None else ""
-    return "<h2>Ranking</h2>" + verdict + table(columns, table_rows) + _figures(drawn)
+    formats = {i: "test_accuracy" for i in range(4, 8)} | {10: "throughput"}
+    return "<h2>Ranking</h2>" + verdict + table(columns, table_rows, keys=formats) + _figures(drawn)
 
 
 def _staleness(store: Store, runs: list[RunRecord]) -> str:
