@@ -17,6 +17,14 @@ class UserError(Exception):
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
 
+def not_utf8(path: object, e: UnicodeDecodeError) -> UserError:
+    """The one line for a file the user named that is not UTF-8 (a Latin-1 export, a binary)."""
+    return UserError(
+        f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+        "save it as UTF-8",
+    )
+
+
 class NoSuchRun(UserError):
     """A run id the store does not hold (told apart from a store that cannot be read)."""
 

@@ -120,16 +120,20 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
             "add ?mode=ro to open it read-only, or give no mode",
         )
     path = engine.url.database
-    if path and path != ":memory:":
-        try:
-            where = Path(path).resolve()
-        except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
-            raise UserError(f"cannot open run store {name}: {e}") from None
-        if not where.parent.exists():
-            raise UserError(f"run store directory {Path(path).parent} does not exist")
-        if mode == "ro":
-            uri = f"file:{quote(str(where))}?mode=ro"
-            engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
+    if not path or path == ":memory:":  # each process, each connection even, its own store
+        raise UserError(
+            f"run store {name} is in memory: it would keep nothing",
+            "give a file, e.g. --db dlperf.db",
+        )
+    try:
+        where = Path(path).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise UserError(f"cannot open run store {name}: {e}") from None
+    if not where.parent.exists():
+        raise UserError(f"run store directory {Path(path).parent} does not exist")
+    if mode == "ro":
+        uri = f"file:{quote(str(where))}?mode=ro"
+        engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
     read_only = mode == "ro"
     event.listen(engine, "connect", _sqlite_read_pragmas if read_only else _sqlite_pragmas)
     event.listen(engine, "begin", _sqlite_begin)

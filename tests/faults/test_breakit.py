@@ -1,0 +1,42 @@
+"""Cases of the break-it round of 2026-11-25 (docs/faults.md) that are not bad input: files
+a user's tools write that dlperf must read as they are meant, through the real entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import CliResult
+
+BOM = b"\xef\xbb\xbf"  # Excel's "CSV UTF-8" starts every file with it
+
+
+def test_a_speed_table_with_a_byte_order_mark_is_read(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    rows = [f"{w},{p},256,{0.5 / w + 0.01 + 0.02 * w / p:.4f}" for w in (1, 2, 4) for p in (1, 2)]
+    text = "workers,ps,global_batch,step_time_s\n" + "\n".join(rows) + "\n"
+    (tmp_path / "speed.csv").write_bytes(BOM + text.replace("\n", "\r\n").encode())
+    result = cli("converge", "speed", "fit", "--csv", "speed.csv", "--model", "optimus-sync")
+    assert result.code == 0, result.err  # before: has no column 'workers' (did you mean ...)
+    assert "6 points" in result.out or "theta0" in result.out, result.out
+
+
+def test_a_jobs_file_with_a_byte_order_mark_is_read(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    (tmp_path / "curve.json").write_bytes(
+        BOM + b'{"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1, "last_step": 10}'
+    )
+    speed = (
+        '{"model": "optimus-sync", "params": {"theta0": 0.01, "theta1": 0.01, "theta2": 0.01,'
+        ' "theta3": 0.01, "theta4": 0.01}, "error_pct": 0.0, "max_error_pct": 0.0,'
+        ' "n_points": 6, "converged": true, "message": "", "typical_batch": 256.0,'
+        ' "typical_local_batch": 128.0}'
+    )
+    (tmp_path / "speed.json").write_bytes(BOM + speed.encode())
+    jobs = '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.5\n'
+    (tmp_path / "jobs.toml").write_bytes(BOM + jobs.encode())
+    result = cli("converge", "plan", "--cluster", "jobs.toml", "--gpus", "2")
+    assert result.code == 0, result.err  # before: jobs.toml is not valid TOML (line 1, col 1)
+    assert "a" in result.out
