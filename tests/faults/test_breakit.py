@@ -40,3 +40,12 @@ def test_a_jobs_file_with_a_byte_order_mark_is_read(
     result = cli("converge", "plan", "--cluster", "jobs.toml", "--gpus", "2")
     assert result.code == 0, result.err  # before: jobs.toml is not valid TOML (line 1, col 1)
     assert "a" in result.out
+
+
+def test_an_input_too_large_to_allocate_is_one_line(cli: Callable[..., CliResult]) -> None:
+    """`predict --measure` says what it prepares first, then the one error line."""
+    result = cli("predict", "smallcnn", "--measure", "--input", "3,99999,99999")
+    assert result.code == 2, result.err  # before: a 44-line RuntimeError from the allocator
+    assert "Traceback" not in result.err
+    last = result.err.strip().splitlines()[-1]
+    assert last.startswith("error: an input batch of 1x3x99999x99999 (111.8 GiB) does not fit")
