@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from dlperf.store import Store
 from tests.conftest import CliResult
 
 BOM = b"\xef\xbb\xbf"  # Excel's "CSV UTF-8" starts every file with it
@@ -49,3 +50,17 @@ def test_an_input_too_large_to_allocate_is_one_line(cli: Callable[..., CliResult
     assert "Traceback" not in result.err
     last = result.err.strip().splitlines()[-1]
     assert last.startswith("error: an input batch of 1x3x99999x99999 (111.8 GiB) does not fit")
+
+
+def test_a_tag_value_with_an_escape_or_an_undecodable_byte_is_refused(
+    cli: Callable[..., CliResult], store: Store
+) -> None:
+    run = store.create_run("r", "run", {})
+    for value in ("x\x1b[31mred", "\udcff"):  # an ANSI colour; the byte 0xff from argv
+        result = cli("runs", "tag", str(run), f"a={value}")
+        # before: the escape stored and printed raw; the byte a 80-line UnicodeEncodeError
+        assert result.code == 2, result.err
+        assert result.err.startswith(f"error: runs tag {f'a={value}'!r}: a tag value holds a")
+    assert store.get_run(run).tags == {}
+    assert cli("runs", "tag", str(run), "note=ünïcödé ✓").code == 0
+    assert store.get_run(run).tags == {"note": "ünïcödé ✓"}
