@@ -508,6 +508,10 @@ CASES = [
     # --- break-it round, 2026-11-25 (docs/faults.md): encodings, store variants, images -----
     case("--db sqlite:// run exp.toml", "error: run store sqlite:// is in memory"),
     case("--db sqlite:///:memory: runs list", "is in memory: it would keep nothing"),
+    case(  # refused at once: nothing listens on port 1; psycopg's message spans two lines
+        "--db postgresql://u:secret@127.0.0.1:1/db runs list",
+        "error: cannot open run store postgresql://u:***@127.0.0.1:1/db: connection failed",
+    ),
     case("converge fit --csv latin1.csv --y metric", "error: latin1.csv: not UTF-8 text (byte"),
     case("converge speed fit --csv latin1.csv --model pollux", "latin1.csv: not UTF-8 text"),
     case(PLAN.replace("curve.json", "latin1.csv"), "error: latin1.csv: not UTF-8 text (byte"),

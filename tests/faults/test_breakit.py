@@ -3,6 +3,7 @@ a user's tools write that dlperf must read as they are meant, through the real e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,3 +65,17 @@ def test_a_tag_value_with_an_escape_or_an_undecodable_byte_is_refused(
     assert store.get_run(run).tags == {}
     assert cli("runs", "tag", str(run), "note=ünïcödé ✓").code == 0
     assert store.get_run(run).tags == {"note": "ünïcödé ✓"}
+
+
+def test_a_sweep_file_whose_name_is_not_utf8_runs(
+    cli: Callable[..., CliResult], store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A Latin-1 file name (the byte 0xff) reaches Python as a lone surrogate, which the store
+    cannot encode: the study is named with U+FFFD in its place."""
+    tiny_exp(epochs=1, name="base.toml")
+    sweep = 'base = "base.toml"\n[set]\n"data.limit" = 64\n[grid]\n"train.lr" = [0.1]\n'
+    (tmp_path / os.fsdecode(b"s\xff.toml")).write_text(sweep)
+    result = cli("sweep", os.fsdecode(b"s\xff.toml"))
+    assert result.code == 0, result.err  # before: a 71-line UnicodeEncodeError
+    (run,) = store.list_runs()
+    assert run.name.startswith("s\ufffd") and run.status == "finished"

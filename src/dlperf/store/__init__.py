@@ -189,6 +189,12 @@ def _pg_state(e: DatabaseError) -> str | None:
     return getattr(e.orig, "sqlstate", None)
 
 
+def _one_line(e: DatabaseError) -> str:
+    """The driver's message on one line: psycopg's connection errors add a tabbed second
+    line ("Is the server running on that host ...?")."""
+    return "; ".join(line.strip() for line in str(e.orig).splitlines() if line.strip())
+
+
 def _hint(e: DatabaseError) -> str | None:
     if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
         return "SQLite writes -wal and -shm files beside the store: is its directory writable?"
@@ -346,7 +352,7 @@ class Store:
                     f"run store {name} is older than this dlperf and opened read-only",
                     "open it once without ?mode=ro: that upgrades it",
                 ) from None
-            raise UserError(f"cannot open run store {name}: {e.orig}", _hint(e)) from None
+            raise UserError(f"cannot open run store {name}: {_one_line(e)}", _hint(e)) from None
         if store_id is None:
             return cls._empty()
         return cls(engine, store_id, read_only)
@@ -378,7 +384,9 @@ class Store:
             if full:
                 raise full from None
             if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
-                raise UserError(f"cannot write run store {name}: {e.orig}", UNWRITABLE) from None
+                raise UserError(
+                    f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
+                ) from None
             raise
 
     # --- writing -----------------------------------------------------------------------
