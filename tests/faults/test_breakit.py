@@ -4,6 +4,7 @@ a user's tools write that dlperf must read as they are meant, through the real e
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,3 +80,19 @@ def test_a_sweep_file_whose_name_is_not_utf8_runs(
     assert result.code == 0, result.err  # before: a 71-line UnicodeEncodeError
     (run,) = store.list_runs()
     assert run.name.startswith("s\ufffd") and run.status == "finished"
+
+
+def test_a_store_whose_schema_version_is_garbled_is_refused_in_one_line(
+    cli: Callable[..., CliResult], store: Store, tmp_path: Path
+) -> None:
+    store.create_run("r", "run", {})
+    store.engine.dispose()
+    with sqlite3.connect(tmp_path / "dlperf.db") as conn:
+        conn.execute("UPDATE meta SET value = 'abc' WHERE key = 'schema_version'")
+    before = (tmp_path / "dlperf.db").read_bytes()
+    for args in (("runs", "list"), ("runs", "tag", "1", "a=b")):
+        result = cli(*args)
+        assert result.code == 2, result.err  # before: a 55-line ValueError from int()
+        assert result.err.startswith("error: run store ") and "schema version 'abc'" in result.err
+        assert len(result.err.strip().splitlines()) == 1
+    assert (tmp_path / "dlperf.db").read_bytes() == before
