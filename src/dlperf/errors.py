@@ -18,11 +18,9 @@ class UserError(Exception):
 
 
 def not_utf8(path: object, e: UnicodeDecodeError) -> UserError:
-    """The one line for a file the user named that is not UTF-8 (a Latin-1 export, a binary)."""
-    return UserError(
-        f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})",
-        "save it as UTF-8",
-    )
+    """The one line for a file the user named that is not UTF-8 (a Latin-1 export, a binary).
+    No offset: a reader that decodes in chunks knows it only within its chunk."""
+    return UserError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x})", "save it as UTF-8")
 
 
 class NoSuchRun(UserError):
