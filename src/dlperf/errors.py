@@ -17,6 +17,12 @@ class UserError(Exception):
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
 
+def not_utf8(path: object, e: UnicodeDecodeError) -> UserError:
+    """The one line for a file the user named that is not UTF-8 (a Latin-1 export, a binary).
+    No offset: a reader that decodes in chunks knows it only within its chunk."""
+    return UserError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x})", "save it as UTF-8")
+
+
 class NoSuchRun(UserError):
     """A run id the store does not hold (told apart from a store that cannot be read)."""
 

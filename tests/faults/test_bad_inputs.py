@@ -515,6 +515,31 @@ CASES = [
     case("detect finetune dir --config dir", "error: dir is a directory, not an experiment file"),
     case("detect finetune dir --config bad.toml", "error: bad.toml: malformed TOML"),
     case("detect finetune dir --set detect.lrr=1", "unknown key 'detect.lrr' (did you mean 'lr'?)"),
+    # --- break-it round, 2026-11-25 (docs/faults.md): encodings, store variants, images -----
+    case("--db sqlite:// run exp.toml", "error: run store sqlite:// is in memory"),
+    case("--db sqlite:///:memory: runs list", "is in memory: it would keep nothing"),
+    case(  # refused at once: nothing listens on port 1; psycopg's message spans two lines
+        "--db postgresql://u:secret@127.0.0.1:1/db runs list",
+        "error: cannot open run store postgresql://u:***@127.0.0.1:1/db: connection failed",
+    ),
+    case("converge fit --csv latin1.csv --y metric", "error: latin1.csv: not UTF-8 text (byte"),
+    case("converge speed fit --csv latin1.csv --model pollux", "latin1.csv: not UTF-8 text"),
+    case(PLAN.replace("curve.json", "latin1.csv"), "error: latin1.csv: not UTF-8 text (byte"),
+    case("converge plan --cluster latin1.csv --gpus 4", "error: latin1.csv: not UTF-8 text"),
+    case("devices", "error: latin1.csv: not UTF-8 text", env="DLPERF_DEVICES=latin1.csv"),
+    case("runs list --limit 99999999999999999999", "error: --limit must be at most"),
+    case("runs tag 1 a=x\x1b[31m", "error: runs tag 'a=x\\x1b[31m': a tag value holds a control"),
+    case("runs tag 1 a=\udcff", "error: runs tag 'a=\\udcff': a tag value holds a control"),
+    case("analyze smallcnn --input 3,99999999,99999999", "the model rejects input [1, 3, 99999999"),
+    case(
+        "data describe imagefolder --set data.root=imgs --set data.image_size=8",
+        "error: imgs/train/b/corrupt.jpg: cannot decode the image (",
+    ),
+    case(
+        "run exp.toml --set data.name=imagefolder --set data.root=imgs --set data.image_size=8"
+        " --set data.in_memory=false --set train.batch_size=2",
+        "error: imgs/train/b/corrupt.jpg: cannot decode the image (",
+    ),
     # --- serve -----------------------------------------------------------------------------
     case("serve nodir/m.onnx", "error: no model file nodir/m.onnx"),
     case("serve /proc/forbidden/m.onnx", "error: no model file /proc/forbidden/m.onnx"),
@@ -588,6 +613,13 @@ def write_inputs(root: Path) -> None:
         (root / f"{name}.toml").write_text(f'base = "exp.toml"\n{text}\n')
     np.savez(root / "float.npz", images=np.zeros((2, 1, 8, 8), np.float32))
     (root / "nobase.toml").write_text('base = "missing.toml"\n[grid]\n"train.lr" = [0.1]\n')
+    (root / "latin1.csv").write_bytes(b"step,metric\n1,0.\xe95\n")  # Latin-1, not UTF-8
+    for split in ("train", "val"):  # an image folder with a truncated JPEG among good ones
+        for label in ("a", "b"):
+            (root / "imgs" / split / label).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(root / "imgs" / split / label / "good.jpg")
+    good = (root / "imgs/train/a/good.jpg").read_bytes()
+    (root / "imgs/train/b/corrupt.jpg").write_bytes(good[:100])
     (root / "jobs.toml").write_text(
         '[[job]]\nname = "a"\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.5\n'
     )

@@ -552,7 +552,7 @@ def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
     """Lazy modules (smallcnn's LazyLinear) take their shapes from one uncounted forward."""
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in model.modules()):
         with torch.no_grad():
-            model(x)
+            run_forward(model, x)  # an input too large or too small is the user's, as below
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dlperf.errors import UserError
+from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
 
 Kind = Literal[
@@ -111,6 +111,13 @@ def _read(text: str, where: str) -> dict[str, dict[str, Any]]:
     return raw
 
 
+def _read_file(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        return _read(path.read_text(encoding="utf-8-sig"), str(path))
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from None
+
+
 def _builtin() -> dict[str, dict[str, Any]]:
     text = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
     return _read(text, "built-in devices.toml")
@@ -123,7 +130,7 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
     if path.is_dir():
         raise UserError(f"device file {path} is a directory", "point DLPERF_DEVICES at a file")
     if path.is_file():
-        for name, fields in _read(path.read_text(), str(path)).items():
+        for name, fields in _read_file(path).items():
             entries[name] = {**entries.get(name, {}), **fields}
     catalog: dict[str, Device] = {}
     for name, fields in entries.items():
@@ -167,7 +174,7 @@ def save_device(device: Device, path: Path | None = None) -> Path:
     import tomli_w
 
     path = path or user_file()
-    entries = _read(path.read_text(), str(path)) if path.is_file() else {}
+    entries = _read_file(path) if path.is_file() else {}
     entries[device.name] = device.model_dump(exclude={"name"}, exclude_none=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(tomli_w.dumps(entries))

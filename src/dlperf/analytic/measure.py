@@ -6,6 +6,7 @@ and keeps all repetitions, so that their spread can be reported.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -16,6 +17,7 @@ from torch.autograd import DeviceType
 
 from dlperf.analytic.counting import DTYPES, Analysis, materialize_lazy, run_forward
 from dlperf.analytic.devices import Device
+from dlperf.errors import UserError
 from dlperf.system import synchronize
 from dlperf.timing import Clock, timed
 
@@ -182,7 +184,15 @@ def make_step(
     `model` on a random batch, what the time model predicts."""
     dtype = DTYPES[precision]
     model = model.to(device=device, dtype=dtype)
-    x = torch.randn(batch, *input_shape, device=device, dtype=dtype)
+    try:
+        x = torch.randn(batch, *input_shape, device=device, dtype=dtype)
+    except RuntimeError:  # the allocator's failure (torch.OutOfMemoryError is one)
+        shape = "x".join(str(n) for n in (batch, *input_shape))
+        gib = batch * math.prod(input_shape) * dtype.itemsize / 2**30
+        raise UserError(
+            f"an input batch of {shape} ({gib:.1f} GiB) does not fit in {device} memory",
+            "lower analyze.input or analyze.batch",
+        ) from None
     materialize_lazy(model, x)
     model.train(train)
 

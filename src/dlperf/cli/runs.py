@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import unicodedata
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,14 @@ def runs_tag(
             raise UserError(
                 f"runs tag {pair!r}: expected KEY=VALUE (KEY of letters, digits, _ . -)",
                 "e.g. dlperf runs tag 3 baseline=yes; baseline= removes the tag",
+            )
+        # An escape sequence would reach every terminal that lists the run; an undecodable
+        # byte (a surrogate here) cannot be stored at all.
+        if any(unicodedata.category(c).startswith("C") for c in value):
+            raise UserError(
+                f"runs tag {pair!r}: a tag value holds a control character or a byte that is "
+                "not UTF-8",
+                "give printable text",
             )
         if key in tags:
             raise UserError(f"runs tag: {key} is given twice")

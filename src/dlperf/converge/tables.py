@@ -6,17 +6,19 @@ import csv
 import math
 from pathlib import Path
 
-from dlperf.errors import UserError
+from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
 
 
 def header(path: Path) -> list[str]:
     """The column names of a CSV."""
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             return next(csv.reader(f), [])
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from None
 
 
 def read_columns(
@@ -24,10 +26,13 @@ def read_columns(
 ) -> dict[str, list[float]]:
     """The named columns of a CSV as lists of floats (optional ones only when present)."""
     try:
-        with open(path, newline="") as f:
+        # utf-8-sig: a BOM (Excel's "CSV UTF-8") is not part of the first column's name
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from None
     if not rows:
         raise UserError(f"{path} has no rows", "a CSV has a header line, then one line per point")
     header = list(rows[0])

@@ -269,8 +269,11 @@ def decode_file(path: str, size: int) -> torch.Tensor:
     from torchvision.transforms.v2 import functional as TF
 
     # PIL rather than torchvision.io, whose decoders are deprecated from torchvision 0.29.
-    with Image.open(path) as file:
-        image = TF.resize(file.convert("RGB"), size, antialias=True)
+    try:
+        with Image.open(path) as file:
+            image = TF.resize(file.convert("RGB"), size, antialias=True)
+    except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
+        raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
     return TF.pil_to_tensor(TF.center_crop(image, [size, size]))
 
 
@@ -301,11 +304,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
         labels = torch.tensor(ds.targets, dtype=torch.int64)
         if not in_memory:
             return Split(labels, files=files)
-        try:
-            images = torch.stack([decode_file(f, side) for f in files])
-        except OSError as e:
-            raise UserError(f"{root}: cannot decode an image ({e})") from None
-        return Split(labels, images)
+        return Split(labels, torch.stack([decode_file(f, side) for f in files]))
 
     full, test = split(train_set), split(test_set)
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)

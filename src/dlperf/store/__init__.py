@@ -120,16 +120,20 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
             "add ?mode=ro to open it read-only, or give no mode",
         )
     path = engine.url.database
-    if path and path != ":memory:":
-        try:
-            where = Path(path).resolve()
-        except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
-            raise UserError(f"cannot open run store {name}: {e}") from None
-        if not where.parent.exists():
-            raise UserError(f"run store directory {Path(path).parent} does not exist")
-        if mode == "ro":
-            uri = f"file:{quote(str(where))}?mode=ro"
-            engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
+    if not path or path == ":memory:":  # each process, each connection even, its own store
+        raise UserError(
+            f"run store {name} is in memory: it would keep nothing",
+            "give a file, e.g. --db dlperf.db",
+        )
+    try:
+        where = Path(path).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise UserError(f"cannot open run store {name}: {e}") from None
+    if not where.parent.exists():
+        raise UserError(f"run store directory {Path(path).parent} does not exist")
+    if mode == "ro":
+        uri = f"file:{quote(str(where))}?mode=ro"
+        engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
     read_only = mode == "ro"
     event.listen(engine, "connect", _sqlite_read_pragmas if read_only else _sqlite_pragmas)
     event.listen(engine, "begin", _sqlite_begin)
@@ -183,6 +187,12 @@ def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
 
 def _pg_state(e: DatabaseError) -> str | None:
     return getattr(e.orig, "sqlstate", None)
+
+
+def _one_line(e: DatabaseError) -> str:
+    """The driver's message on one line: psycopg's connection errors add a tabbed second
+    line ("Is the server running on that host ...?")."""
+    return "; ".join(line.strip() for line in str(e.orig).splitlines() if line.strip())
 
 
 def _hint(e: DatabaseError) -> str | None:
@@ -342,7 +352,7 @@ class Store:
                     f"run store {name} is older than this dlperf and opened read-only",
                     "open it once without ?mode=ro: that upgrades it",
                 ) from None
-            raise UserError(f"cannot open run store {name}: {e.orig}", _hint(e)) from None
+            raise UserError(f"cannot open run store {name}: {_one_line(e)}", _hint(e)) from None
         if store_id is None:
             return cls._empty()
         return cls(engine, store_id, read_only)
@@ -374,7 +384,9 @@ class Store:
             if full:
                 raise full from None
             if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
-                raise UserError(f"cannot write run store {name}: {e.orig}", UNWRITABLE) from None
+                raise UserError(
+                    f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
+                ) from None
             raise
 
     # --- writing -----------------------------------------------------------------------

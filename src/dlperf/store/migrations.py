@@ -60,6 +60,12 @@ def _facts(conn: Connection, tables: set[str]) -> dict[str, str]:
 def _version(facts: dict[str, str], tables: set[str], where: str) -> int:
     """0 for an empty database, 1 for a store made before versions were recorded."""
     if VERSION_KEY in facts:
+        if not facts[VERSION_KEY].isdecimal():  # written by hand, or damaged
+            raise UserError(
+                f"run store {where} has schema version {facts[VERSION_KEY]!r}, which no dlperf "
+                "writes",
+                f"copy what is readable into a new store: dlperf --db {where} runs repair NEW.db",
+            )
         version = int(facts[VERSION_KEY])
         if version > SCHEMA_VERSION:
             raise UserError(

@@ -231,6 +231,8 @@ def list_runs(
     (the store opened once the arguments are known good)."""
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
+    if limit is not None and limit >= 2**31:  # SQLite's LIMIT overflowed past 2**63
+        raise UserError(f"--limit must be at most {2**31 - 1}, got {limit}")
     store = open_store()
     if study is not None:
         store.get_study(study)  # an unknown study is an error, not an empty list

@@ -19,6 +19,7 @@ Every point is validated as `dlperf run --set` would validate it, before anythin
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,8 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
     for key in flatten(given):
         if key in spec.grid or key in spec.zip or (key == "run.seed" and spec.repeats > 1):
             raise UserError(f"--set {key}: {path} varies it", "drop --set, or edit the sweep file")
-    name = spec.name or path.stem
+    # A file name that is not UTF-8 arrives with lone surrogates, which no store can encode.
+    name = spec.name or os.fsencode(path.stem).decode("utf-8", "replace")
     base = _resolve_base(path, spec.base)
     base_raw = read_toml(base)
     seeds: list[int | None] = list(range(spec.repeats)) if spec.repeats > 1 else [None]
