@@ -30,7 +30,7 @@ from pydantic_core import PydanticKnownError
 from pydantic_core.core_schema import ErrorType
 
 from dlperf.errors import UserError
-from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean, has_control, printable
+from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean, has_control, stem_name
 
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
@@ -839,7 +839,7 @@ def load_experiment(
     if exp.run.name is None and path is not None:
         # The file's name often names its model: say so when --set trains another one.
         changed = exp.model.name != (file_model or ModelConfig.model_fields["name"].default)
-        stem = printable(Path(path).stem)  # a file's name may hold anything
+        stem = stem_name(Path(path))  # a file's name may hold anything
         exp.run.name = stem + (f" model.name={exp.model.name}" if changed else "")
     return exp
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from dlperf.errors import UserError
@@ -29,6 +31,12 @@ def printable(text: str) -> str:
     """`text` with its control characters written as Python escapes (ESC as \\x1b), so that
     what a name holds is shown, never acted on by a terminal or dropped by a browser."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def stem_name(path: Path) -> str:
+    """A file's stem as a name that can be stored and shown: bytes of the file name that are
+    not UTF-8 replaced (U+FFFD), control characters escaped."""
+    return printable(os.fsencode(path.stem).decode("utf-8", "replace"))
 
 
 def has_control(name: str) -> bool:

@@ -82,6 +82,23 @@ def test_a_sweep_file_whose_name_is_not_utf8_runs(
     assert run.name.startswith("s\ufffd") and run.status == "finished"
 
 
+def test_an_experiment_file_whose_name_is_not_utf8_runs(
+    cli: Callable[..., CliResult], store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The run's default name is the file's stem: bytes 0xff 0xfe become U+FFFD, as a sweep's."""
+    name = os.fsdecode(b"\xff\xfe.toml")
+    tiny_exp(epochs=1, extra="threads = 1\n", name=name)
+    result = cli("run", str(tmp_path / name), "--set", "data.limit=64")
+    assert result.code == 0, result.err  # before: an 85-line UnicodeEncodeError
+    (run,) = store.list_runs()
+    assert run.name == "\ufffd\ufffd" and run.status == "finished"
+    # An error naming such a file is one line too, the bytes shown escaped.
+    (tmp_path / name).write_text("[model\n")
+    bad = cli("run", str(tmp_path / name))
+    assert bad.code == 2 and "\\udcff\\udcfe.toml" in bad.err, bad.err
+    assert len(bad.err.strip().splitlines()) <= 2
+
+
 def test_a_store_whose_schema_version_is_garbled_is_refused_in_one_line(
     cli: Callable[..., CliResult], store: Store, tmp_path: Path
 ) -> None:

@@ -57,6 +57,12 @@ def _os_error(e: OSError) -> str:
     return f"cannot use{where}: {e.strerror or e}"
 
 
+def _say(line: str) -> None:
+    """One line on stderr; a file name that is not UTF-8 (lone surrogates) shown escaped, on
+    any stream (pytest's capture and some terminals encode strictly)."""
+    print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
+
+
 def main() -> None:
     # A shell starts background jobs with SIGINT ignored, and Python keeps that: restore it,
     # so Ctrl-C (or a test's SIGINT) always stops the command. Typer turns the resulting
@@ -69,15 +75,15 @@ def main() -> None:
     except UserError as e:
         if state.debug:
             raise
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}")
         sys.exit(e.exit_code)
     except CheckFailed as e:
-        print(f"check failed: {e}", file=sys.stderr)
+        _say(f"check failed: {e}")
         sys.exit(e.exit_code)
     except OSError as e:
         if state.debug:
             raise
-        print(f"error: {_os_error(e)}", file=sys.stderr)
+        _say(f"error: {_os_error(e)}")
         sys.exit(2 if e.errno in _BAD_PATH else 1)
     except Exception as e:
         if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130

@@ -19,7 +19,6 @@ Every point is validated as `dlperf run --set` would validate it, before anythin
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from dlperf.config import (
     validation_message,
 )
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean, flatten
+from dlperf.parsing import did_you_mean, flatten, stem_name
 
 
 class SweepFile(BaseModel):
@@ -161,7 +160,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         if key in spec.grid or key in spec.zip or (key == "run.seed" and spec.repeats > 1):
             raise UserError(f"--set {key}: {path} varies it", "drop --set, or edit the sweep file")
     # A file name that is not UTF-8 arrives with lone surrogates, which no store can encode.
-    name = spec.name or os.fsencode(path.stem).decode("utf-8", "replace")
+    name = spec.name or stem_name(path)
     base = _resolve_base(path, spec.base)
     base_raw = read_toml(base)
     seeds: list[int | None] = list(range(spec.repeats)) if spec.repeats > 1 else [None]
