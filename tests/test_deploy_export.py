@@ -139,3 +139,31 @@ def test_compare_applies_the_allclose_rule() -> None:
     assert not result["within_tolerance"] and result["top1_agreement"] == 0.5
     assert result["max_abs_diff"] == pytest.approx(4.5)
     assert result["max_rel_diff"] == pytest.approx(9.0)
+
+
+def test_an_interrupted_export_leaves_no_unchecked_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while ONNX Runtime is compared with PyTorch: the model, its weights and its
+    metadata written by this export are removed (before: left behind, unchecked); an earlier
+    export that an interrupted one had not yet replaced stays."""
+    from dlperf.deploy import export as export_module
+
+    out = tmp_path / "m.onnx"
+    source = from_registry("resnet20", (3, 16, 16), num_classes=7)
+    assert export(source, out)["parity"]
+    earlier = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    assert len(earlier) == 3  # the model, its weights and its metadata
+
+    def interrupt(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_module, "_torch_export", interrupt)  # before anything is written
+    with pytest.raises(KeyboardInterrupt):
+        export(source, out)
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == earlier
+    monkeypatch.undo()
+    monkeypatch.setattr(export_module, "compare", interrupt)  # after all is written
+    with pytest.raises(KeyboardInterrupt):
+        export(source, out)
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ and the run's test images when there is a run) element-wise, with NumPy's `allcl
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import time
@@ -15,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 import torch
@@ -233,6 +234,32 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _removed_if_interrupted(
+    fn: Callable[Concatenate[Source, Path, P], R],
+) -> Callable[Concatenate[Source, Path, P], R]:
+    """Interrupted (Ctrl-C, SIGTERM), `fn(source, out, ...)` leaves none of the files it wrote
+    behind (an earlier export's that it had not replaced yet stay): a file not yet checked
+    must not pass for an exported model."""
+
+    @functools.wraps(fn)
+    def wrapper(source: Source, out: Path, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        started = time.time()
+        try:
+            return fn(source, out, *args, **kwargs)
+        except KeyboardInterrupt:
+            for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
+                if path.is_file() and path.stat().st_mtime >= started:
+                    path.unlink()
+            raise
+
+    return wrapper
+
+
+@_removed_if_interrupted
 def export(
     source: Source,
     out: Path,
@@ -253,14 +280,15 @@ def export(
         raise UserError("export.rtol and export.atol must be non-negative")
     check_writable(out)
     data_file = out.with_name(out.name + ".data")
-    data_file.unlink(missing_ok=True)  # a stale weights file from an earlier export
     model, meta = source.model.eval(), source.meta
-    start = time.perf_counter()
+    start, started = time.perf_counter(), time.time()
 
     reporter.task(f"exporting {meta.model} to {out}")
     # A batch of 2: the dynamo exporter specialises a batch of 1 to a constant.
     example = torch.zeros(2 if dynamic_batch else 1, *meta.input_shape)
     exporter = _torch_export(model, example, out, opset, dynamic_batch, single_file, reporter)
+    if data_file.is_file() and data_file.stat().st_mtime < started:
+        data_file.unlink()  # an earlier export's weights, which this single file does not use
     proto = onnx.load(str(out), load_external_data=False)
     meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     meta_io.save(out, meta)
