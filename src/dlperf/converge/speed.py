@@ -31,7 +31,7 @@ a `dlperf scale` study (`ps` = 0 there: all-reduce).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -279,14 +279,20 @@ def _configurations(data: SpeedData, model: str) -> list[list[float]]:
     return np.column_stack([data.workers, places, data.global_batch]).tolist()
 
 
-def check_fixed(model: str, fixed: dict[str, float]) -> None:
+def _check_names(model: str, keys: Iterable[str], where: str) -> list[str]:
+    """`model`'s coefficient names; UserError naming any of `keys` that is not one."""
     names = list(MEANINGS[model])
-    unknown = [k for k in fixed if k not in names]
+    unknown = [k for k in keys if k not in names]
     if unknown:
         raise UserError(
-            f"--fix: {model} has no {', '.join(unknown)}",
+            f"{where}: {model} has no {', '.join(unknown)}",
             f"its coefficients are {', '.join(names)}",
         )
+    return names
+
+
+def check_fixed(model: str, fixed: dict[str, float]) -> None:
+    names = _check_names(model, fixed, "--fix")
     if set(fixed) == set(names):
         raise UserError(f"--fix gives every coefficient of {model}: nothing is left to fit")
     for name, value in fixed.items():
@@ -578,13 +584,7 @@ def given(model: str, params: dict[str, Any], source: str, batch: float = 0.0) -
     """A speed model whose coefficients are given, not fitted (e.g. a paper's): every one of
     `model`'s, each a number ≥ 0, in any order; `batch` the global batch to predict at."""
     check_model(model)
-    names = list(MEANINGS[model])
-    unknown = [k for k in params if k not in names]
-    if unknown:
-        raise UserError(
-            f"{source}: {model} has no {', '.join(unknown)}",
-            f"its coefficients are {', '.join(names)}",
-        )
+    names = _check_names(model, params, source)
     missing = [k for k in names if k not in params]
     if missing:
         raise UserError(f"{source}: {model} needs {', '.join(missing)}")
