@@ -206,6 +206,8 @@ def test_trace_errors_are_one_line(
     plain = json.loads(cli("run", str(exp), "--json").out)["run_id"]
     missing = cli("runs", "trace", str(plain))
     assert missing.code == 2 and "has no trace" in missing.err and "--profile" in missing.err
+    unknown = cli("runs", "trace", "999")
+    assert unknown.code == 2 and "no run 999" in unknown.err
     assert "Traceback" not in missing.err
     long = tiny_exp(epochs=1, extra="[run.profile]\nenabled = true\nactive = 40\n", name="l.toml")
     refused = cli("run", str(long))

@@ -306,6 +306,7 @@ def summarise(path: Path) -> TraceSummary:
 def run_traces(store: Store, run_id: int) -> list[Path]:
     """The trace files stored with run `run_id` (one per rank of a scaling point), in rank
     order; UserError when it has none or they are gone."""
+    store.get_run(run_id)  # an unknown run is said as such, not as one without a trace
     paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "trace"]
     if not paths:
         raise UserError(
