@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import UserError
+from dlperf.table import Table
 
 if TYPE_CHECKING:
     from dlperf.store import Store
 
+PHASE_ORDER = ("data", "h2d", "forward", "backward", "optimizer", "other")
 PHASE_PREFIX = "dlperf::"  # engine.timers.SPAN: kept here too so reading needs no torch
 STEP_PREFIX = "ProfilerStep#"
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -96,6 +98,56 @@ class TraceSummary:
             if n
             else {}
         )
+
+    def phase_table(self) -> Table:
+        """The phases' time per step and share of the step, titled with the trace."""
+        return Table(
+            f"{self.path}: {self.steps} steps profiled on {self.device}, "
+            f"{self.per_step(self.step_us):.3f} ms per step",
+            ["phase", "ms/step", "share of step"],
+            [
+                [p, f"{self.per_step(us):.3f}", f"{us / self.step_us:.1%}"]
+                for p in PHASE_ORDER
+                if (us := self.phases_us.get(p)) is not None
+            ],
+        )
+
+    def operator_table(self, top: int) -> Table:
+        """The `top` operators by self time: calls, self CPU time per step, share of the
+        step, CUDA time per step (on a GPU), and the phase most of it falls in, with its share
+        of that phase."""
+        cuda = self.device == "cuda"
+        rows = []
+        for op in self.operators[:top]:
+            phase, in_phase = max(op.by_phase_us.items(), key=lambda kv: kv[1])
+            total = self.phases_us.get(phase)
+            rows.append(
+                [
+                    op.name,
+                    f"{op.calls / self.steps:g}",
+                    f"{self.per_step(op.cpu_self_us):.3f}",
+                    f"{op.cpu_self_us / self.step_us:.1%}",
+                    *([f"{self.per_step(op.cuda_us):.3f}"] if cuda else []),
+                    f"{phase} {in_phase / total:.1%}" if total else phase,
+                ]
+            )
+        columns = ["operator", "calls/step", "self CPU ms/step", "share of step"]
+        columns += ["CUDA ms/step"] if cuda else []
+        return Table(None, [*columns, "phase (share of phase)"], rows)
+
+    def overlap_table(self) -> Table:
+        """Milliseconds per step of computation only, communication only, both, idle."""
+        split = self.mean_overlap()
+        keys = ("compute_only_ms", "comm_only_ms", "both_ms", "idle_ms")
+        return Table(
+            "per step (ms): computation and communication, from the trace",
+            ["compute only", "comm only", "both", "idle"],
+            [[f"{split[k]:.3f}" for k in keys]] if split else [],
+        )
+
+    def communicates(self) -> bool:
+        split = self.mean_overlap()
+        return split.get("comm_only_ms", 0) + split.get("both_ms", 0) > 0
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         d = asdict(self)
@@ -303,6 +355,10 @@ def summarise(path: Path) -> TraceSummary:
     )
 
 
+def has_trace(store: Store, run_id: int) -> bool:
+    return any(a["kind"] == "trace" for a in store.artifacts(run_id))
+
+
 def run_traces(store: Store, run_id: int) -> list[Path]:
     """The trace files stored with run `run_id` (one per rank of a scaling point), in rank
     order; UserError when it has none or they are gone."""
@@ -316,10 +372,11 @@ def run_traces(store: Store, run_id: int) -> list[Path]:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise UserError(f"run {run_id}'s trace is gone: {', '.join(missing)}")
-    return sorted(paths, key=_rank_order)
+    return sorted(paths, key=rank_order)
 
 
-def _rank_order(path: Path) -> tuple[int, str]:
+def rank_order(path: Path) -> tuple[int, str]:
+    """The sort key of a trace named after its worker: rank0, rank1, ..., rank10."""
     worker = path.name.split(".", 1)[0]
     digits = worker.removeprefix("rank")
     return (int(digits) if digits.isdigit() else 0, worker)

@@ -14,8 +14,6 @@ from dlperf.errors import UserError
 if TYPE_CHECKING:
     from dlperf.traces import TraceSummary
 
-PHASE_ORDER = ("data", "h2d", "forward", "backward", "optimizer", "other")
-
 
 @runs_app.command("trace")
 def runs_trace(
@@ -49,35 +47,6 @@ def runs_trace(
 
 
 def _print(s: TraceSummary, top: int) -> None:
-    step_ms = s.per_step(s.step_us)
-    phases = {p: s.phases_us[p] for p in PHASE_ORDER if p in s.phases_us}
-    console.print_table(
-        f"{s.path}: {s.steps} steps profiled on {s.device}, {step_ms:.3f} ms per step",
-        ["phase", "ms/step", "share of step"],
-        [[p, f"{s.per_step(us):.3f}", f"{us / s.step_us:.1%}"] for p, us in phases.items()],
-    )
-    cuda = s.device == "cuda"
-    rows = []
-    for op in s.operators[:top]:
-        phase, in_phase = max(op.by_phase_us.items(), key=lambda kv: kv[1])
-        phase_total = s.phases_us.get(phase)
-        row = [
-            op.name,
-            f"{op.calls / s.steps:g}",
-            f"{s.per_step(op.cpu_self_us):.3f}",
-            f"{op.cpu_self_us / s.step_us:.1%}",
-            f"{phase} {in_phase / phase_total:.1%}" if phase_total else phase,
-        ]
-        if cuda:
-            row.insert(4, f"{s.per_step(op.cuda_us):.3f}")
-        rows.append(row)
-    columns = ["operator", "calls/step", "self CPU ms/step", "share of step"]
-    columns += ["CUDA ms/step"] if cuda else []
-    console.print_table(None, [*columns, "phase (share of phase)"], rows)
-    if s.overlap:
-        o = s.mean_overlap()
-        console.print_table(
-            "per step (ms): computation and communication, from the trace",
-            ["compute only", "comm only", "both", "idle"],
-            [[f"{o[k]:.3f}" for k in ("compute_only_ms", "comm_only_ms", "both_ms", "idle_ms")]],
-        )
+    tables = [s.phase_table(), s.operator_table(top)] + ([s.overlap_table()] if s.overlap else [])
+    for table in tables:
+        console.print_table(table.title, table.columns, table.rows)

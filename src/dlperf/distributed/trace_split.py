@@ -23,7 +23,7 @@ COLUMNS = ["workers", "comm", "batch/w", "compute only", "comm only", "both", "i
 
 def rank_traces(directory: Path) -> list[Path]:
     """The traces the point's ranks wrote into its launch directory, in rank order."""
-    return sorted(directory.glob(trace_name("rank*")), key=lambda p: int(p.name[4:].split(".")[0]))
+    return sorted(directory.glob(trace_name("rank*")), key=traces.rank_order)
 
 
 def with_trace_split(

@@ -367,7 +367,7 @@ def _non_compute(name: str) -> str | None:
 
 def trace_non_compute(run: RunView) -> list[Issue]:
     """A profiled step whose largest operator by self time computes nothing."""
-    if not any(a["kind"] == "trace" for a in run.stored.store.artifacts(run.id)):
+    if not traces.has_trace(run.stored.store, run.id):
         return []
     try:
         summaries = [traces.summarise(p) for p in traces.run_traces(run.stored.store, run.id)]
