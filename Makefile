@@ -23,7 +23,7 @@ test: setup
 test-faults: setup
 	$(BIN)/pytest -q -m faults
 
-# The studies under horovodrun (tests/test_scale_horovod.py, marked `horovod`): they need a
+# The studies under horovodrun (tests/distributed/test_horovod.py, marked `horovod`): they need a
 # Horovod build (make horovod) and skip, saying so, without one.
 test-horovod: setup
 	$(BIN)/pytest -q -m horovod

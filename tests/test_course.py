@@ -2,7 +2,7 @@
 page says it prints.
 
 Each ```bash block of the page is a problem's deliverable. Its lines run in order, for real,
-in one `tmp_path` per block that has the repository's `examples/` and `tests/data/` copied in,
+in one `tmp_path` per block that has the repository's `examples/` and `tests/fixtures/` copied in,
 a fresh run store (`DLPERF_DB`) and `dlperf` meaning `python -m dlperf`. A line may end in
 `#=> TEXT`: TEXT must then be in what the line printed (stdout and stderr), and every line
 must exit 0. `export NAME=VALUE` lines set NAME for the lines after them. Nothing is rewritten:

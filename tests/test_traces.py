@@ -222,7 +222,7 @@ def test_a_profiled_two_worker_point_keeps_each_ranks_trace_and_its_split(
     the 3 timed steps), the point stores both traces, and the study sets the traces' split
     beside its estimates of exposed communication, each with its error against it."""
     from dlperf.distributed import trace_split
-    from tests.test_distributed_scale import WEAK, write_experiment
+    from tests.distributed.test_study import WEAK, write_experiment
 
     exp = write_experiment(tmp_path)
     args = ["scale", str(exp), "--workers", "2", *WEAK, "--steps", "3", "--synthetic"]

@@ -18,7 +18,7 @@ import pytest
 from dlperf.distributed.launch import free_port, worker_pids
 from dlperf.procs import alive
 from dlperf.store import Store
-from tests.test_distributed_scale import (
+from tests.distributed.test_study import (
     ENDLESS,
     EVENT_S,
     STOP_S,

@@ -39,7 +39,7 @@ from dlperf.errors import UserError
 from dlperf.procs import this_process
 from dlperf.store import Store
 from tests.conftest import TINY, CliResult, fresh_store_url
-from tests.test_sweep import EVENT_S, start_sweep, sweep_json, wait_for, write_sweep
+from tests.sweep.test_sweep import EVENT_S, start_sweep, sweep_json, wait_for, write_sweep
 
 Cli = Callable[..., CliResult]
 

@@ -341,7 +341,7 @@ def test_two_students_resume_after_a_sigkill(
 def test_the_shipped_example_runs_on_a_small_budget(
     tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "distill_digits.toml"
+    example = Path(__file__).resolve().parents[2] / "examples" / "distill_digits.toml"
     out = distill_json(cli, "distill", str(example), "--top-k", "5", "--set", "train.epochs=1",
                        "--set", f"run.out_dir={tmp_path / 'runs'}")  # fmt: skip
     assert out["teacher"]["model"] == "resnet20" and out["baseline"]["model"] == "smallcnn"

@@ -27,7 +27,7 @@ from dlperf.engine.run import build_model, run_experiment
 from dlperf.models.transfer import split_params
 from dlperf.procs import alive
 from dlperf.store import Store
-from tests.test_scale import SUMMARY_KEYS
+from tests.distributed.test_study_tables import SUMMARY_KEYS
 
 DLPERF = [sys.executable, "-m", "dlperf"]
 # Random images generated in memory: the workers start without reading a data set.

@@ -24,8 +24,8 @@ from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import Store
 from tests.conftest import CliResult, rank_result
-from tests.test_data import write_jpegs
-from tests.test_distributed_scale import two_nodes
+from tests.data.test_sources import write_jpegs
+from tests.distributed.test_study import two_nodes
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
 DLPERF = [sys.executable, "-m", "dlperf"]

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from dlperf.deploy import meta
 from dlperf.deploy.server import create_app
-from tests.test_serve import OPSET, SIZE, plain_model, png, running, tiny_classifier
+from tests.deploy.test_server import OPSET, SIZE, plain_model, png, running, tiny_classifier
 
 MIXED_INPUTS = {"a": "FP16", "b": "INT32", "u": "UINT8", "flag": "BOOL", "text": "BYTES"}
 

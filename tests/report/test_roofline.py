@@ -13,7 +13,7 @@ from PIL import Image
 
 from dlperf.report.roofline import draw_roofline, on_roofline
 
-from .conftest import CliResult
+from tests.conftest import CliResult
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dlperf.converge import curve
 from dlperf.errors import UserError
 
-POLLUX_128 = Path(__file__).parent / "data" / "pollux" / "cifar10_validation-128.csv"
+POLLUX_128 = Path(__file__).parents[1] / "fixtures" / "pollux" / "cifar10_validation-128.csv"
 
 
 def optimus(k: np.ndarray, b0: float, b1: float, b2: float) -> np.ndarray:

@@ -677,7 +677,7 @@ def test_the_sagemaker_request_passes_botocores_own_validation(
 
 
 def test_the_docs_table_of_shared_fields_is_the_codes() -> None:
-    page = (Path(__file__).resolve().parents[1] / "docs" / "scale.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "scale.md").read_text()
     for field, where in SHARED_FIELDS.items():
         row = f"| {field} | `{where['sagemaker']}` | `{where['vertex']}` | `{where['azureml']}` |"
         assert row in page

@@ -21,7 +21,7 @@ from dlperf.analytic.interleaved import Probes, calibrate_and_measure, fit
 from dlperf.analytic.measure import KERNELS
 from dlperf.analytic.paleo import basis, error_pct, predict
 from tests.conftest import CliResult
-from tests.test_analytic_paleo import KNOWN_PPP
+from tests.analytic.test_paleo import KNOWN_PPP
 
 Cli = Callable[..., CliResult]
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from dlperf.cli.serve import _listen
-from tests.test_serve import LABELS, metric, plain_model, png, tiny_classifier, wait_ready
+from tests.deploy.test_server import LABELS, metric, plain_model, png, tiny_classifier, wait_ready
 
 Cli = Callable[..., Any]
 

@@ -14,7 +14,7 @@ from PIL import Image
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import load_data
 from dlperf.data.describe import describe
-from tests.test_data import write_jpegs
+from tests.data.test_sources import write_jpegs
 
 
 def test_digits_described_as_loaded(cli: Callable, tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from dlperf.converge import speed
 from dlperf.errors import UserError
 
-POLLUX = Path(__file__).parent / "data" / "pollux"
-EXAMPLES = Path(__file__).parents[1] / "examples" / "pollux"
+POLLUX = Path(__file__).parents[1] / "fixtures" / "pollux"
+EXAMPLES = Path(__file__).parents[2] / "examples" / "pollux"
 
 
 def grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

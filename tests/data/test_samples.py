@@ -15,7 +15,7 @@ from dlperf.config import DataConfig
 from dlperf.data import load_data
 from dlperf.data.samples import write_samples
 from tests.conftest import CliResult
-from tests.test_data import write_cifar, write_jpegs
+from tests.data.test_sources import write_cifar, write_jpegs
 
 Cli = Callable[..., CliResult]
 

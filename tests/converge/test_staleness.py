@@ -18,7 +18,7 @@ from dlperf.engine.run import build_model
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 
-COURSE = Path(__file__).resolve().parents[1] / "docs" / "course.md"
+COURSE = Path(__file__).resolve().parents[2] / "docs" / "course.md"
 
 
 def rows(learners: dict[str, list[float]], push: float = 0.0, pull: float = 0.0) -> list[tuple]:

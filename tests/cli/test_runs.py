@@ -20,7 +20,7 @@ from dlperf.procs import this_process
 from dlperf.store import Store
 from dlperf.store.record import current_status
 from tests.conftest import CliResult, trained_run
-from tests.test_cli import one_line_error
+from tests.cli.test_app import one_line_error
 
 DEADLINE_S = 30
 

@@ -25,8 +25,8 @@ from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import Store
 from tests.conftest import CliResult
-from tests.test_scale_tensorflow import DDP_ROW_KEYS, on_digits, tf_opts
-from tests.test_scale_tensorflow import write_study as write_tf_study
+from tests.distributed.test_tensorflow import DDP_ROW_KEYS, on_digits, tf_opts
+from tests.distributed.test_tensorflow import write_study as write_tf_study
 
 HAS_HOROVOD = hvd_launch.horovodrun() is not None
 HAS_TF = importlib.util.find_spec("tensorflow") is not None

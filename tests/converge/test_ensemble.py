@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dlperf.converge import ensemble
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "fixtures"
 POLLUX_128 = str(DATA / "pollux" / "cifar10_validation-128.csv")
 
 

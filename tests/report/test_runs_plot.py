@@ -24,7 +24,7 @@ from dlperf.report.scaling import plot_study, shared_host, study_figures
 from dlperf.store import Store
 from dlperf.store.record import RunRecord
 
-from .conftest import trained_run
+from tests.conftest import trained_run
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit
 from dlperf.store import Store
 
-POLLUX_128 = str(Path(__file__).parent / "data" / "pollux" / "cifar10_validation-128.csv")
+POLLUX_128 = str(Path(__file__).parents[1] / "fixtures" / "pollux" / "cifar10_validation-128.csv")
 Cli = Callable[..., Any]
 
 
@@ -194,7 +194,7 @@ def test_plan_bad_inputs(cli: Cli, store: Store, tmp_path: Path) -> None:
 
 
 def test_speed_fit_pollux_needs_no_ps(cli: Cli) -> None:
-    path = str(Path(__file__).parent / "data" / "pollux" / "cifar10_scalability.csv")
+    path = str(Path(__file__).parents[1] / "fixtures" / "pollux" / "cifar10_scalability.csv")
     r = cli("converge", "speed", "fit", "--csv", path, "--model", "optimus-sync")
     assert r.code == 2 and "use --model pollux" in r.err
     r = cli("converge", "speed", "fit", "--csv", path, "--model", "pollux",
@@ -407,7 +407,7 @@ def test_speed_fit_on_a_scale_study(cli: Cli, store: Store) -> None:
     assert r.code == 2 and f"study {study} has no finished runs that match --where" in r.err
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def help_example(cli: Cli, *command: str) -> list[str]:

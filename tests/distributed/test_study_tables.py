@@ -53,7 +53,7 @@ from dlperf.errors import UserError
 from dlperf.procs import alive
 from tests.conftest import rank_result
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "scale_digits_weak.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scale_digits_weak.toml"
 SUMMARY_KEYS = {
     "workers",
     "nodes",
