@@ -14,7 +14,7 @@ from dlperf.config import Experiment
 from dlperf.data import load_data
 from dlperf.engine.run import run_experiment
 from dlperf.models import create_model
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import pick_device
 from dlperf.timing import Timer, round_robin
 
@@ -53,7 +53,7 @@ def plain_loop() -> float:
     return samples / timer.stop()
 
 
-def dlperf_engine(store: Store) -> float:
+def dlperf_engine(store: RunStore) -> float:
     exp = Experiment.model_validate(SETTINGS)
     return run_experiment(exp, store)["throughput"]
 
@@ -61,7 +61,7 @@ def dlperf_engine(store: Store) -> float:
 def main() -> None:
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(f"{tmp}/bench.db")
+        store = RunStore.open(f"{tmp}/bench.db")
         results = round_robin(
             {"plain loop": plain_loop, "dlperf (coarse)": lambda: dlperf_engine(store)}, REPEATS
         )

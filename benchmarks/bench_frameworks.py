@@ -18,7 +18,7 @@ from benchlib import save, spread, table
 from dlperf.config import load_experiment
 from dlperf.distributed.hvd_launch import horovodrun
 from dlperf.distributed.study import run_study
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.timing import round_robin
 
 REPEATS = 2
@@ -61,7 +61,7 @@ out_dir = "{out}"
 """
 
 
-def study(root: Path, store: Store, model: str, options: dict[str, object]) -> dict[int, float]:
+def study(root: Path, store: RunStore, model: str, options: dict[str, object]) -> dict[int, float]:
     """Images/s per worker count of one contender's study."""
     path = root / f"{model}.toml"
     text = EXP.format(model=model, batch=MODELS[model], steps=STEPS, warmup=WARMUP, out=root)
@@ -76,7 +76,7 @@ def main() -> None:
     records: dict[str, dict[str, list[dict[int, float]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        store = Store.open(str(root / "bench.db"))
+        store = RunStore.open(str(root / "bench.db"))
         for model in MODELS:
             contenders = {
                 name: lambda options=options, model=model: study(root, store, model, options)

@@ -2,7 +2,7 @@
 command (`python -m dlperf report`, start-up included), in interleaved repetitions.
 Goal: under 10 s on a 2-core machine.
 
-The store is written through `Store.log_metrics` with the keys a real run stores: per step
+The store is written through `RunStore.log_metrics` with the keys a real run stores: per step
 train/loss and train/lr; per epoch (10 epochs of 100 steps) epoch/*, val/* and phase/*,
 one batch per epoch as the engine writes them; a summary with phases and steps_per_epoch."""
 
@@ -18,14 +18,14 @@ from pathlib import Path
 from benchlib import save, spread, table
 from dlperf.config import Experiment
 from dlperf.report.site import build_report
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.timing import Timer, round_robin
 
 RUNS, STEPS, EPOCHS, REPEATS = 50, 1000, 10, 3
 PHASES = {"data": 0.002, "copy": 0.0005, "forward": 0.006, "backward": 0.011, "optimizer": 0.002}
 
 
-def fill(store: Store) -> None:
+def fill(store: RunStore) -> None:
     rng = random.Random(0)
     per_epoch = STEPS // EPOCHS
     system = {"host": "bench", "cores": 2, "device": "cpu", "gpus": [], "torch": "2.x"}
@@ -63,7 +63,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         url = f"sqlite:///{root / 'bench.db'}"
-        store = Store.open(url)
+        store = RunStore.open(url)
         fill(store)
         command = [sys.executable, "-m", "dlperf", "--db", url, "report", "--last", str(RUNS)]
 

@@ -29,7 +29,7 @@ from dlperf.config import Experiment
 from dlperf.distributed.allreduce_study import run_allreduce_study
 from dlperf.distributed.launch import free_port
 from dlperf.distributed.study import run_study
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.timing import round_robin
 
 HERE = Path(__file__).resolve().parent
@@ -77,7 +77,7 @@ def plain(tmp: Path) -> float:
     return result["wall_s"] / result["steps"]
 
 
-def dlperf(store: Store, tmp: Path) -> float:
+def dlperf(store: RunStore, tmp: Path) -> float:
     exp = _experiment(
         "resnet20", per_worker_batch=BATCH, steps=STEPS, warmup_steps=WARMUP, comm_split=False
     )
@@ -85,7 +85,7 @@ def dlperf(store: Store, tmp: Path) -> float:
     return row["wall_time_s"] / row["timed_steps"]
 
 
-def comm_check(store: Store, tmp: Path) -> list[dict[str, float | str | None]]:
+def comm_check(store: RunStore, tmp: Path) -> list[dict[str, float | str | None]]:
     rows = []
     for model, batch in MODELS:
         exp = _experiment(model, per_worker_batch=batch, steps=COMM_STEPS, warmup_steps=5,
@@ -115,7 +115,7 @@ def comm_check(store: Store, tmp: Path) -> list[dict[str, float | str | None]]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        store = Store.open(f"{tmp}/bench.db")
+        store = RunStore.open(f"{tmp}/bench.db")
         per_step = round_robin(
             {"plain torchrun DDP": lambda: plain(tmp), "dlperf scale": lambda: dlperf(store, tmp)},
             REPEATS,

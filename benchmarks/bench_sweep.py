@@ -24,7 +24,7 @@ from dlperf.engine.run import run_experiment
 from dlperf.engine.step import build_step
 from dlperf.models import create_model
 from dlperf.models.transfer import freeze_backbone, load_weights, set_train_mode
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.sweep import load_sweep, run_sweep
 from dlperf.timing import Timer, round_robin
 
@@ -64,12 +64,12 @@ def command_sweep(root: Path, jobs: int) -> float:
     return Timer().time(lambda: _dlperf(root, *args)) / len(LRS)
 
 
-def library_runs(root: Path, store: Store) -> float:
+def library_runs(root: Path, store: RunStore) -> float:
     exps = [load_experiment(root / "base.toml", [f"train.lr={lr}"]) for lr in LRS]
     return Timer().time(lambda: [run_experiment(exp, store) for exp in exps]) / len(LRS)
 
 
-def library_sweep(root: Path, store: Store) -> float:
+def library_sweep(root: Path, store: RunStore) -> float:
     sweep = load_sweep(root / "sweep.toml")
     return Timer().time(lambda: run_sweep(sweep, store, new=True)) / len(LRS)
 
@@ -93,7 +93,7 @@ def overhead() -> dict[str, object]:
         root = Path(tmp)
         (root / "base.toml").write_text(BASE + f'out_dir = "{root / "runs"}"\n')
         (root / "sweep.toml").write_text(SWEEP)
-        store = Store.open(str(root / "library.db"))
+        store = RunStore.open(str(root / "library.db"))
         contenders = {
             "dlperf run x4 (shell loop)": lambda: command_runs(root),
             "dlperf sweep": lambda: command_sweep(root, 1),

@@ -20,7 +20,7 @@ from dlperf.analytic.devices import Device, load_catalog
 from dlperf.config import Experiment
 from dlperf.engine.run import run_experiment
 from dlperf.models import create_model
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import pick_device
 from dlperf.timing import round_robin, timed
 
@@ -82,7 +82,7 @@ def train_flops_per_image() -> float:
     return counter.get_total_flops() / BATCH
 
 
-def images_per_s(store: Store, run: dict) -> float:
+def images_per_s(store: RunStore, run: dict) -> float:
     exp = Experiment.model_validate(
         {
             "model": {"name": "resnet18_cifar"},
@@ -100,7 +100,7 @@ def main() -> None:
     peak_flops, basis = peaks(device)
     flops = train_flops_per_image()
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(f"{tmp}/bench.db")
+        store = RunStore.open(f"{tmp}/bench.db")
         results = round_robin(
             {name: (lambda run=run: images_per_s(store, run)) for name, run in CONTENDERS.items()},
             REPEATS,

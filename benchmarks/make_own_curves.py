@@ -30,7 +30,7 @@ RUNS = [
 
 
 def main() -> int:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,7 +46,7 @@ def main() -> int:
                 env={**os.environ, "DLPERF_DB": db},
             )  # fmt: skip
             run_id = json.loads(done.stdout)["run_id"]
-            rows = Store.open(db).metrics(run_id, "val/acc1")
+            rows = RunStore.open(db).metrics(run_id, "val/acc1")
             name = f"{experiment.split('_')[0]}_b{batch}_lr{lr:g}.csv"
             with open(OUT / name, "w", newline="") as f:
                 writer = csv.writer(f)

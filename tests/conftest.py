@@ -18,7 +18,7 @@ from dlperf import timing
 from dlperf.config import Experiment
 from dlperf.distributed.contracts import ComputePhase, DdpStats, MainPhase, RankResult
 from dlperf.engine.run import run_experiment
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")  # bash .ci/run starts a server
@@ -47,7 +47,7 @@ def fresh_store_url(kind: str, tmp_path: Path, prefix: str) -> Iterator[str]:
         admin.dispose()
 
 
-def trained_run(root: Path) -> tuple[Store, int, Experiment]:
+def trained_run(root: Path) -> tuple[RunStore, int, Experiment]:
     """A one-epoch smallcnn run on the bundled digits, with its checkpoint, in `root`."""
     exp = Experiment.model_validate(
         {
@@ -57,7 +57,7 @@ def trained_run(root: Path) -> tuple[Store, int, Experiment]:
             "run": {"threads": 1, "warmup_steps": 2, "out_dir": str(root / "runs")},
         }
     )
-    store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{root / 'dlperf.db'}")
     result = run_experiment(exp, store)
     assert result["status"] == "finished" and result["test_accuracy"] > 0.5
     return store, result["run_id"], exp
@@ -93,8 +93,8 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def store(db: str) -> Store:
-    return Store.open(db)
+def store(db: str) -> RunStore:
+    return RunStore.open(db)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import torch
 
 import dlperf
 from dlperf.procs import this_process
-from dlperf.store import Store as StoreImpl
+from dlperf.store import RunStore as StoreImpl
 from tests.conftest import REPO, trained_run
 
 EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)

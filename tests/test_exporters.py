@@ -16,7 +16,7 @@ import pytest
 from dlperf import exporters
 from dlperf.parsing import flatten
 from dlperf.procs import this_process
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.keys import on_global_steps
 from tests.conftest import REPO, CliResult, trained_run
 
@@ -40,13 +40,13 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def run(tmp_path: Path, cli: Cli) -> tuple[Store, int]:
+def run(tmp_path: Path, cli: Cli) -> tuple[RunStore, int]:
     """A real finished run (checkpoint and metrics) in the store the `cli` fixture uses."""
     store, run_id, _ = trained_run(tmp_path)
     return store, run_id
 
 
-def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: Cli) -> None:
+def test_mlflow_export_reads_back(run: tuple[RunStore, int], tmp_path: Path, cli: Cli) -> None:
     from mlflow.tracking import MlflowClient
 
     store, run_id = run
@@ -108,7 +108,9 @@ def test_mlflow_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: C
     assert whole["config"] == stored.config and whole["summary"]["test_accuracy"] > 0.5
 
 
-def test_mlflow_long_values_are_cut_and_kept_whole(store: Store, tmp_path: Path, cli: Cli) -> None:
+def test_mlflow_long_values_are_cut_and_kept_whole(
+    store: RunStore, tmp_path: Path, cli: Cli
+) -> None:
     """A value over MLflow's param limit is cut with a warning; run.json keeps it whole."""
     from mlflow.tracking import MlflowClient
 
@@ -129,7 +131,7 @@ def test_mlflow_long_values_are_cut_and_kept_whole(store: Store, tmp_path: Path,
     assert any(math.isnan(m.value) for m in history)
 
 
-def test_a_lost_run_ends_killed_in_mlflow(store: Store, tmp_path: Path, cli: Cli) -> None:
+def test_a_lost_run_ends_killed_in_mlflow(store: RunStore, tmp_path: Path, cli: Cli) -> None:
     """A run whose process died without marking it (SIGKILL) reads as `lost`: MLflow gets
     KILLED with the last metric's time as its end, not a run forever RUNNING."""
     from mlflow.tracking import MlflowClient
@@ -150,7 +152,7 @@ def test_a_lost_run_ends_killed_in_mlflow(store: Store, tmp_path: Path, cli: Cli
     assert got.info.end_time == round(wall * 1000)
 
 
-def test_tensorboard_export_reads_back(run: tuple[Store, int], tmp_path: Path, cli: Cli) -> None:
+def test_tensorboard_export_reads_back(run: tuple[RunStore, int], tmp_path: Path, cli: Cli) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     store, run_id = run
@@ -178,7 +180,7 @@ def test_tensorboard_export_reads_back(run: tuple[Store, int], tmp_path: Path, c
         assert [e.wall_time for e in scalars] == pytest.approx([w for _, _, w in stored])
 
 
-def test_json_maps_runs_to_where_they_went(store: Store, tmp_path: Path, cli: Cli) -> None:
+def test_json_maps_runs_to_where_they_went(store: RunStore, tmp_path: Path, cli: Cli) -> None:
     ids = [store.create_run(n, "run", {"seed": i}, None, {"host": "h"}) for i, n in enumerate("ab")]
     for run_id in ids:
         store.log_metrics(run_id, [("val/acc1", 1, 0.5)])
@@ -212,7 +214,7 @@ def test_missing_extra_is_one_line(
     extra: str,
     args: list[str],
     blocked: tuple[str, ...],
-    store: Store,
+    store: RunStore,
     cli: Cli,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -253,7 +255,7 @@ def test_missing_extra_is_one_line(
         ),
     ],
 )
-def test_bad_input_is_one_line(args: list[str], message: str, store: Store, cli: Cli) -> None:
+def test_bad_input_is_one_line(args: list[str], message: str, store: RunStore, cli: Cli) -> None:
     store.create_run("a", "run", {}, None, None)
     result = cli("runs", "export", *args)
     assert result.code == 2, result.err
@@ -262,7 +264,7 @@ def test_bad_input_is_one_line(args: list[str], message: str, store: Store, cli:
 
 
 def test_mlflow_tracking_uri_env_is_the_default(
-    store: Store, tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+    store: RunStore, tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = store.create_run("a", "run", {"seed": 0}, None, None)
     uri = f"sqlite:///{tmp_path / 'env.db'}"
@@ -284,7 +286,9 @@ def test_help_ends_with_an_example(cli: Cli) -> None:
     )
 
 
-def test_tensorboard_export_says_only_its_own_lines(run: tuple[Store, int], tmp_path: Path) -> None:
+def test_tensorboard_export_says_only_its_own_lines(
+    run: tuple[RunStore, int], tmp_path: Path
+) -> None:
     """TensorBoard imports TensorFlow where it is installed (CI), which logs its start-up to
     stderr; the export's stderr holds only dlperf's own lines."""
     import os
@@ -303,7 +307,7 @@ def test_tensorboard_export_says_only_its_own_lines(run: tuple[Store, int], tmp_
 
 
 def test_a_name_with_control_characters_reaches_mlflow_escaped(
-    store: Store, tmp_path: Path, cli: Cli
+    store: RunStore, tmp_path: Path, cli: Cli
 ) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -318,7 +322,7 @@ def test_a_name_with_control_characters_reaches_mlflow_escaped(
 
 
 def test_a_lost_run_without_metrics_ends_when_it_started(
-    store: Store, tmp_path: Path, cli: Cli
+    store: RunStore, tmp_path: Path, cli: Cli
 ) -> None:
     """It ended at the moment of export: a run of minutes that never happened."""
     from mlflow.tracking import MlflowClient
@@ -373,7 +377,7 @@ def test_a_killed_runs_epochs_land_on_the_global_step(tmp_path: Path, cli: Cli) 
     ids=["refused", "unwritable"],
 )
 def test_an_unusable_mlflow_fails_at_once_in_one_line(
-    store: Store, db: str, uri: str, message: str
+    store: RunStore, db: str, uri: str, message: str
 ) -> None:
     """MLflow retried: 247 s of silence for a refused connection, 37 lines of retries over
     103 s for a SQLite file it cannot open. A real process, so that the retries' sleeps and

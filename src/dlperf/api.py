@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from dlperf.analytic.counting import Analysis
-    from dlperf.store import Store as _Store
+    from dlperf.store import RunStore
     from dlperf.store.query import Comparison
     from dlperf.store.record import RunRecord
 
@@ -201,7 +201,7 @@ class TrackedRun:
     """Your own training loop, recorded as a run: `log` metrics, time `phase`s."""
 
     id: int
-    _store: _Store
+    _store: RunStore
     _device: Any
     _rows: list[tuple[str, int, float, float]] = field(default_factory=list)
     _phase_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -285,13 +285,13 @@ class Store:
     plain Python data."""
 
     def __init__(self, url: str | None = None) -> None:
-        from dlperf.store import Store as _StoreImpl
+        from dlperf.store import RunStore
 
         if url is not None and not isinstance(url, str):
             raise UserError(
                 f"Store takes a SQLAlchemy URL, got {url!r}", "e.g. 'sqlite:///dlperf.db'"
             )
-        self._store = _StoreImpl.open(url or os.environ.get("DLPERF_DB"))
+        self._store = RunStore.open(url or os.environ.get("DLPERF_DB"))
 
     def runs(
         self,

@@ -12,13 +12,13 @@ from typing import Any
 from dlperf.config import load_experiment
 from dlperf.engine.run import run_experiment
 from dlperf.progress import Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 PRESETS = ("demo_smallcnn.toml", "demo_resnet20.toml")
 TARGET = 0.95
 
 
-def run_demo(store: Store, reporter: Reporter, out_dir: str | None = None) -> dict[str, Any]:
+def run_demo(store: RunStore, reporter: Reporter, out_dir: str | None = None) -> dict[str, Any]:
     study = store.create_study("demo", "demo")
     runs = []
     for preset in PRESETS:

@@ -48,7 +48,7 @@ from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, printable
-from dlperf.store import Store, masked_url
+from dlperf.store import RunStore, masked_url
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric, Run
@@ -86,7 +86,7 @@ def clip(value: str, limit: int) -> str:
     return value if len(value) <= limit else value[: limit - len(ELLIPSIS)] + ELLIPSIS
 
 
-def metric_series(store: Store, run_id: int) -> dict[str, list[tuple[int, float, float]]]:
+def metric_series(store: RunStore, run_id: int) -> dict[str, list[tuple[int, float, float]]]:
     """Every metric of a run as key -> [(step, value, wall_time)], in step order (NULL is NaN),
     at the steps the store keeps."""
     query = (
@@ -131,7 +131,7 @@ def steps_per_epoch(
     return images // exp.train.batch_size or None
 
 
-def _times(store: Store, run_id: int) -> tuple[float, float | None]:
+def _times(store: RunStore, run_id: int) -> tuple[float, float | None]:
     """Start and end of a run in seconds since the epoch (the store keeps naive UTC)."""
     with Session(store.engine) as s:
         started, ended = s.execute(select(Run.started, Run.ended).where(Run.id == run_id)).one()
@@ -141,12 +141,14 @@ def _times(store: Store, run_id: int) -> tuple[float, float | None]:
     )
 
 
-def _runs(store: Store, run_ids: Sequence[int]) -> list[RunRecord]:
+def _runs(store: RunStore, run_ids: Sequence[int]) -> list[RunRecord]:
     """The runs to export, each once, in the order given; an unknown id fails before any export."""
     return [store.get_run(i) for i in dict.fromkeys(run_ids)]
 
 
-def _existing_artifacts(store: Store, run_id: int, warnings: list[str]) -> list[tuple[str, Path]]:
+def _existing_artifacts(
+    store: RunStore, run_id: int, warnings: list[str]
+) -> list[tuple[str, Path]]:
     found = []
     for artifact in store.artifacts(run_id):
         path = Path(artifact["path"])
@@ -240,7 +242,7 @@ def mlflow_status(status: str) -> str:
 
 
 def export_mlflow(
-    store: Store, run_ids: Sequence[int], uri: str, experiment: str = DEFAULT_EXPERIMENT
+    store: RunStore, run_ids: Sequence[int], uri: str, experiment: str = DEFAULT_EXPERIMENT
 ) -> dict[str, Any]:
     """Export runs to the MLflow tracking server or store at `uri`, into `experiment`.
 
@@ -280,7 +282,7 @@ def export_mlflow(
 
 
 def _export_mlflow_run(
-    store: Store,
+    store: RunStore,
     client: Any,
     entities: Any,
     experiment_id: str,
@@ -395,7 +397,7 @@ def event_dir_name(run: RunRecord) -> str:
     return f"run-{run.id}-{name}" if name else f"run-{run.id}"
 
 
-def export_tensorboard(store: Store, run_ids: Sequence[int], out: str | Path) -> dict[str, Any]:
+def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path) -> dict[str, Any]:
     """Write one TensorBoard event directory per run under `out`: a scalar series per metric.
 
     Returns {"to", "out", "runs": {run id: {"dir", "metrics", "points"}}, "warnings"}.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dlperf.numbers import fmt
+from dlperf.formatting import fmt
 from dlperf.parsing import printable
 
 
@@ -14,7 +14,7 @@ from dlperf.parsing import printable
 class Table:
     title: str | None
     columns: list[str]
-    rows: list[list[Any]]  # values as the console formats them (numbers.fmt)
+    rows: list[list[Any]]  # values as the console formats them (formatting.fmt)
 
     def text(self) -> str:
         """The table as plain text: the title, then columns padded to their widest cell."""

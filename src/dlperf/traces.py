@@ -32,7 +32,7 @@ from dlperf.errors import UserError
 from dlperf.table import Table
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 PHASE_ORDER = ("data", "h2d", "forward", "backward", "optimizer", "other")
 PHASE_PREFIX = "dlperf::"  # engine.timers.SPAN: kept here too so reading needs no torch
@@ -355,11 +355,11 @@ def summarise(path: Path) -> TraceSummary:
     )
 
 
-def has_trace(store: Store, run_id: int) -> bool:
+def has_trace(store: RunStore, run_id: int) -> bool:
     return any(a["kind"] == "trace" for a in store.artifacts(run_id))
 
 
-def run_traces(store: Store, run_id: int) -> list[Path]:
+def run_traces(store: RunStore, run_id: int) -> list[Path]:
     """The trace files stored with run `run_id` (one per rank of a scaling point), in rank
     order; UserError when it has none or they are gone."""
     store.get_run(run_id)  # an unknown run is said as such, not as one without a trace

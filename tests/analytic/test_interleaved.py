@@ -20,8 +20,8 @@ from dlperf.analytic.devices import Device
 from dlperf.analytic.interleaved import Probes, calibrate_and_measure, fit
 from dlperf.analytic.measure import KERNELS
 from dlperf.analytic.paleo import basis, error_pct, predict
-from tests.conftest import CliResult
 from tests.analytic.test_paleo import KNOWN_PPP
+from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
 

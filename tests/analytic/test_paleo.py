@@ -15,7 +15,7 @@ from dlperf.analytic.paleo import compare, fit_ppp, predict
 from dlperf.analytic.recorded import measure_recorded, predict_model
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 # 1 TFLOP/s fp32, 2 TFLOP/s fp16, 100 GB/s: round numbers to check the formula by hand.
 # Per-kind PPPs a calibration should give back (tests here and in test_paleo_interleaved).
@@ -209,7 +209,7 @@ class Logged(NullReporter):
         self.lines.append(message)
 
 
-def no_store() -> Store:
+def no_store() -> RunStore:
     raise AssertionError("a prediction without --measure needs no store")
 
 
@@ -226,7 +226,7 @@ def test_predict_model_by_name_on_a_catalog_device(no_user_file: Path) -> None:
 
 
 def test_measure_recorded_warns_of_other_threads(no_user_file: Path, tmp_path: Path) -> None:
-    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     a = analyze("smallcnn", [1, 8, 8])
     log = Logged()
     entry = FAKE.model_copy(update={"threads": 999})

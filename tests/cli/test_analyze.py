@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.analytic.devices import KINDS
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import usable_cores
 from tests.conftest import CliResult
 
@@ -126,7 +126,7 @@ def test_predict_json(cli: Cli) -> None:
 
 
 def test_calibrate_then_predict_measure_is_stored(
-    cli: Cli, store: Store, user_devices: Path
+    cli: Cli, store: RunStore, user_devices: Path
 ) -> None:
     calibrated = cli("calibrate", "--name", "here", "--json")
     assert calibrated.code == 0, calibrated.err

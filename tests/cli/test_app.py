@@ -11,7 +11,7 @@ import typer
 import typer.core
 
 from dlperf.cli.app import app
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult, interrupt_wrapped_by_a_class_body
 
 
@@ -76,7 +76,7 @@ def one_line_error(result: CliResult, text: str) -> None:
 )
 def test_bad_input_is_one_line_and_exit_2(
     cli: Callable[..., CliResult],
-    store: Store,
+    store: RunStore,
     tiny_exp: Callable[..., Path],
     tmp_path: Path,
     args: list[str],
@@ -135,7 +135,7 @@ def test_run_json_runs_list_show_compare(
     assert "train.lr" in cli("runs", "compare", str(result["run_id"]), str(second["run_id"])).out
 
 
-def test_runs_list_and_compare_by_study(cli: Callable[..., CliResult], store: Store) -> None:
+def test_runs_list_and_compare_by_study(cli: Callable[..., CliResult], store: RunStore) -> None:
     study = store.create_study("lr", "sweep")
     ids = [store.create_run(f"p{v}", "run", {"train": {"lr": v}}, study_id=study) for v in (1, 2)]
     store.create_run("outside", "run", {"train": {"lr": 3}})

@@ -17,7 +17,7 @@ import pytest
 
 from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 POLLUX_128 = str(Path(__file__).parents[1] / "fixtures" / "pollux" / "cifar10_validation-128.csv")
 Cli = Callable[..., Any]
@@ -30,7 +30,7 @@ def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
 
 
-def accuracy_run(store: Store, epochs: int = 40, steps_per_epoch: int = 10) -> int:
+def accuracy_run(store: RunStore, epochs: int = 40, steps_per_epoch: int = 10) -> int:
     """A stored run whose validation accuracy follows 1 − (1/(0.05·k + 1) + 0.05)."""
     run_id = store.create_run(name="synthetic", kind="run", config={})
     rows = [
@@ -53,7 +53,7 @@ def test_fit_csv_json_keys(cli: Cli) -> None:
     assert doc["heldout"]["n_points"] == 70 and doc["heldout"]["better"] in ("optimus", "power")
 
 
-def test_predict_from_stored_run(cli: Cli, store: Store) -> None:
+def test_predict_from_stored_run(cli: Cli, store: RunStore) -> None:
     run_id = accuracy_run(store)
     r = cli("converge", "predict", str(run_id), "--metric", "accuracy", "--upto", "0.5",
             "--target", "0.9", "--form", "optimus", "--json")  # fmt: skip
@@ -69,7 +69,7 @@ def test_predict_from_stored_run(cli: Cli, store: Store) -> None:
     assert lo <= doc["predicted_step"] <= hi
 
 
-def test_predict_defaults_to_the_ensemble(cli: Cli, store: Store) -> None:
+def test_predict_defaults_to_the_ensemble(cli: Cli, store: RunStore) -> None:
     """The default form is the distribution over curve families; on the same exact Optimus
     curve its median lands on the measured step and its interval holds it."""
     run_id = accuracy_run(store)
@@ -84,7 +84,7 @@ def test_predict_defaults_to_the_ensemble(cli: Cli, store: Store) -> None:
     assert "log prior on the plateau" in doc["basis"]
 
 
-def test_predict_reads_converge_from_a_file(cli: Cli, store: Store, tmp_path: Path) -> None:
+def test_predict_reads_converge_from_a_file(cli: Cli, store: RunStore, tmp_path: Path) -> None:
     """[converge] holds what the flags say; --set and the flags go over it."""
     run_id = accuracy_run(store)
     path = tmp_path / "curve.toml"
@@ -100,7 +100,7 @@ def test_predict_reads_converge_from_a_file(cli: Cli, store: Store, tmp_path: Pa
     assert json.loads(r.out)["n_points"] == 10  # 0.25 of the 40 points
 
 
-def test_unreachable_target_says_so(cli: Cli, store: Store) -> None:
+def test_unreachable_target_says_so(cli: Cli, store: RunStore) -> None:
     run_id = accuracy_run(store)
     r = cli("converge", "predict", str(run_id), "--metric", "accuracy", "--target", "0.99",
             "--form", "optimus")  # fmt: skip
@@ -126,7 +126,7 @@ def test_predict_bad_input_is_one_line(cli: Cli, args: list[str], message: str) 
     assert r.err.count("\n") == 1 and r.err.startswith("error: ") and message in r.err
 
 
-def test_speed_fit_on_study_then_plan(cli: Cli, store: Store, tmp_path: Path) -> None:
+def test_speed_fit_on_study_then_plan(cli: Cli, store: RunStore, tmp_path: Path) -> None:
     # A `dlperf scale` study as speed fit reads it: one finished run per configuration.
     study = store.create_study("scale", "scale")
     for w in (1, 2, 4, 8):
@@ -176,7 +176,7 @@ def test_speed_fit_on_study_then_plan(cli: Cli, store: Store, tmp_path: Path) ->
     assert job["workers"] + job["ps"] == 4
 
 
-def test_plan_bad_inputs(cli: Cli, store: Store, tmp_path: Path) -> None:
+def test_plan_bad_inputs(cli: Cli, store: RunStore, tmp_path: Path) -> None:
     r = cli("converge", "fit", str(accuracy_run(store)), "--metric", "accuracy", "--json")
     (tmp_path / "curve.json").write_text(r.out)
     (tmp_path / "bad.json").write_text("{}")
@@ -253,7 +253,7 @@ def test_help_ends_with_an_example(cli: Cli, command: list[str]) -> None:
 
 
 def test_staleness_train_stores_both_runs(
-    cli: Cli, store: Store, tiny_exp: Callable[..., Path]
+    cli: Cli, store: RunStore, tiny_exp: Callable[..., Path]
 ) -> None:
     exp = tiny_exp(epochs=2)
     r = cli("staleness", "--train", str(exp), "--learners", "2", "--set", "data.limit=128",
@@ -297,7 +297,7 @@ def test_untrusted_fits_warn(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     assert warning.format("did not converge (maximum evaluations reached)") in r.err
 
 
-def test_regress_stored_runs_by_depth(cli: Cli, store: Store) -> None:
+def test_regress_stored_runs_by_depth(cli: Cli, store: RunStore) -> None:
     ids = []
     for depth in (20, 32, 44, 56):
         run_id = store.create_run(
@@ -318,7 +318,7 @@ def test_regress_stored_runs_by_depth(cli: Cli, store: Store) -> None:
     assert doc["prediction"]["predicted_epoch"] == pytest.approx(203.1, rel=0.01)
 
 
-def test_metric_error_is_derived_from_val_acc1(cli: Cli, store: Store) -> None:
+def test_metric_error_is_derived_from_val_acc1(cli: Cli, store: RunStore) -> None:
     run_id = str(accuracy_run(store))
     docs = {}
     for metric in ("accuracy", "error"):
@@ -338,7 +338,7 @@ POLLUX_THETA = np.array([0.01, 2e-3, 0.02, 0.005, 0.08, 0.01, 1.5])
 
 
 def scale_point(
-    store: Store, study: int, nodes: int, workers: int, local: int, comm: str = "allreduce"
+    store: RunStore, study: int, nodes: int, workers: int, local: int, comm: str = "allreduce"
 ) -> None:
     """One point of a `dlperf scale` study, as that command writes it, timed by Pollux's
     model with POLLUX_THETA (one worker has no compute split: its sync time is null)."""
@@ -358,7 +358,7 @@ def scale_point(
     })  # fmt: skip
 
 
-def test_speed_fit_on_a_scale_study(cli: Cli, store: Store) -> None:
+def test_speed_fit_on_a_scale_study(cli: Cli, store: RunStore) -> None:
     study = store.create_study("scale resnet20", kind="scale")
     for nodes, workers in [(1, 1), (1, 2), (1, 3), (1, 4), (2, 2), (2, 4), (2, 6), (2, 8)]:
         for local in (16, 32, 64):
@@ -592,7 +592,7 @@ def test_plan_refuses_allocations_its_speed_fit_cannot_tell(cli: Cli, tmp_path: 
     assert r.code == 2 and r.err.startswith("error: job a: ps=2, workers=1 rests on "), r.err
 
 
-def test_plan_for_a_curve_already_past_the_target_says_so(cli: Cli, store: Store) -> None:
+def test_plan_for_a_curve_already_past_the_target_says_so(cli: Cli, store: RunStore) -> None:
     r = cli("converge", "fit", str(accuracy_run(store)), "--metric", "accuracy", "--upto",
             "0.5", "--json")  # fmt: skip
     Path("curve.json").write_text(r.out)
@@ -706,7 +706,7 @@ def test_speed_fit_refuses_what_its_points_cannot_tell(cli: Cli, tmp_path: Path)
     assert r.code == 2 and "--fix: beta_intra must be ≥ 0, got -1" in r.err
 
 
-def resnet_run(store: Store, depth: int, device: str = "cpu") -> int:
+def resnet_run(store: RunStore, depth: int, device: str = "cpu") -> int:
     """A stored ResNet run whose validation loss follows the Optimus curve of `depth_betas`
     (per step, 10 steps an epoch, 40 epochs), on `device`."""
     run_id = store.create_run(
@@ -720,7 +720,7 @@ def resnet_run(store: Store, depth: int, device: str = "cpu") -> int:
     return run_id
 
 
-def test_fit_of_several_runs_is_one_beta_table(cli: Cli, store: Store, tmp_path: Path) -> None:
+def test_fit_of_several_runs_is_one_beta_table(cli: Cli, store: RunStore, tmp_path: Path) -> None:
     """Issue 29: `converge fit` over fifteen runs printed fifteen blocks; now one table of
     run, model, depth, device, β with intervals and fit error (JSON and CSV alike)."""
     ids = [str(resnet_run(store, d)) for d in (20, 32, 44)]
@@ -750,7 +750,7 @@ def test_fit_of_several_runs_is_one_beta_table(cli: Cli, store: Store, tmp_path:
 
 
 def test_regress_compares_the_prediction_with_the_real_run(
-    cli: Cli, store: Store, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 29 (HW4 P4.2): regress predicted depth 56 but drew no real depth-56 run beside
     it and gave no error. --compare overlays the run and prints the curve's error and the

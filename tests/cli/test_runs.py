@@ -17,21 +17,21 @@ import pytest
 from sqlalchemy import text
 
 from dlperf.procs import this_process
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import current_status
-from tests.conftest import CliResult, trained_run
 from tests.cli.test_app import one_line_error
+from tests.conftest import CliResult, trained_run
 
 DEADLINE_S = 30
 
 
-def count(store: Store, table: str, run_id: int) -> int:
+def count(store: RunStore, table: str, run_id: int) -> int:
     with store.engine.connect() as conn:
         query = text(f"SELECT count(*) FROM {table} WHERE run_id = :r")
         return conn.execute(query, {"r": run_id}).scalar_one()
 
 
-def finished(store: Store, name: str, config: dict, summary: dict | None = None) -> int:
+def finished(store: RunStore, name: str, config: dict, summary: dict | None = None) -> int:
     run = store.create_run(name, "run", config, None, {"host": "h"})
     store.finish_run(run, "finished", summary=summary or {})
     return run
@@ -47,14 +47,14 @@ def table_rows(out: str) -> dict[str, list[str]]:
 
 
 @pytest.fixture
-def real_run(tmp_path: Path) -> tuple[Store, int]:
+def real_run(tmp_path: Path) -> tuple[RunStore, int]:
     """A real one-epoch run with its checkpoint, in the store the `cli` fixture uses."""
     store, run_id, _ = trained_run(tmp_path)
     return store, run_id
 
 
 def test_delete_removes_the_runs_rows_and_own_files_only(
-    cli: Callable[..., CliResult], real_run: tuple[Store, int], tmp_path: Path
+    cli: Callable[..., CliResult], real_run: tuple[RunStore, int], tmp_path: Path
 ) -> None:
     store, keep = real_run
     kept_ckpt = Path(store.artifacts(keep)[0]["path"])
@@ -94,14 +94,14 @@ def test_delete_removes_the_runs_rows_and_own_files_only(
     assert not kept_ckpt.parent.exists() and shared.is_file()
 
 
-def test_delete_checks_every_id_first(cli: Callable[..., CliResult], store: Store) -> None:
+def test_delete_checks_every_id_first(cli: Callable[..., CliResult], store: RunStore) -> None:
     a = finished(store, "a", {})
     one_line_error(cli("runs", "delete", str(a), "98", "99", "--yes"), "no run 98, 99 in the store")
     assert store.get_run(a).name == "a"
 
 
 def test_delete_asks_and_refuses_to_hang_without_a_terminal(
-    cli: Callable[..., CliResult], store: Store, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a = finished(store, "a", {})
     one_line_error(cli("runs", "delete", str(a)), "stdin is not a terminal")
@@ -118,11 +118,11 @@ def test_delete_asks_and_refuses_to_hang_without_a_terminal(
 
 LIVE = """
 import signal, sys, time
-from dlperf.store import Store
+from dlperf.store import RunStore
 def stop(*_):
     raise KeyboardInterrupt  # as dlperf's commands take SIGTERM
 signal.signal(signal.SIGTERM, stop)
-store = Store.open(sys.argv[1])
+store = RunStore.open(sys.argv[1])
 try:
     with store.new_run("live", "run", {}, None, {"host": "h"}) as record:
         print(record.id, flush=True)
@@ -133,7 +133,7 @@ except KeyboardInterrupt:
 
 
 def test_delete_refuses_a_running_run_and_force_stops_it_first(
-    cli: Callable[..., CliResult], store: Store, db: str
+    cli: Callable[..., CliResult], store: RunStore, db: str
 ) -> None:
     """A run that a live process writes is not deleted under it: refused in one line, or
     with --force its process is told to stop, marks it killed, and then it goes."""
@@ -158,7 +158,7 @@ def test_delete_refuses_a_running_run_and_force_stops_it_first(
 
 
 def test_a_run_of_another_host_is_deleted_under_it_only_when_forced(
-    cli: Callable[..., CliResult], store: Store
+    cli: Callable[..., CliResult], store: RunStore
 ) -> None:
     run = store.create_run("far", "run", {}, None, {"host": "h"})
     elsewhere = json.dumps({**this_process(), "host": "another-host"}, sort_keys=True)
@@ -175,7 +175,7 @@ def test_a_run_of_another_host_is_deleted_under_it_only_when_forced(
     assert store.list_runs() == []
 
 
-def test_a_deleted_id_is_never_handed_out_again(store: Store) -> None:
+def test_a_deleted_id_is_never_handed_out_again(store: RunStore) -> None:
     first = store.create_run("a", "run", {})
     newest = store.create_run("b", "run", {})
     store.delete_runs([newest])
@@ -187,7 +187,7 @@ def test_a_deleted_id_is_never_handed_out_again(store: Store) -> None:
 # --- runs tag -------------------------------------------------------------------------------
 
 
-def test_tags_set_show_list_and_remove(cli: Callable[..., CliResult], store: Store) -> None:
+def test_tags_set_show_list_and_remove(cli: Callable[..., CliResult], store: RunStore) -> None:
     run = finished(store, "a", {"model": {"name": "smallcnn"}})
     result = cli("runs", "tag", str(run), "baseline=yes", "note=lr too high")
     assert result.code == 0, result.err
@@ -216,7 +216,7 @@ def test_tags_set_show_list_and_remove(cli: Callable[..., CliResult], store: Sto
     ],
 )
 def test_bad_tags_are_one_line(
-    cli: Callable[..., CliResult], store: Store, args: list[str], message: str
+    cli: Callable[..., CliResult], store: RunStore, args: list[str], message: str
 ) -> None:
     run = finished(store, "a", {})
     one_line_error(cli("runs", "tag", *(a.format(run=run) for a in args)), message)
@@ -227,7 +227,7 @@ def test_bad_tags_are_one_line(
 
 
 @pytest.fixture
-def three(store: Store) -> list[int]:
+def three(store: RunStore) -> list[int]:
     ids = [
         finished(
             store,
@@ -285,15 +285,15 @@ def test_bad_where_is_one_line(
 
 CHILD = """
 import sys, time
-from dlperf.store import Store
-store = Store.open(sys.argv[1])
+from dlperf.store import RunStore
+store = RunStore.open(sys.argv[1])
 print(store.create_run("doomed", "run", {}, None, {"host": "h"}), flush=True)
 time.sleep(600)
 """
 
 
 def test_a_killed_process_leaves_a_lost_run(
-    cli: Callable[..., CliResult], store: Store, db: str
+    cli: Callable[..., CliResult], store: RunStore, db: str
 ) -> None:
     child = subprocess.Popen([sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True)
     try:
@@ -322,7 +322,7 @@ def test_a_killed_process_leaves_a_lost_run(
     assert cli("runs", "delete", str(run_id), "--yes").code == 0  # lost: no --force needed
 
 
-def test_lost_needs_this_host_and_the_same_process(store: Store) -> None:
+def test_lost_needs_this_host_and_the_same_process(store: RunStore) -> None:
     me = this_process()
     assert current_status("running", {"process": me}) == "running"
     if me["start"] is not None:  # the pid now held by another process: gone
@@ -352,7 +352,7 @@ def test_lost_needs_this_host_and_the_same_process(store: Store) -> None:
 
 
 def test_show_prints_config_system_artifacts_memory_and_shares(
-    cli: Callable[..., CliResult], store: Store, tmp_path: Path
+    cli: Callable[..., CliResult], store: RunStore, tmp_path: Path
 ) -> None:
     config = {"model": {"name": "smallcnn"}, "train": {"lr": 0.05, "nesterov": True}}
     summary = {"peak_memory_bytes": 3 * 2**20, "phases": {"forward": 0.003, "backward": 0.001}}
@@ -372,7 +372,7 @@ def test_show_prints_config_system_artifacts_memory_and_shares(
 
 
 def test_compare_prints_plain_values_and_a_delta(
-    cli: Callable[..., CliResult], store: Store
+    cli: Callable[..., CliResult], store: RunStore
 ) -> None:
     a = finished(
         store,
@@ -428,7 +428,7 @@ HUGE = "99999999999999999999"  # > 2^63: SQLite's driver cannot even bind it
     ids=" ".join,
 )
 def test_a_run_id_beyond_64_bits_is_no_run(
-    cli: Callable[..., CliResult], store: Store, args: list[str]
+    cli: Callable[..., CliResult], store: RunStore, args: list[str]
 ) -> None:
     """These printed an OverflowError traceback (exit 1)."""
     finished(store, "only", {})
@@ -439,7 +439,7 @@ def test_a_run_id_beyond_64_bits_is_no_run(
 
 
 def test_repair_of_a_sound_store_is_a_faithful_copy(
-    cli: Callable[..., CliResult], store: Store, tmp_path: Path
+    cli: Callable[..., CliResult], store: RunStore, tmp_path: Path
 ) -> None:
     """Every table comes across: studies, runs (with a study), metrics, artifacts, tags and
     the store's id; and a deleted run's id stays retired."""
@@ -459,7 +459,7 @@ def test_repair_of_a_sound_store_is_a_faithful_copy(
         f"wrote {tmp_path / 'copy.db'}: 1 run(s) of store {store.id}"
     )
 
-    copy = Store.open(str(tmp_path / "copy.db"))
+    copy = RunStore.open(str(tmp_path / "copy.db"))
     assert copy.id == store.id and copy.get_run(first) == store.get_run(first)
     assert copy.get_study(study) == store.get_study(study)
     assert copy.metrics(first, "train/loss") == store.metrics(first, "train/loss")
@@ -479,7 +479,7 @@ def test_repair_of_a_sound_store_is_a_faithful_copy(
     ],
 )
 def test_bad_repairs_are_one_line(
-    cli: Callable[..., CliResult], store: Store, tmp_path: Path, args: list[str], message: str
+    cli: Callable[..., CliResult], store: RunStore, tmp_path: Path, args: list[str], message: str
 ) -> None:
     one_line_error(cli(*args), message)
     assert not (tmp_path / "new.db").exists()
@@ -489,7 +489,7 @@ def test_bad_repairs_are_one_line(
 
 
 def test_sqlite_read_only_mode_is_honoured(
-    cli: Callable[..., CliResult], store: Store, tmp_path: Path, tiny_exp: Callable[..., Path]
+    cli: Callable[..., CliResult], store: RunStore, tmp_path: Path, tiny_exp: Callable[..., Path]
 ) -> None:
     """`?mode=ro` opens the file read-only: every writing command is refused in one line and
     the file is untouched; readers read. Before, the driver ignored the mode with a warning
@@ -551,7 +551,7 @@ print(" ".join(sorted(m for m in ("dlperf.config", "torch", "numpy") if m in sys
 """
 
 
-def test_runs_list_reads_without_the_config_models(store: Store, db: str) -> None:
+def test_runs_list_reads_without_the_config_models(store: RunStore, db: str) -> None:
     """A listing pays for the store, not for building the experiment's pydantic models
     (dlperf.config); `--where` still loads them. No clock: what is imported is the property."""
     finished(store, "a", {"train": {"lr": 0.1}})

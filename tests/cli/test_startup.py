@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 HEAVY = ("torch", "torchvision", "numpy", "scipy", "sklearn", "matplotlib")
 
@@ -56,7 +56,7 @@ COMMANDS = [
 
 
 @pytest.fixture
-def two_runs(store: Store) -> None:
+def two_runs(store: RunStore) -> None:
     """Two finished runs with per-epoch metrics, so `runs show` and `compare` render fully."""
     for name, lr in (("a", 0.1), ("b", 0.2)):
         config = {"model": {"name": "smallcnn"}, "data": {"name": "digits"}, "train": {"lr": lr}}

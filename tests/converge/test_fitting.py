@@ -11,7 +11,7 @@ import pytest
 from dlperf.converge import curve, fitting
 from dlperf.converge.options import CurveOptions
 from dlperf.errors import UserError
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 STEPS = np.arange(1.0, 41.0) * 10
 
@@ -21,7 +21,7 @@ def fewer_bootstrap_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(curve, "analyse", functools.partial(curve.analyse, n_boot=20))
 
 
-def no_store() -> Store:
+def no_store() -> RunStore:
     raise AssertionError("CSV curves need no store")
 
 

@@ -238,7 +238,7 @@ def test_a_staleness_study_starts_from_the_weights_and_freezes_the_backbone(
     from dlperf.data import load_data
     from dlperf.engine import async_sgd
     from dlperf.models.transfer import head_name
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
     source = load_experiment(tiny_exp(epochs=1), ["data.limit=160", "run.seed=7"])
     weights = build_model(source, load_data(source.data), torch.device("cpu")).state_dict()
@@ -253,7 +253,7 @@ def test_a_staleness_study_starts_from_the_weights_and_freezes_the_backbone(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(async_sgd, "train", train)
-    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     async_sgd.study(exp, {"L1": 1.0, "L2": 0.5}, store)
     head = head_name(trained[0]) + "."
     for model in trained:

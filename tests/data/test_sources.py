@@ -15,7 +15,7 @@ from PIL import Image
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import DATASETS, Split, load_data, make_loader
 from dlperf.errors import UserError
-from dlperf.tables import dataset_table
+from dlperf.shipped import dataset_table
 
 RNG = np.random.default_rng(0)
 

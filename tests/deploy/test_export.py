@@ -14,7 +14,7 @@ import torch
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy.export import check_model, compare, export, from_registry, from_run
 from dlperf.errors import UserError
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import trained_run
 
 KEYS = {"path", "opset", "check", "max_abs_diff", "max_rel_diff", "top1_agreement", "parity"}
@@ -94,7 +94,7 @@ def test_stored_run_keeps_weights_preprocessing_and_labels(tmp_path: Path) -> No
 
 
 def test_run_without_checkpoint_is_bad_input(tmp_path: Path) -> None:
-    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     run_id = store.create_run(name="x", kind="run", config={}, config_hash="", system={})
     with pytest.raises(UserError, match=f"run {run_id} has no checkpoint"):
         from_run(store, run_id)

@@ -16,14 +16,14 @@ from dlperf.deploy.bench import bench, pytorch_contender
 from dlperf.deploy.export import export, from_run
 from dlperf.deploy.infer import predict
 from dlperf.errors import UserError
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import trained_run
 
 
 @dataclass
 class Exported:
     path: Path
-    store: Store
+    store: RunStore
     run_id: int
     model: torch.nn.Module
     exp: Experiment
@@ -104,7 +104,7 @@ def test_bench_rows_for_every_contender_and_batch(exported: Exported) -> None:
 
 
 def test_bench_contender_from_registry_and_without_store(exported: Exported) -> None:
-    def no_store() -> Store:
+    def no_store() -> RunStore:
         raise UserError("no run store here")
 
     # --torch MODEL: a registry model sized from the ONNX file's input and output.

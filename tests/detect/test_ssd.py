@@ -17,7 +17,7 @@ from dlperf.config import DetectConfig
 from dlperf.deploy import meta
 from dlperf.detect import finetune, ssd, voc
 from dlperf.errors import UserError
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import pick_device
 from tests.conftest import CliResult
 
@@ -259,7 +259,7 @@ def test_finetune_trains_at_the_configured_precision_and_times_past_the_warm_up(
     assert math.isnan(one.images_per_s) and one.train_s > 0
 
 
-def test_finetune_cli_stores_the_run(cli: Cli, store: Store, tmp_path: Path) -> None:
+def test_finetune_cli_stores_the_run(cli: Cli, store: RunStore, tmp_path: Path) -> None:
     voc.make_shapes(tmp_path / "shapes", images=4, size=96, seed=2)
     out = str(tmp_path / "d.pt")
     config = tmp_path / "det.toml"
@@ -302,7 +302,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_eval_cli_stores_the_run(cli: Cli, store: Store, checkpoints: Path) -> None:
+def test_eval_cli_stores_the_run(cli: Cli, store: RunStore, checkpoints: Path) -> None:
     weights = checkpoints / "shapes.pt"
     saved = weights.read_bytes()
     r = cli("detect", "eval", str(checkpoints / "shapes"), "--weights", str(weights),
@@ -544,7 +544,7 @@ def test_a_pytorch_ssd_checkpoint_without_batchnorm_counters_loads(tmp_path: Pat
 
 
 def test_eval_tests_a_pytorch_ssd_checkpoint_on_a_voc_directory(
-    cli: Cli, store: Store, tmp_path: Path
+    cli: Cli, store: RunStore, tmp_path: Path
 ) -> None:
     # The val split's two images hold discs and squares: the detector's classes, by name.
     voc.make_shapes(tmp_path / "shapes", images=6, size=96, seed=3)

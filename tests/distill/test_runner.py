@@ -24,7 +24,7 @@ from dlperf.distill.select import precision, select
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult, write_distill_exp
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
@@ -182,7 +182,7 @@ def test_unlabelled_sets_that_do_not_fit_the_teacher(spec: str, message: str) ->
 
 
 def test_a_tiny_study_stores_linked_stages(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     path = write_distill_exp(tmp_path)
     out = distill_json(cli, "distill", str(path), "--unlabeled", "digits:holdout=0.5",
@@ -234,7 +234,7 @@ def test_a_tiny_study_stores_linked_stages(
 
 
 def test_a_stored_teacher_and_the_student_as_its_own_baseline(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     path = write_distill_exp(tmp_path)
     trained = cli("run", str(path), "--set", "run.checkpoint=true", "--set", "data.holdout=0.5",
@@ -261,7 +261,7 @@ def test_a_stored_teacher_and_the_student_as_its_own_baseline(
 
 
 def test_bad_input_is_one_line_and_stores_nothing(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     path = write_distill_exp(tmp_path)
     unfinished = store.create_run("half", "run", Experiment().to_dict(), "x", None)
@@ -295,7 +295,7 @@ def start_distill(root: Path, db: str, *args: str, pause_at: int) -> subprocess.
 
 
 def test_two_students_resume_after_a_sigkill(
-    tmp_path: Path, db: str, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, db: str, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     # The teacher trains 2 steps; the K=2 student pre-trains on 16 images in one batch for 3
     # epochs, so the first run to reach step 3 is its pretrain: parked there, then killed.
@@ -350,7 +350,7 @@ def test_the_shipped_example_runs_on_a_small_budget(
 
 
 def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     path = write_distill_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
     result = cli("distill", str(path), "--top-k", "2,4", "--finetune-lr", "1e12", "--json")
@@ -366,7 +366,7 @@ def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
 
 
 def test_a_changed_pool_is_selected_again(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     path, pool_file = write_distill_exp(tmp_path), tmp_path / "pool.npz"
     rng = np.random.default_rng(0)

@@ -23,7 +23,7 @@ from dlperf.distributed.contracts import read_ranks
 from dlperf.distributed.planning import plan
 from dlperf.errors import UserError
 from dlperf.procs import alive
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 from tests.distributed.test_tensorflow import DDP_ROW_KEYS, on_digits, tf_opts
 from tests.distributed.test_tensorflow import write_study as write_tf_study
@@ -105,7 +105,7 @@ def test_one_and_two_workers_train_in_step(
     comm: str,
     data: str,
     tmp_path: Path,
-    store: Store,
+    store: RunStore,
     cli: Callable[..., CliResult],
 ) -> None:
     """Synthetic images, or the digits' training split: each rank its shard, as DDP's ranks
@@ -156,7 +156,7 @@ def _in_environment(needle: str) -> dict[int, str]:
 @needs_horovod
 def test_a_killed_worker_fails_its_point_and_leaves_no_process(
     tmp_path: Path,
-    store: Store,
+    store: RunStore,
     cli: Callable[..., CliResult],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

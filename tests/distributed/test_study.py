@@ -26,7 +26,7 @@ from dlperf.distributed.scaling import EFFICIENCY
 from dlperf.engine.run import build_model, run_experiment
 from dlperf.models.transfer import split_params
 from dlperf.procs import alive
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.distributed.test_study_tables import SUMMARY_KEYS
 
 DLPERF = [sys.executable, "-m", "dlperf"]
@@ -140,7 +140,7 @@ def stop_study(proc: subprocess.Popen[bytes], root: Path, sig: signal.Signals) -
 
 
 def test_allreduce_bench_then_one_and_two_workers(
-    cli: Callable, exp_path: Path, store: Store, tmp_path: Path, monkeypatch
+    cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path, monkeypatch
 ) -> None:
     bench = ["scale", "--allreduce-bench", "--workers", "2", "--sizes", "4KB,16MB", "--iters", "3"]
     r = cli(*bench, "--json")
@@ -214,7 +214,7 @@ def test_allreduce_bench_then_one_and_two_workers(
 
 
 def test_a_scale_point_applies_the_plain_runs_schedule_and_clipping(
-    cli: Callable, exp_path: Path, store: Store, tmp_path: Path, monkeypatch
+    cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path, monkeypatch
 ) -> None:
     """One worker under torchrun, 4 steps an epoch (256 images / batch 64), a cosine schedule
     after half an epoch of warm-up, gradients clipped to a tiny norm: its 5th step uses the
@@ -249,7 +249,7 @@ def test_a_scale_point_applies_the_plain_runs_schedule_and_clipping(
 
 
 def test_a_feature_extract_point_runs_frozen_at_the_weights_resolution(
-    cli: Callable, exp_path: Path, store: Store, tmp_path: Path
+    cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path
 ) -> None:
     """model.weights = run:ID (trained on 16x16 images) with feature extraction: the workers
     train at 16x16 with the source's statistics, which the stored config states, and DDP
@@ -280,7 +280,7 @@ def test_a_feature_extract_point_runs_frozen_at_the_weights_resolution(
 
 
 def test_compression_hooks_train_and_keep_replicas_in_step(
-    cli: Callable, exp_path: Path, store: Store
+    cli: Callable, exp_path: Path, store: RunStore
 ) -> None:
     """fp16/bf16 compress the all-reduce and PowerSGD replaces it with a low-rank one; each
     still hands every rank the same gradient, so the replicas stay identical (unlike noop)."""
@@ -318,7 +318,7 @@ def two_nodes(cli: Callable, args: list[str], root: Path) -> tuple[Any, Path]:
 
 
 def test_two_nodes_on_loopback_store_once(
-    cli: Callable, exp_path: Path, store: Store, tmp_path: Path
+    cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path
 ) -> None:
     node = ["scale", str(exp_path), "--workers", "2", *WEAK, "--steps", "2", "--synthetic"]
     r, elsewhere = two_nodes(cli, [*node, "--comm", "noop"], tmp_path)
@@ -329,11 +329,11 @@ def test_two_nodes_on_loopback_store_once(
     assert row["emulation"] is None
     (run,) = store.list_runs(kind="scale")
     assert run.summary["nodes"] == 2
-    assert Store.open(str(elsewhere / "node1.db")).list_runs() == []
+    assert RunStore.open(str(elsewhere / "node1.db")).list_runs() == []
 
 
 def test_find_max_batch_stops_where_the_data_runs_out(
-    cli: Callable, exp_path: Path, store: Store
+    cli: Callable, exp_path: Path, store: RunStore
 ) -> None:
     small = exp_path.read_text().replace("size = 256", "size = 64")  # 64 training images
     exp_path.write_text(small)
@@ -349,7 +349,7 @@ def test_find_max_batch_stops_where_the_data_runs_out(
 
 
 def test_find_max_batch_catches_a_worker_over_its_memory_cap(
-    cli: Callable, exp_path: Path, store: Store
+    cli: Callable, exp_path: Path, store: RunStore
 ) -> None:
     args = ["scale", str(exp_path), "--workers", "1", "--find-max-batch", "--no-plots"]
     r = cli(*args, "--memory-cap-gb", "0.01", "--json")
@@ -364,7 +364,7 @@ def test_find_max_batch_catches_a_worker_over_its_memory_cap(
 
 
 def test_find_max_batch_fails_when_a_batch_fails_for_another_reason(
-    cli: Callable, exp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+    cli: Callable, exp_path: Path, store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only running out of memory ends the search with an answer: a point that crashes (an
     NCCL error, a bug) at batch 128 after 32 fitted leaves it unfinished, exit 1, saying so."""

@@ -22,7 +22,7 @@ from dlperf.distributed.planning import Point, plan
 from dlperf.distributed.summary import summarize
 from dlperf.errors import UserError
 from dlperf.procs import alive
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult, rank_result
 from tests.data.test_sources import write_jpegs
 from tests.distributed.test_study import two_nodes
@@ -165,7 +165,7 @@ def test_a_torch_study_refuses_a_tensorflow_strategy() -> None:
      ("multiworker", "auto")],
 )  # fmt: skip
 def test_one_and_two_workers_train_in_step(
-    strategy: str, allreduce: str, tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    strategy: str, allreduce: str, tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     path = write_study(tmp_path)
     result = cli("scale", str(path), "--strategy", strategy, "--allreduce", allreduce, "--json")
@@ -196,7 +196,7 @@ def test_one_and_two_workers_train_in_step(
 
 @needs_tf
 def test_real_data_trains_each_worker_on_its_shard(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     """Without --synthetic the workers read the experiment's training split, written once
     for them: MultiWorker's two processes each take every other image, as DDP's ranks do."""
@@ -231,7 +231,7 @@ def test_a_data_set_streamed_from_files_is_refused(
 
 @needs_tf
 def test_a_killed_worker_fails_its_point_and_leaves_no_process(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DLPERF_SCALE_CRASH", "1:2:kill")  # rank 1 SIGKILLs itself at step 2
     path = write_study(tmp_path)
@@ -246,7 +246,7 @@ def test_a_killed_worker_fails_its_point_and_leaves_no_process(
 
 @needs_tf
 def test_two_nodes_on_loopback_trade_addresses_and_store_once(
-    tmp_path: Path, store: Store, cli: Callable[..., CliResult]
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
 ) -> None:
     """Two dlperf processes as two nodes: they meet at node 0's store, each starts its worker
     with a TF_CONFIG naming both, and node 0 stores one run with both ranks."""
@@ -260,7 +260,7 @@ def test_two_nodes_on_loopback_trade_addresses_and_store_once(
     assert row["compute_s"] > 0
     (run,) = store.list_runs(kind="scale")
     assert run.summary["nodes"] == 2
-    assert Store.open(str(elsewhere / "node1.db")).list_runs() == []
+    assert RunStore.open(str(elsewhere / "node1.db")).list_runs() == []
 
 
 def test_job_files_run_the_tensorflow_study_on_every_node(
@@ -290,7 +290,7 @@ def test_job_files_run_the_tensorflow_study_on_every_node(
     assert "--strategy mirrored runs in one process on one node (use multiworker)" in result.err
 
 
-def test_a_keras_study_warns_of_each_setting_it_ignores(tmp_path: Path, store: Store) -> None:
+def test_a_keras_study_warns_of_each_setting_it_ignores(tmp_path: Path, store: RunStore) -> None:
     """The Keras step trains with plain SGD on unaugmented fp32 images: each setting of the
     experiment away from its default that it cannot honour is one warning naming the key;
     settings at their defaults, and a torch study, warn of nothing."""

@@ -4,7 +4,7 @@ Training runs are real (`run_experiment` on the bundled digits: healthy, diverge
 a learning rate that makes the loss rise, and a transfer from weights trained at twice the
 resolution). What cannot be produced on this 2-core CPU host (a GPU sitting idle, DDP points
 that scale badly or where a worker never joined, a data-bound step, a shared host) is stored
-through the Store API in the shapes the engine writes: the system record of
+through the RunStore API in the shapes the engine writes: the system record of
 `dlperf.system.system_info`, a scale point's summary from `dlperf.distributed.summary.summarize`
 and `add_relative` over per-rank results, and a real run's summary with figures changed.
 """
@@ -25,7 +25,7 @@ import pytest
 from dlperf import doctor
 from dlperf.config import Experiment
 from dlperf.engine.run import run_experiment
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import rank_result
 
 RULE_NAMES = {
@@ -57,11 +57,11 @@ def _exp(**sections: dict[str, Any]) -> Experiment:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, str, dict[str, int]]:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunStore, str, dict[str, int]]:
     """A store with real training runs, by name."""
     root = tmp_path_factory.mktemp("lab")
     url = f"sqlite:///{root / 'dlperf.db'}"
-    store = Store.open(url)
+    store = RunStore.open(url)
     out = {"out_dir": str(root / "runs")}
 
     def run(**sections: dict[str, Any]) -> int:
@@ -105,7 +105,7 @@ def _rules(findings: list[doctor.Finding]) -> dict[str, list[doctor.Finding]]:
     return found
 
 
-def _like(store: Store, run_id: int, system: dict[str, Any] = {}, **summary: Any) -> int:  # noqa: B006
+def _like(store: RunStore, run_id: int, system: dict[str, Any] = {}, **summary: Any) -> int:  # noqa: B006
     """A copy of stored run `run_id` with its system record and summary figures changed, and
     the load figures an idle machine gives (the real run's depend on the tests' neighbours)."""
     run = store.get_run(run_id)
@@ -133,7 +133,7 @@ def test_rules_have_stable_names_and_severities() -> None:
 LOAD_RULES = {"shared-host", "untrustworthy-scaling"}
 
 
-def _load_findings_are_earned(store: Store, run_id: int, findings: list[doctor.Finding]) -> None:
+def _load_findings_are_earned(store: RunStore, run_id: int, findings: list[doctor.Finding]) -> None:
     """The load-dependent findings on a healthy run fire exactly when its stored figures say
     the machine was busy."""
     s = store.get_run(run_id).summary
@@ -144,7 +144,7 @@ def _load_findings_are_earned(store: Store, run_id: int, findings: list[doctor.F
     assert {f.rule for f in findings} == expected, findings
 
 
-def test_a_healthy_run_has_no_findings(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_a_healthy_run_has_no_findings(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     summary = store.get_run(runs["healthy"]).summary
     assert summary["phases"] and summary["test_accuracy"] > 0.5  # every rule had data to read
@@ -155,7 +155,7 @@ def test_a_healthy_run_has_no_findings(lab: tuple[Store, str, dict[str, int]]) -
 # --- training runs -------------------------------------------------------------------
 
 
-def test_diverged_run(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_diverged_run(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     findings = doctor.examine(store, [runs["diverged"]])
     assert [(f.rule, f.severity) for f in findings] == [("diverged", "error")]
@@ -164,7 +164,7 @@ def test_diverged_run(lab: tuple[Store, str, dict[str, int]]) -> None:
     assert findings[0].evidence == "the run failed: loss became nan at step 3 (epoch 1)"
 
 
-def test_nan_in_stored_losses_is_divergence(store: Store) -> None:
+def test_nan_in_stored_losses_is_divergence(store: RunStore) -> None:
     run = store.create_run("killed", "run", {"train": {"lr": 0.5}})
     store.log_metrics(run, [("train/loss", 1, 2.3), ("train/loss", 2, float("nan"))])
     store.finish_run(run, "killed", error="interrupted")
@@ -174,7 +174,7 @@ def test_nan_in_stored_losses_is_divergence(store: Store) -> None:
 
 
 @pytest.mark.parametrize("name", ["chance", "random-labels"])
-def test_chance_accuracy(lab: tuple[Store, str, dict[str, int]], name: str) -> None:
+def test_chance_accuracy(lab: tuple[RunStore, str, dict[str, int]], name: str) -> None:
     store, _, runs = lab
     findings = _rules(doctor.examine(store, [runs[name]]))
     (finding,) = findings["chance-accuracy"]
@@ -186,7 +186,7 @@ def test_chance_accuracy(lab: tuple[Store, str, dict[str, int]], name: str) -> N
     )
 
 
-def test_lr_too_high(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_lr_too_high(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     losses = [v for _, v in store.metrics(runs["lr-high"], "epoch/train_loss")]
     assert losses[-1] > 1.1 * losses[0]  # the run really did what the rule looks for
@@ -196,7 +196,7 @@ def test_lr_too_high(lab: tuple[Store, str, dict[str, int]]) -> None:
     assert "lower train.lr (e.g. 0.2)" in finding.fix
 
 
-def test_input_below_weights_resolution(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_input_below_weights_resolution(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     size, stats = _rules(doctor.examine(store, [runs["small-input"]]))[
         "input-below-weights-resolution"
@@ -207,7 +207,7 @@ def test_input_below_weights_resolution(lab: tuple[Store, str, dict[str, int]]) 
     assert size.figures == {"image_size": 8, "weights_image_size": 16}
 
 
-def test_data_bound(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_data_bound(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     phases = {"data": 0.004, "h2d": 0.0001, "forward": 0.003, "backward": 0.005, "optimizer": 0.001}
     run = _like(store, runs["healthy"], phases=phases)
@@ -217,7 +217,7 @@ def test_data_bound(lab: tuple[Store, str, dict[str, int]]) -> None:
     assert finding.figures["share"] == pytest.approx(0.004 / 0.0131)
 
 
-def _traced(store: Store, run_id: int, path: Path, top: str) -> int:
+def _traced(store: RunStore, run_id: int, path: Path, top: str) -> int:
     """A copy of run `run_id` with a trace whose one 100 µs step spends 60 µs in `top`."""
     copy = _like(store, run_id)
     events = [
@@ -233,7 +233,7 @@ def _traced(store: Store, run_id: int, path: Path, top: str) -> int:
     return copy
 
 
-def test_trace_non_compute(lab: tuple[Store, str, dict[str, int]], tmp_path: Path) -> None:
+def test_trace_non_compute(lab: tuple[RunStore, str, dict[str, int]], tmp_path: Path) -> None:
     store, _, runs = lab
     copying = _traced(store, runs["healthy"], tmp_path / "a.pt.trace.json", "aten::copy_")
     (finding,) = doctor.examine(store, [copying])
@@ -247,7 +247,7 @@ def test_trace_non_compute(lab: tuple[Store, str, dict[str, int]], tmp_path: Pat
     assert doctor.examine(store, [computing]) == []
 
 
-def test_shared_host(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_shared_host(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     wall = store.get_run(runs["healthy"]).summary["train_time_s"]
     busy = _like(store, runs["healthy"], cpu_time_s=0.95 * wall)  # one thread, busy
@@ -261,7 +261,7 @@ def test_shared_host(lab: tuple[Store, str, dict[str, int]]) -> None:
 # --- the device and the host ---------------------------------------------------------
 
 
-def test_cpu_while_a_gpu_was_visible(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_cpu_while_a_gpu_was_visible(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     run = _like(store, runs["healthy"], {"gpus": ["NVIDIA A100-SXM4-40GB"]})
     (finding,) = doctor.examine(store, [run])
@@ -274,7 +274,7 @@ def test_cpu_while_a_gpu_was_visible(lab: tuple[Store, str, dict[str, int]]) -> 
     assert "torch saw no CUDA device" in finding.evidence and "CUDA build" in finding.fix
 
 
-def test_oversubscribed_run_and_runs_at_once(lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_oversubscribed_run_and_runs_at_once(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     over = _like(store, runs["healthy"], {"usable_cores": 2}, threads=4)
     (finding,) = doctor.examine(store, [over])
@@ -296,7 +296,7 @@ def test_oversubscribed_run_and_runs_at_once(lab: tuple[Store, str, dict[str, in
 
 
 def _study(
-    store: Store,
+    store: RunStore,
     points: list[tuple[int, float, float | None]],
     ranks: int | None = None,
     batch: int = 32,
@@ -333,13 +333,13 @@ def _study(
     return ids
 
 
-def test_a_healthy_scaling_study_has_no_findings(store: Store) -> None:
+def test_a_healthy_scaling_study_has_no_findings(store: RunStore) -> None:
     ids = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)])
     assert store.get_run(ids[1]).summary["efficiency"] == pytest.approx(0.1 / 0.11)
     assert doctor.examine(store, ids) == []
 
 
-def test_low_efficiency_blames_communication(store: Store) -> None:
+def test_low_efficiency_blames_communication(store: RunStore) -> None:
     _, two = _study(store, [(1, 0.100, None), (2, 0.250, 0.100)])
     (finding,) = doctor.examine(store, [two])
     assert (finding.rule, finding.severity, finding.figures["cause"]) == (
@@ -351,14 +351,14 @@ def test_low_efficiency_blames_communication(store: Store) -> None:
     assert "step 250.0 ms = compute 100.0 ms + exposed communication 150.0 ms" in finding.evidence
 
 
-def test_low_efficiency_blames_compute(store: Store) -> None:
+def test_low_efficiency_blames_compute(store: RunStore) -> None:
     _, two = _study(store, [(1, 0.100, None), (2, 0.250, 0.230)])
     (finding,) = doctor.examine(store, [two])
     assert finding.figures["cause"] == "compute"
     assert "threads per worker 2 -> 1" in finding.fix
 
 
-def test_superlinear_and_noisy_scaling_is_untrustworthy(store: Store) -> None:
+def test_superlinear_and_noisy_scaling_is_untrustworthy(store: RunStore) -> None:
     _, two = _study(store, [(1, 0.100, None), (2, 0.070, 0.065)])
     (finding,) = doctor.examine(store, [two])
     assert (finding.rule, finding.figures) == (
@@ -372,7 +372,7 @@ def test_superlinear_and_noisy_scaling_is_untrustworthy(store: Store) -> None:
     assert "step times of the slowest rank vary by" in finding.evidence
 
 
-def test_a_point_is_measured_against_its_own_series(store: Store) -> None:
+def test_a_point_is_measured_against_its_own_series(store: RunStore) -> None:
     """Two per-worker batches in one study: the 2-worker point at 128 against the 1-worker
     point at 128, not the one at 32 stored first (as `dlperf scale` compares them)."""
     small = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)])
@@ -385,7 +385,7 @@ def test_a_point_is_measured_against_its_own_series(store: Store) -> None:
     assert "against an ideal 400.0 ms" in finding.evidence
 
 
-def test_missing_workers(store: Store) -> None:
+def test_missing_workers(store: RunStore) -> None:
     """The process group's world size, as the ranks report it and the study stores it; in
     a summary stored before it was, the ranks that reported."""
     _, short = _study(store, [(1, 0.100, None), (2, 0.110, 0.100)], ranks=1)
@@ -409,7 +409,7 @@ def test_missing_workers(store: Store) -> None:
     assert finding.evidence == f"4 workers asked; the point failed: {error.splitlines()[0]}"
 
 
-def test_oversubscribed_scale_point(store: Store) -> None:
+def test_oversubscribed_scale_point(store: RunStore) -> None:
     from dlperf.distributed.planning import Point
     from dlperf.distributed.summary import summarize
 
@@ -429,7 +429,7 @@ def test_oversubscribed_scale_point(store: Store) -> None:
 # --- selection and the command line --------------------------------------------------
 
 
-def test_select_runs_studies_and_the_newest(store: Store) -> None:
+def test_select_runs_studies_and_the_newest(store: RunStore) -> None:
     ids = [store.create_run(f"r{i}", "run", {}) for i in range(3)]
     study = store.create_study("s", "sweep")
     inside = store.create_run("in", "run", {}, study_id=study)
@@ -438,7 +438,7 @@ def test_select_runs_studies_and_the_newest(store: Store) -> None:
     assert doctor.select(store, [ids[0]], [study]) == [ids[0], inside]
 
 
-def test_cli_healthy_exits_0(cli: Callable, lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_cli_healthy_exits_0(cli: Callable, lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, url, runs = lab
     healthy = _like(store, runs["healthy"])
     assert doctor.examine(store, [healthy]) == []
@@ -450,7 +450,9 @@ def test_cli_healthy_exits_0(cli: Callable, lab: tuple[Store, str, dict[str, int
     ]
 
 
-def test_cli_error_finding_exits_1(cli: Callable, lab: tuple[Store, str, dict[str, int]]) -> None:
+def test_cli_error_finding_exits_1(
+    cli: Callable, lab: tuple[RunStore, str, dict[str, int]]
+) -> None:
     store, url, runs = lab
     healthy = _like(store, runs["healthy"])
     result = cli("--db", url, "doctor", str(runs["chance"]), str(healthy), "--json")
@@ -486,7 +488,7 @@ def test_help_ends_with_an_example(cli: Callable) -> None:
     assert "Example: dlperf doctor --last 5" in result.out
 
 
-def test_doctor_imports_no_tensor_library(store: Store, db: str) -> None:
+def test_doctor_imports_no_tensor_library(store: RunStore, db: str) -> None:
     run = store.create_run("r", "run", {"data": {"name": "digits"}}, None, {"gpus": []})
     store.finish_run(run, summary={"test_accuracy": 0.9, "phases": {"data": 0.1, "forward": 0.1}})
     probe = (

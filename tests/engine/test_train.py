@@ -22,11 +22,13 @@ from dlperf.engine.run import resume_run, run_experiment
 from dlperf.engine.timers import PHASES, PhaseTimer
 from dlperf.engine.train import PAUSE_ENV, PauseAt
 from dlperf.errors import UserError
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import FakeEvent
 
 
-def test_a_digits_run_learns_and_is_recorded(store: Store, tiny_exp: Callable[..., Path]) -> None:
+def test_a_digits_run_learns_and_is_recorded(
+    store: RunStore, tiny_exp: Callable[..., Path]
+) -> None:
     exp = load_experiment(tiny_exp(epochs=3))
     result = run_experiment(exp, store)
     assert result["status"] == "finished"
@@ -45,7 +47,7 @@ def test_a_digits_run_learns_and_is_recorded(store: Store, tiny_exp: Callable[..
     assert Path(store.artifacts(result["run_id"])[0]["path"]).is_file()
 
 
-def test_phase_timing(store: Store, tiny_exp: Callable[..., Path]) -> None:
+def test_phase_timing(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=1), ['run.timing="phases"'])
     result = run_experiment(exp, store)
     phases = result["phases"]
@@ -112,7 +114,7 @@ def test_cpu_and_disabled_timers_use_no_events(
 
 
 def test_gpu_utilization_is_read_each_epoch_and_summarised(
-    store: Store, tiny_exp: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+    store: RunStore, tiny_exp: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """NVML's readings (here a stand-in, as this host has no GPU) become one metric per
     epoch and a spread in the summary."""
@@ -148,20 +150,20 @@ def test_gpu_gauges_are_never_required(monkeypatch: pytest.MonkeyPatch) -> None:
     assert system.host_gpus() is None
 
 
-def test_timing_off_keeps_only_the_totals(store: Store, tiny_exp: Callable[..., Path]) -> None:
+def test_timing_off_keeps_only_the_totals(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=1), ['run.timing="off"'])
     result = run_experiment(exp, store)
     assert result["phases"] is None and result["throughput"] > 0
     assert "epoch/time_s" not in store.metric_keys(result["run_id"])
 
 
-def test_target_never_reached(store: Store, tiny_exp: Callable[..., Path]) -> None:
+def test_target_never_reached(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=1), ["target.accuracy=1.0", "train.lr=0.0001"])
     result = run_experiment(exp, store)
     assert result["epochs_to_target"] is None and result["time_to_target_s"] is None
 
 
-def test_nan_loss_stops_the_run(store: Store, tiny_exp: Callable[..., Path]) -> None:
+def test_nan_loss_stops_the_run(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=3), ["train.lr=1e12", "train.momentum=0.0"])
     result = run_experiment(exp, store)
     assert result["status"] == "failed"
@@ -175,7 +177,7 @@ def test_nan_loss_stops_the_run(store: Store, tiny_exp: Callable[..., Path]) -> 
 
 
 def test_batch_augmentation_and_augmented_pipeline(
-    store: Store, tiny_exp: Callable[..., Path]
+    store: RunStore, tiny_exp: Callable[..., Path]
 ) -> None:
     exp = load_experiment(
         tiny_exp(epochs=1),
@@ -200,14 +202,14 @@ def test_batch_augmentation_and_augmented_pipeline(
     ],
 )
 def test_engine_options_run(
-    store: Store, tiny_exp: Callable[..., Path], overrides: list[str]
+    store: RunStore, tiny_exp: Callable[..., Path], overrides: list[str]
 ) -> None:
     result = run_experiment(load_experiment(tiny_exp(epochs=2), overrides), store)
     assert result["status"] == "finished" and result["test_accuracy"] > 0.5
 
 
 def test_batch_larger_than_training_set_writes_nothing(
-    store: Store, tiny_exp: Callable[..., Path]
+    store: RunStore, tiny_exp: Callable[..., Path]
 ) -> None:
     exp = load_experiment(tiny_exp(), ["train.batch_size=5000"])
     with pytest.raises(UserError, match=r"train\.batch_size 5000 is larger than the 1294 training"):
@@ -232,7 +234,7 @@ RESUMABLE = "threads = 1\nlog_every = 5\n"  # appended to the [run] section
 
 
 def test_resume_continues_exactly(
-    store: Store, db: str, tiny_exp: Callable[..., Path], tmp_path: Path
+    store: RunStore, db: str, tiny_exp: Callable[..., Path], tmp_path: Path
 ) -> None:
     """Interrupt a real `dlperf run` process with SIGINT in its third epoch, after its second
     checkpoint, resume it, and compare every logged value with an uninterrupted run."""
@@ -303,7 +305,7 @@ def test_a_forward_out_of_memory_is_said_as_such() -> None:
 
 
 def test_each_step_keeps_its_own_wall_time(
-    store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+    store: RunStore, tiny_exp: Callable[..., Path], tmp_path: Path
 ) -> None:
     """Losses are written ten steps at a time, but each keeps the time its step ended: the
     batch's write time put ten points on one instant (a wall of bars against wall time)."""

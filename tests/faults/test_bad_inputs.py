@@ -28,7 +28,7 @@ import pytest
 import torch
 from PIL import Image
 
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import REPO, TINY, CliResult
 
 POLLUX = REPO / "tests" / "data" / "pollux" / "cifar10_validation-128.csv"
@@ -628,7 +628,7 @@ def write_inputs(root: Path) -> None:
 @pytest.mark.parametrize(("line", "expected", "code", "env"), CASES)
 def test_bad_input_is_one_line(
     cli: Callable[..., CliResult],
-    store: Store,
+    store: RunStore,
     onnx_model: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 
 BOM = b"\xef\xbb\xbf"  # Excel's "CSV UTF-8" starts every file with it
@@ -55,7 +55,7 @@ def test_an_input_too_large_to_allocate_is_one_line(cli: Callable[..., CliResult
 
 
 def test_a_tag_value_with_an_escape_or_an_undecodable_byte_is_refused(
-    cli: Callable[..., CliResult], store: Store
+    cli: Callable[..., CliResult], store: RunStore
 ) -> None:
     run = store.create_run("r", "run", {})
     for value in ("x\x1b[31mred", "\udcff"):  # an ANSI colour; the byte 0xff from argv
@@ -69,7 +69,7 @@ def test_a_tag_value_with_an_escape_or_an_undecodable_byte_is_refused(
 
 
 def test_a_sweep_file_whose_name_is_not_utf8_runs(
-    cli: Callable[..., CliResult], store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+    cli: Callable[..., CliResult], store: RunStore, tiny_exp: Callable[..., Path], tmp_path: Path
 ) -> None:
     """A Latin-1 file name (the byte 0xff) reaches Python as a lone surrogate, which the store
     cannot encode: the study is named with U+FFFD in its place."""
@@ -83,7 +83,7 @@ def test_a_sweep_file_whose_name_is_not_utf8_runs(
 
 
 def test_an_experiment_file_whose_name_is_not_utf8_runs(
-    cli: Callable[..., CliResult], store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+    cli: Callable[..., CliResult], store: RunStore, tiny_exp: Callable[..., Path], tmp_path: Path
 ) -> None:
     """The run's default name is the file's stem: bytes 0xff 0xfe become U+FFFD, as a sweep's."""
     name = os.fsdecode(b"\xff\xfe.toml")
@@ -100,7 +100,7 @@ def test_an_experiment_file_whose_name_is_not_utf8_runs(
 
 
 def test_a_store_whose_schema_version_is_garbled_is_refused_in_one_line(
-    cli: Callable[..., CliResult], store: Store, tmp_path: Path
+    cli: Callable[..., CliResult], store: RunStore, tmp_path: Path
 ) -> None:
     store.create_run("r", "run", {})
     store.engine.dispose()

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 
 EVIL = "evil\x1b[31mRED\x1b[2J\x00nul\x07\r"
 
 
 def test_a_stored_name_with_control_characters_is_shown_escaped(
-    cli: Callable[..., CliResult], store: Store
+    cli: Callable[..., CliResult], store: RunStore
 ) -> None:
     """`runs list` and `runs show` wrote ESC, NUL, BEL and CR to the terminal as they were."""
     run_id = store.create_run(EVIL, "run", {}, None, None)

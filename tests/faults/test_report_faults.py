@@ -17,7 +17,7 @@ import pytest
 
 import dlperf
 from dlperf.procs import alive
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -28,7 +28,7 @@ SOURCE = str(Path(dlperf.__file__).parents[1])  # the dlperf under test, in the 
 
 
 def _report(tmp_path: Path) -> subprocess.Popen[str]:
-    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     for i in range(RUNS):
         run_id = store.create_run(f"r{i}", "run", {})
         store.log_metrics(run_id, [("train/loss", step, 1 / step) for step in range(1, 51)])

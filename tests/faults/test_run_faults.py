@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from dlperf.engine.train import PAUSE_ENV
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import TINY
 
 pytestmark = pytest.mark.faults
@@ -117,10 +117,10 @@ def epochs_logged(err: str) -> list[int]:
 
 
 def newest_run(root: Path) -> int:
-    return Store.open(f"sqlite:///{root / 'dlperf.db'}").list_runs(limit=1)[0].id
+    return RunStore.open(f"sqlite:///{root / 'dlperf.db'}").list_runs(limit=1)[0].id
 
 
-def assert_stopped(store: Store, run_id: int, sig: signal.Signals, code: int, err: str) -> None:
+def assert_stopped(store: RunStore, run_id: int, sig: signal.Signals, code: int, err: str) -> None:
     if sig == signal.SIGKILL:
         # Nothing could run in the process to mark it: stored as running, it reads as lost
         # since its process is gone.
@@ -131,7 +131,7 @@ def assert_stopped(store: Store, run_id: int, sig: signal.Signals, code: int, er
         assert store.get_run(run_id).status == "killed"
 
 
-def stored(store: Store, run_id: int) -> dict[str, list[tuple[int, float]]]:
+def stored(store: RunStore, run_id: int) -> dict[str, list[tuple[int, float]]]:
     """Every stored metric of the run except wall-clock times, by key."""
     keys = set(store.metric_keys(run_id)) - WALL_CLOCK
     return {key: store.metrics(run_id, key) for key in sorted(keys)}
@@ -148,7 +148,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (root / "exp.toml").write_text(EXPERIMENT)
     code, err = finish(root, ["exp.toml", *SETTINGS])
     assert code == 0, err
-    store = Store.open(f"sqlite:///{root / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{root / 'dlperf.db'}")
     run = store.get_run(newest_run(root))
     assert run.summary["steps_per_epoch"] == SPE and run.summary["steps"] == TOTAL
     return {
@@ -167,7 +167,7 @@ def test_stopped_runs_resume_exactly(
     later: list[int],
 ) -> None:
     (tmp_path / "exp.toml").write_text(EXPERIMENT)
-    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
 
     code, err = interrupt(tmp_path, ["exp.toml", *SETTINGS], first, sig)
     run_id = newest_run(tmp_path)

@@ -17,7 +17,7 @@ import pytest
 
 from dlperf.distributed.launch import free_port, worker_pids
 from dlperf.procs import alive
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.distributed.test_study import (
     ENDLESS,
     EVENT_S,
@@ -54,7 +54,7 @@ def test_ctrl_c_or_sigterm_stops_every_worker(
         proc.wait()
     assert proc.returncode == 130, _output(tmp_path)
     assert elapsed <= STOP_S
-    (run,) = Store.open(db).list_runs(kind="scale")
+    (run,) = RunStore.open(db).list_runs(kind="scale")
     assert (run.status, run.error) == ("killed", "interrupted")
 
 
@@ -67,7 +67,7 @@ def test_sigkill_of_dlperf_leaves_no_process(exp_path: Path, db: str, tmp_path: 
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert elapsed <= STOP_S
-    (run,) = Store.open(db).list_runs(kind="scale")
+    (run,) = RunStore.open(db).list_runs(kind="scale")
     # Nothing ran in dlperf to mark it: stored as running, read as lost (its process is gone).
     assert run.status == "lost"
 
@@ -101,7 +101,7 @@ def test_a_killed_launch_fails_the_point_and_leaves_nothing(
     else:
         assert row["error"].startswith("worker rank 1 failed (exit code -9")
         assert "SIGKILL" in row["error"]
-    (run,) = Store.open(db).list_runs(kind="scale")
+    (run,) = RunStore.open(db).list_runs(kind="scale")
     assert (run.status, run.error) == ("failed", row["error"])
 
 
@@ -130,7 +130,7 @@ def test_a_dead_peer_node_fails_the_point(exp_path: Path, db: str, tmp_path: Pat
     assert code == 1, err
     (row,) = json.loads(out)["rows"]
     assert row["status"] == "failed" and row["error"]
-    (run,) = Store.open(db).list_runs(kind="scale")
+    (run,) = RunStore.open(db).list_runs(kind="scale")
     assert (run.status, run.error) == ("failed", row["error"])
 
 
@@ -142,7 +142,7 @@ def test_a_dead_peer_node_fails_the_point(exp_path: Path, db: str, tmp_path: Pat
     ],
 )
 def test_a_failing_rank_is_blamed_not_its_peer(
-    crash: str, error: list[str], cli: Callable, exp_path: Path, store: Store, monkeypatch
+    crash: str, error: list[str], cli: Callable, exp_path: Path, store: RunStore, monkeypatch
 ) -> None:
     """Rank 1 raises (or dies) on its own at step 3; rank 0 then fails too, its collective
     cut off, maybe within the same second (torchrun's resolution): the point names rank 1."""

@@ -35,8 +35,8 @@ from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlperf.deploy import meta, runtime
-from tests.deploy.test_server import LABELS, SIZE, metric, png, png_header, tiny_classifier
 from tests.cli.test_serve import serve
+from tests.deploy.test_server import LABELS, SIZE, metric, png, png_header, tiny_classifier
 
 MAX_PIXELS = 4_000_000  # the server's pixel cap in this test
 MAX_BODY = 256 * 2**10

@@ -37,7 +37,7 @@ from dlperf.engine.run import run_experiment
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import this_process
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult, fresh_store_url
 from tests.sweep.test_sweep import EVENT_S, start_sweep, sweep_json, wait_for, write_sweep
 
@@ -70,7 +70,7 @@ def digits(seed: int = 0) -> Experiment:
     )
 
 
-def checkpoint_of(store: Store, run_id: int) -> Path:
+def checkpoint_of(store: RunStore, run_id: int) -> Path:
     [artifact] = [a for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
     return Path(artifact["path"])
 
@@ -79,12 +79,12 @@ def checkpoint_of(store: Store, run_id: int) -> Path:
 
 
 def test_two_stores_in_one_directory_keep_their_own_weights(
-    cli: Cli, store: Store, tmp_path: Path
+    cli: Cli, store: RunStore, tmp_path: Path
 ) -> None:
     """Run 1 of each of two stores, trained from the same directory with the same out_dir:
     each keeps its own checkpoint, export reads the right one, and a checkpoint copied from
     the other store is refused."""
-    other = Store.open(str(tmp_path / "other.db"))
+    other = RunStore.open(str(tmp_path / "other.db"))
     mine = run_experiment(digits(seed=0), store)["run_id"]
     theirs = run_experiment(digits(seed=1), other)["run_id"]
     assert mine == theirs == 1 and store.id != other.id
@@ -153,7 +153,7 @@ def _older_dlperf(path: Path) -> None:
     ],
 )
 def test_damaged_or_foreign_checkpoints_are_refused_in_one_line(
-    cli: Cli, store: Store, tmp_path: Path, write: Callable[[Path], None], message: str
+    cli: Cli, store: RunStore, tmp_path: Path, write: Callable[[Path], None], message: str
 ) -> None:
     """Whatever lies where run 1's checkpoint should be, resume and export refuse it with one
     line (exit 2), before doing anything."""
@@ -231,7 +231,7 @@ def fill(directory: Path) -> Path:
     return filler
 
 
-def earlier_run(store: Store) -> int:
+def earlier_run(store: RunStore) -> int:
     run_id = store.create_run("earlier", "run", {"n": 1})
     store.log_metrics(run_id, [("train/loss", s, 1.0 / s) for s in range(1, 201)])
     store.finish_run(run_id, "finished", summary={"ok": True})
@@ -240,7 +240,7 @@ def earlier_run(store: Store) -> int:
 
 def assert_intact(db: Path, store_id: str, run_id: int) -> None:
     """The store opens, keeps its id, and holds the earlier run as it was, and nothing else."""
-    reopened = Store.open(str(db))
+    reopened = RunStore.open(str(db))
     try:
         assert reopened.id == store_id
         assert [r.id for r in reopened.list_runs()] == [run_id]
@@ -256,7 +256,7 @@ def test_a_store_in_a_read_only_directory(
 ) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    store = Store.open(str(data / "dlperf.db"))
+    store = RunStore.open(str(data / "dlperf.db"))
     run_id = earlier_run(store)
     store.engine.dispose()  # closed, as a finished command leaves it
     with read_only(data, tmp_path / "ro") as ro:
@@ -273,7 +273,7 @@ def test_a_store_file_that_cannot_be_written(
     traceback."""
     path = tmp_path / "data" / "dlperf.db"
     path.parent.mkdir()
-    store = Store.open(str(path))
+    store = RunStore.open(str(path))
     run_id = earlier_run(store)
     store.engine.dispose()
     with read_only_file(path):
@@ -284,7 +284,7 @@ def test_a_store_file_that_cannot_be_written(
 
 
 def test_artifacts_in_a_read_only_directory_refuse_the_run(
-    cli: Cli, store: Store, tmp_path: Path, tiny_exp: Callable[..., Path]
+    cli: Cli, store: RunStore, tmp_path: Path, tiny_exp: Callable[..., Path]
 ) -> None:
     out_dir = tmp_path / "runs"
     out_dir.mkdir()
@@ -297,7 +297,7 @@ def test_artifacts_in_a_read_only_directory_refuse_the_run(
 def test_a_store_on_a_full_disk(cli: Cli, tmp_path: Path, tiny_exp: Callable[..., Path]) -> None:
     with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", target=tmp_path / "small") as small:
         db = small / "dlperf.db"
-        store = Store.open(str(db))
+        store = RunStore.open(str(db))
         run_id = earlier_run(store)
         filler = fill(small)
         with pytest.raises(OSError) as full:
@@ -312,7 +312,7 @@ def test_a_store_on_a_full_disk(cli: Cli, tmp_path: Path, tiny_exp: Callable[...
 
 
 def test_checkpoints_on_a_full_disk(
-    cli: Cli, store: Store, tmp_path: Path, tiny_exp: Callable[..., Path]
+    cli: Cli, store: RunStore, tmp_path: Path, tiny_exp: Callable[..., Path]
 ) -> None:
     """The run whose checkpoint does not fit fails in one line (exit 1), leaves no partial
     file, and the earlier run's checkpoint on the same disk still loads."""
@@ -338,10 +338,10 @@ WRITER = textwrap.dedent(
     """
     import sys
 
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
     url, name, runs, batches, rows = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
-    store = Store.open(url)
+    store = RunStore.open(url)
     print("open", flush=True)
     sys.stdin.readline()  # the start gate: every writer is open before any writes
     for r in range(runs):
@@ -359,13 +359,13 @@ OPENER = textwrap.dedent(
     import sys
     import time
 
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
     for line in sys.stdin:  # a new store and the moment every opener opens it
         url, at = line.split()
         time.sleep(max(0.0, float(at) - time.time()))
         try:
-            Store.open(url).engine.dispose()
+            RunStore.open(url).engine.dispose()
             print("ok", flush=True)
         except Exception as e:
             print(f"{type(e).__name__}: {e}".replace("\\n", " "), flush=True)
@@ -431,7 +431,7 @@ def test_eight_processes_write_one_store_at_once(shared_url: str) -> None:
         assert proc.returncode == 0 and "locked" not in err, err
     run_ids = [int(line) for out, _ in outputs for line in out.split()]
     assert len(set(run_ids)) == WRITERS * RUNS
-    store = Store.open(shared_url)
+    store = RunStore.open(shared_url)
     try:
         assert {r.status for r in store.list_runs()} == {"finished"}
         assert {len(store.metrics(i, "x")) for i in run_ids} == {BATCHES * ROWS}
@@ -450,7 +450,7 @@ def _until(ready: Callable[[], bool], proc: subprocess.Popen[bytes], err: Path) 
         time.sleep(0.1)
 
 
-def _running(store: Store) -> Callable[[], bool]:
+def _running(store: RunStore) -> Callable[[], bool]:
     """Ready once the command's run is recorded and running."""
     return lambda: [r.status for r in store.list_runs()] == ["running"]
 
@@ -462,25 +462,25 @@ Ready = Callable[[], bool]
 Command = tuple[list[str], dict[str, str], Ready]  # arguments, environment, ready to stop
 
 
-def _demo(tmp_path: Path, store: Store) -> Command:
+def _demo(tmp_path: Path, store: RunStore) -> Command:
     # Paused inside its first run's training loop: it cannot finish, whatever the load.
     marker = tmp_path / "paused"
     return ["demo"], {PAUSE_ENV: f"5:{marker}"}, marker.exists
 
 
-def _predict(tmp_path: Path, store: Store) -> Command:
+def _predict(tmp_path: Path, store: RunStore) -> Command:
     args = ["predict", "smallcnn", "--device", "V100", "--input", "1,8,8", "--measure"]
     return [*args, "--reps", "1000000000"], {}, _running(store)
 
 
-def _staleness(tmp_path: Path, store: Store) -> Command:
+def _staleness(tmp_path: Path, store: RunStore) -> Command:
     (tmp_path / "exp.toml").write_text(EXPERIMENT)
     return ["staleness", "--train", "exp.toml", "--learners", "2"], {}, _running(store)
 
 
 @pytest.mark.parametrize("command", [_demo, _predict, _staleness])
 def test_sigterm_marks_every_run_killed(
-    store: Store, db: str, tmp_path: Path, command: Callable[[Path, Store], Command]
+    store: RunStore, db: str, tmp_path: Path, command: Callable[[Path, RunStore], Command]
 ) -> None:
     """SIGTERM to a real process while it records a run: exit 130, and every run it made
     is `killed`, none left `running`."""
@@ -569,7 +569,7 @@ def test_a_run_has_one_writer(cli: Cli, shared_url: str, tmp_path: Path) -> None
         assert _stopped(first) == 130
     last = _dlperf(tmp_path, shared_url, ["run", "--resume", "1"], None, "fourth.txt")
     assert last.wait(timeout=DEADLINE_S) == 0, (tmp_path / "fourth.txt").read_text()
-    store = Store.open(shared_url)
+    store = RunStore.open(shared_url)
     try:
         assert store.get_run(1).status == "finished"
         assert [s for s, _ in store.metrics(1, "train/loss")] == list(range(1, STEPS + 1))
@@ -580,7 +580,7 @@ def test_a_run_has_one_writer(cli: Cli, shared_url: str, tmp_path: Path) -> None
 
 @pytest.mark.faults
 def test_runs_delete_force_stops_a_training_run_first(
-    cli: Cli, store: Store, db: str, tmp_path: Path
+    cli: Cli, store: RunStore, db: str, tmp_path: Path
 ) -> None:
     """Before, the delete went through while the run trained on, which then printed its
     summary and exited 0 with nothing stored."""
@@ -600,7 +600,7 @@ def test_runs_delete_force_stops_a_training_run_first(
 
 @pytest.mark.faults
 def test_two_sweeps_of_one_study_run_each_point_once(
-    cli: Cli, tmp_path: Path, db: str, store: Store
+    cli: Cli, tmp_path: Path, db: str, store: RunStore
 ) -> None:
     """A second sweep started while the first trains point 1 leaves that point to it and
     runs the others; once the first is gone (SIGINT), a rerun takes point 1 over. Before,
@@ -639,7 +639,7 @@ def damage(path: Path) -> dict[int, dict]:
     """Fill a store with 30 finished runs of 200 metric rows each, close it, then overwrite
     pages 14-17 with random bytes (seeded) as `dd if=/dev/urandom of=dlperf.db bs=4096
     seek=13 count=4 conv=notrunc` does. Returns the runs as they were, with their metrics."""
-    store = Store.open(str(path))
+    store = RunStore.open(str(path))
     for i in range(RUNS_IN_STORE):
         with store.new_run(f"r{i}", "run", {"train": {"lr": 0.1}, "pad": "x" * 1000}) as run:
             store.log_metrics(run.id, [("train/loss", s, 1.0 / (s + 1)) for s in range(200)])
@@ -695,7 +695,7 @@ def test_damage_met_by_a_query_is_one_line_and_stops_writes(tmp_path: Path) -> N
     """A store damaged after it was opened (quick_check passed then): the query that meets a
     malformed page raises the same one-line error, and the store is not written again."""
     path = tmp_path / "dlperf.db"
-    store = Store.open(str(path))
+    store = RunStore.open(str(path))
     runs = damage(path)
     store.engine.dispose()  # no page read before the damage stays cached
     with pytest.raises(UserError, match=r"is damaged \(database disk image is malformed\)"):
@@ -714,7 +714,7 @@ def test_a_header_damaged_after_opening_is_one_line(tmp_path: Path) -> None:
     command is pointed at such a file (tests/faults/test_bad_inputs.py), a damaged store
     when it opened as one before."""
     path = tmp_path / "dlperf.db"
-    store = Store.open(str(path))
+    store = RunStore.open(str(path))
     run_id = store.create_run("a", "run", {})
     with store.engine.connect() as conn:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -724,7 +724,7 @@ def test_a_header_damaged_after_opening_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"is damaged \(file is not a database\)"):
         store.get_run(run_id)
     with pytest.raises(UserError, match=r"is damaged \(file is not a database\)"):
-        Store.open(str(path))  # this process knows the file as a store
+        RunStore.open(str(path))  # this process knows the file as a store
 
 
 def test_repair_copies_every_readable_row_into_a_new_store(
@@ -744,7 +744,7 @@ def test_repair_copies_every_readable_row_into_a_new_store(
 
     out = tmp_path / "repaired.db"
     assert sqlite3.connect(out).execute("PRAGMA quick_check").fetchall() == [("ok",)]
-    repaired = Store.open(str(out))
+    repaired = RunStore.open(str(out))
     got = {r.id: r for r in repaired.list_runs()}
     assert repaired.id == done["store_id"] == store_id.fetchone()[0]
     assert got and done["tables"]["runs"]["copied"] == len(got)

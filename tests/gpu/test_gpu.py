@@ -27,7 +27,7 @@ import torch
 from dlperf.analytic.devices import KINDS
 from dlperf.engine.timers import PHASES
 from dlperf.engine.train import PAUSE_ENV
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 
 pytestmark = [
@@ -53,7 +53,7 @@ def ok(result: CliResult) -> dict:
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_a_run_on_the_gpu_at_mixed_precision(
-    cli: Cli, store: Store, tiny_exp: Callable[..., Path], precision: str
+    cli: Cli, store: RunStore, tiny_exp: Callable[..., Path], precision: str
 ) -> None:
     if precision == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
         pytest.skip("bf16 needs a GPU of compute capability 8.0 or later")
@@ -107,7 +107,7 @@ def test_each_run_reports_its_own_peak_memory(cli: Cli, tiny_exp: Callable[..., 
 
 
 def test_a_gpu_run_resumes_on_the_gpu(
-    cli: Cli, db: str, store: Store, tiny_exp: Callable[..., Path], tmp_path: Path
+    cli: Cli, db: str, store: RunStore, tiny_exp: Callable[..., Path], tmp_path: Path
 ) -> None:
     """A real `dlperf run` on CUDA interrupted in its second epoch resumes from a checkpoint
     read onto the CPU: weights, optimizer state and fp16 scaler go back to the GPU, and the
@@ -173,7 +173,7 @@ def worker_counts() -> str:
     return ",".join(str(n) for n in range(1, min(2, torch.cuda.device_count()) + 1))
 
 
-def test_a_scaling_study_over_nccl(cli: Cli, store: Store, tmp_path: Path) -> None:
+def test_a_scaling_study_over_nccl(cli: Cli, store: RunStore, tmp_path: Path) -> None:
     path = tmp_path / "scale.toml"
     path.write_text(SCALE_EXPERIMENT.format(out=tmp_path / "dlperf_runs"))
     weak = ["--mode", "weak", "--per-worker-batch", "16", "--warmup-steps", "2", "--steps", "5"]
@@ -187,7 +187,7 @@ def test_a_scaling_study_over_nccl(cli: Cli, store: Store, tmp_path: Path) -> No
         assert run.system["backend"] == "nccl" and run.summary["backend"] == "nccl"
 
 
-def test_the_allreduce_benchmark_over_nccl(cli: Cli, store: Store) -> None:
+def test_the_allreduce_benchmark_over_nccl(cli: Cli, store: RunStore) -> None:
     workers = worker_counts()
     bench = ["--allreduce-bench", "--workers", workers, "--backend", "nccl"]
     doc = ok(cli("scale", *bench, "--sizes", "4KB,16MB", "--iters", "3", "--json"))
@@ -215,7 +215,7 @@ out_dir = "{out}"
 
 
 def test_find_max_batch_recovers_from_a_real_cuda_out_of_memory(
-    cli: Cli, store: Store, tmp_path: Path
+    cli: Cli, store: RunStore, tmp_path: Path
 ) -> None:
     """ResNet-50 at 224x224 on random images: the batch grows x4 from 32 until a worker runs
     out of GPU memory (fp32 training takes tens of MB an image: 8192 images are several
@@ -240,7 +240,7 @@ def test_find_max_batch_recovers_from_a_real_cuda_out_of_memory(
 
 
 def test_calibrate_and_predict_measure_on_the_gpu(
-    cli: Cli, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DLPERF_DEVICES", str(tmp_path / "devices.toml"))
     device = ok(cli("calibrate", "--name", "this-gpu", "--json"))

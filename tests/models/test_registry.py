@@ -9,7 +9,7 @@ import torch
 from dlperf.cli import models as cli_models
 from dlperf.errors import UserError
 from dlperf.models import create_model, list_models
-from dlperf.tables import shipped
+from dlperf.shipped import shipped
 
 
 def params(model: torch.nn.Module) -> int:

@@ -26,7 +26,7 @@ from dlperf.models.transfer import (
     load_weights,
     set_train_mode,
 )
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult, trained_run
 
 CPU = torch.device("cpu")
@@ -167,7 +167,7 @@ def tiny_file(tmp_path: Path, tiny_exp: Callable[..., Path]) -> Path:
 
 
 def test_a_run_without_checkpoint_is_refused(
-    tiny_file: Path, cli: Callable[..., CliResult], store: Store
+    tiny_file: Path, cli: Callable[..., CliResult], store: RunStore
 ) -> None:
     first = cli("run", str(tiny_file), "--set", "run.checkpoint=false", "--set", "data.limit=64")
     assert first.code == 0, first.err
@@ -182,7 +182,7 @@ def test_a_run_without_checkpoint_is_refused(
 def test_offline_torchvision_weights_fail_in_one_line(
     tiny_file: Path,
     cli: Callable[..., CliResult],
-    store: Store,
+    store: RunStore,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -207,7 +207,7 @@ def test_offline_torchvision_weights_fail_in_one_line(
 
 
 def test_small_images_into_an_imagenet_network_warn(
-    tiny_file: Path, cli: Callable[..., CliResult], store: Store
+    tiny_file: Path, cli: Callable[..., CliResult], store: RunStore
 ) -> None:
     """Scratch needs no download, yet takes the weights' statistics and warns of the size."""
     result = cli(
@@ -235,7 +235,7 @@ SEEDS = (0, 1, 2)
 def test_pretraining_on_mnist5k_beats_scratch_on_200_digits(tmp_path: Path) -> None:
     """The offline study (examples/mnist5k_pretrain.toml, digits_transfer.toml), smaller:
     measured here, fine-tuning led scratch by 0.11, 0.04, 0.03 on seeds 0..2 (mean 0.06)."""
-    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     common = {"run": {"threads": 2, "warmup_steps": 1, "out_dir": str(tmp_path / "runs")}}
     pretrain = build_experiment(
         {

@@ -12,7 +12,6 @@ import pytest
 from PIL import Image
 
 from dlperf.report.roofline import draw_roofline, on_roofline
-
 from tests.conftest import CliResult
 
 

@@ -21,9 +21,8 @@ from dlperf.distributed.summary import add_relative, summarize
 from dlperf.engine.run import run_experiment
 from dlperf.report.runs import _x_values, default_keys, draw_runs, legend_labels
 from dlperf.report.scaling import plot_study, shared_host, study_figures
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
-
 from tests.conftest import trained_run
 
 
@@ -244,7 +243,7 @@ def test_val_error_is_one_minus_accuracy_on_whole_epochs(
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["keys"] == ["val/error"] and doc["runs"][0]["points"] == {"val/error": 2}
-    store = Store.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     fig, _ = draw_runs(store, [2], ["val/error"], "epoch")
     (ax,) = fig.axes
     accuracy = store.metrics(2, "val/acc1")

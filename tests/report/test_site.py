@@ -2,7 +2,7 @@
 
 The lab: a real run with phase timing and a hostile name, a real two-point sweep on digits,
 and a scale study, an all-reduce study, a staleness study and a `predict --measure` run
-stored through the Store API in the shapes their commands store. Pages are checked as files
+stored through the RunStore API in the shapes their commands store. Pages are checked as files
 (links, escaping, images that decode, no external reference) and in a real headless Chromium
 (Debian's `chromium`) driven over the DevTools protocol on a pipe: loaded from file:// with the
 network off, no console error, every image decoded, a screenshot that is not blank.
@@ -36,7 +36,7 @@ from dlperf.report.site import build_report
 from dlperf.report.site import select as select_report
 from dlperf.report.site.figures import PHASES, spread
 from dlperf.report.site.html import COLUMN_PX, MIN_FONT_PT, NAME_CHARS, fmt, quantity
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import rank_result, write_distill_exp
 
 HOSTILE = "<script>alert(1)</script>"
@@ -60,7 +60,7 @@ out_dir = "{out}"
 SWEEP = 'base = "base.toml"\nname = "lr"\n[grid]\n"train.lr" = [0.1, 0.02]\n'
 
 
-def _scale_study(store: Store, exp: Experiment) -> int:
+def _scale_study(store: RunStore, exp: Experiment) -> int:
     """A weak-scaling study stored as `dlperf scale` stores one (1 and 2 workers, the second
     far from linear, with a ring-model prediction)."""
     from dlperf.distributed.planning import Point
@@ -85,7 +85,7 @@ def _scale_study(store: Store, exp: Experiment) -> int:
     return study
 
 
-def _allreduce_study(store: Store) -> int:
+def _allreduce_study(store: RunStore) -> int:
     """An all-reduce study as `dlperf scale --allreduce-bench` stores one, with its model."""
     from dlperf.distributed.allreduce import fit_ring_model
 
@@ -110,7 +110,7 @@ def _allreduce_study(store: Store) -> int:
     return study
 
 
-def _staleness_study(store: Store, exp: Experiment) -> int:
+def _staleness_study(store: RunStore, exp: Experiment) -> int:
     study = store.create_study("staleness smallcnn", "staleness")
     for mode, accs in (("sync", [0.5, 0.8, 0.9]), ("async", [0.4, 0.7, 0.85])):
         config = {**exp.to_dict(), "staleness": {"mode": mode, "learners": {"a": 1.0}}}
@@ -122,7 +122,7 @@ def _staleness_study(store: Store, exp: Experiment) -> int:
     return study
 
 
-def _predict_run(store: Store) -> int:
+def _predict_run(store: RunStore) -> int:
     run = store.create_run("predict smallcnn on cpu", "predict", {"model": {"name": "smallcnn"}})
     store.log_metrics(run, [("measured_s", i, 0.010 + 0.001 * i) for i in range(5)])
     summary = {"predicted_s": 0.008, "error_pct": -22.0, "measured_median_s": 0.012}
@@ -136,7 +136,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     root = tmp_path_factory.mktemp("report")
     url = f"sqlite:///{root / 'dlperf.db'}"
-    store = Store.open(url)
+    store = RunStore.open(url)
     (root / "base.toml").write_text(BASE.format(out=root / "runs"))
     (root / "sweep.toml").write_text(SWEEP)
     sweep = run_sweep(load_sweep(root / "sweep.toml"), store)
@@ -254,7 +254,7 @@ def test_cli_json_and_text(cli: Callable, lab: dict[str, Any], tmp_path: Path) -
     assert (out / f"study-{lab['ids']['sweep']}.html").exists()
 
 
-def test_default_is_the_newest_20_runs_and_their_studies(store: Store) -> None:
+def test_default_is_the_newest_20_runs_and_their_studies(store: RunStore) -> None:
     study = store.create_study("old", "demo")
     ids = [store.create_run(f"r{i}", "run", {}, study_id=study if i < 3 else None)
            for i in range(25)]  # fmt: skip
@@ -296,7 +296,7 @@ def test_bad_input_exits_2(cli: Callable, tmp_path: Path, args: list[str], messa
     ],
 )
 def test_an_unusable_site_directory_exits_2(
-    cli: Callable, store: Store, tmp_path: Path, out: str, message: str
+    cli: Callable, store: RunStore, tmp_path: Path, out: str, message: str
 ) -> None:
     """With runs to report, the site's directory is made, but never a missing tree above it."""
     (tmp_path / "file.txt").write_text("not a directory")
@@ -317,7 +317,7 @@ STAGE_ROW = re.compile(
 )
 
 
-def test_distill_study_page(cli: Callable, store: Store, tmp_path: Path) -> None:
+def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> None:
     """A real distill study on a tiny budget (the teacher is also the baseline; students at
     K = 2 and 4): its page lists every stage's run, embeds the figure and names the best K,
     taken from the newest finished run of each stage and K."""
@@ -479,7 +479,7 @@ def test_rows_written_together_are_spread_by_step() -> None:
 
 
 def test_wall_time_figure_says_what_its_axis_is(
-    lab: dict[str, Any], cli: Callable, store: Store
+    lab: dict[str, Any], cli: Callable, store: RunStore
 ) -> None:
     """A run of this dlperf keeps each step's own time: the figure plots it as it is. A run
     whose rows share one time per batch (written by an older dlperf) gets them spread by
@@ -501,7 +501,7 @@ def test_wall_time_figure_says_what_its_axis_is(
     ) in page
 
 
-def test_summary_shows_units_and_keeps_the_stored_value(cli: Callable, store: Store) -> None:
+def test_summary_shows_units_and_keeps_the_stored_value(cli: Callable, store: RunStore) -> None:
     summary = {
         "peak_memory_bytes": 1086017536, "train_time_s": 12.34, "throughput": 1234.4,
         "test_accuracy": 0.9321, "error_pct": -22.04, "phases": {"data": 0.004591},
@@ -535,7 +535,7 @@ def test_report_numbers_read_as_the_terminal_prints_them() -> None:
     assert fmt([1, 2]) == "[1, 2]"
 
 
-def test_config_shows_what_applies_to_the_run(cli: Callable, store: Store) -> None:
+def test_config_shows_what_applies_to_the_run(cli: Callable, store: RunStore) -> None:
     """A digits run's page leaves out the synthetic-only keys and puts the keys set away from
     their defaults before the folded rest; a synthetic run's page shows them."""
     digits = Experiment.model_validate({"data": {"name": "digits"}, "train": {"epochs": 7}})
@@ -736,7 +736,7 @@ def test_run_page_figures_fill_the_column_at_1400_px(lab: dict[str, Any], tmp_pa
         assert 0.95 <= figure["shown"] / figure["drawn"] <= 1.05, sizes
 
 
-def test_control_characters_in_names_are_shown_escaped(store: Store, tmp_path: Path) -> None:
+def test_control_characters_in_names_are_shown_escaped(store: RunStore, tmp_path: Path) -> None:
     """A name holding ESC and NUL reached the HTML raw (a browser drops or mangles them)."""
     evil = "evil\x1b[31m\x00nul"
     study = store.create_study(evil, "demo")
@@ -764,7 +764,9 @@ def test_a_figure_reads_the_same_on_every_page(lab: dict[str, Any]) -> None:
         assert throughput.removesuffix(" samples/s") in index
 
 
-def test_a_run_without_default_curves_names_no_missing_option(store: Store, tmp_path: Path) -> None:
+def test_a_run_without_default_curves_names_no_missing_option(
+    store: RunStore, tmp_path: Path
+) -> None:
     """The note said "choose with --key", an option of `runs plot` that `report` has not."""
     run_id = store.create_run("odd", "run", {})
     store.log_metrics(run_id, [("my/metric", 1, 0.5)])
@@ -776,7 +778,7 @@ def test_a_run_without_default_curves_names_no_missing_option(store: Store, tmp_
 
 
 def test_a_long_name_is_cut_in_the_index_and_whole_in_its_title(
-    store: Store, tmp_path: Path
+    store: RunStore, tmp_path: Path
 ) -> None:
     """A 10,000-character name filled the index."""
     long = "n" * 10_000

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, inspect, make_url, text
 
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.procs import proc_stat, this_process
-from dlperf.store import BUSY_TIMEOUT_S, Store, masked_url
+from dlperf.store import BUSY_TIMEOUT_S, RunStore, masked_url
 from dlperf.store.migrations import MIGRATIONS, PG_SCHEMA_LOCK, SCHEMA_VERSION
 from dlperf.store.schema import Base
 from tests.conftest import fresh_store_url, interrupt_wrapped_by_a_class_body
@@ -27,7 +27,7 @@ from tests.conftest import fresh_store_url, interrupt_wrapped_by_a_class_body
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
 
 
-def _fresh_postgres() -> Store:
+def _fresh_postgres() -> RunStore:
     engine = create_engine(POSTGRES)
     with engine.begin() as conn:
         conn.execute(
@@ -35,13 +35,13 @@ def _fresh_postgres() -> Store:
                 "DROP TABLE IF EXISTS claims, tags, metrics, artifacts, runs, studies, meta CASCADE"
             )
         )
-    return Store.open(POSTGRES)
+    return RunStore.open(POSTGRES)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> RunStore:
     if request.param == "sqlite":
-        return Store.open(str(tmp_path / "runs.db"))
+        return RunStore.open(str(tmp_path / "runs.db"))
     if not POSTGRES:
         pytest.skip(
             "PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL="
@@ -50,7 +50,7 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return _fresh_postgres()
 
 
-def test_round_trip(any_store: Store) -> None:
+def test_round_trip(any_store: RunStore) -> None:
     study = any_store.create_study("lr sweep", "sweep")
     run = any_store.create_run("a", "run", {"train": {"lr": 0.1}}, "abc", {"host": "h"}, study)
     any_store.log_metrics(run, [("train/loss", s, 1.0 / s) for s in range(1, 101)])
@@ -71,7 +71,7 @@ def test_round_trip(any_store: Store) -> None:
     assert any_store.get_study(study)["kind"] == "sweep"
 
 
-def test_failed_run_and_resume_cleanup(any_store: Store) -> None:
+def test_failed_run_and_resume_cleanup(any_store: RunStore) -> None:
     run = any_store.create_run("b", "run", {})
     any_store.log_metrics(run, [("train/loss", s, 1.0) for s in range(1, 31)])
     any_store.log_metrics(run, [("val/acc1", e, 0.5) for e in (1, 2, 3)])
@@ -84,14 +84,14 @@ def test_failed_run_and_resume_cleanup(any_store: Store) -> None:
     assert any_store.get_run(run).status == "running"
 
 
-def test_unknown_run_is_bad_input(any_store: Store) -> None:
+def test_unknown_run_is_bad_input(any_store: RunStore) -> None:
     with pytest.raises(UserError, match="no run 999 in the store"):
         any_store.get_run(999)
 
 
 def test_sqlite_is_in_wal_mode_and_readable_while_written(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
-    store = Store.open(str(path))
+    store = RunStore.open(str(path))
     run = store.create_run("c", "run", {})
     with sqlite3.connect(path) as reader:
         assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -103,12 +103,12 @@ def test_sqlite_is_in_wal_mode_and_readable_while_written(tmp_path: Path) -> Non
 
 def test_bad_urls_are_bad_input(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot open run store"):
-        Store.open("nosuchdialect://x")
+        RunStore.open("nosuchdialect://x")
     with pytest.raises(UserError, match="does not exist"):
-        Store.open(str(tmp_path / "missing" / "dir" / "runs.db"))
+        RunStore.open(str(tmp_path / "missing" / "dir" / "runs.db"))
 
 
-def test_a_training_run_lands_in_the_store(any_store: Store, tmp_path: Path) -> None:
+def test_a_training_run_lands_in_the_store(any_store: RunStore, tmp_path: Path) -> None:
     from dlperf.config import load_experiment
     from dlperf.engine.run import run_experiment
 
@@ -120,7 +120,7 @@ def test_a_training_run_lands_in_the_store(any_store: Store, tmp_path: Path) -> 
     assert len(any_store.metrics(result["run_id"], "train/loss")) == 20
 
 
-def test_recording_marks_how_the_run_ended(any_store: Store) -> None:
+def test_recording_marks_how_the_run_ended(any_store: RunStore) -> None:
     with any_store.new_run("ok", "run", {}) as rec:
         rec.summary = {"x": 1.0}
     assert any_store.get_run(rec.id).status == "finished"
@@ -147,9 +147,9 @@ def test_recording_marks_how_the_run_ended(any_store: Store) -> None:
     assert crashed.ended is not None
 
 
-def test_a_store_keeps_its_id_and_keys_artifacts_by_it(any_store: Store, tmp_path: Path) -> None:
-    again = Store.open(any_store.engine.url.render_as_string(hide_password=False))
-    other = Store.open(str(tmp_path / "other.db"))
+def test_a_store_keeps_its_id_and_keys_artifacts_by_it(any_store: RunStore, tmp_path: Path) -> None:
+    again = RunStore.open(any_store.engine.url.render_as_string(hide_password=False))
+    other = RunStore.open(str(tmp_path / "other.db"))
     assert again.id == any_store.id and len(any_store.id) == 12 and other.id != any_store.id
     assert any_store.artifact_dir("runs") == Path("runs").resolve() / any_store.id
 
@@ -166,12 +166,12 @@ def test_a_store_made_before_store_ids_opens_with_its_runs(tmp_path: Path) -> No
             )
         )
     engine.dispose()
-    store = Store.open(str(path))
+    store = RunStore.open(str(path))
     assert store.get_run(1).name == "old"
-    assert Store.open(str(path)).id == store.id
+    assert RunStore.open(str(path)).id == store.id
 
 
-def test_tags_and_deleting_runs(any_store: Store, tmp_path: Path) -> None:
+def test_tags_and_deleting_runs(any_store: RunStore, tmp_path: Path) -> None:
     keep = any_store.create_run("keep", "run", {}, None, {"host": "h"})
     gone = any_store.create_run("gone", "run", {}, None, {"host": "h"})
     assert any_store.get_run(gone).system["process"]["pid"] == os.getpid()
@@ -203,7 +203,7 @@ def test_tags_and_deleting_runs(any_store: Store, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run_id", [2**63 - 1, 2**63, 10**20, 0, -(2**70)])
-def test_any_integer_that_names_no_run_is_no_run(any_store: Store, run_id: int) -> None:
+def test_any_integer_that_names_no_run_is_no_run(any_store: RunStore, run_id: int) -> None:
     """SQLite cannot bind an integer beyond 64 bits (OverflowError), PostgreSQL's integer
     column ends at 2^31: every lookup says "no run N" instead."""
     kept = any_store.create_run("kept", "run", {})
@@ -269,7 +269,7 @@ def _version(url: str) -> int:
 
 
 def test_a_new_store_is_made_at_the_current_version(empty_url: str) -> None:
-    Store.open(empty_url).engine.dispose()
+    RunStore.open(empty_url).engine.dispose()
     assert _version(empty_url) == SCHEMA_VERSION == len(MIGRATIONS) + 1
 
 
@@ -290,11 +290,11 @@ def test_a_store_of_the_first_release_is_migrated_once(empty_url: str) -> None:
             )
         )
     engine.dispose()
-    store = Store.open(empty_url)
+    store = RunStore.open(empty_url)
     assert store.get_run(1).name == "old" and _version(empty_url) == SCHEMA_VERSION
     assert store.set_tags(1, {"kept": "yes"}) == {"kept": "yes"}
     assert store.claim(store.create_study("s", "sweep"), "point") is None
-    assert Store.open(empty_url).id == store.id
+    assert RunStore.open(empty_url).id == store.id
     store.engine.dispose()
 
 
@@ -302,15 +302,15 @@ def test_a_current_store_opens_while_another_process_holds_the_write_lock(empty_
     """Migrations run once: opening a store at the current version only reads, so workers
     that open the store while the parent writes (a sweep's, a report's) never wait on a lock.
     Before, every open began a write transaction under the schema lock."""
-    Store.open(empty_url).engine.dispose()
+    RunStore.open(empty_url).engine.dispose()
     engine = create_engine(empty_url)
     holder = engine.connect()
     if engine.dialect.name == "sqlite":
         holder.exec_driver_sql("BEGIN IMMEDIATE")
     else:
         holder.execute(text("SELECT pg_advisory_lock(:key)"), {"key": PG_SCHEMA_LOCK})
-    opened: list[Store] = []
-    worker = threading.Thread(target=lambda: opened.append(Store.open(empty_url)), daemon=True)
+    opened: list[RunStore] = []
+    worker = threading.Thread(target=lambda: opened.append(RunStore.open(empty_url)), daemon=True)
     try:
         worker.start()
         worker.join(timeout=BUSY_TIMEOUT_S / 2)  # a write open would wait the busy timeout
@@ -352,21 +352,21 @@ def test_a_foreign_schema_is_refused_untouched(
 ) -> None:
     _sql(empty_url, statement)
     with pytest.raises(UserError, match=re.escape(message)) as refused:
-        Store.open(empty_url)
+        RunStore.open(empty_url)
     assert "a database of its own" in str(refused.value)
     assert set(inspect_tables(empty_url)) == {statement.split()[2]}  # nothing made beside it
 
 
 def test_a_store_of_a_newer_dlperf_is_refused(empty_url: str) -> None:
-    Store.open(empty_url).engine.dispose()
+    RunStore.open(empty_url).engine.dispose()
     newer = SCHEMA_VERSION + 1
     _sql(empty_url, f"UPDATE meta SET value = '{newer}' WHERE key = 'schema_version'")
     with pytest.raises(UserError, match=f"has schema version {newer}, newer than this dlperf's"):
-        Store.open(empty_url)
+        RunStore.open(empty_url)
 
 
 def test_an_interrupt_wrapped_by_the_code_it_landed_in_still_kills_the_run(
-    store: Store,
+    store: RunStore,
 ) -> None:
     run_id = store.create_run("r", "run", {})
     with pytest.raises(KeyboardInterrupt) as caught, store.recording(run_id):
@@ -384,8 +384,8 @@ def test_an_interrupt_wrapped_by_the_code_it_landed_in_still_kills_the_run(
 TAKER = """
 import sys
 from dlperf.errors import UserError
-from dlperf.store import Store
-store = Store.open(sys.argv[1])
+from dlperf.store import RunStore
+store = RunStore.open(sys.argv[1])
 print("ready", flush=True)
 sys.stdin.readline()  # "go": every taker reads the run, then updates it, at once
 try:
@@ -398,7 +398,7 @@ sys.stdin.readline()  # the winner keeps its lease until the test has looked
 
 
 def test_of_processes_taking_over_a_stopped_run_at_once_one_wins(
-    any_store: Store, tmp_path: Path
+    any_store: RunStore, tmp_path: Path
 ) -> None:
     """Four real processes take over one killed run at the same moment: the compare-and-set
     lets one through, and the others are refused in one line (the run is running in the
@@ -447,7 +447,7 @@ def test_of_processes_taking_over_a_stopped_run_at_once_one_wins(
     assert any_store.get_run(run_id).process["pid"] == os.getpid()
 
 
-def test_a_finished_or_live_run_is_not_taken_over(any_store: Store) -> None:
+def test_a_finished_or_live_run_is_not_taken_over(any_store: RunStore) -> None:
     done = any_store.create_run("done", "run", {}, None, {"host": "h"})
     any_store.finish_run(done)
     with pytest.raises(UserError, match=f"run {done} already finished"):
@@ -457,7 +457,7 @@ def test_a_finished_or_live_run_is_not_taken_over(any_store: Store) -> None:
         any_store.take_over(live)
 
 
-def test_a_point_is_claimed_by_one_process_until_it_is_gone(any_store: Store) -> None:
+def test_a_point_is_claimed_by_one_process_until_it_is_gone(any_store: RunStore) -> None:
     study = any_store.create_study("s", "sweep")
     assert any_store.claim(study, "a") is None
     assert any_store.claim(study, "a") is None  # this process's already
@@ -475,7 +475,7 @@ def test_a_point_is_claimed_by_one_process_until_it_is_gone(any_store: Store) ->
 def test_a_store_that_cannot_be_written_refuses_writes_in_one_line(empty_url: str) -> None:
     """SQLite opened with ?mode=ro, a PostgreSQL session that is read-only: a write is a
     UserError (one line, exit 2 in the CLI), not a driver traceback; reading still works."""
-    store = Store.open(empty_url)
+    store = RunStore.open(empty_url)
     run_id = store.create_run("r", "run", {})
     store.finish_run(run_id)
     store.engine.dispose()
@@ -486,7 +486,7 @@ def test_a_store_that_cannot_be_written_refuses_writes_in_one_line(empty_url: st
         options = f"{url.query.get('options', '')} -cdefault_transaction_read_only=on"
         read_only = url.update_query_dict({"options": options}).render_as_string(False)
         message = "cannot write run store .*read-only transaction"
-    reopened = Store.open(read_only)
+    reopened = RunStore.open(read_only)
     try:
         assert reopened.get_run(run_id).status == "finished"
         with pytest.raises(UserError, match=message):

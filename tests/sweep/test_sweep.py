@@ -20,7 +20,7 @@ import pytest
 from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.sweep import load_sweep
 from tests.conftest import CliResult
 
@@ -132,7 +132,7 @@ def test_grid_times_zip_times_repeats(tmp_path: Path, monkeypatch: pytest.Monkey
     assert all(p.exp.data.limit == 32 and p.exp.augment.flip for p in fixed.points)
 
 
-def test_find_study_is_the_newest_of_that_name_and_kind(store: Store) -> None:
+def test_find_study_is_the_newest_of_that_name_and_kind(store: RunStore) -> None:
     assert store.find_study("lr", "sweep") is None
     first = store.create_study("lr", "sweep")
     store.create_study("lr", "scale")
@@ -174,7 +174,7 @@ BAD = {
 
 @pytest.mark.parametrize("case", BAD, ids=list(BAD))
 def test_bad_input_is_one_line_and_stores_nothing(
-    case: str, cli: Callable[..., CliResult], tmp_path: Path, store: Store
+    case: str, cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
 ) -> None:
     body, args, message = BAD[case]
     result = cli("sweep", str(write_sweep(tmp_path, body)), *args)
@@ -184,7 +184,7 @@ def test_bad_input_is_one_line_and_stores_nothing(
 
 
 def test_missing_files_and_a_study_that_is_no_sweep(
-    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+    cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
 ) -> None:
     result = cli("sweep", "nowhere.toml")
     assert result.code == 2 and "nowhere.toml: no such sweep file" in result.err
@@ -203,7 +203,7 @@ def test_missing_files_and_a_study_that_is_no_sweep(
 
 
 def test_sweep_runs_every_point_then_skips_them(
-    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+    cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
 ) -> None:
     path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.02]\n"augment.flip" = [false]\n')
     first = sweep_json(cli, str(path))
@@ -238,7 +238,7 @@ def test_sweep_runs_every_point_then_skips_them(
 
 
 def test_a_sweep_with_other_points_starts_its_own_study_and_each_resumes_its_own(
-    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+    cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
 ) -> None:
     path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.02]\n')
     first = sweep_json(cli, str(path))
@@ -298,7 +298,7 @@ def test_a_sweep_without_a_target_draws_no_time_to_target_and_sorts_by_an_axis(
 
 @pytest.mark.parametrize("on_failure", ["continue", "stop"])
 def test_a_failed_point_is_recorded_and_the_sweep_goes_on_or_stops(
-    on_failure: str, cli: Callable[..., CliResult], tmp_path: Path, store: Store
+    on_failure: str, cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
 ) -> None:
     # 1000 images per batch do not fit in the 128 training images: the first point fails.
     path = write_sweep(tmp_path, '[grid]\n"train.batch_size" = [1000, 32]\n')
@@ -311,7 +311,7 @@ def test_a_failed_point_is_recorded_and_the_sweep_goes_on_or_stops(
 
 
 def test_two_jobs_write_every_point_and_leave_no_process(
-    cli: Callable[..., CliResult], tmp_path: Path, store: Store
+    cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
 ) -> None:
     path = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.1, 0.05, 0.02]\n')
     result = cli("sweep", str(path), "--jobs", "2", "--json")
@@ -333,7 +333,7 @@ def test_two_jobs_write_every_point_and_leave_no_process(
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_sigint_stops_the_sweep_and_a_rerun_resumes_it(
-    jobs: str, cli: Callable[..., CliResult], tmp_path: Path, db: str, store: Store
+    jobs: str, cli: Callable[..., CliResult], tmp_path: Path, db: str, store: RunStore
 ) -> None:
     # Point 1 trains 4 steps and never reaches step 6; point 2 trains 8 and parks there.
     # Under --jobs 2 both start together: the signal finds point 1 finished or training.

@@ -29,13 +29,13 @@ from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 
 def predict_model(
     model: str,
     device: str | None,
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     *,
     input_shape: Sequence[int] | None = None,
     batch: int = 1,
@@ -89,7 +89,7 @@ def predict_model(
 
 
 def calibrate_recorded(
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     name: str | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def calibrate_recorded(
 
 
 def measure_recorded(
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     model: str,
     analysis: Analysis,
     entry: Device | None,

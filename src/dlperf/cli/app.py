@@ -67,11 +67,11 @@ def _global(
     state.debug = debug
 
 
-def open_store(create: bool = True):  # -> dlperf.store.Store, imported lazily: --help is fast
-    """The store --db names; `create=False` for commands that only read (Store.open)."""
-    from dlperf.store import Store
+def open_store(create: bool = True):  # -> dlperf.store.RunStore, imported lazily: --help is fast
+    """The store --db names; `create=False` for commands that only read (RunStore.open)."""
+    from dlperf.store import RunStore
 
-    return Store.open(state.db, create)
+    return RunStore.open(state.db, create)
 
 
 def config_option(sections: str) -> Any:

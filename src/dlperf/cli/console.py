@@ -20,7 +20,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.numbers import fmt
+from dlperf.formatting import fmt
 from dlperf.parsing import printable
 
 

@@ -12,7 +12,7 @@ from dlperf.errors import CheckFailed
 
 if TYPE_CHECKING:
     from dlperf.doctor import Finding
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 
 @app.command()
@@ -45,7 +45,7 @@ def doctor(
         raise CheckFailed(f"{errors} finding(s) of severity error")
 
 
-def _print(store: Store, ids: list[int], findings: list[Finding]) -> None:
+def _print(store: RunStore, ids: list[int], findings: list[Finding]) -> None:
     by_run: dict[int, list[Finding]] = {run_id: [] for run_id in ids}
     for f in findings:
         by_run[f.run_id].append(f)

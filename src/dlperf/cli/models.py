@@ -1,6 +1,6 @@
 """`dlperf models` and `dlperf datasets`: what the registries hold.
 
-Both read tables shipped beside the registries (dlperf.tables) rather than the registries
+Both read tables shipped beside the registries (dlperf.shipped) rather than the registries
 themselves, which import torch: listing names answers at once.
 """
 
@@ -12,7 +12,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import app
-from dlperf.tables import dataset_table, shipped
+from dlperf.shipped import dataset_table, shipped
 
 
 def model_names() -> dict[str, list[str]]:

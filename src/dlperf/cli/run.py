@@ -12,7 +12,7 @@ from dlperf.cli.app import app, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 config_app = typer.Typer(
     help="Inspect experiment configs.\n\nExample: dlperf config show examples/digits_smallcnn.toml",
@@ -95,7 +95,7 @@ def run(
         raise typer.Exit(1)
 
 
-def _resume_hint(store: Store, run_id: int | None) -> None:
+def _resume_hint(store: RunStore, run_id: int | None) -> None:
     """After Ctrl-C or SIGTERM: how to go on with this process's run (the newest run that
     records this pid), when it reached a checkpoint."""
     import os

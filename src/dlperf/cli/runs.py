@@ -25,7 +25,7 @@ app.add_typer(runs_app, name="runs")
 TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
-def reader() -> Any:  # -> dlperf.store.Store
+def reader() -> Any:  # -> dlperf.store.RunStore
     """The store as the commands that only read it open it: never made or written."""
     return open_store(create=False)
 

@@ -27,7 +27,7 @@ from dlperf.converge.tables import read_columns
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 METRICS = ("loss", "accuracy", "error")
 # The stored metric each kind reads by default (per epoch, step = epoch). The engine logs no
@@ -359,7 +359,7 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
     return Curve(path.name, steps, values)
 
 
-def from_run(store: Store, run_id: int, metric: str, key: str | None = None) -> Curve:
+def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) -> Curve:
     """A stored run's metric: `key`, else the metric's default key (error: 1 − val/acc1).
     Per-epoch metrics (val/*, epoch/*) are logged at step = epoch; they are put on the
     global-step axis when the run knows its steps per epoch."""

@@ -26,13 +26,13 @@ from dlperf.parsing import parse_pairs
 from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 FORMS = (*curve.PARAMS, "ensemble")
 
 
 def load_curves(
-    run_ids: list[int], csv: Path | None, opts: CurveOptions, open_store: Callable[[], Store]
+    run_ids: list[int], csv: Path | None, opts: CurveOptions, open_store: Callable[[], RunStore]
 ) -> list[Curve]:
     """The curves of stored runs, or the one curve of a CSV file (the store opened only for
     runs)."""
@@ -66,7 +66,7 @@ def fit(
     run_ids: list[int],
     csv: Path | None,
     opts: CurveOptions,
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     reporter: Reporter | None = None,
 ) -> CurveFits:
     """Both forms fitted to each curve's window (see `load_curves`) with bootstrap intervals
@@ -158,7 +158,7 @@ def predict(
     run_ids: list[int],
     csv: Path | None,
     opts: CurveOptions,
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     target: float | None,
     form: str = "ensemble",
     reporter: Reporter | None = None,
@@ -258,7 +258,7 @@ def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ense
 
 
 def regress_sources(
-    sources: list[str], features: list[str], opts: CurveOptions, open_store: Callable[[], Store]
+    sources: list[str], features: list[str], opts: CurveOptions, open_store: Callable[[], RunStore]
 ) -> list[tuple[Curve, dict[str, Any]]]:
     """Each source's curve and features: a run ID (features read from the run), or
     PATH.csv:feature=value,..."""
@@ -396,7 +396,7 @@ def regress(
     sources: list[str],
     features: list[str],
     opts: CurveOptions,
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     at: dict[str, str] | None = None,
     target: float | None = None,
     compare: str | None = None,

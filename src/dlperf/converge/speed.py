@@ -44,7 +44,7 @@ from dlperf.errors import UserError
 from dlperf.parsing import parse_numbers
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 MODELS = ("optimus-sync", "optimus-async", "pollux")
 # What a `dlperf scale` study varies besides the allocation; one speed model fits one setting.
@@ -631,7 +631,7 @@ def _matches(value: Any, wanted: str) -> bool:
         return str(value) == wanted
 
 
-def from_study(store: Store, study_id: int, where: dict[str, str] | None = None) -> SpeedData:
+def from_study(store: RunStore, study_id: int, where: dict[str, str] | None = None) -> SpeedData:
     """The finished runs of a study (e.g. `dlperf scale`), one measurement per run, read from
     each run's summary: workers, global_batch, step_time_s and optionally ps, nodes,
     sync_time_s. Failed, killed and unfinished points are left out; `where` keeps the runs
@@ -824,7 +824,7 @@ class SpeedReport:
 
 def fit_measured(
     model: str,
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     csv: Path | None = None,
     study_id: int | None = None,
     where: dict[str, str] | None = None,

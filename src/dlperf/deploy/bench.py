@@ -24,7 +24,7 @@ from dlperf.deploy.export import Source, from_registry, from_run
 from dlperf.deploy.meta import ModelMeta
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import set_threads
 from dlperf.timing import Spread, interleave
 
@@ -113,7 +113,7 @@ def bench(
 def pytorch_contender(
     model_path: Path,
     spec: str | None,
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     reporter: Reporter | None = None,
 ) -> nn.Module | None:
     """The PyTorch model to race: `spec` (RUN_ID or registry name), else the one the
@@ -142,7 +142,7 @@ def pytorch_contender(
 
 
 def _from_meta(
-    meta: ModelMeta, classes: int | None, open_store: Callable[[], Store], reporter: Reporter
+    meta: ModelMeta, classes: int | None, open_store: Callable[[], RunStore], reporter: Reporter
 ) -> Source | None:
     if meta.run_id is not None:
         try:

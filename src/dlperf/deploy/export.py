@@ -29,7 +29,7 @@ from dlperf.engine.checks import dry_forward
 from dlperf.errors import CheckFailed, UserError
 from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 INPUT, OUTPUT = "input", "logits"
 IMAGENET_SHAPE = (3, 224, 224)
@@ -71,7 +71,7 @@ def from_registry(
     return Source(model, meta)
 
 
-def from_run(store: Store, run_id: int) -> Source:
+def from_run(store: RunStore, run_id: int) -> Source:
     """A stored run's model with its trained weights, its data's preprocessing and labels,
     and up to 64 of its test images."""
     from dlperf.config import build_experiment
@@ -114,7 +114,7 @@ def from_run(store: Store, run_id: int) -> Source:
 
 def resolve(
     spec: str,
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None,
 ) -> Source:

@@ -24,7 +24,7 @@ from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
     from dlperf.config import DetectConfig
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 # COCO's names (torchvision's weight metadata) of the VOC classes it names otherwise.
 VOC_FROM_COCO = {
@@ -55,7 +55,7 @@ def match_classes(labels: list[str], classes: list[str]) -> tuple[list[str], dic
 
 
 def evaluate_recorded(
-    store: Store,
+    store: RunStore,
     voc_root: Path,
     cfg: DetectConfig,
     weights: Path | None = None,

@@ -33,7 +33,7 @@ from dlperf.system import pick_device, set_threads, system_info
 from dlperf.timing import now
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 # Steps left out of images/s: the first allocates and fills the allocator's and the
 # kernels' caches.
@@ -166,7 +166,7 @@ def train(
 
 
 def finetune_recorded(
-    store: Store,
+    store: RunStore,
     voc_root: Path,
     cfg: DetectConfig,
     out: Path,

@@ -34,7 +34,7 @@ from dlperf.engine.run import as_run, build_model, run_experiment
 from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.sweep.runner import choose_study
 from dlperf.system import pick_device, set_threads, system_info
 
@@ -70,7 +70,7 @@ class Plan:
         return _derive(self.base, model=self.student, run={"name": f"{self.name}-baseline"})
 
 
-def plan(exp: Experiment, store: Store) -> Plan:
+def plan(exp: Experiment, store: RunStore) -> Plan:
     """Check everything about `exp`'s distill study that can be checked before it runs."""
     opts = exp.distill
     if opts.unlabeled is None:
@@ -132,7 +132,7 @@ def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment
 class _Study:
     """One distill study being run: its plan, finished runs to reuse, the new runs' home."""
 
-    store: Store
+    store: RunStore
     plan: Plan
     study_id: int
     directory: Path
@@ -305,7 +305,7 @@ def _write_pseudo(
 
 def run_distill(
     exp: Experiment,
-    store: Store,
+    store: RunStore,
     resume: int | None = None,
     new: bool = False,
     reporter: Reporter | None = None,

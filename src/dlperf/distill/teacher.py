@@ -10,7 +10,7 @@ from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.engine import checkpoint, pretrained
 from dlperf.errors import UserError
 from dlperf.models import create_model
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.timing import Timer
 
 
@@ -25,7 +25,7 @@ class Teacher:
     test_accuracy: float | None
 
 
-def stored(store: Store, run_id: int) -> Teacher:
+def stored(store: RunStore, run_id: int) -> Teacher:
     """Run `run_id` as a teacher: a finished training run with a checkpoint."""
     run = store.get_run(run_id)
     if run.kind != "run":
@@ -61,7 +61,7 @@ class Scores:
 
 
 def score(
-    teacher: Teacher, store: Store, images: torch.Tensor, device: torch.device, batch: int
+    teacher: Teacher, store: RunStore, images: torch.Tensor, device: torch.device, batch: int
 ) -> Scores:
     """The teacher's softmax scores of `images` (uint8), preprocessed as it was trained."""
     cfg = teacher.exp.model

@@ -15,12 +15,12 @@ from dlperf.distributed.launch import run_torchrun
 from dlperf.distributed.planning import resolve_backend, threads_per_worker
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Recording, Store
+from dlperf.store import Recording, RunStore
 from dlperf.system import system_info, usable_cores
 
 
 def run_allreduce_study(
-    store: Store,
+    store: RunStore,
     workers: list[int],
     sizes: str,
     backend: str,

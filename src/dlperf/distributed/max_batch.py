@@ -10,13 +10,13 @@ from dlperf.distributed.planning import Point, plan
 from dlperf.distributed.study import Study, StudyResult
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
 
 
 def find_max_batch(
-    exp: Experiment, store: Store, out_dir: Path, reporter: Reporter | None = None
+    exp: Experiment, store: RunStore, out_dir: Path, reporter: Reporter | None = None
 ) -> StudyResult:
     """Grow the per-worker batch x4 from 32 until it no longer fits (CUDA out of memory, or
     a worker's peak resident memory above `scale.memory_cap_gb` on CPU, or the data runs

@@ -11,10 +11,10 @@ from typing import Any
 
 from dlperf.distributed.contracts import RankResult
 from dlperf.distributed.summary import computes, slowest_per_step
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 
-def comm_reference(store: Store, backend: str) -> dict[str, Any] | None:
+def comm_reference(store: RunStore, backend: str) -> dict[str, Any] | None:
     """What the communication models are calibrated on: the newest all-reduce benchmark study
     on `backend` with a finished run, its ring model, and per worker count the run's id, its
     measured times and its measured overlap cost (absent from benchmarks stored before it

@@ -47,7 +47,7 @@ from dlperf.engine.run import as_run
 from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import system_info, usable_cores
 
 WORKER_MODULE = "dlperf.distributed.worker"
@@ -72,7 +72,7 @@ class Study:
     def __init__(
         self,
         exp: Experiment,
-        store: Store,
+        store: RunStore,
         out_dir: Path,
         reporter: Reporter,
         compare: bool = True,
@@ -319,7 +319,7 @@ class Study:
 
 
 def run_study(
-    exp: Experiment, store: Store, out_dir: Path, reporter: Reporter | None = None
+    exp: Experiment, store: RunStore, out_dir: Path, reporter: Reporter | None = None
 ) -> StudyResult:
     """Run every point of the study `exp.scale`; only node 0 (of a multi-node study) writes
     the store."""

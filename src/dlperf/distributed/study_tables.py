@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed.scaling import BATCH_KEY, series_name
-from dlperf.numbers import fmt
+from dlperf.formatting import fmt
 from dlperf.table import Table
 
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ A finding names its rule (a stable name), a severity (info | warning | error), t
 and the fix. Doctor only reads the store, and imports neither torch nor numpy: it runs in a
 second shell while the runs it examines are still training.
 
-    from dlperf.store import Store
+    from dlperf.store import RunStore
     from dlperf import doctor
-    store = Store.open("dlperf.db")
+    store = RunStore.open("dlperf.db")
     for f in doctor.examine(store, doctor.select(store, last=5)):
         print(f.run_id, f.severity, f.rule, f.evidence)
 """
@@ -22,7 +22,7 @@ from typing import Any
 from dlperf.doctor.rules import RULES, SEVERITIES
 from dlperf.doctor.view import RunView, Stored
 from dlperf.errors import UserError
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 __all__ = ["RULES", "SEVERITIES", "Finding", "examine", "select"]
 
@@ -41,7 +41,7 @@ class Finding:
 
 
 def select(
-    store: Store,
+    store: RunStore,
     run_ids: Iterable[int] = (),
     study_ids: Iterable[int] = (),
     last: int | None = None,
@@ -64,7 +64,7 @@ def select(
 
 
 def examine(
-    store: Store, run_ids: Sequence[int], rules: Sequence[str] | None = None
+    store: RunStore, run_ids: Sequence[int], rules: Sequence[str] | None = None
 ) -> list[Finding]:
     """Every finding of `rules` (default: all of RULES) on each run of `run_ids`, in run
     order, then in the order of the rule table."""

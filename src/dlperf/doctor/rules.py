@@ -24,8 +24,8 @@ from dlperf.distributed.contracts import PointSummary
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
 from dlperf.errors import UserError
+from dlperf.shipped import dataset_table
 from dlperf.store.record import RunRecord
-from dlperf.tables import dataset_table
 
 SEVERITIES = ("info", "warning", "error")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from dlperf.distributed.contracts import PointSummary
 from dlperf.distributed.scaling import series
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
 Figures = dict[str, Any]
@@ -28,7 +28,7 @@ class Issue:
 class Stored:
     """The store, read once per thing: runs, studies and metrics are cached."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: RunStore) -> None:
         self.store = store
         self._runs: dict[int, RunRecord] = {}
         self._studies: dict[int, list[RunRecord]] = {}

@@ -36,7 +36,7 @@ from dlperf.engine.train import evaluate
 from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import pick_device, set_threads, system_info
 
 
@@ -140,7 +140,7 @@ def train(
 def study(
     exp: Experiment,
     speeds: dict[str, float],
-    store: Store,
+    store: RunStore,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """Synchronous then emulated asynchronous SGD from the same initial weights, both stored

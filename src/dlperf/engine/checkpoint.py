@@ -22,7 +22,7 @@ from dlperf.errors import UserError
 from dlperf.paths import atomic_write
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
 
 OWNER = "owner"
 
@@ -90,7 +90,7 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
         raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
 
 
-def run_checkpoint(store: Store, run_id: int, purpose: str, hint: str) -> Path:
+def run_checkpoint(store: RunStore, run_id: int, purpose: str, hint: str) -> Path:
     """The last checkpoint file recorded for a run. None, or a file since removed, is one line
     of bad input: "run N has no checkpoint `purpose`" and the caller's `hint`."""
     paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]

@@ -18,7 +18,7 @@ from dlperf.engine.checks import check_batch_fits, dry_forward
 from dlperf.engine.train import Diverged, train
 from dlperf.models import create_model, transfer
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Recording, Store, writer_refusal
+from dlperf.store import Recording, RunStore, writer_refusal
 from dlperf.system import pick_device, set_threads, system_info
 
 
@@ -33,7 +33,7 @@ class Prepared:
     transfer: dict[str, Any] | None  # where the weights came from and what was adapted
 
 
-def _prepare(exp: Experiment, store: Store, reporter: Reporter, fresh: bool = True) -> Prepared:
+def _prepare(exp: Experiment, store: RunStore, reporter: Reporter, fresh: bool = True) -> Prepared:
     """Device, data and model of `exp`; a `fresh` run starts from model.weights (a resumed
     one from its own checkpoint)."""
     device = pick_device(exp.run.device)
@@ -65,7 +65,7 @@ def load_run_data(
     return data, pretrained.apply_statistics(data, exp.data, start)
 
 
-def as_run(exp: Experiment, store: Store) -> tuple[Experiment, ImageData, list[str]]:
+def as_run(exp: Experiment, store: RunStore) -> tuple[Experiment, ImageData, list[str]]:
     """`exp` with the resolution and statistics its model.weights imply written into its data
     section where the config leaves them unset (so that runs derived from it see the same
     images without the weights: scale workers, which have no store to resolve run:ID with,
@@ -114,7 +114,7 @@ def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch
 
 def run_experiment(
     exp: Experiment,
-    store: Store,
+    store: RunStore,
     reporter: Reporter | None = None,
     study_id: int | None = None,
 ) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def run_experiment(
         return _execute(exp, store, record, ckpt, None, prepared, reporter)
 
 
-def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> dict[str, Any]:
+def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -> dict[str, Any]:
     """Continue a stopped run from its last checkpoint, with its stored config."""
     reporter = reporter or NullReporter()
     stored = store.get_run(run_id)
@@ -172,7 +172,7 @@ def resume_run(run_id: int, store: Store, reporter: Reporter | None = None) -> d
 
 def _execute(
     exp: Experiment,
-    store: Store,
+    store: RunStore,
     record: Recording,
     ckpt: checkpoint.Slot,
     state: dict[str, Any] | None,
@@ -180,7 +180,7 @@ def _execute(
     reporter: Reporter,
 ) -> dict[str, Any]:
     """Train inside `record`: a diverged loss fails the run softly (the result says so),
-    anything else is left to `Store.recording` to mark."""
+    anything else is left to `RunStore.recording` to mark."""
     p = prepared
     try:
         summary = train(exp, p.model, p.data, p.device, store, record.id, ckpt, state, reporter)

@@ -37,7 +37,7 @@ from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.system import (
     gpu_memory,
     gpu_utilization,
@@ -107,7 +107,7 @@ class MetricBuffer:
     waits for the device once per flush rather than once per step. Each step keeps its own
     wall time: the batch's write time would stack `every` points on one instant."""
 
-    def __init__(self, store: Store, run_id: int, every: int) -> None:
+    def __init__(self, store: RunStore, run_id: int, every: int) -> None:
         self.store, self.run_id, self.every = store, run_id, every
         self.losses: list[tuple[int, torch.Tensor, float, float]] = []
         self.rows: list[tuple[str, int, float, float]] = []
@@ -268,7 +268,7 @@ def train(
     model: nn.Module,
     data: ImageData,
     device: torch.device,
-    store: Store,
+    store: RunStore,
     run_id: int,
     checkpoint_slot: checkpoint.Slot,
     resume: dict[str, Any] | None = None,

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric
 
@@ -148,7 +148,7 @@ def legend_labels(runs: list[RunRecord]) -> list[str]:
     return labels
 
 
-def _rows(store: Store, run_id: int, keys: list[str]) -> tuple[dict[str, list], float | None]:
+def _rows(store: RunStore, run_id: int, keys: list[str]) -> tuple[dict[str, list], float | None]:
     """(step, value, wall_time) rows of `keys` (an error key: 1 - its accuracy's), in step
     order, and the wall time of the run's first metric row (the time axis' zero)."""
     sources = {ERRORS.get(k, k) for k in keys}
@@ -188,7 +188,7 @@ def _x_values(
     return [s * steps_per_epoch for s in steps]
 
 
-def plot_runs(store: Store, run_ids: list[int], keys: list[str], x: str, path: Path) -> RunsPlot:
+def plot_runs(store: RunStore, run_ids: list[int], keys: list[str], x: str, path: Path) -> RunsPlot:
     """Overlay `keys` (default: training loss, val/acc1, learning rate) of the runs and save
     the figure to `path` (PNG, SVG or PDF by its suffix)."""
     check_out(path)
@@ -199,7 +199,7 @@ def plot_runs(store: Store, run_ids: list[int], keys: list[str], x: str, path: P
 
 
 def draw_runs(
-    store: Store, run_ids: list[int], keys: list[str], x: str, fitted: bool = True
+    store: RunStore, run_ids: list[int], keys: list[str], x: str, fitted: bool = True
 ) -> tuple[Figure, RunsPlot]:
     """The figure `plot_runs` saves, not yet saved (its RunsPlot's path is empty). `fitted`:
     margins fitted to the labels (tight_layout, which draws the figure once more), else fixed

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure  # no pyplot: figures that need no global s
 from matplotlib.ticker import MaxNLocator
 
 from dlperf.distributed.scaling import series_name
-from dlperf.store import Store
+from dlperf.store import RunStore
 
 SPREAD_LABEL = "min-max over timed steps"
 SERIES_GAP = 0.8  # bars of a gap between two series' groups on the step split
@@ -249,7 +249,7 @@ def plot_study(
 
 
 def save_study_figures(
-    store: Store, study_id: int, rows: list[dict[str, Any]], out_dir: Path
+    store: RunStore, study_id: int, rows: list[dict[str, Any]], out_dir: Path
 ) -> list[str]:
     """Draw a stored study's figures under `out_dir`/scale-ID/plots and record them as
     artifacts of its first run (the store keeps artifacts per run); their paths. Nothing

@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 from dlperf.sweep.summary import mean_curves
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
     from dlperf.sweep import SweepResult
 
 
@@ -140,7 +140,7 @@ def plot_sweep(
     return paths
 
 
-def sweep_figures(store: Store, result: SweepResult) -> list[Path]:
+def sweep_figures(store: RunStore, result: SweepResult) -> list[Path]:
     """The figures of what `dlperf sweep` ran, in its study's directory, the validation
     curves of its finished points read from `store`; none when no point finished."""
     curves = [

@@ -286,7 +286,7 @@ def _writes(process: dict[str, Any], force: bool) -> bool:
 
 @dataclass
 class Deleted:
-    """What `Store.delete_runs` did: the runs, the files and directories it removed, and the
+    """What `RunStore.delete_runs` did: the runs, the files and directories it removed, and the
     recorded files it left in place, each with the reason."""
 
     runs: list[int]
@@ -310,7 +310,7 @@ class Recording:
             self.summary = summary
 
 
-class Store:
+class RunStore:
     def __init__(self, engine: Engine, store_id: str, read_only: bool = False) -> None:
         self.engine = engine
         self.id = store_id
@@ -318,7 +318,7 @@ class Store:
         self._writer = engine.execution_options(**{WRITES: True})
 
     @classmethod
-    def open(cls, db: str | None = None, create: bool = True) -> Store:
+    def open(cls, db: str | None = None, create: bool = True) -> RunStore:
         """The store at `db` (a URL or a SQLite file path), checked and brought to the current
         schema. Without `create` (the commands that only read), a database that is empty, or
         a SQLite file that is missing or empty, reads as a store without runs and nothing is
@@ -358,7 +358,7 @@ class Store:
         return cls(engine, store_id, read_only)
 
     @classmethod
-    def _empty(cls) -> Store:
+    def _empty(cls) -> RunStore:
         """A store without runs, in memory, for readers of a store that holds nothing yet."""
         engine = create_engine("sqlite://", poolclass=StaticPool)
         return cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
@@ -788,7 +788,7 @@ def repair(db: str | None, out: Path) -> integrity.Repaired:
         raise UserError(f"run store {source} does not exist")
     if out.exists():
         raise UserError(f"{out} exists", "repair writes a new store: give a new file name")
-    new = Store.open(str(out))
+    new = RunStore.open(str(out))
     try:
         return integrity.copy_readable(source, new._writer, out)
     except BaseException:

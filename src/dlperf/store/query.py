@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import NoSuchRun, UserError
-from dlperf.numbers import fmt
+from dlperf.formatting import fmt
 from dlperf.parsing import did_you_mean, flatten
 from dlperf.procs import process_alive
 
 if TYPE_CHECKING:
-    from dlperf.store import Store
+    from dlperf.store import RunStore
     from dlperf.store.record import RunRecord
 
 SUMMARY_KEYS = (
@@ -127,7 +127,7 @@ class RunView:
         return {**self.run.to_dict(), "epochs": epochs, "artifacts": self.artifacts}
 
 
-def show(store: Store, run_id: int) -> RunView:
+def show(store: RunStore, run_id: int) -> RunView:
     """One run with its per-epoch metrics and artifacts."""
     run = store.get_run(run_id)
     epochs = {
@@ -221,7 +221,7 @@ def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
 
 
 def list_runs(
-    open_store: Callable[[], Store],
+    open_store: Callable[[], RunStore],
     kind: str | None = None,
     study: int | None = None,
     where: Sequence[str] = (),
@@ -311,7 +311,7 @@ class Comparison:
         return {"runs": self.run_ids, "config_diff": self.config_diff, "summary": self.summary}
 
 
-def compare(store: Store, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
+def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
     """Compare two or more runs, given by ID or as every run of a study."""
     ids = list(run_ids)
     if study is not None:
@@ -337,7 +337,7 @@ def compare(store: Store, run_ids: Sequence[int] = (), study: int | None = None)
 # --- delete ---------------------------------------------------------------------------------
 
 
-def to_delete(store: Store, run_ids: Sequence[int], force: bool) -> list[RunRecord]:
+def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunRecord]:
     """The runs `runs delete` may delete, as they stand: every one must exist, and none may
     still be `running` unless `force` (a `lost` one may go)."""
     missing = []
@@ -379,7 +379,7 @@ class Stopped:
     status: str | None  # None: not stopped
 
 
-def stop(store: Store, runs: Sequence[RunRecord], wait_s: float = STOP_WAIT_S) -> list[Stopped]:
+def stop(store: RunStore, runs: Sequence[RunRecord], wait_s: float = STOP_WAIT_S) -> list[Stopped]:
     """Stop the processes of the `running` runs among `runs`: SIGTERM, which dlperf takes as
     Ctrl-C (the run is marked killed), then wait until each run is no longer running. A run
     whose process runs on another host is not stopped (it is deleted under it, and its

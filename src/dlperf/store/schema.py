@@ -53,7 +53,7 @@ class Run(Base):
     ended: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The one process that may write the run while it is `running` (`procs.this_process()`
-    # as JSON), taken by compare-and-set: see Store.take_over. Null once the run has ended.
+    # as JSON), taken by compare-and-set: see RunStore.take_over. Null once the run has ended.
     owner: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
@@ -88,7 +88,7 @@ class Tag(Base):
 
 
 class Claim(Base):
-    """A sweep point taken by one process (`Store.claim`), so that two sweeps of one study
+    """A sweep point taken by one process (`RunStore.claim`), so that two sweeps of one study
     never train the same point: `key` is the point's identity within the study, `owner` the
     claiming process as in `Run.owner`. Kept after the point ends; a claim whose process is
     gone is taken over."""

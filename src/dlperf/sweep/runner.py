@@ -1,5 +1,5 @@
 """Running a sweep: every point a run of one `sweep` study, finished points skipped on a rerun.
-Each point is claimed in the store before it starts (`Store.claim`): two sweeps of one study
+Each point is claimed in the store before it starts (`RunStore.claim`): two sweeps of one study
 running at once train each point once.
 
 A point is identified by its config hash with run.threads left out when the sweep sets the
@@ -34,7 +34,7 @@ from dlperf.config import Experiment
 from dlperf.distributed.launch import PARENT_ENV, REAP_S, STOP_GRACE_S, guarded
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 from dlperf.store.schema import Study
 from dlperf.sweep import summary
@@ -80,7 +80,9 @@ def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
     return max(1, cores // min(jobs, max(1, pending)))
 
 
-def choose_study(store: Store, name: str, kind: str, resume: int | None, new: bool) -> int | None:
+def choose_study(
+    store: RunStore, name: str, kind: str, resume: int | None, new: bool
+) -> int | None:
     """The `kind` study to continue (`resume`, else the newest called `name`; None: a new one
     is to be made), checked without writing."""
     if resume is not None:
@@ -93,7 +95,7 @@ def choose_study(store: Store, name: str, kind: str, resume: int | None, new: bo
     return None if new else store.find_study(name, kind)
 
 
-def _studies(store: Store, name: str, kind: str) -> list[int]:
+def _studies(store: RunStore, name: str, kind: str) -> list[int]:
     """The ids of the `kind` studies called `name`, newest first."""
     query = select(Study.id).where(Study.name == name, Study.kind == kind).order_by(Study.id.desc())
     with Session(store.engine) as s:
@@ -101,7 +103,7 @@ def _studies(store: Store, name: str, kind: str) -> list[int]:
 
 
 def sweep_study(
-    store: Store,
+    store: RunStore,
     sweep: Sweep,
     keys: list[str | None],
     free_threads: bool,
@@ -138,7 +140,9 @@ def sweep_study(
     return None
 
 
-def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dict[str, RunRecord]:
+def finished_runs(
+    store: RunStore, study_id: int | None, free_threads: bool
+) -> dict[str, RunRecord]:
     """The newest finished run of each point key in the study."""
     found: dict[str, RunRecord] = {}
     if study_id is None:
@@ -150,12 +154,12 @@ def finished_runs(store: Store, study_id: int | None, free_threads: bool) -> dic
     return found
 
 
-def _newest_id(store: Store) -> int:
+def _newest_id(store: RunStore) -> int:
     newest = store.list_runs(limit=1)
     return newest[0].id if newest else 0
 
 
-def _own_run(store: Store, exp: Experiment, study_id: int, since: int) -> RunRecord | None:
+def _own_run(store: RunStore, exp: Experiment, study_id: int, since: int) -> RunRecord | None:
     """The run this sweep started for `exp`: of the study, newer than `since`, same hash."""
     digest = exp.config_hash()
     for run in store.list_runs(study_id=study_id):
@@ -165,7 +169,7 @@ def _own_run(store: Store, exp: Experiment, study_id: int, since: int) -> RunRec
 
 
 def record_failure(
-    store: Store, exp: Experiment, study_id: int, since: int, error: str
+    store: RunStore, exp: Experiment, study_id: int, since: int, error: str
 ) -> dict[str, Any]:
     """A point that failed: its run marked failed, or, if it failed before its run was
     recorded (the batch does not fit the data, say), a failed run made for it, so the study
@@ -183,7 +187,7 @@ def record_failure(
 
 
 def run_point(
-    exp: Experiment, store: Store, study_id: int, since: int, reporter: Reporter
+    exp: Experiment, store: RunStore, study_id: int, since: int, reporter: Reporter
 ) -> dict[str, Any]:
     """Run one point here and return its summary; any failure is recorded, not raised."""
     from dlperf.engine.run import run_experiment
@@ -201,7 +205,7 @@ class SweepRun:
     """One sweep being run: its study, what is done, and the points still to do."""
 
     sweep: Sweep
-    store: Store
+    store: RunStore
     study_id: int
     out_dir: Path
     threads: int | None
@@ -369,7 +373,7 @@ def _row(point: Point, result: dict[str, Any], skipped: bool) -> dict[str, Any]:
 
 def run_sweep(
     sweep: Sweep,
-    store: Store,
+    store: RunStore,
     jobs: int = 1,
     on_failure: str = "continue",
     resume: int | None = None,

@@ -18,7 +18,7 @@ from typing import Any
 from dlperf.config import build_experiment
 from dlperf.paths import atomic_write
 from dlperf.progress import NullReporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.sweep.runner import run_point
 
 
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     config, result, study_id, since = argv
     exp = build_experiment(json.loads(Path(config).read_text()), config)
-    store = Store.open(os.environ.get("DLPERF_DB"))
+    store = RunStore.open(os.environ.get("DLPERF_DB"))
     try:
         summary = run_point(exp, store, int(study_id), int(since), NullReporter())
     except KeyboardInterrupt:  # the run is marked killed by now

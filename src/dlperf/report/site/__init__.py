@@ -6,9 +6,9 @@ are PNG data URIs, the CSS is inline, there is no script and no external referen
 opens offline from file:// and can be sent as a directory or an archive. The report only
 reads the store.
 
-    from dlperf.store import Store
+    from dlperf.store import RunStore
     from dlperf.report.site import build_report
-    done = build_report(Store.open("dlperf.db"), Path("report"), last=10)
+    done = build_report(RunStore.open("dlperf.db"), Path("report"), last=10)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
 DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
@@ -45,7 +45,7 @@ class Report:
 
 
 def select(
-    store: Store,
+    store: RunStore,
     run_ids: Iterable[int] = (),
     study_ids: Iterable[int] = (),
     last: int | None = None,
@@ -69,7 +69,7 @@ def select(
 
 
 def build_report(
-    store: Store,
+    store: RunStore,
     out: Path,
     run_ids: Iterable[int] = (),
     study_ids: Iterable[int] = (),
@@ -142,7 +142,7 @@ def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]], parent: 
     die_with_parent()
     if os.getppid() != parent:  # the report died before the guard took effect
         os._exit(1)
-    _worker.update(store=Store.open(url), out=out, with_page=with_page)
+    _worker.update(store=RunStore.open(url), out=out, with_page=with_page)
 
 
 def _write_run_page(task: tuple[RunRecord, list]) -> str:
@@ -157,7 +157,7 @@ def _write_run_page(task: tuple[RunRecord, list]) -> str:
 
 
 def _run_pages(
-    store: Store,
+    store: RunStore,
     out: Path,
     tasks: list[tuple[RunRecord, list]],
     with_page: set[tuple[str, int]],
@@ -186,5 +186,5 @@ def _run_pages(
         pool.shutdown(cancel_futures=True)
 
 
-def _start_worker_here(store: Store, out: Path, with_page: set[tuple[str, int]]) -> None:
+def _start_worker_here(store: RunStore, out: Path, with_page: set[tuple[str, int]]) -> None:
     _worker.update(store=store, out=out, with_page=with_page)

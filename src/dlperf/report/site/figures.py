@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from dlperf.errors import UserError
 from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric
 
@@ -37,7 +37,7 @@ def _finish(fig: Figure, ax: Any, title: str, xlabel: str, ylabel: str) -> str:
     return png(fig)
 
 
-def run_curves(store: Store, run: RunRecord) -> tuple[Figures, list[str]]:
+def run_curves(store: RunStore, run: RunRecord) -> tuple[Figures, list[str]]:
     """Training loss, validation accuracy and learning rate against the epoch; loss and
     accuracy against the wall time (the schedule is drawn once); notes for what the run
     cannot show."""
@@ -88,7 +88,7 @@ def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
     return times, len(groups) < len(rows)
 
 
-def against_time(store: Store, run: RunRecord, keys: list[str]) -> tuple[str, str]:
+def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str, str]:
     """`keys` against the wall time since the run's first step, one subplot each, the rows of
     a batch spread by `spread` (the x axis then says so)."""
     from dlperf.report.runs import per_epoch, ylabel
@@ -129,7 +129,7 @@ def against_time(store: Store, run: RunRecord, keys: list[str]) -> tuple[str, st
     return caption, png(fig)
 
 
-def phases(store: Store, run: RunRecord) -> Figures:
+def phases(store: RunStore, run: RunRecord) -> Figures:
     """Seconds per step by phase as stacked bars in the order the step runs them (data at the
     bottom): one bar per epoch from the stored phase/* metrics, else one bar from the
     summary's phases."""

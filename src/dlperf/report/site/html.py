@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dlperf import numbers
+from dlperf import formatting
 
 # Figures are drawn at the content column's width, so that the browser shows them 1:1 and a
 # font's points read as on paper (10 pt at 100 dpi: 14 px, the body text's size).
@@ -51,7 +51,7 @@ def fmt(value: Any) -> str:
     lists and dicts as JSON."""
     if isinstance(value, dict | list | tuple):
         return json.dumps(value, default=str)
-    return numbers.fmt(value)
+    return formatting.fmt(value)
 
 
 # Summary keys carry their unit in their name (dlperf's convention: train_time_s,

@@ -24,7 +24,7 @@ from dlperf.report.site.html import (
     table_figure,
 )
 from dlperf.report.site.trace_section import trace_section
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
 # Summary figures shown in the index, by run kind: (column, summary key).
@@ -89,7 +89,7 @@ def _notes(notes: list[str]) -> str:
 
 
 def run_page(
-    store: Store,
+    store: RunStore,
     run: RunRecord,
     found: list[Finding],
     has_page: Callable[[str, int], bool],
@@ -275,7 +275,7 @@ def sweep_params(runs: list[RunRecord]) -> dict[int, dict[str, Any]]:
     return {rid: {k: f.get(k) for k in varying} for rid, f in flat.items()}
 
 
-def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
+def _sweep(store: RunStore, study: dict[str, Any], runs: list[RunRecord]) -> str:
     from dlperf.sweep import summary as ranking
 
     params = sweep_params(runs)
@@ -310,7 +310,7 @@ def _sweep(store: Store, study: dict[str, Any], runs: list[RunRecord]) -> str:
     return "<h2>Ranking</h2>" + verdict + table(columns, table_rows, keys=formats) + _figures(drawn)
 
 
-def _staleness(store: Store, runs: list[RunRecord]) -> str:
+def _staleness(store: RunStore, runs: list[RunRecord]) -> str:
     modes = {(r.config or {}).get("staleness", {}).get("mode"): r for r in runs
              if r.status == "finished"}  # fmt: skip
     if not {"sync", "async"} <= set(modes):
@@ -342,7 +342,7 @@ def _line(run: RunRecord | None, same_as_teacher: bool = False) -> dict[str, Any
 
 
 def _distill(
-    store: Store,
+    store: RunStore,
     study: dict[str, Any],
     runs: list[RunRecord],
     has_page: Callable[[str, int], bool],
@@ -404,7 +404,7 @@ def _distill(
     return body + f"<p>{esc(said)}</p>" + _figures(figures)
 
 
-def _overlay(store: Store, runs: list[RunRecord]) -> str:
+def _overlay(store: RunStore, runs: list[RunRecord]) -> str:
     from dlperf.errors import UserError
     from dlperf.report.runs import draw_runs
     from dlperf.report.site.html import png
@@ -420,7 +420,7 @@ def _overlay(store: Store, runs: list[RunRecord]) -> str:
 
 
 def study_page(
-    store: Store,
+    store: RunStore,
     study: dict[str, Any],
     runs: list[RunRecord],
     findings: dict[int, list[Finding]],

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dlperf import traces
 from dlperf.errors import UserError
 from dlperf.report.site.html import esc, table
-from dlperf.store import Store
+from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
 TOP = 10  # operators shown per trace; `dlperf runs trace RUN --top N` lists more
 
 
-def trace_section(store: Store, run: RunRecord) -> str:
+def trace_section(store: RunStore, run: RunRecord) -> str:
     """The section's HTML; empty when the run has no trace."""
     if not traces.has_trace(store, run.id):
         return ""

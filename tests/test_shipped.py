@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from dlperf.store import Store
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 
 LONG = "allreduce-" + "-".join(["mirrored", "hierarchical", "nccl", "variant"] * 4)  # 149
 NAME = "allreduce-mirrored-hierarchical-nccl-variant"  # 44
 
 
-def store_runs(store: Store, *names: str) -> list[int]:
+def store_runs(store: RunStore, *names: str) -> list[int]:
     config = {"model": {"name": "smallcnn"}, "data": {"name": "digits"}}
     ids = [store.create_run(name, "run", config, "0" * 16, None, None) for name in names]
     for run_id in ids:
@@ -29,7 +29,7 @@ def table_lines(result: CliResult) -> list[str]:
 
 
 def test_off_a_terminal_a_table_takes_the_width_it_needs(
-    cli: Callable[..., CliResult], store: Store, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     store_runs(store, LONG, "short")
@@ -40,7 +40,7 @@ def test_off_a_terminal_a_table_takes_the_width_it_needs(
 
 
 def test_columns_is_honoured_by_wrapping_between_words(
-    cli: Callable[..., CliResult], store: Store, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "150")
     (run_id,) = store_runs(store, NAME)
@@ -56,7 +56,7 @@ def test_columns_is_honoured_by_wrapping_between_words(
 
 
 def test_narrower_than_the_longest_words_each_row_is_a_block(
-    cli: Callable[..., CliResult], store: Store, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "60")
     store_runs(store, NAME, "second")  # the name fits beside the column names
