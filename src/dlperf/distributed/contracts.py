@@ -17,48 +17,14 @@ worker imports this module, and TensorFlow and torchvision must not share a proc
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dlperf.paths import atomic_write
-
-
-class ContractError(ValueError):
-    """A record that does not have the fields its contract names."""
-
-
-def _checked(cls: type, data: object) -> dict[str, Any]:
-    """`data` as `cls`'s keyword arguments: every field without a default present, none
-    unknown."""
-    name = cls.__name__
-    if not isinstance(data, Mapping):
-        raise ContractError(f"{name}: expected an object, got {type(data).__name__}")
-    fields = dataclasses.fields(cls)
-    required = {
-        f.name
-        for f in fields
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    }
-    missing = sorted(required - data.keys())
-    unknown = sorted(data.keys() - {f.name for f in fields})
-    if missing:
-        raise ContractError(f"{name}: missing field(s) {', '.join(missing)}")
-    if unknown:
-        raise ContractError(f"{name}: unknown field(s) {', '.join(unknown)}")
-    return dict(data)
-
-
-def _plain(value: Any) -> Any:
-    """`value` as JSON holds it: tuples as lists, all the way down."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+from dlperf.records import ContractError, checked, plain
 
 
 def _floats(values: Sequence[float] | None) -> tuple[float, ...] | None:
@@ -89,11 +55,11 @@ class WorkerSpec:
     memory_cap_bytes: int | None = None  # --find-max-batch on CPU: peak memory allowed
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        return plain(asdict(self))
 
     @classmethod
     def from_dict(cls, data: object) -> WorkerSpec:
-        fields = _checked(cls, data)
+        fields = checked(cls, data)
         channels, height, width = fields["shape"]
         return cls(**(fields | {"shape": (channels, height, width)}))
 
@@ -114,7 +80,7 @@ class DdpStats:
 
     @classmethod
     def from_dict(cls, data: object) -> DdpStats:
-        return cls(**_checked(cls, data))
+        return cls(**checked(cls, data))
 
 
 @dataclass(frozen=True)
@@ -134,7 +100,7 @@ class MainPhase:
 
     @classmethod
     def from_dict(cls, data: object) -> MainPhase:
-        fields = _checked(cls, data)
+        fields = checked(cls, data)
         ddp = fields.get("ddp")
         return cls(
             **fields
@@ -159,7 +125,7 @@ class ComputePhase:
 
     @classmethod
     def from_dict(cls, data: object) -> ComputePhase:
-        fields = _checked(cls, data)
+        fields = checked(cls, data)
         sizes = fields.get("grad_sizes")
         return cls(
             tuple(fields["step_times_s"]),
@@ -180,11 +146,11 @@ class RankResult:
     compute: ComputePhase | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        return plain(asdict(self))
 
     @classmethod
     def from_dict(cls, data: object) -> RankResult:
-        fields = _checked(cls, data)
+        fields = checked(cls, data)
         compute = fields.get("compute")
         return cls(
             **fields
@@ -226,7 +192,7 @@ class RankSummary:
 
     @classmethod
     def from_dict(cls, data: object) -> RankSummary:
-        return cls(**_checked(cls, data))
+        return cls(**checked(cls, data))
 
 
 TRACE_FIELDS = (
@@ -304,7 +270,7 @@ class PointSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The stored shape: the --synthetic figures only where measured, as before."""
-        data: dict[str, Any] = _plain(asdict(self))
+        data: dict[str, Any] = plain(asdict(self))
         if self.throughput_mean is None:
             for name in ("throughput_mean", "throughput_ci95", "throughput_ci_method", "chunks"):
                 del data[name]
@@ -315,7 +281,7 @@ class PointSummary:
 
     @classmethod
     def from_dict(cls, data: object) -> PointSummary:
-        fields = _checked(cls, data)
+        fields = checked(cls, data)
         ranks = tuple(RankSummary.from_dict(r) for r in fields["ranks"])
         return cls(**fields | {"ranks": ranks})
 

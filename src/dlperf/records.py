@@ -1,0 +1,93 @@
+"""Records one part of dlperf hands another, each a frozen dataclass with one codec that its
+writer and its reader both use, and the run summary every training run stores.
+
+`from_dict` refuses a missing or an unknown field with a `ContractError` naming the record
+and the fields, rather than a KeyError far from the cause. Standard library only: the
+TensorFlow worker, the doctor and the report read these without importing torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class ContractError(ValueError):
+    """A record that does not have the fields its contract names."""
+
+
+def checked(cls: type, data: object) -> dict[str, Any]:
+    """`data` as `cls`'s keyword arguments: every field without a default present, none
+    unknown."""
+    name = cls.__name__
+    if not isinstance(data, Mapping):
+        raise ContractError(f"{name}: expected an object, got {type(data).__name__}")
+    fields = dataclasses.fields(cls)
+    required = {
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    missing = sorted(required - data.keys())
+    unknown = sorted(data.keys() - {f.name for f in fields})
+    if missing:
+        raise ContractError(f"{name}: missing field(s) {', '.join(missing)}")
+    if unknown:
+        raise ContractError(f"{name}: unknown field(s) {', '.join(unknown)}")
+    return dict(data)
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON holds it: tuples as lists, all the way down."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+Spread = dict[str, float]  # {"min": .., "median": .., "max": ..}
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a training run stores as its summary when it ends (`dlperf run`, a sweep's point,
+    a distillation's student), read back by the doctor, the report, `runs show` and the API.
+
+    Every field has a default: summaries stored by older versions lack the fields added
+    since, and a run that stopped early has no test figures."""
+
+    test_accuracy: float | None = None
+    test_top5: float | None = None
+    test_loss: float | None = None
+    best_val_accuracy: float | None = None
+    epochs: int = 0
+    steps: int = 0
+    steps_per_epoch: int | None = None
+    samples_per_step: int | None = None
+    epochs_to_target: int | None = None
+    time_to_target_s: float | None = None
+    throughput: float | None = None  # samples/s over the timed steps
+    timed_samples: int | None = None  # after the warm-up and any profiled window
+    throughput_spread: Spread | None = None  # over epochs
+    train_time_s: float | None = None
+    cpu_time_s: float | None = None
+    elapsed_s: float | None = None
+    phases: dict[str, float] | None = None  # seconds per step in each phase
+    phase_clock: str | None = None  # what timed the phases (cuda events, wall clock)
+    step_time_spread: Spread | None = None
+    peak_memory_bytes: int | None = None
+    gpu_memory: dict[str, Any] | None = None
+    gpu_utilization_pct: Spread | None = None
+    device: str | None = None  # where it trained, e.g. cpu or cuda:0
+    threads: int | None = None  # intra-op threads
+    data: dict[str, Any] | None = None  # the data set it trained on, as the run resolved it
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: object) -> RunSummary:
+        return cls(**checked(cls, data))
