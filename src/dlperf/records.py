@@ -84,6 +84,7 @@ class RunSummary:
     device: str | None = None  # where it trained, e.g. cpu or cuda:0
     threads: int | None = None  # intra-op threads
     data: dict[str, Any] | None = None  # the data set it trained on, as the run resolved it
+    transfer: dict[str, Any] | None = None  # what a fine-tuned run started from
 
     def to_dict(self) -> dict[str, Any]:
         return plain(asdict(self))
