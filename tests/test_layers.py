@@ -1,11 +1,9 @@
-"""The package's layers, read from its source: nothing imports upward and nothing imports in
+"""The package's layers, read from its source: every import points down the order that
+docs/design.md draws, or is an exception named below with its reason, and nothing imports in
 a circle.
 
-`cli` (and the facades: the package's `__init__`, `api` and `demo`) may import anything;
-`report` and `doctor` read the store and draw; every other module computes and returns
-data, so it never imports `cli`, `report` or `doctor`. Every `import` counts, a lazy one
-inside a function too (it is the same dependency, only later), except those under
-`if TYPE_CHECKING:`.
+Every `import` counts, a lazy one inside a function too (it is the same dependency, only
+later), except those under `if TYPE_CHECKING:`.
 """
 
 from __future__ import annotations
@@ -14,8 +12,69 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-TOP = ("dlperf.cli", "dlperf.api", "dlperf.demo", "dlperf.__main__")
-READERS = ("dlperf.report", "dlperf.doctor")
+
+# The layers, top to bottom; a module may import its own layer and those below. A module
+# takes the layer of the longest entry naming it or a package holding it (`dlperf` is the
+# package's own `__init__` only). A new module needs a place here: the test names it until
+# it has one.
+LAYERS: dict[str, tuple[str, ...]] = {
+    # parse, call, render; may import anything
+    "facades": (
+        "dlperf",
+        "dlperf.__main__",
+        "dlperf.cli",
+        "dlperf.api",
+        "dlperf.demo",
+    ),
+    # read the store, draw and diagnose
+    "readers": ("dlperf.report", "dlperf.doctor"),
+    # run engines, measure, record; return data
+    "studies": (
+        "dlperf.distributed",
+        "dlperf.sweep",
+        "dlperf.distill",
+        "dlperf.detect",
+        "dlperf.deploy",
+        "dlperf.exporters",
+        "dlperf.converge.plan",
+        "dlperf.analytic.recorded",
+    ),
+    # the one training step, its loop and run
+    "engine": ("dlperf.engine",),
+    # compute and return data (or yield progress events)
+    "models": (
+        "dlperf.data",
+        "dlperf.models",
+        "dlperf.presets",
+        "dlperf.analytic",
+        "dlperf.store",
+        "dlperf.converge",
+    ),
+    # the standard library, third-party libraries and each other only
+    "leaves": (
+        "dlperf.config",
+        "dlperf.errors",
+        "dlperf.formatting",
+        "dlperf.parsing",
+        "dlperf.paths",
+        "dlperf.procs",
+        "dlperf.progress",
+        "dlperf.records",
+        "dlperf.shipped",
+        "dlperf.system",
+        "dlperf.table",
+        "dlperf.timing",
+        "dlperf.traces",
+        "dlperf.version",
+    ),
+}
+
+# Imports against the order, (importer, imported) module: why.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("dlperf.analytic.counting", "dlperf.engine.precision"): (
+        "counts under the run's autocast, so a count and a run agree on mixed precision"
+    ),
+}
 
 
 def module_name(path: Path) -> str:
@@ -24,10 +83,6 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
-
-
-def within(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def resolve(name: str) -> str | None:
@@ -45,19 +100,18 @@ def type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
-def imports(name: str) -> set[str]:
-    """The dlperf modules `name` imports, anywhere in its file."""
+def imports(name: str) -> dict[str, int]:
+    """The dlperf modules `name` imports, anywhere in its file, each with its first line."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
+    found: dict[str, int] = {}
     for node in ast.walk(tree):
-        if type_checking_only(node, parents):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or type_checking_only(node, parents):
             continue
-        targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = node.module or ""
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
@@ -66,52 +120,73 @@ def imports(name: str) -> set[str]:
         for target in targets:
             module = resolve(target) if target.startswith("dlperf") else None
             if module and module != name:
-                found.add(module)
+                found[module] = min(found.get(module, node.lineno), node.lineno)
     return found
 
 
 GRAPH = {name: imports(name) for name in MODULES}
+ROWS = list(LAYERS)
 
 
-def test_nothing_below_the_readers_imports_them_or_the_cli() -> None:
-    upward = sorted(
-        f"{name} imports {target}"
-        for name, targets in GRAPH.items()
-        if name != "dlperf" and not within(name, TOP + READERS)
-        for target in targets
-        if within(target, TOP + READERS)
+def layer(name: str) -> int | None:
+    """The row of `name` in LAYERS (0 is the top), or None where no entry places it."""
+    places = [
+        (len(entry), row)
+        for row, entries in enumerate(LAYERS.values())
+        for entry in entries
+        if name == entry or (entry != "dlperf" and name.startswith(entry + "."))
+    ]
+    return max(places)[1] if places else None
+
+
+def where(name: str, line: int) -> str:
+    return f"{MODULES[name].relative_to(SRC.parent)}:{line}"
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [
+        f"{MODULES[name].relative_to(SRC.parent)}" for name in MODULES if layer(name) is None
+    ]
+    assert unplaced == [], "add these modules to a layer in tests/test_layers.py LAYERS"
+
+
+def test_every_entry_names_a_module() -> None:
+    entries = [entry for entries in LAYERS.values() for entry in entries]
+    assert [e for e in entries if e not in MODULES] == [], "stale or misspelt LAYERS entries"
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = []
+    for name, targets in sorted(GRAPH.items()):
+        for target, line in sorted(targets.items()):
+            mine, theirs = layer(name), layer(target)
+            if mine is None or theirs is None:
+                continue  # the test above names unplaced modules
+            if theirs < mine and (name, target) not in EXCEPTIONS:
+                upward.append(
+                    f"{where(name, line)}: {name} ({ROWS[mine]}) imports {target} ({ROWS[theirs]})"
+                )
+    assert upward == [], "\n".join(
+        ["imports up the layers (move the code, or name an exception):", *upward]
     )
-    assert upward == []
 
 
-def test_the_readers_do_not_import_the_cli() -> None:
-    upward = sorted(
-        f"{name} imports {target}"
-        for name, targets in GRAPH.items()
-        if within(name, READERS)
-        for target in targets
-        if within(target, TOP)
-    )
-    assert upward == []
+def test_every_exception_is_still_needed() -> None:
+    stale = [edge for edge in EXCEPTIONS if edge[1] not in GRAPH.get(edge[0], {})]
+    assert stale == [], "these imports are gone: remove their EXCEPTIONS entries"
 
 
 def cycles() -> list[list[str]]:
-    """Every strongly connected group of more than one module (Tarjan's algorithm), where a
-    package's `__init__` importing its own submodules does not count as an edge back."""
+    """Every strongly connected group of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     found: list[list[str]] = []
 
-    def edges(name: str) -> set[str]:
-        # A submodule's import of its own package's __init__ (for a shared name) is how
-        # packages work; only the __init__'s own imports make the dependency.
-        return {t for t in GRAPH[name] if not name.startswith(t + ".")}
-
     def visit(name: str) -> None:
         index[name] = low[name] = len(index)
         stack.append(name)
-        for target in edges(name):
+        for target in GRAPH[name]:
             if target not in index:
                 visit(target)
                 low[name] = min(low[name], low[target])
@@ -134,7 +209,8 @@ def cycles() -> list[list[str]]:
 
 
 def test_no_import_cycles() -> None:
-    assert cycles() == []
+    found = cycles()
+    assert found == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
 def test_the_walk_sees_real_imports() -> None:
@@ -142,3 +218,8 @@ def test_the_walk_sees_real_imports() -> None:
     assert "dlperf.store" in GRAPH["dlperf.exporters"]
     assert "dlperf.engine.checkpoint" in GRAPH["dlperf.cli.run"]  # inside a function
     assert "dlperf.cli.console" in GRAPH["dlperf.cli.run"]
+
+
+def test_the_longest_entry_places_a_module() -> None:
+    assert layer("dlperf.converge.plan") == 2 and layer("dlperf.converge.curve") == 4
+    assert layer("dlperf") == 0 and layer("dlperf.nowhere") is None

@@ -1,7 +1,8 @@
 """dlperf: a performance lab for deep-learning training.
 
 The public API (see docs/api.md): `analyze`, `run`, `track`, `Store`, `fit_curve`, and
-`UserError` for bad input. Names load on first use, so `import dlperf` does not import torch.
+`UserError` for bad input; `__version__` is the installed package's. Names load on first
+use, so `import dlperf` does not import torch.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import UserError
 
-__version__ = "0.1.0"
 __all__ = ["Store", "UserError", "analyze", "fit_curve", "run", "track"]
 
 if TYPE_CHECKING:
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from dlperf.version import dlperf_version
+
+        return dlperf_version()
     if name in __all__:
         from dlperf import api
 

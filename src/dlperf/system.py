@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import dlperf
 from dlperf.errors import UserError
+from dlperf.version import dlperf_version
 
 if TYPE_CHECKING:
     import torch
@@ -171,7 +171,7 @@ def _git_commit() -> str | None:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
-            cwd=Path(dlperf.__file__).parent,
+            cwd=Path(__file__).parent,
             capture_output=True,
             text=True,
             timeout=5,
@@ -200,6 +200,6 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
-        "dlperf": dlperf.__version__,
+        "dlperf": dlperf_version(),
         "git_commit": _git_commit(),
     }

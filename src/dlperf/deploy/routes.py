@@ -17,7 +17,6 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client.exposition import choose_encoder
 
-from dlperf import __version__
 from dlperf.deploy import runtime
 from dlperf.deploy.batcher import Batcher, QueueFull
 from dlperf.deploy.images import detections, image_array, image_bytes
@@ -32,6 +31,7 @@ from dlperf.deploy.protocol import (
 )
 from dlperf.deploy.serve_metrics import Metrics, Phases, Statistics
 from dlperf.deploy.served_model import ServedModel
+from dlperf.version import dlperf_version
 
 RETRY_AFTER_S = 1
 
@@ -79,7 +79,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
     @app.get("/v2")
     async def server_metadata() -> dict[str, Any]:
         extensions = ["binary_tensor_data", "model_configuration", "statistics"]
-        return {"name": "dlperf", "version": __version__, "extensions": extensions}
+        return {"name": "dlperf", "version": dlperf_version(), "extensions": extensions}
 
     @app.get("/v2/health/live")
     async def live() -> dict[str, bool]:
