@@ -53,7 +53,7 @@ def test_the_page_has_a_block_per_problem() -> None:
 
 @pytest.mark.parametrize(("heading", "lines"), blocks(), ids=[h for h, _ in blocks()])
 def test_a_problem_runs_as_the_page_says(heading: str, lines: list[str], tmp_path: Path) -> None:
-    for folder in ("examples", "tests/data"):
+    for folder in ("examples", "tests/fixtures"):
         shutil.copytree(ROOT / folder, tmp_path / folder)
     env = {**os.environ, "DLPERF_DB": str(tmp_path / "dlperf.db"), "COLUMNS": "200"}
     env.pop("DLPERF_DEVICES", None)

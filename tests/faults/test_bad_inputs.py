@@ -31,7 +31,7 @@ from PIL import Image
 from dlperf.store import RunStore
 from tests.conftest import REPO, TINY, CliResult
 
-POLLUX = REPO / "tests" / "data" / "pollux" / "cifar10_validation-128.csv"
+POLLUX = REPO / "tests" / "fixtures" / "pollux" / "cifar10_validation-128.csv"
 NOT_STORED = "no run 42 in the store"
 DEEP = "[" * 50_000 + "]" * 50_000  # the TOML parser recursed until a RecursionError
 
