@@ -177,31 +177,38 @@ class Supervisor:
             codes = [c.poll() for c in self.children]
         return codes
 
-    def _signal(self, sig: int) -> None:
-        """`sig` to each child still running (SIGKILL: to its group) and the pids outside."""
-        for child in self.children:
-            if child.poll() is None:  # a reaped child's pid may be anyone's by now
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    (os.killpg if sig == signal.SIGKILL else os.kill)(child.pid, sig)
+    def _signal(self, children: list[subprocess.Popen[bytes]], sig: int) -> None:
+        """`sig` to each child still running, SIGKILL to each child's group even once the
+        child is gone (what it left in its group), and `sig` to the pids outside."""
+        for child in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if sig == signal.SIGKILL:
+                    # The children ran when `stop` began: a group's id is no other process's
+                    # pid while a member lives, and once none does, ESRCH (unless within the
+                    # grace the pid came round to a new group leader).
+                    os.killpg(child.pid, sig)
+                elif child.poll() is None:  # a reaped child's pid may be anyone's by now
+                    child.send_signal(sig)
         kill([pid for pid in self.outside() if alive(pid)], sig)
 
-    def _wait_gone(self, timeout_s: float) -> None:
+    def _wait_gone(self, children: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while any(c.poll() is None for c in self.children) or any(map(alive, self.outside())):
+        while any(c.poll() is None for c in children) or any(map(alive, self.outside())):
             if time.monotonic() > deadline:
                 return
             time.sleep(POLL_S)
 
     def stop(self) -> None:
-        """SIGTERM every child and the pids outside, SIGKILL what still runs after
+        """SIGTERM every running child and the pids outside, SIGKILL what still runs after
         STOP_GRACE_S, and wait (a bounded time) for all of them to be gone. The children's
         own shutdown is not waited for beyond the grace: torchrun's agent can sit in a 300 s
         exit barrier, and a process blocked in a collective never returns to a Python
         signal handler."""
-        self._signal(signal.SIGTERM)
-        self._wait_gone(STOP_GRACE_S)
-        self._signal(signal.SIGKILL)
-        self._wait_gone(REAP_S)
+        running = [c for c in self.children if c.poll() is None]
+        self._signal(running, signal.SIGTERM)
+        self._wait_gone(running, STOP_GRACE_S)
+        self._signal(running, signal.SIGKILL)
+        self._wait_gone(running, REAP_S)
 
     def __enter__(self) -> Supervisor:
         return self
