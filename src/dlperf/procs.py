@@ -1,18 +1,35 @@
 """Processes by pid, from /proc where there is one: whether one still runs, and what
-identifies one across machines, pid reuse and reboots. Standard library only: the launcher's
-guard and the store's readers both use it."""
+identifies one across machines, pid reuse and reboots; and the one supervisor of the
+processes dlperf starts (torchrun, horovodrun, TensorFlow and sweep workers). Standard
+library only: the launchers, their guard and the store's readers all use it.
+
+Every child runs through `guard` (it dies with dlperf, even a SIGKILLed one) in a session of
+its own, so that a terminal's Ctrl-C reaches dlperf alone and dlperf decides how to stop:
+SIGTERM to each child, which shuts down its own children as it would anyway (a sweep worker
+marks its run killed; signalled at once, a DataLoader worker's death would fail the run
+first), then, after a grace, SIGKILL to each child's whole process group. Pids outside the
+groups that the caller names (torchrun's workers, in sessions of their own) get both."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import socket
+import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_ENV = "DLPERF_PARENT_PID"  # set by whoever starts a guarded command: its own pid
+STOP_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
+REAP_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
+POLL_S = 0.05
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -85,3 +102,122 @@ def process_alive(process: dict[str, Any]) -> bool | None:
         return False
     stat = proc_stat(pid)  # None: no /proc, or it ended just now (it was alive a moment ago)
     return stat is None or process.get("start") is None or stat[1] == process["start"]
+
+
+def guard() -> None:
+    """`python -c GUARD PROGRAM ARGS...`: become PROGRAM, bound to die with the parent whose
+    pid is in $DLPERF_PARENT_PID, and put our own pid there for PROGRAM's children.
+
+    The death signal survives exec; setting it in a fresh interpreter between fork and exec
+    avoids subprocess's preexec_fn, which is unsafe in a process with threads."""
+    die_with_parent()
+    if os.getppid() != int(os.environ[PARENT_ENV]):
+        # The parent died before prctl took effect, so no signal will come: nobody wants us.
+        sys.exit(1)
+    os.environ[PARENT_ENV] = str(os.getpid())
+    os.execv(sys.argv[1], sys.argv[1:])
+
+
+def guarded(command: Sequence[str]) -> list[str]:
+    """`command` run through `guard`."""
+    return [sys.executable, "-c", "from dlperf.procs import guard; guard()", *command]
+
+
+def how(returncode: int) -> str:
+    """How a process ended, from Popen's returncode (negative: the signal that killed it)."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:  # a signal without a name, e.g. a real-time one
+        return f"killed by signal {-returncode}"
+
+
+def kill(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+class Supervisor:
+    """The children of one job. As a context manager, it stops them all when the block
+    raises: Ctrl-C and SIGTERM (a KeyboardInterrupt), a timeout, or any error."""
+
+    def __init__(self, outside: Callable[[], Iterable[int]] = tuple) -> None:
+        self.children: list[subprocess.Popen[bytes]] = []
+        # Pids outside the children's groups, read again at every signal: one started since
+        # has written its pid by then.
+        self.outside = outside
+
+    def start(
+        self, command: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start the guarded `command` in a session of its own, its output in `log`."""
+        child_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
+        with log.open("wb") as out:
+            child = subprocess.Popen(
+                guarded(command),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+                start_new_session=True,
+            )
+        self.children.append(child)
+        return child
+
+    def wait(self, timeout_s: float | None = None) -> list[int | None]:
+        """Wait until every child has ended or one has failed: their return codes (None:
+        still running). TimeoutError after `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        codes = [c.poll() for c in self.children]
+        while None in codes and not any(codes):
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"still running after {timeout_s:g} s")
+            time.sleep(POLL_S)
+            codes = [c.poll() for c in self.children]
+        return codes
+
+    def _signal(self, children: list[subprocess.Popen[bytes]], sig: int) -> None:
+        """`sig` to each child still running, SIGKILL to each child's group even once the
+        child is gone (what it left in its group), and `sig` to the pids outside."""
+        for child in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if sig == signal.SIGKILL:
+                    # The children ran when `stop` began: a group's id is no other process's
+                    # pid while a member lives, and once none does, ESRCH (unless within the
+                    # grace the pid came round to a new group leader).
+                    os.killpg(child.pid, sig)
+                elif child.poll() is None:  # a reaped child's pid may be anyone's by now
+                    child.send_signal(sig)
+        kill([pid for pid in self.outside() if alive(pid)], sig)
+
+    def _wait_gone(self, children: list[subprocess.Popen[bytes]], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while any(c.poll() is None for c in children) or any(map(alive, self.outside())):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(POLL_S)
+
+    def stop(self) -> None:
+        """SIGTERM every running child and the pids outside, SIGKILL what still runs after
+        STOP_GRACE_S, and wait (a bounded time) for all of them to be gone. The children's
+        own shutdown is not waited for beyond the grace: torchrun's agent can sit in a 300 s
+        exit barrier, and a process blocked in a collective never returns to a Python
+        signal handler."""
+        running = [c for c in self.children if c.poll() is None]
+        self._signal(running, signal.SIGTERM)
+        self._wait_gone(running, STOP_GRACE_S)
+        self._signal(running, signal.SIGKILL)
+        self._wait_gone(running, REAP_S)
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if error is not None:
+            self.stop()

@@ -33,7 +33,7 @@ from dlperf.distributed.contracts import (
     write_ranks,
 )
 from dlperf.distributed.jobfiles import job_argv
-from dlperf.distributed.launch import PARENT_ENV, Launch, _failures, error_lines, guarded
+from dlperf.distributed.launch import Launch, _failures, error_lines
 from dlperf.distributed.planning import Point, batch_split, plan
 from dlperf.distributed.predictions import (
     overlap_prediction,
@@ -50,7 +50,7 @@ from dlperf.distributed.summary import (
     summarize,
 )
 from dlperf.errors import UserError
-from dlperf.procs import alive
+from dlperf.procs import PARENT_ENV, alive, guarded
 from tests.conftest import rank_result
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scale_digits_weak.toml"

@@ -43,7 +43,7 @@ def _reached(group: dict[str, Any]) -> str:
 
 def _elapsed_header(result: Any) -> str:
     """The wall-time column's name: the time for N epochs when every point trained N."""
-    epochs = {r["epochs"] for r in result.points if r["status"] == "finished"}
+    epochs = {r.epochs for r in result.points if r.status == "finished"}
     if len(epochs) != 1:
         return "s to last epoch"
     (n,) = epochs
@@ -89,8 +89,8 @@ def _print_summary(result: Any, sort: str | None) -> None:
     if result.winner is not None:
         console.out.print(f"winner: run {result.winner}", markup=False)
     for row in result.points:
-        if row["status"] == "failed":
-            console.err.print(f"run {row['run_id']} failed: {row['error']}", markup=False)
+        if row.status == "failed":
+            console.err.print(f"run {row.run_id} failed: {row.error}", markup=False)
 
 
 @app.command()
@@ -136,5 +136,5 @@ def sweep(
         _print_summary(result, sort)
         for path in plots:
             console.tell([], path)
-    if any(r["status"] == "failed" for r in result.points):
+    if any(r.status == "failed" for r in result.points):
         raise typer.Exit(1)

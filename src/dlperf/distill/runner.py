@@ -35,7 +35,7 @@ from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
-from dlperf.sweep.runner import choose_study
+from dlperf.store.studies import choose_study
 from dlperf.system import pick_device, set_threads, system_info
 
 # The teacher's data must be the experiment's: same images, same splits.

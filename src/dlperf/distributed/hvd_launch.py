@@ -1,7 +1,7 @@
 """Launching a Horovod scaling point: `horovodrun -np N -H localhost:N --gloo` running
 dlperf.distributed.hvd_worker in each of N processes, on this node.
 
-horovodrun starts through the launcher's guard, so it dies with dlperf, even a SIGKILLed
+horovodrun starts through the supervisor's guard, so it dies with dlperf, even a SIGKILLed
 one; Horovod then ends its own workers (each runs under a middleman that kills it when
 horovodrun is gone). Ctrl-C and SIGTERM stop horovodrun and every worker by the pids they
 write, as for torchrun (dlperf.distributed.launch). Horovod's tensor-fusion threshold is the
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 import sys
 from pathlib import Path
 
 from dlperf.distributed.contracts import RankResult
-from dlperf.distributed.launch import TAIL_LINES, Launch, guarded, run_launcher
+from dlperf.distributed.launch import TAIL_LINES, Launch, run_launcher
 from dlperf.distributed.tf_launch import write_result
+from dlperf.procs import how
 
 MODULE = "dlperf.distributed.hvd_worker"
 START_TIMEOUT_S = 600  # horovodrun's 30 s is less than TensorFlow's start on a busy host
@@ -37,7 +37,7 @@ def horovodrun_command(processes: int, spec: Path) -> list[str]:
     program = horovodrun() or "horovodrun"
     command = [sys.executable, program, "-np", str(processes), "-H", f"localhost:{processes}"]
     command += ["--gloo", "--start-timeout", str(START_TIMEOUT_S)]
-    return guarded([*command, sys.executable, "-u", "-m", MODULE, str(spec)])
+    return [*command, sys.executable, "-u", "-m", MODULE, str(spec)]
 
 
 def _error(directory: Path, log: Path, code: int) -> str:
@@ -49,10 +49,9 @@ def _error(directory: Path, log: Path, code: int) -> str:
     errors = sorted(directory.glob("rank-*.error"), key=lambda p: p.stat().st_mtime_ns)
     if first:
         rank, status = first.group(1), int(first.group(2))
-        how = f"exit status {status}"
-        if status > 128:  # the shell's 128 + the signal that killed it
-            how = f"killed by {_signal_name(status - 128)}"
-        head = f"Horovod worker rank {rank} failed ({how})"
+        # The shell's 128 + the signal that killed it.
+        ended = how(128 - status) if status > 128 else f"exit status {status}"
+        head = f"Horovod worker rank {rank} failed ({ended})"
         mine = directory / f"rank-{rank}.error"
         errors = [mine] if mine.is_file() else []
     elif errors:
@@ -62,13 +61,6 @@ def _error(directory: Path, log: Path, code: int) -> str:
         return "\n".join([f"horovodrun failed (exit code {code})", *lines[-TAIL_LINES:]])
     tail = errors[0].read_text().strip().splitlines()[-TAIL_LINES:] if errors else []
     return "\n".join([head, *tail])
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def run_horovod(

@@ -5,10 +5,9 @@ decides how to stop; its workers run in sessions of their own (torch.distributed
 starts them so), which is why every worker writes its pid to the launch directory.
 
 The kill chain, dlperf -> torchrun -> workers:
-- dlperf stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt here): `stop` signals torchrun
-  and every worker directly, SIGTERM then, after a short grace, SIGKILL. torchrun's own
-  shutdown is not waited for: its agent can sit in a 300 s exit barrier when a peer is
-  gone, and a worker blocked in a collective never returns to a Python signal handler.
+- dlperf stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt here): the supervisor
+  (dlperf.procs.Supervisor) signals torchrun's group and every worker directly, SIGTERM
+  then, after a short grace, SIGKILL.
 - dlperf SIGKILLed: the kernel SIGKILLs torchrun, and torchrun's death SIGKILLs the workers.
   Each of them is started through `guard`, which sets Linux's parent-death signal before
   exec'ing the real program.
@@ -22,49 +21,23 @@ The kill chain, dlperf -> torchrun -> workers:
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlperf.procs import alive, die_with_parent
+from dlperf.procs import Supervisor, alive, guarded, how, kill
 
 TAIL_LINES = 12
-STOP_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
-REAP_S = 5.0  # after SIGKILL, for the kernel to tear the processes down
-PARENT_ENV = "DLPERF_PARENT_PID"  # set by whoever starts a guarded command: its own pid
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def guard() -> None:
-    """`python -c GUARD PROGRAM ARGS...`: become PROGRAM, bound to die with the parent whose
-    pid is in $DLPERF_PARENT_PID, and put our own pid there for PROGRAM's children.
-
-    The death signal survives exec; setting it in a fresh interpreter between fork and exec
-    avoids subprocess's preexec_fn, which is unsafe in a process with threads."""
-    die_with_parent()
-    if os.getppid() != int(os.environ[PARENT_ENV]):
-        # The parent died before prctl took effect, so no signal will come: nobody wants us.
-        sys.exit(1)
-    os.environ[PARENT_ENV] = str(os.getpid())
-    os.execv(sys.argv[1], sys.argv[1:])
-
-
-def guarded(command: Sequence[str]) -> list[str]:
-    """`command` run through `guard`."""
-    return [sys.executable, "-c", "from dlperf.distributed.launch import guard; guard()", *command]
 
 
 @dataclass
@@ -100,46 +73,17 @@ class Launch:
 def torchrun_command(
     nproc_per_node: int, rdzv: Rendezvous, module: str, args: Sequence[str]
 ) -> list[str]:
-    """torchrun, itself guarded, running `python -u -m module args` guarded in each worker."""
+    """torchrun running `python -u -m module args` guarded in each worker (torchrun itself is
+    guarded when the supervisor starts it)."""
     worker = guarded([sys.executable, "-u", "-m", module, *args])
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
     torchrun += [str(nproc_per_node), *rdzv.args(), "--max-restarts", "0", "--no-python"]
-    return guarded([*torchrun, *worker])
+    return [*torchrun, *worker]
 
 
 def worker_pids(directory: Path) -> list[int]:
     """The pids the workers wrote (each atomically, by rename) into the launch directory."""
     return [int(p.read_text()) for p in sorted(directory.glob("rank-*.pid"))]
-
-
-def _kill(pids: Sequence[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def _signal_all(proc: subprocess.Popen[bytes], directory: Path, sig: int) -> None:
-    proc.send_signal(sig)  # a no-op once torchrun is reaped, so never a recycled pid
-    # Re-read every time: a worker that started since has written its pid by now.
-    _kill([pid for pid in worker_pids(directory) if alive(pid)], sig)
-
-
-def _wait_gone(proc: subprocess.Popen[bytes], directory: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while proc.poll() is None or any(alive(pid) for pid in worker_pids(directory)):
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.05)
-
-
-def stop(proc: subprocess.Popen[bytes], directory: Path) -> None:
-    """SIGTERM torchrun and every worker, SIGKILL what still runs after STOP_GRACE_S, and
-    wait (a bounded time) for all of them to be gone. A worker that has not written its pid
-    yet dies with torchrun (see `guard`)."""
-    _signal_all(proc, directory, signal.SIGTERM)
-    _wait_gone(proc, directory, STOP_GRACE_S)
-    _signal_all(proc, directory, signal.SIGKILL)
-    _wait_gone(proc, directory, REAP_S)
 
 
 _FAILURE_HEAD = re.compile(r"^\[\d+\]:\s*$", re.M)  # "[0]:" opens one failure in the summary
@@ -187,16 +131,6 @@ def _first_cause(failures: list[dict[str, str]], directory: Path) -> dict[str, s
     return failures[0]
 
 
-def _how(returncode: int) -> str:
-    """How a process ended, from Popen's returncode (negative: the signal that killed it)."""
-    if returncode >= 0:
-        return f"exit code {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:  # a signal without a name, e.g. a real-time one
-        return f"killed by signal {-returncode}"
-
-
 def error_lines(directory: Path, log: Path, returncode: int) -> str:
     """What went wrong, first line a summary: the first failed rank, then its own traceback
     tail when it wrote one, else torchrun's account (a killed worker writes nothing); or,
@@ -213,14 +147,14 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
             return "\n".join([head, *tail])
         return f"{head}: {cause.get('traceback', '')}".rstrip(": ")
     lines = [line for line in text.splitlines() if line.strip()]
-    return "\n".join([f"torchrun failed ({_how(returncode)})", *lines[-TAIL_LINES:]])
+    return "\n".join([f"torchrun failed ({how(returncode)})", *lines[-TAIL_LINES:]])
 
 
 def run_launcher(
     directory: Path, command: list[str], log: Path, env: dict[str, str] | None = None
 ) -> tuple[int, list[int]]:
-    """Run a guarded launcher `command` (torchrun, horovodrun) whose workers write their pids
-    into `directory`, its output in `log`: (its return code, the workers' pids). On any
+    """Run a launcher `command` (torchrun, horovodrun) whose workers write their pids into
+    `directory`, its output in `log`: (its return code, the workers' pids). On any
     exception, Ctrl-C and SIGTERM (KeyboardInterrupt) above all, stop every process it
     started, then let the exception propagate."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -228,24 +162,14 @@ def run_launcher(
     # above all, must be this launch's.
     for stale in directory.glob("rank-*"):
         stale.unlink()
-    child_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=child_env,
-            start_new_session=True,
-        )
-        try:
-            code = proc.wait()
-        except BaseException:
-            stop(proc, directory)
-            raise
+    with Supervisor(lambda: worker_pids(directory)) as supervisor:
+        supervisor.start(command, log, env)
+        [code] = supervisor.wait()
+    assert code is not None
     pids = worker_pids(directory)
     # A worker that outlives its launcher (only without a parent-death signal, off Linux)
     # must not keep the cores.
-    _kill([pid for pid in pids if alive(pid)], signal.SIGKILL)
+    kill([pid for pid in pids if alive(pid)], signal.SIGKILL)
     return code, pids
 
 

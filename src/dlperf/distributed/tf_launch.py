@@ -8,10 +8,11 @@ point every node posts its workers' addresses and builds each worker's TF_CONFIG
 them (worker index = node rank x workers per node + local rank); after it, every other node
 posts its ranks' results (or its error), which node 0 stores with its own.
 
-Every process is guarded (it dies with dlperf, even a SIGKILLed one) and writes its log to
-`worker-R.log`. A collective waits for every worker, so when one process fails the others
-would wait forever: the first failure stops them all and fails the point. The ranks' results
-are gathered into `result.json` as the torch launcher leaves them.
+Every process is started by the supervisor (dlperf.procs: it dies with dlperf, even a
+SIGKILLed one) and writes its log to `worker-R.log`. A collective waits for every worker, so
+when one process fails the others would wait forever: the first failure stops them all and
+fails the point. The ranks' results are gathered into `result.json` as the torch launcher
+leaves them.
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,18 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.distributed.contracts import RankResult, write_ranks
-from dlperf.distributed.launch import (
-    PARENT_ENV,
-    REAP_S,
-    TAIL_LINES,
-    Launch,
-    free_port,
-    guarded,
-)
+from dlperf.distributed.launch import TAIL_LINES, Launch, free_port
 from dlperf.errors import UserError
+from dlperf.procs import Supervisor
 
 MODULE = "dlperf.distributed.tf_worker"
-POLL_S = 0.05
 JOIN_S = 900  # for every node to reach the store: torchrun's rendezvous waits as long
 RESULTS_S = 300  # for a peer node's results once ours are in: its steps ended with ours
 
@@ -66,7 +57,8 @@ class Cluster:
 
     @classmethod
     def meet(cls, nnodes: int, node_rank: int, rdzv: str) -> Cluster:
-        from torch.distributed import TCPStore
+        # Not in torch.distributed's __all__: an error only under mypy --strict.
+        from torch.distributed import TCPStore  # type: ignore[attr-defined, unused-ignore]
 
         host, _, port = rdzv.rpartition(":")
         try:
@@ -97,21 +89,12 @@ class Cluster:
 
 
 def _env(index: int, cluster: list[str], threads: int) -> dict[str, str]:
-    env = {**os.environ, PARENT_ENV: str(os.getpid()), "OMP_NUM_THREADS": str(threads)}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env = {"OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2"}
     if cluster:
         env["TF_CONFIG"] = json.dumps(
             {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": index}}
         )
     return env
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        proc.send_signal(signal.SIGKILL)  # a no-op once reaped
-    deadline = time.monotonic() + REAP_S
-    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
 
 
 def _error(directory: Path, rank: int, code: int) -> str:
@@ -139,33 +122,20 @@ def _run_local(
     """Run this node's workers (global `ranks`) to their end, or stop them all at the first
     failure: (return code, pids, error)."""
     spec = str(directory / "spec.json")
-    procs = []
-    try:
+    with Supervisor() as supervisor:
         for rank in ranks:
-            with (directory / f"worker-{rank}.log").open("wb") as log:
-                procs.append(
-                    subprocess.Popen(
-                        guarded([sys.executable, "-u", "-m", MODULE, spec, str(rank)]),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=_env(rank, addresses, threads)
-                        | _gpu(rank - ranks.start, bool(addresses)),
-                        start_new_session=True,
-                    )
-                )
-        codes = [p.poll() for p in procs]  # None while running, 0 done, else failed
-        while None in codes and not any(codes):
-            time.sleep(POLL_S)
-            codes = [p.poll() for p in procs]
-    except BaseException:
-        _stop(procs)
-        raise
-    _stop(procs)
-    pids = [p.pid for p in procs]
+            supervisor.start(
+                [sys.executable, "-u", "-m", MODULE, spec, str(rank)],
+                directory / f"worker-{rank}.log",
+                _env(rank, addresses, threads) | _gpu(rank - ranks.start, bool(addresses)),
+            )
+        codes = supervisor.wait()
+        supervisor.stop()  # after a failure, the others wait for it in a collective forever
+    pids = [p.pid for p in supervisor.children]
     failed = next((i for i, code in enumerate(codes) if code), None)
     if failed is None:
         return 0, pids, None
-    code = procs[failed].returncode or 1
+    code = codes[failed] or 1
     return code, pids, _error(directory, ranks[failed], code)
 
 

@@ -144,9 +144,9 @@ def sweep_figures(store: RunStore, result: SweepResult) -> list[Path]:
     """The figures of what `dlperf sweep` ran, in its study's directory, the validation
     curves of its finished points read from `store`; none when no point finished."""
     curves = [
-        (r["params"], store.metrics(r["run_id"], "val/acc1"))
+        (r.params, store.metrics(r.run_id, "val/acc1"))
         for r in result.points
-        if r["status"] == "finished"
+        if r.status == "finished"
     ]
     if not curves:
         return []

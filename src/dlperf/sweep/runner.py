@@ -7,17 +7,15 @@ threads itself (they follow --jobs, and change how fast a point trains, not what
 trains): so a sweep stopped under --jobs 2 resumes under --jobs 1 and skips what finished.
 
 --jobs 1 runs the points in this process. --jobs N > 1 starts one `python -m
-dlperf.sweep.worker` per point, at most N at a time, each through `launch.guarded` (it dies
-with dlperf, even a SIGKILLed one) in a session of its own (a terminal's Ctrl-C reaches
-dlperf alone, which then stops them: SIGTERM, and SIGKILL after a grace).
+dlperf.sweep.worker` per point, at most N at a time, each through the supervisor
+(dlperf.procs: it dies with dlperf, even a SIGKILLed one; Ctrl-C reaches dlperf alone,
+which then stops them: SIGTERM, and SIGKILL after a grace).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,22 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from dlperf.config import Experiment
-from dlperf.distributed.launch import PARENT_ENV, REAP_S, STOP_GRACE_S, guarded
 from dlperf.errors import UserError
+from dlperf.procs import POLL_S, Supervisor
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
-from dlperf.store.schema import Study
+from dlperf.store.studies import choose_study, studies_named
 from dlperf.sweep import summary
 from dlperf.sweep.spec import Point, Sweep
+from dlperf.sweep.summary import SweepPointResult, SweepRow
 from dlperf.system import usable_cores
 
 WORKER_MODULE = "dlperf.sweep.worker"
-POLL_S = 0.05
 ON_FAILURE = ("continue", "stop")
 
 
@@ -80,28 +76,6 @@ def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
     return max(1, cores // min(jobs, max(1, pending)))
 
 
-def choose_study(
-    store: RunStore, name: str, kind: str, resume: int | None, new: bool
-) -> int | None:
-    """The `kind` study to continue (`resume`, else the newest called `name`; None: a new one
-    is to be made), checked without writing."""
-    if resume is not None:
-        if new:
-            raise UserError("give --resume STUDY_ID or --new, not both")
-        study = store.get_study(resume)
-        if study["kind"] != kind:
-            raise UserError(f"study {resume} is a {study['kind']} study, not a {kind} study")
-        return resume
-    return None if new else store.find_study(name, kind)
-
-
-def _studies(store: RunStore, name: str, kind: str) -> list[int]:
-    """The ids of the `kind` studies called `name`, newest first."""
-    query = select(Study.id).where(Study.name == name, Study.kind == kind).order_by(Study.id.desc())
-    with Session(store.engine) as s:
-        return list(s.scalars(query))
-
-
 def sweep_study(
     store: RunStore,
     sweep: Sweep,
@@ -121,7 +95,7 @@ def sweep_study(
     if resume is not None or new:
         return choose_study(store, sweep.name, "sweep", resume, new)
     wanted = set(keys)
-    studies = _studies(store, sweep.name, "sweep")
+    studies = studies_named(store, sweep.name, "sweep")
     for study_id in studies:
         runs = store.list_runs(study_id=study_id)
         if all(point_key(run.config, free_threads) in wanted for run in runs):
@@ -170,7 +144,7 @@ def _own_run(store: RunStore, exp: Experiment, study_id: int, since: int) -> Run
 
 def record_failure(
     store: RunStore, exp: Experiment, study_id: int, since: int, error: str
-) -> dict[str, Any]:
+) -> SweepPointResult:
     """A point that failed: its run marked failed, or, if it failed before its run was
     recorded (the batch does not fit the data, say), a failed run made for it, so the study
     shows every point it tried."""
@@ -183,17 +157,18 @@ def record_failure(
         run_id = run.id
     if run is None or run.unfinished:
         store.finish_run(run_id, "failed", error=error)
-    return {"run_id": run_id, "status": "failed", "error": error}
+    return SweepPointResult(run_id, "failed", error)
 
 
 def run_point(
     exp: Experiment, store: RunStore, study_id: int, since: int, reporter: Reporter
-) -> dict[str, Any]:
-    """Run one point here and return its summary; any failure is recorded, not raised."""
+) -> SweepPointResult:
+    """Run one point here and return its result; any failure is recorded, not raised."""
     from dlperf.engine.run import run_experiment
 
     try:
-        return run_experiment(exp, store, reporter, study_id=study_id)
+        ran = run_experiment(exp, store, reporter, study_id=study_id)
+        return SweepPointResult.of_run(ran["run_id"], ran["status"], ran, ran.get("error"))
     except UserError as e:
         return record_failure(store, exp, study_id, since, str(e))
     except Exception as e:
@@ -212,7 +187,7 @@ class SweepRun:
     reporter: Reporter
     on_failure: str
     since: int
-    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    results: dict[int, SweepPointResult] = field(default_factory=dict)
 
     def config(self, point: Point) -> Experiment:
         if self.threads is None:
@@ -225,19 +200,19 @@ class SweepRun:
         total = len(self.sweep.points)
         self.reporter.log(f"point {point.index + 1}/{total} started{how}: {point.label()}")
 
-    def finished(self, point: Point, result: dict[str, Any]) -> bool:
+    def finished(self, point: Point, result: SweepPointResult) -> bool:
         """Keep a point's result; False when the sweep is to stop here."""
         self.results[point.index] = result
         where = f"point {point.index + 1}/{len(self.sweep.points)}"
-        if result["status"] == "finished":
-            acc = result.get("test_accuracy")
+        if result.status == "finished":
+            acc = result.test_accuracy
             self.reporter.log(
-                f"{where} finished: run {result['run_id']}, test accuracy "
+                f"{where} finished: run {result.run_id}, test accuracy "
                 f"{acc if acc is None else f'{acc:.4f}'}"
             )
             return True
-        first = (result.get("error") or "").splitlines()[:1]
-        self.reporter.log(f"{where} {result['status']}: {first[0] if first else ''}")
+        first = (result.error or "").splitlines()[:1]
+        self.reporter.log(f"{where} {result.status}: {first[0] if first else ''}")
         return self.on_failure == "continue"
 
     def claimed(self, point: Point) -> bool:
@@ -274,21 +249,27 @@ class SweepRun:
     def run_parallel(self, todo: list[Point], jobs: int) -> None:
         pending, running = deque(todo), list[_Child]()
         try:
-            while pending or running:
-                while pending and len(running) < jobs:
-                    point = pending.popleft()
-                    if self.claimed(point):
-                        running.append(self._start(point))
-                time.sleep(POLL_S)
-                for child in [c for c in running if c.proc.poll() is not None]:
-                    running.remove(child)
-                    if not self.finished(child.point, self._collect(child)):
-                        pending.clear()  # the running points finish; no new ones start
+            with Supervisor() as supervisor:
+                while pending or running:
+                    while pending and len(running) < jobs:
+                        point = pending.popleft()
+                        if self.claimed(point):
+                            running.append(self._start(supervisor, point))
+                    time.sleep(POLL_S)
+                    for child in [c for c in running if c.proc.poll() is not None]:
+                        running.remove(child)
+                        if not self.finished(child.point, self._collect(child)):
+                            pending.clear()  # the running points finish; no new ones start
         except BaseException:
-            self._stop(running)
+            # The supervisor has stopped them (each marks its run killed); a SIGKILLed one
+            # could not, and its run reads as lost too once it is gone.
+            for child in running:
+                run = _own_run(self.store, child.exp, self.study_id, self.since)
+                if run is not None and run.unfinished:
+                    self.store.finish_run(run.id, "killed", error="interrupted")
             raise
 
-    def _start(self, point: Point) -> _Child:
+    def _start(self, supervisor: Supervisor, point: Point) -> _Child:
         directory = self.out_dir / f"p{point.index + 1}"
         directory.mkdir(parents=True, exist_ok=True)
         exp = self.config(point)
@@ -296,44 +277,22 @@ class SweepRun:
         config.write_text(json.dumps(exp.to_dict()))
         result.unlink(missing_ok=True)  # a rerun's result must be this run's
         env = {
-            **os.environ,
             "DLPERF_DB": self.store.engine.url.render_as_string(hide_password=False),
             "OMP_NUM_THREADS": str(exp.run.threads or usable_cores()),
-            PARENT_ENV: str(os.getpid()),
         }
         args = [str(config), str(result), str(self.study_id), str(self.since)]
-        with (directory / "worker.log").open("wb") as log:
-            proc = subprocess.Popen(
-                guarded([sys.executable, "-m", WORKER_MODULE, *args]),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        command = [sys.executable, "-m", WORKER_MODULE, *args]
+        proc = supervisor.start(command, directory / "worker.log", env)
         self.started(point, f" (pid {proc.pid})")
         return _Child(point, exp, proc, directory)
 
-    def _collect(self, child: _Child) -> dict[str, Any]:
+    def _collect(self, child: _Child) -> SweepPointResult:
         path = child.directory / "result.json"
         if path.is_file():
-            return json.loads(path.read_text())
+            return SweepPointResult.from_dict(json.loads(path.read_text()))
         log = (child.directory / "worker.log").read_text(errors="replace").strip().splitlines()
         error = "\n".join([f"sweep worker ended with code {child.proc.returncode}", *log[-12:]])
         return record_failure(self.store, child.exp, self.study_id, self.since, error)
-
-    def _stop(self, children: list[_Child]) -> None:
-        """SIGTERM every worker (each marks its run killed), SIGKILL those still running after
-        the grace, and mark the runs of those killed so."""
-        for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, REAP_S)):
-            for child in children:
-                child.proc.send_signal(sig)  # a no-op once reaped: never a recycled pid
-            deadline = time.monotonic() + wait_s
-            while any(c.proc.poll() is None for c in children) and time.monotonic() < deadline:
-                time.sleep(POLL_S)
-        for child in children:
-            run = _own_run(self.store, child.exp, self.study_id, self.since)
-            if run is not None and run.unfinished:  # lost, too, once the child is gone
-                self.store.finish_run(run.id, "killed", error="interrupted")
 
 
 @dataclass
@@ -350,25 +309,11 @@ class SweepResult:
     name: str
     axes: dict[str, list[Any]]
     target: float | None  # the base's target.accuracy: what "to target" means
-    points: list[dict[str, Any]]  # one per point run or skipped, in the sweep's order
+    points: list[SweepRow]  # one per point run or skipped, in the sweep's order
     groups: list[dict[str, Any]]  # one per combination of axis values, ranked (or --sort)
     winner: int | None
     axis_winners: dict[str, Any]
     directory: str  # the study's own directory: the points' files, and its figures
-
-
-def _row(point: Point, result: dict[str, Any], skipped: bool) -> dict[str, Any]:
-    keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
-            "elapsed_s", "throughput", "train_time_s", "epochs")  # fmt: skip
-    return {
-        "run_id": result.get("run_id"),
-        "status": result["status"],
-        "params": point.params,
-        "seed": point.exp.run.seed,
-        "skipped": skipped,
-        **{k: result.get(k) for k in keys},
-        "error": result.get("error"),
-    }
 
 
 def run_sweep(
@@ -414,17 +359,12 @@ def run_sweep(
         state.run_parallel(todo, jobs)
     rows = []
     for point, key in zip(sweep.points, keys, strict=True):
+        seed = point.exp.run.seed
         if point.index in state.results:
-            rows.append(_row(point, state.results[point.index], skipped=False))
+            rows.append(SweepRow.of(state.results[point.index], point.params, seed))
         elif key in done:
-            run = done[key]
-            rows.append(
-                _row(
-                    point,
-                    {**run.summary, "run_id": run.id, "status": "finished"},
-                    skipped=True,
-                )
-            )
+            result = SweepPointResult.of_run(done[key].id, "finished", done[key].summary)
+            rows.append(SweepRow.of(result, point.params, seed, skipped=True))
     groups = summary.group_rows(rows)
     return SweepResult(
         study_id,

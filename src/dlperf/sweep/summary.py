@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from dlperf.errors import UserError
+from dlperf.records import checked, plain
 
 SPREAD = "std"  # sample standard deviation over repeats (n - 1), with min and max
 # elapsed_s: wall time (training and evaluation) to the last epoch, the clock of time to target
@@ -25,6 +27,59 @@ FIGURES = ("best_val_accuracy", "epochs_to_target", "time_to_target_s", "elapsed
 # The result columns --sort takes, and whether more is better (shown first).
 SORTS = {"rank": False, "test_accuracy": True, "best_val_accuracy": True,
          "epochs_to_target": False, "time_to_target_s": False, "throughput": True}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepPointResult:
+    """How one point of a sweep ended: its run, and the figures of its summary when it
+    finished or the error when not. A parallel sweep's worker writes it to a file."""
+
+    run_id: int
+    status: str  # finished or failed
+    error: str | None = None
+    test_accuracy: float | None = None
+    best_val_accuracy: float | None = None
+    epochs_to_target: int | None = None
+    time_to_target_s: float | None = None
+    elapsed_s: float | None = None
+    throughput: float | None = None
+    train_time_s: float | None = None
+    epochs: int | None = None
+
+    @classmethod
+    def of_run(
+        cls, run_id: int, status: str, summary: Mapping[str, Any], error: str | None = None
+    ) -> SweepPointResult:
+        """A run's result from its stored summary (or `run_experiment`'s)."""
+        return cls(run_id, status, error, **{k: summary.get(k) for k in _FIGURES})
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = plain(asdict(self))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> SweepPointResult:
+        return cls(**checked(cls, data))
+
+
+_FIGURES = tuple(f.name for f in fields(SweepPointResult))[3:]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepRow(SweepPointResult):
+    """One point of a sweep's summary: its result, its axis values and seed, and whether it
+    finished before this sweep (skipped)."""
+
+    params: dict[str, Any]
+    seed: int | None = None
+    skipped: bool = False
+
+    @classmethod
+    def of(
+        cls, result: SweepPointResult, params: dict[str, Any], seed: int | None = None,
+        skipped: bool = False,
+    ) -> SweepRow:  # fmt: skip
+        return cls(**asdict(result), params=params, seed=seed, skipped=skipped)
 
 
 def _mean(values: list[Any]) -> float | None:
@@ -37,27 +92,29 @@ def _std(values: list[Any]) -> float | None:
     return statistics.stdev(present) if len(present) > 1 else None
 
 
-def _group(params: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
-    done = [r for r in runs if r["status"] == "finished"]
-    acc = [r["test_accuracy"] for r in done if r.get("test_accuracy") is not None]
+def _group(params: dict[str, Any], runs: list[SweepRow]) -> dict[str, Any]:
+    done = [r for r in runs if r.status == "finished"]
+    acc = [r.test_accuracy for r in done if r.test_accuracy is not None]
     return {
         "params": params,
-        "run_ids": [r["run_id"] for r in runs],
+        "run_ids": [r.run_id for r in runs],
         "repeats": len(runs),
         "finished": len(done),
-        "reached_target": sum(r.get("epochs_to_target") is not None for r in done),
+        "reached_target": sum(r.epochs_to_target is not None for r in done),
         "test_accuracy": _mean(acc),
         "test_accuracy_std": _std(acc),
         "test_accuracy_min": min(acc, default=None),
         "test_accuracy_max": max(acc, default=None),
-        **{k: _mean([r.get(k) for r in done]) for k in FIGURES},
-        **{f"{k}_std": _std([r.get(k) for r in done]) for k in FIGURES},
+        **{k: _mean([getattr(r, k) for r in done]) for k in FIGURES},
+        **{f"{k}_std": _std([getattr(r, k) for r in done]) for k in FIGURES},
     }
 
 
-def _rank_key(entry: dict[str, Any]) -> tuple[float, float, float]:
-    acc = entry.get("test_accuracy")
-    time_s, epochs = entry.get("time_to_target_s"), entry.get("epochs_to_target")
+def _rank_key(entry: dict[str, Any] | SweepRow) -> tuple[float, float, float]:
+    """Best first: accuracy, then time to target, then epochs to target."""
+    figures = entry if isinstance(entry, dict) else asdict(entry)
+    acc = figures.get("test_accuracy")
+    time_s, epochs = figures.get("time_to_target_s"), figures.get("epochs_to_target")
     return (
         -acc if acc is not None else math.inf,
         time_s if time_s is not None else math.inf,
@@ -65,14 +122,14 @@ def _rank_key(entry: dict[str, Any]) -> tuple[float, float, float]:
     )
 
 
-def group_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def group_rows(rows: list[SweepRow]) -> list[dict[str, Any]]:
     """One entry per combination of axis values, best first, with its rank."""
-    runs: dict[str, list[dict[str, Any]]] = {}
+    runs: dict[str, list[SweepRow]] = {}
     params: dict[str, dict[str, Any]] = {}
     for row in rows:
-        key = json.dumps(row["params"], sort_keys=True, default=str)
+        key = json.dumps(row.params, sort_keys=True, default=str)
         runs.setdefault(key, []).append(row)
-        params[key] = row["params"]
+        params[key] = row.params
     groups = sorted((_group(params[k], v) for k, v in runs.items()), key=_rank_key)
     for rank, group in enumerate(groups, 1):
         group["rank"] = rank
@@ -131,22 +188,22 @@ def axis_winners(groups: list[dict[str, Any]], axes: dict[str, list[Any]]) -> di
     return verdict
 
 
-def winner(rows: list[dict[str, Any]], groups: list[dict[str, Any]]) -> int | None:
+def winner(rows: list[SweepRow], groups: list[dict[str, Any]]) -> int | None:
     """The best run of the best point: the repeat with the highest test accuracy."""
     if not groups or not groups[0]["finished"]:
         return None
     ids = set(groups[0]["run_ids"])
-    mine = [r for r in rows if r["run_id"] in ids and r["status"] == "finished"]
-    return min(mine, key=_rank_key)["run_id"]
+    mine = [r for r in rows if r.run_id in ids and r.status == "finished"]
+    return min(mine, key=_rank_key).run_id
 
 
-def sort_key(name: str, axes: dict[str, list[Any]]) -> Callable[[dict[str, Any]], tuple]:
+def sort_key(name: str, axes: dict[str, list[Any]]) -> Callable[[dict[str, Any]], tuple[bool, Any]]:
     """How `--sort NAME` orders the points: a swept key by its values, ascending (numbers as
     numbers); a result column best first (accuracy and throughput high, time and epochs
     low); points without a value last."""
     if name in axes:
 
-        def by_value(group: dict[str, Any]) -> tuple:
+        def by_value(group: dict[str, Any]) -> tuple[bool, Any]:
             value = group["params"][name]
             number = isinstance(value, int | float) and not isinstance(value, bool)
             return (not number, value if number else str(value))
@@ -159,7 +216,7 @@ def sort_key(name: str, axes: dict[str, list[Any]]) -> Callable[[dict[str, Any]]
         )
     sign = -1 if SORTS[name] else 1
 
-    def by_result(group: dict[str, Any]) -> tuple:
+    def by_result(group: dict[str, Any]) -> tuple[bool, Any]:
         value = group[name]
         return (value is None, sign * value if value is not None else 0)
 

@@ -1,9 +1,10 @@
 """`python -m dlperf.sweep.worker POINT.json RESULT.json STUDY_ID SINCE`: one point of a
-parallel sweep (see dlperf.sweep.runner), started by dlperf through `launch.guarded`.
+parallel sweep (see dlperf.sweep.runner), started by dlperf's supervisor (dlperf.procs).
 
-POINT.json is the point's resolved config; the run store is $DLPERF_DB. The point's summary
-(or how it failed) is written to RESULT.json, atomically, for dlperf to read. SIGTERM stops
-the run as Ctrl-C does, so it ends "killed" in the store.
+POINT.json is the point's resolved config; the run store is $DLPERF_DB. The point's result
+(a `SweepPointResult`: its summary's figures, or how it failed) is written to RESULT.json,
+atomically, for dlperf to read. SIGTERM stops the run as Ctrl-C does, so it ends "killed"
+in the store.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def main(argv: list[str]) -> int:
     exp = build_experiment(json.loads(Path(config).read_text()), config)
     store = RunStore.open(os.environ.get("DLPERF_DB"))
     try:
-        summary = run_point(exp, store, int(study_id), int(since), NullReporter())
+        point = run_point(exp, store, int(study_id), int(since), NullReporter())
     except KeyboardInterrupt:  # the run is marked killed by now
         return 130
-    atomic_write(Path(result), json.dumps(summary, default=str))
+    atomic_write(Path(result), json.dumps(point.to_dict()))
     return 0
 
 

@@ -277,21 +277,19 @@ def sweep_params(runs: list[RunRecord]) -> dict[int, dict[str, Any]]:
 
 def _sweep(store: RunStore, study: dict[str, Any], runs: list[RunRecord]) -> str:
     from dlperf.sweep import summary as ranking
+    from dlperf.sweep.summary import SweepPointResult, SweepRow
 
     params = sweep_params(runs)
-    keys = ("test_accuracy", "best_val_accuracy", "epochs_to_target", "time_to_target_s",
-            "elapsed_s", "throughput", "train_time_s", "epochs")  # fmt: skip
-    rows: list[dict[str, Any]] = [
-        {"run_id": r.id, "status": r.status, "params": params[r.id],
-         **{k: r.summary.get(k) for k in keys}}
+    rows = [
+        SweepRow.of(SweepPointResult.of_run(r.id, r.status, r.summary), params[r.id])
         for r in sorted(runs, key=lambda r: r.id)
-    ]  # fmt: skip
+    ]
     groups = ranking.group_rows(rows)
     axes = {k: sorted({json.dumps(p[k], default=str) for p in params.values()}) for k in
             next(iter(params.values()), {})}  # fmt: skip
     axes = {k: [json.loads(v) for v in values] for k, values in axes.items()}
-    curves = [(r["params"], store.metrics(r["run_id"], "val/acc1"))
-              for r in rows if r["status"] == "finished"]  # fmt: skip
+    curves = [(r.params, store.metrics(r.run_id, "val/acc1"))
+              for r in rows if r.status == "finished"]  # fmt: skip
     first = (runs[0].config or {}) if runs else {}
     target = (first.get("target") or {}).get("accuracy")
     drawn = figs.sweep(curves, groups, axes, target) if curves else []
