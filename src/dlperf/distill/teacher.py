@@ -35,7 +35,7 @@ def stored(store: RunStore, run_id: int) -> Teacher:
             f"teacher run {run_id} did not finish (status {run.status})",
             f"resume it with `dlperf run --resume {run_id}` or give a finished run",
         )
-    data = run.summary.get("data")
+    data = run.trained.data
     if not data:
         raise UserError(f"teacher run {run_id} recorded no data shape (an older dlperf's run)")
     checkpoint.run_checkpoint(
@@ -48,7 +48,7 @@ def stored(store: RunStore, run_id: int) -> Teacher:
         tuple(data["mean"]),
         tuple(data["std"]),
         data["classes"],
-        run.summary.get("test_accuracy"),
+        run.trained.test_accuracy,
     )
 
 

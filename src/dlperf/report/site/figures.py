@@ -143,7 +143,7 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
         labels = [str(e) for e in epochs]
         xlabel = "epoch"
     else:
-        summary_phases = run.summary.get("phases") or {}
+        summary_phases = run.trained.phases or {}
         if not summary_phases:
             return []
         by_phase = {name: {0: s} for name, s in summary_phases.items()}
