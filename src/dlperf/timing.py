@@ -115,7 +115,7 @@ def record_event(device: torch.device) -> torch.cuda.Event:
 
 def seconds_between(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
     """Seconds between two recorded events; `end` must have completed."""
-    return start.elapsed_time(end) / 1e3  # torch answers in milliseconds
+    return float(start.elapsed_time(end) / 1e3)  # torch answers in milliseconds
 
 
 def mark(device: torch.device | None) -> float | torch.cuda.Event:

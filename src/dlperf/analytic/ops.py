@@ -482,7 +482,7 @@ VIEWS: frozenset[str] = frozenset({"_unsafe_view"})
 def op_name(func: torch._ops.OpOverload) -> str:
     """'add_' -> 'add': an in-place op costs what its out-of-place form costs."""
     name = func.overloadpacket.__name__
-    return name[:-1] if name.endswith("_") and name[:-1] in HANDLERS else name
+    return str(name[:-1] if name.endswith("_") and name[:-1] in HANDLERS else name)
 
 
 def cost_of(func: torch._ops.OpOverload, args: Sequence[Any], out: Any) -> Cost | None:

@@ -231,7 +231,7 @@ def step_time(
     w, m, p, n = np.broadcast_arrays(w, m, np.asarray(ps, float), np.asarray(nodes, float))
     theta = np.array(list(fit.params.values()))
     if fit.model.startswith("optimus"):
-        return _optimus_design(fit.model, w, p, m) @ theta
+        return np.asarray(_optimus_design(fit.model, w, p, m) @ theta)
     return _pollux_time(theta, n, w, m / w)[1]
 
 

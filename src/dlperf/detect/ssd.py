@@ -385,7 +385,7 @@ def scale_boxes(
     """Boxes in model-input pixels to the original image's pixels."""
     sx = image_wh[0] / input_hw[1]
     sy = image_wh[1] / input_hw[0]
-    return boxes.astype(np.float64) * np.array([sx, sy, sx, sy])
+    return np.asarray(boxes.astype(np.float64) * np.array([sx, sy, sx, sy]))
 
 
 # An annotated copy is at least this many pixels on its shorter side: a label drawn on a

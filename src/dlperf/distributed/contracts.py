@@ -55,7 +55,8 @@ class WorkerSpec:
     memory_cap_bytes: int | None = None  # --find-max-batch on CPU: peak memory allowed
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(asdict(self))
+        data: dict[str, Any] = plain(asdict(self))
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> WorkerSpec:
@@ -146,7 +147,8 @@ class RankResult:
     compute: ComputePhase | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(asdict(self))
+        data: dict[str, Any] = plain(asdict(self))
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> RankResult:

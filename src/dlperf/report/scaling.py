@@ -119,10 +119,10 @@ def study_figures(
         return draw
 
     def linear(mine: list[dict[str, Any]], n: int) -> float:
-        return mine[0]["throughput"] * n / mine[0]["workers"]
+        return float(mine[0]["throughput"] * n / mine[0]["workers"])
 
     def inverse_linear(mine: list[dict[str, Any]], n: int) -> float:
-        return mine[0]["epoch_time_s"] * mine[0]["workers"] / n
+        return float(mine[0]["epoch_time_s"] * mine[0]["workers"] / n)
 
     def efficiency(ax: Axes) -> None:
         series("efficiency")(ax)

@@ -52,7 +52,7 @@ class RunRecord:
     def trained(self) -> RunSummary:
         """A training run's summary, typed; every field at its default for runs of other
         kinds, whose summaries have their own shapes."""
-        return RunSummary.from_dict(self.summary) if self.kind == "run" else RunSummary()
+        return RunSummary.stored(self.summary) if self.kind == "run" else RunSummary()
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON output and exports write it."""
