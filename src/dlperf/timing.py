@@ -108,7 +108,7 @@ def record_event(device: torch.device) -> torch.cuda.Event:
     need not be the current one: run.device = "cuda:1")."""
     import torch
 
-    event = torch.cuda.Event(enable_timing=True)
+    event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     event.record(torch.cuda.current_stream(device))
     return event
 

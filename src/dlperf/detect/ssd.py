@@ -401,7 +401,10 @@ def drawn_scale(size: tuple[int, int]) -> int:
 
 
 def _label_box(
-    box: list[float], label_wh: tuple[int, int], canvas_wh: tuple[int, int], taken: list[tuple]
+    box: list[float],
+    label_wh: tuple[int, int],
+    canvas_wh: tuple[int, int],
+    taken: list[tuple[Any, ...]],
 ) -> tuple[int, int, int, int]:
     """Where a box's label goes, outside the box: above it, else below it when the place
     above holds an earlier label; moved left as far as needed to stay on the canvas."""

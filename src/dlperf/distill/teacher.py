@@ -79,7 +79,7 @@ def score(
         x = (chunk.to(device, non_blocking=True).float() / 255 - mean) / std
         return torch.softmax(model(x).float(), dim=1)
 
-    chunks = images.split(batch)
+    chunks = torch.split(images, batch)
     with torch.inference_mode():
         forward(chunks[0])  # lazy initialisation and allocator warm-up, untimed
         timer = Timer(device)

@@ -90,7 +90,7 @@ def study_figures(
         key: str,
         ideal: Callable[[list[dict[str, Any]], int], float] | None = None,
         inverse: bool = False,
-    ):
+    ) -> Callable[[Axes], None]:
         """One line per group, with the per-step spread (inverse: a value that falls as
         throughput rises, such as cost) as error bars, and the ideal line dotted."""
 
