@@ -338,7 +338,7 @@ def _line(run: RunRecord | None, same_as_teacher: bool = False) -> dict[str, Any
     if run is None:
         return {}
     return {"run_id": run.id, "model": _model(run), "same_as_teacher": same_as_teacher,
-            "test_accuracy": run.summary.get("test_accuracy")}  # fmt: skip
+            "test_accuracy": run.trained.test_accuracy}  # fmt: skip
 
 
 def _distill(
@@ -385,7 +385,7 @@ def _distill(
         if all(r.tags.get(k) == v for k, v in recipe.items()) and _model(r) in (model, None):
             newest[(r.tags["stage"], _top_k(r))] = r
     students = [
-        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r.summary["test_accuracy"],
+        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r.trained.test_accuracy,
          "pseudo_label_precision": (s.summary if (s := newest.get(("select", k))) else {}).get(
              "pseudo_label_precision")}
         for (stage, k), r in sorted(newest.items(), key=lambda item: item[0][1] or 0)
