@@ -119,6 +119,12 @@ def test_a_stored_summary_reads_as_a_point_or_as_none() -> None:
     assert PointSummary.stored({**STORED, "ranks": [{"rank": 0}]}) is None
 
 
+def test_an_allreduce_summary_reads_before_overlap_was_measured_and_not_when_failed() -> None:
+    old = {"backend": "gloo", "workers": 2, "rows": [{"bytes": 4.0}], "ring_model": None}
+    assert AllreduceSummary.stored(old) == AllreduceSummary("gloo", 2, [{"bytes": 4.0}], None)
+    assert AllreduceSummary.stored({}) is None
+
+
 @pytest.mark.parametrize(
     ("load", "data", "message"),
     [
@@ -140,12 +146,6 @@ def test_a_stored_summary_reads_as_a_point_or_as_none() -> None:
          "RankSummary: missing field(s) ddp_logging_ns, host, step_time_s, wall_s"),
     ],
 )  # fmt: skip
-def test_an_allreduce_summary_reads_before_overlap_was_measured_and_not_when_failed() -> None:
-    old = {"backend": "gloo", "workers": 2, "rows": [{"bytes": 4.0}], "ring_model": None}
-    assert AllreduceSummary.stored(old) == AllreduceSummary("gloo", 2, [{"bytes": 4.0}], None)
-    assert AllreduceSummary.stored({}) is None
-
-
 def test_a_missing_or_unknown_field_is_a_clear_error(
     load: object, data: object, message: str
 ) -> None:
