@@ -105,7 +105,8 @@ class AnalysisResult:
 
     @property
     def layers(self) -> list[dict[str, Any]]:
-        return self.analysis.to_dict()["layers"]
+        layers: list[dict[str, Any]] = self.analysis.to_dict()["layers"]
+        return layers
 
     @property
     def unsupported_ops(self) -> dict[str, int]:

@@ -85,10 +85,20 @@ class RunSummary:
     threads: int | None = None  # intra-op threads
     data: dict[str, Any] | None = None  # the data set it trained on, as the run resolved it
     transfer: dict[str, Any] | None = None  # what a fine-tuned run started from
+    final: dict[str, float] | None = None  # dlperf.track: each metric's last value
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(asdict(self))
+        data: dict[str, Any] = plain(asdict(self))
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> RunSummary:
         return cls(**checked(cls, data))
+
+    @classmethod
+    def stored(cls, data: Mapping[str, Any]) -> RunSummary:
+        """A stored summary as far as this version knows it: the readers (doctor, report)
+        must not fail on a store written by another version, whose summaries may hold
+        fields unknown here."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

@@ -108,14 +108,14 @@ def record_event(device: torch.device) -> torch.cuda.Event:
     need not be the current one: run.device = "cuda:1")."""
     import torch
 
-    event = torch.cuda.Event(enable_timing=True)
+    event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     event.record(torch.cuda.current_stream(device))
     return event
 
 
 def seconds_between(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
     """Seconds between two recorded events; `end` must have completed."""
-    return start.elapsed_time(end) / 1e3  # torch answers in milliseconds
+    return float(start.elapsed_time(end) / 1e3)  # torch answers in milliseconds
 
 
 def mark(device: torch.device | None) -> float | torch.cuda.Event:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.distributed.contracts import (
+    AllreduceSummary,
     ComputePhase,
     ContractError,
     MainPhase,
@@ -116,6 +117,12 @@ def test_a_stored_summary_reads_as_a_point_or_as_none() -> None:
     assert PointSummary.stored(STORED) == PointSummary.from_dict(STORED)
     assert PointSummary.stored({}) is None
     assert PointSummary.stored({**STORED, "ranks": [{"rank": 0}]}) is None
+
+
+def test_an_allreduce_summary_reads_before_overlap_was_measured_and_not_when_failed() -> None:
+    old = {"backend": "gloo", "workers": 2, "rows": [{"bytes": 4.0}], "ring_model": None}
+    assert AllreduceSummary.stored(old) == AllreduceSummary("gloo", 2, [{"bytes": 4.0}], None)
+    assert AllreduceSummary.stored({}) is None
 
 
 @pytest.mark.parametrize(

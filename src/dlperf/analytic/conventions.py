@@ -101,7 +101,7 @@ def ptflops_macs(module: nn.Module, x: torch.Tensor | None, out: torch.Tensor) -
 def _fvcore_norm(args: Any, weight_at: int, stats: bool) -> int:
     affine = args[weight_at] is not None
     per_element = (5 if affine else 4) if stats else (2 if affine else 1)
-    return per_element * args[0].numel()
+    return int(per_element * args[0].numel())
 
 
 def fvcore_extra(name: str, args: Any, out: Any) -> int:
@@ -118,7 +118,7 @@ def fvcore_extra(name: str, args: Any, out: Any) -> int:
     if name == "upsample_nearest2d":
         return int(first.numel())
     if name in ("upsample_bilinear2d", "grid_sampler_2d"):
-        return 4 * first.numel()
+        return int(4 * first.numel())
     return 0
 
 

@@ -355,11 +355,11 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-class _CountingMode(TorchDispatchMode):
+class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(
         self, model: nn.Module, tracker: ModuleTracker, fields: FieldTracker | None
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
         self.fields = fields
         # Every name of a module placed in two parents: torch's ModuleTracker names it by
@@ -653,7 +653,7 @@ def analyze_module(
                 losses = [t.sum() for t in _outputs(out) if t.requires_grad]
                 if losses:  # none: nothing trains (no parameters, or all frozen), no backward
                     with mode:
-                        sum(losses[1:], losses[0]).backward()
+                        torch.autograd.backward(sum(losses[1:], losses[0]))
                 memory = _training_memory(model, saved.bytes)
             else:
                 with mode, _FunctionCalls(mode), torch.no_grad():

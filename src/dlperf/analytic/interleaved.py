@@ -21,10 +21,11 @@ from typing import Any
 
 import torch
 
-from dlperf.analytic.counting import DTYPES, Analysis, analyze_module
+from dlperf.analytic.counting import Analysis, analyze_module
 from dlperf.analytic.devices import Device
 from dlperf.analytic.measure import KERNELS, large_copy, make_step, solve, square_matmul
 from dlperf.analytic.paleo import error_pct, predict
+from dlperf.engine.precision import DTYPES
 from dlperf.progress import NullReporter, Reporter
 from dlperf.timing import Clock, Spread, interleave
 

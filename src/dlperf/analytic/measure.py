@@ -13,10 +13,11 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.autograd import DeviceType
+from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from dlperf.analytic.counting import DTYPES, Analysis, materialize_lazy, run_forward
+from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward
 from dlperf.analytic.devices import Device
+from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
 from dlperf.system import synchronize
 from dlperf.timing import Clock, timed
@@ -156,7 +157,7 @@ def _label_leaves(model: nn.Module) -> list[Any]:
     def enter(name: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any) -> None:
             rng = torch.profiler.record_function(LABEL + name)
-            rng.__enter__()
+            rng.__enter__()  # type: ignore[no-untyped-call]
             open_ranges.append(rng)
 
         return hook
@@ -201,7 +202,7 @@ def make_step(
             model.zero_grad(set_to_none=True)
             losses = [t.sum() for t in _outputs(run_forward(model, x))]
             if losses:  # none: nothing trains (no parameters, or all frozen), no backward
-                sum(losses[1:], losses[0]).backward()
+                torch.autograd.backward(sum(losses[1:], losses[0]))
         else:
             with torch.no_grad():
                 run_forward(model, x)

@@ -55,7 +55,8 @@ def _numel(t: Any) -> int:
 
 
 def _first(out: Any) -> torch.Tensor:
-    return out[0] if isinstance(out, tuple | list) else out
+    first: torch.Tensor = out[0] if isinstance(out, tuple | list) else out
+    return first
 
 
 def _mac_only(macs: int, extra_flops: int = 0) -> Cost:
@@ -126,14 +127,14 @@ def dot(args: Sequence[Any], out: Any) -> Cost:
 def attention(args: Sequence[Any], out: Any) -> Cost:
     """Fused scaled-dot-product attention: q @ k^T and p @ v, plus the softmax."""
     q, k, v = args[:3]
-    macs = sdpa_flop_count(q.shape, k.shape, v.shape) // 2
+    macs = sdpa_flop_count(q.shape, k.shape, v.shape) // 2  # type: ignore[no-untyped-call]
     scores = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
     return _mac_only(macs, SOFTMAX * scores)
 
 
 def attention_backward(args: Sequence[Any], out: Any) -> Cost:
     grad, q, k, v = args[:4]
-    macs = sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape) // 2
+    macs = sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape) // 2  # type: ignore[no-untyped-call]
     scores = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
     return _mac_only(macs, SOFTMAX_BACKWARD * scores)
 
@@ -482,7 +483,7 @@ VIEWS: frozenset[str] = frozenset({"_unsafe_view"})
 def op_name(func: torch._ops.OpOverload) -> str:
     """'add_' -> 'add': an in-place op costs what its out-of-place form costs."""
     name = func.overloadpacket.__name__
-    return name[:-1] if name.endswith("_") and name[:-1] in HANDLERS else name
+    return str(name[:-1] if name.endswith("_") and name[:-1] in HANDLERS else name)
 
 
 def cost_of(func: torch._ops.OpOverload, args: Sequence[Any], out: Any) -> Cost | None:

@@ -80,7 +80,7 @@ def _pair(v: Any, default: Sequence[int]) -> list[int]:
     v = list(v) if isinstance(v, Sequence) else [v]
     if not v:
         return list(default)
-    return v * 2 if len(v) == 1 else v
+    return list(v * 2 if len(v) == 1 else v)
 
 
 def _keeps_axes(name: str, args: Sequence[Any], dims: int) -> bool:
@@ -110,7 +110,7 @@ class FieldTracker:
             self.fields[x] = INPUT
 
     def result(self, outputs: Sequence[torch.Tensor]) -> dict[str, Any]:
-        tracked = [self.fields.get(t) for t in outputs if isinstance(t, torch.Tensor)]
+        tracked = [self.fields.get(t) for t in outputs if isinstance(t, torch.Tensor)]  # type: ignore[no-untyped-call]
         state = tracked[0] if tracked else None
         last = self.last_spatial
         if isinstance(state, Field):

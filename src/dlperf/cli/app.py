@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from dlperf.store import RunStore
 
 app = typer.Typer(
     name="dlperf",
@@ -67,7 +70,7 @@ def _global(
     state.debug = debug
 
 
-def open_store(create: bool = True):  # -> dlperf.store.RunStore, imported lazily: --help is fast
+def open_store(create: bool = True) -> RunStore:  # imported lazily: --help is fast
     """The store --db names; `create=False` for commands that only read (RunStore.open)."""
     from dlperf.store import RunStore
 

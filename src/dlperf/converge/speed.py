@@ -231,7 +231,7 @@ def step_time(
     w, m, p, n = np.broadcast_arrays(w, m, np.asarray(ps, float), np.asarray(nodes, float))
     theta = np.array(list(fit.params.values()))
     if fit.model.startswith("optimus"):
-        return _optimus_design(fit.model, w, p, m) @ theta
+        return np.asarray(_optimus_design(fit.model, w, p, m) @ theta)
     return _pollux_time(theta, n, w, m / w)[1]
 
 
@@ -276,7 +276,8 @@ def _span(data: SpeedData, model: str) -> dict[str, list[float]]:
 def _configurations(data: SpeedData, model: str) -> list[list[float]]:
     places = data.nodes if model == "pollux" else data.ps
     assert places is not None  # checked by the fit
-    return np.column_stack([data.workers, places, data.global_batch]).tolist()
+    design: list[list[float]] = np.column_stack([data.workers, places, data.global_batch]).tolist()
+    return design
 
 
 def _check_names(model: str, keys: Iterable[str], where: str) -> list[str]:

@@ -123,7 +123,7 @@ def _augmented(
     pixels = (out * std_t + mean_t).mul(255).round().clamp(0, 255).to(torch.uint8)
     # augment_batch's M copies are copy-major: all first copies, then all second ones.
     pixels = pixels.view(cfg.batch_aug_m, *x.shape)
-    return list(pixels.split([len(images) for images in samples], dim=1))
+    return list(torch.split(pixels, [len(images) for images in samples], dim=1))
 
 
 def describe(

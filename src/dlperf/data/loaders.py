@@ -86,7 +86,7 @@ class _Cutout:
         return x
 
 
-class _SampleDataset(Dataset):
+class _SampleDataset(Dataset[Any]):
     """One image at a time through PIL transforms; M augmented copies for batch augmentation."""
 
     def __init__(self, split: Split, transform: Any, copies: int, side: int | None) -> None:

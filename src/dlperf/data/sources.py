@@ -91,7 +91,7 @@ def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
             .round_()
             .clamp_(0, 255)
             .to(torch.uint8)
-            for chunk in split.images.split(1024)  # bounds the float copy's memory
+            for chunk in torch.split(split.images, 1024)  # bounds the float copy's memory
         ]
         images = torch.cat(chunks) if chunks else split.images.new_empty(0, channels, side, side)
         return Split(split.labels, images)
@@ -274,7 +274,8 @@ def decode_file(path: str, size: int) -> torch.Tensor:
             image = TF.resize(file.convert("RGB"), size, antialias=True)
     except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
         raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
-    return TF.pil_to_tensor(TF.center_crop(image, [size, size]))
+    tensor: torch.Tensor = TF.pil_to_tensor(TF.center_crop(image, [size, size]))
+    return tensor
 
 
 def imagefolder(cfg: DataConfig) -> ImageData:

@@ -229,7 +229,7 @@ def _from_binary(raw: memoryview, datatype: str, count: int, name: str) -> np.nd
             f"values take {count * dtype.itemsize}"
         )
     if datatype == "BOOL":
-        return np.frombuffer(raw, np.uint8) != 0
+        return np.asarray(np.frombuffer(raw, np.uint8) != 0)
     return np.frombuffer(raw, dtype.newbyteorder("<")).astype(dtype, copy=False)
 
 

@@ -70,7 +70,8 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
     ) -> dict[str, np.ndarray]:
         start = time.perf_counter_ns()
         try:
-            outputs, phases.compute_infer = await batcher.submit(feeds, rows)
+            answer: tuple[dict[str, np.ndarray], int] = await batcher.submit(feeds, rows)
+            outputs, phases.compute_infer = answer
         except QueueFull as e:
             raise HTTPException(503, str(e), headers={"Retry-After": str(RETRY_AFTER_S)}) from None
         phases.queue = time.perf_counter_ns() - start - phases.compute_infer

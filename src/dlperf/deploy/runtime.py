@@ -126,7 +126,7 @@ def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+    return np.asarray(e / e.sum(axis=-1, keepdims=True))
 
 
 def topk(logits: np.ndarray, k: int, labels: list[str]) -> list[list[dict[str, Any]]]:

@@ -85,7 +85,8 @@ class ServedModel:
 
     def _call(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
-            return self.session.run(self.output_names, feeds)
+            outputs: list[np.ndarray] = self.session.run(self.output_names, feeds)
+            return outputs
         except InvalidArgument as e:
             # ONNX Runtime checks values as well as shapes (an index out of range, ...).
             raise UserError(

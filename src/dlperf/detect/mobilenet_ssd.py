@@ -116,14 +116,15 @@ class MobileNetV1Features(nn.Module):
         return OrderedDict((str(i), m) for i, m in enumerate(maps))
 
 
-class ClampedBoxes(DefaultBoxGenerator):
+class ClampedBoxes(DefaultBoxGenerator):  # type: ignore[misc]
     """torchvision's default boxes with their centres clamped to the image as well as their
     sizes, as pytorch-ssd's `generate_ssd_priors(clamp=True)` clamps them."""
 
     def _grid_default_boxes(
         self, grid_sizes: list[list[int]], image_size: list[int], dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
-        return super()._grid_default_boxes(grid_sizes, image_size, dtype).clamp(0.0, 1.0)
+        boxes: torch.Tensor = super()._grid_default_boxes(grid_sizes, image_size, dtype)
+        return boxes.clamp(0.0, 1.0)
 
 
 def build(num_classes: int) -> Any:

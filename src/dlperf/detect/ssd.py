@@ -385,7 +385,7 @@ def scale_boxes(
     """Boxes in model-input pixels to the original image's pixels."""
     sx = image_wh[0] / input_hw[1]
     sy = image_wh[1] / input_hw[0]
-    return boxes.astype(np.float64) * np.array([sx, sy, sx, sy])
+    return np.asarray(boxes.astype(np.float64) * np.array([sx, sy, sx, sy]))
 
 
 # An annotated copy is at least this many pixels on its shorter side: a label drawn on a
@@ -401,7 +401,10 @@ def drawn_scale(size: tuple[int, int]) -> int:
 
 
 def _label_box(
-    box: list[float], label_wh: tuple[int, int], canvas_wh: tuple[int, int], taken: list[tuple]
+    box: list[float],
+    label_wh: tuple[int, int],
+    canvas_wh: tuple[int, int],
+    taken: list[tuple[Any, ...]],
 ) -> tuple[int, int, int, int]:
     """Where a box's label goes, outside the box: above it, else below it when the place
     above holds an earlier label; moved left as far as needed to stay on the canvas."""

@@ -174,7 +174,7 @@ def iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
     area = (box[2] - box[0]) * (box[3] - box[1])
     areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    return inter / np.maximum(area + areas - inter, np.finfo(np.float64).eps)
+    return np.asarray(inter / np.maximum(area + areas - inter, np.finfo(np.float64).eps))
 
 
 def curve_ap(recall: np.ndarray, precision: np.ndarray, method: str = "area") -> float:

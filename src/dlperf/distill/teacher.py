@@ -35,7 +35,7 @@ def stored(store: RunStore, run_id: int) -> Teacher:
             f"teacher run {run_id} did not finish (status {run.status})",
             f"resume it with `dlperf run --resume {run_id}` or give a finished run",
         )
-    data = run.summary.get("data")
+    data = run.trained.data
     if not data:
         raise UserError(f"teacher run {run_id} recorded no data shape (an older dlperf's run)")
     checkpoint.run_checkpoint(
@@ -48,7 +48,7 @@ def stored(store: RunStore, run_id: int) -> Teacher:
         tuple(data["mean"]),
         tuple(data["std"]),
         data["classes"],
-        run.summary.get("test_accuracy"),
+        run.trained.test_accuracy,
     )
 
 
@@ -79,7 +79,7 @@ def score(
         x = (chunk.to(device, non_blocking=True).float() / 255 - mean) / std
         return torch.softmax(model(x).float(), dim=1)
 
-    chunks = images.split(batch)
+    chunks = torch.split(images, batch)
     with torch.inference_mode():
         forward(chunks[0])  # lazy initialisation and allocator warm-up, untimed
         timer = Timer(device)

@@ -168,7 +168,7 @@ def interpolate_time(rows: list[dict[str, Any]], nbytes: float, key: str = "medi
         raise ValueError("no measured all-reduce times")
     sizes, times = zip(*points, strict=True)
     if nbytes >= sizes[-1]:
-        return times[-1] * nbytes / sizes[-1]
+        return float(times[-1] * nbytes / sizes[-1])
     return float(np.interp(nbytes, sizes, times))
 
 

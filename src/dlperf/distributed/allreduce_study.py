@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from dlperf.distributed.allreduce import fit_ring_model, overlap_cost, parse_sizes
+from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.distributed.launch import run_torchrun
 from dlperf.distributed.planning import resolve_backend, threads_per_worker
 from dlperf.errors import UserError
@@ -80,14 +82,8 @@ def run_allreduce_study(
         except UserError as e:
             ring, fit_error = None, str(e)
         for run, n, rows in measured:
-            run.summary = {
-                "backend": backend,
-                "workers": n,
-                "rows": rows,
-                "ring_model": ring,
-                "overlap": overlap[n],
-                "overlap_cost": overlap_cost(overlap[n]),
-            }
+            stored = AllreduceSummary(backend, n, rows, ring, overlap[n], overlap_cost(overlap[n]))
+            run.summary = asdict(stored)
     return {
         "study_id": study_id,
         "backend": backend,

@@ -235,7 +235,7 @@ def render_azureml(
         "distribution": {"type": "pytorch", "process_count_per_instance": 1},
         "outputs": {"results": output},
     }
-    return yaml.safe_dump(job, sort_keys=False, width=2**16)
+    return str(yaml.safe_dump(job, sort_keys=False, width=2**16))
 
 
 def cloud_job(

@@ -5,6 +5,8 @@ its writer and its reader use:
   Horovod and TensorFlow workers and their launchers;
 - `RankResult`: what each rank measured (`rank-R.json`, gathered into `result.json`), read
   by the study; DDP's own figures are there only when DDP trained the point;
+- `AllreduceSummary`: what an all-reduce benchmark stores for one worker count, read by the
+  communication models (dlperf.distributed.predictions) and the report;
 - `PointSummary`: what the study makes of a finished point's ranks and stores as its run's
   summary, read back by the doctor (older stored summaries lack the fields added since;
   those have defaults). The report draws a study from its rows, the document `dlperf scale
@@ -55,7 +57,8 @@ class WorkerSpec:
     memory_cap_bytes: int | None = None  # --find-max-batch on CPU: peak memory allowed
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(asdict(self))
+        data: dict[str, Any] = plain(asdict(self))
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> WorkerSpec:
@@ -146,7 +149,8 @@ class RankResult:
     compute: ComputePhase | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return plain(asdict(self))
+        data: dict[str, Any] = plain(asdict(self))
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> RankResult:
@@ -193,6 +197,31 @@ class RankSummary:
     @classmethod
     def from_dict(cls, data: object) -> RankSummary:
         return cls(**checked(cls, data))
+
+
+@dataclass(frozen=True)
+class AllreduceSummary:
+    """One worker count of an all-reduce benchmark study, as its run stores it."""
+
+    backend: str
+    workers: int
+    rows: list[dict[str, float]]  # per message size: bytes, times and bandwidths
+    ring_model: dict[str, Any] | None  # the α-β fit over the whole study (RingModel.to_dict)
+    # Measured after the first benchmarks were stored: None in theirs.
+    overlap: list[dict[str, float]] | None = None
+    overlap_cost: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: object) -> AllreduceSummary:
+        return cls(**checked(cls, data))
+
+    @classmethod
+    def stored(cls, data: object) -> AllreduceSummary | None:
+        """A stored run's summary, or None where it has none (a run that failed)."""
+        try:
+            return cls.from_dict(data)
+        except ContractError:
+            return None
 
 
 TRACE_FIELDS = (

@@ -172,7 +172,7 @@ def render_kubernetes(
         f"# Watch: kubectl get pytorchjob {job_name}; "
         f"kubectl logs -f {job_name}-master-0\n"
     )
-    return header + yaml.safe_dump(manifest, sort_keys=False)
+    return header + str(yaml.safe_dump(manifest, sort_keys=False))
 
 
 def job_argv(argv: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dlperf.distributed.contracts import RankResult
+from dlperf.distributed.contracts import AllreduceSummary, RankResult
 from dlperf.distributed.summary import computes, slowest_per_step
 from dlperf.store import RunStore
 
@@ -20,22 +20,22 @@ def comm_reference(store: RunStore, backend: str) -> dict[str, Any] | None:
     measured times and its measured overlap cost (absent from benchmarks stored before it
     was measured)."""
     for run in store.list_runs(kind="allreduce"):
-        summary = run.summary
-        if run.status != "finished" or summary.get("backend") != backend:
+        summary = AllreduceSummary.stored(run.summary)
+        if run.status != "finished" or summary is None or summary.backend != backend:
             continue
         runs = store.list_runs(kind="allreduce", study_id=run.study_id)
+        finished = [
+            (r.id, s)
+            for r in runs
+            if r.status == "finished" and (s := AllreduceSummary.stored(r.summary))
+        ]
         return {
             "study_id": run.study_id,
             "measured_at": run.ended,
-            "ring_model": summary.get("ring_model"),
+            "ring_model": summary.ring_model,
             "workers": {
-                int(r.summary["workers"]): {
-                    "run_id": r.id,
-                    "rows": r.summary["rows"],
-                    "overlap_cost": r.summary.get("overlap_cost"),
-                }
-                for r in runs
-                if r.status == "finished"
+                s.workers: {"run_id": rid, "rows": s.rows, "overlap_cost": s.overlap_cost}
+                for rid, s in finished
             },
         }
     return None

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf.distributed.contracts import PointSummary
+
 SUPERLINEAR = 1.05  # efficiency above 1 beyond this is not measurement noise
 CI_SHARE = 0.10  # throughput_ci95 / throughput_mean
 STEP_IQR_SHARE = 0.50  # interquartile range of step times / their median
@@ -80,7 +82,7 @@ def iqr_share(values: Sequence[float]) -> float | None:
 
 
 def untrustworthy(
-    summary: Mapping[str, Any],
+    summary: PointSummary | None,
     base_workers: int | None,
     steps: Sequence[float],
     base_run: int | None = None,
@@ -90,7 +92,7 @@ def untrustworthy(
     a wide 95% interval of the chunks' throughput, or widely spread step times (`steps`: the
     slowest rank's, per step)."""
     concerns = []
-    efficiency, workers = summary.get("efficiency"), summary.get("workers")
+    efficiency, workers = (summary.efficiency, summary.workers) if summary else (None, None)
     faster = base_workers is not None and workers is not None and workers > base_workers
     if efficiency and efficiency > SUPERLINEAR and faster:
         run = f" (run {base_run})" if base_run is not None else ""
@@ -103,7 +105,7 @@ def untrustworthy(
                 {"efficiency": efficiency},
             )
         )
-    mean, ci = summary.get("throughput_mean"), summary.get("throughput_ci95")
+    mean, ci = (summary.throughput_mean, summary.throughput_ci95) if summary else (None, None)
     if mean and ci is not None and ci / mean > CI_SHARE:
         concerns.append(
             Concern(

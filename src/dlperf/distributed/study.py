@@ -251,7 +251,7 @@ class Study:
             stored = summary.to_dict()
             base = self.bases.get(point.group)
             base_workers = base.workers if base else None
-            for concern in untrustworthy(stored, base_workers, steps_s):
+            for concern in untrustworthy(summary, base_workers, steps_s):
                 self.warnings.append(f"{point.label()}: {concern.evidence}; {concern.fix}")
             self.store.log_metrics(run.id, rank_metrics(ranks))
             run.summary = stored

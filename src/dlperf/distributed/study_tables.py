@@ -117,7 +117,7 @@ def _utilisation(row: dict[str, Any], ring: dict[str, Any] | None) -> float | No
     busbw = row.get("busbw_gbps")
     if busbw is None or not ring:
         return None
-    return busbw * 1e9 / ring["bandwidth_bytes_per_s"]
+    return float(busbw * 1e9 / ring["bandwidth_bytes_per_s"])
 
 
 Grid = dict[int, dict[int, dict[str, Any]]]  # that mode's batch -> workers -> row

@@ -232,7 +232,7 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
             )
         return loss, tape.gradient(loss, model.trainable_variables)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def step(iterator: Any) -> tf.Tensor:
         def replica(inputs: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
             loss, grads = forward_backward(*inputs)
@@ -242,7 +242,7 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
         losses = strategy.run(replica, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def compute_only(iterator: Any) -> Any:
         """Every replica's forward and backward, no update: gradients are all-reduced only
         when applied, so this is the step without its communication (and without the

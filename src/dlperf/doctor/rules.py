@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Any
 
 from dlperf import traces
-from dlperf.distributed.contracts import PointSummary
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
 from dlperf.errors import UserError
@@ -110,7 +109,7 @@ def _interval(run: RunRecord) -> tuple[datetime, datetime] | None:
 
 
 def _threads_used(run: RunView) -> int:
-    return (run.summary.get("threads_per_worker") or run.threads() or 1) * run.workers_per_node()
+    return (run.threads() or 1) * run.workers_per_node()
 
 
 def _concurrent(run: RunView) -> tuple[int, list[int]]:
@@ -141,7 +140,7 @@ def oversubscribed(run: RunView) -> list[Issue]:
     if not cores:
         return []
     issues = []
-    threads = run.summary.get("threads_per_worker") or run.threads()
+    threads = run.threads()
     per_node = run.workers_per_node()
     if threads and per_node * threads > cores:
         if run.kind == "scale":
@@ -175,8 +174,8 @@ def oversubscribed(run: RunView) -> list[Issue]:
 
 
 def shared_host(run: RunView) -> list[Issue]:
-    s = run.summary
-    cpu, wall, threads = s.get("cpu_time_s"), s.get("train_time_s"), run.threads()
+    s = run.run.trained
+    cpu, wall, threads = s.cpu_time_s, s.train_time_s, run.threads()
     device = run.device() or ""
     if cpu is None or not wall or not threads or not device.startswith("cpu"):
         return []
@@ -247,16 +246,16 @@ def missing_workers(run: RunView) -> list[Issue]:
 
 def low_efficiency(run: RunView) -> list[Issue]:
     s, base = run.point_summary, run.scale_base()
-    if s is None or s.efficiency is None or base is None or base.id == run.id:
+    if s is None or s.efficiency is None or base is None or base[0] == run.id:
         return []
-    b = PointSummary.stored(base.summary)
+    base_id, b = base
     efficiency = s.efficiency
-    if b is None or efficiency >= LOW_EFFICIENCY or s.workers <= b.workers:
+    if efficiency >= LOW_EFFICIENCY or s.workers <= b.workers:
         return []
     step, compute, comm = s.step_time_s, s.compute_s, s.comm_exposed_s
     head = (
         f"efficiency {efficiency:.2f} at {s.workers} workers against {b.workers} "
-        f"(run {base.id}; speedup {s.speedup or 0:.2f})"
+        f"(run {base_id}; speedup {s.speedup or 0:.2f})"
     )
     figures: Figures = {"efficiency": efficiency, "workers": s.workers}
     if compute is None or comm is None:
@@ -297,14 +296,14 @@ def low_efficiency(run: RunView) -> list[Issue]:
 
 
 def untrustworthy_scaling(run: RunView) -> list[Issue]:
-    s, issues = run.summary, []
+    issues: list[Issue] = []
     if run.kind == "scale":
         # The same check `dlperf scale` warns with as it measures (dlperf.distributed.scaling).
         base = run.scale_base()
-        workers, base_run = (base.summary["workers"], base.id) if base else (None, None)
-        concerns = untrustworthy(s, workers, _slowest_steps(run), base_run)
+        workers, base_run = (base[1].workers, base[0]) if base else (None, None)
+        concerns = untrustworthy(run.point_summary, workers, _slowest_steps(run), base_run)
         return [Issue("warning", c.evidence, c.fix, c.figures) for c in concerns]
-    spread = s.get("throughput_spread") or {}
+    spread = run.run.trained.throughput_spread or {}
     low, high = spread.get("min"), spread.get("max")
     if low and high and high / low > EPOCH_SPREAD:
         issues.append(
@@ -332,7 +331,7 @@ def _slowest_steps(run: RunView) -> list[float]:
 
 
 def data_bound(run: RunView) -> list[Issue]:
-    phases = run.summary.get("phases") or {}
+    phases = run.run.trained.phases or {}
     total = sum(v for v in phases.values() if v)
     wait = phases.get("data")
     if not total or wait is None or wait / total <= DATA_SHARE:
@@ -396,7 +395,7 @@ def trace_non_compute(run: RunView) -> list[Issue]:
 
 
 def _classes(run: RunView) -> int | None:
-    seen = (run.summary.get("data") or {}).get("classes")
+    seen = (run.run.trained.data or {}).get("classes")
     if seen:
         return int(seen)
     name = run.key("data.name")
@@ -408,7 +407,7 @@ def _classes(run: RunView) -> int | None:
 def chance_accuracy(run: RunView) -> list[Issue]:
     if run.kind == "scale" or _diverged(run):
         return []  # a scale point trains no accuracy; a diverged run has `diverged`
-    accuracy, what = run.summary.get("test_accuracy"), "test accuracy"
+    accuracy, what = run.run.trained.test_accuracy, "test accuracy"
     if accuracy is None:
         val = [(e, v) for e, v in run.metric("val/acc1") if math.isfinite(v)]
         if not val:
@@ -426,7 +425,7 @@ def chance_accuracy(run: RunView) -> list[Issue]:
         "the network learned nothing: check that labels match images, that the input is "
         f"normalised, and the learning rate (train.lr {run.key('train.lr')}); train longer"
     )
-    if (run.summary.get("transfer") or {}).get("warnings"):
+    if (run.run.trained.transfer or {}).get("warnings"):
         fix += "; see input-below-weights-resolution"
     # A run still training may yet learn: said, but not failed on.
     return [
@@ -446,7 +445,7 @@ def _expected(run: RunView, transfer: dict[str, Any]) -> dict[str, Any]:
     source = re.fullmatch(r"run (\d+)", str(transfer.get("weights", "")))
     if source:
         origin = run.stored.find(int(source.group(1)))
-        data = (origin.summary if origin else {}).get("data") or {}
+        data = (origin.trained.data if origin else None) or {}
         if data.get("shape"):
             expects.setdefault("image_size", data["shape"][-1])
         for key in ("mean", "std"):
@@ -464,8 +463,8 @@ def _per_channel(values: list[float], channels: int) -> list[float]:
 
 
 def input_below_weights_resolution(run: RunView) -> list[Issue]:
-    transfer = run.summary.get("transfer") or {}
-    data = run.summary.get("data") or {}
+    transfer = run.run.trained.transfer or {}
+    data = run.run.trained.data or {}
     if not transfer or not data.get("shape") or run.key("model.transfer") == "scratch":
         return []
     expects, issues = _expected(run, transfer), []

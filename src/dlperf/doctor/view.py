@@ -88,14 +88,10 @@ class RunView:
     def status(self) -> str:
         return self.run.status
 
-    @property
-    def summary(self) -> dict[str, Any]:
-        return self.run.summary
-
     @functools.cached_property
     def point_summary(self) -> PointSummary | None:
         """A scale point's summary, typed; None for other runs and unsummarised points."""
-        return PointSummary.stored(self.summary) if self.kind == "scale" else None
+        return PointSummary.stored(self.run.summary) if self.kind == "scale" else None
 
     @property
     def system(self) -> dict[str, Any]:
@@ -121,36 +117,44 @@ class RunView:
         return self.stored.metrics(self.id, key)
 
     def device(self) -> str | None:
-        device = self.summary.get("device") or self.system.get("device")
+        device = self.run.trained.device or self.system.get("device")
         if device is None:  # a scale point's workers: gloo on the CPU, nccl on GPUs
             device = {"gloo": "cpu", "nccl": "cuda"}.get(self.system.get("backend", ""))
         return device
 
     def threads(self) -> int | None:
-        return self.summary.get("threads") or self.system.get("threads")
+        """A scale point's threads per worker, else the run's intra-op threads."""
+        p = self.point_summary
+        per_worker = p.threads_per_worker if p else None
+        return per_worker or self.run.trained.threads or self.system.get("threads")
 
     def workers_per_node(self) -> int:
         if self.kind != "scale" or self.point.get("strategy", "ddp") != "ddp":
             return 1
-        workers = self.point.get("workers") or self.summary.get("workers") or 1
-        return max(1, workers // (self.summary.get("nodes") or self.key("scale.nnodes") or 1))
+        p = self.point_summary
+        workers: int = self.point.get("workers") or (p.workers if p else 1)
+        return max(1, workers // ((p.nodes if p else None) or self.key("scale.nnodes") or 1))
 
-    def scale_base(self) -> RunRecord | None:
-        """The finished point of the same study and series (mode and its batch, comm,
-        strategy, bucket) with the fewest workers: what speedup and efficiency are measured
-        against."""
+    def scale_base(self) -> tuple[int, PointSummary] | None:
+        """The finished point (its run id and summary) of the same study and series (mode and
+        its batch, comm, strategy, bucket) with the fewest workers: what speedup and
+        efficiency are measured against."""
         if self.run.study_id is None:
             return None
         mine = series(self.point)
         same = [
-            r
+            (p.workers, r.id, p)
             for r in self.stored.study(self.run.study_id)
             if r.kind == "scale"
             and r.status == "finished"
-            and r.summary.get("workers")
+            and (p := PointSummary.stored(r.summary))
+            and p.workers
             and series(r.config.get("point") or {}) == mine
         ]
-        return min(same, key=lambda r: (r.summary["workers"], r.id), default=None)
+        if not same:
+            return None
+        _, run_id, base = min(same, key=lambda s: s[:2])
+        return run_id, base
 
 
 Handler = Callable[[RunView], list[Issue]]

@@ -124,7 +124,7 @@ def _from_run(spec: str, store: RunStore) -> Pretrained:
     run_id = _run_id(spec, store)
     stored = store.get_run(run_id)
     data = stored.config.get("data", {})
-    seen = stored.summary.get("data", {})
+    seen = stored.trained.data or {}
 
     def fetch() -> StateDict:
         path = checkpoint.run_checkpoint(

@@ -64,7 +64,8 @@ class CifarResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.bn1(self.conv1(x)))
         x = self.pool(self.layers(x))
-        return self.fc(torch.flatten(x, 1))
+        logits: torch.Tensor = self.fc(torch.flatten(x, 1))
+        return logits
 
 
 @register_model
@@ -96,7 +97,7 @@ def resnet110(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
 def resnet18_cifar(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
     from torchvision.models import resnet18
 
-    model = resnet18(num_classes=num_classes)
+    model: nn.Module = resnet18(num_classes=num_classes)
     model.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
     model.maxpool = nn.Identity()
     return model

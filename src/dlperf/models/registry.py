@@ -60,7 +60,7 @@ def list_models() -> dict[str, list[str]]:
     return {"dlperf": sorted(_REGISTRY), "torchvision": _torchvision_names()}
 
 
-def _call_accepting(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+def _call_accepting(fn: Factory, kwargs: dict[str, Any], name: str) -> nn.Module:
     params = inspect.signature(fn).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return fn(**kwargs)
@@ -110,7 +110,7 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
         ) from None
     except Exception as e:
         raise UserError(f"model file {path} failed to import: {type(e).__name__}: {e}") from None
-    fn = getattr(module, factory, None)
+    fn: Callable[..., nn.Module] | None = getattr(module, factory, None)
     if not callable(fn):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
         raise UserError(f"{path} has no factory '{factory}'", f"found: {', '.join(names)}")
@@ -186,7 +186,7 @@ def create_model(
 
         builder = torchvision.models.get_model_builder(name)
         try:
-            model = builder(weights=None, **sized, **kwargs)
+            model: nn.Module = builder(weights=None, **sized, **kwargs)
         except TypeError as e:
             raise UserError(f"torchvision model '{name}': {e}") from None
         if in_channels != 3:

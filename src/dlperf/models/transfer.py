@@ -27,7 +27,7 @@ def head_name(model: nn.Module) -> str:
             f"{type(model).__name__} has no nn.Linear classifier head to replace",
             'transfer needs one; use model.transfer = "scratch"',
         )
-    return names[-1]
+    return str(names[-1])
 
 
 def split_params(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.axes import Axes
 
 
 def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) -> Path:
@@ -70,7 +71,7 @@ def plot_samples(
     return path
 
 
-def _show(ax: plt.Axes, image: torch.Tensor) -> None:
+def _show(ax: Axes, image: torch.Tensor) -> None:
     pixels = image.permute(1, 2, 0).numpy()
     # A fixed 0..255 scale: autoscaling each image apart would show Cutout's patch as a
     # change of contrast in the copy.

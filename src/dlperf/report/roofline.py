@@ -28,7 +28,7 @@ PARTS = (("compute_s", "compute"), ("memory_s", "memory"), ("overhead_s", "calls
 def on_roofline(layer: dict[str, Any]) -> bool:
     """A layer has a place on the log-log roofline when it does arithmetic and moves bytes
     (a flatten or a view does neither)."""
-    return layer["flops"] > 0 and layer["bytes"] > 0 and layer["time_s"] > 0
+    return bool(layer["flops"] > 0 and layer["bytes"] > 0 and layer["time_s"] > 0)
 
 
 def draw_roofline(prediction: dict[str, Any]) -> Figure:

@@ -148,7 +148,12 @@ def legend_labels(runs: list[RunRecord]) -> list[str]:
     return labels
 
 
-def _rows(store: RunStore, run_id: int, keys: list[str]) -> tuple[dict[str, list], float | None]:
+Row = tuple[int, float, float]  # step, value, wall time
+
+
+def _rows(
+    store: RunStore, run_id: int, keys: list[str]
+) -> tuple[dict[str, list[Row]], float | None]:
     """(step, value, wall_time) rows of `keys` (an error key: 1 - its accuracy's), in step
     order, and the wall time of the run's first metric row (the time axis' zero)."""
     sources = {ERRORS.get(k, k) for k in keys}
@@ -158,7 +163,7 @@ def _rows(store: RunStore, run_id: int, keys: list[str]) -> tuple[dict[str, list
         .order_by(Metric.key, Metric.step, Metric.id)
     )
     first = select(func.min(Metric.wall_time)).where(Metric.run_id == run_id)
-    stored: dict[str, list] = {k: [] for k in sources}
+    stored: dict[str, list[Row]] = {k: [] for k in sources}
     with store.engine.connect() as conn:
         for key, step, value, wall in conn.execute(query):
             stored[key].append((int(step), math.nan if value is None else float(value), wall))
@@ -173,7 +178,7 @@ def _rows(store: RunStore, run_id: int, keys: list[str]) -> tuple[dict[str, list
 
 
 def _x_values(
-    key: str, x: str, rows: list, origin: float | None, steps_per_epoch: float | None
+    key: str, x: str, rows: list[Row], origin: float | None, steps_per_epoch: float | None
 ) -> list[float] | None:
     """The rows' positions on the x axis; None when the run cannot place them there."""
     if x == "time":

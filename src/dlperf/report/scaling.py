@@ -90,7 +90,7 @@ def study_figures(
         key: str,
         ideal: Callable[[list[dict[str, Any]], int], float] | None = None,
         inverse: bool = False,
-    ):
+    ) -> Callable[[Axes], None]:
         """One line per group, with the per-step spread (inverse: a value that falls as
         throughput rises, such as cost) as error bars, and the ideal line dotted."""
 
@@ -119,10 +119,10 @@ def study_figures(
         return draw
 
     def linear(mine: list[dict[str, Any]], n: int) -> float:
-        return mine[0]["throughput"] * n / mine[0]["workers"]
+        return float(mine[0]["throughput"] * n / mine[0]["workers"])
 
     def inverse_linear(mine: list[dict[str, Any]], n: int) -> float:
-        return mine[0]["epoch_time_s"] * mine[0]["workers"] / n
+        return float(mine[0]["epoch_time_s"] * mine[0]["workers"] / n)
 
     def efficiency(ax: Axes) -> None:
         series("efficiency")(ax)

@@ -239,7 +239,7 @@ def _storable(s: Session, run_id: int) -> bool:
     """Whether the id column can hold `run_id` at all: a SQLite integer has 64 bits (beyond,
     the driver cannot even bind it), PostgreSQL's `integer` 32 (beyond, a query fails)."""
     bits = 64 if s.get_bind().dialect.name == "sqlite" else 32
-    return 0 < run_id < 2 ** (bits - 1)
+    return bool(0 < run_id < 2 ** (bits - 1))
 
 
 def _stored_run(s: Session, run_id: int) -> Run:

@@ -148,7 +148,7 @@ def _works(conn: sqlite3.Connection, query: str, after: int) -> bool:
 
 def _readable(
     conn: sqlite3.Connection, table: str, columns: list[str], counts: Copied
-) -> Iterator[tuple]:
+) -> Iterator[tuple[Any, ...]]:
     """The rows of `table` that can be read, in rowid order, stepping over damaged pages as
     SQLite's `.recover` does: after a failure, probe ever further rowids until a scan starts,
     then narrow back (binary search) to the first rowid past the damage, so the rows of

@@ -186,7 +186,7 @@ def _same(stored: Any, wanted: Any) -> bool:
     """Equal as --set values are: 0.1 == 0.10 and 1 == 1.0, but true is not 1."""
     if isinstance(stored, bool) or isinstance(wanted, bool):
         return type(stored) is type(wanted) and stored == wanted
-    return stored == wanted
+    return bool(stored == wanted)
 
 
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:

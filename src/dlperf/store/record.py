@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlperf.procs import process_alive
+from dlperf.records import RunSummary
 
 RUNNING, LOST = "running", "lost"  # `lost` is shown, never stored
 
@@ -46,6 +47,12 @@ class RunRecord:
     def process(self) -> dict[str, Any] | None:
         """The recording process (host, pid, start time, boot id), when one was recorded."""
         return recorded_process(self.system)
+
+    @property
+    def trained(self) -> RunSummary:
+        """A training run's summary, typed; every field at its default for runs of other
+        kinds, whose summaries have their own shapes."""
+        return RunSummary.stored(self.summary) if self.kind == "run" else RunSummary()
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON output and exports write it."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -44,11 +44,11 @@ class Run(Base):
     name: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(40))
     status: Mapped[str] = mapped_column(String(20))
-    config: Mapped[dict] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
     config_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    system: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    system: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # Final figures (accuracy, throughput, phases...) so listings need not scan metrics.
-    summary: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     started: Mapped[datetime] = mapped_column(DateTime)
     ended: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

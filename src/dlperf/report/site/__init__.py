@@ -18,12 +18,15 @@ import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
+
+if TYPE_CHECKING:
+    from dlperf.doctor import Finding
 
 DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
 STAGING = ".report-partial"  # in the site's directory: pages until the whole site is drawn
@@ -91,7 +94,7 @@ def build_report(
     study_runs = {s["id"]: store.list_runs(study_id=s["id"]) for s in studies}
     runs = {r.id: r for mine in study_runs.values() for r in mine}
     runs.update({rid: runs.get(rid) or store.get_run(rid) for rid in chosen_runs})
-    findings: dict[int, list] = {rid: [] for rid in runs}
+    findings: dict[int, list[Finding]] = {rid: [] for rid in runs}
     for f in examine(store, sorted(runs)):
         findings[f.run_id].append(f)
     with_page = {("run", r) for r in chosen_runs} | {("study", s) for s in chosen_studies}
@@ -145,7 +148,7 @@ def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]], parent: 
     _worker.update(store=RunStore.open(url), out=out, with_page=with_page)
 
 
-def _write_run_page(task: tuple[RunRecord, list]) -> str:
+def _write_run_page(task: tuple[RunRecord, list[Finding]]) -> str:
     from dlperf.report.site import pages
 
     run, found = task
@@ -159,7 +162,7 @@ def _write_run_page(task: tuple[RunRecord, list]) -> str:
 def _run_pages(
     store: RunStore,
     out: Path,
-    tasks: list[tuple[RunRecord, list]],
+    tasks: list[tuple[RunRecord, list[Finding]]],
     with_page: set[tuple[str, int]],
     jobs: int | None,
 ) -> Iterator[str]:

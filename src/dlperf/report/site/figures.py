@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from sqlalchemy import select
 
+from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.errors import UserError
 from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import RunStore
@@ -143,7 +144,7 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
         labels = [str(e) for e in epochs]
         xlabel = "epoch"
     else:
-        summary_phases = run.summary.get("phases") or {}
+        summary_phases = run.trained.phases or {}
         if not summary_phases:
             return []
         by_phase = {name: {0: s} for name, s in summary_phases.items()}
@@ -192,10 +193,11 @@ def predicted(run: RunRecord, measured: list[float]) -> Figures:
 def allreduce(runs: list[RunRecord], title: str) -> Figures:
     """All-reduce time and bus bandwidth against message size per worker count, with the
     fitted α-β ring model T = 2(n-1)α + 2(n-1)/n · S/B (dlperf.distributed.allreduce)."""
-    rows = [r for run in runs for r in run.summary.get("rows") or []]
+    summaries = [s for run in runs if (s := AllreduceSummary.stored(run.summary))]
+    rows = [r for s in summaries for r in s.rows]
     if not rows:
         return []
-    ring = next((run.summary.get("ring_model") for run in runs), None)
+    ring = next((s.ring_model for s in summaries), None)
     fig = Figure(figsize=(FIG_WIDTH_IN, 3.8))
     left, right = fig.subplots(1, 2)
     for i, n in enumerate(sorted({int(r["workers"]) for r in rows})):

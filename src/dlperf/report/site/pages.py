@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.doctor import SEVERITIES, Finding
 from dlperf.parsing import flatten
 from dlperf.report.site import figures as figs
@@ -253,10 +254,11 @@ def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
 def _allreduce(study: dict[str, Any], runs: list[RunRecord]) -> str:
     title = f"all-reduce study {study['id']}: {study['name']}"
     drawn = figs.allreduce([r for r in runs if r.status == "finished"], title)
-    ring = next((r.summary.get("ring_model") for r in runs if r.summary), None)
+    summaries = [s for r in runs if (s := AllreduceSummary.stored(r.summary))]
+    ring = next((s.ring_model for s in summaries), None)
     body = _figures(drawn) + "<h2>Ring model (α-β)</h2>"
     body += key_values(ring, quantity) if ring else '<p class="note">no model was fitted</p>'
-    measured = [row for r in runs for row in r.summary.get("rows") or []]
+    measured = [row for s in summaries for row in s.rows]
     keys = ("workers", "bytes", "time_s", "algbw_gbps", "busbw_gbps")
     rows = [[row.get(k) for k in keys] for row in measured]
     columns = ["workers", "bytes", "time (s)", "algbw (GB/s)", "busbw (GB/s)"]
@@ -336,7 +338,7 @@ def _line(run: RunRecord | None, same_as_teacher: bool = False) -> dict[str, Any
     if run is None:
         return {}
     return {"run_id": run.id, "model": _model(run), "same_as_teacher": same_as_teacher,
-            "test_accuracy": run.summary.get("test_accuracy")}  # fmt: skip
+            "test_accuracy": run.trained.test_accuracy}  # fmt: skip
 
 
 def _distill(
@@ -383,7 +385,7 @@ def _distill(
         if all(r.tags.get(k) == v for k, v in recipe.items()) and _model(r) in (model, None):
             newest[(r.tags["stage"], _top_k(r))] = r
     students = [
-        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r.summary["test_accuracy"],
+        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r.trained.test_accuracy,
          "pseudo_label_precision": (s.summary if (s := newest.get(("select", k))) else {}).get(
              "pseudo_label_precision")}
         for (stage, k), r in sorted(newest.items(), key=lambda item: item[0][1] or 0)
