@@ -199,7 +199,7 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
         "device": str(device) if device is not None else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "cudnn": torch.backends.cudnn.version() if  # type: ignore[no-untyped-call] torch.cuda.is_available() else None,
         "dlperf": dlperf_version(),
         "git_commit": _git_commit(),
     }
