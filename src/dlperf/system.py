@@ -167,6 +167,16 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cudnn_version() -> int | None:
+    """cuDNN's version where CUDA is available (torch leaves the function untyped)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    version: int | None = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
+    return version
+
+
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -199,7 +209,7 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
         "device": str(device) if device is not None else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if  # type: ignore[no-untyped-call] torch.cuda.is_available() else None,
+        "cudnn": cudnn_version(),
         "dlperf": dlperf_version(),
         "git_commit": _git_commit(),
     }
