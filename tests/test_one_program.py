@@ -4,8 +4,8 @@ schedule, the channels-last memory format), trained by `dlperf run`, a DDP point
 under a real torchrun, the emulated synchronous and asynchronous SGD of `dlperf staleness
 --train` and (with Horovod built) a Horovod point of one worker, against a run in the
 contiguous format Horovod trains in: each takes the same first batch to the same loss and
-the same parameters. Each trainer saves its first step through the
-engine's test hook (dlperf.engine.step.DUMP_ENV)."""
+the same parameters. Each trainer saves its first step through the first_step test hook
+(tests.hooks)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from dlperf.distributed import hvd_launch
-from dlperf.engine.step import DUMP_ENV
 from tests.conftest import CliResult
+from tests.hooks import install
 
 EXPERIMENT = """
 [model]
@@ -49,7 +49,7 @@ SCALE += ["--warmup-steps", "1", "--steps", "1", "--json"]
 @pytest.fixture
 def first_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     prefix = tmp_path / "first"
-    monkeypatch.setenv(DUMP_ENV, str(prefix))
+    install(monkeypatch, "first_step", str(prefix))
     return prefix
 
 

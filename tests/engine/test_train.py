@@ -20,10 +20,10 @@ from dlperf.engine import train
 from dlperf.engine.optim import lr_factor
 from dlperf.engine.run import resume_run, run_experiment
 from dlperf.engine.timers import PHASES, PhaseTimer
-from dlperf.engine.train import PAUSE_ENV, PauseAt
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import FakeEvent
+from tests.hooks import PAUSE_ENV, PauseAt, hook_env
 
 
 def test_a_digits_run_learns_and_is_recorded(
@@ -249,7 +249,7 @@ def test_resume_continues_exactly(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, PAUSE_ENV: f"{step}:{marker}"},
+        env={**os.environ, **hook_env("pause_at_step", f"{step}:{marker}")},
     )
     run_id = reference["run_id"] + 1
     deadline = time.monotonic() + 300

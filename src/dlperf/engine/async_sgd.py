@@ -30,8 +30,9 @@ from dlperf.config import Experiment
 from dlperf.converge import staleness
 from dlperf.data import ImageData, make_loader
 from dlperf.engine import pretrained
+from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.run import build_model, load_run_data, start_weights
-from dlperf.engine.step import dump_first_step, prepare
+from dlperf.engine.step import prepare
 from dlperf.engine.train import evaluate
 from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
@@ -111,7 +112,9 @@ def train(
     for i, v in enumerate(reads or []):
         last_read[v] = i
     snapshots = {0: copy.deepcopy(model.state_dict())} if reads else {}
-    version, stale, history = 0, [], []
+    version, stale, history, shown = 0, [], [], ""
+    trainer, hooks = "async" if reads else "sync", Hooks.from_env()
+    hooks.start(trainer, model)
     for epoch in range(1, cfg.epochs + 1):
         reporter.task(f"{'async' if reads else 'sync'} epoch {epoch}/{cfg.epochs}", len(loader))
         loader.set_epoch(epoch)
@@ -121,16 +124,17 @@ def train(
             forward.read(snapshots[read] if reads else None)
             x, y = x.to(device, memory_format=step.memory_format), y.to(device)
             stepped = step(x, y)
-            if version == 0:
-                dump_first_step("async" if reads else "sync", x, y, stepped, model)
             stale.append(version - read)
             version += 1
+            hooks.step_end(StepEnd(trainer, version, x, y, stepped, model))
             if reads:
                 for v in [v for v in snapshots if last_read.get(v, -1) < version]:
                     del snapshots[v]
                 if last_read.get(version, -1) >= version:
                     snapshots[version] = copy.deepcopy(model.state_dict())
-            reporter.advance(status=f"loss {stepped.loss.item():.3f}")
+            if version % exp.run.log_every == 0:  # the host waits for the device only then
+                shown = f"loss {stepped.loss.item():.3f}"
+            reporter.advance(status=shown)
         metrics = evaluate(model, val_loader, device, exp)
         history.append(metrics)
         reporter.log(f"epoch {epoch}: val acc {metrics.get('acc1', math.nan):.4f}")

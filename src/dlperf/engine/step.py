@@ -8,16 +8,10 @@ top to bottom: zero grad, forward and loss under autocast, backward (where DDP a
 the gradients), unscale and clip, optimizer step through the fp16 gradient scaler,
 learning-rate schedule. Timing stays out of it: `timer.mark(phase)` is called after each
 phase and does nothing unless the trainer hands in a real timer.
-
-Test hook (an environment variable, read only here): DLPERF_TEST_FIRST_STEP=PREFIX makes
-every trainer save its first step's batch, loss and updated parameters to
-PREFIX.<trainer>.pt (see `dump_first_step`), so that a test can hold the launchers' steps
-against each other.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -166,17 +160,3 @@ def prepare(
     )
     step.memory_format = memory_format
     return step
-
-
-DUMP_ENV = "DLPERF_TEST_FIRST_STEP"
-
-
-def dump_first_step(trainer: str, x: Any, y: Any, stepped: Stepped, model: nn.Module) -> None:
-    """The DLPERF_TEST_FIRST_STEP hook (see the module docstring), called by each trainer
-    after its first step: a no-op when unset."""
-    prefix = os.environ.get(DUMP_ENV)
-    if not prefix:
-        return
-    params = {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
-    state = {"x": x.cpu(), "y": y.cpu(), "loss": stepped.loss.float().cpu(), "params": params}
-    torch.save(state, f"{prefix}.{trainer}.pt")
