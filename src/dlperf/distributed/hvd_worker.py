@@ -106,8 +106,8 @@ def _torch(spec: WorkerSpec) -> RankResult:
             optimizer, named_parameters=model.named_parameters(), compression=compression
         )
 
-    step = prepare(model, exp, device, epoch, distribute=distribute)
-    local = prepare(shadow, exp, device, epoch)
+    step = prepare(model, exp.train, exp.run, device, epoch, distribute=distribute)
+    local = prepare(shadow, exp.train, exp.run, device, epoch)
 
     horovod: Any = step.optimizer  # hvd.DistributedOptimizer, which torch's types do not know
 

@@ -144,7 +144,7 @@ class Phase:
         set_train_mode(self.model)  # a frozen backbone's batch norms stay in eval mode
         self.hooks.start("ddp", self.model)
         epoch = steps_per_epoch(spec, data)
-        self.train_step = prepare(self.model, exp, device, epoch, wrap=self._wrap)
+        self.train_step = prepare(self.model, exp.train, exp.run, device, epoch, wrap=self._wrap)
         self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         self.step = 0
         self.window: ProfileWindow | None = None  # a profiled window: see profile()

@@ -106,7 +106,7 @@ def train(
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
     forward = StaleForward(model)
-    step = prepare(model, exp, device, len(loader), wrap=lambda _: forward)
+    step = prepare(model, exp.train, exp.run, device, len(loader), wrap=lambda _: forward)
     # Weights kept only while some later update still reads them.
     last_read: dict[int, int] = {}
     for i, v in enumerate(reads or []):
@@ -135,7 +135,7 @@ def train(
             if version % exp.run.log_every == 0:  # the host waits for the device only then
                 shown = f"loss {stepped.loss.item():.3f}"
             reporter.advance(status=shown)
-        metrics = evaluate(model, val_loader, device, exp)
+        metrics = evaluate(model, val_loader, device, exp.run)
         history.append(metrics)
         reporter.log(f"epoch {epoch}: val acc {metrics.get('acc1', math.nan):.4f}")
     return history, stale

@@ -1,7 +1,7 @@
 """The one training step, shared by every trainer: plain runs, DDP and Horovod workers,
 async-SGD emulation, detection.
 
-`prepare(model, exp, ...)` is the one place an experiment's step is built: memory format,
+`prepare(model, train, run, ...)` is the one place an experiment's step is built: memory format,
 the launcher's wrapping (DDP) and torch.compile of the forward pass, the optimizer (wrapped
 by Horovod's where it runs), schedule, precision, loss and clipping. `TrainStep(x, y)` reads
 top to bottom: zero grad, forward and loss under autocast, backward (where DDP all-reduces
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from dlperf.config import Experiment, TrainConfig
+from dlperf.config import RunConfig, TrainConfig
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.precision import autocast as precision_autocast
 
@@ -114,11 +114,12 @@ def build_step(
     forward: Callable[[Any], Any] | None = None,
     timer: Timer | None = None,
     distribute: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] | None = None,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
 ) -> TrainStep:
-    """The classification step of an experiment's `train` section at `precision`: its
-    optimizer (handed to `distribute` to wrap, if given), per-step schedule (epochs of
-    `steps_per_epoch` steps), label-smoothed cross-entropy, gradient clipping, and a
-    gradient scaler for fp16."""
+    """The step of an experiment's `train` section at `precision`: its optimizer (handed to
+    `distribute` to wrap, if given), per-step schedule (epochs of `steps_per_epoch` steps),
+    `loss_fn` (by default the classifier's label-smoothed cross-entropy), gradient
+    clipping, and a gradient scaler for fp16."""
     optimizer = build_optimizer(model, cfg)
     if distribute is not None:  # the schedule must drive the optimizer that steps
         optimizer = distribute(optimizer)
@@ -126,7 +127,7 @@ def build_step(
     return TrainStep(
         model=model,
         forward=forward if forward is not None else model,
-        loss_fn=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
+        loss_fn=loss_fn or nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, cfg, steps_per_epoch),
         autocast=autocast,
@@ -138,25 +139,29 @@ def build_step(
 
 def prepare(
     model: nn.Module,
-    exp: Experiment,
+    train: TrainConfig,
+    run: RunConfig,
     device: torch.device,
     steps_per_epoch: int,
     wrap: Callable[[nn.Module], Callable[[Any], Any]] | None = None,
     distribute: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] | None = None,
     timer: Timer | None = None,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
 ) -> TrainStep:
-    """The training step of `exp` for `model`, whatever launches it (as torchtitan's
-    parallelize_fn): `model` moved to `device` in run.channels_last's memory format, its
-    forward pass wrapped by the launcher's `wrap` (DDP, a stale-weights reader) and compiled
-    when run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the
-    schedule, precision, loss and clipping of `exp.train` and `exp.run.precision`."""
-    memory_format = torch.channels_last if exp.run.channels_last else torch.preserve_format
+    """The training step of an experiment's `train` and `run` sections for `model`, whatever
+    launches it (as torchtitan's parallelize_fn): `model` moved to `device` in
+    run.channels_last's memory format, its forward pass wrapped by the launcher's `wrap`
+    (DDP, a stale-weights reader, a detector taking its targets) and compiled when
+    run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the schedule,
+    precision, loss (`loss_fn`, else cross-entropy) and clipping of `train` and
+    run.precision."""
+    memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     model.to(device).to(memory_format=memory_format)
     forward = wrap(model) if wrap is not None else model
-    if exp.run.compile:
+    if run.compile:
         forward = torch.compile(forward)
     step = build_step(
-        model, exp.train, exp.run.precision, device, steps_per_epoch, forward, timer, distribute
+        model, train, run.precision, device, steps_per_epoch, forward, timer, distribute, loss_fn
     )
     step.memory_format = memory_format
     return step

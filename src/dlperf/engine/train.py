@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from dlperf.config import Experiment
+from dlperf.config import Experiment, RunConfig
 from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
@@ -217,15 +217,15 @@ def save_checkpoint(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, loader: Loader, device: torch.device, exp: Experiment
+    model: nn.Module, loader: Loader, device: torch.device, run: RunConfig
 ) -> dict[str, float]:
     model.eval()
     loss_sum = torch.zeros((), device=device)
     top1 = torch.zeros((), device=device, dtype=torch.long)
     top5 = torch.zeros((), device=device, dtype=torch.long)
     n = 0
-    autocast = precision_autocast(device, exp.run.precision)
-    memory_format = torch.channels_last if exp.run.channels_last else torch.preserve_format
+    autocast = precision_autocast(device, run.precision)
+    memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     classes = 0
     for x, y in loader:
         x = x.to(device, non_blocking=True, memory_format=memory_format)
@@ -273,7 +273,7 @@ def train(
     trace = checkpoint_slot.path.parent / "trace" / trace_name("rank0")
     window = ProfileWindow(run.profile, device, run.warmup_steps, trace)
     timer = PhaseTimer(device, enabled=run.timing == "phases", labels=window.labels)
-    step = prepare(model, exp, device, len(train_loader), timer=timer)
+    step = prepare(model, cfg, run, device, len(train_loader), timer=timer)
     reset_peak_memory(device)
     state = restore(resume, model, step, device) if resume is not None else Progress()
     check_fits(run, (cfg.epochs - state.epoch) * len(train_loader))
@@ -312,7 +312,7 @@ def train(
             utilization = gpu_utilization(device)
             if utilization is not None:
                 state.gpu_utilization_pct.append(utilization)
-            val = evaluate(model, val_loader, device, exp)
+            val = evaluate(model, val_loader, device, run)
             state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), exp.target.accuracy)
             rows = tally.rows(epoch) + [(f"val/{k}", epoch, v) for k, v in val.items()]
             if utilization is not None:
@@ -326,7 +326,7 @@ def train(
                 save_checkpoint(checkpoint_slot, model, step, state, device)
 
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
-    test = evaluate(model, test_loader, device, exp)
+    test = evaluate(model, test_loader, device, run)
     return summary(exp, state, test, len(train_loader), timer, device)
 
 
