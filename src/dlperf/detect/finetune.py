@@ -27,7 +27,7 @@ from dlperf.detect import ssd, voc
 from dlperf.detect.ssd import Detector
 from dlperf.detect.voc import VocDataset, evaluate
 from dlperf.engine.hooks import Hooks, StepEnd
-from dlperf.engine.step import prepare
+from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train import EpochClock, Progress
 from dlperf.errors import UserError
@@ -135,7 +135,7 @@ def train(
     device = device or torch.device("cpu")
     train_cfg, run = recipe(cfg)
     model = det.model
-    per_epoch = math.ceil(len(dataset) / cfg.batch)
+    per_epoch = steps_per_epoch(len(dataset), cfg.batch, partial=True)
     total = min(cfg.epochs * per_epoch, max_steps or cfg.epochs * per_epoch)
     step = prepare(
         model,

@@ -75,7 +75,7 @@ def _torch(spec: WorkerSpec) -> RankResult:
     from dlperf.engine.hooks import Hooks, StepEnd
     from dlperf.engine.run import build_model as torch_model
     from dlperf.engine.run import start_weights
-    from dlperf.engine.step import TrainStep, prepare
+    from dlperf.engine.step import TrainStep, prepare, steps_per_epoch
     from dlperf.models.transfer import set_train_mode
     from dlperf.system import synchronize
 
@@ -97,8 +97,8 @@ def _torch(spec: WorkerSpec) -> RankResult:
     hooks = Hooks.from_env()
     hooks.start("horovod", model)
     shadow = copy.deepcopy(model)  # the compute-only copy, outside Horovod
-    # Steps per epoch at the point's global batch, as the DDP workers count them.
-    epoch = max(1, len(data.train) // (spec.per_worker_batch * hvd.size()))
+    # At the point's global batch, as the DDP workers count them.
+    epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * hvd.size())
     compression = hvd.Compression.fp16 if spec.comm == "fp16" else hvd.Compression.none
 
     def distribute(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -54,7 +54,7 @@ from dlperf.engine.checks import out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.run import build_model, start_weights
-from dlperf.engine.step import NoTimer, prepare
+from dlperf.engine.step import NoTimer, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
@@ -116,12 +116,6 @@ def batches(
         yield from loader
 
 
-def steps_per_epoch(spec: WorkerSpec, data: ImageData) -> int:
-    """Steps of an epoch at the point's global batch, as the study counts them: the schedule
-    then runs as in a plain run of that batch, and alike on every rank."""
-    return max(1, len(data.train) // (spec.per_worker_batch * dist.get_world_size()))
-
-
 class Phase:
     """One replica of the experiment's model under DDP with `comm` (or DataParallel), its
     training step and batches, and the times of its steps."""
@@ -143,7 +137,8 @@ class Phase:
         start_weights(self.model, exp.model, exp.model.weights or "", None)  # freezes, if asked
         set_train_mode(self.model)  # a frozen backbone's batch norms stay in eval mode
         self.hooks.start("ddp", self.model)
-        epoch = steps_per_epoch(spec, data)
+        # At the point's global batch: the schedule runs as in a plain run of that batch.
+        epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * dist.get_world_size())
         self.train_step = prepare(self.model, exp.train, exp.run, device, epoch, wrap=self._wrap)
         self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         self.step = 0

@@ -12,6 +12,7 @@ phase and does nothing unless the trainer hands in a real timer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -94,6 +95,13 @@ class TrainStep:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
+
+
+def steps_per_epoch(samples: int, batch: int, partial: bool = False) -> int:
+    """Steps of an epoch of `samples` at `batch` samples a step (the global batch, across
+    workers), as every trainer counts them for its schedule: full batches only, or with the
+    last partial one where the trainer takes it (`partial`: detection); never fewer than 1."""
+    return max(1, math.ceil(samples / batch) if partial else samples // batch)
 
 
 def mixed_precision(

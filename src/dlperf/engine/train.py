@@ -27,7 +27,7 @@ from dlperf.engine.checks import check_batch_fits
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.precision import autocast as precision_autocast
 from dlperf.engine.profiler import ProfileWindow, check_fits, trace_name
-from dlperf.engine.step import Stepped, TrainStep, prepare
+from dlperf.engine.step import Stepped, TrainStep, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.models.transfer import set_train_mode
 from dlperf.progress import NullReporter, Reporter
@@ -273,16 +273,17 @@ def train(
     trace = checkpoint_slot.path.parent / "trace" / trace_name("rank0")
     window = ProfileWindow(run.profile, device, run.warmup_steps, trace)
     timer = PhaseTimer(device, enabled=run.timing == "phases", labels=window.labels)
-    step = prepare(model, cfg, run, device, len(train_loader), timer=timer)
+    per_epoch = steps_per_epoch(len(data.train), cfg.batch_size)
+    step = prepare(model, cfg, run, device, per_epoch, timer=timer)
     reset_peak_memory(device)
     state = restore(resume, model, step, device) if resume is not None else Progress()
-    check_fits(run, (cfg.epochs - state.epoch) * len(train_loader))
+    check_fits(run, (cfg.epochs - state.epoch) * per_epoch)
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
     metrics = MetricBuffer(sink, run.log_every)
     hooks.start("run", model)
     with window:
         for epoch in range(state.epoch + 1, cfg.epochs + 1):
-            reporter.task(f"epoch {epoch}/{cfg.epochs}", total=len(train_loader))
+            reporter.task(f"epoch {epoch}/{cfg.epochs}", total=per_epoch)
             set_train_mode(model)  # a frozen backbone stays in eval mode
             train_loader.set_epoch(epoch)
             tally = EpochTally(device)
@@ -327,7 +328,7 @@ def train(
 
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
     test = evaluate(model, test_loader, device, run)
-    return summary(exp, state, test, len(train_loader), timer, device)
+    return summary(exp, state, test, per_epoch, timer, device)
 
 
 def summary(
