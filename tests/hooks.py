@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,6 +33,15 @@ PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
 FIRST_STEP_ENV = "DLPERF_TEST_FIRST_STEP"
 DUMP_GRADS_ENV = "DLPERF_SCALE_DUMP_GRADS"
 ROOT = Path(__file__).resolve().parents[1]  # where `tests` imports from
+
+
+def on_cpu(value: Any) -> Any:
+    """A batch (a tensor, or detection's lists of images and target dicts) on the CPU."""
+    if isinstance(value, list):
+        return [on_cpu(v) for v in value]
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    return value.cpu()
 
 
 class PauseAt:
@@ -66,7 +76,7 @@ class FirstStep:
             return
         params = {name: p.detach().cpu().clone() for name, p in event.model.named_parameters()}
         loss = event.stepped.loss.float().cpu()
-        state = {"x": event.x.cpu(), "y": event.y.cpu(), "loss": loss, "params": params}
+        state = {"x": on_cpu(event.x), "y": on_cpu(event.y), "loss": loss, "params": params}
         torch.save(state, f"{self.prefix}.{event.trainer}.pt")
 
 
