@@ -4,8 +4,9 @@ schedule, the channels-last memory format), trained by `dlperf run`, a DDP point
 under a real torchrun, the emulated synchronous and asynchronous SGD of `dlperf staleness
 --train` and (with Horovod built) a Horovod point of one worker, against a run in the
 contiguous format Horovod trains in: each takes the same first batch to the same loss and
-the same parameters. Each trainer saves its first step through the
-engine's test hook (dlperf.engine.step.DUMP_ENV)."""
+the same parameters; detection fine-tuning, a program of its own, takes the step of its
+[detect] recipe. Each trainer saves its first step through the first_step test hook
+(tests.hooks)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from dlperf.config import DetectConfig
+from dlperf.detect import finetune, ssd, voc
 from dlperf.distributed import hvd_launch
-from dlperf.engine.step import DUMP_ENV
 from tests.conftest import CliResult
+from tests.hooks import install
 
 EXPERIMENT = """
 [model]
@@ -49,7 +52,7 @@ SCALE += ["--warmup-steps", "1", "--steps", "1", "--json"]
 @pytest.fixture
 def first_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     prefix = tmp_path / "first"
-    monkeypatch.setenv(DUMP_ENV, str(prefix))
+    install(monkeypatch, "first_step", str(prefix))
     return prefix
 
 
@@ -95,3 +98,30 @@ def test_every_launcher_takes_the_same_first_step(
         assert other["params"].keys() == reference["params"].keys()
         for name, p in reference["params"].items():
             torch.testing.assert_close(other["params"][name], p, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_detection_fine_tuning_takes_its_recipes_step(tmp_path: Path, first_steps: Path) -> None:
+    """The engine's step (prepare) of `dlperf detect finetune`: SGD with momentum and weight
+    decay at the peak rate of its cosine schedule, on the detector's summed loss terms,
+    done by hand on the same first batch from the same weights."""
+    torch.set_num_threads(1)
+    labels = ["__background__", "disc", "square"]
+    voc.make_shapes(tmp_path, images=3, size=96, seed=1)
+    data = voc.VocDataset(tmp_path, voc.load_split(tmp_path, "train"), labels)
+    cfg = DetectConfig(epochs=1, batch=2)
+    torch.manual_seed(0)
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=labels, size=96)
+    reference = ssd.build("ssdlite320_mobilenet_v3_large", labels=labels, size=96).model
+    reference.load_state_dict(det.model.state_dict())
+    finetune.train(det, data, cfg, max_steps=1)
+    first = load(first_steps, "detect")
+
+    reference.train()
+    params = [p for p in reference.parameters() if p.requires_grad]
+    sgd = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    loss = torch.stack(list(reference(first["x"], first["y"]).values())).sum()
+    loss.backward()
+    sgd.step()
+    torch.testing.assert_close(first["loss"], loss.detach(), rtol=1e-6, atol=1e-7)
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(first["params"][name], p.detach(), rtol=1e-5, atol=1e-7)

@@ -21,11 +21,11 @@ from dlperf.config import DataConfig, Experiment
 from dlperf.data import load_data
 from dlperf.distill import pool, teacher
 from dlperf.distill.select import precision, select
-from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import RunStore
 from tests.conftest import CliResult, write_distill_exp
+from tests.hooks import hook_env
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
 
@@ -286,7 +286,11 @@ def test_bad_input_is_one_line_and_stores_nothing(
 
 def start_distill(root: Path, db: str, *args: str, pause_at: int) -> subprocess.Popen[bytes]:
     """`dlperf distill ARGS` as a real process, every run parking at step `pause_at`."""
-    env = {**os.environ, "DLPERF_DB": db, PAUSE_ENV: f"{pause_at}:{root / 'parked'}"}
+    env = {
+        **os.environ,
+        "DLPERF_DB": db,
+        **hook_env("pause_at_step", f"{pause_at}:{root / 'parked'}"),
+    }
     with open(root / "stderr.txt", "wb") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "dlperf", "distill", *args],

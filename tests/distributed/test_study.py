@@ -28,6 +28,7 @@ from dlperf.models.transfer import split_params
 from dlperf.procs import alive
 from dlperf.store import RunStore
 from tests.distributed.test_study_tables import SUMMARY_KEYS
+from tests.hooks import install
 
 DLPERF = [sys.executable, "-m", "dlperf"]
 # Random images generated in memory: the workers start without reading a data set.
@@ -152,7 +153,7 @@ def test_allreduce_bench_then_one_and_two_workers(
     assert bench_run.status == "finished" and bench_run.summary["ring_model"] == ring
 
     dump = tmp_path / "grads"
-    monkeypatch.setenv("DLPERF_SCALE_DUMP_GRADS", str(dump))
+    install(monkeypatch, "dump_grads", str(dump))
     r = cli("scale", str(exp_path), "--workers", "1,2", *WEAK[:-1], "--steps", "3", "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
@@ -222,7 +223,7 @@ def test_a_scale_point_applies_the_plain_runs_schedule_and_clipping(
     sets = ['train.schedule.kind="cosine"', "train.schedule.warmup_epochs=0.5"]
     sets += ["train.epochs=2", "train.grad_clip=0.001", "run.threads=1"]
     dump = tmp_path / "grads"
-    monkeypatch.setenv("DLPERF_SCALE_DUMP_GRADS", str(dump))
+    install(monkeypatch, "dump_grads", str(dump))
     args = ["scale", str(exp_path), "--workers", "1", "--mode", "weak", "--no-plots"]
     args += ["--per-worker-batch", "64", "--warmup-steps", "1", "--steps", "4", "--synthetic"]
     r = cli(*args, *[a for s in sets for a in ("--set", s)], "--json")

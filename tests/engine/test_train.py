@@ -16,14 +16,17 @@ import torch
 
 from dlperf import system
 from dlperf.config import ScheduleConfig, load_experiment
-from dlperf.engine import train
+from dlperf.data import load_data
+from dlperf.engine import checkpoint, train
+from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.optim import lr_factor
-from dlperf.engine.run import resume_run, run_experiment
+from dlperf.engine.run import build_model, resume_run, run_experiment
 from dlperf.engine.timers import PHASES, PhaseTimer
-from dlperf.engine.train import PAUSE_ENV, PauseAt
 from dlperf.errors import UserError
+from dlperf.records import RunSummary
 from dlperf.store import RunStore
 from tests.conftest import FakeEvent
+from tests.hooks import PAUSE_ENV, PauseAt, hook_env
 
 
 def test_a_digits_run_learns_and_is_recorded(
@@ -249,7 +252,7 @@ def test_resume_continues_exactly(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, PAUSE_ENV: f"{step}:{marker}"},
+        env={**os.environ, **hook_env("pause_at_step", f"{step}:{marker}")},
     )
     run_id = reference["run_id"] + 1
     deadline = time.monotonic() + 300
@@ -338,3 +341,47 @@ def test_a_checkpoint_keeps_the_rng_of_the_runs_gpu_alone(monkeypatch: pytest.Mo
     assert "cuda" not in checkpoint.rng_state(cpu)
     checkpoint.set_rng_state(state, cpu)  # a GPU run resumed on the CPU
     assert len(calls) == 3
+
+
+class MemorySink:
+    """The loop's metric sink in memory."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[object, ...]] = []
+        self.artifacts: list[tuple[str, Path]] = []
+
+    def log_metrics(self, rows: list[tuple[object, ...]]) -> None:
+        self.rows += rows
+
+    def add_artifact(self, kind: str, path: Path) -> None:
+        self.artifacts.append((kind, path))
+
+
+class Steps:
+    """A hook handed to the loop in process: the steps it saw."""
+
+    def __init__(self) -> None:
+        self.trainer, self.steps = "", list[int]()
+
+    def start(self, trainer: str, model: torch.nn.Module) -> None:
+        self.trainer = trainer
+
+    def step_end(self, event: StepEnd) -> None:
+        self.steps.append(event.step)
+
+
+def test_the_loop_sends_metrics_to_its_sink_and_calls_its_hooks(
+    tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    exp = load_experiment(tiny_exp(epochs=2), ["run.checkpoint=false"])
+    data = load_data(exp.data)
+    model = build_model(exp, data, torch.device("cpu"))
+    sink, seen = MemorySink(), Steps()
+    slot = checkpoint.Slot(tmp_path / "checkpoint.pt", checkpoint.Owner("memory", 1, None))
+    summary = train.train(exp, model, data, torch.device("cpu"), sink, slot, hooks=Hooks([seen]))
+    assert isinstance(summary, RunSummary) and summary.epochs == 2
+    assert seen.trainer == "run" and seen.steps == list(range(1, summary.steps + 1))
+    losses = [row for row in sink.rows if row[0] == "train/loss"]
+    assert [row[1] for row in losses] == seen.steps
+    assert {"epoch/train_loss", "val/acc1", "epoch/time_s"} <= {row[0] for row in sink.rows}
+    assert not (tmp_path / "checkpoint.pt").exists()

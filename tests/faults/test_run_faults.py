@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from dlperf.engine.train import PAUSE_ENV
 from dlperf.store import RunStore
 from tests.conftest import TINY
+from tests.hooks import PAUSE_ENV, hook_env
 
 pytestmark = pytest.mark.faults
 
@@ -66,7 +66,7 @@ def dlperf_run(root: Path, args: list[str], pause_at: int | None = None) -> subp
     env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
     env["DLPERF_DB"] = f"sqlite:///{root / 'dlperf.db'}"
     if pause_at is not None:
-        env[PAUSE_ENV] = f"{pause_at}:{root / f'paused-{pause_at}'}"
+        env.update(hook_env("pause_at_step", f"{pause_at}:{root / f'paused-{pause_at}'}"))
     with open(root / "stderr.txt", "wb") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "dlperf", "run", *args],

@@ -34,11 +34,11 @@ from dlperf.config import Experiment
 from dlperf.deploy.export import from_run
 from dlperf.engine import checkpoint
 from dlperf.engine.run import run_experiment
-from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import this_process
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult, fresh_store_url
+from tests.hooks import PAUSE_ENV, hook_env
 from tests.sweep.test_sweep import EVENT_S, start_sweep, sweep_json, wait_for, write_sweep
 
 Cli = Callable[..., CliResult]
@@ -465,7 +465,7 @@ Command = tuple[list[str], dict[str, str], Ready]  # arguments, environment, rea
 def _demo(tmp_path: Path, store: RunStore) -> Command:
     # Paused inside its first run's training loop: it cannot finish, whatever the load.
     marker = tmp_path / "paused"
-    return ["demo"], {PAUSE_ENV: f"5:{marker}"}, marker.exists
+    return ["demo"], hook_env("pause_at_step", f"5:{marker}"), marker.exists
 
 
 def _predict(tmp_path: Path, store: RunStore) -> Command:
@@ -517,7 +517,7 @@ def _dlperf(tmp_path: Path, db: str, args: list[str], pause_at: int | None, log:
     writing that marker file; stderr goes to `log`."""
     env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
     if pause_at is not None:
-        env[PAUSE_ENV] = f"{pause_at}:{tmp_path / f'paused-{log}'}"
+        env.update(hook_env("pause_at_step", f"{pause_at}:{tmp_path / f'paused-{log}'}"))
     with open(tmp_path / log, "wb") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "dlperf", "--db", db, *args],

@@ -26,9 +26,9 @@ import torch
 
 from dlperf.analytic.devices import KINDS
 from dlperf.engine.timers import PHASES
-from dlperf.engine.train import PAUSE_ENV
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.hooks import hook_env
 
 pytestmark = [
     pytest.mark.gpu,
@@ -119,7 +119,7 @@ def test_a_gpu_run_resumes_on_the_gpu(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, PAUSE_ENV: f"45:{marker}"},  # 40 steps an epoch
+        env={**os.environ, **hook_env("pause_at_step", f"45:{marker}")},  # 40 steps an epoch
     )
     deadline = time.monotonic() + 300
     try:

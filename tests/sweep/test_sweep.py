@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.engine.train import PAUSE_ENV
 from dlperf.errors import UserError
 from dlperf.procs import alive
 from dlperf.store import RunStore
 from dlperf.sweep import load_sweep
 from tests.conftest import CliResult
+from tests.hooks import hook_env
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
 # 128 training images in batches of 32: 4 steps per epoch.
@@ -65,7 +65,11 @@ def wait_for(predicate: Callable[[], bool], what: str) -> None:
 def start_sweep(root: Path, db: str, *args: str, pause_at: int) -> subprocess.Popen[bytes]:
     """`dlperf sweep ARGS` as a real process, parking every run at step `pause_at`, taking
     SIGINT as a terminal's Ctrl-C delivers it (see tests/test_distributed_scale.py)."""
-    env = {**os.environ, "DLPERF_DB": db, PAUSE_ENV: f"{pause_at}:{root / 'parked'}"}
+    env = {
+        **os.environ,
+        "DLPERF_DB": db,
+        **hook_env("pause_at_step", f"{pause_at}:{root / 'parked'}"),
+    }
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with open(root / "stderr.txt", "wb") as err:

@@ -2,12 +2,13 @@
 
 Training is torchvision's detection recipe reduced to what a CPU can afford: in train mode
 `model(images, targets)` returns the SSD loss terms (box regression + classification with
-hard-negative mining), summed and minimised by the engine's training step with SGD
-(by default momentum 0.9 and weight decay 4e-5 as in torchvision's SSDlite reference) under
-the engine's cosine schedule at detect.precision; a horizontal flip is the only
-augmentation. The settings are the [detect]
-section of the experiment config. `finetune_recorded` is the whole `dlperf detect finetune`:
-data, detector, AP before and after, the weights and the run in the store.
+hard-negative mining), summed and minimised by the engine's training step, built by
+`dlperf.engine.step.prepare` as for every trainer from the train and run sections that
+`recipe` makes of the [detect] section of the experiment config: SGD (by default momentum
+0.9 and weight decay 4e-5 as in torchvision's SSDlite reference) under a cosine schedule at
+detect.precision. A horizontal flip is the only augmentation. `finetune_recorded` is the
+whole `dlperf detect finetune`: data, detector, AP before and after, the weights and the run
+in the store.
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dlperf.config import DetectConfig, ScheduleConfig
+from dlperf.config import DetectConfig, RunConfig, ScheduleConfig, TrainConfig
 from dlperf.detect import ssd, voc
 from dlperf.detect.ssd import Detector
 from dlperf.detect.voc import VocDataset, evaluate
-from dlperf.engine.optim import per_step_schedule
-from dlperf.engine.step import TrainStep, mixed_precision
+from dlperf.engine.hooks import Hooks, StepEnd
+from dlperf.engine.step import prepare, steps_per_epoch
+from dlperf.engine.timers import PhaseTimer
+from dlperf.engine.train import EpochClock, Progress
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
-from dlperf.timing import now
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -87,7 +89,26 @@ def measure_ap(
     return evaluate(dataset.annotations, predictions, det.labels, method=method)
 
 
-def _flip(image: torch.Tensor, target: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+def recipe(cfg: DetectConfig) -> tuple[TrainConfig, RunConfig]:
+    """The [detect] section as the engine's train and run sections: SGD decayed to 0 by a
+    cosine over all steps, at detect.precision on the default device, one warm-up step."""
+    train = TrainConfig(
+        epochs=cfg.epochs,
+        batch_size=cfg.batch,
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        schedule=ScheduleConfig(kind="cosine"),
+    )
+    run = RunConfig(
+        seed=cfg.seed, threads=cfg.threads, precision=cfg.precision, warmup_steps=WARMUP_STEPS
+    )
+    return train, run
+
+
+def _flip(
+    image: torch.Tensor, target: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     width = image.shape[-1]
     boxes = target["boxes"].clone()
     boxes[:, [0, 2]] = width - target["boxes"][:, [2, 0]]
@@ -107,36 +128,35 @@ def train(
     device: torch.device | None = None,
     reporter: Reporter | None = None,
 ) -> TrainResult:
-    """SGD on the SSD loss for `cfg.epochs` under the engine's cosine schedule, at
-    cfg.precision; `max_steps` stops early (tests take one step). The losses are read from
-    the device once per epoch; images/s counts the steps after the first WARMUP_STEPS."""
+    """The engine's step of `recipe(cfg)` on the SSD loss for `cfg.epochs`; `max_steps`
+    stops early (tests take one step). The losses are read from the device once per epoch;
+    images/s counts the steps after the warm-up."""
     rep = reporter or NullReporter()
     device = device or torch.device("cpu")
-    model = det.model.to(device).train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(
-        params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-    )
-    per_epoch = math.ceil(len(dataset) / cfg.batch)
+    train_cfg, run = recipe(cfg)
+    model = det.model
+    per_epoch = steps_per_epoch(len(dataset), cfg.batch, partial=True)
     total = min(cfg.epochs * per_epoch, max_steps or cfg.epochs * per_epoch)
-    autocast, scaler = mixed_precision(device, cfg.precision)
-    cosine = ScheduleConfig(kind="cosine")
-    step = TrainStep(
-        model=model,
+    step = prepare(
+        model,
+        train_cfg,
+        run,
+        device,
+        per_epoch,
         # In train mode a torchvision detector takes the targets and returns its loss terms.
-        forward=lambda inputs: model(*inputs),
+        wrap=lambda detector: lambda inputs: detector(*inputs),
         loss_fn=_summed_losses,
-        optimizer=optimizer,
-        scheduler=per_step_schedule(optimizer, cosine, cfg.epochs, cfg.lr, per_epoch),
-        autocast=autocast,
-        scaler=scaler,
     )
+    model.train()
+    hooks = Hooks.from_env()
+    hooks.start("detect", model)
     rng = np.random.default_rng(cfg.seed)
     result = TrainResult(steps=0)
     rep.task("fine-tuning", total=total)
     pending: list[torch.Tensor] = []  # this epoch's losses, still on the device
-    started = timed = now(device)
-    seen = 0
+    # The clock of every trainer: the run is one window, timed after the warm-up.
+    clock = EpochClock(device, run.warmup_steps, PhaseTimer(device, enabled=False))
+    clock.start()
     while result.steps < total:
         order = [int(i) for i in rng.permutation(len(dataset))]
         for idx in _batches(order, cfg.batch):
@@ -146,21 +166,19 @@ def train(
             pairs = [_flip(*p) if rng.random() < 0.5 else p for p in pairs]
             images = [p[0].to(device) for p in pairs]
             targets = [{k: v.to(device) for k, v in p[1].items()} for p in pairs]
-            pending.append(step((images, targets), None).loss)
+            stepped = step((images, targets), None)
+            pending.append(stepped.loss)
             result.steps += 1
             rep.advance()
-            if result.steps == WARMUP_STEPS:
-                timed = now(device)
-            elif result.steps > WARMUP_STEPS:
-                seen += len(idx)
+            clock.count(len(idx))
             if result.steps % per_epoch == 0 or result.steps == total:
                 result.losses += torch.stack(pending).float().tolist()
                 pending.clear()
             if result.steps % per_epoch == 0:
                 rep.log(f"epoch {result.steps // per_epoch}: loss {result.losses[-1]:.3f}")
-    end = now(device)
-    result.train_s = end - started
-    result.images_per_s = seen / (end - timed) if seen else math.nan
+            hooks.step_end(StepEnd("detect", result.steps, images, targets, stepped, model))
+    result.train_s, throughput = clock.stop(Progress())
+    result.images_per_s = math.nan if throughput is None else throughput
     model.eval()
     return result
 
@@ -184,9 +202,10 @@ def finetune_recorded(
     labels = voc.class_names(train_set, val_set)
     if len(labels) < 2:
         raise UserError(f"{root}: the annotations name no objects")
-    threads = set_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    device = pick_device("auto")
+    run = recipe(cfg)[1]
+    threads = set_threads(run.threads)
+    torch.manual_seed(run.seed)
+    device = pick_device(run.device)
     det = ssd.build(cfg.model, len(labels), weights, size=cfg.size, labels=labels)
     if det.labels != labels:
         raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")

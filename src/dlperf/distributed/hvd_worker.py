@@ -72,9 +72,10 @@ def _torch(spec: WorkerSpec) -> RankResult:
     from dlperf.config import Experiment
     from dlperf.data import load_data
     from dlperf.distributed.worker import batches
+    from dlperf.engine.hooks import Hooks, StepEnd
     from dlperf.engine.run import build_model as torch_model
     from dlperf.engine.run import start_weights
-    from dlperf.engine.step import TrainStep, dump_first_step, prepare
+    from dlperf.engine.step import TrainStep, prepare, steps_per_epoch
     from dlperf.models.transfer import set_train_mode
     from dlperf.system import synchronize
 
@@ -93,9 +94,11 @@ def _torch(spec: WorkerSpec) -> RankResult:
     model = torch_model(exp, data, device)  # the DDP workers' model: seeded, lazy layers sized
     start_weights(model, exp.model, exp.model.weights or "", None)  # freezes, if asked
     set_train_mode(model)  # a frozen backbone's batch norms stay in eval mode
+    hooks = Hooks.from_env()
+    hooks.start("horovod", model)
     shadow = copy.deepcopy(model)  # the compute-only copy, outside Horovod
-    # Steps per epoch at the point's global batch, as the DDP workers count them.
-    epoch = max(1, len(data.train) // (spec.per_worker_batch * hvd.size()))
+    # At the point's global batch, as the DDP workers count them.
+    epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * hvd.size())
     compression = hvd.Compression.fp16 if spec.comm == "fp16" else hvd.Compression.none
 
     def distribute(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -103,8 +106,8 @@ def _torch(spec: WorkerSpec) -> RankResult:
             optimizer, named_parameters=model.named_parameters(), compression=compression
         )
 
-    step = prepare(model, exp, device, epoch, distribute=distribute)
-    local = prepare(shadow, exp, device, epoch)
+    step = prepare(model, exp.train, exp.run, device, epoch, distribute=distribute)
+    local = prepare(shadow, exp.train, exp.run, device, epoch)
 
     horovod: Any = step.optimizer  # hvd.DistributedOptimizer, which torch's types do not know
 
@@ -129,9 +132,10 @@ def _torch(spec: WorkerSpec) -> RankResult:
         x, y = next(source)
         x = x.to(memory_format=replica.memory_format)
         stepped = replica(x, y)
-        first = replica.scheduler.last_epoch == 1  # the schedule counts the steps taken
-        if replica is step and first and hvd.rank() == 0:
-            dump_first_step("horovod", x, y, stepped, model)
+        if replica is step:
+            taken = replica.scheduler.last_epoch  # the schedule counts the steps taken
+            event = StepEnd("horovod", taken, x, y, stepped, model, hvd.rank(), hvd.size())
+            hooks.step_end(event)
         synchronize(device)  # the clock is read next
 
     times = measure(spec, hvd.rank(), lambda: train(step), lambda: train(local))

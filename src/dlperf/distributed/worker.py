@@ -18,12 +18,8 @@ parent of a multi-node run reads them without a shared file system. Beside it ea
 warm-up, and `rank-R.error` (its traceback) if it fails.
 
 The spec and the result are the records of dlperf.distributed.contracts; the crash hook
-(DLPERF_SCALE_CRASH) is dlperf.distributed.crash's. Test hook (an environment variable, read
-only here):
-- DLPERF_SCALE_DUMP_GRADS=PREFIX saves each rank's first batch and its trained parameters'
-  gradients as the first step leaves them (all-reduced by DDP, unscaled, clipped) to
-  PREFIX.w<world>.rank<r>.pt; the model then trains with dropout off, so that one process
-  can reproduce the step.
+(DLPERF_SCALE_CRASH) is dlperf.distributed.crash's. The measured replica calls the hooks of
+dlperf.engine.hooks (trainer "ddp").
 """
 
 from __future__ import annotations
@@ -55,16 +51,16 @@ from dlperf.distributed.contracts import (
 )
 from dlperf.distributed.crash import Crash
 from dlperf.engine.checks import out_of_memory
+from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.run import build_model, start_weights
-from dlperf.engine.step import NoTimer, dump_first_step, prepare
+from dlperf.engine.step import NoTimer, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
 from dlperf.timing import Timer, mark, seconds_from
 
-DUMP_ENV = "DLPERF_SCALE_DUMP_GRADS"
 # DDP logging data: sampled per-iteration times, in ns.
 DDP_TIMES = (
     "avg_forward_compute_time",
@@ -120,12 +116,6 @@ def batches(
         yield from loader
 
 
-def steps_per_epoch(spec: WorkerSpec, data: ImageData) -> int:
-    """Steps of an epoch at the point's global batch, as the study counts them: the schedule
-    then runs as in a plain run of that batch, and alike on every rank."""
-    return max(1, len(data.train) // (spec.per_worker_batch * dist.get_world_size()))
-
-
 class Phase:
     """One replica of the experiment's model under DDP with `comm` (or DataParallel), its
     training step and batches, and the times of its steps."""
@@ -138,20 +128,18 @@ class Phase:
         device: torch.device,
         comm: str,
         crash: Crash | None = None,
-        dump: str | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
-        self.spec, self.device, self.crash, self.dump = spec, device, crash, dump
+        self.spec, self.device, self.crash = spec, device, crash
+        self.hooks = hooks or Hooks()  # the measured replica's; the compute-only one has none
         self.comm = comm
         self.model = build_model(exp, data, device)
         start_weights(self.model, exp.model, exp.model.weights or "", None)  # freezes, if asked
-        # dump: dropout off, so that a single process can reproduce the first step exactly
-        if dump:
-            self.model.eval()
-        else:
-            set_train_mode(self.model)  # a frozen backbone's batch norms stay in eval mode
-        self.main = crash is not None  # the measured replica; the compute-only one has none
-        epoch = steps_per_epoch(spec, data)
-        self.train_step = prepare(self.model, exp, device, epoch, wrap=self._wrap)
+        set_train_mode(self.model)  # a frozen backbone's batch norms stay in eval mode
+        self.hooks.start("ddp", self.model)
+        # At the point's global batch: the schedule runs as in a plain run of that batch.
+        epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * dist.get_world_size())
+        self.train_step = prepare(self.model, exp.train, exp.run, device, epoch, wrap=self._wrap)
         self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         self.step = 0
         self.window: ProfileWindow | None = None  # a profiled window: see profile()
@@ -215,13 +203,8 @@ class Phase:
             self.train_step.timer.mark("h2d")
             stepped = self.train_step(x, y)
             self.lr = stepped.lr
-            if self.main and self.step == 1:
-                dump_first_step("ddp", x, y, stepped, self.model)
-            if self.dump and self.step == 1:
-                trained = [p for p in self.model.parameters() if p.requires_grad]
-                grads = [p.grad.detach().cpu() for p in trained if p.grad is not None]
-                path = f"{self.dump}.w{dist.get_world_size()}.rank{dist.get_rank()}.pt"
-                torch.save({"x": x.cpu(), "y": y.cpu(), "grads": grads}, path)
+            rank, world = dist.get_rank(), dist.get_world_size()
+            self.hooks.step_end(StepEnd("ddp", self.step, x, y, stepped, self.model, rank, world))
             if self.crash is not None:
                 self.crash.at(self.step)
             took = step_timer.stop()  # waits for the step: the memory check reads its peak
@@ -301,8 +284,7 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     data = load_data(exp.data)
-    dump = os.environ.get(DUMP_ENV)
-    main = Phase(spec, exp, data, device, spec.comm, Crash.from_env(rank), dump)
+    main = Phase(spec, exp, data, device, spec.comm, Crash.from_env(rank), Hooks.from_env())
     phases = [main]
     if spec.compute_split and spec.comm != "noop" and spec.strategy == "ddp":
         compute = Phase(spec, exp, data, device, "noop")

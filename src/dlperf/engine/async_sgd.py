@@ -30,10 +30,11 @@ from dlperf.config import Experiment
 from dlperf.converge import staleness
 from dlperf.data import ImageData, make_loader
 from dlperf.engine import pretrained
+from dlperf.engine.checks import check_batch_fits
+from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.run import build_model, load_run_data, start_weights
-from dlperf.engine.step import dump_first_step, prepare
+from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.train import evaluate
-from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -105,15 +106,18 @@ def train(
     )
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
     forward = StaleForward(model)
-    step = prepare(model, exp, device, len(loader), wrap=lambda _: forward)
+    per_epoch = steps_per_epoch(len(data.train), cfg.batch_size)
+    step = prepare(model, cfg, exp.run, device, per_epoch, wrap=lambda _: forward)
     # Weights kept only while some later update still reads them.
     last_read: dict[int, int] = {}
     for i, v in enumerate(reads or []):
         last_read[v] = i
     snapshots = {0: copy.deepcopy(model.state_dict())} if reads else {}
-    version, stale, history = 0, [], []
+    version, stale, history, shown = 0, [], [], ""
+    trainer, hooks = "async" if reads else "sync", Hooks.from_env()
+    hooks.start(trainer, model)
     for epoch in range(1, cfg.epochs + 1):
-        reporter.task(f"{'async' if reads else 'sync'} epoch {epoch}/{cfg.epochs}", len(loader))
+        reporter.task(f"{trainer} epoch {epoch}/{cfg.epochs}", per_epoch)
         loader.set_epoch(epoch)
         set_train_mode(model)  # a frozen backbone stays in eval mode
         for x, y in loader:
@@ -121,17 +125,18 @@ def train(
             forward.read(snapshots[read] if reads else None)
             x, y = x.to(device, memory_format=step.memory_format), y.to(device)
             stepped = step(x, y)
-            if version == 0:
-                dump_first_step("async" if reads else "sync", x, y, stepped, model)
             stale.append(version - read)
             version += 1
+            hooks.step_end(StepEnd(trainer, version, x, y, stepped, model))
             if reads:
                 for v in [v for v in snapshots if last_read.get(v, -1) < version]:
                     del snapshots[v]
                 if last_read.get(version, -1) >= version:
                     snapshots[version] = copy.deepcopy(model.state_dict())
-            reporter.advance(status=f"loss {stepped.loss.item():.3f}")
-        metrics = evaluate(model, val_loader, device, exp)
+            if version % exp.run.log_every == 0:  # the host waits for the device only then
+                shown = f"loss {stepped.loss.item():.3f}"
+            reporter.advance(status=shown)
+        metrics = evaluate(model, val_loader, device, exp.run)
         history.append(metrics)
         reporter.log(f"epoch {epoch}: val acc {metrics.get('acc1', math.nan):.4f}")
     return history, stale
@@ -153,10 +158,9 @@ def study(
     data, warnings = load_run_data(exp, start)
     for warning in warnings:
         reporter.log(f"warning: {warning}")
-    steps_per_epoch = len(data.train) // exp.train.batch_size
-    if steps_per_epoch == 0:
-        raise UserError(f"train.batch_size {exp.train.batch_size} exceeds the training set")
-    reads = read_versions(speeds, steps_per_epoch * exp.train.epochs)
+    check_batch_fits(exp.train.batch_size, data)
+    per_epoch = steps_per_epoch(len(data.train), exp.train.batch_size)
+    reads = read_versions(speeds, per_epoch * exp.train.epochs)
     study_id = store.create_study(f"staleness {exp.model.name}", "staleness")
     result: dict[str, Any] = {"study_id": study_id, "learners": speeds}
     for mode in ("sync", "async"):
@@ -182,7 +186,7 @@ def study(
             for s in stale:
                 counts[str(s)] = counts.get(str(s), 0) + 1
             record.summary = {
-                "steps_per_epoch": steps_per_epoch,
+                "steps_per_epoch": per_epoch,
                 "val_accuracy": history[-1].get("acc1"),
                 "val_loss": history[-1].get("loss"),
                 "mean_staleness": sum(stale) / len(stale),

@@ -6,7 +6,8 @@ checked before the run is recorded, so bad input leaves nothing in the store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,11 +16,25 @@ from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.data import ImageData, load_data
 from dlperf.engine import checkpoint, pretrained
 from dlperf.engine.checks import check_batch_fits, dry_forward
-from dlperf.engine.train import Diverged, train
+from dlperf.engine.train import Diverged, Row, train
 from dlperf.models import create_model, transfer
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore, writer_refusal
 from dlperf.system import pick_device, set_threads, system_info
+
+
+@dataclass
+class StoreSink:
+    """The training loop's metric sink for run `run_id` of `store`."""
+
+    store: RunStore
+    run_id: int
+
+    def log_metrics(self, rows: list[Row]) -> None:
+        self.store.log_metrics(self.run_id, rows)
+
+    def add_artifact(self, kind: str, path: Path) -> None:
+        self.store.add_artifact(self.run_id, kind, path)
 
 
 @dataclass
@@ -182,15 +197,19 @@ def _execute(
     """Train inside `record`: a diverged loss fails the run softly (the result says so),
     anything else is left to `RunStore.recording` to mark."""
     p = prepared
+    sink = StoreSink(store, record.id)
     try:
-        summary = train(exp, p.model, p.data, p.device, store, record.id, ckpt, state, reporter)
+        summary = train(exp, p.model, p.data, p.device, sink, ckpt, state, reporter)
     except Diverged as e:
         record.fail(str(e))
         return {"run_id": record.id, "status": "failed", "error": str(e)}
     # The data's resolution and statistics as trained: what a transfer from this run expects.
     data = {"shape": list(p.data.shape), "mean": list(p.data.mean), "std": list(p.data.std)}
     data["classes"] = p.data.num_classes
-    record.summary = {**summary, "device": str(p.device), "threads": p.threads, "data": data}
-    if p.transfer is not None:
-        record.summary["transfer"] = p.transfer
+    summary = replace(
+        summary, device=str(p.device), threads=p.threads, data=data, transfer=p.transfer
+    )
+    record.summary = summary.to_dict()
+    if p.transfer is None:  # stored summaries of runs from scratch have never had the key
+        del record.summary["transfer"]
     return {"run_id": record.id, "status": "finished", **record.summary}

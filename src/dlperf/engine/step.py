@@ -1,23 +1,18 @@
 """The one training step, shared by every trainer: plain runs, DDP and Horovod workers,
 async-SGD emulation, detection.
 
-`prepare(model, exp, ...)` is the one place an experiment's step is built: memory format,
+`prepare(model, train, run, ...)` is the one place an experiment's step is built: memory format,
 the launcher's wrapping (DDP) and torch.compile of the forward pass, the optimizer (wrapped
 by Horovod's where it runs), schedule, precision, loss and clipping. `TrainStep(x, y)` reads
 top to bottom: zero grad, forward and loss under autocast, backward (where DDP all-reduces
 the gradients), unscale and clip, optimizer step through the fp16 gradient scaler,
 learning-rate schedule. Timing stays out of it: `timer.mark(phase)` is called after each
 phase and does nothing unless the trainer hands in a real timer.
-
-Test hook (an environment variable, read only here): DLPERF_TEST_FIRST_STEP=PREFIX makes
-every trainer save its first step's batch, loss and updated parameters to
-PREFIX.<trainer>.pt (see `dump_first_step`), so that a test can hold the launchers' steps
-against each other.
 """
 
 from __future__ import annotations
 
-import os
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -27,7 +22,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
-from dlperf.config import Experiment, TrainConfig
+from dlperf.config import RunConfig, TrainConfig
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.engine.precision import autocast as precision_autocast
 
@@ -102,6 +97,13 @@ class TrainStep:
         self.scaler.load_state_dict(state["scaler"])
 
 
+def steps_per_epoch(samples: int, batch: int, partial: bool = False) -> int:
+    """Steps of an epoch of `samples` at `batch` samples a step (the global batch, across
+    workers), as every trainer counts them for its schedule: full batches only, or with the
+    last partial one where the trainer takes it (`partial`: detection); never fewer than 1."""
+    return max(1, math.ceil(samples / batch) if partial else samples // batch)
+
+
 def mixed_precision(
     device: torch.device, precision: str
 ) -> tuple[torch.autocast, torch.amp.GradScaler]:
@@ -120,11 +122,12 @@ def build_step(
     forward: Callable[[Any], Any] | None = None,
     timer: Timer | None = None,
     distribute: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] | None = None,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
 ) -> TrainStep:
-    """The classification step of an experiment's `train` section at `precision`: its
-    optimizer (handed to `distribute` to wrap, if given), per-step schedule (epochs of
-    `steps_per_epoch` steps), label-smoothed cross-entropy, gradient clipping, and a
-    gradient scaler for fp16."""
+    """The step of an experiment's `train` section at `precision`: its optimizer (handed to
+    `distribute` to wrap, if given), per-step schedule (epochs of `steps_per_epoch` steps),
+    `loss_fn` (by default the classifier's label-smoothed cross-entropy), gradient
+    clipping, and a gradient scaler for fp16."""
     optimizer = build_optimizer(model, cfg)
     if distribute is not None:  # the schedule must drive the optimizer that steps
         optimizer = distribute(optimizer)
@@ -132,7 +135,7 @@ def build_step(
     return TrainStep(
         model=model,
         forward=forward if forward is not None else model,
-        loss_fn=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
+        loss_fn=loss_fn or nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, cfg, steps_per_epoch),
         autocast=autocast,
@@ -144,39 +147,29 @@ def build_step(
 
 def prepare(
     model: nn.Module,
-    exp: Experiment,
+    train: TrainConfig,
+    run: RunConfig,
     device: torch.device,
     steps_per_epoch: int,
     wrap: Callable[[nn.Module], Callable[[Any], Any]] | None = None,
     distribute: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] | None = None,
     timer: Timer | None = None,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
 ) -> TrainStep:
-    """The training step of `exp` for `model`, whatever launches it (as torchtitan's
-    parallelize_fn): `model` moved to `device` in run.channels_last's memory format, its
-    forward pass wrapped by the launcher's `wrap` (DDP, a stale-weights reader) and compiled
-    when run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the
-    schedule, precision, loss and clipping of `exp.train` and `exp.run.precision`."""
-    memory_format = torch.channels_last if exp.run.channels_last else torch.preserve_format
+    """The training step of an experiment's `train` and `run` sections for `model`, whatever
+    launches it (as torchtitan's parallelize_fn): `model` moved to `device` in
+    run.channels_last's memory format, its forward pass wrapped by the launcher's `wrap`
+    (DDP, a stale-weights reader, a detector taking its targets) and compiled when
+    run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the schedule,
+    precision, loss (`loss_fn`, else cross-entropy) and clipping of `train` and
+    run.precision."""
+    memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     model.to(device).to(memory_format=memory_format)
     forward = wrap(model) if wrap is not None else model
-    if exp.run.compile:
+    if run.compile:
         forward = torch.compile(forward)
     step = build_step(
-        model, exp.train, exp.run.precision, device, steps_per_epoch, forward, timer, distribute
+        model, train, run.precision, device, steps_per_epoch, forward, timer, distribute, loss_fn
     )
     step.memory_format = memory_format
     return step
-
-
-DUMP_ENV = "DLPERF_TEST_FIRST_STEP"
-
-
-def dump_first_step(trainer: str, x: Any, y: Any, stepped: Stepped, model: nn.Module) -> None:
-    """The DLPERF_TEST_FIRST_STEP hook (see the module docstring), called by each trainer
-    after its first step: a no-op when unset."""
-    prefix = os.environ.get(DUMP_ENV)
-    if not prefix:
-        return
-    params = {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
-    state = {"x": x.cpu(), "y": y.cpu(), "loss": stepped.loss.float().cpu(), "params": params}
-    torch.save(state, f"{prefix}.{trainer}.pt")

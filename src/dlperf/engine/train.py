@@ -5,39 +5,33 @@ Metric keys written to the store (step = global step for `train/`, epoch number 
 the others): train/loss, train/lr; epoch/train_loss, epoch/train_acc1, epoch/time_s,
 epoch/throughput, epoch/lr; val/loss, val/acc1, val/acc5; phase/<phase>_s;
 gpu/utilization_pct (CUDA with the `gpu` extra: NVML's reading as the epoch's training ends).
-
-Test hook (an environment variable, read only here, once per run before the loop):
-- DLPERF_TEST_PAUSE_AT_STEP="N:PATH": when global step N is done (its losses flushed as
-  usual, its epoch not yet evaluated or checkpointed), write the file PATH atomically and
-  wait there until a signal ends the process, so that a test can interrupt a run at an
-  exact step however busy the machine is.
+They go to a `MetricSink` the caller hands in (the run's store, through dlperf.engine.run),
+and the hooks of dlperf.engine.hooks see every step once its losses are flushed as due.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from dlperf.config import Experiment
+from dlperf.config import Experiment, RunConfig
 from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
+from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.precision import autocast as precision_autocast
 from dlperf.engine.profiler import ProfileWindow, check_fits, trace_name
-from dlperf.engine.step import Stepped, TrainStep, dump_first_step, prepare
+from dlperf.engine.step import Stepped, TrainStep, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
-from dlperf.errors import UserError
 from dlperf.models.transfer import set_train_mode
-from dlperf.paths import atomic_write
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import RunStore
+from dlperf.records import RunSummary
 from dlperf.system import (
     gpu_memory,
     gpu_utilization,
@@ -45,8 +39,6 @@ from dlperf.system import (
     reset_peak_memory,
 )
 from dlperf.timing import Spread, now
-
-PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
 
 
 class Diverged(Exception):
@@ -83,23 +75,15 @@ class Progress:
             self.epochs_to_target, self.time_to_target_s = epoch, self.elapsed_s
 
 
-class PauseAt:
-    """The DLPERF_TEST_PAUSE_AT_STEP hook (see the module docstring); a no-op when unset."""
+Row = tuple[str, int, float] | tuple[str, int, float, float]  # key, step, value[, wall time]
 
-    def __init__(self) -> None:
-        value = os.environ.get(PAUSE_ENV, "")
-        step, _, marker = value.partition(":")
-        if value and not (step.isdigit() and marker):
-            raise UserError(f"{PAUSE_ENV} must be STEP:PATH, not {value!r}")
-        self.step = int(step) if value else None
-        self.marker = Path(marker)
 
-    def maybe(self, step: int) -> None:
-        if step != self.step:
-            return
-        atomic_write(self.marker, f"{step}\n")  # the test sees the whole file or none
-        while True:  # left only by a signal that ends the process (SIGINT, SIGTERM, SIGKILL)
-            time.sleep(60)
+class MetricSink(Protocol):
+    """Where a run's metrics and artifacts go: its store, a file, memory in a test."""
+
+    def log_metrics(self, rows: list[Row]) -> None: ...
+
+    def add_artifact(self, kind: str, path: Path) -> None: ...
 
 
 class MetricBuffer:
@@ -107,10 +91,10 @@ class MetricBuffer:
     waits for the device once per flush rather than once per step. Each step keeps its own
     wall time: the batch's write time would stack `every` points on one instant."""
 
-    def __init__(self, store: RunStore, run_id: int, every: int) -> None:
-        self.store, self.run_id, self.every = store, run_id, every
+    def __init__(self, sink: MetricSink, every: int) -> None:
+        self.sink, self.every = sink, every
         self.losses: list[tuple[int, torch.Tensor, float, float]] = []
-        self.rows: list[tuple[str, int, float, float]] = []
+        self.rows: list[Row] = []
         self.last_loss = math.nan
 
     def log(self, step: int, stepped: Stepped, epoch: int) -> None:
@@ -128,11 +112,11 @@ class MetricBuffer:
             for (step, _, lr, wall), value in pending:
                 self.rows += [("train/loss", step, value, wall), ("train/lr", step, lr, wall)]
                 if not math.isfinite(value):
-                    self.store.log_metrics(self.run_id, self.rows)
+                    self.sink.log_metrics(self.rows)
                     self.rows.clear()
                     raise Diverged(step, epoch, value, lr)
             self.last_loss = values[-1]
-        self.store.log_metrics(self.run_id, self.rows)
+        self.sink.log_metrics(self.rows)
         self.rows.clear()
 
 
@@ -194,7 +178,7 @@ class EpochTally:
         self.seen += len(y)
         self.lr = stepped.lr
 
-    def rows(self, epoch: int) -> list[tuple[str, int, float]]:
+    def rows(self, epoch: int) -> list[Row]:
         return [
             ("epoch/train_loss", epoch, self.loss_sum.item() / self.seen),
             ("epoch/train_acc1", epoch, self.correct.item() / self.seen),
@@ -204,8 +188,8 @@ class EpochTally:
 
 def timing_rows(
     epoch: int, timing: str, seconds: float, throughput: float | None, timer: PhaseTimer
-) -> list[tuple[str, int, float]]:
-    rows = []
+) -> list[Row]:
+    rows: list[Row] = []
     if timing != "off":
         rows.append(("epoch/time_s", epoch, seconds))
         if throughput is not None:
@@ -233,15 +217,15 @@ def save_checkpoint(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, loader: Loader, device: torch.device, exp: Experiment
+    model: nn.Module, loader: Loader, device: torch.device, run: RunConfig
 ) -> dict[str, float]:
     model.eval()
     loss_sum = torch.zeros((), device=device)
     top1 = torch.zeros((), device=device, dtype=torch.long)
     top5 = torch.zeros((), device=device, dtype=torch.long)
     n = 0
-    autocast = precision_autocast(device, exp.run.precision)
-    memory_format = torch.channels_last if exp.run.channels_last else torch.preserve_format
+    autocast = precision_autocast(device, run.precision)
+    memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     classes = 0
     for x, y in loader:
         x = x.to(device, non_blocking=True, memory_format=memory_format)
@@ -268,15 +252,17 @@ def train(
     model: nn.Module,
     data: ImageData,
     device: torch.device,
-    store: RunStore,
-    run_id: int,
+    sink: MetricSink,
     checkpoint_slot: checkpoint.Slot,
     resume: dict[str, Any] | None = None,
     reporter: Reporter | None = None,
-) -> dict[str, Any]:
+    hooks: Hooks | None = None,
+) -> RunSummary:
     """Train `model` for the epochs of `exp` left after the checkpoint `resume` (all, without
-    one), storing metrics and a checkpoint as each epoch ends; the run's summary."""
+    one), sending metrics to `sink` and saving a checkpoint as each epoch ends; the run's
+    summary (without device, threads, data and transfer, which its caller knows)."""
     reporter = reporter or NullReporter()
+    hooks = hooks or Hooks.from_env()
     cfg, run = exp.train, exp.run
     check_batch_fits(cfg.batch_size, data)
     train_loader = make_loader(
@@ -287,15 +273,17 @@ def train(
     trace = checkpoint_slot.path.parent / "trace" / trace_name("rank0")
     window = ProfileWindow(run.profile, device, run.warmup_steps, trace)
     timer = PhaseTimer(device, enabled=run.timing == "phases", labels=window.labels)
-    step = prepare(model, exp, device, len(train_loader), timer=timer)
+    per_epoch = steps_per_epoch(len(data.train), cfg.batch_size)
+    step = prepare(model, cfg, run, device, per_epoch, timer=timer)
     reset_peak_memory(device)
     state = restore(resume, model, step, device) if resume is not None else Progress()
-    check_fits(run, (cfg.epochs - state.epoch) * len(train_loader))
+    check_fits(run, (cfg.epochs - state.epoch) * per_epoch)
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
-    metrics, pause = MetricBuffer(store, run_id, run.log_every), PauseAt()
+    metrics = MetricBuffer(sink, run.log_every)
+    hooks.start("run", model)
     with window:
         for epoch in range(state.epoch + 1, cfg.epochs + 1):
-            reporter.task(f"epoch {epoch}/{cfg.epochs}", total=len(train_loader))
+            reporter.task(f"epoch {epoch}/{cfg.epochs}", total=per_epoch)
             set_train_mode(model)  # a frozen backbone stays in eval mode
             train_loader.set_epoch(epoch)
             tally = EpochTally(device)
@@ -308,15 +296,13 @@ def train(
                 timer.mark("h2d")
                 stepped = step(x, y)
                 state.step += 1
-                if state.step == 1:
-                    dump_first_step("run", x, y, stepped, model)
                 tally.add(stepped, y)
                 timer.end_step()
                 clock.count(len(y))
                 if window.after_step():
-                    store.add_artifact(run_id, "trace", window.path)
+                    sink.add_artifact("trace", window.path)
                 metrics.log(state.step, stepped, epoch)
-                pause.maybe(state.step)
+                hooks.step_end(StepEnd("run", state.step, x, y, stepped, model))
                 loss = metrics.last_loss  # nan until the first flush: show nothing, not nan
                 reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
             window.pause_labels()
@@ -327,14 +313,12 @@ def train(
             utilization = gpu_utilization(device)
             if utilization is not None:
                 state.gpu_utilization_pct.append(utilization)
-            val = evaluate(model, val_loader, device, exp)
+            val = evaluate(model, val_loader, device, run)
             state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), exp.target.accuracy)
             rows = tally.rows(epoch) + [(f"val/{k}", epoch, v) for k, v in val.items()]
             if utilization is not None:
                 rows.append(("gpu/utilization_pct", epoch, utilization))
-            store.log_metrics(
-                run_id, rows + timing_rows(epoch, run.timing, seconds, throughput, timer)
-            )
+            sink.log_metrics(rows + timing_rows(epoch, run.timing, seconds, throughput, timer))
             reporter.log(
                 f"epoch {epoch}/{cfg.epochs}  train loss {rows[0][2]:.4f}  "
                 f"val loss {val.get('loss', math.nan):.4f}  val acc {val.get('acc1', math.nan):.4f}"
@@ -343,8 +327,8 @@ def train(
                 save_checkpoint(checkpoint_slot, model, step, state, device)
 
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
-    test = evaluate(model, test_loader, device, exp)
-    return summary(exp, state, test, len(train_loader), timer, device)
+    test = evaluate(model, test_loader, device, run)
+    return summary(exp, state, test, per_epoch, timer, device)
 
 
 def summary(
@@ -354,32 +338,31 @@ def summary(
     steps_per_epoch: int,
     timer: PhaseTimer,
     device: torch.device,
-) -> dict[str, Any]:
-    throughputs, utilization = state.epoch_throughputs, state.gpu_utilization_pct
-    return {
-        "test_accuracy": test.get("acc1"),
-        "test_top5": test.get("acc5"),
-        "test_loss": test.get("loss"),
-        "best_val_accuracy": state.best_val_accuracy,
-        "epochs": state.epoch,
-        "steps": state.step,
-        "steps_per_epoch": steps_per_epoch,
-        "samples_per_step": exp.train.batch_size * exp.augment.batch_aug_m,
-        "epochs_to_target": state.epochs_to_target,
-        "time_to_target_s": state.time_to_target_s,
-        "throughput": state.samples / state.train_time_s if state.train_time_s else None,
-        "timed_samples": state.samples,  # after the warm-up and any profiled window
-        "throughput_spread": spread(throughputs),
-        "train_time_s": state.train_time_s,
-        "cpu_time_s": state.cpu_time_s,
-        "elapsed_s": state.elapsed_s,
-        "phases": timer.per_step() or None,
-        "phase_clock": timer.clock,
-        "step_time_spread": timer.spread() or None,
-        "peak_memory_bytes": peak_memory_bytes(device),
-        "gpu_memory": gpu_memory(device),
-        "gpu_utilization_pct": spread(utilization),
-    }
+) -> RunSummary:
+    return RunSummary(
+        test_accuracy=test.get("acc1"),
+        test_top5=test.get("acc5"),
+        test_loss=test.get("loss"),
+        best_val_accuracy=state.best_val_accuracy,
+        epochs=state.epoch,
+        steps=state.step,
+        steps_per_epoch=steps_per_epoch,
+        samples_per_step=exp.train.batch_size * exp.augment.batch_aug_m,
+        epochs_to_target=state.epochs_to_target,
+        time_to_target_s=state.time_to_target_s,
+        throughput=state.samples / state.train_time_s if state.train_time_s else None,
+        timed_samples=state.samples,
+        throughput_spread=spread(state.epoch_throughputs),
+        train_time_s=state.train_time_s,
+        cpu_time_s=state.cpu_time_s,
+        elapsed_s=state.elapsed_s,
+        phases=timer.per_step() or None,
+        phase_clock=timer.clock,
+        step_time_spread=timer.spread() or None,
+        peak_memory_bytes=peak_memory_bytes(device),
+        gpu_memory=gpu_memory(device),
+        gpu_utilization_pct=spread(state.gpu_utilization_pct),
+    )
 
 
 def spread(values: list[float]) -> dict[str, float] | None:

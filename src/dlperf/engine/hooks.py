@@ -1,0 +1,70 @@
+"""Callbacks every trainer calls, so that tests (and tools) can watch or stop a run from
+outside the library: after the model is built (`start`) and after each training step
+(`step_end`).
+
+A trainer in another process (a `dlperf run` subprocess, a torchrun or Horovod worker, a
+sweep's worker) finds its hooks the way pytest finds plugins: DLPERF_HOOKS names
+comma-separated `module:factory` callables, each imported and called once with no
+arguments to make one hook. Unset, there are none and the trainers pay one empty loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from torch import nn
+
+from dlperf.errors import UserError
+
+HOOKS_ENV = "DLPERF_HOOKS"
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """A training step just taken: which trainer, its global step (1 first), the batch, what
+    the step returned (a dlperf.engine.step.Stepped) and the model it updated."""
+
+    trainer: str  # run, ddp, horovod, sync, async, detect
+    step: int
+    x: Any
+    y: Any
+    stepped: Any
+    model: nn.Module
+    rank: int = 0
+    world: int = 1
+
+
+class Hook(Protocol):
+    def start(self, trainer: str, model: nn.Module) -> None: ...
+
+    def step_end(self, event: StepEnd) -> None: ...
+
+
+class Hooks:
+    """The hooks of a trainer, called in order."""
+
+    def __init__(self, hooks: Sequence[Hook] = ()) -> None:
+        self.hooks = list(hooks)
+
+    @classmethod
+    def from_env(cls) -> Hooks:
+        """The hooks DLPERF_HOOKS names (none when unset)."""
+        hooks = []
+        for spec in filter(None, os.environ.get(HOOKS_ENV, "").split(",")):
+            module, _, name = spec.strip().partition(":")
+            if not (module and name):
+                raise UserError(f"{HOOKS_ENV} names module:factory callables, not {spec!r}")
+            hooks.append(getattr(importlib.import_module(module), name)())
+        return cls(hooks)
+
+    def start(self, trainer: str, model: nn.Module) -> None:
+        for hook in self.hooks:
+            hook.start(trainer, model)
+
+    def step_end(self, event: StepEnd) -> None:
+        for hook in self.hooks:
+            hook.step_end(event)
