@@ -102,7 +102,7 @@ def _torch(spec: WorkerSpec) -> RankResult:
     compression = hvd.Compression.fp16 if spec.comm == "fp16" else hvd.Compression.none
 
     def distribute(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        return hvd.DistributedOptimizer(
+        return hvd.DistributedOptimizer(  # type: ignore[no-any-return]
             optimizer, named_parameters=model.named_parameters(), compression=compression
         )
 
@@ -168,7 +168,7 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
     # tape takes the tf.Variables they wrap.
     sources = [v.value for v in model.trainable_variables]
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def step(source: Any) -> tf.Tensor:
         x, y = next(source)
         with tf.GradientTape() as tape:
@@ -178,7 +178,7 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def compute_only(source: Any) -> tf.Tensor:
         x, y = next(source)
         with tf.GradientTape() as tape:

@@ -162,7 +162,7 @@ class Phase:
         if self.device.type == "cuda":
             kwargs["device_ids"] = [self.device.index]
         ddp = DistributedDataParallel(model, **kwargs)
-        ddp._set_ddp_runtime_logging_sample_rate(1)
+        ddp._set_ddp_runtime_logging_sample_rate(1)  # type: ignore[no-untyped-call]
         comm_hook(self.comm, ddp)
         self.wrapped = ddp
         return ddp
@@ -185,7 +185,7 @@ class Phase:
 
         self.model.register_forward_hook(forward_done)
         for index, param in enumerate(trained):
-            param.register_post_accumulate_grad_hook(ready(index))
+            param.register_post_accumulate_grad_hook(ready(index))  # type: ignore[no-untyped-call]
 
     def train(self, steps: int, timed: bool) -> None:
         """`steps` steps; when timed, each step's time and the whole between barriers."""
@@ -255,7 +255,7 @@ class Phase:
     def _ddp(self) -> DdpStats | None:
         if not isinstance(self.wrapped, DistributedDataParallel):
             return None
-        logging = self.wrapped._get_ddp_logging_data()
+        logging = self.wrapped._get_ddp_logging_data()  # type: ignore[no-untyped-call]
         return DdpStats(
             {k: logging[k] for k in DDP_TIMES if k in logging},
             # what DDP itself registered for all-reduce (frozen parameters are not)

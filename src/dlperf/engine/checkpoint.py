@@ -116,7 +116,7 @@ def load(path: Path, owner: Owner) -> dict[str, Any]:
         raise UserError(
             f"{path} is the checkpoint of {_describe(found)}, not of {_describe(asdict(owner))}"
         )
-    return state
+    return state  # type: ignore[no-any-return]
 
 
 def _describe(owner: dict[str, Any]) -> str:

@@ -99,7 +99,7 @@ def _download(url: str, source: str) -> StateDict:
                 f"offline: copy the file to {cache}, or give model.weights = a state-dict file",
             ) from None
     try:
-        return torch.load(cache, map_location="cpu", weights_only=True)
+        return torch.load(cache, map_location="cpu", weights_only=True)  # type: ignore[no-any-return]
     except Exception as e:  # a file truncated or replaced in the cache
         raise UserError(
             f"cannot load the cached weights {cache} ({type(e).__name__})",
@@ -131,7 +131,7 @@ def _from_run(spec: str, store: RunStore) -> Pretrained:
             store, run_id, "to start from", "train it with run.checkpoint = true"
         )
         owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
-        return checkpoint.load(path, owner)["model"]
+        return checkpoint.load(path, owner)["model"]  # type: ignore[no-any-return]
 
     side = data.get("image_size") or (seen.get("shape") or [None])[-1]
     mean, std = data.get("mean") or seen.get("mean"), data.get("std") or seen.get("std")

@@ -101,7 +101,7 @@ class ProfileWindow:
 
     def _start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._profiler.__enter__()
+        self._profiler.__enter__()  # type: ignore[no-untyped-call]
         self._running = True
         self.labels.active = True
         self.labels.begin()
@@ -110,7 +110,7 @@ class ProfileWindow:
         self.labels.close()
         self.labels.active = False
         self._running = False
-        self._profiler.__exit__(None, None, None)
+        self._profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def _write(self, prof: profile) -> None:
         prof.export_chrome_trace(str(self.path))  # gzipped: the name ends in .gz

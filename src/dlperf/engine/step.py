@@ -71,7 +71,7 @@ class TrainStep:
             output = self.forward(x)
             loss = self.loss_fn(output, y)
         self.timer.mark("forward")
-        self.scaler.scale(loss).backward()
+        self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
         self.timer.mark("backward")
         with self.reduced():
             if self.grad_clip is not None:

@@ -50,7 +50,7 @@ class PhaseLabels:
             self._open = None
         if phase is not None:
             self._open = record_function(SPAN + phase)
-            self._open.__enter__()
+            self._open.__enter__()  # type: ignore[no-untyped-call]
 
 
 class PhaseTimer:
