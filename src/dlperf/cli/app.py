@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -72,6 +72,10 @@ def open_store(create: bool = True):  # -> dlperf.store.RunStore, imported lazil
     from dlperf.store import RunStore
 
     return RunStore.open(state.db, create)
+
+
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+"""--json, for every command that prints a result: `as_json: Json = False`."""
 
 
 def config_option(sections: str) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import Json, app, open_store
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -113,7 +113,7 @@ def sweep(
         help="Show the points by a swept key (ascending) or a result column (best first), "
         "e.g. augment.batch_aug_m or time_to_target_s.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Run a base experiment over grid and zip axes of any config key, each point a run of one
     study; rank the points by test accuracy and time to target, name the winner per axis
