@@ -168,7 +168,9 @@ def fit(
 @converge_app.command("predict")
 def predict(
     run_ids: list[int] = RUN_IDS,
-    target: float | None = typer.Option(None, "--target", help="Value to reach, in the metric's units."),
+    target: float | None = typer.Option(
+        None, "--target", help="Value to reach, in the metric's units."
+    ),
     csv: Path = CSV,
     form: str = typer.Option(
         None,
