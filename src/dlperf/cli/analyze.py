@@ -90,15 +90,10 @@ def analyze(
     from dlperf.config import AnalyzeJob, load_job
 
     flags = {
-        "input": input_,
-        "batch": batch,
-        "train": train,
-        "precision": precision,
-        "classes": classes,
-        "bias": bias,
-        "activations": activations,
+        "input": input_, "batch": batch, "train": train, "precision": precision,
+        "classes": classes, "bias": bias, "activations": activations,
         "macs_convention": macs_convention,
-    }
+    }  # fmt: skip
     job = load_job(AnalyzeJob, config, set_, analyze=flags)
     exp, opts = job.experiment, job.analyze
     a = count(
@@ -198,20 +193,13 @@ def predict(
     from dlperf.config import PredictJob, load_job
 
     counting = {
-        "input": input_,
-        "batch": batch,
-        "train": train,
-        "precision": precision,
+        "input": input_, "batch": batch, "train": train, "precision": precision,
         "classes": classes,
-    }
+    }  # fmt: skip
     flags = {
-        "device": device,
-        "ppp": ppp,
-        "peak_tflops": peak_tflops,
-        "flops": flops,
-        "measure": measure,
-        "reps": reps,
-    }
+        "device": device, "ppp": ppp, "peak_tflops": peak_tflops, "flops": flops,
+        "measure": measure, "reps": reps,
+    }  # fmt: skip
     job = load_job(PredictJob, config, set_, analyze=counting, predict=flags)
     count, opts = job.analyze, job.predict
     with console.reporter() as rep:

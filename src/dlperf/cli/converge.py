@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -40,28 +40,16 @@ CSV = typer.Option(None, "--csv", help="A CSV file with the curve.")
 # The curve options fit, predict and regress share: shortcuts for the keys of [converge].
 CURVE_CONFIG = config_option("[converge] section")
 CURVE_SET = set_option("converge.upto=0.3")
-X = Annotated[
-    str | None,
-    typer.Option("--x", help="CSV column of the step (default: the row number, 1, 2, ...)."),
-]
-Y = Annotated[str | None, typer.Option("--y", help="CSV column of the metric.")]
-Metric = Annotated[
-    str | None,
-    typer.Option(
-        "--metric", help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy)."
-    ),
-]
-Key = Annotated[
-    str | None,
-    typer.Option(
-        "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
-    ),
-]
-Upto = Annotated[
-    float | None,
-    typer.Option("--upto", help="Fit the first FRACTION of the points, e.g. 0.3."),
-]
-UptoStep = Annotated[float | None, typer.Option("--upto-step", help="Fit the points up to step K.")]
+X = typer.Option(None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...).")
+Y = typer.Option(None, "--y", help="CSV column of the metric.")
+METRIC = typer.Option(
+    None, "--metric", help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy)."
+)
+KEY = typer.Option(
+    None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
+)
+UPTO = typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3.")
+UPTO_STEP = typer.Option(None, "--upto-step", help="Fit the points up to step K.")
 
 
 def _curve(
@@ -90,12 +78,12 @@ def fit(
     as_json: Json = False,
     config: Path = CURVE_CONFIG,
     set_: list[str] = CURVE_SET,
-    x: X = None,
-    y: Y = None,
-    metric: Metric = None,
-    key: Key = None,
-    upto: Upto = None,
-    upto_step: UptoStep = None,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit l(k) = 1/(β0·k + β1) + β2 (Optimus) and a·k^−b + c to a loss or accuracy curve,
     with bootstrap 90% intervals; say which form predicts later points better.
@@ -109,11 +97,8 @@ def fit(
     """
     from dlperf.converge import fitting
 
-    opts, _ = _curve(
-        config,
-        set_,
-        {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step},
-    )
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, _ = _curve(config, set_, curve)
     if to_csv is not None:
         from dlperf.paths import check_writable
 
@@ -181,12 +166,12 @@ def predict(
     as_json: Json = False,
     config: Path = CURVE_CONFIG,
     set_: list[str] = CURVE_SET,
-    x: X = None,
-    y: Y = None,
-    metric: Metric = None,
-    key: Key = None,
-    upto: Upto = None,
-    upto_step: UptoStep = None,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """The step at which the fitted curve reaches a target, with a 90% interval, and the
     error against the measured curve when it goes on beyond the fit window. The ensemble says
@@ -197,20 +182,8 @@ def predict(
     """
     from dlperf.converge import fitting
 
-    opts, section = _curve(
-        config,
-        set_,
-        {
-            "x": x,
-            "y": y,
-            "metric": metric,
-            "key": key,
-            "upto": upto,
-            "upto_step": upto_step,
-            "target": target,
-            "form": form,
-        },
-    )
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, section = _curve(config, set_, {**curve, "target": target, "form": form})
     target, form = section.target, section.form
     if target is None:  # before the fits, not after them
         raise UserError("give converge.target, the value to reach", "e.g. --target 0.94")
@@ -296,12 +269,12 @@ def regress(
     as_json: Json = False,
     config: Path = CURVE_CONFIG,
     set_: list[str] = CURVE_SET,
-    x: X = None,
-    y: Y = None,
-    metric: Metric = None,
-    key: Key = None,
-    upto: Upto = None,
-    upto_step: UptoStep = None,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit β0, β1, β2 of each run, regress log β on run features, and predict the curve of an
     unseen configuration (and the step, and epoch, reaching --target).
@@ -317,19 +290,8 @@ def regress(
     from dlperf.converge import fitting
     from dlperf.converge.regress import BETAS
 
-    opts, section = _curve(
-        config,
-        set_,
-        {
-            "x": x,
-            "y": y,
-            "metric": metric,
-            "key": key,
-            "upto": upto,
-            "upto_step": upto_step,
-            "target": target,
-        },
-    )
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, section = _curve(config, set_, {**curve, "target": target})
     target = section.target
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
     done = fitting.regress(sources, parse_names(features), opts, open_store, at, target, compare)

@@ -77,14 +77,9 @@ def export_cmd(
     from dlperf.deploy.export import export, resolve
 
     flags = {
-        "input": input_shape,
-        "opset": opset,
-        "dynamic_batch": dynamic_batch,
-        "single_file": single_file,
-        "num_classes": num_classes,
-        "rtol": rtol,
-        "atol": atol,
-    }
+        "input": input_shape, "opset": opset, "dynamic_batch": dynamic_batch,
+        "single_file": single_file, "num_classes": num_classes, "rtol": rtol, "atol": atol,
+    }  # fmt: skip
     opts = load_job(ExportJob, config, set_, export=flags).export
     shape = tuple(opts.input) if opts.input is not None else None
     src = resolve(source, open_store, shape, opts.num_classes)

@@ -221,17 +221,10 @@ def finetune(
     from dlperf.detect.finetune import finetune_recorded
 
     flags = {
-        "model": model,
-        "size": size,
-        "epochs": epochs,
-        "batch": batch,
-        "lr": lr,
-        "train_split": train_split,
-        "val_split": val_split,
-        "ap_method": ap_method,
-        "seed": seed,
+        "model": model, "size": size, "epochs": epochs, "batch": batch, "lr": lr,
+        "train_split": train_split, "val_split": val_split, "ap_method": ap_method, "seed": seed,
         "threads": threads,
-    }
+    }  # fmt: skip
     opts = _detect_options(config, set_, flags)
     check_writable(out)
     done = _recorded(finetune_recorded, voc_root, opts, out, weights)
@@ -294,13 +287,9 @@ def evaluate(
     from dlperf.detect.evaluate import evaluate_recorded
 
     flags = {
-        "model": model,
-        "size": size,
-        "batch": batch,
-        "val_split": val_split,
-        "ap_method": ap_method,
-        "threads": threads,
-    }
+        "model": model, "size": size, "batch": batch, "val_split": val_split,
+        "ap_method": ap_method, "threads": threads,
+    }  # fmt: skip
     opts = _detect_options(config, set_, flags)
     done = _recorded(evaluate_recorded, voc_root, opts, weights, pretrained)
     if as_json:

@@ -112,15 +112,10 @@ def distill(
     from dlperf.report.distill import distill_figure
 
     flags = {
-        "unlabeled": unlabeled,
-        "top_k": top_k,
-        "top_p": top_p,
-        "teacher": teacher,
-        "student": student,
-        "pretrain_epochs": pretrain_epochs,
-        "finetune_epochs": finetune_epochs,
+        "unlabeled": unlabeled, "top_k": top_k, "top_p": top_p, "teacher": teacher,
+        "student": student, "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
         "finetune_lr": finetune_lr,
-    }
+    }  # fmt: skip
     job = load_job(DistillJob, experiment, set_, distill=flags)
     store = open_store()
     with console.reporter() as rep:

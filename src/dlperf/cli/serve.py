@@ -81,15 +81,9 @@ def start(
     from dlperf.deploy.server import create_app, serve_forever
 
     flags = {
-        "host": host,
-        "port": port,
-        "max_batch": max_batch,
-        "max_wait_ms": max_wait_ms,
-        "queue": queue,
-        "threads": threads,
-        "max_body_mb": max_body_mb,
-        "max_pixels": max_pixels,
-    }
+        "host": host, "port": port, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
+        "queue": queue, "threads": threads, "max_body_mb": max_body_mb, "max_pixels": max_pixels,
+    }  # fmt: skip
     opts = load_job(ServeJob, config, set_, serve=flags).serve
     server_app = create_app(
         model,
