@@ -801,7 +801,7 @@ def load_job(
                     for name, value in given.items() if value is not None}  # fmt: skip
     exp, commands = load_file(path, assignments, options, {"architecture_only": job.counts_only})
     sections = {name: getattr(commands, name) for name in job.model_fields if name != "experiment"}
-    return job.model_construct(experiment=exp, **sections)  # each part is validated
+    return cast(J, job.model_construct(experiment=exp, **sections))  # each part is validated
 
 
 # pydantic's words for a value out of range, in the words of dlperf's other messages.
