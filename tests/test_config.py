@@ -6,7 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.config import describe, load_experiment, shortcuts, to_toml
+from dlperf.config import (
+    DetectJob,
+    PredictJob,
+    ScaleJob,
+    describe,
+    load_experiment,
+    load_file,
+    load_job,
+    shortcuts,
+    to_toml,
+)
 from dlperf.errors import UserError
 
 ISSUE_EXAMPLE = """
@@ -154,10 +164,11 @@ def test_flags_are_shortcuts_for_keys(tmp_path: Path) -> None:
         "scale.bucket_mb=[25, 0.5]",
     ]
     # defaults < file < --set < flags
-    exp = load_experiment(write(tmp_path, STUDY), ["scale.steps=7", *shortcuts("scale", flags)])
-    assert exp.scale.workers == [1, 8] and exp.scale.mode == "weak"
-    assert exp.scale.steps == 9 and exp.scale.synthetic is True
-    assert exp.scale.bucket_mb == [25.0, 0.5]
+    sets = ["scale.steps=7", *shortcuts("scale", flags)]
+    scale = load_job(ScaleJob, write(tmp_path, STUDY), sets).scale
+    assert scale.workers == [1, 8] and scale.mode == "weak"
+    assert scale.steps == 9 and scale.synthetic is True
+    assert scale.bucket_mb == [25.0, 0.5]
     assert shortcuts("serve", {"host": "::1", "port": 0}) == ['serve.host="::1"', "serve.port=0"]
     detect = shortcuts("detect", {"ap_method": "11point", "lr": 0.05, "val_split": "test"})
     assert detect == ['detect.ap_method="11point"', "detect.lr=0.05", 'detect.val_split="test"']
@@ -165,7 +176,7 @@ def test_flags_are_shortcuts_for_keys(tmp_path: Path) -> None:
     given = {"peak_tflops": "8.73", "flops": "15.5G", "device": "V100"}
     predict = shortcuts("predict", given)
     assert predict == ["predict.peak_tflops=8.73", 'predict.flops="15.5G"', 'predict.device="V100"']
-    assert load_experiment(None, predict).predict.flops == 15.5e9
+    assert load_job(PredictJob, None, predict).predict.flops == 15.5e9
     assert shortcuts("analyze", {"input": "5", "bias": False}) == [
         "analyze.input=[5]",
         "analyze.bias=false",
@@ -175,7 +186,7 @@ def test_flags_are_shortcuts_for_keys(tmp_path: Path) -> None:
 def test_detect_defaults_are_the_fine_tuning_recipe() -> None:
     """The defaults `dlperf detect finetune` had before it read [detect]; torchvision's
     SSDlite reference for momentum and weight decay."""
-    detect = load_experiment(None).detect
+    detect = load_job(DetectJob, None, []).detect
     assert detect.model_dump() == {
         "model": "ssdlite320_mobilenet_v3_large",
         "size": None,
@@ -197,11 +208,11 @@ def test_command_sections_do_not_change_the_config_hash(tmp_path: Path) -> None:
     """[scale] and [serve] say how a command runs the experiment, not what it trains; [detect]
     trains a detector of its own."""
     plain = load_experiment(write(tmp_path, ISSUE_EXAMPLE))
-    study = load_experiment(
+    study, commands = load_file(
         write(tmp_path, ISSUE_EXAMPLE + STUDY), ["serve.port=9000", "detect.lr=0.5"]
     )
     assert study.config_hash() == plain.config_hash()
-    assert study.to_dict()["scale"]["workers"] == [1, 2, 4]
+    assert commands.model_dump()["scale"]["workers"] == [1, 2, 4]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import json
 import tomllib
 from pathlib import Path
 from types import NoneType, UnionType
-from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, cast, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticKnownError
 from pydantic_core.core_schema import ErrorType
 
@@ -556,28 +557,15 @@ class ConvergeConfig(Section):
     """predict: ensemble (a distribution over 5 curve families) | optimus | power."""
 
 
-# The sections that hold a command's options rather than what an experiment trains.
-COMMAND_SECTIONS = (
-    "scale", "serve", "detect", "distill", "analyze", "predict", "export", "infer", "converge",
-)  # fmt: skip
-
-
 class Experiment(Section):
+    """What is trained: a TOML file's [model], [data], [train], [augment], [target] and [run]."""
+
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
     augment: AugmentConfig = AugmentConfig()
     target: TargetConfig = TargetConfig()
     run: RunConfig = RunConfig()
-    scale: ScaleConfig = ScaleConfig()
-    serve: ServeConfig = ServeConfig()
-    detect: DetectConfig = DetectConfig()
-    distill: DistillConfig = DistillConfig()
-    analyze: AnalyzeConfig = AnalyzeConfig()
-    predict: PredictConfig = PredictConfig()
-    export: ExportConfig = ExportConfig()
-    infer: InferConfig = InferConfig()
-    converge: ConvergeConfig = ConvergeConfig()
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Experiment:
@@ -606,24 +594,84 @@ class Experiment(Section):
 
     def config_hash(self) -> str:
         """Hash of everything that changes what is trained: not the run's name, paths or
-        profiled window, nor how the scale and serve commands run it, nor [detect] (detect
-        finetune trains a detector of its own, not the experiment's model), nor [distill] (each
-        of its stages is a run of its own), nor the sections of the commands that train nothing
-        (analyze, predict, export, infer, converge)."""
+        profiled window. (Runs stored before the command sections left `Experiment` hashed
+        them out too, so their hashes are unchanged.)"""
         d = self.to_dict()
         for key in ("name", "out_dir", "log_every", "profile"):
             d["run"].pop(key)
-        for section in COMMAND_SECTIONS:
-            d.pop(section)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Commands(Section):
+    """The commands' sections, which a TOML file may hold beside the experiment's tables."""
+
+    scale: ScaleConfig = ScaleConfig()
+    serve: ServeConfig = ServeConfig()
+    detect: DetectConfig = DetectConfig()
+    distill: DistillConfig = DistillConfig()
+    analyze: AnalyzeConfig = AnalyzeConfig()
+    predict: PredictConfig = PredictConfig()
+    export: ExportConfig = ExportConfig()
+    infer: InferConfig = InferConfig()
+    converge: ConvergeConfig = ConvergeConfig()
+
+
+class Job(BaseModel):
+    """What one command runs: the experiment and the section(s) of the command."""
+
+    model_config = ConfigDict(frozen=True)
+    experiment: Experiment
+    counts_only: ClassVar[bool] = False  # analyze and predict count the model: no weights
+
+
+class ScaleJob(Job):
+    scale: ScaleConfig
+
+
+class ServeJob(Job):
+    serve: ServeConfig
+
+
+class DetectJob(Job):
+    detect: DetectConfig
+
+
+class DistillJob(Job):
+    distill: DistillConfig
+
+
+class AnalyzeJob(Job):
+    counts_only = True
+    analyze: AnalyzeConfig
+
+
+class PredictJob(AnalyzeJob):
+    predict: PredictConfig
+
+
+class ExportJob(Job):
+    export: ExportConfig
+
+
+class InferJob(Job):
+    infer: InferConfig
+
+
+class ConvergeJob(Job):
+    converge: ConvergeConfig
 
 
 # --- loading ------------------------------------------------------------------------------
 
 
-def _check_keys(raw: dict[str, Any], model: type[BaseModel], where: str, prefix: str = "") -> None:
+# The top-level tables of a TOML file.
+_FILE_FIELDS = {**Experiment.model_fields, **Commands.model_fields}
+
+
+def _check_keys(
+    raw: dict[str, Any], fields: dict[str, FieldInfo], where: str, prefix: str = ""
+) -> None:
     """Name an unknown key and its closest valid spelling before pydantic sees it."""
-    fields = model.model_fields
     for key, value in raw.items():
         path = f"{prefix}{key}"
         if key not in fields:
@@ -638,7 +686,7 @@ def _check_keys(raw: dict[str, Any], model: type[BaseModel], where: str, prefix:
             and isinstance(annotation, type)
             and issubclass(annotation, BaseModel)
         ):
-            _check_keys(value, annotation, where, f"{path}.")
+            _check_keys(value, annotation.model_fields, where, f"{path}.")
 
 
 def parse_value(text: str) -> Any:
@@ -714,7 +762,7 @@ def shortcuts(section: str, flags: dict[str, Any]) -> list[str]:
     a value; a key that takes one value or a list (scale.mode) keeps a single item a value.
     A flag given as text for a key that holds no text (predict.peak_tflops) is read as --set
     reads a value, so that the key's own check names what is wrong."""
-    keys = Experiment.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
+    keys = Commands.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
     assignments = []
     for name, value in flags.items():
         if value is None:
@@ -735,22 +783,25 @@ def shortcuts(section: str, flags: dict[str, Any]) -> list[str]:
     return assignments
 
 
-def load_command(
-    path: str | Path | None, overrides: list[str], flags: dict[str, Any], *sections: str
-) -> Experiment:
-    """The experiment a command runs with: defaults < the file at `path` < `overrides` (--set)
-    < the command's flags. Each entry of `flags` (a command's locals()) named after a key of
-    one of `sections` is a shortcut for that key; the other entries are not config."""
+J = TypeVar("J", bound=Job)
+
+
+def load_job(
+    job: type[J], path: str | Path | None, overrides: list[str], **flags: dict[str, Any]
+) -> J:
+    """The job a command runs: defaults < the file at `path` < `overrides` (--set) < the
+    command's flags, given per section as {key: value}, None for a flag not given (e.g.
+    `scale={"workers": "1,2"}`): each is a shortcut for its key, and an error in it names
+    the flag."""
     assignments = list(overrides)
     options: dict[str, str] = {}  # a key set by a flag: its error names the flag the user typed
-    for section in sections:
-        keys = Experiment.model_fields[section].annotation.model_fields  # type: ignore[union-attr]
-        given = {name: value for name, value in flags.items() if name in keys}
+    for section, given in flags.items():
         assignments += shortcuts(section, given)
         options |= {f"{section}.{name}": "--" + name.replace("_", "-")
                     for name, value in given.items() if value is not None}  # fmt: skip
-    counting = bool(sections) and set(sections) <= {"analyze", "predict"}  # they load no weights
-    return load_experiment(path, assignments, options, {"architecture_only": counting})
+    exp, commands = load_file(path, assignments, options, {"architecture_only": job.counts_only})
+    sections = {name: getattr(commands, name) for name in job.model_fields if name != "experiment"}
+    return cast(J, job.model_construct(experiment=exp, **sections))  # each part is validated
 
 
 # pydantic's words for a value out of range, in the words of dlperf's other messages.
@@ -790,19 +841,27 @@ def validation_message(
     return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}")
 
 
-def build_experiment(
+def build_file(
     raw: dict[str, Any],
     where: str = "config",
     options: dict[str, str] | None = None,
     context: dict[str, Any] | None = None,
-) -> Experiment:
+) -> tuple[Experiment, Commands]:
+    """A TOML file's experiment and command sections (a stored run's config may hold the
+    latter too: runs stored before they left `Experiment` do)."""
     if depth(raw) > MAX_DEPTH:
         raise UserError(f"{where}: {TOO_DEEP}")
-    _check_keys(raw, Experiment, where)
+    _check_keys(raw, _FILE_FIELDS, where)
+    commands = {key: value for key, value in raw.items() if key in Commands.model_fields}
+    rest = {key: value for key, value in raw.items() if key not in commands}
     try:
-        return Experiment.model_validate(raw, context=context)
+        return Experiment.model_validate(rest, context=context), Commands.model_validate(commands)
     except ValidationError as e:
         raise validation_message(e, where, options) from None
+
+
+def build_experiment(raw: dict[str, Any], where: str = "config") -> Experiment:
+    return build_file(raw, where)[0]
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -821,12 +880,16 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}: not a text file") from None
 
 
-def load_experiment(
+def load_experiment(path: str | Path | None, overrides: list[str] | None = None) -> Experiment:
+    return load_file(path, overrides)[0]
+
+
+def load_file(
     path: str | Path | None,
     overrides: list[str] | None = None,
     options: dict[str, str] | None = None,
     context: dict[str, Any] | None = None,
-) -> Experiment:
+) -> tuple[Experiment, Commands]:
     """defaults < TOML file < --set overrides, validated in one place (with pydantic's
     `context`); an error in a key that `options` (dotted key: flag) lists names the flag."""
     raw = read_toml(path) if path is not None else {}
@@ -835,16 +898,16 @@ def load_experiment(
     file_model = model.get("name") if isinstance(model, dict) else None
     for assignment in overrides or []:
         apply_override(raw, assignment)
-    exp = build_experiment(raw, where + (" with --set" if overrides else ""), options, context)
+    exp, commands = build_file(raw, where + (" with --set" if overrides else ""), options, context)
     if exp.run.name is None and path is not None:
         # The file's name often names its model: say so when --set trains another one.
         changed = exp.model.name != (file_model or ModelConfig.model_fields["name"].default)
         stem = stem_name(Path(path))  # a file's name may hold anything
         exp.run.name = stem + (f" model.name={exp.model.name}" if changed else "")
-    return exp
+    return exp, commands
 
 
-def to_toml(exp: Experiment) -> str:
+def to_toml(exp: Experiment, commands: Commands | None = None) -> str:
     import tomli_w
 
     # TOML has no null: unset optional keys are left out (they take their defaults).
@@ -853,16 +916,19 @@ def to_toml(exp: Experiment) -> str:
             k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None
         }
 
-    return tomli_w.dumps(drop_none(exp.to_dict()))
+    tables = exp.to_dict() | (commands.model_dump(mode="json") if commands else {})
+    return tomli_w.dumps(drop_none(tables))
 
 
-def describe(model: type[BaseModel] = Experiment, prefix: str = "") -> list[tuple[str, str]]:
-    """(dotted key, help) for every field, for `dlperf config keys`."""
+def describe(
+    fields: dict[str, FieldInfo] = _FILE_FIELDS, prefix: str = ""
+) -> list[tuple[str, str]]:
+    """(dotted key, help) for every key of a TOML file, for `dlperf config keys`."""
     rows: list[tuple[str, str]] = []
-    for name, field in model.model_fields.items():
+    for name, field in fields.items():
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows += describe(annotation, f"{prefix}{name}.")
+            rows += describe(annotation.model_fields, f"{prefix}{name}.")
         else:
             rows.append((f"{prefix}{name}", " ".join((field.description or "").split())))
     return rows

@@ -238,8 +238,8 @@ def test_ppp_outside_0_1_is_one_line_naming_the_flag_and_its_key(
 
 
 def test_ppp_out_of_range_from_set_names_the_key() -> None:
-    from dlperf.config import load_command
+    from dlperf.config import PredictJob, load_job
     from dlperf.errors import UserError
 
     with pytest.raises(UserError, match=r"^config with --set: predict.ppp: must be at most 1"):
-        load_command(None, ["predict.ppp=2"], {"ppp": None}, "predict")
+        load_job(PredictJob, None, ["predict.ppp=2"], predict={"ppp": None})

@@ -143,7 +143,7 @@ def stop_study(proc: subprocess.Popen[bytes], root: Path, sig: signal.Signals) -
 def test_allreduce_bench_then_one_and_two_workers(
     cli: Callable, exp_path: Path, store: RunStore, tmp_path: Path, monkeypatch
 ) -> None:
-    bench = ["scale", "--allreduce-bench", "--workers", "2", "--sizes", "4KB,16MB", "--iters", "3"]
+    bench = ["scale", "allreduce", "--workers", "2", "--sizes", "4KB,16MB", "--iters", "3"]
     r = cli(*bench, "--json")
     assert r.code == 0, r.err
     ring = json.loads(r.out)["ring_model"]
@@ -338,7 +338,7 @@ def test_find_max_batch_stops_where_the_data_runs_out(
 ) -> None:
     small = exp_path.read_text().replace("size = 256", "size = 64")  # 64 training images
     exp_path.write_text(small)
-    args = ["scale", str(exp_path), "--workers", "1", "--find-max-batch", "--no-plots"]
+    args = ["scale", "max-batch", str(exp_path), "--workers", "1", "--no-plots"]
     r = cli(*args, "--memory-cap-gb", "64", "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
@@ -352,7 +352,7 @@ def test_find_max_batch_stops_where_the_data_runs_out(
 def test_find_max_batch_catches_a_worker_over_its_memory_cap(
     cli: Callable, exp_path: Path, store: RunStore
 ) -> None:
-    args = ["scale", str(exp_path), "--workers", "1", "--find-max-batch", "--no-plots"]
+    args = ["scale", "max-batch", str(exp_path), "--workers", "1", "--no-plots"]
     r = cli(*args, "--memory-cap-gb", "0.01", "--json")
     assert r.code == 1
     doc = json.loads(r.out)
@@ -383,7 +383,7 @@ def test_find_max_batch_fails_when_a_batch_fails_for_another_reason(
 
     monkeypatch.setattr(Study, "run_point", run_point)
     monkeypatch.setattr(Study, "shard_error", lambda study, point: None)  # 128 > 64 images
-    args = ["scale", str(exp_path), "--workers", "1", "--find-max-batch", "--no-plots"]
+    args = ["scale", "max-batch", str(exp_path), "--workers", "1", "--no-plots"]
     r = cli(*args, "--memory-cap-gb", "64", "--json")
     assert r.code == 1, r.err
     doc = json.loads(r.out)

@@ -23,7 +23,7 @@ import pytest
 import torch
 import yaml
 
-from dlperf.config import ScaleConfig, load_experiment
+from dlperf.config import ScaleConfig, ScaleJob, load_experiment, load_job
 from dlperf.distributed.contracts import (
     ComputePhase,
     DdpStats,
@@ -165,14 +165,14 @@ def test_dataparallel_on_a_gpu_host_needs_nccl(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_example_study_plans_weak_scaling_over_1_and_2_workers() -> None:
-    exp = load_experiment(EXAMPLE)
-    opts = exp.scale.model_copy(update={"allow_oversubscribe": True})  # a 1-core host too
+    job = load_job(ScaleJob, EXAMPLE, [])
+    opts = job.scale.model_copy(update={"allow_oversubscribe": True})  # a 1-core host too
     points = plan(opts, "gloo")
     assert [(p.workers, p.per_worker_batch, p.global_batch) for p in points] == [
         (1, 32, 32),
         (2, 32, 64),
     ]
-    assert (exp.scale.steps, exp.run.name) == (50, "scale_digits_weak")
+    assert (job.scale.steps, job.experiment.run.name) == (50, "scale_digits_weak")
 
 
 def _rank(rank: int, steps: list[float], compute: list[float], wall: float) -> RankResult:
@@ -528,7 +528,7 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
         "(mean of 5 chunks ± 95% confidence interval, Student's t)\n"
     )
     assert "4 workers failed:\nboom" in err
-    assert "run `dlperf scale --allreduce-bench --workers 2`" in err  # no ring model stored
+    assert "run `dlperf scale allreduce --workers 2`" in err  # no ring model stored
 
 
 def test_the_saved_figures_are_named_in_the_human_output(
@@ -762,7 +762,7 @@ def test_find_max_batch_compares_no_batch_sizes(
 ) -> None:
     """Its points differ in batch, not in workers: no speedup or efficiency between them."""
     fake_workers(lambda n, b: [0.01 * b / 32] * 10)  # the same samples/s at every batch
-    args = ["scale", str(tiny_exp()), "--workers", "1", "--find-max-batch", "--no-plots"]
+    args = ["scale", "max-batch", str(tiny_exp()), "--workers", "1", "--no-plots"]
     r = cli(*args, "--memory-cap-gb", "64", "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)

@@ -21,7 +21,7 @@ import tomli_w
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dlperf.config import describe, load_experiment, to_toml
+from dlperf.config import describe, load_experiment, load_file, to_toml
 from dlperf.errors import UserError
 
 # Every count's bound: what a C int holds (dlperf.config's Count and Size).
@@ -302,6 +302,14 @@ def literal(value: Any) -> str:
     return tomli_w.dumps({"v": value}).removeprefix("v = ").strip()
 
 
+def load_all(path: Path | None, overrides: list[str] | None = None) -> tuple[Any, str, str]:
+    """A file's experiment and command sections as one tree, that tree as TOML, and the
+    experiment's hash."""
+    exp, commands = load_file(path, overrides)
+    tree = exp.to_dict() | commands.model_dump(mode="json")
+    return tree, to_toml(exp, commands), exp.config_hash()
+
+
 def lookup(tree: dict[str, Any], key: str) -> Any:
     for part in key.split("."):
         tree = tree[part]
@@ -361,12 +369,12 @@ def test_every_key_has_a_specified_range_or_kind() -> None:
 def test_a_valid_set_is_the_resolved_value(exp_file: Path, pair: tuple[str, Any]) -> None:
     key, value = pair
     assume(problem({key: value}) is None)  # e.g. multistep alone: tested with documents
-    exp = load_experiment(None, [f"{key}={literal(value)}"])
-    assert lookup(exp.to_dict(), key) == value
-    exp_file.write_text(to_toml(exp))
-    again = load_experiment(exp_file)
-    assert lookup(again.to_dict(), key) == value
-    assert again.config_hash() == exp.config_hash()
+    tree, text, digest = load_all(None, [f"{key}={literal(value)}"])
+    assert lookup(tree, key) == value
+    exp_file.write_text(text)
+    again, _, again_digest = load_all(exp_file)
+    assert lookup(again, key) == value
+    assert again_digest == digest
 
 
 @REPEATABLE
@@ -408,11 +416,10 @@ def test_a_valid_document_loads_and_round_trips(exp_file: Path, flat: dict[str, 
             load_experiment(exp_file)
         assert broken in one_line(info.value)
         return
-    exp = load_experiment(exp_file)
-    resolved = exp.to_dict()
+    resolved, text, _ = load_all(exp_file)
     assert all(lookup(resolved, key) == value for key, value in flat.items())
-    exp_file.write_text(to_toml(exp))
-    assert load_experiment(exp_file).to_dict() == resolved
+    exp_file.write_text(text)
+    assert load_all(exp_file)[0] == resolved
 
 
 SCALARS = st.integers() | st.floats() | st.booleans() | st.text(max_size=6) | st.dates()

@@ -189,7 +189,7 @@ def test_a_scaling_study_over_nccl(cli: Cli, store: RunStore, tmp_path: Path) ->
 
 def test_the_allreduce_benchmark_over_nccl(cli: Cli, store: RunStore) -> None:
     workers = worker_counts()
-    bench = ["--allreduce-bench", "--workers", workers, "--backend", "nccl"]
+    bench = ["allreduce", "--workers", workers, "--backend", "nccl"]
     doc = ok(cli("scale", *bench, "--sizes", "4KB,16MB", "--iters", "3", "--json"))
     assert doc["backend"] == "nccl" and not doc["failures"]
     assert {row["bytes"] for row in doc["rows"]} == {4096, 16 * 2**20}
@@ -222,8 +222,8 @@ def test_find_max_batch_recovers_from_a_real_cuda_out_of_memory(
     hundred GB), and the study reports the last size that fitted."""
     path = tmp_path / "big.toml"
     path.write_text(FIND_MAX_EXPERIMENT.format(out=tmp_path / "dlperf_runs"))
-    args = ["--workers", "1", "--synthetic", "--find-max-batch", "--no-plots", "--json"]
-    doc = ok(cli("scale", str(path), *args))
+    args = ["--workers", "1", "--synthetic", "--no-plots", "--json"]
+    doc = ok(cli("scale", "max-batch", str(path), *args))
     *fitted, failed = doc["rows"]
     assert fitted and all(row["status"] == "finished" for row in fitted)
     assert failed["out_of_memory"] is True and failed["status"] == "failed"

@@ -11,7 +11,7 @@ import typer
 
 from dlperf.analytic.tables import si
 from dlperf.cli import console
-from dlperf.cli.app import app, config_option, open_store, set_option
+from dlperf.cli.app import Json, app, config_option, open_store, set_option
 
 MODEL = typer.Argument(..., help="Registry or torchvision name, or path/to/file.py:factory.")
 INPUT = typer.Option(
@@ -30,7 +30,6 @@ CLASSES = typer.Option(
     "file's factory's own num_classes default).",
     show_default=False,
 )
-JSON = typer.Option(False, "--json", help="Print one JSON object.")
 ANALYZE_CONFIG = config_option("[analyze] section")
 ANALYZE_SET = set_option("analyze.batch=8")
 PREDICT_CONFIG = config_option("[predict] and [analyze] sections")
@@ -72,7 +71,7 @@ def analyze(
         "e.g. dlperf analyze resnet18 --macs-convention ptflops.",
         show_default=False,
     ),
-    as_json: bool = JSON,
+    as_json: Json = False,
     as_csv: bool = typer.Option(False, "--csv", help="Print the per-layer rows as CSV."),
 ) -> None:
     """Count a network on paper, layer by layer: params, MACs, FLOPs (= 2 MACs + other
@@ -88,10 +87,15 @@ def analyze(
     """
     from dlperf.analytic.counting import analyze as count
     from dlperf.analytic.tables import csv_columns, tables
-    from dlperf.config import load_command
+    from dlperf.config import AnalyzeJob, load_job
 
-    exp = load_command(config, set_, {**locals(), "input": input_}, "analyze")
-    opts = exp.analyze
+    flags = {
+        "input": input_, "batch": batch, "train": train, "precision": precision,
+        "classes": classes, "bias": bias, "activations": activations,
+        "macs_convention": macs_convention,
+    }  # fmt: skip
+    job = load_job(AnalyzeJob, config, set_, analyze=flags)
+    exp, opts = job.experiment, job.analyze
     a = count(
         model, opts.input, opts.batch, opts.train, opts.precision, opts.classes, opts.bias,
         opts.activations, macs_convention=opts.macs_convention, transfer=exp.model.transfer,
@@ -170,7 +174,7 @@ def predict(
         "and memory roofs) beside PALEO's time per layer to this file (PNG, PDF, SVG).",
         callback=console.PLOT.callback,
     ),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Predict a forward pass (or training step) with the PALEO model:
     time = sum over layers of FLOPs / (peak x PPP) + bytes / (bandwidth x PPP_mem),
@@ -186,10 +190,18 @@ def predict(
     Example: dlperf predict vgg16 --device K80 --peak-tflops 8.73 --flops 15.5G --plot roofline.png
     """
     from dlperf.analytic.recorded import predict_model
-    from dlperf.config import load_command
+    from dlperf.config import PredictJob, load_job
 
-    exp = load_command(config, set_, {**locals(), "input": input_}, "analyze", "predict")
-    count, opts = exp.analyze, exp.predict
+    counting = {
+        "input": input_, "batch": batch, "train": train, "precision": precision,
+        "classes": classes,
+    }  # fmt: skip
+    flags = {
+        "device": device, "ppp": ppp, "peak_tflops": peak_tflops, "flops": flops,
+        "measure": measure, "reps": reps,
+    }  # fmt: skip
+    job = load_job(PredictJob, config, set_, analyze=counting, predict=flags)
+    count, opts = job.analyze, job.predict
     with console.reporter() as rep:
         result = predict_model(
             model, opts.device, open_store, input_shape=count.input, batch=count.batch,

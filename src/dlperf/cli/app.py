@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -75,6 +75,10 @@ def open_store(create: bool = True) -> RunStore:  # imported lazily: --help is f
     from dlperf.store import RunStore
 
     return RunStore.open(state.db, create)
+
+
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+"""--json, for every command that prints a result: `as_json: Json = False`."""
 
 
 def config_option(sections: str) -> Any:

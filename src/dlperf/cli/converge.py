@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, config_option, open_store, set_option
+from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.converge.options import CurveOptions
+from dlperf.errors import UserError
+from dlperf.formatting import fmt
 from dlperf.parsing import parse_names, parse_pairs
+
+if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
+    from dlperf.config import ConvergeConfig
 
 converge_app = typer.Typer(
     help="Loss-curve and speed models (Optimus, Pollux): when a job converges, how fast it "
@@ -34,58 +36,32 @@ converge_app.add_typer(speed_app, name="speed")
 
 RUN_IDS = typer.Argument(None, help="Stored run IDs (or use --csv).", show_default=False)
 CSV = typer.Option(None, "--csv", help="A CSV file with the curve.")
-JSON = typer.Option(False, "--json", help="Print one JSON document.")
 
 
-_CURVE_OPTIONS = {
-    "config": config_option("[converge] section"),
-    "set_": set_option("converge.upto=0.3"),
-    "x": typer.Option(
-        None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...)."
-    ),
-    "y": typer.Option(None, "--y", help="CSV column of the metric."),
-    "metric": typer.Option(
-        None,
-        "--metric",
-        help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy).",
-    ),
-    "key": typer.Option(
-        None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
-    ),
-    "upto": typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3."),
-    "upto_step": typer.Option(None, "--upto-step", help="Fit the points up to step K."),
-}
-_ANNOTATIONS: dict[str, Any] = {"config": Path, "set_": list[str], "upto": float}
-_ANNOTATIONS |= {"x": str, "y": str, "metric": str, "key": str, "upto_step": float}
+# The curve options fit, predict and regress share: shortcuts for the keys of [converge].
+CURVE_CONFIG = config_option("[converge] section")
+CURVE_SET = set_option("converge.upto=0.3")
+X = typer.Option(None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...).")
+Y = typer.Option(None, "--y", help="CSV column of the metric.")
+METRIC = typer.Option(
+    None, "--metric", help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy)."
+)
+KEY = typer.Option(
+    None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
+)
+UPTO = typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3.")
+UPTO_STEP = typer.Option(None, "--upto-step", help="Fit the points up to step K.")
 
 
-def curve_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give a command --config, --set and the options of `CurveOptions` (--x, --y, --metric,
-    --key, --upto, --upto-step), shortcuts for the keys of [converge]; the command gets the
-    resolved curve options as one argument `opts`, and its own options named after keys
-    (--target, --form) their resolved values, so that each command declares only its own."""
-    own = [p for p in inspect.signature(command).parameters.values() if p.name != "opts"]
-    shared = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                          annotation=_ANNOTATIONS[name])
-        for name, option in _CURVE_OPTIONS.items()
-    ]  # fmt: skip
+def _curve(
+    config: Path | None, set_: list[str], flags: dict[str, Any]
+) -> tuple[CurveOptions, ConvergeConfig]:
+    """[converge] of `config` < --set < the flags given: the curve options and the section."""
+    from dlperf.config import ConvergeJob, load_job
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> None:
-        from dlperf.config import load_command
-
-        given = {name: kwargs.pop(name) for name in _CURVE_OPTIONS}
-        config, set_ = given.pop("config"), given.pop("set_")
-        section = load_command(config, set_, {**given, **kwargs}, "converge").converge
-        opts = CurveOptions(**{f.name: getattr(section, f.name) for f in fields(CurveOptions)})
-        resolved = {k: getattr(section, k) for k in kwargs if k in type(section).model_fields}
-        command(opts=opts, **{**kwargs, **resolved})
-
-    # Typer reads the options from the signature and resolves its annotations.
-    wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in [*own, *shared]}
-    return wrapper
+    section = load_job(ConvergeJob, config, set_, converge=flags).converge
+    opts = CurveOptions(**{f.name: getattr(section, f.name) for f in fields(CurveOptions)})
+    return opts, section
 
 
 def _one_or_list(documents: list[dict[str, Any]]) -> Any:
@@ -93,16 +69,22 @@ def _one_or_list(documents: list[dict[str, Any]]) -> Any:
 
 
 @converge_app.command("fit")
-@curve_options
 def fit(
-    opts: CurveOptions,
     run_ids: list[int] = RUN_IDS,
     csv: Path = CSV,
     plot: Path = console.PLOT,
     to_csv: Path = typer.Option(
         None, "--to-csv", help="Also write the β table (one row per curve) to this CSV file."
     ),
-    as_json: bool = JSON,
+    as_json: Json = False,
+    config: Path = CURVE_CONFIG,
+    set_: list[str] = CURVE_SET,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit l(k) = 1/(β0·k + β1) + β2 (Optimus) and a·k^−b + c to a loss or accuracy curve,
     with bootstrap 90% intervals; say which form predicts later points better.
@@ -116,6 +98,8 @@ def fit(
     """
     from dlperf.converge import fitting
 
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, _ = _curve(config, set_, curve)
     if to_csv is not None:
         from dlperf.paths import check_writable
 
@@ -143,7 +127,7 @@ def fit(
             [
                 [row["source"], row["model"], row["depth"], row["device"],
                  *(cell for b in ("beta0", "beta1", "beta2") for cell in
-                   (row[b], f"{console.fmt(row[f'{b}_5%'])}–{console.fmt(row[f'{b}_95%'])}")),
+                   (row[b], f"{fmt(row[f'{b}_5%'])}–{fmt(row[f'{b}_95%'])}")),
                  row["rmse"], row["heldout_rmse"]]
                 for row in table
             ],
@@ -168,11 +152,11 @@ def fit(
 
 
 @converge_app.command("predict")
-@curve_options
 def predict(
-    opts: CurveOptions,
     run_ids: list[int] = RUN_IDS,
-    target: float = typer.Option(None, "--target", help="Value to reach, in the metric's units."),
+    target: float | None = typer.Option(
+        None, "--target", help="Value to reach, in the metric's units."
+    ),
     csv: Path = CSV,
     form: str = typer.Option(
         None,
@@ -180,7 +164,15 @@ def predict(
         help="ensemble (default: a distribution over 5 curve families) | optimus | power.",
     ),
     plot: Path = console.PLOT,
-    as_json: bool = JSON,
+    as_json: Json = False,
+    config: Path = CURVE_CONFIG,
+    set_: list[str] = CURVE_SET,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """The step at which the fitted curve reaches a target, with a 90% interval, and the
     error against the measured curve when it goes on beyond the fit window. The ensemble says
@@ -191,6 +183,11 @@ def predict(
     """
     from dlperf.converge import fitting
 
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, section = _curve(config, set_, {**curve, "target": target, "form": form})
+    target, form = section.target, section.form
+    if target is None:  # before the fits, not after them
+        raise UserError("give converge.target, the value to reach", "e.g. --target 0.94")
     with console.reporter() as rep:
         done = fitting.predict(run_ids or [], csv, opts, open_store, target, form, rep)
     if plot is not None:
@@ -252,9 +249,7 @@ def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: st
 
 
 @converge_app.command("regress")
-@curve_options
 def regress(
-    opts: CurveOptions,
     sources: list[str] = typer.Argument(
         ..., help="Run IDs, or CSV files given as PATH:feature=value,...", show_default=False
     ),
@@ -262,7 +257,7 @@ def regress(
     predict_at: str = typer.Option(
         None, "--predict", help="A configuration to predict, e.g. depth=50,gpu=T4."
     ),
-    target: float = typer.Option(
+    target: float | None = typer.Option(
         None, "--target", help="With --predict: the value whose step to predict."
     ),
     compare: str = typer.Option(
@@ -272,7 +267,15 @@ def regress(
         "left out of the regression, to measure the prediction against.",
     ),
     plot: Path = console.PLOT,
-    as_json: bool = JSON,
+    as_json: Json = False,
+    config: Path = CURVE_CONFIG,
+    set_: list[str] = CURVE_SET,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit β0, β1, β2 of each run, regress log β on run features, and predict the curve of an
     unseen configuration (and the step, and epoch, reaching --target).
@@ -288,6 +291,9 @@ def regress(
     from dlperf.converge import fitting
     from dlperf.converge.regress import BETAS
 
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, section = _curve(config, set_, {**curve, "target": target})
+    target = section.target
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
     done = fitting.regress(sources, parse_names(features), opts, open_store, at, target, compare)
     if plot is not None:

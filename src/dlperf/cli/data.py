@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app
+from dlperf.cli.app import Json, app
 from dlperf.errors import UserError
 
 data_app = typer.Typer(
@@ -59,7 +59,7 @@ def describe(
     ),
     classes: str = typer.Option(None, "--classes", help=f"In the sample grid. {CLASSES_HELP}"),
     per_class: int = typer.Option(8, "--per-class", help="Sample images shown per class."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Classes, training images per class, split sizes, image shape, per-channel mean and
     std, a bar chart of the classes and a grid of sample images; with an [augment] key set,
@@ -129,7 +129,7 @@ def samples(
     set_: list[str] = typer.Option(
         [], "--set", help="A [data] key, e.g. --set data.root=~/data (repeatable)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Write a few images of each class of a data set's split as PNG files (SPLIT-INDEX-
     CLASS.png, at the images' own size, as the loader holds them), to run inference on or

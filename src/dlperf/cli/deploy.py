@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, config_option, default_command_group, open_store, set_option
+from dlperf.cli.app import Json, app, config_option, default_command_group, open_store, set_option
 from dlperf.errors import CheckFailed
 
 infer_app = typer.Typer(
@@ -22,7 +22,6 @@ infer_app = typer.Typer(
 )
 app.add_typer(infer_app, name="infer")
 
-JSON = typer.Option(False, "--json", help="Print one JSON document.")
 EXPORT_CONFIG = config_option("[export] section")
 EXPORT_SET = set_option("export.rtol=0.01")
 INFER_CONFIG = config_option("[infer] section")
@@ -60,7 +59,7 @@ def export_cmd(
     ),
     rtol: float = typer.Option(None, "--rtol", help="Parity: relative tolerance (1e-3)."),
     atol: float = typer.Option(None, "--atol", help="Parity: absolute tolerance (1e-5)."),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Export a stored run or a registry model to ONNX, check the file, and prove that ONNX
     Runtime gives PyTorch's answers (exit 1 when it does not).
@@ -74,10 +73,14 @@ def export_cmd(
 
     Example: dlperf export resnet20 --input 3,32,32 --out resnet20.onnx --dynamic-batch
     """
-    from dlperf.config import load_command
+    from dlperf.config import ExportJob, load_job
     from dlperf.deploy.export import export, resolve
 
-    opts = load_command(config, set_, {**locals(), "input": input_shape}, "export").export
+    flags = {
+        "input": input_shape, "opset": opset, "dynamic_batch": dynamic_batch,
+        "single_file": single_file, "num_classes": num_classes, "rtol": rtol, "atol": atol,
+    }  # fmt: skip
+    opts = load_job(ExportJob, config, set_, export=flags).export
     shape = tuple(opts.input) if opts.input is not None else None
     src = resolve(source, open_store, shape, opts.num_classes)
     with console.reporter() as rep:
@@ -137,7 +140,7 @@ def predict_cmd(
     topk: int = typer.Option(None, "--topk", help="Classes per image (default 5)."),
     threads: int = THREADS,
     labels: Path = typer.Option(None, "--labels", help="Class names, one per line."),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Classify images with the preprocessing saved at export.
 
@@ -146,10 +149,10 @@ def predict_cmd(
 
     Example: dlperf infer model.onnx cat.png dog.jpg --topk 3
     """
-    from dlperf.config import load_command
+    from dlperf.config import InferJob, load_job
     from dlperf.deploy.infer import predict
 
-    opts = load_command(config, set_, locals(), "infer").infer
+    opts = load_job(InferJob, config, set_, infer={"topk": topk, "threads": threads}).infer
     result = predict(model, images, opts.topk, labels, opts.threads)
     if as_json:
         console.print_json(result)
@@ -177,7 +180,7 @@ def bench_cmd(
     batch: str = typer.Option(None, "--batch", help="Batch sizes, comma-separated (1,8,32)."),
     threads: int = THREADS,
     repeats: int = typer.Option(None, "--repeats", help="Timed calls per contender and batch."),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Latency p50/p90/p99 and throughput of ONNX Runtime against PyTorch eager (NCHW and
     channels_last), same input, same thread count, warm-up excluded, interleaved calls.
@@ -187,10 +190,15 @@ def bench_cmd(
 
     Example: dlperf infer bench model.onnx --batch 1,8,32 --threads 2
     """
-    from dlperf.config import load_command
+    from dlperf.config import InferJob, load_job
     from dlperf.deploy.bench import bench, pytorch_contender
 
-    opts = load_command(config, set_, locals(), "infer").infer
+    opts = load_job(
+        InferJob,
+        config,
+        set_,
+        infer={"torch": torch, "batch": batch, "threads": threads, "repeats": repeats},
+    ).infer
     with console.reporter() as rep:
         contender = pytorch_contender(model, opts.torch, open_store, rep)
         result = bench(model, opts.batch, contender, opts.threads, opts.repeats, reporter=rep)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, config_option, open_store, set_option
+from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 from dlperf.paths import check_writable
 
@@ -43,7 +43,6 @@ SIZE = typer.Option(
     None, "--size", help="Square input side (multiple of 32; default the model's: 320 or 300)."
 )
 THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: the usable cores).")
-JSON = typer.Option(False, "--json", help="Print one JSON document.")
 DETECT_CONFIG = config_option("[detect] section")
 FINETUNE_SET = set_option("detect.lr=0.05")
 EVAL_SET = set_option("detect.batch=16")
@@ -63,7 +62,7 @@ def export(
     labels: Path = typer.Option(None, "--labels", help="Class names, one a line."),
     size: int = SIZE,
     threads: int = THREADS,
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Export an SSD detector to ONNX (random weights unless --weights or --pretrained),
     check the graph, compare boxes and scores with PyTorch, and save the metadata.
@@ -106,7 +105,7 @@ def run(
         None, "--out", help="Directory for annotated copies (NAME.det.png, small images enlarged)."
     ),
     threads: int = THREADS,
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Detect objects with an exported detector in ONNX Runtime; boxes in each image's own
     pixels; annotated copies as PNG with --out, the labels outside the boxes.
@@ -136,7 +135,7 @@ def make_shapes(
     images: int = typer.Option(40, "--images", help="Number of images."),
     size: int = typer.Option(160, "--size", help="Image side in pixels."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Write a small VOC-layout data set of squares and discs on noisy backgrounds
     (JPEGImages, Annotations, ImageSets/Main/train|val|trainval.txt).
@@ -170,10 +169,10 @@ def _delta(a: float, b: float) -> float | None:
 
 def _detect_options(config: Path | None, set_: list[str], flags: dict[str, Any]) -> DetectConfig:
     """[detect] of `config` < --set < the command's options named after its keys."""
-    from dlperf.config import load_command
+    from dlperf.config import DetectJob, load_job
     from dlperf.detect import ssd
 
-    opts = load_command(config, set_, flags, "detect").detect
+    opts = load_job(DetectJob, config, set_, detect=flags).detect
     ssd.check_model_name(opts.model)
     return opts
 
@@ -208,7 +207,7 @@ def finetune(
     ),
     seed: int = typer.Option(None, "--seed", help="Random seed."),
     threads: int = THREADS,
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Fine-tune an SSD detector on a VOC-layout data set: per-class AP@0.5 and mAP on the
     validation split before and after, the weights saved, the run kept in the run store.
@@ -221,7 +220,12 @@ def finetune(
     """
     from dlperf.detect.finetune import finetune_recorded
 
-    opts = _detect_options(config, set_, locals())
+    flags = {
+        "model": model, "size": size, "epochs": epochs, "batch": batch, "lr": lr,
+        "train_split": train_split, "val_split": val_split, "ap_method": ap_method, "seed": seed,
+        "threads": threads,
+    }  # fmt: skip
+    opts = _detect_options(config, set_, flags)
     check_writable(out)
     done = _recorded(finetune_recorded, voc_root, opts, out, weights)
     if as_json:
@@ -264,7 +268,7 @@ def evaluate(
         None, "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
     ),
     threads: int = THREADS,
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Test a trained detector on a VOC-layout split without fine-tuning it: per-class
     AP@0.5 and mAP, the run kept in the run store.
@@ -282,7 +286,11 @@ def evaluate(
     """
     from dlperf.detect.evaluate import evaluate_recorded
 
-    opts = _detect_options(config, set_, locals())
+    flags = {
+        "model": model, "size": size, "batch": batch, "val_split": val_split,
+        "ap_method": ap_method, "threads": threads,
+    }  # fmt: skip
+    opts = _detect_options(config, set_, flags)
     done = _recorded(evaluate_recorded, voc_root, opts, weights, pretrained)
     if as_json:
         console.print_json(done)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
-
-JSON = typer.Option(False, "--json", help="Print one JSON object.")
+from dlperf.cli.app import Json, app, open_store
 
 
 @app.command()
-def devices(as_json: bool = JSON) -> None:
+def devices(as_json: Json = False) -> None:
     """List the device catalog: peak FLOP/s, bandwidth, memory, interconnect, price, source.
     Add or override devices in $DLPERF_DEVICES or ~/.config/dlperf/devices.toml.
 
@@ -43,7 +41,7 @@ def calibrate(
     name: str = typer.Option(
         None, "--name", help="Device name to store (default: the host name).", show_default=False
     ),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Measure this machine (matmul FLOP/s per dtype, copy bandwidth) and fit the time
     model's PPP per operator kind, PPP_mem and per-call overhead on small kernels; save it

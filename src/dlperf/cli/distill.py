@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store, set_option
+from dlperf.cli.app import Json, app, open_store, set_option
 
 
 def _print_summary(result: Any, plots: list[str]) -> None:
@@ -95,7 +95,7 @@ def distill(
         None, "--resume", help="Continue study ID (default: the newest of the EXP's name)."
     ),
     new: bool = typer.Option(False, "--new", help="Start a new study, even if one exists."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Train a teacher on the labelled data, let it pick the K images it scores highest per
     class from an unlabelled set, pre-train a student on them and fine-tune it on the labelled
@@ -107,14 +107,19 @@ def distill(
 
     Example: dlperf distill examples/distill_digits.toml --top-k 25,50,100
     """
-    from dlperf.config import load_command
+    from dlperf.config import DistillJob, load_job
     from dlperf.distill.runner import run_distill
     from dlperf.report.distill import distill_figure
 
-    exp = load_command(experiment, set_, locals(), "distill")
+    flags = {
+        "unlabeled": unlabeled, "top_k": top_k, "top_p": top_p, "teacher": teacher,
+        "student": student, "pretrain_epochs": pretrain_epochs, "finetune_epochs": finetune_epochs,
+        "finetune_lr": finetune_lr,
+    }  # fmt: skip
+    job = load_job(DistillJob, experiment, set_, distill=flags)
     store = open_store()
     with console.reporter() as rep:
-        result = run_distill(exp, store, resume, new, rep)
+        result = run_distill(job, store, resume, new, rep)
     figure = distill_figure(result)
     plots = [str(figure)] if figure is not None else []
     if as_json:

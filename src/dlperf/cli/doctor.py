@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import Json, app, open_store
 from dlperf.errors import CheckFailed
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def doctor(
         [], "--study", metavar="ID", help="Every run of study ID (repeatable)."
     ),
     last: int = typer.Option(None, "--last", metavar="N", help="The newest N runs."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Diagnose stored runs: each finding with its severity, the stored figures it rests on,
     and the fix. Exit 0 when clean, 1 when a finding is an error, 2 on bad input.

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
-import typer
-
 from dlperf.cli import console
-from dlperf.cli.app import app
+from dlperf.cli.app import Json, app
 from dlperf.shipped import dataset_table, shipped
 
 
@@ -28,7 +26,7 @@ def model_names() -> dict[str, list[str]]:
 
 @app.command()
 def models(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """List model names: dlperf's own networks and torchvision's classification zoo.
 
@@ -46,7 +44,7 @@ def models(
 
 @app.command()
 def datasets(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """List data set names for [data] name: where each reads from, its classes and image shape.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import Json, app, open_store
 from dlperf.errors import UserError
 
 
@@ -21,7 +21,7 @@ def report(
     ),
     last: int = typer.Option(None, "--last", metavar="N", help="The newest N runs."),
     out: Path = typer.Option(..., "--out", metavar="DIR", help="Directory of the site."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Write a static HTML report that opens offline: DIR/index.html, one page per run
     (curves, phases, doctor's findings, config, system) and per study (scaling, all-reduce,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store, set_option
+from dlperf.cli.app import Json, app, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def run(
         "dlperf runs trace RUN summarises it.",
     ),
     resume: int = typer.Option(None, "--resume", help="Continue run ID from its checkpoint."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Train one experiment, measured phase by phase, and keep it in the run store.
 
@@ -126,9 +126,9 @@ def config_show(
 
     Example: dlperf config show examples/digits_smallcnn.toml --set train.lr=0.01
     """
-    from dlperf.config import load_experiment, to_toml
+    from dlperf.config import load_file, to_toml
 
-    console.out.print(to_toml(load_experiment(experiment, list(set_))), markup=False)
+    console.out.print(to_toml(*load_file(experiment, list(set_))), markup=False)
 
 
 @config_app.command("keys")
@@ -144,7 +144,7 @@ def config_keys() -> None:
 
 @app.command()
 def demo(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Train smallcnn and resnet20 on the bundled digits to 95% test accuracy, and compare.
 

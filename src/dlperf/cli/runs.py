@@ -12,8 +12,9 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store, state
+from dlperf.cli.app import Json, app, open_store, state
 from dlperf.errors import UserError
+from dlperf.formatting import fmt
 from dlperf.parsing import flatten
 
 runs_app = typer.Typer(
@@ -42,7 +43,7 @@ def runs_list(
         show_default=False,
     ),
     limit: int = typer.Option(50, "--limit", help="Newest N runs (of those --where selects)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
+    as_json: Json = False,
 ) -> None:
     """List stored runs, newest first. A run stuck in `running` whose process is gone (on this
     host) shows as `lost`.
@@ -88,14 +89,14 @@ def _tag_text(tags: dict[str, str]) -> str | None:
 def _plain(value: Any) -> Any:
     """A stored value as a table shows it: lists as 'a, b', empty ones as '-'."""
     if isinstance(value, list | tuple):
-        return ", ".join(console.fmt(v) for v in value) or None
+        return ", ".join(fmt(v) for v in value) or None
     return value
 
 
 @runs_app.command("show")
 def runs_show(
     run_id: int = typer.Argument(..., help="Run ID."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Show a run: summary and tags, config, system, artifacts, phase breakdown and per-epoch
     metrics.
@@ -150,7 +151,7 @@ def runs_show(
 def runs_compare(
     run_ids: list[int] = typer.Argument(None, help="Two or more run IDs.", show_default=False),
     study: int = typer.Option(None, "--study", help="Compare every run of study ID."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Compare runs side by side: the config keys that differ, then the results, with a Δ
     column for numbers (two runs: the difference and its %; more: each run's change from the
@@ -278,7 +279,7 @@ def runs_delete(
 @runs_app.command("repair")
 def runs_repair(
     out: Path = typer.Argument(..., help="The new store file to write (must not exist)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Copy what can still be read of a damaged SQLite store (--db, default ./dlperf.db) into
     a new store file, stepping over damaged pages; the damaged file is only read. The new

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import open_store
+from dlperf.cli.app import Json, open_store
 from dlperf.cli.runs import runs_app
 from dlperf.errors import UserError
 
@@ -29,7 +29,7 @@ def runs_export(
         None, "--out", help="Directory for the event files (one per run) for --to tensorboard."
     ),
     experiment: str = typer.Option("dlperf", "--experiment", help="MLflow experiment name."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Export runs to MLflow (params, metrics, tags, artifacts) or TensorBoard (scalars).
 

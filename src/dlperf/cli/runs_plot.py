@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import open_store
+from dlperf.cli.app import Json, open_store
 from dlperf.cli.runs import runs_app
 
 
@@ -24,7 +24,7 @@ def runs_plot(
     out: Path = typer.Option(
         None, "--out", help="Figure file, .png, .svg or .pdf (default runs-ID-ID.png)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Plot stored metrics of one or many runs against the step, the epoch or the wall time:
     one subplot per key, one line per run.

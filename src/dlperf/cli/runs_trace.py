@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import open_store
+from dlperf.cli.app import Json, open_store
 from dlperf.cli.runs import runs_app
 from dlperf.errors import UserError
 
@@ -20,7 +20,7 @@ def runs_trace(
     run_id: int = typer.Argument(..., help="Run ID.", show_default=False),
     rank: int = typer.Option(None, "--rank", help="One rank of a scaling point (default: all)."),
     top: int = typer.Option(15, "--top", help="Operators to list, by self time.", min=1),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Summarise a run's profiler trace: its phases, and its top operators by self time with
     their share of the step and of their phase (CPU and, on a GPU, CUDA time).

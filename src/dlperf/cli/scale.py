@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store, set_option
+from dlperf.cli.app import Json, app, default_command_group, open_store, set_option
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
-    from dlperf.config import ScaleConfig
+    from dlperf.config import ScaleConfig, ScaleJob
     from dlperf.distributed.study import StudyResult
 
 
@@ -78,7 +79,7 @@ def _print_table(result: StudyResult) -> None:
     if study_tables.missing_ring(result):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
-            "run `dlperf scale --allreduce-bench --workers 2`",
+            "run `dlperf scale allreduce --workers 2`",
             markup=False,
         )
     for failure in study_tables.failures(result):
@@ -95,19 +96,7 @@ def _print_csv(result: StudyResult) -> None:
     writer.writerows(rows)
 
 
-def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -> None:
-    """The all-reduce microbenchmark over `opts.workers` on `opts.backend`."""
-    from dlperf.distributed.allreduce_study import run_allreduce_study
-
-    if iters < 1:  # before torchrun starts, not after
-        raise UserError(f"--iters must be at least 1, got {iters}")
-    with console.reporter() as rep:
-        store = open_store()
-        where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
-        allow = opts.allow_oversubscribe
-        result = run_allreduce_study(
-            store, opts.workers, sizes, opts.backend, where, iters, 5, allow, rep
-        )
+def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         console.print_json(result)
     else:
@@ -144,16 +133,43 @@ def _allreduce_bench(opts: ScaleConfig, sizes: str, iters: int, as_json: bool) -
         raise typer.Exit(1)
 
 
+scale_app = typer.Typer(
+    cls=default_command_group("run"),
+    help="Scaling studies over workers and nodes on torch.distributed: `dlperf scale FILE` is "
+    "short for `dlperf scale run FILE`.\n\n"
+    "Example: dlperf scale examples/scale_digits_weak.toml --workers 1,2 --steps 50",
+    no_args_is_help=True,
+)
+app.add_typer(scale_app, name="scale")
+
+EXPERIMENT = typer.Argument(
+    None, help="Experiment TOML file (its [scale] section: the study).", show_default=False
+)
 SCALE_SET = set_option("scale.steps=50")
+# Shortcuts for keys of [scale] that more than one subcommand takes.
+WORKERS = typer.Option(None, "--workers", help="Worker counts, e.g. 1,2,4 (total).")
+BACKEND = typer.Option(None, "--backend", help="auto | gloo | nccl.")
+SYNTHETIC = typer.Option(
+    None, "--synthetic", help="Random data of the model's input shape (system throughput)."
+)
+WARMUP_STEPS = typer.Option(None, "--warmup-steps", help="Untimed steps first.")
+OVERSUBSCRIBE = typer.Option(
+    None, "--allow-oversubscribe", help="Allow more workers per node than cores."
+)
+PLOTS = typer.Option(None, "--plots/--no-plots", help="Save figures as artifacts.")
 
 
-@app.command()
-def scale(
-    experiment: Path = typer.Argument(
-        None, help="Experiment TOML file (its [scale] section: the study).", show_default=False
-    ),
+def _need(experiment: Path | None) -> Path:
+    if experiment is None:
+        raise UserError("give an experiment file", "e.g. examples/scale_digits_weak.toml")
+    return experiment
+
+
+@scale_app.command("run")
+def run(
+    experiment: Path = EXPERIMENT,
     set_: list[str] = SCALE_SET,
-    workers: str = typer.Option(None, "--workers", help="Worker counts, e.g. 1,2,4 (total)."),
+    workers: str = WORKERS,
     mode: str = typer.Option(
         None, "--mode", help="strong (fixed global batch) | weak | weak,strong (both)."
     ),
@@ -165,11 +181,9 @@ def scale(
     ),
     steps: int = typer.Option(None, "--steps", help="Timed steps per point."),
     epochs: int = typer.Option(None, "--epochs", help="Timed epochs per point (or --steps)."),
-    warmup_steps: int = typer.Option(None, "--warmup-steps", help="Untimed steps first."),
-    synthetic: bool = typer.Option(
-        None, "--synthetic", help="Random data of the model's input shape (system throughput)."
-    ),
-    backend: str = typer.Option(None, "--backend", help="auto | gloo | nccl."),
+    warmup_steps: int = WARMUP_STEPS,
+    synthetic: bool = SYNTHETIC,
+    backend: str = BACKEND,
     comm: str = typer.Option(
         None, "--comm", help="allreduce | fp16 | bf16 | powersgd | noop (comma list)."
     ),
@@ -194,16 +208,11 @@ def scale(
     price_per_hour: float = typer.Option(None, "--price-per-hour", help="Price per worker-hour."),
     device: str = typer.Option(None, "--device", help="Catalog device whose price to use."),
     on_failure: str = typer.Option(None, "--on-failure", help="continue | stop."),
-    allow_oversubscribe: bool = typer.Option(
-        None, "--allow-oversubscribe", help="Allow more workers per node than cores."
-    ),
+    allow_oversubscribe: bool = OVERSUBSCRIBE,
     nnodes: int = typer.Option(None, "--nnodes", help="Nodes taking part."),
     node_rank: int = typer.Option(None, "--node-rank", help="This node's rank (0 stores)."),
     rdzv: str = typer.Option(None, "--rdzv", help="HOST:PORT of the c10d rendezvous."),
-    memory_cap_gb: float = typer.Option(
-        None, "--memory-cap-gb", help="--find-max-batch on CPU: peak memory per worker."
-    ),
-    plots: bool = typer.Option(None, "--plots/--no-plots", help="Save figures as artifacts."),
+    plots: bool = PLOTS,
     profile: bool = typer.Option(
         False,
         "--profile",
@@ -213,7 +222,8 @@ def scale(
     emit: str = typer.Option(
         None,
         "--emit",
-        help="Write a job instead: slurm | kubernetes | sagemaker | vertex | azureml.",
+        help="Write the job that runs this study on --nnodes nodes instead: slurm | kubernetes "
+        "| sagemaker | vertex | azureml.",
     ),
     out: Path = typer.Option(None, "--out", help="--emit: file to write (default stdout)."),
     image: str = typer.Option("dlperf:latest", "--image", help="--emit: container image."),
@@ -225,15 +235,7 @@ def scale(
         None, "--output-uri", help="--emit sagemaker|vertex|azureml: s3://, gs://, azureml://."
     ),
     role: str = typer.Option(None, "--role", help="--emit sagemaker: IAM role ARN."),
-    allreduce_bench: bool = typer.Option(
-        False, "--allreduce-bench", help="Run the all-reduce microbenchmark instead."
-    ),
-    sizes: str = typer.Option("1KB..64MB", "--sizes", help="--allreduce-bench message sizes."),
-    iters: int = typer.Option(20, "--iters", help="--allreduce-bench timed iterations."),
-    find_max: bool = typer.Option(
-        False, "--find-max-batch", help="Grow the per-worker batch x4 from 32 until it fails."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
     as_csv: bool = typer.Option(
         False, "--csv", help="Print the course's tables as CSV: workers x batch sizes."
     ),
@@ -244,54 +246,42 @@ def scale(
     The study is the file's [scale] section. The options from --workers to --no-plots are
     short for --set scale.KEY=VALUE (KEY: the option's name with _ for -; comma lists become
     lists); `dlperf config keys` explains every key, `dlperf config show` shows the defaults.
+    --emit writes the study as a job file (its nodes run this command line) instead of
+    running it: a job file is the study, run elsewhere, so it takes the study's options.
 
     Example: dlperf scale examples/scale_digits_weak.toml --workers 1,2 --steps 50
     """
-    from dlperf.config import load_command
-    from dlperf.distributed.max_batch import find_max_batch
+    from dlperf.config import ScaleJob, load_job
     from dlperf.distributed.planning import check_options
     from dlperf.distributed.study import run_study
 
-    if experiment is None and not allreduce_bench:
-        raise UserError("give an experiment file", "or --allreduce-bench")
-    if as_csv and (as_json or find_max or allreduce_bench):
-        raise UserError(
-            "--csv prints a scaling study's tables",
-            "not with --json, --find-max-batch or --allreduce-bench",
-        )
+    if as_csv and as_json:
+        raise UserError("--csv prints a scaling study's tables", "not with --json")
     # Flags after --set: the --nnodes/--node-rank/--rdzv a job file appends win on every node.
     sets = [*set_, "run.profile.enabled=true"] if profile else set_
-    exp = load_command(experiment, sets, locals(), "scale")
-    if allreduce_bench:
-        _allreduce_bench(exp.scale, sizes, iters, as_json)
-        return
+    flags = {
+        "workers": workers, "mode": mode, "global_batch": global_batch,
+        "per_worker_batch": per_worker_batch, "steps": steps, "epochs": epochs,
+        "warmup_steps": warmup_steps, "synthetic": synthetic, "backend": backend, "comm": comm,
+        "framework": framework, "strategy": strategy, "allreduce": allreduce,
+        "bucket_mb": bucket_mb, "comm_split": comm_split, "price_per_hour": price_per_hour,
+        "device": device, "on_failure": on_failure, "allow_oversubscribe": allow_oversubscribe,
+        "nnodes": nnodes, "node_rank": node_rank, "rdzv": rdzv, "plots": plots,
+    }  # fmt: skip
+    job = load_job(ScaleJob, _need(experiment), sets, scale=flags)
     if emit is not None:
-        check_options(exp.scale)  # a job file must not carry options its nodes would refuse
+        check_options(job.scale)  # a job file must not carry options its nodes would refuse
         cloud: dict[str, str | None] = {
             "instance_type": instance_type,
             "output_uri": output_uri,
             "role": role,
         }
-        _emit(emit, out, exp.scale, gpus_per_node, image, exp.run.name or "dlperf", cloud)
+        name = job.experiment.run.name or "dlperf"
+        _emit(emit, out, job.scale, gpus_per_node, image, name, cloud)
         return
-    store = open_store()
-    where = store.artifact_dir(exp.run.out_dir)  # study ids repeat across stores
-    with console.reporter() as rep:
-        if find_max:
-            result = find_max_batch(exp, store, where, rep)
-        else:
-            result = run_study(exp, store, where, rep)
-    for warning in result.warnings:
-        console.warn(warning)
-    artifacts = []
-    if result.study_id is not None and exp.scale.plots:  # only node 0 stores and draws
-        from dlperf.report.scaling import save_study_figures
-
-        artifacts = save_study_figures(store, result.study_id, result.rows, where)
+    result, artifacts = _study(job, run_study)
     if as_json:
-        from dlperf.distributed.study_tables import document
-
-        console.print_json(document(result, artifacts))
+        _print_document(result, artifacts)
     else:
         if as_csv and result.study_id is not None:
             _print_csv(result)
@@ -299,14 +289,105 @@ def scale(
             _print_table(result)
         for path in artifacts:
             console.tell([], path)
-    if find_max:
-        if not as_json:
-            console.out.print(
-                f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
-            )
-        # Out of memory is the answer; any other failure leaves the search unfinished.
-        failed = any(r["status"] == "failed" and not r.get("out_of_memory") for r in result.rows)
-        if result.max_per_worker_batch is None or failed:
-            raise typer.Exit(1)
-    elif any(r["status"] == "failed" for r in result.rows):
+    if any(r["status"] == "failed" for r in result.rows):
         raise typer.Exit(1)
+
+
+@scale_app.command("max-batch")
+def max_batch(
+    experiment: Path = EXPERIMENT,
+    set_: list[str] = SCALE_SET,
+    workers: str = WORKERS,
+    memory_cap_gb: float = typer.Option(
+        None, "--memory-cap-gb", help="On CPU: a worker's peak memory that fails a batch."
+    ),
+    warmup_steps: int = WARMUP_STEPS,
+    synthetic: bool = SYNTHETIC,
+    backend: str = BACKEND,
+    allow_oversubscribe: bool = OVERSUBSCRIBE,
+    plots: bool = PLOTS,
+    as_json: Json = False,
+) -> None:
+    """The largest per-worker batch that fits: grow it x4 from 32 at one worker count until
+    a size runs out of memory (CUDA, or --memory-cap-gb on CPU); each size trains two epochs
+    and times the second.
+
+    Example: dlperf scale max-batch examples/scale_digits_weak.toml --workers 1 --memory-cap-gb 4
+    """
+    from dlperf.config import ScaleJob, load_job
+    from dlperf.distributed.max_batch import find_max_batch
+
+    flags = {
+        "workers": workers, "memory_cap_gb": memory_cap_gb, "warmup_steps": warmup_steps,
+        "synthetic": synthetic, "backend": backend, "allow_oversubscribe": allow_oversubscribe,
+        "plots": plots,
+    }  # fmt: skip
+    job = load_job(ScaleJob, _need(experiment), set_, scale=flags)
+    result, artifacts = _study(job, find_max_batch)
+    if as_json:
+        _print_document(result, artifacts)
+    else:
+        _print_table(result)
+        for path in artifacts:
+            console.tell([], path)
+        console.out.print(
+            f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
+        )
+    # Out of memory is the answer; any other failure leaves the search unfinished.
+    failed = any(r["status"] == "failed" and not r.get("out_of_memory") for r in result.rows)
+    if result.max_per_worker_batch is None or failed:
+        raise typer.Exit(1)
+
+
+@scale_app.command("allreduce")
+def allreduce(
+    workers: str = WORKERS,
+    backend: str = BACKEND,
+    sizes: str = typer.Option("1KB..64MB", "--sizes", help="Message sizes, e.g. 1KB..64MB."),
+    iters: int = typer.Option(20, "--iters", help="Timed iterations per size."),
+    allow_oversubscribe: bool = OVERSUBSCRIBE,
+    as_json: Json = False,
+) -> None:
+    """The all-reduce microbenchmark: time per message size over each worker count, the
+    alpha-beta ring model fitted to it, and the compute lost to an all-reduce in flight.
+    Studies on this backend then draw the ring model beside their exposed communication.
+
+    Example: dlperf scale allreduce --workers 2 --sizes 1KB..64MB
+    """
+    from dlperf.config import ScaleJob, load_job
+    from dlperf.distributed.allreduce_study import run_allreduce_study
+
+    if iters < 1:  # before torchrun starts, not after
+        raise UserError(f"--iters must be at least 1, got {iters}")
+    flags = {"workers": workers, "backend": backend, "allow_oversubscribe": allow_oversubscribe}
+    opts = load_job(ScaleJob, None, [], scale=flags).scale
+    with console.reporter() as rep:
+        store = open_store()
+        where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
+        allow = opts.allow_oversubscribe
+        result = run_allreduce_study(
+            store, opts.workers, sizes, opts.backend, where, iters, 5, allow, rep
+        )
+    _print_allreduce(result, as_json)
+
+
+def _study(job: ScaleJob, run: Callable[..., StudyResult]) -> tuple[StudyResult, list[str]]:
+    """Run `job` with `run` (a study or the batch search), then draw its figures."""
+    store = open_store()
+    where = store.artifact_dir(job.experiment.run.out_dir)  # study ids repeat across stores
+    with console.reporter() as rep:
+        result = run(job, store, where, rep)
+    for warning in result.warnings:
+        console.warn(warning)
+    artifacts = []
+    if result.study_id is not None and job.scale.plots:  # only node 0 stores and draws
+        from dlperf.report.scaling import save_study_figures
+
+        artifacts = save_study_figures(store, result.study_id, result.rows, where)
+    return result, artifacts
+
+
+def _print_document(result: StudyResult, artifacts: list[str]) -> None:
+    from dlperf.distributed.study_tables import document
+
+    console.print_json(document(result, artifacts))

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, config_option, default_command_group, set_option
+from dlperf.cli.app import Json, app, config_option, default_command_group, set_option
 from dlperf.errors import UserError
 from dlperf.parsing import parse_list
 
@@ -76,11 +76,15 @@ def start(
 
     Example: dlperf serve model.onnx --port 8000 --max-batch 32 --max-wait-ms 5
     """
-    from dlperf.config import load_command
+    from dlperf.config import ServeJob, load_job
     from dlperf.deploy.loadgen import is_loopback
     from dlperf.deploy.server import create_app, serve_forever
 
-    opts = load_command(config, set_, locals(), "serve").serve
+    flags = {
+        "host": host, "port": port, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
+        "queue": queue, "threads": threads, "max_body_mb": max_body_mb, "max_pixels": max_pixels,
+    }  # fmt: skip
+    opts = load_job(ServeJob, config, set_, serve=flags).serve
     server_app = create_app(
         model,
         opts.max_batch,
@@ -120,7 +124,7 @@ def bench(
         None, "--max-requests", min=1, help="Stop a level after this many requests."
     ),
     image: Path = typer.Option(None, "--image", help="Image to post (default: 32x32 noise)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    as_json: Json = False,
 ) -> None:
     """Load a running `dlperf serve` on this machine: closed-loop clients post an image to
     /predict; throughput and latency percentiles per concurrency level.

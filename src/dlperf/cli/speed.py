@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import open_store
-from dlperf.cli.converge import JSON, converge_app, speed_app
+from dlperf.cli.app import Json, open_store
+from dlperf.cli.converge import converge_app, speed_app
 from dlperf.errors import UserError
 from dlperf.parsing import parse_numbers, parse_pairs, parse_range
 
@@ -39,7 +39,7 @@ def speed_fit(
         help="Hold coefficients at given values instead of fitting them, e.g. a paper's or "
         "what other runs measured: beta_intra=0.004,gamma=2 (repeatable).",
     ),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Fit a speed model to measured step times: Optimus's parameter-server models (θ ≥ 0 by
     NNLS) or Pollux's (T_grad^γ + T_sync^γ)^(1/γ).
@@ -133,7 +133,7 @@ def plan(
     ),
     gpus: int = typer.Option(None, "--gpus", help="Devices to share among the --cluster jobs."),
     plot: Path = console.PLOT,
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Predicted time (and cost) to reach a target against workers, one curve per
     parameter-server count; the fastest and the cheapest allocation marked. With --cluster,

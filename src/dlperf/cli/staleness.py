@@ -8,11 +8,9 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import Json, app, open_store
 from dlperf.errors import UserError
 from dlperf.parsing import parse_list, parse_numbers
-
-JSON = typer.Option(False, "--json", help="Print one JSON document.")
 
 
 def _learners(specs: list[str]) -> dict[str, list[float]]:
@@ -52,7 +50,7 @@ def staleness(
     ),
     learners: int = typer.Option(None, "--learners", help="With --train: N equally fast learners."),
     set_: list[str] = typer.Option([], "--set", help="With --train: override a config key."),
-    as_json: bool = JSON,
+    as_json: Json = False,
 ) -> None:
     """Simulate a parameter server with asynchronous learners and report each gradient's
     staleness: how many updates were applied between reading the weights and applying it.

@@ -9,7 +9,8 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import app, open_store
+from dlperf.cli.app import Json, app, open_store
+from dlperf.formatting import fmt
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -20,7 +21,7 @@ def _accuracy(group: dict[str, Any]) -> str:
     """Mean test accuracy, ± the standard deviation and the min-max over repeats."""
     mean, std = group["test_accuracy"], group["test_accuracy_std"]
     if std is None:
-        return console.fmt(mean)
+        return fmt(mean)
     low, high = group["test_accuracy_min"], group["test_accuracy_max"]
     return f"{mean:.4f} ± {std:.4f} ({low:.4f}-{high:.4f})"
 
@@ -28,7 +29,7 @@ def _accuracy(group: dict[str, Any]) -> str:
 def _spread(group: dict[str, Any], key: str) -> str:
     """A figure's mean over the repeats, ± its standard deviation where there is one."""
     mean, std = group[key], group[f"{key}_std"]
-    return console.fmt(mean) if std is None else f"{console.fmt(mean)} ± {console.fmt(std)}"
+    return fmt(mean) if std is None else f"{fmt(mean)} ± {fmt(std)}"
 
 
 def _reached(group: dict[str, Any]) -> str:
@@ -80,7 +81,7 @@ def _print_summary(result: Any, sort: str | None) -> None:
         "best point per axis value (winner first)",
         ["axis", "value", "test acc", "best point", ""],
         [
-            [axis, console.fmt(v["value"]), v["test_accuracy"], _params(v["params"]),
+            [axis, fmt(v["value"]), v["test_accuracy"], _params(v["params"]),
              "winner" if i == 0 else ""]
             for axis, verdict in result.axis_winners.items()
             for i, v in enumerate(verdict["values"])
@@ -113,7 +114,7 @@ def sweep(
         help="Show the points by a swept key (ascending) or a result column (best first), "
         "e.g. augment.batch_aug_m or time_to_target_s.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: Json = False,
 ) -> None:
     """Run a base experiment over grid and zip axes of any config key, each point a run of one
     study; rank the points by test accuracy and time to target, name the winner per axis

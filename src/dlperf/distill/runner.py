@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlperf.config import DistillConfig, Experiment, build_experiment
+from dlperf.config import DistillConfig, DistillJob, Experiment, build_experiment
 from dlperf.data import ImageData, load_data
 from dlperf.distill import pool, teacher
 from dlperf.distill.select import precision, select
@@ -70,15 +70,14 @@ class Plan:
         return _derive(self.base, model=self.student, run={"name": f"{self.name}-baseline"})
 
 
-def plan(exp: Experiment, store: RunStore) -> Plan:
-    """Check everything about `exp`'s distill study that can be checked before it runs."""
-    opts = exp.distill
+def plan(job: DistillJob, store: RunStore) -> Plan:
+    """Check everything about `job`'s distill study that can be checked before it runs."""
+    exp, opts = job.experiment, job.distill
     if opts.unlabeled is None:
         raise UserError("give the unlabelled images with --unlabeled", f"e.g. {pool.EXAMPLE}")
     device = pick_device(exp.run.device)
     pool_cfg, labelled_cfg = pool.parse(opts.unlabeled, exp)
     base = _derive(exp, data=labelled_cfg.model_dump(mode="json"), run={"checkpoint": True})
-    base.distill = DistillConfig()  # the stages are plain runs; tags say what they were
     base, labelled, _ = as_run(base, store)  # the students have no weights to imply them
     if opts.top_p > labelled.num_classes:
         raise UserError(
@@ -304,7 +303,7 @@ def _write_pseudo(
 
 
 def run_distill(
-    exp: Experiment,
+    job: DistillJob,
     store: RunStore,
     resume: int | None = None,
     new: bool = False,
@@ -313,7 +312,8 @@ def run_distill(
     """Run (or continue) the distill study of `exp` and its [distill] section; everything is
     checked before anything is stored."""
     reporter = reporter or NullReporter()
-    p = plan(exp, store)
+    p = plan(job, store)
+    exp = job.experiment
     study_id = choose_study(store, p.name, "distill", resume, new)
     out_dir = store.artifact_dir(exp.run.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an unusable out_dir fails before the study

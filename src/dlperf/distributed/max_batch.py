@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlperf.config import Experiment
+from dlperf.config import ScaleJob
 from dlperf.distributed.planning import Point, plan
 from dlperf.distributed.study import Study, StudyResult
 from dlperf.errors import UserError
@@ -16,7 +16,7 @@ BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 
 
 
 def find_max_batch(
-    exp: Experiment, store: RunStore, out_dir: Path, reporter: Reporter | None = None
+    job: ScaleJob, store: RunStore, out_dir: Path, reporter: Reporter | None = None
 ) -> StudyResult:
     """Grow the per-worker batch x4 from 32 until it no longer fits (CUDA out of memory, or
     a worker's peak resident memory above `scale.memory_cap_gb` on CPU, or the data runs
@@ -29,9 +29,9 @@ def find_max_batch(
         "steps": 1,  # each size sets its own: two epochs
         "epochs": None,
     }
-    exp = exp.model_copy(update={"scale": exp.scale.model_copy(update=search)})
+    job = ScaleJob(experiment=job.experiment, scale=job.scale.model_copy(update=search))
     # Its points differ in batch, not in workers: no speedup or efficiency between them.
-    study = Study(exp, store, out_dir, reporter or NullReporter(), compare=False)
+    study = Study(job, store, out_dir, reporter or NullReporter(), compare=False)
     opts = study.opts
     if len(set(opts.workers)) != 1:
         raise UserError("--find-max-batch takes one worker count", "e.g. --workers 2")

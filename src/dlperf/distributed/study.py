@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from dlperf.config import Experiment
+from dlperf.config import ScaleJob
 from dlperf.distributed.contracts import PointSummary, RankResult, WorkerSpec, read_ranks
 from dlperf.distributed.hvd_launch import run_horovod
 from dlperf.distributed.launch import Rendezvous, run_torchrun
@@ -71,13 +71,13 @@ class Study:
 
     def __init__(
         self,
-        exp: Experiment,
+        job: ScaleJob,
         store: RunStore,
         out_dir: Path,
         reporter: Reporter,
         compare: bool = True,
     ) -> None:
-        self.opts, self.store = exp.scale, store
+        exp, self.opts, self.store = job.experiment, job.scale, store
         self.compare = compare  # speedup and efficiency within each series
         self.out_dir, self.reporter = out_dir, reporter
         self.tensorflow = self.opts.framework == "tensorflow"
@@ -319,11 +319,11 @@ class Study:
 
 
 def run_study(
-    exp: Experiment, store: RunStore, out_dir: Path, reporter: Reporter | None = None
+    job: ScaleJob, store: RunStore, out_dir: Path, reporter: Reporter | None = None
 ) -> StudyResult:
-    """Run every point of the study `exp.scale`; only node 0 (of a multi-node study) writes
+    """Run every point of the study `job.scale`; only node 0 (of a multi-node study) writes
     the store."""
-    study = Study(exp, store, out_dir, reporter or NullReporter())
+    study = Study(job, store, out_dir, reporter or NullReporter())
     opts = study.opts
     points = plan(opts, study.backend, study.exp.model.name)
     for point in points:
