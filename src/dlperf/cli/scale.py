@@ -305,8 +305,8 @@ def scale(
                 f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
             )
         # Out of memory is the answer; any other failure leaves the search unfinished.
-        failed = any(r["status"] == "failed" and not r.get("out_of_memory") for r in result.rows)
+        failed = any(r.status == "failed" and not r.out_of_memory for r in result.rows)
         if result.max_per_worker_batch is None or failed:
             raise typer.Exit(1)
-    elif any(r["status"] == "failed" for r in result.rows):
+    elif any(r.status == "failed" for r in result.rows):
         raise typer.Exit(1)
