@@ -343,7 +343,7 @@ class PointRow:
     worker_pids: tuple[int, ...]
     status: str  # finished or failed
     summary: PointSummary | None = None
-    error: str | None = None  # failed only, as the out-of-memory flag
+    error: str | None = None  # this and out_of_memory: failed points only
     out_of_memory: bool = False
 
     def to_dict(self) -> dict[str, Any]:
