@@ -222,6 +222,7 @@ def test_a_profiled_two_worker_point_keeps_each_ranks_trace_and_its_split(
     the 3 timed steps), the point stores both traces, and the study sets the traces' split
     beside its estimates of exposed communication, each with its error against it."""
     from dlperf.distributed import trace_split
+    from dlperf.distributed.contracts import PointRow
     from tests.distributed.test_study import WEAK, write_experiment
 
     exp = write_experiment(tmp_path)
@@ -245,6 +246,6 @@ def test_a_profiled_two_worker_point_keeps_each_ranks_trace_and_its_split(
     )
     wrong = cli("runs", "trace", str(row["run_id"]), "--rank", "2")
     assert wrong.code == 2 and "--rank must be 0..1" in wrong.err
-    table = trace_split.table([row])
+    table = trace_split.table([PointRow.from_dict(row)])
     assert table is not None and table.rows[0][:3] == [2, "allreduce", 16]
     assert "%" in str(table.rows[0][7])  # the replica's estimate with its error

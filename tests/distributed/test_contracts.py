@@ -15,6 +15,7 @@ from dlperf.distributed.contracts import (
     ComputePhase,
     ContractError,
     MainPhase,
+    PointRow,
     PointSummary,
     RankResult,
     WorkerSpec,
@@ -117,6 +118,22 @@ def test_a_stored_summary_reads_as_a_point_or_as_none() -> None:
     assert PointSummary.stored(STORED) == PointSummary.from_dict(STORED)
     assert PointSummary.stored({}) is None
     assert PointSummary.stored({**STORED, "ranks": [{"rank": 0}]}) is None
+
+
+def test_a_row_prints_as_before_on_every_node_finished_or_failed() -> None:
+    """`dlperf scale --json`'s rows: the point and its launch, then its summary's figures
+    (node 0) or its error (failed); in the order the untyped rows had, and they read back."""
+    launch = {"run_id": 3, "workers": 2, "nodes": 1, "mode": "weak", "per_worker_batch": 8,
+              "global_batch": 16, "comm": "allreduce", "strategy": "ddp", "bucket_mb": None,
+              "worker_pids": [11, 12], "status": "finished"}  # fmt: skip
+    finished = {**launch, **PointSummary.from_dict(STORED).to_dict()}
+    failed = {**launch, "status": "failed", "out_of_memory": False, "error": "boom"}
+    elsewhere = {**launch, "run_id": None}  # a finished point on a node but the first
+    for data in (finished, failed, elsewhere):
+        row = PointRow.from_dict(json.loads(json.dumps(data)))
+        assert list(row.to_dict().items()) == list(data.items())
+    assert PointRow.from_dict(finished).summary == PointSummary.from_dict(STORED)
+    assert PointRow.from_dict(failed).summary is None
 
 
 def test_an_allreduce_summary_reads_before_overlap_was_measured_and_not_when_failed() -> None:

@@ -369,6 +369,7 @@ def test_find_max_batch_fails_when_a_batch_fails_for_another_reason(
 ) -> None:
     """Only running out of memory ends the search with an answer: a point that crashes (an
     NCCL error, a bug) at batch 128 after 32 fitted leaves it unfinished, exit 1, saying so."""
+    from dlperf.distributed.contracts import PointRow
     from dlperf.distributed.study import Study
 
     real = Study.run_point
@@ -376,8 +377,8 @@ def test_find_max_batch_fails_when_a_batch_fails_for_another_reason(
     def run_point(study: Study, index: int, total: int, point: Any, steps: int, extra: Any):
         if point.per_worker_batch == 32:
             return real(study, index, total, point, steps, extra)
-        row = {"status": "failed", "per_worker_batch": point.per_worker_batch, "mode": "weak",
-               "strategy": "ddp", "out_of_memory": False, "error": "rank 0 failed"}  # fmt: skip
+        row = PointRow(None, point.workers, 1, "weak", point.per_worker_batch, point.global_batch,
+                       point.comm, "ddp", None, (), "failed", error="rank 0 failed")  # fmt: skip
         study.rows.append(row)
         return row
 

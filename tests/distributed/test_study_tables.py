@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,8 @@ from dlperf.distributed.contracts import (
     ComputePhase,
     DdpStats,
     MainPhase,
+    PointRow,
+    PointSummary,
     RankResult,
     WorkerSpec,
     write_ranks,
@@ -52,6 +54,17 @@ from dlperf.distributed.summary import (
 from dlperf.errors import UserError
 from dlperf.procs import PARENT_ENV, alive, guarded
 from tests.conftest import rank_result
+
+# What a test's partial row lacks: a point's launch, and (summarised points) every figure.
+LAUNCH = {"run_id": None, "nodes": 1, "per_worker_batch": 8, "bucket_mb": None,
+          "worker_pids": [], "status": "finished"}  # fmt: skip
+FIGURES = {f.name: None for f in fields(PointSummary)} | {"ranks": []}
+
+
+def point_row(row: dict[str, object]) -> PointRow:
+    """A row from the fields a test gives, the others None; summarised unless it failed."""
+    return PointRow.from_dict(LAUNCH | (FIGURES if row["status"] == "finished" else {}) | row)
+
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scale_digits_weak.toml"
 SUMMARY_KEYS = {
@@ -512,7 +525,8 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
     }
     failed = {**point, "workers": 4, "global_batch": 64, "status": "failed", "error": "boom"}
     definitions = {"weak": EFFICIENCY["weak"]}
-    _print_table(StudyResult(7, [ok, failed], [], "single-host emulation", efficiency=definitions))
+    rows = [point_row(ok), point_row(failed)]
+    _print_table(StudyResult(7, rows, [], "single-host emulation", efficiency=definitions))
     out, err = capsys.readouterr()
     assert "scale study 7 (single-host emulation): weak, 16 per worker" in out
     assert "samples/s" in out and "12.7-25" in out and "18.7" in out
@@ -938,9 +952,15 @@ def test_bandwidth_utilisation_is_busbw_over_the_ring_models_bandwidth() -> None
     from dlperf.distributed.study import StudyResult
     from dlperf.distributed.study_tables import course_csv, course_tables
 
-    def row(workers: int, batch: int, busbw: float | None) -> dict[str, object]:
-        point = {"workers": workers, "mode": "strong", "global_batch": batch, "comm": "fp16"}
-        return {**point, "strategy": "ddp", "bucket_mb": 1.0, "busbw_gbps": busbw}
+    def row(workers: int, batch: int, busbw: float | None) -> PointRow:
+        point: dict[str, object] = {
+            "workers": workers,
+            "mode": "strong",
+            "global_batch": batch,
+            "comm": "fp16",
+        }
+        point |= {"strategy": "ddp", "bucket_mb": 1.0, "busbw_gbps": busbw, "status": "finished"}
+        return point_row(point)
 
     rows = [row(1, 64, None), row(2, 64, 0.5), row(4, 128, 1.5)]
     ring = {"bandwidth_bytes_per_s": 2e9, "alpha_s": 1e-4}

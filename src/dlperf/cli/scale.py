@@ -289,7 +289,7 @@ def run(
             _print_table(result)
         for path in artifacts:
             console.tell([], path)
-    if any(r["status"] == "failed" for r in result.rows):
+    if any(r.status == "failed" for r in result.rows):
         raise typer.Exit(1)
 
 
@@ -334,7 +334,7 @@ def max_batch(
             f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
         )
     # Out of memory is the answer; any other failure leaves the search unfinished.
-    failed = any(r["status"] == "failed" and not r.get("out_of_memory") for r in result.rows)
+    failed = any(r.status == "failed" and not r.out_of_memory for r in result.rows)
     if result.max_per_worker_batch is None or failed:
         raise typer.Exit(1)
 

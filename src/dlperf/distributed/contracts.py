@@ -9,8 +9,9 @@ its writer and its reader use:
   communication models (dlperf.distributed.predictions) and the report;
 - `PointSummary`: what the study makes of a finished point's ranks and stores as its run's
   summary, read back by the doctor (older stored summaries lack the fields added since;
-  those have defaults). The report draws a study from its rows, the document `dlperf scale
-  --json` prints.
+  those have defaults);
+- `PointRow`: a point as the study returns it, with its summary or its error: a row of the
+  document `dlperf scale --json` prints, from which the report draws a study.
 
 `from_dict` refuses a missing or an unknown field with a `ContractError` naming the record
 and the fields, rather than a KeyError deep inside a worker. No torch here: the TensorFlow
@@ -20,8 +21,8 @@ worker imports this module, and TensorFlow and torchvision must not share a proc
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -322,3 +323,47 @@ class PointSummary:
             return cls.from_dict(data)
         except ContractError:
             return None
+
+
+@dataclass(frozen=True)
+class PointRow:
+    """One point as the study ran it: where and how, and what came of it. Only node 0
+    summarises and stores points: on the other nodes a finished point has no summary and no
+    run."""
+
+    run_id: int | None
+    workers: int
+    nodes: int
+    mode: str | None
+    per_worker_batch: int
+    global_batch: int
+    comm: str
+    strategy: str
+    bucket_mb: float | None
+    worker_pids: tuple[int, ...]
+    status: str  # finished or failed
+    summary: PointSummary | None = None
+    error: str | None = None  # this and out_of_memory: failed points only
+    out_of_memory: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as `dlperf scale --json` prints it: a failed point's error, and a
+        summarised point's figures in the row itself."""
+        # The point and its launch (the fields without a default) first, as before.
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.default is MISSING}
+        data["worker_pids"] = list(self.worker_pids)
+        if self.status == "failed":
+            data |= {"out_of_memory": self.out_of_memory, "error": self.error}
+        return data | (self.summary.to_dict() if self.summary else {})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PointRow:
+        """A row as `to_dict` gives it: a summarised point's figures are the keys beyond the
+        row's fields."""
+        own = {f.name for f in fields(cls)}
+        row = checked(cls, {k: v for k, v in data.items() if k in own})
+        summary = None
+        if data.keys() - own:
+            launch = own - {f.name for f in fields(PointSummary)}  # run_id, status, ...
+            summary = PointSummary.from_dict({k: v for k, v in data.items() if k not in launch})
+        return cls(**row | {"worker_pids": tuple(row["worker_pids"]), "summary": summary})

@@ -54,8 +54,8 @@ def find_max_batch(
         # The first epoch warms up, the second is timed.
         extra = {"memory_cap_bytes": cap, "warmup_steps": steps}
         row = study.run_point(index, index + 1, point, steps, extra)
-        if row["status"] != "finished":
-            if not row.get("out_of_memory"):
+        if row.status != "finished":
+            if not row.out_of_memory:
                 study.warnings.append(
                     f"per-worker batch {batch} failed, not for memory: the search stopped "
                     "there, and a larger batch may still fit"

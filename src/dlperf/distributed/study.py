@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dlperf.config import ScaleJob
-from dlperf.distributed.contracts import PointSummary, RankResult, WorkerSpec, read_ranks
+from dlperf.distributed.contracts import PointRow, PointSummary, RankResult, WorkerSpec, read_ranks
 from dlperf.distributed.hvd_launch import run_horovod
 from dlperf.distributed.launch import Rendezvous, run_torchrun
 from dlperf.distributed.planning import (
@@ -56,7 +56,7 @@ WORKER_MODULE = "dlperf.distributed.worker"
 @dataclass
 class StudyResult:
     study_id: int | None
-    rows: list[dict[str, Any]]
+    rows: list[PointRow]
     warnings: list[str]
     label: str
     ring: dict[str, Any] | None = None
@@ -100,7 +100,7 @@ class Study:
         self.reference: dict[str, Any] | None = None  # see comm_reference
         self.cluster: Cluster | None = None  # the nodes of a multi-node TensorFlow study
         self.bases: dict[tuple[object, ...], PointSummary] = {}
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[PointRow] = []
 
     def spec(self, point: Point, threads: int, steps: int) -> WorkerSpec:
         """What the point's workers run."""
@@ -178,7 +178,7 @@ class Study:
 
     def run_point(
         self, index: int, total: int, point: Point, steps: int, extra: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> PointRow:
         """Launch one point, store it (node 0) and return its row."""
         opts = self.opts
         per_node = point.workers // opts.nnodes if point.strategy in DATA_PARALLEL else 1
@@ -208,8 +208,8 @@ class Study:
             study_id=self.study_id,
         ) as run:
             row = self._launch(index, point, directory, per_node, threads, run.id)
-            if row["status"] == "failed":
-                run.fail(row["error"], summary=row)
+            if row.status == "failed":
+                run.fail(str(row.error), summary=row.to_dict())
                 return row
             ranks = read_ranks(directory / "result.json")
             summary = summarize(
@@ -248,18 +248,18 @@ class Study:
             if opts.synthetic:
                 chunks = chunk_throughput(steps_s, point.global_batch, opts.chunks)
                 summary = replace(summary, **asdict(chunks))
-            stored = summary.to_dict()
             base = self.bases.get(point.group)
             base_workers = base.workers if base else None
             for concern in untrustworthy(summary, base_workers, steps_s):
                 self.warnings.append(f"{point.label()}: {concern.evidence}; {concern.fix}")
             self.store.log_metrics(run.id, rank_metrics(ranks))
-            run.summary = stored
+            run.summary = summary.to_dict()
         self.reporter.log(
             f"{point.label()}: {summary.throughput:.1f} samples/s, "
             f"step {summary.step_time_s * 1e3:.1f} ms"
         )
-        row.update(stored)
+        row = replace(row, summary=summary)
+        self.rows[-1] = row  # _launch added it without its summary
         return row
 
     def _launch(
@@ -270,7 +270,7 @@ class Study:
         per_node: int,
         threads: int,
         run_id: int | None,
-    ) -> dict[str, Any]:
+    ) -> PointRow:
         """Run the point (number `index`) on this node; its row, with the error if it failed."""
         opts = self.opts
         if self.tensorflow:
@@ -286,32 +286,22 @@ class Study:
                 Rendezvous(opts.nnodes, opts.node_rank, opts.rdzv),
                 env={"OMP_NUM_THREADS": str(threads)},
             )
-        row: dict[str, Any] = {
-            "run_id": run_id,
-            "workers": point.workers,
-            "nodes": opts.nnodes,
-            "mode": point.mode,
-            "per_worker_batch": point.per_worker_batch,
-            "global_batch": point.global_batch,
-            "comm": point.comm,
-            "strategy": point.strategy,
-            "bucket_mb": point.bucket_mb,
-            "worker_pids": launch.pids,
-            "status": "finished" if launch.returncode == 0 else "failed",
-        }
-        self.rows.append(row)
+        row = PointRow(run_id, point.workers, opts.nnodes, point.mode, point.per_worker_batch,
+                       point.global_batch, point.comm, point.strategy, point.bucket_mb,
+                       tuple(launch.pids), "finished")  # fmt: skip
         if launch.returncode != 0:
             oom = sorted(directory.glob("rank-*.oom"))
-            row["out_of_memory"] = bool(oom)
-            row["error"] = oom[0].read_text() if oom else launch.error
-            self.reporter.log(f"{point.label()} failed: {row['error'].splitlines()[0]}")
+            error = oom[0].read_text() if oom else launch.error
+            row = replace(row, status="failed", error=error, out_of_memory=bool(oom))
+            self.reporter.log(f"{point.label()} failed: {str(error).splitlines()[0]}")
+        self.rows.append(row)
         return row
 
     def result(self) -> StudyResult:
         label = "single-host emulation" if self.opts.nnodes == 1 else f"{self.opts.nnodes} nodes"
-        if any(r["strategy"] == "mirrored" for r in self.rows) and not torch.cuda.is_available():
+        if any(r.strategy == "mirrored" for r in self.rows) and not torch.cuda.is_available():
             label += "; MirroredStrategy's replicas are logical CPU devices sharing the cores"
-        modes = dict.fromkeys(r["mode"] for r in self.rows) if self.compare else {}
+        modes = dict.fromkeys(r.mode for r in self.rows) if self.compare else {}
         efficiency = {mode: EFFICIENCY[mode] for mode in modes if mode in EFFICIENCY}
         return StudyResult(
             self.study_id, self.rows, self.warnings, label, self.ring, efficiency=efficiency
@@ -338,7 +328,7 @@ def run_study(
             assert opts.epochs is not None  # plan refuses neither or both
             steps = opts.epochs * max(1, study.train_images // point.global_batch)
         row = study.run_point(index, len(points), point, steps, {})
-        if row["status"] == "failed" and opts.on_failure == "stop":
+        if row.status == "failed" and opts.on_failure == "stop":
             break
     return study.result()
 

@@ -4,8 +4,10 @@ the command prints them."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from dlperf.distributed.contracts import PointRow, PointSummary
 from dlperf.distributed.scaling import BATCH_KEY, series_name
 from dlperf.formatting import fmt
 from dlperf.table import Table
@@ -23,47 +25,49 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1e3
 
 
-def _where(row: dict[str, Any], several: bool, bucket: bool = True) -> str:
+def _series(row: PointRow) -> str | None:
+    return series_name(asdict(row))
+
+
+def _where(row: PointRow, several: bool, bucket: bool = True) -> str:
     """A point in words; with its series (mode and batch) when the study has several."""
-    size = f" bucket {row['bucket_mb']:g}MB" if bucket and row.get("bucket_mb") else ""
-    where = f"{row['workers']} workers {row['strategy']}/{row['comm']}{size}"
-    name = series_name(row) if several else None
+    size = f" bucket {row.bucket_mb:g}MB" if bucket and row.bucket_mb else ""
+    where = f"{row.workers} workers {row.strategy}/{row.comm}{size}"
+    name = _series(row) if several else None
     return f"{where}, {name}" if name else where
 
 
-def series(result: StudyResult) -> dict[str | None, list[dict[str, Any]]]:
+def series(result: StudyResult) -> dict[str | None, list[PointRow]]:
     """The rows by series (mode and batch, in words), in the order the study ran them; one
     unnamed series when the study compares no points (--find-max-batch: its rows differ in
     batch, not in workers)."""
     if not result.efficiency:
         return {None: result.rows}
-    groups: dict[str | None, list[dict[str, Any]]] = {}
+    groups: dict[str | None, list[PointRow]] = {}
     for row in result.rows:
-        groups.setdefault(series_name(row), []).append(row)
+        groups.setdefault(_series(row), []).append(row)
     return groups
 
 
-def _row(r: dict[str, Any], compared: bool) -> list[Any]:
-    return [
-        r["workers"],
-        r["comm"] if r["strategy"] == "ddp" else f"{r['strategy']}/{r['comm']}",
-        r["per_worker_batch"],
-        r["global_batch"],
-        r.get("throughput"),
-        *([r.get("speedup"), r.get("efficiency"), r.get("efficiency_time")] if compared else []),
-        _ms(r.get("step_time_s")),
-        f"{r['step_time_min_s'] * 1e3:.3g}-{r['step_time_max_s'] * 1e3:.3g}"
-        if r.get("step_time_s") is not None
-        else None,
-        _ms(r.get("compute_s")),
-        _ms(r.get("comm_exposed_s")),
-        _ms(r.get("ring_predicted_s")),
-        _ms(r.get("overlap_predicted_s")),
-        r.get("busbw_gbps"),
-        r.get("epoch_time_s"),
-        r.get("cost_per_epoch"),
-        r["status"],
-    ]
+def _row(r: PointRow, compared: bool) -> list[Any]:
+    s = r.summary
+    figures: list[Any] = [None] * (13 if compared else 10)  # samples/s to $/epoch
+    if s is not None:
+        figures = [
+            s.throughput,
+            *([s.speedup, s.efficiency, s.efficiency_time] if compared else []),
+            _ms(s.step_time_s),
+            f"{s.step_time_min_s * 1e3:.3g}-{s.step_time_max_s * 1e3:.3g}",
+            _ms(s.compute_s),
+            _ms(s.comm_exposed_s),
+            _ms(s.ring_predicted_s),
+            _ms(s.overlap_predicted_s),
+            s.busbw_gbps,
+            s.epoch_time_s,
+            s.cost_per_epoch,
+        ]
+    comm = r.comm if r.strategy == "ddp" else f"{r.strategy}/{r.comm}"
+    return [r.workers, comm, r.per_worker_batch, r.global_batch, *figures, r.status]
 
 
 def tables(result: StudyResult) -> list[Table]:
@@ -130,7 +134,7 @@ def grids(result: StudyResult) -> dict[tuple[Any, ...], Grid]:
     found: dict[tuple[Any, ...], Grid] = {}
     if not result.efficiency:
         return found
-    for row in result.rows:
+    for row in (r.to_dict() for r in result.rows):
         mode = row["mode"]
         key = (mode, row["comm"], row["strategy"], row.get("bucket_mb"))
         cells = found.setdefault(key, {}).setdefault(row[BATCH_KEY[mode]], {})
@@ -193,26 +197,28 @@ def course_csv(result: StudyResult) -> tuple[list[str], list[list[Any]]]:
     return ["mode", "comm", "strategy", "bucket_mb", "workers", *heads], rows
 
 
-def _prediction(row: dict[str, Any], several: bool) -> str | None:
+def _prediction(row: PointRow, s: PointSummary, several: bool) -> str | None:
     """A point's predicted exposed communication beside the measured, with the errors."""
     parts = []
-    for name in ("ring", "overlap"):
-        value, error = row.get(f"{name}_predicted_s"), row.get(f"{name}_error")
+    for name, value, error in (
+        ("ring", s.ring_predicted_s, s.ring_error),
+        ("overlap", s.overlap_predicted_s, s.overlap_error),
+    ):
         if value is not None:
             how = "" if error is None else f" ({error:+.0%})"
             parts.append(f"{name} {fmt(value * 1e3, 3)} ms{how}")
     if not parts:
         return None
-    exposed, ci = row.get("comm_exposed_s"), row.get("comm_exposed_ci95_s")
+    exposed, ci = s.comm_exposed_s, s.comm_exposed_ci95_s
     spread = "" if ci is None else f" ± {fmt(ci * 1e3, 2)}"
     measured = "not measured" if exposed is None else f"{fmt(exposed * 1e3, 3)}{spread} ms measured"
     return f"{_where(row, several)}: exposed comm {measured}; predicted {', '.join(parts)}"
 
 
-def _chunks(row: dict[str, Any], several: bool) -> str:
+def _chunks(row: PointRow, s: PointSummary, several: bool) -> str:
     """--synthetic: the point's mean throughput over chunks of steps and its 95% interval."""
     where = _where(row, several, bucket=False)
-    mean, ci, n = row["throughput_mean"], row["throughput_ci95"], row["chunks"]
+    mean, ci, n = s.throughput_mean, s.throughput_ci95, s.chunks
     if ci is None:
         return f"{where}: {fmt(mean)} samples/s in 1 chunk (no interval)"
     return (
@@ -226,12 +232,14 @@ def findings(result: StudyResult) -> list[str]:
     basis of each prediction (what it was calibrated on, and when: one line per distinct
     one), and each --synthetic point's interval."""
     several = len(series(result)) > 1
-    lines = [
-        line for r in result.rows if r["status"] == "finished" and (line := _prediction(r, several))
-    ]
-    for key, name in (("ring_basis", "ring"), ("overlap_basis", "overlap")):
-        lines += [f"{name}: {b}" for b in dict.fromkeys(r[key] for r in result.rows if r.get(key))]
-    lines += [_chunks(r, several) for r in result.rows if r.get("throughput_mean") is not None]
+    summarised = [(r, r.summary) for r in result.rows if r.summary]
+    lines = [line for r, s in summarised if (line := _prediction(r, s, several))]
+    for name, bases in (
+        ("ring", [s.ring_basis for _, s in summarised]),
+        ("overlap", [s.overlap_basis for _, s in summarised]),
+    ):
+        lines += [f"{name}: {b}" for b in dict.fromkeys(bases) if b]
+    lines += [_chunks(r, s, several) for r, s in summarised if s.throughput_mean is not None]
     return lines
 
 
@@ -240,17 +248,18 @@ def failures(result: StudyResult) -> list[str]:
     several = len(series(result)) > 1
     lines = []
     for r in result.rows:
-        if r["status"] == "failed":
-            name = series_name(r) if several else None
-            where = f"{r['workers']} workers" + (f" ({name})" if name else "")
-            lines.append(f"{where} failed:\n{r.get('error')}")
+        if r.status == "failed":
+            name = _series(r) if several else None
+            where = f"{r.workers} workers" + (f" ({name})" if name else "")
+            lines.append(f"{where} failed:\n{r.error}")
     return lines
 
 
 def missing_ring(result: StudyResult) -> bool:
     """True when torch points over several workers have no ring model to predict with."""
-    torch_rows = [r for r in result.rows if r.get("backend") not in ("tensorflow", "horovod")]
-    return result.ring is None and any(r["workers"] > 1 for r in torch_rows)
+    other = ("tensorflow", "horovod")
+    torch_rows = [r for r in result.rows if not (r.summary and r.summary.backend in other)]
+    return result.ring is None and any(r.workers > 1 for r in torch_rows)
 
 
 def document(result: StudyResult, artifacts: list[Any]) -> dict[str, Any]:
@@ -263,5 +272,5 @@ def document(result: StudyResult, artifacts: list[Any]) -> dict[str, Any]:
         "max_per_worker_batch": result.max_per_worker_batch,
         "efficiency_definitions": result.efficiency,
         "artifacts": artifacts,
-        "rows": result.rows,
+        "rows": [r.to_dict() for r in result.rows],
     }

@@ -8,10 +8,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from dlperf import traces
-from dlperf.distributed.contracts import PointSummary
+from dlperf.distributed.contracts import PointRow, PointSummary
 from dlperf.distributed.predictions import prediction_error
 from dlperf.engine.profiler import trace_name
 from dlperf.table import Table
@@ -58,11 +57,11 @@ def _vs(estimate: float | None, error: float | None) -> str | None:
     return f"{estimate * 1e3:.4g}" + (f" ({error:+.0%})" if error is not None else "")
 
 
-def table(rows: list[dict[str, Any]]) -> Table | None:
+def table(rows: list[PointRow]) -> Table | None:
     """The profiled points' split from their traces beside the three estimates of exposed
     communication, each with its error against the trace's communication-only time; None
     when no point was profiled."""
-    traced = [r for r in rows if r.get("trace_comm_only_s") is not None]
+    traced = [s for r in rows if (s := r.summary) and s.trace_comm_only_s is not None]
     if not traced:
         return None
     return Table(
@@ -71,14 +70,14 @@ def table(rows: list[dict[str, Any]]) -> Table | None:
         COLUMNS,
         [
             [
-                r["workers"],
-                r["comm"],
-                r["per_worker_batch"],
-                *(r[f"trace_{part}_s"] * 1e3 for part in SPLIT),
-                _vs(r.get("comm_exposed_s"), r.get("comm_error_vs_trace")),
-                _vs(r.get("ring_predicted_s"), r.get("ring_error_vs_trace")),
-                _vs(r.get("overlap_predicted_s"), r.get("overlap_error_vs_trace")),
+                s.workers,
+                s.comm,
+                s.per_worker_batch,
+                *(getattr(s, f"trace_{part}_s") * 1e3 for part in SPLIT),
+                _vs(s.comm_exposed_s, s.comm_error_vs_trace),
+                _vs(s.ring_predicted_s, s.ring_error_vs_trace),
+                _vs(s.overlap_predicted_s, s.overlap_error_vs_trace),
             ]
-            for r in traced
+            for s in traced
         ],
     )

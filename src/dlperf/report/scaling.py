@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: figures that need no global state
 from matplotlib.ticker import MaxNLocator
 
+from dlperf.distributed.contracts import PointRow
 from dlperf.distributed.scaling import series_name
 from dlperf.store import RunStore
 
@@ -249,17 +250,18 @@ def plot_study(
 
 
 def save_study_figures(
-    store: RunStore, study_id: int, rows: list[dict[str, Any]], out_dir: Path
+    store: RunStore, study_id: int, rows: list[PointRow], out_dir: Path
 ) -> list[str]:
     """Draw a stored study's figures under `out_dir`/scale-ID/plots and record them as
     artifacts of its first run (the store keeps artifacts per run); their paths. Nothing
     when no point finished."""
-    if not any(r["status"] == "finished" for r in rows):
+    run_id = rows[0].run_id if any(r.status == "finished" for r in rows) else None
+    if run_id is None:  # no point finished, or not node 0, which stores them
         return []
     study = store.get_study(study_id)
     saved = []
     directory = out_dir / f"scale-{study_id}" / "plots"
-    for kind, path in plot_study(directory, rows, (study_id, study["name"])):
-        store.add_artifact(rows[0]["run_id"], kind, path.resolve())
+    for kind, path in plot_study(directory, [r.to_dict() for r in rows], (study_id, study["name"])):
+        store.add_artifact(run_id, kind, path.resolve())
         saved.append(str(path.resolve()))
     return saved
