@@ -319,7 +319,7 @@ class ScaleConfig(Section):
     plots: bool = True
     """Save the study's figures as artifacts of its first run."""
     memory_cap_gb: Positive | None = None
-    """--find-max-batch on CPU: a worker's peak resident memory (GB) that fails a batch size."""
+    """scale max-batch on CPU: a worker's peak resident memory (GB) that fails a batch size."""
 
     @field_validator("mode", "global_batch", "per_worker_batch", mode="wrap")
     @classmethod

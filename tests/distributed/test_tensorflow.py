@@ -294,13 +294,13 @@ def test_a_keras_study_warns_of_each_setting_it_ignores(tmp_path: Path, store: R
     """The Keras step trains with plain SGD on unaugmented fp32 images: each setting of the
     experiment away from its default that it cannot honour is one warning naming the key;
     settings at their defaults, and a torch study, warn of nothing."""
-    from dlperf.config import load_experiment
+    from dlperf.config import ScaleJob, load_job
     from dlperf.distributed.study import Study
     from dlperf.progress import NullReporter
 
     sets = ["train.grad_clip=1.0", 'train.schedule.kind="cosine"', "augment.flip=true"]
     sets += ['run.precision="bf16"', "train.lr=0.2", "train.momentum=0.8"]
-    exp = load_experiment(write_study(tmp_path), sets)
+    exp = load_job(ScaleJob, write_study(tmp_path), sets)
     study = Study(exp, store, tmp_path, NullReporter())
     assert study.warnings == [
         "TensorFlow ignores train.grad_clip = 1.0: the Keras SGD takes only train.lr and "
@@ -311,11 +311,15 @@ def test_a_keras_study_warns_of_each_setting_it_ignores(tmp_path: Path, store: R
         "TensorFlow ignores run.precision = 'bf16': fp32, uncompiled",
     ]
     assert (
-        Study(load_experiment(write_study(tmp_path)), store, tmp_path, NullReporter()).warnings
+        Study(
+            load_job(ScaleJob, write_study(tmp_path), []), store, tmp_path, NullReporter()
+        ).warnings
         == []
     )
-    torch_study = load_experiment(write_study(tmp_path), [*sets, 'scale.framework="torch"'])
+    torch_study = load_job(ScaleJob, write_study(tmp_path), [*sets, 'scale.framework="torch"'])
     assert Study(torch_study, store, tmp_path, NullReporter()).warnings == []
     horovod_tf = [*sets, 'scale.framework="horovod"', 'scale.strategy=["tensorflow"]']
-    hvd = Study(load_experiment(write_study(tmp_path), horovod_tf), store, tmp_path, NullReporter())
+    hvd = Study(
+        load_job(ScaleJob, write_study(tmp_path), horovod_tf), store, tmp_path, NullReporter()
+    )
     assert len(hvd.warnings) == 4

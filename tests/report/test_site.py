@@ -86,7 +86,7 @@ def _scale_study(store: RunStore, exp: Experiment) -> int:
 
 
 def _allreduce_study(store: RunStore) -> int:
-    """An all-reduce study as `dlperf scale --allreduce-bench` stores one, with its model."""
+    """An all-reduce study as `dlperf scale allreduce` stores one, with its model."""
     from dlperf.distributed.allreduce import fit_ring_model
 
     study = store.create_study("allreduce gloo", "allreduce")

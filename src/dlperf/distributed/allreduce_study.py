@@ -1,4 +1,4 @@
-"""`dlperf scale --allreduce-bench`: the all-reduce microbenchmark (dlperf.distributed.allreduce)
+"""`dlperf scale allreduce`: the all-reduce microbenchmark (dlperf.distributed.allreduce)
 under torchrun for each worker count, kept as a study of kind `allreduce` whose runs carry
 the ring model fitted over all of them, their own measured times and the cost of overlapping
 an all-reduce with compute at their worker count (the scale table's predictions read them)."""

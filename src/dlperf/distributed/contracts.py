@@ -55,7 +55,7 @@ class WorkerSpec:
     shape: tuple[int, int, int]  # channels, height, width of the images
     classes: int
     data_file: str | None = None  # the training split for the Keras workers (not synthetic)
-    memory_cap_bytes: int | None = None  # --find-max-batch on CPU: peak memory allowed
+    memory_cap_bytes: int | None = None  # scale max-batch on CPU: peak memory allowed
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = plain(asdict(self))

@@ -1,4 +1,4 @@
-"""--find-max-batch: the largest per-worker batch that fits, by running the study's one
+"""scale max-batch: the largest per-worker batch that fits, by running the study's one
 point at growing batches."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 
-BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # --find-max-batch: 32 .. 32 * 4^7
+BATCH_START, BATCH_GROWTH, BATCH_SIZES = 32, 4, 8  # scale max-batch: 32 .. 32 * 4^7
 
 
 def find_max_batch(
@@ -34,11 +34,11 @@ def find_max_batch(
     study = Study(job, store, out_dir, reporter or NullReporter(), compare=False)
     opts = study.opts
     if len(set(opts.workers)) != 1:
-        raise UserError("--find-max-batch takes one worker count", "e.g. --workers 2")
+        raise UserError("scale max-batch takes one worker count", "e.g. --workers 2")
     if opts.framework != "torch":
-        raise UserError("--find-max-batch measures the torch path", "leave out --framework")
+        raise UserError("scale max-batch measures the torch path", "leave out --framework")
     if study.backend == "gloo" and opts.memory_cap_gb is None:
-        raise UserError("--find-max-batch on CPU needs --memory-cap-gb", "e.g. --memory-cap-gb 4")
+        raise UserError("scale max-batch on CPU needs --memory-cap-gb", "e.g. --memory-cap-gb 4")
     first = plan(opts, study.backend, study.exp.model.name)[0]
     study.open()
     cap = int(opts.memory_cap_gb * 2**30) if opts.memory_cap_gb else None

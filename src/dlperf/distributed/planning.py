@@ -35,7 +35,7 @@ class Point:
     comm: str
     strategy: str
     bucket_mb: float | None
-    mode: ScaleMode | None = None  # None: a point of no series (--find-max-batch's)
+    mode: ScaleMode | None = None  # None: a point of no series (scale max-batch's)
 
     @property
     def group(self) -> tuple[object, ...]:

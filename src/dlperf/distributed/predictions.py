@@ -1,5 +1,5 @@
 """What a point's exposed communication should have been, by two models calibrated on the
-newest all-reduce benchmark study of the backend (`dlperf scale --allreduce-bench`): the ring
+newest all-reduce benchmark study of the backend (`dlperf scale allreduce`): the ring
 alpha-beta model over DDP's buckets, and the bucket/overlap model of
 dlperf.distributed.overlap; each with its basis (what it was calibrated on, and when) and
 its error against the measurement."""

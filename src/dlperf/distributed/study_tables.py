@@ -39,7 +39,7 @@ def _where(row: PointRow, several: bool, bucket: bool = True) -> str:
 
 def series(result: StudyResult) -> dict[str | None, list[PointRow]]:
     """The rows by series (mode and batch, in words), in the order the study ran them; one
-    unnamed series when the study compares no points (--find-max-batch: its rows differ in
+    unnamed series when the study compares no points (scale max-batch: its rows differ in
     batch, not in workers)."""
     if not result.efficiency:
         return {None: result.rows}

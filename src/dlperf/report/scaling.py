@@ -195,7 +195,7 @@ def study_figures(
         ("plot/train_time", f"s to train one epoch{of}", series("epoch_time_s", inverse_linear,
                                                                 inverse=True)),
     ]  # fmt: skip
-    # --find-max-batch compares no points: no speedup or efficiency to draw.
+    # scale max-batch compares no points: no speedup or efficiency to draw.
     if any(r.get("speedup") is not None for r in flat):
         figures += [
             ("plot/speedup", "speedup", series("speedup", lambda mine, n: n / mine[0]["workers"])),
