@@ -111,34 +111,31 @@ def train(
     # Weights kept only while some later update still reads them.
     schedule = reads or []
     last_read = {v: i for i, v in enumerate(schedule)}
-    snapshots = {0: copy.deepcopy(model.state_dict())} if reads else {}
+    snapshots: dict[int, Mapping[str, torch.Tensor]] = {}
     state, history = Progress(), []
 
     def epoch_batches(epoch: int) -> Loader:
         loader.set_epoch(epoch)
         return loader
 
-    def read_next() -> None:
-        """Keep the weights later updates read, and read those the next update was computed on."""
+    def read() -> None:
+        """Keep the weights later updates read; read those this update was computed on."""
         version = state.step
         for v in [v for v in snapshots if last_read.get(v, -1) < version]:
             del snapshots[v]
         if last_read.get(version, -1) >= version:
             snapshots[version] = copy.deepcopy(model.state_dict())
-        if version < len(schedule):
-            forward.read(snapshots[schedule[version]])
+        forward.read(snapshots[schedule[version]])
 
     def validate() -> dict[str, float]:
         history.append(evaluate(model, val_loader, device, exp.run))
         return history[-1]
 
-    if schedule:
-        forward.read(snapshots[schedule[0]])
     clock = EpochClock(device, 0, PhaseTimer(device, enabled=False))
     fit(
         step, model, epoch_batches, state, clock, Rows(), reporter, exp.run,
         trainer="async" if reads else "sync", epochs=cfg.epochs, evaluate=validate,
-        after_step=read_next if schedule else None,
+        before_step=read if schedule else None,
     )  # fmt: skip
     stale = [i - (schedule[i] if schedule else i) for i in range(state.step)]
     return history, stale

@@ -57,7 +57,7 @@ def fit(
     evaluate: Callable[[], dict[str, float]] | None = None,
     target: float | None = None,
     window: ProfileWindow | None = None,
-    after_step: Callable[[], None] | None = None,
+    before_step: Callable[[], None] | None = None,
     after_epoch: Callable[[], None] | None = None,
 ) -> Progress:
     """Train with `step` on `batches(epoch)`, each made ready by `collate` (default: tensors
@@ -85,6 +85,8 @@ def fit(
             timer.mark("data")
             x, y = collate(x, y)
             timer.mark("h2d")
+            if before_step:
+                before_step()
             stepped = step(x, y)
             state.step += 1
             if tally:
@@ -95,8 +97,6 @@ def fit(
                 sink.add_artifact("trace", window.path)
             metrics.log(state.step, stepped, epoch)
             hooks.step_end(StepEnd(trainer, state.step, x, y, stepped, model))
-            if after_step:
-                after_step()
             loss = metrics.last_loss  # nan until the first flush: show nothing, not nan
             reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
             if state.step == max_steps:
