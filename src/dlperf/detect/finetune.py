@@ -118,8 +118,7 @@ def _flip(
 
 
 def _summed_losses(
-    call: Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]],
-    targets: list[dict[str, torch.Tensor]],
+    call: Callable[[list[Target]], dict[str, torch.Tensor]], targets: list[Target]
 ) -> torch.Tensor:
     """The detector's loss terms on `targets`, summed: `call` is its forward pass, which in
     train mode takes the targets and returns the loss terms."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from dlperf.config import RunConfig
+from dlperf.data import Loader
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow
 from dlperf.engine.step import Stepped, TrainStep
@@ -31,18 +32,10 @@ from dlperf.system import gpu_utilization
 from dlperf.timing import now
 
 
-class Batches(Protocol):
-    """An epoch's batches (a data loader, a list), as the host holds them."""
-
-    def __len__(self) -> int: ...
-
-    def __iter__(self) -> Iterator[tuple[Any, Any]]: ...
-
-
 def fit(
     step: TrainStep,
     model: nn.Module,
-    batches: Callable[[int], Batches],
+    batches: Callable[[int], Loader | list[tuple[Any, Any]]],
     state: Progress,
     clock: EpochClock,
     sink: MetricSink,
