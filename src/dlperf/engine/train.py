@@ -74,7 +74,6 @@ def train(
     one), sending metrics to `sink` and saving a checkpoint as each epoch ends; the run's
     summary (without device, threads, data and transfer, which its caller knows)."""
     reporter = reporter or NullReporter()
-    hooks = hooks or Hooks.from_env()
     cfg, run = exp.train, exp.run
     check_batch_fits(cfg.batch_size, data)
     train_loader = make_loader(
