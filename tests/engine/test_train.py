@@ -17,7 +17,7 @@ import torch
 from dlperf import system
 from dlperf.config import ScheduleConfig, load_experiment
 from dlperf.data import load_data
-from dlperf.engine import checkpoint, train
+from dlperf.engine import checkpoint, loop, train
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.optim import lr_factor
 from dlperf.engine.run import build_model, resume_run, run_experiment
@@ -122,7 +122,7 @@ def test_gpu_utilization_is_read_each_epoch_and_summarised(
     """NVML's readings (here a stand-in, as this host has no GPU) become one metric per
     epoch and a spread in the summary."""
     readings = iter([40.0, 80.0, 60.0])
-    monkeypatch.setattr(train, "gpu_utilization", lambda device: next(readings))
+    monkeypatch.setattr(loop, "gpu_utilization", lambda device: next(readings))
     result = run_experiment(load_experiment(tiny_exp(epochs=3)), store)
     assert store.metrics(result["run_id"], "gpu/utilization_pct") == [
         (1, 40.0),

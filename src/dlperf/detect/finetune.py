@@ -14,8 +14,9 @@ in the store.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +27,9 @@ from dlperf.config import DetectConfig, RunConfig, ScheduleConfig, TrainConfig
 from dlperf.detect import ssd, voc
 from dlperf.detect.ssd import Detector
 from dlperf.detect.voc import VocDataset, evaluate
-from dlperf.engine.hooks import Hooks, StepEnd
+from dlperf.engine.loop import EpochClock, Progress, Rows, fit
 from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
-from dlperf.engine.train import EpochClock, Progress
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 # Steps left out of images/s: the first allocates and fills the allocator's and the
 # kernels' caches.
 WARMUP_STEPS = 1
+
+Target = dict[str, torch.Tensor]  # an image's boxes and labels
 
 
 @dataclass
@@ -115,9 +117,12 @@ def _flip(
     return image.flip(-1), {**target, "boxes": boxes}
 
 
-def _summed_losses(losses: dict[str, torch.Tensor], _: None) -> torch.Tensor:
-    """The detector's loss terms summed; it took the targets in its forward pass."""
-    return torch.stack(list(losses.values())).sum()
+def _summed_losses(
+    call: Callable[[list[Target]], dict[str, torch.Tensor]], targets: list[Target]
+) -> torch.Tensor:
+    """The detector's loss terms on `targets`, summed: `call` is its forward pass, which in
+    train mode takes the targets and returns the loss terms."""
+    return torch.stack(list(call(targets).values())).sum()
 
 
 def train(
@@ -129,58 +134,45 @@ def train(
     reporter: Reporter | None = None,
 ) -> TrainResult:
     """The engine's step of `recipe(cfg)` on the SSD loss for `cfg.epochs`; `max_steps`
-    stops early (tests take one step). The losses are read from the device once per epoch;
-    images/s counts the steps after the warm-up."""
+    stops early (tests take one step). Images/s counts the steps after the warm-up."""
     rep = reporter or NullReporter()
     device = device or torch.device("cpu")
     train_cfg, run = recipe(cfg)
     model = det.model
     per_epoch = steps_per_epoch(len(dataset), cfg.batch, partial=True)
-    total = min(cfg.epochs * per_epoch, max_steps or cfg.epochs * per_epoch)
     step = prepare(
         model,
         train_cfg,
         run,
         device,
         per_epoch,
-        # In train mode a torchvision detector takes the targets and returns its loss terms.
-        wrap=lambda detector: lambda inputs: detector(*inputs),
+        # The detector's forward pass waits for the targets, which the loss hands it.
+        wrap=lambda detector: lambda images: partial(detector, images),
         loss_fn=_summed_losses,
     )
-    model.train()
-    hooks = Hooks.from_env()
-    hooks.start("detect", model)
     rng = np.random.default_rng(cfg.seed)
-    result = TrainResult(steps=0)
-    rep.task("fine-tuning", total=total)
-    pending: list[torch.Tensor] = []  # this epoch's losses, still on the device
-    # The clock of every trainer: the run is one window, timed after the warm-up.
-    clock = EpochClock(device, run.warmup_steps, PhaseTimer(device, enabled=False))
-    clock.start()
-    while result.steps < total:
+
+    def epoch_batches(epoch: int) -> list[tuple[list[int], None]]:
         order = [int(i) for i in rng.permutation(len(dataset))]
-        for idx in _batches(order, cfg.batch):
-            if result.steps >= total:
-                break
-            pairs = [dataset[i] for i in idx]
-            pairs = [_flip(*p) if rng.random() < 0.5 else p for p in pairs]
-            images = [p[0].to(device) for p in pairs]
-            targets = [{k: v.to(device) for k, v in p[1].items()} for p in pairs]
-            stepped = step((images, targets), None)
-            pending.append(stepped.loss)
-            result.steps += 1
-            rep.advance()
-            clock.count(len(idx))
-            if result.steps % per_epoch == 0 or result.steps == total:
-                result.losses += torch.stack(pending).float().tolist()
-                pending.clear()
-            if result.steps % per_epoch == 0:
-                rep.log(f"epoch {result.steps // per_epoch}: loss {result.losses[-1]:.3f}")
-            hooks.step_end(StepEnd("detect", result.steps, images, targets, stepped, model))
-    result.train_s, throughput = clock.stop(Progress())
-    result.images_per_s = math.nan if throughput is None else throughput
+        return [(idx, None) for idx in _batches(order, cfg.batch)]
+
+    def collate(idx: list[int], _: None) -> tuple[list[torch.Tensor], list[Target]]:
+        """The images of `idx`, each flipped at random, and their targets, on the device."""
+        pairs = [dataset[i] for i in idx]
+        pairs = [_flip(*p) if rng.random() < 0.5 else p for p in pairs]
+        targets = [{k: v.to(device) for k, v in p[1].items()} for p in pairs]
+        return [p[0].to(device) for p in pairs], targets
+
+    rows = Rows()
+    clock = EpochClock(device, run.warmup_steps, PhaseTimer(device, enabled=False))
+    state = fit(
+        step, model, epoch_batches, Progress(), clock, rows, rep, run, trainer="detect",
+        epochs=cfg.epochs, max_steps=max_steps, collate=collate,
+    )  # fmt: skip
     model.eval()
-    return result
+    losses = [row[2] for row in rows if row[0] == "train/loss"]
+    images_per_s = state.samples / state.train_time_s if state.samples else math.nan
+    return TrainResult(state.step, losses, state.elapsed_s, images_per_s)
 
 
 def finetune_recorded(

@@ -19,7 +19,7 @@ histogram in the asynchronous run's summary and a figure of both curves as an ar
 from __future__ import annotations
 
 import copy
-import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,14 +28,14 @@ from torch import nn
 
 from dlperf.config import Experiment
 from dlperf.converge import staleness
-from dlperf.data import ImageData, make_loader
+from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import pretrained
 from dlperf.engine.checks import check_batch_fits
-from dlperf.engine.hooks import Hooks, StepEnd
+from dlperf.engine.loop import EpochClock, Progress, Rows, fit
 from dlperf.engine.run import build_model, load_run_data, start_weights
 from dlperf.engine.step import prepare, steps_per_epoch
+from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train import evaluate
-from dlperf.models.transfer import set_train_mode
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.system import pick_device, set_threads, system_info
@@ -109,36 +109,35 @@ def train(
     per_epoch = steps_per_epoch(len(data.train), cfg.batch_size)
     step = prepare(model, cfg, exp.run, device, per_epoch, wrap=lambda _: forward)
     # Weights kept only while some later update still reads them.
-    last_read: dict[int, int] = {}
-    for i, v in enumerate(reads or []):
-        last_read[v] = i
-    snapshots = {0: copy.deepcopy(model.state_dict())} if reads else {}
-    version, stale, history, shown = 0, [], [], ""
-    trainer, hooks = "async" if reads else "sync", Hooks.from_env()
-    hooks.start(trainer, model)
-    for epoch in range(1, cfg.epochs + 1):
-        reporter.task(f"{trainer} epoch {epoch}/{cfg.epochs}", per_epoch)
+    schedule = reads or []
+    last_read = {v: i for i, v in enumerate(schedule)}
+    snapshots: dict[int, Mapping[str, torch.Tensor]] = {}
+    state, history = Progress(), []
+
+    def epoch_batches(epoch: int) -> Loader:
         loader.set_epoch(epoch)
-        set_train_mode(model)  # a frozen backbone stays in eval mode
-        for x, y in loader:
-            read = version if reads is None else reads[version]
-            forward.read(snapshots[read] if reads else None)
-            x, y = x.to(device, memory_format=step.memory_format), y.to(device)
-            stepped = step(x, y)
-            stale.append(version - read)
-            version += 1
-            hooks.step_end(StepEnd(trainer, version, x, y, stepped, model))
-            if reads:
-                for v in [v for v in snapshots if last_read.get(v, -1) < version]:
-                    del snapshots[v]
-                if last_read.get(version, -1) >= version:
-                    snapshots[version] = copy.deepcopy(model.state_dict())
-            if version % exp.run.log_every == 0:  # the host waits for the device only then
-                shown = f"loss {stepped.loss.item():.3f}"
-            reporter.advance(status=shown)
-        metrics = evaluate(model, val_loader, device, exp.run)
-        history.append(metrics)
-        reporter.log(f"epoch {epoch}: val acc {metrics.get('acc1', math.nan):.4f}")
+        return loader
+
+    def read() -> None:
+        """Keep the weights later updates read; read those this update was computed on."""
+        version = state.step
+        for v in [v for v in snapshots if last_read.get(v, -1) < version]:
+            del snapshots[v]
+        if last_read.get(version, -1) >= version:
+            snapshots[version] = copy.deepcopy(model.state_dict())
+        forward.read(snapshots[schedule[version]])
+
+    def validate() -> dict[str, float]:
+        history.append(evaluate(model, val_loader, device, exp.run))
+        return history[-1]
+
+    clock = EpochClock(device, 0, PhaseTimer(device, enabled=False))
+    fit(
+        step, model, epoch_batches, state, clock, Rows(), reporter, exp.run,
+        trainer="async" if reads else "sync", epochs=cfg.epochs, evaluate=validate,
+        before_step=read if schedule else None,
+    )  # fmt: skip
+    stale = [i - (schedule[i] if schedule else i) for i in range(state.step)]
     return history, stale
 
 
@@ -182,9 +181,7 @@ def study(
                 (f"val/{k}", e, v) for e, m in enumerate(history, start=1) for k, v in m.items()
             ]
             store.log_metrics(record.id, rows)
-            counts: dict[str, int] = {}
-            for s in stale:
-                counts[str(s)] = counts.get(str(s), 0) + 1
+            counts = Counter(str(s) for s in stale)
             record.summary = {
                 "steps_per_epoch": per_epoch,
                 "val_accuracy": history[-1].get("acc1"),

@@ -16,7 +16,8 @@ from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.data import ImageData, load_data
 from dlperf.engine import checkpoint, pretrained
 from dlperf.engine.checks import check_batch_fits, dry_forward
-from dlperf.engine.train import Diverged, Row, train
+from dlperf.engine.loop import Diverged, Row
+from dlperf.engine.train import train
 from dlperf.models import create_model, transfer
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore, writer_refusal

@@ -1,0 +1,277 @@
+"""The one training loop (`fit`) every trainer runs around the engine's step
+(dlperf.engine.step), read top to bottom; its bookkeeping in small pieces below it.
+
+Metric keys it writes to the sink (step = global step for `train/`, epoch number 1..E for
+the others): train/loss, train/lr; epoch/train_loss, epoch/train_acc1, epoch/time_s,
+epoch/throughput, epoch/lr; val/<what evaluate returns>; phase/<phase>_s;
+gpu/utilization_pct (CUDA with the `gpu` extra: NVML's reading as the epoch's training ends).
+The hooks of dlperf.engine.hooks see every step once its losses are flushed as due.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from dlperf.config import RunConfig
+from dlperf.data import Loader
+from dlperf.engine.hooks import Hooks, StepEnd
+from dlperf.engine.profiler import ProfileWindow
+from dlperf.engine.step import Stepped, TrainStep
+from dlperf.engine.timers import PhaseTimer
+from dlperf.models.transfer import set_train_mode
+from dlperf.progress import Reporter
+from dlperf.system import gpu_utilization
+from dlperf.timing import now
+
+
+def fit(
+    step: TrainStep,
+    model: nn.Module,
+    batches: Callable[[int], Loader | list[tuple[Any, Any]]],
+    state: Progress,
+    clock: EpochClock,
+    sink: MetricSink,
+    reporter: Reporter,
+    run: RunConfig,
+    *,
+    trainer: str,
+    epochs: int,
+    hooks: Hooks | None = None,
+    max_steps: int | None = None,
+    collate: Callable[[Any, Any], tuple[Any, Any]] | None = None,
+    evaluate: Callable[[], dict[str, float]] | None = None,
+    target: float | None = None,
+    window: ProfileWindow | None = None,
+    before_step: Callable[[], None] | None = None,
+    after_epoch: Callable[[], None] | None = None,
+) -> Progress:
+    """Train with `step` on `batches(epoch)`, each made ready by `collate` (default: tensors
+    to the device in the step's memory format), for the epochs after `state.epoch` up to
+    `epochs`, or `max_steps` steps in all; `evaluate` (validation metrics, with the training
+    accuracy: a classifier's) and `after_epoch` (a checkpoint) run as each epoch ends."""
+    hooks, device, timer = hooks or Hooks.from_env(), clock.device, clock.timer
+    memory_format, metrics = step.memory_format, MetricBuffer(sink, run.log_every)
+    collate = collate or (
+        lambda x, y: (
+            x.to(device, non_blocking=True, memory_format=memory_format),
+            y.to(device, non_blocking=True),
+        )
+    )
+    hooks.start(trainer, model)
+    for epoch in range(state.epoch + 1, epochs + 1):
+        epoch_batches = batches(epoch)
+        reporter.task(f"{trainer} epoch {epoch}/{epochs}", total=len(epoch_batches))
+        set_train_mode(model)  # a frozen backbone stays in eval mode
+        tally = EpochTally(device) if evaluate else None
+        clock.start()
+        if window:
+            window.resume_labels()
+        for x, y in epoch_batches:
+            timer.mark("data")
+            x, y = collate(x, y)
+            timer.mark("h2d")
+            if before_step:
+                before_step()
+            stepped = step(x, y)
+            state.step += 1
+            if tally:
+                tally.add(stepped, y)
+            timer.end_step()
+            clock.count(len(x))
+            if window and window.after_step():
+                sink.add_artifact("trace", window.path)
+            metrics.log(state.step, stepped, epoch)
+            hooks.step_end(StepEnd(trainer, state.step, x, y, stepped, model))
+            loss = metrics.last_loss  # nan until the first flush: show nothing, not nan
+            reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
+            if state.step == max_steps:
+                break
+        if window:
+            window.pause_labels()
+        metrics.flush(epoch)
+
+        seconds, throughput = clock.stop(state)
+        # Read before evaluating: NVML's last sample period is then the epoch's training.
+        utilization = gpu_utilization(device)
+        val = evaluate() if evaluate else {}
+        state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), target)
+        rows = tally.rows(epoch) if tally else []
+        rows += [(f"val/{k}", epoch, v) for k, v in val.items()]
+        if utilization is not None:
+            state.gpu_utilization_pct.append(utilization)
+            rows.append(("gpu/utilization_pct", epoch, utilization))
+        if run.timing != "off":
+            rows.append(("epoch/time_s", epoch, seconds))
+            if throughput is not None:
+                rows.append(("epoch/throughput", epoch, throughput))
+        sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in timer.per_step().items()])
+        shown = [("loss", metrics.last_loss)] + [(f"val {k}", v) for k, v in val.items()]
+        reporter.log(f"epoch {epoch}/{epochs}  " + "  ".join(f"{k} {v:.4f}" for k, v in shown))
+        if after_epoch:
+            after_epoch()
+        if state.step == max_steps:
+            break
+    return state
+
+
+class Diverged(Exception):
+    def __init__(self, step: int, epoch: int, value: float, lr: float) -> None:
+        super().__init__(
+            f"loss became {value} at step {step} (epoch {epoch}); try a lower train.lr "
+            f'(now {lr:g}), train.grad_clip = 1.0, or run.precision = "fp32"'
+        )
+
+
+@dataclass
+class Progress:
+    """What a checkpoint must carry besides weights and optimizer: where and how far along."""
+
+    epoch: int = 0
+    step: int = 0
+    elapsed_s: float = 0.0
+    train_time_s: float = 0.0
+    cpu_time_s: float = 0.0  # this process's, over the same timed windows as train_time_s
+    samples: int = 0
+    best_val_accuracy: float = 0.0
+    epochs_to_target: int | None = None
+    time_to_target_s: float | None = None
+    epoch_throughputs: list[float] = field(default_factory=list)
+    gpu_utilization_pct: list[float] = field(default_factory=list)  # one reading per epoch
+
+    def end_epoch(self, epoch: int, seconds: float, accuracy: float, target: float | None) -> None:
+        """Count epoch `epoch`, `seconds` long with its evaluation, of validation `accuracy`,
+        noting when the accuracy first reached `target`."""
+        self.epoch = epoch
+        self.elapsed_s += seconds
+        self.best_val_accuracy = max(self.best_val_accuracy, accuracy)
+        if target is not None and self.epochs_to_target is None and accuracy >= target:
+            self.epochs_to_target, self.time_to_target_s = epoch, self.elapsed_s
+
+
+Row = tuple[str, int, float] | tuple[str, int, float, float]  # key, step, value[, wall time]
+
+
+class MetricSink(Protocol):
+    """Where a run's metrics and artifacts go: its store, a file, memory in a test."""
+
+    def log_metrics(self, rows: list[Row]) -> None: ...
+
+    def add_artifact(self, kind: str, path: Path) -> None: ...
+
+
+class Rows(list[Row]):
+    """A sink that keeps the rows in memory and drops the artifacts."""
+
+    def log_metrics(self, rows: list[Row]) -> None:
+        self.extend(rows)
+
+    def add_artifact(self, kind: str, path: Path) -> None:
+        pass
+
+
+class MetricBuffer:
+    """Collects per-step losses as device tensors and writes them in batches, so the host
+    waits for the device once per flush rather than once per step. Each step keeps its own
+    wall time: the batch's write time would stack `every` points on one instant."""
+
+    def __init__(self, sink: MetricSink, every: int) -> None:
+        self.sink, self.every = sink, every
+        self.losses: list[tuple[int, torch.Tensor, float, float]] = []
+        self.rows: list[Row] = []
+        self.last_loss = math.nan
+
+    def log(self, step: int, stepped: Stepped, epoch: int) -> None:
+        """Keep the step's loss, learning rate and time; flush every `every` steps."""
+        self.losses.append((step, stepped.loss, stepped.lr, time.time()))
+        if step % self.every == 0:
+            self.flush(epoch)
+
+    def flush(self, epoch: int) -> None:
+        """Write what is kept; raise Diverged at the first loss that is not finite."""
+        if self.losses:
+            values = torch.stack([loss for _, loss, _, _ in self.losses]).float().tolist()
+            pending = list(zip(self.losses, values, strict=True))
+            self.losses.clear()
+            for (step, _, lr, wall), value in pending:
+                self.rows += [("train/loss", step, value, wall), ("train/lr", step, lr, wall)]
+                if not math.isfinite(value):
+                    self.sink.log_metrics(self.rows)
+                    self.rows.clear()
+                    raise Diverged(step, epoch, value, lr)
+            self.last_loss = values[-1]
+        self.sink.log_metrics(self.rows)
+        self.rows.clear()
+
+
+class EpochClock:
+    """Wall time of an epoch, and its training time and samples after the first
+    `warmup_steps` steps of this process (they compile and fill caches: a resumed run warms
+    up again). The device is synchronised before each clock read; the phase timer records
+    from the first step after the warm-up on."""
+
+    def __init__(self, device: torch.device, warmup_steps: int, timer: PhaseTimer) -> None:
+        self.device, self.warmup_steps, self.timer = device, warmup_steps, timer
+        self.steps = self.samples = 0
+        self.epoch_start = self.timed_start = self.cpu_start = 0.0
+        timer.recording = warmup_steps == 0
+
+    def start(self) -> None:
+        self.epoch_start = self.timed_start = now(self.device)
+        self.cpu_start = time.process_time()
+        self.samples = 0
+        self.timer.start()
+
+    def count(self, samples: int) -> None:
+        """After each step, with the step's samples."""
+        self.steps += 1
+        if self.steps == self.warmup_steps:
+            self.timed_start, self.cpu_start = now(self.device), time.process_time()
+            self.timer.recording = True
+        elif self.steps > self.warmup_steps:
+            self.samples += samples
+
+    def stop(self, state: Progress) -> tuple[float, float | None]:
+        """Add the epoch's timed samples and seconds to `state`; the epoch's seconds so far
+        and its throughput (None when all its steps were warm-up)."""
+        end = now(self.device)
+        if not self.samples:
+            return end - self.epoch_start, None
+        state.train_time_s += end - self.timed_start
+        state.cpu_time_s += time.process_time() - self.cpu_start
+        state.samples += self.samples
+        state.epoch_throughputs.append(self.samples / (end - self.timed_start))
+        return end - self.epoch_start, state.epoch_throughputs[-1]
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.epoch_start
+
+
+class EpochTally:
+    """An epoch's training loss and accuracy, summed on the device without waiting for it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device, dtype=torch.long)
+        self.seen = 0
+        self.lr = math.nan
+
+    def add(self, stepped: Stepped, y: torch.Tensor) -> None:
+        self.loss_sum += stepped.loss * len(y)
+        self.correct += (stepped.output.argmax(1) == y).sum()
+        self.seen += len(y)
+        self.lr = stepped.lr
+
+    def rows(self, epoch: int) -> list[Row]:
+        return [
+            ("epoch/train_loss", epoch, self.loss_sum.item() / self.seen),
+            ("epoch/train_acc1", epoch, self.correct.item() / self.seen),
+            ("epoch/lr", epoch, self.lr),
+        ]
