@@ -113,8 +113,12 @@ def fit(
             if throughput is not None:
                 rows.append(("epoch/throughput", epoch, throughput))
         sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in timer.per_step().items()])
-        shown = [("loss", metrics.last_loss)] + [(f"val {k}", v) for k, v in val.items()]
-        reporter.log(f"epoch {epoch}/{epochs}  " + "  ".join(f"{k} {v:.4f}" for k, v in shown))
+        train_loss = rows[0][2] if tally else metrics.last_loss  # the epoch's mean where tallied
+        line = f"epoch {epoch}/{epochs}  train loss {train_loss:.4f}"
+        if val:
+            loss, acc = val.get("loss", math.nan), val.get("acc1", math.nan)
+            line += f"  val loss {loss:.4f}  val acc {acc:.4f}"
+        reporter.log(line)
         if after_epoch:
             after_epoch()
         if state.step == max_steps:
