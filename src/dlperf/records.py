@@ -85,7 +85,6 @@ class RunSummary:
     threads: int | None = None  # intra-op threads
     data: dict[str, Any] | None = None  # the data set it trained on, as the run resolved it
     transfer: dict[str, Any] | None = None  # what a fine-tuned run started from
-    final: dict[str, float] | None = None  # dlperf.track: each metric's last value
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = plain(asdict(self))
