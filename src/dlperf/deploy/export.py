@@ -8,15 +8,14 @@ and the run's test images when there is a run) element-wise, with NumPy's `allcl
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import re
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -234,32 +233,21 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
+@contextlib.contextmanager
+def _removed_if_interrupted(out: Path) -> Iterator[None]:
+    """Interrupted (Ctrl-C, SIGTERM), the block leaves none of the files it wrote behind
+    (an earlier export's that it had not replaced yet stay): a file not yet checked must
+    not pass for an exported model."""
+    started = time.time()
+    try:
+        yield
+    except KeyboardInterrupt:
+        for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
+            if path.is_file() and path.stat().st_mtime >= started:
+                path.unlink()
+        raise
 
 
-def _removed_if_interrupted(
-    fn: Callable[Concatenate[Source, Path, P], R],
-) -> Callable[Concatenate[Source, Path, P], R]:
-    """Interrupted (Ctrl-C, SIGTERM), `fn(source, out, ...)` leaves none of the files it wrote
-    behind (an earlier export's that it had not replaced yet stay): a file not yet checked
-    must not pass for an exported model."""
-
-    @functools.wraps(fn)
-    def wrapper(source: Source, out: Path, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        started = time.time()
-        try:
-            return fn(source, out, *args, **kwargs)
-        except KeyboardInterrupt:
-            for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
-                if path.is_file() and path.stat().st_mtime >= started:
-                    path.unlink()
-            raise
-
-    return wrapper
-
-
-@_removed_if_interrupted
 def export(
     source: Source,
     out: Path,
@@ -283,35 +271,36 @@ def export(
     model, meta = source.model.eval(), source.meta
     start, started = time.perf_counter(), time.time()
 
-    reporter.task(f"exporting {meta.model} to {out}")
-    # A batch of 2: the dynamo exporter specialises a batch of 1 to a constant.
-    example = torch.zeros(2 if dynamic_batch else 1, *meta.input_shape)
-    exporter = _torch_export(model, example, out, opset, dynamic_batch, single_file, reporter)
-    if data_file.is_file() and data_file.stat().st_mtime < started:
-        data_file.unlink()  # an earlier export's weights, which this single file does not use
-    proto = onnx.load(str(out), load_external_data=False)
-    meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
-    meta_io.save(out, meta)
-    export_s = time.perf_counter() - start
+    with _removed_if_interrupted(out):
+        reporter.task(f"exporting {meta.model} to {out}")
+        # A batch of 2: the dynamo exporter specialises a batch of 1 to a constant.
+        example = torch.zeros(2 if dynamic_batch else 1, *meta.input_shape)
+        exporter = _torch_export(model, example, out, opset, dynamic_batch, single_file, reporter)
+        if data_file.is_file() and data_file.stat().st_mtime < started:
+            data_file.unlink()  # an earlier export's weights, which this single file does not use
+        proto = onnx.load(str(out), load_external_data=False)
+        meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+        meta_io.save(out, meta)
+        export_s = time.perf_counter() - start
 
-    reporter.task("checking the ONNX file")
-    try:
-        check_model(out)
-    except UserError as e:
-        raise CheckFailed(str(e)) from None
+        reporter.task("checking the ONNX file")
+        try:
+            check_model(out)
+        except UserError as e:
+            raise CheckFailed(str(e)) from None
 
-    reporter.task("comparing ONNX Runtime with PyTorch")
-    session = runtime.session(out, threads or torch.get_num_threads())
-    seeded = torch.Generator().manual_seed(0)
-    inputs = {"random": torch.randn(RANDOM_BATCH, *meta.input_shape, generator=seeded)}
-    if source.images is not None:
-        inputs["test images"] = source.images
-    sets = []
-    for name, x in inputs.items():
-        with torch.no_grad():
-            reference = model(x).numpy()
-        result = compare(reference, run_onnx(session, x.numpy()), rtol, atol)
-        sets.append({"input": name, **result})
+        reporter.task("comparing ONNX Runtime with PyTorch")
+        session = runtime.session(out, threads or torch.get_num_threads())
+        seeded = torch.Generator().manual_seed(0)
+        inputs = {"random": torch.randn(RANDOM_BATCH, *meta.input_shape, generator=seeded)}
+        if source.images is not None:
+            inputs["test images"] = source.images
+        sets = []
+        for name, x in inputs.items():
+            with torch.no_grad():
+                reference = model(x).numpy()
+            result = compare(reference, run_onnx(session, x.numpy()), rtol, atol)
+            sets.append({"input": name, **result})
 
     n = sum(s["n"] for s in sets)
     return {

@@ -10,16 +10,6 @@ from dlperf.deploy.export import run_onnx
 from dlperf.errors import UserError
 
 
-def read_labels(path: Path) -> list[str]:
-    """One class name per line, in class-index order; blank lines are ignored."""
-    if not path.is_file():
-        raise UserError(f"no labels file {path}")
-    labels = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    if not labels:
-        raise UserError(f"labels file {path} is empty", "write one class name per line")
-    return labels
-
-
 def predict(
     model: Path,
     images: list[Path],
@@ -35,7 +25,7 @@ def predict(
     )
     x = runtime.load_images(images, meta.preprocess)
     logits = run_onnx(sess, x)
-    labels = read_labels(labels_file) if labels_file is not None else meta.labels
+    labels = runtime.read_labels(labels_file) if labels_file is not None else meta.labels
     classes = logits.shape[-1]
     if labels and len(labels) != classes:
         source = labels_file or f"{model}'s metadata"

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from dlperf.config import validation_message
 from dlperf.errors import UserError
 
 KEY = "dlperf"
@@ -44,18 +46,9 @@ class ModelMeta:
     @classmethod
     def from_json(cls, text: str, source: str) -> ModelMeta:
         try:
-            raw = json.loads(text)
-            pre = raw["preprocess"]
-            raw["preprocess"] = Preprocess(
-                size=tuple(pre["size"]),
-                channels=int(pre["channels"]),
-                mean=tuple(pre["mean"]),
-                std=tuple(pre["std"]),
-            )
-            raw["input_shape"] = tuple(raw["input_shape"])
-            return cls(**raw)
-        except (ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{source}: unreadable dlperf metadata ({e})") from None
+            return TypeAdapter(cls).validate_json(text)
+        except ValidationError as e:
+            raise validation_message(e, f"{source}: unreadable dlperf metadata") from None
 
 
 def sidecar(model_path: Path) -> Path:
@@ -103,7 +96,3 @@ def find(model_path: Path) -> ModelMeta | None:
     if sidecar(model_path).is_file():
         return ModelMeta.from_json(sidecar(model_path).read_text(), str(sidecar(model_path)))
     return None
-
-
-def as_dict(meta: ModelMeta) -> dict[str, Any]:
-    return asdict(meta)

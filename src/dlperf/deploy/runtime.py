@@ -59,6 +59,16 @@ def providers(available: list[str]) -> list[Any]:
     return [*chosen, "CPUExecutionProvider"]
 
 
+def read_labels(path: Path) -> list[str]:
+    """One class name per line, in class-index order; blank lines are ignored."""
+    if not path.is_file():
+        raise UserError(f"no labels file {path}")
+    labels = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    if not labels:
+        raise UserError(f"labels file {path} is empty", "write one class name per line")
+    return labels
+
+
 # A few KB of compressed PNG can claim gigapixels: refuse before decoding, not after.
 MAX_PIXELS = 40_000_000
 
@@ -123,15 +133,11 @@ def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
     return np.stack(arrays)
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return np.asarray(e / e.sum(axis=-1, keepdims=True))
-
-
 def topk(logits: np.ndarray, k: int, labels: list[str]) -> list[list[dict[str, Any]]]:
     """Per row of logits, the k best classes as {index, label, probability}."""
-    probs = softmax(logits.astype(np.float64))
+    from scipy.special import softmax
+
+    probs = softmax(logits.astype(np.float64), axis=-1)
     k = min(k, probs.shape[-1])
     out = []
     for row in probs:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.detect import ssd, voc
-from dlperf.detect.finetune import predict
+from dlperf.detect.finetune import detect_run, predict
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
-from dlperf.system import pick_device, set_threads, system_info
+from dlperf.system import pick_device, set_threads
 
 if TYPE_CHECKING:
     from dlperf.config import DetectConfig
@@ -90,19 +90,9 @@ def evaluate_recorded(
             f"{cfg.val_split}'s ({_listed(classes[1:])})",
             "test weights trained on these classes",
         )
-    config = {
-        "model": {"name": cfg.model},  # where `dlperf runs list` and `runs show` look
-        "data": {"root": str(root)},
-        # resolved: the size the detector ran at, whether given, the weights' or default
-        "detect": {**cfg.model_dump(mode="json", include=set(EVAL_KEYS)), "size": det.size},
-        "weights": str(weights) if weights else None,
-        "pretrained": pretrained,
-    }
-    with store.new_run(
-        name=f"eval {cfg.model} on {root.name}",
-        kind="detect",
-        config=config,
-        system=system_info(device, threads),
+    detect = cfg.model_dump(mode="json", include=set(EVAL_KEYS))
+    with detect_run(
+        store, "eval", root, det, detect, weights, device, threads, pretrained=pretrained
     ) as record:
         started = time.perf_counter()
         data = voc.VocDataset(root, annotations, names)

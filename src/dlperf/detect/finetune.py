@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,7 +36,7 @@ from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
-    from dlperf.store import RunStore
+    from dlperf.store import Recording, RunStore
 
 # Steps left out of images/s: the first allocates and fills the allocator's and the
 # kernels' caches.
@@ -175,6 +176,35 @@ def train(
     return TrainResult(state.step, losses, state.elapsed_s, images_per_s)
 
 
+def detect_run(
+    store: RunStore,
+    verb: str,
+    root: Path,
+    det: Detector,
+    detect: dict[str, Any],
+    weights: Path | None,
+    device: torch.device,
+    threads: int,
+    **extra: Any,
+) -> AbstractContextManager[Recording]:
+    """The run of `dlperf detect VERB`, its config the [detect] keys that apply (`detect`)
+    and the weights, recorded (killed or failed if it stops) as `store.new_run` does."""
+    config = {
+        "model": {"name": det.name},  # where `dlperf runs list` and `runs show` look
+        "data": {"root": str(root)},
+        # resolved: the size the detector ran at, whether given, the weights' or default
+        "detect": {**detect, "size": det.size},
+        "weights": str(weights) if weights else None,
+        **extra,
+    }
+    return store.new_run(
+        name=f"{verb} {det.name} on {root.name}",
+        kind="detect",
+        config=config,
+        system=system_info(device, threads),
+    )
+
+
 def finetune_recorded(
     store: RunStore,
     voc_root: Path,
@@ -203,19 +233,8 @@ def finetune_recorded(
         raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
     train_data = voc.VocDataset(root, train_set, labels)
     val_data = voc.VocDataset(root, val_set, labels)
-    config = {
-        "model": {"name": cfg.model},  # where `dlperf runs list` and `runs show` look
-        "data": {"root": str(root)},
-        # resolved: the size the detector was trained at, whether given, the weights' or default
-        "detect": {**cfg.model_dump(mode="json"), "size": det.size},
-        "weights": str(weights) if weights else None,
-    }
-    with store.new_run(
-        name=f"finetune {cfg.model} on {root.name}",
-        kind="detect",
-        config=config,
-        system=system_info(device, threads),
-    ) as record:
+    detect = cfg.model_dump(mode="json")
+    with detect_run(store, "finetune", root, det, detect, weights, device, threads) as record:
         before = measure_ap(det, val_data, cfg.batch, cfg.ap_method, device, rep)
         result = train(det, train_data, cfg, None, device, rep)
         after = measure_ap(det, val_data, cfg.batch, cfg.ap_method, device, rep)

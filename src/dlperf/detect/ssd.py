@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dlperf.deploy import meta as meta_mod
+from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
@@ -75,11 +76,7 @@ def default_labels(num_classes: int) -> list[str]:
 
 def read_labels(path: Path) -> list[str]:
     """One class name a line; "__background__" is put first when the file lacks it."""
-    if not path.is_file():
-        raise UserError(f"no labels file {path}")
-    names = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    if not names:
-        raise UserError(f"labels file {path} is empty")
+    names = runtime.read_labels(path)
     return names if names[0] == "__background__" else ["__background__", *names]
 
 
@@ -329,18 +326,12 @@ def export(
     rep.task("parity with PyTorch")
     with torch.no_grad():
         expected = [t.numpy() for t in wrapper(image)]
-    got = infer(_session(out), image.numpy())
+    got = infer(runtime.session(out), image.numpy())
     same_count = len(expected[0]) == len(got["boxes"])
     box_diff = _max_diff(expected[0], got["boxes"]) if same_count else None
     score_diff = _max_diff(expected[1], got["scores"]) if same_count else None
     labels_equal = same_count and bool(np.array_equal(expected[2], got["labels"]))
-    parity = (
-        labels_equal
-        and box_diff is not None
-        and score_diff is not None
-        and box_diff <= atol
-        and score_diff <= atol
-    )
+    parity = labels_equal and all(d is not None and d <= atol for d in (box_diff, score_diff))
     return {
         "path": str(out),
         "model": det.name,
@@ -362,12 +353,6 @@ def export(
 
 def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0.0))
-
-
-def _session(path: Path, threads: int | None = None) -> Any:
-    from dlperf.deploy.runtime import session
-
-    return session(path, threads)
 
 
 def infer(sess: Any, image: np.ndarray) -> dict[str, np.ndarray]:
@@ -469,19 +454,19 @@ def run(
 ) -> list[dict[str, Any]]:
     """Detect objects in each image with an exported detector; boxes in the image's own
     pixels; with `out_dir`, an annotated PNG per image."""
-    from dlperf.deploy.runtime import decode, open_model, to_array
-
     if not 0 <= score_threshold <= 1:
         raise UserError(f"--score-threshold {score_threshold} is not in [0, 1]")
-    meta, sess = open_model(model_path, "detection", "a detector", "use dlperf infer", threads)
+    meta, sess = runtime.open_model(
+        model_path, "detection", "a detector", "use dlperf infer", threads
+    )
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for path in images:
         if not path.is_file():
             raise UserError(f"no image file {path}")
-        image = decode(path.read_bytes(), str(path))
-        got = infer(sess, to_array(image, meta.preprocess)[None])
+        image = runtime.decode(path.read_bytes(), str(path))
+        got = infer(sess, runtime.to_array(image, meta.preprocess)[None])
         keep = got["scores"] >= score_threshold
         boxes = scale_boxes(got["boxes"][keep], meta.preprocess.size, image.size)
         detections = [
