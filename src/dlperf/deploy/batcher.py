@@ -84,9 +84,6 @@ class Batcher:
             await self._worker
         self._executor.shutdown(wait=True)
 
-    def _queued_rows(self) -> int:
-        return sum(job.rows for job in self._pending)
-
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -97,7 +94,7 @@ class Batcher:
                 await self._arrived.wait()
             deadline = loop.time() + self.max_wait_s
             # A closing batcher drains at once: nobody else is coming.
-            while self._queued_rows() < self.max_batch and not self._closing:
+            while sum(job.rows for job in self._pending) < self.max_batch and not self._closing:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break

@@ -46,8 +46,6 @@ def bench(
     meta = meta_io.load(model_path)
     if not batches or min(batches) < 1:
         raise UserError(f"batch sizes must be positive integers, got {batches}")
-    if repeats < 1 or warmup < 0:
-        raise UserError("--repeats must be at least 1 and --warmup at least 0")
     n_threads = set_threads(threads)
     # ONNX Runtime on the CPU, where the PyTorch contenders run, even with onnxruntime-gpu.
     session = runtime.session(model_path, n_threads, cpu=True)

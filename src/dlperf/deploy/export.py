@@ -52,15 +52,8 @@ def from_registry(
     3x224x224 with ImageNet's mean and std; with it: mean 0.5 and std 0.5 per channel."""
     from dlperf.models import create_model
 
-    if num_classes is not None and num_classes < 1:
-        raise UserError(f"export.num_classes must be positive, got {num_classes}")
-    shape: tuple[int, ...]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    if input_shape is None:
-        shape, mean, std = IMAGENET_SHAPE, IMAGENET_MEAN, IMAGENET_STD
-    else:
-        shape, mean, std = input_shape, (0.5,) * input_shape[0], (0.5,) * input_shape[0]
+    shape = input_shape or IMAGENET_SHAPE
+    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if input_shape is None else ((0.5,) * shape[0],) * 2
     torch.manual_seed(0)  # the same random weights on every export of this name
     sized = {} if num_classes is None else {"num_classes": num_classes}
     model = create_model(name, in_channels=shape[0], **sized)
@@ -264,8 +257,6 @@ def export(
     import onnx
 
     reporter = reporter or NullReporter()
-    if rtol < 0 or atol < 0:
-        raise UserError("export.rtol and export.atol must be non-negative")
     check_writable(out)
     data_file = out.with_name(out.name + ".data")
     model, meta = source.model.eval(), source.meta

@@ -18,8 +18,6 @@ def predict(
     threads: int | None = None,
 ) -> dict[str, Any]:
     """The top-k classes of each image: {model, labels, predictions: [{image, top}]}."""
-    if k < 1:
-        raise UserError(f"infer.topk must be at least 1, got {k}")
     meta, sess = runtime.open_model(
         model, "classification", "a classifier", "use dlperf detect run", threads
     )

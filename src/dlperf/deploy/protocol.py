@@ -69,23 +69,19 @@ class Parameters(BaseModel):
     classification: Any = None
 
 
-class TensorIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+# Unknown fields are ignored, pydantic's default.
+class OutputIn(BaseModel):
     name: str
+    parameters: Parameters = Field(default_factory=Parameters)
+
+
+class TensorIn(OutputIn):
     shape: list[StrictInt]
     datatype: str
-    parameters: Parameters = Field(default_factory=Parameters)
     data: list[Any] | None = None
 
 
-class OutputIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    name: str
-    parameters: Parameters = Field(default_factory=Parameters)
-
-
 class InferRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     id: str | None = None
     parameters: Parameters = Field(default_factory=Parameters)
     inputs: list[TensorIn] = Field(min_length=1)
@@ -93,7 +89,6 @@ class InferRequest(BaseModel):
 
 
 class IndexRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     ready: StrictBool = False  # list only the models ready for inference
 
 

@@ -99,19 +99,17 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
             entry.update(state="UNAVAILABLE", reason="the server is shutting down")
         return [] if wanted.ready and not batcher.running else [entry]
 
-    # Before the model's routes: /v2/models/{name} would take "stats" for a model's name.
-    @app.get("/v2/models/stats")
-    async def all_statistics() -> dict[str, Any]:
+    async def model_statistics() -> dict[str, Any]:
         return stats.document(model.name)
+
+    # Before the model's routes: /v2/models/{name} would take "stats" for a model's name.
+    app.add_api_route("/v2/models/stats", model_statistics, methods=["GET"])
 
     async def model_metadata() -> dict[str, Any]:
         return serving.description
 
     async def model_config() -> dict[str, Any]:
         return serving.configuration
-
-    async def model_statistics() -> dict[str, Any]:
-        return stats.document(model.name)
 
     async def model_ready() -> JSONResponse:
         doc = {"name": model.name, "ready": batcher.running}

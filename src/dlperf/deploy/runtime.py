@@ -138,18 +138,15 @@ def topk(logits: np.ndarray, k: int, labels: list[str]) -> list[list[dict[str, A
     from scipy.special import softmax
 
     probs = softmax(logits.astype(np.float64), axis=-1)
-    k = min(k, probs.shape[-1])
-    out = []
-    for row in probs:
-        best = np.argsort(-row, kind="stable")[:k]
-        out.append(
-            [
-                {
-                    "index": int(i),
-                    "label": labels[i] if i < len(labels) else str(int(i)),
-                    "probability": float(row[i]),
-                }
-                for i in best
-            ]
-        )
-    return out
+    best = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    return [
+        [
+            {
+                "index": int(i),
+                "label": labels[i] if i < len(labels) else str(int(i)),
+                "probability": float(row[i]),
+            }
+            for i in indices
+        ]
+        for row, indices in zip(probs, best, strict=True)
+    ]

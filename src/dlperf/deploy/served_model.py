@@ -52,8 +52,8 @@ class ServedModel:
             )
         # Rows split back along the outputs' first dimension, so it must be dynamic too:
         # a plain ONNX file may well reduce over the batch.
-        dynamic = all(a.shape and not isinstance(a.shape[0], int) for a in self.inputs)
-        dynamic = dynamic and all(a.shape and not isinstance(a.shape[0], int) for a in self.outputs)
+        args = [*self.inputs, *self.outputs]
+        dynamic = all(a.shape and not isinstance(a.shape[0], int) for a in args)
         # Detector outputs ([N, 4] boxes, ...) have no batch dimension to split along.
         self.batchable = self.task != "detection" and dynamic
         if self.task == "detection":

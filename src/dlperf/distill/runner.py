@@ -260,10 +260,7 @@ class _Study:
         row["pretrain_batch_size"] = pre.train.batch_size
         tags = {**self.tags(given, k), "select": chosen["run_id"]}
         run = self.stage("pretrain", pre, tags)
-        row["pretrain_run_id"], row["pretrain_test_accuracy"] = (
-            run["run_id"],
-            run.get("test_accuracy"),
-        )
+        row.update(pretrain_run_id=run["run_id"], pretrain_test_accuracy=run.get("test_accuracy"))
         if run["status"] != "finished":
             return _failed(row, "pretrain", run)
         train: dict[str, Any] = {"epochs": p.opts.finetune_epochs or p.base.train.epochs}
