@@ -92,28 +92,21 @@ def run(
         raise UserError(f"no image file {image}")
     body = image.read_bytes() if image is not None else sample_image()
     rep = reporter or NullReporter()
-    return asyncio.run(_run(endpoint, body, concurrency, duration_s, max_requests, rep))
 
+    async def levels() -> list[LevelResult]:
+        await _probe(endpoint, body)
+        results = []
+        for level in concurrency:
+            rep.task(f"concurrency {level}", total=None)
+            result = await _level(endpoint, body, level, duration_s, max_requests)
+            rep.log(
+                f"concurrency {level}: {result.throughput:.1f} req/s, {result.errors} errors "
+                f"of {result.requests}"
+            )
+            results.append(result)
+        return results
 
-async def _run(
-    url: str,
-    body: bytes,
-    concurrency: list[int],
-    duration_s: float,
-    max_requests: int | None,
-    rep: Reporter,
-) -> list[LevelResult]:
-    await _probe(url, body)
-    results = []
-    for level in concurrency:
-        rep.task(f"concurrency {level}", total=None)
-        result = await _level(url, body, level, duration_s, max_requests)
-        rep.log(
-            f"concurrency {level}: {result.throughput:.1f} req/s, {result.errors} errors "
-            f"of {result.requests}"
-        )
-        results.append(result)
-    return results
+    return asyncio.run(levels())
 
 
 @functools.cache

@@ -65,9 +65,6 @@ class Phases:
         setattr(self, phase, getattr(self, phase) + time.perf_counter_ns() - start)
 
 
-PHASES = [f.name for f in fields(Phases)]
-
-
 class Statistics:
     """Inference statistics of the served model in the shape of Triton's
     `get_inference_statistics`. Requests are those that run the model (v2 infer and
@@ -78,7 +75,7 @@ class Statistics:
     def __init__(self) -> None:
         self.success = _Duration()
         self.fail = _Duration()
-        self.phases = {phase: _Duration() for phase in PHASES}
+        self.phases = {f.name: _Duration() for f in fields(Phases)}
         self.batches: dict[int, _Duration] = {}
         self.inference_count = 0
         self.execution_count = 0
@@ -95,8 +92,8 @@ class Statistics:
             self.fail.add(time.perf_counter_ns() - start)
             raise
         self.success.add(time.perf_counter_ns() - start)
-        for phase, spent in self.phases.items():
-            spent.add(getattr(phases, phase))
+        for phase, ns in asdict(phases).items():
+            self.phases[phase].add(ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def batch(self, rows: int, seconds: float) -> None:

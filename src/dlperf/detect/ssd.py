@@ -155,17 +155,17 @@ def build(
     check_size(name, size)
     labels = labels or checkpoint.get("labels") or (None if pretrained else fallback_labels)
     if pretrained:
-        weight_enum = get_model_weights(name).DEFAULT
-        labels = labels or list(weight_enum.meta["categories"])
-        num_classes = num_classes or len(weight_enum.meta["categories"])
-        if num_classes != len(weight_enum.meta["categories"]):
+        coco = list(get_model_weights(name).DEFAULT.meta["categories"])
+        labels = labels or coco
+        num_classes = num_classes or len(coco)
+        if num_classes != len(coco):
             raise UserError(
-                f"--pretrained gives torchvision's COCO detector with "
-                f"{len(weight_enum.meta['categories'])} classes, not {num_classes}",
+                f"--pretrained gives torchvision's COCO detector with {len(coco)} classes, "
+                f"not {num_classes}",
                 "fine-tune it for other classes",
             )
-    num_classes = num_classes or checkpoint.get("num_classes") or (len(labels) if labels else None)
-    num_classes = num_classes or COCO_CLASSES
+    fallback = len(labels) if labels else COCO_CLASSES
+    num_classes = num_classes or checkpoint.get("num_classes") or fallback
     if num_classes < 2:
         raise UserError(f"--num-classes {num_classes}: a detector needs 2 or more (background + 1)")
     labels = labels or default_labels(num_classes)
@@ -180,8 +180,9 @@ def build(
         elif pretrained:
             model = getattr(detection, name)(weights="DEFAULT")
         else:
-            factory = getattr(detection, name)
-            model = factory(weights=None, weights_backbone=None, num_classes=num_classes)
+            model = getattr(detection, name)(
+                weights=None, weights_backbone=None, num_classes=num_classes
+            )
     except OSError as e:  # urllib's URLError is an OSError
         raise UserError(
             f"cannot download {name} weights ({e})", "--pretrained needs the internet"
