@@ -150,15 +150,14 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         with stats.request() as phases:
             data = await image_bytes(request)
             with phases.timing("compute_input"):
-                x, (width, height) = await asyncio.get_running_loop().run_in_executor(
+                x, size = await asyncio.get_running_loop().run_in_executor(
                     serving.decoder, image_array, data, described.preprocess, serving.pixel_cap
                 )
             outputs = await infer({model.inputs[0].name: x[None]}, 1, phases)
             with phases.timing("compute_output"):
                 if described.task == "detection":
-                    found = detections(outputs, described, (width, height), score_threshold)
-                    size = [width, height]
-                    return {"model_name": model.name, "image_size": size, "detections": found}
+                    found = detections(outputs, described, size, score_threshold)
+                    return {"model_name": model.name, "image_size": list(size), "detections": found}
                 logits = outputs[model.output_names[0]]
                 predictions = runtime.topk(logits, topk, described.labels)[0]
                 return {"model_name": model.name, "predictions": predictions}

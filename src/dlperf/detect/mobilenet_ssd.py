@@ -105,14 +105,9 @@ class MobileNetV1Features(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
-        maps = []
-        x = self.base_net[:_FIRST_MAP_BLOCKS](x)
-        maps.append(x)
-        x = self.base_net[_FIRST_MAP_BLOCKS:](x)
-        maps.append(x)
-        for extra in self.extras:
-            x = extra(x)
-            maps.append(x)
+        maps = [self.base_net[:_FIRST_MAP_BLOCKS](x)]
+        for stage in [self.base_net[_FIRST_MAP_BLOCKS:], *self.extras]:
+            maps.append(stage(maps[-1]))
         return OrderedDict((str(i), m) for i, m in enumerate(maps))
 
 

@@ -314,15 +314,10 @@ def export(
     export_s = time.perf_counter() - started
     rep.task("checking the graph")
     onnx.checker.check_model(str(out), full_check=True)
-    meta = ModelMeta(
-        task="detection",
-        model=det.name,
-        input_name=INPUT,
-        input_shape=(3, det.size, det.size),
-        preprocess=Preprocess((det.size, det.size), 3, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
-        labels=det.labels,
-        opset=OPSET,
-    )
+    # The detector normalises inside its graph: the input is the image on [0, 1].
+    pre = Preprocess((det.size, det.size), 3, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    shape = (3, det.size, det.size)
+    meta = ModelMeta("detection", det.name, INPUT, shape, pre, det.labels, opset=OPSET)
     meta_mod.save(out, meta)
     rep.task("parity with PyTorch")
     with torch.no_grad():
