@@ -95,12 +95,9 @@ class Batcher:
             deadline = loop.time() + self.max_wait_s
             # A closing batcher drains at once: nobody else is coming.
             while sum(job.rows for job in self._pending) < self.max_batch and not self._closing:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
                 self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), remaining)
+                try:  # a deadline already past times out at once
+                    await asyncio.wait_for(self._arrived.wait(), deadline - loop.time())
                 except TimeoutError:
                     break
             batch = self._take()

@@ -75,10 +75,10 @@ def read_split(root: Path, split: str) -> list[str]:
 
 
 def _text(node: ET.Element, tag: str, source: Path) -> str:
-    found = node.find(tag)
-    if found is None or found.text is None:
+    text = node.findtext(tag)
+    if not text:  # None: no such element; "": one without text
         raise UserError(f"{source}: missing <{tag}>")
-    return found.text.strip()
+    return text.strip()
 
 
 def parse_annotation(path: Path) -> VocAnnotation:
@@ -87,20 +87,13 @@ def parse_annotation(path: Path) -> VocAnnotation:
     except (ET.ParseError, OSError) as e:
         raise UserError(f"{path}: not a readable VOC annotation ({e})") from None
     node = tree.getroot()
-    size = node.find("size")
-    if size is None:
-        raise UserError(f"{path}: missing <size>")
     objects = []
     for obj in node.iter("object"):
-        bnd = obj.find("bndbox")
-        if bnd is None:
-            raise UserError(f"{path}: an <object> without <bndbox>")
         try:
             xmin, ymin, xmax, ymax = (
-                float(_text(bnd, k, path)) for k in ("xmin", "ymin", "xmax", "ymax")
+                float(_text(obj, f"bndbox/{k}", path)) for k in ("xmin", "ymin", "xmax", "ymax")
             )
-            difficult = obj.find("difficult")
-            hard = difficult is not None and int(difficult.text or 0) == 1
+            hard = int(obj.findtext("difficult") or 0) == 1
             box = (xmin - 1, ymin - 1, xmax, ymax)
             objects.append(VocObject(_text(obj, "name", path), box, hard))
         except ValueError as e:
@@ -108,8 +101,8 @@ def parse_annotation(path: Path) -> VocAnnotation:
     return VocAnnotation(
         image_id=path.stem,
         filename=_text(node, "filename", path),
-        width=int(_text(size, "width", path)),
-        height=int(_text(size, "height", path)),
+        width=int(_text(node, "size/width", path)),
+        height=int(_text(node, "size/height", path)),
         objects=objects,
     )
 
