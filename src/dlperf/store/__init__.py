@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import math
 import os
@@ -91,23 +92,18 @@ def _url(db: str | None) -> str:
     return db if "://" in db else f"sqlite:///{db}"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any, read_only: bool = False) -> None:
     # Transactions are begun by _sqlite_begin, not by the driver's implicit BEGIN before DML.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     # The timeout first: switching a new file to WAL takes a lock that another process
     # opening the same store at the same moment must wait for, not fail on.
     cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
-    _wal(cursor)
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
+    if not read_only:  # a connection opened read-only cannot switch to WAL
+        _wal(cursor)
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
-
-
-def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    """As _sqlite_pragmas, for a connection opened read-only: it cannot switch to WAL."""
-    dbapi_connection.isolation_level = None
-    dbapi_connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
 
 
 def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
@@ -135,7 +131,7 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
         uri = f"file:{quote(str(where))}?mode=ro"
         engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
     read_only = mode == "ro"
-    event.listen(engine, "connect", _sqlite_read_pragmas if read_only else _sqlite_pragmas)
+    event.listen(engine, "connect", functools.partial(_sqlite_pragmas, read_only=read_only))
     event.listen(engine, "begin", _sqlite_begin)
     event.listen(engine, "handle_error", integrity.on_error)
     return engine, read_only
@@ -178,27 +174,17 @@ def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
     line (exit 1) instead of a driver traceback."""
     where = str(engine.url.database)
     code = _sqlite_code(e)
-    full = code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL
+    full = code == SQLITE_FULL or getattr(e.orig, "sqlstate", None) == PG_DISK_FULL
     # SQLite reports a full disk met while growing its -shm or -wal file as an I/O error.
     if code == SQLITE_IOERR and where not in ("", ":memory:"):
         full = shutil.disk_usage(Path(where).resolve().parent).free < NEARLY_FULL
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) if full else None
 
 
-def _pg_state(e: DatabaseError) -> str | None:
-    return getattr(e.orig, "sqlstate", None)
-
-
 def _one_line(e: DatabaseError) -> str:
     """The driver's message on one line: psycopg's connection errors add a tabbed second
     line ("Is the server running on that host ...?")."""
     return "; ".join(line.strip() for line in str(e.orig).splitlines() if line.strip())
-
-
-def _hint(e: DatabaseError) -> str | None:
-    if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
-        return "SQLite writes -wal and -shm files beside the store: is its directory writable?"
-    return None
 
 
 def _now() -> datetime:
@@ -277,13 +263,6 @@ def writer_refusal(run: RunRecord) -> UserError | None:
     )
 
 
-def _writes(process: dict[str, Any], force: bool) -> bool:
-    """Whether a run's owner `process` may still write it: it lives, or (unless `force`)
-    it runs on another host, where that cannot be told."""
-    alive = process_alive(process)
-    return alive is True or (alive is None and not force)
-
-
 @dataclass
 class Deleted:
     """What `RunStore.delete_runs` did: the runs, the files and directories it removed, and the
@@ -352,7 +331,12 @@ class RunStore:
                     f"run store {name} is older than this dlperf and opened read-only",
                     "open it once without ?mode=ro: that upgrades it",
                 ) from None
-            raise UserError(f"cannot open run store {name}: {_one_line(e)}", _hint(e)) from None
+            hint = None
+            if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
+                hint = (
+                    "SQLite writes -wal and -shm files beside the store: is its directory writable?"
+                )
+            raise UserError(f"cannot open run store {name}: {_one_line(e)}", hint) from None
         if store_id is None:
             return cls._empty()
         return cls(engine, store_id, read_only)
@@ -383,7 +367,10 @@ class RunStore:
             full = _disk_full(e, self.engine)
             if full:
                 raise full from None
-            if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
+            if (
+                _sqlite_code(e) == SQLITE_READONLY
+                or getattr(e.orig, "sqlstate", None) == PG_READ_ONLY
+            ):
                 raise UserError(
                     f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
                 ) from None
@@ -465,18 +452,9 @@ class RunStore:
         self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
 
     @contextmanager
-    def new_run(
-        self,
-        name: str,
-        kind: str,
-        config: dict[str, Any],
-        config_hash: str | None = None,
-        system: dict[str, Any] | None = None,
-        study_id: int | None = None,
-    ) -> Iterator[Recording]:
-        """create_run, then record it as `recording` does."""
-        run_id = self.create_run(name, kind, config, config_hash, system, study_id)
-        with self.recording(run_id) as record:
+    def new_run(self, *args: Any, **fields: Any) -> Iterator[Recording]:
+        """create_run(*args, **fields), then record it as `recording` does."""
+        with self.recording(self.create_run(*args, **fields)) as record:
             yield record
 
     def log_metrics(
@@ -515,14 +493,13 @@ class RunStore:
         at once the database lets one through."""
         with Session(self.engine) as s:
             run = _stored_run(s, run_id)
-            seen = (run.owner, run.status, run.ended)
+            owner, status, ended = run.owner, run.status, run.ended
             record = _record(run)
         refusal = writer_refusal(record)
         if refusal is not None:
             raise refusal
         me = this_process()
         system = None if record.system is None else {**record.system, "process": me}
-        owner, status, ended = seen
         with self._writing() as s:
             taken = s.connection().execute(
                 update(Run)
@@ -593,20 +570,17 @@ class RunStore:
             # taking a run over meanwhile waits, then finds it gone.
             owners = s.execute(select(Run.id, Run.owner).where(Run.id.in_(ids)).with_for_update())
             me = _owner(this_process())  # a process may delete the runs it writes itself
-            live = [i for i, o in owners if o and o != me and _writes(json.loads(o), force)]
+            # An owner that lives, or (unless `force`) that runs on another host, where that
+            # cannot be told, may still write its run.
+            alive = {i: process_alive(json.loads(o)) for i, o in owners if o and o != me}
+            live = [i for i, a in alive.items() if a is True or (a is None and not force)]
             if live:
                 raise UserError(
                     f"run {', '.join(map(str, live))} is running; nothing deleted",
                     "stop it first, or pass --force",
                 )
-            owned = [
-                (run_id, path)
-                for run_id, path in s.execute(
-                    select(Artifact.run_id, Artifact.path)
-                    .where(Artifact.run_id.in_(ids))
-                    .order_by(Artifact.id)
-                )
-            ]
+            recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(ids))
+            owned = list(s.execute(recorded.order_by(Artifact.id)).tuples())
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
@@ -619,9 +593,7 @@ class RunStore:
             s.execute(delete(Run).where(Run.id.in_(ids)))
             if self.engine.dialect.name == "sqlite":
                 floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
-                top = max([*ids, int(floor or 0)])
-                s.execute(delete(Meta).where(Meta.key == DELETED_MAX))
-                s.add(Meta(key=DELETED_MAX, value=str(top)))
+                s.merge(Meta(key=DELETED_MAX, value=str(max([*ids, int(floor or 0)]))))
         removed: list[str] = []
         kept: list[tuple[str, str]] = []
         for run_id, path in owned:
