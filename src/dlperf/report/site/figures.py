@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from sqlalchemy import select
 
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.errors import UserError
 from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
-from dlperf.store.schema import Metric
 
 Figures = list[tuple[str, str]]  # (caption, data URI)
 # The order the training step runs its phases in (dlperf.engine.timers.PHASES, which imports
@@ -92,17 +90,10 @@ def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
 def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str, str]:
     """`keys` against the wall time since the run's first step, one subplot each, the rows of
     a batch spread by `spread` (the x axis then says so)."""
-    from dlperf.report.runs import per_epoch, ylabel
+    from dlperf.report.runs import rows_of, ylabel
+    from dlperf.store.keys import per_epoch
 
-    query = (
-        select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
-        .where(Metric.run_id == run.id, Metric.key.in_(keys))
-        .order_by(Metric.key, Metric.step, Metric.id)
-    )
-    rows: dict[str, list[tuple[int, float, float]]] = {k: [] for k in keys}
-    with store.engine.connect() as conn:
-        for key, step, value, wall in conn.execute(query):
-            rows[key].append((int(step), float("nan") if value is None else value, wall))
+    rows, _ = rows_of(store, run.id, keys)
     placed, moved = {}, False
     for key in keys:
         placed[key], spread_out = spread([(step, wall) for step, _, wall in rows[key]])
