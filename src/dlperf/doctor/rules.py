@@ -296,7 +296,6 @@ def low_efficiency(run: RunView) -> list[Issue]:
 
 
 def untrustworthy_scaling(run: RunView) -> list[Issue]:
-    issues: list[Issue] = []
     if run.run.kind == "scale":
         # The same check `dlperf scale` warns with as it measures (dlperf.distributed.scaling).
         base = run.scale_base()
@@ -305,17 +304,17 @@ def untrustworthy_scaling(run: RunView) -> list[Issue]:
         return [Issue("warning", c.evidence, c.fix, c.figures) for c in concerns]
     spread = run.run.trained.throughput_spread or {}
     low, high = spread.get("min"), spread.get("max")
-    if low and high and high / low > EPOCH_SPREAD:
-        issues.append(
-            Issue(
-                "warning",
-                f"epoch throughputs range from {low:.1f} to {high:.1f} samples/s "
-                f"(x{high / low:.1f} > x{EPOCH_SPREAD:g}): the throughput cannot be trusted",
-                "rerun on an idle host; check the oversubscribed and shared-host findings",
-                {"throughput_min": low, "throughput_max": high},
-            )
+    if not (low and high and high / low > EPOCH_SPREAD):
+        return []
+    return [
+        Issue(
+            "warning",
+            f"epoch throughputs range from {low:.1f} to {high:.1f} samples/s "
+            f"(x{high / low:.1f} > x{EPOCH_SPREAD:g}): the throughput cannot be trusted",
+            "rerun on an idle host; check the oversubscribed and shared-host findings",
+            {"throughput_min": low, "throughput_max": high},
         )
-    return issues
+    ]
 
 
 def _slowest_steps(run: RunView) -> list[float]:

@@ -26,14 +26,18 @@ def _label(params: dict[str, Any], skip: str | None = None) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items() if k != skip) or "all"
 
 
-def _save(fig: Figure, ax: Axes, path: Path, xlabel: str, ylabel: str) -> Path:
+def _finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str) -> Figure:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
+
+
+def _save(fig: Figure, ax: Axes, path: Path, xlabel: str, ylabel: str) -> Path:
+    _finish(fig, ax, xlabel, ylabel).savefig(path, dpi=120)
     plt.close(fig)
     return path
 
@@ -58,12 +62,7 @@ def draw_val_error(curves: list[dict[str, Any]]) -> Figure:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if any(c["runs"] > 1 for c in curves):
         ax.set_title("each point's mean over its seeds; band: the seeds' range", fontsize=9)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("validation error (1 - top-1)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "epoch", "validation error (1 - top-1)")
 
 
 def plot_val_error(path: Path, curves: list[Curve]) -> Path:

@@ -212,13 +212,6 @@ def index_page(
 # --- studies -----------------------------------------------------------------------------
 
 
-def _rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
-    """A scale study's rows as `dlperf scale` returned them: each run's summary with its id and
-    status, oldest first."""
-    return [{**r.summary, "run_id": r.id, "status": r.status}
-            for r in sorted(runs, key=lambda r: r.id)]  # fmt: skip
-
-
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
@@ -227,7 +220,9 @@ def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
     from dlperf.report.scaling import study_figures
     from dlperf.report.site.html import png
 
-    rows = _rows(runs)
+    # The rows as `dlperf scale` returned them: each run's summary with its id and status.
+    rows = [{**r.summary, "run_id": r.id, "status": r.status}
+            for r in sorted(runs, key=lambda r: r.id)]  # fmt: skip
     title = f"scale study {study['id']}: {study['name']}"
     finished = [r for r in rows if r["status"] == "finished"]
     batches = {r.get("per_worker_batch") for r in rows}
