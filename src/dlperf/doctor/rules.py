@@ -361,10 +361,6 @@ def data_bound(run: RunView) -> list[Issue]:
     ]
 
 
-def _non_compute(name: str) -> str | None:
-    return next((k for k, names in NON_COMPUTE.items() if name.startswith(names)), None)
-
-
 def trace_non_compute(run: RunView) -> list[Issue]:
     """A profiled step whose largest operator by self time computes nothing."""
     if not traces.has_trace(run.stored.store, run.run.id):
@@ -378,7 +374,8 @@ def trace_non_compute(run: RunView) -> list[Issue]:
         if not s.operators or not s.step_us:
             continue
         top = s.operators[0]
-        kind, share = _non_compute(top.name), top.cpu_self_us / s.step_us
+        kind = next((k for k, names in NON_COMPUTE.items() if top.name.startswith(names)), None)
+        share = top.cpu_self_us / s.step_us
         if kind is None or share <= NON_COMPUTE_SHARE:
             continue
         phase = max(top.by_phase_us.items(), key=lambda kv: kv[1])[0]

@@ -65,12 +65,6 @@ def draw_val_error(curves: list[dict[str, Any]]) -> Figure:
     return _finish(fig, ax, "epoch", "validation error (1 - top-1)")
 
 
-def plot_val_error(path: Path, curves: list[Curve]) -> Path:
-    """draw_val_error's figure of the runs' `curves`, saved to `path`."""
-    draw_val_error(mean_curves(curves)).savefig(path, dpi=120)
-    return path
-
-
 def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
@@ -129,7 +123,8 @@ def plot_sweep(
     """Write the sweep's figures into `directory` from its finished runs' validation
     `curves`; their paths. No time-to-target figure when no point reached a target: it
     would hold no bar."""
-    paths = [plot_val_error(directory / "val_error.png", curves)]
+    paths = [directory / "val_error.png"]
+    draw_val_error(mean_curves(curves)).savefig(paths[0], dpi=120)
     for axis, values in axes.items():
         if _numeric(values) and len(set(values)) > 1:
             name = f"accuracy_vs_{axis.replace('.', '_')}.png"

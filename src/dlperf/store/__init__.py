@@ -137,12 +137,6 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
     return engine, read_only
 
 
-def _no_file(engine: Engine) -> bool:
-    """A SQLite store whose file is missing or empty: opening it would write a header."""
-    path = integrity.store_file(engine)
-    return path is not None and (not path.exists() or path.stat().st_size == 0)
-
-
 def _wal(cursor: Any) -> None:
     """Switch the store to WAL. On a new file this reads the header, then upgrades to a write
     lock, and SQLite never waits in such an upgrade (it could deadlock): a process opening a
@@ -315,7 +309,10 @@ class RunStore:
         read_only = False
         if sqlite:
             engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
-            if (read_only or not create) and _no_file(engine):
+            # A file missing or empty: opening it would write a header.
+            path = integrity.store_file(engine)
+            missing = path is not None and (not path.exists() or path.stat().st_size == 0)
+            if (read_only or not create) and missing:
                 return cls._empty()
         try:
             integrity.check(engine)

@@ -274,11 +274,6 @@ def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:
     return [("communication per step, predicted against measured", uri)]
 
 
-def _saved(paths: list[Path], captions: dict[str, str]) -> Figures:
-    return [(captions.get(p.stem, p.stem.replace("_", " ")), png_bytes(p.read_bytes()))
-            for p in paths]  # fmt: skip
-
-
 def sweep(
     curves: list[tuple[dict[str, Any], list[tuple[int, float]]]],
     groups: list[dict[str, Any]],
@@ -293,7 +288,9 @@ def sweep(
         "time_to_target": "wall time to the target accuracy per point",
     }
     with tempfile.TemporaryDirectory() as tmp:
-        return _saved(plot_sweep(Path(tmp), curves, groups, axes, target), captions)
+        paths = plot_sweep(Path(tmp), curves, groups, axes, target)
+        return [(captions.get(p.stem, p.stem.replace("_", " ")), png_bytes(p.read_bytes()))
+                for p in paths]  # fmt: skip
 
 
 def staleness(result: dict[str, Any]) -> Figures:
