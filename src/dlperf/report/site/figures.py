@@ -125,11 +125,11 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
     """Seconds per step by phase as stacked bars in the order the step runs them (data at the
     bottom): one bar per epoch from the stored phase/* metrics, else one bar from the
     summary's phases."""
-    keys = [k for k in store.metric_keys(run.id) if k.startswith("phase/")]
-    by_phase: dict[str, dict[int, float]] = {}
-    for key in keys:
-        name = key.removeprefix("phase/").removesuffix("_s")
-        by_phase[name] = dict(store.metrics(run.id, key))
+    by_phase = {
+        key.removeprefix("phase/").removesuffix("_s"): dict(store.metrics(run.id, key))
+        for key in store.metric_keys(run.id)
+        if key.startswith("phase/")
+    }
     if by_phase:
         epochs = sorted({e for values in by_phase.values() for e in values})
         labels = [str(e) for e in epochs]

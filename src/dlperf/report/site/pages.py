@@ -95,7 +95,6 @@ def run_page(
     found: list[Finding],
     has_page: Callable[[str, int], bool],
 ) -> str:
-    summary = run.summary
     head: dict[str, Any] = {
         "kind": run.kind,
         "status": run.status,
@@ -118,7 +117,7 @@ def run_page(
     body += ["<h2>Figures</h2>", _figures(drawn) or '<p class="note">no figures</p>', _notes(notes)]
     body += [trace_section(store, run)]
     body += ["<h2>Findings of dlperf doctor</h2>", _findings(found)]
-    body += ["<h2>Summary</h2>", key_values(flatten(summary), quantity)]
+    body += ["<h2>Summary</h2>", key_values(flatten(run.summary), quantity)]
     body += ["<h2>Config</h2>", config(run.config or {})]
     body += ["<h2>System</h2>", key_values(flatten(run.system or {}))]
     artifacts = store.artifacts(run.id)
