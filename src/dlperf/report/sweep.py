@@ -1,4 +1,4 @@
-"""Figures of a sweep (matplotlib Agg, files only): validation error per epoch of each point
+"""Figures of a sweep (matplotlib, files only): validation error per epoch of each point
 (the mean over its seeds, their range as a band), final test accuracy against each numeric
 axis, and time to target per point when a point reached the sweep's target."""
 
@@ -7,12 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never needs a display
-import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from matplotlib.ticker import MaxNLocator
 
 from dlperf.sweep.summary import mean_curves
@@ -38,7 +34,6 @@ def _finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str) -> Figure:
 
 def _save(fig: Figure, ax: Axes, path: Path, xlabel: str, ylabel: str) -> Path:
     _finish(fig, ax, xlabel, ylabel).savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
@@ -76,7 +71,8 @@ def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -
     for g in groups:
         if g["test_accuracy"] is not None:
             lines.setdefault(_label(g["params"], skip=axis), []).append(g)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for i, (label, mine) in enumerate(lines.items()):
         mine.sort(key=lambda g: g["params"][axis])
         x = [g["params"][axis] for g in mine]
@@ -100,7 +96,8 @@ def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -
 def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float) -> Path:
     """Mean wall time to the target accuracy per point, best point first; a point that never
     reached it is marked as such, without a bar."""
-    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.35 * len(groups) + 1)))
+    fig = Figure(figsize=(7, max(2.5, 0.35 * len(groups) + 1)))
+    ax = fig.subplots()
     labels = [_label(g["params"]) for g in groups]
     times = [g["time_to_target_s"] for g in groups]
     y = range(len(groups))
