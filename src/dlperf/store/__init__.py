@@ -168,17 +168,27 @@ def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
     line (exit 1) instead of a driver traceback."""
     where = str(engine.url.database)
     code = _sqlite_code(e)
-    full = code == SQLITE_FULL or getattr(e.orig, "sqlstate", None) == PG_DISK_FULL
+    full = code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL
     # SQLite reports a full disk met while growing its -shm or -wal file as an I/O error.
     if code == SQLITE_IOERR and where not in ("", ":memory:"):
         full = shutil.disk_usage(Path(where).resolve().parent).free < NEARLY_FULL
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) if full else None
 
 
+def _pg_state(e: DatabaseError) -> str | None:
+    return getattr(e.orig, "sqlstate", None)
+
+
 def _one_line(e: DatabaseError) -> str:
     """The driver's message on one line: psycopg's connection errors add a tabbed second
     line ("Is the server running on that host ...?")."""
     return "; ".join(line.strip() for line in str(e.orig).splitlines() if line.strip())
+
+
+def _hint(e: DatabaseError) -> str | None:
+    if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
+        return "SQLite writes -wal and -shm files beside the store: is its directory writable?"
+    return None
 
 
 def _now() -> datetime:
@@ -328,12 +338,7 @@ class RunStore:
                     f"run store {name} is older than this dlperf and opened read-only",
                     "open it once without ?mode=ro: that upgrades it",
                 ) from None
-            hint = None
-            if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
-                hint = (
-                    "SQLite writes -wal and -shm files beside the store: is its directory writable?"
-                )
-            raise UserError(f"cannot open run store {name}: {_one_line(e)}", hint) from None
+            raise UserError(f"cannot open run store {name}: {_one_line(e)}", _hint(e)) from None
         if store_id is None:
             return cls._empty()
         return cls(engine, store_id, read_only)
@@ -364,10 +369,7 @@ class RunStore:
             full = _disk_full(e, self.engine)
             if full:
                 raise full from None
-            if (
-                _sqlite_code(e) == SQLITE_READONLY
-                or getattr(e.orig, "sqlstate", None) == PG_READ_ONLY
-            ):
+            if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
                 raise UserError(
                     f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
                 ) from None
