@@ -16,8 +16,10 @@ from matplotlib.figure import Figure
 
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.errors import UserError
+from dlperf.report.runs import default_keys, draw_runs, rows_of, ylabel
 from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import RunStore
+from dlperf.store.keys import per_epoch
 from dlperf.store.record import RunRecord
 
 Figures = list[tuple[str, str]]  # (caption, data URI)
@@ -40,8 +42,6 @@ def run_curves(store: RunStore, run: RunRecord) -> tuple[Figures, list[str]]:
     """Training loss, validation accuracy and learning rate against the epoch; loss and
     accuracy against the wall time (the schedule is drawn once); notes for what the run
     cannot show."""
-    from dlperf.report.runs import default_keys, draw_runs
-
     stored = set(store.metric_keys(run.id))
     figures, notes = [], []
     try:
@@ -90,9 +90,6 @@ def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
 def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str, str]:
     """`keys` against the wall time since the run's first step, one subplot each, the rows of
     a batch spread by `spread` (the x axis then says so)."""
-    from dlperf.report.runs import rows_of, ylabel
-    from dlperf.store.keys import per_epoch
-
     rows, _ = rows_of(store, run.id, keys)
     placed, moved = {}, False
     for key in keys:

@@ -10,6 +10,7 @@ from typing import Any
 
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.doctor import SEVERITIES, Finding
+from dlperf.errors import UserError
 from dlperf.parsing import flatten
 from dlperf.report.site import figures as figs
 from dlperf.report.site.html import (
@@ -18,6 +19,7 @@ from dlperf.report.site.html import (
     key_values,
     link,
     page,
+    png,
     quantity,
     short_name,
     status,
@@ -217,7 +219,6 @@ def _ms(seconds: float | None) -> float | None:
 
 def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
     from dlperf.report.scaling import study_figures
-    from dlperf.report.site.html import png
 
     # The rows as `dlperf scale` returned them: each run's summary with its id and status.
     rows = [{**r.summary, "run_id": r.id, "status": r.status}
@@ -345,7 +346,6 @@ def _distill(
     unlabelled images and student of the newest fine-tuning), student accuracy against K
     beside the teacher and the baseline, and the best K."""
     from dlperf.distill.summary import best, verdict
-    from dlperf.errors import UserError
 
     staged = [r for r in runs if r.tags.get("stage") in STAGES]
     staged.sort(key=lambda r: (_top_k(r) or 0, STAGES.index(r.tags["stage"]), r.id))
@@ -399,9 +399,7 @@ def _distill(
 
 
 def _overlay(store: RunStore, runs: list[RunRecord]) -> str:
-    from dlperf.errors import UserError
     from dlperf.report.runs import draw_runs
-    from dlperf.report.site.html import png
 
     ids = [r.id for r in runs if r.kind == "run"]
     if not ids:
