@@ -32,11 +32,6 @@ def _finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str) -> Figure:
     return fig
 
 
-def _save(fig: Figure, ax: Axes, path: Path, xlabel: str, ylabel: str) -> Path:
-    _finish(fig, ax, xlabel, ylabel).savefig(path, dpi=120)
-    return path
-
-
 Curve = tuple[dict[str, Any], list[tuple[int, float]]]  # a run's axis values, (epoch, val acc)
 
 
@@ -64,7 +59,7 @@ def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
-def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -> Path:
+def draw_accuracy_vs_axis(axis: str, groups: list[dict[str, Any]]) -> Figure:
     """Mean final test accuracy against `axis`, one line per combination of the other axes'
     values; error bars: the standard deviation over repeats, where there is one."""
     lines: dict[str, list[dict[str, Any]]] = {}
@@ -90,10 +85,10 @@ def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -
     values = [g["params"][axis] for g in groups]
     if min(values) > 0 and max(values) / min(values) >= 10:  # learning rates, say
         ax.set_xscale("log")
-    return _save(fig, ax, path, axis, "final test accuracy")
+    return _finish(fig, ax, axis, "final test accuracy")
 
 
-def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float) -> Path:
+def draw_time_to_target(groups: list[dict[str, Any]], target: float) -> Figure:
     """Mean wall time to the target accuracy per point, best point first; a point that never
     reached it is marked as such, without a bar."""
     fig = Figure(figsize=(7, max(2.5, 0.35 * len(groups) + 1)))
@@ -107,7 +102,7 @@ def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float)
             ax.text(0, i, " target not reached", va="center", fontsize=7)
     ax.set_yticks(list(y), labels, fontsize=7)
     ax.invert_yaxis()
-    return _save(fig, ax, path, f"seconds to {target:.0%} validation accuracy", "")
+    return _finish(fig, ax, f"seconds to {target:.0%} validation accuracy", "")
 
 
 def plot_sweep(
@@ -120,14 +115,15 @@ def plot_sweep(
     """Write the sweep's figures into `directory` from its finished runs' validation
     `curves`; their paths. No time-to-target figure when no point reached a target: it
     would hold no bar."""
-    paths = [directory / "val_error.png"]
-    draw_val_error(mean_curves(curves)).savefig(paths[0], dpi=120)
+    figures = {"val_error": draw_val_error(mean_curves(curves))}
     for axis, values in axes.items():
         if _numeric(values) and len(set(values)) > 1:
-            name = f"accuracy_vs_{axis.replace('.', '_')}.png"
-            paths.append(plot_accuracy_vs_axis(directory / name, axis, groups))
+            figures[f"accuracy_vs_{axis.replace('.', '_')}"] = draw_accuracy_vs_axis(axis, groups)
     if target is not None and any(g["time_to_target_s"] is not None for g in groups):
-        paths.append(plot_time_to_target(directory / "time_to_target.png", groups, target))
+        figures["time_to_target"] = draw_time_to_target(groups, target)
+    paths = [directory / f"{name}.png" for name in figures]
+    for path, fig in zip(paths, figures.values(), strict=True):
+        fig.savefig(path, dpi=120)
     return paths
 
 
