@@ -72,14 +72,11 @@ def examine(
     if unknown:
         raise UserError(f"unknown rule(s) {', '.join(unknown)}", f"use {', '.join(RULES)}")
     stored = Stored(store)
-    findings = []
-    for run_id in run_ids:
-        view = RunView(stored, stored.run(run_id))
-        for name, handler in RULES.items():
-            if rules is not None and name not in rules:
-                continue
-            for issue in handler(view):
-                findings.append(
-                    Finding(run_id, name, issue.severity, issue.evidence, issue.fix, issue.figures)
-                )
-    return findings
+    chosen = {name: handler for name, handler in RULES.items() if rules is None or name in rules}
+    views = [RunView(stored, stored.run(run_id)) for run_id in run_ids]
+    return [
+        Finding(view.run.id, name, **asdict(issue))
+        for view in views
+        for name, handler in chosen.items()
+        for issue in handler(view)
+    ]

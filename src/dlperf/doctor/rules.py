@@ -75,7 +75,7 @@ def cpu_not_gpu(run: RunView) -> list[Issue]:
         return []
     gpus, visible = run.system.get("gpus") or [], run.system.get("visible_gpus") or []
     if gpus:
-        if run.kind == "scale":
+        if run.run.kind == "scale":
             fix = 'set scale.backend = "auto" (nccl, one GPU per worker)'
         else:
             fix = f'set run.device = "auto" or "cuda" (now "{run.key("run.device") or "auto"}")'
@@ -122,7 +122,7 @@ def _concurrent(run: RunView) -> tuple[int, list[int]]:
     events, others = [], []
     for other in run.stored.everything():
         span = _interval(other)
-        if other.id == run.id or span is None or (other.system or {}).get("host") != host:
+        if other.id == run.run.id or span is None or (other.system or {}).get("host") != host:
             continue
         if span[0] < mine[1] and span[1] > mine[0]:
             view = RunView(run.stored, other)
@@ -143,7 +143,7 @@ def oversubscribed(run: RunView) -> list[Issue]:
     threads = run.threads()
     per_node = run.workers_per_node()
     if threads and per_node * threads > cores:
-        if run.kind == "scale":
+        if run.run.kind == "scale":
             evidence = (
                 f"{per_node} workers per node x {threads} threads = {per_node * threads} "
                 f"threads on {cores} usable cores"
@@ -201,7 +201,7 @@ def shared_host(run: RunView) -> list[Issue]:
 
 
 def missing_workers(run: RunView) -> list[Issue]:
-    if run.kind != "scale":
+    if run.run.kind != "scale":
         return []
     p = run.point_summary
     asked = run.point.get("workers") or (p.workers if p else None)
@@ -212,13 +212,13 @@ def missing_workers(run: RunView) -> list[Issue]:
         "check every node reached the rendezvous (scale.rdzv, firewalls, the job's node "
         "count) and that each worker started; rerun the point"
     )
-    if run.status == "failed" and "rendezvous" in (run.run.error or "").lower():
+    if run.run.status == "failed" and "rendezvous" in (run.run.error or "").lower():
         first = (run.run.error or "").strip().splitlines()[0]
         return [Issue("error", f"{asked} workers asked; the point failed: {first}", fix)]
     if p is None:
         return []
     joined, what = p.world_size, "the process group's world size"
-    if joined is None and run.status == "finished":
+    if joined is None and run.run.status == "finished":
         joined, what = len(p.ranks), "ranks that reported results"
     issues = []
     if joined is not None and joined < processes:
@@ -246,7 +246,7 @@ def missing_workers(run: RunView) -> list[Issue]:
 
 def low_efficiency(run: RunView) -> list[Issue]:
     s, base = run.point_summary, run.scale_base()
-    if s is None or s.efficiency is None or base is None or base[0] == run.id:
+    if s is None or s.efficiency is None or base is None or base[0] == run.run.id:
         return []
     base_id, b = base
     efficiency = s.efficiency
@@ -296,8 +296,7 @@ def low_efficiency(run: RunView) -> list[Issue]:
 
 
 def untrustworthy_scaling(run: RunView) -> list[Issue]:
-    issues: list[Issue] = []
-    if run.kind == "scale":
+    if run.run.kind == "scale":
         # The same check `dlperf scale` warns with as it measures (dlperf.distributed.scaling).
         base = run.scale_base()
         workers, base_run = (base[1].workers, base[0]) if base else (None, None)
@@ -305,22 +304,24 @@ def untrustworthy_scaling(run: RunView) -> list[Issue]:
         return [Issue("warning", c.evidence, c.fix, c.figures) for c in concerns]
     spread = run.run.trained.throughput_spread or {}
     low, high = spread.get("min"), spread.get("max")
-    if low and high and high / low > EPOCH_SPREAD:
-        issues.append(
-            Issue(
-                "warning",
-                f"epoch throughputs range from {low:.1f} to {high:.1f} samples/s "
-                f"(x{high / low:.1f} > x{EPOCH_SPREAD:g}): the throughput cannot be trusted",
-                "rerun on an idle host; check the oversubscribed and shared-host findings",
-                {"throughput_min": low, "throughput_max": high},
-            )
+    if not (low and high and high / low > EPOCH_SPREAD):
+        return []
+    return [
+        Issue(
+            "warning",
+            f"epoch throughputs range from {low:.1f} to {high:.1f} samples/s "
+            f"(x{high / low:.1f} > x{EPOCH_SPREAD:g}): the throughput cannot be trusted",
+            "rerun on an idle host; check the oversubscribed and shared-host findings",
+            {"throughput_min": low, "throughput_max": high},
         )
-    return issues
+    ]
 
 
 def _slowest_steps(run: RunView) -> list[float]:
     """Per step, the slowest rank's time, from the per-rank metrics a scale point stores."""
-    keys = [k for k in run.stored.metric_keys(run.id) if re.fullmatch(r"rank\d+/step_time_s", k)]
+    keys = [
+        k for k in run.stored.metric_keys(run.run.id) if re.fullmatch(r"rank\d+/step_time_s", k)
+    ]
     per_rank = [[v for _, v in run.metric(k)] for k in keys]
     if not per_rank or len({len(r) for r in per_rank}) != 1:
         return []
@@ -360,16 +361,12 @@ def data_bound(run: RunView) -> list[Issue]:
     ]
 
 
-def _non_compute(name: str) -> str | None:
-    return next((k for k, names in NON_COMPUTE.items() if name.startswith(names)), None)
-
-
 def trace_non_compute(run: RunView) -> list[Issue]:
     """A profiled step whose largest operator by self time computes nothing."""
-    if not traces.has_trace(run.stored.store, run.id):
+    if not traces.has_trace(run.stored.store, run.run.id):
         return []
     try:
-        summaries = [traces.summarise(p) for p in traces.run_traces(run.stored.store, run.id)]
+        summaries = [traces.summarise(p) for p in traces.run_traces(run.stored.store, run.run.id)]
     except UserError as e:
         return [Issue("info", f"the run's trace cannot be read: {e}", "profile the run again")]
     issues = []
@@ -377,7 +374,8 @@ def trace_non_compute(run: RunView) -> list[Issue]:
         if not s.operators or not s.step_us:
             continue
         top = s.operators[0]
-        kind, share = _non_compute(top.name), top.cpu_self_us / s.step_us
+        kind = next((k for k, names in NON_COMPUTE.items() if top.name.startswith(names)), None)
+        share = top.cpu_self_us / s.step_us
         if kind is None or share <= NON_COMPUTE_SHARE:
             continue
         phase = max(top.by_phase_us.items(), key=lambda kv: kv[1])[0]
@@ -405,7 +403,7 @@ def _classes(run: RunView) -> int | None:
 
 
 def chance_accuracy(run: RunView) -> list[Issue]:
-    if run.kind == "scale" or _diverged(run):
+    if run.run.kind == "scale" or _diverged(run):
         return []  # a scale point trains no accuracy; a diverged run has `diverged`
     accuracy, what = run.run.trained.test_accuracy, "test accuracy"
     if accuracy is None:
@@ -430,7 +428,7 @@ def chance_accuracy(run: RunView) -> list[Issue]:
     # A run still training may yet learn: said, but not failed on.
     return [
         Issue(
-            "warning" if run.status == "running" else "error",
+            "warning" if run.run.status == "running" else "error",
             f"{what} {accuracy:.3f} is within {margin:.3f} of chance, 1/{classes} = "
             f"{chance:.3f} ({run.key('data.name')}, {classes} classes)",
             fix,
@@ -529,7 +527,7 @@ def diverged(run: RunView) -> list[Issue]:
         f'or run.precision = "fp32" (now "{precision}")'
     )
     error = run.run.error or ""
-    if run.status == "failed" and "loss became" in error:
+    if run.run.status == "failed" and "loss became" in error:
         said = error.splitlines()[0].split(";")[0]  # the engine's own advice is in `fix`
         return [Issue("error", f"the run failed: {said}", fix)]
     for key in LOSS_KEYS:

@@ -12,6 +12,7 @@ from typing import Any
 from dlperf.distributed.contracts import PointSummary
 from dlperf.distributed.scaling import series
 from dlperf.store import RunStore
+from dlperf.store.query import config_value
 from dlperf.store.record import RunRecord
 
 Figures = dict[str, Any]
@@ -30,16 +31,11 @@ class Stored:
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
-        self._runs: dict[int, RunRecord] = {}
-        self._studies: dict[int, list[RunRecord]] = {}
-        self._everything: list[RunRecord] | None = None
-        self._metrics: dict[tuple[int, str], list[tuple[int, float]]] = {}
-        self._keys: dict[int, list[str]] = {}
-
-    def run(self, run_id: int) -> RunRecord:
-        if run_id not in self._runs:
-            self._runs[run_id] = self.store.get_run(run_id)
-        return self._runs[run_id]
+        self.run = functools.cache(store.get_run)
+        self.study = functools.cache(lambda study_id: store.list_runs(study_id=study_id))
+        self.everything = functools.cache(store.list_runs)
+        self.metrics = functools.cache(store.metrics)
+        self.metric_keys = functools.cache(store.metric_keys)
 
     def find(self, run_id: int) -> RunRecord | None:
         """A run that another names (a transfer's source), None if it is gone."""
@@ -47,26 +43,6 @@ class Stored:
             return self.run(run_id)
         except Exception:
             return None
-
-    def study(self, study_id: int) -> list[RunRecord]:
-        if study_id not in self._studies:
-            self._studies[study_id] = self.store.list_runs(study_id=study_id)
-        return self._studies[study_id]
-
-    def everything(self) -> list[RunRecord]:
-        if self._everything is None:
-            self._everything = self.store.list_runs()
-        return self._everything
-
-    def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
-        if (run_id, key) not in self._metrics:
-            self._metrics[run_id, key] = self.store.metrics(run_id, key)
-        return self._metrics[run_id, key]
-
-    def metric_keys(self, run_id: int) -> list[str]:
-        if run_id not in self._keys:
-            self._keys[run_id] = self.store.metric_keys(run_id)
-        return self._keys[run_id]
 
 
 @dataclass
@@ -76,22 +52,10 @@ class RunView:
     stored: Stored
     run: RunRecord
 
-    @property
-    def id(self) -> int:
-        return self.run.id
-
-    @property
-    def kind(self) -> str:
-        return self.run.kind
-
-    @property
-    def status(self) -> str:
-        return self.run.status
-
     @functools.cached_property
     def point_summary(self) -> PointSummary | None:
         """A scale point's summary, typed; None for other runs and unsummarised points."""
-        return PointSummary.stored(self.run.summary) if self.kind == "scale" else None
+        return PointSummary.stored(self.run.summary) if self.run.kind == "scale" else None
 
     @property
     def system(self) -> dict[str, Any]:
@@ -101,20 +65,17 @@ class RunView:
     def experiment(self) -> dict[str, Any]:
         """The experiment config: a scale point keeps it under "experiment"."""
         config = self.run.config or {}
-        return config.get("experiment", config) if self.kind == "scale" else config
+        return config.get("experiment", config) if self.run.kind == "scale" else config
 
     @property
     def point(self) -> dict[str, Any]:
         return (self.run.config or {}).get("point") or {}
 
     def key(self, dotted: str) -> Any:
-        node: Any = self.experiment
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        return node
+        return config_value(self.experiment, dotted)
 
     def metric(self, key: str) -> list[tuple[int, float]]:
-        return self.stored.metrics(self.id, key)
+        return self.stored.metrics(self.run.id, key)
 
     def device(self) -> str | None:
         device = self.run.trained.device or self.system.get("device")
@@ -129,7 +90,7 @@ class RunView:
         return per_worker or self.run.trained.threads or self.system.get("threads")
 
     def workers_per_node(self) -> int:
-        if self.kind != "scale" or self.point.get("strategy", "ddp") != "ddp":
+        if self.run.kind != "scale" or self.point.get("strategy", "ddp") != "ddp":
             return 1
         p = self.point_summary
         workers: int = self.point.get("workers") or (p.workers if p else 1)

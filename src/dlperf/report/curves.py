@@ -42,24 +42,23 @@ def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
     plt.close(fig)
 
 
+def _measured(ax: Any, color: str, label: str, k: np.ndarray, values: np.ndarray, n: int) -> None:
+    """Measured points, filled inside the fit window (the first `n`) and hollow after it."""
+    ax.plot(k[:n], values[:n], "o", color=color, ms=3, label=f"{label} measured")
+    ax.plot(k[n:], values[n:], "o", color=color, ms=3, mfc="none")
+    ax.axvline(k[n - 1], color=color, alpha=0.2)
+
+
 def plot_curves(path: Path, reports: list[FitReport], metric: str) -> None:
     """Measured points (filled inside the fit window, hollow after it) and each fitted form."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, r in enumerate(reports):
-        color, label, k, values, n_fit = (
-            f"C{i}",
-            r.curve.legend,
-            r.curve.steps,
-            r.curve.values,
-            r.n_fit,
-        )
-        ax.plot(k[:n_fit], values[:n_fit], "o", color=color, ms=3, label=f"{label} measured")
-        ax.plot(k[n_fit:], values[n_fit:], "o", color=color, ms=3, mfc="none")
+        color, label, k = f"C{i}", r.curve.legend, r.curve.steps
+        _measured(ax, color, label, k, r.curve.values, r.n_fit)
         grid = np.linspace(k.min(), k.max(), 400)
         for (form, p), style in zip(r.params.items(), ("-", ":"), strict=False):
             fitted = to_decreasing(model(form)(grid, p), metric)  # back to accuracy if needed
             ax.plot(grid, fitted, style, color=color, label=f"{label} {form}")
-        ax.axvline(k[n_fit - 1], color=color, alpha=0.2)
     _save(fig, ax, path, "step", metric)
 
 
@@ -75,11 +74,9 @@ def plot_bands(
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (label, k, values, n_fit, (grid, lo, mid, hi)) in enumerate(curves):
         color = f"C{i}"
-        ax.plot(k[:n_fit], values[:n_fit], "o", color=color, ms=3, label=f"{label} measured")
-        ax.plot(k[n_fit:], values[n_fit:], "o", color=color, ms=3, mfc="none")
+        _measured(ax, color, label, k, values, n_fit)
         ax.fill_between(grid, lo, hi, color=color, alpha=0.15, label=f"{label} 90% band")
         ax.plot(grid, mid, "-", color=color, label=f"{label} ensemble median")
-        ax.axvline(k[n_fit - 1], color=color, alpha=0.2)
     ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     _save(fig, ax, path, "step", metric)
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never needs a display
-import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
 
 def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) -> Path:
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(classes)), 3.5))
+    fig = Figure(figsize=(max(5.0, 0.35 * len(classes)), 3.5))
+    ax = fig.subplots()
     ax.bar(range(len(classes)), counts)
     ax.set_xticks(range(len(classes)), classes, rotation=90 if len(classes) > 12 else 0)
     ax.set_xlabel("class")
@@ -23,7 +21,6 @@ def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) ->
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
@@ -41,12 +38,8 @@ def plot_samples(
     per_class = max((len(s) for s in samples), default=1) or 1
     columns = per_class * (1 + copies)
     # At least 4 inches wide: the title would not fit a grid of two or three columns.
-    fig, axes = plt.subplots(
-        len(classes),
-        columns,
-        figsize=(max(4.0, columns * 0.9), len(classes) * 0.9 + 0.4),
-        squeeze=False,
-    )
+    fig = Figure(figsize=(max(4.0, columns * 0.9), len(classes) * 0.9 + 0.4))
+    axes = fig.subplots(len(classes), columns, squeeze=False)
     for row, label in enumerate(classes):
         for ax in axes[row]:
             ax.axis("off")
@@ -67,7 +60,6 @@ def plot_samples(
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 

@@ -1,4 +1,4 @@
-"""The figure of a distill study (matplotlib Agg, a file only): student test accuracy against
+"""The figure of a distill study (matplotlib, a file only): student test accuracy against
 K, with the teacher's and the labelled-only baseline's accuracy as lines."""
 
 from __future__ import annotations
@@ -7,10 +7,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never needs a display
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
 if TYPE_CHECKING:
     from dlperf.distill.summary import DistillResult
@@ -49,7 +46,8 @@ def plot_distill(
     students = sorted(
         (s for s in students if s["test_accuracy"] is not None), key=lambda s: s["top_k"]
     )
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     ks = [s["top_k"] for s in students]
     model = baseline.get("model", "")
     accuracies = [s["test_accuracy"] for s in students]
@@ -85,5 +83,4 @@ def plot_distill(
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,12 @@ from sqlalchemy import func, select
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten
 from dlperf.store import RunStore
+from dlperf.store.keys import per_epoch
 from dlperf.store.record import RunRecord
 from dlperf.store.schema import Metric
 
 FORMATS = ("png", "svg", "pdf")
 X_AXES = ("step", "epoch", "time")
-PER_EPOCH = ("epoch/", "val/", "phase/")  # prefixes of keys stored at step = epoch
 
 # Config keys a legend leaves out: the name is in it already, and where a run wrote its
 # files says nothing about how it trained.
@@ -72,10 +72,6 @@ def check_x(x: str) -> None:
         raise UserError(f"--x {x!r}: not an axis", f"choose one of {', '.join(X_AXES)}")
 
 
-def per_epoch(key: str) -> bool:
-    return key.startswith(PER_EPOCH)
-
-
 def ylabel(key: str) -> str:
     if key in ERRORS:
         return f"{key} (fraction, 1 - {ERRORS[key]})"
@@ -108,13 +104,7 @@ class RunsPlot:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "x": self.x,
-            "keys": self.keys,
-            "runs": self.runs,
-            "warnings": self.warnings,
-        }
+        return {**asdict(self), "path": str(self.path)}
 
 
 def _short(value: Any) -> str:
@@ -151,7 +141,7 @@ def legend_labels(runs: list[RunRecord]) -> list[str]:
 Row = tuple[int, float, float]  # step, value, wall time
 
 
-def _rows(
+def rows_of(
     store: RunStore, run_id: int, keys: list[str]
 ) -> tuple[dict[str, list[Row]], float | None]:
     """(step, value, wall_time) rows of `keys` (an error key: 1 - its accuracy's), in step
@@ -196,7 +186,6 @@ def _x_values(
 def plot_runs(store: RunStore, run_ids: list[int], keys: list[str], x: str, path: Path) -> RunsPlot:
     """Overlay `keys` (default: training loss, val/acc1, learning rate) of the runs and save
     the figure to `path` (PNG, SVG or PDF by its suffix)."""
-    check_out(path)
     fig, plot = draw_runs(store, run_ids, keys, x)
     fig.savefig(path, dpi=120)
     plot.path = path
@@ -209,7 +198,6 @@ def draw_runs(
     """The figure `plot_runs` saves, not yet saved (its RunsPlot's path is empty). `fitted`:
     margins fitted to the labels (tight_layout, which draws the figure once more), else fixed
     margins that fit dlperf's own labels (the report draws hundreds of these)."""
-    check_x(x)
     runs = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]  # unknown: error
     stored_by_run = {r.id: set(store.metric_keys(r.id)) for r in runs}
     stored = set().union(*stored_by_run.values())
@@ -235,7 +223,7 @@ def draw_runs(
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)
     drawn = []
     for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
-        rows, origin = _rows(store, run.id, keys)
+        rows, origin = rows_of(store, run.id, keys)
         spe = run.summary.get("steps_per_epoch")
         points: dict[str, int] = {}
         for ax, key in zip(axes[:, 0], keys, strict=True):
@@ -270,12 +258,8 @@ def draw_runs(
         axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs"
     axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
-    fit_margins(fig, fitted)
-    return fig, RunsPlot(Path(), x, keys, drawn, warnings)
-
-
-def fit_margins(fig: Figure, fitted: bool) -> None:
     if fitted:
         fig.tight_layout()
     else:
         fig.subplots_adjust(left=0.12, right=0.97, bottom=0.1, top=0.92, hspace=0.3, wspace=0.3)
+    return fig, RunsPlot(Path(), x, keys, drawn, warnings)

@@ -1,4 +1,4 @@
-"""Figures of a sweep (matplotlib Agg, files only): validation error per epoch of each point
+"""Figures of a sweep (matplotlib, files only): validation error per epoch of each point
 (the mean over its seeds, their range as a band), final test accuracy against each numeric
 axis, and time to target per point when a point reached the sweep's target."""
 
@@ -7,12 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never needs a display
-import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from matplotlib.ticker import MaxNLocator
 
 from dlperf.sweep.summary import mean_curves
@@ -26,16 +22,14 @@ def _label(params: dict[str, Any], skip: str | None = None) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items() if k != skip) or "all"
 
 
-def _save(fig: Figure, ax: Axes, path: Path, xlabel: str, ylabel: str) -> Path:
+def _finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str) -> Figure:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 Curve = tuple[dict[str, Any], list[tuple[int, float]]]  # a run's axis values, (epoch, val acc)
@@ -58,32 +52,22 @@ def draw_val_error(curves: list[dict[str, Any]]) -> Figure:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if any(c["runs"] > 1 for c in curves):
         ax.set_title("each point's mean over its seeds; band: the seeds' range", fontsize=9)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("validation error (1 - top-1)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_val_error(path: Path, curves: list[Curve]) -> Path:
-    """draw_val_error's figure of the runs' `curves`, saved to `path`."""
-    draw_val_error(mean_curves(curves)).savefig(path, dpi=120)
-    return path
+    return _finish(fig, ax, "epoch", "validation error (1 - top-1)")
 
 
 def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
 
 
-def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -> Path:
+def draw_accuracy_vs_axis(axis: str, groups: list[dict[str, Any]]) -> Figure:
     """Mean final test accuracy against `axis`, one line per combination of the other axes'
     values; error bars: the standard deviation over repeats, where there is one."""
     lines: dict[str, list[dict[str, Any]]] = {}
     for g in groups:
         if g["test_accuracy"] is not None:
             lines.setdefault(_label(g["params"], skip=axis), []).append(g)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for i, (label, mine) in enumerate(lines.items()):
         mine.sort(key=lambda g: g["params"][axis])
         x = [g["params"][axis] for g in mine]
@@ -101,13 +85,14 @@ def plot_accuracy_vs_axis(path: Path, axis: str, groups: list[dict[str, Any]]) -
     values = [g["params"][axis] for g in groups]
     if min(values) > 0 and max(values) / min(values) >= 10:  # learning rates, say
         ax.set_xscale("log")
-    return _save(fig, ax, path, axis, "final test accuracy")
+    return _finish(fig, ax, axis, "final test accuracy")
 
 
-def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float) -> Path:
+def draw_time_to_target(groups: list[dict[str, Any]], target: float) -> Figure:
     """Mean wall time to the target accuracy per point, best point first; a point that never
     reached it is marked as such, without a bar."""
-    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.35 * len(groups) + 1)))
+    fig = Figure(figsize=(7, max(2.5, 0.35 * len(groups) + 1)))
+    ax = fig.subplots()
     labels = [_label(g["params"]) for g in groups]
     times = [g["time_to_target_s"] for g in groups]
     y = range(len(groups))
@@ -117,7 +102,7 @@ def plot_time_to_target(path: Path, groups: list[dict[str, Any]], target: float)
             ax.text(0, i, " target not reached", va="center", fontsize=7)
     ax.set_yticks(list(y), labels, fontsize=7)
     ax.invert_yaxis()
-    return _save(fig, ax, path, f"seconds to {target:.0%} validation accuracy", "")
+    return _finish(fig, ax, f"seconds to {target:.0%} validation accuracy", "")
 
 
 def plot_sweep(
@@ -130,13 +115,15 @@ def plot_sweep(
     """Write the sweep's figures into `directory` from its finished runs' validation
     `curves`; their paths. No time-to-target figure when no point reached a target: it
     would hold no bar."""
-    paths = [plot_val_error(directory / "val_error.png", curves)]
+    figures = {"val_error": draw_val_error(mean_curves(curves))}
     for axis, values in axes.items():
         if _numeric(values) and len(set(values)) > 1:
-            name = f"accuracy_vs_{axis.replace('.', '_')}.png"
-            paths.append(plot_accuracy_vs_axis(directory / name, axis, groups))
+            figures[f"accuracy_vs_{axis.replace('.', '_')}"] = draw_accuracy_vs_axis(axis, groups)
     if target is not None and any(g["time_to_target_s"] is not None for g in groups):
-        paths.append(plot_time_to_target(directory / "time_to_target.png", groups, target))
+        figures["time_to_target"] = draw_time_to_target(groups, target)
+    paths = [directory / f"{name}.png" for name in figures]
+    for path, fig in zip(paths, figures.values(), strict=True):
+        fig.savefig(path, dpi=120)
     return paths
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import math
 import os
@@ -91,23 +92,18 @@ def _url(db: str | None) -> str:
     return db if "://" in db else f"sqlite:///{db}"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any, read_only: bool = False) -> None:
     # Transactions are begun by _sqlite_begin, not by the driver's implicit BEGIN before DML.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     # The timeout first: switching a new file to WAL takes a lock that another process
     # opening the same store at the same moment must wait for, not fail on.
     cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
-    _wal(cursor)
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
+    if not read_only:  # a connection opened read-only cannot switch to WAL
+        _wal(cursor)
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
-
-
-def _sqlite_read_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    """As _sqlite_pragmas, for a connection opened read-only: it cannot switch to WAL."""
-    dbapi_connection.isolation_level = None
-    dbapi_connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
 
 
 def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
@@ -135,16 +131,10 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
         uri = f"file:{quote(str(where))}?mode=ro"
         engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
     read_only = mode == "ro"
-    event.listen(engine, "connect", _sqlite_read_pragmas if read_only else _sqlite_pragmas)
+    event.listen(engine, "connect", functools.partial(_sqlite_pragmas, read_only=read_only))
     event.listen(engine, "begin", _sqlite_begin)
     event.listen(engine, "handle_error", integrity.on_error)
     return engine, read_only
-
-
-def _no_file(engine: Engine) -> bool:
-    """A SQLite store whose file is missing or empty: opening it would write a header."""
-    path = integrity.store_file(engine)
-    return path is not None and (not path.exists() or path.stat().st_size == 0)
 
 
 def _wal(cursor: Any) -> None:
@@ -277,13 +267,6 @@ def writer_refusal(run: RunRecord) -> UserError | None:
     )
 
 
-def _writes(process: dict[str, Any], force: bool) -> bool:
-    """Whether a run's owner `process` may still write it: it lives, or (unless `force`)
-    it runs on another host, where that cannot be told."""
-    alive = process_alive(process)
-    return alive is True or (alive is None and not force)
-
-
 @dataclass
 class Deleted:
     """What `RunStore.delete_runs` did: the runs, the files and directories it removed, and the
@@ -336,7 +319,10 @@ class RunStore:
         read_only = False
         if sqlite:
             engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
-            if (read_only or not create) and _no_file(engine):
+            # A file missing or empty: opening it would write a header.
+            path = integrity.store_file(engine)
+            missing = path is not None and (not path.exists() or path.stat().st_size == 0)
+            if (read_only or not create) and missing:
                 return cls._empty()
         try:
             integrity.check(engine)
@@ -465,18 +451,9 @@ class RunStore:
         self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
 
     @contextmanager
-    def new_run(
-        self,
-        name: str,
-        kind: str,
-        config: dict[str, Any],
-        config_hash: str | None = None,
-        system: dict[str, Any] | None = None,
-        study_id: int | None = None,
-    ) -> Iterator[Recording]:
-        """create_run, then record it as `recording` does."""
-        run_id = self.create_run(name, kind, config, config_hash, system, study_id)
-        with self.recording(run_id) as record:
+    def new_run(self, *args: Any, **fields: Any) -> Iterator[Recording]:
+        """create_run(*args, **fields), then record it as `recording` does."""
+        with self.recording(self.create_run(*args, **fields)) as record:
             yield record
 
     def log_metrics(
@@ -515,14 +492,13 @@ class RunStore:
         at once the database lets one through."""
         with Session(self.engine) as s:
             run = _stored_run(s, run_id)
-            seen = (run.owner, run.status, run.ended)
+            owner, status, ended = run.owner, run.status, run.ended
             record = _record(run)
         refusal = writer_refusal(record)
         if refusal is not None:
             raise refusal
         me = this_process()
         system = None if record.system is None else {**record.system, "process": me}
-        owner, status, ended = seen
         with self._writing() as s:
             taken = s.connection().execute(
                 update(Run)
@@ -593,20 +569,17 @@ class RunStore:
             # taking a run over meanwhile waits, then finds it gone.
             owners = s.execute(select(Run.id, Run.owner).where(Run.id.in_(ids)).with_for_update())
             me = _owner(this_process())  # a process may delete the runs it writes itself
-            live = [i for i, o in owners if o and o != me and _writes(json.loads(o), force)]
+            # An owner that lives, or (unless `force`) that runs on another host, where that
+            # cannot be told, may still write its run.
+            alive = {i: process_alive(json.loads(o)) for i, o in owners if o and o != me}
+            live = [i for i, a in alive.items() if a is True or (a is None and not force)]
             if live:
                 raise UserError(
                     f"run {', '.join(map(str, live))} is running; nothing deleted",
                     "stop it first, or pass --force",
                 )
-            owned = [
-                (run_id, path)
-                for run_id, path in s.execute(
-                    select(Artifact.run_id, Artifact.path)
-                    .where(Artifact.run_id.in_(ids))
-                    .order_by(Artifact.id)
-                )
-            ]
+            recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(ids))
+            owned = list(s.execute(recorded.order_by(Artifact.id)).tuples())
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
@@ -619,9 +592,7 @@ class RunStore:
             s.execute(delete(Run).where(Run.id.in_(ids)))
             if self.engine.dialect.name == "sqlite":
                 floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
-                top = max([*ids, int(floor or 0)])
-                s.execute(delete(Meta).where(Meta.key == DELETED_MAX))
-                s.add(Meta(key=DELETED_MAX, value=str(top)))
+                s.merge(Meta(key=DELETED_MAX, value=str(max([*ids, int(floor or 0)]))))
         removed: list[str] = []
         kept: list[tuple[str, str]] = []
         for run_id, path in owned:

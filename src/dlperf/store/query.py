@@ -46,18 +46,17 @@ def config_value(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
+def _shown(key: str, values: list[Any]) -> tuple[str, list[Any]]:
+    """A result's label and values as tables show them: peak memory in MiB."""
+    if key == "peak_memory_bytes":
+        return "peak memory MiB", [v / MIB if _number(v) else v for v in values]
+    return key, values
+
+
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
     """The run's results that it has, in SUMMARY_KEYS order, peak memory in MiB."""
-    rows: list[tuple[str, Any]] = []
-    for key in SUMMARY_KEYS:
-        if key not in summary:
-            continue
-        if key == "peak_memory_bytes":
-            value = summary[key]
-            rows.append(("peak memory MiB", None if value is None else value / MIB))
-        else:
-            rows.append((key, summary[key]))
-    return rows
+    shown = [_shown(key, [summary[key]]) for key in SUMMARY_KEYS if key in summary]
+    return [(label, value) for label, (value,) in shown]
 
 
 def setting(value: Any) -> str:
@@ -297,11 +296,9 @@ class Comparison:
         peak memory in MiB."""
         rows = [[k, *v] for k, v in self.config_diff.items()]
         for key, values in self.summary.items():
-            if all(v is None for v in values):
-                continue
-            if key == "peak_memory_bytes":
-                key, values = "peak memory MiB", [v / MIB if _number(v) else v for v in values]
-            rows.append([key, *values])
+            if any(v is not None for v in values):
+                label, values = _shown(key, values)
+                rows.append([label, *values])
         rows += [[f"tag {t}", *values] for t, values in self.tags.items()]
         rows.append(["status", *self.status])
         return [Row(label, values, delta(values)) for label, *values in rows]

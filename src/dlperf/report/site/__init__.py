@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,8 +43,7 @@ class Report:
     studies: list[int]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"out": str(self.out), "pages": self.pages, "runs": self.runs,
-                "studies": self.studies}  # fmt: skip
+        return {**asdict(self), "out": str(self.out)}
 
 
 def select(
@@ -176,7 +175,7 @@ def _run_pages(
     url = store.engine.url
     jobs = min(jobs or usable_cores(), len(tasks))
     if jobs <= 1 or url.database in (None, "", ":memory:"):
-        _start_worker_here(store, out, with_page)
+        _worker.update(store=store, out=out, with_page=with_page)
         yield from map(_write_run_page, tasks)
         return
     methods = multiprocessing.get_all_start_methods()
@@ -187,7 +186,3 @@ def _run_pages(
         yield from pool.map(_write_run_page, tasks)
     finally:  # on Ctrl-C, the pages not yet started are not drawn
         pool.shutdown(cancel_futures=True)
-
-
-def _start_worker_here(store: RunStore, out: Path, with_page: set[tuple[str, int]]) -> None:
-    _worker.update(store=store, out=out, with_page=with_page)

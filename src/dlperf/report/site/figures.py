@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from sqlalchemy import select
 
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.errors import UserError
+from dlperf.report.runs import default_keys, draw_runs, rows_of, ylabel
 from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import RunStore
+from dlperf.store.keys import per_epoch
 from dlperf.store.record import RunRecord
-from dlperf.store.schema import Metric
 
 Figures = list[tuple[str, str]]  # (caption, data URI)
 # The order the training step runs its phases in (dlperf.engine.timers.PHASES, which imports
@@ -42,8 +42,6 @@ def run_curves(store: RunStore, run: RunRecord) -> tuple[Figures, list[str]]:
     """Training loss, validation accuracy and learning rate against the epoch; loss and
     accuracy against the wall time (the schedule is drawn once); notes for what the run
     cannot show."""
-    from dlperf.report.runs import default_keys, draw_runs
-
     stored = set(store.metric_keys(run.id))
     figures, notes = [], []
     try:
@@ -92,17 +90,7 @@ def spread(rows: list[tuple[int, float]]) -> tuple[list[float], bool]:
 def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str, str]:
     """`keys` against the wall time since the run's first step, one subplot each, the rows of
     a batch spread by `spread` (the x axis then says so)."""
-    from dlperf.report.runs import per_epoch, ylabel
-
-    query = (
-        select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
-        .where(Metric.run_id == run.id, Metric.key.in_(keys))
-        .order_by(Metric.key, Metric.step, Metric.id)
-    )
-    rows: dict[str, list[tuple[int, float, float]]] = {k: [] for k in keys}
-    with store.engine.connect() as conn:
-        for key, step, value, wall in conn.execute(query):
-            rows[key].append((int(step), float("nan") if value is None else value, wall))
+    rows, _ = rows_of(store, run.id, keys)
     placed, moved = {}, False
     for key in keys:
         placed[key], spread_out = spread([(step, wall) for step, _, wall in rows[key]])
@@ -134,11 +122,11 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
     """Seconds per step by phase as stacked bars in the order the step runs them (data at the
     bottom): one bar per epoch from the stored phase/* metrics, else one bar from the
     summary's phases."""
-    keys = [k for k in store.metric_keys(run.id) if k.startswith("phase/")]
-    by_phase: dict[str, dict[int, float]] = {}
-    for key in keys:
-        name = key.removeprefix("phase/").removesuffix("_s")
-        by_phase[name] = dict(store.metrics(run.id, key))
+    by_phase = {
+        key.removeprefix("phase/").removesuffix("_s"): dict(store.metrics(run.id, key))
+        for key in store.metric_keys(run.id)
+        if key.startswith("phase/")
+    }
     if by_phase:
         epochs = sorted({e for values in by_phase.values() for e in values})
         labels = [str(e) for e in epochs]
@@ -283,11 +271,6 @@ def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:
     return [("communication per step, predicted against measured", uri)]
 
 
-def _saved(paths: list[Path], captions: dict[str, str]) -> Figures:
-    return [(captions.get(p.stem, p.stem.replace("_", " ")), png_bytes(p.read_bytes()))
-            for p in paths]  # fmt: skip
-
-
 def sweep(
     curves: list[tuple[dict[str, Any], list[tuple[int, float]]]],
     groups: list[dict[str, Any]],
@@ -302,7 +285,9 @@ def sweep(
         "time_to_target": "wall time to the target accuracy per point",
     }
     with tempfile.TemporaryDirectory() as tmp:
-        return _saved(plot_sweep(Path(tmp), curves, groups, axes, target), captions)
+        paths = plot_sweep(Path(tmp), curves, groups, axes, target)
+        return [(captions.get(p.stem, p.stem.replace("_", " ")), png_bytes(p.read_bytes()))
+                for p in paths]  # fmt: skip
 
 
 def staleness(result: dict[str, Any]) -> Figures:

@@ -110,10 +110,8 @@ def quantity(key: str, value: Any) -> str:
         return fmt(value)
     if kind == "s":
         return _seconds(value)
-    if kind == "B":
-        return _si(value, "B")
-    if kind == "B/s":
-        return _si(value, "B/s")
+    if kind in ("B", "B/s"):
+        return _si(value, kind)
     if kind == "%":
         return f"{value:.1f}%"
     if kind == "fraction":
@@ -197,7 +195,7 @@ def png(fig: Any) -> str:
     fit(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return png_bytes(buffer.getvalue())
 
 
 def fit(fig: Any) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.doctor import SEVERITIES, Finding
+from dlperf.errors import UserError
 from dlperf.parsing import flatten
 from dlperf.report.site import figures as figs
 from dlperf.report.site.html import (
@@ -18,6 +19,7 @@ from dlperf.report.site.html import (
     key_values,
     link,
     page,
+    png,
     quantity,
     short_name,
     status,
@@ -95,7 +97,6 @@ def run_page(
     found: list[Finding],
     has_page: Callable[[str, int], bool],
 ) -> str:
-    summary = run.summary
     head: dict[str, Any] = {
         "kind": run.kind,
         "status": run.status,
@@ -118,7 +119,7 @@ def run_page(
     body += ["<h2>Figures</h2>", _figures(drawn) or '<p class="note">no figures</p>', _notes(notes)]
     body += [trace_section(store, run)]
     body += ["<h2>Findings of dlperf doctor</h2>", _findings(found)]
-    body += ["<h2>Summary</h2>", key_values(flatten(summary), quantity)]
+    body += ["<h2>Summary</h2>", key_values(flatten(run.summary), quantity)]
     body += ["<h2>Config</h2>", config(run.config or {})]
     body += ["<h2>System</h2>", key_values(flatten(run.system or {}))]
     artifacts = store.artifacts(run.id)
@@ -212,22 +213,16 @@ def index_page(
 # --- studies -----------------------------------------------------------------------------
 
 
-def _rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
-    """A scale study's rows as `dlperf scale` returned them: each run's summary with its id and
-    status, oldest first."""
-    return [{**r.summary, "run_id": r.id, "status": r.status}
-            for r in sorted(runs, key=lambda r: r.id)]  # fmt: skip
-
-
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
 def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
     from dlperf.report.scaling import study_figures
-    from dlperf.report.site.html import png
 
-    rows = _rows(runs)
+    # The rows as `dlperf scale` returned them: each run's summary with its id and status.
+    rows = [{**r.summary, "run_id": r.id, "status": r.status}
+            for r in sorted(runs, key=lambda r: r.id)]  # fmt: skip
     title = f"scale study {study['id']}: {study['name']}"
     finished = [r for r in rows if r["status"] == "finished"]
     batches = {r.get("per_worker_batch") for r in rows}
@@ -351,7 +346,6 @@ def _distill(
     unlabelled images and student of the newest fine-tuning), student accuracy against K
     beside the teacher and the baseline, and the best K."""
     from dlperf.distill.summary import best, verdict
-    from dlperf.errors import UserError
 
     staged = [r for r in runs if r.tags.get("stage") in STAGES]
     staged.sort(key=lambda r: (_top_k(r) or 0, STAGES.index(r.tags["stage"]), r.id))
@@ -405,9 +399,7 @@ def _distill(
 
 
 def _overlay(store: RunStore, runs: list[RunRecord]) -> str:
-    from dlperf.errors import UserError
     from dlperf.report.runs import draw_runs
-    from dlperf.report.site.html import png
 
     ids = [r.id for r in runs if r.kind == "run"]
     if not ids:
