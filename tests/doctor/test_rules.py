@@ -454,16 +454,17 @@ def test_cli_error_finding_exits_1(
     cli: Callable, lab: tuple[RunStore, str, dict[str, int]]
 ) -> None:
     store, url, runs = lab
-    healthy = _like(store, runs["healthy"])
-    result = cli("--db", url, "doctor", str(runs["chance"]), str(healthy), "--json")
+    # Idle copies: the real runs' load figures depend on the tests' neighbours.
+    chance, healthy = _like(store, runs["chance"]), _like(store, runs["healthy"])
+    result = cli("--db", url, "doctor", str(chance), str(healthy), "--json")
     assert result.code == 1
     assert result.err == "check failed: 1 finding(s) of severity error\n"
     doc = json.loads(result.out)
-    assert doc["runs"] == sorted([runs["chance"], healthy])
+    assert doc["runs"] == sorted([chance, healthy])
     (finding,) = doc["findings"]
     assert set(finding) == {"run_id", "rule", "severity", "evidence", "fix", "figures"}
-    assert (finding["run_id"], finding["rule"]) == (runs["chance"], "chance-accuracy")
-    human = cli("--db", url, "doctor", str(runs["chance"]))
+    assert (finding["run_id"], finding["rule"]) == (chance, "chance-accuracy")
+    human = cli("--db", url, "doctor", str(chance))
     assert human.code == 1
     assert human.out.splitlines()[1].startswith("  error    chance-accuracy: test accuracy")
 
