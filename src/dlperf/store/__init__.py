@@ -451,9 +451,18 @@ class RunStore:
         self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
 
     @contextmanager
-    def new_run(self, *args: Any, **fields: Any) -> Iterator[Recording]:
-        """create_run(*args, **fields), then record it as `recording` does."""
-        with self.recording(self.create_run(*args, **fields)) as record:
+    def new_run(
+        self,
+        name: str,
+        kind: str,
+        config: dict[str, Any],
+        config_hash: str | None = None,
+        system: dict[str, Any] | None = None,
+        study_id: int | None = None,
+    ) -> Iterator[Recording]:
+        """create_run, then record it as `recording` does (typed, unlike a forwarder)."""
+        run_id = self.create_run(name, kind, config, config_hash, system, study_id)
+        with self.recording(run_id) as record:
             yield record
 
     def log_metrics(
