@@ -588,7 +588,7 @@ def fake_workers(monkeypatch: pytest.MonkeyPatch) -> Callable[[Timing], None]:
             world = nproc - missing
             ranks = [rank_result(r, steps, compute, batch, world=world) for r in range(world)]
             write_ranks(directory / "result.json", ranks)
-            return Launch(0, directory / "torchrun.log", [])
+            return Launch(0, [])
 
         monkeypatch.setattr(study, "run_torchrun", run_torchrun)
 

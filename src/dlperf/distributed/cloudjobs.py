@@ -11,7 +11,7 @@ do; only where each platform tells a node its rank and the first node differs:
 - Azure ML: NODE_RANK, MASTER_ADDR and MASTER_PORT, set by its PyTorch distribution.
 
 Node 0 writes the run store and the figures into the directory the platform keeps as the
-job's output (SHARED_FIELDS, "output location"). The field names and limits follow each
+job's output (its "output location", docs/scale.md). The field names and limits follow each
 platform's reference, cited in docs/scale.md.
 """
 
@@ -32,40 +32,6 @@ INSTANCE_TYPE = {  # CPU machines with 4 cores, when --instance-type is not give
     "sagemaker": "ml.m5.xlarge",
     "vertex": "n1-standard-4",
     "azureml": "Standard_D4s_v3",
-}
-
-# Where each platform's job holds what they all share: the table of docs/scale.md.
-SHARED_FIELDS: dict[str, dict[str, str]] = {
-    "image": {
-        "sagemaker": "AlgorithmSpecification.TrainingImage",
-        "vertex": "jobSpec.workerPoolSpecs[*].containerSpec.imageUri",
-        "azureml": "environment.image",
-    },
-    "command": {
-        "sagemaker": "AlgorithmSpecification.ContainerEntrypoint + ContainerArguments",
-        "vertex": "jobSpec.workerPoolSpecs[*].containerSpec.command + args",
-        "azureml": "command",
-    },
-    "instance type": {
-        "sagemaker": "ResourceConfig.InstanceType",
-        "vertex": "jobSpec.workerPoolSpecs[*].machineSpec.machineType",
-        "azureml": "resources.instance_type",
-    },
-    "instance count": {
-        "sagemaker": "ResourceConfig.InstanceCount",
-        "vertex": "the sum of jobSpec.workerPoolSpecs[*].replicaCount",
-        "azureml": "resources.instance_count",
-    },
-    "environment": {
-        "sagemaker": "Environment",
-        "vertex": "jobSpec.workerPoolSpecs[*].containerSpec.env",
-        "azureml": "environment_variables",
-    },
-    "output location": {
-        "sagemaker": "OutputDataConfig.S3OutputPath (from /opt/ml/model)",
-        "vertex": "jobSpec.baseOutputDirectory.outputUriPrefix (mounted at /gcs/)",
-        "azureml": "outputs.results.path (mounted at ${{outputs.results}})",
-    },
 }
 
 # SageMaker's limits (CreateTrainingJob): each entrypoint string and argument at most 256
@@ -260,9 +226,9 @@ def cloud_job(
 
 
 def shared(kind: str, job: dict[str, Any]) -> dict[str, Any]:
-    """What a loaded job of `kind` sets for each of SHARED_FIELDS: its image, the command a
-    node runs (the study's, without the platform's rank script), instance type and count, its
-    environment variables, its output location."""
+    """What a loaded job of `kind` sets for each field the platforms share (the table of
+    docs/scale.md): its image, the command a node runs (the study's, without the platform's
+    rank script), instance type and count, its environment variables, its output location."""
     if kind == "sagemaker":
         spec, resources = job["AlgorithmSpecification"], job["ResourceConfig"]
         return {

@@ -74,8 +74,8 @@ def run_horovod(
         env["HOROVOD_FUSION_THRESHOLD"] = str(int(bucket_mb * 2**20))
     command = horovodrun_command(processes, directory / "spec.json")
     code, pids = run_launcher(directory, command, log, env)
-    if code != 0:
-        return Launch(code, log, pids, _error(directory, log, code))
-    ranks = [RankResult.read(directory / f"rank-{r}.json") for r in range(processes)]
-    write_result(directory, ranks)
-    return Launch(0, log, pids, None)
+    if code == 0:
+        write_result(
+            directory, [RankResult.read(directory / f"rank-{r}.json") for r in range(processes)]
+        )
+    return Launch(code, pids, _error(directory, log, code) if code else None)

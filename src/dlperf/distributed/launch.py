@@ -65,7 +65,6 @@ class Rendezvous:
 @dataclass
 class Launch:
     returncode: int
-    log: Path
     pids: list[int] = field(default_factory=list)
     error: str | None = None
 
@@ -186,4 +185,4 @@ def run_torchrun(
     command = torchrun_command(nproc_per_node, rdzv or Rendezvous(), module, args)
     code, pids = run_launcher(directory, command, log, env)
     error = error_lines(directory, log, code) if code != 0 else None
-    return Launch(code, log, pids, error)
+    return Launch(code, pids, error)

@@ -25,9 +25,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlperf.distributed import chunk_sizes
 from dlperf.distributed.contracts import ComputePhase, PointSummary, RankResult, RankSummary
 from dlperf.distributed.planning import Point
+from dlperf.distributed.window import chunk_sizes
 from dlperf.timing import t_half_width
 
 CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
