@@ -176,7 +176,7 @@ class AllreduceSummary(Record):
     backend: str
     workers: int
     rows: list[dict[str, float]]  # per message size: bytes, times and bandwidths
-    ring_model: dict[str, Any] | None  # the α-β fit over the whole study (RingModel.to_dict)
+    ring_model: dict[str, Any] | None  # the α-β fit over the whole study (RingModel, as a dict)
     # Measured after the first benchmarks were stored: None in theirs.
     overlap: list[dict[str, float]] | None = None
     overlap_cost: float | None = None
