@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.distributed.contracts import RankResult, WorkerSpec
-from dlperf.distributed.tf_worker import build_model, dataset, weights
+from dlperf.distributed.tf_worker import dataset, keras_model, weights
 from dlperf.distributed.window import crashing, measure
 
 
@@ -138,13 +138,10 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-    exp, (channels, height, width) = spec.experiment, spec.shape
-    shape, classes, batch = (height, width, channels), spec.classes, spec.per_worker_batch
-    model = build_model(exp["model"]["name"], shape, classes)
-    optimizer = keras.optimizers.SGD(exp["train"]["lr"], momentum=exp["train"]["momentum"])
+    model, optimizer = keras_model(spec)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     compression = hvd.Compression.fp16 if spec.comm == "fp16" else hvd.Compression.none
-    source = iter(dataset(spec, hvd.rank(), hvd.size(), batch))
+    source = iter(dataset(spec, hvd.rank(), hvd.size(), spec.per_worker_batch))
 
     # Horovod 0.28.1 keys gradients by tf.Variable.ref(), which Keras 3's variables lack: the
     # tape takes the tf.Variables they wrap.
@@ -175,8 +172,8 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
     hvd.broadcast_variables([v.value for v in optimizer.variables], root_rank=0)
     split = (lambda: compute_only(source).numpy()) if spec.compute_split else None
     times = measure(spec, crashing(lambda: step(source).numpy(), hvd.rank()), split)
-    batch, variables = spec.per_worker_batch, model.trainable_variables
-    return times.result(hvd.rank(), hvd.size(), batch, 0.0, weights(variables))
+    trained = weights(model.trainable_variables)
+    return times.result(hvd.rank(), hvd.size(), spec.per_worker_batch, 0.0, trained)
 
 
 def main() -> None:

@@ -101,28 +101,34 @@ def _strategy(spec: WorkerSpec) -> Any:
     return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
 
 
-def build_model(name: str, shape: tuple[int, int, int], classes: int) -> Any:
-    """A Keras model of the registry's name: resnet50 (keras.applications, random weights) or
-    smallcnn, the same network as dlperf's (the Keras MNIST example: two 3x3 convolutions,
-    max-pool, dropout, FC 128, dropout, FC classes; same parameter count)."""
+def keras_model(spec: WorkerSpec) -> tuple[Any, Any]:
+    """The Keras model of the registry's name, on the spec's images channels-last: resnet50
+    (keras.applications, random weights) or smallcnn, the same network as dlperf's (the Keras
+    MNIST example: two 3x3 convolutions, max-pool, dropout, FC 128, dropout, FC classes; same
+    parameter count); and its SGD at the experiment's lr and momentum."""
     import keras
 
-    if name == "resnet50":
-        return keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
-    layers = keras.layers
-    return keras.Sequential(
-        [
-            layers.Input(shape),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.Conv2D(64, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Dropout(0.25),
-            layers.Flatten(),
-            layers.Dense(128, activation="relu"),
-            layers.Dropout(0.5),
-            layers.Dense(classes),
-        ]
-    )
+    channels, height, width = spec.shape
+    shape, classes = (height, width, channels), spec.classes
+    if spec.experiment["model"]["name"] == "resnet50":
+        model = keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
+    else:
+        layers = keras.layers
+        model = keras.Sequential(
+            [
+                layers.Input(shape),
+                layers.Conv2D(32, 3, activation="relu"),
+                layers.Conv2D(64, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Dropout(0.25),
+                layers.Flatten(),
+                layers.Dense(128, activation="relu"),
+                layers.Dropout(0.5),
+                layers.Dense(classes),
+            ]
+        )
+    train = spec.experiment["train"]
+    return model, keras.optimizers.SGD(train["lr"], momentum=train["momentum"])
 
 
 def weights(variables: list[Any]) -> tuple[int, tuple[float, ...]]:
@@ -165,15 +171,10 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
     import tensorflow as tf
 
     strategy = _strategy(spec)
-    exp = spec.experiment
-    channels, height, width = spec.shape
-    shape = (height, width, channels)  # Keras's channels-last
-    classes, local = spec.classes, spec.per_worker_batch
+    local = spec.per_worker_batch
     global_batch = local * strategy.num_replicas_in_sync
     with strategy.scope():
-        model = build_model(exp["model"]["name"], shape, classes)
-        train_cfg = exp["train"]
-        optimizer = keras.optimizers.SGD(train_cfg["lr"], momentum=train_cfg["momentum"])
+        model, optimizer = keras_model(spec)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
