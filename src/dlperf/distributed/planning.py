@@ -11,6 +11,7 @@ counts (see dlperf.distributed.scaling).
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 from dataclasses import asdict, dataclass
 
@@ -150,16 +151,6 @@ def check_tensorflow(model: str) -> None:
                         f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
 
 
-def require_tensorflow(opts: ScaleConfig) -> None:
-    """The extra itself, checked after every option so that a wrong option gets its own
-    message whether or not TensorFlow is installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("tensorflow") is None:
-        raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
-                        "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
-
-
 def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
     """What the Horovod path needs: its communication options, horovodrun, and TensorFlow
     for the TensorFlow binding."""
@@ -232,6 +223,10 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
         for comm, bucket in itertools.product(comms, opts.bucket_mb or (None,)):
             points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket, mode))
-    if opts.framework == "tensorflow" or "tensorflow" in chosen:
-        require_tensorflow(opts)
+    # The extra itself, checked after every option so that a wrong option gets its own
+    # message whether or not TensorFlow is installed.
+    tensorflow = opts.framework == "tensorflow" or "tensorflow" in chosen
+    if tensorflow and importlib.util.find_spec("tensorflow") is None:
+        raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
+                        "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
     return points
