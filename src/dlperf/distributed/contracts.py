@@ -249,7 +249,7 @@ class PointSummary(Record):
     comm_error_vs_trace: float | None = None  # comm_exposed_s (step − compute-only replica)
     ring_error_vs_trace: float | None = None
     overlap_error_vs_trace: float | None = None
-    # --synthetic only (see summary.chunk_throughput): absent from other points' summaries.
+    # --synthetic only (see summary.with_chunks): absent from other points' summaries.
     throughput_mean: float | None = None
     throughput_ci95: float | None = None
     throughput_ci_method: str | None = None
