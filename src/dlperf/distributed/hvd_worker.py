@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from dlperf.distributed.contracts import RankResult, WorkerSpec
 from dlperf.distributed.tf_worker import dataset, keras_model, weights
-from dlperf.distributed.window import crashing, measure
+from dlperf.distributed.window import crashing, fail, measure
 
 
 def _torch(spec: WorkerSpec) -> RankResult:
@@ -186,10 +185,7 @@ def main() -> None:
         train = _tensorflow if spec.strategy == "tensorflow" else _torch
         result = train(spec)
     except Exception:
-        (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)  # peers may be gone: tearing Horovod down could hang
+        fail(directory, rank)  # peers may be gone: tearing Horovod down could hang
     result.write(directory / f"rank-{rank}.json")
 
 

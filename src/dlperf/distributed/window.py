@@ -12,9 +12,12 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from dlperf.distributed.contracts import ComputePhase, MainPhase, RankResult, WorkerSpec
 from dlperf.distributed.crash import Crash
@@ -33,6 +36,16 @@ def chunk_sizes(steps: int) -> list[int]:
     a point's steps with its compute-only copy's, and how the study reads them back."""
     chunks = max(1, min(CHUNKS, steps))
     return [steps // chunks + (i < steps % chunks) for i in range(chunks)]
+
+
+def fail(directory: Path, rank: int) -> NoReturn:
+    """Leave a failed rank: its traceback in `rank-R.error` and on stderr, then exit at once
+    with the ordinary failure code, without tearing anything down (its peers may be gone
+    already, and waiting for them, or freeing what they shared, can hang or abort)."""
+    (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
+    traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def crashing(step: Callable[[], None], rank: int) -> Callable[[], None]:

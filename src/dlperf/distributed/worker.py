@@ -28,7 +28,6 @@ import gc
 import os
 import statistics
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ from dlperf.distributed.contracts import (
     WorkerSpec,
     write_ranks,
 )
-from dlperf.distributed.window import Timings, crashing, measure
+from dlperf.distributed.window import Timings, crashing, fail, measure
 from dlperf.engine.checks import out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow, trace_name
@@ -331,19 +330,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         os._exit(0)
     except Exception as e:
-        (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
         if out_of_memory(e):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             (directory / f"rank-{rank}.oom").write_text(
                 f"out of memory at per-worker batch {spec.per_worker_batch}: {first}"
             )
-        traceback.print_exc()
-        sys.stderr.flush()
-        # A failed rank's peers may be gone already: tearing down the process group, or
-        # freeing DDP's reducer at exit, can then abort this process (SIGABRT, seen on a busy
-        # host), and a rank killed by a signal is blamed before the rank that failed first.
-        # Leave at once, with the ordinary failure code; the error file says what happened.
-        os._exit(1)
+        # Tearing down the process group, or freeing DDP's reducer at exit, can abort this
+        # process (SIGABRT, seen on a busy host), and a rank killed by a signal is blamed
+        # before the rank that failed first.
+        fail(directory, rank)
 
 
 if __name__ == "__main__":
