@@ -182,17 +182,6 @@ class AllreduceSummary(Record):
     overlap_cost: float | None = None
 
 
-TRACE_FIELDS = (
-    "trace_compute_only_s",
-    "trace_comm_only_s",
-    "trace_both_s",
-    "trace_idle_s",
-    "comm_error_vs_trace",
-    "ring_error_vs_trace",
-    "overlap_error_vs_trace",
-)
-
-
 @dataclass(frozen=True)
 class PointSummary(Record):
     """A finished point as the study stores it (times in seconds per step; see
@@ -257,12 +246,12 @@ class PointSummary(Record):
 
     def to_dict(self) -> dict[str, Any]:
         """The stored shape: the --synthetic figures only where measured, as before."""
-        data: dict[str, Any] = plain(asdict(self))
+        data = super().to_dict()
         if self.throughput_mean is None:
             for name in ("throughput_mean", "throughput_ci95", "throughput_ci_method", "chunks"):
                 del data[name]
-        if self.trace_comm_only_s is None:
-            for name in TRACE_FIELDS:
+        if self.trace_comm_only_s is None:  # --profile's figures: trace_*, *_vs_trace
+            for name in [k for k in data if k.startswith("trace_") or k.endswith("_vs_trace")]:
                 del data[name]
         return data
 
