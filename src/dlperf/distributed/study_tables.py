@@ -115,15 +115,6 @@ COURSE: dict[str, list[tuple[str, str, float]]] = {
 BATCH_SYMBOL = {"weak": "b", "strong": "B"}  # per-worker b, global B, as docs/scale.md writes
 
 
-def _utilisation(row: dict[str, Any], ring: dict[str, Any] | None) -> float | None:
-    """busbw over the bandwidth B of the ring model fitted to the all-reduce benchmark: the
-    share of what the all-reduce reaches on large messages."""
-    busbw = row.get("busbw_gbps")
-    if busbw is None or not ring:
-        return None
-    return float(busbw * 1e9 / ring["bandwidth_bytes_per_s"])
-
-
 Grid = dict[int, dict[int, dict[str, Any]]]  # that mode's batch -> workers -> row
 
 
@@ -138,7 +129,15 @@ def grids(result: StudyResult) -> dict[tuple[Any, ...], Grid]:
         mode = row["mode"]
         key = (mode, row["comm"], row["strategy"], row.get("bucket_mb"))
         cells = found.setdefault(key, {}).setdefault(row[BATCH_KEY[mode]], {})
-        cells[row["workers"]] = {**row, "busbw_utilisation": _utilisation(row, result.ring)}
+        # busbw over the bandwidth B of the ring model fitted to the all-reduce benchmark: the
+        # share of what the all-reduce reaches on large messages
+        busbw, ring = row.get("busbw_gbps"), result.ring
+        share = (
+            float(busbw * 1e9 / ring["bandwidth_bytes_per_s"])
+            if busbw is not None and ring
+            else None
+        )
+        cells[row["workers"]] = {**row, "busbw_utilisation": share}
     return {key: dict(sorted(grid.items())) for key, grid in found.items()}
 
 
