@@ -198,7 +198,8 @@ class Phase:
         if self.ready is not None:
             self.ready.append((self._forward_end, [*self._marks]))
         cap = self.spec.memory_cap_bytes
-        if cap and peak_memory_bytes(self.device) > cap:  # on CPU, where the step is done
+        # A CPU step is done here, and CUDA's allocator counts memory as the work is queued.
+        if cap and peak_memory_bytes(self.device) > cap:
             raise MemoryError(
                 f"peak memory {peak_memory_bytes(self.device) / 2**30:.2f} GiB is above the "
                 f"cap of {cap / 2**30:.2f} GiB"
