@@ -19,7 +19,7 @@ import torch
 
 from dlperf.analytic.devices import get_device
 from dlperf.config import ScaleConfig, ScaleMode
-from dlperf.distributed.scaling import series, series_name
+from dlperf.distributed.scaling import point_name, series
 from dlperf.errors import UserError
 from dlperf.system import usable_cores
 
@@ -44,11 +44,7 @@ class Point:
         return series(asdict(self))
 
     def label(self) -> str:
-        bucket = f" bucket {self.bucket_mb:g}MB" if self.bucket_mb else ""
-        batch = series_name(asdict(self))
-        return f"{self.workers} workers {self.strategy}/{self.comm}{bucket}" + (
-            f", {batch}" if batch else ""
-        )
+        return point_name(asdict(self))
 
 
 def batch_split(mode: str, workers: int, batch: int | None) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed.contracts import PointRow, PointSummary
-from dlperf.distributed.scaling import BATCH_KEY, series_name
+from dlperf.distributed.scaling import BATCH_KEY, point_name, series_name
 from dlperf.formatting import fmt
 from dlperf.table import Table
 
@@ -27,14 +27,6 @@ def _ms(value: float | None) -> float | None:
 
 def _series(row: PointRow) -> str | None:
     return series_name(asdict(row))
-
-
-def _where(row: PointRow, several: bool, bucket: bool = True) -> str:
-    """A point in words; with its series (mode and batch) when the study has several."""
-    size = f" bucket {row.bucket_mb:g}MB" if bucket and row.bucket_mb else ""
-    where = f"{row.workers} workers {row.strategy}/{row.comm}{size}"
-    name = _series(row) if several else None
-    return f"{where}, {name}" if name else where
 
 
 def series(result: StudyResult) -> dict[str | None, list[PointRow]]:
@@ -211,12 +203,14 @@ def _prediction(row: PointRow, s: PointSummary, several: bool) -> str | None:
     exposed, ci = s.comm_exposed_s, s.comm_exposed_ci95_s
     spread = "" if ci is None else f" ± {fmt(ci * 1e3, 2)}"
     measured = "not measured" if exposed is None else f"{fmt(exposed * 1e3, 3)}{spread} ms measured"
-    return f"{_where(row, several)}: exposed comm {measured}; predicted {', '.join(parts)}"
+    return (
+        f"{point_name(asdict(row), several)}: exposed comm {measured}; predicted {', '.join(parts)}"
+    )
 
 
 def _chunks(row: PointRow, s: PointSummary, several: bool) -> str:
     """--synthetic: the point's mean throughput over chunks of steps and its 95% interval."""
-    where = _where(row, several, bucket=False)
+    where = point_name(asdict(row), several, bucket=False)
     mean, ci, n = s.throughput_mean, s.throughput_ci95, s.chunks
     if ci is None:
         return f"{where}: {fmt(mean)} samples/s in 1 chunk (no interval)"
