@@ -24,7 +24,7 @@ from dlperf.distributed.contracts import (
 )
 from dlperf.distributed.crash import CRASH_ENV, Crash
 from dlperf.distributed.planning import Point
-from dlperf.distributed.summary import add_relative, chunk_throughput, summarize
+from dlperf.distributed.summary import add_relative, summarize, with_chunks
 from tests.conftest import rank_result
 
 SPEC = WorkerSpec(
@@ -101,7 +101,7 @@ def test_a_summary_round_trips_and_todays_stored_shape_loads() -> None:
     assert PointSummary.from_dict(json.loads(json.dumps(summary.to_dict()))) == summary
     # The --synthetic figures are stored only where measured, as before.
     assert "throughput_mean" not in summary.to_dict()
-    synthetic = replace(summary, **vars(chunk_throughput([0.1] * 4, 16, 2)))
+    synthetic = with_chunks(summary, [0.1] * 4, 2)
     assert synthetic.to_dict()["chunks"] == 2
     assert PointSummary.from_dict(synthetic.to_dict()) == synthetic
 

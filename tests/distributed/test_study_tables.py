@@ -47,9 +47,9 @@ from dlperf.distributed.scaling import EFFICIENCY
 from dlperf.distributed.study_tables import COURSE
 from dlperf.distributed.summary import (
     add_relative,
-    chunk_throughput,
     exposed_ci95,
     summarize,
+    with_chunks,
 )
 from dlperf.errors import UserError
 from dlperf.procs import PARENT_ENV, alive, guarded
@@ -234,12 +234,12 @@ def test_summary_of_a_point_follows_the_definitions() -> None:
 def test_synthetic_chunks_give_mean_and_student_t_interval() -> None:
     # Chunks of 2 steps of a batch of 10: 100, 100, 50, 50, 100 samples/s.
     steps = [0.1, 0.1, 0.1, 0.1, 0.2, 0.2, 0.2, 0.2, 0.1, 0.1]
-    stats = chunk_throughput(steps, global_batch=10, chunks=5)
+    stats = with_chunks(PointSummary(**FIGURES | {"global_batch": 10}), steps, chunks=5)
     assert stats.throughput_mean == pytest.approx(80.0)
     # s^2 = (3 * 20^2 + 2 * 30^2) / 4 = 750; t(0.975, 4) = 2.776445; sem = sqrt(750 / 5).
     assert stats.throughput_ci95 == pytest.approx(2.776445 * math.sqrt(150), rel=1e-6)
     assert (stats.throughput_ci_method, stats.chunks) == ("student_t", 5)
-    one = chunk_throughput([0.1, 0.2], global_batch=10, chunks=1)
+    one = with_chunks(PointSummary(**FIGURES | {"global_batch": 10}), [0.1, 0.2], chunks=1)
     assert (one.throughput_mean, one.throughput_ci95) == (pytest.approx(200 / 3), None)
 
 
@@ -588,7 +588,7 @@ def fake_workers(monkeypatch: pytest.MonkeyPatch) -> Callable[[Timing], None]:
             world = nproc - missing
             ranks = [rank_result(r, steps, compute, batch, world=world) for r in range(world)]
             write_ranks(directory / "result.json", ranks)
-            return Launch(0, directory / "torchrun.log", [])
+            return Launch(0, [])
 
         monkeypatch.setattr(study, "run_torchrun", run_torchrun)
 

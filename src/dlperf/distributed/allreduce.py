@@ -48,7 +48,7 @@ import os
 import re
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ import torch
 import torch.distributed as dist
 from scipy.optimize import nnls
 
+from dlperf.distributed.planning import resolve_backend
 from dlperf.errors import UserError
 from dlperf.system import set_threads
 from dlperf.timing import Spread, Timer, timed
@@ -101,8 +102,6 @@ def parse_sizes(text: str) -> list[int]:
 
 def ring_time(workers: int, nbytes: float, alpha_s: float, bandwidth_bytes_per_s: float) -> float:
     """Ring all-reduce time T = 2(n−1)α + 2(n−1)/n · S/B; a single worker sends nothing."""
-    if workers < 1:
-        raise UserError(f"workers must be at least 1, got {workers}")
     n = workers
     return 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * nbytes / bandwidth_bytes_per_s
 
@@ -116,12 +115,6 @@ class RingModel:
     bandwidth_bytes_per_s: float
     rmse_pct: float
     n_points: int
-
-    def predict(self, workers: int, nbytes: float) -> float:
-        return ring_time(workers, nbytes, self.alpha_s, self.bandwidth_bytes_per_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def fit_ring_model(rows: list[dict[str, Any]]) -> RingModel:
@@ -374,12 +367,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--iters must be at least 1 and --warmup at least 0")
     sizes = parse_sizes(args.sizes)
 
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = resolve_backend(args.backend)
     if backend == "nccl":
-        if not torch.cuda.is_available():
-            raise UserError("backend nccl needs CUDA GPUs, and none is visible", "use gloo")
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
     else:

@@ -77,7 +77,7 @@ def run_allreduce_study(
             measured.append((run, n, rows))
         every_row = [row for _, _, rows in measured for row in rows]
         try:
-            ring: dict[str, Any] | None = fit_ring_model(every_row).to_dict()
+            ring: dict[str, Any] | None = asdict(fit_ring_model(every_row))
             fit_error = None
         except UserError as e:
             ring, fit_error = None, str(e)

@@ -11,7 +11,7 @@ do; only where each platform tells a node its rank and the first node differs:
 - Azure ML: NODE_RANK, MASTER_ADDR and MASTER_PORT, set by its PyTorch distribution.
 
 Node 0 writes the run store and the figures into the directory the platform keeps as the
-job's output (SHARED_FIELDS, "output location"). The field names and limits follow each
+job's output (its "output location", docs/scale.md). The field names and limits follow each
 platform's reference, cited in docs/scale.md.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -32,40 +33,6 @@ INSTANCE_TYPE = {  # CPU machines with 4 cores, when --instance-type is not give
     "sagemaker": "ml.m5.xlarge",
     "vertex": "n1-standard-4",
     "azureml": "Standard_D4s_v3",
-}
-
-# Where each platform's job holds what they all share: the table of docs/scale.md.
-SHARED_FIELDS: dict[str, dict[str, str]] = {
-    "image": {
-        "sagemaker": "AlgorithmSpecification.TrainingImage",
-        "vertex": "jobSpec.workerPoolSpecs[*].containerSpec.imageUri",
-        "azureml": "environment.image",
-    },
-    "command": {
-        "sagemaker": "AlgorithmSpecification.ContainerEntrypoint + ContainerArguments",
-        "vertex": "jobSpec.workerPoolSpecs[*].containerSpec.command + args",
-        "azureml": "command",
-    },
-    "instance type": {
-        "sagemaker": "ResourceConfig.InstanceType",
-        "vertex": "jobSpec.workerPoolSpecs[*].machineSpec.machineType",
-        "azureml": "resources.instance_type",
-    },
-    "instance count": {
-        "sagemaker": "ResourceConfig.InstanceCount",
-        "vertex": "the sum of jobSpec.workerPoolSpecs[*].replicaCount",
-        "azureml": "resources.instance_count",
-    },
-    "environment": {
-        "sagemaker": "Environment",
-        "vertex": "jobSpec.workerPoolSpecs[*].containerSpec.env",
-        "azureml": "environment_variables",
-    },
-    "output location": {
-        "sagemaker": "OutputDataConfig.S3OutputPath (from /opt/ml/model)",
-        "vertex": "jobSpec.baseOutputDirectory.outputUriPrefix (mounted at /gcs/)",
-        "azureml": "outputs.results.path (mounted at ${{outputs.results}})",
-    },
 }
 
 # SageMaker's limits (CreateTrainingJob): each entrypoint string and argument at most 256
@@ -112,23 +79,32 @@ def _check_uri(uri: str | None, schemes: tuple[str, ...], kind: str) -> str:
     return uri.rstrip("/")
 
 
-def render_sagemaker(
-    argv: list[str],
-    nnodes: int,
-    name: str,
-    image: str,
-    instance_type: str,
-    output_uri: str | None,
-    role: str | None,
-) -> str:
+@dataclass(frozen=True)
+class CloudJob:
+    """What a platform's job is made of: the command every node runs, the nodes and their
+    GPUs, the job's name (an RFC 1123 label, which every platform's name rules accept), the
+    container image, and the platform's instance type, output URI and (SageMaker's) role."""
+
+    argv: list[str]
+    nnodes: int
+    gpus_per_node: int
+    name: str
+    image: str
+    instance_type: str
+    output_uri: str | None
+    role: str | None
+
+
+def render_sagemaker(spec: CloudJob) -> str:
     """A CreateTrainingJob request: `aws sagemaker create-training-job --cli-input-json`."""
-    uri = _check_uri(output_uri, ("s3", "https"), "sagemaker")
+    uri = _check_uri(spec.output_uri, ("s3", "https"), "sagemaker")
+    role = spec.role
     if role is None or not _SAGEMAKER_ROLE.match(role):
         raise UserError(
             "--emit sagemaker needs --role arn:aws:iam::ACCOUNT:role/NAME",
             "the IAM role SageMaker runs the job as",
         )
-    args = _node_argv(argv, nnodes, "/opt/ml/model")
+    args = _node_argv(spec.argv, spec.nnodes, "/opt/ml/model")
     too_long = [a for a in args if len(a) > _MAX_ARG]
     if too_long or len(args) > 100:
         raise UserError(
@@ -136,17 +112,17 @@ def render_sagemaker(
             f"shorten {too_long[0][:40]!r}..." if too_long else "give fewer options",
         )
     request = {
-        "TrainingJobName": name,
+        "TrainingJobName": spec.name,
         "RoleArn": role,
         "AlgorithmSpecification": {
-            "TrainingImage": image,
+            "TrainingImage": spec.image,
             "TrainingInputMode": "File",
             "ContainerEntrypoint": _entrypoint(_SAGEMAKER_RANK),
             "ContainerArguments": args,
         },
         "ResourceConfig": {
-            "InstanceType": instance_type,
-            "InstanceCount": nnodes,
+            "InstanceType": spec.instance_type,
+            "InstanceCount": spec.nnodes,
             "VolumeSizeInGB": 30,
         },
         # SageMaker uploads /opt/ml/model to this prefix when the job ends.
@@ -162,19 +138,12 @@ def _gcs_path(uri: str) -> str:
     return "/gcs/" + uri.removeprefix("gs://")
 
 
-def render_vertex(
-    argv: list[str],
-    nnodes: int,
-    gpus_per_node: int,
-    name: str,
-    image: str,
-    instance_type: str,
-    output_uri: str | None,
-) -> str:
+def render_vertex(spec: CloudJob) -> str:
     """A CustomJob: the body of `POST .../locations/REGION/customJobs`; its `jobSpec` is
     what `gcloud ai custom-jobs create --config` reads."""
-    uri = _check_uri(output_uri, ("gs",), "vertex")
-    machine, _, accelerator = instance_type.partition(":")
+    uri = _check_uri(spec.output_uri, ("gs",), "vertex")
+    machine, _, accelerator = spec.instance_type.partition(":")
+    nnodes, gpus_per_node = spec.nnodes, spec.gpus_per_node
     machine_spec: dict[str, Any] = {"machineType": machine}
     if gpus_per_node > 0:
         if not accelerator:
@@ -185,9 +154,9 @@ def render_vertex(
         machine_spec |= {"acceleratorType": accelerator, "acceleratorCount": gpus_per_node}
     out = _gcs_path(uri)
     container = {
-        "imageUri": image,
+        "imageUri": spec.image,
         "command": _entrypoint(_VERTEX_RANK),
-        "args": _node_argv(argv, nnodes, out),
+        "args": _node_argv(spec.argv, nnodes, out),
         "env": [{"name": "DLPERF_DB", "value": f"{out}/dlperf.db"}],
     }
     # Pool 0 is the chief (one replica); pool 1 holds the other nodes.
@@ -197,26 +166,20 @@ def render_vertex(
         if count > 0
     ]
     job = {
-        "displayName": name,
+        "displayName": spec.name,
         "jobSpec": {"workerPoolSpecs": pools, "baseOutputDirectory": {"outputUriPrefix": uri}},
     }
     return json.dumps(job, indent=2) + "\n"
 
 
-def render_azureml(
-    argv: list[str],
-    nnodes: int,
-    name: str,
-    image: str,
-    instance_type: str,
-    output_uri: str | None,
-) -> str:
+def render_azureml(spec: CloudJob) -> str:
     """A command job: `az ml job create --file THIS_FILE` (serverless compute)."""
     output: dict[str, Any] = {"type": "uri_folder", "mode": "rw_mount"}
-    if output_uri is not None:
-        output["path"] = _check_uri(output_uri, ("azureml", "https", "abfss", "wasbs"), "azureml")
+    if spec.output_uri is not None:
+        schemes = ("azureml", "https", "abfss", "wasbs")
+        output["path"] = _check_uri(spec.output_uri, schemes, "azureml")
     out = "${{outputs.results}}"
-    per_node = _node_argv(argv, nnodes, out)
+    per_node = _node_argv(spec.argv, spec.nnodes, out)
     # Azure ML expands ${{outputs.results}} in the command only, so the store's path is set
     # there; its PyTorch distribution sets NODE_RANK, MASTER_ADDR and MASTER_PORT per node.
     command = (
@@ -226,43 +189,25 @@ def render_azureml(
     job = {
         "$schema": "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json",
         "type": "command",
-        "display_name": name,
+        "display_name": spec.name,
         "experiment_name": "dlperf",
         "command": command,
-        "environment": {"image": image},
+        "environment": {"image": spec.image},
         "environment_variables": {"PYTHONUNBUFFERED": "1"},
-        "resources": {"instance_count": nnodes, "instance_type": instance_type},
+        "resources": {"instance_count": spec.nnodes, "instance_type": spec.instance_type},
         "distribution": {"type": "pytorch", "process_count_per_instance": 1},
         "outputs": {"results": output},
     }
     return str(yaml.safe_dump(job, sort_keys=False, width=2**16))
 
 
-def cloud_job(
-    kind: str,
-    argv: list[str],
-    nnodes: int,
-    gpus_per_node: int,
-    name: str,
-    image: str,
-    instance_type: str | None,
-    output_uri: str | None,
-    role: str | None,
-) -> str:
-    """The `kind` (sagemaker | vertex | azureml) job that runs `argv` once on each node;
-    `name`: an RFC 1123 label, which every platform's name rules accept."""
-    machine = instance_type or INSTANCE_TYPE[kind]
-    if kind == "sagemaker":
-        return render_sagemaker(argv, nnodes, name, image, machine, output_uri, role)
-    if kind == "vertex":
-        return render_vertex(argv, nnodes, gpus_per_node, name, image, machine, output_uri)
-    return render_azureml(argv, nnodes, name, image, machine, output_uri)
+RENDER = {"sagemaker": render_sagemaker, "vertex": render_vertex, "azureml": render_azureml}
 
 
 def shared(kind: str, job: dict[str, Any]) -> dict[str, Any]:
-    """What a loaded job of `kind` sets for each of SHARED_FIELDS: its image, the command a
-    node runs (the study's, without the platform's rank script), instance type and count, its
-    environment variables, its output location."""
+    """What a loaded job of `kind` sets for each field the platforms share (the table of
+    docs/scale.md): its image, the command a node runs (the study's, without the platform's
+    rank script), instance type and count, its environment variables, its output location."""
     if kind == "sagemaker":
         spec, resources = job["AlgorithmSpecification"], job["ResourceConfig"]
         return {

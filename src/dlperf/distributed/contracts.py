@@ -21,21 +21,61 @@ worker imports this module, and TensorFlow and torchvision must not share a proc
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, get_args, get_origin, get_type_hints
 
 from dlperf.paths import atomic_write
 from dlperf.records import ContractError, checked, plain
 
 
-def _floats(values: Sequence[float] | None) -> tuple[float, ...] | None:
-    return None if values is None else tuple(values)
+def _decode(hint: Any, value: Any) -> Any:
+    """`value`, as JSON holds it, as a field of type `hint`: records built, lists as tuples."""
+    if value is None:
+        return None
+    if isinstance(hint, types.UnionType):  # X | None
+        [hint] = [a for a in get_args(hint) if a is not type(None)]
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_dict(value)
+    if get_origin(hint) is tuple:
+        return tuple(_decode(get_args(hint)[0], v) for v in value)
+    return value
+
+
+class Record:
+    """The one codec of every record here: `to_dict` with tuples as lists, the strict
+    `from_dict` (nested records and tuples rebuilt from the field types), a file of it, and
+    `stored` for a summary a store may hold from another version, or none."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = plain(asdict(self))  # type: ignore[call-overload]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        hints = get_type_hints(cls)
+        return cls(**{k: _decode(hints[k], v) for k, v in checked(cls, data).items()})
+
+    def write(self, path: Path) -> None:
+        atomic_write(path, json.dumps(self.to_dict()))
+
+    @classmethod
+    def read(cls, path: Path) -> Self:
+        return cls.from_dict(json.loads(path.read_text()))
+
+    @classmethod
+    def stored(cls, data: object) -> Self | None:
+        """A stored run's summary, or None where it is not one (a run that failed first)."""
+        try:
+            return cls.from_dict(data)
+        except ContractError:
+            return None
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
+class WorkerSpec(Record):
     """One point as its workers run it."""
 
     experiment: dict[str, Any]  # Experiment.to_dict(), resolved by the study
@@ -57,38 +97,17 @@ class WorkerSpec:
     data_file: str | None = None  # the training split for the Keras workers (not synthetic)
     memory_cap_bytes: int | None = None  # scale max-batch on CPU: peak memory allowed
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = plain(asdict(self))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> WorkerSpec:
-        fields = checked(cls, data)
-        channels, height, width = fields["shape"]
-        return cls(**(fields | {"shape": (channels, height, width)}))
-
-    def write(self, path: Path) -> None:
-        atomic_write(path, json.dumps(self.to_dict()))
-
-    @classmethod
-    def read(cls, path: Path) -> WorkerSpec:
-        return cls.from_dict(json.loads(path.read_text()))
-
 
 @dataclass(frozen=True)
-class DdpStats:
+class DdpStats(Record):
     """What DistributedDataParallel measured and registered itself (DDP points only)."""
 
     times_ns: dict[str, float]  # its logging data's sampled per-iteration times
     reduced_bytes: int | None  # the parameters it registered for all-reduce
 
-    @classmethod
-    def from_dict(cls, data: object) -> DdpStats:
-        return cls(**checked(cls, data))
-
 
 @dataclass(frozen=True)
-class MainPhase:
+class MainPhase(Record):
     """The point's own replica on one rank: its timed steps and what they did."""
 
     step_times_s: tuple[float, ...]
@@ -102,22 +121,9 @@ class MainPhase:
     # replicas in other processes before it writes result.json.
     fingerprint: tuple[float, ...] | None = None
 
-    @classmethod
-    def from_dict(cls, data: object) -> MainPhase:
-        fields = checked(cls, data)
-        ddp = fields.get("ddp")
-        return cls(
-            **fields
-            | {
-                "step_times_s": tuple(fields["step_times_s"]),
-                "ddp": None if ddp is None else DdpStats.from_dict(ddp),
-                "fingerprint": _floats(fields.get("fingerprint")),
-            }
-        )
-
 
 @dataclass(frozen=True)
-class ComputePhase:
+class ComputePhase(Record):
     """The point's steps without their communication, timed in chunks alternating with the
     main phase's."""
 
@@ -127,19 +133,9 @@ class ComputePhase:
     grad_ready_s: tuple[float, ...] | None = None
     grad_sizes: tuple[int, ...] | None = None
 
-    @classmethod
-    def from_dict(cls, data: object) -> ComputePhase:
-        fields = checked(cls, data)
-        sizes = fields.get("grad_sizes")
-        return cls(
-            tuple(fields["step_times_s"]),
-            _floats(fields.get("grad_ready_s")),
-            None if sizes is None else tuple(sizes),
-        )
-
 
 @dataclass(frozen=True)
-class RankResult:
+class RankResult(Record):
     """What one rank of a point measured."""
 
     rank: int
@@ -148,29 +144,6 @@ class RankResult:
     world_size: int  # the ranks of the point's process group, as this rank saw it
     main: MainPhase
     compute: ComputePhase | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = plain(asdict(self))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> RankResult:
-        fields = checked(cls, data)
-        compute = fields.get("compute")
-        return cls(
-            **fields
-            | {
-                "main": MainPhase.from_dict(fields["main"]),
-                "compute": None if compute is None else ComputePhase.from_dict(compute),
-            }
-        )
-
-    def write(self, path: Path) -> None:
-        atomic_write(path, json.dumps(self.to_dict()))
-
-    @classmethod
-    def read(cls, path: Path) -> RankResult:
-        return cls.from_dict(json.loads(path.read_text()))
 
 
 def write_ranks(path: Path, ranks: Sequence[RankResult]) -> None:
@@ -186,7 +159,7 @@ def read_ranks(path: Path) -> list[RankResult]:
 
 
 @dataclass(frozen=True)
-class RankSummary:
+class RankSummary(Record):
     """One rank's figures in a point's summary."""
 
     rank: int
@@ -195,49 +168,22 @@ class RankSummary:
     step_time_s: float  # median
     ddp_logging_ns: dict[str, float]  # empty where DDP did not train the point
 
-    @classmethod
-    def from_dict(cls, data: object) -> RankSummary:
-        return cls(**checked(cls, data))
-
 
 @dataclass(frozen=True)
-class AllreduceSummary:
+class AllreduceSummary(Record):
     """One worker count of an all-reduce benchmark study, as its run stores it."""
 
     backend: str
     workers: int
     rows: list[dict[str, float]]  # per message size: bytes, times and bandwidths
-    ring_model: dict[str, Any] | None  # the α-β fit over the whole study (RingModel.to_dict)
+    ring_model: dict[str, Any] | None  # the α-β fit over the whole study (RingModel, as a dict)
     # Measured after the first benchmarks were stored: None in theirs.
     overlap: list[dict[str, float]] | None = None
     overlap_cost: float | None = None
 
-    @classmethod
-    def from_dict(cls, data: object) -> AllreduceSummary:
-        return cls(**checked(cls, data))
-
-    @classmethod
-    def stored(cls, data: object) -> AllreduceSummary | None:
-        """A stored run's summary, or None where it has none (a run that failed)."""
-        try:
-            return cls.from_dict(data)
-        except ContractError:
-            return None
-
-
-TRACE_FIELDS = (
-    "trace_compute_only_s",
-    "trace_comm_only_s",
-    "trace_both_s",
-    "trace_idle_s",
-    "comm_error_vs_trace",
-    "ring_error_vs_trace",
-    "overlap_error_vs_trace",
-)
-
 
 @dataclass(frozen=True)
-class PointSummary:
+class PointSummary(Record):
     """A finished point as the study stores it (times in seconds per step; see
     dlperf.distributed.summary for the definitions)."""
 
@@ -292,7 +238,7 @@ class PointSummary:
     comm_error_vs_trace: float | None = None  # comm_exposed_s (step − compute-only replica)
     ring_error_vs_trace: float | None = None
     overlap_error_vs_trace: float | None = None
-    # --synthetic only (see summary.chunk_throughput): absent from other points' summaries.
+    # --synthetic only (see summary.with_chunks): absent from other points' summaries.
     throughput_mean: float | None = None
     throughput_ci95: float | None = None
     throughput_ci_method: str | None = None
@@ -300,29 +246,14 @@ class PointSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The stored shape: the --synthetic figures only where measured, as before."""
-        data: dict[str, Any] = plain(asdict(self))
+        data = super().to_dict()
         if self.throughput_mean is None:
             for name in ("throughput_mean", "throughput_ci95", "throughput_ci_method", "chunks"):
                 del data[name]
-        if self.trace_comm_only_s is None:
-            for name in TRACE_FIELDS:
+        if self.trace_comm_only_s is None:  # --profile's figures: trace_*, *_vs_trace
+            for name in [k for k in data if k.startswith("trace_") or k.endswith("_vs_trace")]:
                 del data[name]
         return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> PointSummary:
-        fields = checked(cls, data)
-        ranks = tuple(RankSummary.from_dict(r) for r in fields["ranks"])
-        return cls(**fields | {"ranks": ranks})
-
-    @classmethod
-    def stored(cls, data: object) -> PointSummary | None:
-        """A stored run's summary as a point's, or None where it is not one: a point that
-        failed before it was summarised stores none."""
-        try:
-            return cls.from_dict(data)
-        except ContractError:
-            return None
 
 
 @dataclass(frozen=True)

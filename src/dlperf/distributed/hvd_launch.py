@@ -33,13 +33,6 @@ def horovodrun() -> str | None:
     )
 
 
-def horovodrun_command(processes: int, spec: Path) -> list[str]:
-    program = horovodrun() or "horovodrun"
-    command = [sys.executable, program, "-np", str(processes), "-H", f"localhost:{processes}"]
-    command += ["--gloo", "--start-timeout", str(START_TIMEOUT_S)]
-    return [*command, sys.executable, "-u", "-m", MODULE, str(spec)]
-
-
 def _error(directory: Path, log: Path, code: int) -> str:
     """What went wrong, first line a summary: the process horovodrun saw fail first (a killed
     one is blamed before the peers it took down), with its traceback's tail when it wrote
@@ -72,10 +65,12 @@ def run_horovod(
     env = {"OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2"}
     if bucket_mb:
         env["HOROVOD_FUSION_THRESHOLD"] = str(int(bucket_mb * 2**20))
-    command = horovodrun_command(processes, directory / "spec.json")
+    command = [sys.executable, horovodrun() or "horovodrun", "-np", str(processes)]
+    command += ["-H", f"localhost:{processes}", "--gloo", "--start-timeout", str(START_TIMEOUT_S)]
+    command += [sys.executable, "-u", "-m", MODULE, str(directory / "spec.json")]
     code, pids = run_launcher(directory, command, log, env)
-    if code != 0:
-        return Launch(code, log, pids, _error(directory, log, code))
-    ranks = [RankResult.read(directory / f"rank-{r}.json") for r in range(processes)]
-    write_result(directory, ranks)
-    return Launch(0, log, pids, None)
+    if code == 0:
+        write_result(
+            directory, [RankResult.read(directory / f"rank-{r}.json") for r in range(processes)]
+        )
+    return Launch(code, pids, _error(directory, log, code) if code else None)

@@ -15,7 +15,7 @@ is Horovod's tensor-fusion threshold (set by the launcher). Data: random images 
 model's input shape (--synthetic), else each rank's shard of the training split, every size-th
 image from its rank as DDP's ranks take theirs: on torch the DDP workers' own batches
 (augmented as the experiment says), on TensorFlow those of the tf.distribute workers
-(tf_worker.dataset). Steps are timed as the TensorFlow workers time theirs (tf_worker.measure),
+(tf_worker.dataset). Steps are timed in every worker's window (dlperf.distributed.window),
 the compute-only steps being a second copy of the model without Horovod: the same step with a
 local optimizer on torch (as DDP's no-op hook replica), forward and backward on TensorFlow
 (as the tf.distribute path). Each rank writes `rank-R.pid` as it starts, `rank-R.json` (its
@@ -29,36 +29,13 @@ imports nothing of torch.
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import traceback
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dlperf.distributed.contracts import MainPhase, RankResult, WorkerSpec
-from dlperf.distributed.tf_worker import Timings, build_model, dataset, measure, weights
-
-
-def _result(
-    spec: WorkerSpec,
-    rank: int,
-    world: int,
-    times: Timings,
-    grad_bytes: int,
-    fingerprint: Sequence[float],
-) -> RankResult:
-    """This rank's record: one replica per process, compared with the others' by the
-    launcher (their fingerprints)."""
-    main = MainPhase(
-        step_times_s=times.step_times_s,
-        wall_s=times.wall_s,
-        samples=spec.per_worker_batch * len(times.step_times_s),
-        replica_max_diff=0.0,  # one replica per process: the launcher compares fingerprints
-        grad_bytes=grad_bytes,
-        fingerprint=tuple(fingerprint),
-    )
-    return RankResult(rank, socket.gethostname(), os.getpid(), world, main, times.compute)
+from dlperf.distributed.contracts import RankResult, WorkerSpec
+from dlperf.distributed.tf_worker import dataset, keras_model, weights
+from dlperf.distributed.window import crashing, fail, measure
 
 
 def _torch(spec: WorkerSpec) -> RankResult:
@@ -138,11 +115,15 @@ def _torch(spec: WorkerSpec) -> RankResult:
             hooks.step_end(event)
         synchronize(device)  # the clock is read next
 
-    times = measure(spec, hvd.rank(), lambda: train(step), lambda: train(local))
+    split = (lambda: train(local)) if spec.compute_split else None
+    times = measure(spec, crashing(lambda: train(step), hvd.rank()), split)
     params = [p for p in model.parameters() if p.requires_grad]
-    grad_bytes = sum(p.numel() * p.element_size() for p in params)
-    fingerprint = [float(p.detach().abs().sum()) for p in params]
-    return _result(spec, hvd.rank(), hvd.size(), times, grad_bytes, fingerprint)
+    weights = (
+        sum(p.numel() * p.element_size() for p in params),
+        [float(p.detach().abs().sum()) for p in params],
+    )
+    # one replica per process: the launcher compares the fingerprints
+    return times.result(hvd.rank(), hvd.size(), spec.per_worker_batch, 0.0, weights)
 
 
 def _tensorflow(spec: WorkerSpec) -> RankResult:
@@ -156,13 +137,10 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-    exp, (channels, height, width) = spec.experiment, spec.shape
-    shape, classes, batch = (height, width, channels), spec.classes, spec.per_worker_batch
-    model = build_model(exp["model"]["name"], shape, classes)
-    optimizer = keras.optimizers.SGD(exp["train"]["lr"], momentum=exp["train"]["momentum"])
+    model, optimizer = keras_model(spec)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     compression = hvd.Compression.fp16 if spec.comm == "fp16" else hvd.Compression.none
-    source = iter(dataset(spec, hvd.rank(), hvd.size(), batch))
+    source = iter(dataset(spec, hvd.rank(), hvd.size(), spec.per_worker_batch))
 
     # Horovod 0.28.1 keys gradients by tf.Variable.ref(), which Keras 3's variables lack: the
     # tape takes the tf.Variables they wrap.
@@ -191,10 +169,10 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
     step(source).numpy()
     hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
     hvd.broadcast_variables([v.value for v in optimizer.variables], root_rank=0)
-    times = measure(
-        spec, hvd.rank(), lambda: step(source).numpy(), lambda: compute_only(source).numpy()
-    )
-    return _result(spec, hvd.rank(), hvd.size(), times, *weights(model.trainable_variables))
+    split = (lambda: compute_only(source).numpy()) if spec.compute_split else None
+    times = measure(spec, crashing(lambda: step(source).numpy(), hvd.rank()), split)
+    trained = weights(model.trainable_variables)
+    return times.result(hvd.rank(), hvd.size(), spec.per_worker_batch, 0.0, trained)
 
 
 def main() -> None:
@@ -207,10 +185,7 @@ def main() -> None:
         train = _tensorflow if spec.strategy == "tensorflow" else _torch
         result = train(spec)
     except Exception:
-        (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)  # peers may be gone: tearing Horovod down could hang
+        fail(directory, rank)  # peers may be gone: tearing Horovod down could hang
     result.write(directory / f"rank-{rank}.json")
 
 

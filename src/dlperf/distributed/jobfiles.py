@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dlperf.distributed.cloudjobs import CLOUD, PORT, cloud_job
+from dlperf.distributed.cloudjobs import CLOUD, INSTANCE_TYPE, PORT, RENDER, CloudJob
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
@@ -215,8 +215,8 @@ def job_file(
     if kind in CLOUD:
         _check(argv, nnodes, per_node, gpus, PORT)
         extra = cloud or {}
-        return cloud_job(
-            kind, job_argv(argv), nnodes, gpus, kubernetes_name(job_name), image,
-            extra.get("instance_type"), extra.get("output_uri"), extra.get("role"),
-        )  # fmt: skip
+        machine = extra.get("instance_type") or INSTANCE_TYPE[kind]
+        name = kubernetes_name(job_name)
+        uri, role = extra.get("output_uri"), extra.get("role")
+        return RENDER[kind](CloudJob(job_argv(argv), nnodes, gpus, name, image, machine, uri, role))
     raise UserError(f"unknown --emit '{kind}'", f"use slurm, kubernetes or {', '.join(CLOUD)}")

@@ -65,20 +65,8 @@ class Rendezvous:
 @dataclass
 class Launch:
     returncode: int
-    log: Path
     pids: list[int] = field(default_factory=list)
     error: str | None = None
-
-
-def torchrun_command(
-    nproc_per_node: int, rdzv: Rendezvous, module: str, args: Sequence[str]
-) -> list[str]:
-    """torchrun running `python -u -m module args` guarded in each worker (torchrun itself is
-    guarded when the supervisor starts it)."""
-    worker = guarded([sys.executable, "-u", "-m", module, *args])
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
-    torchrun += [str(nproc_per_node), *rdzv.args(), "--max-restarts", "0", "--no-python"]
-    return [*torchrun, *worker]
 
 
 def worker_pids(directory: Path) -> list[int]:
@@ -181,9 +169,13 @@ def run_torchrun(
     rdzv: Rendezvous | None = None,
     env: dict[str, str] | None = None,
 ) -> Launch:
-    """Run `module` under torchrun with its output in `directory`/torchrun.log."""
+    """Run `module` under torchrun with its output in `directory`/torchrun.log: `python -u -m
+    module args`, guarded, in each worker (torchrun itself is guarded when the supervisor
+    starts it)."""
     log = directory / "torchrun.log"
-    command = torchrun_command(nproc_per_node, rdzv or Rendezvous(), module, args)
-    code, pids = run_launcher(directory, command, log, env)
+    worker = guarded([sys.executable, "-u", "-m", module, *args])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
+    torchrun += [str(nproc_per_node), *(rdzv or Rendezvous()).args(), "--max-restarts", "0"]
+    code, pids = run_launcher(directory, [*torchrun, "--no-python", *worker], log, env)
     error = error_lines(directory, log, code) if code != 0 else None
-    return Launch(code, log, pids, error)
+    return Launch(code, pids, error)

@@ -11,6 +11,7 @@ counts (see dlperf.distributed.scaling).
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 from dataclasses import asdict, dataclass
 
@@ -18,7 +19,7 @@ import torch
 
 from dlperf.analytic.devices import get_device
 from dlperf.config import ScaleConfig, ScaleMode
-from dlperf.distributed.scaling import series, series_name
+from dlperf.distributed.scaling import point_name, series
 from dlperf.errors import UserError
 from dlperf.system import usable_cores
 
@@ -43,11 +44,7 @@ class Point:
         return series(asdict(self))
 
     def label(self) -> str:
-        bucket = f" bucket {self.bucket_mb:g}MB" if self.bucket_mb else ""
-        batch = series_name(asdict(self))
-        return f"{self.workers} workers {self.strategy}/{self.comm}{bucket}" + (
-            f", {batch}" if batch else ""
-        )
+        return point_name(asdict(self))
 
 
 def batch_split(mode: str, workers: int, batch: int | None) -> tuple[int, int]:
@@ -150,16 +147,6 @@ def check_tensorflow(model: str) -> None:
                         f"use model.name = {' or '.join(TF_MODELS)}")  # fmt: skip
 
 
-def require_tensorflow(opts: ScaleConfig) -> None:
-    """The extra itself, checked after every option so that a wrong option gets its own
-    message whether or not TensorFlow is installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("tensorflow") is None:
-        raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
-                        "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
-
-
 def check_horovod(opts: ScaleConfig, model: str, chosen: list[str]) -> None:
     """What the Horovod path needs: its communication options, horovodrun, and TensorFlow
     for the TensorFlow binding."""
@@ -232,6 +219,10 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         comms = tf_allreduce(opts, strategy) if opts.framework == "tensorflow" else opts.comm
         for comm, bucket in itertools.product(comms, opts.bucket_mb or (None,)):
             points.append(Point(workers, per_worker, global_batch, comm, strategy, bucket, mode))
-    if opts.framework == "tensorflow" or "tensorflow" in chosen:
-        require_tensorflow(opts)
+    # The extra itself, checked after every option so that a wrong option gets its own
+    # message whether or not TensorFlow is installed.
+    tensorflow = opts.framework == "tensorflow" or "tensorflow" in chosen
+    if tensorflow and importlib.util.find_spec("tensorflow") is None:
+        raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
+                        "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
     return points

@@ -64,6 +64,15 @@ def series_name(point: Mapping[str, Any]) -> str | None:
     return None
 
 
+def point_name(point: Mapping[str, Any], series: bool = True, bucket: bool = True) -> str:
+    """A point in words ("2 workers ddp/fp16 bucket 4MB"), with its series when asked and
+    the point has one ("2 workers ddp/allreduce, weak, 32 per worker")."""
+    size = f" bucket {point['bucket_mb']:g}MB" if bucket and point.get("bucket_mb") else ""
+    where = f"{point['workers']} workers {point['strategy']}/{point['comm']}{size}"
+    name = series_name(point) if series else None
+    return f"{where}, {name}" if name else where
+
+
 @dataclass(frozen=True)
 class Concern:
     """Why a point's numbers cannot be trusted: the figures that say so, quoted, and the fix."""

@@ -39,7 +39,7 @@ from dlperf.distributed.predictions import (
     ring_prediction,
 )
 from dlperf.distributed.scaling import EFFICIENCY, untrustworthy
-from dlperf.distributed.summary import add_relative, chunk_throughput, main_steps, summarize
+from dlperf.distributed.summary import add_relative, main_steps, summarize, with_chunks
 from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.distributed.tf_worker import ignored_settings
 from dlperf.distributed.trace_split import rank_traces, with_trace_split
@@ -246,8 +246,7 @@ class Study:
                     self.store.add_artifact(run.id, "trace", path)
             steps_s = main_steps(ranks)
             if opts.synthetic:
-                chunks = chunk_throughput(steps_s, point.global_batch, opts.chunks)
-                summary = replace(summary, **asdict(chunks))
+                summary = with_chunks(summary, steps_s, opts.chunks)
             base = self.bases.get(point.group)
             base_workers = base.workers if base else None
             for concern in untrustworthy(summary, base_workers, steps_s):

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed.contracts import PointRow, PointSummary
-from dlperf.distributed.scaling import BATCH_KEY, series_name
+from dlperf.distributed.scaling import BATCH_KEY, point_name, series_name
 from dlperf.formatting import fmt
 from dlperf.table import Table
 
@@ -27,14 +27,6 @@ def _ms(value: float | None) -> float | None:
 
 def _series(row: PointRow) -> str | None:
     return series_name(asdict(row))
-
-
-def _where(row: PointRow, several: bool, bucket: bool = True) -> str:
-    """A point in words; with its series (mode and batch) when the study has several."""
-    size = f" bucket {row.bucket_mb:g}MB" if bucket and row.bucket_mb else ""
-    where = f"{row.workers} workers {row.strategy}/{row.comm}{size}"
-    name = _series(row) if several else None
-    return f"{where}, {name}" if name else where
 
 
 def series(result: StudyResult) -> dict[str | None, list[PointRow]]:
@@ -115,15 +107,6 @@ COURSE: dict[str, list[tuple[str, str, float]]] = {
 BATCH_SYMBOL = {"weak": "b", "strong": "B"}  # per-worker b, global B, as docs/scale.md writes
 
 
-def _utilisation(row: dict[str, Any], ring: dict[str, Any] | None) -> float | None:
-    """busbw over the bandwidth B of the ring model fitted to the all-reduce benchmark: the
-    share of what the all-reduce reaches on large messages."""
-    busbw = row.get("busbw_gbps")
-    if busbw is None or not ring:
-        return None
-    return float(busbw * 1e9 / ring["bandwidth_bytes_per_s"])
-
-
 Grid = dict[int, dict[int, dict[str, Any]]]  # that mode's batch -> workers -> row
 
 
@@ -138,7 +121,15 @@ def grids(result: StudyResult) -> dict[tuple[Any, ...], Grid]:
         mode = row["mode"]
         key = (mode, row["comm"], row["strategy"], row.get("bucket_mb"))
         cells = found.setdefault(key, {}).setdefault(row[BATCH_KEY[mode]], {})
-        cells[row["workers"]] = {**row, "busbw_utilisation": _utilisation(row, result.ring)}
+        # busbw over the bandwidth B of the ring model fitted to the all-reduce benchmark: the
+        # share of what the all-reduce reaches on large messages
+        busbw, ring = row.get("busbw_gbps"), result.ring
+        share = (
+            float(busbw * 1e9 / ring["bandwidth_bytes_per_s"])
+            if busbw is not None and ring
+            else None
+        )
+        cells[row["workers"]] = {**row, "busbw_utilisation": share}
     return {key: dict(sorted(grid.items())) for key, grid in found.items()}
 
 
@@ -212,12 +203,14 @@ def _prediction(row: PointRow, s: PointSummary, several: bool) -> str | None:
     exposed, ci = s.comm_exposed_s, s.comm_exposed_ci95_s
     spread = "" if ci is None else f" ± {fmt(ci * 1e3, 2)}"
     measured = "not measured" if exposed is None else f"{fmt(exposed * 1e3, 3)}{spread} ms measured"
-    return f"{_where(row, several)}: exposed comm {measured}; predicted {', '.join(parts)}"
+    return (
+        f"{point_name(asdict(row), several)}: exposed comm {measured}; predicted {', '.join(parts)}"
+    )
 
 
 def _chunks(row: PointRow, s: PointSummary, several: bool) -> str:
     """--synthetic: the point's mean throughput over chunks of steps and its 95% interval."""
-    where = _where(row, several, bucket=False)
+    where = point_name(asdict(row), several, bucket=False)
     mean, ci, n = s.throughput_mean, s.throughput_ci95, s.chunks
     if ci is None:
         return f"{where}: {fmt(mean)} samples/s in 1 chunk (no interval)"

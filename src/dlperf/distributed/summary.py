@@ -15,7 +15,7 @@
   per worker-hour;
 - world_size: the process group's size, as the ranks report it;
 - --synthetic: throughput_mean and throughput_ci95 over chunks of the timed steps, the
-  interval by Student's t (throughput_ci_method; see chunk_throughput).
+  interval by Student's t (throughput_ci_method; see with_chunks).
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from dlperf.distributed import chunk_sizes
 from dlperf.distributed.contracts import ComputePhase, PointSummary, RankResult, RankSummary
 from dlperf.distributed.planning import Point
+from dlperf.distributed.window import chunk_sizes
 from dlperf.timing import t_half_width
 
-CI_METHOD = "student_t"  # how throughput_ci95 is made: see chunk_throughput
+CI_METHOD = "student_t"  # how throughput_ci95 is made: see with_chunks
 
 
 def slowest_per_step(per_rank: Sequence[Sequence[float]]) -> list[float]:
@@ -49,27 +48,26 @@ def computes(ranks: Sequence[RankResult]) -> list[ComputePhase] | None:
     return [c for c in phases if c is not None] if all(phases) else None
 
 
-@dataclass(frozen=True)
-class ChunkThroughput:
-    """--synthetic: the throughput of chunks of the timed steps (see chunk_throughput)."""
-
-    throughput_mean: float
-    throughput_ci95: float | None
-    throughput_ci_method: str
-    chunks: int
-
-
-def chunk_throughput(step_times: list[float], global_batch: int, chunks: int) -> ChunkThroughput:
-    """Horovod's synthetic benchmark: throughput of consecutive chunks of steps, their mean,
-    and the half-width of the mean's 95% confidence interval, t(0.975, n-1) * s / sqrt(n)
-    over n chunks: Student's t, since s is estimated from a handful of chunks (1.96 s would
-    be the spread of single chunks, with a known sigma). One chunk has no interval (None)."""
+def with_chunks(summary: PointSummary, step_times: list[float], chunks: int) -> PointSummary:
+    """`summary` with Horovod's synthetic benchmark: throughput of consecutive chunks of
+    steps, their mean, and the half-width of the mean's 95% confidence interval,
+    t(0.975, n-1) * s / sqrt(n) over n chunks: Student's t, since s is estimated from a
+    handful of chunks (1.96 s would be the spread of single chunks, with a known sigma). One
+    chunk has no interval (None)."""
     chunks = max(1, min(chunks, len(step_times)))
     size = len(step_times) // chunks
     rates = [
-        global_batch * size / sum(step_times[i * size : (i + 1) * size]) for i in range(chunks)
+        summary.global_batch * size / sum(step_times[i * size : (i + 1) * size])
+        for i in range(chunks)
     ]
-    return ChunkThroughput(statistics.fmean(rates), t_half_width(rates), CI_METHOD, chunks)
+    mean, ci = statistics.fmean(rates), t_half_width(rates)
+    return dataclasses.replace(
+        summary,
+        throughput_mean=mean,
+        throughput_ci95=ci,
+        throughput_ci_method=CI_METHOD,
+        chunks=chunks,
+    )
 
 
 def exposed_ci95(ranks: Sequence[RankResult]) -> float | None:

@@ -152,28 +152,26 @@ def run_tf(
         try:
             addresses = cluster.workers(point, ports)
         except RuntimeError as e:  # a peer node gone, or the store's timeout
-            return Launch(1, directory / "spec.json", [], f"the nodes did not meet: {e}")
+            return Launch(1, [], f"the nodes did not meet: {e}")
     else:
         addresses = [f"127.0.0.1:{port}" for port in ports]
     first = cluster.node_rank * processes if cluster else 0
     mine = range(first, first + processes)
     code, pids, error = _run_local(directory, mine, addresses, threads)
-    log = directory / f"worker-{first}.log"
     ranks = [] if error else [RankResult.read(directory / f"rank-{r}.json") for r in mine]
     if cluster is not None and cluster.node_rank > 0:
         posted = {"ranks": [r.to_dict() for r in ranks]}
         cluster.post(point, {"error": error} if error else posted)
-        return Launch(code, log, pids, error)
+        return Launch(code, pids, error)
     if cluster is not None and error is None:
         for node, outcome in enumerate(cluster.results(point), 1):
             if "error" in outcome:
                 code, error = 1, f"node {node}: {outcome['error']}"
                 break
             ranks += [RankResult.from_dict(r) for r in outcome["ranks"]]
-    if error is not None:
-        return Launch(code, log, pids, error)
-    write_result(directory, ranks)
-    return Launch(0, log, pids, None)
+    if error is None:
+        write_result(directory, ranks)
+    return Launch(code, pids, error)
 
 
 def write_result(directory: Path, ranks: Sequence[RankResult]) -> None:

@@ -28,17 +28,12 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlperf.distributed import chunk_sizes
-from dlperf.distributed.contracts import ComputePhase, MainPhase, RankResult, WorkerSpec
-from dlperf.distributed.crash import Crash
-from dlperf.timing import Timer
+from dlperf.distributed.contracts import RankResult, WorkerSpec
+from dlperf.distributed.window import crashing, measure
 
 if TYPE_CHECKING:
     from dlperf.config import Experiment
@@ -106,66 +101,34 @@ def _strategy(spec: WorkerSpec) -> Any:
     return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
 
 
-def build_model(name: str, shape: tuple[int, int, int], classes: int) -> Any:
-    """A Keras model of the registry's name: resnet50 (keras.applications, random weights) or
-    smallcnn, the same network as dlperf's (the Keras MNIST example: two 3x3 convolutions,
-    max-pool, dropout, FC 128, dropout, FC classes; same parameter count)."""
+def keras_model(spec: WorkerSpec) -> tuple[Any, Any]:
+    """The Keras model of the registry's name, on the spec's images channels-last: resnet50
+    (keras.applications, random weights) or smallcnn, the same network as dlperf's (the Keras
+    MNIST example: two 3x3 convolutions, max-pool, dropout, FC 128, dropout, FC classes; same
+    parameter count); and its SGD at the experiment's lr and momentum."""
     import keras
 
-    if name == "resnet50":
-        return keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
-    layers = keras.layers
-    return keras.Sequential(
-        [
-            layers.Input(shape),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.Conv2D(64, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Dropout(0.25),
-            layers.Flatten(),
-            layers.Dense(128, activation="relu"),
-            layers.Dropout(0.5),
-            layers.Dense(classes),
-        ]
-    )
-
-
-@dataclass(frozen=True)
-class Timings:
-    """What `measure` timed, in seconds: every timed step, their wall time, and the
-    compute-only steps (None without the split)."""
-
-    step_times_s: tuple[float, ...]
-    wall_s: float
-    compute: ComputePhase | None
-
-
-def measure(
-    spec: WorkerSpec, rank: int, step: Callable[[], None], compute_only: Callable[[], None]
-) -> Timings:
-    """Warm up, then time chunks of steps alternating with chunks of compute-only steps (when
-    the spec splits compute), so that a change in the host's load hits both alike. Each call
-    returns once its step is done."""
-    crash = Crash.from_env(rank)
-    for n in range(1, spec.warmup_steps + 1):
-        step()
-        crash.at(n)
-    if spec.compute_split:
-        compute_only()  # traced and warm before the timing starts
-    times: list[float] = []
-    compute: list[float] = []
-    wall = 0.0
-    timer, chunk = Timer(), Timer()  # no device: the host clock, and torch stays unloaded
-    for size in chunk_sizes(spec.steps):
-        chunk.start()
-        for _ in range(size):
-            times.append(timer.time(step))
-            crash.at(spec.warmup_steps + len(times))
-        wall += chunk.stop()
-        for _ in range(size if spec.compute_split else 0):
-            compute.append(timer.time(compute_only))
-    split = ComputePhase(tuple(compute)) if spec.compute_split else None
-    return Timings(tuple(times), wall, split)
+    channels, height, width = spec.shape
+    shape, classes = (height, width, channels), spec.classes
+    if spec.experiment["model"]["name"] == "resnet50":
+        model = keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
+    else:
+        layers = keras.layers
+        model = keras.Sequential(
+            [
+                layers.Input(shape),
+                layers.Conv2D(32, 3, activation="relu"),
+                layers.Conv2D(64, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Dropout(0.25),
+                layers.Flatten(),
+                layers.Dense(128, activation="relu"),
+                layers.Dropout(0.5),
+                layers.Dense(classes),
+            ]
+        )
+    train = spec.experiment["train"]
+    return model, keras.optimizers.SGD(train["lr"], momentum=train["momentum"])
 
 
 def weights(variables: list[Any]) -> tuple[int, tuple[float, ...]]:
@@ -208,15 +171,10 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
     import tensorflow as tf
 
     strategy = _strategy(spec)
-    exp = spec.experiment
-    channels, height, width = spec.shape
-    shape = (height, width, channels)  # Keras's channels-last
-    classes, local = spec.classes, spec.per_worker_batch
+    local = spec.per_worker_batch
     global_batch = local * strategy.num_replicas_in_sync
     with strategy.scope():
-        model = build_model(exp["model"]["name"], shape, classes)
-        train_cfg = exp["train"]
-        optimizer = keras.optimizers.SGD(train_cfg["lr"], momentum=train_cfg["momentum"])
+        model, optimizer = keras_model(spec)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def batches(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -258,28 +216,15 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
         for value in strategy.experimental_local_results(fn(data)):
             value.numpy()  # the host has it: the step, all-reduce included, is done
 
-    times = measure(spec, rank, lambda: run(step), lambda: run(compute_only))
+    split = (lambda: run(compute_only)) if spec.compute_split else None
+    times = measure(spec, crashing(lambda: run(step), rank), split)
     variables = model.trainable_variables
     replicas = [strategy.experimental_local_results(v) for v in variables]
     spread = max(float(tf.reduce_max(tf.abs(r - rs[0]))) for rs in replicas for r in rs)
-    grad_bytes, fingerprint = weights(variables)
     local_replicas = len(strategy.extended.worker_devices)
-    return RankResult(
-        rank=rank,
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        # the processes of the point: every one holds as many replicas as this one
-        world_size=strategy.num_replicas_in_sync // local_replicas,
-        main=MainPhase(
-            step_times_s=times.step_times_s,
-            wall_s=times.wall_s,
-            samples=local * local_replicas * len(times.step_times_s),
-            replica_max_diff=spread,
-            grad_bytes=grad_bytes,
-            fingerprint=fingerprint,
-        ),
-        compute=times.compute,
-    )
+    # the processes of the point: every one holds as many replicas as this one
+    world = strategy.num_replicas_in_sync // local_replicas
+    return times.result(rank, world, local * local_replicas, spread, weights(variables))
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ import gc
 import os
 import statistics
 import sys
-import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlperf.config import Experiment, ProfileConfig
 from dlperf.data import ImageData, load_data, make_loader
-from dlperf.distributed import chunk_sizes
 from dlperf.distributed.contracts import (
     ComputePhase,
     DdpStats,
@@ -49,7 +48,7 @@ from dlperf.distributed.contracts import (
     WorkerSpec,
     write_ranks,
 )
-from dlperf.distributed.crash import Crash
+from dlperf.distributed.window import Timings, crashing, fail, measure
 from dlperf.engine.checks import out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow, trace_name
@@ -59,7 +58,7 @@ from dlperf.engine.timers import PhaseTimer
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
-from dlperf.timing import Timer, mark, seconds_from
+from dlperf.timing import mark, seconds_from
 
 # DDP logging data: sampled per-iteration times, in ns.
 DDP_TIMES = (
@@ -68,6 +67,7 @@ DDP_TIMES = (
     "avg_backward_comm_time",
     "avg_backward_compute_comm_overlap_time",
 )
+Mark = float | torch.cuda.Event  # a moment of the device's work (dlperf.timing.mark)
 
 
 def comm_hook(name: str, model: DistributedDataParallel) -> None:
@@ -118,7 +118,7 @@ def batches(
 
 class Phase:
     """One replica of the experiment's model under DDP with `comm` (or DataParallel), its
-    training step and batches, and the times of its steps."""
+    training step and batches."""
 
     def __init__(
         self,
@@ -127,10 +127,9 @@ class Phase:
         data: ImageData,
         device: torch.device,
         comm: str,
-        crash: Crash | None = None,
         hooks: Hooks | None = None,
     ) -> None:
-        self.spec, self.device, self.crash = spec, device, crash
+        self.spec, self.device = spec, device
         self.hooks = hooks or Hooks()  # the measured replica's; the compute-only one has none
         self.comm = comm
         self.model = build_model(exp, data, device)
@@ -142,13 +141,11 @@ class Phase:
         self.train_step = prepare(self.model, exp.train, exp.run, device, epoch, wrap=self._wrap)
         self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         self.step = 0
-        self.window: ProfileWindow | None = None  # a profiled window: see profile()
         self.lr: float | None = None  # of the last step
-        self.times: list[float] = []
-        self.wall = 0.0
-        self.ready: list[list[float]] | None = None  # per timed step: see watch_gradients
-        self._marks: list[float | torch.cuda.Event] = []
-        self._forward_end: float | torch.cuda.Event = 0.0
+        # per step, the forward's end and each gradient's ready mark: see watch_gradients
+        self.ready: list[tuple[Mark, list[Mark]]] | None = None
+        self._marks: list[Mark] = []
+        self._forward_end: Mark = 0.0
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         """`model` under DDP with the phase's communication hook, or DataParallel."""
@@ -168,15 +165,15 @@ class Phase:
         return ddp
 
     def watch_gradients(self) -> None:
-        """Record, in every timed step, when each trained parameter's gradient is ready,
-        in seconds after the model's forward returned (the backward starts right after the
-        loss): what dlperf.distributed.overlap needs to place DDP's bucket all-reduces."""
+        """Mark, in every step, when each trained parameter's gradient is ready and when the
+        model's forward returned (the backward starts right after the loss): what
+        dlperf.distributed.overlap needs to place DDP's bucket all-reduces."""
         trained = [p for p in self.model.parameters() if p.requires_grad]
         self._marks = [0.0] * len(trained)
         self.ready = []
 
         # Marks of the device's work (CUDA events on a GPU, where a hook runs when the work
-        # is queued, not done), read once the step has been waited for.
+        # is queued, not done), read once the steps have been waited for.
         def forward_done(*_: Any) -> None:
             self._forward_end = mark(self.device)
 
@@ -187,63 +184,49 @@ class Phase:
         for index, param in enumerate(trained):
             param.register_post_accumulate_grad_hook(ready(index))  # type: ignore[no-untyped-call]
 
-    def train(self, steps: int, timed: bool) -> None:
-        """`steps` steps; when timed, each step's time and the whole between barriers."""
-        device, cap = self.device, self.spec.memory_cap_bytes
-        step_timer, wall_timer = Timer(device), Timer(device)
-        synchronize(device)
-        dist.barrier()
-        wall_timer.start()
-        for _ in range(steps):
-            self.step += 1
-            step_timer.start()
-            x, y = next(self.source)
-            self.train_step.timer.mark("data")
-            x = x.to(memory_format=self.train_step.memory_format)
-            self.train_step.timer.mark("h2d")
-            stepped = self.train_step(x, y)
-            self.lr = stepped.lr
-            rank, world = dist.get_rank(), dist.get_world_size()
-            self.hooks.step_end(StepEnd("ddp", self.step, x, y, stepped, self.model, rank, world))
-            if self.crash is not None:
-                self.crash.at(self.step)
-            took = step_timer.stop()  # waits for the step: the memory check reads its peak
-            if self.window is not None:
-                self.window.after_step()
-            if timed:
-                self.times.append(took)
-                if self.ready is not None:
-                    self.ready.append([seconds_from(self._forward_end, m) for m in self._marks])
-            if cap and peak_memory_bytes(device) > cap:
-                raise MemoryError(
-                    f"peak memory {peak_memory_bytes(device) / 2**30:.2f} GiB is above the "
-                    f"cap of {cap / 2**30:.2f} GiB"
-                )
-        synchronize(device)
-        dist.barrier()
-        if timed:
-            self.wall += wall_timer.stop()
+    def train(self) -> None:
+        """One step; past the spec's memory cap, a MemoryError."""
+        self.step += 1
+        x, y = next(self.source)
+        self.train_step.timer.mark("data")
+        x = x.to(memory_format=self.train_step.memory_format)
+        self.train_step.timer.mark("h2d")
+        stepped = self.train_step(x, y)
+        self.lr = stepped.lr
+        rank, world = dist.get_rank(), dist.get_world_size()
+        self.hooks.step_end(StepEnd("ddp", self.step, x, y, stepped, self.model, rank, world))
+        if self.ready is not None:
+            self.ready.append((self._forward_end, [*self._marks]))
+        cap = self.spec.memory_cap_bytes
+        # A CPU step is done here, and CUDA's allocator counts memory as the work is queued.
+        if cap and peak_memory_bytes(self.device) > cap:
+            raise MemoryError(
+                f"peak memory {peak_memory_bytes(self.device) / 2**30:.2f} GiB is above the "
+                f"cap of {cap / 2**30:.2f} GiB"
+            )
 
-    def profile(self, cfg: ProfileConfig, path: Path) -> None:
-        """Untimed steps under torch.profiler (cfg's window), their phases labelled in the
+    def profile(self, cfg: ProfileConfig, path: Path, step: Callable[[], None]) -> None:
+        """Untimed `step`s under torch.profiler (cfg's window), their phases labelled in the
         trace written to `path`."""
         with ProfileWindow(cfg, self.device, 0, path) as window:
-            self.window = window
             self.train_step.timer = PhaseTimer(self.device, enabled=False, labels=window.labels)
             try:
-                self.train(cfg.steps, timed=False)
+                for _ in range(cfg.steps):
+                    step()
+                    synchronize(self.device)
+                    window.after_step()
             finally:
-                self.window, self.train_step.timer = None, NoTimer()
+                self.train_step.timer = NoTimer()
 
-    def measured(self) -> MainPhase:
+    def measured(self, times: Timings) -> MainPhase:
         """The main replica's figures; every rank calls it (it broadcasts rank 0's weights)."""
         flat = torch.cat([p.detach().flatten() for p in self.model.parameters()])
         reference = flat.clone()
         dist.broadcast(reference, 0)
         return MainPhase(
-            step_times_s=tuple(self.times),
-            wall_s=self.wall,
-            samples=len(self.times) * self.spec.per_worker_batch,
+            step_times_s=times.step_times_s,
+            wall_s=times.wall_s,
+            samples=len(times.step_times_s) * self.spec.per_worker_batch,
             replica_max_diff=float((flat - reference).abs().max()),
             grad_bytes=sum(
                 p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad
@@ -262,50 +245,60 @@ class Phase:
             logging.get("total_parameter_size_bytes"),
         )
 
-    def compute_only(self) -> ComputePhase:
+    def compute_only(self, times: ComputePhase) -> ComputePhase:
         """The compute-only replica's step times and, per trained parameter, the median time
-        its gradient was ready, and its bytes."""
-        if not self.ready:
-            return ComputePhase(tuple(self.times))
+        over the timed steps its gradient was ready after the forward returned, and its
+        bytes."""
+        ready = self.ready or []
+        timed = ready[len(ready) - len(times.step_times_s) :]
+        if not timed:
+            return times
         trained = [p for p in self.model.parameters() if p.requires_grad]
+        seconds = [[seconds_from(end, m) for m in marks] for end, marks in timed]
         return ComputePhase(
-            tuple(self.times),
-            tuple(statistics.median(step) for step in zip(*self.ready, strict=True)),
+            times.step_times_s,
+            tuple(statistics.median(step) for step in zip(*seconds, strict=True)),
             tuple(p.numel() * p.element_size() for p in trained),
         )
 
 
 def run(spec: WorkerSpec, directory: Path) -> RankResult:
     """Warm up, then alternate chunks of timed steps of the point and of its compute-only
-    copy, so that a change in the host's load hits both alike."""
+    copy (dlperf.distributed.window)."""
     exp = Experiment.model_validate(spec.experiment)
     rank, local_rank = dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if spec.backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     data = load_data(exp.data)
-    main = Phase(spec, exp, data, device, spec.comm, Crash.from_env(rank), Hooks.from_env())
-    phases = [main]
+    main = Phase(spec, exp, data, device, spec.comm, Hooks.from_env())
+    step = crashing(main.train, rank)
+    compute = None
     if spec.compute_split and spec.comm != "noop" and spec.strategy == "ddp":
         compute = Phase(spec, exp, data, device, "noop")
         compute.watch_gradients()
-        phases.append(compute)
-    for phase in phases:
-        phase.train(spec.warmup_steps, timed=False)
-    # Past warm-up, every rank has been through DDP's collectives: the launch is up.
-    atomic_write(directory / f"rank-{rank}.training", "")
-    if exp.run.profile.enabled:  # after the warm-up, and left out of the timed steps
-        main.profile(exp.run.profile, directory / trace_name(f"rank{rank}"))
-    for size in chunk_sizes(spec.steps):
-        for phase in phases:
-            phase.train(size, timed=True)
+
+    def barrier() -> None:
+        synchronize(device)
+        dist.barrier()
+
+    def started() -> None:
+        # Past warm-up, every rank has been through DDP's collectives: the launch is up.
+        atomic_write(directory / f"rank-{rank}.training", "")
+        if exp.run.profile.enabled:  # after the warm-up, and left out of the timed steps
+            barrier()
+            main.profile(exp.run.profile, directory / trace_name(f"rank{rank}"), step)
+            barrier()
+
+    split = compute.train if compute else None
+    times = measure(spec, step, split, device, barrier, spec.warmup_steps, started)
     return RankResult(
         rank=rank,
         host=os.uname().nodename,
         pid=os.getpid(),
         world_size=dist.get_world_size(),
-        main=main.measured(),
-        compute=phases[1].compute_only() if len(phases) > 1 else None,
+        main=main.measured(times),
+        compute=compute.compute_only(times.compute) if compute and times.compute else None,
     )
 
 
@@ -338,19 +331,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         os._exit(0)
     except Exception as e:
-        (directory / f"rank-{rank}.error").write_text(traceback.format_exc())
         if out_of_memory(e):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             (directory / f"rank-{rank}.oom").write_text(
                 f"out of memory at per-worker batch {spec.per_worker_batch}: {first}"
             )
-        traceback.print_exc()
-        sys.stderr.flush()
-        # A failed rank's peers may be gone already: tearing down the process group, or
-        # freeing DDP's reducer at exit, can then abort this process (SIGABRT, seen on a busy
-        # host), and a rank killed by a signal is blamed before the rank that failed first.
-        # Leave at once, with the ordinary failure code; the error file says what happened.
-        os._exit(1)
+        # Tearing down the process group, or freeing DDP's reducer at exit, can abort this
+        # process (SIGABRT, seen on a busy host), and a rank killed by a signal is blamed
+        # before the rank that failed first.
+        fail(directory, rank)
 
 
 if __name__ == "__main__":
