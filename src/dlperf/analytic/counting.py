@@ -574,6 +574,14 @@ def _outputs(out: Any) -> list[torch.Tensor]:
     return _tensors(out)
 
 
+def sum_backward(out: Any) -> None:
+    """The backward of the simplest loss, the sum of every output that needs a gradient;
+    none when nothing trains (no parameters, or all frozen)."""
+    losses = [t.sum() for t in _outputs(out) if t.requires_grad]
+    if losses:
+        torch.autograd.backward(sum(losses[1:], losses[0]))
+
+
 def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
     try:
         with _distributions_unchecked():
@@ -643,22 +651,16 @@ def analyze_module(
     memory = None
     try:
         with tracker:
+            saved = _SavedTensors(model)  # saves nothing without a gradient
+            with mode, _FunctionCalls(mode), saved, torch.set_grad_enabled(train):
+                out = run_forward(model, x)
+            fields_result = fields.result(_outputs(out))
             if train:
-                saved = _SavedTensors(model)
-                with mode, _FunctionCalls(mode), saved:
-                    out = run_forward(model, x)
-                fields_result = fields.result(_outputs(out))
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted.
-                losses = [t.sum() for t in _outputs(out) if t.requires_grad]
-                if losses:  # none: nothing trains (no parameters, or all frozen), no backward
-                    with mode:
-                        torch.autograd.backward(sum(losses[1:], losses[0]))
+                with mode:
+                    sum_backward(out)
                 memory = _training_memory(model, saved.bytes)
-            else:
-                with mode, _FunctionCalls(mode), torch.no_grad():
-                    out = run_forward(model, x)
-                fields_result = fields.result(_outputs(out))
     finally:
         for handle in hooks:
             handle.remove()

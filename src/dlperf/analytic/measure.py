@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward
+from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward, sum_backward
 from dlperf.analytic.devices import Device
 from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
@@ -200,9 +200,7 @@ def make_step(
     def step() -> None:
         if train:
             model.zero_grad(set_to_none=True)
-            losses = [t.sum() for t in _outputs(run_forward(model, x))]
-            if losses:  # none: nothing trains (no parameters, or all frozen), no backward
-                torch.autograd.backward(sum(losses[1:], losses[0]))
+            sum_backward(run_forward(model, x))
         else:
             with torch.no_grad():
                 run_forward(model, x)
@@ -236,8 +234,3 @@ def profile_leaves(
             layers[event.key.removeprefix(LABEL)] = micros / 1e6 / reps
     return layers
 
-
-def _outputs(out: Any) -> list[torch.Tensor]:
-    from torch.utils._pytree import tree_flatten
-
-    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]

@@ -98,29 +98,19 @@ def convolution_backward(args: Sequence[Any], out: Any) -> Cost:
     return _mac_only(macs, grad_out.numel() if mask[2] else 0)
 
 
-def mm(args: Sequence[Any], out: Any) -> Cost:
+def matmul(args: Sequence[Any], out: Any) -> Cost:
+    """mm and bmm: a (..., n, k) @ b (..., k, m) takes n * k * m products per batch entry."""
     a, b = args[0], args[1]
-    return _mac_only(a.shape[0] * a.shape[1] * b.shape[1])
+    return _mac_only(prod(a.shape) * b.shape[-1])
 
 
-def addmm(args: Sequence[Any], out: Any) -> Cost:
-    return _mac_only(mm(args[1:], out).macs, out.numel())
+def add_matmul(args: Sequence[Any], out: Any) -> Cost:
+    """addmm and baddbmm: the product of arguments 1 and 2, plus one add per output."""
+    return _mac_only(matmul(args[1:], out).macs, out.numel())
 
 
-def bmm(args: Sequence[Any], out: Any) -> Cost:
-    a, b = args[0], args[1]
-    return _mac_only(a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2])
-
-
-def baddbmm(args: Sequence[Any], out: Any) -> Cost:
-    return _mac_only(bmm(args[1:], out).macs, out.numel())
-
-
-def mv(args: Sequence[Any], out: Any) -> Cost:
-    return _mac_only(args[0].numel())
-
-
-def dot(args: Sequence[Any], out: Any) -> Cost:
+def vector_product(args: Sequence[Any], out: Any) -> Cost:
+    """mv and dot: one product per element of the first argument."""
     return _mac_only(args[0].numel())
 
 
@@ -220,12 +210,12 @@ HANDLERS: dict[str, Handler] = {
     "convolution": convolution,
     "_convolution": convolution,
     "convolution_backward": convolution_backward,
-    "mm": mm,
-    "addmm": addmm,
-    "bmm": bmm,
-    "baddbmm": baddbmm,
-    "mv": mv,
-    "dot": dot,
+    "mm": matmul,
+    "addmm": add_matmul,
+    "bmm": matmul,
+    "baddbmm": add_matmul,
+    "mv": vector_product,
+    "dot": vector_product,
     "_scaled_dot_product_flash_attention_for_cpu": attention,
     "_scaled_dot_product_flash_attention": attention,
     "_scaled_dot_product_efficient_attention": attention,
@@ -447,7 +437,7 @@ CONVOLUTIONS = frozenset({"convolution", "_convolution"})
 MATMULS = frozenset(
     name
     for name, handler in HANDLERS.items()
-    if handler in (mm, addmm, bmm, baddbmm, mv, dot, attention, attention_backward)
+    if handler in (matmul, add_matmul, vector_product, attention, attention_backward)
 )
 POOLS = frozenset(
     name for name, handler in HANDLERS.items() if handler in (pool, pool_backward)

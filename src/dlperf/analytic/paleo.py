@@ -21,15 +21,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlperf.analytic.counting import Analysis
 from dlperf.analytic.devices import KINDS, Device
 from dlperf.errors import UserError
-
-if TYPE_CHECKING:
-    pass
-
 
 def layer_time(
     kind_flops: Mapping[str, float],
