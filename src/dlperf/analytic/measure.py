@@ -233,4 +233,3 @@ def profile_leaves(
             micros = event.device_time_total if device.type == "cuda" else event.cpu_time_total
             layers[event.key.removeprefix(LABEL)] = micros / 1e6 / reps
     return layers
-

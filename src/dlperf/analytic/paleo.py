@@ -27,6 +27,7 @@ from dlperf.analytic.counting import Analysis
 from dlperf.analytic.devices import KINDS, Device
 from dlperf.errors import UserError
 
+
 def layer_time(
     kind_flops: Mapping[str, float],
     nbytes: float,
