@@ -50,7 +50,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlperf.converge.curve import check_target, to_decreasing, weights, whole_step
+from dlperf.converge.curve import (
+    check_target,
+    error_pct,
+    first_reaching,
+    to_decreasing,
+    weights,
+    whole_step,
+)
 from dlperf.errors import UserError
 
 Shape = Callable[..., np.ndarray]  # g(x, *θ), θ broadcast against x
@@ -113,7 +120,6 @@ class Posterior:
     families: tuple[str, ...]
     family_weight: dict[str, float]
     n_points: int
-    n_effective: float  # independent points the residuals are worth
     noise: float  # the residual standard deviation of the best grid point: measurement noise
     spacing: float  # median steps between measured points: how often the curve is measured
     last_step: float
@@ -209,7 +215,6 @@ def fit(
         families=tuple(families),
         family_weight=family_weight,
         n_points=len(k),
-        n_effective=n_eff,
         noise=float(np.sqrt(np.exp(lsse.min()) / len(k))),
         spacing=float(np.median(np.diff(k))),
         last_step=scale,
@@ -368,11 +373,7 @@ def predict(
             f"({max_reach:g}× the steps seen)"
         )
     predicted = int(whole_step(median)) if verdict == "answer" else None
-    actual = None
-    if steps is not None and values is not None:
-        hit = np.flatnonzero(to_decreasing(np.asarray(values, float), metric) <= goal)
-        actual = float(np.asarray(steps)[hit[0]]) if len(hit) else None
-    error = (predicted - actual) / actual * 100.0 if predicted is not None and actual else None
+    actual = first_reaching(steps, values, metric, goal)
     return EnsemblePrediction(
         target=target,
         p_reachable=p_reach,
@@ -384,7 +385,7 @@ def predict(
         plateau_interval=(plateau_lo, plateau_hi),
         family_weight=post.family_weight,
         actual_step=actual,
-        error_pct=error,
+        error_pct=error_pct(predicted, actual),
     )
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit, steps_per_second
-from dlperf.errors import UserError, not_utf8
+from dlperf.converge.tables import read_text
+from dlperf.errors import UserError
 from dlperf.parsing import parse_pairs
 
 
@@ -160,12 +161,9 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
+    text = read_text(path, f"{what} ")
     try:
-        document = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as e:
-        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise not_utf8(path, e) from None
+        document = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path} is not JSON: {e}", f"write it with --json > {path}") from None
     if not isinstance(document, dict):
@@ -359,12 +357,9 @@ def plan_files(
 def read_jobs(path: Path) -> list[Job]:
     """The [[job]] tables of a jobs.toml: name, curve, speed, target and optionally batch,
     the files named relative to it."""
+    text = read_text(path)
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise not_utf8(path, e) from None
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path} is not valid TOML: {e}") from None
     entries = document.get("job")

@@ -241,16 +241,6 @@ def steps_per_second(fit: SpeedFit, workers: Any, global_batch: Any, ps: Any = 1
     return np.asarray(workers, float) / t if fit.model == "optimus-async" else 1.0 / t
 
 
-def _errors(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
-    rel = np.abs(predicted - measured) / measured * 100.0
-    return float(rel.mean()), float(rel.max())
-
-
-def _typical(batch: np.ndarray) -> float:
-    values, counts = np.unique(batch, return_counts=True)
-    return float(values[np.argmax(counts)])
-
-
 def _in_rowspace(design: np.ndarray, row: np.ndarray) -> bool:
     """Whether `row` · θ is determined by `design` · θ (estimable): `row` is a combination of
     the design's rows. Columns are scaled to 1 first, so units do not set the tolerance."""
@@ -259,25 +249,37 @@ def _in_rowspace(design: np.ndarray, row: np.ndarray) -> bool:
     return bool(np.linalg.matrix_rank(np.vstack([a, b])) == np.linalg.matrix_rank(a))
 
 
-def _span(data: SpeedData, model: str) -> dict[str, list[float]]:
-    def least_most(values: np.ndarray) -> list[float]:
-        return [float(values.min()), float(values.max())]
+def _fitted(
+    data: SpeedData, model: str, theta: np.ndarray, predicted: np.ndarray, **found: Any
+) -> SpeedFit:
+    """The fit of `model` to `data` at θ, with the error of its `predicted` step times, the
+    data's typical batches, measured span and configurations, and what the fit `found`."""
 
-    if model == "pollux":
-        assert data.nodes is not None  # checked by fit_pollux
-        batch = data.global_batch / data.workers
-        return {"workers": least_most(data.workers), "nodes": least_most(data.nodes),
-                "batch per worker": least_most(batch)}  # fmt: skip
-    assert data.ps is not None  # checked by fit_optimus
-    return {"workers": least_most(data.workers), "ps": least_most(data.ps),
-            "batch": least_most(data.global_batch)}  # fmt: skip
+    def typical(batch: np.ndarray) -> float:
+        values, counts = np.unique(batch, return_counts=True)
+        return float(values[np.argmax(counts)])
 
-
-def _configurations(data: SpeedData, model: str) -> list[list[float]]:
-    places = data.nodes if model == "pollux" else data.ps
+    pollux = model == "pollux"
+    places = data.nodes if pollux else data.ps
     assert places is not None  # checked by the fit
-    design: list[list[float]] = np.column_stack([data.workers, places, data.global_batch]).tolist()
-    return design
+    local = data.global_batch / data.workers
+    # The measured range of each: Pollux's batch is the batch per worker.
+    keys = ("workers", "nodes", "batch per worker") if pollux else ("workers", "ps", "batch")
+    ranged = np.column_stack([data.workers, places, local if pollux else data.global_batch])
+    low, high = ranged.min(axis=0), ranged.max(axis=0)
+    rel = np.abs(predicted - data.step_time) / data.step_time * 100.0
+    return SpeedFit(
+        model=model,
+        params=dict(zip(MEANINGS[model], map(float, theta), strict=True)),
+        error_pct=float(rel.mean()),
+        max_error_pct=float(rel.max()),
+        n_points=len(data),
+        typical_batch=typical(data.global_batch),
+        typical_local_batch=typical(local),
+        span={k: [float(a), float(b)] for k, a, b in zip(keys, low, high, strict=True)},
+        measured=np.column_stack([data.workers, places, data.global_batch]).tolist(),
+        **found,
+    )
 
 
 def _check_names(model: str, keys: Iterable[str], where: str) -> list[str]:
@@ -326,7 +328,6 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = No
     x = design[:, free]
     theta[free], _ = nnls(x, data.step_time - design @ theta)
     residual = design @ theta - data.step_time
-    mean, worst = _errors(design @ theta, data.step_time)
     dof = len(data) - np.linalg.matrix_rank(x)
     # Linearised: the covariance of the unconstrained least squares at NNLS's solution.
     cov = float(residual @ residual) / dof * np.linalg.pinv(x.T @ x) if dof > 0 else None
@@ -341,22 +342,17 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = No
         else:
             intervals[names[i]] = None
     notes = [] if dof > 0 else ["no residual left to estimate intervals from: measure more"]
-    return SpeedFit(
-        model=model,
-        params=dict(zip(names, map(float, theta), strict=True)),
-        error_pct=mean,
-        max_error_pct=worst,
-        n_points=len(data),
+    return _fitted(
+        data,
+        model,
+        theta,
+        design @ theta,
         converged=True,
         message="NNLS solved exactly",
         notes=notes,
-        typical_batch=_typical(data.global_batch),
-        typical_local_batch=_typical(data.global_batch / data.workers),
         intervals=intervals,
         undetermined=undetermined,
         fixed=dict(fixed),
-        span=_span(data, model),
-        measured=_configurations(data, model),
     )
 
 
@@ -520,23 +516,17 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
             notes.append(f"{', '.join(copied)} copied from the other link: no {link}-node runs")
     intervals, barely = _log_intervals(result, theta, free, names, undetermined)
     undetermined |= barely
-    mean, worst = _errors(_pollux_time(theta, n, w, local)[1], data.step_time)
-    return SpeedFit(
-        model="pollux",
-        params=dict(zip(names, map(float, theta), strict=True)),
-        error_pct=mean,
-        max_error_pct=worst,
-        n_points=len(data),
+    return _fitted(
+        data,
+        "pollux",
+        theta,
+        _pollux_time(theta, n, w, local)[1],
         converged=bool(result.success),
         message=str(result.message),
         notes=notes,
-        typical_batch=_typical(data.global_batch),
-        typical_local_batch=_typical(data.global_batch / data.workers),
         intervals=intervals,
         undetermined=undetermined,
         fixed=dict(fixed),
-        span=_span(data, "pollux"),
-        measured=_configurations(data, "pollux"),
     )
 
 
@@ -792,14 +782,6 @@ def measured_at(data: SpeedData, at: dict[str, float]) -> float | None:
     return float(np.median(data.step_time[hit])) if hit.any() else None
 
 
-def with_measurement(prediction: dict[str, Any], data: SpeedData) -> dict[str, Any]:
-    """A prediction with the measured step time at its configuration and its error (null
-    when the data hold no such configuration)."""
-    measured = measured_at(data, prediction)
-    error = (prediction["step_time_s"] / measured - 1) * 100 if measured else None
-    return {**prediction, "measured_step_time_s": measured, "error_pct": error}
-
-
 @dataclass
 class SpeedReport:
     fit: SpeedFit
@@ -855,5 +837,12 @@ def fit_measured(
     )
     if result.fixed:
         result.basis += "; fixed: " + ", ".join(f"{k}={v:g}" for k, v in result.fixed.items())
-    predictions = [with_measurement(predict_at(result, text, data), data) for text in predict or []]
+    predictions = []
+    for text in predict or []:
+        # With the measured step time at the configuration and the error (null when the
+        # data hold no such configuration).
+        prediction = predict_at(result, text, data)
+        measured = measured_at(data, prediction)
+        error = (prediction["step_time_s"] / measured - 1) * 100 if measured else None
+        predictions.append({**prediction, "measured_step_time_s": measured, "error_pct": error})
     return SpeedReport(result, predictions)
