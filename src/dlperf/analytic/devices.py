@@ -117,14 +117,10 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise not_utf8(path, e) from None
 
 
-def _builtin() -> dict[str, dict[str, Any]]:
-    text = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
-    return _read(text, "built-in devices.toml")
-
-
 def load_catalog(path: Path | None = None) -> dict[str, Device]:
     """Built-in devices with the user file's entries merged over them, key by key."""
-    entries = _builtin()
+    builtin = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
+    entries = _read(builtin, "built-in devices.toml")
     path = path or user_file()
     if path.is_dir():
         raise UserError(f"device file {path} is a directory", "point DLPERF_DEVICES at a file")

@@ -29,23 +29,6 @@ LABEL = "dlperf::"
 # --- calibration ------------------------------------------------------------------------------
 
 
-def _sized_to_take(
-    seconds: float,
-    make: Callable[[int], Callable[[], Any]],
-    device: torch.device,
-    start: int,
-    limit: int,
-    clock: Clock,
-) -> tuple[int, Callable[[], Any]]:
-    """Double the problem size until one call takes `seconds` (slow dtypes stay small)."""
-    n = start
-    fn = make(n)
-    while n < limit and timed(fn, 1, 1, device, clock)[0] < seconds:
-        n *= 2
-        fn = make(n)
-    return n, fn
-
-
 def square_matmul(
     dtype: torch.dtype, device: torch.device, clock: Clock = time.perf_counter
 ) -> tuple[float, Callable[[], Any]]:
@@ -56,8 +39,12 @@ def square_matmul(
         b = torch.randn(n, n, device=device).to(dtype)
         return lambda: a @ b
 
+    # Doubled until one call takes 20 ms (slow dtypes stay small).
     limit = 8192 if device.type == "cuda" else 2048
-    n, fn = _sized_to_take(0.02, make, device, 256, limit, clock)
+    n, fn = 256, make(256)
+    while n < limit and timed(fn, 1, 1, device, clock)[0] < 0.02:
+        n *= 2
+        fn = make(n)
     return 2 * n**3, fn
 
 

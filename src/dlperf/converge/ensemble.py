@@ -82,25 +82,21 @@ class Family:
     grid: tuple[np.ndarray, ...]  # one log-spaced axis per shape parameter
 
 
-def _g(n: int, lo: float, hi: float) -> np.ndarray:
-    return np.geomspace(lo, hi, n)
-
-
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         Family("pow", "c + a·x^−b", lambda x, b: x ** (-b), lambda v, b: v ** (-1.0 / b),
-               (_g(120, 0.02, 4.0),)),
+               (np.geomspace(0.02, 4.0, 120),)),
         Family("hyperbolic", "c + a/(1 + x/s)  (Optimus)", lambda x, s: 1.0 / (1.0 + x / s),
-               lambda v, s: s * (1.0 / v - 1.0), (_g(40, 1e-3, 1e3),)),
+               lambda v, s: s * (1.0 / v - 1.0), (np.geomspace(1e-3, 1e3, 40),)),
         Family("exp", "c + a·exp(−x/s)", lambda x, s: np.exp(-x / s),
-               lambda v, s: -s * np.log(v), (_g(40, 0.02, 1e3),)),
+               lambda v, s: -s * np.log(v), (np.geomspace(0.02, 1e3, 40),)),
         Family("mmf", "c + a/(1 + (x/s)^d)", lambda x, s, d: 1.0 / (1.0 + (x / s) ** d),
                lambda v, s, d: s * np.maximum(1.0 / v - 1.0, 0.0) ** (1.0 / d),
-               (_g(24, 1e-3, 1e3), _g(16, 0.2, 4.0))),
+               (np.geomspace(1e-3, 1e3, 24), np.geomspace(0.2, 4.0, 16))),
         Family("weibull", "c + a·exp(−(x/s)^d)", lambda x, s, d: np.exp(-((x / s) ** d)),
                lambda v, s, d: s * np.maximum(-np.log(v), 0.0) ** (1.0 / d),
-               (_g(24, 1e-2, 1e3), _g(16, 0.1, 4.0))),
+               (np.geomspace(1e-2, 1e3, 24), np.geomspace(0.1, 4.0, 16))),
     )
 }  # fmt: skip
 

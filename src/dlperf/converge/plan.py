@@ -65,7 +65,7 @@ def _check_batch(batch: float, where: str = "") -> None:
 def check_determined(fit: SpeedFit, workers: int, ps: int, batch: float, where: str = "") -> None:
     """Refuse an allocation whose step time rests on a coefficient the speed data leave
     undetermined: the fit's value for it is one of many that fit the data equally well."""
-    missing = speed.optimus_rests_on(fit, {"workers": workers, "ps": ps, "batch": batch})
+    missing = speed.rests_on(fit, {"workers": workers, "ps": ps, "batch": batch})
     if missing:
         raise UserError(
             f"{where}ps={ps}, workers={workers} rests on {', '.join(missing)}, which the speed "

@@ -304,8 +304,7 @@ def check_fixed(model: str, fixed: dict[str, float]) -> None:
             raise UserError(f"--fix: {name} must be ≥ {low:g}, got {value:g}")
 
 
-def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> SpeedFit:
-    fixed = fixed or {}
+def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float]) -> SpeedFit:
     if data.ps is None:
         raise UserError(
             f"{model} needs a 'ps' column (parameter servers per measurement)",
@@ -442,8 +441,7 @@ def _pollux_undetermined(pairs: dict[str, _Pair], gamma: bool) -> dict[str, str]
     return why
 
 
-def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedFit:
-    fixed = fixed or {}
+def fit_pollux(data: SpeedData, fixed: dict[str, float]) -> SpeedFit:
     if data.nodes is None or data.sync_time is None:
         raise UserError(
             "pollux needs 'nodes' and 'sync_time_s' for every measurement",
@@ -455,15 +453,9 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
     several = bool(np.any(w > 1))
     undetermined = _pollux_undetermined(pairs, several or "gamma" in fixed)
     # A coefficient no row informs stays where it starts: a fitted value would be noise.
-    informed = {
-        "alpha_g": True,
-        "beta_g": True,
-        "alpha_intra": bool(pairs["alpha_intra"].seen),
-        "beta_intra": any(x > 0 for x in pairs["alpha_intra"].seen),
-        "alpha_inter": bool(pairs["alpha_inter"].seen),
-        "beta_inter": any(x > 0 for x in pairs["alpha_inter"].seen),
-        "gamma": several,
-    }
+    informed = {"alpha_g": True, "beta_g": True, "gamma": several}
+    for a, b, _ in PAIRS[1:]:  # a link's sync time: runs on it, and beyond 2 workers
+        informed |= {a: bool(pairs[a].seen), b: any(x > 0 for x in pairs[a].seen)}
     free = np.array([informed[k] and k not in fixed for k in names])
     if len(data) < free.sum():
         raise UserError(
@@ -610,7 +602,8 @@ def check_model(model: str) -> None:
 def fit(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> SpeedFit:
     """`model` fitted to `data`, the coefficients in `fixed` held at their values."""
     check_model(model)
-    check_fixed(model, fixed or {})
+    fixed = fixed or {}
+    check_fixed(model, fixed)
     return fit_pollux(data, fixed) if model == "pollux" else fit_optimus(data, model, fixed)
 
 
@@ -674,15 +667,19 @@ ASSUMES = {
 }
 
 
-def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]:
-    """The coefficients `data` leave undetermined that a prediction at `at` needs."""
+def rests_on(fit: SpeedFit, at: dict[str, float], data: SpeedData | None = None) -> list[str]:
+    """The coefficients the measurements leave undetermined that a prediction at `at` needs:
+    for Optimus, its measured configurations (`fit.measured`, also in a fit read back from
+    its JSON) stand for them, as its estimability depends on nothing else (every undetermined
+    coefficient when it records none); for Pollux, the `data` fitted."""
     if not fit.undetermined:
         return []
     names = list(MEANINGS[fit.model])
     if fit.model.startswith("optimus"):
-        assert data.ps is not None  # fitted
+        if not fit.measured:
+            return list(fit.undetermined)
         free = [i for i, k in enumerate(names) if k not in fit.fixed]
-        design = _optimus_design(fit.model, data.workers, data.ps, data.global_batch)[:, free]
+        design = _optimus_design(fit.model, *np.array(fit.measured, float).T)[:, free]
         values = (np.array([at[k]]) for k in ("workers", "ps", "batch"))
         row = _optimus_design(fit.model, *values)[0, free]
         # Estimable: the row is a combination of measured rows, though its terms may not be.
@@ -690,6 +687,7 @@ def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]
             return []
         return [names[i] for i, v in zip(free, row, strict=True)
                 if names[i] in fit.undetermined and v != 0]  # fmt: skip
+    assert data is not None  # a Pollux fit's callers have its data
     w, local = at["workers"], at["batch"] / at["workers"]
     pairs = _pollux_pairs(data, fit.fixed)
     several = bool(np.any(data.workers > 1)) or "gamma" in fit.fixed
@@ -709,17 +707,6 @@ def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]
         uses |= {"gamma"} if w > 1 else set()
         missing += [k for k in fit.undetermined if k in uses and k not in structural]
     return missing
-
-
-def optimus_rests_on(fit: SpeedFit, at: dict[str, float]) -> list[str]:
-    """`_rests_on` for an Optimus fit read back from its JSON, whose measured configurations
-    stand for the data (Optimus's estimability depends on nothing else); every undetermined
-    coefficient when it records none."""
-    if not fit.undetermined or not fit.measured:
-        return list(fit.undetermined)
-    w, p, m = np.array(fit.measured, float).T
-    unknown = np.full_like(w, np.nan)  # step times: estimability does not depend on them
-    return _rests_on(fit, SpeedData(workers=w, global_batch=m, step_time=unknown, ps=p), at)
 
 
 def _outside(fit: SpeedFit, at: dict[str, float]) -> list[str]:
@@ -761,7 +748,7 @@ def predict_at(fit: SpeedFit, text: str, data: SpeedData | None = None) -> dict[
             f"--predict {text!r}: workers, ps and nodes are whole numbers ≥ 1, batch is > 0"
         )
     at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
-    missing = _rests_on(fit, data, at) if data is not None else []
+    missing = rests_on(fit, at, data) if data is not None else []
     if missing:
         raise UserError(
             f"--predict {text}: rests on {missing[0]}, {fit.undetermined[missing[0]]}",
