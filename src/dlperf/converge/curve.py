@@ -183,7 +183,7 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
         # β0 = 0 (or b = 0): the best decreasing curve is a constant, e.g. an accuracy
         # curve fitted as a loss.
         converged, message = False, "is flat: the values do not decrease (is the metric right?)"
-    curve = CurveFit(
+    return CurveFit(
         form=form,
         params=dict(zip(PARAMS[form], map(float, p), strict=True)),
         rmse=rmse,
@@ -191,8 +191,7 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
         last_step=float(k.max()),
         converged=converged,
         message=message,
-    )
-    return curve, p
+    ), p
 
 
 def bootstrap(

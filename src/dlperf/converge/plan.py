@@ -343,14 +343,8 @@ def plan_files(
         batch = speed_model.typical_batch
         if not batch:
             raise UserError("the speed model gives no global batch", "give --batch M")
-    rows = plan(
-        remaining.steps,
-        speed_model,
-        ps_counts,
-        worker_counts,
-        batch,
-        price_per_hour if price_per_hour is not None else 1.0,
-    )
+    price = 1.0 if price_per_hour is None else price_per_hour  # device-hours
+    rows = plan(remaining.steps, speed_model, ps_counts, worker_counts, batch, price)
     return Plan(remaining.steps, unit, rows, basis, remaining.metric, remaining.done, None)
 
 
