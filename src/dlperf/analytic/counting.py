@@ -652,7 +652,8 @@ def analyze_module(
     try:
         with tracker:
             saved = _SavedTensors(model)  # saves nothing without a gradient
-            with mode, _FunctionCalls(mode), saved, torch.set_grad_enabled(train):
+            grad = contextlib.nullcontext() if train else torch.no_grad()
+            with mode, _FunctionCalls(mode), saved, grad:
                 out = run_forward(model, x)
             fields_result = fields.result(_outputs(out))
             if train:

@@ -301,7 +301,6 @@ class RegressedRun:
 
 @dataclass
 class Regressed:
-    regression: reg.Regression
     document: dict[str, Any]  # as `converge regress --json` prints it
     warnings: list[str]  # one per source whose fit is not to be trusted, one per dropped feature
     runs: list[RegressedRun]
@@ -471,4 +470,4 @@ def regress(
             first, last = min(first, compared.steps[0]), max(last, compared.steps[-1])
         grid = np.linspace(first, last, 200)
         unseen = grid, curve.to_decreasing(optimus(grid, predicted_betas), opts.metric)
-    return Regressed(result, document, warnings, runs, unseen, compared)
+    return Regressed(document, warnings, runs, unseen, compared)

@@ -149,13 +149,10 @@ def load_csv(path: Path) -> SpeedData:
         c = read_columns(path, ["placement", "local_bsz", "step_time", "sync_time"])
         # A placement's digits are the workers (GPUs) on each node, e.g. 1244.
         digits = [str(int(p)) for p in c["placement"]]
-        nodes = _array([len(d) for d in digits])
-        workers = _array([sum(map(int, d)) for d in digits])
-        local, step, sync = c["local_bsz"], c["step_time"], c["sync_time"]
+        c["num_nodes"] = [float(len(d)) for d in digits]
+        c["num_replicas"] = [float(sum(map(int, d))) for d in digits]
     elif "num_replicas" in columns:
         c = read_columns(path, ["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"])
-        nodes, workers = _array(c["num_nodes"]), _array(c["num_replicas"])
-        local, step, sync = c["local_bsz"], c["step_time"], c["sync_time"]
     else:
         c = read_columns(
             path, ["workers", "global_batch", "step_time_s"], ("ps", "nodes", "sync_time_s")
@@ -164,12 +161,13 @@ def load_csv(path: Path) -> SpeedData:
             [dict(zip(c, values, strict=True)) for values in zip(*c.values(), strict=True)],
             str(path),
         )
+    workers = _array(c["num_replicas"])
     return SpeedData(
         workers=workers,
-        global_batch=_array(local) * workers,
-        step_time=_array(step),
-        nodes=nodes,
-        sync_time=_array(sync),
+        global_batch=_array(c["local_bsz"]) * workers,
+        step_time=_array(c["step_time"]),
+        nodes=_array(c["num_nodes"]),
+        sync_time=_array(c["sync_time"]),
     )
 
 
@@ -292,16 +290,6 @@ def _check_names(model: str, keys: Iterable[str], where: str) -> list[str]:
             f"its coefficients are {', '.join(names)}",
         )
     return names
-
-
-def check_fixed(model: str, fixed: dict[str, float]) -> None:
-    names = _check_names(model, fixed, "--fix")
-    if set(fixed) == set(names):
-        raise UserError(f"--fix gives every coefficient of {model}: nothing is left to fit")
-    for name, value in fixed.items():
-        low = 1.0 if name == "gamma" else 0.0
-        if not value >= low:
-            raise UserError(f"--fix: {name} must be ≥ {low:g}, got {value:g}")
 
 
 def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float]) -> SpeedFit:
@@ -603,7 +591,13 @@ def fit(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> S
     """`model` fitted to `data`, the coefficients in `fixed` held at their values."""
     check_model(model)
     fixed = fixed or {}
-    check_fixed(model, fixed)
+    names = _check_names(model, fixed, "--fix")
+    if set(fixed) == set(names):
+        raise UserError(f"--fix gives every coefficient of {model}: nothing is left to fit")
+    for name, value in fixed.items():
+        low = 1.0 if name == "gamma" else 0.0
+        if not value >= low:
+            raise UserError(f"--fix: {name} must be ≥ {low:g}, got {value:g}")
     return fit_pollux(data, fixed) if model == "pollux" else fit_optimus(data, model, fixed)
 
 
@@ -621,7 +615,6 @@ def from_study(store: RunStore, study_id: int, where: dict[str, str] | None = No
     sync_time_s. Failed, killed and unfinished points are left out; `where` keeps the runs
     whose summary holds those values. A study that mixes several settings (comm, strategy,
     bucket_mb) must be narrowed to one."""
-    store.get_study(study_id)
     source = f"study {study_id}"
     runs = [
         r
