@@ -78,7 +78,7 @@ class Layer:
     """Forward FLOPs per operator kind (`ops.KINDS`), for the time model."""
     backward_kind_flops: Counter[str] = field(default_factory=Counter)
     peer_macs: Counter[str] = field(default_factory=Counter)
-    """Forward MACs as each peer counts them (conventions.PEERS)."""
+    """Forward MACs as each peer (torchinfo, ptflops, fvcore) counts them."""
 
 
 INTERNAL = ("kind_flops", "backward_kind_flops", "peer_macs")
@@ -203,16 +203,10 @@ class Analysis:
             if not self.counts_activations(layer):
                 row["activations"] = row["activation_bytes"] = 0
             layers.append(row)
+        shown = ("model", "arguments", "input", "batch", "transfer", "train", "precision",
+                 "classes", "classes_source")  # fmt: skip
         return {
-            "model": self.model,
-            "arguments": self.arguments,
-            "input": self.input,
-            "batch": self.batch,
-            "transfer": self.transfer,
-            "train": self.train,
-            "precision": self.precision,
-            "classes": self.classes,
-            "classes_source": self.classes_source,
+            **{key: getattr(self, key) for key in shown},
             "conventions": {
                 "params": "with biases" if self.bias else "without biases",
                 "activations": self.activations,

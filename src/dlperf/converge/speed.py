@@ -138,10 +138,6 @@ class SpeedFit:
         return self.typical_local_batch * workers if self.model == "pollux" else self.typical_batch
 
 
-def _array(values: list[float]) -> np.ndarray:
-    return np.asarray(values, dtype=float)
-
-
 def load_csv(path: Path) -> SpeedData:
     """A speed table in dlperf's shape or one of the Pollux traces (placements, scalability)."""
     columns = header(path)
@@ -161,13 +157,13 @@ def load_csv(path: Path) -> SpeedData:
             [dict(zip(c, values, strict=True)) for values in zip(*c.values(), strict=True)],
             str(path),
         )
-    workers = _array(c["num_replicas"])
+    workers = np.asarray(c["num_replicas"], float)
     return SpeedData(
         workers=workers,
-        global_batch=_array(c["local_bsz"]) * workers,
-        step_time=_array(c["step_time"]),
-        nodes=_array(c["num_nodes"]),
-        sync_time=_array(c["sync_time"]),
+        global_batch=np.asarray(c["local_bsz"], float) * workers,
+        step_time=np.asarray(c["step_time"], float),
+        nodes=np.asarray(c["num_nodes"], float),
+        sync_time=np.asarray(c["sync_time"], float),
     )
 
 
@@ -190,7 +186,7 @@ def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
             raise UserError(f"{source}: row {i + 1} has no {', '.join(missing)}")
 
     def column(key: str) -> np.ndarray:
-        values = _array([float(row[key]) for row in rows])
+        values = np.asarray([float(row[key]) for row in rows], float)
         if not np.all(np.isfinite(values)):
             raise UserError(f"{source}: '{key}' has non-finite values")
         return values
