@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from dlperf.analytic.counting import analyze, analyze_module
-from dlperf.analytic.devices import Device, device_or_host, get_device, load_catalog, save_device
+from dlperf.analytic.devices import Device, get_device, load_catalog, save_device
 from dlperf.analytic.measure import KERNELS, Kernel, make_step, solve
 from dlperf.analytic.paleo import compare, fit_ppp, predict
 from dlperf.analytic.recorded import measure_recorded, predict_model
@@ -219,8 +219,6 @@ def test_predict_model_by_name_on_a_catalog_device(no_user_file: Path) -> None:
     assert "measured" not in r and r["totals"]["time_s"] > 0
     with pytest.raises(UserError, match=r"give predict\.device"):
         predict_model("smallcnn", None, no_store)
-    with pytest.raises(UserError, match=r"this host \(.*\) is not calibrated"):
-        device_or_host(None)
     with pytest.raises(UserError, match=r"predict\.reps must be at least 1"):
         predict_model("smallcnn", "V100", no_store, measure=True, reps=0)
 

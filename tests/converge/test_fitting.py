@@ -69,8 +69,8 @@ def test_regress_predicts_an_unseen_feature_value(tmp_path: Path) -> None:
     ]
     opts = CurveOptions(x="step", y="loss")
     done = fitting.regress(sources, ["depth"], opts, no_store, at={"depth": "110"}, target=0.3)
-    assert done.regression.columns == ["intercept", "depth"]
-    assert done.regression.coef["beta0"] == pytest.approx([np.log(0.01), -0.02], rel=1e-3)
+    assert done.document["columns"] == ["intercept", "depth"]
+    assert done.document["coef"]["beta0"] == pytest.approx([np.log(0.01), -0.02], rel=1e-3)
     pred = done.document["prediction"]
     assert pred["beta0"] == pytest.approx(0.01 * np.exp(-2.2), rel=1e-3)
     # 1/(β0·k + 1) = 0.2 at k = 4/β0

@@ -49,8 +49,6 @@ MACS_CONVENTIONS = {
 }
 """Convention -> what its MACs count, as the table and `--json` say it."""
 
-PEERS = ("torchinfo", "ptflops", "fvcore")
-
 _PTFLOPS_ACTIVATIONS = (nn.ReLU, nn.PReLU, nn.ELU, nn.LeakyReLU, nn.ReLU6, nn.GELU)
 _PTFLOPS_POOLS = (
     nn.modules.pooling._MaxPoolNd,

@@ -78,7 +78,7 @@ class Layer:
     """Forward FLOPs per operator kind (`ops.KINDS`), for the time model."""
     backward_kind_flops: Counter[str] = field(default_factory=Counter)
     peer_macs: Counter[str] = field(default_factory=Counter)
-    """Forward MACs as each peer counts them (conventions.PEERS)."""
+    """Forward MACs as each peer (torchinfo, ptflops, fvcore) counts them."""
 
 
 INTERNAL = ("kind_flops", "backward_kind_flops", "peer_macs")
@@ -203,16 +203,10 @@ class Analysis:
             if not self.counts_activations(layer):
                 row["activations"] = row["activation_bytes"] = 0
             layers.append(row)
+        shown = ("model", "arguments", "input", "batch", "transfer", "train", "precision",
+                 "classes", "classes_source")  # fmt: skip
         return {
-            "model": self.model,
-            "arguments": self.arguments,
-            "input": self.input,
-            "batch": self.batch,
-            "transfer": self.transfer,
-            "train": self.train,
-            "precision": self.precision,
-            "classes": self.classes,
-            "classes_source": self.classes_source,
+            **{key: getattr(self, key) for key in shown},
             "conventions": {
                 "params": "with biases" if self.bias else "without biases",
                 "activations": self.activations,
@@ -574,6 +568,14 @@ def _outputs(out: Any) -> list[torch.Tensor]:
     return _tensors(out)
 
 
+def sum_backward(out: Any) -> None:
+    """The backward of the simplest loss, the sum of every output that needs a gradient;
+    none when nothing trains (no parameters, or all frozen)."""
+    losses = [t.sum() for t in _outputs(out) if t.requires_grad]
+    if losses:
+        torch.autograd.backward(sum(losses[1:], losses[0]))
+
+
 def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
     try:
         with _distributions_unchecked():
@@ -643,22 +645,17 @@ def analyze_module(
     memory = None
     try:
         with tracker:
+            saved = _SavedTensors(model)  # saves nothing without a gradient
+            grad = contextlib.nullcontext() if train else torch.no_grad()
+            with mode, _FunctionCalls(mode), saved, grad:
+                out = run_forward(model, x)
+            fields_result = fields.result(_outputs(out))
             if train:
-                saved = _SavedTensors(model)
-                with mode, _FunctionCalls(mode), saved:
-                    out = run_forward(model, x)
-                fields_result = fields.result(_outputs(out))
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted.
-                losses = [t.sum() for t in _outputs(out) if t.requires_grad]
-                if losses:  # none: nothing trains (no parameters, or all frozen), no backward
-                    with mode:
-                        torch.autograd.backward(sum(losses[1:], losses[0]))
+                with mode:
+                    sum_backward(out)
                 memory = _training_memory(model, saved.bytes)
-            else:
-                with mode, _FunctionCalls(mode), torch.no_grad():
-                    out = run_forward(model, x)
-                fields_result = fields.result(_outputs(out))
     finally:
         for handle in hooks:
             handle.remove()

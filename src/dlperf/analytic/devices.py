@@ -8,7 +8,6 @@ price. `dlperf calibrate` writes the measured machine there.
 from __future__ import annotations
 
 import os
-import socket
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -118,14 +117,10 @@ def _read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise not_utf8(path, e) from None
 
 
-def _builtin() -> dict[str, dict[str, Any]]:
-    text = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
-    return _read(text, "built-in devices.toml")
-
-
 def load_catalog(path: Path | None = None) -> dict[str, Device]:
     """Built-in devices with the user file's entries merged over them, key by key."""
-    entries = _builtin()
+    builtin = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
+    entries = _read(builtin, "built-in devices.toml")
     path = path or user_file()
     if path.is_dir():
         raise UserError(f"device file {path} is a directory", "point DLPERF_DEVICES at a file")
@@ -152,21 +147,6 @@ def get_device(name: str, path: Path | None = None) -> Device:
         return catalog[lower[name.lower()]]
     hint = did_you_mean(name, catalog, "see `dlperf devices`", n=3, cutoff=0.4)
     raise UserError(f"unknown device '{name}'", hint)
-
-
-def device_or_host(name: str | None) -> Device:
-    """The catalog device `name`, or without one this host's, which `dlperf calibrate`
-    saves under the host name."""
-    if name is not None:
-        return get_device(name)
-    host = socket.gethostname()
-    try:
-        return get_device(host)
-    except UserError:
-        raise UserError(
-            f"this host ({host}) is not calibrated",
-            "run `dlperf calibrate` first, or give --device NAME",
-        ) from None
 
 
 def save_device(device: Device, path: Path | None = None) -> Path:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward
+from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward, sum_backward
 from dlperf.analytic.devices import Device
 from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
@@ -29,23 +29,6 @@ LABEL = "dlperf::"
 # --- calibration ------------------------------------------------------------------------------
 
 
-def _sized_to_take(
-    seconds: float,
-    make: Callable[[int], Callable[[], Any]],
-    device: torch.device,
-    start: int,
-    limit: int,
-    clock: Clock,
-) -> tuple[int, Callable[[], Any]]:
-    """Double the problem size until one call takes `seconds` (slow dtypes stay small)."""
-    n = start
-    fn = make(n)
-    while n < limit and timed(fn, 1, 1, device, clock)[0] < seconds:
-        n *= 2
-        fn = make(n)
-    return n, fn
-
-
 def square_matmul(
     dtype: torch.dtype, device: torch.device, clock: Clock = time.perf_counter
 ) -> tuple[float, Callable[[], Any]]:
@@ -56,8 +39,12 @@ def square_matmul(
         b = torch.randn(n, n, device=device).to(dtype)
         return lambda: a @ b
 
+    # Doubled until one call takes 20 ms (slow dtypes stay small).
     limit = 8192 if device.type == "cuda" else 2048
-    n, fn = _sized_to_take(0.02, make, device, 256, limit, clock)
+    n, fn = 256, make(256)
+    while n < limit and timed(fn, 1, 1, device, clock)[0] < 0.02:
+        n *= 2
+        fn = make(n)
     return 2 * n**3, fn
 
 
@@ -200,9 +187,7 @@ def make_step(
     def step() -> None:
         if train:
             model.zero_grad(set_to_none=True)
-            losses = [t.sum() for t in _outputs(run_forward(model, x))]
-            if losses:  # none: nothing trains (no parameters, or all frozen), no backward
-                torch.autograd.backward(sum(losses[1:], losses[0]))
+            sum_backward(run_forward(model, x))
         else:
             with torch.no_grad():
                 run_forward(model, x)
@@ -235,9 +220,3 @@ def profile_leaves(
             micros = event.device_time_total if device.type == "cuda" else event.cpu_time_total
             layers[event.key.removeprefix(LABEL)] = micros / 1e6 / reps
     return layers
-
-
-def _outputs(out: Any) -> list[torch.Tensor]:
-    from torch.utils._pytree import tree_flatten
-
-    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]

@@ -13,7 +13,6 @@ arithmetic), or reported by name as unsupported. Nothing is silently counted as 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 from math import prod
 from typing import Any, NamedTuple
 
@@ -98,29 +97,19 @@ def convolution_backward(args: Sequence[Any], out: Any) -> Cost:
     return _mac_only(macs, grad_out.numel() if mask[2] else 0)
 
 
-def mm(args: Sequence[Any], out: Any) -> Cost:
+def matmul(args: Sequence[Any], out: Any) -> Cost:
+    """mm and bmm: a (..., n, k) @ b (..., k, m) takes n * k * m products per batch entry."""
     a, b = args[0], args[1]
-    return _mac_only(a.shape[0] * a.shape[1] * b.shape[1])
+    return _mac_only(prod(a.shape) * b.shape[-1])
 
 
-def addmm(args: Sequence[Any], out: Any) -> Cost:
-    return _mac_only(mm(args[1:], out).macs, out.numel())
+def add_matmul(args: Sequence[Any], out: Any) -> Cost:
+    """addmm and baddbmm: the product of arguments 1 and 2, plus one add per output."""
+    return _mac_only(matmul(args[1:], out).macs, out.numel())
 
 
-def bmm(args: Sequence[Any], out: Any) -> Cost:
-    a, b = args[0], args[1]
-    return _mac_only(a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2])
-
-
-def baddbmm(args: Sequence[Any], out: Any) -> Cost:
-    return _mac_only(bmm(args[1:], out).macs, out.numel())
-
-
-def mv(args: Sequence[Any], out: Any) -> Cost:
-    return _mac_only(args[0].numel())
-
-
-def dot(args: Sequence[Any], out: Any) -> Cost:
+def vector_product(args: Sequence[Any], out: Any) -> Cost:
+    """mv and dot: one product per element of the first argument."""
     return _mac_only(args[0].numel())
 
 
@@ -177,17 +166,14 @@ def _affine(args: Sequence[Any], weight_at: int) -> int:
     return sum(args[i] is not None for i in (weight_at, weight_at + 1))
 
 
-def batch_norm(args: Sequence[Any], out: Any) -> Cost:
-    """native_batch_norm(input, weight, bias, running_mean, running_var, training, ...)."""
-    training = bool(args[5])
-    return Cost(0, (NORMALIZE + _affine(args, 1) + NORM_STATS * training) * args[0].numel())
-
-
-def normalisation(weight_at: int, stats: bool) -> Handler:
-    """A norm whose affine weight is argument `weight_at`, computing its statistics or not."""
+def normalisation(weight_at: int, stats: bool | None) -> Handler:
+    """A norm whose affine weight is argument `weight_at`, computing its statistics or not;
+    None: when training, as native_batch_norm(input, weight, bias, running_mean, running_var,
+    training, ...) says."""
 
     def handler(args: Sequence[Any], out: Any) -> Cost:
-        per_element = NORMALIZE + _affine(args, weight_at) + NORM_STATS * stats
+        computes = bool(args[5]) if stats is None else stats
+        per_element = NORMALIZE + _affine(args, weight_at) + NORM_STATS * computes
         return Cost(0, per_element * args[0].numel())
 
     return handler
@@ -198,15 +184,6 @@ def norm_backward(args: Sequence[Any], out: Any) -> Cost:
     computed (not for a layer without them)."""
     mask = args[-1]
     return Cost(0, (NORM_BACKWARD + 2 * bool(mask[1]) + bool(mask[2])) * args[0].numel())
-
-
-def interpolate(args: Sequence[Any], out: Any, name: str) -> Cost:
-    n = INTERPOLATE[name]
-    return Cost(0, (2 * n - 1) * _first(out).numel())
-
-
-def interpolate_backward(args: Sequence[Any], out: Any, name: str) -> Cost:
-    return Cost(0, 2 * INTERPOLATE[name.removesuffix("_backward")] * args[0].numel())
 
 
 def index_put(args: Sequence[Any], out: Any) -> Cost:
@@ -220,12 +197,12 @@ HANDLERS: dict[str, Handler] = {
     "convolution": convolution,
     "_convolution": convolution,
     "convolution_backward": convolution_backward,
-    "mm": mm,
-    "addmm": addmm,
-    "bmm": bmm,
-    "baddbmm": baddbmm,
-    "mv": mv,
-    "dot": dot,
+    "mm": matmul,
+    "addmm": add_matmul,
+    "bmm": matmul,
+    "baddbmm": add_matmul,
+    "mv": vector_product,
+    "dot": vector_product,
     "_scaled_dot_product_flash_attention_for_cpu": attention,
     "_scaled_dot_product_flash_attention": attention,
     "_scaled_dot_product_efficient_attention": attention,
@@ -235,7 +212,7 @@ HANDLERS: dict[str, Handler] = {
     "_scaled_dot_product_efficient_attention_backward": attention_backward,
     "_scaled_dot_product_cudnn_attention_backward": attention_backward,
     # normalisation
-    "native_batch_norm": batch_norm,
+    "native_batch_norm": normalisation(1, stats=None),
     "_native_batch_norm_legit": normalisation(1, stats=True),
     "_native_batch_norm_legit_no_training": normalisation(1, stats=False),
     "native_layer_norm": normalisation(2, stats=True),
@@ -278,9 +255,9 @@ HANDLERS: dict[str, Handler] = {
     "embedding_dense_backward": per_input(ELEMENTWISE),  # sums the gradients of each row
 }
 
-for _name in INTERPOLATE:
-    HANDLERS[_name] = partial(interpolate, name=_name)
-    HANDLERS[f"{_name}_backward"] = partial(interpolate_backward, name=f"{_name}_backward")
+for _name, _n in INTERPOLATE.items():
+    HANDLERS[_name] = per_output(2 * _n - 1)
+    HANDLERS[f"{_name}_backward"] = per_input(2 * _n)  # args[0]: the output's gradient
 
 # Element-wise ops and their backward: one FLOP per output element (in-place "_" forms too).
 for _name in [
@@ -447,7 +424,7 @@ CONVOLUTIONS = frozenset({"convolution", "_convolution"})
 MATMULS = frozenset(
     name
     for name, handler in HANDLERS.items()
-    if handler in (mm, addmm, bmm, baddbmm, mv, dot, attention, attention_backward)
+    if handler in (matmul, add_matmul, vector_product, attention, attention_backward)
 )
 POOLS = frozenset(
     name for name, handler in HANDLERS.items() if handler in (pool, pool_backward)

@@ -21,14 +21,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlperf.analytic.counting import Analysis
 from dlperf.analytic.devices import KINDS, Device
 from dlperf.errors import UserError
-
-if TYPE_CHECKING:
-    pass
 
 
 def layer_time(
@@ -141,21 +138,18 @@ def compare(prediction: dict[str, Any], measurement: dict[str, Any]) -> dict[str
     modules' forwards) and in total, with the PPP that explains the measured total."""
     measured = measurement["spread_s"]["median"]
     predicted = prediction["totals"]["time_s"]
-    layers = []
-    if not prediction["train"]:
-        for row in prediction["layers"]:
-            seconds = measurement["layers_s"].get(row["name"])
-            if seconds is not None:
-                layers.append(
-                    {
-                        "name": row["name"],
-                        "type": row["type"],
-                        "predicted_s": row["time_s"],
-                        "measured_s": seconds,
-                        # a GPU's profiler may give a tiny layer 0 s: no error to speak of
-                        "error_pct": error_pct(row["time_s"], seconds) if seconds > 0 else None,
-                    }
-                )
+    layers = [
+        {
+            "name": row["name"],
+            "type": row["type"],
+            "predicted_s": row["time_s"],
+            "measured_s": seconds,
+            # a GPU's profiler may give a tiny layer 0 s: no error to speak of
+            "error_pct": error_pct(row["time_s"], seconds) if seconds > 0 else None,
+        }
+        for row in ([] if prediction["train"] else prediction["layers"])
+        if (seconds := measurement["layers_s"].get(row["name"])) is not None
+    ]
     return {
         "layers": layers,
         "predicted_s": predicted,

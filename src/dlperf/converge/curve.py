@@ -183,7 +183,7 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
         # β0 = 0 (or b = 0): the best decreasing curve is a constant, e.g. an accuracy
         # curve fitted as a loss.
         converged, message = False, "is flat: the values do not decrease (is the metric right?)"
-    curve = CurveFit(
+    return CurveFit(
         form=form,
         params=dict(zip(PARAMS[form], map(float, p), strict=True)),
         rmse=rmse,
@@ -191,8 +191,7 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
         last_step=float(k.max()),
         converged=converged,
         message=message,
-    )
-    return curve, p
+    ), p
 
 
 def bootstrap(
@@ -278,14 +277,22 @@ def predict(
         # Widened to hold the point, as `intervals` does.
         point = whole_step(k_hat)
         interval = (min(whole_step(lo), point), max(whole_step(hi), point))
-    actual = None
-    if steps is not None and values is not None:
-        hit = np.flatnonzero(to_decreasing(np.asarray(values, float), metric) <= goal)
-        actual = float(np.asarray(steps)[hit[0]]) if len(hit) else None
-    error = None
-    if predicted is not None and actual:
-        error = (predicted - actual) / actual * 100.0
-    return Prediction(target, reachable, predicted, interval, actual, error)
+    actual = first_reaching(steps, values, metric, goal)
+    return Prediction(target, reachable, predicted, interval, actual, error_pct(predicted, actual))
+
+
+def first_reaching(steps: Any, values: Any, metric: str, goal: float) -> float | None:
+    """The first measured step whose value is at or past `goal` (decreasing units); None
+    when there is none, or no measured curve."""
+    if steps is None or values is None:
+        return None
+    hit = np.flatnonzero(to_decreasing(np.asarray(values, float), metric) <= goal)
+    return float(np.asarray(steps)[hit[0]]) if len(hit) else None
+
+
+def error_pct(predicted: float | None, actual: float | None) -> float | None:
+    """(predicted − actual) / actual · 100, when both are known."""
+    return (predicted - actual) / actual * 100.0 if predicted is not None and actual else None
 
 
 def window(k: np.ndarray, upto: float | None, upto_step: float | None) -> int:

@@ -50,7 +50,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlperf.converge.curve import check_target, to_decreasing, weights, whole_step
+from dlperf.converge.curve import (
+    check_target,
+    error_pct,
+    first_reaching,
+    to_decreasing,
+    weights,
+    whole_step,
+)
 from dlperf.errors import UserError
 
 Shape = Callable[..., np.ndarray]  # g(x, *θ), θ broadcast against x
@@ -75,25 +82,21 @@ class Family:
     grid: tuple[np.ndarray, ...]  # one log-spaced axis per shape parameter
 
 
-def _g(n: int, lo: float, hi: float) -> np.ndarray:
-    return np.geomspace(lo, hi, n)
-
-
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         Family("pow", "c + a·x^−b", lambda x, b: x ** (-b), lambda v, b: v ** (-1.0 / b),
-               (_g(120, 0.02, 4.0),)),
+               (np.geomspace(0.02, 4.0, 120),)),
         Family("hyperbolic", "c + a/(1 + x/s)  (Optimus)", lambda x, s: 1.0 / (1.0 + x / s),
-               lambda v, s: s * (1.0 / v - 1.0), (_g(40, 1e-3, 1e3),)),
+               lambda v, s: s * (1.0 / v - 1.0), (np.geomspace(1e-3, 1e3, 40),)),
         Family("exp", "c + a·exp(−x/s)", lambda x, s: np.exp(-x / s),
-               lambda v, s: -s * np.log(v), (_g(40, 0.02, 1e3),)),
+               lambda v, s: -s * np.log(v), (np.geomspace(0.02, 1e3, 40),)),
         Family("mmf", "c + a/(1 + (x/s)^d)", lambda x, s, d: 1.0 / (1.0 + (x / s) ** d),
                lambda v, s, d: s * np.maximum(1.0 / v - 1.0, 0.0) ** (1.0 / d),
-               (_g(24, 1e-3, 1e3), _g(16, 0.2, 4.0))),
+               (np.geomspace(1e-3, 1e3, 24), np.geomspace(0.2, 4.0, 16))),
         Family("weibull", "c + a·exp(−(x/s)^d)", lambda x, s, d: np.exp(-((x / s) ** d)),
                lambda v, s, d: s * np.maximum(-np.log(v), 0.0) ** (1.0 / d),
-               (_g(24, 1e-2, 1e3), _g(16, 0.1, 4.0))),
+               (np.geomspace(1e-2, 1e3, 24), np.geomspace(0.1, 4.0, 16))),
     )
 }  # fmt: skip
 
@@ -113,7 +116,6 @@ class Posterior:
     families: tuple[str, ...]
     family_weight: dict[str, float]
     n_points: int
-    n_effective: float  # independent points the residuals are worth
     noise: float  # the residual standard deviation of the best grid point: measurement noise
     spacing: float  # median steps between measured points: how often the curve is measured
     last_step: float
@@ -209,7 +211,6 @@ def fit(
         families=tuple(families),
         family_weight=family_weight,
         n_points=len(k),
-        n_effective=n_eff,
         noise=float(np.sqrt(np.exp(lsse.min()) / len(k))),
         spacing=float(np.median(np.diff(k))),
         last_step=scale,
@@ -368,11 +369,7 @@ def predict(
             f"({max_reach:g}× the steps seen)"
         )
     predicted = int(whole_step(median)) if verdict == "answer" else None
-    actual = None
-    if steps is not None and values is not None:
-        hit = np.flatnonzero(to_decreasing(np.asarray(values, float), metric) <= goal)
-        actual = float(np.asarray(steps)[hit[0]]) if len(hit) else None
-    error = (predicted - actual) / actual * 100.0 if predicted is not None and actual else None
+    actual = first_reaching(steps, values, metric, goal)
     return EnsemblePrediction(
         target=target,
         p_reachable=p_reach,
@@ -384,7 +381,7 @@ def predict(
         plateau_interval=(plateau_lo, plateau_hi),
         family_weight=post.family_weight,
         actual_step=actual,
-        error_pct=error,
+        error_pct=error_pct(predicted, actual),
     )
 
 

@@ -186,18 +186,13 @@ def predict(
             form, r.params[form], r.samples[form], target, opts.metric, c.steps, c.values
         )
         asymptote = r.fits[form].params[curve.PARAMS[form][2]]
-        spe = c.steps_per_epoch
         fits.predictions.append(
             {
                 "source": c.label,
                 "form": form,
                 "target": p.target,
                 "reachable": p.reachable,
-                "predicted_step": p.predicted_step,
-                "interval": list(p.interval) if p.interval else None,
-                "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
-                "actual_step": p.actual_step,
-                "error_pct": p.error_pct,
+                **_steps(p, c.steps_per_epoch),
                 "asymptote": asymptote,
                 "plateau": float(curve.to_decreasing(asymptote, r.metric)),
                 "n_points": r.n_fit,
@@ -207,6 +202,17 @@ def predict(
             }
         )
     return fits
+
+
+def _steps(p: curve.Prediction | ensemble.EnsemblePrediction, spe: float | None) -> dict[str, Any]:
+    """A prediction's step, its interval and epoch, and the measured step it is checked on."""
+    return {
+        "predicted_step": p.predicted_step,
+        "interval": list(p.interval) if p.interval else None,
+        "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
+        "actual_step": p.actual_step,
+        "error_pct": p.error_pct,
+    }
 
 
 def band_rows(
@@ -234,7 +240,6 @@ def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ense
     y = curve.to_decreasing(c.values, r.metric)
     post = ensemble.fit(c.steps[: r.n_fit], y[: r.n_fit])
     p = ensemble.predict(post, target, r.metric, c.steps, c.values)
-    spe = c.steps_per_epoch
     return {
         "source": c.label,
         "form": "ensemble",
@@ -243,11 +248,7 @@ def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ense
         "reason": p.reason,
         "reachable": p.reachable,
         "p_reachable": p.p_reachable,
-        "predicted_step": p.predicted_step,
-        "interval": list(p.interval) if p.interval else None,
-        "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
-        "actual_step": p.actual_step,
-        "error_pct": p.error_pct,
+        **_steps(p, c.steps_per_epoch),
         "asymptote": float(curve.to_decreasing(p.plateau, r.metric)),
         "plateau": p.plateau,
         "plateau_interval": list(p.plateau_interval),
@@ -300,21 +301,12 @@ class RegressedRun:
 
 @dataclass
 class Regressed:
-    regression: reg.Regression
     document: dict[str, Any]  # as `converge regress --json` prints it
     warnings: list[str]  # one per source whose fit is not to be trusted, one per dropped feature
     runs: list[RegressedRun]
     # --predict's curve over the runs' windows (and the compared run's steps)
     unseen: tuple[np.ndarray, np.ndarray] | None
     compared: Curve | None = None  # the measured run of the predicted configuration
-
-
-def _legend(c: Curve, features: dict[str, Any]) -> str:
-    """A source as figures name it: its configuration when a run gives it, else its
-    features and file."""
-    if c.about.get("model"):
-        return c.legend
-    return f"{', '.join(f'{k}={v}' for k, v in features.items())} ({c.label})"
 
 
 def _compare(
@@ -337,15 +329,14 @@ def _compare(
     if "target" not in prediction:
         return compared
     goal = curve.to_decreasing(prediction["target"], metric)
-    hit = np.flatnonzero(curve.to_decreasing(c.values, metric) <= goal)
-    actual = float(c.steps[hit[0]]) if len(hit) else None
+    actual = curve.first_reaching(c.steps, c.values, metric, goal)
     step, spe = prediction["predicted_step"], c.steps_per_epoch
     return compared | {
         "actual_step": actual,
         "actual_epoch": actual / spe if actual is not None and spe else None,
         "predicted_epoch": step / spe if step is not None and spe else None,
         # The same for epochs: both counts are over this run's steps per epoch.
-        "error_pct": (step - actual) / actual * 100 if step is not None and actual else None,
+        "error_pct": curve.error_pct(step, actual),
     }
 
 
@@ -377,18 +368,15 @@ def _prediction(
     # The epoch only when every source counts the same steps per epoch.
     per_epoch = {c.steps_per_epoch for c, _ in found}
     spe = per_epoch.pop() if len(per_epoch) == 1 else None
-    actual = None
-    for c, features in found:
-        hit = np.flatnonzero(curve.to_decreasing(c.values, metric) <= goal)
-        if {k: str(v) for k, v in features.items()} == at and len(hit):
-            actual = float(c.steps[hit[0]])
-            break
+    same = [c for c, features in found if {k: str(v) for k, v in features.items()} == at]
+    reached = (curve.first_reaching(c.steps, c.values, metric, goal) for c in same)
+    actual = next((step for step in reached if step is not None), None)
     return prediction | {
         "target": target,
         "predicted_step": step,
         "predicted_epoch": step / spe if step is not None and spe else None,
         "actual_step": actual,
-        "error_pct": (step - actual) / actual * 100 if step is not None and actual else None,
+        "error_pct": curve.error_pct(step, actual),
     }
 
 
@@ -470,9 +458,10 @@ def regress(
     for (c, f), n_fit in zip(found, windows, strict=True):
         grid = np.linspace(c.steps[0], c.steps[n_fit - 1], 200)
         predicted = curve.to_decreasing(optimus(grid, reg.predict(result, f)), opts.metric)
-        runs.append(
-            RegressedRun(_legend(c, f), f, c.steps[:n_fit], c.values[:n_fit], grid, predicted)
-        )
+        # Named by its configuration when a run gives it, else by its features and file.
+        given = ", ".join(f"{k}={v}" for k, v in f.items())
+        legend = c.legend if c.about.get("model") else f"{given} ({c.label})"
+        runs.append(RegressedRun(legend, f, c.steps[:n_fit], c.values[:n_fit], grid, predicted))
     unseen = None
     if predicted_betas is not None:
         first = min(r.grid[0] for r in runs)
@@ -481,4 +470,4 @@ def regress(
             first, last = min(first, compared.steps[0]), max(last, compared.steps[-1])
         grid = np.linspace(first, last, 200)
         unseen = grid, curve.to_decreasing(optimus(grid, predicted_betas), opts.metric)
-    return Regressed(result, document, warnings, runs, unseen, compared)
+    return Regressed(document, warnings, runs, unseen, compared)

@@ -16,7 +16,8 @@ from typing import Any
 
 from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit, steps_per_second
-from dlperf.errors import UserError, not_utf8
+from dlperf.converge.tables import read_text
+from dlperf.errors import UserError
 from dlperf.parsing import parse_pairs
 
 
@@ -64,7 +65,7 @@ def _check_batch(batch: float, where: str = "") -> None:
 def check_determined(fit: SpeedFit, workers: int, ps: int, batch: float, where: str = "") -> None:
     """Refuse an allocation whose step time rests on a coefficient the speed data leave
     undetermined: the fit's value for it is one of many that fit the data equally well."""
-    missing = speed.optimus_rests_on(fit, {"workers": workers, "ps": ps, "batch": batch})
+    missing = speed.rests_on(fit, {"workers": workers, "ps": ps, "batch": batch})
     if missing:
         raise UserError(
             f"{where}ps={ps}, workers={workers} rests on {', '.join(missing)}, which the speed "
@@ -160,12 +161,9 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
+    text = read_text(path, f"{what} ")
     try:
-        document = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as e:
-        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise not_utf8(path, e) from None
+        document = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path} is not JSON: {e}", f"write it with --json > {path}") from None
     if not isinstance(document, dict):
@@ -345,26 +343,17 @@ def plan_files(
         batch = speed_model.typical_batch
         if not batch:
             raise UserError("the speed model gives no global batch", "give --batch M")
-    rows = plan(
-        remaining.steps,
-        speed_model,
-        ps_counts,
-        worker_counts,
-        batch,
-        price_per_hour if price_per_hour is not None else 1.0,
-    )
+    price = 1.0 if price_per_hour is None else price_per_hour  # device-hours
+    rows = plan(remaining.steps, speed_model, ps_counts, worker_counts, batch, price)
     return Plan(remaining.steps, unit, rows, basis, remaining.metric, remaining.done, None)
 
 
 def read_jobs(path: Path) -> list[Job]:
     """The [[job]] tables of a jobs.toml: name, curve, speed, target and optionally batch,
     the files named relative to it."""
+    text = read_text(path)
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise not_utf8(path, e) from None
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path} is not valid TOML: {e}") from None
     entries = document.get("job")

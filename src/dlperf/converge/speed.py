@@ -138,10 +138,6 @@ class SpeedFit:
         return self.typical_local_batch * workers if self.model == "pollux" else self.typical_batch
 
 
-def _array(values: list[float]) -> np.ndarray:
-    return np.asarray(values, dtype=float)
-
-
 def load_csv(path: Path) -> SpeedData:
     """A speed table in dlperf's shape or one of the Pollux traces (placements, scalability)."""
     columns = header(path)
@@ -149,13 +145,10 @@ def load_csv(path: Path) -> SpeedData:
         c = read_columns(path, ["placement", "local_bsz", "step_time", "sync_time"])
         # A placement's digits are the workers (GPUs) on each node, e.g. 1244.
         digits = [str(int(p)) for p in c["placement"]]
-        nodes = _array([len(d) for d in digits])
-        workers = _array([sum(map(int, d)) for d in digits])
-        local, step, sync = c["local_bsz"], c["step_time"], c["sync_time"]
+        c["num_nodes"] = [float(len(d)) for d in digits]
+        c["num_replicas"] = [float(sum(map(int, d))) for d in digits]
     elif "num_replicas" in columns:
         c = read_columns(path, ["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"])
-        nodes, workers = _array(c["num_nodes"]), _array(c["num_replicas"])
-        local, step, sync = c["local_bsz"], c["step_time"], c["sync_time"]
     else:
         c = read_columns(
             path, ["workers", "global_batch", "step_time_s"], ("ps", "nodes", "sync_time_s")
@@ -164,12 +157,13 @@ def load_csv(path: Path) -> SpeedData:
             [dict(zip(c, values, strict=True)) for values in zip(*c.values(), strict=True)],
             str(path),
         )
+    workers = np.asarray(c["num_replicas"], float)
     return SpeedData(
         workers=workers,
-        global_batch=_array(local) * workers,
-        step_time=_array(step),
-        nodes=nodes,
-        sync_time=_array(sync),
+        global_batch=np.asarray(c["local_bsz"], float) * workers,
+        step_time=np.asarray(c["step_time"], float),
+        nodes=np.asarray(c["num_nodes"], float),
+        sync_time=np.asarray(c["sync_time"], float),
     )
 
 
@@ -192,7 +186,7 @@ def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
             raise UserError(f"{source}: row {i + 1} has no {', '.join(missing)}")
 
     def column(key: str) -> np.ndarray:
-        values = _array([float(row[key]) for row in rows])
+        values = np.asarray([float(row[key]) for row in rows], float)
         if not np.all(np.isfinite(values)):
             raise UserError(f"{source}: '{key}' has non-finite values")
         return values
@@ -241,16 +235,6 @@ def steps_per_second(fit: SpeedFit, workers: Any, global_batch: Any, ps: Any = 1
     return np.asarray(workers, float) / t if fit.model == "optimus-async" else 1.0 / t
 
 
-def _errors(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
-    rel = np.abs(predicted - measured) / measured * 100.0
-    return float(rel.mean()), float(rel.max())
-
-
-def _typical(batch: np.ndarray) -> float:
-    values, counts = np.unique(batch, return_counts=True)
-    return float(values[np.argmax(counts)])
-
-
 def _in_rowspace(design: np.ndarray, row: np.ndarray) -> bool:
     """Whether `row` · θ is determined by `design` · θ (estimable): `row` is a combination of
     the design's rows. Columns are scaled to 1 first, so units do not set the tolerance."""
@@ -259,25 +243,37 @@ def _in_rowspace(design: np.ndarray, row: np.ndarray) -> bool:
     return bool(np.linalg.matrix_rank(np.vstack([a, b])) == np.linalg.matrix_rank(a))
 
 
-def _span(data: SpeedData, model: str) -> dict[str, list[float]]:
-    def least_most(values: np.ndarray) -> list[float]:
-        return [float(values.min()), float(values.max())]
+def _fitted(
+    data: SpeedData, model: str, theta: np.ndarray, predicted: np.ndarray, **found: Any
+) -> SpeedFit:
+    """The fit of `model` to `data` at θ, with the error of its `predicted` step times, the
+    data's typical batches, measured span and configurations, and what the fit `found`."""
 
-    if model == "pollux":
-        assert data.nodes is not None  # checked by fit_pollux
-        batch = data.global_batch / data.workers
-        return {"workers": least_most(data.workers), "nodes": least_most(data.nodes),
-                "batch per worker": least_most(batch)}  # fmt: skip
-    assert data.ps is not None  # checked by fit_optimus
-    return {"workers": least_most(data.workers), "ps": least_most(data.ps),
-            "batch": least_most(data.global_batch)}  # fmt: skip
+    def typical(batch: np.ndarray) -> float:
+        values, counts = np.unique(batch, return_counts=True)
+        return float(values[np.argmax(counts)])
 
-
-def _configurations(data: SpeedData, model: str) -> list[list[float]]:
-    places = data.nodes if model == "pollux" else data.ps
+    pollux = model == "pollux"
+    places = data.nodes if pollux else data.ps
     assert places is not None  # checked by the fit
-    design: list[list[float]] = np.column_stack([data.workers, places, data.global_batch]).tolist()
-    return design
+    local = data.global_batch / data.workers
+    # The measured range of each: Pollux's batch is the batch per worker.
+    keys = ("workers", "nodes", "batch per worker") if pollux else ("workers", "ps", "batch")
+    ranged = np.column_stack([data.workers, places, local if pollux else data.global_batch])
+    low, high = ranged.min(axis=0), ranged.max(axis=0)
+    rel = np.abs(predicted - data.step_time) / data.step_time * 100.0
+    return SpeedFit(
+        model=model,
+        params=dict(zip(MEANINGS[model], map(float, theta), strict=True)),
+        error_pct=float(rel.mean()),
+        max_error_pct=float(rel.max()),
+        n_points=len(data),
+        typical_batch=typical(data.global_batch),
+        typical_local_batch=typical(local),
+        span={k: [float(a), float(b)] for k, a, b in zip(keys, low, high, strict=True)},
+        measured=np.column_stack([data.workers, places, data.global_batch]).tolist(),
+        **found,
+    )
 
 
 def _check_names(model: str, keys: Iterable[str], where: str) -> list[str]:
@@ -292,18 +288,7 @@ def _check_names(model: str, keys: Iterable[str], where: str) -> list[str]:
     return names
 
 
-def check_fixed(model: str, fixed: dict[str, float]) -> None:
-    names = _check_names(model, fixed, "--fix")
-    if set(fixed) == set(names):
-        raise UserError(f"--fix gives every coefficient of {model}: nothing is left to fit")
-    for name, value in fixed.items():
-        low = 1.0 if name == "gamma" else 0.0
-        if not value >= low:
-            raise UserError(f"--fix: {name} must be ≥ {low:g}, got {value:g}")
-
-
-def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> SpeedFit:
-    fixed = fixed or {}
+def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float]) -> SpeedFit:
     if data.ps is None:
         raise UserError(
             f"{model} needs a 'ps' column (parameter servers per measurement)",
@@ -326,7 +311,6 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = No
     x = design[:, free]
     theta[free], _ = nnls(x, data.step_time - design @ theta)
     residual = design @ theta - data.step_time
-    mean, worst = _errors(design @ theta, data.step_time)
     dof = len(data) - np.linalg.matrix_rank(x)
     # Linearised: the covariance of the unconstrained least squares at NNLS's solution.
     cov = float(residual @ residual) / dof * np.linalg.pinv(x.T @ x) if dof > 0 else None
@@ -341,22 +325,17 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float] | None = No
         else:
             intervals[names[i]] = None
     notes = [] if dof > 0 else ["no residual left to estimate intervals from: measure more"]
-    return SpeedFit(
-        model=model,
-        params=dict(zip(names, map(float, theta), strict=True)),
-        error_pct=mean,
-        max_error_pct=worst,
-        n_points=len(data),
+    return _fitted(
+        data,
+        model,
+        theta,
+        design @ theta,
         converged=True,
         message="NNLS solved exactly",
         notes=notes,
-        typical_batch=_typical(data.global_batch),
-        typical_local_batch=_typical(data.global_batch / data.workers),
         intervals=intervals,
         undetermined=undetermined,
         fixed=dict(fixed),
-        span=_span(data, model),
-        measured=_configurations(data, model),
     )
 
 
@@ -446,8 +425,7 @@ def _pollux_undetermined(pairs: dict[str, _Pair], gamma: bool) -> dict[str, str]
     return why
 
 
-def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedFit:
-    fixed = fixed or {}
+def fit_pollux(data: SpeedData, fixed: dict[str, float]) -> SpeedFit:
     if data.nodes is None or data.sync_time is None:
         raise UserError(
             "pollux needs 'nodes' and 'sync_time_s' for every measurement",
@@ -459,15 +437,9 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
     several = bool(np.any(w > 1))
     undetermined = _pollux_undetermined(pairs, several or "gamma" in fixed)
     # A coefficient no row informs stays where it starts: a fitted value would be noise.
-    informed = {
-        "alpha_g": True,
-        "beta_g": True,
-        "alpha_intra": bool(pairs["alpha_intra"].seen),
-        "beta_intra": any(x > 0 for x in pairs["alpha_intra"].seen),
-        "alpha_inter": bool(pairs["alpha_inter"].seen),
-        "beta_inter": any(x > 0 for x in pairs["alpha_inter"].seen),
-        "gamma": several,
-    }
+    informed = {"alpha_g": True, "beta_g": True, "gamma": several}
+    for a, b, _ in PAIRS[1:]:  # a link's sync time: runs on it, and beyond 2 workers
+        informed |= {a: bool(pairs[a].seen), b: any(x > 0 for x in pairs[a].seen)}
     free = np.array([informed[k] and k not in fixed for k in names])
     if len(data) < free.sum():
         raise UserError(
@@ -520,23 +492,17 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float] | None = None) -> SpeedF
             notes.append(f"{', '.join(copied)} copied from the other link: no {link}-node runs")
     intervals, barely = _log_intervals(result, theta, free, names, undetermined)
     undetermined |= barely
-    mean, worst = _errors(_pollux_time(theta, n, w, local)[1], data.step_time)
-    return SpeedFit(
-        model="pollux",
-        params=dict(zip(names, map(float, theta), strict=True)),
-        error_pct=mean,
-        max_error_pct=worst,
-        n_points=len(data),
+    return _fitted(
+        data,
+        "pollux",
+        theta,
+        _pollux_time(theta, n, w, local)[1],
         converged=bool(result.success),
         message=str(result.message),
         notes=notes,
-        typical_batch=_typical(data.global_batch),
-        typical_local_batch=_typical(data.global_batch / data.workers),
         intervals=intervals,
         undetermined=undetermined,
         fixed=dict(fixed),
-        span=_span(data, "pollux"),
-        measured=_configurations(data, "pollux"),
     )
 
 
@@ -620,7 +586,14 @@ def check_model(model: str) -> None:
 def fit(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> SpeedFit:
     """`model` fitted to `data`, the coefficients in `fixed` held at their values."""
     check_model(model)
-    check_fixed(model, fixed or {})
+    fixed = fixed or {}
+    names = _check_names(model, fixed, "--fix")
+    if set(fixed) == set(names):
+        raise UserError(f"--fix gives every coefficient of {model}: nothing is left to fit")
+    for name, value in fixed.items():
+        low = 1.0 if name == "gamma" else 0.0
+        if not value >= low:
+            raise UserError(f"--fix: {name} must be ≥ {low:g}, got {value:g}")
     return fit_pollux(data, fixed) if model == "pollux" else fit_optimus(data, model, fixed)
 
 
@@ -638,7 +611,6 @@ def from_study(store: RunStore, study_id: int, where: dict[str, str] | None = No
     sync_time_s. Failed, killed and unfinished points are left out; `where` keeps the runs
     whose summary holds those values. A study that mixes several settings (comm, strategy,
     bucket_mb) must be narrowed to one."""
-    store.get_study(study_id)
     source = f"study {study_id}"
     runs = [
         r
@@ -684,15 +656,19 @@ ASSUMES = {
 }
 
 
-def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]:
-    """The coefficients `data` leave undetermined that a prediction at `at` needs."""
+def rests_on(fit: SpeedFit, at: dict[str, float], data: SpeedData | None = None) -> list[str]:
+    """The coefficients the measurements leave undetermined that a prediction at `at` needs:
+    for Optimus, its measured configurations (`fit.measured`, also in a fit read back from
+    its JSON) stand for them, as its estimability depends on nothing else (every undetermined
+    coefficient when it records none); for Pollux, the `data` fitted."""
     if not fit.undetermined:
         return []
     names = list(MEANINGS[fit.model])
     if fit.model.startswith("optimus"):
-        assert data.ps is not None  # fitted
+        if not fit.measured:
+            return list(fit.undetermined)
         free = [i for i, k in enumerate(names) if k not in fit.fixed]
-        design = _optimus_design(fit.model, data.workers, data.ps, data.global_batch)[:, free]
+        design = _optimus_design(fit.model, *np.array(fit.measured, float).T)[:, free]
         values = (np.array([at[k]]) for k in ("workers", "ps", "batch"))
         row = _optimus_design(fit.model, *values)[0, free]
         # Estimable: the row is a combination of measured rows, though its terms may not be.
@@ -700,6 +676,7 @@ def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]
             return []
         return [names[i] for i, v in zip(free, row, strict=True)
                 if names[i] in fit.undetermined and v != 0]  # fmt: skip
+    assert data is not None  # a Pollux fit's callers have its data
     w, local = at["workers"], at["batch"] / at["workers"]
     pairs = _pollux_pairs(data, fit.fixed)
     several = bool(np.any(data.workers > 1)) or "gamma" in fit.fixed
@@ -719,17 +696,6 @@ def _rests_on(fit: SpeedFit, data: SpeedData, at: dict[str, float]) -> list[str]
         uses |= {"gamma"} if w > 1 else set()
         missing += [k for k in fit.undetermined if k in uses and k not in structural]
     return missing
-
-
-def optimus_rests_on(fit: SpeedFit, at: dict[str, float]) -> list[str]:
-    """`_rests_on` for an Optimus fit read back from its JSON, whose measured configurations
-    stand for the data (Optimus's estimability depends on nothing else); every undetermined
-    coefficient when it records none."""
-    if not fit.undetermined or not fit.measured:
-        return list(fit.undetermined)
-    w, p, m = np.array(fit.measured, float).T
-    unknown = np.full_like(w, np.nan)  # step times: estimability does not depend on them
-    return _rests_on(fit, SpeedData(workers=w, global_batch=m, step_time=unknown, ps=p), at)
 
 
 def _outside(fit: SpeedFit, at: dict[str, float]) -> list[str]:
@@ -771,7 +737,7 @@ def predict_at(fit: SpeedFit, text: str, data: SpeedData | None = None) -> dict[
             f"--predict {text!r}: workers, ps and nodes are whole numbers ≥ 1, batch is > 0"
         )
     at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
-    missing = _rests_on(fit, data, at) if data is not None else []
+    missing = rests_on(fit, at, data) if data is not None else []
     if missing:
         raise UserError(
             f"--predict {text}: rests on {missing[0]}, {fit.undetermined[missing[0]]}",
@@ -790,14 +756,6 @@ def measured_at(data: SpeedData, at: dict[str, float]) -> float | None:
         if key in at and column is not None:
             hit &= column == at[key]
     return float(np.median(data.step_time[hit])) if hit.any() else None
-
-
-def with_measurement(prediction: dict[str, Any], data: SpeedData) -> dict[str, Any]:
-    """A prediction with the measured step time at its configuration and its error (null
-    when the data hold no such configuration)."""
-    measured = measured_at(data, prediction)
-    error = (prediction["step_time_s"] / measured - 1) * 100 if measured else None
-    return {**prediction, "measured_step_time_s": measured, "error_pct": error}
 
 
 @dataclass
@@ -855,5 +813,12 @@ def fit_measured(
     )
     if result.fixed:
         result.basis += "; fixed: " + ", ".join(f"{k}={v:g}" for k, v in result.fixed.items())
-    predictions = [with_measurement(predict_at(result, text, data), data) for text in predict or []]
+    predictions = []
+    for text in predict or []:
+        # With the measured step time at the configuration and the error (null when the
+        # data hold no such configuration).
+        prediction = predict_at(result, text, data)
+        measured = measured_at(data, prediction)
+        error = (prediction["step_time_s"] / measured - 1) * 100 if measured else None
+        predictions.append({**prediction, "measured_step_time_s": measured, "error_pct": error})
     return SpeedReport(result, predictions)

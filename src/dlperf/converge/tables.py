@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
@@ -10,29 +11,29 @@ from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
 
 
-def header(path: Path) -> list[str]:
-    """The column names of a CSV."""
+def read_text(path: Path, what: str = "") -> str:
+    """A file's text as the csv module reads it (newline=""), with one-line errors; `what`
+    the file is, for them."""
     try:
+        # utf-8-sig: a BOM (Excel's "CSV UTF-8") is not part of the first column's name
         with open(path, newline="", encoding="utf-8-sig") as f:
-            return next(csv.reader(f), [])
+            return f.read()
     except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
+        raise UserError(f"cannot read {what}{path}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise not_utf8(path, e) from None
+
+
+def header(path: Path) -> list[str]:
+    """The column names of a CSV."""
+    return next(csv.reader(io.StringIO(read_text(path), newline="")), [])
 
 
 def read_columns(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> dict[str, list[float]]:
     """The named columns of a CSV as lists of floats (optional ones only when present)."""
-    try:
-        # utf-8-sig: a BOM (Excel's "CSV UTF-8") is not part of the first column's name
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise not_utf8(path, e) from None
+    rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
     if not rows:
         raise UserError(f"{path} has no rows", "a CSV has a header line, then one line per point")
     header = list(rows[0])
