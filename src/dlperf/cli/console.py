@@ -216,12 +216,13 @@ PLOT = typer.Option(
 )
 
 
-def tell(warnings: list[str], saved: Path | str | None = None) -> None:
-    """What the library left to say, on stderr: its warnings, then the figure it saved."""
+def tell(warnings: list[str], *saved: Path | str | None) -> None:
+    """What the library left to say, on stderr: its warnings, then the files it saved."""
     for warning in warnings:
         warn(warning)
-    if saved is not None:
-        err.print(f"saved {saved}", markup=False)
+    for path in saved:
+        if path is not None:
+            err.print(f"saved {path}", markup=False)
 
 
 def print_phases(summary: dict[str, Any]) -> None:
