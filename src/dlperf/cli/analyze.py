@@ -213,9 +213,7 @@ def predict(
         from dlperf.report.roofline import plot_roofline
 
         result["plot"] = str(plot_roofline(plot, result))
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         _print_prediction(result)
     console.tell([], plot)
 

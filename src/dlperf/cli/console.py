@@ -51,6 +51,13 @@ def print_json(document: Any) -> None:
     sys.stdout.flush()
 
 
+def printed_json(as_json: bool, document: Any) -> bool:
+    """With --json, `document` as the one JSON document on stdout; whether it was printed."""
+    if as_json:
+        print_json(document)
+    return as_json
+
+
 def table_width() -> int | None:
     """The width a table must fit: COLUMNS when set, else the terminal's; None off a terminal
     (a pipe, a file, a notebook's `!dlperf`), where a table takes the width it needs."""

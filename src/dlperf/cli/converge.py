@@ -136,8 +136,7 @@ def fit(
     if to_csv is not None:
         fitting.write_table(to_csv, table)
     console.tell(done.warnings, plot, to_csv)
-    if as_json:
-        console.print_json(_one_or_list([fitting.fit_document(r) for r in done.reports]))
+    if console.printed_json(as_json, _one_or_list([fitting.fit_document(r) for r in done.reports])):
         return
     if len(table) > 1:
         console.print_table(
@@ -211,8 +210,7 @@ def predict(
         else:
             curves.plot_curves(plot, done.reports, opts.metric)
     console.tell(done.warnings, plot)
-    if as_json:
-        console.print_json(_one_or_list(done.predictions))
+    if console.printed_json(as_json, _one_or_list(done.predictions)):
         return
     if form == "ensemble":
         _print_ensemble(done.predictions, target, opts.metric)
@@ -308,8 +306,7 @@ def regress(
         plot_regression(plot, done.runs, done.unseen, opts.metric, predict_at, done.compared)
     console.tell(done.warnings, plot)
     doc = done.document
-    if as_json:
-        console.print_json(doc)
+    if console.printed_json(as_json, doc):
         return
     coef, rmse = doc["coef"], doc["rmse_log"]
     console.print_table(

@@ -99,8 +99,7 @@ def describe(
         ),
     }
     result = {**desc.summary(), "plots": plots}
-    if as_json:
-        console.print_json(result)
+    if console.printed_json(as_json, result):
         return
     shape = "x".join(map(str, result["image_shape"]))
     console.print_table(
@@ -115,8 +114,7 @@ def describe(
     console.print_table(
         "training images per class", ["class", "images"], list(result["counts"].items())
     )
-    console.tell([], plots["counts"])
-    console.tell([], plots["samples"])
+    console.tell([], plots["counts"], plots["samples"])
 
 
 @data_app.command("samples")
@@ -142,8 +140,7 @@ def samples(
 
     exp = load_experiment(None, _data_sets(dataset, set_, ("data.",)))
     done = write_samples(exp.data, out, per_class, _classes(classes), split)
-    if as_json:
-        console.print_json(done)
+    if console.printed_json(as_json, done):
         return
     console.print_table(
         f"{done['dataset']}: {len(done['files'])} {done['split']} images",

@@ -59,8 +59,7 @@ def _print_summary(result: Any, plots: list[str]) -> None:
         console.out.print(verdict(winner, t, b), markup=False)
     if result.error:
         console.err.print(f"stopped: {result.error}", markup=False)
-    for path in plots:
-        console.tell([], path)
+    console.tell([], *plots)
 
 
 def _kept(student: dict[str, Any], c: int) -> str:
@@ -122,9 +121,7 @@ def distill(
         result = run_distill(job, store, resume, new, rep)
     figure = distill_figure(result)
     plots = [str(figure)] if figure is not None else []
-    if as_json:
-        console.print_json({**dataclasses.asdict(result), "plots": plots})
-    else:
+    if not console.printed_json(as_json, {**dataclasses.asdict(result), "plots": plots}):
         _print_summary(result, plots)
     if result.error:
         raise typer.Exit(1)

@@ -36,9 +36,9 @@ def doctor(
     store = open_store()
     ids = lib.select(store, run_ids or (), study, last)
     findings = lib.examine(store, ids)
-    if as_json:
-        console.print_json({"runs": ids, "findings": [f.to_dict() for f in findings]})
-    else:
+    if not console.printed_json(
+        as_json, {"runs": ids, "findings": [f.to_dict() for f in findings]}
+    ):
         _print(store, ids, findings)
     errors = sum(f.severity == "error" for f in findings)
     if errors:

@@ -35,8 +35,7 @@ def models(
     Example: dlperf models --json
     """
     names = model_names()
-    if as_json:
-        console.print_json(names)
+    if console.printed_json(as_json, names):
         return
     for source, listed in names.items():
         console.out.print(f"{source} ({len(listed)}): {', '.join(listed)}", markup=False)
@@ -51,8 +50,7 @@ def datasets(
     Example: dlperf datasets
     """
     table = dataset_table()
-    if as_json:
-        console.print_json(table)
+    if console.printed_json(as_json, table):
         return
     rows = [
         [

@@ -87,9 +87,7 @@ def run(
     except KeyboardInterrupt:
         _resume_hint(store, resume)
         raise
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         _print_result(result)
     if result["status"] == "failed":
         raise typer.Exit(1)
@@ -156,9 +154,7 @@ def demo(
 
     with console.reporter() as rep:
         results = run_demo(open_store(), rep)
-    if as_json:
-        console.print_json(results)
-    else:
+    if not console.printed_json(as_json, results):
         rows = []
         for r in results["runs"]:
             phases = r.get("phases") or {}

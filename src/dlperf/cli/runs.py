@@ -53,8 +53,7 @@ def runs_list(
     from dlperf.store.query import config_value, list_runs
 
     runs = list_runs(reader, kind=kind, study=study, where=where or (), limit=limit)
-    if as_json:
-        console.print_json([r.to_dict() for r in runs])
+    if console.printed_json(as_json, [r.to_dict() for r in runs]):
         return
     tagged = any(r.tags for r in runs)
     console.print_table(
@@ -106,8 +105,7 @@ def runs_show(
     from dlperf.store.query import config_settings, config_value, show, summary_rows
 
     view = show(reader(), run_id)
-    if as_json:
-        console.print_json(view.to_dict())
+    if console.printed_json(as_json, view.to_dict()):
         return
     run = view.run
     summary, system = run.summary, run.system or {}
@@ -162,8 +160,7 @@ def runs_compare(
     from dlperf.store.query import compare
 
     done = compare(reader(), run_ids or [], study)
-    if as_json:
-        console.print_json(done.to_dict())
+    if console.printed_json(as_json, done.to_dict()):
         return
     console.print_table(
         None,

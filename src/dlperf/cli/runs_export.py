@@ -57,8 +57,7 @@ def runs_export(
     else:
         result = exporters.export_tensorboard(store, run_ids, out)
     console.tell(result["warnings"])
-    if as_json:
-        console.print_json(result)
+    if console.printed_json(as_json, result):
         return
     if to == "mlflow":
         console.print_table(

@@ -39,8 +39,9 @@ def runs_trace(
             raise UserError(f"--rank must be 0..{len(paths) - 1} for run {run_id}, got {rank}")
         paths = [paths[rank]]
     summaries = [traces.summarise(p) for p in paths]
-    if as_json:
-        console.print_json({"run_id": run_id, "traces": [s.to_dict(top) for s in summaries]})
+    if console.printed_json(
+        as_json, {"run_id": run_id, "traces": [s.to_dict(top) for s in summaries]}
+    ):
         return
     for s in summaries:
         _print(s, top)

@@ -86,20 +86,8 @@ def _print_table(result: StudyResult) -> None:
         console.err.print(failure, markup=False)
 
 
-def _print_csv(result: StudyResult) -> None:
-    """The course's scaling tables as one CSV on stdout (see study_tables.course_csv)."""
-    from dlperf.distributed.study_tables import course_csv
-
-    columns, rows = course_csv(result)
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
-
-
 def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         console.print_table(
             f"all-reduce study {result['study_id']} ({result['backend']})",
             ["workers", "bytes", "time (us)", "algbw GB/s", "busbw GB/s"],
@@ -279,16 +267,7 @@ def run(
         name = job.experiment.run.name or "dlperf"
         _emit(emit, out, job.scale, gpus_per_node, image, name, cloud)
         return
-    result, artifacts = _study(job, run_study)
-    if as_json:
-        _print_document(result, artifacts)
-    else:
-        if as_csv and result.study_id is not None:
-            _print_csv(result)
-        else:  # the tables, or (on a node but the first) that node 0 stores the results
-            _print_table(result)
-        for path in artifacts:
-            console.tell([], path)
+    result = _study(job, run_study, as_json, as_csv)
     if any(r.status == "failed" for r in result.rows):
         raise typer.Exit(1)
 
@@ -323,13 +302,8 @@ def max_batch(
         "plots": plots,
     }  # fmt: skip
     job = load_job(ScaleJob, _need(experiment), set_, scale=flags)
-    result, artifacts = _study(job, find_max_batch)
-    if as_json:
-        _print_document(result, artifacts)
-    else:
-        _print_table(result)
-        for path in artifacts:
-            console.tell([], path)
+    result = _study(job, find_max_batch, as_json)
+    if not as_json:
         console.out.print(
             f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
         )
@@ -371,8 +345,12 @@ def allreduce(
     _print_allreduce(result, as_json)
 
 
-def _study(job: ScaleJob, run: Callable[..., StudyResult]) -> tuple[StudyResult, list[str]]:
-    """Run `job` with `run` (a study or the batch search), then draw its figures."""
+def _study(
+    job: ScaleJob, run: Callable[..., StudyResult], as_json: bool, as_csv: bool = False
+) -> StudyResult:
+    """Run `job` with `run` (a study or the batch search), draw its figures, and print it:
+    the JSON document, the course's tables as one CSV, or the tables (on a node but the
+    first: that node 0 stores the results), then the figures saved."""
     store = open_store()
     where = store.artifact_dir(job.experiment.run.out_dir)  # study ids repeat across stores
     with console.reporter() as rep:
@@ -384,10 +362,16 @@ def _study(job: ScaleJob, run: Callable[..., StudyResult]) -> tuple[StudyResult,
         from dlperf.report.scaling import save_study_figures
 
         artifacts = save_study_figures(store, result.study_id, result.rows, where)
-    return result, artifacts
+    from dlperf.distributed.study_tables import course_csv, document
 
-
-def _print_document(result: StudyResult, artifacts: list[str]) -> None:
-    from dlperf.distributed.study_tables import document
-
-    console.print_json(document(result, artifacts))
+    if console.printed_json(as_json, document(result, artifacts)):
+        return result
+    if as_csv and result.study_id is not None:
+        columns, rows = course_csv(result)
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        _print_table(result)
+    console.tell([], *artifacts)
+    return result

@@ -68,8 +68,7 @@ def speed_fit(
     done = speed.fit_measured(model, open_store, csv, study_id, selected, predict_at, fixed)
     console.tell(done.warnings)
     result = done.fit
-    if as_json:
-        console.print_json(done.to_dict())
+    if console.printed_json(as_json, done.to_dict()):
         return
 
     def interval(name: str) -> list[object]:
@@ -161,8 +160,7 @@ def plan(
         if plot is not None:
             console.warn(f"--plot {plot}: nothing drawn, --cluster has no figure")
         jobs = planner.allocate(planner.read_jobs(cluster), gpus)
-        if as_json:
-            console.print_json({"gpus": gpus, "jobs": [asdict(a) for a in jobs]})
+        if console.printed_json(as_json, {"gpus": gpus, "jobs": [asdict(a) for a in jobs]}):
             return
         console.print_table(
             f"{gpus} devices, Optimus greedy allocation",
@@ -186,8 +184,7 @@ def plan(
     if done.reached_at_step is not None:
         if plot is not None:
             console.warn(f"--plot {plot}: nothing drawn, there is nothing to plan")
-        if as_json:
-            console.print_json(asdict(done))
+        if console.printed_json(as_json, asdict(done)):
             return
         side = "above" if done.metric == "accuracy" else "below"
         window = f" (its fit window ends at step {done.done:g})" if done.done else ""
@@ -202,8 +199,7 @@ def plan(
 
         plot_plan(plot, done.allocations)
     console.tell([], plot)
-    if as_json:
-        console.print_json(asdict(done))
+    if console.printed_json(as_json, asdict(done)):
         return
     console.print_table(
         f"{console.fmt(done.steps)} steps to {target:g}",

@@ -131,11 +131,10 @@ def sweep(
     with console.reporter() as rep:
         result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
     plots = [str(p) for p in sweep_figures(store, result)]
-    if as_json:
-        console.print_json({"spread": SPREAD, **dataclasses.asdict(result), "plots": plots})
-    else:
+    if not console.printed_json(
+        as_json, {"spread": SPREAD, **dataclasses.asdict(result), "plots": plots}
+    ):
         _print_summary(result, sort)
-        for path in plots:
-            console.tell([], path)
+        console.tell([], *plots)
     if any(r.status == "failed" for r in result.points):
         raise typer.Exit(1)
