@@ -30,18 +30,14 @@ CLASSES = typer.Option(
     "file's factory's own num_classes default).",
     show_default=False,
 )
-ANALYZE_CONFIG = config_option("[analyze] section")
-ANALYZE_SET = set_option("analyze.batch=8")
-PREDICT_CONFIG = config_option("[predict] and [analyze] sections")
-PREDICT_SET = set_option("predict.ppp=0.5")
 MS = 1e3  # seconds to milliseconds
 
 
 @app.command()
 def analyze(
     model: str = MODEL,
-    config: Path = ANALYZE_CONFIG,
-    set_: list[str] = ANALYZE_SET,
+    config: Path = config_option("[analyze] section"),
+    set_: list[str] = set_option("analyze.batch=8"),
     input_: str = INPUT,
     batch: int = BATCH,
     train: bool = typer.Option(
@@ -120,8 +116,8 @@ def analyze(
 @app.command()
 def predict(
     model: str = MODEL,
-    config: Path = PREDICT_CONFIG,
-    set_: list[str] = PREDICT_SET,
+    config: Path = config_option("[predict] and [analyze] sections"),
+    set_: list[str] = set_option("predict.ppp=0.5"),
     device: str = typer.Option(
         None,
         "--device",

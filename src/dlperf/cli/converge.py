@@ -41,13 +41,9 @@ RUN_IDS = typer.Argument(None, help="Stored run IDs (or use --csv).", show_defau
 CSV = typer.Option(None, "--csv", help="A CSV file with the curve.")
 
 
-CURVE_CONFIG = config_option("[converge] section")
-CURVE_SET = set_option("converge.upto=0.3")
-
-
 def _curve_options(
-    config: Path = CURVE_CONFIG,
-    set_: list[str] = CURVE_SET,
+    config: Path = config_option("[converge] section"),
+    set_: list[str] = set_option("converge.upto=0.3"),
     x: str = typer.Option(
         None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...)."
     ),

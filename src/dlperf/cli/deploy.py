@@ -22,8 +22,6 @@ infer_app = typer.Typer(
 )
 app.add_typer(infer_app, name="infer")
 
-EXPORT_CONFIG = config_option("[export] section")
-EXPORT_SET = set_option("export.rtol=0.01")
 INFER_CONFIG = config_option("[infer] section")
 INFER_SET = set_option("infer.topk=3")
 ONNX_FILE = typer.Argument(..., help="An ONNX file from `dlperf export`.", show_default=False)
@@ -43,8 +41,8 @@ def export_cmd(
         show_default=False,
     ),
     out: Path = typer.Option(..., "--out", help="The ONNX file to write.", show_default=False),
-    config: Path = EXPORT_CONFIG,
-    set_: list[str] = EXPORT_SET,
+    config: Path = config_option("[export] section"),
+    set_: list[str] = set_option("export.rtol=0.01"),
     opset: int = typer.Option(None, "--opset", help="ONNX opset (default: the exporter's)."),
     dynamic_batch: bool = typer.Option(
         None, "--dynamic-batch", help="Any batch size (default: a fixed batch of 1)."

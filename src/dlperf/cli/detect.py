@@ -55,8 +55,6 @@ AP_METHOD = typer.Option(
 )
 THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: the usable cores).")
 DETECT_CONFIG = config_option("[detect] section")
-FINETUNE_SET = set_option("detect.lr=0.05")
-EVAL_SET = set_option("detect.batch=16")
 
 
 @detect_app.command("export")
@@ -173,7 +171,7 @@ def _detect_options(config: Path | None, set_: list[str], flags: dict[str, Any])
 def finetune(
     voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
     config: Path = DETECT_CONFIG,
-    set_: list[str] = FINETUNE_SET,
+    set_: list[str] = set_option("detect.lr=0.05"),
     weights: Path = WEIGHTS,
     out: Path = typer.Option(Path("detector.pt"), "--out", help="Checkpoint to write."),
     model: str = MODEL_KEY,
@@ -232,7 +230,7 @@ def evaluate(
     weights: Path = WEIGHTS,
     pretrained: bool = PRETRAINED,
     config: Path = DETECT_CONFIG,
-    set_: list[str] = EVAL_SET,
+    set_: list[str] = set_option("detect.batch=16"),
     model: str = MODEL_KEY,
     size: int = SIZE,
     batch: int = typer.Option(None, "--batch", help="Images per forward pass."),

@@ -69,15 +69,12 @@ def _kept(student: dict[str, Any], c: int) -> str:
     return f"{student['kept'][c]} ({precision[c]:.2f})"
 
 
-DISTILL_SET = set_option("train.epochs=5")
-
-
 @app.command()
 def distill(
     experiment: Path = typer.Argument(
         ..., help="Experiment TOML file: the labelled data and recipe.", show_default=False
     ),
-    set_: list[str] = DISTILL_SET,
+    set_: list[str] = set_option("train.epochs=5"),
     unlabeled: str = typer.Option(
         None,
         "--unlabeled",

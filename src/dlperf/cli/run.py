@@ -42,13 +42,10 @@ def _print_result(result: dict[str, Any]) -> None:
     console.print_phases(result)
 
 
-RUN_SET = set_option("train.lr=0.01")
-
-
 @app.command()
 def run(
     experiment: Path = typer.Argument(None, help="Experiment TOML file.", show_default=False),
-    set_: list[str] = RUN_SET,
+    set_: list[str] = set_option("train.lr=0.01"),
     timing: str = typer.Option(
         None, "--timing", help="off | coarse | phases (same as --set run.timing=...)."
     ),

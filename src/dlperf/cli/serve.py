@@ -44,17 +44,13 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-SERVE_CONFIG = config_option("[serve] section")
-SERVE_SET = set_option("serve.port=9000")
-
-
 @serve_app.command("start")
 def start(
     model: Path = typer.Argument(
         ..., help="An ONNX model; one exported by `dlperf export` also gets /predict."
     ),
-    config: Path = SERVE_CONFIG,
-    set_: list[str] = SERVE_SET,
+    config: Path = config_option("[serve] section"),
+    set_: list[str] = set_option("serve.port=9000"),
     host: str = typer.Option(None, "--host", help="Address to listen on."),
     port: int = typer.Option(None, "--port", help="Port (0 = any free)."),
     max_batch: int = typer.Option(None, "--max-batch", help="Most rows in one model call."),
