@@ -30,8 +30,9 @@ def _line_width(stream: Any) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS") else 160
 
 
-out = Console(highlight=False, width=_line_width(sys.stdout))
-err = Console(stderr=True, highlight=False, width=_line_width(sys.stderr))
+# No markup: what is printed is data (a run's name, a path), never rich's [style] tags.
+out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
+err = Console(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
 
 
@@ -140,7 +141,7 @@ def _print_blocks(
 
 
 def warn(message: str) -> None:
-    err.print(f"warning: {message}", markup=False)
+    err.print(f"warning: {message}")
 
 
 class RichReporter:
@@ -165,7 +166,7 @@ class RichReporter:
         elif not self.live:
             # Counted work reports through advance(); an open-ended step is worth a line.
             if total is None:
-                err.print(f"{description} ...", markup=False)
+                err.print(f"{description} ...")
             self._last = time.monotonic()
 
     def advance(self, n: int = 1, status: str = "") -> None:
@@ -174,12 +175,12 @@ class RichReporter:
             self._progress.update(self._task, advance=n, status=status)
         elif not self.live and time.monotonic() - self._last >= self.interval_s:
             of = f"/{self._total}" if self._total else ""
-            err.print(f"{self._desc}: {self._done}{of} {status}".rstrip(), markup=False)
+            err.print(f"{self._desc}: {self._done}{of} {status}".rstrip())
             self._last = time.monotonic()
 
     def log(self, message: str) -> None:
         target = self._progress.console if self.live and self._progress else err
-        target.print(message, markup=False)
+        target.print(message)
 
 
 @contextmanager
@@ -229,7 +230,7 @@ def tell(warnings: list[str], *saved: Path | str | None) -> None:
         warn(warning)
     for path in saved:
         if path is not None:
-            err.print(f"saved {path}", markup=False)
+            err.print(f"saved {path}")
 
 
 def print_phases(summary: dict[str, Any]) -> None:

@@ -163,7 +163,7 @@ def fit(
             [[form, f.rmse, h.get(f"{form}_rmse")] for form, f in r.fits.items()],
         )
         if "better" in h:
-            console.out.print(f"{h['better']} predicts the held-out points better", markup=False)
+            console.out.print(f"{h['better']} predicts the held-out points better")
 
 
 @converge_app.command("predict")
@@ -234,7 +234,7 @@ def predict(
 
 def _print_basis(predictions: list[dict[str, Any]]) -> None:
     for d in predictions:
-        console.out.print(f"{d['source']}: {d['basis']}", markup=False)
+        console.out.print(f"{d['source']}: {d['basis']}")
 
 
 def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: str) -> None:
@@ -336,4 +336,4 @@ def regress(
                     ["error % on the steps (and epochs) to the target", c["error_pct"]],
                 ]  # fmt: skip
         console.print_table(f"prediction for {predict_at}", ["", "value"], rows)
-        console.out.print(f"basis: {pred['basis']}", markup=False)
+        console.out.print(f"basis: {pred['basis']}")

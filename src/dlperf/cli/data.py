@@ -147,4 +147,4 @@ def samples(
         ["file", "class", "index"],
         [[f["path"], f["class"], f["index"]] for f in done["files"]],
     )
-    console.err.print(f"wrote {len(done['files'])} images to {out}", markup=False)
+    console.err.print(f"wrote {len(done['files'])} images to {out}")

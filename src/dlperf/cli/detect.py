@@ -153,7 +153,6 @@ def make_shapes(
     console.out.print(
         f"wrote {summary['images']} images ({objects}) to {root}: "
         f"{summary['train']} train, {summary['val']} val",
-        markup=False,
     )
 
 
@@ -220,7 +219,6 @@ def finetune(
         f"images; {done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
         f"images/s, {done['threads']} threads on {done['device']}), final loss "
         f"{done['final_loss']:.3f}; saved {out}",
-        markup=False,
     )
 
 
@@ -278,5 +276,4 @@ def evaluate(
         f"run {done['run_id']}: AP ({done['ap_method']}) on {done['images']} {done['split']} "
         f"images in {done['eval_s']:.1f} s ({done['images_per_s']:.1f} images/s, "
         f"{done['threads']} threads on {done['device']})",
-        markup=False,
     )

@@ -53,12 +53,12 @@ def _print_summary(result: Any, plots: list[str]) -> None:
         )
     speed = t.get("scoring_images_per_s") if t else None
     if speed is not None:
-        console.out.print(f"teacher scoring: {speed:,.0f} images/s", markup=False)
+        console.out.print(f"teacher scoring: {speed:,.0f} images/s")
     winner = best(result.students)
     if winner is not None:
-        console.out.print(verdict(winner, t, b), markup=False)
+        console.out.print(verdict(winner, t, b))
     if result.error:
-        console.err.print(f"stopped: {result.error}", markup=False)
+        console.err.print(f"stopped: {result.error}")
     console.tell([], *plots)
 
 

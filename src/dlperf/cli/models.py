@@ -38,7 +38,7 @@ def models(
     if console.printed_json(as_json, names):
         return
     for source, listed in names.items():
-        console.out.print(f"{source} ({len(listed)}): {', '.join(listed)}", markup=False)
+        console.out.print(f"{source} ({len(listed)}): {', '.join(listed)}")
 
 
 @app.command()

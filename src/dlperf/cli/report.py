@@ -40,6 +40,5 @@ def report(
     console.out.print(
         f"{len(done.runs)} run(s), {len(done.studies)} study(ies): "
         f"{len(done.pages)} pages in {done.out}",
-        markup=False,
     )
     console.tell([], done.out / "index.html")

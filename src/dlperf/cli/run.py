@@ -23,9 +23,7 @@ app.add_typer(config_app, name="config")
 
 def _print_result(result: dict[str, Any]) -> None:
     if result["status"] != "finished":
-        console.err.print(
-            f"run {result['run_id']} {result['status']}: {result.get('error')}", markup=False
-        )
+        console.err.print(f"run {result['run_id']} {result['status']}: {result.get('error')}")
         return
     rows = [
         ["run", result["run_id"]],
@@ -107,8 +105,7 @@ def _resume_hint(store: RunStore, run_id: int | None) -> None:
     except UserError:
         return
     console.err.print(
-        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}",
-        markup=False,
+        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}"
     )
 
 
@@ -123,7 +120,7 @@ def config_show(
     """
     from dlperf.config import load_file, to_toml
 
-    console.out.print(to_toml(*load_file(experiment, list(set_))), markup=False)
+    console.out.print(to_toml(*load_file(experiment, list(set_))))
 
 
 @config_app.command("keys")

@@ -209,7 +209,7 @@ def runs_tag(
     if result:
         console.print_table(f"run {run_id} tags", ["tag", "value"], list(result.items()))
     else:
-        console.out.print(f"run {run_id} has no tags", markup=False)
+        console.out.print(f"run {run_id} has no tags")
 
 
 def _interactive() -> bool:
@@ -249,10 +249,9 @@ def runs_delete(
             console.err.print(
                 f"run {r.id}: {r.name} ({r.kind}, {r.status}, "
                 f"{len(store.artifacts(r.id))} artifacts)",
-                markup=False,
             )
         if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):
-            console.err.print("nothing deleted", markup=False)
+            console.err.print("nothing deleted")
             raise typer.Exit(1)
     for stopped in stop(store, runs) if force else []:
         if stopped.status is None:
@@ -262,15 +261,14 @@ def runs_delete(
             )
         else:
             console.out.print(
-                f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}",
-                markup=False,
+                f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}"
             )
     done = store.delete_runs(ids, force)
     for path, why in done.kept:
         console.warn(f"kept {path}: {why}")
-    console.out.print(f"deleted run {', '.join(map(str, done.runs))}", markup=False)
+    console.out.print(f"deleted run {', '.join(map(str, done.runs))}")
     for path in done.removed:
-        console.out.print(f"removed {path}", markup=False)
+        console.out.print(f"removed {path}")
 
 
 @runs_app.command("repair")
@@ -303,6 +301,4 @@ def runs_repair(
         ["table", "copied", "left out", "damaged stretches skipped"],
         [[n, c.copied, c.left_out, c.skipped_stretches] for n, c in done.tables.items()],
     )
-    console.out.print(
-        f"wrote {done.out}: {done.runs} run(s) of store {done.store_id}", markup=False
-    )
+    console.out.print(f"wrote {done.out}: {done.runs} run(s) of store {done.store_id}")

@@ -39,25 +39,23 @@ def _emit(
     text = job_file(kind, sys.argv[1:], opts, gpus_per_node, image, job_name, cloud)
     if out is None:
         # soft_wrap: a line wrapped at the console's width would split a command in two
-        console.out.print(text, markup=False, end="", soft_wrap=True)
+        console.out.print(text, end="", soft_wrap=True)
         return
     out.write_text(text)
-    console.err.print(f"wrote {out}", markup=False)
+    console.err.print(f"wrote {out}")
     if kind in CLOUD:  # what the platforms share, as this one says it
         job = json.loads(text) if kind != "azureml" else yaml.safe_load(text)
         fields = shared(kind, job)
         console.err.print(
             f"{fields['instance count']} x {fields['instance type']} running {fields['image']}; "
             f"output: {fields['output location'] or 'the job default'}",
-            markup=False,
         )
 
 
 def _print_table(result: StudyResult) -> None:
     if result.study_id is None:
         console.err.print(
-            f"this node ran its workers of {len(result.rows)} point(s); node 0 stores the results",
-            markup=False,
+            f"this node ran its workers of {len(result.rows)} point(s); node 0 stores the results"
         )
         return
     from dlperf.distributed import study_tables, trace_split
@@ -70,20 +68,18 @@ def _print_table(result: StudyResult) -> None:
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
         "ring = ring-model all-reduce, overlap = the exposed part the bucket/overlap model "
         "predicts; busbw GB/s",
-        markup=False,
     )
     for line in study_tables.definitions(result):
-        console.out.print(line, markup=False, soft_wrap=True)
+        console.out.print(line, soft_wrap=True)
     for line in study_tables.findings(result):
-        console.out.print(line, markup=False)
+        console.out.print(line)
     if study_tables.missing_ring(result):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
             "run `dlperf scale allreduce --workers 2`",
-            markup=False,
         )
     for failure in study_tables.failures(result):
-        console.err.print(failure, markup=False)
+        console.err.print(failure)
 
 
 def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
@@ -102,7 +98,6 @@ def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
                 f"ring model T = 2(n-1)a + 2(n-1)/n S/B: a = {ring['alpha_s'] * 1e6:.1f} us, "
                 f"B = {ring['bandwidth_bytes_per_s'] / 1e9:.3g} GB/s, "
                 f"rms error {ring['rmse_pct']:.1f}% over {ring['n_points']} points",
-                markup=False,
             )
         else:
             console.warn(f"no ring model fitted: {result['fit_error']}")
@@ -113,10 +108,9 @@ def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
             console.out.print(
                 f"overlap cost at {n} workers: {cost:.2f} s of compute lost per s of all-reduce "
                 f"in flight (measured at {sizes})",
-                markup=False,
             )
     for failure in result["failures"]:
-        console.err.print(f"{failure['workers']} workers failed:\n{failure['error']}", markup=False)
+        console.err.print(f"{failure['workers']} workers failed:\n{failure['error']}")
     if result["failures"]:
         raise typer.Exit(1)
 
@@ -304,9 +298,7 @@ def max_batch(
     job = load_job(ScaleJob, _need(experiment), set_, scale=flags)
     result = _study(job, find_max_batch, as_json)
     if not as_json:
-        console.out.print(
-            f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
-        )
+        console.out.print(f"largest per-worker batch that fits: {result.max_per_worker_batch}")
     # Out of memory is the answer; any other failure leaves the search unfinished.
     failed = any(r.status == "failed" and not r.out_of_memory for r in result.rows)
     if result.max_per_worker_batch is None or failed:

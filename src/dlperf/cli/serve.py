@@ -102,7 +102,6 @@ def start(
         f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
         f"{served.note}) on "
         f"http://{where}:{bound} - Ctrl-C stops after the queued requests",
-        markup=False,
         soft_wrap=True,
     )
     stopped_by = serve_forever(server_app, sock)

@@ -86,7 +86,7 @@ def speed_fit(
         [[k, v, *interval(k), speed.MEANINGS[model][k]] for k, v in result.params.items()],
     )
     for name, why in result.undetermined.items():
-        console.out.print(f"{name}: {why}", markup=False)
+        console.out.print(f"{name}: {why}")
     if done.predictions:
         keys = speed.config_keys(model)
         console.print_table(
@@ -98,7 +98,7 @@ def speed_fit(
                 for p in done.predictions
             ],
         )  # fmt: skip
-        console.out.print(f"basis: {result.basis}", markup=False)
+        console.out.print(f"basis: {result.basis}")
 
 
 @converge_app.command("plan")
@@ -191,7 +191,6 @@ def plan(
         console.out.print(
             f"the curve is already at or {side} the target {target:g} {done.metric} at step "
             f"{done.reached_at_step:g}{window}: no steps to go",
-            markup=False,
         )
         return
     if plot is not None:
@@ -215,7 +214,6 @@ def plan(
     for key in (k for k in ("workers", "ps", "batch") if k in beyond):
         least, most = speed_model.span[key]
         console.out.print(
-            f"{key} beyond the measured {least:g}–{most:g} assume {speed.ASSUMES['optimus'][key]}",
-            markup=False,
+            f"{key} beyond the measured {least:g}–{most:g} assume {speed.ASSUMES['optimus'][key]}"
         )
-    console.out.print(f"basis: {done.basis}", markup=False)
+    console.out.print(f"basis: {done.basis}")

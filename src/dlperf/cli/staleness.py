@@ -92,7 +92,6 @@ def staleness(
     console.out.print(
         f"{s['gradients']} gradients, staleness mean {s['mean_staleness']:.3g}, "
         f"max {s['max_staleness']}; histogram {histogram}",
-        markup=False,
     )
 
 

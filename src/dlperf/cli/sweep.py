@@ -75,7 +75,6 @@ def _print_summary(result: Any, sort: str | None) -> None:
         console.out.print(
             f"no point reached the target (validation accuracy {result.target:g}) in the "
             "epochs it trained: no time_to_target.png",
-            markup=False,
         )
     console.print_table(
         "best point per axis value (winner first)",
@@ -88,10 +87,10 @@ def _print_summary(result: Any, sort: str | None) -> None:
         ],
     )  # fmt: skip
     if result.winner is not None:
-        console.out.print(f"winner: run {result.winner}", markup=False)
+        console.out.print(f"winner: run {result.winner}")
     for row in result.points:
         if row.status == "failed":
-            console.err.print(f"run {row.run_id} failed: {row.error}", markup=False)
+            console.err.print(f"run {row.run_id} failed: {row.error}")
 
 
 @app.command()
