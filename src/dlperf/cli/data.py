@@ -77,27 +77,14 @@ def describe(
     where = out if out is not None else Path("dlperf_runs") / f"data-{exp.data.name}"
     where.mkdir(parents=True, exist_ok=True)  # an unusable place fails before the reading
     desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
-    augment = desc.augment
-    setting = (
-        ", ".join(f"{k}={v}" for k, v in augment.model_dump(exclude_defaults=True).items())
-        if augment
-        else ""
+    changed = desc.augment.model_dump(exclude_defaults=True) if desc.augment else {}
+    setting = ", ".join(f"{k}={v}" for k, v in changed.items())
+    name = desc.name
+    counts = plot_counts(where / f"{name}-counts.png", name, desc.classes, desc.counts)
+    grid = plot_samples(
+        where / f"{name}-samples.png", name, desc.shown, desc.samples, desc.augmented, setting
     )
-    plots = {
-        "counts": str(
-            plot_counts(where / f"{desc.name}-counts.png", desc.name, desc.classes, desc.counts)
-        ),
-        "samples": str(
-            plot_samples(
-                where / f"{desc.name}-samples.png",
-                desc.name,
-                desc.shown,
-                desc.samples,
-                desc.augmented,
-                setting,
-            )
-        ),
-    }
+    plots = {"counts": str(counts), "samples": str(grid)}
     result = {**desc.summary(), "plots": plots}
     if console.printed_json(as_json, result):
         return

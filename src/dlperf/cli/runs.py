@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import unicodedata
@@ -26,9 +27,8 @@ app.add_typer(runs_app, name="runs")
 TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
-def reader() -> Any:  # -> dlperf.store.RunStore
-    """The store as the commands that only read it open it: never made or written."""
-    return open_store(create=False)
+# The store as the commands that only read it open it: never made or written.
+reader = functools.partial(open_store, create=False)
 
 
 @runs_app.command("list")
@@ -72,14 +72,10 @@ def runs_list(
                 r.summary.get("throughput"),
                 r.started,
             ]
-            + ([_tag_text(r.tags)] if tagged else [])
+            + ([" ".join(f"{k}={v}" for k, v in r.tags.items()) or None] if tagged else [])
             for r in runs
         ],
     )
-
-
-def _tag_text(tags: dict[str, str]) -> str | None:
-    return " ".join(f"{k}={v}" for k, v in tags.items()) or None
 
 
 # --- runs show ------------------------------------------------------------------------------
@@ -286,15 +282,9 @@ def runs_repair(
     from dlperf.store import repair
 
     done = repair(state.db, out)
-    if as_json:
-        console.print_json(
-            {
-                "source": str(done.source),
-                "out": str(done.out),
-                "store_id": done.store_id,
-                "tables": {name: asdict(counts) for name, counts in done.tables.items()},
-            }
-        )
+    tables = {name: asdict(counts) for name, counts in done.tables.items()}
+    document = {"source": done.source, "out": done.out, "store_id": done.store_id, "tables": tables}
+    if console.printed_json(as_json, document):  # paths as strings
         return
     console.print_table(
         f"rows read from {done.source}",

@@ -133,15 +133,9 @@ def bench(
     endpoint = loadgen.target(url)
     with console.reporter() as rep:
         results = loadgen.run(endpoint, levels, duration, max_requests, image, rep)
-    if as_json:
-        console.print_json(
-            {
-                "url": endpoint,
-                "duration_s": duration,
-                "max_requests": max_requests,
-                "levels": [asdict(r) for r in results],
-            }
-        )
+    levels = [asdict(r) for r in results]
+    document = {"url": endpoint, "duration_s": duration, "max_requests": max_requests}
+    if console.printed_json(as_json, {**document, "levels": levels}):
         return
     rows = [
         [r.concurrency, r.requests, r.errors, r.throughput, r.p50_ms, r.p90_ms, r.p99_ms]
