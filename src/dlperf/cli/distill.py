@@ -30,18 +30,10 @@ def _print_summary(result: Any, plots: list[str]) -> None:
                      s["selected"], s["pseudo_label_precision"], s["status"]])  # fmt: skip
     console.print_table(
         f"distill {result.name!r}, study {result.study_id}",
-        [
-            "stage",
-            "K",
-            "run(s): select > pretrain > finetune",
-            "model",
-            "test acc",
-            "kept",
-            "precision",
-            "",
-        ],
+        ["stage", "K", "run(s): select > pretrain > finetune", "model", "test acc", "kept",
+         "precision", ""],
         rows,
-    )
+    )  # fmt: skip
     if result.students:
         console.print_table(
             "images kept per class (pseudo-label precision)",

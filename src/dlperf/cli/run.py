@@ -149,35 +149,17 @@ def demo(
     with console.reporter() as rep:
         results = run_demo(open_store(), rep)
     if not console.printed_json(as_json, results):
-        rows = []
-        for r in results["runs"]:
-            phases = r.get("phases") or {}
-            rows.append(
-                [
-                    r["model"],
-                    r["run_id"],
-                    r.get("test_accuracy"),
-                    r.get("epochs_to_target"),
-                    r.get("time_to_target_s"),
-                    r.get("throughput"),
-                    *(phases.get(p, 0) * 1e3 for p in ("data", "forward", "backward", "optimizer")),
-                ]
-            )
+        keys = ("test_accuracy", "epochs_to_target", "time_to_target_s", "throughput")
+        phases = ("data", "forward", "backward", "optimizer")
         console.print_table(
             "dlperf demo: scikit-learn digits (8x8), target 95% validation accuracy",
+            ["model", "run", "test acc", "epochs to target", "s to target", "samples/s",
+             "data ms", "fwd ms", "bwd ms", "opt ms"],
             [
-                "model",
-                "run",
-                "test acc",
-                "epochs to target",
-                "s to target",
-                "samples/s",
-                "data ms",
-                "fwd ms",
-                "bwd ms",
-                "opt ms",
+                [r["model"], r["run_id"], *map(r.get, keys),
+                 *((r.get("phases") or {}).get(p, 0) * 1e3 for p in phases)]
+                for r in results["runs"]
             ],
-            rows,
-        )
+        )  # fmt: skip
     if not results["passed"]:
         raise CheckFailed(f"a demo model finished below {results['target']:.0%} test accuracy")

@@ -61,21 +61,13 @@ def runs_list(
         ["id", "name", "kind", "status", "model", "data", "test acc", "samples/s", "started"]
         + (["tags"] if tagged else []),
         [
-            [
-                r.id,
-                r.name,
-                r.kind,
-                r.status,
-                config_value(r.config, "model.name"),
-                config_value(r.config, "data.name"),
-                r.summary.get("test_accuracy"),
-                r.summary.get("throughput"),
-                r.started,
-            ]
+            [r.id, r.name, r.kind, r.status, config_value(r.config, "model.name"),
+             config_value(r.config, "data.name"), r.summary.get("test_accuracy"),
+             r.summary.get("throughput"), r.started]
             + ([" ".join(f"{k}={v}" for k, v in r.tags.items()) or None] if tagged else [])
             for r in runs
         ],
-    )
+    )  # fmt: skip
 
 
 # --- runs show ------------------------------------------------------------------------------
