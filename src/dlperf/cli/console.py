@@ -145,12 +145,12 @@ def warn(message: str) -> None:
 
 
 class RichReporter:
-    """A live bar on a terminal; plain, rate-limited lines otherwise."""
+    """A live bar on a terminal (rich's `progress`); plain, rate-limited lines otherwise."""
 
-    def __init__(self, interval_s: float = 5.0) -> None:
-        self.live = err.is_terminal
-        self.interval_s = interval_s
-        self._progress: Any = None
+    interval_s = 5.0
+
+    def __init__(self, progress: Any = None) -> None:
+        self._progress = progress
         self._task: Any = None
         self._desc = ""
         self._total: int | None = None
@@ -159,35 +159,34 @@ class RichReporter:
 
     def task(self, description: str, total: int | None = None) -> None:
         self._desc, self._total, self._done = description, total, 0
-        if self.live and self._progress is not None:
+        if self._progress is not None:
             if self._task is not None:
                 self._progress.remove_task(self._task)
             self._task = self._progress.add_task(description, total=total, status="")
-        elif not self.live:
-            # Counted work reports through advance(); an open-ended step is worth a line.
-            if total is None:
-                err.print(f"{description} ...")
-            self._last = time.monotonic()
+            return
+        # Counted work reports through advance(); an open-ended step is worth a line.
+        if total is None:
+            err.print(f"{description} ...")
+        self._last = time.monotonic()
 
     def advance(self, n: int = 1, status: str = "") -> None:
         self._done += n
-        if self.live and self._task is not None:
-            self._progress.update(self._task, advance=n, status=status)
-        elif not self.live and time.monotonic() - self._last >= self.interval_s:
+        if self._progress is not None:
+            if self._task is not None:
+                self._progress.update(self._task, advance=n, status=status)
+        elif time.monotonic() - self._last >= self.interval_s:
             of = f"/{self._total}" if self._total else ""
             err.print(f"{self._desc}: {self._done}{of} {status}".rstrip())
             self._last = time.monotonic()
 
     def log(self, message: str) -> None:
-        target = self._progress.console if self.live and self._progress else err
-        target.print(message)
+        (self._progress.console if self._progress is not None else err).print(message)
 
 
 @contextmanager
 def reporter() -> Iterator[RichReporter]:
-    rep = RichReporter()
-    if not rep.live:
-        yield rep
+    if not err.is_terminal:
+        yield RichReporter()
         return
     from rich.progress import (
         BarColumn,
@@ -206,8 +205,7 @@ def reporter() -> Iterator[RichReporter]:
         console=err,
         transient=True,
     ) as progress:
-        rep._progress = progress
-        yield rep
+        yield RichReporter(progress)
 
 
 def _plot_path(path: Path | None) -> Path | None:
