@@ -152,7 +152,7 @@ def make_shapes(
     objects = ", ".join(f"{n} {name}s" for name, n in summary["objects"].items())
     console.out.print(
         f"wrote {summary['images']} images ({objects}) to {root}: "
-        f"{summary['train']} train, {summary['val']} val",
+        f"{summary['train']} train, {summary['val']} val"
     )
 
 
@@ -218,7 +218,7 @@ def finetune(
         f"run {done['run_id']}: AP ({opts.ap_method}) on {done['val_images']} {opts.val_split} "
         f"images; {done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
         f"images/s, {done['threads']} threads on {done['device']}), final loss "
-        f"{done['final_loss']:.3f}; saved {out}",
+        f"{done['final_loss']:.3f}; saved {out}"
     )
 
 
@@ -275,5 +275,5 @@ def evaluate(
     console.out.print(
         f"run {done['run_id']}: AP ({done['ap_method']}) on {done['images']} {done['split']} "
         f"images in {done['eval_s']:.1f} s ({done['images_per_s']:.1f} images/s, "
-        f"{done['threads']} threads on {done['device']})",
+        f"{done['threads']} threads on {done['device']})"
     )

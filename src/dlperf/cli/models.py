@@ -25,9 +25,7 @@ def model_names() -> dict[str, list[str]]:
 
 
 @app.command()
-def models(
-    as_json: Json = False,
-) -> None:
+def models(as_json: Json = False) -> None:
     """List model names: dlperf's own networks and torchvision's classification zoo.
 
     Any of them, or path/to/file.py:factory, goes in [model] name.
@@ -42,9 +40,7 @@ def models(
 
 
 @app.command()
-def datasets(
-    as_json: Json = False,
-) -> None:
+def datasets(as_json: Json = False) -> None:
     """List data set names for [data] name: where each reads from, its classes and image shape.
 
     Example: dlperf datasets

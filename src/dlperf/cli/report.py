@@ -39,6 +39,6 @@ def report(
         return
     console.out.print(
         f"{len(done.runs)} run(s), {len(done.studies)} study(ies): "
-        f"{len(done.pages)} pages in {done.out}",
+        f"{len(done.pages)} pages in {done.out}"
     )
     console.tell([], done.out / "index.html")

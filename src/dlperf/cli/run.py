@@ -135,9 +135,7 @@ def config_keys() -> None:
 
 
 @app.command()
-def demo(
-    as_json: Json = False,
-) -> None:
+def demo(as_json: Json = False) -> None:
     """Train smallcnn and resnet20 on the bundled digits to 95% test accuracy, and compare.
 
     Runs on a laptop CPU in well under 3 minutes; both runs are kept in the store.

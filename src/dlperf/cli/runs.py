@@ -81,10 +81,7 @@ def _plain(value: Any) -> Any:
 
 
 @runs_app.command("show")
-def runs_show(
-    run_id: int = typer.Argument(..., help="Run ID."),
-    as_json: Json = False,
-) -> None:
+def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json = False) -> None:
     """Show a run: summary and tags, config, system, artifacts, phase breakdown and per-epoch
     metrics.
 
@@ -236,7 +233,7 @@ def runs_delete(
         for r in runs:
             console.err.print(
                 f"run {r.id}: {r.name} ({r.kind}, {r.status}, "
-                f"{len(store.artifacts(r.id))} artifacts)",
+                f"{len(store.artifacts(r.id))} artifacts)"
             )
         if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):
             console.err.print("nothing deleted")

@@ -48,7 +48,7 @@ def _emit(
         fields = shared(kind, job)
         console.err.print(
             f"{fields['instance count']} x {fields['instance type']} running {fields['image']}; "
-            f"output: {fields['output location'] or 'the job default'}",
+            f"output: {fields['output location'] or 'the job default'}"
         )
 
 
@@ -67,7 +67,7 @@ def _print_table(result: StudyResult) -> None:
     console.out.print(
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
         "ring = ring-model all-reduce, overlap = the exposed part the bucket/overlap model "
-        "predicts; busbw GB/s",
+        "predicts; busbw GB/s"
     )
     for line in study_tables.definitions(result):
         console.out.print(line, soft_wrap=True)
@@ -76,7 +76,7 @@ def _print_table(result: StudyResult) -> None:
     if study_tables.missing_ring(result):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
-            "run `dlperf scale allreduce --workers 2`",
+            "run `dlperf scale allreduce --workers 2`"
         )
     for failure in study_tables.failures(result):
         console.err.print(failure)
@@ -97,7 +97,7 @@ def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
             console.out.print(
                 f"ring model T = 2(n-1)a + 2(n-1)/n S/B: a = {ring['alpha_s'] * 1e6:.1f} us, "
                 f"B = {ring['bandwidth_bytes_per_s'] / 1e9:.3g} GB/s, "
-                f"rms error {ring['rmse_pct']:.1f}% over {ring['n_points']} points",
+                f"rms error {ring['rmse_pct']:.1f}% over {ring['n_points']} points"
             )
         else:
             console.warn(f"no ring model fitted: {result['fit_error']}")
@@ -107,7 +107,7 @@ def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
             )
             console.out.print(
                 f"overlap cost at {n} workers: {cost:.2f} s of compute lost per s of all-reduce "
-                f"in flight (measured at {sizes})",
+                f"in flight (measured at {sizes})"
             )
     for failure in result["failures"]:
         console.err.print(f"{failure['workers']} workers failed:\n{failure['error']}")

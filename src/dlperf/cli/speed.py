@@ -190,7 +190,7 @@ def plan(
         window = f" (its fit window ends at step {done.done:g})" if done.done else ""
         console.out.print(
             f"the curve is already at or {side} the target {target:g} {done.metric} at step "
-            f"{done.reached_at_step:g}{window}: no steps to go",
+            f"{done.reached_at_step:g}{window}: no steps to go"
         )
         return
     if plot is not None:

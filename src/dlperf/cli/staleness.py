@@ -91,7 +91,7 @@ def staleness(
     histogram = ", ".join(f"{k}: {v}" for k, v in s["histogram"].items())
     console.out.print(
         f"{s['gradients']} gradients, staleness mean {s['mean_staleness']:.3g}, "
-        f"max {s['max_staleness']}; histogram {histogram}",
+        f"max {s['max_staleness']}; histogram {histogram}"
     )
 
 

@@ -74,7 +74,7 @@ def _print_summary(result: Any, sort: str | None) -> None:
     if reached and not any(g["reached_target"] for g in result.groups):
         console.out.print(
             f"no point reached the target (validation accuracy {result.target:g}) in the "
-            "epochs it trained: no time_to_target.png",
+            "epochs it trained: no time_to_target.png"
         )
     console.print_table(
         "best point per axis value (winner first)",
