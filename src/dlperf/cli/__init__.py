@@ -52,11 +52,6 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _os_error(e: OSError) -> str:
-    where = f" {e.filename}" if e.filename else ""
-    return f"cannot use{where}: {e.strerror or e}"
-
-
 def _say(line: str) -> None:
     """One line on stderr; a file name that is not UTF-8 (lone surrogates) shown escaped, on
     any stream (pytest's capture and some terminals encode strictly)."""
@@ -83,7 +78,8 @@ def main() -> None:
     except OSError as e:
         if state.debug:
             raise
-        _say(f"error: {_os_error(e)}")
+        where = f" {e.filename}" if e.filename else ""
+        _say(f"error: cannot use{where}: {e.strerror or e}")
         sys.exit(2 if e.errno in _BAD_PATH else 1)
     except Exception as e:
         if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130

@@ -104,10 +104,9 @@ def analyze(
     if as_json:
         console.print_json(result)
     elif as_csv:
-        columns = csv_columns(result)
-        writer = csv.writer(sys.stdout)
-        writer.writerow(columns)
-        writer.writerows([[row[c] for c in columns] for row in result["layers"]])
+        writer = csv.DictWriter(sys.stdout, csv_columns(result), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(result["layers"])
     else:
         for table in tables(result):
             console.print_table(table.title, table.columns, table.rows)

@@ -133,9 +133,8 @@ def bench(
     endpoint = loadgen.target(url)
     with console.reporter() as rep:
         results = loadgen.run(endpoint, levels, duration, max_requests, image, rep)
-    levels = [asdict(r) for r in results]
     document = {"url": endpoint, "duration_s": duration, "max_requests": max_requests}
-    if console.printed_json(as_json, {**document, "levels": levels}):
+    if console.printed_json(as_json, {**document, "levels": [asdict(r) for r in results]}):
         return
     rows = [
         [r.concurrency, r.requests, r.errors, r.throughput, r.p50_ms, r.p90_ms, r.p99_ms]
