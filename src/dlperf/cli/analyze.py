@@ -108,8 +108,7 @@ def analyze(
         writer.writeheader()
         writer.writerows(result["layers"])
     else:
-        for table in tables(result):
-            console.print_table(table.title, table.columns, table.rows)
+        console.print_tables(tables(result))
 
 
 @app.command()

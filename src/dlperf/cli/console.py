@@ -9,10 +9,10 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.cells import cell_len
@@ -22,6 +22,9 @@ from rich.text import Text
 
 from dlperf.formatting import fmt
 from dlperf.parsing import printable
+
+if TYPE_CHECKING:
+    from dlperf.table import Table as DataTable
 
 
 def _line_width(stream: Any) -> int | None:
@@ -119,6 +122,11 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     if title:
         sink.print(Text(title, style="table.title"))
     sink.print(table)
+
+
+def print_tables(tables: Iterable[DataTable]) -> None:
+    for t in tables:
+        print_table(t.title, t.columns, t.rows)
 
 
 def _print_blocks(

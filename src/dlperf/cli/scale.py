@@ -62,8 +62,7 @@ def _print_table(result: StudyResult) -> None:
 
     traced = trace_split.table(result.rows)
     tables = study_tables.course_tables(result) + study_tables.tables(result)
-    for table in [*tables, *([traced] if traced else [])]:
-        console.print_table(table.title, table.columns, table.rows)
+    console.print_tables([*tables, *([traced] if traced else [])])
     console.out.print(
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
         "ring = ring-model all-reduce, overlap = the exposed part the bucket/overlap model "
