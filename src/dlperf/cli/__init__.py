@@ -9,33 +9,19 @@ from __future__ import annotations
 import atexit
 import errno
 import gc
+import importlib
+import pkgutil
 import signal
 import sys
 from typing import Any
 
-# Importing a command module registers its commands on `app`.
-from dlperf.cli import analyze as _analyze  # noqa: F401
-from dlperf.cli import converge as _converge  # noqa: F401
-from dlperf.cli import data as _data  # noqa: F401
-from dlperf.cli import deploy as _deploy  # noqa: F401
-from dlperf.cli import detect as _detect  # noqa: F401
-from dlperf.cli import devices as _devices  # noqa: F401
-from dlperf.cli import distill as _distill  # noqa: F401
-from dlperf.cli import doctor as _doctor  # noqa: F401
-from dlperf.cli import models as _models  # noqa: F401
-from dlperf.cli import report as _report  # noqa: F401
-from dlperf.cli import run as _run  # noqa: F401
-from dlperf.cli import runs as _runs  # noqa: F401
-from dlperf.cli import runs_export as _runs_export  # noqa: F401
-from dlperf.cli import runs_plot as _runs_plot  # noqa: F401
-from dlperf.cli import runs_trace as _runs_trace  # noqa: F401
-from dlperf.cli import scale as _scale  # noqa: F401
-from dlperf.cli import serve as _serve  # noqa: F401
-from dlperf.cli import speed as _speed  # noqa: F401
-from dlperf.cli import staleness as _staleness  # noqa: F401
-from dlperf.cli import sweep as _sweep  # noqa: F401
 from dlperf.cli.app import app, state
 from dlperf.errors import CheckFailed, UserError, interrupted
+
+# Every module here but app and console holds commands; importing it registers them on `app`
+# (in the modules' order, the order of `dlperf --help`).
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 # A path the user named that cannot be used is bad input; anything else the OS refuses
 # (a full disk, an I/O error) is not, but still deserves one line rather than a traceback.
@@ -50,11 +36,6 @@ atexit.register(gc.freeze)
 def _terminate(signum: int, frame: Any) -> None:
     """A scheduler's SIGTERM stops a command as Ctrl-C does, so its runs end `killed`."""
     raise KeyboardInterrupt
-
-
-def _os_error(e: OSError) -> str:
-    where = f" {e.filename}" if e.filename else ""
-    return f"cannot use{where}: {e.strerror or e}"
 
 
 def _say(line: str) -> None:
@@ -83,7 +64,8 @@ def main() -> None:
     except OSError as e:
         if state.debug:
             raise
-        _say(f"error: {_os_error(e)}")
+        where = f" {e.filename}" if e.filename else ""
+        _say(f"error: cannot use{where}: {e.strerror or e}")
         sys.exit(2 if e.errno in _BAD_PATH else 1)
     except Exception as e:
         if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130

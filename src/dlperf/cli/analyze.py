@@ -30,18 +30,14 @@ CLASSES = typer.Option(
     "file's factory's own num_classes default).",
     show_default=False,
 )
-ANALYZE_CONFIG = config_option("[analyze] section")
-ANALYZE_SET = set_option("analyze.batch=8")
-PREDICT_CONFIG = config_option("[predict] and [analyze] sections")
-PREDICT_SET = set_option("predict.ppp=0.5")
 MS = 1e3  # seconds to milliseconds
 
 
 @app.command()
 def analyze(
     model: str = MODEL,
-    config: Path = ANALYZE_CONFIG,
-    set_: list[str] = ANALYZE_SET,
+    config: Path = config_option("[analyze] section"),
+    set_: list[str] = set_option("analyze.batch=8"),
     input_: str = INPUT,
     batch: int = BATCH,
     train: bool = typer.Option(
@@ -108,20 +104,18 @@ def analyze(
     if as_json:
         console.print_json(result)
     elif as_csv:
-        columns = csv_columns(result)
-        writer = csv.writer(sys.stdout)
-        writer.writerow(columns)
-        writer.writerows([[row[c] for c in columns] for row in result["layers"]])
+        writer = csv.DictWriter(sys.stdout, csv_columns(result), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(result["layers"])
     else:
-        for table in tables(result):
-            console.print_table(table.title, table.columns, table.rows)
+        console.print_tables(tables(result))
 
 
 @app.command()
 def predict(
     model: str = MODEL,
-    config: Path = PREDICT_CONFIG,
-    set_: list[str] = PREDICT_SET,
+    config: Path = config_option("[predict] and [analyze] sections"),
+    set_: list[str] = set_option("predict.ppp=0.5"),
     device: str = typer.Option(
         None,
         "--device",
@@ -213,9 +207,7 @@ def predict(
         from dlperf.report.roofline import plot_roofline
 
         result["plot"] = str(plot_roofline(plot, result))
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         _print_prediction(result)
     console.tell([], plot)
 

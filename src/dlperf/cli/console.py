@@ -9,10 +9,10 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.cells import cell_len
@@ -23,6 +23,9 @@ from rich.text import Text
 from dlperf.formatting import fmt
 from dlperf.parsing import printable
 
+if TYPE_CHECKING:
+    from dlperf.table import Table as DataTable
+
 
 def _line_width(stream: Any) -> int | None:
     """Off a terminal rich assumes 80 columns; logs and pipes have room. None: rich's own
@@ -30,8 +33,9 @@ def _line_width(stream: Any) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS") else 160
 
 
-out = Console(highlight=False, width=_line_width(sys.stdout))
-err = Console(stderr=True, highlight=False, width=_line_width(sys.stderr))
+# No markup: what is printed is data (a run's name, a path), never rich's [style] tags.
+out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
+err = Console(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
 
 
@@ -49,6 +53,13 @@ def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout (non-finite floats become null)."""
     sys.stdout.write(json.dumps(_jsonable(document), indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def printed_json(as_json: bool, document: Any) -> bool:
+    """With --json, `document` as the one JSON document on stdout; whether it was printed."""
+    if as_json:
+        print_json(document)
+    return as_json
 
 
 def table_width() -> int | None:
@@ -113,6 +124,11 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     sink.print(table)
 
 
+def print_tables(tables: Iterable[DataTable]) -> None:
+    for t in tables:
+        print_table(t.title, t.columns, t.rows)
+
+
 def _print_blocks(
     title: str | None, columns: Sequence[str], cells: list[list[str]], width: int
 ) -> None:
@@ -133,16 +149,16 @@ def _print_blocks(
 
 
 def warn(message: str) -> None:
-    err.print(f"warning: {message}", markup=False)
+    err.print(f"warning: {message}")
 
 
 class RichReporter:
-    """A live bar on a terminal; plain, rate-limited lines otherwise."""
+    """A live bar on a terminal (rich's `progress`); plain, rate-limited lines otherwise."""
 
-    def __init__(self, interval_s: float = 5.0) -> None:
-        self.live = err.is_terminal
-        self.interval_s = interval_s
-        self._progress: Any = None
+    interval_s = 5.0
+
+    def __init__(self, progress: Any = None) -> None:
+        self._progress = progress
         self._task: Any = None
         self._desc = ""
         self._total: int | None = None
@@ -151,35 +167,34 @@ class RichReporter:
 
     def task(self, description: str, total: int | None = None) -> None:
         self._desc, self._total, self._done = description, total, 0
-        if self.live and self._progress is not None:
+        if self._progress is not None:
             if self._task is not None:
                 self._progress.remove_task(self._task)
             self._task = self._progress.add_task(description, total=total, status="")
-        elif not self.live:
-            # Counted work reports through advance(); an open-ended step is worth a line.
-            if total is None:
-                err.print(f"{description} ...", markup=False)
-            self._last = time.monotonic()
+            return
+        # Counted work reports through advance(); an open-ended step is worth a line.
+        if total is None:
+            err.print(f"{description} ...")
+        self._last = time.monotonic()
 
     def advance(self, n: int = 1, status: str = "") -> None:
         self._done += n
-        if self.live and self._task is not None:
-            self._progress.update(self._task, advance=n, status=status)
-        elif not self.live and time.monotonic() - self._last >= self.interval_s:
+        if self._progress is not None:
+            if self._task is not None:
+                self._progress.update(self._task, advance=n, status=status)
+        elif time.monotonic() - self._last >= self.interval_s:
             of = f"/{self._total}" if self._total else ""
-            err.print(f"{self._desc}: {self._done}{of} {status}".rstrip(), markup=False)
+            err.print(f"{self._desc}: {self._done}{of} {status}".rstrip())
             self._last = time.monotonic()
 
     def log(self, message: str) -> None:
-        target = self._progress.console if self.live and self._progress else err
-        target.print(message, markup=False)
+        (self._progress.console if self._progress is not None else err).print(message)
 
 
 @contextmanager
 def reporter() -> Iterator[RichReporter]:
-    rep = RichReporter()
-    if not rep.live:
-        yield rep
+    if not err.is_terminal:
+        yield RichReporter()
         return
     from rich.progress import (
         BarColumn,
@@ -198,8 +213,7 @@ def reporter() -> Iterator[RichReporter]:
         console=err,
         transient=True,
     ) as progress:
-        rep._progress = progress
-        yield rep
+        yield RichReporter(progress)
 
 
 def _plot_path(path: Path | None) -> Path | None:
@@ -216,12 +230,13 @@ PLOT = typer.Option(
 )
 
 
-def tell(warnings: list[str], saved: Path | str | None = None) -> None:
-    """What the library left to say, on stderr: its warnings, then the figure it saved."""
+def tell(warnings: list[str], *saved: Path | str | None) -> None:
+    """What the library left to say, on stderr: its warnings, then the files it saved."""
     for warning in warnings:
         warn(warning)
-    if saved is not None:
-        err.print(f"saved {saved}", markup=False)
+    for path in saved:
+        if path is not None:
+            err.print(f"saved {path}")
 
 
 def print_phases(summary: dict[str, Any]) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,30 +41,52 @@ RUN_IDS = typer.Argument(None, help="Stored run IDs (or use --csv).", show_defau
 CSV = typer.Option(None, "--csv", help="A CSV file with the curve.")
 
 
-# The curve options fit, predict and regress share: shortcuts for the keys of [converge].
-CURVE_CONFIG = config_option("[converge] section")
-CURVE_SET = set_option("converge.upto=0.3")
-X = typer.Option(None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...).")
-Y = typer.Option(None, "--y", help="CSV column of the metric.")
-METRIC = typer.Option(
-    None, "--metric", help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy)."
-)
-KEY = typer.Option(
-    None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
-)
-UPTO = typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3.")
-UPTO_STEP = typer.Option(None, "--upto-step", help="Fit the points up to step K.")
+def _curve_options(
+    config: Path = config_option("[converge] section"),
+    set_: list[str] = set_option("converge.upto=0.3"),
+    x: str = typer.Option(
+        None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...)."
+    ),
+    y: str = typer.Option(None, "--y", help="CSV column of the metric."),
+    metric: str = typer.Option(
+        None,
+        "--metric",
+        help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy).",
+    ),
+    key: str = typer.Option(
+        None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
+    ),
+    upto: float = typer.Option(
+        None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3."
+    ),
+    upto_step: float = typer.Option(None, "--upto-step", help="Fit the points up to step K."),
+) -> None:
+    """The curve options fit, predict and regress share, shortcuts for the keys of
+    [converge]: `curve_options` adds them to each command."""
 
 
-def _curve(
-    config: Path | None, set_: list[str], flags: dict[str, Any]
-) -> tuple[CurveOptions, ConvergeConfig]:
-    """[converge] of `config` < --set < the flags given: the curve options and the section."""
+def _curve(curve: dict[str, Any], **more: Any) -> tuple[CurveOptions, ConvergeConfig]:
+    """[converge] of --config < --set < the flags given: the curve options and the section."""
     from dlperf.config import ConvergeJob, load_job
 
+    config, set_, flags = curve.pop("config"), curve.pop("set_"), {**curve, **more}
     section = load_job(ConvergeJob, config, set_, converge=flags).converge
     opts = CurveOptions(**{f.name: getattr(section, f.name) for f in fields(CurveOptions)})
     return opts, section
+
+
+def curve_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`command` with the curve options after its own; it takes them as its first argument,
+    `curve`, a dict for `_curve`."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+    shared = inspect.signature(_curve_options, eval_str=True).parameters.values()
+
+    @functools.wraps(command)
+    def with_curve(**kwargs: Any) -> None:
+        command({p.name: kwargs.pop(p.name) for p in shared}, **kwargs)
+
+    with_curve.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+    return with_curve
 
 
 def _one_or_list(documents: list[dict[str, Any]]) -> Any:
@@ -69,7 +94,9 @@ def _one_or_list(documents: list[dict[str, Any]]) -> Any:
 
 
 @converge_app.command("fit")
+@curve_options
 def fit(
+    curve: dict[str, Any],
     run_ids: list[int] = RUN_IDS,
     csv: Path = CSV,
     plot: Path = console.PLOT,
@@ -77,14 +104,6 @@ def fit(
         None, "--to-csv", help="Also write the β table (one row per curve) to this CSV file."
     ),
     as_json: Json = False,
-    config: Path = CURVE_CONFIG,
-    set_: list[str] = CURVE_SET,
-    x: str = X,
-    y: str = Y,
-    metric: str = METRIC,
-    key: str = KEY,
-    upto: float = UPTO,
-    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit l(k) = 1/(β0·k + β1) + β2 (Optimus) and a·k^−b + c to a loss or accuracy curve,
     with bootstrap 90% intervals; say which form predicts later points better.
@@ -98,8 +117,7 @@ def fit(
     """
     from dlperf.converge import fitting
 
-    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
-    opts, _ = _curve(config, set_, curve)
+    opts, _ = _curve(curve)
     if to_csv is not None:
         from dlperf.paths import check_writable
 
@@ -113,11 +131,8 @@ def fit(
     table = fitting.beta_table(done.reports)
     if to_csv is not None:
         fitting.write_table(to_csv, table)
-    console.tell(done.warnings, plot)
-    if to_csv is not None:
-        console.err.print(f"saved {to_csv}", markup=False)
-    if as_json:
-        console.print_json(_one_or_list([fitting.fit_document(r) for r in done.reports]))
+    console.tell(done.warnings, plot, to_csv)
+    if console.printed_json(as_json, _one_or_list([fitting.fit_document(r) for r in done.reports])):
         return
     if len(table) > 1:
         console.print_table(
@@ -148,11 +163,13 @@ def fit(
             [[form, f.rmse, h.get(f"{form}_rmse")] for form, f in r.fits.items()],
         )
         if "better" in h:
-            console.out.print(f"{h['better']} predicts the held-out points better", markup=False)
+            console.out.print(f"{h['better']} predicts the held-out points better")
 
 
 @converge_app.command("predict")
+@curve_options
 def predict(
+    curve: dict[str, Any],
     run_ids: list[int] = RUN_IDS,
     target: float | None = typer.Option(
         None, "--target", help="Value to reach, in the metric's units."
@@ -165,14 +182,6 @@ def predict(
     ),
     plot: Path = console.PLOT,
     as_json: Json = False,
-    config: Path = CURVE_CONFIG,
-    set_: list[str] = CURVE_SET,
-    x: str = X,
-    y: str = Y,
-    metric: str = METRIC,
-    key: str = KEY,
-    upto: float = UPTO,
-    upto_step: float = UPTO_STEP,
 ) -> None:
     """The step at which the fitted curve reaches a target, with a 90% interval, and the
     error against the measured curve when it goes on beyond the fit window. The ensemble says
@@ -183,8 +192,7 @@ def predict(
     """
     from dlperf.converge import fitting
 
-    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
-    opts, section = _curve(config, set_, {**curve, "target": target, "form": form})
+    opts, section = _curve(curve, target=target, form=form)
     target, form = section.target, section.form
     if target is None:  # before the fits, not after them
         raise UserError("give converge.target, the value to reach", "e.g. --target 0.94")
@@ -198,8 +206,7 @@ def predict(
         else:
             curves.plot_curves(plot, done.reports, opts.metric)
     console.tell(done.warnings, plot)
-    if as_json:
-        console.print_json(_one_or_list(done.predictions))
+    if console.printed_json(as_json, _one_or_list(done.predictions)):
         return
     if form == "ensemble":
         _print_ensemble(done.predictions, target, opts.metric)
@@ -227,7 +234,7 @@ def predict(
 
 def _print_basis(predictions: list[dict[str, Any]]) -> None:
     for d in predictions:
-        console.out.print(f"{d['source']}: {d['basis']}", markup=False)
+        console.out.print(f"{d['source']}: {d['basis']}")
 
 
 def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: str) -> None:
@@ -249,7 +256,9 @@ def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: st
 
 
 @converge_app.command("regress")
+@curve_options
 def regress(
+    curve: dict[str, Any],
     sources: list[str] = typer.Argument(
         ..., help="Run IDs, or CSV files given as PATH:feature=value,...", show_default=False
     ),
@@ -268,14 +277,6 @@ def regress(
     ),
     plot: Path = console.PLOT,
     as_json: Json = False,
-    config: Path = CURVE_CONFIG,
-    set_: list[str] = CURVE_SET,
-    x: str = X,
-    y: str = Y,
-    metric: str = METRIC,
-    key: str = KEY,
-    upto: float = UPTO,
-    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit β0, β1, β2 of each run, regress log β on run features, and predict the curve of an
     unseen configuration (and the step, and epoch, reaching --target).
@@ -291,8 +292,7 @@ def regress(
     from dlperf.converge import fitting
     from dlperf.converge.regress import BETAS
 
-    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
-    opts, section = _curve(config, set_, {**curve, "target": target})
+    opts, section = _curve(curve, target=target)
     target = section.target
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
     done = fitting.regress(sources, parse_names(features), opts, open_store, at, target, compare)
@@ -302,8 +302,7 @@ def regress(
         plot_regression(plot, done.runs, done.unseen, opts.metric, predict_at, done.compared)
     console.tell(done.warnings, plot)
     doc = done.document
-    if as_json:
-        console.print_json(doc)
+    if console.printed_json(as_json, doc):
         return
     coef, rmse = doc["coef"], doc["rmse_log"]
     console.print_table(
@@ -337,4 +336,4 @@ def regress(
                     ["error % on the steps (and epochs) to the target", c["error_pct"]],
                 ]  # fmt: skip
         console.print_table(f"prediction for {predict_at}", ["", "value"], rows)
-        console.out.print(f"basis: {pred['basis']}", markup=False)
+        console.out.print(f"basis: {pred['basis']}")

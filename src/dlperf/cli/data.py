@@ -77,30 +77,16 @@ def describe(
     where = out if out is not None else Path("dlperf_runs") / f"data-{exp.data.name}"
     where.mkdir(parents=True, exist_ok=True)  # an unusable place fails before the reading
     desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
-    augment = desc.augment
-    setting = (
-        ", ".join(f"{k}={v}" for k, v in augment.model_dump(exclude_defaults=True).items())
-        if augment
-        else ""
+    changed = desc.augment.model_dump(exclude_defaults=True) if desc.augment else {}
+    setting = ", ".join(f"{k}={v}" for k, v in changed.items())
+    name = desc.name
+    counts = plot_counts(where / f"{name}-counts.png", name, desc.classes, desc.counts)
+    grid = plot_samples(
+        where / f"{name}-samples.png", name, desc.shown, desc.samples, desc.augmented, setting
     )
-    plots = {
-        "counts": str(
-            plot_counts(where / f"{desc.name}-counts.png", desc.name, desc.classes, desc.counts)
-        ),
-        "samples": str(
-            plot_samples(
-                where / f"{desc.name}-samples.png",
-                desc.name,
-                desc.shown,
-                desc.samples,
-                desc.augmented,
-                setting,
-            )
-        ),
-    }
+    plots = {"counts": str(counts), "samples": str(grid)}
     result = {**desc.summary(), "plots": plots}
-    if as_json:
-        console.print_json(result)
+    if console.printed_json(as_json, result):
         return
     shape = "x".join(map(str, result["image_shape"]))
     console.print_table(
@@ -115,8 +101,7 @@ def describe(
     console.print_table(
         "training images per class", ["class", "images"], list(result["counts"].items())
     )
-    console.tell([], plots["counts"])
-    console.tell([], plots["samples"])
+    console.tell([], plots["counts"], plots["samples"])
 
 
 @data_app.command("samples")
@@ -142,12 +127,11 @@ def samples(
 
     exp = load_experiment(None, _data_sets(dataset, set_, ("data.",)))
     done = write_samples(exp.data, out, per_class, _classes(classes), split)
-    if as_json:
-        console.print_json(done)
+    if console.printed_json(as_json, done):
         return
     console.print_table(
         f"{done['dataset']}: {len(done['files'])} {done['split']} images",
         ["file", "class", "index"],
         [[f["path"], f["class"], f["index"]] for f in done["files"]],
     )
-    console.err.print(f"wrote {len(done['files'])} images to {out}", markup=False)
+    console.err.print(f"wrote {len(done['files'])} images to {out}")

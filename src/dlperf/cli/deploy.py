@@ -22,10 +22,12 @@ infer_app = typer.Typer(
 )
 app.add_typer(infer_app, name="infer")
 
-EXPORT_CONFIG = config_option("[export] section")
-EXPORT_SET = set_option("export.rtol=0.01")
 INFER_CONFIG = config_option("[infer] section")
 INFER_SET = set_option("infer.topk=3")
+ONNX_FILE = typer.Argument(..., help="An ONNX file from `dlperf export`.", show_default=False)
+# The columns of the parity and bench tables, as the result's keys.
+PARITY_KEYS = ("input", "n", "max_abs_diff", "max_rel_diff", "top1_agreement", "within_tolerance")
+BENCH_KEYS = ("batch", "contender", "p50_ms", "p90_ms", "p99_ms", "throughput", "ort_speedup")
 THREADS = typer.Option(
     None, "--threads", help="Intra-op threads (default: all cores).", show_default=False
 )
@@ -39,8 +41,8 @@ def export_cmd(
         show_default=False,
     ),
     out: Path = typer.Option(..., "--out", help="The ONNX file to write.", show_default=False),
-    config: Path = EXPORT_CONFIG,
-    set_: list[str] = EXPORT_SET,
+    config: Path = config_option("[export] section"),
+    set_: list[str] = set_option("export.rtol=0.01"),
     opset: int = typer.Option(None, "--opset", help="ONNX opset (default: the exporter's)."),
     dynamic_batch: bool = typer.Option(
         None, "--dynamic-batch", help="Any batch size (default: a fixed batch of 1)."
@@ -88,9 +90,7 @@ def export_cmd(
             src, out, opts.opset, opts.dynamic_batch, opts.single_file, opts.rtol, opts.atol,
             reporter=rep,
         )  # fmt: skip
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         _print_export(result)
     if not result["parity"]:
         raise CheckFailed(
@@ -115,25 +115,13 @@ def _print_export(result: dict[str, Any]) -> None:
     console.print_table(
         f"parity, PyTorch vs ONNX Runtime (rtol {tol['rtol']:g}, atol {tol['atol']:g})",
         ["input", "n", "max abs diff", "max rel diff", "top-1 agreement", "within tolerance"],
-        [
-            [
-                s["input"],
-                s["n"],
-                s["max_abs_diff"],
-                s["max_rel_diff"],
-                s["top1_agreement"],
-                s["within_tolerance"],
-            ]
-            for s in result["parity_sets"]
-        ],
+        [[s[k] for k in PARITY_KEYS] for s in result["parity_sets"]],
     )
 
 
 @infer_app.command("predict")
 def predict_cmd(
-    model: Path = typer.Argument(
-        ..., help="An ONNX file from `dlperf export`.", show_default=False
-    ),
+    model: Path = ONNX_FILE,
     images: list[Path] = typer.Argument(..., help="Image files.", show_default=False),
     config: Path = INFER_CONFIG,
     set_: list[str] = INFER_SET,
@@ -154,8 +142,7 @@ def predict_cmd(
 
     opts = load_job(InferJob, config, set_, infer={"topk": topk, "threads": threads}).infer
     result = predict(model, images, opts.topk, labels, opts.threads)
-    if as_json:
-        console.print_json(result)
+    if console.printed_json(as_json, result):
         return
     rows = [
         [p["image"] if i == 0 else "", i + 1, t["label"], t["probability"]]
@@ -167,9 +154,7 @@ def predict_cmd(
 
 @infer_app.command("bench")
 def bench_cmd(
-    model: Path = typer.Argument(
-        ..., help="An ONNX file from `dlperf export`.", show_default=False
-    ),
+    model: Path = ONNX_FILE,
     config: Path = INFER_CONFIG,
     set_: list[str] = INFER_SET,
     torch: str = typer.Option(
@@ -193,31 +178,15 @@ def bench_cmd(
     from dlperf.config import InferJob, load_job
     from dlperf.deploy.bench import bench, pytorch_contender
 
-    opts = load_job(
-        InferJob,
-        config,
-        set_,
-        infer={"torch": torch, "batch": batch, "threads": threads, "repeats": repeats},
-    ).infer
+    flags = {"torch": torch, "batch": batch, "threads": threads, "repeats": repeats}
+    opts = load_job(InferJob, config, set_, infer=flags).infer
     with console.reporter() as rep:
         contender = pytorch_contender(model, opts.torch, open_store, rep)
         result = bench(model, opts.batch, contender, opts.threads, opts.repeats, reporter=rep)
-    if as_json:
-        console.print_json(result)
+    if console.printed_json(as_json, result):
         return
     console.print_table(
         f"{model}: {result['threads']} threads, {result['repeats']} timed calls each",
         ["batch", "contender", "p50 ms", "p90 ms", "p99 ms", "images/s", "× ORT p50"],
-        [
-            [
-                r["batch"],
-                r["contender"],
-                r["p50_ms"],
-                r["p90_ms"],
-                r["p99_ms"],
-                r["throughput"],
-                r["ort_speedup"],
-            ]
-            for r in result["rows"]
-        ],
+        [[r[k] for k in BENCH_KEYS] for r in result["rows"]],
     )

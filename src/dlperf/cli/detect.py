@@ -4,7 +4,6 @@ AP."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +41,20 @@ WEIGHTS = typer.Option(
 SIZE = typer.Option(
     None, "--size", help="Square input side (multiple of 32; default the model's: 320 or 300)."
 )
+PRETRAINED = typer.Option(
+    False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
+)
+# Shortcuts for keys of [detect] that finetune and eval take.
+MODEL_KEY = typer.Option(
+    None,
+    "--model",
+    help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16 | ssd300_mobilenet_v1.",
+)
+AP_METHOD = typer.Option(
+    None, "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
+)
 THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: the usable cores).")
 DETECT_CONFIG = config_option("[detect] section")
-FINETUNE_SET = set_option("detect.lr=0.05")
-EVAL_SET = set_option("detect.batch=16")
 
 
 @detect_app.command("export")
@@ -53,9 +62,7 @@ def export(
     out: Path = typer.Option(..., "--out", help="The ONNX file to write."),
     model: str = MODEL,
     weights: Path = WEIGHTS,
-    pretrained: bool = typer.Option(
-        False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
-    ),
+    pretrained: bool = PRETRAINED,
     num_classes: int = typer.Option(
         None, "--num-classes", help="Classes including background (default 91, COCO)."
     ),
@@ -83,9 +90,7 @@ def export(
     with console.reporter() as rep:
         det = ssd.build(model, num_classes, weights, pretrained, size, names)
         result = ssd.export(det, out, reporter=rep)
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         rows = [[k, result[k]] for k in result if k != "atol"]
         console.print_table(None, ["", "value"], rows)
     if not result["parity"]:
@@ -115,8 +120,7 @@ def run(
     from dlperf.detect import ssd
 
     results = ssd.run(model_path, images, score_threshold, out_dir, threads)
-    if as_json:
-        console.print_json(results)
+    if console.printed_json(as_json, results):
         return
     rows = [
         [r["image"], d["label"], d["score"], ", ".join(f"{v:.1f}" for v in d["box"])]
@@ -124,9 +128,7 @@ def run(
         for d in r["detections"] or [{"label": "-", "score": None, "box": []}]
     ]
     console.print_table(None, ["image", "label", "score", "box (x1, y1, x2, y2)"], rows)
-    for r in results:
-        if "annotated" in r:
-            console.err.print(f"saved {r['annotated']}", markup=False)
+    console.tell([], *(r.get("annotated") for r in results))
 
 
 @detect_app.command("make-shapes")
@@ -145,26 +147,13 @@ def make_shapes(
     from dlperf.detect.voc import make_shapes as write
 
     summary = write(root, images=images, size=size, seed=seed)
-    if as_json:
-        console.print_json(summary)
+    if console.printed_json(as_json, summary):
         return
     objects = ", ".join(f"{n} {name}s" for name, n in summary["objects"].items())
     console.out.print(
         f"wrote {summary['images']} images ({objects}) to {root}: "
-        f"{summary['train']} train, {summary['val']} val",
-        markup=False,
+        f"{summary['train']} train, {summary['val']} val"
     )
-
-
-def _ap_rows(before: dict[str, Any], after: dict[str, Any]) -> list[list[Any]]:
-    rows = [[name, ap, after["ap"][name], _delta(ap, after["ap"][name])]
-            for name, ap in before["ap"].items()]  # fmt: skip
-    rows.append(["mAP", before["map"], after["map"], _delta(before["map"], after["map"])])
-    return rows
-
-
-def _delta(a: float, b: float) -> float | None:
-    return None if math.isnan(a) or math.isnan(b) else b - a
 
 
 def _detect_options(config: Path | None, set_: list[str], flags: dict[str, Any]) -> DetectConfig:
@@ -177,34 +166,21 @@ def _detect_options(config: Path | None, set_: list[str], flags: dict[str, Any])
     return opts
 
 
-def _recorded(command: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-    """`command(store, *args, reporter)`: a stored run, its progress on the console."""
-    store = open_store()
-    with console.reporter() as rep:
-        return command(store, *args, rep)
-
-
 @detect_app.command("finetune")
 def finetune(
     voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
     config: Path = DETECT_CONFIG,
-    set_: list[str] = FINETUNE_SET,
+    set_: list[str] = set_option("detect.lr=0.05"),
     weights: Path = WEIGHTS,
     out: Path = typer.Option(Path("detector.pt"), "--out", help="Checkpoint to write."),
-    model: str = typer.Option(
-        None,
-        "--model",
-        help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16 | ssd300_mobilenet_v1.",
-    ),
+    model: str = MODEL_KEY,
     size: int = SIZE,
     epochs: int = typer.Option(None, "--epochs", help="Passes over the train split."),
     batch: int = typer.Option(None, "--batch", help="Images per step."),
     lr: float = typer.Option(None, "--lr", help="Peak learning rate (cosine decay)."),
     train_split: str = typer.Option(None, "--train-split", help="ImageSets/Main split."),
     val_split: str = typer.Option(None, "--val-split", help="Split AP is measured on."),
-    ap_method: str = typer.Option(
-        None, "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
-    ),
+    ap_method: str = AP_METHOD,
     seed: int = typer.Option(None, "--seed", help="Random seed."),
     threads: int = THREADS,
     as_json: Json = False,
@@ -227,23 +203,22 @@ def finetune(
     }  # fmt: skip
     opts = _detect_options(config, set_, flags)
     check_writable(out)
-    done = _recorded(finetune_recorded, voc_root, opts, out, weights)
-    if as_json:
-        console.print_json(done)
+    with console.reporter() as rep:
+        done = finetune_recorded(open_store(), voc_root, opts, out, weights, rep)
+    if console.printed_json(as_json, done):
         return
-    before = {"ap": done["ap_before"], "map": done["map_before"]}
-    after = {"ap": done["ap_after"], "map": done["map_after"]}
+    pairs = [(name, ap, done["ap_after"][name]) for name, ap in done["ap_before"].items()]
+    pairs.append(("mAP", done["map_before"], done["map_after"]))
     console.print_table(
         f"AP@0.5 on {opts.val_split}",
         ["class", "before", "after", "change"],
-        _ap_rows(before, after),
+        [[n, a, b, None if math.isnan(a) or math.isnan(b) else b - a] for n, a, b in pairs],
     )
     console.out.print(
         f"run {done['run_id']}: AP ({opts.ap_method}) on {done['val_images']} {opts.val_split} "
         f"images; {done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
         f"images/s, {done['threads']} threads on {done['device']}), final loss "
-        f"{done['final_loss']:.3f}; saved {out}",
-        markup=False,
+        f"{done['final_loss']:.3f}; saved {out}"
     )
 
 
@@ -251,22 +226,14 @@ def finetune(
 def evaluate(
     voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
     weights: Path = WEIGHTS,
-    pretrained: bool = typer.Option(
-        False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
-    ),
+    pretrained: bool = PRETRAINED,
     config: Path = DETECT_CONFIG,
-    set_: list[str] = EVAL_SET,
-    model: str = typer.Option(
-        None,
-        "--model",
-        help="ssdlite320_mobilenet_v3_large (default) | ssd300_vgg16 | ssd300_mobilenet_v1.",
-    ),
+    set_: list[str] = set_option("detect.batch=16"),
+    model: str = MODEL_KEY,
     size: int = SIZE,
     batch: int = typer.Option(None, "--batch", help="Images per forward pass."),
     val_split: str = typer.Option(None, "--val-split", help="ImageSets/Main split to test on."),
-    ap_method: str = typer.Option(
-        None, "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
-    ),
+    ap_method: str = AP_METHOD,
     threads: int = THREADS,
     as_json: Json = False,
 ) -> None:
@@ -291,9 +258,9 @@ def evaluate(
         "ap_method": ap_method, "threads": threads,
     }  # fmt: skip
     opts = _detect_options(config, set_, flags)
-    done = _recorded(evaluate_recorded, voc_root, opts, weights, pretrained)
-    if as_json:
-        console.print_json(done)
+    with console.reporter() as rep:
+        done = evaluate_recorded(open_store(), voc_root, opts, weights, pretrained, rep)
+    if console.printed_json(as_json, done):
         return
     rows = [
         [name, "-" if name in done["unknown"] else done["renamed"].get(name, name), ap]
@@ -308,6 +275,5 @@ def evaluate(
     console.out.print(
         f"run {done['run_id']}: AP ({done['ap_method']}) on {done['images']} {done['split']} "
         f"images in {done['eval_s']:.1f} s ({done['images_per_s']:.1f} images/s, "
-        f"{done['threads']} threads on {done['device']})",
-        markup=False,
+        f"{done['threads']} threads on {done['device']})"
     )

@@ -18,8 +18,9 @@ def devices(as_json: Json = False) -> None:
     from dlperf.analytic.devices import load_catalog, user_file
 
     catalog = load_catalog()
-    if as_json:
-        console.print_json({name: d.model_dump(exclude={"name"}) for name, d in catalog.items()})
+    if console.printed_json(
+        as_json, {name: d.model_dump(exclude={"name"}) for name, d in catalog.items()}
+    ):
         return
     precisions = ("fp32", "fp16", "bf16")
     console.print_table(
@@ -54,8 +55,7 @@ def calibrate(
     with console.reporter() as rep:
         done = calibrate_recorded(open_store, name, rep)
     run_id, path, device = done["run_id"], done["path"], done["device"]
-    if as_json:
-        console.print_json({"run_id": run_id, "path": str(path), **device.model_dump()})
+    if console.printed_json(as_json, {"run_id": run_id, "path": str(path), **device.model_dump()}):
         return
     console.print_table(
         f"{device.name}: {device.description}",

@@ -30,18 +30,10 @@ def _print_summary(result: Any, plots: list[str]) -> None:
                      s["selected"], s["pseudo_label_precision"], s["status"]])  # fmt: skip
     console.print_table(
         f"distill {result.name!r}, study {result.study_id}",
-        [
-            "stage",
-            "K",
-            "run(s): select > pretrain > finetune",
-            "model",
-            "test acc",
-            "kept",
-            "precision",
-            "",
-        ],
+        ["stage", "K", "run(s): select > pretrain > finetune", "model", "test acc", "kept",
+         "precision", ""],
         rows,
-    )
+    )  # fmt: skip
     if result.students:
         console.print_table(
             "images kept per class (pseudo-label precision)",
@@ -53,14 +45,13 @@ def _print_summary(result: Any, plots: list[str]) -> None:
         )
     speed = t.get("scoring_images_per_s") if t else None
     if speed is not None:
-        console.out.print(f"teacher scoring: {speed:,.0f} images/s", markup=False)
+        console.out.print(f"teacher scoring: {speed:,.0f} images/s")
     winner = best(result.students)
     if winner is not None:
-        console.out.print(verdict(winner, t, b), markup=False)
+        console.out.print(verdict(winner, t, b))
     if result.error:
-        console.err.print(f"stopped: {result.error}", markup=False)
-    for path in plots:
-        console.tell([], path)
+        console.err.print(f"stopped: {result.error}")
+    console.tell([], *plots)
 
 
 def _kept(student: dict[str, Any], c: int) -> str:
@@ -70,15 +61,12 @@ def _kept(student: dict[str, Any], c: int) -> str:
     return f"{student['kept'][c]} ({precision[c]:.2f})"
 
 
-DISTILL_SET = set_option("train.epochs=5")
-
-
 @app.command()
 def distill(
     experiment: Path = typer.Argument(
         ..., help="Experiment TOML file: the labelled data and recipe.", show_default=False
     ),
-    set_: list[str] = DISTILL_SET,
+    set_: list[str] = set_option("train.epochs=5"),
     unlabeled: str = typer.Option(
         None,
         "--unlabeled",
@@ -122,9 +110,7 @@ def distill(
         result = run_distill(job, store, resume, new, rep)
     figure = distill_figure(result)
     plots = [str(figure)] if figure is not None else []
-    if as_json:
-        console.print_json({**dataclasses.asdict(result), "plots": plots})
-    else:
+    if not console.printed_json(as_json, {**dataclasses.asdict(result), "plots": plots}):
         _print_summary(result, plots)
     if result.error:
         raise typer.Exit(1)

@@ -36,9 +36,9 @@ def doctor(
     store = open_store()
     ids = lib.select(store, run_ids or (), study, last)
     findings = lib.examine(store, ids)
-    if as_json:
-        console.print_json({"runs": ids, "findings": [f.to_dict() for f in findings]})
-    else:
+    if not console.printed_json(
+        as_json, {"runs": ids, "findings": [f.to_dict() for f in findings]}
+    ):
         _print(store, ids, findings)
     errors = sum(f.severity == "error" for f in findings)
     if errors:
@@ -53,12 +53,12 @@ def _print(store: RunStore, ids: list[int], findings: list[Finding]) -> None:
         run = store.get_run(run_id)
         head = f"run {run_id} {run.name} ({run.kind}, {run.status})"
         if not found:
-            console.out.print(f"{head}: no findings", markup=False)
+            console.out.print(f"{head}: no findings")
             continue
-        console.out.print(head, markup=False)
+        console.out.print(head)
         for f in found:
-            console.out.print(f"  {f.severity:<8} {f.rule}: {f.evidence}", markup=False)
-            console.out.print(f"           fix: {f.fix}", markup=False)
+            console.out.print(f"  {f.severity:<8} {f.rule}: {f.evidence}")
+            console.out.print(f"           fix: {f.fix}")
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     tally = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
-    console.out.print(f"{len(ids)} run(s) examined: {tally}", markup=False)
+    console.out.print(f"{len(ids)} run(s) examined: {tally}")

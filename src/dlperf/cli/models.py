@@ -25,9 +25,7 @@ def model_names() -> dict[str, list[str]]:
 
 
 @app.command()
-def models(
-    as_json: Json = False,
-) -> None:
+def models(as_json: Json = False) -> None:
     """List model names: dlperf's own networks and torchvision's classification zoo.
 
     Any of them, or path/to/file.py:factory, goes in [model] name.
@@ -35,24 +33,20 @@ def models(
     Example: dlperf models --json
     """
     names = model_names()
-    if as_json:
-        console.print_json(names)
+    if console.printed_json(as_json, names):
         return
     for source, listed in names.items():
-        console.out.print(f"{source} ({len(listed)}): {', '.join(listed)}", markup=False)
+        console.out.print(f"{source} ({len(listed)}): {', '.join(listed)}")
 
 
 @app.command()
-def datasets(
-    as_json: Json = False,
-) -> None:
+def datasets(as_json: Json = False) -> None:
     """List data set names for [data] name: where each reads from, its classes and image shape.
 
     Example: dlperf datasets
     """
     table = dataset_table()
-    if as_json:
-        console.print_json(table)
+    if console.printed_json(as_json, table):
         return
     rows = [
         [

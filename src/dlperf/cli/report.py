@@ -35,12 +35,10 @@ def report(
         raise UserError(f"--out {out} is a file, not a directory", "give a directory for the site")
     with console.reporter() as rep:
         done = build_report(open_store(), out, run_ids or (), study, last, rep)
-    if as_json:
-        console.print_json(done.to_dict())
+    if console.printed_json(as_json, done.to_dict()):
         return
     console.out.print(
         f"{len(done.runs)} run(s), {len(done.studies)} study(ies): "
-        f"{len(done.pages)} pages in {done.out}",
-        markup=False,
+        f"{len(done.pages)} pages in {done.out}"
     )
-    console.err.print(f"saved {done.out / 'index.html'}", markup=False)
+    console.tell([], done.out / "index.html")

@@ -23,9 +23,7 @@ app.add_typer(config_app, name="config")
 
 def _print_result(result: dict[str, Any]) -> None:
     if result["status"] != "finished":
-        console.err.print(
-            f"run {result['run_id']} {result['status']}: {result.get('error')}", markup=False
-        )
+        console.err.print(f"run {result['run_id']} {result['status']}: {result.get('error')}")
         return
     rows = [
         ["run", result["run_id"]],
@@ -42,13 +40,10 @@ def _print_result(result: dict[str, Any]) -> None:
     console.print_phases(result)
 
 
-RUN_SET = set_option("train.lr=0.01")
-
-
 @app.command()
 def run(
     experiment: Path = typer.Argument(None, help="Experiment TOML file.", show_default=False),
-    set_: list[str] = RUN_SET,
+    set_: list[str] = set_option("train.lr=0.01"),
     timing: str = typer.Option(
         None, "--timing", help="off | coarse | phases (same as --set run.timing=...)."
     ),
@@ -87,9 +82,7 @@ def run(
     except KeyboardInterrupt:
         _resume_hint(store, resume)
         raise
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         _print_result(result)
     if result["status"] == "failed":
         raise typer.Exit(1)
@@ -112,8 +105,7 @@ def _resume_hint(store: RunStore, run_id: int | None) -> None:
     except UserError:
         return
     console.err.print(
-        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}",
-        markup=False,
+        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}"
     )
 
 
@@ -128,7 +120,7 @@ def config_show(
     """
     from dlperf.config import load_file, to_toml
 
-    console.out.print(to_toml(*load_file(experiment, list(set_))), markup=False)
+    console.out.print(to_toml(*load_file(experiment, list(set_))))
 
 
 @config_app.command("keys")
@@ -143,9 +135,7 @@ def config_keys() -> None:
 
 
 @app.command()
-def demo(
-    as_json: Json = False,
-) -> None:
+def demo(as_json: Json = False) -> None:
     """Train smallcnn and resnet20 on the bundled digits to 95% test accuracy, and compare.
 
     Runs on a laptop CPU in well under 3 minutes; both runs are kept in the store.
@@ -156,38 +146,18 @@ def demo(
 
     with console.reporter() as rep:
         results = run_demo(open_store(), rep)
-    if as_json:
-        console.print_json(results)
-    else:
-        rows = []
-        for r in results["runs"]:
-            phases = r.get("phases") or {}
-            rows.append(
-                [
-                    r["model"],
-                    r["run_id"],
-                    r.get("test_accuracy"),
-                    r.get("epochs_to_target"),
-                    r.get("time_to_target_s"),
-                    r.get("throughput"),
-                    *(phases.get(p, 0) * 1e3 for p in ("data", "forward", "backward", "optimizer")),
-                ]
-            )
+    if not console.printed_json(as_json, results):
+        keys = ("test_accuracy", "epochs_to_target", "time_to_target_s", "throughput")
+        phases = ("data", "forward", "backward", "optimizer")
         console.print_table(
             "dlperf demo: scikit-learn digits (8x8), target 95% validation accuracy",
+            ["model", "run", "test acc", "epochs to target", "s to target", "samples/s",
+             "data ms", "fwd ms", "bwd ms", "opt ms"],
             [
-                "model",
-                "run",
-                "test acc",
-                "epochs to target",
-                "s to target",
-                "samples/s",
-                "data ms",
-                "fwd ms",
-                "bwd ms",
-                "opt ms",
+                [r["model"], r["run_id"], *map(r.get, keys),
+                 *((r.get("phases") or {}).get(p, 0) * 1e3 for p in phases)]
+                for r in results["runs"]
             ],
-            rows,
-        )
+        )  # fmt: skip
     if not results["passed"]:
         raise CheckFailed(f"a demo model finished below {results['target']:.0%} test accuracy")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import unicodedata
@@ -26,9 +27,8 @@ app.add_typer(runs_app, name="runs")
 TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
-def reader() -> Any:  # -> dlperf.store.RunStore
-    """The store as the commands that only read it open it: never made or written."""
-    return open_store(create=False)
+# The store as the commands that only read it open it: never made or written.
+reader = functools.partial(open_store, create=False)
 
 
 @runs_app.command("list")
@@ -53,8 +53,7 @@ def runs_list(
     from dlperf.store.query import config_value, list_runs
 
     runs = list_runs(reader, kind=kind, study=study, where=where or (), limit=limit)
-    if as_json:
-        console.print_json([r.to_dict() for r in runs])
+    if console.printed_json(as_json, [r.to_dict() for r in runs]):
         return
     tagged = any(r.tags for r in runs)
     console.print_table(
@@ -62,25 +61,13 @@ def runs_list(
         ["id", "name", "kind", "status", "model", "data", "test acc", "samples/s", "started"]
         + (["tags"] if tagged else []),
         [
-            [
-                r.id,
-                r.name,
-                r.kind,
-                r.status,
-                config_value(r.config, "model.name"),
-                config_value(r.config, "data.name"),
-                r.summary.get("test_accuracy"),
-                r.summary.get("throughput"),
-                r.started,
-            ]
-            + ([_tag_text(r.tags)] if tagged else [])
+            [r.id, r.name, r.kind, r.status, config_value(r.config, "model.name"),
+             config_value(r.config, "data.name"), r.summary.get("test_accuracy"),
+             r.summary.get("throughput"), r.started]
+            + ([" ".join(f"{k}={v}" for k, v in r.tags.items()) or None] if tagged else [])
             for r in runs
         ],
-    )
-
-
-def _tag_text(tags: dict[str, str]) -> str | None:
-    return " ".join(f"{k}={v}" for k, v in tags.items()) or None
+    )  # fmt: skip
 
 
 # --- runs show ------------------------------------------------------------------------------
@@ -94,10 +81,7 @@ def _plain(value: Any) -> Any:
 
 
 @runs_app.command("show")
-def runs_show(
-    run_id: int = typer.Argument(..., help="Run ID."),
-    as_json: Json = False,
-) -> None:
+def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json = False) -> None:
     """Show a run: summary and tags, config, system, artifacts, phase breakdown and per-epoch
     metrics.
 
@@ -106,8 +90,7 @@ def runs_show(
     from dlperf.store.query import config_settings, config_value, show, summary_rows
 
     view = show(reader(), run_id)
-    if as_json:
-        console.print_json(view.to_dict())
+    if console.printed_json(as_json, view.to_dict()):
         return
     run = view.run
     summary, system = run.summary, run.system or {}
@@ -162,8 +145,7 @@ def runs_compare(
     from dlperf.store.query import compare
 
     done = compare(reader(), run_ids or [], study)
-    if as_json:
-        console.print_json(done.to_dict())
+    if console.printed_json(as_json, done.to_dict()):
         return
     console.print_table(
         None,
@@ -212,7 +194,7 @@ def runs_tag(
     if result:
         console.print_table(f"run {run_id} tags", ["tag", "value"], list(result.items()))
     else:
-        console.out.print(f"run {run_id} has no tags", markup=False)
+        console.out.print(f"run {run_id} has no tags")
 
 
 def _interactive() -> bool:
@@ -251,11 +233,10 @@ def runs_delete(
         for r in runs:
             console.err.print(
                 f"run {r.id}: {r.name} ({r.kind}, {r.status}, "
-                f"{len(store.artifacts(r.id))} artifacts)",
-                markup=False,
+                f"{len(store.artifacts(r.id))} artifacts)"
             )
         if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):
-            console.err.print("nothing deleted", markup=False)
+            console.err.print("nothing deleted")
             raise typer.Exit(1)
     for stopped in stop(store, runs) if force else []:
         if stopped.status is None:
@@ -265,15 +246,14 @@ def runs_delete(
             )
         else:
             console.out.print(
-                f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}",
-                markup=False,
+                f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}"
             )
     done = store.delete_runs(ids, force)
     for path, why in done.kept:
         console.warn(f"kept {path}: {why}")
-    console.out.print(f"deleted run {', '.join(map(str, done.runs))}", markup=False)
+    console.out.print(f"deleted run {', '.join(map(str, done.runs))}")
     for path in done.removed:
-        console.out.print(f"removed {path}", markup=False)
+        console.out.print(f"removed {path}")
 
 
 @runs_app.command("repair")
@@ -291,21 +271,13 @@ def runs_repair(
     from dlperf.store import repair
 
     done = repair(state.db, out)
-    if as_json:
-        console.print_json(
-            {
-                "source": str(done.source),
-                "out": str(done.out),
-                "store_id": done.store_id,
-                "tables": {name: asdict(counts) for name, counts in done.tables.items()},
-            }
-        )
+    tables = {name: asdict(counts) for name, counts in done.tables.items()}
+    document = {"source": done.source, "out": done.out, "store_id": done.store_id, "tables": tables}
+    if console.printed_json(as_json, document):  # paths as strings
         return
     console.print_table(
         f"rows read from {done.source}",
         ["table", "copied", "left out", "damaged stretches skipped"],
         [[n, c.copied, c.left_out, c.skipped_stretches] for n, c in done.tables.items()],
     )
-    console.out.print(
-        f"wrote {done.out}: {done.runs} run(s) of store {done.store_id}", markup=False
-    )
+    console.out.print(f"wrote {done.out}: {done.runs} run(s) of store {done.store_id}")

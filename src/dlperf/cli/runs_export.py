@@ -57,26 +57,15 @@ def runs_export(
     else:
         result = exporters.export_tensorboard(store, run_ids, out)
     console.tell(result["warnings"])
-    if as_json:
-        console.print_json(result)
+    if console.printed_json(as_json, result):
         return
     if to == "mlflow":
+        keys = ("mlflow_run_id", "params", "metrics", "points", "tags", "artifacts")
         console.print_table(
             f"exported to MLflow {result['uri']}, experiment {experiment} "
             f"({result['experiment_id']})",
             ["run", "mlflow run", "params", "metrics", "points", "tags", "artifacts"],
-            [
-                [
-                    int(i),
-                    r["mlflow_run_id"],
-                    r["params"],
-                    r["metrics"],
-                    r["points"],
-                    r["tags"],
-                    r["artifacts"],
-                ]
-                for i, r in result["runs"].items()
-            ],
+            [[int(i), *(r[k] for k in keys)] for i, r in result["runs"].items()],
         )
     else:
         console.print_table(

@@ -39,7 +39,6 @@ def runs_plot(
     check_out(path)
     check_writable(path, make_parents=False)  # before the store is read
     done = plot_runs(open_store(), run_ids, keys, x, path)
-    if as_json:
-        console.print_json(done.to_dict())
+    if console.printed_json(as_json, done.to_dict()):
         return
     console.tell(done.warnings, done.path)

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, open_store
 from dlperf.cli.runs import runs_app
 from dlperf.errors import UserError
-
-if TYPE_CHECKING:
-    from dlperf.traces import TraceSummary
 
 
 @runs_app.command("trace")
@@ -39,14 +34,10 @@ def runs_trace(
             raise UserError(f"--rank must be 0..{len(paths) - 1} for run {run_id}, got {rank}")
         paths = [paths[rank]]
     summaries = [traces.summarise(p) for p in paths]
-    if as_json:
-        console.print_json({"run_id": run_id, "traces": [s.to_dict(top) for s in summaries]})
+    if console.printed_json(
+        as_json, {"run_id": run_id, "traces": [s.to_dict(top) for s in summaries]}
+    ):
         return
     for s in summaries:
-        _print(s, top)
-
-
-def _print(s: TraceSummary, top: int) -> None:
-    tables = [s.phase_table(), s.operator_table(top)] + ([s.overlap_table()] if s.overlap else [])
-    for table in tables:
-        console.print_table(table.title, table.columns, table.rows)
+        overlap = [s.overlap_table()] if s.overlap else []
+        console.print_tables([s.phase_table(), s.operator_table(top), *overlap])

@@ -39,67 +39,50 @@ def _emit(
     text = job_file(kind, sys.argv[1:], opts, gpus_per_node, image, job_name, cloud)
     if out is None:
         # soft_wrap: a line wrapped at the console's width would split a command in two
-        console.out.print(text, markup=False, end="", soft_wrap=True)
+        console.out.print(text, end="", soft_wrap=True)
         return
     out.write_text(text)
-    console.err.print(f"wrote {out}", markup=False)
+    console.err.print(f"wrote {out}")
     if kind in CLOUD:  # what the platforms share, as this one says it
         job = json.loads(text) if kind != "azureml" else yaml.safe_load(text)
         fields = shared(kind, job)
         console.err.print(
             f"{fields['instance count']} x {fields['instance type']} running {fields['image']}; "
-            f"output: {fields['output location'] or 'the job default'}",
-            markup=False,
+            f"output: {fields['output location'] or 'the job default'}"
         )
 
 
 def _print_table(result: StudyResult) -> None:
     if result.study_id is None:
         console.err.print(
-            f"this node ran its workers of {len(result.rows)} point(s); node 0 stores the results",
-            markup=False,
+            f"this node ran its workers of {len(result.rows)} point(s); node 0 stores the results"
         )
         return
     from dlperf.distributed import study_tables, trace_split
 
     traced = trace_split.table(result.rows)
     tables = study_tables.course_tables(result) + study_tables.tables(result)
-    for table in [*tables, *([traced] if traced else [])]:
-        console.print_table(table.title, table.columns, table.rows)
+    console.print_tables([*tables, *([traced] if traced else [])])
     console.out.print(
         "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
         "ring = ring-model all-reduce, overlap = the exposed part the bucket/overlap model "
-        "predicts; busbw GB/s",
-        markup=False,
+        "predicts; busbw GB/s"
     )
     for line in study_tables.definitions(result):
-        console.out.print(line, markup=False, soft_wrap=True)
+        console.out.print(line, soft_wrap=True)
     for line in study_tables.findings(result):
-        console.out.print(line, markup=False)
+        console.out.print(line)
     if study_tables.missing_ring(result):
         console.err.print(
             "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
-            "run `dlperf scale allreduce --workers 2`",
-            markup=False,
+            "run `dlperf scale allreduce --workers 2`"
         )
     for failure in study_tables.failures(result):
-        console.err.print(failure, markup=False)
-
-
-def _print_csv(result: StudyResult) -> None:
-    """The course's scaling tables as one CSV on stdout (see study_tables.course_csv)."""
-    from dlperf.distributed.study_tables import course_csv
-
-    columns, rows = course_csv(result)
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
+        console.err.print(failure)
 
 
 def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        console.print_json(result)
-    else:
+    if not console.printed_json(as_json, result):
         console.print_table(
             f"all-reduce study {result['study_id']} ({result['backend']})",
             ["workers", "bytes", "time (us)", "algbw GB/s", "busbw GB/s"],
@@ -113,8 +96,7 @@ def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
             console.out.print(
                 f"ring model T = 2(n-1)a + 2(n-1)/n S/B: a = {ring['alpha_s'] * 1e6:.1f} us, "
                 f"B = {ring['bandwidth_bytes_per_s'] / 1e9:.3g} GB/s, "
-                f"rms error {ring['rmse_pct']:.1f}% over {ring['n_points']} points",
-                markup=False,
+                f"rms error {ring['rmse_pct']:.1f}% over {ring['n_points']} points"
             )
         else:
             console.warn(f"no ring model fitted: {result['fit_error']}")
@@ -124,11 +106,10 @@ def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
             )
             console.out.print(
                 f"overlap cost at {n} workers: {cost:.2f} s of compute lost per s of all-reduce "
-                f"in flight (measured at {sizes})",
-                markup=False,
+                f"in flight (measured at {sizes})"
             )
     for failure in result["failures"]:
-        console.err.print(f"{failure['workers']} workers failed:\n{failure['error']}", markup=False)
+        console.err.print(f"{failure['workers']} workers failed:\n{failure['error']}")
     if result["failures"]:
         raise typer.Exit(1)
 
@@ -279,16 +260,7 @@ def run(
         name = job.experiment.run.name or "dlperf"
         _emit(emit, out, job.scale, gpus_per_node, image, name, cloud)
         return
-    result, artifacts = _study(job, run_study)
-    if as_json:
-        _print_document(result, artifacts)
-    else:
-        if as_csv and result.study_id is not None:
-            _print_csv(result)
-        else:  # the tables, or (on a node but the first) that node 0 stores the results
-            _print_table(result)
-        for path in artifacts:
-            console.tell([], path)
+    result = _study(job, run_study, as_json, as_csv)
     if any(r.status == "failed" for r in result.rows):
         raise typer.Exit(1)
 
@@ -323,16 +295,9 @@ def max_batch(
         "plots": plots,
     }  # fmt: skip
     job = load_job(ScaleJob, _need(experiment), set_, scale=flags)
-    result, artifacts = _study(job, find_max_batch)
-    if as_json:
-        _print_document(result, artifacts)
-    else:
-        _print_table(result)
-        for path in artifacts:
-            console.tell([], path)
-        console.out.print(
-            f"largest per-worker batch that fits: {result.max_per_worker_batch}", markup=False
-        )
+    result = _study(job, find_max_batch, as_json)
+    if not as_json:
+        console.out.print(f"largest per-worker batch that fits: {result.max_per_worker_batch}")
     # Out of memory is the answer; any other failure leaves the search unfinished.
     failed = any(r.status == "failed" and not r.out_of_memory for r in result.rows)
     if result.max_per_worker_batch is None or failed:
@@ -371,8 +336,12 @@ def allreduce(
     _print_allreduce(result, as_json)
 
 
-def _study(job: ScaleJob, run: Callable[..., StudyResult]) -> tuple[StudyResult, list[str]]:
-    """Run `job` with `run` (a study or the batch search), then draw its figures."""
+def _study(
+    job: ScaleJob, run: Callable[..., StudyResult], as_json: bool, as_csv: bool = False
+) -> StudyResult:
+    """Run `job` with `run` (a study or the batch search), draw its figures, and print it:
+    the JSON document, the course's tables as one CSV, or the tables (on a node but the
+    first: that node 0 stores the results), then the figures saved."""
     store = open_store()
     where = store.artifact_dir(job.experiment.run.out_dir)  # study ids repeat across stores
     with console.reporter() as rep:
@@ -384,10 +353,16 @@ def _study(job: ScaleJob, run: Callable[..., StudyResult]) -> tuple[StudyResult,
         from dlperf.report.scaling import save_study_figures
 
         artifacts = save_study_figures(store, result.study_id, result.rows, where)
-    return result, artifacts
+    from dlperf.distributed.study_tables import course_csv, document
 
-
-def _print_document(result: StudyResult, artifacts: list[str]) -> None:
-    from dlperf.distributed.study_tables import document
-
-    console.print_json(document(result, artifacts))
+    if console.printed_json(as_json, document(result, artifacts)):
+        return result
+    if as_csv and result.study_id is not None:
+        columns, rows = course_csv(result)
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        _print_table(result)
+    console.tell([], *artifacts)
+    return result

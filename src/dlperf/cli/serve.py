@@ -44,17 +44,13 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-SERVE_CONFIG = config_option("[serve] section")
-SERVE_SET = set_option("serve.port=9000")
-
-
 @serve_app.command("start")
 def start(
     model: Path = typer.Argument(
         ..., help="An ONNX model; one exported by `dlperf export` also gets /predict."
     ),
-    config: Path = SERVE_CONFIG,
-    set_: list[str] = SERVE_SET,
+    config: Path = config_option("[serve] section"),
+    set_: list[str] = set_option("serve.port=9000"),
     host: str = typer.Option(None, "--host", help="Address to listen on."),
     port: int = typer.Option(None, "--port", help="Port (0 = any free)."),
     max_batch: int = typer.Option(None, "--max-batch", help="Most rows in one model call."),
@@ -106,7 +102,6 @@ def start(
         f"serving {served.name} ({served.task or 'no dlperf metadata: tensors only'}; "
         f"{served.note}) on "
         f"http://{where}:{bound} - Ctrl-C stops after the queued requests",
-        markup=False,
         soft_wrap=True,
     )
     stopped_by = serve_forever(server_app, sock)
@@ -138,15 +133,8 @@ def bench(
     endpoint = loadgen.target(url)
     with console.reporter() as rep:
         results = loadgen.run(endpoint, levels, duration, max_requests, image, rep)
-    if as_json:
-        console.print_json(
-            {
-                "url": endpoint,
-                "duration_s": duration,
-                "max_requests": max_requests,
-                "levels": [asdict(r) for r in results],
-            }
-        )
+    document = {"url": endpoint, "duration_s": duration, "max_requests": max_requests}
+    if console.printed_json(as_json, {**document, "levels": [asdict(r) for r in results]}):
         return
     rows = [
         [r.concurrency, r.requests, r.errors, r.throughput, r.p50_ms, r.p90_ms, r.p99_ms]

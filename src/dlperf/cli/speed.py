@@ -68,8 +68,7 @@ def speed_fit(
     done = speed.fit_measured(model, open_store, csv, study_id, selected, predict_at, fixed)
     console.tell(done.warnings)
     result = done.fit
-    if as_json:
-        console.print_json(done.to_dict())
+    if console.printed_json(as_json, done.to_dict()):
         return
 
     def interval(name: str) -> list[object]:
@@ -87,7 +86,7 @@ def speed_fit(
         [[k, v, *interval(k), speed.MEANINGS[model][k]] for k, v in result.params.items()],
     )
     for name, why in result.undetermined.items():
-        console.out.print(f"{name}: {why}", markup=False)
+        console.out.print(f"{name}: {why}")
     if done.predictions:
         keys = speed.config_keys(model)
         console.print_table(
@@ -99,7 +98,7 @@ def speed_fit(
                 for p in done.predictions
             ],
         )  # fmt: skip
-        console.out.print(f"basis: {result.basis}", markup=False)
+        console.out.print(f"basis: {result.basis}")
 
 
 @converge_app.command("plan")
@@ -161,8 +160,7 @@ def plan(
         if plot is not None:
             console.warn(f"--plot {plot}: nothing drawn, --cluster has no figure")
         jobs = planner.allocate(planner.read_jobs(cluster), gpus)
-        if as_json:
-            console.print_json({"gpus": gpus, "jobs": [asdict(a) for a in jobs]})
+        if console.printed_json(as_json, {"gpus": gpus, "jobs": [asdict(a) for a in jobs]}):
             return
         console.print_table(
             f"{gpus} devices, Optimus greedy allocation",
@@ -186,15 +184,13 @@ def plan(
     if done.reached_at_step is not None:
         if plot is not None:
             console.warn(f"--plot {plot}: nothing drawn, there is nothing to plan")
-        if as_json:
-            console.print_json(asdict(done))
+        if console.printed_json(as_json, asdict(done)):
             return
         side = "above" if done.metric == "accuracy" else "below"
         window = f" (its fit window ends at step {done.done:g})" if done.done else ""
         console.out.print(
             f"the curve is already at or {side} the target {target:g} {done.metric} at step "
-            f"{done.reached_at_step:g}{window}: no steps to go",
-            markup=False,
+            f"{done.reached_at_step:g}{window}: no steps to go"
         )
         return
     if plot is not None:
@@ -202,8 +198,7 @@ def plan(
 
         plot_plan(plot, done.allocations)
     console.tell([], plot)
-    if as_json:
-        console.print_json(asdict(done))
+    if console.printed_json(as_json, asdict(done)):
         return
     console.print_table(
         f"{console.fmt(done.steps)} steps to {target:g}",
@@ -219,7 +214,6 @@ def plan(
     for key in (k for k in ("workers", "ps", "batch") if k in beyond):
         least, most = speed_model.span[key]
         console.out.print(
-            f"{key} beyond the measured {least:g}–{most:g} assume {speed.ASSUMES['optimus'][key]}",
-            markup=False,
+            f"{key} beyond the measured {least:g}–{most:g} assume {speed.ASSUMES['optimus'][key]}"
         )
-    console.out.print(f"basis: {done.basis}", markup=False)
+    console.out.print(f"basis: {done.basis}")

@@ -79,8 +79,7 @@ def staleness(
     else:
         times = _learners(learner)
     gradients = sim.simulate(times, push_latency, pull_latency)
-    if as_json:
-        console.print_json(sim.to_json(gradients))
+    if console.printed_json(as_json, sim.to_json(gradients)):
         return
     console.print_table(
         None,
@@ -92,8 +91,7 @@ def staleness(
     histogram = ", ".join(f"{k}: {v}" for k, v in s["histogram"].items())
     console.out.print(
         f"{s['gradients']} gradients, staleness mean {s['mean_staleness']:.3g}, "
-        f"max {s['max_staleness']}; histogram {histogram}",
-        markup=False,
+        f"max {s['max_staleness']}; histogram {histogram}"
     )
 
 
@@ -120,8 +118,7 @@ def _train_staleness(
     plot_staleness(figure, result)
     store.add_artifact(result["async"]["run_id"], "figure", figure)
     result["figure"] = str(figure)
-    if as_json:
-        console.print_json(result)
+    if console.printed_json(as_json, result):
         return
     console.print_table(
         f"study {result['study_id']}: sync SGD vs {len(rates)} asynchronous learners",

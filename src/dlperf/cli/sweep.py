@@ -74,8 +74,7 @@ def _print_summary(result: Any, sort: str | None) -> None:
     if reached and not any(g["reached_target"] for g in result.groups):
         console.out.print(
             f"no point reached the target (validation accuracy {result.target:g}) in the "
-            "epochs it trained: no time_to_target.png",
-            markup=False,
+            "epochs it trained: no time_to_target.png"
         )
     console.print_table(
         "best point per axis value (winner first)",
@@ -88,10 +87,10 @@ def _print_summary(result: Any, sort: str | None) -> None:
         ],
     )  # fmt: skip
     if result.winner is not None:
-        console.out.print(f"winner: run {result.winner}", markup=False)
+        console.out.print(f"winner: run {result.winner}")
     for row in result.points:
         if row.status == "failed":
-            console.err.print(f"run {row.run_id} failed: {row.error}", markup=False)
+            console.err.print(f"run {row.run_id} failed: {row.error}")
 
 
 @app.command()
@@ -131,11 +130,10 @@ def sweep(
     with console.reporter() as rep:
         result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
     plots = [str(p) for p in sweep_figures(store, result)]
-    if as_json:
-        console.print_json({"spread": SPREAD, **dataclasses.asdict(result), "plots": plots})
-    else:
+    if not console.printed_json(
+        as_json, {"spread": SPREAD, **dataclasses.asdict(result), "plots": plots}
+    ):
         _print_summary(result, sort)
-        for path in plots:
-            console.tell([], path)
+        console.tell([], *plots)
     if any(r.status == "failed" for r in result.points):
         raise typer.Exit(1)
