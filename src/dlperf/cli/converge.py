@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,52 +38,30 @@ RUN_IDS = typer.Argument(None, help="Stored run IDs (or use --csv).", show_defau
 CSV = typer.Option(None, "--csv", help="A CSV file with the curve.")
 
 
-def _curve_options(
-    config: Path = config_option("[converge] section"),
-    set_: list[str] = set_option("converge.upto=0.3"),
-    x: str = typer.Option(
-        None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...)."
-    ),
-    y: str = typer.Option(None, "--y", help="CSV column of the metric."),
-    metric: str = typer.Option(
-        None,
-        "--metric",
-        help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy).",
-    ),
-    key: str = typer.Option(
-        None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
-    ),
-    upto: float = typer.Option(
-        None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3."
-    ),
-    upto_step: float = typer.Option(None, "--upto-step", help="Fit the points up to step K."),
-) -> None:
-    """The curve options fit, predict and regress share, shortcuts for the keys of
-    [converge]: `curve_options` adds them to each command."""
+# The curve options fit, predict and regress share: shortcuts for the keys of [converge].
+CURVE_CONFIG = config_option("[converge] section")
+CURVE_SET = set_option("converge.upto=0.3")
+X = typer.Option(None, "--x", help="CSV column of the step (default: the row number, 1, 2, ...).")
+Y = typer.Option(None, "--y", help="CSV column of the metric.")
+METRIC = typer.Option(
+    None, "--metric", help="loss (default) | accuracy | error (accuracy is fitted as 1 − accuracy)."
+)
+KEY = typer.Option(
+    None, "--key", help="Stored metric key (default val/loss, val/acc1; error: 1 − val/acc1)."
+)
+UPTO = typer.Option(None, "--upto", help="Fit the first FRACTION of the points, e.g. 0.3.")
+UPTO_STEP = typer.Option(None, "--upto-step", help="Fit the points up to step K.")
 
 
-def _curve(curve: dict[str, Any], **more: Any) -> tuple[CurveOptions, ConvergeConfig]:
-    """[converge] of --config < --set < the flags given: the curve options and the section."""
+def _curve(
+    config: Path | None, set_: list[str], flags: dict[str, Any]
+) -> tuple[CurveOptions, ConvergeConfig]:
+    """[converge] of `config` < --set < the flags given: the curve options and the section."""
     from dlperf.config import ConvergeJob, load_job
 
-    config, set_, flags = curve.pop("config"), curve.pop("set_"), {**curve, **more}
     section = load_job(ConvergeJob, config, set_, converge=flags).converge
     opts = CurveOptions(**{f.name: getattr(section, f.name) for f in fields(CurveOptions)})
     return opts, section
-
-
-def curve_options(command: Callable[..., None]) -> Callable[..., None]:
-    """`command` with the curve options after its own; it takes them as its first argument,
-    `curve`, a dict for `_curve`."""
-    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
-    shared = inspect.signature(_curve_options, eval_str=True).parameters.values()
-
-    @functools.wraps(command)
-    def with_curve(**kwargs: Any) -> None:
-        command({p.name: kwargs.pop(p.name) for p in shared}, **kwargs)
-
-    with_curve.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
-    return with_curve
 
 
 def _one_or_list(documents: list[dict[str, Any]]) -> Any:
@@ -94,9 +69,7 @@ def _one_or_list(documents: list[dict[str, Any]]) -> Any:
 
 
 @converge_app.command("fit")
-@curve_options
 def fit(
-    curve: dict[str, Any],
     run_ids: list[int] = RUN_IDS,
     csv: Path = CSV,
     plot: Path = console.PLOT,
@@ -104,6 +77,14 @@ def fit(
         None, "--to-csv", help="Also write the β table (one row per curve) to this CSV file."
     ),
     as_json: Json = False,
+    config: Path = CURVE_CONFIG,
+    set_: list[str] = CURVE_SET,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit l(k) = 1/(β0·k + β1) + β2 (Optimus) and a·k^−b + c to a loss or accuracy curve,
     with bootstrap 90% intervals; say which form predicts later points better.
@@ -117,7 +98,8 @@ def fit(
     """
     from dlperf.converge import fitting
 
-    opts, _ = _curve(curve)
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, _ = _curve(config, set_, curve)
     if to_csv is not None:
         from dlperf.paths import check_writable
 
@@ -167,9 +149,7 @@ def fit(
 
 
 @converge_app.command("predict")
-@curve_options
 def predict(
-    curve: dict[str, Any],
     run_ids: list[int] = RUN_IDS,
     target: float | None = typer.Option(
         None, "--target", help="Value to reach, in the metric's units."
@@ -182,6 +162,14 @@ def predict(
     ),
     plot: Path = console.PLOT,
     as_json: Json = False,
+    config: Path = CURVE_CONFIG,
+    set_: list[str] = CURVE_SET,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """The step at which the fitted curve reaches a target, with a 90% interval, and the
     error against the measured curve when it goes on beyond the fit window. The ensemble says
@@ -192,7 +180,8 @@ def predict(
     """
     from dlperf.converge import fitting
 
-    opts, section = _curve(curve, target=target, form=form)
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, section = _curve(config, set_, {**curve, "target": target, "form": form})
     target, form = section.target, section.form
     if target is None:  # before the fits, not after them
         raise UserError("give converge.target, the value to reach", "e.g. --target 0.94")
@@ -256,9 +245,7 @@ def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: st
 
 
 @converge_app.command("regress")
-@curve_options
 def regress(
-    curve: dict[str, Any],
     sources: list[str] = typer.Argument(
         ..., help="Run IDs, or CSV files given as PATH:feature=value,...", show_default=False
     ),
@@ -277,6 +264,14 @@ def regress(
     ),
     plot: Path = console.PLOT,
     as_json: Json = False,
+    config: Path = CURVE_CONFIG,
+    set_: list[str] = CURVE_SET,
+    x: str = X,
+    y: str = Y,
+    metric: str = METRIC,
+    key: str = KEY,
+    upto: float = UPTO,
+    upto_step: float = UPTO_STEP,
 ) -> None:
     """Fit β0, β1, β2 of each run, regress log β on run features, and predict the curve of an
     unseen configuration (and the step, and epoch, reaching --target).
@@ -292,7 +287,8 @@ def regress(
     from dlperf.converge import fitting
     from dlperf.converge.regress import BETAS
 
-    opts, section = _curve(curve, target=target)
+    curve = {"x": x, "y": y, "metric": metric, "key": key, "upto": upto, "upto_step": upto_step}
+    opts, section = _curve(config, set_, {**curve, "target": target})
     target = section.target
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
     done = fitting.regress(sources, parse_names(features), opts, open_store, at, target, compare)
