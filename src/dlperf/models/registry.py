@@ -25,8 +25,9 @@ _REGISTRY: dict[str, Factory] = {}
 _INPUTS: dict[str, list[int]] = {}
 
 
-def register_model(fn: Factory) -> Factory:
-    _REGISTRY[fn.__name__] = fn
+def register_model(fn: Factory, name: str | None = None) -> Factory:
+    """Decorator: `fn` under its own name, or under `name` (a partial of a model class)."""
+    _REGISTRY[name or fn.__name__] = fn
     return fn
 
 

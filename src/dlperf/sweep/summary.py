@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from dlperf.errors import UserError
-from dlperf.records import checked, plain
+from dlperf.records import Record
 
 SPREAD = "std"  # sample standard deviation over repeats (n - 1), with min and max
 # elapsed_s: wall time (training and evaluation) to the last epoch, the clock of time to target
@@ -30,7 +30,7 @@ SORTS = {"rank": False, "test_accuracy": True, "best_val_accuracy": True,
 
 
 @dataclass(frozen=True)
-class SweepPointResult:
+class SweepPointResult(Record):
     """How one point of a sweep ended: its run, and the figures of its summary when it
     finished or the error when not. A parallel sweep's worker writes it to a file."""
 
@@ -52,14 +52,6 @@ class SweepPointResult:
     ) -> SweepPointResult:
         """A run's result from its stored summary (or `run_experiment`'s)."""
         return cls(run_id, status, error, **{k: summary.get(k) for k in _FIGURES})
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = plain(asdict(self))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> SweepPointResult:
-        return cls(**checked(cls, data))
 
 
 _FIGURES = tuple(f.name for f in fields(SweepPointResult))[3:]
