@@ -14,7 +14,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import record_function
 
-from dlperf.timing import Spread, now, record_event, seconds_between
+from dlperf.timing import now, record_event, seconds_between
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 SPAN = "dlperf::"  # the prefix of the phase ranges in a profiler trace
@@ -126,7 +126,3 @@ class PhaseTimer:
         """Mean seconds per recorded step for each phase."""
         n = len(self.step_times)
         return {p: self.totals[p] / n for p in PHASES} if n else {}
-
-    def spread(self) -> dict[str, float]:
-        """min/median/max seconds of a whole step."""
-        return Spread.of(self.step_times).min_median_max() if self.step_times else {}

@@ -133,7 +133,7 @@ def train(
         elapsed_s=state.elapsed_s,
         phases=timer.per_step() or None,
         phase_clock=timer.clock,
-        step_time_spread=timer.spread() or None,
+        step_time_spread=spread(timer.step_times),
         peak_memory_bytes=peak_memory_bytes(device),
         gpu_memory=gpu_memory(device),
         gpu_utilization_pct=spread(state.gpu_utilization_pct),
@@ -141,4 +141,5 @@ def train(
 
 
 def spread(values: list[float]) -> dict[str, float] | None:
+    """min/median/max of `values` (seconds of a step, say); None without any."""
     return Spread.of(values).min_median_max() if values else None
