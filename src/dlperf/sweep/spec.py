@@ -30,11 +30,12 @@ from dlperf.config import (
     apply_override,
     assign,
     build_experiment,
+    check_keys,
     read_toml,
     validation_message,
 )
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean, flatten, stem_name
+from dlperf.parsing import flatten, stem_name
 
 
 class SweepFile(BaseModel):
@@ -107,11 +108,7 @@ def _parse(path: Path) -> SweepFile:
         what = "is a directory, not a sweep file" if path.is_dir() else "no such sweep file"
         raise UserError(f"{path}: {what}", "give the path of a sweep TOML file")
     raw = read_toml(path)
-    for key in raw:
-        if key not in SweepFile.model_fields:
-            fields = SweepFile.model_fields
-            hint = did_you_mean(key, fields, f"valid keys: {', '.join(fields)}", quote=True)
-            raise UserError(f"{path}: unknown key {key!r}", hint)
+    check_keys(raw, SweepFile.model_fields, str(path))
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as e:
