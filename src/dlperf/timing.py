@@ -113,11 +113,6 @@ def record_event(device: torch.device) -> torch.cuda.Event:
     return event
 
 
-def seconds_between(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
-    """Seconds between two recorded events; `end` must have completed."""
-    return float(start.elapsed_time(end) / 1e3)  # torch answers in milliseconds
-
-
 def mark(device: torch.device | None) -> float | torch.cuda.Event:
     """This moment of `device`'s work, without waiting for it: on a CUDA device an event on
     its stream (read by `seconds_from` once a later event has completed); elsewhere the
@@ -127,11 +122,11 @@ def mark(device: torch.device | None) -> float | torch.cuda.Event:
 
 
 def seconds_from(start: float | torch.cuda.Event, end: float | torch.cuda.Event) -> float:
-    """Seconds between two marks of one device."""
+    """Seconds between two marks of one device (events: `end` must have completed)."""
     if isinstance(start, float) and isinstance(end, float):
         return end - start
     assert not isinstance(start, float) and not isinstance(end, float), "marks of one device"
-    return seconds_between(start, end)
+    return float(start.elapsed_time(end) / 1e3)  # torch answers in milliseconds
 
 
 def _reading(device: torch.device | None, clock: Clock) -> float | torch.cuda.Event:

@@ -163,13 +163,10 @@ def load(path: Path) -> list[Event]:
             raw = gzip.decompress(raw)
         document = json.loads(raw)
         events = document["traceEvents"] if isinstance(document, dict) else document
-        return [_event(item) for item in events if _complete(item)]
+        complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
+        return [_event(item) for item in complete]
     except (OSError, EOFError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"cannot read the trace {path}: {err}") from None
-
-
-def _complete(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("ph") == "X" and "dur" in item
 
 
 def _event(item: dict[str, Any]) -> Event:
