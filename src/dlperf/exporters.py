@@ -36,7 +36,7 @@ import socket
 import sqlite3
 import sys
 import types
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import closing
 from datetime import UTC
 from pathlib import Path
@@ -208,11 +208,6 @@ def _limits() -> tuple[int, int]:
     )
 
 
-def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def _one_line(e: BaseException) -> str:
     text = str(getattr(e, "message", None) or e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -326,12 +321,10 @@ def _export_mlflow_run(
     name = printable(run.name)
     created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=name)
     mlflow_id = created.info.run_id
-    for batch in _chunks(params, MLFLOW_BATCH["params"]):
-        client.log_batch(mlflow_id, params=batch)
-    for batch in _chunks(run_tags, MLFLOW_BATCH["tags"]):
-        client.log_batch(mlflow_id, tags=batch)
-    for batch in _chunks(metrics, MLFLOW_BATCH["metrics"]):
-        client.log_batch(mlflow_id, metrics=batch)
+    logged = {"params": params, "tags": run_tags, "metrics": metrics}
+    for kind, size in MLFLOW_BATCH.items():
+        for start in range(0, len(logged[kind]), size):
+            client.log_batch(mlflow_id, **{kind: logged[kind][start : start + size]})
 
     stored_artifacts = store.artifacts(run_id)
     found = [(a["kind"], Path(a["path"])) for a in stored_artifacts]
