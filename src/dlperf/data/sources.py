@@ -183,8 +183,6 @@ def _missing(cfg: DataConfig, what: str, error: Exception) -> UserError:
 
 
 def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
-    """CIFAR-10 or CIFAR-100 (fine labels): python batches in root/cifar-10-batches-py or
-    root/cifar-100-python (torchvision's reader)."""
     from torchvision.datasets import CIFAR10, CIFAR100
 
     base = CIFAR100 if hundred else CIFAR10
@@ -225,8 +223,6 @@ def _gunzip_raw(folder: Path) -> None:
 
 
 def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
-    """MNIST or Fashion-MNIST idx files (raw or .gz) in root/MNIST/raw or root/FashionMNIST/raw
-    (torchvision's reader)."""
     from torchvision.datasets import MNIST, FashionMNIST
 
     cls = FashionMNIST if fashion else MNIST
@@ -241,6 +237,26 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     name = "fashionmnist" if fashion else "mnist"
     return ImageData(name, train, val, test, 10, (1, 28, 28), classes=list(parts[0].classes))
+
+
+def cifar10(cfg: DataConfig) -> ImageData:
+    """CIFAR-10 python batches in root/cifar-10-batches-py (torchvision's reader)."""
+    return _cifar(cfg, hundred=False)
+
+
+def cifar100(cfg: DataConfig) -> ImageData:
+    """CIFAR-100 python batches in root/cifar-100-python, fine labels (torchvision's reader)."""
+    return _cifar(cfg, hundred=True)
+
+
+def mnist(cfg: DataConfig) -> ImageData:
+    """MNIST idx files (raw or .gz) in root/MNIST/raw (torchvision's reader)."""
+    return _mnist_like(cfg, fashion=False)
+
+
+def fashionmnist(cfg: DataConfig) -> ImageData:
+    """Fashion-MNIST idx files (raw or .gz) in root/FashionMNIST/raw (torchvision's reader)."""
+    return _mnist_like(cfg, fashion=True)
 
 
 def decode_file(path: str, size: int) -> torch.Tensor:
@@ -333,10 +349,10 @@ DATASETS: dict[str, Callable[[DataConfig], ImageData]] = {
     "digits": digits,
     "mnist5k": mnist5k,
     "synthetic": synthetic,
-    "cifar10": functools.partial(_cifar, hundred=False),
-    "cifar100": functools.partial(_cifar, hundred=True),
-    "mnist": functools.partial(_mnist_like, fashion=False),
-    "fashionmnist": functools.partial(_mnist_like, fashion=True),
+    "cifar10": cifar10,
+    "cifar100": cifar100,
+    "mnist": mnist,
+    "fashionmnist": fashionmnist,
     "imagefolder": imagefolder,
     "npz": npz,
 }
