@@ -18,6 +18,7 @@ Every point is validated as `dlperf run --set` would validate it, before anythin
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,7 +169,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
             index = len(points)
             label = " ".join(f"{k}={v!r}" for k, v in params.items())
             where = f"{path} point {index + 1} ({label})"
-            raw = _fresh(base_raw)
+            raw = copy.deepcopy(base_raw)  # one point's overrides never reach the next
             for key, value in {**fixed, **params}.items():
                 assign(raw, key, value, where)
             if seed is not None:
@@ -188,8 +189,3 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         key == "run.threads" for key in (*fixed, *spec.grid, *spec.zip)
     )
     return Sweep(path, name, base, {**spec.grid, **spec.zip}, spec.repeats, points, threads_set)
-
-
-def _fresh(raw: dict[str, Any]) -> dict[str, Any]:
-    """A copy of the base's tables deep enough that one point's overrides never reach the next."""
-    return {k: _fresh(v) if isinstance(v, dict) else v for k, v in raw.items()}
