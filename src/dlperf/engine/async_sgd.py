@@ -28,7 +28,7 @@ from torch import nn
 
 from dlperf.config import Experiment
 from dlperf.converge import staleness
-from dlperf.data import ImageData, Loader, make_loader
+from dlperf.data import ImageData, make_loader
 from dlperf.engine.loop import EpochClock, Progress, Rows, fit
 from dlperf.engine.run import prepare_run
 from dlperf.engine.step import prepare, steps_per_epoch
@@ -112,10 +112,6 @@ def train(
     snapshots: dict[int, Mapping[str, torch.Tensor]] = {}
     state, history = Progress(), []
 
-    def epoch_batches(epoch: int) -> Loader:
-        loader.set_epoch(epoch)
-        return loader
-
     def read() -> None:
         """Keep the weights later updates read; read those this update was computed on."""
         version = state.step
@@ -131,7 +127,7 @@ def train(
 
     clock = EpochClock(device, 0, PhaseTimer(device, enabled=False))
     fit(
-        step, model, epoch_batches, state, clock, Rows(), reporter, exp.run,
+        step, model, loader.set_epoch, state, clock, Rows(), reporter, exp.run,
         trainer="async" if reads else "sync", epochs=cfg.epochs, evaluate=validate,
         before_step=read if schedule else None,
     )  # fmt: skip

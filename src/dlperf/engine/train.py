@@ -96,10 +96,6 @@ def train(
     check_fits(run, (cfg.epochs - state.epoch) * per_epoch)
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
 
-    def epoch_batches(epoch: int) -> Loader:
-        train_loader.set_epoch(epoch)
-        return train_loader
-
     def save() -> None:
         if run.checkpoint:
             rng = checkpoint.rng_state(device)
@@ -108,7 +104,7 @@ def train(
 
     with window:
         fit(
-            step, model, epoch_batches, state, clock, sink, reporter, run, trainer="run",
+            step, model, train_loader.set_epoch, state, clock, sink, reporter, run, trainer="run",
             epochs=cfg.epochs, hooks=hooks, target=exp.target.accuracy, window=window,
             evaluate=lambda: evaluate(model, val_loader, device, run), after_epoch=save,
         )  # fmt: skip
