@@ -205,8 +205,7 @@ class TrackedRun:
     _store: RunStore
     _device: Any
     _rows: list[tuple[str, int, float, float]] = field(default_factory=list)
-    _phase_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    _phase_n: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     _last: dict[str, float] = field(default_factory=dict)
 
     def log(self, step: int, **metrics: float) -> None:
@@ -233,15 +232,14 @@ class TrackedRun:
         try:
             yield
         finally:
-            self._phase_s[name] += timer.stop()
-            self._phase_n[name] += 1
+            self._phases[name].append(timer.stop())
 
     def flush(self) -> None:
         self._store.log_metrics(self.id, self._rows)
         self._rows.clear()
 
     def summary(self) -> dict[str, Any]:
-        phases = {p: self._phase_s[p] / self._phase_n[p] for p in self._phase_s}
+        phases = {p: sum(times) / len(times) for p, times in self._phases.items()}
         final = {k: v for k, v in self._last.items() if math.isfinite(v)}
         return {"phases": phases or None, "final": final}
 

@@ -668,7 +668,7 @@ class ConvergeJob(Job):
 _FILE_FIELDS = {**Experiment.model_fields, **Commands.model_fields}
 
 
-def _check_keys(
+def check_keys(
     raw: dict[str, Any], fields: dict[str, FieldInfo], where: str, prefix: str = ""
 ) -> None:
     """Name an unknown key and its closest valid spelling before pydantic sees it."""
@@ -686,7 +686,7 @@ def _check_keys(
             and isinstance(annotation, type)
             and issubclass(annotation, BaseModel)
         ):
-            _check_keys(value, annotation.model_fields, where, f"{path}.")
+            check_keys(value, annotation.model_fields, where, f"{path}.")
 
 
 def parse_value(text: str) -> Any:
@@ -851,7 +851,7 @@ def build_file(
     latter too: runs stored before they left `Experiment` do)."""
     if depth(raw) > MAX_DEPTH:
         raise UserError(f"{where}: {TOO_DEEP}")
-    _check_keys(raw, _FILE_FIELDS, where)
+    check_keys(raw, _FILE_FIELDS, where)
     commands = {key: value for key, value in raw.items() if key in Commands.model_fields}
     rest = {key: value for key, value in raw.items() if key not in commands}
     try:

@@ -36,7 +36,7 @@ import socket
 import sqlite3
 import sys
 import types
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import closing
 from datetime import UTC
 from pathlib import Path
@@ -61,6 +61,8 @@ MLFLOW_PARAM_CHARS, MLFLOW_TAG_CHARS = 500, 5000
 # log_batch takes at most 100 params, 100 tags and 1000 metrics per call.
 MLFLOW_BATCH = {"params": 100, "tags": 100, "metrics": 1000}
 ELLIPSIS = "..."
+# MLflow's status of a stored run; a `lost` run (its process gone) ends as KILLED.
+MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "KILLED"}
 # How long to wait for an MLflow server to accept a connection: MLflow's own client retries a
 # refused one for about four minutes (7 retries, backoff factor 2) before it says anything.
 CONNECT_TIMEOUT_S = 5.0
@@ -146,19 +148,6 @@ def _runs(store: RunStore, run_ids: Sequence[int]) -> list[RunRecord]:
     return [store.get_run(i) for i in dict.fromkeys(run_ids)]
 
 
-def _existing_artifacts(
-    store: RunStore, run_id: int, warnings: list[str]
-) -> list[tuple[str, Path]]:
-    found = []
-    for artifact in store.artifacts(run_id):
-        path = Path(artifact["path"])
-        if path.exists():
-            found.append((artifact["kind"], path))
-        else:
-            warnings.append(f"run {run_id}: {artifact['kind']} {path} no longer exists, skipped")
-    return found
-
-
 # --- MLflow ------------------------------------------------------------------------------
 
 
@@ -219,11 +208,6 @@ def _limits() -> tuple[int, int]:
     )
 
 
-def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def _one_line(e: BaseException) -> str:
     text = str(getattr(e, "message", None) or e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -233,12 +217,6 @@ def _numbers(tree: dict[str, Any]) -> Iterable[tuple[str, float]]:
     for key, value in flatten(tree).items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             yield key, float(value)
-
-
-def mlflow_status(status: str) -> str:
-    """MLflow's status of a stored run; a `lost` run (its process gone) ends as KILLED."""
-    statuses = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "KILLED"}
-    return statuses.get(status, "RUNNING")
 
 
 def export_mlflow(
@@ -343,15 +321,18 @@ def _export_mlflow_run(
     name = printable(run.name)
     created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=name)
     mlflow_id = created.info.run_id
-    for batch in _chunks(params, MLFLOW_BATCH["params"]):
-        client.log_batch(mlflow_id, params=batch)
-    for batch in _chunks(run_tags, MLFLOW_BATCH["tags"]):
-        client.log_batch(mlflow_id, tags=batch)
-    for batch in _chunks(metrics, MLFLOW_BATCH["metrics"]):
-        client.log_batch(mlflow_id, metrics=batch)
+    logged = {"params": params, "tags": run_tags, "metrics": metrics}
+    for kind, size in MLFLOW_BATCH.items():
+        for start in range(0, len(logged[kind]), size):
+            client.log_batch(mlflow_id, **{kind: logged[kind][start : start + size]})
 
-    artifacts = _existing_artifacts(store, run_id, warnings)
-    document = {**run.to_dict(), "artifacts": store.artifacts(run_id)}
+    stored_artifacts = store.artifacts(run_id)
+    found = [(a["kind"], Path(a["path"])) for a in stored_artifacts]
+    artifacts = [(kind, path) for kind, path in found if path.exists()]
+    for kind, path in found:
+        if not path.exists():
+            warnings.append(f"run {run_id}: {kind} {path} no longer exists, skipped")
+    document = {**run.to_dict(), "artifacts": stored_artifacts}
     client.log_dict(mlflow_id, json.loads(json.dumps(document, default=str)), "dlperf/run.json")
     for kind, path in artifacts:
         if path.is_dir():
@@ -364,7 +345,8 @@ def _export_mlflow_run(
         # A lost run never ended: its last metric is the best guess, its start without one
         # (MLflow would take the moment of export).
         end = ended or last or started
-        client.set_terminated(mlflow_id, status=mlflow_status(status), end_time=round(end * 1000))
+        mlflow_status = MLFLOW_STATUS.get(status, "RUNNING")
+        client.set_terminated(mlflow_id, status=mlflow_status, end_time=round(end * 1000))
     return {
         "mlflow_run_id": mlflow_id,
         "params": len(params),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Self
 
 
 class ContractError(ValueError):
@@ -48,11 +48,23 @@ def plain(value: Any) -> Any:
     return value
 
 
+class Record:
+    """The codec of a record dataclass: `to_dict` as JSON holds it, `from_dict` checked."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = plain(asdict(self))  # type: ignore[call-overload]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        return cls(**checked(cls, data))
+
+
 Spread = dict[str, float]  # {"min": .., "median": .., "max": ..}
 
 
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(Record):
     """What a training run stores as its summary when it ends (`dlperf run`, a sweep's point,
     a distillation's student), read back by the doctor, the report, `runs show` and the API.
 
@@ -85,14 +97,6 @@ class RunSummary:
     threads: int | None = None  # intra-op threads
     data: dict[str, Any] | None = None  # the data set it trained on, as the run resolved it
     transfer: dict[str, Any] | None = None  # what a fine-tuned run started from
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = plain(asdict(self))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> RunSummary:
-        return cls(**checked(cls, data))
 
     @classmethod
     def stored(cls, data: Mapping[str, Any]) -> RunSummary:

@@ -167,16 +167,6 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def cudnn_version() -> int | None:
-    """cuDNN's version where CUDA is available (torch leaves the function untyped)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    version: int | None = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
-    return version
-
-
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(
@@ -195,6 +185,8 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
     import torch
 
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    cuda = torch.cuda.is_available()
+    cudnn = torch.backends.cudnn.version() if cuda else None  # type: ignore[no-untyped-call]
     return {
         "host": socket.gethostname(),
         "platform": platform.platform(),
@@ -209,7 +201,7 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
         "device": str(device) if device is not None else None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": cudnn_version(),
+        "cudnn": cudnn,
         "dlperf": dlperf_version(),
         "git_commit": _git_commit(),
     }

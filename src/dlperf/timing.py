@@ -113,11 +113,6 @@ def record_event(device: torch.device) -> torch.cuda.Event:
     return event
 
 
-def seconds_between(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
-    """Seconds between two recorded events; `end` must have completed."""
-    return float(start.elapsed_time(end) / 1e3)  # torch answers in milliseconds
-
-
 def mark(device: torch.device | None) -> float | torch.cuda.Event:
     """This moment of `device`'s work, without waiting for it: on a CUDA device an event on
     its stream (read by `seconds_from` once a later event has completed); elsewhere the
@@ -127,11 +122,18 @@ def mark(device: torch.device | None) -> float | torch.cuda.Event:
 
 
 def seconds_from(start: float | torch.cuda.Event, end: float | torch.cuda.Event) -> float:
-    """Seconds between two marks of one device."""
+    """Seconds between two marks of one device (events: `end` must have completed)."""
     if isinstance(start, float) and isinstance(end, float):
         return end - start
     assert not isinstance(start, float) and not isinstance(end, float), "marks of one device"
-    return seconds_between(start, end)
+    return float(start.elapsed_time(end) / 1e3)  # torch answers in milliseconds
+
+
+def _reading(device: torch.device | None, clock: Clock) -> float | torch.cuda.Event:
+    """This moment of `device`'s work: on a CUDA device an event on its stream (completed once
+    the host waits on it), elsewhere `clock` once the device has finished its queued work."""
+    cuda = events_device(device)
+    return record_event(cuda) if cuda is not None else now(device, clock)
 
 
 class Timer:
@@ -141,23 +143,17 @@ class Timer:
     def __init__(self, device: torch.device | None = None, clock: Clock = time.perf_counter):
         self.device = device
         self.clock = clock
-        self._cuda = events_device(device)
-        self._start = 0.0
-        self._start_event: torch.cuda.Event | None = None
+        self._start: float | torch.cuda.Event | None = None
 
     def start(self) -> None:
-        if self._cuda is not None:
-            self._start_event = record_event(self._cuda)
-        else:
-            self._start = now(self.device, self.clock)
+        self._start = _reading(self.device, self.clock)
 
     def stop(self) -> float:
-        if self._cuda is not None:
-            assert self._start_event is not None, "start() comes before stop()"
-            end = record_event(self._cuda)
+        assert self._start is not None, "start() comes before stop()"
+        end = _reading(self.device, self.clock)
+        if not isinstance(end, float):
             end.synchronize()
-            return seconds_between(self._start_event, end)
-        return now(self.device, self.clock) - self._start
+        return seconds_from(self._start, end)
 
     def time(self, fn: Callable[[], object]) -> float:
         """Seconds of one call of `fn`."""
@@ -178,22 +174,13 @@ def timed(
     event after each, and the host waits once, at the end."""
     for _ in range(warmup):
         fn()
-    cuda = events_device(device)
-    if cuda is not None:
-        marks = [record_event(cuda)]
-        for _ in range(reps):
-            fn()
-            marks.append(record_event(cuda))
-        marks[-1].synchronize()  # events on one stream complete in order: every mark is done
-        return [seconds_between(a, b) for a, b in itertools.pairwise(marks)]
-    times = []
-    last = now(device, clock)
+    marks = [_reading(device, clock)]
     for _ in range(reps):
         fn()
-        end = now(device, clock)
-        times.append(end - last)
-        last = end
-    return times
+        marks.append(_reading(device, clock))
+    if not isinstance(marks[-1], float):
+        marks[-1].synchronize()  # events on one stream complete in order: every mark is done
+    return [seconds_from(a, b) for a, b in itertools.pairwise(marks)]
 
 
 def round_robin(

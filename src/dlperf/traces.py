@@ -88,16 +88,14 @@ class TraceSummary:
 
     def mean_overlap(self) -> dict[str, float]:
         """Milliseconds per step of computation only, communication only, both, idle."""
+        if not self.overlap:
+            return {}
         keys = ("compute_only_us", "comm_only_us", "both_us", "idle_us")
         n = len(self.overlap)
-        return (
-            {
-                k.removesuffix("_us") + "_ms": sum(getattr(o, k) for o in self.overlap) / n / 1000.0
-                for k in keys
-            }
-            if n
-            else {}
-        )
+        return {
+            k.removesuffix("_us") + "_ms": sum(getattr(o, k) for o in self.overlap) / n / 1000.0
+            for k in keys
+        }
 
     def phase_table(self) -> Table:
         """The phases' time per step and share of the step, titled with the trace."""
@@ -165,13 +163,10 @@ def load(path: Path) -> list[Event]:
             raw = gzip.decompress(raw)
         document = json.loads(raw)
         events = document["traceEvents"] if isinstance(document, dict) else document
-        return [_event(item) for item in events if _complete(item)]
+        complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
+        return [_event(item) for item in complete]
     except (OSError, EOFError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"cannot read the trace {path}: {err}") from None
-
-
-def _complete(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("ph") == "X" and "dur" in item
 
 
 def _event(item: dict[str, Any]) -> Event:
@@ -277,21 +272,6 @@ def _length(intervals: list[tuple[float, float]]) -> float:
     return sum(end - start for start, end in intervals)
 
 
-def _intersection(
-    a: list[tuple[float, float]], b: list[tuple[float, float]]
-) -> list[tuple[float, float]]:
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if start < end:
-            out.append((start, end))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
 def _clip(events: list[Event], start: float, end: float) -> list[tuple[float, float]]:
     return [
         (max(e.start, start), min(e.end, end)) for e in events if e.end > start and e.start < end
@@ -315,8 +295,8 @@ def _overlap(events: list[Event], steps: list[Event], on_gpu: bool) -> list[Step
     for step in steps:
         compute = _union(_clip(compute_events, step.start, step.end))
         comm = _union(_clip(comm_events, step.start, step.end))
-        both = _length(_intersection(compute, comm))
         busy = _length(_union(compute + comm))
+        both = _length(compute) + _length(comm) - busy  # each a union: |A∩B| = |A|+|B|-|A∪B|
         length = step.end - step.start
         out.append(
             StepOverlap(

@@ -94,7 +94,7 @@ def test_a_cuda_timer_reads_events_once_per_step(fake_events: list[str]) -> None
     assert FakeEvent.waits == 4  # but once per step
     assert timer.clock == "cuda_events"
     assert timer.per_step() == pytest.approx(PHASE_SECONDS | {"data": (10.5 + 0.5 + 0.5) / 3})
-    assert timer.spread() == pytest.approx({"min": 4.0, "median": 4.0, "max": 14.0})
+    assert train.spread(timer.step_times) == pytest.approx({"min": 4.0, "median": 4.0, "max": 14.0})
 
 
 def test_cpu_and_disabled_timers_use_no_events(

@@ -62,9 +62,7 @@ def make_loader(
     dropped), evaluation batches otherwise."""
     train = augment is not None
     if cfg.loader == "tensor" and data.in_memory:
-        shape = (-1, 1, 1)
-        mean = torch.tensor(data.mean).view(shape)
-        std = torch.tensor(data.std).view(shape)
+        mean, std = (torch.tensor(stats).view(-1, 1, 1) for stats in (data.mean, data.std))
         return TensorLoader(split, batch_size, device, mean, std, augment, train, seed)
     return TorchvisionLoader(
         split,

@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch
-from dlperf.data.sources import Split
+from dlperf.data.sources import Split, decode_file
 from dlperf.errors import UserError
 
 
@@ -50,19 +49,6 @@ class Description:
         }
 
 
-def read_image(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
-    """One image file as uint8 C,H,W of `shape`, as the streaming loader sizes it."""
-    from PIL import Image
-
-    with Image.open(path) as file:
-        image = file.convert("L" if shape[0] == 1 else "RGB").resize((shape[2], shape[1]))
-        return (
-            torch.from_numpy(np.asarray(image).copy())
-            .reshape(shape[1], shape[2], -1)
-            .permute(2, 0, 1)
-        )
-
-
 def _samples(
     data: ImageData, split: Split, labels: list[int], per_class: int
 ) -> list[torch.Tensor]:
@@ -73,7 +59,7 @@ def _samples(
         if split.images is not None:
             picked.append(split.images[index])
         else:  # a streamed set: read only the files shown
-            picked.append(torch.stack([read_image(split.files[i], data.shape) for i in index]))
+            picked.append(torch.stack([decode_file(split.files[i], data.shape[-1]) for i in index]))
     return picked
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -54,8 +54,10 @@ class TensorLoader:
         n = len(self.labels) / self.batch_size
         return math.floor(n) if self.drop_last else math.ceil(n)
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int) -> Self:
+        """The loader, drawing epoch `epoch`'s order (and augmentation)."""
         self.epoch = epoch
+        return self
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         g = epoch_generator(self.seed, self.epoch)
@@ -155,8 +157,10 @@ class TorchvisionLoader:
         n = len(self.dataset) / self.batch_size
         return math.floor(n) if self.drop_last else math.ceil(n)
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int) -> Self:
+        """The loader, drawing epoch `epoch`'s order (and augmentation)."""
         self.epoch = epoch
+        return self
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         loader = DataLoader(

@@ -17,7 +17,8 @@ import torch
 
 from dlperf.config import DataConfig
 from dlperf.data import load_data
-from dlperf.data.describe import pick_classes, read_image
+from dlperf.data.describe import pick_classes
+from dlperf.data.sources import decode_file
 from dlperf.errors import UserError
 
 SPLITS = ("train", "val", "test")
@@ -56,7 +57,7 @@ def write_samples(
             if part.images is not None:
                 pixels = part.images[index]
             else:  # a streamed set: read only the files written
-                pixels = read_image(part.files[index], data.shape)
+                pixels = decode_file(part.files[index], data.shape[-1])
             array = np.ascontiguousarray(pixels.permute(1, 2, 0).numpy())
             image = Image.fromarray(array.squeeze(-1) if array.shape[-1] == 1 else array)
             path = out / f"{split}-{index:05d}-{_safe(names[label])}.png"

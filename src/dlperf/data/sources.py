@@ -102,13 +102,9 @@ def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
     return data
 
 
-def _perm(n: int, seed: int) -> torch.Tensor:
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-
-
 def holdout(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     """(rest, held out): `fraction` of `split` held out by a seeded permutation."""
-    perm = _perm(len(split), seed)
+    perm = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))
     n = round(len(split) * fraction)
     return split.subset(perm[n:]), split.subset(perm[:n])
 

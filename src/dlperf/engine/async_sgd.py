@@ -28,17 +28,15 @@ from torch import nn
 
 from dlperf.config import Experiment
 from dlperf.converge import staleness
-from dlperf.data import ImageData, Loader, make_loader
-from dlperf.engine import pretrained
-from dlperf.engine.checks import check_batch_fits
+from dlperf.data import ImageData, make_loader
 from dlperf.engine.loop import EpochClock, Progress, Rows, fit
-from dlperf.engine.run import build_model, load_run_data, start_weights
+from dlperf.engine.run import prepare_run
 from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train import evaluate
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
-from dlperf.system import pick_device, set_threads, system_info
+from dlperf.system import system_info
 
 
 def read_versions(speeds: dict[str, float], updates: int) -> list[int]:
@@ -114,10 +112,6 @@ def train(
     snapshots: dict[int, Mapping[str, torch.Tensor]] = {}
     state, history = Progress(), []
 
-    def epoch_batches(epoch: int) -> Loader:
-        loader.set_epoch(epoch)
-        return loader
-
     def read() -> None:
         """Keep the weights later updates read; read those this update was computed on."""
         version = state.step
@@ -133,7 +127,7 @@ def train(
 
     clock = EpochClock(device, 0, PhaseTimer(device, enabled=False))
     fit(
-        step, model, epoch_batches, state, clock, Rows(), reporter, exp.run,
+        step, model, loader.set_epoch, state, clock, Rows(), reporter, exp.run,
         trainer="async" if reads else "sync", epochs=cfg.epochs, evaluate=validate,
         before_step=read if schedule else None,
     )  # fmt: skip
@@ -150,15 +144,9 @@ def study(
     """Synchronous then emulated asynchronous SGD from the same initial weights, both stored
     as runs of one study."""
     reporter = reporter or NullReporter()
-    device = pick_device(exp.run.device)
-    threads = set_threads(exp.run.threads)
-    start = pretrained.resolve(exp.model, store)
-    weights = start.fetch() if start and exp.model.transfer != "scratch" else None
-    data, warnings = load_run_data(exp, start)
-    for warning in warnings:
-        reporter.log(f"warning: {warning}")
-    check_batch_fits(exp.train.batch_size, data)
-    per_epoch = steps_per_epoch(len(data.train), exp.train.batch_size)
+    p = prepare_run(exp, store, reporter)  # the model as a run starts it, for both runs
+    models = {"sync": p.model, "async": copy.deepcopy(p.model)}
+    per_epoch = steps_per_epoch(len(p.data.train), exp.train.batch_size)
     reads = read_versions(speeds, per_epoch * exp.train.epochs)
     study_id = store.create_study(f"staleness {exp.model.name}", "staleness")
     result: dict[str, Any] = {"study_id": study_id, "learners": speeds}
@@ -168,14 +156,12 @@ def study(
             name=f"{exp.model.name} {mode}",
             kind="staleness",
             config=config,
-            system=system_info(device, threads),
+            system=system_info(p.device, p.threads),
             study_id=study_id,
         ) as record:
-            model = build_model(exp, data, device)
-            if start is not None:
-                start_weights(model, exp.model, start.source, weights)
+            torch.manual_seed(exp.run.seed)  # both draw the random numbers a run draws
             history, stale = train(
-                exp, data, model, device, reads if mode == "async" else None, reporter
+                exp, p.data, models[mode], p.device, reads if mode == "async" else None, reporter
             )
             rows = [
                 (f"val/{k}", e, v) for e, m in enumerate(history, start=1) for k, v in m.items()

@@ -73,7 +73,7 @@ def fit(
         tally = EpochTally(device) if evaluate else None
         clock.start()
         if window:
-            window.resume_labels()
+            window.labels.begin()
         for x, y in epoch_batches:
             timer.mark("data")
             x, y = collate(x, y)
@@ -94,8 +94,8 @@ def fit(
             reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
             if state.step == max_steps:
                 break
-        if window:
-            window.pause_labels()
+        if window:  # between epochs (evaluation, checkpoints) no phase is open
+            window.labels.close()
         metrics.flush(epoch)
 
         seconds, throughput = clock.stop(state)

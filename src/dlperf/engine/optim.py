@@ -56,18 +56,8 @@ def lr_factor(epoch: float, cfg: ScheduleConfig, epochs: int, base_lr: float) ->
 def build_scheduler(
     optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    return per_step_schedule(optimizer, cfg.schedule, cfg.epochs, cfg.lr, steps_per_epoch)
-
-
-def per_step_schedule(
-    optimizer: torch.optim.Optimizer,
-    cfg: ScheduleConfig,
-    epochs: int,
-    base_lr: float,
-    steps_per_epoch: int,
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """The schedule `cfg` over `epochs` epochs of `steps_per_epoch` steps, stepped per step."""
+    """`cfg.schedule` over `cfg.epochs` epochs of `steps_per_epoch` steps, stepped per step."""
     # One factor for every group: each keeps its own peak rate (head, scaled backbone).
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step / steps_per_epoch, cfg, epochs, base_lr)
+        optimizer, lambda step: lr_factor(step / steps_per_epoch, cfg.schedule, cfg.epochs, cfg.lr)
     )

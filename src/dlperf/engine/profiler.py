@@ -87,13 +87,6 @@ class ProfileWindow:
             self._start()
         return False
 
-    def pause_labels(self) -> None:
-        """Between epochs (evaluation, checkpoints): no phase is open."""
-        self.labels.close()
-
-    def resume_labels(self) -> None:
-        self.labels.begin()
-
     def close(self) -> None:
         """Stop the profiler if the run ended inside the window (nothing is written then)."""
         if self._running:

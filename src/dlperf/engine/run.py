@@ -49,7 +49,9 @@ class Prepared:
     transfer: dict[str, Any] | None  # where the weights came from and what was adapted
 
 
-def _prepare(exp: Experiment, store: RunStore, reporter: Reporter, fresh: bool = True) -> Prepared:
+def prepare_run(
+    exp: Experiment, store: RunStore, reporter: Reporter, fresh: bool = True
+) -> Prepared:
     """Device, data and model of `exp`; a `fresh` run starts from model.weights (a resumed
     one from its own checkpoint)."""
     device = pick_device(exp.run.device)
@@ -136,7 +138,7 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Train a new run of `exp`; returns its summary with `run_id` and `status`."""
     reporter = reporter or NullReporter()
-    prepared = _prepare(exp, store, reporter)
+    prepared = prepare_run(exp, store, reporter)
     digest = exp.config_hash()
     if exp.run.checkpoint:  # an unusable out_dir fails before the run is recorded
         store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
@@ -170,7 +172,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     # have changed since it started.
     owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
     state = checkpoint.load(path, owner)
-    prepared = _prepare(exp, store, reporter, fresh=False)
+    prepared = prepare_run(exp, store, reporter, fresh=False)
     done = state["progress"]
     # One process writes a run: of two resuming it at once, the other stops here.
     store.take_over(run_id)

@@ -104,15 +104,6 @@ def steps_per_epoch(samples: int, batch: int, partial: bool = False) -> int:
     return max(1, math.ceil(samples / batch) if partial else samples // batch)
 
 
-def mixed_precision(
-    device: torch.device, precision: str
-) -> tuple[torch.autocast, torch.amp.GradScaler]:
-    """Autocast of forward and loss at `precision` (as `run.precision` names it), and the
-    gradient scaler that fp16 alone needs: its narrow exponent flushes small gradients to 0."""
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    return precision_autocast(device, precision), scaler
-
-
 def build_step(
     model: nn.Module,
     cfg: TrainConfig,
@@ -131,14 +122,15 @@ def build_step(
     optimizer = build_optimizer(model, cfg)
     if distribute is not None:  # the schedule must drive the optimizer that steps
         optimizer = distribute(optimizer)
-    autocast, scaler = mixed_precision(device, precision)
+    # The gradient scaler that fp16 alone needs: its narrow exponent flushes small gradients to 0.
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     return TrainStep(
         model=model,
         forward=forward if forward is not None else model,
         loss_fn=loss_fn or nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, cfg, steps_per_epoch),
-        autocast=autocast,
+        autocast=precision_autocast(device, precision),
         scaler=scaler,
         grad_clip=cfg.grad_clip,
         timer=timer if timer is not None else NoTimer(),

@@ -14,7 +14,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import record_function
 
-from dlperf.timing import Spread, now, record_event, seconds_between
+from dlperf.timing import now, record_event, seconds_from
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 SPAN = "dlperf::"  # the prefix of the phase ranges in a profiler trace
@@ -64,42 +64,37 @@ class PhaseTimer:
         self.totals: dict[str, float] = defaultdict(float)
         self.step_times: list[float] = []
         self.events = device.type == "cuda"
-        self._last = 0.0
-        self._step_start = 0.0
-        self._start_event: torch.cuda.Event | None = None
-        self._marks: list[tuple[str, torch.cuda.Event]] = []
+        self._start: float | torch.cuda.Event = 0.0  # where the step began
+        self._marks: list[tuple[str, float | torch.cuda.Event]] = []
+
+    def _read(self) -> float | torch.cuda.Event:
+        return record_event(self.device) if self.events else now(self.device)
 
     def start(self) -> None:
         """Start the clock at the top of an epoch (evaluation time is not a data wait)."""
-        if not self.enabled:
-            return
-        if self.events:
-            self._start_event, self._marks = record_event(self.device), []
-        else:
-            self._last = self._step_start = now(self.device)
+        if self.enabled:
+            self._start, self._marks = self._read(), []
 
     def mark(self, phase: str) -> None:
         if self.labels is not None:
             self.labels.mark(phase)
-        if not self.enabled:
-            return
-        if self.events:
-            self._marks.append((phase, record_event(self.device)))
-            return
-        reading = now(self.device)
-        if self.recording:
-            self.totals[phase] += reading - self._last
-        self._last = reading
+        if self.enabled:
+            self._marks.append((phase, self._read()))
 
     def end_step(self) -> None:
+        """Add the step's phases from its marks; the next step starts at its last one."""
         if not self.enabled:
             return
-        if self.events:
-            self._read_events()
-            return
+        last = self._marks[-1][1]
+        if not isinstance(last, float):
+            last.synchronize()  # events on one stream complete in order: every mark is done
         if self.recording:
-            self.step_times.append(self._last - self._step_start)
-        self._step_start = self._last
+            previous = self._start
+            for phase, reading in self._marks:
+                self.totals[phase] += seconds_from(previous, reading)
+                previous = reading
+            self.step_times.append(seconds_from(self._start, last))
+        self._start, self._marks = last, []
 
     @property
     def clock(self) -> str | None:
@@ -109,24 +104,7 @@ class PhaseTimer:
             return None
         return "cuda_events" if self.events else "host"
 
-    def _read_events(self) -> None:
-        """Add the step's phases from its events; the next step starts at its last one."""
-        assert self._start_event is not None, "start() comes before the first step"
-        last = self._marks[-1][1]
-        last.synchronize()  # events on one stream complete in order: every mark is done
-        if self.recording:
-            previous = self._start_event
-            for phase, event in self._marks:
-                self.totals[phase] += seconds_between(previous, event)
-                previous = event
-            self.step_times.append(seconds_between(self._start_event, last))
-        self._start_event, self._marks = last, []
-
     def per_step(self) -> dict[str, float]:
         """Mean seconds per recorded step for each phase."""
         n = len(self.step_times)
         return {p: self.totals[p] / n for p in PHASES} if n else {}
-
-    def spread(self) -> dict[str, float]:
-        """min/median/max seconds of a whole step."""
-        return Spread.of(self.step_times).min_median_max() if self.step_times else {}

@@ -96,10 +96,6 @@ def train(
     check_fits(run, (cfg.epochs - state.epoch) * per_epoch)
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
 
-    def epoch_batches(epoch: int) -> Loader:
-        train_loader.set_epoch(epoch)
-        return train_loader
-
     def save() -> None:
         if run.checkpoint:
             rng = checkpoint.rng_state(device)
@@ -108,7 +104,7 @@ def train(
 
     with window:
         fit(
-            step, model, epoch_batches, state, clock, sink, reporter, run, trainer="run",
+            step, model, train_loader.set_epoch, state, clock, sink, reporter, run, trainer="run",
             epochs=cfg.epochs, hooks=hooks, target=exp.target.accuracy, window=window,
             evaluate=lambda: evaluate(model, val_loader, device, run), after_epoch=save,
         )  # fmt: skip
@@ -133,7 +129,7 @@ def train(
         elapsed_s=state.elapsed_s,
         phases=timer.per_step() or None,
         phase_clock=timer.clock,
-        step_time_spread=timer.spread() or None,
+        step_time_spread=spread(timer.step_times),
         peak_memory_bytes=peak_memory_bytes(device),
         gpu_memory=gpu_memory(device),
         gpu_utilization_pct=spread(state.gpu_utilization_pct),
@@ -141,4 +137,5 @@ def train(
 
 
 def spread(values: list[float]) -> dict[str, float] | None:
+    """min/median/max of `values` (seconds of a step, say); None without any."""
     return Spread.of(values).min_median_max() if values else None

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -68,29 +70,8 @@ class CifarResNet(nn.Module):
         return logits
 
 
-@register_model
-def resnet20(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
-    return CifarResNet(20, num_classes, in_channels)
-
-
-@register_model
-def resnet32(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
-    return CifarResNet(32, num_classes, in_channels)
-
-
-@register_model
-def resnet44(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
-    return CifarResNet(44, num_classes, in_channels)
-
-
-@register_model
-def resnet56(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
-    return CifarResNet(56, num_classes, in_channels)
-
-
-@register_model
-def resnet110(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
-    return CifarResNet(110, num_classes, in_channels)
+for _depth in (20, 32, 44, 56, 110):
+    register_model(partial(CifarResNet, _depth), f"resnet{_depth}")
 
 
 @register_model

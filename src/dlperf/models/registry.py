@@ -25,8 +25,9 @@ _REGISTRY: dict[str, Factory] = {}
 _INPUTS: dict[str, list[int]] = {}
 
 
-def register_model(fn: Factory) -> Factory:
-    _REGISTRY[fn.__name__] = fn
+def register_model(fn: Factory, name: str | None = None) -> Factory:
+    """Decorator: `fn` under its own name, or under `name` (a partial of a model class)."""
+    _REGISTRY[name or fn.__name__] = fn
     return fn
 
 
@@ -140,6 +141,8 @@ def _geometry(conv: nn.Conv2d) -> dict[str, Any]:
         "stride": conv.stride,
         "padding": conv.padding,
         "dilation": conv.dilation,
+        "groups": conv.groups,
+        "bias": conv.bias is not None,
     }
 
 
@@ -149,17 +152,8 @@ def _adapt_stem(model: nn.Module, in_channels: int) -> None:
         for child_name, child in parent.named_children():
             if isinstance(child, nn.Conv2d):
                 if child.in_channels != in_channels:
-                    setattr(
-                        parent,
-                        child_name,
-                        nn.Conv2d(
-                            in_channels,
-                            child.out_channels,
-                            groups=child.groups,
-                            bias=child.bias is not None,
-                            **_geometry(child),
-                        ),
-                    )
+                    conv = nn.Conv2d(in_channels, child.out_channels, **_geometry(child))
+                    setattr(parent, child_name, conv)
                 return
 
 

@@ -40,10 +40,6 @@ def split_params(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Paramete
     return backbone, head
 
 
-def first_conv_name(model: nn.Module) -> str | None:
-    return next((n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
-
-
 def adapt_first_conv(weight: torch.Tensor, in_channels: int) -> torch.Tensor:
     """A conv weight (out, c, kh, kw) for `in_channels` inputs that answers a grey image (the
     same value in every channel) as the original does: summed over its input channels, spread
@@ -74,7 +70,7 @@ def load_weights(
     another shape fail by name."""
     target = model.state_dict()
     head = head_name(model) + "."
-    conv = first_conv_name(model)
+    conv = next((n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
     classes = model.get_submodule(head[:-1]).out_features
     if keep_head:
         notes = [f"head {head[:-1]} kept from the weights ({classes} classes)"]

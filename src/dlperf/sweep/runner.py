@@ -128,11 +128,6 @@ def finished_runs(
     return found
 
 
-def _newest_id(store: RunStore) -> int:
-    newest = store.list_runs(limit=1)
-    return newest[0].id if newest else 0
-
-
 def _own_run(store: RunStore, exp: Experiment, study_id: int, since: int) -> RunRecord | None:
     """The run this sweep started for `exp`: of the study, newer than `since`, same hash."""
     digest = exp.config_hash()
@@ -346,9 +341,9 @@ def run_sweep(
         study_id = store.create_study(sweep.name, "sweep")
     directory = out_dir / f"study-{study_id}"
     directory.mkdir(exist_ok=True)
-    state = SweepRun(
-        sweep, store, study_id, directory, threads, reporter, on_failure, _newest_id(store)
-    )
+    newest = store.list_runs(limit=1)
+    since = newest[0].id if newest else 0
+    state = SweepRun(sweep, store, study_id, directory, threads, reporter, on_failure, since)
     reporter.log(
         f"sweep {sweep.name!r}, study {study_id}: {len(sweep.points)} points, "
         f"{len(sweep.points) - len(todo)} finished before, {len(todo)} to run"

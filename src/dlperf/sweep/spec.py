@@ -18,6 +18,7 @@ Every point is validated as `dlperf run --set` would validate it, before anythin
 
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,12 @@ from dlperf.config import (
     apply_override,
     assign,
     build_experiment,
+    check_keys,
     read_toml,
     validation_message,
 )
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean, flatten, stem_name
+from dlperf.parsing import flatten, stem_name
 
 
 class SweepFile(BaseModel):
@@ -107,11 +109,7 @@ def _parse(path: Path) -> SweepFile:
         what = "is a directory, not a sweep file" if path.is_dir() else "no such sweep file"
         raise UserError(f"{path}: {what}", "give the path of a sweep TOML file")
     raw = read_toml(path)
-    for key in raw:
-        if key not in SweepFile.model_fields:
-            fields = SweepFile.model_fields
-            hint = did_you_mean(key, fields, f"valid keys: {', '.join(fields)}", quote=True)
-            raise UserError(f"{path}: unknown key {key!r}", hint)
+    check_keys(raw, SweepFile.model_fields, str(path))
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as e:
@@ -171,7 +169,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
             index = len(points)
             label = " ".join(f"{k}={v!r}" for k, v in params.items())
             where = f"{path} point {index + 1} ({label})"
-            raw = _fresh(base_raw)
+            raw = copy.deepcopy(base_raw)  # one point's overrides never reach the next
             for key, value in {**fixed, **params}.items():
                 assign(raw, key, value, where)
             if seed is not None:
@@ -191,8 +189,3 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         key == "run.threads" for key in (*fixed, *spec.grid, *spec.zip)
     )
     return Sweep(path, name, base, {**spec.grid, **spec.zip}, spec.repeats, points, threads_set)
-
-
-def _fresh(raw: dict[str, Any]) -> dict[str, Any]:
-    """A copy of the base's tables deep enough that one point's overrides never reach the next."""
-    return {k: _fresh(v) if isinstance(v, dict) else v for k, v in raw.items()}

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from dlperf.errors import UserError
-from dlperf.records import checked, plain
+from dlperf.records import Record
 
+T = TypeVar("T")
 SPREAD = "std"  # sample standard deviation over repeats (n - 1), with min and max
 # elapsed_s: wall time (training and evaluation) to the last epoch, the clock of time to target
 FIGURES = ("best_val_accuracy", "epochs_to_target", "time_to_target_s", "elapsed_s", "epochs",
@@ -30,7 +31,7 @@ SORTS = {"rank": False, "test_accuracy": True, "best_val_accuracy": True,
 
 
 @dataclass(frozen=True)
-class SweepPointResult:
+class SweepPointResult(Record):
     """How one point of a sweep ended: its run, and the figures of its summary when it
     finished or the error when not. A parallel sweep's worker writes it to a file."""
 
@@ -52,14 +53,6 @@ class SweepPointResult:
     ) -> SweepPointResult:
         """A run's result from its stored summary (or `run_experiment`'s)."""
         return cls(run_id, status, error, **{k: summary.get(k) for k in _FIGURES})
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = plain(asdict(self))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> SweepPointResult:
-        return cls(**checked(cls, data))
 
 
 _FIGURES = tuple(f.name for f in fields(SweepPointResult))[3:]
@@ -122,15 +115,19 @@ def _rank_key(entry: dict[str, Any] | SweepRow) -> tuple[float, float, float]:
     )
 
 
+def _by_params(pairs: Iterable[tuple[dict[str, Any], T]]) -> list[tuple[dict[str, Any], list[T]]]:
+    """The items of each combination of axis values, in the order the combinations first come."""
+    points: dict[str, tuple[dict[str, Any], list[T]]] = {}
+    for params, item in pairs:
+        key = json.dumps(params, sort_keys=True, default=str)
+        points.setdefault(key, (params, []))[1].append(item)
+    return list(points.values())
+
+
 def group_rows(rows: list[SweepRow]) -> list[dict[str, Any]]:
     """One entry per combination of axis values, best first, with its rank."""
-    runs: dict[str, list[SweepRow]] = {}
-    params: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        key = json.dumps(row.params, sort_keys=True, default=str)
-        runs.setdefault(key, []).append(row)
-        params[key] = row.params
-    groups = sorted((_group(params[k], v) for k, v in runs.items()), key=_rank_key)
+    points = _by_params((row.params, row) for row in rows)
+    groups = sorted((_group(params, runs) for params, runs in points), key=_rank_key)
     for rank, group in enumerate(groups, 1):
         group["rank"] = rank
     return groups
@@ -142,21 +139,15 @@ def mean_curves(
     """One validation curve per combination of axis values, in the order they first come:
     from each run's (axis values, [(epoch, accuracy)]), at each epoch the mean, min and max
     over the runs that reached it, and how many runs there are."""
-    by_point: dict[str, list[list[tuple[int, float]]]] = {}
-    params: dict[str, dict[str, Any]] = {}
-    for values, points in curves:
-        key = json.dumps(values, sort_keys=True, default=str)
-        by_point.setdefault(key, []).append(points)
-        params[key] = values
     merged = []
-    for key, runs in by_point.items():
+    for params, runs in _by_params(curves):
         at: dict[int, list[float]] = {}
         for points in runs:
             for epoch, accuracy in points:
                 at.setdefault(epoch, []).append(accuracy)
         epochs = sorted(at)
         merged.append({
-            "params": params[key],
+            "params": params,
             "runs": len(runs),
             "epochs": epochs,
             "mean": [statistics.fmean(at[e]) for e in epochs],
