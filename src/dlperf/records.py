@@ -2,16 +2,21 @@
 writer and its reader both use, and the run summary every training run stores.
 
 `from_dict` refuses a missing or an unknown field with a `ContractError` naming the record
-and the fields, rather than a KeyError far from the cause. Standard library only: the
-TensorFlow worker, the doctor and the report read these without importing torch.
+and the fields, rather than a KeyError far from the cause. No torch (the standard library
+and dlperf.paths only): the TensorFlow worker, the doctor and the report read these.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import types
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Self
+from pathlib import Path
+from typing import Any, Self, get_args, get_origin, get_type_hints
+
+from dlperf.paths import atomic_write
 
 
 class ContractError(ValueError):
@@ -48,8 +53,23 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _decode(hint: Any, value: Any) -> Any:
+    """`value`, as JSON holds it, as a field of type `hint`: records built, lists as tuples."""
+    if value is None:
+        return None
+    if isinstance(hint, types.UnionType):  # X | None
+        [hint] = [a for a in get_args(hint) if a is not type(None)]
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_dict(value)
+    if get_origin(hint) is tuple:
+        return tuple(_decode(get_args(hint)[0], v) for v in value)
+    return value
+
+
 class Record:
-    """The codec of a record dataclass: `to_dict` as JSON holds it, `from_dict` checked."""
+    """The one codec of every record dataclass: `to_dict` with tuples as lists, the strict
+    `from_dict` (nested records and tuples rebuilt from the field types), a file of it, and
+    `stored` for a summary a store may hold from another version, or none."""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = plain(asdict(self))  # type: ignore[call-overload]
@@ -57,7 +77,23 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: object) -> Self:
-        return cls(**checked(cls, data))
+        hints = get_type_hints(cls)
+        return cls(**{k: _decode(hints[k], v) for k, v in checked(cls, data).items()})
+
+    def write(self, path: Path) -> None:
+        atomic_write(path, json.dumps(self.to_dict()))
+
+    @classmethod
+    def read(cls, path: Path) -> Self:
+        return cls.from_dict(json.loads(path.read_text()))
+
+    @classmethod
+    def stored(cls, data: object) -> Self | None:
+        """A stored run's summary, or None where it is not one (a run that failed first)."""
+        try:
+            return cls.from_dict(data)
+        except ContractError:
+            return None
 
 
 Spread = dict[str, float]  # {"min": .., "median": .., "max": ..}
@@ -99,9 +135,10 @@ class RunSummary(Record):
     transfer: dict[str, Any] | None = None  # what a fine-tuned run started from
 
     @classmethod
-    def stored(cls, data: Mapping[str, Any]) -> RunSummary:
+    def stored(cls, data: object) -> Self:
         """A stored summary as far as this version knows it: the readers (doctor, report)
         must not fail on a store written by another version, whose summaries may hold
         fields unknown here."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        given = data if isinstance(data, Mapping) else {}
+        return cls(**{k: v for k, v in given.items() if k in known})

@@ -21,57 +21,13 @@ worker imports this module, and TensorFlow and torchvision must not share a proc
 from __future__ import annotations
 
 import json
-import types
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Self, get_args, get_origin, get_type_hints
+from typing import Any
 
 from dlperf.paths import atomic_write
-from dlperf.records import ContractError, checked, plain
-
-
-def _decode(hint: Any, value: Any) -> Any:
-    """`value`, as JSON holds it, as a field of type `hint`: records built, lists as tuples."""
-    if value is None:
-        return None
-    if isinstance(hint, types.UnionType):  # X | None
-        [hint] = [a for a in get_args(hint) if a is not type(None)]
-    if isinstance(hint, type) and issubclass(hint, Record):
-        return hint.from_dict(value)
-    if get_origin(hint) is tuple:
-        return tuple(_decode(get_args(hint)[0], v) for v in value)
-    return value
-
-
-class Record:
-    """The one codec of every record here: `to_dict` with tuples as lists, the strict
-    `from_dict` (nested records and tuples rebuilt from the field types), a file of it, and
-    `stored` for a summary a store may hold from another version, or none."""
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = plain(asdict(self))  # type: ignore[call-overload]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> Self:
-        hints = get_type_hints(cls)
-        return cls(**{k: _decode(hints[k], v) for k, v in checked(cls, data).items()})
-
-    def write(self, path: Path) -> None:
-        atomic_write(path, json.dumps(self.to_dict()))
-
-    @classmethod
-    def read(cls, path: Path) -> Self:
-        return cls.from_dict(json.loads(path.read_text()))
-
-    @classmethod
-    def stored(cls, data: object) -> Self | None:
-        """A stored run's summary, or None where it is not one (a run that failed first)."""
-        try:
-            return cls.from_dict(data)
-        except ContractError:
-            return None
+from dlperf.records import ContractError, Record, checked
 
 
 @dataclass(frozen=True)
