@@ -100,7 +100,7 @@ def _allreduce_study(store: RunStore) -> int:
             rows.append({"workers": n, "bytes": size, "time_s": t, "algbw_gbps": algbw,
                          "busbw_gbps": algbw * 2 * (n - 1) / n})  # fmt: skip
         measured[n] = rows
-    ring = fit_ring_model([r for rows in measured.values() for r in rows]).to_dict()
+    ring = asdict(fit_ring_model([r for rows in measured.values() for r in rows]))
     for n, rows in measured.items():
         run = store.create_run(f"allreduce gloo {n} workers", "allreduce", {"workers": n},
                                None, {"backend": "gloo"}, study)  # fmt: skip
