@@ -588,7 +588,7 @@ class RunStore:
                     "stop it first, or pass --force",
                 )
             recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(ids))
-            owned = list(s.execute(recorded.order_by(Artifact.id)).tuples())
+            owned = [(r.run_id, r.path) for r in s.execute(recorded.order_by(Artifact.id))]
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
