@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,22 @@ def test_sqlite_is_in_wal_mode_and_readable_while_written(tmp_path: Path) -> Non
         reader.execute("SELECT count(*) FROM metrics").fetchone()
         store.log_metrics(run, [("x", 1, 1.0)])  # a writer is not blocked by an open reader
     assert store.metrics(run, "x") == [(1, 1.0)]
+
+
+def test_a_path_with_a_tilde_is_in_the_home_directory(
+    cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DLPERF_DB='~/runs.db' (quoted, so no shell expanded it) is the home's runs.db, not a
+    directory named ~ here."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    run = RunStore.open("~/runs.db").create_run("c", "run", {})
+    assert (tmp_path / "home" / "runs.db").is_file()
+    monkeypatch.setenv("DLPERF_DB", "~/runs.db")
+    result = cli("runs", "list", "--json")
+    assert result.code == 0, result.err
+    assert [r["id"] for r in json.loads(result.out)] == [run]
+    assert not (tmp_path / "~").exists()
 
 
 def test_bad_urls_are_bad_input(tmp_path: Path) -> None:

@@ -89,7 +89,8 @@ def masked_url(url: str) -> str:
 def _url(db: str | None) -> str:
     if not db:
         return f"sqlite:///{DEFAULT_DB}"
-    return db if "://" in db else f"sqlite:///{db}"
+    # A path in quotes or an environment variable reaches us with its ~ unexpanded.
+    return db if "://" in db else f"sqlite:///{os.path.expanduser(db)}"
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any, read_only: bool = False) -> None:
