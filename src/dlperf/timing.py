@@ -129,7 +129,9 @@ def seconds_from(start: float | torch.cuda.Event, end: float | torch.cuda.Event)
     return float(start.elapsed_time(end) / 1e3)  # torch answers in milliseconds
 
 
-def _reading(device: torch.device | None, clock: Clock) -> float | torch.cuda.Event:
+def reading(
+    device: torch.device | None, clock: Clock = time.perf_counter
+) -> float | torch.cuda.Event:
     """This moment of `device`'s work: on a CUDA device an event on its stream (completed once
     the host waits on it), elsewhere `clock` once the device has finished its queued work."""
     cuda = events_device(device)
@@ -146,11 +148,11 @@ class Timer:
         self._start: float | torch.cuda.Event | None = None
 
     def start(self) -> None:
-        self._start = _reading(self.device, self.clock)
+        self._start = reading(self.device, self.clock)
 
     def stop(self) -> float:
         assert self._start is not None, "start() comes before stop()"
-        end = _reading(self.device, self.clock)
+        end = reading(self.device, self.clock)
         if not isinstance(end, float):
             end.synchronize()
         return seconds_from(self._start, end)
@@ -174,10 +176,10 @@ def timed(
     event after each, and the host waits once, at the end."""
     for _ in range(warmup):
         fn()
-    marks = [_reading(device, clock)]
+    marks = [reading(device, clock)]
     for _ in range(reps):
         fn()
-        marks.append(_reading(device, clock))
+        marks.append(reading(device, clock))
     if not isinstance(marks[-1], float):
         marks[-1].synchronize()  # events on one stream complete in order: every mark is done
     return [seconds_from(a, b) for a, b in itertools.pairwise(marks)]

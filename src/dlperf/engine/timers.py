@@ -14,7 +14,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import record_function
 
-from dlperf.timing import now, record_event, seconds_from
+from dlperf.timing import reading, seconds_from
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 SPAN = "dlperf::"  # the prefix of the phase ranges in a profiler trace
@@ -67,19 +67,16 @@ class PhaseTimer:
         self._start: float | torch.cuda.Event = 0.0  # where the step began
         self._marks: list[tuple[str, float | torch.cuda.Event]] = []
 
-    def _read(self) -> float | torch.cuda.Event:
-        return record_event(self.device) if self.events else now(self.device)
-
     def start(self) -> None:
         """Start the clock at the top of an epoch (evaluation time is not a data wait)."""
         if self.enabled:
-            self._start, self._marks = self._read(), []
+            self._start, self._marks = reading(self.device), []
 
     def mark(self, phase: str) -> None:
         if self.labels is not None:
             self.labels.mark(phase)
         if self.enabled:
-            self._marks.append((phase, self._read()))
+            self._marks.append((phase, reading(self.device)))
 
     def end_step(self) -> None:
         """Add the step's phases from its marks; the next step starts at its last one."""
@@ -90,9 +87,9 @@ class PhaseTimer:
             last.synchronize()  # events on one stream complete in order: every mark is done
         if self.recording:
             previous = self._start
-            for phase, reading in self._marks:
-                self.totals[phase] += seconds_from(previous, reading)
-                previous = reading
+            for phase, at in self._marks:
+                self.totals[phase] += seconds_from(previous, at)
+                previous = at
             self.step_times.append(seconds_from(self._start, last))
         self._start, self._marks = last, []
 
