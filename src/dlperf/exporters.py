@@ -327,10 +327,12 @@ def _export_mlflow_run(
             client.log_batch(mlflow_id, **{kind: logged[kind][start : start + size]})
 
     stored_artifacts = store.artifacts(run_id)
-    found = [(a["kind"], Path(a["path"])) for a in stored_artifacts]
-    artifacts = [(kind, path) for kind, path in found if path.exists()]
-    for kind, path in found:
-        if not path.exists():
+    artifacts: list[tuple[str, Path]] = []
+    for artifact in stored_artifacts:
+        kind, path = artifact["kind"], Path(artifact["path"])
+        if path.exists():
+            artifacts.append((kind, path))
+        else:
             warnings.append(f"run {run_id}: {kind} {path} no longer exists, skipped")
     document = {**run.to_dict(), "artifacts": stored_artifacts}
     client.log_dict(mlflow_id, json.loads(json.dumps(document, default=str)), "dlperf/run.json")

@@ -461,7 +461,7 @@ class RunStore:
         system: dict[str, Any] | None = None,
         study_id: int | None = None,
     ) -> Iterator[Recording]:
-        """create_run, then record it as `recording` does (typed, unlike a forwarder)."""
+        """create_run, then record it as `recording` does."""
         run_id = self.create_run(name, kind, config, config_hash, system, study_id)
         with self.recording(run_id) as record:
             yield record
