@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -95,6 +96,16 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def store(db: str) -> RunStore:
     return RunStore.open(db)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers() -> Iterator[None]:
+    """`main()` takes SIGINT and SIGTERM (dlperf.stopping) in this process: pytest's own
+    again after each test, so that Ctrl-C still stops the suite."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture

@@ -8,6 +8,10 @@ trainers it starts, in this process or in subprocesses, with `hook_env` or `inst
 - first_step, DLPERF_TEST_FIRST_STEP=PREFIX: every trainer saves its first step's batch,
   loss and updated parameters to PREFIX.<trainer>.pt, so that a test can hold the launchers'
   steps against each other.
+- signal_in_exec, DLPERF_TEST_SIGNAL_IN_EXEC="N:SIGNAL": when global step N is done, the
+  process sends itself SIGNAL (TERM, INT) from code run by `exec` of a string, and the
+  signal's KeyboardInterrupt lands there, as one does while a lazy import makes a dataclass:
+  the moment CPython up to 3.13 takes for an unhandled interrupt (dlperf.stopping).
 - dump_grads, DLPERF_SCALE_DUMP_GRADS=PREFIX: each DDP rank saves its first batch and its
   trained parameters' gradients as the first step leaves them (all-reduced, unscaled,
   clipped) to PREFIX.w<world>.rank<r>.pt; the model trains with dropout off, so that one
@@ -17,6 +21,7 @@ trainers it starts, in this process or in subprocesses, with `hook_env` or `inst
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,7 @@ from dlperf.errors import UserError
 from dlperf.paths import atomic_write
 
 PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
+SIGNAL_ENV = "DLPERF_TEST_SIGNAL_IN_EXEC"
 FIRST_STEP_ENV = "DLPERF_TEST_FIRST_STEP"
 DUMP_GRADS_ENV = "DLPERF_SCALE_DUMP_GRADS"
 ROOT = Path(__file__).resolve().parents[1]  # where `tests` imports from
@@ -62,6 +68,22 @@ class PauseAt:
         atomic_write(self.marker, f"{event.step}\n")  # the test sees the whole file or none
         while True:  # left only by a signal that ends the process (SIGINT, SIGTERM, SIGKILL)
             time.sleep(60)
+
+
+class SignalInExec:
+    # The handler runs at the first bytecode after the signal arrives: inside the loop.
+    CODE = "os.kill(os.getpid(), sig)\nfor _ in range(10**8):\n    pass\n"
+
+    def __init__(self) -> None:
+        step, _, name = os.environ[SIGNAL_ENV].partition(":")
+        self.step, self.signal = int(step), signal.Signals[f"SIG{name}"]
+
+    def start(self, trainer: str, model: nn.Module) -> None:
+        pass
+
+    def step_end(self, event: StepEnd) -> None:
+        if event.step == self.step:
+            exec(self.CODE, {"os": os, "sig": self.signal})
 
 
 class FirstStep:
@@ -97,8 +119,13 @@ class DumpGrads:
         torch.save({"x": event.x.cpu(), "y": event.y.cpu(), "grads": grads}, path)
 
 
-pause_at_step, first_step, dump_grads = PauseAt, FirstStep, DumpGrads
-VARIABLES = {"pause_at_step": PAUSE_ENV, "first_step": FIRST_STEP_ENV, "dump_grads": DUMP_GRADS_ENV}
+pause_at_step, first_step, dump_grads, signal_in_exec = PauseAt, FirstStep, DumpGrads, SignalInExec
+VARIABLES = {
+    "pause_at_step": PAUSE_ENV,
+    "first_step": FIRST_STEP_ENV,
+    "dump_grads": DUMP_GRADS_ENV,
+    "signal_in_exec": SIGNAL_ENV,
+}
 
 
 def hook_env(name: str, value: str) -> dict[str, str]:

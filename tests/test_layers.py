@@ -61,6 +61,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dlperf.progress",
         "dlperf.records",
         "dlperf.shipped",
+        "dlperf.stopping",
         "dlperf.system",
         "dlperf.table",
         "dlperf.timing",

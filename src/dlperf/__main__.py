@@ -1,5 +1,21 @@
-"""`python -m dlperf` is the `dlperf` command."""
+"""`python -m dlperf`, and the `dlperf` command (`main`). The stop signals are taken before
+the command's modules are imported, so that one landing during start-up ends the command as
+one landing during its work does (dlperf.stopping)."""
 
-from dlperf.cli import main
+from typing import NoReturn
 
-main()
+from dlperf import stopping
+
+
+def _command() -> int:
+    from dlperf.cli import outcome  # Typer, rich and every command's module
+
+    return outcome()
+
+
+def main() -> NoReturn:
+    stopping.run(_command, process=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -25,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from dlperf import stopping
+
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PARENT_ENV = "DLPERF_PARENT_PID"  # set by whoever starts a guarded command: its own pid
 STOP_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
@@ -154,7 +156,8 @@ class Supervisor:
     ) -> subprocess.Popen[bytes]:
         """Start the guarded `command` in a session of its own, its output in `log`."""
         child_env = {**os.environ, **(env or {}), PARENT_ENV: str(os.getpid())}
-        with log.open("wb") as out:
+        # A stop signal waits until the child is on the list that `stop` signals.
+        with stopping.shielded(), log.open("wb") as out:
             child = subprocess.Popen(
                 guarded(command),
                 stdout=out,
@@ -162,7 +165,7 @@ class Supervisor:
                 env=child_env,
                 start_new_session=True,
             )
-        self.children.append(child)
+            self.children.append(child)
         return child
 
     def wait(self, timeout_s: float | None = None) -> list[int | None]:
@@ -220,4 +223,5 @@ class Supervisor:
         trace: TracebackType | None,
     ) -> None:
         if error is not None:
-            self.stop()
+            with stopping.shielded():  # a stop signal during a failure's cleanup waits for it
+                self.stop()

@@ -91,10 +91,10 @@ def test_bad_input_is_one_line_and_exit_2(
 
 
 def test_debug_shows_the_traceback(cli: Callable[..., CliResult], db: str) -> None:
-    from dlperf.errors import UserError
-
-    with pytest.raises(UserError):
-        cli("--debug", "run", "missing.toml")
+    r = cli("--debug", "run", "missing.toml")
+    assert r.code == 1
+    assert "Traceback (most recent call last)" in r.err
+    assert "dlperf.errors.UserError: missing.toml" in r.err
 
 
 def test_run_json_runs_list_show_compare(

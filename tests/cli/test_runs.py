@@ -117,18 +117,16 @@ def test_delete_asks_and_refuses_to_hang_without_a_terminal(
 
 
 LIVE = """
-import signal, sys, time
+import sys, time
+from dlperf import stopping
 from dlperf.store import RunStore
-def stop(*_):
-    raise KeyboardInterrupt  # as dlperf's commands take SIGTERM
-signal.signal(signal.SIGTERM, stop)
-store = RunStore.open(sys.argv[1])
-try:
+def live():  # a command as dlperf runs one: SIGTERM marks the run killed, exit 143
+    store = RunStore.open(sys.argv[1])
     with store.new_run("live", "run", {}, None, {"host": "h"}) as record:
         print(record.id, flush=True)
         time.sleep(600)
-except KeyboardInterrupt:
-    sys.exit(130)
+    return 0
+stopping.run(live, process=True)
 """
 
 
@@ -149,7 +147,7 @@ def test_delete_refuses_a_running_run_and_force_stops_it_first(
             f"stopped run {run}: pid {child.pid} marked it killed",
             f"deleted run {run}",
         ]
-        assert child.wait(timeout=DEADLINE_S) == 130
+        assert child.wait(timeout=DEADLINE_S) == 143  # 128 + SIGTERM
     finally:
         child.kill()
         child.wait(timeout=DEADLINE_S)

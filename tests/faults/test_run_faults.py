@@ -127,7 +127,7 @@ def assert_stopped(store: RunStore, run_id: int, sig: signal.Signals, code: int,
         assert code == -signal.SIGKILL
         assert store.get_run(run_id).status == "lost"
     else:
-        assert code == 130, err
+        assert code == 128 + sig, err  # 130 for SIGINT, 143 for SIGTERM
         assert store.get_run(run_id).status == "killed"
 
 

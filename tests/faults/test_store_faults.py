@@ -482,8 +482,8 @@ def _staleness(tmp_path: Path, store: RunStore) -> Command:
 def test_sigterm_marks_every_run_killed(
     store: RunStore, db: str, tmp_path: Path, command: Callable[[Path, RunStore], Command]
 ) -> None:
-    """SIGTERM to a real process while it records a run: exit 130, and every run it made
-    is `killed`, none left `running`."""
+    """SIGTERM to a real process while it records a run: exit 143 (128 + SIGTERM), and every
+    run it made is `killed`, none left `running`."""
     args, env, ready = command(tmp_path, store)
     err = tmp_path / "stderr.txt"
     with open(err, "wb") as stderr:
@@ -497,7 +497,7 @@ def test_sigterm_marks_every_run_killed(
     try:
         _until(ready, proc, err)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=DEADLINE_S) == 130, err.read_text()
+        assert proc.wait(timeout=DEADLINE_S) == 143, err.read_text()
     finally:
         proc.kill()
         proc.wait()
@@ -590,7 +590,7 @@ def test_runs_delete_force_stops_a_training_run_first(
         forced = cli("runs", "delete", "1", "--yes", "--force")
         assert forced.code == 0, forced.err
         assert forced.out.startswith(f"stopped run 1: pid {proc.pid} marked it killed\n")
-        assert proc.wait(timeout=DEADLINE_S) == 130
+        assert proc.wait(timeout=DEADLINE_S) == 143  # stopped by SIGTERM
     finally:
         proc.kill()
         proc.wait()

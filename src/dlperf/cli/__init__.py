@@ -11,10 +11,11 @@ import errno
 import gc
 import importlib
 import pkgutil
-import signal
 import sys
-from typing import Any
+import traceback
+from typing import NoReturn
 
+from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.errors import CheckFailed, UserError, interrupted
 
@@ -33,41 +34,45 @@ _BAD_PATH = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR,
 atexit.register(gc.freeze)
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    """A scheduler's SIGTERM stops a command as Ctrl-C does, so its runs end `killed`."""
-    raise KeyboardInterrupt
-
-
 def _say(line: str) -> None:
     """One line on stderr; a file name that is not UTF-8 (lone surrogates) shown escaped, on
     any stream (pytest's capture and some terminals encode strictly)."""
     print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
 
 
-def main() -> None:
-    # A shell starts background jobs with SIGINT ignored, and Python keeps that: restore it,
-    # so Ctrl-C (or a test's SIGINT) always stops the command. Typer turns the resulting
-    # KeyboardInterrupt into exit code 130 once each `with store.recording(...)` has marked
-    # its run killed.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _terminate)
+def outcome() -> int:
+    """Run the command that sys.argv names and return its exit code, each error told in one
+    line. It raises nothing but the stop signal's one KeyboardInterrupt (dlperf.stopping):
+    were anything else to escape, a stop signal landing during its propagation could not be
+    told apart from it."""
     try:
         app()
+    except SystemExit as e:  # Typer's own end: 0, 2 for a usage error, 130 for Ctrl-C
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except UserError as e:
         if state.debug:
-            raise
+            traceback.print_exc()
+            return 1
         _say(f"error: {e}")
-        sys.exit(e.exit_code)
+        return e.exit_code
     except CheckFailed as e:
         _say(f"check failed: {e}")
-        sys.exit(e.exit_code)
+        return e.exit_code
     except OSError as e:
         if state.debug:
-            raise
+            traceback.print_exc()
+            return 1
         where = f" {e.filename}" if e.filename else ""
         _say(f"error: cannot use{where}: {e.strerror or e}")
-        sys.exit(2 if e.errno in _BAD_PATH else 1)
+        return 2 if e.errno in _BAD_PATH else 1
     except Exception as e:
         if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130
-            sys.exit(130)
-        raise
+            return 130
+        traceback.print_exc()  # as Python would print it, and its exit code
+        return 1
+    return 0
+
+
+def main() -> NoReturn:
+    """`dlperf`: the command, ended by a stop signal as dlperf.stopping describes."""
+    stopping.run(outcome)

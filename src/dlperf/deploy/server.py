@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from dlperf import stopping
 from dlperf.config import ServeConfig
 from dlperf.deploy import runtime
 from dlperf.deploy.batcher import Batcher
@@ -146,10 +147,11 @@ def serve_forever(app: FastAPI, sock: socket.socket) -> int | None:
 
     def note(signum: int, frame: object) -> None:
         stopped_by.append(signum)
+        stopping.noted(signum)  # the stop is under way: a later signal must not cut it
 
     # Once drained, uvicorn raises the signal that stopped it again, for the handler in
-    # force before it ran: dlperf's turns SIGTERM into KeyboardInterrupt (exit 130), so
-    # this one only notes which signal it was, for the caller to exit by it.
+    # force before it ran: dlperf's would raise KeyboardInterrupt out of uvicorn's shutdown,
+    # so this one only notes which signal it was, for the caller to exit by it.
     previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         config = uvicorn.Config(app, log_level="warning", access_log=False)

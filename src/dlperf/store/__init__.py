@@ -55,6 +55,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from dlperf import stopping
 from dlperf.errors import NoSuchRun, UserError, interrupted
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
@@ -364,7 +365,10 @@ class RunStore:
         if self.read_only:
             raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         try:
-            with Session(self._writer) as s, s.begin():
+            # A stop signal waits for the transaction's end: one cut inside SQLAlchemy could
+            # leave a connection holding SQLite's write lock, and the run's own `killed` mark
+            # would then wait out the busy timeout behind it.
+            with stopping.shielded(), Session(self._writer) as s, s.begin():
                 yield s
         except DatabaseError as e:  # PostgreSQL's read-only transaction is an InternalError
             full = _disk_full(e, self.engine)
@@ -434,18 +438,24 @@ class RunStore:
     @contextmanager
     def recording(self, run_id: int) -> Iterator[Recording]:
         """Mark `run_id` finished (or as `Recording.fail` said) when the block ends, killed on
-        Ctrl-C or SIGTERM (which main() raises as KeyboardInterrupt; raised again as one when
-        the code it landed in wrapped it in another exception), failed on any other
-        exception, which propagates. Every command that writes runs goes through here."""
+        Ctrl-C or SIGTERM (a KeyboardInterrupt, dlperf.stopping; raised again as one when the
+        code it landed in wrapped it in another exception), failed on any other exception,
+        which propagates. Every command that writes runs goes through here."""
+        with stopping.shielded():
+            yield from self._recorded(run_id)
+
+    def _recorded(self, run_id: int) -> Iterator[Recording]:
+        """`recording`, inside a shielded block: a stop signal cuts only the block's body, so
+        the run is always marked (one that lands while it is marked is raised once it is)."""
         record = Recording(run_id)
         try:
-            yield record
-        except KeyboardInterrupt:
-            self.finish_run(run_id, "killed", error="interrupted")
-            raise
+            with stopping.unshielded():
+                yield record
         except BaseException as e:
             if interrupted(e):
                 self.finish_run(run_id, "killed", error="interrupted")
+                if isinstance(e, KeyboardInterrupt):
+                    raise
                 raise KeyboardInterrupt from e
             self.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
             raise
@@ -461,10 +471,11 @@ class RunStore:
         system: dict[str, Any] | None = None,
         study_id: int | None = None,
     ) -> Iterator[Recording]:
-        """create_run, then record it as `recording` does."""
-        run_id = self.create_run(name, kind, config, config_hash, system, study_id)
-        with self.recording(run_id) as record:
-            yield record
+        """create_run, then record it as `recording` does: a stop signal that lands between
+        the two waits, so a run made is always marked."""
+        with stopping.shielded():
+            run_id = self.create_run(name, kind, config, config_hash, system, study_id)
+            yield from self._recorded(run_id)
 
     def log_metrics(
         self, run_id: int, rows: Iterable[tuple[str, int, float] | tuple[str, int, float, float]]

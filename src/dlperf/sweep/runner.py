@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dlperf import stopping
 from dlperf.config import Experiment
 from dlperf.errors import UserError
 from dlperf.procs import POLL_S, Supervisor
@@ -144,14 +145,14 @@ def record_failure(
     recorded (the batch does not fit the data, say), a failed run made for it, so the study
     shows every point it tried."""
     run = _own_run(store, exp, study_id, since)
-    if run is None:
-        run_id = store.create_run(
-            exp.run.name or exp.model.name, "run", exp.to_dict(), exp.config_hash(), None, study_id
-        )
-    else:
-        run_id = run.id
-    if run is None or run.unfinished:
-        store.finish_run(run_id, "failed", error=error)
+    with stopping.shielded():  # a run made here is marked, whenever a stop signal lands
+        if run is None:
+            name = exp.run.name or exp.model.name
+            run_id = store.create_run(name, "run", exp.to_dict(), exp.config_hash(), None, study_id)
+        else:
+            run_id = run.id
+        if run is None or run.unfinished:
+            store.finish_run(run_id, "failed", error=error)
     return SweepPointResult(run_id, "failed", error)
 
 
