@@ -4,12 +4,15 @@ its process group, and how a child ended reads the same for every launcher."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dlperf import procs, stopping
 from dlperf.procs import STOP_GRACE_S, Supervisor, alive, how
 
 
@@ -40,6 +43,27 @@ def test_wait_returns_at_the_first_failure(tmp_path: Path) -> None:
         assert supervisor.wait(timeout_s=120) == [None, 3]
         supervisor.stop()
     assert [c.returncode for c in supervisor.children] == [-signal.SIGTERM, 3]
+
+
+def test_a_stop_signal_as_a_child_starts_still_stops_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal lands once the child runs and before `start` returns: it waits until the
+    child is on the list that the stop signals, so the child is stopped with the rest."""
+    popen = subprocess.Popen
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        child = popen(*args, **kwargs)
+        signal.raise_signal(signal.SIGTERM)
+        return child
+
+    stopping.install()  # conftest puts pytest's handlers back after the test
+    monkeypatch.setattr(procs.subprocess, "Popen", popen_then_signal)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    with pytest.raises(KeyboardInterrupt), Supervisor() as supervisor:
+        supervisor.start(sleeper, tmp_path / "log")
+    [child] = supervisor.children
+    assert child.returncode == -signal.SIGTERM
 
 
 def test_how_a_process_ended() -> None:
