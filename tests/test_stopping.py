@@ -32,13 +32,35 @@ def test_the_first_signal_raises_and_sets_the_exit_code() -> None:
     assert stopping.exit_code(0) == 143
 
 
-def test_later_signals_are_only_noted() -> None:
-    """A second Ctrl-C must not cut the first one's cleanup short."""
+def test_later_signals_raise_again_but_the_exit_code_is_the_firsts() -> None:
+    """Outside a shielded block: a stop that a library swallowed is not lost."""
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)
-    signal.raise_signal(signal.SIGTERM)
-    signal.raise_signal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGTERM)
     assert stopping.exit_code(0) == 130  # the first signal's
+    assert stopping.requested()
+
+
+def test_a_second_signal_during_a_stops_cleanup_does_not_cut_it() -> None:
+    done = []
+    with pytest.raises(KeyboardInterrupt) as caught:
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt as first:
+            with stopping.shielded():
+                signal.raise_signal(signal.SIGINT)  # a second Ctrl-C
+                done.append("cleaned up")
+            raise RuntimeError("not reached") from first
+    assert done == ["cleaned up"]
+    assert caught.value.__context__ is not None  # the second, raised as the cleanup ended
+
+
+def test_a_signal_in_a_shielded_block_that_an_interrupt_leaves_is_not_raised_again() -> None:
+    with pytest.raises(KeyboardInterrupt) as caught, stopping.shielded():
+        signal.raise_signal(signal.SIGTERM)  # waits
+        raise KeyboardInterrupt("already stopping")
+    assert str(caught.value) == "already stopping"
 
 
 def test_a_shielded_block_is_not_cut_and_raises_at_its_end() -> None:
@@ -79,6 +101,9 @@ def test_run_exits_128_plus_the_signal_or_the_commands_code() -> None:
     with pytest.raises(SystemExit) as caught:
         stopping.run(lambda: 3)
     assert caught.value.code == 3
+    # Python's shutdown would put the default actions back for handled signals: a late one
+    # would end the process by it.
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
 
 
 def test_a_signal_while_a_run_is_made_or_marked_leaves_it_marked(

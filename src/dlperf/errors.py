@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dlperf import stopping
+
 
 class UserError(Exception):
     """Bad input (config, data file, model name, request): one line, exit code 2."""
@@ -34,10 +36,15 @@ class CheckFailed(Exception):
 
 
 def interrupted(error: BaseException) -> bool:
-    """Whether `error` is a Ctrl-C or SIGTERM (main() raises both as KeyboardInterrupt), or
-    was raised because of one: an interrupt that lands in code which wraps what it raises
-    arrives as another exception caused by it (a class body's `__set_name__` turns it into a
-    RuntimeError, as when torch imports torch._dynamo on an optimizer's first use)."""
+    """Whether `error` is a Ctrl-C or SIGTERM (dlperf.stopping raises both as
+    KeyboardInterrupt), or was raised because of one: an interrupt that lands in code which
+    wraps what it raises arrives as another exception caused by it (a class body's
+    `__set_name__` turns it into a RuntimeError, as when torch imports torch._dynamo on an
+    optimizer's first use), and any error once a stop signal has come is taken as its
+    consequence (one that lands inside numpy's import leaves later imports failing with
+    errors that name nothing)."""
+    if stopping.requested():
+        return True
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:

@@ -1,17 +1,16 @@
 """How a stop signal ends a dlperf command: Ctrl-C's SIGINT and a scheduler's SIGTERM (Slurm
 or Kubernetes preempting a job) end it the same way wherever they land.
 
-- The first stop signal raises KeyboardInterrupt in the main thread: every
-  `Store.recording` marks its run `killed`, every `procs.Supervisor` stops its children, and
-  `run` exits 128 + the signal (130 for SIGINT, 143 for SIGTERM, as a shell reports them).
-- Inside a `shielded()` block (a store write, a run's creation, a child's start) the signal
-  waits and is raised as the block ends, so no write is cut in half and no run or child is
-  made without its owner knowing.
-- Every later stop signal is only noted. The stop is under way, and its cleanup (runs marked,
-  children stopped within their grace) must not be cut short: a KeyboardInterrupt raised
-  while an `except` or `finally` clause ran would skip the rest of it, and one that escaped
-  `main()` would make Python end the process *by* SIGINT (exit -2, no traceback) instead of
-  with the command's exit code.
+- A stop signal raises KeyboardInterrupt in the main thread: every `Store.recording` marks
+  its run `killed`, every `procs.Supervisor` stops its children, and `run` exits 128 + the
+  first signal (130 for SIGINT, 143 for SIGTERM, as a shell reports them).
+- Inside a `shielded()` block (a store write, a run's creation and its marking, a child's
+  start, a stop's cleanup) a signal waits and is raised as the block ends, so no write is cut
+  in half, no run or child is made without its owner knowing, and a second Ctrl-C does not
+  cut the first one's cleanup short. Outside them every signal raises, so that a stop that a
+  library swallowed (a bare `except:` around an import) is not lost.
+- Once the exit code is decided, signals are ignored: Python's shutdown puts the default
+  actions back, under which a late signal would end the process *by* it (exit -15 or -2).
 
 Only `run` (the command line's entry) installs the handlers: `import dlperf` in a notebook
 leaves its signals alone.
@@ -36,28 +35,27 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @dataclass
 class _State:
     received: int | None = None  # the first stop signal
-    raised: bool = False  # its KeyboardInterrupt has been raised (there is only ever one)
-    shields: int = 0  # shielded blocks open
-    settled: bool = False  # the command's exit code is decided: signals are only noted
+    pending: bool = False  # a signal came inside a shielded block: raised at its end
+    shields: int = 0  # shielded blocks open (in the main thread, the one signals interrupt)
+    settled: bool = False  # the exit code is decided: signals no longer count
 
 
 _state = _State()
 
 
 def _stop() -> NoReturn:
-    _state.raised = True
+    _state.pending = False
     raise KeyboardInterrupt
 
 
-def _owed() -> bool:
-    """A stop signal came, and its KeyboardInterrupt is still to be raised."""
-    return _state.received is not None and not (_state.raised or _state.settled)
-
-
 def _handler(signum: int, frame: FrameType | None) -> None:
+    if _state.settled:
+        return
     if _state.received is None:
         _state.received = signum
-    if not (_state.raised or _state.shields or _state.settled):
+    if _state.shields:
+        _state.pending = True
+    else:
         _stop()
 
 
@@ -71,21 +69,28 @@ def install() -> None:
         signal.signal(sig, _handler)
 
 
+def requested() -> bool:
+    """Whether a stop signal has come: an error raised since is taken as its consequence (an
+    interrupt that landed inside an extension module's import leaves later imports failing,
+    with nothing to chain them to it)."""
+    return _state.received is not None
+
+
 def noted(signum: int) -> None:
-    """A stop signal that other code took (the HTTP server drains its queue on one): the stop
-    is under way, so later signals are only noted, and the exit code is 128 + `signum`."""
+    """A stop signal that other code took (the HTTP server drains its queue on one): the exit
+    code is 128 + `signum`."""
     if _state.received is None:
         _state.received = signum
-    _state.raised = True
 
 
 class shielded:  # lower case: used as `with shielded():`, like contextlib.suppress
-    """A block a stop signal does not cut: one that lands inside waits for its end, and is
-    raised there (chained to the block's own error, if it failed). Nests."""
+    """A block a stop signal does not cut: one that lands inside waits for the outermost
+    block's end and is raised there, unless an interrupt already propagates (chained to the
+    block's own error, if it failed otherwise). Nests."""
 
     def __enter__(self) -> None:
         self.counted = threading.current_thread() is threading.main_thread()
-        _state.shields += self.counted  # only the main thread is ever interrupted
+        _state.shields += self.counted
 
     def __exit__(
         self,
@@ -94,20 +99,24 @@ class shielded:  # lower case: used as `with shielded():`, like contextlib.suppr
         trace: TracebackType | None,
     ) -> None:
         _state.shields -= self.counted
-        if self.counted and not _state.shields and _owed():
-            _stop()
+        if not (self.counted and _state.pending) or _state.shields or _state.settled:
+            return
+        if isinstance(error, KeyboardInterrupt):
+            _state.pending = False  # the stop is already under way
+            return
+        _stop()
 
 
 class unshielded:
     """The body of a shielded block that a stop signal may cut (a run's training inside the
-    block that records it): the signal is raised at once, a pending one as the body begins."""
+    block that records it): a signal raises at once, one that waited as the body begins."""
 
     def __enter__(self) -> None:
         self.saved: int | None = None
         if threading.current_thread() is not threading.main_thread():
             return
         self.saved, _state.shields = _state.shields, 0
-        if _owed():
+        if _state.pending and not _state.settled:
             _stop()
 
     def __exit__(
@@ -121,14 +130,13 @@ class unshielded:
 
 
 def exit_code(code: int) -> int:
-    """The process's exit code: 128 + the stop signal once one came, else `code`."""
+    """The process's exit code: 128 + the first stop signal once one came, else `code`."""
     return code if _state.received is None else 128 + _state.received
 
 
 def run(command: Callable[[], int], process: bool = False) -> NoReturn:
-    """Install the handlers, run `command` (which returns its exit code, and may only raise
-    the one KeyboardInterrupt) and exit with its code, or 128 + the stop signal. A signal that
-    lands once the code is decided (the process is exiting) no longer changes it.
+    """Install the handlers, run `command` (which returns its exit code and raises nothing
+    but KeyboardInterrupt) and exit with its code, or 128 + the first stop signal.
 
     With `process` (the process's own entry point, not a test calling it in-process), a
     stopped command leaves through `os._exit` once the exit handlers have run and the streams
@@ -139,11 +147,15 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     install()
     stopped = False
     try:
-        code = command()
+        try:
+            code = command()
+        finally:
+            _state.settled = True
+    except KeyboardInterrupt:  # wherever the signal landed, after the command's own handling
         _state.settled = True
-    except KeyboardInterrupt:  # wherever the first stop signal landed, after the command's
-        code, stopped = 130, True  # own handling too (exit_code makes it 128 + the signal)
-    _state.settled = True
+        code, stopped = 130, True  # exit_code makes it 128 + the signal
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)  # Python's shutdown leaves an ignored signal be
     code = exit_code(code)
     if process and (stopped or _state.received is not None):
         atexit._run_exitfuncs()

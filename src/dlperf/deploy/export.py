@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dlperf import stopping
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
@@ -235,9 +236,10 @@ def _removed_if_interrupted(out: Path) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
-            if path.is_file() and path.stat().st_mtime >= started:
-                path.unlink()
+        with stopping.shielded():  # a second Ctrl-C must not leave half of them
+            for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
+                if path.is_file() and path.stat().st_mtime >= started:
+                    path.unlink()
         raise
 
 

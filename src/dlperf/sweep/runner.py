@@ -259,10 +259,11 @@ class SweepRun:
         except BaseException:
             # The supervisor has stopped them (each marks its run killed); a SIGKILLed one
             # could not, and its run reads as lost too once it is gone.
-            for child in running:
-                run = _own_run(self.store, child.exp, self.study_id, self.since)
-                if run is not None and run.unfinished:
-                    self.store.finish_run(run.id, "killed", error="interrupted")
+            with stopping.shielded():
+                for child in running:
+                    run = _own_run(self.store, child.exp, self.study_id, self.since)
+                    if run is not None and run.unfinished:
+                        self.store.finish_run(run.id, "killed", error="interrupted")
             raise
 
     def _start(self, supervisor: Supervisor, point: Point) -> _Child:
