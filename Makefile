@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-faults test-horovod test-gpu lint format bench horovod horovod-deps horovod-wheel clean
+.PHONY: setup demo test test-faults test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ format: setup
 bench: setup
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
 	$(BIN)/python benchmarks/run_all.py
+
+# SIGTERM and SIGINT at random moments of every long-running command: exit codes, runs, processes.
+stress-signals: setup
+	$(BIN)/python benchmarks/stress_signals.py
 
 # Horovod 0.28.1 built from source for CPU (gloo) against this torch and TensorFlow, with
 # tools/horovod-0.28.1-cpu-torch2.14-tf2.21.patch (the release does not build against them);
