@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlperf import stopping
+from dlperf.procs import alive
 from dlperf.store import RunStore
 from tests.conftest import TINY
 from tests.hooks import hook_env
@@ -160,3 +161,33 @@ def test_an_interrupt_out_of_exec_still_exits_with_the_code(tmp_path: Path) -> N
         assert "Traceback" not in proc.stderr
     store = RunStore.open(db)
     assert [(r.status, r.error) for r in store.list_runs()] == [("killed", "interrupted")] * 2
+
+
+POOL_WORKER = """
+import multiprocessing, time
+from dlperf import stopping
+def command():
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(600,))
+    child.start()  # a pool's worker that waits for work that never comes
+    print(child.pid, flush=True)
+    time.sleep(600)
+    return 0
+stopping.run(command, process=True)
+"""
+
+
+def test_a_stopped_command_does_not_wait_for_its_pool_workers() -> None:
+    """multiprocessing's exit handler joins every child it started: one left waiting (the
+    report's drawing pool, its shutdown cut by a second Ctrl-C) held the exit for ever."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", POOL_WORKER], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        worker = int(proc.stdout.readline())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE_S) == 143
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not alive(worker)

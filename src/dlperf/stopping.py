@@ -134,6 +134,16 @@ def exit_code(code: int) -> int:
     return code if _state.received is None else 128 + _state.received
 
 
+def _kill_pool_workers() -> None:
+    """SIGKILL the multiprocessing children left (a stopped command wants nothing of theirs):
+    multiprocessing's exit handler joins each, and one that waits for work that never comes
+    would hold the exit for ever."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None:
+        for child in multiprocessing.active_children():
+            child.kill()
+
+
 def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     """Install the handlers, run `command` (which returns its exit code and raises nothing
     but KeyboardInterrupt) and exit with its code, or 128 + the first stop signal.
@@ -158,6 +168,7 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
         signal.signal(sig, signal.SIG_IGN)  # Python's shutdown leaves an ignored signal be
     code = exit_code(code)
     if process and (stopped or _state.received is not None):
+        _kill_pool_workers()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed pipe: nothing more to say

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlperf import stopping
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -185,4 +186,7 @@ def _run_pages(
     try:
         yield from pool.map(_write_run_page, tasks)
     finally:  # on Ctrl-C, the pages not yet started are not drawn
-        pool.shutdown(cancel_futures=True)
+        # Shielded: a second Ctrl-C that cut the shutdown left the workers waiting for work
+        # that never came, and the interpreter's exit joining them, for ever.
+        with stopping.shielded():
+            pool.shutdown(cancel_futures=True)
