@@ -119,12 +119,7 @@ class unshielded:
         if _state.pending and not _state.settled:
             _stop()
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.saved is not None:
             _state.shields = self.saved
 
