@@ -100,10 +100,10 @@ def test_run_exits_128_plus_the_signal_or_the_commands_code() -> None:
         stopping.run(stopped)
     assert caught.value.code == 143
     with pytest.raises(SystemExit) as caught:
-        stopping.run(lambda: 3)
+        stopping.run(lambda: 3, process=True)  # no stop: it leaves as sys.exit does
     assert caught.value.code == 3
     # Python's shutdown would put the default actions back for handled signals: a late one
-    # would end the process by it.
+    # would end the process by it (exit -15 or -2).
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
 
 

@@ -143,12 +143,13 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     """Install the handlers, run `command` (which returns its exit code and raises nothing
     but KeyboardInterrupt) and exit with its code, or 128 + the first stop signal.
 
-    With `process` (the process's own entry point, not a test calling it in-process), a
-    stopped command leaves through `os._exit` once the exit handlers have run and the streams
-    are flushed: CPython up to 3.13 marks a KeyboardInterrupt that escapes code run by `exec`
-    or `eval` of a string (a dataclass's or namedtuple's methods being made, as lazy imports
-    do) as unhandled even when a caller handles it, and then ends the process *by* SIGINT
-    after its shutdown, whatever exit code it was given (python/cpython gh-128130)."""
+    With `process` (the process's own entry point, not a test calling it in-process), the
+    stop signals are ignored from then on (see above), and a stopped command leaves through
+    `os._exit` once the exit handlers have run and the streams are flushed: CPython up to
+    3.13 marks a KeyboardInterrupt that escapes code run by `exec` or `eval` of a string (a
+    dataclass's or namedtuple's methods being made, as lazy imports do) as unhandled even
+    when a caller handles it, and then ends the process *by* SIGINT after its shutdown,
+    whatever exit code it was given (python/cpython gh-128130)."""
     install()
     stopped = False
     try:
@@ -159,10 +160,12 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     except KeyboardInterrupt:  # wherever the signal landed, after the command's own handling
         _state.settled = True
         code, stopped = 130, True  # exit_code makes it 128 + the signal
+    code = exit_code(code)
+    if not process:
+        sys.exit(code)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # Python's shutdown leaves an ignored signal be
-    code = exit_code(code)
-    if process and (stopped or _state.received is not None):
+    if stopped or _state.received is not None:
         _kill_pool_workers()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
