@@ -179,8 +179,10 @@ def _run_pages(
         _worker.update(store=store, out=out, with_page=with_page)
         yield from map(_write_run_page, tasks)
         return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    # Fresh interpreters, not forks: a fork of a process with threads (torch's, SQLAlchemy's,
+    # a test runner's) inherits the locks they held, and a drawing worker once waited on one
+    # for ever inside matplotlib (a whole `make test` hung in the report's fixture).
+    context = multiprocessing.get_context("spawn")
     init = (url.render_as_string(hide_password=False), out, with_page, os.getpid())
     pool = ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init)
     try:
