@@ -490,14 +490,20 @@ def test_sigterm_marks_every_run_killed(
         proc = subprocess.Popen(
             [sys.executable, "-m", "dlperf", "--db", db, *args],
             cwd=tmp_path,
-            env={**os.environ, **env},
+            env={**os.environ, **env, "PYTHONFAULTHANDLER": "1"},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
     try:
         _until(ready, proc, err)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=DEADLINE_S) == 143, err.read_text()
+        try:
+            code = proc.wait(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack
+            proc.wait(timeout=DEADLINE_S)
+            pytest.fail(f"still running {DEADLINE_S} s after SIGTERM:\n{err.read_text()}")
+        assert code == 143, err.read_text()
     finally:
         proc.kill()
         proc.wait()
