@@ -158,7 +158,7 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
         finally:
             _state.settled = True
     except KeyboardInterrupt:  # wherever the signal landed, after the command's own handling
-        _state.settled = True
+        _state.settled = True  # again: the signal may have landed in `finally`, before it
         code, stopped = 130, True  # exit_code makes it 128 + the signal
     code = exit_code(code)
     if not process:

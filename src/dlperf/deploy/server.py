@@ -152,7 +152,7 @@ def serve_forever(app: FastAPI, sock: socket.socket) -> int | None:
     # Once drained, uvicorn raises the signal that stopped it again, for the handler in
     # force before it ran: dlperf's would raise KeyboardInterrupt out of uvicorn's shutdown,
     # so this one only notes which signal it was, for the caller to exit by it.
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, note) for sig in stopping.STOP_SIGNALS}
     try:
         config = uvicorn.Config(app, log_level="warning", access_log=False)
         _DrainingServer(config, app.state.batcher).run(sockets=[sock])
