@@ -180,3 +180,40 @@ def test_every_command_is_in_the_readme() -> None:
         " ".join(c) for c in commands if not re.search(rf"dlperf {' '.join(c)}(?![\w-])", readme)
     ]
     assert not missing, f"commands without an example in README.md: {missing}"
+
+
+# A ring all-reduce time, however it is spelled: "T = 2(n−1)α ...", "t = 2(p−1)/p · (...)".
+RING_TIME = re.compile(r"\b[Tt](?:\(n, S\))? = 2\([np][−-]1\)")
+
+
+def docstrings(path: Path) -> list[str]:
+    """The module's, classes' and functions' docstrings of a source file."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef))]
+    return [doc for node in nodes if (doc := ast.get_docstring(node, clean=False))]
+
+
+def test_the_ring_model_is_written_one_way() -> None:
+    """Issue 39: docs/course.md wrote the ring all-reduce as t = 2(p−1)/p · (α + n·β) where
+    scale.md and the code fit T(n, S) = 2(n−1)·α + 2(n−1)/n · S/B. Every page and docstring
+    states the formula the fit's module gives, with its symbols."""
+    from dlperf.distributed import allreduce
+
+    assert allreduce.__doc__ is not None
+    (formula,) = re.findall(r"^\s*(T\(n, S\) = .*?)\s{2,}", allreduce.__doc__, re.M)
+    pages = {page.name: page.read_text(encoding="utf-8") for page in doc_pages()}
+    for name in ("course.md", "scale.md"):
+        assert formula in pages[name], f"docs/{name} does not state {formula}"
+    texts = [(f"docs/{name}", text) for name, text in pages.items()]
+    for source in sorted((ROOT / "src" / "dlperf").rglob("*.py")):
+        where = str(source.relative_to(ROOT))
+        texts += [(where, doc) for doc in docstrings(source)]
+    other = [
+        f"{where}: {text[m.start() : m.start() + len(formula)]}"
+        for where, text in texts
+        for m in RING_TIME.finditer(text)
+        if not text.startswith(formula, m.start())
+    ]
+    assert not other, f"the ring model written otherwise than {formula}:\n" + "\n".join(other)

@@ -346,7 +346,8 @@ def test_find_max_batch_stops_where_the_data_runs_out(
     (row,) = doc["rows"]  # 128 > 64 images: never launched
     assert row["per_worker_batch"] == 32 and row["timed_steps"] == 2  # one epoch
     assert (row["speedup"], row["efficiency"]) == (None, None)  # no scaling point
-    assert "per-worker batch 128 exceeds the data set" in doc["warnings"][0]
+    assert any("per-worker batch 128 exceeds the data set" in w for w in doc["warnings"])
+    assert doc["stopped"]["reason"] == "data_set" and doc["stopped"]["per_worker_batch"] == 128
 
 
 def test_find_max_batch_catches_a_worker_over_its_memory_cap(
@@ -360,6 +361,11 @@ def test_find_max_batch_catches_a_worker_over_its_memory_cap(
     (row,) = doc["rows"]
     assert row["out_of_memory"] is True
     assert row["error"].startswith("out of memory at per-worker batch 32: peak memory")
+    assert doc["stopped"] == {
+        "reason": "memory_cap",
+        "per_worker_batch": 32,
+        "detail": row["error"],
+    }
     (run,) = store.list_runs(kind="scale")
     assert run.status == "failed" and run.error == row["error"]
 
@@ -391,3 +397,8 @@ def test_find_max_batch_fails_when_a_batch_fails_for_another_reason(
     assert doc["max_per_worker_batch"] == 32
     assert [row["status"] for row in doc["rows"]] == ["finished", "failed"]
     assert any("per-worker batch 128 failed, not for memory" in w for w in doc["warnings"])
+    assert doc["stopped"] == {
+        "reason": "failed",
+        "per_worker_batch": 128,
+        "detail": "rank 0 failed",
+    }

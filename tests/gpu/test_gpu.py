@@ -232,6 +232,8 @@ def test_find_max_batch_recovers_from_a_real_cuda_out_of_memory(
     assert "CUDA out of memory" in failed["error"]
     assert doc["max_per_worker_batch"] == fitted[-1]["per_worker_batch"]
     assert batch == 4 * doc["max_per_worker_batch"]
+    assert doc["stopped"] == {"reason": "out_of_memory", "per_worker_batch": batch,
+                              "detail": failed["error"].splitlines()[0]}  # fmt: skip
     statuses = [run.status for run in store.list_runs(kind="scale")]
     assert sorted(statuses) == sorted(["finished"] * len(fitted) + ["failed"])
 

@@ -101,7 +101,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def ring_time(workers: int, nbytes: float, alpha_s: float, bandwidth_bytes_per_s: float) -> float:
-    """Ring all-reduce time T = 2(n−1)α + 2(n−1)/n · S/B; a single worker sends nothing."""
+    """Ring all-reduce time T(n, S) = 2(n−1)·α + 2(n−1)/n · S/B; one worker sends nothing."""
     n = workers
     return 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * nbytes / bandwidth_bytes_per_s
 

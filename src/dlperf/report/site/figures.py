@@ -180,7 +180,7 @@ def predicted(run: RunRecord, measured: list[float]) -> Figures:
 
 def allreduce(runs: list[RunRecord], title: str) -> Figures:
     """All-reduce time and bus bandwidth against message size per worker count, with the
-    fitted α-β ring model T = 2(n-1)α + 2(n-1)/n · S/B (dlperf.distributed.allreduce)."""
+    fitted α-β ring model T(n, S) = 2(n−1)·α + 2(n−1)/n · S/B (dlperf.distributed.allreduce)."""
     summaries = [s for run in runs if (s := AllreduceSummary.stored(run.summary))]
     rows = [r for s in summaries for r in s.rows]
     if not rows:
