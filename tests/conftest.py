@@ -109,6 +109,22 @@ def _signal_handlers() -> Iterator[None]:
 
 
 @pytest.fixture
+def busy_core() -> Iterator[int]:
+    """A process that keeps one CPU busy (pinned to the lowest this test may use), started
+    here and ended by its pid after the test; yields that CPU."""
+    import subprocess
+
+    cpu = min(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        yield cpu
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.fixture
 def cli(
     db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., CliResult]:

@@ -53,6 +53,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # the standard library, third-party libraries and each other only
     "leaves": (
         "dlperf.config",
+        "dlperf.contention",
         "dlperf.errors",
         "dlperf.formatting",
         "dlperf.parsing",

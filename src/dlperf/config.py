@@ -235,8 +235,9 @@ class RunConfig(Section):
     """Keep images and weights in NHWC memory format."""
     compile: bool = False
     """torch.compile the model (compile time is excluded from throughput)."""
-    threads: Count | None = None
-    """CPU threads for this process; None = all cores this process may use."""
+    threads: Count | Literal["auto"] | None = None
+    """CPU threads for this process; None = all cores this process may use; "auto" = the
+    cores other processes leave free as the run starts (measured, docs/run.md#threads)."""
     timing: Literal["off", "coarse", "phases"] = "coarse"
     """off: wall time only; coarse: per-epoch throughput; phases: per-step data, copy,
     forward, backward and optimizer times, synchronising the device after each."""
@@ -271,6 +272,9 @@ class ScaleConfig(Section):
     """weak: the batch of each worker; a list: one weak-scaling series per batch."""
     steps: Count | None = None
     """Timed steps per point (give steps or epochs)."""
+    threads_per_worker: Count | None = None
+    """CPU threads of every worker at every point; None: the usable cores split between the
+    most workers per node of the study, the same at every point (docs/scale.md#threads)."""
     epochs: Count | None = None
     """Timed epochs per point: epochs x (training images // global batch) steps."""
     warmup_steps: Size = 5

@@ -122,6 +122,12 @@ class RunSummary(Record):
     throughput_spread: Spread | None = None  # over epochs
     train_time_s: float | None = None
     cpu_time_s: float | None = None
+    # the share of the timed windows' runnable thread-time spent waiting for a CPU, and the
+    # figures it comes from (dlperf.contention.Contention)
+    cpu_wait_share: float | None = None
+    contention: dict[str, Any] | None = None
+    reliable: bool | None = None  # None: not judged (a run older than the marks)
+    reliability_note: str | None = None  # why not, when not
     elapsed_s: float | None = None
     phases: dict[str, float] | None = None  # seconds per step in each phase
     phase_clock: str | None = None  # what timed the phases (cuda events, wall clock)

@@ -13,8 +13,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from dlperf import contention
 from dlperf.errors import UserError
 from dlperf.version import dlperf_version
 
@@ -56,11 +57,13 @@ def pick_device(spec: str = "auto") -> torch.device:
     return device
 
 
-def set_threads(threads: int | None) -> int:
+def set_threads(threads: int | Literal["auto"] | None) -> int:
     """Set intra-op threads explicitly: the default oversubscribes small hosts badly.
-    None: every usable core."""
+    None: every usable core; "auto": the cores other processes leave free (`auto_threads`)."""
     import torch
 
+    if threads == "auto":
+        threads = auto_threads()
     if threads is not None and threads < 1:
         raise UserError(f"--threads must be at least 1, got {threads}")
     if threads is not None and threads > usable_cores():  # 1,000 on 2 cores: 1,000x slower
@@ -71,6 +74,29 @@ def set_threads(threads: int | None) -> int:
     n = threads or usable_cores()
     torch.set_num_threads(n)
     return n
+
+
+def auto_threads(free: float | None = None) -> int:
+    """The threads a run should take on this host now: the usable cores other processes
+    leave free (`free`, else measured), rounded, at least 1. Two OpenMP threads sharing one
+    free core wait on each other at every parallel region (measured here: 3.5-50x slower),
+    so a thread too few costs far less than a thread too many."""
+    if free is None:
+        free = contention.free_cores()
+    return max(1, min(usable_cores(), round(free)))
+
+
+def crowding(threads: int, free: float | None) -> str | None:
+    """The warning for `threads` intra-op threads on a host with `free` cores free (None:
+    not measured): None unless fewer cores are free than threads asked for."""
+    fit = auto_threads(free) if free is not None else threads
+    if threads <= fit:  # one thread on a full host: fewer cannot help (its CPU wait says it)
+        return None
+    return (
+        f"only {free:.1f} of {usable_cores()} usable cores are free (other processes hold the "
+        f"rest) and this run takes {threads} threads: threads sharing a core wait on each "
+        f'other at every step; set run.threads = {fit} (or "auto") or stop the other work'
+    )
 
 
 def synchronize(device: torch.device) -> None:

@@ -743,7 +743,9 @@ def test_weak_and_strong_scaling_in_one_study_and_one_figure(
     curves = [line.get_label() for line in ax.get_lines()]
     assert curves[0] == "weak, 8 per worker: ddp/allreduce"
     assert "strong, global batch 16: ddp/allreduce" in curves
-    assert ax.get_ylabel() == "efficiency (throughput-based)"
+    assert ax.get_ylabel() == "efficiency (solid: on throughput, dashed: on time)"
+    # issue 39: the course's weak-scaling efficiency on iteration time, beside throughput's
+    assert "weak, 8 per worker: ddp/allreduce, on step time" in curves
 
 
 def test_the_figures_show_the_time_to_train_an_epoch(
@@ -787,8 +789,103 @@ def test_find_max_batch_compares_no_batch_sizes(
     assert r.code == 0, r.err
     header = next(line for line in r.out.splitlines() if line.lstrip().startswith("workers"))
     assert "speedup" not in header and "effic" not in header and "samples/s" in header
-    assert "largest-batch search (single-host emulation), study" in r.out
+    assert "largest-batch search (single-host emulation, " in r.out
+    assert " threads per worker), study" in r.out or " thread per worker), study" in r.out
     assert "efficiency" not in r.out
+
+
+def test_max_batch_says_the_data_set_not_memory_stopped_it(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 39: digits has 1,294 training images, so 2,048 per worker is never run; the
+    answer 512 said only "fits", as if memory had ended the search. Its last line and
+    --json say what did."""
+    fake_workers(lambda n, b: [0.01 * b / 32] * 10)
+    args = ["scale", "max-batch", str(tiny_exp()), "--workers", "1", "--no-plots"]
+    r = cli(*args, "--memory-cap-gb", "64", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["max_per_worker_batch"] == 512
+    assert doc["stopped"] == {
+        "reason": "data_set",
+        "per_worker_batch": 2048,
+        "detail": "per-worker batch 2048 is larger than a worker's share (1294 images) of "
+        "digits at 1 workers",
+    }
+    r = cli(*args, "--memory-cap-gb", "64")
+    assert r.code == 0, r.err
+    assert r.out.rstrip().splitlines()[-1] == (
+        "largest per-worker batch that fits: 512; stopped by the data set, not memory: "
+        "per-worker batch 2048 is larger than a worker's share (1294 images) of digits at "
+        "1 workers"
+    )
+
+
+def test_max_batch_says_memory_stopped_it(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A size over --memory-cap-gb ends the search with the cap named as the reason; one
+    that runs out of device memory with memory."""
+    from dlperf.distributed.study import Study
+
+    fake_workers(lambda n, b: [0.01 * b / 32] * 10)
+    real = Study.run_point
+    error = {"text": ""}
+
+    def run_point(study: Study, index: int, total: int, point: Point, steps: int, extra: object):
+        if point.per_worker_batch < 512:
+            return real(study, index, total, point, steps, extra)  # type: ignore[arg-type]
+        row = PointRow(None, point.workers, 1, None, point.per_worker_batch, point.global_batch,
+                       point.comm, "ddp", None, (), "failed", error=error["text"],
+                       out_of_memory=True)  # fmt: skip
+        study.rows.append(row)
+        return row
+
+    monkeypatch.setattr(Study, "run_point", run_point)
+    args = ["scale", "max-batch", str(tiny_exp()), "--workers", "1", "--no-plots"]
+    cases = {
+        "memory_cap": "out of memory at per-worker batch 512: peak memory 70.00 GiB is above "
+        "the cap of 64.00 GiB",
+        "out_of_memory": "out of memory at per-worker batch 512: CUDA out of memory.",
+    }
+    for reason, text in cases.items():
+        error["text"] = text
+        r = cli(*args, "--memory-cap-gb", "64", "--json")
+        assert r.code == 0, r.err
+        doc = json.loads(r.out)
+        assert doc["max_per_worker_batch"] == 128
+        assert doc["stopped"] == {"reason": reason, "per_worker_batch": 512, "detail": text}
+    r = cli(*args, "--memory-cap-gb", "64")
+    assert r.code == 0, r.err
+    assert r.out.rstrip().splitlines()[-1] == (
+        "largest per-worker batch that fits: 128; stopped by memory: out of memory at "
+        "per-worker batch 512: CUDA out of memory."
+    )
+
+
+def test_max_batch_draws_its_sizes_against_the_batch(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 39: the search's figures had every size at x = 1 worker. They draw time per
+    step and throughput against the per-worker batch."""
+    from dlperf.report.max_batch import max_batch_figures
+
+    fake_workers(lambda n, b: [0.01 * b / 32] * 10)
+    args = ["scale", "max-batch", str(tiny_exp()), "--workers", "1"]
+    r = cli(*args, "--memory-cap-gb", "64", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert [Path(p).stem for p in doc["artifacts"]] == ["step_time", "throughput"]
+    assert all(Path(p).is_file() for p in doc["artifacts"])
+    figures = dict(max_batch_figures(doc["rows"], "search", "stopped by the data set"))
+    assert list(figures) == ["plot/step_time", "plot/throughput"]
+    for kind, want in (("plot/step_time", [10.0, 40.0, 160.0]),
+                       ("plot/throughput", [3200.0, 3200.0, 3200.0])):  # fmt: skip
+        (ax,) = figures[kind].axes
+        assert ax.get_xlabel() == "per-worker batch (images)"
+        (line,) = [line for line in ax.get_lines() if line.get_label() == "measured"]
+        assert list(line.get_xdata()) == [32, 128, 512]
+        assert list(line.get_ydata()) == pytest.approx(want)
 
 
 def test_both_efficiencies_are_computed_from_their_stated_definitions(
@@ -928,7 +1025,9 @@ def test_a_study_over_batch_sizes_prints_the_course_tables(
     table = list(csv.reader(io.StringIO(r.out)))
     assert table[0][:7] == ["mode", "comm", "strategy", "bucket_mb", "workers",
                             "b=8 epoch_time_s", "b=8 speedup"]  # fmt: skip
-    assert len(table[0]) == 5 + 2 * 7 and len(table) == 3
+    # each batch: the 7 columns of the course's tables, then CPU wait and the reliability mark
+    assert len(table[0]) == 5 + 2 * (7 + 3) and len(table) == 3
+    assert table[0][12:15] == ["b=8 cpu_wait_share", "b=8 reliable", "b=8 reliability_note"]
     cells = dict(zip(table[0], table[2], strict=True))
     assert cells["workers"] == "2" and cells["mode"] == "weak"
     assert float(cells["b=32 epoch_time_s"]) == pytest.approx(epoch[(32, 2)])

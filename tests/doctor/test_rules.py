@@ -33,6 +33,7 @@ RULE_NAMES = {
     "missing-workers",
     "oversubscribed",
     "shared-host",
+    "crowded-threads",
     "chance-accuracy",
     "input-below-weights-resolution",
     "data-bound",
@@ -113,9 +114,13 @@ def _like(store: RunStore, run_id: int, system: dict[str, Any] = {}, **summary: 
     idle = {
         "throughput_spread": {k: s["throughput"] for k in ("min", "median", "max")},
         "cpu_time_s": s["train_time_s"] * s["threads"],
+        "cpu_wait_share": 0.0,
+        "reliable": True,
+        "reliability_note": None,
     }
+    free = {"free_cores": float(run.system["usable_cores"])}
     copy = store.create_run(
-        run.name, run.kind, run.config, run.config_hash, {**run.system, **system}
+        run.name, run.kind, run.config, run.config_hash, {**run.system, **free, **system}
     )
     store.finish_run(copy, "finished", summary={**s, **idle, **summary})
     return copy
@@ -130,17 +135,19 @@ def test_rules_have_stable_names_and_severities() -> None:
 
 
 # What the machine's load alone may show on a healthy run: the tests share their cores.
-LOAD_RULES = {"shared-host", "untrustworthy-scaling"}
+LOAD_RULES = {"shared-host", "crowded-threads", "untrustworthy-scaling"}
 
 
 def _load_findings_are_earned(store: RunStore, run_id: int, findings: list[doctor.Finding]) -> None:
     """The load-dependent findings on a healthy run fire exactly when its stored figures say
     the machine was busy."""
-    s = store.get_run(run_id).summary
+    run = store.get_run(run_id)
+    s = run.summary
     spread = s["throughput_spread"]
-    busy = s["cpu_time_s"] / (s["train_time_s"] * s["threads"])
     expected = {"untrustworthy-scaling"} if spread["max"] / spread["min"] > 2 else set()
-    expected |= {"shared-host"} if busy < 0.5 else set()
+    expected |= {"shared-host"} if s["cpu_wait_share"] >= 0.10 else set()
+    fit = max(1, round(run.system["free_cores"]))
+    expected |= {"crowded-threads"} if fit < s["threads"] else set()
     assert {f.rule for f in findings} == expected, findings
 
 
@@ -250,12 +257,51 @@ def test_trace_non_compute(lab: tuple[RunStore, str, dict[str, int]], tmp_path: 
 def test_shared_host(lab: tuple[RunStore, str, dict[str, int]]) -> None:
     store, _, runs = lab
     wall = store.get_run(runs["healthy"]).summary["train_time_s"]
-    busy = _like(store, runs["healthy"], cpu_time_s=0.95 * wall)  # one thread, busy
-    shared = _like(store, runs["healthy"], cpu_time_s=0.3 * wall)
+    # measured: the threads' run delay over the timed steps (issue 39)
+    waited = _like(store, runs["healthy"], cpu_wait_share=0.4, cpu_time_s=0.95 * wall)
+    (finding,) = doctor.examine(store, [waited])
+    assert (finding.rule, finding.severity) == ("shared-host", "warning")
+    assert finding.evidence.startswith("its threads waited for a CPU 40% of their runnable")
+    # spinning threads burn CPU while they wait: CPU time alone would have said nothing
+    assert doctor.examine(store, [_like(store, runs["healthy"], cpu_wait_share=0.02)]) == []
+    # runs stored before the wait was measured: CPU time against wall time
+    busy = _like(store, runs["healthy"], cpu_wait_share=None, cpu_time_s=0.95 * wall)
+    shared = _like(store, runs["healthy"], cpu_wait_share=None, cpu_time_s=0.3 * wall)
     assert doctor.examine(store, [busy]) == []
     (finding,) = doctor.examine(store, [shared])
     assert (finding.rule, finding.severity) == ("shared-host", "warning")
     assert "they were busy 30% of the time" in finding.evidence
+
+
+def test_more_threads_than_free_cores(
+    lab: tuple[RunStore, str, dict[str, int]], store: RunStore
+) -> None:
+    """run.threads 2 with one core free as it started: the finding, and how much faster the
+    same config trained on one thread where the store holds such a run."""
+    lab_store, _, runs = lab
+    run = lab_store.get_run(runs["healthy"])
+
+    def stored(threads: int, throughput: float, free: float) -> int:
+        config = {**run.config, "run": {**run.config["run"], "threads": threads}}
+        made = store.create_run(run.name, "run", config, "x", {**run.system, "free_cores": free})
+        summary = {**run.summary, "threads": threads, "throughput": throughput, "reliable": True}
+        store.finish_run(made, "finished", summary=summary)
+        return made
+
+    slow = stored(2, 100.0, 0.9)
+    (finding,) = [f for f in doctor.examine(store, [slow]) if f.rule == "crowded-threads"]
+    cores = run.system["usable_cores"]
+    said = f"run.threads 2, but only 0.9 of {cores} usable cores were free as it started"
+    assert finding.evidence == said
+    assert finding.fix.startswith('set run.threads = 1 (or "auto"')
+    one = stored(1, 250.0, 2.0)
+    (finding,) = [f for f in doctor.examine(store, [slow]) if f.rule == "crowded-threads"]
+    assert finding.evidence.endswith(
+        f"; run {one}, the same config with run.threads 1, trained 2.50x as fast (250 against "
+        "100 samples/s)"
+    )
+    assert finding.figures["compared_run"] == one
+    assert [f.rule for f in doctor.examine(store, [one]) if f.rule == "crowded-threads"] == []
 
 
 # --- the device and the host ---------------------------------------------------------

@@ -33,9 +33,12 @@ def _print_result(result: dict[str, Any]) -> None:
         ["epochs to target", result["epochs_to_target"]],
         ["time to target (s)", result["time_to_target_s"]],
         ["throughput (samples/s)", result["throughput"]],
+        ["CPU wait (share of thread time)", result.get("cpu_wait_share")],
         ["train time (s)", result["train_time_s"]],
         ["peak memory (MiB)", result["peak_memory_bytes"] / 2**20],
     ]
+    if result.get("reliable") is False:
+        rows.insert(8, ["unreliable", result["reliability_note"]])
     console.print_table(None, ["", "value"], rows)
     console.print_phases(result)
 

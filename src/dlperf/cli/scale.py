@@ -163,6 +163,11 @@ def run(
     steps: int = typer.Option(None, "--steps", help="Timed steps per point."),
     epochs: int = typer.Option(None, "--epochs", help="Timed epochs per point (or --steps)."),
     warmup_steps: int = WARMUP_STEPS,
+    threads_per_worker: int = typer.Option(
+        None,
+        "--threads-per-worker",
+        help="CPU threads of every worker (default: cores / the most workers per node).",
+    ),
     synthetic: bool = SYNTHETIC,
     backend: str = BACKEND,
     comm: str = typer.Option(
@@ -243,8 +248,9 @@ def run(
     flags = {
         "workers": workers, "mode": mode, "global_batch": global_batch,
         "per_worker_batch": per_worker_batch, "steps": steps, "epochs": epochs,
-        "warmup_steps": warmup_steps, "synthetic": synthetic, "backend": backend, "comm": comm,
-        "framework": framework, "strategy": strategy, "allreduce": allreduce,
+        "warmup_steps": warmup_steps, "threads_per_worker": threads_per_worker,
+        "synthetic": synthetic, "backend": backend, "comm": comm, "framework": framework,
+        "strategy": strategy, "allreduce": allreduce,
         "bucket_mb": bucket_mb, "comm_split": comm_split, "price_per_hour": price_per_hour,
         "device": device, "on_failure": on_failure, "allow_oversubscribe": allow_oversubscribe,
         "nnodes": nnodes, "node_rank": node_rank, "rdzv": rdzv, "plots": plots,
@@ -281,13 +287,17 @@ def max_batch(
     as_json: Json = False,
 ) -> None:
     """The largest per-worker batch that fits: grow it x4 from 32 at one worker count until
-    a size runs out of memory (CUDA, or --memory-cap-gb on CPU); each size trains two epochs
-    and times the second.
+    a size runs out of memory (CUDA, or --memory-cap-gb on CPU) or is more than a worker's
+    share of the training images; each size trains two epochs and times the second. The
+    last line says which of them stopped it; the figures draw time per step and throughput
+    against the batch.
 
     Example: dlperf scale max-batch examples/scale_digits_weak.toml --workers 1 --memory-cap-gb 4
     """
     from dlperf.config import ScaleJob, load_job
     from dlperf.distributed.max_batch import find_max_batch
+    from dlperf.distributed.study_tables import document
+    from dlperf.report.max_batch import save_max_batch_figures
 
     flags = {
         "workers": workers, "memory_cap_gb": memory_cap_gb, "warmup_steps": warmup_steps,
@@ -295,9 +305,24 @@ def max_batch(
         "plots": plots,
     }  # fmt: skip
     job = load_job(ScaleJob, _need(experiment), set_, scale=flags)
-    result = _study(job, find_max_batch, as_json)
-    if not as_json:
-        console.out.print(f"largest per-worker batch that fits: {result.max_per_worker_batch}")
+    # Not _study: the search's figures are against the batch, and its stop is in --json.
+    store = open_store()
+    where = store.artifact_dir(job.experiment.run.out_dir)  # study ids repeat across stores
+    with console.reporter() as rep:
+        search = find_max_batch(job, store, where, rep)
+    result = search.study
+    for warning in result.warnings:
+        console.warn(warning)
+    artifacts = []
+    if result.study_id is not None and job.scale.plots:  # only node 0 stores and draws
+        artifacts = save_max_batch_figures(
+            store, result.study_id, result.rows, where, search.answer()
+        )
+    doc = document(result, artifacts) | {"stopped": search.stopped()}
+    if not console.printed_json(as_json, doc):
+        _print_table(result)
+        console.tell([], *artifacts)
+        console.out.print(search.answer(), soft_wrap=True)
     # Out of memory is the answer; any other failure leaves the search unfinished.
     failed = any(r.status == "failed" and not r.out_of_memory for r in result.rows)
     if result.max_per_worker_batch is None or failed:

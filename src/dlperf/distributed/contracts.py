@@ -76,6 +76,9 @@ class MainPhase(Record):
     # TensorFlow and Horovod: the trained weights' sums, by which the launcher compares
     # replicas in other processes before it writes result.json.
     fingerprint: tuple[float, ...] | None = None
+    # How long the rank's threads waited for a CPU over the timed steps
+    # (dlperf.contention.Contention as a dict); None from workers older than the field.
+    contention: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,12 @@ class PointSummary(Record):
     overlap_basis: str | None = None
     overlap_error: float | None = None
     efficiency_time: float | None = None  # efficiency on step times (see summary.add_relative)
+    # The most contended rank's share of runnable thread-time spent waiting for a CPU over
+    # the timed steps, and the mark of the point's figures (dlperf.contention.judge and
+    # dlperf.distributed.scaling.untrustworthy: contended, too spread, faster than ideal).
+    cpu_wait_share: float | None = None
+    reliable: bool | None = None
+    reliability_note: str | None = None
     # --profile only (dlperf.traces): each step's wall time split as the ranks' traces show
     # it, mean over ranks; and each estimate of exposed communication against comm-only.
     trace_compute_only_s: float | None = None

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlperf.contention import CONTENDED
 from dlperf.distributed.contracts import PointSummary
 
 SUPERLINEAR = 1.05  # efficiency above 1 beyond this is not measurement noise
@@ -90,28 +91,61 @@ def iqr_share(values: Sequence[float]) -> float | None:
     return (q3 - q1) / median if median > 0 else None
 
 
+def _workers(n: int | None) -> str:
+    return f"{n} worker{'s' * (n != 1)}"
+
+
 def untrustworthy(
     summary: PointSummary | None,
     base_workers: int | None,
     steps: Sequence[float],
     base_run: int | None = None,
+    base_wait: float | None = None,
 ) -> list[Concern]:
-    """What makes a point's speedup and throughput untrustworthy: efficiency above ideal
-    against a base with fewer workers (`base_workers`; its stored run `base_run`, if known),
-    a wide 95% interval of the chunks' throughput, or widely spread step times (`steps`: the
-    slowest rank's, per step)."""
+    """What makes a point's speedup and throughput untrustworthy: its threads waited for a
+    CPU (contended), efficiency above ideal against a base with fewer workers
+    (`base_workers`; its stored run `base_run`, if known; `base_wait`, the base's measured
+    CPU wait, which explains it when the base was contended), a contended base, a wide 95%
+    interval of the chunks' throughput, or widely spread step times (`steps`: the slowest
+    rank's, per step)."""
     concerns = []
+    wait = summary.cpu_wait_share if summary else None
+    if wait is not None and wait >= CONTENDED:
+        concerns.append(
+            Concern(
+                f"contended: its threads waited for a CPU {wait:.0%} of their runnable time "
+                "(the most contended rank)",
+                f"{QUIET}, or give each worker fewer threads (--threads-per-worker)",
+                {"cpu_wait_share": wait},
+            )
+        )
     efficiency, workers = (summary.efficiency, summary.workers) if summary else (None, None)
     faster = base_workers is not None and workers is not None and workers > base_workers
+    base_slowed = base_wait is not None and base_wait >= CONTENDED and faster
+    run = f" (run {base_run})" if base_run is not None else ""
     if efficiency and efficiency > SUPERLINEAR and faster:
-        run = f" (run {base_run})" if base_run is not None else ""
+        why = (
+            f": the base point ({_workers(base_workers)}) was slowed, its threads waited for a "
+            f"CPU {base_wait:.0%} of their runnable time"
+            if base_slowed and base_wait is not None
+            else ""
+        )
         concerns.append(
             Concern(
                 f"efficiency {efficiency:.2f} > 1 at {workers} workers against {base_workers}"
-                f"{run}: faster than ideal",
+                f"{run}: faster than ideal{why}",
                 "the base point was slowed (a busy host, a cold cache) or the points did "
                 f"different work: {QUIET}, with --synthetic",
-                {"efficiency": efficiency},
+                {"efficiency": efficiency} | ({"base_cpu_wait_share": base_wait} if why else {}),
+            )
+        )
+    elif base_slowed and base_wait is not None:
+        concerns.append(
+            Concern(
+                f"speedup against a contended base ({_workers(base_workers)}{run}: its threads "
+                f"waited for a CPU {base_wait:.0%} of their runnable time)",
+                QUIET,
+                {"base_cpu_wait_share": base_wait},
             )
         )
     mean, ci = (summary.throughput_mean, summary.throughput_ci95) if summary else (None, None)

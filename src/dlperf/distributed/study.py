@@ -101,6 +101,27 @@ class Study:
         self.cluster: Cluster | None = None  # the nodes of a multi-node TensorFlow study
         self.bases: dict[tuple[object, ...], PointSummary] = {}
         self.rows: list[PointRow] = []
+        # The most workers any point of the study runs on one node (`plan_threads`): every
+        # point's workers get the threads a worker of that point has, so that a 1-worker
+        # point is not handed the threads of two.
+        self.most_per_node: int | None = None
+
+    def per_node(self, point: Point) -> int:
+        """The point's worker processes on each node (one for a one-process strategy)."""
+        return point.workers // self.opts.nnodes if point.strategy in DATA_PARALLEL else 1
+
+    def plan_threads(self, points: Sequence[Point]) -> None:
+        """Fix the threads per worker of a series of `points` before the first runs."""
+        self.most_per_node = max((self.per_node(p) for p in points), default=None)
+
+    def threads(self, per_node: int) -> int:
+        """Threads per worker: scale.threads_per_worker if set, else the usable cores split
+        between the most workers per node of the study (one on GPUs: the device computes)."""
+        if self.backend not in ("gloo", "tensorflow", "horovod"):
+            return 1
+        if self.opts.threads_per_worker is not None:
+            return self.opts.threads_per_worker
+        return threads_per_worker(max(per_node, self.most_per_node or 0), self.cores)
 
     def spec(self, point: Point, threads: int, steps: int) -> WorkerSpec:
         """What the point's workers run."""
@@ -181,9 +202,8 @@ class Study:
     ) -> PointRow:
         """Launch one point, store it (node 0) and return its row."""
         opts = self.opts
-        per_node = point.workers // opts.nnodes if point.strategy in DATA_PARALLEL else 1
-        cpu = self.backend in ("gloo", "tensorflow", "horovod")
-        threads = threads_per_worker(per_node, self.cores) if cpu else 1
+        per_node = self.per_node(point)
+        threads = self.threads(per_node)
         if self.backend == "gloo" and per_node * threads > self.cores:
             self.warnings.append(
                 f"{point.label()}: {per_node} workers x {threads} threads > {self.cores} cores: "
@@ -248,9 +268,12 @@ class Study:
             if opts.synthetic:
                 summary = with_chunks(summary, steps_s, opts.chunks)
             base = self.bases.get(point.group)
-            base_workers = base.workers if base else None
-            for concern in untrustworthy(summary, base_workers, steps_s):
+            base_workers, base_wait = (base.workers, base.cpu_wait_share) if base else (None, None)
+            concerns = untrustworthy(summary, base_workers, steps_s, base_wait=base_wait)
+            for concern in concerns:
                 self.warnings.append(f"{point.label()}: {concern.evidence}; {concern.fix}")
+            note = "; ".join(c.evidence for c in concerns) or None
+            summary = replace(summary, reliable=not concerns, reliability_note=note)
             self.store.log_metrics(run.id, rank_metrics(ranks))
             run.summary = summary.to_dict()
         self.reporter.log(
@@ -319,6 +342,7 @@ def run_study(
         error = study.shard_error(point)
         if error is not None:
             raise error
+    study.plan_threads(points)
     study.open()
     for index, point in enumerate(points):
         if opts.steps is not None:

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from dlperf.distributed.study import StudyResult
 
 COLUMNS = ["workers", "comm", "batch/w", "global", "samples/s", "step ms", "min-max", "compute",
-           "comm", "ring", "overlap", "busbw", "epoch s", "$/epoch", "status"]  # fmt: skip
+           "comm", "ring", "overlap", "busbw", "epoch s", "$/epoch", "CPU wait",
+           "status"]  # fmt: skip
+UNRELIABLE = "unreliable"  # the status of a point whose figures carry a reliability note
 # After samples/s, when the study compares its points: the efficiency on throughput and on time.
 RELATIVE = ["speedup", "effic. X", "effic. T"]
 
@@ -43,7 +45,7 @@ def series(result: StudyResult) -> dict[str | None, list[PointRow]]:
 
 def _row(r: PointRow, compared: bool) -> list[Any]:
     s = r.summary
-    figures: list[Any] = [None] * (13 if compared else 10)  # samples/s to $/epoch
+    figures: list[Any] = [None] * (14 if compared else 11)  # samples/s to CPU wait
     if s is not None:
         figures = [
             s.throughput,
@@ -57,9 +59,19 @@ def _row(r: PointRow, compared: bool) -> list[Any]:
             s.busbw_gbps,
             s.epoch_time_s,
             s.cost_per_epoch,
+            None if s.cpu_wait_share is None else f"{s.cpu_wait_share:.0%}",
         ]
     comm = r.comm if r.strategy == "ddp" else f"{r.strategy}/{r.comm}"
-    return [r.workers, comm, r.per_worker_batch, r.global_batch, *figures, r.status]
+    status = f"{r.status}, {UNRELIABLE}" if s is not None and s.reliable is False else r.status
+    return [r.workers, comm, r.per_worker_batch, r.global_batch, *figures, status]
+
+
+def threads_per_worker(result: StudyResult) -> str:
+    """The threads each worker ran with, in words, as the tables' titles state them."""
+    threads = sorted({t for r in result.rows if r.summary and (t := r.summary.threads_per_worker)})
+    if not threads:
+        return ""
+    return f", {'/'.join(map(str, threads))} thread{'s' * (threads != [1])} per worker"
 
 
 def tables(result: StudyResult) -> list[Table]:
@@ -70,7 +82,8 @@ def tables(result: StudyResult) -> list[Table]:
     what = f"scale study {result.study_id}" if compared else "largest-batch search"
     found = []
     for name, rows in series(result).items():
-        title = f"{what} ({result.label})" + (f": {name}" if name else "")
+        title = f"{what} ({result.label}{threads_per_worker(result)})"
+        title += f": {name}" if name else ""
         if not compared:
             title += f", study {result.study_id}"
         found.append(Table(title, columns, [_row(r, compared) for r in rows]))
@@ -104,6 +117,8 @@ COURSE: dict[str, list[tuple[str, str, float]]] = {
         ("of B", "busbw_utilisation", 1.0),
     ],
 }
+# Beside every point's figures in the CSV: how far contention and spread let them be read.
+MARKS = ("cpu_wait_share", "reliable", "reliability_note")
 BATCH_SYMBOL = {"weak": "b", "strong": "B"}  # per-worker b, global B, as docs/scale.md writes
 
 
@@ -172,10 +187,11 @@ def course_tables(result: StudyResult) -> list[Table]:
 def course_csv(result: StudyResult) -> tuple[list[str], list[list[Any]]]:
     """The course's tables as one CSV: a row per (grid, workers); the grid's keys, then for
     each batch of a mode (`b=32` per worker, `B=256` global) every column of the three
-    tables, in the stored keys and units (seconds, GB/s); empty where a grid lacks it."""
+    tables, in the stored keys and units (seconds, GB/s), then the point's CPU wait and
+    reliability mark (MARKS); empty where a grid lacks it."""
     found = grids(result)
     batches = dict.fromkeys((key[0], b) for key, grid in found.items() for b in grid)
-    keys = [key for columns in COURSE.values() for _, key, _ in columns]
+    keys = [key for columns in COURSE.values() for _, key, _ in columns] + list(MARKS)
     heads = [f"{BATCH_SYMBOL[mode]}={b} {key}" for mode, b in batches for key in keys]
     rows = []
     for key, grid in found.items():
@@ -233,6 +249,11 @@ def findings(result: StudyResult) -> list[str]:
     ):
         lines += [f"{name}: {b}" for b in dict.fromkeys(bases) if b]
     lines += [_chunks(r, s, several) for r, s in summarised if s.throughput_mean is not None]
+    lines += [
+        f"{UNRELIABLE}: {point_name(asdict(r), several)}: {s.reliability_note}"
+        for r, s in summarised
+        if s.reliable is False
+    ]
     return lines
 
 

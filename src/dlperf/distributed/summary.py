@@ -14,6 +14,8 @@
 - epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
   per worker-hour;
 - world_size: the process group's size, as the ranks report it;
+- cpu_wait_share: the most contended rank's share of runnable thread-time spent waiting for
+  a CPU over the timed steps (dlperf.contention; one slowed rank slows every step);
 - --synthetic: throughput_mean and throughput_ci95 over chunks of the timed steps, the
   interval by Student's t (throughput_ci_method; see with_chunks).
 """
@@ -24,6 +26,7 @@ import dataclasses
 import statistics
 from collections.abc import Sequence
 
+from dlperf.contention import Contention
 from dlperf.distributed.contracts import ComputePhase, PointSummary, RankResult, RankSummary
 from dlperf.distributed.planning import Point
 from dlperf.distributed.window import chunk_sizes
@@ -119,6 +122,8 @@ def summarize(
     comm_time = ddp.get("avg_backward_comm_time") or exposed
     n = point.workers
     algbw = grad_bytes / comm_time / 1e9 if n > 1 and comm_time else None
+    waits = [Contention(**r.main.contention) for r in ranks if r.main.contention]
+    worst = Contention.worst(waits)
     epoch_time = train_images / throughput
     return PointSummary(
         workers=n,
@@ -138,6 +143,7 @@ def summarize(
         throughput_per_worker=throughput / n,
         speedup=None,
         efficiency=None,
+        cpu_wait_share=worst.cpu_wait_share if worst else None,
         grad_bytes=grad_bytes,
         algbw_gbps=algbw,
         busbw_gbps=algbw * 2 * (n - 1) / n if algbw is not None else None,

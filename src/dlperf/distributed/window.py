@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from dlperf import contention
+from dlperf.contention import Contention
 from dlperf.distributed.contracts import ComputePhase, MainPhase, RankResult, WorkerSpec
 from dlperf.distributed.crash import Crash
 from dlperf.timing import Timer
@@ -62,12 +64,14 @@ def crashing(step: Callable[[], None], rank: int) -> Callable[[], None]:
 
 @dataclass(frozen=True)
 class Timings:
-    """What `measure` timed, in seconds: every timed step, their wall time, and the
-    compute-only steps (None without the split)."""
+    """What `measure` timed, in seconds: every timed step, their wall time, the
+    compute-only steps (None without the split), and how long this process's threads
+    waited for a CPU over the timed steps (dlperf.contention)."""
 
     step_times_s: tuple[float, ...]
     wall_s: float
     compute: ComputePhase | None
+    contention: Contention | None = None
 
     def result(
         self, rank: int, world: int, samples_per_step: int, spread: float, weights: Weights
@@ -77,9 +81,11 @@ class Timings:
         fingerprints of `weights` (the trained bytes, the fingerprint)."""
         grad_bytes, fingerprint = weights
         samples = samples_per_step * len(self.step_times_s)
+        waited = self.contention.to_dict() if self.contention else None
         main = MainPhase(
-            self.step_times_s, self.wall_s, samples, spread, grad_bytes, None, None, (*fingerprint,)
-        )
+            self.step_times_s, self.wall_s, samples, spread, grad_bytes, None, None,
+            (*fingerprint,), waited,
+        )  # fmt: skip
         return RankResult(rank, socket.gethostname(), os.getpid(), world, main, self.compute)
 
 
@@ -97,7 +103,7 @@ def measure(
     (None: no split). Each call returns once its step is done on `device` (None: the host
     clock, and torch stays unloaded); `barrier` starts and ends every stretch of steps (the
     DDP ranks', so that the wall time spans every rank's steps)."""
-    timer, chunk = Timer(device), Timer(device)
+    timer, chunk, waited = Timer(device), Timer(device), contention.Window()
     times: list[float] = []
     compute: list[float] = []
     wall = 0.0
@@ -114,8 +120,10 @@ def measure(
         run(compute_only, compute_warmup, [])  # traced and warm before the timing starts
     after_warmup()
     for size in chunk_sizes(spec.steps):
+        waited.start()
         wall += run(step, size, times)
+        waited.stop()
         if compute_only is not None:
             run(compute_only, size, compute)
     split = ComputePhase(tuple(compute)) if compute_only is not None else None
-    return Timings(tuple(times), wall, split)
+    return Timings(tuple(times), wall, split, waited.result())

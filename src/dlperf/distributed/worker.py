@@ -233,6 +233,7 @@ class Phase:
             ),
             lr=self.lr,
             ddp=self._ddp(),
+            contention=times.contention.to_dict() if times.contention else None,
         )
 
     def _ddp(self) -> DdpStats | None:

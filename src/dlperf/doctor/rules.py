@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from dlperf import traces
+from dlperf.contention import CONTENDED
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
 from dlperf.errors import UserError
@@ -174,7 +175,26 @@ def oversubscribed(run: RunView) -> list[Issue]:
 
 
 def shared_host(run: RunView) -> list[Issue]:
+    """Other work took the run's CPUs: measured (its threads' run delay over the timed
+    steps, dlperf.contention), else, for runs stored before it was, inferred from CPU time
+    against wall time (which cannot see threads that spin while they wait)."""
     s = run.run.trained
+    wait = s.cpu_wait_share
+    if wait is not None:
+        if wait < CONTENDED or run.run.kind == "scale":  # untrustworthy-scaling says it there
+            return []
+        measured = (s.contention or {}).get("source") == "schedstat"
+        how = "per-thread run delay" if measured else "load average against usable cores"
+        return [
+            Issue(
+                "warning",
+                f"its threads waited for a CPU {wait:.0%} of their runnable time over the "
+                f"timed steps ({how}; >= {CONTENDED:.0%}): its timings describe the "
+                "neighbours as much as the work",
+                'rerun on an idle host, or set run.threads to the cores that are free ("auto")',
+                {"cpu_wait_share": wait, "contention": s.contention},
+            )
+        ]
     cpu, wall, threads = s.cpu_time_s, s.train_time_s, run.threads()
     device = run.device() or ""
     if cpu is None or not wall or not threads or not device.startswith("cpu"):
@@ -195,6 +215,48 @@ def shared_host(run: RunView) -> list[Issue]:
             {"train_time_s": wall, "cpu_time_s": cpu, "threads": usable, "busy": busy},
         )
     ]
+
+
+def crowded_threads(run: RunView) -> list[Issue]:
+    """More intra-op threads than the cores other processes left free as the run started:
+    OpenMP threads that share a core wait on each other at every parallel region. Says how
+    much faster the free cores' worth of threads trained, where the store holds such a run
+    of the same config."""
+    free, threads = run.system.get("free_cores"), run.threads()
+    if free is None or not threads or run.run.kind != "run":
+        return []
+    fit = max(1, round(free))  # one thread on a full host: fewer cannot help, the wait says it
+    if threads <= fit or threads > (run.system.get("usable_cores") or threads):
+        return []  # more threads than cores at all: `oversubscribed` says so
+    figures: dict[str, Any] = {"threads": threads, "free_cores": free, "suggested": fit}
+    evidence = (
+        f"run.threads {threads}, but only {free:.1f} of {run.system.get('usable_cores')} "
+        "usable cores were free as it started"
+    )
+    mine, same = run.run.trained.throughput, _without_threads(run.experiment)
+    for other in run.stored.everything():
+        s = other.trained
+        faster = (
+            other.kind == "run" and other.status == "finished" and s.threads == fit
+            and s.throughput and mine and s.reliable is not False
+            and _without_threads(other.config or {}) == same
+        )  # fmt: skip
+        if faster and s.throughput and mine:
+            evidence += (
+                f"; run {other.id}, the same config with run.threads {fit}, trained "
+                f"{s.throughput / mine:.2f}x as fast ({s.throughput:.0f} against {mine:.0f} "
+                "samples/s)"
+            )
+            figures |= {"compared_run": other.id, "speedup": s.throughput / mine}
+            break
+    fix = f'set run.threads = {fit} (or "auto", which measures the free cores as a run starts)'
+    return [Issue("warning", evidence, fix, figures)]
+
+
+def _without_threads(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's config without what does not change the work: its threads and name."""
+    run = {k: v for k, v in (config.get("run") or {}).items() if k not in ("threads", "name")}
+    return {**config, "run": run}
 
 
 # --- scaling -------------------------------------------------------------------------
@@ -585,6 +647,7 @@ RULES: dict[str, Handler] = {
     "missing-workers": missing_workers,
     "oversubscribed": oversubscribed,
     "shared-host": shared_host,
+    "crowded-threads": crowded_threads,
     "chance-accuracy": chance_accuracy,
     "input-below-weights-resolution": input_below_weights_resolution,
     "data-bound": data_bound,

@@ -3,7 +3,7 @@
 
 Metric keys it writes to the sink (step = global step for `train/`, epoch number 1..E for
 the others): train/loss, train/lr; epoch/train_loss, epoch/train_acc1, epoch/time_s,
-epoch/throughput, epoch/lr; val/<what evaluate returns>; phase/<phase>_s;
+epoch/throughput, epoch/cpu_wait_share, epoch/lr; val/<what evaluate returns>; phase/<phase>_s;
 gpu/utilization_pct (CUDA with the `gpu` extra: NVML's reading as the epoch's training ends).
 The hooks of dlperf.engine.hooks see every step once its losses are flushed as due.
 """
@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from dlperf import contention
 from dlperf.config import RunConfig
 from dlperf.data import Loader
 from dlperf.engine.hooks import Hooks, StepEnd
@@ -112,6 +113,8 @@ def fit(
             rows.append(("epoch/time_s", epoch, seconds))
             if throughput is not None:
                 rows.append(("epoch/throughput", epoch, throughput))
+            if clock.waited is not None:
+                rows.append(("epoch/cpu_wait_share", epoch, clock.waited.cpu_wait_share))
         sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in timer.per_step().items()])
         train_loss = rows[0][2] if tally else metrics.last_loss  # the epoch's mean where tallied
         line = f"epoch {epoch}/{epochs}  train loss {train_loss:.4f}"
@@ -219,12 +222,15 @@ class EpochClock:
     """Wall time of an epoch, and its training time and samples after the first
     `warmup_steps` steps of this process (they compile and fill caches: a resumed run warms
     up again). The device is synchronised before each clock read; the phase timer records
-    from the first step after the warm-up on."""
+    from the first step after the warm-up on. Over the same timed stretches it measures how
+    long the process's threads waited for a CPU (`contention`; `waited`: the last epoch's)."""
 
     def __init__(self, device: torch.device, warmup_steps: int, timer: PhaseTimer) -> None:
         self.device, self.warmup_steps, self.timer = device, warmup_steps, timer
         self.steps = self.samples = 0
         self.epoch_start = self.timed_start = self.cpu_start = 0.0
+        self.contention = contention.Window()
+        self.waited: contention.Contention | None = None
         timer.recording = warmup_steps == 0
 
     def start(self) -> None:
@@ -232,6 +238,8 @@ class EpochClock:
         self.cpu_start = time.process_time()
         self.samples = 0
         self.timer.start()
+        if self.steps >= self.warmup_steps:
+            self.contention.start()
 
     def count(self, samples: int) -> None:
         """After each step, with the step's samples."""
@@ -239,6 +247,7 @@ class EpochClock:
         if self.steps == self.warmup_steps:
             self.timed_start, self.cpu_start = now(self.device), time.process_time()
             self.timer.recording = True
+            self.contention.start()
         elif self.steps > self.warmup_steps:
             self.samples += samples
 
@@ -246,6 +255,7 @@ class EpochClock:
         """Add the epoch's timed samples and seconds to `state`; the epoch's seconds so far
         and its throughput (None when all its steps were warm-up)."""
         end = now(self.device)
+        self.waited = self.contention.stop()
         if not self.samples:
             return end - self.epoch_start, None
         state.train_time_s += end - self.timed_start

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from dlperf import contention
 from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.data import ImageData, load_data
 from dlperf.engine import checkpoint, pretrained
@@ -21,7 +22,7 @@ from dlperf.engine.train import train
 from dlperf.models import create_model, transfer
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore, writer_refusal
-from dlperf.system import pick_device, set_threads, system_info
+from dlperf.system import auto_threads, crowding, pick_device, set_threads, system_info
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Prepared:
 
     device: torch.device
     threads: int
+    free_cores: float | None  # measured as it started, on a CPU or with run.threads "auto"
     data: ImageData
     model: torch.nn.Module
     transfer: dict[str, Any] | None  # where the weights came from and what was adapted
@@ -55,7 +57,11 @@ def prepare_run(
     """Device, data and model of `exp`; a `fresh` run starts from model.weights (a resumed
     one from its own checkpoint)."""
     device = pick_device(exp.run.device)
-    threads = set_threads(exp.run.threads)
+    want = exp.run.threads
+    free = contention.free_cores() if device.type == "cpu" or want == "auto" else None
+    threads = set_threads(auto_threads(free) if want == "auto" else want)
+    if device.type == "cpu" and (crowded := crowding(threads, free)):
+        reporter.log(f"warning: {crowded}")
     start = pretrained.resolve(exp.model, store)
     # Read (or downloaded) first: a download that fails is over before the data loads.
     weights = start.fetch() if start and fresh and exp.model.transfer != "scratch" else None
@@ -65,13 +71,13 @@ def prepare_run(
     check_batch_fits(exp.train.batch_size, data)
     model = build_model(exp, data, device)
     if start is None:
-        return Prepared(device, threads, data, model, None)
+        return Prepared(device, threads, free, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)
     # What the weights expect of the images, for `dlperf doctor` to hold the data against.
     expects = {"image_size": start.image_size, "mean": start.mean, "std": start.std}
     origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
     origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
-    return Prepared(device, threads, data, model, origin | {"warnings": warnings})
+    return Prepared(device, threads, free, data, model, origin | {"warnings": warnings})
 
 
 def load_run_data(
@@ -147,7 +153,7 @@ def run_experiment(
         kind="run",
         config=exp.to_dict(),
         config_hash=digest,
-        system=system_info(prepared.device, prepared.threads),
+        system=system_info(prepared.device, prepared.threads) | {"free_cores": prepared.free_cores},
         study_id=study_id,
     ) as record:
         where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dlperf import contention
 from dlperf.config import Experiment, RunConfig
 from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
@@ -110,6 +111,7 @@ def train(
         )  # fmt: skip
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
     test = evaluate(model, test_loader, device, run)
+    waited = clock.contention.result()
     return RunSummary(
         test_accuracy=test.get("acc1"),
         test_top5=test.get("acc5"),
@@ -126,6 +128,9 @@ def train(
         throughput_spread=spread(state.epoch_throughputs),
         train_time_s=state.train_time_s,
         cpu_time_s=state.cpu_time_s,
+        cpu_wait_share=waited.cpu_wait_share if waited else None,
+        contention=waited.to_dict() if waited else None,
+        **contention.judge(waited, state.epoch_throughputs).to_dict(),
         elapsed_s=state.elapsed_s,
         phases=timer.per_step() or None,
         phase_clock=timer.clock,

@@ -6,7 +6,9 @@ modes draws weak and strong scaling in the same figures.
 
 Every figure is titled with the study, carries error bars from the spread of each point's
 timed steps (the slowest rank's fastest and slowest step: `step_time_min_s`,
-`step_time_max_s`), and says so on the figure when all workers shared one host.
+`step_time_max_s`), and says so on the figure when all workers shared one host. A point
+marked unreliable (contended, too spread, faster than ideal: its `reliable` and
+`reliability_note`) is drawn hollow over its line, with a note under the figure.
 """
 
 from __future__ import annotations
@@ -78,6 +80,30 @@ def shared_host(rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
+UNRELIABLE_LABEL = "hollow: unreliable (see reliability_note)"
+
+
+def unreliable_note(rows: list[dict[str, Any]]) -> str | None:
+    """The figure's note when points are marked unreliable: which, and the CPU wait."""
+    shaky = [r for r in rows if r.get("status") == "finished" and r.get("reliable") is False]
+    if not shaky:
+        return None
+    waits = [r["cpu_wait_share"] for r in rows if r.get("cpu_wait_share") is not None]
+    worst = f", threads waited for a CPU up to {max(waits):.0%} of their time" if waits else ""
+    return f"hollow markers: {len(shaky)} unreliable point(s){worst}"
+
+
+def hollow(ax: Axes, rows: list[dict[str, Any]], key: str, colour: int, marker: str = "o") -> None:
+    """Draw the unreliable points of `rows` hollow over their line, once in the legend."""
+    shaky = [r for r in rows if r.get("reliable") is False and r.get(key) is not None]
+    if not shaky:
+        return
+    seen = UNRELIABLE_LABEL in ax.get_legend_handles_labels()[1]
+    ax.plot([r["workers"] for r in shaky], [r[key] for r in shaky], marker, ms=9,
+            mfc="white", mec=f"C{colour}", mew=1.5, linestyle="none",
+            label=None if seen else UNRELIABLE_LABEL)  # fmt: skip
+
+
 def study_figures(
     rows: list[dict[str, Any]], title: str = "scale study"
 ) -> list[tuple[str, Figure]]:
@@ -85,7 +111,7 @@ def study_figures(
     groups = _groups(rows)
     if not groups:
         return []
-    note = shared_host(rows)
+    note = "; ".join(n for n in (shared_host(rows), unreliable_note(rows)) if n) or None
 
     def series(
         key: str,
@@ -100,6 +126,7 @@ def study_figures(
             for i, (label, mine) in enumerate(groups.items()):
                 w = [r["workers"] for r in mine]
                 ax.plot(w, [r[key] for r in mine], "o-", color=f"C{i}", label=label)
+                hollow(ax, mine, key, i)
                 spread = [
                     (r, s)
                     for r in mine
@@ -126,7 +153,21 @@ def study_figures(
         return float(mine[0]["epoch_time_s"] * mine[0]["workers"] / n)
 
     def efficiency(ax: Axes) -> None:
+        """Both definitions the course uses, each labelled: on throughput (solid) and on
+        step time (dashed; weak scaling: T_base / T_N)."""
         series("efficiency")(ax)
+        for i, (label, mine) in enumerate(groups.items()):
+            timed = [r for r in mine if r.get("efficiency_time") is not None]
+            if timed:
+                ax.plot(
+                    [r["workers"] for r in timed],
+                    [r["efficiency_time"] for r in timed],
+                    "s--",
+                    color=f"C{i}",
+                    alpha=0.8,
+                    label=f"{label}, on step time",
+                )
+                hollow(ax, timed, "efficiency_time", i, marker="s")  # fmt: skip
         ax.axhline(1.0, linestyle=":", color="0.4", label="ideal")  # one for every series
 
     def throughput(ax: Axes) -> None:
@@ -199,7 +240,7 @@ def study_figures(
     if any(r.get("speedup") is not None for r in flat):
         figures += [
             ("plot/speedup", "speedup", series("speedup", lambda mine, n: n / mine[0]["workers"])),
-            ("plot/efficiency", "efficiency (throughput-based)", efficiency),
+            ("plot/efficiency", "efficiency (solid: on throughput, dashed: on time)", efficiency),
         ]  # fmt: skip
     figures.append(("plot/step_split", "ms per step", split))
     if all(r.get("cost_per_epoch") is not None for r in flat):

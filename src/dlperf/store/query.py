@@ -29,6 +29,8 @@ SUMMARY_KEYS = (
     "epochs_to_target",
     "time_to_target_s",
     "throughput",
+    "cpu_wait_share",
+    "reliability_note",
     "train_time_s",
     "epochs",
     "peak_memory_bytes",

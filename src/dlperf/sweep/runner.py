@@ -66,8 +66,9 @@ def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
         raise UserError(f"--jobs {jobs} is more than the {cores} usable cores of this host")
     if jobs == 1:
         return None
-    if sweep.threads_set:
-        most = max(p.exp.run.threads or cores for p in sweep.points)
+    given = [p.exp.run.threads for p in sweep.points]
+    if sweep.threads_set and any(isinstance(t, int) for t in given):  # "auto" splits them too
+        most = max(t if isinstance(t, int) else cores for t in given)
         if jobs * most > cores:
             raise UserError(
                 f"--jobs {jobs} x run.threads {most} is more than the {cores} usable cores",
@@ -275,7 +276,7 @@ class SweepRun:
         result.unlink(missing_ok=True)  # a rerun's result must be this run's
         env = {
             "DLPERF_DB": self.store.engine.url.render_as_string(hide_password=False),
-            "OMP_NUM_THREADS": str(exp.run.threads or usable_cores()),
+            "OMP_NUM_THREADS": str(t if isinstance(t := exp.run.threads, int) else usable_cores()),
         }
         args = [str(config), str(result), str(self.study_id), str(self.since)]
         command = [sys.executable, "-m", WORKER_MODULE, *args]

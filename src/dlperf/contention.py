@@ -1,0 +1,262 @@
+"""How much other work took the CPUs from a timed window, measured rather than inferred.
+
+A busy host does not only slow a measurement, it can bend a comparison: two OpenMP threads
+sharing one free core wait on each other at every parallel region, so a 2-thread point slows
+50x while the 1-thread points beside it barely move, and a study reports a "41x speedup".
+Wall time against CPU time cannot see it (spinning threads burn CPU while they wait), so
+the kernel's own figures are read instead:
+
+- per-thread run delay, `/proc/<pid>/task/*/schedstat` (Linux's schedstats: nanoseconds on
+  a CPU, nanoseconds runnable but waiting on a run queue): `cpu_wait_share` is the share of
+  the window's runnable thread-time spent waiting, summed over the process's threads;
+- involuntary context switches, from getrusage (a thread taken off its CPU);
+- the host's CPU pressure, `/proc/pressure/cpu` (PSI "some": the share of the window in
+  which at least one task waited for a CPU), where the kernel has it.
+
+Where schedstat is missing (macOS, a kernel without it) the share is estimated from the load
+average against the usable cores (1 - cores/load: the share of its time an average
+runnable task waits), and `source` says so.
+
+No torch here: every worker (TensorFlow's too) and the CLI import it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+# A window whose threads waited for a CPU this share of their runnable time or more is
+# contended: its numbers describe the neighbours as much as the work. An idle 2-core host
+# measures under 1%; one busy process on one of its cores, 30-60% for two threads.
+CONTENDED = 0.10
+# Repetitions whose interquartile range exceeds this share of their median are too spread to
+# rank (torch.utils.benchmark's Measurement warns at the same 10%).
+WIDE = 0.10
+
+PROC = Path("/proc")
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on (affinity masks, container cpusets)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return set(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One snapshot of a process: per-thread (ns on a CPU, ns waiting for one), its
+    involuntary context switches, the host's PSI total (µs) and load average."""
+
+    at: float
+    threads: dict[int, tuple[int, int]] = field(repr=False)
+    involuntary_switches: int
+    pressure_us: int | None
+    load1: float
+
+
+@dataclass(frozen=True)
+class Contention:
+    """What a window's threads lost to other work. `cpu_wait_share`: runnable thread-time
+    spent waiting for a CPU (0 = never waited). `host_pressure`: the share of the window
+    in which some task on the host waited (None without PSI)."""
+
+    wall_s: float
+    cpu_wait_share: float
+    source: Literal["schedstat", "loadavg"]
+    run_s: float | None = None
+    wait_s: float | None = None
+    involuntary_switches: int | None = None
+    host_pressure: float | None = None
+
+    @property
+    def contended(self) -> bool:
+        return self.cpu_wait_share >= CONTENDED
+
+    def note(self) -> str:
+        """One clause for a mark: how much the window waited, and on what evidence."""
+        how = "per-thread run delay" if self.source == "schedstat" else "load average"
+        text = f"its threads waited for a CPU {self.cpu_wait_share:.0%} of their runnable time"
+        if self.host_pressure is not None:
+            text += f", host CPU pressure {self.host_pressure:.0%}"
+        return f"{text} ({how})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def worst(cls, windows: list[Contention]) -> Contention | None:
+        """The most contended of several windows (a point's ranks): one slowed rank slows the
+        step of all."""
+        return max(windows, key=lambda c: c.cpu_wait_share, default=None)
+
+
+def _threads(pid: int) -> dict[int, tuple[int, int]]:
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        tasks = list((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            on_cpu, waiting, _ = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):  # the thread ended, or schedstats are off
+            continue
+        out[int(task.name)] = (int(on_cpu), int(waiting))
+    return out
+
+
+def _pressure() -> int | None:
+    try:
+        some = (PROC / "pressure" / "cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return int(some.rsplit("total=", 1)[1])
+
+
+def read(pid: int | None = None) -> Reading:
+    """Snapshot `pid` (default: this process; involuntary switches are this process's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return Reading(
+        at=time.perf_counter(),
+        threads=_threads(pid or os.getpid()),
+        involuntary_switches=usage.ru_nivcsw,
+        pressure_us=_pressure(),
+        load1=os.getloadavg()[0],
+    )
+
+
+def between(start: Reading, end: Reading) -> Contention:
+    """The contention of the window from `start` to `end`. A thread born in the window
+    counts from its birth; one that ended in it is lost (its figures go with it)."""
+    wall = max(end.at - start.at, 1e-9)
+    pressure = None
+    if start.pressure_us is not None and end.pressure_us is not None:
+        pressure = min(1.0, (end.pressure_us - start.pressure_us) / 1e6 / wall)
+    switches = end.involuntary_switches - start.involuntary_switches
+    on_cpu = waiting = 0
+    for tid, (run_ns, wait_ns) in end.threads.items():
+        run0, wait0 = start.threads.get(tid, (0, 0))
+        on_cpu, waiting = on_cpu + run_ns - run0, waiting + wait_ns - wait0
+    if on_cpu + waiting > 0:
+        return Contention(
+            wall_s=wall, cpu_wait_share=waiting / (on_cpu + waiting), source="schedstat",
+            run_s=on_cpu / 1e9, wait_s=waiting / 1e9, involuntary_switches=switches,
+            host_pressure=pressure,
+        )  # fmt: skip
+    load = max(start.load1, end.load1)
+    share = max(0.0, 1 - len(usable_cpus()) / load) if load > 0 else 0.0
+    return Contention(
+        wall_s=wall, cpu_wait_share=share, source="loadavg", involuntary_switches=switches,
+        host_pressure=pressure,
+    )  # fmt: skip
+
+
+class Window:
+    """Contention over spans of a process's life, summed: `start()` and `stop()` around each
+    timed stretch (an epoch's steps after warm-up, a chunk of a point's steps), `result()`
+    for the whole (None before any stretch ended)."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid
+        self._start: Reading | None = None
+        self._spans: list[Contention] = []
+
+    def start(self) -> None:
+        self._start = read(self.pid)
+
+    def stop(self) -> Contention | None:
+        """End the current stretch; its own contention (None when none was started)."""
+        if self._start is None:
+            return None
+        span, self._start = between(self._start, read(self.pid)), None
+        self._spans.append(span)
+        return span
+
+    def result(self) -> Contention | None:
+        return combine(self._spans)
+
+
+def combine(spans: list[Contention]) -> Contention | None:
+    """Several stretches as one: thread-times and switches summed, pressure weighted by
+    wall time, the share recomputed from the sums (or wall-weighted where estimated)."""
+    if not spans:
+        return None
+    wall = sum(s.wall_s for s in spans)
+    pressures = [(s.host_pressure, s.wall_s) for s in spans if s.host_pressure is not None]
+    pressure = sum(p * w for p, w in pressures) / wall if len(pressures) == len(spans) else None
+    switches = [s.involuntary_switches for s in spans if s.involuntary_switches is not None]
+    if all(s.source == "schedstat" for s in spans):
+        run = sum(s.run_s or 0.0 for s in spans)
+        wait = sum(s.wait_s or 0.0 for s in spans)
+        share = wait / (run + wait) if run + wait > 0 else 0.0
+        return Contention(wall, share, "schedstat", run, wait, sum(switches), pressure)
+    share = sum(s.cpu_wait_share * s.wall_s for s in spans) / wall
+    return Contention(wall, share, "loadavg", None, None, sum(switches), pressure)
+
+
+def free_cores(interval_s: float = 0.25) -> float:
+    """The usable cores other work left idle over `interval_s` (from /proc/stat's per-CPU
+    idle time; elsewhere, usable cores minus the load average), never below 0."""
+    cpus = usable_cpus()
+
+    def idle_and_total() -> dict[int, tuple[int, int]]:
+        out: dict[int, tuple[int, int]] = {}
+        for line in (PROC / "stat").read_text().splitlines():
+            name, *fields = line.split()
+            if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+                continue
+            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            out[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
+        return out
+
+    try:
+        before = idle_and_total()
+        time.sleep(interval_s)
+        after = idle_and_total()
+    except OSError:
+        return max(0.0, len(cpus) - os.getloadavg()[0])
+    free = 0.0
+    for cpu, (idle, total) in after.items():
+        idle0, total0 = before.get(cpu, (idle, total))
+        if total > total0:
+            free += (idle - idle0) / (total - total0)
+    return free
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """Whether a number can be read as it stands, and if not, why: its window was contended,
+    or its repetitions spread too wide to rank it. The mark every table, file, figure and
+    report entry carries beside the number (`reliable`, `reliability_note`)."""
+
+    reliable: bool
+    note: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reliable": self.reliable, "reliability_note": self.note}
+
+
+def judge(window: Contention | None, repetitions: Sequence[float] = ()) -> Reliability:
+    """Mark a measurement: `window` its contention (None: not measured), `repetitions` the
+    values its figure summarises (epochs' throughputs, a point's rounds); four or more are
+    needed to judge a spread."""
+    notes = []
+    if window is not None and window.contended:
+        notes.append(f"contended: {window.note()}")
+    if len(repetitions) >= 4:
+        low, _, high = statistics.quantiles(repetitions, n=4)
+        middle = statistics.median(repetitions)
+        if middle > 0 and (high - low) / middle > WIDE:
+            notes.append(
+                f"too spread to rank: the interquartile range of {len(repetitions)} "
+                f"repetitions is {(high - low) / middle:.0%} of their median"
+            )
+    return Reliability(not notes, "; ".join(notes) or None)

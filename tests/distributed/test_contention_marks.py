@@ -1,0 +1,153 @@
+"""Issue 39: a scale point that contention spoiled says so where its numbers are read: in the
+rows of --json, the table, the CSV and the figures; a speedup above ideal carries the CPU
+wait of the point that was slowed; every point runs the same threads per worker. Whole
+studies run through the command with torchrun replaced (as in test_study_tables), and once
+for real on a core a busy process holds."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dlperf.contention import Contention
+from dlperf.distributed.contracts import WorkerSpec, write_ranks
+from dlperf.distributed.launch import Launch
+from tests.conftest import rank_result
+from tests.distributed.test_study import write_experiment
+
+STUDY = ["--mode", "weak", "--per-worker-batch", "8", "--steps", "10", "--warmup-steps", "1"]
+WAITED = 0.5  # the 1-worker point's threads waited half their runnable time
+
+
+@pytest.fixture
+def slowed_base(monkeypatch: pytest.MonkeyPatch) -> list[WorkerSpec]:
+    """torchrun replaced: the 1-worker point is slowed 20x by a busy host and its ranks say
+    how long they waited for a CPU; the 2-worker point runs as an idle host would. Returns
+    the specs the points were launched with."""
+    from dlperf.distributed import study
+
+    launched: list[WorkerSpec] = []
+
+    def run_torchrun(directory: Path, nproc: int, *args: object, **kwargs: object) -> Launch:
+        spec = WorkerSpec.read(directory / "spec.json")
+        launched.append(spec)
+        step, wait = (2.0, WAITED) if nproc == 1 else (0.1, 0.01)
+        window = Contention(1.0, wait, "schedstat", run_s=1.0, wait_s=wait / (1 - wait))
+        ranks = []
+        for r in range(nproc):
+            rank = rank_result(r, [step] * 10, None, spec.per_worker_batch, world=nproc)
+            ranks.append(replace(rank, main=replace(rank.main, contention=window.to_dict())))
+        write_ranks(directory / "result.json", ranks)
+        return Launch(0, [])
+
+    monkeypatch.setattr(study, "run_torchrun", run_torchrun)
+    return launched
+
+
+def test_a_slowed_base_marks_every_figure_read_from_it(
+    cli: Callable, tiny_exp: Callable, slowed_base: list[WorkerSpec], tmp_path: Path
+) -> None:
+    """The issue's "speedup 40.99": the base point ran on a contended core. Its row and the
+    speedup read from it are marked, with the measured wait, in every output."""
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--allow-oversubscribe"]
+    r = cli(*args, "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    one, two = doc["rows"]
+    # fair threads: the 1-worker point gets a worker's share of the cores, not two workers'
+    cores = len(os.sched_getaffinity(0))
+    assert [s.threads for s in slowed_base] == [max(1, cores // 2)] * 2
+    assert one["threads_per_worker"] == two["threads_per_worker"] == max(1, cores // 2)
+    assert one["cpu_wait_share"] == WAITED and two["cpu_wait_share"] == 0.01
+    assert one["reliable"] is False
+    assert one["reliability_note"].startswith("contended: its threads waited for a CPU 50%")
+    assert two["speedup"] == pytest.approx(40.0) and two["reliable"] is False
+    assert "faster than ideal: the base point (1 worker) was slowed, its threads waited for a " \
+        "CPU 50% of their runnable time" in two["reliability_note"]  # fmt: skip
+    assert any("faster than ideal: the base point" in w for w in doc["warnings"])
+
+    r = cli(*args, "--no-plots")  # the table: status, CPU wait, threads, the notes below
+    assert r.code == 0, r.err
+    out = r.out
+    assert "1 thread per worker" in out or f"{max(1, cores // 2)} threads per worker" in out
+    rows = [line.split("│") for line in out.splitlines() if line.strip().startswith(("1 │", "2 │"))]
+    assert [[c.strip() for c in row[-2:]] for row in rows] == [
+        ["50%", "finished, unreliable"],
+        ["1%", "finished, unreliable"],
+    ]
+    notes = " ".join(out[out.index("\nunreliable: ") :].split())  # rich wraps long lines
+    assert notes.count("unreliable: ") == 2
+    assert "the base point (1 worker) was slowed, its threads waited for a CPU 50%" in notes
+
+    r = cli(*args, "--no-plots", "--csv")
+    assert r.code == 0, r.err
+    table = list(csv.DictReader(io.StringIO(r.out)))
+    assert [row["b=8 reliable"] for row in table] == ["False", "False"]
+    assert [float(row["b=8 cpu_wait_share"]) for row in table] == [WAITED, 0.01]
+    assert "contended" in table[0]["b=8 reliability_note"]
+
+
+def test_the_figures_draw_unreliable_points_hollow(
+    cli: Callable, tiny_exp: Callable, slowed_base: list[WorkerSpec]
+) -> None:
+    from dlperf.report.scaling import UNRELIABLE_LABEL, study_figures
+
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--allow-oversubscribe"]
+    r = cli(*args, "--no-plots", "--json")
+    assert r.code == 0, r.err
+    figures = dict(study_figures(json.loads(r.out)["rows"]))
+    for kind in ("plot/throughput", "plot/speedup", "plot/efficiency"):
+        (ax,) = figures[kind].axes
+        (hollow,) = [line for line in ax.lines if line.get_label() == UNRELIABLE_LABEL]
+        assert list(hollow.get_xdata()) == [1, 2] and hollow.get_markerfacecolor() == "white"
+        texts = [t.get_text() for t in figures[kind].texts]
+        assert any("hollow markers: 2 unreliable point(s)" in t and "50%" in t for t in texts)
+    (ax,) = figures["plot/efficiency"].axes  # both of the course's definitions, labelled
+    labels = [line.get_label() for line in ax.lines]
+    assert any(label.endswith("on step time") for label in labels)
+
+
+def test_threads_per_worker_overrides_the_fair_share(
+    cli: Callable, tiny_exp: Callable, slowed_base: list[WorkerSpec]
+) -> None:
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--allow-oversubscribe"]
+    r = cli(*args, "--threads-per-worker", "1", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    assert [s.threads for s in slowed_base] == [1, 1]
+    assert [row["threads_per_worker"] for row in json.loads(r.out)["rows"]] == [1, 1]
+    r = cli(*args, "--threads-per-worker", "0", "--no-plots")
+    assert r.code == 2 and "threads_per_worker" in r.err and "Traceback" not in r.err
+
+
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat").exists(),
+    reason="needs Linux's per-thread schedstat",
+)
+def test_a_real_study_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -> None:
+    """Real torchrun workers pinned, with the study, to the core a busy process holds: every
+    point measures its wait and is marked, and no speedup is printed bare."""
+    exp = write_experiment(tmp_path)
+    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
+    pinned = f"import os; os.sched_setaffinity(0, {{{busy_core}}}); "
+    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    args = ["scale", str(exp), "--workers", "1,2", *STUDY[:-2], "--warmup-steps", "1"]
+    done = subprocess.run(
+        [*command, *args, "--steps", "6", "--synthetic", "--no-plots", "--no-comm-split",
+         "--allow-oversubscribe", "--json"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert [row["threads_per_worker"] for row in rows] == [1, 1]
+    for row in rows:
+        assert row["cpu_wait_share"] > 0.25, row
+        assert row["reliable"] is False and row["reliability_note"].startswith("contended")

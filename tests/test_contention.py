@@ -1,0 +1,147 @@
+"""dlperf.contention: CPU wait measured from the kernel's per-thread run delay, the marks it
+gives, and `dlperf run` on a core another process keeps busy (issue 39)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlperf import contention
+from dlperf.contention import Contention, Reading, between, combine, judge
+from dlperf.system import auto_threads, crowding
+
+SCHEDSTAT = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat").exists()
+needs_schedstat = pytest.mark.skipif(not SCHEDSTAT, reason="needs Linux's per-thread schedstat")
+
+
+def reading(at: float, threads: dict[int, tuple[int, int]], pressure: int | None = 0) -> Reading:
+    return Reading(at, threads, involuntary_switches=0, pressure_us=pressure, load1=0.0)
+
+
+def test_share_is_the_waiting_part_of_runnable_thread_time() -> None:
+    start = reading(0.0, {1: (1_000, 0), 2: (0, 0)})
+    # thread 1 ran 3 s and waited 1 s; thread 2 ran 1 s and waited 3 s; thread 3 was born
+    # in the window (counted from birth); a thread that ended is lost with its figures
+    end = reading(2.0, {1: (3e9 + 1_000, 1e9), 2: (1e9, 3e9), 3: (0, 0)}, pressure=1_000_000)
+    window = between(start, end)
+    assert window.source == "schedstat"
+    assert window.cpu_wait_share == pytest.approx(0.5)
+    assert window.run_s == pytest.approx(4.0) and window.wait_s == pytest.approx(4.0)
+    assert window.host_pressure == pytest.approx(0.5)
+    assert window.contended and "50% of their runnable time" in window.note()
+
+
+def test_without_schedstat_the_load_average_stands_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(contention, "usable_cpus", lambda: {0, 1})
+    loaded = Reading(0.0, {}, 0, None, load1=8.0)
+    window = between(loaded, Reading(1.0, {}, 3, None, load1=8.0))
+    assert window.source == "loadavg" and window.cpu_wait_share == pytest.approx(0.75)
+    assert window.involuntary_switches == 3 and window.host_pressure is None
+    assert "load average" in window.note()
+
+
+def test_stretches_combine_by_their_thread_time() -> None:
+    a = Contention(1.0, 0.0, "schedstat", run_s=3.0, wait_s=0.0, involuntary_switches=1)
+    b = Contention(3.0, 0.5, "schedstat", run_s=1.0, wait_s=1.0, involuntary_switches=2)
+    both = combine([a, b])
+    assert both is not None and both.cpu_wait_share == pytest.approx(0.2)
+    assert both.wall_s == 4.0 and both.involuntary_switches == 3
+    assert combine([]) is None
+    assert Contention.worst([a, b]) is b
+
+
+def test_marks_say_why_a_number_is_not_to_be_trusted() -> None:
+    calm = Contention(1.0, 0.01, "schedstat", 1.0, 0.01)
+    assert judge(calm, [100.0, 101.0, 99.0, 100.5]).reliable
+    assert judge(None).reliable  # not measured is not a mark
+    spoiled = judge(Contention(1.0, 0.4, "schedstat", 1.0, 0.66))
+    assert not spoiled.reliable and spoiled.note and spoiled.note.startswith("contended")
+    spread = judge(calm, [100.0, 60.0, 140.0, 100.0, 30.0])
+    assert not spread.reliable and spread.note and "interquartile range" in spread.note
+    assert judge(calm, [100.0, 50.0]).reliable  # two values are too few to judge a spread
+
+
+def test_threads_follow_the_free_cores() -> None:
+    assert auto_threads(0.2) == 1  # never below one
+    assert auto_threads(1.4) == 1
+    assert crowding(2, 1.0) is not None and "run.threads = 1" in str(crowding(2, 1.0))
+    assert crowding(1, 1.0) is None and crowding(2, None) is None
+
+
+@needs_schedstat
+def test_a_busy_core_is_measured(busy_core: int) -> None:
+    """Threads pinned to the core a busy process holds wait about half their time; the
+    busy process takes that core from the free ones."""
+    code = (
+        "import os, json\n"
+        f"os.sched_setaffinity(0, {{{busy_core}}})\n"
+        "from dlperf import contention\n"
+        "w = contention.Window(); w.start()\n"
+        "x = 0\n"
+        "for i in range(3_000_000): x += i\n"
+        "print(json.dumps(w.stop().to_dict()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    window = json.loads(out.stdout)
+    assert window["source"] == "schedstat" and window["cpu_wait_share"] > 0.25, window
+    assert contention.free_cores() <= len(contention.usable_cpus()) - 0.5
+
+
+@needs_schedstat
+def test_run_on_a_busy_core_is_marked_and_warned(busy_core: int, tmp_path: Path) -> None:
+    """`dlperf run` sharing its only core with a busy process: the one-line warning before
+    training, the measured CPU wait and the mark in its result and in the store."""
+    exp = tmp_path / "busy.toml"
+    exp.write_text(
+        '[model]\nname = "smallcnn"\n[data]\nname = "digits"\nlimit = 256\n'
+        "[train]\nepochs = 1\nbatch_size = 32\nlr = 0.05\n"
+        f'[run]\nthreads = 1\nwarmup_steps = 1\ncheckpoint = false\nout_dir = "{tmp_path}"\n'
+    )
+    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
+    pinned = f"import os, sys; os.sched_setaffinity(0, {{{busy_core}}}); "
+    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    done = subprocess.run(
+        [*command, "run", str(exp), "--json"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["cpu_wait_share"] > 0.25 and result["reliable"] is False
+    assert "contended: its threads waited for a CPU" in result["reliability_note"]
+    assert result["contention"]["source"] == "schedstat"
+    # the free cores are measured before training: the run's only core is taken
+    warnings = [line for line in done.stderr.splitlines() if "usable cores are free" in line]
+    assert len(warnings) == 1 and "of 1 usable cores" in warnings[0]
+    shown = subprocess.run(
+        [*command, "runs", "show", str(result["run_id"])], env=env, capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    assert "reliability_note" in shown.stdout or "contended" in shown.stdout
+    assert "cpu_wait_share" in shown.stdout or "CPU wait" in shown.stdout
+
+
+@needs_schedstat
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_auto_threads_leave_the_busy_core(busy_core: int, tmp_path: Path) -> None:
+    """On two cores with one held by a busy process, run.threads = "auto" takes one thread
+    (two threads sharing the free core would wait on each other at every step)."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    assert busy_core in cpus
+    exp = tmp_path / "auto.toml"
+    exp.write_text(
+        '[model]\nname = "smallcnn"\n[data]\nname = "digits"\nlimit = 128\n'
+        "[train]\nepochs = 1\nbatch_size = 32\nlr = 0.05\n"
+        f'[run]\nthreads = "auto"\nwarmup_steps = 1\ncheckpoint = false\nout_dir = "{tmp_path}"\n'
+    )
+    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
+    pinned = f"import os; os.sched_setaffinity(0, {set(cpus)}); "
+    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    done = subprocess.run(
+        [*command, "run", str(exp), "--json"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["threads"] == 1
