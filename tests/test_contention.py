@@ -94,8 +94,8 @@ def test_a_busy_core_is_measured(busy_core: int) -> None:
 
 @needs_schedstat
 def test_run_on_a_busy_core_is_marked_and_warned(busy_core: int, tmp_path: Path) -> None:
-    """`dlperf run` sharing its only core with a busy process: the one-line warning before
-    training, the measured CPU wait and the mark in its result and in the store."""
+    """`dlperf run` sharing its only core with a busy process: the measured CPU wait and the
+    mark in its result and in the store; no threads warning (one thread cannot be fewer)."""
     exp = tmp_path / "busy.toml"
     exp.write_text(
         '[model]\nname = "smallcnn"\n[data]\nname = "digits"\nlimit = 256\n'
@@ -113,9 +113,7 @@ def test_run_on_a_busy_core_is_marked_and_warned(busy_core: int, tmp_path: Path)
     assert result["cpu_wait_share"] > 0.25 and result["reliable"] is False
     assert "contended: its threads waited for a CPU" in result["reliability_note"]
     assert result["contention"]["source"] == "schedstat"
-    # the free cores are measured before training: the run's only core is taken
-    warnings = [line for line in done.stderr.splitlines() if "usable cores are free" in line]
-    assert len(warnings) == 1 and "of 1 usable cores" in warnings[0]
+    assert "usable cores are free" not in done.stderr
     shown = subprocess.run(
         [*command, "runs", "show", str(result["run_id"])], env=env, capture_output=True,
         text=True, check=True,
@@ -127,8 +125,9 @@ def test_run_on_a_busy_core_is_marked_and_warned(busy_core: int, tmp_path: Path)
 @needs_schedstat
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
 def test_auto_threads_leave_the_busy_core(busy_core: int, tmp_path: Path) -> None:
-    """On two cores with one held by a busy process, run.threads = "auto" takes one thread
-    (two threads sharing the free core would wait on each other at every step)."""
+    """On two cores with one held by a busy process, run.threads = 2 is warned about before
+    training, in one line with the figure and the fix, and run.threads = "auto" takes one
+    thread (two threads sharing the free core would wait on each other at every step)."""
     cpus = sorted(os.sched_getaffinity(0))[:2]
     assert busy_core in cpus
     exp = tmp_path / "auto.toml"
@@ -145,3 +144,12 @@ def test_auto_threads_leave_the_busy_core(busy_core: int, tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["threads"] == 1
+    assert "usable cores are free" not in done.stderr
+    done = subprocess.run(
+        [*command, "run", str(exp), "--set", "run.threads=2", "--json"], env=env,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (warning,) = [line for line in done.stderr.splitlines() if "usable cores are free" in line]
+    assert warning.startswith("warning: only ") and "of 2 usable cores are free" in warning
+    assert 'set run.threads = 1 (or "auto")' in " ".join(done.stderr.split())

@@ -46,7 +46,7 @@ channels_last = true
 out_dir = "{out}"
 """
 SCALE = ["--workers", "1", "--mode", "weak", "--per-worker-batch", "16", "--no-plots"]
-SCALE += ["--warmup-steps", "1", "--steps", "1", "--json"]
+SCALE += ["--warmup-steps", "1", "--steps", "1", "--repeat", "1", "--json"]
 
 
 @pytest.fixture

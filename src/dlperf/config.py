@@ -272,6 +272,10 @@ class ScaleConfig(Section):
     """weak: the batch of each worker; a list: one weak-scaling series per batch."""
     steps: Count | None = None
     """Timed steps per point (give steps or epochs)."""
+    repeat: Count = 3
+    """Rounds: every point is measured this many times, in rounds interleaved across the
+    points (a burst of load hits them alike); its figures are its median round's, its
+    speedup the median over rounds with a 95% interval (docs/scale.md#rounds)."""
     threads_per_worker: Count | None = None
     """CPU threads of every worker at every point; None: the usable cores split between the
     most workers per node of the study, the same at every point (docs/scale.md#threads)."""

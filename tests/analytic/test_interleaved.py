@@ -17,9 +17,10 @@ from torch import nn
 
 from dlperf.analytic.counting import analyze_module
 from dlperf.analytic.devices import Device
-from dlperf.analytic.interleaved import Probes, calibrate_and_measure, fit
+from dlperf.analytic.interleaved import Probes, calibrate_and_measure, fit, judged, marks
 from dlperf.analytic.measure import KERNELS
 from dlperf.analytic.paleo import basis, error_pct, predict
+from dlperf.contention import Contention, Reliability
 from tests.analytic.test_paleo import KNOWN_PPP
 from tests.conftest import CliResult
 
@@ -104,6 +105,26 @@ def test_interleaved_calibration_cancels_a_2x_drift() -> None:
     # against the median measurement: the drift, not the model, is the error.
     once = predict(a, same.rounds[0])["totals"]["time_s"]
     assert error_pct(once, r["measured_s"]["median"]) == pytest.approx(-50, abs=1)
+    # the rounds were one contention window, and each probe's times are kept to judge
+    assert same.contention is not None and 0 <= same.contention.cpu_wait_share <= 1
+    assert same.probe_times["copy"] == pytest.approx([2 * 64 * 2**20 / 100e9 * s for s in SLOWDOWN])
+
+
+def test_rounds_are_marked_by_their_window_and_their_widest_series() -> None:
+    calm = Contention(1.0, 0.01, "schedstat", 1.0, 0.01)
+    steady = [1.0, 1.01, 0.99, 1.0, 1.0]
+    assert judged(calm, {"matmul fp32": steady, "copy": steady}) == Reliability(True, None)
+    mark = judged(calm, {"matmul fp32": [1, 1.3, 1, 1.3, 1], "copy": steady, "conv": [1, 2, 1, 2]})
+    assert not mark.reliable and mark.note is not None
+    assert mark.note.startswith("conv: too spread to rank: the interquartile range of 4 ")
+    assert mark.note.endswith("; also too spread: matmul fp32")
+    busy = Contention(1.0, 0.4, "schedstat", 1.0, 0.66)
+    assert judged(busy, {"copy": steady}).note == f"contended: {busy.note()}"
+    assert marks(busy, judged(busy, {})) == {
+        "cpu_wait_share": 0.4, "contention": busy.to_dict(), "reliable": False,
+        "reliability_note": f"contended: {busy.note()}",
+    }  # fmt: skip
+    assert marks(None, judged(None, {}))["cpu_wait_share"] is None
 
 
 def test_fit_recovers_the_rates_from_one_rounds_times() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from dlperf.analytic.devices import KINDS
 from dlperf.store import RunStore
 from dlperf.system import usable_cores
 from tests.conftest import CliResult
+from tests.test_contention import needs_schedstat
 
 Cli = Callable[..., CliResult]
 
@@ -142,6 +146,12 @@ def test_calibrate_then_predict_measure_is_stored(
     assert device["op_overhead_us"] > 0 and device["threads"] == usable_cores()
     assert "[here]" in user_devices.read_text()
     assert store.get_run(device["run_id"]).kind == "calibrate"
+    # how long the rounds waited for a CPU, and the mark, in --json and in the run
+    assert isinstance(device["cpu_wait_share"], float) and 0 <= device["cpu_wait_share"] <= 1
+    assert device["contention"]["cpu_wait_share"] == device["cpu_wait_share"]
+    assert (device["reliability_note"] is None) is device["reliable"]
+    assert store.get_run(device["run_id"]).summary["cpu_wait_share"] == device["cpu_wait_share"]
+    assert "cpu_wait_share" not in user_devices.read_text()  # the catalog keeps rates only
 
     result = cli(
         "predict",
@@ -180,6 +190,36 @@ def test_calibrate_then_predict_measure_is_stored(
     assert same["basis"]["interleaved"] and len(same["rounds"]) == 3
     assert same["error_pct"] == pytest.approx(sorted(r["error_pct"] for r in same["rounds"])[1])
     assert run.summary["same_moment_error_pct"] == pytest.approx(same["error_pct"])
+    assert isinstance(measured["cpu_wait_share"], float) and 0 <= measured["cpu_wait_share"] <= 1
+    assert measured["contention"]["source"] in ("schedstat", "loadavg")
+    assert (measured["reliability_note"] is None) is measured["reliable"]
+    assert run.summary["reliable"] is measured["reliable"]
+
+
+@needs_schedstat
+def test_predict_measure_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -> None:
+    """`predict --measure` sharing its only core with a busy process: the rounds' CPU wait
+    and the mark as rows of its table and in the stored run."""
+    env = {
+        **os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}",
+        "DLPERF_DEVICES": str(tmp_path / "devices.toml"),
+    }  # fmt: skip
+    pinned = f"import os; os.sched_setaffinity(0, {{{busy_core}}}); "
+    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    tiny = ["smallcnn", "--input", "1,8,8", "--batch", "2"]
+    measure = [*command, "predict", *tiny, "--measure", "--reps", "4"]
+    done = subprocess.run(measure, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = totals_rows(done.stdout)
+    assert float(rows["CPU wait (share of thread time)"]) > 0.25, rows
+    assert rows["unreliable"].startswith("contended: its threads waited for a CPU"), rows
+    shown = subprocess.run(
+        [*command, "runs", "show", rows["stored as run"], "--json"], env=env,
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    summary = json.loads(shown.stdout)["summary"]
+    assert summary["cpu_wait_share"] > 0.25 and summary["reliable"] is False, summary
+    assert summary["contention"]["source"] == "schedstat"
 
 
 # --- issue 22: numbers a student can hand in --------------------------------------------------

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from dlperf.cli.serve import _listen
+from dlperf.deploy import loadgen
 from tests.deploy.test_server import LABELS, metric, plain_model, png, tiny_classifier, wait_ready
 
 Cli = Callable[..., Any]
@@ -89,6 +90,12 @@ def test_bench_reports_each_level(server: str, cli: Cli) -> None:
         assert level["ok"] == level["requests"] == level["statuses"]["200"]
         assert level["throughput"] == pytest.approx(level["ok"] / level["wall_s"])
         assert 0 < level["p50_ms"] <= level["p90_ms"] <= level["p99_ms"]
+        # the more contended of the server's and the load generator's windows, and the mark
+        share = level["cpu_wait_share"]
+        assert isinstance(share, float) and 0 <= share <= 1
+        assert level["contention"]["cpu_wait_share"] == share
+        assert level["contention"]["process"] in ("server", "load generator")
+        assert (level["reliability_note"] is None) is level["reliable"]
     text = httpx.get(f"{server}/metrics").text
     # Warm-up (one per client), the probe and the measured requests all reached the model.
     served = sum(level["ok"] for level in doc["levels"]) + 1 + 4 + 1
@@ -99,7 +106,17 @@ def test_bench_table(server: str, cli: Cli) -> None:
     r = cli("serve", "bench", server, "--concurrency", "2", "--duration", "0.5",
             "--max-requests", "5")  # fmt: skip
     assert r.code == 0, r.err
-    assert f"POST {server}/predict" in r.out and "p99 ms" in r.out
+    assert f"POST {server}/predict" in r.out and "p99 ms" in r.out and "CPU wait" in r.out
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net")
+def test_bench_finds_the_server_by_its_port(server: str) -> None:
+    """The server's process is found from its listening port, so its own threads' CPU wait
+    is measured, not only the load generator's."""
+    pid = loadgen.listener(int(server.rsplit(":", 1)[1]))
+    assert pid is not None and pid != os.getpid()
+    assert "serve" in Path(f"/proc/{pid}/cmdline").read_text()
+    assert loadgen.listener(9) is None  # nothing listens on the discard port
 
 
 @pytest.mark.parametrize(

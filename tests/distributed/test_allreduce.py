@@ -24,6 +24,8 @@ from dlperf.distributed.allreduce import (
 )
 from dlperf.distributed.launch import free_port
 from dlperf.errors import UserError
+from dlperf.store import RunStore
+from tests.test_contention import needs_schedstat
 
 KB, MB = 1024, 1024**2
 
@@ -203,7 +205,40 @@ def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
         assert r["after_compute_s"] >= r["after_compute_last_s"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9, rel=1e-12)
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2, rel=1e-12)
+        # how long the slowest rank's threads waited for a CPU over the size's timed calls
+        assert isinstance(r["cpu_wait_share"], float) and 0 <= r["cpu_wait_share"] <= 1
     # the cost of overlapping an all-reduce with compute, at the largest size here
     (overlap,) = result["overlap"]
     assert overlap["bytes"] == 64 * KB and overlap["allreduce_s"] > 0 and overlap["cost"] >= 0
     assert overlap["compute_s"] > 0
+    # the most contended rank's window over the whole benchmark
+    waited = result["contention"]
+    assert 0 <= waited["cpu_wait_share"] <= 1 and waited["wall_s"] > 0
+    assert waited["source"] in ("schedstat", "loadavg")
+
+
+@needs_schedstat
+def test_benchmark_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -> None:
+    """`dlperf scale allreduce` with its worker on the core a busy process holds: the CPU
+    wait and the mark in --json, per row, in the store and as an `unreliable` line."""
+    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
+    pinned = f"import os; os.sched_setaffinity(0, {{{busy_core}}}); "
+    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    bench = ["scale", "allreduce", "--workers", "1", "--sizes", "1KB,4KB", "--iters", "5"]
+    done = subprocess.run(
+        [*command, *bench, "--json"], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["cpu_wait_share"] > 0.25 and result["reliable"] is False, result
+    assert result["reliability_note"].startswith("contended: its threads waited for a CPU")
+    assert result["contention"]["source"] == "schedstat"
+    assert all(0 <= r["cpu_wait_share"] <= 1 for r in result["rows"])
+    assert f"unreliable: 1 worker: {result['reliability_note']}" in done.stderr
+    store = RunStore.open(env["DLPERF_DB"])
+    (run,) = store.list_runs(kind="allreduce")
+    assert [r["cpu_wait_share"] for r in run.summary["rows"]] == [
+        r["cpu_wait_share"] for r in result["rows"]
+    ]
+    assert len(store.metrics(run.id, "allreduce/cpu_wait_share")) == 2

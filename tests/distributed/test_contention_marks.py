@@ -65,7 +65,7 @@ def test_a_slowed_base_marks_every_figure_read_from_it(
     one, two = doc["rows"]
     # fair threads: the 1-worker point gets a worker's share of the cores, not two workers'
     cores = len(os.sched_getaffinity(0))
-    assert [s.threads for s in slowed_base] == [max(1, cores // 2)] * 2
+    assert [s.threads for s in slowed_base] == [max(1, cores // 2)] * 2 * 3  # 3 rounds
     assert one["threads_per_worker"] == two["threads_per_worker"] == max(1, cores // 2)
     assert one["cpu_wait_share"] == WAITED and two["cpu_wait_share"] == 0.01
     assert one["reliable"] is False
@@ -122,7 +122,7 @@ def test_threads_per_worker_overrides_the_fair_share(
     args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--allow-oversubscribe"]
     r = cli(*args, "--threads-per-worker", "1", "--no-plots", "--json")
     assert r.code == 0, r.err
-    assert [s.threads for s in slowed_base] == [1, 1]
+    assert [s.threads for s in slowed_base] == [1, 1] * 3
     assert [row["threads_per_worker"] for row in json.loads(r.out)["rows"]] == [1, 1]
     r = cli(*args, "--threads-per-worker", "0", "--no-plots")
     assert r.code == 2 and "threads_per_worker" in r.err and "Traceback" not in r.err
@@ -151,3 +151,48 @@ def test_a_real_study_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -
     for row in rows:
         assert row["cpu_wait_share"] > 0.25, row
         assert row["reliable"] is False and row["reliability_note"].startswith("contended")
+
+
+def test_rounds_interleave_the_points_and_give_the_speedup_an_interval(
+    cli: Callable, tiny_exp: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--repeat 3: every point once per round, in the same order; a burst of load in round 2
+    slows both points alike, so each round's speedup stays 1.6 while throughput halves. The
+    point's figures are its median round's; the speedup is the median of the rounds', with
+    its interval; a point whose rounds vary by more than 25% is marked."""
+    from dlperf.distributed import study
+
+    order: list[int] = []
+
+    def run_torchrun(directory: Path, nproc: int, *args: object, **kwargs: object) -> Launch:
+        spec = WorkerSpec.read(directory / "spec.json")
+        order.append(nproc)
+        burst = 2.0 if len(order) in (3, 4) else 1.0  # round 2: both points at half speed
+        step = 0.1 * burst * (1.25 if nproc == 2 else 1.0)
+        ranks = [rank_result(r, [step] * 10, None, spec.per_worker_batch, world=nproc)
+                 for r in range(nproc)]  # fmt: skip
+        write_ranks(directory / "result.json", ranks)
+        return Launch(0, [])
+
+    monkeypatch.setattr(study, "run_torchrun", run_torchrun)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--allow-oversubscribe"]
+    r = cli(*args, "--repeat", "3", "--no-plots", "--json")
+    assert r.code == 0, r.err
+    assert order == [1, 2, 1, 2, 1, 2]  # interleaved: round by round
+    one, two = json.loads(r.out)["rows"]
+    assert one["rounds"] == two["rounds"] == 3
+    assert one["throughput_rounds"] == pytest.approx([80.0, 40.0, 80.0])
+    assert one["throughput"] == pytest.approx(80.0)  # the median round's
+    assert two["speedup_rounds"] == pytest.approx([1.6, 1.6, 1.6])
+    assert two["speedup"] == pytest.approx(1.6) and two["speedup_ci95"] == pytest.approx(0.0)
+    # half the speed in one round of three: too spread to rank on their own
+    assert one["reliable"] is False and "across 3 interleaved rounds" in one["reliability_note"]
+
+    r = cli(*args, "--repeat", "3", "--no-plots")
+    assert r.code == 0, r.err
+    said = " ".join(r.out.split())
+    assert "speedup 1.6 ± 0 over 3 interleaved rounds (median, 95% interval" in said
+    del order[:]
+    r = cli(*args, "--repeat", "1", "--no-plots", "--json")
+    assert r.code == 0 and order == [1, 2]  # one launch per point
+    assert json.loads(r.out)["rows"][1]["speedup_ci95"] is None

@@ -44,7 +44,7 @@ from dlperf.distributed.predictions import (
     ring_prediction,
 )
 from dlperf.distributed.scaling import EFFICIENCY
-from dlperf.distributed.study_tables import COURSE
+from dlperf.distributed.study_tables import COURSE, MARKS
 from dlperf.distributed.summary import (
     add_relative,
     exposed_ci95,
@@ -1012,8 +1012,16 @@ def test_a_study_over_batch_sizes_prints_the_course_tables(
     assert rows[1][2] == rows[1][4] == "1.6"
     assert float(rows[1][3]) == pytest.approx(epoch[(32, 2)], rel=1e-3)
     head, rows = _table(r.out, f"compute and communication; {grid}")
-    assert head[1:3] == ["b=8 compute ms", "b=8 comm ms"]
-    assert rows[1][1:] == ["18", "4.5", "42", "10.5"]  # 80% and 20% of 22.5 and 52.5 ms
+    assert head[1:3] == ["b=8 compute s/epoch", "b=8 comm s/epoch"]
+    # 80% and 20% of 22.5 and 52.5 ms a step, over images / 16 and images / 64 steps an epoch
+    images = round(doc["rows"][0]["epoch_time_s"] * doc["rows"][0]["throughput"])
+    per_epoch = [
+        0.018 * images / 16,
+        0.0045 * images / 16,
+        0.042 * images / 64,
+        0.0105 * images / 64,
+    ]
+    assert [float(v) for v in rows[1][1:]] == pytest.approx(per_epoch, rel=1e-3)
     head, rows = _table(r.out, f"bandwidth utilisation; {grid}")
     assert head[1:4] == ["b=8 algbw GB/s", "b=8 busbw GB/s", "b=8 of B"]
     # 400 kB of gradients in DDP's 1 ms; no all-reduce benchmark stored, so no B to share
@@ -1031,8 +1039,103 @@ def test_a_study_over_batch_sizes_prints_the_course_tables(
     cells = dict(zip(table[0], table[2], strict=True))
     assert cells["workers"] == "2" and cells["mode"] == "weak"
     assert float(cells["b=32 epoch_time_s"]) == pytest.approx(epoch[(32, 2)])
-    assert float(cells["b=32 comm_exposed_s"]) == pytest.approx(0.0105)
+    assert float(cells["b=32 comm_epoch_s"]) == pytest.approx(0.0105 * images / 64)
     assert cells["b=32 busbw_utilisation"] == ""
+
+
+def test_table_2_gives_compute_and_communication_in_seconds_per_epoch(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 39: HW7's Table 2 asks for compute and communication time per epoch, in seconds;
+    the table gave ms per step. Each is its per-step median times the steps of an epoch,
+    training images / global batch (the images epoch_time_s counts). On 2 workers a step of
+    b=8 takes 20 ms six times and 40 ms four times (median 20, mean 28), 80% of it compute:
+    16 ms compute and 4 ms exposed communication a step; b=16 twice as long, over twice the
+    images. The two add up to an epoch of median steps, not to Table 1's `epoch s` (images /
+    throughput, every step's time counted)."""
+    import csv
+    import io
+
+    def timing(n: int, b: int) -> list[float]:
+        return [0.01 * b / 8] * 10 if n == 1 else [0.02 * b / 8] * 6 + [0.04 * b / 8] * 4
+
+    fake_workers(timing)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    args += ["--per-worker-batch", "8,16", "--no-plots"]
+    r = cli(*args, "--json")
+    assert r.code == 0, r.err
+    rows = {(row["per_worker_batch"], row["workers"]): row for row in json.loads(r.out)["rows"]}
+    two = rows[(16, 2)]
+    images = round(two["epoch_time_s"] * two["throughput"])  # the study's training images
+    assert (two["compute_s"], two["comm_exposed_s"]) == pytest.approx((0.032, 0.008))
+    assert two["epoch_time_s"] == pytest.approx(images * 0.056 / 32)  # the mean step's
+    # per epoch: 16 ms x images / 16 = 1 ms per image; 4 ms x images / 16 = 0.25 ms
+    compute, comm = 0.001 * images, 0.00025 * images
+
+    r = cli(*args)
+    assert r.code == 0, r.err
+    grid = "weak, ddp/allreduce: workers × per-worker batch b"
+    head, table = _table(r.out, f"compute and communication; {grid}")
+    assert head == ["workers", "b=8 compute s/epoch", "b=8 comm s/epoch",
+                    "b=16 compute s/epoch", "b=16 comm s/epoch"]  # fmt: skip
+    assert table[0][1:] == ["-"] * 4  # one worker: no split into compute and communication
+    assert [float(v) for v in table[1][1:]] == pytest.approx([compute, comm] * 2, rel=1e-3)
+
+    r = cli(*args, "--csv")
+    assert r.code == 0, r.err
+    header, *lines = list(csv.reader(io.StringIO(r.out)))
+    cells = dict(zip(header, lines[1], strict=True))
+    assert cells["workers"] == "2"
+    for b in (8, 16):
+        point = rows[(b, 2)]
+        steps = images / point["global_batch"]  # steps per epoch
+        assert float(cells[f"b={b} compute_epoch_s"]) == pytest.approx(point["compute_s"] * steps)
+        assert float(cells[f"b={b} comm_epoch_s"]) == pytest.approx(point["comm_exposed_s"] * steps)
+        assert float(cells[f"b={b} comm_epoch_s"]) == pytest.approx(comm)
+    assert "b=8 compute_s" not in header  # per step: in --json
+
+
+def test_csv_keeps_the_cost_of_an_epoch_when_a_price_is_given(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Issue 39: with --price-per-hour the points have a cost per epoch (workers x epoch hours
+    x price), which --csv dropped. It follows each batch's speedup, in the CSV and in the
+    time and speedup table; without a price neither has the column."""
+    import csv
+    import io
+
+    fake_workers(lambda n, b: [(0.01 + 0.001 * b) * (1 if n == 1 else 1.25)] * 10)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", "--mode", "weak", *STUDY]
+    args += ["--per-worker-batch", "32,8", "--no-plots"]
+    priced = [*args, "--price-per-hour", "2.5"]
+    r = cli(*priced, "--json")
+    assert r.code == 0, r.err
+    rows = {(row["per_worker_batch"], row["workers"]): row for row in json.loads(r.out)["rows"]}
+    cost = rows[(32, 2)]["cost_per_epoch"]
+    assert cost == pytest.approx(2 * rows[(32, 2)]["epoch_time_s"] / 3600 * 2.5)
+
+    r = cli(*priced, "--csv")
+    assert r.code == 0, r.err
+    header, *lines = list(csv.reader(io.StringIO(r.out)))
+    assert header[5:9] == ["b=8 epoch_time_s", "b=8 speedup", "b=8 cost_per_epoch",
+                           "b=8 compute_epoch_s"]  # fmt: skip
+    assert len(header) == 5 + 2 * (8 + 3) and header[-3:] == [f"b=32 {m}" for m in MARKS]
+    cells = dict(zip(header, lines[1], strict=True))
+    assert float(cells["b=32 cost_per_epoch"]) == pytest.approx(cost)
+    r = cli(*priced)
+    assert r.code == 0, r.err
+    grid = "weak, ddp/allreduce: workers × per-worker batch b"
+    head, table = _table(r.out, f"time and speedup; {grid}")
+    assert head == ["workers", "b=8 epoch s", "b=8 speedup", "b=8 $/epoch",
+                    "b=32 epoch s", "b=32 speedup", "b=32 $/epoch"]  # fmt: skip
+    assert float(table[1][6]) == pytest.approx(cost, rel=1e-3)
+
+    r = cli(*args, "--csv")  # no price: no cost column
+    assert r.code == 0, r.err
+    header = next(csv.reader(io.StringIO(r.out)))
+    assert len(header) == 5 + 2 * (7 + 3) and not [h for h in header if "cost" in h]
+    head, _ = _table(cli(*args).out, f"time and speedup; {grid}")
+    assert "b=8 $/epoch" not in head
 
 
 def test_a_study_of_one_batch_size_prints_no_course_tables(

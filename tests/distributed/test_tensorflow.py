@@ -47,6 +47,7 @@ mode = "strong"
 global_batch = 16
 steps = 4
 warmup_steps = 1
+repeat = 1
 chunks = 2
 [run]
 out_dir = "{out}"

@@ -6,6 +6,12 @@ of `bench_paleo.py` met its goal in 3 runs of 6). Here the calibration's timed w
 matmuls, a large copy, the KERNELS) and the models' steps run in rounds, each once per
 round, in one process on one clock. Each round's calibration predicts that round's models,
 so a slow round is slow on both sides of the comparison.
+
+Interleaving cancels a change of the machine's speed, not the cost of sharing it: a round's
+threads that wait for a CPU another process holds (an OpenMP operator waits at every
+parallel region for its slowest thread) slow the model and the kernels unequally. So the
+rounds (the warm-up left out) are one contention window (dlperf.contention), and their
+figures carry its marks (`marks`).
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import contextlib
 import socket
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +31,7 @@ from dlperf.analytic.counting import Analysis, analyze_module
 from dlperf.analytic.devices import Device
 from dlperf.analytic.measure import KERNELS, large_copy, make_step, solve, square_matmul
 from dlperf.analytic.paleo import error_pct, predict
+from dlperf.contention import Contention, Reliability, Window, judge
 from dlperf.engine.precision import DTYPES
 from dlperf.progress import NullReporter, Reporter
 from dlperf.timing import Clock, Spread, interleave
@@ -126,6 +133,10 @@ class SameMoment:
     models: dict[str, dict[str, Any]]
     """Name -> `times_s` (one per round), `measured_s` (spread), `rounds` [{`predicted_s`,
     `measured_s`, `error_pct`}], `predicted_s` and `error_pct` (medians over the rounds)."""
+    contention: Contention | None = None
+    """How long the rounds' threads waited for a CPU (the warm-up left out)."""
+    probe_times: dict[str, list[float]] = field(default_factory=dict)
+    """Probe name (Probes.steps()) -> its seconds, one per round."""
 
 
 def calibrate_and_measure(
@@ -148,7 +159,11 @@ def calibrate_and_measure(
         ("model", name): step for name, (_, step) in models.items()
     }
     reporter.task(f"{rounds} rounds: calibration kernels, then the model", total=rounds)
-    seconds = interleave(contenders, warmup, rounds, device, clock, on_round=reporter.advance)
+    interleave(contenders, warmup, 0, device, clock)  # the warm-up, outside the window
+    window = Window()
+    window.start()
+    seconds = interleave(contenders, 0, rounds, device, clock, on_round=reporter.advance)
+    waited = window.stop()
     probe_times = {name: seconds["probe", name] for name in steps}
     times = {name: seconds["model", name] for name in models}
     fitted = [
@@ -170,7 +185,40 @@ def calibrate_and_measure(
             "error_pct": statistics.median(r["error_pct"] for r in per_round),
         }
     medians = {name: statistics.median(t) for name, t in probe_times.items()}
-    return SameMoment(fit(base, probes, medians), fitted, results)
+    return SameMoment(fit(base, probes, medians), fitted, results, waited, probe_times)
+
+
+def judged(window: Contention | None, series: Mapping[str, Sequence[float]]) -> Reliability:
+    """The mark of figures that are each a median of rounds: `window` contended, or a series
+    (name -> its value in each round) too spread to read; the note names the widest one and
+    lists the others."""
+
+    def spread(values: Sequence[float]) -> float:
+        low, _, high = statistics.quantiles(values, n=4)
+        return (high - low) / statistics.median(values)
+
+    wide = sorted(
+        (name for name, values in series.items() if not judge(None, values).reliable),
+        key=lambda name: -spread(series[name]),
+    )
+    notes = [judge(window).note]
+    if wide:
+        notes.append(f"{wide[0]}: {judge(None, series[wide[0]]).note}")
+    if wide[1:]:
+        notes.append(f"also too spread: {', '.join(wide[1:])}")
+    shown = [note for note in notes if note]
+    return Reliability(not shown, "; ".join(shown) or None)
+
+
+def marks(window: Contention | None, mark: Reliability) -> dict[str, Any]:
+    """What a measured result carries beside its figures: `cpu_wait_share`, `contention` (the
+    window's figures, dlperf.contention.Contention) and the mark (`reliable`,
+    `reliability_note`)."""
+    return {
+        "cpu_wait_share": window.cpu_wait_share if window else None,
+        "contention": window.to_dict() if window else None,
+        **mark.to_dict(),
+    }
 
 
 def calibrate(
@@ -179,11 +227,12 @@ def calibrate(
     reporter: Reporter | None = None,
     reps: int = 5,
     clock: Clock = time.perf_counter,
-) -> Device:
+) -> SameMoment:
     """`dlperf calibrate`: the device's peaks (square matmuls per dtype, a large copy) and
     the time model's other constants, one kernel each (KERNELS), from the medians of
     `reps` rounds that run them all in turn, so that the peaks and the kernels that are
-    solved against them are measured at the same moments."""
+    solved against them are measured at the same moments (`device`; the rounds' contention
+    and probe times beside it)."""
     source = (
         f"dlperf calibrate: medians of {reps} interleaved rounds of square matmuls per dtype, "
         "a large copy and the kernels that fix the per-call overhead, PPP_mem and the PPP of "
@@ -194,4 +243,4 @@ def calibrate(
     probes = build_probes(device, DTYPES, clock)
     return calibrate_and_measure(
         host_device(device, name, source), probes, {}, reps, device, clock, reporter=reporter
-    ).device
+    )

@@ -20,6 +20,8 @@ from dlperf.analytic.interleaved import (
     calibrate,
     calibrate_and_measure,
     host_device,
+    judged,
+    marks,
 )
 from dlperf.analytic.measure import make_step, profile_leaves
 from dlperf.analytic.paleo import basis, compare, predict_with_basis
@@ -95,7 +97,9 @@ def calibrate_recorded(
 ) -> dict[str, Any]:
     """`calibrate` this machine's device (CUDA, then MPS, then CPU) with all its threads,
     saved as a device in the user catalog and recorded as a run (marked killed or failed if
-    calibration stops). Returns the run id, the file and the device."""
+    calibration stops). Returns the run id, the file, the device and the rounds' `marks`
+    (their CPU wait, and the mark of a contended window or too spread a probe), which the
+    run's summary carries too."""
 
     check_writable(user_file(), make_parents=True)  # before minutes of measuring, not after
     device = pick_device("auto")
@@ -107,7 +111,12 @@ def calibrate_recorded(
         config={"name": name, "device": str(device)},
         system=system_info(device, threads),
     ) as record:
-        fitted = calibrate(device, name, reporter)
+        same = calibrate(device, name, reporter)
+        fitted = same.device
+        # The spread is judged on the peaks the device is read by (matmuls, the copy): the
+        # tiny kernels behind the per-call constants spread past 10% even on an idle host.
+        peaks = {k: v for k, v in same.probe_times.items() if k.startswith("matmul") or k == "copy"}
+        marked = marks(same.contention, judged(same.contention, peaks))
         path = save_device(fitted)
         store.log_metrics(
             record.id,
@@ -120,8 +129,8 @@ def calibrate_recorded(
             ],
         )
         store.add_artifact(record.id, "devices", path)
-        record.summary = fitted.model_dump()
-    return {"run_id": record.id, "path": path, "device": fitted}
+        record.summary = fitted.model_dump() | marked
+    return {"run_id": record.id, "path": path, "device": fitted, "marks": marked}
 
 
 def measure_recorded(
@@ -140,9 +149,10 @@ def measure_recorded(
     calibration kernels (interleaved.calibrate_and_measure), recorded as a run (marked
     killed or failed if it stops). Returns the prediction for `entry` (None: this machine
     as calibrated in those rounds) at `ppp`, with its basis, and under "measured" its
-    comparison with the measurement and the same-moment prediction with its error. A CPU
-    entry calibrated with other than this run's threads is warned of. `peak_tflops` and
-    `flops` go to predict_with_basis."""
+    comparison with the measurement and the same-moment prediction with its error, and the
+    rounds' marks (`cpu_wait_share`, `contention`, `reliable`, `reliability_note`: the window
+    contended, or the model's times too spread). A CPU entry calibrated with other than this
+    run's threads is warned of. `peak_tflops` and `flops` go to predict_with_basis."""
     from dlperf.models import create_model
 
     reporter = reporter or NullReporter()
@@ -198,6 +208,8 @@ def measure_recorded(
             "rounds": timed["rounds"],
             "basis": basis(same.device, None, interleaved=True),
         }
+        marked = marks(same.contention, judged(same.contention, {model: timed["times_s"]}))
+        comparison |= marked
         record.summary = {
             k: comparison[k]
             for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
@@ -208,5 +220,6 @@ def measure_recorded(
             "same_moment_predicted_s": timed["predicted_s"],
             "same_moment_error_pct": timed["error_pct"],
         }
+        record.summary |= marked
     comparison |= {"run_id": record.id, "local_device": str(device)}
     return {**prediction, "measured": comparison}

@@ -291,6 +291,8 @@ def _print_prediction(r: dict[str, Any]) -> None:
                 f"{s['median'] * MS:.4g} ({s['min'] * MS:.4g}-{s['max'] * MS:.4g})",
             ],
             ["measured images/s", m["measured_images_per_s"]],
+            ["CPU wait (share of thread time)", m.get("cpu_wait_share")],
+            *([["unreliable", m["reliability_note"]]] if m.get("reliable") is False else []),
             [f"error of the {what} (%)", m["error_pct"]],
             [f"same-moment prediction: time per batch (ms), median of {len(same['rounds'])} "
              "rounds", same["predicted_s"] * MS],

@@ -54,8 +54,9 @@ def calibrate(
 
     with console.reporter() as rep:
         done = calibrate_recorded(open_store, name, rep)
-    run_id, path, device = done["run_id"], done["path"], done["device"]
-    if console.printed_json(as_json, {"run_id": run_id, "path": str(path), **device.model_dump()}):
+    run_id, path, device, marks = done["run_id"], done["path"], done["device"], done["marks"]
+    document = {"run_id": run_id, "path": str(path), **device.model_dump(), **marks}
+    if console.printed_json(as_json, document):
         return
     console.print_table(
         f"{device.name}: {device.description}",
@@ -66,6 +67,8 @@ def calibrate(
         + [
             ["PPP_mem", device.ppp_mem],
             ["overhead per operator call (us)", device.op_overhead_us],
+            ["CPU wait (share of thread time)", marks["cpu_wait_share"]],
+            *([["unreliable", marks["reliability_note"]]] if marks["reliable"] is False else []),
             ["saved to", str(path)],
             ["stored as run", run_id],
         ],

@@ -163,6 +163,9 @@ def run(
     steps: int = typer.Option(None, "--steps", help="Timed steps per point."),
     epochs: int = typer.Option(None, "--epochs", help="Timed epochs per point (or --steps)."),
     warmup_steps: int = WARMUP_STEPS,
+    repeat: int = typer.Option(
+        None, "--repeat", help="Rounds: measure every point R times, interleaved (default 3)."
+    ),
     threads_per_worker: int = typer.Option(
         None,
         "--threads-per-worker",
@@ -248,7 +251,7 @@ def run(
     flags = {
         "workers": workers, "mode": mode, "global_batch": global_batch,
         "per_worker_batch": per_worker_batch, "steps": steps, "epochs": epochs,
-        "warmup_steps": warmup_steps, "threads_per_worker": threads_per_worker,
+        "warmup_steps": warmup_steps, "repeat": repeat, "threads_per_worker": threads_per_worker,
         "synthetic": synthetic, "backend": backend, "comm": comm, "framework": framework,
         "strategy": strategy, "allreduce": allreduce,
         "bucket_mb": bucket_mb, "comm_split": comm_split, "price_per_hour": price_per_hour,

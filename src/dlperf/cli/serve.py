@@ -122,7 +122,9 @@ def bench(
     as_json: Json = False,
 ) -> None:
     """Load a running `dlperf serve` on this machine: closed-loop clients post an image to
-    /predict; throughput and latency percentiles per concurrency level.
+    /predict; throughput and latency percentiles per concurrency level, and how long the
+    server's or the load generator's threads waited for a CPU (CPU wait; a level at 10% or
+    more is marked unreliable).
 
     Example: dlperf serve bench http://127.0.0.1:8000 --concurrency 1,8,32 --duration 10
     """
@@ -137,8 +139,14 @@ def bench(
     if console.printed_json(as_json, {**document, "levels": [asdict(r) for r in results]}):
         return
     rows = [
-        [r.concurrency, r.requests, r.errors, r.throughput, r.p50_ms, r.p90_ms, r.p99_ms]
+        [r.concurrency, r.requests, r.errors, r.throughput, r.p50_ms, r.p90_ms, r.p99_ms,
+         None if r.cpu_wait_share is None else f"{r.cpu_wait_share:.0%}"]
         for r in results
-    ]
-    columns = ["concurrency", "requests", "errors", "req/s", "p50 ms", "p90 ms", "p99 ms"]
+    ]  # fmt: skip
+    columns = ["concurrency", "requests", "errors", "req/s", "p50 ms", "p90 ms", "p99 ms",
+               "CPU wait"]  # fmt: skip
     console.print_table(f"POST {endpoint}", columns, rows)
+    for r in results:
+        if r.reliable is False:
+            note = f"unreliable: concurrency {r.concurrency}: {r.reliability_note}"
+            console.out.print(note, soft_wrap=True)

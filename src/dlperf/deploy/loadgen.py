@@ -5,25 +5,36 @@ duration is up or the request budget is spent; each first sends one request that
 counted (connection set-up, the server's first batches). Throughput = successful responses
 / wall time of the level; latencies are of successful responses. Only a server on this
 machine is loaded: a benchmark must never become a flood against someone else's host.
+
+Server and load generator share this machine's CPUs, with whatever else runs on it, so each
+level's timed stretch (after the warm-up requests) is a contention window
+(dlperf.contention) of the load generator's process and of the server's, found by its
+listening port (Linux's /proc; where it cannot be seen, the load generator's alone): the
+level carries the more contended one's `cpu_wait_share` and figures (`contention`, with
+`process`: "server" or "load generator") and its mark (`reliable`, `reliability_note`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import io
 import ipaddress
+import os
 import ssl
 import time
 from collections import Counter
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
 
+from dlperf.contention import PROC, Window, judge
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 
@@ -43,6 +54,11 @@ class LevelResult:
     p90_ms: float | None
     p99_ms: float | None
     statuses: dict[str, int] = field(default_factory=dict)  # HTTP status or exception name
+    # the more contended process's window over the level's timed requests (see above)
+    cpu_wait_share: float | None = None
+    contention: dict[str, Any] | None = None
+    reliable: bool | None = None
+    reliability_note: str | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -93,12 +109,14 @@ def run(
     body = image.read_bytes() if image is not None else sample_image()
     rep = reporter or NullReporter()
 
+    server = listener(urlsplit(endpoint).port or (443 if endpoint.startswith("https") else 80))
+
     async def levels() -> list[LevelResult]:
         await _probe(endpoint, body)
         results = []
         for level in concurrency:
             rep.task(f"concurrency {level}", total=None)
-            result = await _level(endpoint, body, level, duration_s, max_requests)
+            result = await _level(endpoint, body, level, duration_s, max_requests, server)
             rep.log(
                 f"concurrency {level}: {result.throughput:.1f} req/s, {result.errors} errors "
                 f"of {result.requests}"
@@ -107,6 +125,29 @@ def run(
         return results
 
     return asyncio.run(levels())
+
+
+def listener(port: int) -> int | None:
+    """The pid of the process on this machine listening on TCP `port` (the socket's inode in
+    /proc/net/tcp or tcp6, then the process that holds it), None where none can be seen
+    (another user's process, another network namespace, no /proc)."""
+    sockets = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (PROC / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()  # sl local_address rem_address st ... uid timeout inode
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                sockets.add(f"socket:[{fields[9]}]")
+    for process in PROC.glob("[0-9]*") if sockets else ():
+        try:
+            if any(os.readlink(fd) in sockets for fd in (process / "fd").iterdir()):
+                return int(process.name)
+        except OSError:  # not ours to read, or gone
+            continue
+    return None
 
 
 @functools.cache
@@ -132,7 +173,12 @@ async def _probe(url: str, body: bytes) -> None:
 
 
 async def _level(
-    url: str, body: bytes, concurrency: int, duration_s: float, budget: int | None
+    url: str,
+    body: bytes,
+    concurrency: int,
+    duration_s: float,
+    budget: int | None,
+    server: int | None = None,
 ) -> LevelResult:
     statuses: Counter[str] = Counter()
     latencies: list[float] = []
@@ -159,15 +205,24 @@ async def _level(
     async with AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(_client()) for _ in range(concurrency)]
         await asyncio.gather(*(send(c) for c in clients))  # warm-up, not counted
+        windows = {"load generator": Window()} | (
+            {"server": Window(server)} if server not in (None, os.getpid()) else {}
+        )
+        for window in windows.values():
+            window.start()
         start = time.perf_counter()
         await asyncio.gather(*(worker(c, start + duration_s) for c in clients))
         wall = time.perf_counter() - start
+        waited = {name: span for name, w in windows.items() if (span := w.stop())}
     ok = len(latencies)
     p50, p90, p99 = (
         (float(v) * 1000 for v in np.percentile(latencies, [50, 90, 99]))
         if latencies
         else (None, None, None)
     )
+    process, worst = max(waited.items(), key=lambda item: item[1].cpu_wait_share)
+    if process == "server":  # getrusage counts this process's switches, not the server's
+        worst = dataclasses.replace(worst, involuntary_switches=None)
     return LevelResult(
         concurrency=concurrency,
         requests=issued,
@@ -179,4 +234,7 @@ async def _level(
         p90_ms=p90,
         p99_ms=p99,
         statuses=dict(statuses),
+        cpu_wait_share=worst.cpu_wait_share,
+        contention={**worst.to_dict(), "process": process},
+        **judge(worst).to_dict(),
     )

@@ -36,6 +36,16 @@ includes waiting for the others; the fastest's is that of the rank that arrived 
 waits for no one: the all-reduce once every rank is in. (On the 2-core VM neither came out
 systematically longer than after a barrier, so the bucket/overlap model does not read them;
 docs/scale.md.)
+
+How far a busy host bent these numbers is measured, not guessed (dlperf.contention): each
+size's timed calls are a contention window on every rank, and a row's `cpu_wait_share` is the
+largest over the ranks of the share of their runnable thread-time spent waiting for a CPU.
+Rank 0 writes, beside the rows, `contention`: the figures of the most contended rank's window
+over the whole benchmark (the timed calls, the after-compute and the overlap measurements,
+warm-ups left out of the first), which `dlperf scale allreduce` turns into the study's
+`cpu_wait_share`, `contention` and mark (`reliable`, `reliability_note`: contended at 10% or
+more), and an `unreliable: ...` line on stderr. The mark is the window's alone: a row is the
+mean and median of `--iters` calls of one size, not repetitions of a figure to rank.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ import torch
 import torch.distributed as dist
 from scipy.optimize import nnls
 
+from dlperf.contention import Contention, Window
 from dlperf.distributed.planning import resolve_backend
 from dlperf.errors import UserError
 from dlperf.system import set_threads
@@ -316,10 +327,17 @@ def measure_after_compute(
 
 
 def measure(
-    sizes: list[int], iters: int, warmup: int, dtype: torch.dtype, device: torch.device
+    sizes: list[int],
+    iters: int,
+    warmup: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    window: Window | None = None,
 ) -> list[dict[str, float]]:
-    """Time all_reduce(SUM) per message size in an initialised process group. Every rank
-    returns the same rows."""
+    """Time all_reduce(SUM) per message size in an initialised process group, each size's
+    timed calls a stretch of `window` (a fresh one if None; a row's `cpu_wait_share` is its
+    stretch's, the largest over the ranks). Every rank returns the same rows."""
+    window = window or Window()
     world = dist.get_world_size()
     itemsize = torch.empty((), dtype=dtype).element_size()
     rows = []
@@ -328,14 +346,19 @@ def measure(
         for _ in range(warmup):
             dist.all_reduce(tensor)
         dist.barrier()
+        window.start()
         calls = Spread.of(timed(functools.partial(dist.all_reduce, tensor), 0, iters, device))
+        span = window.stop()
+        waited = span.cpu_wait_share if span else 0.0
         # The mean is nccl-tests' figure; the median, robust to a busy host's hiccups, is
         # what the bucket/overlap model reads (the scale study's step times are medians too).
-        elapsed = torch.tensor([calls.mean, calls.median], device=device, dtype=torch.float64)
+        elapsed = torch.tensor(
+            [calls.mean, calls.median, waited], device=device, dtype=torch.float64
+        )
         # A collective ends when its slowest rank does, so take the max over ranks
-        # (nccl-tests averages by default; its -a 3 is this).
+        # (nccl-tests averages by default; its -a 3 is this); one waiting rank slows all.
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        seconds, median = (float(v) for v in elapsed.tolist())
+        seconds, median, waited = (float(v) for v in elapsed.tolist())
         nbytes = tensor.numel() * itemsize
         algbw = nbytes / seconds / 1e9
         rows.append(
@@ -345,9 +368,19 @@ def measure(
                 "median_s": median,
                 "algbw_gbps": algbw,
                 "busbw_gbps": algbw * 2 * (world - 1) / world,
+                "cpu_wait_share": waited,
             }
         )
     return rows
+
+
+def most_contended(window: Contention | None) -> dict[str, Any] | None:
+    """The figures of the most contended rank's window (Contention.to_dict), on every rank;
+    None where no rank measured one."""
+    every: list[dict[str, Any] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, window.to_dict() if window else None)
+    worst = Contention.worst([Contention(**w) for w in every if w is not None])
+    return worst.to_dict() if worst else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -380,11 +413,17 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group(backend)
     try:
         dtype = DTYPES[args.dtype]
-        rows = measure(sizes, args.iters, args.warmup, dtype, device)
+        window = Window()
+        rows = measure(sizes, args.iters, args.warmup, dtype, device, window)
+        window.start()
         after = measure_after_compute(sizes, args.iters, dtype, device)
+        window.stop()
         for row, (slowest, last) in zip(rows, after, strict=True):
             row["after_compute_s"], row["after_compute_last_s"] = slowest, last
+        window.start()
         overlap = measure_overlap(overlap_sizes(sizes), args.iters, dtype, device)
+        window.stop()
+        waited = most_contended(window.result())
         if dist.get_rank() == 0:
             result = {
                 "backend": backend,
@@ -394,6 +433,7 @@ def main(argv: list[str] | None = None) -> None:
                 "warmup": args.warmup,
                 "rows": rows,
                 "overlap": overlap,
+                "contention": waited,
             }
             args.out.write_text(json.dumps(result, indent=2) + "\n")
     finally:

@@ -1,7 +1,11 @@
 """`dlperf scale allreduce`: the all-reduce microbenchmark (dlperf.distributed.allreduce)
 under torchrun for each worker count, kept as a study of kind `allreduce` whose runs carry
 the ring model fitted over all of them, their own measured times and the cost of overlapping
-an all-reduce with compute at their worker count (the scale table's predictions read them)."""
+an all-reduce with compute at their worker count (the scale table's predictions read them).
+Each row carries its timed calls' CPU wait (`cpu_wait_share`, also the run's metric
+`allreduce/cpu_wait_share` by message size); the study's result carries the most contended
+worker count's window (`contention`, `cpu_wait_share`) and its mark (`reliable`,
+`reliability_note`, also reported as an `unreliable: ...` line)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from dlperf.contention import Contention, judge
 from dlperf.distributed.allreduce import fit_ring_model, overlap_cost, parse_sizes
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.distributed.launch import run_torchrun
@@ -45,6 +50,7 @@ def run_allreduce_study(
     study_id = store.create_study(f"allreduce {backend}", "allreduce")
     measured: list[tuple[Recording, int, list[dict[str, Any]]]] = []
     overlap: dict[int, list[dict[str, Any]]] = {}  # per worker count: measure_overlap's rows
+    windows: dict[int, Contention] = {}  # per worker count: its most contended rank's window
     failures = []
     # Every run stays open until the ring model, fitted over all of them, is in its summary.
     with contextlib.ExitStack() as runs:
@@ -73,7 +79,13 @@ def run_allreduce_study(
             result = json.loads((directory / "result.json").read_text())
             rows = [{"workers": n, **row} for row in result["rows"]]
             overlap[n] = result["overlap"]
-            store.log_metrics(run.id, [("allreduce/time_s", r["bytes"], r["time_s"]) for r in rows])
+            if result.get("contention"):
+                windows[n] = Contention(**result["contention"])
+            store.log_metrics(
+                run.id,
+                [("allreduce/time_s", r["bytes"], r["time_s"]) for r in rows]
+                + [("allreduce/cpu_wait_share", r["bytes"], r["cpu_wait_share"]) for r in rows],
+            )
             measured.append((run, n, rows))
         every_row = [row for _, _, rows in measured for row in rows]
         try:
@@ -84,6 +96,11 @@ def run_allreduce_study(
         for run, n, rows in measured:
             stored = AllreduceSummary(backend, n, rows, ring, overlap[n], overlap_cost(overlap[n]))
             run.summary = asdict(stored)
+    worst = Contention.worst(list(windows.values()))
+    mark = judge(worst)
+    if not mark.reliable:
+        contended = [n for n, w in windows.items() if w.contended]
+        reporter.log(f"unreliable: {_workers(contended)}: {mark.note}")
     return {
         "study_id": study_id,
         "backend": backend,
@@ -93,4 +110,11 @@ def run_allreduce_study(
         "overlap": [{"workers": n, **row} for n, rows in overlap.items() for row in rows],
         "overlap_cost": {n: overlap_cost(rows) for n, rows in overlap.items()},
         "failures": failures,
+        "cpu_wait_share": worst.cpu_wait_share if worst else None,
+        "contention": worst.to_dict() if worst else None,
+        **mark.to_dict(),
     }
+
+
+def _workers(counts: list[int]) -> str:
+    return f"{', '.join(map(str, counts))} worker{'s' * (counts != [1])}"

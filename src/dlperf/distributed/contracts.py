@@ -194,6 +194,13 @@ class PointSummary(Record):
     cpu_wait_share: float | None = None
     reliable: bool | None = None
     reliability_note: str | None = None
+    # scale.repeat: each round's throughput (the point's figures are its median round's) and
+    # speedup against the base's same round; the speedup is their median, with the
+    # half-width of its 95% interval over the rounds (Student's t; None for one round).
+    rounds: int | None = None
+    throughput_rounds: tuple[float, ...] | None = None
+    speedup_rounds: tuple[float, ...] | None = None
+    speedup_ci95: float | None = None
     # --profile only (dlperf.traces): each step's wall time split as the ranks' traces show
     # it, mean over ranks; and each estimate of exposed communication against comm-only.
     trace_compute_only_s: float | None = None

@@ -77,34 +77,42 @@ def find_max_batch(
     cap = int(opts.memory_cap_gb * 2**30) if opts.memory_cap_gb else None
     sizes = [BATCH_START * BATCH_GROWTH**i for i in range(BATCH_SIZES)]
     largest: int | None = None
-    for index, batch in enumerate(sizes):
-        point = Point(
-            first.workers, batch, batch * first.workers, first.comm, first.strategy, first.bucket_mb
-        )
-        if (error := study.shard_error(point)) is not None:
-            study.warnings.append(f"per-worker batch {batch} exceeds the data set: stopped there")
-            reason, detail = "data_set", error.message
-            break
-        steps = max(1, study.train_images // point.global_batch)
-        # The first epoch warms up, the second is timed.
-        extra = {"memory_cap_bytes": cap, "warmup_steps": steps}
-        row = study.run_point(index, index + 1, point, steps, extra)
-        if row.status != "finished":
-            detail = (row.error or "").strip().split("\n")[0] or "failed"
-            if row.out_of_memory:
-                # The worker's words for a peak over the cap (dlperf.distributed.worker).
-                over_cap = cap is not None and "above the cap" in detail
-                reason = "memory_cap" if over_cap else "out_of_memory"
-            else:
-                reason = "failed"
+    with study:  # a stop marks the point being measured killed
+        for index, batch in enumerate(sizes):
+            point = Point(
+                first.workers,
+                batch,
+                batch * first.workers,
+                first.comm,
+                first.strategy,
+                first.bucket_mb,
+            )
+            if (error := study.shard_error(point)) is not None:
                 study.warnings.append(
-                    f"per-worker batch {batch} failed, not for memory: the search stopped "
-                    "there, and a larger batch may still fit"
+                    f"per-worker batch {batch} exceeds the data set: stopped there"
                 )
-            break
-        largest = batch
-    else:
-        reason, detail = "last_size", f"every size from {sizes[0]} to {sizes[-1]} fitted"
+                reason, detail = "data_set", error.message
+                break
+            steps = max(1, study.train_images // point.global_batch)
+            # The first epoch warms up, the second is timed.
+            extra = {"memory_cap_bytes": cap, "warmup_steps": steps}
+            row = study.run_point(index, index + 1, point, steps, extra)
+            if row.status != "finished":
+                detail = (row.error or "").strip().split("\n")[0] or "failed"
+                if row.out_of_memory:
+                    # The worker's words for a peak over the cap (dlperf.distributed.worker).
+                    over_cap = cap is not None and "above the cap" in detail
+                    reason = "memory_cap" if over_cap else "out_of_memory"
+                else:
+                    reason = "failed"
+                    study.warnings.append(
+                        f"per-worker batch {batch} failed, not for memory: the search stopped "
+                        "there, and a larger batch may still fit"
+                    )
+                break
+            largest = batch
+        else:
+            reason, detail = "last_size", f"every size from {sizes[0]} to {sizes[-1]} fitted"
     result = study.result()
     result.max_per_worker_batch = largest
     return MaxBatchResult(result, reason, batch, detail)

@@ -21,6 +21,7 @@ from dlperf.distributed.contracts import PointSummary
 
 SUPERLINEAR = 1.05  # efficiency above 1 beyond this is not measurement noise
 CI_SHARE = 0.10  # throughput_ci95 / throughput_mean
+ROUNDS_SHARE = 0.25  # (max - min) / median of a point's throughput over its rounds
 STEP_IQR_SHARE = 0.50  # interquartile range of step times / their median
 IQR_STEPS = 8  # fewer steps give no interquartile range worth reading
 QUIET = "rerun the study on a quiet machine (no other jobs running)"
@@ -148,6 +149,19 @@ def untrustworthy(
                 {"base_cpu_wait_share": base_wait},
             )
         )
+    rounds = summary.throughput_rounds if summary else None
+    if rounds and len(rounds) > 1:
+        middle = statistics.median(rounds)
+        varied = (max(rounds) - min(rounds)) / middle if middle > 0 else 0.0
+        if varied > ROUNDS_SHARE:
+            concerns.append(
+                Concern(
+                    f"too spread to rank: its throughput varied by {varied:.0%} of the median "
+                    f"across {len(rounds)} interleaved rounds (> {ROUNDS_SHARE:.0%})",
+                    f"more rounds (scale.repeat) and {QUIET}",
+                    {"throughput_rounds": list(rounds)},
+                )
+            )
     mean, ci = (summary.throughput_mean, summary.throughput_ci95) if summary else (None, None)
     if mean and ci is not None and ci / mean > CI_SHARE:
         concerns.append(

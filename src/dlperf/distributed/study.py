@@ -12,7 +12,9 @@ experiment trains with its backbone frozen, as a run would.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,13 @@ from dlperf.distributed.predictions import (
     ring_prediction,
 )
 from dlperf.distributed.scaling import EFFICIENCY, untrustworthy
-from dlperf.distributed.summary import add_relative, main_steps, summarize, with_chunks
+from dlperf.distributed.summary import (
+    add_relative,
+    main_steps,
+    median_round,
+    summarize,
+    with_chunks,
+)
 from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.distributed.tf_worker import ignored_settings
 from dlperf.distributed.trace_split import rank_traces, with_trace_split
@@ -47,7 +55,7 @@ from dlperf.engine.run import as_run
 from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store import RunStore
+from dlperf.store import Recording, RunStore
 from dlperf.system import system_info, usable_cores
 
 WORKER_MODULE = "dlperf.distributed.worker"
@@ -105,6 +113,18 @@ class Study:
         # point's workers get the threads a worker of that point has, so that a 1-worker
         # point is not handed the threads of two.
         self.most_per_node: int | None = None
+        # By the point's index: the ranks of each round measured so far (scale.repeat), and
+        # its run, open from its first round to its last; `open_runs` holds them all, so
+        # that leaving the study (`with Study(...)`) marks those still open.
+        self.measured: dict[int, list[list[RankResult]]] = {}
+        self.records: dict[int, tuple[ExitStack, Recording]] = {}
+        self.open_runs = ExitStack()
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self.open_runs.__exit__(*exc)
 
     def per_node(self, point: Point) -> int:
         """The point's worker processes on each node (one for a one-process strategy)."""
@@ -197,103 +217,151 @@ class Study:
             self.reference = comm_reference(self.store, self.backend)
             self.ring = self.reference["ring_model"] if self.reference else None
 
-    def run_point(
-        self, index: int, total: int, point: Point, steps: int, extra: dict[str, Any]
-    ) -> PointRow:
-        """Launch one point, store it (node 0) and return its row."""
-        opts = self.opts
+    def _prepare(
+        self, index: int, point: Point, steps: int, extra: dict[str, Any], round_: str = ""
+    ) -> tuple[Path, int, int]:
+        """Write the point's spec.json into its directory (`p{index}`, a round's under it);
+        the directory, workers per node and threads per worker."""
         per_node = self.per_node(point)
         threads = self.threads(per_node)
-        if self.backend == "gloo" and per_node * threads > self.cores:
+        oversubscribed = self.backend == "gloo" and per_node * threads > self.cores
+        if oversubscribed and not round_:
             self.warnings.append(
                 f"{point.label()}: {per_node} workers x {threads} threads > {self.cores} cores: "
                 "oversubscribed, timings are pessimistic"
             )
         spec = replace(self.spec(point, threads, steps), **extra)
         where = f"scale-{self.study_id}" if self.writer else "scale-node"
-        directory = self.out_dir / where / f"p{index}"
+        directory = self.out_dir / where / f"p{index}" / round_
         directory.mkdir(parents=True, exist_ok=True)
-        if self.keras(point) and not opts.synthetic:
-            spec = replace(spec, data_file=str(self.keras_data(directory.parent)))
+        if self.keras(point) and not self.opts.synthetic:
+            spec = replace(spec, data_file=str(self.keras_data(self.out_dir / where)))
         spec.write(directory / "spec.json")
-        self.reporter.task(f"point {index + 1}/{total}: {point.label()}")
+        return directory, per_node, threads
+
+    def _record(self, index: int, point: Point, threads: int) -> Recording:
+        """The point's run in the store, opened at its first round and kept open (running)
+        until its last (`_close`): a stop in any round marks it killed."""
+        if index not in self.records:
+            stack = self.open_runs.enter_context(ExitStack())
+            run = stack.enter_context(
+                self.store.new_run(
+                    name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
+                    kind="scale",
+                    config={"experiment": self.exp.to_dict(), "point": asdict(point)},
+                    config_hash=self.exp.config_hash(),
+                    system={**system_info(None, threads), "backend": self.backend},
+                    study_id=self.study_id,
+                )
+            )
+            self.records[index] = (stack, run)
+        return self.records[index][1]
+
+    def _close(self, index: int) -> None:
+        """Mark the point's run as its Recording says (finished, or failed)."""
+        stack, _ = self.records[index]
+        stack.close()
+
+    def run_point(
+        self,
+        index: int,
+        total: int,
+        point: Point,
+        steps: int,
+        extra: dict[str, Any],
+        round_: int = 0,
+        rounds: int = 1,
+    ) -> PointRow:
+        """Launch round `round_` of `rounds` of one point; after its last, store it (node 0)
+        with every round and return its row (an earlier round's row has no summary). A
+        failed round fails the point: its row is final."""
+        opts = self.opts
+        last = round_ == rounds - 1
+        directory, per_node, threads = self._prepare(
+            index, point, steps, extra, "" if last else f"round{round_ + 1}"
+        )
+        counted = f"round {round_ + 1}/{rounds}, " if rounds > 1 else ""
+        self.reporter.task(f"{counted}point {index + 1}/{total}: {point.label()}")
         if not self.writer:
-            return self._launch(index, point, directory, per_node, threads, run_id=None)
-        with self.store.new_run(
-            name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
-            kind="scale",
-            config={"experiment": self.exp.to_dict(), "point": asdict(point)},
-            config_hash=self.exp.config_hash(),
-            system={**system_info(None, threads), "backend": self.backend},
-            study_id=self.study_id,
-        ) as run:
-            row = self._launch(index, point, directory, per_node, threads, run.id)
-            if row.status == "failed":
-                run.fail(str(row.error), summary=row.to_dict())
-                return row
-            ranks = read_ranks(directory / "result.json")
-            summary = summarize(
-                point,
-                ranks,
-                opts.nnodes,
-                threads,
-                self.backend,
-                self.train_images,
-                self.price,
-            )
-            if self.compare:
-                summary = add_relative(summary, self.bases.get(point.group))
-                self.bases.setdefault(point.group, summary)
-            exposed = summary.comm_exposed_s
-            ring = ring_prediction(self.ring, point.workers, summary.grad_bytes, point.bucket_mb)
-            overlap, basis = overlap_prediction(
-                self.reference, point.workers, ranks, point.bucket_mb
-            )
-            summary = replace(
-                summary,
-                ring_predicted_s=ring,
-                ring_basis=ring_basis(self.reference) if ring is not None else None,
-                ring_error=prediction_error(ring, exposed),
-                overlap_predicted_s=overlap,
-                overlap_basis=basis,
-                overlap_error=prediction_error(overlap, exposed),
-            )
-            traced = rank_traces(directory) if self.exp.run.profile.enabled else []
-            if traced:
-                summary, split = with_trace_split(summary, traced)
-                self.store.log_metrics(run.id, split)
-                for path in traced:
-                    self.store.add_artifact(run.id, "trace", path)
-            steps_s = main_steps(ranks)
-            if opts.synthetic:
-                summary = with_chunks(summary, steps_s, opts.chunks)
-            base = self.bases.get(point.group)
-            base_workers, base_wait = (base.workers, base.cpu_wait_share) if base else (None, None)
-            concerns = untrustworthy(summary, base_workers, steps_s, base_wait=base_wait)
-            for concern in concerns:
-                self.warnings.append(f"{point.label()}: {concern.evidence}; {concern.fix}")
-            note = "; ".join(c.evidence for c in concerns) or None
-            summary = replace(summary, reliable=not concerns, reliability_note=note)
-            self.store.log_metrics(run.id, rank_metrics(ranks))
-            run.summary = summary.to_dict()
+            row = self._start(point, directory, per_node, threads, None, index)
+            if last or row.status == "failed":
+                self.rows.append(row)
+            return row
+        run = self._record(index, point, threads)
+        row = self._start(point, directory, per_node, threads, run.id, index)
+        if row.status == "failed":
+            run.fail(str(row.error), summary=row.to_dict())
+            self._close(index)
+            self.rows.append(row)
+            return row
+        measured = self.measured.setdefault(index, [])
+        measured.append(read_ranks(directory / "result.json"))
+        if not last:
+            return row
+        per_round = [
+            summarize(point, each, opts.nnodes, threads, self.backend, self.train_images,
+                      self.price)
+            for each in measured
+        ]  # fmt: skip
+        pick = median_round(per_round)
+        ranks = measured[pick]  # the figures, predictions and metrics are the median round's
+        summary = replace(
+            per_round[pick],
+            rounds=len(per_round) if rounds > 1 else None,
+            throughput_rounds=tuple(s.throughput for s in per_round) if rounds > 1 else None,
+        )
+        if self.compare:
+            summary = add_relative(summary, self.bases.get(point.group))
+            self.bases.setdefault(point.group, summary)
+        exposed = summary.comm_exposed_s
+        ring = ring_prediction(self.ring, point.workers, summary.grad_bytes, point.bucket_mb)
+        overlap, basis = overlap_prediction(self.reference, point.workers, ranks, point.bucket_mb)
+        summary = replace(
+            summary,
+            ring_predicted_s=ring,
+            ring_basis=ring_basis(self.reference) if ring is not None else None,
+            ring_error=prediction_error(ring, exposed),
+            overlap_predicted_s=overlap,
+            overlap_basis=basis,
+            overlap_error=prediction_error(overlap, exposed),
+        )
+        traced = rank_traces(directory) if self.exp.run.profile.enabled else []  # last round's
+        if traced:
+            summary, split = with_trace_split(summary, traced)
+            self.store.log_metrics(run.id, split)
+            for path in traced:
+                self.store.add_artifact(run.id, "trace", path)
+        steps_s = main_steps(ranks)
+        if opts.synthetic:
+            summary = with_chunks(summary, steps_s, opts.chunks)
+        base = self.bases.get(point.group)
+        base_workers, base_wait = (base.workers, base.cpu_wait_share) if base else (None, None)
+        concerns = untrustworthy(summary, base_workers, steps_s, base_wait=base_wait)
+        for concern in concerns:
+            self.warnings.append(f"{point.label()}: {concern.evidence}; {concern.fix}")
+        note = "; ".join(c.evidence for c in concerns) or None
+        summary = replace(summary, reliable=not concerns, reliability_note=note)
+        self.store.log_metrics(run.id, rank_metrics(ranks))
+        run.summary = summary.to_dict()
+        self._close(index)
         self.reporter.log(
             f"{point.label()}: {summary.throughput:.1f} samples/s, "
             f"step {summary.step_time_s * 1e3:.1f} ms"
         )
         row = replace(row, summary=summary)
-        self.rows[-1] = row  # _launch added it without its summary
+        self.rows.append(row)
         return row
 
-    def _launch(
+    def _start(
         self,
-        index: int,
         point: Point,
         directory: Path,
         per_node: int,
         threads: int,
         run_id: int | None,
+        index: int,
     ) -> PointRow:
-        """Run the point (number `index`) on this node; its row, with the error if it failed."""
+        """Launch the point's workers on this node and wait for them."""
         opts = self.opts
         if self.tensorflow:
             launch = run_tf(directory, per_node, threads, self.cluster, index)
@@ -316,7 +384,6 @@ class Study:
             error = oom[0].read_text() if oom else launch.error
             row = replace(row, status="failed", error=error, out_of_memory=bool(oom))
             self.reporter.log(f"{point.label()} failed: {str(error).splitlines()[0]}")
-        self.rows.append(row)
         return row
 
     def result(self) -> StudyResult:
@@ -344,15 +411,25 @@ def run_study(
             raise error
     study.plan_threads(points)
     study.open()
-    for index, point in enumerate(points):
+
+    def steps(point: Point) -> int:
         if opts.steps is not None:
-            steps = opts.steps
-        else:
-            assert opts.epochs is not None  # plan refuses neither or both
-            steps = opts.epochs * max(1, study.train_images // point.global_batch)
-        row = study.run_point(index, len(points), point, steps, {})
-        if row.status == "failed" and opts.on_failure == "stop":
-            break
+            return opts.steps
+        assert opts.epochs is not None  # plan refuses neither or both
+        return opts.epochs * max(1, study.train_images // point.global_batch)
+
+    # Rounds interleaved across the points (each point once per round, in the same order),
+    # so that a burst of load hits every point alike; a point that failed is not run again.
+    failed: set[int] = set()
+    with study:
+        for round_, (index, point) in itertools.product(range(opts.repeat), enumerate(points)):
+            if index in failed:
+                continue
+            row = study.run_point(index, len(points), point, steps(point), {}, round_, opts.repeat)
+            if row.status == "failed":
+                if opts.on_failure == "stop":
+                    break
+                failed.add(index)
     return study.result()
 
 

@@ -104,12 +104,13 @@ def definitions(result: StudyResult) -> list[str]:
 
 
 # The course's scaling tables: workers as rows, one group of columns per batch size of the
-# mode; each table's name and its columns, (heading, key, scale of the shown value).
+# mode; each table's name and its columns, (heading, key, scale of the shown value). Table 2
+# is in the course's units, seconds per epoch (PER_EPOCH); the per-step figures are in --json.
 COURSE: dict[str, list[tuple[str, str, float]]] = {
     "time and speedup": [("epoch s", "epoch_time_s", 1.0), ("speedup", "speedup", 1.0)],
     "compute and communication": [
-        ("compute ms", "compute_s", 1e3),
-        ("comm ms", "comm_exposed_s", 1e3),
+        ("compute s/epoch", "compute_epoch_s", 1.0),
+        ("comm s/epoch", "comm_epoch_s", 1.0),
     ],
     "bandwidth utilisation": [
         ("algbw GB/s", "algbw_gbps", 1.0),
@@ -117,6 +118,15 @@ COURSE: dict[str, list[tuple[str, str, float]]] = {
         ("of B", "busbw_utilisation", 1.0),
     ],
 }
+# After a time and speedup table's columns when the study was given a price (a catalog
+# --device or --price-per-hour): workers x epoch hours x price per worker-hour.
+COST = ("$/epoch", "cost_per_epoch", 1.0)
+# Table 2's figures per epoch from their per-step medians: per-step seconds x steps per epoch,
+# the steps = training images / global batch, unrounded, over the images epoch_time_s counts
+# (epoch_time_s = images / throughput, so steps = epoch_time_s x throughput / global_batch).
+# Their sum is an epoch of median steps, step_time_s x steps, not epoch_time_s, which counts
+# every step's time (slow steps included).
+PER_EPOCH = {"compute_epoch_s": "compute_s", "comm_epoch_s": "comm_exposed_s"}
 # Beside every point's figures in the CSV: how far contention and spread let them be read.
 MARKS = ("cpu_wait_share", "reliable", "reliability_note")
 BATCH_SYMBOL = {"weak": "b", "strong": "B"}  # per-worker b, global B, as docs/scale.md writes
@@ -125,10 +135,31 @@ BATCH_SYMBOL = {"weak": "b", "strong": "B"}  # per-worker b, global B, as docs/s
 Grid = dict[int, dict[int, dict[str, Any]]]  # that mode's batch -> workers -> row
 
 
+def course_columns(result: StudyResult) -> dict[str, list[tuple[str, str, float]]]:
+    """COURSE, with the cost of an epoch after each batch's speedup when the study was given a
+    price (its points have a cost_per_epoch); without one the tables keep their shape."""
+    if not any(r.summary and r.summary.cost_per_epoch is not None for r in result.rows):
+        return COURSE
+    return {**COURSE, "time and speedup": [*COURSE["time and speedup"], COST]}
+
+
+def per_epoch(row: dict[str, Any]) -> dict[str, float | None]:
+    """A point's PER_EPOCH figures, None where the per-step one is missing."""
+    epoch, throughput = row.get("epoch_time_s"), row.get("throughput")
+    steps = (
+        None if epoch is None or throughput is None else epoch * throughput / row["global_batch"]
+    )
+    return {
+        key: None if steps is None or (v := row.get(step)) is None else v * steps
+        for key, step in PER_EPOCH.items()
+    }
+
+
 def grids(result: StudyResult) -> dict[tuple[Any, ...], Grid]:
     """The compared points in the course's shape, one grid per (mode, comm, strategy,
     bucket): batch of the mode (weak: per worker, strong: global) -> workers -> row, with
-    `busbw_utilisation` added. Empty when the study compares no points."""
+    `busbw_utilisation` and the PER_EPOCH figures added. Empty when the study compares no
+    points."""
     found: dict[tuple[Any, ...], Grid] = {}
     if not result.efficiency:
         return found
@@ -144,7 +175,7 @@ def grids(result: StudyResult) -> dict[tuple[Any, ...], Grid]:
             if busbw is not None and ring
             else None
         )
-        cells[row["workers"]] = {**row, "busbw_utilisation": share}
+        cells[row["workers"]] = {**row, **per_epoch(row), "busbw_utilisation": share}
     return {key: dict(sorted(grid.items())) for key, grid in found.items()}
 
 
@@ -169,15 +200,17 @@ def _cells(grid: Grid, columns: list[tuple[str, str, float]]) -> list[list[Any]]
 
 
 def course_tables(result: StudyResult) -> list[Table]:
-    """The course's three scaling tables (time and speedup; compute and communication per
-    step; bandwidth utilisation) for each grid of the study that has several batch sizes;
-    none for a study of one batch size, whose series table says it all."""
+    """The course's three scaling tables (time and speedup, and the cost of an epoch when
+    priced; compute and communication in seconds per epoch; bandwidth utilisation) for each
+    grid of the study that has several batch sizes; none for a study of one batch size,
+    whose series table says it all."""
     found = []
+    course = course_columns(result)
     for key, grid in grids(result).items():
         if len(grid) < 2:
             continue
         symbol = BATCH_SYMBOL[key[0]]
-        for name, columns in COURSE.items():
+        for name, columns in course.items():
             heads = [f"{symbol}={b} {head}" for b in grid for head, _, _ in columns]
             title = f"scale study {result.study_id} ({result.label}): {name}; {_grid_name(key)}"
             found.append(Table(title, ["workers", *heads], _cells(grid, columns)))
@@ -187,11 +220,13 @@ def course_tables(result: StudyResult) -> list[Table]:
 def course_csv(result: StudyResult) -> tuple[list[str], list[list[Any]]]:
     """The course's tables as one CSV: a row per (grid, workers); the grid's keys, then for
     each batch of a mode (`b=32` per worker, `B=256` global) every column of the three
-    tables, in the stored keys and units (seconds, GB/s), then the point's CPU wait and
-    reliability mark (MARKS); empty where a grid lacks it."""
+    tables (cost_per_epoch only when priced), in the stored keys and units (seconds, GB/s,
+    the price's currency), then the point's CPU wait and reliability mark (MARKS); empty
+    where a grid lacks it."""
     found = grids(result)
     batches = dict.fromkeys((key[0], b) for key, grid in found.items() for b in grid)
-    keys = [key for columns in COURSE.values() for _, key, _ in columns] + list(MARKS)
+    course = course_columns(result)
+    keys = [key for columns in course.values() for _, key, _ in columns] + list(MARKS)
     heads = [f"{BATCH_SYMBOL[mode]}={b} {key}" for mode, b in batches for key in keys]
     rows = []
     for key, grid in found.items():
@@ -236,6 +271,16 @@ def _chunks(row: PointRow, s: PointSummary, several: bool) -> str:
     )
 
 
+def _rounds(row: PointRow, s: PointSummary, several: bool) -> str:
+    """scale.repeat: the point's speedup over its rounds, with the 95% interval."""
+    per_round = ", ".join(fmt(x) for x in s.throughput_rounds or ())
+    return (
+        f"{point_name(asdict(row), several)}: speedup {fmt(s.speedup, 3)} ± "
+        f"{fmt(s.speedup_ci95, 2)} over {s.rounds} interleaved rounds (median, 95% interval, "
+        f"Student's t); samples/s per round: {per_round}"
+    )
+
+
 def findings(result: StudyResult) -> list[str]:
     """Each finished point's predictions with their errors (predicted / measured - 1), the
     basis of each prediction (what it was calibrated on, and when: one line per distinct
@@ -249,6 +294,7 @@ def findings(result: StudyResult) -> list[str]:
     ):
         lines += [f"{name}: {b}" for b in dict.fromkeys(bases) if b]
     lines += [_chunks(r, s, several) for r, s in summarised if s.throughput_mean is not None]
+    lines += [_rounds(r, s, several) for r, s in summarised if s.speedup_ci95 is not None]
     lines += [
         f"{UNRELIABLE}: {point_name(asdict(r), several)}: {s.reliability_note}"
         for r, s in summarised

@@ -14,6 +14,9 @@
 - epoch_time_s = training images / throughput; cost_per_epoch = workers * epoch hours * price
   per worker-hour;
 - world_size: the process group's size, as the ranks report it;
+- scale.repeat R > 1: every point is launched R times, in rounds interleaved across the
+  points; its figures are its median round's (median_round), and its speedup the median of
+  the rounds' speedups against the base's same round, with a 95% interval (Student's t);
 - cpu_wait_share: the most contended rank's share of runnable thread-time spent waiting for
   a CPU over the timed steps (dlperf.contention; one slowed rank slows every step);
 - --synthetic: throughput_mean and throughput_ci95 over chunks of the timed steps, the
@@ -173,13 +176,28 @@ def summarize(
     )
 
 
+def median_round(rounds: Sequence[PointSummary]) -> int:
+    """Which of a point's rounds (scale.repeat) stands for it: the median by throughput (the
+    lower middle of an even number), whose step times, split and predictions go together."""
+    ranked = sorted(range(len(rounds)), key=lambda i: rounds[i].throughput)
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def add_relative(summary: PointSummary, base: PointSummary | None) -> PointSummary:
     """`summary` with its speedup and both efficiencies against the series' base point (its
     fewest workers; None: `summary` is the base): on throughput and on time (see
-    dlperf.distributed.scaling.EFFICIENCY)."""
+    dlperf.distributed.scaling.EFFICIENCY). Measured in rounds, the speedup is the median of
+    each round's against the base's same round, with its 95% interval."""
     if base is None:
         return dataclasses.replace(summary, speedup=1.0, efficiency=1.0, efficiency_time=1.0)
     speedup = summary.throughput / base.throughput
+    mine, theirs = summary.throughput_rounds, base.throughput_rounds
+    if mine and theirs and len(mine) == len(theirs) and len(mine) > 1:
+        ratios = tuple(x / b for x, b in zip(mine, theirs, strict=True))
+        speedup = statistics.median(ratios)
+        summary = dataclasses.replace(
+            summary, speedup_rounds=ratios, speedup_ci95=t_half_width(ratios)
+        )
     share = base.workers / summary.workers
     on_time = base.step_time_s / summary.step_time_s
     if summary.mode != "weak":  # weak: each worker's work is fixed, so ideal is T_N = T_base

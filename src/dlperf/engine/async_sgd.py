@@ -150,6 +150,8 @@ def study(
     reads = read_versions(speeds, per_epoch * exp.train.epochs)
     study_id = store.create_study(f"staleness {exp.model.name}", "staleness")
     result: dict[str, Any] = {"study_id": study_id, "learners": speeds}
+    if p.crowded:
+        reporter.log(f"warning: {p.crowded}")
     for mode in ("sync", "async"):
         config = {**exp.to_dict(), "staleness": {"mode": mode, "learners": speeds}}
         with store.new_run(

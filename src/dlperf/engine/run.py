@@ -46,6 +46,8 @@ class Prepared:
     device: torch.device
     threads: int
     free_cores: float | None  # measured as it started, on a CPU or with run.threads "auto"
+    crowded: str | None  # the warning when fewer cores are free than threads: said once the
+    # run is checked and about to train, so that a mistake in it still reads as one line
     data: ImageData
     model: torch.nn.Module
     transfer: dict[str, Any] | None  # where the weights came from and what was adapted
@@ -60,8 +62,7 @@ def prepare_run(
     want = exp.run.threads
     free = contention.free_cores() if device.type == "cpu" or want == "auto" else None
     threads = set_threads(auto_threads(free) if want == "auto" else want)
-    if device.type == "cpu" and (crowded := crowding(threads, free)):
-        reporter.log(f"warning: {crowded}")
+    crowded = crowding(threads, free) if device.type == "cpu" else None
     start = pretrained.resolve(exp.model, store)
     # Read (or downloaded) first: a download that fails is over before the data loads.
     weights = start.fetch() if start and fresh and exp.model.transfer != "scratch" else None
@@ -71,13 +72,13 @@ def prepare_run(
     check_batch_fits(exp.train.batch_size, data)
     model = build_model(exp, data, device)
     if start is None:
-        return Prepared(device, threads, free, data, model, None)
+        return Prepared(device, threads, free, crowded, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)
     # What the weights expect of the images, for `dlperf doctor` to hold the data against.
     expects = {"image_size": start.image_size, "mean": start.mean, "std": start.std}
     origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
     origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
-    return Prepared(device, threads, free, data, model, origin | {"warnings": warnings})
+    return Prepared(device, threads, free, crowded, data, model, origin | {"warnings": warnings})
 
 
 def load_run_data(
@@ -208,7 +209,10 @@ def _execute(
     p = prepared
     sink = StoreSink(store, record.id)
     try:
-        summary = train(exp, p.model, p.data, p.device, sink, ckpt, state, reporter)
+        crowded = [p.crowded] if p.crowded else []
+        summary = train(
+            exp, p.model, p.data, p.device, sink, ckpt, state, reporter, warnings=crowded
+        )
     except Diverged as e:
         record.fail(str(e))
         return {"run_id": record.id, "status": "failed", "error": str(e)}

@@ -5,6 +5,7 @@ a `MetricSink` the caller hands in (the run's store, through dlperf.engine.run).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -70,10 +71,12 @@ def train(
     resume: dict[str, Any] | None = None,
     reporter: Reporter | None = None,
     hooks: Hooks | None = None,
+    warnings: Sequence[str] = (),
 ) -> RunSummary:
     """Train `model` for the epochs of `exp` left after the checkpoint `resume` (all, without
     one), sending metrics to `sink` and saving a checkpoint as each epoch ends; the run's
-    summary (without device, threads, data and transfer, which its caller knows)."""
+    summary (without device, threads, data and transfer, which its caller knows).
+    `warnings` are said once the run is checked, just before it trains."""
     reporter = reporter or NullReporter()
     cfg, run = exp.train, exp.run
     check_batch_fits(cfg.batch_size, data)
@@ -95,6 +98,8 @@ def train(
         checkpoint.set_rng_state(resume["rng"], device)
         state = Progress(**resume["progress"])
     check_fits(run, (cfg.epochs - state.epoch) * per_epoch)
+    for warning in warnings:  # checked: what is left to say comes before training
+        reporter.log(f"warning: {warning}")
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
 
     def save() -> None:
