@@ -62,7 +62,7 @@ SWEEP = 'base = "base.toml"\nname = "lr"\n[grid]\n"train.lr" = [0.1, 0.02]\n'
 
 def _scale_study(store: RunStore, exp: Experiment) -> int:
     """A weak-scaling study stored as `dlperf scale` stores one (1 and 2 workers, the second
-    far from linear, with a ring-model prediction)."""
+    far from linear, with a ring-model prediction, and marked: a busy host held its cores)."""
     from dlperf.distributed.planning import Point
     from dlperf.distributed.study import rank_metrics
     from dlperf.distributed.summary import add_relative, summarize
@@ -80,6 +80,9 @@ def _scale_study(store: RunStore, exp: Experiment) -> int:
         summary = add_relative(summarize(point, ranks, 1, 1, "gloo", 1437, 0.5), base)
         base = base or summary
         predicted = {"ring_predicted_s": 0.05, "overlap_predicted_s": 0.08} if workers > 1 else {}
+        if workers > 1:
+            note = "contended: its threads waited for a CPU 40% of their runnable time"
+            predicted |= {"cpu_wait_share": 0.4, "reliable": False, "reliability_note": note}
         store.log_metrics(run, rank_metrics(ranks))
         store.finish_run(run, "finished", summary=summary.to_dict() | predicted)
     return study
@@ -194,6 +197,13 @@ def test_run_page_holds_curves_phases_findings_config_and_system(lab: dict[str, 
         assert text in page, text
     predict = (lab["out"] / f"run-{lab['ids']['predict']}.html").read_text(encoding="utf-8")
     assert "predicted against measured" in predict
+
+
+def test_a_marked_point_says_so_on_its_study_page(lab: dict[str, Any]) -> None:
+    """Issue 39: the report marks a point a busy host spoiled where its figures are read."""
+    page = (lab["out"] / f"study-{lab['ids']['scale']}.html").read_text(encoding="utf-8")
+    assert "<th>CPU wait</th>" in page and "finished, unreliable" in page and ">40%<" in page
+    assert "unreliable: run " in page and "waited for a CPU 40% of their runnable time" in page
 
 
 def test_study_pages(lab: dict[str, Any]) -> None:

@@ -233,17 +233,24 @@ def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
                  for kind, fig in study_figures(rows, title)]  # fmt: skip
     drawn += figs.comm_model(rows, title)
     columns = ["run", "workers", "strategy/comm", "global batch", "throughput (samples/s)",
-               "speedup", "efficiency", "step (ms)", "exposed comm (ms)", "status"]  # fmt: skip
+               "speedup", "efficiency", "step (ms)", "exposed comm (ms)", "CPU wait",
+               "status"]  # fmt: skip
     table_rows = [
         [r["run_id"], r.get("workers"), f"{r.get('strategy')}/{r.get('comm')}",
          r.get("global_batch"), r.get("throughput"), r.get("speedup"), r.get("efficiency"),
          _ms(r.get("step_time_s")), _ms(r.get("comm_exposed_s")),
-         r["status"]]
+         None if (wait := r.get("cpu_wait_share")) is None else f"{wait:.0%}",
+         r["status"] + (", unreliable" if r.get("reliable") is False else "")]
         for r in rows
     ]  # fmt: skip
     note = "" if finished else '<p class="note">no finished point</p>'
+    # A point a busy host (or a wide spread) spoiled says so where its figures are read.
+    marked = [f"run {r['run_id']} ({r.get('workers')} workers): {r['reliability_note']}"
+              for r in rows if r.get("reliable") is False]  # fmt: skip
+    notes = "".join(f'<p class="note">unreliable: {esc(m)}</p>' for m in marked)
     keys = {4: "throughput", 6: "efficiency"}  # as each point's own page shows them
-    return _figures(drawn) + note + "<h2>Points</h2>" + table(columns, table_rows, keys=keys)
+    points = table(columns, table_rows, keys=keys)
+    return _figures(drawn) + note + "<h2>Points</h2>" + points + notes
 
 
 def _allreduce(study: dict[str, Any], runs: list[RunRecord]) -> str:
