@@ -85,12 +85,19 @@ def _print_allreduce(result: dict[str, Any], as_json: bool) -> None:
     if not console.printed_json(as_json, result):
         console.print_table(
             f"all-reduce study {result['study_id']} ({result['backend']})",
-            ["workers", "bytes", "time (us)", "algbw GB/s", "busbw GB/s"],
+            ["workers", "bytes", "time (us)", "algbw GB/s", "busbw GB/s", "CPU wait"],
             [
-                [r["workers"], r["bytes"], r["time_s"] * 1e6, r["algbw_gbps"], r["busbw_gbps"]]
+                [
+                    r["workers"],
+                    r["bytes"],
+                    r["time_s"] * 1e6,
+                    r["algbw_gbps"],
+                    r["busbw_gbps"],
+                    None if (w := r.get("cpu_wait_share")) is None else f"{w:.0%}",
+                ]
                 for r in result["rows"]
             ],
-        )
+        )  # a marked study's "unreliable: N workers: NOTE" was said as it ran
         ring = result["ring_model"]
         if ring:
             console.out.print(
