@@ -238,6 +238,20 @@ class RunConfig(Section):
     threads: Count | Literal["auto"] | None = None
     """CPU threads for this process; None = all cores this process may use; "auto" = the
     cores other processes leave free as the run starts (measured, docs/run.md#threads)."""
+
+    @field_validator("threads", mode="wrap")
+    @classmethod
+    def _count_or_auto(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # pydantic reports a bad value against each member of the union, under the member's
+        # name ("run.threads.constrained-int"): say the error of the kind given, as a count's.
+        try:
+            return handler(value)
+        except ValidationError as e:
+            errors = e.errors()
+            kind = "literal" if isinstance(value, str) else "int"
+            first = next((x for x in errors if kind in str(x["loc"][0])), errors[0])
+            raise PydanticKnownError(cast(ErrorType, first["type"]), first.get("ctx")) from None
+
     timing: Literal["off", "coarse", "phases"] = "coarse"
     """off: wall time only; coarse: per-epoch throughput; phases: per-step data, copy,
     forward, backward and optimizer times, synchronising the device after each."""

@@ -110,6 +110,8 @@ NUMERIC = {
     "scale.steps": Range(int, 1, INT),
     "scale.epochs": Range(int, 1, INT),
     "scale.warmup_steps": Range(int, 0, INT),
+    "scale.repeat": Range(int, 1, INT),
+    "scale.threads_per_worker": Range(int, 1, INT),
     "scale.price_per_hour": Range(float, 0),
     "scale.nnodes": Range(int, 1, INT),
     "scale.node_rank": Range(int, 0, INT),
