@@ -36,6 +36,24 @@ def test_share_is_the_waiting_part_of_runnable_thread_time() -> None:
     assert window.contended and "50% of their runnable time" in window.note()
 
 
+def test_waiting_on_its_own_family_is_not_contention() -> None:
+    """Two workers and their communication threads on two cores wait on each other: the
+    threads' wait is kept, but the window is contended only when other processes (the host's
+    busy time less the family's CPU time) took 10% of the cores or more."""
+    threads = {1: (0, 0)}, {1: (3_000_000_000, 1_000_000_000)}  # waited 25%
+    start = Reading(0.0, threads[0], 0, None, 0.0, host_busy_s=100.0, family_cpu_s=50.0)
+    own = Reading(2.0, threads[1], 0, None, 0.0, host_busy_s=104.0, family_cpu_s=53.9)
+    alone = between(start, own)
+    cores = len(contention.usable_cpus())
+    assert alone.cpu_wait_share == pytest.approx(0.25)
+    assert alone.others_share == pytest.approx(0.1 / (2.0 * cores))
+    assert not alone.contended and judge(alone).reliable
+    neighbour = Reading(2.0, threads[1], 0, None, 0.0, host_busy_s=104.0, family_cpu_s=52.0)
+    crowded = between(start, neighbour)
+    assert crowded.others_share == pytest.approx(min(1.0, 2.0 / (2.0 * cores)))
+    assert crowded.contended and "other processes took" in crowded.note()
+
+
 def test_without_schedstat_the_load_average_stands_in(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(contention, "usable_cpus", lambda: {0, 1})
     loaded = Reading(0.0, {}, 0, None, load1=8.0)

@@ -11,7 +11,16 @@ the kernel's own figures are read instead:
   the window's runnable thread-time spent waiting, summed over the process's threads;
 - involuntary context switches, from getrusage (a thread taken off its CPU);
 - the host's CPU pressure, `/proc/pressure/cpu` (PSI "some": the share of the window in
-  which at least one task waited for a CPU), where the kernel has it.
+  which at least one task waited for a CPU), where the kernel has it;
+- the CPU other processes took: the host's busy time on the usable CPUs (`/proc/stat`) less
+  that of the measured process's family (itself and its descendants, or the roots given:
+  a scale worker's are its launcher's, so that its sibling workers count as its own), as a
+  share of the usable cores (`others_share`).
+
+A window is contended when its threads waited 10% or more of their runnable time and, where
+it can be measured, other processes took 10% or more of the cores: two workers and their
+communication threads sharing a 2-core host wait on each other (24% here, idle), but that is
+what a single-host study measures, not a neighbour spoiling it.
 
 Where schedstat is missing (macOS, a kernel without it) the share is estimated from the load
 average against the usable cores (1 - cores/load: the share of its time an average
@@ -26,8 +35,8 @@ import os
 import resource
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +44,8 @@ from typing import Any, Literal
 # contended: its numbers describe the neighbours as much as the work. An idle 2-core host
 # measures under 1%; one busy process on one of its cores, 30-60% for two threads.
 CONTENDED = 0.10
+# ... and where other processes took this share of the usable cores or more over it.
+OTHERS = 0.10
 # Repetitions whose interquartile range exceeds this share of their median are too spread to
 # rank (torch.utils.benchmark's Measurement warns at the same 10%).
 WIDE = 0.10
@@ -60,6 +71,8 @@ class Reading:
     involuntary_switches: int
     pressure_us: int | None
     load1: float
+    host_busy_s: float | None = None  # busy time of the usable CPUs, summed (/proc/stat)
+    family_cpu_s: float | None = None  # CPU time of the measured process's family
 
 
 @dataclass(frozen=True)
@@ -75,21 +88,31 @@ class Contention:
     wait_s: float | None = None
     involuntary_switches: int | None = None
     host_pressure: float | None = None
+    others_share: float | None = None  # of the usable cores, taken by other processes
 
     @property
     def contended(self) -> bool:
-        return self.cpu_wait_share >= CONTENDED
+        others = self.others_share is None or self.others_share >= OTHERS
+        return self.cpu_wait_share >= CONTENDED and others
 
     def note(self) -> str:
         """One clause for a mark: how much the window waited, and on what evidence."""
         how = "per-thread run delay" if self.source == "schedstat" else "load average"
         text = f"its threads waited for a CPU {self.cpu_wait_share:.0%} of their runnable time"
+        if self.others_share is not None:
+            text += f", other processes took {self.others_share:.0%} of the cores"
         if self.host_pressure is not None:
             text += f", host CPU pressure {self.host_pressure:.0%}"
         return f"{text} ({how})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def stored(cls, data: dict[str, Any]) -> Contention:
+        """A window as another version stored it: the fields this one knows."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     @classmethod
     def worst(cls, windows: list[Contention]) -> Contention | None:
@@ -121,15 +144,63 @@ def _pressure() -> int | None:
     return int(some.rsplit("total=", 1)[1])
 
 
-def read(pid: int | None = None) -> Reading:
-    """Snapshot `pid` (default: this process; involuntary switches are this process's)."""
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _host_busy() -> float | None:
+    """Seconds the usable CPUs spent busy since boot (all but idle and iowait)."""
+    cpus, busy = usable_cpus(), 0
+    try:
+        for line in (PROC / "stat").read_text().splitlines():
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                ticks = [int(f) for f in fields[:8]]
+                busy += sum(ticks) - ticks[3] - ticks[4]
+    except OSError:
+        return None
+    return busy * TICK_S
+
+
+def _family_cpu(roots: Collection[int]) -> float | None:
+    """CPU seconds (user + system) of the processes `roots` and their descendants."""
+    parent, cpu = {}, {}
+    try:
+        entries = list(PROC.glob("[0-9]*"))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        rest = text[text.rindex(")") + 2 :].split()  # the name may hold spaces and brackets
+        pid = int(entry.name)
+        parent[pid], cpu[pid] = int(rest[1]), (int(rest[11]) + int(rest[12])) * TICK_S
+    if not any(root in cpu for root in roots):
+        return None
+    total, family = 0.0, set(roots)
+    for pid in sorted(cpu):  # a child's pid may be lower than its parent's: walk up instead
+        ancestor, seen = pid, 0
+        while ancestor not in family and ancestor in parent and seen < 64:
+            ancestor, seen = parent[ancestor], seen + 1
+        if ancestor in family:
+            total += cpu[pid]
+    return total
+
+
+def read(pid: int | None = None, family: Collection[int] | None = None) -> Reading:
+    """Snapshot `pid` (default: this process; involuntary switches are this process's) and
+    the CPU time of `family` (default: `pid`), roots of the processes counted as its own."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    pid = pid or os.getpid()
     return Reading(
         at=time.perf_counter(),
-        threads=_threads(pid or os.getpid()),
+        threads=_threads(pid),
         involuntary_switches=usage.ru_nivcsw,
         pressure_us=_pressure(),
         load1=os.getloadavg()[0],
+        host_busy_s=_host_busy(),
+        family_cpu_s=_family_cpu(family or {pid}),
     )
 
 
@@ -141,6 +212,11 @@ def between(start: Reading, end: Reading) -> Contention:
     if start.pressure_us is not None and end.pressure_us is not None:
         pressure = min(1.0, (end.pressure_us - start.pressure_us) / 1e6 / wall)
     switches = end.involuntary_switches - start.involuntary_switches
+    others = None
+    busy = (start.host_busy_s, end.host_busy_s, start.family_cpu_s, end.family_cpu_s)
+    if None not in busy:
+        b0, b1, f0, f1 = (float(x or 0.0) for x in busy)
+        others = min(1.0, max(0.0, (b1 - b0) - (f1 - f0)) / (wall * len(usable_cpus())))
     on_cpu = waiting = 0
     for tid, (run_ns, wait_ns) in end.threads.items():
         run0, wait0 = start.threads.get(tid, (0, 0))
@@ -149,13 +225,13 @@ def between(start: Reading, end: Reading) -> Contention:
         return Contention(
             wall_s=wall, cpu_wait_share=waiting / (on_cpu + waiting), source="schedstat",
             run_s=on_cpu / 1e9, wait_s=waiting / 1e9, involuntary_switches=switches,
-            host_pressure=pressure,
+            host_pressure=pressure, others_share=others,
         )  # fmt: skip
     load = max(start.load1, end.load1)
     share = max(0.0, 1 - len(usable_cpus()) / load) if load > 0 else 0.0
     return Contention(
         wall_s=wall, cpu_wait_share=share, source="loadavg", involuntary_switches=switches,
-        host_pressure=pressure,
+        host_pressure=pressure, others_share=others,
     )  # fmt: skip
 
 
@@ -164,19 +240,19 @@ class Window:
     timed stretch (an epoch's steps after warm-up, a chunk of a point's steps), `result()`
     for the whole (None before any stretch ended)."""
 
-    def __init__(self, pid: int | None = None) -> None:
-        self.pid = pid
+    def __init__(self, pid: int | None = None, family: Collection[int] | None = None) -> None:
+        self.pid, self.family = pid, family
         self._start: Reading | None = None
         self._spans: list[Contention] = []
 
     def start(self) -> None:
-        self._start = read(self.pid)
+        self._start = read(self.pid, self.family)
 
     def stop(self) -> Contention | None:
         """End the current stretch; its own contention (None when none was started)."""
         if self._start is None:
             return None
-        span, self._start = between(self._start, read(self.pid)), None
+        span, self._start = between(self._start, read(self.pid, self.family)), None
         self._spans.append(span)
         return span
 
@@ -193,13 +269,15 @@ def combine(spans: list[Contention]) -> Contention | None:
     pressures = [(s.host_pressure, s.wall_s) for s in spans if s.host_pressure is not None]
     pressure = sum(p * w for p, w in pressures) / wall if len(pressures) == len(spans) else None
     switches = [s.involuntary_switches for s in spans if s.involuntary_switches is not None]
+    shares = [(s.others_share, s.wall_s) for s in spans if s.others_share is not None]
+    others = sum(o * w for o, w in shares) / wall if len(shares) == len(spans) else None
     if all(s.source == "schedstat" for s in spans):
         run = sum(s.run_s or 0.0 for s in spans)
         wait = sum(s.wait_s or 0.0 for s in spans)
         share = wait / (run + wait) if run + wait > 0 else 0.0
-        return Contention(wall, share, "schedstat", run, wait, sum(switches), pressure)
+        return Contention(wall, share, "schedstat", run, wait, sum(switches), pressure, others)
     share = sum(s.cpu_wait_share * s.wall_s for s in spans) / wall
-    return Contention(wall, share, "loadavg", None, None, sum(switches), pressure)
+    return Contention(wall, share, "loadavg", None, None, sum(switches), pressure, others)
 
 
 def free_cores(interval_s: float = 0.25) -> float:

@@ -107,7 +107,8 @@ def test_a_summary_round_trips_and_todays_stored_shape_loads() -> None:
 
     loaded = PointSummary.from_dict(STORED)
     assert (loaded.throughput, loaded.ranks[1].rank, loaded.world_size) == (160.0, 1, None)
-    added = ("world_size", "efficiency_time", "cpu_wait_share", "reliable", "reliability_note",
+    added = ("world_size", "efficiency_time", "cpu_wait_share", "cpu_contended", "reliable",
+             "reliability_note",
              "rounds", "throughput_rounds", "speedup_rounds", "speedup_ci95")  # fmt: skip
     assert loaded.to_dict() == {**STORED, **dict.fromkeys(added)}
     older = {k: v for k, v in STORED.items() if not k.startswith(("ring", "overlap", "mode"))}

@@ -24,6 +24,7 @@ import pytest
 
 from dlperf import doctor
 from dlperf.config import Experiment
+from dlperf.contention import Contention
 from dlperf.engine.run import run_experiment
 from dlperf.store import RunStore
 from tests.conftest import rank_result
@@ -115,6 +116,7 @@ def _like(store: RunStore, run_id: int, system: dict[str, Any] = {}, **summary: 
         "throughput_spread": {k: s["throughput"] for k in ("min", "median", "max")},
         "cpu_time_s": s["train_time_s"] * s["threads"],
         "cpu_wait_share": 0.0,
+        "contention": None,
         "reliable": True,
         "reliability_note": None,
     }
@@ -145,7 +147,7 @@ def _load_findings_are_earned(store: RunStore, run_id: int, findings: list[docto
     s = run.summary
     spread = s["throughput_spread"]
     expected = {"untrustworthy-scaling"} if spread["max"] / spread["min"] > 2 else set()
-    expected |= {"shared-host"} if s["cpu_wait_share"] >= 0.10 else set()
+    expected |= {"shared-host"} if Contention.stored(s["contention"]).contended else set()
     fit = max(1, round(run.system["free_cores"]))
     expected |= {"crowded-threads"} if fit < s["threads"] else set()
     assert {f.rule for f in findings} == expected, findings

@@ -205,8 +205,11 @@ async def _level(
     async with AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(_client()) for _ in range(concurrency)]
         await asyncio.gather(*(send(c) for c in clients))  # warm-up, not counted
-        windows = {"load generator": Window()} | (
-            {"server": Window(server)} if server not in (None, os.getpid()) else {}
+        # The server and the load generator are one experiment: neither is the other's
+        # neighbour when the window asks what other processes took.
+        ours = {os.getpid()} | ({server} if server is not None else set())
+        windows = {"load generator": Window(family=ours)} | (
+            {"server": Window(server, ours)} if server not in (None, os.getpid()) else {}
         )
         for window in windows.values():
             window.start()

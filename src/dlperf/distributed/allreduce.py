@@ -337,7 +337,7 @@ def measure(
     """Time all_reduce(SUM) per message size in an initialised process group, each size's
     timed calls a stretch of `window` (a fresh one if None; a row's `cpu_wait_share` is its
     stretch's, the largest over the ranks). Every rank returns the same rows."""
-    window = window or Window()
+    window = window or Window(family={os.getppid()})  # the launcher's: the ranks are ours
     world = dist.get_world_size()
     itemsize = torch.empty((), dtype=dtype).element_size()
     rows = []
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group(backend)
     try:
         dtype = DTYPES[args.dtype]
-        window = Window()
+        window = Window(family={os.getppid()})  # torchrun's agent: the sibling ranks are ours
         rows = measure(sizes, args.iters, args.warmup, dtype, device, window)
         window.start()
         after = measure_after_compute(sizes, args.iters, dtype, device)

@@ -192,6 +192,7 @@ class PointSummary(Record):
     # the timed steps, and the mark of the point's figures (dlperf.contention.judge and
     # dlperf.distributed.scaling.untrustworthy: contended, too spread, faster than ideal).
     cpu_wait_share: float | None = None
+    cpu_contended: bool | None = None  # a rank's window contended (dlperf.contention)
     reliable: bool | None = None
     reliability_note: str | None = None
     # scale.repeat: each round's throughput (the point's figures are its median round's) and

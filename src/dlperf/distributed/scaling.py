@@ -102,6 +102,7 @@ def untrustworthy(
     steps: Sequence[float],
     base_run: int | None = None,
     base_wait: float | None = None,
+    base_contended: bool | None = None,
 ) -> list[Concern]:
     """What makes a point's speedup and throughput untrustworthy: its threads waited for a
     CPU (contended), efficiency above ideal against a base with fewer workers
@@ -111,7 +112,8 @@ def untrustworthy(
     rank's, per step)."""
     concerns = []
     wait = summary.cpu_wait_share if summary else None
-    if wait is not None and wait >= CONTENDED:
+    mine = summary.cpu_contended if summary else None
+    if wait is not None and (mine if mine is not None else wait >= CONTENDED):
         concerns.append(
             Concern(
                 f"contended: its threads waited for a CPU {wait:.0%} of their runnable time "
@@ -122,7 +124,8 @@ def untrustworthy(
         )
     efficiency, workers = (summary.efficiency, summary.workers) if summary else (None, None)
     faster = base_workers is not None and workers is not None and workers > base_workers
-    base_slowed = base_wait is not None and base_wait >= CONTENDED and faster
+    slowed = base_contended if base_contended is not None else (base_wait or 0.0) >= CONTENDED
+    base_slowed = base_wait is not None and slowed and faster
     run = f" (run {base_run})" if base_run is not None else ""
     if efficiency and efficiency > SUPERLINEAR and faster:
         why = (

@@ -336,7 +336,10 @@ class Study:
             summary = with_chunks(summary, steps_s, opts.chunks)
         base = self.bases.get(point.group)
         base_workers, base_wait = (base.workers, base.cpu_wait_share) if base else (None, None)
-        concerns = untrustworthy(summary, base_workers, steps_s, base_wait=base_wait)
+        concerns = untrustworthy(
+            summary, base_workers, steps_s, base_wait=base_wait,
+            base_contended=base.cpu_contended if base else None,
+        )  # fmt: skip
         for concern in concerns:
             self.warnings.append(f"{point.label()}: {concern.evidence}; {concern.fix}")
         note = "; ".join(c.evidence for c in concerns) or None

@@ -125,8 +125,9 @@ def summarize(
     comm_time = ddp.get("avg_backward_comm_time") or exposed
     n = point.workers
     algbw = grad_bytes / comm_time / 1e9 if n > 1 and comm_time else None
-    waits = [Contention(**r.main.contention) for r in ranks if r.main.contention]
-    worst = Contention.worst(waits)
+    waits = [Contention.stored(r.main.contention) for r in ranks if r.main.contention]
+    contended = [w for w in waits if w.contended]
+    worst = Contention.worst(contended or waits)
     epoch_time = train_images / throughput
     return PointSummary(
         workers=n,
@@ -147,6 +148,7 @@ def summarize(
         speedup=None,
         efficiency=None,
         cpu_wait_share=worst.cpu_wait_share if worst else None,
+        cpu_contended=bool(contended) if waits else None,
         grad_bytes=grad_bytes,
         algbw_gbps=algbw,
         busbw_gbps=algbw * 2 * (n - 1) / n if algbw is not None else None,

@@ -103,7 +103,10 @@ def measure(
     (None: no split). Each call returns once its step is done on `device` (None: the host
     clock, and torch stays unloaded); `barrier` starts and ends every stretch of steps (the
     DDP ranks', so that the wall time spans every rank's steps)."""
-    timer, chunk, waited = Timer(device), Timer(device), contention.Window()
+    # The launcher's family (torchrun's agent, horovodrun, dlperf): the sibling workers and
+    # their communication threads are the point's own load, not a neighbour's.
+    waited = contention.Window(family={os.getppid()})
+    timer, chunk = Timer(device), Timer(device)
     times: list[float] = []
     compute: list[float] = []
     wall = 0.0

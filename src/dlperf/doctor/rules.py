@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from dlperf import traces
-from dlperf.contention import CONTENDED
+from dlperf.contention import CONTENDED, Contention
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
 from dlperf.errors import UserError
@@ -181,7 +181,9 @@ def shared_host(run: RunView) -> list[Issue]:
     s = run.run.trained
     wait = s.cpu_wait_share
     if wait is not None:
-        if wait < CONTENDED or run.run.kind == "scale":  # untrustworthy-scaling says it there
+        window = Contention.stored(s.contention) if s.contention else None
+        contended = window.contended if window else wait >= CONTENDED
+        if not contended or run.run.kind == "scale":  # untrustworthy-scaling says it there
             return []
         measured = (s.contention or {}).get("source") == "schedstat"
         how = "per-thread run delay" if measured else "load average against usable cores"
@@ -189,8 +191,8 @@ def shared_host(run: RunView) -> list[Issue]:
             Issue(
                 "warning",
                 f"its threads waited for a CPU {wait:.0%} of their runnable time over the "
-                f"timed steps ({how}; >= {CONTENDED:.0%}): its timings describe the "
-                "neighbours as much as the work",
+                f"timed steps ({how}; >= {CONTENDED:.0%}){_others(window)}: its timings "
+                "describe the neighbours as much as the work",
                 'rerun on an idle host, or set run.threads to the cores that are free ("auto")',
                 {"cpu_wait_share": wait, "contention": s.contention},
             )
@@ -215,6 +217,11 @@ def shared_host(run: RunView) -> list[Issue]:
             {"train_time_s": wall, "cpu_time_s": cpu, "threads": usable, "busy": busy},
         )
     ]
+
+
+def _others(window: Contention | None) -> str:
+    share = window.others_share if window else None
+    return "" if share is None else f" while other processes took {share:.0%} of the cores"
 
 
 def crowded_threads(run: RunView) -> list[Issue]:
