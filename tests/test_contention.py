@@ -110,19 +110,27 @@ def test_a_busy_core_is_measured(busy_core: int) -> None:
     assert contention.free_cores() <= len(contention.usable_cpus()) - 0.5
 
 
+def pinned_dlperf(
+    root: Path, cpus: set[int], threads: str
+) -> tuple[Path, list[str], dict[str, str]]:
+    """A small digits experiment in `root` with `run.threads = threads`, and the command
+    line and environment that run `dlperf` pinned to `cpus` against a store in `root`."""
+    exp = root / "exp.toml"
+    exp.write_text(
+        '[model]\nname = "smallcnn"\n[data]\nname = "digits"\nlimit = 256\n'
+        "[train]\nepochs = 1\nbatch_size = 32\nlr = 0.05\n"
+        f'[run]\nthreads = {threads}\nwarmup_steps = 1\ncheckpoint = false\nout_dir = "{root}"\n'
+    )
+    env = {**os.environ, "DLPERF_DB": f"sqlite:///{root / 'dlperf.db'}"}
+    pinned = f"import os; os.sched_setaffinity(0, {cpus}); "
+    return exp, [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"], env
+
+
 @needs_schedstat
 def test_run_on_a_busy_core_is_marked_and_warned(busy_core: int, tmp_path: Path) -> None:
     """`dlperf run` sharing its only core with a busy process: the measured CPU wait and the
     mark in its result and in the store; no threads warning (one thread cannot be fewer)."""
-    exp = tmp_path / "busy.toml"
-    exp.write_text(
-        '[model]\nname = "smallcnn"\n[data]\nname = "digits"\nlimit = 256\n'
-        "[train]\nepochs = 1\nbatch_size = 32\nlr = 0.05\n"
-        f'[run]\nthreads = 1\nwarmup_steps = 1\ncheckpoint = false\nout_dir = "{tmp_path}"\n'
-    )
-    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
-    pinned = f"import os, sys; os.sched_setaffinity(0, {{{busy_core}}}); "
-    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    exp, command, env = pinned_dlperf(tmp_path, {busy_core}, "1")
     done = subprocess.run(
         [*command, "run", str(exp), "--json"], env=env, capture_output=True, text=True
     )
@@ -148,15 +156,7 @@ def test_auto_threads_leave_the_busy_core(busy_core: int, tmp_path: Path) -> Non
     thread (two threads sharing the free core would wait on each other at every step)."""
     cpus = sorted(os.sched_getaffinity(0))[:2]
     assert busy_core in cpus
-    exp = tmp_path / "auto.toml"
-    exp.write_text(
-        '[model]\nname = "smallcnn"\n[data]\nname = "digits"\nlimit = 128\n'
-        "[train]\nepochs = 1\nbatch_size = 32\nlr = 0.05\n"
-        f'[run]\nthreads = "auto"\nwarmup_steps = 1\ncheckpoint = false\nout_dir = "{tmp_path}"\n'
-    )
-    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
-    pinned = f"import os; os.sched_setaffinity(0, {set(cpus)}); "
-    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    exp, command, env = pinned_dlperf(tmp_path, set(cpus), '"auto"')
     done = subprocess.run(
         [*command, "run", str(exp), "--json"], env=env, capture_output=True, text=True
     )
