@@ -147,18 +147,25 @@ def _pressure() -> int | None:
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_ticks() -> dict[int, tuple[int, int]]:
+    """Per usable CPU, its (idle, total) clock ticks since boot from /proc/stat; idle counts
+    iowait too. Raises OSError where there is no /proc/stat."""
+    cpus, out = usable_cpus(), {}
+    for line in (PROC / "stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            out[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
+    return out
+
+
 def _host_busy() -> float | None:
     """Seconds the usable CPUs spent busy since boot (all but idle and iowait)."""
-    cpus, busy = usable_cpus(), 0
     try:
-        for line in (PROC / "stat").read_text().splitlines():
-            name, *fields = line.split()
-            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-                ticks = [int(f) for f in fields[:8]]
-                busy += sum(ticks) - ticks[3] - ticks[4]
+        ticks = _cpu_ticks()
     except OSError:
         return None
-    return busy * TICK_S
+    return sum(total - idle for idle, total in ticks.values()) * TICK_S
 
 
 def _family_cpu(roots: Collection[int]) -> float | None:
@@ -280,27 +287,16 @@ def combine(spans: list[Contention]) -> Contention | None:
     return Contention(wall, share, "loadavg", None, None, sum(switches), pressure, others)
 
 
-def free_cores(interval_s: float = 0.25) -> float:
+def free_cores(interval_s: float = 0.1) -> float:
     """The usable cores other work left idle over `interval_s` (from /proc/stat's per-CPU
-    idle time; elsewhere, usable cores minus the load average), never below 0."""
-    cpus = usable_cpus()
-
-    def idle_and_total() -> dict[int, tuple[int, int]]:
-        out: dict[int, tuple[int, int]] = {}
-        for line in (PROC / "stat").read_text().splitlines():
-            name, *fields = line.split()
-            if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
-                continue
-            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
-            out[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
-        return out
-
+    idle time: 10 ticks a CPU at 100 Hz, a tenth of a core, enough to round to whole cores;
+    elsewhere, usable cores minus the load average), never below 0."""
     try:
-        before = idle_and_total()
+        before = _cpu_ticks()
         time.sleep(interval_s)
-        after = idle_and_total()
+        after = _cpu_ticks()
     except OSError:
-        return max(0.0, len(cpus) - os.getloadavg()[0])
+        return max(0.0, len(usable_cpus()) - os.getloadavg()[0])
     free = 0.0
     for cpu, (idle, total) in after.items():
         idle0, total0 = before.get(cpu, (idle, total))

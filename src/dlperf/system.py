@@ -25,10 +25,7 @@ if TYPE_CHECKING:
 
 def usable_cores() -> int:
     """Cores this process may run on (respects affinity masks and container cpusets)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
+    return len(contention.usable_cpus())
 
 
 def pick_device(spec: str = "auto") -> torch.device:
