@@ -34,7 +34,8 @@ TOTAL = EPOCHS * SPE
 SETTINGS = ["--set", "train.batch_size=64"]
 LOG_EVERY = 3  # losses reach the store every 3 steps, so a fault leaves some past the checkpoint
 EXPERIMENT = TINY.format(epochs=EPOCHS) + f"threads = 1\nlog_every = {LOG_EVERY}\n"
-WALL_CLOCK = {"epoch/time_s", "epoch/throughput"}  # differ between any two runs
+# Measured, not computed: they differ between any two runs.
+WALL_CLOCK = {"epoch/time_s", "epoch/throughput", "epoch/cpu_wait_share"}
 # A paused process cannot finish, so waiting long for it costs nothing on an idle machine.
 DEADLINE_S = 300
 # Faults per signal. SIGTERM gets few: the CLI turns it into the KeyboardInterrupt of SIGINT.
