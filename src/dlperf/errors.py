@@ -29,6 +29,18 @@ class NoSuchRun(UserError):
     """A run id the store does not hold (told apart from a store that cannot be read)."""
 
 
+class StoreGone(UserError):
+    """The run store went away under a command that was writing it: a PostgreSQL server that
+    stopped answering, a SQLite file deleted or replaced. Not the user's input, so exit code
+    1, but still one line (through the same table as UserError)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None, run_id: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.run_id = run_id  # the run it was recording, once `RunStore.recording` knows it
+
+
 class CheckFailed(Exception):
     """A check the user asked for (parity, a threshold) failed: exit code 1."""
 

@@ -50,13 +50,13 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, delete, event, func, make_url, select, update
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, ExceptionContext
 from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
-from dlperf.errors import NoSuchRun, UserError, interrupted
+from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RUNNING, RunRecord
@@ -68,6 +68,9 @@ STATUSES = ("running", "finished", "failed", "killed")
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
 PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
+# PostgreSQL's states of a server gone: class 08 (connection exception), shut down by an
+# administrator or a crash, starting or stopping ("the database system is shutting down").
+PG_GONE_CLASS, PG_GONE = "08", ("57P01", "57P02", "57P03")
 UNWRITABLE = (
     "the store's file, its directory or its database is read-only: check the file's mode and "
     "attributes (lsattr), the mount, or the database's permissions"
@@ -181,6 +184,47 @@ def _pg_state(e: DatabaseError) -> str | None:
     return getattr(e.orig, "sqlstate", None)
 
 
+def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
+    """SQLAlchemy's `handle_error` hook of a server store once it has opened: a connection
+    lost or refused (the server stopped, restarted, or the network went) becomes the one-line
+    StoreGone, whatever statement met it, instead of the driver's chained traceback."""
+    orig = context.original_exception
+    state = getattr(orig, "sqlstate", None) or ""
+    # A refused connection carries no state: the driver's OperationalError says it.
+    refused = not state and type(orig).__name__ == "OperationalError"
+    gone = context.is_disconnect or state.startswith(PG_GONE_CLASS) or state in PG_GONE
+    if not (gone or refused):
+        return None
+    detail = "; ".join(line.strip() for line in str(orig).splitlines() if line.strip())
+    return StoreGone(f"run store {name} went away ({detail})")
+
+
+@dataclass(frozen=True)
+class _StoreFile:
+    """A SQLite store's file as it was opened, to tell at each write whether it is still
+    there: SQLite goes on writing a file deleted under it (into its inode, which nobody can
+    open again), and a command would end "finished" with its runs kept nowhere."""
+
+    path: Path
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, engine: Engine) -> _StoreFile | None:
+        path = integrity.store_file(engine)
+        if path is None or not path.is_file():
+            return None
+        stat = path.stat()
+        return cls(path, stat.st_dev, stat.st_ino)
+
+    def there(self) -> bool:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return False
+        return (stat.st_dev, stat.st_ino) == (self.device, self.inode)
+
+
 def _one_line(e: DatabaseError) -> str:
     """The driver's message on one line: psycopg's connection errors add a tabbed second
     line ("Is the server running on that host ...?")."""
@@ -269,6 +313,25 @@ def writer_refusal(run: RunRecord) -> UserError | None:
     )
 
 
+def _fits(column: Any, value: str, what: str, hint: str) -> None:
+    """Refuse, before anything is written, text that the store's `column` cannot keep as it
+    is: PostgreSQL refuses a string longer than the column (StringDataRightTruncation) or
+    holding a NUL character, where SQLite keeps either whole. So the limits are dlperf's, the
+    same on every backend, and existing SQLite stores that hold longer text still read."""
+    limit = column.type.length
+    if len(value) > limit:
+        raise UserError(
+            f"{what} is {len(value)} characters long; the run store keeps at most {limit}", hint
+        )
+    if "\x00" in value:
+        raise UserError(f"{what} holds a NUL character, which the run store cannot keep", hint)
+
+
+def _shown(text: str) -> str:
+    """Text as an error quotes it: its start, if it is long."""
+    return repr(text) if len(text) <= 24 else f"{text[:20]!r}..."
+
+
 @dataclass
 class Deleted:
     """What `RunStore.delete_runs` did: the runs, the files and directories it removed, and the
@@ -301,6 +364,8 @@ class RunStore:
         self.id = store_id
         self.read_only = read_only
         self._writer = engine.execution_options(**{WRITES: True})
+        self._file: _StoreFile | None = None
+        self._keeper: sqlite3.Connection | None = None
 
     @classmethod
     def open(cls, db: str | None = None, create: bool = True) -> RunStore:
@@ -343,7 +408,24 @@ class RunStore:
             raise UserError(f"cannot open run store {name}: {_one_line(e)}", _hint(e)) from None
         if store_id is None:
             return cls._empty()
-        return cls(engine, store_id, read_only)
+        if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
+            event.listen(engine, "handle_error", functools.partial(_server_gone, name))
+        store = cls(engine, store_id, read_only)
+        if sqlite and create and not read_only:
+            store._keep_file()
+        return store
+
+    def _keep_file(self) -> None:
+        """Note the store's file and hold one connection to it of our own: if the file is
+        deleted while this process writes it, that connection still reads everything the
+        store held (its pages and its WAL stay open), and `_rescue` copies it out."""
+        self._file = _StoreFile.of(self.engine)
+        if self._file is None:
+            return
+        keeper = sqlite3.connect(self._file.path, check_same_thread=False)
+        keeper.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        keeper.execute("SELECT count(*) FROM meta").fetchall()  # opens the WAL, held from now
+        self._keeper = keeper
 
     @classmethod
     def _empty(cls) -> RunStore:
@@ -364,6 +446,15 @@ class RunStore:
         name = self.engine.url.render_as_string()  # the password hidden
         if self.read_only:
             raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
+        if self._file is not None and not self._file.there():
+            # This write goes where the store's earlier ones went (the file's old inode,
+            # through the connection kept for it), so that `_rescue` copies it out too; a
+            # new connection would make an empty file at the path instead.
+            assert self._keeper is not None
+            kept = create_engine("sqlite://", creator=lambda: self._keeper, poolclass=StaticPool)
+            with stopping.shielded(), Session(kept) as s, s.begin():
+                yield s
+            raise StoreGone(f"run store {self._file.path} was deleted or replaced")
         try:
             # A stop signal waits for the transaction's end: one cut inside SQLAlchemy could
             # leave a connection holding SQLite's write lock, and the run's own `killed` mark
@@ -383,6 +474,7 @@ class RunStore:
     # --- writing -----------------------------------------------------------------------
 
     def create_study(self, name: str, kind: str) -> int:
+        _fits(Study.__table__.c.name, name, f"study name {_shown(name)}", "give a shorter name")
         with self._writing() as s:
             study = Study(name=name, kind=kind, created=_now())
             s.add(study)
@@ -401,6 +493,7 @@ class RunStore:
         """A new `running` run owned by this process. A `system` record gains "process"
         (`this_process()`), so that readers can tell a run whose process is gone
         (`RunRecord.status`)."""
+        _fits(Run.__table__.c.name, name, f"run name {_shown(name)}", "give a shorter run.name")
         me = this_process()
         if system is not None:
             system = {**system, "process": me}
@@ -451,6 +544,12 @@ class RunStore:
         try:
             with stopping.unshielded():
                 yield record
+        except StoreGone as e:
+            # The run cannot be marked: left `running`, it reads as lost once this process
+            # has ended, and resumes from its last checkpoint like a SIGKILLed run.
+            if e.run_id is not None:
+                raise
+            raise self._gone(run_id, e) from None
         except BaseException as e:
             if interrupted(e):
                 self.finish_run(run_id, "killed", error="interrupted")
@@ -460,6 +559,59 @@ class RunStore:
             self.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
             raise
         self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
+
+    def _gone(self, run_id: int, e: StoreGone) -> StoreGone:
+        """The one line for a store gone while `run_id` was recording: how to resume it, and
+        for a SQLite file, where everything it held was saved."""
+        resume = f"dlperf run --resume {run_id}"
+        if self._file is None:
+            return StoreGone(
+                f"{e.message} while run {run_id} was recording",
+                f"run {run_id} reads as lost now; once the store is back, continue it with "
+                f"`{resume}`",
+                run_id,
+            )
+        saved = self._rescue(run_id)
+        if saved is None:
+            return StoreGone(
+                f"{e.message} while run {run_id} was recording; nothing was saved", None, run_id
+            )
+        return StoreGone(
+            f"{e.message} while run {run_id} was recording; everything it held, run "
+            f"{run_id}'s metrics up to now included, is saved in {saved}",
+            f"move it back to {self._file.path} to keep it, then `{resume}`",
+            run_id,
+        )
+
+    def _rescue(self, run_id: int) -> Path | None:
+        """Copy the deleted store, through the connection kept to it, beside the run's last
+        checkpoint (else beside where the store was, else here); None if no place takes it."""
+        assert self._file is not None and self._keeper is not None
+        keeper = self._keeper
+        found = keeper.execute(
+            "SELECT path FROM artifacts WHERE run_id = ? AND kind = 'checkpoint' "
+            "ORDER BY id DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+        places = [Path(found[0]).parent] if found else []
+        places += [self._file.path.parent, Path.cwd()]
+        name = f"{self._file.path.stem}.rescued-run{run_id}{self._file.path.suffix or '.db'}"
+        for place in places:
+            target = place / name
+            if not place.is_dir() or target.exists():
+                continue
+            try:
+                copy = sqlite3.connect(target)
+                try:
+                    keeper.backup(copy)
+                finally:
+                    copy.close()
+            except (OSError, sqlite3.Error):
+                for leftover in (target, target.with_name(target.name + "-journal")):
+                    leftover.unlink(missing_ok=True)
+                continue
+            return target
+        return None
 
     @contextmanager
     def new_run(
@@ -493,6 +645,8 @@ class RunStore:
             }
             for row in rows
         ]
+        for key in dict.fromkeys(str(row["key"]) for row in batch):
+            _fits(Metric.__table__.c.key, key, f"metric key {_shown(key)}", "give a shorter key")
         if batch:
             with self._writing() as s:
                 s.execute(Metric.__table__.insert(), batch)
