@@ -72,13 +72,15 @@ def from_run(store: RunStore, run_id: int) -> Source:
     from dlperf.data.sources import decode_file
     from dlperf.engine import checkpoint, pretrained
     from dlperf.engine.run import build_model, load_run_data
+    from dlperf.sweep.runner import weights_hint
 
     record = store.get_run(run_id)
     path = checkpoint.run_checkpoint(
         store,
         run_id,
         "file to export",
-        "train with run.checkpoint = true and let at least one epoch finish",
+        weights_hint(store, record)
+        or "train with run.checkpoint = true and let at least one epoch finish",
     )
     # The file must be this run's: a checkpoint copied over it (another store's run 1, say)
     # would export weights that pass parity yet are not the run's.

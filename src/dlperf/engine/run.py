@@ -142,12 +142,17 @@ def run_experiment(
     store: RunStore,
     reporter: Reporter | None = None,
     study_id: int | None = None,
+    keep_weights: bool = False,
 ) -> dict[str, Any]:
-    """Train a new run of `exp`; returns its summary with `run_id` and `status`."""
+    """Train a new run of `exp`; returns its summary with `run_id` and `status`. With
+    `keep_weights`, a run without run.checkpoint still saves its final weights as its
+    checkpoint (what exporting it needs, not resuming it): a sweep's points, of which the
+    sweep keeps its winner's."""
     reporter = reporter or NullReporter()
     prepared = prepare_run(exp, store, reporter)
     digest = exp.config_hash()
-    if exp.run.checkpoint:  # an unusable out_dir fails before the run is recorded
+    final_only = keep_weights and not exp.run.checkpoint
+    if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
         store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
     with store.new_run(
         name=exp.run.name or exp.model.name,

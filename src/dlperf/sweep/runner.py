@@ -164,7 +164,7 @@ def run_point(
     from dlperf.engine.run import run_experiment
 
     try:
-        ran = run_experiment(exp, store, reporter, study_id=study_id)
+        ran = run_experiment(exp, store, reporter, study_id=study_id, keep_weights=True)
         return SweepPointResult.of_run(ran["run_id"], ran["status"], ran, ran.get("error"))
     except UserError as e:
         return record_failure(store, exp, study_id, since, str(e))
@@ -293,6 +293,53 @@ class SweepRun:
         return record_failure(self.store, child.exp, self.study_id, self.since, error)
 
 
+def keep_winner_weights(
+    store: RunStore, rows: list[SweepRow], winner: int | None, reporter: Reporter
+) -> None:
+    """Delete the final weights of the points without run.checkpoint except the winner's
+    (each saved its own, see `run_point`), once the sweep is over and the winner known: so
+    the best point can be exported (or transferred from) at the cost of one checkpoint.
+    Pruning as points finish would go wrong with repeats: a point's later seed can drop it
+    below one whose weights were already gone."""
+    if winner is None:
+        return
+    removed = []
+    for row in rows:
+        if row.run_id == winner or store.get_run(row.run_id).config["run"]["checkpoint"]:
+            continue
+        for artifact in store.artifacts(row.run_id):
+            path = Path(artifact["path"])
+            if artifact["kind"] == "checkpoint" and path.is_file():
+                path.unlink()
+                removed.append(row.run_id)
+    if removed:
+        reporter.log(
+            f"kept the weights of the winner, run {winner} (`dlperf export {winner}`); deleted "
+            f"those of run {', '.join(map(str, removed))} (run.checkpoint = false)"
+        )
+
+
+def weights_hint(store: RunStore, run: RunRecord) -> str | None:
+    """How to get weights for `run` of a sweep study that has none (see
+    `keep_winner_weights`): the run whose weights the sweep kept; None for a run that is
+    no such point."""
+    if run.study_id is None or run.config["run"]["checkpoint"]:
+        return None
+    if store.get_study(run.study_id)["kind"] != "sweep":
+        return None
+    kept = [
+        other.id
+        for other in store.list_runs(study_id=run.study_id)
+        if any(a["kind"] == "checkpoint" and Path(a["path"]).is_file()
+               for a in store.artifacts(other.id))
+    ]  # fmt: skip
+    winner = f": `dlperf export {kept[0]}`" if kept else ", and has none yet"
+    return (
+        f"sweep study {run.study_id} ran without run.checkpoint and keeps only its winner's "
+        f"weights{winner}; to export every point, sweep with run.checkpoint = true"
+    )
+
+
 @dataclass
 class _Child:
     point: Point
@@ -364,6 +411,8 @@ def run_sweep(
             result = SweepPointResult.of_run(done[key].id, "finished", done[key].summary)
             rows.append(SweepRow.of(result, point.params, seed, skipped=True))
     groups = summary.group_rows(rows)
+    winner = summary.winner(rows, groups)
+    keep_winner_weights(store, rows, winner, reporter)
     return SweepResult(
         study_id,
         sweep.name,
@@ -371,7 +420,7 @@ def run_sweep(
         sweep.points[0].exp.target.accuracy,
         rows,
         sorted(groups, key=order) if order is not None else groups,
-        summary.winner(rows, groups),
+        winner,
         summary.axis_winners(groups, sweep.axes),
         str(directory),
     )
