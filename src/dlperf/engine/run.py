@@ -166,7 +166,11 @@ def run_experiment(
         ckpt = checkpoint.Slot(where, checkpoint.Owner(store.id, record.id, digest))
         if exp.run.checkpoint:
             store.add_artifact(record.id, "checkpoint", where)
-        return _execute(exp, store, record, ckpt, None, prepared, reporter)
+        ran = _execute(exp, store, record, ckpt, None, prepared, reporter)
+        if final_only and ran["status"] == "finished":  # saved after the clocks stopped
+            checkpoint.save(ckpt, {"model": prepared.model.state_dict()})
+            store.add_artifact(record.id, "checkpoint", where)
+        return ran
 
 
 def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -> dict[str, Any]:
