@@ -51,12 +51,16 @@ def rows_loss_then_acc(text: str, spec: dict[str, Any]) -> dict[str, Series]:
 def csv_columns(text: str, spec: dict[str, Any]) -> dict[str, Series]:
     """A CSV with a header row; `columns` in the manifest names the epoch, accuracy and loss.
 
-    Covers timm's summary.csv, Keras's CSVLogger and Lightning's metrics.csv. Rows without a
-    value for the metric (Lightning writes train and validation rows apart) are skipped.
+    Covers timm's summary.csv, Keras's CSVLogger, Lightning's metrics.csv, Ultralytics'
+    results.csv (whose older versions pad every field with spaces, hence the stripping) and
+    tab-separated logs (`delimiter`). Rows without a value for the metric (Lightning writes
+    train and validation rows apart) are skipped.
     """
     cols: dict[str, str] = spec["columns"]
     series: Series = {}
-    rows = list(csv.DictReader(io.StringIO(text)))
+    reader = csv.reader(io.StringIO(text), delimiter=spec.get("delimiter", ","))
+    header, *body = [[field.strip() for field in row] for row in reader if row]
+    rows = [dict(zip(header, row, strict=True)) for row in body]
     offset = int(spec.get("epoch_offset", 0))
     for metric in ("val_acc1", "val_loss"):
         if metric not in cols:
