@@ -275,7 +275,9 @@ def _factory_classes(
 ) -> tuple[int | None, str]:
     """The classes a factory builds for, and where that number comes from: the factory's
     own default unless `num_classes` is given."""
-    params = inspect.signature(fn).parameters
+    from dlperf.models.registry import factory_parameters
+
+    params = factory_parameters(fn)
     if num_classes is not None:
         if "num_classes" not in params and not any(
             p.kind is p.VAR_KEYWORD for p in params.values()
@@ -297,9 +299,9 @@ def _factory_classes(
 def _arguments(fn: Callable[..., nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The arguments a factory was called with, its defaults filled in, those the table's
     title already gives (num_classes, in_channels) left out."""
-    from dlperf.models.registry import accepted
+    from dlperf.models.registry import accepted, factory_parameters
 
-    params = inspect.signature(fn).parameters
+    params = factory_parameters(fn)
     called = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
     called |= accepted(fn, kwargs)  # a model file's factory is given only what it takes
     return {k: v for k, v in called.items() if k not in ("num_classes", "in_channels")}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,16 @@ def list_models() -> dict[str, list[str]]:
     return {"dlperf": sorted(_REGISTRY), "torchvision": _torchvision_names()}
 
 
+def factory_parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    """The parameters a factory takes; none for an nn.Module subclass whose `__init__` is
+    nn.Module's own, which takes *args and **kwargs only to refuse them."""
+    if isinstance(fn, type) and issubclass(fn, nn.Module) and fn.__init__ is nn.Module.__init__:
+        return {}
+    return inspect.signature(fn).parameters
+
+
 def _call_accepting(fn: Factory, kwargs: dict[str, Any], name: str) -> nn.Module:
-    params = inspect.signature(fn).parameters
+    params = factory_parameters(fn)
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return fn(**kwargs)
     unknown = [k for k in kwargs if k not in params]
@@ -79,7 +87,7 @@ def _call_accepting(fn: Factory, kwargs: dict[str, Any], name: str) -> nn.Module
 
 def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Those of `kwargs` that `fn` takes (all of them when it takes **kwargs)."""
-    params = inspect.signature(fn).parameters
+    params = factory_parameters(fn)
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return kwargs
     return {k: v for k, v in kwargs.items() if k in params}
