@@ -15,16 +15,20 @@ if TYPE_CHECKING:
     from dlperf.data import ImageData
 
 
+DRY_BATCH = 2  # images in the dry forward
+
+
 def dry_forward(
     model: nn.Module, shape: Sequence[int], rejects: str, device: torch.device | None = None
-) -> None:
+) -> object:
     """One forward of two zero images of `shape`, in eval mode and without gradients: sizes
     lazy layers (neither the optimizer nor the exporter can use uninitialised parameters) and
-    turns a model that rejects the shape into the error "`rejects`: first line of the cause"."""
+    turns a model that rejects the shape into the error "`rejects`: first line of the cause".
+    Returns what the model returned."""
     model.eval()
     try:
         with torch.no_grad():
-            model(torch.zeros(2, *shape, device=device))
+            return model(torch.zeros(DRY_BATCH, *shape, device=device))
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
         if out_of_memory(e):
@@ -62,3 +66,55 @@ def check_batch_fits(batch_size: int, data: ImageData) -> None:
             f"training images of {data.name}",
             f"use train.batch_size <= {len(data.train)}",
         )
+
+
+def check_classifier(model: nn.Module, output: object, classes: int, what: str) -> None:
+    """`model` (`what`, as the user named it), whose dry forward gave `output`, must train as
+    a classifier of `classes` classes: one float score per class for each of the
+    DRY_BATCH images, and parameters to train. Said here, before anything is recorded,
+    rather than as the loss's or the optimizer's traceback at the first step."""
+    expected = [DRY_BATCH, classes]
+    size = f"a classifier's scores, shape [batch, classes]: {expected} for {DRY_BATCH} images"
+    if not isinstance(output, torch.Tensor):
+        raise UserError(
+            f"model {what} returns a {type(output).__name__}, not a tensor; expected {size}",
+            "return the class scores alone",
+        )
+    if list(output.shape) != expected:
+        raise UserError(
+            f"model {what} returns shape {list(output.shape)}; expected {size}",
+            f"end the model in one score per class ({classes}); a factory that takes "
+            "num_classes gets the data's count",
+        )
+    if not output.is_floating_point():
+        raise UserError(
+            f"model {what} returns {output.dtype} values; expected float scores (logits)",
+            "return the scores before any argmax or rounding",
+        )
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UserError(
+            f"model {what} has no parameters to train",
+            "give it at least one layer with weights (nn.Linear, nn.Conv2d ...)",
+        )
+
+
+def check_classes(data: ImageData) -> None:
+    """A classifier's training split must hold images of at least two classes: with one, the
+    loss is 0 from the first step and the accuracy 100%, whatever the model learns."""
+    present = torch.unique(data.train.labels).tolist()
+    if len(present) >= 2:
+        return
+    names = [data.classes[i] if i < len(data.classes) else str(i) for i in present]
+    held = f"class {names[0]} only" if names else "no labels"
+    # A set of many classes can still lose all but one to the split, data.limit or holdout.
+    splits = (data.train, data.val, data.test)
+    fix = (
+        "train on more of it (a larger data.limit, a smaller data.holdout)"
+        if torch.unique(torch.cat([s.labels for s in splits])).numel() >= 2
+        else "give it images of at least 2 classes (one folder per class for imagefolder)"
+    )
+    raise UserError(
+        f"the training split of {data.name} holds images of {held}: a classifier needs at "
+        "least 2 classes",
+        fix,
+    )

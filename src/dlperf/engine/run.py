@@ -16,7 +16,7 @@ from dlperf import contention
 from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.data import ImageData, load_data
 from dlperf.engine import checkpoint, pretrained
-from dlperf.engine.checks import check_batch_fits, dry_forward
+from dlperf.engine.checks import check_batch_fits, check_classes, check_classifier, dry_forward
 from dlperf.engine.loop import Diverged, Row
 from dlperf.engine.train import train
 from dlperf.models import create_model, transfer
@@ -70,6 +70,7 @@ def prepare_run(
     for warning in warnings:
         reporter.log(f"warning: {warning}")
     check_batch_fits(exp.train.batch_size, data)
+    check_classes(data)
     model = build_model(exp, data, device)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
@@ -132,7 +133,8 @@ def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch
         exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
     )
     rejects = f"the model rejects {data.name} images of shape {data.shape}"
-    dry_forward(model.to(device), data.shape, rejects, device)
+    output = dry_forward(model.to(device), data.shape, rejects, device)
+    check_classifier(model, output, data.num_classes, f"'{exp.model.name}'")
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
     return model
 

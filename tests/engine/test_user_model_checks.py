@@ -1,0 +1,216 @@
+"""A user's model and data that cannot train as a classifier are refused before the run is
+recorded: one line saying what came and what was expected, exit 2, nothing stored.
+
+The models are real model files (`model.name = "file.py:factory"`) run through the real
+entry point; each used to fail at the first step with the loss's or the optimizer's
+traceback, and the run was left stored as failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dlperf.data import ImageData, Split
+from dlperf.engine.checks import check_classes, check_classifier
+from dlperf.errors import UserError
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+
+MODELS = """
+import torch
+from torch import nn
+
+
+class Scalar(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.LazyLinear(1)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)).sum()
+
+
+class Pair(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.fc = nn.LazyLinear(num_classes)
+
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y, y
+
+
+class Labels(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.fc = nn.LazyLinear(num_classes)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1)).argmax(1, keepdim=True).expand(-1, self.fc.out_features)
+
+
+def three(**kw):
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(3))
+
+
+def scalar(**kw):
+    return Scalar()
+
+
+def feature_map(in_channels, **kw):
+    return nn.Conv2d(in_channels, 10, 3)
+
+
+def pair(num_classes, **kw):
+    return Pair(num_classes)
+
+
+def labels(num_classes, **kw):
+    return Labels(num_classes)
+
+
+def no_parameters(num_classes, **kw):
+    return nn.Sequential(nn.Flatten(), nn.AdaptiveAvgPool1d(num_classes))
+
+
+def fits(num_classes, **kw):
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+"""
+
+# 64 digits (10 classes, 8x8 grey): the check comes before the first step in any case.
+EXP = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+[run]
+threads = 1
+warmup_steps = 1
+"""
+
+EXPECTED = "expected a classifier's scores, shape [batch, classes]: [2, 10] for 2 images"
+
+
+@pytest.fixture
+def exp(tmp_path: Path) -> Path:
+    (tmp_path / "net.py").write_text(MODELS)
+    path = tmp_path / "exp.toml"
+    path.write_text(EXP)
+    return path
+
+
+def _one_line(result: CliResult, store: RunStore) -> str:
+    lines = result.err.strip().splitlines()
+    assert result.code == 2, result.err
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    assert store.list_runs() == [], "a mistake caught up front leaves nothing in the store"
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("factory", "said"),
+    [
+        ("three", f"model 'net.py:three' returns shape [2, 3]; {EXPECTED}"),
+        ("scalar", f"model 'net.py:scalar' returns shape []; {EXPECTED}"),
+        ("feature_map", f"model 'net.py:feature_map' returns shape [2, 10, 6, 6]; {EXPECTED}"),
+        ("pair", f"model 'net.py:pair' returns a tuple, not a tensor; {EXPECTED}"),
+        ("labels", "model 'net.py:labels' returns torch.int64 values; expected float scores"),
+        ("no_parameters", "model 'net.py:no_parameters' has no parameters to train"),
+    ],
+)
+def test_a_model_that_does_not_fit_the_task_is_one_line(
+    cli: Callable[..., CliResult], store: RunStore, exp: Path, factory: str, said: str
+) -> None:
+    result = cli("run", str(exp), "--set", f"model.name=net.py:{factory}")
+    assert said in _one_line(result, store)
+
+
+def test_the_line_says_how_to_size_the_model(
+    cli: Callable[..., CliResult], store: RunStore, exp: Path
+) -> None:
+    line = _one_line(cli("run", str(exp), "--set", "model.name=net.py:three"), store)
+    assert line.endswith(
+        "(end the model in one score per class (10); a factory that takes num_classes gets "
+        "the data's count)"
+    )
+
+
+def test_a_model_that_fits_trains(
+    cli: Callable[..., CliResult], store: RunStore, exp: Path
+) -> None:
+    result = cli("run", str(exp), "--set", "model.name=net.py:fits")
+    assert result.code == 0, result.err
+    (run,) = store.list_runs()
+    assert run.status == "finished"
+
+
+def test_a_sweep_point_with_a_model_that_does_not_fit_fails_in_one_line(
+    cli: Callable[..., CliResult], exp: Path, tmp_path: Path
+) -> None:
+    """A sweep's point goes through the same check: the sweep says the point failed and why
+    (the sweep runs on, keeping a failed point in its study), with no traceback."""
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('base = "exp.toml"\n[grid]\n"model.name" = ["net.py:three"]\n')
+    result = cli("sweep", str(sweep))
+    said = " ".join(result.err.split())  # rich wraps long lines at the console's width
+    assert "Traceback" not in result.err, result.err
+    assert f"point 1/1 failed: model 'net.py:three' returns shape [2, 3]; {EXPECTED}" in said
+
+
+def _npz(path: Path, labels: list[int]) -> Path:
+    images = np.random.default_rng(0).integers(0, 256, (len(labels), 1, 8, 8), dtype=np.uint8)
+    np.savez(path, images=images, labels=np.array(labels))
+    return path
+
+
+def test_a_data_set_of_one_class_is_refused_before_training(
+    cli: Callable[..., CliResult], store: RunStore, exp: Path, tmp_path: Path
+) -> None:
+    data = _npz(tmp_path / "one.npz", [3] * 60)
+    args = ["--set", "data.name=npz", "--set", f"data.root={data}", "--set", "train.batch_size=8"]
+    line = _one_line(cli("run", str(exp), *args, "--set", "data.limit=40"), store)
+    assert line.startswith("error: the training split of npz holds images of class 3 only: a")
+    assert "a classifier needs at least 2 classes" in line
+
+
+def test_a_limit_that_leaves_one_class_says_so(
+    cli: Callable[..., CliResult], store: RunStore, exp: Path, tmp_path: Path
+) -> None:
+    # Half the images are of each class; data.limit keeps one training image.
+    data = _npz(tmp_path / "two.npz", [0, 1] * 30)
+    args = ["--set", "data.name=npz", "--set", f"data.root={data}", "--set", "train.batch_size=1"]
+    line = _one_line(cli("run", str(exp), *args, "--set", "data.limit=1"), store)
+    assert line.endswith("(train on more of it (a larger data.limit, a smaller data.holdout))")
+
+
+def _data(labels: list[int], num_classes: int) -> ImageData:
+    split = Split(torch.tensor(labels), torch.zeros(len(labels), 1, 2, 2, dtype=torch.uint8))
+    return ImageData("set", split, split, split, num_classes, (1, 2, 2), classes=["a", "b"])
+
+
+def test_check_classes_counts_the_labels_present() -> None:
+    check_classes(_data([0, 1, 0], 2))
+    with pytest.raises(UserError, match="holds images of class b only"):
+        check_classes(_data([1, 1], 2))
+    with pytest.raises(UserError, match="holds images of no labels"):
+        check_classes(_data([], 2))
+
+
+def test_check_classifier_takes_a_fitting_model() -> None:
+    model = nn.Linear(4, 10)
+    check_classifier(model, model(torch.zeros(2, 4)), 10, "m")
+    with pytest.raises(UserError, match=r"returns shape \[2, 9\]"):
+        check_classifier(model, torch.zeros(2, 9), 10, "m")
+    model.requires_grad_(False)  # every weight frozen: nothing would train
+    with pytest.raises(UserError, match="has no parameters to train"):
+        check_classifier(model, model(torch.zeros(2, 4)), 10, "m")
