@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from dlperf import clocks
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store
 from dlperf.formatting import fmt
@@ -44,11 +45,7 @@ def _reached(group: dict[str, Any]) -> str:
 
 def _elapsed_header(result: Any) -> str:
     """The wall-time column's name: the time for N epochs when every point trained N."""
-    epochs = {r.epochs for r in result.points if r.status == "finished"}
-    if len(epochs) != 1:
-        return "s to last epoch"
-    (n,) = epochs
-    return f"s for {n} epoch{'s' if n != 1 else ''}"
+    return clocks.elapsed_label(r.epochs for r in result.points if r.status == "finished")
 
 
 def _print_summary(result: Any, sort: str | None) -> None:
@@ -61,7 +58,7 @@ def _print_summary(result: Any, sort: str | None) -> None:
         f"sweep {result.name!r}, study {result.study_id}: points ranked by test "
         f"accuracy{order}{spread}",
         ["rank", "point", "runs", "test acc", "best val",
-         *(["epochs to target", "s to target"] if reached else []), _elapsed_header(result),
+         *(["epochs to target", clocks.TIME_TO_TARGET] if reached else []), _elapsed_header(result),
          "samples/s"],
         [
             [g["rank"], _params(g["params"]), ", ".join(map(str, g["run_ids"])), _accuracy(g),
@@ -121,14 +118,16 @@ def sweep(
 
     Example: dlperf sweep examples/sweeps/cutout_batchaug.toml --jobs 2 --sort augment.batch_aug_m
     """
-    from dlperf.report.sweep import sweep_figures
     from dlperf.sweep import load_sweep, run_sweep
     from dlperf.sweep.summary import SPREAD
 
-    spec = load_sweep(sweep_file, list(set_))
-    store = open_store()
     with console.reporter() as rep:
+        spec = load_sweep(sweep_file, list(set_), rep)
+        store = open_store()
         result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
+    # matplotlib only now: a sweep file refused is said without its seconds of import.
+    from dlperf.report.sweep import sweep_figures
+
     plots = [str(p) for p in sweep_figures(store, result)]
     if not console.printed_json(
         as_json, {"spread": SPREAD, **dataclasses.asdict(result), "plots": plots}

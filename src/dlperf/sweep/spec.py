@@ -4,6 +4,7 @@
 base = "../digits_smallcnn.toml"   # the sweep file's directory first, then the cwd
 name = "lr"                        # default: the file's stem
 repeats = 2                        # seeds run.seed = 0..repeats-1 of every point
+max_points = 10000                 # the most points (combinations x repeats) it may make
 [grid]                             # every combination of these
 "train.lr" = [0.1, 0.01]
 [zip]                              # these vary together (equal lengths), times the grid
@@ -13,13 +14,17 @@ repeats = 2                        # seeds run.seed = 0..repeats-1 of every poin
 "data.limit" = 256
 ```
 
-Every point is validated as `dlperf run --set` would validate it, before anything runs.
+Every point is validated as `dlperf run --set` would validate it, before anything runs. The
+points are counted (a product of the axes' lengths) before any is made: a few lines of TOML
+can name billions of them, and making them would take all the memory there is.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dlperf.config import (
+    Count,
     Experiment,
     apply_override,
     assign,
@@ -37,6 +43,10 @@ from dlperf.config import (
 )
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, stem_name
+from dlperf.progress import NullReporter, Reporter
+
+# About a second of checking (a millisecond a point): from here on, say what the wait is for.
+ANNOUNCE_POINTS = 1_000
 
 
 class SweepFile(BaseModel):
@@ -48,6 +58,9 @@ class SweepFile(BaseModel):
     """The study's name; default: the sweep file's stem."""
     repeats: int = Field(1, ge=1)
     """Runs of every point, with run.seed = 0..repeats-1 (1: the base's seed)."""
+    max_points: Count = 10_000
+    """The most points (axis combinations times repeats) the sweep may make: each is a run,
+    and each is built and checked before the first one starts."""
     grid: dict[str, list[Any]] = {}
     """Axes combined as a product: "dotted.key" = [values]."""
     zip: dict[str, list[Any]] = {}
@@ -129,26 +142,54 @@ def _parse(path: Path) -> SweepFile:
         raise UserError(f"{path}: {sorted(both)[0]!r} is in both [grid] and [zip]")
     if spec.repeats > 1 and "run.seed" in {*spec.grid, *spec.zip, *flatten(spec.set)}:
         raise UserError(f"{path}: run.seed is set by repeats", "drop it, or set repeats = 1")
+    _check_count(path, spec)
     return spec
 
 
-def _combinations(spec: SweepFile) -> list[dict[str, Any]]:
-    """Every combination of axis values: the grid's product times the zip's rows."""
-    grid = [
-        dict(zip(spec.grid, values, strict=True))
-        for values in itertools.product(*spec.grid.values())
-    ]
+def _count(spec: SweepFile) -> int:
+    """The points the sweep makes, from the axes' lengths alone (an exact integer)."""
+    rows = len(next(iter(spec.zip.values()))) if spec.zip else 1
+    return math.prod(len(values) for values in spec.grid.values()) * rows * spec.repeats
+
+
+def _check_count(path: Path, spec: SweepFile) -> None:
+    count = _count(spec)
+    if count <= spec.max_points:
+        return
+    factors = [f"{len(values):,}" for values in spec.grid.values()]
+    if spec.zip:
+        factors.append(f"{len(next(iter(spec.zip.values()))):,} zip rows")
+    if spec.repeats > 1:
+        factors.append(f"{spec.repeats:,} repeats")
+    raise UserError(
+        f"{path}: {count:,} points ({' x '.join(factors)}) is more than max_points = "
+        f"{spec.max_points:,}",
+        "give the axes fewer values, or raise max_points in the sweep file if every point "
+        "is meant to run",
+    )
+
+
+def _combinations(spec: SweepFile) -> Iterator[dict[str, Any]]:
+    """Every combination of axis values, one at a time: the grid's product times the zip's
+    rows."""
     rows = [
         dict(zip(spec.zip, values, strict=True)) for values in zip(*spec.zip.values(), strict=True)
     ]
-    return [{**g, **z} for g in grid for z in rows or [{}]]
+    for values in itertools.product(*spec.grid.values()):
+        grid = dict(zip(spec.grid, values, strict=True))
+        for row in rows or [{}]:
+            yield {**grid, **row}
 
 
-def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
+def load_sweep(
+    path: str | Path, overrides: list[str] | None = None, reporter: Reporter | None = None
+) -> Sweep:
     """Read and check a sweep file and build (and validate) every point, storing nothing.
     `overrides` (--set KEY=VALUE) fix a key in every point, over the file's [set]; a key the
-    sweep varies cannot be fixed."""
+    sweep varies cannot be fixed. `reporter` hears of the points as they are checked (about a
+    millisecond each: a large sweep takes seconds)."""
     path = Path(path)
+    reporter = reporter or NullReporter()
     spec = _parse(path)
     given: dict[str, Any] = {}
     for assignment in overrides or []:
@@ -164,6 +205,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
     seeds: list[int | None] = list(range(spec.repeats)) if spec.repeats > 1 else [None]
     points: list[Point] = []
     seen: dict[str, int] = {}
+    count = _count(spec)
+    if count >= ANNOUNCE_POINTS:
+        reporter.log(f"sweep {name!r}: checking {count:,} points before the first one runs")
+    reporter.task(f"sweep {name!r}: checking its points", total=count)
     for params in _combinations(spec):
         for seed in seeds:
             index = len(points)
@@ -185,6 +230,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
             point = Point(index, params, seed, exp)
             exp.run.name = f"{name} {point.label()}"
             points.append(point)
+            reporter.advance()
     threads_set = "threads" in base_raw.get("run", {}) or any(
         key == "run.threads" for key in (*fixed, *spec.grid, *spec.zip)
     )
