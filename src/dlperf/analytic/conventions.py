@@ -16,9 +16,9 @@ each in its own way, worked out from their code (docs/analyze.md gives the sourc
   out_features per row), 1 per output of ReLU, PReLU, ELU, LeakyReLU, ReLU6, GELU and
   nn.Upsample (of the first sample), 1 per input of pooling, 1 per input of batch, instance,
   group and layer norm (2 with `affine=True`; LayerNorm has no `affine`, so 1). Other
-  modules count 0. Its default also counts functional calls (F.relu, F.max_pool2d, ...)
-  beside the module hooks, so that nn.ReLU and nn.MaxPool2d count twice; that is not
-  reproduced.
+  modules count 0, subclasses of those above too: ptflops looks up `type(module)`. Its
+  default also counts functional calls (F.relu, F.max_pool2d, ...) beside the module hooks,
+  so that nn.ReLU and nn.MaxPool2d count twice; that is not reproduced.
 - fvcore (`FlopCountAnalysis`, whose "flops" are MACs): convolutions and matrix products
   without bias; batch norm in eval 1 per element (2 with an affine weight), norms computing
   statistics 4 per element (5 with an affine weight); nearest upsampling 1 and bilinear 4
@@ -49,16 +49,23 @@ MACS_CONVENTIONS = {
 }
 """Convention -> what its MACs count, as the table and `--json` say it."""
 
-_PTFLOPS_ACTIVATIONS = (nn.ReLU, nn.PReLU, nn.ELU, nn.LeakyReLU, nn.ReLU6, nn.GELU)
-_PTFLOPS_POOLS = (
-    nn.modules.pooling._MaxPoolNd,
-    nn.modules.pooling._AvgPoolNd,
-    nn.modules.pooling._AdaptiveAvgPoolNd,
-    nn.modules.pooling._AdaptiveMaxPoolNd,
-)
-_PTFLOPS_NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
-PTFLOPS_NOT_REPRODUCED = (nn.RNNBase, nn.RNNCellBase, nn.MultiheadAttention)
-"""Modules whose experimental ptflops hooks dlperf does not reproduce."""
+# ptflops hooks a module only when `type(module)` is a key of its MODULES_MAPPING
+# (`is_supported_instance`): a subclass of a supported module (torchvision's LayerNorm2d,
+# nn.UpsamplingNearest2d, a user's Conv2d) counts 0, so these are exact types, not bases.
+_PTFLOPS_CONVS = {nn.Conv1d, nn.Conv2d, nn.Conv3d,
+                  nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d}  # fmt: skip
+_PTFLOPS_ACTIVATIONS = {nn.ReLU, nn.PReLU, nn.ELU, nn.LeakyReLU, nn.ReLU6, nn.GELU}
+_PTFLOPS_POOLS = {
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+    nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
+}  # fmt: skip
+_PTFLOPS_NORMS = {nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.InstanceNorm1d,
+                  nn.InstanceNorm2d, nn.InstanceNorm3d, nn.GroupNorm, nn.LayerNorm}  # fmt: skip
+PTFLOPS_NOT_REPRODUCED = {nn.RNN, nn.GRU, nn.LSTM, nn.RNNCell, nn.LSTMCell, nn.GRUCell,
+                          nn.MultiheadAttention}  # fmt: skip
+"""Modules whose experimental ptflops hooks dlperf does not reproduce (exact types, as
+ptflops matches them)."""
 
 
 def torchinfo_macs(module: nn.Module, out: torch.Tensor) -> int:
@@ -75,23 +82,25 @@ def torchinfo_macs(module: nn.Module, out: torch.Tensor) -> int:
 
 
 def ptflops_macs(module: nn.Module, x: torch.Tensor | None, out: torch.Tensor) -> int:
-    """ptflops' pytorch-backend hook for a module's type (0 for a type it has no hook for)."""
-    if isinstance(module, nn.modules.conv._ConvNd) and x is not None:
+    """ptflops' pytorch-backend hook for a module's exact type (0 for a type it has no hook
+    for, subclasses of those it has included)."""
+    kind = type(module)
+    if kind in _PTFLOPS_CONVS and isinstance(module, nn.modules.conv._ConvNd) and x is not None:
         # a transposed convolution computes one kernel window per input position
         active = x.shape[0] * prod((x if module.transposed else out).shape[2:])
         per_position = prod(module.kernel_size) * module.in_channels * module.out_channels
         bias = out.numel() if module.bias is not None else 0
         return per_position // module.groups * active + bias
-    if isinstance(module, nn.Linear) and x is not None:
+    if kind is nn.Linear and x is not None:
         bias = out.shape[-1] if module.bias is not None else 0
         return (x.shape[-1] * out.shape[-1] + bias) * prod(x.shape[:-1])
-    if isinstance(module, (*_PTFLOPS_ACTIVATIONS,)):
+    if kind in _PTFLOPS_ACTIVATIONS:
         return out.numel()
-    if isinstance(module, nn.Upsample):
+    if kind is nn.Upsample:
         return out[0].numel()
-    if isinstance(module, _PTFLOPS_POOLS) and x is not None:
+    if kind in _PTFLOPS_POOLS and x is not None:
         return x.numel()
-    if isinstance(module, _PTFLOPS_NORMS) and x is not None:
+    if kind in _PTFLOPS_NORMS and x is not None:
         return x.numel() * (2 if getattr(module, "affine", False) else 1)
     return 0
 

@@ -26,10 +26,15 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 from torch.nn.parameter import UninitializedParameter
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from torch.utils.hooks import RemovableHandle
 from torch.utils.module_tracker import ModuleTracker
 
 from dlperf.analytic import ops
@@ -381,7 +386,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if name not in self.rows:
             module = self.modules[name]
             role = _role(module) if _is_leaf(module) else "other"
-            self.rows[name] = Layer(name or ROOT, type(module).__name__, role=role)
+            self.rows[name] = Layer(name or ROOT, _type_name(module), role=role)
             # Direct parameters only: a leaf holds all of its own, a container's rows
             # would otherwise repeat its children's.
             self.claim(self.rows[name], module.named_parameters(recurse=False))
@@ -430,24 +435,31 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         row.bytes += moved
         row.calls += 1
         row.kind_flops[kind] += cost.flops
-        if not _is_leaf(self.modules[name]) and not func._schema.is_mutable:
-            # A container's own op output is an activation; a leaf's is its module output.
+        if not _is_layer(self.modules[name]) and not func._schema.is_mutable:
+            # A container's own op output is an activation; a layer's is its module output.
             produced = _tensors(out)
             row.activations += sum(t.numel() for t in produced)
             row.activation_bytes += sum(_nbytes(t) for t in produced)
             row.output_shape = list(produced[-1].shape) if produced else row.output_shape
         return out
 
-    def leaf_hooks(self) -> list[Any]:
-        """Give every leaf, and every module with parameters of its own, a row when it starts
-        (execution order); a leaf's row gets its output at the end."""
+    def layer_hooks(self) -> list[RemovableHandle]:
+        """Give every layer, and every module with parameters of its own, a row when it starts
+        (execution order); a layer's row gets its output at the end.
+
+        The hooks are global, for every module, and act on the model's: a TorchScript
+        submodule refuses hooks of its own but runs the global ones.
+        """
 
         def started(module: nn.Module, args: Any) -> None:
-            self.row(names[module])
+            if module in starting:
+                self.row(names[module])
 
         def finished(module: nn.Module, args: Any, out: Any) -> None:
+            if module not in layers:
+                return
             row = self.row(names[module])
-            produced = _tensors(out)
+            produced = _layer_outputs(module, out)
             row.activations += sum(t.numel() for t in produced)
             row.activation_bytes += sum(_nbytes(t) for t in produced)
             row.output_shape = list(produced[0].shape) if produced else None
@@ -455,15 +467,17 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             x = given[0] if given else None
             if row.role == "pool" and x is not None and _returns_its_input(module, x, produced):
                 row.role = "identity"
-            if produced:
+            if produced and _is_leaf(module):  # the peers count leaves only
                 row.peer_macs["torchinfo"] += torchinfo_macs(module, produced[0])
                 row.peer_macs["ptflops"] += ptflops_macs(module, x, produced[0])
 
         names = {m: n for n, m in self.modules.items()}
-        owners = [m for m in names if next(m.parameters(recurse=False), None) is not None]
-        leaves = [m for m in names if _is_leaf(m)]
-        return [m.register_forward_pre_hook(started) for m in {*owners, *leaves}] + [
-            m.register_forward_hook(finished) for m in leaves
+        owners = {m for m in names if next(m.parameters(recurse=False), None) is not None}
+        layers = {m for m in names if _is_layer(m)}
+        starting = owners | layers
+        return [
+            register_module_forward_pre_hook(started),
+            register_module_forward_hook(finished),
         ]
 
     def not_run(self) -> list[NotRun]:
@@ -490,7 +504,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             counted |= {id(p) for _, p in left}
             params = sum(p.numel() for _, p in left)
             bias = sum(p.numel() for n, p in left if _is_bias(n))
-            found.append(NotRun(name or ROOT, type(module).__name__, params, bias))
+            found.append(NotRun(name or ROOT, _type_name(module), params, bias))
         return found
 
 
@@ -519,6 +533,32 @@ def _is_leaf(module: nn.Module) -> bool:
     return next(module.children(), None) is None
 
 
+WHOLE_LAYERS = (nn.MultiheadAttention,)
+"""Modules with submodules that count as one layer: MultiheadAttention reads its out_proj's
+weight without calling it, so its row, like a leaf's, has its output, not every tensor it
+computes inside."""
+
+
+def _is_layer(module: nn.Module) -> bool:
+    return _is_leaf(module) or isinstance(module, WHOLE_LAYERS)
+
+
+def _layer_outputs(module: nn.Module, out: Any) -> list[torch.Tensor]:
+    """A layer's output tensors; of MultiheadAttention the attention output alone (the
+    averaged attention weights beside it are returned for inspection)."""
+    if isinstance(module, nn.MultiheadAttention):
+        return _tensors(out[0])
+    return _tensors(out)
+
+
+def _type_name(module: nn.Module) -> str:
+    """A module's class name; of a TorchScript module, that of the class it was scripted
+    from (its own class is RecursiveScriptModule)."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return str(module.original_name)
+    return type(module).__name__
+
+
 def _is_bias(name: str) -> bool:
     """`bias`, and MultiheadAttention's `in_proj_bias`, `bias_k`, `bias_v`."""
     return "bias" in name.rpartition(".")[2]
@@ -541,7 +581,13 @@ ROLES: tuple[tuple[type[nn.Module] | tuple[type[nn.Module], ...], str], ...] = (
 
 
 def _role(module: nn.Module) -> str:
-    return next((role for kind, role in ROLES if isinstance(module, kind)), "other")
+    cls: Any = type(module)
+    if isinstance(module, torch.jit.ScriptModule):
+        # torch.nn's class of the name it was scripted from (a user's class has no role)
+        cls = getattr(nn, _type_name(module), cls)
+    if not isinstance(cls, type):
+        return "other"
+    return next((role for kind, role in ROLES if issubclass(cls, kind)), "other")
 
 
 def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
@@ -643,7 +689,7 @@ def analyze_module(
     fields.start(x)
     tracker = ModuleTracker()
     mode = _CountingMode(model, tracker, fields)
-    hooks = mode.leaf_hooks()
+    hooks = mode.layer_hooks()
     memory = None
     try:
         with tracker:
@@ -722,8 +768,19 @@ def analyze(
     model, classes, source, arguments = build_model(
         name, shape, num_classes, **(model_kwargs or {})
     )
+    if macs_convention != "dlperf":
+        scripted = [
+            (n, m) for n, m in model.named_modules() if isinstance(m, torch.jit.ScriptModule)
+        ]
+        if scripted:
+            where, module = scripted[0]
+            raise UserError(
+                f"analyze.macs_convention {macs_convention}: how {macs_convention} counts the "
+                f"TorchScript submodule {where or ROOT} ({_type_name(module)}) is not reproduced",
+                "count it with the dlperf convention, or build the model without torch.jit.script",
+            )
     if macs_convention == "ptflops":
-        kept = [type(m).__name__ for m in model.modules() if isinstance(m, PTFLOPS_NOT_REPRODUCED)]
+        kept = [type(m).__name__ for m in model.modules() if type(m) in PTFLOPS_NOT_REPRODUCED]
         if kept:
             raise UserError(
                 f"analyze.macs_convention ptflops: its experimental hooks for {kept[0]} are not "

@@ -47,6 +47,9 @@ SOFTMAX = 5
 """max (1), subtract (1), exp (1), sum (1), divide (1); log-softmax alike."""
 SOFTMAX_BACKWARD = 4
 """dx = y * (dy - sum(dy * y)): multiply, sum, subtract, multiply."""
+PRELU_BACKWARD = 2
+"""d-input (1, as leaky ReLU's backward) and d-slope's product x * dy (1) per element; the
+sum of those products over each slope's elements is an op of its own (`sum`)."""
 
 
 def _numel(t: Any) -> int:
@@ -86,14 +89,14 @@ def convolution(args: Sequence[Any], out: Any) -> Cost:
 def convolution_backward(args: Sequence[Any], out: Any) -> Cost:
     """d-input and d-weight each take exactly the forward's products; d-bias sums dy.
 
-    (torch.utils.flop_counter counts d-weight `groups` times too often for grouped
-    convolutions; this handler does not.)
+    `x` is the forward's input and `grad_out` has its output's shape, transposed or not,
+    so the forward's products are conv_macs(x, w, grad_out): a transposed convolution's
+    at its input positions. (torch.utils.flop_counter counts d-weight `groups` times too
+    often for grouped convolutions; this handler does not.)
     """
     grad_out, x, w = args[:3]
     transposed, mask = bool(args[7]), args[10]
-    fwd_out = x if transposed else grad_out
-    fwd_in = grad_out if transposed else x
-    macs = conv_macs(fwd_in, w, fwd_out, transposed) * (int(mask[0]) + int(mask[1]))
+    macs = conv_macs(x, w, grad_out, transposed) * (int(mask[0]) + int(mask[1]))
     return _mac_only(macs, grad_out.numel() if mask[2] else 0)
 
 
@@ -251,6 +254,8 @@ HANDLERS: dict[str, Handler] = {
     "std": per_input(3),
     "cumsum": per_input(ELEMENTWISE),
     "native_dropout": per_output(2),  # compare with the mask, scale
+    "_prelu_kernel": per_output(ELEMENTWISE),  # the slope's multiply, as leaky ReLU
+    "_prelu_kernel_backward": per_input(PRELU_BACKWARD),  # args[0]: the output's gradient
     "index_put": index_put,
     "embedding_dense_backward": per_input(ELEMENTWISE),  # sums the gradients of each row
 }
@@ -331,6 +336,7 @@ IGNORED: frozenset[str] = frozenset(
         "reshape",
         "t",
         "transpose",
+        "transpose_",
         "permute",
         "expand",
         "squeeze",
@@ -375,6 +381,7 @@ IGNORED: frozenset[str] = frozenset(
         "flip",
         "repeat",
         "masked_select",
+        "_pack_padded_sequence",
         "select_backward",
         "slice_backward",
         "upsample_nearest1d",
