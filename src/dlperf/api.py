@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf.errors import UserError
 from dlperf.parsing import has_control
@@ -167,10 +167,11 @@ def run(
     experiment: str | Path | Mapping[str, Any],
     overrides: Sequence[str] = (),
     *,
-    store: Store | None = None,
+    store: StoreLike | None = None,
 ) -> dict[str, Any]:
-    """Train one experiment (a TOML path or a dict of its sections) and keep it in the store;
-    returns what `dlperf run --json` prints. `overrides` are `--set` strings."""
+    """Train one experiment (a TOML path or a dict of its sections) and keep it in `store`
+    (a `Store`, a path or a SQLAlchemy URL; the default store when None); returns what
+    `dlperf run --json` prints. `overrides` are `--set` strings."""
     from dlperf.config import apply_override, build_experiment, load_experiment
     from dlperf.engine.run import run_experiment
 
@@ -182,6 +183,7 @@ def run(
         raise UserError(
             f"run takes a TOML path or a dict of sections, not {type(experiment).__name__}"
         )
+    where = _open_store(store)
     if isinstance(experiment, Mapping):
         raw = copy.deepcopy(dict(experiment))
         for assignment in overrides:
@@ -189,7 +191,7 @@ def run(
         exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
     else:
         exp = load_experiment(experiment, list(overrides))
-    return run_experiment(exp, (store or Store())._store)
+    return run_experiment(exp, where._store)
 
 
 # --- track ----------------------------------------------------------------------------------
@@ -248,10 +250,11 @@ class TrackedRun:
 def track(
     name: str,
     config: Mapping[str, Any] | None = None,
-    store: Store | None = None,
+    store: StoreLike | None = None,
     device: str | torch.device | None = None,
 ) -> Iterator[TrackedRun]:
-    """Record a training loop you wrote yourself as a dlperf run.
+    """Record a training loop you wrote yourself as a dlperf run, in `store` (a `Store`, a
+    path or a SQLAlchemy URL; the default store when None).
 
     The run is `finished` when the block ends, `failed` on an exception and `killed` on
     Ctrl-C; it then shows up in `dlperf runs list/show/compare` like any other run.
@@ -262,7 +265,7 @@ def track(
 
     if not isinstance(name, str) or not name.strip() or has_control(name):
         raise UserError(f"a run's name is printable text, got {name!r}")
-    where = store or Store()
+    where = _open_store(store)
     config = dict(config or {})
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
     dev = torch.device(device) if device is not None else torch.device("cpu")
@@ -283,14 +286,20 @@ class Store:
     """The run store (default ./dlperf.db, or $DLPERF_DB, or any SQLAlchemy URL), read as
     plain Python data."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | os.PathLike[str] | RunStore | None = None) -> None:
+        """`url`: a SQLAlchemy URL, a SQLite file's path, or an open `RunStore`."""
         from dlperf.store import RunStore
 
-        if url is not None and not isinstance(url, str):
+        if isinstance(url, RunStore):
+            self._store = url
+            return
+        path = os.fspath(url) if isinstance(url, os.PathLike) else url
+        if path is not None and not isinstance(path, str):
             raise UserError(
-                f"Store takes a SQLAlchemy URL, got {url!r}", "e.g. 'sqlite:///dlperf.db'"
+                f"a store is a path or a SQLAlchemy URL, got {type(url).__name__} {url!r}",
+                "e.g. 'runs.db' or 'sqlite:///runs.db'",
             )
-        self._store = RunStore.open(url or os.environ.get("DLPERF_DB"))
+        self._store = RunStore.open(path or os.environ.get("DLPERF_DB"))
 
     def runs(
         self,
@@ -361,6 +370,17 @@ class Store:
             for key, points in wanted.items()
         }
         return pd.DataFrame(columns).sort_index().rename_axis("step")
+
+
+if TYPE_CHECKING:
+    # What a function's `store` takes: a `Store`, a SQLAlchemy URL or a SQLite file's path,
+    # or an open `RunStore`.
+    StoreLike: TypeAlias = Store | str | os.PathLike[str] | RunStore
+
+
+def _open_store(store: StoreLike | None) -> Store:
+    """The store a caller names; the default (./dlperf.db or $DLPERF_DB) when None."""
+    return store if isinstance(store, Store) else Store(store)
 
 
 # --- fit_curve ------------------------------------------------------------------------------
