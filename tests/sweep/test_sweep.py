@@ -427,7 +427,7 @@ def test_repeats_give_mean_and_spread_and_an_unreached_target_draws_no_bars(
     assert result.code == 0, result.err
     assert "no point reached the target (validation accuracy 0.999)" in result.out
     assert table_column(result.out, "epochs to target") == ["not reached (0/2)"] * 2
-    for cell in table_column(result.out, "s for 1 epoch"):  # HW3 P4.3: the time for N epochs
+    for cell in table_column(result.out, "wall s for 1 epoch (train+eval)"):  # HW3 P4.3
         assert re.fullmatch(r"[\d.]+ ± [\d.]+", cell), cell
     saved = sorted(Path(line[6:]).name for line in result.err.splitlines() if line[:6] == "saved ")
     assert saved == ["accuracy_vs_train_lr.png", "val_error.png"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt
 from dlperf.parsing import did_you_mean, flatten
@@ -28,6 +29,7 @@ SUMMARY_KEYS = (
     "best_val_accuracy",
     "epochs_to_target",
     "time_to_target_s",
+    "elapsed_s",
     "throughput",
     "cpu_wait_share",
     "reliability_note",
@@ -48,16 +50,18 @@ def config_value(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def _shown(key: str, values: list[Any]) -> tuple[str, list[Any]]:
-    """A result's label and values as tables show them: peak memory in MiB."""
+def _shown(key: str, values: list[Any], epochs: list[Any]) -> tuple[str, list[Any]]:
+    """A result's label and values as tables show them, of runs that trained `epochs`: peak
+    memory in MiB, each clock labelled with what it counts (dlperf.clocks)."""
     if key == "peak_memory_bytes":
         return "peak memory MiB", [v / MIB if _number(v) else v for v in values]
-    return key, values
+    return clocks.label(key, epochs), values
 
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
     """The run's results that it has, in SUMMARY_KEYS order, peak memory in MiB."""
-    shown = [_shown(key, [summary[key]]) for key in SUMMARY_KEYS if key in summary]
+    epochs = [summary.get("epochs")]
+    shown = [_shown(key, [summary[key]], epochs) for key in SUMMARY_KEYS if key in summary]
     return [(label, value) for label, (value,) in shown]
 
 
@@ -299,7 +303,7 @@ class Comparison:
         rows = [[k, *v] for k, v in self.config_diff.items()]
         for key, values in self.summary.items():
             if any(v is not None for v in values):
-                label, values = _shown(key, values)
+                label, values = _shown(key, values, self.summary["epochs"])
                 rows.append([label, *values])
         rows += [[f"tag {t}", *values] for t, values in self.tags.items()]
         rows.append(["status", *self.status])
