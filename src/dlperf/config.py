@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import tomllib
 from pathlib import Path
 from types import NoneType, UnionType
@@ -37,6 +39,9 @@ from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean, has_control
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, lt=1)]
+# A learning rate. At 1e12 a run already diverges at its first step (and says so); beyond,
+# the optimizer's float32 arithmetic overflows (torch raises at 3.4e38, a traceback).
+Rate = Annotated[float, Field(gt=0, le=1e12)]
 # At most 2**31 - 1: what a C int holds, and far past any sane count of anything here.
 Count = Annotated[int, Field(ge=1, lt=2**31)]
 Size = Annotated[int, Field(ge=0, lt=2**31)]
@@ -134,8 +139,8 @@ class ScheduleConfig(Section):
     """Learning-rate schedule over epochs."""
     milestones: list[Count] = []
     """multistep: epochs at which the rate is multiplied by gamma."""
-    gamma: Positive = 0.1
-    """multistep: the factor applied at each milestone."""
+    gamma: Annotated[float, Field(gt=0, le=1)] = 0.1
+    """multistep: the factor applied at each milestone (a decay: at most 1)."""
     warmup_epochs: NonNegative = 0.0
     """Linear warm-up from 0 over this many epochs (fractions allowed)."""
     min_lr: NonNegative = 0.0
@@ -149,19 +154,19 @@ class TrainConfig(Section):
     """Images per step (before batch augmentation multiplies it by M)."""
     optimizer: Literal["sgd", "adamw"] = "sgd"
     """sgd (with momentum/Nesterov) or adamw."""
-    lr: Positive = 0.05
+    lr: Rate = 0.05
     """Peak learning rate."""
     momentum: Fraction = 0.9
     """SGD momentum; AdamW beta1."""
     nesterov: bool = False
     """Nesterov momentum for SGD."""
-    weight_decay: NonNegative = 5e-4
+    weight_decay: Annotated[float, Field(ge=0, le=1)] = 5e-4
     """L2 penalty (SGD) or decoupled weight decay (AdamW)."""
     grad_clip: Positive | None = None
     """Clip the gradient norm to this value; None = no clipping."""
     label_smoothing: Fraction = 0.0
     """Label smoothing of the cross-entropy loss."""
-    backbone_lr_scale: Positive = 1.0
+    backbone_lr_scale: Annotated[float, Field(gt=0, le=100)] = 1.0
     """Learning rate of everything but the classifier head, as a multiple of train.lr (e.g.
     0.1 to fine-tune pretrained weights gently); the schedule scales both."""
     schedule: ScheduleConfig = ScheduleConfig()
@@ -405,11 +410,11 @@ class DetectConfig(Section):
     """Passes over the train split."""
     batch: Count = 8
     """Images per step (and per forward pass when measuring AP)."""
-    lr: Positive = 0.01
+    lr: Rate = 0.01
     """Peak learning rate of SGD, decayed to 0 over all steps by a cosine."""
     momentum: Fraction = 0.9
     """SGD momentum."""
-    weight_decay: NonNegative = 4e-5
+    weight_decay: Annotated[float, Field(ge=0, le=1)] = 4e-5
     """SGD weight decay (4e-5: torchvision's SSDlite reference)."""
     train_split: str = "train"
     """ImageSets/Main split to train on."""
@@ -444,7 +449,7 @@ class DistillConfig(Section):
     """Epochs of the student's pre-training on pseudo-labels; None: train.epochs."""
     finetune_epochs: Count | None = None
     """Epochs of the student's fine-tuning on the labelled data; None: train.epochs."""
-    finetune_lr: Positive | None = None
+    finetune_lr: Rate | None = None
     """Learning rate of the fine-tuning; None: train.lr."""
     score_batch: Count = 256
     """Images per forward pass when the teacher scores the unlabelled set."""
@@ -609,6 +614,8 @@ class Experiment(Section):
                 f"train.schedule.min_lr: must not exceed train.lr {train.lr:g} "
                 f"(got {schedule.min_lr:g})"
             )
+        if self.data.name == "synthetic":
+            _synthetic_fits(self.data)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -622,6 +629,22 @@ class Experiment(Section):
         for key in ("name", "out_dir", "log_every", "profile"):
             d["run"].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _synthetic_fits(data: DataConfig) -> None:
+    """The synthetic set is drawn into memory at once (uint8, sizes as its reader draws them):
+    refused here, before anything is allocated, when it cannot fit in the machine's memory."""
+    held = max(1, data.size // 8)  # its validation and test sets each
+    images = data.size + 2 * held
+    needed = images * math.prod(data.shape)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise ValueError(
+            f"data.shape {data.shape}: the synthetic set's {images} images (data.size "
+            f"{data.size}, {held} validation, {held} test) take {needed / 2**30:,.1f} GiB, "
+            f"more than this machine's {memory / 2**30:,.1f} GiB of memory (give a smaller "
+            "data.shape or data.size)"
+        )
 
 
 class Commands(Section):
@@ -839,7 +862,10 @@ _RANGE_MESSAGES = {
 
 
 def _bound(value: Any) -> Any:
-    """0.0 as 0 and 1.0 as 1: a float field's bounds read as the integers they are."""
+    """0.0 as 0 and 1.0 as 1: a float field's bounds read as the integers they are; a large
+    one as 1e+12, not its twelve zeros."""
+    if isinstance(value, float) and abs(value) >= 1e6:
+        return f"{value:g}"
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
