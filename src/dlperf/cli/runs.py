@@ -238,7 +238,7 @@ def runs_delete(
         if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):
             console.err.print("nothing deleted")
             raise typer.Exit(1)
-    for stopped in stop(store, runs) if force else []:
+    for stopped in stop(store, runs, waiting=console.warn) if force else []:
         if stopped.status is None:
             console.warn(
                 f"run {stopped.run_id} runs in pid {stopped.pid} on {stopped.host}, which "

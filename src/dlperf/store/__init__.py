@@ -426,6 +426,9 @@ class RunStore:
         keeper.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         keeper.execute("SELECT count(*) FROM meta").fetchall()  # opens the WAL, held from now
         self._keeper = keeper
+        # Closed with the engine's connections: a caller that disposes the engine and then
+        # moves the file must not leave a connection behind on it.
+        event.listen(self.engine, "engine_disposed", lambda _engine: keeper.close())
 
     @classmethod
     def _empty(cls) -> RunStore:

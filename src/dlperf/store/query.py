@@ -18,7 +18,7 @@ from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt
 from dlperf.parsing import did_you_mean, flatten
-from dlperf.procs import process_alive
+from dlperf.procs import proc_stat, process_alive
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -371,6 +371,14 @@ STOP_WAIT_S = 60.0  # for a stopped run's process to mark it killed (it ends its
 POLL_S = 0.1
 
 
+def _waiting_for(run_id: int, pid: int, wait_s: float) -> str:
+    waits = f"waiting up to {wait_s:g} s for it to mark run {run_id} killed"
+    stat = proc_stat(pid)
+    if stat is not None and stat[0] in "Tt":  # stopped, or stopped by a tracer
+        return f"pid {pid} is stopped (SIGSTOP, Ctrl-Z) until kill -CONT {pid}; {waits}"
+    return f"sent SIGTERM to pid {pid}; {waits}"
+
+
 @dataclass
 class Stopped:
     """A running run that `runs delete --force` met: stopped (its process, told to stop,
@@ -382,9 +390,16 @@ class Stopped:
     status: str | None  # None: not stopped
 
 
-def stop(store: RunStore, runs: Sequence[RunRecord], wait_s: float = STOP_WAIT_S) -> list[Stopped]:
+def stop(
+    store: RunStore,
+    runs: Sequence[RunRecord],
+    wait_s: float = STOP_WAIT_S,
+    waiting: Callable[[str], None] | None = None,
+) -> list[Stopped]:
     """Stop the processes of the `running` runs among `runs`: SIGTERM, which dlperf takes as
-    Ctrl-C (the run is marked killed), then wait until each run is no longer running. A run
+    Ctrl-C (the run is marked killed), then wait until each run is no longer running, first
+    telling `waiting` what for and how long (a stopped process, SIGSTOP or Ctrl-Z, acts on
+    no signal until it is continued: the wait would otherwise be a silent minute). A run
     whose process runs on another host is not stopped (it is deleted under it, and its
     writes then fail)."""
     done = []
@@ -397,6 +412,8 @@ def stop(store: RunStore, runs: Sequence[RunRecord], wait_s: float = STOP_WAIT_S
             done.append(Stopped(run.id, pid, host, None))
             continue
         os.kill(pid, signal.SIGTERM)
+        if waiting is not None:
+            waiting(_waiting_for(run.id, pid, wait_s))
         deadline = time.monotonic() + wait_s
         while (status := store.get_run(run.id).status) == "running":
             if time.monotonic() > deadline:
