@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import torch
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib import save, spread, table
 from dlperf.deploy import loadgen, meta
@@ -68,8 +69,13 @@ def server(model: Path, max_batch: int) -> Iterator[str]:
 def mean_batch(url: str) -> float:
     """Rows per model call over the server's life, from its /metrics."""
     text = httpx.get(f"{url}/metrics", trust_env=False).text
-    values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("dlperf_"))
-    return float(values["dlperf_batch_size_sum"]) / float(values["dlperf_batch_size_count"])
+    # One server, one model: its series are the only ones of each name, whatever their labels.
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return values["dlperf_batch_size_sum"] / values["dlperf_batch_size_count"]
 
 
 def main() -> None:

@@ -126,9 +126,9 @@ class Statistics:
 
 class Metrics:
     """Prometheus metrics in a registry of this app's own, so that several servers in one
-    process (tests) keep apart; process and platform collectors included. The per-request
-    series have the served model's name as their `model` label, so that several servers
-    scraped into one Prometheus keep their requests apart."""
+    process (tests) keep apart; process and platform collectors included. Every dlperf series
+    (requests, batches, queue) has the served model's name as its `model` label, so that
+    several servers scraped into one Prometheus keep apart."""
 
     def __init__(self, model: str, queue_depth: Callable[[], int]) -> None:
         self.model = model
@@ -157,17 +157,25 @@ class Metrics:
         self.batch_size = Histogram(
             "dlperf_batch_size",
             "Rows per model call.",
+            ["model"],
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
         self.batch_seconds = Histogram(
             "dlperf_batch_duration_seconds",
             "Time of one model call.",
+            ["model"],
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        depth = Gauge("dlperf_queue_depth", "Requests waiting for a batch.", registry=self.registry)
-        depth.set_function(queue_depth)
+        depth = Gauge(
+            "dlperf_queue_depth", "Requests waiting for a batch.", ["model"], registry=self.registry
+        )
+        depth.labels(model).set_function(queue_depth)
+        # The batch series exist, at zero, before the first batch: a rate over a scrape
+        # taken before it then has a start, as the unlabelled histograms had.
+        self.batch_size.labels(model)
+        self.batch_seconds.labels(model)
 
     def request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(self.model, route, str(status)).inc()
@@ -177,8 +185,8 @@ class Metrics:
         self.latency.labels(self.model, route).observe(seconds)
 
     def batch(self, rows: int, seconds: float) -> None:
-        self.batch_size.observe(rows)
-        self.batch_seconds.observe(seconds)
+        self.batch_size.labels(self.model).observe(rows)
+        self.batch_seconds.labels(self.model).observe(seconds)
 
 
 class Instrumented:
