@@ -85,7 +85,8 @@ def from_run(store: RunStore, run_id: int) -> Source:
     # The file must be this run's: a checkpoint copied over it (another store's run 1, say)
     # would export weights that pass parity yet are not the run's.
     owner = checkpoint.Owner(store.id, run_id, record.config_hash)
-    weights = checkpoint.load(path, owner)["model"]
+    saved = checkpoint.load(path, owner)
+    weights = saved["model"]
     exp = build_experiment(record.config, f"run {run_id}")
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
     model = build_model(exp, data, torch.device("cpu"))
@@ -104,7 +105,21 @@ def from_run(store: RunStore, run_id: int) -> Source:
     meta = ModelMeta(
         "classification", exp.model.name, INPUT, data.shape, pre, list(data.classes), run_id
     )
+    meta.run_status, meta.epochs = record.status, exp.train.epochs
+    meta.epoch = saved.get("progress", {}).get("epoch")
     return Source(model, meta, images)
+
+
+def unfinished(meta: ModelMeta) -> str | None:
+    """What an export of a run that did not finish must say: which epoch's weights it
+    ships, and how the run ended (killed, failed, lost, or still running)."""
+    if meta.run_id is None or meta.run_status in (None, "finished"):
+        return None
+    epoch = "" if meta.epoch is None else f", epoch {meta.epoch} of {meta.epochs}"
+    return (
+        f"run {meta.run_id} did not finish (it is {meta.run_status}): the model holds the "
+        f"weights of its last checkpoint{epoch}"
+    )
 
 
 def resolve(
@@ -262,6 +277,9 @@ def export(
 
     reporter = reporter or NullReporter()
     check_writable(out)
+    warning = unfinished(source.meta)
+    if warning is not None:  # said first: the export takes a while
+        reporter.log(f"warning: {warning}")
     data_file = out.with_name(out.name + ".data")
     model, meta = source.model.eval(), source.meta
     start, started = time.perf_counter(), time.time()
@@ -303,6 +321,9 @@ def export(
         "data_path": str(data_file) if data_file.is_file() else None,
         "model": meta.model,
         "run_id": meta.run_id,
+        "run_status": meta.run_status,
+        "epoch": meta.epoch,
+        "warning": warning,
         "input_shape": list(meta.input_shape),
         "dynamic_batch": dynamic_batch,
         "exporter": exporter,

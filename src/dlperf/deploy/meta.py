@@ -39,6 +39,11 @@ class ModelMeta:
     labels: list[str] = field(default_factory=list)
     run_id: int | None = None
     opset: int | None = None
+    # Of a run's model: how its run stood at export (finished, failed, killed, lost, running)
+    # and the epoch its checkpoint holds, so a model of a run that never finished says so.
+    run_status: str | None = None
+    epoch: int | None = None
+    epochs: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -1,0 +1,70 @@
+"""Exporting a run that never finished says so: on stderr, in the JSON report and in the
+exported model's metadata (how the run stands, the epoch its checkpoint holds). Before, a
+SIGKILLed run's epoch-1 checkpoint shipped with exit 0 and no word."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.deploy import meta as meta_io
+from tests.conftest import TINY, CliResult
+from tests.hooks import hook_env
+
+# Two real runs and two exports: about 75 s each on the shared 2-core VM.
+pytestmark = pytest.mark.faults
+DEADLINE_S = 120.0
+PAUSE_STEP = 6  # epoch 2 of 4 steps: the epoch-1 checkpoint is written
+
+
+def stopped_run(root: Path, sig: signal.Signals) -> None:
+    """A real `dlperf run` (3 epochs of 4 steps) paused in epoch 2, then sent `sig`."""
+    exp = root / "tiny.toml"
+    text = TINY.format(epochs=3).replace('name = "digits"', 'name = "digits"\nlimit = 128')
+    exp.write_text(text + f'threads = 1\nout_dir = "{root / "runs"}"\n')
+    marker = root / "paused"
+    env = {**os.environ, **hook_env("pause_at_step", f"{PAUSE_STEP}:{marker}")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlperf", "run", str(exp)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        proc.wait(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGKILL, "lost"), (signal.SIGTERM, "killed")])
+def test_exporting_a_run_that_did_not_finish_says_so(
+    sig: signal.Signals, status: str, tmp_path: Path, db: str, cli: Callable[..., CliResult]
+) -> None:
+    stopped_run(tmp_path, sig)
+    out = tmp_path / "model.onnx"
+    result = cli("export", "1", "--out", str(out), "--json")
+    assert result.code == 0, result.err
+    said = f"run 1 did not finish (it is {status}): the model holds the weights of its last "
+    said += "checkpoint, epoch 1 of 3"
+    assert f"warning: {said}\n" in result.err
+    report = json.loads(result.out)
+    assert (report["run_status"], report["epoch"], report["warning"]) == (status, 1, said)
+    meta = meta_io.load(out)
+    assert (meta.run_id, meta.run_status, meta.epoch, meta.epochs) == (1, status, 1, 3)
+    sidecar = json.loads(meta_io.sidecar(out).read_text())
+    assert (sidecar["run_status"], sidecar["epoch"]) == (status, 1)
