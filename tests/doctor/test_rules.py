@@ -41,6 +41,7 @@ RULE_NAMES = {
     "trace-non-compute",
     "low-efficiency",
     "untrustworthy-scaling",
+    "unsteady-throughput",
     "diverged",
     "lr-too-high",
 }
@@ -137,7 +138,7 @@ def test_rules_have_stable_names_and_severities() -> None:
 
 
 # What the machine's load alone may show on a healthy run: the tests share their cores.
-LOAD_RULES = {"shared-host", "crowded-threads", "untrustworthy-scaling"}
+LOAD_RULES = {"shared-host", "crowded-threads", "unsteady-throughput"}
 
 
 def _load_findings_are_earned(store: RunStore, run_id: int, findings: list[doctor.Finding]) -> None:
@@ -146,7 +147,7 @@ def _load_findings_are_earned(store: RunStore, run_id: int, findings: list[docto
     run = store.get_run(run_id)
     s = run.summary
     spread = s["throughput_spread"]
-    expected = {"untrustworthy-scaling"} if spread["max"] / spread["min"] > 2 else set()
+    expected = {"unsteady-throughput"} if spread["max"] / spread["min"] > 2 else set()
     expected |= {"shared-host"} if Contention.stored(s["contention"]).contended else set()
     fit = max(1, round(run.system["free_cores"]))
     expected |= {"crowded-threads"} if fit < s["threads"] else set()

@@ -365,12 +365,21 @@ def low_efficiency(run: RunView) -> list[Issue]:
 
 
 def untrustworthy_scaling(run: RunView) -> list[Issue]:
+    """A scale point's: the same check `dlperf scale` warns with as it measures
+    (dlperf.distributed.scaling)."""
+    if run.run.kind != "scale":
+        return []
+    base = run.scale_base()
+    workers, base_run = (base[1].workers, base[0]) if base else (None, None)
+    concerns = untrustworthy(run.point_summary, workers, _slowest_steps(run), base_run)
+    return [Issue("warning", c.evidence, c.fix, c.figures) for c in concerns]
+
+
+def unsteady_throughput(run: RunView) -> list[Issue]:
+    """A training run's (not a scale point's: untrustworthy-scaling judges those) epoch
+    throughputs spread too wide for its throughput to mean anything."""
     if run.run.kind == "scale":
-        # The same check `dlperf scale` warns with as it measures (dlperf.distributed.scaling).
-        base = run.scale_base()
-        workers, base_run = (base[1].workers, base[0]) if base else (None, None)
-        concerns = untrustworthy(run.point_summary, workers, _slowest_steps(run), base_run)
-        return [Issue("warning", c.evidence, c.fix, c.figures) for c in concerns]
+        return []
     spread = run.run.trained.throughput_spread or {}
     low, high = spread.get("min"), spread.get("max")
     if not (low and high and high / low > EPOCH_SPREAD):
@@ -661,6 +670,7 @@ RULES: dict[str, Handler] = {
     "trace-non-compute": trace_non_compute,
     "low-efficiency": low_efficiency,
     "untrustworthy-scaling": untrustworthy_scaling,
+    "unsteady-throughput": unsteady_throughput,
     "diverged": diverged,
     "lr-too-high": lr_too_high,
 }
