@@ -240,7 +240,8 @@ def _print_ensemble(predictions: list[dict[str, Any]], target: float, metric: st
     )  # fmt: skip
     _print_basis(predictions)
     for d in predictions:
-        if not d["reachable"]:
+        # Why there is no answer, or what an answer's open upper end (95% "-") means.
+        if d["reason"]:
             console.warn(f"{d['source']}: {d['verdict']}, {d['reason']}")
 
 

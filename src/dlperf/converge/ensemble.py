@@ -70,7 +70,18 @@ PRIORS = ("log", "uniform")  # on the plateau c
 MAX_REACH = 3.0  # answer only when the 90% interval ends within this many times the steps seen
 DRAWS = 4000  # curves drawn from the posterior for the first passage
 MAX_AHEAD = 2000  # measured points simulated past the window at most
-NOISE = 1.0  # the simulated noise, as a multiple of each grid point's residual deviation
+NOISE = 1.0  # the simulated noise, as a multiple of the recent residual deviation
+# Every family keeps at least this share of the posterior: a prior over the mixture. With
+# the marginal likelihood alone one family took 98-100% of the weight on curves none of them
+# describes (an lr raised twice, a straight line) and the interval shrank to one step.
+FAMILY_FLOOR = 0.01
+RECENT = 6  # at least this many of the window's last points give the noise carried forward
+MAX_VAL_SIZE = 100_000  # the largest validation set `val_size` looks for
+# Split-conformal widening of the 90% interval, (low, high): its lower end is multiplied by
+# exp(−low), its upper end by exp(high). The 95th percentiles of log(lower / measured) and
+# log(measured / upper) over the answered cases of the tuning sources of
+# benchmarks/bench_curve_corpus.py (which prints them; `--calibrate` is how they were taken).
+CALIBRATION = (0.134, 0.025)
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,11 @@ FAMILIES: dict[str, Family] = {
         Family("weibull", "c + a·exp(−(x/s)^d)", lambda x, s, d: np.exp(-((x / s) ** d)),
                lambda v, s, d: s * np.maximum(-np.log(v), 0.0) ** (1.0 / d),
                (np.geomspace(1e-2, 1e3, 24), np.geomspace(0.1, 4.0, 16))),
+        # Straight to the plateau, reached at x = s: every other family decelerates from the
+        # start, and curves that progress linearly (gradient clipping, a slow AdamW run) were
+        # predicted 9-90% late with all the weight on one of them (issue 40).
+        Family("linear", "c + a·max(1 − x/s, 0)", lambda x, s: np.maximum(1.0 - x / s, 0.0),
+               lambda v, s: s * (1.0 - v), (np.geomspace(1.02, 200.0, 40),)),
     )
 }  # fmt: skip
 
@@ -116,7 +132,7 @@ class Posterior:
     families: tuple[str, ...]
     family_weight: dict[str, float]
     n_points: int
-    noise: float  # the residual standard deviation of the best grid point: measurement noise
+    noise: float  # the measurement noise of the window's last points (`_recent_noise`)
     spacing: float  # median steps between measured points: how often the curve is measured
     last_step: float
     best: float  # the lowest value in the fit window (decreasing units)
@@ -198,6 +214,15 @@ def fit(
         prior = prior / (c_all + max(PLATEAU_FLOOR * float(y.min()), 1e-12))
     post = np.exp(flat - flat.max()) * prior
     post /= post.sum()
+    # The floor: each family's own posterior, mixed in at FAMILY_FLOOR (computed per family,
+    # since a family far behind the best underflows in `post`).
+    floor = min(FAMILY_FLOOR, 1.0 / len(families))
+    mixed = (1.0 - floor * len(families)) * post
+    for i in range(len(families)):
+        mine = fam_idx == i
+        own = np.exp(flat[mine] - flat[mine].max()) * prior[mine]
+        mixed[mine] += floor * own / own.sum()
+    post = mixed
     family_weight = {name: float(post[fam_idx == i].sum()) for i, name in enumerate(families)}
     return Posterior(
         scale=scale,
@@ -211,12 +236,63 @@ def fit(
         families=tuple(families),
         family_weight=family_weight,
         n_points=len(k),
-        noise=float(np.sqrt(np.exp(lsse.min()) / len(k))),
+        noise=_recent_noise(k, y, c_all, a_all, fam_idx, thetas, offsets, families, flat),
         spacing=float(np.median(np.diff(k))),
         last_step=scale,
         best=float(y.min()),
         plateau_prior=plateau_prior,
     )
+
+
+def _recent_noise(
+    k: np.ndarray,
+    y: np.ndarray,
+    c: np.ndarray,
+    a: np.ndarray,
+    family: np.ndarray,
+    thetas: list[tuple[np.ndarray, ...]],
+    offsets: list[int],
+    families: tuple[str, ...],
+    flat: np.ndarray,
+) -> float:
+    """The epoch-to-epoch noise of the window's last third (at least RECENT points): the
+    residuals of the most likely grid point, differenced so that a slow misfit (a jump at an
+    lr decay) does not count as noise. The noise shrinks as the learning rate decays, 3-7×
+    on real logs between the second quarter and the last: carried forward from the whole
+    window, it had late targets reached through noise long before they were (issue 40)."""
+    best = int(np.argmax(flat))
+    i = int(family[best])
+    n_theta = len(thetas[i][0])
+    theta = tuple(t[(best - offsets[i]) % n_theta] for t in thetas[i])
+    shape = FAMILIES[families[i]].shape
+    x = k / k.max()
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        g = shape(x, *theta) / shape(x[:1], *theta)
+    resid = y - (c[best] + a[best] * g)
+    recent = np.diff(resid[-min(len(k), max(RECENT, len(k) // 3)) :])
+    return float(np.sqrt(np.mean(recent**2) / 2.0))
+
+
+def val_size(values: np.ndarray, most: int = MAX_VAL_SIZE) -> int | None:
+    """The number of validation images an accuracy (or error) curve counts over: the smallest
+    n for which every value is a whole number of n-ths, to the precision the values were
+    written with (0.9861 is 142/144 to four decimals); None when no n up to `most` (and up to
+    what that precision can tell) fits, or the values are too few to tell."""
+    v = np.asarray(values, float)
+    if len(np.unique(v)) < 5 or np.any((v < 0) | (v > 1)):
+        return None
+    # The decimals the values were written with: 4 for 0.9861, ~16 for 142/144 itself.
+    decimals = next(
+        (d for d in range(13) if np.allclose(v, np.round(v, d), rtol=0, atol=1e-12)), 16
+    )
+    tol = 0.5 * 10.0**-decimals + 1e-12
+    # A coarser n is ruled out by its own values; a finer one than a tenth of a count per
+    # rounding unit would fit by chance.
+    top = int(min(most, 0.1 / tol))
+    n = np.arange(1, top + 1)[:, None]
+    counts = v[None, :] * n
+    fits = np.all(np.abs(counts - np.round(counts)) <= n * tol + 1e-9, axis=1)
+    return int(n[np.argmax(fits), 0]) if fits.any() else None
 
 
 def _shape_params(post: Posterior, i: int, points: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -278,20 +354,25 @@ def first_passage(
     noise: float = NOISE,
     draws: int = DRAWS,
     seed: int = 0,
+    val_size: int | None = None,
 ) -> np.ndarray:
-    """For `draws` curves drawn by weight, each with measurement noise (`noise` times the best
-    fit's residual deviation) added, the first measured step (every `post.spacing` steps after
+    """For `draws` curves drawn by weight, each with measurement noise (`noise` times the
+    window's recent noise) added, the first measured step (every `post.spacing` steps after
     the window) at or below `goal`; ∞ when not by `until`. A noisy validation curve first
     reaches a value near its plateau well before the smooth curve does, and a plateau just
     short of the target is still reached through the noise: the smooth crossing alone answered
-    late, or "never", on the corpus of benchmarks/bench_curve_corpus.py (docs/converge.md)."""
+    late, or "never", on the corpus of benchmarks/bench_curve_corpus.py (docs/converge.md).
+    With `val_size` the measured values are what a validation set of that many images can
+    give: whole counts of errors, never below 0."""
     rng = np.random.default_rng(seed)
     chosen = rng.choice(len(post.weight), size=draws, p=post.weight)
     n_ahead = int(min(max(math.ceil((until - post.last_step) / post.spacing), 1), MAX_AHEAD))
     steps = post.last_step + post.spacing * np.arange(1, n_ahead + 1)
     sigma = noise * post.noise
     noisy = _curves(post, chosen, steps) + sigma * rng.standard_normal((draws, n_ahead))
-    hit = noisy <= goal
+    if val_size:
+        noisy = np.clip(np.round(noisy * val_size), 0, val_size) / val_size
+    hit = noisy <= goal + 1e-12
     return np.where(hit.any(axis=1), steps[np.argmax(hit, axis=1)], np.inf)
 
 
@@ -300,9 +381,11 @@ class EnsemblePrediction:
     target: float  # in the metric's units
     p_reachable: float  # posterior probability that the curve ever reaches the target
     verdict: str  # "answer" or "cannot tell" (see `predict`)
-    reason: str | None  # why there is no answer; None with one
+    # Why there is no answer; with an answer, None, or what its open upper end means
+    reason: str | None
     predicted_step: int | None  # posterior median, rounded up to a whole step; with an answer
-    interval: tuple[float, float] | None  # 90%: 5th–95th percentile; with an answer
+    # 90%, calibrated (see `calibrate`); with an answer; the upper end ∞ when not bounded
+    interval: tuple[float, float] | None
     plateau: float  # posterior median of the plateau, in the metric's units
     plateau_interval: tuple[float, float]  # its 90% interval, in the metric's units
     family_weight: dict[str, float]
@@ -314,6 +397,53 @@ class EnsemblePrediction:
         return self.predicted_step is not None
 
 
+def calibrate(
+    lo: float, hi: float, calibration: tuple[float, float], first: float, spacing: float
+) -> tuple[float, float]:
+    """The posterior's 5th-95th percentile steps widened (or narrowed) by the split-conformal
+    constants (see CALIBRATION), in whole steps: not before `first`, the first step the
+    prediction is about, and at least one `spacing` wide, since a curve measured every
+    `spacing` steps is seen to pass its target only to within that (a single step, such as
+    [14, 14], claimed what no measurement can tell)."""
+    low, high = calibration
+    lo = max(whole_step(lo * math.exp(-low)), first)
+    hi = max(whole_step(hi * math.exp(high)), lo + spacing)
+    return lo, hi
+
+
+def conformal(
+    lower: np.ndarray, upper: np.ndarray, actual: np.ndarray, level: float = 0.9
+) -> tuple[float, float]:
+    """Split-conformal constants (low, high) for `calibrate`, from uncalibrated intervals
+    [lower, upper] (upper may be ∞) and the measured steps of calibration cases: the
+    ⌈(n + 1)(1 − α/2)⌉-th smallest of log(lower / actual) and of log(actual / upper), α =
+    1 − level, so that on cases exchangeable with these each end misses at most α/2 of the
+    time (Vovk et al. 2005; Romano et al. 2019 for intervals). Too few cases for that rank
+    (fewer than 19 at 90%): the largest score, a guarantee a little short of the level."""
+    lower, upper, actual = (np.asarray(v, float) for v in (lower, upper, actual))
+    if len(actual) == 0:
+        raise UserError("no calibration cases: nothing to calibrate on")
+    rank = min(math.ceil((len(actual) + 1) * (1.0 - (1.0 - level) / 2.0)), len(actual)) - 1
+    with np.errstate(divide="ignore"):
+        low = np.sort(np.log(lower / actual))[rank]
+        high = np.sort(np.log(actual / upper))[rank]
+    # An end that never missed (every upper end open) needs no widening, and gets none.
+    return float(low), float(max(high, -1.0) if math.isfinite(high) else 0.0)
+
+
+def _perfect_score(post: Posterior, goal: float, target: float, val_size: int | None) -> str | None:
+    """Why a target that only a perfect score reaches gets no epoch; None for any other."""
+    if not val_size or post.best <= 0 or math.floor(goal * val_size + 1e-9) > 0:
+        return None
+    n = val_size
+    return (
+        f"{target:g} needs {n}/{n}: the {n}-image validation set has no value between "
+        f"{(n - 1) / n:.4g} and 1, and the {post.n_points} points up to step "
+        f"{post.last_step:g} never had all {n} right; when the last one is learned, they "
+        "cannot tell"
+    )
+
+
 def predict(
     post: Posterior,
     target: float,
@@ -322,42 +452,54 @@ def predict(
     values: np.ndarray | None = None,
     max_reach: float = MAX_REACH,
     noise: float = NOISE,
+    val_size: int | None = None,
+    calibration: tuple[float, float] = CALIBRATION,
 ) -> EnsemblePrediction:
     """The distribution of the step reaching `target` (metric units): median, 90% interval and
     P(reachable); compared with the measured curve when it is given and reaches the target.
+    `val_size`: the number of validation images an accuracy (or error) curve counts over
+    (see `val_size`), when known.
 
-    Two verdicts. "answer": the median and a 90% interval ending within `max_reach` times the
-    last step seen. "cannot tell", with the reason, otherwise: the points seen do not say
-    when the curve gets there, and an interval open to ∞ would cover everything and predict
-    nothing. Not even "never": when 95% of the posterior levels off short of the target, the
-    reason says so, but the slow recipe at lr 0.006 of issue 29 levels off at 0.73 in its first
-    20 epochs and then climbs to 0.81 by epoch 32."""
+    Two verdicts. "answer": the median, when it lies within `max_reach` times the last step
+    seen, and a 90% interval; its upper end is ∞ ("not bounded above", said in `reason`) when
+    more than 5% of the curves do not reach the target by then. "cannot tell", with the
+    reason, otherwise: most of the curves the points allow do not get there within sight. Not
+    even "never": when 95% of the posterior levels off short of the target, the reason says
+    so, but the slow recipe at lr 0.006 of issue 29 levels off at 0.73 in its first 20 epochs
+    and then climbs to 0.81 by epoch 32. A target that needs a perfect score on a finite
+    validation set that the window never had is "cannot tell" too: when the last image is
+    learned is not in the curve."""
     check_target(target, metric)
     goal = float(to_decreasing(np.array(target), metric))
     reach = steps_to(post, goal)
     p_reach = float(post.weight[np.isfinite(reach)].sum())
     weight = post.weight
+    first = post.last_step  # the earliest step a prediction can name
     if goal < post.best and noise > 0:
         # Not reached by any measured point of the window: when the measured curve will be.
-        reach = first_passage(post, goal, max_reach * post.last_step, noise)
+        reach = first_passage(post, goal, max_reach * post.last_step, noise, val_size=val_size)
         weight = np.ones(len(reach))
+        first = post.last_step + post.spacing
     elif goal < post.best:
         # The smooth curve alone: one that crosses the goal inside the window (through the
         # noise) says "right after it", not before.
         reach = np.maximum(reach, post.last_step)
     median = _weighted_quantile(reach, weight, 0.5)
-    lo = whole_step(_weighted_quantile(reach, weight, 0.05))
-    hi = whole_step(_weighted_quantile(reach, weight, 0.95))
+    lo = _weighted_quantile(reach, weight, 0.05)
+    hi = _weighted_quantile(reach, weight, 0.95)
     plateau_q = [
         float(to_decreasing(_weighted_quantile(post.c, post.weight, q), metric))
         for q in (0.05, 0.5, 0.95)
     ]
     plateau_lo, plateau_hi = min(plateau_q[0], plateau_q[2]), max(plateau_q[0], plateau_q[2])
     limit = max_reach * post.last_step
-    verdict, reason = "answer", None
-    if not (math.isfinite(median) and hi <= limit):
+    missing = float(weight[reach > limit].sum() / weight.sum())
+    verdict, reason, interval = "answer", None, None
+    perfect = _perfect_score(post, goal, target, val_size)
+    if perfect is not None:
+        verdict, reason = "cannot tell", perfect
+    elif not (math.isfinite(median) and median <= limit):
         verdict = "cannot tell"
-        missing = float(weight[reach > limit].sum() / weight.sum())
         reason = (
             f"the curve fitted to {post.n_points} points up to step {post.last_step:g} levels "
             f"off between {plateau_lo:.4g} and {plateau_hi:.4g} {metric} (90%), short of "
@@ -368,6 +510,19 @@ def predict(
             f"{post.last_step:g} allow do not reach {target:g} by step {limit:g} "
             f"({max_reach:g}× the steps seen)"
         )
+    else:
+        open_above = hi > limit
+        lo, hi = calibrate(lo, min(hi, limit), calibration, first, post.spacing)
+        if open_above or hi > limit:
+            # Past the steps the curves are followed to: the upper end is not bounded.
+            hi = math.inf
+            reason = (
+                f"by step {limit:g} with 90%: not bounded above ({missing:.0%} of the curves "
+                f"that the {post.n_points} points up to step {post.last_step:g} allow do not "
+                f"reach {target:g} by then)"
+            )
+        median = min(max(median, lo), hi)
+        interval = (lo, hi)
     predicted = int(whole_step(median)) if verdict == "answer" else None
     actual = first_reaching(steps, values, metric, goal)
     return EnsemblePrediction(
@@ -376,7 +531,7 @@ def predict(
         verdict=verdict,
         reason=reason,
         predicted_step=predicted,
-        interval=(lo, hi) if verdict == "answer" else None,
+        interval=interval,
         plateau=plateau_q[1],
         plateau_interval=(plateau_lo, plateau_hi),
         family_weight=post.family_weight,

@@ -208,7 +208,8 @@ def _steps(p: curve.Prediction | ensemble.EnsemblePrediction, spe: float | None)
     """A prediction's step, its interval and epoch, and the measured step it is checked on."""
     return {
         "predicted_step": p.predicted_step,
-        "interval": list(p.interval) if p.interval else None,
+        # An upper end not bounded is null: JSON has no infinity.
+        "interval": [v if math.isfinite(v) else None for v in p.interval] if p.interval else None,
         "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
         "actual_step": p.actual_step,
         "error_pct": p.error_pct,
@@ -239,7 +240,9 @@ def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ense
     c = r.curve
     y = curve.to_decreasing(c.values, r.metric)
     post = ensemble.fit(c.steps[: r.n_fit], y[: r.n_fit])
-    p = ensemble.predict(post, target, r.metric, c.steps, c.values)
+    # Accuracy and error are counts over a validation set, read from the values' steps.
+    val_size = ensemble.val_size(c.values[: r.n_fit]) if r.metric != "loss" else None
+    p = ensemble.predict(post, target, r.metric, c.steps, c.values, val_size=val_size)
     return {
         "source": c.label,
         "form": "ensemble",
@@ -252,6 +255,7 @@ def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ense
         "asymptote": float(curve.to_decreasing(p.plateau, r.metric)),
         "plateau": p.plateau,
         "plateau_interval": list(p.plateau_interval),
+        "val_size": val_size,
         "family_weights": p.family_weight,
         "n_points": r.n_fit,
         "basis": ensemble.basis(post),
