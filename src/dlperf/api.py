@@ -132,31 +132,44 @@ def analyze(
     batch: int = 1,
     dtype: str | None = None,
     train: bool = False,
+    bias: bool = True,
+    activations: str = "all",
+    macs_convention: str = "dlperf",
 ) -> AnalysisResult:
     """Count a network on paper: params, MACs, FLOPs, activations, receptive field.
 
     `model` is a registry or torchvision name (as `dlperf analyze` takes) or your own
     `nn.Module`, which is left untouched: the count runs on a meta-device copy.
     `input_size` is one sample's shape, e.g. (3, 32, 32); `dtype` "fp32" | "bf16" | "fp16".
+    The rest mean what the command's options of the same names mean, with the same defaults:
+    `bias=False` (--no-bias) counts parameters without biases (those named *bias);
+    `activations` "all" counts every row's outputs, "conv-pool-fc" those of convolution,
+    pooling and linear layers only; `macs_convention` "dlperf" counts weight products only
+    (bias adds, normalisation and pooling are FLOPs), "torchinfo", "ptflops" or "fvcore"
+    as those tools count (a forward pass only).
     """
     from torch import nn
 
     from dlperf.analytic.counting import analyze as analyze_name
-    from dlperf.analytic.counting import analyze_module
+    from dlperf.analytic.counting import check_options, count_model
 
     precision = dtype or "fp32"
     input_size = _shape(input_size)
     if isinstance(model, str):
-        return AnalysisResult(analyze_name(model, input_size, batch, train, precision))
+        named = analyze_name(
+            model, input_size, batch, train, precision, None, bias, activations,
+            macs_convention=macs_convention,
+        )  # fmt: skip
+        return AnalysisResult(named)
     if not isinstance(model, nn.Module):
         raise UserError(f"analyze takes a model name or an nn.Module, not {type(model).__name__}")
     if not input_size:
         raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
-    if batch < 1:
-        raise UserError(f"batch must be at least 1, got {batch}")
-    counted = analyze_module(
-        _meta_copy(model), list(input_size), batch, train, precision, type(model).__name__
-    )
+    check_options(batch, train, precision, activations, macs_convention)
+    counted = count_model(
+        _meta_copy(model), input_size, batch, train, precision, type(model).__name__,
+        bias, activations, macs_convention,
+    )  # fmt: skip
     return AnalysisResult(counted)
 
 

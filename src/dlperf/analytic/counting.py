@@ -742,10 +742,28 @@ def analyze(
     `model_kwargs`; `bias`, `activations` and `macs_convention` choose what the parameter,
     activation and MAC counts include. With `transfer` "feature-extract" the backbone is
     frozen as a run would freeze it (no weights needed): only the head is trainable."""
-    if batch < 1:
-        raise UserError(f"analyze.batch: must be at least 1, got {batch}")
+    check_options(batch, train, precision, activations, macs_convention)
     if num_classes is not None and num_classes < 1:
         raise UserError(f"analyze.classes: must be at least 1, got {num_classes}")
+    shape = list(input_shape) if input_shape else default_input(name)
+    model, classes, source, arguments = build_model(
+        name, shape, num_classes, **(model_kwargs or {})
+    )
+    if transfer == "feature-extract":
+        from dlperf.models.transfer import freeze_backbone
+
+        freeze_backbone(model)
+    a = count_model(model, shape, batch, train, precision, name, bias, activations, macs_convention)
+    a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
+    return a
+
+
+def check_options(
+    batch: int, train: bool, precision: str, activations: str, macs_convention: str
+) -> None:
+    """Refuse counting options that `count_model` cannot honour, before a model is built."""
+    if batch < 1:
+        raise UserError(f"analyze.batch: must be at least 1, got {batch}")
     if precision not in DTYPES:
         raise UserError(
             f"analyze.precision: unknown precision '{precision}'", f"use {', '.join(DTYPES)}"
@@ -764,10 +782,22 @@ def analyze(
             f"analyze.macs_convention {macs_convention}: the peers count a forward pass only",
             "leave out analyze.train, or count the training step with the dlperf convention",
         )
-    shape = list(input_shape) if input_shape else default_input(name)
-    model, classes, source, arguments = build_model(
-        name, shape, num_classes, **(model_kwargs or {})
-    )
+
+
+def count_model(
+    model: nn.Module,
+    shape: Sequence[int],
+    batch: int,
+    train: bool,
+    precision: str,
+    name: str,
+    bias: bool,
+    activations: str,
+    macs_convention: str,
+) -> Analysis:
+    """`analyze_module` with the options `check_options` passed: `bias`, `activations` and
+    `macs_convention` choose what the parameter, activation and MAC counts include; a
+    convention whose counts of one of `model`'s modules are not reproduced is refused."""
     if macs_convention != "dlperf":
         scripted = [
             (n, m) for n, m in model.named_modules() if isinstance(m, torch.jit.ScriptModule)
@@ -787,16 +817,6 @@ def analyze(
                 "reproduced",
                 "use the dlperf, torchinfo or fvcore convention for this model",
             )
-    if transfer == "feature-extract":
-        from dlperf.models.transfer import freeze_backbone
-
-        freeze_backbone(model)
     a = analyze_module(model, shape, batch, train, precision, name)
-    a.classes, a.classes_source, a.arguments = classes, source, arguments
-    a.bias, a.activations, a.macs_convention, a.transfer = (
-        bias,
-        activations,
-        macs_convention,
-        transfer,
-    )
+    a.bias, a.activations, a.macs_convention = bias, activations, macs_convention
     return a
