@@ -263,6 +263,24 @@ def test_a_model_with_torchscript_submodules_counts_as_the_plain_one(train: bool
     assert scripted["totals"]["macs"] == 2 * (36 * 4 * 27 + 144 * 10)
 
 
+def test_a_scripted_container_is_one_row_with_the_same_totals() -> None:
+    """Inside a scripted nn.Sequential its parts run as TorchScript, not as Python modules:
+    one row holds their work, and the totals are the plain model's."""
+    conv, relu, flatten, linear = _plain()
+    model = nn.Sequential(_script(nn.Sequential(conv, relu)), flatten, linear)
+    for train in (False, True):
+        plain = analyze_module(_plain(), [3, 8, 8], train=train).totals()
+        scripted = analyze_module(model, [3, 8, 8], train=train)
+        assert [(r.name, r.type) for r in scripted.layers] == [
+            ("0", "Sequential"),
+            ("1", "Flatten"),
+            ("2", "Linear"),
+        ]
+        counts = ("params", "macs", "flops", "backward_macs", "backward_flops")
+        assert {k: scripted.totals().get(k) for k in counts} == {k: plain.get(k) for k in counts}
+        assert scripted.not_run == []
+
+
 _SCRIPTED = """
 import torch
 from torch import nn
