@@ -394,6 +394,12 @@ class ServeConfig(Section):
     """Largest request body in MiB; larger ones get 413."""
     max_pixels: Count | None = None
     """Largest image /predict decodes, in pixels; None = 40,000,000."""
+    read_timeout_s: Positive = 30.0
+    """Most seconds a request may take to arrive, headers and body, from the connection's
+    opening (or the next request's first byte); a slower client gets 408 and is disconnected."""
+    max_connections: Count = 512
+    """Most connections open at once; a request on one more gets 503 and its connection is
+    closed."""
 
 
 class DetectConfig(Section):

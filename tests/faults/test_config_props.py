@@ -124,6 +124,8 @@ NUMERIC = {
     "serve.threads": Range(int, 1, INT),
     "serve.max_body_mb": Range(float, 0),
     "serve.max_pixels": Range(int, 1, INT),
+    "serve.read_timeout_s": Range(float, 0, low_open=True),
+    "serve.max_connections": Range(int, 1, INT),
     "detect.size": Range(int, 96, 640, high_open=False),
     "detect.epochs": Range(int, 1, INT),
     "detect.batch": Range(int, 1, INT),

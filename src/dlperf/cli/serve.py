@@ -61,13 +61,19 @@ def start(
     threads: int = typer.Option(None, "--threads", help="ONNX Runtime intra-op threads."),
     max_body_mb: float = typer.Option(None, "--max-body-mb", help="Largest request body (MiB)."),
     max_pixels: int = typer.Option(None, "--max-pixels", help="Largest image /predict decodes."),
+    read_timeout_s: float = typer.Option(
+        None, "--read-timeout-s", help="Seconds a request may take to arrive (then 408)."
+    ),
+    max_connections: int = typer.Option(
+        None, "--max-connections", help="Connections open at once (then 503)."
+    ),
 ) -> None:
     """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching, the
     Open Inference Protocol (KServe v2: JSON and binary tensors) under /v2, /predict for
     images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting, finishes the queued
     requests and exits 130 or 143 (128 + the signal).
 
-    The options from --host to --max-pixels are short for --set serve.KEY=VALUE (KEY: the
+    The options from --host to --max-connections are short for --set serve.KEY=VALUE (KEY: the
     option's name with _ for -); `dlperf config keys` explains every key.
 
     Example: dlperf serve model.onnx --port 8000 --max-batch 32 --max-wait-ms 5
@@ -79,6 +85,7 @@ def start(
     flags = {
         "host": host, "port": port, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
         "queue": queue, "threads": threads, "max_body_mb": max_body_mb, "max_pixels": max_pixels,
+        "read_timeout_s": read_timeout_s, "max_connections": max_connections,
     }  # fmt: skip
     opts = load_job(ServeJob, config, set_, serve=flags).serve
     server_app = create_app(
@@ -104,7 +111,7 @@ def start(
         f"http://{where}:{bound} - Ctrl-C stops after the queued requests",
         soft_wrap=True,
     )
-    stopped_by = serve_forever(server_app, sock)
+    stopped_by = serve_forever(server_app, sock, opts.read_timeout_s, opts.max_connections)
     if stopped_by is not None:
         # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM.
         raise typer.Exit(128 + stopped_by)

@@ -10,6 +10,12 @@ without one, runs them one at a time. Every error answers `{"error": message}`: 
 input, 404 unknown model or version, 413 too large, 415 a compressed body, 503 overloaded
 or shutting down.
 
+What production servers add in front of an application, uvicorn's HTTP/1.1 protocol gets here
+(`_GuardedH11`): a deadline for a request to arrive, headers and body (a client slower than its
+Content-Length, or one that opens a connection and sends nothing, is answered 408 and
+disconnected rather than held open for ever), and a cap on open connections (a request on a
+connection past it is answered 503 and the connection closed).
+
 This module puts the server together and runs it (start, drain, the signal it stopped on);
 the parts live beside it: `served_model` (the session and its description), `protocol`
 (the v2 codec), `routes` (the endpoints), `images` (what /predict decodes),
@@ -18,6 +24,8 @@ the parts live beside it: `served_model` (the session and its description), `pro
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import socket
 import time
@@ -26,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import h11
 import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request
@@ -33,6 +42,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dlperf import stopping
 from dlperf.config import ServeConfig
@@ -139,10 +150,120 @@ class _DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def serve_forever(app: FastAPI, sock: socket.socket) -> int | None:
+def _closing_answer(message: str, status: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of an error answer after which the connection closes."""
+    body = json.dumps({"error": message}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *([(b"retry-after", b"1")] if status == 503 else []),
+    ]
+    return headers, body
+
+
+class _GuardedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a read deadline and a connection cap (see the module
+    docstring). The deadline runs while a request is arriving: from the connection's opening,
+    or from the first byte of a later request on it, until the request's last byte. Between
+    requests uvicorn's keep-alive timeout governs, and while the app works nothing does."""
+
+    read_timeout_s: float = _DEFAULTS.read_timeout_s
+    max_connections: int = _DEFAULTS.max_connections
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.deadline: asyncio.TimerHandle | None = None
+        if len(self.connections) > self.max_connections:
+            self.app = self._overloaded  # read its request (under the deadline), answer 503
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._follow()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._follow()  # a pipelined request may already be arriving
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _follow(self) -> None:
+        """Arm the deadline while a request arrives; disarm it once the request is in, or
+        when the connection waits, idle, for the next one."""
+        state = self.conn.their_state
+        if state is h11.SEND_BODY or (state is h11.IDLE and self.conn.trailing_data[0]):
+            if self.deadline is None:
+                self._arm()
+        elif state is not h11.IDLE or self.cycle is not None:
+            self._disarm()
+
+    def _arm(self) -> None:
+        self.deadline = self.loop.call_later(self.read_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def _expired(self) -> None:
+        self.deadline = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            # Written by hand: h11 answers only a request it has read whole.
+            message = f"the request took over {self.read_timeout_s:g} s to arrive"
+            headers, body = _closing_answer(message, 408)
+            head = b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\n" + head + b"\r\n" + body)
+        # The app, if it waits for the rest of the body, hears of a disconnect.
+        self.transport.close()
+
+    async def _overloaded(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        message = f"too many connections: {self.max_connections} are open (serve.max_connections)"
+        headers, body = _closing_answer(message, 503)
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _guarded(read_timeout_s: float, max_connections: int) -> type[H11Protocol]:
+    """uvicorn makes one protocol object per connection from a class: this one's limits."""
+    return type(
+        "GuardedH11",
+        (_GuardedH11,),
+        {"read_timeout_s": read_timeout_s, "max_connections": max_connections},
+    )
+
+
+def uvicorn_config(
+    app: FastAPI,
+    read_timeout_s: float = _DEFAULTS.read_timeout_s,
+    max_connections: int = _DEFAULTS.max_connections,
+) -> uvicorn.Config:
+    """How uvicorn serves `app`: a request must arrive within `read_timeout_s`, and at most
+    `max_connections` are served at once (see `_GuardedH11`)."""
+    return uvicorn.Config(
+        app,
+        http=_guarded(read_timeout_s, max_connections),
+        log_level="warning",
+        access_log=False,
+    )
+
+
+def serve_forever(
+    app: FastAPI,
+    sock: socket.socket,
+    read_timeout_s: float = _DEFAULTS.read_timeout_s,
+    max_connections: int = _DEFAULTS.max_connections,
+) -> int | None:
     """Serve `app` on the bound socket until SIGINT or SIGTERM, then stop accepting, answer
     every queued request and return the number of the signal that stopped it (None if
-    none did)."""
+    none did), with the limits of `uvicorn_config`."""
     stopped_by: list[int] = []
 
     def note(signum: int, frame: object) -> None:
@@ -154,7 +275,7 @@ def serve_forever(app: FastAPI, sock: socket.socket) -> int | None:
     # so this one only notes which signal it was, for the caller to exit by it.
     previous = {sig: signal.signal(sig, note) for sig in stopping.STOP_SIGNALS}
     try:
-        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        config = uvicorn_config(app, read_timeout_s, max_connections)
         _DrainingServer(config, app.state.batcher).run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
