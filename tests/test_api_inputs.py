@@ -151,6 +151,7 @@ BAD_OPTIONS = {
         "analyze.macs_convention fvcore: the peers count a forward pass only",
     ),
     "dtype": ({"dtype": "fp8"}, "analyze.precision: unknown precision 'fp8'"),
+    "bias as text": ({"bias": "no"}, "bias is True or False, got 'no'"),
 }
 
 

@@ -155,6 +155,8 @@ def analyze(
 
     precision = dtype or "fp32"
     input_size = _shape(input_size)
+    if not isinstance(bias, bool):  # "no" would count the biases, silently
+        raise UserError(f"bias is True or False, got {bias!r}")
     if isinstance(model, str):
         named = analyze_name(
             model, input_size, batch, train, precision, None, bias, activations,
