@@ -22,7 +22,11 @@ def predict(
         model, "classification", "a classifier", "use dlperf detect run", threads
     )
     x = runtime.load_images(images, meta.preprocess)
-    logits = run_onnx(sess, x)
+    try:
+        logits = run_onnx(sess, x)
+    except Exception as e:  # ORT's own Fail/RuntimeException: a model that loads, then fails
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"ONNX Runtime cannot run {model}: {first}") from None
     labels = runtime.read_labels(labels_file) if labels_file is not None else meta.labels
     classes = logits.shape[-1]
     if labels and len(labels) != classes:

@@ -17,6 +17,8 @@ from dlperf.deploy import meta as meta_io
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import UserError
 
+FATAL = 4  # ONNX Runtime's log severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+
 
 def session(
     path: Path, threads: int | None = None, cpu: bool = False
@@ -27,6 +29,9 @@ def session(
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    # Fatal only: ORT's C++ logger writes its warnings and errors, coloured, straight to
+    # the stderr descriptor, ahead of the one line dlperf makes of the error it also raises.
+    options.log_severity_level = FATAL
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
