@@ -167,6 +167,17 @@ def test_a_sweep_point_with_a_model_that_does_not_fit_fails_in_one_line(
     assert f"point 1/1 failed: model 'net.py:three' returns shape [2, 3]; {EXPECTED}" in said
 
 
+def test_a_scale_study_of_a_model_that_does_not_fit_is_one_line(
+    cli: Callable[..., CliResult], store: RunStore, exp: Path
+) -> None:
+    """Its workers build the model through the same check; the study checks it once before
+    launching any, so the mistake is one line and no point is stored."""
+    args = ["--workers", "1", "--mode", "weak", "--per-worker-batch", "8", "--steps", "2"]
+    result = cli("scale", str(exp), "--set", "model.name=net.py:three", *args)
+    assert f"model 'net.py:three' returns shape [2, 3]; {EXPECTED}" in _one_line(result, store)
+    assert store.find_study("scale net.py:three", "scale") is None
+
+
 def _npz(path: Path, labels: list[int]) -> Path:
     images = np.random.default_rng(0).integers(0, 256, (len(labels), 1, 8, 8), dtype=np.uint8)
     np.savez(path, images=images, labels=np.array(labels))

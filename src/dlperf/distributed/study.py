@@ -51,7 +51,7 @@ from dlperf.distributed.summary import (
 from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.distributed.tf_worker import ignored_settings
 from dlperf.distributed.trace_split import rank_traces, with_trace_split
-from dlperf.engine.run import as_run
+from dlperf.engine.run import as_run, build_model
 from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
@@ -94,6 +94,10 @@ class Study:
         self.price = hourly_price(self.opts)
         self.cores = usable_cores()
         self.exp, self.data, self.warnings = as_run(exp, store)
+        if not self.tensorflow:
+            # The model each torch worker builds, built once here: one that cannot train as a
+            # classifier is one line before any point is recorded, not every worker's traceback.
+            build_model(self.exp, self.data, torch.device("cpu"))
         if self.tensorflow or "tensorflow" in self.opts.strategy:
             self.warnings += ignored_settings(self.exp)
         if self.opts.framework == "horovod" and self.exp.run.channels_last:
