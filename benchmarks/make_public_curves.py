@@ -78,20 +78,33 @@ def regex_lines(text: str, spec: dict[str, Any]) -> dict[str, Series]:
     """Free-text logs: one regular expression per metric, with groups `epoch` and `value`.
 
     An optional `run` pattern starts a new run wherever it matches (its group `run` names it),
-    so a log of several trainings one after another gives several curves.
+    so a log of several trainings one after another gives several curves; an optional
+    `run_end` pattern instead names the run that has just ended (logs that print the model's
+    name after its training). Where the epoch is printed on a line of its own, an `epoch`
+    pattern (group `epoch`) gives it to the metric patterns that have no `epoch` group.
     """
     run_re = re.compile(spec["run"]) if "run" in spec else None
+    end_re = re.compile(spec["run_end"]) if "run_end" in spec else None
+    epoch_re = re.compile(spec["epoch"]) if "epoch" in spec else None
     metric_res = {m: re.compile(p) for m, p in spec["patterns"].items()}
     offset = int(spec.get("epoch_offset", 0))
     runs: dict[str, dict[str, list[tuple[int, float]]]] = {}
     current = ""
+    epoch = None
     for line in text.splitlines():
         if run_re is not None and (m := run_re.search(line)):
             current = m.group("run")
+        if epoch_re is not None and (m := epoch_re.search(line)):
+            epoch = int(m.group("epoch"))
         for metric, rx in metric_res.items():
             if m := rx.search(line):
-                pair = (int(m.group("epoch")) + offset, float(m.group("value")))
+                e = int(m.group("epoch")) if "epoch" in rx.groupindex else epoch
+                if e is None:
+                    raise ValueError(f"{metric} logged before any epoch: {line!r}")
+                pair = (e + offset, float(m.group("value")))
                 runs.setdefault(current, {}).setdefault(metric, []).append(pair)
+        if end_re is not None and (m := end_re.search(line)):
+            runs[m.group("run")] = runs.pop(current, {})
     return {
         run: {k: ([e for e, _ in v], [x for _, x in v]) for k, v in metrics.items()}
         for run, metrics in runs.items()
