@@ -35,13 +35,14 @@ import re
 import socket
 import sqlite3
 import sys
+import tempfile
 import types
 from collections.abc import Iterable, Sequence
 from contextlib import closing
 from datetime import UTC
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import make_url, select
 from sqlalchemy.orm import Session
@@ -69,6 +70,9 @@ CONNECT_TIMEOUT_S = 5.0
 # MLflow's retries of a request that failed midway, unless the user sets them: 3 wait 2+4+8 s.
 MLFLOW_RETRIES = "3"
 EVENT_FILES = "events.out.tfevents.*"
+SQLITE_URI = "--uri sqlite:///mlflow.db"
+# What MLflow 3 asks to be set before it takes a directory as its tracking store.
+FILE_STORE_OPT_OUT = "MLFLOW_ALLOW_FILE_STORE"
 
 
 def missing_extra(extra: str, module: str | None) -> UserError:
@@ -167,6 +171,8 @@ def _check_reachable(uri: str) -> None:
                 f"MLflow at {masked_url(uri)}: cannot connect to {host}:{port} ({reason})",
                 "is the tracking server running? `mlflow server` starts one",
             ) from None
+    elif (directory := _file_store(uri)) is not None:
+        _check_directory(directory)
     elif scheme == "sqlite":
         path = make_url(uri).database
         if not path or path == ":memory:" or not Path(path).parent.is_dir():
@@ -179,6 +185,36 @@ def _check_reachable(uri: str) -> None:
             raise UserError(
                 f"MLflow at {masked_url(uri)}: cannot open {path} to write ({e})"
             ) from None
+
+
+def _file_store(uri: str) -> Path | None:
+    """The directory a tracking URI names as MLflow's file store (a plain path, or file:);
+    None for any other URI."""
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        return Path(unquote(parts.path))
+    return Path(uri) if not parts.scheme else None
+
+
+def _check_directory(path: Path) -> None:
+    """That `path` is a directory MLflow can write to, or can be made: its missing parts made
+    and a file written in it; what the check made is removed again. MLflow itself would
+    fail later, or (MLflow 3) refuse any directory first and leave the real fault unsaid."""
+    made: list[Path] = []
+    try:
+        for directory in reversed([p for p in (path, *path.parents) if not p.exists()]):
+            directory.mkdir()
+            made.append(directory)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise UserError(
+            f"cannot write MLflow's runs to {path}: {e.strerror or e}",
+            f"give a directory that can be written, or a database: {SQLITE_URI}",
+        ) from None
+    finally:
+        for directory in reversed(made):
+            directory.rmdir()
 
 
 def _mlflow() -> tuple[Any, Any]:
@@ -195,6 +231,12 @@ def _mlflow() -> tuple[Any, Any]:
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return MlflowClient, entities
+
+
+def _mlflow_version() -> str:
+    import mlflow
+
+    return str(getattr(mlflow, "__version__", "3"))
 
 
 def _limits() -> tuple[int, int]:
@@ -248,6 +290,14 @@ def export_mlflow(
     except ImportError as e:  # a SQL tracking store without alembic
         raise missing_extra("mlflow", e.name) from None
     except (MlflowException, SQLAlchemyError) as e:
+        # MLflow 3 refuses every directory, usable or not, naming its file store's
+        # "maintenance mode" and the variable that opts out: say that plainly instead.
+        if _file_store(uri) is not None and FILE_STORE_OPT_OUT in str(e):
+            raise UserError(
+                f"MLflow at {masked_url(uri)}: a directory, which MLflow "
+                f"{_mlflow_version()} no longer takes as a tracking store",
+                f"use a database, {SQLITE_URI}, or set {FILE_STORE_OPT_OUT}=true",
+            ) from None
         raise UserError(f"MLflow at {masked_url(uri)}: {_one_line(e)}") from None
     return {
         "to": "mlflow",
