@@ -21,7 +21,7 @@ def speed_fit(
         None, help="A `dlperf scale` study (or use --csv).", show_default=False
     ),
     csv: Path = typer.Option(None, "--csv", help="A speed table or a Pollux trace CSV."),
-    model: str = typer.Option(..., "--model", help="optimus-sync | optimus-async | pollux."),
+    model: str = typer.Option(..., "--model", help="optimus-sync | optimus-async | pollux | ring."),
     where: list[str] = typer.Option(
         [],
         "--where",
@@ -42,7 +42,9 @@ def speed_fit(
     as_json: Json = False,
 ) -> None:
     """Fit a speed model to measured step times: Optimus's parameter-server models (θ ≥ 0 by
-    NNLS) or Pollux's (T_grad^γ + T_sync^γ)^(1/γ).
+    NNLS), Pollux's (T_grad^γ + T_sync^γ)^(1/γ) with its sync time α + β·(K − 2), or the
+    same with a ring all-reduce's sync time b·2(K − 1)/K + h·2(K − 1) (ring), which levels off
+    as the workers grow, as measured sync times do.
 
     A table has one row per configuration: workers, ps, nodes, global_batch, step_time_s,
     sync_time_s (Pollux's trace columns are read as they are). A study's finished runs give

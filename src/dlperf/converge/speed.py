@@ -14,6 +14,15 @@ with one (α_s, β_s) within a node and another across nodes; γ between 1 (no o
 compute and communication) and ∞ (perfect overlap). Fitted on log time, as the Pollux code
 does, to T_grad = step − sync time and to T_iter = step time.
 
+Ring (`ring`): Pollux's T_grad, γ and fit, with the sync time of a ring all-reduce over K
+workers (Patarasuk & Yuan 2009; NCCL's ring): every worker sends 2(K − 1)/K of the gradient
+bytes, in 2(K − 1) steps of one hop each,
+    T_sync = b·2(K − 1)/K + h·2(K − 1)    (0 when K = 1)
+with b = bytes/bandwidth and h the latency of one hop, one (b, h) within a node and another
+across nodes (the ring's slowest link sets every step). The bandwidth term tends to 2b as K
+grows, so the sync time levels off where Pollux's α_s + β_s·(K − 2) keeps rising: fitted to
+Pollux's placements of at most 4 GPUs, Pollux's form predicts 16 GPUs 103% too slow.
+
 Every fitted coefficient carries a 90% interval (linearised least squares: ±1.645 standard
 errors, on log θ for Pollux), or the reason the measurements cannot determine it (e.g. no
 study of 1 and 2 workers says anything of the sync time per worker beyond 2). A prediction
@@ -46,7 +55,9 @@ from dlperf.parsing import parse_numbers
 if TYPE_CHECKING:
     from dlperf.store import RunStore
 
-MODELS = ("optimus-sync", "optimus-async", "pollux")
+MODELS = ("optimus-sync", "optimus-async", "pollux", "ring")
+# The all-reduce models: compute time and a sync time by link, placed by workers and nodes.
+ALLREDUCE = ("pollux", "ring")
 # What a `dlperf scale` study varies besides the allocation; one speed model fits one setting.
 SETTINGS = ("comm", "strategy", "bucket_mb")
 
@@ -71,6 +82,15 @@ MEANINGS = {
         "beta_intra": "sync time within one node, per worker beyond 2 (s)",
         "alpha_inter": "sync time across nodes, fixed part (s)",
         "beta_inter": "sync time across nodes, per worker beyond 2 (s)",
+        "gamma": "overlap of compute and sync (1 none, larger more)",
+    },
+    "ring": {
+        "alpha_g": "gradient time, fixed part (s)",
+        "beta_g": "gradient time per sample of local batch (s)",
+        "bw_intra": "ring all-reduce within one node: bytes/bandwidth (s, ×2(K−1)/K)",
+        "hop_intra": "ring all-reduce within one node: latency of one hop (s, ×2(K−1))",
+        "bw_inter": "ring all-reduce across nodes: bytes/bandwidth (s, ×2(K−1)/K)",
+        "hop_inter": "ring all-reduce across nodes: latency of one hop (s, ×2(K−1))",
         "gamma": "overlap of compute and sync (1 none, larger more)",
     },
 }
@@ -135,7 +155,9 @@ class SpeedFit:
     def default_batch(self, workers: float) -> float:
         """The global batch to predict at when none is given: Optimus's models take a fixed
         global batch; Pollux's the usual per-worker batch on every worker."""
-        return self.typical_local_batch * workers if self.model == "pollux" else self.typical_batch
+        if self.model in ALLREDUCE:
+            return self.typical_local_batch * workers
+        return self.typical_batch
 
 
 def load_csv(path: Path) -> SpeedData:
@@ -226,7 +248,7 @@ def step_time(
     theta = np.array(list(fit.params.values()))
     if fit.model.startswith("optimus"):
         return np.asarray(_optimus_design(fit.model, w, p, m) @ theta)
-    return _pollux_time(theta, n, w, m / w)[1]
+    return _pollux_time(theta, n, w, m / w, fit.model)[1]
 
 
 def steps_per_second(fit: SpeedFit, workers: Any, global_batch: Any, ps: Any = 1.0) -> np.ndarray:
@@ -253,7 +275,7 @@ def _fitted(
         values, counts = np.unique(batch, return_counts=True)
         return float(values[np.argmax(counts)])
 
-    pollux = model == "pollux"
+    pollux = model in ALLREDUCE
     places = data.nodes if pollux else data.ps
     assert places is not None  # checked by the fit
     local = data.global_batch / data.workers
@@ -339,27 +361,46 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float]) -> SpeedFi
     )
 
 
+def _sync_terms(model: str, workers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What multiplies each of a link's two sync constants: Pollux's 1 and K − 2 (workers
+    beyond 2); a ring's 2(K − 1)/K (bandwidth) and 2(K − 1) (hops)."""
+    if model == "ring":
+        return 2 * (workers - 1) / workers, 2 * (workers - 1)
+    return np.ones_like(workers), np.maximum(workers - 2, 0)
+
+
 def _pollux_time(
-    theta: np.ndarray, nodes: np.ndarray, workers: np.ndarray, local: np.ndarray
+    theta: np.ndarray,
+    nodes: np.ndarray,
+    workers: np.ndarray,
+    local: np.ndarray,
+    model: str = "pollux",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(T_grad, T_iter) for each configuration."""
+    """(T_grad, T_iter) for each configuration, the sync time by `model`'s form."""
     a_g, b_g, a_in, b_in, a_out, b_out, gamma = theta
     t_grad = a_g + b_g * local
     across = nodes > 1
-    t_sync = np.where(across, a_out, a_in) + np.where(across, b_out, b_in) * np.maximum(
-        workers - 2, 0
-    )
+    first, second = _sync_terms(model, workers)
+    t_sync = np.where(across, a_out, a_in) * first + np.where(across, b_out, b_in) * second
     t_sync = np.where(workers > 1, t_sync, 0.0)
     return t_grad, (t_grad**gamma + t_sync**gamma) ** (1.0 / gamma)
 
 
-# Pollux's linear pairs a + b·x (x: the batch per worker for T_grad, the workers beyond 2 for
-# each link's sync time) and where the runs must be that vary x.
-PAIRS = (
-    ("alpha_g", "beta_g", "at 2 or more batch sizes per worker"),
-    ("alpha_intra", "beta_intra", "on one node"),
-    ("alpha_inter", "beta_inter", "across nodes"),
-)
+# Each all-reduce model's pairs of constants a, b and where the runs must be that tell them
+# apart: T_grad's a + b·x (x the batch per worker), then each link's sync constants (Pollux:
+# a + b·x, x the workers beyond 2; ring: a·2(K − 1)/K + b·2(K − 1), x the workers K).
+PAIRS = {
+    "pollux": (
+        ("alpha_g", "beta_g", "at 2 or more batch sizes per worker"),
+        ("alpha_intra", "beta_intra", "on one node"),
+        ("alpha_inter", "beta_inter", "across nodes"),
+    ),
+    "ring": (
+        ("alpha_g", "beta_g", "at 2 or more batch sizes per worker"),
+        ("bw_intra", "hop_intra", "on one node"),
+        ("bw_inter", "hop_inter", "across nodes"),
+    ),
+}
 
 
 @dataclass
@@ -375,41 +416,61 @@ class _Pair:
         return (self.a and (self.b or x == 0)) or x in self.seen
 
 
-def _pair(seen: set[float], fixed_a: bool, fixed_b: bool) -> _Pair:
+def _pair(seen: set[float], fixed_a: bool, fixed_b: bool, ring: bool = False) -> _Pair:
+    """Pollux's a + b·x: a alone at x = 0. A ring's two terms are both nonzero at every K ≥ 2,
+    so one worker count tells only their sum there."""
+    if ring:
+        a = fixed_a or len(seen) >= 2 or (fixed_b and bool(seen))
+        b = fixed_b or len(seen) >= 2 or (fixed_a and bool(seen))
+        return _Pair(seen, a, b)
     a = fixed_a or len(seen) >= 2 or (fixed_b and bool(seen)) or seen == {0.0}
     b = fixed_b or len(seen) >= 2 or (fixed_a and any(x > 0 for x in seen))
     return _Pair(seen, a, b)
 
 
-def _pollux_pairs(data: SpeedData, fixed: dict[str, float]) -> dict[str, _Pair]:
+def _link_x(model: str, workers: np.ndarray) -> np.ndarray:
+    """The x of a link's sync pair: Pollux's workers beyond 2, a ring's workers."""
+    return workers if model == "ring" else np.maximum(workers - 2, 0)
+
+
+def _pollux_pairs(data: SpeedData, fixed: dict[str, float], model: str) -> dict[str, _Pair]:
     """Each pair's status, by the name of its a: x is the batch per worker for T_grad, and
-    workers beyond 2 for the sync time of runs on one node and across nodes."""
+    `_link_x` of the workers for the sync time of runs on one node and across nodes."""
     assert data.nodes is not None
     n, w = data.nodes, data.workers
-    beyond = np.maximum(w - 2, 0)
-    xs = {
-        "alpha_g": data.global_batch / w,
-        "alpha_intra": beyond[(w > 1) & (n == 1)],
-        "alpha_inter": beyond[n > 1],
+    x = _link_x(model, w)
+    grad, intra, inter = PAIRS[model]
+    xs = {grad[0]: data.global_batch / w, intra[0]: x[(w > 1) & (n == 1)], inter[0]: x[n > 1]}
+    return {
+        a: _pair(set(xs[a].tolist()), a in fixed, b in fixed, model == "ring" and a != grad[0])
+        for a, b, _ in PAIRS[model]
     }
-    return {a: _pair(set(xs[a].tolist()), a in fixed, b in fixed) for a, b, _ in PAIRS}
 
 
-def _pollux_undetermined(pairs: dict[str, _Pair], gamma: bool) -> dict[str, str]:
+def _pollux_undetermined(pairs: dict[str, _Pair], gamma: bool, model: str) -> dict[str, str]:
     """Why each coefficient the measurements leave open is open (γ: whether any run had
     several workers, or γ was fixed)."""
     why: dict[str, str] = {}
-    for a, b, where in PAIRS:
+    for a, b, where in PAIRS[model]:
         pair = pairs[a]
         if pair.a and pair.b:
             continue
         # Open pairs were measured at one x at most (two determine both terms).
-        if not pair.seen:
+        if not pair.seen and model == "ring" and a != "alpha_g":
+            opened = dict.fromkeys((a, b), f"at 2 or more worker counts {where}")
+        elif not pair.seen:
             runs = "with 2 or more workers on one node" if a == "alpha_intra" else where
             opened = {a: runs, b: f"with 3 or more workers {where}"}
         elif a == "alpha_g":
             (batch,) = pair.seen
             text = f"{where} (all at {batch:g}; only their sum there is known)"
+            opened = {a: text, b: text}
+        elif model == "ring":
+            (workers,) = pair.seen
+            text = (
+                f"at 2 or more worker counts {where} (all at {workers:g} workers: the sync time "
+                "there is known, not how it splits between bandwidth and per-hop latency)"
+            )
             opened = {a: text, b: text}
         else:
             (beyond,) = pair.seen
@@ -425,26 +486,29 @@ def _pollux_undetermined(pairs: dict[str, _Pair], gamma: bool) -> dict[str, str]
     return why
 
 
-def fit_pollux(data: SpeedData, fixed: dict[str, float]) -> SpeedFit:
+def fit_pollux(data: SpeedData, fixed: dict[str, float], model: str = "pollux") -> SpeedFit:
+    """Pollux's model, or with `model` "ring" its sync time as a ring all-reduce's."""
     if data.nodes is None or data.sync_time is None:
         raise UserError(
-            "pollux needs 'nodes' and 'sync_time_s' for every measurement",
+            f"{model} needs 'nodes' and 'sync_time_s' for every measurement",
             "a Pollux trace, or a `dlperf scale` study that timed compute on its own",
         )
     n, w = data.nodes, data.workers
-    names = list(MEANINGS["pollux"])
-    pairs = _pollux_pairs(data, fixed)
+    names = list(MEANINGS[model])
+    pairs = _pollux_pairs(data, fixed, model)
     several = bool(np.any(w > 1))
-    undetermined = _pollux_undetermined(pairs, several or "gamma" in fixed)
+    undetermined = _pollux_undetermined(pairs, several or "gamma" in fixed, model)
     # A coefficient no row informs stays where it starts: a fitted value would be noise.
     informed = {"alpha_g": True, "beta_g": True, "gamma": several}
-    for a, b, _ in PAIRS[1:]:  # a link's sync time: runs on it, and beyond 2 workers
-        informed |= {a: bool(pairs[a].seen), b: any(x > 0 for x in pairs[a].seen)}
+    for a, b, _ in PAIRS[model][1:]:
+        # A link's sync time: runs on it (Pollux's b: beyond 2 workers; a ring's hops: any).
+        seen = pairs[a].seen
+        informed |= {a: bool(seen), b: bool(seen) if model == "ring" else any(x > 0 for x in seen)}
     free = np.array([informed[k] and k not in fixed for k in names])
     if len(data) < free.sum():
         raise UserError(
             f"{len(data)} measurements are too few for the {int(free.sum())} coefficients of "
-            "pollux they determine",
+            f"{model} they determine",
             "measure more worker counts or batch sizes",
         )
     local = data.global_batch / w
@@ -459,8 +523,10 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float]) -> SpeedFit:
     # A start inside the bounds even when no sync time was exposed (fully overlapped).
     sync0 = float(np.median(data.sync_time[w > 1])) if several else 0.0
     sync0 = max(sync0, 1e-3 * float(np.median(data.step_time)))
-    start = np.array([max(a_g, 1e-4), max(b_g, 1e-6), sync0, sync0 / 10, sync0, sync0 / 10, 1.5])
-    for name in ("beta_intra", "beta_inter"):
+    # A ring's hops start small: its bandwidth term is most of a measured sync time.
+    per = sync0 / (100 if model == "ring" else 10)
+    start = np.array([max(a_g, 1e-4), max(b_g, 1e-6), sync0, per, sync0, per, 1.5])
+    for _, name, _ in PAIRS[model][1:]:
         if not informed[name]:
             start[names.index(name)] = 0.0  # no row beyond 2 workers: no per-worker term seen
     theta = np.array([fixed.get(k, v) for k, v in zip(names, start, strict=True)])
@@ -473,7 +539,7 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float]) -> SpeedFit:
         return out
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        t_grad, t_iter = _pollux_time(full(x), n, w, local)
+        t_grad, t_iter = _pollux_time(full(x), n, w, local, model)
         return np.concatenate([np.log(t_grad / grad), np.log(t_iter / data.step_time)])
 
     x0 = np.clip(theta[free], lower, upper)
@@ -482,10 +548,12 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float]) -> SpeedFit:
     notes = []
     # A link never measured stays undetermined, but those who read only the values (e.g.
     # `converge plan`) get the measured link's constants rather than start values.
+    _, (a_intra, b_intra, _), (a_inter, b_inter, _) = PAIRS[model]
+    links = {"intra": (a_intra, b_intra), "inter": (a_inter, b_inter)}
     for link, other in (("inter", "intra"), ("intra", "inter")):
-        if pairs[f"alpha_{link}"].seen or not pairs[f"alpha_{other}"].seen:
+        if pairs[links[link][0]].seen or not pairs[links[other][0]].seen:
             continue
-        copied = [k for k in (f"alpha_{link}", f"beta_{link}") if k not in fixed]
+        copied = [k for k in links[link] if k not in fixed]
         for name in copied:
             theta[names.index(name)] = theta[names.index(name.replace(link, other))]
         if copied:
@@ -494,9 +562,9 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float]) -> SpeedFit:
     undetermined |= barely
     return _fitted(
         data,
-        "pollux",
+        model,
         theta,
-        _pollux_time(theta, n, w, local)[1],
+        _pollux_time(theta, n, w, local, model)[1],
         converged=bool(result.success),
         message=str(result.message),
         notes=notes,
@@ -516,8 +584,13 @@ def _log_intervals(
     """90% intervals of the free, determined coefficients from the Jacobian at the solution,
     on log θ (so they stay positive and hold their point): θ·exp(±1.645·se(log θ)); and the
     coefficients the measured step times barely depend on (an interval wider than a factor
-    of 10^6 either way, or a direction the residuals do not see at all), with why."""
-    jac = np.asarray(result.jac) * theta[free]  # d residual / d log θ
+    of 10^6 either way, or a direction the residuals do not see at all), with why.
+    A coefficient held at its lower bound (e.g. a ring's hop latency the data put at 0) has
+    no log to take: its interval is [bound, θ + 1.645·se(θ)], on θ itself."""
+    # Active at its lower bound: the point lies on the bound, not inside it.
+    pinned = np.asarray(result.active_mask) < 0
+    # d residual / d log θ, and d residual / d θ for the pinned ones.
+    jac = np.asarray(result.jac) * np.where(pinned, 1.0, theta[free])
     dof = len(result.fun) - int(free.sum())
     out: dict[str, list[float] | None] = {}
     barely: dict[str, str] = {}
@@ -536,6 +609,9 @@ def _log_intervals(
             out[name] = None
             continue
         half = Z90 * math.sqrt(float(result.fun @ result.fun) / dof * var[j])
+        if pinned[j] and math.isfinite(half):
+            out[name] = [value, min(value + half, 10.0) if name == "gamma" else value + half]
+            continue
         if not half <= math.log(1e6):
             barely[name] = f"{UNDETERMINED}in which it moves the step time (these barely do)"
             continue
@@ -594,7 +670,9 @@ def fit(data: SpeedData, model: str, fixed: dict[str, float] | None = None) -> S
         low = 1.0 if name == "gamma" else 0.0
         if not value >= low:
             raise UserError(f"--fix: {name} must be ≥ {low:g}, got {value:g}")
-    return fit_pollux(data, fixed) if model == "pollux" else fit_optimus(data, model, fixed)
+    if model in ALLREDUCE:
+        return fit_pollux(data, fixed, model)
+    return fit_optimus(data, model, fixed)
 
 
 def _matches(value: Any, wanted: str) -> bool:
@@ -636,7 +714,7 @@ def from_study(store: RunStore, study_id: int, where: dict[str, str] | None = No
 
 def config_keys(model: str) -> tuple[str, str, str]:
     """What places a configuration: Optimus's models count parameter servers, Pollux's nodes."""
-    return ("workers", "nodes", "batch") if model == "pollux" else ("workers", "ps", "batch")
+    return ("workers", "nodes", "batch") if model in ALLREDUCE else ("workers", "ps", "batch")
 
 
 # What a prediction beyond the measured range of each key takes for granted, by model family.
@@ -650,6 +728,14 @@ ASSUMES = {
         "workers": "that sync time grows linearly with the workers beyond 2 and overlaps "
         "compute as measured (γ)",
         "nodes": "that the across-node constants hold for any number of nodes",
+        "batch per worker": "that gradient time stays linear in the batch per worker "
+        "(α_g + β_g·m: no memory limit, no change of kernels)",
+    },
+    "ring": {
+        "workers": "that sync time follows a ring all-reduce (the fitted bandwidth time "
+        "×2(K−1)/K plus the fitted hop latency ×2(K−1)) and overlaps compute as measured (γ)",
+        "nodes": "that the across-node constants hold for any number of nodes (one ring "
+        "through every node's link)",
         "batch per worker": "that gradient time stays linear in the batch per worker "
         "(α_g + β_g·m: no memory limit, no change of kernels)",
     },
@@ -676,15 +762,15 @@ def rests_on(fit: SpeedFit, at: dict[str, float], data: SpeedData | None = None)
             return []
         return [names[i] for i, v in zip(free, row, strict=True)
                 if names[i] in fit.undetermined and v != 0]  # fmt: skip
-    assert data is not None  # a Pollux fit's callers have its data
+    assert data is not None  # a Pollux or ring fit's callers have its data
     w, local = at["workers"], at["batch"] / at["workers"]
-    pairs = _pollux_pairs(data, fit.fixed)
+    pairs = _pollux_pairs(data, fit.fixed, fit.model)
     several = bool(np.any(data.workers > 1)) or "gamma" in fit.fixed
-    structural = _pollux_undetermined(pairs, several)
+    structural = _pollux_undetermined(pairs, several, fit.model)
     needed = [("alpha_g", "beta_g", local)]
     if w > 1:
-        link = "intra" if at["nodes"] == 1 else "inter"
-        needed.append((f"alpha_{link}", f"beta_{link}", max(w - 2, 0)))
+        a, b, _ = PAIRS[fit.model][1 if at["nodes"] == 1 else 2]
+        needed.append((a, b, float(_link_x(fit.model, np.array(w)))))
     missing = ["gamma"] if w > 1 and "gamma" in structural else []
     for a, b, x in needed:
         if not pairs[a].known_at(x):
