@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from dlperf.data import ImageData, Split
-from dlperf.engine.checks import check_classes, check_classifier
+from dlperf.engine.checks import check_classes, check_classifier, dry_forward
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -46,6 +46,12 @@ class Pair(nn.Module):
         return y, y
 
 
+# Scores alone in eval mode, auxiliary outputs too in training mode (as googlenet).
+class Auxiliary(Pair):
+    def forward(self, x):
+        return super().forward(x) if self.training else self.fc(x.flatten(1))
+
+
 class Labels(nn.Module):
     def __init__(self, num_classes):
         super().__init__()
@@ -69,6 +75,10 @@ def feature_map(in_channels, **kw):
 
 def pair(num_classes, **kw):
     return Pair(num_classes)
+
+
+def auxiliary(num_classes, **kw):
+    return Auxiliary(num_classes)
 
 
 def labels(num_classes, **kw):
@@ -125,6 +135,10 @@ def _one_line(result: CliResult, store: RunStore) -> str:
         ("feature_map", f"model 'net.py:feature_map' returns shape [2, 10, 6, 6]; {EXPECTED}"),
         ("pair", f"model 'net.py:pair' returns a tuple, not a tensor; {EXPECTED}"),
         ("labels", "model 'net.py:labels' returns torch.int64 values; expected float scores"),
+        (
+            "auxiliary",
+            f"model 'net.py:auxiliary' returns in training mode a tuple, not a tensor; {EXPECTED}",
+        ),
         ("no_parameters", "model 'net.py:no_parameters' has no parameters to train"),
     ],
 )
@@ -225,3 +239,17 @@ def test_check_classifier_takes_a_fitting_model() -> None:
     model.requires_grad_(False)  # every weight frozen: nothing would train
     with pytest.raises(UserError, match="has no parameters to train"):
         check_classifier(model, model(torch.zeros(2, 4)), 10, "m")
+
+
+def test_the_training_mode_forward_leaves_the_model_as_it_was() -> None:
+    """Its batch-norm statistics and count are put back: the run starts from the model it
+    built, whatever the check ran."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(3))
+    dry_forward(model, (1, 6, 6), "rejects")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    output = dry_forward(model, (1, 6, 6), "rejects", training=True)
+    assert isinstance(output, torch.Tensor) and output.shape == (2, 3)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "buffers moved"
+    assert not model.training

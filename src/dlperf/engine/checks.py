@@ -19,13 +19,19 @@ DRY_BATCH = 2  # images in the dry forward
 
 
 def dry_forward(
-    model: nn.Module, shape: Sequence[int], rejects: str, device: torch.device | None = None
+    model: nn.Module,
+    shape: Sequence[int],
+    rejects: str,
+    device: torch.device | None = None,
+    training: bool = False,
 ) -> object:
     """One forward of two zero images of `shape`, in eval mode and without gradients: sizes
     lazy layers (neither the optimizer nor the exporter can use uninitialised parameters) and
     turns a model that rejects the shape into the error "`rejects`: first line of the cause".
-    Returns what the model returned."""
-    model.eval()
+    Returns what the model returned. `training`: in training mode, on a model sized by a
+    forward before, its buffers (batch-norm statistics) put back after; left in eval mode."""
+    saved = [(b, b.clone()) for b in model.buffers()] if training else []
+    model.train(training)
     try:
         with torch.no_grad():
             return model(torch.zeros(DRY_BATCH, *shape, device=device))
@@ -38,6 +44,11 @@ def dry_forward(
                 "a smaller model or input, or a device with more memory",
             ) from None
         raise UserError(f"{rejects}: {first}") from None
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+        model.eval()
 
 
 # What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
@@ -68,27 +79,32 @@ def check_batch_fits(batch_size: int, data: ImageData) -> None:
         )
 
 
-def check_classifier(model: nn.Module, output: object, classes: int, what: str) -> None:
-    """`model` (`what`, as the user named it), whose dry forward gave `output`, must train as
-    a classifier of `classes` classes: one float score per class for each of the
-    DRY_BATCH images, and parameters to train. Said here, before anything is recorded,
-    rather than as the loss's or the optimizer's traceback at the first step."""
+def check_classifier(
+    model: nn.Module, output: object, classes: int, what: str, mode: str = ""
+) -> None:
+    """`model` (`what`, as the user named it), whose dry forward gave `output` (in `mode`,
+    where that is said: "in training mode"), must train as a classifier of `classes` classes:
+    one float score per class for each of the DRY_BATCH images, and parameters to train.
+    Said here, before anything is recorded, rather than as the loss's or the optimizer's
+    traceback at the first step."""
     expected = [DRY_BATCH, classes]
     size = f"a classifier's scores, shape [batch, classes]: {expected} for {DRY_BATCH} images"
+    returns = f"model {what} returns{f' {mode}' if mode else ''}"
     if not isinstance(output, torch.Tensor):
         raise UserError(
-            f"model {what} returns a {type(output).__name__}, not a tensor; expected {size}",
-            "return the class scores alone",
+            f"{returns} a {type(output).__name__}, not a tensor; expected {size}",
+            "return the class scores alone (torchvision's googlenet and inception_v3: "
+            "model.kwargs.aux_logits = false)",
         )
     if list(output.shape) != expected:
         raise UserError(
-            f"model {what} returns shape {list(output.shape)}; expected {size}",
+            f"{returns} shape {list(output.shape)}; expected {size}",
             f"end the model in one score per class ({classes}); a factory that takes "
             "num_classes gets the data's count",
         )
     if not output.is_floating_point():
         raise UserError(
-            f"model {what} returns {output.dtype} values; expected float scores (logits)",
+            f"{returns} {output.dtype} values; expected float scores (logits)",
             "return the scores before any argmax or rounding",
         )
     if not any(p.requires_grad for p in model.parameters()):

@@ -133,8 +133,13 @@ def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch
         exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
     )
     rejects = f"the model rejects {data.name} images of shape {data.shape}"
+    name = f"'{exp.model.name}'"
     output = dry_forward(model.to(device), data.shape, rejects, device)
-    check_classifier(model, output, data.num_classes, f"'{exp.model.name}'")
+    check_classifier(model, output, data.num_classes, name)
+    # What the training step sees: some models (torchvision's googlenet and inception_v3)
+    # return more than their scores in training mode only.
+    output = dry_forward(model, data.shape, rejects, device, training=True)
+    check_classifier(model, output, data.num_classes, name, "in training mode")
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
     return model
 
