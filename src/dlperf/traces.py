@@ -16,6 +16,12 @@ whichever thread runs them: gloo runs each all-reduce on a thread of its own). C
 every other operator or kernel. Overlap is measured on the wall clock of each step: the union
 of computation intervals, of communication intervals, their intersection, and the rest of the
 step (idle: waiting, Python, the framework's own work).
+
+A trace is read within bounds whatever the file holds: at most `MAX_TRACE_MB` of JSON (a
+small gzip can hold gigabytes), and without recursion limits (json's parser recurses once a
+level, and a document nested 100,000 deep stops it): the events are parsed one at a time,
+and a value nested deeper than json's parser reaches is skipped, counting brackets, rather
+than built.
 """
 
 from __future__ import annotations
@@ -23,7 +29,10 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import re
+import zlib
 from collections import defaultdict
+from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +49,9 @@ STEP_PREFIX = "ProfilerStep#"
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "ncclDevKernel", "ncclKernel")
+# The most JSON a trace may hold, decompressed. dlperf's profiled window (a few steps) writes
+# a few MiB on a CPU and tens on a GPU with stacks; a larger trace is read in the viewers.
+MAX_TRACE_MB = 256
 
 
 @dataclass(frozen=True)
@@ -157,19 +169,174 @@ class TraceSummary:
 
 def load(path: Path) -> list[Event]:
     """The complete events of a trace file; UserError when it is not a readable trace."""
+    text = _text(path)
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        document = json.loads(raw)
-        events = document["traceEvents"] if isinstance(document, dict) else document
-        complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
+        complete = (
+            e for e in _elements(text) if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e
+        )
         return [_event(item) for item in complete]
-    except (OSError, EOFError, ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:
         raise UserError(f"cannot read the trace {path}: {err}") from None
 
 
+def _text(path: Path) -> str:
+    """The trace's JSON text, decompressed if gzipped, refused past MAX_TRACE_MB."""
+    limit = MAX_TRACE_MB * 2**20
+    try:
+        with path.open("rb") as f:
+            zipped = f.read(2) == b"\x1f\x8b"
+            f.seek(0)
+            stream = gzip.GzipFile(fileobj=f) if zipped else f
+            raw = stream.read(limit + 1)  # never more than the cap, whatever it unpacks to
+        if len(raw) > limit:
+            held = "decompresses to" if zipped else "holds"
+            raise UserError(
+                f"the trace {path} {held} more than {MAX_TRACE_MB} MiB of JSON, the most dlperf "
+                "reads",
+                "open it in ui.perfetto.dev, or profile fewer steps: run.profile.active",
+            )
+        return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except (OSError, EOFError, zlib.error, ValueError) as err:
+        raise UserError(f"cannot read the trace {path}: {err}") from None
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+# What a deep value is skipped by: a string whole, a run of brackets, a run of anything else.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[{]+|[\]}]+|[^"\[\]{}]+')
+
+
+class _Deep:
+    """A value nested deeper than json's parser reaches, skipped rather than built."""
+
+    def __repr__(self) -> str:
+        return "a value nested too deep"
+
+
+_DEEP = _Deep()
+
+
+def _space(text: str, pos: int) -> int:
+    return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # matches the empty string
+
+
+def _expect(text: str, pos: int, char: str) -> int:
+    """The index after `char` at `pos` (after whitespace); ValueError if it is not there."""
+    pos = _space(text, pos)
+    if not text.startswith(char, pos):
+        found = repr(text[pos]) if pos < len(text) else "the end"
+        raise ValueError(f"expected {char!r} at character {pos}, found {found}")
+    return _space(text, pos + 1)
+
+
+def _skip(text: str, pos: int) -> int:
+    """The index after the container at `pos`, found by counting brackets (no recursion)."""
+    depth = 0
+    for token in _TOKEN.finditer(text, pos):
+        kind = token.group()[0]
+        if kind in "[{":
+            depth += len(token.group())
+        elif kind in "]}":
+            if depth <= len(token.group()):
+                return token.start() + depth
+            depth -= len(token.group())
+    raise ValueError(f"unterminated value from character {pos}")
+
+
+def _value(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value at `pos` (json's own parser) and the index after it; _DEEP for a value
+    nested deeper than that parser recurses."""
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except RecursionError:
+        return _DEEP, _skip(text, pos)
+
+
+def _key(text: str, pos: int) -> tuple[str, int]:
+    """An object's key at `pos` and the index after its colon."""
+    key, pos = _DECODER.raw_decode(text, pos)
+    if not isinstance(key, str):
+        raise ValueError(f"an object's key is {key!r:.40}, not a string")
+    return key, _expect(text, pos, ":")
+
+
+def _open(text: str, pos: int, opening: str) -> tuple[bool, int]:
+    """Into the container opening at `pos`: (True, the index after it) if it is empty, else
+    (False, its first member's start)."""
+    pos = _expect(text, pos, opening)
+    closing = "]" if opening == "[" else "}"
+    return (True, pos + 1) if text.startswith(closing, pos) else (False, pos)
+
+
+def _next(text: str, pos: int, closing: str) -> tuple[bool, int]:
+    """Past a member: (True, the index after the container) at its end, else (False, the
+    next member's start)."""
+    pos = _space(text, pos)
+    if text.startswith(closing, pos):
+        return True, pos + 1
+    return False, _expect(text, pos, ",")
+
+
+def _entry(text: str, pos: int) -> tuple[Any, int]:
+    """An element of the event array: like `_value`, but an object too deep to parse whole
+    keeps its shallow fields (one deep `args` costs an event its correlation, not its time)."""
+    value, end = _value(text, pos)
+    if value is not _DEEP or not text.startswith("{", pos):
+        return value, end
+    fields: dict[str, Any] = {}
+    done, pos = _open(text, pos, "{")
+    while not done:
+        key, pos = _key(text, pos)
+        fields[key], pos = _value(text, pos)
+        done, pos = _next(text, pos, "}")
+    return fields, pos
+
+
+def _array(text: str, pos: int) -> Generator[Any, None, int]:
+    """The elements of the array at `pos`, one at a time; returns the index after it."""
+    done, pos = _open(text, pos, "[")
+    while not done:
+        element, pos = _entry(text, pos)
+        yield element
+        done, pos = _next(text, pos, "]")
+    return pos
+
+
+def _elements(text: str) -> Iterator[Any]:
+    """The trace's events, one at a time: the "traceEvents" array of a JSON object (its other
+    keys skipped unread), or a bare JSON array, as Chrome's trace format allows."""
+    pos = _space(text, 0)
+    if text.startswith("[", pos):
+        pos = yield from _array(text, pos)
+    else:
+        found = False
+        done, pos = _open(text, pos, "{")
+        while not done:
+            key, pos = _key(text, pos)
+            if key == "traceEvents":
+                found = True
+                pos = yield from _array(text, pos)
+            else:
+                pos = _value(text, pos)[1]
+            done, pos = _next(text, pos, "}")
+        if not found:
+            raise KeyError("traceEvents")
+    if _space(text, pos) != len(text):
+        raise ValueError(f"extra data after the trace at character {pos}")
+
+
 def _event(item: dict[str, Any]) -> Event:
+    """An event from its JSON object; ValueError for fields of the wrong kind (a name that
+    is a list would be drawn as one, and a list as a thread cannot be looked up)."""
+    scalars = (str, int, float, bool, type(None))
+    for key in ("name", "cat", "pid", "tid"):
+        if not isinstance(item.get(key), scalars):
+            raise ValueError(f"an event's {key!r} is {type(item[key]).__name__}, not a scalar")
+    for key in ("ts", "dur"):  # a number, or a string of one (float() reads it)
+        if isinstance(item.get(key), bool) or not isinstance(item.get(key), (int, float, str)):
+            raise ValueError(f"an event's {key!r} is {item.get(key)!r:.40}, not a number")
+    args = item.get("args")
+    correlation = args.get("correlation") if isinstance(args, dict) else None
     start = float(item["ts"])
     return Event(
         name=str(item.get("name", "")),
@@ -177,7 +344,7 @@ def _event(item: dict[str, Any]) -> Event:
         thread=(item.get("pid"), item.get("tid")),
         start=start,
         end=start + float(item["dur"]),
-        correlation=(item.get("args") or {}).get("correlation"),
+        correlation=correlation if isinstance(correlation, int) else None,
     )
 
 

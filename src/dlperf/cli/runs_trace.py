@@ -14,7 +14,7 @@ from dlperf.errors import UserError
 def runs_trace(
     run_id: int = typer.Argument(..., help="Run ID.", show_default=False),
     rank: int = typer.Option(None, "--rank", help="One rank of a scaling point (default: all)."),
-    top: int = typer.Option(15, "--top", help="Operators to list, by self time.", min=1),
+    top: int = typer.Option(15, "--top", help="Operators to list, by self time."),
     as_json: Json = False,
 ) -> None:
     """Summarise a run's profiler trace: its phases, and its top operators by self time with
@@ -27,6 +27,8 @@ def runs_trace(
     """
     from dlperf import traces
 
+    if top < 1:  # said here, in one line: Click's own range check prints its usage block
+        raise UserError(f"--top must be at least 1, got {top}", "e.g. --top 15")
     store = open_store()
     paths = traces.run_traces(store, run_id)
     if rank is not None:

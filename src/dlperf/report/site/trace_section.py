@@ -14,15 +14,21 @@ TOP = 10  # operators shown per trace; `dlperf runs trace RUN --top N` lists mor
 
 
 def trace_section(store: RunStore, run: RunRecord) -> str:
-    """The section's HTML; empty when the run has no trace."""
+    """The section's HTML; empty when the run has no trace. A trace deleted, damaged or too
+    large since costs its own tables, said in a note: the rest of the report is drawn."""
     if not traces.has_trace(store, run.id):
         return ""
     parts = ["<h2>Profiler trace</h2>"]
     try:
-        summaries = [traces.summarise(p) for p in traces.run_traces(store, run.id)]
-    except UserError as e:  # a trace deleted or damaged since: say so, draw the rest
+        paths = traces.run_traces(store, run.id)
+    except UserError as e:
         return "".join([*parts, f'<p class="note">{esc(e)}</p>'])
-    for s in summaries:
+    for path in paths:
+        try:
+            s = traces.summarise(path)
+        except UserError as e:
+            parts.append(f'<p class="note">{esc(e)}</p>')
+            continue
         phases = s.phase_table()
         parts.append(
             f'<p class="note">{esc(phases.title)} (open it in ui.perfetto.dev or '
