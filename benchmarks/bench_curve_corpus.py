@@ -1,234 +1,262 @@
-"""Predicting when a learning curve reaches a target from its first 30% or 50%, on real curves.
+"""Predicting when a learning curve reaches a target from its first 30% or 50%, on curves the
+predictor was not tuned on.
 
-The curves: the corpus of make_curve_corpus.py (benchmarks/data/curve_corpus.json: small
-networks on digits and mnist5k, trained by dlperf's engine over learning rates, schedules,
-batch sizes, momentum and augmentation) and Pollux's ResNet-18/CIFAR-10 traces at batch 128,
-512 and 2048 (examples/pollux, the copies of ../shared/data/pollux the repository ships). For
-every curve, with the first 30% and 50% of its epochs seen (the horizon h is the last epoch
-seen), the targets are the best accuracy up to epoch 1.2h, 1.5h and 2h (each kept when it is
-first reached after h) and one never reached (half way from the curve's best to 1). Per
-method, cut and target group:
+The curves, in groups that never mix:
+- the public corpus (benchmarks/data/public_curves.json: per-epoch curves logged by other
+  people, with their source repository), split BY SOURCE: a source tunes the predictor when
+  the first hex digit of sha256(source id) is below 5 (5 of 16, about a third), otherwise
+  it is held out. The rule was fixed before any result was seen; a source is never both;
+- the project's own corpus (benchmarks/data/curve_corpus.json, make_curve_corpus.py) and
+  Pollux's ResNet-18/CIFAR-10 traces (examples/pollux): held out, never tuned on.
 
-- median |error| % of the predicted epoch against the first epoch measured at the target,
-  over the predictions that commit to an epoch;
-- coverage: the share of 90% intervals holding the measured epoch;
-- sharpness: the median of upper ÷ lower end of the interval;
-- cannot tell: the share of answers that decline (dlperf's ensemble: "cannot tell", with its
-  reason; the floors and curve fits: "unreachable");
-- seconds per curve: the fit and the predictions of all its targets at one cut (median).
+For every curve, with the first 30% and 50% of its epochs seen (the horizon h), the targets
+are the best value up to 1.2h, 1.5h and 2h (each kept when first reached after h) and one
+never reached (half way from the curve's best accuracy to 1, or half its best loss). Per group
+and cut: median |error| % of the predicted epoch over the answers; 90% coverage over the
+answers; sharpness, the median upper ÷ lower end (∞ for an open upper end); cannot tell, the
+share of reached targets without an answer (all are reached within 2h); never: given an
+epoch, the share of never-reached targets answered with an epoch inside the curve; zero
+width and open above, shares of the intervals; seconds per curve (fit and all its targets).
 
-Never-reached targets count as right when a method declines or predicts an epoch past the
-curve's end. The methods, side by side in one run: dlperf's ensemble (now, and with the
-settings it had before issue 29), dlperf's Optimus least squares with bootstrap intervals,
-a plain scipy `curve_fit` of the Optimus form, linear extrapolation of the window's last
-third, and the last value (the curve stays where it is: never reaches a higher target).
-The ensemble's settings were chosen on the even-numbered curves (sorted by name); the table
-shows the odd-numbered ones apart, to see whether that choice overfits.
+The ensemble's split-conformal constants (ensemble.CALIBRATION) come from the tuning
+sources: the uncalibrated ensemble's intervals are scored there and the benchmark prints the
+constants they give; with `--calibrate` it prints only those (no table, nothing saved).
+
+    nice -n 5 python benchmarks/bench_curve_corpus.py
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import curve_fit
 
 from benchlib import save, table
 from dlperf.converge import curve, ensemble
 
 ROOT = Path(__file__).resolve().parent
-CORPUS = ROOT / "data" / "curve_corpus.json"
+PUBLIC = ROOT / "data" / "public_curves.json"
+OWN = ROOT / "data" / "curve_corpus.json"
 POLLUX = ROOT.parent / "examples" / "pollux"  # the copies the repository ships
 FRACTIONS = (0.3, 0.5)
 MULTIPLES = (1.2, 1.5, 2.0)
-MIN_EPOCHS = 10
+MIN_EPOCHS = 14  # 30% of them: the 4 points a 3-parameter fit needs
+LEVEL = 0.9  # the intervals' nominal coverage
 
 
 @dataclass
-class Answer:
-    predicted: float | None  # epoch; None: declined (cannot tell, or unreachable)
-    interval: tuple[float, float] | None = None
+class Curve:
+    group: str  # "held out", "tuning" (public sources), "own", "pollux"
+    source: str
+    metric: str  # "accuracy" or "loss"
+    epochs: np.ndarray
+    values: np.ndarray
+    val_size: int | None
+    kind: dict[str, str]  # schedule, optimizer, validation-set size
 
 
 @dataclass
 class Case:
     curve: str
-    held_out: bool  # an odd-numbered curve: not used to choose the ensemble's settings
     fraction: float
     multiple: float | None  # None: a target never reached
     horizon: float
     target: float
     actual: float | None
-    last_epoch: float
 
 
-def load() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """name → (epochs, validation accuracy)."""
-    found = {
-        name: (np.array(c["epochs"], float), np.array(c["val_acc1"], float))
-        for name, c in json.loads(CORPUS.read_text())["curves"].items()
-    }
+def tuning(source: str) -> bool:
+    """The fixed split: about a third of the public sources tune, by a hash of the id."""
+    return int(hashlib.sha256(source.encode()).hexdigest()[0], 16) < 5
+
+
+def size_kind(n: int | None) -> str:
+    if n is None:
+        return "val size unknown"
+    return "val < 1,000" if n < 1000 else "val 1,000-9,999" if n < 10_000 else "val ≥ 10,000"
+
+
+def load() -> dict[str, Curve]:
+    found: dict[str, Curve] = {}
+    if PUBLIC.exists():
+        for name, c in json.loads(PUBLIC.read_text())["curves"].items():
+            metric = "accuracy" if c["metric"] == "val_acc1" else "loss"
+            n = c.get("val_size") if metric == "accuracy" else None
+            found[name] = Curve(
+                "tuning" if tuning(c["source"]) else "held out", c["source"], metric,
+                np.array(c["epochs"], float), np.array(c["values"], float), n,
+                {"schedule": c["schedule"], "optimizer": c["optimizer"], "size": size_kind(n)},
+            )  # fmt: skip
+    for name, c in json.loads(OWN.read_text())["curves"].items():
+        acc = np.array(c["val_acc1"], float)
+        n = ensemble.val_size(acc)
+        schedule = c["config"]["train"]["schedule"]["kind"]
+        found[f"own/{name}"] = Curve("own", "own corpus", "accuracy", np.array(c["epochs"], float),
+                                     acc, n, {"schedule": schedule, "optimizer": "sgd",
+                                              "size": size_kind(n)})  # fmt: skip
     for batch in (128, 512, 2048):
         c = curve.from_csv(POLLUX / f"cifar10_validation-{batch}.csv", None, "metric")
-        found[f"pollux_resnet18_cifar10_b{batch}"] = (c.steps, c.values)
-    return dict(sorted(found.items()))
+        found[f"pollux/b{batch}"] = Curve("pollux", "pollux", "accuracy", c.steps, c.values,
+                                          10_000, {"schedule": "exponential",
+                                                   "optimizer": "sgd",
+                                                   "size": size_kind(10_000)})  # fmt: skip
+    return found
 
 
-def cases(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[Case]:
+def cases(curves: dict[str, Curve]) -> list[Case]:
     out = []
-    for i, (name, (k, acc)) in enumerate(curves.items()):
-        if len(k) < MIN_EPOCHS:
-            continue  # a run that diverged (lr far too large) stops early: nothing to predict
+    for name, c in curves.items():
+        if len(c.epochs) < MIN_EPOCHS:
+            continue  # too short to fit 30% of (a run that diverged stops early)
+        y = curve.to_decreasing(c.values, c.metric)
         for fraction in FRACTIONS:
-            n_fit = curve.window(k, fraction, None)
-            h = float(k[n_fit - 1])
+            n_fit = curve.window(c.epochs, fraction, None)
+            h = float(c.epochs[n_fit - 1])
             for m in MULTIPLES:
-                target = float(acc[k <= m * h].max())
-                actual = float(k[np.argmax(acc >= target)])
+                goal = float(y[c.epochs <= m * h].min())
+                actual = float(c.epochs[np.argmax(y <= goal)])
                 if actual > h:  # else reached inside the window: nothing to predict
-                    out.append(Case(name, i % 2 == 1, fraction, m, h, target, actual, float(k[-1])))
-            never = float(acc.max() + 0.5 * (1.0 - acc.max()))
-            out.append(Case(name, i % 2 == 1, fraction, None, h, never, None, float(k[-1])))
+                    target = float(curve.to_decreasing(goal, c.metric))
+                    out.append(Case(name, fraction, m, h, target, actual))
+            if y.min() > 0:  # a curve that has a perfect score has no target it never reaches
+                never = 0.5 * float(y.min())  # half way to a perfect score, or half the loss
+                out.append(Case(name, fraction, None, h,
+                                float(curve.to_decreasing(never, c.metric)), None))  # fmt: skip
     return out
 
 
-def dlperf_ensemble(**settings: Any) -> Callable[[np.ndarray, np.ndarray, float], Answer]:
-    fit_keys = {"temper"}
+Answer = tuple[float | None, tuple[float, float] | None]
+Method = Callable[[Curve, int, float], Answer]
 
-    posteriors: dict[bytes, ensemble.Posterior] = {}  # one fit serves every target
 
-    def method(k: np.ndarray, acc: np.ndarray, target: float) -> Answer:
-        key = k.tobytes() + acc.tobytes()
+def dlperf_ensemble(calibration: tuple[float, float]) -> Method:
+    posteriors: dict[tuple[int, int], ensemble.Posterior] = {}  # one fit serves every target
+
+    def method(c: Curve, n_fit: int, target: float) -> Answer:
+        key = (id(c), n_fit)
         if key not in posteriors:
-            fit_settings = {s: v for s, v in settings.items() if s in fit_keys}
-            posteriors[key] = ensemble.fit(k, 1.0 - acc, **fit_settings)
-        post = posteriors[key]
-        p = ensemble.predict(
-            post, target, "accuracy", **{s: v for s, v in settings.items() if s not in fit_keys}
-        )
-        if p.predicted_step is None:
-            return Answer(None)
-        return Answer(p.predicted_step, p.interval)
+            y = curve.to_decreasing(c.values[:n_fit], c.metric)
+            posteriors[key] = ensemble.fit(c.epochs[:n_fit], y)
+        p = ensemble.predict(posteriors[key], target, c.metric, val_size=c.val_size,
+                             calibration=calibration)  # fmt: skip
+        return (p.predicted_step, p.interval) if p.predicted_step is not None else (None, None)
 
     return method
 
 
-def dlperf_optimus(k: np.ndarray, acc: np.ndarray, target: float) -> Answer:
-    """`converge predict --form optimus`: weighted least squares, 200 bootstrap refits."""
-    report = curve.analyse(curve.Curve("c", k, acc), "accuracy", len(k))
-    p = curve.predict("optimus", report.params["optimus"], report.samples["optimus"], target,
-                      "accuracy")  # fmt: skip
-    return Answer(p.predicted_step, p.interval) if p.reachable else Answer(None)
+def linear(c: Curve, n_fit: int, target: float) -> Answer:
+    """The straight line through the window's last third (at least 3 points): a floor."""
+    k, y = c.epochs[:n_fit], curve.to_decreasing(c.values[:n_fit], c.metric)
+    tail = max(3, n_fit // 3)
+    slope, intercept = np.polyfit(k[-tail:], y[-tail:], 1)
+    if slope >= 0:
+        return None, None
+    goal = float(curve.to_decreasing(target, c.metric))
+    return max((goal - intercept) / slope, float(k[-1])), None
 
 
-def optimus(k: np.ndarray, b0: float, b1: float, b2: float) -> np.ndarray:
-    return 1.0 / (b0 * k + b1) + b2
-
-
-def scipy_optimus(k: np.ndarray, acc: np.ndarray, target: float) -> Answer:
-    """Plain `curve_fit` of error = 1/(β0·k + β1) + β2 from a neutral start: a point, no
-    interval."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            (b0, b1, b2), _ = curve_fit(optimus, k, 1.0 - acc, p0=(0.1, 1.0, 0.0),
-                                        bounds=([1e-9, 1e-9, 0.0], [np.inf, np.inf, 1.0]),
-                                        maxfev=5000)  # fmt: skip
-        except RuntimeError:
-            return Answer(None)
-    goal = 1.0 - target
-    if goal <= b2:
-        return Answer(None)
-    return Answer(max((1.0 / (goal - b2) - b1) / b0, float(k[-1])))
-
-
-def linear(k: np.ndarray, acc: np.ndarray, target: float) -> Answer:
-    """The straight line through the window's last third (at least 3 points)."""
-    tail = max(3, len(k) // 3)
-    slope, intercept = np.polyfit(k[-tail:], acc[-tail:], 1)
-    if slope <= 0:
-        return Answer(None)
-    return Answer(max((target - intercept) / slope, float(k[-1])))
-
-
-def last_value(k: np.ndarray, acc: np.ndarray, target: float) -> Answer:
-    return Answer(None)  # the curve stays at its last value, below every target here
-
-
-# The settings the ensemble had before issue 29: tempering 10, the smooth curve's crossing,
-# no refusal.
-METHODS: dict[str, Callable[[np.ndarray, np.ndarray, float], Answer]] = {
-    "dlperf ensemble": dlperf_ensemble(),
-    "dlperf ensemble (before)": dlperf_ensemble(temper=10.0, max_reach=math.inf, noise=0.0),
-    "dlperf optimus+bootstrap": dlperf_optimus,
-    "scipy curve_fit optimus": scipy_optimus,
+METHODS: dict[str, Method] = {
+    "dlperf ensemble": dlperf_ensemble(ensemble.CALIBRATION),
+    "ensemble, uncalibrated": dlperf_ensemble((0.0, 0.0)),
     "linear extrapolation": linear,
-    "last value": last_value,
 }
 
 
-def evaluate(curves: dict[str, tuple[np.ndarray, np.ndarray]], all_cases: list[Case]) -> list[dict]:
+def evaluate(curves: dict[str, Curve], all_cases: list[Case]) -> list[dict[str, Any]]:
     rows = []
-    for c in all_cases:
-        k, acc = curves[c.curve]
-        n_fit = int(np.sum(k <= c.horizon))
+    for case in all_cases:
+        c = curves[case.curve]
+        n_fit = int(np.sum(c.epochs <= case.horizon))
         for name, method in METHODS.items():
             start = time.perf_counter()
-            a = method(k[:n_fit], acc[:n_fit], c.target)
+            predicted, interval = method(c, n_fit, case.target)
             seconds = time.perf_counter() - start
-            lo, hi = a.interval or (math.nan, math.nan)
+            lo, hi = interval or (math.nan, math.nan)
+            actual = case.actual
             rows.append({
-                "curve": c.curve, "held_out": c.held_out, "fraction": c.fraction,
-                "multiple": c.multiple, "horizon": c.horizon, "target": c.target,
-                "actual": c.actual, "method": name, "predicted": a.predicted,
-                "interval": None if a.interval is None else [lo, hi],
-                "error_pct": None if a.predicted is None or c.actual is None
-                else (a.predicted - c.actual) / c.actual * 100.0,
-                "covered": None if a.interval is None or c.actual is None
-                else bool(lo <= c.actual <= hi),
-                # never reached: declining, or an epoch past the curve's end, is right
-                "right_never": None if c.actual is not None
-                else bool(a.predicted is None or a.predicted > c.last_epoch),
+                "curve": case.curve, "group": c.group, "source": c.source, **c.kind,
+                "fraction": case.fraction, "multiple": case.multiple, "horizon": case.horizon,
+                "target": case.target, "actual": actual, "method": name,
+                "predicted": predicted,
+                "interval": None if interval is None else [lo, None if math.isinf(hi) else hi],
+                "error_pct": None if predicted is None or actual is None
+                else (predicted - actual) / actual * 100.0,
+                "covered": None if interval is None or actual is None
+                else bool(lo <= actual <= hi),
+                "zero_width": None if interval is None else bool(hi <= lo),
+                "open_above": None if interval is None else bool(math.isinf(hi)),
+                "sharpness": None if interval is None or lo <= 0 else hi / lo,
+                # never reached: an epoch inside the curve's span is a false alarm
+                "never_given_epoch": None if actual is not None
+                else bool(predicted is not None and predicted <= c.epochs[-1]),
                 "seconds": seconds,
             })  # fmt: skip
     return rows
 
 
-def summarise(rows: list[dict], group: str, chosen: Callable[[dict], bool]) -> list[dict]:
+def conformal(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """The split-conformal constants the uncalibrated ensemble's answers on the tuning sources
+    give (`ensemble.conformal`)."""
+    mine = [r for r in rows if r["method"] == "ensemble, uncalibrated" and r["group"] == "tuning"
+            and r["actual"] is not None and r["interval"] is not None]  # fmt: skip
+    if not mine:
+        return 0.0, 0.0
+    return ensemble.conformal(
+        np.array([r["interval"][0] for r in mine]),
+        np.array([math.inf if r["interval"][1] is None else r["interval"][1] for r in mine]),
+        np.array([r["actual"] for r in mine]),
+        LEVEL,
+    )
+
+
+def summarise(rows: list[dict[str, Any]], label: str, chosen: Callable[[dict[str, Any]], bool],
+              methods: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
     out = []
     for fraction in FRACTIONS:
-        for method in METHODS:
+        for method in methods:
             mine = [r for r in rows if r["method"] == method and r["fraction"] == fraction
                     and chosen(r)]  # fmt: skip
+            if not mine:
+                continue
             reached = [r for r in mine if r["actual"] is not None]
             never = [r for r in mine if r["actual"] is None]
-            errors = [abs(r["error_pct"]) for r in reached if r["error_pct"] is not None]
-            covered = [r["covered"] for r in reached if r["covered"] is not None]
-            sharp = [r["interval"][1] / r["interval"][0] for r in reached
-                     if r["interval"] is not None and r["interval"][0] > 0]  # fmt: skip
+            answered = [r for r in mine if r["interval"] is not None]
+
+            def share(values: list[Any]) -> float | None:
+                return float(np.mean(values)) if values else None
+
             out.append({
-                "curves": group, "fraction": fraction, "method": method, "n": len(reached),
-                "median_abs_error_pct": float(np.median(errors)) if errors else None,
-                "coverage_90": float(np.mean(covered)) if covered else None,
-                "median_sharpness": float(np.median(sharp)) if sharp else None,
-                "cannot_tell": sum(r["predicted"] is None for r in reached) / max(len(reached), 1),
-                "never_reached_right": sum(r["right_never"] for r in never) / max(len(never), 1),
+                "curves": label, "n_curves": len({r["curve"] for r in mine}),
+                "fraction": fraction, "method": method, "n": len(reached),
+                "median_abs_error_pct": share([]) if not reached else _median(
+                    [abs(r["error_pct"]) for r in reached if r["error_pct"] is not None]),
+                "coverage_90": share([r["covered"] for r in reached if r["covered"] is not None]),
+                "median_sharpness": _median([r["sharpness"] for r in reached
+                                             if r["sharpness"] is not None]),
+                "cannot_tell": share([r["predicted"] is None for r in reached]),
+                "never_given_epoch": share([r["never_given_epoch"] for r in never]),
+                "zero_width": share([r["zero_width"] for r in answered]),
+                "open_above": share([r["open_above"] for r in answered]),
                 "seconds_per_curve": _seconds_per_curve(mine),
             })  # fmt: skip
     return out
 
 
-def _seconds_per_curve(rows: list[dict]) -> float:
-    """The median over curves of the seconds a method took for all targets of a curve (one
-    fit serves them all)."""
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def _seconds_per_curve(rows: list[dict[str, Any]]) -> float:
+    """The median over curves of the seconds a method took for all targets of a curve at one
+    cut (one fit serves them all)."""
     total: dict[str, float] = {}
     for r in rows:
         total[r["curve"]] = total.get(r["curve"], 0.0) + r["seconds"]
@@ -242,33 +270,49 @@ def _cell(v: float | None, pct: bool = False) -> str:
 
 
 def main() -> int:
-    if not CORPUS.exists():
-        print(f"no corpus at {CORPUS}: run make_curve_corpus.py first", file=sys.stderr)
-        return 2
     curves = load()
     all_cases = cases(curves)
     rows = evaluate(curves, all_cases)
+    fresh = conformal(rows)
+    tuned = sorted({c.source for c in curves.values() if c.group == "tuning"})
+    held = sorted({c.source for c in curves.values() if c.group == "held out"})
+    print(f"tuning sources ({len(tuned)}): {', '.join(tuned)}")
+    print(f"held-out sources ({len(held)}): {', '.join(held)}")
+    print(f"conformal constants from the tuning sources: {fresh[0]:.3f}, {fresh[1]:.3f}; "
+          f"in the code (ensemble.CALIBRATION): {ensemble.CALIBRATION}")  # fmt: skip
+    if "--calibrate" in sys.argv[1:]:
+        return 0
+    both = ("dlperf ensemble", "ensemble, uncalibrated", "linear extrapolation")
     summaries = []
-    for group, chosen in (
-        ("all", lambda r: True),
-        ("tuning (even)", lambda r: not r["held_out"]),
-        ("held out (odd)", lambda r: r["held_out"]),
-        ("pollux", lambda r: r["curve"].startswith("pollux")),
+    for label, chosen, methods in (
+        ("held out (public)", lambda r: r["group"] == "held out", both),
+        ("tuning (public)", lambda r: r["group"] == "tuning", both),
+        ("own corpus", lambda r: r["group"] == "own", both),
+        ("pollux", lambda r: r["group"] == "pollux", both),
     ):
-        summaries += summarise(rows, group, chosen)
+        summaries += summarise(rows, label, chosen, methods)
+    public_held = [r for r in rows if r["group"] == "held out"]
+    for key in ("schedule", "optimizer", "size"):
+        for value in sorted({r[key] for r in public_held}):
+            summaries += summarise(public_held, f"held out, {value}",
+                                   lambda r, k=key, v=value: r[k] == v,  # type: ignore[misc]
+                                   ("dlperf ensemble",))  # fmt: skip
     print(table(
-        f"{len({c.curve for c in all_cases})} curves of {len(curves)} (the others diverged), "
-        f"{len(all_cases)} cases: epoch of a target first reached at "
-        "1.2-2x the horizon (median |error|, 90% coverage, sharpness over the answers), "
-        "share of cannot tell, never-reached targets answered right",
-        ["curves", "cut", "method", "n", "median |err| %", "coverage", "sharpness",
-         "cannot tell", "never: right", "s/curve"],
-        [[s["curves"], s["fraction"], s["method"], s["n"], _cell(s["median_abs_error_pct"]),
-          _cell(s["coverage_90"], True), _cell(s["median_sharpness"]),
-          _cell(s["cannot_tell"], True), _cell(s["never_reached_right"], True),
-          _cell(s["seconds_per_curve"])] for s in summaries],
+        f"{len({c.curve for c in all_cases})} curves, {len(all_cases)} cases: epoch of a "
+        "target first reached at 1.2-2x the horizon (median |error|, coverage, sharpness over "
+        "the answers), cannot tell on those, never-reached targets given an epoch",
+        ["curves", "n curves", "cut", "method", "n", "median |err| %", "coverage", "sharpness",
+         "cannot tell", "never: epoch", "zero width", "open above", "s/curve"],
+        [[s["curves"], s["n_curves"], s["fraction"], s["method"], s["n"],
+          _cell(s["median_abs_error_pct"]), _cell(s["coverage_90"], True),
+          _cell(s["median_sharpness"]), _cell(s["cannot_tell"], True),
+          _cell(s["never_given_epoch"], True), _cell(s["zero_width"], True),
+          _cell(s["open_above"], True), _cell(s["seconds_per_curve"])] for s in summaries],
     ))  # fmt: skip
     path = save("curve_corpus", {"curves": len(curves), "cases": len(all_cases),
+                                 "tuning_sources": tuned, "held_out_sources": held,
+                                 "conformal_fresh": fresh,
+                                 "conformal_in_code": list(ensemble.CALIBRATION),
                                  "summary": summaries, "rows": rows})  # fmt: skip
     print(f"\nsaved {path}")
     return 0
