@@ -54,13 +54,17 @@ def csv_columns(text: str, spec: dict[str, Any]) -> dict[str, Series]:
     Covers timm's summary.csv, Keras's CSVLogger, Lightning's metrics.csv, Ultralytics'
     results.csv (whose older versions pad every field with spaces, hence the stripping) and
     tab-separated logs (`delimiter`). Rows without a value for the metric (Lightning writes
-    train and validation rows apart) are skipped.
+    train and validation rows apart) are skipped; so are the first `skip_rows` rows (an
+    evaluation logged before training) and, with `where` (column -> value), rows that do not
+    match it (logs with train and validation rows in one column set, told apart by a `phase`).
     """
     cols: dict[str, str] = spec["columns"]
+    where: dict[str, str] = spec.get("where", {})
     series: Series = {}
     reader = csv.reader(io.StringIO(text), delimiter=spec.get("delimiter", ","))
     header, *body = [[field.strip() for field in row] for row in reader if row]
-    rows = [dict(zip(header, row, strict=True)) for row in body]
+    rows = [dict(zip(header, row, strict=True)) for row in body[int(spec.get("skip_rows", 0)) :]]
+    rows = [row for row in rows if all(row[k] == v for k, v in where.items())]
     offset = int(spec.get("epoch_offset", 0))
     for metric in ("val_acc1", "val_loss"):
         if metric not in cols:
