@@ -49,6 +49,29 @@ def test_late_best_ever_targets_are_not_predicted_too_early() -> None:
     assert answered >= 10 and too_early <= 2
 
 
+def cosine_curve(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """40 epochs under a cosine schedule, the epoch-to-epoch noise proportional to the
+    learning rate (0.022 at the start, 0.002 at the end)."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(1.0, 41.0)
+    lr = 0.5 * (1 + np.cos(np.pi * k / 40))
+    acc = 0.9 - 0.5 * np.exp(-k / 5) + rng.normal(0, 1, k.size) * (0.002 + 0.02 * lr)
+    return k, np.clip(acc, 0.0, 1.0)
+
+
+def test_noise_that_fades_gives_no_false_alarm() -> None:
+    """Twenty cosine-schedule curves seen to epoch 20, each asked for a target it never
+    reaches (half way from its best to 1): at most 4 are given an epoch within the 40
+    measured. The noise of epoch 20 carried forward unchanged reached it through noise in 7."""
+    alarms = 0
+    for seed in range(20):
+        k, acc = cosine_curve(seed)
+        target = float(acc.max() + 0.5 * (1.0 - acc.max()))
+        p = ensemble.predict(ensemble.fit(k[:20], 1.0 - acc[:20]), target, "accuracy")
+        alarms += p.predicted_step is not None and p.predicted_step <= 40
+    assert alarms <= 4
+
+
 def counted_curve(n: int, seed: int, plateau: float) -> tuple[np.ndarray, np.ndarray]:
     """30 epochs of an accuracy measured on `n` images: a count over n, below `plateau`."""
     rng = np.random.default_rng(seed)
