@@ -8,15 +8,18 @@
    Per form and cut: the median |error| of the predicted epoch (a prediction of
    "unreachable" counts as an infinite error), the same over the predictions that commit to
    an epoch (abstentions counted beside it), and the coverage of the 90% interval.
-2. Pollux's iteration-time model on the measured step times: the fit error on each trace,
-   and the error predicting the 6-16-node scalability runs from a fit to the <= 4-node
-   placement runs alone.
+2. Pollux's iteration-time model and the ring (`--model ring`: Pollux's with a ring
+   all-reduce's sync time) on the measured step times: the fit error on each trace, the
+   error predicting the 6-16-node scalability runs from a fit to the <= 4-node placement
+   runs alone, and, held out per GPU count and per placement, the error predicting the
+   placements of 5-16 GPUs from a fit to those of at most 4 (issue 40).
 3. `converge regress` on an unseen configuration: log β fitted as linear in log2(batch) on
    the whole 128 and 2048 curves, the 512 curve predicted and compared with the measured
    one (RMSE, first epoch reaching 90%).
 4. How long a fit takes (both forms, 200 bootstrap refits; what `converge fit` does), one
    warm-up, then repetitions interleaved over the three curves: min/median/max.
 Optimus's speed models need parameter-server counts, which these all-reduce traces lack.
+`--speed` runs part 2 alone (seconds) and saves it as converge_pollux_speed.json.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ import functools
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchlib import save, spread, table
 from dlperf.converge import curve, ensemble, regress, speed
+from dlperf.converge.tables import read_columns
 from dlperf.timing import Timer, round_robin
 
 POLLUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
@@ -40,6 +45,8 @@ TARGET = 0.94
 FRACTIONS = (0.3, 0.5)
 BATCHES = (128, 512, 2048)
 REPEATS = 3
+SPEED_MODELS = ("pollux", "ring")
+FITTED_UPTO = 4  # GPUs: the placements a held-out fit sees; the larger ones it predicts
 
 
 def load(batch: int) -> curve.Curve:
@@ -137,40 +144,138 @@ def summary(rows: list[dict], pollux: bool) -> list[dict]:
     return out
 
 
-def speed_rows() -> list[dict]:
+def speed_rows() -> list[dict[str, Any]]:
     rows = []
     for model in ("cifar10", "imagenet"):
         traces = {kind: speed.load_csv(POLLUX / f"{model}_{kind}.csv") for kind in
                   ("placements", "scalability")}  # fmt: skip
-        for kind, data in traces.items():
-            fit = speed.fit(data, "pollux")
+        for form in SPEED_MODELS:
+            for kind, data in traces.items():
+                fit = speed.fit(data, form)
+                rows.append(
+                    {
+                        "trace": f"{model}_{kind}",
+                        "model": form,
+                        "fitted_on": kind,
+                        "n": fit.n_points,
+                        "mean_error_pct": fit.error_pct,
+                        "max_error_pct": fit.max_error_pct,
+                        "gamma": fit.params["gamma"],
+                        "converged": fit.converged,
+                    }
+                )
+            placements = traces["placements"]
+            # All placements (1-16 GPUs on 1-4 nodes), and those of at most 4 GPUs alone.
+            for fitted_on, keep in (
+                ("placements", placements.workers > 0),
+                (f"placements <= {FITTED_UPTO} GPUs", placements.workers <= FITTED_UPTO),
+            ):
+                fit = speed.fit(_subset(placements, keep), form)
+                data = traces["scalability"]
+                assert data.nodes is not None  # a Pollux trace places every run
+                predicted = speed.step_time(fit, data.workers, data.global_batch, nodes=data.nodes)
+                error = np.abs(predicted - data.step_time) / data.step_time * 100
+                rows.append(
+                    {
+                        "trace": f"{model}_scalability",
+                        "model": form,
+                        "fitted_on": fitted_on,
+                        "n": len(data),
+                        "mean_error_pct": float(error.mean()),
+                        "max_error_pct": float(error.max()),
+                        "gamma": fit.params["gamma"],
+                        "converged": fit.converged,
+                    }
+                )
+    return rows
+
+
+def _subset(data: speed.SpeedData, keep: np.ndarray) -> speed.SpeedData:
+    assert data.nodes is not None and data.sync_time is not None
+    return speed.SpeedData(data.workers[keep], data.global_batch[keep], data.step_time[keep],
+                           nodes=data.nodes[keep], sync_time=data.sync_time[keep])  # fmt: skip
+
+
+def heldout_placements() -> list[dict[str, Any]]:
+    """Each model fitted to the placements of at most FITTED_UPTO GPUs, predicting every
+    larger placement (its digits are the GPUs on each node): the signed error of the step
+    time, in %, per measured row (one per batch per worker), grouped by placement."""
+    rows = []
+    for trace in ("cifar10", "imagenet"):
+        path = POLLUX / f"{trace}_placements.csv"
+        data = speed.load_csv(path)
+        placement = np.array([str(int(p)) for p in read_columns(path, ["placement"])["placement"]])
+        fitted = data.workers <= FITTED_UPTO
+        fits = {form: speed.fit(_subset(data, fitted), form) for form in SPEED_MODELS}
+        held = _subset(data, ~fitted)
+        assert held.nodes is not None  # a Pollux trace places every run
+        errors = {form: (speed.step_time(fit, held.workers, held.global_batch, nodes=held.nodes)
+                         / held.step_time - 1) * 100 for form, fit in fits.items()}  # fmt: skip
+        for where in dict.fromkeys(placement[~fitted]):
+            at = placement[~fitted] == where
             rows.append(
                 {
-                    "trace": f"{model}_{kind}",
-                    "fitted_on": kind,
-                    "n": fit.n_points,
-                    "mean_error_pct": fit.error_pct,
-                    "max_error_pct": fit.max_error_pct,
-                    "gamma": fit.params["gamma"],
-                    "converged": fit.converged,
+                    "trace": trace,
+                    "placement": where,
+                    "gpus": sum(map(int, where)),
+                    "nodes": len(where),
+                    "n": int(at.sum()),
+                    "fitted_rows": int(fitted.sum()),
+                    **{f"{form}_error_pct": errors[form][at].tolist() for form in SPEED_MODELS},
                 }
             )
-        fit = speed.fit(traces["placements"], "pollux")
-        data = traces["scalability"]
-        predicted = speed.step_time(fit, data.workers, data.global_batch, nodes=data.nodes)
-        error = np.abs(predicted - data.step_time) / data.step_time * 100
-        rows.append(
-            {
-                "trace": f"{model}_scalability",
-                "fitted_on": "placements",
-                "n": len(data),
-                "mean_error_pct": float(error.mean()),
-                "max_error_pct": float(error.max()),
-                "gamma": fit.params["gamma"],
-                "converged": fit.converged,
-            }
-        )
     return rows
+
+
+def heldout_by_gpus(placements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The held-out errors of `heldout_placements` per trace and GPU count: mean |error| of
+    each model, and the ring's median, max and signed mean."""
+    out = []
+    for trace in dict.fromkeys(r["trace"] for r in placements):
+        for gpus in sorted({r["gpus"] for r in placements if r["trace"] == trace}):
+            chosen = [r for r in placements if r["trace"] == trace and r["gpus"] == gpus]
+            errors = {form: np.concatenate([r[f"{form}_error_pct"] for r in chosen])
+                      for form in SPEED_MODELS}  # fmt: skip
+            ring = errors["ring"]
+            means = {f"{form}_mean_abs_error_pct": float(np.abs(e).mean()) for form, e in
+                     errors.items()}  # fmt: skip
+            out.append(
+                {
+                    "trace": trace,
+                    "gpus": gpus,
+                    "placements": len(chosen),
+                    "n": len(ring),
+                    **means,
+                    "ring_median_abs_error_pct": float(np.median(np.abs(ring))),
+                    "ring_max_abs_error_pct": float(np.abs(ring).max()),
+                    "ring_signed_mean_error_pct": float(ring.mean()),
+                }
+            )
+    return out
+
+
+def print_speed(speeds: list[dict[str, Any]], by_gpus: list[dict[str, Any]]) -> None:
+    print(
+        table(
+            "Pollux iteration-time model and the ring: step-time error",
+            ["trace", "model", "fitted on", "points", "mean %", "max %", "gamma"],
+            [[r["trace"], r["model"], r["fitted_on"], r["n"], r["mean_error_pct"],
+              r["max_error_pct"], r["gamma"]] for r in speeds],
+        )
+    )  # fmt: skip
+    print()
+    print(
+        table(
+            f"held out: placements of more than {FITTED_UPTO} GPUs predicted from a fit to those "
+            f"of at most {FITTED_UPTO} (mean |error| of the step time, %; per placement in the "
+            "JSON record)",
+            ["trace", "GPUs", "placements", "rows", "pollux", "ring", "ring median", "ring max",
+             "ring signed"],
+            [[r["trace"], r["gpus"], r["placements"], r["n"], r["pollux_mean_abs_error_pct"],
+              r["ring_mean_abs_error_pct"], r["ring_median_abs_error_pct"],
+              r["ring_max_abs_error_pct"], r["ring_signed_mean_error_pct"]] for r in by_gpus],
+        )
+    )  # fmt: skip
 
 
 def unseen_batch() -> dict[str, float | None]:
@@ -211,6 +316,13 @@ def main() -> int:
     if not POLLUX.is_dir():
         print(f"skipped: no Pollux traces at {POLLUX}", file=sys.stderr)
         return 0
+    speeds, placements = speed_rows(), heldout_placements()
+    by_gpus = heldout_by_gpus(placements)
+    if "--speed" in sys.argv[1:]:
+        print_speed(speeds, by_gpus)
+        record = {"speed": speeds, "heldout_by_gpus": by_gpus, "heldout_placements": placements}
+        print(f"\nsaved {save('converge_pollux_speed', record)}")
+        return 0
     curves = curve_rows()
     print(
         table(
@@ -243,25 +355,8 @@ def main() -> int:
              for s in summaries],
         )
     )  # fmt: skip
-    speeds = speed_rows()
     print()
-    print(
-        table(
-            "Pollux iteration-time model: step-time error",
-            ["trace", "fitted on", "points", "mean %", "max %", "gamma"],
-            [
-                [
-                    r["trace"],
-                    r["fitted_on"],
-                    r["n"],
-                    r["mean_error_pct"],
-                    r["max_error_pct"],
-                    r["gamma"],
-                ]
-                for r in speeds
-            ],
-        )
-    )
+    print_speed(speeds, by_gpus)
     unseen = unseen_batch()
     print()
     print(
@@ -288,6 +383,8 @@ def main() -> int:
             "curves": curves,
             "summary": summaries,
             "speed": speeds,
+            "heldout_by_gpus": by_gpus,
+            "heldout_placements": placements,
             "unseen_batch_512": unseen,
             "fit_seconds": times,
         },
