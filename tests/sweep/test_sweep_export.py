@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from dlperf.deploy.export import from_run
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 
@@ -49,17 +51,19 @@ def run_sweep(
     return summary
 
 
+def checkpoint_of(store: RunStore, run_id: int) -> Path | None:
+    """The run's recorded checkpoint file, None when it has none."""
+    paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
+    return paths[-1] if paths else None
+
+
 def checkpoints(store: RunStore, run_ids: list[int]) -> dict[int, bool]:
     """Whether each run's recorded checkpoint file is there."""
-    found = {}
-    for run_id in run_ids:
-        paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
-        found[run_id] = bool(paths) and paths[-1].is_file()
-    return found
+    return {i: (path := checkpoint_of(store, i)) is not None and path.is_file() for i in run_ids}
 
 
-# Two jobs: the points' worker processes save the weights (through the same `run_point`);
-# their start-up makes it a slow test.
+# Two jobs: the points' worker processes save the weights (through the same `run_point`),
+# and the winner is exported for real: their start-up and torch.onnx make it a slow test.
 @pytest.mark.parametrize("jobs", ["1", pytest.param("2", marks=pytest.mark.faults)])
 def test_a_sweep_without_checkpoints_keeps_its_winners_weights_for_export(
     jobs: str, cli: Callable[..., CliResult], tmp_path: Path, store: RunStore
@@ -69,9 +73,15 @@ def test_a_sweep_without_checkpoints_keeps_its_winners_weights_for_export(
     others = [p["run_id"] for p in summary["points"] if p["run_id"] != winner]
     assert checkpoints(store, [winner, *others]) == {winner: True, **dict.fromkeys(others, False)}
 
-    exported = cli("export", str(winner), "--out", str(tmp_path / "winner.onnx"))
-    assert exported.code == 0, exported.err
-    assert (tmp_path / "winner.onnx").is_file()
+    # What `dlperf export` reads of a run: its trained weights, checked as the run's own.
+    source = from_run(store, winner)
+    trained = torch.load(checkpoint_of(store, winner), weights_only=True)["model"]
+    for name, tensor in source.model.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+    if jobs == "2":  # the slow test exports it for real too (torch.onnx, parity in ORT)
+        exported = cli("export", str(winner), "--out", str(tmp_path / "winner.onnx"))
+        assert exported.code == 0, exported.err
+        assert (tmp_path / "winner.onnx").is_file()
 
     # A point whose weights the sweep did not keep: one line saying which run it kept.
     refused = cli("export", str(others[0]), "--out", str(tmp_path / "other.onnx"))
@@ -88,6 +98,14 @@ def test_a_rerun_keeps_the_winner_and_a_sweep_with_checkpoints_keeps_every_point
     again = run_sweep(cli, tmp_path, False)  # every point skipped: the winner's weights stay
     assert again["winner"] == first["winner"] and all(p["skipped"] for p in again["points"])
     assert checkpoints(store, [first["winner"]]) == {first["winner"]: True}
+
+    # Weights gone since (removed by hand, or a sweep of a dlperf that kept none): the way
+    # to get them back.
+    for artifact in store.artifacts(first["winner"]):
+        Path(artifact["path"]).unlink()
+    refused = cli("export", str(first["winner"]), "--out", str(tmp_path / "gone.onnx"))
+    assert refused.code == 2 and refused.err.count("\n") == 1
+    assert "has no point's weights; sweep again with --new" in refused.err
 
     kept = run_sweep(cli, tmp_path, True)  # another config: a study of its own
     ids = [p["run_id"] for p in kept["points"]]

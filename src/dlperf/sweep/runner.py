@@ -333,10 +333,16 @@ def weights_hint(store: RunStore, run: RunRecord) -> str | None:
         if any(a["kind"] == "checkpoint" and Path(a["path"]).is_file()
                for a in store.artifacts(other.id))
     ]  # fmt: skip
-    winner = f": `dlperf export {kept[0]}`" if kept else ", and has none yet"
+    if not kept:  # run by a dlperf that kept no weights, or their files removed since
+        return (
+            f"sweep study {run.study_id} ran without run.checkpoint and has no point's "
+            "weights; sweep again with --new to keep its winner's, or with run.checkpoint = "
+            "true to keep every point's"
+        )
     return (
         f"sweep study {run.study_id} ran without run.checkpoint and keeps only its winner's "
-        f"weights{winner}; to export every point, sweep with run.checkpoint = true"
+        f"weights: `dlperf export {kept[0]}`; to export every point, sweep with "
+        "run.checkpoint = true"
     )
 
 
