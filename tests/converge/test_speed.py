@@ -295,7 +295,8 @@ def test_pollux_placements_up_to_4_gpus_predict_8_and_16_held_out() -> None:
     """Held-out check on Pollux's own measurements (ResNet-18, CIFAR-10): fitted to the
     placements of at most 4 GPUs (121 rows), predicting the measured 8- and 16-GPU rows.
     Measured: mean |error| 30% at 8 GPUs (154 rows), 103% at 16 (10 rows, predicted too
-    slow: the linear sync term grows faster than the measured sync); docs/converge.md."""
+    slow: the linear sync term grows faster than the measured sync); docs/converge.md. The
+    ring all-reduce's sync time (`ring`) answers it: tests/converge/test_speed_heldout.py."""
     data = speed.load_csv(EXAMPLES / "cifar10_placements.csv")
 
     def rows(keep: np.ndarray) -> speed.SpeedData:

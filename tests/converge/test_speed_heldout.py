@@ -53,13 +53,6 @@ def test_ring_from_up_to_4_gpus_predicts_8_and_16_gpus_within_20pct(trace: str) 
     assert errors[8] <= 20 and errors[16] <= 20, errors
 
 
-def test_pollux_linear_sync_is_what_misses_the_16_gpu_rows() -> None:
-    """The failure the ring answers, kept visible: the same split with Pollux's own form."""
-    data = speed.load_csv(TRACES["cifar10"])
-    errors = heldout_errors(data, "pollux", (8, 16))
-    assert errors[8] > 20 and errors[16] > 80, errors
-
-
 def ring_placements(
     bw: tuple[float, float], hop: tuple[float, float], gamma: float, upto: int
 ) -> speed.SpeedData:
