@@ -89,6 +89,19 @@ def no_parameters(num_classes, **kw):
     return nn.Sequential(nn.Flatten(), nn.AdaptiveAvgPool1d(num_classes))
 
 
+class TwoInputs(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.fc = nn.LazyLinear(num_classes)
+
+    def forward(self, x, y):
+        return self.fc(x.flatten(1))
+
+
+def two_inputs(num_classes, **kw):
+    return TwoInputs(num_classes)
+
+
 def fits(num_classes, **kw):
     return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
 """
@@ -140,6 +153,11 @@ def _one_line(result: CliResult, store: RunStore) -> str:
             f"model 'net.py:auxiliary' returns in training mode a tuple, not a tensor; {EXPECTED}",
         ),
         ("no_parameters", "model 'net.py:no_parameters' has no parameters to train"),
+        (
+            "two_inputs",
+            "the model rejects digits images of shape (1, 8, 8): TypeError: TwoInputs.forward() "
+            "missing 1 required positional argument: 'y'",
+        ),
     ],
 )
 def test_a_model_that_does_not_fit_the_task_is_one_line(

@@ -35,8 +35,10 @@ def dry_forward(
     try:
         with torch.no_grad():
             return model(torch.zeros(DRY_BATCH, *shape, device=device))
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
+    except Exception as e:  # a user's forward fails in any way: TypeError for a signature
+        first = (str(e).strip().splitlines() or [""])[0]
+        if not isinstance(e, RuntimeError):  # torch's own errors say what they are
+            first = f"{type(e).__name__}: {first}"
         if out_of_memory(e):
             raise UserError(
                 f"out of memory in a forward of two {tuple(shape)} images on {device or 'cpu'}: "
