@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import h11
 import httpx
 import numpy as np
 import pytest
@@ -180,9 +181,30 @@ def test_a_connection_past_the_limit_gets_503_and_the_rest_are_served(
             second.close()
 
 
+def test_a_stopping_server_cuts_a_request_still_arriving(models: dict[str, Path]) -> None:
+    """uvicorn waits for every open connection before it stops: a slow client held a stop (a
+    Ctrl-C) for ever, and under the deadline alone would hold it up to read_timeout_s. A
+    request still arriving is answered 503 at once instead."""
+    app = create_app(models["tiny"], threads=1)
+    with serving(app, read_timeout_s=600.0, max_connections=8) as (url, server):
+        connections = server.server_state.connections
+        with connect(url) as slow:
+            slow.sendall(SLOW_BODY)
+            wait_for(
+                lambda: any(c.conn.their_state is h11.SEND_BODY for c in connections),
+                "the server to read the slow request's headers",
+            )
+            start = time.monotonic()
+            server.should_exit = True
+            status, headers, body = answer(read_until_closed(slow))
+        assert (status, headers["retry-after"]) == (503, "1")
+        assert body == {"error": "the server is shutting down"}
+    assert time.monotonic() - start < EVENT_S / 2  # stopped, without waiting out the deadline
+
+
 def test_dlperf_serve_takes_both_limits_as_flags(models: dict[str, Path], tmp_path: Path) -> None:
     """The flags reach the server that `dlperf serve` runs: a slow body is cut after
-    --read-timeout-s, and Ctrl-C still ends the server with 130."""
+    --read-timeout-s, normal requests are served, and Ctrl-C still ends it with 130."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DLPERF_DB": f"sqlite:///{tmp_path / 'db'}"}
     command = [sys.executable, "-m", "dlperf", "serve", str(models["tiny"]), "--port", "0",
                "--threads", "1", "--read-timeout-s", "0.5", "--max-connections", "4"]  # fmt: skip

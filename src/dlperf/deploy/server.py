@@ -210,16 +210,31 @@ class _GuardedH11(H11Protocol):
 
     def _expired(self) -> None:
         self.deadline = None
+        self._cut(
+            408, "Request Timeout", f"the request took over {self.read_timeout_s:g} s to arrive"
+        )
+
+    def shutdown(self) -> None:
+        """The server stops: a request still arriving is not waited for (uvicorn would wait
+        for it up to the deadline), but answered 503 as one that came now would be."""
+        if self.deadline is None:
+            super().shutdown()
+        else:
+            self._disarm()
+            self._cut(503, "Service Unavailable", "the server is shutting down")
+
+    def _cut(self, status: int, reason: str, message: str) -> None:
+        """Answer `status` unless an answer has begun, and close the connection; the app, if
+        it waits for the rest of the body, hears of a disconnect."""
         if self.transport.is_closing():
             return
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.response_started:
             # Written by hand: h11 answers only a request it has read whole.
-            message = f"the request took over {self.read_timeout_s:g} s to arrive"
-            headers, body = _closing_answer(message, 408)
+            headers, body = _closing_answer(message, status)
             head = b"".join(k + b": " + v + b"\r\n" for k, v in headers)
-            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\n" + head + b"\r\n" + body)
-        # The app, if it waits for the rest of the body, hears of a disconnect.
+            status_line = f"HTTP/1.1 {status} {reason}\r\n".encode()
+            self.transport.write(status_line + head + b"\r\n" + body)
         self.transport.close()
 
     async def _overloaded(
