@@ -4,9 +4,11 @@ Training is torchvision's detection recipe reduced to what a CPU can afford: in 
 `model(images, targets)` returns the SSD loss terms (box regression + classification with
 hard-negative mining), summed and minimised by the engine's training step, built by
 `dlperf.engine.step.prepare` as for every trainer from the train and run sections that
-`recipe` makes of the [detect] section of the experiment config: SGD (by default momentum
-0.9 and weight decay 4e-5 as in torchvision's SSDlite reference) under a cosine schedule at
-detect.precision. A horizontal flip is the only augmentation. `finetune_recorded` is the
+`recipe` makes of the [detect] section of the experiment config: AdamW by default (SGD as in
+torchvision's SSDlite reference is detect.optimizer = "sgd") under a cosine schedule at
+detect.precision. A horizontal flip is the only augmentation. Without weights the detector
+runs at about its images' own side (`default_size`): 96 px for the make-shapes set, where a
+320-px input would cost ten times as much per step and find nothing more. `finetune_recorded` is the
 whole `dlperf detect finetune`: data, detector, AP before and after, the weights and the run
 in the store.
 """
@@ -93,11 +95,13 @@ def measure_ap(
 
 
 def recipe(cfg: DetectConfig) -> tuple[TrainConfig, RunConfig]:
-    """The [detect] section as the engine's train and run sections: SGD decayed to 0 by a
-    cosine over all steps, at detect.precision on the default device, one warm-up step."""
+    """The [detect] section as the engine's train and run sections: its optimizer decayed
+    to 0 by a cosine over all steps, at detect.precision on the default device, one warm-up
+    step."""
     train = TrainConfig(
         epochs=cfg.epochs,
         batch_size=cfg.batch,
+        optimizer=cfg.optimizer,
         lr=cfg.lr,
         momentum=cfg.momentum,
         weight_decay=cfg.weight_decay,
@@ -107,6 +111,18 @@ def recipe(cfg: DetectConfig) -> tuple[TrainConfig, RunConfig]:
         seed=cfg.seed, threads=cfg.threads, precision=cfg.precision, warmup_steps=WARMUP_STEPS
     )
     return train, run
+
+
+def default_size(name: str, annotations: list[voc.VocAnnotation]) -> int:
+    """The input side of a detector trained from random weights on these images: their
+    longer side rounded up to a multiple of 32, at least 96 and at most the model's own
+    (the SSD300s run at 300 only)."""
+    ssd.check_model_name(name)
+    native = ssd.MODELS[name]
+    if name in ssd.NATIVE_SIZE_ONLY or not annotations:
+        return native
+    longest = max(max(a.width, a.height) for a in annotations)
+    return min(native, max(96, math.ceil(longest / 32) * 32))
 
 
 def _flip(
@@ -228,7 +244,9 @@ def finetune_recorded(
     threads = set_threads(run.threads)
     torch.manual_seed(run.seed)
     device = pick_device(run.device)
-    det = ssd.build(cfg.model, len(labels), weights, size=cfg.size, labels=labels)
+    # With weights, build takes the side they were trained at.
+    size = cfg.size or (None if weights else default_size(cfg.model, train_set))
+    det = ssd.build(cfg.model, len(labels), weights, size=size, labels=labels)
     if det.labels != labels:
         raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
     train_data = voc.VocDataset(root, train_set, labels)

@@ -281,7 +281,7 @@ def _annotation_xml(image_id: str, size: int, objects: list[VocObject]) -> str:
 
 
 def make_shapes(
-    root: Path, images: int = 40, size: int = 160, val_fraction: float = 0.25, seed: int = 0
+    root: Path, images: int = 200, size: int = 96, val_fraction: float = 0.25, seed: int = 0
 ) -> dict[str, Any]:
     """Write a VOC-layout set of filled squares and discs on noisy backgrounds, 1-3 per
     image, non-overlapping. About one object in ten is drawn in a colour close to the
