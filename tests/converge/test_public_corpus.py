@@ -23,7 +23,7 @@ CORPUS = BENCH / "data" / "public_curves.json"
 LOGS = BENCH / "data" / "public_logs"
 
 # Issue 40 asks for 100 curves; the floor follows what is committed, so a lost file fails.
-MIN_CURVES = 86
+MIN_CURVES = 88
 MIN_SOURCES = 6
 
 
