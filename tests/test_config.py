@@ -190,7 +190,7 @@ def test_detect_defaults_are_the_fine_tuning_recipe() -> None:
     assert detect.model_dump() == {
         "model": "ssdlite320_mobilenet_v3_large",
         "size": None,
-        "epochs": 10,
+        "epochs": 20,
         "batch": 8,
         "optimizer": "adamw",
         "lr": 0.003,
