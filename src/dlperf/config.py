@@ -422,8 +422,8 @@ class DetectConfig(Section):
     batch: Count = 8
     """Images per step (and per forward pass when measuring AP)."""
     optimizer: Literal["adamw", "sgd"] = "adamw"
-    """adamw (from random weights) | sgd (torchvision's SSDlite reference, for pretrained
-    weights: with lr 0.01 and weight_decay 4e-5)."""
+    """adamw | sgd (with momentum, as torchvision's SSDlite reference; dlperf's former
+    defaults: sgd, lr 0.01, weight_decay 4e-5)."""
     lr: Rate = 0.003
     """Peak learning rate, decayed to 0 over all steps by a cosine."""
     momentum: Fraction = 0.9
