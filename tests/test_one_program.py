@@ -101,9 +101,9 @@ def test_every_launcher_takes_the_same_first_step(
 
 
 def test_detection_fine_tuning_takes_its_recipes_step(tmp_path: Path, first_steps: Path) -> None:
-    """The engine's step (prepare) of `dlperf detect finetune`: SGD with momentum and weight
-    decay at the peak rate of its cosine schedule, on the detector's summed loss terms,
-    done by hand on the same first batch from the same weights."""
+    """The engine's step (prepare) of `dlperf detect finetune`: AdamW with beta1 = momentum
+    and decoupled weight decay at the peak rate of its cosine schedule, on the detector's
+    summed loss terms, done by hand on the same first batch from the same weights."""
     torch.set_num_threads(1)
     labels = ["__background__", "disc", "square"]
     voc.make_shapes(tmp_path, images=3, size=96, seed=1)
@@ -118,10 +118,13 @@ def test_detection_fine_tuning_takes_its_recipes_step(tmp_path: Path, first_step
 
     reference.train()
     params = [p for p in reference.parameters() if p.requires_grad]
-    sgd = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    assert cfg.optimizer == "adamw"
+    adamw = torch.optim.AdamW(
+        params, lr=cfg.lr, betas=(cfg.momentum, 0.999), weight_decay=cfg.weight_decay
+    )
     loss = torch.stack(list(reference(first["x"], first["y"]).values())).sum()
     loss.backward()
-    sgd.step()
+    adamw.step()
     torch.testing.assert_close(first["loss"], loss.detach(), rtol=1e-6, atol=1e-7)
     for name, p in reference.named_parameters():
         torch.testing.assert_close(first["params"][name], p.detach(), rtol=1e-5, atol=1e-7)
