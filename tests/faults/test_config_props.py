@@ -26,6 +26,8 @@ from dlperf.errors import UserError
 
 # Every count's bound: what a C int holds (dlperf.config's Count and Size).
 INT = 2**31
+# config.Rate's bound: a learning rate beyond it overflows SGD's float32 arithmetic.
+RATE_MAX = 10**12
 REPEATABLE = settings(derandomize=True, database=None, deadline=None, max_examples=150)
 
 
@@ -82,17 +84,17 @@ NUMERIC = {
     "data.limit": Range(int, 1, INT),
     "data.image_size": Range(int, 1, INT),
     "data.holdout": Range(float, 0, 1),
-    "train.backbone_lr_scale": Range(float, 0, low_open=True),
+    "train.backbone_lr_scale": Range(float, 0, 100, low_open=True, high_open=False),
     "data.num_classes": Range(int, 2, INT),
     "data.size": Range(int, 1, INT),
     "train.epochs": Range(int, 1, 1_000_000, high_open=False),
     "train.batch_size": Range(int, 1, INT),
-    "train.lr": Range(float, 0, low_open=True),
+    "train.lr": Range(float, 0, RATE_MAX, low_open=True, high_open=False),
     "train.momentum": Range(float, 0, 1),
-    "train.weight_decay": Range(float, 0),
+    "train.weight_decay": Range(float, 0, 1, high_open=False),
     "train.grad_clip": Range(float, 0, low_open=True),
     "train.label_smoothing": Range(float, 0, 1),
-    "train.schedule.gamma": Range(float, 0, low_open=True),
+    "train.schedule.gamma": Range(float, 0, 1, low_open=True, high_open=False),
     "train.schedule.warmup_epochs": Range(float, 0),
     "train.schedule.min_lr": Range(float, 0),
     "augment.crop_padding": Range(int, 0, INT),
@@ -129,16 +131,16 @@ NUMERIC = {
     "detect.size": Range(int, 96, 640, high_open=False),
     "detect.epochs": Range(int, 1, INT),
     "detect.batch": Range(int, 1, INT),
-    "detect.lr": Range(float, 0, low_open=True),
+    "detect.lr": Range(float, 0, RATE_MAX, low_open=True, high_open=False),
     "detect.momentum": Range(float, 0, 1),
-    "detect.weight_decay": Range(float, 0),
+    "detect.weight_decay": Range(float, 0, 1, high_open=False),
     "detect.seed": Range(int, 0, 2**32),
     "detect.threads": Range(int, 1, INT),
     "distill.top_p": Range(int, 1, INT),
     "distill.teacher": Range(int, 1, INT),
     "distill.pretrain_epochs": Range(int, 1, INT),
     "distill.finetune_epochs": Range(int, 1, INT),
-    "distill.finetune_lr": Range(float, 0, low_open=True),
+    "distill.finetune_lr": Range(float, 0, RATE_MAX, low_open=True, high_open=False),
     "distill.score_batch": Range(int, 1, INT),
     "analyze.batch": Range(int, 1, INT),
     "analyze.classes": Range(int, 1, INT),
@@ -240,6 +242,7 @@ CHOICES = {
     "scale.backend": ["auto", "gloo", "nccl"],
     "scale.framework": ["torch", "tensorflow"],
     "scale.on_failure": ["continue", "stop"],
+    "detect.optimizer": ["adamw", "sgd"],
     "detect.ap_method": ["area", "11point"],
     "detect.precision": ["fp32", "bf16", "fp16"],
     "analyze.precision": ["fp32", "bf16", "fp16"],
