@@ -2,7 +2,7 @@
 
 - `curve`: the Optimus loss model l(k) = 1/(β0·k + β1) + β2 and a power law, with bootstrap
   intervals and the step at which a target is reached (Peng et al., EuroSys 2018).
-- `ensemble`: the step reaching a target as a distribution, a Bayesian average of five curve
+- `ensemble`: the step reaching a target as a distribution, a Bayesian average of six curve
   families on a grid posterior (after Domhan et al., IJCAI 2015).
 - `regress`: the loss-model coefficients as functions of run features.
 - `fitting`: what `converge fit | predict | regress` do, from stored runs or CSV files.
