@@ -11,7 +11,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, open_store, set_option
-from dlperf.detect.ssd import SCORE_THRESHOLD
+from dlperf.detect import SCORE_THRESHOLD
 from dlperf.errors import CheckFailed, UserError
 from dlperf.paths import check_writable
 

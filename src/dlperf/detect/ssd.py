@@ -29,6 +29,7 @@ import numpy as np
 from dlperf.deploy import meta as meta_mod
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
+from dlperf.detect import SCORE_THRESHOLD
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
 from dlperf.progress import NullReporter, Reporter
@@ -45,9 +46,6 @@ INPUT = "image"
 OPSET = 17
 EXPORTER = "torchscript"
 COCO_CLASSES = 91
-# `detect run` keeps a detection whose class outscores all others together: the detector
-# itself keeps scores down to 0.001 for AP, a carpet of boxes when drawn.
-SCORE_THRESHOLD = 0.5
 
 
 @dataclass
