@@ -311,14 +311,14 @@ def test_a_name_with_control_characters_reaches_mlflow_escaped(
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    run_id = store.create_run("evil\x1b[31m\x00nul", "run", {}, None, None)
+    run_id = store.create_run("evil\x1b[31m\x7fnul", "run", {}, None, None)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
     got = MlflowClient(tracking_uri=uri).get_run(
         json.loads(result.out)["runs"][str(run_id)]["mlflow_run_id"]
     )
-    assert got.info.run_name == r"evil\x1b[31m\x00nul"
+    assert got.info.run_name == r"evil\x1b[31m\x7fnul"
 
 
 def test_a_lost_run_without_metrics_ends_when_it_started(

@@ -52,6 +52,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # the standard library, third-party libraries and each other only
     "leaves": (
+        "dlperf.clocks",
         "dlperf.config",
         "dlperf.contention",
         "dlperf.errors",
