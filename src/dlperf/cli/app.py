@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
+    from dlperf.store.reading import Listing
 
 app = typer.Typer(
     name="dlperf",
@@ -75,6 +76,15 @@ def open_store(create: bool = True) -> RunStore:  # imported lazily: --help is f
     from dlperf.store import RunStore
 
     return RunStore.open(state.db, create)
+
+
+def open_listing() -> Listing:
+    """The store --db names, for a command that only lists runs: a SQLite file read with the
+    standard library when that answers as the store would (SQLAlchemy's import is most of
+    such a command's start-up), else `open_store(create=False)`."""
+    from dlperf.store.reading import sqlite_listing
+
+    return sqlite_listing(state.db) or open_store(create=False)
 
 
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]

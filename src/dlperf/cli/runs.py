@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, open_store, state
+from dlperf.cli.app import Json, app, open_listing, open_store, state
 from dlperf.errors import UserError
 from dlperf.formatting import fmt
 from dlperf.parsing import flatten
@@ -52,7 +52,7 @@ def runs_list(
     """
     from dlperf.store.query import config_value, list_runs
 
-    runs = list_runs(reader, kind=kind, study=study, where=where or (), limit=limit)
+    runs = list_runs(open_listing, kind=kind, study=study, where=where or (), limit=limit)
     if console.printed_json(as_json, [r.to_dict() for r in runs]):
         return
     tagged = any(r.tags for r in runs)

@@ -22,6 +22,7 @@ from dlperf.procs import proc_stat, process_alive
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
+    from dlperf.store.reading import Listing
     from dlperf.store.record import RunRecord
 
 SUMMARY_KEYS = (
@@ -226,7 +227,7 @@ def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
 
 
 def list_runs(
-    open_store: Callable[[], RunStore],
+    open_store: Callable[[], Listing],
     kind: str | None = None,
     study: int | None = None,
     where: Sequence[str] = (),

@@ -1,0 +1,204 @@
+"""A current SQLite store read with the standard library alone, for `dlperf runs list`.
+
+Importing SQLAlchemy costs a listing about twice the rest of its start-up, so a command that
+only lists runs reads a SQLite store through `sqlite3` when it can tell that this gives the
+same answer as `RunStore.open(db, create=False)`: a plain file path or `sqlite:///PATH`
+URL, a file at the current schema version in WAL mode, found sound by the same
+`PRAGMA quick_check` the store runs when it opens. Anything else (PostgreSQL, a URL with a
+query, a store to migrate, a damaged file, any error of the driver) returns None, and the
+caller opens the store the long way, which answers, migrates or refuses in its own words.
+A missing or empty file reads as a store without runs, as it does there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from dlperf.errors import UserError
+from dlperf.store.record import RunRecord
+
+# The facts a current store holds in `meta` (schema.STORE_ID, schema.VERSION_KEY) and the
+# version it is at (migrations.SCHEMA_VERSION): tests/store/test_reading.py checks they agree.
+SCHEMA_VERSION = 3
+VERSION_KEY, STORE_ID = "schema_version", "store_id"
+BUSY_TIMEOUT_S = 30  # as the store's own connections wait for a writer
+CHECK_MAX_BYTES = 256 << 20  # integrity.CHECK_MAX_BYTES: larger stores are not checked on open
+PLAIN_URL = "sqlite:///"
+RUN_COLUMNS = "id, study_id, name, kind, status, config, config_hash, system, summary, "
+RUN_COLUMNS += "started, ended, error"
+
+
+class Listing(Protocol):
+    """What a listing reads of a store: `RunStore` and `SqliteListing` both."""
+
+    def list_runs(
+        self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
+    ) -> list[RunRecord]: ...
+
+    def get_study(self, study_id: int) -> dict[str, Any]: ...
+
+
+def _path(db: str | None) -> Path | None:
+    """The file `db` names when it is a plain SQLite path or URL; None for anything else."""
+    if not db:
+        return Path("dlperf.db").resolve()
+    if "://" in db:
+        if not db.startswith(PLAIN_URL):
+            return None
+        db = db.removeprefix(PLAIN_URL)
+    else:
+        db = os.path.expanduser(db)  # as runstore._url does for a path
+    # SQLAlchemy's URL parser reads ?, # and % escapes in these; an empty path or :memory:
+    # is refused there: both are left to it.
+    if not db or db == ":memory:" or any(c in db for c in "?#%"):
+        return None
+    try:
+        path = Path(db).resolve()
+    except (OSError, RuntimeError):  # a symlink loop: the long way says so
+        return None
+    return path if path.parent.is_dir() else None
+
+
+def sqlite_listing(db: str | None) -> Listing | None:
+    """The store `db` (as --db takes it) to list, read through `sqlite3`; None when only
+    `RunStore.open` can tell what it holds."""
+    path = _path(db)
+    if path is None:
+        return None
+    try:
+        if not path.exists() or path.stat().st_size == 0:
+            return SqliteListing(None, db)
+        listing = SqliteListing(path, db)
+        return listing if listing.current() else None
+    except (OSError, sqlite3.Error):
+        return None
+
+
+def _time(value: str) -> str:
+    """A stored DateTime as RunRecord holds it (SQLAlchemy keeps ISO text in SQLite)."""
+    return datetime.fromisoformat(value).isoformat(timespec="seconds")
+
+
+def _json(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+class SqliteListing:
+    """The runs and studies of one SQLite store file (`path` None: a store without runs);
+    `db` opens it the long way if the driver fails while reading (a page found damaged, a
+    lock held past the busy timeout), to fail in the store's own words."""
+
+    def __init__(self, path: Path | None, db: str | None) -> None:
+        self.path = path
+        self.db = db
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        assert self.path is not None
+        with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)) as conn:
+            conn.isolation_level = None  # reads only: no implicit transactions
+            yield conn
+
+    def _long_way(self) -> Listing:
+        from dlperf.store.runstore import RunStore
+
+        return RunStore.open(self.db, create=False)
+
+    def current(self) -> bool:
+        """A store at the current version, in WAL mode, that passes the quick check."""
+        assert self.path is not None
+        with self._connection() as conn:
+            if conn.execute("PRAGMA journal_mode").fetchone() != ("wal",):
+                return False  # the store's own connection would switch it: a write
+            tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master")}
+            if "meta" not in tables:
+                return False
+            query = "SELECT key, value FROM meta WHERE key IN (?, ?)"
+            facts = dict(conn.execute(query, (VERSION_KEY, STORE_ID)).fetchall())
+            if facts.get(VERSION_KEY) != str(SCHEMA_VERSION) or STORE_ID not in facts:
+                return False
+            if self.path.stat().st_size > CHECK_MAX_BYTES:
+                return True
+            return conn.execute("PRAGMA quick_check(1)").fetchall() == [("ok",)]
+
+    def list_runs(
+        self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
+    ) -> list[RunRecord]:
+        """As `RunStore.list_runs`: newest first, each with its tags in key order."""
+        if self.path is None:
+            return []
+        where: list[str] = []
+        args: list[Any] = []
+        if kind:
+            where.append("kind = ?")
+            args.append(kind)
+        if study_id is not None:
+            where.append("study_id = ?")
+            args.append(study_id)
+        query = f"SELECT {RUN_COLUMNS} FROM runs"
+        query += f" WHERE {' AND '.join(where)}" if where else ""
+        query += " ORDER BY id DESC"
+        if limit:
+            query += " LIMIT ?"
+            args.append(limit)
+        try:
+            with self._connection() as conn:
+                conn.execute("BEGIN")  # the runs and their tags from one snapshot
+                rows = conn.execute(query, args).fetchall()
+                tags = self._tags(conn, [row[0] for row in rows])
+                conn.execute("COMMIT")
+        except sqlite3.Error:
+            return self._long_way().list_runs(kind, study_id, limit)
+        return [self._record(row, tags.get(row[0], {})) for row in rows]
+
+    @staticmethod
+    def _tags(conn: sqlite3.Connection, ids: list[int]) -> dict[int, dict[str, str]]:
+        tags: dict[int, dict[str, str]] = {}
+        for start in range(0, len(ids), 500):  # well below SQLite's limit of parameters
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            query = f"SELECT run_id, key, value FROM tags WHERE run_id IN ({marks}) ORDER BY key"
+            for run_id, key, value in conn.execute(query, chunk):
+                tags.setdefault(run_id, {})[key] = value
+        return tags
+
+    @staticmethod
+    def _record(row: tuple[Any, ...], tags: dict[str, str]) -> RunRecord:
+        run_id, study_id, name, kind, status, config, config_hash, system, summary = row[:9]
+        started, ended, error = row[9:]
+        return RunRecord.read(
+            status,
+            _json(system),
+            id=run_id,
+            study_id=study_id,
+            name=name,
+            kind=kind,
+            config=_json(config),
+            config_hash=config_hash,
+            summary=_json(summary) or {},
+            started=_time(started),
+            ended=None if ended is None else _time(ended),
+            error=error,
+            tags=tags,
+        )
+
+    def get_study(self, study_id: int) -> dict[str, Any]:
+        """As `RunStore.get_study`."""
+        found = None
+        if self.path is not None:
+            query = "SELECT id, name, kind, created FROM studies WHERE id = ?"
+            try:
+                with self._connection() as conn:
+                    found = conn.execute(query, (study_id,)).fetchone()
+            except (sqlite3.Error, OverflowError):  # OverflowError: an id past 64 bits
+                return self._long_way().get_study(study_id)
+        if found is None:
+            raise UserError(f"no study {study_id} in the store")
+        return {"id": found[0], "name": found[1], "kind": found[2], "created": _time(found[3])}

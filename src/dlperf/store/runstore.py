@@ -1,0 +1,949 @@
+"""The run store: studies, runs, metrics and artifacts in any SQLAlchemy database.
+
+Default: a SQLite file ./dlperf.db in WAL mode with a busy timeout, so a reader (report,
+doctor, a second shell) never blocks the writer. `--db` / DLPERF_DB take a SQLAlchemy URL
+(e.g. postgresql+psycopg://user@host/db) or a plain file path.
+
+Many processes may write one SQLite store at once (a sweep's runs, the shells of a class):
+every write transaction begins IMMEDIATE, taking SQLite's one write lock up front and waiting
+for it up to the busy timeout. The driver's default, a deferred BEGIN, may read first and
+then fail at once with "database is locked" when it must upgrade to a writer while another
+process writes: SQLite cannot wait there without risking a deadlock.
+
+Each store has a random id, made when it is first opened: the files its runs write go under
+`<out_dir>/<store id>/`, so two stores used from one directory never share a checkpoint.
+
+A run records the process that writes it (host, pid, the process's start time, the boot id)
+in its system JSON under "process": a run stored as `running` whose process is known to be
+gone reads as `lost` (`record.RunRecord`). That is computed when read, never written, so any
+number of readers may look at once and a run that is resumed is simply `running` again.
+
+One process writes a run: the same process, as JSON, is the run's `owner` while it runs (its
+lease, held as long as that process lives). Resuming a stopped run takes it over with a
+compare-and-set (`UPDATE ... WHERE owner IS <the owner seen>`), which the database applies
+to one process only, on SQLite and PostgreSQL alike; a run whose owner still lives (or lives
+on another host, where that cannot be told) is refused. A sweep's points are claimed the
+same way (`claim`).
+
+Opening a store checks it (a SQLite file: `integrity`) and brings its schema to the current
+version (`migrations`); a URL is printed only through `masked_url`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import math
+import os
+import re
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import create_engine, delete, event, func, make_url, select, update
+from sqlalchemy.engine import Connection, Engine, ExceptionContext
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
+
+from dlperf import stopping
+from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
+from dlperf.procs import process_alive, this_process
+from dlperf.store import integrity, migrations
+from dlperf.store.record import RUNNING, RunRecord
+from dlperf.store.schema import DELETED_MAX, Artifact, Claim, Meta, Metric, Run, Study, Tag
+
+DEFAULT_DB = "dlperf.db"
+STATUSES = ("running", "finished", "failed", "killed")
+# SQLite's primary result codes (the low byte of an extended code).
+SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
+NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
+PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
+# PostgreSQL's states of a server gone: class 08 (connection exception), shut down by an
+# administrator or a crash, starting or stopping ("the database system is shutting down").
+PG_GONE_CLASS, PG_GONE = "08", ("57P01", "57P02", "57P03")
+UNWRITABLE = (
+    "the store's file, its directory or its database is read-only: check the file's mode and "
+    "attributes (lsattr), the mount, or the database's permissions"
+)
+BUSY_TIMEOUT_S = 30
+WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
+# user:password@, up to the last @ before the path
+PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
+
+
+def masked_url(url: str) -> str:
+    """`url` as dlperf prints or records it anywhere: with its password, if any, as ***."""
+    # A string SQLAlchemy cannot read as a URL may still carry a password: the pattern masks
+    # it, and an unescaped @ in a password that SQLAlchemy took for part of the host.
+    with contextlib.suppress(ArgumentError):
+        url = make_url(url).render_as_string(hide_password=True)
+    return PASSWORD.sub(r"\1***@", url)
+
+
+def _url(db: str | None) -> str:
+    if not db:
+        return f"sqlite:///{DEFAULT_DB}"
+    # A path in quotes or an environment variable reaches us with its ~ unexpanded.
+    return db if "://" in db else f"sqlite:///{os.path.expanduser(db)}"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any, read_only: bool = False) -> None:
+    # Transactions are begun by _sqlite_begin, not by the driver's implicit BEGIN before DML.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    # The timeout first: switching a new file to WAL takes a lock that another process
+    # opening the same store at the same moment must wait for, not fail on.
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+    if not read_only:  # a connection opened read-only cannot switch to WAL
+        _wal(cursor)
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
+    """The engine of a SQLite store, and whether it is read-only. The driver ignores a URL's
+    `?mode=ro` (with a warning) and writes: here `mode` "ro" opens the file read-only
+    indeed; other modes are refused."""
+    if mode not in (None, "ro"):
+        raise UserError(
+            f"run store {name}: SQLite mode={mode} is not supported",
+            "add ?mode=ro to open it read-only, or give no mode",
+        )
+    path = engine.url.database
+    if not path or path == ":memory:":  # each process, each connection even, its own store
+        raise UserError(
+            f"run store {name} is in memory: it would keep nothing",
+            "give a file, e.g. --db dlperf.db",
+        )
+    try:
+        where = Path(path).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise UserError(f"cannot open run store {name}: {e}") from None
+    if not where.parent.exists():
+        raise UserError(f"run store directory {Path(path).parent} does not exist")
+    if mode == "ro":
+        uri = f"file:{quote(str(where))}?mode=ro"
+        engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
+    read_only = mode == "ro"
+    event.listen(engine, "connect", functools.partial(_sqlite_pragmas, read_only=read_only))
+    event.listen(engine, "begin", _sqlite_begin)
+    event.listen(engine, "handle_error", integrity.on_error)
+    return engine, read_only
+
+
+def _wal(cursor: Any) -> None:
+    """Switch the store to WAL. On a new file this reads the header, then upgrades to a write
+    lock, and SQLite never waits in such an upgrade (it could deadlock): a process opening a
+    new store at the same moment as another fails at once with "database is locked", busy
+    timeout or not (measured: 5% of eight simultaneous opens). So wait here instead."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorcode", None) != SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    writes = conn.get_execution_options().get(WRITES, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+
+
+def _sqlite_code(e: DatabaseError) -> int | None:
+    code = getattr(e.orig, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
+    """The OSError a full disk is, whichever database reports it: the CLI then says so in one
+    line (exit 1) instead of a driver traceback."""
+    where = str(engine.url.database)
+    code = _sqlite_code(e)
+    full = code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL
+    # SQLite reports a full disk met while growing its -shm or -wal file as an I/O error.
+    if code == SQLITE_IOERR and where not in ("", ":memory:"):
+        full = shutil.disk_usage(Path(where).resolve().parent).free < NEARLY_FULL
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) if full else None
+
+
+def _pg_state(e: DatabaseError) -> str | None:
+    return getattr(e.orig, "sqlstate", None)
+
+
+def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
+    """SQLAlchemy's `handle_error` hook of a server store once it has opened: a connection
+    lost or refused (the server stopped, restarted, or the network went) becomes the one-line
+    StoreGone, whatever statement met it, instead of the driver's chained traceback."""
+    orig = context.original_exception
+    state = getattr(orig, "sqlstate", None) or ""
+    # A refused connection carries no state: the driver's OperationalError says it.
+    refused = not state and type(orig).__name__ == "OperationalError"
+    gone = context.is_disconnect or state.startswith(PG_GONE_CLASS) or state in PG_GONE
+    if not (gone or refused):
+        return None
+    detail = "; ".join(line.strip() for line in str(orig).splitlines() if line.strip())
+    return StoreGone(f"run store {name} went away ({detail})")
+
+
+@dataclass(frozen=True)
+class _StoreFile:
+    """A SQLite store's file as it was opened, to tell at each write whether it is still
+    there: SQLite goes on writing a file deleted under it (into its inode, which nobody can
+    open again), and a command would end "finished" with its runs kept nowhere."""
+
+    path: Path
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, engine: Engine) -> _StoreFile | None:
+        path = integrity.store_file(engine)
+        if path is None or not path.is_file():
+            return None
+        stat = path.stat()
+        return cls(path, stat.st_dev, stat.st_ino)
+
+    def there(self) -> bool:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return False
+        return (stat.st_dev, stat.st_ino) == (self.device, self.inode)
+
+
+def _one_line(e: DatabaseError) -> str:
+    """The driver's message on one line: psycopg's connection errors add a tabbed second
+    line ("Is the server running on that host ...?")."""
+    return "; ".join(line.strip() for line in str(e.orig).splitlines() if line.strip())
+
+
+def _hint(e: DatabaseError) -> str | None:
+    if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
+        return "SQLite writes -wal and -shm files beside the store: is its directory writable?"
+    return None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _record(run: Run, tags: dict[str, str] | None = None) -> RunRecord:
+    return RunRecord.read(
+        run.status,
+        run.system,
+        id=run.id,
+        study_id=run.study_id,
+        name=run.name,
+        kind=run.kind,
+        config=run.config,
+        config_hash=run.config_hash,
+        summary=run.summary or {},
+        started=run.started.isoformat(timespec="seconds"),
+        ended=run.ended.isoformat(timespec="seconds") if run.ended else None,
+        error=run.error,
+        tags=tags or {},
+    )
+
+
+def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
+    """The tags of `run_ids`, by run, in key order; queried in chunks that stay well below
+    SQLite's limit on the parameters of one statement."""
+    tags: dict[int, dict[str, str]] = {}
+    ids = list(run_ids)
+    for start in range(0, len(ids), 500):
+        query = select(Tag).where(Tag.run_id.in_(ids[start : start + 500])).order_by(Tag.key)
+        for tag in s.scalars(query):
+            tags.setdefault(tag.run_id, {})[tag.key] = tag.value
+    return tags
+
+
+def _storable(s: Session, run_id: int) -> bool:
+    """Whether the id column can hold `run_id` at all: a SQLite integer has 64 bits (beyond,
+    the driver cannot even bind it), PostgreSQL's `integer` 32 (beyond, a query fails)."""
+    bits = 64 if s.get_bind().dialect.name == "sqlite" else 32
+    return bool(0 < run_id < 2 ** (bits - 1))
+
+
+def _stored_run(s: Session, run_id: int) -> Run:
+    """The lookup of a run by the id a user gave: any integer, however large, that names no
+    stored run is "no run N", not an error of the database's integer type."""
+    run = s.get(Run, run_id) if _storable(s, run_id) else None
+    if run is None:
+        raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
+    return run
+
+
+def _owner(process: dict[str, Any]) -> str:
+    """A process as the owner columns hold it: the same text for the same process, so that
+    an owner compares equal in SQL."""
+    return json.dumps(process, sort_keys=True)
+
+
+def _same(column: Any, value: Any) -> Any:
+    """`column` holds `value` (SQL's `=` never matches a null)."""
+    return column.is_(None) if value is None else column == value
+
+
+def writer_refusal(run: RunRecord) -> UserError | None:
+    """Why this process may not become the writer of `run`: it finished, or it is running
+    in a process that lives (or lives on another host, where that cannot be told)."""
+    if run.status == "finished":
+        return UserError(f"run {run.id} already finished", "start a new run instead")
+    if run.status != RUNNING:
+        return None
+    process = run.process or {}
+    who = f" in pid {process.get('pid')} on {process.get('host')}" if process else ""
+    return UserError(
+        f"run {run.id} is running{who}: one process writes a run at a time",
+        "wait for it to end, or stop it; a run whose process is gone can be resumed",
+    )
+
+
+def _fits(column: Any, value: str, what: str, hint: str) -> None:
+    """Refuse, before anything is written, text that the store's `column` cannot keep as it
+    is: PostgreSQL refuses a string longer than the column (StringDataRightTruncation) or
+    holding a NUL character, where SQLite keeps either whole. So the limits are dlperf's, the
+    same on every backend, and existing SQLite stores that hold longer text still read."""
+    limit = column.type.length
+    if len(value) > limit:
+        raise UserError(
+            f"{what} is {len(value)} characters long; the run store keeps at most {limit}", hint
+        )
+    if "\x00" in value:
+        raise UserError(f"{what} holds a NUL character, which the run store cannot keep", hint)
+
+
+def _shown(text: str) -> str:
+    """Text as an error quotes it: its start, if it is long."""
+    return repr(text) if len(text) <= 24 else f"{text[:20]!r}..."
+
+
+@dataclass
+class Deleted:
+    """What `RunStore.delete_runs` did: the runs, the files and directories it removed, and the
+    recorded files it left in place, each with the reason."""
+
+    runs: list[int]
+    removed: list[str]
+    kept: list[tuple[str, str]]
+
+
+@dataclass
+class Recording:
+    """A run being recorded: how it will be marked when its `with` block ends normally."""
+
+    id: int
+    status: str = "finished"
+    summary: dict[str, Any] | None = None
+    error: str | None = None
+
+    def fail(self, error: str, summary: dict[str, Any] | None = None) -> None:
+        """End as failed without raising: the command goes on (e.g. the next point)."""
+        self.status, self.error = "failed", error
+        if summary is not None:
+            self.summary = summary
+
+
+class RunStore:
+    def __init__(self, engine: Engine, store_id: str, read_only: bool = False) -> None:
+        self.engine = engine
+        self.id = store_id
+        self.read_only = read_only
+        self._writer = engine.execution_options(**{WRITES: True})
+        self._file: _StoreFile | None = None
+        self._keeper: sqlite3.Connection | None = None
+
+    @classmethod
+    def open(cls, db: str | None = None, create: bool = True) -> RunStore:
+        """The store at `db` (a URL or a SQLite file path), checked and brought to the current
+        schema. Without `create` (the commands that only read), a database that is empty, or
+        a SQLite file that is missing or empty, reads as a store without runs and nothing is
+        written into it; so does one opened read-only (SQLite's `?mode=ro`), into which every
+        write is refused."""
+        url = _url(db)
+        try:
+            parsed = make_url(url)
+            sqlite = parsed.get_backend_name() == "sqlite"
+            # The driver would ignore SQLite's mode with a warning: _sqlite_engine honours it.
+            engine = create_engine(parsed.difference_update_query(["mode"]) if sqlite else parsed)
+        except (ArgumentError, ImportError) as e:
+            raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
+        name = masked_url(url)
+        read_only = False
+        if sqlite:
+            engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
+            # A file missing or empty: opening it would write a header.
+            path = integrity.store_file(engine)
+            missing = path is not None and (not path.exists() or path.stat().st_size == 0)
+            if (read_only or not create) and missing:
+                return cls._empty()
+        try:
+            integrity.check(engine)
+            writer = engine.execution_options(**{WRITES: True})
+            store_id = migrations.migrate(engine, writer, name, create and not read_only)
+            integrity.opened(engine)
+        except DatabaseError as e:  # also "file is not a database"
+            full = _disk_full(e, engine)
+            if full:
+                raise full from None
+            if read_only and _sqlite_code(e) == SQLITE_READONLY:
+                raise UserError(
+                    f"run store {name} is older than this dlperf and opened read-only",
+                    "open it once without ?mode=ro: that upgrades it",
+                ) from None
+            raise UserError(f"cannot open run store {name}: {_one_line(e)}", _hint(e)) from None
+        if store_id is None:
+            return cls._empty()
+        if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
+            event.listen(engine, "handle_error", functools.partial(_server_gone, name))
+        store = cls(engine, store_id, read_only)
+        if sqlite and create and not read_only:
+            store._keep_file()
+        return store
+
+    def _keep_file(self) -> None:
+        """Note the store's file and hold one connection to it of our own: if the file is
+        deleted while this process writes it, that connection still reads everything the
+        store held (its pages and its WAL stay open), and `_rescue` copies it out."""
+        self._file = _StoreFile.of(self.engine)
+        if self._file is None:
+            return
+        keeper = sqlite3.connect(self._file.path, check_same_thread=False)
+        keeper.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        keeper.execute("SELECT count(*) FROM meta").fetchall()  # opens the WAL, held from now
+        self._keeper = keeper
+        # Closed with the engine's connections: a caller that disposes the engine and then
+        # moves the file must not leave a connection behind on it.
+        event.listen(self.engine, "engine_disposed", lambda _engine: keeper.close())
+
+    @classmethod
+    def _empty(cls) -> RunStore:
+        """A store without runs, in memory, for readers of a store that holds nothing yet."""
+        engine = create_engine("sqlite://", poolclass=StaticPool)
+        return cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
+
+    def artifact_dir(self, out_dir: str | Path) -> Path:
+        """Where this store's runs keep their files under `out_dir`: one directory per store,
+        so run 1 of one store never overwrites (or is read as) run 1 of another."""
+        return Path(out_dir).resolve() / self.id
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """One write transaction; a full disk comes out as OSError(ENOSPC). Nothing is written
+        into a store found damaged."""
+        integrity.refuse_writes(self.engine)
+        name = self.engine.url.render_as_string()  # the password hidden
+        if self.read_only:
+            raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
+        if self._file is not None and not self._file.there():
+            # This write goes where the store's earlier ones went (the file's old inode,
+            # through the connection kept for it), so that `_rescue` copies it out too; a
+            # new connection would make an empty file at the path instead.
+            assert self._keeper is not None
+            kept = create_engine("sqlite://", creator=lambda: self._keeper, poolclass=StaticPool)
+            with stopping.shielded(), Session(kept) as s, s.begin():
+                yield s
+            raise StoreGone(f"run store {self._file.path} was deleted or replaced")
+        try:
+            # A stop signal waits for the transaction's end: one cut inside SQLAlchemy could
+            # leave a connection holding SQLite's write lock, and the run's own `killed` mark
+            # would then wait out the busy timeout behind it.
+            with stopping.shielded(), Session(self._writer) as s, s.begin():
+                yield s
+        except DatabaseError as e:  # PostgreSQL's read-only transaction is an InternalError
+            full = _disk_full(e, self.engine)
+            if full:
+                raise full from None
+            if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
+                raise UserError(
+                    f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
+                ) from None
+            raise
+
+    # --- writing -----------------------------------------------------------------------
+
+    def create_study(self, name: str, kind: str) -> int:
+        _fits(Study.__table__.c.name, name, f"study name {_shown(name)}", "give a shorter name")
+        with self._writing() as s:
+            study = Study(name=name, kind=kind, created=_now())
+            s.add(study)
+            s.flush()
+            return study.id
+
+    def create_run(
+        self,
+        name: str,
+        kind: str,
+        config: dict[str, Any],
+        config_hash: str | None = None,
+        system: dict[str, Any] | None = None,
+        study_id: int | None = None,
+    ) -> int:
+        """A new `running` run owned by this process. A `system` record gains "process"
+        (`this_process()`), so that readers can tell a run whose process is gone
+        (`RunRecord.status`)."""
+        _fits(Run.__table__.c.name, name, f"run name {_shown(name)}", "give a shorter run.name")
+        me = this_process()
+        if system is not None:
+            system = {**system, "process": me}
+        with self._writing() as s:
+            run = Run(
+                name=name,
+                kind=kind,
+                status="running",
+                config=config,
+                config_hash=config_hash,
+                system=system,
+                study_id=study_id,
+                started=_now(),
+                owner=_owner(me),
+            )
+            next_id = self._next_id(s)
+            if next_id is not None:
+                run.id = next_id
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def _next_id(self, s: Session) -> int | None:
+        """SQLite gives a new row the largest id + 1, so deleting the newest run would hand
+        its id to the next: a different run answering to `dlperf runs show 7`, and to any note
+        that names it. Deleting runs records the largest id deleted; new ids stay above it.
+        (PostgreSQL's sequences never reuse an id: None lets the database choose.)"""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
+        if floor is None:
+            return None
+        return max(int(floor), s.scalar(select(func.max(Run.id))) or 0) + 1
+
+    @contextmanager
+    def recording(self, run_id: int) -> Iterator[Recording]:
+        """Mark `run_id` finished (or as `Recording.fail` said) when the block ends, killed on
+        Ctrl-C or SIGTERM (a KeyboardInterrupt, dlperf.stopping; raised again as one when the
+        code it landed in wrapped it in another exception), failed on any other exception,
+        which propagates. Every command that writes runs goes through here."""
+        with stopping.shielded():
+            yield from self._recorded(run_id)
+
+    def _recorded(self, run_id: int) -> Iterator[Recording]:
+        """`recording`, inside a shielded block: a stop signal cuts only the block's body, so
+        the run is always marked (one that lands while it is marked is raised once it is)."""
+        record = Recording(run_id)
+        try:
+            with stopping.unshielded():
+                yield record
+        except StoreGone as e:
+            # The run cannot be marked: left `running`, it reads as lost once this process
+            # has ended, and resumes from its last checkpoint like a SIGKILLed run.
+            if e.run_id is not None:
+                raise
+            raise self._gone(run_id, e) from None
+        except BaseException as e:
+            if interrupted(e):
+                self.finish_run(run_id, "killed", error="interrupted")
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                raise KeyboardInterrupt from e
+            self.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
+            raise
+        self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
+
+    def _gone(self, run_id: int, e: StoreGone) -> StoreGone:
+        """The one line for a store gone while `run_id` was recording: how to resume it, and
+        for a SQLite file, where everything it held was saved."""
+        resume = f"dlperf run --resume {run_id}"
+        if self._file is None:
+            return StoreGone(
+                f"{e.message} while run {run_id} was recording",
+                f"run {run_id} reads as lost now; once the store is back, continue it with "
+                f"`{resume}`",
+                run_id,
+            )
+        saved = self._rescue(run_id)
+        if saved is None:
+            return StoreGone(
+                f"{e.message} while run {run_id} was recording; nothing was saved", None, run_id
+            )
+        return StoreGone(
+            f"{e.message} while run {run_id} was recording; everything it held, run "
+            f"{run_id}'s metrics up to now included, is saved in {saved}",
+            f"move it back to {self._file.path} to keep it, then `{resume}`",
+            run_id,
+        )
+
+    def _rescue(self, run_id: int) -> Path | None:
+        """Copy the deleted store, through the connection kept to it, beside the run's last
+        checkpoint (else beside where the store was, else here); None if no place takes it."""
+        assert self._file is not None and self._keeper is not None
+        keeper = self._keeper
+        found = keeper.execute(
+            "SELECT path FROM artifacts WHERE run_id = ? AND kind = 'checkpoint' "
+            "ORDER BY id DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+        places = [Path(found[0]).parent] if found else []
+        places += [self._file.path.parent, Path.cwd()]
+        name = f"{self._file.path.stem}.rescued-run{run_id}{self._file.path.suffix or '.db'}"
+        for place in places:
+            target = place / name
+            if not place.is_dir() or target.exists():
+                continue
+            try:
+                copy = sqlite3.connect(target)
+                try:
+                    keeper.backup(copy)
+                finally:
+                    copy.close()
+            except (OSError, sqlite3.Error):
+                for leftover in (target, target.with_name(target.name + "-journal")):
+                    leftover.unlink(missing_ok=True)
+                continue
+            return target
+        return None
+
+    @contextmanager
+    def new_run(
+        self,
+        name: str,
+        kind: str,
+        config: dict[str, Any],
+        config_hash: str | None = None,
+        system: dict[str, Any] | None = None,
+        study_id: int | None = None,
+    ) -> Iterator[Recording]:
+        """create_run, then record it as `recording` does: a stop signal that lands between
+        the two waits, so a run made is always marked."""
+        with stopping.shielded():
+            run_id = self.create_run(name, kind, config, config_hash, system, study_id)
+            yield from self._recorded(run_id)
+
+    def log_metrics(
+        self, run_id: int, rows: Iterable[tuple[str, int, float] | tuple[str, int, float, float]]
+    ) -> None:
+        """Insert a batch of (key, step, value[, wall_time]) in one statement; a row without
+        its own wall time gets the time of this call."""
+        now = time.time()
+        batch = [
+            {
+                "run_id": run_id,
+                "key": row[0],
+                "step": int(row[1]),
+                "value": float(row[2]),
+                "wall_time": float(row[3]) if len(row) > 3 else now,
+            }
+            for row in rows
+        ]
+        for key in dict.fromkeys(str(row["key"]) for row in batch):
+            _fits(Metric.__table__.c.key, key, f"metric key {_shown(key)}", "give a shorter key")
+        if batch:
+            with self._writing() as s:
+                s.execute(Metric.__table__.insert(), batch)
+
+    def add_artifact(self, run_id: int, kind: str, path: str | Path) -> None:
+        with self._writing() as s:
+            s.add(Artifact(run_id=run_id, kind=kind, path=str(path)))
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        with self._writing() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(**fields))
+
+    def take_over(self, run_id: int) -> None:
+        """Make this process the one writer of the stopped run `run_id` (a resume): `running`
+        again, owned by this process. Refused (UserError, see `writer_refusal`) while another
+        process writes it, and when another process takes it over first: the update applies
+        only to the run as it was read (owner, status, end), so of two processes that read it
+        at once the database lets one through."""
+        with Session(self.engine) as s:
+            run = _stored_run(s, run_id)
+            owner, status, ended = run.owner, run.status, run.ended
+            record = _record(run)
+        refusal = writer_refusal(record)
+        if refusal is not None:
+            raise refusal
+        me = this_process()
+        system = None if record.system is None else {**record.system, "process": me}
+        with self._writing() as s:
+            taken = s.connection().execute(
+                update(Run)
+                .where(
+                    Run.id == run_id,
+                    _same(Run.owner, owner),
+                    Run.status == status,
+                    _same(Run.ended, ended),
+                )
+                .values(status="running", ended=None, error=None, system=system, owner=_owner(me))
+            )
+            if taken.rowcount != 1:
+                raise UserError(
+                    f"run {run_id} was taken over by another process just now",
+                    f"see dlperf runs show {run_id}",
+                )
+
+    def claim(self, study_id: int, key: str) -> dict[str, Any] | None:
+        """Claim the point `key` of study `study_id` (a sweep's) for this process: None when it
+        is this process's now, else the process that holds it. A claim whose process is gone
+        is taken over (compare-and-set on its owner, as `take_over`). A claim is kept after
+        its point ends: the caller checks that the point did not finish meanwhile."""
+        me = _owner(this_process())
+        where = (Claim.study_id == study_id, Claim.key == key)
+        with self._writing() as s:
+            try:
+                with s.begin_nested():  # of two processes inserting at once, one fails here
+                    s.add(Claim(study_id=study_id, key=key, owner=me))
+            except IntegrityError:
+                pass
+            held = s.scalars(select(Claim.owner).where(*where)).one()
+            if held != me and process_alive(json.loads(held)) is False:
+                s.execute(update(Claim).where(*where, Claim.owner == held).values(owner=me))
+                held = s.scalars(select(Claim.owner).where(*where)).one()
+        return None if held == me else json.loads(held)
+
+    def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
+        """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
+        with self._writing() as s:
+            _stored_run(s, run_id)
+            s.execute(delete(Tag).where(Tag.run_id == run_id, Tag.key.in_(list(tags))))
+            s.add_all(Tag(run_id=run_id, key=k, value=v) for k, v in tags.items() if v)
+            s.flush()
+            return _tags_of(s, [run_id]).get(run_id, {})
+
+    def delete_runs(self, run_ids: Sequence[int], force: bool = False) -> Deleted:
+        """Delete runs with their metrics, tags and artifact rows (one transaction; an unknown
+        id, or a run whose owner lives, deletes nothing), then the files they recorded. With
+        `force`, a run whose owner runs on another host (who cannot be stopped from here) goes
+        too; one whose owner lives on this host never does: stop it first (`query.stop`).
+
+        Only what a run owns goes: a recorded file under this store's artifact directory
+        (`<out_dir>/<store id>/`) that no other run records, and the run's own directory
+        `<store id>/run-<id>/` that holds its checkpoint. Directories left empty are removed
+        up to the store's directory. A recorded file elsewhere (the user's device catalog, a
+        detector saved to a path of the user's choice) or shared with another run is kept."""
+        ids = list(dict.fromkeys(run_ids))
+        with self._writing() as s:
+            query = select(Run.id).where(Run.id.in_([i for i in ids if _storable(s, i)]))
+            found = set(s.scalars(query))
+            missing = [str(i) for i in ids if i not in found]
+            if missing:
+                raise NoSuchRun(
+                    f"no run {', '.join(missing)} in the store; nothing deleted",
+                    "see `dlperf runs list`",
+                )
+            # Locked until the end (PostgreSQL; SQLite's write lock is already held): a resume
+            # taking a run over meanwhile waits, then finds it gone.
+            owners = s.execute(select(Run.id, Run.owner).where(Run.id.in_(ids)).with_for_update())
+            me = _owner(this_process())  # a process may delete the runs it writes itself
+            # An owner that lives, or (unless `force`) that runs on another host, where that
+            # cannot be told, may still write its run.
+            alive = {i: process_alive(json.loads(o)) for i, o in owners if o and o != me}
+            live = [i for i, a in alive.items() if a is True or (a is None and not force)]
+            if live:
+                raise UserError(
+                    f"run {', '.join(map(str, live))} is running; nothing deleted",
+                    "stop it first, or pass --force",
+                )
+            recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(ids))
+            owned = [(r.run_id, r.path) for r in s.execute(recorded.order_by(Artifact.id))]
+            shared = set(
+                s.scalars(
+                    select(Artifact.path).where(
+                        Artifact.path.in_({p for _, p in owned}), Artifact.run_id.not_in(ids)
+                    )
+                )
+            )
+            for table in (Tag, Metric, Artifact):
+                s.execute(delete(table).where(table.run_id.in_(ids)))
+            s.execute(delete(Run).where(Run.id.in_(ids)))
+            if self.engine.dialect.name == "sqlite":
+                floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
+                s.merge(Meta(key=DELETED_MAX, value=str(max([*ids, int(floor or 0)]))))
+        removed: list[str] = []
+        kept: list[tuple[str, str]] = []
+        for run_id, path in owned:
+            if path in shared:
+                kept.append((path, "another run records it too"))
+            else:
+                self._remove_file(run_id, Path(path), removed, kept)
+        return Deleted(ids, removed, kept)
+
+    def _remove_file(
+        self, run_id: int, path: Path, removed: list[str], kept: list[tuple[str, str]]
+    ) -> None:
+        root = next((p for p in path.parents if p.name == self.id), None)
+        if not path.is_absolute() or ".." in path.parts or root is None:
+            kept.append((str(path), f"not under this store's artifact directory .../{self.id}/"))
+            return
+        own = root / f"run-{run_id}"
+        target = own if path.is_relative_to(own) else path
+        try:
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target == own and target.is_dir():
+                shutil.rmtree(target)
+            elif target.is_dir():
+                kept.append((str(path), "a directory the run does not own"))
+                return
+            else:
+                return  # gone already
+        except OSError as e:
+            kept.append((str(path), f"cannot remove it: {e.strerror or e}"))
+            return
+        removed.append(str(target))
+        for parent in target.parents:  # directories left empty, up to the store's own
+            if parent == root or not parent.is_relative_to(root):
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+
+    def finish_run(
+        self,
+        run_id: int,
+        status: str = "finished",
+        summary: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        assert status in STATUSES, status
+        fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error, "owner": None}
+        if summary is not None:
+            fields["summary"] = _finite(summary)
+        self.update_run(run_id, **fields)
+
+    # --- reading -----------------------------------------------------------------------
+
+    def get_run(self, run_id: int) -> RunRecord:
+        with Session(self.engine) as s:
+            return _record(_stored_run(s, run_id), _tags_of(s, [run_id]).get(run_id))
+
+    def list_runs(
+        self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
+    ) -> list[RunRecord]:
+        query = select(Run).order_by(Run.id.desc())
+        if kind:
+            query = query.where(Run.kind == kind)
+        if study_id is not None:
+            query = query.where(Run.study_id == study_id)
+        if limit:
+            query = query.limit(limit)
+        with Session(self.engine) as s:
+            runs = list(s.scalars(query))
+            tags = _tags_of(s, [r.id for r in runs])
+            return [_record(r, tags.get(r.id)) for r in runs]
+
+    def get_study(self, study_id: int) -> dict[str, Any]:
+        with Session(self.engine) as s:
+            study = s.get(Study, study_id)
+            if study is None:
+                raise UserError(f"no study {study_id} in the store")
+            return {
+                "id": study.id,
+                "name": study.name,
+                "kind": study.kind,
+                "created": study.created.isoformat(timespec="seconds"),
+            }
+
+    def find_study(self, name: str, kind: str) -> int | None:
+        """The id of the newest study called `name` of `kind`, if any."""
+        query = (
+            select(Study.id)
+            .where(Study.name == name, Study.kind == kind)
+            .order_by(Study.id.desc())
+            .limit(1)
+        )
+        with Session(self.engine) as s:
+            return s.scalar(query)
+
+    def metrics(self, run_id: int, key: str) -> list[tuple[int, float]]:
+        """(step, value) pairs of one metric, in step order."""
+        query = (
+            select(Metric.step, Metric.value)
+            .where(Metric.run_id == run_id, Metric.key == key)
+            .order_by(Metric.step, Metric.id)
+        )
+        with Session(self.engine) as s:
+            return [
+                (int(step), math.nan if value is None else float(value))
+                for step, value in s.execute(query)
+            ]
+
+    def metric_keys(self, run_id: int) -> list[str]:
+        query = select(Metric.key).where(Metric.run_id == run_id).distinct().order_by(Metric.key)
+        with Session(self.engine) as s:
+            return list(s.scalars(query))
+
+    def last_step(self, run_id: int, key: str) -> int | None:
+        query = select(func.max(Metric.step)).where(Metric.run_id == run_id, Metric.key == key)
+        with Session(self.engine) as s:
+            return s.scalar(query)
+
+    def delete_metrics_after(self, run_id: int, keys_steps: Sequence[tuple[str, int]]) -> None:
+        """Drop metrics logged after a checkpoint, so a resumed run does not repeat steps."""
+        with self._writing() as s:
+            for key_prefix, step in keys_steps:
+                s.execute(
+                    Metric.__table__.delete().where(
+                        Metric.run_id == run_id,
+                        Metric.key.startswith(key_prefix),
+                        Metric.step > step,
+                    )
+                )
+
+    def artifacts(self, run_id: int) -> list[dict[str, Any]]:
+        query = select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)
+        with Session(self.engine) as s:
+            return [{"kind": a.kind, "path": a.path} for a in s.scalars(query)]
+
+
+def _finite(value: Any) -> Any:
+    """JSON columns cannot hold NaN on PostgreSQL: store non-finite floats as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def repair(db: str | None, out: Path) -> integrity.Repaired:
+    """Copy what can still be read of the SQLite store `db` (a URL or path, as `--db` takes)
+    into a new store file `out`; the damaged file is only read."""
+    try:
+        url = make_url(_url(db))
+    except ArgumentError as e:
+        raise UserError(f"cannot open run store {masked_url(_url(db))!r}: {e}") from None
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        raise UserError(
+            f"runs repair reads a SQLite store file, not {masked_url(str(url))}",
+            "for PostgreSQL use its own tools: pg_dump, pg_amcheck",
+        )
+    source, out = Path(url.database).resolve(), out.resolve()
+    if not source.is_file():
+        raise UserError(f"run store {source} does not exist")
+    if out.exists():
+        raise UserError(f"{out} exists", "repair writes a new store: give a new file name")
+    new = RunStore.open(str(out))
+    try:
+        return integrity.copy_readable(source, new._writer, out)
+    except BaseException:
+        new.engine.dispose()
+        for leftover in (out, out.with_name(out.name + "-wal"), out.with_name(out.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        raise
+    finally:
+        new.engine.dispose()
