@@ -2,7 +2,8 @@
 
 Each command runs in a fresh interpreter through the real entry point; what it imported is
 read from `sys.modules` afterwards. A property, not a wall-clock limit: importing torch is
-what costs these commands seconds (benchmarks/bench_startup.py measures the time).
+what costs these commands seconds, and SQLAlchemy most of a listing's start-up
+(benchmarks/bench_startup.py measures the time).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from dlperf.store import RunStore
 
 HEAVY = ("torch", "torchvision", "numpy", "scipy", "sklearn", "matplotlib")
 
-# Runs `dlperf ARGS` (ARGS from the command line), then fails naming any heavy import.
-PROBE = f"""
+
+def probe(heavy: tuple[str, ...]) -> str:
+    """A script that runs `dlperf ARGS` (ARGS from its command line), then fails naming any
+    package of `heavy` it imported."""
+    return f"""
 import sys
 from dlperf.cli import main
 
@@ -29,10 +33,18 @@ try:
 except SystemExit as e:
     if e.code not in (0, None):
         raise
-heavy = sorted({{name.split(".")[0] for name in sys.modules}} & set({HEAVY!r}))
+heavy = sorted({{name.split(".")[0] for name in sys.modules}} & set({heavy!r}))
 if heavy:
     sys.exit(f"dlperf {{' '.join(sys.argv[1:])}} imported {{', '.join(heavy)}}")
 """
+
+
+def imports_none(argv: list[str], heavy: tuple[str, ...]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", probe(heavy), *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+
 
 COMMANDS = [
     ["--help"],
@@ -70,11 +82,24 @@ def two_runs(store: RunStore) -> None:
 def test_command_imports_nothing_heavy(
     args: list[str], two_runs: None, tiny_exp: Callable[..., Path]
 ) -> None:
-    argv = [a.format(exp=tiny_exp()) for a in args]
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
+    imports_none([a.format(exp=tiny_exp()) for a in args], HEAVY)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "list"],
+        ["runs", "list", "--json", "--kind", "run", "--limit", "1"],
+        ["--db", "{missing}", "runs", "list"],
+    ],
+    ids=" ".join,
+)
+def test_listing_a_sqlite_store_imports_no_orm(
+    args: list[str], two_runs: None, tmp_path: Path
+) -> None:
+    """`runs list` reads a SQLite store through sqlite3 (dlperf.store.reading): SQLAlchemy
+    would double its start-up (issue 42)."""
+    imports_none([a.format(missing=tmp_path / "missing.db") for a in args], ("sqlalchemy",))
 
 
 def test_version_is_the_installed_package_s() -> None:

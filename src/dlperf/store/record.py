@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlperf.procs import process_alive
-from dlperf.records import RunSummary
+
+if TYPE_CHECKING:
+    from dlperf.records import RunSummary
 
 RUNNING, LOST = "running", "lost"  # `lost` is shown, never stored
 
@@ -52,6 +54,8 @@ class RunRecord:
     def trained(self) -> RunSummary:
         """A training run's summary, typed; every field at its default for runs of other
         kinds, whose summaries have their own shapes."""
+        from dlperf.records import RunSummary  # lazily: `runs list` never needs it
+
         return RunSummary.stored(self.summary) if self.kind == "run" else RunSummary()
 
     def to_dict(self) -> dict[str, Any]:
