@@ -104,7 +104,8 @@ def main() -> None:
     notes = [judge(None, results[n]).note for n in (LISTING, MODELS)]
     if idle < cores - 0.5:
         notes.append(f"busy machine: {idle:.1f} of {cores} cores were free before the run")
-    for note in filter(None, notes):
+    warnings = [note for note in notes if note]
+    for note in warnings:
         print(f"warning: {note}; re-measure the seconds on an idle machine")
     save(
         "startup",
@@ -112,6 +113,7 @@ def main() -> None:
             "seconds": results,
             "ratios": paired,
             "free_cores_before": idle,
+            "warnings": warnings,
             "stored_runs": STORED_RUNS,
             "goal_s": GOAL_S,
             "listing_goal_s": LISTING_GOAL_S,
