@@ -5,13 +5,14 @@ an all-reduce with compute at their worker count (the scale table's predictions 
 Each row carries its timed calls' CPU wait (`cpu_wait_share`, also the run's metric
 `allreduce/cpu_wait_share` by message size); the study's result carries the most contended
 worker count's window (`contention`, `cpu_wait_share`) and its mark (`reliable`,
-`reliability_note`, also reported as an `unreliable: ...` line)."""
+`reliability_note`, also reported as an `unreliable: ...` line). `AllreduceStudy` is the
+result, `table` and `lines` what the command prints of it."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,40 @@ from dlperf.distributed.launch import run_torchrun
 from dlperf.distributed.planning import resolve_backend, threads_per_worker
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
+from dlperf.records import Record
 from dlperf.store import Recording, RunStore
 from dlperf.system import system_info, usable_cores
+from dlperf.table import Table
+
+
+@dataclass(frozen=True)
+class AllreduceFailure(Record):
+    """A worker count whose benchmark failed, and torchrun's error."""
+
+    workers: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class AllreduceStudy(Record):
+    """What `dlperf scale allreduce` measured: its rows (per worker count and message size),
+    the ring model fitted over all of them (RingModel as a dict; None, and why, when none
+    fits), the overlap rows and their cost per worker count, the failed worker counts, and
+    the most contended worker count's window with its mark. `to_dict` is the --json
+    document."""
+
+    study_id: int
+    backend: str
+    rows: list[dict[str, Any]]
+    ring_model: dict[str, Any] | None
+    fit_error: str | None
+    overlap: list[dict[str, Any]]
+    overlap_cost: dict[int, float]
+    failures: list[AllreduceFailure]
+    cpu_wait_share: float | None
+    contention: dict[str, Any] | None
+    reliable: bool
+    reliability_note: str | None
 
 
 def run_allreduce_study(
@@ -36,7 +69,9 @@ def run_allreduce_study(
     warmup: int = 5,
     allow_oversubscribe: bool = False,
     reporter: Reporter | None = None,
-) -> dict[str, Any]:
+) -> AllreduceStudy:
+    """Benchmark the all-reduce of `sizes` at each of `workers`, store each worker count as
+    a run of one `allreduce` study, and return what was measured."""
     reporter = reporter or NullReporter()
     backend = resolve_backend(backend)
     parse_sizes(sizes)  # bad sizes fail here, before anything is launched or stored
@@ -51,7 +86,7 @@ def run_allreduce_study(
     measured: list[tuple[Recording, int, list[dict[str, Any]]]] = []
     overlap: dict[int, list[dict[str, Any]]] = {}  # per worker count: measure_overlap's rows
     windows: dict[int, Contention] = {}  # per worker count: its most contended rank's window
-    failures = []
+    failures: list[AllreduceFailure] = []
     # Every run stays open until the ring model, fitted over all of them, is in its summary.
     with contextlib.ExitStack() as runs:
         for n in sorted(set(workers)):
@@ -74,7 +109,7 @@ def run_allreduce_study(
             launch = run_torchrun(directory, n, "dlperf.distributed.allreduce", args, env=env)
             if launch.returncode != 0:
                 run.fail(launch.error or "torchrun failed")
-                failures.append({"workers": n, "error": launch.error})
+                failures.append(AllreduceFailure(n, launch.error))
                 continue
             result = json.loads((directory / "result.json").read_text())
             rows = [{"workers": n, **row} for row in result["rows"]]
@@ -101,19 +136,61 @@ def run_allreduce_study(
     if not mark.reliable:
         contended = [n for n, w in windows.items() if w.contended]
         reporter.log(f"unreliable: {_workers(contended)}: {mark.note}")
-    return {
-        "study_id": study_id,
-        "backend": backend,
-        "rows": every_row,
-        "ring_model": ring,
-        "fit_error": fit_error,
-        "overlap": [{"workers": n, **row} for n, rows in overlap.items() for row in rows],
-        "overlap_cost": {n: overlap_cost(rows) for n, rows in overlap.items()},
-        "failures": failures,
-        "cpu_wait_share": worst.cpu_wait_share if worst else None,
-        "contention": worst.to_dict() if worst else None,
-        **mark.to_dict(),
-    }
+    return AllreduceStudy(
+        study_id=study_id,
+        backend=backend,
+        rows=every_row,
+        ring_model=ring,
+        fit_error=fit_error,
+        overlap=[{"workers": n, **row} for n, rows in overlap.items() for row in rows],
+        overlap_cost={n: overlap_cost(rows) for n, rows in overlap.items()},
+        failures=failures,
+        cpu_wait_share=worst.cpu_wait_share if worst else None,
+        contention=worst.to_dict() if worst else None,
+        reliable=mark.reliable,
+        reliability_note=mark.note,
+    )
+
+
+def table(result: AllreduceStudy) -> Table:
+    """Time and bandwidth per worker count and message size, with the CPU wait (a marked
+    study's `unreliable: N workers: NOTE` was said as it ran)."""
+    return Table(
+        f"all-reduce study {result.study_id} ({result.backend})",
+        ["workers", "bytes", "time (us)", "algbw GB/s", "busbw GB/s", "CPU wait"],
+        [
+            [
+                r["workers"],
+                r["bytes"],
+                r["time_s"] * 1e6,
+                r["algbw_gbps"],
+                r["busbw_gbps"],
+                None if (w := r.get("cpu_wait_share")) is None else f"{w:.0%}",
+            ]
+            for r in result.rows
+        ],
+    )
+
+
+def lines(result: AllreduceStudy) -> list[str]:
+    """The ring model fitted (none: `fit_error` says why), then per worker count the compute
+    an all-reduce in flight costs, at the sizes measured."""
+    ring, found = result.ring_model, []
+    if ring:
+        found.append(
+            f"ring model T = 2(n-1)a + 2(n-1)/n S/B: a = {ring['alpha_s'] * 1e6:.1f} us, "
+            f"B = {ring['bandwidth_bytes_per_s'] / 1e9:.3g} GB/s, "
+            f"rms error {ring['rmse_pct']:.1f}% over {ring['n_points']} points"
+        )
+    for n, cost in result.overlap_cost.items():
+        sizes = ", ".join(
+            f"{r['bytes'] / 2**20:g} MiB" for r in result.overlap if r["workers"] == n
+        )
+        found.append(
+            f"overlap cost at {n} workers: {cost:.2f} s of compute lost per s of all-reduce "
+            f"in flight (measured at {sizes})"
+        )
+    return found
 
 
 def _workers(counts: list[int]) -> str:

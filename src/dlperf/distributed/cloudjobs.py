@@ -238,3 +238,15 @@ def shared(kind: str, job: dict[str, Any]) -> dict[str, Any]:
         "environment": {**job["environment_variables"], **dict([words[0].split("=", 1)])},
         "output location": job["outputs"]["results"].get("path"),
     }
+
+
+def described(kind: str, text: str) -> str | None:
+    """A cloud job file's `text` in one line, in the fields the platforms share: its
+    machines, image and output location; None for a job of a cluster (slurm, kubernetes)."""
+    if kind not in CLOUD:
+        return None
+    fields = shared(kind, json.loads(text) if kind != "azureml" else yaml.safe_load(text))
+    return (
+        f"{fields['instance count']} x {fields['instance type']} running {fields['image']}; "
+        f"output: {fields['output location'] or 'the job default'}"
+    )

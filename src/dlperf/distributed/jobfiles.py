@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import re
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -28,7 +29,7 @@ from dlperf.distributed.cloudjobs import CLOUD, INSTANCE_TYPE, PORT, RENDER, Clo
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
-    from dlperf.config import ScaleConfig
+    from dlperf.config import ScaleConfig, ScaleJob
 
 # Options that place one node of a multi-node run: a job file adds its own per node.
 _PER_NODE = ("--emit", "--out", "--nnodes", "--node-rank", "--rdzv", "--image", "--gpus-per-node",
@@ -196,7 +197,7 @@ def job_file(
     gpus_per_node: int | None,
     image: str,
     job_name: str,
-    cloud: dict[str, str | None] | None = None,
+    cloud: Mapping[str, str | None] | None = None,
 ) -> str:
     """The `kind` (slurm | kubernetes | sagemaker | vertex | azureml) job that runs
     `dlperf ARGV` once on each node, named after `job_name` in the platform's rules; `cloud`:
@@ -220,3 +221,20 @@ def job_file(
         uri, role = extra.get("output_uri"), extra.get("role")
         return RENDER[kind](CloudJob(job_argv(argv), nnodes, gpus, name, image, machine, uri, role))
     raise UserError(f"unknown --emit '{kind}'", f"use slurm, kubernetes or {', '.join(CLOUD)}")
+
+
+def study_job(
+    kind: str,
+    argv: list[str],
+    job: ScaleJob,
+    gpus_per_node: int | None,
+    image: str,
+    cloud: Mapping[str, str | None] | None = None,
+) -> str:
+    """`job_file` for the study `job`, named after its run, once its options pass the checks
+    its nodes would make (a job file must not carry options they would refuse)."""
+    from dlperf.distributed.planning import check_options  # torch: only when a file is made
+
+    check_options(job.scale)
+    name = job.experiment.run.name or "dlperf"
+    return job_file(kind, argv, job.scale, gpus_per_node, image, name, cloud)

@@ -52,6 +52,7 @@ from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.distributed.tf_worker import ignored_settings
 from dlperf.distributed.trace_split import rank_traces, with_trace_split
 from dlperf.engine.run import as_run, build_model
+from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
@@ -61,8 +62,12 @@ from dlperf.system import system_info, usable_cores
 WORKER_MODULE = "dlperf.distributed.worker"
 
 
-@dataclass
+@dataclass  # not frozen while dlperf.distributed.max_batch sets max_per_worker_batch on it
 class StudyResult:
+    """A study as it ran: its points' rows (node 0's summarised), the warnings, where it ran
+    in words, the ring model its predictions used, and how its points compare. The document
+    `dlperf scale --json` prints is dlperf.distributed.study_tables.document."""
+
     study_id: int | None
     rows: list[PointRow]
     warnings: list[str]
@@ -423,7 +428,7 @@ def run_study(
         if opts.steps is not None:
             return opts.steps
         assert opts.epochs is not None  # plan refuses neither or both
-        return opts.epochs * max(1, study.train_images // point.global_batch)
+        return opts.epochs * steps_per_epoch(study.train_images, point.global_batch)
 
     # Rounds interleaved across the points (each point once per round, in the same order),
     # so that a burst of load hits every point alike; a point that failed is not run again.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from dlperf.distributed import trace_split
 from dlperf.distributed.contracts import PointRow, PointSummary
 from dlperf.distributed.scaling import BATCH_KEY, point_name, series_name
 from dlperf.formatting import fmt
@@ -320,6 +321,34 @@ def missing_ring(result: StudyResult) -> bool:
     other = ("tensorflow", "horovod")
     torch_rows = [r for r in result.rows if not (r.summary and r.summary.backend in other)]
     return result.ring is None and any(r.workers > 1 for r in torch_rows)
+
+
+LEGEND = (
+    "ms per step, median (min-max) of the slowest rank; comm = exposed communication, "
+    "ring = ring-model all-reduce, overlap = the exposed part the bucket/overlap model "
+    "predicts; busbw GB/s"
+)
+NO_RING = (
+    "hint: no stored all-reduce benchmark for this backend, so no ring-model column; "
+    "run `dlperf scale allreduce --workers 2`"
+)
+
+
+def every_table(result: StudyResult) -> list[Table]:
+    """The tables `dlperf scale` prints, in order: the course's, one per series, and the
+    traces' split of each step when the study was profiled."""
+    traced = trace_split.table(result.rows)
+    return [*course_tables(result), *tables(result), *([traced] if traced else [])]
+
+
+def notes(result: StudyResult) -> list[str]:
+    """The lines after the tables: what their columns mean, then what the study found."""
+    return [LEGEND, *definitions(result), *findings(result)]
+
+
+def problems(result: StudyResult) -> list[str]:
+    """The lines for stderr: the hint when no ring model could predict, then each failure."""
+    return [NO_RING] * missing_ring(result) + failures(result)
 
 
 def document(result: StudyResult, artifacts: list[Any]) -> dict[str, Any]:
