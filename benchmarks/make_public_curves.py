@@ -57,25 +57,46 @@ def csv_columns(text: str, spec: dict[str, Any]) -> dict[str, Series]:
     train and validation rows apart) are skipped; so are the first `skip_rows` rows (an
     evaluation logged before training) and, with `where` (column -> value), rows that do not
     match it (logs with train and validation rows in one column set, told apart by a `phase`).
+    Without an epoch column (pandas writing per-epoch lists) the row number is the epoch. With
+    `run_column`, rows are runs named by that column (several trainings in one file).
     """
     cols: dict[str, str] = spec["columns"]
     where: dict[str, str] = spec.get("where", {})
-    series: Series = {}
     reader = csv.reader(io.StringIO(text), delimiter=spec.get("delimiter", ","))
     header, *body = [[field.strip() for field in row] for row in reader if row]
     rows = [dict(zip(header, row, strict=True)) for row in body[int(spec.get("skip_rows", 0)) :]]
     rows = [row for row in rows if all(row[k] == v for k, v in where.items())]
     offset = int(spec.get("epoch_offset", 0))
+    runs: dict[str, list[tuple[int, dict[str, str]]]] = {}
+    for number, row in enumerate(rows, start=1):
+        epoch = int(float(row[cols["epoch"]])) + offset if "epoch" in cols else number
+        run = _run_of(runs, row[spec["run_column"]], epoch) if "run_column" in spec else ""
+        runs.setdefault(run, []).append((epoch, row))
+    return {run: _columns_series(run_rows, cols) for run, run_rows in runs.items()}
+
+
+def _run_of(runs: dict[str, list[tuple[int, dict[str, str]]]], name: str, epoch: int) -> str:
+    """The run a row of `name` belongs to: a training rerun and appended to the same file
+    starts its epochs again, and continues as `name#2`, `name#3`, ... so no epoch counts twice.
+    """
+    run, k = name, 1
+    while f"{name}#{k + 1}" in runs:
+        k += 1
+        run = f"{name}#{k}"
+    if run in runs and runs[run][-1][0] >= epoch:
+        return f"{name}#{k + 1}"
+    return run
+
+
+def _columns_series(rows: list[tuple[int, dict[str, str]]], cols: dict[str, str]) -> Series:
+    """One run's metrics, each over the rows that log a value for it."""
+    series: Series = {}
     for metric in ("val_acc1", "val_loss"):
         if metric not in cols:
             continue
-        pairs = [
-            (int(float(row[cols["epoch"]])) + offset, float(row[cols[metric]]))
-            for row in rows
-            if row.get(cols[metric], "") not in ("", None)
-        ]
+        pairs = [(e, float(row[cols[metric]])) for e, row in rows if row.get(cols[metric])]
         series[metric] = ([e for e, _ in pairs], [v for _, v in pairs])
-    return {"": series}
+    return series
 
 
 def regex_lines(text: str, spec: dict[str, Any]) -> dict[str, Series]:
