@@ -243,3 +243,34 @@ def test_benchmark_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -> N
         r["cpu_wait_share"] for r in result["rows"]
     ]
     assert len(store.metrics(run.id, "allreduce/cpu_wait_share")) == 2
+
+
+def test_the_benchmark_study_prints_its_record_as_before() -> None:
+    """`dlperf scale allreduce` prints an AllreduceStudy: --json is its to_dict, with the keys
+    the command printed when it returned a dict; the table and lines are worked out here."""
+    from dlperf.distributed.allreduce_study import AllreduceFailure, AllreduceStudy, lines, table
+
+    ring = {"alpha_s": 2e-5, "bandwidth_bytes_per_s": 1.5e9, "rmse_pct": 3.25, "n_points": 4}
+    row = {"workers": 2, "bytes": 4 * KB, "time_s": 5e-5, "algbw_gbps": 0.08, "busbw_gbps": 0.08}
+    overlap = [{"workers": 2, "bytes": 16 * MB, "cost": 0.4}]
+    failed = AllreduceFailure(4, "boom")
+    result = AllreduceStudy(7, "gloo", [{**row, "cpu_wait_share": 0.125}, row], ring, None,
+                            overlap, {2: 0.4}, [failed], 0.125, None, True, None)  # fmt: skip
+    doc = json.loads(json.dumps(result.to_dict()))
+    assert list(doc) == ["study_id", "backend", "rows", "ring_model", "fit_error", "overlap",
+                         "overlap_cost", "failures", "cpu_wait_share", "contention", "reliable",
+                         "reliability_note"]  # fmt: skip
+    assert doc["failures"] == [{"workers": 4, "error": "boom"}]
+    assert doc["overlap_cost"] == {"2": 0.4} and doc["ring_model"] == ring
+    shown = table(result)
+    assert shown.title == "all-reduce study 7 (gloo)"
+    assert shown.rows[0] == [2, 4 * KB, pytest.approx(50.0), 0.08, 0.08, "12%"]
+    assert shown.rows[1][-1] is None  # a row measured without its CPU wait
+    assert lines(result) == [
+        "ring model T = 2(n-1)a + 2(n-1)/n S/B: a = 20.0 us, B = 1.5 GB/s, "
+        "rms error 3.2% over 4 points",
+        "overlap cost at 2 workers: 0.40 s of compute lost per s of all-reduce in flight "
+        "(measured at 16 MiB)",
+    ]
+    unfitted = AllreduceStudy(8, "gloo", [], None, "too few", [], {}, [], None, None, True, None)
+    assert lines(unfitted) == []
