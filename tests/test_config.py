@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.config import (
+    PRECISIONS,
     DetectJob,
     PredictJob,
     ScaleJob,
@@ -17,6 +18,8 @@ from dlperf.config import (
     shortcuts,
     to_toml,
 )
+from dlperf.config.detect import MOVED
+from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
 
 ISSUE_EXAMPLE = """
@@ -98,9 +101,10 @@ def test_set_overrides_with_type_checking(tmp_path: Path) -> None:
         ("[scale]\nsteps = 0\n", "scale.steps: must be at least 1 (got 0)"),
         ("[serve]\nport = 70000\n", "serve.port: must be at most 65535 (got 70000)"),
         ("[serve]\nqueu = 1\n", "unknown key 'serve.queu' (did you mean 'queue'?)"),
-        ("[detect]\nepochs = 0\n", "detect.epochs: must be at least 1 (got 0)"),
         ("[detect]\nsize = 64\n", "detect.size: must be at least 96 (got 64)"),
-        ("[detect]\nmomentum = 1\n", "detect.momentum: must be less than 1 (got 1)"),
+        ("[detect]\nepochs = 0\n", "'detect.epochs' is 'train.epochs' now (give it as train"),
+        ("[detect]\nbatch = 4\n", "'detect.batch' is 'train.batch_size' now"),
+        ("[detect]\nthreads = 1\n", "'detect.threads' is 'run.threads' now"),
         (
             '[detect]\nap_method = "101point"\n',
             "detect.ap_method: Input should be 'area' or '11point' (got '101point')",
@@ -142,7 +146,11 @@ def test_every_key_has_help() -> None:
     ) in rows
     assert ("scale.steps", "Timed steps per point (give steps or epochs).") in rows
     assert ("serve.queue", "Waiting requests before the server answers 503.") in rows
-    assert ("detect.momentum", "SGD momentum; AdamW beta1.") in rows
+    assert (
+        "detect.val_split",
+        "ImageSets/Main split AP@0.5 is measured on, before and after.",
+    ) in rows
+    assert not [key for key, _ in rows if key.startswith("detect.") and key[7:] in MOVED]
     assert all(text for _, text in rows if not _.endswith("kwargs")), [k for k, t in rows if not t]
 
 
@@ -156,53 +164,130 @@ steps = 50
 
 
 def test_flags_are_shortcuts_for_keys(tmp_path: Path) -> None:
+    """A flag's value is typed as its key takes it, with no TOML text in between."""
     flags = {"workers": "1, 8", "steps": 9, "synthetic": True, "bucket_mb": "25,0.5", "mode": None}
-    assert shortcuts("scale", flags) == [
-        "scale.workers=[1, 8]",
-        "scale.steps=9",
-        "scale.synthetic=true",
-        "scale.bucket_mb=[25, 0.5]",
-    ]
+    assert shortcuts("scale", flags) == {
+        "scale.workers": [1, 8],
+        "scale.steps": 9,
+        "scale.synthetic": True,
+        "scale.bucket_mb": [25, 0.5],
+    }
     # defaults < file < --set < flags
-    sets = ["scale.steps=7", *shortcuts("scale", flags)]
-    scale = load_job(ScaleJob, write(tmp_path, STUDY), sets).scale
+    flags["steps"] = 9
+    scale = load_job(ScaleJob, write(tmp_path, STUDY), ["scale.steps=7"], scale=flags).scale
     assert scale.workers == [1, 8] and scale.mode == "weak"
     assert scale.steps == 9 and scale.synthetic is True
     assert scale.bucket_mb == [25.0, 0.5]
-    assert shortcuts("serve", {"host": "::1", "port": 0}) == ['serve.host="::1"', "serve.port=0"]
-    detect = shortcuts("detect", {"ap_method": "11point", "lr": 0.05, "val_split": "test"})
-    assert detect == ['detect.ap_method="11point"', "detect.lr=0.05", 'detect.val_split="test"']
+    assert shortcuts("scale", {"mode": "weak"}) == {"scale.mode": "weak"}  # one, not a list
+    assert shortcuts("serve", {"host": "::1", "port": 0}) == {"serve.host": "::1", "serve.port": 0}
+    # a text key keeps text that reads as TOML, e.g. a split named "2007"
+    assert shortcuts("detect", {"val_split": "2007"}) == {"detect.val_split": "2007"}
+    assert shortcuts("train", {"lr": 0.05}) == {"train.lr": 0.05}
     # text for a key that holds no text is read as --set reads it; an optional list stays one
     given = {"peak_tflops": "8.73", "flops": "15.5G", "device": "V100"}
     predict = shortcuts("predict", given)
-    assert predict == ["predict.peak_tflops=8.73", 'predict.flops="15.5G"', 'predict.device="V100"']
-    assert load_job(PredictJob, None, predict).predict.flops == 15.5e9
-    assert shortcuts("analyze", {"input": "5", "bias": False}) == [
-        "analyze.input=[5]",
-        "analyze.bias=false",
-    ]
+    assert predict == {
+        "predict.peak_tflops": 8.73,
+        "predict.flops": "15.5G",
+        "predict.device": "V100",
+    }
+    assert load_job(PredictJob, None, [], predict=given).predict.flops == 15.5e9
+    assert shortcuts("analyze", {"input": "5", "bias": False}) == {
+        "analyze.input": [5],
+        "analyze.bias": False,
+    }
 
 
-def test_detect_defaults_are_the_fine_tuning_recipe() -> None:
+def test_a_bad_flag_is_named_as_typed(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"^--steps: scale.steps: must be at least 1 \(got 0\)$"):
+        load_job(ScaleJob, write(tmp_path, STUDY), [], scale={"steps": 0})
+    with pytest.raises(UserError, match=r"^--batch: train.batch_size: must be at least 1"):
+        load_job(DetectJob, None, [], {"train.batch_size": "--batch"}, train={"batch_size": 0})
+    with pytest.raises(UserError, match=r"^--peak-tflops: predict.peak_tflops: Input should be"):
+        load_job(PredictJob, None, [], predict={"peak_tflops": "fast"})
+
+
+def test_detect_defaults_are_the_fine_tuning_recipe(tmp_path: Path) -> None:
     """The recipe that learns make-shapes' set from random weights in about 5 minutes on 2
-    CPU cores (docs/course.md): AdamW, decoupled weight decay 1e-4."""
-    detect = load_job(DetectJob, None, []).detect
-    assert detect.model_dump() == {
+    CPU cores (docs/course.md): AdamW, decoupled weight decay 1e-4, a cosine schedule, in
+    [train] and [run] beneath the user's file."""
+    job = load_job(DetectJob, None, [])
+    assert job.detect.model_dump() == {
         "model": "ssdlite320_mobilenet_v3_large",
         "size": None,
-        "epochs": 20,
-        "batch": 8,
-        "optimizer": "adamw",
-        "lr": 0.003,
-        "momentum": 0.9,
-        "weight_decay": 1e-4,
         "train_split": "train",
         "val_split": "val",
         "ap_method": "area",
-        "seed": 0,
-        "threads": None,
-        "precision": "fp32",
     }
+    train, run = job.experiment.train, job.experiment.run
+    assert (train.epochs, train.batch_size, train.optimizer) == (20, 8, "adamw")
+    assert (train.lr, train.momentum, train.weight_decay) == (0.003, 0.9, 1e-4)
+    assert (train.schedule.kind, run.warmup_steps) == ("cosine", 1)
+    assert (run.seed, run.threads, run.precision) == (0, None, "fp32")
+    # a file that gives some [train] keys keeps the preset's others; --set and flags win
+    path = write(tmp_path, '[train]\nlr = 0.01\n[train.schedule]\nkind = "multistep"\n'
+                 "milestones = [5]\n")  # fmt: skip
+    job = load_job(DetectJob, path, ["train.epochs=3"], train={"batch_size": 2})
+    train = job.experiment.train
+    assert (train.lr, train.epochs, train.batch_size, train.optimizer) == (0.01, 3, 2, "adamw")
+    assert (train.schedule.kind, train.schedule.milestones) == ("multistep", [5])
+    # the classifier's defaults stay the experiment's own
+    assert load_experiment(None).train.optimizer == "sgd"
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("detect.lr=0.05", "'detect.lr' is 'train.lr' now (give it as train.lr)"),
+        (
+            'detect.precision="bf16"',
+            "'detect.precision' is 'run.precision' now (give it as run.precision)",
+        ),
+    ],
+)
+def test_a_recipe_key_under_detect_is_refused_with_its_new_place(setting: str, named: str) -> None:
+    with pytest.raises(UserError) as info:
+        load_job(DetectJob, None, [setting])
+    assert str(info.value) == f"config with --set: {named}"
+
+
+@pytest.mark.parametrize(
+    ("setting", "refused"),
+    [
+        ("run.compile=true", "run.compile"),
+        ("run.channels_last=true", "run.channels_last"),
+        ("train.label_smoothing=0.1", "train.label_smoothing"),
+        ("train.backbone_lr_scale=0.1", "train.backbone_lr_scale"),
+        ("run.profile.enabled=true", "run.profile.enabled"),
+        ('run.timing="phases"', "run.timing"),
+    ],
+)
+def test_detection_refuses_what_it_cannot_honour(setting: str, refused: str) -> None:
+    with pytest.raises(UserError) as info:
+        load_job(DetectJob, None, [setting])
+    assert str(info.value) == (
+        f"config with --set: {refused}: detection cannot honour it (leave it out, or give it "
+        "its default)"
+    )
+
+
+def test_detection_names_every_key_it_refuses() -> None:
+    with pytest.raises(UserError, match=r"run\.compile, run\.channels_last: .* honour them"):
+        load_job(DetectJob, None, ["run.compile=true", "run.channels_last=true"])
+
+
+def test_detection_takes_what_the_step_honours() -> None:
+    sets = ["train.grad_clip=1.0", "train.nesterov=true", 'train.optimizer="sgd"',
+            'train.schedule.kind="constant"', 'run.precision="bf16"']  # fmt: skip
+    exp = load_job(DetectJob, None, sets).experiment
+    assert (exp.train.grad_clip, exp.train.nesterov, exp.train.schedule.kind) == (
+        1.0, True, "constant",
+    )  # fmt: skip
+    assert exp.run.precision == "bf16"
+
+
+def test_precision_names_are_declared_once() -> None:
+    assert set(DTYPES) == set(PRECISIONS) == {"fp32", "bf16", "fp16"}
 
 
 def test_command_sections_do_not_change_the_config_hash(tmp_path: Path) -> None:
@@ -210,7 +295,7 @@ def test_command_sections_do_not_change_the_config_hash(tmp_path: Path) -> None:
     trains a detector of its own."""
     plain = load_experiment(write(tmp_path, ISSUE_EXAMPLE))
     study, commands = load_file(
-        write(tmp_path, ISSUE_EXAMPLE + STUDY), ["serve.port=9000", "detect.lr=0.5"]
+        write(tmp_path, ISSUE_EXAMPLE + STUDY), ["serve.port=9000", "detect.size=160"]
     )
     assert study.config_hash() == plain.config_hash()
     assert commands.model_dump()["scale"]["workers"] == [1, 2, 4]

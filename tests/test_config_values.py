@@ -34,8 +34,7 @@ def _one_line(result: CliResult) -> str:
         ("train.weight_decay=1e308", "train.weight_decay: must be at most 1 (got 1e+308)"),
         ("train.backbone_lr_scale=1e308", "train.backbone_lr_scale: must be at most 100"),
         ("train.schedule.gamma=1e308", "train.schedule.gamma: must be at most 1 (got 1e+308)"),
-        ("detect.lr=1e308", "detect.lr: must be at most 1e+12 (got 1e+308)"),
-        ("detect.weight_decay=1e308", "detect.weight_decay: must be at most 1 (got 1e+308)"),
+        ("detect.lr=1e308", "'detect.lr' is 'train.lr' now (give it as train.lr)"),
         ("distill.finetune_lr=1e308", "distill.finetune_lr: must be at most 1e+12"),
     ],
 )

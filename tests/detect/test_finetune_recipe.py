@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from dlperf.config import DetectConfig
+from dlperf.config import DetectJob, load_job
 from dlperf.detect import finetune, ssd, voc
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -43,7 +43,7 @@ def test_the_default_recipe_steps_adamw_on_make_shapes_images(
     r = cli("detect", "make-shapes", str(tmp_path / "shapes"), "--images", "5", "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["size"] == 96
-    train, _ = finetune.recipe(DetectConfig())
+    train = load_job(DetectJob, None, []).experiment.train
     assert (train.optimizer, train.lr, train.schedule.kind) == ("adamw", 0.003, "cosine")
     steps: list[float] = []
     real = torch.optim.AdamW.step

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from dlperf.config import DetectConfig
+from dlperf.config import DetectJob, RunConfig, TrainConfig, load_job
 from dlperf.deploy import meta
 from dlperf.detect import finetune, ssd, voc
 from dlperf.errors import UserError
@@ -217,7 +217,7 @@ def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
     det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
     data = voc.VocDataset(tmp_path, annotations, LABELS)
     before = {k: v.clone() for k, v in det.model.state_dict().items()}
-    result = finetune.train(det, data, DetectConfig(epochs=1, batch=2), max_steps=1)
+    result = finetune.train(det, data, *_recipe(epochs=1, batch_size=2), max_steps=1)
     assert result.steps == 1 and len(result.losses) == 1 and np.isfinite(result.losses[0])
     after = det.model.state_dict()
     changed = [
@@ -233,7 +233,7 @@ def test_one_finetune_step_changes_the_weights(tmp_path: Path) -> None:
 def test_finetune_trains_at_the_configured_precision_and_times_past_the_warm_up(
     tmp_path: Path,
 ) -> None:
-    """detect.precision reaches the step (bf16 autocast on the CPU); images/s leaves out the
+    """run.precision reaches the step (bf16 autocast on the CPU); images/s leaves out the
     warm-up step, so a run of that step alone has no rate."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -241,7 +241,8 @@ def test_finetune_trains_at_the_configured_precision_and_times_past_the_warm_up(
     data = voc.VocDataset(tmp_path, voc.load_split(tmp_path, "train"), LABELS)
     assert len(data) == 4  # two steps of two images
     det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
-    cfg = DetectConfig(epochs=1, batch=2, precision="bf16")
+    train, run = _recipe(epochs=1, batch_size=2)
+    run = run.model_copy(update={"precision": "bf16"})
     calls: list[str] = []
     real = torch.autocast.__enter__
 
@@ -251,37 +252,84 @@ def test_finetune_trains_at_the_configured_precision_and_times_past_the_warm_up(
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(torch.autocast, "__enter__", entered)
-        result = finetune.train(det, data, cfg, max_steps=2)
+        result = finetune.train(det, data, train, run, max_steps=2)
     assert calls == ["torch.bfloat16:True"] * 2
     assert result.steps == 2 and len(result.losses) == 2 and np.isfinite(result.losses).all()
     assert result.images_per_s > 0
-    one = finetune.train(det, data, DetectConfig(epochs=1, batch=2), max_steps=1)
+    one = finetune.train(det, data, *_recipe(epochs=1, batch_size=2), max_steps=1)
     assert math.isnan(one.images_per_s) and one.train_s > 0
+
+
+def _recipe(**train: int) -> tuple[TrainConfig, RunConfig]:
+    """Detection's [train] and [run], `train`'s keys given as flags are."""
+    exp = load_job(DetectJob, None, [], train=train).experiment
+    return exp.train, exp.run
 
 
 def test_finetune_cli_stores_the_run(cli: Cli, store: RunStore, tmp_path: Path) -> None:
     voc.make_shapes(tmp_path / "shapes", images=4, size=96, seed=2)
     out = str(tmp_path / "d.pt")
     config = tmp_path / "det.toml"
-    config.write_text("[detect]\nsize = 96\nepochs = 3\nbatch = 2\nweight_decay = 0.0\n")
-    # defaults < file < --set < flags: 3 training images, batch 3, one epoch: one step
+    config.write_text("[detect]\nsize = 96\n[train]\nepochs = 3\nbatch_size = 2\n"
+                      "weight_decay = 0.0\ngrad_clip = 5.0\n")  # fmt: skip
+    # defaults < preset < file < --set < flags: 3 training images, batch 3, one epoch: one step
     r = cli("detect", "finetune", str(tmp_path / "shapes"), "--config", str(config),
-            "--set", "detect.batch=3", "--set", "detect.epochs=2", "--epochs", "1",
+            "--set", "train.batch_size=3", "--set", "train.epochs=2", "--epochs", "1",
             "--threads", "1", "--out", out, "--json")  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     run = store.get_run(doc["run_id"])
     assert (run.kind, run.status) == ("detect", "finished")
     assert run.config["model"] == {"name": "ssdlite320_mobilenet_v3_large"}
+    # the keys [detect] held before [train] and [run] did, resolved, as readers know them
     assert run.config["detect"] == {
-        **DetectConfig().model_dump(),
-        **{"size": 96, "epochs": 1, "batch": 3, "weight_decay": 0.0, "threads": 1},
-    }
+        "model": "ssdlite320_mobilenet_v3_large",
+        "size": 96,
+        "train_split": "train",
+        "val_split": "val",
+        "ap_method": "area",
+        "epochs": 1,
+        "batch": 3,
+        "optimizer": "adamw",
+        "lr": 0.003,
+        "momentum": 0.9,
+        "weight_decay": 0.0,
+        "seed": 0,
+        "threads": 1,
+        "precision": "fp32",
+        "nesterov": False,
+        "grad_clip": 5.0,
+        "schedule": {
+            "kind": "cosine", "milestones": [], "gamma": 0.1, "warmup_epochs": 0.0, "min_lr": 0.0
+        },
+    }  # fmt: skip
     assert set(run.summary["ap_before"]) == set(run.summary["ap_after"]) == {"disc", "square"}
     assert {"map_before", "map_after"} <= set(run.summary) and doc["steps"] == 1
-    assert len(store.metrics(doc["run_id"], "train/loss")) == 1
+    losses = store.metrics(doc["run_id"], "train/loss")
+    assert len(losses) == 1
     assert [a["kind"] for a in store.artifacts(doc["run_id"])] == ["checkpoint"]
     assert ssd.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt").size == 96
+
+
+def test_finetune_cli_refuses_old_keys_and_what_detection_ignores(
+    cli: Cli, store: RunStore, tmp_path: Path
+) -> None:
+    """A [detect] recipe key of an older file, or a [train]/[run] key detection cannot
+    honour, is one line naming the key, before any data is read or run stored."""
+    config = tmp_path / "det.toml"
+    config.write_text("[detect]\nepochs = 3\n")
+    r = cli("detect", "finetune", str(tmp_path / "none"), "--config", str(config))
+    assert r.code == 2 and r.err.strip().splitlines() == [
+        f"error: {config}: 'detect.epochs' is 'train.epochs' now (give it as train.epochs)"
+    ], r.err
+    r = cli("detect", "finetune", str(tmp_path / "none"), "--set", "run.compile=true")
+    assert r.code == 2 and r.err.strip().splitlines() == [
+        "error: config with --set: run.compile: detection cannot honour it (leave it out, or "
+        "give it its default)"
+    ], r.err
+    r = cli("detect", "eval", str(tmp_path / "none"), "--batch", "0", "--pretrained")
+    assert r.code == 2 and "--batch: train.batch_size: must be at least 1 (got 0)" in r.err
+    assert store.list_runs() == []
 
 
 @pytest.fixture(scope="module")
@@ -355,7 +403,7 @@ def test_eval_matches_coco_names_to_voc(cli: Cli, checkpoints: Path) -> None:
         (["--weights", "coco.pt"], "error: the detector's classes (person, airplane) include"
             " none of split val's (disc, square) (test weights trained on these classes)"),
         (["--weights", "shapes.pt", "--val-split", "test"], "error: no split file"),
-        (["--weights", "shapes.pt", "--ap", "best"], "error: --ap-method: detect.ap_method"),
+        (["--weights", "shapes.pt", "--ap", "best"], "error: --ap: detect.ap_method"),
     ],
 )  # fmt: skip
 def test_eval_bad_input_is_one_line(

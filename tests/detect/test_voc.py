@@ -239,7 +239,7 @@ def test_make_shapes_cli(cli: Cli, tmp_path: Path) -> None:
     [
         (["finetune", "missing"], "error: missing is not a VOC data set"),
         (["finetune", ".", "--model", "yolo"], "error: unknown detector 'yolo'"),
-        (["finetune", ".", "--ap", "101point"], "error: --ap-method: detect.ap_method"),
+        (["finetune", ".", "--ap", "101point"], "error: --ap: detect.ap_method"),
         (["make-shapes", "x", "--images", "1"], "error: make-shapes needs at least 2 images"),
     ],
 )

@@ -16,7 +16,7 @@ from dlperf.errors import CheckFailed, UserError
 from dlperf.paths import check_writable
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
-    from dlperf.config import DetectConfig
+    from dlperf.config import DetectJob
 
 detect_app = typer.Typer(
     help="Object detection: export torchvision's SSD detectors to ONNX, run them in ONNX "
@@ -45,7 +45,7 @@ SIZE = typer.Option(
 PRETRAINED = typer.Option(
     False, "--pretrained", help="torchvision's COCO weights (downloads: needs the internet)."
 )
-# Shortcuts for keys of [detect] that finetune and eval take.
+# Shortcuts for keys of [detect], [train] and [run] that finetune and eval take.
 MODEL_KEY = typer.Option(
     None,
     "--model",
@@ -55,7 +55,9 @@ AP_METHOD = typer.Option(
     None, "--ap", help="area (all-point, VOC2010+) | 11point (VOC2007 devkit)."
 )
 THREADS = typer.Option(None, "--threads", help="Intra-op threads (default: the usable cores).")
-DETECT_CONFIG = config_option("[detect] section")
+DETECT_CONFIG = config_option("[detect], [train] and [run] sections")
+# The flags named otherwise than their keys (the others are --KEY).
+FLAG_NAMES = {"train.batch_size": "--batch", "detect.ap_method": "--ap"}
 
 
 @detect_app.command("export")
@@ -137,7 +139,7 @@ def run(
 @detect_app.command("make-shapes")
 def make_shapes(
     root: Path = typer.Argument(..., help="Directory to write the VOC-layout set into."),
-    # The defaults are the set the [detect] defaults learn in about 5 minutes on 2 cores.
+    # The defaults are the set detection's defaults learn in about 5 minutes on 2 cores.
     images: int = typer.Option(200, "--images", help="Number of images."),
     size: int = typer.Option(96, "--size", help="Image side in pixels."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
@@ -160,28 +162,35 @@ def make_shapes(
     )
 
 
-def _detect_options(config: Path | None, set_: list[str], flags: dict[str, Any]) -> DetectConfig:
-    """[detect] of `config` < --set < the command's options named after its keys."""
+def _detect_job(
+    config: Path | None, set_: list[str], detect: dict[str, Any], **sections: dict[str, Any]
+) -> DetectJob:
+    """The job of `config` < --set < the command's options, each short for the key of its
+    name in [detect], or in [train] and [run] (`sections`)."""
     from dlperf.config import DetectJob, load_job
     from dlperf.detect import ssd
 
-    opts = load_job(DetectJob, config, set_, detect=flags).detect
-    ssd.check_model_name(opts.model)
-    return opts
+    job = load_job(DetectJob, config, set_, FLAG_NAMES, detect=detect, **sections)
+    ssd.check_model_name(job.detect.model)
+    return job
 
 
 @detect_app.command("finetune")
 def finetune(
     voc_root: Path = typer.Argument(..., help="VOCdevkit/VOC2007 or a VOC-layout directory."),
     config: Path = DETECT_CONFIG,
-    set_: list[str] = set_option("detect.lr=0.05"),
+    set_: list[str] = set_option("train.lr=0.05"),
     weights: Path = WEIGHTS,
     out: Path = typer.Option(Path("detector.pt"), "--out", help="Checkpoint to write."),
     model: str = MODEL_KEY,
     size: int = SIZE,
     epochs: int = typer.Option(None, "--epochs", help="Passes over the train split."),
     batch: int = typer.Option(None, "--batch", help="Images per step."),
-    lr: float = typer.Option(None, "--lr", help="Peak learning rate (cosine decay)."),
+    lr: float = typer.Option(
+        None,
+        "--lr",
+        help="Peak learning rate (then train.schedule: a cosine).",
+    ),
     train_split: str = typer.Option(None, "--train-split", help="ImageSets/Main split."),
     val_split: str = typer.Option(None, "--val-split", help="Split AP is measured on."),
     ap_method: str = AP_METHOD,
@@ -192,23 +201,27 @@ def finetune(
     """Fine-tune an SSD detector on a VOC-layout data set: per-class AP@0.5 and mAP on the
     validation split before and after, the weights saved, the run kept in the run store.
 
-    The options from --model to --threads are short for --set detect.KEY=VALUE (KEY: the
-    option's name with _ for -; --ap is detect.ap_method); `dlperf config keys` explains
-    every key, among them detect.optimizer, detect.momentum and detect.weight_decay.
+    Training reads [train] and [run] as `dlperf run` does, over detection's defaults (AdamW
+    at 0.003, 20 epochs of 8 images, a cosine schedule); run.compile, run.channels_last,
+    train.label_smoothing, train.backbone_lr_scale, a profiled window and phase timing are
+    refused. --model, --size, --train-split, --val-split and --ap (detect.ap_method) are short
+    for --set detect.KEY=VALUE; --epochs, --batch (train.batch_size) and --lr for train.KEY;
+    --seed and --threads for run.KEY. `dlperf config keys` explains every key.
 
     Example: dlperf detect finetune shapes --threads 1
     """
     from dlperf.detect.finetune import finetune_recorded
 
-    flags = {
-        "model": model, "size": size, "epochs": epochs, "batch": batch, "lr": lr,
-        "train_split": train_split, "val_split": val_split, "ap_method": ap_method, "seed": seed,
-        "threads": threads,
+    detect = {
+        "model": model, "size": size, "train_split": train_split, "val_split": val_split,
+        "ap_method": ap_method,
     }  # fmt: skip
-    opts = _detect_options(config, set_, flags)
+    train = {"epochs": epochs, "batch_size": batch, "lr": lr}
+    job = _detect_job(config, set_, detect, train=train, run={"seed": seed, "threads": threads})
+    opts = job.detect
     check_writable(out)
     with console.reporter() as rep:
-        done = finetune_recorded(open_store(), voc_root, opts, out, weights, rep)
+        done = finetune_recorded(open_store(), voc_root, job, out, weights, rep)
     if console.printed_json(as_json, done):
         return
     pairs = [(name, ap, done["ap_after"][name]) for name, ap in done["ap_before"].items()]
@@ -232,7 +245,7 @@ def evaluate(
     weights: Path = WEIGHTS,
     pretrained: bool = PRETRAINED,
     config: Path = DETECT_CONFIG,
-    set_: list[str] = set_option("detect.batch=16"),
+    set_: list[str] = set_option("train.batch_size=16"),
     model: str = MODEL_KEY,
     size: int = SIZE,
     batch: int = typer.Option(None, "--batch", help="Images per forward pass."),
@@ -247,7 +260,8 @@ def evaluate(
     The detector's classes are matched to the set's by name, COCO's airplane, dining table,
     motorcycle, potted plant, couch and tv to VOC's aeroplane, diningtable, motorbike,
     pottedplant, sofa and tvmonitor; a class the detector does not know scores AP 0. The
-    options from --model to --threads are short for --set detect.KEY=VALUE, as for finetune.
+    options from --model to --threads are short for keys as for finetune (--batch:
+    train.batch_size, the images of a forward pass; --threads: run.threads).
 
     With --model ssd300_mobilenet_v1, --weights also takes qfgaohao/pytorch-ssd's mb1-ssd
     checkpoint (its VOC model: mobilenet-v1-ssd-mp-0_675.pth), its keys mapped onto the same
@@ -257,13 +271,11 @@ def evaluate(
     """
     from dlperf.detect.evaluate import evaluate_recorded
 
-    flags = {
-        "model": model, "size": size, "batch": batch, "val_split": val_split,
-        "ap_method": ap_method, "threads": threads,
-    }  # fmt: skip
-    opts = _detect_options(config, set_, flags)
+    detect = {"model": model, "size": size, "val_split": val_split, "ap_method": ap_method}
+    train, run = {"batch_size": batch}, {"threads": threads}
+    job = _detect_job(config, set_, detect, train=train, run=run)
     with console.reporter() as rep:
-        done = evaluate_recorded(open_store(), voc_root, opts, weights, pretrained, rep)
+        done = evaluate_recorded(open_store(), voc_root, job, weights, pretrained, rep)
     if console.printed_json(as_json, done):
         return
     rows = [

@@ -23,7 +23,7 @@ from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads
 
 if TYPE_CHECKING:
-    from dlperf.config import DetectConfig
+    from dlperf.config import DetectJob
     from dlperf.store import RunStore
 
 # COCO's names (torchvision's weight metadata) of the VOC classes it names otherwise.
@@ -35,8 +35,9 @@ VOC_FROM_COCO = {
     "couch": "sofa",
     "tv": "tvmonitor",
 }
-# The [detect] keys evaluation reads; the training recipe's do not apply.
-EVAL_KEYS = ("model", "size", "batch", "val_split", "ap_method", "threads")
+# The [detect] keys evaluation reads (the training recipe's do not apply), stored beside
+# train.batch_size and run.threads under the names [detect] gave them before.
+EVAL_KEYS = ("model", "size", "val_split", "ap_method")
 
 
 def match_classes(labels: list[str], classes: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -57,28 +58,30 @@ def match_classes(labels: list[str], classes: list[str]) -> tuple[list[str], dic
 def evaluate_recorded(
     store: RunStore,
     voc_root: Path,
-    cfg: DetectConfig,
+    job: DetectJob,
     weights: Path | None = None,
     pretrained: bool = False,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """AP@0.5 of a trained detector (`weights`: a `detect finetune` checkpoint or a plain
     state_dict whose classes are the data set's; or torchvision's COCO weights) on the
-    `cfg.val_split` split of a VOC-layout set, recorded as a run. Returns the run's summary
-    with its id, device, threads and the split's name."""
+    detect.val_split split of a VOC-layout set, train.batch_size images a forward pass,
+    recorded as a run. Returns the run's summary with its id, device, threads and the
+    split's name."""
     if weights is None and not pretrained:
         raise UserError(
             "detect eval tests trained weights",
             "give --weights FILE, a `dlperf detect finetune` checkpoint, or --pretrained",
         )
     rep = reporter or NullReporter()
+    cfg, batch, run = job.detect, job.experiment.train.batch_size, job.experiment.run
     root = voc.find_root(voc_root)
     annotations = voc.load_split(root, cfg.val_split)
     classes = voc.class_names(annotations)
     if len(classes) < 2:
         raise UserError(f"{root}: split {cfg.val_split} names no objects")
-    threads = set_threads(cfg.threads)
-    device = pick_device("auto")
+    threads = set_threads(run.threads)
+    device = pick_device(run.device)
     det = ssd.build(
         cfg.model, weights=weights, pretrained=pretrained, size=cfg.size, fallback_labels=classes
     )
@@ -90,13 +93,17 @@ def evaluate_recorded(
             f"{cfg.val_split}'s ({_listed(classes[1:])})",
             "test weights trained on these classes",
         )
-    detect = cfg.model_dump(mode="json", include=set(EVAL_KEYS))
+    detect = {
+        **cfg.model_dump(mode="json", include=set(EVAL_KEYS)),
+        "batch": batch,
+        "threads": run.threads,
+    }
     with detect_run(
         store, "eval", root, det, detect, weights, device, threads, pretrained=pretrained
     ) as record:
         started = time.perf_counter()
         data = voc.VocDataset(root, annotations, names)
-        predictions = predict(det, data, cfg.batch, device, rep)
+        predictions = predict(det, data, batch, device, rep)
         eval_s = time.perf_counter() - started
         result = voc.evaluate(
             annotations, predictions, names, method=cfg.ap_method, classes=classes[1:]

@@ -3,14 +3,15 @@
 Training is torchvision's detection recipe reduced to what a CPU can afford: in train mode
 `model(images, targets)` returns the SSD loss terms (box regression + classification with
 hard-negative mining), summed and minimised by the engine's training step, built by
-`dlperf.engine.step.prepare` as for every trainer from the train and run sections that
-`recipe` makes of the [detect] section of the experiment config: AdamW by default (SGD as in
-torchvision's SSDlite reference is detect.optimizer = "sgd") under a cosine schedule at
-detect.precision. A horizontal flip is the only augmentation. Without weights the detector
+`dlperf.engine.step.prepare` as for every trainer from the experiment's [train] and [run]
+sections, whose defaults for detection are its preset (dlperf.config.detect.PRESET): AdamW
+(SGD as in torchvision's SSDlite reference is train.optimizer = "sgd") under a cosine
+schedule. A horizontal flip is the only augmentation. Without weights the detector
 runs at about its images' own side (`default_size`): 96 px for the make-shapes set, which
 enlarged to SSDlite's 320 would cost (320 / 96)^2, about 11 times the arithmetic per step,
 and show it no more detail. `finetune_recorded` is the whole `dlperf detect finetune`:
-data, detector, AP before and after, the weights and the run in the store.
+data, detector, AP before and after, the weights and the run in the store, its losses
+stored as the loop logs them.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dlperf.config import DetectConfig, RunConfig, ScheduleConfig, TrainConfig
+from dlperf.config import DetectConfig, DetectJob, RunConfig, TrainConfig
 from dlperf.detect import ssd, voc
 from dlperf.detect.ssd import Detector
 from dlperf.detect.voc import VocDataset, evaluate
-from dlperf.engine.loop import EpochClock, Progress, Rows, fit
+from dlperf.engine.loop import EpochClock, Progress, Row, fit
 from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
@@ -39,10 +40,6 @@ from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
     from dlperf.store import Recording, RunStore
-
-# Steps left out of images/s: the first allocates and fills the allocator's and the
-# kernels' caches.
-WARMUP_STEPS = 1
 
 Target = dict[str, torch.Tensor]  # an image's boxes and labels
 
@@ -94,25 +91,6 @@ def measure_ap(
     return evaluate(dataset.annotations, predictions, det.labels, method=method)
 
 
-def recipe(cfg: DetectConfig) -> tuple[TrainConfig, RunConfig]:
-    """The [detect] section as the engine's train and run sections: its optimizer decayed
-    to 0 by a cosine over all steps, at detect.precision on the default device, one warm-up
-    step."""
-    train = TrainConfig(
-        epochs=cfg.epochs,
-        batch_size=cfg.batch,
-        optimizer=cfg.optimizer,
-        lr=cfg.lr,
-        momentum=cfg.momentum,
-        weight_decay=cfg.weight_decay,
-        schedule=ScheduleConfig(kind="cosine"),
-    )
-    run = RunConfig(
-        seed=cfg.seed, threads=cfg.threads, precision=cfg.precision, warmup_steps=WARMUP_STEPS
-    )
-    return train, run
-
-
 def default_size(name: str, annotations: list[voc.VocAnnotation]) -> int:
     """The input side of a detector trained from random weights on these images: their
     longer side rounded up to a multiple of 32, at least 96 and at most the model's own
@@ -142,21 +120,44 @@ def _summed_losses(
     return torch.stack(list(call(targets).values())).sum()
 
 
+@dataclass
+class LossSink:
+    """The loop's metric sink of a detection run: it keeps the training losses, and with a
+    store writes them to run `run_id` as the loop flushes them (a crash loses only the
+    steps since the last flush). Only train/loss is stored, as detection always has."""
+
+    store: RunStore | None = None
+    run_id: int = 0
+    losses: list[float] = field(default_factory=list)
+
+    def log_metrics(self, rows: list[Row]) -> None:
+        kept = [row for row in rows if row[0] == "train/loss"]
+        self.losses += [row[2] for row in kept]
+        if self.store is not None and kept:
+            self.store.log_metrics(self.run_id, kept)
+
+    def add_artifact(self, kind: str, path: Path) -> None:
+        pass  # the loop's only artifact is a profiled trace, which detection refuses
+
+
 def train(
     det: Detector,
     dataset: VocDataset,
-    cfg: DetectConfig,
+    train_cfg: TrainConfig,
+    run: RunConfig,
     max_steps: int | None = None,
     device: torch.device | None = None,
     reporter: Reporter | None = None,
+    sink: LossSink | None = None,
 ) -> TrainResult:
-    """The engine's step of `recipe(cfg)` on the SSD loss for `cfg.epochs`; `max_steps`
-    stops early (tests take one step). Images/s counts the steps after the warm-up."""
+    """The engine's step of `train_cfg` and `run` on the SSD loss for train.epochs;
+    `max_steps` stops early (tests take one step). The losses go to `sink` as the loop
+    logs them. Images/s counts the steps after run.warmup_steps."""
     rep = reporter or NullReporter()
     device = device or torch.device("cpu")
-    train_cfg, run = recipe(cfg)
-    model = det.model
-    per_epoch = steps_per_epoch(len(dataset), cfg.batch, partial=True)
+    sink = sink if sink is not None else LossSink()
+    model, batch = det.model, train_cfg.batch_size
+    per_epoch = steps_per_epoch(len(dataset), batch, partial=True)
     step = prepare(
         model,
         train_cfg,
@@ -167,11 +168,11 @@ def train(
         wrap=lambda detector: lambda images: partial(detector, images),
         loss_fn=_summed_losses,
     )
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(run.seed)
 
     def epoch_batches(epoch: int) -> list[tuple[list[int], None]]:
         order = [int(i) for i in rng.permutation(len(dataset))]
-        return [(idx, None) for idx in _batches(order, cfg.batch)]
+        return [(idx, None) for idx in _batches(order, batch)]
 
     def collate(idx: list[int], _: None) -> tuple[list[torch.Tensor], list[Target]]:
         """The images of `idx`, each flipped at random, and their targets, on the device."""
@@ -180,16 +181,36 @@ def train(
         targets = [{k: v.to(device) for k, v in p[1].items()} for p in pairs]
         return [p[0].to(device) for p in pairs], targets
 
-    rows = Rows()
     clock = EpochClock(device, run.warmup_steps, PhaseTimer(device, enabled=False))
     state = fit(
-        step, model, epoch_batches, Progress(), clock, rows, rep, run, trainer="detect",
-        epochs=cfg.epochs, max_steps=max_steps, collate=collate,
+        step, model, epoch_batches, Progress(), clock, sink, rep, run, trainer="detect",
+        epochs=train_cfg.epochs, max_steps=max_steps, collate=collate,
     )  # fmt: skip
     model.eval()
-    losses = [row[2] for row in rows if row[0] == "train/loss"]
     images_per_s = state.samples / state.train_time_s if state.samples else math.nan
-    return TrainResult(state.step, losses, state.elapsed_s, images_per_s)
+    return TrainResult(state.step, sink.losses, state.elapsed_s, images_per_s)
+
+
+def stored_keys(job: DetectJob) -> dict[str, Any]:
+    """What a finetune run stores as its [detect] config: the section, and the recipe's
+    [train] and [run] keys under the names [detect] gave them before it had none (readers of
+    stored runs see the same keys), with the schedule, Nesterov and clipping it honours."""
+    train, run = job.experiment.train, job.experiment.run
+    return {
+        **job.detect.model_dump(mode="json"),
+        "epochs": train.epochs,
+        "batch": train.batch_size,
+        "optimizer": train.optimizer,
+        "lr": train.lr,
+        "momentum": train.momentum,
+        "weight_decay": train.weight_decay,
+        "seed": run.seed,
+        "threads": run.threads,
+        "precision": run.precision,
+        "nesterov": train.nesterov,
+        "grad_clip": train.grad_clip,
+        "schedule": train.schedule.model_dump(mode="json"),
+    }
 
 
 def detect_run(
@@ -224,40 +245,37 @@ def detect_run(
 def finetune_recorded(
     store: RunStore,
     voc_root: Path,
-    cfg: DetectConfig,
+    job: DetectJob,
     out: Path,
     weights: Path | None = None,
     reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune `cfg.model` on a VOC-layout set, AP@0.5 on the validation split before and
-    after, the weights saved to `out`, recorded as a run (killed or failed if it stops).
-    Returns the run's summary with its id, device, threads and the number of validation
-    images."""
+    """Fine-tune `job.detect.model` on a VOC-layout set as the job's [train] and [run] say,
+    AP@0.5 on the validation split before and after, the weights saved to `out`, recorded as
+    a run (killed or failed if it stops). Returns the run's summary with its id, device,
+    threads and the number of validation images."""
     rep = reporter or NullReporter()
+    cfg, train_cfg, run = job.detect, job.experiment.train, job.experiment.run
     root = voc.find_root(voc_root)
     train_set = voc.load_split(root, cfg.train_split)
     val_set = voc.load_split(root, cfg.val_split)
     labels = voc.class_names(train_set, val_set)
     if len(labels) < 2:
         raise UserError(f"{root}: the annotations name no objects")
-    run = recipe(cfg)[1]
     threads = set_threads(run.threads)
     torch.manual_seed(run.seed)
     device = pick_device(run.device)
-    # With weights, build takes the side they were trained at.
-    size = cfg.size or (None if weights else default_size(cfg.model, train_set))
-    det = ssd.build(cfg.model, len(labels), weights, size=size, labels=labels)
-    if det.labels != labels:
-        raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
+    det = _detector(cfg, weights, labels, train_set)
     train_data = voc.VocDataset(root, train_set, labels)
     val_data = voc.VocDataset(root, val_set, labels)
-    detect = cfg.model_dump(mode="json")
-    with detect_run(store, "finetune", root, det, detect, weights, device, threads) as record:
-        before = measure_ap(det, val_data, cfg.batch, cfg.ap_method, device, rep)
-        result = train(det, train_data, cfg, None, device, rep)
-        after = measure_ap(det, val_data, cfg.batch, cfg.ap_method, device, rep)
+    config = stored_keys(job)
+    with detect_run(store, "finetune", root, det, config, weights, device, threads) as record:
+        batch = train_cfg.batch_size
+        before = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)
+        sink = LossSink(store, record.id)
+        result = train(det, train_data, train_cfg, run, None, device, rep, sink)
+        after = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)
         ssd.save_checkpoint(det, out)
-        store.log_metrics(record.id, [("train/loss", i, v) for i, v in enumerate(result.losses, 1)])
         store.add_artifact(record.id, "checkpoint", out)
         record.summary = {
             "ap_before": before["ap"],
@@ -278,3 +296,15 @@ def finetune_recorded(
         "val_images": len(val_set),
         **record.summary,
     }
+
+
+def _detector(
+    cfg: DetectConfig, weights: Path | None, labels: list[str], train_set: list[voc.VocAnnotation]
+) -> Detector:
+    """The detector to fine-tune: at detect.size, else the side its weights were trained at,
+    else `default_size` of the training images."""
+    size = cfg.size or (None if weights else default_size(cfg.model, train_set))
+    det = ssd.build(cfg.model, len(labels), weights, size=size, labels=labels)
+    if det.labels != labels:
+        raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
+    return det

@@ -1,10 +1,15 @@
-"""Precision names, as `run.precision` and the analysis commands spell them, to torch dtypes."""
+"""Precision names to torch dtypes; the names are `dlperf.config.Precision`, as run.precision
+and the analysis commands spell them (tests/test_config.py checks the two agree)."""
 
 from __future__ import annotations
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
 
 
 def autocast(device: torch.device, precision: str) -> torch.autocast:

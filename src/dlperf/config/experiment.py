@@ -1,0 +1,329 @@
+"""The experiment, what `dlperf run` trains and hashes: [model], [data], [train], [augment],
+[target] and [run], one pydantic model each; and `Job`, what one command runs: the
+experiment and the command's own section(s)."""
+
+# Section is a pydantic model, which copies a field's mutable default per instance; ruff
+# knows that of pydantic's own BaseModel only, not of a subclass imported from base.py.
+# ruff: noqa: RUF012
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from typing import Annotated, Any, ClassVar, Literal, cast
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticKnownError
+from pydantic_core.core_schema import ErrorType
+
+from dlperf.config.base import (
+    Count,
+    Fraction,
+    Mean,
+    NonNegative,
+    Positive,
+    Precision,
+    Rate,
+    Section,
+    Seed,
+    Size,
+    Std,
+)
+from dlperf.parsing import has_control
+
+
+class ModelConfig(Section):
+    name: str = "smallcnn"
+    """Registry or torchvision model name, or "path/to/file.py:factory"."""
+    kwargs: dict[str, Any] = {}
+    """Extra keyword arguments for the model factory."""
+    weights: str | None = None
+    """Starting weights: a torchvision weights name of the model (e.g. "IMAGENET1K_V1"),
+    "run:ID" or "run:last:NAME" (a stored run's checkpoint), or a state-dict file; the head is
+    new, sized for the data's classes. None: random initialisation."""
+    transfer: Literal["scratch", "finetune", "feature-extract"] = "scratch"
+    """finetune: train all weights from model.weights; feature-extract: train only the new
+    head, the backbone frozen (no gradients, batch-norm statistics fixed); scratch: random
+    initialisation (model.weights then only sets the images' size and statistics).
+    Unset: finetune when model.weights is given, else scratch."""
+    head: Literal["new", "keep"] = "new"
+    """new: a fresh head sized for the data's classes; keep: the weights' head too (the same
+    classes, e.g. fine-tuning a `dlperf distill` student pre-trained on pseudo-labels)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transfer_default(cls, data: Any) -> Any:
+        # Resolved here, so that the stored config (and its hash) says what was trained.
+        if isinstance(data, dict) and data.get("weights") and "transfer" not in data:
+            return {**data, "transfer": "finetune"}
+        return data
+
+
+class DataConfig(Section):
+    name: str = "digits"
+    """digits | mnist5k | synthetic | cifar10 | cifar100 | fashionmnist | mnist | imagefolder |
+    npz."""
+    root: str = "data"
+    """Directory of the on-disk data sets (cifar10, mnist, imagefolder ...); npz: the file."""
+    download: bool = False
+    """Let torchvision download the data set into `root` when it is missing."""
+    loader: Literal["tensor", "torchvision"] = "tensor"
+    """tensor: uint8 tensors in memory, augmented a batch at a time on the device.
+    torchvision: the classic per-sample path (PIL transforms, DataLoader workers)."""
+    num_workers: Size = 2
+    """DataLoader worker processes for the torchvision loader."""
+    in_memory: bool | None = None
+    """Decode the whole data set into memory; None decides by `max_memory_gb`."""
+    max_memory_gb: NonNegative = 4.0
+    """Largest decoded data set kept in memory when `in_memory` is unset."""
+    val_fraction: Fraction = 0.1
+    """Share of the training set held out for per-epoch validation."""
+    test_fraction: Fraction = 0.2
+    """Share held out for the final test, for sets without an official test split."""
+    split_seed: Seed = 0
+    """Seed of the split permutation; fixed so splits do not change with run.seed."""
+    limit: Count | None = None
+    """Use at most this many training images (after the split), for quick runs."""
+    holdout: Fraction = 0.0
+    """Share of the training split set aside with its labels hidden: the unlabelled images of
+    `dlperf distill --unlabeled NAME:holdout=F`. Runs train on the rest."""
+    image_size: Count | None = None
+    """Resize images to this side once at load (required for imagefolder); None: the data
+    set's own size, or the resolution model.weights were trained at."""
+    mean: Annotated[list[Mean], Field(min_length=1)] | None = None
+    """Per-channel normalisation mean in [0,1]; None computes it from the training split."""
+    std: Annotated[list[Std], Field(min_length=1)] | None = None
+    """Per-channel normalisation std in [0,1]; None computes it from the training split."""
+    shape: Annotated[list[Count], Field(min_length=3, max_length=3)] = [3, 32, 32]
+    """synthetic: image shape C,H,W."""
+    num_classes: Annotated[int, Field(ge=2, lt=2**31)] = 10
+    """synthetic: number of classes."""
+    size: Count = 2048
+    """synthetic: number of training images."""
+
+
+class ScheduleConfig(Section):
+    kind: Literal["multistep", "cosine", "constant"] = "constant"
+    """Learning-rate schedule over epochs."""
+    milestones: list[Count] = []
+    """multistep: epochs at which the rate is multiplied by gamma."""
+    gamma: Annotated[float, Field(gt=0, le=1)] = 0.1
+    """multistep: the factor applied at each milestone (a decay: at most 1)."""
+    warmup_epochs: NonNegative = 0.0
+    """Linear warm-up from 0 over this many epochs (fractions allowed)."""
+    min_lr: NonNegative = 0.0
+    """cosine: the rate at the end of training."""
+
+
+class TrainConfig(Section):
+    epochs: Annotated[int, Field(ge=1, le=1_000_000)] = 10
+    """Passes over the training set."""
+    batch_size: Count = 64
+    """Images per step (before batch augmentation multiplies it by M)."""
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    """sgd (with momentum/Nesterov) or adamw."""
+    lr: Rate = 0.05
+    """Peak learning rate."""
+    momentum: Fraction = 0.9
+    """SGD momentum; AdamW beta1."""
+    nesterov: bool = False
+    """Nesterov momentum for SGD."""
+    weight_decay: Annotated[float, Field(ge=0, le=1)] = 5e-4
+    """L2 penalty (SGD) or decoupled weight decay (AdamW)."""
+    grad_clip: Positive | None = None
+    """Clip the gradient norm to this value; None = no clipping."""
+    label_smoothing: Fraction = 0.0
+    """Label smoothing of the cross-entropy loss."""
+    backbone_lr_scale: Annotated[float, Field(gt=0, le=100)] = 1.0
+    """Learning rate of everything but the classifier head, as a multiple of train.lr (e.g.
+    0.1 to fine-tune pretrained weights gently); the schedule scales both."""
+    schedule: ScheduleConfig = ScheduleConfig()
+
+
+class AugmentConfig(Section):
+    crop_padding: Size = 0
+    """Random crop after zero-padding every side by this many pixels; 0 = off."""
+    flip: bool = False
+    """Random horizontal flip with probability 1/2."""
+    cutout: Size = 0
+    """Side of the square Cutout mask (DeVries & Taylor 2017); 0 = off."""
+    batch_aug_m: Count = 1
+    """Batch augmentation (Hoffer et al. 2019): M augmented copies of every sample."""
+
+
+class TargetConfig(Section):
+    accuracy: float | None = None
+    """Validation top-1 accuracy whose first epoch and wall time are recorded."""
+
+    @field_validator("accuracy")
+    @classmethod
+    def _accuracy(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v <= 1:
+            raise ValueError("is a fraction in (0, 1], e.g. 0.95")
+        return v
+
+
+class ProfileConfig(Section):
+    """`[run.profile]`: a window of steps recorded by torch.profiler after the run's warm-up
+    (its steps are left out of throughput and phase timings), stored as a Chrome trace."""
+
+    enabled: bool = False
+    """Record the window (`--profile` sets this)."""
+    warmup: Size = 1
+    """Steps the profiler runs but discards before recording (its own start-up cost)."""
+    active: Count = 3
+    """Steps recorded in the trace."""
+    record_shapes: bool = False
+    """Record operators' input shapes (larger traces; groups operators by shape)."""
+    profile_memory: bool = False
+    """Record tensor allocations and frees."""
+    with_stack: bool = False
+    """Record Python stacks of operators (much larger traces and slower steps)."""
+
+    @property
+    def steps(self) -> int:
+        """Steps the window takes from the run, after its warm-up."""
+        return self.warmup + self.active if self.enabled else 0
+
+
+class RunConfig(Section):
+    name: str | None = None
+    """Run name shown in listings; defaults to the experiment file's stem, followed by
+    `model.name=NAME` when --set trains another model than the file's."""
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, v: str | None) -> str | None:
+        if v is not None and has_control(v):
+            raise ValueError("must hold no control characters (ESC, NUL, tab, newline, ...)")
+        return v
+
+    seed: Seed = 0
+    """Seed of model initialisation, shuffling and augmentation."""
+    device: str = "auto"
+    """auto (CUDA, then MPS, then CPU) | cpu | cuda | cuda:1 | mps."""
+    precision: Precision = "fp32"
+    """Autocast precision of forward and loss; fp16 adds a gradient scaler."""
+    channels_last: bool = False
+    """Keep images and weights in NHWC memory format."""
+    compile: bool = False
+    """torch.compile the model (compile time is excluded from throughput)."""
+    threads: Count | Literal["auto"] | None = None
+    """CPU threads for this process; None = all cores this process may use; "auto" = the
+    cores other processes leave free as the run starts (measured, docs/run.md#threads)."""
+
+    @field_validator("threads", mode="wrap")
+    @classmethod
+    def _count_or_auto(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # pydantic reports a bad value against each member of the union, under the member's
+        # name ("run.threads.constrained-int"): say the error of the kind given, as a count's.
+        try:
+            return handler(value)
+        except ValidationError as e:
+            errors = e.errors()
+            kind = "literal" if isinstance(value, str) else "int"
+            first = next((x for x in errors if kind in str(x["loc"][0])), errors[0])
+            raise PydanticKnownError(cast(ErrorType, first["type"]), first.get("ctx")) from None
+
+    timing: Literal["off", "coarse", "phases"] = "coarse"
+    """off: wall time only; coarse: per-epoch throughput; phases: per-step data, copy,
+    forward, backward and optimizer times, synchronising the device after each."""
+    warmup_steps: Size = 5
+    """Steps excluded from throughput and phase timings at the start of the run."""
+    log_every: Count = 10
+    """Steps between metric flushes to the store (and loss finiteness checks)."""
+    out_dir: str = "dlperf_runs"
+    """Directory for checkpoints and other run artifacts."""
+    checkpoint: bool = True
+    """Save a checkpoint at the end of every epoch (needed for --resume)."""
+    profile: ProfileConfig = ProfileConfig()
+    """A profiled window of steps (torch.profiler), stored with the run as a trace."""
+
+
+class Experiment(Section):
+    """What is trained: a TOML file's [model], [data], [train], [augment], [target] and [run]."""
+
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    augment: AugmentConfig = AugmentConfig()
+    target: TargetConfig = TargetConfig()
+    run: RunConfig = RunConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> Experiment:
+        train, schedule = self.train, self.train.schedule
+        if train.optimizer == "sgd" and train.nesterov and train.momentum == 0:
+            raise ValueError("train.nesterov: Nesterov momentum needs train.momentum > 0")
+        if schedule.kind == "multistep" and not schedule.milestones:
+            raise ValueError("train.schedule.milestones: multistep needs at least one epoch")
+        # analyze and predict count the architecture (a frozen backbone's trainable head too):
+        # they load no weights, so need none named.
+        counting = bool(info.context and info.context.get("architecture_only"))
+        if self.model.transfer != "scratch" and self.model.weights is None and not counting:
+            raise ValueError(
+                f"model.transfer: {self.model.transfer} needs model.weights (a torchvision "
+                'weights name, run:ID or a state-dict file), or use transfer = "scratch"'
+            )
+        if schedule.kind == "cosine" and schedule.min_lr > train.lr:
+            raise ValueError(
+                f"train.schedule.min_lr: must not exceed train.lr {train.lr:g} "
+                f"(got {schedule.min_lr:g})"
+            )
+        if self.data.name == "synthetic":
+            _synthetic_fits(self.data)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def config_hash(self) -> str:
+        """Hash of everything that changes what is trained: not the run's name, paths or
+        profiled window. (Runs stored before the command sections left `Experiment` hashed
+        them out too, so their hashes are unchanged.)"""
+        d = self.to_dict()
+        for key in ("name", "out_dir", "log_every", "profile"):
+            d["run"].pop(key)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _synthetic_fits(data: DataConfig) -> None:
+    """The synthetic set is drawn into memory at once (uint8, sizes as its reader draws them):
+    refused here, before anything is allocated, when it cannot fit in the machine's memory."""
+    held = max(1, data.size // 8)  # its validation and test sets each
+    images = data.size + 2 * held
+    needed = images * math.prod(data.shape)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise ValueError(
+            f"data.shape {data.shape}: the synthetic set's {images} images (data.size "
+            f"{data.size}, {held} validation, {held} test) take {needed / 2**30:,.1f} GiB, "
+            f"more than this machine's {memory / 2**30:,.1f} GiB of memory (give a smaller "
+            "data.shape or data.size)"
+        )
+
+
+class Job(BaseModel):
+    """What one command runs: the experiment and the section(s) of the command."""
+
+    model_config = ConfigDict(frozen=True)
+    experiment: Experiment
+    counts_only: ClassVar[bool] = False  # analyze and predict count the model: no weights
+    # Keys beneath the user's file, for a command whose defaults are not the experiment's
+    # (detection's recipe): defaults < preset < file < --set < flags.
+    preset: ClassVar[dict[str, Any]] = {}
+
+    def check(self) -> str | None:
+        """What the command cannot honour in the loaded config, said in one line; None: all."""
+        return None

@@ -1,0 +1,35 @@
+"""`[infer]`: `dlperf infer` and `dlperf infer bench`."""
+
+# Section is a pydantic model, which copies a field's mutable default per instance; ruff
+# knows that of pydantic's own BaseModel only, not of a subclass imported from base.py.
+# ruff: noqa: RUF012
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from dlperf.config.base import Count, Section
+from dlperf.config.experiment import Job
+
+
+class InferConfig(Section):
+    """`dlperf infer` (classify images) and `dlperf infer bench` (ONNX Runtime against
+    PyTorch)."""
+
+    topk: Count = 5
+    """Classes per image."""
+    batch: Annotated[list[Count], Field(min_length=1)] = [1, 8, 32]
+    """bench: batch sizes, one row each."""
+    threads: Count | None = None
+    """bench: intra-op threads of both contenders; None: all cores this process may use."""
+    repeats: Count = 20
+    """bench: timed calls per contender and batch."""
+    torch: str | None = None
+    """bench: the PyTorch contender, a stored run ID or a registry name; None: the model the
+    ONNX file's metadata names."""
+
+
+class InferJob(Job):
+    infer: InferConfig

@@ -1,0 +1,352 @@
+"""Loading a config: defaults < TOML file < --set overrides < a command's flags, validated in
+one place. Unknown keys fail naming the file, the key and the closest valid key; a command's
+flags are typed values assigned to the keys of their names (`shortcuts`)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, cast, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+from dlperf.config.analyze import AnalyzeConfig
+from dlperf.config.base import Section
+from dlperf.config.converge import ConvergeConfig
+from dlperf.config.detect import MOVED, DetectConfig
+from dlperf.config.distill import DistillConfig
+from dlperf.config.experiment import Experiment, Job, ModelConfig
+from dlperf.config.export import ExportConfig
+from dlperf.config.infer import InferConfig
+from dlperf.config.predict import PredictConfig
+from dlperf.config.scale import ScaleConfig
+from dlperf.config.serve import ServeConfig
+from dlperf.errors import UserError
+from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean, stem_name
+
+
+class Commands(Section):
+    """The commands' sections, which a TOML file may hold beside the experiment's tables."""
+
+    scale: ScaleConfig = ScaleConfig()
+    serve: ServeConfig = ServeConfig()
+    detect: DetectConfig = DetectConfig()
+    distill: DistillConfig = DistillConfig()
+    analyze: AnalyzeConfig = AnalyzeConfig()
+    predict: PredictConfig = PredictConfig()
+    export: ExportConfig = ExportConfig()
+    infer: InferConfig = InferConfig()
+    converge: ConvergeConfig = ConvergeConfig()
+
+
+# The top-level tables of a TOML file.
+_FILE_FIELDS = {**Experiment.model_fields, **Commands.model_fields}
+
+
+def check_keys(
+    raw: dict[str, Any], fields: dict[str, FieldInfo], where: str, prefix: str = ""
+) -> None:
+    """Name an unknown key and its closest valid spelling before pydantic sees it."""
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        if key not in fields:
+            if prefix == "detect." and key in MOVED:
+                raise UserError(
+                    f"{where}: {path!r} is {MOVED[key]!r} now", f"give it as {MOVED[key]}"
+                )
+            # repr: a key read from a file may hold a newline, and the error stays one line
+            hint = did_you_mean(
+                key, fields, f"valid keys: {', '.join(fields)}", cutoff=0.5, quote=True
+            )
+            raise UserError(f"{where}: unknown key {path!r}", hint)
+        annotation = fields[key].annotation
+        if (
+            isinstance(value, dict)
+            and isinstance(annotation, type)
+            and issubclass(annotation, BaseModel)
+        ):
+            check_keys(value, annotation.model_fields, where, f"{path}.")
+
+
+def parse_value(text: str) -> Any:
+    """A --set value is a TOML value (numbers, booleans, lists); anything else is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+    except RecursionError:  # the parser recurses once per level of [ or {
+        raise UserError(f"--set value {text[:20]!r}...: {TOO_DEEP}") from None
+
+
+def apply_override(raw: dict[str, Any], assignment: str) -> None:
+    """`--set KEY=VALUE` into `raw`."""
+    if "=" not in assignment:
+        raise UserError(f"--set {assignment!r}: expected KEY=VALUE", "e.g. --set train.lr=0.01")
+    key, _, text = assignment.partition("=")
+    if not all(key.strip().split(".")):
+        raise UserError(f"--set {assignment!r}: empty key", "e.g. --set train.lr=0.01")
+    assign(raw, key.strip(), parse_value(text.strip()), "--set")
+
+
+def assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """Set the dotted `key` in `raw` to a typed `value` (--set's, or a sweep point's); a table
+    merges into the table it replaces (e.g. model.kwargs). `where` names the setting in
+    errors."""
+    parts = key.split(".")
+    if not all(parts):
+        raise UserError(f"{where}: empty part in key {key!r}", 'e.g. "train.lr"')
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"{where}: {key!r}: {part!r} is a value, not a section")
+    old = node.get(parts[-1])
+    if isinstance(value, dict) and isinstance(old, dict):
+        node[parts[-1]] = {**old, **value}
+    else:
+        node[parts[-1]] = value
+
+
+def _is_list(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return get_origin(annotation) is list
+
+
+def _takes_text(annotation: Any) -> bool:
+    """Whether a key holds text as text: a str, a Literal of words, or a union with one."""
+    if annotation is str:
+        return True
+    if get_origin(annotation) is Literal:
+        return any(isinstance(value, str) for value in get_args(annotation))
+    return any(_takes_text(member) for member in get_args(annotation))
+
+
+def _typed(annotation: Any, value: Any) -> Any:
+    """A flag's value as its key takes it: a list key's flag is a comma-separated list, each
+    item read as --set reads a value, a single item left one value where the key takes one
+    value or a list (scale.mode); text for a key that holds no text (predict.peak_tflops) is
+    read as --set reads it, so that the key's own check names what is wrong."""
+    union = get_origin(annotation) in (Union, UnionType)
+    members = [m for m in get_args(annotation) if m is not NoneType] if union else [annotation]
+    many = any(_is_list(member) for member in members)
+    if many:
+        items = [parse_value(item.strip()) for item in value.split(",") if item.strip()]
+        either = not all(_is_list(member) for member in members)
+        return items[0] if either and len(items) == 1 else items
+    if isinstance(value, str) and not _takes_text(annotation):
+        return parse_value(value)
+    return value
+
+
+def shortcuts(section: str, flags: dict[str, Any]) -> dict[str, Any]:
+    """The command-line flags given (not None) as {dotted key: value}: each flag is a
+    shortcut for the key of its name in `section` (a command's or the experiment's), its
+    value typed as the key takes it, so that one validation serves flags, files and --set
+    alike."""
+    keys = cast(type[Section], _FILE_FIELDS[section].annotation).model_fields
+    return {
+        f"{section}.{name}": _typed(keys[name].annotation, value)
+        for name, value in flags.items()
+        if value is not None
+    }
+
+
+J = TypeVar("J", bound=Job)
+
+
+def _under(preset: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` over `preset`, table by table."""
+    merged = dict(preset)
+    for key, value in raw.items():
+        below = merged.get(key)
+        both = isinstance(value, dict) and isinstance(below, dict)
+        merged[key] = _under(below, value) if both else value  # type: ignore[arg-type]
+    return merged
+
+
+def load_job(
+    job: type[J],
+    path: str | Path | None,
+    overrides: list[str],
+    names: dict[str, str] | None = None,
+    **flags: dict[str, Any],
+) -> J:
+    """The job a command runs: defaults < the job's preset < the file at `path` <
+    `overrides` (--set) < the command's flags, given per section as {key: value}, None for a
+    flag not given (e.g. `scale={"workers": "1,2"}`): each is a shortcut for its key, and an
+    error in it names the flag: --KEY, or `names`' flag for a dotted key (e.g.
+    {"train.batch_size": "--batch"})."""
+    raw, file_model = _read(path, overrides)
+    options: dict[str, str] = {}  # a key set by a flag: its error names the flag the user typed
+    for section, given in flags.items():
+        for key, value in shortcuts(section, given).items():
+            options[key] = (names or {}).get(key) or "--" + key.partition(".")[2].replace("_", "-")
+            assign(raw, key, value, options[key])
+    raw = _under(job.preset, raw) if job.preset else raw
+    where = _where(path, bool(overrides or options))
+    context = {"architecture_only": job.counts_only}
+    exp, commands = _built(raw, path, file_model, where, options, context)
+    sections = {name: getattr(commands, name) for name in job.model_fields if name != "experiment"}
+    loaded = cast(J, job.model_construct(experiment=exp, **sections))  # each part is validated
+    refused = loaded.check()
+    if refused is not None:
+        raise UserError(f"{where}: {refused}", "leave it out, or give it its default")
+    return loaded
+
+
+# pydantic's words for a value out of range, in the words of dlperf's other messages.
+_RANGE_MESSAGES = {
+    "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be less than {lt}",
+    "less_than_equal": "must be at most {le}",
+    "finite_number": "must be a finite number",
+    "too_short": "must have {min_length} or more values",
+    "too_long": "must have {max_length} or fewer values",
+}
+
+
+def _bound(value: Any) -> Any:
+    """0.0 as 0 and 1.0 as 1: a float field's bounds read as the integers they are; a large
+    one as 1e+12, not its twelve zeros."""
+    if isinstance(value, float) and abs(value) >= 1e6:
+        return f"{value:g}"
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def validation_message(
+    error: ValidationError, where: str, options: dict[str, str] | None = None
+) -> UserError:
+    """The first error of `error` on one line, after `where` it came from, or after the flag
+    that set its key when `options` (dotted key: flag) has one."""
+    first = error.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    flag = next((f for k, f in (options or {}).items() if f"{loc}.".startswith(f"{k}.")), None)
+    template = _RANGE_MESSAGES.get(first["type"])
+    if template is not None:
+        msg = template.format(**{k: _bound(v) for k, v in first.get("ctx", {}).items()})
+    else:
+        msg = first["msg"].removeprefix("Value error, ")
+    got = first.get("input")
+    got_text = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+    if flag is not None:
+        return UserError(f"{flag}: {loc}: {msg}{got_text}")
+    return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}")
+
+
+def build_file(
+    raw: dict[str, Any],
+    where: str = "config",
+    options: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+) -> tuple[Experiment, Commands]:
+    """A TOML file's experiment and command sections (a stored run's config may hold the
+    latter too: runs stored before they left `Experiment` do)."""
+    if depth(raw) > MAX_DEPTH:
+        raise UserError(f"{where}: {TOO_DEEP}")
+    check_keys(raw, _FILE_FIELDS, where)
+    commands = {key: value for key, value in raw.items() if key in Commands.model_fields}
+    rest = {key: value for key, value in raw.items() if key not in commands}
+    try:
+        return Experiment.model_validate(rest, context=context), Commands.model_validate(commands)
+    except ValidationError as e:
+        raise validation_message(e, where, options) from None
+
+
+def build_experiment(raw: dict[str, Any], where: str = "config") -> Experiment:
+    return build_file(raw, where)[0]
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p} is a directory, not an experiment file", "give a TOML file in it")
+    if not p.is_file():
+        raise UserError(f"{p}: no such experiment file", "give the path of a TOML file")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM, as Notepad writes it
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{p}: malformed TOML: {e}") from None
+    except RecursionError:  # the parser recurses once per level of [ or {
+        raise UserError(f"{p}: {TOO_DEEP}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{p}: not a text file") from None
+
+
+def load_experiment(path: str | Path | None, overrides: list[str] | None = None) -> Experiment:
+    return load_file(path, overrides)[0]
+
+
+def load_file(
+    path: str | Path | None,
+    overrides: list[str] | None = None,
+    options: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+) -> tuple[Experiment, Commands]:
+    """defaults < TOML file < --set overrides, validated in one place (with pydantic's
+    `context`); an error in a key that `options` (dotted key: flag) lists names the flag."""
+    raw, file_model = _read(path, overrides)
+    return _built(raw, path, file_model, _where(path, bool(overrides)), options, context)
+
+
+def _read(path: str | Path | None, overrides: list[str] | None) -> tuple[dict[str, Any], Any]:
+    """The file at `path` (or nothing) with `overrides` applied, and the model the file
+    itself names (None: none)."""
+    raw = read_toml(path) if path is not None else {}
+    model = raw.get("model")
+    file_model = model.get("name") if isinstance(model, dict) else None
+    for assignment in overrides or []:
+        apply_override(raw, assignment)
+    return raw, file_model
+
+
+def _where(path: str | Path | None, overridden: bool) -> str:
+    """The words that name the config in errors."""
+    return (str(path) if path is not None else "config") + (" with --set" if overridden else "")
+
+
+def _built(
+    raw: dict[str, Any],
+    path: str | Path | None,
+    file_model: Any,
+    where: str,
+    options: dict[str, str] | None,
+    context: dict[str, Any] | None,
+) -> tuple[Experiment, Commands]:
+    exp, commands = build_file(raw, where, options, context)
+    if exp.run.name is None and path is not None:
+        # The file's name often names its model: say so when --set trains another one.
+        changed = exp.model.name != (file_model or ModelConfig.model_fields["name"].default)
+        stem = stem_name(Path(path))  # a file's name may hold anything
+        exp.run.name = stem + (f" model.name={exp.model.name}" if changed else "")
+    return exp, commands
+
+
+def to_toml(exp: Experiment, commands: Commands | None = None) -> str:
+    import tomli_w
+
+    # TOML has no null: unset optional keys are left out (they take their defaults).
+    def drop_none(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None
+        }
+
+    tables = exp.to_dict() | (commands.model_dump(mode="json") if commands else {})
+    return tomli_w.dumps(drop_none(tables))
+
+
+def describe(
+    fields: dict[str, FieldInfo] = _FILE_FIELDS, prefix: str = ""
+) -> list[tuple[str, str]]:
+    """(dotted key, help) for every key of a TOML file, for `dlperf config keys`."""
+    rows: list[tuple[str, str]] = []
+    for name, field in fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            rows += describe(annotation.model_fields, f"{prefix}{name}.")
+        else:
+            rows.append((f"{prefix}{name}", " ".join((field.description or "").split())))
+    return rows

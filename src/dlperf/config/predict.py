@@ -1,0 +1,53 @@
+"""`[predict]`: the device and PALEO's figures of `dlperf predict`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+
+from dlperf.config.analyze import AnalyzeJob
+from dlperf.config.base import Count, Positive, Section
+
+# SI prefixes a number of FLOPs may carry: "15.5G" is 15.5e9.
+SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+class PredictConfig(Section):
+    """`dlperf predict`: the device and PALEO's figures (the model is counted as [analyze]
+    says: input, batch, train, precision, classes)."""
+
+    device: str | None = None
+    """Catalog device (`dlperf devices`); None with predict.measure: this machine,
+    calibrated in the same rounds as the measurement."""
+    ppp: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Platform percent of peak in (0, 1] for every operator kind; None: the device's
+    calibrated rates, or a catalog GPU's peak (PPP = 1)."""
+    peak_tflops: Positive | None = None
+    """Peak in 10^12 FLOP/s at analyze.precision instead of the device's (e.g. 8.73 for a
+    whole K80 board); bandwidth stays the device's."""
+    flops: Positive | None = None
+    """FLOPs of one image (forward; training: forward + backward) for FLOPs / peak instead of
+    the counted ones: a number, or text with an SI prefix ("15.5G")."""
+    measure: bool = False
+    """Also run the model here, interleaved with calibration kernels, and compare; the result
+    is stored as a run."""
+    reps: Count = 10
+    """predict.measure: rounds of calibration kernels + one timed model run."""
+
+    @field_validator("flops", mode="before")
+    @classmethod
+    def _si_prefix(cls, value: Any) -> Any:
+        # Only text ending in a prefix is read here; anything else meets the strict number check.
+        if isinstance(value, str) and value[-1:].upper() in SI:
+            try:
+                return float(value[:-1]) * SI[value[-1].upper()]
+            except ValueError:
+                raise ValueError(
+                    f"expected a number of FLOPs per image, e.g. 15.5G (got {value!r})"
+                ) from None
+        return value
+
+
+class PredictJob(AnalyzeJob):
+    predict: PredictConfig
