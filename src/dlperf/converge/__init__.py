@@ -6,12 +6,14 @@
   families on a grid posterior (after Domhan et al., IJCAI 2015).
 - `regress`: the loss-model coefficients as functions of run features.
 - `fitting`: what `converge fit | predict | regress` do, from stored runs or CSV files.
+- `results`: what they find, as records whose `to_dict()` is the command's --json document;
+  `views`: the same as the tables and lines the commands print.
 - `speed`: Optimus's parameter-server speed models and Pollux's iteration-time model
   (Qiao et al., OSDI 2021), fitted to a speed table or a study and asked for configurations.
 - `plan`: time and cost to a target versus workers and parameter servers; Optimus's greedy
   allocator for several jobs; the curve and speed fits and jobs.toml it reads.
 - `staleness`: an event-driven parameter server with asynchronous learners.
 
-Everything here returns plain dataclasses and never prints or draws; `dlperf.cli.converge`
-renders them and draws their figures with `dlperf.report.curves`.
+Everything here returns dataclasses and never prints or draws; `dlperf.cli.converge` prints
+them and draws their figures with `dlperf.report.curves`.
 """

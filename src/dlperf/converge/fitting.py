@@ -2,8 +2,9 @@
 from stored runs or CSV files, fit both curve forms, predict when a curve reaches a target,
 and regress the Optimus coefficients on run features.
 
-Results are the fit reports and the JSON documents the commands print; `fit_document` is
-also the curve fit `converge plan --curve` reads back.
+Results are the fit reports and the records of `dlperf.converge.results`, whose `to_dict()`
+the commands print with --json; `fit_result`'s is also the curve `converge plan --curve`
+reads back.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,15 @@ from dlperf.converge import curve, ensemble
 from dlperf.converge import regress as reg
 from dlperf.converge.curve import Curve, CurveFit, FitReport
 from dlperf.converge.options import CurveOptions
+from dlperf.converge.results import (
+    Comparison,
+    CurveFitResult,
+    EnsembleStepPrediction,
+    PowerFit,
+    Regression,
+    RegressPrediction,
+    StepPrediction,
+)
 from dlperf.errors import UserError
 from dlperf.parsing import parse_pairs
 from dlperf.progress import NullReporter, Reporter
@@ -57,7 +67,8 @@ def _untrusted(label: str, form: str, fit: CurveFit) -> list[str]:
 class CurveFits:
     reports: list[FitReport]
     warnings: list[str]  # one per fit not to be trusted (the best attempt is shown)
-    predictions: list[dict[str, Any]] = field(default_factory=list)  # `predict`: one per curve
+    # `predict`: one per curve
+    predictions: list[StepPrediction | EnsembleStepPrediction] = field(default_factory=list)
     # `predict --form ensemble`: each curve's posterior and predicted step, for `band_rows`
     posteriors: list[tuple[ensemble.Posterior, int | None]] = field(default_factory=list)
 
@@ -90,34 +101,27 @@ def fit_one(c: Curve, opts: CurveOptions) -> FitReport:
     return curve.analyse(c, opts.metric, curve.window(c.steps, opts.upto, opts.upto_step))
 
 
-def _ci(report: FitReport, form: str) -> dict[str, list[float]]:
-    return {k: list(v) for k, v in report.ci[form].items()}
-
-
-def fit_document(r: FitReport) -> dict[str, Any]:
+def fit_result(r: FitReport) -> CurveFitResult:
     """A report as `converge fit --json` prints it: the Optimus fit at the top level (what
-    `converge plan --curve` reads), the power law under "power"."""
+    `converge plan --curve` reads), the power law under `power`."""
     optimus, power = r.fits["optimus"], r.fits["power"]
-    return {
-        "source": r.curve.label,
-        "configuration": r.curve.about,
-        "metric": r.metric,
-        "form": "optimus",
+    return CurveFitResult(
+        source=r.curve.label,
+        configuration=r.curve.about,
+        metric=r.metric,
+        form="optimus",
         **optimus.params,
-        "ci": _ci(r, "optimus"),
-        "rmse": optimus.rmse,
-        "n_points": optimus.n_points,
-        "last_step": optimus.last_step,
-        "steps_per_epoch": r.curve.steps_per_epoch,
-        "converged": optimus.converged,
-        "power": {
-            **power.params,
-            "ci": _ci(r, "power"),
-            "rmse": power.rmse,
-            "converged": power.converged,
-        },
-        "heldout": r.heldout,
-    }
+        ci=r.ci["optimus"],
+        rmse=optimus.rmse,
+        n_points=optimus.n_points,
+        last_step=optimus.last_step,
+        steps_per_epoch=r.curve.steps_per_epoch,
+        converged=optimus.converged,
+        power=PowerFit(
+            **power.params, ci=r.ci["power"], rmse=power.rmse, converged=power.converged
+        ),
+        heldout=r.heldout,
+    )
 
 
 def beta_table(reports: list[FitReport]) -> list[dict[str, Any]]:
@@ -176,9 +180,9 @@ def predict(
     fits = fit(run_ids, csv, opts, open_store, reporter)
     if form == "ensemble":
         for r in fits.reports:
-            document, post = ensemble_document(r, target)
-            fits.predictions.append(document)
-            fits.posteriors.append((post, document["predicted_step"]))
+            prediction, post = ensemble_prediction(r, target)
+            fits.predictions.append(prediction)
+            fits.posteriors.append((post, prediction.predicted_step))
         return fits
     for r in fits.reports:
         c = r.curve
@@ -187,19 +191,19 @@ def predict(
         )
         asymptote = r.fits[form].params[curve.PARAMS[form][2]]
         fits.predictions.append(
-            {
-                "source": c.label,
-                "form": form,
-                "target": p.target,
-                "reachable": p.reachable,
+            StepPrediction(
+                source=c.label,
+                form=form,
+                target=p.target,
+                reachable=p.reachable,
                 **_steps(p, c.steps_per_epoch),
-                "asymptote": asymptote,
-                "plateau": float(curve.to_decreasing(asymptote, r.metric)),
-                "n_points": r.n_fit,
-                "basis": f"{form} least squares (points weighted 1, 4, 16 by thirds) on "
+                asymptote=asymptote,
+                plateau=float(curve.to_decreasing(asymptote, r.metric)),
+                n_points=r.n_fit,
+                basis=f"{form} least squares (points weighted 1, 4, 16 by thirds) on "
                 f"{r.n_fit} points up to step {r.fits[form].last_step:g}; 90% interval from "
                 f"{len(r.samples[form])} residual-bootstrap refits",
-            }
+            )
         )
     return fits
 
@@ -209,7 +213,9 @@ def _steps(p: curve.Prediction | ensemble.EnsemblePrediction, spe: float | None)
     return {
         "predicted_step": p.predicted_step,
         # An upper end not bounded is null: JSON has no infinity.
-        "interval": [v if math.isfinite(v) else None for v in p.interval] if p.interval else None,
+        "interval": tuple(v if math.isfinite(v) else None for v in p.interval)
+        if p.interval
+        else None,
         "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
         "actual_step": p.actual_step,
         "error_pct": p.error_pct,
@@ -233,7 +239,9 @@ def band_rows(
     return rows
 
 
-def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ensemble.Posterior]:
+def ensemble_prediction(
+    r: FitReport, target: float
+) -> tuple[EnsembleStepPrediction, ensemble.Posterior]:
     """`predict --form ensemble --json` for one curve: the step's distribution (median, 90%
     interval, P(reachable)) or why there is none (verdict "cannot tell" and its reason), the
     plateau's, and what they rest on; and the posterior."""
@@ -243,23 +251,23 @@ def ensemble_document(r: FitReport, target: float) -> tuple[dict[str, Any], ense
     # Accuracy and error are counts over a validation set, read from the values' steps.
     val_size = ensemble.val_size(c.values[: r.n_fit]) if r.metric != "loss" else None
     p = ensemble.predict(post, target, r.metric, c.steps, c.values, val_size=val_size)
-    return {
-        "source": c.label,
-        "form": "ensemble",
-        "target": p.target,
-        "verdict": p.verdict,
-        "reason": p.reason,
-        "reachable": p.reachable,
-        "p_reachable": p.p_reachable,
+    return EnsembleStepPrediction(
+        source=c.label,
+        form="ensemble",
+        target=p.target,
+        verdict=p.verdict,
+        reason=p.reason,
+        reachable=p.reachable,
+        p_reachable=p.p_reachable,
         **_steps(p, c.steps_per_epoch),
-        "asymptote": float(curve.to_decreasing(p.plateau, r.metric)),
-        "plateau": p.plateau,
-        "plateau_interval": list(p.plateau_interval),
-        "val_size": val_size,
-        "family_weights": p.family_weight,
-        "n_points": r.n_fit,
-        "basis": ensemble.basis(post),
-    }, post
+        asymptote=float(curve.to_decreasing(p.plateau, r.metric)),
+        plateau=p.plateau,
+        plateau_interval=p.plateau_interval,
+        val_size=val_size,
+        family_weights=p.family_weight,
+        n_points=r.n_fit,
+        basis=ensemble.basis(post),
+    ), post
 
 
 def regress_sources(
@@ -305,7 +313,7 @@ class RegressedRun:
 
 @dataclass
 class Regressed:
-    document: dict[str, Any]  # as `converge regress --json` prints it
+    result: Regression
     warnings: list[str]  # one per source whose fit is not to be trusted, one per dropped feature
     runs: list[RegressedRun]
     # --predict's curve over the runs' windows (and the compared run's steps)
@@ -313,9 +321,7 @@ class Regressed:
     compared: Curve | None = None  # the measured run of the predicted configuration
 
 
-def _compare(
-    c: Curve, betas: np.ndarray, metric: str, prediction: dict[str, Any]
-) -> dict[str, Any]:
+def _compare(c: Curve, betas: np.ndarray, metric: str, prediction: RegressPrediction) -> Comparison:
     """The predicted curve against the measured curve `c` of the same configuration: its
     error over all of `c`'s points, and, with a target, the error of the step (and epoch)
     reaching it."""
@@ -323,25 +329,27 @@ def _compare(
     gap = predicted - c.values
     nonzero = c.values != 0  # a relative error at a measured 0 (accuracy, epoch 1) is none
     relative = np.abs(gap[nonzero]) / np.abs(c.values[nonzero])
-    compared: dict[str, Any] = {
-        "source": c.label,
-        "legend": c.legend,
-        "n_points": len(c.steps),
-        "curve_rmse": float(np.sqrt(np.mean(gap**2))),
-        "curve_error_pct": float(np.mean(relative) * 100) if len(relative) else None,
-    }
-    if "target" not in prediction:
+    compared = Comparison(
+        source=c.label,
+        legend=c.legend,
+        n_points=len(c.steps),
+        curve_rmse=float(np.sqrt(np.mean(gap**2))),
+        curve_error_pct=float(np.mean(relative) * 100) if len(relative) else None,
+    )
+    if prediction.target is None:
         return compared
-    goal = curve.to_decreasing(prediction["target"], metric)
+    goal = curve.to_decreasing(prediction.target, metric)
     actual = curve.first_reaching(c.steps, c.values, metric, goal)
-    step, spe = prediction["predicted_step"], c.steps_per_epoch
-    return compared | {
-        "actual_step": actual,
-        "actual_epoch": actual / spe if actual is not None and spe else None,
-        "predicted_epoch": step / spe if step is not None and spe else None,
+    step, spe = prediction.predicted_step, c.steps_per_epoch
+    return replace(
+        compared,
+        target=prediction.target,
+        actual_step=actual,
+        actual_epoch=actual / spe if actual is not None and spe else None,
+        predicted_epoch=step / spe if step is not None and spe else None,
         # The same for epochs: both counts are over this run's steps per epoch.
-        "error_pct": curve.error_pct(step, actual),
-    }
+        error_pct=curve.error_pct(step, actual),
+    )
 
 
 def _prediction(
@@ -351,19 +359,22 @@ def _prediction(
     metric: str,
     target: float | None,
     basis: str,
-) -> dict[str, Any]:
+) -> RegressPrediction:
     """The unseen configuration's coefficients, its curve over the runs' steps, and the step
     (and epoch) reaching `target`; with the measured step of a source that has exactly these
     features, when there is one (then the configuration was not unseen: an in-sample check)."""
     last = max(float(c.steps.max()) for c, _ in found)
     steps = np.linspace(last / 50, last, 50)
     values = curve.to_decreasing(curve.model("optimus")(steps, predicted), metric)
-    prediction: dict[str, Any] = {
-        "features": at,
-        **dict(zip(reg.BETAS, map(float, predicted), strict=True)),
-        "curve": [[float(k), float(v)] for k, v in zip(steps, values, strict=True)],
-        "basis": basis,
-    }
+    beta0, beta1, beta2 = map(float, predicted)
+    prediction = RegressPrediction(
+        features=at,
+        beta0=beta0,
+        beta1=beta1,
+        beta2=beta2,
+        curve=tuple((float(k), float(v)) for k, v in zip(steps, values, strict=True)),
+        basis=basis,
+    )
     if target is None:
         return prediction
     goal = curve.to_decreasing(target, metric)
@@ -375,13 +386,14 @@ def _prediction(
     same = [c for c, features in found if {k: str(v) for k, v in features.items()} == at]
     reached = (curve.first_reaching(c.steps, c.values, metric, goal) for c in same)
     actual = next((step for step in reached if step is not None), None)
-    return prediction | {
-        "target": target,
-        "predicted_step": step,
-        "predicted_epoch": step / spe if step is not None and spe else None,
-        "actual_step": actual,
-        "error_pct": curve.error_pct(step, actual),
-    }
+    return replace(
+        prediction,
+        target=target,
+        predicted_step=step,
+        predicted_epoch=step / spe if step is not None and spe else None,
+        actual_step=actual,
+        error_pct=curve.error_pct(step, actual),
+    )
 
 
 def regress(
@@ -423,19 +435,19 @@ def regress(
         f"{f} has one value in every run ({value}): left out of the regression"
         for f, value in result.dropped.items()
     ]
-    document: dict[str, Any] = {
-        "features": features,
-        "metric": opts.metric,
-        "dropped_features": result.dropped,
-        "columns": result.columns,
-        "coef": result.coef,
-        "rmse_log": result.rmse_log,
-        "runs": [
+    regression = Regression(
+        features=tuple(features),
+        metric=opts.metric,
+        dropped_features=result.dropped,
+        columns=tuple(result.columns),
+        coef=result.coef,
+        rmse_log=result.rmse_log,
+        runs=tuple(
             {"source": c.label, **f, **dict(zip(reg.BETAS, map(float, p), strict=True))}
             for (c, f), p in zip(found, betas, strict=True)
-        ],
-    }
-    predicted_betas = None
+        ),
+    )
+    predicted_betas, prediction = None, None
     if at is not None:
         predicted_betas = reg.predict(result, at)
         basis = (
@@ -445,18 +457,17 @@ def regress(
             + ", ".join(f"{result.rmse_log[b]:.2g}" for b in reg.BETAS)
             + ")"
         )
-        document["prediction"] = _prediction(found, predicted_betas, at, opts.metric, target, basis)
+        prediction = _prediction(found, predicted_betas, at, opts.metric, target, basis)
     compared = None
-    if compare is not None and at is not None and predicted_betas is not None:
+    if compare is not None and prediction is not None and predicted_betas is not None:
         ((compared, its),) = regress_sources([compare], features, opts, open_store)
         warnings += [
-            f"--compare {compare} has {k}={v}, not the predicted {k}={at[k]}"
+            f"--compare {compare} has {k}={v}, not the predicted {k}={prediction.features[k]}"
             for k, v in its.items()
-            if k in at and reg.differs(v, at[k])
+            if k in prediction.features and reg.differs(v, prediction.features[k])
         ]
-        document["prediction"]["compare"] = _compare(
-            compared, predicted_betas, opts.metric, document["prediction"]
-        )
+        compared_with = _compare(compared, predicted_betas, opts.metric, prediction)
+        prediction = replace(prediction, compare=compared_with)
     optimus = curve.model("optimus")
     runs = []
     for (c, f), n_fit in zip(found, windows, strict=True):
@@ -474,4 +485,4 @@ def regress(
             first, last = min(first, compared.steps[0]), max(last, compared.steps[-1])
         grid = np.linspace(first, last, 200)
         unseen = grid, curve.to_decreasing(optimus(grid, predicted_betas), opts.metric)
-    return Regressed(document, warnings, runs, unseen, compared)
+    return Regressed(replace(regression, prediction=prediction), warnings, runs, unseen, compared)
