@@ -89,10 +89,18 @@ class _Cutout:
 
 
 class _SampleDataset(Dataset[Any]):
-    """One image at a time through PIL transforms; M augmented copies for batch augmentation."""
+    """One image at a time through PIL transforms; M augmented copies for batch augmentation.
+
+    torchvision's random transforms draw from torch's global generator: in the training
+    process itself (no workers) that is the run's generator, whose state an epoch reached
+    after a resume is not the one it had, and in workers it depends on which worker took
+    the batch. So each batch is augmented under the global generator seeded by the epoch's
+    `seed` and the batch's first sample, and put back afterwards: an epoch's augmentation
+    is a function of (seed, epoch) alone, whatever the number of workers."""
 
     def __init__(self, split: Split, transform: Any, copies: int, side: int | None) -> None:
         self.split, self.transform, self.copies, self.side = split, transform, copies, side
+        self.seed = 0  # set for each epoch by TorchvisionLoader
 
     def __len__(self) -> int:
         return len(self.split)
@@ -112,6 +120,13 @@ class _SampleDataset(Dataset[Any]):
         return torch.stack([self.transform(image) for _ in range(self.copies)]), label.repeat(
             self.copies
         )
+
+    def __getitems__(self, index: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One batch (DataLoader's fetcher asks for a batch's samples at once)."""
+        # Below 2**63 for any split of fewer than 2**32 samples.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed * 2**32 + index[0])
+            return [self[i] for i in index]
 
 
 def _flatten_copies(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
@@ -163,6 +178,9 @@ class TorchvisionLoader:
         return self
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        g = epoch_generator(self.seed, self.epoch)
+        # Drawn before the shuffle's own draws: the augmentation's seed, then the order.
+        self.dataset.seed = int(torch.randint(2**31, (), generator=g))
         loader = DataLoader(
             self.dataset,
             batch_size=self.batch_size,
@@ -171,7 +189,7 @@ class TorchvisionLoader:
             pin_memory=self.pin_memory,
             drop_last=self.drop_last,
             collate_fn=self.collate,
-            generator=epoch_generator(self.seed, self.epoch),
+            generator=g,
             persistent_workers=False,
         )
         yield from loader
