@@ -1,0 +1,63 @@
+"""dlperf.paths: outputs checked before the work, and writes a reader sees whole or not at all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlperf.paths import atomic_write, check_writable, replaced
+
+
+def test_check_writable_leaves_no_file_and_keeps_an_existing_one(tmp_path: Path) -> None:
+    new = tmp_path / "out.json"
+    assert check_writable(new) == new and not new.exists()
+    old = tmp_path / "old.json"
+    old.write_text("kept")
+    check_writable(old)
+    assert old.read_text() == "kept"  # opened for appending: not truncated
+
+
+def test_check_writable_refuses_a_missing_directory_unless_it_is_dlperf_s(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        check_writable(tmp_path / "typo" / "out.json")
+    assert not (tmp_path / "typo").exists()
+    made = check_writable(tmp_path / "runs" / "a" / "out.json", make_parents=True)
+    assert made.parent.is_dir() and not made.exists()
+
+
+def test_check_writable_fails_where_no_file_can_be(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError):
+        check_writable(tmp_path / "file" / "out.json")
+    with pytest.raises(IsADirectoryError):
+        check_writable(tmp_path)
+
+
+def test_replaced_swaps_the_whole_file_in_at_the_end(tmp_path: Path) -> None:
+    path = tmp_path / "weights.npz"
+    path.write_text("old")
+    with replaced(path) as tmp:
+        assert tmp == tmp_path / "weights.part.npz"  # the suffix kept (numpy's savez adds one)
+        tmp.write_text("new")
+        assert path.read_text() == "old"  # a reader meanwhile sees the old file whole
+    assert path.read_text() == "new" and not tmp.exists()
+
+
+def test_a_failed_block_leaves_the_old_file_and_no_part(tmp_path: Path) -> None:
+    path = tmp_path / "result.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError), replaced(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_atomic_write_takes_text_or_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "pid"
+    atomic_write(path, "123\n")
+    assert path.read_bytes() == b"123\n"
+    atomic_write(path, b"\x00\xff", fsync=True)
+    assert path.read_bytes() == b"\x00\xff"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pid"]
