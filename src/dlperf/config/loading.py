@@ -162,8 +162,9 @@ def _under(preset: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     merged = dict(preset)
     for key, value in raw.items():
         below = merged.get(key)
-        both = isinstance(value, dict) and isinstance(below, dict)
-        merged[key] = _under(below, value) if both else value  # type: ignore[arg-type]
+        if isinstance(value, dict) and isinstance(below, dict):
+            value = _under(below, value)
+        merged[key] = value
     return merged
 
 
