@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "course.md"
 TIMEOUT_S = 600  # per line: generous, the machine may be shared and busy
 BASH_FENCE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
