@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -62,6 +64,38 @@ def trained_run(root: Path) -> tuple[RunStore, int, Experiment]:
     result = run_experiment(exp, store)
     assert result["status"] == "finished" and result["test_accuracy"] > 0.5
     return store, result["run_id"], exp
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """The run trained_run makes, made once a session (see `trained_digits`)."""
+
+    db: Path
+    run_id: int
+    exp: Experiment
+
+    def copy_to(self, root: Path) -> tuple[RunStore, int, Experiment]:
+        """What trained_run(root) returns, without training again: the store copied to
+        root/dlperf.db, so that what a test adds or changes stays its own, and the
+        experiment's run.out_dir in root. The run's checkpoint is not copied: a test that
+        deletes the run's files trains its own run instead."""
+        target = root / "dlperf.db"
+        with closing(sqlite3.connect(self.db)) as source, closing(sqlite3.connect(target)) as to:
+            source.backup(to)  # a consistent copy, its write-ahead log included
+        exp = self.exp.model_copy(deep=True)
+        exp.run.out_dir = str(root / "runs")
+        return RunStore.open(f"sqlite:///{target}"), self.run_id, exp
+
+
+@pytest.fixture(scope="session")
+def trained_digits(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """trained_run once for every test that takes this: a trained run and its checkpoint
+    cost a training each time, and most tests only read them (`copy_to` gives each its own
+    store)."""
+    root = tmp_path_factory.mktemp("trained_digits")
+    store, run_id, exp = trained_run(root)
+    store.engine.dispose()  # closes the store's connections, its own included, before copies
+    return TrainedRun(root / "dlperf.db", run_id, exp)
 
 
 def rank_result(

@@ -1,6 +1,6 @@
 """Transfer learning: starting weights (run:ID, files, torchvision names offline), the new
-head, the adapted first convolution, real freezing, the backbone's learning rate, and the
-offline study: pre-train on mnist5k, transfer to digits."""
+head, the adapted first convolution, real freezing and the backbone's learning rate. The
+offline study (pre-train on mnist5k, transfer to digits) is in tests/scenarios/."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from dlperf.config import DataConfig, TrainConfig, build_experiment
+from dlperf.config import DataConfig, TrainConfig
 from dlperf.data import load_data
-from dlperf.engine.run import run_experiment
 from dlperf.engine.step import build_step
 from dlperf.errors import UserError
 from dlperf.models import create_model
@@ -27,7 +26,7 @@ from dlperf.models.transfer import (
     set_train_mode,
 )
 from dlperf.store import RunStore
-from tests.conftest import CliResult, trained_run
+from tests.conftest import CliResult, TrainedRun
 
 CPU = torch.device("cpu")
 
@@ -142,9 +141,9 @@ def test_in_memory_images_are_resized_once_with_their_statistics() -> None:
 
 
 def test_start_from_a_run_or_a_file(
-    tmp_path: Path, tiny_file: Path, cli: Callable[..., CliResult]
+    tmp_path: Path, tiny_file: Path, cli: Callable[..., CliResult], trained_digits: TrainedRun
 ) -> None:
-    store, run_id, _ = trained_run(tmp_path)  # the store the CLI opens
+    store, run_id, _ = trained_digits.copy_to(tmp_path)  # the store the CLI opens
     source_data = store.get_run(run_id).summary["data"]
     source = torch.load(next(Path(a["path"]) for a in store.artifacts(run_id)), weights_only=True)[
         "model"
@@ -227,44 +226,6 @@ def test_small_images_into_an_imagenet_network_warn(
     assert summary["data"]["shape"] == [1, 32, 32]
     assert summary["data"]["mean"] == pytest.approx([(0.485 + 0.456 + 0.406) / 3])
     assert summary["transfer"]["mode"] == "scratch" and summary["transfer"]["notes"] == []
-
-
-SEEDS = (0, 1, 2)
-
-
-def test_pretraining_on_mnist5k_beats_scratch_on_200_digits(tmp_path: Path) -> None:
-    """The offline study (examples/mnist5k_pretrain.toml, digits_transfer.toml), smaller:
-    measured here, fine-tuning led scratch by 0.11, 0.04, 0.03 on seeds 0..2 (mean 0.06)."""
-    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
-    common = {"run": {"threads": 2, "warmup_steps": 1, "out_dir": str(tmp_path / "runs")}}
-    pretrain = build_experiment(
-        {
-            "model": {"name": "smallcnn"},
-            "data": {"name": "mnist5k", "limit": 2000},
-            "train": {"epochs": 2, "batch_size": 64, "lr": 0.05, "schedule": {"kind": "cosine"}},
-            **common,
-        }
-    )
-    source = run_experiment(pretrain, store)["run_id"]
-
-    def accuracy(mode: str, seed: int) -> float:
-        exp = build_experiment(
-            {
-                "model": {"name": "smallcnn", "weights": f"run:{source}", "transfer": mode},
-                "data": {"name": "digits", "image_size": 28, "limit": 200},
-                "train": {
-                    "epochs": 6,
-                    "batch_size": 32,
-                    "lr": 0.05,
-                    "schedule": {"kind": "cosine"},
-                },
-                "run": {**common["run"], "seed": seed, "checkpoint": False},
-            }
-        )
-        return run_experiment(exp, store)["test_accuracy"]
-
-    margins = [accuracy("finetune", s) - accuracy("scratch", s) for s in SEEDS]
-    assert sum(margins) / len(margins) > 0.02, margins
 
 
 def test_keep_head_loads_the_weights_head_and_refuses_other_classes() -> None:
