@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from typer.core import TyperOption
 from typer.testing import CliRunner
 
 from dlperf.cli.app import set_option
@@ -52,9 +53,10 @@ def test_flags_sit_after_set_with_their_help() -> None:
     app, _ = command(["steps", "plots"])
     params = typer.main.get_command(app).params
     assert [p.opts for p in params] == [["--set"], ["--steps"], ["--plots"], ["--csv"]]
-    plots = params[2]
+    steps, plots = params[1], params[2]
+    assert isinstance(steps, TyperOption) and isinstance(plots, TyperOption)
     assert plots.secondary_opts == ["--no-plots"] and plots.help == "Save figures."
-    assert params[1].help == "Timed steps." and params[1].default is None
+    assert steps.help == "Timed steps." and steps.default is None
 
 
 def test_a_flag_not_in_the_table_is_refused() -> None:
