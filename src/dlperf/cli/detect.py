@@ -189,7 +189,7 @@ def finetune(
     lr: float = typer.Option(
         None,
         "--lr",
-        help="Peak learning rate (then train.schedule: a cosine).",
+        help="Peak learning rate, decayed by train.schedule (a cosine by default).",
     ),
     train_split: str = typer.Option(None, "--train-split", help="ImageSets/Main split."),
     val_split: str = typer.Option(None, "--val-split", help="Split AP is measured on."),
