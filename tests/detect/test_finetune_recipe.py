@@ -5,6 +5,7 @@ The recipe's 5-minute result is measured in docs/course.md, not here."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from PIL import Image
 
 from dlperf.config import DetectJob, load_job
 from dlperf.detect import finetune, ssd, voc
+from dlperf.engine.loop import Diverged
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 
@@ -63,6 +65,35 @@ def test_the_default_recipe_steps_adamw_on_make_shapes_images(
     config = store.get_run(doc["run_id"]).config["detect"]
     assert (config["size"], config["optimizer"]) == (96, "adamw")
     assert ssd.build(SSDLITE, weights=tmp_path / "d.pt").size == 96
+
+
+def test_losses_reach_the_store_as_the_loop_logs_them(
+    store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that stops (here its loss turns NaN at the second step) keeps the losses logged
+    before: they are stored as the loop flushes them, not after training. Only train/loss
+    is stored, as detection always has."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    voc.make_shapes(tmp_path, images=6, size=96, seed=1)
+    data = voc.VocDataset(tmp_path, voc.load_split(tmp_path, "train"), LABELS)
+    det = ssd.build(SSDLITE, labels=LABELS, size=96)
+    exp = load_job(DetectJob, None, ["run.log_every=1"], train={"batch_size": 2}).experiment
+    real, calls = finetune._summed_losses, []
+
+    def poisoned(call: Callable[[list[Any]], dict[str, torch.Tensor]], targets: list[Any]) -> Any:
+        calls.append(targets)
+        return real(call, targets) * (math.nan if len(calls) == 2 else 1.0)
+
+    monkeypatch.setattr(finetune, "_summed_losses", poisoned)
+    run_id = store.create_run("detect", "detect", {})
+    sink = finetune.LossSink(store, run_id)
+    with pytest.raises(Diverged, match="at step 2"):
+        finetune.train(det, data, exp.train, exp.run, sink=sink)
+    stored = store.metrics(run_id, "train/loss")
+    assert [step for step, _ in stored] == [1, 2] and math.isfinite(stored[0][1])
+    assert math.isnan(stored[1][1]) and sink.losses[0] == stored[0][1]
+    assert store.metrics(run_id, "train/lr") == []
 
 
 @pytest.fixture(scope="module")
