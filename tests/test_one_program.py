@@ -6,10 +6,12 @@ under a real torchrun, the emulated synchronous and asynchronous SGD of `dlperf 
 contiguous format Horovod trains in: each takes the same first batch to the same loss and
 the same parameters; detection fine-tuning, a program of its own, takes the step of its
 [detect] recipe. Each trainer saves its first step through the first_step test hook
-(tests.hooks)."""
+(tests.hooks), and every step is seen by the hooks as the one training loop
+(dlperf.engine.train_loop) took and counted it, from 1 up (tests.loop_probe)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +24,7 @@ from dlperf.detect import finetune, ssd, voc
 from dlperf.distributed import hvd_launch
 from tests.conftest import CliResult
 from tests.hooks import install
+from tests.loop_probe import add_probe, steps_seen
 
 EXPERIMENT = """
 [model]
@@ -53,11 +56,24 @@ SCALE += ["--warmup-steps", "1", "--steps", "1", "--repeat", "1", "--json"]
 def first_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     prefix = tmp_path / "first"
     install(monkeypatch, "first_step", str(prefix))
+    add_probe(monkeypatch, prefix)
     return prefix
 
 
 def load(prefix: Path, trainer: str) -> dict[str, object]:
     return torch.load(f"{prefix}.{trainer}.pt")
+
+
+def assert_one_loop(prefix: Path, trainer: str, steps: int | None = None) -> None:
+    """Every step of the trainer's launches (a run each) was taken in the one loop and
+    counted 1, 2, ... as the hooks saw it; `steps` a launch, where given."""
+    seen = steps_seen(prefix, trainer)
+    assert seen and all(looped for _, looped in seen), f"{trainer}: a step outside the loop"
+    counted = [step for step, _ in seen]
+    launches = [i for i, step in enumerate(counted) if step == 1] + [len(counted)]
+    for start, end in itertools.pairwise(launches):
+        assert counted[start:end] == list(range(1, end - start + 1)), (trainer, counted)
+        assert steps is None or end - start == steps, (trainer, counted)
 
 
 def test_every_launcher_takes_the_same_first_step(
@@ -88,6 +104,11 @@ def test_every_launcher_takes_the_same_first_step(
         contiguous = cli("run", str(exp), "--set", "run.channels_last=false", "--json")
         assert contiguous.code == 0, contiguous.err
         references["horovod"] = load(first_steps, "run")
+    # A scale point warms up 1 step and times 1 (its compute-only copy has no hooks).
+    for trainer in ("run", "sync", "async"):
+        assert_one_loop(first_steps, trainer)
+    for trainer in {"ddp", "horovod"} & references.keys():
+        assert_one_loop(first_steps, trainer, 2)
     for trainer, reference in references.items():
         other = load(first_steps, trainer)
         assert torch.equal(other["x"], reference["x"]) and torch.equal(other["y"], reference["y"])
@@ -115,6 +136,7 @@ def test_detection_fine_tuning_takes_its_recipes_step(tmp_path: Path, first_step
     reference.load_state_dict(det.model.state_dict())
     finetune.train(det, data, cfg, max_steps=1)
     first = load(first_steps, "detect")
+    assert_one_loop(first_steps, "detect", 1)
 
     reference.train()
     params = [p for p in reference.parameters() if p.requires_grad]

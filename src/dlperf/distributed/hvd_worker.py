@@ -15,10 +15,14 @@ is Horovod's tensor-fusion threshold (set by the launcher). Data: random images 
 model's input shape (--synthetic), else each rank's shard of the training split, every size-th
 image from its rank as DDP's ranks take theirs: on torch the DDP workers' own batches
 (augmented as the experiment says), on TensorFlow those of the tf.distribute workers
-(tf_worker.dataset). Steps are timed in every worker's window (dlperf.distributed.window),
-the compute-only steps being a second copy of the model without Horovod: the same step with a
-local optimizer on torch (as DDP's no-op hook replica), forward and backward on TensorFlow
-(as the tf.distribute path). Each rank writes `rank-R.pid` as it starts, `rank-R.json` (its
+(tf_worker.dataset). On torch the point trains as the DDP workers' does
+(dlperf.distributed.worker.measure: the one training loop, the same warm-up, device clock,
+barrier (Horovod's), hooks and step count, run.profile's window and trace); on TensorFlow
+its own step runs through the same loop and timing window (window.measure_host_steps), and
+run.profile is warned of as ignored. The compute-only steps are a second copy of the model
+without Horovod: the same step with a local optimizer on torch (as DDP's no-op hook
+replica), forward and backward on TensorFlow (as the tf.distribute path). Each rank writes
+`rank-R.pid` (whole, at once) as it starts, `rank-R.json` (its
 dlperf.distributed.contracts.RankResult, without DDP's figures) at the end, and
 `rank-R.error` (its traceback) if it fails.
 
@@ -35,10 +39,10 @@ from typing import Any
 
 from dlperf.distributed.contracts import RankResult, WorkerSpec
 from dlperf.distributed.tf_worker import dataset, keras_model, weights
-from dlperf.distributed.window import crashing, fail, measure
+from dlperf.distributed.window import fail, measure_host_steps, write_pid
 
 
-def _torch(spec: WorkerSpec) -> RankResult:
+def _torch(spec: WorkerSpec, directory: Path) -> RankResult:
     import copy
     from collections.abc import Iterator
     from contextlib import contextmanager
@@ -48,11 +52,13 @@ def _torch(spec: WorkerSpec) -> RankResult:
 
     from dlperf.config import Experiment
     from dlperf.data import load_data
-    from dlperf.distributed.worker import batches
-    from dlperf.engine.hooks import Hooks, StepEnd
+    from dlperf.distributed.worker import Launch, Replica, batches, measure
+    from dlperf.engine.hooks import Hooks
+    from dlperf.engine.profiler import ProfileWindow, trace_name
     from dlperf.engine.run import build_model as torch_model
     from dlperf.engine.run import start_weights
-    from dlperf.engine.step import TrainStep, prepare, steps_per_epoch
+    from dlperf.engine.step import prepare, steps_per_epoch
+    from dlperf.engine.timers import PhaseTimer
     from dlperf.models.transfer import set_train_mode
     from dlperf.system import synchronize
 
@@ -83,7 +89,11 @@ def _torch(spec: WorkerSpec) -> RankResult:
             optimizer, named_parameters=model.named_parameters(), compression=compression
         )
 
-    step = prepare(model, exp.train, exp.run, device, epoch, distribute=distribute)
+    # The DDP workers' profiled window, phase labels and trace name.
+    trace = directory / trace_name(f"rank{hvd.rank()}")
+    profile = ProfileWindow(exp.run.profile, device, spec.warmup_steps, trace)
+    timer = PhaseTimer(device, enabled=False, labels=profile.labels)
+    step = prepare(model, exp.train, exp.run, device, epoch, distribute=distribute, timer=timer)
     local = prepare(shadow, exp.train, exp.run, device, epoch)
 
     horovod: Any = step.optimizer  # hvd.DistributedOptimizer, which torch's types do not know
@@ -102,21 +112,17 @@ def _torch(spec: WorkerSpec) -> RankResult:
     # a real update.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     # The DDP workers' batches: this rank's shard (augmented as the experiment says), or
-    # random images.
+    # random images; one source for both replicas, as before.
     source = batches(spec, exp, data, device, hvd.rank(), hvd.size())
+    main = Replica(spec, model, step, source, device)
+    compute = Replica(spec, shadow, local, source, device) if spec.compute_split else None
 
-    def train(replica: TrainStep) -> None:
-        x, y = next(source)
-        x = x.to(memory_format=replica.memory_format)
-        stepped = replica(x, y)
-        if replica is step:
-            taken = replica.scheduler.last_epoch  # the schedule counts the steps taken
-            event = StepEnd("horovod", taken, x, y, stepped, model, hvd.rank(), hvd.size())
-            hooks.step_end(event)
-        synchronize(device)  # the clock is read next
+    def barrier() -> None:
+        synchronize(device)
+        hvd.barrier()
 
-    split = (lambda: train(local)) if spec.compute_split else None
-    times = measure(spec, crashing(lambda: train(step), hvd.rank()), split)
+    launch = Launch("horovod", hvd.rank(), hvd.size(), barrier)
+    times = measure(spec, exp, launch, main, hooks, profile, compute)
     params = [p for p in model.parameters() if p.requires_grad]
     weights = (
         sum(p.numel() * p.element_size() for p in params),
@@ -170,7 +176,7 @@ def _tensorflow(spec: WorkerSpec) -> RankResult:
     hvd.broadcast_variables([v.value for v in model.variables], root_rank=0)
     hvd.broadcast_variables([v.value for v in optimizer.variables], root_rank=0)
     split = (lambda: compute_only(source).numpy()) if spec.compute_split else None
-    times = measure(spec, crashing(lambda: step(source).numpy(), hvd.rank()), split)
+    times = measure_host_steps(spec, hvd.rank(), lambda: step(source).numpy(), split)
     trained = weights(model.trainable_variables)
     return times.result(hvd.rank(), hvd.size(), spec.per_worker_batch, 0.0, trained)
 
@@ -179,11 +185,10 @@ def main() -> None:
     spec_path = Path(sys.argv[1])
     directory = spec_path.parent
     rank = int(os.environ["HOROVOD_RANK"])  # set by horovodrun before the worker starts
-    (directory / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    write_pid(directory, rank)
     spec = WorkerSpec.read(spec_path)
     try:
-        train = _tensorflow if spec.strategy == "tensorflow" else _torch
-        result = train(spec)
+        result = _tensorflow(spec) if spec.strategy == "tensorflow" else _torch(spec, directory)
     except Exception:
         fail(directory, rank)  # peers may be gone: tearing Horovod down could hang
     result.write(directory / f"rank-{rank}.json")

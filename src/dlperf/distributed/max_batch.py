@@ -12,6 +12,7 @@ from typing import Any
 from dlperf.config import ScaleJob
 from dlperf.distributed.planning import Point, plan
 from dlperf.distributed.study import Study, StudyResult
+from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -93,7 +94,7 @@ def find_max_batch(
                 )
                 reason, detail = "data_set", error.message
                 break
-            steps = max(1, study.train_images // point.global_batch)
+            steps = steps_per_epoch(study.train_images, point.global_batch)
             # The first epoch warms up, the second is timed.
             extra = {"memory_cap_bytes": cap, "warmup_steps": steps}
             row = study.run_point(index, index + 1, point, steps, extra)

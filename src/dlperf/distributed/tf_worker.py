@@ -11,8 +11,10 @@ the study warns of each setting of the experiment this step ignores (`ignored_se
 Data (`dataset`): with --synthetic random images of the model's input shape, made once, as in
 TensorFlow's and Horovod's own benchmarks; else each process's shard of the training split
 dlperf wrote for the point (TensorFlow must not load torchvision's data sets itself: the two
-crash one process), shuffled each epoch and normalized as dlperf does, not augmented. Every
-step is timed to the host's return of its loss. The rank's figures go to `rank-R.json` in
+crash one process), shuffled each epoch and normalized as dlperf does, not augmented. The
+step runs in the one training loop with the torch workers' timing window
+(window.measure_host_steps): the same warm-up for both replicas, every step timed to the
+host's return of its loss. The rank's figures go to `rank-R.json` in
 the spec's directory, the torch workers' record (dlperf.distributed.contracts.RankResult,
 without DDP's figures), so one summary serves both frameworks.
 
@@ -33,31 +35,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed.contracts import RankResult, WorkerSpec
-from dlperf.distributed.window import crashing, measure
+from dlperf.distributed.window import measure_host_steps, write_pid
 
 if TYPE_CHECKING:
     from dlperf.config import Experiment
 
 # The settings the Keras step does not apply, by section, and why: its SGD takes train.lr and
 # train.momentum only, its images are not augmented, it runs fp32 uncompiled from random
-# weights (tf_worker's and hvd_worker's TensorFlow paths alike).
-KERAS_IGNORES = {
-    "model": (("transfer",), "the Keras model trains from random weights"),
-    "train": (
-        ("optimizer", "nesterov", "weight_decay", "grad_clip", "label_smoothing",
-         "backbone_lr_scale", "schedule"),
-        "the Keras SGD takes only train.lr and train.momentum",
-    ),
-    "augment": (("crop_padding", "flip", "cutout", "batch_aug_m"), "no augmentation"),
-    "run": (("precision", "channels_last", "compile"), "fp32, uncompiled"),
-}  # fmt: skip
+# weights, and torch.profiler cannot see it (tf_worker's and hvd_worker's TensorFlow paths
+# alike).
+KERAS_IGNORES = (
+    ("model", ("transfer",), "the Keras model trains from random weights"),
+    ("train",
+     ("optimizer", "nesterov", "weight_decay", "grad_clip", "label_smoothing",
+      "backbone_lr_scale", "schedule"),
+     "the Keras SGD takes only train.lr and train.momentum"),
+    ("augment", ("crop_padding", "flip", "cutout", "batch_aug_m"), "no augmentation"),
+    ("run", ("precision", "channels_last", "compile"), "fp32, uncompiled"),
+    ("run", ("profile",), "torch.profiler records torch's work only: no trace is written"),
+)  # fmt: skip
 
 
 def ignored_settings(exp: Experiment) -> list[str]:
     """One warning per key of `exp`, set away from its default, that a Keras worker cannot
     honour (a nested section's keys one by one: train.schedule.kind)."""
     warnings = []
-    for section, (names, why) in KERAS_IGNORES.items():
+    for section, names, why in KERAS_IGNORES:
         config = getattr(exp, section)
         values, defaults = config.model_dump(), type(config)().model_dump()
         for name in names:
@@ -217,7 +220,7 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
             value.numpy()  # the host has it: the step, all-reduce included, is done
 
     split = (lambda: run(compute_only)) if spec.compute_split else None
-    times = measure(spec, crashing(lambda: run(step), rank), split)
+    times = measure_host_steps(spec, rank, lambda: run(step), split)
     variables = model.trainable_variables
     replicas = [strategy.experimental_local_results(v) for v in variables]
     spread = max(float(tf.reduce_max(tf.abs(r - rs[0]))) for rs in replicas for r in rs)
@@ -230,7 +233,7 @@ def train(spec: WorkerSpec, rank: int) -> RankResult:
 def main() -> None:
     spec_path, rank = Path(sys.argv[1]), int(sys.argv[2])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
-    (spec_path.parent / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    write_pid(spec_path.parent, rank)
     result = train(WorkerSpec.read(spec_path), rank)
     result.write(spec_path.parent / f"rank-{rank}.json")
 

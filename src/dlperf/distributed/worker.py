@@ -8,18 +8,23 @@ precision, memory format and compilation apply as in a plain run at the point's 
 The model starts from random weights (speed does not depend on their values; the parent has
 written the resolution and statistics of model.weights into the experiment); a feature-extract
 experiment freezes its backbone, so the backward pass stops at the head, DDP reduces only the
-head's gradients and the backbone's batch norms stay in eval mode. It times every step after
-the warm-up, and (unless the point's hook already is the no-op) a second replica under DDP's
-no-op communication hook, in alternating chunks of steps: the compute-only time the parent
-subtracts to get the exposed communication. Every rank's figures are gathered to the launch's
-node and written as `result.json` next to the spec by local rank 0 of the writing node, so the
-parent of a multi-node run reads them without a shared file system. Beside it each rank writes
-`rank-R.pid` as it starts (the launcher stops workers by pid), `rank-R.training` once past
-warm-up, and `rank-R.error` (its traceback) if it fails.
+head's gradients and the backbone's batch norms stay in eval mode. It trains in the one
+training loop (dlperf.engine.train_loop), whose components are the hooks, the replica's
+memory-cap check, the profiled window (run.profile, after the warm-up, untimed), the crash
+hook and the timing window (dlperf.distributed.window): every step after the warm-up is
+timed, and (unless the point's hook already is the no-op) a second replica under DDP's
+no-op communication hook, warmed up alike, in alternating chunks of steps: the compute-only
+time the parent subtracts to get the exposed communication. Every rank's figures are
+gathered to the launch's node and written as `result.json` next to the spec by local rank 0
+of the writing node, so the parent of a multi-node run reads them without a shared file
+system. Beside it each rank writes `rank-R.pid` as it starts (whole: the launcher stops
+workers by pid), `rank-R.training` once past the warm-up (and the profiled window), and
+`rank-R.error` (its traceback) if it fails.
 
 The spec and the result are the records of dlperf.distributed.contracts; the crash hook
 (DLPERF_SCALE_CRASH) is dlperf.distributed.crash's. The measured replica calls the hooks of
-dlperf.engine.hooks (trainer "ddp").
+dlperf.engine.hooks (trainer "ddp") at the loop's step count. The Horovod worker's torch path
+runs the same `Replica`s through the same `measure`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import os
 import statistics
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +44,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from dlperf.config import Experiment, ProfileConfig
+from dlperf.config import Experiment
 from dlperf.data import ImageData, load_data, make_loader
 from dlperf.distributed.contracts import (
     ComputePhase,
@@ -48,13 +54,14 @@ from dlperf.distributed.contracts import (
     WorkerSpec,
     write_ranks,
 )
-from dlperf.distributed.window import Timings, crashing, fail, measure
+from dlperf.distributed.window import Crashing, Laps, ScaleWindow, Timings, fail, write_pid
 from dlperf.engine.checks import out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.run import build_model, start_weights
-from dlperf.engine.step import NoTimer, prepare, steps_per_epoch
+from dlperf.engine.step import TrainStep, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
+from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
@@ -116,7 +123,49 @@ def batches(
         yield from loader
 
 
-class Phase:
+class Replica(Component):
+    """A model's training step and its batches (`source`'s, in the step's memory format,
+    their wait marked on the step's timer), and, as a component of its loop, the checks
+    after each step: past the spec's memory cap, a MemoryError. The DDP and Horovod workers'
+    replicas alike."""
+
+    def __init__(
+        self, spec: WorkerSpec, model: nn.Module, step: TrainStep, source: Any, device: torch.device
+    ) -> None:
+        self.spec, self.model, self.train_step, self.device = spec, model, step, device
+        self.batches = TimedBatches(source, self._collate, step.timer.mark)
+        self.lr: float | None = None  # of the last step
+
+    def _collate(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.to(memory_format=self.train_step.memory_format), y
+
+    def on_step_end(self, done: StepEnd) -> None:
+        self.lr = done.stepped.lr
+        cap = self.spec.memory_cap_bytes
+        # A CPU step is done here, and CUDA's allocator counts memory as the work is queued.
+        if cap and peak_memory_bytes(self.device) > cap:
+            raise MemoryError(
+                f"peak memory {peak_memory_bytes(self.device) / 2**30:.2f} GiB is above the "
+                f"cap of {cap / 2**30:.2f} GiB"
+            )
+
+    def timed(self, steps: int, barrier: Callable[[], None]) -> list[float]:
+        """The times of `steps` steps of this replica (the compute-only copy's), in a loop
+        of their own timed by the window's `Laps`."""
+        laps = Laps(self.device, barrier)
+        train_loop(
+            self.train_step,
+            [(1, self.batches)],
+            [self, laps],
+            Progress(),
+            trainer="compute-only",
+            model=self.model,
+            steps=steps,
+        )
+        return laps.times
+
+
+class Phase(Replica):
     """One replica of the experiment's model under DDP with `comm` (or DataParallel), its
     training step and batches."""
 
@@ -127,21 +176,17 @@ class Phase:
         data: ImageData,
         device: torch.device,
         comm: str,
-        hooks: Hooks | None = None,
+        timer: PhaseTimer | None = None,
     ) -> None:
-        self.spec, self.device = spec, device
-        self.hooks = hooks or Hooks()  # the measured replica's; the compute-only one has none
-        self.comm = comm
-        self.model = build_model(exp, data, device)
-        start_weights(self.model, exp.model, exp.model.weights or "", None)  # freezes, if asked
-        set_train_mode(self.model)  # a frozen backbone's batch norms stay in eval mode
-        self.hooks.start("ddp", self.model)
+        self.spec, self.device, self.comm = spec, device, comm
+        model = build_model(exp, data, device)
+        start_weights(model, exp.model, exp.model.weights or "", None)  # freezes, if asked
+        set_train_mode(model)  # a frozen backbone's batch norms stay in eval mode
         # At the point's global batch: the schedule runs as in a plain run of that batch.
         epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * dist.get_world_size())
-        self.train_step = prepare(self.model, exp.train, exp.run, device, epoch, wrap=self._wrap)
-        self.source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
-        self.step = 0
-        self.lr: float | None = None  # of the last step
+        step = prepare(model, exp.train, exp.run, device, epoch, wrap=self._wrap, timer=timer)
+        source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
+        super().__init__(spec, model, step, source, device)
         # per step, the forward's end and each gradient's ready mark: see watch_gradients
         self.ready: list[tuple[Mark, list[Mark]]] | None = None
         self._marks: list[Mark] = []
@@ -184,39 +229,10 @@ class Phase:
         for index, param in enumerate(trained):
             param.register_post_accumulate_grad_hook(ready(index))  # type: ignore[no-untyped-call]
 
-    def train(self) -> None:
-        """One step; past the spec's memory cap, a MemoryError."""
-        self.step += 1
-        x, y = next(self.source)
-        self.train_step.timer.mark("data")
-        x = x.to(memory_format=self.train_step.memory_format)
-        self.train_step.timer.mark("h2d")
-        stepped = self.train_step(x, y)
-        self.lr = stepped.lr
-        rank, world = dist.get_rank(), dist.get_world_size()
-        self.hooks.step_end(StepEnd("ddp", self.step, x, y, stepped, self.model, rank, world))
+    def on_step_end(self, done: StepEnd) -> None:
         if self.ready is not None:
             self.ready.append((self._forward_end, [*self._marks]))
-        cap = self.spec.memory_cap_bytes
-        # A CPU step is done here, and CUDA's allocator counts memory as the work is queued.
-        if cap and peak_memory_bytes(self.device) > cap:
-            raise MemoryError(
-                f"peak memory {peak_memory_bytes(self.device) / 2**30:.2f} GiB is above the "
-                f"cap of {cap / 2**30:.2f} GiB"
-            )
-
-    def profile(self, cfg: ProfileConfig, path: Path, step: Callable[[], None]) -> None:
-        """Untimed `step`s under torch.profiler (cfg's window), their phases labelled in the
-        trace written to `path`."""
-        with ProfileWindow(cfg, self.device, 0, path) as window:
-            self.train_step.timer = PhaseTimer(self.device, enabled=False, labels=window.labels)
-            try:
-                for _ in range(cfg.steps):
-                    step()
-                    synchronize(self.device)
-                    window.after_step()
-            finally:
-                self.train_step.timer = NoTimer()
+        super().on_step_end(done)
 
     def measured(self, times: Timings) -> MainPhase:
         """The main replica's figures; every rank calls it (it broadcasts rank 0's weights)."""
@@ -263,6 +279,49 @@ class Phase:
         )
 
 
+@dataclass(frozen=True)
+class Launch:
+    """Where a scaling point's replicas train: `trainer` (the hooks' name for it), this
+    process's rank of `world`, and the barrier that starts and ends every timed stretch."""
+
+    trainer: str
+    rank: int
+    world: int
+    barrier: Callable[[], None]
+
+
+def measure(
+    spec: WorkerSpec,
+    exp: Experiment,
+    launch: Launch,
+    main: Replica,
+    hooks: Hooks,
+    profile: ProfileWindow,
+    compute: Replica | None = None,
+    after_warmup: Callable[[], None] = lambda: None,
+) -> Timings:
+    """A scaling point's steps: the one training loop over `main`, with its `hooks`, the
+    `profile` window after the warm-up, the crash hook and the timing window alternating
+    with `compute`'s steps (dlperf.distributed.window)."""
+    rank, world, barrier = launch.rank, launch.world, launch.barrier
+    split = (lambda steps: compute.timed(steps, barrier)) if compute else None
+    warmup = spec.warmup_steps + exp.run.profile.steps  # the profiled steps are not timed
+    window = ScaleWindow(spec, warmup, main.device, barrier, split, after_warmup)
+    with profile:
+        train_loop(
+            main.train_step,
+            [(1, main.batches)],
+            [hooks, main, profile, Crashing(rank), window],
+            Progress(),
+            trainer=launch.trainer,
+            model=main.model,
+            steps=window.steps,
+            rank=rank,
+            world=world,
+        )
+    return window.timings()
+
+
 def run(spec: WorkerSpec, directory: Path) -> RankResult:
     """Warm up, then alternate chunks of timed steps of the point and of its compute-only
     copy (dlperf.distributed.window)."""
@@ -272,8 +331,12 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     data = load_data(exp.data)
-    main = Phase(spec, exp, data, device, spec.comm, Hooks.from_env())
-    step = crashing(main.train, rank)
+    path = directory / trace_name(f"rank{rank}")
+    profile = ProfileWindow(exp.run.profile, device, spec.warmup_steps, path)
+    timer = PhaseTimer(device, enabled=False, labels=profile.labels)  # labels, times nothing
+    hooks = Hooks.from_env()
+    main = Phase(spec, exp, data, device, spec.comm, timer)
+    hooks.start("ddp", main.model)
     compute = None
     if spec.compute_split and spec.comm != "noop" and spec.strategy == "ddp":
         compute = Phase(spec, exp, data, device, "noop")
@@ -286,13 +349,9 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
     def started() -> None:
         # Past warm-up, every rank has been through DDP's collectives: the launch is up.
         atomic_write(directory / f"rank-{rank}.training", "")
-        if exp.run.profile.enabled:  # after the warm-up, and left out of the timed steps
-            barrier()
-            main.profile(exp.run.profile, directory / trace_name(f"rank{rank}"), step)
-            barrier()
 
-    split = compute.train if compute else None
-    times = measure(spec, step, split, device, barrier, spec.warmup_steps, started)
+    launch = Launch("ddp", rank, dist.get_world_size(), barrier)
+    times = measure(spec, exp, launch, main, hooks, profile, compute, started)
     return RankResult(
         rank=rank,
         host=os.uname().nodename,
@@ -309,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     spec = WorkerSpec.read(spec_path)
     directory = spec_path.parent
     rank = int(os.environ["RANK"])
-    atomic_write(directory / f"rank-{rank}.pid", str(os.getpid()))
+    write_pid(directory, rank)
     torch.set_num_threads(spec.threads)
     try:
         dist.init_process_group(spec.backend)

@@ -6,6 +6,9 @@ A trainer in another process (a `dlperf run` subprocess, a torchrun or Horovod w
 sweep's worker) finds its hooks the way pytest finds plugins: DLPERF_HOOKS names
 comma-separated `module:factory` callables, each imported and called once with no
 arguments to make one hook. Unset, there are none and the trainers pay one empty loop.
+
+`Hooks` is a component of the training loop (dlperf.engine.train_loop). No torch here: the
+Keras workers run that loop too, and TensorFlow and torchvision must not share a process.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ import importlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dlperf.errors import UserError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 HOOKS_ENV = "DLPERF_HOOKS"
 
@@ -28,12 +32,12 @@ class StepEnd:
     """A training step just taken: which trainer, its global step (1 first), the batch, what
     the step returned (a dlperf.engine.step.Stepped) and the model it updated."""
 
-    trainer: str  # run, ddp, horovod, sync, async, detect
+    trainer: str  # run, ddp, horovod, sync, async, detect, tensorflow
     step: int
     x: Any
     y: Any
     stepped: Any
-    model: nn.Module
+    model: Any  # an nn.Module; a Keras worker's model
     rank: int = 0
     world: int = 1
 
@@ -68,3 +72,13 @@ class Hooks:
     def step_end(self, event: StepEnd) -> None:
         for hook in self.hooks:
             hook.step_end(event)
+
+    # The loop's component: the hooks see each step as the loop counts it.
+    def on_epoch_start(self, epoch: int, batches: object) -> None:
+        pass
+
+    def on_step_end(self, done: StepEnd) -> None:
+        self.step_end(done)
+
+    def on_epoch_end(self, epoch: int) -> None:
+        pass

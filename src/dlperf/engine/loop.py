@@ -1,5 +1,6 @@
-"""The one training loop (`fit`) every trainer runs around the engine's step
-(dlperf.engine.step), read top to bottom; its bookkeeping in small pieces below it.
+"""`fit`: the epochs of a data set through the one training loop
+(dlperf.engine.train_loop), for `dlperf run`, async SGD and detection: its components are
+the bookkeeping below it, each owning its cadence.
 
 Metric keys it writes to the sink (step = global step for `train/`, epoch number 1..E for
 the others): train/loss, train/lr; epoch/train_loss, epoch/train_acc1, epoch/time_s,
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,10 +27,13 @@ from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow
 from dlperf.engine.step import Stepped, TrainStep
 from dlperf.engine.timers import PhaseTimer
+from dlperf.engine.train_loop import Batch, Component, Progress, TimedBatches, train_loop
 from dlperf.models.transfer import set_train_mode
 from dlperf.progress import Reporter
 from dlperf.system import gpu_utilization
 from dlperf.timing import now
+
+__all__ = ["Diverged", "EpochClock", "MetricSink", "Progress", "Row", "Rows", "fit"]
 
 
 def fit(
@@ -58,75 +61,59 @@ def fit(
     to the device in the step's memory format), for the epochs after `state.epoch` up to
     `epochs`, or `max_steps` steps in all; `evaluate` (validation metrics, with the training
     accuracy: a classifier's) and `after_epoch` (a checkpoint) run as each epoch ends."""
-    hooks, device, timer = hooks or Hooks.from_env(), clock.device, clock.timer
-    memory_format, metrics = step.memory_format, MetricBuffer(sink, run.log_every)
-    collate = collate or (
-        lambda x, y: (
-            x.to(device, non_blocking=True, memory_format=memory_format),
-            y.to(device, non_blocking=True),
-        )
+    hooks, metrics = hooks or Hooks.from_env(), MetricBuffer(sink, run.log_every)
+    tally = EpochTally(clock.device) if evaluate else None
+    report = EpochReport(state, clock, sink, reporter, run, tally, metrics, epochs)
+    report.evaluate, report.target = evaluate, target  # what each epoch ends with
+    if window:
+        window.on_written = lambda path: sink.add_artifact("trace", path)
+    components: list[Component | None] = [
+        tally,
+        clock,
+        window,
+        metrics,
+        hooks,
+        Bar(reporter, trainer, epochs, model, metrics),
+        report,
+        AtEpochEnd(after_epoch) if after_epoch else None,
+    ]
+    ready = collate or to_device(clock.device, step.memory_format)
+    epoch_batches = (
+        (epoch, TimedBatches(batches(epoch), ready, clock.timer.mark))
+        for epoch in range(state.epoch + 1, epochs + 1)
     )
     hooks.start(trainer, model)
-    for epoch in range(state.epoch + 1, epochs + 1):
-        epoch_batches = batches(epoch)
-        reporter.task(f"{trainer} epoch {epoch}/{epochs}", total=len(epoch_batches))
-        set_train_mode(model)  # a frozen backbone stays in eval mode
-        tally = EpochTally(device) if evaluate else None
-        clock.start()
-        if window:
-            window.labels.begin()
-        for x, y in epoch_batches:
-            timer.mark("data")
-            x, y = collate(x, y)
-            timer.mark("h2d")
-            if before_step:
-                before_step()
-            stepped = step(x, y)
-            state.step += 1
-            if tally:
-                tally.add(stepped, y)
-            timer.end_step()
-            clock.count(len(x))
-            if window and window.after_step():
-                sink.add_artifact("trace", window.path)
-            metrics.log(state.step, stepped, epoch)
-            hooks.step_end(StepEnd(trainer, state.step, x, y, stepped, model))
-            loss = metrics.last_loss  # nan until the first flush: show nothing, not nan
-            reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
-            if state.step == max_steps:
-                break
-        if window:  # between epochs (evaluation, checkpoints) no phase is open
-            window.labels.close()
-        metrics.flush(epoch)
-
-        seconds, throughput = clock.stop(state)
-        # Read before evaluating: NVML's last sample period is then the epoch's training.
-        utilization = gpu_utilization(device)
-        val = evaluate() if evaluate else {}
-        state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), target)
-        rows = tally.rows(epoch) if tally else []
-        rows += [(f"val/{k}", epoch, v) for k, v in val.items()]
-        if utilization is not None:
-            state.gpu_utilization_pct.append(utilization)
-            rows.append(("gpu/utilization_pct", epoch, utilization))
-        if run.timing != "off":
-            rows.append(("epoch/time_s", epoch, seconds))
-            if throughput is not None:
-                rows.append(("epoch/throughput", epoch, throughput))
-            if clock.waited is not None:
-                rows.append(("epoch/cpu_wait_share", epoch, clock.waited.cpu_wait_share))
-        sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in timer.per_step().items()])
-        train_loss = rows[0][2] if tally else metrics.last_loss  # the epoch's mean where tallied
-        line = f"epoch {epoch}/{epochs}  train loss {train_loss:.4f}"
-        if val:
-            loss, acc = val.get("loss", math.nan), val.get("acc1", math.nan)
-            line += f"  val loss {loss:.4f}  val acc {acc:.4f}"
-        reporter.log(line)
-        if after_epoch:
-            after_epoch()
-        if state.step == max_steps:
-            break
+    steps = None if max_steps is None else max_steps - state.step
+    train_loop(
+        step if before_step is None else after(before_step, step),
+        epoch_batches,
+        [c for c in components if c is not None],
+        state,
+        trainer=trainer,
+        model=model,
+        steps=steps,
+    )
     return state
+
+
+def to_device(
+    device: torch.device, memory_format: torch.memory_format
+) -> Callable[[Any, Any], Batch]:
+    """fit's default collate: tensors to the device, inputs in the step's memory format."""
+    return lambda x, y: (
+        x.to(device, non_blocking=True, memory_format=memory_format),
+        y.to(device, non_blocking=True),
+    )
+
+
+def after(first: Callable[[], None], step: TrainStep) -> Callable[[Any, Any], Stepped]:
+    """`step`, once `first` has run (async SGD reads the stale weights of the update)."""
+
+    def stepped(x: Any, y: Any) -> Stepped:
+        first()
+        return step(x, y)
+
+    return stepped
 
 
 class Diverged(Exception):
@@ -135,32 +122,6 @@ class Diverged(Exception):
             f"loss became {value} at step {step} (epoch {epoch}); try a lower train.lr "
             f'(now {lr:g}), train.grad_clip = 1.0, or run.precision = "fp32"'
         )
-
-
-@dataclass
-class Progress:
-    """What a checkpoint must carry besides weights and optimizer: where and how far along."""
-
-    epoch: int = 0
-    step: int = 0
-    elapsed_s: float = 0.0
-    train_time_s: float = 0.0
-    cpu_time_s: float = 0.0  # this process's, over the same timed windows as train_time_s
-    samples: int = 0
-    best_val_accuracy: float = 0.0
-    epochs_to_target: int | None = None
-    time_to_target_s: float | None = None
-    epoch_throughputs: list[float] = field(default_factory=list)
-    gpu_utilization_pct: list[float] = field(default_factory=list)  # one reading per epoch
-
-    def end_epoch(self, epoch: int, seconds: float, accuracy: float, target: float | None) -> None:
-        """Count epoch `epoch`, `seconds` long with its evaluation, of validation `accuracy`,
-        noting when the accuracy first reached `target`."""
-        self.epoch = epoch
-        self.elapsed_s += seconds
-        self.best_val_accuracy = max(self.best_val_accuracy, accuracy)
-        if target is not None and self.epochs_to_target is None and accuracy >= target:
-            self.epochs_to_target, self.time_to_target_s = epoch, self.elapsed_s
 
 
 Row = tuple[str, int, float] | tuple[str, int, float, float]  # key, step, value[, wall time]
@@ -184,7 +145,7 @@ class Rows(list[Row]):
         pass
 
 
-class MetricBuffer:
+class MetricBuffer(Component):
     """Collects per-step losses as device tensors and writes them in batches, so the host
     waits for the device once per flush rather than once per step. Each step keeps its own
     wall time: the batch's write time would stack `every` points on one instant."""
@@ -194,6 +155,16 @@ class MetricBuffer:
         self.losses: list[tuple[int, torch.Tensor, float, float]] = []
         self.rows: list[Row] = []
         self.last_loss = math.nan
+        self.epoch = 0
+
+    def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
+        self.epoch = epoch
+
+    def on_step_end(self, done: StepEnd) -> None:
+        self.log(done.step, done.stepped, self.epoch)
+
+    def on_epoch_end(self, epoch: int) -> None:
+        self.flush(epoch)
 
     def log(self, step: int, stepped: Stepped, epoch: int) -> None:
         """Keep the step's loss, learning rate and time; flush every `every` steps."""
@@ -218,7 +189,7 @@ class MetricBuffer:
         self.rows.clear()
 
 
-class EpochClock:
+class EpochClock(Component):
     """Wall time of an epoch, and its training time and samples after the first
     `warmup_steps` steps of this process (they compile and fill caches: a resumed run warms
     up again). The device is synchronised before each clock read; the phase timer records
@@ -240,6 +211,13 @@ class EpochClock:
         self.timer.start()
         if self.steps >= self.warmup_steps:
             self.contention.start()
+
+    def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
+        self.start()
+
+    def on_step_end(self, done: StepEnd) -> None:
+        self.timer.end_step()
+        self.count(len(done.x))
 
     def count(self, samples: int) -> None:
         """After each step, with the step's samples."""
@@ -268,14 +246,21 @@ class EpochClock:
         return time.perf_counter() - self.epoch_start
 
 
-class EpochTally:
+class EpochTally(Component):
     """An epoch's training loss and accuracy, summed on the device without waiting for it."""
 
     def __init__(self, device: torch.device) -> None:
-        self.loss_sum = torch.zeros((), device=device)
-        self.correct = torch.zeros((), device=device, dtype=torch.long)
+        self.device = device
+        self.on_epoch_start(0, ())
+
+    def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.correct = torch.zeros((), device=self.device, dtype=torch.long)
         self.seen = 0
         self.lr = math.nan
+
+    def on_step_end(self, done: StepEnd) -> None:
+        self.add(done.stepped, done.y)
 
     def add(self, stepped: Stepped, y: torch.Tensor) -> None:
         self.loss_sum += stepped.loss * len(y)
@@ -289,3 +274,80 @@ class EpochTally:
             ("epoch/train_acc1", epoch, self.correct.item() / self.seen),
             ("epoch/lr", epoch, self.lr),
         ]
+
+
+class Bar(Component):
+    """The progress bar of each epoch, and the model in training mode as it starts."""
+
+    def __init__(
+        self, reporter: Reporter, trainer: str, epochs: int, model: nn.Module, metrics: MetricBuffer
+    ) -> None:
+        self.reporter, self.trainer, self.epochs = reporter, trainer, epochs
+        self.model, self.metrics = model, metrics
+
+    def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
+        self.reporter.task(f"{self.trainer} epoch {epoch}/{self.epochs}", total=len(batches))  # type: ignore[arg-type]
+        set_train_mode(self.model)  # a frozen backbone stays in eval mode
+
+    def on_step_end(self, done: StepEnd) -> None:
+        loss = self.metrics.last_loss  # nan until the first flush: show nothing, not nan
+        self.reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
+
+
+class EpochReport(Component):
+    """As each epoch ends: its clock stopped, the device's utilization read, `evaluate` run,
+    the epoch's rows written and its line said."""
+
+    def __init__(
+        self,
+        state: Progress,
+        clock: EpochClock,
+        sink: MetricSink,
+        reporter: Reporter,
+        run: RunConfig,
+        tally: EpochTally | None,
+        metrics: MetricBuffer,
+        epochs: int,
+    ) -> None:
+        self.state, self.clock, self.sink, self.reporter = state, clock, sink, reporter
+        self.run, self.tally, self.metrics, self.epochs = run, tally, metrics, epochs
+        self.evaluate: Callable[[], dict[str, float]] | None = None
+        self.target: float | None = None
+
+    def on_epoch_end(self, epoch: int) -> None:
+        clock, state, tally = self.clock, self.state, self.tally
+        seconds, throughput = clock.stop(state)
+        # Read before evaluating: NVML's last sample period is then the epoch's training.
+        utilization = gpu_utilization(clock.device)
+        val = self.evaluate() if self.evaluate else {}
+        state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), self.target)
+        rows = tally.rows(epoch) if tally else []
+        rows += [(f"val/{k}", epoch, v) for k, v in val.items()]
+        if utilization is not None:
+            state.gpu_utilization_pct.append(utilization)
+            rows.append(("gpu/utilization_pct", epoch, utilization))
+        if self.run.timing != "off":
+            rows.append(("epoch/time_s", epoch, seconds))
+            if throughput is not None:
+                rows.append(("epoch/throughput", epoch, throughput))
+            if clock.waited is not None:
+                rows.append(("epoch/cpu_wait_share", epoch, clock.waited.cpu_wait_share))
+        phases = clock.timer.per_step().items()
+        self.sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in phases])
+        # the epoch's mean where tallied
+        train_loss = rows[0][2] if tally else self.metrics.last_loss
+        line = f"epoch {epoch}/{self.epochs}  train loss {train_loss:.4f}"
+        if val:
+            loss, acc = val.get("loss", math.nan), val.get("acc1", math.nan)
+            line += f"  val loss {loss:.4f}  val acc {acc:.4f}"
+        self.reporter.log(line)
+
+
+class AtEpochEnd(Component):
+    """A call as each epoch ends, after its report (a checkpoint)."""
+
+    def __init__(self, call: Callable[[], None]) -> None:
+        self.call = call
+
+    def on_epoch_end(self, epoch: int) -> None:
+        self.call()

@@ -15,6 +15,7 @@ finds a run's workers by that pattern in a log directory.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -22,7 +23,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from dlperf.config import ProfileConfig, RunConfig
+from dlperf.engine.hooks import StepEnd
 from dlperf.engine.timers import PhaseLabels
+from dlperf.engine.train_loop import Batch, Component
 from dlperf.errors import UserError
 
 
@@ -43,10 +46,12 @@ def check_fits(run: RunConfig, steps: int) -> None:
         )
 
 
-class ProfileWindow:
+class ProfileWindow(Component):
     """Records `cfg.warmup + cfg.active` steps of this process, starting after `start_after`
-    steps, into `path`. Call `after_step()` once per training step and `close()` when training
-    ends (or stops); `labels` goes to the phase timer, and labels phases inside the window."""
+    steps, into `path`. A component of the training loop (or call `after_step()` once per
+    training step); `close()` when training ends (or stops); `labels` goes to the phase
+    timer, and labels phases inside the window; `on_written(path)` is called once the trace
+    is written (a run stores it as an artifact)."""
 
     def __init__(
         self, cfg: ProfileConfig, device: torch.device, start_after: int, path: Path
@@ -55,6 +60,7 @@ class ProfileWindow:
         self.start_after, self.steps = start_after, 0
         self.labels = PhaseLabels()
         self.written = False
+        self.on_written: Callable[[Path], None] = lambda _: None
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -69,6 +75,16 @@ class ProfileWindow:
         self._running = False
         if cfg.enabled and start_after == 0:
             self._start()
+
+    def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
+        self.labels.begin()
+
+    def on_step_end(self, done: StepEnd) -> None:
+        if self.after_step():
+            self.on_written(self.path)
+
+    def on_epoch_end(self, epoch: int) -> None:
+        self.labels.close()  # between epochs (evaluation, checkpoints) no phase is open
 
     def after_step(self) -> bool:
         """One training step is done (its phases marked); True when the trace has just been
