@@ -53,8 +53,8 @@ def test_run_keeps_the_run_in_the_store_named(
 ) -> None:
     mine = tmp_path / "mine.db"
     result = dlperf.run(TINY_RUN, store=given(mine))
-    assert result["status"] == "finished"
-    assert dlperf.Store(str(mine)).run(result["run_id"]).status == "finished"
+    assert result.finished and result.summary is not None
+    assert dlperf.Store(str(mine)).run(result.run_id).status == "finished"
     assert dlperf.Store(db).runs() == []
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from dlperf.analytic.counting import Analysis
+    from dlperf.records import RunResult
     from dlperf.store import RunStore
     from dlperf.store.query import Comparison
     from dlperf.store.record import RunRecord
@@ -183,12 +184,13 @@ def run(
     overrides: Sequence[str] = (),
     *,
     store: StoreLike | None = None,
-) -> dict[str, Any]:
+) -> RunResult:
     """Train one experiment (a TOML path or a dict of its sections) and keep it in `store`
-    (a `Store`, a path or a SQLAlchemy URL; the default store when None); returns what
-    `dlperf run --json` prints. `overrides` are `--set` strings."""
+    (a `Store`, a path or a SQLAlchemy URL; the default store when None); returns how the run
+    ended, whose `to_dict()` is what `dlperf run --json` prints. `overrides` are `--set`
+    strings."""
     from dlperf.config import apply_override, build_experiment, load_experiment
-    from dlperf.engine.run import run_experiment
+    from dlperf.experiment.run import run_experiment
 
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
         raise UserError(

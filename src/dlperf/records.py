@@ -1,5 +1,6 @@
 """Records one part of dlperf hands another, each a frozen dataclass with one codec that its
-writer and its reader both use, and the run summary every training run stores.
+writer and its reader both use; the run summary every training run stores, and how a run
+ended (`RunResult`).
 
 `from_dict` refuses a missing or an unknown field with a `ContractError` naming the record
 and the fields, rather than a KeyError far from the cause. No torch (the standard library
@@ -148,3 +149,52 @@ class RunSummary(Record):
         known = {f.name for f in dataclasses.fields(cls)}
         given = data if isinstance(data, Mapping) else {}
         return cls(**{k: v for k, v in given.items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as it is stored; `transfer` only for a run that started from weights,
+        as stored summaries of runs from scratch have never had the key."""
+        data = super().to_dict()
+        if self.transfer is None:
+            del data["transfer"]
+        return data
+
+
+FINISHED, FAILED = "finished", "failed"
+
+
+@dataclass(frozen=True)
+class RunResult(Record):
+    """How a training run this process recorded ended: `finished` with its summary, or
+    `failed` softly (its loss diverged) with the error stored on the run. Any other end
+    raises instead. `to_dict()` is `dlperf run --json`'s document: run_id and status, then
+    the summary's fields or the error."""
+
+    run_id: int
+    status: str  # FINISHED | FAILED
+    summary: RunSummary | None = None  # a finished run's
+    error: str | None = None  # a failed run's
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+    def __getitem__(self, key: str) -> Any:
+        """The `to_dict()` document's `key`: `dlperf.run(...)["test_accuracy"]`, as docs/api.md
+        has promised its callers since `run` returned that document."""
+        return self.to_dict()[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        head: dict[str, Any] = {"run_id": self.run_id, "status": self.status}
+        if self.summary is None:
+            return head | {"error": self.error}
+        return head | self.summary.to_dict()
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """The result of `to_dict`'s document, as strictly as every record's."""
+        if not isinstance(data, Mapping) or not {"run_id", "status"} <= data.keys():
+            raise ContractError(f"{cls.__name__}: expected an object with run_id and status")
+        rest = {k: v for k, v in data.items() if k not in ("run_id", "status")}
+        if data["status"] != FINISHED:
+            return cls(**checked(cls, {"run_id": data["run_id"], "status": data["status"], **rest}))
+        return cls(data["run_id"], FINISHED, RunSummary.from_dict(rest))

@@ -8,13 +8,12 @@ import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from dlperf.converge import staleness
-from dlperf.engine.run import build_model
+from dlperf.engine.build import build_model
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 
@@ -228,37 +227,6 @@ def test_equal_learners_settle_at_staleness_n_minus_1() -> None:
 
     reads = async_sgd.read_versions({"L1": 1.0, "L2": 1.0, "L3": 1.0}, 9)
     assert [i - r for i, r in enumerate(reads)] == [0, 1, 2, 2, 2, 2, 2, 2, 2]
-
-
-def test_a_staleness_study_starts_from_the_weights_and_freezes_the_backbone(
-    tiny_exp: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Both runs of a feature-extract study start from model.weights and train the head alone."""
-    from dlperf.config import load_experiment
-    from dlperf.data import load_data
-    from dlperf.engine import async_sgd
-    from dlperf.models.transfer import head_name
-    from dlperf.store import RunStore
-
-    source = load_experiment(tiny_exp(epochs=1), ["data.limit=160", "run.seed=7"])
-    weights = build_model(source, load_data(source.data), torch.device("cpu")).state_dict()
-    torch.save(weights, tmp_path / "weights.pt")
-    start = [f'model.weights="{tmp_path / "weights.pt"}"', 'model.transfer="feature-extract"']
-    exp = load_experiment(tiny_exp(epochs=1), ["data.limit=160", *start])
-    trained = []
-    original = async_sgd.train
-
-    def train(*args: Any, **kwargs: Any) -> Any:
-        trained.append(args[2])  # the model
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(async_sgd, "train", train)
-    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
-    async_sgd.study(exp, {"L1": 1.0, "L2": 0.5}, store)
-    head = head_name(trained[0]) + "."
-    for model in trained:
-        for key, value in model.state_dict().items():
-            assert torch.equal(value, weights[key]) != key.startswith(head), key
 
 
 def test_the_staleness_figure_has_whole_epochs_and_staleness_ticks() -> None:

@@ -18,11 +18,12 @@ from dlperf import system
 from dlperf.config import ScheduleConfig, load_experiment
 from dlperf.data import load_data
 from dlperf.engine import checkpoint, loop, train
+from dlperf.engine.build import build_model
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.optim import lr_factor
-from dlperf.engine.run import build_model, resume_run, run_experiment
 from dlperf.engine.timers import PHASES, PhaseTimer
 from dlperf.errors import UserError
+from dlperf.experiment.run import resume_run, run_experiment
 from dlperf.records import RunSummary
 from dlperf.store import RunStore
 from tests.conftest import FakeEvent
@@ -34,38 +35,38 @@ def test_a_digits_run_learns_and_is_recorded(
 ) -> None:
     exp = load_experiment(tiny_exp(epochs=3))
     result = run_experiment(exp, store)
-    assert result["status"] == "finished"
-    assert result["test_accuracy"] > 0.85 and result["best_val_accuracy"] > 0.85
-    assert result["epochs_to_target"] is not None and result["time_to_target_s"] > 0
-    assert result["throughput"] > 0 and result["throughput_spread"]["min"] > 0
-    assert result["steps"] == 3 * result["steps_per_epoch"]
+    assert result.status == "finished"
+    assert result.summary.test_accuracy > 0.85 and result.summary.best_val_accuracy > 0.85
+    assert result.summary.epochs_to_target is not None and result.summary.time_to_target_s > 0
+    assert result.summary.throughput > 0 and result.summary.throughput_spread["min"] > 0
+    assert result.summary.steps == 3 * result.summary.steps_per_epoch
 
-    record = store.get_run(result["run_id"])
+    record = store.get_run(result.run_id)
     assert record.status == "finished" and record.config == exp.to_dict()
     assert record.system["torch"] and record.system["device"] == "cpu"
-    assert record.summary["test_accuracy"] == result["test_accuracy"]
-    losses = store.metrics(result["run_id"], "train/loss")
-    assert [s for s, _ in losses] == list(range(1, result["steps"] + 1))
-    assert [s for s, _ in store.metrics(result["run_id"], "val/acc1")] == [1, 2, 3]
-    assert Path(store.artifacts(result["run_id"])[0]["path"]).is_file()
+    assert record.summary["test_accuracy"] == result.summary.test_accuracy
+    losses = store.metrics(result.run_id, "train/loss")
+    assert [s for s, _ in losses] == list(range(1, result.summary.steps + 1))
+    assert [s for s, _ in store.metrics(result.run_id, "val/acc1")] == [1, 2, 3]
+    assert Path(store.artifacts(result.run_id)[0]["path"]).is_file()
 
 
 def test_phase_timing(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=1), ['run.timing="phases"'])
     result = run_experiment(exp, store)
-    phases = result["phases"]
+    phases = result.summary.phases
     assert set(phases) == {"data", "h2d", "forward", "backward", "optimizer"}
     assert all(v >= 0 for v in phases.values()) and phases["backward"] > 0
-    spread = result["step_time_spread"]
+    spread = result.summary.step_time_spread
     assert 0 < spread["min"] <= spread["median"] <= spread["max"]
     # The phases of a step add up to the step (no time falls between the marks).
     assert sum(phases.values()) == pytest.approx(
-        result["train_time_s"] / (result["steps"] - 2), rel=0.2
+        result.summary.train_time_s / (result.summary.steps - 2), rel=0.2
     )
-    assert store.metrics(result["run_id"], "phase/forward_s")
+    assert store.metrics(result.run_id, "phase/forward_s")
     # On the CPU the host clock times the phases, and there is no GPU to report on.
-    assert result["phase_clock"] == "host"
-    assert result["gpu_memory"] is None and result["gpu_utilization_pct"] is None
+    assert result.summary.phase_clock == "host"
+    assert result.summary.gpu_memory is None and result.summary.gpu_utilization_pct is None
 
 
 PHASE_SECONDS = dict(zip(PHASES, (0.5, 0.25, 1.0, 2.0, 0.25), strict=True))
@@ -124,12 +125,12 @@ def test_gpu_utilization_is_read_each_epoch_and_summarised(
     readings = iter([40.0, 80.0, 60.0])
     monkeypatch.setattr(loop, "gpu_utilization", lambda device: next(readings))
     result = run_experiment(load_experiment(tiny_exp(epochs=3)), store)
-    assert store.metrics(result["run_id"], "gpu/utilization_pct") == [
+    assert store.metrics(result.run_id, "gpu/utilization_pct") == [
         (1, 40.0),
         (2, 80.0),
         (3, 60.0),
     ]
-    assert result["gpu_utilization_pct"] == {"min": 40.0, "median": 60.0, "max": 80.0}
+    assert result.summary.gpu_utilization_pct == {"min": 40.0, "median": 60.0, "max": 80.0}
 
 
 def test_an_explicit_cuda_device_is_recorded_with_its_index(
@@ -156,26 +157,27 @@ def test_gpu_gauges_are_never_required(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_timing_off_keeps_only_the_totals(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=1), ['run.timing="off"'])
     result = run_experiment(exp, store)
-    assert result["phases"] is None and result["throughput"] > 0
-    assert "epoch/time_s" not in store.metric_keys(result["run_id"])
+    assert result.summary.phases is None and result.summary.throughput > 0
+    assert "epoch/time_s" not in store.metric_keys(result.run_id)
 
 
 def test_target_never_reached(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=1), ["target.accuracy=1.0", "train.lr=0.0001"])
     result = run_experiment(exp, store)
-    assert result["epochs_to_target"] is None and result["time_to_target_s"] is None
+    assert result.summary.epochs_to_target is None and result.summary.time_to_target_s is None
 
 
 def test_nan_loss_stops_the_run(store: RunStore, tiny_exp: Callable[..., Path]) -> None:
     exp = load_experiment(tiny_exp(epochs=3), ["train.lr=1e12", "train.momentum=0.0"])
     result = run_experiment(exp, store)
-    assert result["status"] == "failed"
-    record = store.get_run(result["run_id"])
-    assert record.status == "failed"
+    assert result.status == "failed" and result.summary is None
+    record = store.get_run(result.run_id)
+    assert record.status == "failed" and record.error == result.error
+    assert result.to_dict() == {"run_id": result.run_id, "status": "failed", "error": record.error}
     assert "loss became" in record.error and "at step" in record.error
     assert "try a lower train.lr" in record.error
     # Losses up to the bad step are kept; the bad one is the last.
-    losses = store.metrics(result["run_id"], "train/loss")
+    losses = store.metrics(result.run_id, "train/loss")
     assert not math.isfinite(losses[-1][1]) and all(math.isfinite(v) for _, v in losses[:-1])
 
 
@@ -192,7 +194,7 @@ def test_batch_augmentation_and_augmented_pipeline(
         ],
     )
     result = run_experiment(exp, store)
-    assert result["status"] == "finished" and result["samples_per_step"] == 96
+    assert result.status == "finished" and result.summary.samples_per_step == 96
 
 
 @pytest.mark.parametrize(
@@ -208,7 +210,7 @@ def test_engine_options_run(
     store: RunStore, tiny_exp: Callable[..., Path], overrides: list[str]
 ) -> None:
     result = run_experiment(load_experiment(tiny_exp(epochs=2), overrides), store)
-    assert result["status"] == "finished" and result["test_accuracy"] > 0.5
+    assert result.status == "finished" and result.summary.test_accuracy > 0.5
 
 
 def test_batch_larger_than_training_set_writes_nothing(
@@ -245,7 +247,7 @@ def test_resume_continues_exactly(
     reference = run_experiment(load_experiment(path), store)
 
     # The engine's test hook stops the run at that step, so the signal cannot come too late.
-    step = 2 * reference["steps_per_epoch"] + 5
+    step = 2 * reference.summary.steps_per_epoch + 5
     marker = tmp_path / "paused"
     proc = subprocess.Popen(
         [sys.executable, "-m", "dlperf", "--db", db, "run", str(path)],
@@ -254,7 +256,7 @@ def test_resume_continues_exactly(
         text=True,
         env={**os.environ, **hook_env("pause_at_step", f"{step}:{marker}")},
     )
-    run_id = reference["run_id"] + 1
+    run_id = reference.run_id + 1
     deadline = time.monotonic() + 300
     try:
         while not marker.exists():
@@ -275,10 +277,10 @@ def test_resume_continues_exactly(
     assert store.last_step(run_id, "val/acc1") == 2
 
     resumed = resume_run(run_id, store)
-    assert resumed["status"] == "finished" and resumed["steps"] == reference["steps"]
-    assert resumed["test_accuracy"] == reference["test_accuracy"]
+    assert resumed.status == "finished" and resumed.summary.steps == reference.summary.steps
+    assert resumed.summary.test_accuracy == reference.summary.test_accuracy
     for key in ("train/loss", "train/lr", "val/loss", "val/acc1", "epoch/lr"):
-        assert store.metrics(run_id, key) == store.metrics(reference["run_id"], key), key
+        assert store.metrics(run_id, key) == store.metrics(reference.run_id, key), key
     with pytest.raises(UserError, match="already finished"):
         resume_run(run_id, store)
 
@@ -315,7 +317,7 @@ def test_each_step_keeps_its_own_wall_time(
     result = run_experiment(load_experiment(tiny_exp(epochs=1, extra="log_every = 10\n")), store)
     from dlperf.exporters import metric_series
 
-    walls = [w for _, _, w in metric_series(store, result["run_id"])["train/loss"]]
+    walls = [w for _, _, w in metric_series(store, result.run_id)["train/loss"]]
     assert len(walls) > 10
     assert len(set(walls)) == len(walls) and walls == sorted(walls)
 

@@ -13,6 +13,7 @@ from dlperf.cli.app import Json, app, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 
 if TYPE_CHECKING:
+    from dlperf.records import RunResult
     from dlperf.store import RunStore
 
 config_app = typer.Typer(
@@ -22,28 +23,29 @@ config_app = typer.Typer(
 app.add_typer(config_app, name="config")
 
 
-def _print_result(result: dict[str, Any]) -> None:
-    if result["status"] != "finished":
-        console.err.print(f"run {result['run_id']} {result['status']}: {result.get('error')}")
+def _print_result(result: RunResult) -> None:
+    s = result.summary
+    if s is None:
+        console.err.print(f"run {result.run_id} {result.status}: {result.error}")
         return
-    rows = [
-        ["run", result["run_id"]],
-        ["device", f"{result['device']} ({result['threads']} threads)"],
-        ["test accuracy", result["test_accuracy"]],
-        ["best val accuracy", result["best_val_accuracy"]],
-        ["epochs to target", result["epochs_to_target"]],
+    rows: list[list[Any]] = [
+        ["run", result.run_id],
+        ["device", f"{s.device} ({s.threads} threads)"],
+        ["test accuracy", s.test_accuracy],
+        ["best val accuracy", s.best_val_accuracy],
+        ["epochs to target", s.epochs_to_target],
         # Time to target beside the wall clock it is read from (dlperf.clocks).
-        [clocks.TIME_TO_TARGET, result["time_to_target_s"]],
-        [clocks.elapsed_label([result["epochs"]]), result["elapsed_s"]],
-        ["throughput (samples/s)", result["throughput"]],
-        ["CPU wait (share of thread time)", result.get("cpu_wait_share")],
-        [clocks.TRAIN_TIME, result["train_time_s"]],
-        ["peak memory (MiB)", result["peak_memory_bytes"] / 2**20],
+        [clocks.TIME_TO_TARGET, s.time_to_target_s],
+        [clocks.elapsed_label([s.epochs]), s.elapsed_s],
+        ["throughput (samples/s)", s.throughput],
+        ["CPU wait (share of thread time)", s.cpu_wait_share],
+        [clocks.TRAIN_TIME, s.train_time_s],
+        ["peak memory (MiB)", None if s.peak_memory_bytes is None else s.peak_memory_bytes / 2**20],
     ]
-    if result.get("reliable") is False:
-        rows.insert(9, ["unreliable", result["reliability_note"]])
+    if s.reliable is False:
+        rows.insert(9, ["unreliable", s.reliability_note])
     console.print_table(None, ["", "value"], rows)
-    console.print_phases(result)
+    console.print_phases({"phases": s.phases})
 
 
 @app.command()
@@ -67,7 +69,7 @@ def run(
     Example: dlperf run examples/digits_smallcnn.toml --set train.epochs=3 --timing phases
     """
     from dlperf.config import load_experiment
-    from dlperf.engine.run import resume_run, run_experiment
+    from dlperf.experiment.run import resume_run, run_experiment
 
     if (experiment is None) == (resume is None):
         raise UserError("give an experiment file or --resume RUN_ID (not both)")
@@ -88,9 +90,11 @@ def run(
     except KeyboardInterrupt:
         _resume_hint(store, resume)
         raise
-    if not console.printed_json(as_json, result):
+    if as_json:
+        console.print_json(result.to_dict())
+    else:
         _print_result(result)
-    if result["status"] == "failed":
+    if not result.finished:
         raise typer.Exit(1)
 
 

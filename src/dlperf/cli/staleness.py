@@ -99,7 +99,7 @@ def _train_staleness(
     path: Path, learners: int | None, speeds: str | None, overrides: list[str], as_json: bool
 ) -> None:
     from dlperf.config import load_experiment
-    from dlperf.engine import async_sgd
+    from dlperf.experiment import staleness as recorded
 
     if (learners is None) == (speeds is None):
         raise UserError("--train needs --learners N or --speeds NAME=rate,... (one of them)")
@@ -113,7 +113,13 @@ def _train_staleness(
 
     store = open_store()
     with console.reporter() as rep:
-        result = async_sgd.study(exp, rates, store, rep)
+        result = recorded.study(exp, rates, store, rep)
+    failed = [result[mode] for mode in recorded.MODES if result[mode].get("status") == "failed"]
+    if failed:  # no curves to draw: said as `dlperf run` says a failed run, and exit 1
+        if not console.printed_json(as_json, result):
+            for run in failed:
+                console.err.print(f"run {run['run_id']} failed: {run['error']}")
+        raise typer.Exit(1)
     figure = store.artifact_dir(Path(exp.run.out_dir)) / f"staleness-study-{result['study_id']}.png"
     plot_staleness(figure, result)
     store.add_artifact(result["async"]["run_id"], "figure", figure)
@@ -126,7 +132,7 @@ def _train_staleness(
         [
             [mode, result[mode]["run_id"], result[mode]["val_accuracy"],
              result[mode]["val_loss"], result[mode]["mean_staleness"]]
-            for mode in ("sync", "async")
+            for mode in recorded.MODES
         ],
     )  # fmt: skip
     console.tell([], result["figure"])

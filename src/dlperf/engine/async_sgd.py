@@ -10,16 +10,15 @@ loop with every forward pass at the current weights, so one learner (never stale
 exactly like synchronous SGD. BatchNorm statistics travel with the gradient: the forward pass
 starts from the read version's running statistics and leaves its update of them on the server.
 Both start from the experiment's model.weights, at their resolution and statistics, as a run
-does (`engine.run`); feature extraction trains the head alone.
+does (`engine.build`); feature extraction trains the head alone.
 
-Both runs go into the store as one study, with per-epoch validation curves, the staleness
-histogram in the asynchronous run's summary and a figure of both curves as an artifact.
+Metrics go to the `MetricSink` the caller hands in as the loop logs them; the study that
+records both runs in the store is dlperf.experiment.staleness.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,14 +28,11 @@ from torch import nn
 from dlperf.config import Experiment
 from dlperf.converge import staleness
 from dlperf.data import ImageData, make_loader
-from dlperf.engine.loop import EpochClock, Progress, Rows, fit
-from dlperf.engine.run import prepare_run
+from dlperf.engine.loop import EpochClock, MetricSink, Progress, Rows, fit
 from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train import evaluate
-from dlperf.progress import NullReporter, Reporter
-from dlperf.store import RunStore
-from dlperf.system import system_info
+from dlperf.progress import Reporter
 
 
 def read_versions(speeds: dict[str, float], updates: int) -> list[int]:
@@ -95,9 +91,12 @@ def train(
     device: torch.device,
     reads: list[int] | None,
     reporter: Reporter,
+    sink: MetricSink | None = None,
 ) -> tuple[list[dict[str, float]], list[int]]:
-    """Train `model` in place; `reads[i]` is the version update i was computed on (None: the
-    current one, i.e. synchronous SGD). Returns per-epoch validation metrics and staleness."""
+    """Train `model` in place, its metrics streamed to `sink` (default: kept in memory);
+    `reads[i]` is the version update i was computed on (None: the current one, i.e.
+    synchronous SGD). Returns per-epoch validation metrics and staleness. A loss that is not
+    finite raises the loop's `Diverged`."""
     cfg = exp.train
     loader = make_loader(
         data, data.train, exp.data, cfg.batch_size, device, exp.augment, exp.run.seed
@@ -127,59 +126,9 @@ def train(
 
     clock = EpochClock(device, 0, PhaseTimer(device, enabled=False))
     fit(
-        step, model, loader.set_epoch, state, clock, Rows(), reporter, exp.run,
+        step, model, loader.set_epoch, state, clock, sink or Rows(), reporter, exp.run,
         trainer="async" if reads else "sync", epochs=cfg.epochs, evaluate=validate,
         before_step=read if schedule else None,
     )  # fmt: skip
     stale = [i - (schedule[i] if schedule else i) for i in range(state.step)]
     return history, stale
-
-
-def study(
-    exp: Experiment,
-    speeds: dict[str, float],
-    store: RunStore,
-    reporter: Reporter | None = None,
-) -> dict[str, Any]:
-    """Synchronous then emulated asynchronous SGD from the same initial weights, both stored
-    as runs of one study."""
-    reporter = reporter or NullReporter()
-    p = prepare_run(exp, store, reporter)  # the model as a run starts it, for both runs
-    models = {"sync": p.model, "async": copy.deepcopy(p.model)}
-    per_epoch = steps_per_epoch(len(p.data.train), exp.train.batch_size)
-    reads = read_versions(speeds, per_epoch * exp.train.epochs)
-    study_id = store.create_study(f"staleness {exp.model.name}", "staleness")
-    result: dict[str, Any] = {"study_id": study_id, "learners": speeds}
-    if p.crowded:
-        reporter.log(f"warning: {p.crowded}")
-    for mode in ("sync", "async"):
-        config = {**exp.to_dict(), "staleness": {"mode": mode, "learners": speeds}}
-        with store.new_run(
-            name=f"{exp.model.name} {mode}",
-            kind="staleness",
-            config=config,
-            system=system_info(p.device, p.threads),
-            study_id=study_id,
-        ) as record:
-            torch.manual_seed(exp.run.seed)  # both draw the random numbers a run draws
-            history, stale = train(
-                exp, p.data, models[mode], p.device, reads if mode == "async" else None, reporter
-            )
-            rows = [
-                (f"val/{k}", e, v) for e, m in enumerate(history, start=1) for k, v in m.items()
-            ]
-            store.log_metrics(record.id, rows)
-            counts = Counter(str(s) for s in stale)
-            record.summary = {
-                "steps_per_epoch": per_epoch,
-                "val_accuracy": history[-1].get("acc1"),
-                "val_loss": history[-1].get("loss"),
-                "mean_staleness": sum(stale) / len(stale),
-                "staleness_histogram": dict(sorted(counts.items(), key=lambda kv: int(kv[0]))),
-            }
-        result[mode] = {
-            "run_id": record.id,
-            "val_acc1": [m.get("acc1") for m in history],
-            **record.summary,
-        }
-    return result

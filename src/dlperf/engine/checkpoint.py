@@ -13,16 +13,14 @@ import io
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.paths import atomic_write
-
-if TYPE_CHECKING:
-    from dlperf.store import RunStore
 
 OWNER = "owner"
 
@@ -90,7 +88,7 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
         raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
 
 
-def run_checkpoint(store: RunStore, run_id: int, purpose: str, hint: str) -> Path:
+def run_checkpoint(store: StoredRuns, run_id: int, purpose: str, hint: str) -> Path:
     """The last checkpoint file recorded for a run. None, or a file since removed, is one line
     of bad input: "run N has no checkpoint `purpose`" and the caller's `hint`."""
     paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]

@@ -24,9 +24,9 @@ import torch
 from dlperf.config import DataConfig, ModelConfig
 from dlperf.data import ImageData
 from dlperf.engine import checkpoint
+from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
-from dlperf.store import RunStore
 
 StateDict = Mapping[str, torch.Tensor]
 FORMS = "a torchvision weights name, run:ID, run:last:NAME or a state-dict file"
@@ -43,7 +43,7 @@ class Pretrained:
     std: tuple[float, ...] | None = None
 
 
-def resolve(cfg: ModelConfig, store: RunStore) -> Pretrained | None:
+def resolve(cfg: ModelConfig, store: StoredRuns) -> Pretrained | None:
     spec = cfg.weights
     if spec is None:
         return None
@@ -107,7 +107,7 @@ def _download(url: str, source: str) -> StateDict:
         ) from None
 
 
-def _run_id(spec: str, store: RunStore) -> int:
+def _run_id(spec: str, store: StoredRuns) -> int:
     rest = spec.removeprefix("run:")
     if rest.isdigit():
         return int(rest)
@@ -120,7 +120,7 @@ def _run_id(spec: str, store: RunStore) -> int:
     raise UserError(f"model.weights {spec!r}: expected run:ID or run:last:NAME")
 
 
-def _from_run(spec: str, store: RunStore) -> Pretrained:
+def _from_run(spec: str, store: StoredRuns) -> Pretrained:
     run_id = _run_id(spec, store)
     stored = store.get_run(run_id)
     data = stored.config.get("data", {})

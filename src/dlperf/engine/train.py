@@ -1,6 +1,6 @@
 """A classifier's run: its loaders, step, profile window and checkpoints around the one
 training loop (dlperf.engine.loop.fit), its evaluation, and the run's summary. Metrics go to
-a `MetricSink` the caller hands in (the run's store, through dlperf.engine.run).
+a `MetricSink` the caller hands in (the run's store, through dlperf.experiment.sink).
 """
 
 from __future__ import annotations

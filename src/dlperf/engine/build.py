@@ -1,0 +1,129 @@
+"""What a run trains, built and checked before it is recorded: device and threads, the data
+at its starting weights' resolution and statistics, the model with those weights.
+
+Everything that can be wrong with the input (data set, model, batch size, device) is
+checked here, before the layer above (dlperf.experiment) records the run, so bad input
+leaves nothing in the store. `run:ID` weights are read through `StoredRuns`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dlperf import contention
+from dlperf.config import Experiment, ModelConfig
+from dlperf.data import ImageData, load_data
+from dlperf.engine import pretrained
+from dlperf.engine.checks import check_batch_fits, check_classes, check_classifier, dry_forward
+from dlperf.engine.stored import StoredRuns
+from dlperf.models import create_model, transfer
+from dlperf.progress import Reporter
+from dlperf.system import auto_threads, crowding, pick_device, set_threads
+
+
+@dataclass
+class Prepared:
+    """What a run trains, checked before it is recorded."""
+
+    device: torch.device
+    threads: int
+    free_cores: float | None  # measured as it started, on a CPU or with run.threads "auto"
+    crowded: str | None  # the warning when fewer cores are free than threads: said once the
+    # run is checked and about to train, so that a mistake in it still reads as one line
+    data: ImageData
+    model: torch.nn.Module
+    transfer: dict[str, Any] | None  # where the weights came from and what was adapted
+
+
+def prepare_run(
+    exp: Experiment, runs: StoredRuns, reporter: Reporter, fresh: bool = True
+) -> Prepared:
+    """Device, data and model of `exp`; a `fresh` run starts from model.weights (a resumed
+    one from its own checkpoint)."""
+    device = pick_device(exp.run.device)
+    want = exp.run.threads
+    free = contention.free_cores() if device.type == "cpu" or want == "auto" else None
+    threads = set_threads(auto_threads(free) if want == "auto" else want)
+    crowded = crowding(threads, free) if device.type == "cpu" else None
+    start = pretrained.resolve(exp.model, runs)
+    # Read (or downloaded) first: a download that fails is over before the data loads.
+    weights = start.fetch() if start and fresh and exp.model.transfer != "scratch" else None
+    data, warnings = load_run_data(exp, start)
+    for warning in warnings:
+        reporter.log(f"warning: {warning}")
+    check_batch_fits(exp.train.batch_size, data)
+    check_classes(data)
+    model = build_model(exp, data, device)
+    if start is None:
+        return Prepared(device, threads, free, crowded, data, model, None)
+    notes = start_weights(model, exp.model, start.source, weights)
+    # What the weights expect of the images, for `dlperf doctor` to hold the data against.
+    expects = {"image_size": start.image_size, "mean": start.mean, "std": start.std}
+    origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
+    origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
+    return Prepared(device, threads, free, crowded, data, model, origin | {"warnings": warnings})
+
+
+def load_run_data(
+    exp: Experiment, start: pretrained.Pretrained | None
+) -> tuple[ImageData, list[str]]:
+    """The experiment's data as its runs see it: at the resolution and with the statistics of
+    its starting weights `start`, where the config does not set them; and warnings."""
+    data = load_data(pretrained.data_config(exp.data, start))
+    return data, pretrained.apply_statistics(data, exp.data, start)
+
+
+def as_run(exp: Experiment, runs: StoredRuns) -> tuple[Experiment, ImageData, list[str]]:
+    """`exp` with the resolution and statistics its model.weights imply written into its data
+    section where the config leaves them unset (so that runs derived from it see the same
+    images without the weights: scale workers, which have no store to resolve run:ID with,
+    and a distill study's students); its data, loaded once, and warnings."""
+    start = pretrained.resolve(exp.model, runs)
+    data, warnings = load_run_data(exp, start)
+    if start is None:
+        return exp, data, warnings
+    update: dict[str, object] = {}
+    if exp.data.image_size is None and start.image_size is not None:
+        update["image_size"] = data.shape[-1]
+    for key in ("mean", "std"):
+        if getattr(exp.data, key) is None and getattr(start, key) is not None:
+            update[key] = list(getattr(data, key))
+    if not update:
+        return exp, data, warnings
+    config = exp.to_dict()
+    config["data"].update(update)
+    return Experiment.model_validate(config), data, warnings
+
+
+def start_weights(
+    model: torch.nn.Module, cfg: ModelConfig, source: str, weights: pretrained.StateDict | None
+) -> list[str]:
+    """Load `weights` (if any) and freeze the backbone for feature extraction; notes on what
+    was adapted."""
+    keep = cfg.head == "keep"
+    notes = transfer.load_weights(model, weights, source, keep) if weights is not None else []
+    if cfg.transfer == "feature-extract":
+        transfer.freeze_backbone(model)
+        notes.append("backbone frozen: only the head trains")
+    return notes
+
+
+def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch.nn.Module:
+    """The experiment's model, seeded, on `device`, sized for `data` and materialized."""
+    torch.manual_seed(exp.run.seed)
+    model = create_model(
+        exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
+    )
+    rejects = f"the model rejects {data.name} images of shape {data.shape}"
+    name = f"'{exp.model.name}'"
+    output = dry_forward(model.to(device), data.shape, rejects, device)
+    check_classifier(model, output, data.num_classes, name)
+    # What the training step sees: some models (torchvision's googlenet and inception_v3)
+    # return more than their scores in training mode only.
+    output = dry_forward(model, data.shape, rejects, device, training=True)
+    check_classifier(model, output, data.num_classes, name, "in training mode")
+    torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
+    return model

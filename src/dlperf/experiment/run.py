@@ -1,0 +1,117 @@
+"""A run's life: check the inputs, record the run, train, and store how it ended.
+
+Everything that can be wrong with the input is checked (dlperf.engine.build) before the run
+is recorded, so bad input leaves nothing in the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from dlperf.config import Experiment, build_experiment
+from dlperf.engine import checkpoint
+from dlperf.engine.build import Prepared, prepare_run
+from dlperf.engine.loop import Diverged
+from dlperf.engine.train import train
+from dlperf.experiment.sink import StoreSink, diverged
+from dlperf.progress import NullReporter, Reporter
+from dlperf.records import FINISHED, RunResult
+from dlperf.store import Recording, RunStore, writer_refusal
+from dlperf.system import system_info
+
+
+def run_experiment(
+    exp: Experiment,
+    store: RunStore,
+    reporter: Reporter | None = None,
+    study_id: int | None = None,
+    keep_weights: bool = False,
+) -> RunResult:
+    """Train a new run of `exp`. With `keep_weights`, a run without run.checkpoint still saves
+    its final weights as its checkpoint (what exporting it needs, not resuming it): a
+    sweep's points, of which the sweep keeps its winner's."""
+    reporter = reporter or NullReporter()
+    prepared = prepare_run(exp, store, reporter)
+    digest = exp.config_hash()
+    final_only = keep_weights and not exp.run.checkpoint
+    if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
+        store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
+    with store.new_run(
+        name=exp.run.name or exp.model.name,
+        kind="run",
+        config=exp.to_dict(),
+        config_hash=digest,
+        system=system_info(prepared.device, prepared.threads) | {"free_cores": prepared.free_cores},
+        study_id=study_id,
+    ) as record:
+        where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
+        ckpt = checkpoint.Slot(where, checkpoint.Owner(store.id, record.id, digest))
+        if exp.run.checkpoint:
+            store.add_artifact(record.id, "checkpoint", where)
+        ran = _execute(exp, store, record, ckpt, None, prepared, reporter)
+        if final_only and ran.finished:  # saved after the clocks stopped
+            checkpoint.save(ckpt, {"model": prepared.model.state_dict()})
+            store.add_artifact(record.id, "checkpoint", where)
+        return ran
+
+
+def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -> RunResult:
+    """Continue a stopped run from its last checkpoint, with its stored config."""
+    reporter = reporter or NullReporter()
+    stored = store.get_run(run_id)
+    refusal = writer_refusal(stored)  # at once, before the data loads; again when taking over
+    if refusal is not None:
+        raise refusal
+    exp = build_experiment(stored.config, f"run {run_id}")
+    path = checkpoint.run_checkpoint(
+        store, run_id, "to resume from", "it stopped before its first epoch ended; start it again"
+    )
+    # The stored hash, not exp's: the run keeps its identity even if the config's defaults
+    # have changed since it started.
+    owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
+    state = checkpoint.load(path, owner)
+    prepared = prepare_run(exp, store, reporter, fresh=False)
+    done = state["progress"]
+    # One process writes a run: of two resuming it at once, the other stops here.
+    store.take_over(run_id)
+    with store.recording(run_id) as record:
+        # A killed run may have logged steps past its last checkpoint: drop them, so the
+        # resumed run's metrics continue without duplicates.
+        store.delete_metrics_after(
+            run_id,
+            [("train/", done["step"])]
+            + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/", "gpu/")],
+        )
+        ckpt = checkpoint.Slot(path, owner)
+        return _execute(exp, store, record, ckpt, state, prepared, reporter)
+
+
+def _execute(
+    exp: Experiment,
+    store: RunStore,
+    record: Recording,
+    ckpt: checkpoint.Slot,
+    state: dict[str, Any] | None,
+    prepared: Prepared,
+    reporter: Reporter,
+) -> RunResult:
+    """Train inside `record`: a diverged loss fails the run softly (the result says so),
+    anything else is left to `RunStore.recording` to mark."""
+    p = prepared
+    sink = StoreSink(store, record.id)
+    try:
+        crowded = [p.crowded] if p.crowded else []
+        summary = train(
+            exp, p.model, p.data, p.device, sink, ckpt, state, reporter, warnings=crowded
+        )
+    except Diverged as e:
+        return diverged(record, e)
+    # The data's resolution and statistics as trained: what a transfer from this run expects.
+    data = {"shape": list(p.data.shape), "mean": list(p.data.mean), "std": list(p.data.std)}
+    data["classes"] = p.data.num_classes
+    summary = replace(
+        summary, device=str(p.device), threads=p.threads, data=data, transfer=p.transfer
+    )
+    record.summary = summary.to_dict()
+    return RunResult(record.id, FINISHED, summary)
