@@ -7,6 +7,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,3 +209,21 @@ def test_the_listing_imports_no_sqlalchemy(filled: RunStore, db: str) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=os.environ
     )
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
+def test_runs_list_prints_the_same_either_way(filled: RunStore, db: str, cli: Any) -> None:
+    """The command's table and JSON, read through sqlite3 and (forced by ?mode=ro, which
+    only the store opens) through SQLAlchemy."""
+    filled.engine.dispose()
+    long_way = f"{db}?mode=ro"
+    assert sqlite_listing(db) is not None and sqlite_listing(long_way) is None
+    table, document = (
+        ["runs", "list"],
+        ["runs", "list", "--json", "--kind", "run", "--limit", "3"],
+    )
+    for args in (table, document):
+        quick, slow = cli("--db", db, *args), cli("--db", long_way, *args)
+        assert (quick.code, quick.err) == (0, "")
+        assert quick.out == slow.out
+    listed = cli("--db", db, *table).out
+    assert all(status in listed for status in ("lost", "running", "failed", "tags"))
