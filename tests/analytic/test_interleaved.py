@@ -72,7 +72,7 @@ def fake_probes(clock: FakeClock) -> Probes:
     kernels = []
     for kernel in KERNELS:
         a = analyze_module(kernel.make(), kernel.shape, kernel.batch, kernel.train)
-        kernels.append((a, clock.work(predict(a, TRUTH)["totals"]["time_s"])))
+        kernels.append((a, clock.work(predict(a, TRUTH).totals.time_s)))
     return Probes(
         matmul={"fp32": (flops, clock.next_round(flops / 1e12))},
         copy=(nbytes, clock.work(nbytes / 100e9)),
@@ -87,7 +87,7 @@ def test_interleaved_calibration_cancels_a_2x_drift() -> None:
         nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Flatten(), nn.Linear(16 * 16 * 16, 10),
     )  # fmt: skip
     a = analyze_module(net, [3, 32, 32], batch=4)
-    true_s = predict(a, TRUTH)["totals"]["time_s"]
+    true_s = predict(a, TRUTH).totals.time_s
     model = {"net": (a, clock.work(true_s))}
     base = TRUTH.model_copy(update={"name": "here", "peak_tflops": {}})
     same = calibrate_and_measure(
@@ -103,7 +103,7 @@ def test_interleaved_calibration_cancels_a_2x_drift() -> None:
     assert abs(r["error_pct"]) < 1
     # Calibrated once, at the first (fast) round, the same model is predicted 2x too fast
     # against the median measurement: the drift, not the model, is the error.
-    once = predict(a, same.rounds[0])["totals"]["time_s"]
+    once = predict(a, same.rounds[0]).totals.time_s
     assert error_pct(once, r["measured_s"]["median"]) == pytest.approx(-50, abs=1)
     # the rounds were one contention window, and each probe's times are kept to judge
     assert same.contention is not None and 0 <= same.contention.cpu_wait_share <= 1
@@ -147,7 +147,7 @@ def test_basis_of_each_kind_of_prediction() -> None:
         name="V100", peak_tflops={"fp32": 15.7}, memory_bandwidth_gbs=900,
         source="datasheet", date="2018-01",
     )  # fmt: skip
-    assert basis(v100, None) == {
+    assert basis(v100, None).to_dict() == {
         "kind": "catalog peak",
         "device": "V100",
         "ppp": None,
@@ -156,21 +156,21 @@ def test_basis_of_each_kind_of_prediction() -> None:
         "interleaved": False,
         "label": "peak (PPP=1) of V100 (datasheet, 2018-01)",
     }
-    assert basis(v100, 0.62)["label"] == "given PPP 0.62 of V100 (datasheet, 2018-01)"
+    assert basis(v100, 0.62).label == "given PPP 0.62 of V100 (datasheet, 2018-01)"
     lab = v100.model_copy(update={"name": "lab", "ppp": 0.5})
-    assert (basis(lab, None)["kind"], basis(lab, None)["label"]) == (
+    assert (basis(lab, None).kind, basis(lab, None).label) == (
         "device ppp",
         "PPP 0.5 of the lab entry",
     )
     here = TRUTH.model_copy(update={"description": "a CPU, 2 threads"})
     b = basis(here, None)
-    assert (b["kind"], b["calibrated_at"], b["on"]) == (
+    assert (b.kind, b.calibrated_at, b.on) == (
         "calibrated",
         "2026-01-01",
         "a CPU, 2 threads",
     )
-    assert b["label"] == "calibrated 2026-01-01 on a CPU, 2 threads"
-    assert basis(here, None, interleaved=True)["label"] == (
+    assert b.label == "calibrated 2026-01-01 on a CPU, 2 threads"
+    assert basis(here, None, interleaved=True).label == (
         "calibrated in the same rounds as the measurement on a CPU, 2 threads"
     )
 

@@ -82,49 +82,49 @@ def test_prediction_arithmetic() -> None:
     a = analyze_module(nn.Linear(1000, 1000, bias=False), [1000], batch=10)
     r = predict(a, FAKE, ppp=0.5, ppp_mem=0.8)
     flops, nbytes = 2e7, 4 * (10_000 + 1_000_000 + 10_000)
-    assert r["totals"]["flops"] == flops and r["totals"]["bytes"] == nbytes
+    t = r.totals
+    assert t.flops == flops and t.bytes == nbytes
     compute, memory = flops / (1e12 * 0.5), nbytes / (100e9 * 0.8)
-    assert r["totals"]["compute_s"] == pytest.approx(compute)
-    assert r["totals"]["memory_s"] == pytest.approx(memory)
-    assert r["totals"]["time_s"] == pytest.approx(compute + memory)
-    assert r["totals"]["images_per_s"] == pytest.approx(10 / (compute + memory))
+    assert t.compute_s == pytest.approx(compute)
+    assert t.memory_s == pytest.approx(memory)
+    assert t.time_s == pytest.approx(compute + memory)
+    assert t.images_per_s == pytest.approx(10 / (compute + memory))
     ideal = flops / 1e12 + nbytes / 100e9
-    assert r["totals"]["theoretical_time_per_image_s"] == pytest.approx(ideal / 10)
-    assert r["layers"][0]["time_s"] == pytest.approx(compute + memory)
+    assert t.theoretical_time_per_image_s == pytest.approx(ideal / 10)
+    assert r.layers[0].time_s == pytest.approx(compute + memory)
 
 
 def test_precision_picks_its_peak_and_missing_ones_are_bad_input() -> None:
     a = analyze_module(nn.Linear(100, 100), [100], precision="fp16")
     r = predict(a, FAKE)
-    assert r["peak_flops"] == 2e12 and r["ppp"] == 1.0
+    assert r.peak_flops == 2e12 and r.ppp == 1.0
     with pytest.raises(UserError, match="no bf16 peak"):
         predict(analyze_module(nn.Linear(4, 4), [4], precision="bf16"), FAKE)
 
 
 def test_training_step_adds_backward_work() -> None:
     net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
-    infer = predict(analyze_module(net, [64], batch=4), FAKE)["totals"]["flops"]
-    step = predict(analyze_module(net, [64], batch=4, train=True), FAKE)["totals"]["flops"]
+    infer = predict(analyze_module(net, [64], batch=4), FAKE).totals.flops
+    step = predict(analyze_module(net, [64], batch=4, train=True), FAKE).totals.flops
     assert step > infer
 
 
 def test_fitted_ppp_reproduces_the_measurement() -> None:
     a = analyze_module(nn.Linear(1000, 1000, bias=False), [1000], batch=10)
     r = predict(a, FAKE, ppp=1.0, ppp_mem=1.0)
-    measured = 4 * r["totals"]["time_s"]
+    measured = 4 * r.totals.time_s
     ppp = fit_ppp(r, measured)
     assert ppp is not None
-    assert predict(a, FAKE, ppp=ppp, ppp_mem=1.0)["totals"]["time_s"] == pytest.approx(measured)
-    assert fit_ppp(r, r["totals"]["memory_s"]) is None  # memory alone takes that long
+    assert predict(a, FAKE, ppp=ppp, ppp_mem=1.0).totals.time_s == pytest.approx(measured)
+    assert fit_ppp(r, r.totals.memory_s) is None  # memory alone takes that long
 
-    measurement = {"spread_s": {"median": measured}, "layers_s": {"(model)": measured}}
-    c = compare(r, measurement)
-    assert c["error_pct"] == pytest.approx(-75)
-    assert c["fitted_ppp"] == pytest.approx(ppp)
-    assert c["layers"][0]["error_pct"] == pytest.approx(-75)
+    c = compare(r, {"median": measured}, {"(model)": measured})
+    assert c.error_pct == pytest.approx(-75)
+    assert c.fitted_ppp == pytest.approx(ppp)
+    assert c.layers[0].error_pct == pytest.approx(-75)
     # A GPU's profiler can time a tiny layer at 0 s: no error, rather than a division by 0.
-    zero = compare(r, {**measurement, "layers_s": {"(model)": 0.0}})
-    assert zero["layers"][0]["error_pct"] is None and zero["error_pct"] == pytest.approx(-75)
+    zero = compare(r, {"median": measured}, {"(model)": 0.0})
+    assert zero.layers[0].error_pct is None and zero.error_pct == pytest.approx(-75)
 
 
 class ThreeKinds(nn.Module):
@@ -151,9 +151,8 @@ def test_per_kind_ppp_and_call_overhead_arithmetic() -> None:
             "op_overhead_us": 10.0,
         }
     )
-    r = predict(a, device)
-    t = r["totals"]
-    assert {k: v for k, v in t["flops_by_kind"].items() if v} == {
+    t = predict(a, device).totals
+    assert {k: v for k, v in t.flops_by_kind.items() if v} == {
         "conv": conv,
         "depthwise_conv": depthwise,
         "matmul": matmul,
@@ -161,15 +160,15 @@ def test_per_kind_ppp_and_call_overhead_arithmetic() -> None:
     }
     assert a.totals()["conv_flops_share"] == (conv + depthwise) / (conv + depthwise + matmul + relu)
     compute = (conv / 0.8 + depthwise / 0.1 + matmul / 0.9 + relu / 0.5) / 1e12
-    assert t["compute_s"] == pytest.approx(compute)
-    assert t["memory_s"] == pytest.approx(t["bytes"] / (100e9 * 0.25))
-    assert t["calls"] == 4 and t["overhead_s"] == pytest.approx(40e-6)
-    assert t["time_s"] == pytest.approx(compute + t["memory_s"] + 40e-6)
+    assert t.compute_s == pytest.approx(compute)
+    assert t.memory_s == pytest.approx(t.bytes / (100e9 * 0.25))
+    assert t.calls == 4 and t.overhead_s == pytest.approx(40e-6)
+    assert t.time_s == pytest.approx(compute + t.memory_s + 40e-6)
     # --ppp replaces every kind's PPP; the theoretical figures ignore PPPs and overhead.
-    one = predict(a, device, ppp=0.5)["totals"]
-    assert one["compute_s"] == pytest.approx((conv + depthwise + matmul + relu) / 0.5e12)
-    ideal = (conv + depthwise + matmul + relu) / 1e12 + t["bytes"] / 100e9
-    assert one["theoretical_time_per_image_s"] == pytest.approx(ideal / 2)
+    one = predict(a, device, ppp=0.5).totals
+    assert one.compute_s == pytest.approx((conv + depthwise + matmul + relu) / 0.5e12)
+    ideal = (conv + depthwise + matmul + relu) / 1e12 + t.bytes / 100e9
+    assert one.theoretical_time_per_image_s == pytest.approx(ideal / 2)
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.unknown)
@@ -183,7 +182,7 @@ def test_calibration_recovers_each_constant(kernel: Kernel) -> None:
         }
     )
     a = analyze_module(kernel.make(), kernel.shape, kernel.batch, kernel.train)
-    measured = predict(a, truth)["totals"]["time_s"]
+    measured = predict(a, truth).totals.time_s
     field, value = {
         "overhead": ("op_overhead_us", 6.0),
         "ppp_mem": ("ppp_mem", 0.4),
@@ -215,8 +214,8 @@ def no_store() -> RunStore:
 
 def test_predict_model_by_name_on_a_catalog_device(no_user_file: Path) -> None:
     r = predict_model("smallcnn", "V100", no_store, input_shape=[1, 8, 8], batch=4, ppp=0.5)
-    assert (r["model"], r["device"], r["batch"], r["ppp"]) == ("smallcnn", "V100", 4, 0.5)
-    assert "measured" not in r and r["totals"]["time_s"] > 0
+    assert (r.model, r.device, r.batch, r.ppp) == ("smallcnn", "V100", 4, 0.5)
+    assert r.measured is None and "measured" not in r.to_dict() and r.totals.time_s > 0
     with pytest.raises(UserError, match=r"give predict\.device"):
         predict_model("smallcnn", None, no_store)
     with pytest.raises(UserError, match=r"predict\.reps must be at least 1"):
@@ -229,15 +228,20 @@ def test_measure_recorded_warns_of_other_threads(no_user_file: Path, tmp_path: P
     log = Logged()
     entry = FAKE.model_copy(update={"threads": 999})
     r = measure_recorded(lambda: store, "smallcnn", a, entry, None, 1, log)
-    m = r["measured"]
-    assert store.get_run(m["run_id"]).status == "finished" and m["measured_s"]["min"] > 0
-    assert r["basis"]["kind"] == "catalog peak" and m["basis"] == r["basis"]
-    assert m["same_moment"]["basis"]["interleaved"] and len(m["same_moment"]["rounds"]) == 1
+    m = r.measured
+    assert m is not None and m.run_id is not None and m.same_moment is not None
+    stored = store.get_run(m.run_id)
+    assert stored.status == "finished" and m.measured_s["min"] > 0
+    assert r.basis is not None and r.basis.kind == "catalog peak" and m.basis == r.basis
+    assert m.same_moment.basis.interleaved and len(m.same_moment.rounds) == 1
+    # The stored summary keeps its fields, the basis as the JSON document's.
+    assert stored.summary["basis"] == r.basis.to_dict()
+    assert stored.summary["measured_median_s"] == m.measured_s["median"]
     warning = (
         "warning: fake was calibrated with 999 threads, this measurement runs "
         f"{torch.get_num_threads()}: expect the rates to differ"
     )
-    assert log.lines == ([warning] if m["local_device"] == "cpu" else [])
+    assert log.lines == ([warning] if m.local_device == "cpu" else [])
 
 
 def test_training_step_of_a_model_with_nothing_to_train_runs_forward() -> None:

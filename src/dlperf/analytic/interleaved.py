@@ -174,7 +174,7 @@ def calibrate_and_measure(
         per_round = [
             {"predicted_s": p, "measured_s": m, "error_pct": error_pct(p, m)}
             for p, m in zip(
-                (predict(analysis, d)["totals"]["time_s"] for d in fitted), times[name], strict=True
+                (predict(analysis, d).totals.time_s for d in fitted), times[name], strict=True
             )
         ]
         results[name] = {

@@ -119,16 +119,16 @@ def solve(kernel: Kernel, device: Device, measured_s: float, analysis: Analysis)
     t = predict(
         analysis,
         device.model_copy(update=neutral.get(kernel.unknown, {"ppp_by_kind": kinds_at_1})),
-    )["totals"]
+    ).totals
     if kernel.unknown == "overhead":
-        left = measured_s - t["compute_s"] - t["memory_s"]
-        update = {"op_overhead_us": left / t["calls"] * 1e6}
+        left = measured_s - t.compute_s - t.memory_s
+        update = {"op_overhead_us": left / t.calls * 1e6}
         return device.model_copy(update=update) if left > 0 else device
     if kernel.unknown == "ppp_mem":
-        left = measured_s - t["compute_s"] - t["overhead_s"]
-        return device.model_copy(update={"ppp_mem": t["memory_s"] / left}) if left > 0 else device
-    own = t["flops_by_kind"][kernel.unknown] / device.peak_flops(analysis.precision)
-    left = measured_s - (t["time_s"] - own)
+        left = measured_s - t.compute_s - t.overhead_s
+        return device.model_copy(update={"ppp_mem": t.memory_s / left}) if left > 0 else device
+    own = t.flops_by_kind[kernel.unknown] / device.peak_flops(analysis.precision)
+    left = measured_s - (t.time_s - own)
     if left <= 0:
         return device
     return device.model_copy(update={"ppp_by_kind": {**kinds, kernel.unknown: own / left}})

@@ -21,10 +21,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
 
 from dlperf.analytic.counting import Analysis
 from dlperf.analytic.devices import KINDS, Device
+from dlperf.analytic.results import (
+    Basis,
+    FlopsOverPeak,
+    LayerComparison,
+    LayerTime,
+    Measured,
+    Peak,
+    Prediction,
+    Totals,
+)
 from dlperf.errors import UserError
 
 
@@ -45,7 +55,7 @@ def layer_time(
 
 def predict(
     analysis: Analysis, device: Device, ppp: float | None = None, ppp_mem: float | None = None
-) -> dict[str, Any]:
+) -> Prediction:
     """Per-layer and total predicted time of one forward (or training step) at the batch.
 
     `ppp` replaces every kind's PPP with one number; `ppp_mem` the device's PPP_mem.
@@ -70,94 +80,91 @@ def predict(
             kinds, nbytes, calls, peak, bandwidth, kind_ppp, ppp_mem, overhead
         )
         layers.append(
-            {
-                "name": layer.name,
-                "type": layer.type,
-                "flops": layer.flops + layer.backward_flops,
-                "bytes": nbytes,
-                "calls": calls,
-                "compute_s": compute,
-                "memory_s": memory,
-                "overhead_s": fixed,
-                "time_s": compute + memory + fixed,
-            }
-        )
-
-    def total(key: str) -> Any:
-        return sum(row[key] for row in layers)
-
-    nbytes = total("bytes")
-    ideal = sum(
-        layer_time(kind_totals, nbytes, 0, peak, bandwidth, dict.fromkeys(KINDS, 1.0), 1.0, 0)
+            LayerTime(
+                layer.name, layer.type, layer.flops + layer.backward_flops, nbytes, calls,
+                compute, memory, fixed, compute + memory + fixed,
+            )
+        )  # fmt: skip
+    return Prediction(
+        model=analysis.model,
+        device=device.name,
+        precision=analysis.precision,
+        batch=analysis.batch,
+        train=analysis.train,
+        ppp=ppp if ppp is not None else device.ppp or 1.0,
+        ppp_by_kind=kind_ppp,
+        ppp_mem=ppp_mem,
+        op_overhead_s=overhead,
+        peak_flops=peak,
+        memory_bandwidth=bandwidth,
+        layers=tuple(layers),
+        totals=_totals(layers, kind_totals, analysis.batch, peak, bandwidth),
     )
-    time_s = total("time_s")
-    batch = analysis.batch
-    return {
-        "model": analysis.model,
-        "device": device.name,
-        "precision": analysis.precision,
-        "batch": batch,
-        "train": analysis.train,
-        "ppp": ppp if ppp is not None else device.ppp or 1.0,
-        "ppp_by_kind": kind_ppp,
-        "ppp_mem": ppp_mem,
-        "op_overhead_s": overhead,
-        "peak_flops": peak,
-        "memory_bandwidth": bandwidth,
-        "layers": layers,
-        "totals": {
-            "flops": total("flops"),
-            "flops_by_kind": {kind: kind_totals[kind] for kind in KINDS},
-            "bytes": nbytes,
-            "calls": total("calls"),
-            "compute_s": total("compute_s"),
-            "memory_s": total("memory_s"),
-            "overhead_s": total("overhead_s"),
-            "time_s": time_s,
-            "images_per_s": batch / time_s,
-            "theoretical_time_per_image_s": ideal / batch,
-            "theoretical_images_per_s": batch / ideal,
-        },
-    }
 
 
-def fit_ppp(prediction: dict[str, Any], measured_s: float) -> float | None:
+def _totals(
+    layers: list[LayerTime], kinds: Counter[str], batch: int, peak: float, bandwidth: float
+) -> Totals:
+    """The layers' sums, and the theoretical time: every PPP 1, no overhead."""
+    nbytes = sum(row.bytes for row in layers)
+    ideal = sum(layer_time(kinds, nbytes, 0, peak, bandwidth, dict.fromkeys(KINDS, 1.0), 1.0, 0))
+    time_s = sum(row.time_s for row in layers)
+    return Totals(
+        flops=sum(row.flops for row in layers),
+        flops_by_kind={kind: kinds[kind] for kind in KINDS},
+        bytes=nbytes,
+        calls=sum(row.calls for row in layers),
+        compute_s=sum(row.compute_s for row in layers),
+        memory_s=sum(row.memory_s for row in layers),
+        overhead_s=sum(row.overhead_s for row in layers),
+        time_s=time_s,
+        images_per_s=batch / time_s,
+        theoretical_time_per_image_s=ideal / batch,
+        theoretical_images_per_s=batch / ideal,
+    )
+
+
+def fit_ppp(prediction: Prediction, measured_s: float) -> float | None:
     """The one PPP (for every kind) that makes the predicted total equal the measured
     time, PPP_mem and the overhead held fixed; None when those alone take longer."""
-    t = prediction["totals"]
-    compute_s = measured_s - t["memory_s"] - t["overhead_s"]
-    return t["flops"] / (prediction["peak_flops"] * compute_s) if compute_s > 0 else None
+    t = prediction.totals
+    compute_s = measured_s - t.memory_s - t.overhead_s
+    return t.flops / (prediction.peak_flops * compute_s) if compute_s > 0 else None
 
 
 def error_pct(predicted: float, measured: float) -> float:
     return 100 * (predicted - measured) / measured
 
 
-def compare(prediction: dict[str, Any], measurement: dict[str, Any]) -> dict[str, Any]:
-    """Predicted vs measured, per layer (forward passes only: the profiler sees leaf
-    modules' forwards) and in total, with the PPP that explains the measured total."""
-    measured = measurement["spread_s"]["median"]
-    predicted = prediction["totals"]["time_s"]
+def compare(
+    prediction: Prediction, spread_s: dict[str, float], layers_s: Mapping[str, float]
+) -> Measured:
+    """Predicted vs measured (`spread_s` its min, median and max over the rounds; `layers_s`
+    the profiler's time of each layer by name), per layer (forward passes only: the profiler
+    sees leaf modules' forwards) and in total, with the PPP that explains the measured
+    total."""
+    measured = spread_s["median"]
+    predicted = prediction.totals.time_s
     layers = [
-        {
-            "name": row["name"],
-            "type": row["type"],
-            "predicted_s": row["time_s"],
-            "measured_s": seconds,
+        LayerComparison(
+            row.name,
+            row.type,
+            row.time_s,
+            seconds,
             # a GPU's profiler may give a tiny layer 0 s: no error to speak of
-            "error_pct": error_pct(row["time_s"], seconds) if seconds > 0 else None,
-        }
-        for row in ([] if prediction["train"] else prediction["layers"])
-        if (seconds := measurement["layers_s"].get(row["name"])) is not None
+            error_pct(row.time_s, seconds) if seconds > 0 else None,
+        )
+        for row in (() if prediction.train else prediction.layers)
+        if (seconds := layers_s.get(row.name)) is not None
     ]
-    return {
-        "layers": layers,
-        "predicted_s": predicted,
-        "measured_s": measurement["spread_s"],
-        "error_pct": error_pct(predicted, measured),
-        "measured_images_per_s": prediction["batch"] / measured,
-        "fitted_ppp": fit_ppp(prediction, measured),
-    }
+    return Measured(
+        layers=tuple(layers),
+        predicted_s=predicted,
+        measured_s=spread_s,
+        error_pct=error_pct(predicted, measured),
+        measured_images_per_s=prediction.batch / measured,
+        fitted_ppp=fit_ppp(prediction, measured),
+    )
 
 
 def calibrated(device: Device) -> bool:
@@ -166,7 +173,7 @@ def calibrated(device: Device) -> bool:
     return device.ppp_by_kind is not None or device.op_overhead_us is not None
 
 
-def basis(device: Device, ppp: float | None, interleaved: bool = False) -> dict[str, Any]:
+def basis(device: Device, ppp: float | None, interleaved: bool = False) -> Basis:
     """What a prediction for `device` at `ppp` (None: the device's own) rests on: `kind`
     ("catalog peak": vendor peaks at PPP 1; "device ppp": an entry's own PPP; "calibrated":
     rates measured on `on` at `calibrated_at`; "given ppp": --ppp), and a `label` for tables.
@@ -188,34 +195,34 @@ def basis(device: Device, ppp: float | None, interleaved: bool = False) -> dict[
         label += f" on {device.description or device.name}"
     elif kind != "device ppp":
         label += f" of {device.name} ({device.source}, {device.date})"
-    return {
-        "kind": kind,
-        "device": device.name,
-        "ppp": ppp,
-        "calibrated_at": device.date if measured else None,
-        "on": (device.description or device.name) if measured else None,
-        "interleaved": interleaved,
-        "label": label,
-    }
+    return Basis(
+        kind=kind,
+        device=device.name,
+        ppp=ppp,
+        calibrated_at=device.date if measured else None,
+        on=(device.description or device.name) if measured else None,
+        interleaved=interleaved,
+        label=label,
+    )
 
 
-def flops_over_peak(analysis: Analysis, peak: float, flops: float | None = None) -> dict[str, Any]:
+def flops_over_peak(analysis: Analysis, peak: float, flops: float | None = None) -> FlopsOverPeak:
     """time = FLOPs / peak FLOP/s for one image and for the batch, from the counted FLOPs
     (forward, with `train` forward + backward) or from `flops` per image."""
     t = analysis.totals()
     batch = analysis.batch
     counted = (t["flops"] + t.get("backward_flops", 0)) / batch
     per_image = counted if flops is None else flops
-    return {
-        "flops_per_image": per_image,
-        "flops_source": "counted" if flops is None else "given (--flops)",
-        "counted_flops_per_image": counted,
-        "counted_macs_per_image": (t["macs"] + t.get("backward_macs", 0)) / batch,
-        "peak_flops": peak,
-        "time_per_image_s": per_image / peak,
-        "time_s": per_image * batch / peak,
-        "images_per_s": peak / per_image,
-    }
+    return FlopsOverPeak(
+        flops_per_image=per_image,
+        flops_source="counted" if flops is None else "given (--flops)",
+        counted_flops_per_image=counted,
+        counted_macs_per_image=(t["macs"] + t.get("backward_macs", 0)) / batch,
+        peak_flops=peak,
+        time_per_image_s=per_image / peak,
+        time_s=per_image * batch / peak,
+        images_per_s=peak / per_image,
+    )
 
 
 def predict_with_basis(
@@ -225,7 +232,7 @@ def predict_with_basis(
     interleaved: bool = False,
     peak_tflops: float | None = None,
     flops: float | None = None,
-) -> dict[str, Any]:
+) -> Prediction:
     """predict() with the prediction's `basis`, its `peak` (the device's at the precision,
     or `peak_tflops`) and `flops_over_peak` (with `flops` per image if given) added."""
     precision = analysis.precision
@@ -238,17 +245,17 @@ def predict_with_basis(
         peak_label = device.peak_label(precision)
     else:
         peak_label = f"{peak_tflops:g} TFLOPS {precision}, given (--peak-tflops)"
-        b["label"] += f"; peak given: {peak_tflops:g} TFLOPS {precision}"
-    peak = {
-        "flops_per_s": prediction["peak_flops"],
-        "precision": precision,
-        "given": peak_tflops is not None,
-        "gpus_per_board": device.gpus_per_board,
-        "label": peak_label,
-    }
-    return {
-        **prediction,
-        "basis": b,
-        "peak": peak,
-        "flops_over_peak": flops_over_peak(analysis, prediction["peak_flops"], flops),
-    }
+        b = replace(b, label=f"{b.label}; peak given: {peak_tflops:g} TFLOPS {precision}")
+    peak = Peak(
+        flops_per_s=prediction.peak_flops,
+        precision=precision,
+        given=peak_tflops is not None,
+        gpus_per_board=device.gpus_per_board,
+        label=peak_label,
+    )
+    return replace(
+        prediction,
+        basis=b,
+        peak=peak,
+        flops_over_peak=flops_over_peak(analysis, prediction.peak_flops, flops),
+    )

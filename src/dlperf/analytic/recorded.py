@@ -11,6 +11,7 @@ import math
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dlperf.analytic.counting import Analysis, analyze
@@ -25,6 +26,7 @@ from dlperf.analytic.interleaved import (
 )
 from dlperf.analytic.measure import make_step, profile_leaves
 from dlperf.analytic.paleo import basis, compare, predict_with_basis
+from dlperf.analytic.results import Measured, Prediction, SameMomentPrediction
 from dlperf.errors import UserError
 from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
@@ -50,7 +52,7 @@ def predict_model(
     measure: bool = False,
     reps: int = 10,
     reporter: Reporter | None = None,
-) -> dict[str, Any]:
+) -> Prediction:
     """`predict` for a model by name (registry, torchvision, "file.py:factory") on the catalog
     device `device`, with its basis; `peak_tflops` replaces the device's peak at the
     precision, `flops` (per image) the counted FLOPs of FLOPs / peak. With `measure`, the
@@ -143,7 +145,7 @@ def measure_recorded(
     reporter: Reporter | None = None,
     peak_tflops: float | None = None,
     flops: float | None = None,
-) -> dict[str, Any]:
+) -> Prediction:
     """`predict --measure`: run the model `model`, built for the classes `analysis` counted,
     on this machine's device with all its threads in `reps` rounds interleaved with the
     calibration kernels (interleaved.calibrate_and_measure), recorded as a run (marked
@@ -200,26 +202,33 @@ def measure_recorded(
             a, entry or same.device, ppp, entry is None, peak_tflops, flops
         )
         store.log_metrics(record.id, [("measured_s", i, t) for i, t in enumerate(timed["times_s"])])
-        comparison = compare(prediction, {"spread_s": timed["measured_s"], "layers_s": layers})
-        comparison["basis"] = prediction["basis"]
-        comparison["same_moment"] = {
-            "predicted_s": timed["predicted_s"],
-            "error_pct": timed["error_pct"],
-            "rounds": timed["rounds"],
-            "basis": basis(same.device, None, interleaved=True),
-        }
         marked = marks(same.contention, judged(same.contention, {model: timed["times_s"]}))
-        comparison |= marked
-        record.summary = {
-            k: comparison[k]
-            for k in ("predicted_s", "error_pct", "fitted_ppp", "measured_images_per_s")
-        }
-        record.summary |= {
-            "measured_median_s": timed["measured_s"]["median"],
-            "basis": prediction["basis"],
-            "same_moment_predicted_s": timed["predicted_s"],
-            "same_moment_error_pct": timed["error_pct"],
-        }
-        record.summary |= marked
-    comparison |= {"run_id": record.id, "local_device": str(device)}
-    return {**prediction, "measured": comparison}
+        comparison = replace(
+            compare(prediction, timed["measured_s"], layers),
+            basis=prediction.basis,
+            same_moment=SameMomentPrediction(
+                predicted_s=timed["predicted_s"],
+                error_pct=timed["error_pct"],
+                rounds=tuple(timed["rounds"]),
+                basis=basis(same.device, None, interleaved=True),
+            ),
+            **marked,
+        )
+        record.summary = _summary(comparison) | marked
+    comparison = replace(comparison, run_id=record.id, local_device=str(device))
+    return replace(prediction, measured=comparison)
+
+
+def _summary(measured: Measured) -> dict[str, Any]:
+    """What a `predict --measure` run stores as its summary, beside the rounds' marks."""
+    assert measured.basis is not None and measured.same_moment is not None
+    return {
+        "predicted_s": measured.predicted_s,
+        "error_pct": measured.error_pct,
+        "fitted_ppp": measured.fitted_ppp,
+        "measured_images_per_s": measured.measured_images_per_s,
+        "measured_median_s": measured.measured_s["median"],
+        "basis": measured.basis.to_dict(),
+        "same_moment_predicted_s": measured.same_moment.predicted_s,
+        "same_moment_error_pct": measured.same_moment.error_pct,
+    }
