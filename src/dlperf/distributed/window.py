@@ -208,7 +208,6 @@ def measure_host_steps(
     rank: int,
     step: Callable[[], object],
     compute_only: Callable[[], object] | None,
-    trainer: str = "tensorflow",
 ) -> Timings:
     """A Keras worker's own `step` (it draws its batch and returns once the host has its
     loss) through the one loop, with the crash hook and the timing window, `compute_only`'s
@@ -221,17 +220,21 @@ def measure_host_steps(
             batches,
             components,
             Progress(),
-            trainer=trainer,
+            trainer="tensorflow",
             model=None,
             steps=steps,
             rank=rank,
         )
 
-    def compute(steps: int) -> list[float]:
-        laps = Laps(None, lambda: None)
-        looped(compute_only, [laps], steps)  # type: ignore[arg-type]
-        return laps.times
+    def timed(fn: Callable[[], object]) -> Callable[[int], list[float]]:
+        def compute(steps: int) -> list[float]:
+            laps = Laps(None, lambda: None)
+            looped(fn, [laps], steps)
+            return laps.times
 
-    window = ScaleWindow(spec, spec.warmup_steps, compute=compute if compute_only else None)
+        return compute
+
+    split = timed(compute_only) if compute_only is not None else None
+    window = ScaleWindow(spec, spec.warmup_steps, compute=split)
     looped(step, [Crashing(rank), window], window.steps)
     return window.timings()

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,8 +64,9 @@ def fit(
     accuracy: a classifier's) and `after_epoch` (a checkpoint) run as each epoch ends."""
     hooks, metrics = hooks or Hooks.from_env(), MetricBuffer(sink, run.log_every)
     tally = EpochTally(clock.device) if evaluate else None
-    report = EpochReport(state, clock, sink, reporter, run, tally, metrics, epochs)
-    report.evaluate, report.target = evaluate, target  # what each epoch ends with
+    report = EpochReport(
+        state, clock, sink, reporter, run, tally, metrics, epochs, evaluate, target
+    )
     if window:
         window.on_written = lambda path: sink.add_artifact("trace", path)
     components: list[Component | None] = [
@@ -286,7 +288,8 @@ class Bar(Component):
         self.model, self.metrics = model, metrics
 
     def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
-        self.reporter.task(f"{self.trainer} epoch {epoch}/{self.epochs}", total=len(batches))  # type: ignore[arg-type]
+        total = len(batches) if isinstance(batches, Sized) else None
+        self.reporter.task(f"{self.trainer} epoch {epoch}/{self.epochs}", total=total)
         set_train_mode(self.model)  # a frozen backbone stays in eval mode
 
     def on_step_end(self, done: StepEnd) -> None:
@@ -294,25 +297,21 @@ class Bar(Component):
         self.reporter.advance(1, status=f"loss {loss:.4f}" if math.isfinite(loss) else "")
 
 
+@dataclass
 class EpochReport(Component):
     """As each epoch ends: its clock stopped, the device's utilization read, `evaluate` run,
     the epoch's rows written and its line said."""
 
-    def __init__(
-        self,
-        state: Progress,
-        clock: EpochClock,
-        sink: MetricSink,
-        reporter: Reporter,
-        run: RunConfig,
-        tally: EpochTally | None,
-        metrics: MetricBuffer,
-        epochs: int,
-    ) -> None:
-        self.state, self.clock, self.sink, self.reporter = state, clock, sink, reporter
-        self.run, self.tally, self.metrics, self.epochs = run, tally, metrics, epochs
-        self.evaluate: Callable[[], dict[str, float]] | None = None
-        self.target: float | None = None
+    state: Progress
+    clock: EpochClock
+    sink: MetricSink
+    reporter: Reporter
+    run: RunConfig
+    tally: EpochTally | None
+    metrics: MetricBuffer
+    epochs: int
+    evaluate: Callable[[], dict[str, float]] | None
+    target: float | None
 
     def on_epoch_end(self, epoch: int) -> None:
         clock, state, tally = self.clock, self.state, self.tally

@@ -13,7 +13,7 @@ step, and TensorFlow and torchvision must not share a process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -121,4 +121,6 @@ class TimedBatches:
             yield ready
 
     def __len__(self) -> int:
-        return len(self.source)  # type: ignore[arg-type]
+        if not isinstance(self.source, Sized):
+            raise TypeError("an endless source has no length")
+        return len(self.source)
