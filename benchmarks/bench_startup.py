@@ -5,11 +5,14 @@ machine (issue 42: 0.47 s against 0.23 s, SQLAlchemy's import). The listing read
 of its own holding more runs than it lists; beside it, the same listing forced the long way
 (a `?mode=ro` URL opens the store through SQLAlchemy) shows what reading it with sqlite3
 saves. The ratios are taken round by round (the two commands ran next to each other), so
-they hold on a busy machine better than the seconds do; a busy machine is said."""
+they hold on a busy machine better than the seconds do, and the CPU seconds each process
+used (user + system) are shown beside its wall time: other work slows the wall clock
+far more than it adds to a process's own CPU time. A busy machine is said."""
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,10 +41,18 @@ COMMANDS = {
 }
 
 
-def wall_time(command: list[str], env: dict[str, str]) -> float:
-    return Timer().time(
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def wall_and_cpu(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """The wall time of one run of `command` and the CPU time its process used."""
+    before = children_cpu_s()
+    wall = Timer().time(
         lambda: subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
     )
+    return wall, children_cpu_s() - before
 
 
 def fill(db: str) -> None:
@@ -76,19 +87,23 @@ def main() -> None:
             for name, argv in COMMANDS.items()
         }
         for argv in full.values():  # warm the file cache once
-            wall_time(argv, env)
-        results = round_robin(
-            {name: (lambda argv=argv: wall_time(argv, env)) for name, argv in full.items()},
+            wall_and_cpu(argv, env)
+        measured = round_robin(
+            {name: (lambda argv=argv: wall_and_cpu(argv, env)) for name, argv in full.items()},
             REPEATS,
         )
-    rows = [[name, *spread(v).values()] for name, v in results.items()]
-    print(table("whole-process wall time (s)", ["command", "min", "median", "max"], rows))
+    results = {name: [wall for wall, _ in runs] for name, runs in measured.items()}
+    cpu = {name: [used for _, used in runs] for name, runs in measured.items()}
+    rows = [[name, *spread(v).values(), spread(cpu[name])["median"]] for name, v in results.items()]
+    columns = ["command", "min", "median", "max", "CPU s (median)"]
+    print(table("whole-process wall time (s)", columns, rows))
     slow = [n for n, v in results.items() if spread(v)["median"] >= GOAL_S]
     print(f"over {GOAL_S:g} s (median): {', '.join(slow) or 'none'}")
     paired = {
         f"{LISTING} / {MODELS}": ratios(results, LISTING, MODELS),
         f"{LONG_WAY} / {MODELS}": ratios(results, LONG_WAY, MODELS),
         f"{LISTING} / {LONG_WAY}": ratios(results, LISTING, LONG_WAY),
+        f"{LISTING} / {MODELS}, CPU time": ratios(cpu, LISTING, MODELS),
     }
     rows = [[name, *spread(v).values()] for name, v in paired.items()]
     print(table("ratios, round by round", ["ratio", "min", "median", "max"], rows))
@@ -111,6 +126,7 @@ def main() -> None:
         "startup",
         {
             "seconds": results,
+            "cpu_seconds": cpu,
             "ratios": paired,
             "free_cores_before": idle,
             "warnings": warnings,
