@@ -1,6 +1,6 @@
 """A current SQLite store read with the standard library alone, for `dlperf runs list`.
 
-Importing SQLAlchemy costs a listing about twice the rest of its start-up, so a command that
+Importing SQLAlchemy doubles the start-up of a listing (bench_startup.py), so a command that
 only lists runs reads a SQLite store through `sqlite3` when it can tell that this gives the
 same answer as `RunStore.open(db, create=False)`: a plain file path or `sqlite:///PATH`
 URL, a file at the current schema version in WAL mode, found sound by the same
