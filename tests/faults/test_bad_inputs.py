@@ -506,7 +506,7 @@ CASES = [
     case("detect finetune nodir/voc", "error: nodir/voc is not a VOC data set"),
     case("detect finetune /proc/forbidden/voc", "error: /proc/forbidden/voc is not a VOC data set"),
     case("detect finetune exp.toml", "error: exp.toml is not a VOC data set"),
-    case("detect finetune dir --epochs 0", "detect.epochs: must be at least 1 (got 0)"),
+    case("detect finetune dir --epochs 0", "--epochs: train.epochs: must be at least 1 (got 0)"),
     case("detect finetune dir --ap best", "detect.ap_method: Input should be 'area' or '11point'"),
     case("detect finetune dir --out dir", "error: cannot use dir: Is a directory"),
     case("detect finetune dir --out /sys/d.pt", "error: cannot use /sys/d.pt: Permission denied"),
@@ -514,7 +514,7 @@ CASES = [
     case("detect finetune dir --config /proc/forbidden/d.toml", "/proc/forbidden/d.toml: no such"),
     case("detect finetune dir --config dir", "error: dir is a directory, not an experiment file"),
     case("detect finetune dir --config bad.toml", "error: bad.toml: malformed TOML"),
-    case("detect finetune dir --set detect.lrr=1", "unknown key 'detect.lrr' (did you mean 'lr'?)"),
+    case("detect finetune dir --set detect.lrr=1", "unknown key 'detect.lrr' (valid keys: model"),
     # --- break-it round, 2026-11-25 (docs/faults.md): encodings, store variants, images -----
     case("--db sqlite:// run exp.toml", "error: run store sqlite:// is in memory"),
     case("--db sqlite:///:memory: runs list", "is in memory: it would keep nothing"),
