@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlperf.config import DetectConfig
+from dlperf.config import DetectJob, load_job
 from dlperf.detect import finetune, ssd, voc
 from dlperf.distributed import hvd_launch
 from tests.conftest import CliResult
@@ -129,12 +129,14 @@ def test_detection_fine_tuning_takes_its_recipes_step(tmp_path: Path, first_step
     labels = ["__background__", "disc", "square"]
     voc.make_shapes(tmp_path, images=3, size=96, seed=1)
     data = voc.VocDataset(tmp_path, voc.load_split(tmp_path, "train"), labels)
-    cfg = DetectConfig(epochs=1, batch=2)
+    # detection's [train] and [run]: its preset, one epoch at batch 2
+    exp = load_job(DetectJob, None, [], train={"epochs": 1, "batch_size": 2}).experiment
+    cfg = exp.train
     torch.manual_seed(0)
     det = ssd.build("ssdlite320_mobilenet_v3_large", labels=labels, size=96)
     reference = ssd.build("ssdlite320_mobilenet_v3_large", labels=labels, size=96).model
     reference.load_state_dict(det.model.state_dict())
-    finetune.train(det, data, cfg, max_steps=1)
+    finetune.train(det, data, cfg, exp.run, max_steps=1)
     first = load(first_steps, "detect")
     assert_one_loop(first_steps, "detect", 1)
 
