@@ -4,7 +4,7 @@ the command prints them."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed import trace_split
@@ -133,7 +133,29 @@ MARKS = ("cpu_wait_share", "reliable", "reliability_note")
 BATCH_SYMBOL = {"weak": "b", "strong": "B"}  # per-worker b, global B, as docs/scale.md writes
 
 
-Grid = dict[int, dict[int, dict[str, Any]]]  # that mode's batch -> workers -> row
+@dataclass(frozen=True)
+class Cell:
+    """A point in the course's tables: its summary (None: the point failed), and the figures
+    the tables add to it: its busbw over the bandwidth B of the ring model fitted to the
+    all-reduce benchmark (the share of what the all-reduce reaches on large messages), and
+    the PER_EPOCH figures."""
+
+    summary: PointSummary | None
+    busbw_utilisation: float | None = None
+    compute_epoch_s: float | None = None
+    comm_epoch_s: float | None = None
+
+    def figure(self, key: str) -> Any:
+        """A figure by its stored name (the keys of COURSE, COST and MARKS); None where the
+        point has none."""
+        if key in ADDED:
+            return getattr(self, key)
+        return None if self.summary is None else getattr(self.summary, key)
+
+
+ADDED = ("busbw_utilisation", *PER_EPOCH)  # Cell's own figures
+MISSING = Cell(None)  # where a grid has no point
+Grid = dict[int, dict[int, Cell]]  # that mode's batch -> workers -> point
 
 
 def course_columns(result: StudyResult) -> dict[str, list[tuple[str, str, float]]]:
@@ -144,39 +166,38 @@ def course_columns(result: StudyResult) -> dict[str, list[tuple[str, str, float]
     return {**COURSE, "time and speedup": [*COURSE["time and speedup"], COST]}
 
 
-def per_epoch(row: dict[str, Any]) -> dict[str, float | None]:
-    """A point's PER_EPOCH figures, None where the per-step one is missing."""
-    epoch, throughput = row.get("epoch_time_s"), row.get("throughput")
-    steps = (
-        None if epoch is None or throughput is None else epoch * throughput / row["global_batch"]
-    )
+def per_epoch(s: PointSummary) -> dict[str, float | None]:
+    """A point's PER_EPOCH figures, None where the per-step one is missing (a row read from
+    a document that lacks figures, as a test's may, has None for them too)."""
+    epoch, throughput = s.epoch_time_s, s.throughput
+    steps = None if epoch is None or throughput is None else epoch * throughput / s.global_batch
     return {
-        key: None if steps is None or (v := row.get(step)) is None else v * steps
+        key: None if steps is None or (v := getattr(s, step)) is None else v * steps
         for key, step in PER_EPOCH.items()
     }
 
 
+def cell(summary: PointSummary | None, ring: dict[str, Any] | None) -> Cell:
+    """A point's figures in the course's tables, `ring` the study's ring model."""
+    if summary is None:
+        return MISSING
+    busbw = summary.busbw_gbps
+    share = busbw * 1e9 / ring["bandwidth_bytes_per_s"] if busbw is not None and ring else None
+    return Cell(summary, share, **per_epoch(summary))
+
+
 def grids(result: StudyResult) -> dict[tuple[Any, ...], Grid]:
     """The compared points in the course's shape, one grid per (mode, comm, strategy,
-    bucket): batch of the mode (weak: per worker, strong: global) -> workers -> row, with
-    `busbw_utilisation` and the PER_EPOCH figures added. Empty when the study compares no
-    points."""
+    bucket): batch of the mode (weak: per worker, strong: global) -> workers -> its Cell.
+    Empty when the study compares no points."""
     found: dict[tuple[Any, ...], Grid] = {}
     if not result.efficiency:
         return found
-    for row in (r.to_dict() for r in result.rows):
-        mode = row["mode"]
-        key = (mode, row["comm"], row["strategy"], row.get("bucket_mb"))
-        cells = found.setdefault(key, {}).setdefault(row[BATCH_KEY[mode]], {})
-        # busbw over the bandwidth B of the ring model fitted to the all-reduce benchmark: the
-        # share of what the all-reduce reaches on large messages
-        busbw, ring = row.get("busbw_gbps"), result.ring
-        share = (
-            float(busbw * 1e9 / ring["bandwidth_bytes_per_s"])
-            if busbw is not None and ring
-            else None
-        )
-        cells[row["workers"]] = {**row, **per_epoch(row), "busbw_utilisation": share}
+    for row in result.rows:
+        assert row.mode is not None  # a compared study's points have one
+        key = (row.mode, row.comm, row.strategy, row.bucket_mb)
+        points = found.setdefault(key, {}).setdefault(getattr(row, BATCH_KEY[row.mode]), {})
+        points[row.workers] = cell(row.summary, result.ring)
     return {key: dict(sorted(grid.items())) for key, grid in found.items()}
 
 
@@ -194,8 +215,8 @@ def _cells(grid: Grid, columns: list[tuple[str, str, float]]) -> list[list[Any]]
     for n in workers:
         row: list[Any] = [n]
         for points in grid.values():
-            point = points.get(n, {})
-            row += [None if (v := point.get(key)) is None else v * k for _, key, k in columns]
+            point = points.get(n, MISSING)
+            row += [None if (v := point.figure(key)) is None else v * k for _, key, k in columns]
         rows.append(row)
     return rows
 
@@ -234,8 +255,8 @@ def course_csv(result: StudyResult) -> tuple[list[str], list[list[Any]]]:
         for n in sorted({n for points in grid.values() for n in points}):
             row: list[Any] = [*key, n]
             for mode, b in batches:
-                point = grid.get(b, {}).get(n, {}) if mode == key[0] else {}
-                row += [point.get(k) for k in keys]
+                point = grid.get(b, {}).get(n, MISSING) if mode == key[0] else MISSING
+                row += [point.figure(k) for k in keys]
             rows.append(row)
     return ["mode", "comm", "strategy", "bucket_mb", "workers", *heads], rows
 
