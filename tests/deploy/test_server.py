@@ -242,11 +242,15 @@ def test_bad_images_and_queries_are_400(server: str) -> None:
 
 
 def test_an_image_pillow_cannot_convert_is_bad_input() -> None:
-    lab = io.BytesIO()
-    Image.new("LAB", (4, 4)).save(lab, format="TIFF")  # it decodes; Pillow has no LAB -> L
+    """A grey TIFF with premultiplied alpha decodes as mode La, which Pillow cannot convert:
+    the TIFF tag ExtraSamples (338) set from 2 (unassociated, as Pillow writes it) to 1."""
+    la = io.BytesIO()
+    Image.fromarray(np.full((4, 4, 2), 100, np.uint8), "LA").save(la, format="TIFF")
+    unassociated = b"\x52\x01\x03\x00\x01\x00\x00\x00\x02\x00"
+    premultiplied = la.getvalue().replace(unassociated, unassociated[:-2] + b"\x01\x00")
     gray = meta.Preprocess((4, 4), 1, (0.0,), (1.0,))
-    with pytest.raises(UserError, match="the uploaded file cannot be used"):
-        image_array(lab.getvalue(), gray, max_pixels=100)
+    with pytest.raises(UserError, match=r"^the uploaded file: cannot decode image mode La"):
+        image_array(premultiplied, gray, max_pixels=100)
 
 
 def png_header(width: int, height: int) -> bytes:

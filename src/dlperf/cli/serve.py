@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 from dataclasses import asdict
 from pathlib import Path
@@ -37,11 +38,19 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise UserError(
-            f"cannot listen on {host}:{port}: {e.strerror}", "pick another --port"
-        ) from None
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror}", _bind_hint(e)) from None
     sock.listen(2048)  # uvicorn's default backlog
     return sock
+
+
+def _bind_hint(error: OSError) -> str:
+    """The fix for a failed bind: the port is taken or reserved, or the host is not an
+    address of this machine (a name that does not resolve, another machine's address)."""
+    if error.errno == errno.EADDRINUSE:
+        return "pick another --port"
+    if error.errno == errno.EACCES:
+        return "pick a --port above 1023"
+    return "give --host an address of this machine, e.g. 127.0.0.1, or 0.0.0.0 for all"
 
 
 @serve_app.command("start")

@@ -23,16 +23,13 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
-
-if TYPE_CHECKING:
-    from PIL.Image import Image
 
 
 @dataclass
@@ -263,38 +260,6 @@ def fashionmnist(cfg: DataConfig) -> ImageData:
     return _mnist_like(cfg, fashion=True)
 
 
-# Grey modes whose samples are wider than 8 bits, and the sample value that means white.
-# PIL's own convert("RGB") clips them at 255, so a 16-bit PNG came out almost white. "I" (32-bit
-# integers, how PIL holds 16-bit samples some files store) and "F" (32-bit floats) carry no
-# range of their own: they are read as 16-bit and as 0..1, and refused when outside it.
-_WIDE_GREY = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "I": 65535, "F": 1}
-
-
-def _rgb(image: Image, path: str) -> Image:
-    """`image` (a PIL image of any mode) as 8-bit RGB, each mode's full range at 0..255;
-    alpha is dropped, as torchvision's folder loader drops it."""
-    from PIL import Image as PILImage
-
-    white = _WIDE_GREY.get(image.mode)
-    if white is None:
-        try:
-            return image.convert("RGB")
-        except ValueError as e:  # a mode PIL opens but cannot convert ("La")
-            raise UserError(
-                f"{path}: cannot decode image mode {image.mode} ({e})",
-                "save it as 8-bit RGB or greyscale",
-            ) from None
-    samples = np.asarray(image, dtype=np.float64)
-    if samples.size and not (samples.min() >= 0 and samples.max() <= white):
-        raise UserError(
-            f"{path}: image mode {image.mode} holds values {samples.min():g}..{samples.max():g}, "
-            f"outside the 0..{white:g} dlperf reads it as",
-            "save it as 8- or 16-bit RGB or greyscale",
-        )
-    grey = np.rint(samples * (255 / white)).astype(np.uint8)
-    return PILImage.fromarray(grey).convert("RGB")
-
-
 def decode_file(path: str, size: int) -> torch.Tensor:
     """Decode an image file of any mode PIL opens to uint8 3,size,size (0..255 spanning the
     mode's range: a 16-bit grey PNG's 65535 is 255): shorter side resized, then centre-cropped."""
@@ -304,7 +269,7 @@ def decode_file(path: str, size: int) -> torch.Tensor:
     # PIL rather than torchvision.io, whose decoders are deprecated from torchvision 0.29.
     try:
         with Image.open(path) as file:
-            image = TF.resize(_rgb(file, path), size, antialias=True)
+            image = TF.resize(image_modes.rgb(file, path), size, antialias=True)
     except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
         raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
     tensor: torch.Tensor = TF.pil_to_tensor(TF.center_crop(image, [size, size]))

@@ -41,10 +41,7 @@ def image_array(
     data: bytes, pre: meta_io.Preprocess, max_pixels: int
 ) -> tuple[np.ndarray, tuple[int, int]]:
     image = runtime.decode(data, "the uploaded file", max_pixels=max_pixels)
-    try:
-        return runtime.to_array(image, pre), image.size
-    except ValueError as e:  # Pillow converts most colour modes to RGB, not all (LAB)
-        raise UserError(f"the uploaded file cannot be used: {e}") from None
+    return runtime.to_array(image, pre, "the uploaded file"), image.size
 
 
 def detections(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from dlperf import image_modes
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import UserError
@@ -109,11 +110,15 @@ def _unreadable(source: str, error: Exception) -> UserError:
     return UserError(f"{source} is not a readable image ({type(error).__name__})")
 
 
-def to_array(image: Image.Image, pre: Preprocess) -> np.ndarray:
+def to_array(image: Image.Image, pre: Preprocess, source: str = "image") -> np.ndarray:
     """One image to a normalised float32 (C, H, W) array: convert, resize so it covers (H, W),
     centre-crop, scale, normalise — as the training readers of image files do, so a
-    non-square photo is cropped, not squashed."""
-    image = image.convert("L" if pre.channels == 1 else "RGB")
+    non-square photo is cropped, not squashed, and a 16-bit one spans its own range
+    (`image_modes.rgb`, the conversion training used; `source` names the image in its
+    errors)."""
+    image = image_modes.rgb(image, source)
+    if pre.channels == 1:
+        image = image.convert("L")
     height, width = pre.size
     if image.size != (width, height):
         scale = max(width / image.width, height / image.height)
@@ -134,7 +139,7 @@ def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
     for path in paths:
         if not path.is_file():
             raise UserError(f"no image file {path}")
-        arrays.append(to_array(decode(path.read_bytes(), str(path)), pre))
+        arrays.append(to_array(decode(path.read_bytes(), str(path)), pre, str(path)))
     return np.stack(arrays)
 
 

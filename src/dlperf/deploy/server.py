@@ -199,6 +199,19 @@ class _GuardedH11(H11Protocol):
                 self._arm()
         elif state is not h11.IDLE or self.cycle is not None:
             self._disarm()
+            if state is h11.IDLE:
+                self._keep_alive()
+
+    def _keep_alive(self) -> None:
+        """uvicorn's keep-alive timer for an idle connection. uvicorn arms it when an answer
+        is sent and cancels it on the next bytes, which after an early answer (a 413, 404 or
+        415 sent before the body was read) are the rest of that body: once it is in, the
+        connection idled with no timer and stayed open for ever."""
+        answered = self.cycle is not None and self.cycle.response_complete
+        if answered and self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def _arm(self) -> None:
         self.deadline = self.loop.call_later(self.read_timeout_s, self._expired)
