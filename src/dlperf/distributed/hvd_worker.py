@@ -112,7 +112,7 @@ def _torch(spec: WorkerSpec, directory: Path) -> RankResult:
     # a real update.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     # The DDP workers' batches: this rank's shard (augmented as the experiment says), or
-    # random images; one source for both replicas, as before.
+    # random images; the compute-only copy draws from the same source.
     source = batches(spec, exp, data, device, hvd.rank(), hvd.size())
     main = Replica(spec, model, step, source, device)
     compute = Replica(spec, shadow, local, source, device) if spec.compute_split else None
