@@ -9,7 +9,7 @@ from torch import nn
 
 from dlperf.config import ScheduleConfig, TrainConfig
 from dlperf.engine.optim import lr_factor
-from dlperf.engine.step import build_step
+from dlperf.engine.step import build_step, steps_per_epoch
 
 CPU = torch.device("cpu")
 SCHEDULE = ScheduleConfig(kind="cosine", warmup_epochs=0.5)
@@ -147,3 +147,21 @@ def test_a_distributed_optimizer_is_scheduled_and_reduced_before_clipping() -> N
     assert isinstance(step.optimizer, Wrapper) and step.scheduler.optimizer is step.optimizer
     assert events == ["reduce", "clip", "step", "done"] * 3
     assert lrs == [CFG.lr * lr_factor(i / STEPS_PER_EPOCH, SCHEDULE, 2, CFG.lr) for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("samples", "batch", "partial", "steps"),
+    [
+        (100, 32, False, 3),
+        (100, 32, True, 4),
+        (96, 32, True, 3),
+        (10, 32, False, 1),
+        (0, 8, True, 1),
+    ],
+)
+def test_steps_per_epoch_counts_full_batches_or_the_partial_last_one(
+    samples: int, batch: int, partial: bool, steps: int
+) -> None:
+    """The one count every trainer's schedule, the scale study and max-batch use: never
+    fewer than one step."""
+    assert steps_per_epoch(samples, batch, partial) == steps
