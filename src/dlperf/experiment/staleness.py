@@ -74,8 +74,8 @@ def _record(
     ) as record:
         torch.manual_seed(exp.run.seed)  # both draw the random numbers a run draws
         sink = StoreSink(store, record.id)
+        schedule = reads if mode == "async" else None
         try:
-            schedule = reads if mode == "async" else None
             history, stale = async_sgd.train(exp, p.data, model, p.device, schedule, reporter, sink)
         except Diverged as e:
             return diverged(record, e).to_dict()  # the study's JSON document holds it
