@@ -38,6 +38,8 @@ from dlperf.distributed.jobfiles import job_argv
 from dlperf.distributed.launch import Launch, _failures, error_lines
 from dlperf.distributed.planning import Point, batch_split, plan
 from dlperf.distributed.predictions import (
+    CommReference,
+    Measured,
     overlap_prediction,
     prediction_error,
     ring_basis,
@@ -256,18 +258,18 @@ def test_ring_prediction_pays_latency_per_bucket() -> None:
     assert ring_prediction(None, 2, 10_000_000, None) is None
 
 
-REFERENCE = {  # what comm_reference reads from a stored all-reduce benchmark
-    "study_id": 4,
-    "measured_at": "2026-11-23T12:00:00",
-    "ring_model": {"alpha_s": 1e-4, "bandwidth_bytes_per_s": 1e9, "rmse_pct": 12.3, "n_points": 9},
-    "workers": {
-        2: {
-            "run_id": 9,
-            "rows": [{"bytes": 2**20, "time_s": 0.002}, {"bytes": 2**22, "time_s": 0.008}],
-            "overlap_cost": 1.0,
-        }
+REFERENCE = CommReference(  # what comm_reference reads from a stored all-reduce benchmark
+    study_id=4,
+    measured_at="2026-11-23T12:00:00",
+    ring_model={"alpha_s": 1e-4, "bandwidth_bytes_per_s": 1e9, "rmse_pct": 12.3, "n_points": 9},
+    workers={
+        2: Measured(
+            run_id=9,
+            rows=[{"bytes": 2**20, "time_s": 0.002}, {"bytes": 2**22, "time_s": 0.008}],
+            overlap_cost=1.0,
+        )
     },
-}
+)
 
 
 def test_overlap_prediction_reads_the_measured_times_and_cost_and_says_so() -> None:

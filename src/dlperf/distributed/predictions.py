@@ -7,6 +7,7 @@ its error against the measurement."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dlperf.distributed.contracts import AllreduceSummary, RankResult
@@ -14,11 +15,34 @@ from dlperf.distributed.summary import computes, slowest_per_step
 from dlperf.store import RunStore
 
 
-def comm_reference(store: RunStore, backend: str) -> dict[str, Any] | None:
-    """What the communication models are calibrated on: the newest all-reduce benchmark study
-    on `backend` with a finished run, its ring model, and per worker count the run's id, its
-    measured times and its measured overlap cost (absent from benchmarks stored before it
-    was measured)."""
+@dataclass(frozen=True)
+class Measured:
+    """One worker count of the benchmark: its run, its median time per message size, and
+    its overlap cost (None in benchmarks stored before it was measured)."""
+
+    run_id: int
+    rows: list[dict[str, float]]
+    overlap_cost: float | None
+
+
+@dataclass(frozen=True)
+class CommReference:
+    """What the communication models are calibrated on: the newest all-reduce benchmark
+    study of a backend with a finished run, when it ended, its ring model (RingModel as
+    stored), and its finished runs by worker count."""
+
+    study_id: int | None
+    measured_at: str | None
+    ring_model: dict[str, Any] | None
+    workers: dict[int, Measured]
+
+    def study(self) -> str:
+        """The study in words, as each basis names it."""
+        return f"all-reduce study {self.study_id} ({self.measured_at})"
+
+
+def comm_reference(store: RunStore, backend: str) -> CommReference | None:
+    """The CommReference of `backend`: None before any benchmark on it finished."""
     for run in store.list_runs(kind="allreduce"):
         summary = AllreduceSummary.stored(run.summary)
         if run.status != "finished" or summary is None or summary.backend != backend:
@@ -29,15 +53,8 @@ def comm_reference(store: RunStore, backend: str) -> dict[str, Any] | None:
             for r in runs
             if r.status == "finished" and (s := AllreduceSummary.stored(r.summary))
         ]
-        return {
-            "study_id": run.study_id,
-            "measured_at": run.ended,
-            "ring_model": summary.ring_model,
-            "workers": {
-                s.workers: {"run_id": rid, "rows": s.rows, "overlap_cost": s.overlap_cost}
-                for rid, s in finished
-            },
-        }
+        workers = {s.workers: Measured(rid, s.rows, s.overlap_cost) for rid, s in finished}
+        return CommReference(run.study_id, run.ended, summary.ring_model, workers)
     return None
 
 
@@ -65,7 +82,7 @@ def ring_prediction(
 
 
 def overlap_prediction(
-    reference: dict[str, Any] | None,
+    reference: CommReference | None,
     workers: int,
     ranks: Sequence[RankResult],
     bucket_mb: float | None,
@@ -83,12 +100,12 @@ def overlap_prediction(
     from dlperf.distributed.allreduce import interpolate_time, ring_time
     from dlperf.distributed.overlap import exposed_time
 
-    where = f"all-reduce study {reference['study_id']} ({reference['measured_at']})"
-    measured = reference["workers"].get(workers)
-    ring = reference["ring_model"]
+    where = reference.study()
+    measured = reference.workers.get(workers)
+    ring = reference.ring_model
     if measured is not None:
-        rows = measured["rows"]
-        times = f"median times measured at {workers} workers by run {measured['run_id']} of {where}"
+        rows = measured.rows
+        times = f"median times measured at {workers} workers by run {measured.run_id} of {where}"
         allreduce_s = lambda nbytes: interpolate_time(rows, nbytes)  # noqa: E731
     elif ring is not None:
         alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
@@ -96,7 +113,7 @@ def overlap_prediction(
         allreduce_s = lambda nbytes: ring_time(workers, nbytes, alpha, bandwidth)  # noqa: E731
     else:
         return None, None
-    cost = measured.get("overlap_cost") if measured else None
+    cost = measured.overlap_cost if measured else None
     paid = (
         f"overlap cost {cost:.2f} s of compute per s of all-reduce, measured there"
         if cost is not None
@@ -111,14 +128,13 @@ def overlap_prediction(
     return predicted, basis
 
 
-def ring_basis(reference: dict[str, Any] | None) -> str | None:
+def ring_basis(reference: CommReference | None) -> str | None:
     """What ring_predicted_s is calibrated on."""
-    if not reference or not reference["ring_model"]:
+    if not reference or not reference.ring_model:
         return None
-    ring = reference["ring_model"]
+    ring = reference.ring_model
     return (
-        f"ring α-β fitted to all-reduce study {reference['study_id']} "
-        f"({reference['measured_at']}), rms error {ring['rmse_pct']:.0f}% over "
+        f"ring α-β fitted to {reference.study()}, rms error {ring['rmse_pct']:.0f}% over "
         f"{ring['n_points']} sizes"
     )
 

@@ -34,6 +34,7 @@ from dlperf.distributed.planning import (
     threads_per_worker,
 )
 from dlperf.distributed.predictions import (
+    CommReference,
     comm_reference,
     overlap_prediction,
     prediction_error,
@@ -114,7 +115,7 @@ class Study:
         self.writer = self.opts.node_rank == 0
         self.study_id: int | None = None
         self.ring: dict[str, Any] | None = None
-        self.reference: dict[str, Any] | None = None  # see comm_reference
+        self.reference: CommReference | None = None
         self.cluster: Cluster | None = None  # the nodes of a multi-node TensorFlow study
         self.bases: dict[tuple[object, ...], PointSummary] = {}
         self.rows: list[PointRow] = []
@@ -224,7 +225,7 @@ class Study:
             name = f"scale {self.exp.run.name or self.exp.model.name}"
             self.study_id = self.store.create_study(name, "scale")
             self.reference = comm_reference(self.store, self.backend)
-            self.ring = self.reference["ring_model"] if self.reference else None
+            self.ring = self.reference.ring_model if self.reference else None
 
     def _prepare(
         self, index: int, point: Point, steps: int, extra: dict[str, Any], round_: str = ""
