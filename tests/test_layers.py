@@ -59,6 +59,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dlperf.contention",
         "dlperf.errors",
         "dlperf.formatting",
+        "dlperf.image_modes",
         "dlperf.parsing",
         "dlperf.paths",
         "dlperf.procs",
