@@ -15,7 +15,7 @@ from dlperf.converge import options
 from dlperf.errors import UserError
 from dlperf.parsing import parse_names, parse_pairs
 
-if TYPE_CHECKING:  # views imports NumPy: only when a command runs
+if TYPE_CHECKING:  # the views load only when a command prints
     from dlperf.converge.views import Block
 
 converge_app = typer.Typer(
@@ -52,7 +52,8 @@ CURVE_FLAGS = {
 curve_flags = with_flags(CURVE_FLAGS, CURVE_FLAGS)
 
 
-def _show(blocks: Iterable[Block]) -> None:
+def show(blocks: Iterable[Block]) -> None:
+    """Tables and lines on stdout, in order (`converge.views`' blocks)."""
     for block in blocks:
         if isinstance(block, str):
             console.out.print(block)
@@ -109,10 +110,10 @@ def fit(
         console.print_json(_one_or_list([fitting.fit_result(r).to_dict() for r in done.reports]))
         return
     if len(table) > 1:
-        _show([views.beta_table(table, opts.metric)])
+        show([views.beta_table(table, opts.metric)])
         return
     for r in done.reports:
-        _show(views.fit_blocks(r))
+        show(views.fit_blocks(r))
 
 
 @converge_app.command("predict")
@@ -161,7 +162,7 @@ def predict(
         console.print_json(_one_or_list([p.to_dict() for p in done.predictions]))
         return
     blocks, warnings = views.prediction_view(done.predictions, form, target, opts.metric)
-    _show(blocks)
+    show(blocks)
     console.tell(warnings)
 
 
@@ -216,4 +217,4 @@ def regress(
     if as_json:
         console.print_json(done.result.to_dict())
     else:
-        _show(views.regression_blocks(done.result, predict_at))
+        show(views.regression_blocks(done.result, predict_at))

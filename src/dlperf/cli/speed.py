@@ -10,7 +10,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, open_store
-from dlperf.cli.converge import converge_app, speed_app
+from dlperf.cli.converge import converge_app, show, speed_app
 from dlperf.errors import UserError
 from dlperf.parsing import parse_numbers, parse_pairs, parse_range
 
@@ -59,7 +59,7 @@ def speed_fit(
     Example: dlperf converge speed fit --csv examples/pollux/cifar10_placements.csv
     --model pollux --predict workers=32,nodes=8,batch=2048
     """
-    from dlperf.converge import speed
+    from dlperf.converge import speed, speed_views
 
     selected: dict[str, str] = {}
     for text in where:
@@ -69,38 +69,10 @@ def speed_fit(
         fixed |= parse_numbers(text, "--fix", "--fix beta_intra=0.004")
     done = speed.fit_measured(model, open_store, csv, study_id, selected, predict_at, fixed)
     console.tell(done.warnings)
-    result = done.fit
-    if console.printed_json(as_json, done.to_dict()):
-        return
-
-    def interval(name: str) -> list[object]:
-        if name in result.fixed:
-            return ["fixed", "fixed"]
-        if name in result.undetermined:
-            return ["undetermined", "undetermined"]
-        bounds = result.intervals.get(name)
-        return [*bounds] if bounds else ["—", "—"]  # no residual left to estimate one
-
-    console.print_table(
-        f"{model}: {result.n_points} measurements, step-time error {result.error_pct:.2f}% "
-        f"mean, {result.max_error_pct:.1f}% max",
-        ["coefficient", "value", "5%", "95%", "meaning"],
-        [[k, v, *interval(k), speed.MEANINGS[model][k]] for k, v in result.params.items()],
-    )
-    for name, why in result.undetermined.items():
-        console.out.print(f"{name}: {why}")
-    if done.predictions:
-        keys = speed.config_keys(model)
-        console.print_table(
-            "predictions (measured: the data's step time at that configuration, if any)",
-            [*keys[:2], "global batch", "step time (s)", "samples/s", "measured (s)", "error %"],
-            [
-                [*(p[k] for k in keys), p["step_time_s"], p["samples_per_s"],
-                 p["measured_step_time_s"], p["error_pct"]]
-                for p in done.predictions
-            ],
-        )  # fmt: skip
-        console.out.print(f"basis: {result.basis}")
+    if as_json:
+        console.print_json(done.to_dict())
+    else:
+        show(speed_views.speed_fit_blocks(done))
 
 
 @converge_app.command("plan")
@@ -154,7 +126,7 @@ def plan(
     --ps 1,2,4 --workers 1-16 --price-per-hour 0.9
     """
     from dlperf.converge import plan as planner
-    from dlperf.converge import speed
+    from dlperf.converge import speed_views
 
     if cluster is not None:
         if gpus is None:
@@ -162,13 +134,8 @@ def plan(
         if plot is not None:
             console.warn(f"--plot {plot}: nothing drawn, --cluster has no figure")
         jobs = planner.allocate(planner.read_jobs(cluster), gpus)
-        if console.printed_json(as_json, {"gpus": gpus, "jobs": [asdict(a) for a in jobs]}):
-            return
-        console.print_table(
-            f"{gpus} devices, Optimus greedy allocation",
-            ["job", "workers", "ps", "hours to target"],
-            [[a.name, a.workers, a.ps, a.time_s / 3600] for a in jobs],
-        )
+        if not console.printed_json(as_json, {"gpus": gpus, "jobs": [asdict(a) for a in jobs]}):
+            show([speed_views.allocation_table(gpus, jobs)])
         return
     if curve_path is None or target is None or (speed_path is None and speed_params is None):
         raise UserError(
@@ -186,36 +153,13 @@ def plan(
     if done.reached_at_step is not None:
         if plot is not None:
             console.warn(f"--plot {plot}: nothing drawn, there is nothing to plan")
-        if console.printed_json(as_json, asdict(done)):
-            return
-        side = "above" if done.metric == "accuracy" else "below"
-        window = f" (its fit window ends at step {done.done:g})" if done.done else ""
-        console.out.print(
-            f"the curve is already at or {side} the target {target:g} {done.metric} at step "
-            f"{done.reached_at_step:g}{window}: no steps to go"
-        )
+        if not console.printed_json(as_json, asdict(done)):
+            show([speed_views.reached_line(done, target)])
         return
     if plot is not None:
         from dlperf.report.curves import plot_plan
 
         plot_plan(plot, done.allocations)
     console.tell([], plot)
-    if console.printed_json(as_json, asdict(done)):
-        return
-    console.print_table(
-        f"{console.fmt(done.steps)} steps to {target:g}",
-        ["ps", "workers", "hours", done.cost_unit, "best", "beyond the measured"],
-        [
-            [r.ps, r.workers, r.time_s / 3600, r.cost,
-             ", ".join(n for n, on in (("fastest", r.fastest), ("cheapest", r.cheapest)) if on),
-             ", ".join(f"{k} {f:.3g}×" for k, f in r.outside.items())]
-            for r in done.allocations
-        ],
-    )  # fmt: skip
-    beyond = {k for r in done.allocations for k in r.outside}
-    for key in (k for k in ("workers", "ps", "batch") if k in beyond):
-        least, most = speed_model.span[key]
-        console.out.print(
-            f"{key} beyond the measured {least:g}–{most:g} assume {speed.ASSUMES['optimus'][key]}"
-        )
-    console.out.print(f"basis: {done.basis}")
+    if not console.printed_json(as_json, asdict(done)):
+        show(speed_views.plan_blocks(done, target, speed_model))
