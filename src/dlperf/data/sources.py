@@ -20,6 +20,8 @@ import functools
 import gzip
 import pickle
 import shutil
+import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,14 +315,25 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     )
 
 
+_NPZ_FIX = "write it again with numpy.savez(path, images=..., labels=...)"
+
+
 def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in ("images", "labels", "classes") if k in f.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise UserError(f"{path}: not a readable .npz file ({e})") from None
+    except (
+        OSError,
+        ValueError,
+        EOFError,
+        NotImplementedError,
+        zipfile.BadZipFile,
+        zlib.error,
+    ) as e:
+        # a truncated or corrupt archive fails as zipfile or zlib sees it, not only as OSError
+        raise UserError(f"{path}: not a readable .npz file ({e})", _NPZ_FIX) from None
     images = arrays.get("images")
     if images is None or images.ndim != 4 or images.dtype != np.uint8:
         raise UserError(f"{path}: wants an array 'images' of uint8 N,C,H,W")
@@ -330,8 +343,16 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
     names = [str(c) for c in arrays.get("classes", [])]
     if labels is not None and len(labels):
         top = int(labels.max()) + 1
-        if labels.min() < 0 or (names and top > len(names)):
-            raise UserError(f"{path}: labels outside 0..{max(len(names), top) - 1}")
+        if labels.min() < 0:
+            raise UserError(
+                f"{path}: label {int(labels.min())} is negative",
+                "labels are class indices 0, 1, ...",
+            )
+        if names and top > len(names):
+            raise UserError(
+                f"{path}: label {top - 1} is outside 0..{len(names) - 1} ({len(names)} classes)",
+                "give every label a name in 'classes', or drop 'classes'",
+            )
         names = names or [str(i) for i in range(top)]
     held = _tensor(labels.astype(np.int64)) if labels is not None else None
     return _tensor(images), held, names
