@@ -72,7 +72,7 @@ def describe(device: Device) -> str:
 
 
 def time_s(analysis: Analysis, device: Device) -> float:
-    return predict(analysis, device)["totals"]["time_s"]
+    return predict(analysis, device).totals.time_s
 
 
 def summarise(errors: dict[str, float]) -> dict[str, dict[str, float]]:

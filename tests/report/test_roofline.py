@@ -21,7 +21,7 @@ def prediction() -> dict:
     """PALEO's prediction of the small CNN on one GPU of a K80 (no store, nothing measured)."""
     from dlperf.analytic.recorded import predict_model
 
-    return predict_model("smallcnn", "K80", lambda: None, input_shape=(1, 8, 8))
+    return predict_model("smallcnn", "K80", lambda: None, input_shape=(1, 8, 8)).to_dict()
 
 
 def test_predict_saves_the_roofline_named_in_its_output(
