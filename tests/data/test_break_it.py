@@ -63,3 +63,15 @@ def test_a_truncated_or_corrupt_npz_is_one_line_at_every_cut(tmp_path: Path, sav
             assert "\n" not in str(e) and str(e).startswith(f"{broken}: ")
         else:  # a flip in a pixel, or in the name "labels" (then read as absent): still arrays
             assert images.shape == (8, 1, 4, 4) and (labels is None or len(labels) == 8)
+
+
+@pytest.mark.parametrize(("name", "what"), [("none.npz", "no such file"), (".", "a directory")])
+def test_a_missing_npz_is_not_asked_to_be_written_again(
+    tmp_path: Path, name: str, what: str
+) -> None:
+    path = tmp_path / name
+    with pytest.raises(UserError) as caught:
+        read_npz(path)
+    assert str(caught.value) == (
+        f"{path}: not a readable .npz file ({what}) (set data.root to the path of one)"
+    )

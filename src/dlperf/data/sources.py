@@ -321,6 +321,11 @@ _NPZ_FIX = "write it again with numpy.savez(path, images=..., labels=...)"
 def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
+    if not Path(path).is_file():
+        what = "a directory" if Path(path).is_dir() else "no such file"
+        raise UserError(
+            f"{path}: not a readable .npz file ({what})", "set data.root to the path of one"
+        )
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in ("images", "labels", "classes") if k in f.files}
