@@ -12,7 +12,7 @@ import torch
 from benchlib import save, spread, table
 from dlperf.config import Experiment
 from dlperf.data import load_data
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.models import create_model
 from dlperf.store import RunStore
 from dlperf.system import pick_device

@@ -20,8 +20,8 @@ import torch
 
 from benchlib import save, spread, table
 from dlperf.config import TrainConfig, load_experiment
-from dlperf.engine.run import run_experiment
 from dlperf.engine.step import build_step
+from dlperf.experiment.run import run_experiment
 from dlperf.models import create_model
 from dlperf.models.transfer import freeze_backbone, load_weights, set_train_mode
 from dlperf.store import RunStore

@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchlib import save, spread, table
 from dlperf.analytic.devices import Device, load_catalog
 from dlperf.config import Experiment
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.models import create_model
 from dlperf.store import RunStore
 from dlperf.system import pick_device

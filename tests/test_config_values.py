@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dlperf.config import Experiment
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 

@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 
 from dlperf.config import load_experiment
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.progress import Reporter
 from dlperf.store import RunStore
 
@@ -28,6 +28,6 @@ def run_demo(store: RunStore, reporter: Reporter, out_dir: str | None = None) ->
             exp.run.out_dir = out_dir
         reporter.log(f"training {exp.model.name} on {exp.data.name}")
         result = run_experiment(exp, store, reporter, study_id=study)
-        runs.append({"model": exp.model.name, **result})
+        runs.append({"model": exp.model.name, **result.to_dict()})
     passed = all(r["status"] == "finished" and r["test_accuracy"] >= TARGET for r in runs)
     return {"study_id": study, "target": TARGET, "passed": passed, "runs": runs}

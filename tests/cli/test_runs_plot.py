@@ -18,7 +18,7 @@ from dlperf.config import Experiment
 from dlperf.distributed.contracts import RankResult
 from dlperf.distributed.planning import Point
 from dlperf.distributed.summary import add_relative, summarize
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.report.runs import _x_values, default_keys, draw_runs, legend_labels
 from dlperf.report.scaling import plot_study, shared_host, study_figures
 from dlperf.store import RunStore

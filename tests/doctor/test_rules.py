@@ -25,7 +25,7 @@ import pytest
 from dlperf import doctor
 from dlperf.config import Experiment
 from dlperf.contention import Contention
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 from tests.conftest import rank_result
 

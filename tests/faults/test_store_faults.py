@@ -33,8 +33,8 @@ import torch
 from dlperf.config import Experiment
 from dlperf.deploy.export import from_run
 from dlperf.engine import checkpoint
-from dlperf.engine.run import run_experiment
 from dlperf.errors import UserError
+from dlperf.experiment.run import run_experiment
 from dlperf.procs import this_process
 from dlperf.store import RunStore
 from tests.conftest import TINY, CliResult, fresh_store_url

@@ -31,7 +31,7 @@ import pytest
 from PIL import Image, ImageStat
 
 from dlperf.config import Experiment
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.report.site import build_report
 from dlperf.report.site import select as select_report
 from dlperf.report.site.figures import PHASES, spread

@@ -126,7 +126,7 @@ def test_bad_urls_are_bad_input(tmp_path: Path) -> None:
 
 def test_a_training_run_lands_in_the_store(any_store: RunStore, tmp_path: Path) -> None:
     from dlperf.config import load_experiment
-    from dlperf.engine.run import run_experiment
+    from dlperf.experiment.run import run_experiment
 
     path = tmp_path / "exp.toml"
     path.write_text(f'[train]\nepochs = 1\nbatch_size = 64\n[run]\nout_dir = "{tmp_path}"\n')

@@ -244,7 +244,6 @@ def test_a_failure_marks_the_point_s_own_run_or_records_one(
 def test_run_point_records_what_training_raised(
     tmp_path: Path, store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dlperf.engine.run
     import dlperf.experiment.run
 
     exp = sweep_of(tmp_path).points[0].exp
@@ -257,9 +256,7 @@ def test_run_point_records_what_training_raised(
         def boom(*args: Any, raised: Exception = raised, **kwargs: Any) -> dict[str, Any]:
             raise raised
 
-        # Both: the engine's name is transitional (issue 42), the experiment layer's stays.
-        for module in (dlperf.engine.run, dlperf.experiment.run):
-            monkeypatch.setattr(module, "run_experiment", boom)
+        monkeypatch.setattr(dlperf.experiment.run, "run_experiment", boom)
         result = runner.run_point(exp, store, study, 0, NullReporter())
         assert (result.status, result.error) == ("failed", error)
         assert (store.get_run(result.run_id).status, store.get_run(result.run_id).error) == (

@@ -161,11 +161,11 @@ def run_point(
     exp: Experiment, store: RunStore, study_id: int, since: int, reporter: Reporter
 ) -> SweepPointResult:
     """Run one point here and return its result; any failure is recorded, not raised."""
-    from dlperf.engine.run import run_experiment
+    from dlperf.experiment.run import run_experiment
 
     try:
         ran = run_experiment(exp, store, reporter, study_id=study_id, keep_weights=True)
-        return SweepPointResult.of_run(ran["run_id"], ran["status"], ran, ran.get("error"))
+        return SweepPointResult.of_run(ran.run_id, ran.status, ran.to_dict(), ran.error)
     except UserError as e:
         return record_failure(store, exp, study_id, since, str(e))
     except Exception as e:
