@@ -114,3 +114,16 @@ def test_a_taken_port_still_asks_for_another_port() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(UserError, match=r"Address already in use \(pick another --port\)$"):
             _listen("127.0.0.1", port)
+
+
+def test_an_opset_the_exporter_cannot_reach_is_refused_and_leaves_no_file(tmp_path: Path) -> None:
+    """`dlperf export smallcnn --opset 999` (or 5) exited 0 with an opset-18 file: the dynamo
+    exporter keeps its own opset, with a warning dlperf hides, when it cannot convert."""
+    from dlperf.deploy.export import export, from_registry
+
+    out = tmp_path / "m.onnx"
+    with pytest.raises(UserError, match=r"^export\.opset 999: the exporter wrote opset \d+ inst"):
+        export(from_registry("smallcnn", (1, 8, 8)), out, opset=999)
+    assert list(tmp_path.iterdir()) == []
+    reached = export(from_registry("smallcnn", (1, 8, 8)), out, opset=17)
+    assert reached["opset"] == 17 and reached["parity"]

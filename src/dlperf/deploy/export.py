@@ -254,10 +254,15 @@ def _removed_if_interrupted(out: Path) -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         with stopping.shielded():  # a second Ctrl-C must not leave half of them
-            for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
-                if path.is_file() and path.stat().st_mtime >= started:
-                    path.unlink()
+            _remove_written(out, started)
         raise
+
+
+def _remove_written(out: Path, started: float) -> None:
+    """The export's files that were written since `started` (an earlier export's stay)."""
+    for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
+        if path.is_file() and path.stat().st_mtime >= started:
+            path.unlink()
 
 
 def export(
@@ -293,6 +298,15 @@ def export(
             data_file.unlink()  # an earlier export's weights, which this single file does not use
         proto = onnx.load(str(out), load_external_data=False)
         meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+        if opset is not None and meta.opset != opset:
+            # The dynamo exporter writes its own opset and converts it to the one asked for,
+            # keeping its own, with a warning nobody sees, when it cannot (5, 999).
+            _remove_written(out, started)
+            raise UserError(
+                f"export.opset {opset}: the exporter wrote opset {meta.opset} instead "
+                f"(torch {torch.__version__} cannot convert this model to opset {opset})",
+                "leave export.opset unset for the exporter's own, or ask for one it reaches",
+            )
         meta_io.save(out, meta)
         export_s = time.perf_counter() - start
 

@@ -135,6 +135,11 @@ def build_from_factory(
         model = fn(**accepted(fn, kwargs))
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
+    except TypeError as e:  # an argument without a default, which dlperf cannot know
+        raise UserError(
+            f"factory {spec} failed: TypeError: {e}",
+            "give the argument a default, or its value in [model] kwargs",
+        ) from None
     except Exception as e:
         raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):
