@@ -127,3 +127,16 @@ def test_an_opset_the_exporter_cannot_reach_is_refused_and_leaves_no_file(tmp_pa
     assert list(tmp_path.iterdir()) == []
     reached = export(from_registry("smallcnn", (1, 8, 8)), out, opset=17)
     assert reached["opset"] == 17 and reached["parity"]
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"hello", b"\x89PNG\r\n\x1a\n\x00\x00"], ids=["empty", "text", "cut"]
+)
+def test_an_unreadable_image_says_what_to_give(data: bytes) -> None:
+    """`dlperf infer m.onnx trunc.png` said what was wrong but not how to mend it."""
+    with pytest.raises(UserError) as caught:
+        runtime.decode(data, "cut.png")
+    assert str(caught.value).startswith("cut.png is not a readable image (")
+    assert str(caught.value).endswith(
+        ") (give a PNG, JPEG or another image file Pillow opens, whole)"
+    )

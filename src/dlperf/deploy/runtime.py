@@ -107,7 +107,10 @@ def decode(data: bytes, source: str = "image", *, max_pixels: int = MAX_PIXELS) 
 def _unreadable(source: str, error: Exception) -> UserError:
     # Pillow's decoders raise many types on a malformed file (OSError, SyntaxError,
     # EOFError, struct.error, IndexError, ...): all of them mean the bytes are bad.
-    return UserError(f"{source} is not a readable image ({type(error).__name__})")
+    return UserError(
+        f"{source} is not a readable image ({type(error).__name__})",
+        "give a PNG, JPEG or another image file Pillow opens, whole",
+    )
 
 
 def to_array(image: Image.Image, pre: Preprocess, source: str = "image") -> np.ndarray:
