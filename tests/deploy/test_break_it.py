@@ -7,6 +7,7 @@ import io
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -140,3 +141,28 @@ def test_an_unreadable_image_says_what_to_give(data: bytes) -> None:
     assert str(caught.value).endswith(
         ") (give a PNG, JPEG or another image file Pillow opens, whole)"
     )
+
+
+def test_an_export_killed_before_its_check_leaves_no_model_under_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGKILLed `dlperf export` (no cleanup runs) left MODEL.onnx, its weights and its
+    metadata, never checked or compared, and `dlperf infer` used them with exit 0. Now the
+    files sit in a hidden directory until compared: during the comparison, where a SIGKILL
+    could land, nothing is under the model's name yet."""
+    from dlperf.deploy import export as export_module
+
+    out = tmp_path / "m.onnx"
+    real_compare = export_module.compare
+    seen: list[list[str]] = []
+
+    def compare_and_look(*args: Any, **kwargs: Any) -> Any:
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        return real_compare(*args, **kwargs)
+
+    monkeypatch.setattr(export_module, "compare", compare_and_look)
+    result = export_module.export(export_module.from_registry("smallcnn", (1, 8, 8)), out)
+    assert seen and all(names == [".m.onnx.exporting"] for names in seen)
+    assert result["parity"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data", "m.onnx.json"]
+    assert runtime.session(out) is not None  # its weights found beside it after the move

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -245,24 +246,36 @@ def _first_line(e: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _removed_if_interrupted(out: Path) -> Iterator[None]:
-    """Interrupted (Ctrl-C, SIGTERM), the block leaves none of the files it wrote behind
-    (an earlier export's that it had not replaced yet stay): a file not yet checked must
-    not pass for an exported model."""
-    started = time.time()
+def _staged(out: Path) -> Iterator[Path]:
+    """Where this export writes until it is checked and compared: a hidden directory beside
+    `out`, whose files (the model, its weights, its metadata) `_publish` moves into place at
+    the end. Whatever ends the export first (an error, Ctrl-C, SIGTERM) removes the directory
+    and leaves an earlier export whole; a SIGKILL leaves only the hidden directory, never an
+    unchecked model under the name `dlperf infer` and `dlperf serve` read."""
+    staging = out.with_name(f".{out.name}.exporting")
+    shutil.rmtree(staging, ignore_errors=True)  # a SIGKILLed export's leftovers
+    staging.mkdir()
     try:
-        yield
-    except KeyboardInterrupt:
+        yield staging / out.name
+    finally:
         with stopping.shielded():  # a second Ctrl-C must not leave half of them
-            _remove_written(out, started)
-        raise
+            shutil.rmtree(staging, ignore_errors=True)
 
 
-def _remove_written(out: Path, started: float) -> None:
-    """The export's files that were written since `started` (an earlier export's stay)."""
-    for path in (out, out.with_name(out.name + ".data"), meta_io.sidecar(out)):
-        if path.is_file() and path.stat().st_mtime >= started:
-            path.unlink()
+def _files(model: Path) -> list[Path]:
+    """An exported model's files: the model, its weights (MODEL.onnx.data), its metadata."""
+    return [model, model.with_name(model.name + ".data"), meta_io.sidecar(model)]
+
+
+def _publish(staged: Path, out: Path) -> None:
+    """The checked files in place of `out`'s; an earlier export's weights file goes when this
+    one has none (a single file). Each rename is atomic."""
+    with stopping.shielded():  # the model and its weights must not be left from two exports
+        for source, target in zip(_files(staged), _files(out), strict=True):
+            if source.is_file():
+                source.replace(target)
+            elif target.is_file():
+                target.unlink()
 
 
 def export(
@@ -287,37 +300,36 @@ def export(
         reporter.log(f"warning: {warning}")
     data_file = out.with_name(out.name + ".data")
     model, meta = source.model.eval(), source.meta
-    start, started = time.perf_counter(), time.time()
+    start = time.perf_counter()
 
-    with _removed_if_interrupted(out):
+    with _staged(out) as staged:
         reporter.task(f"exporting {meta.model} to {out}")
         # A batch of 2: the dynamo exporter specialises a batch of 1 to a constant.
         example = torch.zeros(2 if dynamic_batch else 1, *meta.input_shape)
-        exporter = _torch_export(model, example, out, opset, dynamic_batch, single_file, reporter)
-        if data_file.is_file() and data_file.stat().st_mtime < started:
-            data_file.unlink()  # an earlier export's weights, which this single file does not use
-        proto = onnx.load(str(out), load_external_data=False)
+        exporter = _torch_export(
+            model, example, staged, opset, dynamic_batch, single_file, reporter
+        )
+        proto = onnx.load(str(staged), load_external_data=False)
         meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
         if opset is not None and meta.opset != opset:
             # The dynamo exporter writes its own opset and converts it to the one asked for,
             # keeping its own, with a warning nobody sees, when it cannot (5, 999).
-            _remove_written(out, started)
             raise UserError(
                 f"export.opset {opset}: the exporter wrote opset {meta.opset} instead "
                 f"(torch {torch.__version__} cannot convert this model to opset {opset})",
                 "leave export.opset unset for the exporter's own, or ask for one it reaches",
             )
-        meta_io.save(out, meta)
+        meta_io.save(staged, meta)
         export_s = time.perf_counter() - start
 
         reporter.task("checking the ONNX file")
         try:
-            check_model(out)
+            check_model(staged)
         except UserError as e:
             raise CheckFailed(str(e)) from None
 
         reporter.task("comparing ONNX Runtime with PyTorch")
-        session = runtime.session(out, threads or torch.get_num_threads())
+        session = runtime.session(staged, threads or torch.get_num_threads())
         seeded = torch.Generator().manual_seed(0)
         inputs = {"random": torch.randn(RANDOM_BATCH, *meta.input_shape, generator=seeded)}
         if source.images is not None:
@@ -328,6 +340,7 @@ def export(
                 reference = model(x).numpy()
             result = compare(reference, run_onnx(session, x.numpy()), rtol, atol)
             sets.append({"input": name, **result})
+        _publish(staged, out)  # checked and compared: kept, within tolerance or not
 
     n = sum(s["n"] for s in sets)
     return {
