@@ -30,6 +30,7 @@ from dlperf.store import RunStore
 from tests.conftest import rank_result
 
 RULE_NAMES = {
+    "unfinished",
     "cpu-not-gpu",
     "missing-workers",
     "oversubscribed",

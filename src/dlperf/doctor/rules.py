@@ -658,7 +658,31 @@ def lr_too_high(run: RunView) -> list[Issue]:
     ]
 
 
+def unfinished(run: RunView) -> list[Issue]:
+    """A run stopped before its last epoch (SIGTERM or Ctrl-C: killed; SIGKILL or a lost
+    machine: lost): its figures are those of a partial run, which nothing else says."""
+    status = run.run.status
+    if run.run.kind != "run" or status not in ("killed", "lost") or _diverged(run):
+        return []  # a diverged run's trouble is `diverged`
+    done = len(run.metric("epoch/train_loss"))
+    planned = run.key("train.epochs")
+    of = f" of {planned}" if isinstance(planned, int) else ""
+    if run.key("run.checkpoint") is False:
+        fix = "run it again (it kept no checkpoint: run.checkpoint = false); a sweep reruns it"
+    else:
+        fix = f"continue it from its last checkpoint: dlperf run --resume {run.run.id}"
+    return [
+        Issue(
+            "warning",
+            f"the run was {status} after {done}{of} epoch(s): its figures are a partial run's",
+            fix,
+            {"status": status, "epochs_done": done, "epochs": planned},
+        )
+    ]
+
+
 RULES: dict[str, Handler] = {
+    "unfinished": unfinished,
     "cpu-not-gpu": cpu_not_gpu,
     "missing-workers": missing_workers,
     "oversubscribed": oversubscribed,
