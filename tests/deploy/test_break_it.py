@@ -166,3 +166,20 @@ def test_an_export_killed_before_its_check_leaves_no_model_under_its_name(
     assert result["parity"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data", "m.onnx.json"]
     assert runtime.session(out) is not None  # its weights found beside it after the move
+
+
+def test_bench_without_a_server_says_how_to_start_one() -> None:
+    """`dlperf serve bench http://127.0.0.1:1` said no server answers, not what to do."""
+    import asyncio
+
+    from dlperf.deploy import loadgen
+
+    with socket.socket() as closed:  # a port bound but not listening: nobody answers
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/predict"
+        with pytest.raises(UserError) as caught:
+            asyncio.run(loadgen._probe(url, b""))
+    assert str(caught.value) == (
+        f"no server answers at {url} (ConnectError) "
+        "(start one with `dlperf serve MODEL.onnx --port PORT` and give its URL)"
+    )

@@ -167,7 +167,10 @@ async def _probe(url: str, body: bytes) -> None:
         async with _client() as client:
             response = await client.post(url, content=body, headers=HEADERS)
     except httpx.HTTPError as e:
-        raise UserError(f"no server answers at {url} ({type(e).__name__})") from None
+        raise UserError(
+            f"no server answers at {url} ({type(e).__name__})",
+            "start one with `dlperf serve MODEL.onnx --port PORT` and give its URL",
+        ) from None
     if not response.is_success:
         raise UserError(f"{url} answered {response.status_code}: {response.text[:200]}")
 
