@@ -214,7 +214,8 @@ def test_small_images_into_an_imagenet_network_warn(
         str(tiny_file),
         *("--set", "model.name=resnet18", "--set", "model.weights=IMAGENET1K_V1"),
         *("--set", "model.transfer=scratch", "--set", "data.image_size=32"),
-        *("--set", "data.limit=64", "--json"),
+        # one thread: two would wait on each other at every convolution on a busy machine
+        *("--set", "data.limit=64", "--set", "run.threads=1", "--json"),
     )
     assert result.code == 0, result.err
     assert (
