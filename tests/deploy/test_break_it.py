@@ -183,3 +183,22 @@ def test_bench_without_a_server_says_how_to_start_one() -> None:
         f"no server answers at {url} (ConnectError) "
         "(start one with `dlperf serve MODEL.onnx --port PORT` and give its URL)"
     )
+
+
+def test_a_bench_level_that_sent_nothing_is_an_error_not_a_row_of_zeros() -> None:
+    """`serve bench --concurrency 2000 --duration 1` on a busy machine: the 2,000 clients took
+    longer to settle than the level's duration, and the table showed 0 requests, 0 req/s,
+    exit 0. A level of no duration sends nothing the same way, server or not."""
+    import asyncio
+
+    from dlperf.deploy import loadgen
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/predict"
+        with pytest.raises(UserError) as caught:
+            asyncio.run(loadgen._level(url, b"", 2, 0.0, None))
+    assert str(caught.value) == (
+        "concurrency 2: no request was sent in --duration 0 s (starting 2 clients took longer) "
+        "(give a longer --duration, or fewer clients in --concurrency)"
+    )

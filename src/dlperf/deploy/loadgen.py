@@ -220,6 +220,12 @@ async def _level(
         await asyncio.gather(*(worker(c, start + duration_s) for c in clients))
         wall = time.perf_counter() - start
         waited = {name: span for name, w in windows.items() if (span := w.stop())}
+    if not issued:  # the deadline passed while the event loop still settled the clients
+        raise UserError(
+            f"concurrency {concurrency}: no request was sent in --duration {duration_s:g} s "
+            f"(starting {concurrency} clients took longer)",
+            "give a longer --duration, or fewer clients in --concurrency",
+        )
     ok = len(latencies)
     p50, p90, p99 = (
         (float(v) * 1000 for v in np.percentile(latencies, [50, 90, 99]))
