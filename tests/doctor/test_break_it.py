@@ -35,3 +35,15 @@ def test_a_finished_run_is_not_unfinished(store: RunStore) -> None:
     store.log_metrics(run, [("epoch/train_loss", 1, 2.0)])
     store.finish_run(run, "finished")
     assert [f for f in doctor.examine(store, [run]) if f.rule == "unfinished"] == []
+
+
+def test_a_run_stopped_in_its_first_epoch_is_not_sent_to_resume(store: RunStore) -> None:
+    """SIGKILLed in epoch 1: there is no checkpoint to resume from (export says so too)."""
+    run = store.create_run("early", "run", {"train": {"epochs": 3}})
+    store.finish_run(run, "killed", error="interrupted")
+    (finding,) = [f for f in doctor.examine(store, [run]) if f.rule == "unfinished"]
+    assert (
+        finding.evidence
+        == "the run was killed after 0 of 3 epoch(s): its figures are a partial run's"
+    )
+    assert finding.fix == "run it again: it stopped before its first epoch's checkpoint"

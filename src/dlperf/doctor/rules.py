@@ -669,6 +669,8 @@ def unfinished(run: RunView) -> list[Issue]:
     of = f" of {planned}" if isinstance(planned, int) else ""
     if run.key("run.checkpoint") is False:
         fix = "run it again (it kept no checkpoint: run.checkpoint = false); a sweep reruns it"
+    elif not done:
+        fix = "run it again: it stopped before its first epoch's checkpoint"
     else:
         fix = f"continue it from its last checkpoint: dlperf run --resume {run.run.id}"
     return [
