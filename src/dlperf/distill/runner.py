@@ -299,6 +299,19 @@ def _write_pseudo(
     return path
 
 
+def oversized_k(top_k: list[int], pool: int) -> list[str]:
+    """A K of at least the pool's size keeps every image a class could take: such students
+    all train on the same images, and K compares nothing (--top-k 1000000000 ran silently)."""
+    big = [k for k in top_k if k >= pool]
+    if not big:
+        return []
+    ks = ", ".join(map(str, big))
+    return [
+        f"K = {ks} is not below the {pool} unlabelled images: every image is kept, so K "
+        "selects nothing (give K values below the pool's size)"
+    ]
+
+
 def run_distill(
     job: DistillJob,
     store: RunStore,
@@ -327,6 +340,8 @@ def run_distill(
         f"distill {p.name!r}, study {study_id}: {len(p.pool.images)} unlabelled images, "
         f"K = {', '.join(map(str, p.opts.top_k))}, P = {p.opts.top_p}"
     )
+    for warning in oversized_k(p.opts.top_k, len(p.pool.images)):
+        reporter.log(f"warning: {warning}")
     result = DistillResult(
         study_id, p.name, {}, {}, [], None, p.labelled.classes, p.pool.spec, str(directory)
     )
