@@ -306,6 +306,13 @@ def test_a_forward_out_of_memory_is_said_as_such() -> None:
         dry_forward(_Hungry(), (3, 8, 8), "the model rejects 3x8x8 images")
     assert out_of_memory(RuntimeError("CUDNN_STATUS_ALLOC_FAILED in cudnnConvolutionForward"))
     assert out_of_memory(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
+    # Linux's CPU allocator, as `dlperf export smallcnn --input 3,100000,100000` met it
+    assert out_of_memory(
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't "
+            "allocate memory: you tried to allocate 480000000000 bytes. Error code 12"
+        )
+    )
     assert not out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x3)"))
 
 

@@ -54,12 +54,14 @@ def dry_forward(
 
 
 # What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
-# RuntimeError, not torch's OutOfMemoryError.
+# RuntimeError, not torch's OutOfMemoryError. On Linux the CPU allocator words it "can't
+# allocate memory: you tried to allocate N bytes".
 OOM_MESSAGES = (
     "out of memory",
     "CUBLAS_STATUS_ALLOC_FAILED",
     "CUDNN_STATUS_ALLOC_FAILED",
     "DefaultCPUAllocator: not enough memory",
+    "can't allocate memory",
 )
 
 
