@@ -46,8 +46,11 @@ def outcome() -> int:
     were anything else to escape, a stop signal landing during its propagation could not be
     told apart from it."""
     try:
-        app()
-    except SystemExit as e:  # Typer's own end: 0, 2 for a usage error, 130 for Ctrl-C
+        # Not standalone, so that Click's usage errors come here to be told in one line too
+        # (standalone, Click prints its usage text around them); Typer still turns Ctrl-C
+        # into exit code 130 and --help into 0, returned here.
+        code = app(standalone_mode=False)
+    except SystemExit as e:  # a command's own sys.exit
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except UserError as e:
         if state.debug:
@@ -68,9 +71,29 @@ def outcome() -> int:
     except Exception as e:
         if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130
             return 130
+        if (code := _click_error(e)) is not None:
+            return code
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1
-    return 0
+    return code if isinstance(code, int) else 0  # Typer's exit code, or a command's None
+
+
+def _click_error(e: Exception) -> int | None:
+    """Click's own errors (Typer vendors Click, so they are matched by shape, not class) in one
+    line, and their exit code; None for any other exception."""
+    kind = type(e).__name__
+    if kind == "Abort":  # end of input at a prompt
+        _say("Aborted!")
+        return 1
+    if not (hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int)):
+        return None
+    if kind == "NoArgsIsHelpError":  # `dlperf runs` alone: its help, as standalone Click
+        e.show()  # type: ignore[attr-defined]
+    else:  # an unknown option, a value of the wrong type, a missing argument
+        ctx = getattr(e, "ctx", None)
+        see = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        _say(f"error: {e.format_message()}{see}")
+    return int(e.exit_code)  # type: ignore[attr-defined]
 
 
 def main() -> NoReturn:
