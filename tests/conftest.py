@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, make_url, text
 from dlperf import timing
 from dlperf.config import Experiment
 from dlperf.distributed.contracts import ComputePhase, DdpStats, MainPhase, RankResult
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]

@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dlperf.deploy",
         "dlperf.exporters",
         "dlperf.converge.plan",
+        "dlperf.converge.speed_views",
         "dlperf.analytic.recorded",
     ),
     # the one training step, its loop and run
@@ -85,10 +86,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ),
     ("dlperf.analytic.interleaved", "dlperf.engine.precision"): (
         "times the model in the run's dtypes, as analytic.measure does"
-    ),
-    ("dlperf.engine.run", "dlperf.experiment.run"): (
-        "transitional (issue 42): run_experiment's old home, for the callers not yet moved to "
-        "dlperf.experiment.run; goes with engine/run.py"
     ),
 }
 

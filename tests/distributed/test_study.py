@@ -23,7 +23,8 @@ from dlperf.config import load_experiment
 from dlperf.data import load_data
 from dlperf.distributed.launch import free_port, worker_pids
 from dlperf.distributed.scaling import EFFICIENCY
-from dlperf.engine.run import build_model, run_experiment
+from dlperf.engine.build import build_model
+from dlperf.experiment.run import run_experiment
 from dlperf.models.transfer import split_params
 from dlperf.procs import alive
 from dlperf.store import RunStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlperf.config import build_experiment
-from dlperf.engine.run import run_experiment
+from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 
 SEEDS = (0, 1, 2)

@@ -72,7 +72,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     from dlperf.data.augment import normalize
     from dlperf.data.sources import decode_file
     from dlperf.engine import checkpoint, pretrained
-    from dlperf.engine.run import build_model, load_run_data
+    from dlperf.engine.build import build_model, load_run_data
     from dlperf.sweep.runner import weights_hint
 
     record = store.get_run(run_id)

@@ -30,8 +30,9 @@ from dlperf.data import ImageData, load_data
 from dlperf.distill import pool, teacher
 from dlperf.distill.select import precision, select
 from dlperf.distill.summary import DistillResult, best
-from dlperf.engine.run import as_run, build_model, run_experiment
+from dlperf.engine.build import as_run, build_model
 from dlperf.errors import UserError
+from dlperf.experiment.run import run_experiment
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -154,7 +155,7 @@ class _Study:
         if found is not None:
             return {**found["summary"], "run_id": found["id"], "status": "finished", "reused": True}
         self.reporter.log(f"{label}: training {exp.run.name}")
-        result = run_experiment(exp, self.store, self.reporter, study_id=self.study_id)
+        result = run_experiment(exp, self.store, self.reporter, study_id=self.study_id).to_dict()
         tags = {k: str(v) for k, v in {"stage": stage, **tags}.items()}
         self.store.set_tags(result["run_id"], tags)
         self.reporter.log(f"{label}: run {result['run_id']} {result['status']}")

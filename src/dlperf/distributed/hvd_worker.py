@@ -53,10 +53,10 @@ def _torch(spec: WorkerSpec, directory: Path) -> RankResult:
     from dlperf.config import Experiment
     from dlperf.data import load_data
     from dlperf.distributed.worker import Launch, Replica, batches, measure
+    from dlperf.engine.build import build_model as torch_model
+    from dlperf.engine.build import start_weights
     from dlperf.engine.hooks import Hooks
     from dlperf.engine.profiler import ProfileWindow, trace_name
-    from dlperf.engine.run import build_model as torch_model
-    from dlperf.engine.run import start_weights
     from dlperf.engine.step import prepare, steps_per_epoch
     from dlperf.engine.timers import PhaseTimer
     from dlperf.models.transfer import set_train_mode

@@ -52,7 +52,7 @@ from dlperf.distributed.summary import (
 from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.distributed.tf_worker import ignored_settings
 from dlperf.distributed.trace_split import rank_traces, with_trace_split
-from dlperf.engine.run import as_run, build_model
+from dlperf.engine.build import as_run, build_model
 from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 from dlperf.paths import replaced

@@ -55,10 +55,10 @@ from dlperf.distributed.contracts import (
     write_ranks,
 )
 from dlperf.distributed.window import Crashing, Laps, ScaleWindow, Timings, fail, write_pid
+from dlperf.engine.build import build_model, start_weights
 from dlperf.engine.checks import out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow, trace_name
-from dlperf.engine.run import build_model, start_weights
 from dlperf.engine.step import TrainStep, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
