@@ -19,8 +19,8 @@ from dlperf.config import (
     to_toml,
 )
 from dlperf.config.detect import MOVED
-from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
+from dlperf.precision import DTYPES
 
 ISSUE_EXAMPLE = """
 [model]

@@ -63,6 +63,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dlperf.image_modes",
         "dlperf.parsing",
         "dlperf.paths",
+        "dlperf.precision",
         "dlperf.procs",
         "dlperf.progress",
         "dlperf.records",
@@ -77,17 +78,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 
 # Imports against the order, (importer, imported) module: why.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("dlperf.analytic.counting", "dlperf.engine.precision"): (
-        "counts under the run's autocast, so a count and a run agree on mixed precision"
-    ),
-    ("dlperf.analytic.measure", "dlperf.engine.precision"): (
-        "times kernels in the run's dtypes, so a calibration and a run agree"
-    ),
-    ("dlperf.analytic.interleaved", "dlperf.engine.precision"): (
-        "times the model in the run's dtypes, as analytic.measure does"
-    ),
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:

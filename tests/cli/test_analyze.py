@@ -334,6 +334,7 @@ def test_vgg19_activations_and_params_as_the_course_tables_count_them(cli: Cli) 
         "activations": "all",
         "macs": "dlperf",
         "macs_counts": "",
+        "precision": "fp32",
     }
     doc = json.loads(
         cli("analyze", "vgg19", "--activations", "conv-pool-fc", "--no-bias", "--json").out
@@ -521,3 +522,13 @@ def test_feature_extract_counts_the_trainable_head_without_weights(
     finetune = cli("analyze", "resnet18", "--config", str(path), "--classes", "10",
                    "--set", "model.transfer=finetune", "--json")  # fmt: skip
     assert json.loads(finetune.out)["totals"]["trainable_params"] == t["params"]
+
+
+def test_a_reduced_precision_count_says_it_cast_the_model(cli: Cli) -> None:
+    """A bf16 count casts every tensor; a bf16 run trains under autocast: the output says
+    which program it counted (issue 42, finding 7)."""
+    doc = json.loads(cli("analyze", "smallcnn", "--precision", "bf16", "--json").out)
+    assert doc["precision"] == "bf16"
+    assert doc["conventions"]["precision"].startswith("the model cast to bf16")
+    assert "autocast" in doc["conventions"]["precision"]
+    assert "the model cast to bf16" in cli("analyze", "smallcnn", "--precision", "bf16").out

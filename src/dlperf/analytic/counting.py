@@ -47,8 +47,8 @@ from dlperf.analytic.conventions import (
     torchinfo_macs,
 )
 from dlperf.analytic.receptive import FieldTracker
-from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
+from dlperf.precision import DTYPES, counted_as
 
 ROOT = "(model)"
 """Row name of work done in the top-level module's own forward."""
@@ -217,6 +217,7 @@ class Analysis:
                 "activations": self.activations,
                 "macs": self.macs_convention,
                 "macs_counts": MACS_CONVENTIONS[self.macs_convention],
+                "precision": counted_as(self.precision),
             },
             "totals": self.totals(),
             "layers": layers,

@@ -32,7 +32,7 @@ from dlperf.analytic.devices import Device
 from dlperf.analytic.measure import KERNELS, large_copy, make_step, solve, square_matmul
 from dlperf.analytic.paleo import error_pct, predict
 from dlperf.contention import Contention, Reliability, Window, judge
-from dlperf.engine.precision import DTYPES
+from dlperf.precision import DTYPES
 from dlperf.progress import NullReporter, Reporter
 from dlperf.timing import Clock, Spread, interleave
 

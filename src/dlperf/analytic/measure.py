@@ -17,8 +17,8 @@ from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
 from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward, sum_backward
 from dlperf.analytic.devices import Device
-from dlperf.engine.precision import DTYPES
 from dlperf.errors import UserError
+from dlperf.precision import DTYPES
 from dlperf.system import synchronize
 from dlperf.timing import Clock, timed
 

@@ -111,6 +111,7 @@ def totals_table(result: dict[str, Any]) -> Table:
     summary += [
         [f"MACs ({result['conventions']['macs']})", f"{t['macs']:,} ({si(t['macs'])})"],
         ["  MACs count", result["conventions"]["macs_counts"]],
+        ["  precision", result["conventions"]["precision"]],
         ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
         [f"activations (elements; {outputs})", f"{t['activations']:,}"],
         ["activation memory (the same)", si(t["activation_bytes"], "B")],

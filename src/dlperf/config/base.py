@@ -24,7 +24,7 @@ Seed = Annotated[int, Field(ge=0, lt=2**32)]
 Mean = Annotated[float, Field(ge=0, le=1)]
 Std = Annotated[float, Field(gt=0, le=1)]
 # Autocast and counting precisions, as run.precision, analyze.precision and the device
-# catalog spell them; engine/precision.py maps them to torch dtypes.
+# catalog spell them; dlperf/precision.py maps them to torch dtypes.
 Precision = Literal["fp32", "bf16", "fp16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 

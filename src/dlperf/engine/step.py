@@ -24,7 +24,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from dlperf.config import RunConfig, TrainConfig
 from dlperf.engine.optim import build_optimizer, build_scheduler
-from dlperf.engine.precision import autocast as precision_autocast
+from dlperf.precision import autocast as precision_autocast
 
 
 class Timer(Protocol):

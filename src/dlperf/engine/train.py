@@ -19,10 +19,10 @@ from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
 from dlperf.engine.hooks import Hooks
 from dlperf.engine.loop import EpochClock, MetricSink, Progress, fit
-from dlperf.engine.precision import autocast as precision_autocast
 from dlperf.engine.profiler import ProfileWindow, check_fits, trace_name
 from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
+from dlperf.precision import autocast as precision_autocast
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import RunSummary
 from dlperf.system import gpu_memory, peak_memory_bytes, reset_peak_memory
