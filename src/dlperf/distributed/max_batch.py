@@ -5,7 +5,7 @@ failure for another reason, or the last size it tries."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,5 @@ def find_max_batch(
             largest = batch
         else:
             reason, detail = "last_size", f"every size from {sizes[0]} to {sizes[-1]} fitted"
-    result = study.result()
-    result.max_per_worker_batch = largest
+    result = replace(study.result(), max_per_worker_batch=largest)
     return MaxBatchResult(result, reason, batch, detail)

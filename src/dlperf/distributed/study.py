@@ -63,7 +63,7 @@ from dlperf.system import system_info, usable_cores
 WORKER_MODULE = "dlperf.distributed.worker"
 
 
-@dataclass  # not frozen while dlperf.distributed.max_batch sets max_per_worker_batch on it
+@dataclass(frozen=True)
 class StudyResult:
     """A study as it ran: its points' rows (node 0's summarised), the warnings, where it ran
     in words, the ring model its predictions used, and how its points compare. The document
