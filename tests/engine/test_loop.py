@@ -134,10 +134,19 @@ def test_fit_counts_steps_epochs_and_samples_through_the_loop(max_steps: int | N
     clock = EpochClock(device, 1, timer)
     rows = Rows()
     state = fit(
-        step, model, lambda epoch: data, Progress(), clock, rows, NullReporter(),
-        RunConfig(log_every=1), trainer="run", epochs=2, max_steps=max_steps,
+        step,
+        model=model,
+        batches=lambda epoch: data,
+        state=Progress(),
+        clock=clock,
+        sink=rows,
+        reporter=NullReporter(),
+        run=RunConfig(log_every=1),
+        trainer="run",
+        epochs=2,
+        max_steps=max_steps,
         evaluate=lambda: {"acc1": 0.5},
-    )  # fmt: skip
+    )
     steps = max_steps or 4
     assert state.step == steps and state.epoch == 2
     assert state.samples == 5 * (steps - 1)  # the first step warms up

@@ -183,9 +183,19 @@ def train(
 
     clock = EpochClock(device, run.warmup_steps, PhaseTimer(device, enabled=False))
     state = fit(
-        step, model, epoch_batches, Progress(), clock, sink, rep, run, trainer="detect",
-        epochs=train_cfg.epochs, max_steps=max_steps, collate=collate,
-    )  # fmt: skip
+        step,
+        model=model,
+        batches=epoch_batches,
+        state=Progress(),
+        clock=clock,
+        sink=sink,
+        reporter=rep,
+        run=run,
+        trainer="detect",
+        epochs=train_cfg.epochs,
+        max_steps=max_steps,
+        collate=collate,
+    )
     model.eval()
     images_per_s = state.samples / state.train_time_s if state.samples else math.nan
     return TrainResult(state.step, sink.losses, state.elapsed_s, images_per_s)

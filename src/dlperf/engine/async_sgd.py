@@ -126,9 +126,18 @@ def train(
 
     clock = EpochClock(device, 0, PhaseTimer(device, enabled=False))
     fit(
-        step, model, loader.set_epoch, state, clock, sink or Rows(), reporter, exp.run,
-        trainer="async" if reads else "sync", epochs=cfg.epochs, evaluate=validate,
+        step,
+        model=model,
+        batches=loader.set_epoch,
+        state=state,
+        clock=clock,
+        sink=sink or Rows(),
+        reporter=reporter,
+        run=exp.run,
+        trainer="async" if reads else "sync",
+        epochs=cfg.epochs,
+        evaluate=validate,
         before_step=read if schedule else None,
-    )  # fmt: skip
+    )
     stale = [i - (schedule[i] if schedule else i) for i in range(state.step)]
     return history, stale

@@ -39,6 +39,7 @@ __all__ = ["Diverged", "EpochClock", "MetricSink", "Progress", "Row", "Rows", "f
 
 def fit(
     step: TrainStep,
+    *,
     model: nn.Module,
     batches: Callable[[int], Loader | list[tuple[Any, Any]]],
     state: Progress,
@@ -46,7 +47,6 @@ def fit(
     sink: MetricSink,
     reporter: Reporter,
     run: RunConfig,
-    *,
     trainer: str,
     epochs: int,
     hooks: Hooks | None = None,

@@ -110,10 +110,22 @@ def train(
 
     with window:
         fit(
-            step, model, train_loader.set_epoch, state, clock, sink, reporter, run, trainer="run",
-            epochs=cfg.epochs, hooks=hooks, target=exp.target.accuracy, window=window,
-            evaluate=lambda: evaluate(model, val_loader, device, run), after_epoch=save,
-        )  # fmt: skip
+            step,
+            model=model,
+            batches=train_loader.set_epoch,
+            state=state,
+            clock=clock,
+            sink=sink,
+            reporter=reporter,
+            run=run,
+            trainer="run",
+            epochs=cfg.epochs,
+            hooks=hooks,
+            target=exp.target.accuracy,
+            window=window,
+            evaluate=lambda: evaluate(model, val_loader, device, run),
+            after_epoch=save,
+        )
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
     test = evaluate(model, test_loader, device, run)
     waited = clock.contention.result()
