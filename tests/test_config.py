@@ -83,11 +83,11 @@ def test_set_overrides_with_type_checking(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[train]\nlrr = 0.1\n", "unknown key 'train.lrr' (did you mean 'lr'?)"),
+        ("[train]\nlrr = 0.1\n", "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
         ("[trian]\nlr = 0.1\n", "unknown key 'trian' (did you mean 'train'?)"),
         (
             "[train.schedule]\nmilestone = [1]\n",
-            "unknown key 'train.schedule.milestone' (did you mean 'milestones'?)",
+            "unknown key 'train.schedule.milestone' (did you mean 'train.schedule.milestones'?)",
         ),
         ("[train]\nepochs = 0\n", "train.epochs: must be at least 1 (got 0)"),
         (
@@ -100,7 +100,7 @@ def test_set_overrides_with_type_checking(tmp_path: Path) -> None:
         ('[scale]\ncomm = ["ring"]\n', "scale.comm.0: Input should be 'allreduce', 'fp16',"),
         ("[scale]\nsteps = 0\n", "scale.steps: must be at least 1 (got 0)"),
         ("[serve]\nport = 70000\n", "serve.port: must be at most 65535 (got 70000)"),
-        ("[serve]\nqueu = 1\n", "unknown key 'serve.queu' (did you mean 'queue'?)"),
+        ("[serve]\nqueu = 1\n", "unknown key 'serve.queu' (did you mean 'serve.queue'?)"),
         ("[detect]\nsize = 64\n", "detect.size: must be at least 96 (got 64)"),
         ("[detect]\nepochs = 0\n", "'detect.epochs' is 'train.epochs' now (give it as train"),
         ("[detect]\nbatch = 4\n", "'detect.batch' is 'train.batch_size' now"),
@@ -109,7 +109,7 @@ def test_set_overrides_with_type_checking(tmp_path: Path) -> None:
             '[detect]\nap_method = "101point"\n',
             "detect.ap_method: Input should be 'area' or '11point' (got '101point')",
         ),
-        ("[detect]\nap_metod = 1\n", "unknown key 'detect.ap_metod' (did you mean 'ap_method'"),
+        ("[detect]\nap_metod = 1\n", "'detect.ap_metod' (did you mean 'detect.ap_method'"),
     ],
 )
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -120,7 +120,7 @@ def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -
 
 
 def test_unknown_key_via_set(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"unknown key 'run.sed' \(did you mean 'seed'\?\)"):
+    with pytest.raises(UserError, match=r"unknown key 'run.sed' \(did you mean 'run.seed'\?\)"):
         load_experiment(write(tmp_path, ISSUE_EXAMPLE), ["run.sed=1"])
 
 

@@ -80,13 +80,16 @@ def did_you_mean(
     n: int = 1,
     cutoff: float = 0.6,
     quote: bool = False,
+    prefix: str = "",
 ) -> str:
     """A hint naming the `n` choices closest to a misspelt `name` ("did you mean 'lr'?"),
+    each written after `prefix` (a section's "train." gives 'train.lr', the key to type),
     else `otherwise` (e.g. the list of valid names)."""
     close = difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
     if not close:
         return otherwise
-    return "did you mean " + ", ".join(f"'{c}'" if quote else c for c in close) + "?"
+    named = (prefix + c for c in close)
+    return "did you mean " + ", ".join(f"'{c}'" if quote else c for c in named) + "?"
 
 
 def parse_list(

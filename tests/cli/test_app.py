@@ -63,7 +63,7 @@ def one_line_error(result: CliResult, text: str) -> None:
             ["run", "{exp}", "--set", "train.batch_size=100000"],
             "is larger than the 1294 training images",
         ),
-        (["run", "{exp}", "--set", "train.lrr=1"], "unknown key 'train.lrr' (did you mean 'lr'?)"),
+        (["run", "{exp}", "--set", "train.lrr=1"], "'train.lrr' (did you mean 'train.lr'?)"),
         (["run", "{exp}", "--set", "run.device=cuda"], "CUDA is not available here"),
         (
             ["run", "{exp}", "--timing", "always"],

@@ -166,7 +166,7 @@ def test_the_npz_data_set_reads_images_labels_and_class_names(tmp_path: Path) ->
         ("cifar10:holdout=0.5", "holdout sets aside a share of the experiment's own digits"),
         ("digits:holdout=0", "holdout must be above 0"),
         ("digits", "these are the experiment's labelled images"),
-        ("mnist5k:imagesize=8", "unknown key 'data.imagesize' (did you mean 'image_size'?)"),
+        ("mnist5k:imagesize=8", "unknown key 'data.imagesize' (did you mean 'data.image_size'?)"),
         ("nosuchset", "unknown dataset 'nosuchset'"),
     ],
 )  # fmt: skip

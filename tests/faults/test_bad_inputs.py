@@ -110,7 +110,7 @@ CASES = [
         "run exp.toml --set train.schedule.min_lr=1",
         "train.schedule.min_lr: must not exceed train.lr 0.05 (got 1)",
     ),
-    case("run exp.toml --set train.lrr=1", "unknown key 'train.lrr' (did you mean 'lr'?)"),
+    case("run exp.toml --set train.lrr=1", "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
     case("run exp.toml --set trian.lr=1", "unknown key 'trian' (did you mean 'train'?)"),
     case("run exp.toml --set train.lr", "error: --set 'train.lr': expected KEY=VALUE"),
     case("run exp.toml --set .lr=1", "error: --set '.lr=1': empty key (e.g. --set train.lr=0.01)"),

@@ -147,7 +147,7 @@ def test_find_study_is_the_newest_of_that_name_and_kind(store: RunStore) -> None
 
 BAD = {
     "unknown key": ('[grid]\n"train.lrr" = [0.1]\n', [],
-                    "unknown key 'train.lrr' (did you mean 'lr'?)"),
+                    "unknown key 'train.lrr' (did you mean 'train.lr'?)"),
     "no axes": ("repeats = 2\n", [], "no axes to sweep"),
     "wrong type": ('[grid]\n"train.lr" = [0.1, "fast"]\n', [],
                    "point 2 (train.lr='fast'): train.lr: Input should be a valid number"),

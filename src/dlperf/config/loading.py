@@ -58,7 +58,12 @@ def check_keys(
                 )
             # repr: a key read from a file may hold a newline, and the error stays one line
             hint = did_you_mean(
-                key, fields, f"valid keys: {', '.join(fields)}", cutoff=0.5, quote=True
+                key,
+                fields,
+                f"valid keys: {', '.join(fields)}",
+                cutoff=0.5,
+                quote=True,
+                prefix=prefix,
             )
             raise UserError(f"{where}: unknown key {path!r}", hint)
         annotation = fields[key].annotation
