@@ -142,11 +142,13 @@ def test_a_real_study_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -
     args = ["scale", str(exp), "--workers", "1,2", *STUDY[:-2], "--warmup-steps", "1"]
     done = subprocess.run(
         [*command, *args, "--steps", "6", "--synthetic", "--no-plots", "--no-comm-split",
-         "--allow-oversubscribe", "--json"],
+         "--allow-oversubscribe", "--repeat", "1", "--json"],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["rows"]
+    # --repeat 1: one launch per point (not 3), each point's wait measured by that launch
+    assert [row.get("rounds") for row in rows] == [None, None]
     assert [row["threads_per_worker"] for row in rows] == [1, 1]
     for row in rows:
         assert row["cpu_wait_share"] > 0.25, row
