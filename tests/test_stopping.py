@@ -146,7 +146,7 @@ def test_an_interrupt_out_of_exec_still_exits_with_the_code(tmp_path: Path) -> N
     unhandled even when a caller handles it, and ends the process by SIGINT (-2, no
     traceback): how a SIGTERMed `staleness` once exited in CI. A real `dlperf run`, signalled
     from such code at step 2."""
-    (tmp_path / "exp.toml").write_text(TINY.format(epochs=50) + "threads = 1\n")
+    (tmp_path / "exp.toml").write_text(TINY.format(epochs=50))
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     for sig in (signal.SIGTERM, signal.SIGINT):
         proc = subprocess.run(

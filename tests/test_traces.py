@@ -96,7 +96,7 @@ def test_a_trace_without_steps_says_how_to_record_one(tmp_path: Path) -> None:
     assert "--profile" in (e.value.hint or "")
 
 
-PROFILED = "threads = 1\n[run.profile]\nenabled = true\n"
+PROFILED = "[run.profile]\nenabled = true\n"
 
 
 def _profiled_run(cli: Callable[..., CliResult], tiny_exp: Callable[..., Path]) -> dict[str, Any]:
@@ -202,7 +202,7 @@ def test_tensorboards_profiler_plugin_reads_the_trace_alike(
 def test_trace_errors_are_one_line(
     cli: Callable[..., CliResult], tiny_exp: Callable[..., Path]
 ) -> None:
-    exp = tiny_exp(epochs=1, extra="threads = 1\n")
+    exp = tiny_exp(epochs=1)
     plain = json.loads(cli("run", str(exp), "--json").out)["run_id"]
     missing = cli("runs", "trace", str(plain))
     assert missing.code == 2 and "has no trace" in missing.err and "--profile" in missing.err

@@ -29,7 +29,7 @@ def stopped_run(root: Path, sig: signal.Signals) -> None:
     """A real `dlperf run` (3 epochs of 4 steps) paused in epoch 2, then sent `sig`."""
     exp = root / "tiny.toml"
     text = TINY.format(epochs=3).replace('name = "digits"', 'name = "digits"\nlimit = 128')
-    exp.write_text(text + f'threads = 1\nout_dir = "{root / "runs"}"\n')
+    exp.write_text(text + f'out_dir = "{root / "runs"}"\n')
     marker = root / "paused"
     env = {**os.environ, **hook_env("pause_at_step", f"{PAUSE_STEP}:{marker}")}
     proc = subprocess.Popen(

@@ -235,7 +235,7 @@ def test_schedules() -> None:
     assert lr_factor(3, ScheduleConfig(), 10, 0.1) == 1.0
 
 
-RESUMABLE = "threads = 1\nlog_every = 5\n"  # appended to the [run] section
+RESUMABLE = "log_every = 5\n"  # appended to the [run] section
 
 
 def test_resume_continues_exactly(

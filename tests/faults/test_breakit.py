@@ -87,7 +87,7 @@ def test_an_experiment_file_whose_name_is_not_utf8_runs(
 ) -> None:
     """The run's default name is the file's stem: bytes 0xff 0xfe become U+FFFD, as a sweep's."""
     name = os.fsdecode(b"\xff\xfe.toml")
-    tiny_exp(epochs=1, extra="threads = 1\n", name=name)
+    tiny_exp(epochs=1, name=name)
     result = cli("run", str(tmp_path / name), "--set", "data.limit=64")
     assert result.code == 0, result.err  # before: an 85-line UnicodeEncodeError
     (run,) = store.list_runs()

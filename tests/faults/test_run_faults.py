@@ -33,7 +33,7 @@ SPE = 20  # steps per epoch: 1294 training digits // batch 64
 TOTAL = EPOCHS * SPE
 SETTINGS = ["--set", "train.batch_size=64"]
 LOG_EVERY = 3  # losses reach the store every 3 steps, so a fault leaves some past the checkpoint
-EXPERIMENT = TINY.format(epochs=EPOCHS) + f"threads = 1\nlog_every = {LOG_EVERY}\n"
+EXPERIMENT = TINY.format(epochs=EPOCHS) + f"log_every = {LOG_EVERY}\n"
 # Measured, not computed: they differ between any two runs.
 WALL_CLOCK = {"epoch/time_s", "epoch/throughput", "epoch/cpu_wait_share"}
 # A paused process cannot finish, so waiting long for it costs nothing on an idle machine.

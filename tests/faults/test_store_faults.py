@@ -289,7 +289,7 @@ def test_artifacts_in_a_read_only_directory_refuse_the_run(
     out_dir = tmp_path / "runs"
     out_dir.mkdir()
     with read_only(out_dir, tmp_path / "ro") as ro:
-        result = cli("run", str(tiny_exp(epochs=1, extra=f'out_dir = "{ro}"\nthreads = 1\n')))
+        result = cli("run", str(tiny_exp(epochs=1, extra=f'out_dir = "{ro}"\n')))
     one_line(result, 2, f"cannot use {ro / store.id}", "Read-only file system")
     assert store.list_runs() == []  # bad input is refused before a run is recorded
 
@@ -317,7 +317,7 @@ def test_checkpoints_on_a_full_disk(
     """The run whose checkpoint does not fit fails in one line (exit 1), leaves no partial
     file, and the earlier run's checkpoint on the same disk still loads."""
     with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", target=tmp_path / "small") as small:
-        exp = str(tiny_exp(epochs=1, extra=f'out_dir = "{small}"\nthreads = 1\n'))
+        exp = str(tiny_exp(epochs=1, extra=f'out_dir = "{small}"\n'))
         assert cli("run", exp).code == 0
         first = checkpoint_of(store, 1)
         fill(small)
@@ -514,7 +514,7 @@ def test_sigterm_marks_every_run_killed(
 
 # --- two commands on one run -------------------------------------------------------------------
 
-RESUMED = TINY.format(epochs=3) + "threads = 1\n"  # 20 steps per epoch at batch 64
+RESUMED = TINY.format(epochs=3)  # 20 steps per epoch at batch 64
 STEPS = 60
 
 

@@ -78,7 +78,7 @@ def experiment(root: Path) -> Path:
     """3 epochs of 4 steps (128 digits in batches of 32), one thread, files under root."""
     path = root / "tiny.toml"
     text = TINY.format(epochs=3).replace('name = "digits"', 'name = "digits"\nlimit = 128')
-    path.write_text(text + f'threads = 1\nout_dir = "{root / "runs"}"\n')
+    path.write_text(text + f'out_dir = "{root / "runs"}"\n')
     return path
 
 

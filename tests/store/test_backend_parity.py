@@ -68,7 +68,7 @@ def test_dlperf_run_refuses_a_long_run_name_in_one_line_and_stores_nothing(
 ) -> None:
     """Before the fix PostgreSQL answered with 103 lines (StringDataRightTruncation) and
     SQLite stored the name: now both refuse it before the run starts."""
-    exp = tiny_exp(epochs=1, extra="threads = 1\n")
+    exp = tiny_exp(epochs=1)
     result = cli("--db", url, "run", str(exp), "--set", f"run.name={'n' * 300}")
     one_line_error(result, "run name 'nnnnnnnnnnnnnnnnnnnn'... is 300 characters long")
     assert "give a shorter run.name" in result.err
