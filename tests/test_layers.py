@@ -199,6 +199,51 @@ def test_the_engine_never_imports_the_store() -> None:
     assert found == [], "\n".join(["the engine imports the store:", *found])
 
 
+# The RunStore methods that change a store; the readers (report, doctor) may call only the
+# others (get_run, list_runs, metrics, artifacts, ...).
+STORE_WRITES = {
+    "add_artifact", "claim", "create_run", "create_study", "delete_metrics_after", "delete_runs",
+    "finish_run", "log_metrics", "new_run", "recording", "set_tags", "take_over", "update_run",
+}  # fmt: skip
+
+
+def calls(name: str) -> list[tuple[int, str]]:
+    """Every call in `name`'s file, as (line, the called expression as written)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    return [
+        (node.lineno, ast.unparse(node.func))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+    ]
+
+
+def test_the_readers_use_the_stores_read_methods_only() -> None:
+    """report/ and doctor/ read runs; what a study's figures are recorded as is the study's
+    to write (dlperf.distributed.study.record_figures), not the report's."""
+    readers = [n for n in MODULES if n.startswith(("dlperf.report", "dlperf.doctor"))]
+    found = [
+        f"{where(name, line)}: {name} calls {called}"
+        for name in readers
+        for line, called in calls(name)
+        if called.rpartition(".")[2] in STORE_WRITES and "." in called
+    ]
+    assert found == [], "\n".join(["a reader writes to the store:", *found])
+
+
+def test_nothing_below_the_cli_prints() -> None:
+    """Commands print (dlperf.cli: console is the one output sink); the library returns data
+    or reports progress through a Reporter, so a notebook decides what is shown."""
+    below = [n for n in MODULES if not n.startswith("dlperf.cli")]
+    writes = ("print", "sys.stdout.write", "sys.stderr.write", "rich.print", "Console")
+    found = [
+        f"{where(name, line)}: {name} calls {called}"
+        for name in below
+        for line, called in calls(name)
+        if called in writes or called.endswith(".print")
+    ]
+    assert found == [], "\n".join(["printing below the cli:", *found])
+
+
 def cycles() -> list[list[str]]:
     """Every strongly connected group of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}

@@ -55,6 +55,7 @@ from dlperf.distributed.summary import (
 )
 from dlperf.errors import UserError
 from dlperf.procs import PARENT_ENV, alive, guarded
+from dlperf.store import RunStore
 from tests.conftest import rank_result
 
 # What a test's partial row lacks: a point's launch, and (summarised points) every figure.
@@ -557,15 +558,39 @@ def test_the_saved_figures_are_named_in_the_human_output(
     figures = ["/out/scale-1/plots/throughput.png", "/out/scale-1/plots/speedup.png"]
     done = study.StudyResult(1, [], [], "single-host emulation")
     monkeypatch.setattr(study, "run_study", lambda *args: done)
-    monkeypatch.setattr(scaling, "save_study_figures", lambda *args: figures)
+    saved = [(1, f"figure/{Path(p).stem}", Path(p)) for p in figures]
+    monkeypatch.setattr(scaling, "save_study_figures", lambda *args: saved)
+    recorded: list[tuple[int, str, Path]] = []
+
+    def record(store: RunStore, given: list[tuple[int, str, Path]]) -> list[str]:
+        recorded.extend(given)
+        return [str(path) for _, _, path in given]
+
+    monkeypatch.setattr(study, "record_figures", record)
     base = ["scale", str(tiny_exp()), "--mode", "weak", "--per-worker-batch", "8", "--steps", "2"]
     r = cli(*base, "--workers", "1")
     assert r.code == 0, r.err
     assert [line for line in r.err.splitlines() if line.startswith("saved ")] == [
         f"saved {path}" for path in figures
     ]
+    assert recorded == saved  # the command records what the report only drew
     r = cli(*base, "--workers", "1", "--json")
     assert json.loads(r.out)["artifacts"] == figures
+
+
+def test_a_studys_figures_are_recorded_by_the_study_not_the_report(store: RunStore) -> None:
+    """The report draws and names (run, kind, path); dlperf.distributed.study records them as
+    artifacts of their runs, so report/ uses the store's read methods only."""
+    from dlperf.distributed.study import record_figures
+
+    first = store.create_run("point", "scale", {})
+    paths = [Path("/out/scale-1/plots/throughput.png"), Path("/out/scale-1/plots/speedup.png")]
+    saved = [(first, "figure/throughput", paths[0]), (first, "figure/speedup", paths[1])]
+    assert record_figures(store, saved) == [str(p) for p in paths]
+    assert store.artifacts(first) == [
+        {"kind": "figure/throughput", "path": str(paths[0])},
+        {"kind": "figure/speedup", "path": str(paths[1])},
+    ]
 
 
 # --- whole studies through the command, torchrun replaced by fake_workers -----------------

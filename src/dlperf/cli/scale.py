@@ -210,6 +210,7 @@ def max_batch(
     """
     from dlperf.config import ScaleJob, load_job
     from dlperf.distributed.max_batch import find_max_batch
+    from dlperf.distributed.study import record_figures
     from dlperf.distributed.study_tables import document
     from dlperf.report.max_batch import save_max_batch_figures
 
@@ -220,9 +221,8 @@ def max_batch(
     console.tell(result.warnings)
     artifacts = []
     if result.study_id is not None and job.scale.plots:  # only node 0 stores and draws
-        artifacts = save_max_batch_figures(
-            store, result.study_id, result.rows, where, search.answer()
-        )
+        saved = save_max_batch_figures(store, result.study_id, result.rows, where, search.answer())
+        artifacts = record_figures(store, saved)
     doc = document(result, artifacts) | {"stopped": search.stopped()}
     if not console.printed_json(as_json, doc):
         _print_table(result)
@@ -268,7 +268,7 @@ def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
     """Run the study `job`, draw its figures, and print it: the JSON document, the course's
     tables as one CSV, or the tables (on a node but the first: that node 0 stores the
     results), then the figures saved."""
-    from dlperf.distributed.study import run_study
+    from dlperf.distributed.study import record_figures, run_study
 
     result, store, where = _measure(job, run_study)
     console.tell(result.warnings)
@@ -276,7 +276,8 @@ def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
     if result.study_id is not None and job.scale.plots:  # only node 0 stores and draws
         from dlperf.report.scaling import save_study_figures
 
-        artifacts = save_study_figures(store, result.study_id, result.rows, where)
+        saved = save_study_figures(store, result.study_id, result.rows, where)
+        artifacts = record_figures(store, saved)
     from dlperf.distributed.study_tables import course_csv, document
 
     if console.printed_json(as_json, document(result, artifacts)):

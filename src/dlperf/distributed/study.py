@@ -446,6 +446,14 @@ def run_study(
     return study.result()
 
 
+def record_figures(store: RunStore, saved: list[tuple[int, str, Path]]) -> list[str]:
+    """Record each figure a study's report saved, (run, kind, path), as an artifact of its run
+    (the report only reads the store); their paths, as the output names them."""
+    for run_id, kind, path in saved:
+        store.add_artifact(run_id, kind, path)
+    return [str(path) for _, _, path in saved]
+
+
 def rank_metrics(ranks: Sequence[RankResult]) -> list[tuple[str, int, float]]:
     """Every rank's step times as metrics: rankR/step_time_s and rankR/compute_step_time_s."""
     metrics = []

@@ -85,9 +85,10 @@ def max_batch_figures(
 
 def save_max_batch_figures(
     store: RunStore, study_id: int, rows: list[PointRow], out_dir: Path, stop: str | None = None
-) -> list[str]:
-    """Draw a stored search's figures under `out_dir`/scale-ID/plots and record them as
-    artifacts of its first run; their paths. Nothing when no size fitted."""
+) -> list[tuple[int, str, Path]]:
+    """Draw a stored search's figures under `out_dir`/scale-ID/plots: (its first run, kind,
+    path) of each, for the caller to record (the report only reads the store). Nothing when
+    no size fitted."""
     run_id = next((r.run_id for r in rows if r.status == "finished"), None)
     if run_id is None:  # no size fitted, or not node 0, which stores them
         return []
@@ -95,10 +96,9 @@ def save_max_batch_figures(
     title = f"largest-batch search, scale study {study_id}: {study['name']}"
     directory = out_dir / f"scale-{study_id}" / "plots"
     directory.mkdir(parents=True, exist_ok=True)
-    saved = []
+    saved: list[tuple[int, str, Path]] = []
     for kind, fig in max_batch_figures([r.to_dict() for r in rows], title, stop):
         path = (directory / f"{kind.split('/')[1]}.png").resolve()
         fig.savefig(path, dpi=120)
-        store.add_artifact(run_id, kind, path)
-        saved.append(str(path))
+        saved.append((run_id, kind, path))
     return saved

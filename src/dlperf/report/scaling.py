@@ -292,17 +292,16 @@ def plot_study(
 
 def save_study_figures(
     store: RunStore, study_id: int, rows: list[PointRow], out_dir: Path
-) -> list[str]:
-    """Draw a stored study's figures under `out_dir`/scale-ID/plots and record them as
-    artifacts of its first run (the store keeps artifacts per run); their paths. Nothing
-    when no point finished."""
+) -> list[tuple[int, str, Path]]:
+    """Draw a stored study's figures under `out_dir`/scale-ID/plots: (its first run, kind,
+    path) of each, for the caller to record (the store keeps artifacts per run; the report
+    only reads it). Nothing when no point finished."""
     run_id = rows[0].run_id if any(r.status == "finished" for r in rows) else None
     if run_id is None:  # no point finished, or not node 0, which stores them
         return []
     study = store.get_study(study_id)
-    saved = []
+    saved: list[tuple[int, str, Path]] = []
     directory = out_dir / f"scale-{study_id}" / "plots"
     for kind, path in plot_study(directory, [r.to_dict() for r in rows], (study_id, study["name"])):
-        store.add_artifact(run_id, kind, path.resolve())
-        saved.append(str(path.resolve()))
+        saved.append((run_id, kind, path.resolve()))
     return saved
