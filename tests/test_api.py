@@ -15,7 +15,7 @@ import torch
 import dlperf
 from dlperf.procs import this_process
 from dlperf.store import RunStore as StoreImpl
-from tests.conftest import REPO, trained_run
+from tests.conftest import REPO, TrainedRun
 
 EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
 
@@ -113,11 +113,13 @@ def test_store_reads_like_the_commands(db: str, tmp_path: Path) -> None:
         store.metrics(99, "train/loss")
 
 
-def test_frame_puts_every_metric_on_the_global_step(tmp_path: Path) -> None:
+def test_frame_puts_every_metric_on_the_global_step(
+    tmp_path: Path, trained_digits: TrainedRun
+) -> None:
     """Validation is stored at step = epoch; the frame puts it at the epoch's last step, as
     the exports do, instead of squashed at the left of the step axis."""
     pytest.importorskip("pandas")
-    _, run_id, _ = trained_run(tmp_path)
+    _, run_id, _ = trained_digits.copy_to(tmp_path)
     frame = dlperf.Store(f"sqlite:///{tmp_path / 'dlperf.db'}").frame(run_id)
     last = int(frame["train/loss"].last_valid_index())
     assert frame["val/acc1"].dropna().index.tolist() == [last]

@@ -18,7 +18,7 @@ from dlperf.parsing import flatten
 from dlperf.procs import this_process
 from dlperf.store import RunStore
 from dlperf.store.keys import on_global_steps
-from tests.conftest import REPO, CliResult, trained_run
+from tests.conftest import REPO, CliResult, TrainedRun
 
 pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
 pytest.importorskip("tensorboard", reason="the tensorboard extra")
@@ -40,9 +40,9 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def run(tmp_path: Path, cli: Cli) -> tuple[RunStore, int]:
+def run(tmp_path: Path, cli: Cli, trained_digits: TrainedRun) -> tuple[RunStore, int]:
     """A real finished run (checkpoint and metrics) in the store the `cli` fixture uses."""
-    store, run_id, _ = trained_run(tmp_path)
+    store, run_id, _ = trained_digits.copy_to(tmp_path)
     return store, run_id
 
 
@@ -342,13 +342,15 @@ def test_a_lost_run_without_metrics_ends_when_it_started(
     assert got.info.start_time == got.info.end_time == round(started * 1000)
 
 
-def test_a_killed_runs_epochs_land_on_the_global_step(tmp_path: Path, cli: Cli) -> None:
+def test_a_killed_runs_epochs_land_on_the_global_step(
+    tmp_path: Path, cli: Cli, trained_digits: TrainedRun
+) -> None:
     """A run killed before it wrote its summary has no steps_per_epoch there: its per-epoch
     metrics went to steps 1..E, squashed left of the training loss. The steps per epoch come
     from its config and data instead (1294 digits in batches of 32: 40)."""
     from mlflow.tracking import MlflowClient
 
-    store, run_id, _ = trained_run(tmp_path)
+    store, run_id, _ = trained_digits.copy_to(tmp_path)  # its own store: the update stays here
     store.update_run(run_id, status="killed", summary={})
     stored = exporters.metric_series(store, run_id)
     last_step = stored["train/loss"][-1][0]

@@ -23,15 +23,15 @@ from dlperf.report.runs import _x_values, default_keys, draw_runs, legend_labels
 from dlperf.report.scaling import plot_study, shared_host, study_figures
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
-from tests.conftest import trained_run
+from tests.conftest import TrainedRun
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store with two real runs: 1 = one epoch at a constant rate (conftest's trained_run),
-    2 = two epochs on a cosine schedule. Tests copy it, so each has its own."""
+def stored(tmp_path_factory: pytest.TempPathFactory, trained_digits: TrainedRun) -> Path:
+    """A store with two real runs: 1 = one epoch at a constant rate (conftest's trained_digits,
+    copied), 2 = two epochs on a cosine schedule. Tests copy it, so each has its own."""
     root = tmp_path_factory.mktemp("runs")
-    store, first, _ = trained_run(root)
+    store, first, _ = trained_digits.copy_to(root)
     exp = Experiment.model_validate(
         {
             "model": {"name": "smallcnn"},

@@ -15,7 +15,7 @@ from dlperf.deploy import meta as meta_io
 from dlperf.deploy.export import check_model, compare, export, from_registry, from_run
 from dlperf.errors import UserError
 from dlperf.store import RunStore
-from tests.conftest import trained_run
+from tests.conftest import TrainedRun
 
 KEYS = {"path", "opset", "check", "max_abs_diff", "max_rel_diff", "top1_agreement", "parity"}
 
@@ -68,8 +68,10 @@ def test_second_registry_model_with_external_weights(tmp_path: Path) -> None:
     assert dims == [1, 7]  # fixed batch of 1, seven classes
 
 
-def test_stored_run_keeps_weights_preprocessing_and_labels(tmp_path: Path) -> None:
-    store, run_id, _ = trained_run(tmp_path)
+def test_stored_run_keeps_weights_preprocessing_and_labels(
+    tmp_path: Path, trained_digits: TrainedRun
+) -> None:
+    store, run_id, _ = trained_digits.copy_to(tmp_path)  # read only: the checkpoint is shared
     source = from_run(store, run_id)
     assert source.images is not None and source.images.shape == (64, 1, 8, 8)
     out = tmp_path / "run.onnx"

@@ -17,7 +17,7 @@ from dlperf.deploy.export import export, from_run
 from dlperf.deploy.infer import predict
 from dlperf.errors import UserError
 from dlperf.store import RunStore
-from tests.conftest import trained_run
+from tests.conftest import TrainedRun
 
 
 @dataclass
@@ -30,11 +30,11 @@ class Exported:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+def exported(tmp_path_factory: pytest.TempPathFactory, trained_digits: TrainedRun) -> Exported:
     """A one-epoch smallcnn digits run, exported with a dynamic batch."""
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("infer")
-    store, run_id, exp = trained_run(root)
+    store, run_id, exp = trained_digits.copy_to(root)
     source = from_run(store, run_id)
     path = root / "digits.onnx"
     assert export(source, path, dynamic_batch=True)["parity"]
