@@ -198,18 +198,19 @@ def test_batch_augmentation_and_augmented_pipeline(
 
 
 @pytest.mark.parametrize(
-    "overrides",
+    ("overrides", "epochs"),
     [
-        ['data.loader="torchvision"', "data.num_workers=2", "augment.crop_padding=1"],
-        ['run.precision="bf16"', "run.channels_last=true"],
-        ['run.precision="fp16"', "train.grad_clip=1.0"],
-        ['train.optimizer="adamw"', "train.lr=0.001", "train.schedule.warmup_epochs=0.5"],
+        (['data.loader="torchvision"', "data.num_workers=2", "augment.crop_padding=1"], 2),
+        (['run.precision="bf16"', "run.channels_last=true"], 2),
+        # fp16 on a CPU steps ~15x slower than bf16; one epoch reaches 0.79 at the seed
+        (['run.precision="fp16"', "train.grad_clip=1.0"], 1),
+        (['train.optimizer="adamw"', "train.lr=0.001", "train.schedule.warmup_epochs=0.5"], 2),
     ],
 )
 def test_engine_options_run(
-    store: RunStore, tiny_exp: Callable[..., Path], overrides: list[str]
+    store: RunStore, tiny_exp: Callable[..., Path], overrides: list[str], epochs: int
 ) -> None:
-    result = run_experiment(load_experiment(tiny_exp(epochs=2), overrides), store)
+    result = run_experiment(load_experiment(tiny_exp(epochs=epochs), overrides), store)
     assert result.status == "finished" and result.summary.test_accuracy > 0.5
 
 
