@@ -157,6 +157,12 @@ def runs_compare(
 # --- runs tag, runs delete ------------------------------------------------------------------
 
 
+def _start(text: str) -> str:
+    """Text as an error line quotes it: its start, if it is long (a whole file's worth
+    pasted as one argument)."""
+    return repr(text) if len(text) <= 60 else f"{text[:56]!r}..."
+
+
 @runs_app.command("tag")
 def runs_tag(
     run_id: int = typer.Argument(..., help="Run ID."),
@@ -176,7 +182,8 @@ def runs_tag(
         key = key.strip()
         if not sep or not TAG_KEY.fullmatch(key):
             raise UserError(
-                f"runs tag {pair!r}: expected KEY=VALUE (KEY of letters, digits, _ . -)",
+                f"runs tag {_start(pair)}: expected KEY=VALUE (KEY of 1 to 100 ASCII letters, "
+                "digits, _ . -)",
                 "e.g. dlperf runs tag 3 baseline=yes; baseline= removes the tag",
             )
         # An escape sequence would reach every terminal that lists the run; an undecodable

@@ -17,7 +17,13 @@ from dlperf import contention
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.engine import pretrained
-from dlperf.engine.checks import check_batch_fits, check_classes, check_classifier, dry_forward
+from dlperf.engine.checks import (
+    check_batch_fits,
+    check_classes,
+    check_classifier,
+    dry_backward,
+    dry_forward,
+)
 from dlperf.engine.stored import StoredRuns
 from dlperf.models import create_model, transfer
 from dlperf.progress import Reporter
@@ -125,5 +131,6 @@ def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch
     # return more than their scores in training mode only.
     output = dry_forward(model, data.shape, rejects, device, training=True)
     check_classifier(model, output, data.num_classes, name, "in training mode")
+    dry_backward(model, data.shape, name, device)
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
     return model

@@ -53,6 +53,48 @@ def dry_forward(
         model.eval()
 
 
+def dry_backward(
+    model: nn.Module, shape: Sequence[int], what: str, device: torch.device | None = None
+) -> None:
+    """One training-mode forward and backward of two zero images, its gradients and buffers
+    put back after: a model whose scores carry no gradient (detached, or computed under
+    torch.no_grad) or whose backward fails (an in-place operation on a tensor autograd saved)
+    is one line here rather than the autograd traceback of the first step."""
+    saved = [(b, b.clone()) for b in model.buffers()]
+    grads = [(p, p.grad) for p in model.parameters()]
+    model.train()
+    cannot = f"model {what} cannot be trained"
+    try:
+        scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
+        if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
+            raise UserError(
+                f"{cannot}: it returns scores that carry no gradient",
+                "return the scores as its layers compute them (no .detach(), torch.no_grad "
+                "or .numpy() on the way)",
+            )
+        scores.float().sum().backward()  # type: ignore[no-untyped-call]
+    except RuntimeError as e:
+        first = (str(e).strip().splitlines() or [""])[0]
+        if out_of_memory(e):
+            raise UserError(
+                f"out of memory in a backward of two {tuple(shape)} images on "
+                f"{device or 'cpu'}: {first}",
+                "a smaller model or input, or a device with more memory",
+            ) from None
+        raise UserError(
+            f"{cannot}: its backward fails: {first}",
+            "use the out-of-place form of the operation autograd names (y = y.relu() "
+            "for y.relu_(), y = y + 1 for y += 1)",
+        ) from None
+    finally:
+        for p, grad in grads:
+            p.grad = grad
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+        model.eval()
+
+
 # What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
 # RuntimeError, not torch's OutOfMemoryError. On Linux the CPU allocator words it "can't
 # allocate memory: you tried to allocate N bytes".

@@ -76,6 +76,10 @@ UNWRITABLE = (
     "attributes (lsattr), the mount, or the database's permissions"
 )
 BUSY_TIMEOUT_S = 30
+# A tag's value, at most: a note, not a document. Longer, every table that shows the run's tags
+# pads each of its rows to that width (10,000 tags and one 100,000-character value: 1 GB of
+# `runs show` output, minutes and 4 GB of memory). MLflow's own tag limit was 5,000 for years.
+TAG_VALUE_MAX = 5000
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
 PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
@@ -715,6 +719,13 @@ class RunStore:
 
     def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
+        for key, value in tags.items():
+            if value and len(value) > TAG_VALUE_MAX:
+                raise UserError(
+                    f"tag {key}: its value is {len(value)} characters long; the run store "
+                    f"keeps at most {TAG_VALUE_MAX}",
+                    "give a shorter value (a file's path rather than its text)",
+                )
         with self._writing() as s:
             _stored_run(s, run_id)
             s.execute(delete(Tag).where(Tag.run_id == run_id, Tag.key.in_(list(tags))))

@@ -1,0 +1,83 @@
+"""Cases of issue 41's confirming break-it round (docs/faults.md) that failed, each through the
+real entry point: a user's model that cannot be trained, store text too long to show."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+
+NETS = """
+import torch
+from torch import nn
+
+
+class InPlace(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.c = nn.Conv2d(in_channels, 4, 3, padding=1)
+        self.h = nn.Linear(4 * 64, num_classes)
+
+    def forward(self, x):
+        y = self.c(x)
+        y.relu_()
+        y += 1  # changes what relu_ saved for its backward
+        return self.h(y.flatten(1))
+
+
+class Detached(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.h = nn.Linear(in_channels * 64, num_classes)
+
+    def forward(self, x):
+        return self.h(x.flatten(1)).detach()
+"""
+
+
+@pytest.mark.parametrize(
+    ("net", "said"),
+    [
+        ("InPlace", "modified by an inplace operation"),
+        ("Detached", "returns scores that carry no gradient"),
+    ],
+)
+def test_a_model_whose_backward_fails_is_one_line_and_not_stored(
+    cli: Callable[..., CliResult],
+    tiny_exp: Callable[..., Path],
+    store: RunStore,
+    tmp_path: Path,
+    net: str,
+    said: str,
+) -> None:
+    (tmp_path / "nets.py").write_text(NETS)
+    result = cli("run", str(tiny_exp(epochs=1)), "--set", f"model.name=nets.py:{net}")
+    assert result.code == 2, result.err  # before: exit 1, a 57-line autograd traceback
+    assert "Traceback" not in result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err
+    assert result.err.startswith(f"error: model 'nets.py:{net}' cannot be trained:"), result.err
+    assert said in result.err
+    assert store.list_runs() == []
+
+
+def test_a_tag_key_too_long_says_its_limit(cli: Callable[..., CliResult], store: RunStore) -> None:
+    run = store.create_run("r", "run", {})
+    result = cli("runs", "tag", str(run), "k" * 101 + "=x")
+    assert result.code == 2
+    # before: "expected KEY=VALUE (KEY of letters, digits, _ . -)" for a key of letters only
+    assert "KEY of 1 to 100 ASCII letters" in result.err, result.err
+
+
+def test_a_tag_value_too_long_to_show_is_refused_on_writing(
+    cli: Callable[..., CliResult], store: RunStore
+) -> None:
+    run = store.create_run("r", "run", {})
+    result = cli("runs", "tag", str(run), "note=" + "v" * 100_000)
+    # before: stored, and every `runs show` of the run then took minutes and 4 GB to print it
+    assert result.code == 2, result.err
+    assert result.err.startswith("error: tag note: its value is 100000 characters long;")
+    assert store.get_run(run).tags == {}
