@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dlperf.store import RunStore
@@ -81,3 +82,18 @@ def test_a_tag_value_too_long_to_show_is_refused_on_writing(
     assert result.code == 2, result.err
     assert result.err.startswith("error: tag note: its value is 100000 characters long;")
     assert store.get_run(run).tags == {}
+
+
+def test_an_npz_label_in_the_billions_is_one_line(
+    cli: Callable[..., CliResult], tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    images = np.zeros((8, 1, 8, 8), dtype=np.uint8)
+    labels = np.arange(8, dtype=np.int64) % 2 * 3_000_000_000
+    np.savez(tmp_path / "ids.npz", images=images, labels=labels)
+    # before: a name made for each of the 3e9 classes, until the kernel killed it (exit 137)
+    result = cli("data", "describe", "npz", "--set", "data.root=ids.npz")
+    assert result.code == 2, result.err
+    assert result.err.startswith(
+        "error: ids.npz: label 3000000000 would make 3000000001 classes; dlperf reads at most "
+        "1000000"
+    ), result.err

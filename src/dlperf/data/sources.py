@@ -318,6 +318,12 @@ def imagefolder(cfg: DataConfig) -> ImageData:
 _NPZ_FIX = "write it again with numpy.savez(path, images=..., labels=...)"
 
 
+# Classes an .npz file's labels may make, at most: each is a name and a score of the model's
+# head (Google Landmarks v2, among the largest sets, has 203,094). A label used as an id (in
+# the billions) would otherwise make a name per number until the process is killed.
+MAX_CLASSES = 1_000_000
+
+
 def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
@@ -352,6 +358,12 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
             raise UserError(
                 f"{path}: label {int(labels.min())} is negative",
                 "labels are class indices 0, 1, ...",
+            )
+        if top > MAX_CLASSES:
+            raise UserError(
+                f"{path}: label {top - 1} would make {top} classes; dlperf reads at most "
+                f"{MAX_CLASSES}",
+                "number the classes 0, 1, ... (numpy.unique(labels, return_inverse=True))",
             )
         if names and top > len(names):
             raise UserError(
