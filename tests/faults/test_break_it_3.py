@@ -97,3 +97,12 @@ def test_an_npz_label_in_the_billions_is_one_line(
         "error: ids.npz: label 3000000000 would make 3000000001 classes; dlperf reads at most "
         "1000000"
     ), result.err
+
+
+def test_a_postgres_url_reads_as_libpq_reads_it(cli: Callable[..., CliResult]) -> None:
+    """`postgres://` is libpq's, psql's and most hosts' spelling of `postgresql://`."""
+    short = cli("--db", "postgres://u@127.0.0.1:1/db", "runs", "list")
+    long = cli("--db", "postgresql://u@127.0.0.1:1/db", "runs", "list")
+    assert short.code == long.code == 2
+    # before: "Can't load plugin: sqlalchemy.dialects:postgres", and no fix
+    assert short.err.replace("postgres://", "postgresql://") == long.err, short.err

@@ -97,6 +97,10 @@ def masked_url(url: str) -> str:
 def _url(db: str | None) -> str:
     if not db:
         return f"sqlite:///{DEFAULT_DB}"
+    # libpq, psql and most hosts (Heroku, Render, Supabase) also spell the scheme postgres://;
+    # SQLAlchemy knows it only as postgresql://.
+    if db.startswith("postgres://"):
+        return "postgresql://" + db.removeprefix("postgres://")
     # A path in quotes or an environment variable reaches us with its ~ unexpanded.
     return db if "://" in db else f"sqlite:///{os.path.expanduser(db)}"
 
