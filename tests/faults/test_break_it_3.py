@@ -106,3 +106,39 @@ def test_a_postgres_url_reads_as_libpq_reads_it(cli: Callable[..., CliResult]) -
     assert short.code == long.code == 2
     # before: "Can't load plugin: sqlalchemy.dialects:postgres", and no fix
     assert short.err.replace("postgres://", "postgresql://") == long.err, short.err
+
+
+def _folder_set(root: Path) -> None:
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for name in ("a", "b"):
+            (root / split / name).mkdir(parents=True)
+            for i in range(3):
+                Image.new("RGB", (6, 6), (40 * i, 0, 0)).save(root / split / name / f"{i}.png")
+
+
+def test_an_image_folder_skips_hidden_entries_and_symlink_loops(tmp_path: Path) -> None:
+    from dlperf.config import DataConfig
+    from dlperf.data.sources import imagefolder
+
+    root = tmp_path / "set"
+    _folder_set(root)
+    for split in ("train", "val"):
+        # Jupyter's checkpoints folder was a class; macOS's AppleDouble file refused the set
+        (root / split / ".ipynb_checkpoints").mkdir()
+        (root / split / "a" / "._0.png").write_bytes(b"\x00\x05\x16\x07")
+        (root / split / "a" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    # a link back up the tree: os.walk followed it 40 deep (12 images became 492)
+    (root / "train" / "a" / "up").symlink_to(root / "train")
+    (root / "train" / "b" / "self").symlink_to(root / "train" / "b")
+    # what is data stays: a nested folder, a link to a folder elsewhere
+    (root / "train" / "a" / "sub").mkdir()
+    (root / "train" / "a" / "0.png").rename(root / "train" / "a" / "sub" / "0.png")
+    (tmp_path / "more").mkdir()
+    (root / "train" / "b" / "1.png").rename(tmp_path / "more" / "1.png")
+    (root / "train" / "b" / "more").symlink_to(tmp_path / "more")
+    data = imagefolder(DataConfig(name="imagefolder", root=str(root), image_size=6))
+    assert data.classes == ["a", "b"]
+    assert len(data.train) + len(data.val) == 6
+    assert len(data.test) == 6

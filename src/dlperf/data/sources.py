@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import os
 import pickle
 import shutil
 import zipfile
@@ -25,6 +26,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -278,10 +280,55 @@ def decode_file(path: str, size: int) -> torch.Tensor:
     return tensor
 
 
+def _looped(folder: str, class_dir: str) -> bool:
+    """Whether `folder`, below `class_dir`, was reached through a symbolic link back up the tree
+    (to `class_dir` or above it, or to a folder on its own way down)."""
+    seen: list[Path] = []
+    here = Path(folder)
+    while True:
+        real = _real(str(here))
+        if any(real.is_relative_to(below) for below in seen):
+            return True
+        seen.append(real)
+        if str(here) == class_dir or here == here.parent:
+            return False
+        here = here.parent
+
+
+@functools.lru_cache(maxsize=4096)
+def _real(folder: str) -> Path:
+    return Path(os.path.realpath(folder))
+
+
+def _image_folder(split: Path) -> Any:
+    """torchvision's ImageFolder of `split` without what is no data: a hidden folder
+    (Jupyter's .ipynb_checkpoints) is no class, a hidden file (macOS's ._x.jpg, .DS_Store) no
+    image, and a symbolic link back up the tree, which os.walk follows 40 links deep, adds no
+    copies."""
+    from torchvision.datasets import ImageFolder
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+
+    class Folder(ImageFolder):  # type: ignore[misc]
+        def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+            classes = [c for c in super().find_classes(directory)[0] if not c.startswith(".")]
+            if not classes:
+                raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
+            return classes, {c: i for i, c in enumerate(classes)}
+
+    def wanted(path: str) -> bool:
+        file = Path(path)
+        inside = file.relative_to(split).parts
+        return (
+            has_file_allowed_extension(path, IMG_EXTENSIONS)
+            and not any(part.startswith(".") for part in inside)
+            and not _looped(str(file.parent), str(split / inside[0]))
+        )
+
+    return Folder(str(split), is_valid_file=wanted)
+
+
 def imagefolder(cfg: DataConfig) -> ImageData:
     """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
-    from torchvision.datasets import ImageFolder
-
     root = Path(cfg.root)
     if cfg.image_size is None:
         raise UserError("data.image_size is required for imagefolder", "e.g. image_size = 64")
@@ -290,7 +337,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
         if not folder.is_dir():
             raise UserError(f"{folder} not found", "imagefolder wants root/train and root/val")
     try:
-        train_set, test_set = ImageFolder(str(root / "train")), ImageFolder(str(test_dir))
+        train_set, test_set = _image_folder(root / "train"), _image_folder(test_dir)
     except (FileNotFoundError, RuntimeError) as e:
         raise UserError(f"{root}: {e}") from None
     if train_set.classes != test_set.classes:
@@ -300,7 +347,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     fits = n * 3 * side * side <= cfg.max_memory_gb * 2**30
     in_memory = fits if cfg.in_memory is None else cfg.in_memory
 
-    def split(ds: ImageFolder) -> Split:
+    def split(ds: Any) -> Split:
         files = [path for path, _ in ds.samples]
         labels = torch.tensor(ds.targets, dtype=torch.int64)
         if not in_memory:
