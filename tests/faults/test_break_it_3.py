@@ -142,3 +142,17 @@ def test_an_image_folder_skips_hidden_entries_and_symlink_loops(tmp_path: Path) 
     assert data.classes == ["a", "b"]
     assert len(data.train) + len(data.val) == 6
     assert len(data.test) == 6
+
+
+def test_an_integer_of_5001_digits_is_one_line(
+    cli: Callable[..., CliResult], tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    digits = "1" + "0" * 5000
+    # before: a 63-line ValueError traceback (Python's limit on converting long numbers)
+    given = cli("run", str(tiny_exp(epochs=1)), "--set", f"train.epochs={digits}")
+    (tmp_path / "long.toml").write_text(f"[train]\nepochs = {digits}\n")
+    written = cli("run", "long.toml")
+    for result in (given, written):
+        assert result.code == 2, result.err
+        assert len(result.err.strip().splitlines()) == 1, result.err
+        assert "an integer of more than 4300 digits" in result.err, result.err

@@ -4,6 +4,7 @@ flags are typed values assigned to the keys of their names (`shortcuts`)."""
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 from types import NoneType, UnionType
@@ -75,6 +76,12 @@ def check_keys(
             check_keys(value, annotation.model_fields, where, f"{path}.")
 
 
+TOO_LONG = (
+    f"an integer of more than {sys.get_int_max_str_digits()} digits, which Python does not "
+    "convert (a denial-of-service guard)"
+)
+
+
 def parse_value(text: str) -> Any:
     """A --set value is a TOML value (numbers, booleans, lists); anything else is a string."""
     try:
@@ -83,6 +90,8 @@ def parse_value(text: str) -> Any:
         return text
     except RecursionError:  # the parser recurses once per level of [ or {
         raise UserError(f"--set value {text[:20]!r}...: {TOO_DEEP}") from None
+    except ValueError:  # not TOML's: Python's limit on converting a long run of digits
+        raise UserError(f"--set value {text[:20]!r}...: {TOO_LONG}") from None
 
 
 def apply_override(raw: dict[str, Any], assignment: str) -> None:
@@ -278,6 +287,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}: malformed TOML: {e}") from None
     except RecursionError:  # the parser recurses once per level of [ or {
         raise UserError(f"{p}: {TOO_DEEP}") from None
+    except ValueError:  # not TOML's: Python's limit on converting a long run of digits
+        raise UserError(f"{p}: {TOO_LONG}") from None
     except UnicodeDecodeError:
         raise UserError(f"{p}: not a text file") from None
 
