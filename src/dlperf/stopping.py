@@ -38,6 +38,7 @@ class _State:
     pending: bool = False  # a signal came inside a shielded block: raised at its end
     shields: int = 0  # shielded blocks open (in the main thread, the one signals interrupt)
     settled: bool = False  # the exit code is decided: signals no longer count
+    raised: int = 0  # interrupts raised for stop signals
 
 
 _state = _State()
@@ -45,6 +46,7 @@ _state = _State()
 
 def _stop() -> NoReturn:
     _state.pending = False
+    _state.raised += 1
     raise KeyboardInterrupt
 
 
@@ -59,14 +61,29 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         _stop()
 
 
+_next_hook = sys.unraisablehook
+
+
+def _unraisable(report: sys.UnraisableHookArgs) -> None:
+    """Python's report of an error it cannot raise (one in a finaliser or a weakref callback,
+    as importlib's module locks have), but not of a later stop signal's interrupt landing
+    there: the first one's is already under way, and a second Ctrl-C during its cleanup
+    printed "Exception ignored in ..." and a traceback."""
+    if isinstance(report.exc_value, KeyboardInterrupt) and _state.raised > 1:
+        return
+    _next_hook(report)
+
+
 def install() -> None:
     """Take SIGINT and SIGTERM as described above, from a fresh state (tests call `main()`
     more than once in one process). SIGINT too: a shell starts background jobs with it
     ignored, and Python keeps that."""
-    global _state
+    global _state, _next_hook
     _state = _State()
     for sig in STOP_SIGNALS:
         signal.signal(sig, _handler)
+    if sys.unraisablehook is not _unraisable:
+        _next_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
 
 
 def requested() -> bool:
