@@ -187,3 +187,18 @@ def test_a_second_stop_signal_in_a_finaliser_prints_nothing() -> None:
     # before: "Exception ignored in: <function _get_module_lock.<locals>.cb ...>" and an
     # 8-line traceback, from `dlperf distill` given Ctrl-C twice while importing
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_a_path_too_long_for_the_file_system_is_bad_input(
+    cli: Callable[..., CliResult], tiny_exp: Callable[..., Path], command: str
+) -> None:
+    long = "/tmp/" + "d" * 300 + "/x"  # a name of 300 bytes; Linux file systems take 255
+    args = {
+        "run": ["run", str(tiny_exp(epochs=1)), "--set", f'run.out_dir="{long}"'],
+        "report": ["report", "--out", long],
+    }[command]
+    result = cli(*args)
+    assert result.code == 2, result.err  # before: exit 1, as for a fault of dlperf's own
+    assert result.err.startswith("error: cannot use /tmp/ddd"), result.err
+    assert result.err.strip().endswith("File name too long")

@@ -24,9 +24,19 @@ from dlperf.errors import CheckFailed, UserError, interrupted
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-# A path the user named that cannot be used is bad input; anything else the OS refuses
-# (a full disk, an I/O error) is not, but still deserves one line rather than a traceback.
-_BAD_PATH = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR}
+# A path the user named that cannot be used (missing, forbidden, a name or a chain of links
+# too long) is bad input; anything else the OS refuses (a full disk, an I/O error) is not,
+# but still deserves one line rather than a traceback.
+_BAD_PATH = {
+    errno.ENOENT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
+}
 
 
 # At exit the interpreter's last collection walks every object torch created (2-4 s of a
