@@ -202,3 +202,26 @@ def test_a_path_too_long_for_the_file_system_is_bad_input(
     assert result.code == 2, result.err  # before: exit 1, as for a fault of dlperf's own
     assert result.err.startswith("error: cannot use /tmp/ddd"), result.err
     assert result.err.strip().endswith("File name too long")
+
+
+def test_exporting_a_model_that_returns_a_dict_is_one_line(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    (tmp_path / "net.py").write_text(
+        "from torch import nn\n\n\n"
+        "class Dict(nn.Module):\n"
+        "    def __init__(self, num_classes=10, in_channels=1):\n"
+        "        super().__init__()\n"
+        "        self.f = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))\n\n"
+        "    def forward(self, x):\n"
+        '        return {"logits": self.f(x)}\n'
+    )
+    result = cli("export", "net.py:Dict", "--input", "1,8,8", "--out", "m.onnx")
+    assert result.code == 2, result.err  # before: exit 1, a 40-line AttributeError traceback
+    assert "Traceback" not in result.err
+    assert (
+        result.err.strip()
+        .splitlines()[-1]
+        .startswith("error: model 'net.py:Dict' returns a dict, not a tensor")
+    ), result.err
+    assert not (tmp_path / "m.onnx").exists()

@@ -61,7 +61,14 @@ def from_registry(
     model = create_model(name, in_channels=shape[0], **sized)
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
-    dry_forward(model, shape, f"model '{name}' rejects input of shape {shape}")
+    output = dry_forward(model, shape, f"model '{name}' rejects input of shape {shape}")
+    # The exporter and the parity check take one tensor of scores, as `dlperf infer` reads it.
+    if not isinstance(output, torch.Tensor):
+        raise UserError(
+            f"model '{name}' returns a {type(output).__name__}, not a tensor; an exported "
+            "classifier returns one tensor of scores, shape [batch, classes]",
+            "return the class scores alone",
+        )
     return Source(model, meta)
 
 
