@@ -225,3 +225,26 @@ def test_exporting_a_model_that_returns_a_dict_is_one_line(
         .startswith("error: model 'net.py:Dict' returns a dict, not a tensor")
     ), result.err
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_exporting_a_model_whose_scores_are_nan_says_so(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    (tmp_path / "net.py").write_text(
+        "from torch import nn\n\n\n"
+        "class NaN(nn.Module):\n"
+        "    def __init__(self, num_classes=10, in_channels=1):\n"
+        "        super().__init__()\n"
+        "        self.f = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))\n\n"
+        "    def forward(self, x):\n"
+        '        return self.f(x) * float("nan")\n'
+    )
+    result = cli("export", "net.py:NaN", "--input", "1,8,8", "--out", "m.onnx")
+    assert result.code == 1, result.err
+    # before: "ONNX Runtime differs from PyTorch by up to nan", where both gave NaN
+    assert (
+        result.err.strip()
+        .splitlines()[-1]
+        .startswith("check failed: PyTorch's own scores are not finite (NaN or inf)")
+    ), result.err
+    assert not (tmp_path / "m.onnx").exists()  # a model of NaN scores is not shipped

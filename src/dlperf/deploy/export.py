@@ -180,6 +180,11 @@ def compare(
         raise CheckFailed(
             f"output shapes differ: PyTorch {reference.shape}, ONNX {candidate.shape}"
         )
+    if not np.all(np.isfinite(reference)):  # NaN is no measure of the gap: NaN - NaN is NaN
+        raise CheckFailed(
+            "PyTorch's own scores are not finite (NaN or inf): there is nothing to compare "
+            "ONNX Runtime's with"
+        )
     diff = np.abs(candidate - reference)
     nonzero = reference != 0
     rel = diff[nonzero] / np.abs(reference[nonzero])
