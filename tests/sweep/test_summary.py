@@ -28,8 +28,7 @@ def row(
     return SweepRow.of(result, {"lr": lr}, seed=run_id)
 
 
-# Accuracies exact in binary, so that the three points' means tie exactly (0.8 and 0.9 would
-# average 0.8500000000000001, above 0.85: the ranking compares the floats as they are).
+# Accuracies exact in binary, so that the three points' means are exact too.
 ROWS = [
     row(1, 0.1, 0.75, time_to_target_s=10.0, epochs_to_target=2),
     row(2, 0.1, 0.875, time_to_target_s=20.0, epochs_to_target=3),
@@ -66,6 +65,17 @@ def test_equal_accuracy_ranks_by_time_to_target_then_epochs() -> None:
     assert [g["params"]["lr"] for g in tied] == [0.2, 0.1]
     unfinished = group_rows([row(1, 0.1, None, status="failed"), row(2, 0.2, 0.1)])
     assert [g["params"]["lr"] for g in unfinished] == [0.2, 0.1]  # no accuracy ranks last
+
+
+def test_means_that_differ_only_by_float_rounding_tie() -> None:
+    """Repeats of 0.8 and 0.9 average 0.8500000000000001, a single run 0.85: the same
+    accuracy, so time to target decides, not the last bit of a float."""
+    rows = [
+        row(1, 0.1, 0.8, time_to_target_s=20.0),
+        row(2, 0.1, 0.9, time_to_target_s=20.0),
+        row(3, 0.2, 0.85, time_to_target_s=5.0),
+    ]
+    assert [g["params"]["lr"] for g in group_rows(rows)] == [0.2, 0.1]
 
 
 def test_the_winner_is_the_best_repeat_of_the_best_point() -> None:

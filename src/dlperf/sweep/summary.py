@@ -104,12 +104,14 @@ def _group(params: dict[str, Any], runs: list[SweepRow]) -> dict[str, Any]:
 
 
 def _rank_key(entry: dict[str, Any] | SweepRow) -> tuple[float, float, float]:
-    """Best first: accuracy, then time to target, then epochs to target."""
+    """Best first: accuracy, then time to target, then epochs to target. Accuracy is compared
+    at 12 significant digits: means of repeats carry float rounding (0.8 and 0.9 average
+    0.8500000000000001), which must not outrank a single 0.85."""
     figures = entry if isinstance(entry, dict) else asdict(entry)
     acc = figures.get("test_accuracy")
     time_s, epochs = figures.get("time_to_target_s"), figures.get("epochs_to_target")
     return (
-        -acc if acc is not None else math.inf,
+        -float(f"{acc:.12g}") if acc is not None else math.inf,
         time_s if time_s is not None else math.inf,
         epochs if epochs is not None else math.inf,
     )
