@@ -11,29 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.distributed.contracts import WorkerSpec
 from dlperf.distributed.crash import CRASH_ENV
 from dlperf.distributed.window import ScaleWindow, chunk_sizes, measure_host_steps, write_pid
 from dlperf.engine.train_loop import Progress, train_loop
+from tests.distributed.test_contracts import SPEC as CONTRACT_SPEC
 
-SPEC = WorkerSpec(
-    experiment={"model": {"name": "smallcnn"}, "run": {"seed": 0}},
-    per_worker_batch=8,
-    warmup_steps=2,
-    steps=7,
-    synthetic=True,
-    backend="gloo",
-    comm="allreduce",
-    bucket_mb=None,
-    strategy="ddp",
-    gpus=0,
-    threads=1,
-    compute_split=True,
-    writer=True,
-    replicas=1,
-    shape=(3, 16, 16),
-    classes=10,
-)
+# The contract tests' spec, with the steps these tests count and one replica.
+SPEC = replace(CONTRACT_SPEC, warmup_steps=2, steps=7, replicas=1)
 
 
 def runs(calls: list[str]) -> list[tuple[str, int]]:
