@@ -232,11 +232,8 @@ def test_equal_learners_settle_at_staleness_n_minus_1() -> None:
 def test_the_staleness_figure_has_whole_epochs_and_staleness_ticks() -> None:
     from dlperf.report.staleness import draw_staleness
 
-    result = {
-        "sync": {"val_acc1": [0.5, 0.7, 0.8]},
-        "async": {"val_acc1": [0.4, 0.6, 0.75], "staleness_histogram": {"0": 3, "1": 9, "2": 4}},
-    }
-    fig = draw_staleness(result)
+    curves = {"sync": [0.5, 0.7, 0.8], "async": [0.4, 0.6, 0.75]}
+    fig = draw_staleness(curves, {"0": 3, "1": 9, "2": 4})
     for ax in fig.axes:
         low, high = ax.get_xlim()
         ticks = [t for t in ax.get_xticks() if low <= t <= high]

@@ -119,3 +119,24 @@ def test_both_runs_start_from_the_weights_and_freeze_the_backbone(
     for model in trained:
         for key, value in model.state_dict().items():
             assert torch.equal(value, weights[key]) != key.startswith(head), key
+
+
+def test_the_study_document_is_each_mode_as_dlperf_run_json_gives_it() -> None:
+    """A finished run's entry is its curve then its summary; a failed one is `dlperf run
+    --json`'s failed document; `failed` lists only those."""
+    from dlperf.records import RunResult
+
+    hist = {"0": 3, "1": 9}
+    done = staleness.TrainedRun(4, (0.5, None), 5, None, 0.7, 0.75, hist)
+    lost = RunResult(5, "failed", error="loss became nan at step 3 (epoch 1)")
+    study = staleness.StalenessStudy(2, {"L1": 1.0}, {"sync": done, "async": lost})
+    assert study.failed == [lost]
+    assert study.to_dict() == {
+        "study_id": 2,
+        "learners": {"L1": 1.0},
+        "sync": {"run_id": 4, "val_acc1": [0.5, None], "steps_per_epoch": 5,
+                 "val_accuracy": None, "val_loss": 0.7, "mean_staleness": 0.75,
+                 "staleness_histogram": hist},
+        "async": {"run_id": 5, "status": "failed", "error": "loss became nan at step 3 (epoch 1)"},
+    }  # fmt: skip
+    assert json.loads(json.dumps(study.to_dict())) == study.to_dict()

@@ -100,6 +100,7 @@ def _train_staleness(
 ) -> None:
     from dlperf.config import load_experiment
     from dlperf.experiment import staleness as recorded
+    from dlperf.experiment.staleness import TrainedRun
 
     if (learners is None) == (speeds is None):
         raise UserError("--train needs --learners N or --speeds NAME=rate,... (one of them)")
@@ -114,25 +115,22 @@ def _train_staleness(
     store = open_store()
     with console.reporter() as rep:
         result = recorded.study(exp, rates, store, rep)
-    failed = [result[mode] for mode in recorded.MODES if result[mode].get("status") == "failed"]
-    if failed:  # no curves to draw: said as `dlperf run` says a failed run, and exit 1
-        if not console.printed_json(as_json, result):
-            for run in failed:
-                console.err.print(f"run {run['run_id']} failed: {run['error']}")
+    if result.failed:  # no curves to draw: said as `dlperf run` says a failed run, and exit 1
+        if not console.printed_json(as_json, result.to_dict()):
+            for run in result.failed:
+                console.err.print(f"run {run.run_id} failed: {run.error}")
         raise typer.Exit(1)
-    figure = store.artifact_dir(Path(exp.run.out_dir)) / f"staleness-study-{result['study_id']}.png"
-    plot_staleness(figure, result)
-    store.add_artifact(result["async"]["run_id"], "figure", figure)
-    result["figure"] = str(figure)
-    if console.printed_json(as_json, result):
+    trained = {mode: run for mode, run in result.runs.items() if isinstance(run, TrainedRun)}
+    figure = store.artifact_dir(Path(exp.run.out_dir)) / f"staleness-study-{result.study_id}.png"
+    curves = {mode: run.val_acc1 for mode, run in trained.items()}
+    plot_staleness(figure, curves, trained["async"].staleness_histogram)
+    store.add_artifact(trained["async"].run_id, "figure", figure)
+    if console.printed_json(as_json, result.to_dict() | {"figure": str(figure)}):
         return
     console.print_table(
-        f"study {result['study_id']}: sync SGD vs {len(rates)} asynchronous learners",
+        f"study {result.study_id}: sync SGD vs {len(rates)} asynchronous learners",
         ["", "run", "val accuracy", "val loss", "mean staleness"],
-        [
-            [mode, result[mode]["run_id"], result[mode]["val_accuracy"],
-             result[mode]["val_loss"], result[mode]["mean_staleness"]]
-            for mode in recorded.MODES
-        ],
+        [[mode, run.run_id, run.val_accuracy, run.val_loss, run.mean_staleness]
+         for mode, run in trained.items()],
     )  # fmt: skip
-    console.tell([], result["figure"])
+    console.tell([], str(figure))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,10 +24,44 @@ from dlperf.engine.loop import Diverged
 from dlperf.engine.step import steps_per_epoch
 from dlperf.experiment.sink import StoreSink, diverged
 from dlperf.progress import NullReporter, Reporter
+from dlperf.records import Record, RunResult
 from dlperf.store import RunStore
 from dlperf.system import system_info
 
 MODES = ("sync", "async")
+
+
+@dataclass(frozen=True)
+class TrainedRun(Record):
+    """A finished run of the study: its validation accuracy per epoch, then its summary."""
+
+    run_id: int
+    val_acc1: tuple[float | None, ...]
+    steps_per_epoch: int
+    val_accuracy: float | None
+    val_loss: float | None
+    mean_staleness: float
+    staleness_histogram: dict[str, int]
+
+
+@dataclass(frozen=True)
+class StalenessStudy:
+    """The study's id, its learners' speeds and, per mode, its finished run or the
+    `RunResult` of a run that failed (its loss diverged)."""
+
+    study_id: int
+    learners: dict[str, float]
+    runs: dict[str, TrainedRun | RunResult]
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return [run for run in self.runs.values() if isinstance(run, RunResult)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """`dlperf staleness --train --json`'s document: study_id, learners, then each mode's
+        run as `dlperf run --json` gives a failed one."""
+        head = {"study_id": self.study_id, "learners": self.learners}
+        return head | {mode: run.to_dict() for mode, run in self.runs.items()}
 
 
 def study(
@@ -34,22 +69,22 @@ def study(
     speeds: dict[str, float],
     store: RunStore,
     reporter: Reporter | None = None,
-) -> dict[str, Any]:
-    """Synchronous then emulated asynchronous SGD of `exp` with learners of `speeds`; per
-    mode, the run's id with its validation accuracy per epoch and summary, or how it failed
-    (`dlperf run --json`'s shape of a failed run)."""
+) -> StalenessStudy:
+    """Synchronous then emulated asynchronous SGD of `exp` with learners of `speeds`, each
+    recorded as a run of one study."""
     reporter = reporter or NullReporter()
     p = prepare_run(exp, store, reporter)  # the model as a run starts it, for both runs
     models = {"sync": p.model, "async": copy.deepcopy(p.model)}
     per_epoch = steps_per_epoch(len(p.data.train), exp.train.batch_size)
     reads = async_sgd.read_versions(speeds, per_epoch * exp.train.epochs)
     study_id = store.create_study(f"staleness {exp.model.name}", "staleness")
-    result: dict[str, Any] = {"study_id": study_id, "learners": speeds}
     if p.crowded:
         reporter.log(f"warning: {p.crowded}")
-    for mode in MODES:
-        result[mode] = _record(exp, speeds, reads, mode, models[mode], p, store, study_id, reporter)
-    return result
+    runs = {
+        mode: _record(exp, speeds, reads, mode, models[mode], p, store, study_id, reporter)
+        for mode in MODES
+    }
+    return StalenessStudy(study_id, speeds, runs)
 
 
 def _record(
@@ -62,7 +97,7 @@ def _record(
     store: RunStore,
     study_id: int,
     reporter: Reporter,
-) -> dict[str, Any]:
+) -> TrainedRun | RunResult:
     """Train `model` as the study's run of `mode`, the async one on the versions `reads`."""
     config = {**exp.to_dict(), "staleness": {"mode": mode, "learners": speeds}}
     with store.new_run(
@@ -78,7 +113,7 @@ def _record(
         try:
             history, stale = async_sgd.train(exp, p.data, model, p.device, schedule, reporter, sink)
         except Diverged as e:
-            return diverged(record, e).to_dict()  # the study's JSON document holds it
+            return diverged(record, e)
         counts = Counter(str(s) for s in stale)
         record.summary = {
             "steps_per_epoch": steps_per_epoch(len(p.data.train), exp.train.batch_size),
@@ -87,4 +122,4 @@ def _record(
             "mean_staleness": sum(stale) / len(stale),
             "staleness_histogram": dict(sorted(counts.items(), key=lambda kv: int(kv[0]))),
         }
-    return {"run_id": record.id, "val_acc1": [m.get("acc1") for m in history], **record.summary}
+    return TrainedRun(record.id, tuple(m.get("acc1") for m in history), **record.summary)

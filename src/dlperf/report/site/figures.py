@@ -9,6 +9,7 @@ matplotlib without pyplot, files never written except where a reused function on
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -290,13 +291,15 @@ def sweep(
                 for p in paths]  # fmt: skip
 
 
-def staleness(result: dict[str, Any]) -> Figures:
+def staleness(
+    curves: Mapping[str, Sequence[float | None]], histogram: Mapping[str, int]
+) -> Figures:
     """Synchronous against emulated asynchronous SGD, beside the staleness histogram."""
     from dlperf.report.staleness import plot_staleness
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "staleness.png"
-        plot_staleness(path, result)
+        plot_staleness(path, curves, histogram)
         caption = "validation accuracy per epoch, sync vs async; staleness histogram"
         return [(caption, png_bytes(path.read_bytes()))]
 

@@ -317,13 +317,9 @@ def _staleness(store: RunStore, runs: list[RunRecord]) -> str:
              if r.status == "finished"}  # fmt: skip
     if not {"sync", "async"} <= set(modes):
         return '<p class="note">the study lacks a finished sync and async run</p>'
-    result = {
-        mode: {**run.summary,
-               "val_acc1": [v for _, v in store.metrics(run.id, "val/acc1")]}
-        for mode, run in modes.items()
-    }  # fmt: skip
-    result["async"].setdefault("staleness_histogram", {})
-    return _figures(figs.staleness(result))
+    curves = {mode: [v for _, v in store.metrics(r.id, "val/acc1")] for mode, r in modes.items()}
+    histogram = (modes["async"].summary or {}).get("staleness_histogram", {})
+    return _figures(figs.staleness(curves, histogram))
 
 
 def _top_k(run: RunRecord) -> int | None:
