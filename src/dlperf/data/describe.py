@@ -15,6 +15,7 @@ from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch
 from dlperf.data.sources import Split, decode_file
+from dlperf.engine.checks import too_few_classes
 from dlperf.errors import UserError
 
 
@@ -32,6 +33,7 @@ class Description:
     samples: list[torch.Tensor]  # per shown class: uint8 n,C,H,W
     augment: AugmentConfig | None  # None: no augmentation set
     augmented: list[torch.Tensor] | None  # per shown class: uint8 M,n,C,H,W, M copies of each
+    warnings: list[str]  # what `dlperf run` would refuse in the set, said without refusing it
 
     def summary(self) -> dict[str, Any]:
         """Everything but the images, as JSON takes it."""
@@ -46,6 +48,7 @@ class Description:
             "in_memory": self.in_memory,
             "sample_classes": self.shown,
             "augment": self.augment.model_dump() if self.augment is not None else None,
+            "warnings": self.warnings,
         }
 
 
@@ -126,6 +129,10 @@ def describe(
     labels = pick_classes(data.name, names, classes)
     samples = _samples(data, data.train, labels, per_class)
     active = augment if augment is not None and _augments(augment) else None
+    refused = too_few_classes(data)
+    warnings = (
+        [f"{refused.message}, and `dlperf run` refuses it ({refused.hint})"] if refused else []
+    )
     return Description(
         name=data.name,
         classes=names,
@@ -139,4 +146,5 @@ def describe(
         samples=samples,
         augment=active,
         augmented=_augmented(samples, active, data.mean, data.std) if active else None,
+        warnings=warnings,
     )

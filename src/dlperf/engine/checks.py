@@ -160,12 +160,13 @@ def check_classifier(
         )
 
 
-def check_classes(data: ImageData) -> None:
-    """A classifier's training split must hold images of at least two classes: with one, the
-    loss is 0 from the first step and the accuracy 100%, whatever the model learns."""
+def too_few_classes(data: ImageData) -> UserError | None:
+    """Why a classifier cannot train on `data`: its training split holds images of fewer than
+    two classes, and the loss is 0 from the first step and the accuracy 100%, whatever the
+    model learns. None when it can."""
     present = torch.unique(data.train.labels).tolist()
     if len(present) >= 2:
-        return
+        return None
     names = [data.classes[i] if i < len(data.classes) else str(i) for i in present]
     held = f"class {names[0]} only" if names else "no labels"
     # A set of many classes can still lose all but one to the split, data.limit or holdout.
@@ -175,8 +176,15 @@ def check_classes(data: ImageData) -> None:
         if torch.unique(torch.cat([s.labels for s in splits])).numel() >= 2
         else "give it images of at least 2 classes (one folder per class for imagefolder)"
     )
-    raise UserError(
+    return UserError(
         f"the training split of {data.name} holds images of {held}: a classifier needs at "
         "least 2 classes",
         fix,
     )
+
+
+def check_classes(data: ImageData) -> None:
+    """Refuse `data` when a classifier cannot train on it (see `too_few_classes`)."""
+    refused = too_few_classes(data)
+    if refused is not None:
+        raise refused
