@@ -146,3 +146,15 @@ def test_sort_by_a_result_best_first_and_missing_last() -> None:
     assert e.value.hint is not None and e.value.hint.startswith(
         "choose one of lr, rank, test_accuracy"
     )
+
+
+def test_a_point_takes_every_figure_its_run_summary_holds() -> None:
+    """of_run names each figure field: one added to the record but not read is caught here."""
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(SweepPointResult)]
+    figures = {
+        name: float(i) for i, name in enumerate(names) if name not in ("run_id", "status", "error")
+    }
+    result = SweepPointResult.of_run(7, "finished", {**figures, "unrelated": 1.0})
+    assert result.to_dict() == {"run_id": 7, "status": "finished", "error": None, **figures}

@@ -14,7 +14,7 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from dlperf.errors import UserError
@@ -52,10 +52,19 @@ class SweepPointResult(Record):
         cls, run_id: int, status: str, summary: Mapping[str, Any], error: str | None = None
     ) -> SweepPointResult:
         """A run's result from its stored summary (or `run_experiment`'s)."""
-        return cls(run_id, status, error, **{k: summary.get(k) for k in _FIGURES})
-
-
-_FIGURES = tuple(f.name for f in fields(SweepPointResult))[3:]
+        return cls(
+            run_id,
+            status,
+            error,
+            test_accuracy=summary.get("test_accuracy"),
+            best_val_accuracy=summary.get("best_val_accuracy"),
+            epochs_to_target=summary.get("epochs_to_target"),
+            time_to_target_s=summary.get("time_to_target_s"),
+            elapsed_s=summary.get("elapsed_s"),
+            throughput=summary.get("throughput"),
+            train_time_s=summary.get("train_time_s"),
+            epochs=summary.get("epochs"),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
