@@ -13,7 +13,7 @@ from torch import nn
 
 from dlperf.config import RunConfig, TrainConfig
 from dlperf.engine.hooks import Hooks, StepEnd
-from dlperf.engine.loop import EpochClock, Rows, fit
+from dlperf.engine.loop import Diverged, EpochClock, Rows, fit
 from dlperf.engine.step import build_step
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Batch, Component, Progress, TimedBatches, train_loop
@@ -154,3 +154,15 @@ def test_fit_counts_steps_epochs_and_samples_through_the_loop(max_steps: int | N
     assert [r[1] for r in rows if r[0] == "epoch/train_loss"] == [1, 2]
     assert [r[2] for r in rows if r[0] == "val/acc1"] == [0.5, 0.5]
     assert {r[0] for r in rows} >= {"phase/forward_s", "epoch/throughput", "epoch/lr"}
+
+
+def test_a_loss_not_finite_at_the_first_step_is_not_blamed_on_the_learning_rate() -> None:
+    # The first step's loss comes from the initial weights, before any update.
+    first = str(Diverged(1, 1, float("nan"), 0.05))
+    assert first.startswith("loss became nan at step 1 (epoch 1); before any update, so the model")
+    assert "train.lr" not in first
+    later = str(Diverged(2, 1, float("nan"), 0.05))
+    assert later == (
+        "loss became nan at step 2 (epoch 1); try a lower train.lr (now 0.05), "
+        'train.grad_clip = 1.0, or run.precision = "fp32"'
+    )

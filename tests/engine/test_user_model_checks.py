@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from dlperf.data import ImageData, Split
-from dlperf.engine.checks import check_classes, check_classifier, dry_forward
+from dlperf.engine.checks import check_classes, check_classifier, check_finite, dry_forward
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -257,6 +257,28 @@ def test_check_classifier_takes_a_fitting_model() -> None:
     model.requires_grad_(False)  # every weight frozen: nothing would train
     with pytest.raises(UserError, match="has no parameters to train"):
         check_classifier(model, model(torch.zeros(2, 4)), 10, "m")
+
+
+class Normed(nn.Module):
+    """Sound on any real image, NaN on an all-zero one (0 / 0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.h(x / x.norm(dim=1, keepdim=True))
+
+
+def test_check_finite_refuses_nan_scores_of_the_model_not_of_zero_images() -> None:
+    model = Normed()
+    zeros = model(torch.zeros(2, 4))
+    assert torch.isnan(zeros).all()
+    check_finite(model, zeros, [4], "'m'")  # random images give finite scores: not refused
+    with torch.no_grad():
+        model.h.weight[0, 0] = float("nan")
+    with pytest.raises(UserError, match=r"^model 'm' gives NaN or inf scores for finite images"):
+        check_finite(model, model(torch.zeros(2, 4)), [4], "'m'")
 
 
 def test_the_training_mode_forward_leaves_the_model_as_it_was() -> None:

@@ -21,6 +21,7 @@ from dlperf.engine.checks import (
     check_batch_fits,
     check_classes,
     check_classifier,
+    check_finite,
     dry_backward,
     dry_forward,
 )
@@ -126,7 +127,8 @@ def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch
     rejects = f"the model rejects {data.name} images of shape {data.shape}"
     name = f"'{exp.model.name}'"
     output = dry_forward(model.to(device), data.shape, rejects, device)
-    check_classifier(model, output, data.num_classes, name)
+    scores = check_classifier(model, output, data.num_classes, name)
+    check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)
     # return more than their scores in training mode only.
     output = dry_forward(model, data.shape, rejects, device, training=True)

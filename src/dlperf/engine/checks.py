@@ -127,12 +127,12 @@ def check_batch_fits(batch_size: int, data: ImageData) -> None:
 
 def check_classifier(
     model: nn.Module, output: object, classes: int, what: str, mode: str = ""
-) -> None:
+) -> torch.Tensor:
     """`model` (`what`, as the user named it), whose dry forward gave `output` (in `mode`,
     where that is said: "in training mode"), must train as a classifier of `classes` classes:
     one float score per class for each of the DRY_BATCH images, and parameters to train.
     Said here, before anything is recorded, rather than as the loss's or the optimizer's
-    traceback at the first step."""
+    traceback at the first step. Returns `output`, the scores."""
     expected = [DRY_BATCH, classes]
     size = f"a classifier's scores, shape [batch, classes]: {expected} for {DRY_BATCH} images"
     returns = f"model {what} returns{f' {mode}' if mode else ''}"
@@ -158,6 +158,32 @@ def check_classifier(
             f"model {what} has no parameters to train",
             "give it at least one layer with weights (nn.Linear, nn.Conv2d ...)",
         )
+    return output
+
+
+def check_finite(
+    model: nn.Module,
+    output: torch.Tensor,
+    shape: Sequence[int],
+    what: str,
+    device: torch.device | None = None,
+) -> None:
+    """`model` (`what`), whose dry forward of zero images gave `output`, must give finite
+    scores for finite images before any training step: NaN or inf there comes from the model
+    itself (a NaN in its initial weights or its forward), and is said here rather than as the
+    first step's "loss became nan ... try a lower train.lr". Zero images alone can make NaN of
+    a sound model (one that divides by their norm), so random ones are tried before refusing."""
+    if bool(torch.isfinite(output).all()):
+        return
+    with torch.no_grad():
+        again = model(torch.rand(DRY_BATCH, *shape, device=device))
+    if isinstance(again, torch.Tensor) and bool(torch.isfinite(again).all()):
+        return
+    raise UserError(
+        f"model {what} gives NaN or inf scores for finite images before any training step: the "
+        "model itself, not the learning rate",
+        "look at its forward and the initial values of its layers",
+    )
 
 
 def too_few_classes(data: ImageData) -> UserError | None:

@@ -120,10 +120,14 @@ def after(first: Callable[[], None], step: TrainStep) -> Callable[[Any, Any], St
 
 class Diverged(Exception):
     def __init__(self, step: int, epoch: int, value: float, lr: float) -> None:
-        super().__init__(
-            f"loss became {value} at step {step} (epoch {epoch}); try a lower train.lr "
-            f'(now {lr:g}), train.grad_clip = 1.0, or run.precision = "fp32"'
+        fix = (
+            f'try a lower train.lr (now {lr:g}), train.grad_clip = 1.0, or run.precision = "fp32"'
+            if step > 1
+            # The first step's loss comes from the initial weights: no learning rate made it.
+            else "before any update, so the model itself, not the learning rate: look at its "
+            'forward and the initial values of its layers, or try run.precision = "fp32"'
         )
+        super().__init__(f"loss became {value} at step {step} (epoch {epoch}); {fix}")
 
 
 Row = tuple[str, int, float] | tuple[str, int, float, float]  # key, step, value[, wall time]
