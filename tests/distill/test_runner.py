@@ -36,6 +36,24 @@ def distill_json(cli: Callable[..., CliResult], *args: str) -> dict:
     return json.loads(result.out)
 
 
+# `dlperf distill --json`'s document, keys in order (docs/distill.md): what scripts read.
+DOC = ["study_id", "name", "teacher", "baseline", "students", "best_top_k", "classes",
+       "unlabeled", "directory", "error", "plots"]  # fmt: skip
+TEACHER = ["run_id", "model", "test_accuracy", "scoring_images_per_s", "reused"]
+BASELINE = ["run_id", "model", "test_accuracy", "reused", "same_as_teacher"]
+STUDENT = ["top_k", "top_p", "selected", "kept", "pseudo_label_precision", "class_precision",
+           "scoring_images_per_s", "select_run_id", "select_reused", "pretrain_run_id",
+           "finetune_run_id", "pretrain_test_accuracy", "test_accuracy", "pretrain_batch_size",
+           "status", "error"]  # fmt: skip
+
+
+def assert_document(out: dict) -> None:
+    """`out` has the document's keys in order, in every stage it reached."""
+    assert list(out) == DOC
+    assert list(out["teacher"]) in ([], TEACHER) and list(out["baseline"]) in ([], BASELINE)
+    assert all(list(s) == STUDENT for s in out["students"])
+
+
 # --- selection ------------------------------------------------------------------------------
 
 # 6 images x 3 classes. Top-1 classes: 0,0,1,2,1,0 (image 5 ties 0 and 1: the lower class
@@ -187,7 +205,8 @@ def test_a_tiny_study_stores_linked_stages(
     path = write_distill_exp(tmp_path)
     out = distill_json(cli, "distill", str(path), "--unlabeled", "digits:holdout=0.5",
                        "--top-k", "3", "--student", "resnet20")  # fmt: skip
-    assert {"study_id", "teacher", "baseline", "students", "best_top_k"} <= out.keys()
+    assert_document(out)
+    assert out["teacher"] and out["baseline"] and out["error"] is None
     runs = {r.id: r for r in store.list_runs(study_id=out["study_id"])}
     assert store.get_study(out["study_id"])["kind"] == "distill"
     teacher_id, baseline = out["teacher"]["run_id"], out["baseline"]
@@ -245,6 +264,7 @@ def test_a_stored_teacher_and_the_student_as_its_own_baseline(
     out = distill_json(cli, "distill", str(path), *args, "--teacher", str(teacher))
     # Each recipe's figure is named by it: P = 2 in the same study leaves P = 1's in place.
     assert out["study_id"] == one["study_id"]
+    assert_document(out)
     figures = [Path(doc["plots"][0]) for doc in (one, out)]
     assert [f.name for f in figures] == [
         f"distill_top-p{p}_top-k2_{out['baseline']['model']}_digits-holdout-0.5.png" for p in (1, 2)
@@ -360,6 +380,7 @@ def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
     result = cli("distill", str(path), "--top-k", "2,4", "--finetune-lr", "1e12", "--json")
     assert result.code == 1, result.err
     out = json.loads(result.out)
+    assert_document(out)
     (student,) = out["students"]  # K = 4 never started
     assert student["status"] == "failed" and student["test_accuracy"] is None
     assert out["error"].startswith(f"finetune run {student['finetune_run_id']} failed: loss")
@@ -367,6 +388,25 @@ def test_a_failed_stage_ends_the_study_with_exit_1_and_keeps_what_finished(
     statuses = {r.tags["stage"]: r.status for r in store.list_runs(study_id=out["study_id"])}
     assert statuses == {"teacher": "finished", "select": "finished", "pretrain": "finished",
                         "finetune": "failed"}  # fmt: skip
+
+
+def test_a_teacher_that_fails_ends_the_study_before_any_other_stage(
+    tmp_path: Path, store: RunStore, cli: Callable[..., CliResult]
+) -> None:
+    path = write_distill_exp(tmp_path, '[distill]\nunlabeled = "digits:holdout=0.5"\n')
+    result = cli("distill", str(path), "--top-k", "2", "--set", "train.lr=1e12", "--json")
+    assert result.code == 1, result.err
+    out = json.loads(result.out)
+    (run,) = store.list_runs(study_id=out["study_id"])
+    assert (run.tags["stage"], run.status) == ("teacher", "failed")
+    assert out["error"] == f"teacher run {run.id} failed: {run.error}"
+    assert out == {
+        "study_id": out["study_id"], "name": "dist", "teacher": {}, "baseline": {},
+        "students": [], "best_top_k": None, "classes": [str(c) for c in range(10)],
+        "unlabeled": "digits:holdout=0.5", "directory": out["directory"],
+        "error": out["error"], "plots": [],
+    }  # fmt: skip
+    assert list(out) == DOC
 
 
 def test_a_changed_pool_is_selected_again(
