@@ -17,7 +17,13 @@ import torch
 from torch import nn
 
 from dlperf.data import ImageData, Split
-from dlperf.engine.checks import check_classes, check_classifier, check_finite, dry_forward
+from dlperf.engine.checks import (
+    check_classes,
+    check_classifier,
+    check_finite,
+    dry_forward,
+    misfit,
+)
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -279,6 +285,25 @@ def test_check_finite_refuses_nan_scores_of_the_model_not_of_zero_images() -> No
         model.h.weight[0, 0] = float("nan")
     with pytest.raises(UserError, match=r"^model 'm' gives NaN or inf scores for finite images"):
         check_finite(model, model(torch.zeros(2, 4)), [4], "'m'")
+
+
+class Refuses(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("no image will do")
+
+
+def test_misfit_finds_the_smallest_side_a_lazy_model_takes() -> None:
+    # A 5x5 kernel, then a lazy head: the sides tried double to 8, which would size the head
+    # for 8x8 and make 5, 6 and 7 fail after it, were every try not made on a copy.
+    lazy = nn.Sequential(nn.Conv2d(1, 4, 5), nn.Flatten(), nn.LazyLinear(2))
+    refused = misfit(lazy, (1, 1, 1), "npz")
+    assert refused is not None
+    assert refused.message == (
+        "npz images of 1x1 are too small for the model: the smallest it takes is 5x5"
+    )
+    assert misfit(Refuses(), (1, 1, 1), "npz") is None  # no size will do: the model's own error
+    hwc = misfit(Refuses(), (32, 32, 3), "npz")
+    assert hwc is not None and "look channels-last (N, H, W, C)" in hwc.message
 
 
 def test_the_training_mode_forward_leaves_the_model_as_it_was() -> None:

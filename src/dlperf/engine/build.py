@@ -24,8 +24,10 @@ from dlperf.engine.checks import (
     check_finite,
     dry_backward,
     dry_forward,
+    misfit,
 )
 from dlperf.engine.stored import StoredRuns
+from dlperf.errors import UserError
 from dlperf.models import create_model, transfer
 from dlperf.progress import Reporter
 from dlperf.system import auto_threads, crowding, pick_device, set_threads
@@ -126,7 +128,10 @@ def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch
     )
     rejects = f"the model rejects {data.name} images of shape {data.shape}"
     name = f"'{exp.model.name}'"
-    output = dry_forward(model.to(device), data.shape, rejects, device)
+    try:
+        output = dry_forward(model.to(device), data.shape, rejects, device)
+    except UserError as e:
+        raise misfit(model, data.shape, data.name, device) or e from None
     scores = check_classifier(model, output, data.num_classes, name)
     check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)

@@ -3,6 +3,7 @@ so that a mismatch is one line of bad input rather than a failure mid-run."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,50 @@ def dry_forward(
             for buffer, value in saved:
                 buffer.copy_(value)
         model.eval()
+
+
+LARGEST_TRIED = 512  # the largest side `misfit` tries a model at
+
+
+def misfit(
+    model: nn.Module, shape: Sequence[int], name: str, device: torch.device | None = None
+) -> UserError | None:
+    """Why `model` rejected images of `shape` (C, H, W) of the data set `name`, where it can
+    be told rather than left to the model's own error (a kernel larger than the input, which
+    names the shape but not what is wrong with it); None where it cannot. Images stored
+    channels-last (N, H, W, C) read as C = H and W = C: 1, 3 or 4 channels in the last place
+    and more in the first. Images too small: the model takes square ones of a side up to
+    LARGEST_TRIED, and the smallest is found by halving; each try on a copy of `model`, as a
+    lazy layer takes the size of the first forward that reaches it."""
+    c, h, w = shape
+    if w in (1, 3, 4) and c > 4:
+        return UserError(
+            f"{name} images of shape {tuple(shape)} look channels-last (N, H, W, C): the model "
+            "takes (N, C, H, W)",
+            "store them so: images = np.transpose(images, (0, 3, 1, 2))",
+        )
+
+    def takes(side: int) -> bool:
+        try:
+            dry_forward(copy.deepcopy(model), (c, side, side), "", device)
+        except UserError:
+            return False
+        return True
+
+    side = 2 * max(h, w)
+    while side <= LARGEST_TRIED and not takes(side):
+        side *= 2
+    if side > LARGEST_TRIED:
+        return None
+    low = max(h, w)  # rejected; the smallest side taken lies in (low, side]
+    while side - low > 1:
+        middle = (low + side) // 2
+        low, side = (low, middle) if takes(middle) else (middle, side)
+    return UserError(
+        f"{name} images of {h}x{w} are too small for the model: the smallest it takes is "
+        f"{side}x{side}",
+        "give larger images, or set data.image_size to resize them",
+    )
 
 
 def dry_backward(
