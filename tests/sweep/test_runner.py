@@ -13,6 +13,7 @@ import pytest
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter
 from dlperf.store import RunStore
+from dlperf.store.studies import studies_named
 from dlperf.sweep import load_sweep, runner
 from dlperf.sweep.runner import (
     finished_runs,
@@ -219,6 +220,26 @@ def test_finished_runs_are_the_newest_finished_of_each_point(
 
 
 # --- failures, weights ----------------------------------------------------------------------
+
+
+def test_a_point_the_checks_before_a_run_refuse_refuses_the_sweep_storing_nothing(
+    tmp_path: Path, store: RunStore, trainer: FakeTrainer
+) -> None:
+    # Points 2 and 4 (16 training images) do not fit a batch of 64; 1 and 3 share one load of
+    # the 256 images, checked before them: the first refused in the sweep's order is named.
+    (tmp_path / "base.toml").write_text(BASE.format(out=tmp_path / "runs") + "threads = 1\n")
+    path = tmp_path / "limit.toml"
+    path.write_text(
+        'base = "base.toml"\n[grid]\n"train.lr" = [0.1, 0.2]\n"data.limit" = [256, 16]\n'
+    )
+    with pytest.raises(UserError) as refused:
+        run_sweep(load_sweep(path), store)
+    assert str(refused.value) == (
+        f"{path} point 2 (train.lr=0.1 data.limit=16): train.batch_size 64 is larger than the "
+        "16 training images of digits (use train.batch_size <= 16)"
+    )
+    assert trainer.lrs == [] and store.list_runs() == []
+    assert studies_named(store, "limit", "sweep") == []  # no study made either
 
 
 def test_a_failure_marks_the_point_s_own_run_or_records_one(

@@ -8,6 +8,8 @@ leaves nothing in the store. `run:ID` weights are read through `StoredRuns`.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +76,39 @@ def prepare_run(
     origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}
     origin["expects"] = {k: list(v) if isinstance(v, tuple) else v for k, v in expects.items()}
     return Prepared(device, threads, free, crowded, data, model, origin | {"warnings": warnings})
+
+
+def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, UserError] | None:
+    """The first of `exps` that `prepare_run` would refuse before recording its run (its index
+    and the error), None when none would: a sweep checks its points so before the first one
+    runs. Weights are resolved, not fetched or loaded. Experiments of the same data share one
+    load of it, held only while they are checked, and one build of each model on it."""
+    groups: dict[str, list[int]] = {}
+    for index, exp in enumerate(exps):
+        # The weights set the resolution and statistics; torchvision's, by the model's name.
+        weights = [exp.model.weights, exp.model.name] if exp.model.weights else None
+        data_key = json.dumps([exp.data.model_dump(mode="json"), weights])
+        groups.setdefault(data_key, []).append(index)
+    first: tuple[int, UserError] | None = None
+    for indices in groups.values():
+        data: ImageData | None = None
+        built: set[str] = set()
+        for index in indices:
+            exp = exps[index]
+            try:
+                if data is None:
+                    data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs))
+                check_batch_fits(exp.train.batch_size, data)
+                check_classes(data)
+                model_key = json.dumps([exp.model.model_dump(mode="json"), exp.run.device])
+                if model_key not in built:
+                    build_model(exp, data, pick_device(exp.run.device))
+                    built.add(model_key)
+            except UserError as e:
+                if first is None or index < first[0]:
+                    first = (index, e)
+                break  # the group's later points are no earlier than this one
+    return first
 
 
 def load_run_data(

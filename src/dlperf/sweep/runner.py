@@ -78,6 +78,22 @@ def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
     return max(1, cores // min(jobs, max(1, pending)))
 
 
+def check_points(sweep: Sweep, points: list[Point], store: RunStore) -> None:
+    """Refuse the sweep, before anything is stored, when `dlperf run` would refuse one of
+    `points` before recording it (a batch larger than the data, an unknown model, a model that
+    rejects the images): a mistake caught up front is the user's to fix, not a failed run."""
+    from dlperf.engine.build import first_refused  # torch: only once a sweep runs
+
+    refused = first_refused([p.exp for p in points], store)
+    if refused is None:
+        return
+    index, error = refused
+    point = points[index]
+    raise UserError(
+        f"{sweep.path} point {point.index + 1} ({point.label()}): {error.message}", error.hint
+    )
+
+
 def sweep_study(
     store: RunStore,
     sweep: Sweep,
@@ -143,8 +159,9 @@ def record_failure(
     store: RunStore, exp: Experiment, study_id: int, since: int, error: str
 ) -> SweepPointResult:
     """A point that failed: its run marked failed, or, if it failed before its run was
-    recorded (the batch does not fit the data, say), a failed run made for it, so the study
-    shows every point it tried."""
+    recorded (its model.weights do not load into the model, say: `check_points` refuses what
+    can be told before any point runs), a failed run made for it, so the study shows every
+    point it tried."""
     run = _own_run(store, exp, study_id, since)
     with stopping.shielded():  # a run made here is marked, whenever a stop signal lands
         if run is None:
@@ -391,6 +408,7 @@ def run_sweep(
     done = finished_runs(store, study_id, free)
     todo = [p for p, key in zip(sweep.points, keys, strict=True) if key not in done]
     threads = threads_per_job(sweep, jobs, len(todo))
+    check_points(sweep, todo, store)
     out_dir = store.artifact_dir(sweep.points[0].exp.run.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an unusable out_dir fails before the study
     if study_id is None:
