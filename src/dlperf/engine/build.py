@@ -81,8 +81,9 @@ def prepare_run(
 def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, UserError] | None:
     """The first of `exps` that `prepare_run` would refuse before recording its run (its index
     and the error), None when none would: a sweep checks its points so before the first one
-    runs. Weights are resolved, not fetched or loaded. Experiments of the same data share one
-    load of it, held only while they are checked, and one build of each model on it."""
+    runs. Weights are resolved, not fetched or loaded; models are built on the CPU.
+    Experiments of the same data share one load of it, held only while they are checked, and
+    one build of each model on it."""
     groups: dict[str, list[int]] = {}
     for index, exp in enumerate(exps):
         # The weights set the resolution and statistics; torchvision's, by the model's name.
@@ -100,9 +101,12 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
                     data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs))
                 check_batch_fits(exp.train.batch_size, data)
                 check_classes(data)
-                model_key = json.dumps([exp.model.model_dump(mode="json"), exp.run.device])
+                pick_device(exp.run.device)  # a device this host lacks is refused here too
+                model_key = json.dumps(exp.model.model_dump(mode="json"))
                 if model_key not in built:
-                    build_model(exp, data, pick_device(exp.run.device))
+                    # On the CPU: a sweep's parent process holds no accelerator memory that
+                    # its workers need (what only a device refuses, its memory, fails the run)
+                    build_model(exp, data, torch.device("cpu"))
                     built.add(model_key)
             except UserError as e:
                 if first is None or index < first[0]:
