@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store, set_option
 
+if TYPE_CHECKING:
+    from dlperf.distill.summary import DistillResult, StudentRow
 
-def _print_summary(result: Any, plots: list[str]) -> None:
+
+def _print_summary(result: DistillResult, plots: list[str]) -> None:
     from dlperf.distill.summary import best, verdict
 
     t, b = result.teacher, result.baseline
     rows: list[list[Any]] = []
     if t:
-        rows.append(["teacher", None, t["run_id"], t["model"], t["test_accuracy"], None, None,
-                     "reused" if t["reused"] else ""])  # fmt: skip
+        rows.append(["teacher", None, t.run_id, t.model, t.test_accuracy, None, None,
+                     "reused" if t.reused else ""])  # fmt: skip
     if b:
-        note = "the teacher itself" if b["same_as_teacher"] else ("reused" if b["reused"] else "")
-        rows.append(["baseline", None, b["run_id"], b["model"], b["test_accuracy"], None, None,
+        note = "the teacher itself" if b.same_as_teacher else ("reused" if b.reused else "")
+        rows.append(["baseline", None, b.run_id, b.model, b.test_accuracy, None, None,
                      note])  # fmt: skip
     for s in result.students:
-        runs = f"{s['select_run_id']} > {s['pretrain_run_id']} > {s['finetune_run_id']}"
-        rows.append(["student", s["top_k"], runs, b.get("model"), s["test_accuracy"],
-                     s["selected"], s["pseudo_label_precision"], s["status"]])  # fmt: skip
+        runs = f"{s.select_run_id} > {s.pretrain_run_id} > {s.finetune_run_id}"
+        rows.append(["student", s.top_k, runs, b.model if b else None, s.test_accuracy,
+                     s.selected, s.pseudo_label_precision, s.status])  # fmt: skip
     console.print_table(
         f"distill {result.name!r}, study {result.study_id}",
         ["stage", "K", "run(s): select > pretrain > finetune", "model", "test acc", "kept",
@@ -37,13 +39,13 @@ def _print_summary(result: Any, plots: list[str]) -> None:
     if result.students:
         console.print_table(
             "images kept per class (pseudo-label precision)",
-            ["class", *(f"K={s['top_k']}" for s in result.students)],
+            ["class", *(f"K={s.top_k}" for s in result.students)],
             [
                 [name, *(_kept(s, c) for s in result.students)]
                 for c, name in enumerate(result.classes)
             ],
         )
-    speed = t.get("scoring_images_per_s") if t else None
+    speed = t.scoring_images_per_s if t else None
     if speed is not None:
         console.out.print(f"teacher scoring: {speed:,.0f} images/s")
     winner = best(result.students)
@@ -54,11 +56,11 @@ def _print_summary(result: Any, plots: list[str]) -> None:
     console.tell([], *plots)
 
 
-def _kept(student: dict[str, Any], c: int) -> str:
-    precision = student["class_precision"]
+def _kept(student: StudentRow, c: int) -> str:
+    precision = student.class_precision
     if precision is None or precision[c] is None:
-        return str(student["kept"][c])
-    return f"{student['kept'][c]} ({precision[c]:.2f})"
+        return str(student.kept[c])
+    return f"{student.kept[c]} ({precision[c]:.2f})"
 
 
 @app.command()
@@ -110,7 +112,7 @@ def distill(
         result = run_distill(job, store, resume, new, rep)
     figure = distill_figure(result)
     plots = [str(figure)] if figure is not None else []
-    if not console.printed_json(as_json, {**dataclasses.asdict(result), "plots": plots}):
+    if not console.printed_json(as_json, result.to_dict() | {"plots": plots}):
         _print_summary(result, plots)
     if result.error:
         raise typer.Exit(1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,13 @@ from dlperf.config import DistillConfig, DistillJob, Experiment, build_experimen
 from dlperf.data import ImageData, load_data
 from dlperf.distill import pool, teacher
 from dlperf.distill.select import precision, select
-from dlperf.distill.summary import DistillResult, best
+from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, TeacherRow, best
 from dlperf.engine.build import as_run, build_model
 from dlperf.errors import UserError
 from dlperf.experiment.run import run_experiment
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
+from dlperf.records import FINISHED, Record, RunSummary
 from dlperf.store import RunStore
 from dlperf.store.studies import choose_study
 from dlperf.system import pick_device, set_threads, system_info
@@ -128,6 +129,48 @@ def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment
         )
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A stage's run, trained now or `reused` (it finished before in the study)."""
+
+    run_id: int
+    status: str
+    reused: bool
+    test_accuracy: float | None = None
+    error: str | None = None  # a failed run's
+
+    def failure(self, stage: str) -> str | None:
+        """Why the run ended the study as `stage`; None when it finished."""
+        failed = f"{stage} run {self.run_id} {self.status}: {self.error}"
+        return None if self.status == FINISHED else failed
+
+
+@dataclass(frozen=True)
+class SelectSummary(Record):
+    """A select run's stored summary: the images kept per class, their precision against
+    the pool's hidden labels (None without them), the teacher's scoring and the npz file."""
+
+    top_k: int
+    top_p: int
+    selected: int
+    kept: list[int]
+    pseudo_label_precision: float | None
+    class_precision: list[float | None] | None
+    images: int
+    scoring_s: float
+    scoring_images_per_s: float
+    file: str
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The select stage of one K: its run, made now or `reused`, and that run's summary."""
+
+    run_id: int
+    reused: bool
+    summary: SelectSummary
+
+
 @dataclass
 class _Study:
     """One distill study being run: its plan, finished runs to reuse, the new runs' home."""
@@ -146,22 +189,23 @@ class _Study:
             self.reporter.log(f"{label}: run {found['id']} finished before, reused")
         return found
 
-    def stage(self, stage: str, exp: Experiment, tags: dict[str, Any]) -> dict[str, Any]:
-        """Train `exp` as `stage`, or reuse its finished run: a summary with run_id, status
-        and reused."""
+    def stage(self, stage: str, exp: Experiment, tags: dict[str, Any]) -> Staged:
+        """Train `exp` as `stage`, or reuse its finished run."""
         label = f"{stage} K={tags['top_k']}" if "top_k" in tags else stage
         digest = exp.config_hash()
         found = self.reused(digest, label)
         if found is not None:
-            return {**found["summary"], "run_id": found["id"], "status": "finished", "reused": True}
+            accuracy = RunSummary.stored(found["summary"]).test_accuracy
+            return Staged(found["id"], FINISHED, True, accuracy)
         self.reporter.log(f"{label}: training {exp.run.name}")
-        result = run_experiment(exp, self.store, self.reporter, study_id=self.study_id).to_dict()
+        result = run_experiment(exp, self.store, self.reporter, study_id=self.study_id)
         tags = {k: str(v) for k, v in {"stage": stage, **tags}.items()}
-        self.store.set_tags(result["run_id"], tags)
-        self.reporter.log(f"{label}: run {result['run_id']} {result['status']}")
-        if result["status"] == "finished":
-            self.done[digest] = {"id": result["run_id"], "summary": result}
-        return {**result, "reused": False}
+        self.store.set_tags(result.run_id, tags)
+        self.reporter.log(f"{label}: run {result.run_id} {result.status}")
+        summary = result.summary or RunSummary()  # a failed run's is empty
+        if result.finished:
+            self.done[digest] = {"id": result.run_id, "summary": summary.to_dict()}
+        return Staged(result.run_id, result.status, False, summary.test_accuracy, result.error)
 
     def scores(self, given: teacher.Teacher) -> teacher.Scores:
         """The teacher's scores of the pool, computed once per command."""
@@ -174,7 +218,7 @@ class _Study:
             )
         return self.scored
 
-    def select(self, given: teacher.Teacher, k: int) -> dict[str, Any]:
+    def select(self, given: teacher.Teacher, k: int) -> Selected:
         """The select stage of K: a `select` run whose summary holds the counts, precision
         and the pseudo-labelled file."""
         p = self.plan
@@ -182,14 +226,18 @@ class _Study:
                   "images": len(p.pool.images), "top_k": k, "top_p": p.opts.top_p}  # fmt: skip
         digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         found = self.reused(digest, f"select K={k}")
-        if found is not None and Path(found["summary"]["file"]).is_file():
-            return {**found["summary"], "run_id": found["id"], "reused": True}
+        before = SelectSummary.stored(found["summary"]) if found else None
+        if found and before and Path(before.file).is_file():
+            return Selected(found["id"], True, before)
         timed = self.scores(given)
         chosen = select(timed.scores, k, p.opts.top_p)
         hidden = p.pool.hidden
         overall, per_class = precision(chosen, hidden) if hidden is not None else (None, None)
         images = p.pool.images[chosen.index]
         path = _write_pseudo(self.directory, images, chosen.label, p.labelled.classes)
+        summary = SelectSummary(k, p.opts.top_p, len(chosen), chosen.kept, overall, per_class,
+                                len(p.pool.images), timed.seconds, timed.images_per_s,
+                                str(path))  # fmt: skip
         with self.store.new_run(
             name=f"{p.name}-select-k{k}",
             kind="select",
@@ -199,50 +247,28 @@ class _Study:
             study_id=self.study_id,
         ) as record:
             self.store.add_artifact(record.id, "pseudo-labels", path)
-            record.summary = {
-                "top_k": k,
-                "top_p": p.opts.top_p,
-                "selected": len(chosen),
-                "kept": chosen.kept,
-                "pseudo_label_precision": overall,
-                "class_precision": per_class,
-                "images": len(p.pool.images),
-                "scoring_s": timed.seconds,
-                "scoring_images_per_s": timed.images_per_s,
-                "file": str(path),
-            }
+            record.summary = summary.to_dict()
         tags = {"stage": "select", **self.tags(given, k)}
         self.store.set_tags(record.id, {key: str(v) for key, v in tags.items()})
         self.done[digest] = {"id": record.id, "summary": record.summary}
         said = f", pseudo-label precision {overall:.4f}" if overall is not None else ""
         self.reporter.log(f"select K={k}: kept {len(chosen)} images{said}")
-        return {**record.summary, "run_id": record.id, "reused": False}
+        return Selected(record.id, False, summary)
 
     def tags(self, given: teacher.Teacher, k: int) -> dict[str, Any]:
         p = self.plan
         return {"top_k": k, "top_p": p.opts.top_p, "teacher": given.run_id,
                 "unlabeled": p.pool.spec}  # fmt: skip
 
-    def student(self, given: teacher.Teacher, k: int) -> dict[str, Any]:
+    def student(self, given: teacher.Teacher, k: int) -> StudentRow:
         """Select, pretrain and finetune one student; its row of the result."""
         p = self.plan
         chosen = self.select(given, k)
-        row: dict[str, Any] = {
-            "top_k": k,
-            "top_p": p.opts.top_p,
-            **{key: chosen[key] for key in ("selected", "kept", "pseudo_label_precision",
-                                            "class_precision", "scoring_images_per_s")},
-            "select_run_id": chosen["run_id"],
-            "select_reused": chosen["reused"],
-            "pretrain_run_id": None,
-            "finetune_run_id": None,
-            "pretrain_test_accuracy": None,
-            "test_accuracy": None,
-            "pretrain_batch_size": None,
-            "status": "finished",
-            "error": None,
-        }  # fmt: skip
-        data = {"name": "npz", "root": chosen["file"], "mean": list(given.mean),
+        s = chosen.summary
+        row = StudentRow(k, p.opts.top_p, s.selected, s.kept, s.pseudo_label_precision,
+                         s.class_precision, s.scoring_images_per_s, chosen.run_id,
+                         chosen.reused)  # fmt: skip
+        data = {"name": "npz", "root": s.file, "mean": list(given.mean),
                 "std": list(given.std), "image_size": None, "holdout": 0.0, "limit": None,
                 "test_fraction": 0.1, "val_fraction": 0.1}  # fmt: skip
         epochs = p.opts.pretrain_epochs or p.base.train.epochs
@@ -258,30 +284,26 @@ class _Study:
         if pre.train.batch_size > images:
             self.reporter.log(f"pretrain K={k}: batch {images}, all its training images")
             pre = _derive(pre, train={"batch_size": images})
-        row["pretrain_batch_size"] = pre.train.batch_size
-        tags = {**self.tags(given, k), "select": chosen["run_id"]}
+        tags = {**self.tags(given, k), "select": chosen.run_id}
         run = self.stage("pretrain", pre, tags)
-        row.update(pretrain_run_id=run["run_id"], pretrain_test_accuracy=run.get("test_accuracy"))
-        if run["status"] != "finished":
-            return _failed(row, "pretrain", run)
+        row = replace(row, pretrain_run_id=run.run_id, pretrain_test_accuracy=run.test_accuracy,
+                      pretrain_batch_size=pre.train.batch_size)  # fmt: skip
+        if (error := run.failure("pretrain")) is not None:
+            return replace(row, status="failed", error=error)
         train: dict[str, Any] = {"epochs": p.opts.finetune_epochs or p.base.train.epochs}
         if p.opts.finetune_lr is not None:
             train["lr"] = p.opts.finetune_lr
-        weights = {"weights": f"run:{run['run_id']}", "transfer": "finetune", "head": "keep"}
+        weights = {"weights": f"run:{run.run_id}", "transfer": "finetune", "head": "keep"}
         fine = _derive(
             p.base,
             model={**p.student, **weights},
             train=train,
             run={"name": f"{p.name}-finetune-k{k}"},
         )
-        run = self.stage("finetune", fine, {**tags, "pretrain": run["run_id"]})
-        row["finetune_run_id"], row["test_accuracy"] = run["run_id"], run.get("test_accuracy")
-        return row if run["status"] == "finished" else _failed(row, "finetune", run)
-
-
-def _failed(row: dict[str, Any], stage: str, run: dict[str, Any]) -> dict[str, Any]:
-    error = f"{stage} run {run['run_id']} {run['status']}: {run.get('error')}"
-    return {**row, "status": "failed", "error": error}
+        run = self.stage("finetune", fine, {**tags, "pretrain": run.run_id})
+        row = replace(row, finetune_run_id=run.run_id, test_accuracy=run.test_accuracy)
+        error = run.failure("finetune")
+        return row if error is None else replace(row, status="failed", error=error)
 
 
 def _write_pseudo(
@@ -344,41 +366,39 @@ def run_distill(
     for warning in oversized_k(p.opts.top_k, len(p.pool.images)):
         reporter.log(f"warning: {warning}")
     result = DistillResult(
-        study_id, p.name, {}, {}, [], None, p.labelled.classes, p.pool.spec, str(directory)
+        study_id, p.name, None, None, [], None, p.labelled.classes, p.pool.spec, str(directory)
     )
 
     given, reused = p.given, True
     if given is None:
         run = study.stage("teacher", p.teacher_exp(), {})
-        if run["status"] != "finished":
-            result.error = _failed({}, "teacher", run)["error"]
+        result.error = run.failure("teacher")
+        if result.error is not None:
             return result
-        given, reused = teacher.stored(store, run["run_id"]), run["reused"]
-    result.teacher = {"run_id": given.run_id, "model": given.exp.model.name,
-                      "test_accuracy": given.test_accuracy, "scoring_images_per_s": None,
-                      "reused": reused}  # fmt: skip
+        given, reused = teacher.stored(store, run.run_id), run.reused
+    model, accuracy = given.exp.model.name, given.test_accuracy
+    result.teacher = TeacherRow(given.run_id, model, accuracy, None, reused)
     if p.baseline_exp().config_hash() == store.get_run(given.run_id).config_hash:
-        same = {k: result.teacher[k] for k in ("run_id", "model", "test_accuracy", "reused")}
-        result.baseline = {**same, "same_as_teacher": True}
+        result.baseline = BaselineRow(given.run_id, model, accuracy, reused, True)
     else:
         run = study.stage("baseline", p.baseline_exp(), {})
-        result.baseline = {"run_id": run["run_id"], "model": p.student["name"],
-                           "test_accuracy": run.get("test_accuracy"), "reused": run["reused"],
-                           "same_as_teacher": False}  # fmt: skip
-        if run["status"] != "finished":
-            result.error = _failed({}, "baseline", run)["error"]
+        student = p.student["name"]
+        result.baseline = BaselineRow(run.run_id, student, run.test_accuracy, run.reused, False)
+        result.error = run.failure("baseline")
+        if result.error is not None:
             return result
 
     for k in p.opts.top_k:
         row = study.student(given, k)
         result.students.append(row)
-        if row["status"] != "finished":
-            result.error = row["error"]
+        result.error = row.error
+        if row.error is not None:
             break
     # This command's scoring, or, when every selection was reused, the first one's.
-    speeds = [s["scoring_images_per_s"] for s in result.students]
+    speeds = [s.scoring_images_per_s for s in result.students]
     scored = study.scored.images_per_s if study.scored is not None else None
-    result.teacher["scoring_images_per_s"] = scored or (speeds[0] if speeds else None)
+    speed = scored or (speeds[0] if speeds else None)
+    result.teacher = replace(result.teacher, scoring_images_per_s=speed)
     winner = best(result.students)
-    result.best_top_k = winner["top_k"] if winner is not None else None
+    result.best_top_k = winner.top_k if winner is not None else None
     return result

@@ -4,13 +4,14 @@ K, with the teacher's and the labelled-only baseline's accuracy as lines."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
 if TYPE_CHECKING:
-    from dlperf.distill.summary import DistillResult
+    from dlperf.distill.summary import BaselineRow, DistillResult, Student, Trained
 
 
 def figure_name(result: DistillResult) -> str:
@@ -18,15 +19,16 @@ def figure_name(result: DistillResult) -> str:
     pool, so that another recipe in the same study gets a figure of its own
     (`distill_top-p2_top-k25-50_smallcnn_digits-holdout-0.5.png`)."""
     students = result.students
-    ks = "-".join(str(s["top_k"]) for s in students)
+    ks = "-".join(str(s.top_k) for s in students)
     pool = re.sub(r"[^\w.]+", "-", result.unlabeled).strip("-")
-    return f"distill_top-p{students[0]['top_p']}_top-k{ks}_{result.baseline['model']}_{pool}.png"
+    model = result.baseline.model if result.baseline else None
+    return f"distill_top-p{students[0].top_p}_top-k{ks}_{model}_{pool}.png"
 
 
 def distill_figure(result: DistillResult) -> Path | None:
     """Draw what `dlperf distill` ran into its study's directory (`figure_name`); None when
     no student finished."""
-    if not any(s["test_accuracy"] is not None for s in result.students):
+    if not any(s.test_accuracy is not None for s in result.students):
         return None
     path = Path(result.directory) / figure_name(result)
     study = (result.study_id, result.name)
@@ -36,40 +38,37 @@ def distill_figure(result: DistillResult) -> Path | None:
 def plot_distill(
     path: Path,
     study: tuple[int, str],
-    teacher: dict[str, Any],
-    baseline: dict[str, Any],
-    students: list[dict[str, Any]],
+    teacher: Trained | None,
+    baseline: BaselineRow | None,
+    students: Sequence[Student],
 ) -> Path:
-    """`teacher` and `baseline` as DistillResult holds them (run_id, model, test_accuracy,
-    same_as_teacher), `students` its rows (top_k, top_p, test_accuracy,
-    pseudo_label_precision); `study`: its id and name."""
-    students = sorted(
-        (s for s in students if s["test_accuracy"] is not None), key=lambda s: s["top_k"]
-    )
+    """Each student that finished, the teacher and the baseline (None: none in the study);
+    `study`: its id and name."""
+    students = sorted((s for s in students if s.test_accuracy is not None), key=lambda s: s.top_k)
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
-    ks = [s["top_k"] for s in students]
-    model = baseline.get("model", "")
-    accuracies = [s["test_accuracy"] for s in students]
+    ks = [s.top_k for s in students]
+    model = baseline.model if baseline else ""
+    accuracies = [s.test_accuracy for s in students if s.test_accuracy is not None]  # all: typed
     ax.plot(ks, accuracies, "o-", color="C0", label=f"student ({model}) after fine-tuning")
     for i, s in enumerate(students):
-        if s["pseudo_label_precision"] is not None:
+        if s.pseudo_label_precision is not None:
             ax.annotate(
-                f"prec. {s['pseudo_label_precision']:.2f}",
-                (ks[i], s["test_accuracy"]),
+                f"prec. {s.pseudo_label_precision:.2f}",
+                (ks[i], s.test_accuracy),
                 textcoords="offset points",
                 xytext=(0, 6),
                 ha="center",
                 fontsize=7,
             )
-    same = baseline.get("same_as_teacher", False)
+    same = baseline is not None and baseline.same_as_teacher
     lines = [("teacher" + (", also the baseline" if same else ""), teacher, "C3", "--")]
     if not same:
         lines.append(("baseline", baseline, "C2", ":"))
     for name, run, color, style in lines:
-        if run.get("test_accuracy") is not None:
-            label = f"{name} ({run['model']}, run {run['run_id']})"
-            ax.axhline(run["test_accuracy"], color=color, ls=style, label=label)
+        if run is not None and run.test_accuracy is not None:
+            label = f"{name} ({run.model}, run {run.run_id})"
+            ax.axhline(run.test_accuracy, color=color, ls=style, label=label)
     if len(ks) > 1 and max(ks) / min(ks) >= 8:
         ax.set_xscale("log")
     ax.set_xticks(ks, [str(k) for k in ks])
@@ -77,7 +76,7 @@ def plot_distill(
     ax.margins(x=0.08, y=0.15)  # room for the precision labels
     ax.set_xlabel("K: images kept per class")
     ax.set_ylabel("test accuracy (top-1)")
-    top_p = students[0]["top_p"] if students else "?"
+    top_p = students[0].top_p if students else "?"
     ax.set_title(f"distill study {study[0]} ({study[1]}), P = {top_p}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

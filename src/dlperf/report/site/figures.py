@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
@@ -22,6 +22,9 @@ from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
 from dlperf.store.record import RunRecord
+
+if TYPE_CHECKING:
+    from dlperf.distill.summary import BaselineRow, Student, Trained
 
 Figures = list[tuple[str, str]]  # (caption, data URI)
 # The order the training step runs its phases in (dlperf.engine.timers.PHASES, which imports
@@ -306,9 +309,9 @@ def staleness(
 
 def distill(
     study: tuple[int, str],
-    teacher: dict[str, Any],
-    baseline: dict[str, Any],
-    students: list[dict[str, Any]],
+    teacher: Trained | None,
+    baseline: BaselineRow | None,
+    students: Sequence[Student],
 ) -> Figures:
     """A distill study's figure as `dlperf distill` draws it: student test accuracy against K,
     the teacher and the baseline as lines (arguments as `plot_distill` takes them)."""

@@ -331,14 +331,6 @@ def _model(run: RunRecord) -> str | None:
     return ((run.config or {}).get("model") or {}).get("name")
 
 
-def _line(run: RunRecord | None, same_as_teacher: bool = False) -> dict[str, Any]:
-    """The teacher or the baseline as a DistillResult holds it."""
-    if run is None:
-        return {}
-    return {"run_id": run.id, "model": _model(run), "same_as_teacher": same_as_teacher,
-            "test_accuracy": run.trained.test_accuracy}  # fmt: skip
-
-
 def _distill(
     store: RunStore,
     study: dict[str, Any],
@@ -348,7 +340,7 @@ def _distill(
     """A distill study: every stage run by K; then, for its newest recipe (the teacher, P,
     unlabelled images and student of the newest fine-tuning), student accuracy against K
     beside the teacher and the baseline, and the best K."""
-    from dlperf.distill.summary import best, verdict
+    from dlperf.distill.summary import BaselineRow, Point, best, verdict
 
     staged = [r for r in runs if r.tags.get("stage") in STAGES]
     staged.sort(key=lambda r: (_top_k(r) or 0, STAGES.index(r.tags["stage"]), r.id))
@@ -382,22 +374,25 @@ def _distill(
         if all(r.tags.get(k) == v for k, v in recipe.items()) and _model(r) in (model, None):
             newest[(r.tags["stage"], _top_k(r))] = r
     students = [
-        {"top_k": k, "top_p": int(recipe["top_p"]), "test_accuracy": r.trained.test_accuracy,
-         "pseudo_label_precision": (s.summary if (s := newest.get(("select", k))) else {}).get(
-             "pseudo_label_precision")}
+        Point(int(r.tags["top_k"]), int(recipe["top_p"]), r.trained.test_accuracy,
+              (s.summary if (s := newest.get(("select", k))) else {}).get("pseudo_label_precision"))
         for (stage, k), r in sorted(newest.items(), key=lambda item: item[0][1] or 0)
         if stage == "finetune"
     ]  # fmt: skip
     baselines = [r for r in done if r.tags["stage"] == "baseline" and _model(r) == model]
     baseline = max(baselines, key=lambda r: r.id) if baselines else None
     same = baseline is None and teacher is not None and _model(teacher) == model
-    lines = (_line(teacher), _line(teacher if same else baseline, same))
+    # The teacher and the baseline as the figure and the verdict read them; None: not found.
+    line, base = (
+        None if r is None else BaselineRow(r.id, _model(r), r.trained.test_accuracy, False, s)
+        for r, s in ((teacher, False), (teacher if same else baseline, same))
+    )
     winner = best(students)
     assert winner is not None  # every student here finished fine-tuning
     said = (f"Newest recipe: teacher run {recipe['teacher']}, P = {recipe['top_p']}, "
             f"unlabelled images {recipe['unlabeled']}, student {model}. "
-            f"B{verdict(winner, *lines)[1:]}.")  # fmt: skip
-    figures = figs.distill((study["id"], study["name"]), *lines, students)
+            f"B{verdict(winner, line, base)[1:]}.")  # fmt: skip
+    figures = figs.distill((study["id"], study["name"]), line, base, students)
     return body + f"<p>{esc(said)}</p>" + _figures(figures)
 
 
