@@ -192,17 +192,16 @@ def test_a_model_that_fits_trains(
     assert run.status == "finished"
 
 
-def test_a_sweep_point_with_a_model_that_does_not_fit_fails_in_one_line(
-    cli: Callable[..., CliResult], exp: Path, tmp_path: Path
+def test_a_sweep_point_with_a_model_that_does_not_fit_refuses_the_sweep_in_one_line(
+    cli: Callable[..., CliResult], store: RunStore, exp: Path, tmp_path: Path
 ) -> None:
-    """A sweep's point goes through the same check: the sweep says the point failed and why
-    (the sweep runs on, keeping a failed point in its study), with no traceback."""
+    """A sweep's points go through the same check, all of them before the first runs: the
+    sweep is refused in one line naming the point, and nothing is stored."""
     sweep = tmp_path / "sweep.toml"
     sweep.write_text('base = "exp.toml"\n[grid]\n"model.name" = ["net.py:three"]\n')
-    result = cli("sweep", str(sweep))
-    said = " ".join(result.err.split())  # rich wraps long lines at the console's width
-    assert "Traceback" not in result.err, result.err
-    assert f"point 1/1 failed: model 'net.py:three' returns shape [2, 3]; {EXPECTED}" in said
+    said = _one_line(cli("sweep", str(sweep)), store)
+    assert said.startswith(f"error: {sweep} point 1 (model.name=net.py:three): "), said
+    assert f"model 'net.py:three' returns shape [2, 3]; {EXPECTED}" in said
 
 
 def test_a_scale_study_of_a_model_that_does_not_fit_is_one_line(
