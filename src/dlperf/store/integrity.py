@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, select
 from sqlalchemy.engine import ExceptionContext
@@ -60,6 +62,36 @@ def damaged(path: Path, detail: str) -> UserError:
         f"restore it from a backup, or copy what is still readable into a new store with "
         f"`dlperf --db {path} runs repair NEW.db`",
     )
+
+
+def garbled_json(path: Path, run_id: int | None = None, column: str | None = None) -> UserError:
+    """The one-line error for a run whose config, system or summary is not JSON (text set by
+    hand, a tool of another program): `run_id` and `column` when the reader knows them, else
+    the first such run found in `path`."""
+    if run_id is None or column is None:
+        run_id, column = _first_garbled(path) or (run_id, column)
+    which = f"run {run_id}'s {column}" if run_id is not None else "a run's JSON column"
+    return UserError(
+        f"{which} in run store {path} is not JSON; dlperf cannot read that run",
+        f"copy what is readable (all but such runs) into a new store with "
+        f"`dlperf --db {path} runs repair NEW.db`",
+    )
+
+
+def _first_garbled(path: Path) -> tuple[int, str] | None:
+    columns = [c.name for c in Run.__table__.columns if isinstance(c.type, JSON)]
+    try:
+        with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as conn:
+            for run_id, *values in conn.execute(f"SELECT id, {', '.join(columns)} FROM runs"):
+                for column, value in zip(columns, values, strict=True):
+                    try:
+                        if value is not None:
+                            json.loads(value)
+                    except (TypeError, ValueError):
+                        return int(run_id), column
+    except sqlite3.Error:
+        return None
+    return None
 
 
 def check(engine: Engine) -> None:

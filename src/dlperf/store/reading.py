@@ -86,8 +86,13 @@ def _time(value: str) -> str:
     return datetime.fromisoformat(value).isoformat(timespec="seconds")
 
 
-def _json(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
+def _json(path: Path, run_id: int, column: str, value: str | None) -> Any:
+    try:
+        return None if value is None else json.loads(value)
+    except ValueError:  # text set by hand: the run named, not a JSONDecodeError's traceback
+        from dlperf.store.integrity import garbled_json  # SQLAlchemy's import: only here
+
+        raise garbled_json(path, run_id, column) from None
 
 
 class SqliteListing:
@@ -169,20 +174,20 @@ class SqliteListing:
                 tags.setdefault(run_id, {})[key] = value
         return tags
 
-    @staticmethod
-    def _record(row: tuple[Any, ...], tags: dict[str, str]) -> RunRecord:
+    def _record(self, row: tuple[Any, ...], tags: dict[str, str]) -> RunRecord:
+        assert self.path is not None
         run_id, study_id, name, kind, status, config, config_hash, system, summary = row[:9]
         started, ended, error = row[9:]
         return RunRecord.read(
             status,
-            _json(system),
+            _json(self.path, run_id, "system", system),
             id=run_id,
             study_id=study_id,
             name=name,
             kind=kind,
-            config=_json(config),
+            config=_json(self.path, run_id, "config", config),
             config_hash=config_hash,
-            summary=_json(summary) or {},
+            summary=_json(self.path, run_id, "summary", summary) or {},
             started=_time(started),
             ended=None if ended is None else _time(ended),
             error=error,

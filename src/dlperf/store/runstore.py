@@ -31,16 +31,19 @@ version (`migrations`); a URL is printed only through `masked_url`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import functools
 import json
+import logging
 import math
 import os
 import re
 import shutil
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,7 +53,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, delete, event, func, make_url, select, update
-from sqlalchemy.engine import Connection, Engine, ExceptionContext
+from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext
 from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
@@ -75,7 +78,14 @@ UNWRITABLE = (
     "the store's file, its directory or its database is read-only: check the file's mode and "
     "attributes (lsattr), the mount, or the database's permissions"
 )
-BUSY_TIMEOUT_S = 30
+BUSY_TIMEOUT_S = 30  # how long a write waits for the write lock; a SQLite URL's ?timeout= sets it
+# One attempt at the write lock: SQLite's busy handler waits in C, where a stop signal cannot
+# land, so the wait is cut in attempts this long and a stop is seen between two.
+BUSY_ATTEMPT_MS = 100
+# How long a write still waits for the lock once a stop signal has come: the command must end
+# within the stop's grace, and a run's `killed` mark behind a brief write of another process
+# (a sweep's points stopped at once) still gets in.
+STOP_WAIT_S = 2.0
 # A tag's value, at most: a note, not a document. Longer, every table that shows the run's tags
 # pads each of its rows to that width (10,000 tags and one 100,000-character value: 1 GB of
 # `runs show` output, minutes and 4 GB of memory). MLflow's own tag limit was 5,000 for years.
@@ -89,9 +99,23 @@ def masked_url(url: str) -> str:
     """`url` as dlperf prints or records it anywhere: with its password, if any, as ***."""
     # A string SQLAlchemy cannot read as a URL may still carry a password: the pattern masks
     # it, and an unescaped @ in a password that SQLAlchemy took for part of the host.
-    with contextlib.suppress(ArgumentError):
+    with contextlib.suppress(ArgumentError, ValueError):  # ValueError: a port not a number
         url = make_url(url).render_as_string(hide_password=True)
     return PASSWORD.sub(r"\1***@", url)
+
+
+def _parsed(url: str) -> URL:
+    """`url` parsed, or the one line for one SQLAlchemy cannot read: its own ValueError for a
+    port that is not a number (an unclosed IPv6 bracket reads as one) was a traceback."""
+    try:
+        return make_url(url)
+    except ArgumentError as e:
+        raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
+    except ValueError:
+        raise UserError(
+            f"cannot open run store {masked_url(url)!r}: its port is not a number",
+            "e.g. postgresql://user@host:5432/db, an IPv6 host in brackets: [::1]:5432",
+        ) from None
 
 
 def _url(db: str | None) -> str:
@@ -105,15 +129,41 @@ def _url(db: str | None) -> str:
     return db if "://" in db else f"sqlite:///{os.path.expanduser(db)}"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any, read_only: bool = False) -> None:
+class StoreLocked(UserError):
+    """Another process held the SQLite store's write lock for longer than the busy timeout:
+    not the user's input, so exit code 1, but one line (as StoreGone)."""
+
+    exit_code = 1
+
+
+def _busy_timeout_s(url: Any) -> float:
+    """The busy timeout of a SQLite store's URL: its `?timeout=SECONDS`, else BUSY_TIMEOUT_S."""
+    raw = url.query.get("timeout")
+    if raw is None:
+        return float(BUSY_TIMEOUT_S)
+    try:
+        seconds = float(raw) if isinstance(raw, str) else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise UserError(
+            f"run store {masked_url(str(url))}: timeout={raw} is not a number of seconds",
+            "e.g. ?timeout=60",
+        )
+    return seconds
+
+
+def _sqlite_pragmas(
+    dbapi_connection: Any, _record: Any, busy_s: float, read_only: bool = False
+) -> None:
     # Transactions are begun by _sqlite_begin, not by the driver's implicit BEGIN before DML.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     # The timeout first: switching a new file to WAL takes a lock that another process
     # opening the same store at the same moment must wait for, not fail on.
-    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+    cursor.execute(f"PRAGMA busy_timeout={round(busy_s * 1000)}")
     if not read_only:  # a connection opened read-only cannot switch to WAL
-        _wal(cursor)
+        _wal(cursor, busy_s)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
@@ -142,20 +192,36 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
         raise UserError(f"run store directory {Path(path).parent} does not exist")
     if mode == "ro":
         uri = f"file:{quote(str(where))}?mode=ro"
-        engine = create_engine(engine.url, creator=lambda: sqlite3.connect(uri, uri=True))
+        engine = create_engine(
+            engine.url,
+            creator=lambda: sqlite3.connect(uri, uri=True),
+            json_deserializer=functools.partial(_stored_json, path),
+        )
     read_only = mode == "ro"
-    event.listen(engine, "connect", functools.partial(_sqlite_pragmas, read_only=read_only))
-    event.listen(engine, "begin", _sqlite_begin)
+    busy_s = _busy_timeout_s(engine.url)
+    pragmas = functools.partial(_sqlite_pragmas, busy_s=busy_s, read_only=read_only)
+    event.listen(engine, "connect", pragmas)
+    event.listen(engine, "begin", functools.partial(_sqlite_begin, name=name, busy_s=busy_s))
     event.listen(engine, "handle_error", integrity.on_error)
     return engine, read_only
 
 
-def _wal(cursor: Any) -> None:
+def _stored_json(database: str | None, text: str) -> Any:
+    """A SQLite store's JSON column as read: text that is not JSON (set by hand) is the one
+    line naming the run, not a JSONDecodeError's traceback. (PostgreSQL's json type refuses
+    such text when it is written.)"""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise integrity.garbled_json(Path(database or "").resolve()) from None
+
+
+def _wal(cursor: Any, busy_s: float) -> None:
     """Switch the store to WAL. On a new file this reads the header, then upgrades to a write
     lock, and SQLite never waits in such an upgrade (it could deadlock): a process opening a
     new store at the same moment as another fails at once with "database is locked", busy
     timeout or not (measured: 5% of eight simultaneous opens). So wait here instead."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    deadline = time.monotonic() + busy_s
     while True:
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -166,9 +232,45 @@ def _wal(cursor: Any) -> None:
             time.sleep(0.01)
 
 
-def _sqlite_begin(conn: Connection) -> None:
-    writes = conn.get_execution_options().get(WRITES, False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+def _sqlite_begin(conn: Connection, name: str, busy_s: float) -> None:
+    if not conn.get_execution_options().get(WRITES, False):
+        conn.exec_driver_sql("BEGIN")
+        return
+    # SQLite's busy handler would wait out the whole timeout in C, with a stop signal held
+    # until it gives up (a write is shielded, dlperf.stopping): wait in short attempts, so
+    # that a stop that came meanwhile ends the wait within STOP_WAIT_S. A stop raised between
+    # attempts cuts no write: none has begun.
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    start = time.monotonic()
+    deadline = start + busy_s
+    stop_seen = False
+    cursor.execute(f"PRAGMA busy_timeout={min(BUSY_ATTEMPT_MS, round(busy_s * 1000))}")
+    try:
+        while True:
+            try:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                return
+            except DatabaseError as e:
+                if _sqlite_code(e) != SQLITE_BUSY:
+                    raise
+                now = time.monotonic()
+                if not stop_seen and stopping.requested():
+                    stop_seen, deadline = True, min(deadline, now + STOP_WAIT_S)
+                if now >= deadline:
+                    raise _locked(name, now - start) from None
+    finally:
+        cursor.execute(f"PRAGMA busy_timeout={round(busy_s * 1000)}")
+        cursor.close()
+
+
+def _locked(name: str, waited_s: float) -> StoreLocked:
+    return StoreLocked(
+        f"run store {name} is locked by another process: waited {waited_s:.0f} s for its "
+        "write lock",
+        "a program holds a write transaction open on it (another dlperf command, a sqlite3 "
+        "shell, a database browser): let it end, then try again; ?timeout=SECONDS on a "
+        "sqlite:/// URL waits longer",
+    )
 
 
 def _sqlite_code(e: DatabaseError) -> int | None:
@@ -205,6 +307,27 @@ def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
         return None
     detail = "; ".join(line.strip() for line in str(orig).splitlines() if line.strip())
     return StoreGone(f"run store {name} went away ({detail})")
+
+
+def _close_at_exit(engine: Engine) -> None:
+    """Close the store's connections when the process ends: the last connection to close
+    checkpoints the WAL into the file and removes it. Left open, a command's writes stay in
+    `<store>-wal` after it exits, and a copy of the store file alone (cp, a backup) holds none
+    of them. Not in a forked child: a connection must not be used across a fork."""
+    ref, pid = weakref.ref(engine), os.getpid()
+
+    def close() -> None:
+        alive = ref()
+        if alive is None or os.getpid() != pid:
+            return
+        # The file gone or unwritable: nothing to keep.
+        with contextlib.suppress(Exception), alive.connect() as conn:
+            # No wait: a writer of another process keeps the WAL, and checkpoints it.
+            conn.exec_driver_sql("PRAGMA busy_timeout=0")
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        alive.dispose()
+
+    atexit.register(close)
 
 
 @dataclass(frozen=True)
@@ -383,15 +506,31 @@ class RunStore:
         written into it; so does one opened read-only (SQLite's `?mode=ro`), into which every
         write is refused."""
         url = _url(db)
+        parsed = _parsed(url)
         try:
-            parsed = make_url(url)
             sqlite = parsed.get_backend_name() == "sqlite"
+            if sqlite:  # the driver would take a timeout that is not a number for a traceback
+                _busy_timeout_s(parsed)
             # The driver would ignore SQLite's mode with a warning: _sqlite_engine honours it.
-            engine = create_engine(parsed.difference_update_query(["mode"]) if sqlite else parsed)
+            engine = (
+                create_engine(
+                    parsed.difference_update_query(["mode"]),
+                    json_deserializer=functools.partial(_stored_json, parsed.database),
+                )
+                if sqlite
+                else create_engine(parsed)
+            )
         except (ArgumentError, ImportError) as e:
             raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
         name = masked_url(url)
         read_only = False
+        if not sqlite:
+            # psycopg warns of a connection it could not close cleanly ("error ignored
+            # terminating <psycopg.Pipeline ...>") when a server goes mid-run, before dlperf's
+            # own one line says that the store went away.
+            psycopg = logging.getLogger("psycopg")
+            if psycopg.getEffectiveLevel() < logging.ERROR:
+                psycopg.setLevel(logging.ERROR)
         if sqlite:
             engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
             # A file missing or empty: opening it would write a header.
@@ -421,6 +560,7 @@ class RunStore:
         store = cls(engine, store_id, read_only)
         if sqlite and create and not read_only:
             store._keep_file()
+            _close_at_exit(engine)
         return store
 
     def _keep_file(self) -> None:
@@ -431,7 +571,7 @@ class RunStore:
         if self._file is None:
             return
         keeper = sqlite3.connect(self._file.path, check_same_thread=False)
-        keeper.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        keeper.execute(f"PRAGMA busy_timeout={round(_busy_timeout_s(self.engine.url) * 1000)}")
         keeper.execute("SELECT count(*) FROM meta").fetchall()  # opens the WAL, held from now
         self._keeper = keeper
         # Closed with the engine's connections: a caller that disposes the engine and then
@@ -480,6 +620,8 @@ class RunStore:
                 raise UserError(
                     f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
                 ) from None
+            if _sqlite_code(e) == SQLITE_BUSY:
+                raise _locked(name, _busy_timeout_s(self.engine.url)) from None
             raise
 
     # --- writing -----------------------------------------------------------------------
@@ -938,10 +1080,7 @@ def _finite(value: Any) -> Any:
 def repair(db: str | None, out: Path) -> integrity.Repaired:
     """Copy what can still be read of the SQLite store `db` (a URL or path, as `--db` takes)
     into a new store file `out`; the damaged file is only read."""
-    try:
-        url = make_url(_url(db))
-    except ArgumentError as e:
-        raise UserError(f"cannot open run store {masked_url(_url(db))!r}: {e}") from None
+    url = _parsed(_url(db))
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         raise UserError(
             f"runs repair reads a SQLite store file, not {masked_url(str(url))}",
