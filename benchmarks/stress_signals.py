@@ -1,10 +1,11 @@
-"""Stop signals at random moments: SIGTERM and SIGINT sent to each long-running dlperf
+"""Stop signals at random moments: SIGTERM, SIGINT and SIGHUP sent to each long-running dlperf
 command (run, sweep, sweep --jobs 2, scale, staleness, distill, report, export, serve), each
 trial a real process in a fresh directory with a SQLite store of its own, and every trial
 checked against what dlperf promises once a stop signal lands:
 
-- the exit code is 128 + the first signal (130 for SIGINT, 143 for SIGTERM), or the second
-  when both arrived before Python ran its handlers (it runs them SIGINT first); 0 only when the
+- the exit code is 128 + the first signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP),
+  or the second when both arrived before Python ran its handlers (it runs them in signal-number
+  order, SIGHUP, SIGINT, SIGTERM); 0 only when the
   signal came after the work was done, which the store shows as no run `killed`;
 - every run the command made ends `finished` or `killed` (error "interrupted"), none
   `running`;
@@ -16,7 +17,7 @@ About a fifth of the trials send a second signal (either kind) 0-0.5 s after the
 that one lands during the first one's cleanup; the exit code still answers the first.
 
 The moment to aim at starts when dlperf has installed its handlers (before that, Python's
-defaults apply and are out of scope): /proc/PID/status shows SIGINT and SIGTERM caught.
+defaults apply and are out of scope): /proc/PID/status shows the three signals caught.
 From there the signal waits a delay drawn uniformly from [0, 1.1 x the command's natural
 duration], measured once per command by a calibration run without a signal, so signals land
 in start-up, in the work, in store writes, while children start and stop, in cleanup and
@@ -67,7 +68,7 @@ DELAY_FACTOR = 1.1  # past the natural duration: some signals land after the wor
 FOREVER_WINDOW_S = 8.0  # the delay range of a command that runs until it is stopped
 SECOND_SHARE = 0.2
 SECOND_MAX_S = 0.5
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STDERR_KEPT, STDERR_SHOWN = 80, 15  # lines of a trial's stderr saved, and printed on failure
 PROBLEMS = (
     "wrong exit code",
@@ -233,9 +234,11 @@ class Child:
 
 def spawn(argv: list[str], where: Path, tag: str) -> Child:
     env = {**child_env(), TAG: tag}
-    # A shell starts background jobs with SIGINT ignored and exec keeps an ignored signal; a
-    # handler is reset to the default by exec, so the child starts as from a terminal.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A shell starts background jobs with SIGINT ignored, nohup ignores SIGHUP (which dlperf
+    # then leaves ignored), and exec keeps an ignored signal; a handler is reset to the
+    # default by exec, so the child starts as from a terminal.
+    reset = (signal.SIGINT, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in reset}
     try:
         # Output to files, not pipes: a child that outlives dlperf would hold a pipe open.
         with open(where / "stdout.txt", "wb") as out, open(where / "stderr.txt", "wb") as err:
@@ -243,7 +246,8 @@ def spawn(argv: list[str], where: Path, tag: str) -> Child:
                 argv, cwd=where, env=env, stdout=out, stderr=err, start_new_session=True
             )
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     pidfd = None
     with suppress(OSError, AttributeError):
         pidfd = os.pidfd_open(proc.pid)
@@ -251,7 +255,7 @@ def spawn(argv: list[str], where: Path, tag: str) -> Child:
 
 
 def _caught(pid: int) -> bool | None:
-    """Whether the process catches both SIGINT and SIGTERM (bit signum-1 of SigCgt); None
+    """Whether the process catches every stop signal (bit signum-1 of SigCgt); None
     once it is gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -260,7 +264,7 @@ def _caught(pid: int) -> bool | None:
     for line in status.splitlines():
         if line.startswith("SigCgt:"):
             mask = int(line.split()[1], 16)
-            return all(mask >> (s - 1) & 1 for s in (signal.SIGINT, signal.SIGTERM))
+            return all(mask >> (s - 1) & 1 for s in STOP_SIGNALS)
     return False
 
 
@@ -502,8 +506,8 @@ def _exit_ok(trial: Trial, runs: list[dict[str, Any]]) -> bool:
     if trial.exit_code == 128 + signal.Signals[trial.first]:
         return True
     # Two signals that reach the process before Python next runs its handlers (the main
-    # thread inside one long C call) are handled in signal-number order, SIGINT first: then
-    # the second one sent is the first dlperf sees.
+    # thread inside one long C call) are handled in signal-number order (SIGHUP, SIGINT,
+    # SIGTERM): then the second one sent is the first dlperf sees.
     second = signal.Signals[trial.second] if trial.second_sent and trial.second else None
     if second is not None and trial.exit_code == 128 + second:
         return True
@@ -520,14 +524,14 @@ def _mismarked(run: dict[str, Any]) -> bool:
 
 def plan_trials(names: Sequence[str], total: int, rng: random.Random) -> list[Plan]:
     """`total` trials spread evenly over the commands (the first ones take the remainder),
-    SIGTERM and SIGINT alternating within each command, and interleaved, one round of the
+    SIGTERM, SIGINT and SIGHUP in turn within each command, and interleaved, one round of the
     commands after another, so that the machine's load changes fall on all of them alike."""
     counts = [total // len(names) + (i < total % len(names)) for i in range(len(names))]
     plans = []
     for j in range(max(counts, default=0)):
         for i, name in enumerate(names):
             if j < counts[i]:
-                plans.append(_draw(name, STOP_SIGNALS[(i + j) % 2], rng))
+                plans.append(_draw(name, STOP_SIGNALS[(i + j) % len(STOP_SIGNALS)], rng))
     return plans
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from sqlalchemy import create_engine, make_url, text
 
-from dlperf import timing
+from dlperf import stopping, timing
 from dlperf.config import Experiment
 from dlperf.distributed.contracts import ComputePhase, DdpStats, MainPhase, RankResult
 from dlperf.experiment.run import run_experiment
@@ -134,9 +134,9 @@ def store(db: str) -> RunStore:
 
 @pytest.fixture(autouse=True)
 def _signal_handlers() -> Iterator[None]:
-    """`main()` takes SIGINT and SIGTERM (dlperf.stopping) in this process: pytest's own
+    """`main()` takes the stop signals (dlperf.stopping) in this process: pytest's own
     again after each test, so that Ctrl-C still stops the suite."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)

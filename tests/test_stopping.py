@@ -107,6 +107,26 @@ def test_run_exits_128_plus_the_signal_or_the_commands_code() -> None:
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
 
 
+def test_sighup_stops_unless_it_was_ignored_at_start() -> None:
+    """A closed terminal or ssh session (SIGHUP) stops a command as SIGTERM does, exit 129;
+    under `nohup` (SIGHUP ignored, inherited) it stays ignored, as nohup's user asked."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    stopping.install()
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    assert signal.SIGHUP not in stopping.taken()
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    stopping.install()
+    assert signal.SIGHUP in stopping.taken()
+
+    def hung_up() -> int:
+        signal.raise_signal(signal.SIGHUP)
+        return 0
+
+    with pytest.raises(SystemExit) as caught:
+        stopping.run(hung_up)
+    assert caught.value.code == 129
+
+
 def test_a_signal_while_a_run_is_made_or_marked_leaves_it_marked(
     store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -148,7 +168,7 @@ def test_an_interrupt_out_of_exec_still_exits_with_the_code(tmp_path: Path) -> N
     from such code at step 2."""
     (tmp_path / "exp.toml").write_text(TINY.format(epochs=50))
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         proc = subprocess.run(
             [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml"],
             cwd=tmp_path,
@@ -160,7 +180,28 @@ def test_an_interrupt_out_of_exec_still_exits_with_the_code(tmp_path: Path) -> N
         assert proc.returncode == 128 + sig, proc.stderr
         assert "Traceback" not in proc.stderr
     store = RunStore.open(db)
-    assert [(r.status, r.error) for r in store.list_runs()] == [("killed", "interrupted")] * 2
+    assert [(r.status, r.error) for r in store.list_runs()] == [("killed", "interrupted")] * 3
+
+
+def test_a_run_started_with_sighup_ignored_trains_through_it(tmp_path: Path) -> None:
+    """`nohup dlperf run ...`: the run sends itself SIGHUP at step 2 (as a closed terminal
+    would) and finishes, exit 0, its run `finished`."""
+    (tmp_path / "exp.toml").write_text(TINY.format(epochs=1))
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does; exec keeps it
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml"],
+            cwd=tmp_path,
+            env={**os.environ, **hook_env("signal_in_exec", "2:HUP")},
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.status for r in RunStore.open(db).list_runs()] == ["finished"]
 
 
 POOL_WORKER = """
@@ -191,3 +232,42 @@ def test_a_stopped_command_does_not_wait_for_its_pool_workers() -> None:
         proc.kill()
         proc.wait()
     assert not alive(worker)
+
+
+SUPERVISED = """
+import atexit, sys, time
+from pathlib import Path
+from dlperf import stopping
+from dlperf.procs import Supervisor
+supervisor = Supervisor()
+sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+def command():
+    with supervisor:
+        child = supervisor.start(sleeper, Path(sys.argv[1]))
+        print(child.pid, flush=True)
+        time.sleep(600)
+    return 0
+atexit.register(lambda: print(supervisor.children[0].returncode, flush=True))
+stopping.run(command, process=True)
+"""
+
+
+def test_sighup_stops_the_children_as_sigterm_does(tmp_path: Path) -> None:
+    """SIGHUP to a command with a child (a sweep worker, torchrun): exit 129, the child
+    stopped by the supervisor's SIGTERM, not left to die with its parent (before: exit -1)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISED, str(tmp_path / "child.txt")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=DEADLINE_S) == 129
+        assert proc.stdout.read().split() == [str(-signal.SIGTERM)]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not alive(child)

@@ -1,9 +1,13 @@
-"""How a stop signal ends a dlperf command: Ctrl-C's SIGINT and a scheduler's SIGTERM (Slurm
-or Kubernetes preempting a job) end it the same way wherever they land.
+"""How a stop signal ends a dlperf command: Ctrl-C's SIGINT, a scheduler's SIGTERM (Slurm
+or Kubernetes preempting a job) and SIGHUP (its terminal or ssh session closed) end it the
+same way wherever they land.
 
 - A stop signal raises KeyboardInterrupt in the main thread: every `Store.recording` marks
   its run `killed`, every `procs.Supervisor` stops its children, and `run` exits 128 + the
-  first signal (130 for SIGINT, 143 for SIGTERM, as a shell reports them).
+  first signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, as a shell reports them).
+- SIGHUP ignored when dlperf starts stays ignored: `nohup` sets that, and its user asked for
+  the command to outlive the terminal. SIGQUIT and SIGUSR1 keep their default actions (a
+  core dump is what SIGQUIT asks for).
 - Inside a `shielded()` block (a store write, a run's creation and its marking, a child's
   start, a stop's cleanup) a signal waits and is raised as the block ends, so no write is cut
   in half, no run or child is made without its owner knowing, and a second Ctrl-C does not
@@ -29,7 +33,13 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import NoReturn
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# getattr: a platform without SIGHUP (Windows) has the other two.
+_SIGHUP: int | None = getattr(signal, "SIGHUP", None)
+STOP_SIGNALS: tuple[int, ...] = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    *([] if _SIGHUP is None else [_SIGHUP]),
+)
 
 
 @dataclass
@@ -75,15 +85,20 @@ def _unraisable(report: sys.UnraisableHookArgs) -> None:
 
 
 def install() -> None:
-    """Take SIGINT and SIGTERM as described above, from a fresh state (tests call `main()`
-    more than once in one process). SIGINT too: a shell starts background jobs with it
-    ignored, and Python keeps that."""
+    """Take the stop signals as described above, from a fresh state (tests call `main()`
+    more than once in one process). SIGINT even when ignored: a shell starts background jobs
+    with it ignored, and Python keeps that; SIGHUP not when ignored (nohup)."""
     global _state, _next_hook
     _state = _State()
-    for sig in STOP_SIGNALS:
+    for sig in taken():
         signal.signal(sig, _handler)
     if sys.unraisablehook is not _unraisable:
         _next_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
+
+
+def taken() -> list[int]:
+    """The stop signals this process acts on: all but a SIGHUP ignored (under nohup)."""
+    return [s for s in STOP_SIGNALS if s != _SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
 
 
 def requested() -> bool:

@@ -478,12 +478,25 @@ def _staleness(tmp_path: Path, store: RunStore) -> Command:
     return ["staleness", "--train", "exp.toml", "--learners", "2"], {}, _running(store)
 
 
-@pytest.mark.parametrize("command", [_demo, _predict, _staleness])
+@pytest.mark.parametrize(
+    ("command", "sig"),
+    [
+        (_demo, signal.SIGTERM),
+        (_predict, signal.SIGTERM),
+        (_staleness, signal.SIGTERM),
+        (_demo, signal.SIGHUP),  # a closed terminal: before, exit -1 and the run left running
+    ],
+    ids=["_demo", "_predict", "_staleness", "_demo-SIGHUP"],
+)
 def test_sigterm_marks_every_run_killed(
-    store: RunStore, db: str, tmp_path: Path, command: Callable[[Path, RunStore], Command]
+    store: RunStore,
+    db: str,
+    tmp_path: Path,
+    command: Callable[[Path, RunStore], Command],
+    sig: signal.Signals,
 ) -> None:
-    """SIGTERM to a real process while it records a run: exit 143 (128 + SIGTERM), and every
-    run it made is `killed`, none left `running`."""
+    """SIGTERM (or SIGHUP) to a real process while it records a run: exit 128 + the signal
+    (143, 129), and every run it made is `killed`, none left `running`."""
     args, env, ready = command(tmp_path, store)
     err = tmp_path / "stderr.txt"
     with open(err, "wb") as stderr:
@@ -496,14 +509,14 @@ def test_sigterm_marks_every_run_killed(
         )
     try:
         _until(ready, proc, err)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         try:
             code = proc.wait(timeout=DEADLINE_S)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack
             proc.wait(timeout=DEADLINE_S)
-            pytest.fail(f"still running {DEADLINE_S} s after SIGTERM:\n{err.read_text()}")
-        assert code == 143, err.read_text()
+            pytest.fail(f"still running {DEADLINE_S} s after {sig.name}:\n{err.read_text()}")
+        assert code == 128 + sig, err.read_text()
     finally:
         proc.kill()
         proc.wait()

@@ -29,9 +29,9 @@ import json
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import h11
@@ -148,6 +148,19 @@ class _DrainingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.batcher.close()
         await super().shutdown(sockets)
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn drains on SIGINT and SIGTERM only: dlperf's other stop signals (SIGHUP)
+        drain it too, and are raised again as uvicorn raises its own once it is done."""
+        with super().capture_signals():
+            extra = [s for s in stopping.taken() if s not in uvicorn.server.HANDLED_SIGNALS]
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in extra}
+            try:
+                yield
+            finally:  # before uvicorn raises what it caught, for the handlers it restores
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
 
 def _closing_answer(message: str, status: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
@@ -289,7 +302,7 @@ def serve_forever(
     read_timeout_s: float = _DEFAULTS.read_timeout_s,
     max_connections: int = _DEFAULTS.max_connections,
 ) -> int | None:
-    """Serve `app` on the bound socket until SIGINT or SIGTERM, then stop accepting, answer
+    """Serve `app` on the bound socket until a stop signal, then stop accepting, answer
     every queued request and return the number of the signal that stopped it (None if
     none did), with the limits of `uvicorn_config`."""
     stopped_by: list[int] = []
@@ -301,7 +314,7 @@ def serve_forever(
     # Once drained, uvicorn raises the signal that stopped it again, for the handler in
     # force before it ran: dlperf's would raise KeyboardInterrupt out of uvicorn's shutdown,
     # so this one only notes which signal it was, for the caller to exit by it.
-    previous = {sig: signal.signal(sig, note) for sig in stopping.STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, note) for sig in stopping.taken()}
     try:
         config = uvicorn_config(app, read_timeout_s, max_connections)
         _DrainingServer(config, app.state.batcher).run(sockets=[sock])
