@@ -79,8 +79,8 @@ def start(
 ) -> None:
     """Serve an ONNX model: one shared ONNX Runtime session, dynamic micro-batching, the
     Open Inference Protocol (KServe v2: JSON and binary tensors) under /v2, /predict for
-    images, /metrics for Prometheus. Ctrl-C or SIGTERM stops accepting, finishes the queued
-    requests and exits 130 or 143 (128 + the signal).
+    images, /metrics for Prometheus. Ctrl-C, SIGTERM or SIGHUP stops accepting, finishes the
+    queued requests and exits 128 + the signal (130, 143, 129).
 
     The options from --host to --max-connections are short for --set serve.KEY=VALUE (KEY: the
     option's name with _ for -); `dlperf config keys` explains every key.
