@@ -67,7 +67,7 @@ def prepare_run(
         reporter.log(f"warning: {warning}")
     check_batch_fits(exp.train.batch_size, data)
     check_classes(data)
-    model = build_model(exp, data, device)
+    model = build_model(exp, data, device, reporter)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)
@@ -159,14 +159,33 @@ def start_weights(
     return notes
 
 
-def build_model(exp: Experiment, data: ImageData, device: torch.device) -> torch.nn.Module:
-    """The experiment's model, seeded, on `device`, sized for `data` and materialized."""
+def build_model(
+    exp: Experiment, data: ImageData, device: torch.device, reporter: Reporter | None = None
+) -> torch.nn.Module:
+    """The experiment's model, seeded, on `device`, sized for `data` and materialized. A model
+    that changes torch's thread count as it is built has it set back (`reporter` told)."""
     torch.manual_seed(exp.run.seed)
+    threads = torch.get_num_threads()  # the run's, set by prepare_run (or a worker)
     model = create_model(
         exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
     )
+    if torch.get_num_threads() != threads:  # the model's own torch.set_num_threads
+        if reporter is not None:
+            reporter.log(
+                f"warning: the model set torch's thread count to {torch.get_num_threads()}; "
+                f"set back to run.threads ({threads})"
+            )
+        # Its checks and its training on the count the run records, not the model's.
+        torch.set_num_threads(threads)
     rejects = f"the model rejects {data.name} images of shape {data.shape}"
     name = f"'{exp.model.name}'"
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        # model.to(device) cannot copy out of tensors that hold no values: a traceback
+        raise UserError(
+            f"model {name} has its parameters on the meta device: they hold no values",
+            "materialise them in the factory, e.g. model.to_empty(device='cpu') and then "
+            "initialise them",
+        )
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device)
     except UserError as e:

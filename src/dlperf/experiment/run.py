@@ -16,7 +16,7 @@ from dlperf.engine.loop import Diverged
 from dlperf.engine.train import train
 from dlperf.experiment.sink import StoreSink, diverged
 from dlperf.progress import NullReporter, Reporter
-from dlperf.records import FINISHED, RunResult
+from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
 from dlperf.system import system_info
 
@@ -96,8 +96,8 @@ def _execute(
     prepared: Prepared,
     reporter: Reporter,
 ) -> RunResult:
-    """Train inside `record`: a diverged loss fails the run softly (the result says so),
-    anything else is left to `RunStore.recording` to mark."""
+    """Train inside `record`: a diverged loss or a model's sys.exit fails the run softly (the
+    result says so), anything else is left to `RunStore.recording` to mark."""
     p = prepared
     sink = StoreSink(store, record.id)
     try:
@@ -107,6 +107,15 @@ def _execute(
         )
     except Diverged as e:
         return diverged(record, e)
+    except SystemExit as e:
+        # The user's model ended the process mid-run: a failure of the run (exit 1, its line),
+        # not the command's own exit code, which would read sys.exit(0) as success.
+        error = (
+            f"the model called sys.exit({e.code!r}) during training (a model that cannot go "
+            "on should raise an exception)"
+        )
+        record.fail(error)
+        return RunResult(record.id, FAILED, error=error)
     # The data's resolution and statistics as trained: what a transfer from this run expects.
     data = {"shape": list(p.data.shape), "mean": list(p.data.mean), "std": list(p.data.std)}
     data["classes"] = p.data.num_classes

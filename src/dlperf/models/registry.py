@@ -9,8 +9,10 @@ package imports it (timm's way), so the registry is full whenever this module is
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
 
 Factory = Callable[..., nn.Module]
+AUTOMATIC = ("num_classes", "in_channels")  # what dlperf gives every factory that takes them
 _REGISTRY: dict[str, Factory] = {}
 _INPUTS: dict[str, list[int]] = {}
 
@@ -111,7 +114,9 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     try:
-        module_spec.loader.exec_module(module)
+        # stdout is dlperf's (a --json document): what the module prints goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            module_spec.loader.exec_module(module)
     except SystemExit as e:  # a script's `sys.exit()` would end dlperf, storing nothing
         raise UserError(
             f"model file {path} called sys.exit({e.code!r}) while importing",
@@ -129,10 +134,22 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
 def build_from_factory(
     fn: Callable[..., nn.Module], spec: str, kwargs: dict[str, Any]
 ) -> nn.Module:
-    """Call a model file's factory with those of `kwargs` it accepts."""
-    # A user's factory may not know about num_classes/in_channels: pass what it accepts.
+    """Call a model file's factory with `kwargs`: of the automatic ones (num_classes,
+    in_channels) those it accepts, of the others all, or refuse the ones it does not take."""
+    # A user's factory may not know about num_classes/in_channels: pass what it accepts. The
+    # user's own keywords are not filtered, so that a misspelt one is refused, not dropped.
+    automatic = {k: v for k, v in kwargs.items() if k in AUTOMATIC}
+    own = {k: v for k, v in kwargs.items() if k not in AUTOMATIC}
+    taken = accepted(fn, own)
+    if len(taken) < len(own):
+        unknown = [k for k in own if k not in taken]
+        raise UserError(
+            f"model '{spec}' does not accept {', '.join(unknown)}",
+            f"accepted: {', '.join(factory_parameters(fn)) or 'no arguments'}",
+        )
     try:
-        model = fn(**accepted(fn, kwargs))
+        with contextlib.redirect_stdout(sys.stderr):  # as when its module is imported
+            model = fn(**accepted(fn, automatic), **own)
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
     except TypeError as e:  # an argument without a default, which dlperf cannot know
