@@ -66,6 +66,53 @@ def _run_id(run_id: Any) -> int:
     return int(run_id)
 
 
+def _json_fault(value: Any, at: str = "") -> str | None:
+    """What keeps `value` from being stored as JSON, naming where in it (None: nothing).
+    The store writes a run's config as JSON: anything else failed there as SQLAlchemy's
+    StatementError, or UnicodeEncodeError for text holding surrogates."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return None
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"config{at} is not UTF-8 text: {value!r}"
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key is not None and not isinstance(key, (str, int, float)):  # as json.dumps
+                return f"config{at} has a key JSON cannot take: {key!r}"
+            fault = _json_fault(key, at) or _json_fault(item, f"{at}[{key!r}]")
+            if fault is not None:
+                return fault
+        return None
+    if isinstance(value, (list, tuple)):
+        return next(
+            (f for i, v in enumerate(value) if (f := _json_fault(v, f"{at}[{i}]")) is not None),
+            None,
+        )
+    return f"config{at} is not JSON-serialisable ({type(value).__name__})"
+
+
+def _device(device: Any) -> torch.device:
+    """The device `track` records, refused as `run.device` is when this host lacks it."""
+    import torch
+
+    from dlperf.system import pick_device
+
+    if device is None:
+        return torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):  # torch reads 5 as cuda:5
+        raise UserError(
+            "device is a name such as 'cpu' or 'cuda:0', or a torch.device, "
+            f"got {type(device).__name__} {device!r}"
+        )
+    try:
+        return pick_device(str(device))
+    except UserError as e:
+        raise UserError(f"device: {e.message}", e.hint) from None
+
+
 def _logged_name(key: str) -> str:
     """The name `TrackedRun.log` stores `key` under, the name `Store.metrics` reads it by."""
     return key if "/" in key else f"train/{key}"
@@ -158,6 +205,11 @@ def analyze(
     input_size = _shape(input_size)
     if not isinstance(bias, bool):  # "no" would count the biases, silently
         raise UserError(f"bias is True or False, got {bias!r}")
+    if not isinstance(train, bool):
+        raise UserError(f"train is True or False, got {train!r}")
+    if not _whole(batch):
+        raise UserError(f"batch is a whole number ≥ 1, got {batch!r}")
+    batch = int(batch)
     if isinstance(model, str):
         named = analyze_name(
             model, input_size, batch, train, precision, None, bias, activations,
@@ -282,10 +334,15 @@ def track(
 
     if not isinstance(name, str) or not name.strip() or has_control(name):
         raise UserError(f"a run's name is printable text, got {name!r}")
-    where = _open_store(store)
+    if config is not None and not isinstance(config, Mapping):
+        raise UserError(f"config is a dict of JSON values, got {type(config).__name__} {config!r}")
     config = dict(config or {})
+    fault = _json_fault(config)
+    if fault is not None:
+        raise UserError(fault, "give numbers, text, lists or dicts")
+    dev = _device(device)
+    where = _open_store(store)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
-    dev = torch.device(device) if device is not None else torch.device("cpu")
     system = system_info(dev, torch.get_num_threads())
     with where._store.new_run(name, "run", config, digest[:16], system) as record:
         tracked = TrackedRun(record.id, where._store, dev)

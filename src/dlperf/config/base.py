@@ -3,9 +3,11 @@ check, and the precision names (one literal for run.precision and analyze.precis
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from pathlib import PurePath
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
@@ -38,3 +40,64 @@ class Section(BaseModel):
         validate_assignment=True,
         allow_inf_nan=False,
     )
+
+    @field_validator("*")
+    @classmethod
+    def _utf8(cls, value: Any) -> Any:
+        # A file name that is not UTF-8 reaches a key as surrogate escapes (Python's way with
+        # such bytes from argv); the store, JSON and the figures all take UTF-8 only, and
+        # would fail with a traceback after the run had started.
+        found = _not_utf8(value, "")
+        if found is not None:
+            text, at = found
+            where = f" (at {at})" if at else ""
+            raise PydanticCustomError(
+                NOT_UTF8,
+                "{message}",
+                {
+                    "message": f"is not UTF-8: '{_escaped(text)}'{where} (rename the file or "
+                    "folder so that its name is UTF-8)"
+                },
+            )
+        return value
+
+
+# The error type of a string that cannot be written as UTF-8; its message shows the value.
+NOT_UTF8 = "not_utf8"
+
+
+def _not_utf8(value: Any, at: str) -> tuple[str, str] | None:
+    """The first text in `value` (in its lists and tables too, keys included) that cannot be
+    encoded as UTF-8, and where in `value` it is (dotted keys, [i] for list items)."""
+    if isinstance(value, PurePath):
+        value = str(value)
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value, at
+        return None
+    if isinstance(value, (list, tuple)):
+        items: list[tuple[Any, str]] = [(v, f"{at}[{i}]") for i, v in enumerate(value)]
+    elif isinstance(value, dict):
+        items = []
+        for key, v in value.items():
+            inner = f"{at}.{key}" if at else str(key)
+            items += [(key, at), (v, inner)]
+    else:
+        return None
+    for item, where in items:
+        found = _not_utf8(item, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _escaped(text: str) -> str:
+    """`text` with the bytes that are not UTF-8 written as \\xNN, as `ls -b` shows them (a lone
+    surrogate that no byte made, as \\udNNN)."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")

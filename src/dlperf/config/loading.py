@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from dlperf.config.analyze import AnalyzeConfig
-from dlperf.config.base import Section
+from dlperf.config.base import NOT_UTF8, Section
 from dlperf.config.converge import ConvergeConfig
 from dlperf.config.detect import MOVED, DetectConfig
 from dlperf.config.distill import DistillConfig
@@ -246,7 +246,8 @@ def validation_message(
     else:
         msg = first["msg"].removeprefix("Value error, ")
     got = first.get("input")
-    got_text = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+    shown = got is not None and not isinstance(got, dict) and first["type"] != NOT_UTF8
+    got_text = f" (got {got!r})" if shown else ""
     if flag is not None:
         return UserError(f"{flag}: {loc}: {msg}{got_text}")
     return UserError(f"{where}: {loc}: {msg}{got_text}" if loc else f"{where}: {msg}")

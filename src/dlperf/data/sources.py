@@ -23,6 +23,7 @@ import pickle
 import shutil
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -356,7 +357,10 @@ def imagefolder(cfg: DataConfig) -> ImageData:
 
     full, test = split(train_set), split(test_set)
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
-    classes = list(train_set.classes)
+    # A folder named in bytes that are not UTF-8 reaches Python as surrogate escapes, which
+    # figures, JSON and the store refuse: shown with U+FFFD, as `ls` shows it. The labels are
+    # the folders' indices, so training reads the same images either way.
+    classes = [os.fsencode(c).decode("utf-8", "replace") for c in train_set.classes]
     return ImageData(
         "imagefolder", train, val, test, len(classes), (3, side, side), classes=classes
     )
@@ -399,6 +403,14 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
     if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
         raise UserError(f"{path}: 'labels' must hold one integer per image")
     names = [str(c) for c in arrays.get("classes", [])]
+    # Two of the model's scores under one name: predictions and per-class counts could not
+    # tell them apart.
+    twice = sorted(n for n, times in Counter(names).items() if times > 1)
+    if twice:
+        raise UserError(
+            f"{path}: 'classes' names a class more than once: {', '.join(twice)}",
+            "give each class its own name",
+        )
     if labels is not None and len(labels):
         top = int(labels.max()) + 1
         if labels.min() < 0:
