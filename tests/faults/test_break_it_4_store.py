@@ -4,6 +4,7 @@ its -wal file after the command, and store paths and URLs that ended in a traceb
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -21,7 +22,7 @@ import pytest
 
 from dlperf import stopping
 from dlperf.errors import UserError
-from dlperf.store import RunStore, runstore
+from dlperf.store import RunStore, migrations, runstore
 from tests.conftest import TINY, CliResult
 
 Cli = Callable[..., CliResult]
@@ -233,3 +234,54 @@ def test_the_stores_own_reads_name_a_garbled_run_too(tmp_path: Path, column: str
                 read()
     finally:
         store.engine.dispose()
+
+
+# --- x13: runs repair onto a full disk -------------------------------------------------------
+
+
+def test_a_repair_that_cannot_make_its_new_store_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new store's schema written, then the disk full (ENOSPC): NEW.db, -wal and -shm
+    were left, and a retry said that NEW.db exists."""
+    source = tmp_path / "x.db"
+    a_run(source)
+    out = tmp_path / "new.db"
+    migrate = migrations.migrate
+
+    def full_disk(*args: Any, **kwargs: Any) -> str | None:
+        migrate(*args, **kwargs)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out))
+
+    monkeypatch.setattr(migrations, "migrate", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        runstore.repair(str(source), out)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")] == []
+    monkeypatch.setattr(migrations, "migrate", migrate)
+    assert runstore.repair(str(source), out).tables["runs"].copied == 1  # the retry
+
+
+# --- c02, c09, x02: store paths that name no store file --------------------------------------
+
+
+def test_a_store_path_that_is_a_directory_says_so(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    for args in (["runs", "tag", "1", "a=b"], ["runs", "list"]):
+        result = cli("--db", str(tmp_path / "d"), *args)
+        one_line(result, 2, f"run store {tmp_path / 'd'} is a directory", "d/dlperf.db")
+
+
+def test_a_store_path_ending_in_a_slash_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """It used the file x.db, silently."""
+    a_run(tmp_path / "x.db")
+    result = cli("--db", f"{tmp_path}/x.db/", "runs", "tag", "1", "a=b")
+    one_line(result, 2, "ends in /", "names a directory")
+    with closing(sqlite3.connect(tmp_path / "x.db")) as conn:
+        assert conn.execute("SELECT count(*) FROM tags").fetchone() == (0,)
+
+
+def test_a_sqlite_uri_filename_is_refused_with_the_plain_form(cli: Cli, tmp_path: Path) -> None:
+    result = cli("--db", f"sqlite:///file:{tmp_path}/x.db?uri=true", "runs", "list")
+    one_line(
+        result, 2, "SQLite URI filenames (file:...) are not supported", f"sqlite:///{tmp_path}/x.db"
+    )

@@ -85,7 +85,7 @@ BUSY_ATTEMPT_MS = 100
 # How long a write still waits for the lock once a stop signal has come: the command must end
 # within the stop's grace, and a run's `killed` mark behind a brief write of another process
 # (a sweep's points stopped at once) still gets in.
-STOP_WAIT_S = 2.0
+STOP_WAIT_S = 5.0
 # A tag's value, at most: a note, not a document. Longer, every table that shows the run's tags
 # pads each of its rows to that width (10,000 tags and one 100,000-character value: 1 GB of
 # `runs show` output, minutes and 4 GB of memory). MLflow's own tag limit was 5,000 for years.
@@ -184,10 +184,25 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
             f"run store {name} is in memory: it would keep nothing",
             "give a file, e.g. --db dlperf.db",
         )
+    if path.startswith("file:"):  # the driver would take it for a relative path "file:/..."
+        plain = path.removeprefix("file:").split("?")[0]
+        raise UserError(
+            f"run store {name}: SQLite URI filenames (file:...) are not supported",
+            f"give the file itself: sqlite:///{plain} or --db {plain}",
+        )
+    if path.endswith("/"):  # Path() drops the slash: the file x.db of "x.db/" was used
+        raise UserError(
+            f"run store {name}: a store path that ends in / names a directory",
+            f"give the store file without the slash, e.g. --db {path.rstrip('/')}",
+        )
     try:
         where = Path(path).resolve()
     except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
         raise UserError(f"cannot open run store {name}: {e}") from None
+    if where.is_dir():
+        raise UserError(
+            f"run store {path} is a directory", f"give a file in it, e.g. --db {path}/dlperf.db"
+        )
     if not where.parent.exists():
         raise UserError(f"run store directory {Path(path).parent} does not exist")
     if mode == "ro":
@@ -319,6 +334,10 @@ def _close_at_exit(engine: Engine) -> None:
     def close() -> None:
         alive = ref()
         if alive is None or os.getpid() != pid:
+            return
+        path = integrity.store_file(alive)
+        if path is None or not path.is_file():  # deleted (or a repair's, removed): not again
+            alive.dispose()
             return
         # The file gone or unwritable: nothing to keep.
         with contextlib.suppress(Exception), alive.connect() as conn:
@@ -1091,13 +1110,16 @@ def repair(db: str | None, out: Path) -> integrity.Repaired:
         raise UserError(f"run store {source} does not exist")
     if out.exists():
         raise UserError(f"{out} exists", "repair writes a new store: give a new file name")
-    new = RunStore.open(str(out))
-    try:
+    new: RunStore | None = None
+    try:  # making the new store fails too (a full disk): what it wrote goes, as for a copy
+        new = RunStore.open(str(out))
         return integrity.copy_readable(source, new._writer, out)
     except BaseException:
-        new.engine.dispose()
+        if new is not None:
+            new.engine.dispose()
         for leftover in (out, out.with_name(out.name + "-wal"), out.with_name(out.name + "-shm")):
             leftover.unlink(missing_ok=True)
         raise
     finally:
-        new.engine.dispose()
+        if new is not None:
+            new.engine.dispose()
