@@ -73,7 +73,7 @@ def garbled_json(path: Path, run_id: int | None = None, column: str | None = Non
     which = f"run {run_id}'s {column}" if run_id is not None else "a run's JSON column"
     return UserError(
         f"{which} in run store {path} is not JSON; dlperf cannot read that run",
-        f"copy what is readable (all but such runs) into a new store with "
+        f"copy what is readable, all but such runs, into a new store with "
         f"`dlperf --db {path} runs repair NEW.db`",
     )
 
