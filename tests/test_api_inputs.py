@@ -82,7 +82,7 @@ def test_a_store_of_another_kind_is_a_user_error(db: str, given: Any, message: s
 
 def test_a_directory_as_store_is_a_user_error(tmp_path: Path, db: str) -> None:
     with (
-        pytest.raises(dlperf.UserError, match="cannot open run store"),
+        pytest.raises(dlperf.UserError, match="is a directory"),
         dlperf.track("x", store=tmp_path),
     ):
         pass

@@ -57,7 +57,7 @@ CASES = [
     case("--db nodir/x.db runs list", "error: run store directory nodir does not exist"),
     case("--db /proc/forbidden/x.db calibrate", "run store directory /proc/forbidden does not"),
     case("--db /sys/x.db demo", "error: cannot open run store sqlite:////sys/x.db"),
-    case("--db dir runs list", "error: cannot open run store sqlite:///dir"),
+    case("--db dir runs list", "error: run store dir is a directory (give a file in it"),
     case("--db exp.toml runs list", "cannot open run store sqlite:///exp.toml: file is not a"),
     case("--db nosuch://x runs list", "error: cannot open run store 'nosuch://x'"),
     # --- run: the experiment file --------------------------------------------------------
