@@ -14,8 +14,7 @@ import torch
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch
-from dlperf.data.sources import Split, decode_file
-from dlperf.engine.checks import too_few_classes
+from dlperf.data.sources import Split, decode_file, too_few_classes
 from dlperf.errors import UserError
 
 

@@ -72,6 +72,29 @@ class ImageData:
         return self.train.images is not None
 
 
+def too_few_classes(data: ImageData) -> UserError | None:
+    """Why a classifier cannot train on `data`: its training split holds images of fewer than
+    two classes, and the loss is 0 from the first step and the accuracy 100%, whatever the
+    model learns. None when it can."""
+    present = torch.unique(data.train.labels).tolist()
+    if len(present) >= 2:
+        return None
+    names = [data.classes[i] if i < len(data.classes) else str(i) for i in present]
+    held = f"class {names[0]} only" if names else "no labels"
+    # A set of many classes can still lose all but one to the split, data.limit or holdout.
+    splits = (data.train, data.val, data.test)
+    fix = (
+        "train on more of it (a larger data.limit, a smaller data.holdout)"
+        if torch.unique(torch.cat([s.labels for s in splits])).numel() >= 2
+        else "give it images of at least 2 classes (one folder per class for imagefolder)"
+    )
+    return UserError(
+        f"the training split of {data.name} holds images of {held}: a classifier needs at "
+        "least 2 classes",
+        fix,
+    )
+
+
 def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
     """`data` (in memory) with every image resized to side x side, once, kept uint8; `data`
     itself when its images already are."""

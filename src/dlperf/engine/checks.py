@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from dlperf.data.sources import too_few_classes
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
@@ -228,29 +229,6 @@ def check_finite(
         f"model {what} gives NaN or inf scores for finite images before any training step: the "
         "model itself, not the learning rate",
         "look at its forward and the initial values of its layers",
-    )
-
-
-def too_few_classes(data: ImageData) -> UserError | None:
-    """Why a classifier cannot train on `data`: its training split holds images of fewer than
-    two classes, and the loss is 0 from the first step and the accuracy 100%, whatever the
-    model learns. None when it can."""
-    present = torch.unique(data.train.labels).tolist()
-    if len(present) >= 2:
-        return None
-    names = [data.classes[i] if i < len(data.classes) else str(i) for i in present]
-    held = f"class {names[0]} only" if names else "no labels"
-    # A set of many classes can still lose all but one to the split, data.limit or holdout.
-    splits = (data.train, data.val, data.test)
-    fix = (
-        "train on more of it (a larger data.limit, a smaller data.holdout)"
-        if torch.unique(torch.cat([s.labels for s in splits])).numel() >= 2
-        else "give it images of at least 2 classes (one folder per class for imagefolder)"
-    )
-    return UserError(
-        f"the training split of {data.name} holds images of {held}: a classifier needs at "
-        "least 2 classes",
-        fix,
     )
 
 
