@@ -285,3 +285,49 @@ def test_a_sqlite_uri_filename_is_refused_with_the_plain_form(cli: Cli, tmp_path
     one_line(
         result, 2, "SQLite URI filenames (file:...) are not supported", f"sqlite:///{tmp_path}/x.db"
     )
+
+
+def _closed(store: RunStore) -> None:
+    """Every connection of `store` closed: its WAL is in the file, which a byte copy takes."""
+    store.engine.dispose()
+    if store._keeper is not None:
+        store._keeper.close()
+
+
+def _run_with_checkpoint(path: Path, out: Path) -> tuple[int, Path]:
+    """A finished run of the store at `path` whose checkpoint sits in its run directory."""
+    store = RunStore.open(str(path))
+    run_id = store.create_run("r", "exp", {"a": 1})
+    checkpoint = store.artifact_dir(out) / f"run-{run_id}" / "checkpoint.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"weights")
+    store.add_artifact(run_id, "checkpoint", checkpoint)
+    store.finish_run(run_id)
+    _closed(store)
+    return run_id, checkpoint
+
+
+def test_deleting_a_run_in_a_copy_of_the_store_keeps_the_originals_files(tmp_path: Path) -> None:
+    """x18: a byte copy carries the original's store id, so both name the same files under
+    <out_dir>/<store id>/; `runs delete` in the copy removed the original's checkpoint."""
+    original, copy = tmp_path / "a.db", tmp_path / "backup.db"
+    run_id, checkpoint = _run_with_checkpoint(original, tmp_path / "out")
+    shutil.copyfile(original, copy)
+    in_copy = RunStore.open(str(copy))
+    deleted = in_copy.delete_runs([run_id])
+    assert in_copy.list_runs() == [] and deleted.removed == []
+    assert checkpoint.read_bytes() == b"weights"  # the original's run still has its weights
+    [(path, why)] = deleted.kept
+    assert path == str(checkpoint) and f"a copy of {original.resolve()}" in why
+    # The original deletes its own run's files.
+    assert RunStore.open(str(original)).delete_runs([run_id]).removed == [str(checkpoint.parent)]
+    assert not checkpoint.parent.exists()
+
+
+def test_a_moved_store_still_deletes_its_own_files(tmp_path: Path) -> None:
+    """A store moved (its old file gone) owns its files where it is now."""
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    run_id, checkpoint = _run_with_checkpoint(old, tmp_path / "out")
+    old.rename(new)
+    deleted = RunStore.open(str(new)).delete_runs([run_id])
+    assert deleted.removed == [str(checkpoint.parent)] and not checkpoint.exists()

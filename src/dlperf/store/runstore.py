@@ -63,7 +63,17 @@ from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RUNNING, RunRecord
-from dlperf.store.schema import DELETED_MAX, Artifact, Claim, Meta, Metric, Run, Study, Tag
+from dlperf.store.schema import (
+    DELETED_MAX,
+    HOME,
+    Artifact,
+    Claim,
+    Meta,
+    Metric,
+    Run,
+    Study,
+    Tag,
+)
 
 DEFAULT_DB = "dlperf.db"
 STATUSES = ("running", "finished", "failed", "killed")
@@ -684,9 +694,28 @@ class RunStore:
             next_id = self._next_id(s)
             if next_id is not None:
                 run.id = next_id
+            self._copy_of(s)  # a new store's first run records whose files these are
             s.add(run)
             s.flush()
             return run.id
+
+    def _copy_of(self, s: Session) -> Path | None:
+        """The SQLite file this store is a byte copy of (`cp`, a backup), while that file is
+        still there: both carry one store id, so the files under `<out_dir>/<store id>/` are
+        the original's, and deleting a run in the copy must not remove them. None for the
+        store that owns them, which this records as their home when none is recorded yet or
+        the recorded file is gone (the store was moved, or its original deleted)."""
+        if self._file is None:
+            return None
+        here = str(self._file.path)
+        home = s.scalar(select(Meta.value).where(Meta.key == HOME))
+        if home is not None and home != here:
+            with contextlib.suppress(OSError):
+                if Path(home).is_file() and not Path(home).samefile(here):
+                    return Path(home)
+        if home != here:
+            s.merge(Meta(key=HOME, value=here))
+        return None
 
     def _next_id(self, s: Session) -> int | None:
         """SQLite gives a new row the largest id + 1, so deleting the newest run would hand
@@ -908,7 +937,8 @@ class RunStore:
         (`<out_dir>/<store id>/`) that no other run records, and the run's own directory
         `<store id>/run-<id>/` that holds its checkpoint. Directories left empty are removed
         up to the store's directory. A recorded file elsewhere (the user's device catalog, a
-        detector saved to a path of the user's choice) or shared with another run is kept."""
+        detector saved to a path of the user's choice) or shared with another run is kept, and
+        so is every file of a store that is a byte copy of another still there (`_copy_of`)."""
         ids = list(dict.fromkeys(run_ids))
         with self._writing() as s:
             query = select(Run.id).where(Run.id.in_([i for i in ids if _storable(s, i)]))
@@ -934,6 +964,7 @@ class RunStore:
                 )
             recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(ids))
             owned = [(r.run_id, r.path) for r in s.execute(recorded.order_by(Artifact.id))]
+            original = self._copy_of(s)
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
@@ -952,6 +983,8 @@ class RunStore:
         for run_id, path in owned:
             if path in shared:
                 kept.append((path, "another run records it too"))
+            elif original is not None:
+                kept.append((path, f"this store is a copy of {original}, whose run it is too"))
             else:
                 self._remove_file(run_id, Path(path), removed, kept)
         return Deleted(ids, removed, kept)

@@ -18,6 +18,9 @@ class Base(DeclarativeBase):
 STORE_ID = "store_id"
 VERSION_KEY = "schema_version"  # see dlperf.store.migrations
 DELETED_MAX = "deleted_max_run_id"  # SQLite must not hand a deleted run's id out again
+# The SQLite file whose artifact directory <out_dir>/<store id>/ is: a byte copy of the file
+# carries the same store id, and must not delete the original's files (RunStore.delete_runs).
+HOME = "home"
 
 
 class Meta(Base):
