@@ -24,20 +24,11 @@ from dlperf import stopping
 from dlperf.errors import UserError
 from dlperf.store import RunStore, migrations, runstore
 from tests.conftest import TINY, CliResult
+from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 
 EVENT_S = 300  # how long a busy machine may take to get somewhere: a deadline, not a wait
-
-
-def one_line(result: CliResult, code: int, *parts: str) -> None:
-    """Exit `code` and one line of error, the last on stderr."""
-    assert result.code == code, (result.out, result.err)
-    lines = result.err.splitlines()
-    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], result.err
-    assert "Traceback" not in result.err
-    for part in parts:
-        assert part in lines[-1], result.err
 
 
 @contextmanager
