@@ -269,6 +269,10 @@ def test_a_store_path_ending_in_a_slash_is_refused(cli: Cli, tmp_path: Path) -> 
     one_line(result, 2, "ends in /", "names a directory")
     with closing(sqlite3.connect(tmp_path / "x.db")) as conn:
         assert conn.execute("SELECT count(*) FROM tags").fetchone() == (0,)
+    # runs list reads a plain store through sqlite3, not RunStore.open: the same answer, for
+    # an existing store and for one not there (it listed nothing, exit 0)
+    for path in (f"{tmp_path}/x.db/", f"{tmp_path}/new.db/"):
+        one_line(cli("--db", path, "runs", "list"), 2, "ends in /", "names a directory")
 
 
 def test_a_sqlite_uri_filename_is_refused_with_the_plain_form(cli: Cli, tmp_path: Path) -> None:

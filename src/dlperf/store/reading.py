@@ -55,9 +55,11 @@ def _path(db: str | None) -> Path | None:
         db = db.removeprefix(PLAIN_URL)
     else:
         db = os.path.expanduser(db)  # as runstore._url does for a path
-    # SQLAlchemy's URL parser reads ?, # and % escapes in these; an empty path or :memory:
-    # is refused there: both are left to it.
-    if not db or db == ":memory:" or any(c in db for c in "?#%"):
+    # SQLAlchemy's URL parser reads ?, # and % escapes in these; an empty path, :memory:, a
+    # SQLite URI filename and a path ending in / are refused there: all are left to it.
+    if not db or db == ":memory:" or db.startswith("file:") or db.endswith("/"):
+        return None
+    if any(c in db for c in "?#%"):
         return None
     try:
         path = Path(db).resolve()
