@@ -191,3 +191,40 @@ def test_a_model_file_that_prints_leaves_analyze_json_parseable(cli: Cli, tmp_pa
     assert result.code == 0, result.err
     assert isinstance(json.loads(result.out), dict)
     assert "HELLO FROM IMPORT\n" in result.err
+
+
+def test_a_model_that_prints_in_forward_leaves_run_json_parseable(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = _model(
+        tmp_path,
+        "chatty.py",
+        PRINTER.replace("return self.f(x)", 'print("step")\n        return self.f(x)'),
+    )
+    result = cli("run", str(tiny_exp(epochs=1)), *TINY_RUN, "--set", spec, "--json")
+    assert result.code == 0, result.err
+    # before: a "step" line per batch ahead of the document on stdout
+    assert json.loads(result.out)["status"] == "finished"
+    assert "step\n" in result.err
+
+
+def test_sys_exit_in_forward_while_counting_is_one_line_with_exit_1(
+    cli: Cli, tmp_path: Path
+) -> None:
+    _model(
+        tmp_path,
+        "quits.py",
+        "class Net(nn.Module):\n"
+        "    def __init__(self, num_classes=10):\n"
+        "        super().__init__()\n"
+        "        self.f = nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes))\n"
+        "    def forward(self, x):\n"
+        "        sys.exit(0)\n",
+    )
+    result = cli("analyze", "quits.py:Net", "--input", "1,8,8", "--json")
+    # before: exit 0, nothing on stdout or stderr
+    assert result.code == 1
+    assert result.err == (
+        "error: quits.py:9 called sys.exit(0) (code that cannot go on should raise an exception)\n"
+    )
+    assert result.out == ""

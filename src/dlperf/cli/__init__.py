@@ -13,10 +13,16 @@ import importlib
 import pkgutil
 import sys
 import traceback
+from pathlib import Path
 from typing import NoReturn
 
+import click
+import typer
+
+import dlperf
 from dlperf import stopping
 from dlperf.cli.app import app, state
+from dlperf.cli.console import documents_only
 from dlperf.errors import CheckFailed, UserError, interrupted
 
 # Every module here but app and console holds commands; importing it registers them on `app`
@@ -50,6 +56,20 @@ def _say(line: str) -> None:
     print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
 
 
+def _foreign_caller(e: SystemExit) -> str | None:
+    """Where code other than dlperf's and its command-line library's raised `e` (a user's
+    model file, in its forward), as file:line; None for dlperf's own exits."""
+    tb = e.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    where = Path(tb.tb_frame.f_code.co_filename)
+    if any(where.is_relative_to(ours) for ours in _OWN_CODE):
+        return None
+    return f"{where.name}:{tb.tb_lineno}"
+
+
 def outcome() -> int:
     """Run the command that sys.argv names and return its exit code, each error told in one
     line. It raises nothing but the stop signal's one KeyboardInterrupt (dlperf.stopping):
@@ -59,8 +79,15 @@ def outcome() -> int:
         # Not standalone, so that Click's usage errors come here to be told in one line too
         # (standalone, Click prints its usage text around them); Typer still turns Ctrl-C
         # into exit code 130 and --help into 0, returned here.
-        code = app(standalone_mode=False)
-    except SystemExit as e:  # a command's own sys.exit
+        with documents_only("--json" in sys.argv[1:]):
+            code = app(standalone_mode=False)
+    except SystemExit as e:
+        if (caller := _foreign_caller(e)) is not None:  # a user's model, mid-command
+            _say(
+                f"error: {caller} called sys.exit({e.code!r}) (code that cannot go on should "
+                "raise an exception)"
+            )
+            return 1
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except UserError as e:
         if state.debug:
@@ -86,6 +113,10 @@ def outcome() -> int:
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1
     return code if isinstance(code, int) else 0  # Typer's exit code, or a command's None
+
+
+# Where dlperf's own exits come from: its package and the command-line library under it.
+_OWN_CODE = [Path(m.__file__).parent for m in (dlperf, click, typer) if m.__file__]
 
 
 def _click_error(e: Exception) -> int | None:

@@ -10,9 +10,9 @@ import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
 from rich.cells import cell_len
@@ -49,10 +49,31 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+# Where the JSON document goes while `documents_only` sends every other print to stderr.
+_documents: TextIO | None = None
+
+
+@contextmanager
+def documents_only(active: bool) -> Iterator[None]:
+    """With --json, stdout for the one document alone: whatever else Python prints meanwhile
+    (a user's model printing in its forward) goes to stderr."""
+    global _documents
+    if not active:
+        yield
+        return
+    _documents = sys.stdout
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _documents = None
+
+
 def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout (non-finite floats become null)."""
-    sys.stdout.write(json.dumps(_jsonable(document), indent=2, default=str) + "\n")
-    sys.stdout.flush()
+    stream = _documents or sys.stdout
+    stream.write(json.dumps(_jsonable(document), indent=2, default=str) + "\n")
+    stream.flush()
 
 
 def printed_json(as_json: bool, document: Any) -> bool:
