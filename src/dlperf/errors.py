@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dlperf import stopping
 
+# The module name a user's model file is imported under (models.registry), so that what its
+# code raises can be told apart from dlperf's own (a sys.exit in its forward).
+USER_MODULE_PREFIX = "dlperf_user_"
+
 
 class UserError(Exception):
     """Bad input (config, data file, model name, request): one line, exit code 2."""

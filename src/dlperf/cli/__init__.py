@@ -16,14 +16,10 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
-import click
-import typer
-
-import dlperf
 from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
-from dlperf.errors import CheckFailed, UserError, interrupted
+from dlperf.errors import USER_MODULE_PREFIX, CheckFailed, UserError, interrupted
 
 # Every module here but app and console holds commands; importing it registers them on `app`
 # (in the modules' order, the order of `dlperf --help`).
@@ -57,17 +53,16 @@ def _say(line: str) -> None:
 
 
 def _foreign_caller(e: SystemExit) -> str | None:
-    """Where code other than dlperf's and its command-line library's raised `e` (a user's
-    model file, in its forward), as file:line; None for dlperf's own exits."""
+    """Where a user's model file raised `e` (a sys.exit in its forward), as file:line; None
+    for any other exit (dlperf's own, rich's on a closed pipe)."""
     tb = e.__traceback__
     if tb is None:
         return None
     while tb.tb_next is not None:
         tb = tb.tb_next
-    where = Path(tb.tb_frame.f_code.co_filename)
-    if any(where.is_relative_to(ours) for ours in _OWN_CODE):
+    if not str(tb.tb_frame.f_globals.get("__name__", "")).startswith(USER_MODULE_PREFIX):
         return None
-    return f"{where.name}:{tb.tb_lineno}"
+    return f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
 
 
 def outcome() -> int:
@@ -113,10 +108,6 @@ def outcome() -> int:
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1
     return code if isinstance(code, int) else 0  # Typer's exit code, or a command's None
-
-
-# Where dlperf's own exits come from: its package and the command-line library under it.
-_OWN_CODE = [Path(m.__file__).parent for m in (dlperf, click, typer) if m.__file__]
 
 
 def _click_error(e: Exception) -> int | None:

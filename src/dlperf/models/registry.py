@@ -19,7 +19,7 @@ from typing import Any
 
 from torch import nn
 
-from dlperf.errors import UserError
+from dlperf.errors import USER_MODULE_PREFIX, UserError
 from dlperf.parsing import did_you_mean
 
 Factory = Callable[..., nn.Module]
@@ -110,7 +110,7 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
         raise UserError(f"model file {path} is a directory", "use path/to/file.py:factory")
     if not path.is_file():
         raise UserError(f"model file {path} not found", "use path/to/file.py:factory")
-    module_spec = importlib.util.spec_from_file_location(f"dlperf_user_{path.stem}", path)
+    module_spec = importlib.util.spec_from_file_location(f"{USER_MODULE_PREFIX}{path.stem}", path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     try:
