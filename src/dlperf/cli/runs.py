@@ -7,7 +7,6 @@ import re
 import sys
 import unicodedata
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -265,7 +264,8 @@ def runs_delete(
 
 @runs_app.command("repair")
 def runs_repair(
-    out: Path = typer.Argument(..., help="The new store file to write (must not exist)."),
+    # Text, not a Path: Path() drops a trailing slash, which the store refuses ("new.db/").
+    out: str = typer.Argument(..., help="The new store file to write (must not exist)."),
     as_json: Json = False,
 ) -> None:
     """Copy what can still be read of a damaged SQLite store (--db, default ./dlperf.db) into

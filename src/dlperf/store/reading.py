@@ -47,7 +47,7 @@ class Listing(Protocol):
 
 def _path(db: str | None) -> Path | None:
     """The file `db` names when it is a plain SQLite path or URL; None for anything else."""
-    if not db:
+    if not db or not db.strip():  # blank: the default store, as runstore._url reads it
         return Path("dlperf.db").resolve()
     if "://" in db:
         if not db.startswith(PLAIN_URL):
@@ -60,6 +60,10 @@ def _path(db: str | None) -> Path | None:
     if not db or db == ":memory:" or db.startswith("file:") or db.endswith("/"):
         return None
     if any(c in db for c in "?#%"):
+        return None
+    # A . or .. after a directory: RunStore.open checks the path as the OS reads it (nope/../x.db
+    # with nope missing, x.db/. through a file), where resolving it below would not.
+    if any(part in (".", "..") for part in db.split("/")[1:]):
         return None
     try:
         path = Path(db).resolve()

@@ -100,6 +100,9 @@ STOP_WAIT_S = 5.0
 # pads each of its rows to that width (10,000 tags and one 100,000-character value: 1 GB of
 # `runs show` output, minutes and 4 GB of memory). MLflow's own tag limit was 5,000 for years.
 TAG_VALUE_MAX = 5000
+# Where `runs repair NEW.db` writes until its copy is whole: hidden, and named so that no
+# command or glob (*.db) takes it for a store.
+REPAIRING = ".{}.repairing"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
 PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
@@ -129,14 +132,42 @@ def _parsed(url: str) -> URL:
 
 
 def _url(db: str | None) -> str:
-    if not db:
+    # A blank name (DLPERF_DB=' ') is read as an empty one, which the docs promise is the
+    # default store: it made a store file named ' '.
+    if not db or not db.strip():
         return f"sqlite:///{DEFAULT_DB}"
     # libpq, psql and most hosts (Heroku, Render, Supabase) also spell the scheme postgres://;
     # SQLAlchemy knows it only as postgresql://.
     if db.startswith("postgres://"):
         return "postgresql://" + db.removeprefix("postgres://")
-    # A path in quotes or an environment variable reaches us with its ~ unexpanded.
-    return db if "://" in db else f"sqlite:///{os.path.expanduser(db)}"
+    if "://" in db:
+        return db
+    # A plain path names exactly that file: pasted into a URL unescaped, its ?, # and %
+    # escapes were read as the URL's query, fragment and escapes (--db 'q?.db' made a file q,
+    # 'a%20b.db' one named 'a b.db'). A path in quotes or an environment variable reaches us
+    # with its ~ unexpanded.
+    plain = URL.create("sqlite", database=os.path.expanduser(db))
+    return plain.render_as_string(hide_password=False)
+
+
+# The package to install for a SQLAlchemy driver's module, where its name is not the module's:
+# "No module named 'MySQLdb'" did not say that mysql:// needs mysqlclient.
+DRIVER_PACKAGES = {
+    "MySQLdb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "psycopg": "'psycopg[binary]'",
+    "psycopg2": "psycopg2-binary",
+    "cx_Oracle": "cx-Oracle",
+}
+
+
+def _no_driver(name: str, e: ModuleNotFoundError) -> UserError:
+    module = e.name or str(e)
+    package = DRIVER_PACKAGES.get(module, module)
+    return UserError(
+        f"cannot open run store {name!r}: its database driver {module} is not installed",
+        f"pip install {package}, or name a driver that is installed: dialect+driver://...",
+    )
 
 
 class StoreLocked(UserError):
@@ -179,16 +210,24 @@ def _sqlite_pragmas(
     cursor.close()
 
 
-def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
-    """The engine of a SQLite store, and whether it is read-only. The driver ignores a URL's
-    `?mode=ro` (with a warning) and writes: here `mode` "ro" opens the file read-only
-    indeed; other modes are refused."""
+def _sqlite_checked(url: URL, name: str) -> Path:
+    """The file of the SQLite store `url`, resolved, once its path and options are found
+    usable; before an engine is made, which would warn of an option it ignores."""
+    where = _store_path(url.database, name)
+    _sqlite_options(url, name)
+    mode = url.query.get("mode")
     if mode not in (None, "ro"):
         raise UserError(
             f"run store {name}: SQLite mode={mode} is not supported",
             "add ?mode=ro to open it read-only, or give no mode",
         )
-    path = engine.url.database
+    _busy_timeout_s(url)  # the driver would take a timeout that is not a number for a traceback
+    return where
+
+
+def _store_path(path: str | None, name: str) -> Path:
+    """The file a SQLite store's `path` names, resolved; or the one line why no store can be
+    kept there."""
     if not path or path == ":memory:":  # each process, each connection even, its own store
         raise UserError(
             f"run store {name} is in memory: it would keep nothing",
@@ -205,6 +244,7 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
             f"run store {name}: a store path that ends in / names a directory",
             f"give the store file without the slash, e.g. --db {path.rstrip('/')}",
         )
+    _directories_as_written(path)
     try:
         where = Path(path).resolve()
     except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
@@ -213,22 +253,72 @@ def _sqlite_engine(engine: Engine, name: str, mode: Any) -> tuple[Engine, bool]:
         raise UserError(
             f"run store {path} is a directory", f"give a file in it, e.g. --db {path}/dlperf.db"
         )
-    if not where.parent.exists():
-        raise UserError(f"run store directory {Path(path).parent} does not exist")
-    if mode == "ro":
+    if not where.parent.exists():  # its directories as written are there: a dangling link's
+        raise UserError(
+            f"run store directory {where.parent} does not exist",
+            f"the store {path} is a symbolic link to {where}",
+        )
+    return where
+
+
+def _directories_as_written(path: str) -> None:
+    """Refuse a store path whose directories, as written, the OS would refuse: resolving it
+    first (as Path.resolve() and SQLite itself both do) read `nope/../x.db` as x.db with nope
+    missing, where open(2) says ENOENT, and `x.db/.` as the file x.db (ENOTDIR)."""
+    if os.path.isdir(os.path.dirname(path) or "."):  # the usual case: one stat
+        return
+    # The first directory the OS cannot go through, named as the user wrote it.
+    for end in (i for i, c in enumerate(path) if c == "/"):
+        directory = path[:end] or "/"
+        try:
+            os.stat(directory)
+        except FileNotFoundError:
+            raise UserError(f"run store directory {directory} does not exist") from None
+        except OSError:  # a link loop, a permission: resolve() and SQLite say it in their words
+            return
+        if not os.path.isdir(directory):
+            raise UserError(f"run store {path}: {directory} is not a directory")
+
+
+# The options of a sqlite:/// URL that dlperf honours. Any other is refused rather than passed
+# on: SQLAlchemy's driver drops SQLite's URI options (?cache=shared, ...) with a two-line
+# SAWarning and goes on without them, and its own arguments (?uri=true, ?check_same_thread=,
+# ?isolation_level=, ?detect_types=) would change how the path is read or how rows come back
+# for the engine alone, while the store's other connections (the one kept on its file, the
+# read-only opener, runs list's sqlite3 reader) open the plain file. A user who asked for an
+# option is better told it is not applied than left to find out.
+SQLITE_OPTIONS = ("timeout", "mode")
+
+
+def _sqlite_options(url: URL, name: str) -> None:
+    for key, value in url.query.items():
+        accepted = "a sqlite:/// URL takes ?timeout=SECONDS and ?mode=ro"
+        if key not in SQLITE_OPTIONS:
+            raise UserError(f"run store {name}: the option {key} is not supported", accepted)
+        if isinstance(value, tuple):
+            raise UserError(
+                f"run store {name}: {key} is given {len(value)} times ({', '.join(value)})",
+                f"give it once; {accepted}",
+            )
+
+
+def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> Engine:
+    """The engine of a SQLite store whose file is `where`. The driver ignores a URL's
+    `?mode=ro` (with a warning) and writes: with `read_only` the file is opened read-only
+    indeed."""
+    if read_only:
         uri = f"file:{quote(str(where))}?mode=ro"
         engine = create_engine(
             engine.url,
             creator=lambda: sqlite3.connect(uri, uri=True),
-            json_deserializer=functools.partial(_stored_json, path),
+            json_deserializer=functools.partial(_stored_json, engine.url.database),
         )
-    read_only = mode == "ro"
     busy_s = _busy_timeout_s(engine.url)
     pragmas = functools.partial(_sqlite_pragmas, busy_s=busy_s, read_only=read_only)
     event.listen(engine, "connect", pragmas)
     event.listen(engine, "begin", functools.partial(_sqlite_begin, name=name, busy_s=busy_s))
     event.listen(engine, "handle_error", integrity.on_error)
-    return engine, read_only
+    return engine
 
 
 def _stored_json(database: str | None, text: str) -> Any:
@@ -536,10 +626,10 @@ class RunStore:
         write is refused."""
         url = _url(db)
         parsed = _parsed(url)
+        name = masked_url(url)
         try:
             sqlite = parsed.get_backend_name() == "sqlite"
-            if sqlite:  # the driver would take a timeout that is not a number for a traceback
-                _busy_timeout_s(parsed)
+            where = _sqlite_checked(parsed, name) if sqlite else None
             # The driver would ignore SQLite's mode with a warning: _sqlite_engine honours it.
             engine = (
                 create_engine(
@@ -549,9 +639,10 @@ class RunStore:
                 if sqlite
                 else create_engine(parsed)
             )
+        except ModuleNotFoundError as e:  # the URL's driver
+            raise _no_driver(name, e) from None
         except (ArgumentError, ImportError) as e:
             raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
-        name = masked_url(url)
         read_only = False
         if not sqlite:
             # psycopg warns of a connection it could not close cleanly ("error ignored
@@ -560,8 +651,9 @@ class RunStore:
             psycopg = logging.getLogger("psycopg")
             if psycopg.getEffectiveLevel() < logging.ERROR:
                 psycopg.setLevel(logging.ERROR)
-        if sqlite:
-            engine, read_only = _sqlite_engine(engine, name, parsed.query.get("mode"))
+        if where is not None:
+            read_only = parsed.query.get("mode") == "ro"
+            engine = _sqlite_engine(engine, name, where, read_only)
             # A file missing or empty: opening it would write a header.
             path = integrity.store_file(engine)
             missing = path is not None and (not path.exists() or path.stat().st_size == 0)
@@ -984,7 +1076,8 @@ class RunStore:
             if path in shared:
                 kept.append((path, "another run records it too"))
             elif original is not None:
-                kept.append((path, f"this store is a copy of {original}, whose run it is too"))
+                if os.path.lexists(path):  # one deleted already (in the original) is not kept
+                    kept.append((path, f"this store is a copy of {original}, whose run it is too"))
             else:
                 self._remove_file(run_id, Path(path), removed, kept)
         return Deleted(ids, removed, kept)
@@ -1129,30 +1222,48 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def repair(db: str | None, out: Path) -> integrity.Repaired:
+def repair(db: str | None, out: str) -> integrity.Repaired:
     """Copy what can still be read of the SQLite store `db` (a URL or path, as `--db` takes)
-    into a new store file `out`; the damaged file is only read."""
+    into a new store file `out` (a path, checked as `--db`'s are); the damaged file is only
+    read. The copy is written under a hidden temporary name beside `out` (`REPAIRING`) and
+    renamed to `out` once whole: a repair killed midway (SIGKILL, a power cut) leaves no file
+    at `out` that opens as a store with fewer runs, or none."""
     url = _parsed(_url(db))
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         raise UserError(
             f"runs repair reads a SQLite store file, not {masked_url(str(url))}",
             "for PostgreSQL use its own tools: pg_dump, pg_amcheck",
         )
-    source, out = Path(url.database).resolve(), out.resolve()
+    source = Path(url.database).resolve()
     if not source.is_file():
         raise UserError(f"run store {source} does not exist")
-    if out.exists():
-        raise UserError(f"{out} exists", "repair writes a new store: give a new file name")
+    target = os.path.expanduser(out)
+    if not target.strip() or "://" in target:
+        raise UserError(
+            f"runs repair writes a new SQLite store file, not {masked_url(target)!r}",
+            "give its path, e.g. dlperf runs repair repaired.db",
+        )
+    # As --db's: not resolved first (which dropped "new.db/"'s slash and read file:new.db as
+    # a file of that name), so the OS's own refusals stand.
+    where = _store_path(target, target)
+    if os.path.lexists(target):  # a link too, dangling or not: it is not replaced
+        raise UserError(f"{target} exists", "repair writes a new store: give a new file name")
+    staged = os.path.join(os.path.dirname(target), REPAIRING.format(os.path.basename(target)))
+    leftovers = [Path(staged + suffix) for suffix in ("", "-wal", "-shm")]
+    for leftover in leftovers:  # of a repair killed before it ended
+        leftover.unlink(missing_ok=True)
     new: RunStore | None = None
     try:  # making the new store fails too (a full disk): what it wrote goes, as for a copy
-        new = RunStore.open(str(out))
-        return integrity.copy_readable(source, new._writer, out)
+        new = RunStore.open(staged)
+        done = integrity.copy_readable(source, new._writer, where)
+        # Every connection closed: the WAL is checkpointed into the file and removed, so the
+        # one file renamed holds the whole copy.
+        new.engine.dispose()
+        os.replace(staged, target)
+        return done
     except BaseException:
         if new is not None:
             new.engine.dispose()
-        for leftover in (out, out.with_name(out.name + "-wal"), out.with_name(out.name + "-shm")):
+        for leftover in leftovers:
             leftover.unlink(missing_ok=True)
         raise
-    finally:
-        if new is not None:
-            new.engine.dispose()
