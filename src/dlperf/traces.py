@@ -17,7 +17,8 @@ every other operator or kernel. Overlap is measured on the wall clock of each st
 of computation intervals, of communication intervals, their intersection, and the rest of the
 step (idle: waiting, Python, the framework's own work).
 
-A trace is read within bounds whatever the file holds: at most `MAX_TRACE_MB` of JSON (a
+A trace is read within bounds whatever the file holds, and only from a regular file (a FIFO
+would block the reader, a device feed it without end): at most `MAX_TRACE_MB` of JSON (a
 small gzip can hold gigabytes), and without recursion limits (json's parser recurses once a
 level, and a document nested 100,000 deep stops it): the events are parsed one at a time,
 and a value nested deeper than json's parser reaches is skipped, counting brackets, rather
@@ -30,6 +31,7 @@ import bisect
 import gzip
 import json
 import re
+import stat
 import zlib
 from collections import defaultdict
 from collections.abc import Generator, Iterator
@@ -183,6 +185,9 @@ def _text(path: Path) -> str:
     """The trace's JSON text, decompressed if gzipped, refused past MAX_TRACE_MB."""
     limit = MAX_TRACE_MB * 2**20
     try:
+        # Before opening: opening a FIFO waits for a writer, forever for a trace.
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise UserError(f"the trace {path} is not a regular file")
         with path.open("rb") as f:
             zipped = f.read(2) == b"\x1f\x8b"
             f.seek(0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import random
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from dlperf.errors import UserError
 from dlperf.paths import atomic_write
 
 OWNER = "owner"
+# Logged as each epoch ends, just before its checkpoint is saved (engine.loop.EpochTally): a
+# recorded checkpoint that is not there was never written if no epoch ended.
+EPOCH_ENDED = "epoch/train_loss"
 
 
 @dataclass(frozen=True)
@@ -89,12 +93,35 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
 
 
 def run_checkpoint(store: StoredRuns, run_id: int, purpose: str, hint: str) -> Path:
-    """The last checkpoint file recorded for a run. None, or a file since removed, is one line
-    of bad input: "run N has no checkpoint `purpose`" and the caller's `hint`."""
+    """The last checkpoint file recorded for a run, checked without opening it (opening a
+    FIFO waits for a writer). Each failure is one line of bad input: a run that recorded
+    none, or stopped before its first was written (a run records the path as it starts), is
+    "run N has no checkpoint `purpose`" and the caller's `hint`; one written and gone since,
+    or that is not a regular file now, says so instead."""
     paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
-    if not paths or not paths[-1].is_file():
+    if not paths:
         raise UserError(f"run {run_id} has no checkpoint {purpose}", hint)
-    return paths[-1]
+    path = paths[-1]
+    again = "put the run's checkpoint back, or train the run again"
+    try:
+        mode = path.stat().st_mode  # through a link: one to /dev/zero is a device
+    except FileNotFoundError:
+        if not _saved_at_epoch_end(store, run_id):
+            raise UserError(f"run {run_id} has no checkpoint {purpose}", hint) from None
+        raise UserError(f"run {run_id}'s checkpoint {path} is missing", again) from None
+    except OSError as e:  # a link loop, a directory that cannot be searched
+        raise UserError(f"cannot read run {run_id}'s checkpoint {path}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"run {run_id}'s checkpoint {path} is not a regular file", again)
+    return path
+
+
+def _saved_at_epoch_end(store: StoredRuns, run_id: int) -> bool:
+    """Whether the run saved checkpoints (run.checkpoint) and an epoch of it ended, so that
+    one was written. A sweep deletes the final weights of its points without run.checkpoint:
+    those have none, as their callers' hints say."""
+    run = store.get_run(run_id).config.get("run", {})
+    return bool(run.get("checkpoint")) and store.last_step(run_id, EPOCH_ENDED) is not None
 
 
 def load(path: Path, owner: Owner) -> dict[str, Any]:

@@ -1,0 +1,184 @@
+"""Break-it round 5 (issue 41): trace and checkpoint files that are not what they should be.
+
+A trace that is a FIFO blocked `runs trace` and `report` forever in open(), and one that is a
+link to /dev/zero was read up to the 256 MiB cap; a checkpoint removed, or replaced by a FIFO,
+a directory or a link to /dev/zero, was said to be one the run never wrote ("it stopped
+before its first epoch ended"); a SIGKILL mid-save leaves `checkpoint.part.pt` behind.
+
+The commands that could block run in a process of their own under a guard: a regression that
+blocks fails its test instead of hanging the suite (a guard, not a timing assertion).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+from tests.deploy.test_export_unfinished import stopped_run
+from tests.faults.test_store_faults import digits, one_line
+from tests.test_trace_caps import gz, step_events, traced_run
+
+Cli = Callable[..., CliResult]
+GUARD_S = 300  # far past what each command takes on the busy shared machine
+
+
+def dlperf(*args: str) -> CliResult:
+    """`dlperf ARGS` in a process (group) of its own, against DLPERF_DB; killed with any
+    workers, and the test failed, if it is still running after GUARD_S."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlperf", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
+    return CliResult(proc.returncode, out, err)
+
+
+def fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def link_to_dev_zero(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def directory(path: Path) -> None:
+    path.mkdir()
+
+
+def remove(path: Path) -> None:
+    """Whatever lies at `path`: a file, a link, a FIFO or an empty directory."""
+    if path.is_dir() and not path.is_symlink():
+        path.rmdir()
+    else:
+        path.unlink(missing_ok=True)
+
+
+# --- traces -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [fifo, link_to_dev_zero], ids=["fifo", "dev-zero"])
+def test_a_trace_that_is_not_a_regular_file_is_refused_unopened(
+    store: RunStore, tmp_path: Path, make: Callable[[Path], None]
+) -> None:
+    """Before: a FIFO blocked in open() forever; /dev/zero was read to the 256 MiB cap and
+    refused as too large."""
+    trace = tmp_path / "run" / "rank0.pt.trace.json.gz"
+    trace.parent.mkdir()
+    make(trace)
+    run_id = traced_run(store, trace)
+    one_line(dlperf("runs", "trace", str(run_id)), 2, f"the trace {trace} is not a regular file")
+
+
+def test_a_fifo_trace_costs_the_report_only_its_own_tables(store: RunStore, tmp_path: Path) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for folder in (good, bad):
+        folder.mkdir()
+    good_id = traced_run(
+        store, gz(good / "rank0.pt.trace.json.gz", f'{{"traceEvents": [{step_events()}]}}')
+    )
+    trace = bad / "rank0.pt.trace.json.gz"
+    fifo(trace)
+    bad_id = traced_run(store, trace)
+
+    site = tmp_path / "site"
+    result = dlperf("report", str(good_id), str(bad_id), "--out", str(site))
+    assert result.code == 0, result.err
+    page = {run_id: (site / f"run-{run_id}.html").read_text() for run_id in (good_id, bad_id)}
+    assert "1 steps profiled on cpu" in page[good_id]
+    assert f"the trace {trace} is not a regular file" in page[bad_id]
+    assert "self CPU ms/step" not in page[bad_id]
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+
+@pytest.mark.faults  # a real run (3 epochs), killed, then resumed: over a minute here
+def test_a_killed_run_s_checkpoint_gone_or_not_a_file_is_said_as_such(
+    db: str, tmp_path: Path
+) -> None:
+    """A real run SIGKILLed in epoch 2 (its epoch-1 checkpoint written), then its checkpoint
+    removed or replaced: resume and export name the file and what is wrong with it, never
+    "it stopped before its first epoch ended", and never open it (a FIFO would block). Put
+    back, with a stale `checkpoint.part.pt` beside it (a kill mid-save), the run resumes
+    to the end and the next save leaves no partial file."""
+    stopped_run(tmp_path, signal.SIGKILL)
+    store = RunStore.open(db)
+    [path] = [Path(a["path"]) for a in store.artifacts(1) if a["kind"] == "checkpoint"]
+    saved = path.read_bytes()
+    again = "(put the run's checkpoint back, or train the run again)"
+    for make, what in [
+        (None, "is missing"),
+        (fifo, "is not a regular file"),
+        (directory, "is not a regular file"),
+        (link_to_dev_zero, "is not a regular file"),
+    ]:
+        remove(path)
+        if make is not None:
+            make(path)
+        said = f"error: run 1's checkpoint {path} {what} {again}"
+        one_line(dlperf("run", "--resume", "1"), 2, said)
+        one_line(dlperf("export", "1", "--out", str(tmp_path / "m.onnx")), 2, said)
+    assert store.get_run(1).status == "lost"
+    assert not (tmp_path / "m.onnx").exists()
+
+    remove(path)
+    path.write_bytes(saved)
+    part = path.with_name("checkpoint.part.pt")
+    part.write_bytes(saved[: len(saved) // 2])
+    resumed = dlperf("run", "--resume", "1")
+    assert resumed.code == 0, resumed.err
+    assert store.get_run(1).status == "finished"
+    assert not part.exists()
+
+
+@pytest.mark.parametrize(
+    ("checkpointing", "epoch_ended", "said"),
+    [
+        # Stopped in epoch 1: the path was recorded as the run started, and never written.
+        (True, False, "run 1 has no checkpoint to resume from (it stopped before its first"),
+        (True, True, "run 1's checkpoint {path} is missing (put the run's checkpoint back"),
+        # A sweep deletes the final weights of its points without run.checkpoint.
+        (False, True, "run 1 has no checkpoint to resume from"),
+    ],
+)
+def test_a_checkpoint_not_on_disk_is_missing_only_once_written(
+    cli: Cli, store: RunStore, tmp_path: Path, checkpointing: bool, epoch_ended: bool, said: str
+) -> None:
+    path = tmp_path / "run-1" / "checkpoint.pt"
+    config = digits().to_dict()
+    config["run"]["checkpoint"] = checkpointing
+    run_id = store.create_run("stopped", "run", config, "cafe")
+    store.add_artifact(run_id, "checkpoint", path)
+    if epoch_ended:
+        store.log_metrics(run_id, [("epoch/train_loss", 1, 0.5)])
+    store.finish_run(run_id, "killed", error="interrupted")
+    one_line(cli("run", "--resume", str(run_id)), 2, said.format(path=path))
+
+
+def test_runs_delete_removes_a_partial_checkpoint_left_by_a_kill(
+    cli: Cli, store: RunStore, tmp_path: Path
+) -> None:
+    """A SIGKILL during the first save leaves only `checkpoint.part.pt` in the run's
+    directory; deleting the run removes it with the directory."""
+    own = store.artifact_dir(tmp_path / "runs") / "run-1"
+    own.mkdir(parents=True)
+    (own / "checkpoint.part.pt").write_bytes(b"half a checkpoint")
+    run_id = store.create_run("stopped", "run", digits().to_dict(), "cafe")
+    store.add_artifact(run_id, "checkpoint", own / "checkpoint.pt")
+    store.finish_run(run_id, "killed", error="interrupted")
+    deleted = cli("runs", "delete", str(run_id), "--yes")
+    assert deleted.code == 0, deleted.err
+    assert not own.exists()
