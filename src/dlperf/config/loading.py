@@ -99,9 +99,31 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise UserError(f"--set {assignment!r}: expected KEY=VALUE", "e.g. --set train.lr=0.01")
     key, _, text = assignment.partition("=")
-    if not all(key.strip().split(".")):
+    parts = _key_parts(key.strip(), assignment)
+    if not all(parts):
         raise UserError(f"--set {assignment!r}: empty key", "e.g. --set train.lr=0.01")
-    assign(raw, key.strip(), parse_value(text.strip()), "--set")
+    _assign_parts(raw, parts, key.strip(), parse_value(text.strip()), "--set")
+
+
+def _key_parts(key: str, assignment: str) -> list[str]:
+    """A --set key's parts. A key with a quote is a TOML dotted key, so that
+    model.kwargs."a.b" names the one key "a.b" as it does in a TOML file; any other is split
+    at its dots, which also keeps the characters a TOML bare key lacks (a/b, non-ASCII)."""
+    if '"' not in key and "'" not in key:
+        return key.split(".")
+    hint = 'e.g. --set model.kwargs."a.b"=1'
+    # One line only: a newline could start a [table] header and make another key of it.
+    if "\n" in key or "\r" in key:
+        raise UserError(f"--set {assignment!r}: not a TOML key (a key is one line)", hint)
+    try:
+        node: Any = tomllib.loads(f"{key} = 0")
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"--set {assignment!r}: not a TOML key ({e})", hint) from None
+    parts: list[str] = []
+    while isinstance(node, dict):  # one assignment: one key at every level
+        (part, node), *_ = node.items()
+        parts.append(part)
+    return parts
 
 
 def assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
@@ -111,6 +133,10 @@ def assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     if not all(parts):
         raise UserError(f"{where}: empty part in key {key!r}", 'e.g. "train.lr"')
+    _assign_parts(raw, parts, key, value, where)
+
+
+def _assign_parts(raw: dict[str, Any], parts: list[str], key: str, value: Any, where: str) -> None:
     node = raw
     for part in parts[:-1]:
         node = node.setdefault(part, {})

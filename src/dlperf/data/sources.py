@@ -324,13 +324,22 @@ def _real(folder: str) -> Path:
     return Path(os.path.realpath(folder))
 
 
+# An image folder's files: torchvision's IMG_EXTENSIONS and the other still-image formats
+# PIL decodes on its own (GIF's first frame, as `infer` reads it; netpbm; TGA), which
+# decode_file reads alike. Video, vector and plug-in formats PIL only names stay out.
+IMAGE_EXTENSIONS = (
+    *(".apng", ".bmp", ".gif", ".jfif", ".jpe", ".jpeg", ".jpg", ".pbm", ".pgm", ".png"),
+    *(".pnm", ".ppm", ".tga", ".tif", ".tiff", ".webp"),
+)
+
+
 def _image_folder(split: Path) -> Any:
     """torchvision's ImageFolder of `split` without what is no data: a hidden folder
     (Jupyter's .ipynb_checkpoints) is no class, a hidden file (macOS's ._x.jpg, .DS_Store) no
     image, and a symbolic link back up the tree, which os.walk follows 40 links deep, adds no
     copies."""
     from torchvision.datasets import ImageFolder
-    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+    from torchvision.datasets.folder import has_file_allowed_extension
 
     class Folder(ImageFolder):  # type: ignore[misc]
         def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
@@ -339,11 +348,23 @@ def _image_folder(split: Path) -> Any:
                 raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
             return classes, {c: i for i, c in enumerate(classes)}
 
+        @staticmethod
+        def make_dataset(*args: Any, **kwargs: Any) -> list[tuple[str, int]]:
+            try:
+                found: list[tuple[str, int]] = ImageFolder.make_dataset(*args, **kwargs)
+            except FileNotFoundError as e:
+                # torchvision says which classes are empty, not which files would count
+                raise FileNotFoundError(
+                    f"{str(e).strip()} dlperf reads the files ending in "
+                    f"{', '.join(IMAGE_EXTENSIONS)} (hidden ones skipped)"
+                ) from None
+            return found
+
     def wanted(path: str) -> bool:
         file = Path(path)
         inside = file.relative_to(split).parts
         return (
-            has_file_allowed_extension(path, IMG_EXTENSIONS)
+            has_file_allowed_extension(path, IMAGE_EXTENSIONS)
             and not any(part.startswith(".") for part in inside)
             and not _looped(str(file.parent), str(split / inside[0]))
         )
@@ -425,7 +446,16 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
     labels = arrays.get("labels")
     if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
         raise UserError(f"{path}: 'labels' must hold one integer per image")
-    names = [str(c) for c in arrays.get("classes", [])]
+    classes = arrays.get("classes", np.array([], dtype=str))
+    # np.array([names]) is (1, N): iterated, its one row would be one class named "['a' ...]"
+    if classes.ndim != 1:
+        raise UserError(
+            f"{path}: 'classes' must be a 1-D array of names, got shape {classes.shape}",
+            "e.g. classes=numpy.array(['cat', 'dog', 'bird'])",
+        )
+    # Names saved as bytes (numpy's S dtype) are text: "a", not "b'a'". Bytes that are not
+    # UTF-8 are shown with U+FFFD, as an image folder's class names are.
+    names = [c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in classes]
     # Two of the model's scores under one name: predictions and per-class counts could not
     # tell them apart.
     twice = sorted(n for n, times in Counter(names).items() if times > 1)
