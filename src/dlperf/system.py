@@ -42,6 +42,11 @@ def pick_device(spec: str = "auto") -> torch.device:
         device = torch.device(spec)
     except RuntimeError:
         raise UserError(f"unknown device '{spec}'", "use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "meta":  # its tensors hold no values: a model check or a step fails
+        raise UserError(
+            f"device '{spec}' holds no values: a run cannot train on it",
+            "use auto, cpu, cuda, cuda:N or mps",
+        )
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UserError(f"device '{spec}' asked for, but CUDA is not available here")

@@ -26,17 +26,19 @@ def dry_forward(
     rejects: str,
     device: torch.device | None = None,
     training: bool = False,
+    batch: int = DRY_BATCH,
 ) -> object:
-    """One forward of two zero images of `shape`, in eval mode and without gradients: sizes
-    lazy layers (neither the optimizer nor the exporter can use uninitialised parameters) and
-    turns a model that rejects the shape into the error "`rejects`: first line of the cause".
-    Returns what the model returned. `training`: in training mode, on a model sized by a
-    forward before, its buffers (batch-norm statistics) put back after; left in eval mode."""
+    """One forward of `batch` (two) zero images of `shape`, in eval mode and without
+    gradients: sizes lazy layers (neither the optimizer nor the exporter can use uninitialised
+    parameters) and turns a model that rejects the shape into the error "`rejects`: first line
+    of the cause". Returns what the model returned. `training`: in training mode, on a model
+    sized by a forward before, its buffers (batch-norm statistics) put back after; left in
+    eval mode."""
     saved = [(b, b.clone()) for b in model.buffers()] if training else []
     model.train(training)
     try:
         with torch.no_grad():
-            return model(torch.zeros(DRY_BATCH, *shape, device=device))
+            return model(torch.zeros(batch, *shape, device=device))
     except Exception as e:  # a user's forward fails in any way: TypeError for a signature
         first = (str(e).strip().splitlines() or [""])[0]
         if not isinstance(e, RuntimeError):  # torch's own errors say what they are
@@ -169,6 +171,28 @@ def check_batch_fits(batch_size: int, data: ImageData) -> None:
             f"training images of {data.name}",
             f"use train.batch_size <= {len(data.train)}",
         )
+
+
+def check_batch_trains(
+    model: nn.Module,
+    batch_size: int,
+    shape: Sequence[int],
+    what: str,
+    device: torch.device | None = None,
+) -> None:
+    """`model` (`what`) must take a training batch of `batch_size` images where that is fewer
+    than the dry forward's DRY_BATCH, which cannot see it: batch norm in training mode refuses
+    a batch of one image ("Expected more than 1 value per channel"). Said before the run is
+    recorded rather than as a traceback at its first step."""
+    if batch_size >= DRY_BATCH:
+        return
+    refused = f"model {what} cannot train at train.batch_size {batch_size}"
+    try:
+        dry_forward(model, shape, refused, device, training=True, batch=batch_size)
+    except UserError as e:
+        raise UserError(
+            e.message, f"use train.batch_size {DRY_BATCH} or more, or a model without batch norm"
+        ) from None
 
 
 def check_classifier(

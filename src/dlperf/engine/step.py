@@ -27,6 +27,28 @@ from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.precision import autocast as precision_autocast
 
 
+class WrongOutput(Exception):
+    """The model's output does not hold one row of scores for each image of the batch: a
+    model that does so only in batches larger than the up-front check's two images. The run
+    fails with this one line, as a diverged loss does, rather than with the loss's traceback
+    from inside dlperf that never names the model."""
+
+
+def check_output(model: nn.Module, output: Any, y: Any) -> None:
+    """Raise WrongOutput where `model`'s `output` for the batch of labels `y` is not one row
+    per image: a comparison of shapes, which waits for nothing on the device. Outputs that are
+    not one tensor (a detector's) are left to their own loss."""
+    if not (isinstance(output, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return
+    if output.shape[:1] == y.shape[:1]:
+        return
+    images = y.shape[0]
+    raise WrongOutput(
+        f"model {type(model).__name__} returned shape {list(output.shape)} for a batch of "
+        f"{images} images: expected [{images}, classes], one row of scores per image"
+    )
+
+
 class Timer(Protocol):
     def mark(self, phase: str) -> None: ...
 
@@ -69,6 +91,7 @@ class TrainStep:
         self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
         with self.autocast:
             output = self.forward(x)
+            check_output(self.model, output, y)
             loss = self.loss_fn(output, y)
         self.timer.mark("forward")
         self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]

@@ -13,6 +13,7 @@ step, and TensorFlow and torchvision must not share a process.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,18 +49,21 @@ class Progress:
     train_time_s: float = 0.0
     cpu_time_s: float = 0.0  # this process's, over the same timed windows as train_time_s
     samples: int = 0
-    best_val_accuracy: float = 0.0
+    best_val_accuracy: float | None = None  # None while no epoch had images to validate on
     epochs_to_target: int | None = None
     time_to_target_s: float | None = None
     epoch_throughputs: list[float] = field(default_factory=list)
     gpu_utilization_pct: list[float] = field(default_factory=list)  # one reading per epoch
 
     def end_epoch(self, epoch: int, seconds: float, accuracy: float, target: float | None) -> None:
-        """Count epoch `epoch`, `seconds` long with its evaluation, of validation `accuracy`,
-        noting when the accuracy first reached `target`."""
+        """Count epoch `epoch`, `seconds` long with its evaluation, of validation `accuracy`
+        (NaN where there was none: a validation split of no images, which is no accuracy
+        rather than an accuracy of 0), noting when the accuracy first reached `target`."""
         self.epoch = epoch
         self.elapsed_s += seconds
-        self.best_val_accuracy = max(self.best_val_accuracy, accuracy)
+        if not math.isnan(accuracy):
+            best = self.best_val_accuracy
+            self.best_val_accuracy = accuracy if best is None else max(best, accuracy)
         if target is not None and self.epochs_to_target is None and accuracy >= target:
             self.epochs_to_target, self.time_to_target_s = epoch, self.elapsed_s
 
