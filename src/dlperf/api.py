@@ -11,7 +11,9 @@ import hashlib
 import json
 import math
 import numbers
+import operator
 import os
+import reprlib
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -108,9 +110,31 @@ def _device(device: Any) -> torch.device:
             f"got {type(device).__name__} {device!r}"
         )
     try:
-        return pick_device(str(device))
+        picked = pick_device(str(device))
     except UserError as e:
         raise UserError(f"device: {e.message}", e.hint) from None
+    if picked.type not in ("cpu", "cuda", "mps"):  # meta holds no data: nothing to time
+        raise UserError(
+            f"device: '{device}' is not one a run trains on", "use cpu, cuda, cuda:N or mps"
+        )
+    return picked
+
+
+def _metric(name: str, value: Any) -> float:
+    """`value` as the store keeps it, after the store's own check of `name`, a UserError for
+    either: float() would take "1.5" and raise ValueError or TypeError for the rest."""
+    from dlperf.store.runstore import _fits, _shown
+    from dlperf.store.schema import Metric
+
+    column: Any = Metric.__table__.c.key  # a String column: its type has a length
+    hint = f"a key is at most {column.type.length} characters, without NUL"
+    _fits(column, name, f"metric key {_shown(name)}", hint)
+    if not isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
+            pass
+    raise UserError(f"metric {name} is a number, got {type(value).__name__} {reprlib.repr(value)}")
 
 
 def _logged_name(key: str) -> str:
@@ -138,6 +162,19 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
         memo[id(tensor)] = meta
     with torch.no_grad():
         return copy.deepcopy(model, memo)
+
+
+@contextmanager
+def _no_exit() -> Iterator[None]:
+    """A model's sys.exit while it is counted as a UserError, as any other error of its
+    forward is: it would end the caller's script or notebook kernel."""
+    try:
+        yield
+    except SystemExit as e:
+        raise UserError(
+            f"the model called sys.exit({e.code!r}) while being counted (a model that cannot "
+            "go on should raise an exception)"
+        ) from None
 
 
 @dataclass
@@ -211,20 +248,22 @@ def analyze(
         raise UserError(f"batch is a whole number ≥ 1, got {batch!r}")
     batch = int(batch)
     if isinstance(model, str):
-        named = analyze_name(
-            model, input_size, batch, train, precision, None, bias, activations,
-            macs_convention=macs_convention,
-        )  # fmt: skip
+        with _no_exit():
+            named = analyze_name(
+                model, input_size, batch, train, precision, None, bias, activations,
+                macs_convention=macs_convention,
+            )  # fmt: skip
         return AnalysisResult(named)
     if not isinstance(model, nn.Module):
         raise UserError(f"analyze takes a model name or an nn.Module, not {type(model).__name__}")
     if not input_size:
         raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
     check_options(batch, train, precision, activations, macs_convention)
-    counted = count_model(
-        _meta_copy(model), input_size, batch, train, precision, type(model).__name__,
-        bias, activations, macs_convention,
-    )  # fmt: skip
+    with _no_exit():
+        counted = count_model(
+            _meta_copy(model), input_size, batch, train, precision, type(model).__name__,
+            bias, activations, macs_convention,
+        )  # fmt: skip
     return AnalysisResult(counted)
 
 
@@ -278,17 +317,28 @@ class TrackedRun:
     _rows: list[tuple[str, int, float, float]] = field(default_factory=list)
     _phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     _last: dict[str, float] = field(default_factory=dict)
+    _ended: bool = False
 
     def log(self, step: int, **metrics: float) -> None:
         """Record metrics at `step`. `loss` and `lr` are stored as the engine stores them
         (train/loss, train/lr); a key with a slash (e.g. val/acc1) is kept as it is; any
         other key goes under train/."""
+        self._check_open()
         now = time.time()  # the call's own time, not the batch's write
+        try:  # int() would read 1.5 as step 1; index() takes NumPy's and tensors' integers
+            at = operator.index(step)
+        except TypeError:
+            at = None
+        if at is None or isinstance(step, bool):
+            raise UserError(f"a step is a whole number, got {reprlib.repr(step)}")
+        # Every metric is checked before any is kept, and here rather than at the block's
+        # flush, where a key the store refuses failed the run and lost its earlier metrics.
+        rows = []
         for key, value in metrics.items():
             name = _logged_name(key)
-            value = float(value)
-            self._rows.append((name, int(step), value, now))
-            self._last[name] = value
+            rows.append((name, at, _metric(name, value), now))
+        self._rows.extend(rows)
+        self._last.update((name, value) for name, _, value, _ in rows)
         if len(self._rows) >= FLUSH_ROWS:
             self.flush()
 
@@ -298,12 +348,20 @@ class TrackedRun:
         engine does: CUDA events on a GPU, the host clock after a synchronize elsewhere."""
         from dlperf.timing import Timer
 
+        self._check_open()
         timer = Timer(self._device)  # one per call: phases may nest
         timer.start()
         try:
             yield
         finally:
             self._phases[name].append(timer.stop())
+
+    def _check_open(self) -> None:
+        """A call after the block ended would be dropped: nothing flushes it any more."""
+        if self._ended:
+            raise UserError(
+                f"run {self.id} has ended: log and phase only inside its `with dlperf.track` block"
+            )
 
     def flush(self) -> None:
         self._store.log_metrics(self.id, self._rows)
@@ -349,6 +407,7 @@ def track(
         try:
             yield tracked
         finally:
+            tracked._ended = True
             tracked.flush()
         record.summary = tracked.summary()
 

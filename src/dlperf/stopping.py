@@ -15,6 +15,9 @@ same way wherever they land.
   library swallowed (a bare `except:` around an import) is not lost.
 - Once the exit code is decided, signals are ignored: Python's shutdown puts the default
   actions back, under which a late signal would end the process *by* it (exit -15 or -2).
+  So a command does not wait for non-daemon threads still running when it ends (a user's
+  model may start one that never ends): it names them in a warning and leaves as a stopped
+  command does, with its own exit code.
 
 Only `run` (the command line's entry) installs the handlers: `import dlperf` in a notebook
 leaves its signals alone.
@@ -171,6 +174,22 @@ def _kill_pool_workers() -> None:
             child.kill()
 
 
+def _stray_threads() -> list[str]:
+    """The names of the non-daemon threads still running that Python's shutdown would wait for
+    without end: all but the main thread and the workers of `concurrent.futures` executors,
+    which its shutdown tells to finish before it waits (their registries are private, hence
+    getattr)."""
+    owned: set[threading.Thread] = set()
+    for module, registry in (("thread", "_threads_queues"), ("process", "_threads_wakeups")):
+        loaded = sys.modules.get(f"concurrent.futures.{module}")
+        owned.update(getattr(loaded, registry, {}).keys())
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t not in owned
+    ]
+
+
 def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     """Install the handlers, run `command` (which returns its exit code and raises nothing
     but KeyboardInterrupt) and exit with its code, or 128 + the first stop signal.
@@ -181,7 +200,8 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     3.13 marks a KeyboardInterrupt that escapes code run by `exec` or `eval` of a string (a
     dataclass's or namedtuple's methods being made, as lazy imports do) as unhandled even
     when a caller handles it, and then ends the process *by* SIGINT after its shutdown,
-    whatever exit code it was given (python/cpython gh-128130)."""
+    whatever exit code it was given (python/cpython gh-128130). So does a command that leaves
+    non-daemon threads running (`_stray_threads`), which that shutdown would wait for."""
     install()
     stopped = False
     try:
@@ -197,8 +217,20 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
         sys.exit(code)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # Python's shutdown leaves an ignored signal be
-    if stopped or _state.received is not None:
-        _kill_pool_workers()
+    stopped = stopped or _state.received is not None
+    # Python's shutdown would wait for these with every stop signal ignored: a model's thread
+    # that never ends kept a finished run's process alive until SIGKILL.
+    stray = [] if stopped else _stray_threads()
+    if stray:
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
+            print(
+                f"warning: not waiting for threads still running: {', '.join(stray)} (a thread "
+                "that must not hold the exit is started with daemon=True)",
+                file=sys.stderr,
+            )
+    if stopped or stray:
+        if stopped:
+            _kill_pool_workers()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
