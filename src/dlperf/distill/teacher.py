@@ -70,7 +70,7 @@ def score(
     )
     weights = pretrained.resolve(ModelConfig(name=cfg.name, weights=f"run:{teacher.run_id}"), store)
     assert weights is not None
-    model.load_state_dict(weights.fetch())
+    checkpoint.fit_weights(model, weights.fetch(), teacher.run_id, cfg.name)
     model.to(device).eval()
     mean = torch.tensor(teacher.mean, device=device).view(-1, 1, 1)
     std = torch.tensor(teacher.std, device=device).view(-1, 1, 1)

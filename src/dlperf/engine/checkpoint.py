@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import random
 import stat
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import torch
 
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
+from dlperf.models.registry import is_file_spec
 from dlperf.paths import atomic_write
 
 OWNER = "owner"
@@ -149,3 +151,39 @@ def _describe(owner: dict[str, Any]) -> str:
         f"run {owner.get('run_id')} in store {owner.get('store_id')} "
         f"(config {owner.get('config_hash')})"
     )
+
+
+def fit_weights(model: torch.nn.Module, weights: Mapping[str, Any], run_id: int, name: str) -> None:
+    """Load run `run_id`'s `weights` into `model`, built from model `name` as its code is now.
+    Code that changed since the run (a model file edited, a layer's width) is one line of bad
+    input naming the first parameters that differ; load_state_dict's own error is a traceback
+    listing every one."""
+    found = _mismatches(model.state_dict(), weights)
+    if found:
+        shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        if is_file_spec(name):
+            what, hint = f"model file {name}", "restore the file the run was trained with"
+        else:
+            what, hint = f"model '{name}'", "use the dlperf the run was trained with"
+        raise UserError(
+            f"run {run_id}'s checkpoint does not fit {what} as it is now: {shown}",
+            f"{hint}, or train it again",
+        )
+    model.load_state_dict(weights)
+
+
+def _mismatches(expected: Mapping[str, Any], weights: Mapping[str, Any]) -> list[str]:
+    """How `weights` differ from the `expected` state_dict, in the model's order: shapes,
+    then entries one has and the other lacks."""
+    found = [
+        f"{key} is {list(given.shape)} in the checkpoint, {list(value.shape)} in the model"
+        for key, value in expected.items()
+        # A lazy module's parameter has no shape until a forward pass: load_state_dict sizes it.
+        if isinstance(value, torch.Tensor)
+        and not torch.nn.parameter.is_lazy(value)
+        and isinstance(given := weights.get(key), torch.Tensor)
+        and given.shape != value.shape
+    ]
+    found += [f"{key} is not in the checkpoint" for key in expected if key not in weights]
+    found += [f"{key} is not in the model" for key in weights if key not in expected]
+    return found

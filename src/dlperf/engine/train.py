@@ -93,7 +93,8 @@ def train(
     reset_peak_memory(device)
     state = Progress()
     if resume is not None:  # weights, optimizer, schedule, scaler, RNG and progress
-        model.load_state_dict(resume["model"])
+        run_id = checkpoint_slot.owner.run_id
+        checkpoint.fit_weights(model, resume["model"], run_id, exp.model.name)
         step.load_state_dict(resume)
         checkpoint.set_rng_state(resume["rng"], device)
         state = Progress(**resume["progress"])

@@ -72,6 +72,9 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
     state = checkpoint.load(path, owner)
     prepared = prepare_run(exp, store, reporter, fresh=False)
+    # Checked (and loaded) before taking the run over, so that weights which no longer fit
+    # the model's code leave the run lost; `train` loads them again with the optimizer's.
+    checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name)
     done = state["progress"]
     # One process writes a run: of two resuming it at once, the other stops here.
     store.take_over(run_id)

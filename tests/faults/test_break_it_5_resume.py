@@ -1,0 +1,141 @@
+"""Break-it round 5 (issue 41, F2): a run's weights that no longer fit its model's code.
+
+A model file edited after the run (a layer's width changed) made `dlperf export 1` end in
+load_state_dict's traceback (exit 1), and `dlperf run --resume 1` in the same traceback with
+the lost run stored as failed. Both now say in one line which parameters differ (exit 2),
+and a refused resume leaves the run lost, resumable once the file is restored.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dlperf.distill import teacher
+from dlperf.engine import checkpoint
+from dlperf.errors import UserError
+from dlperf.store import RunStore
+from tests.conftest import TINY
+from tests.faults.test_break_it_5_files import dlperf
+from tests.faults.test_store_faults import one_line
+from tests.hooks import hook_env
+
+DEADLINE_S = 300.0  # a guard against a run that never pauses, far past its minute here
+PAUSE_STEP = 6  # epoch 2 of 4 steps: the epoch-1 checkpoint is written
+MODEL = """
+from torch import nn
+
+
+def Net(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(in_channels, {width}, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear({width}, num_classes),
+    )
+"""
+
+
+def killed_run(root: Path, model: str) -> None:
+    """A real `dlperf run` of `model` (3 epochs of 4 steps) paused in epoch 2, then SIGKILLed:
+    the run reads as lost, with its epoch-1 checkpoint."""
+    exp = root / "tiny.toml"
+    text = TINY.format(epochs=3).replace('name = "smallcnn"', f'name = "{model}"')
+    text = text.replace('name = "digits"', 'name = "digits"\nlimit = 128')
+    exp.write_text(text + f'out_dir = "{root / "runs"}"\n')
+    marker = root / "paused"
+    env = {**os.environ, **hook_env("pause_at_step", f"{PAUSE_STEP}:{marker}")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlperf", "run", str(exp)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+@pytest.mark.faults  # a real run killed in epoch 2, then resumed to its end: minutes here
+def test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resumable(
+    db: str, tmp_path: Path
+) -> None:
+    file = tmp_path / "net.py"
+    file.write_text(MODEL.format(width=8))
+    name = f"{file}:Net"
+    killed_run(tmp_path, name)
+    store = RunStore.open(db)
+    assert store.get_run(1).status == "lost"
+
+    file.write_text(MODEL.format(width=4))
+    said = (
+        f"error: run 1's checkpoint does not fit model file {name} as it is now: "
+        "0.weight is [8, 1, 3, 3] in the checkpoint, [4, 1, 3, 3] in the model; "
+        "0.bias is [8] in the checkpoint, [4] in the model; "
+        "4.weight is [10, 8] in the checkpoint, [10, 4] in the model"
+    )
+    hint = "(restore the file the run was trained with, or train it again)"
+    one_line(dlperf("run", "--resume", "1"), 2, said, hint)
+    assert (store.get_run(1).status, store.get_run(1).error) == ("lost", None)
+    out = tmp_path / "m.onnx"
+    one_line(dlperf("export", "1", "--out", str(out)), 2, said, hint)
+    assert not out.exists()
+
+    file.write_text(MODEL.format(width=8))
+    resumed = dlperf("run", "--resume", "1")
+    assert resumed.code == 0, resumed.err
+    assert store.get_run(1).status == "finished"
+
+
+@pytest.mark.faults  # a real run: half a minute here
+def test_a_teacher_whose_model_file_changed_is_one_line(db: str, tmp_path: Path) -> None:
+    """`dlperf distill`'s teacher (distill.teacher = a stored run) loads its weights the same
+    way: load_state_dict's traceback before."""
+    file = tmp_path / "net.py"
+    file.write_text(MODEL.format(width=8))
+    exp = tmp_path / "tiny.toml"
+    text = TINY.format(epochs=1).replace('name = "smallcnn"', f'name = "{file}:Net"')
+    exp.write_text(text.replace('name = "digits"', 'name = "digits"\nlimit = 96'))
+    trained = dlperf("run", str(exp), "--set", f"run.out_dir={tmp_path / 'runs'}")
+    assert trained.code == 0, trained.err
+    file.write_text(MODEL.format(width=4))
+    store = RunStore.open(db)
+    images = torch.zeros(4, 1, 8, 8, dtype=torch.uint8)
+    with pytest.raises(UserError, match=r"^run 1's checkpoint does not fit model file .*: 0\."):
+        teacher.score(teacher.stored(store, 1), store, images, torch.device("cpu"), 4)
+
+
+def test_weights_that_do_not_fit_name_the_first_differences() -> None:
+    """Shapes first, then what one side lacks; past three, a count; a registry model's
+    code changed with dlperf, not with a file of the user's."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 4))
+    weights = {"0.weight": torch.zeros(5, 2), "0.bias": torch.zeros(5), "2.weight": torch.zeros(1)}
+    with pytest.raises(UserError) as caught:
+        checkpoint.fit_weights(model, weights, 7, "smallcnn")
+    assert str(caught.value) == (
+        "run 7's checkpoint does not fit model 'smallcnn' as it is now: 0.weight is [5, 2] in "
+        "the checkpoint, [3, 2] in the model; 0.bias is [5] in the checkpoint, [3] in the "
+        "model; 1.weight is not in the checkpoint; and 2 more (use the dlperf the run was "
+        "trained with, or train it again)"
+    )
+    fitting = {key: value + 1 for key, value in model.state_dict().items()}
+    checkpoint.fit_weights(model, fitting, 7, "smallcnn")
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in fitting.items())
+    # A lazy layer (a distill teacher's, built without a forward pass) is sized by the load.
+    lazy = nn.Sequential(nn.LazyLinear(3))
+    checkpoint.fit_weights(lazy, {"0.weight": torch.ones(3, 2), "0.bias": torch.ones(3)}, 7, "x")
+    assert lazy[0].weight.shape == (3, 2)
