@@ -12,7 +12,9 @@ from typing import Any
 from dlperf.config import Experiment, build_experiment
 from dlperf.engine import checkpoint
 from dlperf.engine.build import Prepared, prepare_run
+from dlperf.engine.checks import check_batch_trains
 from dlperf.engine.loop import Diverged
+from dlperf.engine.step import WrongOutput
 from dlperf.engine.train import train
 from dlperf.experiment.sink import StoreSink, diverged
 from dlperf.progress import NullReporter, Reporter
@@ -33,6 +35,9 @@ def run_experiment(
     sweep's points, of which the sweep keeps its winner's."""
     reporter = reporter or NullReporter()
     prepared = prepare_run(exp, store, reporter)
+    # After the checks of prepare_run, which try two images: a batch of one is tried here.
+    model, shape = prepared.model, prepared.data.shape
+    check_batch_trains(model, exp.train.batch_size, shape, f"'{exp.model.name}'", prepared.device)
     digest = exp.config_hash()
     final_only = keep_weights and not exp.run.checkpoint
     if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
@@ -99,8 +104,9 @@ def _execute(
     prepared: Prepared,
     reporter: Reporter,
 ) -> RunResult:
-    """Train inside `record`: a diverged loss or a model's sys.exit fails the run softly (the
-    result says so), anything else is left to `RunStore.recording` to mark."""
+    """Train inside `record`: a diverged loss, a model's output without one row per image or
+    a model's sys.exit fails the run softly (the result says so), anything else is left to
+    `RunStore.recording` to mark."""
     p = prepared
     sink = StoreSink(store, record.id)
     try:
@@ -110,6 +116,9 @@ def _execute(
         )
     except Diverged as e:
         return diverged(record, e)
+    except WrongOutput as e:  # the model's fault, told in one line as a diverged loss is
+        record.fail(str(e))
+        return RunResult(record.id, FAILED, error=str(e))
     except SystemExit as e:
         # The user's model ended the process mid-run: a failure of the run (exit 1, its line),
         # not the command's own exit code, which would read sys.exit(0) as success.
