@@ -625,12 +625,24 @@ def sum_backward(out: Any) -> None:
         torch.autograd.backward(sum(losses[1:], losses[0]))
 
 
+# What torch says when code reads the values of a meta tensor (`if x.mean() > 0`, .item(),
+# .tolist(), nonzero, boolean masks): the forward is fine, counting on shapes alone is not.
+_READS_VALUES = ("cannot be called on meta tensors", "no data!", "data-independent")
+
+
 def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
     try:
         with _distributions_unchecked():
             return model(x)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if x.is_meta and any(marker in first for marker in _READS_VALUES):
+            raise UserError(
+                f"the model's forward reads tensor values ({type(e).__name__}: {first}): "
+                "analyze runs it on the meta device, which has shapes and no values",
+                "analyze counts a forward whose operations follow from shapes alone: "
+                "branch on shapes or settings, not on values, to count it",
+            ) from None
         raise UserError(
             f"the model rejects input {list(x.shape)}: {type(e).__name__}: {first}",
             "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "
@@ -743,13 +755,29 @@ def analyze(
     `model_kwargs`; `bias`, `activations` and `macs_convention` choose what the parameter,
     activation and MAC counts include. With `transfer` "feature-extract" the backbone is
     frozen as a run would freeze it (no weights needed): only the head is trainable."""
+    from dlperf.models.registry import check_automatic, without_automatic
+
     check_options(batch, train, precision, activations, macs_convention)
+    kwargs = model_kwargs or {}
+    given = kwargs.get("num_classes")
+    # No data to size the head from: model.kwargs.num_classes is the number, unless
+    # analyze.classes gives another (check_automatic refuses that, and a non-integer).
+    from_kwargs = num_classes is None and type(given) is int
+    num_classes = given if from_kwargs else num_classes
     if num_classes is not None and num_classes < 1:
         raise UserError(f"analyze.classes: must be at least 1, got {num_classes}")
+    if "num_classes" in kwargs and not from_kwargs:
+        said = "not a whole number" if num_classes is None else f"analyze.classes is {num_classes}"
+        hint = "give the number of classes once, as analyze.classes or model.kwargs.num_classes"
+        check_automatic(kwargs, "num_classes", num_classes or 0, said, hint)
     shape = list(input_shape) if input_shape else default_input(name)
+    said = f"the input {shape} has {shape[0]} channel{'s' if shape[0] != 1 else ''}"
+    hint = "drop model.kwargs.in_channels: analyze takes it from analyze.input (C,H,W)"
+    check_automatic(kwargs, "in_channels", shape[0], said, hint)
     model, classes, source, arguments = build_model(
-        name, shape, num_classes, **(model_kwargs or {})
+        name, shape, num_classes, **without_automatic(kwargs)
     )
+    source = "model.kwargs" if from_kwargs else source
     if transfer == "feature-extract":
         from dlperf.models.transfer import freeze_backbone
 

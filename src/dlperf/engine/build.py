@@ -31,6 +31,7 @@ from dlperf.engine.checks import (
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.models import create_model, transfer
+from dlperf.models.registry import check_automatic, without_automatic
 from dlperf.progress import Reporter
 from dlperf.system import auto_threads, crowding, pick_device, set_threads
 
@@ -159,6 +160,18 @@ def start_weights(
     return notes
 
 
+def _own_kwargs(kwargs: dict[str, Any], data: ImageData) -> dict[str, Any]:
+    """model.kwargs less num_classes and in_channels, which dlperf gives from `data`: a value
+    of the user's that disagrees with the data is refused, one that agrees is the same."""
+    classes, channels = data.num_classes, data.shape[0]
+    hint = "drop model.kwargs.{}: dlperf sizes the model from the data; or change the data"
+    said = f"{data.name} has {classes} class{'es' if classes != 1 else ''}"
+    check_automatic(kwargs, "num_classes", classes, said, hint.format("num_classes"))
+    said = f"{data.name} images have {channels} channel{'s' if channels != 1 else ''}"
+    check_automatic(kwargs, "in_channels", channels, said, hint.format("in_channels"))
+    return without_automatic(kwargs)
+
+
 def build_model(
     exp: Experiment, data: ImageData, device: torch.device, reporter: Reporter | None = None
 ) -> torch.nn.Module:
@@ -167,7 +180,10 @@ def build_model(
     torch.manual_seed(exp.run.seed)
     threads = torch.get_num_threads()  # the run's, set by prepare_run (or a worker)
     model = create_model(
-        exp.model.name, num_classes=data.num_classes, in_channels=data.shape[0], **exp.model.kwargs
+        exp.model.name,
+        num_classes=data.num_classes,
+        in_channels=data.shape[0],
+        **_own_kwargs(exp.model.kwargs, data),
     )
     if torch.get_num_threads() != threads:  # the model's own torch.set_num_threads
         if reporter is not None:

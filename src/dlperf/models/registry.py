@@ -15,6 +15,7 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from torch import nn
@@ -72,10 +73,22 @@ def factory_parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter
     return inspect.signature(fn).parameters
 
 
+def _call(fn: Callable[..., nn.Module], kwargs: dict[str, Any]) -> nn.Module:
+    """`fn(**kwargs)`, its leading positional-only parameters given by position: a
+    `def __init__(self, num_classes, /)` cannot take the data's num_classes by keyword."""
+    positional: list[Any] = []
+    rest = dict(kwargs)
+    for p in factory_parameters(fn).values():
+        if p.kind is not p.POSITIONAL_ONLY or p.name not in rest:
+            break
+        positional.append(rest.pop(p.name))
+    return fn(*positional, **rest)
+
+
 def _call_accepting(fn: Factory, kwargs: dict[str, Any], name: str) -> nn.Module:
     params = factory_parameters(fn)
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return fn(**kwargs)
+        return _call(fn, kwargs)
     unknown = [k for k in kwargs if k not in params]
     if unknown:
         raise UserError(
@@ -83,9 +96,23 @@ def _call_accepting(fn: Factory, kwargs: dict[str, Any], name: str) -> nn.Module
             f"accepted: {', '.join(params) or 'no arguments'}",
         )
     try:
-        return fn(**kwargs)
+        return _call(fn, kwargs)
     except (TypeError, ValueError) as e:  # a value the factory refuses (conv_stack's n=0)
         raise UserError(f"model '{name}': {e}") from None
+
+
+def check_automatic(kwargs: Mapping[str, Any], key: str, value: int, said: str, hint: str) -> None:
+    """Refuse `kwargs[key]` (num_classes or in_channels, which dlperf gives every factory)
+    unless it is `value`, the number dlperf gives; `said` tells where that comes from."""
+    given = kwargs.get(key, value)
+    if type(given) is not int or given != value:
+        raise UserError(f"model.kwargs.{key}={given!r}: {said}", hint)
+
+
+def without_automatic(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """`kwargs` less num_classes and in_channels, once `check_automatic` agreed with them:
+    create_model takes those two by name."""
+    return {k: v for k, v in kwargs.items() if k not in AUTOMATIC}
 
 
 def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -110,25 +137,62 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
         raise UserError(f"model file {path} is a directory", "use path/to/file.py:factory")
     if not path.is_file():
         raise UserError(f"model file {path} not found", "use path/to/file.py:factory")
-    module_spec = importlib.util.spec_from_file_location(f"{USER_MODULE_PREFIX}{path.stem}", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        # stdout is dlperf's (a --json document): what the module prints goes to stderr
-        with contextlib.redirect_stdout(sys.stderr):
-            module_spec.loader.exec_module(module)
-    except SystemExit as e:  # a script's `sys.exit()` would end dlperf, storing nothing
-        raise UserError(
-            f"model file {path} called sys.exit({e.code!r}) while importing",
-            "guard the script's own code with `if __name__ == '__main__':`",
-        ) from None
-    except Exception as e:
-        raise UserError(f"model file {path} failed to import: {type(e).__name__}: {e}") from None
+    module = _import_file(path)
     fn: Callable[..., nn.Module] | None = getattr(module, factory, None)
+    if isinstance(fn, nn.Module):  # callable, but its call is the forward: not a constructor
+        kind = type(fn).__name__
+        kind = f"nn.{kind}" if type(fn).__module__.startswith("torch.nn.") else kind
+        raise UserError(
+            f"{path}: '{factory}' is an instance of {kind}, not a class or factory",
+            f"name a function that builds it, e.g. `def make(num_classes=10): return {kind}(...)`",
+        )
     if not callable(fn):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
         raise UserError(f"{path} has no factory '{factory}'", f"found: {', '.join(names)}")
     return fn
+
+
+def _import_file(path: Path) -> ModuleType:
+    """Import a user's model file as Python imports a module: under its dlperf_user_ name in
+    sys.modules (dataclasses, pickle and typing look a class's module up there), its directory
+    on sys.path (for `import helper` of a file beside it), and an `__init__.py` as the package
+    it is (for its relative imports)."""
+    directory = path.resolve().parent
+    if path.name == "__init__.py":
+        name = f"{USER_MODULE_PREFIX}{directory.name}"
+        module_spec = importlib.util.spec_from_file_location(
+            name, path, submodule_search_locations=[str(directory)]
+        )
+        directory = directory.parent  # the package's own absolute imports start there
+    else:
+        name = f"{USER_MODULE_PREFIX}{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    # Last on sys.path, not first as for a script: a model file's neighbour named like a
+    # module of the standard library or an installed package (json.py, utils.py) must not
+    # replace it for dlperf and torch, which import some lazily. Kept after the import: a
+    # factory or forward may import its neighbours lazily too.
+    if str(directory) not in sys.path:
+        sys.path.append(str(directory))
+    sys.modules[name] = module
+    try:
+        # stdout is dlperf's (a --json document): what the module prints goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            module_spec.loader.exec_module(module)
+    except BaseException as e:
+        sys.modules.pop(name, None)  # as importlib does: no half-run module stays importable
+        if isinstance(e, SystemExit):  # a script's `sys.exit()` would end dlperf, storing nothing
+            raise UserError(
+                f"model file {path} called sys.exit({e.code!r}) while importing",
+                "guard the script's own code with `if __name__ == '__main__':`",
+            ) from None
+        if isinstance(e, Exception):
+            raise UserError(
+                f"model file {path} failed to import: {type(e).__name__}: {e}"
+            ) from None
+        raise
+    return module
 
 
 def build_from_factory(
@@ -149,7 +213,7 @@ def build_from_factory(
         )
     try:
         with contextlib.redirect_stdout(sys.stderr):  # as when its module is imported
-            model = fn(**accepted(fn, automatic), **own)
+            model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
     except TypeError as e:  # an argument without a default, which dlperf cannot know
