@@ -13,8 +13,14 @@ def _command() -> int:
     return outcome()
 
 
+def _warn(line: str) -> None:
+    from dlperf.cli import say
+
+    say(line)
+
+
 def main() -> NoReturn:
-    stopping.run(_command, process=True)
+    stopping.run(_command, process=True, warn=_warn)
 
 
 if __name__ == "__main__":

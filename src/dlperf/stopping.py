@@ -190,7 +190,9 @@ def _stray_threads() -> list[str]:
     ]
 
 
-def run(command: Callable[[], int], process: bool = False) -> NoReturn:
+def run(
+    command: Callable[[], int], process: bool = False, warn: Callable[[str], None] | None = None
+) -> NoReturn:
     """Install the handlers, run `command` (which returns its exit code and raises nothing
     but KeyboardInterrupt) and exit with its code, or 128 + the first stop signal.
 
@@ -201,7 +203,8 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     dataclass's or namedtuple's methods being made, as lazy imports do) as unhandled even
     when a caller handles it, and then ends the process *by* SIGINT after its shutdown,
     whatever exit code it was given (python/cpython gh-128130). So does a command that leaves
-    non-daemon threads running (`_stray_threads`), which that shutdown would wait for."""
+    non-daemon threads running (`_stray_threads`), which that shutdown would wait for; `warn`
+    (the command line's stderr) names them."""
     install()
     stopped = False
     try:
@@ -221,12 +224,11 @@ def run(command: Callable[[], int], process: bool = False) -> NoReturn:
     # Python's shutdown would wait for these with every stop signal ignored: a model's thread
     # that never ends kept a finished run's process alive until SIGKILL.
     stray = [] if stopped else _stray_threads()
-    if stray:
+    if stray and warn is not None:
         with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
-            print(
+            warn(
                 f"warning: not waiting for threads still running: {', '.join(stray)} (a thread "
-                "that must not hold the exit is started with daemon=True)",
-                file=sys.stderr,
+                "that must not hold the exit is started with daemon=True)"
             )
     if stopped or stray:
         if stopped:

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
+
+from dlperf.distill import teacher
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+from tests.faults.test_break_it_5_training import DROP_ONE, model_file
+
+Cli = Callable[..., CliResult]
 
 
 @pytest.mark.parametrize("args", [["models"], ["devices"]])
@@ -25,3 +34,31 @@ def test_a_closed_pipe_ends_a_command_quietly(args: list[str], tmp_path: Path) -
     err = proc.stderr.read().decode()
     # before: "error: console.py:2042 called sys.exit(1) (code that cannot go on ...)"
     assert (proc.wait(timeout=300), err) == (1, "")
+
+
+def test_a_wrong_output_batch_fails_both_staleness_runs_in_one_line(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, store: RunStore
+) -> None:
+    """The async-SGD trainer meets a model whose output loses a row only in batches larger
+    than the up-front check's two as `dlperf run` does (a traceback before)."""
+    result = cli(
+        "staleness", "--train", str(tiny_exp(epochs=1)), "--learners", "2",
+        "--set", "data.limit=128", "--set", model_file(tmp_path, DROP_ONE),
+    )  # fmt: skip
+    assert result.code == 1, result.err
+    said = "model Net returned shape [31, 10] for a batch of 32 images"
+    assert [line for line in result.err.splitlines() if "Traceback" in line] == []
+    assert {(r.status, said in (r.error or "")) for r in store.list_runs()} == {("failed", True)}
+
+
+def test_a_teacher_whose_run_gave_num_classes_in_kwargs_scores(
+    cli: Cli, tiny_exp: Callable[..., Path], store: RunStore
+) -> None:
+    """A run's own model.kwargs.num_classes, agreeing with its data, is taken: as a distill
+    teacher the same run is built again without giving num_classes twice (a TypeError)."""
+    trained = cli("run", str(tiny_exp(epochs=1)), "--set", "data.limit=64",
+                  "--set", "model.kwargs.num_classes=10")  # fmt: skip
+    assert trained.code == 0, trained.err
+    images = torch.zeros(4, 1, 8, 8, dtype=torch.uint8)
+    scores = teacher.score(teacher.stored(store, 1), store, images, torch.device("cpu"), 4)
+    assert scores is not None

@@ -46,7 +46,7 @@ _BAD_PATH = {
 atexit.register(gc.freeze)
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     """One line on stderr; a file name that is not UTF-8 (lone surrogates) shown escaped, on
     any stream (pytest's capture and some terminals encode strictly)."""
     print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
@@ -78,7 +78,7 @@ def outcome() -> int:
             code = app(standalone_mode=False)
     except SystemExit as e:
         if (caller := _foreign_caller(e)) is not None:  # a user's model, mid-command
-            _say(
+            say(
                 f"error: {caller} called sys.exit({e.code!r}) (code that cannot go on should "
                 "raise an exception)"
             )
@@ -88,17 +88,17 @@ def outcome() -> int:
         if state.debug:
             traceback.print_exc()
             return 1
-        _say(f"error: {e}")
+        say(f"error: {e}")
         return e.exit_code
     except CheckFailed as e:
-        _say(f"check failed: {e}")
+        say(f"check failed: {e}")
         return e.exit_code
     except OSError as e:
         if state.debug:
             traceback.print_exc()
             return 1
         where = f" {e.filename}" if e.filename else ""
-        _say(f"error: cannot use{where}: {e.strerror or e}")
+        say(f"error: cannot use{where}: {e.strerror or e}")
         return 2 if e.errno in _BAD_PATH else 1
     except Exception as e:
         if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130
@@ -115,7 +115,7 @@ def _click_error(e: Exception) -> int | None:
     line, and their exit code; None for any other exception."""
     kind = type(e).__name__
     if kind == "Abort":  # end of input at a prompt
-        _say("Aborted!")
+        say("Aborted!")
         return 1
     if not (hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int)):
         return None
@@ -124,7 +124,7 @@ def _click_error(e: Exception) -> int | None:
     else:  # an unknown option, a value of the wrong type, a missing argument
         ctx = getattr(e, "ctx", None)
         see = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-        _say(f"error: {e.format_message()}{see}")
+        say(f"error: {e.format_message()}{see}")
     return int(e.exit_code)  # type: ignore[attr-defined]
 
 

@@ -10,6 +10,7 @@ from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.engine import checkpoint, pretrained
 from dlperf.errors import UserError
 from dlperf.models import create_model
+from dlperf.models.registry import without_automatic
 from dlperf.store import RunStore
 from dlperf.timing import Timer
 
@@ -66,7 +67,10 @@ def score(
     """The teacher's softmax scores of `images` (uint8), preprocessed as it was trained."""
     cfg = teacher.exp.model
     model = create_model(
-        cfg.name, num_classes=teacher.classes, in_channels=teacher.shape[0], **cfg.kwargs
+        cfg.name,
+        num_classes=teacher.classes,
+        in_channels=teacher.shape[0],
+        **without_automatic(cfg.kwargs),  # a run's own num_classes agreed with its data
     )
     weights = pretrained.resolve(ModelConfig(name=cfg.name, weights=f"run:{teacher.run_id}"), store)
     assert weights is not None

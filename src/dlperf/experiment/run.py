@@ -16,7 +16,7 @@ from dlperf.engine.checks import check_batch_trains
 from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput
 from dlperf.engine.train import train
-from dlperf.experiment.sink import StoreSink, diverged
+from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
@@ -114,11 +114,8 @@ def _execute(
         summary = train(
             exp, p.model, p.data, p.device, sink, ckpt, state, reporter, warnings=crowded
         )
-    except Diverged as e:
-        return diverged(record, e)
-    except WrongOutput as e:  # the model's fault, told in one line as a diverged loss is
-        record.fail(str(e))
-        return RunResult(record.id, FAILED, error=str(e))
+    except (Diverged, WrongOutput) as e:  # a wrong output: the model's fault, in one line
+        return failed_softly(record, e)
     except SystemExit as e:
         # The user's model ended the process mid-run: a failure of the run (exit 1, its line),
         # not the command's own exit code, which would read sys.exit(0) as success.

@@ -1,6 +1,6 @@
 """The store's side of the training loop: the `MetricSink` that writes a run's metrics as
 the loop logs them (a crash loses at most the steps not yet flushed), and the one way a
-run whose loss diverged ends."""
+run ends whose loss diverged or whose model returned the wrong shape."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlperf.engine.loop import Diverged, Row
+from dlperf.engine.step import WrongOutput
 from dlperf.records import FAILED, RunResult
 from dlperf.store import Recording, RunStore
 
@@ -26,8 +27,8 @@ class StoreSink:
         self.store.add_artifact(self.run_id, kind, path)
 
 
-def diverged(record: Recording, error: Diverged) -> RunResult:
-    """Mark `record` failed with the loop's message, without raising: the command goes on
-    (a sweep's next point, a study's other run) and says so in its result."""
+def failed_softly(record: Recording, error: Diverged | WrongOutput) -> RunResult:
+    """Mark `record` failed with the loop's or the step's message, without raising: the
+    command goes on (a sweep's next point, a study's other run) and says so in its result."""
     record.fail(str(error))
     return RunResult(record.id, FAILED, error=str(error))

@@ -21,8 +21,8 @@ from dlperf.config import Experiment
 from dlperf.engine import async_sgd
 from dlperf.engine.build import Prepared, prepare_run
 from dlperf.engine.loop import Diverged
-from dlperf.engine.step import steps_per_epoch
-from dlperf.experiment.sink import StoreSink, diverged
+from dlperf.engine.step import WrongOutput, steps_per_epoch
+from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import Record, RunResult
 from dlperf.store import RunStore
@@ -112,8 +112,8 @@ def _record(
         schedule = reads if mode == "async" else None
         try:
             history, stale = async_sgd.train(exp, p.data, model, p.device, schedule, reporter, sink)
-        except Diverged as e:
-            return diverged(record, e)
+        except (Diverged, WrongOutput) as e:
+            return failed_softly(record, e)
         counts = Counter(str(s) for s in stale)
         record.summary = {
             "steps_per_epoch": steps_per_epoch(len(p.data.train), exp.train.batch_size),
