@@ -14,7 +14,7 @@ import torch
 from dlperf.distill import teacher
 from dlperf.store import RunStore
 from tests.conftest import CliResult
-from tests.faults.test_break_it_5_training import DROP_ONE, model_file
+from tests.faults.test_break_it_5_training import BATCH_NORM, DROP_ONE, model_file
 
 Cli = Callable[..., CliResult]
 
@@ -62,3 +62,21 @@ def test_a_teacher_whose_run_gave_num_classes_in_kwargs_scores(
     images = torch.zeros(4, 1, 8, 8, dtype=torch.uint8)
     scores = teacher.score(teacher.stored(store, 1), store, images, torch.device("cpu"), 4)
     assert scores is not None
+
+
+def test_a_sweep_point_of_batch_norm_at_batch_size_1_refuses_the_sweep_up_front(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, store: RunStore
+) -> None:
+    """The batch-of-one check lives where models are built, so a sweep's up-front check sees
+    it too: the sweep stores nothing (its point was stored failed after point 1 trained)."""
+    tiny_exp(epochs=1)
+    spec = model_file(tmp_path, BATCH_NORM).partition("=")[2]
+    (tmp_path / "bs.toml").write_text(
+        f'base = "tiny.toml"\n[set]\n"data.limit" = 40\n"model.name" = "{spec}"\n'
+        '[grid]\n"train.batch_size" = [2, 1]\n'
+    )
+    result = cli("sweep", "bs.toml")
+    assert result.code == 2, result.err
+    assert result.err.startswith("error: bs.toml point 2 (train.batch_size=1): model ")
+    assert "cannot train at train.batch_size 1" in result.err
+    assert store.list_runs() == []

@@ -20,7 +20,9 @@ from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.engine import pretrained
 from dlperf.engine.checks import (
+    DRY_BATCH,
     check_batch_fits,
+    check_batch_trains,
     check_classes,
     check_classifier,
     check_finite,
@@ -103,7 +105,9 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
                 check_batch_fits(exp.train.batch_size, data)
                 check_classes(data)
                 pick_device(exp.run.device)  # a device this host lacks is refused here too
-                model_key = json.dumps(exp.model.model_dump(mode="json"))
+                # A batch below the dry checks' own is a check of its own (check_batch_trains).
+                trial = min(exp.train.batch_size, DRY_BATCH)
+                model_key = json.dumps([exp.model.model_dump(mode="json"), trial])
                 if model_key not in built:
                     # On the CPU: a sweep's parent process holds no accelerator memory that
                     # its workers need (what only a device refuses, its memory, fails the run)
@@ -213,5 +217,8 @@ def build_model(
     output = dry_forward(model, data.shape, rejects, device, training=True)
     check_classifier(model, output, data.num_classes, name, "in training mode")
     dry_backward(model, data.shape, name, device)
+    # A batch of one image, which the two-image checks cannot see (batch norm): here, so that
+    # a sweep's up-front check and every trainer refuse it alike.
+    check_batch_trains(model, exp.train.batch_size, data.shape, name, device)
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
     return model

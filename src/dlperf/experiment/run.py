@@ -12,7 +12,6 @@ from typing import Any
 from dlperf.config import Experiment, build_experiment
 from dlperf.engine import checkpoint
 from dlperf.engine.build import Prepared, prepare_run
-from dlperf.engine.checks import check_batch_trains
 from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput
 from dlperf.engine.train import train
@@ -35,9 +34,6 @@ def run_experiment(
     sweep's points, of which the sweep keeps its winner's."""
     reporter = reporter or NullReporter()
     prepared = prepare_run(exp, store, reporter)
-    # After the checks of prepare_run, which try two images: a batch of one is tried here.
-    model, shape = prepared.model, prepared.data.shape
-    check_batch_trains(model, exp.train.batch_size, shape, f"'{exp.model.name}'", prepared.device)
     digest = exp.config_hash()
     final_only = keep_weights and not exp.run.checkpoint
     if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
