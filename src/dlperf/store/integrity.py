@@ -243,6 +243,27 @@ def _source_tables(source: Path) -> tuple[sqlite3.Connection, dict[str, list[str
     return conn, tables
 
 
+def _refuse_newer(old: sqlite3.Connection, tables: dict[str, list[str]], source: Path) -> None:
+    """A store of a newer schema is not damaged: copied into this dlperf's schema, its new
+    columns and tables would be dropped without a word, so it is refused as `--db` refuses it.
+    A version that cannot be read, or that no dlperf writes, is damage and is repaired."""
+    if not {"key", "value"} <= set(tables.get(Meta.__tablename__, ())):
+        return
+    try:
+        versions = old.execute(
+            f'SELECT value FROM "{Meta.__tablename__}" WHERE key = ?', (VERSION_KEY,)
+        ).fetchall()
+    except sqlite3.DatabaseError:
+        return
+    for (version,) in versions:
+        if isinstance(version, str) and version.isdecimal() and int(version) > SCHEMA_VERSION:
+            raise UserError(
+                f"run store {source} has schema version {int(version)}, newer than this "
+                f"dlperf's {SCHEMA_VERSION}",
+                "upgrade dlperf to repair it",
+            )
+
+
 def copy_readable(source: Path, target: Engine, out: Path) -> Repaired:
     """Copy every readable, sound row of the SQLite store `source` into the new, empty store
     at `target`. The store keeps its id, so its runs' files on disk stay its own; rows of a
@@ -254,6 +275,7 @@ def copy_readable(source: Path, target: Engine, out: Path) -> Repaired:
     named_runs: set[int] = set()  # runs that any readable row names, copied or not
     floor = 0
     try:
+        _refuse_newer(old, old_tables, source)
         with target.begin() as conn:
             conn.execute(Meta.__table__.delete())  # the old store's facts replace the new one's
             for table in (Meta, Study, Run, Metric, Artifact, Tag):
