@@ -53,6 +53,7 @@ from dlperf.distributed.tf_launch import Cluster, run_tf
 from dlperf.distributed.tf_worker import ignored_settings
 from dlperf.distributed.trace_split import rank_traces, with_trace_split
 from dlperf.engine.build import as_run, build_model
+from dlperf.engine.checks import DRY_BATCH, check_batch_trains
 from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 from dlperf.paths import replaced
@@ -394,10 +395,32 @@ class Study:
                        tuple(launch.pids), "finished")  # fmt: skip
         if launch.returncode != 0:
             oom = sorted(directory.glob("rank-*.oom"))
-            error = oom[0].read_text() if oom else launch.error
+            # The model's own fault (a worker's fail_in_one_line): its line, not a traceback.
+            said = sorted(directory.glob("rank-*.failure"))
+            error = oom[0].read_text() if oom else said[0].read_text() if said else launch.error
             row = replace(row, status="failed", error=error, out_of_memory=bool(oom))
             self.reporter.log(f"{point.label()} failed: {str(error).splitlines()[0]}")
         return row
+
+    def check_batches(self, points: Sequence[Point]) -> None:
+        """Each per-worker batch below the dry checks' own must train (batch norm refuses one
+        image): one line before anything is stored, as a sweep's up-front check says it,
+        rather than every worker's traceback and a failed point."""
+        small = sorted({p.per_worker_batch for p in points if p.per_worker_batch < DRY_BATCH})
+        if self.tensorflow or not small:
+            return
+        cpu = torch.device("cpu")
+        model = build_model(self.exp, self.data, cpu)
+        for batch in small:
+            try:
+                check_batch_trains(model, batch, self.data.shape, f"'{self.exp.model.name}'", cpu)
+            except UserError as e:
+                raise UserError(
+                    e.message.replace(
+                        f"train.batch_size {batch}", f"a per-worker batch of {batch}"
+                    ),
+                    f"use a per-worker batch of {DRY_BATCH} or more, or a model without batch norm",
+                ) from None
 
     def result(self) -> StudyResult:
         label = "single-host emulation" if self.opts.nnodes == 1 else f"{self.opts.nnodes} nodes"
@@ -422,6 +445,7 @@ def run_study(
         error = study.shard_error(point)
         if error is not None:
             raise error
+    study.check_batches(points)
     study.plan_threads(points)
     study.open()
 

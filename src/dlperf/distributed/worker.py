@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -58,8 +58,9 @@ from dlperf.distributed.window import Crashing, Laps, ScaleWindow, Timings, fail
 from dlperf.engine.build import build_model, start_weights
 from dlperf.engine.checks import out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
+from dlperf.engine.loop import Diverged
 from dlperf.engine.profiler import ProfileWindow, trace_name
-from dlperf.engine.step import TrainStep, prepare, steps_per_epoch
+from dlperf.engine.step import TrainStep, WrongOutput, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
 from dlperf.models.transfer import set_train_mode
@@ -362,6 +363,17 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
     )
 
 
+def fail_in_one_line(directory: Path, rank: int, line: str) -> NoReturn:
+    """Leave a rank that failed through the model's own fault: `line` says it all, so the
+    study stores and says it (`rank-R.failure`) rather than a traceback into dlperf's code;
+    `rank-R.error` too, so that the launcher still sees which rank failed first. Exits at
+    once, as `fail` does, for the same reasons."""
+    (directory / f"rank-{rank}.failure").write_text(line)
+    (directory / f"rank-{rank}.error").write_text(line + "\n")
+    print(line, file=sys.stderr, flush=True)
+    os._exit(1)
+
+
 @record
 def main(argv: list[str] | None = None) -> None:
     spec_path = Path((argv or sys.argv[1:])[0])
@@ -390,6 +402,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    except (Diverged, WrongOutput) as e:  # the model's fault, one line, as a plain run says it
+        fail_in_one_line(directory, rank, str(e))
+    except SystemExit as e:
+        # Not an Exception: without this the worker leaves with the model's own exit code and
+        # torchrun's account, which never says that the model ended it (as a plain run does).
+        fail_in_one_line(
+            directory,
+            rank,
+            f"the model called sys.exit({e.code!r}) during training (a model that cannot go "
+            "on should raise an exception)",
+        )
     except Exception as e:
         if out_of_memory(e):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
