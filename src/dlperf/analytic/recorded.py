@@ -52,13 +52,15 @@ def predict_model(
     measure: bool = False,
     reps: int = 10,
     reporter: Reporter | None = None,
+    model_kwargs: dict[str, Any] | None = None,
 ) -> Prediction:
-    """`predict` for a model by name (registry, torchvision, "file.py:factory") on the catalog
-    device `device`, with its basis; `peak_tflops` replaces the device's peak at the
-    precision, `flops` (per image) the counted FLOPs of FLOPs / peak. With `measure`, the
-    model also runs here in `reps` rounds interleaved with the calibration kernels, and the
-    comparison, recorded as a run, goes under "measured"; `device` None then means this
-    machine as calibrated in those rounds. Warnings go to the reporter."""
+    """`predict` for a model by name (registry, torchvision, "file.py:factory") built with
+    `model_kwargs`, as analyze builds it, on the catalog device `device`, with its basis;
+    `peak_tflops` replaces the device's peak at the precision, `flops` (per image) the
+    counted FLOPs of FLOPs / peak. With `measure`, the model also runs here in `reps` rounds
+    interleaved with the calibration kernels, and the comparison, recorded as a run, goes
+    under "measured"; `device` None then means this machine as calibrated in those rounds.
+    Warnings go to the reporter."""
     if device is None and not measure:
         raise UserError(
             "give predict.device, a catalog device",
@@ -80,7 +82,7 @@ def predict_model(
     if reps < 1:
         raise UserError(f"predict.reps must be at least 1, got {reps}")
     reporter = reporter or NullReporter()
-    a = analyze(model, input_shape, batch, train, precision, classes)
+    a = analyze(model, input_shape, batch, train, precision, classes, model_kwargs=model_kwargs)
     note = a.unsupported_note()
     if note:
         reporter.log(f"warning: {note}")
@@ -88,8 +90,9 @@ def predict_model(
         assert entry is not None
         return predict_with_basis(a, entry, ppp, peak_tflops=peak_tflops, flops=flops)
     return measure_recorded(
-        open_store, model, a, entry, ppp, reps, reporter, peak_tflops=peak_tflops, flops=flops
-    )
+        open_store, model, a, entry, ppp, reps, reporter, peak_tflops=peak_tflops, flops=flops,
+        model_kwargs=model_kwargs,
+    )  # fmt: skip
 
 
 def calibrate_recorded(
@@ -145,17 +148,20 @@ def measure_recorded(
     reporter: Reporter | None = None,
     peak_tflops: float | None = None,
     flops: float | None = None,
+    model_kwargs: dict[str, Any] | None = None,
 ) -> Prediction:
-    """`predict --measure`: run the model `model`, built for the classes `analysis` counted,
-    on this machine's device with all its threads in `reps` rounds interleaved with the
-    calibration kernels (interleaved.calibrate_and_measure), recorded as a run (marked
-    killed or failed if it stops). Returns the prediction for `entry` (None: this machine
-    as calibrated in those rounds) at `ppp`, with its basis, and under "measured" its
-    comparison with the measurement and the same-moment prediction with its error, and the
-    rounds' marks (`cpu_wait_share`, `contention`, `reliable`, `reliability_note`: the window
-    contended, or the model's times too spread). A CPU entry calibrated with other than this
-    run's threads is warned of. `peak_tflops` and `flops` go to predict_with_basis."""
+    """`predict --measure`: run the model `model`, built with `model_kwargs` for the classes
+    `analysis` counted, on this machine's device with all its threads in `reps` rounds
+    interleaved with the calibration kernels (interleaved.calibrate_and_measure), recorded
+    as a run (marked killed or failed if it stops). Returns the prediction for `entry`
+    (None: this machine as calibrated in those rounds) at `ppp`, with its basis, and under
+    "measured" its comparison with the measurement and the same-moment prediction with its
+    error, and the rounds' marks (`cpu_wait_share`, `contention`, `reliable`,
+    `reliability_note`: the window contended, or the model's times too spread). A CPU entry
+    calibrated with other than this run's threads is warned of. `peak_tflops` and `flops` go
+    to predict_with_basis."""
     from dlperf.models import create_model
+    from dlperf.models.registry import without_automatic
 
     reporter = reporter or NullReporter()
     device = pick_device("auto")
@@ -167,9 +173,12 @@ def measure_recorded(
         )
     store = open_store()
     a = analysis
-    real = create_model(model, num_classes=a.classes, in_channels=a.input[0])
+    # analyze has checked model_kwargs' num_classes and in_channels against the counted ones
+    kwargs = without_automatic(model_kwargs or {})
+    real = create_model(model, num_classes=a.classes, in_channels=a.input[0], **kwargs)
     config = {
-        "model": {"name": model},  # the layout of an experiment's config, for `runs list`
+        # the layout of an experiment's config, for `runs list`
+        "model": {"name": model, **({"kwargs": kwargs} if kwargs else {})},
         "input": a.input,
         "batch": a.batch,
         "train": a.train,

@@ -13,6 +13,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.cli.shortcuts import Flag, with_flags
+from dlperf.errors import UserError
 
 MODEL = typer.Argument(..., help="Registry or torchvision name, or path/to/file.py:factory.")
 # The flags short for the keys of [analyze], which predict shares (but for --train's help).
@@ -162,17 +163,23 @@ def predict(
     from dlperf.analytic.recorded import predict_model
     from dlperf.analytic.views import prediction_tables
     from dlperf.config import PredictJob, load_job
+    from dlperf.config.experiment import refused_model_keys
 
     counting = {k: v for k, v in flags.items() if k in COUNTING}
     predicting = {k: v for k, v in flags.items() if k not in COUNTING}
     job = load_job(PredictJob, config, set_, analyze=counting, predict=predicting)
     count, opts = job.analyze, job.predict
+    # model.kwargs build the model as analyze builds it; the rest of [model] is refused, not
+    # dropped (transfer: the --measure run trains no frozen backbone to compare with)
+    refused = refused_model_keys(job.experiment.model, model, ("kwargs",))
+    if refused is not None:
+        raise UserError(refused, "leave it out")
     with console.reporter() as rep:
         result = predict_model(
             model, opts.device, open_store, input_shape=count.input, batch=count.batch,
             train=count.train, precision=count.precision, classes=count.classes, ppp=opts.ppp,
             peak_tflops=opts.peak_tflops, flops=opts.flops, measure=opts.measure,
-            reps=opts.reps, reporter=rep,
+            reps=opts.reps, reporter=rep, model_kwargs=job.experiment.model.kwargs,
         )  # fmt: skip
     if plot is not None:
         from dlperf.report.roofline import plot_roofline

@@ -9,7 +9,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, default_command_group, open_store, set_option
-from dlperf.errors import CheckFailed
+from dlperf.errors import CheckFailed, UserError
 
 infer_app = typer.Typer(
     cls=default_command_group("predict"),
@@ -76,15 +76,24 @@ def export_cmd(
     Example: dlperf export resnet20 --input 3,32,32 --out resnet20.onnx --dynamic-batch
     """
     from dlperf.config import ExportJob, load_job
+    from dlperf.config.experiment import refused_model_keys
     from dlperf.deploy.export import export, resolve
 
     flags = {
         "input": input_shape, "opset": opset, "dynamic_batch": dynamic_batch,
         "single_file": single_file, "num_classes": num_classes, "rtol": rtol, "atol": atol,
     }  # fmt: skip
-    opts = load_job(ExportJob, config, set_, export=flags).export
+    job = load_job(ExportJob, config, set_, export=flags)
+    opts, model = job.export, job.experiment.model
+    # [model] is honoured (kwargs) or refused, never dropped: a run's model is its own
+    if source.isdigit() and model.model_fields_set:
+        keys = ", ".join(f"model.{key}" for key in sorted(model.model_fields_set))
+        raise UserError(f"{keys}: a stored run is exported as it was trained", "leave it out")
+    refused = refused_model_keys(model, source, ("kwargs",))
+    if refused is not None:
+        raise UserError(refused, "leave it out")
     shape = tuple(opts.input) if opts.input is not None else None
-    src = resolve(source, open_store, shape, opts.num_classes)
+    src = resolve(source, open_store, shape, opts.num_classes, model.kwargs)
     with console.reporter() as rep:
         result = export(
             src, out, opts.opset, opts.dynamic_batch, opts.single_file, opts.rtol, opts.atol,

@@ -70,6 +70,25 @@ class ModelConfig(Section):
         return data
 
 
+def refused_model_keys(model: ModelConfig, name: str, honoured: tuple[str, ...]) -> str | None:
+    """What a command that builds the model named by its MODEL argument `name` cannot honour
+    in `[model]`, said in one line; None: all. `honoured` names the keys it takes (kwargs,
+    transfer); model.name is honoured when it is `name`, and any other key given away from
+    its default is refused rather than dropped."""
+    given = model.model_fields_set
+    if "name" in given and model.name != name:
+        return f"model.name={model.name!r} disagrees with the model argument {name!r}"
+    fields = ModelConfig.model_fields
+    others = [
+        f"model.{key}"
+        for key in fields
+        if key != "name" and key not in honoured and getattr(model, key) != fields[key].default
+    ]
+    if not others:
+        return None
+    return f"{', '.join(others)}: this command cannot honour {'them' if len(others) > 1 else 'it'}"
+
+
 class DataConfig(Section):
     name: str = "digits"
     """digits | mnist5k | synthetic | cifar10 | cifar100 | fashionmnist | mnist | imagefolder |

@@ -13,7 +13,7 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,17 +48,37 @@ class Source:
 
 
 def from_registry(
-    name: str, input_shape: tuple[int, ...] | None = None, num_classes: int | None = None
+    name: str,
+    input_shape: tuple[int, ...] | None = None,
+    num_classes: int | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
 ) -> Source:
-    """A registry model with random weights. Without `input_shape`: ImageNet-style input,
-    3x224x224 with ImageNet's mean and std; with it: mean 0.5 and std 0.5 per channel."""
+    """A registry model with random weights, built with `model_kwargs` as analyze builds it.
+    Without `input_shape`: ImageNet-style input, 3x224x224 with ImageNet's mean and std; with
+    it: mean 0.5 and std 0.5 per channel."""
     from dlperf.models import create_model
+    from dlperf.models.registry import check_automatic, without_automatic
 
+    kwargs = model_kwargs or {}
     shape = input_shape or IMAGENET_SHAPE
+    # model.kwargs.num_classes sizes the head unless export.num_classes gives another number
+    # (check_automatic refuses that, and a non-integer); in_channels must be the input's.
+    given = kwargs.get("num_classes")
+    from_kwargs = num_classes is None and type(given) is int
+    if "num_classes" in kwargs and not from_kwargs:
+        said = (
+            "not a whole number" if num_classes is None else f"export.num_classes is {num_classes}"
+        )
+        hint = "give the number of classes once, as export.num_classes or model.kwargs.num_classes"
+        check_automatic(kwargs, "num_classes", num_classes or 0, said, hint)
+    num_classes = given if from_kwargs else num_classes
+    said = f"the input {list(shape)} has {shape[0]} channel{'s' if shape[0] != 1 else ''}"
+    hint = "drop model.kwargs.in_channels: export takes it from export.input (C,H,W)"
+    check_automatic(kwargs, "in_channels", shape[0], said, hint)
     mean, std = (IMAGENET_MEAN, IMAGENET_STD) if input_shape is None else ((0.5,) * shape[0],) * 2
     torch.manual_seed(0)  # the same random weights on every export of this name
     sized = {} if num_classes is None else {"num_classes": num_classes}
-    model = create_model(name, in_channels=shape[0], **sized)
+    model = create_model(name, in_channels=shape[0], **sized, **without_automatic(kwargs))
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
     output = dry_forward(model, shape, f"model '{name}' rejects input of shape {shape}")
@@ -135,8 +155,10 @@ def resolve(
     open_store: Callable[[], RunStore],
     input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
 ) -> Source:
-    """RUN_ID (all digits) or a registry name; the store is opened only for a run."""
+    """RUN_ID (all digits) or a registry name built with `model_kwargs`; the store is opened
+    only for a run."""
     if spec.isdigit():
         if input_shape is not None or num_classes is not None:
             raise UserError(
@@ -144,7 +166,7 @@ def resolve(
                 "a run's input and classes come from its data",
             )
         return from_run(open_store(), int(spec))
-    return from_registry(spec, input_shape, num_classes)
+    return from_registry(spec, input_shape, num_classes, model_kwargs)
 
 
 def check_model(path: Path) -> None:
