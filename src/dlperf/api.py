@@ -129,7 +129,10 @@ def _metric(name: str, value: Any) -> float:
     column: Any = Metric.__table__.c.key  # a String column: its type has a length
     hint = f"a key is at most {column.type.length} characters, without NUL"
     _fits(column, name, f"metric key {_shown(name)}", hint)
-    if not isinstance(value, (str, bytes)):
+    # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
+    # float() made True 1.0.
+    boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+    if not (isinstance(value, (str, bytes)) or boolean):
         try:
             return float(value)
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
@@ -305,6 +308,9 @@ def run(
 # --- track ----------------------------------------------------------------------------------
 
 FLUSH_ROWS = 256
+# metrics.step is an Integer column: 64-bit on SQLite but 32-bit on PostgreSQL, so the bound is
+# PostgreSQL's, the same on every backend (as the store's text limits are).
+STEP_MIN, STEP_MAX = -(2**31), 2**31 - 1
 
 
 @dataclass
@@ -331,6 +337,11 @@ class TrackedRun:
             at = None
         if at is None or isinstance(step, bool):
             raise UserError(f"a step is a whole number, got {reprlib.repr(step)}")
+        if not STEP_MIN <= at <= STEP_MAX:  # else it failed the run at the block's flush
+            raise UserError(
+                f"a step is between {STEP_MIN:,} and {STEP_MAX:,}, got {reprlib.repr(step)}",
+                "the run store keeps a step as a 32-bit integer, PostgreSQL's INTEGER",
+            )
         # Every metric is checked before any is kept, and here rather than at the block's
         # flush, where a key the store refuses failed the run and lost its earlier metrics.
         rows = []

@@ -34,6 +34,7 @@ FAKE = Device(
 @pytest.fixture
 def no_user_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "devices.toml"
+    path.touch()  # an empty user file: a missing one that DLPERF_DEVICES names is an error
     monkeypatch.setenv("DLPERF_DEVICES", str(path))
     return path
 

@@ -24,6 +24,7 @@ Cli = Callable[..., CliResult]
 @pytest.fixture(autouse=True)
 def user_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "devices.toml"
+    path.touch()  # an empty user file: a missing one that DLPERF_DEVICES names is an error
     monkeypatch.setenv("DLPERF_DEVICES", str(path))
     return path
 

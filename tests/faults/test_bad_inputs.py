@@ -638,6 +638,7 @@ def test_bad_input_is_one_line(
     env: str,
 ) -> None:
     write_inputs(tmp_path)
+    (tmp_path / "devices.toml").touch()  # empty: a missing file DLPERF_DEVICES names is refused
     monkeypatch.setenv("DLPERF_DEVICES", str(tmp_path / "devices.toml"))  # never ~/.config
     for assignment in env.split():
         monkeypatch.setenv(*assignment.split("=", 1))

@@ -133,16 +133,16 @@ def test_log_refuses_bad_input_at_once_and_keeps_the_runs_metrics(
 
 
 def test_log_still_takes_what_it_took(db: str) -> None:
-    """Numbers of every kind a loop has at hand: NumPy's, a one-element tensor, a bool."""
+    """Numbers of every kind a loop has at hand: NumPy's, a one-element tensor (a bool is
+    refused since round 6, F6)."""
     import numpy as np
 
     with dlperf.track("good-log") as run:
-        run.log(np.int64(1), loss=torch.tensor(0.5), acc=np.float32(0.25), done=True)
+        run.log(np.int64(1), loss=torch.tensor(0.5), acc=np.float32(0.25))
         run.log(torch.tensor(2), loss=0.25)
     store = dlperf.Store(db)
     assert store.metrics(run.id, "loss") == [(1, 0.5), (2, 0.25)]
     assert store.metrics(run.id, "acc") == [(1, 0.25)]
-    assert store.metrics(run.id, "done") == [(1, 1.0)]
 
 
 def test_log_and_phase_after_the_block_are_refused(db: str) -> None:

@@ -121,7 +121,13 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
     """Built-in devices with the user file's entries merged over them, key by key."""
     builtin = resources.files("dlperf.analytic").joinpath("devices.toml").read_text()
     entries = _read(builtin, "built-in devices.toml")
+    given = path is not None
     path = path or user_file()
+    if not given and os.environ.get("DLPERF_DEVICES") and not path.exists():
+        # The user named this file: ignoring it left --device MINE to say only "unknown device".
+        raise UserError(
+            f"DLPERF_DEVICES={path}: no such file", "create it, or unset DLPERF_DEVICES"
+        )
     if path.is_dir():
         raise UserError(f"device file {path} is a directory", "point DLPERF_DEVICES at a file")
     if path.is_file():

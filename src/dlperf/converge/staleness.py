@@ -29,6 +29,9 @@ from typing import Any
 from dlperf.errors import UserError
 
 TIME_DIGITS = 9
+# Far past any real study (each gradient is a Gradient in memory, then a row in a table); a
+# horizon times speeds beyond it is a typo, e.g. 1e9 for 1e3, that would fill the memory.
+MAX_GRADIENTS = 10_000_000
 
 
 @dataclass
@@ -61,15 +64,28 @@ def from_speeds(speeds: dict[str, float], horizon: float) -> dict[str, list[floa
     the horizon (computed as k / speed, so that equal rates tie exactly)."""
     if not math.isfinite(horizon) or horizon <= 0:
         raise UserError(f"--horizon must be a positive time, got {horizon}")
-    times = {}
+    counts = {}
     for name, speed in speeds.items():
         if not math.isfinite(speed) or speed <= 0:
             raise UserError(f"learner {name}: speed must be positive, got {speed}")
-        count = math.floor(horizon * speed + 1e-9)
-        if count == 0:
+        product = horizon * speed  # two finite floats can still overflow to inf
+        if not math.isfinite(product):
+            raise UserError(
+                f"learner {name}: speed × horizon ({speed} × {horizon}) is not a finite number",
+                "lower --speeds or --horizon",
+            )
+        counts[name] = math.floor(product + 1e-9)
+        if counts[name] == 0:
             raise UserError(f"learner {name} finishes no gradient within the horizon {horizon}")
-        times[name] = [k / speed for k in range(1, count + 1)]
-    return times
+    # Counted before any list is built: 1e9 × 1e9 asked for 1e18 times and never ended.
+    total = sum(counts.values())
+    if total > MAX_GRADIENTS:
+        raise UserError(
+            f"--speeds and --horizon ask for {total:,} gradients; at most {MAX_GRADIENTS:,} are"
+            " simulated",
+            "lower --speeds or --horizon: only their product counts",
+        )
+    return {name: [k / speeds[name] for k in range(1, n + 1)] for name, n in counts.items()}
 
 
 def simulate(
