@@ -80,3 +80,16 @@ def test_a_sweep_point_of_batch_norm_at_batch_size_1_refuses_the_sweep_up_front(
     assert result.err.startswith("error: bs.toml point 2 (train.batch_size=1): model ")
     assert "cannot train at train.batch_size 1" in result.err
     assert store.list_runs() == []
+
+
+def test_analyze_refuses_a_model_name_other_than_its_argument(cli: Cli) -> None:
+    """As predict and export do (round 6): it counted smallcnn, exit 0, for model.name=resnet20."""
+    result = cli("analyze", "smallcnn", "--set", "model.name=resnet20")
+    assert result.code == 2, result.err
+    assert result.err == (
+        "error: model.name='resnet20' disagrees with the model argument 'smallcnn' (leave it out)\n"
+    )
+    same = cli(
+        "analyze", "smallcnn", "--set", "model.name=smallcnn", "--set", "model.kwargs.num_classes=7"
+    )
+    assert same.code == 0, same.err

@@ -109,9 +109,14 @@ def analyze(
     from dlperf.analytic.counting import analyze as count
     from dlperf.analytic.tables import csv_columns, tables
     from dlperf.config import AnalyzeJob, load_job
+    from dlperf.config.experiment import ModelConfig, refused_model_keys
 
     job = load_job(AnalyzeJob, config, set_, analyze=flags)
     exp, opts = job.experiment, job.analyze
+    # Every [model] key but a name other than MODEL's bears on the count or not at all.
+    refused = refused_model_keys(exp.model, model, tuple(ModelConfig.model_fields))
+    if refused is not None:
+        raise UserError(refused, "leave it out")
     a = count(
         model, opts.input, opts.batch, opts.train, opts.precision, opts.classes, opts.bias,
         opts.activations, macs_convention=opts.macs_convention, transfer=exp.model.transfer,
