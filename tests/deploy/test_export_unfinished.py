@@ -21,14 +21,16 @@ from tests.hooks import hook_env
 
 # Two real runs and two exports: about 75 s each on the shared 2-core VM.
 pytestmark = pytest.mark.faults
-DEADLINE_S = 120.0
+DEADLINE_S = 300.0  # a guard against a run that never pauses, far past its minute here
 PAUSE_STEP = 6  # epoch 2 of 4 steps: the epoch-1 checkpoint is written
 
 
-def stopped_run(root: Path, sig: signal.Signals) -> None:
-    """A real `dlperf run` (3 epochs of 4 steps) paused in epoch 2, then sent `sig`."""
+def stopped_run(root: Path, sig: signal.Signals, model: str = "smallcnn") -> None:
+    """A real `dlperf run` of `model` (3 epochs of 4 steps) paused in epoch 2, then sent
+    `sig`."""
     exp = root / "tiny.toml"
-    text = TINY.format(epochs=3).replace('name = "digits"', 'name = "digits"\nlimit = 128')
+    text = TINY.format(epochs=3).replace('name = "smallcnn"', f'name = "{model}"')
+    text = text.replace('name = "digits"', 'name = "digits"\nlimit = 128')
     exp.write_text(text + f'out_dir = "{root / "runs"}"\n')
     marker = root / "paused"
     env = {**os.environ, **hook_env("pause_at_step", f"{PAUSE_STEP}:{marker}")}

@@ -8,10 +8,7 @@ and a refused resume leaves the run lost, resumable once the file is restored.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
+import signal
 from pathlib import Path
 
 import pytest
@@ -23,12 +20,10 @@ from dlperf.engine import checkpoint
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import TINY
+from tests.deploy.test_export_unfinished import stopped_run
 from tests.faults.test_break_it_5_files import dlperf
 from tests.faults.test_store_faults import one_line
-from tests.hooks import hook_env
 
-DEADLINE_S = 300.0  # a guard against a run that never pauses, far past its minute here
-PAUSE_STEP = 6  # epoch 2 of 4 steps: the epoch-1 checkpoint is written
 MODEL = """
 from torch import nn
 
@@ -44,32 +39,6 @@ def Net(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
 """
 
 
-def killed_run(root: Path, model: str) -> None:
-    """A real `dlperf run` of `model` (3 epochs of 4 steps) paused in epoch 2, then SIGKILLed:
-    the run reads as lost, with its epoch-1 checkpoint."""
-    exp = root / "tiny.toml"
-    text = TINY.format(epochs=3).replace('name = "smallcnn"', f'name = "{model}"')
-    text = text.replace('name = "digits"', 'name = "digits"\nlimit = 128')
-    exp.write_text(text + f'out_dir = "{root / "runs"}"\n')
-    marker = root / "paused"
-    env = {**os.environ, **hook_env("pause_at_step", f"{PAUSE_STEP}:{marker}")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlperf", "run", str(exp)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
-
-
 @pytest.mark.faults  # a real run killed in epoch 2, then resumed to its end: minutes here
 def test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resumable(
     db: str, tmp_path: Path
@@ -77,7 +46,7 @@ def test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resuma
     file = tmp_path / "net.py"
     file.write_text(MODEL.format(width=8))
     name = f"{file}:Net"
-    killed_run(tmp_path, name)
+    stopped_run(tmp_path, signal.SIGKILL, name)  # read as lost, with its epoch-1 checkpoint
     store = RunStore.open(db)
     assert store.get_run(1).status == "lost"
 
