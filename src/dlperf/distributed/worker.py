@@ -367,10 +367,9 @@ def fail_in_one_line(directory: Path, rank: int, line: str) -> NoReturn:
     """Leave a rank that failed through the model's own fault: `line` says it all, so the
     study stores and says it (`rank-R.failure`) rather than a traceback into dlperf's code;
     `rank-R.error` too, so that the launcher still sees which rank failed first. Exits at
-    once, as `fail` does, for the same reasons."""
+    once, as `fail` does, for the same reasons; the study, not the worker, says the line."""
     (directory / f"rank-{rank}.failure").write_text(line)
     (directory / f"rank-{rank}.error").write_text(line + "\n")
-    print(line, file=sys.stderr, flush=True)
     os._exit(1)
 
 
