@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from dlperf.errors import UserError
+from dlperf.errors import UserError, model_exited
 from dlperf.parsing import has_control
 
 if TYPE_CHECKING:
@@ -174,10 +174,7 @@ def _no_exit() -> Iterator[None]:
     try:
         yield
     except SystemExit as e:
-        raise UserError(
-            f"the model called sys.exit({e.code!r}) while being counted (a model that cannot "
-            "go on should raise an exception)"
-        ) from None
+        raise UserError(model_exited(e.code, "while being counted")) from None
 
 
 @dataclass

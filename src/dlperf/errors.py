@@ -9,6 +9,15 @@ from dlperf import stopping
 USER_MODULE_PREFIX = "dlperf_user_"
 
 
+def model_exited(code: object, when: str) -> str:
+    """The one line for a model that called sys.exit(`code`) `when` (during training, while
+    being counted), the same from every trainer and the API."""
+    return (
+        f"the model called sys.exit({code!r}) {when} (a model that cannot go on should raise "
+        "an exception)"
+    )
+
+
 class UserError(Exception):
     """Bad input (config, data file, model name, request): one line, exit code 2."""
 

@@ -63,6 +63,7 @@ from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import TrainStep, WrongOutput, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
+from dlperf.errors import model_exited
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
@@ -406,12 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit as e:
         # Not an Exception: without this the worker leaves with the model's own exit code and
         # torchrun's account, which never says that the model ended it (as a plain run does).
-        fail_in_one_line(
-            directory,
-            rank,
-            f"the model called sys.exit({e.code!r}) during training (a model that cannot go "
-            "on should raise an exception)",
-        )
+        fail_in_one_line(directory, rank, model_exited(e.code, "during training"))
     except Exception as e:
         if out_of_memory(e):
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -15,6 +15,7 @@ from dlperf.engine.build import Prepared, prepare_run
 from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput
 from dlperf.engine.train import train
+from dlperf.errors import model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
@@ -115,10 +116,7 @@ def _execute(
     except SystemExit as e:
         # The user's model ended the process mid-run: a failure of the run (exit 1, its line),
         # not the command's own exit code, which would read sys.exit(0) as success.
-        error = (
-            f"the model called sys.exit({e.code!r}) during training (a model that cannot go "
-            "on should raise an exception)"
-        )
+        error = model_exited(e.code, "during training")
         record.fail(error)
         return RunResult(record.id, FAILED, error=error)
     # The data's resolution and statistics as trained: what a transfer from this run expects.
