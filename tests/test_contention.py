@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,56 @@ def test_auto_threads_leave_the_busy_core(busy_core: int, tmp_path: Path) -> Non
     (warning,) = [line for line in done.stderr.splitlines() if "usable cores are free" in line]
     assert warning.startswith("warning: only ") and "of 2 usable cores are free" in warning
     assert 'set run.threads = 1 (or "auto")' in " ".join(done.stderr.split())
+
+
+def test_a_window_too_short_for_the_clock_ticks_does_not_guess_who_took_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Host and process CPU times are read in clock ticks (10 ms at 100 Hz): over a few
+    dozen milliseconds their difference reads 0% or 100% of a core by chance (issue 38's
+    flaky busy-core study: 6 steps in 8-37 ms stretches read a busy neighbour as 0%). Too
+    short a window leaves the share unmeasured, and its wait alone decides, said so."""
+    monkeypatch.setattr(contention, "usable_cpus", lambda: {0})
+    threads = {1: (0, 0)}, {1: (30_000_000, 10_000_000)}  # waited 25%
+    start = Reading(0.0, threads[0], 0, None, 0.0, host_busy_s=100.0, family_cpu_s=50.0,
+                    family_processes=2)  # fmt: skip
+    # the neighbour took half the core, but the ticks fell to the family
+    end = Reading(0.04, threads[1], 0, None, 0.0, host_busy_s=100.04, family_cpu_s=50.04,
+                  family_processes=2)  # fmt: skip
+    short = between(start, end)
+    assert short.others_share is None and short.contended
+    assert "too short" in short.note() and "0.04 s" in short.note()
+    long_end = replace(end, at=2.0, host_busy_s=102.0, family_cpu_s=51.0)
+    assert between(start, long_end).others_share == pytest.approx(0.5)
+
+
+def test_the_share_of_other_processes_spans_all_a_windows_stretches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five 0.1 s stretches are each too short to tell, but the window from the first
+    stretch's start to the last one's end (1 s, its gaps the family's own work) is not:
+    the share is read over it once, instead of averaging five guesses."""
+    monkeypatch.setattr(contention, "usable_cpus", lambda: {0})
+    readings = []
+    for i in range(5):  # a neighbour takes 40% of the core throughout, but each
+        start, end = 0.2 * i, 0.2 * i + 0.1  # stretch's ticks fall to the family
+        lag = 0.04 if i else 0.0
+        for at, family in ((start, 50 + 0.6 * start - lag), (end, 50 + 0.6 * end)):
+            readings.append(Reading(at, {1: (int(at * 6e8), int(at * 4e8))}, 0, None, 0.0,
+                                    host_busy_s=100 + at, family_cpu_s=family,
+                                    family_processes=2))  # fmt: skip
+    readings[-1] = replace(readings[-1], at=1.0, host_busy_s=101.0, family_cpu_s=50.6)
+    feed = iter(readings)
+    monkeypatch.setattr(contention, "read", lambda *a, **k: next(feed))
+    window = contention.Window()
+    for _ in range(5):
+        window.start()
+        assert window.stop() is not None
+    whole = window.result()
+    # each stretch alone reads the neighbour as 0%
+    assert all(
+        between(a, b).others_share in (None, 0.0)
+        for a, b in zip(readings[::2], readings[1::2], strict=True)
+    )
+    assert whole is not None and whole.others_share == pytest.approx(0.4)
+    assert whole.contended

@@ -15,7 +15,11 @@ the kernel's own figures are read instead:
 - the CPU other processes took: the host's busy time on the usable CPUs (`/proc/stat`) less
   that of the measured process's family (itself and its descendants, or the roots given:
   a scale worker's are its launcher's, so that its sibling workers count as its own), as a
-  share of the usable cores (`others_share`).
+  share of the usable cores (`others_share`). Both are kept in clock ticks (10 ms at
+  100 Hz), so over a window too short to resolve a tenth of a core (a few dozen
+  milliseconds read 0% or 100% of a core by chance) the share is left unmeasured
+  (`others_too_short`), and over a window of several stretches it is read once, from the
+  first's start to the last's end.
 
 A window is contended when its threads waited 10% or more of their runnable time and, where
 it can be measured, other processes took 10% or more of the cores: two workers and their
@@ -36,7 +40,7 @@ import resource
 import statistics
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,6 +77,7 @@ class Reading:
     load1: float
     host_busy_s: float | None = None  # busy time of the usable CPUs, summed (/proc/stat)
     family_cpu_s: float | None = None  # CPU time of the measured process's family
+    family_processes: int = 1  # how many processes that time was read from
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class Contention:
     involuntary_switches: int | None = None
     host_pressure: float | None = None
     others_share: float | None = None  # of the usable cores, taken by other processes
+    others_too_short: bool = False  # the window was too short to measure others_share
 
     @property
     def contended(self) -> bool:
@@ -101,6 +107,10 @@ class Contention:
         text = f"its threads waited for a CPU {self.cpu_wait_share:.0%} of their runnable time"
         if self.others_share is not None:
             text += f", other processes took {self.others_share:.0%} of the cores"
+        elif self.others_too_short:
+            text += (
+                f", {self.wall_s:.2f} s too short to tell other processes' CPU time from its own"
+            )
         if self.host_pressure is not None:
             text += f", host CPU pressure {self.host_pressure:.0%}"
         return f"{text} ({how})"
@@ -168,8 +178,9 @@ def _host_busy() -> float | None:
     return sum(total - idle for idle, total in ticks.values()) * TICK_S
 
 
-def _family_cpu(roots: Collection[int]) -> float | None:
-    """CPU seconds (user + system) of the processes `roots` and their descendants."""
+def _family_cpu(roots: Collection[int]) -> tuple[float, int] | None:
+    """CPU seconds (user + system) of the processes `roots` and their descendants, and how
+    many processes they are."""
     parent, cpu = {}, {}
     try:
         entries = list(PROC.glob("[0-9]*"))
@@ -185,14 +196,14 @@ def _family_cpu(roots: Collection[int]) -> float | None:
         parent[pid], cpu[pid] = int(rest[1]), (int(rest[11]) + int(rest[12])) * TICK_S
     if not any(root in cpu for root in roots):
         return None
-    total, family = 0.0, set(roots)
+    total, members, family = 0.0, 0, set(roots)
     for pid in sorted(cpu):  # a child's pid may be lower than its parent's: walk up instead
         ancestor, seen = pid, 0
         while ancestor not in family and ancestor in parent and seen < 64:
             ancestor, seen = parent[ancestor], seen + 1
         if ancestor in family:
-            total += cpu[pid]
-    return total
+            total, members = total + cpu[pid], members + 1
+    return total, members
 
 
 def read(pid: int | None = None, family: Collection[int] | None = None) -> Reading:
@@ -200,6 +211,7 @@ def read(pid: int | None = None, family: Collection[int] | None = None) -> Readi
     the CPU time of `family` (default: `pid`), roots of the processes counted as its own."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     pid = pid or os.getpid()
+    family_cpu = _family_cpu(family or {pid})
     return Reading(
         at=time.perf_counter(),
         threads=_threads(pid),
@@ -207,7 +219,8 @@ def read(pid: int | None = None, family: Collection[int] | None = None) -> Readi
         pressure_us=_pressure(),
         load1=os.getloadavg()[0],
         host_busy_s=_host_busy(),
-        family_cpu_s=_family_cpu(family or {pid}),
+        family_cpu_s=family_cpu[0] if family_cpu else None,
+        family_processes=family_cpu[1] if family_cpu else 1,
     )
 
 
@@ -219,11 +232,7 @@ def between(start: Reading, end: Reading) -> Contention:
     if start.pressure_us is not None and end.pressure_us is not None:
         pressure = min(1.0, (end.pressure_us - start.pressure_us) / 1e6 / wall)
     switches = end.involuntary_switches - start.involuntary_switches
-    others = None
-    busy = (start.host_busy_s, end.host_busy_s, start.family_cpu_s, end.family_cpu_s)
-    if None not in busy:
-        b0, b1, f0, f1 = (float(x or 0.0) for x in busy)
-        others = min(1.0, max(0.0, (b1 - b0) - (f1 - f0)) / (wall * len(usable_cpus())))
+    others, too_short = _others_share(start, end, wall)
     on_cpu = waiting = 0
     for tid, (run_ns, wait_ns) in end.threads.items():
         run0, wait0 = start.threads.get(tid, (0, 0))
@@ -232,59 +241,85 @@ def between(start: Reading, end: Reading) -> Contention:
         return Contention(
             wall_s=wall, cpu_wait_share=waiting / (on_cpu + waiting), source="schedstat",
             run_s=on_cpu / 1e9, wait_s=waiting / 1e9, involuntary_switches=switches,
-            host_pressure=pressure, others_share=others,
+            host_pressure=pressure, others_share=others, others_too_short=too_short,
         )  # fmt: skip
     load = max(start.load1, end.load1)
     share = max(0.0, 1 - len(usable_cpus()) / load) if load > 0 else 0.0
     return Contention(
         wall_s=wall, cpu_wait_share=share, source="loadavg", involuntary_switches=switches,
-        host_pressure=pressure, others_share=others,
+        host_pressure=pressure, others_share=others, others_too_short=too_short,
     )  # fmt: skip
+
+
+def _others_share(start: Reading, end: Reading, wall: float) -> tuple[float | None, bool]:
+    """The share of the usable cores other processes took from `start` to `end`, and
+    whether the window was too short to tell. Each CPU's busy time and each family
+    process's CPU time is cut to whole ticks at both ends: the difference can be off by a
+    tick per CPU and per process, and that error must stay under half the OTHERS mark."""
+    busy = (start.host_busy_s, end.host_busy_s, start.family_cpu_s, end.family_cpu_s)
+    if None in busy:
+        return None, False
+    b0, b1, f0, f1 = (float(x or 0.0) for x in busy)
+    cpus = len(usable_cpus())
+    error = (cpus + max(start.family_processes, end.family_processes)) * TICK_S / (wall * cpus)
+    if error > OTHERS / 2:
+        return None, True
+    return min(1.0, max(0.0, (b1 - b0) - (f1 - f0)) / (wall * cpus)), False
 
 
 class Window:
     """Contention over spans of a process's life, summed: `start()` and `stop()` around each
     timed stretch (an epoch's steps after warm-up, a chunk of a point's steps), `result()`
-    for the whole (None before any stretch ended)."""
+    for the whole (None before any stretch ended). Other processes' share is read once over
+    the whole, from the first stretch's start to the last one's end: a gap between
+    stretches is the process's own work (evaluation, a compute-only copy's steps), and
+    stretches too short to resolve the share alone resolve it together."""
 
     def __init__(self, pid: int | None = None, family: Collection[int] | None = None) -> None:
         self.pid, self.family = pid, family
         self._start: Reading | None = None
         self._spans: list[Contention] = []
+        self._first: Reading | None = None
+        self._last: Reading | None = None
 
     def start(self) -> None:
         self._start = read(self.pid, self.family)
+        self._first = self._first or self._start
 
     def stop(self) -> Contention | None:
         """End the current stretch; its own contention (None when none was started)."""
         if self._start is None:
             return None
-        span, self._start = between(self._start, read(self.pid, self.family)), None
+        self._last = read(self.pid, self.family)
+        span, self._start = between(self._start, self._last), None
         self._spans.append(span)
         return span
 
     def result(self) -> Contention | None:
-        return combine(self._spans)
+        whole = combine(self._spans)
+        if whole is None or self._first is None or self._last is None:
+            return None
+        others, too_short = _others_share(self._first, self._last, self._last.at - self._first.at)
+        return replace(whole, others_share=others, others_too_short=too_short)
 
 
 def combine(spans: list[Contention]) -> Contention | None:
     """Several stretches as one: thread-times and switches summed, pressure weighted by
-    wall time, the share recomputed from the sums (or wall-weighted where estimated)."""
+    wall time, the share recomputed from the sums (or wall-weighted where estimated).
+    Other processes' share is left to `Window.result`, which reads it over the whole."""
     if not spans:
         return None
     wall = sum(s.wall_s for s in spans)
     pressures = [(s.host_pressure, s.wall_s) for s in spans if s.host_pressure is not None]
     pressure = sum(p * w for p, w in pressures) / wall if len(pressures) == len(spans) else None
     switches = [s.involuntary_switches for s in spans if s.involuntary_switches is not None]
-    shares = [(s.others_share, s.wall_s) for s in spans if s.others_share is not None]
-    others = sum(o * w for o, w in shares) / wall if len(shares) == len(spans) else None
     if all(s.source == "schedstat" for s in spans):
         run = sum(s.run_s or 0.0 for s in spans)
         wait = sum(s.wait_s or 0.0 for s in spans)
         share = wait / (run + wait) if run + wait > 0 else 0.0
-        return Contention(wall, share, "schedstat", run, wait, sum(switches), pressure, others)
+        return Contention(wall, share, "schedstat", run, wait, sum(switches), pressure)
     share = sum(s.cpu_wait_share * s.wall_s for s in spans) / wall
-    return Contention(wall, share, "loadavg", None, None, sum(switches), pressure, others)
+    return Contention(wall, share, "loadavg", None, None, sum(switches), pressure)
 
 
 def free_cores(interval_s: float = 0.1) -> float:
