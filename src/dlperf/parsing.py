@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 import re
@@ -60,13 +61,17 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict[str, Any], prefix: str = "", quote: bool = False) -> dict[str, Any]:
     """Nested dicts as dotted keys (`{"train": {"lr": 0.1}}` as `{"train.lr": 0.1}`), the form
-    of --set, sweep axes, tables and exports; lists and empty dicts are leaves."""
+    of --set, sweep axes, tables and exports; lists and empty dicts are leaves. `quote`: a
+    key holding a dot or a quote is written in TOML's quotes (`model.kwargs."a.b"`), so the
+    dotted key can be split again as it was made."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
+        if quote and any(c in key for c in ".\"'"):
+            key = json.dumps(key)  # a JSON string of these is a TOML basic string
         if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}.", quote))
         else:
             flat[f"{prefix}{key}"] = value
     return flat

@@ -99,26 +99,27 @@ def apply_override(raw: dict[str, Any], assignment: str) -> None:
     if "=" not in assignment:
         raise UserError(f"--set {assignment!r}: expected KEY=VALUE", "e.g. --set train.lr=0.01")
     key, _, text = assignment.partition("=")
-    parts = _key_parts(key.strip(), assignment)
+    parts = _key_parts(key.strip(), f"--set {assignment!r}")
     if not all(parts):
         raise UserError(f"--set {assignment!r}: empty key", "e.g. --set train.lr=0.01")
     _assign_parts(raw, parts, key.strip(), parse_value(text.strip()), "--set")
 
 
-def _key_parts(key: str, assignment: str) -> list[str]:
-    """A --set key's parts. A key with a quote is a TOML dotted key, so that
-    model.kwargs."a.b" names the one key "a.b" as it does in a TOML file; any other is split
-    at its dots, which also keeps the characters a TOML bare key lacks (a/b, non-ASCII)."""
+def _key_parts(key: str, said: str) -> list[str]:
+    """A --set key's or a sweep axis's parts (`said` names it in errors). A key with a
+    quote is a TOML dotted key, so that model.kwargs."a.b" names the one key "a.b" as it
+    does in a TOML file; any other is split at its dots, which also keeps the characters a
+    TOML bare key lacks (a/b, non-ASCII)."""
     if '"' not in key and "'" not in key:
         return key.split(".")
     hint = 'e.g. --set model.kwargs."a.b"=1'
     # One line only: a newline could start a [table] header and make another key of it.
     if "\n" in key or "\r" in key:
-        raise UserError(f"--set {assignment!r}: not a TOML key (a key is one line)", hint)
+        raise UserError(f"{said}: not a TOML key (a key is one line)", hint)
     try:
         node: Any = tomllib.loads(f"{key} = 0")
     except tomllib.TOMLDecodeError as e:
-        raise UserError(f"--set {assignment!r}: not a TOML key ({e})", hint) from None
+        raise UserError(f"{said}: not a TOML key ({e})", hint) from None
     parts: list[str] = []
     while isinstance(node, dict):  # one assignment: one key at every level
         (part, node), *_ = node.items()
@@ -129,8 +130,8 @@ def _key_parts(key: str, assignment: str) -> list[str]:
 def assign(raw: dict[str, Any], key: str, value: Any, where: str) -> None:
     """Set the dotted `key` in `raw` to a typed `value` (--set's, or a sweep point's); a table
     merges into the table it replaces (e.g. model.kwargs). `where` names the setting in
-    errors."""
-    parts = key.split(".")
+    errors. A part in TOML's quotes is one key, dots and all, as in --set."""
+    parts = _key_parts(key, f"{where}: key {key!r}")
     if not all(parts):
         raise UserError(f"{where}: empty part in key {key!r}", 'e.g. "train.lr"')
     _assign_parts(raw, parts, key, value, where)

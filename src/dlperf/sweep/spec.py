@@ -194,8 +194,9 @@ def load_sweep(
     given: dict[str, Any] = {}
     for assignment in overrides or []:
         apply_override(given, assignment)
-    fixed = {**flatten(spec.set), **flatten(given)}
-    for key in flatten(given):
+    # --set's keys were split already (a quoted part kept whole): quoted again to stay whole
+    fixed = {**flatten(spec.set), **flatten(given, quote=True)}
+    for key in flatten(given, quote=True):
         if key in spec.grid or key in spec.zip or (key == "run.seed" and spec.repeats > 1):
             raise UserError(f"--set {key}: {path} varies it", "drop --set, or edit the sweep file")
     # A file name that is not UTF-8 arrives with lone surrogates, which no store can encode.
