@@ -28,3 +28,21 @@ def test_a_quoted_set_key_stays_one_key_in_every_sweep_point(tmp_path: Path) -> 
     sweep.write_text(f'base = "{BASE}"\n[grid]\n\'model.kwargs."a.b\' = [1, 2]\n')
     with pytest.raises(UserError, match="not a TOML key"):
         load_sweep(sweep)
+
+
+@pytest.mark.parametrize("named", ["/dev/null", "fifo"])
+def test_a_device_file_that_is_not_a_regular_file_is_one_line(
+    named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DLPERF_DEVICES=/dev/null read as an empty file, so `--device MINE` said only
+    "unknown device"; a FIFO would have blocked the read for ever."""
+    import os
+
+    from dlperf.analytic.devices import load_catalog
+
+    path = Path(named) if named.startswith("/") else tmp_path / named
+    if not path.exists():
+        os.mkfifo(path)
+    monkeypatch.setenv("DLPERF_DEVICES", str(path))
+    with pytest.raises(UserError, match=f"device file {path} is not a regular file"):
+        load_catalog()

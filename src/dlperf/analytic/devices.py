@@ -130,6 +130,10 @@ def load_catalog(path: Path | None = None) -> dict[str, Device]:
         )
     if path.is_dir():
         raise UserError(f"device file {path} is a directory", "point DLPERF_DEVICES at a file")
+    if path.exists() and not path.is_file():  # /dev/null reads empty; a FIFO blocks for ever
+        raise UserError(
+            f"device file {path} is not a regular file", "point DLPERF_DEVICES at a TOML file"
+        )
     if path.is_file():
         for name, fields in _read_file(path).items():
             entries[name] = {**entries.get(name, {}), **fields}
