@@ -544,7 +544,7 @@ def test_table_shows_each_point_and_the_failure(capsys: pytest.CaptureFixture[st
         "\n2 workers ddp/allreduce: 1843 ± 21 samples/s "
         "(mean of 5 chunks ± 95% confidence interval, Student's t)\n"
     )
-    assert "4 workers failed:\nboom" in err
+    assert "4 workers failed: boom\n" in err  # a one-line reason on the same line
     assert "run `dlperf scale allreduce --workers 2`" in err  # no ring model stored
 
 
@@ -1242,3 +1242,14 @@ def test_step_split_labels_do_not_overlap_at_three_batches_by_two_worker_counts(
     every = " ".join(t.get_text() for t in texts)
     for batch in (32, 128, 512):
         assert f"weak, {batch} per worker" in every
+
+
+def test_a_failure_reads_as_one_line_when_its_reason_is_one() -> None:
+    from dlperf.distributed.study_tables import failed
+
+    assert failed("1 worker", "model Drop returned shape [7, 10]\n") == (
+        "1 worker failed: model Drop returned shape [7, 10]"
+    )
+    trace = "Traceback (most recent call last):\n  ...\nRuntimeError: x"
+    assert failed("2 workers", trace) == f"2 workers failed:\n{trace}"
+    assert failed("2 workers", None) == "2 workers failed:"

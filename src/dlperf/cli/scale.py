@@ -97,6 +97,8 @@ def _print_table(result: StudyResult) -> None:
 
 def _print_allreduce(result: AllreduceStudy, as_json: bool) -> None:
     from dlperf.distributed.allreduce_study import lines, table
+    from dlperf.distributed.scaling import workers_said
+    from dlperf.distributed.study_tables import failed
 
     if not console.printed_json(as_json, result.to_dict()):
         console.print_tables([table(result)])
@@ -105,7 +107,7 @@ def _print_allreduce(result: AllreduceStudy, as_json: bool) -> None:
         if result.ring_model is None:
             console.warn(f"no ring model fitted: {result.fit_error}")
     for failure in result.failures:
-        console.err.print(f"{failure.workers} workers failed:\n{failure.error}")
+        console.err.print(failed(workers_said(failure.workers), failure.error), soft_wrap=True)
     if result.failures:
         raise typer.Exit(1)
 

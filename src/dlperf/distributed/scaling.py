@@ -92,7 +92,8 @@ def iqr_share(values: Sequence[float]) -> float | None:
     return (q3 - q1) / median if median > 0 else None
 
 
-def _workers(n: int | None) -> str:
+def workers_said(n: int | None) -> str:
+    """ "1 worker", "4 workers"."""
     return f"{n} worker{'s' * (n != 1)}"
 
 
@@ -129,7 +130,7 @@ def untrustworthy(
     run = f" (run {base_run})" if base_run is not None else ""
     if efficiency and efficiency > SUPERLINEAR and faster:
         why = (
-            f": the base point ({_workers(base_workers)}) was slowed, its threads waited for a "
+            f": the base point ({workers_said(base_workers)}) was slowed, its threads waited for a "
             f"CPU {base_wait:.0%} of their runnable time"
             if base_slowed and base_wait is not None
             else ""
@@ -146,7 +147,7 @@ def untrustworthy(
     elif base_slowed and base_wait is not None:
         concerns.append(
             Concern(
-                f"speedup against a contended base ({_workers(base_workers)}{run}: its threads "
+                f"speedup against a contended base ({workers_said(base_workers)}{run}: its threads "
                 f"waited for a CPU {base_wait:.0%} of their runnable time)",
                 QUIET,
                 {"base_cpu_wait_share": base_wait},

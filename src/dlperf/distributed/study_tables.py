@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf.distributed import trace_split
 from dlperf.distributed.contracts import PointRow, PointSummary
-from dlperf.distributed.scaling import BATCH_KEY, point_name, series_name
+from dlperf.distributed.scaling import BATCH_KEY, point_name, series_name, workers_said
 from dlperf.formatting import fmt
 from dlperf.table import Table
 
@@ -332,9 +332,15 @@ def failures(result: StudyResult) -> list[str]:
     for r in result.rows:
         if r.status == "failed":
             name = _series(r) if several else None
-            where = f"{r.workers} workers" + (f" ({name})" if name else "")
-            lines.append(f"{where} failed:\n{r.error}")
+            where = workers_said(r.workers) + (f" ({name})" if name else "")
+            lines.append(failed(where, r.error))
     return lines
+
+
+def failed(where: str, error: str | None) -> str:
+    """`where` failed, and why: a one-line reason on the same line, a traceback below it."""
+    error = (error or "").strip()
+    return f"{where} failed:{chr(10) if chr(10) in error else ' '}{error}".rstrip()
 
 
 def missing_ring(result: StudyResult) -> bool:
