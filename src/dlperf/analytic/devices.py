@@ -11,9 +11,9 @@ import os
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
@@ -34,6 +34,11 @@ backward, matrix products (attention included), window pooling,
 normalisation (batch, layer, group; forward and backward), and all other operators."""
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
+# A machine's figures: a peak, a bandwidth or a price of 0, below 0 or not a number would
+# turn a prediction into a division by zero, a negative time or a null.
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NotNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
 
 class Device(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -42,26 +47,26 @@ class Device(BaseModel):
     """Catalog key, e.g. V100."""
     description: str = ""
     kind: Literal["gpu", "cpu"] = "gpu"
-    peak_tflops: dict[str, float]
+    peak_tflops: dict[str, Positive]
     """Peak 10^12 FLOP/s per precision (fp32, tf32, fp16, bf16)."""
-    gpus_per_board: int = 1
+    gpus_per_board: int = Field(1, ge=1)
     """GPUs on one board (a K80 has 2); every figure is one GPU's."""
-    memory_bandwidth_gbs: float
+    memory_bandwidth_gbs: Positive
     """Memory bandwidth in 10^9 bytes/s."""
-    memory_gb: float | None = None
-    interconnect_gbs: float | None = None
+    memory_gb: Positive | None = None
+    interconnect_gbs: Positive | None = None
     """NVLink or PCIe bandwidth per GPU in 10^9 bytes/s."""
-    price_per_hour_usd: float | None = None
+    price_per_hour_usd: NotNegative | None = None
     price_source: str | None = None
-    ppp: float | None = None
+    ppp: Positive | None = None
     """Default platform percent of peak for compute (calibrated devices measure it)."""
-    ppp_by_kind: dict[Kind, float] | None = None
+    ppp_by_kind: dict[Kind, Positive] | None = None
     """PPP per operator kind (calibrated devices); a kind not listed uses `ppp`."""
-    ppp_mem: float | None = None
+    ppp_mem: Positive | None = None
     """Default fraction of the memory bandwidth reached."""
-    op_overhead_us: float | None = None
+    op_overhead_us: NotNegative | None = None
     """Fixed cost of one operator call in microseconds (dispatch, launch), calibrated."""
-    threads: int | None = None
+    threads: int | None = Field(None, ge=1)
     """CPU threads the calibration ran with."""
     source: str
     """Where the figures come from."""

@@ -90,7 +90,9 @@ def host_device(device: torch.device, name: str | None, source: str) -> Device:
     else:
         what = f"{info['cpu']} ({device.type}), {info['threads']} threads"
         memory_gb = info["memory_gb"]
-    return Device(
+    # Not validated: its rates are not measured yet (0), and a catalog entry's must be
+    # positive; `fit` writes them.
+    return Device.model_construct(
         name=name or socket.gethostname(),
         description=f"{what}, torch {torch.__version__}",
         kind="cpu" if device.type == "cpu" else "gpu",
