@@ -72,6 +72,9 @@ def _json_fault(value: Any, at: str = "") -> str | None:
     """What keeps `value` from being stored as JSON, naming where in it (None: nothing).
     The store writes a run's config as JSON: anything else failed there as SQLAlchemy's
     StatementError, or UnicodeEncodeError for text holding surrogates."""
+    if isinstance(value, float) and not math.isfinite(value):
+        # SQLite's JSON text took it; PostgreSQL's JSON type refuses it (psycopg DataError)
+        return f"config{at} is {value}: JSON has no NaN or infinity"
     if value is None or isinstance(value, (bool, int, float)):
         return None
     if isinstance(value, str):

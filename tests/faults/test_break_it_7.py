@@ -36,3 +36,22 @@ def test_a_device_figure_that_cannot_be_a_machines_is_one_line(
         assert r.code == 2, (args, r.out[:200], r.err)
         assert r.err.startswith(f"error: device V100: {said}: "), r.err
         assert r.err.count("\n") == 1 and str(devices) in r.err
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_tracked_config_holding_nan_or_infinity_is_refused_on_every_backend(
+    value: float, tmp_path: Path
+) -> None:
+    """SQLite kept {"lr": NaN} (Python's JSON writes it), PostgreSQL's JSON type refused it
+    with a raw psycopg DataError: one UserError before the run is recorded, on both."""
+    import dlperf
+    from dlperf.errors import UserError
+
+    store = tmp_path / "t.db"
+    said = r"config\['opt'\]\['lr'\] is .*JSON has no NaN"
+    with (
+        pytest.raises(UserError, match=said),
+        dlperf.track("t", config={"opt": {"lr": value}}, store=str(store)),
+    ):
+        pass
+    assert not store.exists() or "t" not in [r.name for r in dlperf.Store(str(store)).runs()]
