@@ -89,8 +89,14 @@ def did_you_mean(
 ) -> str:
     """A hint naming the `n` choices closest to a misspelt `name` ("did you mean 'lr'?"),
     each written after `prefix` (a section's "train." gives 'train.lr', the key to type),
-    else `otherwise` (e.g. the list of valid names)."""
-    close = difflib.get_close_matches(name, list(choices), n=n, cutoff=cutoff)
+    else `otherwise` (e.g. the list of valid names). A name that differs only in case comes
+    first: difflib compares characters as they are, so 'SmallCNN' is far from 'smallcnn'."""
+    choices = list(choices)
+    same = [c for c in choices if c.lower() == name.lower()]
+    rest = [
+        c for c in difflib.get_close_matches(name, choices, n=n, cutoff=cutoff) if c not in same
+    ]
+    close = (same + rest)[:n]
     if not close:
         return otherwise
     named = (prefix + c for c in close)

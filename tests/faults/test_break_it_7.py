@@ -55,3 +55,9 @@ def test_a_tracked_config_holding_nan_or_infinity_is_refused_on_every_backend(
     ):
         pass
     assert not store.exists() or "t" not in [r.name for r in dlperf.Store(str(store)).runs()]
+
+
+def test_a_model_name_in_another_case_is_suggested(cli: Callable[..., CliResult]) -> None:
+    """'SmallCNN' got only "see `dlperf models`": difflib is case-sensitive."""
+    r = cli("analyze", "SmallCNN")
+    assert r.code == 2 and r.err == "error: unknown model 'SmallCNN' (did you mean smallcnn?)\n"
