@@ -65,6 +65,16 @@ def _foreign_caller(e: SystemExit) -> str | None:
     return f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
 
 
+def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of `e`'s traceback from the first in a user's model file on (its code and
+    what it called); none when no frame is a model file's (dlperf's own fault)."""
+    walked = list(traceback.walk_tb(e.__traceback__))
+    for index, (frame, _) in enumerate(walked):
+        if str(frame.f_globals.get("__name__", "")).startswith(USER_MODULE_PREFIX):
+            return list(traceback.StackSummary.extract(iter(walked[index:])))
+    return []
+
+
 def outcome() -> int:
     """Run the command that sys.argv names and return its exit code, each error told in one
     line. It raises nothing but the stop signal's one KeyboardInterrupt (dlperf.stopping):
@@ -105,6 +115,14 @@ def outcome() -> int:
             return 130
         if (code := _click_error(e)) is not None:
             return code
+        if not state.debug and (frames := _model_frames(e)):
+            # The user's own bug: where to look is their code, not dlperf's or Typer's.
+            said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            say(f"error: the model raised {said}")
+            for frame in traceback.format_list(frames):
+                say(frame.rstrip("\n"))
+            say("(the whole traceback: dlperf --debug ...)")
+            return 1
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1
     return code if isinstance(code, int) else 0  # Typer's exit code, or a command's None
