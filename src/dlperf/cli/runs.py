@@ -287,4 +287,6 @@ def runs_repair(
         ["table", "copied", "left out", "damaged stretches skipped"],
         [[n, c.copied, c.left_out, c.skipped_stretches] for n, c in done.tables.items()],
     )
-    console.out.print(f"wrote {done.out}: {done.runs} run(s) of store {done.store_id}")
+    # A store whose id was on a damaged page: the new store is given one when first opened.
+    of = f"of store {done.store_id}" if done.store_id else "(the store's id could not be read)"
+    console.out.print(f"wrote {done.out}: {done.runs} run(s) {of}")

@@ -13,6 +13,7 @@ store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ from dlperf.store.schema import (
     Tag,
 )
 
-SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 5, 6, 11, 26
 CHECK_MAX_BYTES = 256 << 20
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
@@ -170,11 +171,19 @@ class Repaired:
         return self.tables[Run.__tablename__].copied
 
 
+def held(e: sqlite3.Error) -> bool:
+    """Whether SQLite failed because another process holds the file locked, past the busy
+    timeout: the store is not damaged, and no row may be skipped for it."""
+    return (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED)
+
+
 def _works(conn: sqlite3.Connection, query: str, after: int) -> bool:
     try:
         conn.execute(query + " LIMIT 1", (after,)).fetchall()
         return True
-    except sqlite3.DatabaseError:
+    except sqlite3.DatabaseError as e:
+        if held(e):
+            raise
         return False
 
 
@@ -194,7 +203,9 @@ def _readable(
                 after = row[0]
                 yield row[1:]
             return
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as e:
+            if held(e):
+                raise
             counts.skipped_stretches += 1
         failed, step = after, 1
         while not _works(conn, query, min(failed + step, ROWID_MAX)):
@@ -227,19 +238,33 @@ def _sound(table: Any, row: dict[str, Any]) -> bool:
     return True
 
 
-def _source_tables(source: Path) -> tuple[sqlite3.Connection, dict[str, list[str]]]:
+def _source_tables(source: Path, busy_s: float) -> tuple[sqlite3.Connection, dict[str, list[str]]]:
     """A read-only connection to `source` (nothing, not even a checkpoint of its WAL, is
-    written into a damaged file) and its tables' columns."""
-    try:
-        conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        tables = {
-            name: [c[1] for c in conn.execute(f'PRAGMA table_info("{name}")')]
-            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+    written into a damaged file) that waits `busy_s` for another process's lock, as the
+    store's other connections do, and its tables' columns."""
+    # Quoted: in a URI, a path's ?, # and % escapes are the query, fragment and escapes
+    # (p%41.db read the store pA.db; h#1.db made a file h, and dropped mode=ro with the rest).
+    try:  # connecting fails too: a file dlperf may not read
+        conn = sqlite3.connect(f"file:{quote(str(source))}?mode=ro", uri=True, timeout=busy_s)
+        with contextlib.ExitStack() as failing:
+            failing.callback(conn.close)  # unless its tables are read
+            tables = {
+                name: [c[1] for c in conn.execute(f'PRAGMA table_info("{name}")')]
+                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            failing.pop_all()
     except sqlite3.DatabaseError as e:
+        if held(e):
+            raise
         raise UserError(
             f"run store {source}: nothing can be read ({e})", "restore it from a backup"
         ) from None
+    if Run.__tablename__ not in tables and Meta.__tablename__ not in tables:
+        conn.close()  # an empty file reads as a database without tables
+        raise UserError(
+            f"run store {source} holds no runs table (an empty file, or another program's "
+            "database): there is nothing to repair"
+        )
     return conn, tables
 
 
@@ -253,7 +278,9 @@ def _refuse_newer(old: sqlite3.Connection, tables: dict[str, list[str]], source:
         versions = old.execute(
             f'SELECT value FROM "{Meta.__tablename__}" WHERE key = ?', (VERSION_KEY,)
         ).fetchall()
-    except sqlite3.DatabaseError:
+    except sqlite3.DatabaseError as e:
+        if held(e):
+            raise
         return
     for (version,) in versions:
         if isinstance(version, str) and version.isdecimal() and int(version) > SCHEMA_VERSION:
@@ -264,12 +291,13 @@ def _refuse_newer(old: sqlite3.Connection, tables: dict[str, list[str]], source:
             )
 
 
-def copy_readable(source: Path, target: Engine, out: Path) -> Repaired:
+def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Repaired:
     """Copy every readable, sound row of the SQLite store `source` into the new, empty store
     at `target`. The store keeps its id, so its runs' files on disk stay its own; rows of a
     run (or a study) that could not be read are left out (a run of a lost study is kept,
-    unlinked), and the ids of lost runs are never handed out again."""
-    old, old_tables = _source_tables(source)
+    unlinked), and the ids of lost runs are never handed out again. A lock another process
+    holds past `busy_s` seconds raises sqlite3's OperationalError (`held`): it is no damage."""
+    old, old_tables = _source_tables(source, busy_s)
     done = Repaired(source, out, None)
     kept: dict[str, set[Any]] = {Study.__tablename__: set(), Run.__tablename__: set()}
     named_runs: set[int] = set()  # runs that any readable row names, copied or not

@@ -378,10 +378,9 @@ def _sqlite_begin(conn: Connection, name: str, busy_s: float) -> None:
         cursor.close()
 
 
-def _locked(name: str, waited_s: float) -> StoreLocked:
+def _locked(name: str, waited_s: float, wanted: str = "for its write lock") -> StoreLocked:
     return StoreLocked(
-        f"run store {name} is locked by another process: waited {waited_s:.0f} s for its "
-        "write lock",
+        f"run store {name} is locked by another process: waited {waited_s:.0f} s {wanted}",
         "a program holds a write transaction open on it (another dlperf command, a sqlite3 "
         "shell, a database browser): let it end, then try again; ?timeout=SECONDS on a "
         "sqlite:/// URL waits longer",
@@ -1234,7 +1233,10 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
             f"runs repair reads a SQLite store file, not {masked_url(str(url))}",
             "for PostgreSQL use its own tools: pg_dump, pg_amcheck",
         )
-    source = Path(url.database).resolve()
+    # Checked as --db's is (a directory, `nope/../x.db` through a missing nope), and waited
+    # for with the same busy timeout.
+    source = _sqlite_checked(url, masked_url(str(url)))
+    busy_s = _busy_timeout_s(url)
     if not source.is_file():
         raise UserError(f"run store {source} does not exist")
     target = os.path.expanduser(out)
@@ -1255,7 +1257,12 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
     new: RunStore | None = None
     try:  # making the new store fails too (a full disk): what it wrote goes, as for a copy
         new = RunStore.open(staged)
-        done = integrity.copy_readable(source, new._writer, where)
+        try:
+            done = integrity.copy_readable(source, new._writer, where, busy_s)
+        except sqlite3.OperationalError as e:
+            if not integrity.held(e):
+                raise
+            raise _locked(str(source), busy_s, "to read it") from None
         # Every connection closed: the WAL is checkpointed into the file and removed, so the
         # one file renamed holds the whole copy.
         new.engine.dispose()
