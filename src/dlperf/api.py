@@ -123,21 +123,37 @@ def _device(device: Any) -> torch.device:
     return picked
 
 
-def _metric(name: str, value: Any) -> float:
-    """`value` as the store keeps it, after the store's own check of `name`, a UserError for
-    either: float() would take "1.5" and raise ValueError or TypeError for the rest."""
+def _metric(key: str, value: Any) -> tuple[str, float]:
+    """The name `key` is stored under and `value` as the store keeps it, after the store's
+    own check of the name, a UserError for either: float() would take "1.5" and raise
+    ValueError or TypeError for the rest."""
     from dlperf.store.runstore import _fits, _shown
     from dlperf.store.schema import Metric
 
+    name = _logged_name(key)
     column: Any = Metric.__table__.c.key  # a String column: its type has a length
-    hint = f"a key is at most {column.type.length} characters, without NUL"
-    _fits(column, name, f"metric key {_shown(name)}", hint)
+    kept = column.type.length
+    prefix = name[: len(name) - len(key)]  # the train/ that log puts before a key, or ""
+    limit = kept - len(prefix)
+    hint = f"a key is at most {limit} characters" + (
+        f", or {kept} with a / in it (val/acc1)" if prefix else ", without NUL"
+    )
+    # Measured as the user wrote it: the store's own check counted the train/ they never
+    # wrote ("'train/kkk...' is 101 characters long; ... at most 100").
+    if len(key) > limit:
+        under = f", as log stores it under {prefix}" if prefix else ""
+        raise UserError(
+            f"metric key {_shown(key)} is {len(key)} characters long; the run store keeps at "
+            f"most {limit}{under}",
+            hint,
+        )
+    _fits(column, name, f"metric key {_shown(key)}", hint)
     # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
     # float() made True 1.0.
     boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
     if not (isinstance(value, (str, bytes)) or boolean):
         try:
-            return float(value)
+            return name, float(value)
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
             pass
     raise UserError(f"metric {name} is a number, got {type(value).__name__} {reprlib.repr(value)}")
@@ -346,8 +362,8 @@ class TrackedRun:
         # flush, where a key the store refuses failed the run and lost its earlier metrics.
         rows = []
         for key, value in metrics.items():
-            name = _logged_name(key)
-            rows.append((name, at, _metric(name, value), now))
+            name, number = _metric(key, value)
+            rows.append((name, at, number, now))
         self._rows.extend(rows)
         self._last.update((name, value) for name, _, value, _ in rows)
         if len(self._rows) >= FLUSH_ROWS:

@@ -13,6 +13,8 @@ same way wherever they land.
   in half, no run or child is made without its owner knowing, and a second Ctrl-C does not
   cut the first one's cleanup short. Outside them every signal raises, so that a stop that a
   library swallowed (a bare `except:` around an import) is not lost.
+- An interrupt raised where Python cannot raise it (a finaliser, a weakref callback: Python
+  prints it and goes on) is neither printed nor lost: it is raised again at the next call.
 - Once the exit code is decided, signals are ignored: Python's shutdown puts the default
   actions back, under which a late signal would end the process *by* it (exit -15 or -2).
   So a command does not wait for non-daemon threads still running when it ends (a user's
@@ -51,7 +53,6 @@ class _State:
     pending: bool = False  # a signal came inside a shielded block: raised at its end
     shields: int = 0  # shielded blocks open (in the main thread, the one signals interrupt)
     settled: bool = False  # the exit code is decided: signals no longer count
-    raised: int = 0  # interrupts raised for stop signals
 
 
 _state = _State()
@@ -59,7 +60,6 @@ _state = _State()
 
 def _stop() -> NoReturn:
     _state.pending = False
-    _state.raised += 1
     raise KeyboardInterrupt
 
 
@@ -79,12 +79,30 @@ _next_hook = sys.unraisablehook
 
 def _unraisable(report: sys.UnraisableHookArgs) -> None:
     """Python's report of an error it cannot raise (one in a finaliser or a weakref callback,
-    as importlib's module locks have), but not of a later stop signal's interrupt landing
-    there: the first one's is already under way, and a second Ctrl-C during its cleanup
-    printed "Exception ignored in ..." and a traceback."""
-    if isinstance(report.exc_value, KeyboardInterrupt) and _state.raised > 1:
+    as importlib's module locks and SQLAlchemy's `_collection_gced` have), but not of a stop
+    signal's interrupt landing there: Python printed "Exception ignored in ..." with its
+    traceback and went on, and the stop was lost (`runs export` worked on after Ctrl-C). The
+    stop is delivered again instead, at the next function call (`_redeliver`)."""
+    main = threading.current_thread() is threading.main_thread()  # where signals raise
+    if not (isinstance(report.exc_value, KeyboardInterrupt) and main and requested()):
+        _next_hook(report)
+    elif sys.getprofile() in (None, _redeliver):
+        # Not by tripping the signal again: Python runs its handler at its next check, right
+        # after the call that trips it, inside this hook, which cannot raise either. A profile
+        # function is called at the next call, once this hook and the finaliser have returned.
+        sys.setprofile(_redeliver)
+    else:  # a profiler's (cProfile's) own: the stop waits for the next shielded block's end
+        _state.pending = True
+
+
+def _redeliver(frame: FrameType, event: str, arg: object) -> None:
+    """The stop signal's handler again, at the next call (`_unraisable`). If that is another
+    finaliser's, its interrupt comes back to `_unraisable`: each round is a call further on."""
+    if event not in ("call", "c_call"):  # `_unraisable`'s own return, frames unwinding
         return
-    _next_hook(report)
+    sys.setprofile(None)
+    if _state.received is not None:
+        _handler(_state.received, frame)
 
 
 def install() -> None:

@@ -172,7 +172,31 @@ async def _probe(url: str, body: bytes) -> None:
             "start one with `dlperf serve MODEL.onnx --port PORT` and give its URL",
         ) from None
     if not response.is_success:
-        raise UserError(f"{url} answered {response.status_code}: {response.text[:200]}")
+        raise _refused(url, response)
+
+
+def _refused(url: str, response: httpx.Response) -> UserError:
+    """The probe's failed answer in one line: dlperf's server says what went wrong as JSON
+    (`{"error": ...}`); any other reply (a stock web server's HTML error page, nine lines) is
+    shown by its start, with its whitespace collapsed, as not dlperf's."""
+    try:
+        said = response.json()
+    except ValueError:  # not JSON, or not UTF-8
+        said = None
+    error = said.get("error") if isinstance(said, dict) else None
+    if isinstance(error, str):
+        return UserError(f"{url} answered {response.status_code}: {_oneline(error, 200)}")
+    return UserError(
+        f"{url} answered {response.status_code}: {_oneline(response.text, 80)!r}; it does not "
+        "look like a dlperf server",
+        "start one with `dlperf serve MODEL.onnx --port PORT` and give its URL",
+    )
+
+
+def _oneline(text: str, limit: int) -> str:
+    """`text` on one line (its whitespace collapsed), cut to `limit` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else f"{line[: limit - 3]}..."
 
 
 async def _level(
