@@ -13,6 +13,7 @@ phase and does nothing unless the trainer hands in a real timer.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -28,25 +29,49 @@ from dlperf.precision import autocast as precision_autocast
 
 
 class WrongOutput(Exception):
-    """The model's output does not hold one row of scores for each image of the batch: a
-    model that does so only in batches larger than the up-front check's two images. The run
-    fails with this one line, as a diverged loss does, rather than with the loss's traceback
-    from inside dlperf that never names the model."""
+    """The model's output is not one row of float scores, one per class, for each image of the
+    batch: a model that returns so only in batches larger than the up-front check's two
+    images, or only after some steps. The run fails with this one line, as a diverged loss
+    does, rather than with the loss's traceback from inside dlperf that never names the model
+    (or, for extra columns, no failure at all)."""
 
 
-def check_output(model: nn.Module, output: Any, y: Any) -> None:
-    """Raise WrongOutput where `model`'s `output` for the batch of labels `y` is not one row
-    per image: a comparison of shapes, which waits for nothing on the device. Outputs that are
-    not one tensor (a detector's) are left to their own loss."""
+# The classes each model was checked to score before training (engine.checks'
+# check_classifier), looked up by `prepare` so that every trainer's step holds the outputs to
+# them, however it was launched (a plain run, a scale or Horovod worker, the staleness
+# emulation) and without each caller passing them on. Weak: an entry goes with its model.
+checked_classes: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+
+
+def check_output(model: nn.Module, output: Any, y: Any, classes: int | None) -> int | None:
+    """Raise WrongOutput where `model`'s `output` for the batch of labels `y` is not one row of
+    float scores per image, `classes` scores to a row: a look at shape and dtype, which waits
+    for nothing on the device. Outputs that are not one tensor (a detector's) are left to their
+    own loss. Returns the classes checked against: `classes`, or where they are not known
+    (None: a model dlperf did not check, such as a copy of one) the output's own columns, for
+    the next steps to hold to."""
     if not (isinstance(output, torch.Tensor) and isinstance(y, torch.Tensor)):
-        return
-    if output.shape[:1] == y.shape[:1]:
-        return
+        return classes
     images = y.shape[0]
-    raise WrongOutput(
-        f"model {type(model).__name__} returned shape {list(output.shape)} for a batch of "
-        f"{images} images: expected [{images}, classes], one row of scores per image"
-    )
+    returned = f"model {type(model).__name__} returned"
+    if output.shape[:1] != y.shape[:1]:
+        raise WrongOutput(
+            f"{returned} shape {list(output.shape)} for a batch of "
+            f"{images} images: expected [{images}, classes], one row of scores per image"
+        )
+    if not output.is_floating_point():
+        raise WrongOutput(
+            f"{returned} {output.dtype} scores for a batch of {images} images: expected float "
+            "scores (logits)"
+        )
+    if classes is None:
+        classes = output.shape[-1]
+    if list(output.shape) != [images, classes]:
+        raise WrongOutput(
+            f"{returned} shape {list(output.shape)} for a batch of {images} images: expected "
+            f"[{images}, {classes}], one score per class ({classes}) for each image"
+        )
+    return classes
 
 
 class Timer(Protocol):
@@ -86,12 +111,14 @@ class TrainStep:
     # Horovod all-reduces in here, before clipping; DDP has already, during backward.
     reduced: Callable[[], AbstractContextManager[Any]] = nullcontext
     memory_format: torch.memory_format = torch.preserve_format  # the trainer's inputs'
+    # The scores each output row holds: see check_output.
+    classes: int | None = None
 
     def __call__(self, x: Any, y: Any) -> Stepped:
         self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
         with self.autocast:
             output = self.forward(x)
-            check_output(self.model, output, y)
+            self.classes = check_output(self.model, output, y, self.classes)
             loss = self.loss_fn(output, y)
         self.timer.mark("forward")
         self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
@@ -177,7 +204,8 @@ def prepare(
     (DDP, a stale-weights reader, a detector taking its targets) and compiled when
     run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the schedule,
     precision, loss (`loss_fn`, else cross-entropy) and clipping of `train` and
-    run.precision."""
+    run.precision. Each output is held to the classes `model` was checked against
+    (`checked_classes`)."""
     memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     model.to(device).to(memory_format=memory_format)
     forward = wrap(model) if wrap is not None else model
@@ -187,4 +215,5 @@ def prepare(
         model, train, run.precision, device, steps_per_epoch, forward, timer, distribute, loss_fn
     )
     step.memory_format = memory_format
+    step.classes = checked_classes.get(model)
     return step
