@@ -216,10 +216,16 @@ def build_from_factory(
             model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
-    except TypeError as e:  # an argument without a default, which dlperf cannot know
+    except TypeError as e:
+        # An argument without a default, which dlperf cannot know; or, where the user gave
+        # kwargs, as likely one of theirs of the wrong type (a list for an int).
+        missing = "required" in str(e) and "argument" in str(e)
+        given = ", ".join(f"{k}={v!r}" for k, v in own.items())
         raise UserError(
             f"factory {spec} failed: TypeError: {e}",
-            "give the argument a default, or its value in [model] kwargs",
+            f"check the values given in [model] kwargs: {given}"
+            if own and not missing
+            else "give the argument a default, or its value in [model] kwargs",
         ) from None
     except Exception as e:
         raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}") from None
