@@ -75,6 +75,7 @@ def worker_pids(directory: Path) -> list[int]:
 
 
 _FAILURE_HEAD = re.compile(r"^\[\d+\]:\s*$", re.M)  # "[0]:" opens one failure in the summary
+_MODULE = re.compile(r"^(?:\w+\.)+(?=\w+(?::|$))")  # "dlperf_user_m." of "dlperf_user_m.Lost: x"
 
 
 def _fields(block: str) -> dict[str, str]:
@@ -119,10 +120,23 @@ def _first_cause(failures: list[dict[str, str]], directory: Path) -> dict[str, s
     return failures[0]
 
 
+def _raised(written: str) -> str | None:
+    """The exception a traceback `written` ends with: the first line after its last frame
+    (a message can go on over more), without the module that defines the exception, as a
+    plain run stores it (`ShardLost: shard 7 went away`); None for text with no frame."""
+    lines = written.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if not frames:
+        return None
+    # A frame's source and caret lines are indented; the exception's first line is not.
+    after = [line for line in lines[frames[-1] + 1 :] if line and not line[0].isspace()]
+    return _MODULE.sub("", after[0]) if after else None
+
+
 def error_lines(directory: Path, log: Path, returncode: int) -> str:
-    """What went wrong, first line a summary: the first failed rank, then its own traceback
-    tail when it wrote one, else torchrun's account (a killed worker writes nothing); or,
-    when torchrun itself failed, how and the end of its log."""
+    """What went wrong, first line a summary: the first failed rank (and the exception it
+    raised), then its own traceback tail when it wrote one, else torchrun's account (a killed
+    worker writes nothing); or, when torchrun itself failed, how and the end of its log."""
     text = log.read_text(errors="replace")
     failures = _failures(text)
     if failures:
@@ -130,9 +144,14 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
         rank = cause["rank"].split()[0]
         head = f"worker rank {rank} failed (exit code {cause.get('exitcode', '?')})"
         error_file = directory / f"rank-{rank}.error"
-        if error_file.is_file() and error_file.read_text().strip():
-            tail = error_file.read_text().strip().splitlines()[-TAIL_LINES:]
-            return "\n".join([head, *tail])
+        written = error_file.read_text().strip() if error_file.is_file() else ""
+        if written:
+            # Its exception on the first line, which is all the study prints of the point:
+            # "exit code 1" alone never says what the model raised.
+            exception = _raised(written)
+            if exception:
+                head = f"worker rank {rank} failed: {exception}"
+            return "\n".join([head, *written.splitlines()[-TAIL_LINES:]])
         return f"{head}: {cause.get('traceback', '')}".rstrip(": ")
     lines = [line for line in text.splitlines() if line.strip()]
     return "\n".join([f"torchrun failed ({how(returncode)})", *lines[-TAIL_LINES:]])

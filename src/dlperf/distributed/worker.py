@@ -11,7 +11,8 @@ experiment freezes its backbone, so the backward pass stops at the head, DDP red
 head's gradients and the backbone's batch norms stay in eval mode. It trains in the one
 training loop (dlperf.engine.train_loop), whose components are the hooks, the replica's
 memory-cap check, the profiled window (run.profile, after the warm-up, untimed), the crash
-hook and the timing window (dlperf.distributed.window): every step after the warm-up is
+hook, the timing window (dlperf.distributed.window) and, once the steps are timed, a plain
+run's check that the loss stayed finite (`Divergence`): every step after the warm-up is
 timed, and (unless the point's hook already is the no-op) a second replica under DDP's
 no-op communication hook, warmed up alike, in alternating chunks of steps: the compute-only
 time the parent subtracts to get the exposed communication. Every rank's figures are
@@ -30,6 +31,7 @@ runs the same `Replica`s through the same `measure`.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import statistics
 import sys
@@ -63,7 +65,7 @@ from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import TrainStep, WrongOutput, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.engine.train_loop import Component, Progress, TimedBatches, train_loop
-from dlperf.errors import model_exited
+from dlperf.errors import UserError, model_exited
 from dlperf.models.transfer import set_train_mode
 from dlperf.paths import atomic_write
 from dlperf.system import peak_memory_bytes, synchronize
@@ -77,6 +79,7 @@ DDP_TIMES = (
     "avg_backward_compute_comm_overlap_time",
 )
 Mark = float | torch.cuda.Event  # a moment of the device's work (dlperf.timing.mark)
+Found = tuple[int, int, float, float]  # a loss that is not finite: step, epoch, value, lr
 
 
 def comm_hook(name: str, model: DistributedDataParallel) -> None:
@@ -281,15 +284,50 @@ class Phase(Replica):
         )
 
 
+class Divergence(Component):
+    """A plain run's loss check (dlperf.engine.loop.Diverged) in a scaling point's loop. Each
+    step's loss stays on the device, since reading it would make the host wait inside the
+    timed steps, and is read once the loop has ended. `gather` (every rank's finding, in
+    rank order) makes every rank raise the same Diverged, the earliest step any rank's loss
+    was not finite at: whichever rank's line the study reads names where it began, and no
+    rank is left waiting in a collective for a peer that left."""
+
+    def __init__(self, gather: Callable[[Found | None], list[Found | None]]) -> None:
+        self.gather = gather
+        # about half a KiB of device memory a step on a GPU (a caching allocator's block)
+        self.losses: list[tuple[int, torch.Tensor, float]] = []
+
+    def on_step_end(self, done: StepEnd) -> None:
+        self.losses.append((done.step, done.stepped.loss, done.stepped.lr))
+
+    def on_epoch_end(self, epoch: int) -> None:
+        values = torch.stack([loss for _, loss, _ in self.losses]).float().tolist()
+        kept = zip(self.losses, values, strict=True)
+        mine = next(
+            ((step, epoch, v, lr) for (step, _, lr), v in kept if not math.isfinite(v)), None
+        )
+        self.losses.clear()
+        found = [f for f in self.gather(mine) if f is not None]
+        if found:
+            raise Diverged(*min(found, key=lambda f: f[0]))
+
+
+def alone(mine: Found | None) -> list[Found | None]:
+    """A rank's finding among its peers' where they cannot be gathered (Horovod's)."""
+    return [mine]
+
+
 @dataclass(frozen=True)
 class Launch:
     """Where a scaling point's replicas train: `trainer` (the hooks' name for it), this
-    process's rank of `world`, and the barrier that starts and ends every timed stretch."""
+    process's rank of `world`, the barrier that starts and ends every timed stretch, and
+    how a rank's object is gathered from every rank, in rank order."""
 
     trainer: str
     rank: int
     world: int
     barrier: Callable[[], None]
+    gather: Callable[[Any], list[Any]] = alone
 
 
 def measure(
@@ -303,8 +341,9 @@ def measure(
     after_warmup: Callable[[], None] = lambda: None,
 ) -> Timings:
     """A scaling point's steps: the one training loop over `main`, with its `hooks`, the
-    `profile` window after the warm-up, the crash hook and the timing window alternating
-    with `compute`'s steps (dlperf.distributed.window)."""
+    `profile` window after the warm-up, the crash hook, the timing window alternating
+    with `compute`'s steps (dlperf.distributed.window) and, once the steps are timed, the
+    loss check."""
     rank, world, barrier = launch.rank, launch.world, launch.barrier
     split = (lambda steps: compute.timed(steps, barrier)) if compute else None
     warmup = spec.warmup_steps + exp.run.profile.steps  # the profiled steps are not timed
@@ -313,7 +352,7 @@ def measure(
         train_loop(
             main.train_step,
             [(1, main.batches)],
-            [hooks, main, profile, Crashing(rank), window],
+            [hooks, main, profile, Crashing(rank), window, Divergence(launch.gather)],
             Progress(),
             trainer=launch.trainer,
             model=main.model,
@@ -352,7 +391,7 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
         # Past warm-up, every rank has been through DDP's collectives: the launch is up.
         atomic_write(directory / f"rank-{rank}.training", "")
 
-    launch = Launch("ddp", rank, dist.get_world_size(), barrier)
+    launch = Launch("ddp", rank, dist.get_world_size(), barrier, gathered)
     times = measure(spec, exp, launch, main, hooks, profile, compute, started)
     return RankResult(
         rank=rank,
@@ -362,6 +401,13 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
         main=main.measured(times),
         compute=compute.compute_only(times.compute) if compute and times.compute else None,
     )
+
+
+def gathered(mine: Any) -> list[Any]:
+    """Every rank's `mine`, in rank order."""
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone
 
 
 def fail_in_one_line(directory: Path, rank: int, line: str) -> NoReturn:
@@ -384,9 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(spec.threads)
     try:
         dist.init_process_group(spec.backend)
-        result = run(spec, directory)
-        everyone: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, result)
+        everyone = gathered(run(spec, directory))
         if spec.writer and int(os.environ.get("LOCAL_RANK", "0")) == 0:
             write_ranks(directory / "result.json", everyone)
         # Tear down together, and free the DDP replicas (their reducers sit in reference
@@ -402,7 +446,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    except (Diverged, WrongOutput) as e:  # the model's fault, one line, as a plain run says it
+    except (Diverged, WrongOutput, UserError) as e:
+        # The model's fault, or the user's (a factory that fails in the workers alone): one
+        # line, as a plain run says it (a UserError with its hint, as the CLI prints it).
         fail_in_one_line(directory, rank, str(e))
     except SystemExit as e:
         # Not an Exception: without this the worker leaves with the model's own exit code and
