@@ -19,11 +19,12 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Column, DateTime, Engine, select
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.sql.sqltypes import JSON
 
@@ -41,7 +42,7 @@ from dlperf.store.schema import (
     Tag,
 )
 
-SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 5, 6, 11, 26
+SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 1, 5, 6, 11, 26
 CHECK_MAX_BYTES = 256 << 20
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
@@ -65,31 +66,63 @@ def damaged(path: Path, detail: str) -> UserError:
     )
 
 
-def garbled_json(path: Path, run_id: int | None = None, column: str | None = None) -> UserError:
-    """The one-line error for a run whose config, system or summary is not JSON (text set by
-    hand, a tool of another program): `run_id` and `column` when the reader knows them, else
-    the first such run found in `path`."""
+NOT_JSON, NOT_OBJECT, NOT_TIME = "is not JSON", "is not a JSON object", "is not a time"
+
+
+def unreadable(column: Column[Any], value: Any) -> str | None:
+    """Why a stored value of `column` cannot be read as dlperf reads it (NOT_JSON, NOT_OBJECT,
+    NOT_TIME), None if it can: every JSON column holds an object, and a time is ISO text as
+    SQLAlchemy writes it into SQLite."""
+    if value is None:
+        return None
+    if isinstance(column.type, JSON):
+        try:  # a number stored as one (`SET config = 7`) is JSON's number
+            found = json.loads(value) if isinstance(value, str | bytes) else value
+        except ValueError:
+            return NOT_JSON
+        return None if found is None or isinstance(found, dict) else NOT_OBJECT
+    if isinstance(column.type, DateTime):
+        try:
+            datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            return NOT_TIME
+    return None
+
+
+def garbled_json(
+    path: Path, run_id: int | None = None, column: str | None = None, reason: str = NOT_JSON
+) -> UserError:
+    """The one-line error for a run whose config, system, summary or time cannot be read (text
+    set by hand, a tool of another program): `run_id`, `column` and `reason` when the reader
+    knows them, else the first such run found in `path`."""
     if run_id is None or column is None:
-        run_id, column = _first_garbled(path) or (run_id, column)
+        run_id, column, reason = _first_garbled(path) or (run_id, column, reason)
     which = f"run {run_id}'s {column}" if run_id is not None else "a run's JSON column"
     return UserError(
-        f"{which} in run store {path} is not JSON; dlperf cannot read that run",
+        f"{which} in run store {path} {reason}; dlperf cannot read that run",
         f"copy what is readable, all but such runs, into a new store with "
         f"`dlperf --db {path} runs repair NEW.db`",
     )
 
 
-def _first_garbled(path: Path) -> tuple[int, str] | None:
-    columns = [c.name for c in Run.__table__.columns if isinstance(c.type, JSON)]
+def garbled_run(path: Path) -> UserError | None:
+    """The one line for the first run of `path` that cannot be read, if there is one: what
+    SQLAlchemy's reading of a time set by hand raised (a ValueError, or a TypeError for a
+    number) names no run."""
+    found = _first_garbled(path)
+    return None if found is None else garbled_json(path, *found)
+
+
+def _first_garbled(path: Path) -> tuple[int, str, str] | None:
+    columns = [c for c in Run.__table__.columns if isinstance(c.type, JSON | DateTime)]
+    names = ", ".join(c.name for c in columns)
     try:
         with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as conn:
-            for run_id, *values in conn.execute(f"SELECT id, {', '.join(columns)} FROM runs"):
+            for run_id, *values in conn.execute(f"SELECT id, {names} FROM runs"):
                 for column, value in zip(columns, values, strict=True):
-                    try:
-                        if value is not None:
-                            json.loads(value)
-                    except (TypeError, ValueError):
-                        return int(run_id), column
+                    reason = unreadable(column, value)
+                    if reason is not None:
+                        return int(run_id), column.name, reason
     except sqlite3.Error:
         return None
     return None
@@ -143,7 +176,21 @@ def on_error(context: ExceptionContext) -> BaseException | None:
         return None
     if code & 0xFF == SQLITE_CORRUPT or (code & 0xFF == SQLITE_NOTADB and path in _opened):
         return damaged(path, str(context.original_exception))
+    if code & 0xFF == SQLITE_ERROR and path in _opened and _not_as_made(context):
+        return damaged(
+            path, f"{context.original_exception}; its tables are not as dlperf made them"
+        )
     return None
+
+
+def _not_as_made(context: ExceptionContext) -> bool:
+    """Whether SQLite says that one of dlperf's tables or columns is missing. A current store
+    is not inspected when it opens (only one to migrate is), so a table or column dropped by
+    hand is first met here, by dlperf's own query."""
+    said = str(context.original_exception)
+    return (
+        said.startswith(("no such table: ", "no such column: ")) or " has no column named " in said
+    )
 
 
 # --- repair ---------------------------------------------------------------------------------
@@ -223,18 +270,13 @@ def _readable(
 
 
 def _sound(table: Any, row: dict[str, Any]) -> bool:
-    """A row whose required columns hold values and whose JSON columns parse: a garbled page
-    that SQLite still reads must not become a run that breaks `runs show`."""
+    """A row whose required columns hold values and whose JSON and time columns can be read
+    (`unreadable`): a garbled page that SQLite still reads, or a value set by hand, must not
+    become a run that breaks `runs show`."""
     for column in table.columns:
         value = row.get(column.name)
-        if value is None:
-            if not column.nullable:
-                return False
-        elif isinstance(column.type, JSON):
-            try:
-                json.loads(value)
-            except (TypeError, ValueError):
-                return False
+        if (value is None and not column.nullable) or unreadable(column, value) is not None:
+            return False
     return True
 
 

@@ -12,6 +12,7 @@ A missing or empty file reads as a store without runs, as it does there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -92,13 +93,29 @@ def _time(value: str) -> str:
     return datetime.fromisoformat(value).isoformat(timespec="seconds")
 
 
-def _json(path: Path, run_id: int, column: str, value: str | None) -> Any:
+def _run_time(path: Path, run_id: int, column: str, value: Any) -> str:
     try:
-        return None if value is None else json.loads(value)
-    except ValueError:  # text set by hand: the run named, not a JSONDecodeError's traceback
-        from dlperf.store.integrity import garbled_json  # SQLAlchemy's import: only here
+        return _time(value)
+    except (TypeError, ValueError):  # set by hand: 'yesterday', a number
+        raise _unreadable(path, run_id, column, value) from None
 
-        raise garbled_json(path, run_id, column) from None
+
+def _json(path: Path, run_id: int, column: str, value: Any) -> dict[str, Any] | None:
+    with contextlib.suppress(TypeError, ValueError):  # text set by hand, a number
+        found = None if value is None else json.loads(value)
+        if found is None or isinstance(found, dict):
+            return found
+    raise _unreadable(path, run_id, column, value)
+
+
+def _unreadable(path: Path, run_id: int, column: str, value: Any) -> UserError:
+    """The one line naming the run and its column, not a JSONDecodeError's traceback or an
+    AttributeError where a list or a string stands for an object."""
+    from dlperf.store import integrity  # SQLAlchemy's import: only here
+    from dlperf.store.schema import Run
+
+    reason = integrity.unreadable(Run.__table__.c[column], value) or integrity.NOT_JSON
+    return integrity.garbled_json(path, run_id, column, reason)
 
 
 class SqliteListing:
@@ -194,8 +211,8 @@ class SqliteListing:
             config=_json(self.path, run_id, "config", config),
             config_hash=config_hash,
             summary=_json(self.path, run_id, "summary", summary) or {},
-            started=_time(started),
-            ended=None if ended is None else _time(ended),
+            started=_run_time(self.path, run_id, "started", started),
+            ended=None if ended is None else _run_time(self.path, run_id, "ended", ended),
             error=error,
             tags=tags,
         )

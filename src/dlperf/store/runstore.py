@@ -322,13 +322,15 @@ def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> E
 
 
 def _stored_json(database: str | None, text: str) -> Any:
-    """A SQLite store's JSON column as read: text that is not JSON (set by hand) is the one
-    line naming the run, not a JSONDecodeError's traceback. (PostgreSQL's json type refuses
-    such text when it is written.)"""
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise integrity.garbled_json(Path(database or "").resolve()) from None
+    """A SQLite store's JSON column as read: text that is not JSON, or JSON that is not an
+    object (set by hand), is the one line naming the run, not a JSONDecodeError's traceback
+    or an AttributeError of a list read as a dict. (PostgreSQL's json type refuses text that
+    is not JSON when it is written.)"""
+    with contextlib.suppress(TypeError, ValueError):  # TypeError: a number
+        found = json.loads(text)
+        if found is None or isinstance(found, dict):
+            return found
+    raise integrity.garbled_json(Path(database or "").resolve())
 
 
 def _wal(cursor: Any, busy_s: float) -> None:
@@ -527,10 +529,27 @@ def _storable(s: Session, run_id: int) -> bool:
     return bool(0 < run_id < 2 ** (bits - 1))
 
 
+@contextmanager
+def _times_read(s: Session) -> Iterator[None]:
+    """Runs loaded by SQLAlchemy, whose reading of a time set by hand to what is not one
+    raises a ValueError ('yesterday') or a TypeError (a number) that names no run: the one
+    line naming the run (integrity.garbled_run); anything else is raised as it was."""
+    try:
+        yield
+    except (TypeError, ValueError):
+        engine = s.get_bind().engine
+        path = integrity.store_file(engine) if engine.dialect.name == "sqlite" else None
+        garbled = None if path is None else integrity.garbled_run(path)
+        if garbled is None:
+            raise
+        raise garbled from None
+
+
 def _stored_run(s: Session, run_id: int) -> Run:
     """The lookup of a run by the id a user gave: any integer, however large, that names no
     stored run is "no run N", not an error of the database's integer type."""
-    run = s.get(Run, run_id) if _storable(s, run_id) else None
+    with _times_read(s):
+        run = s.get(Run, run_id) if _storable(s, run_id) else None
     if run is None:
         raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
     return run
@@ -1142,7 +1161,8 @@ class RunStore:
         if limit:
             query = query.limit(limit)
         with Session(self.engine) as s:
-            runs = list(s.scalars(query))
+            with _times_read(s):
+                runs = list(s.scalars(query))
             tags = _tags_of(s, [r.id for r in runs])
             return [_record(r, tags.get(r.id)) for r in runs]
 
