@@ -2,10 +2,12 @@
 column or table dropped from a current store (S08), and a run's time or JSON column set to
 what dlperf cannot read (S18). Each was a traceback, exit 1; each is now one line naming the
 store (and the run, where known) and `runs repair`, exit 2, as a config that is not JSON
-already was."""
+already was. And a store on read-only media, which could not be read even with ?mode=ro
+(S06)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
@@ -16,7 +18,7 @@ import pytest
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
-from tests.faults.test_store_faults import one_line
+from tests.faults.test_store_faults import one_line, read_only
 
 Cli = Callable[..., CliResult]
 
@@ -137,3 +139,24 @@ def test_repair_leaves_out_a_run_it_could_not_read(
     assert run_ids(out) == [2]
     listed = cli("--db", str(out), "runs", "list", "--json")
     assert listed.code == 0, listed.err
+
+
+# --- S06: a store on read-only media --------------------------------------------------------
+
+
+def test_a_store_on_read_only_media_reads_with_mode_ro(cli: Cli, tmp_path: Path) -> None:
+    """SQLite writes a -shm file beside a WAL store even to read it: `unable to open database
+    file` with ?mode=ro too, so a store on a DVD or a read-only share could not be read."""
+    data = tmp_path / "data"
+    data.mkdir()
+    two_runs(data / "x.db")  # closed: nothing left in a -wal or -shm file
+    with read_only(data, tmp_path / "ro") as ro:
+        url = f"sqlite:///{ro / 'x.db'}?mode=ro"
+        listed = cli("--db", url, "runs", "list", "--json")
+        assert listed.code == 0, listed.err
+        assert [run["name"] for run in json.loads(listed.out)] == ["b", "a"]
+        assert cli("--db", url, "runs", "show", "1").code == 0
+        one_line(cli("--db", url, "runs", "tag", "1", "a=1"), 2, "is open read-only")
+        assert [p.name for p in ro.iterdir()] == ["x.db"]
+        # Without ?mode=ro a command may write: the line says how to read the store.
+        one_line(cli("--db", str(ro / "x.db"), "runs", "list"), 2, "sqlite:///PATH?mode=ro")

@@ -308,6 +308,8 @@ def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> E
     indeed."""
     if read_only:
         uri = f"file:{quote(str(where))}?mode=ro"
+        if _on_read_only_media(where):
+            uri += "&immutable=1"
         engine = create_engine(
             engine.url,
             creator=lambda: sqlite3.connect(uri, uri=True),
@@ -319,6 +321,17 @@ def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> E
     event.listen(engine, "begin", functools.partial(_sqlite_begin, name=name, busy_s=busy_s))
     event.listen(engine, "handle_error", integrity.on_error)
     return engine
+
+
+def _on_read_only_media(where: Path) -> bool:
+    """Whether a store opened read-only must be read as immutable: SQLite writes a -shm file
+    beside a WAL store even to read it, and where the directory cannot be written (read-only
+    media, another user's directory) it could not be read at all. Immutable, it takes no
+    locks and reads no -wal, so only where neither -wal nor -shm is there (no process has
+    the store open, nothing waits in a -wal); writes another process makes while it is read
+    are then not seen."""
+    beside = [where.with_name(where.name + end) for end in ("-wal", "-shm")]
+    return not any(p.exists() for p in beside) and not os.access(where.parent, os.W_OK)
 
 
 def _stored_json(database: str | None, text: str) -> Any:
@@ -484,7 +497,10 @@ def _one_line(e: DatabaseError) -> str:
 
 def _hint(e: DatabaseError) -> str | None:
     if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
-        return "SQLite writes -wal and -shm files beside the store: is its directory writable?"
+        return (
+            "SQLite writes -wal and -shm files beside the store: is its directory writable? "
+            "A store on read-only media reads with --db 'sqlite:///PATH?mode=ro'"
+        )
     return None
 
 
