@@ -383,7 +383,8 @@ def _export_mlflow_run(
         if path.exists():
             artifacts.append((kind, path))
         else:
-            warnings.append(f"run {run_id}: {kind} {path} no longer exists, skipped")
+            missing = _missing(store, run, kind)
+            warnings.append(f"run {run_id}: {kind} {path} {missing}, skipped")
     document = {**run.to_dict(), "artifacts": stored_artifacts}
     client.log_dict(mlflow_id, json.loads(json.dumps(document, default=str)), "dlperf/run.json")
     for kind, path in artifacts:
@@ -407,6 +408,21 @@ def _export_mlflow_run(
         "tags": len(run_tags),
         "artifacts": len(artifacts) + 1,
     }
+
+
+def _missing(store: RunStore, run: RunRecord, kind: str) -> str:
+    """Why an artifact the store records is not on disk, as far as the store tells. dlperf
+    records each once it is written, but a run's checkpoint was recorded as the run started
+    before issue 41's seventh round: of a run that saved one at each epoch's end, it was never
+    written if no epoch ended, and is gone if the run finished; otherwise the store cannot
+    tell (its save may have failed)."""
+    from dlperf.engine.checkpoint import EPOCH_ENDED  # torch: only for a missing checkpoint
+
+    if kind != "checkpoint" or not run.config.get("run", {}).get("checkpoint"):
+        return "no longer exists"
+    if store.last_step(run.id, EPOCH_ENDED) is None:
+        return "was never written"
+    return "no longer exists" if run.status == "finished" else "is not there"
 
 
 # --- TensorBoard -------------------------------------------------------------------------

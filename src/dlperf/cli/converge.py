@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,9 @@ from dlperf.parsing import parse_names, parse_pairs
 
 if TYPE_CHECKING:  # the views load only when a command prints
     from dlperf.converge.views import Block
+
+# The store as the commands that only read it open it: never made or written.
+reader = functools.partial(open_store, create=False)
 
 converge_app = typer.Typer(
     help="Loss-curve and speed models (Optimus, Pollux): when a job converges, how fast it "
@@ -97,7 +101,7 @@ def fit(
 
         check_writable(to_csv, make_parents=False)  # before the fits, not after them
     with console.reporter() as rep:
-        done = fitting.fit(run_ids or [], csv, opts, open_store, rep)
+        done = fitting.fit(run_ids or [], csv, opts, reader, rep)
     if plot is not None:
         from dlperf.report.curves import plot_curves
 
@@ -149,7 +153,7 @@ def predict(
     if target is None:  # before the fits, not after them
         raise UserError("give converge.target, the value to reach", "e.g. --target 0.94")
     with console.reporter() as rep:
-        done = fitting.predict(run_ids or [], csv, opts, open_store, target, form, rep)
+        done = fitting.predict(run_ids or [], csv, opts, reader, target, form, rep)
     if plot is not None:
         from dlperf.report import curves
 
@@ -207,7 +211,7 @@ def regress(
     opts, section = options.load(config, set_, curve | {"target": target})
     at = parse_pairs(predict_at, "--predict", "--predict depth=50") if predict_at else None
     done = fitting.regress(
-        sources, parse_names(features), opts, open_store, at, section.target, compare
+        sources, parse_names(features), opts, reader, at, section.target, compare
     )
     if plot is not None:
         from dlperf.report.curves import plot_regression

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,9 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, default_command_group, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
+
+# The store as the commands that only read it open it: never made or written.
+reader = functools.partial(open_store, create=False)
 
 infer_app = typer.Typer(
     cls=default_command_group("predict"),
@@ -93,7 +97,7 @@ def export_cmd(
     if refused is not None:
         raise UserError(refused, "leave it out")
     shape = tuple(opts.input) if opts.input is not None else None
-    src = resolve(source, open_store, shape, opts.num_classes, model.kwargs)
+    src = resolve(source, reader, shape, opts.num_classes, model.kwargs)
     with console.reporter() as rep:
         result = export(
             src, out, opts.opset, opts.dynamic_batch, opts.single_file, opts.rtol, opts.atol,
@@ -190,7 +194,7 @@ def bench_cmd(
     flags = {"torch": torch, "batch": batch, "threads": threads, "repeats": repeats}
     opts = load_job(InferJob, config, set_, infer=flags).infer
     with console.reporter() as rep:
-        contender = pytorch_contender(model, opts.torch, open_store, rep)
+        contender = pytorch_contender(model, opts.torch, reader, rep)
         result = bench(model, opts.batch, contender, opts.threads, opts.repeats, reporter=rep)
     if console.printed_json(as_json, result):
         return

@@ -33,7 +33,7 @@ def doctor(
     """
     from dlperf import doctor as lib
 
-    store = open_store()
+    store = open_store(create=False)
     ids = lib.select(store, run_ids or (), study, last)
     findings = lib.examine(store, ids)
     if not console.printed_json(

@@ -34,7 +34,7 @@ def report(
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory", "give a directory for the site")
     with console.reporter() as rep:
-        done = build_report(open_store(), out, run_ids or (), study, last, rep)
+        done = build_report(open_store(create=False), out, run_ids or (), study, last, rep)
     if console.printed_json(as_json, done.to_dict()):
         return
     console.out.print(

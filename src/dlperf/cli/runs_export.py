@@ -51,7 +51,7 @@ def runs_export(
 
     from dlperf import exporters
 
-    store = open_store()
+    store = open_store(create=False)
     if to == "mlflow":
         result = exporters.export_mlflow(store, run_ids, uri, experiment)
     else:

@@ -38,7 +38,7 @@ def runs_plot(
     path = out if out is not None else Path(f"runs-{'-'.join(map(str, run_ids))}.png")
     check_out(path)
     check_writable(path, make_parents=False)  # before the store is read
-    done = plot_runs(open_store(), run_ids, keys, x, path)
+    done = plot_runs(open_store(create=False), run_ids, keys, x, path)
     if console.printed_json(as_json, done.to_dict()):
         return
     console.tell(done.warnings, done.path)

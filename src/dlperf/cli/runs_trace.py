@@ -29,7 +29,7 @@ def runs_trace(
 
     if top < 1:  # said here, in one line: Click's own range check prints its usage block
         raise UserError(f"--top must be at least 1, got {top}", "e.g. --top 15")
-    store = open_store()
+    store = open_store(create=False)
     paths = traces.run_traces(store, run_id)
     if rank is not None:
         if not 0 <= rank < len(paths):

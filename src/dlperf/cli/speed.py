@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, open_store
-from dlperf.cli.converge import converge_app, show, speed_app
+from dlperf.cli.app import Json
+from dlperf.cli.converge import converge_app, reader, show, speed_app
 from dlperf.errors import UserError
 from dlperf.parsing import parse_numbers, parse_pairs, parse_range
 
@@ -67,7 +67,7 @@ def speed_fit(
     fixed: dict[str, float] = {}
     for text in fix:
         fixed |= parse_numbers(text, "--fix", "--fix beta_intra=0.004")
-    done = speed.fit_measured(model, open_store, csv, study_id, selected, predict_at, fixed)
+    done = speed.fit_measured(model, reader, csv, study_id, selected, predict_at, fixed)
     console.tell(done.warnings)
     if as_json:
         console.print_json(done.to_dict())

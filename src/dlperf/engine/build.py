@@ -30,6 +30,8 @@ from dlperf.engine.checks import (
     dry_forward,
     misfit,
 )
+from dlperf.engine.profiler import check_fits
+from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.models import create_model, transfer
@@ -81,6 +83,14 @@ def prepare_run(
     return Prepared(device, threads, free, crowded, data, model, origin | {"warnings": warnings})
 
 
+def check_profile_fits(exp: Experiment, data: ImageData, epochs_done: int = 0) -> None:
+    """run.profile's window fits the steps a run of `exp` trains on `data` after `epochs_done`
+    epochs (a resumed run trains what is left), counted as `train` counts them: checked before
+    the run is recorded, so that a window too long stores nothing."""
+    per_epoch = steps_per_epoch(len(data.train), exp.train.batch_size)
+    check_fits(exp.run, (exp.train.epochs - epochs_done) * per_epoch)
+
+
 def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, UserError] | None:
     """The first of `exps` that `prepare_run` would refuse before recording its run (its index
     and the error), None when none would: a sweep checks its points so before the first one
@@ -103,6 +113,7 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
                 if data is None:
                     data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs))
                 check_batch_fits(exp.train.batch_size, data)
+                check_profile_fits(exp, data)
                 check_classes(data)
                 pick_device(exp.run.device)  # a device this host lacks is refused here too
                 # A batch below the dry checks' own is a check of its own (check_batch_trains).

@@ -12,8 +12,8 @@ from __future__ import annotations
 import io
 import random
 import stat
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +42,13 @@ class Owner:
 
 @dataclass(frozen=True)
 class Slot:
-    """Where a run's checkpoints go and whose they are, so every checkpoint written is stamped."""
+    """Where a run's checkpoints go and whose they are, so every checkpoint written is stamped.
+    `on_saved(path)` is called once each save is on disk (a new run records its checkpoint
+    then: one recorded as the run started was never written if the run failed first)."""
 
     path: Path
     owner: Owner
+    on_saved: Callable[[Path], None] | None = field(default=None, compare=False)
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -92,14 +95,17 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
         atomic_write(path, buffer.getbuffer().tobytes(), fsync=True)
     except OSError as e:  # a failed write names no file, and the one-line error should
         raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
+    if slot.on_saved is not None:
+        slot.on_saved(path)
 
 
 def run_checkpoint(store: StoredRuns, run_id: int, purpose: str, hint: str) -> Path:
     """The last checkpoint file recorded for a run, checked without opening it (opening a
     FIFO waits for a writer). Each failure is one line of bad input: a run that recorded
-    none, or stopped before its first was written (a run records the path as it starts), is
-    "run N has no checkpoint `purpose`" and the caller's `hint`; one written and gone since,
-    or that is not a regular file now, says so instead."""
+    none, or stopped before its first was written (a dlperf before issue 41's seventh round
+    recorded the path as the run started), is "run N has no checkpoint `purpose`" and the
+    caller's `hint`; one written and gone since, or that is not a regular file now, says so
+    instead."""
     paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
     if not paths:
         raise UserError(f"run {run_id} has no checkpoint {purpose}", hint)

@@ -6,12 +6,14 @@ is recorded, so bad input leaves nothing in the store.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from dlperf.config import Experiment, build_experiment
 from dlperf.engine import checkpoint
-from dlperf.engine.build import Prepared, prepare_run
+from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
 from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput
 from dlperf.engine.train import train
@@ -35,6 +37,7 @@ def run_experiment(
     sweep's points, of which the sweep keeps its winner's."""
     reporter = reporter or NullReporter()
     prepared = prepare_run(exp, store, reporter)
+    check_profile_fits(exp, prepared.data)
     digest = exp.config_hash()
     final_only = keep_weights and not exp.run.checkpoint
     if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
@@ -48,14 +51,26 @@ def run_experiment(
         study_id=study_id,
     ) as record:
         where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
-        ckpt = checkpoint.Slot(where, checkpoint.Owner(store.id, record.id, digest))
-        if exp.run.checkpoint:
-            store.add_artifact(record.id, "checkpoint", where)
+        owner = checkpoint.Owner(store.id, record.id, digest)
+        ckpt = checkpoint.Slot(where, owner, _record_once(store, record.id))
         ran = _execute(exp, store, record, ckpt, None, prepared, reporter)
         if final_only and ran.finished:  # saved after the clocks stopped
             checkpoint.save(ckpt, {"model": prepared.model.state_dict()})
-            store.add_artifact(record.id, "checkpoint", where)
         return ran
+
+
+def _record_once(store: RunStore, run_id: int) -> Callable[[Path], None]:
+    """Records the run's checkpoint at its first save, once the file is there: a run that
+    fails before then has none, and `--resume` and the exports say so. A resumed run's is
+    recorded already."""
+    recorded: list[Path] = []
+
+    def saved(path: Path) -> None:
+        if not recorded:
+            store.add_artifact(run_id, "checkpoint", path)
+            recorded.append(path)
+
+    return saved
 
 
 def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -> RunResult:
@@ -74,10 +89,11 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
     state = checkpoint.load(path, owner)
     prepared = prepare_run(exp, store, reporter, fresh=False)
+    done = state["progress"]
+    check_profile_fits(exp, prepared.data, done["epoch"])
     # Checked (and loaded) before taking the run over, so that weights which no longer fit
     # the model's code leave the run lost; `train` loads them again with the optimizer's.
     checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name)
-    done = state["progress"]
     # One process writes a run: of two resuming it at once, the other stops here.
     store.take_over(run_id)
     with store.recording(run_id) as record:
