@@ -93,8 +93,10 @@ def _torch(spec: WorkerSpec, directory: Path) -> RankResult:
     trace = directory / trace_name(f"rank{hvd.rank()}")
     profile = ProfileWindow(exp.run.profile, device, spec.warmup_steps, trace)
     timer = PhaseTimer(device, enabled=False, labels=profile.labels)
-    step = prepare(model, exp.train, exp.run, device, epoch, distribute=distribute, timer=timer)
-    local = prepare(shadow, exp.train, exp.run, device, epoch)
+    classes = data.num_classes
+    step = prepare(model, exp.train, exp.run, device, epoch, distribute=distribute, timer=timer,
+                   classes=classes)  # fmt: skip
+    local = prepare(shadow, exp.train, exp.run, device, epoch, classes=classes)
 
     horovod: Any = step.optimizer  # hvd.DistributedOptimizer, which torch's types do not know
 

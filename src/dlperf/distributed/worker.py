@@ -189,7 +189,10 @@ class Phase(Replica):
         set_train_mode(model)  # a frozen backbone's batch norms stay in eval mode
         # At the point's global batch: the schedule runs as in a plain run of that batch.
         epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * dist.get_world_size())
-        step = prepare(model, exp.train, exp.run, device, epoch, wrap=self._wrap, timer=timer)
+        step = prepare(
+            model, exp.train, exp.run, device, epoch, wrap=self._wrap, timer=timer,
+            classes=data.num_classes,
+        )  # fmt: skip
         source = batches(spec, exp, data, device, dist.get_rank(), dist.get_world_size())
         super().__init__(spec, model, step, source, device)
         # per step, the forward's end and each gradient's ready mark: see watch_gradients

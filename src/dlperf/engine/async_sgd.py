@@ -104,7 +104,9 @@ def train(
     val_loader = make_loader(data, data.val, exp.data, cfg.batch_size, device)
     forward = StaleForward(model)
     per_epoch = steps_per_epoch(len(data.train), cfg.batch_size)
-    step = prepare(model, cfg, exp.run, device, per_epoch, wrap=lambda _: forward)
+    step = prepare(
+        model, cfg, exp.run, device, per_epoch, wrap=lambda _: forward, classes=data.num_classes
+    )
     # Weights kept only while some later update still reads them.
     schedule = reads or []
     last_read = {v: i for i, v in enumerate(schedule)}

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from dlperf.data.sources import too_few_classes
-from dlperf.engine.step import checked_classes
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
@@ -203,8 +202,7 @@ def check_classifier(
     where that is said: "in training mode"), must train as a classifier of `classes` classes:
     one float score per class for each of the DRY_BATCH images, and parameters to train.
     Said here, before anything is recorded, rather than as the loss's or the optimizer's
-    traceback at the first step. Returns `output`, the scores; `classes` is kept as what the
-    training steps hold `model`'s outputs to (`checked_classes`)."""
+    traceback at the first step. Returns `output`, the scores."""
     expected = [DRY_BATCH, classes]
     size = f"a classifier's scores, shape [batch, classes]: {expected} for {DRY_BATCH} images"
     returns = f"model {what} returns{f' {mode}' if mode else ''}"
@@ -230,7 +228,6 @@ def check_classifier(
             f"model {what} has no parameters to train",
             "give it at least one layer with weights (nn.Linear, nn.Conv2d ...)",
         )
-    checked_classes[model] = classes
     return output
 
 

@@ -13,7 +13,6 @@ phase and does nothing unless the trainer hands in a real timer.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -36,19 +35,12 @@ class WrongOutput(Exception):
     (or, for extra columns, no failure at all)."""
 
 
-# The classes each model was checked to score before training (engine.checks'
-# check_classifier), looked up by `prepare` so that every trainer's step holds the outputs to
-# them, however it was launched (a plain run, a scale or Horovod worker, the staleness
-# emulation) and without each caller passing them on. Weak: an entry goes with its model.
-checked_classes: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
-
-
 def check_output(model: nn.Module, output: Any, y: Any, classes: int | None) -> int | None:
     """Raise WrongOutput where `model`'s `output` for the batch of labels `y` is not one row of
     float scores per image, `classes` scores to a row: a look at shape and dtype, which waits
     for nothing on the device. Outputs that are not one tensor (a detector's) are left to their
     own loss. Returns the classes checked against: `classes`, or where they are not known
-    (None: a model dlperf did not check, such as a copy of one) the output's own columns, for
+    (None: a step built without them) the output's own columns, for
     the next steps to hold to."""
     if not (isinstance(output, torch.Tensor) and isinstance(y, torch.Tensor)):
         return classes
@@ -197,6 +189,7 @@ def prepare(
     distribute: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] | None = None,
     timer: Timer | None = None,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    classes: int | None = None,
 ) -> TrainStep:
     """The training step of an experiment's `train` and `run` sections for `model`, whatever
     launches it (as torchtitan's parallelize_fn): `model` moved to `device` in
@@ -204,8 +197,8 @@ def prepare(
     (DDP, a stale-weights reader, a detector taking its targets) and compiled when
     run.compile asks, its optimizer wrapped by `distribute` (Horovod's), and the schedule,
     precision, loss (`loss_fn`, else cross-entropy) and clipping of `train` and
-    run.precision. Each output is held to the classes `model` was checked against
-    (`checked_classes`)."""
+    run.precision. Each output is held to `classes` scores a row (the data's classes; None:
+    to the first step's own columns)."""
     memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     model.to(device).to(memory_format=memory_format)
     forward = wrap(model) if wrap is not None else model
@@ -215,5 +208,5 @@ def prepare(
         model, train, run.precision, device, steps_per_epoch, forward, timer, distribute, loss_fn
     )
     step.memory_format = memory_format
-    step.classes = checked_classes.get(model)
+    step.classes = classes
     return step

@@ -19,7 +19,7 @@ from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
 from dlperf.engine.hooks import Hooks
 from dlperf.engine.loop import EpochClock, MetricSink, Progress, fit
-from dlperf.engine.profiler import ProfileWindow, check_fits, trace_name
+from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.precision import autocast as precision_autocast
@@ -89,7 +89,7 @@ def train(
     window = ProfileWindow(run.profile, device, run.warmup_steps, trace)
     timer = PhaseTimer(device, enabled=run.timing == "phases", labels=window.labels)
     per_epoch = steps_per_epoch(len(data.train), cfg.batch_size)
-    step = prepare(model, cfg, run, device, per_epoch, timer=timer)
+    step = prepare(model, cfg, run, device, per_epoch, timer=timer, classes=data.num_classes)
     reset_peak_memory(device)
     state = Progress()
     if resume is not None:  # weights, optimizer, schedule, scaler, RNG and progress
@@ -98,7 +98,6 @@ def train(
         step.load_state_dict(resume)
         checkpoint.set_rng_state(resume["rng"], device)
         state = Progress(**resume["progress"])
-    check_fits(run, (cfg.epochs - state.epoch) * per_epoch)
     for warning in warnings:  # checked: what is left to say comes before training
         reporter.log(f"warning: {warning}")
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
