@@ -20,7 +20,8 @@ def report(
         [], "--study", metavar="ID", help="A study and every run of it (repeatable)."
     ),
     last: int = typer.Option(None, "--last", metavar="N", help="The newest N runs."),
-    out: Path = typer.Option(..., "--out", metavar="DIR", help="Directory of the site."),
+    # Text, not a Path: Path('') is '.', which wrote the site into the current directory.
+    out_text: str = typer.Option(..., "--out", metavar="DIR", help="Directory of the site."),
     as_json: Json = False,
 ) -> None:
     """Write a static HTML report that opens offline: DIR/index.html, one page per run
@@ -31,6 +32,12 @@ def report(
     """
     from dlperf.report.site import build_report
 
+    if not out_text.strip():  # as `runs repair` refuses a blank store name
+        raise UserError(
+            f"report writes its site into a directory, not {out_text!r}",
+            "give its path, e.g. dlperf report --out report",
+        )
+    out = Path(out_text)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory", "give a directory for the site")
     with console.reporter() as rep:
@@ -39,6 +46,13 @@ def report(
         return
     console.out.print(
         f"{len(done.runs)} run(s), {len(done.studies)} study(ies): "
-        f"{len(done.pages)} pages in {done.out}"
+        f"{len(done.pages)} pages in {done.out}{_removed(done.removed)}"
     )
     console.tell([], done.out / "index.html")
+
+
+def _removed(pages: list[str]) -> str:
+    """What the report removed of an earlier one in its directory, if anything."""
+    if not pages:
+        return ""
+    return f"; removed {len(pages)} page{'s' if len(pages) > 1 else ''} of an earlier report"

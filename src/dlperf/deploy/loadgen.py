@@ -171,20 +171,36 @@ async def _probe(url: str, body: bytes) -> None:
             f"no server answers at {url} ({type(e).__name__})",
             "start one with `dlperf serve MODEL.onnx --port PORT` and give its URL",
         ) from None
-    if not response.is_success:
+    if not response.is_success or not _is_prediction(response):
         raise _refused(url, response)
+
+
+def _is_prediction(response: httpx.Response) -> bool:
+    """Whether a 2xx answer is what `dlperf serve`'s /predict answers an image with: the
+    model's name and its predictions (a classifier) or detections (a detector). Any other
+    server's 200 would otherwise be counted as a prediction served."""
+    try:
+        said = response.json()
+    except ValueError:  # not JSON, or not UTF-8
+        return False
+    return (
+        isinstance(said, dict)
+        and isinstance(said.get("model_name"), str)
+        and any(isinstance(said.get(key), list) for key in ("predictions", "detections"))
+    )
 
 
 def _refused(url: str, response: httpx.Response) -> UserError:
     """The probe's failed answer in one line: dlperf's server says what went wrong as JSON
-    (`{"error": ...}`); any other reply (a stock web server's HTML error page, nine lines) is
-    shown by its start, with its whitespace collapsed, as not dlperf's."""
+    (`{"error": ...}`, never with a 2xx); any other reply (a stock web server's HTML error
+    page, nine lines; another server's JSON) is shown by its start, with its whitespace
+    collapsed, as not dlperf's."""
     try:
         said = response.json()
     except ValueError:  # not JSON, or not UTF-8
         said = None
     error = said.get("error") if isinstance(said, dict) else None
-    if isinstance(error, str):
+    if isinstance(error, str) and not response.is_success:
         return UserError(f"{url} answered {response.status_code}: {_oneline(error, 200)}")
     return UserError(
         f"{url} answered {response.status_code}: {_oneline(response.text, 80)!r}; it does not "

@@ -484,7 +484,9 @@ def chance_accuracy(run: RunView) -> list[Issue]:
     if run.run.kind == "scale" or _diverged(run):
         return []  # a scale point trains no accuracy; a diverged run has `diverged`
     accuracy, what = run.run.trained.test_accuracy, "test accuracy"
-    if accuracy is None:
+    # A test accuracy that is not a number (a summary edited by hand, or written by another
+    # tool) says nothing about chance: read as missing, as non-finite val/acc1 epochs are.
+    if accuracy is None or not math.isfinite(accuracy):
         val = [(e, v) for e, v in run.metric("val/acc1") if math.isfinite(v)]
         if not val:
             return []

@@ -14,6 +14,7 @@ reads the store.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -31,20 +32,27 @@ if TYPE_CHECKING:
 
 DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
 STAGING = ".report-partial"  # in the site's directory: pages until the whole site is drawn
+# The names of the pages a report writes besides index.html (pages.run_href, study_href): of
+# these alone, those an earlier report left and this one does not write are removed.
+PAGE_NAME = re.compile(r"(run|study)-[0-9]+\.html")
 
 
 @dataclass
 class Report:
-    """What `build_report` wrote: the directory, its pages (relative names, index first), and
-    the runs and studies it holds."""
+    """What `build_report` wrote: the directory, its pages (relative names, index first), the
+    runs and studies it holds, and the pages of an earlier report it removed from `out`."""
 
     out: Path
     pages: list[str]
     runs: list[int]
     studies: list[int]
+    removed: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "out": str(self.out)}
+        """The --json document, whose keys scripts read: `removed` is said in the text only."""
+        document = {**asdict(self), "out": str(self.out)}
+        del document["removed"]
+        return document
 
 
 def select(
@@ -84,7 +92,10 @@ def build_report(
     are drawn by `jobs` processes (default: one per usable core; matplotlib's drawing is the
     cost, and it holds the GIL), each with its own connection to the store, and die with
     this one. The pages are drawn in a staging directory and renamed into `out` once all of
-    them are: an interrupted report leaves no partial site (nor `out`, if it made it)."""
+    them are: an interrupted report leaves no partial site (nor `out`, if it made it). Then
+    the pages an earlier report left in `out` that this one does not write (a deleted run's,
+    one no longer chosen) are removed, so that what `out` holds is this report; files of
+    other names in `out` are the user's and are left alone."""
     from dlperf.doctor import examine
     from dlperf.report.site import pages
 
@@ -125,11 +136,28 @@ def build_report(
         (staging / "index.html").write_text(index, encoding="utf-8")
         for name in [*written, "index.html"]:  # the index last: it links to the others
             os.replace(staging / name, out / name)
+        removed = _remove_stale(out, written)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if made and not any(out.iterdir()):  # interrupted before any page was in place
             out.rmdir()
-    return Report(out, ["index.html", *written], chosen_runs, chosen_studies)
+    return Report(out, ["index.html", *written], chosen_runs, chosen_studies, removed)
+
+
+def _remove_stale(out: Path, written: list[str]) -> list[str]:
+    """Remove the pages in `out` named as a report names them that are not in `written`
+    (removed after the new index is in place, which no longer links to them); their names,
+    sorted."""
+    stale = sorted(
+        entry.name
+        for entry in os.scandir(out)
+        if PAGE_NAME.fullmatch(entry.name)
+        and entry.name not in written
+        and entry.is_file(follow_symlinks=False)
+    )
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
+    return stale
 
 
 # --- run pages, in worker processes -------------------------------------------------------
