@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -43,6 +44,10 @@ from dlperf.store.schema import (
 )
 
 SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 1, 5, 6, 11, 26
+SQLITE_CONSTRAINT_TRIGGER = 1811  # RAISE(ABORT|FAIL|ROLLBACK, ...) in a trigger
+# PostgreSQL's states for a schema changed by hand: plpgsql's RAISE (a trigger added), a
+# column or table dropped, a table replaced by a view that cannot be written.
+PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE = "P0001", "42703", "42P01", "42809"
 CHECK_MAX_BYTES = 256 << 20
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
@@ -168,19 +173,83 @@ def refuse_writes(engine: Engine) -> None:
 
 
 def on_error(context: ExceptionContext) -> BaseException | None:
-    """SQLAlchemy's `handle_error` hook: a malformed page met by any query becomes the
-    one-line error (SQLAlchemy raises what this returns)."""
+    """SQLAlchemy's `handle_error` hook (SQLAlchemy raises what it returns): a malformed page
+    met by any query, and a schema changed by hand (a trigger that refuses a write, a view or
+    a missing column where dlperf made a table), become the one-line error."""
+    engine = context.engine
+    if engine is None:
+        return None
+    if engine.dialect.name != "sqlite":
+        return _server_edited(context, engine)
     code = getattr(context.original_exception, "sqlite_errorcode", None)
-    path = store_file(context.engine) if context.engine is not None else None
+    path = store_file(engine)
     if code is None or path is None:
         return None
     if code & 0xFF == SQLITE_CORRUPT or (code & 0xFF == SQLITE_NOTADB and path in _opened):
         return damaged(path, str(context.original_exception))
-    if code & 0xFF == SQLITE_ERROR and path in _opened and _not_as_made(context):
-        return damaged(
-            path, f"{context.original_exception}; its tables are not as dlperf made them"
+    if code == SQLITE_CONSTRAINT_TRIGGER:
+        return _edited(str(path), _refused(context), path)
+    if code & 0xFF == SQLITE_ERROR:
+        view = re.fullmatch(
+            r"cannot modify (\S+) because it is a view", str(context.original_exception)
         )
+        if view is not None:
+            # `runs repair` copies tables, not views: it would leave every run out.
+            return UserError(
+                f"run store {path} is not as dlperf made it ({view[1]} is a view, not a table)",
+                f"drop the view and rename the table it reads back to {view[1]}",
+            )
+        if path in _opened and _not_as_made(context):
+            return damaged(
+                path, f"{context.original_exception}; its tables are not as dlperf made them"
+            )
     return None
+
+
+def _edited(name: str, detail: str, path: Path | None) -> UserError:
+    """The one line for a store whose schema was changed by hand: `path` for a SQLite file,
+    which `runs repair` copies into a store as dlperf makes one (no trigger, no view)."""
+    if path is None:
+        hint = "its schema was changed by hand: undo that change, or use a new database"
+    else:
+        hint = (
+            f"copy its runs into a store as dlperf makes one, without what was added by hand, "
+            f"with `dlperf --db {path} runs repair NEW.db`"
+        )
+    return UserError(f"run store {name} is not as dlperf made it ({detail})", hint)
+
+
+def _refused(context: ExceptionContext) -> str:
+    """What a trigger refused, by the statement it refused: "a trigger refused an INSERT into
+    metrics: nope"."""
+    said = _first_line(context)
+    what = re.match(
+        r"\s*(INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)",
+        context.statement or "",
+        re.IGNORECASE,
+    )
+    if what is None:
+        return f"a trigger refused a write: {said}"
+    verb = what[1].split()[0].upper()
+    article, word = {"INSERT": ("an", "into"), "UPDATE": ("an", "of")}.get(verb, ("a", "from"))
+    return f"a trigger refused {article} {verb} {word} {what[2]}: {said}"
+
+
+def _server_edited(context: ExceptionContext, engine: Engine) -> UserError | None:
+    """A PostgreSQL store's schema changed by hand: psycopg's UndefinedColumn, UndefinedTable,
+    WrongObjectType or a trigger's RaiseException, met by dlperf's own query. Registered once
+    the store has opened (an open probes for missing tables)."""
+    state = getattr(context.original_exception, "sqlstate", None)
+    if state not in (PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE):
+        return None
+    detail = _refused(context) if state == PG_RAISED else _first_line(context)
+    return _edited(engine.url.render_as_string(), detail, None)
+
+
+def _first_line(context: ExceptionContext) -> str:
+    """The driver's message without what psycopg adds below it (CONTEXT, LINE 1: ...); a
+    trigger may raise an empty one."""
+    return next(iter(str(context.original_exception).strip().splitlines()), "no reason given")
 
 
 def _not_as_made(context: ExceptionContext) -> bool:

@@ -712,6 +712,8 @@ class RunStore:
             return cls._empty()
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
             event.listen(engine, "handle_error", functools.partial(_server_gone, name))
+            # Only now too: an open probes for tables that are missing from a new store.
+            event.listen(engine, "handle_error", integrity.on_error)
         store = cls(engine, store_id, read_only)
         if sqlite and create and not read_only:
             store._keep_file()
