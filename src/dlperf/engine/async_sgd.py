@@ -123,7 +123,7 @@ def train(
         forward.read(snapshots[schedule[version]])
 
     def validate() -> dict[str, float]:
-        history.append(evaluate(model, val_loader, device, exp.run))
+        history.append(evaluate(model, val_loader, device, exp.run, data.num_classes))
         return history[-1]
 
     clock = EpochClock(device, 0, PhaseTimer(device, enabled=False))

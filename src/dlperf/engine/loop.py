@@ -34,7 +34,16 @@ from dlperf.progress import Reporter
 from dlperf.system import gpu_utilization
 from dlperf.timing import now
 
-__all__ = ["Diverged", "EpochClock", "MetricSink", "Progress", "Row", "Rows", "fit"]
+__all__ = [
+    "Diverged",
+    "EpochClock",
+    "EvaluationDiverged",
+    "MetricSink",
+    "Progress",
+    "Row",
+    "Rows",
+    "fit",
+]
 
 
 def fit(
@@ -128,6 +137,20 @@ class Diverged(Exception):
             'forward and the initial values of its layers, or try run.precision = "fp32"'
         )
         super().__init__(f"loss became {value} at step {step} (epoch {epoch}); {fix}")
+
+
+class EvaluationDiverged(Diverged):
+    """Evaluation's loss was not finite: scores the model returns only in eval mode (its
+    batch norm's running statistics, say), since training's loss was checked. A Diverged, so
+    that every trainer fails the run with its line as it does for a training loss."""
+
+    def __init__(self, value: float) -> None:
+        Exception.__init__(  # not Diverged's: no step or learning rate made this loss
+            self,
+            f"evaluation loss became {value}: the model's scores in eval mode were not finite; "
+            "look at what its forward does when not training (model.eval()), or try "
+            'run.precision = "fp32"',
+        )
 
 
 Row = tuple[str, int, float] | tuple[str, int, float, float]  # key, step, value[, wall time]

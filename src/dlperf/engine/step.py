@@ -35,32 +35,35 @@ class WrongOutput(Exception):
     (or, for extra columns, no failure at all)."""
 
 
-def check_output(model: nn.Module, output: Any, y: Any, classes: int | None) -> int | None:
+def check_output(
+    model: nn.Module, output: Any, y: Any, classes: int | None, where: str = ""
+) -> int | None:
     """Raise WrongOutput where `model`'s `output` for the batch of labels `y` is not one row of
     float scores per image, `classes` scores to a row: a look at shape and dtype, which waits
     for nothing on the device. Outputs that are not one tensor (a detector's) are left to their
-    own loss. Returns the classes checked against: `classes`, or where they are not known
+    own loss. `where` follows the batch in the message (" in evaluation"; training says
+    nothing). Returns the classes checked against: `classes`, or where they are not known
     (None: a step built without them) the output's own columns, for
     the next steps to hold to."""
     if not (isinstance(output, torch.Tensor) and isinstance(y, torch.Tensor)):
         return classes
     images = y.shape[0]
     returned = f"model {type(model).__name__} returned"
+    batch = f"for a batch of {images} images{where}"
     if output.shape[:1] != y.shape[:1]:
         raise WrongOutput(
-            f"{returned} shape {list(output.shape)} for a batch of "
-            f"{images} images: expected [{images}, classes], one row of scores per image"
+            f"{returned} shape {list(output.shape)} {batch}: "
+            f"expected [{images}, classes], one row of scores per image"
         )
     if not output.is_floating_point():
         raise WrongOutput(
-            f"{returned} {output.dtype} scores for a batch of {images} images: expected float "
-            "scores (logits)"
+            f"{returned} {output.dtype} scores {batch}: expected float scores (logits)"
         )
     if classes is None:
         classes = output.shape[-1]
     if list(output.shape) != [images, classes]:
         raise WrongOutput(
-            f"{returned} shape {list(output.shape)} for a batch of {images} images: expected "
+            f"{returned} shape {list(output.shape)} {batch}: expected "
             f"[{images}, {classes}], one score per class ({classes}) for each image"
         )
     return classes

@@ -5,6 +5,7 @@ a `MetricSink` the caller hands in (the run's store, through dlperf.experiment.s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -18,9 +19,9 @@ from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import check_batch_fits
 from dlperf.engine.hooks import Hooks
-from dlperf.engine.loop import EpochClock, MetricSink, Progress, fit
+from dlperf.engine.loop import EpochClock, EvaluationDiverged, MetricSink, Progress, fit
 from dlperf.engine.profiler import ProfileWindow, trace_name
-from dlperf.engine.step import prepare, steps_per_epoch
+from dlperf.engine.step import check_output, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.precision import autocast as precision_autocast
 from dlperf.progress import NullReporter, Reporter
@@ -31,8 +32,12 @@ from dlperf.timing import Spread
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, loader: Loader, device: torch.device, run: RunConfig
+    model: nn.Module, loader: Loader, device: torch.device, run: RunConfig, classes: int
 ) -> dict[str, float]:
+    """Loss and top-1 (and top-5, past 5 classes) accuracy of `model` in eval mode over
+    `loader`. Each output is held to training's rule (check_output: one row of `classes` float
+    scores per image), and a loss that is not finite raises EvaluationDiverged: a model may
+    behave so only in eval mode, and its accuracy would be read off NaN scores."""
     model.eval()
     loss_sum = torch.zeros((), device=device)
     top1 = torch.zeros((), device=device, dtype=torch.long)
@@ -40,22 +45,24 @@ def evaluate(
     n = 0
     autocast = precision_autocast(device, run.precision)
     memory_format = torch.channels_last if run.channels_last else torch.preserve_format
-    classes = 0
+    k = min(5, classes)
     for x, y in loader:
         x = x.to(device, non_blocking=True, memory_format=memory_format)
         y = y.to(device, non_blocking=True)
         with autocast:
             out = model(x)
+        check_output(model, out, y, classes, " in evaluation")  # shapes only: no sync
         loss_sum += nn.functional.cross_entropy(out.float(), y, reduction="sum")
-        classes = out.shape[1]
-        k = min(5, classes)
         best = out.topk(k, dim=1).indices
         top1 += (best[:, 0] == y).sum()
         top5 += (best == y[:, None]).any(dim=1).sum()
         n += len(y)
     if n == 0:
         return {}
-    result = {"loss": loss_sum.item() / n, "acc1": top1.item() / n}
+    loss = loss_sum.item() / n  # the one read of the loss, checked here rather than per batch
+    if not math.isfinite(loss):
+        raise EvaluationDiverged(loss)
+    result = {"loss": loss, "acc1": top1.item() / n}
     if classes > 5:
         result["acc5"] = top5.item() / n
     return result
@@ -123,11 +130,11 @@ def train(
             hooks=hooks,
             target=exp.target.accuracy,
             window=window,
-            evaluate=lambda: evaluate(model, val_loader, device, run),
+            evaluate=lambda: evaluate(model, val_loader, device, run, data.num_classes),
             after_epoch=save,
         )
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
-    test = evaluate(model, test_loader, device, run)
+    test = evaluate(model, test_loader, device, run, data.num_classes)
     waited = clock.contention.result()
     return RunSummary(
         test_accuracy=test.get("acc1"),
