@@ -18,6 +18,7 @@ no total; `Analysis.not_run` names those modules.
 from __future__ import annotations
 
 import contextlib
+import dis
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -47,7 +48,7 @@ from dlperf.analytic.conventions import (
     torchinfo_macs,
 )
 from dlperf.analytic.receptive import FieldTracker
-from dlperf.errors import UserError
+from dlperf.errors import USER_MODULE_PREFIX, UserError
 from dlperf.precision import DTYPES, counted_as
 
 ROOT = "(model)"
@@ -630,7 +631,32 @@ def sum_backward(out: Any) -> None:
 _READS_VALUES = ("cannot be called on meta tensors", "no data!", "data-independent")
 
 
+def _raised_by_model(e: BaseException) -> bool:
+    """Whether the model's own code raised `e`: an exception of a class a model file defines,
+    or one a `raise` or `assert` in a model file raised. Anything else was raised inside torch
+    (or a library the model calls), or came out of a torch operation the model's code called:
+    an operation refusing the input's shape or dtype, which is the input's fault."""
+    if type(e).__module__.startswith(USER_MODULE_PREFIX):
+        return True
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not str(tb.tb_frame.f_globals.get("__name__", "")).startswith(
+        USER_MODULE_PREFIX
+    ):
+        return False
+    # The innermost frame is the model file's: a RuntimeError raised by `x.view(...)` there
+    # stops at the call, one the model raises itself at a raise instruction.
+    return any(
+        i.offset == tb.tb_lasti and i.opname == "RAISE_VARARGS"
+        for i in dis.get_instructions(tb.tb_frame.f_code)
+    )
+
+
 def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
+    """`model(x)`; torch refusing the input's shape or dtype is told as the user's input, in
+    one line, while an exception the model's own code raises goes on as it is (the CLI tells
+    it with the model's frames)."""
     try:
         with _distributions_unchecked():
             return model(x)
@@ -643,6 +669,8 @@ def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
                 "analyze counts a forward whose operations follow from shapes alone: "
                 "branch on shapes or settings, not on values, to count it",
             ) from None
+        if _raised_by_model(e):
+            raise
         raise UserError(
             f"the model rejects input {list(x.shape)}: {type(e).__name__}: {first}",
             "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "

@@ -22,6 +22,7 @@ from types import TracebackType
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from dlperf.analytic.measure import profiler_quiet
 from dlperf.config import ProfileConfig, RunConfig
 from dlperf.engine.hooks import StepEnd
 from dlperf.engine.timers import PhaseLabels
@@ -94,7 +95,8 @@ class ProfileWindow(Component):
         self.steps += 1
         if self._running:
             self.labels.close()
-            self._profiler.step()  # the schedule calls _write after the last active step
+            with profiler_quiet():  # the schedule stops it, and calls _write, at its end
+                self._profiler.step()
             if self.written:
                 self._stop()
                 return True
@@ -110,7 +112,8 @@ class ProfileWindow(Component):
 
     def _start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._profiler.__enter__()  # type: ignore[no-untyped-call]
+        with profiler_quiet():
+            self._profiler.__enter__()  # type: ignore[no-untyped-call]
         self._running = True
         self.labels.active = True
         self.labels.begin()
@@ -119,7 +122,8 @@ class ProfileWindow(Component):
         self.labels.close()
         self.labels.active = False
         self._running = False
-        self._profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        with profiler_quiet():
+            self._profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def _write(self, prof: profile) -> None:
         prof.export_chrome_trace(str(self.path))  # gzipped: the name ends in .gz
