@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
 import os
 import re
 import socket
@@ -52,6 +53,7 @@ from dlperf.parsing import flatten, printable
 from dlperf.store import RunStore, masked_url
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
+from dlperf.store.runstore import garbled_metrics
 from dlperf.store.schema import Metric, Run
 
 TARGETS = ("mlflow", "tensorboard")
@@ -102,9 +104,16 @@ def metric_series(store: RunStore, run_id: int) -> dict[str, list[tuple[int, flo
     )
     series: dict[str, list[tuple[int, float, float]]] = {}
     with Session(store.engine) as s:
-        for key, step, value, wall_time in s.execute(query):
+        found = s.execute(query).all()
+    try:
+        for key, step, value, wall_time in found:
             value = math.nan if value is None else float(value)
-            series.setdefault(key, []).append((int(step), value, float(wall_time)))
+            series.setdefault(key, []).append((operator.index(step), value, float(wall_time)))
+    except (TypeError, ValueError):  # a row set by hand to another type (garbled_metrics)
+        garbled = garbled_metrics(store.engine, run_id, found)
+        if garbled is None:
+            raise
+        raise garbled from None
     return series
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Column, DateTime, Engine, select
+from sqlalchemy import Column, DateTime, Engine, Float, Integer, select
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.sql.sqltypes import JSON
 
@@ -72,13 +72,24 @@ def damaged(path: Path, detail: str) -> UserError:
 
 
 NOT_JSON, NOT_OBJECT, NOT_TIME = "is not JSON", "is not a JSON object", "is not a time"
+NOT_INTEGER, NOT_NUMBER = "is not an integer", "is not a number"
 
 
 def unreadable(column: Column[Any], value: Any) -> str | None:
     """Why a stored value of `column` cannot be read as dlperf reads it (NOT_JSON, NOT_OBJECT,
-    NOT_TIME), None if it can: every JSON column holds an object, and a time is ISO text as
-    SQLAlchemy writes it into SQLite."""
+    NOT_TIME, NOT_INTEGER, NOT_NUMBER), None if it can: every JSON column holds an object, a
+    time is ISO text as SQLAlchemy writes it into SQLite, and a number is what the readers'
+    `operator.index` (an integer: a step of 1.5 is no step) or `float` take. SQLite keeps
+    whatever a hand edit sets, whatever the column's type."""
     if value is None:
+        return None
+    if isinstance(column.type, Integer):
+        return None if isinstance(value, int) else NOT_INTEGER
+    if isinstance(column.type, Float):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return NOT_NUMBER
         return None
     if isinstance(column.type, JSON):
         try:  # a number stored as one (`SET config = 7`) is JSON's number
@@ -95,17 +106,22 @@ def unreadable(column: Column[Any], value: Any) -> str | None:
 
 
 def garbled_json(
-    path: Path, run_id: int | None = None, column: str | None = None, reason: str = NOT_JSON
+    path: Path,
+    run_id: int | None = None,
+    column: str | None = None,
+    reason: str = NOT_JSON,
+    left_out: str = "such runs",
 ) -> UserError:
-    """The one-line error for a run whose config, system, summary or time cannot be read (text
-    set by hand, a tool of another program): `run_id`, `column` and `reason` when the reader
-    knows them, else the first such run found in `path`."""
+    """The one-line error for a run whose config, system, summary, time or metric rows cannot
+    be read (text set by hand, a tool of another program): `run_id`, `column` and `reason`
+    when the reader knows them, else the first such run found in `path`; `left_out`, what
+    `runs repair` leaves out of the copy."""
     if run_id is None or column is None:
         run_id, column, reason = _first_garbled(path) or (run_id, column, reason)
     which = f"run {run_id}'s {column}" if run_id is not None else "a run's JSON column"
     return UserError(
         f"{which} in run store {path} {reason}; dlperf cannot read that run",
-        f"copy what is readable, all but such runs, into a new store with "
+        f"copy what is readable, all but {left_out}, into a new store with "
         f"`dlperf --db {path} runs repair NEW.db`",
     )
 
@@ -339,9 +355,9 @@ def _readable(
 
 
 def _sound(table: Any, row: dict[str, Any]) -> bool:
-    """A row whose required columns hold values and whose JSON and time columns can be read
-    (`unreadable`): a garbled page that SQLite still reads, or a value set by hand, must not
-    become a run that breaks `runs show`."""
+    """A row whose required columns hold values and whose JSON, time and number columns can
+    be read (`unreadable`): a garbled page that SQLite still reads, or a value set by hand (a
+    metric's step 'abc'), must not become a run that breaks `runs show`."""
     for column in table.columns:
         value = row.get(column.name)
         if (value is None and not column.nullable) or unreadable(column, value) is not None:

@@ -38,6 +38,7 @@ import functools
 import json
 import logging
 import math
+import operator
 import os
 import re
 import shutil
@@ -53,7 +54,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, delete, event, func, make_url, select, update
-from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext
+from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, Row
 from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
@@ -84,6 +85,8 @@ PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
 # PostgreSQL's states of a server gone: class 08 (connection exception), shut down by an
 # administrator or a crash, starting or stopping ("the database system is shutting down").
 PG_GONE_CLASS, PG_GONE = "08", ("57P01", "57P02", "57P03")
+# A write PostgreSQL refused: a trigger's RAISE EXCEPTION, class 23 (a constraint violated).
+PG_RAISED, PG_CONSTRAINT_CLASS = "P0001", "23"
 UNWRITABLE = (
     "the store's file, its directory or its database is read-only: check the file's mode and "
     "attributes (lsattr), the mount, or the database's permissions"
@@ -880,14 +883,59 @@ class RunStore:
                 raise
             raise self._gone(run_id, e) from None
         except BaseException as e:
+            # Marked failed instead where the store refuses the mark (`_mark`): the stop or
+            # the error that ended the run is still what the command ends with.
             if interrupted(e):
-                self.finish_run(run_id, "killed", error="interrupted")
+                self._mark(run_id, "killed", error="interrupted")
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 raise KeyboardInterrupt from e
-            self.finish_run(run_id, "failed", error=f"{type(e).__name__}: {e}")
+            self._mark(run_id, "failed", error=f"{type(e).__name__}: {e}")
             raise
-        self.finish_run(run_id, record.status, summary=record.summary, error=record.error)
+        refused = self._mark(run_id, record.status, record.summary, record.error)
+        if refused is not None:
+            raise refused
+
+    def _mark(
+        self,
+        run_id: int,
+        status: str,
+        summary: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> UserError | None:
+        """`finish_run` at the end of a recording. dlperf's own writes meet no trigger or
+        constraint that refuses them, so one that does was added to the store by hand; left
+        to propagate, it left the run `running` (read as lost) behind a traceback. The run is
+        then marked failed, without its summary, saying why, and the one line returned (None
+        when marked as asked); if the store refuses that too, the line is raised: the run
+        could not be marked, and how to mend it."""
+        try:
+            self.finish_run(run_id, status, summary=summary, error=error)
+            return None
+        except (DatabaseError, UserError) as e:
+            said = _refusal(e)
+            if said is None:  # a lock, a full disk, damage, a server gone: as it was
+                raise
+        sqlite = self.engine.dialect.name == "sqlite"
+        path = integrity.store_file(self.engine) if sqlite else None
+        name = str(path) if path is not None else self.engine.url.render_as_string()
+        why = f"the run store refused to mark it {status} ({said})"
+        try:
+            self.finish_run(run_id, "failed", error=why if error is None else f"{error}; {why}")
+        except (DatabaseError, UserError) as e:
+            if _refusal(e) is None:
+                raise
+            ended = "" if error is None else f" ({error})"
+            raise UserError(
+                f"run {run_id} could not be marked {status}{ended}: run store {name} refused "
+                f"every write that ends it ({said}); it reads as lost",
+                f"drop the trigger or constraint added to its runs table by hand, then "
+                f"`dlperf run --resume {run_id}` continues it from its last checkpoint",
+            ) from None
+        return UserError(
+            f"run {run_id} is marked failed: run store {name} refused to mark it {status} ({said})",
+            "drop the trigger or constraint added to its runs table by hand",
+        )
 
     def _gone(self, run_id: int, e: StoreGone) -> StoreGone:
         """The one line for a store gone while `run_id` was recording: how to resume it, and
@@ -1215,10 +1263,17 @@ class RunStore:
             .order_by(Metric.step, Metric.id)
         )
         with Session(self.engine) as s:
+            found = s.execute(query).all()
+        try:
             return [
-                (int(step), math.nan if value is None else float(value))
-                for step, value in s.execute(query)
+                (operator.index(step), math.nan if value is None else float(value))
+                for step, value in found
             ]
+        except (TypeError, ValueError):
+            garbled = garbled_metrics(self.engine, run_id, found)
+            if garbled is None:
+                raise
+            raise garbled from None
 
     def metric_keys(self, run_id: int) -> list[str]:
         query = select(Metric.key).where(Metric.run_id == run_id).distinct().order_by(Metric.key)
@@ -1246,6 +1301,46 @@ class RunStore:
         query = select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)
         with Session(self.engine) as s:
             return [{"kind": a.kind, "path": a.path} for a in s.scalars(query)]
+
+
+def _refusal(e: BaseException) -> str | None:
+    """What the store said, where `e` (or what it was raised from) is a write refused by a
+    trigger (SQLite's RAISE, PostgreSQL's RAISE EXCEPTION) or a constraint; None for any
+    other failure."""
+    seen: BaseException | None = e
+    while seen is not None:
+        orig = seen.orig if isinstance(seen, DatabaseError) else seen
+        state = getattr(orig, "sqlstate", None) or ""
+        if (
+            isinstance(orig, sqlite3.IntegrityError)
+            or state == PG_RAISED
+            or state[:2] == PG_CONSTRAINT_CLASS
+        ):
+            return str(orig).strip().splitlines()[0]
+        seen = seen.__cause__
+    return None
+
+
+def garbled_metrics(
+    engine: Engine, run_id: int, rows: Sequence[Row[*tuple[Any, ...]]]
+) -> UserError | None:
+    """The one line for run `run_id`'s metric `rows` (as read, their columns named as the
+    table's) whose step, value or wall time a reader could not take: set by hand to another
+    type, which SQLite keeps whatever the column's type. None where no such value is found,
+    or the store is not a SQLite file (PostgreSQL's typed columns keep none)."""
+    path = integrity.store_file(engine) if engine.dialect.name == "sqlite" else None
+    if path is None:
+        return None
+    columns = Metric.__table__.c
+    for row in rows:
+        for name, value in row._mapping.items():
+            reason = integrity.unreadable(columns[name], value)
+            if reason is not None:
+                shown = _shown(value) if isinstance(value, str) else repr(value)
+                return integrity.garbled_json(
+                    path, run_id, "metrics", f"hold a {name} that {reason} ({shown})", "such rows"
+                )
+    return None
 
 
 def _finite(value: Any) -> Any:
