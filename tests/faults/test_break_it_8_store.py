@@ -129,6 +129,7 @@ STEP_REAL = (f"UPDATE metrics SET step = 1.5 {ONE_ROW}", "step")
 VALUE_TEXT = (f"UPDATE metrics SET value = 'abc' {ONE_ROW}", "value")
 WALL_TEXT = (f"UPDATE metrics SET wall_time = 'x' {ONE_ROW}", "wall_time")
 SHOW, DOCTOR = ["runs", "show", "1"], ["doctor", "1"]
+PLOT, REPORT = ["runs", "plot", "1", "--out", "p.png"], ["report", "--out", "site"]
 EXPORT = ["runs", "export", "1", "--to", "tensorboard", "--out", "tb"]
 
 
@@ -143,6 +144,9 @@ EXPORT = ["runs", "export", "1", "--to", "tensorboard", "--out", "tb"]
         (*VALUE_TEXT, EXPORT),
         (f"UPDATE metrics SET value = 'abc' {LOSS_ROW}", "value", DOCTOR),
         (*WALL_TEXT, EXPORT),
+        (*STEP_TEXT, PLOT),  # report/runs.py's own read
+        (*VALUE_TEXT, REPORT),
+        (*WALL_TEXT, PLOT),
     ],
 )
 def test_a_metric_row_of_another_type_is_one_line_naming_the_run(

@@ -11,6 +11,7 @@ e * steps_per_epoch.
 from __future__ import annotations
 
 import math
+import operator
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from dlperf.parsing import did_you_mean, flatten
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
 from dlperf.store.record import RunRecord
+from dlperf.store.runstore import garbled_metrics
 from dlperf.store.schema import Metric
 
 FORMATS = ("png", "svg", "pdf")
@@ -155,9 +157,20 @@ def rows_of(
     first = select(func.min(Metric.wall_time)).where(Metric.run_id == run_id)
     stored: dict[str, list[Row]] = {k: [] for k in sources}
     with store.engine.connect() as conn:
-        for key, step, value, wall in conn.execute(query):
-            stored[key].append((int(step), math.nan if value is None else float(value), wall))
+        read = conn.execute(query).all()
         origin = conn.execute(first).scalar()
+    try:
+        for key, step, value, wall in read:
+            # operator.index: a step set by hand to 1.5 is refused, not read as step 1
+            stored[key].append(
+                (operator.index(step), math.nan if value is None else float(value), float(wall))
+            )
+    except (TypeError, ValueError):
+        # A row set by hand to another type: the one line naming the run, where it can say it.
+        garbled = garbled_metrics(store.engine, run_id, read)
+        if garbled is None:
+            raise
+        raise garbled from None
     rows = {
         k: [(step, 1 - value, wall) for step, value, wall in stored[ERRORS[k]]]
         if k in ERRORS
