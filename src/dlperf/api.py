@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf.errors import UserError, model_exited
-from dlperf.parsing import has_control
+from dlperf.parsing import MAX_DEPTH, TOO_DEEP, has_control
 
 if TYPE_CHECKING:
     import numpy as np
@@ -68,10 +68,15 @@ def _run_id(run_id: Any) -> int:
     return int(run_id)
 
 
-def _json_fault(value: Any, at: str = "") -> str | None:
+def _json_fault(value: Any, at: str = "", level: int = 1) -> str | None:
     """What keeps `value` from being stored as JSON, naming where in it (None: nothing).
     The store writes a run's config as JSON: anything else failed there as SQLAlchemy's
-    StatementError, or UnicodeEncodeError for text holding surrogates."""
+    StatementError, or UnicodeEncodeError for text holding surrogates. `level`: how deep
+    `value` lies, counted as dlperf.parsing.depth counts it."""
+    if level > MAX_DEPTH:
+        # Refused as a file or a --set value that deep is; past Python's recursion limit,
+        # this check (and json.dumps after it) raised RecursionError.
+        return f"config is {TOO_DEEP}"
     if isinstance(value, float) and not math.isfinite(value):
         # SQLite's JSON text took it; PostgreSQL's JSON type refuses it (psycopg DataError)
         return f"config{at} is {value}: JSON has no NaN or infinity"
@@ -87,15 +92,13 @@ def _json_fault(value: Any, at: str = "") -> str | None:
         for key, item in value.items():
             if key is not None and not isinstance(key, (str, int, float)):  # as json.dumps
                 return f"config{at} has a key JSON cannot take: {key!r}"
-            fault = _json_fault(key, at) or _json_fault(item, f"{at}[{key!r}]")
+            fault = _json_fault(key, at, level) or _json_fault(item, f"{at}[{key!r}]", level + 1)
             if fault is not None:
                 return fault
         return None
     if isinstance(value, (list, tuple)):
-        return next(
-            (f for i, v in enumerate(value) if (f := _json_fault(v, f"{at}[{i}]")) is not None),
-            None,
-        )
+        faults = (_json_fault(v, f"{at}[{i}]", level + 1) for i, v in enumerate(value))
+        return next((f for f in faults if f is not None), None)
     return f"config{at} is not JSON-serialisable ({type(value).__name__})"
 
 

@@ -35,13 +35,21 @@ normalisation (batch, layer, group; forward and backward), and all other operato
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 # A machine's figures: a peak, a bandwidth or a price of 0, below 0 or not a number would
-# turn a prediction into a division by zero, a negative time or a null.
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NotNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# turn a prediction into a division by zero, a negative time or a null. Above FIGURE_MAX
+# (a zettaFLOP/s peak, an exabyte/s bandwidth) a figure is no machine's, and a legal float
+# such as 1e300 becomes inf once scaled to FLOP/s: a time of 0 and inf images/s, or a
+# ZeroDivisionError. Within it, every product of figures a prediction forms stays finite.
+FIGURE_MAX = 1e9
+Positive = Annotated[float, Field(gt=0, le=FIGURE_MAX)]
+NotNegative = Annotated[float, Field(ge=0, le=FIGURE_MAX)]
 
 
 class Device(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    # strict as the config sections are: `fp32 = "10"` or `ppp = true` is an error, not 10.0
+    # or 1.0 (a whole number still reads as a float: TOML writes 10 as an integer).
+    model_config = ConfigDict(
+        strict=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
     name: str
     """Catalog key, e.g. V100."""

@@ -51,7 +51,13 @@ def calibrate(
     Example: dlperf calibrate && dlperf predict resnet18 --measure
     """
     from dlperf.analytic.recorded import calibrate_recorded
+    from dlperf.errors import UserError
+    from dlperf.parsing import has_control
 
+    # Before minutes of measuring: a blank name saved a device " " (a blank row in `dlperf
+    # devices`), and a control character would act on the terminal that lists it.
+    if name is not None and (not name.strip() or has_control(name)):
+        raise UserError(f"--name: a device name is printable text, got {name!r}")
     with console.reporter() as rep:
         done = calibrate_recorded(open_store, name, rep)
     run_id, path, device, marks = done["run_id"], done["path"], done["device"], done["marks"]

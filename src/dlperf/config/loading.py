@@ -307,6 +307,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{p} is a directory, not an experiment file", "give a TOML file in it")
+    if p.exists() and not p.is_file():  # a FIFO would block the read, /dev/null reads empty
+        raise UserError(
+            f"experiment file {p} is not a regular file", "give the path of a TOML file"
+        )
     if not p.is_file():
         raise UserError(f"{p}: no such experiment file", "give the path of a TOML file")
     try:
