@@ -29,6 +29,18 @@ def test_a_device_figure_that_cannot_be_a_machines_is_one_line(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    device_refused(cli, tmp_path, monkeypatch, override, said)
+
+
+def device_refused(
+    cli: Callable[..., CliResult],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    override: str,
+    said: str,
+) -> None:
+    """A device file overriding V100 with `override` is one line naming `said`, the key,
+    and the file, in `devices` and in `predict`."""
     devices = tmp_path / "devices.toml"
     devices.write_text(f"[V100]\n{override}\n")
     monkeypatch.setenv("DLPERF_DEVICES", str(devices))

@@ -72,10 +72,10 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         """Nothing: the request log would go to the stderr the test reads."""
 
 
-@pytest.fixture
-def not_dlperf() -> Iterator[str]:
-    """A stock `http.server` on loopback, which answers a POST with a 501 HTML page."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+def on_loopback(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A stock `http.server` with `handler` on 127.0.0.1, for a fixture to yield its URL
+    from; shut down and joined after."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -84,6 +84,12 @@ def not_dlperf() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.fixture
+def not_dlperf() -> Iterator[str]:
+    """A stock `http.server` on loopback, which answers a POST with a 501 HTML page."""
+    yield from on_loopback(_Quiet)
 
 
 def test_bench_against_a_server_that_is_not_dlperf_is_one_line(

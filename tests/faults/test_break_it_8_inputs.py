@@ -14,6 +14,7 @@ import pytest
 import dlperf
 from dlperf.errors import UserError
 from tests.conftest import CliResult
+from tests.faults.test_break_it_7 import device_refused
 
 
 @pytest.mark.parametrize(
@@ -37,14 +38,7 @@ def test_a_device_figure_too_large_or_not_a_number_is_one_line(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    devices = tmp_path / "devices.toml"
-    devices.write_text(f"[V100]\n{override}\n")
-    monkeypatch.setenv("DLPERF_DEVICES", str(devices))
-    for args in (["devices", "--json"], ["predict", "smallcnn", "--device", "V100", "--json"]):
-        r = cli(*args)
-        assert r.code == 2, (args, r.out[:200], r.err)
-        assert r.err.startswith(f"error: device V100: {said}: "), r.err
-        assert r.err.count("\n") == 1 and str(devices) in r.err
+    device_refused(cli, tmp_path, monkeypatch, override, said)
 
 
 def test_whole_numbers_in_a_device_file_still_read_as_figures(

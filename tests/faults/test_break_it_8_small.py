@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.server
 import json
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import dlperf
 from tests.cli.test_app import one_line_error
 from tests.conftest import CliResult, TrainedRun
+from tests.faults.test_break_it_7_signals import on_loopback
 
 
 class _OtherJson(http.server.BaseHTTPRequestHandler):
@@ -38,15 +38,7 @@ class _OtherJson(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def other_json() -> Iterator[str]:
     """A stock `http.server` on loopback answering 200 with JSON of another shape."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtherJson)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    yield from on_loopback(_OtherJson)
 
 
 def test_bench_against_a_200_that_is_no_prediction_is_one_line(
