@@ -103,3 +103,11 @@ def test_a_tracked_config_nested_too_deeply_is_a_user_error(
 def test_a_tracked_config_nested_within_the_limit_is_stored(tmp_path: Path) -> None:
     with dlperf.track("t", config={"deep": _nested("dict", 30)}, store=tmp_path / "t.db") as r:
         r.log(1, x=1.0)
+
+
+def test_a_peak_flag_no_machine_has_is_one_line(cli: Callable[..., CliResult]) -> None:
+    """`predict --peak-tflops 1e300` printed inf images/s, exit 0: the flag holds to the
+    device file's ceiling."""
+    r = cli("predict", "smallcnn", "--device", "V100", "--peak-tflops", "1e300")
+    assert r.code == 2 and "peak_tflops" in r.err and r.err.count("\n") == 1, r.err
+    assert cli("predict", "smallcnn", "--device", "V100", "--peak-tflops", "8.73").code == 0

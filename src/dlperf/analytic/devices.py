@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dlperf.config.base import FIGURE_MAX
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
 
@@ -35,11 +36,9 @@ normalisation (batch, layer, group; forward and backward), and all other operato
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 # A machine's figures: a peak, a bandwidth or a price of 0, below 0 or not a number would
-# turn a prediction into a division by zero, a negative time or a null. Above FIGURE_MAX
-# (a zettaFLOP/s peak, an exabyte/s bandwidth) a figure is no machine's, and a legal float
-# such as 1e300 becomes inf once scaled to FLOP/s: a time of 0 and inf images/s, or a
-# ZeroDivisionError. Within it, every product of figures a prediction forms stays finite.
-FIGURE_MAX = 1e9
+# turn a prediction into a division by zero, a negative time or a null; above FIGURE_MAX
+# (config.base) a figure is no machine's. Within it, every product of figures a prediction
+# forms stays finite.
 Positive = Annotated[float, Field(gt=0, le=FIGURE_MAX)]
 NotNegative = Annotated[float, Field(ge=0, le=FIGURE_MAX)]
 

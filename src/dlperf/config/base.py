@@ -13,6 +13,11 @@ from pydantic_core import PydanticCustomError
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, lt=1)]
+# A machine's figure (a peak in TFLOP/s, a bandwidth in GB/s, a price an hour): above it no
+# machine's, and a legal float such as 1e300 becomes inf once scaled to FLOP/s (a time of 0,
+# inf images/s). Device files (dlperf.analytic.devices) and flags hold to it alike.
+FIGURE_MAX = 1e9
+Figure = Annotated[float, Field(gt=0, le=FIGURE_MAX)]
 # A learning rate. At 1e12 a run already diverges at its first step (and says so); beyond,
 # the optimizer's float32 arithmetic overflows (torch raises at 3.4e38, a traceback).
 Rate = Annotated[float, Field(gt=0, le=1e12)]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 
 from dlperf.config.analyze import AnalyzeJob
-from dlperf.config.base import Count, Positive, Section
+from dlperf.config.base import Count, Figure, Positive, Section
 
 # SI prefixes a number of FLOPs may carry: "15.5G" is 15.5e9.
 SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -23,7 +23,7 @@ class PredictConfig(Section):
     ppp: Annotated[float, Field(gt=0, le=1)] | None = None
     """Platform percent of peak in (0, 1] for every operator kind; None: the device's
     calibrated rates, or a catalog GPU's peak (PPP = 1)."""
-    peak_tflops: Positive | None = None
+    peak_tflops: Figure | None = None
     """Peak in 10^12 FLOP/s at analyze.precision instead of the device's (e.g. 8.73 for a
     whole K80 board); bandwidth stays the device's."""
     flops: Positive | None = None
