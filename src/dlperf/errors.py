@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from types import FrameType, TracebackType
+
 from dlperf import stopping
 
 # The module name a user's model file is imported under (models.registry), so that what its
 # code raises can be told apart from dlperf's own (a sys.exit in its forward).
 USER_MODULE_PREFIX = "dlperf_user_"
+
+
+def in_model_file(frame: FrameType) -> bool:
+    """Whether `frame` runs code of a user's model file (or a module beside it)."""
+    return str(frame.f_globals.get("__name__", "")).startswith(USER_MODULE_PREFIX)
+
+
+def innermost(e: BaseException) -> TracebackType | None:
+    """The last entry of `e`'s traceback: where it was raised."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
 
 
 def model_exited(code: object, when: str) -> str:

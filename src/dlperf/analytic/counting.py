@@ -48,7 +48,7 @@ from dlperf.analytic.conventions import (
     torchinfo_macs,
 )
 from dlperf.analytic.receptive import FieldTracker
-from dlperf.errors import USER_MODULE_PREFIX, UserError
+from dlperf.errors import USER_MODULE_PREFIX, UserError, in_model_file, innermost
 from dlperf.precision import DTYPES, counted_as
 
 ROOT = "(model)"
@@ -638,12 +638,8 @@ def _raised_by_model(e: BaseException) -> bool:
     an operation refusing the input's shape or dtype, which is the input's fault."""
     if type(e).__module__.startswith(USER_MODULE_PREFIX):
         return True
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None or not str(tb.tb_frame.f_globals.get("__name__", "")).startswith(
-        USER_MODULE_PREFIX
-    ):
+    tb = innermost(e)
+    if tb is None or not in_model_file(tb.tb_frame):
         return False
     # The innermost frame is the model file's: a RuntimeError raised by `x.view(...)` there
     # stops at the call, one the model raises itself at a raise instruction.

@@ -19,7 +19,7 @@ from typing import NoReturn
 from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
-from dlperf.errors import USER_MODULE_PREFIX, CheckFailed, UserError, interrupted
+from dlperf.errors import CheckFailed, UserError, in_model_file, innermost, interrupted
 
 # Every module here but app and console holds commands; importing it registers them on `app`
 # (in the modules' order, the order of `dlperf --help`).
@@ -55,12 +55,8 @@ def say(line: str) -> None:
 def _foreign_caller(e: SystemExit) -> str | None:
     """Where a user's model file raised `e` (a sys.exit in its forward), as file:line; None
     for any other exit (dlperf's own, rich's on a closed pipe)."""
-    tb = e.__traceback__
-    if tb is None:
-        return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    if not str(tb.tb_frame.f_globals.get("__name__", "")).startswith(USER_MODULE_PREFIX):
+    tb = innermost(e)
+    if tb is None or not in_model_file(tb.tb_frame):
         return None
     return f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
 
@@ -70,7 +66,7 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     what it called); none when no frame is a model file's (dlperf's own fault)."""
     walked = list(traceback.walk_tb(e.__traceback__))
     for index, (frame, _) in enumerate(walked):
-        if str(frame.f_globals.get("__name__", "")).startswith(USER_MODULE_PREFIX):
+        if in_model_file(frame):
             return list(traceback.StackSummary.extract(iter(walked[index:])))
     return []
 

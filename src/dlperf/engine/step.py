@@ -43,8 +43,8 @@ def check_output(
     for nothing on the device. Outputs that are not one tensor (a detector's) are left to their
     own loss. `where` follows the batch in the message (" in evaluation"; training says
     nothing). Returns the classes checked against: `classes`, or where they are not known
-    (None: a step built without them) the output's own columns, for
-    the next steps to hold to."""
+    (None: a step built without them) the output's own columns, for the next steps to hold
+    to."""
     if not (isinstance(output, torch.Tensor) and isinstance(y, torch.Tensor)):
         return classes
     images = y.shape[0]
