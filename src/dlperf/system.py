@@ -6,12 +6,16 @@ torch is imported inside the functions that use it, so that importing this modul
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import re
 import resource
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -233,3 +237,37 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
         "dlperf": dlperf_version(),
         "git_commit": _git_commit(),
     }
+
+
+# A line of Kineto's own log (`USDT:2026-11-26 12:19:21 25184:25184 File.cpp:39] text`).
+_KINETO_LINE = re.compile(rb"[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def profiler_quiet() -> Iterator[None]:
+    """Keep Kineto's own log lines off dlperf's stderr while torch.profiler starts, steps or
+    stops: `USDT: ... profiler_start` and `profiler_stop`, which no setting silences, and on a
+    machine with no GPU `ERROR: ... gpuGetDeviceCount failed`. Kineto writes them to fd 2 from
+    C++, so fd 2 is caught into a file meanwhile, and every other line written there
+    (Python's warnings, torch's) is written on to fd 2 afterwards, even when the block raises.
+    (KINETO_LOG_LEVEL would drop the ERROR line only, and a user's Kineto errors elsewhere.)"""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as caught:
+        try:
+            saved = os.dup(2)
+        except OSError:  # no fd 2 at all: nothing reaches a stderr
+            yield
+            return
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            # Passed on to fd 2, where they were written (dlperf itself prints nothing here).
+            lines = caught.read().splitlines(keepends=True)
+            kept = b"".join(line for line in lines if not _KINETO_LINE.match(line))
+            while kept:
+                kept = kept[os.write(2, kept) :]

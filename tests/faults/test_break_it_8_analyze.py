@@ -151,7 +151,7 @@ def test_run_profile_keeps_the_profilers_lines_off_stderr(tmp_path: Path) -> Non
 def test_the_profilers_quiet_keeps_every_other_line_and_error(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from dlperf.analytic.measure import profiler_quiet
+    from dlperf.system import profiler_quiet
 
     kineto = b"ERROR:2026-11-26 12:19:21 25184:25184 DeviceProperties.cpp:56] gpuGetDeviceCount\n"
     with pytest.raises(ZeroDivisionError), profiler_quiet():

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import re
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -24,7 +20,7 @@ from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward, su
 from dlperf.analytic.devices import Device
 from dlperf.errors import UserError
 from dlperf.precision import DTYPES
-from dlperf.system import synchronize
+from dlperf.system import profiler_quiet, synchronize
 from dlperf.timing import Clock, timed
 
 LABEL = "dlperf::"
@@ -198,40 +194,6 @@ def make_step(
                 run_forward(model, x)
 
     return step
-
-
-# A line of Kineto's own log (`USDT:2026-11-26 12:19:21 25184:25184 File.cpp:39] text`).
-_KINETO_LINE = re.compile(rb"[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+\.cpp:\d+\] ")
-
-
-@contextlib.contextmanager
-def profiler_quiet() -> Iterator[None]:
-    """Keep Kineto's own log lines off dlperf's stderr while torch.profiler starts, steps or
-    stops: `USDT: ... profiler_start` and `profiler_stop`, which no setting silences, and on a
-    machine with no GPU `ERROR: ... gpuGetDeviceCount failed`. Kineto writes them to fd 2 from
-    C++, so fd 2 is caught into a file meanwhile, and every other line written there
-    (Python's warnings, torch's) is written on to fd 2 afterwards, even when the block raises.
-    (KINETO_LOG_LEVEL would drop the ERROR line only, and a user's Kineto errors elsewhere.)"""
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as caught:
-        try:
-            saved = os.dup(2)
-        except OSError:  # no fd 2 at all: nothing reaches a stderr
-            yield
-            return
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            # Passed on to fd 2, where they were written (dlperf itself prints nothing here).
-            lines = caught.read().splitlines(keepends=True)
-            kept = b"".join(line for line in lines if not _KINETO_LINE.match(line))
-            while kept:
-                kept = kept[os.write(2, kept) :]
 
 
 @contextlib.contextmanager

@@ -22,12 +22,12 @@ from types import TracebackType
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from dlperf.analytic.measure import profiler_quiet
 from dlperf.config import ProfileConfig, RunConfig
 from dlperf.engine.hooks import StepEnd
 from dlperf.engine.timers import PhaseLabels
 from dlperf.engine.train_loop import Batch, Component
 from dlperf.errors import UserError
+from dlperf.system import profiler_quiet
 
 
 def trace_name(worker: str) -> str:
