@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import tomli_w
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from dlperf.config import describe, load_experiment, load_file, to_toml
+from dlperf.config.base import FIGURE_MAX
+from dlperf.config.loading import _FILE_FIELDS
 from dlperf.errors import UserError
 
 # Every count's bound: what a C int holds (dlperf.config's Count and Size).
@@ -138,7 +141,7 @@ NUMERIC = {
     "analyze.batch": Range(int, 1, INT),
     "analyze.classes": Range(int, 1, INT),
     "predict.ppp": Range(float, 0, 1, low_open=True, high_open=False),
-    "predict.peak_tflops": Range(float, 0, low_open=True),
+    "predict.peak_tflops": Range(float, 0, int(FIGURE_MAX), low_open=True, high_open=False),
     "predict.flops": Range(float, 0, low_open=True),
     "predict.reps": Range(int, 1, INT),
     "export.num_classes": Range(int, 1, INT),
@@ -360,6 +363,35 @@ def exp_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_key_has_a_specified_range_or_kind() -> None:
     specified = {*NUMERIC, *LISTS, *CHOICES, *FLAGS, *TEXTS, *FINITE, "model.kwargs", "run.name"}
     assert {key for key, _ in describe()} == specified
+
+
+def bounds(key: str) -> dict[str, Any]:
+    """The JSON schema of a numeric key's value, as pydantic checks it (None left out)."""
+    fields = _FILE_FIELDS
+    *sections, name = key.split(".")
+    for section in sections:
+        fields = fields[section].annotation.model_fields  # type: ignore[union-attr]
+    field = fields[name]
+    annotation = (
+        Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    )
+    schema = TypeAdapter(annotation).json_schema()
+    return next(s for s in schema.get("anyOf", [schema]) if s["type"] != "null")
+
+
+# Checked by a validator of its own (its message gives an example), not by Field bounds.
+VALIDATED = {"target.accuracy"}
+
+
+@pytest.mark.parametrize("key", sorted(NUMERIC.keys() - VALIDATED))
+def test_each_range_here_is_the_one_the_config_checks(key: str) -> None:
+    # A bound added to the config but not here made the valid strategy draw refused values.
+    r = NUMERIC[key]
+    expected: dict[str, Any] = {"type": "integer" if r.kind is int else "number"}
+    expected["exclusiveMinimum" if r.low_open else "minimum"] = r.low
+    if r.high is not None:
+        expected["exclusiveMaximum" if r.high_open else "maximum"] = r.high
+    assert bounds(key) == expected
 
 
 @REPEATABLE
