@@ -3,6 +3,7 @@ K, with the teacher's and the labelled-only baseline's accuracy as lines."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,9 +21,18 @@ def figure_name(result: DistillResult) -> str:
     (`distill_top-p2_top-k25-50_smallcnn_digits-holdout-0.5.png`)."""
     students = result.students
     ks = "-".join(str(s.top_k) for s in students)
-    pool = re.sub(r"[^\w.]+", "-", result.unlabeled).strip("-")
-    model = result.baseline.model if result.baseline else None
-    return f"distill_top-p{students[0].top_p}_top-k{ks}_{model}_{pool}.png"
+    model = _part(str(result.baseline.model if result.baseline else None))
+    return f"distill_top-p{students[0].top_p}_top-k{ks}_{model}_{_part(result.unlabeled)}.png"
+
+
+def _part(text: str) -> str:
+    """`text` (a model's name or file path, a pool) as part of a file name: no separators,
+    and at most 80 characters, since a name holds 255 bytes; a longer one keeps its end (the
+    file and the factory) after a digest of the whole, so that two recipes still differ."""
+    part = re.sub(r"[^\w.]+", "-", text, flags=re.ASCII).strip("-")
+    if len(part) <= 80:
+        return part
+    return f"{hashlib.sha1(text.encode()).hexdigest()[:8]}-{part[-70:]}"
 
 
 def distill_figure(result: DistillResult) -> Path | None:
