@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-faults test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
+.PHONY: setup demo test test-scenarios test-faults test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,12 @@ demo: setup
 	$(BIN)/dlperf demo
 
 test: setup
-	$(BIN)/pytest -q -m "not faults and not horovod and not gpu"
+	$(BIN)/pytest -q -m "not faults and not scenario and not horovod and not gpu"
+
+# Whole workflows as the docs write them (tests/scenarios/, marked `scenario`): every block of
+# docs/course.md, the README's quick start, the CLI walk-through and the transfer study.
+test-scenarios: setup
+	$(BIN)/pytest -q -m scenario
 
 # The fault tests that take over a minute each (tests/faults/, marked `faults`); CI runs both.
 test-faults: setup

@@ -7,7 +7,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CliResult
+
+pytestmark = pytest.mark.scenario
 
 # 256 of digits' 1,294 training images, 8 steps an epoch: the walk checks what is stored and
 # shown, not how well the model learns. One thread: on a machine whose other core is busy (the

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.scenario
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "course.md"
 TIMEOUT_S = 600  # per line: generous, the machine may be shared and busy

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dlperf.config import build_experiment
 from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
+
+pytestmark = pytest.mark.scenario
 
 SEEDS = (0, 1, 2)
 
