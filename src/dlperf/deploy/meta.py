@@ -24,7 +24,7 @@ class Preprocess:
     """How an image becomes the model's input, exactly as in training."""
 
     size: tuple[int, int]  # (height, width) the image is resized to
-    channels: int  # 1 = grayscale, 3 = RGB
+    channels: int  # 1 = grey (L), 2 = grey and alpha (LA), 3 = RGB, 4 = RGBA; others: no images
     mean: tuple[float, ...]  # per channel, on [0, 1] pixel values
     std: tuple[float, ...]
 

@@ -113,15 +113,45 @@ def _unreadable(source: str, error: Exception) -> UserError:
     )
 
 
+# The image mode that holds a model's channels, by their count: as `dlperf data samples`
+# writes an array's images, and as Pillow reads them back (2 = grey and alpha).
+CHANNEL_MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+
+
+def image_mode(channels: int, source: str = "image") -> str:
+    """The mode an image is converted to for a model of `channels` channels; a model of any
+    other count takes no image file (`source` names the image in that error)."""
+    mode = CHANNEL_MODES.get(channels)
+    if mode is None:
+        raise UserError(
+            f"{source}: the model takes {channels} channels; an image file gives 1 to 4 "
+            f"({', '.join(CHANNEL_MODES.values())})",
+            "give it arrays of its input's shape: `dlperf serve`'s tensor endpoint "
+            "(/v2/models/NAME/infer), or ONNX Runtime",
+        )
+    return mode
+
+
 def to_array(image: Image.Image, pre: Preprocess, source: str = "image") -> np.ndarray:
     """One image to a normalised float32 (C, H, W) array: convert, resize so it covers (H, W),
     centre-crop, scale, normalise — as the training readers of image files do, so a
     non-square photo is cropped, not squashed, and a 16-bit one spans its own range
     (`image_modes.rgb`, the conversion training used; `source` names the image in its
-    errors)."""
-    image = image_modes.rgb(image, source)
-    if pre.channels == 1:
-        image = image.convert("L")
+    errors). The mode follows the model's channels (`image_mode`): L, LA, RGB or RGBA; an
+    image without alpha gets an opaque one, as Pillow converts it."""
+    mode = image_mode(pre.channels, source)
+    if mode in ("LA", "RGBA") and "A" in image.getbands():
+        try:  # keep its alpha: image_modes.rgb drops it, as training on files does
+            image = image.convert(mode)
+        except ValueError as e:  # a mode PIL opens but cannot convert ("La")
+            raise UserError(
+                f"{source}: cannot decode image mode {image.mode} ({e})",
+                f"save it as 8-bit {mode}",
+            ) from None
+    else:
+        image = image_modes.rgb(image, source)
+        if mode != "RGB":
+            image = image.convert(mode)
     height, width = pre.size
     if image.size != (width, height):
         scale = max(width / image.width, height / image.height)

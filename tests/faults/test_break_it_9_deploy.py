@@ -1,0 +1,167 @@
+"""Issue 41, ninth break-it round: export, infer and serve. Images of a model that takes
+neither 1 nor 3 channels, an exported graph that fails in ONNX Runtime during the parity
+check, a model whose eval scores are on the meta device, and scores that are not float;
+each seen failing before its fix."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+from PIL import Image
+from scipy.special import softmax
+
+from dlperf.deploy.server import create_app
+from tests.cli.test_app import one_line_error
+from tests.conftest import CliResult
+from tests.deploy.test_server import running
+
+MODELS = """
+import torch
+from torch import nn
+
+
+class Flat(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.fc = nn.Linear(in_channels * 8 * 8, num_classes)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+class BakedBatch(Flat):
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        if x.max() > 1e9:  # data-dependent: the dynamo exporter refuses, TorchScript traces
+            y = y * 2
+        return y + torch.zeros(int(x.shape[0]), self.fc.out_features)  # the batch, baked in
+
+
+class MetaOut(Flat):
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y if self.training else y.to("meta")
+
+
+class BoolOut(Flat):
+    def forward(self, x):
+        return self.fc(x.flatten(1)) > 0
+
+
+class ArgmaxOut(Flat):
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y.argmax(1, keepdim=True).expand(-1, y.shape[1])
+
+
+def flat(num_classes=10, in_channels=1):
+    return Flat(num_classes, in_channels)
+
+
+def baked_batch(num_classes=10, in_channels=1):
+    return BakedBatch(num_classes, in_channels)
+
+
+def meta_out(num_classes=10, in_channels=1):
+    return MetaOut(num_classes, in_channels)
+
+
+def bool_out(num_classes=10, in_channels=1):
+    return BoolOut(num_classes, in_channels)
+
+
+def argmax_out(num_classes=10, in_channels=1):
+    return ArgmaxOut(num_classes, in_channels)
+"""
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> str:
+    """The model file, written where the cli fixture runs; its name as export takes it."""
+    (tmp_path / "models.py").write_text(MODELS)
+    return "models.py"
+
+
+def exported(cli: Callable[..., CliResult], models: str, channels: int, out: str) -> Path:
+    """models.py:flat exported for (channels, 8, 8) images, any batch."""
+    r = cli(
+        "export", f"{models}:flat", "--input", f"{channels},8,8", "--out", out, "--dynamic-batch"
+    )
+    assert r.code == 0, r.err
+    return Path(out)
+
+
+def png(mode: str, path: Path | None = None) -> bytes:
+    """An 8x8 PNG of random pixels in `mode` (L, LA, RGB, RGBA), also written to `path`."""
+    bands = len(mode)
+    pixels = np.random.default_rng(bands).integers(0, 256, (8, 8, bands), dtype=np.uint8)
+    image = Image.fromarray(pixels[..., 0] if bands == 1 else pixels)
+    assert image.mode == mode
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    if path is not None:
+        path.write_bytes(buffer.getvalue())
+    return buffer.getvalue()
+
+
+def no_files(out: Path) -> None:
+    """Nothing under `out`'s name: the model, its weights, its metadata, the staging."""
+    left = [p.name for p in out.parent.iterdir() if p.name.startswith((out.name, f".{out.name}"))]
+    assert left == [], left
+
+
+# --- 1. images of a model that takes neither 1 nor 3 channels --------------------------------
+
+
+def test_infer_reads_an_la_image_as_a_two_channel_models_grey_and_alpha(
+    cli: Callable[..., CliResult], models: str, tmp_path: Path
+) -> None:
+    model = exported(cli, models, 2, "c2.onnx")
+    png("LA", tmp_path / "la.png")
+    r = cli("infer", str(model), "la.png", "--topk", "10", "--json")
+    # before: ValueError: operands could not be broadcast together with shapes (3,8,8)
+    # (2,1,1), a traceback, exit 1
+    assert r.code == 0, r.err
+    pixels = np.asarray(Image.open(tmp_path / "la.png"), dtype=np.float32) / 255
+    x = ((pixels.transpose(2, 0, 1) - 0.5) / 0.5)[None].astype(np.float32)
+    logits = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"input": x}
+    )[0]
+    expected = softmax(logits.astype(np.float64), axis=-1)[0]
+    top = json.loads(r.out)["predictions"][0]["top"]
+    assert [t["index"] for t in top] == list(np.argsort(-expected, kind="stable"))
+    assert [t["probability"] for t in top] == pytest.approx(sorted(expected, reverse=True))
+
+
+def test_infer_refuses_an_image_for_a_seven_channel_model_in_one_line(
+    cli: Callable[..., CliResult], models: str, tmp_path: Path
+) -> None:
+    model = exported(cli, models, 7, "c7.onnx")
+    png("L", tmp_path / "grey.png")
+    r = cli("infer", str(model), "grey.png")
+    # before: ValueError: operands could not be broadcast together ..., traceback, exit 1
+    one_line_error(r, "grey.png: the model takes 7 channels; an image file gives 1 to 4")
+    assert "(L, LA, RGB, RGBA)" in r.err
+
+
+def test_serve_predicts_a_two_channel_model_and_refuses_a_seven_channel_one_with_400(
+    cli: Callable[..., CliResult], models: str
+) -> None:
+    for channels, status in ((2, 200), (7, 400)):
+        model = exported(cli, models, channels, f"c{channels}.onnx")
+        with running(create_app(model, max_batch=4, max_wait_ms=1, threads=1)) as url:
+            answer = httpx.post(f"{url}/predict", content=png("LA"), timeout=30)
+        # before: 500 "internal error: ValueError" for both, a traceback in the server log
+        assert answer.status_code == status, answer.text
+        if status == 400:
+            said = answer.json()["error"]
+            assert "the model takes 7 channels; an image file gives 1 to 4" in said
+        else:
+            assert len(answer.json()["predictions"]) == 5
