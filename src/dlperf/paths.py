@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is when it is there (through links) but is not a regular file: "a FIFO",
+    "a directory", "a character device" (a link to /dev/zero), "a block device", "a socket";
+    None for a regular file, or for nothing there (the caller says "no such file" its way).
+    Stat'ed, never opened: opening a FIFO waits for a writer, forever when there is none."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, a dangling link, a NUL in the name
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISDIR: "a directory",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
+    return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
 
 
 def check_writable(path: Path, make_parents: bool = False) -> Path:

@@ -9,11 +9,17 @@ from pathlib import Path
 
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
+from dlperf.paths import not_regular
 
 
 def read_text(path: Path, what: str = "") -> str:
     """A file's text as the csv module reads it (newline=""), with one-line errors; `what`
     the file is, for them."""
+    kind = not_regular(path)  # stat'ed, never opened: a FIFO would block open() for ever
+    if kind is not None and kind != "a directory":  # a directory: open()'s own line
+        raise UserError(
+            f"{what}{path} is not a regular file ({kind})", "give the path of a regular file"
+        )
     try:
         # utf-8-sig: a BOM (Excel's "CSV UTF-8") is not part of the first column's name
         with open(path, newline="", encoding="utf-8-sig") as f:

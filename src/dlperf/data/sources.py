@@ -35,6 +35,7 @@ import torch
 from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
+from dlperf.paths import not_regular
 
 
 @dataclass
@@ -294,6 +295,8 @@ def decode_file(path: str, size: int) -> torch.Tensor:
     from PIL import Image
     from torchvision.transforms.v2 import functional as TF
 
+    # A FIFO would block PIL's open() for ever: a file replaced by one since the listing.
+    _regular_image(path)
     # PIL rather than torchvision.io, whose decoders are deprecated from torchvision 0.29.
     try:
         with Image.open(path) as file:
@@ -302,6 +305,17 @@ def decode_file(path: str, size: int) -> torch.Tensor:
         raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
     tensor: torch.Tensor = TF.pil_to_tensor(TF.center_crop(image, [size, size]))
     return tensor
+
+
+def _regular_image(path: str) -> None:
+    """Refuse an image file that is not a regular file (a FIFO, a link to /dev/zero), stat'ed
+    and never opened: opening a FIFO waits for a writer, for ever without a word."""
+    kind = not_regular(path)
+    if kind is not None:
+        raise UserError(
+            f"{path} is not a regular file ({kind})",
+            "replace it with an image file, or move it out of the folder",
+        )
 
 
 def _looped(folder: str, class_dir: str) -> bool:
@@ -363,11 +377,14 @@ def _image_folder(split: Path) -> Any:
     def wanted(path: str) -> bool:
         file = Path(path)
         inside = file.relative_to(split).parts
-        return (
+        image = (
             has_file_allowed_extension(path, IMAGE_EXTENSIONS)
             and not any(part.startswith(".") for part in inside)
             and not _looped(str(file.parent), str(split / inside[0]))
         )
+        if image:  # refused as the folder is listed, before any image is read
+            _regular_image(path)
+        return image
 
     return Folder(str(split), is_valid_file=wanted)
 
@@ -422,8 +439,11 @@ MAX_CLASSES = 1_000_000
 def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
+    kind = not_regular(path)  # stat'ed, never opened: a FIFO would block np.load for ever
+    if kind is not None and kind != "a directory":
+        raise UserError(f"{path} is not a regular file ({kind})", "set data.root to an .npz file")
     if not Path(path).is_file():
-        what = "a directory" if Path(path).is_dir() else "no such file"
+        what = "a directory" if kind else "no such file"
         raise UserError(
             f"{path}: not a readable .npz file ({what})", "set data.root to the path of one"
         )

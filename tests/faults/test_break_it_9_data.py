@@ -1,0 +1,170 @@
+"""What the ninth break-it round found in the data readers, each seen failing before its fix.
+
+A FIFO among the user's files hung without a word: an image folder's `x.png` that is a FIFO
+blocked `run` (in memory or streamed), `sweep` and `data describe` in PIL's open(), and a
+FIFO given to `converge fit --csv` blocked in open(); a FIFO given as an .npz data file was
+called "no such file". Each is now one line naming the file, exit 2, the file stat'ed and
+never opened, as traces and checkpoints are (test_break_it_5_files).
+
+An .npz set of 2 or 7 channels trains, but `data describe` crashed in matplotlib (a
+traceback, exit 1) and `data samples` in PIL, leaving an empty output directory behind.
+
+The commands that could block run in a process of their own under a guard: a regression that
+blocks fails its test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlperf.errors import UserError
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+GUARD_S = 120  # far past what each command takes; a blocked one is killed at it
+
+EXPERIMENT = """
+[model]
+name = "smallcnn"
+[data]
+name = "imagefolder"
+root = "img"
+image_size = 8
+[train]
+epochs = 1
+batch_size = 4
+lr = 0.05
+[run]
+threads = 1
+checkpoint = false
+"""
+
+SWEEP = """
+base = "exp.toml"
+[grid]
+"train.lr" = [0.05, 0.1]
+"""
+
+
+def guarded(*args: str) -> CliResult:
+    """`dlperf ARGS` in a process group of its own (in the current directory, against
+    DLPERF_DB); killed, and the test failed, if it is still running after GUARD_S."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlperf", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
+    return CliResult(proc.returncode, out, err)
+
+
+def image_folder(root: Path) -> None:
+    """root/train and root/val, classes a and b, a few 8x8 RGB PNGs each."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6), ("val", 2)):
+        for name in ("a", "b"):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+
+
+def npz_set(path: Path, channels: int) -> np.ndarray:
+    """An .npz of 60 uint8 images of `channels` channels, 8x8, labels 0 and 1; its images."""
+    rng = np.random.default_rng(channels)
+    images = rng.integers(0, 256, (60, channels, 8, 8), dtype=np.uint8)
+    np.savez(path, images=images, labels=np.array([0, 1] * 30))
+    return images
+
+
+# --- cause 1: a FIFO among the user's files ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "data describe imagefolder --set data.root=img --set data.image_size=8 --out figs",
+        "run exp.toml",
+        "run exp.toml --set data.in_memory=false",
+        "sweep sweep.toml",
+    ],
+)
+def test_a_fifo_in_an_image_folder_is_one_line(command: str, db: str, tmp_path: Path) -> None:
+    """Before: each blocked in PIL's open() of the FIFO, without a word, until killed."""
+    image_folder(tmp_path / "img")
+    fifo = tmp_path / "img" / "train" / "a" / "x.png"
+    os.mkfifo(fifo)
+    (tmp_path / "exp.toml").write_text(EXPERIMENT)
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    result = guarded(*command.split())
+    one_line(result, 2, "img/train/a/x.png is not a regular file (a FIFO)")
+
+
+def test_a_fifo_without_an_image_extension_is_no_image_and_not_read(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Only the files the folder would read are refused: a FIFO named otherwise stays out, as
+    any file of another extension does."""
+    image_folder(tmp_path / "img")
+    os.mkfifo(tmp_path / "img" / "train" / "a" / "pipe")
+    result = cli("data", "describe", "imagefolder", "--set", "data.root=img", "--set",
+                 "data.image_size=8", "--out", "figs", "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    assert '"train": ' in result.out
+
+
+def test_decode_file_refuses_a_fifo_without_opening_it(tmp_path: Path) -> None:
+    """A file replaced by a FIFO after the folder was listed (a streamed set reads each file
+    when its batch comes): refused, not waited on. Before: blocked in open()."""
+    from dlperf.data.sources import decode_file
+
+    fifo = tmp_path / "x.png"
+    os.mkfifo(fifo)
+    caught: list[BaseException] = []
+
+    def decode() -> None:
+        try:
+            decode_file(str(fifo), 8)
+        except BaseException as e:  # handed to the test's thread
+            caught.append(e)
+
+    reader = threading.Thread(target=decode, daemon=True)
+    reader.start()
+    reader.join(timeout=GUARD_S / 4)
+    if reader.is_alive():  # blocked in open(): a writer's open and close set it free
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=GUARD_S / 4)
+        pytest.fail("decode_file blocked opening a FIFO")
+    assert len(caught) == 1 and isinstance(caught[0], UserError), caught
+    assert str(caught[0]).startswith(f"{fifo} is not a regular file (a FIFO)")
+
+
+def test_a_fifo_as_the_npz_file_is_not_called_missing(db: str, tmp_path: Path) -> None:
+    """Before: "not a readable .npz file (no such file)" for a file that is there."""
+    os.mkfifo(tmp_path / "fifo.npz")
+    result = guarded("data", "describe", "npz", "--set", "data.root=fifo.npz", "--out", "figs")
+    one_line(result, 2, "fifo.npz is not a regular file (a FIFO)")
+
+
+def test_a_fifo_as_a_converge_csv_is_one_line(db: str, tmp_path: Path) -> None:
+    """Before: blocked in open() of the CSV until killed."""
+    os.mkfifo(tmp_path / "fifo.csv")
+    result = guarded("converge", "fit", "--csv", "fifo.csv", "--y", "metric")
+    one_line(result, 2, "fifo.csv is not a regular file (a FIFO)")
