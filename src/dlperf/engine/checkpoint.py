@@ -10,7 +10,9 @@ those types (NumPy's key as a tensor), so no allowlist of globals is needed.
 from __future__ import annotations
 
 import io
+import pickle
 import random
+import re
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -87,6 +89,7 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
     leaves the previous checkpoint intact and no partial file behind."""
     # Serialised in memory first: torch.save's zip writer turns a full disk into a
     # RuntimeError ("unexpected pos"); a plain write reports it as the OSError it is (ENOSPC).
+    _check_loadable(state.get("model"))
     buffer = io.BytesIO()
     torch.save({OWNER: asdict(slot.owner), **state}, buffer)
     path = slot.path
@@ -97,6 +100,60 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
         raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
     if slot.on_saved is not None:
         slot.on_saved(path)
+
+
+# torch's weights-only unpickler names the global it refuses: "Unsupported global: GLOBAL
+# numpy._core.multiarray._reconstruct was not an allowed global ...".
+_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
+# The globals a NumPy value is pickled through, as the value a user put in the state.
+_NUMPY_GLOBALS = {
+    "_reconstruct": "numpy.ndarray",
+    "scalar": "a NumPy scalar",
+    "dtype": "numpy.dtype",
+}
+KEEP_TENSORS = "keep model state to tensors (e.g. torch.tensor(...))"
+
+
+def _refused_global(e: Exception) -> str | None:
+    """The value torch's weights-only loader refused, if `e` is that refusal (named as the
+    user knows it: numpy.ndarray rather than the function that rebuilds one); None for any
+    other failure (a truncated or garbled file)."""
+    if not isinstance(e, pickle.UnpicklingError):
+        return None
+    found = _REFUSED_GLOBAL.search(str(e))
+    if found is None:
+        return None
+    name = found.group(1)
+    module, _, leaf = name.rpartition(".")
+    if module.split(".")[0] == "numpy" and leaf in _NUMPY_GLOBALS:
+        return _NUMPY_GLOBALS[leaf]
+    return name
+
+
+def _check_loadable(model_state: object) -> None:
+    """Refuse to write a checkpoint that `load` could never read: a model's state_dict entry
+    that is not a tensor (a module's extra state, get_extra_state) holding a value torch's
+    weights-only loader refuses (a NumPy array, an object of the model's own class). Only
+    those entries are round-tripped, so the check costs nothing for a model of tensors."""
+    if not isinstance(model_state, Mapping):
+        return
+    for key, value in model_state.items():
+        if isinstance(value, torch.Tensor):
+            continue
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        buffer.seek(0)
+        try:
+            torch.load(buffer, map_location="cpu", weights_only=True)
+        except Exception as e:
+            refused = _refused_global(e)
+            if refused is None:
+                raise
+            raise UserError(
+                f"the model's state {key!r} holds a value torch's safe loader refuses "
+                f"({refused}), so its checkpoint could never be loaded (--resume, export, "
+                f"model.weights): {KEEP_TENSORS}"
+            ) from None
 
 
 def run_checkpoint(store: StoredRuns, run_id: int, purpose: str, hint: str) -> Path:
@@ -137,6 +194,12 @@ def load(path: Path, owner: Owner) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # garbage, a truncated or foreign zip, a pickle of other objects
+        refused = _refused_global(e)
+        if refused is not None:  # whole, but holding what the weights-only loader refuses
+            raise UserError(
+                f"checkpoint {path} holds a value torch's safe loader refuses ({refused}, from "
+                f"the model's extra state or a buffer): {KEEP_TENSORS}"
+            ) from None
         raise UserError(
             f"cannot load checkpoint {path}: truncated or not written by dlperf "
             f"({type(e).__name__})",
