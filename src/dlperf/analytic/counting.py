@@ -631,7 +631,7 @@ def sum_backward(out: Any) -> None:
 _READS_VALUES = ("cannot be called on meta tensors", "no data!", "data-independent")
 
 
-def _raised_by_model(e: BaseException) -> bool:
+def raised_by_model(e: BaseException) -> bool:
     """Whether the model's own code raised `e`: an exception of a class a model file defines,
     or one a `raise` or `assert` in a model file raised. Anything else was raised inside torch
     (or a library the model calls), or came out of a torch operation the model's code called:
@@ -665,12 +665,32 @@ def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
                 "analyze counts a forward whose operations follow from shapes alone: "
                 "branch on shapes or settings, not on values, to count it",
             ) from None
-        if _raised_by_model(e):
+        if raised_by_model(e):
             raise
         raise UserError(
             f"the model rejects input {list(x.shape)}: {type(e).__name__}: {first}",
             "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "
             "more)",
+        ) from None
+
+
+def _count_backward(out: Any) -> None:
+    """`sum_backward` on the meta device; torch refusing to run it (an operation with no
+    derivative, as torch.special.zeta; complex weights on meta tensors) is one line, while an
+    exception the model's own code raises (its autograd Function's backward) goes on as it
+    is, to be told with the model's frames."""
+    try:
+        sum_backward(out)
+    except Exception as e:
+        if raised_by_model(e):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        # torch's own plea to report its message, not the reason
+        first = first.split("  (Could this error message be improved?")[0].rstrip()
+        said = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        raise UserError(
+            f"the model's backward cannot be counted: {said}",
+            "its forward alone is still counted: leave out --train, or analyze.train",
         ) from None
 
 
@@ -739,7 +759,7 @@ def analyze_module(
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted.
                 with mode:
-                    sum_backward(out)
+                    _count_backward(out)
                 memory = _training_memory(model, saved.bytes)
     finally:
         for handle in hooks:
