@@ -186,7 +186,21 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
             meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
         memo[id(tensor)] = meta
     with torch.no_grad():
-        return copy.deepcopy(model, memo)
+        copied = copy.deepcopy(model, memo)
+    # A TorchScript module copies itself in C++, past the memo: its weights come back as plain
+    # tensors on the model's device, without requires_grad, which .to("meta") refuses
+    # ("param must be a Parameter"). They are given the meta copies as the rest were.
+    originals = dict(model.named_modules(remove_duplicate=False))
+    for name, module in copied.named_modules(remove_duplicate=False):
+        if not isinstance(module, torch.jit.ScriptModule):
+            continue
+        source = originals[name]
+        for slots, kept in ((module._parameters, source._parameters),
+                            (module._buffers, source._buffers)):  # fmt: skip
+            for key, tensor in kept.items():
+                if tensor is not None and id(tensor) in memo:
+                    slots[key] = memo[id(tensor)]
+    return copied
 
 
 @contextmanager
