@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from torch import nn
 
@@ -216,7 +216,28 @@ def build_from_factory(
             model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
-    except TypeError as e:
+    except Exception as e:
+        if _raised_by_model(e):
+            # The model's own code raised it (a `raise` in its __init__, a class it defines):
+            # the CLI tells it with the model file's frames, exit 1, as from its forward.
+            raise
+        _refuse_factory(spec, own, e)
+    if not isinstance(model, nn.Module):
+        raise UserError(f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def _raised_by_model(e: BaseException) -> bool:
+    from dlperf.analytic.counting import raised_by_model
+
+    return raised_by_model(e)
+
+
+def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
+    """A factory that failed on what dlperf gave it, or inside torch, in one line of bad
+    input: the call itself (an argument without a default), a keyword of the user's of the
+    wrong type, a layer torch refuses."""
+    if isinstance(e, TypeError):
         # An argument without a default, which dlperf cannot know; or, where the user gave
         # kwargs, as likely one of theirs of the wrong type (a list for an int).
         missing = "required" in str(e) and "argument" in str(e)
@@ -227,11 +248,7 @@ def build_from_factory(
             if own and not missing
             else "give the argument a default, or its value in [model] kwargs",
         ) from None
-    except Exception as e:
-        raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}") from None
-    if not isinstance(model, nn.Module):
-        raise UserError(f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
-    return model
+    raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}") from None
 
 
 def _geometry(conv: nn.Conv2d) -> dict[str, Any]:
