@@ -503,14 +503,24 @@ def chance_accuracy(run: RunView) -> list[Issue]:
         "the network learned nothing: check that labels match images, that the input is "
         f"normalised, and the learning rate (train.lr {run.key('train.lr')}); train longer"
     )
+    where = f"1/{classes} = {chance:.3f} ({run.key('data.name')}, {classes} classes)"
+    said = f"{what} {accuracy:.3f} is within {margin:.3f} of chance, {where}"
+    if accuracy < chance - margin:
+        # Far below chance is worse than guessing, which a network that learned nothing does
+        # not do: it learned something that the labels it was scored against contradict.
+        said = f"{what} {accuracy:.3f} is below chance, {where}, by more than {margin:.3f}"
+        fix = (
+            "worse than guessing: the labels or the scores may be misaligned; check that labels "
+            "match images and that the model's output columns are the classes in the labels' "
+            f"order, and the learning rate (train.lr {run.key('train.lr')})"
+        )
     if (run.run.trained.transfer or {}).get("warnings"):
         fix += "; see input-below-weights-resolution"
     # A run still training may yet learn: said, but not failed on.
     return [
         Issue(
             "warning" if run.run.status == "running" else "error",
-            f"{what} {accuracy:.3f} is within {margin:.3f} of chance, 1/{classes} = "
-            f"{chance:.3f} ({run.key('data.name')}, {classes} classes)",
+            said,
             fix,
             {"accuracy": accuracy, "chance": chance, "classes": classes},
         )
