@@ -168,3 +168,57 @@ def test_a_fifo_as_a_converge_csv_is_one_line(db: str, tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo.csv")
     result = guarded("converge", "fit", "--csv", "fifo.csv", "--y", "metric")
     one_line(result, 2, "fifo.csv is not a regular file (a FIFO)")
+
+
+# --- cause 2: npz sets of channel counts an image cannot show -----------------------------
+
+
+@pytest.mark.parametrize("channels", [2, 5, 7])
+def test_describe_draws_an_npz_set_of_any_channel_count(
+    channels: int, cli: Cli, tmp_path: Path
+) -> None:
+    """Before: matplotlib's "Invalid shape (8, 8, 2) for image data", a traceback, exit 1."""
+    npz_set(tmp_path / "set.npz", channels)
+    result = cli("data", "describe", "npz", "--set", "data.root=set.npz", "--out", "figs")
+    assert result.code == 0, result.err
+    assert (tmp_path / "figs" / "npz-samples.png").stat().st_size > 0
+
+
+def test_a_figure_of_images_png_cannot_show_says_which_channel_it_shows() -> None:
+    from dlperf.report.data import shown_channels
+
+    assert shown_channels(1) == shown_channels(3) == shown_channels(4) == ""
+    assert shown_channels(2) == "channel 1 of 2 shown, in grey"
+    assert shown_channels(7) == "channel 1 of 7 shown, in grey"
+
+
+@pytest.mark.parametrize(("channels", "mode"), [(1, "L"), (2, "LA"), (3, "RGB"), (4, "RGBA")])
+def test_samples_writes_the_channels_a_png_holds(
+    channels: int, mode: str, cli: Cli, tmp_path: Path
+) -> None:
+    """Before: PIL's "Cannot handle this data type: (1, 1, 2)", a traceback, exit 1."""
+    from PIL import Image
+
+    images = npz_set(tmp_path / "set.npz", channels)
+    result = cli("data", "samples", "npz", "--set", "data.root=set.npz", "--per-class", "1",
+                 "--split", "train", "--out", "samples", "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    files = sorted((tmp_path / "samples").iterdir())
+    assert len(files) == 2
+    with Image.open(files[0]) as png:
+        assert png.mode == mode
+        written = np.asarray(png)
+    # the split's images are a permutation of the file's: the one written is among them
+    chw = written.reshape(8, 8, channels).transpose(2, 0, 1)
+    assert any(np.array_equal(chw, image) for image in images)
+
+
+@pytest.mark.parametrize("channels", [5, 7])
+def test_samples_refuses_other_channel_counts_before_making_the_directory(
+    channels: int, cli: Cli, tmp_path: Path
+) -> None:
+    """Before: a traceback, exit 1, and an empty samples directory left behind."""
+    npz_set(tmp_path / "set.npz", channels)
+    result = cli("data", "samples", "npz", "--set", "data.root=set.npz", "--out", "samples")
+    one_line(result, 2, f"npz images have {channels} channels; a PNG holds 1 to 4")
+    assert not (tmp_path / "samples").exists()

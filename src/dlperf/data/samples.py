@@ -3,8 +3,9 @@ student runs inference on, or looks at, without writing Python.
 
 Each file is one image of a split exactly as the loader holds it (after `data.image_size`
 when set, before normalisation and augmentation), at its own size: an 8 x 8 digit stays
-8 x 8 pixels. Files are named SPLIT-INDEX-CLASS.png, INDEX the image's position in the
-split, so a file leads back to its image."""
+8 x 8 pixels, with its channels as PNG holds them (1 grey, 2 grey and alpha, 3 RGB, 4 RGBA;
+a set of more channels is refused). Files are named SPLIT-INDEX-CLASS.png, INDEX the image's
+position in the split, so a file leads back to its image."""
 
 from __future__ import annotations
 
@@ -49,6 +50,13 @@ def write_samples(
     part = getattr(data, split)
     if len(part) == 0:
         raise UserError(f"{data.name} has no {split} images", "choose another --split")
+    channels = data.shape[0]
+    if channels > 4:  # before the directory is made: a refusal leaves none behind
+        raise UserError(
+            f"{data.name} images have {channels} channels; a PNG holds 1 to 4 (grey, grey and "
+            "alpha, RGB, RGBA)",
+            "dlperf data describe shows their first channel; numpy reads them from the file",
+        )
     names = data.classes or [str(i) for i in range(data.num_classes)]
     out.mkdir(parents=True, exist_ok=True)
     files = []
@@ -59,6 +67,7 @@ def write_samples(
             else:  # a streamed set: read only the files written
                 pixels = decode_file(part.files[index], data.shape[-1])
             array = np.ascontiguousarray(pixels.permute(1, 2, 0).numpy())
+            # 1 channel: L, 2: LA, 3: RGB, 4: RGBA
             image = Image.fromarray(array.squeeze(-1) if array.shape[-1] == 1 else array)
             path = out / f"{split}-{index:05d}-{_safe(names[label])}.png"
             image.save(path)

@@ -32,7 +32,8 @@ def plot_samples(
     augmented: list[torch.Tensor] | None = None,
     augment: str = "",
 ) -> Path:
-    """One row per class of its sample images (uint8 C,H,W), grey or RGB as stored; with
+    """One row per class of its sample images (uint8 C,H,W), grey, RGB or RGBA as stored (of
+    another channel count, the first channel in grey, as the title says); with
     `augmented` (per class M,n,C,H,W), each image followed by its M augmented copies."""
     copies = len(augmented[0]) if augmented else 0
     per_class = max((len(s) for s in samples), default=1) or 1
@@ -57,14 +58,25 @@ def plot_samples(
         title = f"{name}: each training image, then its {what}\n{augment}"
     else:
         title = f"{name}: training images by class"
+    channels = next((len(s[0]) for s in samples if len(s)), 1)
+    if shown_channels(channels):
+        title = f"{title}\n{shown_channels(channels)}"
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return path
 
 
+def shown_channels(channels: int) -> str:
+    """What a figure says of images of `channels` channels: nothing for those an image shows
+    as they are (1 grey, 3 RGB, 4 RGBA), else that the first channel is shown in grey."""
+    return "" if channels in (1, 3, 4) else f"channel 1 of {channels} shown, in grey"
+
+
 def _show(ax: Axes, image: torch.Tensor) -> None:
-    pixels = image.permute(1, 2, 0).numpy()
+    # matplotlib draws 1 (grey), 3 or 4 channels; of any other count, the first, in grey
+    pixels = image[:1] if shown_channels(len(image)) else image
+    pixels = pixels.permute(1, 2, 0).numpy()
     # A fixed 0..255 scale: autoscaling each image apart would show Cutout's patch as a
     # change of contrast in the copy.
     ax.imshow(
