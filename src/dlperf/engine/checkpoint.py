@@ -147,8 +147,8 @@ def _check_loadable(model_state: object) -> None:
             torch.load(buffer, map_location="cpu", weights_only=True)
         except Exception as e:
             refused = _refused_global(e)
-            if refused is None:
-                raise
+            if refused is None:  # not the loader's refusal: left to the save itself
+                continue
             raise UserError(
                 f"the model's state {key!r} holds a value torch's safe loader refuses "
                 f"({refused}), so its checkpoint could never be loaded (--resume, export, "
