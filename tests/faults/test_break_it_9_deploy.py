@@ -61,6 +61,12 @@ class ArgmaxOut(Flat):
         return y.argmax(1, keepdim=True).expand(-1, y.shape[1])
 
 
+class Bf16Eval(Flat):
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y if self.training else y.bfloat16()
+
+
 def flat(num_classes=10, in_channels=1):
     return Flat(num_classes, in_channels)
 
@@ -79,6 +85,10 @@ def bool_out(num_classes=10, in_channels=1):
 
 def argmax_out(num_classes=10, in_channels=1):
     return ArgmaxOut(num_classes, in_channels)
+
+
+def bf16_eval(num_classes=10, in_channels=1):
+    return Bf16Eval(num_classes, in_channels)
 """
 
 
@@ -165,3 +175,27 @@ def test_serve_predicts_a_two_channel_model_and_refuses_a_seven_channel_one_with
             assert "the model takes 7 channels; an image file gives 1 to 4" in said
         else:
             assert len(answer.json()["predictions"]) == 5
+
+
+# --- 2. an exported graph that fails in ONNX Runtime in the parity check ---------------------
+
+
+def test_export_whose_graph_fails_in_onnx_runtime_is_one_line_and_leaves_no_file(
+    cli: Callable[..., CliResult], models: str, tmp_path: Path
+) -> None:
+    args = ["export", f"{models}:baked_batch", "--input", "1,8,8", "--out", "baked.onnx"]
+    r = cli(*args, "--dynamic-batch", "--json")
+    # before: onnxruntime...Fail: ... Attempting to broadcast an axis by a dimension other
+    # than 1. 2 by 8, a traceback, exit 1
+    assert r.code == 1, r.err
+    # The error is the last line, after the progress lines and the exporter's fallback.
+    assert "Traceback" not in r.err, r.err
+    failed = [line for line in r.err.splitlines() if line.startswith("check failed: ")]
+    assert len(failed) == 1 and r.err.strip().splitlines()[-1] == failed[0], r.err
+    assert failed[0].startswith(
+        "check failed: the exported graph fails in ONNX Runtime at batch 8 (random input): "
+    )
+    assert "2 by 8" in failed[0] and "a batch size baked into the graph" in failed[0]
+    assert "export without --dynamic-batch" in failed[0]
+    assert r.out == ""  # as the other parity failures that write no file
+    no_files(tmp_path / "baked.onnx")

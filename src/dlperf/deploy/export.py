@@ -190,6 +190,22 @@ def run_onnx(session: Any, x: np.ndarray) -> np.ndarray:
     return np.concatenate(outs)
 
 
+def onnx_failure(error: Exception, batch: int, inputs: str, exported_at: int | None) -> str:
+    """The line for an exported graph that ONNX Runtime fails to run in the parity check, on
+    `batch` rows of `inputs`; `exported_at`: the example's batch where the batch is dynamic."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"/onnxruntime_src/\S+ ", "", text)  # ORT's own source file and line
+    said = f"the exported graph fails in ONNX Runtime at batch {batch} ({inputs}): {text}"
+    if exported_at is not None and batch != exported_at:
+        said += (
+            f"; the likely cause: a batch size baked into the graph (exported at batch "
+            f"{exported_at}): export without --dynamic-batch, or make the shape come from x "
+            "(x.shape[0], not a number)"
+        )
+    return said
+
+
 def compare(
     reference: np.ndarray, candidate: np.ndarray, rtol: float, atol: float
 ) -> dict[str, Any]:
@@ -334,12 +350,13 @@ def export(
         reporter.log(f"warning: {warning}")
     data_file = out.with_name(out.name + ".data")
     model, meta = source.model.eval(), source.meta
+    # A batch of 2 for a dynamic batch: the dynamo exporter specialises 1 to a constant.
+    batch = 2 if dynamic_batch else 1
     start = time.perf_counter()
 
     with _staged(out) as staged:
         reporter.task(f"exporting {meta.model} to {out}")
-        # A batch of 2: the dynamo exporter specialises a batch of 1 to a constant.
-        example = torch.zeros(2 if dynamic_batch else 1, *meta.input_shape)
+        example = torch.zeros(batch, *meta.input_shape)
         exporter = _torch_export(
             model, example, staged, opset, dynamic_batch, single_file, reporter
         )
@@ -372,7 +389,14 @@ def export(
         for name, x in inputs.items():
             with torch.no_grad():
                 reference = model(x).numpy()
-            result = compare(reference, run_onnx(session, x.numpy()), rtol, atol)
+            try:
+                candidate = run_onnx(session, x.numpy())
+            except Exception as e:  # ORT's own Fail/RuntimeException: no file of this export
+                what = "random input" if name == "random" else name
+                raise CheckFailed(
+                    onnx_failure(e, len(x), what, batch if dynamic_batch else None)
+                ) from None
+            result = compare(reference, candidate, rtol, atol)
             sets.append({"input": name, **result})
         _publish(staged, out)  # checked and compared: kept, within tolerance or not
 
