@@ -106,21 +106,32 @@ def dry_backward(
 ) -> None:
     """One training-mode forward and backward of two zero images, its gradients and buffers
     put back after: a model whose scores carry no gradient (detached, or computed under
-    torch.no_grad) or whose backward fails (an in-place operation on a tensor autograd saved)
-    is one line here rather than the autograd traceback of the first step."""
+    torch.no_grad), whose forward leaves gradients off, whose backward fails (an in-place
+    operation on a tensor autograd saved, an operation torch has no derivative for) or gives a
+    parameter a sparse gradient is one line here rather than the traceback of the first step.
+    Gradients are on for it, and as they were after it, whatever the forward did to them."""
     saved = [(b, b.clone()) for b in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]
     model.train()
     cannot = f"model {what} cannot be trained"
     try:
-        scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
-        if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
-            raise UserError(
-                f"{cannot}: it returns scores that carry no gradient",
-                "return the scores as its layers compute them (no .detach(), torch.no_grad "
-                "or .numpy() on the way)",
-            )
-        scores.float().sum().backward()  # type: ignore[no-untyped-call]
+        with torch.enable_grad():  # put back as it was on leaving, whatever the forward sets
+            scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
+            if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
+                raise UserError(
+                    f"{cannot}: it returns scores that carry no gradient",
+                    "return the scores as its layers compute them (no .detach(), torch.no_grad "
+                    "or .numpy() on the way)",
+                )
+            if not torch.is_grad_enabled():
+                raise UserError(
+                    f"{cannot}: its forward turns gradients off and leaves them off "
+                    "(torch.set_grad_enabled(False), or torch.no_grad() entered outside a "
+                    "with-block)",
+                    "turn them off only within a with-block: with torch.no_grad(): ...",
+                )
+            scores.float().sum().backward()  # type: ignore[no-untyped-call]
+        check_dense_gradients(model, cannot)
     except RuntimeError as e:
         first = (str(e).strip().splitlines() or [""])[0]
         if out_of_memory(e):
@@ -129,11 +140,7 @@ def dry_backward(
                 f"{device or 'cpu'}: {first}",
                 "a smaller model or input, or a device with more memory",
             ) from None
-        raise UserError(
-            f"{cannot}: its backward fails: {first}",
-            "use the out-of-place form of the operation autograd names (y = y.relu() "
-            "for y.relu_(), y = y + 1 for y += 1)",
-        ) from None
+        raise UserError(f"{cannot}: its backward fails: {first}", backward_hint(str(e))) from None
     finally:
         for p, grad in grads:
             p.grad = grad
@@ -141,6 +148,43 @@ def dry_backward(
             for buffer, value in saved:
                 buffer.copy_(value)
         model.eval()
+
+
+def backward_hint(error: str) -> str:
+    """The fix for a backward that failed with torch's `error`."""
+    if "modified by an inplace operation" in error:
+        return (
+            "use the out-of-place form of the operation autograd names (y = y.relu() "
+            "for y.relu_(), y = y + 1 for y += 1)"
+        )
+    if "derivative for" in error and "not implemented" in error:
+        return (
+            "torch has no derivative for that operation: compute it another way, or only from "
+            "tensors that need no gradient (frozen, or .detach()ed first)"
+        )
+    if "does not require grad and does not have a grad_fn" in error:
+        return (
+            "the forward turned gradients off for what follows it (torch.no_grad, "
+            "torch.set_grad_enabled(False), .detach()): compute the scores with them on"
+        )
+    return "every operation from the parameters to the scores must have a backward in torch"
+
+
+def check_dense_gradients(model: nn.Module, cannot: str) -> None:
+    """After a backward of `model`: no parameter may hold a sparse gradient (an nn.Embedding
+    or nn.EmbeddingBag made with sparse=True). dlperf's optimizers (weight decay; Adam and
+    AdamW at all), gradient clipping and DDP assume dense ones, and would fail at the first
+    step in a traceback; `cannot` starts the line."""
+    for name, p in model.named_parameters():
+        if p.grad is None or p.grad.layout == torch.strided:
+            continue
+        owner = model.get_submodule(name.rpartition(".")[0])
+        made = f" ({type(owner).__name__}(sparse=True))" if getattr(owner, "sparse", False) else ""
+        raise UserError(
+            f"{cannot}: its parameter {name} gets a sparse gradient{made}, which dlperf's "
+            "optimizers, gradient clipping and DDP do not take",
+            "use sparse=False",
+        )
 
 
 # What cuBLAS, cuDNN and torch's CPU allocator say when an allocation fails: a plain
