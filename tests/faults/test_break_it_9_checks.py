@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import dlperf
+from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 
@@ -86,6 +88,70 @@ def _refused(result: CliResult, store: RunStore, said: str) -> None:
     assert result.code == 2, (result.code, result.out, result.err)
     assert said in _one_line(result.err), result.err
     assert store.list_runs() == []
+
+
+# --- scores on another device ---------------------------------------------------------------
+
+META_IN_EVAL = "y if self.training else y.to('meta')"
+META_IN_TRAINING = "y.to('meta') if self.training else y"
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mode"), [(META_IN_EVAL, ""), (META_IN_TRAINING, " in training mode")]
+)
+def test_scores_on_the_meta_device_are_one_line_up_front(
+    cli: Cli, tmp_path: Path, store: RunStore, wrong: str, mode: str
+) -> None:
+    """Before: eval mode, a traceback from check_finite's read of a meta tensor, exit 1;
+    training mode, NotImplementedError "Cannot copy out of meta tensor" from the dry backward."""
+    exp = _experiment(tmp_path, wrong)
+    said = f"model '{tmp_path / 'm.py'}:Net' returns{mode} its scores on meta; expected them on cpu"
+    _refused(cli("run", str(exp)), store, said)
+
+
+def test_sweep_refuses_scores_on_the_meta_device_before_any_point(
+    cli: Cli, tmp_path: Path, store: RunStore
+) -> None:
+    exp = _experiment(tmp_path, META_IN_EVAL)
+    (tmp_path / "sw.toml").write_text(f'base = "{exp}"\n[grid]\n"train.lr" = [0.05, 0.1]\n')
+    _refused(cli("sweep", "sw.toml"), store, "its scores on meta; expected them on cpu")
+
+
+def test_the_api_raises_user_error_for_scores_on_the_meta_device(
+    tmp_path: Path, db: str, store: RunStore
+) -> None:
+    """Before: dlperf.run() raised torch's RuntimeError."""
+    exp = _experiment(tmp_path, META_IN_EVAL)
+    with pytest.raises(UserError, match="its scores on meta; expected them on cpu"):
+        dlperf.run(exp, store=db)
+    assert store.list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("wrong", "where"),
+    [
+        # Eval mode: two up-front forwards (the dry one and check_finite's is not made for
+        # finite scores, so one), then evaluation.
+        ("y if self.training or self.calls[False] < 2 else y.to('meta')", " in evaluation"),
+        # Training mode: the classifier check's and the dry backward's forwards, then steps.
+        ("y if not self.training or self.calls[True] < 3 else y.to('meta')", ""),
+    ],
+    ids=["evaluation", "training"],
+)
+def test_scores_that_move_to_the_meta_device_later_fail_the_run_in_one_line(
+    cli: Cli, tmp_path: Path, store: RunStore, wrong: str, where: str
+) -> None:
+    """As the eighth round's outputs wrong only in evaluation: the run fails, one line."""
+    result = cli("run", str(_experiment(tmp_path, wrong)))
+    assert result.code == 1, (result.code, result.out, result.err)
+    said = (
+        f"model Net returned its scores on meta for a batch of 16 images{where}: "
+        "expected them on cpu, where its parameters are"
+    )
+    assert said in _one_line(result.err), result.err
+    [run] = store.list_runs()
+    assert run.status == "failed"
+    assert run.error is not None and run.error.startswith(said), run.error
 
 
 # --- sparse gradients -----------------------------------------------------------------------

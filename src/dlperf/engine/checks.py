@@ -244,8 +244,9 @@ def check_classifier(
 ) -> torch.Tensor:
     """`model` (`what`, as the user named it), whose dry forward gave `output` (in `mode`,
     where that is said: "in training mode"), must train as a classifier of `classes` classes:
-    one float score per class for each of the DRY_BATCH images, and parameters to train.
-    Said here, before anything is recorded, rather than as the loss's or the optimizer's
+    one float score per class for each of the DRY_BATCH images, on the device of its
+    parameters (checked before any value is read: a meta tensor has none), and parameters to
+    train. Said here, before anything is recorded, rather than as the loss's or the optimizer's
     traceback at the first step. Returns `output`, the scores."""
     expected = [DRY_BATCH, classes]
     size = f"a classifier's scores, shape [batch, classes]: {expected} for {DRY_BATCH} images"
@@ -255,6 +256,13 @@ def check_classifier(
             f"{returns} a {type(output).__name__}, not a tensor; expected {size}",
             "return the class scores alone (torchvision's googlenet and inception_v3: "
             "model.kwargs.aux_logits = false)",
+        )
+    expected_device = next((p.device for p in model.parameters()), output.device)
+    if output.device != expected_device:  # before anything reads its values
+        raise UserError(
+            f"{returns} its scores on {output.device}; expected them on {expected_device}, "
+            "where its parameters and input are",
+            "return them where the forward computes them (no .to(), .cpu() or .cuda() on the way)",
         )
     if list(output.shape) != expected:
         raise UserError(
@@ -291,7 +299,11 @@ def check_finite(
         return
     with torch.no_grad():
         again = model(torch.rand(DRY_BATCH, *shape, device=device))
-    if isinstance(again, torch.Tensor) and bool(torch.isfinite(again).all()):
+    if (
+        isinstance(again, torch.Tensor)
+        and again.device == output.device  # a meta tensor has no values to read
+        and bool(torch.isfinite(again).all())
+    ):
         return
     raise UserError(
         f"model {what} gives NaN or inf scores for finite images before any training step: the "

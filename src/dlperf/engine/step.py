@@ -50,6 +50,14 @@ def check_output(
     images = y.shape[0]
     returned = f"model {type(model).__name__} returned"
     batch = f"for a batch of {images} images{where}"
+    # On the model's device, looked at before the loss reads it (a meta tensor has no values).
+    # The parameters' device, not the labels': a loader may leave those on the host for DDP.
+    expected = next((p.device for p in model.parameters()), output.device)
+    if output.device != expected:
+        raise WrongOutput(
+            f"{returned} its scores on {output.device} {batch}: expected them on {expected}, "
+            "where its parameters are"
+        )
     if output.shape[:1] != y.shape[:1]:
         raise WrongOutput(
             f"{returned} shape {list(output.shape)} {batch}: "
