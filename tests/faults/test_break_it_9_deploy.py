@@ -199,3 +199,40 @@ def test_export_whose_graph_fails_in_onnx_runtime_is_one_line_and_leaves_no_file
     assert "export without --dynamic-batch" in failed[0]
     assert r.out == ""  # as the other parity failures that write no file
     no_files(tmp_path / "baked.onnx")
+
+
+# --- 3. scores on the meta device --------------------------------------------------------------
+
+
+def test_export_of_a_model_whose_eval_scores_are_on_the_meta_device_is_one_line(
+    cli: Callable[..., CliResult], models: str, tmp_path: Path
+) -> None:
+    r = cli("export", f"{models}:meta_out", "--input", "1,8,8", "--out", "m.onnx")
+    # before: TypeError: can't convert meta device type tensor to numpy, a traceback, exit 1
+    one_line_error(r, "returns in eval mode its scores on the meta device")
+    no_files(tmp_path / "m.onnx")
+
+
+# --- 4. scores that are not float ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"), [("bool_out", "torch.bool"), ("argmax_out", "torch.int64")]
+)
+def test_export_refuses_scores_that_are_not_float(
+    name: str, dtype: str, cli: Callable[..., CliResult], models: str, tmp_path: Path
+) -> None:
+    r = cli("export", f"{models}:{name}", "--input", "1,8,8", "--out", "s.onnx")
+    # before: exit 0, a file whose scores infer and serve showed as probabilities
+    one_line_error(r, f"returns in eval mode {dtype}")
+    assert "values; expected float scores (logits)" in r.err
+    no_files(tmp_path / "s.onnx")
+
+
+def test_export_refuses_bfloat16_scores_that_onnx_runtime_cannot_hand_back(
+    cli: Callable[..., CliResult], models: str, tmp_path: Path
+) -> None:
+    r = cli("export", f"{models}:bf16_eval", "--input", "1,8,8", "--out", "b.onnx")
+    # before: TypeError: Got unsupported ScalarType BFloat16 in the parity check, exit 1
+    one_line_error(r, "returns in eval mode torch.bfloat16 scores, which ONNX Runtime cannot")
+    no_files(tmp_path / "b.onnx")

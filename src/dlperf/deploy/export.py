@@ -190,6 +190,37 @@ def run_onnx(session: Any, x: np.ndarray) -> np.ndarray:
     return np.concatenate(outs)
 
 
+def check_scores(output: object, name: str) -> torch.Tensor:
+    """What model `name` returned in eval mode must be what `dlperf infer` and `dlperf serve`
+    rank as probabilities: one tensor of float scores, on the CPU the export runs on; the rule
+    `dlperf run` holds a classifier to, in its words. Returns the scores."""
+    returns = f"model '{name}' returns in eval mode"
+    if not isinstance(output, torch.Tensor):
+        raise UserError(
+            f"{returns} a {type(output).__name__}, not a tensor; an exported classifier "
+            "returns one tensor of scores, shape [batch, classes]",
+            "return the class scores alone",
+        )
+    if output.device.type != "cpu":
+        raise UserError(
+            f"{returns} its scores on the {output.device} device; export runs the model on "
+            "the CPU and compares its scores with ONNX Runtime's there",
+            "return them on the input's device (x.device)",
+        )
+    if not output.is_floating_point():
+        raise UserError(
+            f"{returns} {output.dtype} values; expected float scores (logits)",
+            "return the scores before any argmax or rounding",
+        )
+    if output.dtype == torch.bfloat16:
+        raise UserError(
+            f"{returns} torch.bfloat16 scores, which ONNX Runtime cannot hand to Python "
+            "(NumPy has no bfloat16): neither the parity check nor `dlperf infer` could read them",
+            "return them as float32 (y.float())",
+        )
+    return output
+
+
 def onnx_failure(error: Exception, batch: int, inputs: str, exported_at: int | None) -> str:
     """The line for an exported graph that ONNX Runtime fails to run in the parity check, on
     `batch` rows of `inputs`; `exported_at`: the example's batch where the batch is dynamic."""
@@ -350,8 +381,15 @@ def export(
         reporter.log(f"warning: {warning}")
     data_file = out.with_name(out.name + ".data")
     model, meta = source.model.eval(), source.meta
+    if meta.preprocess.channels not in runtime.CHANNEL_MODES:
+        reporter.log(
+            f"warning: the model takes {meta.preprocess.channels} channels: `dlperf infer` and "
+            "/predict refuse image files for it (they give 1 to 4); send it arrays"
+        )
     # A batch of 2 for a dynamic batch: the dynamo exporter specialises 1 to a constant.
     batch = 2 if dynamic_batch else 1
+    with torch.no_grad():  # refused before the export, which takes a while
+        check_scores(model(torch.zeros(batch, *meta.input_shape)), meta.model)
     start = time.perf_counter()
 
     with _staged(out) as staged:
@@ -388,7 +426,7 @@ def export(
         sets = []
         for name, x in inputs.items():
             with torch.no_grad():
-                reference = model(x).numpy()
+                reference = check_scores(model(x), meta.model).numpy()
             try:
                 candidate = run_onnx(session, x.numpy())
             except Exception as e:  # ORT's own Fail/RuntimeException: no file of this export
