@@ -12,15 +12,19 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 from scipy.special import softmax
 
+from dlperf.deploy import meta
 from dlperf.deploy.server import create_app
+from dlperf.errors import UserError
 from tests.cli.test_app import one_line_error
 from tests.conftest import CliResult
-from tests.deploy.test_server import running
+from tests.deploy.test_server import OPSET, running
 
 MODELS = """
 import torch
@@ -236,3 +240,41 @@ def test_export_refuses_bfloat16_scores_that_onnx_runtime_cannot_hand_back(
     # before: TypeError: Got unsupported ScalarType BFloat16 in the parity check, exit 1
     one_line_error(r, "returns in eval mode torch.bfloat16 scores, which ONNX Runtime cannot")
     no_files(tmp_path / "b.onnx")
+
+
+def bool_scores(path: Path) -> Path:
+    """An ONNX classifier with dlperf's metadata whose scores are booleans: x > 0 of a 1x8x8
+    image's first 10 pixels (the file `dlperf export` wrote before it refused them)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Flatten", ["input"], ["flat"], axis=1),
+            helper.make_node("Slice", ["flat", "start", "end", "axis"], ["head"]),
+            helper.make_node("Greater", ["head", "zero"], ["logits"]),
+        ],
+        "bools",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.BOOL, ["N", 10])],
+        [
+            numpy_helper.from_array(np.array([0], np.int64), "start"),
+            numpy_helper.from_array(np.array([10], np.int64), "end"),
+            numpy_helper.from_array(np.array([1], np.int64), "axis"),
+            numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
+    pre = meta.Preprocess((8, 8), 1, (0.5,), (0.5,))
+    meta.save(path, meta.ModelMeta("classification", "bools", "input", (1, 8, 8), pre))
+    return path
+
+
+def test_infer_and_serve_refuse_a_classifier_whose_scores_are_not_float(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    model = bool_scores(tmp_path / "bool.onnx")
+    png("L", tmp_path / "seven.png")
+    r = cli("infer", str(model), "seven.png")
+    # before: every label at "probability 0.1794", the softmax of booleans, exit 0
+    one_line_error(r, "bool.onnx gives tensor(bool) scores; expected float scores (logits)")
+    # before: served, and /predict answered the same probabilities
+    with pytest.raises(UserError, match=r"gives tensor\(bool\) scores; expected float scores"):
+        create_app(model, threads=1)

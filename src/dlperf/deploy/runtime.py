@@ -56,6 +56,23 @@ def open_model(
     return meta, session(path, threads)
 
 
+# ONNX Runtime's names of the float types a classifier's scores may have.
+FLOAT_SCORES = ("tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)")
+
+
+def check_scores(session: Any, path: Path) -> None:
+    """A classifier's first output must be float scores (logits): the softmax of booleans or
+    of class indices is no probability. `dlperf export` refuses such a model; this holds an
+    ONNX file from elsewhere, or from before it did, to the same rule."""
+    scores = session.get_outputs()[0]
+    if scores.type not in FLOAT_SCORES:
+        raise UserError(
+            f"{path} gives {scores.type} scores; expected float scores (logits), which a "
+            "classifier's probabilities are made from",
+            "export the model's scores before any argmax, comparison or rounding",
+        )
+
+
 def providers(available: list[str]) -> list[Any]:
     """CUDA when onnxruntime-gpu has it, else the CPU. CUDA without TF32: its 10-bit
     mantissa would miss PyTorch's fp32 answers by more than export's parity tolerance."""

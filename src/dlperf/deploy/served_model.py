@@ -42,6 +42,8 @@ class ServedModel:
         self.inputs = self.session.get_inputs()
         self.outputs = self.session.get_outputs()
         self.output_names = [o.name for o in self.outputs]
+        if self.task == "classification":  # /predict ranks its scores as probabilities
+            runtime.check_scores(self.session, path)
         batch_dim = self.inputs[0].shape[0] if self.inputs[0].shape else None
         # /predict feeds one image: a fixed batch of more would refuse every upload.
         if self.meta and isinstance(batch_dim, int) and batch_dim != 1:
