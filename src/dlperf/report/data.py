@@ -75,8 +75,8 @@ def shown_channels(channels: int) -> str:
 
 def _show(ax: Axes, image: torch.Tensor) -> None:
     # matplotlib draws 1 (grey), 3 or 4 channels; of any other count, the first, in grey
-    pixels = image[:1] if shown_channels(len(image)) else image
-    pixels = pixels.permute(1, 2, 0).numpy()
+    drawn = image[:1] if shown_channels(len(image)) else image
+    pixels = drawn.permute(1, 2, 0).numpy()
     # A fixed 0..255 scale: autoscaling each image apart would show Cutout's patch as a
     # change of contrast in the copy.
     ax.imshow(
