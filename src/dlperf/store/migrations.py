@@ -16,8 +16,12 @@ sweep's or a report's workers) finds the current version and only reads.
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, delete, insert, inspect, select, text
 
@@ -78,18 +82,23 @@ def _version(facts: dict[str, str], tables: set[str], where: str) -> int:
 
 
 def _refuse_foreign(conn: Connection, tables: set[str], where: str) -> None:
+    inspector = inspect(conn)
+    refuse_foreign(tables, lambda name: {c["name"] for c in inspector.get_columns(name)}, where)
+
+
+def refuse_foreign(tables: set[str], columns: Callable[[str], set[str]], where: str) -> None:
     """Tables that are not dlperf's, or dlperf's table names with other columns (MLflow's
     store has `runs`, `metrics` and `tags` too), are another program's data: writing dlperf's
-    tables beside them would mix two programs in one schema."""
+    tables beside them would mix two programs in one schema. `columns`: a table's column
+    names, as the caller reads them."""
     foreign = sorted(tables - set(Base.metadata.tables))
     if foreign:
         shown = ", ".join(foreign[:4]) + (
             f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
         )
         raise UserError(f"run store {where} holds tables that are not dlperf's: {shown}", OWN_SPACE)
-    inspector = inspect(conn)
     for name in sorted(tables):
-        have = {c["name"] for c in inspector.get_columns(name)}
+        have = columns(name)
         lacking = [
             c.name
             for c in Base.metadata.tables[name].columns
@@ -101,6 +110,35 @@ def _refuse_foreign(conn: Connection, tables: set[str], where: str) -> None:
                 f"{', '.join(lacking)})",
                 OWN_SPACE,
             )
+
+
+def refuse_foreign_file(path: Path, where: str, busy_s: float) -> None:
+    """Refuse the SQLite file `path` if it is not dlperf's (another program's tables, a store
+    of a newer dlperf), reading it only: the store's own connections switch a file to WAL as
+    they open it, which rewrote a foreign file's header and left -wal and -shm files beside it
+    before it was refused, and waited for the other program's read transaction to end first.
+    A file this cannot read (damaged, not a database) is left to the store's own opening,
+    which says what is wrong in its words."""
+    uri = f"file:{quote(str(path))}?mode=ro"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=busy_s)) as conn:
+            listed = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            tables = {str(t) for (t,) in listed if not str(t).startswith("sqlite_")}
+            facts: dict[str, str] = {}
+            if Meta.__tablename__ in tables:
+                query = "SELECT key, value FROM meta WHERE key IN (?, ?)"
+                rows = conn.execute(query, (VERSION_KEY, STORE_ID)).fetchall()
+                facts = {str(key): str(value) for key, value in rows}
+            if _version(facts, tables, where) == SCHEMA_VERSION:  # refuses a newer store
+                return  # a current store: the common case
+
+            def columns(table: str) -> set[str]:
+                quoted = table.replace('"', '""')
+                return {str(row[1]) for row in conn.execute(f'PRAGMA table_info("{quoted}")')}
+
+            refuse_foreign(tables, columns, where)
+    except sqlite3.Error:
+        return
 
 
 def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> str | None:

@@ -696,6 +696,8 @@ class RunStore:
             missing = path is not None and (not path.exists() or path.stat().st_size == 0)
             if (read_only or not create) and missing:
                 return cls._empty()
+            if not read_only and not missing:  # before a connection switches it to WAL
+                migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed))
         try:
             integrity.check(engine)
             writer = engine.execution_options(**{WRITES: True})
