@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dis
 from types import FrameType, TracebackType
 
 from dlperf import stopping
@@ -22,6 +23,26 @@ def innermost(e: BaseException) -> TracebackType | None:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb
+
+
+def raised_by_model(e: BaseException) -> bool:
+    """Whether the model's own code raised `e`: an exception of a class a model file defines,
+    or one a `raise` or `assert` in a model file raised. Anything else was raised inside torch
+    (or a library the model calls), or came out of a torch operation the model's code called:
+    an operation refusing the input's shape or dtype, or a layer refusing its arguments,
+    which is the input's fault. Shared by analyze (forward, backward) and a model file's
+    factory (models.registry)."""
+    if type(e).__module__.startswith(USER_MODULE_PREFIX):
+        return True
+    tb = innermost(e)
+    if tb is None or not in_model_file(tb.tb_frame):
+        return False
+    # The innermost frame is the model file's: a RuntimeError raised by `x.view(...)` there
+    # stops at the call, one the model raises itself at a raise instruction.
+    return any(
+        i.offset == tb.tb_lasti and i.opname == "RAISE_VARARGS"
+        for i in dis.get_instructions(tb.tb_frame.f_code)
+    )
 
 
 def model_exited(code: object, when: str) -> str:

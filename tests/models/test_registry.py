@@ -67,7 +67,8 @@ def test_user_file_factory(tmp_path: Path) -> None:
     )
     model = create_model(f"{path}:build", num_classes=4)
     assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 4)
-    with pytest.raises(UserError, match="failed: ValueError: no"):
+    # The factory's own `raise` is the model's exception, as it is (the CLI shows its frames).
+    with pytest.raises(ValueError, match="no"):
         create_model(f"{path}:broken")
     with pytest.raises(UserError, match=r"returned int, not a torch\.nn\.Module"):
         create_model(f"{path}:not_a_model")

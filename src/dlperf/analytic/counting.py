@@ -18,7 +18,6 @@ no total; `Analysis.not_run` names those modules.
 from __future__ import annotations
 
 import contextlib
-import dis
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -48,7 +47,7 @@ from dlperf.analytic.conventions import (
     torchinfo_macs,
 )
 from dlperf.analytic.receptive import FieldTracker
-from dlperf.errors import USER_MODULE_PREFIX, UserError, in_model_file, innermost
+from dlperf.errors import UserError, raised_by_model
 from dlperf.precision import DTYPES, counted_as
 
 ROOT = "(model)"
@@ -629,24 +628,6 @@ def sum_backward(out: Any) -> None:
 # What torch says when code reads the values of a meta tensor (`if x.mean() > 0`, .item(),
 # .tolist(), nonzero, boolean masks): the forward is fine, counting on shapes alone is not.
 _READS_VALUES = ("cannot be called on meta tensors", "no data!", "data-independent")
-
-
-def raised_by_model(e: BaseException) -> bool:
-    """Whether the model's own code raised `e`: an exception of a class a model file defines,
-    or one a `raise` or `assert` in a model file raised. Anything else was raised inside torch
-    (or a library the model calls), or came out of a torch operation the model's code called:
-    an operation refusing the input's shape or dtype, which is the input's fault."""
-    if type(e).__module__.startswith(USER_MODULE_PREFIX):
-        return True
-    tb = innermost(e)
-    if tb is None or not in_model_file(tb.tb_frame):
-        return False
-    # The innermost frame is the model file's: a RuntimeError raised by `x.view(...)` there
-    # stops at the call, one the model raises itself at a raise instruction.
-    return any(
-        i.offset == tb.tb_lasti and i.opname == "RAISE_VARARGS"
-        for i in dis.get_instructions(tb.tb_frame.f_code)
-    )
 
 
 def run_forward(model: nn.Module, x: torch.Tensor) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from torch import nn
 
-from dlperf.errors import USER_MODULE_PREFIX, UserError
+from dlperf.errors import USER_MODULE_PREFIX, UserError, raised_by_model
 from dlperf.parsing import did_you_mean
 
 Factory = Callable[..., nn.Module]
@@ -217,7 +217,7 @@ def build_from_factory(
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
     except Exception as e:
-        if _raised_by_model(e):
+        if raised_by_model(e):
             # The model's own code raised it (a `raise` in its __init__, a class it defines):
             # the CLI tells it with the model file's frames, exit 1, as from its forward.
             raise
@@ -225,12 +225,6 @@ def build_from_factory(
     if not isinstance(model, nn.Module):
         raise UserError(f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
     return model
-
-
-def _raised_by_model(e: BaseException) -> bool:
-    from dlperf.analytic.counting import raised_by_model
-
-    return raised_by_model(e)
 
 
 def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
