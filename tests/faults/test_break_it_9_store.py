@@ -8,15 +8,18 @@ printed raw."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from dlperf.errors import UserError
 from dlperf.store import RunStore
-from tests.conftest import CliResult
+from dlperf.store.reading import SqliteListing
+from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_store_faults import one_line
+from tests.sweep.test_sweep import write_sweep
 
 Cli = Callable[..., CliResult]
 
@@ -81,3 +84,65 @@ def test_a_dlperf_store_still_opens_in_wal(cli: Cli, tmp_path: Path) -> None:
     store.create_run("r", "run", {})
     store.engine.dispose()
     assert cli("--db", str(path), "runs", "list").code == 0
+
+
+# --- a study id the id column cannot hold is "no study N", as a run id is "no run N" -----------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url(request.param, tmp_path, "bk9")
+
+
+@pytest.fixture
+def any_store(store_url: str) -> Iterator[RunStore]:
+    store = RunStore.open(store_url)
+    store.create_run("r", "run", {}, study_id=store.create_study("s", "sweep"))
+    yield store
+    store.engine.dispose()
+
+
+# Past PostgreSQL's integer (2**31), past SQLite's (2**63), and none an id can be.
+OUT_OF_RANGE = [2**31, 2**63, 10**20, 0, -1, -(2**63) - 1]
+
+
+@pytest.mark.parametrize("study_id", OUT_OF_RANGE)
+def test_a_study_id_out_of_range_is_no_study(any_store: RunStore, study_id: int) -> None:
+    """An OverflowError traceback on SQLite from 2**63, psycopg's NumericValueOutOfRange on
+    PostgreSQL from 2**31: the store says "no study N" to every caller."""
+    with pytest.raises(UserError, match=f"^no study {study_id} in the store$"):
+        any_store.get_study(study_id)
+    assert any_store.list_runs(study_id=study_id) == []
+    assert any_store.get_study(1)["name"] == "s"  # as before
+
+
+@pytest.mark.parametrize("study_id", OUT_OF_RANGE)
+def test_runs_list_reads_an_out_of_range_study_as_none(tmp_path: Path, study_id: int) -> None:
+    """`runs list`'s own SQLite reader, as the store."""
+    store = RunStore.open(str(tmp_path / "s.db"))
+    store.create_study("s", "sweep")
+    store.engine.dispose()
+    listing = SqliteListing(tmp_path / "s.db", str(tmp_path / "s.db"))
+    with pytest.raises(UserError, match=f"^no study {study_id} in the store$"):
+        listing.get_study(study_id)
+    assert listing.list_runs(study_id=study_id) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs", "list", "--study", "{n}"),
+        ("runs", "compare", "--study", "{n}"),
+        ("report", "--out", "site", "--study", "{n}"),
+        ("sweep", "{sweep}", "--resume", "{n}"),
+    ],
+)
+def test_every_command_says_no_study_in_one_line(
+    cli: Cli, store_url: str, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    sweep = write_sweep(tmp_path, '[grid]\n"train.lr" = [0.05]\n')
+    RunStore.open(store_url).engine.dispose()
+    for n in (2**31, 10**20):
+        given = [a.format(n=n, sweep=sweep) for a in args]
+        result = cli("--db", store_url, *given)
+        one_line(result, 2, f"no study {n} in the store")

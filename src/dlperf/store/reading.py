@@ -88,6 +88,12 @@ def sqlite_listing(db: str | None) -> Listing | None:
         return None
 
 
+def _storable(study_id: int) -> bool:
+    """Whether a SQLite id column can hold `study_id` (as runstore._storable): past 64 bits
+    the driver cannot even bind it, and no id is 0 or less."""
+    return bool(0 < study_id < 2**63)
+
+
 def _time(value: str) -> str:
     """A stored DateTime as RunRecord holds it (SQLAlchemy keeps ISO text in SQLite)."""
     return datetime.fromisoformat(value).isoformat(timespec="seconds")
@@ -168,6 +174,8 @@ class SqliteListing:
             where.append("kind = ?")
             args.append(kind)
         if study_id is not None:
+            if not _storable(study_id):
+                return []  # no study has that id
             where.append("study_id = ?")
             args.append(study_id)
         query = f"SELECT {RUN_COLUMNS} FROM runs"
@@ -220,12 +228,12 @@ class SqliteListing:
     def get_study(self, study_id: int) -> dict[str, Any]:
         """As `RunStore.get_study`."""
         found = None
-        if self.path is not None:
+        if self.path is not None and _storable(study_id):
             query = "SELECT id, name, kind, created FROM studies WHERE id = ?"
             try:
                 with self._connection() as conn:
                     found = conn.execute(query, (study_id,)).fetchone()
-            except (sqlite3.Error, OverflowError):  # OverflowError: an id past 64 bits
+            except sqlite3.Error:
                 return self._long_way().get_study(study_id)
         if found is None:
             raise UserError(f"no study {study_id} in the store")

@@ -542,8 +542,9 @@ def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
 
 
 def _storable(s: Session, run_id: int) -> bool:
-    """Whether the id column can hold `run_id` at all: a SQLite integer has 64 bits (beyond,
-    the driver cannot even bind it), PostgreSQL's `integer` 32 (beyond, a query fails)."""
+    """Whether an id column (a run's, a study's) can hold `run_id` at all: a SQLite integer
+    has 64 bits (beyond, the driver cannot even bind it), PostgreSQL's `integer` 32 (beyond,
+    a query fails)."""
     bits = 64 if s.get_bind().dialect.name == "sqlite" else 32
     return bool(0 < run_id < 2 ** (bits - 1))
 
@@ -1229,14 +1230,18 @@ class RunStore:
         if limit:
             query = query.limit(limit)
         with Session(self.engine) as s:
+            if study_id is not None and not _storable(s, study_id):
+                return []  # no study has that id
             with _times_read(s):
                 runs = list(s.scalars(query))
             tags = _tags_of(s, [r.id for r in runs])
             return [_record(r, tags.get(r.id)) for r in runs]
 
     def get_study(self, study_id: int) -> dict[str, Any]:
+        """A study by the id a user gave: any integer, however large, that names no stored
+        study is "no study N", not an error of the database's integer type."""
         with Session(self.engine) as s:
-            study = s.get(Study, study_id)
+            study = s.get(Study, study_id) if _storable(s, study_id) else None
             if study is None:
                 raise UserError(f"no study {study_id} in the store")
             return {
