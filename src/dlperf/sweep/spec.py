@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from dlperf.config import (
     Count,
     Experiment,
+    Section,
     apply_override,
     assign,
     build_experiment,
@@ -49,8 +50,9 @@ from dlperf.progress import NullReporter, Reporter
 ANNOUNCE_POINTS = 1_000
 
 
-class SweepFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class SweepFile(Section):
+    """Strict as every experiment section is: `max_points = true` or `repeats = "2"` is an
+    error, not 1 or 2."""
 
     base: str
     """The experiment every point starts from."""
@@ -61,11 +63,11 @@ class SweepFile(BaseModel):
     max_points: Count = 10_000
     """The most points (axis combinations times repeats) the sweep may make: each is a run,
     and each is built and checked before the first one starts."""
-    grid: dict[str, list[Any]] = {}
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
     """Axes combined as a product: "dotted.key" = [values]."""
-    zip: dict[str, list[Any]] = {}
+    zip: dict[str, list[Any]] = Field(default_factory=dict)
     """Axes that vary together (all of one length), combined with the grid as a product."""
-    set: dict[str, Any] = {}
+    set: dict[str, Any] = Field(default_factory=dict)
     """Fixed overrides applied to every point."""
 
     @model_validator(mode="before")

@@ -1,0 +1,89 @@
+"""The ninth break-it round (issue 41) on sweeps and reading the store: a sweep file's numbers
+taken from a bool or a quoted number, `--where` keys accepted and then read nowhere, `--last`
+past the integer range, and a sweep name whose points' run names do not fit the store.
+
+`max_points = true` ran (read as 1), `max_points = "4"` and `repeats = true` ran, where every
+experiment section refuses them. `--where s=one` of a tracked run whose config holds `s` listed
+nothing, exit 0 (a key without a dot was read from the summary only, though the check took it
+as a config key), and `--where o.w=null` matched no stored None. `report --last` and `doctor
+--last` of 99999999999999999999 were SQLite's OverflowError as a traceback. A sweep named with
+190 characters started its first point and failed it on the run's name, 203 characters, with
+"give a shorter run.name" (the user never set one), a study of 0 runs left in the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.errors import UserError
+from dlperf.sweep import load_sweep
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+BASE = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 200
+[train]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[run]
+threads = 1
+checkpoint = false
+out_dir = "{out}"
+"""
+
+
+def write_sweep(root: Path, head: str, grid: str = '"train.lr" = [0.1]') -> Path:
+    (root / "base.toml").write_text(BASE.format(out=root / "runs"))
+    path = root / "sw.toml"
+    path.write_text(f'base = "base.toml"\n{head}\n[grid]\n{grid}\n', encoding="utf-8")
+    return path
+
+
+def one_line(result: CliResult, code: int, said: str) -> None:
+    assert result.code == code, (result.code, result.out, result.err)
+    assert "Traceback" not in result.err, result.err
+    err = " ".join(result.err.split())  # the console wraps the line at its width
+    assert said in err, result.err
+
+
+# --- a sweep file's numbers are strict ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        ("max_points = true", "max_points: Input should be a valid integer (got True)"),
+        ('max_points = "4"', "max_points: Input should be a valid integer (got '4')"),
+        ("repeats = true", "repeats: Input should be a valid integer (got True)"),
+        ('repeats = "2"', "repeats: Input should be a valid integer (got '2')"),
+    ],
+)
+def test_a_sweep_file_takes_no_bool_or_quoted_number_for_a_number(
+    head: str, said: str, tmp_path: Path
+) -> None:
+    path = write_sweep(tmp_path, head)
+    with pytest.raises(UserError) as caught:
+        load_sweep(path)
+    assert str(caught.value) == f"{path}: {said}"
+
+
+def test_a_sweep_file_still_takes_its_numbers(tmp_path: Path) -> None:
+    sweep = load_sweep(write_sweep(tmp_path, "max_points = 4\nrepeats = 2"))
+    assert [p.seed for p in sweep.points] == [0, 1]
+
+
+def test_the_sweep_command_refuses_a_bool_max_points_and_stores_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
+    result = cli("sweep", str(write_sweep(tmp_path, "max_points = true")))
+    one_line(result, 2, "max_points: Input should be a valid integer (got True)")
+    assert not (tmp_path / "dlperf.db").exists()
