@@ -13,14 +13,17 @@ as a config key), and `--where o.w=null` matched no stored None. `report --last`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import dlperf
 from dlperf.errors import UserError
+from dlperf.store import RunStore
 from dlperf.sweep import load_sweep
-from tests.conftest import CliResult
+from tests.conftest import CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
 
@@ -87,3 +90,61 @@ def test_the_sweep_command_refuses_a_bool_max_points_and_stores_nothing(
     result = cli("sweep", str(write_sweep(tmp_path, "max_points = true")))
     one_line(result, 2, "max_points: Input should be a valid integer (got True)")
     assert not (tmp_path / "dlperf.db").exists()
+
+
+# --- --where reads a key where the check found it, and null matches None --------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url(request.param, tmp_path, "bk9w")
+
+
+def listed(cli: Cli, url: str, *where: str) -> list[str]:
+    args = [arg for w in where for arg in ("--where", w)]
+    result = cli("--db", url, "runs", "list", *args, "--json")
+    assert result.code == 0, result.err
+    return sorted(run["name"] for run in json.loads(result.out))
+
+
+@pytest.fixture
+def tracked(store_url: str) -> Iterator[str]:
+    """Tracked runs whose configs hold keys without a dot and a None, and a run with a
+    summary key (as `dlperf run` stores them), in a store of either backend."""
+    for name, config in (
+        ("a", {"s": "one", "o": {"w": None}, "n": None}),
+        ("b", {"s": "two", "o": {"w": "x"}, "n": 3}),
+    ):
+        with dlperf.track(name, config=config, store=store_url) as run:
+            run.log(1, loss=1.0)
+    store = RunStore.open(store_url)
+    try:
+        config = {"s": "one", "model": {"name": "smallcnn", "weights": None}}
+        with store.new_run("c", "run", config) as record:
+            record.summary = {"test_accuracy": 0.5}
+    finally:
+        store.engine.dispose()
+    yield store_url
+
+
+@pytest.mark.parametrize(
+    ("where", "names"),
+    [
+        (["s=one"], ["a", "c"]),  # listed nothing: read from the summary only
+        (["s=two"], ["b"]),
+        (["o.w=null"], ["a"]),  # listed nothing: "null" is not None
+        (["n=null"], ["a"]),
+        (["n=3"], ["b"]),
+        (["o.w=x"], ["b"]),
+        (["s=one", "o.w=null"], ["a"]),
+        (["s=three"], []),
+        # a dlperf run's model.weights is None unless set: matched no run
+        (["model.weights=null"], ["c"]),
+        (["test_accuracy=0.5"], ["c"]),  # a summary key without a dot, read as before
+        (["s=one", "test_accuracy=0.5"], ["c"]),
+    ],
+)
+def test_where_reads_a_config_key_without_a_dot_and_matches_null(
+    where: list[str], names: list[str], tracked: str, cli: Cli
+) -> None:
+    assert listed(cli, tracked, *where) == names

@@ -182,14 +182,22 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
         return name in run.tags, parse_value(run.tags[name]) if name in run.tags else None
     if key in RUN_FIELDS:
         return True, getattr(run, key)
-    if "." not in key:
-        return key in run.summary, run.summary.get(key)
+    # Where _check_keys found it: a summary key or a config key, with or without a dot (a
+    # tracked run's config may hold `s` at its top). A key both hold is read as it always
+    # was: without a dot from the summary (test_accuracy), with one from the config.
     flat = flatten(run.config)
-    return key in flat, flat.get(key)
+    sources = (run.summary, flat) if "." not in key else (flat, run.summary)
+    for source in sources:
+        if key in source:
+            return True, source[key]
+    return False, None
 
 
 def _same(stored: Any, wanted: Any) -> bool:
-    """Equal as --set values are: 0.1 == 0.10 and 1 == 1.0, but true is not 1."""
+    """Equal as --set values are: 0.1 == 0.10 and 1 == 1.0, but true is not 1; `null` (TOML
+    has none: read as the text) matches a stored None, JSON's null."""
+    if stored is None:
+        return wanted is None or wanted == "null"
     if isinstance(stored, bool) or isinstance(wanted, bool):
         return type(stored) is type(wanted) and stored == wanted
     return bool(stored == wanted)
