@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import dlperf
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from dlperf.store.reading import SqliteListing
@@ -146,3 +147,70 @@ def test_every_command_says_no_study_in_one_line(
         given = [a.format(n=n, sweep=sweep) for a in args]
         result = cli("--db", store_url, *given)
         one_line(result, 2, f"no study {n} in the store")
+
+
+# --- text with a lone surrogate is refused at the call, on every backend ----------------------
+
+BAD = "bad\udcffname"  # what Python makes of a file name's byte 0xff that is not UTF-8
+
+
+def test_a_run_name_that_is_not_utf8_is_refused_before_anything_is_stored(store_url: str) -> None:
+    """A UnicodeEncodeError traceback from the driver (SQLite and psycopg alike)."""
+    refused = pytest.raises(UserError, match=r"^run name 'bad\\udcffname' is not UTF-8 text")
+    with refused, dlperf.track(BAD, store=store_url) as run:
+        run.log(1, loss=1.0)
+    store = RunStore.open(store_url)
+    try:
+        assert store.list_runs() == []
+    finally:
+        store.engine.dispose()
+
+
+def test_a_metric_key_that_is_not_utf8_is_refused_at_its_call(store_url: str) -> None:
+    """The UnicodeEncodeError escaped log(), and the run was stored failed: a UserError at
+    that call, and the run's earlier metrics stay."""
+    with dlperf.track("ok", store=store_url) as run:
+        run.log(1, loss=1.0)
+        with pytest.raises(UserError, match=r"^metric key 'k\\udcff' is not UTF-8 text"):
+            run.log(2, **{"k\udcff": 1.0})
+        run.log(2, loss=0.5)
+    store = RunStore.open(store_url)
+    try:
+        assert store.get_run(1).status == "finished"
+        assert store.metrics(1, "train/loss") == [(1, 1.0), (2, 0.5)]
+    finally:
+        store.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("write", "said"),
+    [
+        (lambda s: s.create_study(BAD, "sweep"), r"study name 'bad\\udcffname'"),
+        (lambda s: s.create_run(BAD, "run", {}), r"run name 'bad\\udcffname'"),
+        (lambda s: s.set_tags(1, {"k\udcff": "v"}), r"tag key 'k\\udcff'"),
+        (lambda s: s.set_tags(1, {"k": BAD}), r"tag 'k': its value 'bad\\udcffname'"),
+        (lambda s: s.log_metrics(1, [("k\udcff", 1, 1.0)]), r"metric key 'k\\udcff'"),
+    ],
+)
+def test_the_store_refuses_text_that_is_not_utf8(
+    any_store: RunStore, write: Callable[[RunStore], object], said: str
+) -> None:
+    with pytest.raises(UserError, match=f"^{said} is not UTF-8 text"):
+        write(any_store)
+    assert [r.name for r in any_store.list_runs()] == ["r"]
+    assert any_store.get_run(1).tags == {}
+    assert any_store.metric_keys(1) == []
+
+
+def test_an_error_that_is_not_utf8_still_marks_the_run_failed(store_url: str) -> None:
+    """A run that failed with such text (or a NUL, which PostgreSQL's text refuses) in its
+    exception: marking it failed raised a UnicodeEncodeError in the exception's place, and
+    left the run `running` (listed lost). Its error is kept escaped."""
+    with pytest.raises(ValueError, match=r"^x"), dlperf.track("ok", store=store_url):
+        raise ValueError("x\udcff y\x00z")
+    store = RunStore.open(store_url)
+    try:
+        run = store.get_run(1)
+        assert (run.status, run.error) == ("failed", "ValueError: x\\udcff y\\x00z")
+    finally:
+        store.engine.dispose()

@@ -605,14 +605,31 @@ def _fits(column: Any, value: str, what: str, hint: str) -> None:
     """Refuse, before anything is written, text that the store's `column` cannot keep as it
     is: PostgreSQL refuses a string longer than the column (StringDataRightTruncation) or
     holding a NUL character, where SQLite keeps either whole. So the limits are dlperf's, the
-    same on every backend, and existing SQLite stores that hold longer text still read."""
+    same on every backend, and existing SQLite stores that hold longer text still read. Text
+    that is not UTF-8 (a lone surrogate, what Python makes of a file name's byte that is not
+    UTF-8) neither driver can encode: a UnicodeEncodeError traceback."""
     limit = column.type.length
-    if len(value) > limit:
+    if limit is not None and len(value) > limit:
         raise UserError(
             f"{what} is {len(value)} characters long; the run store keeps at most {limit}", hint
         )
     if "\x00" in value:
         raise UserError(f"{what} holds a NUL character, which the run store cannot keep", hint)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"{what} is not UTF-8 text", "give text without undecodable bytes"
+        ) from None
+
+
+def _keepable(text: str) -> str:
+    """`text` (a run's error) as every backend keeps it: a lone surrogate, which neither
+    driver can encode, and NUL, which PostgreSQL's text refuses, written as Python escapes.
+    Refused instead, a failed run's mark raised a UnicodeEncodeError in place of its error
+    and left it `running`."""
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _shown(text: str) -> str:
@@ -1093,6 +1110,10 @@ class RunStore:
     def set_tags(self, run_id: int, tags: dict[str, str | None]) -> dict[str, str]:
         """Set a run's tags (a value of None or "" removes the tag); returns all its tags."""
         for key, value in tags.items():
+            _fits(Tag.__table__.c.key, key, f"tag key {_shown(key)}", "give a shorter key")
+            if value:
+                what = f"tag {_shown(key)}: its value {_shown(value)}"
+                _fits(Tag.__table__.c.value, value, what, "give printable text")
             if value and len(value) > TAG_VALUE_MAX:
                 raise UserError(
                     f"tag {key}: its value is {len(value)} characters long; the run store "
@@ -1208,6 +1229,8 @@ class RunStore:
         error: str | None = None,
     ) -> None:
         assert status in STATUSES, status
+        if error is not None:  # an exception's text, whatever it holds: kept, escaped
+            error = _keepable(error)
         fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error, "owner": None}
         if summary is not None:
             fields["summary"] = _finite(summary)
