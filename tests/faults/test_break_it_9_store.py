@@ -7,6 +7,7 @@ printed raw."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -214,3 +215,19 @@ def test_an_error_that_is_not_utf8_still_marks_the_run_failed(store_url: str) ->
         assert (run.status, run.error) == ("failed", "ValueError: x\\udcff y\\x00z")
     finally:
         store.engine.dispose()
+
+
+# --- -0.0 reads back as 0.0 on every backend -------------------------------------------------
+
+
+def test_negative_zero_reads_back_the_same_on_every_backend(any_store: RunStore) -> None:
+    """SQLite kept -0.0 as 0.0, PostgreSQL as -0.0: an export or a comparison of one run in
+    two stores differed. Both keep 0.0 now; a NaN stays NaN."""
+    any_store.log_metrics(1, [("train/loss", 5, -0.0), ("train/loss", 6, float("nan"))])
+    with dlperf.track("t", store=any_store.engine.url.render_as_string(False)) as run:
+        run.log(1, loss=-0.0)
+    [(five, zero), (six, nan)] = any_store.metrics(1, "train/loss")
+    assert (five, zero, math.copysign(1.0, zero)) == (5, 0.0, 1.0)
+    assert (six, math.isnan(nan)) == (6, True)
+    [(_, tracked)] = any_store.metrics(2, "train/loss")
+    assert math.copysign(1.0, tracked) == 1.0

@@ -1037,7 +1037,8 @@ class RunStore:
                 "run_id": run_id,
                 "key": row[0],
                 "step": int(row[1]),
-                "value": float(row[2]),
+                # + 0.0: -0.0 as 0.0, as SQLite keeps it, so PostgreSQL reads back the same
+                "value": float(row[2]) + 0.0,
                 "wall_time": float(row[3]) if len(row) > 3 else now,
             }
             for row in rows
