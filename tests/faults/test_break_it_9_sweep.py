@@ -148,3 +148,28 @@ def test_where_reads_a_config_key_without_a_dot_and_matches_null(
     where: list[str], names: list[str], tracked: str, cli: Cli
 ) -> None:
     assert listed(cli, tracked, *where) == names
+
+
+# --- --last past the integer range ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["report", "doctor"])
+@pytest.mark.parametrize("last", ["99999999999999999999", "2147483648"])
+def test_last_past_the_integer_range_is_one_line(
+    command: str, last: str, cli: Cli, db: str, tmp_path: Path
+) -> None:
+    with dlperf.track("a", config={"s": "one"}, store=db) as run:
+        run.log(1, loss=1.0)
+    args = ["--out", str(tmp_path / "site")] if command == "report" else []
+    result = cli(command, "--last", last, *args)
+    one_line(result, 2, f"error: --last must be at most 2147483647, got {last}")
+    assert result.err.count("\n") == 1
+    assert not (tmp_path / "site").exists()
+
+
+def test_last_at_the_integer_range_still_reads_every_run(cli: Cli, db: str, tmp_path: Path) -> None:
+    with dlperf.track("a", config={"s": "one"}, store=db) as run:
+        run.log(1, loss=1.0)
+    result = cli("doctor", "--last", "2147483647", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["runs"] == [1]

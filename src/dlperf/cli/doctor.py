@@ -32,7 +32,9 @@ def doctor(
     Example: dlperf doctor --last 5
     """
     from dlperf import doctor as lib
+    from dlperf.store.query import check_limit
 
+    check_limit(last, "--last")
     store = open_store(create=False)
     ids = lib.select(store, run_ids or (), study, last)
     findings = lib.examine(store, ids)

@@ -31,7 +31,9 @@ def report(
     Example: dlperf report --last 10 --out report
     """
     from dlperf.report.site import build_report
+    from dlperf.store.query import check_limit
 
+    check_limit(last, "--last")
     if not out_text.strip():  # as `runs repair` refuses a blank store name
         raise UserError(
             f"report writes its site into a directory, not {out_text!r}",

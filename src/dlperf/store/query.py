@@ -234,6 +234,18 @@ def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
     return [run for run in runs if all(c.holds(run) for c in conditions)]
 
 
+LIMIT_MAX = 2**31 - 1  # a C int, far past any store's runs; SQLite's LIMIT overflows past 2**63
+
+
+def check_limit(limit: int | None, flag: str) -> None:
+    """A count of newest runs (`--limit`, `--last`) is at least 1 and at most LIMIT_MAX: a
+    larger one reached SQLite as an OverflowError traceback."""
+    if limit is not None and limit < 1:
+        raise UserError(f"{flag} must be at least 1, got {limit}")
+    if limit is not None and limit > LIMIT_MAX:
+        raise UserError(f"{flag} must be at most {LIMIT_MAX}, got {limit}")
+
+
 def list_runs(
     open_store: Callable[[], Listing],
     kind: str | None = None,
@@ -243,10 +255,7 @@ def list_runs(
 ) -> list[RunRecord]:
     """Stored runs as they stand, newest first: the newest `limit` of those `where` selects
     (the store opened once the arguments are known good)."""
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit must be at least 1, got {limit}")
-    if limit is not None and limit >= 2**31:  # SQLite's LIMIT overflowed past 2**63
-        raise UserError(f"--limit must be at most {2**31 - 1}, got {limit}")
+    check_limit(limit, "--limit")
     store = open_store()
     if study is not None:
         store.get_study(study)  # an unknown study is an error, not an empty list
