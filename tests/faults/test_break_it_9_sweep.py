@@ -14,6 +14,7 @@ as a config key), and `--where o.w=null` matched no stored None. `report --last`
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -173,3 +174,43 @@ def test_last_at_the_integer_range_still_reads_every_run(cli: Cli, db: str, tmp_
     result = cli("doctor", "--last", "2147483647", "--json")
     assert result.code == 0, result.err
     assert json.loads(result.out)["runs"] == [1]
+
+
+# --- a sweep name that makes run names too long ---------------------------------------------
+
+LONG = (
+    ("s" * 190, "train.lr=0.1", 203),
+    ("\N{ROCKET}" * 200, "train.lr=0.1", 213),
+)
+
+
+@pytest.mark.parametrize(("name", "label", "length"), LONG)
+def test_a_sweep_name_that_makes_run_names_too_long_is_refused_up_front(
+    name: str, label: str, length: int, tmp_path: Path
+) -> None:
+    path = write_sweep(tmp_path, f'name = "{name}"')
+    with pytest.raises(UserError) as caught:
+        load_sweep(path)
+    assert str(caught.value) == (
+        f"{path}: sweep name of {len(name)} characters + point label {label!r} makes run "
+        f"names of {length} characters; the run store keeps at most 200 "
+        "(give a shorter sweep name)"
+    )
+
+
+def test_the_longest_point_label_is_the_one_told(tmp_path: Path) -> None:
+    grid = '"train.lr" = [0.1, 0.0001]'
+    with pytest.raises(UserError, match=re.escape("'train.lr=0.0001' makes run names of 206 char")):
+        load_sweep(write_sweep(tmp_path, f'name = "{"s" * 190}"', grid))
+    sweep = load_sweep(write_sweep(tmp_path, f'name = "{"s" * 184}"', grid))
+    assert max(len(p.exp.run.name or "") for p in sweep.points) == 200  # 184 + 1 + 15 fits
+
+
+@pytest.mark.parametrize(("name", "label", "length"), LONG)
+def test_the_sweep_command_leaves_no_study_for_a_too_long_name(
+    name: str, label: str, length: int, cli: Cli, tmp_path: Path
+) -> None:
+    result = cli("sweep", str(write_sweep(tmp_path, f'name = "{name}"')))
+    one_line(result, 2, f"makes run names of {length} characters; the run store keeps at most 200")
+    assert "point 1/1" not in result.err
+    assert not (tmp_path / "dlperf.db").exists()

@@ -183,6 +183,25 @@ def _combinations(spec: SweepFile) -> Iterator[dict[str, Any]]:
             yield {**grid, **row}
 
 
+def _check_run_names(path: Path, name: str, points: list[Point]) -> None:
+    """Every point's run is named "SWEEP-NAME LABEL": a name that fits the store as the
+    study's may not once its longest label is added, and the first point failed on it (its
+    hint to shorten run.name, which the sweep sets), a study of no runs left behind."""
+    from dlperf.store.schema import Run
+
+    column: Any = Run.__table__.c.name
+    limit = int(column.type.length)
+    longest = max(points, key=lambda p: len(p.exp.run.name or ""))
+    length = len(longest.exp.run.name or "")
+    if length > limit:
+        raise UserError(
+            f"{path}: sweep name of {len(name)} characters + point label "
+            f"{longest.label()!r} makes run names of {length} characters; the run store keeps "
+            f"at most {limit}",
+            "give a shorter sweep name",
+        )
+
+
 def load_sweep(
     path: str | Path, overrides: list[str] | None = None, reporter: Reporter | None = None
 ) -> Sweep:
@@ -234,6 +253,7 @@ def load_sweep(
             exp.run.name = f"{name} {point.label()}"
             points.append(point)
             reporter.advance()
+    _check_run_names(path, name, points)
     threads_set = "threads" in base_raw.get("run", {}) or any(
         key == "run.threads" for key in (*fixed, *spec.grid, *spec.zip)
     )
