@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from types import FrameType
 
 import h11
 import numpy as np
@@ -144,6 +145,15 @@ class _DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, batcher: Batcher) -> None:
         super().__init__(config)
         self.batcher = batcher
+        self.first_signal: int | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn raises the signals it caught again last first, once drained: the first one
+        # is noted here, as it arrives, for the command to exit by it.
+        if self.first_signal is None:
+            self.first_signal = sig
+        stopping.noted(sig)
+        super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.batcher.close()
@@ -315,10 +325,12 @@ def serve_forever(
     # force before it ran: dlperf's would raise KeyboardInterrupt out of uvicorn's shutdown,
     # so this one only notes which signal it was, for the caller to exit by it.
     previous = {sig: signal.signal(sig, note) for sig in stopping.taken()}
+    server = _DrainingServer(
+        uvicorn_config(app, read_timeout_s, max_connections), app.state.batcher
+    )
     try:
-        config = uvicorn_config(app, read_timeout_s, max_connections)
-        _DrainingServer(config, app.state.batcher).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return stopped_by[0] if stopped_by else None
+    return server.first_signal or (stopped_by[0] if stopped_by else None)
