@@ -30,7 +30,9 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import math
 import re
+import reprlib
 import stat
 import zlib
 from collections import defaultdict
@@ -176,9 +178,39 @@ def load(path: Path) -> list[Event]:
         complete = (
             e for e in _elements(text) if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e
         )
-        return [_event(item) for item in complete]
+        events = []
+        for n, item in enumerate(complete, 1):
+            event = _event(item)
+            fault = _time_fault(event, item)
+            if fault:  # the first bad event, by its place among the complete events
+                name = reprlib.repr(str(item.get("name", "")))
+                raise ValueError(f"complete event {n} ({name}) {fault}")
+            events.append(event)
+        return events
     except (ValueError, KeyError, TypeError) as err:
         raise UserError(f"cannot read the trace {path}: {err}") from None
+
+
+# The largest time a trace may give, in µs: 2**53, the last integer a float holds exactly
+# (about 285 years; torch writes µs since the epoch, about 1.8e15). Beyond it a duration is
+# lost in the start's rounding (ts 1e300 plus any dur is 1e300: steps of no time).
+MAX_TRACE_US = float(2**53)
+
+
+def _time_fault(event: Event, item: dict[str, Any]) -> str | None:
+    """What is wrong with an event's times, or None: a ts or dur that is not a finite
+    number, a negative dur, or a span past MAX_TRACE_US."""
+    for key in ("ts", "dur"):
+        if not math.isfinite(float(item[key])):
+            return f"has {key} {item[key]!r:.40}, not a finite number of µs"
+    if event.end < event.start:
+        return f"has dur {item['dur']!r:.40}, a negative duration"
+    if not (abs(event.start) <= MAX_TRACE_US and abs(event.end) <= MAX_TRACE_US):
+        return (
+            f"spans {event.start:g} to {event.end:g} µs, past the {MAX_TRACE_US:g} µs "
+            "a trace's times can hold"
+        )
+    return None
 
 
 def _text(path: Path) -> str:
@@ -493,6 +525,11 @@ def summarise(path: Path) -> TraceSummary:
         raise UserError(
             f"the trace {path} has no ProfilerStep ranges",
             "it was not recorded with a torch.profiler schedule (dlperf run --profile records one)",
+        )
+    if sum(s.end - s.start for s in steps) <= 0:
+        raise UserError(
+            f"the trace {path}'s {len(steps)} ProfilerStep ranges last no time",
+            "it is not a trace torch.profiler wrote as it is: profile the run again",
         )
     on_gpu = any(e.category in DEVICE_CATEGORIES for e in events)
     phases = _Phases(events)
