@@ -35,6 +35,9 @@ X_AXES = ("step", "epoch", "time")
 # Config keys a legend leaves out: the name is in it already, and where a run wrote its
 # files says nothing about how it trained.
 UNTOLD = ("run.name", "run.out_dir")
+# The largest magnitude drawn: matplotlib's tick locator overflows on an axis of values near
+# the float range's end (1.7e308 with 1.0, or 8e307 with -8e307); ±1e307 draws.
+MAX_DRAWN = 1e307
 VALUE_CHARS = 16  # a longer value is shortened in a legend; a key never is
 MOST_KEYS = 6  # differing keys named per run; `dlperf runs compare` lists them all
 LEGEND_LINE = 72  # characters per legend line: about half the width of a figure
@@ -107,6 +110,19 @@ class RunsPlot:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "path": str(self.path)}
+
+
+def drawable(xs: list[float], ys: list[float]) -> list[tuple[float, float]]:
+    """The (x, y) points a figure can show: a y past ±MAX_DRAWN is left out (matplotlib's
+    tick locator overflows on an axis spanning it: 1e308 and -1e308, which `track` takes,
+    took `runs plot` and `report` down); the caller says how many."""
+    return [(x, y) for x, y in zip(xs, ys, strict=True) if not abs(y) > MAX_DRAWN]
+
+
+def left_out_note(ax: Any, gone: int) -> None:
+    """Says on the subplot how many of its points `drawable` left out."""
+    ax.text(0.01, 0.02, f"{gone} point{'s' * (gone > 1)} beyond ±{MAX_DRAWN:g} left out",
+            ha="left", va="bottom", transform=ax.transAxes, fontsize=7, color="0.4")  # fmt: skip
 
 
 def _short(value: Any) -> str:
@@ -235,6 +251,7 @@ def draw_runs(
     fig = Figure(figsize=(7, 1.2 + 2.4 * len(keys)))
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)
     drawn = []
+    left_out: dict[Any, int] = {}  # points past MAX_DRAWN per subplot
     for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
         rows, origin = rows_of(store, run.id, keys)
         spe = run.summary.get("steps_per_epoch")
@@ -250,10 +267,20 @@ def draw_runs(
                     f"to put it on the {x} axis"
                 )
                 continue
+            shown = drawable(xs, [v for _, v, _ in mine])
+            if len(shown) < len(mine):
+                gone = len(mine) - len(shown)
+                left_out[ax] = left_out.get(ax, 0) + gone
+                warnings.append(
+                    f"run {run.id}: {gone} {key} point{'s' * (gone > 1)} beyond ±{MAX_DRAWN:g} "
+                    "left out: a figure's axis cannot span them"
+                )
+            if not shown:
+                continue
             style = "o-" if per_epoch(key) else "-"
-            ax.plot(xs, [v for _, v, _ in mine], style, color=f"C{i % 10}", ms=3, lw=1.2,
-                    label=label)  # fmt: skip
-            points[key] = len(mine)
+            ax.plot([px for px, _ in shown], [v for _, v in shown], style, color=f"C{i % 10}",
+                    ms=3, lw=1.2, label=label)  # fmt: skip
+            points[key] = len(shown)
         drawn.append({"id": run.id, "name": run.name, "label": label, "points": points})
     if not any(r["points"] for r in drawn):
         others = " or ".join(f"--x {a}" for a in X_AXES if a != x)
@@ -266,6 +293,8 @@ def draw_runs(
         else:
             ax.text(0.5, 0.5, "no points of these runs on this axis", ha="center", va="center",
                     transform=ax.transAxes, color="0.4")  # fmt: skip
+    for ax, gone in left_out.items():
+        left_out_note(ax, gone)
     axes[-1, 0].set_xlabel(X_LABELS[x])
     if x == "epoch":  # shared by every subplot
         axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -17,7 +17,15 @@ from matplotlib.figure import Figure
 
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.errors import UserError
-from dlperf.report.runs import default_keys, draw_runs, rows_of, ylabel
+from dlperf.report.runs import (
+    MAX_DRAWN,
+    default_keys,
+    draw_runs,
+    drawable,
+    left_out_note,
+    rows_of,
+    ylabel,
+)
 from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
@@ -102,10 +110,14 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
     origin = min(min(times) for times in placed.values() if times)
     fig = Figure(figsize=(FIG_WIDTH_IN, 1.2 + 2.2 * len(keys)))
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
+    left_out = 0
     for ax, key in zip(axes, keys, strict=True):
-        xs = [t - origin for t in placed[key]]
-        ax.plot(xs, [v for _, v, _ in rows[key]], "o-" if per_epoch(key) else "-", ms=3,
-                lw=1.2, color="C0")  # fmt: skip
+        shown = drawable([t - origin for t in placed[key]], [v for _, v, _ in rows[key]])
+        if gone := len(rows[key]) - len(shown):
+            left_out += gone
+            left_out_note(ax, gone)
+        ax.plot([x for x, _ in shown], [y for _, y in shown], "o-" if per_epoch(key) else "-",
+                ms=3, lw=1.2, color="C0")  # fmt: skip
         ax.set_ylabel(ylabel(key))
         ax.grid(alpha=0.3)
     axis = "wall time since the run's first logged step (s)"
@@ -119,6 +131,8 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
             " (the store holds one time per batch of rows: the steps of a batch are spread "
             "evenly between its time and the batch before's)"
         )
+    if left_out:
+        caption += f" ({left_out} point{'s' * (left_out > 1)} beyond ±{MAX_DRAWN:g} left out)"
     return caption, png(fig)
 
 
