@@ -27,6 +27,7 @@ its warnings; nothing here prints.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -38,8 +39,9 @@ import sqlite3
 import sys
 import tempfile
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,9 @@ MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED",
 CONNECT_TIMEOUT_S = 5.0
 # MLflow's retries of a request that failed midway, unless the user sets them: 3 wait 2+4+8 s.
 MLFLOW_RETRIES = "3"
+# MLflow's rule for a metric, param or tag name (its bad_character_message), for versions
+# without mlflow.utils.validation's checks.
+MLFLOW_NAME = re.compile(r"[/\w.\- :]*")
 EVENT_FILES = "events.out.tfevents.*"
 SQLITE_URI = "--uri sqlite:///mlflow.db"
 # What MLflow 3 asks to be set before it takes a directory as its tracking store.
@@ -186,6 +191,7 @@ def _check_reachable(uri: str) -> None:
         path = make_url(uri).database
         if not path or path == ":memory:" or not Path(path).parent.is_dir():
             return  # in memory, or MLflow makes the directory (and says so if it cannot)
+        new = not Path(path).exists()
         try:
             with closing(sqlite3.connect(path, timeout=CONNECT_TIMEOUT_S)) as conn:
                 conn.execute("BEGIN IMMEDIATE")  # the write lock: a read-only file fails here
@@ -194,6 +200,9 @@ def _check_reachable(uri: str) -> None:
             raise UserError(
                 f"MLflow at {masked_url(uri)}: cannot open {path} to write ({e})"
             ) from None
+        finally:
+            if new:  # the check's empty file: an export refused before writing leaves none
+                Path(path).unlink(missing_ok=True)
 
 
 def _file_store(uri: str) -> Path | None:
@@ -288,14 +297,31 @@ def export_mlflow(
     param_chars, tag_chars = _limits()
     warnings: list[str] = []
     exported: dict[str, Any] = {}
+    # Every run's params, tags and metrics are made and their names checked before the first
+    # write: a name MLflow refuses stopped an export part-way, a run left RUNNING.
+    plans = [
+        _plan_mlflow_run(store, entities, run, (param_chars, tag_chars), warnings) for run in runs
+    ]
+    for plan in plans:
+        _check_mlflow_names(plan, len(runs))
     try:
         client = client_class(tracking_uri=uri)
         found = client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else client.create_experiment(experiment)
-        for run in runs:
-            exported[str(run.id)] = _export_mlflow_run(
-                store, client, entities, experiment_id, run, (param_chars, tag_chars), warnings
-            )
+        for plan in plans:
+            try:
+                exported[str(plan.run.id)] = _write_mlflow_run(
+                    store, client, experiment_id, plan, warnings
+                )
+            except (MlflowException, SQLAlchemyError) as e:
+                before = ", ".join(exported) or "none"
+                e.args = (
+                    f"{_one_line(e)} (exporting run {plan.run.id}, left FAILED in MLflow; "
+                    f"runs exported before it: {before})",
+                )
+                if hasattr(e, "message"):
+                    e.message = e.args[0]
+                raise
     except ImportError as e:  # a SQL tracking store without alembic
         raise missing_extra("mlflow", e.name) from None
     except (MlflowException, SQLAlchemyError) as e:
@@ -318,15 +344,23 @@ def export_mlflow(
     }
 
 
-def _export_mlflow_run(
-    store: RunStore,
-    client: Any,
-    entities: Any,
-    experiment_id: str,
-    run: RunRecord,
-    limits: tuple[int, int],
-    warnings: list[str],
-) -> dict[str, Any]:
+@dataclass
+class _MlflowRun:
+    """What one run's export writes, made before any of it is written."""
+
+    run: RunRecord
+    started: float
+    ended: float | None
+    params: list[Any]
+    tags: list[Any]
+    metrics: list[Any]
+    series: dict[str, list[tuple[int, float, float]]]
+    summary: dict[str, float]
+
+
+def _plan_mlflow_run(
+    store: RunStore, entities: Any, run: RunRecord, limits: tuple[int, int], warnings: list[str]
+) -> _MlflowRun:
     param_chars, tag_chars = limits
     run_id = run.id
     started, ended = _times(store, run_id)
@@ -347,13 +381,12 @@ def _export_mlflow_run(
         k: v for k, v in run.tags.items() if not k.startswith("mlflow.")
     }
     tags.update({f"system.{k}": v for k, v in flatten(run.system or {}).items()})
-    status = run.status
     tags.update(
         {
             "mlflow.source.git.commit": (run.system or {}).get("git_commit"),
             "dlperf.run_id": run_id,
             "dlperf.kind": run.kind,
-            "dlperf.status": status,
+            "dlperf.status": run.status,
             "dlperf.store_id": store.id,
             "dlperf.config_hash": run.config_hash,
             "dlperf.study_id": run.study_id,
@@ -375,12 +408,95 @@ def _export_mlflow_run(
     summary_time = round((ended or started) * 1000)
     summary = dict(_numbers(run.summary))
     metrics += [entities.Metric(f"summary/{k}", v, summary_time, 0) for k, v in summary.items()]
+    return _MlflowRun(run, started, ended, params, run_tags, metrics, series, summary)
 
+
+def _name_fault(kind: str, name: str) -> str | None:
+    """Why MLflow refuses `name` as a metric, param or tag name, or None: MLflow's own check
+    (mlflow.utils.validation), or its documented rule where a version lacks that check."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils import validation
+
+    check: Callable[[str], Any] | None = getattr(validation, f"_validate_{kind}_name", None)
+    if check is None:
+        if MLFLOW_NAME.fullmatch(name):
+            return None
+        return (
+            "Names may only contain alphanumerics, underscores (_), dashes (-), periods (.), "
+            "spaces ( ), colon(:) and slashes (/)."
+        )
+    try:
+        check(name)
+    except MlflowException as e:
+        return _one_line(e).split(" supplied: ", 1)[-1]
+    return None
+
+
+def _check_mlflow_names(plan: _MlflowRun, runs: int) -> None:
+    """UserError for the first metric, param or tag name of `plan` that MLflow refuses."""
+    run = plan.run
+    named = [
+        *(("metric", m.key) for m in plan.metrics),
+        *(("param", p.key) for p in plan.params),
+        *(("tag", t.key) for t in plan.tags),
+    ]
+    seen: set[tuple[str, str]] = set()
+    for kind, name in named:
+        if (kind, name) in seen:
+            continue
+        seen.add((kind, name))
+        fault = _name_fault(kind, name)
+        if fault is None:
+            continue
+        where = "a config key" if kind == "param" else f"a {kind} key"
+        fix = f"leave run {run.id} out of the export" if runs > 1 else "export another run"
+        raise UserError(
+            f"run {run.id} ({printable(run.name)!r}): {kind} {name!r} is not a name MLflow "
+            f"takes: {fault.rstrip('.')}; nothing was exported",
+            f"{fix}, or record the run with {where} MLflow takes",
+        )
+
+
+def _write_mlflow_run(
+    store: RunStore, client: Any, experiment_id: str, plan: _MlflowRun, warnings: list[str]
+) -> dict[str, Any]:
+    run = plan.run
     # A name holding ESC or NUL (a store of an older dlperf, another writer) is shown escaped.
     name = printable(run.name)
-    created = client.create_run(experiment_id, start_time=round(started * 1000), run_name=name)
+    created = client.create_run(experiment_id, start_time=round(plan.started * 1000), run_name=name)
     mlflow_id = created.info.run_id
-    logged = {"params": params, "tags": run_tags, "metrics": metrics}
+    try:
+        artifacts = _write_mlflow_parts(store, client, mlflow_id, plan, warnings)
+    except BaseException:
+        # A run that fails part-way ends FAILED in MLflow, never RUNNING; the failure that
+        # stopped it is what the caller hears, not one from this mark.
+        with contextlib.suppress(Exception):
+            client.set_terminated(mlflow_id, status="FAILED")
+        raise
+    status = run.status
+    if status != "running":
+        last = max((w for points in plan.series.values() for _, _, w in points), default=None)
+        # A lost run never ended: its last metric is the best guess, its start without one
+        # (MLflow would take the moment of export).
+        end = plan.ended or last or plan.started
+        mlflow_status = MLFLOW_STATUS.get(status, "RUNNING")
+        client.set_terminated(mlflow_id, status=mlflow_status, end_time=round(end * 1000))
+    return {
+        "mlflow_run_id": mlflow_id,
+        "params": len(plan.params),
+        "metrics": len(plan.series) + len(plan.summary),
+        "points": len(plan.metrics),
+        "tags": len(plan.tags),
+        "artifacts": artifacts,
+    }
+
+
+def _write_mlflow_parts(
+    store: RunStore, client: Any, mlflow_id: str, plan: _MlflowRun, warnings: list[str]
+) -> int:
+    """Log the run's params, tags, metrics and artifacts; the number of artifacts logged."""
+    run, run_id = plan.run, plan.run.id
+    logged = {"params": plan.params, "tags": plan.tags, "metrics": plan.metrics}
     for kind, size in MLFLOW_BATCH.items():
         for start in range(0, len(logged[kind]), size):
             client.log_batch(mlflow_id, **{kind: logged[kind][start : start + size]})
@@ -401,22 +517,7 @@ def _export_mlflow_run(
             client.log_artifacts(mlflow_id, str(path), artifact_path=f"{kind}/{path.name}")
         else:
             client.log_artifact(mlflow_id, str(path), artifact_path=kind)
-
-    if status != "running":
-        last = max((w for points in series.values() for _, _, w in points), default=None)
-        # A lost run never ended: its last metric is the best guess, its start without one
-        # (MLflow would take the moment of export).
-        end = ended or last or started
-        mlflow_status = MLFLOW_STATUS.get(status, "RUNNING")
-        client.set_terminated(mlflow_id, status=mlflow_status, end_time=round(end * 1000))
-    return {
-        "mlflow_run_id": mlflow_id,
-        "params": len(params),
-        "metrics": len(series) + len(summary),
-        "points": len(metrics),
-        "tags": len(run_tags),
-        "artifacts": len(artifacts) + 1,
-    }
+    return len(artifacts) + 1
 
 
 def _missing(store: RunStore, run: RunRecord, kind: str) -> str:
