@@ -315,13 +315,10 @@ def export_mlflow(
                 )
             except (MlflowException, SQLAlchemyError) as e:
                 before = ", ".join(exported) or "none"
-                e.args = (
-                    f"{_one_line(e)} (exporting run {plan.run.id}, left FAILED in MLflow; "
-                    f"runs exported before it: {before})",
-                )
-                if hasattr(e, "message"):
-                    e.message = e.args[0]
-                raise
+                raise UserError(
+                    f"MLflow at {masked_url(uri)}: {_one_line(e)} (exporting run "
+                    f"{plan.run.id}, left FAILED in MLflow; runs exported before it: {before})"
+                ) from None
     except ImportError as e:  # a SQL tracking store without alembic
         raise missing_extra("mlflow", e.name) from None
     except (MlflowException, SQLAlchemyError) as e:
