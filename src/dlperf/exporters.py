@@ -563,7 +563,17 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
     writer_class = _summary_writer()
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise UserError(f"{out} is a file, not a directory")
+        raise UserError(f"{out} is a file, not a directory", "move it, or give another --out")
+    # Every run's directory is checked before the first is written: a file in its place
+    # failed part-way, SummaryWriter's makedirs raising FileExistsError (exit 1).
+    for run in runs:
+        directory = out / event_dir_name(run)
+        if directory.exists() and not directory.is_dir():
+            raise UserError(
+                f"cannot write run {run.id}'s events: {directory} is a file, not a directory; "
+                "nothing was exported",
+                "move it, or give another --out",
+            )
     exported: dict[str, Any] = {}
     warnings: list[str] = []
     for run in runs:

@@ -172,3 +172,31 @@ def test_a_run_that_fails_mid_export_ends_failed_in_mlflow(
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     got = {m.info.run_name: m.info.status for m in client.search_runs([experiment.experiment_id])}
     assert got == {"good": "FINISHED", "bad": "FAILED"}
+
+
+# --- TensorBoard ----------------------------------------------------------------------------
+
+
+def test_a_run_directory_taken_by_a_file_is_one_line_with_the_fix(
+    cli: Callable[..., CliResult], store: RunStore, tmp_path: Path
+) -> None:
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    ids = _three_runs(store)
+    out = tmp_path / "tb"
+    first = cli(
+        "runs", "export", *map(str, ids), "--to", "tensorboard", "--out", str(out), "--json"
+    )
+    assert first.code == 0, first.err
+    dirs = {int(k): Path(v["dir"]) for k, v in json.loads(first.out)["runs"].items()}
+    taken, untouched = dirs[ids[1]], dirs[ids[0]]
+    before = [f.name for f in untouched.iterdir()]
+    for event_file in taken.iterdir():
+        event_file.unlink()
+    taken.rmdir()
+    taken.touch()
+    again = cli("runs", "export", *map(str, ids), "--to", "tensorboard", "--out", str(out))
+    _one_line(again)
+    assert f"{taken} is a file" in again.err, again.err
+    assert "move it" in again.err and "another --out" in again.err, again.err
+    # Checked before any run is written: the first run's event file is the first export's.
+    assert [f.name for f in untouched.iterdir()] == before
