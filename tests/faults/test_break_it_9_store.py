@@ -231,3 +231,66 @@ def test_negative_zero_reads_back_the_same_on_every_backend(any_store: RunStore)
     assert (six, math.isnan(nan)) == (6, True)
     [(_, tracked)] = any_store.metrics(2, "train/loss")
     assert math.copysign(1.0, tracked) == 1.0
+
+
+# --- a store path's control characters are shown escaped, on one line ------------------------
+
+
+def no_raw_control(result: CliResult) -> None:
+    """One line, no ESC, CR or other control character reaching the terminal."""
+    assert not any(c in result.err for c in "\x1b\r\x07\x7f\x9b"), repr(result.err)
+
+
+@pytest.mark.parametrize("odd", ["no\ndir", "no\x1b[31mdir", "no\rdir\x07"])
+@pytest.mark.parametrize("args", [("runs", "tag", "1", "a=b"), ("runs", "list"), ("doctor",)])
+def test_a_missing_directory_is_named_escaped(
+    cli: Cli, tmp_path: Path, odd: str, args: tuple[str, ...]
+) -> None:
+    """`run store directory /tmp/no<newline>dir does not exist`: two lines on stderr, and
+    ESC [31m turned the terminal red."""
+    shown = repr(odd)[1:-1]
+    for db in (str(tmp_path / odd / "x.db"), f"sqlite:///{tmp_path / odd / 'x.db'}"):
+        result = cli("--db", db, *args)
+        one_line(result, 2, f"run store directory {tmp_path}/{shown} does not exist")
+        no_raw_control(result)
+
+
+def test_every_line_naming_the_store_escapes_it(cli: Cli, tmp_path: Path) -> None:
+    """A directory given as the store, a dangling link's directory, a foreign file, a store
+    of a newer dlperf and a damaged one, each in a directory whose name holds ESC and a
+    newline."""
+    odd = tmp_path / "a\x1b[31m\nb"
+    odd.mkdir()
+    shown = f"{tmp_path}/a\\x1b[31m\\nb"
+    one_line(cli("--db", str(odd), "runs", "list"), 2, f"run store {shown} is a directory")
+    (odd / "link.db").symlink_to(odd / "gone" / "x.db")
+    one_line(
+        result := cli("--db", str(odd / "link.db"), "runs", "list"),
+        2,
+        f"run store directory {shown}/gone does not exist",
+    )
+    no_raw_control(result)
+    with closing(sqlite3.connect(odd / "app.db")) as conn:
+        conn.execute("CREATE TABLE notes (a)")
+    for args in (("runs", "list"), ("runs", "tag", "1", "a=b")):
+        result = cli("--db", str(odd / "app.db"), *args)
+        one_line(result, 2, "app.db holds tables that are not dlperf's: notes")
+        no_raw_control(result)
+    newer = odd / "newer.db"
+    RunStore.open(str(newer)).engine.dispose()
+    with closing(sqlite3.connect(newer)) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        conn.commit()
+    result = cli("--db", str(newer), "runs", "tag", "1", "a=b")
+    one_line(result, 2, "newer.db has schema version 99")
+    no_raw_control(result)
+    damaged = odd / "damaged.db"
+    store = RunStore.open(str(damaged))
+    store.log_metrics(store.create_run("r", "run", {}), [("k", s, 1.0) for s in range(3000)])
+    store.engine.dispose()
+    with damaged.open("r+b") as f:  # pages 3 to 6: metric rows
+        f.seek(2 * 4096)
+        f.write(bytes(range(256)) * 64)
+    result = cli("--db", str(damaged), "runs", "show", "1")
+    one_line(result, 2, f"run store {shown}/damaged.db is damaged")
+    no_raw_control(result)

@@ -30,6 +30,7 @@ from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.sql.sqltypes import JSON
 
 from dlperf.errors import UserError
+from dlperf.parsing import printable
 from dlperf.store.migrations import SCHEMA_VERSION
 from dlperf.store.schema import (
     DELETED_MAX,
@@ -55,6 +56,13 @@ _damaged: dict[Path, str] = {}  # stores this process found damaged, and how: ne
 _opened: set[Path] = set()  # store files this process opened as SQLite databases
 
 
+def shown(name: object) -> str:
+    """A store's path or URL as a line names it: its control characters, newline and tab
+    too, written as Python escapes (`parsing.printable`), so the error stays one line and no
+    terminal acts on an ESC in a directory's name."""
+    return printable(str(name)).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def store_file(engine: Engine) -> Path | None:
     """The file of a SQLite store; None for one in memory."""
     database = engine.url.database
@@ -65,9 +73,9 @@ def damaged(path: Path, detail: str) -> UserError:
     """The one-line error for a damaged store; from now on this process never writes it."""
     _damaged[path] = detail
     return UserError(
-        f"run store {path} is damaged ({detail}); dlperf neither reads nor writes it",
+        f"run store {shown(path)} is damaged ({detail}); dlperf neither reads nor writes it",
         f"restore it from a backup, or copy what is still readable into a new store with "
-        f"`dlperf --db {path} runs repair NEW.db`",
+        f"`dlperf --db {shown(path)} runs repair NEW.db`",
     )
 
 
@@ -120,9 +128,9 @@ def garbled_json(
         run_id, column, reason = _first_garbled(path) or (run_id, column, reason)
     which = f"run {run_id}'s {column}" if run_id is not None else "a run's JSON column"
     return UserError(
-        f"{which} in run store {path} {reason}; dlperf cannot read that run",
+        f"{which} in run store {shown(path)} {reason}; dlperf cannot read that run",
         f"copy what is readable, all but {left_out}, into a new store with "
-        f"`dlperf --db {path} runs repair NEW.db`",
+        f"`dlperf --db {shown(path)} runs repair NEW.db`",
     )
 
 
@@ -212,7 +220,8 @@ def on_error(context: ExceptionContext) -> BaseException | None:
         if view is not None:
             # `runs repair` copies tables, not views: it would leave every run out.
             return UserError(
-                f"run store {path} is not as dlperf made it ({view[1]} is a view, not a table)",
+                f"run store {shown(path)} is not as dlperf made it ({view[1]} is a view, not a "
+                "table)",
                 f"drop the view and rename the table it reads back to {view[1]}",
             )
         if path in _opened and _not_as_made(context):
@@ -230,9 +239,9 @@ def _edited(name: str, detail: str, path: Path | None) -> UserError:
     else:
         hint = (
             f"copy its runs into a store as dlperf makes one, without what was added by hand, "
-            f"with `dlperf --db {path} runs repair NEW.db`"
+            f"with `dlperf --db {shown(path)} runs repair NEW.db`"
         )
-    return UserError(f"run store {name} is not as dlperf made it ({detail})", hint)
+    return UserError(f"run store {shown(name)} is not as dlperf made it ({detail})", hint)
 
 
 def _refused(context: ExceptionContext) -> str:
@@ -384,12 +393,12 @@ def _source_tables(source: Path, busy_s: float) -> tuple[sqlite3.Connection, dic
         if held(e):
             raise
         raise UserError(
-            f"run store {source}: nothing can be read ({e})", "restore it from a backup"
+            f"run store {shown(source)}: nothing can be read ({e})", "restore it from a backup"
         ) from None
     if Run.__tablename__ not in tables and Meta.__tablename__ not in tables:
         conn.close()  # an empty file reads as a database without tables
         raise UserError(
-            f"run store {source} holds no runs table (an empty file, or another program's "
+            f"run store {shown(source)} holds no runs table (an empty file, or another program's "
             "database): there is nothing to repair"
         )
     return conn, tables
@@ -412,7 +421,7 @@ def _refuse_newer(old: sqlite3.Connection, tables: dict[str, list[str]], source:
     for (version,) in versions:
         if isinstance(version, str) and version.isdecimal() and int(version) > SCHEMA_VERSION:
             raise UserError(
-                f"run store {source} has schema version {int(version)}, newer than this "
+                f"run store {shown(source)} has schema version {int(version)}, newer than this "
                 f"dlperf's {SCHEMA_VERSION}",
                 "upgrade dlperf to repair it",
             )

@@ -191,7 +191,8 @@ def _busy_timeout_s(url: Any) -> float:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds >= 0):
         raise UserError(
-            f"run store {masked_url(str(url))}: timeout={raw} is not a number of seconds",
+            f"run store {integrity.shown(masked_url(str(url)))}: timeout={raw} is not a number "
+            "of seconds",
             "e.g. ?timeout=60",
         )
     return seconds
@@ -245,21 +246,23 @@ def _store_path(path: str | None, name: str) -> Path:
     if path.endswith("/"):  # Path() drops the slash: the file x.db of "x.db/" was used
         raise UserError(
             f"run store {name}: a store path that ends in / names a directory",
-            f"give the store file without the slash, e.g. --db {path.rstrip('/')}",
+            f"give the store file without the slash, e.g. --db {integrity.shown(path.rstrip('/'))}",
         )
     _directories_as_written(path)
     try:
         where = Path(path).resolve()
     except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
         raise UserError(f"cannot open run store {name}: {e}") from None
+    shown = integrity.shown
     if where.is_dir():
         raise UserError(
-            f"run store {path} is a directory", f"give a file in it, e.g. --db {path}/dlperf.db"
+            f"run store {shown(path)} is a directory",
+            f"give a file in it, e.g. --db {shown(path)}/dlperf.db",
         )
     if not where.parent.exists():  # its directories as written are there: a dangling link's
         raise UserError(
-            f"run store directory {where.parent} does not exist",
-            f"the store {path} is a symbolic link to {where}",
+            f"run store directory {shown(where.parent)} does not exist",
+            f"the store {shown(path)} is a symbolic link to {shown(where)}",
         )
     return where
 
@@ -276,11 +279,13 @@ def _directories_as_written(path: str) -> None:
         try:
             os.stat(directory)
         except FileNotFoundError:
-            raise UserError(f"run store directory {directory} does not exist") from None
+            missing = integrity.shown(directory)
+            raise UserError(f"run store directory {missing} does not exist") from None
         except OSError:  # a link loop, a permission: resolve() and SQLite say it in their words
             return
         if not os.path.isdir(directory):
-            raise UserError(f"run store {path}: {directory} is not a directory")
+            shown = integrity.shown
+            raise UserError(f"run store {shown(path)}: {shown(directory)} is not a directory")
 
 
 # The options of a sqlite:/// URL that dlperf honours. Any other is refused rather than passed
@@ -681,7 +686,7 @@ class RunStore:
         write is refused."""
         url = _url(db)
         parsed = _parsed(url)
-        name = masked_url(url)
+        name = integrity.shown(masked_url(url))  # as every line names it
         try:
             sqlite = parsed.get_backend_name() == "sqlite"
             where = _sqlite_checked(parsed, name) if sqlite else None
@@ -774,7 +779,7 @@ class RunStore:
         """One write transaction; a full disk comes out as OSError(ENOSPC). Nothing is written
         into a store found damaged."""
         integrity.refuse_writes(self.engine)
-        name = self.engine.url.render_as_string()  # the password hidden
+        name = integrity.shown(self.engine.url.render_as_string())  # the password hidden
         if self.read_only:
             raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         if self._file is not None and not self._file.there():
@@ -785,7 +790,7 @@ class RunStore:
             kept = create_engine("sqlite://", creator=lambda: self._keeper, poolclass=StaticPool)
             with stopping.shielded(), Session(kept) as s, s.begin():
                 yield s
-            raise StoreGone(f"run store {self._file.path} was deleted or replaced")
+            raise StoreGone(f"run store {integrity.shown(self._file.path)} was deleted or replaced")
         try:
             # A stop signal waits for the transaction's end: one cut inside SQLAlchemy could
             # leave a connection holding SQLite's write lock, and the run's own `killed` mark
@@ -938,7 +943,7 @@ class RunStore:
                 raise
         sqlite = self.engine.dialect.name == "sqlite"
         path = integrity.store_file(self.engine) if sqlite else None
-        name = str(path) if path is not None else self.engine.url.render_as_string()
+        name = integrity.shown(path if path is not None else self.engine.url.render_as_string())
         why = f"the run store refused to mark it {status} ({said})"
         try:
             self.finish_run(run_id, "failed", error=why if error is None else f"{error}; {why}")
@@ -976,7 +981,7 @@ class RunStore:
         return StoreGone(
             f"{e.message} while run {run_id} was recording; everything it held, run "
             f"{run_id}'s metrics up to now included, is saved in {saved}",
-            f"move it back to {self._file.path} to keep it, then `{resume}`",
+            f"move it back to {integrity.shown(self._file.path)} to keep it, then `{resume}`",
             run_id,
         )
 
@@ -1394,15 +1399,15 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
     url = _parsed(_url(db))
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         raise UserError(
-            f"runs repair reads a SQLite store file, not {masked_url(str(url))}",
+            f"runs repair reads a SQLite store file, not {integrity.shown(masked_url(str(url)))}",
             "for PostgreSQL use its own tools: pg_dump, pg_amcheck",
         )
     # Checked as --db's is (a directory, `nope/../x.db` through a missing nope), and waited
     # for with the same busy timeout.
-    source = _sqlite_checked(url, masked_url(str(url)))
+    source = _sqlite_checked(url, integrity.shown(masked_url(str(url))))
     busy_s = _busy_timeout_s(url)
     if not source.is_file():
-        raise UserError(f"run store {source} does not exist")
+        raise UserError(f"run store {integrity.shown(source)} does not exist")
     target = os.path.expanduser(out)
     if not target.strip() or "://" in target:
         raise UserError(
@@ -1411,9 +1416,11 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
         )
     # As --db's: not resolved first (which dropped "new.db/"'s slash and read file:new.db as
     # a file of that name), so the OS's own refusals stand.
-    where = _store_path(target, target)
+    where = _store_path(target, integrity.shown(target))
     if os.path.lexists(target):  # a link too, dangling or not: it is not replaced
-        raise UserError(f"{target} exists", "repair writes a new store: give a new file name")
+        raise UserError(
+            f"{integrity.shown(target)} exists", "repair writes a new store: give a new file name"
+        )
     staged = os.path.join(os.path.dirname(target), REPAIRING.format(os.path.basename(target)))
     leftovers = [Path(staged + suffix) for suffix in ("", "-wal", "-shm")]
     for leftover in leftovers:  # of a repair killed before it ended
@@ -1426,7 +1433,7 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
         except sqlite3.OperationalError as e:
             if not integrity.held(e):
                 raise
-            raise _locked(str(source), busy_s, "to read it") from None
+            raise _locked(integrity.shown(source), busy_s, "to read it") from None
         # Every connection closed: the WAL is checkpointed into the file and removed, so the
         # one file renamed holds the whole copy.
         new.engine.dispose()
