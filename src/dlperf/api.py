@@ -340,7 +340,12 @@ def run(
 
 # --- track ----------------------------------------------------------------------------------
 
+# A log() call writes the rows held in memory when FLUSH_ROWS are held or FLUSH_SECONDS have
+# passed since the last write (checked at each call: no thread, no timer), so a SIGKILLed
+# loop loses at most the last second's rows, and a loop logging once an epoch none before the
+# epoch in progress (256 rows with no time bound lost hours of such a loop's metrics).
 FLUSH_ROWS = 256
+FLUSH_SECONDS = 1.0
 # metrics.step is an Integer column: 64-bit on SQLite but 32-bit on PostgreSQL, so the bound is
 # PostgreSQL's, the same on every backend (as the store's text limits are).
 STEP_MIN, STEP_MAX = -(2**31), 2**31 - 1
@@ -357,6 +362,7 @@ class TrackedRun:
     _phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     _last: dict[str, float] = field(default_factory=dict)
     _ended: bool = False
+    _flushed: float = field(default_factory=time.monotonic)  # when the rows were last written
 
     def log(self, step: int, **metrics: float) -> None:
         """Record metrics at `step`. `loss` and `lr` are stored as the engine stores them
@@ -383,7 +389,7 @@ class TrackedRun:
             rows.append((name, at, number, now))
         self._rows.extend(rows)
         self._last.update((name, value) for name, _, value, _ in rows)
-        if len(self._rows) >= FLUSH_ROWS:
+        if len(self._rows) >= FLUSH_ROWS or time.monotonic() - self._flushed >= FLUSH_SECONDS:
             self.flush()
 
     @contextmanager
@@ -410,6 +416,7 @@ class TrackedRun:
     def flush(self) -> None:
         self._store.log_metrics(self.id, self._rows)
         self._rows.clear()
+        self._flushed = time.monotonic()
 
     def summary(self) -> dict[str, Any]:
         phases = {p: sum(times) / len(times) for p, times in self._phases.items()}

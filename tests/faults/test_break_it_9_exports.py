@@ -200,3 +200,62 @@ def test_a_run_directory_taken_by_a_file_is_one_line_with_the_fix(
     assert "move it" in again.err and "another --out" in again.err, again.err
     # Checked before any run is written: the first run's event file is the first export's.
     assert [f.name for f in untouched.iterdir()] == before
+
+
+# --- track's rows held in memory ------------------------------------------------------------
+
+# Logs 10 rows 0.3 s apart, noting the monotonic clock just before and just after each
+# log() call, then writes them to the marker (renamed into place: read whole or not at all)
+# and blocks until it is killed.
+_LOGGING_CHILD = """
+import json, os, sys, time
+import dlperf
+db, marker = sys.argv[1], sys.argv[2]
+times = []
+with dlperf.track("slow-loop", store=db) as run:
+    for step in range(1, 11):
+        before = time.monotonic()
+        run.log(step, loss=1.0 / step)
+        times.append((step, before, time.monotonic()))
+        time.sleep(0.3)
+    with open(marker + ".tmp", "w") as f:
+        json.dump(times, f)
+    os.rename(marker + ".tmp", marker)
+    while True:
+        time.sleep(60)
+"""
+
+
+def test_a_sigkilled_track_loop_keeps_the_rows_logged_a_second_before(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dlperf.api import FLUSH_SECONDS
+
+    db, marker = tmp_path / "t.db", tmp_path / "logged.json"
+    child = subprocess.Popen([sys.executable, "-c", _LOGGING_CHILD, str(db), str(marker)])
+    try:
+        deadline = time.monotonic() + 120  # generous: a loaded machine, torch's import
+        while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), f"the child wrote no marker (exit {child.poll()})"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    times = json.loads(marker.read_text())
+    last_call = times[-1][1]
+    # A row whose log() returned at least FLUSH_SECONDS before the last log() began was
+    # written by then: the last call, or one before it, found the rows that old.
+    due = [step for step, _, after in times if after <= last_call - FLUSH_SECONDS]
+    assert due, times  # 10 rows 0.3 s apart: several
+    stored = dlperf.Store(str(db))
+    (run,) = stored.runs()
+    assert run.status == "lost"
+    kept = "train/loss" in stored.metric_keys(run.id)
+    steps = [step for step, _ in stored.metrics(run.id, "loss")] if kept else []
+    assert steps[: len(due)] == due, (steps, times)
