@@ -173,6 +173,7 @@ def check_model(path: Path) -> None:
     """`onnx.checker` with full shape inference; an invalid file is bad input."""
     import onnx
 
+    meta_io.regular_file(path, "give an ONNX file (`dlperf export` writes one)")
     if not path.is_file():
         raise UserError(f"no model file {path}")
     try:

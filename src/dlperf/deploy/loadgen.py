@@ -36,6 +36,7 @@ import numpy as np
 
 from dlperf.contention import PROC, Window, judge
 from dlperf.errors import UserError
+from dlperf.paths import not_regular
 from dlperf.progress import NullReporter, Reporter
 
 TIMEOUT_S = 30.0
@@ -104,6 +105,9 @@ def run(
 ) -> list[LevelResult]:
     """Load the server at each concurrency level in turn."""
     endpoint = target(url)
+    kind = not_regular(image) if image is not None else None  # stat'ed: a FIFO would block
+    if kind is not None and kind != "a directory":
+        raise UserError(f"{image} is not a regular file ({kind})", "give an image file")
     if image is not None and not image.is_file():
         raise UserError(f"no image file {image}")
     body = image.read_bytes() if image is not None else sample_image()

@@ -15,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from dlperf.config import validation_message
 from dlperf.errors import UserError
+from dlperf.paths import not_regular
 
 KEY = "dlperf"
 
@@ -56,6 +57,15 @@ class ModelMeta:
             raise validation_message(e, f"{source}: unreadable dlperf metadata") from None
 
 
+def regular_file(path: Path, fix: str) -> None:
+    """Refuse a `path` that is there but is neither a regular file nor a directory (a FIFO, a
+    device), stat'ed and never opened: opening a FIFO waits for a writer, for ever when there
+    is none. A directory and nothing there are left to the caller's "no ... file"."""
+    kind = not_regular(path)
+    if kind is not None and kind != "a directory":
+        raise UserError(f"{path} is not a regular file ({kind})", fix)
+
+
 def sidecar(model_path: Path) -> Path:
     return model_path.with_name(model_path.name + ".json")
 
@@ -89,6 +99,7 @@ def find(model_path: Path) -> ModelMeta | None:
     without any (one that `dlperf export` did not write)."""
     import onnx
 
+    regular_file(model_path, "give an ONNX file (`dlperf export` writes one)")
     if not model_path.is_file():
         raise UserError(f"no model file {model_path}")
     try:

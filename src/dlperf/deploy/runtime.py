@@ -84,6 +84,7 @@ def providers(available: list[str]) -> list[Any]:
 
 def read_labels(path: Path) -> list[str]:
     """One class name per line, in class-index order; blank lines are ignored."""
+    meta_io.regular_file(path, "give a text file of class names, one a line")
     if not path.is_file():
         raise UserError(f"no labels file {path}")
     labels = [line.strip() for line in path.read_text().splitlines() if line.strip()]
@@ -187,6 +188,7 @@ def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
     """Image files to one (N, C, H, W) float32 batch."""
     arrays = []
     for path in paths:
+        meta_io.regular_file(path, "give an image file")
         if not path.is_file():
             raise UserError(f"no image file {path}")
         arrays.append(to_array(decode(path.read_bytes(), str(path)), pre, str(path)))

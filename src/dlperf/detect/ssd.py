@@ -96,6 +96,7 @@ def _read_weights(path: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]
 
     from dlperf.detect import mobilenet_ssd
 
+    meta_mod.regular_file(path, "give a PyTorch weights file")
     if not path.is_file():
         raise UserError(f"no weights file {path}")
     try:
@@ -460,6 +461,7 @@ def run(
         out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for path in images:
+        meta_mod.regular_file(path, "give an image file")
         if not path.is_file():
             raise UserError(f"no image file {path}")
         image = runtime.decode(path.read_bytes(), str(path))

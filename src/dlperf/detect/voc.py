@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dlperf.errors import UserError
+from dlperf.paths import not_regular
 
 BACKGROUND = "__background__"
 AP_METHODS = ("area", "11point")
@@ -66,6 +67,7 @@ def find_root(path: Path) -> Path:
 
 def read_split(root: Path, split: str) -> list[str]:
     path = root / "ImageSets" / "Main" / f"{split}.txt"
+    _regular(path, "a text file of image ids, one a line")
     if not path.is_file():
         raise UserError(f"no split file {path}")
     ids = [line.split()[0] for line in path.read_text().splitlines() if line.strip()]
@@ -111,10 +113,24 @@ def load_split(root: Path, split: str) -> list[VocAnnotation]:
     annotations = []
     for image_id in read_split(root, split):
         path = root / "Annotations" / f"{image_id}.xml"
+        _regular(path, "a VOC annotation (XML)")
         if not path.is_file():
             raise UserError(f"{root}: split {split} lists {image_id} but {path} is missing")
-        annotations.append(parse_annotation(path))
+        annotation = parse_annotation(path)
+        # Refused as the split is loaded, before any training: each image is read only when
+        # its batch comes. A missing one is left to then, as before.
+        _regular(root / "JPEGImages" / annotation.filename, "the image")
+        annotations.append(annotation)
     return annotations
+
+
+def _regular(path: Path, what: str) -> None:
+    """Refuse a `path` that is there but is not a regular file (a FIFO, a directory, a
+    device), stat'ed and never opened: opening a FIFO waits for a writer, for ever when there
+    is none. Nothing there is left to the caller's "missing"."""
+    kind = not_regular(path)
+    if kind is not None:
+        raise UserError(f"{path} is not a regular file ({kind})", f"replace it with {what}")
 
 
 def class_names(*splits: list[VocAnnotation]) -> list[str]:
@@ -144,6 +160,7 @@ class VocDataset:
 
         a = self.annotations[i]
         path = self.root / "JPEGImages" / a.filename
+        _regular(path, "the image")  # one replaced since the split was loaded
         if not path.is_file():
             raise UserError(f"{self.root}: {a.image_id}.xml names {a.filename}, which is missing")
         with Image.open(path) as im:

@@ -27,6 +27,7 @@ from dlperf.engine import checkpoint
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
+from dlperf.paths import not_regular
 
 StateDict = Mapping[str, torch.Tensor]
 FORMS = "a torchvision weights name, run:ID, run:last:NAME or a state-dict file"
@@ -142,8 +143,11 @@ def _from_run(spec: str, store: StoredRuns) -> Pretrained:
 
 def _from_file(spec: str) -> Pretrained:
     path = Path(spec)
+    kind = not_regular(path)  # stat'ed, never opened: a FIFO would block torch.load for ever
+    if kind is not None and kind != "a directory":
+        raise UserError(f"model.weights {spec} is not a regular file ({kind})", f"give {FORMS}")
     if not path.is_file():
-        what = "is a directory" if path.is_dir() else "no such file"
+        what = "is a directory" if kind else "no such file"
         raise UserError(f"model.weights {spec}: {what}", f"give {FORMS}")
 
     def fetch() -> StateDict:

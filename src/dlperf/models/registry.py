@@ -22,6 +22,7 @@ from torch import nn
 
 from dlperf.errors import USER_MODULE_PREFIX, UserError, raised_by_model
 from dlperf.parsing import did_you_mean
+from dlperf.paths import not_regular
 
 Factory = Callable[..., nn.Module]
 AUTOMATIC = ("num_classes", "in_channels")  # what dlperf gives every factory that takes them
@@ -135,6 +136,11 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     path = Path(path_text)
     if path.is_dir():
         raise UserError(f"model file {path} is a directory", "use path/to/file.py:factory")
+    kind = not_regular(path)  # stat'ed, never opened: a FIFO would block the import for ever
+    if kind is not None:
+        raise UserError(
+            f"model file {path} is not a regular file ({kind})", "use path/to/file.py:factory"
+        )
     if not path.is_file():
         raise UserError(f"model file {path} not found", "use path/to/file.py:factory")
     module = _import_file(path)
