@@ -207,8 +207,8 @@ def _time_fault(event: Event, item: dict[str, Any]) -> str | None:
         return f"has dur {item['dur']!r:.40}, a negative duration"
     if not (abs(event.start) <= MAX_TRACE_US and abs(event.end) <= MAX_TRACE_US):
         return (
-            f"spans {event.start:g} to {event.end:g} µs, past the {MAX_TRACE_US:g} µs "
-            "a trace's times can hold"
+            f"spans {event.start:g} to {event.end:g} µs, past the {MAX_TRACE_US:.4g} µs "
+            "(285 years) a trace's times can hold"
         )
     return None
 
