@@ -92,7 +92,7 @@ def test_bad_input_is_one_line(cli: Cli, args: list[str], text: str) -> None:
     one_line_error(cli(*args), text)
 
 
-def test_bad_user_models_are_one_line(cli: Cli, tmp_path: Path) -> None:
+def test_bad_user_models_are_one_line_and_their_own_errors_theirs(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "nets.py"
     path.write_text(
         "from torch import nn\n"
@@ -100,7 +100,10 @@ def test_bad_user_models_are_one_line(cli: Cli, tmp_path: Path) -> None:
         "def number():\n    return 3\n"
         "def mlp():\n    return nn.Linear(4, 2)\n"
     )
-    one_line_error(cli("analyze", f"{path}:broken"), "failed: ValueError: no such width")
+    # the factory's own exception is the model's (break-it round 9): its line and its frames
+    raised = cli("analyze", f"{path}:broken")
+    assert raised.code == 1 and raised.err.startswith("error: the model raised ValueError: no such")
+    assert f'File "{path}", line 3, in broken' in raised.err
     one_line_error(cli("analyze", f"{path}:number"), "returned int, not a torch.nn.Module")
     one_line_error(cli("analyze", f"{path}:mlp", "--input", "5"), "the model rejects input [1, 5]")
     assert (
