@@ -23,6 +23,7 @@ from dlperf.engine.checks import (
     DRY_BATCH,
     check_batch_fits,
     check_batch_trains,
+    check_checkpointable,
     check_classes,
     check_classifier,
     check_finite,
@@ -231,5 +232,7 @@ def build_model(
     # A batch of one image, which the two-image checks cannot see (batch norm): here, so that
     # a sweep's up-front check and every trainer refuse it alike.
     check_batch_trains(model, exp.train.batch_size, data.shape, name, device)
+    if exp.run.checkpoint:  # a state the first checkpoint could not be loaded from
+        check_checkpointable(model)
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
     return model

@@ -89,7 +89,7 @@ def save(slot: Slot, state: dict[str, Any]) -> None:
     leaves the previous checkpoint intact and no partial file behind."""
     # Serialised in memory first: torch.save's zip writer turns a full disk into a
     # RuntimeError ("unexpected pos"); a plain write reports it as the OSError it is (ENOSPC).
-    _check_loadable(state.get("model"))
+    check_loadable(state.get("model"))
     buffer = io.BytesIO()
     torch.save({OWNER: asdict(slot.owner), **state}, buffer)
     path = slot.path
@@ -130,11 +130,13 @@ def _refused_global(e: Exception) -> str | None:
     return name
 
 
-def _check_loadable(model_state: object) -> None:
+def check_loadable(model_state: object, hint: str | None = None) -> None:
     """Refuse to write a checkpoint that `load` could never read: a model's state_dict entry
     that is not a tensor (a module's extra state, get_extra_state) holding a value torch's
     weights-only loader refuses (a NumPy array, an object of the model's own class). Only
-    those entries are round-tripped, so the check costs nothing for a model of tensors."""
+    those entries are round-tripped, so the check costs nothing for a model of tensors.
+    Made at each save, and before training by checks.check_checkpointable (`hint` its
+    way out)."""
     if not isinstance(model_state, Mapping):
         return
     for key, value in model_state.items():
@@ -152,7 +154,8 @@ def _check_loadable(model_state: object) -> None:
             raise UserError(
                 f"the model's state {key!r} holds a value torch's safe loader refuses "
                 f"({refused}), so its checkpoint could never be loaded (--resume, export, "
-                f"model.weights): {KEEP_TENSORS}"
+                f"model.weights): {KEEP_TENSORS}",
+                hint,
             ) from None
 
 

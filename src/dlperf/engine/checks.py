@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from dlperf.data.sources import too_few_classes
+from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
@@ -237,6 +238,14 @@ def check_batch_trains(
         raise UserError(
             e.message, f"use train.batch_size {DRY_BATCH} or more, or a model without batch norm"
         ) from None
+
+
+def check_checkpointable(model: nn.Module) -> None:
+    """`model`, in a run that writes checkpoints, must have a state torch's weights-only
+    loader reads back: a module's extra state holding a NumPy array would otherwise fail the
+    run at its first checkpoint, an epoch in, and could never be resumed or exported. Said
+    here, before anything is recorded; the save checks it again (a state that changes)."""
+    check_loadable(model.state_dict(), "or train without checkpoints: run.checkpoint = false")
 
 
 def check_classifier(
