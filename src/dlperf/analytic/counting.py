@@ -655,11 +655,12 @@ def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
         ) from None
 
 
-def _count_backward(out: Any) -> None:
-    """`sum_backward` on the meta device; torch refusing to run it (an operation with no
-    derivative, as torch.special.zeta; complex weights on meta tensors) is one line, while an
-    exception the model's own code raises (its autograd Function's backward) goes on as it
-    is, to be told with the model's frames."""
+def run_backward(out: Any, done: str = "counted") -> None:
+    """`sum_backward`; torch refusing to run it (an operation with no derivative, as
+    torch.special.zeta; complex weights on meta tensors) is one line, "the model's backward
+    cannot be `done`" (counted on the meta device by analyze, measured by predict --measure),
+    while an exception the model's own code raises (its autograd Function's backward) goes on
+    as it is, to be told with the model's frames."""
     try:
         sum_backward(out)
     except Exception as e:
@@ -670,8 +671,8 @@ def _count_backward(out: Any) -> None:
         first = first.split("  (Could this error message be improved?")[0].rstrip()
         said = f"{type(e).__name__}: {first}" if first else type(e).__name__
         raise UserError(
-            f"the model's backward cannot be counted: {said}",
-            "its forward alone is still counted: leave out --train, or analyze.train",
+            f"the model's backward cannot be {done}: {said}",
+            f"its forward alone is still {done}: leave out --train, or analyze.train",
         ) from None
 
 
@@ -740,7 +741,7 @@ def analyze_module(
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted.
                 with mode:
-                    _count_backward(out)
+                    run_backward(out)
                 memory = _training_memory(model, saved.bytes)
     finally:
         for handle in hooks:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from dlperf.analytic.counting import Analysis, materialize_lazy, run_forward, sum_backward
+from dlperf.analytic.counting import Analysis, materialize_lazy, run_backward, run_forward
 from dlperf.analytic.devices import Device
 from dlperf.errors import UserError
 from dlperf.precision import DTYPES
@@ -188,7 +188,7 @@ def make_step(
     def step() -> None:
         if train:
             model.zero_grad(set_to_none=True)
-            sum_backward(run_forward(model, x))
+            run_backward(run_forward(model, x), "measured")
         else:
             with torch.no_grad():
                 run_forward(model, x)
