@@ -208,8 +208,8 @@ def test_loading_a_checkpoint_with_a_numpy_array_names_it_not_truncation(tmp_pat
     # before: "cannot load checkpoint ...: truncated or not written by dlperf (UnpicklingError)"
     assert "truncated" not in said, said
     assert said.startswith(
-        f"checkpoint {path} holds a value torch's safe loader refuses (numpy.ndarray, from the "
-        "model's extra state or a buffer): keep model state to tensors (e.g. torch.tensor(...))"
+        f"checkpoint {path} holds a value torch's safe loader refuses (numpy.ndarray): where a "
+        "model's extra state or buffer holds it, keep model state to tensors (e.g. torch.tensor"
     ), said
 
 

@@ -146,7 +146,7 @@ def _older_dlperf(path: Path) -> None:
         (_garbage, "truncated or not written by dlperf"),
         (_truncated, "truncated or not written by dlperf"),
         (_foreign_zip, "truncated or not written by dlperf"),
-        (_pickled_object, "truncated or not written by dlperf (UnpicklingError)"),
+        (_pickled_object, "holds a value torch's safe loader refuses (pathlib.PosixPath)"),
         (_older_dlperf, "an older dlperf's checkpoint, which names no run, is refused too"),
         (_state_dict, "is not a dlperf run checkpoint: it names no run"),
         (_real_checkpoint, "is the checkpoint of run 1 in store 0123456789ab (config cafe)"),

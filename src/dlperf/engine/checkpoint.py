@@ -199,9 +199,12 @@ def load(path: Path, owner: Owner) -> dict[str, Any]:
     except Exception as e:  # garbage, a truncated or foreign zip, a pickle of other objects
         refused = _refused_global(e)
         if refused is not None:  # whole, but holding what the weights-only loader refuses
+            # a run's model state (its extra state or a buffer), or a file dlperf did not
+            # write as it writes them now: which, the loader cannot say without running it
             raise UserError(
-                f"checkpoint {path} holds a value torch's safe loader refuses ({refused}, from "
-                f"the model's extra state or a buffer): {KEEP_TENSORS}"
+                f"checkpoint {path} holds a value torch's safe loader refuses ({refused}): "
+                f"where a model's extra state or buffer holds it, {KEEP_TENSORS}",
+                "an older dlperf's checkpoint, which names no run, is refused too",
             ) from None
         raise UserError(
             f"cannot load checkpoint {path}: truncated or not written by dlperf "
