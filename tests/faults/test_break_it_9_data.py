@@ -16,9 +16,6 @@ blocks fails its test instead of hanging the suite.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,10 +25,11 @@ import pytest
 
 from dlperf.errors import UserError
 from tests.conftest import CliResult
+from tests.faults.test_break_it_5_files import dlperf as guarded
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
-GUARD_S = 120  # far past what each command takes; a blocked one is killed at it
+GUARD_S = 120  # a reader thread blocked on a FIFO is given a quarter of it to be freed
 
 EXPERIMENT = """
 [model]
@@ -54,22 +52,6 @@ base = "exp.toml"
 [grid]
 "train.lr" = [0.05, 0.1]
 """
-
-
-def guarded(*args: str) -> CliResult:
-    """`dlperf ARGS` in a process group of its own (in the current directory, against
-    DLPERF_DB); killed, and the test failed, if it is still running after GUARD_S."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlperf", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=GUARD_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
-    return CliResult(proc.returncode, out, err)
 
 
 def image_folder(root: Path) -> None:
