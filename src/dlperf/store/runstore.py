@@ -54,6 +54,8 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, delete, event, func, make_url, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, Row
 from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
 from sqlalchemy.orm import Session
@@ -510,6 +512,13 @@ def _hint(e: DatabaseError) -> str | None:
             "A store on read-only media reads with --db 'sqlite:///PATH?mode=ro'"
         )
     return None
+
+
+def _insert_for(engine: Engine) -> Any:
+    """The dialect's INSERT, which has ON CONFLICT (PostgreSQL's and SQLite's alike)."""
+    if engine.dialect.name == "postgresql":
+        return pg_insert
+    return sqlite_insert
 
 
 def _now() -> datetime:
@@ -1126,11 +1135,23 @@ class RunStore:
                     f"keeps at most {TAG_VALUE_MAX}",
                     "give a shorter value (a file's path rather than its text)",
                 )
+        removed = [k for k, v in tags.items() if not v]
+        kept = [{"run_id": run_id, "key": k, "value": v} for k, v in tags.items() if v]
         with self._writing() as s:
             _stored_run(s, run_id)
-            s.execute(delete(Tag).where(Tag.run_id == run_id, Tag.key.in_(list(tags))))
-            s.add_all(Tag(run_id=run_id, key=k, value=v) for k, v in tags.items() if v)
-            s.flush()
+            if removed:
+                s.execute(delete(Tag).where(Tag.run_id == run_id, Tag.key.in_(removed)))
+            if kept:
+                # An upsert, not delete-then-insert: under PostgreSQL's READ COMMITTED two
+                # processes tagging one key at once both deleted nothing, and the second
+                # insert failed on tags' primary key (its other tags lost). The last wins.
+                upsert = _insert_for(self.engine)(Tag).values(kept)
+                s.execute(
+                    upsert.on_conflict_do_update(
+                        index_elements=[Tag.run_id, Tag.key],
+                        set_={"value": upsert.excluded.value},
+                    )
+                )
             return _tags_of(s, [run_id]).get(run_id, {})
 
     def delete_runs(self, run_ids: Sequence[int], force: bool = False) -> Deleted:

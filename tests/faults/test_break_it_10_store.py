@@ -1,0 +1,98 @@
+"""What the tenth break-it round found in the run store, reproduced first: two `runs tag` of
+one key at once on PostgreSQL a UniqueViolation traceback (and the loser's other tags lost);
+PostgreSQL's "permission denied" a traceback; a store id edited by hand used as a path."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, make_url, text
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult, fresh_store_url
+
+Cli = Callable[..., CliResult]
+WAIT_S = 60  # generous: each wait ends as soon as what it waits for is seen
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url(request.param, tmp_path, "bi10")
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url("postgresql", tmp_path, "bi10")
+
+
+def _schema(url: str) -> str:
+    return str(make_url(url).query["options"]).removeprefix("-csearch_path=")
+
+
+def a_run(url: str) -> int:
+    store = RunStore.open(url)
+    run_id = store.create_run("r", "train", {})
+    store.finish_run(run_id)
+    store.engine.dispose()
+    return run_id
+
+
+# --- 1: two `runs tag` of one key at once ------------------------------------------------------
+
+
+def test_tagging_a_key_again_keeps_the_last_value(cli: Cli, store_url: str) -> None:
+    run_id = a_run(store_url)
+    for i in range(3):
+        result = cli("--db", store_url, "runs", "tag", str(run_id), f"k=v{i}", f"t{i}=x")
+        assert result.code == 0, result.err
+    tags = RunStore.open(store_url).get_run(run_id).tags
+    assert tags == {"k": "v2", "t0": "x", "t1": "x", "t2": "x"}
+
+
+def test_a_tag_written_meanwhile_by_another_process_is_overwritten(pg_url: str) -> None:
+    """Under READ COMMITTED, set_tags' delete found no row (the other's insert was not yet
+    committed), then its insert waited for the other's and failed: UniqueViolation on
+    tags_pkey, a traceback, and its other tag lost. The interleaving is forced: the test's
+    own transaction holds an uncommitted `k`, set_tags runs in a thread until PostgreSQL
+    shows it waiting for that transaction's lock, and only then does the test commit."""
+    run_id = a_run(pg_url)
+    store = RunStore.open(pg_url)
+    other = create_engine(pg_url)
+    outcome: dict[str, object] = {}
+    try:
+        with other.connect() as conn:
+            conn.execute(
+                text("INSERT INTO tags (run_id, key, value) VALUES (:r, 'k', 'theirs')"),
+                {"r": run_id},
+            )
+            mine = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+
+            def tag() -> None:
+                try:
+                    outcome["tags"] = store.set_tags(run_id, {"k": "mine", "t": "x"})
+                except BaseException as e:
+                    outcome["error"] = e
+
+            thread = threading.Thread(target=tag)
+            thread.start()
+            waiting = text(
+                "SELECT count(*) FROM pg_stat_activity WHERE :mine = ANY(pg_blocking_pids(pid))"
+            )
+            deadline = time.monotonic() + WAIT_S
+            with create_engine(pg_url).connect() as watcher:
+                while not watcher.execute(waiting, {"mine": mine}).scalar_one():
+                    assert time.monotonic() < deadline, "set_tags never waited for the lock"
+                    assert thread.is_alive(), outcome
+                    time.sleep(0.05)
+            conn.commit()
+            thread.join(WAIT_S)
+            assert not thread.is_alive()
+    finally:
+        other.dispose()
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert outcome["tags"] == {"k": "mine", "t": "x"}
+    assert store.get_run(run_id).tags == {"k": "mine", "t": "x"}
