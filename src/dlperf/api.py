@@ -14,15 +14,17 @@ import numbers
 import operator
 import os
 import reprlib
+import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from dlperf.errors import UserError, model_exited
+from dlperf.errors import StoreGone, UserError, model_exited
 from dlperf.parsing import MAX_DEPTH, TOO_DEEP, has_control
 
 if TYPE_CHECKING:
@@ -353,7 +355,12 @@ STEP_MIN, STEP_MAX = -(2**31), 2**31 - 1
 
 @dataclass
 class TrackedRun:
-    """Your own training loop, recorded as a run: `log` metrics, time `phase`s."""
+    """Your own training loop, recorded as a run: `log` metrics, time `phase`s.
+
+    Threads may log to one run: `_lock` is held while the rows are kept and written, so each
+    row is stored once (a flush while another thread filled the buffer lost and duplicated
+    rows). A child forked inside the block may not: the run, its buffer and its store's
+    connections are the parent's (`_refuse_fork`)."""
 
     id: int
     _store: RunStore
@@ -363,6 +370,8 @@ class TrackedRun:
     _last: dict[str, float] = field(default_factory=dict)
     _ended: bool = False
     _flushed: float = field(default_factory=time.monotonic)  # when the rows were last written
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _pid: int = field(default_factory=os.getpid)  # the process that opened the run
 
     def log(self, step: int, **metrics: float) -> None:
         """Record metrics at `step`. `loss` and `lr` are stored as the engine stores them
@@ -387,10 +396,12 @@ class TrackedRun:
         for key, value in metrics.items():
             name, number = _metric(key, value)
             rows.append((name, at, number, now))
-        self._rows.extend(rows)
-        self._last.update((name, value) for name, _, value, _ in rows)
-        if len(self._rows) >= FLUSH_ROWS or time.monotonic() - self._flushed >= FLUSH_SECONDS:
-            self.flush()
+        with self._lock:
+            self._check_open()  # again: the block may have ended while this call checked
+            self._rows.extend(rows)
+            self._last.update((name, value) for name, _, value, _ in rows)
+            if len(self._rows) >= FLUSH_ROWS or time.monotonic() - self._flushed >= FLUSH_SECONDS:
+                self._flush()
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -404,23 +415,54 @@ class TrackedRun:
         try:
             yield
         finally:
-            self._phases[name].append(timer.stop())
+            took = timer.stop()
+            if not self._forked():  # a child forked inside the phase: the lock may be held
+                with self._lock:
+                    self._phases[name].append(took)
+
+    def _forked(self) -> bool:
+        return os.getpid() != self._pid
+
+    def _refuse_fork(self) -> None:
+        """A forked child's log would write the rows its copy of the buffer holds a second
+        time, through connections the parent's process holds. Its engine is left to it
+        without closing them (SQLAlchemy's dispose(close=False)), for a run of its own."""
+        if not self._forked():
+            return
+        self._store.engine.dispose(close=False)
+        raise UserError(
+            f"run {self.id} was opened by process {self._pid}; a forked child cannot log to "
+            "it: open a run of its own with dlperf.track in the child"
+        )
 
     def _check_open(self) -> None:
         """A call after the block ended would be dropped: nothing flushes it any more."""
+        self._refuse_fork()  # first, and outside the lock: another thread held it at the fork
         if self._ended:
             raise UserError(
                 f"run {self.id} has ended: log and phase only inside its `with dlperf.track` block"
             )
 
     def flush(self) -> None:
+        self._refuse_fork()
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the rows held (with `_lock` held)."""
         self._store.log_metrics(self.id, self._rows)
         self._rows.clear()
         self._flushed = time.monotonic()
 
+    def _end(self) -> None:
+        with self._lock:
+            self._ended = True
+            self._flush()
+
     def summary(self) -> dict[str, Any]:
-        phases = {p: sum(times) / len(times) for p, times in self._phases.items()}
-        final = {k: v for k, v in self._last.items() if math.isfinite(v)}
+        with self._lock:
+            phases = {p: sum(times) / len(times) for p, times in self._phases.items()}
+            final = {k: v for k, v in self._last.items() if math.isfinite(v)}
         return {"phases": phases or None, "final": final}
 
 
@@ -435,7 +477,9 @@ def track(
     path or a SQLAlchemy URL; the default store when None).
 
     The run is `finished` when the block ends, `failed` on an exception and `killed` on
-    Ctrl-C; it then shows up in `dlperf runs list/show/compare` like any other run.
+    Ctrl-C; it then shows up in `dlperf runs list/show/compare` like any other run. Threads
+    may log to it; a child forked inside the block may not, and its leaving the block leaves
+    the run to the parent.
     """
     import torch
 
@@ -453,14 +497,40 @@ def track(
     where = _open_store(store)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
     system = system_info(dev, torch.get_num_threads())
-    with where._store.new_run(name, "run", config, digest[:16], system) as record:
-        tracked = TrackedRun(record.id, where._store, dev)
+    # Entered and left by hand rather than by `with`: a child forked inside the block leaves
+    # it too, and must not mark the parent's run nor write its buffer (`_left_in_child`).
+    recording = where._store.new_run(name, "run", config, digest[:16], system)
+    record = recording.__enter__()
+    tracked = TrackedRun(record.id, where._store, dev)
+    try:
         try:
             yield tracked
         finally:
-            tracked._ended = True
-            tracked.flush()
+            if not tracked._forked():
+                tracked._end()
         record.summary = tracked.summary()
+    except BaseException:
+        if tracked._forked():
+            _left_in_child(recording, tracked)
+            raise
+        if not recording.__exit__(*sys.exc_info()):
+            raise
+    else:
+        if tracked._forked():
+            _left_in_child(recording, tracked)
+        else:
+            recording.__exit__(None, None, None)
+
+
+def _left_in_child(recording: Any, tracked: TrackedRun) -> None:
+    """Close a forked child's copy of the parent's recording without a write: StoreGone with
+    its run id passes through the recording unmarked (the run's process is the parent, still
+    running it); left open, its generator would mark the run failed when collected. The
+    child's engine drops the parent's connections without closing them."""
+    tracked._store.engine.dispose(close=False)
+    gone = StoreGone(f"run {tracked.id} is the parent process's", run_id=tracked.id)
+    with suppress(StoreGone):
+        recording.__exit__(StoreGone, gone, None)
 
 
 # --- the store ------------------------------------------------------------------------------
