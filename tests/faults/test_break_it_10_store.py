@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from dlperf.store import RunStore
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import POSTGRES, CliResult, fresh_store_url
+from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 WAIT_S = 60  # generous: each wait ends as soon as what it waits for is seen
@@ -96,3 +97,76 @@ def test_a_tag_written_meanwhile_by_another_process_is_overwritten(pg_url: str) 
     assert "error" not in outcome, repr(outcome.get("error"))
     assert outcome["tags"] == {"k": "mine", "t": "x"}
     assert store.get_run(run_id).tags == {"k": "mine", "t": "x"}
+
+
+# --- 2: PostgreSQL's permission denied ---------------------------------------------------------
+
+
+@pytest.fixture
+def revoked(pg_url: str) -> Iterator[Callable[[str, str], None]]:
+    """Revokes privileges on this test's own schema's tables (never the role's elsewhere);
+    granted back after the test."""
+    schema = _schema(pg_url)
+    assert schema.startswith("dlperf_bi10_")
+    admin = create_engine(POSTGRES or "")
+    done: list[tuple[str, str]] = []
+
+    def revoke(privileges: str, tables: str = "ALL TABLES IN SCHEMA") -> None:
+        target = f"{tables} {schema}" if tables == "ALL TABLES IN SCHEMA" else f"{schema}.{tables}"
+        with admin.begin() as conn:
+            conn.execute(text(f"REVOKE {privileges} ON {target} FROM CURRENT_USER"))
+        done.append((privileges, target))
+
+    try:
+        yield revoke
+    finally:
+        with admin.begin() as conn:
+            for privileges, target in done:
+                conn.execute(text(f"GRANT {privileges} ON {target} TO CURRENT_USER"))
+        admin.dispose()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("runs", "tag", "1", "a=b"), ("runs", "delete", "1", "--yes")],
+)
+def test_a_store_that_refuses_writes_is_one_line(
+    cli: Cli, pg_url: str, revoked: Callable[..., None], args: tuple[str, ...]
+) -> None:
+    """It was an 86-line ProgrammingError traceback (InsufficientPrivilege), exit 1."""
+    assert a_run(pg_url) == 1
+    revoked("INSERT, UPDATE, DELETE")
+    result = cli("--db", pg_url, *args)
+    one_line(result, 2, "refuses writes: permission denied for table", "grant the role INSERT")
+    assert "dlperf:dlperf@" not in result.err
+
+
+def test_a_run_in_a_store_that_refuses_writes_is_one_line(
+    cli: Cli, pg_url: str, revoked: Callable[..., None], tiny_exp: Callable[..., Path]
+) -> None:
+    a_run(pg_url)
+    revoked("INSERT, UPDATE, DELETE")
+    result = cli("--db", pg_url, "run", str(tiny_exp(epochs=1)))
+    one_line(result, 2, "refuses writes: permission denied for table runs")
+
+
+def test_a_run_whose_metrics_are_refused_ends_failed_in_one_line(
+    cli: Cli, pg_url: str, revoked: Callable[..., None], tiny_exp: Callable[..., Path]
+) -> None:
+    """Refused mid-run: the run is marked failed, saying why, as a trigger's refusal is."""
+    a_run(pg_url)
+    revoked("INSERT", "metrics")
+    result = cli("--db", pg_url, "run", str(tiny_exp(epochs=1)))
+    one_line(result, 2, "refuses writes: permission denied for table metrics")
+    run = RunStore.open(pg_url).get_run(2)
+    assert run.status == "failed"
+    assert "permission denied for table metrics" in (run.error or "")
+
+
+def test_a_store_that_refuses_reads_is_one_line(
+    cli: Cli, pg_url: str, revoked: Callable[..., None]
+) -> None:
+    a_run(pg_url)
+    revoked("SELECT", "runs")
+    result = cli("--db", pg_url, "runs", "show", "1")
+    one_line(result, 2, "refuses reads: permission denied for table runs", "grant the role SELECT")

@@ -49,6 +49,7 @@ SQLITE_CONSTRAINT_TRIGGER = 1811  # RAISE(ABORT|FAIL|ROLLBACK, ...) in a trigger
 # PostgreSQL's states for a schema changed by hand: plpgsql's RAISE (a trigger added), a
 # column or table dropped, a table replaced by a view that cannot be written.
 PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE = "P0001", "42703", "42P01", "42809"
+PG_NO_PRIVILEGE = "42501"  # insufficient_privilege: "permission denied for table tags"
 CHECK_MAX_BYTES = 256 << 20
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
@@ -265,10 +266,30 @@ def _server_edited(context: ExceptionContext, engine: Engine) -> UserError | Non
     WrongObjectType or a trigger's RaiseException, met by dlperf's own query. Registered once
     the store has opened (an open probes for missing tables)."""
     state = getattr(context.original_exception, "sqlstate", None)
+    if state == PG_NO_PRIVILEGE:
+        return _denied(context, engine)
     if state not in (PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE):
         return None
     detail = _refused(context) if state == PG_RAISED else _first_line(context)
     return _edited(engine.url.render_as_string(), detail, None)
+
+
+def _denied(context: ExceptionContext, engine: Engine) -> UserError:
+    """A PostgreSQL store whose role may not write (or read) dlperf's tables: the one line a
+    read-only SQLite store gets, not psycopg's InsufficientPrivilege traceback. A SELECT ...
+    FOR UPDATE (`runs delete` locks its runs) needs UPDATE: it is a write."""
+    name = shown(engine.url.render_as_string())  # the password hidden
+    statement = (context.statement or "").lstrip().upper()
+    if statement.startswith(("INSERT", "UPDATE", "DELETE")) or " FOR UPDATE" in statement:
+        return UserError(
+            f"run store {name} refuses writes: {_first_line(context)}",
+            "grant the role INSERT, UPDATE and DELETE on dlperf's tables (and USAGE on their "
+            "sequences), or give another store",
+        )
+    return UserError(
+        f"run store {name} refuses reads: {_first_line(context)}",
+        "grant the role SELECT on dlperf's tables, or give another store",
+    )
 
 
 def _first_line(context: ExceptionContext) -> str:
