@@ -4,9 +4,11 @@ PostgreSQL's "permission denied" a traceback; a store id edited by hand used as 
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,50 @@ def test_a_store_that_refuses_reads_is_one_line(
     revoked("SELECT", "runs")
     result = cli("--db", pg_url, "runs", "show", "1")
     one_line(result, 2, "refuses reads: permission denied for table runs", "grant the role SELECT")
+
+
+# --- 3: a store id edited by hand ---------------------------------------------------------------
+
+
+def set_store_id(path: Path, value: str) -> None:
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'store_id'", (value,))
+
+
+@pytest.mark.parametrize("bad", ["../../etc", "", "/tmp", "abc\x1b[31m", "ABCDEF012345"])
+def test_a_store_id_edited_by_hand_is_refused(
+    cli: Cli, tmp_path: Path, tiny_exp: Callable[..., Path], bad: str
+) -> None:
+    """`run` wrote its checkpoint to <out_dir>/../../etc/run-N/, outside run.out_dir."""
+    db = tmp_path / "x.db"
+    a_run(f"sqlite:///{db}")
+    set_store_id(db, bad)
+    out = tmp_path / "deep" / "od"
+    result = cli("--db", str(db), "run", str(tiny_exp(epochs=1)), "--set", f"run.out_dir={out}")
+    one_line(result, 2, "x.db", f"store id {bad!r}", "runs repair NEW.db")
+    assert "\x1b" not in result.err
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix == ".pt"] == []
+    for args in (("runs", "list"), ("runs", "tag", "1", "a=b")):
+        one_line(cli("--db", str(db), *args), 2, f"store id {bad!r}")
+
+
+def test_repair_gives_a_store_whose_id_was_edited_a_new_one(cli: Cli, tmp_path: Path) -> None:
+    """`runs repair` copied the id as it was: the new store used it as a path too."""
+    db = tmp_path / "x.db"
+    a_run(f"sqlite:///{db}")
+    set_store_id(db, "../../etc")
+    result = cli("--db", str(db), "runs", "repair", str(tmp_path / "new.db"))
+    assert result.code == 0, result.err
+    with closing(sqlite3.connect(tmp_path / "new.db")) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchall() == []
+    new = RunStore.open(str(tmp_path / "new.db"))
+    assert len(new.id) == 12 and new.id != "../../etc"
+    assert new.artifact_dir(tmp_path / "od") == (tmp_path / "od" / new.id).resolve()
+    assert [r.id for r in new.list_runs()] == [1]
+
+
+def test_a_server_store_id_edited_by_hand_is_refused(cli: Cli, pg_url: str) -> None:
+    a_run(pg_url)
+    with create_engine(pg_url).begin() as conn:
+        conn.execute(text("UPDATE meta SET value = '../../etc' WHERE key = 'store_id'"))
+    one_line(cli("--db", pg_url, "runs", "list"), 2, "store id '../../etc'", "set it back")

@@ -31,6 +31,7 @@ from sqlalchemy.sql.sqltypes import JSON
 
 from dlperf.errors import UserError
 from dlperf.parsing import printable
+from dlperf.store.ids import made_store_id
 from dlperf.store.migrations import SCHEMA_VERSION
 from dlperf.store.schema import (
     DELETED_MAX,
@@ -483,6 +484,10 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                     orphan = "run_id" in row and row["run_id"] not in kept["runs"]
                     if orphan or not _sound(t, row):
                         counts.left_out += 1
+                        continue
+                    meta = t.name == Meta.__tablename__
+                    if meta and row["key"] == STORE_ID and not made_store_id(row["value"]):
+                        counts.left_out += 1  # set by hand: the new store makes its own
                         continue
                     if t.name == Meta.__tablename__ and row["key"] != STORE_ID:
                         if row["key"] == DELETED_MAX:

@@ -26,6 +26,7 @@ from urllib.parse import quote
 from sqlalchemy import Connection, Engine, delete, insert, inspect, select, text
 
 from dlperf.errors import UserError
+from dlperf.store.ids import made_store_id
 from dlperf.store.schema import STORE_ID, VERSION_KEY, Base, Claim, Meta, Tag
 
 PG_SCHEMA_LOCK = int.from_bytes(b"dlperf", "big")  # any constant of dlperf's own: one lock, one key
@@ -149,6 +150,8 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
     with reader.connect() as conn:
         tables = set(inspect(conn).get_table_names())
         facts = _facts(conn, tables)
+    if STORE_ID in facts:
+        _refuse_bad_id(facts[STORE_ID], where, reader.dialect.name == "sqlite")
     if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
         return facts[STORE_ID]  # the common case: a current store, only read
     if not tables and not create:
@@ -166,6 +169,8 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
         else:
             for step in MIGRATIONS[version - 1 :]:
                 step(conn)
+        if STORE_ID in facts:
+            _refuse_bad_id(facts[STORE_ID], where, conn.dialect.name == "sqlite")
         store_id = facts.get(STORE_ID) or uuid.uuid4().hex[:12]
         conn.execute(delete(Meta).where(Meta.key.in_([VERSION_KEY, STORE_ID])))
         conn.execute(
@@ -176,3 +181,24 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
             ],
         )
         return store_id
+
+
+def _refuse_bad_id(store_id: str, where: str, sqlite: bool) -> None:
+    """A store id that dlperf did not make (set by hand): run files live under
+    <run.out_dir>/<store id>/, and '../../etc' wrote a run's checkpoint outside run.out_dir.
+    `runs repair` leaves such an id behind: the new store gets one of its own."""
+    if made_store_id(store_id):
+        return
+    # Escaped (a control character, a newline) and cut short: the error stays one line.
+    shown = repr(store_id) if len(store_id) <= 24 else f"{store_id[:20]!r}..."
+    fix = (
+        f"copy its runs into a store with an id of its own: dlperf --db {where} runs repair NEW.db"
+        if sqlite
+        else "set it back to the id it had (the name of its directory under run.out_dir), "
+        "12 hexadecimal digits"
+    )
+    raise UserError(
+        f"run store {where} has store id {shown}, which dlperf does not make (12 hexadecimal "
+        "digits): its runs' files would be written outside run.out_dir",
+        fix,
+    )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dlperf.errors import UserError
+from dlperf.store.ids import made_store_id
 from dlperf.store.record import RunRecord
 
 # The facts a current store holds in `meta` (schema.STORE_ID, schema.VERSION_KEY) and the
@@ -158,6 +159,8 @@ class SqliteListing:
             facts = dict(conn.execute(query, (VERSION_KEY, STORE_ID)).fetchall())
             if facts.get(VERSION_KEY) != str(SCHEMA_VERSION) or STORE_ID not in facts:
                 return False
+            if not made_store_id(facts[STORE_ID]):
+                return False  # the long way refuses it in its words
             if self.path.stat().st_size > CHECK_MAX_BYTES:
                 return True
             return conn.execute("PRAGMA quick_check(1)").fetchall() == [("ok",)]
