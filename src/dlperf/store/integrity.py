@@ -284,8 +284,8 @@ def _denied(context: ExceptionContext, engine: Engine) -> UserError:
     if statement.startswith(("INSERT", "UPDATE", "DELETE")) or " FOR UPDATE" in statement:
         return UserError(
             f"run store {name} refuses writes: {_first_line(context)}",
-            "grant the role INSERT, UPDATE and DELETE on dlperf's tables (and USAGE on their "
-            "sequences), or give another store",
+            "grant the role INSERT, UPDATE and DELETE on dlperf's tables and USAGE on their "
+            "sequences, or give another store",
         )
     return UserError(
         f"run store {name} refuses reads: {_first_line(context)}",
