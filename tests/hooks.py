@@ -12,6 +12,10 @@ trainers it starts, in this process or in subprocesses, with `hook_env` or `inst
   process sends itself SIGNAL (TERM, INT) from code run by `exec` of a string, and the
   signal's KeyboardInterrupt lands there, as one does while a lazy import makes a dataclass:
   the moment CPython up to 3.13 takes for an unhandled interrupt (dlperf.stopping).
+- signal_at_save, DLPERF_TEST_SIGNAL_AT_SAVE="N:SIGNAL": as the run's Nth checkpoint starts
+  to be written (its epoch evaluated and logged), the process sends itself SIGNAL (TERM,
+  KILL, ...), so that a test can stop a run in the window between an epoch's end and its
+  checkpoint however busy the machine is.
 - dump_grads, DLPERF_SCALE_DUMP_GRADS=PREFIX: each DDP rank saves its first batch and its
   trained parameters' gradients as the first step leaves them (all-reduced, unscaled,
   clipped) to PREFIX.w<world>.rank<r>.pt; the model trains with dropout off, so that one
@@ -36,6 +40,7 @@ from dlperf.paths import atomic_write
 
 PAUSE_ENV = "DLPERF_TEST_PAUSE_AT_STEP"
 SIGNAL_ENV = "DLPERF_TEST_SIGNAL_IN_EXEC"
+SAVE_SIGNAL_ENV = "DLPERF_TEST_SIGNAL_AT_SAVE"
 FIRST_STEP_ENV = "DLPERF_TEST_FIRST_STEP"
 DUMP_GRADS_ENV = "DLPERF_SCALE_DUMP_GRADS"
 ROOT = Path(__file__).resolve().parents[1]  # where `tests` imports from
@@ -86,6 +91,28 @@ class SignalInExec:
             exec(self.CODE, {"os": os, "sig": self.signal})
 
 
+class SignalAtSave:
+    def __init__(self) -> None:
+        count, _, name = os.environ[SAVE_SIGNAL_ENV].partition(":")
+        self.count, self.signal = int(count), signal.Signals[f"SIG{name}"]
+
+    def start(self, trainer: str, model: nn.Module) -> None:
+        from dlperf.engine import checkpoint
+
+        save, saves = checkpoint.save, [0]
+
+        def signalled(slot: Any, state: dict[str, Any]) -> None:
+            saves[0] += 1
+            if saves[0] == self.count:
+                os.kill(os.getpid(), self.signal)
+            save(slot, state)
+
+        checkpoint.save = signalled  # type: ignore[assignment]  # this process only
+
+    def step_end(self, event: StepEnd) -> None:
+        pass
+
+
 class FirstStep:
     def __init__(self) -> None:
         self.prefix = os.environ[FIRST_STEP_ENV]
@@ -120,11 +147,13 @@ class DumpGrads:
 
 
 pause_at_step, first_step, dump_grads, signal_in_exec = PauseAt, FirstStep, DumpGrads, SignalInExec
+signal_at_save = SignalAtSave
 VARIABLES = {
     "pause_at_step": PAUSE_ENV,
     "first_step": FIRST_STEP_ENV,
     "dump_grads": DUMP_GRADS_ENV,
     "signal_in_exec": SIGNAL_ENV,
+    "signal_at_save": SAVE_SIGNAL_ENV,
 }
 
 

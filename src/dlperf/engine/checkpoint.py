@@ -28,8 +28,9 @@ from dlperf.models.registry import is_file_spec
 from dlperf.paths import atomic_write
 
 OWNER = "owner"
-# Logged as each epoch ends, just before its checkpoint is saved (engine.loop.EpochTally): a
-# recorded checkpoint that is not there was never written if no epoch ended.
+# Logged as each epoch ends, just before its checkpoint is saved and in the same shielded
+# block (engine.loop.EpochReport): a recorded checkpoint that is not there was never written
+# if no epoch ended.
 EPOCH_ENDED = "epoch/train_loss"
 
 
@@ -167,6 +168,15 @@ def run_checkpoint(store: StoredRuns, run_id: int, purpose: str, hint: str) -> P
     caller's `hint`; one written and gone since, or that is not a regular file now, says so
     instead."""
     paths = [Path(a["path"]) for a in store.artifacts(run_id) if a["kind"] == "checkpoint"]
+    if not paths and _saved_at_epoch_end(store, run_id):
+        # An epoch ended (its rows are stored) and the process died before its checkpoint
+        # was on disk: SIGKILL, or a dlperf before break-it round 10, which said the epoch's
+        # line before saving and let a stop signal cut the save.
+        raise UserError(
+            f"run {run_id} has no checkpoint {purpose}: its first epoch ended but its "
+            "checkpoint was not written",
+            "start it again",
+        )
     if not paths:
         raise UserError(f"run {run_id} has no checkpoint {purpose}", hint)
     path = paths[-1]

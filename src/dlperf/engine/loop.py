@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from dlperf import contention
+from dlperf import contention, stopping
 from dlperf.config import RunConfig
 from dlperf.data import Loader
 from dlperf.engine.hooks import Hooks, StepEnd
@@ -74,7 +74,7 @@ def fit(
     hooks, metrics = hooks or Hooks.from_env(), MetricBuffer(sink, run.log_every)
     tally = EpochTally(clock.device) if evaluate else None
     report = EpochReport(
-        state, clock, sink, reporter, run, tally, metrics, epochs, evaluate, target
+        state, clock, sink, reporter, run, tally, metrics, epochs, evaluate, target, after_epoch
     )
     if window:
         window.on_written = lambda path: sink.add_artifact("trace", path)
@@ -86,7 +86,6 @@ def fit(
         hooks,
         Bar(reporter, trainer, epochs, model, metrics),
         report,
-        AtEpochEnd(after_epoch) if after_epoch else None,
     ]
     ready = collate or to_device(clock.device, step.memory_format)
     epoch_batches = (
@@ -327,7 +326,9 @@ class Bar(Component):
 @dataclass
 class EpochReport(Component):
     """As each epoch ends: its clock stopped, the device's utilization read, `evaluate` run,
-    the epoch's rows written and its line said."""
+    the epoch's rows written, `after` (its checkpoint) run and its line said. The last three
+    are shielded from a stop signal, which takes effect once the line is said: an epoch whose
+    rows are stored has its checkpoint, and one whose line was said is never lost."""
 
     state: Progress
     clock: EpochClock
@@ -339,6 +340,7 @@ class EpochReport(Component):
     epochs: int
     evaluate: Callable[[], dict[str, float]] | None
     target: float | None
+    after: Callable[[], None] | None = None
 
     def on_epoch_end(self, epoch: int) -> None:
         clock, state, tally = self.clock, self.state, self.tally
@@ -359,21 +361,14 @@ class EpochReport(Component):
             if clock.waited is not None:
                 rows.append(("epoch/cpu_wait_share", epoch, clock.waited.cpu_wait_share))
         phases = clock.timer.per_step().items()
-        self.sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in phases])
         # the epoch's mean where tallied
         train_loss = rows[0][2] if tally else self.metrics.last_loss
         line = f"epoch {epoch}/{self.epochs}  train loss {train_loss:.4f}"
         if val:
             loss, acc = val.get("loss", math.nan), val.get("acc1", math.nan)
             line += f"  val loss {loss:.4f}  val acc {acc:.4f}"
-        self.reporter.log(line)
-
-
-class AtEpochEnd(Component):
-    """A call as each epoch ends, after its report (a checkpoint)."""
-
-    def __init__(self, call: Callable[[], None]) -> None:
-        self.call = call
-
-    def on_epoch_end(self, epoch: int) -> None:
-        self.call()
+        with stopping.shielded():  # a stop signal here is raised once the line is said
+            self.sink.log_metrics(rows + [(f"phase/{p}_s", epoch, s) for p, s in phases])
+            if self.after is not None:
+                self.after()
+            self.reporter.log(line)
