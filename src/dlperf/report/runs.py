@@ -196,13 +196,33 @@ def rows_of(
     return rows, origin
 
 
+# The sections of an experiment, every one of which a dlperf run's config holds.
+EXPERIMENT_SECTIONS = ("model", "data", "train", "run")
+
+
+def tracked(run: RunRecord) -> bool:
+    """Whether `dlperf.track` recorded the run: a run of kind "run" whose config is the
+    user's, not an experiment's. Its keys, val/* too, are at the steps the user gave."""
+    config = run.config if isinstance(run.config, dict) else {}
+    sections = all(isinstance(config.get(s), dict) for s in EXPERIMENT_SECTIONS)
+    return run.kind == "run" and not sections
+
+
 def _x_values(
-    key: str, x: str, rows: list[Row], origin: float | None, steps_per_epoch: float | None
+    key: str,
+    x: str,
+    rows: list[Row],
+    origin: float | None,
+    steps_per_epoch: float | None,
+    tracked: bool = False,
 ) -> list[float] | None:
-    """The rows' positions on the x axis; None when the run cannot place them there."""
+    """The rows' positions on the x axis; None when the run cannot place them there. A
+    `tracked` run's rows are at the steps it logged them, so never on the epoch axis."""
     if x == "time":
         return [wall - origin for _, _, wall in rows] if origin is not None else None
     steps = [float(step) for step, _, _ in rows]
+    if tracked:
+        return steps if x == "step" else None
     if (x == "epoch") == per_epoch(key):
         return steps  # already in the axis' unit
     if not steps_per_epoch:
@@ -255,12 +275,17 @@ def draw_runs(
     for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
         rows, origin = rows_of(store, run.id, keys)
         spe = run.summary.get("steps_per_epoch")
+        by_steps = tracked(run)
         points: dict[str, int] = {}
+        steps_only = []  # keys of a tracked run asked on the epoch axis
         for ax, key in zip(axes[:, 0], keys, strict=True):
             mine = rows[key]
             if not mine:
                 continue
-            xs = _x_values(key, x, mine, origin, spe)
+            xs = _x_values(key, x, mine, origin, spe, by_steps)
+            if xs is None and by_steps:
+                steps_only.append(key)
+                continue
             if xs is None:
                 warnings.append(
                     f"run {run.id}: {key} left out: no steps_per_epoch in its summary "
@@ -277,10 +302,15 @@ def draw_runs(
                 )
             if not shown:
                 continue
-            style = "o-" if per_epoch(key) else "-"
+            style = "o-" if per_epoch(key) and not by_steps else "-"
             ax.plot([px for px, _ in shown], [v for _, v in shown], style, color=f"C{i % 10}",
                     ms=3, lw=1.2, label=label)  # fmt: skip
             points[key] = len(shown)
+        if steps_only:
+            warnings.append(
+                f"run {run.id} records steps, not epochs (dlperf.track keeps each key at the "
+                f"step it was logged): {', '.join(steps_only)} left out"
+            )
         drawn.append({"id": run.id, "name": run.name, "label": label, "points": points})
     if not any(r["points"] for r in drawn):
         others = " or ".join(f"--x {a}" for a in X_AXES if a != x)
