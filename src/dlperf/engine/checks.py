@@ -12,7 +12,7 @@ from torch import nn
 
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
-from dlperf.errors import UserError
+from dlperf.errors import UserError, raised_by_model
 
 if TYPE_CHECKING:
     from dlperf.data import ImageData
@@ -31,16 +31,20 @@ def dry_forward(
 ) -> object:
     """One forward of `batch` (two) zero images of `shape`, in eval mode and without
     gradients: sizes lazy layers (neither the optimizer nor the exporter can use uninitialised
-    parameters) and turns a model that rejects the shape into the error "`rejects`: first line
-    of the cause". Returns what the model returned. `training`: in training mode, on a model
-    sized by a forward before, its buffers (batch-norm statistics) put back after; left in
-    eval mode."""
+    parameters) and turns a model that rejects the shape (torch refusing it) into the error
+    "`rejects`: first line of the cause"; an exception the model's own code raises (a `raise`
+    in its file, a class it defines) goes on as it is, for the CLI to tell with the model's
+    frames, exit 1, as analyze does. Returns what the model returned. `training`: in training
+    mode, on a model sized by a forward before, its buffers (batch-norm statistics) put back
+    after; left in eval mode."""
     saved = [(b, b.clone()) for b in model.buffers()] if training else []
     model.train(training)
     try:
         with torch.no_grad():
             return model(torch.zeros(batch, *shape, device=device))
     except Exception as e:  # a user's forward fails in any way: TypeError for a signature
+        if raised_by_model(e):
+            raise
         first = (str(e).strip().splitlines() or [""])[0]
         if not isinstance(e, RuntimeError):  # torch's own errors say what they are
             first = f"{type(e).__name__}: {first}"
@@ -82,7 +86,7 @@ def misfit(
     def takes(side: int) -> bool:
         try:
             dry_forward(copy.deepcopy(model), (c, side, side), "", device)
-        except UserError:
+        except Exception:  # refused by torch (UserError), or by the model's own code
             return False
         return True
 
