@@ -35,6 +35,9 @@ METRICS = ("loss", "accuracy", "error")
 RUN_KEYS = {"loss": "val/loss", "accuracy": "val/acc1", "error": "val/acc1"}
 PARAMS = {"optimus": ("beta0", "beta1", "beta2"), "power": ("a", "b", "c")}
 GRID = 200
+# The largest value a curve may hold: its squares, weighted (≤ 16) and summed over a few
+# thousand points, stay within float64's range (about 1.8e308).
+LARGEST = 1e150
 N_BOOT = 200
 
 
@@ -128,11 +131,14 @@ def _grid_start(form: str, k: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.nd
             # log(l − c) = log a − b·log k: ordinary least squares, then b clipped to ≥ 0.
             slope, icept = np.polyfit(np.log(ka), np.log(ya - asym), 1)
             p = np.array([math.exp(icept), max(-slope, 0.0), asym])
-        sse = float(np.sum(w * (f(k, p) - y) ** 2))
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: no better than the best
+            sse = float(np.sum(w * (f(k, p) - y) ** 2))
         if sse < best_sse:
             best, best_sse = p, sse
-    if best is None:
+    if best is None and np.sum(y > 0) < 2:
         raise UserError("the curve has fewer than 2 points above 0: nothing to fit")
+    if best is None:
+        raise UserError("no curve of the form comes near the values: nothing to fit")
     return best
 
 
@@ -141,9 +147,12 @@ def _refine(
 ) -> OptimizeResult:
     f = model(form)
     sw = np.sqrt(w)
-    return least_squares(
-        lambda p: sw * (f(k, p) - y), start, bounds=(0.0, np.inf), x_scale="jac", method="trf"
-    )
+    # scipy's trust region multiplies squares of the residuals: of values near LARGEST they
+    # overflow to inf, which it handles by shrinking its step (no warning is the user's).
+    with np.errstate(over="ignore", invalid="ignore"):
+        return least_squares(
+            lambda p: sw * (f(k, p) - y), start, bounds=(0.0, np.inf), x_scale="jac", method="trf"
+        )
 
 
 def _scaled(form: str, p: np.ndarray, scale: float) -> np.ndarray:
@@ -163,6 +172,15 @@ def _check_points(k: np.ndarray, y: np.ndarray) -> None:
         raise UserError("steps must be positive", "the first step is 1, not 0")
     if np.any(y < 0):
         raise UserError("loss/error values must be ≥ 0 (is the metric right?)")
+    top = float(np.max(y))
+    if top > LARGEST:
+        # The fit's sums of weighted squares would overflow a float: every grid point's error
+        # reads inf and nothing is ever better than another.
+        exponent = math.floor(math.log10(top))
+        raise UserError(
+            f"the curve's values reach {top:.3g}; a fit squares them, past what a float holds",
+            f"scale the column, e.g. divide it by 1e{exponent}",
+        )
 
 
 def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, np.ndarray]:

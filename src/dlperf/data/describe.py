@@ -114,6 +114,9 @@ def _augmented(
     return list(torch.split(pixels, [len(images) for images in samples], dim=1))
 
 
+MOST_SHOWN = 100  # classes the sample grid shows by default, of a set of more than this
+
+
 def describe(
     cfg: DataConfig,
     augment: AugmentConfig | None = None,
@@ -126,6 +129,11 @@ def describe(
     data = load_data(cfg)
     names = data.classes or [str(i) for i in range(data.num_classes)]
     labels = pick_classes(data.name, names, classes)
+    counts = torch.bincount(data.train.labels, minlength=data.num_classes).tolist()
+    if classes is None and len(labels) > MOST_SHOWN:
+        # A grid row per class of 100,000 classes kept matplotlib busy for minutes: by
+        # default, the first classes that have training images.
+        labels = [i for i in labels if counts[i] > 0][:MOST_SHOWN]
     samples = _samples(data, data.train, labels, per_class)
     active = augment if augment is not None and _augments(augment) else None
     refused = too_few_classes(data)
@@ -135,7 +143,7 @@ def describe(
     return Description(
         name=data.name,
         classes=names,
-        counts=torch.bincount(data.train.labels, minlength=data.num_classes).tolist(),
+        counts=counts,
         splits={"train": len(data.train), "val": len(data.val), "test": len(data.test)},
         image_shape=data.shape,
         mean=data.mean,

@@ -30,6 +30,7 @@ from dlperf.store.record import RunRecord
 SEVERITIES = ("info", "warning", "error")
 
 CHANCE_MARGIN = 0.05  # absolute, and at most half of chance itself (1/K)
+CHANCE_P = 0.01  # a binomial test's level, on the test images, for above or below chance
 RESOLUTION_RATIO = 0.5  # images at most this fraction of the weights' side
 MEAN_TOLERANCE = 0.05  # per channel, in [0, 1] pixel units
 STD_RATIO = 1.5  # std off by more than this factor either way
@@ -497,18 +498,45 @@ def chance_accuracy(run: RunView) -> list[Issue]:
         return []
     chance = 1 / classes
     margin = min(CHANCE_MARGIN, chance / 2)
-    if accuracy > chance + margin:
+    # The images the test accuracy is of (a run records them since round 10): chance is judged
+    # by a binomial test on them, as 0 of 8 against 100,000 classes is what guessing scores.
+    seen = (run.run.trained.data or {}).get("test") if what == "test accuracy" else None
+    n = int(seen) if isinstance(seen, int | float) and seen >= 1 else None
+    below = accuracy < chance - margin
+    counted = ""
+    if n is not None:
+        from scipy.stats import binomtest
+
+        correct = round(accuracy * n)
+        if chance**n >= CHANCE_P and (1 - chance) ** n >= CHANCE_P:
+            return []  # too few test images to tell any score from guessing
+        if binomtest(correct, n, chance, alternative="greater").pvalue < CHANCE_P:
+            return []  # significantly above chance
+        below = below and binomtest(correct, n, chance, alternative="less").pvalue < CHANCE_P
+        counted = f" ({correct} of {n} test images)"
+        if not below and accuracy > chance + margin:
+            return []
+    elif accuracy > chance + margin:
         return []
+    else:
+        # Without the count, below chance only by the full margin: of many classes, a score
+        # a margin below 1/K is what guessing on a few images does.
+        below = below and margin == CHANCE_MARGIN
     fix = (
         "the network learned nothing: check that labels match images, that the input is "
         f"normalised, and the learning rate (train.lr {run.key('train.lr')}); train longer"
     )
-    where = f"1/{classes} = {chance:.3f} ({run.key('data.name')}, {classes} classes)"
-    said = f"{what} {accuracy:.3f} is within {margin:.3f} of chance, {where}"
-    if accuracy < chance - margin:
+    shown = f"{chance:.3f}" if chance >= 0.01 else f"{chance:.2g}"
+    where = f"1/{classes} = {shown} ({run.key('data.name')}, {classes} classes)"
+    if accuracy < chance - margin or (n is not None and accuracy > chance + margin):
+        said = f"{what} {accuracy:.3f}{counted} is not above chance, {where}"
+    else:
+        said = f"{what} {accuracy:.3f} is within {margin:.3f} of chance, {where}{counted}"
+    if below:
         # Far below chance is worse than guessing, which a network that learned nothing does
         # not do: it learned something that the labels it was scored against contradict.
         said = f"{what} {accuracy:.3f} is below chance, {where}, by more than {margin:.3f}"
+        said += f"{counted}" if counted else ""
         fix = (
             "worse than guessing: the labels or the scores may be misaligned; check that labels "
             "match images and that the model's output columns are the classes in the labels' "

@@ -138,6 +138,7 @@ def _execute(
     # The data's resolution and statistics as trained: what a transfer from this run expects.
     data = {"shape": list(p.data.shape), "mean": list(p.data.mean), "std": list(p.data.std)}
     data["classes"] = p.data.num_classes
+    data["test"] = len(p.data.test)  # images the test accuracy is of: doctor's chance rule
     summary = replace(
         summary, device=str(p.device), threads=p.threads, data=data, transfer=p.transfer
     )
