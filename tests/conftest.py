@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import pytest
 import torch
+from hypothesis import settings
 from sqlalchemy import create_engine, make_url, text
 
 from dlperf import stopping, timing
@@ -25,6 +26,14 @@ from dlperf.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")  # bash .ci/run starts a server
+
+
+# Every property test draws the same examples on every run (and keeps no example database):
+# a suite that passes once passes every time, in CI as here. HYPOTHESIS_PROFILE=explore draws
+# new ones, to look for failures on purpose.
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore", max_examples=200)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -93,7 +93,8 @@ def test_a_target_only_a_perfect_score_reaches_is_never_given_an_epoch(
     target = (n - 1 + share) / n
     if acc.max() >= 1.0:
         return  # a perfect score measured: nothing to predict
-    assert ensemble.val_size(acc) is not None
+    # n is given: val_size(acc) cannot always read it back (50 images' counts, 0.02 apart, are
+    # also any values written to two decimals; `converge` then predicts without it)
     p = ensemble.predict(ensemble.fit(k, 1.0 - acc), target, "accuracy", val_size=n)
     assert p.verdict == "cannot tell" and p.predicted_step is None and p.interval is None
     assert p.reason is not None and f"{n}/{n}" in p.reason and "\n" not in p.reason
