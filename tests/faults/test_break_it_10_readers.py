@@ -11,10 +11,6 @@ against 4 classes "below chance", both errors, where guessing does as well.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,9 +22,9 @@ from dlperf.converge import curve
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_5_files import dlperf as _guarded
 
 Cli = Callable[..., CliResult]
-GUARD_S = 120  # the describe takes seconds; before the fix it ran for minutes
 
 
 def _one_line(result: CliResult, code: int = 2) -> str:
@@ -72,20 +68,6 @@ def test_fewer_than_two_points_above_zero_is_said_only_when_true() -> None:
 
 
 # --- 2. data describe of very many classes -----------------------------------------------------
-
-
-def _guarded(*args: str) -> CliResult:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlperf", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=GUARD_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
-    return CliResult(proc.returncode, out, err)
 
 
 def test_describe_of_a_set_of_100000_classes_finishes(db: str, tmp_path: Path) -> None:
