@@ -172,8 +172,7 @@ def run(
     The study is the file's [scale] section. The options from --workers to --no-plots are
     short for --set scale.KEY=VALUE (KEY: the option's name with _ for -; comma lists become
     lists); `dlperf config keys` explains every key, `dlperf config show` shows the defaults.
-    --emit writes the study as a job file (its nodes run this command line) instead of
-    running it: a job file is the study, run elsewhere, so it takes the study's options.
+    --emit writes the study as a job file (its nodes run this command line) instead.
 
     Example: dlperf scale examples/scale_digits_weak.toml --workers 1,2 --steps 50
     """
@@ -271,6 +270,7 @@ def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
     tables as one CSV, or the tables (on a node but the first: that node 0 stores the
     results), then the figures saved."""
     from dlperf.distributed.study import record_figures, run_study
+    from dlperf.distributed.study_tables import course_csv, document
 
     result, store, where = _measure(job, run_study)
     console.tell(result.warnings)
@@ -280,8 +280,6 @@ def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
 
         saved = save_study_figures(store, result.study_id, result.rows, where)
         artifacts = record_figures(store, saved)
-    from dlperf.distributed.study_tables import course_csv, document
-
     if console.printed_json(as_json, document(result, artifacts)):
         return result
     if as_csv and result.study_id is not None:
