@@ -319,10 +319,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}: malformed TOML: {e}") from None
     except RecursionError:  # the parser recurses once per level of [ or {
         raise UserError(f"{p}: {TOO_DEEP}") from None
+    except UnicodeDecodeError:  # a ValueError too: before the clause below, which took it
+        raise UserError(f"{p}: not a text file") from None
     except ValueError:  # not TOML's: Python's limit on converting a long run of digits
         raise UserError(f"{p}: {TOO_LONG}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{p}: not a text file") from None
 
 
 def load_experiment(path: str | Path | None, overrides: list[str] | None = None) -> Experiment:
