@@ -43,9 +43,8 @@ class PredictConfig(Section):
             try:
                 return float(value[:-1]) * SI[value[-1].upper()]
             except ValueError:
-                raise ValueError(
-                    f"expected a number of FLOPs per image, e.g. 15.5G (got {value!r})"
-                ) from None
+                # no "(got ...)": the one-line error (config.loading) adds the value itself
+                raise ValueError("expected a number of FLOPs per image, e.g. 15.5G") from None
         return value
 
 
