@@ -13,6 +13,7 @@ from dlperf.deploy import meta
 from dlperf.deploy.protocol import InferRequest
 from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
+from tests.deploy.test_kserve import mixed_model
 from tests.deploy.test_server import plain_model, tiny_classifier, tiny_detector
 
 
@@ -151,3 +152,37 @@ def test_config_of_a_model_that_does_not_batch(paths: dict[str, Path]) -> None:
         None,
     )
     assert rows == 1 and feeds["image"].shape == (1, 3, 20, 40)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> ServedModel:
+    return ServedModel(mixed_model(tmp_path_factory.mktemp("mixed") / "mixed.onnx"), threads=1)
+
+
+def mixed_inputs(rows: dict[str, int]) -> list[dict[str, Any]]:
+    types = {"a": "FP16", "b": "INT32", "u": "UINT8", "flag": "BOOL", "text": "BYTES"}
+    inputs = []
+    for name, n in rows.items():
+        shape = [n] if name == "text" else [n, 2]
+        count = n if name == "text" else 2 * n
+        value: Any = {"BOOL": True, "BYTES": "t"}.get(types[name], 1)
+        inputs.append(
+            {"name": name, "shape": shape, "datatype": types[name], "data": [value] * count}
+        )
+    return inputs
+
+
+def test_every_input_is_needed_and_all_share_the_batch(mixed: ServedModel) -> None:
+    with pytest.raises(UserError) as caught:
+        mixed.tensors(request(inputs=mixed_inputs({"a": 1, "u": 1})), None)
+    assert str(caught.value) == "missing input 'b'; the model takes ['a', 'b', 'u', 'flag', 'text']"
+    uneven = mixed_inputs({"a": 2, "b": 1, "u": 1, "flag": 1, "text": 3})
+    with pytest.raises(UserError, match=r"^inputs differ in batch size: \[1, 2, 3\]$"):
+        mixed.tensors(request(inputs=uneven), None)
+    feeds, rows = mixed.tensors(
+        request(inputs=mixed_inputs(dict.fromkeys(["a", "b", "u", "flag", "text"], 2))), None
+    )
+    assert rows == 2 and feeds["text"].tolist() == ["t", "t"] and feeds["a"].dtype == np.float16
+    (out,) = mixed.run([feeds])
+    assert out["total"].tolist() == [[3.0, 3.0], [3.0, 3.0]]  # 1 + 1 + 1 where flag holds
+    assert out["text_out"].tolist() == ["t", "t"]
