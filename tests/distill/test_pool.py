@@ -147,3 +147,11 @@ def test_check_shape_says_what_to_set() -> None:
         "--unlabeled rgb: images are 3x8x8, the teacher takes 1x8x8 (3 channel(s), not 1) "
         "(choose a set with 1 channel(s))"
     )
+
+
+def test_the_shape_hint_replaces_an_image_size_written_with_spaces() -> None:
+    # _pairs takes "KEY=VALUE, KEY=VALUE"; the hint must still drop the old image_size (it
+    # said "limit=5, image_size=9,image_size=8") and be one shell word
+    with pytest.raises(UserError) as caught:
+        pool._check_shape("mnist5k:limit=5, image_size = 9", (1, 9, 9), (1, 8, 8))
+    assert caught.value.hint == "set --unlabeled mnist5k:limit=5,image_size=8"

@@ -134,6 +134,8 @@ def _check_shape(spec: str, got: tuple[int, ...], wanted: tuple[int, int, int]) 
             f"choose a set with {wanted[0]} channel(s)",
         )
     name, _, rest = spec.partition(":")
-    keys = ",".join(p for p in _PAIRS.split(rest) if p and not p.startswith("image_size"))
+    # the other pairs as _pairs reads them (spaces around a pair allowed), without image_size
+    parts = [p.strip() for p in _PAIRS.split(rest)]
+    keys = ",".join(p for p in parts if p and p.partition("=")[0].strip() != "image_size")
     hint = f"{name}:{keys + ',' if keys else ''}image_size={wanted[-1]}"
     raise UserError(f"{where}, {takes}", f"set --unlabeled {hint}")
