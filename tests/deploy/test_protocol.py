@@ -213,3 +213,30 @@ def test_infer_response_binary_outputs_follow_the_header() -> None:
         + struct.pack("<I", 2)
         + "é".encode()
     )
+
+
+def test_json_integers_beyond_int64_are_read_as_the_datatype_says() -> None:
+    # numpy keeps an integer past int64 as a Python object: UINT64's upper half, or 1e20
+    # written without a point, is still an integer of the datatype or a number
+    top = decode_tensor(tensor(datatype="UINT64", data=[2**64 - 1, 0]), arg("tensor(uint64)"), None)
+    assert top.dtype == np.uint64 and top.tolist() == [[2**64 - 1, 0]]
+    big = decode_tensor(tensor(datatype="FP64", data=[10**20, 1]), arg("tensor(double)"), None)
+    assert big.dtype == np.float64 and big.tolist() == [[1e20, 1.0]]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "ort_type", "data", "message"),
+    [
+        ("INT64", "tensor(int64)", [2**63, 1], r"values must lie in \[-9223372036854775808, 9223"),
+        ("UINT64", "tensor(uint64)", [2**64, 1], r"values must lie in \[0, 18446744073709551615\]"),
+        ("UINT64", "tensor(uint64)", [-(2**63) - 1, 1], r"values must lie in \[0, "),
+        ("FP32", "tensor(float)", [10**39, 1], "values must be finite and within ±3.403e"),
+        ("FP64", "tensor(double)", [10**400, 1], "values must be finite and within ±1.798e"),
+        ("BOOL", "tensor(bool)", [2**64, 1], "data must be true or false"),
+    ],
+)
+def test_json_integers_beyond_int64_out_of_range_say_so(
+    datatype: str, ort_type: str, data: list[int], message: str
+) -> None:
+    with pytest.raises(UserError, match=message):
+        decode_tensor(tensor(datatype=datatype, data=data), arg(ort_type), None)

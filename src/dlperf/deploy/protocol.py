@@ -205,6 +205,14 @@ def _from_json(data: list[Any], datatype: str, name: str) -> np.ndarray:
     except ValueError:  # ragged nesting, or deeper than numpy's 64 dimensions
         raise UserError(f"input '{name}': data is not a flat or evenly nested list") from None
     kinds = JSON_KINDS.get(datatype, "iu")
+    # Integers numpy holds in no integer type (past int64: UINT64's upper half, 1e20 written
+    # without a point) come out as Python objects, or as float64 beside smaller integers.
+    # (Only then is the data read again: a float tensor's data is never scanned in Python.)
+    inexact = values.dtype == object or (kinds == "iu" and values.dtype.kind == "f")
+    if "i" in kinds and values.size and inexact:
+        exact = np.asarray(data, dtype=object)
+        if all(type(v) is int for v in exact.flat):
+            return _big_integers(exact, dtype, datatype, name)
     if values.size and values.dtype.kind not in kinds:
         wanted = {"b": "true or false", "U": "strings", "iu": "integers"}.get(kinds, "numbers")
         raise UserError(f"input '{name}' ({datatype}): data must be {wanted}")
@@ -216,6 +224,24 @@ def _from_json(data: list[Any], datatype: str, name: str) -> np.ndarray:
             )
     with np.errstate(over="ignore"):  # a float beyond the datatype's range: inf, refused after
         return values.astype(dtype)
+
+
+def _big_integers(values: np.ndarray, dtype: np.dtype, datatype: str, name: str) -> np.ndarray:
+    """JSON integers some of which lie past int64, which numpy keeps as Python ints: checked
+    against an integer datatype's range, or made floats, as the other numbers are."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if min(values.flat) < info.min or max(values.flat) > info.max:
+            raise UserError(
+                f"input '{name}' ({datatype}): values must lie in [{info.min}, {info.max}]"
+            )
+        return values.astype(dtype)
+    try:
+        floats = values.astype(np.float64)
+    except OverflowError:  # past float64: refused as the float reading's inf would be
+        floats = np.full(values.shape, np.inf)
+    with np.errstate(over="ignore"):
+        return floats.astype(dtype)
 
 
 def _from_binary(raw: memoryview, datatype: str, count: int, name: str) -> np.ndarray:
