@@ -84,3 +84,22 @@ def test_a_step_end_defaults_to_rank_0_of_one() -> None:
     assert (done.rank, done.world) == (0, 1)
     with pytest.raises(AttributeError):
         done.step = 2  # type: ignore[misc]  # frozen: a hook cannot change what others see
+
+
+@pytest.mark.parametrize(
+    ("spec", "wrong"),
+    [
+        ("dlperf_no_such_module:f", "no module named 'dlperf_no_such_module'"),
+        (f"{__name__}:no_such_factory", f"module {__name__!r} has no attribute 'no_such_factory'"),
+    ],
+)
+def test_a_spec_naming_a_missing_module_or_factory_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, spec: str, wrong: str
+) -> None:
+    monkeypatch.setenv(HOOKS_ENV, f"{__name__}:first,{spec}")
+    with pytest.raises(UserError) as e:
+        Hooks.from_env()
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"{HOOKS_ENV} entry {spec!r}: ")
+    assert wrong in message

@@ -62,7 +62,7 @@ class Hooks:
             module, _, name = spec.strip().partition(":")
             if not (module and name):
                 raise UserError(f"{HOOKS_ENV} names module:factory callables, not {spec!r}")
-            hooks.append(getattr(importlib.import_module(module), name)())
+            hooks.append(_factory(spec.strip(), module, name)())
         return cls(hooks)
 
     def start(self, trainer: str, model: nn.Module) -> None:
@@ -82,3 +82,23 @@ class Hooks:
 
     def on_epoch_end(self, epoch: int) -> None:
         pass
+
+
+def _factory(spec: str, module: str, name: str) -> Any:
+    """The callable one DLPERF_HOOKS entry names. A module (or one it imports) or an attribute
+    that is not there is a UserError of one line naming the entry and what is missing; any
+    other error of the module's import is its own, and goes up as it is."""
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing = e.name or module
+        wrong = f"no module named {missing!r}"
+        if missing != module and not module.startswith(f"{missing}."):
+            wrong += f" (imported by {module!r})"
+        raise UserError(f"{HOOKS_ENV} entry {spec!r}: {wrong}") from e
+    try:
+        return getattr(found, name)
+    except AttributeError as e:
+        raise UserError(
+            f"{HOOKS_ENV} entry {spec!r}: module {module!r} has no attribute {name!r}"
+        ) from e
