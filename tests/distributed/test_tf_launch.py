@@ -6,6 +6,7 @@ node 0 and posting on the others (the local workers a fake)."""
 from __future__ import annotations
 
 import json
+import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from dlperf.distributed.tf_launch import (
     run_tf,
     write_result,
 )
+from dlperf.procs import how
 
 
 def test_one_process_gets_no_cluster_and_each_multiworker_process_its_index() -> None:
@@ -37,9 +39,17 @@ def test_a_failed_worker_is_told_with_its_logs_tail(tmp_path: Path) -> None:
     (tmp_path / "worker-1.log").write_text("start\n\nValueError: bad\n")
     assert (
         _error(tmp_path, 1, -9)
-        == "TensorFlow worker 1 failed (killed by signal 9)\nstart\nValueError: bad"
+        == "TensorFlow worker 1 failed (killed by SIGKILL)\nstart\nValueError: bad"
     )
     assert _error(tmp_path, 1, 3).splitlines()[0] == "TensorFlow worker 1 failed (exit code 3)"
+
+
+@pytest.mark.parametrize("code", [-signal.SIGTERM, -signal.SIGSEGV, -(signal.SIGRTMIN + 1), 1])
+def test_a_failed_worker_ends_in_the_words_of_the_other_launchers(
+    tmp_path: Path, code: int
+) -> None:
+    (tmp_path / "worker-0.log").write_text("")
+    assert _error(tmp_path, 0, code) == f"TensorFlow worker 0 failed ({how(code)})"
 
 
 def rank(r: int, prints: tuple[float, ...] | None, diff: float = 0.0) -> RankResult:

@@ -31,7 +31,7 @@ from typing import Any
 from dlperf.distributed.contracts import RankResult, write_ranks
 from dlperf.distributed.launch import TAIL_LINES, Launch, free_port
 from dlperf.errors import UserError
-from dlperf.procs import Supervisor
+from dlperf.procs import Supervisor, how
 
 MODULE = "dlperf.distributed.tf_worker"
 JOIN_S = 900  # for every node to reach the store: torchrun's rendezvous waits as long
@@ -98,10 +98,9 @@ def _env(index: int, cluster: list[str], threads: int) -> dict[str, str]:
 
 
 def _error(directory: Path, rank: int, code: int) -> str:
-    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     log = directory / f"worker-{rank}.log"
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    return "\n".join([f"TensorFlow worker {rank} failed ({how})", *lines[-TAIL_LINES:]])
+    return "\n".join([f"TensorFlow worker {rank} failed ({how(code)})", *lines[-TAIL_LINES:]])
 
 
 def _gpu(local_rank: int, multi: bool) -> dict[str, str]:
