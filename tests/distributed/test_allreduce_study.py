@@ -107,7 +107,7 @@ def test_one_worker_count_fits_no_ring_model_and_says_why(
     found = run_allreduce_study(store, [1], "1KB,1MB", "gloo", tmp_path)
     assert found.ring_model is None
     assert found.fit_error is not None and "at least 2 all-reduce measurements" in found.fit_error
-    assert found.reliable and lines(found)[0].startswith("overlap cost at 1 workers: 0.20 s")
+    assert found.reliable and lines(found)[0].startswith("overlap cost at 1 worker: 0.20 s")
 
 
 class NoStore:
@@ -164,4 +164,13 @@ def test_the_lines_give_the_ring_model_and_each_overlap_cost() -> None:
         "(measured at 1 MiB, 4 MiB)",
         "overlap cost at 4 workers: 0.50 s of compute lost per s of all-reduce in flight "
         "(measured at 0.5 MiB)",
+    ]
+
+
+def test_the_lines_count_one_worker_in_the_singular() -> None:
+    overlap = [{"workers": 1, "bytes": 2**20}, {"workers": 3, "bytes": 2**20}]
+    said = lines(study(overlap=overlap, overlap_cost={1: 0.0, 3: 0.25}))
+    assert [line.split(":")[0] for line in said] == [
+        "overlap cost at 1 worker",
+        "overlap cost at 3 workers",
     ]

@@ -21,6 +21,7 @@ from dlperf.distributed.allreduce import fit_ring_model, overlap_cost, parse_siz
 from dlperf.distributed.contracts import AllreduceSummary
 from dlperf.distributed.launch import run_torchrun
 from dlperf.distributed.planning import resolve_backend, threads_per_worker
+from dlperf.distributed.scaling import workers_said
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import Record
@@ -187,7 +188,7 @@ def lines(result: AllreduceStudy) -> list[str]:
             f"{r['bytes'] / 2**20:g} MiB" for r in result.overlap if r["workers"] == n
         )
         found.append(
-            f"overlap cost at {n} workers: {cost:.2f} s of compute lost per s of all-reduce "
+            f"overlap cost at {workers_said(n)}: {cost:.2f} s of compute lost per s of all-reduce "
             f"in flight (measured at {sizes})"
         )
     return found
