@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from importlib import metadata
 
 import pytest
 from typer.testing import CliRunner
@@ -42,10 +43,15 @@ def test_models_prints_each_source_with_its_count_and_every_name(
 
 
 def test_a_stale_names_table_falls_back_to_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    table = {"torchvision_version": "0.0.0", "dlperf": ["not-this"], "torchvision": []}
+    import dlperf.models
+
+    table = {"torchvision_version": "0.0.0", "dlperf": ["from-table"], "torchvision": []}
+    registry = {"dlperf": ["from-registry"], "torchvision": ["tv"]}
     monkeypatch.setattr(models_cli, "shipped", lambda path: table)
-    names = models_cli.model_names()
-    assert "not-this" not in names["dlperf"] and "smallcnn" in names["dlperf"]
+    monkeypatch.setattr(dlperf.models, "list_models", lambda: registry)
+    assert models_cli.model_names() == registry  # written for another torchvision: not used
+    table["torchvision_version"] = metadata.version("torchvision")
+    assert models_cli.model_names() == {"dlperf": ["from-table"], "torchvision": []}
 
 
 def test_datasets_json_is_the_shipped_table(cli: Callable[..., CliResult]) -> None:

@@ -118,7 +118,8 @@ def test_check_passes_a_sound_file_and_refuses_one_with_a_damaged_page(tmp_path:
     with path.open("r+b") as f:  # page 6 of 13 overwritten
         f.seek(4096 * 5)
         f.write(b"\x07" * 4096)
-    with pytest.raises(UserError, match=r"is damaged \(quick_check: Page 6: btreeInitPage"):
+    # SQLite's words for the damage vary by version; the page and the check do not.
+    with pytest.raises(UserError, match=r"is damaged \(quick_check: .*Page 6"):
         integrity.check(engine)
     engine.dispose()
     with pytest.raises(UserError, match="is damaged"):  # and from now on never written
