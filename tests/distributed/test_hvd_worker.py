@@ -52,6 +52,16 @@ def test_a_rank_that_fails_leaves_its_pid_and_traceback_and_exits_1(
     assert not (tmp_path / "rank-3.json").exists()
 
 
+def test_a_rank_whose_spec_is_bad_leaves_its_traceback_for_the_launcher(tmp_path: Path) -> None:
+    (tmp_path / "spec.json").write_text('{"batch": 8}')  # a spec missing its fields
+    done = start(tmp_path, 2)
+    assert done.returncode == 1
+    assert (tmp_path / "rank-2.pid").read_text().isdigit()
+    error = (tmp_path / "rank-2.error").read_text()
+    assert error.startswith("Traceback") and "ContractError: WorkerSpec: missing field(s)" in error
+    assert not (tmp_path / "rank-2.json").exists()
+
+
 def test_the_worker_module_imports_neither_framework() -> None:
     probe = (
         "import sys, dlperf.distributed.hvd_worker; "

@@ -188,8 +188,8 @@ def main() -> None:
     directory = spec_path.parent
     rank = int(os.environ["HOROVOD_RANK"])  # set by horovodrun before the worker starts
     write_pid(directory, rank)
-    spec = WorkerSpec.read(spec_path)
     try:
+        spec = WorkerSpec.read(spec_path)  # a bad spec, too, is this rank's error to leave
         result = _tensorflow(spec) if spec.strategy == "tensorflow" else _torch(spec, directory)
     except Exception:
         fail(directory, rank)  # peers may be gone: tearing Horovod down could hang
