@@ -132,6 +132,21 @@ def test_out_of_memory_is_told_by_type_or_by_torchs_words() -> None:
     assert not out_of_memory(ValueError("out of memory"))  # not torch's
 
 
+class OutOfMemory(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise MemoryError("no room")
+
+
+@pytest.mark.parametrize(
+    ("batch", "images"),
+    [(1, "one (1, 4, 4) image"), (DRY_BATCH, "two (1, 4, 4) images"), (5, "5 (1, 4, 4) images")],
+)
+def test_out_of_memory_in_a_dry_forward_says_how_many_images(batch: int, images: str) -> None:
+    with pytest.raises(UserError) as e:
+        dry_forward(OutOfMemory(), SHAPE, "rejects", batch=batch)
+    assert e.value.message == f"out of memory in a forward of {images} on cpu: MemoryError: no room"
+
+
 def test_a_batch_larger_than_the_training_split_is_refused() -> None:
     data = SimpleNamespace(train=[0] * 10, name="digits")
     check_batch_fits(10, data)  # type: ignore[arg-type]

@@ -49,9 +49,10 @@ def dry_forward(
         if not isinstance(e, RuntimeError):  # torch's own errors say what they are
             first = f"{type(e).__name__}: {first}"
         if out_of_memory(e):
+            count = {1: "one", 2: "two"}.get(batch, str(batch))
+            images = f"{count} {tuple(shape)} image{'s' * (batch != 1)}"
             raise UserError(
-                f"out of memory in a forward of two {tuple(shape)} images on {device or 'cpu'}: "
-                f"{first}",
+                f"out of memory in a forward of {images} on {device or 'cpu'}: {first}",
                 "a smaller model or input, or a device with more memory",
             ) from None
         raise UserError(f"{rejects}: {first}") from None
