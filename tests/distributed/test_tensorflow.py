@@ -240,7 +240,7 @@ def test_a_killed_worker_fails_its_point_and_leaves_no_process(
     assert result.code == 1
     (row,) = json.loads(result.out)["rows"]
     assert row["status"] == "failed"
-    assert row["error"].startswith("TensorFlow worker 1 failed (killed by signal 9)")
+    assert row["error"].startswith("TensorFlow worker 1 failed (killed by SIGKILL)")
     assert len(row["worker_pids"]) == 2 and not any(alive(pid) for pid in row["worker_pids"])
     assert store.get_run(row["run_id"]).status == "failed"
 
