@@ -118,6 +118,66 @@ def tiny_detector(path: Path) -> Path:
     return path
 
 
+def block_detector(path: Path) -> Path:
+    """A detector that finds the white: image [1, 3, 20, 40] -> one box around the pixels
+    over 0.5 (x1, y1 = the first such column and row, x2, y2 = one past the last), score
+    0.9, label 1. Its box is where the model saw the object, so the test sees the input's
+    geometry."""
+    height, width = DET_SIZE
+    consts = [
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array([1, 4], np.int64), "shape"),
+        numpy_helper.from_array(np.array([0.9], np.float32), "S"),
+        numpy_helper.from_array(np.array([1], np.int64), "L"),
+    ]
+    nodes = []
+    for axis, keep in (("x", [0, 1, 2]), ("y", [0, 1, 3])):
+        nodes += [
+            helper.make_node("ReduceMax", ["image"], [f"{axis}max"], axes=keep, keepdims=0),
+            helper.make_node("Greater", [f"{axis}max", "half"], [f"{axis}on"]),
+            helper.make_node("Cast", [f"{axis}on"], [f"{axis}mask"], to=TensorProto.FLOAT),
+            helper.make_node("ArgMax", [f"{axis}mask"], [f"{axis}1"], axis=0),
+            helper.make_node(
+                "ArgMax", [f"{axis}mask"], [f"{axis}last"], axis=0, select_last_index=1
+            ),
+            helper.make_node("Add", [f"{axis}last", "one"], [f"{axis}2"]),
+        ]
+    nodes += [
+        helper.make_node("Concat", ["x1", "y1", "x2", "y2"], ["corners"], axis=0),
+        helper.make_node("Cast", ["corners"], ["flat"], to=TensorProto.FLOAT),
+        helper.make_node("Reshape", ["flat", "shape"], ["boxes"]),
+        helper.make_node("Identity", ["S"], ["scores"]),
+        helper.make_node("Identity", ["L"], ["labels"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "blockdet",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, height, width])],
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1]),
+            helper.make_tensor_value_info("labels", TensorProto.INT64, [1]),
+        ],
+        consts,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=OPSET, ir_version=10), path)
+    pre = meta.Preprocess(DET_SIZE, 3, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    labels = ["background", "block"]
+    meta.save(path, meta.ModelMeta("detection", "blockdet", "image", (3, *DET_SIZE), pre, labels))
+    return path
+
+
+def block_png() -> bytes:
+    """80 wide, 10 high, black with a white block at x 40-50: twice the detector's aspect
+    ratio, so a crop and a stretch put the block in different places."""
+    pixels = np.zeros((10, 80, 3), np.uint8)
+    pixels[:, 40:50] = 255
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def png(width: int = 16, height: int = 12, seed: int = 0) -> bytes:
     pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
     buffer = io.BytesIO()
@@ -174,6 +234,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "tiny": tiny_classifier(root / "tiny.onnx"),
         "fixed": tiny_classifier(root / "fixed.onnx", batch=1),
         "det": tiny_detector(root / "det.onnx"),
+        "block": block_detector(root / "block.onnx"),
     }
 
 
@@ -249,8 +310,9 @@ def test_an_image_pillow_cannot_convert_is_bad_input() -> None:
     unassociated = b"\x52\x01\x03\x00\x01\x00\x00\x00\x02\x00"
     premultiplied = la.getvalue().replace(unassociated, unassociated[:-2] + b"\x01\x00")
     gray = meta.Preprocess((4, 4), 1, (0.0,), (1.0,))
+    model = meta.ModelMeta("classification", "gray", "input", (1, 4, 4), gray, ["a"])
     with pytest.raises(UserError, match=r"^the uploaded file: cannot decode image mode La"):
-        image_array(premultiplied, gray, max_pixels=100)
+        image_array(premultiplied, model, max_pixels=100)
 
 
 def png_header(width: int, height: int) -> bytes:
@@ -427,7 +489,11 @@ def test_a_plain_onnx_file_with_a_fixed_first_dimension_runs_one_at_a_time(
 
 def test_detector_boxes_scaled_to_the_image(models: dict[str, Path]) -> None:
     app = create_app(models["det"], max_batch=32, max_wait_ms=5, threads=1)
-    image = png(width=80, height=60)  # model input 40 x 20: x scaled by 2, y by 3
+    # Model input 40 x 20: x scaled by 2, y by 3. The upload is stretched to the input (as
+    # fine-tuning and `detect eval` resize an image), so scaling x and y apart is the exact
+    # way back; this detector's boxes are fixed, so the geometry of what it saw is tested
+    # in test_a_detector_sees_the_upload_stretched_and_its_box_lands_on_the_object.
+    image = png(width=80, height=60)
     with running(app) as url:
         doc = httpx.get(f"{url}/v2/models/det").json()
         assert doc["batching"]["max_batch"] == 1 and doc["batching"]["dynamic"] is False
@@ -458,6 +524,25 @@ def test_detector_boxes_scaled_to_the_image(models: dict[str, Path]) -> None:
         by_name = {o["name"]: o for o in r.json()["outputs"]}
         assert by_name["labels"]["datatype"] == "INT64" and by_name["labels"]["data"] == DET_LABELS
         assert by_name["boxes"]["shape"] == [3, 4]
+
+
+def test_a_detector_sees_the_upload_stretched_and_its_box_lands_on_the_object(
+    models: dict[str, Path],
+) -> None:
+    """Training and `detect eval` hand the detector the whole image, which its transform
+    stretches to the input size (torchvision's fixed_size, no crop), and map its boxes back
+    by the same stretch. /predict centre-cropped instead and then scaled back as if it had
+    stretched: the block at x 40-50 came back at [40, 0, 80, 10]."""
+    app = create_app(models["block"], max_batch=1, max_wait_ms=5, threads=1)
+    with running(app) as url:
+        r = httpx.post(f"{url}/predict", content=block_png())
+        assert r.status_code == 200, r.text
+        found = r.json()
+    assert found["image_size"] == [80, 10]
+    # The model saw the block at [20, 0, 25, 20] of its 40 x 20 input: x / 2, y x 2.
+    assert found["detections"] == [
+        {"box": [40.0, 0.0, 50.0, 10.0], "score": pytest.approx(0.9), "index": 1, "label": "block"}
+    ]
 
 
 def lookup_model(path: Path) -> Path:

@@ -20,6 +20,7 @@ from dlperf.errors import UserError
 from dlperf.store import RunStore
 from dlperf.system import pick_device
 from tests.conftest import CliResult
+from tests.deploy.test_server import block_detector, block_png
 
 Cli = Callable[..., CliResult]
 LABELS = ["__background__", "disc", "square"]
@@ -154,6 +155,45 @@ def test_scale_boxes_maps_input_pixels_to_the_image() -> None:
     boxes = np.asarray([[0.0, 0.0, 320.0, 320.0], [32.0, 160.0, 64.0, 240.0]])
     scaled = ssd.scale_boxes(boxes, (320, 320), (640, 160))
     assert scaled.tolist() == [[0.0, 0.0, 640.0, 160.0], [64.0, 80.0, 128.0, 120.0]]
+
+
+def test_run_stretches_the_image_as_training_does_and_maps_boxes_back_onto_it(
+    tmp_path: Path,
+) -> None:
+    """`dlperf detect run` must prepare an image as fine-tuning and `detect eval` do (the
+    whole image stretched to the input, torchvision's fixed_size) for scale_boxes, the
+    inverse of that stretch, to be right. It centre-cropped: a white block at x 40-50 of an
+    80 x 10 image, through a 40 x 20 detector that boxes the white, came back at x 40-80."""
+    model = block_detector(tmp_path / "block.onnx")
+    image_path = tmp_path / "wide.png"
+    image_path.write_bytes(block_png())
+    (r,) = ssd.run(model, [image_path], 0.5, threads=1)
+    assert (r["width"], r["height"]) == (80, 10)
+    assert [d["box"] for d in r["detections"]] == [[40.0, 0.0, 50.0, 10.0]]
+    assert r["detections"][0]["label"] == "block"
+
+
+def test_run_gives_the_boxes_pytorch_gives_in_evaluation(
+    exported: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """A non-square image through `detect run` (ONNX, boxes scaled back by scale_boxes) and
+    through the PyTorch detector as `detect eval` runs it (the whole image, resized and
+    boxes mapped back by torchvision's transform): the same detections."""
+    torch.manual_seed(0)  # the exported fixture's detector, built again
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS)
+    pixels = np.random.default_rng(2).integers(0, 255, (120, 200, 3), dtype=np.uint8)
+    image_path = tmp_path / "wide.png"
+    Image.fromarray(pixels).save(image_path)
+    (r,) = ssd.run(exported[0], [image_path], 0.0, threads=1)
+    with torch.no_grad():
+        expected = det.model([torch.from_numpy(pixels).permute(2, 0, 1).float() / 255])[0]
+    top = 10  # the best; far down the list, near-tied scores may swap between runtimes
+    assert len(r["detections"]) == len(expected["boxes"]) >= top
+    got = r["detections"][:top]
+    assert [d["label_id"] for d in got] == expected["labels"][:top].tolist()
+    np.testing.assert_allclose([d["score"] for d in got], expected["scores"][:top], atol=1e-4)
+    # boxes are rounded to 0.01 px
+    np.testing.assert_allclose([d["box"] for d in got], expected["boxes"][:top], atol=0.01)
 
 
 def test_run_cli_json_and_errors(cli: Cli, exported: tuple[Path, dict], tmp_path: Path) -> None:

@@ -38,10 +38,15 @@ async def image_bytes(request: Request) -> bytes:
 
 
 def image_array(
-    data: bytes, pre: meta_io.Preprocess, max_pixels: int
+    data: bytes, model: meta_io.ModelMeta, max_pixels: int
 ) -> tuple[np.ndarray, tuple[int, int]]:
+    """The upload as the model's input, and its (width, height). A detector's image is
+    stretched to the input, as fine-tuning and `detect eval` hand it to the detector
+    (`detections` undoes that stretch); a classifier's is covered and centre-cropped."""
     image = runtime.decode(data, "the uploaded file", max_pixels=max_pixels)
-    return runtime.to_array(image, pre, "the uploaded file"), image.size
+    stretch = model.task == "detection"
+    x = runtime.to_array(image, model.preprocess, "the uploaded file", stretch=stretch)
+    return x, image.size
 
 
 def detections(
@@ -50,7 +55,9 @@ def detections(
     image_size: tuple[int, int],
     threshold: float,
 ) -> list[dict[str, Any]]:
-    """Boxes over the threshold, from model-input pixels back to the uploaded image's."""
+    """Boxes over the threshold, from model-input pixels back to the uploaded image's: x
+    scaled by width / input width, y by height / input height, the exact inverse of the
+    stretch `image_array` gives a detector's upload."""
     (in_h, in_w), (width, height), labels = meta.preprocess.size, image_size, meta.labels
     scale = np.array([width / in_w, height / in_h, width / in_w, height / in_h])
     limit = np.array([width, height, width, height])

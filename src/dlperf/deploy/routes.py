@@ -151,7 +151,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
             data = await image_bytes(request)
             with phases.timing("compute_input"):
                 x, size = await asyncio.get_running_loop().run_in_executor(
-                    serving.decoder, image_array, data, described.preprocess, serving.pixel_cap
+                    serving.decoder, image_array, data, described, serving.pixel_cap
                 )
             outputs = await infer({model.inputs[0].name: x[None]}, 1, phases)
             with phases.timing("compute_output"):

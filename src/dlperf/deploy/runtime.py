@@ -150,13 +150,20 @@ def image_mode(channels: int, source: str = "image") -> str:
     return mode
 
 
-def to_array(image: Image.Image, pre: Preprocess, source: str = "image") -> np.ndarray:
+def to_array(
+    image: Image.Image, pre: Preprocess, source: str = "image", *, stretch: bool = False
+) -> np.ndarray:
     """One image to a normalised float32 (C, H, W) array: convert, resize so it covers (H, W),
     centre-crop, scale, normalise — as the training readers of image files do, so a
     non-square photo is cropped, not squashed, and a 16-bit one spans its own range
     (`image_modes.rgb`, the conversion training used; `source` names the image in its
     errors). The mode follows the model's channels (`image_mode`): L, LA, RGB or RGBA; an
-    image without alpha gets an opaque one, as Pillow converts it."""
+    image without alpha gets an opaque one, as Pillow converts it.
+
+    `stretch` (the detectors): the whole image resized to (H, W), its aspect ratio not
+    kept and nothing cropped, as a torchvision detector's transform resizes it in
+    fine-tuning and `detect eval` (`stretched`); its boxes then map back to the image by
+    scaling x by width / W and y by height / H."""
     mode = image_mode(pre.channels, source)
     if mode in ("LA", "RGBA") and "A" in image.getbands():
         try:  # keep its alpha: image_modes.rgb drops it, as training on files does
@@ -171,17 +178,45 @@ def to_array(image: Image.Image, pre: Preprocess, source: str = "image") -> np.n
         if mode != "RGB":
             image = image.convert(mode)
     height, width = pre.size
-    if image.size != (width, height):
-        scale = max(width / image.width, height / image.height)
-        resized = (max(width, round(image.width * scale)), max(height, round(image.height * scale)))
-        image = image.resize(resized, Image.Resampling.BILINEAR)
-        left, top = (resized[0] - width) // 2, (resized[1] - height) // 2
-        image = image.crop((left, top, left + width, top + height))
-    x = np.asarray(image, dtype=np.float32) / 255.0
+    if stretch:
+        x = stretched(np.asarray(image), height, width)
+    else:
+        if image.size != (width, height):
+            scale = max(width / image.width, height / image.height)
+            resized = (
+                max(width, round(image.width * scale)),
+                max(height, round(image.height * scale)),
+            )
+            image = image.resize(resized, Image.Resampling.BILINEAR)
+            left, top = (resized[0] - width) // 2, (resized[1] - height) // 2
+            image = image.crop((left, top, left + width, top + height))
+        x = np.asarray(image, dtype=np.float32) / 255.0
     x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)
     mean = np.asarray(pre.mean, dtype=np.float32).reshape(-1, 1, 1)
     std = np.asarray(pre.std, dtype=np.float32).reshape(-1, 1, 1)
     return np.ascontiguousarray((x - mean) / std)
+
+
+def stretched(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """8-bit (h, w) or (h, w, C) pixels resized to (height, width) on [0, 1], float32, as
+    torchvision's detection transform resizes an image to its fixed_size in training and
+    evaluation: `torch.nn.functional.interpolate(mode="bilinear", align_corners=False)`, no
+    antialiasing, so each output pixel blends the 2 x 2 input pixels around its centre.
+    Only the rows it needs are made float: a 40-megapixel upload is never copied whole."""
+
+    def taps(size: int, out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # The output pixel's centre in input pixels, clamped at 0 as torch clamps it.
+        centre = np.maximum((np.arange(out) + 0.5) * (size / out) - 0.5, 0.0)
+        low = np.minimum(np.floor(centre).astype(np.intp), size - 1)
+        return low, np.minimum(low + 1, size - 1), (centre - low).astype(np.float32)
+
+    channels = (1,) * (pixels.ndim - 2)  # () for grey (h, w), (1,) for (h, w, C)
+    top, bottom, dy = taps(pixels.shape[0], height)
+    upper, lower = pixels[top].astype(np.float32), pixels[bottom].astype(np.float32)
+    rows = upper + (lower - upper) * dy.reshape(-1, 1, *channels)
+    left, right, dx = taps(pixels.shape[1], width)
+    x = rows[:, left] + (rows[:, right] - rows[:, left]) * dx.reshape(-1, *channels)
+    return np.asarray(x / 255.0, dtype=np.float32)
 
 
 def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:

@@ -365,7 +365,9 @@ def infer(sess: Any, image: np.ndarray) -> dict[str, np.ndarray]:
 def scale_boxes(
     boxes: np.ndarray, input_hw: tuple[int, int], image_wh: tuple[int, int]
 ) -> np.ndarray:
-    """Boxes in model-input pixels to the original image's pixels."""
+    """Boxes in model-input pixels to the original image's pixels: the exact inverse of the
+    stretch `run` gives an image (`runtime.to_array(stretch=True)`), as torchvision's
+    `resize_boxes` undoes its transform's resize in fine-tuning and `detect eval`."""
     sx = image_wh[0] / input_hw[1]
     sy = image_wh[1] / input_hw[0]
     return np.asarray(boxes.astype(np.float64) * np.array([sx, sy, sx, sy]))
@@ -465,7 +467,9 @@ def run(
         if not path.is_file():
             raise UserError(f"no image file {path}")
         image = runtime.decode(path.read_bytes(), str(path))
-        got = infer(sess, runtime.to_array(image, meta.preprocess)[None])
+        # Stretched, not cropped: the detector saw its training images whole.
+        x = runtime.to_array(image, meta.preprocess, str(path), stretch=True)
+        got = infer(sess, x[None])
         keep = got["scores"] >= score_threshold
         boxes = scale_boxes(got["boxes"][keep], meta.preprocess.size, image.size)
         detections = [
