@@ -24,7 +24,9 @@ test: setup
 test-scenarios: setup
 	$(BIN)/pytest -q -m scenario
 
-# The fault tests that take over a minute each (tests/faults/, marked `faults`); CI runs both.
+# The slow fault tests (tests/faults/, marked `faults`: over about 10 s each on a busy machine,
+# real processes killed and resumed, torchrun points failed, many processes on one store);
+# CI runs both.
 test-faults: setup
 	$(BIN)/pytest -q -m faults
 

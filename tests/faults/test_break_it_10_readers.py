@@ -70,6 +70,7 @@ def test_fewer_than_two_points_above_zero_is_said_only_when_true() -> None:
 # --- 2. data describe of very many classes -----------------------------------------------------
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_describe_of_a_set_of_100000_classes_finishes(db: str, tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (40, 1, 8, 8), dtype=np.uint8)

@@ -146,6 +146,7 @@ def test_a_stop_while_waiting_for_the_write_lock_ends_the_command(
 # --- x16: the runs of a command are in the store file once it ends ---------------------------
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_copy_of_the_store_file_alone_holds_the_run(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     (tmp_path / "exp.toml").write_text(TINY.format(epochs=1))

@@ -58,6 +58,7 @@ class Net(nn.Module):
 """
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_models_non_daemon_thread_does_not_keep_a_finished_run_alive(tmp_path: Path) -> None:
     """F4 (m18): the run ends with its code, a warning naming the thread, and no process left."""
     model = tmp_path / "threaded.py"

@@ -82,6 +82,7 @@ def test_a_trace_that_is_not_a_regular_file_is_refused_unopened(
     one_line(dlperf("runs", "trace", str(run_id)), 2, f"the trace {trace} is not a regular file")
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_fifo_trace_costs_the_report_only_its_own_tables(store: RunStore, tmp_path: Path) -> None:
     good, bad = tmp_path / "good", tmp_path / "bad"
     for folder in (good, bad):

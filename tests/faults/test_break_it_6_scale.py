@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from dlperf.store import RunStore
 from tests.distributed.test_study import EXPERIMENT, WEAK
 
@@ -87,6 +89,7 @@ def _no_traceback(text: str) -> None:
     assert "Traceback" not in text and 'File "' not in text, text
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_model_with_too_few_rows_fails_the_point_in_one_line(
     cli: Callable, db: str, tmp_path: Path
 ) -> None:
@@ -100,6 +103,7 @@ def test_a_model_with_too_few_rows_fails_the_point_in_one_line(
     assert run.error.startswith("model Drop returned shape [7, 10]"), run.error
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_model_calling_sys_exit_fails_the_point_saying_so(
     cli: Callable, db: str, tmp_path: Path
 ) -> None:

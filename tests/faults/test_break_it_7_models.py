@@ -133,6 +133,7 @@ def test_factory_missing_argument_keeps_its_hint(cli: Cli, tmp_path: Path) -> No
         assert "missing" in said and said.endswith(hint), said
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_scale_worker_fails_the_point_on_an_output_grown_wider(
     cli: Cli, db: str, tmp_path: Path
 ) -> None:

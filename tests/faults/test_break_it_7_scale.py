@@ -100,6 +100,7 @@ def _failed_point(db: str) -> str:
     return run.error
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_models_own_exception_on_one_rank_is_named_on_the_points_first_line(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:
@@ -138,6 +139,7 @@ def test_a_traceback_is_summed_up_by_its_exception(tmp_path: Path) -> None:
     assert head == "worker rank 0 failed (exit code 1 (pid: 7))"
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_dlperfs_own_error_in_a_worker_is_its_one_line(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:
@@ -150,6 +152,7 @@ def test_dlperfs_own_error_in_a_worker_is_its_one_line(
     assert _failed_point(db) == said
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_loss_that_stops_being_finite_on_one_rank_fails_the_point_in_one_line(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:

@@ -152,6 +152,7 @@ def test_a_run_that_checkpoints_records_it_once(
     assert artifact["kind"] == "checkpoint" and Path(artifact["path"]).is_file()
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_the_mlflow_export_says_why_a_recorded_checkpoint_is_missing(
     cli: Cli, tmp_path: Path, store: RunStore
 ) -> None:

@@ -101,6 +101,7 @@ def test_analyze_still_tells_a_wrong_input_in_one_line(cli: Cli, tmp_path: Path)
     assert len(in_the_model.err.splitlines()) == 1, in_the_model.err
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_predict_measure_tells_the_models_exception_mid_measurement(
     cli: Cli, tmp_path: Path, store: RunStore
 ) -> None:
@@ -134,12 +135,14 @@ def _no_profiler_lines(done: subprocess.CompletedProcess[str]) -> None:
     assert "profiler_start" not in done.stderr
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_predict_measure_keeps_the_profilers_lines_off_stderr(tmp_path: Path) -> None:
     done = _dlperf(tmp_path, "predict", "smallcnn", "--measure", "--reps", "1", "--input", "1,8,8")
     _no_profiler_lines(done)
     assert "profiling layers ..." in done.stderr.splitlines()  # dlperf's own lines stay
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_run_profile_keeps_the_profilers_lines_off_stderr(tmp_path: Path) -> None:
     exp = tmp_path / "exp.toml"
     exp.write_text(TINY.format(epochs=1))

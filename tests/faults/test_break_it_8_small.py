@@ -93,6 +93,7 @@ def test_report_refuses_an_empty_out(
     assert not list(tmp_path.glob("run-*.html"))
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_report_rewritten_into_its_directory_removes_the_pages_it_no_longer_has(
     cli: Callable[..., CliResult], db: str
 ) -> None:

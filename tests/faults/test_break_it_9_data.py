@@ -79,6 +79,7 @@ def npz_set(path: Path, channels: int) -> np.ndarray:
 # --- cause 1: a FIFO among the user's files ---------------------------------------------------
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 @pytest.mark.parametrize(
     "command",
     [

@@ -165,6 +165,7 @@ def test_infer_refuses_an_image_for_a_seven_channel_model_in_one_line(
     assert "(L, LA, RGB, RGBA)" in r.err
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_serve_predicts_a_two_channel_model_and_refuses_a_seven_channel_one_with_400(
     cli: Callable[..., CliResult], models: str
 ) -> None:

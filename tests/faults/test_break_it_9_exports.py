@@ -148,6 +148,7 @@ def test_names_mlflow_refuses_are_refused_up_front_and_nothing_is_written(
     assert not target.exists()  # not even the experiment
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_run_that_fails_mid_export_ends_failed_in_mlflow(
     cli: Callable[..., CliResult], store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -226,6 +227,7 @@ with dlperf.track("slow-loop", store=db) as run:
 """
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_sigkilled_track_loop_keeps_the_rows_logged_a_second_before(tmp_path: Path) -> None:
     import os
     import signal

@@ -186,6 +186,7 @@ def test_predict_measure_of_a_backward_torch_refuses_off_meta_is_one_line(
     assert run.status == "failed"
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_predict_measure_still_tells_the_models_own_exception_in_its_backward(
     cli: Cli, models: Path
 ) -> None:

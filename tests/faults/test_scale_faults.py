@@ -42,6 +42,7 @@ def _output(root: Path) -> tuple[str, str]:
     return (root / "stdout.txt").read_text(), (root / "stderr.txt").read_text()
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_sigterm_stops_every_worker(
     exp_path: Path, db: str, tmp_path: Path, sig: signal.Signals
@@ -58,6 +59,7 @@ def test_ctrl_c_or_sigterm_stops_every_worker(
     assert (run.status, run.error) == ("killed", "interrupted")
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_sigkill_of_dlperf_leaves_no_process(exp_path: Path, db: str, tmp_path: Path) -> None:
     proc = start_dlperf(tmp_path, "scale", str(exp_path), *ENDLESS)
     try:
@@ -72,6 +74,7 @@ def test_sigkill_of_dlperf_leaves_no_process(exp_path: Path, db: str, tmp_path: 
     assert run.status == "lost"
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 @pytest.mark.parametrize("victim", ["torchrun", "worker"])
 def test_a_killed_launch_fails_the_point_and_leaves_nothing(
     victim: str, exp_path: Path, db: str, tmp_path: Path
@@ -105,6 +108,7 @@ def test_a_killed_launch_fails_the_point_and_leaves_nothing(
     assert (run.status, run.error) == ("failed", row["error"])
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_dead_peer_node_fails_the_point(exp_path: Path, db: str, tmp_path: Path) -> None:
     """Two nodes on loopback, node 1's dlperf SIGKILLed mid-point: its processes die with it,
     so node 0's see their collectives (or torchrun its rendezvous store) fail; node 0 stores
@@ -134,6 +138,7 @@ def test_a_dead_peer_node_fails_the_point(exp_path: Path, db: str, tmp_path: Pat
     assert (run.status, run.error) == ("failed", row["error"])
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 @pytest.mark.parametrize(
     ("crash", "error"),
     [

@@ -373,6 +373,7 @@ OPENER = textwrap.dedent(
 )
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_processes_opening_a_new_sqlite_store_at_once_never_meet_a_lock(tmp_path: Path) -> None:
     """Switching a new SQLite file to WAL upgrades a read lock to a write lock, where SQLite
     does not wait however long its busy timeout: before the store retried it, about one in
@@ -403,6 +404,7 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from fresh_store_url(request.param, tmp_path, "faults")
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 def test_eight_processes_write_one_store_at_once(shared_url: str) -> None:
     """Eight processes open a new store together, then each records runs and logs thousands
     of metric rows in batches, all at once: no row is lost and no writer meets a lock."""
@@ -478,6 +480,7 @@ def _staleness(tmp_path: Path, store: RunStore) -> Command:
     return ["staleness", "--train", "exp.toml", "--learners", "2"], {}, _running(store)
 
 
+@pytest.mark.faults  # over 10 s under load: make test-faults
 @pytest.mark.parametrize(
     ("command", "sig"),
     [
