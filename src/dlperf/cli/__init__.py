@@ -20,6 +20,7 @@ from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
 from dlperf.errors import CheckFailed, UserError, in_model_file, innermost, interrupted
+from dlperf.parsing import printable
 
 # Every module here but app and console holds commands; importing it registers them on `app`
 # (in the modules' order, the order of `dlperf --help`).
@@ -50,6 +51,18 @@ def say(line: str) -> None:
     """One line on stderr; a file name that is not UTF-8 (lone surrogates) shown escaped, on
     any stream (pytest's capture and some terminals encode strictly)."""
     print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
+
+
+# What printable leaves that still breaks a line (as a terminal or str.splitlines sees it), and
+# the tab, which would show a name's two parts as one gap.
+_BREAKS = str.maketrans({"\n": "\\n", "\t": "\\t", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: its control characters and line breaks written as Python escapes
+    (a newline as \\n), so that a message of several lines (a model file's own, a CSV column's
+    name) still makes one line naming what is wrong."""
+    return printable(text).translate(_BREAKS)
 
 
 def _foreign_caller(e: SystemExit) -> str | None:
@@ -94,19 +107,21 @@ def outcome() -> int:
         if state.debug:
             traceback.print_exc()
             return 1
-        say(f"error: {e}")
+        say(f"error: {one_line(str(e))}")
         return e.exit_code
     except CheckFailed as e:
-        say(f"check failed: {e}")
+        say(f"check failed: {one_line(str(e))}")
         return e.exit_code
     except OSError as e:
         if state.debug:
             traceback.print_exc()
             return 1
         where = f" {e.filename}" if e.filename else ""
-        say(f"error: cannot use{where}: {e.strerror or e}")
+        say(one_line(f"error: cannot use{where}: {e.strerror or e}"))
         return 2 if e.errno in _BAD_PATH else 1
-    except Exception as e:
+    except KeyboardInterrupt:  # the stop signal's, or a model's own: Ctrl-C either way
+        raise
+    except BaseException as e:  # a model's GeneratorExit, or its own BaseException subclass
         if interrupted(e) and not state.debug:  # outside a recording: still Ctrl-C's 130
             return 130
         if (code := _click_error(e)) is not None:
@@ -114,7 +129,7 @@ def outcome() -> int:
         if not state.debug and (frames := _model_frames(e)):
             # The user's own bug: where to look is their code, not dlperf's or Typer's.
             said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            say(f"error: the model raised {said}")
+            say(f"error: the model raised {one_line(said)}")
             for frame in traceback.format_list(frames):
                 say(frame.rstrip("\n"))
             say("(the whole traceback: dlperf --debug ...)")
@@ -124,7 +139,7 @@ def outcome() -> int:
     return code if isinstance(code, int) else 0  # Typer's exit code, or a command's None
 
 
-def _click_error(e: Exception) -> int | None:
+def _click_error(e: BaseException) -> int | None:
     """Click's own errors (Typer vendors Click, so they are matched by shape, not class) in one
     line, and their exit code; None for any other exception."""
     kind = type(e).__name__
@@ -138,7 +153,7 @@ def _click_error(e: Exception) -> int | None:
     else:  # an unknown option, a value of the wrong type, a missing argument
         ctx = getattr(e, "ctx", None)
         see = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-        say(f"error: {e.format_message()}{see}")
+        say(one_line(f"error: {e.format_message()}{see}"))
     return int(e.exit_code)  # type: ignore[attr-defined]
 
 

@@ -27,6 +27,29 @@ if TYPE_CHECKING:
     from dlperf.table import Table as DataTable
 
 
+def _held_open(fd: int) -> TextIO:
+    """A stream for descriptor `fd`, which the command was started without (`dlperf ... >&-`):
+    what is written to it is lost, as to a closed stream, and the command ends as it would
+    with the stream open. The descriptor itself is held on /dev/null, so that no file the
+    command opens (the run store) takes it and receives what C code or a child writes there."""
+    try:
+        os.fstat(fd)
+    except OSError:  # closed: taken now, before any file could be
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    return open(os.devnull, "w", encoding="utf-8")
+
+
+# Python sets sys.stdout and sys.stderr to None for a stream closed at start; every print (and
+# rich's console) would fail on it.
+if sys.stdout is None:
+    sys.stdout = _held_open(1)
+if sys.stderr is None:
+    sys.stderr = _held_open(2)
+
+
 def _line_width(stream: Any) -> int | None:
     """Off a terminal rich assumes 80 columns; logs and pipes have room. None: rich's own
     choice, the terminal's width or COLUMNS."""

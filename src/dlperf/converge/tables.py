@@ -35,28 +35,57 @@ def header(path: Path) -> list[str]:
     return next(csv.reader(io.StringIO(read_text(path), newline="")), [])
 
 
+def _named(column: str) -> str:
+    """A column's name as a message shows it: control characters and line breaks escaped as
+    Python writes them (a header cell `"met\\nric"` is 'met\\nric', on one line)."""
+    return repr(column)[1:-1]
+
+
 def read_columns(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> dict[str, list[float]]:
-    """The named columns of a CSV as lists of floats (optional ones only when present)."""
-    rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+    """The named columns of a CSV as lists of floats (optional ones only when present). A
+    column named twice, or a row with more fields than the header, is refused: either would
+    leave which value is meant to a guess (csv.DictReader keeps the last of two columns of one
+    name, and drops a row's extra fields)."""
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    rows: list[tuple[int, dict[str, str]]] = []
+    for row in reader:
+        if None in row:  # restkey: the fields past the header's
+            named = len(reader.fieldnames or [])
+            fields = named + len(row[None])
+            raise UserError(
+                f"{path}:{reader.line_num}: {fields} fields where the header has {named}",
+                "quote a field that holds a comma",
+            )
+        rows.append((reader.line_num, row))
     if not rows:
         raise UserError(f"{path} has no rows", "a CSV has a header line, then one line per point")
-    header = list(rows[0])
+    header = list(reader.fieldnames or [])
     for name in required:
         if name not in header:
-            hint = did_you_mean(name, header, f"columns: {', '.join(header)}", quote=True)
-            raise UserError(f"{path} has no column '{name}'", hint)
+            shown = [_named(c) for c in header]
+            hint = did_you_mean(_named(name), shown, f"columns: {', '.join(shown)}", quote=True)
+            raise UserError(f"{path} has no column '{_named(name)}'", hint)
+    read = [*required, *(c for c in optional if c in header)]
+    for name in read:
+        if (times := header.count(name)) > 1:
+            raise UserError(
+                f"{path}: column '{_named(name)}' is named {times} times in the header",
+                "give each column its own name",
+            )
     columns: dict[str, list[float]] = {}
-    for name in [*required, *(c for c in optional if c in header)]:
+    for name in read:
         values = []
-        for line, row in enumerate(rows, start=2):
+        for line, row in rows:
             try:
                 value = float(row[name])
             except (TypeError, ValueError):
-                raise UserError(f"{path}:{line}: '{name}' is not a number: {row[name]!r}") from None
+                raise UserError(
+                    f"{path}:{line}: '{_named(name)}' is not a number: {row[name]!r}"
+                ) from None
             if not math.isfinite(value):
-                raise UserError(f"{path}:{line}: '{name}' is not finite: {row[name]!r}")
+                raise UserError(f"{path}:{line}: '{_named(name)}' is not finite: {row[name]!r}")
             values.append(value)
         columns[name] = values
     return columns
