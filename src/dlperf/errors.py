@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dis
+import sys
+import traceback
 from types import FrameType, TracebackType
 
 from dlperf import stopping
@@ -10,11 +12,29 @@ from dlperf import stopping
 # The module name a user's model file is imported under (models.registry), so that what its
 # code raises can be told apart from dlperf's own (a sys.exit in its forward).
 USER_MODULE_PREFIX = "dlperf_user_"
+# A key of the builtins every module of a user's model file runs with (the file itself, the
+# modules beside it it imports and their submodules: models.registry gives each directory's
+# modules an `__import__` of their own), which marks its code as the model's.
+MODEL_CODE = "__dlperf_model_code__"
+
+# Errors Python itself raises in the code that runs into them: where the model's code is on
+# the way, the bug is the model's (a misspelt name or attribute, a division by zero, endless
+# recursion, a missing import), never torch refusing the input's shape or dtype.
+PYTHONS_OWN = (NameError, AttributeError, ZeroDivisionError, RecursionError, ImportError)
+
+
+def _model_module(name: str) -> bool:
+    if name.startswith(USER_MODULE_PREFIX):
+        return True
+    space = getattr(sys.modules.get(name), "__builtins__", None)
+    return isinstance(space, dict) and space.get(MODEL_CODE) is True
 
 
 def in_model_file(frame: FrameType) -> bool:
     """Whether `frame` runs code of a user's model file (or a module beside it)."""
-    return str(frame.f_globals.get("__name__", "")).startswith(USER_MODULE_PREFIX)
+    if str(frame.f_globals.get("__name__", "")).startswith(USER_MODULE_PREFIX):
+        return True
+    return frame.f_builtins.get(MODEL_CODE) is True
 
 
 def innermost(e: BaseException) -> TracebackType | None:
@@ -27,12 +47,18 @@ def innermost(e: BaseException) -> TracebackType | None:
 
 def raised_by_model(e: BaseException) -> bool:
     """Whether the model's own code raised `e`: an exception of a class a model file defines,
-    or one a `raise` or `assert` in a model file raised. Anything else was raised inside torch
-    (or a library the model calls), or came out of a torch operation the model's code called:
-    an operation refusing the input's shape or dtype, or a layer refusing its arguments,
-    which is the input's fault. Shared by analyze (forward, backward) and a model file's
+    or one a `raise` or `assert` in a model file raised, or an error of Python's own
+    (PYTHONS_OWN) raised on the way through a model file's code. Anything else was raised
+    inside torch (or a library the model calls), or came out of a torch operation the model's
+    code called: an operation refusing the input's shape or dtype, or a layer refusing its
+    arguments, which is the input's fault. A model file's modules are the file and those
+    beside it that it imports. Shared by analyze (forward, backward) and a model file's
     factory (models.registry)."""
-    if type(e).__module__.startswith(USER_MODULE_PREFIX):
+    if _model_module(type(e).__module__):
+        return True
+    if isinstance(e, PYTHONS_OWN) and any(
+        in_model_file(frame) for frame, _ in traceback.walk_tb(e.__traceback__)
+    ):
         return True
     tb = innermost(e)
     if tb is None or not in_model_file(tb.tb_frame):

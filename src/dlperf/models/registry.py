@@ -9,18 +9,24 @@ package imports it (timm's way), so the registry is full whenever this module is
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
+import os
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
 from torch import nn
 
-from dlperf.errors import USER_MODULE_PREFIX, UserError, raised_by_model
+from dlperf.errors import MODEL_CODE, USER_MODULE_PREFIX, UserError, raised_by_model
 from dlperf.parsing import did_you_mean
 from dlperf.paths import not_regular
 
@@ -158,11 +164,188 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     return fn
 
 
+# --- a model file's neighbours ---------------------------------------------------------------
+#
+# Python keeps one module per name: two model files in one process (a sweep's points, distill's
+# teacher and student, two API calls), each with a `helper.py` beside it, would share the first
+# `helper` imported. So the modules of a model file's directory (its home) run with builtins of
+# their own, whose `__import__` puts the home's own module under a name in sys.modules before
+# Python's import looks there: every `import` statement in the file, in the modules beside it
+# and in their submodules finds its own neighbours, lazily in a forward too.
+
+_REAL_IMPORT = builtins.__import__
+_HOMES: dict[Path, _Home] = {}
+_OWNERS: dict[int, _Home] = {}  # id of a neighbour module (the top of its tree) -> its home
+_MODEL_HOMES: dict[str, _Home] = {}  # a model file's module name -> its home
+
+
+class _Home:
+    """A model file's directory, and the modules beside it as its files import them."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.modules: dict[str, ModuleType] = {}  # by full name: neighbours, their submodules
+        self.builtins: dict[str, Any] = {**vars(builtins), "__import__": self._import}
+        self.builtins[MODEL_CODE] = True
+
+    def _import(
+        self,
+        name: str,
+        globals: Mapping[str, Any] | None = None,
+        locals: Mapping[str, Any] | None = None,
+        fromlist: Sequence[str] = (),
+        level: int = 0,
+    ) -> ModuleType:
+        package = name if level == 0 else str((globals or {}).get("__package__") or "")
+        if top := package.partition(".")[0]:
+            self.claim(top)
+        return _REAL_IMPORT(name, globals, locals, fromlist, level)
+
+    def claim(self, top: str) -> None:
+        """Put this home's module `top` (and its submodules) in sys.modules, imported now if
+        it was not yet, where Python would find it: beside the model file, after the rest of
+        sys.path (a json.py beside it shadows nothing)."""
+        current = sys.modules.get(top)
+        if (own := self.modules.get(top)) is not None:
+            if current is not own and (current is None or id(current) in _OWNERS):
+                _put(top, self)
+            return
+        if current is not None and id(current) not in _OWNERS:
+            return  # a library, or dlperf's or torch's own: imported already, as Python would
+        if _found_elsewhere(top):
+            return
+        spec = importlib.machinery.PathFinder.find_spec(top, [str(self.directory)])
+        if spec is None or spec.loader is None:
+            # Not beside this file: not another model file's neighbour of that name either
+            raise ModuleNotFoundError(f"No module named {top!r}", name=top)
+        _put(top, None)
+        module = importlib.util.module_from_spec(spec)
+        vars(module)["__builtins__"] = self.builtins
+        self.modules[top] = module
+        _OWNERS[id(module)] = self
+        sys.modules[top] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del self.modules[top], _OWNERS[id(module)]
+            _put(top, None)
+            raise
+
+
+def _put(top: str, home: _Home | None) -> None:
+    """The tree of modules under `top` in sys.modules: another home's back with that home,
+    then `home`'s in (none: just cleared)."""
+    tree = [n for n in list(sys.modules) if n == top or n.startswith(f"{top}.")]
+    owner = _OWNERS.get(id(sys.modules.get(top)))
+    if owner is not None:
+        for n in tree:
+            owner.modules[n] = sys.modules.pop(n)
+    if home is not None:
+        sys.modules.update(
+            (n, m) for n, m in home.modules.items() if n == top or n.startswith(f"{top}.")
+        )
+
+
+def _found_elsewhere(top: str) -> bool:
+    """Whether Python finds `top` before a model file's directory: built in, frozen, on
+    sys.path (no model file's directory counted) or through another finder."""
+    homes = {str(directory) for directory in _HOMES}
+    path = [p for p in sys.path if os.path.realpath(p or os.curdir) not in homes]
+    for finder in sys.meta_path:
+        if finder is _FINDER or not hasattr(finder, "find_spec"):
+            continue
+        where = path if finder is importlib.machinery.PathFinder else None
+        if finder.find_spec(top, where) is not None:
+            return True
+    return False
+
+
+class _BesideLoader(importlib.abc.Loader):
+    """A loader that runs a submodule of a model file's home with the home's builtins."""
+
+    def __init__(self, loader: importlib.abc.Loader, home: _Home) -> None:
+        self.loader = loader
+        self.home = home
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        vars(module)["__builtins__"] = self.home.builtins
+        self.loader.exec_module(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
+        return getattr(self.loader, name)
+
+
+class _BesideFinder(importlib.abc.MetaPathFinder):
+    """Submodules of a model file's package or of a package beside it: found as Python finds
+    them, run with their home's builtins (for their own `import helper`)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if path is None:
+            return None  # a top-level name: a home claims it before Python's import
+        top = fullname.partition(".")[0]
+        home = _MODEL_HOMES.get(top) or _OWNERS.get(id(sys.modules.get(top)))
+        if home is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _BesideLoader(spec.loader, home)
+        return spec
+
+
+_FINDER = _BesideFinder()
+
+
+def _home(directory: Path) -> _Home:
+    if _FINDER not in sys.meta_path:
+        at = sys.meta_path.index(importlib.machinery.PathFinder)
+        sys.meta_path.insert(at, _FINDER)
+    if directory not in _HOMES:
+        _HOMES[directory] = _Home(directory)
+    return _HOMES[directory]
+
+
+class _Exited(BaseException):
+    """os._exit(code) called by a model file while it is imported."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _no_os_exit() -> Iterator[None]:
+    """os._exit, which ends the process with no word and no exception (sys.exit raises one),
+    made an exception in this thread while the block runs; called from any other thread, or
+    later (a module's `from os import _exit`), it is os._exit."""
+    real = os._exit
+    thread = threading.get_ident()
+    active = True
+
+    def refused(status: int) -> NoReturn:
+        if active and threading.get_ident() == thread:
+            raise _Exited(status)
+        real(status)
+
+    os._exit = refused
+    try:
+        yield
+    finally:
+        active = False
+        if os._exit is refused:
+            os._exit = real
+
+
 def _import_file(path: Path) -> ModuleType:
     """Import a user's model file as Python imports a module: under its dlperf_user_ name in
-    sys.modules (dataclasses, pickle and typing look a class's module up there), its directory
-    on sys.path (for `import helper` of a file beside it), and an `__init__.py` as the package
-    it is (for its relative imports)."""
+    sys.modules (dataclasses, pickle and typing look a class's module up there), the modules
+    beside it importable (`import helper`; its own, whatever other model files the process
+    imported: see _Home), and an `__init__.py` as the package it is (for its relative
+    imports)."""
     directory = path.resolve().parent
     if path.name == "__init__.py":
         name = f"{USER_MODULE_PREFIX}{directory.name}"
@@ -175,7 +358,11 @@ def _import_file(path: Path) -> ModuleType:
         module_spec = importlib.util.spec_from_file_location(name, path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
-    # Last on sys.path, not first as for a script: a model file's neighbour named like a
+    home = _home(directory)
+    vars(module)["__builtins__"] = home.builtins
+    _MODEL_HOMES[name] = home
+    # Also last on sys.path, not first as for a script, for imports that are no `import`
+    # statement of the model's (importlib.import_module, pickle): a neighbour named like a
     # module of the standard library or an installed package (json.py, utils.py) must not
     # replace it for dlperf and torch, which import some lazily. Kept after the import: a
     # factory or forward may import its neighbours lazily too.
@@ -184,13 +371,14 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         # stdout is dlperf's (a --json document): what the module prints goes to stderr
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), _no_os_exit():
             module_spec.loader.exec_module(module)
     except BaseException as e:
         sys.modules.pop(name, None)  # as importlib does: no half-run module stays importable
-        if isinstance(e, SystemExit):  # a script's `sys.exit()` would end dlperf, storing nothing
+        if isinstance(e, SystemExit | _Exited):  # either would end dlperf, storing nothing
+            how = "sys.exit" if isinstance(e, SystemExit) else "os._exit"
             raise UserError(
-                f"model file {path} called sys.exit({e.code!r}) while importing",
+                f"model file {path} called {how}({e.code!r}) while importing",
                 "guard the script's own code with `if __name__ == '__main__':`",
             ) from None
         if isinstance(e, Exception):
