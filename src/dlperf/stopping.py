@@ -177,6 +177,17 @@ class unshielded:
             _state.shields = self.saved
 
 
+def settle() -> None:
+    """The command's outcome is decided before it has returned (`dlperf run` once its run is
+    stored finished): a stop signal from here on is ignored, as once a command has returned,
+    and so is one that came while the outcome was being stored (it waited in the shielded
+    write, or landed as the result was handed back), so that the exit code is the outcome's,
+    not 128 + a signal for a run the store keeps finished."""
+    _state.settled = True
+    _state.pending = False
+    _state.received = None
+
+
 def exit_code(code: int) -> int:
     """The process's exit code: 128 + the first stop signal once one came, else `code`."""
     return code if _state.received is None else 128 + _state.received

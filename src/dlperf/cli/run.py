@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import typer
 
-from dlperf import clocks
+from dlperf import clocks, stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
@@ -15,6 +15,7 @@ from dlperf.errors import CheckFailed, UserError
 if TYPE_CHECKING:
     from dlperf.records import RunResult
     from dlperf.store import RunStore
+    from dlperf.store.record import RunRecord
 
 config_app = typer.Typer(
     help="Inspect experiment configs.\n\nExample: dlperf config show examples/digits_smallcnn.toml",
@@ -70,6 +71,7 @@ def run(
     """
     from dlperf.config import load_experiment
     from dlperf.experiment.run import resume_run, run_experiment
+    from dlperf.records import FINISHED, RunResult, RunSummary
 
     if (experiment is None) == (resume is None):
         raise UserError("give an experiment file or --resume RUN_ID (not both)")
@@ -87,9 +89,18 @@ def run(
                 result = run_experiment(exp, store, rep)
             else:
                 result = resume_run(resume, store, rep)
+            stopping.settle()  # the run is stored: a later Ctrl-C does not unsay it
     except KeyboardInterrupt:
-        _resume_hint(store, resume)
-        raise
+        # A stop that came as the run was marked finished (the mark is shielded, and the
+        # signal raised once it was written) or as the result came back: the run finished,
+        # and the command ends as a finished run, not with exit 130 and a resume hint that
+        # `--resume` answers with "already finished".
+        own = _own_run(store, resume)
+        if not (_written_here(own) and own.status == FINISHED and own.summary is not None):
+            _resume_hint(store, own)
+            raise
+        stopping.settle()
+        result = RunResult(own.id, FINISHED, RunSummary.from_dict(own.summary))
     if as_json:
         console.print_json(result.to_dict())
     else:
@@ -98,24 +109,39 @@ def run(
         raise typer.Exit(1)
 
 
-def _resume_hint(store: RunStore, run_id: int | None) -> None:
-    """After Ctrl-C or SIGTERM: how to go on with this process's run (the newest run that
-    records this pid), when it reached a checkpoint."""
+def _own_run(store: RunStore, run_id: int | None) -> RunRecord | None:
+    """The run this command was about: `run_id` when resuming, else the newest run if this
+    process wrote it (a stop before the run was made leaves none)."""
+    if run_id is not None:
+        try:
+            return store.get_run(run_id)
+        except UserError:  # no such run: the command had not got as far as saying so
+            return None
+    newest = store.list_runs(limit=1)
+    return newest[0] if newest and _written_here(newest[0]) else None
+
+
+def _written_here(run: RunRecord | None) -> TypeGuard[RunRecord]:
+    """Whether this process is the run's writer (it made the run, or took it over to resume
+    it): a stop before `--resume` took a finished run over is not that run finishing."""
     import os
 
+    return run is not None and (run.process or {}).get("pid") == os.getpid()
+
+
+def _resume_hint(store: RunStore, run: RunRecord | None) -> None:
+    """After Ctrl-C or SIGTERM: how to go on with this process's run, when it stopped (not
+    finished) after reaching a checkpoint."""
     from dlperf.engine.checkpoint import run_checkpoint
 
-    if run_id is None:
-        newest = store.list_runs(limit=1)
-        if not newest or (newest[0].process or {}).get("pid") != os.getpid():
-            return
-        run_id = newest[0].id
+    if run is None or run.status == "finished":
+        return
     try:
-        run_checkpoint(store, run_id, "", "")
+        run_checkpoint(store, run.id, "", "")
     except UserError:
         return
     console.err.print(
-        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}"
+        f"run {run.id} stopped; continue it from its last checkpoint: dlperf run --resume {run.id}"
     )
 
 

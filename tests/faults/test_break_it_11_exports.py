@@ -1,0 +1,133 @@
+"""Issue 41, eleventh break-it round, a run's end and exports: a stop signal that lands once
+`dlperf run` has stored its run finished (B2), two MLflow exports into one new SQL tracking
+store at once (B3), and values an export's format cannot hold (B4); each seen failing before
+its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+DEADLINE_S = 600  # generous: the machine is shared and busy
+
+# 64 training images in batches of 32: a one-epoch run of two steps.
+EXP = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[run]
+threads = 1
+warmup_steps = 1
+out_dir = "{out}"
+"""
+
+
+@pytest.fixture
+def exp(tmp_path: Path) -> Path:
+    path = tmp_path / "exp.toml"
+    path.write_text(EXP.format(out=tmp_path / "runs"))
+    return path
+
+
+# --- B2: a stop signal once the run is stored finished ----------------------------------------
+
+
+def _signal_after(monkeypatch: pytest.MonkeyPatch, place: str, sig: signal.Signals) -> None:
+    """The process sends itself `sig` right after the run is marked finished (`mark`: inside
+    the store's shielded mark), or as `dlperf run` starts to print the result (`print`):
+    exact moments, however busy the machine."""
+    if place == "mark":
+        finish = RunStore.finish_run
+
+        def finished(self: RunStore, run_id: int, status: str, **kw: Any) -> None:
+            finish(self, run_id, status, **kw)
+            if status == "finished":
+                os.kill(os.getpid(), sig)
+
+        monkeypatch.setattr(RunStore, "finish_run", finished)
+    else:
+        import dlperf.cli.run as run_cli
+
+        show = run_cli._print_result
+
+        def printed(result: Any) -> None:
+            os.kill(os.getpid(), sig)
+            show(result)
+
+        monkeypatch.setattr(run_cli, "_print_result", printed)
+
+
+@pytest.mark.parametrize(
+    ("place", "sig"), [("mark", signal.SIGINT), ("print", signal.SIGINT), ("mark", signal.SIGTERM)]
+)
+def test_a_stop_signal_once_the_run_is_stored_finished_ends_it_as_finished(
+    cli: Cli, db: str, exp: Path, monkeypatch: pytest.MonkeyPatch, place: str, sig: signal.Signals
+) -> None:
+    _signal_after(monkeypatch, place, sig)
+    r = cli("run", str(exp))
+    # before: exit 130 (143), no result printed, and after the mark "run 1 stopped; continue
+    # it from its last checkpoint: dlperf run --resume 1", which answers "already finished"
+    assert r.code == 0, (r.code, r.err)
+    assert "test accuracy" in r.out and "Traceback" not in r.err
+    assert "--resume" not in r.err and "stopped" not in r.err
+    store = RunStore.open(db)
+    try:
+        run = store.get_run(1)
+        assert run.status == "finished" and run.summary["test_accuracy"] is not None
+    finally:
+        store.engine.dispose()
+
+
+def test_a_stop_signal_at_the_finished_mark_keeps_the_json_document(
+    cli: Cli, exp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _signal_after(monkeypatch, "mark", signal.SIGINT)
+    r = cli("run", str(exp), "--json")
+    assert r.code == 0, (r.code, r.err)
+    doc = json.loads(r.out)  # before: nothing on stdout
+    assert doc["run_id"] == 1 and doc["status"] == "finished"
+    assert doc["test_accuracy"] is not None
+
+
+def test_a_stop_signal_before_the_mark_still_stops_the_run_with_the_hint(
+    cli: Cli, db: str, exp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other side: a signal as the test set is evaluated (the epoch's checkpoint saved, the
+    run not yet marked) kills the run, exit 130, and says how to resume it."""
+    from dlperf.engine import train
+
+    evaluate, calls = train.evaluate, []
+
+    def signalled(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the validation set's, then the test set's
+            os.kill(os.getpid(), signal.SIGINT)
+        return evaluate(*args, **kw)
+
+    monkeypatch.setattr(train, "evaluate", signalled)
+    r = cli("run", str(exp))
+    assert r.code == 130, (r.code, r.err)
+    assert r.err.strip().splitlines()[-1] == (
+        "run 1 stopped; continue it from its last checkpoint: dlperf run --resume 1"
+    )
+    store = RunStore.open(db)
+    try:
+        assert store.get_run(1).status == "killed"
+    finally:
+        store.engine.dispose()
