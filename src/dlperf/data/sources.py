@@ -20,6 +20,7 @@ import functools
 import gzip
 import os
 import pickle
+import re
 import shutil
 import zipfile
 import zlib
@@ -301,10 +302,24 @@ def decode_file(path: str, size: int) -> torch.Tensor:
     try:
         with Image.open(path) as file:
             image = TF.resize(image_modes.rgb(file, path), size, antialias=True)
+    except Image.DecompressionBombError as e:  # no OSError: Pillow's cap, checked on opening
+        raise UserError(_over_the_cap(path, e), "shrink it below the cap, or remove it") from None
     except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
         raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
     tensor: torch.Tensor = TF.pil_to_tensor(TF.center_crop(image, [size, size]))
     return tensor
+
+
+def _over_the_cap(path: str, error: Exception) -> str:
+    """The line for an image Pillow refuses to open as a possible decompression bomb: more
+    pixels than twice PIL.Image.MAX_IMAGE_PIXELS, as its header says (nothing decoded yet)."""
+    counts = re.fullmatch(
+        r"Image size \((\d+) pixels\) exceeds limit of (\d+) pixels.*", str(error), re.DOTALL
+    )
+    if counts is None:  # another wording of a later Pillow: its own words
+        return f"{path}: too large for Pillow to decode ({error})"
+    pixels, cap = (int(n) for n in counts.groups())
+    return f"{path}: {pixels:,} pixels, over Pillow's decompression-bomb cap of {cap:,}"
 
 
 def _regular_image(path: str) -> None:
