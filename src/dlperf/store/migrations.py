@@ -5,8 +5,10 @@ schema has changed only by adding tables and nullable columns, and a store must 
 a migration directory on disk. `MIGRATIONS[v - 1]` takes a store from version v to v + 1.
 
 Version 1 is every store made before versions were recorded (it may lack the tables added
-since the first release). A new store is made at the current version in one step. A store
-of a newer dlperf, or a database holding tables that are not dlperf's, is refused.
+since the first release, and holds no tables of version 3's). A new store is made at the
+current version in one step. A store of a newer dlperf, one with version 3's tables but no
+version row (edited by hand or damaged), or a database holding tables that are not dlperf's,
+is refused.
 
 Migrations run in one transaction under a lock (SQLite: the write lock taken by BEGIN
 IMMEDIATE; PostgreSQL: an advisory lock), so processes opening a store at the same moment
@@ -62,14 +64,24 @@ def _facts(conn: Connection, tables: set[str]) -> dict[str, str]:
     return {key: value for key, value in conn.execute(query)}
 
 
-def _version(facts: dict[str, str], tables: set[str], where: str) -> int:
-    """0 for an empty database, 1 for a store made before versions were recorded."""
+def _version(
+    facts: dict[str, str],
+    tables: set[str],
+    where: str,
+    columns: Callable[[str], set[str]],
+    sqlite: bool,
+) -> int:
+    """0 for an empty database, 1 for a store made before versions were recorded. `columns`:
+    a table's column names, read only where the version row is missing or garbled."""
     if VERSION_KEY in facts:
         if not facts[VERSION_KEY].isdecimal():  # written by hand, or damaged
             raise UserError(
                 f"run store {where} has schema version {facts[VERSION_KEY]!r}, which no dlperf "
                 "writes",
-                f"copy what is readable into a new store: dlperf --db {where} runs repair NEW.db",
+                _repair(where)
+                if sqlite
+                else f"set it back: UPDATE meta SET value = '{_shape(tables, columns)}' "
+                f"WHERE key = '{VERSION_KEY}'",
             )
         version = int(facts[VERSION_KEY])
         if version > SCHEMA_VERSION:
@@ -79,12 +91,45 @@ def _version(facts: dict[str, str], tables: set[str], where: str) -> int:
                 "upgrade dlperf to use it",
             )
         return version
-    return 1 if tables else 0
+    if not tables:
+        return 0
+    # Stores of before versions had no `meta` (the first release) or a `meta` with only the
+    # store id; none had what version 3 added, which came after versions. Such a store without
+    # its version row lost it (edited by hand, damaged): migrating it as an old store would
+    # stamp it again, and with its meta gone give it a new id, away from its runs' files.
+    if _shape(tables, columns) == SCHEMA_VERSION:
+        lost = "its meta table" if Meta.__tablename__ not in tables else "a schema version"
+        raise UserError(
+            f"run store {where} has no schema version ({lost} is missing), yet it has the "
+            f"tables of version {SCHEMA_VERSION}: it was edited by hand or damaged",
+            _repair(where)
+            if sqlite
+            else "restore the meta table from a backup (pg_dump)"
+            if Meta.__tablename__ not in tables
+            else "put the row back: INSERT INTO meta (key, value) VALUES "
+            f"('{VERSION_KEY}', '{SCHEMA_VERSION}')",
+        )
+    return 1
+
+
+def _shape(tables: set[str], columns: Callable[[str], set[str]]) -> int:
+    """SCHEMA_VERSION where the store has what version 3 added (runs.owner, claims), else 1:
+    a version its tables can be taken at (migrations only add what is missing)."""
+    added = Claim.__tablename__ in tables or ("runs" in tables and "owner" in columns("runs"))
+    return SCHEMA_VERSION if added else 1
+
+
+def _repair(where: str) -> str:
+    return f"copy what is readable into a new store: dlperf --db {where} runs repair NEW.db"
+
+
+def _columns(conn: Connection) -> Callable[[str], set[str]]:
+    inspector = inspect(conn)
+    return lambda name: {c["name"] for c in inspector.get_columns(name)}
 
 
 def _refuse_foreign(conn: Connection, tables: set[str], where: str) -> None:
-    inspector = inspect(conn)
-    refuse_foreign(tables, lambda name: {c["name"] for c in inspector.get_columns(name)}, where)
+    refuse_foreign(tables, _columns(conn), where)
 
 
 def refuse_foreign(tables: set[str], columns: Callable[[str], set[str]], where: str) -> None:
@@ -130,13 +175,14 @@ def refuse_foreign_file(path: Path, where: str, busy_s: float) -> None:
                 query = "SELECT key, value FROM meta WHERE key IN (?, ?)"
                 rows = conn.execute(query, (VERSION_KEY, STORE_ID)).fetchall()
                 facts = {str(key): str(value) for key, value in rows}
-            if _version(facts, tables, where) == SCHEMA_VERSION:  # refuses a newer store
-                return  # a current store: the common case
 
             def columns(table: str) -> set[str]:
                 quoted = table.replace('"', '""')
                 return {str(row[1]) for row in conn.execute(f'PRAGMA table_info("{quoted}")')}
 
+            # Refuses a newer store, and one that lost its version.
+            if _version(facts, tables, where, columns, sqlite=True) == SCHEMA_VERSION:
+                return  # a current store: the common case
             refuse_foreign(tables, columns, where)
     except sqlite3.Error:
         return
@@ -147,13 +193,15 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
     then None, and nothing written); return its id (random rather than derived from the URL,
     so a store keeps it when moved and two servers' stores never share one). `writer` is the
     engine whose transactions write; `where` names the store in errors."""
+    sqlite = reader.dialect.name == "sqlite"
     with reader.connect() as conn:
         tables = set(inspect(conn).get_table_names())
         facts = _facts(conn, tables)
-    if STORE_ID in facts:
-        _refuse_bad_id(facts[STORE_ID], where, reader.dialect.name == "sqlite")
-    if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
-        return facts[STORE_ID]  # the common case: a current store, only read
+        if STORE_ID in facts:
+            _refuse_bad_id(facts[STORE_ID], where, sqlite)
+        if facts.get(VERSION_KEY) == str(SCHEMA_VERSION) and STORE_ID in facts:
+            return facts[STORE_ID]  # the common case: a current store, only read
+        _version(facts, tables, where, _columns(conn), sqlite)  # refused before any lock
     if not tables and not create:
         return None
     with writer.begin() as conn:
@@ -161,7 +209,7 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
         tables = set(inspect(conn).get_table_names())  # again: another process may have migrated
         facts = _facts(conn, tables)
-        version = _version(facts, tables, where)
+        version = _version(facts, tables, where, _columns(conn), sqlite)
         if version < SCHEMA_VERSION:
             _refuse_foreign(conn, tables, where)
         if version == 0:

@@ -94,6 +94,12 @@ UNWRITABLE = (
     "attributes (lsattr), the mount, or the database's permissions"
 )
 BUSY_TIMEOUT_S = 30  # how long a write waits for the write lock; a SQLite URL's ?timeout= sets it
+# How long a connection to a PostgreSQL server may take (libpq's connect_timeout), unless the
+# URL's ?connect_timeout= or libpq's PGCONNECT_TIMEOUT says: a port that accepts connections
+# and never answers (a hung server, a proxy with nothing behind it) held every command for
+# ever, or psycopg's own 130 s.
+CONNECT_TIMEOUT_S = 10
+LIBPQ_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")  # the drivers that read connect_timeout
 # One attempt at the write lock: SQLite's busy handler waits in C, where a stop signal cannot
 # land, so the wait is cut in attempts this long and a stop is seen between two.
 BUSY_ATTEMPT_MS = 100
@@ -180,6 +186,41 @@ class StoreLocked(UserError):
     not the user's input, so exit code 1, but one line (as StoreGone)."""
 
     exit_code = 1
+
+
+def _server_engine(url: URL) -> Engine:
+    """The engine of a server's store: a libpq driver's connections time out by default."""
+    libpq = url.get_backend_name() == "postgresql" and url.get_driver_name() in LIBPQ_DRIVERS
+    if not libpq or _connect_timeout(url) is not None:
+        return create_engine(url)
+    return create_engine(url, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+
+
+def _connect_timeout(url: URL) -> str | None:
+    """The connect timeout the URL or the environment sets, as libpq reads them."""
+    given = url.query.get("connect_timeout")
+    if isinstance(given, tuple):
+        given = given[-1]
+    return given if given is not None else os.environ.get("PGCONNECT_TIMEOUT") or None
+
+
+def _no_answer(url: URL, name: str, e: DatabaseError) -> UserError | None:
+    """The one line for a server that took the connection and did not answer in time."""
+    if url.get_backend_name() != "postgresql" or "timeout expired" not in str(e.orig):
+        return None
+    given = _connect_timeout(url)
+    try:
+        seconds = int(float(given)) if given is not None else CONNECT_TIMEOUT_S
+    except ValueError:
+        seconds = 0
+    # As libpq takes it: whole seconds, at least 2; 0 or less, no limit of its own.
+    within = f"within {max(seconds, 2)} s" if seconds > 0 else "in time"
+    server = integrity.shown(f"{url.host or 'localhost'}:{url.port or 5432}")
+    return UserError(
+        f"cannot open run store {name}: the server at {server} did not answer {within}",
+        "is a PostgreSQL server listening there? A slow server or network needs longer: "
+        "add ?connect_timeout=SECONDS to the URL",
+    )
 
 
 def _busy_timeout_s(url: Any) -> float:
@@ -706,7 +747,7 @@ class RunStore:
                     json_deserializer=functools.partial(_stored_json, parsed.database),
                 )
                 if sqlite
-                else create_engine(parsed)
+                else _server_engine(parsed)
             )
         except ModuleNotFoundError as e:  # the URL's driver
             raise _no_driver(name, e) from None
@@ -744,7 +785,9 @@ class RunStore:
                     f"run store {name} is older than this dlperf and opened read-only",
                     "open it once without ?mode=ro: that upgrades it",
                 ) from None
-            raise UserError(f"cannot open run store {name}: {_one_line(e)}", _hint(e)) from None
+            raise _no_answer(parsed, name, e) or UserError(
+                f"cannot open run store {name}: {_one_line(e)}", _hint(e)
+            ) from None
         if store_id is None:
             return cls._empty()
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
