@@ -28,6 +28,7 @@ its warnings; nothing here prints.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -39,7 +40,7 @@ import sqlite3
 import sys
 import tempfile
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC
@@ -48,6 +49,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import make_url, select
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
@@ -78,6 +80,8 @@ MLFLOW_RETRIES = "3"
 MLFLOW_NAME = re.compile(r"[/\w.\- :]*")
 EVENT_FILES = "events.out.tfevents.*"
 SQLITE_URI = "--uri sqlite:///mlflow.db"
+# The database URLs MLflow takes as a SQL tracking store (a driver may follow a +).
+SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 # What MLflow 3 asks to be set before it takes a directory as its tracking store.
 FILE_STORE_OPT_OUT = "MLFLOW_ALLOW_FILE_STORE"
 
@@ -205,6 +209,51 @@ def _check_reachable(uri: str) -> None:
                 Path(path).unlink(missing_ok=True)
 
 
+def _setup_key(uri: str) -> str | None:
+    """What names the SQL tracking store at `uri` on this host (a SQLite file by its real path,
+    another database by its URL); None for a server, a directory or SQLite in memory."""
+    scheme = uri.partition(":")[0].lower().partition("+")[0]
+    if scheme not in SQL_SCHEMES or _file_store(uri) is not None:
+        return None
+    try:
+        url = make_url(uri)
+    except ArgumentError:  # MLflow says what is wrong with it
+        return None
+    if scheme != "sqlite":
+        return url.render_as_string(hide_password=False)
+    if not url.database or url.database == ":memory:":
+        return None
+    return f"sqlite:{Path(url.database).resolve()}"
+
+
+@contextlib.contextmanager
+def _one_setup_at_a_time(uri: str) -> Iterator[None]:
+    """Held while an export checks, opens and finds its experiment in the SQL tracking store at
+    `uri`. MLflow creates a new database's tables (alembic's migrations) and an experiment
+    without a lock: of two exports into one new store at once, one failed ("duplicate column
+    name: step", "table alembic_version already exists") and was told as the user's mistake,
+    and the SQLite check's removal of the empty file it made could remove the database the
+    other had just made. So one export at a time on this host takes these steps for a store,
+    under an exclusive lock on a file in the temporary directory named by the store (as
+    MLflow's own server locks its set-up); a server or a directory takes none."""
+    key = _setup_key(uri)
+    fd = None
+    if key is not None:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        path = Path(tempfile.gettempdir()) / f"dlperf-mlflow-setup-{digest}.lock"
+        with contextlib.suppress(OSError):  # another user's file /tmp's rules keep: no lock
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        if fd is not None:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released as the file is closed
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def _file_store(uri: str) -> Path | None:
     """The directory a tracking URI names as MLflow's file store (a plain path, or file:);
     None for any other URI."""
@@ -289,7 +338,8 @@ def export_mlflow(
     new MLflow runs: exporting a run twice gives two MLflow runs.
     """
     runs = _runs(store, run_ids)
-    _check_reachable(uri)  # before importing MLflow, which alone takes seconds
+    with _one_setup_at_a_time(uri):
+        _check_reachable(uri)  # before importing MLflow, which alone takes seconds
     client_class, entities = _mlflow()
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
@@ -305,9 +355,10 @@ def export_mlflow(
     for plan in plans:
         _check_mlflow_names(plan, len(runs))
     try:
-        client = client_class(tracking_uri=uri)
-        found = client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+        with _one_setup_at_a_time(uri):  # a new store's tables, then the experiment, once
+            client = client_class(tracking_uri=uri)
+            found = client.get_experiment_by_name(experiment)
+            experiment_id = found.experiment_id if found else client.create_experiment(experiment)
         for plan in plans:
             try:
                 exported[str(plan.run.id)] = _write_mlflow_run(

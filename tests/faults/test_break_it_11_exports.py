@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import dlperf
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 
@@ -131,3 +134,59 @@ def test_a_stop_signal_before_the_mark_still_stops_the_run_with_the_hint(
         assert store.get_run(1).status == "killed"
     finally:
         store.engine.dispose()
+
+
+# --- B3: two MLflow exports into one new SQL tracking store at once ---------------------------
+
+
+def _tracked(db: str, *values: float) -> None:
+    """Run 1: a tracked loop logging `values` as train/loss at steps 1, 2, ..."""
+    with dlperf.track("mine", {"lr": 0.1}, store=db) as run:
+        for step, value in enumerate(values, 1):
+            run.log(step, loss=value)
+
+
+@pytest.mark.faults  # two MLflow imports and set-ups at once: over 20 s on a busy machine
+def test_two_mlflow_exports_into_one_new_sqlite_store_at_once_both_succeed(
+    db: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
+    from mlflow.tracking import MlflowClient
+
+    _tracked(db, 1.0, 0.5)
+    uri = f"sqlite:///{tmp_path / 'ml_race.db'}"
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    args = [sys.executable, "-m", "dlperf", "--db", db, "runs", "export", "1", "--to", "mlflow"]
+    procs = [
+        subprocess.Popen(
+            [*args, "--uri", uri, "--json"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    said = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=DEADLINE_S)
+            said.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    # before: one of them exit 2, "error: MLflow at sqlite:///...: (sqlite3.OperationalError)
+    # duplicate column name: step" (or "table alembic_version already exists")
+    for code, _, err in said:
+        assert code == 0, err
+    mlflow_ids = {json.loads(out)["runs"]["1"]["mlflow_run_id"] for _, out, _ in said}
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("dlperf")
+    found = client.search_runs([experiment.experiment_id])
+    assert {r.info.run_id for r in found} == mlflow_ids and len(mlflow_ids) == 2
+    for r in found:
+        history = client.get_metric_history(r.info.run_id, "train/loss")
+        assert [(m.step, m.value) for m in history] == [(1, 1.0), (2, 0.5)]
