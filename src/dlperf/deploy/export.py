@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import linecache
 import re
 import shutil
 import time
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.jit._trace import TracerWarning
 
 from dlperf import stopping
 from dlperf.deploy import meta as meta_io
@@ -307,19 +309,14 @@ def _torch_export(
     dynamic_batch: bool,
     single_file: bool,
     reporter: Reporter,
+    name: str,
 ) -> str:
-    """Export with the dynamo exporter, or the TorchScript one if it fails; returns which."""
+    """Export with the dynamo exporter, or the TorchScript one if it fails; returns which.
+    A TorchScript trace of a forward that turns a tensor into a Python value is refused
+    (`_traced_constant`): the value, and any choice made on it, is the example input's."""
 
-    def attempt(**options: Any) -> None:
-        # Both exporters talk on stdout, stderr and through warnings: kept out of dlperf's
-        # output, which is one JSON document or a table.
-        chatter = io.StringIO()
-        with (
-            contextlib.redirect_stdout(chatter),
-            contextlib.redirect_stderr(chatter),
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore")
+    def attempt(**options: Any) -> list[warnings.WarningMessage]:
+        with _quiet() as caught:
             torch.onnx.export(
                 model,
                 (example,),
@@ -329,6 +326,7 @@ def _torch_export(
                 opset_version=opset,
                 **options,
             )
+        return caught
 
     try:
         attempt(
@@ -339,18 +337,75 @@ def _torch_export(
         )
         return "dynamo"
     except Exception as e:  # the exporter raises many types; any failure means "fall back"
-        reporter.log(
-            f"warning: the dynamo exporter failed ({_first_line(e.__cause__ or e)}); "
-            "falling back to the TorchScript exporter"
-        )
+        refused = e.__cause__ or e
     try:
-        attempt(
+        caught = attempt(
             dynamo=False,
             dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}} if dynamic_batch else None,
         )
     except Exception as e:
         raise UserError(f"cannot export to ONNX: {_first_line(e)}") from None
+    constant = _traced_constant(caught)
+    if constant is not None:
+        raise UserError(
+            f"model '{name}' cannot be exported faithfully: its forward {constant}, which the "
+            "TorchScript exporter (the fallback, after the dynamo exporter failed: "
+            f"{type(refused).__name__}) keeps as the value the example input gives, so the "
+            "ONNX graph would take the example input's path for every input",
+            "compute it with tensor operations: torch.where(condition, a, b) to choose "
+            "between values, torch.cond for a branch; a size as x.shape[i], without int()",
+        )
+    # Said once the fallback is known to stand: a refusal above is the export's one line.
+    reporter.log(
+        f"warning: the dynamo exporter failed ({_first_line(refused)}); "
+        "falling back to the TorchScript exporter"
+    )
     return "torchscript"
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[list[warnings.WarningMessage]]:
+    """Around an exporter: its talk on stdout, stderr and through warnings is kept out of
+    dlperf's output, which is one JSON document or a table; yields the tracer's warnings
+    about the model's own code (not torch's library: torch's own filter), for
+    `_traced_constant`."""
+    chatter = io.StringIO()
+    with (
+        contextlib.redirect_stdout(chatter),
+        contextlib.redirect_stderr(chatter),
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("always", category=TracerWarning)
+        # torch's own rule (TracerWarning.ignore_lib_warnings): not its library's warnings,
+        # nor torchvision's, which the pattern matches too; dlperf's models are counted
+        warnings.filterwarnings("ignore", category=TracerWarning, module="torch.(?!jit)")
+        yield caught
+
+
+CONVERTED = re.compile(r"Converting a tensor to an? (Python \w+|NumPy array)")
+
+
+def _traced_constant(caught: list[warnings.WarningMessage]) -> str | None:
+    """What the model's code did that a trace records as a constant, from the tracer's
+    warnings: `turns a tensor into a Python number at models.py:22 (`line`)` and how many
+    other places; None when it did nothing of the kind. A conversion is a constant in the
+    trace, and with it every choice the code makes on it (an `if` on the input's values)."""
+    places = []
+    for w in caught:
+        found = CONVERTED.match(str(w.message))
+        if issubclass(w.category, TracerWarning) and found:
+            places.append((found.group(1), w.filename, w.lineno))
+    if not places:
+        return None
+    kind, filename, lineno = places[0]
+    code = linecache.getline(filename, lineno).strip()
+    said = f"turns a tensor into a {kind} at {Path(filename).name}:{lineno}"
+    said += f" (`{code}`)" if code else ""
+    others = len({(f, n) for _, f, n in places} - {(filename, lineno)})
+    if others:
+        said += f" and in {others} other place{'s' if others > 1 else ''}"
+    return said
 
 
 def _first_line(e: BaseException) -> str:
@@ -429,7 +484,7 @@ def export(
         reporter.task(f"exporting {meta.model} to {out}")
         example = torch.zeros(batch, *meta.input_shape)
         exporter = _torch_export(
-            model, example, staged, opset, dynamic_batch, single_file, reporter
+            model, example, staged, opset, dynamic_batch, single_file, reporter, meta.model
         )
         proto = onnx.load(str(staged), load_external_data=False)
         meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
