@@ -16,6 +16,7 @@ without a word, its weights at 4 bytes each where the run holds 8.
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from collections.abc import Callable
@@ -139,3 +140,124 @@ def test_decode_file_reads_a_picture_under_the_cap_and_refuses_it_over(
     over = "1,200 pixels, over Pillow's decompression-bomb cap of 1,000 "
     with pytest.raises(UserError, match=over):
         decode_file(str(path), 8)
+
+
+# --- cause 11: a float64 model measured and counted -----------------------------------------
+
+F64 = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.fc1 = nn.Linear(in_channels * 64, 32)
+        self.fc2 = nn.Linear(32, num_classes)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class F64(Net):
+    def __init__(self, num_classes=10):
+        super().__init__(num_classes)
+        self.double()
+
+    def forward(self, x):
+        return super().forward(x.double())
+
+
+def f64(num_classes=10):
+    return F64(num_classes)
+
+
+def plain(num_classes=10):
+    return Net(num_classes)
+"""
+
+PARAMS = 64 * 32 + 32 + 32 * 10 + 10
+
+
+@pytest.fixture
+def f64_file(tmp_path: Path) -> Path:
+    path = tmp_path / "models.py"
+    path.write_text(F64)
+    return path
+
+
+def test_predict_measures_a_float64_model_as_it_trains(
+    cli: Cli, store: RunStore, f64_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: 'the model rejects input [1, 1, 8, 8]: ... Double and Float', exit 2, and a
+    failed predict run stored."""
+    from torch import nn
+
+    from dlperf.analytic import interleaved
+    from dlperf.analytic.measure import Kernel
+
+    # One tiny calibration kernel for the nine (seconds of convolutions on a busy machine):
+    # the model's own step is what this measures.
+    tiny = Kernel("matmul", lambda: nn.Linear(8, 8, bias=False), [8], 2)
+    monkeypatch.setattr(interleaved, "KERNELS", [tiny])
+    result = cli("predict", f"{f64_file}:f64", "--input", "1,8,8", "--measure", "--reps", "1")
+    assert result.code == 0, result.err
+    assert "rejects input" not in result.err
+    (run,) = store.list_runs()
+    assert (run.kind, run.status) == ("predict", "finished")
+
+
+def test_analyze_counts_a_float64_model_in_its_own_dtype(cli: Cli, f64_file: Path) -> None:
+    """Before: counted cast to fp32 without a word: weights at 4 bytes, where the run that
+    trains it holds 8."""
+    result = cli("analyze", f"{f64_file}:f64", "--input", "1,8,8", "--train", "--json")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert doc["totals"]["training_memory"]["weights_bytes"] == PARAMS * 8
+    assert "float64" in doc["conventions"]["precision"], doc["conventions"]
+    # a float32 model is counted at fp32 as before
+    plain = json.loads(
+        cli("analyze", f"{f64_file}:plain", "--input", "1,8,8", "--train", "--json").out
+    )
+    assert plain["totals"]["training_memory"]["weights_bytes"] == PARAMS * 4
+    assert plain["conventions"]["precision"] == "fp32"
+
+
+def test_a_float64_model_that_cannot_be_cast_to_bf16_is_refused_before_measuring(
+    cli: Cli, store: RunStore, f64_file: Path
+) -> None:
+    """Cast to bf16 (what a count or a measurement at bf16 describes), its forward's float64
+    input meets bf16 weights: torch refuses that off the meta device. Before: analyze counted
+    it without a word (meta tensors do not check), and predict --measure stored a failed run."""
+    said = "mat1 and mat2 must have the same dtype, but got float64 and bfloat16"
+    counted = cli("analyze", f"{f64_file}:f64", "--input", "1,8,8", "--precision", "bf16")
+    one_line(counted, 2, "the model rejects input [1, 1, 8, 8]", said)
+    measured = cli(
+        "predict", f"{f64_file}:f64", "--input", "1,8,8", "--measure", "--reps", "1",
+        "--precision", "bf16",
+    )  # fmt: skip
+    one_line(measured, 2, said)
+    assert store.list_runs() == []
+
+
+def test_make_step_keeps_a_float64_model_at_fp32_and_casts_it_at_bf16() -> None:
+    import torch
+    from torch import nn
+
+    from dlperf.analytic.measure import make_step
+
+    class Doubled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 2).double()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.to(self.fc.weight.dtype))
+
+    model = Doubled()
+    make_step(model, [4], 2, True, "fp32", torch.device("cpu"))()
+    assert model.fc.weight.dtype == torch.float64 and model.fc.weight.grad is not None
+    half = Doubled()
+    make_step(half, [4], 2, False, "bf16", torch.device("cpu"))()
+    assert half.fc.weight.dtype == torch.bfloat16

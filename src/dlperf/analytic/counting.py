@@ -139,6 +139,9 @@ class Analysis:
     """The factory's arguments (defaults filled in) besides num_classes and in_channels."""
     transfer: str = "scratch"
     """model.transfer: feature-extract counts the backbone frozen, only the head trainable."""
+    kept_float64: bool = False
+    """The model holds float64 weights and was counted as built at fp32, not cast (see
+    `kept_as_built`)."""
 
     def macs_of(self, layer: Layer) -> int:
         return (
@@ -217,7 +220,7 @@ class Analysis:
                 "activations": self.activations,
                 "macs": self.macs_convention,
                 "macs_counts": MACS_CONVENTIONS[self.macs_convention],
-                "precision": counted_as(self.precision),
+                "precision": KEPT_FLOAT64 if self.kept_float64 else counted_as(self.precision),
             },
             "totals": self.totals(),
             "layers": layers,
@@ -357,6 +360,25 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+# Matrix products whose operands torch's kernels want in one dtype, while their meta kernels
+# accept any mix: a float64 input meeting bf16 weights counted, and then failed when measured.
+_ONE_DTYPE = frozenset({"mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "dot"})
+
+
+def _same_dtypes(func: Any, args: Any) -> None:
+    """Refuse, as torch off the meta device does, a matrix product of operands of several
+    floating dtypes."""
+    name = ops.op_name(func)
+    if name not in _ONE_DTYPE:
+        return
+    if name in ("addmm", "baddbmm", "addmv"):  # the added term after the product's operands
+        args = (*args[1:], args[0])
+    dtypes = list(dict.fromkeys(t.dtype for t in _tensors(args) if t.is_floating_point()))
+    if len(dtypes) > 1:
+        got = " and ".join(str(d).removeprefix("torch.") for d in dtypes[-2:])
+        raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {got}")
+
+
 class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(
         self, model: nn.Module, tracker: ModuleTracker, fields: FieldTracker | None
@@ -406,6 +428,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return max(names, key=lambda n: n.count(".")).partition(".")[2]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        _same_dtypes(func, args)
         out = func(*args, **(kwargs or {}))
         name = self.current()
         if name is None:  # the seed of the backward (the loss), not the network's work
@@ -707,6 +730,18 @@ def _training_memory(model: nn.Module, saved: int) -> dict[str, Any]:
     }
 
 
+KEPT_FLOAT64 = "fp32 input; the model's own float64 weights kept, not cast (as a run at fp32)"
+
+
+def kept_as_built(model: nn.Module, precision: str) -> bool:
+    """Whether a count or a measurement at `precision` leaves `model` in its own dtypes rather
+    than casting it to the precision's: at fp32, a model holding float64 weights or buffers
+    (built with `self.double()`), which a run at fp32 trains as it is (it casts nothing) and
+    whose forward may cast its input to match. Its input stays fp32, as a run feeds it."""
+    tensors = (*model.parameters(), *model.buffers())
+    return precision == "fp32" and any(t.dtype == torch.float64 for t in tensors)
+
+
 def analyze_module(
     model: nn.Module,
     input_shape: Sequence[int],
@@ -717,10 +752,12 @@ def analyze_module(
 ) -> Analysis:
     """Count one forward (with `train`: forward and backward) of `model` at batch `batch`.
 
-    The model is moved to the meta device (its weights' values are dropped).
+    The model is moved to the meta device (its weights' values are dropped) and cast to the
+    precision's dtype, unless `kept_as_built`.
     """
     dtype = DTYPES[precision]
-    model = model.to(device="meta", dtype=dtype)
+    kept = kept_as_built(model, precision)
+    model = model.to(device="meta") if kept else model.to(device="meta", dtype=dtype)
     x = torch.empty(batch, *input_shape, device="meta", dtype=dtype)
     materialize_lazy(model, x)
     model.train(train)
@@ -760,6 +797,7 @@ def analyze_module(
         unsupported_ops=dict(sorted(mode.unsupported.items())),
         not_run=mode.not_run(),
         training_memory=memory,
+        kept_float64=kept,
     )
 
 

@@ -16,7 +16,13 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from dlperf.analytic.counting import Analysis, materialize_lazy, run_backward, run_forward
+from dlperf.analytic.counting import (
+    Analysis,
+    kept_as_built,
+    materialize_lazy,
+    run_backward,
+    run_forward,
+)
 from dlperf.analytic.devices import Device
 from dlperf.errors import UserError
 from dlperf.precision import DTYPES
@@ -170,9 +176,11 @@ def make_step(
     device: torch.device,
 ) -> Callable[[], None]:
     """One forward pass (no_grad) or training step (forward, `sum()` loss, backward) of
-    `model` on a random batch, what the time model predicts."""
+    `model` on a random batch, what the time model predicts: the model cast to the
+    precision's dtype, or as built where a run trains it so (counting.kept_as_built)."""
     dtype = DTYPES[precision]
-    model = model.to(device=device, dtype=dtype)
+    kept = kept_as_built(model, precision)
+    model = model.to(device=device) if kept else model.to(device=device, dtype=dtype)
     try:
         x = torch.randn(batch, *input_shape, device=device, dtype=dtype)
     except RuntimeError:  # the allocator's failure (torch.OutOfMemoryError is one)
