@@ -165,6 +165,28 @@ def test_a_neighbour_missing_beside_one_file_is_not_taken_from_another(two: Path
         create_model(f"{lone}/models.py:net")
 
 
+def test_a_package_beside_each_file_imports_its_own_neighbours_too(two: Path) -> None:
+    for tag in ("a", "b"):
+        package = two / tag / "pkg"
+        package.mkdir()
+        (package / "__init__.py").write_text("from . import sub\n")
+        (package / "sub.py").write_text("import helper\n\nTAG = helper.lazy_tag()\n")
+        (two / tag / "uses_pkg.py").write_text(
+            "import pkg\n\n\ndef tag():\n    return pkg.sub.TAG\n"
+        )
+    tags = [load_factory(f"{two}/{t}/uses_pkg.py:tag")() for t in ("a", "b", "a")]
+    assert tags == ["A", "B", "A"]
+
+
+def test_a_neighbour_that_fails_to_import_is_not_left_half_imported(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("VALUE = 1\nraise RuntimeError('broken on import')\n")
+    (tmp_path / "models.py").write_text("import broken\n\n\ndef net():\n    return None\n")
+    for _ in range(2):  # the second time fails as the first: no half-run `broken` was kept
+        with pytest.raises(UserError, match="RuntimeError: broken on import"):
+            load_factory(f"{tmp_path}/models.py:net")
+    assert "broken" not in sys.modules
+
+
 def test_a_neighbour_named_like_a_library_still_shadows_nothing(tmp_path: Path) -> None:
     (tmp_path / "json.py").write_text("raise RuntimeError('the neighbour json.py was imported')\n")
     (tmp_path / "models.py").write_text(

@@ -197,7 +197,8 @@ class _Home:
         level: int = 0,
     ) -> ModuleType:
         package = name if level == 0 else str((globals or {}).get("__package__") or "")
-        if top := package.partition(".")[0]:
+        top = package.partition(".")[0]
+        if top and not top.startswith(USER_MODULE_PREFIX):  # not a model file's own package
             self.claim(top)
         return _REAL_IMPORT(name, globals, locals, fromlist, level)
 
@@ -226,9 +227,10 @@ class _Home:
         sys.modules[top] = module
         try:
             spec.loader.exec_module(module)
-        except BaseException:
+        except BaseException:  # as importlib does: no half-run module stays importable
+            for n in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
+                del sys.modules[n]
             del self.modules[top], _OWNERS[id(module)]
-            _put(top, None)
             raise
 
 
