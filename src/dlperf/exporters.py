@@ -37,12 +37,14 @@ import os
 import re
 import socket
 import sqlite3
+import struct
 import sys
 import tempfile
 import types
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,8 @@ EVENT_FILES = "events.out.tfevents.*"
 SQLITE_URI = "--uri sqlite:///mlflow.db"
 # The database URLs MLflow takes as a SQL tracking store (a driver may follow a +).
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+# The keys an export's warning of values it cannot hold names, the most changed first.
+KEYS_SHOWN = 5
 # What MLflow 3 asks to be set before it takes a directory as its tracking store.
 FILE_STORE_OPT_OUT = "MLFLOW_ALLOW_FILE_STORE"
 
@@ -124,6 +128,81 @@ def metric_series(store: RunStore, run_id: int) -> dict[str, list[tuple[int, flo
             raise
         raise garbled from None
     return series
+
+
+def mlflow_held(value: float) -> float:
+    """What MLflow gives back for `value`: its SQL store (and so a server on one) keeps no
+    infinity, and stores +-inf as +- the largest float."""
+    return math.copysign(sys.float_info.max, value) if math.isinf(value) else value
+
+
+def float32_held(value: float) -> float:
+    """What TensorBoard gives back for `value`: its scalars are 32-bit floats (rounded as C
+    casts a double to a float)."""
+    try:
+        held: float = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond float32's range: the cast's infinity
+        return math.copysign(math.inf, value)
+    return held
+
+
+@dataclass
+class Unheld:
+    """The values of an export that its format changes in kind: an infinity it makes a number,
+    a number it makes infinite, a non-zero it makes zero (rounding to the format's precision
+    is not counted). `keys` counts them by metric key, `becomes` by what they become."""
+
+    keys: Counter[str] = field(default_factory=Counter)
+    becomes: Counter[str] = field(default_factory=Counter)
+
+    def add(self, key: str, value: float, held: float) -> None:
+        if math.isinf(value) and not math.isinf(held):
+            change = f"{value!r} becomes {held!r}"
+        elif math.isinf(held) and not math.isinf(value):
+            change = f"beyond its range becomes {held!r}"
+        elif value != 0 and held == 0:
+            change = f"too small becomes {held!r}"
+        else:
+            return
+        self.keys[key] += 1
+        self.becomes[change] += 1
+
+    def line(self, target: str, runs: Sequence[int] = ()) -> str | None:
+        """The export's one warning (None when every value is held): how many values of which
+        keys `target` cannot hold, and what they become."""
+        total = sum(self.keys.values())
+        if not total:
+            return None
+        keys = ", ".join(f"{k} ({n})" for k, n in self.keys.most_common(KEYS_SHOWN))
+        if len(self.keys) > KEYS_SHOWN:
+            keys += f" and {len(self.keys) - KEYS_SHOWN} more keys"
+        whose = f"run {runs[0]}'s " if len(runs) == 1 else ""
+        if len(runs) > 1:
+            keys += f" in runs {', '.join(map(str, runs))}"
+        becomes = ", ".join(f"{change} ({n})" for change, n in self.becomes.items())
+        plural = "" if total == 1 else "s"
+        return f"{target} cannot hold {total} value{plural} of {whose}{keys}: {becomes}"
+
+
+def unheld(points: Iterable[tuple[str, float]], held: Callable[[float], float]) -> Unheld:
+    """The values among `points` (key, value) that `held` (what the format gives back) changes
+    in kind, counted: an export says so rather than change extreme values silently."""
+    found = Unheld()
+    for key, value in points:
+        if not math.isnan(value):
+            found.add(key, value, held(value))
+    return found
+
+
+def unheld_warning(target: str, found: dict[int, Unheld]) -> list[str]:
+    """The export's one warning of the values that `target` cannot hold, of all its runs
+    (run id -> what `unheld` found in its values), or none."""
+    total = Unheld()
+    for run_found in found.values():
+        total.keys.update(run_found.keys)
+        total.becomes.update(run_found.becomes)
+    said = total.line(target, [run_id for run_id, f in found.items() if f.keys])
+    return [] if said is None else [said]
 
 
 def steps_per_epoch(
@@ -354,6 +433,11 @@ def export_mlflow(
     ]
     for plan in plans:
         _check_mlflow_names(plan, len(runs))
+    if _file_store(uri) is None:  # a directory keeps infinities (as text)
+        changed = {
+            p.run.id: unheld(((m.key, m.value) for m in p.metrics), mlflow_held) for p in plans
+        }
+        warnings += unheld_warning("MLflow", changed)
     try:
         with _one_setup_at_a_time(uri):  # a new store's tables, then the experiment, once
             client = client_class(tracking_uri=uri)
@@ -627,12 +711,15 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
             )
     exported: dict[str, Any] = {}
     warnings: list[str] = []
+    found: dict[int, Unheld] = {}
     for run in runs:
         directory = out / event_dir_name(run)
         for old in directory.glob(EVENT_FILES):  # a second export replaces the first
             old.unlink()
         stored = metric_series(store, run.id)
         series = on_global_steps(stored, steps_per_epoch(run, stored, warnings))
+        values = ((key, value) for key, points in series.items() for _, value, _ in points)
+        found[run.id] = unheld(values, float32_held)
         writer = writer_class(log_dir=str(directory))
         try:
             for key, points in series.items():
@@ -645,4 +732,5 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
             "metrics": len(series),
             "points": sum(len(p) for p in series.values()),
         }
+    warnings += unheld_warning("TensorBoard (32-bit floats)", found)
     return {"to": "tensorboard", "out": str(out), "runs": exported, "warnings": warnings}

@@ -6,6 +6,7 @@ its fix."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 import dlperf
+from dlperf import exporters
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 
@@ -190,3 +192,78 @@ def test_two_mlflow_exports_into_one_new_sqlite_store_at_once_both_succeed(
     for r in found:
         history = client.get_metric_history(r.info.run_id, "train/loss")
         assert [(m.step, m.value) for m in history] == [(1, 1.0), (2, 0.5)]
+
+
+# --- B4: values an export's format cannot hold ------------------------------------------------
+
+EXTREME = (math.inf, -math.inf, 1e308, 5e-324, math.nan, 1.0)
+
+
+def test_the_values_each_format_cannot_hold_are_counted_by_key() -> None:
+    points = [("train/loss", v) for v in EXTREME] + [("val/loss", -1e300), ("val/acc1", 0.5)]
+    mlflow = exporters.unheld(points, exporters.mlflow_held)
+    assert mlflow.keys == {"train/loss": 2}
+    assert mlflow.becomes == {
+        "inf becomes 1.7976931348623157e+308": 1,
+        "-inf becomes -1.7976931348623157e+308": 1,
+    }
+    tensorboard = exporters.unheld(points, exporters.float32_held)
+    assert tensorboard.keys == {"train/loss": 2, "val/loss": 1}
+    assert tensorboard.becomes == {
+        "beyond its range becomes inf": 1,
+        "beyond its range becomes -inf": 1,
+        "too small becomes 0.0": 1,
+    }
+    # What float32 keeps is no change of kind: rounding, its own extremes, nan, zero, infinity
+    kept = [3.4028234663852886e38, 1.401298464324817e-45, 0.1, -0.0, math.inf, math.nan]
+    assert not exporters.unheld([("k", v) for v in kept], exporters.float32_held).keys
+    assert exporters.float32_held(1e308) == math.inf and exporters.float32_held(5e-324) == 0.0
+    assert exporters.mlflow_held(-math.inf) == -1.7976931348623157e308
+    assert exporters.unheld([], exporters.mlflow_held).line("MLflow") is None
+    assert mlflow.line("MLflow", [1]) == (
+        "MLflow cannot hold 2 values of run 1's train/loss (2): inf becomes "
+        "1.7976931348623157e+308 (1), -inf becomes -1.7976931348623157e+308 (1)"
+    )
+
+
+@pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")
+def test_an_mlflow_export_says_which_values_it_changed(cli: Cli, db: str, tmp_path: Path) -> None:
+    pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
+    from mlflow.tracking import MlflowClient
+
+    _tracked(db, *EXTREME)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    r = cli("runs", "export", "1", "--to", "mlflow", "--uri", uri, "--json")
+    assert r.code == 0, r.err
+    # before: nothing said, and inf read back as 1.7976931348623157e+308
+    line = (
+        "MLflow cannot hold 2 values of run 1's train/loss (2): inf becomes "
+        "1.7976931348623157e+308 (1), -inf becomes -1.7976931348623157e+308 (1)"
+    )
+    assert r.err.strip().splitlines() == [f"warning: {line}"]
+    doc = json.loads(r.out)
+    assert doc["warnings"] == [line]
+    client = MlflowClient(tracking_uri=uri)
+    history = client.get_metric_history(doc["runs"]["1"]["mlflow_run_id"], "train/loss")
+    assert [m.value for m in history][:2] == [1.7976931348623157e308, -1.7976931348623157e308]
+
+
+def test_a_tensorboard_export_says_which_values_it_changed(
+    cli: Cli, db: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _tracked(db, *EXTREME)
+    r = cli("runs", "export", "1", "--to", "tensorboard", "--out", str(tmp_path / "tb"))
+    assert r.code == 0, r.err
+    # before: nothing said, and 1e308 read back as inf, 5e-324 as 0.0
+    assert r.err.strip().splitlines() == [
+        "warning: TensorBoard (32-bit floats) cannot hold 2 values of run 1's train/loss "
+        "(2): beyond its range becomes inf (1), too small becomes 0.0 (1)"
+    ]
+    [directory] = (tmp_path / "tb").iterdir()
+    events = EventAccumulator(str(directory))
+    events.Reload()
+    values = [e.value for e in events.Scalars("train/loss")]
+    assert values[2:4] == [math.inf, 0.0]
