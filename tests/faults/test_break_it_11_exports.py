@@ -138,6 +138,31 @@ def test_a_stop_signal_before_the_mark_still_stops_the_run_with_the_hint(
         store.engine.dispose()
 
 
+def test_a_stop_signal_as_a_resumed_run_is_marked_finished_ends_it_as_finished(
+    cli: Cli, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for `--resume`: the run is this process's once it took it over."""
+    path = tmp_path / "two.toml"
+    path.write_text(EXP.format(out=tmp_path / "runs").replace("epochs = 1", "epochs = 2"))
+    from dlperf.engine import checkpoint
+
+    save = checkpoint.save
+
+    def stopped(slot: Any, state: dict[str, Any]) -> None:
+        save(slot, state)
+        os.kill(os.getpid(), signal.SIGINT)  # raised once epoch 1's line is said
+
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint, "save", stopped)
+        r = cli("run", str(path))
+    assert r.code == 130 and "dlperf run --resume 1" in r.err, (r.code, r.err)
+    _signal_after(monkeypatch, "mark", signal.SIGINT)
+    r = cli("run", "--resume", "1")
+    # before: exit 130 and "run 1 stopped; continue it from its last checkpoint"
+    assert r.code == 0, (r.code, r.err)
+    assert "epoch 2/2" in r.err and "test accuracy" in r.out and "--resume" not in r.err
+
+
 # --- B3: two MLflow exports into one new SQL tracking store at once ---------------------------
 
 
