@@ -23,12 +23,14 @@ def test_each_config_has_its_own_batch_list() -> None:
     assert InferConfig().batch == [1, 8, 32]
 
 
-def test_torch_contender_is_text_a_run_id_in_quotes() -> None:
+def test_torch_contender_is_a_run_id_bare_or_quoted_or_a_name() -> None:
     assert load_job(InferJob, None, ["infer.torch=resnet18"]).infer.torch == "resnet18"
     assert load_job(InferJob, None, ['infer.torch="3"']).infer.torch == "3"
-    # --set reads a bare 3 as TOML's integer, which the text key refuses in one line.
-    with pytest.raises(UserError, match=r"infer.torch: Input should be a valid string \(got 3\)"):
-        load_job(InferJob, None, ["infer.torch=3"])
+    # --set (and a TOML file) read a bare 3 as an integer: the run ID its help promises
+    assert load_job(InferJob, None, ["infer.torch=3"]).infer.torch == "3"
+    for wrong in ("true", "1.5", "[3]"):
+        with pytest.raises(UserError, match=r"infer\.torch: "):
+            load_job(InferJob, None, [f"infer.torch={wrong}"])
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from dlperf.config.base import Count, Section
 from dlperf.config.experiment import Job
@@ -29,6 +29,12 @@ class InferConfig(Section):
     torch: str | None = None
     """bench: the PyTorch contender, a stored run ID or a registry name; None: the model the
     ONNX file's metadata names."""
+
+    @field_validator("torch", mode="before")
+    @classmethod
+    def _run_id(cls, value: object) -> object:
+        """A bare run ID (`--set infer.torch=3`, `torch = 3`) is read as TOML's integer."""
+        return str(value) if type(value) is int else value
 
 
 class InferJob(Job):
