@@ -16,16 +16,18 @@ run's seed):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import os
 import pickle
 import re
 import shutil
+import warnings
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,21 +295,43 @@ def fashionmnist(cfg: DataConfig) -> ImageData:
 def decode_file(path: str, size: int) -> torch.Tensor:
     """Decode an image file of any mode PIL opens to uint8 3,size,size (0..255 spanning the
     mode's range: a 16-bit grey PNG's 65535 is 255): shorter side resized, then centre-cropped."""
-    from PIL import Image
     from torchvision.transforms.v2 import functional as TF
 
-    # A FIFO would block PIL's open() for ever: a file replaced by one since the listing.
-    _regular_image(path)
     # PIL rather than torchvision.io, whose decoders are deprecated from torchvision 0.29.
-    try:
-        with Image.open(path) as file:
-            image = TF.resize(image_modes.rgb(file, path), size, antialias=True)
-    except Image.DecompressionBombError as e:  # no OSError: Pillow's cap, checked on opening
-        raise UserError(_over_the_cap(path, e), "shrink it below the cap, or remove it") from None
-    except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
-        raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
+    with opened_image(path) as file:
+        image = TF.resize(image_modes.rgb(file, path), size, antialias=True)
     tensor: torch.Tensor = TF.pil_to_tensor(TF.center_crop(image, [size, size]))
     return tensor
+
+
+@contextlib.contextmanager
+def opened_image(path: str | Path) -> Iterator[Any]:
+    """The image file `path` open in Pillow, for the body to decode: one that is no regular
+    file, that Pillow refuses as a decompression bomb (over twice its MAX_IMAGE_PIXELS), or
+    that fails to open or decode (a corrupt or truncated file) is a one-line UserError naming
+    it. Every reader of a data set's image files (decode_file, detection's VOC sets) opens
+    them here.
+
+    An image over Pillow's MAX_IMAGE_PIXELS but under twice it is decoded without Pillow's
+    DecompressionBombWarning: it is the user's own file, read as any other; the refusal above
+    stays the guard against a bomb (a warning per file would repeat each epoch a streamed set
+    is read, from every DataLoader worker)."""
+    from PIL import Image
+
+    # A FIFO would block PIL's open() for ever: a file replaced by one since the listing.
+    _regular_image(str(path))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            file = Image.open(path)
+        with file:
+            yield file
+    except Image.DecompressionBombError as e:  # no OSError: Pillow's cap, checked on opening
+        raise UserError(
+            _over_the_cap(str(path), e), "shrink it below the cap, or remove it"
+        ) from None
+    except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
+        raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
 
 
 def _over_the_cap(path: str, error: Exception) -> str:

@@ -156,14 +156,16 @@ class VocDataset:
 
     def __getitem__(self, i: int) -> tuple[Any, dict[str, Any]]:
         import torch
-        from PIL import Image
+
+        from dlperf.data.sources import opened_image
 
         a = self.annotations[i]
         path = self.root / "JPEGImages" / a.filename
         _regular(path, "the image")  # one replaced since the split was loaded
         if not path.is_file():
             raise UserError(f"{self.root}: {a.image_id}.xml names {a.filename}, which is missing")
-        with Image.open(path) as im:
+        # a corrupt or truncated file, or one over Pillow's cap, is one line naming it
+        with opened_image(path) as im:
             pixels = np.array(im.convert("RGB"), dtype=np.uint8)  # writable, for torch
         image = torch.from_numpy(pixels).permute(2, 0, 1).float().div_(255)
         kept = [o for o in a.objects if not o.difficult and o.name in self.index]

@@ -1,0 +1,141 @@
+"""The eleventh break-it round (issue 41), images read as training goes: a bad image met
+mid-run, one Pillow only warns of, a float64 model measured, and a VOC set's bad image.
+
+S1. A streamed image folder (data.in_memory=false) whose bad image no check before the run
+decodes (in val/, the test split, read only at the end) stopped a run with DataLoader
+workers with `error: Caught UserError in DataLoader worker process 0.\\nOriginal Traceback
+...`: the worker's whole traceback escaped onto one line, and stored so as the run's error.
+S2. An image over Pillow's pixel cap but under twice it decodes, and Pillow printed Python's
+two-line DecompressionBombWarning on stderr as it did.
+S3. `predict --measure` measured a float64 model as built (its weights kept in float64, fp32
+input) without a word, where analyze says so.
+S4. `detect finetune` and `detect eval` opened a VOC set's images with Pillow and caught
+nothing: a truncated JPEG was 'error: cannot use: Truncated File Read', exit 1, naming no
+file; a PNG claiming 20000x20000 pixels was DecompressionBombError's traceback.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dlperf.errors import UserError
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+from tests.faults.test_break_it_11_data import bomb_folder, claiming_png
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+
+STREAMED = """
+[model]
+name = "smallcnn"
+[data]
+name = "imagefolder"
+root = "img/bomb"
+image_size = 8
+in_memory = false
+[train]
+epochs = 1
+batch_size = 4
+lr = 0.05
+[run]
+threads = 1
+checkpoint = false
+"""
+
+
+# --- S2: between Pillow's cap and twice it ------------------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["in-memory", "streamed"])
+def test_an_image_under_twice_pillows_cap_decodes_without_pythons_warning(
+    streamed: bool, cli: Cli, store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every 8x8 image (64 pixels) is over a cap of 40 and under twice it: Pillow decodes it
+    and warns. Before: Python's 'DecompressionBombWarning: Image size (64 pixels) exceeds
+    limit of 40 pixels, could be decompression bomb DOS attack.' and its source line on
+    stderr, per file. dlperf's own hard cap (twice Pillow's) refuses a bomb; below it, a
+    user's own image is decoded as any other."""
+    from PIL import Image
+
+    root = tmp_path / "img" / "bomb"
+    bomb_folder(root).unlink()
+    (tmp_path / "base.toml").write_text(STREAMED)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 40)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = cli(
+            "run", "base.toml", "--set", f"data.in_memory={str(streamed).lower()}",
+            "--set", "data.num_workers=0",
+        )  # fmt: skip
+    assert result.code == 0, result.err
+    bombs = [w for w in caught if issubclass(w.category, Image.DecompressionBombWarning)]
+    assert bombs == [], [str(w.message) for w in bombs]
+    assert "DecompressionBomb" not in result.err
+    assert [run.status for run in store.list_runs()] == ["finished"]
+
+
+# --- S4: a VOC set's bad image ---------------------------------------------------------------
+
+
+def voc_set(root: Path, bad: str) -> Path:
+    """make-shapes' smallest set (one training image, one validation image) with the image
+    of `bad`'s split ("train" or "val") made bad: the first a truncated JPEG, the second a
+    PNG claiming 20000x20000 pixels under the .jpg name the annotation gives; its path."""
+    from dlperf.detect import voc
+
+    voc.make_shapes(root, images=2, size=64)
+    image_id = (root / "ImageSets" / "Main" / f"{bad}.txt").read_text().split()[0]
+    path = root / "JPEGImages" / f"{image_id}.jpg"
+    if bad == "train":
+        path.write_bytes(path.read_bytes()[:300])
+    else:
+        claiming_png(path, 20_000, 20_000)
+    return path
+
+
+def test_detect_finetune_names_a_truncated_jpeg(cli: Cli, tmp_path: Path) -> None:
+    """Before: 'error: cannot use: Truncated File Read', exit 1, no file named."""
+    bad = voc_set(tmp_path / "shapes", "train")
+    result = cli(
+        "detect", "finetune", str(tmp_path / "shapes"), "--epochs", "1", "--batch", "1",
+        "--threads", "1", "--size", "96", "--out", str(tmp_path / "d.pt"),
+    )  # fmt: skip
+    one_line(result, 2, f"error: {bad}: cannot decode the image", "(replace or remove it)")
+
+
+def test_detect_eval_names_a_picture_over_pillows_cap(cli: Cli, tmp_path: Path) -> None:
+    """Before: PIL.Image.DecompressionBombError and its traceback, exit 1."""
+    import torch
+
+    from dlperf.detect import ssd, voc
+
+    bad = voc_set(tmp_path / "shapes", "val")
+    torch.manual_seed(0)
+    labels = [voc.BACKGROUND, "disc", "square"]
+    det = ssd.build("ssdlite320_mobilenet_v3_large", labels=labels, size=96)
+    ssd.save_checkpoint(det, tmp_path / "w.pt")
+    result = cli(
+        "detect", "eval", str(tmp_path / "shapes"), "--weights", str(tmp_path / "w.pt"),
+        "--batch", "1", "--threads", "1",
+    )  # fmt: skip
+    one_line(result, 2, f"error: {bad}: 400,000,000 pixels, over Pillow's decompression-bomb")
+    assert "DecompressionBombError" not in result.err
+
+
+@pytest.mark.parametrize("bad", ["train", "val"])
+def test_voc_dataset_reads_through_decode_files_refusals(bad: str, tmp_path: Path) -> None:
+    from dlperf.detect import voc
+
+    root = tmp_path / "shapes"
+    path = voc_set(root, bad)
+    annotations = voc.load_split(root, bad)
+    data = voc.VocDataset(root, annotations, [voc.BACKGROUND, "disc", "square"])
+    said = "cannot decode the image" if bad == "train" else "400,000,000 pixels"
+    with pytest.raises(UserError, match=f"^{path}: {said}") as caught:
+        data[0]
+    assert caught.value.hint
