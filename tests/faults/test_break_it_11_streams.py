@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dlperf.errors import UserError
@@ -46,6 +47,77 @@ lr = 0.05
 threads = 1
 checkpoint = false
 """
+
+BIG = "img/bomb/val/a/big.png"
+
+
+def truncated_png(path: Path) -> None:
+    """A real 8x8 PNG cut short in its pixel data: Pillow opens its header, then fails to
+    decode it ('image file is truncated')."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(1).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    path.write_bytes(path.read_bytes()[:60])
+
+
+def streamed_set(root: Path, bad: str) -> None:
+    """bomb_folder's set with its claiming PNG moved into val/ (the test split, which no check
+    before the run decodes), or replaced there by a truncated PNG."""
+    big = bomb_folder(root)
+    moved = root / "val" / "a" / "big.png"
+    big.rename(moved)
+    if bad == "truncated":
+        truncated_png(moved)
+
+
+# --- S1: a bad image met mid-run in a streamed set --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "workers", "said"),
+    [
+        ("bomb", 0, "400,000,000 pixels, over Pillow's decompression-bomb cap"),
+        ("bomb", 2, "400,000,000 pixels, over Pillow's decompression-bomb cap"),
+        ("truncated", 2, "cannot decode the image"),
+    ],
+    ids=["bomb-in-process", "bomb-workers", "truncated-workers"],
+)
+def test_a_bad_image_met_mid_run_is_its_own_one_line(
+    bad: str, workers: int, said: str, cli: Cli, store: RunStore, tmp_path: Path
+) -> None:
+    """Before (workers): 'error: Caught UserError in DataLoader worker process 0.\\nOriginal
+    Traceback (most recent call last):\\n  File ...', the same text stored as the error."""
+    streamed_set(tmp_path / "img" / "bomb", bad)
+    (tmp_path / "base.toml").write_text(STREAMED)
+    result = cli("run", "base.toml", "--set", f"data.num_workers={workers}")
+    one_line(result, 2, f"error: {BIG}: {said}")
+    assert "DataLoader worker" not in result.err and "\\n" not in result.err
+    assert "(replace or remove it)" in result.err or "(shrink it below" in result.err
+    # found mid-run: the run is stored failed, saying why in the same one line
+    (run,) = store.list_runs()
+    assert run.status == "failed"
+    assert run.error is not None and f"UserError: {BIG}: {said}" in run.error, run.error
+    assert "\n" not in run.error and "Traceback" not in run.error
+
+
+def test_a_model_error_in_a_worker_is_still_not_told_as_bad_input() -> None:
+    """Only dlperf's own refusals come back as one line: anything else a worker raises keeps
+    torch's report (here a sample whose transform fails)."""
+    import torch
+
+    from dlperf.data.loaders import TorchvisionLoader
+    from dlperf.data.sources import Split
+
+    split = Split(torch.zeros(4, dtype=torch.int64), torch.zeros(4, 1, 8, 8, dtype=torch.uint8))
+    loader = TorchvisionLoader(split, 2, (0.5,), (0.5,), None, 1, False)
+
+    def broken(image: object) -> object:
+        raise KeyError("not a refusal")
+
+    loader.dataset.transform = broken
+    with pytest.raises(KeyError, match="Caught KeyError in DataLoader worker process 0"):
+        list(loader)
 
 
 # --- S2: between Pillow's cap and twice it ------------------------------------------------

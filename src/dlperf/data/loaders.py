@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Self
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from dlperf.config import AugmentConfig
 from dlperf.data.augment import augment_batch, normalize
 from dlperf.data.sources import ImageData, Split, decode_file
+from dlperf.errors import UserError
 
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -121,12 +123,40 @@ class _SampleDataset(Dataset[Any]):
             self.copies
         )
 
-    def __getitems__(self, index: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """One batch (DataLoader's fetcher asks for a batch's samples at once)."""
+    def __getitems__(self, index: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]] | _Refused:
+        """One batch (DataLoader's fetcher asks for a batch's samples at once), or the refusal
+        of a sample's file (decode_file's UserError) as a value the batch's place carries."""
         # Below 2**63 for any split of fewer than 2**32 samples.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed * 2**32 + index[0])
-            return [self[i] for i in index]
+            try:
+                return [self[i] for i in index]
+            except UserError as e:
+                return _Refused(e.message, e.hint)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A batch's place taken by dlperf's one-line refusal of one of its files (a streamed
+    image that cannot be decoded, met only when its batch comes). Raised in a DataLoader
+    worker, the UserError would come back as torch rebuilds it: its message replaced by
+    "Caught UserError in DataLoader worker process 0." and the worker's whole traceback, its
+    hint lost. Returned as a value instead, it reaches the training process whole, where
+    TorchvisionLoader raises it again, the same with or without workers."""
+
+    message: str
+    hint: str | None
+
+
+class _Collate:
+    """The batch's collate function, passing a refused batch through untouched (a class, not
+    a closure, so that workers of any start method can unpickle it)."""
+
+    def __init__(self, collate: Any) -> None:
+        self.collate = collate
+
+    def __call__(self, batch: Any) -> Any:
+        return batch if isinstance(batch, _Refused) else self.collate(batch)
 
 
 def _flatten_copies(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
@@ -188,11 +218,14 @@ class TorchvisionLoader:
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             drop_last=self.drop_last,
-            collate_fn=self.collate,
+            collate_fn=_Collate(self.collate or default_collate),
             generator=g,
             persistent_workers=False,
         )
-        yield from loader
+        for batch in loader:
+            if isinstance(batch, _Refused):
+                raise UserError(batch.message, batch.hint)
+            yield batch
 
 
 def channel_stats(
