@@ -26,7 +26,7 @@ import pytest
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
-from tests.faults.test_break_it_11_data import bomb_folder, claiming_png
+from tests.faults.test_break_it_11_data import F64, bomb_folder, claiming_png
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -149,6 +149,43 @@ def test_an_image_under_twice_pillows_cap_decodes_without_pythons_warning(
     assert bombs == [], [str(w.message) for w in bombs]
     assert "DecompressionBomb" not in result.err
     assert [run.status for run in store.list_runs()] == ["finished"]
+
+
+# --- S3: predict --measure of a float64 model --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("factory", "measure", "said"),
+    [
+        ("f64", True, "note: models.py:f64 counted and measured as built: "),
+        ("f64", False, "note: models.py:f64 counted as built: "),
+        ("plain", True, None),
+    ],
+    ids=["f64-measured", "f64-counted", "fp32-measured"],
+)
+def test_predict_says_it_kept_a_float64_model_as_built(
+    factory: str,
+    measure: bool,
+    said: str | None,
+    cli: Cli,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: nothing said, where analyze's conventions say KEPT_FLOAT64."""
+    from torch import nn
+
+    from dlperf.analytic import interleaved
+    from dlperf.analytic.counting import KEPT_FLOAT64
+    from dlperf.analytic.measure import Kernel
+
+    (tmp_path / "models.py").write_text(F64)
+    tiny = Kernel("matmul", lambda: nn.Linear(8, 8, bias=False), [8], 2)
+    monkeypatch.setattr(interleaved, "KERNELS", [tiny])
+    how = ["--measure", "--reps", "1"] if measure else ["--device", "K80"]
+    result = cli("predict", f"models.py:{factory}", "--input", "1,8,8", *how, "--json")
+    assert result.code == 0, result.err
+    notes = [line for line in result.err.splitlines() if KEPT_FLOAT64 in line]
+    assert notes == ([said + KEPT_FLOAT64] if said else []), result.err
 
 
 # --- S4: a VOC set's bad image ---------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dlperf.analytic.counting import Analysis, analyze
+from dlperf.analytic.counting import KEPT_FLOAT64, Analysis, analyze
 from dlperf.analytic.devices import Device, get_device, save_device, user_file
 from dlperf.analytic.interleaved import (
     build_probes,
@@ -86,6 +86,9 @@ def predict_model(
     note = a.unsupported_note()
     if note:
         reporter.log(f"warning: {note}")
+    if a.kept_float64:  # as analyze's precision convention says it
+        done = "counted and measured" if measure else "counted"
+        reporter.log(f"note: {model} {done} as built: {KEPT_FLOAT64}")
     if not measure:
         assert entry is not None
         return predict_with_basis(a, entry, ppp, peak_tflops=peak_tflops, flops=flops)
