@@ -20,7 +20,8 @@ gathered to the launch's node and written as `result.json` next to the spec by l
 of the writing node, so the parent of a multi-node run reads them without a shared file
 system. Beside it each rank writes `rank-R.pid` as it starts (whole: the launcher stops
 workers by pid), `rank-R.training` once past the warm-up (and the profiled window), and
-`rank-R.error` (its traceback) if it fails.
+`rank-R.error` (its traceback) if it fails; rank 0 writes `rank-0.warning`, one line, where
+the point trains other than asked (DDP told of parameters without gradients: `unused_warning`).
 
 The spec and the result are the records of dlperf.distributed.contracts; the crash hook
 (DLPERF_SCALE_CRASH) is dlperf.distributed.crash's. The measured replica calls the hooks of
@@ -58,7 +59,7 @@ from dlperf.distributed.contracts import (
 )
 from dlperf.distributed.window import Crashing, Laps, ScaleWindow, Timings, fail, write_pid
 from dlperf.engine.build import build_model, start_weights
-from dlperf.engine.checks import out_of_memory
+from dlperf.engine.checks import dry_backward, out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.loop import Diverged
 from dlperf.engine.profiler import ProfileWindow, trace_name
@@ -186,6 +187,12 @@ class Phase(Replica):
         self.spec, self.device, self.comm = spec, device, comm
         model = build_model(exp, data, device)
         start_weights(model, exp.model, exp.model.weights or "", None)  # freezes, if asked
+        # The trained parameters (once frozen) the backward gives no gradient, which DDP
+        # must be told of: a plain run trains such a model. The RNG stream left as it was.
+        self.unused: list[str] = []
+        if spec.strategy == "ddp":
+            with torch.random.fork_rng([device] if device.type == "cuda" else []):
+                self.unused = dry_backward(model, data.shape, f"'{exp.model.name}'", device)
         set_train_mode(model)  # a frozen backbone's batch norms stay in eval mode
         # At the point's global batch: the schedule runs as in a plain run of that batch.
         epoch = steps_per_epoch(len(data.train), spec.per_worker_batch * dist.get_world_size())
@@ -211,6 +218,8 @@ class Phase(Replica):
             kwargs["bucket_cap_mb"] = spec.bucket_mb
         if self.device.type == "cuda":
             kwargs["device_ids"] = [self.device.index]
+        if self.unused:  # else DDP waits for their gradients, failing the second step
+            kwargs["find_unused_parameters"] = True
         ddp = DistributedDataParallel(model, **kwargs)
         ddp._set_ddp_runtime_logging_sample_rate(1)  # type: ignore[no-untyped-call]
         comm_hook(self.comm, ddp)
@@ -226,9 +235,12 @@ class Phase(Replica):
         self.ready = []
 
         # Marks of the device's work (CUDA events on a GPU, where a hook runs when the work
-        # is queued, not done), read once the steps have been waited for.
+        # is queued, not done), read once the steps have been waited for. A gradient the
+        # backward does not compute (a parameter the forward left unused) is ready when the
+        # forward ends, as DDP marks it; the others' marks are set again in the backward.
         def forward_done(*_: Any) -> None:
             self._forward_end = mark(self.device)
+            self._marks = [self._forward_end] * len(trained)
 
         def ready(index: int) -> Any:
             return lambda _: self._marks.__setitem__(index, mark(self.device))
@@ -285,6 +297,18 @@ class Phase(Replica):
             tuple(statistics.median(step) for step in zip(*seconds, strict=True)),
             tuple(p.numel() * p.element_size() for p in trained),
         )
+
+
+def unused_warning(what: str, unused: list[str]) -> str:
+    """The one line that says model `what` trains under DDP with unused-parameter detection,
+    for the trained parameters `unused` its backward gives no gradient (five named)."""
+    named = ", ".join(unused[:5]) + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
+    return (
+        f"warning: model {what} has trained parameters its backward gives no gradient "
+        f"({named}): DDP runs with find_unused_parameters=True, which traverses the autograd "
+        "graph every step; use them in the forward, or freeze them (requires_grad = False), "
+        "to train without it"
+    )
 
 
 class Divergence(Component):
@@ -380,6 +404,9 @@ def run(spec: WorkerSpec, directory: Path) -> RankResult:
     timer = PhaseTimer(device, enabled=False, labels=profile.labels)  # labels, times nothing
     hooks = Hooks.from_env()
     main = Phase(spec, exp, data, device, spec.comm, timer)
+    if main.unused and rank == 0:  # the point's warning, for the study to say
+        said = unused_warning(f"'{exp.model.name}'", main.unused)
+        atomic_write(directory / "rank-0.warning", said)
     hooks.start("ddp", main.model)
     compute = None
     if spec.compute_split and spec.comm != "noop" and spec.strategy == "ddp":

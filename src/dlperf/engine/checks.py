@@ -109,18 +109,22 @@ def misfit(
 
 def dry_backward(
     model: nn.Module, shape: Sequence[int], what: str, device: torch.device | None = None
-) -> None:
+) -> list[str]:
     """One training-mode forward and backward of two zero images, its gradients and buffers
     put back after: a model whose scores carry no gradient (detached, or computed under
     torch.no_grad), whose forward leaves gradients off, whose backward fails (an in-place
     operation on a tensor autograd saved, an operation torch has no derivative for) or gives a
     parameter a sparse gradient is one line here rather than the traceback of the first step.
-    Gradients are on for it, and as they were after it, whatever the forward did to them."""
+    Gradients are on for it, and as they were after it, whatever the forward did to them.
+    Returns the names of the trained parameters (requires_grad) the backward gave no gradient,
+    in named_parameters' order: a plain run trains with them, DDP must be told of them."""
     saved = [(b, b.clone()) for b in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]
     model.train()
     cannot = f"model {what} cannot be trained"
     try:
+        for p, _ in grads:  # put back below: which ones this backward reaches
+            p.grad = None
         with torch.enable_grad():  # put back as it was on leaving, whatever the forward sets
             scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
             if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
@@ -138,6 +142,7 @@ def dry_backward(
                 )
             scores.float().sum().backward()  # type: ignore[no-untyped-call]
         check_dense_gradients(model, cannot)
+        return [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     except RuntimeError as e:
         first = (str(e).strip().splitlines() or [""])[0]
         if out_of_memory(e):
