@@ -102,7 +102,7 @@ NUMERIC = {
     "train.schedule.min_lr": Range(float, 0),
     "augment.crop_padding": Range(int, 0, INT),
     "augment.cutout": Range(int, 0, INT),
-    "augment.batch_aug_m": Range(int, 1, INT),
+    "augment.batch_aug_m": Range(int, 1, 64, high_open=False),
     "target.accuracy": Range(float, 0, 1, low_open=True, high_open=False),
     "run.seed": Range(int, 0, 2**32),
     "run.threads": Range(int, 1, INT),

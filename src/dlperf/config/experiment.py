@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import (
@@ -170,15 +171,65 @@ class TrainConfig(Section):
     schedule: ScheduleConfig = ScheduleConfig()
 
 
+# Batch augmentation's largest M: Hoffer et al. (2019) went up to 64 copies of a sample; each
+# copy multiplies a step's memory and compute, and a larger M is a typo more often than a study.
+MAX_BATCH_AUG = 64
+
+
 class AugmentConfig(Section):
     crop_padding: Size = 0
-    """Random crop after zero-padding every side by this many pixels; 0 = off."""
+    """Random crop after zero-padding every side by this many pixels; 0 = off. Less than the
+    image side (a padding of the side or more lets a crop miss the image)."""
     flip: bool = False
     """Random horizontal flip with probability 1/2."""
     cutout: Size = 0
-    """Side of the square Cutout mask (DeVries & Taylor 2017); 0 = off."""
-    batch_aug_m: Count = 1
-    """Batch augmentation (Hoffer et al. 2019): M augmented copies of every sample."""
+    """Side of the square Cutout mask (DeVries & Taylor 2017); 0 = off. Less than twice the
+    image side less one (a larger square masks every pixel wherever it is centred)."""
+    batch_aug_m: Annotated[int, Field(ge=1, le=MAX_BATCH_AUG)] = 1
+    """Batch augmentation (Hoffer et al. 2019): M augmented copies of every sample (at most
+    64; the M copies of a batch, as float32 images, must fit in memory)."""
+
+    def refused(
+        self, shape: Sequence[int], images: int, name: str, fewer: str = "train.batch_size"
+    ) -> tuple[str, str] | None:
+        """What makes this augmentation of `images` images (a batch) of `name`'s C,H,W `shape`
+        useless or impossible, as (message, hint); None: nothing. A Cutout square that masks
+        every pixel wherever it is centred, a padding that lets a crop be only padding (both
+        blank images under their labels), M copies of the batch beyond the machine's memory
+        (`fewer` names what else makes the batch smaller)."""
+        channels, h, w = shape
+        side = f"the {h}x{w} images of {name}"
+        # The square, centred at (cy, cx), spans rows cy - cutout//2 up to cy + cutout - cutout//2:
+        # every row of every centre once cutout//2 >= h - 1 and cutout - cutout//2 >= h, i.e.
+        # from 2h - 1 (columns alike), as the torchvision path's _Cutout spans them too.
+        blanks = 2 * max(h, w) - 1
+        if self.cutout >= blanks:
+            return (
+                f"augment.cutout {self.cutout}: a square of side {blanks} or more masks every "
+                f"pixel of {side} wherever it is centred: every augmented image is blank",
+                f"use augment.cutout <= {blanks - 1}, e.g. half the image side: "
+                f"{max(h, w) // 2 or 1}",
+            )
+        # Offsets of the crop run over 0..2p: at 0 and 2p it misses the image once p >= side.
+        if self.crop_padding >= min(h, w):
+            return (
+                f"augment.crop_padding {self.crop_padding}: padding {side} by {min(h, w)} or "
+                "more lets a random crop miss the image, an image of padding alone under its "
+                "label",
+                f"use augment.crop_padding <= {min(h, w) - 1}, e.g. an eighth of the image side: "
+                f"{max(1, min(h, w) // 8)}",
+            )
+        m = self.batch_aug_m
+        needed = m * images * channels * h * w * 4  # the copies normalised to float32
+        memory = machine_memory()
+        if needed > memory:
+            return (
+                f"augment.batch_aug_m {m}: {m} copies of a batch of {images} images of "
+                f"{channels}x{h}x{w} take {_gib(needed)} GiB as float32, more than this "
+                f"machine's {_gib(memory)} GiB of memory",
+                f"give a smaller augment.batch_aug_m or {fewer}",
+            )
+        return None
 
 
 class TargetConfig(Section):
@@ -302,6 +353,16 @@ class Experiment(Section):
             )
         if self.data.name == "synthetic":
             _synthetic_fits(self.data)
+            # Its images' shape is known here (data.image_size resizes them when the set loads:
+            # then the checks where the data is built say it).
+            shape = self.data.shape
+            refused = (
+                None
+                if self.data.image_size
+                else self.augment.refused(shape, train.batch_size, "synthetic")
+            )
+            if refused:
+                raise ValueError(f"{refused[0]} ({refused[1]})")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -317,13 +378,23 @@ class Experiment(Section):
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def machine_memory() -> int:
+    """Bytes of physical memory of this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _gib(size: int) -> str:
+    gib = size / 2**30
+    return f"{gib:,.1f}" if gib >= 0.1 else f"{gib:.2g}"
+
+
 def _synthetic_fits(data: DataConfig) -> None:
     """The synthetic set is drawn into memory at once (uint8, sizes as its reader draws them):
     refused here, before anything is allocated, when it cannot fit in the machine's memory."""
     held = max(1, data.size // 8)  # its validation and test sets each
     images = data.size + 2 * held
     needed = images * math.prod(data.shape)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = machine_memory()
     if needed > memory:
         raise ValueError(
             f"data.shape {data.shape}: the synthetic set's {images} images (data.size "

@@ -6,9 +6,28 @@ augmentation is the same on CPU and GPU and is reproduced exactly on resume.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from dlperf.config import AugmentConfig
+from dlperf.errors import UserError
+
+
+def check_augment(
+    cfg: AugmentConfig,
+    shape: Sequence[int],
+    images: int,
+    name: str,
+    fewer: str = "train.batch_size",
+) -> None:
+    """Refuse, before anything trains or is recorded, an augmentation of batches of `images`
+    images of `name`'s C,H,W `shape` that blanks every image (a Cutout square covering it
+    wherever it falls), lets crops be only padding, or whose M copies of a batch cannot fit
+    in memory (`fewer`: what else makes the batch smaller). See AugmentConfig.refused."""
+    refused = cfg.refused(shape, images, name, fewer)
+    if refused:
+        raise UserError(*refused)
 
 
 def _uniform_int(n: int, high: int, g: torch.Generator, device: torch.device) -> torch.Tensor:

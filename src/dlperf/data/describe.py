@@ -13,7 +13,7 @@ import torch
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
-from dlperf.data.augment import augment_batch
+from dlperf.data.augment import augment_batch, check_augment
 from dlperf.data.sources import Split, decode_file, too_few_classes
 from dlperf.errors import UserError
 
@@ -134,8 +134,11 @@ def describe(
         # A grid row per class of 100,000 classes kept matplotlib busy for minutes: by
         # default, the first classes that have training images.
         labels = [i for i in labels if counts[i] > 0][:MOST_SHOWN]
-    samples = _samples(data, data.train, labels, per_class)
     active = augment if augment is not None and _augments(augment) else None
+    if active:  # what training refuses of it, refused before its samples are augmented
+        shown = sum(min(per_class, counts[i]) for i in labels)
+        check_augment(active, data.shape, shown, data.name, "show fewer images (--per-class)")
+    samples = _samples(data, data.train, labels, per_class)
     refused = too_few_classes(data)
     warnings = (
         [f"{refused.message}, and `dlperf run` refuses it ({refused.hint})"] if refused else []

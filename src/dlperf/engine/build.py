@@ -18,6 +18,7 @@ import torch
 from dlperf import contention
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
+from dlperf.data.augment import check_augment
 from dlperf.engine import pretrained
 from dlperf.engine.checks import (
     DRY_BATCH,
@@ -72,6 +73,7 @@ def prepare_run(
     for warning in warnings:
         reporter.log(f"warning: {warning}")
     check_batch_fits(exp.train.batch_size, data)
+    check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
     check_classes(data)
     model = build_model(exp, data, device, reporter)
     if start is None:
@@ -114,6 +116,7 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
                 if data is None:
                     data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs))
                 check_batch_fits(exp.train.batch_size, data)
+                check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
                 check_profile_fits(exp, data)
                 check_classes(data)
                 pick_device(exp.run.device)  # a device this host lacks is refused here too
