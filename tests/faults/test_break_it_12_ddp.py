@@ -96,7 +96,7 @@ def test_the_warning_is_one_line_naming_the_parameters_and_the_cost() -> None:
     line = unused_warning("'m.py:Net'", ["aux.weight", "aux.bias", "e"])
     assert "\n" not in line
     assert line == (
-        "warning: model 'm.py:Net' has trained parameters its backward gives no gradient "
+        "model 'm.py:Net' has trained parameters its backward gives no gradient "
         "(aux.weight, aux.bias, e): DDP runs with find_unused_parameters=True, which "
         "traverses the autograd graph every step; use them in the forward, or freeze them "
         "(requires_grad = False), to train without it"
@@ -158,7 +158,7 @@ def _trained(r: Any, db: str, tmp_path: Path, names: str) -> None:
     assert run.status == "finished", run.error
     # the point's warning, one line, beside its spec (rank 0's; the study's to say)
     [said] = [p.read_text() for p in tmp_path.rglob("rank-*.warning")]
-    assert said.startswith("warning: model '") and "\n" not in said, said
+    assert said.startswith("model '") and "\n" not in said, said
     assert f"({names}): DDP runs with find_unused_parameters=True" in said, said
 
 

@@ -301,10 +301,11 @@ class Phase(Replica):
 
 def unused_warning(what: str, unused: list[str]) -> str:
     """The one line that says model `what` trains under DDP with unused-parameter detection,
-    for the trained parameters `unused` its backward gives no gradient (five named)."""
+    for the trained parameters `unused` its backward gives no gradient (five named): a
+    study's warning, which the CLI prints after "warning: "."""
     named = ", ".join(unused[:5]) + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
     return (
-        f"warning: model {what} has trained parameters its backward gives no gradient "
+        f"model {what} has trained parameters its backward gives no gradient "
         f"({named}): DDP runs with find_unused_parameters=True, which traverses the autograd "
         "graph every step; use them in the forward, or freeze them (requires_grad = False), "
         "to train without it"
