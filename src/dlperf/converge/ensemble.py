@@ -92,6 +92,13 @@ MAX_VAL_SIZE = 100_000  # the largest validation set `val_size` looks for
 # (88 curves, 28 sources), with FADE 0.5; the benchmark prints them (`--calibrate` prints
 # only them). Recompute them, from the tuning sources only, when the corpus changes.
 CALIBRATION = (0.065, 0.022)
+# A window whose last third is not below its first third by STALL_Z standard errors of that
+# difference does not improve: every family decreases, so such values leave the plateau to the
+# prior (a loss flat at 0.5 got a plateau of 0.07 in [0, 0.48] and P(reach 0.1) = 0.58, break-it
+# round 12). Of the 119 corpus curves of benchmarks/bench_curve_corpus.py seen to 30% and 50%,
+# the windows that fall scored 1.65 and up, the 6 that do not (flat, or one wild point) 0.26 and
+# below; pure noise scores below 1 in 78-83% of windows of 5-40 points.
+STALL_Z = 1.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,51 @@ FAMILIES: dict[str, Family] = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Trend:
+    """How far a window's values fall (decreasing units): the means of its first and last m
+    points (a third, at least 2), their noise, and that fall in standard errors."""
+
+    early: float
+    recent: float
+    noise: float  # per point, from successive differences (first or second, the smaller)
+    m: int
+    z: float  # (early − recent) / (noise · √(2/m)); ±∞ for a fall without noise
+    level: tuple[float, float, float]  # the last m values: lowest, median, highest
+
+    @property
+    def stalled(self) -> bool:
+        """Not falling beyond the noise: flat, or moving away from lower values."""
+        return self.z < STALL_Z
+
+
+def trend(y: np.ndarray) -> Trend:
+    """Whether the values y (decreasing units, in step order) fall: the last third's mean
+    against the first third's, in standard errors of the noise. The noise is read from
+    successive differences, first or second (the smaller: a smooth steep fall inflates the
+    first, a jump the second), so that no fitted curve decides whether there is one."""
+    y = np.asarray(y, float)
+    m = max(2, len(y) // 3)
+    noise = math.sqrt(
+        min(float(np.mean(np.diff(y) ** 2)) / 2.0, float(np.mean(np.diff(y, 2) ** 2)) / 6.0)
+    )
+    early, recent = float(y[:m].mean()), float(y[-m:].mean())
+    drop = early - recent
+    scale = max(float(np.abs(y).max()), 1e-300)
+    if abs(drop) <= 1e-9 * scale:  # the same values, to the float's rounding
+        drop = 0.0
+    se = max(noise * math.sqrt(2.0 / m), 1e-12 * scale)
+    last = y[-m:]
+    return Trend(
+        early=early,
+        recent=recent,
+        noise=noise,
+        m=m,
+        z=drop / se,
+        level=(float(last.min()), float(np.median(last)), float(last.max())),
+    )
+
+
 @dataclass
 class Posterior:
     """Grid points of every family with their posterior weights (summing to 1)."""
@@ -147,6 +199,7 @@ class Posterior:
     last_step: float
     best: float  # the lowest value in the fit window (decreasing units)
     plateau_prior: str  # "log" or "uniform"
+    trend: Trend  # whether the window's values fall at all (`trend`)
 
 
 def _weighted_quantile(values: np.ndarray, weight: np.ndarray, q: float) -> float:
@@ -251,6 +304,7 @@ def fit(
         last_step=scale,
         best=float(y.min()),
         plateau_prior=plateau_prior,
+        trend=trend(y[np.argsort(k, kind="stable")]),
     )
 
 
@@ -351,7 +405,12 @@ def band(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The posterior's 5th, 50th and 95th percentile curves at `steps` (decreasing units),
     from `draws` grid points drawn by weight (seeded: the same figure every time); evaluating
-    every grid point would take hundreds of MB for a figure."""
+    every grid point would take hundreds of MB for a figure. Values that do not fall (`trend`)
+    draw no curve: their band is the last measured points' range, flat."""
+    if post.trend.stalled:
+        low, median, high = post.trend.level
+        n = len(steps)
+        return np.full(n, low), np.full(n, median), np.full(n, high)
     chosen = np.random.default_rng(seed).choice(len(post.weight), size=draws, p=post.weight)
     lo, mid, hi = np.nanpercentile(_curves(post, chosen, steps), [5, 50, 95], axis=0)
     return lo, mid, hi
@@ -469,6 +528,22 @@ def _perfect_score(post: Posterior, goal: float, target: float, val_size: int | 
     )
 
 
+def _stalled(post: Posterior, target: float, metric: str) -> str:
+    """Why values that do not fall toward `target` get no step (one line, short enough for a
+    160-column log with the source's name before it)."""
+    t = post.trend
+    early, recent = (float(to_decreasing(v, metric)) for v in (t.early, t.recent))
+    where = (
+        "flat" + (f" within noise ±{t.noise:.2g}" if t.noise > 0 else "")
+        if t.z > -STALL_Z
+        else "away from it"
+    )
+    return (
+        f"the {post.n_points} points to step {post.last_step:g} do not move toward {target:g}: "
+        f"{metric} {early:.3g} over the first {t.m}, {recent:.3g} over the last {t.m} ({where})"
+    )
+
+
 def predict(
     post: Posterior,
     target: float,
@@ -494,9 +569,30 @@ def predict(
     so, but the slow recipe at lr 0.006 of issue 29 levels off at 0.73 in its first 20 epochs
     and then climbs to 0.81 by epoch 32. A target that needs a perfect score on a finite
     validation set that the window never had is "cannot tell" too: when the last image is
-    learned is not in the curve."""
+    learned is not in the curve.
+
+    Values that do not fall beyond their noise (`trend`: flat, or moving away from the
+    target) say nothing of a plateau below them, which every family has: the plateau is then
+    their recent measured level, P(reachable) 0 (1 when a measured point reached the target)
+    and a target not reached is "cannot tell", saying so."""
     check_target(target, metric)
     goal = float(to_decreasing(np.array(target), metric))
+    stalled = post.trend.stalled
+    level = [float(to_decreasing(v, metric)) for v in post.trend.level]
+    if stalled and goal < post.best:
+        return EnsemblePrediction(
+            target=target,
+            p_reachable=0.0,
+            verdict="cannot tell",
+            reason=_stalled(post, target, metric),
+            predicted_step=None,
+            interval=None,
+            plateau=level[1],
+            plateau_interval=(min(level), max(level)),
+            family_weight=post.family_weight,
+            actual_step=first_reaching(steps, values, metric, goal),
+            error_pct=None,
+        )
     reach = steps_to(post, goal)
     p_reach = float(post.weight[np.isfinite(reach)].sum())
     weight = post.weight
@@ -520,6 +616,9 @@ def predict(
         for q in (0.05, 0.5, 0.95)
     ]
     plateau_lo, plateau_hi = min(plateau_q[0], plateau_q[2]), max(plateau_q[0], plateau_q[2])
+    if stalled:  # the target was reached at a measured point: the level is what was measured
+        p_reach, plateau_q = 1.0, level
+        plateau_lo, plateau_hi = min(level), max(level)
     limit = max_reach * post.last_step
     missing = float(weight[reach > limit].sum() / weight.sum())
     verdict, reason, interval = "answer", None, None
@@ -571,6 +670,15 @@ def predict(
 def basis(post: Posterior) -> str:
     """One line saying what a prediction rests on."""
     weights = ", ".join(f"{n} {w:.0%}" for n, w in post.family_weight.items() if w >= 0.005)
+    if post.trend.stalled:
+        t = post.trend
+        return (
+            f"{post.n_points} points up to step {post.last_step:g} that do not fall beyond their "
+            f"noise (the last {t.m} against the first {t.m}): the plateau is the last {t.m} "
+            f"points' median and range as measured, not a fitted curve's; a step only for a "
+            f"target a measured point reached (Bayesian average of {len(post.families)} curve "
+            f"families: {weights})"
+        )
     return (
         f"Bayesian average of {len(post.families)} curve families ({weights}) fitted to "
         f"{post.n_points} points up to step {post.last_step:g}, {post.plateau_prior} prior on "
