@@ -7,6 +7,8 @@ below min(l), where 1/(l − β2) = β0·k + β1 is linear and NNLS gives (β0, 
 nonlinear least squares from the best grid point, weighting the last third of the points 16×
 and the middle third 4× (as the Optimus code does), because the near future depends most on
 the recent past. A power law l(k) = a·k^−b + c is fitted the same way as the alternative.
+A window of more than MAX_POINTS points is fitted as that many bins (`thinned`), so that a fit
+and its bootstrap take the same time whatever the number of rows.
 
 Accuracy curves are fitted as error = 1 − accuracy, so every curve here decreases.
 """
@@ -39,6 +41,11 @@ GRID = 200
 # thousand points, stay within float64's range (about 1.8e308).
 LARGEST = 1e150
 N_BOOT = 200
+# The most points a least-squares fit sees: a window of more is fitted as this many bins
+# (`thinned`). A fit is one least-squares problem per form and N_BOOT more for its bootstrap,
+# each over every point it is given: a curve of 20,000 rows took 100 s, one of 10^6 rows
+# did not finish in two minutes (break-it round 12, C5).
+MAX_POINTS = 1000
 
 
 @dataclass
@@ -50,6 +57,8 @@ class CurveFit:
     last_step: float  # the last step of the fit window
     converged: bool  # False: do not trust the coefficients; `message` says why
     message: str  # when not converged, ends "the fit ...": "did not converge (...)"
+    # the bins least squares saw (`thinned`) when the n_points were more than MAX_POINTS
+    binned: int | None = None
 
 
 @dataclass
@@ -183,14 +192,40 @@ def _check_points(k: np.ndarray, y: np.ndarray) -> None:
         )
 
 
+def thinned(k: np.ndarray, y: np.ndarray, most: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """At most `most` points of a curve, in the order of their steps: the first and the last
+    as they are, and between them the median step and the median value of each of `most` − 2
+    runs of consecutive points whose counts differ by at most one. Equal counts keep what the
+    fit weighs: each bin stands for as many points, and the thirds of the bins (weighted 1, 4,
+    16) are the thirds of the points. `k` and `y` themselves when they hold no more (`most`:
+    MAX_POINTS by default)."""
+    most = MAX_POINTS if most is None else most
+    if len(k) <= most:
+        return k, y
+    order = np.argsort(k, kind="stable")
+    k, y = k[order], y[order]
+    bins = most - 2
+    size, longer = divmod(len(k) - 2, bins)  # the first `longer` runs hold size + 1 points
+    cut = 1 + longer * (size + 1)
+
+    def medians(v: np.ndarray) -> np.ndarray:
+        head = np.median(v[1:cut].reshape(longer, size + 1), axis=1)
+        tail = np.median(v[cut:-1].reshape(bins - longer, size), axis=1)
+        return np.concatenate([v[:1], head, tail, v[-1:]])
+
+    return medians(k), medians(y)
+
+
 def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, np.ndarray]:
-    """Fit a decreasing curve y(k); returns the fit and its parameters as an array."""
+    """Fit a decreasing curve y(k); returns the fit and its parameters as an array. More than
+    MAX_POINTS points are fitted as that many bins (`thinned`); the rmse is over every point."""
     k, y = np.asarray(k, float), np.asarray(y, float)
     _check_points(k, y)
+    k_fit, y_fit = thinned(k, y)
     scale = float(k.max())
-    w = weights(len(k))
-    start = _grid_start(form, k / scale, y, w)
-    result = _refine(form, k / scale, y, w, start)
+    w = weights(len(k_fit))
+    start = _grid_start(form, k_fit / scale, y_fit, w)
+    result = _refine(form, k_fit / scale, y_fit, w, start)
     p = _scaled(form, result.x, scale)
     fitted = model(form)(k, p)
     rmse = float(np.sqrt(np.mean((fitted - y) ** 2)))
@@ -209,14 +244,16 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
         last_step=float(k.max()),
         converged=converged,
         message=message,
+        binned=len(k_fit) if len(k_fit) < len(k) else None,
     ), p
 
 
 def bootstrap(
     k: np.ndarray, y: np.ndarray, form: str, p: np.ndarray, n: int = N_BOOT, seed: int = 0
 ) -> np.ndarray:
-    """Parameter samples (n, 3) by resampling the residuals of the fit and refitting."""
-    k, y = np.asarray(k, float), np.asarray(y, float)
+    """Parameter samples (n, 3) by resampling the residuals of the fit and refitting; of the
+    bins `fit` fitted when there are more than MAX_POINTS points."""
+    k, y = thinned(np.asarray(k, float), np.asarray(y, float))
     rng = np.random.default_rng(seed)
     scale = float(k.max())
     f = model(form)
@@ -354,6 +391,17 @@ class FitReport:
     samples: dict[str, np.ndarray]  # bootstrap parameter samples, by form
     ci: dict[str, dict[str, tuple[float, float]]]
     heldout: dict[str, float | int | str]
+
+    @property
+    def note(self) -> str | None:
+        """What the fits were made on, when the window held more than MAX_POINTS points."""
+        fitted = self.fits["optimus"]
+        if fitted.binned is None:
+            return None
+        return (
+            f"{self.curve.label}: fitted {fitted.binned:,} bins of {fitted.n_points:,} points "
+            "(each bin's median step and value; the first and last points as they are)"
+        )
 
 
 def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitReport:

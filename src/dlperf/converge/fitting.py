@@ -88,6 +88,8 @@ def fit(
     reports = []
     for c in curves:
         reports.append(fit_one(c, opts))
+        if reports[-1].note:  # a window of more than curve.MAX_POINTS points, binned
+            reporter.log(f"note: {reports[-1].note}")
         reporter.advance()
     warnings = [
         w for r in reports for form, f in r.fits.items() for w in _untrusted(r.curve.label, form, f)
