@@ -393,6 +393,10 @@ class Study:
         row = PointRow(run_id, point.workers, opts.nnodes, point.mode, point.per_worker_batch,
                        point.global_batch, point.comm, point.strategy, point.bucket_mb,
                        tuple(launch.pids), "finished")  # fmt: skip
+        # Rank 0's word about the model (parameters DDP must look for): said once a study
+        warned = directory / "rank-0.warning"
+        if warned.is_file() and (line := warned.read_text()) not in self.warnings:
+            self.warnings.append(line)
         if launch.returncode != 0:
             oom = sorted(directory.glob("rank-*.oom"))
             # The model's own fault (a worker's fail_in_one_line): its line, not a traceback.
