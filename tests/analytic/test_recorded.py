@@ -116,9 +116,9 @@ def test_predict_counts_warns_of_uncounted_ops_and_predicts_on_the_entry(
         model_kwargs={"width": 2},
     )  # fmt: skip
     assert result is prediction
-    assert counted == [
-        ("resnet20", [3, 32, 32], 4, True, "fp32", 10, {"model_kwargs": {"width": 2}})
-    ]
+    # counted naming predict in a refusal ("predict runs it on the meta device")
+    kwargs = {"model_kwargs": {"width": 2}, "command": "predict"}
+    assert counted == [("resnet20", [3, 32, 32], 4, True, "fp32", 10, kwargs)]
     assert log.lines == ["warning: 2 calls of aten.foo are not counted"]
     (call,) = predicted
     assert call["a"] is analysis and call["entry"].name == "K80" and call["ppp"] == 0.5

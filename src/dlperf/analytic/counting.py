@@ -13,15 +13,21 @@ parameters go to its row when it starts, and a parameter a running module uses w
 calling its owner (`F.linear(x, self.head.weight)`) to the row that uses it. Parameters
 of modules that never ran (GoogLeNet's auxiliary classifiers in eval) are in no row and
 no total; `Analysis.not_run` names those modules.
+
+A forward that torch's own code cannot run on the meta device (pad_packed_sequence after
+`pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices) is counted on real
+CPU tensors of random values instead, when the model is small enough, and says so
+(`Analysis.real_tensors`); a model's own forward reading values is refused, in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -30,7 +36,7 @@ from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
-from torch.nn.parameter import UninitializedParameter
+from torch.nn.parameter import UninitializedParameter, is_lazy
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -142,6 +148,9 @@ class Analysis:
     kept_float64: bool = False
     """The model holds float64 weights and was counted as built at fp32, not cast (see
     `kept_as_built`)."""
+    real_tensors: str | None = None
+    """Why the model was counted on real CPU tensors of random values, not on the meta device
+    (torch's own function that reads tensor values); None when counted on meta."""
 
     def macs_of(self, layer: Layer) -> int:
         return (
@@ -195,11 +204,25 @@ class Analysis:
         return out
 
     def unsupported_note(self) -> str | None:
-        """What the counts leave out, worth a warning; None when every operator counted."""
-        if not self.unsupported_ops:
-            return None
-        ops = ", ".join(f"{op} x{n}" for op, n in self.unsupported_ops.items())
-        return f"not counted (no handler for these operators): {ops}"
+        """What the counts leave out, and a count made on real tensors rather than the meta
+        device, worth a warning; None when every operator counted on meta."""
+        said = []
+        if self.real_tensors is not None:
+            said.append(
+                "counted on real CPU tensors of random values, not on the meta device: "
+                + self.real_tensors
+            )
+        if self.unsupported_ops:
+            ops = ", ".join(f"{op} x{n}" for op, n in self.unsupported_ops.items())
+            said.append(f"not counted (no handler for these operators): {ops}")
+        return "; ".join(said) or None
+
+    def tensors(self) -> str:
+        """What the model was counted on: the meta device (shapes, no values), or real CPU
+        tensors of random values and why."""
+        if self.real_tensors is None:
+            return "meta (shapes, no values)"
+        return f"real CPU tensors of random values ({self.real_tensors})"
 
     def to_dict(self) -> dict[str, Any]:
         left_out = INTERNAL if self.train else INTERNAL + BACKWARD
@@ -221,6 +244,7 @@ class Analysis:
                 "macs": self.macs_convention,
                 "macs_counts": MACS_CONVENTIONS[self.macs_convention],
                 "precision": KEPT_FLOAT64 if self.kept_float64 else counted_as(self.precision),
+                **({"tensors": self.tensors()} if self.real_tensors is not None else {}),
             },
             "totals": self.totals(),
             "layers": layers,
@@ -614,11 +638,11 @@ def _role(module: nn.Module) -> str:
     return next((role for kind, role in ROLES if issubclass(cls, kind)), "other")
 
 
-def materialize_lazy(model: nn.Module, x: torch.Tensor) -> None:
+def materialize_lazy(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> None:
     """Lazy modules (smallcnn's LazyLinear) take their shapes from one uncounted forward."""
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in model.modules()):
         with torch.no_grad():
-            run_forward(model, x)  # an input too large or too small is the user's, as below
+            run_forward(model, x, command)  # an input too large or too small is the user's
 
 
 @contextlib.contextmanager
@@ -653,20 +677,63 @@ def sum_backward(out: Any) -> None:
 _READS_VALUES = ("cannot be called on meta tensors", "no data!", "data-independent")
 
 
-def run_forward(model: nn.Module, x: torch.Tensor) -> Any:
+def _machinery(module: str) -> bool:
+    """Whether code of `module` is torch's dispatch machinery (torch._ops, its meta kernels,
+    torch.overrides, torch/__init__'s checks, dynamo's wrappers), or this module's counting
+    modes: frames that pass an operation on, not the code that called it."""
+    if module == __name__:
+        return True
+    parts = module.split(".")
+    return parts[0] == "torch" and (
+        len(parts) == 1 or module == "torch.overrides" or any(p.startswith("_") for p in parts)
+    )
+
+
+def _value_reader(e: BaseException) -> tuple[str, str] | None:
+    """The function whose operation read a meta tensor's values when `e` was raised: the
+    innermost frame outside torch's machinery, as (module, qualified name)."""
+    found = None
+    for frame, _ in traceback.walk_tb(e.__traceback__):
+        module = str(frame.f_globals.get("__name__", ""))
+        if not _machinery(module):
+            found = (module, frame.f_code.co_qualname)
+    return found
+
+
+class TorchReadsValues(UserError):
+    """torch's own code (not the model's) read a meta tensor's values: pad_packed_sequence
+    after pack_padded_sequence(..., enforce_sorted=False) indexes its lengths with the sort's
+    indices. `analyze_module` counts such a model on real tensors instead."""
+
+    def __init__(self, module: str, function: str, said: str, command: str) -> None:
+        self.function = f"torch's own {function} ({module})"
+        self.said = said
+        super().__init__(
+            f"{self.function} reads tensor values ({said}), which the meta device {command} "
+            "runs the model on has not",
+            f"{command} counts such a model on real CPU tensors when it is small enough",
+        )
+
+
+def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> Any:
     """`model(x)`; torch refusing the input's shape or dtype is told as the user's input, in
     one line, while an exception the model's own code raises goes on as it is (the CLI tells
-    it with the model's frames)."""
+    it with the model's frames). On the meta device, the model's forward reading tensor
+    values is one line naming `command`; torch's own code reading them is TorchReadsValues."""
     try:
         with _distributions_unchecked():
             return model(x)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if x.is_meta and any(marker in first for marker in _READS_VALUES):
+            said = f"{type(e).__name__}: {first}"
+            reader = _value_reader(e)
+            if reader is not None and reader[0].startswith("torch."):
+                raise TorchReadsValues(*reader, said, command) from None
             raise UserError(
-                f"the model's forward reads tensor values ({type(e).__name__}: {first}): "
-                "analyze runs it on the meta device, which has shapes and no values",
-                "analyze counts a forward whose operations follow from shapes alone: "
+                f"the model's forward reads tensor values ({said}): "
+                f"{command} runs it on the meta device, which has shapes and no values",
+                f"{command} counts a forward whose operations follow from shapes alone: "
                 "branch on shapes or settings, not on values, to count it",
             ) from None
         if raised_by_model(e):
@@ -742,6 +809,49 @@ def kept_as_built(model: nn.Module, precision: str) -> bool:
     return precision == "fp32" and any(t.dtype == torch.float64 for t in tensors)
 
 
+REAL_TENSORS_MAX_BYTES = 256 * 2**20
+"""The most bytes of weights, buffers and input a model whose meta run torch's own code
+refuses (TorchReadsValues) is counted with on real CPU tensors instead."""
+
+
+def _real_bytes(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """The bytes of `model`'s distinct parameters and buffers, and of `x`, once on the CPU."""
+    held = {id(t): t for t in (*model.parameters(), *model.buffers())}.values()
+    return sum(_nbytes(t) for t in held if not is_lazy(t)), _nbytes(x)
+
+
+def _on_cpu(model: nn.Module) -> None:
+    """Give a meta model's parameters and buffers storage on the CPU, in place, each shared one
+    shared still (tied weights): random floating values, torch.nn's own layers initialised as
+    they initialise themselves (batch norm's running variance 1), integers and booleans 0.
+    Lazy parameters not yet materialised stay lazy, on the CPU."""
+    made: dict[int, torch.Tensor] = {}
+
+    def real(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in made:
+            if is_lazy(t):  # an UninitializedParameter or UninitializedBuffer
+                lazy: Any = type(t)
+                made[id(t)] = lazy(t.requires_grad, device="cpu", dtype=t.dtype)
+            else:
+                data = torch.empty_like(t, device="cpu")
+                random = data.is_floating_point() or data.is_complex()
+                data = data.normal_(0.0, 0.1) if random else data.zero_()
+                param = isinstance(t, nn.Parameter)
+                made[id(t)] = nn.Parameter(data, t.requires_grad) if param else data
+        return made[id(t)]
+
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None:
+                setattr(module, name, real(p))  # through __setattr__: an RNN's flat weights
+        for name, b in list(module._buffers.items()):
+            if b is not None:
+                setattr(module, name, real(b))
+        reset = getattr(module, "reset_parameters", None)
+        if type(module).__module__.startswith("torch.nn.") and callable(reset):
+            reset()
+
+
 def analyze_module(
     model: nn.Module,
     input_shape: Sequence[int],
@@ -749,17 +859,64 @@ def analyze_module(
     train: bool = False,
     precision: str = "fp32",
     name: str = "model",
+    command: str = "analyze",
 ) -> Analysis:
     """Count one forward (with `train`: forward and backward) of `model` at batch `batch`.
 
     The model is moved to the meta device (its weights' values are dropped) and cast to the
-    precision's dtype, unless `kept_as_built`.
+    precision's dtype, unless `kept_as_built`. A forward that torch's own code cannot run on
+    meta (TorchReadsValues) is counted on real CPU tensors of random values instead (seeded,
+    the global generator left as it was), when weights and input come to at most
+    REAL_TENSORS_MAX_BYTES; `Analysis.real_tensors` then says why. `command` names the
+    command in a refusal.
     """
     dtype = DTYPES[precision]
     kept = kept_as_built(model, precision)
     model = model.to(device="meta") if kept else model.to(device="meta", dtype=dtype)
     x = torch.empty(batch, *input_shape, device="meta", dtype=dtype)
-    materialize_lazy(model, x)
+    counted = Analysis(
+        model=name, input=list(input_shape), batch=batch, train=train, precision=precision,
+        layers=[], params=0, trainable_params=0, trainable_bias_params=0, receptive_field={},
+        unsupported_ops={}, kept_float64=kept,
+    )  # fmt: skip
+    try:
+        return _count(counted, model, x, command)
+    except TorchReadsValues as e:
+        refused = e
+    weights, given = _real_bytes(model, x)
+    if weights + given > REAL_TENSORS_MAX_BYTES:
+        mib = 2**20
+        fix = (
+            "a smaller analyze.batch or analyze.input fits"
+            if weights <= REAL_TENSORS_MAX_BYTES
+            else "its weights alone are over that: count a smaller variant (model.kwargs)"
+        )
+        raise UserError(
+            f"{refused.function} reads tensor values ({refused.said}), which the meta device "
+            f"{command} runs the model on has not, and the model is too large to count on real "
+            f"CPU tensors instead: {weights / mib:.1f} MiB of weights and {given / mib:.1f} MiB "
+            f"of input, over {REAL_TENSORS_MAX_BYTES / mib:.0f} MiB",
+            fix,
+        ) from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        try:
+            _on_cpu(model)
+        except Exception as e:
+            raise UserError(
+                f"{refused.function} reads tensor values ({refused.said}), which the meta "
+                f"device {command} runs the model on has not, and its weights cannot be moved "
+                f"to the CPU to count it there: {type(e).__name__}: {e}"
+            ) from None
+        counted.real_tensors = f"{refused.function} reads tensor values"
+        return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)
+
+
+def _count(counted: Analysis, model: nn.Module, x: torch.Tensor, command: str) -> Analysis:
+    """`counted` (what `analyze_module` was asked to count) with the count of `model` for the
+    input `x`, on x's device, in the model's dtypes."""
+    materialize_lazy(model, x, command)
+    train = counted.train
     model.train(train)
     fields = FieldTracker()
     fields.start(x)
@@ -772,7 +929,7 @@ def analyze_module(
             saved = _SavedTensors(model)  # saves nothing without a gradient
             grad = contextlib.nullcontext() if train else torch.no_grad()
             with mode, _FunctionCalls(mode), saved, grad:
-                out = run_forward(model, x)
+                out = run_forward(model, x, command)
             fields_result = fields.result(_outputs(out))
             if train:
                 mode.fields = None
@@ -783,12 +940,8 @@ def analyze_module(
     finally:
         for handle in hooks:
             handle.remove()
-    return Analysis(
-        model=name,
-        input=list(input_shape),
-        batch=batch,
-        train=train,
-        precision=precision,
+    return replace(
+        counted,
         layers=list(mode.rows.values()),
         params=sum(p.numel() for p in model.parameters()),
         trainable_params=mode.trainable.total(),
@@ -797,7 +950,6 @@ def analyze_module(
         unsupported_ops=dict(sorted(mode.unsupported.items())),
         not_run=mode.not_run(),
         training_memory=memory,
-        kept_float64=kept,
     )
 
 
@@ -814,11 +966,13 @@ def analyze(
     macs_convention: str = "dlperf",
     transfer: str = "scratch",
     model_kwargs: dict[str, Any] | None = None,
+    command: str = "analyze",
 ) -> Analysis:
     """Analyse a model by registry/torchvision name or "file.py:factory", built with
     `model_kwargs`; `bias`, `activations` and `macs_convention` choose what the parameter,
     activation and MAC counts include. With `transfer` "feature-extract" the backbone is
-    frozen as a run would freeze it (no weights needed): only the head is trainable."""
+    frozen as a run would freeze it (no weights needed): only the head is trainable.
+    `command` (analyze, predict) names the command counting in a refusal."""
     from dlperf.models.registry import check_automatic, without_automatic
 
     check_options(batch, train, precision, activations, macs_convention)
@@ -846,7 +1000,9 @@ def analyze(
         from dlperf.models.transfer import freeze_backbone
 
         freeze_backbone(model)
-    a = count_model(model, shape, batch, train, precision, name, bias, activations, macs_convention)
+    a = count_model(
+        model, shape, batch, train, precision, name, bias, activations, macs_convention, command
+    )
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
     return a
 
@@ -887,6 +1043,7 @@ def count_model(
     bias: bool,
     activations: str,
     macs_convention: str,
+    command: str = "analyze",
 ) -> Analysis:
     """`analyze_module` with the options `check_options` passed: `bias`, `activations` and
     `macs_convention` choose what the parameter, activation and MAC counts include; a
@@ -910,6 +1067,6 @@ def count_model(
                 "reproduced",
                 "use the dlperf, torchinfo or fvcore convention for this model",
             )
-    a = analyze_module(model, shape, batch, train, precision, name)
+    a = analyze_module(model, shape, batch, train, precision, name, command)
     a.bias, a.activations, a.macs_convention = bias, activations, macs_convention
     return a

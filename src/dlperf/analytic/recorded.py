@@ -82,7 +82,10 @@ def predict_model(
     if reps < 1:
         raise UserError(f"predict.reps must be at least 1, got {reps}")
     reporter = reporter or NullReporter()
-    a = analyze(model, input_shape, batch, train, precision, classes, model_kwargs=model_kwargs)
+    a = analyze(
+        model, input_shape, batch, train, precision, classes, model_kwargs=model_kwargs,
+        command="predict",
+    )  # fmt: skip
     note = a.unsupported_note()
     if note:
         reporter.log(f"warning: {note}")
