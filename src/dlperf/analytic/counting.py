@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -912,9 +913,19 @@ def analyze_module(
         return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)
 
 
+# Counting hooks every module of the process (torch's global module hooks, ModuleTracker):
+# two counts at once would each see the other's modules, so counts take turns.
+_ONE_COUNT = threading.RLock()
+
+
 def _count(counted: Analysis, model: nn.Module, x: torch.Tensor, command: str) -> Analysis:
     """`counted` (what `analyze_module` was asked to count) with the count of `model` for the
-    input `x`, on x's device, in the model's dtypes."""
+    input `x`, on x's device, in the model's dtypes; one count at a time in a process."""
+    with _ONE_COUNT:
+        return _count_alone(counted, model, x, command)
+
+
+def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: str) -> Analysis:
     materialize_lazy(model, x, command)
     train = counted.train
     model.train(train)
