@@ -57,6 +57,7 @@ from dlperf.converge.curve import (
     check_target,
     error_pct,
     first_reaching,
+    thinned,
     to_decreasing,
     weights,
     whole_step,
@@ -85,6 +86,7 @@ FAMILY_FLOOR = 0.01
 FADE = 0.5
 RECENT = 6  # at least this many of the window's last points give the noise carried forward
 MAX_VAL_SIZE = 100_000  # the largest validation set `val_size` looks for
+VAL_SIZE_CELLS = 1 << 20  # values x candidate sizes `val_size` checks at once
 # Split-conformal widening of the 90% interval, (low, high): its lower end is multiplied by
 # exp(−low), its upper end by exp(high). The 95th percentiles of log(lower / measured) and
 # log(measured / upper) over the 139 answered cases (both cuts) of the 29 curves of the 14
@@ -200,6 +202,9 @@ class Posterior:
     best: float  # the lowest value in the fit window (decreasing units)
     plateau_prior: str  # "log" or "uniform"
     trend: Trend  # whether the window's values fall at all (`trend`)
+    # the bins the grid was fitted to (`curve.thinned`) when the n_points were more than
+    # curve.MAX_POINTS
+    binned: int | None = None
 
 
 def _weighted_quantile(values: np.ndarray, weight: np.ndarray, q: float) -> float:
@@ -218,7 +223,10 @@ def fit(
     weighted: bool = True,
     plateau_prior: str = "log",
 ) -> Posterior:
-    """The grid posterior of a decreasing curve y(k) (loss, or error = 1 − accuracy)."""
+    """The grid posterior of a decreasing curve y(k) (loss, or error = 1 − accuracy). More
+    than curve.MAX_POINTS points are fitted as that many bins (`curve.thinned`); the noise
+    carried past the window, the spacing of the measurements, the lowest value and the trend
+    stay those of every point."""
     k, y = np.asarray(k, float), np.asarray(y, float)
     if len(k) < 4:
         raise UserError(f"{len(k)} points are too few to fit a curve", "need ≥ 4")
@@ -231,13 +239,19 @@ def fit(
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise UserError(f"unknown curve family '{unknown[0]}'", f"choose from {list(FAMILIES)}")
+    # The grid is solved on at most MAX_POINTS bins: over every point it took 125 s and 5.4 GB
+    # for 10^6 rows (break-it round 12, C5b). Each bin stands for as many points, so the
+    # weighting by thirds is kept; σ is integrated out, so the bins' smaller scatter is theirs.
+    # What a bin's median shrinks (the noise, by about √(points per bin)) is read below from
+    # every point, since the future it simulates is measured point by point.
+    kb, yb = thinned(k, y)
     scale = float(k.max())
-    x = k / scale
-    c = np.linspace(0.0, float(y.min()), N_ASYMPTOTE, endpoint=False)
-    r = y[None, :] - c[:, None]  # (n_c, n): what the shape term must explain
+    x = kb / scale
+    c = np.linspace(0.0, float(yb.min()), N_ASYMPTOTE, endpoint=False)
+    r = yb[None, :] - c[:, None]  # (n_c, n): what the shape term must explain
     # Later points weigh more (mean weight 1), as in the Optimus fit: the near future
     # depends most on the recent past.
-    w = weights(len(k)) if weighted else np.ones(len(k))
+    w = weights(len(kb)) if weighted else np.ones(len(kb))
     w = w / w.mean()
     rr = np.sum(w * r * r, axis=1)
     log_gg, log_sse, amp, cs, fam, thetas, offsets = [], [], [], [], [], [], []
@@ -245,16 +259,7 @@ def fit(
     for i, name in enumerate(families):
         f = FAMILIES[name]
         theta = tuple(t.ravel() for t in np.meshgrid(*f.grid, indexing="ij"))
-        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-            g = f.shape(x[None, :], *(t[:, None] for t in theta))
-            g = g / g[:, :1]  # g̃(k_1) = 1, so a means the same in every family
-        # Shapes that under- or overflow on the window cannot be normalised: left out.
-        ok = np.all(np.isfinite(g), axis=1) & (g[:, -1] > 1e-9)
-        g = np.where(ok[:, None], g, 1.0)
-        gg = np.sum(w * g * g, axis=1)  # (n_θ,)
-        gr = (w * r) @ g.T  # (n_c, n_θ)
-        a = np.maximum(gr / gg, 0.0)  # a ≥ 0: a rising curve is a flat one here
-        sse = np.maximum(rr[:, None] - 2 * a * gr + a * a * gg, 1e-300)
+        ok, gg, a, sse = _grid_fit(f, theta, x, r, w, rr)
         log_gg.append(np.broadcast_to(np.log(gg), a.shape).ravel())
         log_sse.append(np.where(ok[None, :], np.log(sse), np.inf).ravel())
         amp.append(a.ravel())
@@ -265,7 +270,7 @@ def fit(
         start += a.size
     lsse, fam_idx, a_all, c_all = map(np.concatenate, (log_sse, fam, amp, cs))
     # At least two points' worth: below one, the SSE exponent turns positive and rewards misfit.
-    n_eff = max(len(k) / temper, 2.0)
+    n_eff = max(len(kb) / temper, 2.0)
     flat = -0.5 * np.concatenate(log_gg) - 0.5 * (n_eff - 1.0) * lsse
     # Equal prior per family, uniform over each family's shape grid; on the plateau c, by
     # default, p(c) ∝ 1/(c + floor): scale-invariant, since nothing says how low a curve can
@@ -274,7 +279,7 @@ def fit(
     # late (docs/converge.md).
     prior = np.concatenate([np.full(len(v), 1.0 / len(v)) for v in log_sse])
     if plateau_prior == "log":
-        prior = prior / (c_all + max(PLATEAU_FLOOR * float(y.min()), 1e-12))
+        prior = prior / (c_all + max(PLATEAU_FLOOR * float(yb.min()), 1e-12))
     post = np.exp(flat - flat.max()) * prior
     post /= post.sum()
     # The floor: each family's own posterior, mixed in at FAMILY_FLOOR (computed per family,
@@ -305,7 +310,33 @@ def fit(
         best=float(y.min()),
         plateau_prior=plateau_prior,
         trend=trend(y[np.argsort(k, kind="stable")]),
+        binned=len(kb) if len(kb) < len(k) else None,
     )
+
+
+def _grid_fit(
+    f: Family,
+    theta: tuple[np.ndarray, ...],
+    x: np.ndarray,
+    r: np.ndarray,
+    w: np.ndarray,
+    rr: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One family's least squares at every grid point, on the points x (k / K) with weights
+    w: r (n_c, n) is what the shape term must explain at each plateau c, rr its weighted sum
+    of squares. Returns, per shape θ, whether it can be normalised on the points (ok) and
+    Σ w·g̃² (gg), and per (c, θ) the best amplitude a ≥ 0 and the weighted SSE."""
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        g = f.shape(x[None, :], *(t[:, None] for t in theta))
+        g = g / g[:, :1]  # g̃(k_1) = 1, so a means the same in every family
+    # Shapes that under- or overflow on the window cannot be normalised: left out.
+    ok = np.all(np.isfinite(g), axis=1) & (g[:, -1] > 1e-9)
+    g = np.where(ok[:, None], g, 1.0)
+    gg = np.sum(w * g * g, axis=1)  # (n_θ,)
+    gr = (w * r) @ g.T  # (n_c, n_θ)
+    a = np.maximum(gr / gg, 0.0)  # a ≥ 0: a rising curve is a flat one here
+    sse = np.maximum(rr[:, None] - 2 * a * gr + a * a * gg, 1e-300)
+    return ok, gg, a, sse
 
 
 def _recent_noise(
@@ -353,10 +384,16 @@ def val_size(values: np.ndarray, most: int = MAX_VAL_SIZE) -> int | None:
     # A coarser n is ruled out by its own values; a finer one than a tenth of a count per
     # rounding unit would fit by chance.
     top = int(min(most, 0.1 / tol))
+    # The candidates that fit every value so far, a few values at a time: a table of every
+    # value against every candidate took 1.6 GB an array for 2,000 values (break-it round 12).
     n = np.arange(1, top + 1)[:, None]
-    counts = v[None, :] * n
-    fits = np.all(np.abs(counts - np.round(counts)) <= n * tol + 1e-9, axis=1)
-    return int(n[np.argmax(fits), 0]) if fits.any() else None
+    start = 0
+    while start < len(v) and len(n):
+        part = v[start : start + max(1, VAL_SIZE_CELLS // len(n))]
+        counts = part[None, :] * n
+        n = n[np.all(np.abs(counts - np.round(counts)) <= n * tol + 1e-9, axis=1)]
+        start += len(part)
+    return int(n[0, 0]) if len(n) else None
 
 
 def _shape_params(post: Posterior, i: int, points: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -679,8 +716,13 @@ def basis(post: Posterior) -> str:
             f"target a measured point reached (Bayesian average of {len(post.families)} curve "
             f"families: {weights})"
         )
+    fitted = (
+        f"{post.n_points} points"
+        if post.binned is None
+        else f"{post.binned:,} bins of {post.n_points:,} points"
+    )
     return (
         f"Bayesian average of {len(post.families)} curve families ({weights}) fitted to "
-        f"{post.n_points} points up to step {post.last_step:g}, {post.plateau_prior} prior on "
+        f"{fitted} up to step {post.last_step:g}, {post.plateau_prior} prior on "
         "the plateau; median and 90% interval of the posterior"
     )
