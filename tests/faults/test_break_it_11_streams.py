@@ -191,13 +191,14 @@ def test_predict_says_it_kept_a_float64_model_as_built(
 # --- S4: a VOC set's bad image ---------------------------------------------------------------
 
 
-def voc_set(root: Path, bad: str) -> Path:
-    """make-shapes' smallest set (one training image, one validation image) with the image
-    of `bad`'s split ("train" or "val") made bad: the first a truncated JPEG, the second a
-    PNG claiming 20000x20000 pixels under the .jpg name the annotation gives; its path."""
+def voc_set(root: Path, bad: str, images: int = 2) -> Path:
+    """make-shapes' set of `images` (2: one training image, one validation image; 4: three and
+    one) with the first image of `bad`'s split ("train" or "val") made bad: the first a
+    truncated JPEG, the second a PNG claiming 20000x20000 pixels under the .jpg name the
+    annotation gives; its path."""
     from dlperf.detect import voc
 
-    voc.make_shapes(root, images=2, size=64)
+    voc.make_shapes(root, images=images, size=64)
     image_id = (root / "ImageSets" / "Main" / f"{bad}.txt").read_text().split()[0]
     path = root / "JPEGImages" / f"{image_id}.jpg"
     if bad == "train":
@@ -208,10 +209,11 @@ def voc_set(root: Path, bad: str) -> Path:
 
 
 def test_detect_finetune_names_a_truncated_jpeg(cli: Cli, tmp_path: Path) -> None:
-    """Before: 'error: cannot use: Truncated File Read', exit 1, no file named."""
-    bad = voc_set(tmp_path / "shapes", "train")
+    """Before: 'error: cannot use: Truncated File Read', exit 1, no file named. (Three
+    training images at --batch 3: a step of one image is refused before any is read, D3.)"""
+    bad = voc_set(tmp_path / "shapes", "train", images=4)
     result = cli(
-        "detect", "finetune", str(tmp_path / "shapes"), "--epochs", "1", "--batch", "1",
+        "detect", "finetune", str(tmp_path / "shapes"), "--epochs", "1", "--batch", "3",
         "--threads", "1", "--size", "96", "--out", str(tmp_path / "d.pt"),
     )  # fmt: skip
     one_line(result, 2, f"error: {bad}: cannot decode the image", "(replace or remove it)")

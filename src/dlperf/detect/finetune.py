@@ -57,6 +57,56 @@ def _batches(order: list[int], batch: int) -> Iterator[list[int]]:
         yield order[start : start + batch]
 
 
+def train_batches(order: list[int], batch: int) -> Iterator[list[int]]:
+    """An epoch's training steps over `order`, `batch` images each with the last partial one,
+    except that a last step of one image joins the step before it (`batch` + 1 images): batch
+    norm in training mode cannot normalise one value per channel (SSDlite's 1x1 feature map at
+    96 px), and every image is still trained on. `train_steps` counts them."""
+    starts = list(range(0, len(order), batch))
+    if batch > 1 and len(starts) > 1 and len(order) - starts[-1] == 1:
+        starts.pop()
+    for start, end in zip(starts, [*starts[1:], len(order)], strict=True):
+        yield order[start:end]
+
+
+def train_steps(samples: int, batch: int) -> int:
+    """The steps of `train_batches` over `samples` images, as the schedule counts an epoch."""
+    steps = steps_per_epoch(samples, batch, partial=True)
+    return steps - 1 if batch > 1 and steps > 1 and samples % batch == 1 else steps
+
+
+def _trains_on_one_image(det: Detector) -> bool:
+    """Whether `det` can take a training step on a single image: not where it has batch norm
+    and a feature map of 1x1 at its size, one value per channel, which batch norm refuses.
+    Found with the backbone in eval mode (its running statistics untouched)."""
+    model = det.model
+    if not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return True
+    backbone, was_training = model.backbone, model.backbone.training
+    device = next(model.parameters()).device
+    backbone.eval()
+    try:
+        with torch.no_grad():
+            features = backbone(torch.zeros(1, 3, det.size, det.size, device=device))
+    finally:
+        backbone.train(was_training)
+    maps = features.values() if isinstance(features, dict) else [features]
+    return all(f.shape[-1] * f.shape[-2] > 1 for f in maps)
+
+
+def check_step_of_one(det: Detector, split: str, images: int, batch: int) -> None:
+    """Refuse, before the run is recorded, a fine-tuning whose every step holds one image
+    (a `split` of one image, or train.batch_size 1) where `det` cannot train on one."""
+    if min(images, batch) > 1 or _trains_on_one_image(det):
+        return
+    why = f"{det.name}'s batch norm cannot train at {det.size} px on one image a step"
+    if images == 1:
+        raise UserError(
+            f"the {split} split holds 1 image: {why}", "add training images to the split"
+        )
+    raise UserError(f"train.batch_size 1: {why}", "use --batch 2 or more")
+
+
 def predict(
     det: Detector,
     dataset: VocDataset,
@@ -157,7 +207,7 @@ def train(
     device = device or torch.device("cpu")
     sink = sink if sink is not None else LossSink()
     model, batch = det.model, train_cfg.batch_size
-    per_epoch = steps_per_epoch(len(dataset), batch, partial=True)
+    per_epoch = train_steps(len(dataset), batch)
     step = prepare(
         model,
         train_cfg,
@@ -172,7 +222,7 @@ def train(
 
     def epoch_batches(epoch: int) -> list[tuple[list[int], None]]:
         order = [int(i) for i in rng.permutation(len(dataset))]
-        return [(idx, None) for idx in _batches(order, batch)]
+        return [(idx, None) for idx in train_batches(order, batch)]
 
     def collate(idx: list[int], _: None) -> tuple[list[torch.Tensor], list[Target]]:
         """The images of `idx`, each flipped at random, and their targets, on the device."""
@@ -276,6 +326,7 @@ def finetune_recorded(
     torch.manual_seed(run.seed)
     device = pick_device(run.device)
     det = _detector(cfg, weights, labels, train_set)
+    check_step_of_one(det, cfg.train_split, len(train_set), train_cfg.batch_size)
     train_data = voc.VocDataset(root, train_set, labels)
     val_data = voc.VocDataset(root, val_set, labels)
     config = stored_keys(job)
