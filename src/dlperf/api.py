@@ -1,7 +1,9 @@
 """The public Python API: what the commands do, callable from a notebook or a script.
 
 `import dlperf` stays light: these functions import torch, SciPy and the store only when
-called. Every function raises `dlperf.UserError` for bad input, as the commands do.
+called, with a Ctrl-C held until those imports end (`stopping.deferred`): one landing inside
+torch's first import left it half-imported, and every later call in the notebook failed.
+Every function raises `dlperf.UserError` for bad input, as the commands do.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, model_exited
 from dlperf.parsing import MAX_DEPTH, TOO_DEEP, has_control
 
@@ -271,10 +274,11 @@ def analyze(
     (bias adds, normalisation and pooling are FLOPs), "torchinfo", "ptflops" or "fvcore"
     as those tools count (a forward pass only).
     """
-    from torch import nn
+    with stopping.deferred():
+        from torch import nn
 
-    from dlperf.analytic.counting import analyze as analyze_name
-    from dlperf.analytic.counting import check_options, count_model
+        from dlperf.analytic.counting import analyze as analyze_name
+        from dlperf.analytic.counting import check_options, count_model
 
     precision = dtype or "fp32"
     input_size = _shape(input_size)
@@ -318,8 +322,9 @@ def run(
     (a `Store`, a path or a SQLAlchemy URL; the default store when None); returns how the run
     ended, whose `to_dict()` is what `dlperf run --json` prints. `overrides` are `--set`
     strings."""
-    from dlperf.config import apply_override, build_experiment, load_experiment
-    from dlperf.experiment.run import run_experiment
+    with stopping.deferred():
+        from dlperf.config import apply_override, build_experiment, load_experiment
+        from dlperf.experiment.run import run_experiment
 
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
         raise UserError(
@@ -481,9 +486,10 @@ def track(
     may log to it; a child forked inside the block may not, and its leaving the block leaves
     the run to the parent.
     """
-    import torch
+    with stopping.deferred():
+        import torch
 
-    from dlperf.system import system_info
+        from dlperf.system import system_info
 
     if not isinstance(name, str) or not name.strip() or has_control(name):
         raise UserError(f"a run's name is printable text, got {name!r}")

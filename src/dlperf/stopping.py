@@ -33,7 +33,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import NoReturn
@@ -158,6 +158,32 @@ class shielded:  # lower case: used as `with shielded():`, like contextlib.suppr
             _state.pending = False  # the stop is already under way
             return
         _stop()
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """`shielded`, also where `install()` has not taken the signals (the Python API in a
+    notebook or a script): a Ctrl-C in the main thread waits for the block's end, then reaches
+    the handler that was there (Python's KeyboardInterrupt) as if it came then. For a block
+    that must not be cut, such as a first import of a module that registers operators with
+    torch: one cut halfway left torch half-imported for the rest of the process."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if previous is None or previous is _handler:  # another thread, a C handler, or ours
+        with shielded():
+            yield
+        return
+    came: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    except KeyboardInterrupt:  # the stop is already under way (the block's own)
+        came.clear()
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if came:  # to `previous`, whose interrupt is raised at the next bytecode
+            signal.raise_signal(signal.SIGINT)
 
 
 class unshielded:

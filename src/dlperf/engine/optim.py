@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any
 
 import torch
 from torch import nn
 
+from dlperf import stopping
 from dlperf.config import ScheduleConfig, TrainConfig
 from dlperf.models.transfer import split_params
 
@@ -26,6 +28,12 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     params = param_groups(model, cfg)
+    with stopping.deferred():
+        # torch.optim imports torch._dynamo at an optimizer's first use (and with it torch.fx,
+        # sympy, torch._inductor: some 870 modules, seconds). A Ctrl-C landing inside left
+        # torch half-imported, its operators registered, and every later run in the process
+        # (a notebook's) failed: the import is made here, whole, the Ctrl-C raised after it.
+        importlib.import_module("torch._dynamo")
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(
             params, lr=cfg.lr, betas=(cfg.momentum, 0.999), weight_decay=cfg.weight_decay
