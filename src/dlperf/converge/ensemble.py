@@ -202,6 +202,9 @@ class Posterior:
     best: float  # the lowest value in the fit window (decreasing units)
     plateau_prior: str  # "log" or "uniform"
     trend: Trend  # whether the window's values fall at all (`trend`)
+    # the window's measured records: each step whose value is below every one before it, and
+    # that value (decreasing units), so that a target a measured point reached gets its step
+    records: tuple[np.ndarray, np.ndarray]
     # the bins the grid was fitted to (`curve.thinned`) when the n_points were more than
     # curve.MAX_POINTS
     binned: int | None = None
@@ -310,8 +313,26 @@ def fit(
         best=float(y.min()),
         plateau_prior=plateau_prior,
         trend=trend(y[np.argsort(k, kind="stable")]),
+        records=_records(k, y),
         binned=len(kb) if len(kb) < len(k) else None,
     )
+
+
+def _records(k: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The steps (in order) whose value is below every value measured before them, and those
+    values: the first measured step at or past any goal the window reached is among them."""
+    order = np.argsort(k, kind="stable")
+    ks, ys = k[order], y[order]
+    new = np.flatnonzero(np.r_[True, ys[1:] < np.minimum.accumulate(ys)[:-1]])
+    return ks[new], ys[new]
+
+
+def passage(post: Posterior, goal: float) -> float | None:
+    """The first measured step of the window at or past `goal` (decreasing units); None when
+    no measured point of the window reached it."""
+    steps, values = post.records
+    hit = np.flatnonzero(values <= goal)
+    return float(steps[hit[0]]) if len(hit) else None
 
 
 def _grid_fit(
@@ -606,7 +627,9 @@ def predict(
     so, but the slow recipe at lr 0.006 of issue 29 levels off at 0.73 in its first 20 epochs
     and then climbs to 0.81 by epoch 32. A target that needs a perfect score on a finite
     validation set that the window never had is "cannot tell" too: when the last image is
-    learned is not in the curve.
+    learned is not in the curve. A target a measured point of the window already reached is
+    answered with the first such point's step (`passage`), P(reachable) 1 and an interval of
+    one measurement spacing ending there: never a step after the window.
 
     Values that do not fall beyond their noise (`trend`: flat, or moving away from the
     target) say nothing of a plateau below them, which every family has: the plateau is then
@@ -656,6 +679,29 @@ def predict(
     if stalled:  # the target was reached at a measured point: the level is what was measured
         p_reach, plateau_q = 1.0, level
         plateau_lo, plateau_hi = min(level), max(level)
+    passed = passage(post, goal)
+    if passed is not None:
+        # A measured point of the window reached the goal: its step is the answer, not a
+        # crossing after the window (calibrate's intervals start at its last step). The
+        # measured passage, not the smooth curve's: a point that dips past the goal through
+        # the noise reached it, as `actual step` counts; the curve was seen to pass it within
+        # one measurement spacing before that step.
+        step = whole_step(passed)
+        span = (max(whole_step(step - post.spacing), 0.0), step)
+        actual = first_reaching(steps, values, metric, goal)
+        return EnsemblePrediction(
+            target=target,
+            p_reachable=1.0,
+            verdict="answer",
+            reason=None,
+            predicted_step=int(step),
+            interval=span,
+            plateau=plateau_q[1],
+            plateau_interval=(plateau_lo, plateau_hi),
+            family_weight=post.family_weight,
+            actual_step=actual,
+            error_pct=error_pct(int(step), actual),
+        )
     limit = max_reach * post.last_step
     missing = float(weight[reach > limit].sum() / weight.sum())
     verdict, reason, interval = "answer", None, None
