@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import threading
 
+from torch import nn
+
 import dlperf
+
+REGISTER_PARAMETER = nn.Module.register_parameter
+REGISTER_BUFFER = nn.Module.register_buffer
 
 
 def test_analyze_from_four_threads_at_once_gives_each_the_same_count() -> None:
@@ -30,3 +35,8 @@ def test_analyze_from_four_threads_at_once_gives_each_the_same_count() -> None:
         t.join(timeout=300)
     assert errors == []
     assert counts == [expected] * 4
+    # Building on meta patches nn.Module: every build put back what it found, one at a time
+    # (two at once once left the meta patch in place for good, and every later model of the
+    # process was built without weights)
+    assert nn.Module.register_parameter is REGISTER_PARAMETER
+    assert nn.Module.register_buffer is REGISTER_BUFFER

@@ -257,6 +257,12 @@ class Analysis:
 # --- building a model without weights -------------------------------------------------------
 
 
+# Counting hooks every module of the process (torch's global module hooks, ModuleTracker) and
+# building on meta patches nn.Module itself: two at once would each see the other's modules,
+# and a build's restore could put back the other's patch for good, so they take turns.
+_ONE_COUNT = threading.RLock()
+
+
 @contextlib.contextmanager
 def _weights_on_meta() -> Iterator[None]:
     """Move every parameter and buffer to the meta device as it is registered.
@@ -265,8 +271,6 @@ def _weights_on_meta() -> Iterator[None]:
     of it reads tensor values, e.g. RegNet's width schedule), but weights never get
     storage and their initialisers do nothing.
     """
-    register_parameter = nn.Module.register_parameter
-    register_buffer = nn.Module.register_buffer
 
     # `self`, as the methods they replace name it (a caller may pass it by keyword).
     def on_meta_parameter(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
@@ -283,13 +287,16 @@ def _weights_on_meta() -> Iterator[None]:
             tensor = tensor.to("meta")
         register_buffer(self, name, tensor, persistent)
 
-    nn.Module.register_parameter = on_meta_parameter  # type: ignore[method-assign]
-    nn.Module.register_buffer = on_meta_buffer  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
-        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
+    with _ONE_COUNT:  # the methods read, replaced and put back by one build at a time
+        register_parameter = nn.Module.register_parameter
+        register_buffer = nn.Module.register_buffer
+        nn.Module.register_parameter = on_meta_parameter  # type: ignore[method-assign]
+        nn.Module.register_buffer = on_meta_buffer  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+            nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
 
 
 def default_input(name: str) -> list[int]:
@@ -911,11 +918,6 @@ def analyze_module(
             ) from None
         counted.real_tensors = f"{refused.function} reads tensor values"
         return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)
-
-
-# Counting hooks every module of the process (torch's global module hooks, ModuleTracker):
-# two counts at once would each see the other's modules, so counts take turns.
-_ONE_COUNT = threading.RLock()
 
 
 def _count(counted: Analysis, model: nn.Module, x: torch.Tensor, command: str) -> Analysis:
