@@ -34,6 +34,18 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+# What printable leaves that still breaks a line (as a terminal or str.splitlines sees it), and
+# the tab, which would show a name's two parts as one gap.
+_BREAKS = str.maketrans({"\n": "\\n", "\t": "\\t", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: its control characters and line breaks written as Python escapes
+    (a newline as \\n), so that a message of several lines (a model file's own, a CSV column's
+    name) still makes one line naming what is wrong."""
+    return printable(text).translate(_BREAKS)
+
+
 def stem_name(path: Path) -> str:
     """A file's stem as a name that can be stored and shown: bytes of the file name that are
     not UTF-8 replaced (U+FFFD), control characters escaped."""

@@ -20,7 +20,7 @@ from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
 from dlperf.errors import CheckFailed, UserError, in_model_file, innermost, interrupted
-from dlperf.parsing import printable
+from dlperf.parsing import one_line
 
 # Every module here but app and console holds commands; importing it registers them on `app`
 # (in the modules' order, the order of `dlperf --help`).
@@ -51,18 +51,6 @@ def say(line: str) -> None:
     """One line on stderr; a file name that is not UTF-8 (lone surrogates) shown escaped, on
     any stream (pytest's capture and some terminals encode strictly)."""
     print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
-
-
-# What printable leaves that still breaks a line (as a terminal or str.splitlines sees it), and
-# the tab, which would show a name's two parts as one gap.
-_BREAKS = str.maketrans({"\n": "\\n", "\t": "\\t", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
-
-def one_line(text: str) -> str:
-    """`text` as one line: its control characters and line breaks written as Python escapes
-    (a newline as \\n), so that a message of several lines (a model file's own, a CSV column's
-    name) still makes one line naming what is wrong."""
-    return printable(text).translate(_BREAKS)
 
 
 def _foreign_caller(e: SystemExit) -> str | None:

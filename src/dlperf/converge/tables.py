@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from dlperf.errors import UserError, not_utf8
-from dlperf.parsing import did_you_mean
+from dlperf.parsing import did_you_mean, one_line
 from dlperf.paths import not_regular
 
 
@@ -35,12 +35,6 @@ def header(path: Path) -> list[str]:
     return next(csv.reader(io.StringIO(read_text(path), newline="")), [])
 
 
-def _named(column: str) -> str:
-    """A column's name as a message shows it: control characters and line breaks escaped as
-    Python writes them (a header cell `"met\\nric"` is 'met\\nric', on one line)."""
-    return repr(column)[1:-1]
-
-
 def read_columns(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> dict[str, list[float]]:
@@ -64,14 +58,14 @@ def read_columns(
     header = list(reader.fieldnames or [])
     for name in required:
         if name not in header:
-            shown = [_named(c) for c in header]
-            hint = did_you_mean(_named(name), shown, f"columns: {', '.join(shown)}", quote=True)
-            raise UserError(f"{path} has no column '{_named(name)}'", hint)
+            shown = [one_line(c) for c in header]
+            hint = did_you_mean(one_line(name), shown, f"columns: {', '.join(shown)}", quote=True)
+            raise UserError(f"{path} has no column '{one_line(name)}'", hint)
     read = [*required, *(c for c in optional if c in header)]
     for name in read:
         if (times := header.count(name)) > 1:
             raise UserError(
-                f"{path}: column '{_named(name)}' is named {times} times in the header",
+                f"{path}: column '{one_line(name)}' is named {times} times in the header",
                 "give each column its own name",
             )
     columns: dict[str, list[float]] = {}
@@ -82,10 +76,10 @@ def read_columns(
                 value = float(row[name])
             except (TypeError, ValueError):
                 raise UserError(
-                    f"{path}:{line}: '{_named(name)}' is not a number: {row[name]!r}"
+                    f"{path}:{line}: '{one_line(name)}' is not a number: {row[name]!r}"
                 ) from None
             if not math.isfinite(value):
-                raise UserError(f"{path}:{line}: '{_named(name)}' is not finite: {row[name]!r}")
+                raise UserError(f"{path}:{line}: '{one_line(name)}' is not finite: {row[name]!r}")
             values.append(value)
         columns[name] = values
     return columns
