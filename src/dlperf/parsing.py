@@ -46,6 +46,18 @@ def one_line(text: str) -> str:
     return printable(text).translate(_BREAKS)
 
 
+def finite_json(value: Any) -> Any:
+    """`value` as strict JSON holds it, for `--json` and the store's JSON columns (PostgreSQL's
+    refuse NaN): non-finite floats as null, keys as strings, tuples as lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value
+
+
 def stem_name(path: Path) -> str:
     """A file's stem as a name that can be stored and shown: bytes of the file name that are
     not UTF-8 replaced (U+FFFD), control characters escaped."""

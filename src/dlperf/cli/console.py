@@ -4,7 +4,6 @@ progress, warnings and errors to stderr; no colour off a terminal or with NO_COL
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -21,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlperf.formatting import fmt
-from dlperf.parsing import printable
+from dlperf.parsing import finite_json, printable
 
 if TYPE_CHECKING:
     from dlperf.table import Table as DataTable
@@ -62,16 +61,6 @@ err = Console(stderr=True, highlight=False, markup=False, width=_line_width(sys.
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 # Where the JSON document goes while `documents_only` sends every other print to stderr.
 _documents: TextIO | None = None
 
@@ -95,7 +84,7 @@ def documents_only(active: bool) -> Iterator[None]:
 def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout (non-finite floats become null)."""
     stream = _documents or sys.stdout
-    stream.write(json.dumps(_jsonable(document), indent=2, default=str) + "\n")
+    stream.write(json.dumps(finite_json(document), indent=2, default=str) + "\n")
     stream.flush()
 
 

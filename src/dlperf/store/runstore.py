@@ -63,6 +63,7 @@ from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
 from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
+from dlperf.parsing import finite_json
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RUNNING, RunRecord
@@ -1303,7 +1304,7 @@ class RunStore:
             error = _keepable(error)
         fields: dict[str, Any] = {"status": status, "ended": _now(), "error": error, "owner": None}
         if summary is not None:
-            fields["summary"] = _finite(summary)
+            fields["summary"] = finite_json(summary)
         self.update_run(run_id, **fields)
 
     # --- reading -----------------------------------------------------------------------
@@ -1441,17 +1442,6 @@ def garbled_metrics(
                     path, run_id, "metrics", f"hold a {name} that {reason} ({shown})", "such rows"
                 )
     return None
-
-
-def _finite(value: Any) -> Any:
-    """JSON columns cannot hold NaN on PostgreSQL: store non-finite floats as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def repair(db: str | None, out: str) -> integrity.Repaired:
