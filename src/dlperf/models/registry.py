@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
+import hashlib
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from importlib.machinery import ModuleSpec
+from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -168,147 +170,89 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
 #
 # Python keeps one module per name: two model files in one process (a sweep's points, distill's
 # teacher and student, two API calls), each with a `helper.py` beside it, would share the first
-# `helper` imported. So the modules of a model file's directory (its home) run with builtins of
-# their own, whose `__import__` puts the home's own module under a name in sys.modules before
-# Python's import looks there: every `import` statement in the file, in the modules beside it
-# and in their submodules finds its own neighbours, lazily in a forward too.
+# `helper` imported. So each model file's directory is a package of its own name (its home:
+# dlperf_user_<folder>_<hash>, its __path__ that directory), and the file and every module under
+# that package run with builtins whose `__import__` makes `import helper` the home's `helper`
+# where Python would find no other first: every `import` statement of theirs finds its own
+# neighbours, lazily in a forward too, and a json.py beside them shadows nothing.
 
 _REAL_IMPORT = builtins.__import__
-_HOMES: dict[Path, _Home] = {}
-_OWNERS: dict[int, _Home] = {}  # id of a neighbour module (the top of its tree) -> its home
-_MODEL_HOMES: dict[str, _Home] = {}  # a model file's module name -> its home
+_BUILTINS: dict[str, dict[str, Any]] = {}  # a home's or a model module's name -> its builtins
+_DIRECTORIES: set[str] = set()  # every home's directory
 
 
-class _Home:
-    """A model file's directory, and the modules beside it as its files import them."""
+def _home(directory: Path) -> str:
+    """The package a model file's directory is imported as, made the first time."""
+    digest = hashlib.sha1(str(directory).encode()).hexdigest()[:8]
+    home = USER_MODULE_PREFIX + re.sub(r"\W", "_", directory.name) + f"_{digest}"
+    if home not in _BUILTINS:
+        own_import = functools.partial(_import, home, str(directory))
+        _BUILTINS[home] = {**vars(builtins), "__import__": own_import, MODEL_CODE: True}
+        _DIRECTORIES.add(str(directory))
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(sys.meta_path.index(PathFinder), _FINDER)
+    if home not in sys.modules:
+        spec = ModuleSpec(home, None, is_package=True)
+        spec.submodule_search_locations = [str(directory)]
+        sys.modules[home] = importlib.util.module_from_spec(spec)
+    return home
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.modules: dict[str, ModuleType] = {}  # by full name: neighbours, their submodules
-        self.builtins: dict[str, Any] = {**vars(builtins), "__import__": self._import}
-        self.builtins[MODEL_CODE] = True
 
-    def _import(
-        self,
-        name: str,
-        globals: Mapping[str, Any] | None = None,
-        locals: Mapping[str, Any] | None = None,
-        fromlist: Sequence[str] = (),
-        level: int = 0,
-    ) -> ModuleType:
-        package = name if level == 0 else str((globals or {}).get("__package__") or "")
-        top = package.partition(".")[0]
-        if top and not top.startswith(USER_MODULE_PREFIX):  # not a model file's own package
-            self.claim(top)
-        return _REAL_IMPORT(name, globals, locals, fromlist, level)
-
-    def claim(self, top: str) -> None:
-        """Put this home's module `top` (and its submodules) in sys.modules, imported now if
-        it was not yet, where Python would find it: beside the model file, after the rest of
-        sys.path (a json.py beside it shadows nothing)."""
-        current = sys.modules.get(top)
-        if (own := self.modules.get(top)) is not None:
-            if current is not own and (current is None or id(current) in _OWNERS):
-                _put(top, self)
-            return
-        if current is not None and id(current) not in _OWNERS:
-            return  # a library, or dlperf's or torch's own: imported already, as Python would
-        if _found_elsewhere(top):
-            return
-        spec = importlib.machinery.PathFinder.find_spec(top, [str(self.directory)])
-        if spec is None or spec.loader is None:
-            # Not beside this file: not another model file's neighbour of that name either
+def _import(
+    home: str,
+    directory: str,
+    name: str,
+    globals: Mapping[str, Any] | None = None,
+    locals: Mapping[str, Any] | None = None,
+    fromlist: Sequence[str] = (),
+    level: int = 0,
+) -> ModuleType:
+    """`__import__` for the modules of `home`: a top-level name Python finds nowhere else first
+    (sys.path, no home's directory counted) is the one beside them, or missing."""
+    top = name.partition(".")[0]
+    own = f"{home}.{top}"
+    if level == 0 and top not in sys.modules and (own in sys.modules or not _elsewhere(top)):
+        if own not in sys.modules and PathFinder.find_spec(top, [directory]) is None:
             raise ModuleNotFoundError(f"No module named {top!r}", name=top)
-        _put(top, None)
-        module = importlib.util.module_from_spec(spec)
-        vars(module)["__builtins__"] = self.builtins
-        self.modules[top] = module
-        _OWNERS[id(module)] = self
-        sys.modules[top] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:  # as importlib does: no half-run module stays importable
-            for n in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
-                del sys.modules[n]
-            del self.modules[top], _OWNERS[id(module)]
-            raise
+        module = _REAL_IMPORT(f"{home}.{name}", globals, locals, fromlist, 0)
+        return module if fromlist else sys.modules[own]
+    return _REAL_IMPORT(name, globals, locals, fromlist, level)
 
 
-def _put(top: str, home: _Home | None) -> None:
-    """The tree of modules under `top` in sys.modules: another home's back with that home,
-    then `home`'s in (none: just cleared)."""
-    tree = [n for n in list(sys.modules) if n == top or n.startswith(f"{top}.")]
-    owner = _OWNERS.get(id(sys.modules.get(top)))
-    if owner is not None:
-        for n in tree:
-            owner.modules[n] = sys.modules.pop(n)
-    if home is not None:
-        sys.modules.update(
-            (n, m) for n, m in home.modules.items() if n == top or n.startswith(f"{top}.")
-        )
+def _elsewhere(top: str) -> bool:
+    """Whether Python finds `top` other than beside a model file: built in, frozen, on sys.path
+    (no home's directory counted) or through another finder."""
+    path = [p for p in sys.path if os.path.realpath(p or os.curdir) not in _DIRECTORIES]
+    return any(
+        finder.find_spec(top, path if finder is PathFinder else None) is not None
+        for finder in sys.meta_path
+        if finder is not _FINDER and hasattr(finder, "find_spec")
+    )
 
 
-def _found_elsewhere(top: str) -> bool:
-    """Whether Python finds `top` before a model file's directory: built in, frozen, on
-    sys.path (no model file's directory counted) or through another finder."""
-    homes = {str(directory) for directory in _HOMES}
-    path = [p for p in sys.path if os.path.realpath(p or os.curdir) not in homes]
-    for finder in sys.meta_path:
-        if finder is _FINDER or not hasattr(finder, "find_spec"):
-            continue
-        where = path if finder is importlib.machinery.PathFinder else None
-        if finder.find_spec(top, where) is not None:
-            return True
-    return False
-
-
-class _BesideLoader(importlib.abc.Loader):
-    """A loader that runs a submodule of a model file's home with the home's builtins."""
-
-    def __init__(self, loader: importlib.abc.Loader, home: _Home) -> None:
-        self.loader = loader
-        self.home = home
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
+class _Loader(SourceFileLoader):
+    """Runs a model file, or a module under its home or its package, with their builtins."""
 
     def exec_module(self, module: ModuleType) -> None:
-        vars(module)["__builtins__"] = self.home.builtins
-        self.loader.exec_module(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
-        return getattr(self.loader, name)
+        vars(module)["__builtins__"] = _BUILTINS[module.__name__.partition(".")[0]]
+        super().exec_module(module)
 
 
-class _BesideFinder(importlib.abc.MetaPathFinder):
-    """Submodules of a model file's package or of a package beside it: found as Python finds
-    them, run with their home's builtins (for their own `import helper`)."""
+class _Finder(importlib.abc.MetaPathFinder):
+    """The submodules of a home or of a model package, found as Python finds them."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if path is None:
-            return None  # a top-level name: a home claims it before Python's import
-        top = fullname.partition(".")[0]
-        home = _MODEL_HOMES.get(top) or _OWNERS.get(id(sys.modules.get(top)))
-        if home is None:
+        if path is None or fullname.partition(".")[0] not in _BUILTINS:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _BesideLoader(spec.loader, home)
+        spec = PathFinder.find_spec(fullname, path, target)
+        if spec is not None and type(spec.loader) is SourceFileLoader:
+            spec.loader = _Loader(fullname, str(spec.origin))
         return spec
 
 
-_FINDER = _BesideFinder()
-
-
-def _home(directory: Path) -> _Home:
-    if _FINDER not in sys.meta_path:
-        at = sys.meta_path.index(importlib.machinery.PathFinder)
-        sys.meta_path.insert(at, _FINDER)
-    if directory not in _HOMES:
-        _HOMES[directory] = _Home(directory)
-    return _HOMES[directory]
+_FINDER = _Finder()
 
 
 class _Exited(BaseException):
@@ -346,30 +290,21 @@ def _import_file(path: Path) -> ModuleType:
     """Import a user's model file as Python imports a module: under its dlperf_user_ name in
     sys.modules (dataclasses, pickle and typing look a class's module up there), the modules
     beside it importable (`import helper`; its own, whatever other model files the process
-    imported: see _Home), and an `__init__.py` as the package it is (for its relative
+    imported: see _home), and an `__init__.py` as the package it is (for its relative
     imports)."""
     directory = path.resolve().parent
-    if path.name == "__init__.py":
-        name = f"{USER_MODULE_PREFIX}{directory.name}"
-        module_spec = importlib.util.spec_from_file_location(
-            name, path, submodule_search_locations=[str(directory)]
-        )
-        directory = directory.parent  # the package's own absolute imports start there
-    else:
-        name = f"{USER_MODULE_PREFIX}{path.stem}"
-        module_spec = importlib.util.spec_from_file_location(name, path)
+    package = path.name == "__init__.py"
+    name = f"{USER_MODULE_PREFIX}{directory.name if package else path.stem}"
+    module_spec = importlib.util.spec_from_file_location(
+        name,
+        path,
+        loader=_Loader(name, str(path)),
+        submodule_search_locations=[str(directory)] if package else None,
+    )
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
-    home = _home(directory)
-    vars(module)["__builtins__"] = home.builtins
-    _MODEL_HOMES[name] = home
-    # Also last on sys.path, not first as for a script, for imports that are no `import`
-    # statement of the model's (importlib.import_module, pickle): a neighbour named like a
-    # module of the standard library or an installed package (json.py, utils.py) must not
-    # replace it for dlperf and torch, which import some lazily. Kept after the import: a
-    # factory or forward may import its neighbours lazily too.
-    if str(directory) not in sys.path:
-        sys.path.append(str(directory))
+    # A package's own absolute imports start beside it
+    _BUILTINS[name] = _BUILTINS[_home(directory.parent if package else directory)]
     sys.modules[name] = module
     try:
         # stdout is dlperf's (a --json document): what the module prints goes to stderr
