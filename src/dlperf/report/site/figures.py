@@ -1,8 +1,9 @@
 """The report's figures, as (caption, PNG data URI) pairs. Curves of stored metrics come from
 `dlperf.report.runs.draw_runs`, scaling figures from `dlperf.report.scaling.study_figures`,
 a sweep's from `dlperf.report.sweep`, a staleness study's from `dlperf.report.staleness` and
-a distill study's from `dlperf.report.distill`; what only the report draws (phase breakdown,
-all-reduce against the α-β model, the largest batch, predicted against measured) is here.
+a distill study's from `dlperf.report.distill` (a largest-batch search's, from
+`dlperf.report.max_batch`, pages.py draws); what only the report draws (phase breakdown,
+all-reduce against the α-β model, predicted against measured) is here.
 matplotlib without pyplot, files never written except where a reused function only saves
 (then into a temporary directory)."""
 
@@ -232,26 +233,6 @@ def allreduce(runs: list[RunRecord], title: str) -> Figures:
     _finish(fig, left, title + fit, "message size (bytes)", "all-reduce time (µs)")
     uri = _finish(fig, right, "bus bandwidth", "message size (bytes)", "bus bandwidth (GB/s)")
     return [("all-reduce time and bus bandwidth against message size" + fit, uri)]
-
-
-def max_batch(rows: list[dict[str, Any]], title: str) -> Figures:
-    """The largest-batch search: throughput per per-worker batch; sizes that failed (out of
-    memory) marked on the axis."""
-    fig = Figure(figsize=(FIG_WIDTH_IN, 3.8))
-    ax = fig.subplots()
-    ok = sorted((r for r in rows if r.get("status") == "finished"),
-                key=lambda r: r["per_worker_batch"])  # fmt: skip
-    ax.plot([r["per_worker_batch"] for r in ok], [r["throughput"] for r in ok], "o-",
-            label="fits: measured throughput")  # fmt: skip
-    failed = [r for r in rows if r.get("status") != "finished"]
-    if failed:
-        label = "out of memory" if any(r.get("out_of_memory") for r in failed) else "failed"
-        ax.plot([r["per_worker_batch"] for r in failed], [0.0] * len(failed), "rx", ms=10,
-                label=f"does not fit: {label}")  # fmt: skip
-    ax.set_xscale("log", base=2)
-    uri = _finish(fig, ax, title, "per-worker batch (images)", "throughput (samples/s)")
-    largest = max((r["per_worker_batch"] for r in ok), default=None)
-    return [(f"largest-batch search: the largest per-worker batch that fits is {largest}", uri)]
 
 
 def comm_model(rows: list[dict[str, Any]], title: str) -> Figures:

@@ -218,6 +218,7 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
+    from dlperf.report.max_batch import max_batch_figures
     from dlperf.report.scaling import study_figures
 
     # The rows as `dlperf scale` returned them: each run's summary with its id and status.
@@ -226,8 +227,11 @@ def _scale(study: dict[str, Any], runs: list[RunRecord]) -> str:
     title = f"scale study {study['id']}: {study['name']}"
     finished = [r for r in rows if r["status"] == "finished"]
     batches = {r.get("per_worker_batch") for r in rows}
-    if len({r.get("workers") for r in rows}) == 1 and len(batches) > 1:
-        drawn = figs.max_batch(rows, title)
+    if len({r.get("workers") for r in rows}) == 1 and len(batches) > 1:  # scale max-batch's
+        largest = max((r["per_worker_batch"] for r in finished), default=None)
+        against = f" against the per-worker batch (the largest that fits: {largest})"
+        drawn = [(kind.removeprefix("plot/").replace("_", " ") + against, png(fig))
+                 for kind, fig in max_batch_figures(rows, title)]  # fmt: skip
     else:
         drawn = [(kind.removeprefix("plot/").replace("_", " ") + " against workers", png(fig))
                  for kind, fig in study_figures(rows, title)]  # fmt: skip
