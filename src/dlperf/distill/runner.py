@@ -27,6 +27,7 @@ import torch
 
 from dlperf.config import DistillConfig, DistillJob, Experiment, build_experiment
 from dlperf.data import ImageData, load_data
+from dlperf.data.augment import check_augment
 from dlperf.distill import pool, teacher
 from dlperf.distill.select import precision, select
 from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, TeacherRow, best
@@ -81,6 +82,9 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     pool_cfg, labelled_cfg = pool.parse(opts.unlabeled, exp)
     base = _derive(exp, data=labelled_cfg.model_dump(mode="json"), run={"checkpoint": True})
     base, labelled, _ = as_run(base, store)  # the students have no weights to imply them
+    # Every stage trains on images of this shape (the pool's are resized to it), in batches
+    # of train.batch_size, augmented as [augment] says: refused here as `dlperf run` does.
+    check_augment(base.augment, labelled.shape, base.train.batch_size, labelled.name)
     if opts.top_p > labelled.num_classes:
         raise UserError(
             f"--top-p {opts.top_p} is more than the {labelled.num_classes} classes of "

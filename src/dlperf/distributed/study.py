@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from dlperf.config import ScaleJob
+from dlperf.data.augment import check_augment
 from dlperf.distributed.contracts import PointRow, PointSummary, RankResult, WorkerSpec, read_ranks
 from dlperf.distributed.hvd_launch import run_horovod
 from dlperf.distributed.launch import Rendezvous, run_torchrun
@@ -406,6 +407,15 @@ class Study:
             self.reporter.log(f"{point.label()} failed: {str(error).splitlines()[0]}")
         return row
 
+    def check_augment(self, points: Sequence[Point]) -> None:
+        """The [augment] the torch points' workers apply to their shards (not to --synthetic's
+        random batches, not Keras's) refused as `dlperf run` refuses it, before anything is
+        stored: one that blanks every image, or M copies of a per-worker batch beyond memory."""
+        batches = [p.per_worker_batch for p in points if not self.keras(p)]
+        if batches and not self.opts.synthetic:
+            fewer = "--per-worker-batch (weak) or --global-batch (strong)"
+            check_augment(self.exp.augment, self.data.shape, max(batches), self.data.name, fewer)
+
     def check_batches(self, points: Sequence[Point]) -> None:
         """Each per-worker batch below the dry checks' own must train (batch norm refuses one
         image): one line before anything is stored, as a sweep's up-front check says it,
@@ -449,6 +459,7 @@ def run_study(
         error = study.shard_error(point)
         if error is not None:
             raise error
+    study.check_augment(points)
     study.check_batches(points)
     study.plan_threads(points)
     study.open()
