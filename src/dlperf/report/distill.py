@@ -42,16 +42,17 @@ def distill_figure(result: DistillResult) -> Path | None:
         return None
     path = Path(result.directory) / figure_name(result)
     study = (result.study_id, result.name)
-    return plot_distill(path, study, result.teacher, result.baseline, result.students)
+    fig = draw_distill(study, result.teacher, result.baseline, result.students)
+    fig.savefig(path, dpi=120)
+    return path
 
 
-def plot_distill(
-    path: Path,
+def draw_distill(
     study: tuple[int, str],
     teacher: Trained | None,
     baseline: BaselineRow | None,
     students: Sequence[Student],
-) -> Path:
+) -> Figure:
     """Each student that finished, the teacher and the baseline (None: none in the study);
     `study`: its id and name."""
     students = sorted((s for s in students if s.test_accuracy is not None), key=lambda s: s.top_k)
@@ -91,5 +92,4 @@ def plot_distill(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return fig

@@ -105,6 +105,23 @@ def draw_time_to_target(groups: list[dict[str, Any]], target: float) -> Figure:
     return _finish(fig, ax, f"seconds to {target:.0%} validation accuracy", "")
 
 
+def draw_sweep(
+    curves: list[Curve],
+    groups: list[dict[str, Any]],
+    axes: dict[str, list[Any]],
+    target: float | None,
+) -> dict[str, Figure]:
+    """The sweep's figures by name, from its finished runs' validation `curves`. No
+    time-to-target figure when no point reached a target: it would hold no bar."""
+    figures = {"val_error": draw_val_error(mean_curves(curves))}
+    for axis, values in axes.items():
+        if _numeric(values) and len(set(values)) > 1:
+            figures[f"accuracy_vs_{axis.replace('.', '_')}"] = draw_accuracy_vs_axis(axis, groups)
+    if target is not None and any(g["time_to_target_s"] is not None for g in groups):
+        figures["time_to_target"] = draw_time_to_target(groups, target)
+    return figures
+
+
 def plot_sweep(
     directory: Path,
     curves: list[Curve],
@@ -112,15 +129,8 @@ def plot_sweep(
     axes: dict[str, list[Any]],
     target: float | None,
 ) -> list[Path]:
-    """Write the sweep's figures into `directory` from its finished runs' validation
-    `curves`; their paths. No time-to-target figure when no point reached a target: it
-    would hold no bar."""
-    figures = {"val_error": draw_val_error(mean_curves(curves))}
-    for axis, values in axes.items():
-        if _numeric(values) and len(set(values)) > 1:
-            figures[f"accuracy_vs_{axis.replace('.', '_')}"] = draw_accuracy_vs_axis(axis, groups)
-    if target is not None and any(g["time_to_target_s"] is not None for g in groups):
-        figures["time_to_target"] = draw_time_to_target(groups, target)
+    """Write draw_sweep's figures into `directory`; their paths."""
+    figures = draw_sweep(curves, groups, axes, target)
     paths = [directory / f"{name}.png" for name in figures]
     for path, fig in zip(paths, figures.values(), strict=True):
         fig.savefig(path, dpi=120)

@@ -4,14 +4,11 @@ a sweep's from `dlperf.report.sweep`, a staleness study's from `dlperf.report.st
 a distill study's from `dlperf.report.distill` (a largest-batch search's, from
 `dlperf.report.max_batch`, pages.py draws); what only the report draws (phase breakdown,
 all-reduce against the α-β model, predicted against measured) is here.
-matplotlib without pyplot, files never written except where a reused function only saves
-(then into a temporary directory)."""
+matplotlib without pyplot; no file is written."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
@@ -27,7 +24,7 @@ from dlperf.report.runs import (
     rows_of,
     ylabel,
 )
-from dlperf.report.site.html import FIG_WIDTH_IN, png, png_bytes
+from dlperf.report.site.html import FIG_WIDTH_IN, png
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
 from dlperf.store.record import RunRecord
@@ -277,29 +274,24 @@ def sweep(
     target: float | None,
 ) -> Figures:
     """The figures `dlperf sweep` draws, drawn again from the stored runs."""
-    from dlperf.report.sweep import plot_sweep
+    from dlperf.report.sweep import draw_sweep
 
     captions = {
         "val_error": "validation error against epoch, each point's mean over its seeds",
         "time_to_target": "wall time to the target accuracy per point",
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = plot_sweep(Path(tmp), curves, groups, axes, target)
-        return [(captions.get(p.stem, p.stem.replace("_", " ")), png_bytes(p.read_bytes()))
-                for p in paths]  # fmt: skip
+    drawn = draw_sweep(curves, groups, axes, target)
+    return [(captions.get(name, name.replace("_", " ")), png(fig)) for name, fig in drawn.items()]
 
 
 def staleness(
     curves: Mapping[str, Sequence[float | None]], histogram: Mapping[str, int]
 ) -> Figures:
     """Synchronous against emulated asynchronous SGD, beside the staleness histogram."""
-    from dlperf.report.staleness import plot_staleness
+    from dlperf.report.staleness import draw_staleness
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "staleness.png"
-        plot_staleness(path, curves, histogram)
-        caption = "validation accuracy per epoch, sync vs async; staleness histogram"
-        return [(caption, png_bytes(path.read_bytes()))]
+    caption = "validation accuracy per epoch, sync vs async; staleness histogram"
+    return [(caption, png(draw_staleness(curves, histogram)))]
 
 
 def distill(
@@ -309,10 +301,8 @@ def distill(
     students: Sequence[Student],
 ) -> Figures:
     """A distill study's figure as `dlperf distill` draws it: student test accuracy against K,
-    the teacher and the baseline as lines (arguments as `plot_distill` takes them)."""
-    from dlperf.report.distill import plot_distill
+    the teacher and the baseline as lines (arguments as `draw_distill` takes them)."""
+    from dlperf.report.distill import draw_distill
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = plot_distill(Path(tmp) / "distill.png", study, teacher, baseline, students)
-        caption = "student test accuracy against K (images kept per class), teacher and baseline"
-        return [(caption, png_bytes(path.read_bytes()))]
+    caption = "student test accuracy against K (images kept per class), teacher and baseline"
+    return [(caption, png(draw_distill(study, teacher, baseline, students)))]
