@@ -469,7 +469,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self.fields.op(ops.op_name(func), args, out, name or ROOT)
         if ops.is_view(func):
             return out
-        cost = ops.cost_of(func, args, out)
+        cost = ops.cost_of(func, args, out, kwargs)
         if cost is None:
             self.unsupported[f"{func.namespace}.{func.overloadpacket.__name__}"] += 1
             cost = ops.Cost(0, 0)

@@ -196,6 +196,27 @@ def index_put(args: Sequence[Any], out: Any) -> Cost:
     return Cost(0, args[2].numel() if accumulate else 0)
 
 
+def scatter(args: Sequence[Any], out: Any) -> Cost:
+    """scatter(self, dim, index, src or value[, reduce]): a copy of one value per index element,
+    no FLOPs, unless `reduce` (add, multiply) makes it one op per index element."""
+    reduces = len(args) > 4 and args[4] is not None
+    return Cost(0, args[2].numel() if reduces else 0)
+
+
+def scatter_reduce(args: Sequence[Any], out: Any) -> Cost:
+    """scatter_add(self, dim, index, src) and scatter_reduce(..., reduce): one add (multiply,
+    compare) per index element, the src values it brings in; "mean" then divides every
+    element of the output by its count."""
+    mean = len(args) > 4 and args[4] == "mean"
+    return Cost(0, args[2].numel() + (_first(out).numel() if mean else 0))
+
+
+def index_add(args: Sequence[Any], out: Any) -> Cost:
+    """index_add(self, dim, index, source, alpha): one add per source element (alpha's scaling
+    counted in it, as add's alpha is)."""
+    return Cost(0, args[3].numel())
+
+
 HANDLERS: dict[str, Handler] = {
     "convolution": convolution,
     "_convolution": convolution,
@@ -257,6 +278,10 @@ HANDLERS: dict[str, Handler] = {
     "_prelu_kernel": per_output(ELEMENTWISE),  # the slope's multiply, as leaky ReLU
     "_prelu_kernel_backward": per_input(PRELU_BACKWARD),  # args[0]: the output's gradient
     "index_put": index_put,
+    "scatter": scatter,
+    "scatter_add": scatter_reduce,
+    "scatter_reduce": scatter_reduce,
+    "index_add": index_add,
     "embedding_dense_backward": per_input(ELEMENTWISE),  # sums the gradients of each row
 }
 
@@ -375,7 +400,7 @@ IGNORED: frozenset[str] = frozenset(
         "index",
         "index_select",
         "gather",
-        "scatter",
+        "sort",  # compares and moves values: no FLOPs (fvcore, ptflops count none)
         "embedding",
         "roll",
         "flip",
@@ -470,15 +495,24 @@ def op_name(func: torch._ops.OpOverload) -> str:
     return str(name[:-1] if name.endswith("_") and name[:-1] in HANDLERS else name)
 
 
-def cost_of(func: torch._ops.OpOverload, args: Sequence[Any], out: Any) -> Cost | None:
-    """The cost of one ATen call; None when the operator has no handler."""
+def cost_of(
+    func: torch._ops.OpOverload, args: Sequence[Any], out: Any, kwargs: Any = None
+) -> Cost | None:
+    """The cost of one ATen call; None when the operator has no handler. Its handler is given
+    the arguments in the schema's order: those given by keyword (scatter's reduce is keyword
+    only) after the positional ones, the defaults of the others between them."""
     if func.namespace != "aten":
         return None
     name = op_name(func)
     if name in IGNORED:
         return Cost(0, 0)
     handler = HANDLERS.get(name)
-    return handler(args, out) if handler is not None else None
+    if handler is None:
+        return None
+    if kwargs:
+        rest = func._schema.arguments[len(args) :]
+        args = [*args, *(kwargs.get(a.name, a.default_value) for a in rest)]
+    return handler(args, out)
 
 
 def is_view(func: torch._ops.OpOverload) -> bool:
