@@ -79,6 +79,29 @@ def test_gpu_time_goes_to_the_operator_that_launched_it(tmp_path: Path) -> None:
     assert (o.compute_only_us, o.comm_only_us, o.both_us, o.idle_us) == (20, 10, 20, 50)
 
 
+def test_the_gpus_copies_of_the_phase_ranges_neither_count_nor_hide_the_host_phase(
+    tmp_path: Path,
+) -> None:
+    """On CUDA, Kineto writes each dlperf::<phase> range twice: on the host (user_annotation)
+    and again on the GPU's timeline, spanning the phase's kernels (gpu_user_annotation), later
+    than the host's. Seen on an H200 (2026-11-26): the copies doubled the phase totals, and a
+    backward operator whose instant fell after a GPU-side forward range had ended was put in
+    "other"; the backward's own operators, on autograd's device thread, were all "other"."""
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 0, 100),
+        _x("dlperf::forward", "user_annotation", 0, 40),
+        _x("dlperf::backward", "user_annotation", 40, 50),
+        _x("dlperf::forward", "gpu_user_annotation", 30, 40, tid=99),  # the GPU runs behind
+        _x("aten::conv", "cpu_op", 2, 8),
+        _x("aten::convolution_backward", "cpu_op", 75, 10, tid=3),  # autograd's device thread
+    ]
+    s = summarise(_write(tmp_path / "t.json.gz", events))
+    assert s.phases_us == {"forward": 40, "backward": 50}
+    ops = {o.name: o for o in s.operators}
+    assert ops["aten::conv"].by_phase_us == {"forward": 8}
+    assert ops["aten::convolution_backward"].by_phase_us == {"backward": 10}
+
+
 @pytest.mark.parametrize(
     "content", [b"", b"not json", b'{"traceEvents": 3}', b'{"no": "events"}'], ids=str
 )

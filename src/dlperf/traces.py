@@ -390,13 +390,16 @@ def _is_comm(name: str) -> bool:
 
 
 class _Phases:
-    """The time intervals of the dlperf::<phase> ranges, to look an instant's phase up."""
+    """The time intervals of the dlperf::<phase> ranges, to look an instant's phase up: the
+    host's ranges only. On CUDA Kineto copies each range onto the GPU's timeline
+    (gpu_user_annotation), later than the host's: counted too, they doubled the totals and,
+    overlapping the host's next phase, hid it from the lookup."""
 
     def __init__(self, events: list[Event]) -> None:
         ranges = sorted(
             (e.start, e.end, e.name.removeprefix(PHASE_PREFIX))
             for e in events
-            if e.name.startswith(PHASE_PREFIX)
+            if e.name.startswith(PHASE_PREFIX) and e.category == "user_annotation"
         )
         self.starts = [r[0] for r in ranges]
         self.ranges = ranges
