@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from dlperf.distributed.allreduce import (
 from dlperf.distributed.launch import free_port
 from dlperf.errors import UserError
 from dlperf.store import RunStore
+from tests.conftest import CliResult
 from tests.test_contention import needs_schedstat
 
 KB, MB = 1024, 1024**2
@@ -218,26 +220,28 @@ def test_benchmark_under_torchrun_with_two_gloo_workers(tmp_path: Path) -> None:
 
 
 @needs_schedstat
-def test_benchmark_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -> None:
+def test_benchmark_on_a_busy_core_is_marked(
+    busy_core: int, cli: Callable[..., CliResult], store: RunStore
+) -> None:
     """`dlperf scale allreduce` with its worker on the core a busy process holds: the CPU
-    wait and the mark in --json, per row, in the store and as an `unreliable` line."""
-    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
-    pinned = f"import os; os.sched_setaffinity(0, {{{busy_core}}}); "
-    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    wait and the mark in --json, per row, in the store and as an `unreliable` line. The
+    command runs in this process's thread, pinned to that core while it runs (torchrun and
+    the worker inherit it)."""
     bench = ["scale", "allreduce", "--workers", "1", "--sizes", "1KB,4KB", "--iters", "5"]
-    done = subprocess.run(
-        [*command, *bench, "--json"], env=env, cwd=tmp_path, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {busy_core})
+    try:
+        done = cli(*bench, "--json")
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert done.code == 0, done.err
+    result = json.loads(done.out)
     assert result["cpu_wait_share"] > 0.25 and result["reliable"] is False, result
     assert result["reliability_note"].startswith("contended: its threads waited for a CPU")
     assert result["contention"]["source"] == "schedstat"
     assert all(0 <= r["cpu_wait_share"] <= 1 for r in result["rows"])
-    said = " ".join(done.stderr.split())  # rich wraps a long line on stderr
+    said = " ".join(done.err.split())  # rich wraps a long line on stderr
     assert f"unreliable: 1 worker: {result['reliability_note']}" in said
-    store = RunStore.open(env["DLPERF_DB"])
     (run,) = store.list_runs(kind="allreduce")
     assert [r["cpu_wait_share"] for r in run.summary["rows"]] == [
         r["cpu_wait_share"] for r in result["rows"]

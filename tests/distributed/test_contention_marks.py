@@ -10,8 +10,6 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -132,21 +130,23 @@ def test_threads_per_worker_overrides_the_fair_share(
     not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat").exists(),
     reason="needs Linux's per-thread schedstat",
 )
-def test_a_real_study_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -> None:
+def test_a_real_study_on_a_busy_core_is_marked(
+    busy_core: int, cli: Callable, tmp_path: Path
+) -> None:
     """Real torchrun workers pinned, with the study, to the core a busy process holds: every
-    point measures its wait and is marked, and no speedup is printed bare."""
+    point measures its wait and is marked, and no speedup is printed bare. The study runs in
+    this process's thread, pinned to that core while it runs (the workers inherit it)."""
     exp = write_experiment(tmp_path)
-    env = {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}"}
-    pinned = f"import os; os.sched_setaffinity(0, {{{busy_core}}}); "
-    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
     args = ["scale", str(exp), "--workers", "1,2", *STUDY[:-2], "--warmup-steps", "1"]
-    done = subprocess.run(
-        [*command, *args, "--steps", "6", "--synthetic", "--no-plots", "--no-comm-split",
-         "--allow-oversubscribe", "--repeat", "1", "--json"],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)["rows"]
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {busy_core})
+    try:
+        r = cli(*args, "--steps", "6", "--synthetic", "--no-plots", "--no-comm-split",
+                "--allow-oversubscribe", "--repeat", "1", "--json")  # fmt: skip
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)["rows"]
     # --repeat 1: one launch per point (not 3), each point's wait measured by that launch
     assert [row.get("rounds") for row in rows] == [None, None]
     assert [row["threads_per_worker"] for row in rows] == [1, 1]

@@ -388,10 +388,23 @@ def test_find_max_batch_fails_when_a_batch_fails_for_another_reason(
     cli: Callable, exp_path: Path, store: RunStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only running out of memory ends the search with an answer: a point that crashes (an
-    NCCL error, a bug) at batch 128 after 32 fitted leaves it unfinished, exit 1, saying so."""
-    from dlperf.distributed.contracts import PointRow
+    NCCL error, a bug) at batch 128 after 32 fitted leaves it unfinished, exit 1, saying so.
+    The search's logic is what is tested: batch 32's workers are faked too (a real point at
+    32 fits in test_find_max_batch_stops_where_the_data_runs_out)."""
+    from dlperf.distributed import study as study_module
+    from dlperf.distributed.contracts import PointRow, WorkerSpec, write_ranks
+    from dlperf.distributed.launch import Launch
     from dlperf.distributed.study import Study
+    from tests.conftest import rank_result
 
+    def run_torchrun(directory: Path, nproc: int, *args: object, **kwargs: object) -> Launch:
+        spec = WorkerSpec.read(directory / "spec.json")
+        assert spec.per_worker_batch == 32 and nproc == 1
+        ranks = [rank_result(0, [0.1] * spec.steps, None, spec.per_worker_batch, world=1)]
+        write_ranks(directory / "result.json", ranks)
+        return Launch(0, [])
+
+    monkeypatch.setattr(study_module, "run_torchrun", run_torchrun)
     real = Study.run_point
 
     def run_point(study: Study, index: int, total: int, point: Any, steps: int, extra: Any):
