@@ -1,7 +1,8 @@
 """Augmentation of a whole batch at once, on the training device (after airbench).
 
 Random draws come from a CPU generator (a few numbers per image), so a run's
-augmentation is the same on CPU and GPU and is reproduced exactly on resume.
+augmentation is the same on CPU and GPU and is reproduced exactly on resume. They reach the
+device through `host_to_device`, which does not make the host wait for the device.
 """
 
 from __future__ import annotations
@@ -30,8 +31,18 @@ def check_augment(
         raise UserError(*refused)
 
 
+def host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t`, drawn on the host, on `device`. To CUDA from pinned memory without waiting: a
+    blocking copy synchronises the stream, so the host would wait for every step queued
+    before it (pinned blocks are not reused before their copy ends: torch's host allocator
+    records it)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def _uniform_int(n: int, high: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
-    return torch.randint(0, high, (n,), generator=g).to(device)
+    return host_to_device(torch.randint(0, high, (n,), generator=g), device)
 
 
 def random_crop(x: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tensor:
@@ -52,7 +63,7 @@ def random_crop(x: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tens
 
 def random_flip(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     """Flip each image left-right with probability 1/2."""
-    flip = (torch.rand(x.shape[0], generator=g) < 0.5).to(x.device)
+    flip = host_to_device(torch.rand(x.shape[0], generator=g) < 0.5, x.device)
     return torch.where(flip[:, None, None, None], x.flip(-1), x)
 
 

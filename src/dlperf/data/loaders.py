@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from dlperf.config import AugmentConfig
-from dlperf.data.augment import augment_batch, normalize
+from dlperf.data.augment import augment_batch, host_to_device, normalize
 from dlperf.data.sources import ImageData, Split, decode_file
 from dlperf.errors import UserError
 
@@ -65,7 +65,7 @@ class TensorLoader:
         g = epoch_generator(self.seed, self.epoch)
         n = len(self.labels)
         order = torch.randperm(n, generator=g) if self.augment else torch.arange(n)
-        order = order.to(self.images.device)
+        order = host_to_device(order, self.images.device)
         for i in range(len(self)):
             index = order[i * self.batch_size : (i + 1) * self.batch_size]
             x, y = self.images[index], self.labels[index]
