@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from dlperf import contention
 from dlperf.contention import Contention, Reading, between, combine, judge
 from dlperf.system import auto_threads, crowding
+from tests.conftest import CliResult
 
 SCHEDSTAT = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat").exists()
 needs_schedstat = pytest.mark.skipif(not SCHEDSTAT, reason="needs Linux's per-thread schedstat")
@@ -128,10 +130,14 @@ def pinned_dlperf(
 
 
 @needs_schedstat
-def test_run_on_a_busy_core_is_marked_and_warned(busy_core: int, tmp_path: Path) -> None:
+def test_run_on_a_busy_core_is_marked_and_warned(
+    busy_core: int, tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
     """`dlperf run` sharing its only core with a busy process: the measured CPU wait and the
-    mark in its result and in the store; no threads warning (one thread cannot be fewer)."""
+    mark in its result and in the store; no threads warning (one thread cannot be fewer).
+    `runs show` reads the run in this process, from the same store (the `cli` fixture's)."""
     exp, command, env = pinned_dlperf(tmp_path, {busy_core}, "1")
+    assert env["DLPERF_DB"] == os.environ["DLPERF_DB"]
     done = subprocess.run(
         [*command, "run", str(exp), "--json"], env=env, capture_output=True, text=True
     )
@@ -141,12 +147,10 @@ def test_run_on_a_busy_core_is_marked_and_warned(busy_core: int, tmp_path: Path)
     assert "contended: its threads waited for a CPU" in result["reliability_note"]
     assert result["contention"]["source"] == "schedstat"
     assert "usable cores are free" not in done.stderr
-    shown = subprocess.run(
-        [*command, "runs", "show", str(result["run_id"])], env=env, capture_output=True,
-        text=True, check=True,
-    )  # fmt: skip
-    assert "reliability_note" in shown.stdout or "contended" in shown.stdout
-    assert "cpu_wait_share" in shown.stdout or "CPU wait" in shown.stdout
+    shown = cli("runs", "show", str(result["run_id"]))
+    assert shown.code == 0, shown.err
+    assert "reliability_note" in shown.out or "contended" in shown.out
+    assert "cpu_wait_share" in shown.out or "CPU wait" in shown.out
 
 
 # What threads a run takes, and the warning, are settled before training: one step on a few
@@ -163,27 +167,34 @@ FEWEST = (
 
 @needs_schedstat
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
-def test_auto_threads_leave_the_busy_core(busy_core: int, tmp_path: Path) -> None:
+def test_auto_threads_leave_the_busy_core(
+    busy_core: int, tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
     """On two cores with one held by a busy process, run.threads = 2 is warned about before
     training, in one line with the figure and the fix, and run.threads = "auto" takes one
-    thread (two threads sharing the free core would wait on each other at every step)."""
+    thread (two threads sharing the free core would wait on each other at every step). Both
+    runs train in this process's thread, pinned to the two cores while they run."""
+    import torch
+
     cpus = sorted(os.sched_getaffinity(0))[:2]
     assert busy_core in cpus
-    exp, command, env = pinned_dlperf(tmp_path, set(cpus), '"auto"')
-    done = subprocess.run(
-        [*command, "run", str(exp), *FEWEST, "--json"], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["threads"] == 1
-    assert "usable cores are free" not in done.stderr
-    done = subprocess.run(
-        [*command, "run", str(exp), "--set", "run.threads=2", *FEWEST, "--json"], env=env,
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    (warning,) = [line for line in done.stderr.splitlines() if "usable cores are free" in line]
+    exp, _, env = pinned_dlperf(tmp_path, set(cpus), '"auto"')
+    assert env["DLPERF_DB"] == os.environ["DLPERF_DB"]
+    allowed, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, set(cpus))
+    try:
+        auto = cli("run", str(exp), *FEWEST, "--json")
+        two = cli("run", str(exp), "--set", "run.threads=2", *FEWEST, "--json")
+    finally:
+        os.sched_setaffinity(0, allowed)
+        torch.set_num_threads(threads)
+    assert auto.code == 0, auto.err
+    assert json.loads(auto.out)["threads"] == 1
+    assert "usable cores are free" not in auto.err
+    assert two.code == 0, two.err
+    (warning,) = [line for line in two.err.splitlines() if "usable cores are free" in line]
     assert warning.startswith("warning: only ") and "of 2 usable cores are free" in warning
-    assert 'set run.threads = 1 (or "auto")' in " ".join(done.stderr.split())
+    assert 'set run.threads = 1 (or "auto")' in " ".join(two.err.split())
 
 
 def test_a_window_too_short_for_the_clock_ticks_does_not_guess_who_took_the_cpu(

@@ -165,20 +165,32 @@ def test_an_interrupt_out_of_exec_still_exits_with_the_code(tmp_path: Path) -> N
     """CPython up to 3.13 marks a KeyboardInterrupt that escapes `exec` of a string as
     unhandled even when a caller handles it, and ends the process by SIGINT (-2, no
     traceback): how a SIGTERMed `staleness` once exited in CI. A real `dlperf run`, signalled
-    from such code at step 2."""
+    from such code at step 2. The three runs (one per signal) run side by side, on one
+    store."""
     (tmp_path / "exp.toml").write_text(TINY.format(epochs=50))
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        proc = subprocess.run(
-            [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml"],
-            cwd=tmp_path,
-            env={**os.environ, **hook_env("signal_in_exec", f"2:{sig.name[3:]}")},
-            capture_output=True,
-            text=True,
-            timeout=DEADLINE_S,
-        )
-        assert proc.returncode == 128 + sig, proc.stderr
-        assert "Traceback" not in proc.stderr
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for sig in signals:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml"],
+                    cwd=tmp_path,
+                    env={**os.environ, **hook_env("signal_in_exec", f"2:{sig.name[3:]}")},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        for sig, proc in zip(signals, procs, strict=True):
+            _, stderr = proc.communicate(timeout=DEADLINE_S)
+            assert proc.returncode == 128 + sig, stderr
+            assert "Traceback" not in stderr
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
     store = RunStore.open(db)
     assert [(r.status, r.error) for r in store.list_runs()] == [("killed", "interrupted")] * 3
 
@@ -186,7 +198,9 @@ def test_an_interrupt_out_of_exec_still_exits_with_the_code(tmp_path: Path) -> N
 def test_a_run_started_with_sighup_ignored_trains_through_it(tmp_path: Path) -> None:
     """`nohup dlperf run ...`: the run sends itself SIGHUP at step 2 (as a closed terminal
     would) and finishes, exit 0, its run `finished`."""
-    (tmp_path / "exp.toml").write_text(TINY.format(epochs=1))
+    # 256 training images: an epoch of 8 steps, SIGHUP at step 2 of them
+    limited = TINY.format(epochs=1).replace("\n[train]", "\nlimit = 256\n[train]")
+    (tmp_path / "exp.toml").write_text(limited)
     db = f"sqlite:///{tmp_path / 'runs.db'}"
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does; exec keeps it
     try:
