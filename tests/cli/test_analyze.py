@@ -201,9 +201,10 @@ def test_calibrate_then_predict_measure_is_stored(
 
 
 @needs_schedstat
-def test_predict_measure_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path) -> None:
+def test_predict_measure_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path, cli: Cli) -> None:
     """`predict --measure` sharing its only core with a busy process: the rounds' CPU wait
-    and the mark as rows of its table and in the stored run."""
+    and the mark as rows of its table and in the stored run (read in this process, from the
+    same store: the `cli` fixture's)."""
     env = {
         **os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}",
         "DLPERF_DEVICES": str(tmp_path / "devices.toml"),
@@ -217,11 +218,10 @@ def test_predict_measure_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path
     rows = totals_rows(done.stdout)
     assert float(rows["CPU wait (share of thread time)"]) > 0.25, rows
     assert rows["unreliable"].startswith("contended: its threads waited for a CPU"), rows
-    shown = subprocess.run(
-        [*command, "runs", "show", rows["stored as run"], "--json"], env=env,
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    summary = json.loads(shown.stdout)["summary"]
+    assert env["DLPERF_DB"] == os.environ["DLPERF_DB"]
+    shown = cli("runs", "show", rows["stored as run"], "--json")
+    assert shown.code == 0, shown.err
+    summary = json.loads(shown.out)["summary"]
     assert summary["cpu_wait_share"] > 0.25 and summary["reliable"] is False, summary
     assert summary["contention"]["source"] == "schedstat"
 
