@@ -428,6 +428,44 @@ def _image_folder(split: Path) -> Any:
     return Folder(str(split), is_valid_file=wanted)
 
 
+# Class folders a refusal names each way, at most; the rest are counted.
+_NAMED_CLASSES = 3
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _different_classes(root: Path, train: list[str], other: str, held: list[str]) -> UserError:
+    """The line for train/ and val/ (or test/) holding different class folders: the folders
+    each side lacks, up to three each way, and which to add or remove."""
+    sides = [
+        ("train", other, sorted(set(train) - set(held))),
+        (other, "train", sorted(set(held) - set(train))),
+    ]
+    said, adds, removes = [], [], []
+    for has, lacks, extra in sides:
+        if not extra:
+            continue
+        names = [os.fsencode(c).decode("utf-8", "replace") for c in extra[:_NAMED_CLASSES]]
+        more = len(extra) - len(names)
+        listed = _and([*names, f"{more} more"] if more else names)
+        plural = len(extra) > 1
+        said.append(
+            f"class folder{'s' if plural else ''} {listed} {'are' if plural else 'is'} "
+            f"in {has}/ but not in {lacks}/"
+        )
+        adds += [f"{lacks}/{n}" for n in names]
+        removes += [f"{has}/{n}" for n in names]
+    listed_all = all(len(extra) <= _NAMED_CLASSES for _, _, extra in sides)
+    hint = (
+        f"add {_and(adds)} images, or remove {_and(removes)}"
+        if listed_all
+        else f"give train/ and {other}/ the same class folders"
+    )
+    return UserError(f"{root}: {', and '.join(said)}", hint)
+
+
 def imagefolder(cfg: DataConfig) -> ImageData:
     """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
     root = Path(cfg.root)
@@ -442,7 +480,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     except (FileNotFoundError, RuntimeError) as e:
         raise UserError(f"{root}: {e}") from None
     if train_set.classes != test_set.classes:
-        raise UserError(f"{root}: train and {test_dir.name} have different class folders")
+        raise _different_classes(root, train_set.classes, test_dir.name, test_set.classes)
     side = cfg.image_size
     n = len(train_set) + len(test_set)
     fits = n * 3 * side * side <= cfg.max_memory_gb * 2**30
