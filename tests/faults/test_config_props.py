@@ -127,7 +127,7 @@ NUMERIC = {
     "serve.max_wait_ms": Range(float, 0),
     "serve.queue": Range(int, 1, INT),
     "serve.threads": Range(int, 1, INT),
-    "serve.max_body_mb": Range(float, 0),
+    "serve.max_body_mb": Range(float, 0, low_open=True),
     "serve.max_pixels": Range(int, 1, INT),
     "serve.read_timeout_s": Range(float, 0, low_open=True),
     "serve.max_connections": Range(int, 1, INT),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import errno
+import math
 import socket
 from dataclasses import asdict
+from fractions import Fraction
 from pathlib import Path
 
 import typer
@@ -103,7 +105,8 @@ def start(
         opts.max_wait_ms,
         opts.queue,
         opts.threads,
-        max_body_bytes=int(opts.max_body_mb * 2**20),
+        # In exact arithmetic: rounded up (a byte at least), and no float overflow at 1e308.
+        max_body_bytes=math.ceil(Fraction(opts.max_body_mb) * 2**20),
         max_pixels=opts.max_pixels,
     )
     sock = _listen(opts.host, opts.port)

@@ -25,8 +25,8 @@ class ServeConfig(Section):
     """Waiting requests before the server answers 503."""
     threads: Count | None = None
     """ONNX Runtime intra-op threads; None = its own choice."""
-    max_body_mb: NonNegative = 8.0
-    """Largest request body in MiB; larger ones get 413."""
+    max_body_mb: Positive = 8.0
+    """Largest request body in MiB, rounded up to whole bytes; larger ones get 413."""
     max_pixels: Count | None = None
     """Largest image /predict decodes, in pixels; None = 40,000,000."""
     read_timeout_s: Positive = 30.0
