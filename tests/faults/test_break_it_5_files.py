@@ -11,12 +11,18 @@ blocks fails its test instead of hanging the suite (a guard, not a timing assert
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -44,6 +50,79 @@ def dlperf(*args: str) -> CliResult:
         proc.communicate()
         pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
     return CliResult(proc.returncode, out, err)
+
+
+# One child for several commands: for each line it reads (a directory, DLPERF_DB, arguments)
+# it runs `dlperf ARGUMENTS` there through the entry point (as the `cli` fixture does), then
+# writes a line of DONE and the result's JSON.
+DONE = "\x00dlperf-done\x00"
+SERVE = f"""
+import contextlib, io, json, os, sys
+from dlperf.cli import main
+for line in sys.stdin:
+    cwd, db, args = json.loads(line)
+    os.chdir(cwd)
+    if db is None:
+        os.environ.pop("DLPERF_DB", None)
+    else:
+        os.environ["DLPERF_DB"] = db
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = ["dlperf", *args]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    print({DONE!r} + json.dumps([code, out.getvalue(), err.getvalue()]), flush=True)
+"""
+
+
+class Commands:
+    """`dlperf ARGS` commands run one after another in one process (group) of its own, under
+    the guard of `dlperf`: one start, torch's import included, for several commands that may
+    block, with files changed between them. Each runs where `dlperf` would start it: in this
+    process's directory, against its DLPERF_DB, at the call. Killed, with any workers, on
+    leaving."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SERVE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None
+        threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.put(line)
+        self.lines.put("")  # the child is gone
+
+    def __call__(self, *args: str) -> CliResult:
+        assert self.proc.stdin is not None
+        line = [os.getcwd(), os.environ.get("DLPERF_DB"), args]
+        self.proc.stdin.write(json.dumps(line) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + GUARD_S
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"dlperf {' '.join(args)} still running after {GUARD_S} s")
+            assert line, f"the commands' process ended: {self.proc.communicate()[1]}"
+            if DONE in line:  # after anything written to the descriptor itself
+                code, out, err = json.loads(line.split(DONE)[1])
+                return CliResult(code, out, err)
+
+    def __enter__(self) -> Commands:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate()
 
 
 def fifo(path: Path) -> None:
@@ -120,18 +199,19 @@ def test_a_killed_run_s_checkpoint_gone_or_not_a_file_is_said_as_such(
     [path] = [Path(a["path"]) for a in store.artifacts(1) if a["kind"] == "checkpoint"]
     saved = path.read_bytes()
     again = "(put the run's checkpoint back, or train the run again)"
-    for make, what in [
-        (None, "is missing"),
-        (fifo, "is not a regular file"),
-        (directory, "is not a regular file"),
-        (link_to_dev_zero, "is not a regular file"),
-    ]:
-        remove(path)
-        if make is not None:
-            make(path)
-        said = f"error: run 1's checkpoint {path} {what} {again}"
-        one_line(dlperf("run", "--resume", "1"), 2, said)
-        one_line(dlperf("export", "1", "--out", str(tmp_path / "m.onnx")), 2, said)
+    with Commands() as dlperf_in_one:  # one process for the 8 commands
+        for make, what in [
+            (None, "is missing"),
+            (fifo, "is not a regular file"),
+            (directory, "is not a regular file"),
+            (link_to_dev_zero, "is not a regular file"),
+        ]:
+            remove(path)
+            if make is not None:
+                make(path)
+            said = f"error: run 1's checkpoint {path} {what} {again}"
+            one_line(dlperf_in_one("run", "--resume", "1"), 2, said)
+            one_line(dlperf_in_one("export", "1", "--out", str(tmp_path / "m.onnx")), 2, said)
     assert store.get_run(1).status == "lost"
     assert not (tmp_path / "m.onnx").exists()
 

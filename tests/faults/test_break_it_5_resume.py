@@ -21,7 +21,7 @@ from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import TINY
 from tests.deploy.test_export_unfinished import stopped_run
-from tests.faults.test_break_it_5_files import dlperf
+from tests.faults.test_break_it_5_files import Commands, dlperf
 from tests.faults.test_store_faults import one_line
 
 MODEL = """
@@ -58,10 +58,11 @@ def test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resuma
         "4.weight is [10, 8] in the checkpoint, [10, 4] in the model"
     )
     hint = "(restore the file the run was trained with, or train it again)"
-    one_line(dlperf("run", "--resume", "1"), 2, said, hint)
-    assert (store.get_run(1).status, store.get_run(1).error) == ("lost", None)
     out = tmp_path / "m.onnx"
-    one_line(dlperf("export", "1", "--out", str(out)), 2, said, hint)
+    with Commands() as dlperf_in_one:  # one process for both refusals
+        one_line(dlperf_in_one("run", "--resume", "1"), 2, said, hint)
+        assert (store.get_run(1).status, store.get_run(1).error) == ("lost", None)
+        one_line(dlperf_in_one("export", "1", "--out", str(out)), 2, said, hint)
     assert not out.exists()
 
     file.write_text(MODEL.format(width=8))

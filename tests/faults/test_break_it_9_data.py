@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ import pytest
 
 from dlperf.errors import UserError
 from tests.conftest import CliResult
-from tests.faults.test_break_it_5_files import dlperf as guarded
+from tests.faults.test_break_it_5_files import Commands
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -79,6 +79,14 @@ def npz_set(path: Path, channels: int) -> np.ndarray:
 # --- cause 1: a FIFO among the user's files ---------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[Commands]:
+    """The module's guarded commands, each in its test's directory and store, in one process:
+    one start for them all (about 13 s each on the busy machine)."""
+    with Commands() as commands:
+        yield commands
+
+
 @pytest.mark.faults  # over 10 s under load: make test-faults
 @pytest.mark.parametrize(
     "command",
@@ -89,7 +97,9 @@ def npz_set(path: Path, channels: int) -> np.ndarray:
         "sweep sweep.toml",
     ],
 )
-def test_a_fifo_in_an_image_folder_is_one_line(command: str, db: str, tmp_path: Path) -> None:
+def test_a_fifo_in_an_image_folder_is_one_line(
+    command: str, db: str, tmp_path: Path, guarded: Commands
+) -> None:
     """Before: each blocked in PIL's open() of the FIFO, without a word, until killed."""
     image_folder(tmp_path / "img")
     fifo = tmp_path / "img" / "train" / "a" / "x.png"
@@ -139,14 +149,16 @@ def test_decode_file_refuses_a_fifo_without_opening_it(tmp_path: Path) -> None:
     assert str(caught[0]).startswith(f"{fifo} is not a regular file (a FIFO)")
 
 
-def test_a_fifo_as_the_npz_file_is_not_called_missing(db: str, tmp_path: Path) -> None:
+def test_a_fifo_as_the_npz_file_is_not_called_missing(
+    db: str, tmp_path: Path, guarded: Commands
+) -> None:
     """Before: "not a readable .npz file (no such file)" for a file that is there."""
     os.mkfifo(tmp_path / "fifo.npz")
     result = guarded("data", "describe", "npz", "--set", "data.root=fifo.npz", "--out", "figs")
     one_line(result, 2, "fifo.npz is not a regular file (a FIFO)")
 
 
-def test_a_fifo_as_a_converge_csv_is_one_line(db: str, tmp_path: Path) -> None:
+def test_a_fifo_as_a_converge_csv_is_one_line(db: str, tmp_path: Path, guarded: Commands) -> None:
     """Before: blocked in open() of the CSV until killed."""
     os.mkfifo(tmp_path / "fifo.csv")
     result = guarded("converge", "fit", "--csv", "fifo.csv", "--y", "metric")
