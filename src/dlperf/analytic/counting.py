@@ -149,6 +149,9 @@ class Analysis:
     kept_float64: bool = False
     """The model holds float64 weights and was counted as built at fp32, not cast (see
     `kept_as_built`)."""
+    complex_dtypes: list[str] = field(default_factory=list)
+    """The complex dtypes (complex64, ...) of the tensors whose arithmetic was counted in real
+    operations (ops.COMPLEX_COUNTED); empty for a model computing on real tensors only."""
     real_tensors: str | None = None
     """Why the model was counted on real CPU tensors of random values, not on the meta device
     (torch's own function that reads tensor values); None when counted on meta."""
@@ -225,6 +228,18 @@ class Analysis:
             return "meta (shapes, no values)"
         return f"real CPU tensors of random values ({self.real_tensors})"
 
+    def precision_counted(self) -> str:
+        """What the count's precision describes: the precision's dtype, or the model's float64
+        as built, and its complex tensors, which no precision casts."""
+        said = KEPT_FLOAT64 if self.kept_float64 else counted_as(self.precision)
+        if not self.complex_dtypes:
+            return said
+        parts = {"complex32": "fp16", "complex64": "fp32", "complex128": "fp64"}
+        kinds = ", ".join(
+            f"{d} (two {parts.get(d, 'real')} numbers each)" for d in self.complex_dtypes
+        )
+        return f"{said}; complex tensors kept as built, not cast: {kinds}"
+
     def to_dict(self) -> dict[str, Any]:
         left_out = INTERNAL if self.train else INTERNAL + BACKWARD
         layers = []
@@ -244,7 +259,8 @@ class Analysis:
                 "activations": self.activations,
                 "macs": self.macs_convention,
                 "macs_counts": MACS_CONVENTIONS[self.macs_convention],
-                "precision": KEPT_FLOAT64 if self.kept_float64 else counted_as(self.precision),
+                "precision": self.precision_counted(),
+                **({"complex": ops.COMPLEX_COUNTED} if self.complex_dtypes else {}),
                 **({"tensors": self.tensors()} if self.real_tensors is not None else {}),
             },
             "totals": self.totals(),
@@ -405,7 +421,9 @@ def _same_dtypes(func: Any, args: Any) -> None:
         return
     if name in ("addmm", "baddbmm", "addmv"):  # the added term after the product's operands
         args = (*args[1:], args[0])
-    dtypes = list(dict.fromkeys(t.dtype for t in _tensors(args) if t.is_floating_point()))
+    dtypes = list(
+        dict.fromkeys(t.dtype for t in _tensors(args) if t.is_floating_point() or t.is_complex())
+    )
     if len(dtypes) > 1:
         got = " and ".join(str(d).removeprefix("torch.") for d in dtypes[-2:])
         raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {got}")
@@ -423,6 +441,8 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.modules = dict(model.named_modules(remove_duplicate=False))
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
+        self.complex_dtypes: set[torch.dtype] = set()
+        """Complex dtypes of the tensors whose arithmetic was counted in real operations."""
         self.claimed: set[int] = set()
         """ids of the parameters a row counts: each is counted once (tied weights)."""
         self.by_storage = {p.untyped_storage()._cdata: (n, p) for n, p in model.named_parameters()}
@@ -470,8 +490,15 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if ops.is_view(func):
             return out
         cost = ops.cost_of(func, args, out, kwargs)
+        shaped = cost  # as the peers count it: by shapes, complex or not
+        if ops.touches_complex(args, out):
+            shaped = ops.cost_of(func, args, out, kwargs, as_real=False)
+            if cost is not None and cost != (0, 0):
+                self.complex_dtypes |= {t.dtype for t in _tensors((args, out)) if t.is_complex()}
         if cost is None:
-            self.unsupported[f"{func.namespace}.{func.overloadpacket.__name__}"] += 1
+            # an operator counted on real tensors, with no rule for complex ones, says so
+            on = " on complex tensors" if shaped is not None else ""
+            self.unsupported[f"{func.namespace}.{func.overloadpacket.__name__}{on}"] += 1
             cost = ops.Cost(0, 0)
         row = self.row(name)
         if not self.tracker.is_bw:
@@ -486,7 +513,8 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             row.backward_kind_flops[kind] += cost.flops
             return out
         row.macs += cost.macs
-        row.peer_macs["fvcore"] += cost.macs + fvcore_extra(ops.op_name(func), args, out)
+        peer = shaped.macs if shaped is not None else 0
+        row.peer_macs["fvcore"] += peer + fvcore_extra(ops.op_name(func), args, out)
         row.flops += cost.flops
         row.bytes += moved
         row.calls += 1
@@ -817,6 +845,20 @@ def kept_as_built(model: nn.Module, precision: str) -> bool:
     return precision == "fp32" and any(t.dtype == torch.float64 for t in tensors)
 
 
+def to_precision(model: nn.Module, precision: str, device: torch.device | str) -> nn.Module:
+    """`model` on `device` in what a count or a measurement at `precision` describes: cast to
+    the precision's dtype, or as built where `kept_as_built`. Complex weights and buffers are
+    never cast (nn.Module.to(dtype) would keep their real part alone): a run casts nothing."""
+    if kept_as_built(model, precision):
+        return model.to(device=device)
+    dtype = DTYPES[precision]
+    moved = model.to(device=device)
+    cast: nn.Module = moved._apply(  # type: ignore[no-untyped-call]
+        lambda t: t.to(dtype) if t.is_floating_point() else t
+    )
+    return cast
+
+
 REAL_TENSORS_MAX_BYTES = 256 * 2**20
 """The most bytes of weights, buffers and input a model whose meta run torch's own code
 refuses (TorchReadsValues) is counted with on real CPU tensors instead."""
@@ -872,15 +914,15 @@ def analyze_module(
     """Count one forward (with `train`: forward and backward) of `model` at batch `batch`.
 
     The model is moved to the meta device (its weights' values are dropped) and cast to the
-    precision's dtype, unless `kept_as_built`. A forward that torch's own code cannot run on
-    meta (TorchReadsValues) is counted on real CPU tensors of random values instead (seeded,
-    the global generator left as it was), when weights and input come to at most
-    REAL_TENSORS_MAX_BYTES; `Analysis.real_tensors` then says why. `command` names the
-    command in a refusal.
+    precision's dtype, unless `kept_as_built`; complex weights stay complex (`to_precision`).
+    A forward that torch's own code cannot run on meta (TorchReadsValues) is counted on real
+    CPU tensors of random values instead (seeded, the global generator left as it was), when
+    weights and input come to at most REAL_TENSORS_MAX_BYTES; `Analysis.real_tensors` then
+    says why. `command` names the command in a refusal.
     """
     dtype = DTYPES[precision]
     kept = kept_as_built(model, precision)
-    model = model.to(device="meta") if kept else model.to(device="meta", dtype=dtype)
+    model = to_precision(model, precision, "meta")
     x = torch.empty(batch, *input_shape, device="meta", dtype=dtype)
     counted = Analysis(
         model=name, input=list(input_shape), batch=batch, train=train, precision=precision,
@@ -963,6 +1005,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
         unsupported_ops=dict(sorted(mode.unsupported.items())),
         not_run=mode.not_run(),
         training_memory=memory,
+        complex_dtypes=sorted(str(d).removeprefix("torch.") for d in mode.complex_dtypes),
     )
 
 

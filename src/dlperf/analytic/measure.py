@@ -18,10 +18,10 @@ from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
 from dlperf.analytic.counting import (
     Analysis,
-    kept_as_built,
     materialize_lazy,
     run_backward,
     run_forward,
+    to_precision,
 )
 from dlperf.analytic.devices import Device
 from dlperf.errors import UserError
@@ -179,8 +179,7 @@ def make_step(
     `model` on a random batch, what the time model predicts: the model cast to the
     precision's dtype, or as built where a run trains it so (counting.kept_as_built)."""
     dtype = DTYPES[precision]
-    kept = kept_as_built(model, precision)
-    model = model.to(device=device) if kept else model.to(device=device, dtype=dtype)
+    model = to_precision(model, precision, device)
     try:
         x = torch.randn(batch, *input_shape, device=device, dtype=dtype)
     except RuntimeError:  # the allocator's failure (torch.OutOfMemoryError is one)

@@ -8,6 +8,10 @@ input) element, are the constants below; docs/analyze.md lists them.
 
 An operator is either in HANDLERS, in IGNORED (views, copies, creation, indexing: no
 arithmetic), or reported by name as unsupported. Nothing is silently counted as zero.
+
+On complex tensors an operator's cost is in real operations (`in_real_arithmetic`): a complex
+multiply-accumulate is COMPLEX_MAC real ones, element-wise ops cost COMPLEX_ELEMENTWISE; an
+operator with no complex rule is reported "on complex tensors", not counted as if real.
 """
 
 from __future__ import annotations
@@ -496,11 +500,18 @@ def op_name(func: torch._ops.OpOverload) -> str:
 
 
 def cost_of(
-    func: torch._ops.OpOverload, args: Sequence[Any], out: Any, kwargs: Any = None
+    func: torch._ops.OpOverload,
+    args: Sequence[Any],
+    out: Any,
+    kwargs: Any = None,
+    *,
+    as_real: bool = True,
 ) -> Cost | None:
     """The cost of one ATen call; None when the operator has no handler. Its handler is given
     the arguments in the schema's order: those given by keyword (scatter's reduce is keyword
-    only) after the positional ones, the defaults of the others between them."""
+    only) after the positional ones, the defaults of the others between them. On complex
+    tensors the cost is in real operations (`in_real_arithmetic`), None for an operator with
+    no complex rule; `as_real` False gives the count by shapes alone, as the peers make it."""
     if func.namespace != "aten":
         return None
     name = op_name(func)
@@ -512,7 +523,80 @@ def cost_of(
     if kwargs:
         rest = func._schema.arguments[len(args) :]
         args = [*args, *(kwargs.get(a.name, a.default_value) for a in rest)]
-    return handler(args, out)
+    shaped = handler(args, out)
+    if not as_real or not touches_complex(args, out):
+        return shaped
+    return in_real_arithmetic(name, args, shaped)
+
+
+# --- complex tensors: their arithmetic in real operations -----------------------------------
+
+COMPLEX_MAC = 4
+"""Real multiply-accumulates per complex one: (a + bi)(c + di) added to a sum is ac - bd and
+ad + bc, 4 real products each added to its part (Gauss's trick takes 3 products and more adds;
+counts of real arithmetic, fvcore-style, and this take the straightforward 4). A product op's
+other FLOPs (a bias add) are complex adds, 2 real adds each."""
+COMPLEX_ADD = 2
+"""A complex add: one real add for each of the real and imaginary parts."""
+COMPLEX_ELEMENTWISE: dict[str, int] = {
+    "add": COMPLEX_ADD,
+    "sub": COMPLEX_ADD,
+    "rsub": COMPLEX_ADD,
+    "neg": COMPLEX_ADD,
+    "sum": COMPLEX_ADD,
+    "mean": COMPLEX_ADD,
+    "cumsum": COMPLEX_ADD,
+    "mul": 6,  # (a + bi)(c + di): 4 multiplies, 2 adds
+    "div": 11,  # ((ac + bd) + (bc - ad)i) / (c^2 + d^2): 6 multiplies, 3 adds, 2 divides
+    "abs": 4,  # sqrt(a^2 + b^2): 2 multiplies, an add, a square root
+}
+"""Real FLOPs per element of the element-wise ops and reductions that have a complex rule (their
+real cost is 1 per element); any other operator on complex tensors is reported, not counted."""
+BY_REAL = 2
+"""A complex tensor multiplied by a real one (or a real number), or divided by one: each part
+once."""
+MAC_HANDLERS = frozenset(
+    {convolution, convolution_backward, matmul, add_matmul, vector_product, attention,
+     attention_backward}
+)  # fmt: skip
+COMPLEX_COUNTED = (
+    "complex arithmetic counted in real operations: a complex multiply-accumulate as 4 real MACs "
+    "(4 multiplies, 4 adds; not Gauss's 3 multiplies), a complex add or subtract as 2 FLOPs, a "
+    "multiply 6, a divide 11, abs 4, a multiply by a real number or divide by one 2; other "
+    "operations on complex tensors not counted"
+)
+"""What `analyze --json` says under conventions.complex, and predict in a note, when the model
+did arithmetic on complex tensors."""
+
+
+def _is_complex(value: Any) -> bool:
+    return isinstance(value, complex) or (isinstance(value, torch.Tensor) and value.is_complex())
+
+
+def touches_complex(args: Sequence[Any], out: Any) -> bool:
+    """Whether an ATen call reads or writes a complex tensor."""
+    flat = [*args, *(out if isinstance(out, tuple | list) else [out])]
+    return any(
+        isinstance(t, torch.Tensor) and t.is_complex()
+        for a in flat
+        for t in (a if isinstance(a, tuple | list) else [a])
+    )
+
+
+def in_real_arithmetic(name: str, args: Sequence[Any], shaped: Cost) -> Cost | None:
+    """The cost of an operator on complex tensors in real operations, from its count by shapes
+    `shaped`: product ops' MACs x COMPLEX_MAC (their other FLOPs x COMPLEX_ADD), element-wise
+    ops by COMPLEX_ELEMENTWISE; None for an operator with no complex rule."""
+    if HANDLERS[name] in MAC_HANDLERS:
+        macs = COMPLEX_MAC * shaped.macs
+        return Cost(macs, 2 * macs + COMPLEX_ADD * (shaped.flops - 2 * shaped.macs))
+    by_real = (name == "mul" and not all(_is_complex(a) for a in args[:2])) or (
+        name == "div" and not _is_complex(args[1])
+    )
+    if by_real:
+        return Cost(0, BY_REAL * shaped.flops)
+    per_element = COMPLEX_ELEMENTWISE.get(name)
+    return None if per_element is None else Cost(0, per_element * shaped.flops)
 
 
 def is_view(func: torch._ops.OpOverload) -> bool:

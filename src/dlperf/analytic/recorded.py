@@ -25,6 +25,7 @@ from dlperf.analytic.interleaved import (
     marks,
 )
 from dlperf.analytic.measure import make_step, profile_leaves
+from dlperf.analytic.ops import COMPLEX_COUNTED
 from dlperf.analytic.paleo import basis, compare, predict_with_basis
 from dlperf.analytic.results import Measured, Prediction, SameMomentPrediction
 from dlperf.errors import UserError
@@ -92,6 +93,8 @@ def predict_model(
     if a.kept_float64:  # as analyze's precision convention says it
         done = "counted and measured" if measure else "counted"
         reporter.log(f"note: {model} {done} as built: {KEPT_FLOAT64}")
+    if a.complex_dtypes:  # as analyze's conventions say it
+        reporter.log(f"note: {model}: {COMPLEX_COUNTED}")
     if not measure:
         assert entry is not None
         return predict_with_basis(a, entry, ppp, peak_tflops=peak_tflops, flops=flops)

@@ -112,6 +112,11 @@ def totals_table(result: dict[str, Any]) -> Table:
         [f"MACs ({result['conventions']['macs']})", f"{t['macs']:,} ({si(t['macs'])})"],
         ["  MACs count", result["conventions"]["macs_counts"]],
         ["  precision", result["conventions"]["precision"]],
+        *(
+            [["  complex", result["conventions"]["complex"]]]
+            if "complex" in result["conventions"]
+            else []
+        ),
         ["FLOPs", f"{t['flops']:,} ({si(t['flops'])})"],
         [f"activations (elements; {outputs})", f"{t['activations']:,}"],
         ["activation memory (the same)", si(t["activation_bytes"], "B")],
