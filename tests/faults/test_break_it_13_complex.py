@@ -227,3 +227,20 @@ def test_complex_elementwise_rules() -> None:
     assert cost_of(aten.sum.default, [z], _meta()) == Cost(0, 14)
     assert cost_of(aten.tanh.default, [z], z) is None  # no rule: reported, not guessed
     assert cost_of(aten.view_as_real.default, [z], _meta(7, 2, dtype=torch.float32)) == Cost(0, 0)
+
+
+def test_predict_measure_steps_a_complex_model_as_built(models: Path) -> None:
+    """predict --measure's step cast the model with nn.Module.to(float32), keeping the weight's
+    real part alone; its forward then failed ('expected m1 and m2 to have the same dtype')."""
+    import importlib.util
+
+    from dlperf.analytic.measure import make_step
+
+    spec = importlib.util.spec_from_file_location("cplx", models)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for precision in ("fp32", "bf16"):
+        model = module.make()
+        make_step(model, [1, 8, 8], 2, True, precision, torch.device("cpu"))()
+        assert model.w.dtype == torch.cfloat and model.w.grad is not None
