@@ -40,6 +40,7 @@ import sqlite3
 import struct
 import sys
 import tempfile
+import threading
 import types
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -56,6 +57,7 @@ from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, printable
+from dlperf.paths import writing
 from dlperf.store import RunStore, masked_url
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
@@ -683,6 +685,32 @@ def _summary_writer() -> Any:
     return SummaryWriter
 
 
+@contextlib.contextmanager
+def _writer_errors_raised_here() -> Iterator[None]:
+    """TensorBoard's writer thread keeps the error of a write it could not make (a file size
+    limit, a full disk) for the writer's next call in the exporting thread to raise, and also
+    lets it end the thread, whose traceback `threading` printed on stderr before dlperf's one
+    line. Within the block, such a thread's error is left to that call; the hook is put back
+    once the writer threads that failed have ended (they end as their error is printed)."""
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+    before = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.thread, _AsyncWriterThread) and args.thread.exception is not None:
+            return  # raised by the writer in the exporting thread
+        before(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        for thread in threading.enumerate():
+            if isinstance(thread, _AsyncWriterThread) and thread.exception is not None:
+                thread.join(timeout=60)
+        threading.excepthook = before
+
+
 def event_dir_name(run: RunRecord) -> str:
     """`run-ID-NAME`, the name reduced to characters safe in any file system."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", run.name).strip("._")[:60]
@@ -712,25 +740,43 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
     exported: dict[str, Any] = {}
     warnings: list[str] = []
     found: dict[int, Unheld] = {}
-    for run in runs:
-        directory = out / event_dir_name(run)
-        for old in directory.glob(EVENT_FILES):  # a second export replaces the first
-            old.unlink()
-        stored = metric_series(store, run.id)
-        series = on_global_steps(stored, steps_per_epoch(run, stored, warnings))
-        values = ((key, value) for key, points in series.items() for _, value, _ in points)
-        found[run.id] = unheld(values, float32_held)
-        writer = writer_class(log_dir=str(directory))
-        try:
-            for key, points in series.items():
-                for step, value, wall_time in points:
-                    writer.add_scalar(key, value, global_step=step, walltime=wall_time)
-        finally:
-            writer.close()
-        exported[str(run.id)] = {
-            "dir": str(directory),
-            "metrics": len(series),
-            "points": sum(len(p) for p in series.values()),
-        }
+    # What this export makes: --out and its missing parents, outermost first, and run dirs.
+    made = [d for d in (*reversed(out.parents), out) if not d.exists()]
+    made += [out / event_dir_name(run) for run in runs if not (out / event_dir_name(run)).exists()]
+    written: list[Path] = []
+    try:
+        with _writer_errors_raised_here():
+            for run in runs:
+                directory = out / event_dir_name(run)
+                for old in directory.glob(EVENT_FILES):  # a second export replaces the first
+                    old.unlink()
+                written.append(directory)
+                stored = metric_series(store, run.id)
+                series = on_global_steps(stored, steps_per_epoch(run, stored, warnings))
+                values = ((key, value) for key, points in series.items() for _, value, _ in points)
+                found[run.id] = unheld(values, float32_held)
+                with writing(directory):
+                    writer = writer_class(log_dir=str(directory))
+                    try:
+                        for key, points in series.items():
+                            for step, value, wall_time in points:
+                                writer.add_scalar(key, value, global_step=step, walltime=wall_time)
+                    finally:
+                        writer.close()
+                exported[str(run.id)] = {
+                    "dir": str(directory),
+                    "metrics": len(series),
+                    "points": sum(len(p) for p in series.values()),
+                }
+    except BaseException:
+        # As a failed report leaves no site: no event file of this export is left (a partial
+        # one would show TensorBoard part of a curve), nor a directory it made.
+        for directory in written:
+            for partial in directory.glob(EVENT_FILES):
+                partial.unlink(missing_ok=True)
+        for directory in reversed(made):
+            with contextlib.suppress(OSError):  # not empty: something else is in it
+                directory.rmdir()
+        raise
     warnings += unheld_warning("TensorBoard (32-bit floats)", found)
     return {"to": "tensorboard", "out": str(out), "runs": exported, "warnings": warnings}

@@ -46,6 +46,20 @@ def check_writable(path: Path, make_parents: bool = False) -> Path:
 
 
 @contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Name `path` in an OSError of the block that names no file, as a write refused by a
+    file size limit (EFBIG), a descriptor limit (EMFILE) or a full disk (ENOSPC) names none:
+    the one error line then says what the command was writing. An error that names its own
+    file keeps it."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None:
+            e.filename = os.fspath(path)
+        raise
+
+
+@contextmanager
 def replaced(path: Path) -> Iterator[Path]:
     """A temporary file beside `path` that becomes `path` by one rename when the block ends
     without error, so that a reader (another process, a resumed run) sees the whole file or

@@ -10,7 +10,9 @@ import atexit
 import errno
 import gc
 import importlib
+import importlib.util
 import pkgutil
+import resource
 import sys
 import traceback
 from pathlib import Path
@@ -72,6 +74,51 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     return []
 
 
+def _limit_hint(number: int | None) -> str:
+    """What a write refused by one of the process's limits needs, the limit named (its
+    OSError says only "File too large" or "Too many open files"); "" for other errors."""
+    if number == errno.EFBIG:
+        return " (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
+    if number == errno.EMFILE:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return f" (ulimit -n {soft} is too low: raise it)"
+    return ""
+
+
+# The libraries whose own import failing is the environment's problem, told in one line.
+_LIBRARIES = ("torch", "torchvision")
+
+
+def _unloadable(e: ImportError) -> str | None:
+    """The library (torch, torchvision) whose own import raised `e`: a frame of its traceback
+    runs a module of that library's at import; the innermost such frame names it. None for an
+    import that failed in dlperf's own code or in a user's model file."""
+    roots = {}
+    for name in _LIBRARIES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            roots[str(Path(location).resolve())] = name
+    found = None
+    for frame, _ in traceback.walk_tb(e.__traceback__):
+        if frame.f_code.co_name != "<module>":
+            continue
+        path = Path(frame.f_code.co_filename).resolve()
+        found = next((lib for root, lib in roots.items() if path.is_relative_to(root)), found)
+    return found
+
+
+def _load_hint() -> str:
+    """The likely cause of a library that cannot load: the address-space limit when one is
+    set (ulimit -v, in KiB as bash takes it), a broken installation otherwise."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        return f" (a memory limit, ulimit -v {soft // 1024} may be too low)"
+    return " (its installation may be broken: reinstall it)"
+
+
 def outcome() -> int:
     """Run the command that sys.argv names and return its exit code, each error told in one
     line. It raises nothing but the stop signal's one KeyboardInterrupt (dlperf.stopping):
@@ -105,7 +152,7 @@ def outcome() -> int:
             traceback.print_exc()
             return 1
         where = f" {e.filename}" if e.filename else ""
-        say(one_line(f"error: cannot use{where}: {e.strerror or e}"))
+        say(one_line(f"error: cannot use{where}: {e.strerror or e}{_limit_hint(e.errno)}"))
         return 2 if e.errno in _BAD_PATH else 1
     except KeyboardInterrupt:  # the stop signal's, or a model's own: Ctrl-C either way
         raise
@@ -121,6 +168,10 @@ def outcome() -> int:
             for frame in traceback.format_list(frames):
                 say(frame.rstrip("\n"))
             say("(the whole traceback: dlperf --debug ...)")
+            return 1
+        if not state.debug and isinstance(e, ImportError) and (lib := _unloadable(e)):
+            # The environment's problem (a memory limit, a broken install), not the input's.
+            say(one_line(f"error: cannot load {lib}: {e}{_load_hint()}"))
             return 1
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1

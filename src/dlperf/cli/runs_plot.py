@@ -31,14 +31,16 @@ def runs_plot(
 
     Example: dlperf runs plot 1 2 --key val/acc1 --key epoch/time_s --x epoch --out cmp.svg
     """
-    from dlperf.paths import check_writable
+    from dlperf.paths import check_writable, writing
     from dlperf.report.runs import check_out, check_x, plot_runs
 
     check_x(x)
     path = out if out is not None else Path(f"runs-{'-'.join(map(str, run_ids))}.png")
     check_out(path)
     check_writable(path, make_parents=False)  # before the store is read
-    done = plot_runs(open_store(create=False), run_ids, keys, x, path)
+    store = open_store(create=False)
+    with writing(path):
+        done = plot_runs(store, run_ids, keys, x, path)
     if console.printed_json(as_json, done.to_dict()):
         return
     console.tell(done.warnings, done.path)
