@@ -185,6 +185,15 @@ def warn(message: str) -> None:
     err.print(f"warning: {message}")
 
 
+def gone(run_ids: list[int], command: str) -> None:
+    """One note of the runs that `command` chose and found deleted when it read them (another
+    process's `runs delete` in between): left out, not an error of the user's."""
+    if run_ids:
+        ids = sorted(set(run_ids))
+        runs = f"run {ids[0]} was" if len(ids) == 1 else f"runs {', '.join(map(str, ids))} were"
+        err.print(f"note: {runs} deleted while {command} read the store; left out")
+
+
 class RichReporter:
     """A live bar on a terminal (rich's `progress`); plain, rate-limited lines otherwise."""
 

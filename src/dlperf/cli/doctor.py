@@ -8,7 +8,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store
-from dlperf.errors import CheckFailed
+from dlperf.errors import CheckFailed, NoSuchRun
 
 if TYPE_CHECKING:
     from dlperf.doctor import Finding
@@ -37,22 +37,31 @@ def doctor(
     check_limit(last, "--last")
     store = open_store(create=False)
     ids = lib.select(store, run_ids or (), study, last)
-    findings = lib.examine(store, ids)
+    gone: list[int] = []
+    findings = lib.examine(store, ids, gone=gone)
     if not console.printed_json(
-        as_json, {"runs": ids, "findings": [f.to_dict() for f in findings]}
+        as_json,
+        {"runs": [i for i in ids if i not in gone], "findings": [f.to_dict() for f in findings]},
     ):
-        _print(store, ids, findings)
-    errors = sum(f.severity == "error" for f in findings)
+        _print(store, ids, findings, gone)
+    console.gone(gone, "doctor")
+    errors = sum(f.severity == "error" and f.run_id not in gone for f in findings)
     if errors:
         raise CheckFailed(f"{errors} finding(s) of severity error")
 
 
-def _print(store: RunStore, ids: list[int], findings: list[Finding]) -> None:
-    by_run: dict[int, list[Finding]] = {run_id: [] for run_id in ids}
+def _print(store: RunStore, ids: list[int], findings: list[Finding], gone: list[int]) -> None:
+    """The findings by run; a run deleted meanwhile (by another process) is added to `gone`."""
+    by_run: dict[int, list[Finding]] = {run_id: [] for run_id in ids if run_id not in gone}
     for f in findings:
         by_run[f.run_id].append(f)
-    for run_id, found in by_run.items():
-        run = store.get_run(run_id)
+    for run_id, found in list(by_run.items()):
+        try:
+            run = store.get_run(run_id)
+        except NoSuchRun:
+            gone.append(run_id)
+            del by_run[run_id]
+            continue
         head = f"run {run_id} {run.name} ({run.kind}, {run.status})"
         if not found:
             console.out.print(f"{head}: no findings")
@@ -61,6 +70,7 @@ def _print(store: RunStore, ids: list[int], findings: list[Finding]) -> None:
         for f in found:
             console.out.print(f"  {f.severity:<8} {f.rule}: {f.evidence}")
             console.out.print(f"           fix: {f.fix}")
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    shown = [f for f in findings if f.run_id in by_run]
+    counts = {s: sum(f.severity == s for f in shown) for s in ("error", "warning", "info")}
     tally = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'info' else ''}" for s, n in counts.items())
-    console.out.print(f"{len(ids)} run(s) examined: {tally}")
+    console.out.print(f"{len(by_run)} run(s) examined: {tally}")

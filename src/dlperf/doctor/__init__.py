@@ -21,7 +21,7 @@ from typing import Any
 
 from dlperf.doctor.rules import RULES, SEVERITIES
 from dlperf.doctor.view import RunView, Stored
-from dlperf.errors import UserError
+from dlperf.errors import NoSuchRun, UserError
 from dlperf.store import RunStore
 
 __all__ = ["RULES", "SEVERITIES", "Finding", "examine", "select"]
@@ -64,16 +64,27 @@ def select(
 
 
 def examine(
-    store: RunStore, run_ids: Sequence[int], rules: Sequence[str] | None = None
+    store: RunStore,
+    run_ids: Sequence[int],
+    rules: Sequence[str] | None = None,
+    gone: list[int] | None = None,
 ) -> list[Finding]:
     """Every finding of `rules` (default: all of RULES) on each run of `run_ids`, in run
-    order, then in the order of the rule table."""
+    order, then in the order of the rule table. A run no longer stored (deleted by another
+    process since `run_ids` were chosen, e.g. by `select`) is skipped, and its id appended
+    to `gone` if given: the user named no such run, and the other runs still have findings."""
     unknown = sorted(set(rules or ()) - set(RULES))
     if unknown:
         raise UserError(f"unknown rule(s) {', '.join(unknown)}", f"use {', '.join(RULES)}")
     stored = Stored(store)
     chosen = {name: handler for name, handler in RULES.items() if rules is None or name in rules}
-    views = [RunView(stored, stored.run(run_id)) for run_id in run_ids]
+    views = []
+    for run_id in run_ids:
+        try:
+            views.append(RunView(stored, stored.run(run_id)))
+        except NoSuchRun:
+            if gone is not None:
+                gone.append(run_id)
     return [
         Finding(view.run.id, name, **asdict(issue))
         for view in views

@@ -17,12 +17,12 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf import stopping
-from dlperf.errors import UserError
+from dlperf.errors import NoSuchRun, UserError
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
@@ -40,18 +40,21 @@ PAGE_NAME = re.compile(r"(run|study)-[0-9]+\.html")
 @dataclass
 class Report:
     """What `build_report` wrote: the directory, its pages (relative names, index first), the
-    runs and studies it holds, and the pages of an earlier report it removed from `out`."""
+    runs and studies it holds, the pages of an earlier report it removed from `out`, and the
+    runs it chose that were deleted (by another process) before it read them."""
 
     out: Path
     pages: list[str]
     runs: list[int]
     studies: list[int]
     removed: list[str]
+    gone: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """The --json document, whose keys scripts read: `removed` is said in the text only."""
+        """The --json document, whose keys scripts read: `removed` and `gone` are said on
+        stderr only."""
         document = {**asdict(self), "out": str(self.out)}
-        del document["removed"]
+        del document["removed"], document["gone"]
         return document
 
 
@@ -104,10 +107,19 @@ def build_report(
     studies = [store.get_study(s) for s in chosen_studies]
     study_runs = {s["id"]: store.list_runs(study_id=s["id"]) for s in studies}
     runs = {r.id: r for mine in study_runs.values() for r in mine}
-    runs.update({rid: runs.get(rid) or store.get_run(rid) for rid in chosen_runs})
+    # A run deleted since it was listed (another process's `runs delete`) is left out, and
+    # said once: the user named no such run, and the others still make a site.
+    gone: list[int] = []
+    for rid in chosen_runs:
+        if rid not in runs:
+            try:
+                runs[rid] = store.get_run(rid)
+            except NoSuchRun:
+                gone.append(rid)
     findings: dict[int, list[Finding]] = {rid: [] for rid in runs}
-    for f in examine(store, sorted(runs)):
+    for f in examine(store, sorted(runs), gone=gone):
         findings[f.run_id].append(f)
+    chosen_runs = [rid for rid in chosen_runs if rid not in gone]
     with_page = {("run", r) for r in chosen_runs} | {("study", s) for s in chosen_studies}
 
     def has_page(kind: str, item_id: int) -> bool:
@@ -141,7 +153,7 @@ def build_report(
         shutil.rmtree(staging, ignore_errors=True)
         if made and not any(out.iterdir()):  # interrupted before any page was in place
             out.rmdir()
-    return Report(out, ["index.html", *written], chosen_runs, chosen_studies, removed)
+    return Report(out, ["index.html", *written], chosen_runs, chosen_studies, removed, gone)
 
 
 def _remove_stale(out: Path, written: list[str]) -> list[str]:

@@ -1,0 +1,125 @@
+"""What the thirteenth break-it round found in reading the run store, reproduced first: a run
+deleted by another process while `report` or `doctor` read the runs they had listed aborted the
+command with "no run N in the store", exit 2, and no site (C1)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult, fresh_store_url
+from tests.faults.test_break_it_10_store import a_run
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url(request.param, tmp_path, "bi13")
+
+
+# --- C1: a run deleted between listing and reading ---------------------------------------------
+
+
+def _deleted_after_listing(monkeypatch: pytest.MonkeyPatch, url: str, victim: int) -> list[int]:
+    """RunStore.list_runs as it is, except that right after the first listing of the newest
+    runs another process's store deletes run `victim` (`dlperf runs delete` in a second shell,
+    landing between the command's listing and its reading of the runs listed). Returns the
+    ids deleted so far."""
+    listed = RunStore.list_runs
+    deleted: list[int] = []
+
+    def listing(
+        self: RunStore,
+        kind: str | None = None,
+        study_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        runs = listed(self, kind, study_id, limit)
+        if limit is not None and not deleted:
+            other = RunStore.open(url)
+            other.delete_runs([victim])
+            other.engine.dispose()
+            deleted.append(victim)
+        return runs
+
+    monkeypatch.setattr(RunStore, "list_runs", listing)
+    return deleted
+
+
+def _note_once(err: str, victim: int) -> None:
+    """One line of stderr tells of the deleted run, as a note, not an error."""
+    said = [line for line in err.splitlines() if f"run {victim}" in line]
+    assert len(said) == 1, err
+    assert said[0].startswith("note: ") and "deleted" in said[0], err
+    assert "error" not in err and "Traceback" not in err, err
+
+
+def test_a_run_deleted_while_report_reads_is_left_out(
+    cli: Cli, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was 'error: no run 2 in the store (see `dlperf runs list`)', exit 2, no site: the
+    user named no run 2."""
+    first, victim, last = (a_run(store_url) for _ in range(3))
+    monkeypatch.setattr("dlperf.system.usable_cores", lambda: 1)  # pages drawn in-process
+    deleted = _deleted_after_listing(monkeypatch, store_url, victim)
+    out = tmp_path / "site"
+    result = cli("--db", store_url, "report", "--last", "3", "--out", str(out))
+    assert deleted == [victim]
+    assert result.code == 0, result.err
+    _note_once(result.err, victim)
+    assert "2 run(s)" in result.out, result.out
+    assert (out / "index.html").is_file()
+    assert {p.name for p in out.glob("run-*.html")} == {f"run-{first}.html", f"run-{last}.html"}
+    assert f"run-{victim}.html" not in (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_a_run_deleted_while_report_reads_is_left_out_of_its_json(
+    cli: Cli, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, victim, last = (a_run(store_url) for _ in range(3))
+    monkeypatch.setattr("dlperf.system.usable_cores", lambda: 1)
+    _deleted_after_listing(monkeypatch, store_url, victim)
+    result = cli("--db", store_url, "report", "--last", "3", "--out", str(tmp_path / "s"), "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["runs"] == [last, first]
+    _note_once(result.err, victim)
+
+
+def test_a_run_deleted_while_doctor_reads_is_left_out(
+    cli: Cli, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, victim, last = (a_run(store_url) for _ in range(3))
+    _deleted_after_listing(monkeypatch, store_url, victim)
+    result = cli("--db", store_url, "doctor", "--last", "3")
+    assert result.code == 0, result.err
+    _note_once(result.err, victim)
+    assert f"run {first} " in result.out and f"run {last} " in result.out, result.out
+    assert f"run {victim} " not in result.out, result.out
+    assert "2 run(s) examined" in result.out, result.out
+
+
+def test_a_run_deleted_while_doctor_reads_is_left_out_of_its_json(
+    cli: Cli, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, victim, last = (a_run(store_url) for _ in range(3))
+    _deleted_after_listing(monkeypatch, store_url, victim)
+    result = cli("--db", store_url, "doctor", "--last", "3", "--json")
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    assert document["runs"] == [first, last]
+    assert {f["run_id"] for f in document["findings"]} <= {first, last}
+    _note_once(result.err, victim)
+
+
+def test_a_run_named_that_is_not_stored_is_still_bad_input(cli: Cli, store_url: str) -> None:
+    """What the user named is checked up front, as before: only a run deleted after it was
+    chosen is left out."""
+    a_run(store_url)
+    one_line(cli("--db", store_url, "doctor", "7"), 2, "no run 7 in the store")
