@@ -60,7 +60,7 @@ def test_the_table_groups_findings_under_their_run(
     lines = cli("doctor", str(bad)).out.splitlines()
     assert lines[0] == f"run {bad} bad (train, finished)"
     assert lines[1].split()[:2] == ["error", "diverged:"]
-    assert lines[2].strip().startswith("fix: lower train.lr")
+    assert lines[2].strip().startswith("fix: try a lower train.lr")
     assert lines[-1] == "1 run(s) examined: 1 error, 0 warnings, 0 info"
 
 

@@ -124,6 +124,7 @@ class NanAt:
     """A step whose loss is NaN from step `bad` on; it counts the steps taken."""
 
     memory_format = torch.preserve_format
+    grad_clip = None  # what a diverged run's line advises by
 
     def __init__(self, bad: int) -> None:
         self.bad, self.taken = bad, 0

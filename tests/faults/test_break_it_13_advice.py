@@ -5,10 +5,18 @@ C6. `dlperf serve MODEL.onnx --max-body-mb 0` started, and then answered every P
 `--max-connections 0` are refused up front; a positive limit under a byte (`1e-9`) rounded
 down to the same 0 bytes, and 1e308 MiB was a traceback (OverflowError). A limit must now be
 above 0 (one line, exit 2), and is counted in bytes exactly, rounded up.
+
+C7. A run whose loss diverged was told to try `run.precision = "fp32"` when it already trained
+in fp32, by the engine's failure line and by `dlperf doctor` (`... (now "fp32")`), and
+`train.grad_clip = 1.0` when it already clipped at 1.0 or below. One function now builds the
+advice for both, leaving out what is in force (a lower train.lr is always worth a try).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,9 +24,16 @@ from typing import Any
 import pytest
 
 from dlperf.deploy import server
+from dlperf.distributed.worker import Divergence, alone
+from dlperf.engine.divergence import diverged_fix, evaluation_fix
+from dlperf.engine.loop import Diverged, EvaluationDiverged
 from tests.conftest import CliResult
-from tests.faults.test_bad_inputs import onnx_model  # noqa: F401 (an exported classifier)
+from tests.deploy.test_server import tiny_classifier
+from tests.faults.test_break_it_7_scale import _steps as steps
+from tests.faults.test_break_it_8_eval import NAN as EVAL_NAN
+from tests.faults.test_break_it_8_eval import _experiment as eval_nan_experiment
 from tests.faults.test_break_it_9_misc import _one_line as one_line
+from tests.faults.test_break_it_10_models import _exp as exp
 
 Cli = Callable[..., CliResult]
 
@@ -26,10 +41,9 @@ Cli = Callable[..., CliResult]
 
 
 @pytest.fixture
-def model(request: pytest.FixtureRequest) -> Path:
-    """The bad-inputs cases' exported classifier (made once for this module)."""
-    path: Path = request.getfixturevalue("onnx_model")
-    return path
+def model(tmp_path: Path) -> Path:
+    """A tiny classifier with dlperf's metadata, as `dlperf export` writes one."""
+    return tiny_classifier(tmp_path / "tiny.onnx")
 
 
 @pytest.fixture
@@ -93,3 +107,128 @@ def test_a_body_limit_in_mib_is_its_bytes(
 ) -> None:
     assert cli("serve", str(model), "--port", "0", "--max-body-mb", mib).code == 0
     assert started["max_body_bytes"] == limit
+
+
+# --- C7: a diverged run's advice -----------------------------------------------------------------
+
+LR = re.escape("try a lower train.lr (now 1e+12)")
+FP32 = re.escape('run.precision = "fp32"')
+# A model whose scores are NaN for a training batch (16 images), finite for the up-front checks'
+# (DRY_BATCH, 2): a run of it diverges at step 1, before any update.
+NAN_NET = """
+from torch import nn
+
+def nan_net(num_classes=10, in_channels=1):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = nn.Sequential(nn.Flatten(), nn.Linear(64 * in_channels, num_classes))
+
+        def forward(self, x):
+            return self.f(x) * (float("nan") if len(x) > 2 else 1.0)
+
+    return Net()
+"""
+
+
+def _diverged(cli: Cli, experiment: Path, *settings: str) -> tuple[str, str]:
+    """Run `experiment` with `settings` (--set each), which diverges; the engine's advice (its
+    failure line's, after the loss and step) and the doctor's fix for the run."""
+    sets = [arg for s in settings for arg in ("--set", s)]
+    result = cli("run", str(experiment), *sets, "--json")
+    assert result.code == 1, (result.out, result.err)
+    run = json.loads(result.out)
+    assert run["status"] == "failed", run
+    engine = run["error"].split("; ", 1)[1]
+    doctor = cli("doctor", str(run["run_id"]), "--json")
+    assert doctor.code == 1, (doctor.out, doctor.err)
+    (finding,) = [f for f in json.loads(doctor.out)["findings"] if f["rule"] == "diverged"]
+    return engine, finding["fix"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "advice"),
+    [
+        # before: ', or run.precision = "fp32"' (the doctor: '(now "fp32")') in an fp32 run
+        (["run.precision=fp32"], f"{LR} or train.grad_clip = 1.0"),
+        # the docs' wording (docs/run.md) where every setting could help
+        (["run.precision=bf16"], f"{LR}, train.grad_clip = 1.0, or {FP32}"),
+        (["run.precision=fp32", "train.grad_clip=1.0"], LR),
+    ],
+    ids=["fp32", "bf16", "fp32-clipped"],
+)
+def test_a_diverged_run_is_advised_only_what_is_not_in_force(
+    cli: Cli, tmp_path: Path, settings: list[str], advice: str
+) -> None:
+    engine, doctor = _diverged(cli, exp(tmp_path, "smallcnn"), "train.lr=1e12", *settings)
+    assert re.fullmatch(advice, engine), engine
+    assert doctor == engine  # one function builds both
+
+
+def test_a_run_diverged_before_any_update_in_fp32_is_not_told_to_train_in_fp32(
+    cli: Cli, tmp_path: Path
+) -> None:
+    models = tmp_path / "nan_models.py"
+    models.write_text(NAN_NET)
+    engine, doctor = _diverged(cli, exp(tmp_path, f"{models}:nan_net"), "run.precision=fp32")
+    assert engine == BEFORE_ANY_UPDATE, engine  # before: ', or try run.precision = "fp32"' too
+    assert doctor == engine  # before: "lower train.lr ..." for a loss no learning rate made
+
+
+def test_a_run_whose_evaluation_diverged_in_fp32_is_not_told_to_train_in_fp32(
+    cli: Cli, tmp_path: Path
+) -> None:
+    engine, doctor = _diverged(cli, eval_nan_experiment(tmp_path, EVAL_NAN))
+    assert engine == IN_EVAL_MODE, engine  # before: ', or try run.precision = "fp32"' too
+    assert doctor == engine  # before: "lower train.lr ..., or run.precision ... (now "fp32")"
+
+
+BEFORE_ANY_UPDATE = (
+    "before any update, so the model itself, not the learning rate: look at its forward and "
+    "the initial values of its layers"
+)
+IN_EVAL_MODE = "look at what its forward does when not training (model.eval())"
+OR_FP32 = ', or try run.precision = "fp32"'
+
+
+@pytest.mark.parametrize(
+    ("step", "lr", "clip", "precision", "advice"),
+    [
+        (37, 10, None, "bf16", 'try a lower train.lr (now 10), train.grad_clip = 1.0, or run.pr'
+         'ecision = "fp32"'),  # docs/run.md's line
+        (37, 10, None, "fp16", 'try a lower train.lr (now 10), train.grad_clip = 1.0, or run.pr'
+         'ecision = "fp32"'),
+        (37, 10, None, None, 'try a lower train.lr (now 10), train.grad_clip = 1.0, or run.prec'
+         'ision = "fp32"'),  # not known: advised
+        (2, 0.5, 0.5, "bf16", 'try a lower train.lr (now 0.5) or run.precision = "fp32"'),
+        (2, 0.5, 5.0, "bf16", 'try a lower train.lr (now 0.5), train.grad_clip = 1.0 (now 5), '
+         'or run.precision = "fp32"'),
+        (2, 0.5, 5.0, "fp32", "try a lower train.lr (now 0.5) or train.grad_clip = 1.0 (now 5)"),
+        (2, 0.5, 1.0, "fp32", "try a lower train.lr (now 0.5)"),
+        (None, None, 1.0, "fp32", "try a lower train.lr"),
+        (1, 0.5, None, "fp32", BEFORE_ANY_UPDATE),
+        (1, 0.5, None, "bf16", BEFORE_ANY_UPDATE + OR_FP32),
+    ],
+)  # fmt: skip
+def test_the_advice_leaves_out_what_is_in_force(
+    step: int | None, lr: float | None, clip: float | None, precision: str | None, advice: str
+) -> None:
+    assert diverged_fix(step, lr, clip, precision) == advice
+    if step is not None and lr is not None:  # the engine's line is the same advice
+        said = str(Diverged(step, 1, math.nan, lr, grad_clip=clip, precision=precision))
+        assert said == f"loss became nan at step {step} (epoch 1); {advice}"
+
+
+def test_evaluation_advice_leaves_out_fp32_in_fp32() -> None:
+    assert evaluation_fix("fp32") == IN_EVAL_MODE
+    assert evaluation_fix("bf16") == evaluation_fix(None) == IN_EVAL_MODE + OR_FP32
+    assert str(EvaluationDiverged(math.inf, "fp32")).endswith(f"finite; {IN_EVAL_MODE}")
+
+
+def test_a_scale_points_divergence_advises_by_the_runs_settings() -> None:
+    with pytest.raises(Diverged) as fp32:
+        steps(Divergence(alone, 1.0, "fp32"), [1.0, math.nan])
+    assert str(fp32.value) == "loss became nan at step 2 (epoch 1); try a lower train.lr (now 0.1)"
+    with pytest.raises(Diverged) as bf16:
+        steps(Divergence(alone, None, "bf16"), [1.0, math.nan])
+    assert str(bf16.value).endswith(', train.grad_clip = 1.0, or run.precision = "fp32"')

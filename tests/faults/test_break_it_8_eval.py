@@ -60,7 +60,7 @@ warmup_steps = 1
 NAN = "y[:, : self.n] * float('nan')"
 NAN_SAID = (
     "evaluation loss became nan: the model's scores in eval mode were not finite; look at "
-    'what its forward does when not training (model.eval()), or try run.precision = "fp32"'
+    "what its forward does when not training (model.eval())"  # an fp32 run: not "try fp32"
 )
 
 

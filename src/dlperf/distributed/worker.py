@@ -318,10 +318,17 @@ class Divergence(Component):
     timed steps, and is read once the loop has ended. `gather` (every rank's finding, in
     rank order) makes every rank raise the same Diverged, the earliest step any rank's loss
     was not finite at: whichever rank's line the study reads names where it began, and no
-    rank is left waiting in a collective for a peer that left."""
+    rank is left waiting in a collective for a peer that left. Its line advises by the run's
+    `grad_clip` and `precision`, as a plain run's does."""
 
-    def __init__(self, gather: Callable[[Found | None], list[Found | None]]) -> None:
+    def __init__(
+        self,
+        gather: Callable[[Found | None], list[Found | None]],
+        grad_clip: float | None = None,
+        precision: str | None = None,
+    ) -> None:
         self.gather = gather
+        self.grad_clip, self.precision = grad_clip, precision
         # about half a KiB of device memory a step on a GPU (a caching allocator's block)
         self.losses: list[tuple[int, torch.Tensor, float]] = []
 
@@ -337,7 +344,10 @@ class Divergence(Component):
         self.losses.clear()
         found = [f for f in self.gather(mine) if f is not None]
         if found:
-            raise Diverged(*min(found, key=lambda f: f[0]))
+            step, epoch, value, lr = min(found, key=lambda f: f[0])
+            raise Diverged(
+                step, epoch, value, lr, grad_clip=self.grad_clip, precision=self.precision
+            )
 
 
 def alone(mine: Found | None) -> list[Found | None]:
@@ -374,13 +384,14 @@ def measure(
     loss check."""
     rank, world, barrier = launch.rank, launch.world, launch.barrier
     split = (lambda steps: compute.timed(steps, barrier)) if compute else None
+    divergence = Divergence(launch.gather, main.train_step.grad_clip, exp.run.precision)
     warmup = spec.warmup_steps + exp.run.profile.steps  # the profiled steps are not timed
     window = ScaleWindow(spec, warmup, main.device, barrier, split, after_warmup)
     with profile:
         train_loop(
             main.train_step,
             [(1, main.batches)],
-            [hooks, main, profile, Crashing(rank), window, Divergence(launch.gather)],
+            [hooks, main, profile, Crashing(rank), window, divergence],
             Progress(),
             trainer=launch.trainer,
             model=main.model,

@@ -23,6 +23,7 @@ from dlperf import traces
 from dlperf.contention import CONTENDED, Contention
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
+from dlperf.engine.divergence import diverged_fix, evaluation_fix
 from dlperf.errors import UserError
 from dlperf.shipped import dataset_table
 from dlperf.store.record import RunRecord
@@ -637,17 +638,21 @@ def _diverged(run: RunView) -> bool:
 
 
 def diverged(run: RunView) -> list[Issue]:
-    lr = run.key("train.lr")
-    now = f" (now {lr:g})" if isinstance(lr, int | float) else ""
+    lr, clip = run.key("train.lr"), run.key("train.grad_clip")
+    lr = lr if isinstance(lr, int | float) else None
+    clip = clip if isinstance(clip, int | float) else None
     precision = run.key("run.precision") or "fp32"
-    fix = (
-        f"lower train.lr{now}, set train.grad_clip = 1.0, "
-        f'or run.precision = "fp32" (now "{precision}")'
-    )
+
+    def fix(step: int | None) -> str:  # the engine's own advice (dlperf.engine.divergence)
+        return diverged_fix(step, lr, clip, precision)
+
     error = run.run.error or ""
     if run.run.status == "failed" and "loss became" in error:
         said = error.splitlines()[0].split(";")[0]  # the engine's own advice is in `fix`
-        return [Issue("error", f"the run failed: {said}", fix)]
+        if said.startswith("evaluation loss became"):
+            return [Issue("error", f"the run failed: {said}", evaluation_fix(precision))]
+        at = re.search(r"at step (\d+)", said)
+        return [Issue("error", f"the run failed: {said}", fix(int(at[1]) if at else None))]
     for key in LOSS_KEYS:
         bad = _nonfinite(run.metric(key))
         if bad:
@@ -657,7 +662,7 @@ def diverged(run: RunView) -> list[Issue]:
                 Issue(
                     "error",
                     f"{key} is {value} at {unit} {step} ({len(bad)} non-finite value(s))",
-                    fix,
+                    fix(None),  # a stored row's step may not count from the first update
                     {"key": key, unit: step, "nonfinite": len(bad)},
                 )
             ]

@@ -24,6 +24,7 @@ from torch import nn
 from dlperf import contention, stopping
 from dlperf.config import RunConfig
 from dlperf.data import Loader
+from dlperf.engine.divergence import diverged_fix, evaluation_fix
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow
 from dlperf.engine.step import Stepped, TrainStep
@@ -71,7 +72,8 @@ def fit(
     to the device in the step's memory format), for the epochs after `state.epoch` up to
     `epochs`, or `max_steps` steps in all; `evaluate` (validation metrics, with the training
     accuracy: a classifier's) and `after_epoch` (a checkpoint) run as each epoch ends."""
-    hooks, metrics = hooks or Hooks.from_env(), MetricBuffer(sink, run.log_every)
+    metrics = MetricBuffer(sink, run.log_every, step.grad_clip, run.precision)
+    hooks = hooks or Hooks.from_env()
     tally = EpochTally(clock.device) if evaluate else None
     report = EpochReport(
         state, clock, sink, reporter, run, tally, metrics, epochs, evaluate, target, after_epoch
@@ -127,14 +129,20 @@ def after(first: Callable[[], None], step: TrainStep) -> Callable[[Any, Any], St
 
 
 class Diverged(Exception):
-    def __init__(self, step: int, epoch: int, value: float, lr: float) -> None:
-        fix = (
-            f'try a lower train.lr (now {lr:g}), train.grad_clip = 1.0, or run.precision = "fp32"'
-            if step > 1
-            # The first step's loss comes from the initial weights: no learning rate made it.
-            else "before any update, so the model itself, not the learning rate: look at its "
-            'forward and the initial values of its layers, or try run.precision = "fp32"'
-        )
+    """A training loss that was not finite, at `step` of `epoch` at learning rate `lr`; its
+    line advises what the run's `grad_clip` and `precision` leave to try (None: not known)."""
+
+    def __init__(
+        self,
+        step: int,
+        epoch: int,
+        value: float,
+        lr: float,
+        *,
+        grad_clip: float | None = None,
+        precision: str | None = None,
+    ) -> None:
+        fix = diverged_fix(step, lr, grad_clip, precision)
         super().__init__(f"loss became {value} at step {step} (epoch {epoch}); {fix}")
 
 
@@ -143,12 +151,11 @@ class EvaluationDiverged(Diverged):
     batch norm's running statistics, say), since training's loss was checked. A Diverged, so
     that every trainer fails the run with its line as it does for a training loss."""
 
-    def __init__(self, value: float) -> None:
+    def __init__(self, value: float, precision: str | None = None) -> None:
         Exception.__init__(  # not Diverged's: no step or learning rate made this loss
             self,
             f"evaluation loss became {value}: the model's scores in eval mode were not finite; "
-            "look at what its forward does when not training (model.eval()), or try "
-            'run.precision = "fp32"',
+            + evaluation_fix(precision),
         )
 
 
@@ -176,10 +183,18 @@ class Rows(list[Row]):
 class MetricBuffer(Component):
     """Collects per-step losses as device tensors and writes them in batches, so the host
     waits for the device once per flush rather than once per step. Each step keeps its own
-    wall time: the batch's write time would stack `every` points on one instant."""
+    wall time: the batch's write time would stack `every` points on one instant. A loss that
+    is not finite raises Diverged, advising by the run's `grad_clip` and `precision`."""
 
-    def __init__(self, sink: MetricSink, every: int) -> None:
+    def __init__(
+        self,
+        sink: MetricSink,
+        every: int,
+        grad_clip: float | None = None,
+        precision: str | None = None,
+    ) -> None:
         self.sink, self.every = sink, every
+        self.grad_clip, self.precision = grad_clip, precision
         self.losses: list[tuple[int, torch.Tensor, float, float]] = []
         self.rows: list[Row] = []
         self.last_loss = math.nan
@@ -211,7 +226,9 @@ class MetricBuffer(Component):
                 if not math.isfinite(value):
                     self.sink.log_metrics(self.rows)
                     self.rows.clear()
-                    raise Diverged(step, epoch, value, lr)
+                    raise Diverged(
+                        step, epoch, value, lr, grad_clip=self.grad_clip, precision=self.precision
+                    )
             self.last_loss = values[-1]
         self.sink.log_metrics(self.rows)
         self.rows.clear()

@@ -61,7 +61,7 @@ def evaluate(
         return {}
     loss = loss_sum.item() / n  # the one read of the loss, checked here rather than per batch
     if not math.isfinite(loss):
-        raise EvaluationDiverged(loss)
+        raise EvaluationDiverged(loss, run.precision)
     result = {"loss": loss, "acc1": top1.item() / n}
     if classes > 5:
         result["acc5"] = top5.item() / n

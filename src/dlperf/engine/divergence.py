@@ -1,0 +1,47 @@
+"""What a run whose loss stopped being finite is advised to try: the one wording of the
+engine's failure line (dlperf.engine.loop.Diverged) and of the doctor's `diverged` fix, which
+leaves out a setting the run already has in force. Torch-free: the doctor reads it too."""
+
+from __future__ import annotations
+
+CLIP = 1.0  # the train.grad_clip advised: the gradients' global norm clipped to 1
+
+
+def fp32_advice(precision: str | None) -> list[str]:
+    """`run.precision = "fp32"`, unless the run trained in fp32 (None: not known, advised)."""
+    return [] if precision == "fp32" else ['run.precision = "fp32"']
+
+
+def diverged_fix(
+    step: int | None, lr: float | None, grad_clip: float | None, precision: str | None
+) -> str:
+    """The advice for a training loss that was not finite at `step` (1: before any update;
+    None: not known) of a run at learning rate `lr`, clipping at `grad_clip` (None: none) and
+    at `precision` (None: not known). A lower learning rate is always worth a try; clipping
+    at CLIP where the run clips at more or not at all; fp32 where it trained in another."""
+    fp32 = fp32_advice(precision)
+    if step == 1:
+        # The first step's loss comes from the initial weights: no learning rate made it.
+        said = (
+            "before any update, so the model itself, not the learning rate: look at its "
+            "forward and the initial values of its layers"
+        )
+        return said + "".join(f", or try {advice}" for advice in fp32)
+    now = f" (now {lr:g})" if lr is not None else ""
+    clip = []
+    if grad_clip is None or grad_clip > CLIP:
+        clip = [f"train.grad_clip = {CLIP}" + (f" (now {grad_clip:g})" if grad_clip else "")]
+    return "try " + either([f"a lower train.lr{now}", *clip, *fp32])
+
+
+def evaluation_fix(precision: str | None) -> str:
+    """The advice for an evaluation loss that was not finite (the training loss was)."""
+    said = "look at what its forward does when not training (model.eval())"
+    return said + "".join(f", or try {advice}" for advice in fp32_advice(precision))
+
+
+def either(options: list[str]) -> str:
+    """`a`, `a or b`, `a, b, or c`."""
+    if len(options) <= 2:
+        return " or ".join(options)
+    return ", ".join(options[:-1]) + ", or " + options[-1]
