@@ -46,6 +46,7 @@ def report(
     with console.reporter() as rep, writing(out):
         done = build_report(open_store(create=False), out, run_ids or (), study, last, rep)
     console.gone(done.gone, "report")
+    console.gone(done.gone, "report")
     if console.printed_json(as_json, done.to_dict()):
         return
     console.out.print(
