@@ -1,16 +1,20 @@
 """What the thirteenth break-it round found in reading the run store, reproduced first: a run
 deleted by another process while `report` or `doctor` read the runs they had listed aborted the
-command with "no run N in the store", exit 2, and no site (C1)."""
+command with "no run N in the store", exit 2, and no site (C1); a stop signal landing in a
+PostgreSQL query said "run store ... went away ()" before exiting 143 (C2)."""
 
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, event
 
+import dlperf
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_10_store import a_run
@@ -123,3 +127,67 @@ def test_a_run_named_that_is_not_stored_is_still_bad_input(cli: Cli, store_url: 
     chosen is left out."""
     a_run(store_url)
     one_line(cli("--db", store_url, "doctor", "7"), 2, "no run 7 in the store")
+
+
+# --- C2: a stop signal landing inside a query --------------------------------------------------
+
+
+@pytest.fixture
+def stop_in_next_query(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Once RunStore.get_run is called, a real SIGTERM reaches the process (whose handler
+    `main()` installed) inside its first query, as the driver is about to send it: where a
+    scheduler's stop lands while a command reads a server's store. Yields the statements
+    so interrupted."""
+    armed: list[bool] = []
+    hit: list[str] = []
+    original = RunStore.get_run
+
+    def get_run(self: RunStore, run_id: int) -> Any:
+        armed.append(True)
+        return original(self, run_id)
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if armed and not hit:
+            hit.append(statement)
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(RunStore, "get_run", get_run)
+    event.listen(Engine, "before_cursor_execute", before)
+    try:
+        yield hit
+    finally:
+        event.remove(Engine, "before_cursor_execute", before)
+
+
+def test_a_stop_inside_a_query_is_no_store_gone(
+    cli: Cli, store_url: str, stop_in_next_query: list[str]
+) -> None:
+    """PostgreSQL: exit 143 after 'error: run store postgresql+psycopg://... went away ()':
+    SQLAlchemy counts an interrupt inside a query as a disconnect, and the store's hook took
+    every disconnect for a server gone. SQLite said nothing, as both should."""
+    run_id = a_run(store_url)
+    result = cli("--db", store_url, "runs", "show", str(run_id))
+    assert stop_in_next_query, "no query was interrupted"
+    assert result.code == 143, (result.out, result.err)
+    assert "went away" not in result.err and "error" not in result.err, result.err
+    assert "Traceback" not in result.err, result.err
+
+
+def test_a_ctrl_c_inside_a_query_of_the_api_is_the_interrupt(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python API in a notebook, where Ctrl-C is Python's own KeyboardInterrupt: on
+    PostgreSQL it came out as StoreGone, 'run store ... went away ()'."""
+    run_id = a_run(store_url)
+    store = dlperf.Store(store_url)
+
+    def interrupt(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        raise KeyboardInterrupt
+
+    event.listen(Engine, "before_cursor_execute", interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.run(run_id)
+    finally:
+        event.remove(Engine, "before_cursor_execute", interrupt)
+    assert store.run(run_id).id == run_id  # the store still reads after the interrupt

@@ -478,8 +478,13 @@ def _pg_state(e: DatabaseError) -> str | None:
 def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
     """SQLAlchemy's `handle_error` hook of a server store once it has opened: a connection
     lost or refused (the server stopped, restarted, or the network went) becomes the one-line
-    StoreGone, whatever statement met it, instead of the driver's chained traceback."""
+    StoreGone, whatever statement met it, instead of the driver's chained traceback. Not a
+    stop signal's interrupt landing inside a query: SQLAlchemy counts that as a disconnect
+    too (it drops the connection the interrupt left midway), and it said "went away ()"
+    before the stop's silent exit 143; the interrupt goes on as itself."""
     orig = context.original_exception
+    if not isinstance(orig, Exception):  # KeyboardInterrupt, SystemExit
+        return None
     state = getattr(orig, "sqlstate", None) or ""
     # A refused connection carries no state: the driver's OperationalError says it.
     refused = not state and type(orig).__name__ == "OperationalError"
