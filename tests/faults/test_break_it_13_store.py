@@ -1,7 +1,9 @@
 """What the thirteenth break-it round found in reading the run store, reproduced first: a run
 deleted by another process while `report` or `doctor` read the runs they had listed aborted the
 command with "no run N in the store", exit 2, and no site (C1); a stop signal landing in a
-PostgreSQL query said "run store ... went away ()" before exiting 143 (C2)."""
+PostgreSQL query said "run store ... went away ()" before exiting 143 (C2); a PostgreSQL URL
+whose search_path names no schema that exists listed an empty store, and a write said
+PostgreSQL's raw "no schema has been selected to create in" (C8)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, make_url
 
 import dlperf
+from dlperf.errors import UserError
 from dlperf.store import RunStore
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import POSTGRES, CliResult, fresh_store_url
 from tests.faults.test_break_it_10_store import a_run
 from tests.faults.test_store_faults import one_line
 
@@ -191,3 +194,62 @@ def test_a_ctrl_c_inside_a_query_of_the_api_is_the_interrupt(
     finally:
         event.remove(Engine, "before_cursor_execute", interrupt)
     assert store.run(run_id).id == run_id  # the store still reads after the interrupt
+
+
+# --- C8: a search_path naming no schema that exists --------------------------------------------
+
+
+@pytest.fixture
+def missing_schema_url() -> str:
+    if not POSTGRES:
+        pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
+    url = make_url(POSTGRES).update_query_dict({"options": "-csearch_path=no_such_schema"})
+    return url.render_as_string(hide_password=False)
+
+
+MISSING = "schema no_such_schema does not exist"
+FIX = "create it, or fix search_path in the URL"
+
+
+@pytest.mark.parametrize(
+    "args", [("runs", "list"), ("runs", "tag", "1", "a=b"), ("doctor",), ("runs", "show", "1")]
+)
+def test_a_search_path_of_no_schema_is_one_line(
+    cli: Cli, missing_schema_url: str, args: tuple[str, ...]
+) -> None:
+    """`runs list` printed an empty table, exit 0; a write PostgreSQL's 'no schema has been
+    selected to create in; LINE 2: CREATE TABLE meta (; ^'."""
+    one_line(cli("--db", missing_schema_url, *args), 2, MISSING, FIX)
+
+
+def test_a_search_path_of_no_schema_is_refused_by_the_api(missing_schema_url: str) -> None:
+    with pytest.raises(UserError) as caught:
+        dlperf.Store(missing_schema_url).runs()
+    assert MISSING in str(caught.value) and FIX in str(caught.value)
+    assert "CREATE TABLE" not in str(caught.value)
+
+
+def test_a_search_path_of_several_missing_schemas_names_them(cli: Cli) -> None:
+    if not POSTGRES:
+        pytest.skip("PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL")
+    options = {"options": "-csearch_path=nope_a,nope_b"}
+    url = make_url(POSTGRES).update_query_dict(options).render_as_string(hide_password=False)
+    one_line(cli("--db", url, "runs", "list"), 2, "no schema of its search_path (nope_a, nope_b)")
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url("postgresql", tmp_path, "bi13")
+
+
+def test_a_search_path_whose_first_schema_is_missing_uses_the_next(cli: Cli, pg_url: str) -> None:
+    """As PostgreSQL itself does: the first schema of the path that exists is the store's."""
+    run_id = a_run(pg_url)
+    schema = str(make_url(pg_url).query["options"]).removeprefix("-csearch_path=")
+    options = {"options": f"-csearch_path=no_such_schema,{schema}"}
+    both = make_url(pg_url).update_query_dict(options).render_as_string(hide_password=False)
+    result = cli("--db", both, "runs", "tag", str(run_id), "a=b")
+    assert result.code == 0, result.err
+    store = RunStore.open(pg_url)
+    assert store.get_run(run_id).tags == {"a": "b"}
+    store.engine.dispose()

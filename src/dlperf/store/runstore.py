@@ -495,6 +495,27 @@ def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
     return StoreGone(f"run store {name} went away ({detail})")
 
 
+def _schema_checked(engine: Engine, name: str) -> None:
+    """Refuse a PostgreSQL store whose search_path names no schema that exists (a misspelt
+    `?options=-csearch_path=...`): it read as an empty store (`runs list` printed an empty
+    table, exit 0), and its first write said PostgreSQL's own "no schema has been selected to
+    create in; LINE 2: CREATE TABLE meta (". current_schema() is NULL then."""
+    with engine.connect() as conn:
+        if conn.exec_driver_sql("SELECT current_schema()").scalar() is not None:
+            return
+        path = str(conn.exec_driver_sql("SHOW search_path").scalar() or "")
+    schemas = [s.strip() for s in path.split(",") if s.strip()]
+    missing = (
+        f"schema {schemas[0]} does not exist"
+        if len(schemas) == 1
+        else f"no schema of its search_path ({', '.join(schemas) or 'empty'}) exists"
+    )
+    raise UserError(
+        f"cannot open run store {name}: {integrity.shown(missing)}",
+        "create it, or fix search_path in the URL",
+    )
+
+
 def _close_at_exit(engine: Engine) -> None:
     """Close the store's connections when the process ends: the last connection to close
     checkpoints the WAL into the file and removes it. Left open, a command's writes stay in
@@ -778,6 +799,8 @@ class RunStore:
             if not read_only and not missing:  # before a connection switches it to WAL
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed))
         try:
+            if parsed.get_backend_name() == "postgresql":
+                _schema_checked(engine, name)
             integrity.check(engine)
             writer = engine.execution_options(**{WRITES: True})
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
