@@ -119,7 +119,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     weights = saved["model"]
     exp = build_experiment(record.config, f"run {run_id}")
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
-    model = build_model(exp, data, torch.device("cpu"))
+    model = build_model(exp, data, torch.device("cpu"), fresh=False)
     checkpoint.fit_weights(model, weights, run_id, exp.model.name)
     test = data.test
     n = min(len(test), REAL_IMAGES)
@@ -344,7 +344,7 @@ def _torch_export(
             dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}} if dynamic_batch else None,
         )
     except Exception as e:
-        raise UserError(f"cannot export to ONNX: {_first_line(e)}") from None
+        raise _unexportable(model, name, refused, e) from None
     constant = _traced_constant(caught)
     if constant is not None:
         raise UserError(
@@ -361,6 +361,35 @@ def _torch_export(
         "falling back to the TorchScript exporter"
     )
     return "torchscript"
+
+
+def _unexportable(
+    model: nn.Module, name: str, refused: BaseException, fallback: BaseException
+) -> UserError:
+    """Why neither exporter could export `model`: a submodule scripted with torch.jit.script,
+    which dynamo cannot trace and the TorchScript tracer cannot enter ("Tried to trace
+    <__torch__...> but it is not part of the active trace"), by name; otherwise the dynamo
+    exporter's reason (`refused`) and the fallback's."""
+    scripted: list[str] = []
+    for path, module in model.named_modules():
+        inside = any(path.startswith(f"{outer}.") for outer in scripted)
+        if path and not inside and isinstance(module, torch.jit.ScriptModule):
+            scripted.append(path)
+    if scripted:
+        shown = ", ".join(scripted[:3]) + (
+            f" and {len(scripted) - 3} more" if len(scripted) > 3 else ""
+        )
+        one = len(scripted) == 1
+        return UserError(
+            f"cannot export model '{name}' to ONNX: its submodule{'' if one else 's'} {shown} "
+            f"{'is a' if one else 'are'} TorchScript ScriptModule{'' if one else 's'} "
+            "(torch.jit.script), which neither ONNX exporter traces into",
+            "keep the module unscripted for export: build it without torch.jit.script",
+        )
+    return UserError(
+        f"cannot export model '{name}' to ONNX: the dynamo exporter failed "
+        f"({_first_line(refused)}), and the TorchScript exporter too ({_first_line(fallback)})"
+    )
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from dlperf.engine.checks import (
     check_classes,
     check_classifier,
     check_finite,
+    check_reloadable,
     dry_backward,
     dry_forward,
     misfit,
@@ -75,7 +76,7 @@ def prepare_run(
     check_batch_fits(exp.train.batch_size, data)
     check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
     check_classes(data)
-    model = build_model(exp, data, device, reporter)
+    model = build_model(exp, data, device, reporter, fresh)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)
@@ -192,10 +193,16 @@ def _own_kwargs(kwargs: dict[str, Any], data: ImageData) -> dict[str, Any]:
 
 
 def build_model(
-    exp: Experiment, data: ImageData, device: torch.device, reporter: Reporter | None = None
+    exp: Experiment,
+    data: ImageData,
+    device: torch.device,
+    reporter: Reporter | None = None,
+    fresh: bool = True,
 ) -> torch.nn.Module:
-    """The experiment's model, seeded, on `device`, sized for `data` and materialized. A model
-    that changes torch's thread count as it is built has it set back (`reporter` told)."""
+    """The experiment's model, seeded, on `device`, sized for `data` and materialized, for a
+    new run (not `fresh`: a stored run's, resumed or exported, whose weights are loaded next).
+    A model that changes torch's thread count as it is built has it set back (`reporter`
+    told)."""
     torch.manual_seed(exp.run.seed)
     threads = torch.get_num_threads()  # the run's, set by prepare_run (or a worker)
     model = create_model(
@@ -237,5 +244,7 @@ def build_model(
     check_batch_trains(model, exp.train.batch_size, data.shape, name, device)
     if exp.run.checkpoint:  # a state the first checkpoint could not be loaded from
         check_checkpointable(model)
+        if fresh:  # a stored run's weights are loaded next, by fit_weights, which tells them
+            check_reloadable(model, name)
     torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
     return model

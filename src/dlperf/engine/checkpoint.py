@@ -25,6 +25,7 @@ import torch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.models.registry import is_file_spec
+from dlperf.models.transfer import load_state
 from dlperf.paths import atomic_write
 
 OWNER = "owner"
@@ -242,19 +243,20 @@ def fit_weights(model: torch.nn.Module, weights: Mapping[str, Any], run_id: int,
     """Load run `run_id`'s `weights` into `model`, built from model `name` as its code is now.
     Code that changed since the run (a model file edited, a layer's width) is one line of bad
     input naming the first parameters that differ; load_state_dict's own error is a traceback
-    listing every one."""
+    listing every one. Weights with the keys and shapes of the model's state_dict() that its
+    load_state_dict() refuses are the model's two methods disagreeing: one line too."""
     found = _mismatches(model.state_dict(), weights)
+    if is_file_spec(name):
+        what, hint = f"model file {name}", "restore the file the run was trained with"
+    else:
+        what, hint = f"model '{name}'", "use the dlperf the run was trained with"
     if found:
         shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
-        if is_file_spec(name):
-            what, hint = f"model file {name}", "restore the file the run was trained with"
-        else:
-            what, hint = f"model '{name}'", "use the dlperf the run was trained with"
         raise UserError(
             f"run {run_id}'s checkpoint does not fit {what} as it is now: {shown}",
             f"{hint}, or train it again",
         )
-    model.load_state_dict(weights)
+    load_state(model, weights, f"run {run_id}'s weights do not load into {what} as built")
 
 
 def _mismatches(expected: Mapping[str, Any], weights: Mapping[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@ from torch import nn
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError, raised_by_model
+from dlperf.models.transfer import DISAGREE, load_state
 
 if TYPE_CHECKING:
     from dlperf.data import ImageData
@@ -256,6 +257,19 @@ def check_checkpointable(model: nn.Module) -> None:
     run at its first checkpoint, an epoch in, and could never be resumed or exported. Said
     here, before anything is recorded; the save checks it again (a state that changes)."""
     check_loadable(model.state_dict(), "or train without checkpoints: run.checkpoint = false")
+
+
+def check_reloadable(model: nn.Module, name: str) -> None:
+    """`model` (`name`, as the user named it), in a new run that writes checkpoints, must take
+    back through its load_state_dict() what its state_dict() gives: an override of
+    state_dict() renaming every key, load_state_dict left stock, stores weights that nothing
+    (--resume, export, model.weights) loads. Said here, before anything is recorded."""
+    load_state(
+        model,
+        model.state_dict(),
+        f"model {name} could never load its checkpoints (--resume, export, model.weights run:ID)",
+        f"{DISAGREE}, or train without checkpoints: run.checkpoint = false",
+    )
 
 
 def check_classifier(

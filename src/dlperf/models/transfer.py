@@ -11,12 +11,21 @@ into RGB: repeated and divided by 3), so that it answers a grey image as before.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
-from dlperf.errors import UserError
+from dlperf.errors import UserError, raised_by_model
+
+# How load_state_dict names the keys it refuses: `Missing key(s) in state_dict: "a", "b". `
+_REFUSED_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: (.*?)\.\s*$", re.M)
+DISAGREE = (
+    "make the model's state_dict() and load_state_dict() agree (an override of one needs "
+    "its counterpart)"
+)
 
 
 def head_name(model: nn.Module) -> str:
@@ -111,8 +120,51 @@ def load_weights(
             f"model.weights {source} do not fit the model: " + "; ".join(problems),
             "use the model.name, model.kwargs and data.image_size the weights were trained with",
         )
-    model.load_state_dict(merged)
+    load_state(model, merged, f"model.weights {source} do not load into the model as built")
     return notes
+
+
+def load_state(
+    model: nn.Module, state: Mapping[str, Any], subject: str, hint: str = DISAGREE
+) -> None:
+    """`model.load_state_dict(state)`, for a `state` with the keys and shapes of the model's own
+    state_dict() (its callers check that first): a refusal now is the model's state_dict()
+    and load_state_dict() disagreeing (an override of one renaming every key), told in one
+    line after `subject` with the keys each side has that the other lacks, and `hint`. An
+    error the model's own code raises (in its own load_state_dict) goes on as it is."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        if raised_by_model(e):
+            raise
+        raise UserError(
+            f"{subject}: its state_dict() and load_state_dict() disagree: {_refused(e)}", hint
+        ) from None
+
+
+def _refused(e: RuntimeError) -> str:
+    """What load_state_dict's error names: the keys it wants and does not get, those it gets
+    and does not take; otherwise its first particular (a shape its own override expects)."""
+    found = dict((kind, keys.replace('"', "")) for kind, keys in _REFUSED_KEYS.findall(str(e)))
+    said = []
+    if "Missing" in found:
+        said.append(
+            f"load_state_dict() takes {_first(found['Missing'])}, which state_dict() does not give"
+        )
+    if "Unexpected" in found:
+        said.append(
+            f"state_dict() gives {_first(found['Unexpected'])}, which load_state_dict() does not "
+            "take"
+        )
+    if said:
+        return "; ".join(said)
+    lines = [line.strip() for line in str(e).strip().splitlines()]
+    return lines[1] if len(lines) > 1 else lines[0] if lines else type(e).__name__
+
+
+def _first(keys: str) -> str:
+    names = keys.split(", ")
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def freeze_backbone(model: nn.Module) -> None:
