@@ -21,6 +21,12 @@ process with Python's exit 1, its traceback told to the closed stderr (a copy of
 the name missing does so every time; 15 tries under three busy loops all exited 2). What was
 suspected, a file taking descriptor 2 before the guard, is ruled out here: none does, and one
 could not change the exit code anyway (sys.stderr is then /dev/null's stream, never fd 2).
+
+4. A model file's factory that reads fields of an object (a dataclass), given a dict by
+`--set 'model.kwargs.cfg={width=16}'`, failed as the model's own AttributeError ('dict' object
+has no attribute 'width'), exit 1, without the hint a TypeError there gives. An attribute read
+that fails on one of the tables or arrays given in [model] kwargs is now that value's fault:
+one line, exit 2, "check the values given in [model] kwargs: cfg={'width': 16}".
 """
 
 from __future__ import annotations
@@ -219,3 +225,60 @@ def test_nothing_takes_a_closed_stderr_before_the_guard_holds_it(tmp_path: Path)
         stdout=subprocess.PIPE, text=True, timeout=GUARD_S, cwd=tmp_path,
     )  # fmt: skip
     assert (proc.returncode, proc.stdout) == (2, "closed\n")
+
+
+# --- 4: a dict from [model] kwargs where the factory expects an object --------------------------
+
+DATACLASS_MODELS = """\
+import dataclasses
+
+from torch import nn
+
+
+@dataclasses.dataclass
+class Cfg:
+    width: int = 32
+
+
+def from_dataclass(cfg: Cfg = Cfg(), num_classes=10, in_channels=1):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, cfg.width), nn.ReLU(),
+                         nn.Linear(cfg.width, num_classes))
+
+
+def own_typo(width=16, num_classes=10, in_channels=1):
+    return nn.Sequentail(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))
+"""
+
+
+def test_a_dict_given_where_the_factory_reads_attributes_is_bad_input(
+    cli: Cli, store: RunStore, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """Before: "error: the model raised AttributeError: 'dict' object has no attribute
+    'width'" with the factory's frames, exit 1, and no word of the kwargs the user gave."""
+    (tmp_path / "m.py").write_text(DATACLASS_MODELS)
+    tiny_exp(epochs=1)
+    model = ("--set", 'model.name="m.py:from_dataclass"')
+    result = cli("run", "tiny.toml", *model, "--set", "model.kwargs.cfg={width=16}")
+    one_line(result, 2)
+    assert result.err == (
+        "error: factory m.py:from_dataclass failed: AttributeError: 'dict' object has no "
+        "attribute 'width' (check the values given in [model] kwargs: cfg={'width': 16})\n"
+    )
+    assert store.list_runs() == []
+
+
+def test_the_models_own_attribute_error_is_still_the_models(
+    cli: Cli, store: RunStore, tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """kwargs given, but the attribute missing is not on one of them: the model's own bug,
+    told with its frames, exit 1."""
+    (tmp_path / "m.py").write_text(DATACLASS_MODELS)
+    tiny_exp(epochs=1)
+    model = ("--set", 'model.name="m.py:own_typo"')
+    result = cli("run", "tiny.toml", *model, "--set", "model.kwargs.width=16")
+    assert result.code == 1, result.err
+    lines = result.err.splitlines()
+    assert lines[0] == (
+        "error: the model raised AttributeError: module 'torch.nn' has no attribute 'Sequentail'"
+    ), result.err
+    assert 'm.py", line 17, in own_typo' in result.err

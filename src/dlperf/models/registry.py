@@ -348,6 +348,8 @@ def build_from_factory(
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
     except Exception as e:
+        if _read_from_given(e, own):
+            _refuse_factory(spec, own, e)
         if raised_by_model(e):
             # The model's own code raised it (a `raise` in its __init__, a class it defines):
             # the CLI tells it with the model file's frames, exit 1, as from its forward.
@@ -358,17 +360,27 @@ def build_from_factory(
     return model
 
 
+def _read_from_given(e: Exception, own: dict[str, Any]) -> bool:
+    """Whether `e` is an attribute read that failed on one of the tables or arrays the user
+    gave in [model] kwargs (a dict where the factory wants an object with fields): that value
+    is of the wrong type, as in a TypeError, whatever code read it. Tables and arrays only:
+    each is an object of its own, where an int or a bool may be one the model made itself."""
+    failed_on = getattr(e, "obj", None) if isinstance(e, AttributeError) else None
+    return isinstance(failed_on, dict | list) and any(failed_on is v for v in own.values())
+
+
 def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
     """A factory that failed on what dlperf gave it, or inside torch, in one line of bad
     input: the call itself (an argument without a default), a keyword of the user's of the
     wrong type, a layer torch refuses."""
-    if isinstance(e, TypeError):
+    if isinstance(e, TypeError) or _read_from_given(e, own):
         # An argument without a default, which dlperf cannot know; or, where the user gave
-        # kwargs, as likely one of theirs of the wrong type (a list for an int).
-        missing = "required" in str(e) and "argument" in str(e)
+        # kwargs, as likely one of theirs of the wrong type (a list for an int, a dict for a
+        # dataclass).
+        missing = isinstance(e, TypeError) and "required" in str(e) and "argument" in str(e)
         given = ", ".join(f"{k}={v!r}" for k, v in own.items())
         raise UserError(
-            f"factory {spec} failed: TypeError: {e}",
+            f"factory {spec} failed: {type(e).__name__}: {e}",
             f"check the values given in [model] kwargs: {given}"
             if own and not missing
             else "give the argument a default, or its value in [model] kwargs",
