@@ -76,6 +76,17 @@ def stored(tmp_path: Path) -> Path:
 # C3: a write refused by a limit names what was being written, and the fix.
 
 
+def test_a_report_stopped_by_a_file_size_limit_names_its_directory_and_the_limit(
+    tmp_path: Path, stored: Path
+) -> None:
+    """Before: 'error: cannot use: File too large', exit 1."""
+    result = _limited(
+        tmp_path, resource.RLIMIT_FSIZE, FILE_CAP, "report", "--last", "20", "--out", "R"
+    )
+    one_line(result, 1, "cannot use R: File too large", "a file size limit (ulimit -f)")
+    assert not (tmp_path / "R").exists()  # the report leaves no partial site, as before
+
+
 def test_runs_plot_stopped_by_a_file_size_limit_names_its_figure(
     tmp_path: Path, stored: Path
 ) -> None:
@@ -91,6 +102,22 @@ def _refused(number: int) -> Callable[..., object]:
         raise OSError(number, os.strerror(number))  # as a refused write: no file name
 
     return write
+
+
+def test_too_many_open_files_in_a_report_names_the_directory_and_the_limit(
+    cli: Cli, store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: 'error: cannot use: Too many open files', exit 1. (The descriptor that runs
+    out first depends on the libraries' versions: the refusal is made here.)"""
+    earlier_run(store)
+    monkeypatch.setattr("dlperf.report.site.build_report", _refused(errno.EMFILE))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    one_line(
+        cli("report", "--last", "3", "--out", "R"),
+        1,
+        "cannot use R: Too many open files",
+        f"ulimit -n {soft} is too low",
+    )
 
 
 def test_a_full_disk_without_a_file_name_names_the_figure(

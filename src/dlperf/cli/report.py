@@ -30,6 +30,7 @@ def report(
 
     Example: dlperf report --last 10 --out report
     """
+    from dlperf.paths import writing
     from dlperf.report.site import build_report
     from dlperf.store.query import check_limit
 
@@ -42,7 +43,7 @@ def report(
     out = Path(out_text)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory", "give a directory for the site")
-    with console.reporter() as rep:
+    with console.reporter() as rep, writing(out):
         done = build_report(open_store(create=False), out, run_ids or (), study, last, rep)
     console.gone(done.gone, "report")
     if console.printed_json(as_json, done.to_dict()):
