@@ -100,10 +100,23 @@ def describe(
             ["std per channel", ", ".join(f"{s:.4f}" for s in result["std"])],
         ],
     )
-    console.print_table(
-        "training images per class", ["class", "images"], list(result["counts"].items())
-    )
+    console.print_table("training images per class", ["class", "images"], _shown(result["counts"]))
     console.tell([], plots["counts"], plots["samples"])
+
+
+SHOWN_CLASSES = 200  # rows of the per-class table; --json lists every class
+
+
+def _shown(counts: dict[str, int]) -> list[list[object]]:
+    """Every class in order, or past SHOWN_CLASSES the half with the most training images and
+    the half with the fewest, a row between saying how many more --json lists: 100,000 rows
+    took rich 42 s to print and no reader reads them."""
+    if len(counts) <= SHOWN_CLASSES:
+        return [[name, n] for name, n in counts.items()]
+    half = SHOWN_CLASSES // 2
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    more = f"... {len(ranked) - SHOWN_CLASSES:,} more classes (all in --json)"
+    return [[name, n] for name, n in [*ranked[:half], (more, None), *ranked[-half:]]]
 
 
 @data_app.command("samples")
