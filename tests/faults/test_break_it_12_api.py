@@ -39,6 +39,9 @@ TORCH_DEEP = "torch.functional"
 CHILD = textwrap.dedent(
     """
     import json, os, signal, sys
+    # Python's own Ctrl-C, as a notebook's kernel has it: a child of a background job (`make
+    # test-faults &`) starts with SIGINT ignored and would never see the interrupt it sends.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if sys.argv[3] == "torch first":  # as a notebook that has trained before
         import torch
     import dlperf
