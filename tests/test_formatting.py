@@ -1,10 +1,11 @@
-"""dlperf.formatting.fmt: numbers as every table and the HTML report print them."""
+"""dlperf.formatting: numbers as every table and the HTML report print them (fmt), and the
+first few of a list (few)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlperf.formatting import fmt
+from dlperf.formatting import few, fmt
 
 
 @pytest.mark.parametrize(
@@ -35,3 +36,11 @@ def test_fmt(value: object, shown: str) -> None:
 def test_digits_are_significant_digits() -> None:
     assert fmt(3.14159265, digits=2) == "3.1"
     assert fmt(0.5, digits=6) == "0.5"
+
+
+@pytest.mark.parametrize(
+    ("items", "shown"),
+    [([], ""), (["a"], "a"), (["a", "b", "c"], "a, b, c"), (list("abcde"), "a, b, c and 2 more")],
+)
+def test_few_names_three_and_counts_the_rest(items: list[str], shown: str) -> None:
+    assert few(items) == shown

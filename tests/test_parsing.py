@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from dlperf.errors import UserError
 from dlperf.parsing import (
     depth,
     did_you_mean,
+    file_name_text,
     parse_list,
     parse_names,
     parse_numbers,
     parse_pairs,
     parse_range,
+    stem_name,
 )
 
 BAD = UserError("bad list")
@@ -68,3 +73,9 @@ def test_depth_counts_levels_without_recursing() -> None:
     for _ in range(100_000):  # far past the interpreter's recursion limit
         deep = [deep]
     assert depth(deep) == 100_001
+
+
+def test_a_file_name_is_shown_with_bad_bytes_replaced_and_controls_escaped() -> None:
+    raw = os.fsdecode(b"caf\xe9\x1b[2J")  # Latin-1 bytes and an escape sequence
+    assert file_name_text(raw) == "caf\ufffd\\x1b[2J"
+    assert stem_name(Path(f"/d/{raw}.toml")) == file_name_text(raw)

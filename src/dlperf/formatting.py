@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from dlperf.parsing import printable
@@ -24,3 +25,9 @@ def fmt(value: Any, digits: int = 4) -> str:
             return f"{value:.3g}"
         return f"{value:.{digits}g}"
     return printable(str(value))  # a stored name may hold ESC or NUL: show it, never act on it
+
+
+def few(items: Sequence[str], most: int = 3) -> str:
+    """The first `most` of `items`, comma-separated, and how many more: "a, b, c and 2 more"."""
+    more = len(items) - most
+    return ", ".join(items[:most]) + (f" and {more} more" if more > 0 else "")

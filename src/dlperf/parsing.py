@@ -58,10 +58,15 @@ def finite_json(value: Any) -> Any:
     return value
 
 
+def file_name_text(name: str) -> str:
+    """A file name as a name that can be stored and shown: bytes that are not UTF-8 (kept by
+    the file system as surrogates) replaced (U+FFFD), control characters escaped."""
+    return printable(os.fsencode(name).decode("utf-8", "replace"))
+
+
 def stem_name(path: Path) -> str:
-    """A file's stem as a name that can be stored and shown: bytes of the file name that are
-    not UTF-8 replaced (U+FFFD), control characters escaped."""
-    return printable(os.fsencode(path.stem).decode("utf-8", "replace"))
+    """A file's stem as a name that can be stored and shown (`file_name_text`)."""
+    return file_name_text(path.stem)
 
 
 def has_control(name: str) -> bool:

@@ -38,6 +38,7 @@ import torch
 from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
+from dlperf.parsing import file_name_text
 from dlperf.paths import not_regular
 
 
@@ -447,7 +448,7 @@ def _different_classes(root: Path, train: list[str], other: str, held: list[str]
     for has, lacks, extra in sides:
         if not extra:
             continue
-        names = [os.fsencode(c).decode("utf-8", "replace") for c in extra[:_NAMED_CLASSES]]
+        names = [file_name_text(c) for c in extra[:_NAMED_CLASSES]]
         more = len(extra) - len(names)
         listed = _and([*names, f"{more} more"] if more else names)
         plural = len(extra) > 1

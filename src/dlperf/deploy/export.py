@@ -30,6 +30,7 @@ from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.engine.checks import dry_forward
 from dlperf.errors import CheckFailed, UserError, raised_by_model
+from dlperf.formatting import few
 from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -376,12 +377,10 @@ def _unexportable(
         if path and not inside and isinstance(module, torch.jit.ScriptModule):
             scripted.append(path)
     if scripted:
-        shown = ", ".join(scripted[:3]) + (
-            f" and {len(scripted) - 3} more" if len(scripted) > 3 else ""
-        )
         one = len(scripted) == 1
         return UserError(
-            f"cannot export model '{name}' to ONNX: its submodule{'' if one else 's'} {shown} "
+            f"cannot export model '{name}' to ONNX: its submodule{'' if one else 's'} "
+            f"{few(scripted)} "
             f"{'is a' if one else 'are'} TorchScript ScriptModule{'' if one else 's'} "
             "(torch.jit.script), which neither ONNX exporter traces into",
             "keep the module unscripted for export: build it without torch.jit.script",

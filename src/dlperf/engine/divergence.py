@@ -12,6 +12,11 @@ def fp32_advice(precision: str | None) -> list[str]:
     return [] if precision == "fp32" else ['run.precision = "fp32"']
 
 
+def _or_fp32(said: str, precision: str | None) -> str:
+    """`said`, then `, or try run.precision = "fp32"` where that is not in force."""
+    return said + "".join(f", or try {advice}" for advice in fp32_advice(precision))
+
+
 def diverged_fix(
     step: int | None, lr: float | None, grad_clip: float | None, precision: str | None
 ) -> str:
@@ -19,25 +24,23 @@ def diverged_fix(
     None: not known) of a run at learning rate `lr`, clipping at `grad_clip` (None: none) and
     at `precision` (None: not known). A lower learning rate is always worth a try; clipping
     at CLIP where the run clips at more or not at all; fp32 where it trained in another."""
-    fp32 = fp32_advice(precision)
     if step == 1:
         # The first step's loss comes from the initial weights: no learning rate made it.
         said = (
             "before any update, so the model itself, not the learning rate: look at its "
             "forward and the initial values of its layers"
         )
-        return said + "".join(f", or try {advice}" for advice in fp32)
+        return _or_fp32(said, precision)
     now = f" (now {lr:g})" if lr is not None else ""
     clip = []
     if grad_clip is None or grad_clip > CLIP:
         clip = [f"train.grad_clip = {CLIP}" + (f" (now {grad_clip:g})" if grad_clip else "")]
-    return "try " + either([f"a lower train.lr{now}", *clip, *fp32])
+    return "try " + either([f"a lower train.lr{now}", *clip, *fp32_advice(precision)])
 
 
 def evaluation_fix(precision: str | None) -> str:
     """The advice for an evaluation loss that was not finite (the training loss was)."""
-    said = "look at what its forward does when not training (model.eval())"
-    return said + "".join(f", or try {advice}" for advice in fp32_advice(precision))
+    return _or_fp32("look at what its forward does when not training (model.eval())", precision)
 
 
 def either(options: list[str]) -> str:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from dlperf.errors import UserError, raised_by_model
+from dlperf.formatting import few
 
 # How load_state_dict names the keys it refuses: `Missing key(s) in state_dict: "a", "b". `
 _REFUSED_KEYS = re.compile(r"(Missing|Unexpected) key\(s\) in state_dict: (.*?)\.\s*$", re.M)
@@ -163,8 +164,7 @@ def _refused(e: RuntimeError) -> str:
 
 
 def _first(keys: str) -> str:
-    names = keys.split(", ")
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return few(keys.split(", "))
 
 
 def freeze_backbone(model: nn.Module) -> None:
