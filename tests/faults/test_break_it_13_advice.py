@@ -25,10 +25,10 @@ import pytest
 
 from dlperf.deploy import server
 from dlperf.distributed.worker import Divergence, alone
-from dlperf.engine.divergence import diverged_fix, evaluation_fix
-from dlperf.engine.loop import Diverged, EvaluationDiverged
+from dlperf.engine.loop import Diverged
 from tests.conftest import CliResult
 from tests.deploy.test_server import tiny_classifier
+from tests.engine.test_divergence import BEFORE_ANY_UPDATE, IN_EVAL_MODE
 from tests.faults.test_break_it_7_scale import _steps as steps
 from tests.faults.test_break_it_8_eval import NAN as EVAL_NAN
 from tests.faults.test_break_it_8_eval import _experiment as eval_nan_experiment
@@ -181,48 +181,6 @@ def test_a_run_whose_evaluation_diverged_in_fp32_is_not_told_to_train_in_fp32(
     engine, doctor = _diverged(cli, eval_nan_experiment(tmp_path, EVAL_NAN))
     assert engine == IN_EVAL_MODE, engine  # before: ', or try run.precision = "fp32"' too
     assert doctor == engine  # before: "lower train.lr ..., or run.precision ... (now "fp32")"
-
-
-BEFORE_ANY_UPDATE = (
-    "before any update, so the model itself, not the learning rate: look at its forward and "
-    "the initial values of its layers"
-)
-IN_EVAL_MODE = "look at what its forward does when not training (model.eval())"
-OR_FP32 = ', or try run.precision = "fp32"'
-
-
-@pytest.mark.parametrize(
-    ("step", "lr", "clip", "precision", "advice"),
-    [
-        (37, 10, None, "bf16", 'try a lower train.lr (now 10), train.grad_clip = 1.0, or run.pr'
-         'ecision = "fp32"'),  # docs/run.md's line
-        (37, 10, None, "fp16", 'try a lower train.lr (now 10), train.grad_clip = 1.0, or run.pr'
-         'ecision = "fp32"'),
-        (37, 10, None, None, 'try a lower train.lr (now 10), train.grad_clip = 1.0, or run.prec'
-         'ision = "fp32"'),  # not known: advised
-        (2, 0.5, 0.5, "bf16", 'try a lower train.lr (now 0.5) or run.precision = "fp32"'),
-        (2, 0.5, 5.0, "bf16", 'try a lower train.lr (now 0.5), train.grad_clip = 1.0 (now 5), '
-         'or run.precision = "fp32"'),
-        (2, 0.5, 5.0, "fp32", "try a lower train.lr (now 0.5) or train.grad_clip = 1.0 (now 5)"),
-        (2, 0.5, 1.0, "fp32", "try a lower train.lr (now 0.5)"),
-        (None, None, 1.0, "fp32", "try a lower train.lr"),
-        (1, 0.5, None, "fp32", BEFORE_ANY_UPDATE),
-        (1, 0.5, None, "bf16", BEFORE_ANY_UPDATE + OR_FP32),
-    ],
-)  # fmt: skip
-def test_the_advice_leaves_out_what_is_in_force(
-    step: int | None, lr: float | None, clip: float | None, precision: str | None, advice: str
-) -> None:
-    assert diverged_fix(step, lr, clip, precision) == advice
-    if step is not None and lr is not None:  # the engine's line is the same advice
-        said = str(Diverged(step, 1, math.nan, lr, grad_clip=clip, precision=precision))
-        assert said == f"loss became nan at step {step} (epoch 1); {advice}"
-
-
-def test_evaluation_advice_leaves_out_fp32_in_fp32() -> None:
-    assert evaluation_fix("fp32") == IN_EVAL_MODE
-    assert evaluation_fix("bf16") == evaluation_fix(None) == IN_EVAL_MODE + OR_FP32
-    assert str(EvaluationDiverged(math.inf, "fp32")).endswith(f"finite; {IN_EVAL_MODE}")
 
 
 def test_a_scale_points_divergence_advises_by_the_runs_settings() -> None:
