@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +73,18 @@ def _run_id(run_id: Any) -> int:
     return int(run_id)
 
 
+def _strings(given: Any, what: str, example: str) -> list[str]:
+    """`given`, a list (any iterable) of command-line strings such as --set's or --where's, as
+    a list; a UserError naming `what` for anything else. A str alone is refused, not walked
+    one character at a time ("--where 't': expected KEY=VALUE")."""
+    items = None
+    if not isinstance(given, (str, bytes)) and isinstance(given, Iterable):
+        items = list(given)
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise UserError(f"{what}, got {reprlib.repr(given)}", f"e.g. {example}")
+    return items
+
+
 def _json_fault(value: Any, at: str = "", level: int = 1) -> str | None:
     """What keeps `value` from being stored as JSON, naming where in it (None: nothing).
     The store writes a run's config as JSON: anything else failed there as SQLAlchemy's
@@ -85,7 +97,15 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         # SQLite's JSON text took it; PostgreSQL's JSON type refuses it (psycopg DataError)
         return f"config{at} is {value}: JSON has no NaN or infinity"
-    if value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, int) and not isinstance(value, bool):
+        with suppress(ValueError):
+            str(value)  # what json.dumps does, refused past sys.get_int_max_str_digits()
+            return None
+        return (
+            f"config{at} is a whole number of more than {sys.get_int_max_str_digits()} digits, "
+            "more than Python writes as text"
+        )
+    if value is None or isinstance(value, (bool, float)):
         return None
     if isinstance(value, str):
         try:
@@ -131,37 +151,63 @@ def _device(device: Any) -> torch.device:
     return picked
 
 
-def _metric(key: str, value: Any) -> tuple[str, float]:
-    """The name `key` is stored under and `value` as the store keeps it, after the store's
-    own check of the name, a UserError for either: float() would take "1.5" and raise
-    ValueError or TypeError for the rest."""
+def _key_name(key: Any, what: str = "metric key") -> str:
+    """The name `TrackedRun.log` stores `key` under, after the store's own check of that name: a
+    UserError naming `what` for a key that is not text, is empty (log kept '' as "train/") or
+    that the store cannot keep. `phase` holds its names to these same limits (`what` "phase
+    name"): unchecked, a name with NUL or of 5,000 characters was kept, 5 and None as "5"."""
     from dlperf.store.runstore import _fits, _shown
     from dlperf.store.schema import Metric
 
+    metric = what == "metric key"
+    example = "log(step, loss=0.5)" if metric else "run.phase('forward')"
+    if not isinstance(key, str):
+        raise UserError(
+            f"a {what} is text, got {type(key).__name__} {reprlib.repr(key)}", f"e.g. {example}"
+        )
+    if not key:
+        raise UserError(f"a {what} is not empty", f"name it, e.g. {example}")
     name = _logged_name(key)
     column: Any = Metric.__table__.c.key  # a String column: its type has a length
     kept = column.type.length
     prefix = name[: len(name) - len(key)]  # the train/ that log puts before a key, or ""
     limit = kept - len(prefix)
-    hint = f"a key is at most {limit} characters" + (
-        f", or {kept} with a / in it (val/acc1)" if prefix else ", without NUL"
-    )
+    noun = "key" if metric else what
+    hint = f"a {noun} is at most {limit} characters, without NUL"
+    if prefix:
+        slashed = " (val/acc1)" if metric else ""
+        hint = f"a {noun} is at most {limit} characters, or {kept} with a / in it{slashed}"
     # Measured as the user wrote it: the store's own check counted the train/ they never
     # wrote ("'train/kkk...' is 101 characters long; ... at most 100").
     if len(key) > limit:
-        under = f", as log stores it under {prefix}" if prefix else ""
+        under = ""
+        if prefix:
+            under = f", as log stores it under {prefix}" if metric else ", as for a metric key"
         raise UserError(
-            f"metric key {_shown(key)} is {len(key)} characters long; the run store keeps at "
+            f"{what} {_shown(key)} is {len(key)} characters long; the run store keeps at "
             f"most {limit}{under}",
             hint,
         )
-    _fits(column, name, f"metric key {_shown(key)}", hint)
+    _fits(column, name, f"{what} {_shown(key)}", hint)
+    return name
+
+
+def _metric(key: str, value: Any) -> tuple[str, float]:
+    """The name `key` is stored under (`_key_name`) and `value` as the store keeps it, a
+    UserError for either: float() would take "1.5" and raise ValueError or TypeError for the
+    rest, and OverflowError for a whole number too big for a float (10**400)."""
+    name = _key_name(key)
     # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
     # float() made True 1.0.
     boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
     if not (isinstance(value, (str, bytes)) or boolean):
         try:
             return name, float(value)
+        except OverflowError:
+            raise UserError(
+                f"metric {name} is a number a float can hold (up to {sys.float_info.max:.4g}), "
+                f"got {type(value).__name__} {reprlib.repr(value)}"
+            ) from None
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
             pass
     raise UserError(f"metric {name} is a number, got {type(value).__name__} {reprlib.repr(value)}")
@@ -320,16 +366,13 @@ def run(
 ) -> RunResult:
     """Train one experiment (a TOML path or a dict of its sections) and keep it in `store`
     (a `Store`, a path or a SQLAlchemy URL; the default store when None); returns how the run
-    ended, whose `to_dict()` is what `dlperf run --json` prints. `overrides` are `--set`
-    strings."""
+    ended, whose `to_dict()` is what `dlperf run --json` prints. `overrides` are a list
+    of `--set` strings, even for one (a str alone is refused)."""
     with stopping.deferred():
         from dlperf.config import apply_override, build_experiment, load_experiment
         from dlperf.experiment.run import run_experiment
 
-    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
-        raise UserError(
-            f"overrides are a list of --set strings, got {overrides!r}", "e.g. ['train.lr=0.01']"
-        )
+    overrides = _strings(overrides, "overrides are a list of --set strings", "['train.lr=0.01']")
     if not isinstance(experiment, (str, os.PathLike, Mapping)):
         raise UserError(
             f"run takes a TOML path or a dict of sections, not {type(experiment).__name__}"
@@ -415,6 +458,7 @@ class TrackedRun:
         from dlperf.timing import Timer
 
         self._check_open()
+        _key_name(name, "phase name")  # before the body runs; log's limits for its keys
         timer = Timer(self._device)  # one per call: phases may nest
         timer.start()
         try:
@@ -566,16 +610,19 @@ class Store:
         kind: str | None = None,
         study: int | None = None,
         limit: int | None = None,
-        where: Sequence[str] = (),
+        where: Sequence[str] | None = (),
     ) -> list[RunRecord]:
         """Stored runs, newest first, each a `RunRecord` with its status as it stands (`lost`
         for a run whose process died without marking it; `.to_dict()` gives the JSON of
         `dlperf runs list --json`), as `dlperf runs list` shows them: `where`
         holds its --where filters (["model.name=resnet20", "status=finished",
-        "tag.baseline=yes"]), and `limit` keeps the newest of the runs they select."""
+        "tag.baseline=yes"]), and `limit` keeps the newest of the runs they select. `where` is
+        a list even for one filter, as `dlperf.run`'s `overrides` are: a str alone is refused."""
         from dlperf.store.query import list_runs
 
-        return list_runs(lambda: self._store, kind=kind, study=study, where=where, limit=limit)
+        given = () if where is None else where
+        filters = _strings(given, "where is a list of --where filters", "['train.lr=0.1']")
+        return list_runs(lambda: self._store, kind=kind, study=study, where=filters, limit=limit)
 
     def compare(self, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
         """What `dlperf runs compare` shows: the config keys that differ, each result, tag and
@@ -589,7 +636,9 @@ class Store:
         return self._store.get_run(_run_id(run_id))
 
     def metric_keys(self, run_id: int) -> list[str]:
-        return self._store.metric_keys(_run_id(run_id))
+        """The names of a stored run's metrics, as `metrics` reads them."""
+        stored = self.run(run_id)  # an unknown run is an error, not an empty list, as in `metrics`
+        return self._store.metric_keys(stored.id)
 
     def _stored_key(self, run_id: int, key: str, stored: Sequence[str]) -> str:
         """`key` as stored: as given, or as `TrackedRun.log` names it ("loss": train/loss);
