@@ -31,3 +31,8 @@ def few(items: Sequence[str], most: int = 3) -> str:
     """The first `most` of `items`, comma-separated, and how many more: "a, b, c and 2 more"."""
     more = len(items) - most
     return ", ".join(items[:most]) + (f" and {more} more" if more > 0 else "")
+
+
+def clip(text: str, limit: int, ellipsis: str = "...") -> str:
+    """`text`, or its first characters and `ellipsis` within `limit` characters."""
+    return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from dlperf.config import describe, load_experiment, load_file, to_toml
-from dlperf.config.base import FIGURE_MAX
+from dlperf.config.base import FIGURE_MAX, MIN_STD
 from dlperf.config.loading import _FILE_FIELDS
 from dlperf.errors import UserError
 
@@ -183,8 +183,9 @@ LISTS = {  # key: (valid, invalid)
         st.just([]) | st.lists(st.floats(1, exclude_min=True), min_size=1, max_size=4),
     ),
     "data.std": (
-        st.lists(st.floats(0, 1, exclude_min=True), min_size=1, max_size=4),
-        st.just([]) | st.lists(st.floats(max_value=0), min_size=1, max_size=4),
+        st.lists(st.floats(MIN_STD, 1), min_size=1, max_size=4),
+        st.just([])
+        | st.lists(st.floats(max_value=MIN_STD, exclude_max=True), min_size=1, max_size=4),
     ),
     "train.schedule.milestones": (
         st.lists(st.integers(1, 1000), max_size=4),

@@ -29,7 +29,11 @@ Size = Annotated[int, Field(ge=0, lt=2**31)]
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
 # Per-channel normalisation statistics, on the [0, 1] scale of the images.
 Mean = Annotated[float, Field(ge=0, le=1)]
-Std = Annotated[float, Field(gt=0, le=1)]
+# A std under MIN_STD (far below any real image channel's) makes normalised pixels of 1e6 and
+# more; at 1e-300 its inverse overflows float32 and the first step's loss is NaN, which was
+# then blamed on the model.
+MIN_STD = 1e-6
+Std = Annotated[float, Field(ge=MIN_STD, le=1)]
 # Autocast and counting precisions, as run.precision, analyze.precision and the device
 # catalog spell them; dlperf/precision.py maps them to torch dtypes.
 Precision = Literal["fp32", "bf16", "fp16"]

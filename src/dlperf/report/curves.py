@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator
 from dlperf.converge.curve import model, to_decreasing
 from dlperf.errors import UserError
 from dlperf.paths import check_writable
+from dlperf.report import tight_layout
 
 if TYPE_CHECKING:
     from dlperf.converge.curve import Curve, FitReport
@@ -54,7 +55,7 @@ def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str) -> None:
     # loc="best" named: matplotlib warns on stderr when it was left to default and placing
     # the legend took over a second (a busy machine); the points it weighs are bounded
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    tight_layout(fig)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -9,7 +9,13 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
+from dlperf.formatting import clip
+from dlperf.report import tight_layout
+
 MOST_BARS = 100  # classes a bar chart can show one bar each
+# A class name longer than this is shortened in figures (the text output keeps it whole): a
+# 200-character name left no room for the bars or images.
+LABEL_CHARS = 24
 
 
 def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) -> Path:
@@ -26,7 +32,8 @@ def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) ->
             title += f"; the {MOST_BARS} with the most shown"
         else:
             title += "; those shown"
-    labels, heights = [classes[i] for i in shown], [counts[i] for i in shown]
+    labels = [clip(classes[i], LABEL_CHARS) for i in shown]
+    heights = [counts[i] for i in shown]
     fig = Figure(figsize=(max(5.0, 0.35 * len(labels)), 3.5))
     ax = fig.subplots()
     ax.bar(range(len(labels)), heights)
@@ -35,7 +42,7 @@ def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) ->
     ax.set_ylabel("training images")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
+    tight_layout(fig)
     fig.savefig(path, dpi=120)
     return path
 
@@ -64,7 +71,7 @@ def plot_samples(
             shown = [image, *(augmented[row][:, i] if augmented else [])]
             for k, pixels in enumerate(shown):
                 _show(axes[row][i * (1 + copies) + k], pixels)
-        axes[row][0].set_title(label, loc="left", fontsize=8)
+        axes[row][0].set_title(clip(label, LABEL_CHARS), loc="left", fontsize=8)
     for col in range(columns if copies else 0):
         k = col % (1 + copies)
         if k:  # the first row names the copies; the originals' column shows the class
@@ -78,7 +85,7 @@ def plot_samples(
     if shown_channels(channels):
         title = f"{title}\n{shown_channels(channels)}"
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    tight_layout(fig)
     fig.savefig(path, dpi=100)
     return path
 

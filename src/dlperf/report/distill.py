@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
+from dlperf.report import tight_layout
+
 if TYPE_CHECKING:
     from dlperf.distill.summary import BaselineRow, DistillResult, Student, Trained
 
@@ -91,5 +93,5 @@ def draw_distill(
     ax.set_title(f"distill study {study[0]} ({study[1]}), P = {top_p}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
+    tight_layout(fig)
     return fig

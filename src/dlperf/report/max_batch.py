@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: figures that need no global state
 
 from dlperf.distributed.contracts import PointRow
+from dlperf.report import tight_layout
 from dlperf.report.scaling import SPREAD_LABEL, shared_host, step_range
 from dlperf.store import RunStore
 
@@ -78,7 +79,7 @@ def max_batch_figures(
         for i, note in enumerate(reversed(notes)):
             fig.text(0.01, 0.01 + 0.045 * i, note, fontsize=7, style="italic", color="0.3",
                      va="bottom", wrap=True)  # fmt: skip
-        fig.tight_layout(rect=(0, 0.05 * len(notes), 1, 1))
+        tight_layout(fig, rect=(0, 0.05 * len(notes), 1, 1))
         figures.append((f"plot/{kind}", fig))
     return figures
 

@@ -24,6 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
 from dlperf.analytic.tables import si
+from dlperf.report import tight_layout
 
 MS = 1e3
 MARKERS = "osD^vP*X"  # layers of two types often share an intensity (a ReLU's, a pool's)
@@ -139,7 +140,7 @@ def draw_roofline(prediction: dict[str, Any]) -> Figure:
     )
     time_ax.grid(alpha=0.3, axis="x")
     time_ax.legend(fontsize=7)
-    fig.tight_layout(rect=(0, ROOF_LEGEND_IN / fig.get_figheight(), 1, 1))
+    tight_layout(fig, rect=(0, ROOF_LEGEND_IN / fig.get_figheight(), 1, 1))
     return fig
 
 

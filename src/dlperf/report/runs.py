@@ -23,6 +23,7 @@ from sqlalchemy import func, select
 
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean, flatten
+from dlperf.report import tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
 from dlperf.store.record import RunRecord
@@ -331,7 +332,7 @@ def draw_runs(
     title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs"
     axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
     if fitted:
-        fig.tight_layout()
+        tight_layout(fig)
     else:
         fig.subplots_adjust(left=0.12, right=0.97, bottom=0.1, top=0.92, hspace=0.3, wspace=0.3)
     return fig, RunsPlot(Path(), x, keys, drawn, warnings)

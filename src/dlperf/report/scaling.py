@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from dlperf.distributed.contracts import PointRow
 from dlperf.distributed.scaling import series_name
+from dlperf.report import tight_layout
 from dlperf.store import RunStore
 
 SPREAD_LABEL = "min-max over timed steps"
@@ -267,9 +268,9 @@ def _figure(
     ax.legend(fontsize=7)
     if note:
         fig.text(0.01, 0.01, note, fontsize=7, style="italic", color="0.3", va="bottom")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        tight_layout(fig, rect=(0, 0.04, 1, 1))
     else:
-        fig.tight_layout()
+        tight_layout(fig)
     return fig
 
 

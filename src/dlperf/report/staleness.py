@@ -8,6 +8,8 @@ from pathlib import Path
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from matplotlib.ticker import MaxNLocator
 
+from dlperf.report import tight_layout
+
 Curves = Mapping[str, Sequence[float | None]]  # validation accuracy per epoch, by mode
 
 
@@ -28,7 +30,7 @@ def draw_staleness(curves: Curves, histogram: Mapping[str, int]) -> Figure:
     right.set_ylabel("gradients")
     for axis in (left.xaxis, right.xaxis, right.yaxis):  # epochs, updates and counts are whole
         axis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout()
+    tight_layout(fig)
     return fig
 
 

@@ -11,6 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 from matplotlib.ticker import MaxNLocator
 
+from dlperf.report import tight_layout
 from dlperf.sweep.summary import mean_curves
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def _finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str) -> Figure:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    fig.tight_layout()
+    tight_layout(fig)
     return fig
 
 

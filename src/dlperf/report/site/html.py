@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dlperf import formatting
+from dlperf.report import tight_layout
 
 # Figures are drawn at the content column's width, so that the browser shows them 1:1 and a
 # font's points read as on paper (10 pt at 100 dpi: 14 px, the body text's size).
@@ -218,7 +219,7 @@ def fit(fig: Any) -> None:
     low = max((b.y1 for b in boxes if b.y0 < 0.5), default=0.0)
     high = min((b.y0 for b in boxes if b.y0 >= 0.5), default=1.0)
     fig.set_layout_engine(None)
-    fig.tight_layout(rect=(0, low, 1, high))
+    tight_layout(fig, rect=(0, low, 1, high))
 
 
 def png_bytes(data: bytes) -> str:

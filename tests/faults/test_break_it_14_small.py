@@ -1,0 +1,90 @@
+"""The fourteenth break-it round (issue 41: "every mistake one line, every count right"), the
+small causes.
+
+1. `dlperf data describe` of an image folder with a class named by 200 characters printed
+matplotlib's "Tight layout not applied" warning four times, with dlperf's own source lines, at
+exit 0: the bar chart's tick labels and the sample grid's row titles could not fit. Long class
+names are now shortened in figures (the text output keeps them whole), and every figure's
+tight_layout goes through `report.tight_layout`, which leaves a figure as drawn, silently,
+where its labels cannot fit (the distill study's figure of a long recipe name did the same).
+
+2. `--set 'data.std=[1e-300]'` was accepted, and the run diverged at step 1, blamed on the
+model ("the model itself, not the learning rate"): 1/std overflows float32. A std below
+`config.base.MIN_STD` (1e-6, far under any real image channel's) is refused in one line.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from matplotlib.figure import Figure
+
+from dlperf.report import tight_layout
+from dlperf.report.data import plot_counts, plot_samples
+from tests.conftest import REPO, CliResult
+from tests.faults.test_break_it_4_inputs import _image_folder
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+
+LONG = "x" * 200
+EXAMPLE = str(REPO / "examples/digits_smallcnn.toml")
+
+
+def test_describe_of_a_class_with_a_long_name_prints_no_warning(cli: Cli, tmp_path: Path) -> None:
+    _image_folder(tmp_path / "img", ["a", LONG], per_class=2)
+    with warnings.catch_warnings(record=True) as caught:  # the CLI's stderr, in-process
+        warnings.simplefilter("always")
+        result = cli(
+            "data", "describe", "imagefolder",
+            "--set", 'data.root="img"', "--set", "data.image_size=8", "--out", "d",
+        )  # fmt: skip
+    assert result.code == 0, result.err
+    assert [str(w.message) for w in caught] == []
+    assert LONG in result.out  # the table keeps the name whole
+    assert sorted(p.suffix for p in (tmp_path / "d").iterdir()) == [".png", ".png"]
+
+
+def test_the_figures_shorten_a_long_class_name(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        plot_counts(tmp_path / "c.png", "x", ["a", LONG], [2, 2])
+        grey = torch.zeros(1, 8, 8, dtype=torch.uint8)
+        plot_samples(tmp_path / "s.png", "x", ["a", LONG], [grey[None], grey[None]])
+    assert (tmp_path / "c.png").stat().st_size > 0 and (tmp_path / "s.png").stat().st_size > 0
+
+
+def test_tight_layout_leaves_a_figure_whose_labels_cannot_fit_as_drawn() -> None:
+    def figure() -> Figure:
+        fig = Figure(figsize=(2, 2))
+        fig.subplots().set_xticks([0, 1], ["a", LONG], rotation=90)
+        return fig
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure().tight_layout()  # matplotlib's own: the case is real
+        assert [str(w.message)[:24] for w in caught] == ["Tight layout not applied"]
+        caught.clear()
+        fig = figure()
+        before = fig.axes[0].get_position().bounds
+        tight_layout(fig)
+    assert caught == []
+    assert fig.axes[0].get_position().bounds == before
+    fitting = Figure(figsize=(4, 3))
+    ax = fitting.subplots()
+    before = ax.get_position().bounds
+    tight_layout(fitting)
+    assert ax.get_position().bounds != before  # where it fits, the layout is tightened
+
+
+def test_a_std_whose_inverse_overflows_is_refused_in_one_line(cli: Cli) -> None:
+    result = cli("config", "show", EXAMPLE, "--set", "data.std=[1e-300]")
+    one_line(result, 2, "data.std.0: must be at least 1e-06 (got 1e-300)")
+
+
+def test_a_std_at_the_floor_is_taken(cli: Cli) -> None:
+    result = cli("config", "show", EXAMPLE, "--set", "data.std=[1e-6]")
+    assert result.code == 0, result.err
