@@ -180,13 +180,15 @@ def load_csv(path: Path) -> SpeedData:
             str(path),
         )
     workers = np.asarray(c["num_replicas"], float)
-    return SpeedData(
+    data = SpeedData(
         workers=workers,
         global_batch=np.asarray(c["local_bsz"], float) * workers,
         step_time=np.asarray(c["step_time"], float),
         nodes=np.asarray(c["num_nodes"], float),
         sync_time=np.asarray(c["sync_time"], float),
     )
+    _check_counts(data, str(path))
+    return data
 
 
 def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
@@ -226,7 +228,23 @@ def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
     )
     if np.any(data.workers < 1) or np.any(data.step_time <= 0):
         raise UserError(f"{source}: workers must be ≥ 1 and step times > 0")
+    _check_counts(data, source)
     return data
+
+
+def _check_counts(data: SpeedData, source: str) -> None:
+    """Workers, servers and nodes are whole numbers, as `--predict` takes them: a table of
+    1.5 workers is a mistake (a column shifted, a mean of runs), refused naming its row."""
+    for key, column, least in (("workers", data.workers, 1), ("ps", data.ps, 0),
+                               ("nodes", data.nodes, 1)):  # fmt: skip
+        if column is None:
+            continue
+        bad = np.flatnonzero((column != np.round(column)) | (column < least))
+        if bad.size:
+            raise UserError(
+                f"{source}: row {bad[0] + 1}: {key} must be a whole number ≥ {least}, "
+                f"got {column[bad[0]]:g}"
+            )
 
 
 def _optimus_design(model: str, w: np.ndarray, p: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -331,7 +349,15 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float]) -> SpeedFi
         )
     theta = np.array([fixed.get(name, 0.0) for name in names])
     x = design[:, free]
-    theta[free], _ = nnls(x, data.step_time - design @ theta)
+    with np.errstate(over="ignore", invalid="ignore"):
+        held = design @ theta  # the fixed terms' step time; what the free ones must explain:
+        rest = data.step_time - held
+        fits = bool(np.isfinite(rest @ rest))  # least squares' own sum, finite
+    if not fits:
+        i = int(np.argmax(np.where(np.isnan(rest), np.inf, np.abs(rest))))
+        where = f"workers={data.workers[i]:g}, ps={data.ps[i]:g}, batch={data.global_batch[i]:g}"
+        raise _unfit(model, fixed, where, float(held[i]), float(data.step_time[i]))
+    theta[free], _ = nnls(x, rest)
     residual = design @ theta - data.step_time
     dof = len(data) - np.linalg.matrix_rank(x)
     # Linearised: the covariance of the unconstrained least squares at NNLS's solution.
@@ -358,6 +384,23 @@ def fit_optimus(data: SpeedData, model: str, fixed: dict[str, float]) -> SpeedFi
         intervals=intervals,
         undetermined=undetermined,
         fixed=dict(fixed),
+    )
+
+
+def _unfit(
+    model: str, fixed: dict[str, float], where: str, t: float, measured: float, what: str = "step"
+) -> UserError:
+    """The one line for values of --fix whose model time at a measured configuration (`where`)
+    no fit can work with: not finite, 0, or so large its squared error overflows a float."""
+    fixes = ",".join(f"{k}={v:g}" for k, v in fixed.items())
+    why = "too large to fit" if t > 0 else "no step takes 0 s" if t == 0 else "not a number"
+    hint = "fix each at a value of the size the measured times suggest, e.g. a paper's"
+    if fixed.get("gamma", 1.0) > 10:
+        hint = "γ = 10 already overlaps compute and sync nearly perfectly: fix gamma in 1-10"
+    return UserError(
+        f"--fix {fixes}: the {model} {what} time at {where} comes out {t:.3g} s against a "
+        f"measured {measured:.3g} s: {why}",
+        hint,
     )
 
 
@@ -543,6 +586,17 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float], model: str = "pollux") 
         return np.concatenate([np.log(t_grad / grad), np.log(t_iter / data.step_time)])
 
     x0 = np.clip(theta[free], lower, upper)
+    if fixed:  # values of --fix may put the times where they cannot be computed
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            t_grad, t_iter = _pollux_time(full(x0), n, w, local, model)
+            bad_grad = ~np.isfinite(np.log(t_grad / grad))
+            bad_iter = ~np.isfinite(np.log(t_iter / data.step_time))
+        if np.any(bad_grad | bad_iter):
+            i = int(np.flatnonzero(bad_grad | bad_iter)[0])
+            where = f"workers={w[i]:g}, nodes={n[i]:g}, batch={data.global_batch[i]:g}"
+            if bad_iter[i]:
+                raise _unfit(model, fixed, where, float(t_iter[i]), float(data.step_time[i]))
+            raise _unfit(model, fixed, where, float(t_grad[i]), float(grad[i]), "gradient")
     result = least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac")
     theta = full(result.x)
     notes = []
