@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit, steps_per_second
 from dlperf.converge.tables import read_text
@@ -89,9 +91,27 @@ def outside(fit: SpeedFit, workers: int, ps: int, batch: float) -> dict[str, flo
 def time_to_target(
     steps: float, fit: SpeedFit, workers: int, ps: int, batch: float, where: str = ""
 ) -> float:
+    """Seconds to train `steps` more at this allocation; refused where the speed model's step
+    time is not a finite time > 0 (every θ 0: infinitely fast) or the total overflows."""
     check_determined(fit, workers, ps, batch, where)
-    speed = float(steps_per_second(fit, workers, batch, ps)[0])
-    return steps / speed if speed > 0 else math.inf
+    at = f"ps={ps}, workers={workers}, batch={batch:g}"
+    with np.errstate(over="ignore", invalid="ignore"):
+        step = float(speed.step_time(fit, workers, batch, ps)[0])
+    if not (math.isfinite(step) and step > 0):
+        said = ": infinitely fast" if step == 0 else ""
+        raise UserError(
+            f"{where}the {fit.model} step time at {at} is {step:g} s{said}",
+            "give coefficients whose step time is a finite number of seconds > 0",
+        )
+    with np.errstate(over="ignore", divide="ignore"):
+        total = steps / float(steps_per_second(fit, workers, batch, ps)[0])
+    if not (math.isfinite(total) and (total > 0 or steps == 0)):
+        raise UserError(
+            f"{where}{steps:g} steps at {at} take {step:g} s each: {total:g} s in all, not a "
+            "time to plan with",
+            "check the curve's steps and the speed model's coefficients",
+        )
+    return total
 
 
 def plan(
@@ -106,13 +126,21 @@ def plan(
     outside the measured range; refused when one rests on an undetermined coefficient."""
     check_optimus(fit.model)
     _check_batch(batch)
-    if not price_per_hour >= 0:  # nan too
+    if not math.isfinite(price_per_hour):  # in the words of `scale --price-per-hour`
+        raise UserError(f"--price-per-hour: must be a finite number (got {price_per_hour:g})")
+    if not price_per_hour >= 0:
         raise UserError(f"--price-per-hour must be 0 or more, got {price_per_hour:g}")
     rows = []
     for p in ps_counts:
         for w in worker_counts:
             t = time_to_target(steps, fit, w, p, batch)
             cost = t / 3600.0 * (w + p) * price_per_hour
+            if not math.isfinite(cost):  # every cost inf, each one "cheapest"
+                raise UserError(
+                    f"--price-per-hour {price_per_hour:g}: the cost at ps={p}, workers={w} "
+                    f"overflows a float ({t / 3600:.3g} hours on {w + p} devices)",
+                    "give the price per device-hour in a unit that keeps it a number",
+                )
             rows.append(Allocation(p, w, t, cost, outside=outside(fit, w, p, batch)))
     min(rows, key=lambda r: (r.time_s, r.workers + r.ps)).fastest = True
     min(rows, key=lambda r: (r.cost, r.time_s)).cheapest = True
