@@ -10,6 +10,7 @@ feature with one value in every run cannot be told from the intercept, so it is 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,17 @@ def _is_number(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return not isinstance(value, bool)
+
+
+def _check_finite(values: dict[str, Any], where: str) -> None:
+    """A feature's value is a name (T4) or a finite number: 'nan' and 'inf' read as numbers
+    that no regression can take (nan β, or an SVD that does not converge)."""
+    for f, value in values.items():
+        if _is_number(value) and not math.isfinite(float(value)):
+            raise UserError(
+                f"{where}{f}={value}: a feature's value must be a finite number or a name",
+                f"e.g. {f}=20",
+            )
 
 
 def run_features(run: RunRecord, features: list[str]) -> dict[str, Any]:
@@ -112,6 +124,8 @@ def _design(
 
 def fit(rows: list[dict[str, Any]], betas: np.ndarray, features: list[str]) -> Regression:
     """`rows[i]` holds run i's features, `betas[i]` its fitted (β0, β1, β2)."""
+    for i, row in enumerate(rows):
+        _check_finite({f: row[f] for f in features}, f"source {i + 1} has ")
     dropped = {f: str(rows[0][f]) for f in features if len({_key(r[f]) for r in rows}) == 1}
     features = [f for f in features if f not in dropped]
     if not features:
@@ -153,6 +167,7 @@ def predict(reg: Regression, values: dict[str, Any]) -> np.ndarray:
     missing = [f for f in reg.features if f not in values]
     if missing:
         raise UserError(f"the prediction needs {', '.join(missing)}", "e.g. --predict depth=50")
+    _check_finite(values, "--predict ")
     for f, value in reg.dropped.items():
         if f in values and _key(values[f]) != _key(value):
             raise UserError(
@@ -165,4 +180,14 @@ def predict(reg: Regression, values: dict[str, Any]) -> np.ndarray:
         if f not in reg.levels and not _is_number(values[f]):
             raise UserError(f"{f} is a number in the runs, got {values[f]!r}")
     x = _design([values], reg.features, reg.levels)[0]
-    return np.exp([x @ np.array(reg.coef[b]) for b in BETAS])
+    with np.errstate(over="ignore", invalid="ignore"):
+        logs = [float(x @ np.array(reg.coef[b])) for b in BETAS]
+        predicted = np.exp(logs)
+    for b, log, beta in zip(BETAS, logs, predicted, strict=True):
+        if not math.isfinite(beta):
+            at = ",".join(f"{f}={values[f]}" for f in reg.features)
+            raise UserError(
+                f"--predict {at}: the predicted {b} overflows (log {b} = {log:.3g})",
+                "predict nearer the runs' features",
+            )
+    return np.asarray(predicted)
