@@ -37,7 +37,11 @@ class RunRecord:
 
     @classmethod
     def read(cls, stored_status: str, system: dict[str, Any] | None, **fields: Any) -> RunRecord:
-        """The record of a row whose status column holds `stored_status`."""
+        """The record of a row whose status column holds `stored_status`. A config stored as
+        JSON null (a hand edit) reads as `{}`, no keys, for every reader alike, as a summary
+        stored so does: compare and --where crashed on it where show and report coped."""
+        if fields.get("config") is None:
+            fields["config"] = {}
         return cls(status=current_status(stored_status, system), system=system, **fields)
 
     @property

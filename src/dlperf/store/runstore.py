@@ -58,7 +58,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, Row
 from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
@@ -594,6 +594,10 @@ def _now() -> datetime:
 
 
 def _record(run: Run, tags: dict[str, str] | None = None) -> RunRecord:
+    for column in ("config", "system", "summary"):
+        value = getattr(run, column)
+        if value is not None and not isinstance(value, dict):
+            raise _not_an_object(run, column)
     return RunRecord.read(
         run.status,
         run.system,
@@ -608,6 +612,25 @@ def _record(run: Run, tags: dict[str, str] | None = None) -> RunRecord:
         ended=run.ended.isoformat(timespec="seconds") if run.ended else None,
         error=run.error,
         tags=tags or {},
+    )
+
+
+def _not_an_object(run: Run, column: str) -> UserError:
+    """The one line naming a run whose JSON column a hand edit set to what is no object (a
+    list, a number, a string): PostgreSQL's driver hands it over as it is, where SQLite's
+    reader refuses its text (reading._json), and every reader crashed on it with an
+    AttributeError. A SQLite store's line offers `runs repair`; a server's, the fix by hand."""
+    session = object_session(run)
+    assert session is not None  # a run read in a session, still in it
+    engine = session.get_bind().engine
+    path = integrity.store_file(engine) if engine.dialect.name == "sqlite" else None
+    if path is not None:
+        return integrity.garbled_json(path, run.id, column, integrity.NOT_OBJECT)
+    name = integrity.shown(masked_url(engine.url.render_as_string(hide_password=False)))
+    return UserError(
+        f"run {run.id}'s {column} in run store {name} {integrity.NOT_OBJECT}; "
+        "dlperf cannot read that run",
+        f"set it to an object again: UPDATE runs SET {column} = '{{}}' WHERE id = {run.id}",
     )
 
 
