@@ -164,12 +164,23 @@ def _refine(
         )
 
 
-def _scaled(form: str, p: np.ndarray, scale: float) -> np.ndarray:
-    """Parameters for k from parameters for k / scale (fits run on k scaled to ~1);
-    `_scaled(form, p, 1 / scale)` goes back."""
+def _scaled(form: str, p: np.ndarray, scale: float, level: float = 1.0) -> np.ndarray:
+    """Parameters for y(k) from parameters for y(k) / level against k / scale (fits run on
+    both scaled to ~1); `_scaled(form, p, 1 / scale, 1 / level)` goes back."""
     if form == "optimus":
-        return np.array([p[0] / scale, p[1], p[2]])
-    return np.array([p[0] * scale ** p[1], p[1], p[2]])
+        return np.array([p[0] / (scale * level), p[1] / level, p[2] * level])
+    return np.array([p[0] * level * scale ** p[1], p[1], p[2] * level])
+
+
+def value_scale(y: np.ndarray) -> float:
+    """What the values are divided by before a fit: the power of two nearest the largest (1
+    when all are 0). Least squares' bounds are absolute (it moves a start on β2 = 0 to 1e-10),
+    so values of 1e-11 fitted unscaled got β2 = 1e-10, above every one of them (break-it
+    round 14, C1); scaled, the fit of c·y is c times the fit of y. A power of two divides
+    without rounding: curves whose largest value lies within [0.71, 1.41) are fitted bit for
+    bit as before, and 2^j·y gets exactly 2^j times the fit of y."""
+    top = float(np.max(y))
+    return 2.0 ** round(math.log2(top)) if top > 0.0 else 1.0
 
 
 def _check_points(k: np.ndarray, y: np.ndarray) -> None:
@@ -222,17 +233,17 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
     k, y = np.asarray(k, float), np.asarray(y, float)
     _check_points(k, y)
     k_fit, y_fit = thinned(k, y)
-    scale = float(k.max())
+    scale, level = float(k.max()), value_scale(y)
     w = weights(len(k_fit))
-    start = _grid_start(form, k_fit / scale, y_fit, w)
-    result = _refine(form, k_fit / scale, y_fit, w, start)
-    p = _scaled(form, result.x, scale)
+    start = _grid_start(form, k_fit / scale, y_fit / level, w)
+    result = _refine(form, k_fit / scale, y_fit / level, w, start)
+    p = _scaled(form, result.x, scale, level)
     fitted = model(form)(k, p)
-    rmse = float(np.sqrt(np.mean((fitted - y) ** 2)))
+    rmse = level * float(np.sqrt(np.mean(((fitted - y) / level) ** 2)))
     converged, message = True, str(result.message)
     if not (result.success and np.all(np.isfinite(p))):
         converged, message = False, f"did not converge ({result.message})"
-    elif fitted[np.argmin(k)] - fitted[np.argmax(k)] <= 1e-6 * max(float(np.abs(y).max()), 1e-12):
+    elif fitted[np.argmin(k)] - fitted[np.argmax(k)] <= 1e-6 * level:
         # β0 = 0 (or b = 0): the best decreasing curve is a constant, e.g. an accuracy
         # curve fitted as a loss.
         converged, message = False, "is flat: the values do not decrease (is the metric right?)"
@@ -255,16 +266,17 @@ def bootstrap(
     bins `fit` fitted when there are more than MAX_POINTS points."""
     k, y = thinned(np.asarray(k, float), np.asarray(y, float))
     rng = np.random.default_rng(seed)
-    scale = float(k.max())
+    # In the units `fit` fitted in (steps and values scaled to ~1: see `value_scale`).
+    scale, level = float(k.max()), value_scale(y)
     f = model(form)
-    fitted = f(k, p)
-    resid = y - fitted
+    start = _scaled(form, p, 1.0 / scale, 1.0 / level)
+    fitted = f(k / scale, start)
+    resid = y / level - fitted
     w = weights(len(k))
-    start = _scaled(form, p, 1.0 / scale)
     samples = np.empty((n, 3))
     for i in range(n):
         y_star = np.maximum(fitted + rng.choice(resid, size=len(y), replace=True), 0.0)
-        samples[i] = _scaled(form, _refine(form, k / scale, y_star, w, start).x, scale)
+        samples[i] = _scaled(form, _refine(form, k / scale, y_star, w, start).x, scale, level)
     return samples
 
 

@@ -59,6 +59,7 @@ from dlperf.converge.curve import (
     first_reaching,
     thinned,
     to_decreasing,
+    value_scale,
     weights,
     whole_step,
 )
@@ -250,8 +251,12 @@ def fit(
     kb, yb = thinned(k, y)
     scale = float(k.max())
     x = kb / scale
-    c = np.linspace(0.0, float(yb.min()), N_ASYMPTOTE, endpoint=False)
-    r = yb[None, :] - c[:, None]  # (n_c, n): what the shape term must explain
+    # The grid is solved on values divided by about their largest (`curve.value_scale`) and its
+    # plateaus and drops scaled back, so that c·y gets c times the answer for y: absolute
+    # floors made values of 1e-11 reach 5e-12 at step 41, not 47 (break-it round 14, C1).
+    level = value_scale(yb)
+    c = np.linspace(0.0, float(yb.min()) / level, N_ASYMPTOTE, endpoint=False)
+    r = yb[None, :] / level - c[:, None]  # (n_c, n): what the shape term must explain
     # Later points weigh more (mean weight 1), as in the Optimus fit: the near future
     # depends most on the recent past.
     w = weights(len(kb)) if weighted else np.ones(len(kb))
@@ -282,7 +287,7 @@ def fit(
     # late (docs/converge.md).
     prior = np.concatenate([np.full(len(v), 1.0 / len(v)) for v in log_sse])
     if plateau_prior == "log":
-        prior = prior / (c_all + max(PLATEAU_FLOOR * float(yb.min()), 1e-12))
+        prior = prior / (c_all + max(PLATEAU_FLOOR * float(yb.min()) / level, 1e-12))
     post = np.exp(flat - flat.max()) * prior
     post /= post.sum()
     # The floor: each family's own posterior, mixed in at FAMILY_FLOOR (computed per family,
@@ -295,6 +300,7 @@ def fit(
         mixed[mine] += floor * own / own.sum()
     post = mixed
     family_weight = {name: float(post[fam_idx == i].sum()) for i, name in enumerate(families)}
+    c_all, a_all = c_all * level, a_all * level  # in the values' units
     return Posterior(
         scale=scale,
         x_first=float(x[0]),
@@ -514,7 +520,9 @@ def first_passage(
     noisy = smooth + sigma * rng.standard_normal((draws, n_ahead))
     if val_size:
         noisy = np.clip(np.round(noisy * val_size), 0, val_size) / val_size
-    hit = noisy <= goal + 1e-12
+    # Within the float's rounding of the goal (relative: an absolute 1e-12 reached 5e-12 at
+    # 6e-12).
+    hit = noisy <= goal + 1e-12 * abs(goal)
     return np.where(hit.any(axis=1), steps[np.argmax(hit, axis=1)], np.inf)
 
 
