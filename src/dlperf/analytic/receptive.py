@@ -12,7 +12,17 @@ A point-wise op joins its inputs' fields (their union, for residual adds and
 concatenated branches); a 1x1 map broadcast over a larger one (a squeeze-and-excitation
 gate) is a per-channel constant and is left out. Global pooling, a flatten, attention or
 any op this module does not follow end the field: it becomes "undefined" with the op and
-module that ended it, and the field of the last spatial layer is kept.
+module that ended it, and the field of the last spatial layer is kept: the layer that made
+the map the ending op read (the one on the way to the output, not the last op that had a
+field: circular padding slices its input before it ends the field, in the next layer).
+
+Zero (constant) padding is followed: it moves `start`, and a border unit's field reaches
+past the image, as the arithmetic above has it. Padding that copies the map's own pixels to
+its edges ends the field: circular padding wraps a border unit's field around to the
+opposite edge, so that it is no window of the input (strictly, the whole input along that
+axis), and reflection and replication padding are not followed. torch builds circular
+padding from a new, larger tensor filled in place (aten.new_empty, then copies), which is
+what this module recognises and names "circular padding".
 """
 
 from __future__ import annotations
@@ -59,6 +69,17 @@ class Field:
 @dataclass(frozen=True)
 class Ended:
     reason: str
+    op: str | None = None
+    """What ended the field, in words ("circular padding"), where the operator's own name
+    would not say it (aten.new_empty); the reason then follows it and its module."""
+    last: tuple[str, Field] | None = None
+    """The layer whose map the field ended on, and that map's field."""
+
+    def placed(self, name: str, module: str, last: tuple[str, Field] | None) -> Ended:
+        """This end, said where it happened: operator `name` in `module`."""
+        if self.op is not None:
+            return Ended(f"{self.op} in {module} {self.reason}", last=last)
+        return Ended(f"{self.reason}: aten.{name} in {module}", last=last)
 
 
 INPUT = Field((1, 1), (1, 1), (0.5, 0.5))
@@ -98,11 +119,23 @@ def _spatial(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.dim() in (4, 5)
 
 
+def _larger_map(x: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Is `out` the map `x` with its spatial axes padded: what circular padding fills in?"""
+    if out is None or not _spatial(out) or out.dim() != x.dim() or out.shape == x.shape:
+        return False
+    return out.shape[:2] == x.shape[:2] and all(
+        o >= i for o, i in zip(out.shape[2:], x.shape[2:], strict=True)
+    )
+
+
 class FieldTracker:
     """Called by the counting engine with every forward op; remembers each map's field."""
 
     def __init__(self) -> None:
         self.fields: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        self.made: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        """Tensor -> (the module whose op made it, that op's number)."""
+        self.ops = 0
         self.last_spatial: tuple[str, Field] | None = None
 
     def start(self, x: torch.Tensor) -> None:
@@ -112,7 +145,7 @@ class FieldTracker:
     def result(self, outputs: Sequence[torch.Tensor]) -> dict[str, Any]:
         tracked = [self.fields.get(t) for t in outputs if isinstance(t, torch.Tensor)]  # type: ignore[no-untyped-call]
         state = tracked[0] if tracked else None
-        last = self.last_spatial
+        last = state.last if isinstance(state, Ended) else self.last_spatial
         if isinstance(state, Field):
             return {"defined": True, **state.to_dict()}
         reason = state.reason if isinstance(state, Ended) else "the input is not an image"
@@ -134,12 +167,29 @@ class FieldTracker:
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         state = self._propagate(name, args, inputs, outputs[0] if outputs else None)
         if isinstance(state, Ended) and all(state is not s for _, s in inputs):
-            # The field ends here (not upstream): say where.
-            state = Ended(f"{state.reason}: aten.{name} in {module}")
+            # The field ends here (not upstream): say where, and on which layer's map.
+            state = state.placed(name, module, self._made_last(inputs))
+        self.ops += 1
         for t in outputs:
             self.fields[t] = state
+            self.made[t] = (module, self.ops)
         if isinstance(state, Field):
             self.last_spatial = (module, state)
+
+    def _made_last(
+        self, inputs: list[tuple[torch.Tensor, Field | Ended]]
+    ) -> tuple[str, Field] | None:
+        """Of the inputs with a field, the one made last: its module and its field (None for
+        the model's input itself)."""
+        made = []
+        for t, state in inputs:
+            by = self.made.get(t)  # type: ignore[no-untyped-call]
+            if isinstance(state, Field) and by is not None:
+                made.append((by, state))
+        if not made:
+            return None
+        (module, _), state = max(made, key=lambda m: m[0][1])
+        return module, state
 
     def _propagate(
         self,
@@ -167,6 +217,10 @@ class FieldTracker:
             padding = _pair(args[3] if len(args) > 3 else [0], [0])
             dilation = _pair(args[4] if len(args) > 4 and "max" in name else [1], [1])
             return field.window(kernel, stride, padding, dilation)
+        if name.startswith(("reflection_pad", "replication_pad")):
+            return Ended("is not followed", op=f"{name.partition('_')[0]} padding")
+        if name in ("new_empty", "new_empty_strided") and _larger_map(x, out):
+            return Ended("wraps the field around the edges", op="circular padding")
         if not _spatial(out):
             return Ended("positions are mixed (global pooling, flatten or attention)")
         assert out is not None
