@@ -41,6 +41,11 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 # forms stays finite.
 Positive = Annotated[float, Field(gt=0, le=FIGURE_MAX)]
 NotNegative = Annotated[float, Field(ge=0, le=FIGURE_MAX)]
+# A device's plain PPP is a fraction of its peak, as `--ppp` is (config.predict): above 1 it
+# predicted a model faster than the peak ("PPP 2 of the mydev entry"). The calibrated
+# `ppp_by_kind` and `ppp_mem` are measured, and kept above 1 where they come out so (a
+# convolution that beats the square-matmul peak; docs/analyze.md): Positive, not PPP.
+PPP = Annotated[float, Field(gt=0, le=1)]
 
 
 class Device(BaseModel):
@@ -65,12 +70,15 @@ class Device(BaseModel):
     """NVLink or PCIe bandwidth per GPU in 10^9 bytes/s."""
     price_per_hour_usd: NotNegative | None = None
     price_source: str | None = None
-    ppp: Positive | None = None
-    """Default platform percent of peak for compute (calibrated devices measure it)."""
+    ppp: PPP | None = None
+    """Default platform percent of peak for compute, as a fraction (0 < ppp <= 1), used for
+    every operator kind without a calibrated PPP of its own."""
     ppp_by_kind: dict[Kind, Positive] | None = None
-    """PPP per operator kind (calibrated devices); a kind not listed uses `ppp`."""
+    """PPP per operator kind (calibrated devices); a kind not listed uses `ppp`. Measured
+    against the square-matmul peak, so a kind that beats it is above 1."""
     ppp_mem: Positive | None = None
-    """Default fraction of the memory bandwidth reached."""
+    """Default fraction of the copy bandwidth reached (calibrated; above 1 where the
+    calibration's kernel beat the copy)."""
     op_overhead_us: NotNegative | None = None
     """Fixed cost of one operator call in microseconds (dispatch, launch), calibrated."""
     threads: int | None = Field(None, ge=1)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dlperf.analytic.counting import KEPT_FLOAT64, Analysis, analyze
-from dlperf.analytic.devices import Device, get_device, save_device, user_file
+from dlperf.analytic.devices import Device, get_device, load_catalog, save_device, user_file
 from dlperf.analytic.interleaved import (
     build_probes,
     calibrate,
@@ -116,6 +116,7 @@ def calibrate_recorded(
     run's summary carries too."""
 
     check_writable(user_file(), make_parents=True)  # before minutes of measuring, not after
+    load_catalog(user_file())  # the file it adds to (missing: made): bad entries refused now
     device = pick_device("auto")
     threads = set_threads(None)
     store = open_store()
