@@ -30,18 +30,31 @@ Where schedstat is missing (macOS, a kernel without it) the share is estimated f
 average against the usable cores (1 - cores/load: the share of its time an average
 runnable task waits), and `source` says so.
 
+A process stopped (SIGSTOP, Ctrl-Z's SIGTSTP) and continued is neither on nor waiting for a
+CPU while stopped, so the figures above cannot see it, yet its wall time runs on: a run
+stopped for 20 s counts them as training. While `watching_stops` is in force the process
+counts its continuations (a SIGCONT handler: the exact sign that a stop happened), and a
+`Stopwatch` over spans (a run's epochs) measures how long each was stopped: its wall time
+less the busiest thread's time on or waiting for a CPU (schedstat; a sleeping thread counts
+as stopped, so a span that saw no continuation is never measured). A span stopped for
+`STOPPED` of its wall time or more marks the measurement (`judge`), naming the span.
+
 No torch here: every worker (TensorFlow's too) and the CLI import it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import signal
 import statistics
+import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal
 
 # A window whose threads waited for a CPU this share of their runnable time or more is
@@ -53,6 +66,10 @@ OTHERS = 0.10
 # Repetitions whose interquartile range exceeds this share of their median are too spread to
 # rank (torch.utils.benchmark's Measurement warns at the same 10%).
 WIDE = 0.10
+# A span stopped (SIGSTOP, Ctrl-Z) for this share of its wall time or more is marked: a
+# continuation (SIGCONT) sent to a process that was not stopped measures its main thread's
+# sleep, about nothing on a CPU.
+STOPPED = 0.01
 
 PROC = Path("/proc")
 
@@ -95,11 +112,27 @@ class Contention:
     host_pressure: float | None = None
     others_share: float | None = None  # of the usable cores, taken by other processes
     others_too_short: bool = False  # the window was too short to measure others_share
+    stops: int = 0  # continuations (SIGCONT) after a stop (SIGSTOP, Ctrl-Z): a `Stopwatch`'s
+    stopped_s: float | None = None  # about how long it was stopped (None: not measured)
+    stopped_in: tuple[str, ...] = ()  # the spans (epochs) stopped for STOPPED or more
 
     @property
     def contended(self) -> bool:
         others = self.others_share is None or self.others_share >= OTHERS
         return self.cpu_wait_share >= CONTENDED and others
+
+    def stop_note(self) -> str:
+        """One clause for a mark: how often and how long the process was stopped, and where."""
+        times = "once" if self.stops == 1 else f"{self.stops} times"
+        how_long = (
+            f"for about {self.stopped_s:.1f} s in"
+            if self.stopped_s is not None
+            else "for a time schedstat could not measure, in"
+        )
+        return (
+            f"the process was stopped (SIGSTOP or Ctrl-Z) and continued {times}, {how_long} "
+            f"{', '.join(self.stopped_in)}: its times count that as training"
+        )
 
     def note(self) -> str:
         """One clause for a mark: how much the window waited, and on what evidence."""
@@ -122,7 +155,8 @@ class Contention:
     def stored(cls, data: dict[str, Any]) -> Contention:
         """A window as another version stored it: the fields this one knows."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        window = cls(**{k: v for k, v in data.items() if k in known})
+        return replace(window, stopped_in=tuple(window.stopped_in))  # a list, from JSON
 
     @classmethod
     def worst(cls, windows: list[Contention]) -> Contention | None:
@@ -340,6 +374,101 @@ def free_cores(interval_s: float = 0.1) -> float:
     return free
 
 
+_SIGCONT: int | None = getattr(signal, "SIGCONT", None)  # none on Windows
+_continued = 0  # continuations seen while `watching_stops` was in force
+_watching = False  # whether it is: a nested one counts nothing more
+
+
+def continued() -> int:
+    """How many continuations (SIGCONT) this process has counted."""
+    return _continued
+
+
+@contextlib.contextmanager
+def watching_stops() -> Iterator[None]:
+    """Count this process's continuations (SIGCONT: `fg` after Ctrl-Z, `kill -CONT` after a
+    SIGSTOP) while in force, calling the handler that was there too, and put it back after.
+    Only the main thread takes signals in Python: elsewhere (the API run from a thread), and
+    under a handler set outside Python, which could not be called, nothing is counted; nested,
+    it leaves the outer one to count."""
+    global _watching
+    if _SIGCONT is None or _watching or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(_SIGCONT)
+    if previous is None:  # set outside Python: it could be neither called nor put back
+        yield
+        return
+
+    def on_continue(signum: int, frame: FrameType | None) -> None:
+        global _continued
+        _continued += 1
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(_SIGCONT, on_continue)
+    signal.siginterrupt(_SIGCONT, False)  # restart a call it lands in: no EINTR in libraries
+    _watching = True
+    try:
+        yield
+    finally:
+        _watching = False
+        signal.signal(_SIGCONT, previous)
+
+
+@dataclass(frozen=True)
+class _Mark:
+    at: float
+    continued: int
+    threads: dict[int, tuple[int, int]]
+
+
+class Stopwatch:
+    """How long a process was stopped within labelled spans (a run's epochs): `start()` and
+    `stop(label)` around each; `result()` is (continuations, seconds stopped, the labels of
+    the spans stopped for STOPPED of their wall time or more). Only spans with a continuation
+    in them are measured (see the module's docstring)."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid
+        self._start: _Mark | None = None
+        self.stops = 0
+        self.stopped_s: float | None = None
+        self.stopped_in: list[str] = []
+
+    def _mark(self) -> _Mark:
+        return _Mark(time.perf_counter(), _continued, _threads(self.pid or os.getpid()))
+
+    def start(self) -> None:
+        self._start = self._mark()
+
+    def stop(self, label: str) -> None:
+        """End the current span (nothing when none was started)."""
+        start, self._start = self._start, None
+        if start is None:
+            return
+        end = self._mark()
+        stops = end.continued - start.continued
+        if not stops:
+            return
+        self.stops += stops
+        wall = end.at - start.at
+        active = [
+            (run + wait) - sum(start.threads.get(tid, (0, 0)))
+            for tid, (run, wait) in end.threads.items()
+        ]
+        if not active:  # no schedstat: stopped for a time it cannot tell
+            self.stopped_in.append(label)
+            return
+        seconds = max(0.0, wall - max(active) / 1e9)
+        self.stopped_s = (self.stopped_s or 0.0) + seconds
+        if seconds >= STOPPED * wall:
+            self.stopped_in.append(label)
+
+    def result(self) -> tuple[int, float | None, tuple[str, ...]]:
+        return self.stops, self.stopped_s, tuple(self.stopped_in)
+
+
 @dataclass(frozen=True)
 class Reliability:
     """Whether a number can be read as it stands, and if not, why: its window was contended,
@@ -354,10 +483,12 @@ class Reliability:
 
 
 def judge(window: Contention | None, repetitions: Sequence[float] = ()) -> Reliability:
-    """Mark a measurement: `window` its contention (None: not measured), `repetitions` the
-    values its figure summarises (epochs' throughputs, a point's rounds); four or more are
-    needed to judge a spread."""
+    """Mark a measurement: `window` its contention (None: not measured) and the stops in it,
+    `repetitions` the values its figure summarises (epochs' throughputs, a point's rounds);
+    four or more are needed to judge a spread."""
     notes = []
+    if window is not None and window.stopped_in:
+        notes.append(f"stopped: {window.stop_note()}")
     if window is not None and window.contended:
         notes.append(f"contended: {window.note()}")
     if len(repetitions) >= 4:

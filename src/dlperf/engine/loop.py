@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -239,7 +239,10 @@ class EpochClock(Component):
     `warmup_steps` steps of this process (they compile and fill caches: a resumed run warms
     up again). The device is synchronised before each clock read; the phase timer records
     from the first step after the warm-up on. Over the same timed stretches it measures how
-    long the process's threads waited for a CPU (`contention`; `waited`: the last epoch's)."""
+    long the process's threads waited for a CPU (`contention`; `waited`: the last epoch's),
+    and over each whole epoch, evaluation included, how long the process was stopped
+    (`stopwatch`: SIGSTOP or Ctrl-Z, counted where dlperf.contention.watching_stops is in
+    force); `result()` is the two together."""
 
     def __init__(self, device: torch.device, warmup_steps: int, timer: PhaseTimer) -> None:
         self.device, self.warmup_steps, self.timer = device, warmup_steps, timer
@@ -247,12 +250,14 @@ class EpochClock(Component):
         self.epoch_start = self.timed_start = self.cpu_start = 0.0
         self.contention = contention.Window()
         self.waited: contention.Contention | None = None
+        self.stopwatch = contention.Stopwatch()
         timer.recording = warmup_steps == 0
 
     def start(self) -> None:
         self.epoch_start = self.timed_start = now(self.device)
         self.cpu_start = time.process_time()
         self.samples = 0
+        self.stopwatch.start()
         self.timer.start()
         if self.steps >= self.warmup_steps:
             self.contention.start()
@@ -289,6 +294,19 @@ class EpochClock(Component):
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.epoch_start
+
+    def end(self, epoch: int) -> float:
+        """The epoch's seconds, evaluation included, as it ends: its stop watch stops."""
+        self.stopwatch.stop(f"epoch {epoch}")
+        return self.elapsed()
+
+    def result(self) -> contention.Contention | None:
+        """The timed stretches' contention, with the epochs' stops (None: no stretch timed)."""
+        waited = self.contention.result()
+        stops, seconds, where = self.stopwatch.result()
+        if waited is None or not stops:
+            return waited
+        return replace(waited, stops=stops, stopped_s=seconds, stopped_in=where)
 
 
 class EpochTally(Component):
@@ -365,7 +383,7 @@ class EpochReport(Component):
         # Read before evaluating: NVML's last sample period is then the epoch's training.
         utilization = gpu_utilization(clock.device)
         val = self.evaluate() if self.evaluate else {}
-        state.end_epoch(epoch, clock.elapsed(), val.get("acc1", math.nan), self.target)
+        state.end_epoch(epoch, clock.end(epoch), val.get("acc1", math.nan), self.target)
         rows = tally.rows(epoch) if tally else []
         rows += [(f"val/{k}", epoch, v) for k, v in val.items()]
         if utilization is not None:

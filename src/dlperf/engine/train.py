@@ -115,7 +115,7 @@ def train(
             weights = {"model": model.state_dict(), **step.state_dict()}
             checkpoint.save(checkpoint_slot, weights | {"rng": rng, "progress": asdict(state)})
 
-    with window:
+    with window, contention.watching_stops():
         fit(
             step,
             model=model,
@@ -135,7 +135,7 @@ def train(
         )
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
     test = evaluate(model, test_loader, device, run, data.num_classes)
-    waited = clock.contention.result()
+    waited = clock.result()
     return RunSummary(
         test_accuracy=test.get("acc1"),
         test_top5=test.get("acc5"),
