@@ -52,7 +52,7 @@ def test_parse_real_voc_xml(tmp_path: Path) -> None:
 def test_bad_annotation_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "x.xml"
     path.write_text(XML.replace("<ymax>339</ymax>", "<ymax>abc</ymax>"))
-    with pytest.raises(UserError, match="a box coordinate is not a number"):
+    with pytest.raises(UserError, match=r"object 1 \(chair\): <ymax> is 'abc', not a number"):
         voc.parse_annotation(path)
     path.write_text("<annotation><filename>a.jpg</filename>")
     with pytest.raises(UserError, match="not a readable VOC annotation"):

@@ -76,37 +76,103 @@ def read_split(root: Path, split: str) -> list[str]:
     return ids
 
 
-def _text(node: ET.Element, tag: str, source: Path) -> str:
-    text = node.findtext(tag)
-    if not text:  # None: no such element; "": one without text
-        raise UserError(f"{source}: missing <{tag}>")
-    return text.strip()
+def _text(node: ET.Element, tag: str, source: object, hint: str | None = None) -> str:
+    text = (node.findtext(tag) or "").strip()
+    if not text:  # no such element, one without text, or only whitespace
+        raise UserError(f"{source}: missing <{tag}>", hint)
+    return text
+
+
+# What <difficult> and <truncated> may say: VOC writes 1 and 0; some tools true and false.
+FLAGS = {"0": False, "1": True, "false": False, "true": True}
+CORNERS = ("xmin", "ymin", "xmax", "ymax")
 
 
 def parse_annotation(path: Path) -> VocAnnotation:
+    """One annotation file, every field checked as it is read, so that a mistake in it is
+    one line naming the file, the object (its place among the file's objects, from 1, and its
+    name) and the field, before anything is trained: the size in positive whole pixels
+    ("64.0" is 64); each corner a finite number inside the image, 0 (a tool writing 0-based
+    corners) or 1 to the width or height, xmin <= xmax and ymin <= ymax (VOC's corners are
+    inclusive: equal ones are a box one pixel wide, which torchvision's positive width
+    takes); difficult and truncated 1 or 0 (true or false, any case)."""
     try:
         tree = ET.parse(path)
     except (ET.ParseError, OSError) as e:
         raise UserError(f"{path}: not a readable VOC annotation ({e})") from None
     node = tree.getroot()
-    objects = []
-    for obj in node.iter("object"):
-        try:
-            xmin, ymin, xmax, ymax = (
-                float(_text(obj, f"bndbox/{k}", path)) for k in ("xmin", "ymin", "xmax", "ymax")
-            )
-            hard = int(obj.findtext("difficult") or 0) == 1
-            box = (xmin - 1, ymin - 1, xmax, ymax)
-            objects.append(VocObject(_text(obj, "name", path), box, hard))
-        except ValueError as e:
-            raise UserError(f"{path}: a box coordinate is not a number ({e})") from None
+    width, height = (_size(node, side, path) for side in ("width", "height"))
+    objects = [
+        _object(obj, f"{path}: object {n}", width, height)
+        for n, obj in enumerate(node.iter("object"), 1)
+    ]
     return VocAnnotation(
         image_id=path.stem,
         filename=_text(node, "filename", path),
-        width=int(_text(node, "size/width", path)),
-        height=int(_text(node, "size/height", path)),
+        width=width,
+        height=height,
         objects=objects,
     )
+
+
+def _size(node: ET.Element, side: str, path: Path) -> int:
+    text = _text(node, f"size/{side}", path)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value.is_integer()):
+        raise UserError(
+            f"{path}: <size> <{side}> is '{text}', not a positive whole number",
+            "write the image's size in whole pixels",
+        )
+    return int(value)
+
+
+def _object(obj: ET.Element, where: str, width: int, height: int) -> VocObject:
+    name = _text(obj, "name", where, "give each object the name of its class")
+    where = f"{where} ({name})"
+    corners = {}
+    for corner in CORNERS:
+        text = _text(obj, f"bndbox/{corner}", where)
+        try:
+            value = float(text)
+        except ValueError:
+            raise UserError(
+                f"{where}: <{corner}> is '{text}', not a number",
+                "write the corner's pixel as a number",
+            ) from None
+        if not math.isfinite(value):
+            raise UserError(
+                f"{where}: <{corner}> is {text}, not a finite number",
+                "write the corner's pixel as a number",
+            )
+        corners[corner] = (text, value)
+    for low, high in (("xmin", "xmax"), ("ymin", "ymax")):
+        if corners[low][1] > corners[high][1]:
+            raise UserError(
+                f"{where}: <{low}> {corners[low][0]} is past <{high}> {corners[high][0]}",
+                "swap them: xmin, ymin is the box's top left corner, xmax, ymax its bottom right",
+            )
+    for corner, (text, value) in corners.items():
+        if not 0 <= value <= (width if corner[0] == "x" else height):
+            raise UserError(
+                f"{where}: <{corner}> {text} is outside the {width} x {height} image",
+                "VOC corners are pixels 1 to <width> and <height>: fix the box, or <size>",
+            )
+    _flag(obj, "truncated", where)  # not used, but a file with a broken flag is a broken file
+    xmin, ymin, xmax, ymax = (corners[c][1] for c in CORNERS)
+    return VocObject(name, (xmin - 1, ymin - 1, xmax, ymax), _flag(obj, "difficult", where))
+
+
+def _flag(obj: ET.Element, tag: str, where: str) -> bool:
+    """<difficult> or <truncated>: none, or an empty one, is 0."""
+    text = (obj.findtext(tag) or "").strip()
+    if text.lower() not in {"", *FLAGS}:
+        raise UserError(
+            f"{where}: <{tag}> is '{text}', not 1 or 0", "write 1 or 0 (true or false are read too)"
+        )
+    return FLAGS.get(text.lower(), False)
 
 
 def load_split(root: Path, split: str) -> list[VocAnnotation]:
