@@ -274,8 +274,11 @@ def _check_reachable(uri: str) -> None:
         _check_directory(directory)
     elif scheme == "sqlite":
         path = make_url(uri).database
-        if not path or path == ":memory:" or not Path(path).parent.is_dir():
-            return  # in memory, or MLflow makes the directory (and says so if it cannot)
+        if not path or path == ":memory:":
+            return
+        if not Path(path).parent.is_dir():  # MLflow makes it: see that it can, as for file:
+            _check_directory(Path(path).parent, path)
+            return
         new = not Path(path).exists()
         try:
             with closing(sqlite3.connect(path, timeout=CONNECT_TIMEOUT_S)) as conn:
@@ -344,10 +347,12 @@ def _file_store(uri: str) -> Path | None:
     return Path(uri) if not parts.scheme else None
 
 
-def _check_directory(path: Path) -> None:
+def _check_directory(path: Path, database: str | None = None) -> None:
     """That `path` is a directory MLflow can write to, or can be made: its missing parts made
     and a file written in it; what the check made is removed again. MLflow itself would
-    fail later, or (MLflow 3) refuse any directory first and leave the real fault unsaid."""
+    fail later, or (MLflow 3) refuse any directory first and leave the real fault unsaid;
+    under a regular file, MLflow's makedirs said only "cannot use DIR: File exists", exit 1.
+    `database`: the SQLite file MLflow is to make in `path`; None, `path` is its file store."""
     made: list[Path] = []
     try:
         for directory in reversed([p for p in (path, *path.parents) if not p.exists()]):
@@ -356,9 +361,19 @@ def _check_directory(path: Path) -> None:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
+        reason = e.strerror or str(e)
+        with contextlib.suppress(OSError):  # a directory that may not be searched: unsaid
+            blocker = next(p for p in (path, *path.parents) if p.exists())
+            if not blocker.is_dir():
+                reason = f"{reason}: {blocker} is a file"
+        if database is None:
+            raise UserError(
+                f"cannot write MLflow's runs to {path}: {reason}",
+                f"give a directory that can be written, or a database: {SQLITE_URI}",
+            ) from None
         raise UserError(
-            f"cannot write MLflow's runs to {path}: {e.strerror or e}",
-            f"give a directory that can be written, or a database: {SQLITE_URI}",
+            f"cannot write MLflow's database {database}: {reason}",
+            f"give a database in a directory that can be written, e.g. {SQLITE_URI}",
         ) from None
     finally:
         for directory in reversed(made):

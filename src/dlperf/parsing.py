@@ -75,6 +75,15 @@ def has_control(name: str) -> bool:
     return bool(_CONTROL.search(name)) or "\n" in name or "\t" in name
 
 
+def not_blank(text: str, what: str, example: str) -> str:
+    """`text`, refused in one line when empty or only blanks: an option naming a directory
+    or a store (`report --out`, `runs export --out` and `--uri`) given '' wrote into the
+    current directory (Path('') is '.'), and '  ' into a directory named by the blanks."""
+    if not text.strip():
+        raise UserError(f"{what}, not {text!r}", f"give its path, e.g. {example}")
+    return text
+
+
 def depth(value: Any) -> int:
     """How deeply tables and lists nest in `value` (1 for 1, 2 for [1], 3 for {"a": [1]}),
     found without recursing: a value too deep to recurse over is what this looks for."""

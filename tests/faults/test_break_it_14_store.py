@@ -126,3 +126,75 @@ def test_a_json_column_that_is_no_object_names_the_run_in_one_line(
     assert (first, second) == (1, 2)
     set_by_hand(store_url, second, column, json_text)
     one_line(cli("--db", store_url, *command), 2, f"run 2's {column}", "is not a JSON object")
+
+
+# --- C5: an export to a blank --out or --uri -----------------------------------------------------
+
+
+def a_stored_run(store: RunStore) -> int:
+    run_id = store.create_run("a", "run", {"train": {"lr": 0.1}})
+    store.log_metrics(run_id, [("loss", 1, 1.0)])
+    store.finish_run(run_id, summary={"test_accuracy": 0.5})
+    return run_id
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty current directory, to see that a refused export wrote nothing there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_tensorboard_to_a_blank_out_is_refused_and_writes_nothing(
+    cli: Cli, store: RunStore, workdir: Path, blank: str
+) -> None:
+    """It was exit 0, the event directory written into the current directory ("tensorboard
+    --logdir ."), or, for blanks, into a directory named by them; `report --out ''` refuses."""
+    run_id = a_stored_run(store)
+    result = cli("runs", "export", str(run_id), "--to", "tensorboard", "--out", blank)
+    one_line(result, 2, f"not {blank!r}", "--out")
+    assert list(workdir.iterdir()) == []
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_mlflow_to_a_blank_uri_is_refused_and_writes_nothing(
+    cli: Cli, store: RunStore, workdir: Path, blank: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blank URI is no tracking store: not MLflow's own words on a directory named '  '."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a directory would be written
+    run_id = a_stored_run(store)
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", blank)
+    one_line(result, 2, "--uri", "sqlite:///mlflow.db")
+    assert "MLflow at" not in result.err
+    assert list(workdir.iterdir()) == []
+
+
+# --- C6: an MLflow SQLite database under a regular file ------------------------------------------
+
+
+@pytest.mark.parametrize("under", ["afile/ml.db", "afile/sub/ml.db"])
+def test_an_mlflow_database_under_a_file_is_refused_up_front(
+    cli: Cli, store: RunStore, tmp_path: Path, under: str
+) -> None:
+    """It was MLflow's own makedirs: "error: cannot use DIR: File exists", exit 1, once
+    MLflow had been imported; a directory URI (file:) under a file was refused up front."""
+    (tmp_path / "afile").write_text("not a directory")
+    run_id = a_stored_run(store)
+    uri = f"sqlite:///{tmp_path / under}"
+    result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri)
+    one_line(result, 2, f"{tmp_path / 'afile'} is a file", str(tmp_path / under))
+    assert (tmp_path / "afile").read_text() == "not a directory"
+
+
+def test_an_mlflow_database_in_directories_yet_to_make_passes_the_check_and_leaves_none(
+    tmp_path: Path,
+) -> None:
+    """The check makes the missing directories to see that it can, and removes them again:
+    MLflow makes them for the export itself."""
+    from dlperf import exporters
+
+    exporters._check_reachable(f"sqlite:///{tmp_path / 'new' / 'sub' / 'ml.db'}")
+    assert list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ from dlperf.cli import console
 from dlperf.cli.app import Json, open_store
 from dlperf.cli.runs import runs_app
 from dlperf.errors import UserError
+from dlperf.parsing import not_blank
 
 TARGETS = ("mlflow", "tensorboard")  # dlperf.exporters.TARGETS, without importing it for --help
 
@@ -25,7 +26,8 @@ def runs_export(
         envvar="MLFLOW_TRACKING_URI",
         help="MLflow tracking URI (sqlite:///mlflow.db, http://host:5000) for --to mlflow.",
     ),
-    out: Path = typer.Option(
+    # Text, not a Path: Path('') is '.', which wrote the event files into the current directory.
+    out: str = typer.Option(
         None, "--out", help="Directory for the event files (one per run) for --to tensorboard."
     ),
     experiment: str = typer.Option("dlperf", "--experiment", help="MLflow experiment name."),
@@ -44,10 +46,14 @@ def runs_export(
         raise UserError("--out is for --to tensorboard; MLflow takes --uri")
     if to == "tensorboard" and _given(ctx, "uri"):
         raise UserError("--uri is for --to mlflow; TensorBoard takes --out DIR")
-    if to == "mlflow" and not uri:
+    if to == "mlflow" and uri is None:
         raise UserError("--to mlflow needs --uri", "e.g. --uri sqlite:///mlflow.db")
     if to == "tensorboard" and out is None:
         raise UserError("--to tensorboard needs --out DIR", "e.g. --out tb")
+    if to == "mlflow":
+        not_blank(uri, "--uri names MLflow's tracking store", "--uri sqlite:///mlflow.db")
+    else:
+        not_blank(out, "runs export writes TensorBoard's event files into a directory", "--out tb")
 
     from dlperf import exporters
 
@@ -55,7 +61,7 @@ def runs_export(
     if to == "mlflow":
         result = exporters.export_mlflow(store, run_ids, uri, experiment)
     else:
-        result = exporters.export_tensorboard(store, run_ids, out)
+        result = exporters.export_tensorboard(store, run_ids, Path(out))
     console.tell(result["warnings"])
     if console.printed_json(as_json, result):
         return
