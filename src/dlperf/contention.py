@@ -34,9 +34,11 @@ A process stopped (SIGSTOP, Ctrl-Z's SIGTSTP) and continued is neither on nor wa
 CPU while stopped, so the figures above cannot see it, yet its wall time runs on: a run
 stopped for 20 s counts them as training. While `watching_stops` is in force the process
 counts its continuations (a SIGCONT handler: the exact sign that a stop happened), and a
-`Stopwatch` over spans (a run's epochs) measures how long each was stopped: its wall time
-less the busiest thread's time on or waiting for a CPU (schedstat; a sleeping thread counts
-as stopped, so a span that saw no continuation is never measured). A span stopped for
+`Stopwatch` over spans (a run's epochs) measures how long each was stopped. Two bounds,
+each at least the stop, the smaller taken: the span's wall time less the busiest thread's
+time on or waiting for a CPU (schedstat; a sleeping thread counts as stopped, so a span that
+saw no continuation is never measured), and the time from the last `beat()` (a training
+step's end) to the continuation (which counts the work since as stopped). A span stopped for
 `STOPPED` of its wall time or more marks the measurement (`judge`), naming the span.
 
 No torch here: every worker (TensorFlow's too) and the CLI import it.
@@ -376,12 +378,20 @@ def free_cores(interval_s: float = 0.1) -> float:
 
 _SIGCONT: int | None = getattr(signal, "SIGCONT", None)  # none on Windows
 _continued = 0  # continuations seen while `watching_stops` was in force
+_gaps: list[float] = []  # for each, the seconds since the last beat (or continuation)
+_beat = 0.0  # the last moment the process was known to run: perf_counter's
 _watching = False  # whether it is: a nested one counts nothing more
 
 
 def continued() -> int:
     """How many continuations (SIGCONT) this process has counted."""
     return _continued
+
+
+def beat() -> None:
+    """The process runs now (a training step ended): a stop began after this."""
+    global _beat
+    _beat = time.perf_counter()
 
 
 @contextlib.contextmanager
@@ -401,8 +411,10 @@ def watching_stops() -> Iterator[None]:
         return
 
     def on_continue(signum: int, frame: FrameType | None) -> None:
-        global _continued
-        _continued += 1
+        global _continued, _beat
+        now = time.perf_counter()
+        _gaps.append(now - _beat)
+        _continued, _beat = _continued + 1, now
         if callable(previous):
             previous(signum, frame)
 
@@ -440,6 +452,7 @@ class Stopwatch:
         return _Mark(time.perf_counter(), _continued, _threads(self.pid or os.getpid()))
 
     def start(self) -> None:
+        beat()
         self._start = self._mark()
 
     def stop(self, label: str) -> None:
@@ -460,7 +473,8 @@ class Stopwatch:
         if not active:  # no schedstat: stopped for a time it cannot tell
             self.stopped_in.append(label)
             return
-        seconds = max(0.0, wall - max(active) / 1e9)
+        since_beat = sum(_gaps[start.continued : end.continued])
+        seconds = max(0.0, min(wall - max(active) / 1e9, since_beat))
         self.stopped_s = (self.stopped_s or 0.0) + seconds
         if seconds >= STOPPED * wall:
             self.stopped_in.append(label)

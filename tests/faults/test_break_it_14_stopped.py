@@ -150,6 +150,22 @@ def test_the_stopwatch_measures_a_stop_and_names_its_span() -> None:
     assert seconds is not None and 0.45 <= seconds < 30
 
 
+def test_a_sleep_before_the_last_step_is_not_counted_as_the_stop() -> None:
+    """A thread asleep (a GPU sync, OpenMP threads waiting on each other on a busy host) is
+    neither on nor waiting for a CPU, as if stopped: the time since the last step's end bounds
+    the stop more tightly there."""
+    watch = contention.Stopwatch()
+    with contention.watching_stops():
+        watch.start()
+        time.sleep(1.0)
+        contention.beat()  # a step ended
+        _stopped_then_continued(0.3)
+        watch.stop("epoch 1")
+    stops, seconds, _ = watch.result()
+    assert stops == 1
+    assert seconds is not None and 0.25 <= seconds < 1.0  # schedstat alone: 1.3 s or more
+
+
 def test_a_span_that_sleeps_is_not_a_stop() -> None:
     """Without a continuation nothing is counted, however long the threads slept: a run that
     was not stopped is judged as before."""

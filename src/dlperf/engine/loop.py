@@ -271,6 +271,7 @@ class EpochClock(Component):
 
     def count(self, samples: int) -> None:
         """After each step, with the step's samples."""
+        contention.beat()  # the process ran until now: a later stop's gap starts here
         self.steps += 1
         if self.steps == self.warmup_steps:
             self.timed_start, self.cpu_start = now(self.device), time.process_time()
