@@ -7,8 +7,9 @@ train_time_s rose 7.4 -> 28.0 s, and nothing said so (the host was busy, so the 
 blamed other processes; on a quiet host a stopped process is not runnable, is not counted as
 waiting for a CPU, and the numbers would simply have been wrong). A run now counts its
 continuations (a SIGCONT handler, chained to any earlier one, while it trains) and measures
-each epoch's stopped time (its wall time less the busiest thread's time on or waiting for a
-CPU, from schedstat); an epoch stopped for 1% of its wall time or more marks the run
+each epoch's stopped time (the smaller of its wall time less the busiest thread's time on or
+waiting for a CPU, from schedstat, and the time from the last step's end to the
+continuation); an epoch stopped for 1% of its wall time or more marks the run
 unreliable, its note naming the epoch(s) and about how long, its figures (`stops`,
 `stopped_s`, `stopped_in`) stored with the run's contention."""
 
