@@ -37,6 +37,7 @@ from dlperf.engine.profiler import check_fits
 from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
+from dlperf.formatting import few
 from dlperf.models import create_model, transfer
 from dlperf.models.registry import check_automatic, without_automatic
 from dlperf.progress import Reporter
@@ -192,6 +193,27 @@ def _own_kwargs(kwargs: dict[str, Any], data: ImageData) -> dict[str, Any]:
     return without_automatic(kwargs)
 
 
+def check_gradients_on(before: bool) -> None:
+    """Gradients must be on as a model is built to be trained: a model file that turns them
+    off for the whole process (torch.set_grad_enabled(False) at its top level) would fail the
+    first step in torch's traceback, and the dry backward, which turns them on for itself,
+    cannot see it. `before`: whether they were on before the model was built (off, the caller
+    turned them off: dlperf.run inside torch.no_grad())."""
+    if torch.is_grad_enabled():
+        return
+    if before:
+        raise UserError(
+            "gradients are off as training starts: the model file turns them off "
+            "(torch.set_grad_enabled(False) at import, or in its factory)",
+            "remove it or guard it: with torch.no_grad(): ..., or under if __name__ == '__main__':",
+        )
+    raise UserError(
+        "gradients are off as training starts: they were off before the model was built "
+        "(torch.set_grad_enabled(False), or a torch.no_grad() block around the call)",
+        "train with them on: torch.set_grad_enabled(True)",
+    )
+
+
 def build_model(
     exp: Experiment,
     data: ImageData,
@@ -205,12 +227,14 @@ def build_model(
     told)."""
     torch.manual_seed(exp.run.seed)
     threads = torch.get_num_threads()  # the run's, set by prepare_run (or a worker)
+    grad_before = torch.is_grad_enabled()
     model = create_model(
         exp.model.name,
         num_classes=data.num_classes,
         in_channels=data.shape[0],
         **_own_kwargs(exp.model.kwargs, data),
     )
+    check_gradients_on(grad_before)
     if torch.get_num_threads() != threads:  # the model's own torch.set_num_threads
         if reporter is not None:
             reporter.log(
@@ -238,7 +262,13 @@ def build_model(
     # return more than their scores in training mode only.
     output = dry_forward(model, data.shape, rejects, device, training=True)
     check_classifier(model, output, data.num_classes, name, "in training mode")
-    dry_backward(model, data.shape, name, device)
+    unused = dry_backward(model, data.shape, name, device)
+    if unused and reporter is not None:  # a DDP worker says its own (find_unused_parameters)
+        reporter.log(
+            f"warning: model {name} has trained parameters its backward gives no gradient "
+            f"({few(unused)}): they keep their initial values; use them in the forward, or "
+            "freeze them (requires_grad = False)"
+        )
     # A batch of one image, which the two-image checks cannot see (batch norm): here, so that
     # a sweep's up-front check and every trainer refuse it alike.
     check_batch_trains(model, exp.train.batch_size, data.shape, name, device)

@@ -117,8 +117,10 @@ def dry_backward(
     operation on a tensor autograd saved, an operation torch has no derivative for) or gives a
     parameter a sparse gradient is one line here rather than the traceback of the first step.
     Gradients are on for it, and as they were after it, whatever the forward did to them.
-    Returns the names of the trained parameters (requires_grad) the backward gave no gradient,
-    in named_parameters' order: a plain run trains with them, DDP must be told of them."""
+    A backward that gives none of the trained parameters (requires_grad) a gradient (a custom
+    autograd.Function's backward returning None, a quantized layer on the way) is refused, as
+    training would change nothing. Returns the names of those it gave none, in
+    named_parameters' order: a plain run trains without them, DDP must be told of them."""
     saved = [(b, b.clone()) for b in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]
     model.train()
@@ -143,7 +145,17 @@ def dry_backward(
                 )
             scores.float().sum().backward()  # type: ignore[no-untyped-call]
         check_dense_gradients(model, cannot)
-        return [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        unused = [n for n, p in trained if p.grad is None]
+        if trained and len(unused) == len(trained):
+            raise UserError(
+                f"{cannot}: its backward gives none of its {len(trained)} trained parameters a "
+                "gradient, so training would leave every weight as it started",
+                "a custom torch.autograd.Function's backward must return its input's gradient, "
+                "not None, and every layer between the weights and the scores needs a backward "
+                "(a quantized layer has none)",
+            )
+        return unused
     except RuntimeError as e:
         first = (str(e).strip().splitlines() or [""])[0]
         if out_of_memory(e):
