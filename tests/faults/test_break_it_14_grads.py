@@ -1,5 +1,5 @@
-"""Break-it round 14 (issue 41), gradients: a model file that turns them off at import and a model
-whose trained parameters get none.
+"""Break-it round 14 (issue 41), gradients: a model file that turns them off at import, a model
+whose trained parameters get none, and a detection fine-tuning whose loss diverges.
 
 1. `torch.set_grad_enabled(False)` at a model file's top level left gradients off for the whole
    process: the dry backward turns them on for itself and could not see it, and `dlperf run`
@@ -10,6 +10,9 @@ whose trained parameters get none.
    quantized Linear, which has no autograd kernel) gave no trained parameter a gradient: the
    run "finished", exit 0, with the same loss every epoch. Now refused in one line; a model
    whose backward reaches only some of them trains, with a warning naming the others.
+10. `dlperf detect finetune --lr 1e12` ended in a 50-line traceback ending in
+   `dlperf.engine.loop.Diverged`, exit 1. Now the run is stored failed with the loop's line
+   (its advice from dlperf.engine.divergence), and the command says it in one line, exit 1.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tests.conftest import CliResult
 from tests.faults.test_blank_augment_leftovers import POINT
 from tests.faults.test_break_it_10_models import _exp as experiment
 from tests.faults.test_break_it_12_ddp import UNUSED
+from tests.faults.test_break_it_12_detect import finetune_args, shapes
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -174,3 +178,23 @@ def test_a_model_whose_backward_misses_some_parameters_trains_and_names_them(
     said = " ".join(result.err.split("warning: model '", 1)[1].split())  # the console wraps it
     assert "has trained parameters its backward gives no gradient (aux.weight, aux.bias): " in said
     assert "they keep their initial values" in said, said
+
+
+# --- 10. detect finetune diverges ----------------------------------------------------------------
+
+
+def test_a_diverged_detection_finetuning_is_one_line_and_a_failed_run(
+    cli: Cli, tmp_path: Path
+) -> None:
+    root = shapes(tmp_path / "shapes", 4)  # 3 training images: one step an epoch at --batch 2
+    args = finetune_args(root, tmp_path, 2)
+    args[args.index("--epochs") + 1] = "2"
+    # before: exit 1 and a 50-line traceback ending "dlperf.engine.loop.Diverged: loss
+    # became nan at step 2"
+    result = cli(*args, "--lr", "1e12", "--set", "train.optimizer=sgd")
+    one_line(result, 1, "run 1 failed: loss became nan at step 2", "try a lower train.lr")
+    (run,) = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}").list_runs()
+    assert run.status == "failed"
+    # stored as `dlperf run` stores a diverged run: the loop's line, not "Diverged: ..."
+    assert run.error is not None and run.error.startswith("loss became nan at step 2"), run.error
+    assert not (tmp_path / "d.pt").exists()

@@ -31,17 +31,27 @@ from dlperf.config import DetectConfig, DetectJob, RunConfig, TrainConfig
 from dlperf.detect import ssd, voc
 from dlperf.detect.ssd import Detector
 from dlperf.detect.voc import VocDataset, evaluate
-from dlperf.engine.loop import EpochClock, Progress, Row, fit
+from dlperf.engine.loop import Diverged, EpochClock, Progress, Row, fit
 from dlperf.engine.step import prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer
 from dlperf.errors import UserError
+from dlperf.experiment.sink import failed_softly
 from dlperf.progress import NullReporter, Reporter
+from dlperf.records import RunResult
 from dlperf.system import pick_device, set_threads, system_info
 
 if TYPE_CHECKING:
     from dlperf.store import Recording, RunStore
 
 Target = dict[str, torch.Tensor]  # an image's boxes and labels
+
+
+class FinetuneDiverged(UserError):
+    """A fine-tuning whose loss diverged: its run is stored failed with the training loop's
+    line (dlperf.engine.loop.Diverged, its advice from dlperf.engine.divergence), as `dlperf
+    run` stores one, and the command says that line, exit 1 as for any diverged run."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -312,8 +322,9 @@ def finetune_recorded(
 ) -> dict[str, Any]:
     """Fine-tune `job.detect.model` on a VOC-layout set as the job's [train] and [run] say,
     AP@0.5 on the validation split before and after, the weights saved to `out`, recorded as
-    a run (killed or failed if it stops). Returns the run's summary with its id, device,
-    threads and the number of validation images."""
+    a run (killed or failed if it stops). A loss that diverges fails the run with the training
+    loop's line, as `dlperf run` does, and raises FinetuneDiverged saying it. Returns the run's
+    summary with its id, device, threads and the number of validation images."""
     rep = reporter or NullReporter()
     cfg, train_cfg, run = job.detect, job.experiment.train, job.experiment.run
     root = voc.find_root(voc_root)
@@ -334,28 +345,36 @@ def finetune_recorded(
         batch = train_cfg.batch_size
         before = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)
         sink = LossSink(store, record.id)
-        result = train(det, train_data, train_cfg, run, None, device, rep, sink)
-        after = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)
-        ssd.save_checkpoint(det, out)
-        store.add_artifact(record.id, "checkpoint", out)
-        record.summary = {
-            "ap_before": before["ap"],
-            "ap_after": after["ap"],
-            "map_before": before["map"],
-            "map_after": after["map"],
-            "ap_method": cfg.ap_method,
-            "steps": result.steps,
-            "train_s": result.train_s,
-            "images_per_s": result.images_per_s,
-            "final_loss": result.losses[-1],
-            "weights": str(out),
-        }
+        try:
+            result = train(det, train_data, train_cfg, run, None, device, rep, sink)
+        except Diverged as e:  # stored as `dlperf run` stores it: the loop's line and advice
+            failed: RunResult | None = failed_softly(record, e)
+        else:
+            failed = None
+            after = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)
+            ssd.save_checkpoint(det, out)
+            store.add_artifact(record.id, "checkpoint", out)
+            summary: dict[str, Any] = {
+                "ap_before": before["ap"],
+                "ap_after": after["ap"],
+                "map_before": before["map"],
+                "map_after": after["map"],
+                "ap_method": cfg.ap_method,
+                "steps": result.steps,
+                "train_s": result.train_s,
+                "images_per_s": result.images_per_s,
+                "final_loss": result.losses[-1],
+                "weights": str(out),
+            }
+            record.summary = summary
+    if failed is not None:
+        raise FinetuneDiverged(f"run {failed.run_id} failed: {failed.error}")
     return {
         "run_id": record.id,
         "device": str(device),
         "threads": threads,
         "val_images": len(val_set),
-        **record.summary,
+        **summary,
     }
 
 
