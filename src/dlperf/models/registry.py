@@ -9,6 +9,7 @@ package imports it (timm's way), so the registry is full whenever this module is
 
 from __future__ import annotations
 
+import argparse
 import builtins
 import contextlib
 import functools
@@ -133,7 +134,15 @@ def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_file_spec(name: str) -> bool:
-    return name.endswith(".py") or ".py:" in name
+    """Whether `name` names a model file ("path/to/file.py:factory") rather than a registered
+    or torchvision model: a .py file, or a path, so that a notebook or a directory is refused
+    as the file it is. A path is one with a separator, or, before a colon (no model name has
+    one), one that exists: a bare name is a model's even where a folder of that name exists."""
+    if name.endswith(".py") or ".py:" in name:
+        return True
+    path, colon, _ = name.rpartition(":")
+    path = path if colon else name
+    return "/" in path or os.sep in path or (bool(colon) and os.path.lexists(path))
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:
@@ -143,7 +152,9 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     path_text, _, factory = spec.rpartition(":")
     path = Path(path_text)
     if path.is_dir():
-        raise UserError(f"model file {path} is a directory", "use path/to/file.py:factory")
+        package = path / "__init__.py"
+        hint = f"name its file: {package}:{factory}" if package.is_file() else None
+        raise UserError(f"model file {path} is a directory", hint or "use path/to/file.py:factory")
     kind = not_regular(path)  # stat'ed, never opened: a FIFO would block the import for ever
     if kind is not None:
         raise UserError(
@@ -151,6 +162,15 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
         )
     if not path.is_file():
         raise UserError(f"model file {path} not found", "use path/to/file.py:factory")
+    if path.suffix != ".py":
+        notebook = path.suffix == ".ipynb"
+        raise UserError(
+            f"model file {path} is not a Python (.py) file",
+            f"make one of the notebook: `jupyter nbconvert --to script {path}`, then name "
+            f"{path.with_suffix('.py')}:{factory}"
+            if notebook
+            else "use path/to/file.py:factory",
+        )
     module = _import_file(path)
     fn: Callable[..., nn.Module] | None = getattr(module, factory, None)
     if isinstance(fn, nn.Module):  # callable, but its call is the forward: not a constructor
@@ -263,6 +283,43 @@ class _Exited(BaseException):
         self.code = code
 
 
+class _ArgumentsRefused(BaseException):
+    """argparse refusing a model file's command line (it would print its usage and exit)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+_ARGPARSE_ERROR = argparse.ArgumentParser.error
+
+
+@contextlib.contextmanager
+def _as_script(path: Path) -> Iterator[None]:
+    """sys.argv as when `python path` runs the file, [path], while the block runs (put back
+    after), so that a model file parsing its command line (argparse at import) parses none of
+    dlperf's and takes its defaults; argparse refusing that (an argument without a default)
+    raises _ArgumentsRefused with its reason in this thread, printing no usage of its own."""
+    argv = sys.argv
+    thread = threading.get_ident()
+    active = True
+
+    def refused(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+        if active and threading.get_ident() == thread:
+            raise _ArgumentsRefused(message)
+        _ARGPARSE_ERROR(parser, message)
+
+    sys.argv = [str(path)]
+    argparse.ArgumentParser.error = refused  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        active = False
+        sys.argv = argv
+        if argparse.ArgumentParser.error is refused:
+            argparse.ArgumentParser.error = _ARGPARSE_ERROR  # type: ignore[method-assign]
+
+
 @contextlib.contextmanager
 def _no_os_exit() -> Iterator[None]:
     """os._exit, which ends the process with no word and no exception (sys.exit raises one),
@@ -308,10 +365,17 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         # stdout is dlperf's (a --json document): what the module prints goes to stderr
-        with contextlib.redirect_stdout(sys.stderr), _no_os_exit():
+        with contextlib.redirect_stdout(sys.stderr), _no_os_exit(), _as_script(path):
             module_spec.loader.exec_module(module)
     except BaseException as e:
         sys.modules.pop(name, None)  # as importlib does: no half-run module stays importable
+        if isinstance(e, _ArgumentsRefused):
+            raise UserError(
+                f"model file {path} parses the command line while importing, and argparse "
+                f"refuses it with no arguments: {e.message}",
+                "guard the script's own code with `if __name__ == '__main__':`, or give its "
+                "arguments defaults",
+            ) from None
         if isinstance(e, SystemExit | _Exited):  # either would end dlperf, storing nothing
             how = "sys.exit" if isinstance(e, SystemExit) else "os._exit"
             raise UserError(
@@ -343,10 +407,17 @@ def build_from_factory(
             f"accepted: {', '.join(factory_parameters(fn)) or 'no arguments'}",
         )
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # as when its module is imported
+        # as when its module is imported
+        with contextlib.redirect_stdout(sys.stderr), _as_script(Path(spec.rpartition(":")[0])):
             model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
+    except _ArgumentsRefused as e:
+        raise UserError(
+            f"factory {spec} parses the command line, and argparse refuses it with no "
+            f"arguments: {e.message}",
+            "take the settings as the factory's own arguments (model.kwargs)",
+        ) from None
     except Exception as e:
         if _read_from_given(e, own):
             _refuse_factory(spec, own, e)
