@@ -292,6 +292,7 @@ class _ArgumentsRefused(BaseException):
 
 
 _ARGPARSE_ERROR = argparse.ArgumentParser.error
+_ONE_SCRIPT = threading.RLock()  # sys.argv is the process's: one model file's at a time
 
 
 @contextlib.contextmanager
@@ -300,7 +301,6 @@ def _as_script(path: Path) -> Iterator[None]:
     after), so that a model file parsing its command line (argparse at import) parses none of
     dlperf's and takes its defaults; argparse refusing that (an argument without a default)
     raises _ArgumentsRefused with its reason in this thread, printing no usage of its own."""
-    argv = sys.argv
     thread = threading.get_ident()
     active = True
 
@@ -309,15 +309,16 @@ def _as_script(path: Path) -> Iterator[None]:
             raise _ArgumentsRefused(message)
         _ARGPARSE_ERROR(parser, message)
 
-    sys.argv = [str(path)]
-    argparse.ArgumentParser.error = refused  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        active = False
-        sys.argv = argv
-        if argparse.ArgumentParser.error is refused:
-            argparse.ArgumentParser.error = _ARGPARSE_ERROR  # type: ignore[method-assign]
+    with _ONE_SCRIPT:
+        argv, error = sys.argv, argparse.ArgumentParser.error
+        sys.argv = [str(path)]
+        argparse.ArgumentParser.error = refused  # type: ignore[method-assign,assignment]
+        try:
+            yield
+        finally:
+            active = False
+            sys.argv = argv
+            argparse.ArgumentParser.error = error  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
