@@ -56,6 +56,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
 from dlperf.errors import UserError
+from dlperf.formatting import clip
 from dlperf.parsing import flatten, printable
 from dlperf.paths import writing
 from dlperf.store import RunStore, masked_url
@@ -71,7 +72,6 @@ DEFAULT_EXPERIMENT = "dlperf"
 MLFLOW_PARAM_CHARS, MLFLOW_TAG_CHARS = 500, 5000
 # log_batch takes at most 100 params, 100 tags and 1000 metrics per call.
 MLFLOW_BATCH = {"params": 100, "tags": 100, "metrics": 1000}
-ELLIPSIS = "..."
 # MLflow's status of a stored run; a `lost` run (its process gone) ends as KILLED.
 MLFLOW_STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED", "lost": "KILLED"}
 # How long to wait for an MLflow server to accept a connection: MLflow's own client retries a
@@ -103,10 +103,6 @@ def missing_extra(extra: str, module: str | None) -> UserError:
 def as_text(value: Any) -> str:
     """A param or tag value: strings as they are, anything else as JSON (true, null, [1, 2])."""
     return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-def clip(value: str, limit: int) -> str:
-    return value if len(value) <= limit else value[: limit - len(ELLIPSIS)] + ELLIPSIS
 
 
 def metric_series(store: RunStore, run_id: int) -> dict[str, list[tuple[int, float, float]]]:

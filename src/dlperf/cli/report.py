@@ -30,17 +30,14 @@ def report(
 
     Example: dlperf report --last 10 --out report
     """
+    from dlperf.parsing import not_blank
     from dlperf.paths import writing
     from dlperf.report.site import build_report
     from dlperf.store.query import check_limit
 
     check_limit(last, "--last")
-    if not out_text.strip():  # as `runs repair` refuses a blank store name
-        raise UserError(
-            f"report writes its site into a directory, not {out_text!r}",
-            "give its path, e.g. dlperf report --out report",
-        )
-    out = Path(out_text)
+    where = "report writes its site into a directory"
+    out = Path(not_blank(out_text, where, "dlperf report --out report"))
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory", "give a directory for the site")
     with console.reporter() as rep, writing(out):
