@@ -1,5 +1,20 @@
-"""The fourteenth break-it round (issue 41, part A), a user's model file: imported as a
-script, named as a file.
+"""The fourteenth break-it round (issue 41, part A), a user's model file: counted whatever its
+`__call__`, built whatever its factory reads, imported as a script, named as a file.
+
+A3. A model overriding `__call__` (`def __call__(self, x): return self.forward(x)`) runs no
+module hook: `dlperf analyze` counted params 0, MACs 0, FLOPs 0, exit 0, and listed the whole
+model under "modules that never ran". Work no module claims during the forward (and, with
+--train, its backward) is the model's own row, as the work of a forward that calls no layer
+is, and layers it calls get their own rows: the counts are those of the same model without
+the override.
+
+A4. A factory that reads a weight's value (`fc.weight.abs().max().item()`, torch.ao's
+quantize_dynamic) failed analyze and predict with "factory ... failed: RuntimeError:
+Tensor.item() cannot be called on meta tensors", while run and export built it. analyze builds
+such a model on real CPU tensors (seeded, the global generator left as it was), then counts
+it on the meta device as any other. A dynamically quantized model, which has no meta kernels
+(and no parameters: its weights are packed), is refused in one line naming the module and
+the fix, not blamed on the input.
 
 A5. A model file calling `argparse.ArgumentParser().parse_args()` at import parsed dlperf's
 own command line: "usage: dlperf [-h] [--lr LR]", "dlperf: error: unrecognized arguments: run
@@ -23,13 +38,60 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from dlperf.analytic import counting
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 INPUT = ("--input", "1,8,8")
+
+CALLS = """
+import torch.nn as nn, torch.nn.functional as F
+
+class Plain(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.l1 = nn.Linear(in_channels * 64, 32); self.l2 = nn.Linear(32, num_classes)
+    def forward(self, x):
+        h = F.relu(F.linear(x.flatten(1), self.l1.weight, self.l1.bias))
+        return F.linear(h, self.l2.weight, self.l2.bias)
+
+class CallOverride(Plain):
+    \"\"\"__call__ overridden: module hooks never fire\"\"\"
+    def __call__(self, x): return self.forward(x)
+
+class Layers(Plain):
+    def forward(self, x): return self.l2(F.relu(self.l1(x.flatten(1))))
+
+class LayersCallOverride(Layers):
+    def __call__(self, x): return self.forward(x)
+"""
+
+# The tester's readsval.py, and mm.py's dyn_quant and HalfQuant (/tmp/bk14/A/new/w/m/)
+READS = """
+import torch, torch.nn as nn, torch.nn.functional as F
+
+def Net(num_classes=10, in_channels=1):
+    fc = nn.Linear(in_channels * 64, num_classes)
+    with torch.no_grad():  # homework: rescale the init so the largest weight is 0.1
+        fc.weight.mul_(0.1 / fc.weight.abs().max().item())
+    return nn.Sequential(nn.Flatten(), fc)
+
+def dyn_quant(num_classes=10, in_channels=1):
+    m = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes)).eval()
+    return torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8)
+
+class HalfQuant(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.c = nn.Conv2d(in_channels, 4, 3, padding=1)
+        self.q = torch.ao.quantization.quantize_dynamic(
+            nn.Sequential(nn.Linear(4 * 64, num_classes)), {nn.Linear})
+    def forward(self, x): return self.q(F.relu(self.c(x)).flatten(1))
+"""
 
 ARGPARSE = """
 import argparse, torch.nn as nn
@@ -83,6 +145,96 @@ def counted(cli: Cli, spec: str, *extra: str) -> dict[str, Any]:
 
 def rows(doc: dict[str, Any]) -> list[tuple[str, int, int, int]]:
     return [(r["name"], r["params"], r["macs"], r["flops"]) for r in doc["layers"]]
+
+
+# --- A3: a model overriding __call__ -----------------------------------------------------------
+
+
+def test_a_model_overriding_call_is_counted_as_the_same_model_without_the_override(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: params 0, MACs 0, FLOPs 0, and (model) CallOverride 2,410 under 'never ran'."""
+    path = write(tmp_path, "calls.py", CALLS)
+    doc = counted(cli, f"{path}:CallOverride")
+    assert doc["totals"]["params"] == 64 * 32 + 32 + 32 * 10 + 10 == 2410
+    assert doc["totals"]["macs"] == 64 * 32 + 32 * 10 == 2368
+    assert doc["not_run"] == [] and doc["totals"]["params_not_run"] == 0
+    plain = counted(cli, f"{path}:Plain")
+    assert rows(doc) == rows(plain) and rows(doc)[0][0] == "(model)"
+    assert doc["totals"] == plain["totals"]
+
+
+def test_layers_under_an_overridden_call_keep_their_rows_forward_and_backward(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The layers it calls are counted in their own rows, each with its own work (not the
+    model's), and the backward of a training step is counted too (before: 0)."""
+    path = write(tmp_path, "calls.py", CALLS)
+    for extra in ((), ("--train",)):
+        doc = counted(cli, f"{path}:LayersCallOverride", *extra)
+        plain = counted(cli, f"{path}:Layers", *extra)
+        assert [r[0] for r in rows(doc)] == ["l1", "(model)", "l2"]  # relu is the model's
+        assert rows(doc) == rows(plain)
+        assert doc["totals"]["macs"] == 2368 and doc["totals"]["params"] == 2410
+        assert doc["totals"] == plain["totals"]
+    # the backward of a model calling no layer at all: weight and input gradients of both
+    # products, as the model without the override counts them
+    trained = counted(cli, f"{path}:CallOverride", "--train")
+    plain = counted(cli, f"{path}:Plain", "--train")
+    assert rows(trained) == rows(plain)
+    # l1's weight gradient (its input needs none), l2's weight and input gradients
+    assert trained["totals"]["backward_macs"] == 64 * 32 + 32 * 10 + 32 * 10
+    assert trained["totals"]["backward_flops"] == plain["totals"]["backward_flops"] > 0
+
+
+def test_predict_times_a_model_overriding_call(cli: Cli, tmp_path: Path) -> None:
+    path = write(tmp_path, "calls.py", CALLS)
+    result = cli("predict", f"{path}:CallOverride", *INPUT, "--device", "K80", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["flops_over_peak"]["counted_macs_per_image"] == 2368
+
+
+# --- A4: a factory that reads weight values ----------------------------------------------------
+
+
+def test_a_factory_reading_a_weight_value_is_counted(cli: Cli, tmp_path: Path) -> None:
+    """Before: 'factory readsval.py:Net failed: RuntimeError: Tensor.item() cannot be called
+    on meta tensors', exit 2, from analyze and predict."""
+    path = write(tmp_path, "readsval.py", READS)
+    doc = counted(cli, f"{path}:Net")
+    assert doc["totals"]["params"] == 64 * 10 + 10 and doc["totals"]["macs"] == 640
+    assert "tensors" not in doc["conventions"]  # counted on the meta device, as any model
+    predicted = cli("predict", f"{path}:Net", *INPUT, "--device", "K80", "--json")
+    assert predicted.code == 0, predicted.err
+    assert json.loads(predicted.out)["flops_over_peak"]["counted_macs_per_image"] == 640
+
+
+def test_building_on_real_tensors_leaves_the_global_generator_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "readsval.py"
+    path.write_text(READS)
+    state = torch.random.get_rng_state()
+    model, *_ = counting.build_model(f"{path}:Net", [1, 8, 8])
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert sum(p.numel() for p in model.parameters()) == 650
+    # the factory's own arithmetic ran on values: its largest weight is 0.1
+    assert abs(float(model[1].weight.detach().abs().max()) - 0.1) < 1e-6
+    # seeded: the same weights each time
+    again, *_ = counting.build_model(f"{path}:Net", [1, 8, 8])
+    assert torch.equal(model[1].weight, again[1].weight)
+
+
+@pytest.mark.parametrize(("factory", "module"), [("dyn_quant", "1"), ("HalfQuant", "q.0")])
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")  # torch.ao's own
+def test_a_quantized_model_is_one_line_naming_the_module_and_the_fix(
+    cli: Cli, tmp_path: Path, factory: str, module: str
+) -> None:
+    """Before: the meta-tensor line blaming the factory; once built, 'the model rejects input
+    [1, 1, 8, 8]: NotImplementedError: quantized::linear_dynamic ...', blaming the input."""
+    path = write(tmp_path, "readsval.py", READS)
+    for command, device in (("analyze", []), ("predict", ["--device", "K80"])):
+        result = cli(command, f"{path}:{factory}", *INPUT, *device)
+        one_line(result, 2, f"{module} (", "quantized", command, "before quantize")
+        assert "rejects input" not in result.err
 
 
 # --- A5: argparse at import ---------------------------------------------------------------------

@@ -17,7 +17,14 @@ no total; `Analysis.not_run` names those modules.
 A forward that torch's own code cannot run on the meta device (pad_packed_sequence after
 `pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices) is counted on real
 CPU tensors of random values instead, when the model is small enough, and says so
-(`Analysis.real_tensors`); a model's own forward reading values is refused, in one line.
+(`Analysis.real_tensors`); a model's own forward reading values is refused, in one line. A
+factory that reads its weights' values as it builds (rescaling its init by the largest weight)
+builds on real CPU tensors, as a run builds it, and is counted on meta as any other; a model
+holding torch.ao's quantized modules, which have no meta kernels, is refused in one line.
+
+A model that overrides `__call__` (`return self.forward(x)`) runs no hook of its own: work no
+module claims during the forward, and in the backward once the outputs' gradients are in, is
+the model's own row, as it is of a model that does not.
 """
 
 from __future__ import annotations
@@ -378,23 +385,52 @@ def build_model(
         registered_factory,
     )
 
-    with _weights_on_meta():
-        if is_file_spec(name):
+    if is_file_spec(name):
+        with _weights_on_meta():  # what the file builds as it is imported too
             fn = load_factory(name)
-            classes, source = _factory_classes(fn, name, num_classes, "the factory's default")
-            sized = {"num_classes": num_classes} if num_classes is not None else {}
-            model = build_from_factory(fn, name, {**sized, "in_channels": input_shape[0], **kwargs})
-            return model, classes, source, _arguments(fn, kwargs)
-        registered = registered_factory(name)
-        if registered is not None:
-            default = "default for dlperf's models"
-            classes, source = _factory_classes(registered, name, num_classes, default)
-            arguments = _arguments(registered, kwargs)
-        else:
-            source = "--classes" if num_classes is not None else "default for torchvision models"
-            classes, arguments = num_classes or 1000, dict(kwargs)
-        model = create_model(name, num_classes=classes, in_channels=input_shape[0], **kwargs)
-        return model, classes, source, arguments
+        classes, source = _factory_classes(fn, name, num_classes, "the factory's default")
+        sized = {"num_classes": num_classes} if num_classes is not None else {}
+        given = {**sized, "in_channels": input_shape[0], **kwargs}
+        model = _on_meta_else_real(lambda: build_from_factory(fn, name, given))
+        return model, classes, source, _arguments(fn, kwargs)
+    registered = registered_factory(name)
+    if registered is not None:
+        default = "default for dlperf's models"
+        classes, source = _factory_classes(registered, name, num_classes, default)
+        arguments = _arguments(registered, kwargs)
+    else:
+        source = "--classes" if num_classes is not None else "default for torchvision models"
+        classes, arguments = num_classes or 1000, dict(kwargs)
+    model = _on_meta_else_real(
+        lambda: create_model(name, num_classes=classes, in_channels=input_shape[0], **kwargs)
+    )
+    return model, classes, source, arguments
+
+
+def _on_meta_else_real(build: Callable[[], nn.Module]) -> nn.Module:
+    """`build()` with its weights on the meta device; where the build itself reads their values
+    (a factory rescaling its init by the largest weight, torch.ao's quantize_dynamic), on real
+    CPU tensors instead, as a run builds it: seeded, the global generator left as it was. The
+    count is made on the meta device either way (analyze_module moves the model there)."""
+    try:
+        with _weights_on_meta():
+            return build()
+    except Exception as e:
+        if not _reads_values(e):
+            raise
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return build()
+
+
+def _reads_values(e: BaseException | None) -> bool:
+    """Whether `e`, or an exception it was raised from or while handling, is torch refusing
+    to read a meta tensor's values."""
+    while e is not None:
+        if any(marker in str(e) for marker in _READS_VALUES):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 # --- counting ---------------------------------------------------------------------------------
@@ -448,6 +484,10 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.by_storage = {p.untyped_storage()._cdata: (n, p) for n, p in model.named_parameters()}
         self.trainable = Counter[bool]()
         """Trainable parameters the rows count, biases (True) and others."""
+        self.outside_is_root = False
+        """Whether an operation no module claims is the model's own: during the forward, and in
+        the backward once the outputs' gradients are in (before then: the loss's). A model whose
+        `__call__` is overridden (`return self.forward(x)`) runs no module hook of its own."""
 
     def claim(self, row: Layer, params: Iterable[tuple[str, nn.Parameter]]) -> None:
         for name, p in params:
@@ -476,7 +516,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """The innermost running module (its name in `named_modules`), None outside the model."""
         names = self.tracker.parents - {"Global"}
         if not names:
-            return None
+            return "" if self.outside_is_root else None
         return max(names, key=lambda n: n.count(".")).partition(".")[2]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -519,7 +559,9 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         row.bytes += moved
         row.calls += 1
         row.kind_flops[kind] += cost.flops
-        if not _is_layer(self.modules[name]) and not func._schema.is_mutable:
+        # No module running: the model's own work, whose hook (a layer's output) never runs.
+        unhooked = not self.tracker.parents - {"Global"}
+        if (unhooked or not _is_layer(self.modules[name])) and not func._schema.is_mutable:
             # A container's own op output is an activation; a layer's is its module output.
             produced = _tensors(out)
             row.activations += sum(t.numel() for t in produced)
@@ -920,6 +962,7 @@ def analyze_module(
     weights and input come to at most REAL_TENSORS_MAX_BYTES; `Analysis.real_tensors` then
     says why. `command` names the command in a refusal.
     """
+    _refuse_quantized(model, command)
     dtype = DTYPES[precision]
     kept = kept_as_built(model, precision)
     model = to_precision(model, precision, "meta")
@@ -962,6 +1005,27 @@ def analyze_module(
         return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)
 
 
+QUANTIZED = ("torch.ao.nn.quantized.", "torch.ao.nn.intrinsic.quantized.")
+"""The packages of torch.ao's quantized modules (dynamic ones included; reference modules,
+which compute in float, are not): int8 kernels with no meta implementation, weights packed
+where no parameter holds them."""
+
+
+def _refuse_quantized(model: nn.Module, command: str) -> None:
+    """Refuse a model holding a quantized module (quantize_dynamic's Linear) in one line: its
+    operators cannot run on the meta device, nor would its packed weights count as params."""
+    for where, module in model.named_modules():
+        package = type(module).__module__
+        if package.startswith(QUANTIZED) and ".reference" not in package:
+            kind = f"{package.partition('.modules')[0]} {type(module).__name__}"
+            raise UserError(
+                f"{where or ROOT} ({kind}) is a quantized module, which {command} cannot count: "
+                "its int8 operators have no meta-device kernel and its packed weights are no "
+                "parameters",
+                "count the float model, as built before quantize_dynamic: the same products",
+            )
+
+
 def _count(counted: Analysis, model: nn.Module, x: torch.Tensor, command: str) -> Analysis:
     """`counted` (what `analyze_module` was asked to count) with the count of `model` for the
     input `x`, on x's device, in the model's dtypes; one count at a time in a process."""
@@ -976,6 +1040,9 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
     fields = FieldTracker()
     fields.start(x)
     tracker = ModuleTracker()
+    # The tracker names a module by its parents from the first it sees: the model's own name
+    # first, for a model whose overridden __call__ runs its layers but no hook of its own.
+    tracker._get_mod_name(model)  # type: ignore[no-untyped-call]
     mode = _CountingMode(model, tracker, fields)
     hooks = mode.layer_hooks()
     memory = None
@@ -984,11 +1051,21 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
             saved = _SavedTensors(model)  # saves nothing without a gradient
             grad = contextlib.nullcontext() if train else torch.no_grad()
             with mode, _FunctionCalls(mode), saved, grad:
+                mode.outside_is_root = True
                 out = run_forward(model, x, command)
+                mode.outside_is_root = False
             fields_result = fields.result(_outputs(out))
             if train:
                 mode.fields = None
-                # The simplest loss; its own backward runs outside every module, uncounted.
+                # The simplest loss; its own backward runs outside every module, uncounted,
+                # until the gradients of the model's outputs are in.
+                outputs = [t for t in _outputs(out) if t.requires_grad]
+                if outputs:
+                    hooks.append(
+                        torch.autograd.graph.register_multi_grad_hook(
+                            outputs, lambda _: setattr(mode, "outside_is_root", True), mode="any"
+                        )
+                    )
                 with mode:
                     run_backward(out)
                 memory = _training_memory(model, saved.bytes)
