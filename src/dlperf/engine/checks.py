@@ -4,6 +4,7 @@ so that a mismatch is one line of bad input rather than a failure mid-run."""
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from torch import nn
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError, raised_by_model
+from dlperf.formatting import few
 from dlperf.models.transfer import DISAGREE, load_state
 
 if TYPE_CHECKING:
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
 
 
 DRY_BATCH = 2  # images in the dry forward
+# torch's warning for a backward through an operation without one (a quantized layer's)
+NO_KERNEL = "an autograd kernel was not registered"
 
 
 def dry_forward(
@@ -143,18 +147,30 @@ def dry_backward(
                     "with-block)",
                     "turn them off only within a with-block: with torch.no_grad(): ...",
                 )
-            scores.float().sum().backward()  # type: ignore[no-untyped-call]
+            with warnings.catch_warnings(record=True) as caught:  # said below, or again
+                scores.float().sum().backward()  # type: ignore[no-untyped-call]
         check_dense_gradients(model, cannot)
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         unused = [n for n, p in trained if p.grad is None]
         if trained and len(unused) == len(trained):
+            # torch warns of an operation without a backward (a quantized layer's): named here
+            no_kernel = sorted(
+                {
+                    str(w.message).partition(f": {NO_KERNEL}")[0]
+                    for w in caught
+                    if NO_KERNEL in str(w.message)
+                }
+            )
+            why = f" (torch has no backward for {few(no_kernel)})" if no_kernel else ""
             raise UserError(
                 f"{cannot}: its backward gives none of its {len(trained)} trained parameters a "
-                "gradient, so training would leave every weight as it started",
+                f"gradient{why}, so training would leave every weight as it started",
                 "a custom torch.autograd.Function's backward must return its input's gradient, "
                 "not None, and every layer between the weights and the scores needs a backward "
                 "(a quantized layer has none)",
             )
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return unused
     except RuntimeError as e:
         first = (str(e).strip().splitlines() or [""])[0]
