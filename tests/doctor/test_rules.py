@@ -35,6 +35,7 @@ RULE_NAMES = {
     "missing-workers",
     "oversubscribed",
     "shared-host",
+    "stopped",
     "crowded-threads",
     "chance-accuracy",
     "input-below-weights-resolution",

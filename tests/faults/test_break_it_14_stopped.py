@@ -119,6 +119,11 @@ def test_a_run_stopped_and_continued_says_so_and_for_how_long(
     assert "stopped (SIGSTOP or Ctrl-Z)" in " ".join(shown.out.split())
     stored = json.loads(cli("runs", "show", "1", "--json").out)
     assert stored["summary"]["contention"]["stopped_in"] == ["epoch 1"]
+    # and the doctor names it (before: no finding on a quiet host)
+    findings = json.loads(cli("doctor", "1", "--json").out)["findings"]
+    (stop,) = [f for f in findings if f["rule"] == "stopped"]
+    assert stop["severity"] == "warning" and "in epoch 1" in stop["evidence"], stop
+    assert stop["figures"]["stopped_in"] == ["epoch 1"], stop
 
 
 def _stopped_then_continued(seconds: float) -> None:

@@ -221,6 +221,23 @@ def shared_host(run: RunView) -> list[Issue]:
     ]
 
 
+def stopped(run: RunView) -> list[Issue]:
+    """The process was stopped (SIGSTOP, Ctrl-Z) and continued while it trained: its wall
+    time ran on, so its times count the stop as training (dlperf.contention.Stopwatch)."""
+    contention = run.run.trained.contention
+    if not contention or not contention.get("stopped_in"):
+        return []
+    window = Contention.stored(contention)
+    return [
+        Issue(
+            "warning",
+            window.stop_note(),
+            "rerun it without stopping it, or read the figures of the epochs not named",
+            {k: contention.get(k) for k in ("stops", "stopped_s", "stopped_in")},
+        )
+    ]
+
+
 def _others(window: Contention | None) -> str:
     share = window.others_share if window else None
     return "" if share is None else f" while other processes took {share:.0%} of the cores"
@@ -734,6 +751,7 @@ RULES: dict[str, Handler] = {
     "missing-workers": missing_workers,
     "oversubscribed": oversubscribed,
     "shared-host": shared_host,
+    "stopped": stopped,
     "crowded-threads": crowded_threads,
     "chance-accuracy": chance_accuracy,
     "input-below-weights-resolution": input_below_weights_resolution,
