@@ -11,6 +11,11 @@ where its labels cannot fit (the distill study's figure of a long recipe name di
 2. `--set 'data.std=[1e-300]'` was accepted, and the run diverged at step 1, blamed on the
 model ("the model itself, not the learning rate"): 1/std overflows float32. A std below
 `config.base.MIN_STD` (1e-6, far under any real image channel's) is refused in one line.
+
+3. `dlperf predict` of a model that does no arithmetic (an `nn.Identity`, or a forward that
+only copies its input) ended in ZeroDivisionError's traceback: PALEO's images/s divide by a
+predicted time of 0, and FLOPs / peak by 0 FLOPs. Such a model is refused in one line: there
+is nothing for either basis to predict (`dlperf analyze` still counts it).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 from matplotlib.figure import Figure
 
@@ -78,6 +84,35 @@ def test_tight_layout_leaves_a_figure_whose_labels_cannot_fit_as_drawn() -> None
     before = ax.get_position().bounds
     tight_layout(fitting)
     assert ax.get_position().bounds != before  # where it fits, the layout is tightened
+
+
+MODELS = """
+import torch.nn as nn
+
+
+class Copy(nn.Module):
+    def forward(self, x):
+        return x.clone()
+
+
+def identity(num_classes=10, in_channels=1):
+    return nn.Identity()
+
+
+def copy(num_classes=10, in_channels=1):
+    return Copy()
+"""
+
+
+@pytest.mark.parametrize("factory", ["identity", "copy"])
+def test_predict_of_a_model_that_does_no_arithmetic_is_one_line(
+    cli: Cli, tmp_path: Path, factory: str
+) -> None:
+    (tmp_path / "idle.py").write_text(MODELS)
+    result = cli("predict", f"idle.py:{factory}", "--input", "1,8,8", "--device", "K80")
+    one_line(result, 2, f"model idle.py:{factory} does no arithmetic (0 FLOPs at input 1,8,8")
+    counted = cli("analyze", f"idle.py:{factory}", "--input", "1,8,8", "--json")
+    assert counted.code == 0, counted.err
 
 
 def test_a_std_whose_inverse_overflows_is_refused_in_one_line(cli: Cli) -> None:
