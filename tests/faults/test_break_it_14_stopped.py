@@ -71,6 +71,7 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.faults  # a real run in a subprocess: 10-25 s on a busy machine
 def test_a_run_stopped_and_continued_says_so_and_for_how_long(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:
