@@ -64,8 +64,9 @@ def test_an_ensemble_of_200000_points_solves_problems_of_at_most_1000(
     k, y = _power_law(ROWS)
     post = ensemble.fit(k, y)
     # before: TooBig, a grid problem of 200,000 points (each family's of 384 shapes x 200
-    # plateaus over every point: 125 s and 5.4 GB at 10^6 rows)
-    assert problems == [BINS] * len(ensemble.FAMILIES)
+    # plateaus over every point: 125 s and 5.4 GB at 10^6 rows). One per family, or two when
+    # the posterior is narrower than the grid and weighed again (break-it round 14, C7).
+    assert problems in ([BINS] * len(ensemble.FAMILIES), [BINS] * 2 * len(ensemble.FAMILIES))
     assert (post.n_points, post.binned, post.last_step, post.spacing) == (ROWS, BINS, ROWS, 1.0)
     assert "to 1,000 bins of 200,000 points up to step 200000" in ensemble.basis(post)
 
@@ -125,8 +126,9 @@ def test_converge_predict_ensemble_on_half_of_20000_rows_is_bounded_and_said(
     big = _csv(tmp_path / "big.csv", 20_000)
     args = ("--x", "step", "--y", "metric", "--upto", "0.5", "--target", "0.22")
     result = cli("converge", "predict", "--csv", str(big), *args, "--json")
-    # before: TooBig, a grid problem of the window's 10,000 points
-    assert problems == [BINS] * len(ensemble.FAMILIES), result
+    # before: TooBig, a grid problem of the window's 10,000 points (two per family when the
+    # posterior is weighed again, as in the test above)
+    assert problems in ([BINS] * len(ensemble.FAMILIES), [BINS] * 2 * len(ensemble.FAMILIES))
     assert _note(result) == f"note: big.csv: fitted 1,000 bins of 10,000 points {NOTE}"
     doc = json.loads(result.out)
     assert doc["n_points"] == 10_000 and doc["verdict"] == "answer"
