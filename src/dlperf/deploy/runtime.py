@@ -153,19 +153,24 @@ def image_mode(channels: int, source: str = "image") -> str:
 def to_array(
     image: Image.Image, pre: Preprocess, source: str = "image", *, stretch: bool = False
 ) -> np.ndarray:
-    """One image to a normalised float32 (C, H, W) array: convert, resize so it covers (H, W),
-    centre-crop, scale, normalise — as the training readers of image files do, so a
-    non-square photo is cropped, not squashed, and a 16-bit one spans its own range
+    """One image to a normalised float32 (C, H, W) array: to RGB, resized so it covers (H, W)
+    and centre-cropped (`covered`), converted to the model's mode, scaled, normalised. For a
+    square (H, W) that is, pixel for pixel, the tensor training's reader of image files
+    (decode_file, then the loaders' normalisation) makes of the file, so a non-square photo
+    is cropped, not squashed, as in training, and a 16-bit one spans its own range
     (`image_modes.rgb`, the conversion training used; `source` names the image in its
     errors). The mode follows the model's channels (`image_mode`): L, LA, RGB or RGBA; an
-    image without alpha gets an opaque one, as Pillow converts it.
+    image without alpha gets an opaque one, as Pillow converts it; an image with alpha, for
+    a model of LA or RGBA, keeps it (converted before the resize, as Pillow resizes alpha).
 
     `stretch` (the detectors): the whole image resized to (H, W), its aspect ratio not
     kept and nothing cropped, as a torchvision detector's transform resizes it in
     fine-tuning and `detect eval` (`stretched`); its boxes then map back to the image by
     scaling x by width / W and y by height / H."""
     mode = image_mode(pre.channels, source)
-    if mode in ("LA", "RGBA") and "A" in image.getbands():
+    height, width = pre.size
+    keep_alpha = mode in ("LA", "RGBA") and "A" in image.getbands()
+    if keep_alpha:
         try:  # keep its alpha: image_modes.rgb drops it, as training on files does
             image = image.convert(mode)
         except ValueError as e:  # a mode PIL opens but cannot convert ("La")
@@ -175,26 +180,44 @@ def to_array(
             ) from None
     else:
         image = image_modes.rgb(image, source)
-        if mode != "RGB":
-            image = image.convert(mode)
-    height, width = pre.size
     if stretch:
+        if mode != image.mode:
+            image = image.convert(mode)
         x = stretched(np.asarray(image), height, width)
     else:
-        if image.size != (width, height):
-            scale = max(width / image.width, height / image.height)
-            resized = (
-                max(width, round(image.width * scale)),
-                max(height, round(image.height * scale)),
-            )
-            image = image.resize(resized, Image.Resampling.BILINEAR)
-            left, top = (resized[0] - width) // 2, (resized[1] - height) // 2
-            image = image.crop((left, top, left + width, top + height))
+        # Resized and cropped in RGB, then converted, as training's decode_file makes the RGB
+        # tensor a model of any channel count would see of the file.
+        image = covered(image, height, width)
+        if mode != image.mode:
+            image = image.convert(mode)
         x = np.asarray(image, dtype=np.float32) / 255.0
     x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)
     mean = np.asarray(pre.mean, dtype=np.float32).reshape(-1, 1, 1)
     std = np.asarray(pre.std, dtype=np.float32).reshape(-1, 1, 1)
     return np.ascontiguousarray((x - mean) / std)
+
+
+def covered(image: Image.Image, height: int, width: int) -> Image.Image:
+    """`image` resized (bilinear, antialiased: Pillow's) so that it covers (height, width),
+    then centre-cropped to it, with torchvision's rounding, so that a file gives the very
+    pixels training's reader (`dlperf.data.sources.decode_file`: `resize(image, side)`, then
+    `center_crop(image, [side, side])`) gives. Reproduced here without torch, from
+    torchvision.transforms.functional._compute_resized_output_size (the short side to the
+    size, the long one to int(size * long / short): rounded down; a tie, w <= h, binds the
+    width) and transforms.v2.functional._center_crop_compute_crop_anchor (the offset
+    int(round((resized - size) / 2.0)): half to even). A non-square (height, width) is covered
+    by the same rules: the side whose scale is the larger binds, the other rounds down."""
+    w, h = image.size
+    if width * h >= height * w:  # the width binds (w <= h for a square target)
+        new_w, new_h = width, max(height, int(width * h / w))
+    else:
+        new_w, new_h = max(width, int(height * w / h)), height
+    if (new_w, new_h) != (w, h):  # torchvision returns the image itself when the size is its own
+        image = image.resize((new_w, new_h), Image.Resampling.BILINEAR)
+    top, left = round((new_h - height) / 2.0), round((new_w - width) / 2.0)  # an int, ties even
+    if (top, left, new_h, new_w) == (0, 0, height, width):
+        return image
+    return image.crop((left, top, left + width, top + height))
 
 
 def stretched(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
