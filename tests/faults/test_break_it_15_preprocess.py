@@ -2,14 +2,16 @@
 file into another tensor than training's image-file reader (decode_file) did: the long side
 rounded to nearest where torchvision's resize rounds down, the crop's offset rounded down where
 torchvision's centre crop rounds half to even (11x10 -> 8: 9x8 resized, not 8x8; 14x10 -> 8:
-cropped from x = 1, not 2). Up to 0.48 apart on [0, 1]; a top-1 that flipped. Seen failing before
-its fix."""
+cropped from x = 1, not 2). Up to 0.48 apart on [0, 1]; a top-1 that flipped. And `dlperf detect
+finetune` printing "nan images/s" when every step was warm-up. Each seen failing before its fix."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -168,3 +170,32 @@ def test_infer_of_a_non_square_file_is_the_model_on_decode_files_tensor(
     # before: the model saw the image cropped one pixel left of training's crop
     assert [t["index"] for t in top] == list(np.argsort(-expected, kind="stable"))
     assert [t["probability"] for t in top] == pytest.approx(sorted(expected, reverse=True))
+
+
+# --- 2. detect finetune with every step in warm-up -------------------------------------------
+
+
+def test_detect_finetune_says_images_per_s_was_not_measured_when_every_step_was_warm_up(
+    cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlperf.detect import finetune
+
+    def warm_up_only(store: Any, voc_root: Path, job: Any, out: Path, *args: Any) -> Any:
+        # what finetune_recorded returns when every step fell in warm-up (TrainResult's
+        # images_per_s is nan: no step timed)
+        return {
+            "run_id": 1, "ap_before": {"circle": 0.0}, "ap_after": {"circle": 0.1},
+            "map_before": 0.0, "map_after": 0.1, "val_images": 2, "steps": 1,
+            "train_s": 0.5, "images_per_s": math.nan, "threads": 1, "device": "cpu",
+            "final_loss": 1.25, "weights": str(out),
+        }  # fmt: skip
+
+    monkeypatch.setattr(finetune, "finetune_recorded", warm_up_only)
+    (tmp_path / "voc").mkdir()
+    r = cli("detect", "finetune", "voc", "--epochs", "1", "--threads", "1", "--out", "s.pt")
+    assert r.code == 0, r.err
+    # before: "(nan images/s, 1 threads on cpu)"
+    assert "nan" not in r.out
+    assert "images/s not measured: every step was warm-up, 1 threads on cpu" in r.out
+    r = cli("detect", "finetune", "voc", "--epochs", "1", "--out", "s.pt", "--json")
+    assert json.loads(r.out)["images_per_s"] is None

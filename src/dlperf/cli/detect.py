@@ -231,10 +231,13 @@ def finetune(
         ["class", "before", "after", "change"],
         [[n, a, b, None if math.isnan(a) or math.isnan(b) else b - a] for n, a, b in pairs],
     )
+    rate = f"{done['images_per_s']:.1f} images/s"  # nan (--json: null): no step was timed
+    if math.isnan(done["images_per_s"]):
+        rate = "images/s not measured: every step was warm-up"
     console.out.print(
         f"run {done['run_id']}: AP ({opts.ap_method}) on {done['val_images']} {opts.val_split} "
-        f"images; {done['steps']} steps in {done['train_s']:.1f} s ({done['images_per_s']:.1f} "
-        f"images/s, {done['threads']} threads on {done['device']}), final loss "
+        f"images; {done['steps']} steps in {done['train_s']:.1f} s ({rate}, "
+        f"{done['threads']} threads on {done['device']}), final loss "
         f"{done['final_loss']:.3f}; saved {out}"
     )
 
