@@ -7,6 +7,8 @@ read as one.
   reached target.accuracy ends: never more than `elapsed_s`.
 - `train_time_s`: the training steps after the warm-up only, no evaluation; what throughput
   divides by, so it is usually well under `elapsed_s`.
+- `epoch/time_s` (the per-epoch table's column): an epoch's training steps, the warm-up
+  included, evaluation not; so the epochs' values sum to less than `elapsed_s`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterable
 WALL = "train+eval"  # what the wall clock counts, said in its labels
 TIME_TO_TARGET = f"wall s to target ({WALL})"
 TRAIN_TIME = "train s (steps after warm-up)"
+EPOCH_TIME = "train s (all steps)"  # an epoch's epoch/time_s: warm-up included, no evaluation
 
 
 def elapsed_label(epochs: Iterable[object]) -> str:

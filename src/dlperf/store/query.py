@@ -95,7 +95,7 @@ def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
     return rows
 
 
-# Per-epoch table: column header -> metric key, in reading order.
+# Per-epoch table: column header -> metric key, in reading order (a clock by what it counts).
 EPOCH_COLUMNS = {
     "train loss": "epoch/train_loss",
     "train acc": "epoch/train_acc1",
@@ -103,7 +103,7 @@ EPOCH_COLUMNS = {
     "val acc": "val/acc1",
     "val top5": "val/acc5",
     "lr": "epoch/lr",
-    "s": "epoch/time_s",
+    clocks.EPOCH_TIME: "epoch/time_s",  # training steps, warm-up included, no evaluation
     "samples/s": "epoch/throughput",
 }
 
