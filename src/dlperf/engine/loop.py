@@ -24,6 +24,7 @@ from torch import nn
 from dlperf import contention, stopping
 from dlperf.config import RunConfig
 from dlperf.data import Loader
+from dlperf.engine import timers
 from dlperf.engine.divergence import diverged_fix, evaluation_fix
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow
@@ -251,6 +252,7 @@ class EpochClock(Component):
         self.contention = contention.Window()
         self.waited: contention.Contention | None = None
         self.stopwatch = contention.Stopwatch()
+        self.phases: dict[str, float] = {}  # the last epoch's seconds per step by phase
         timer.recording = warmup_steps == 0
 
     def start(self) -> None:
@@ -281,10 +283,15 @@ class EpochClock(Component):
             self.samples += samples
 
     def stop(self, state: Progress) -> tuple[float, float | None]:
-        """Add the epoch's timed samples and seconds to `state`; the epoch's seconds so far
-        and its throughput (None when all its steps were warm-up)."""
+        """Add the epoch's timed samples and seconds, and its timed phases (`phases`: the
+        epoch's own seconds per step), to `state`; the epoch's seconds so far and its
+        throughput (None when all its steps were warm-up)."""
         end = now(self.device)
         self.waited = self.contention.stop()
+        totals, step_times = self.timer.epoch_phases()
+        self.phases = timers.per_step(totals, len(step_times))
+        if step_times:
+            state.add_phases(totals, step_times)
         if not self.samples:
             return end - self.epoch_start, None
         state.train_time_s += end - self.timed_start
@@ -396,7 +403,7 @@ class EpochReport(Component):
                 rows.append(("epoch/throughput", epoch, throughput))
             if clock.waited is not None:
                 rows.append(("epoch/cpu_wait_share", epoch, clock.waited.cpu_wait_share))
-        phases = clock.timer.per_step().items()
+        phases = clock.phases.items()  # the epoch's own steps' means, not the run's so far
         # the epoch's mean where tallied
         train_loss = rows[0][2] if tally else self.metrics.last_loss
         line = f"epoch {epoch}/{self.epochs}  train loss {train_loss:.4f}"

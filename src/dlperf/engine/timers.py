@@ -23,6 +23,11 @@ SPAN = "dlperf::"  # the prefix of the phase ranges in a profiler trace
 _NEXT = dict(zip(PHASES, (*PHASES[1:], None), strict=True))
 
 
+def per_step(totals: dict[str, float], steps: int) -> dict[str, float]:
+    """Mean seconds per step of each phase from its `totals` over `steps` steps ({}: none)."""
+    return {p: totals.get(p, 0.0) / steps for p in PHASES} if steps else {}
+
+
 class PhaseLabels:
     """`dlperf::<phase>` ranges in a profiler trace, opened and closed at the phase marks while
     `active` (a profiled window), so that a trace's reader can tell every operator's phase."""
@@ -66,11 +71,15 @@ class PhaseTimer:
         self.events = device.type == "cuda"
         self._start: float | torch.cuda.Event = 0.0  # where the step began
         self._marks: list[tuple[str, float | torch.cuda.Event]] = []
+        self._epoch_totals: dict[str, float] = {}  # the totals as the epoch started
+        self._epoch_steps = 0  # the recorded steps as the epoch started
 
     def start(self) -> None:
-        """Start the clock at the top of an epoch (evaluation time is not a data wait)."""
+        """Start the clock at the top of an epoch (evaluation time is not a data wait); what
+        is recorded from here on is the epoch's (`epoch_phases`)."""
         if self.enabled:
             self._start, self._marks = reading(self.device), []
+            self._epoch_totals, self._epoch_steps = dict(self.totals), len(self.step_times)
 
     def mark(self, phase: str) -> None:
         if self.labels is not None:
@@ -102,6 +111,11 @@ class PhaseTimer:
         return "cuda_events" if self.events else "host"
 
     def per_step(self) -> dict[str, float]:
-        """Mean seconds per recorded step for each phase."""
-        n = len(self.step_times)
-        return {p: self.totals[p] / n for p in PHASES} if n else {}
+        """Mean seconds per recorded step for each phase, over every step recorded."""
+        return per_step(self.totals, len(self.step_times))
+
+    def epoch_phases(self) -> tuple[dict[str, float], list[float]]:
+        """The seconds of each phase, and the step times, recorded since `start` (the epoch's
+        own, not the run's so far)."""
+        totals = {p: self.totals[p] - self._epoch_totals.get(p, 0.0) for p in PHASES}
+        return totals, self.step_times[self._epoch_steps :]

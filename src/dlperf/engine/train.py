@@ -22,7 +22,7 @@ from dlperf.engine.hooks import Hooks
 from dlperf.engine.loop import EpochClock, EvaluationDiverged, MetricSink, Progress, fit
 from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import check_output, prepare, steps_per_epoch
-from dlperf.engine.timers import PhaseTimer
+from dlperf.engine.timers import PhaseTimer, per_step
 from dlperf.precision import autocast as precision_autocast
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import RunSummary
@@ -68,6 +68,15 @@ def evaluate(
     return result
 
 
+# A checkpoint from before Progress carried the timed phases: the summary's phases and
+# step_time_spread can only cover the steps this process times.
+OLD_CHECKPOINT = (
+    "this run's checkpoint predates its phase timings: the summary's phases and "
+    "step_time_spread cover only the steps since this resume (throughput and train_time_s "
+    "the whole run)"
+)
+
+
 def train(
     exp: Experiment,
     model: nn.Module,
@@ -105,6 +114,8 @@ def train(
         step.load_state_dict(resume)
         checkpoint.set_rng_state(resume["rng"], device)
         state = Progress(**resume["progress"])
+        if timer.enabled and "step_times" not in resume["progress"] and state.samples:
+            warnings = [*warnings, OLD_CHECKPOINT]
     for warning in warnings:  # checked: what is left to say comes before training
         reporter.log(f"warning: {warning}")
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
@@ -156,9 +167,9 @@ def train(
         contention=waited.to_dict() if waited else None,
         **contention.judge(waited, state.epoch_throughputs).to_dict(),
         elapsed_s=state.elapsed_s,
-        phases=timer.per_step() or None,
+        phases=per_step(state.phase_totals, len(state.step_times)) or None,
         phase_clock=timer.clock,
-        step_time_spread=spread(timer.step_times),
+        step_time_spread=spread(state.step_times),
         peak_memory_bytes=peak_memory_bytes(device),
         gpu_memory=gpu_memory(device),
         gpu_utilization_pct=spread(state.gpu_utilization_pct),

@@ -54,6 +54,11 @@ class Progress:
     time_to_target_s: float | None = None
     epoch_throughputs: list[float] = field(default_factory=list)
     gpu_utilization_pct: list[float] = field(default_factory=list)  # one reading per epoch
+    # With phases timed: each phase's seconds and each step's seconds over the same timed steps
+    # as train_time_s (one float a step), so that a resumed run's phases and step-time spread
+    # cover the whole run, as its throughput does. A checkpoint older than them has neither.
+    phase_totals: dict[str, float] = field(default_factory=dict)
+    step_times: list[float] = field(default_factory=list)
 
     def end_epoch(self, epoch: int, seconds: float, accuracy: float, target: float | None) -> None:
         """Count epoch `epoch`, `seconds` long with its evaluation, of validation `accuracy`
@@ -66,6 +71,12 @@ class Progress:
             self.best_val_accuracy = accuracy if best is None else max(best, accuracy)
         if target is not None and self.epochs_to_target is None and accuracy >= target:
             self.epochs_to_target, self.time_to_target_s = epoch, self.elapsed_s
+
+    def add_phases(self, totals: dict[str, float], step_times: list[float]) -> None:
+        """Count an epoch's timed phases: each phase's seconds and its steps' seconds."""
+        for phase, seconds in totals.items():
+            self.phase_totals[phase] = self.phase_totals.get(phase, 0.0) + seconds
+        self.step_times += step_times
 
 
 def train_loop(
