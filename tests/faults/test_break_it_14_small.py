@@ -16,6 +16,11 @@ model ("the model itself, not the learning rate"): 1/std overflows float32. A st
 only copies its input) ended in ZeroDivisionError's traceback: PALEO's images/s divide by a
 predicted time of 0, and FLOPs / peak by 0 FLOPs. Such a model is refused in one line: there
 is nothing for either basis to predict (`dlperf analyze` still counts it).
+
+4. A model file named with a suffix that does not exist (`nb.ipynb:Net`, a typo of a path in
+the current directory) was "unknown model 'nb.ipynb:Net' (see `dlperf models`)": no registered
+or torchvision model has a dot in its name, so a name with a suffix before its colon is a file's
+and is told as a missing file.
 """
 
 from __future__ import annotations
@@ -123,3 +128,16 @@ def test_a_std_whose_inverse_overflows_is_refused_in_one_line(cli: Cli) -> None:
 def test_a_std_at_the_floor_is_taken(cli: Cli) -> None:
     result = cli("config", "show", EXAMPLE, "--set", "data.std=[1e-6]")
     assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize("name", ["nb.ipynb:Net", "modle.py:Net", "net.txt:build"])
+def test_a_missing_model_file_with_a_suffix_is_told_as_a_file(cli: Cli, name: str) -> None:
+    path = name.rpartition(":")[0]
+    for command in (("analyze", name, "--input", "1,8,8"), ("export", name, "--out", "m.onnx")):
+        result = cli(*command)
+        one_line(result, 2, f"model file {path} not found")
+
+
+def test_a_registered_name_with_a_colon_is_still_a_models(cli: Cli) -> None:
+    result = cli("analyze", "resnet2O:x", "--input", "1,8,8")
+    one_line(result, 2, "unknown model")

@@ -137,12 +137,14 @@ def is_file_spec(name: str) -> bool:
     """Whether `name` names a model file ("path/to/file.py:factory") rather than a registered
     or torchvision model: a .py file, or a path, so that a notebook or a directory is refused
     as the file it is. A path is one with a separator, or, before a colon (no model name has
-    one), one that exists: a bare name is a model's even where a folder of that name exists."""
+    one), one that exists or has a suffix (no model name has a dot: `nb.ipynb:Net` is a missing
+    file); a bare name is a model's even where a folder of that name exists."""
     if name.endswith(".py") or ".py:" in name:
         return True
     path, colon, _ = name.rpartition(":")
     path = path if colon else name
-    return "/" in path or os.sep in path or (bool(colon) and os.path.lexists(path))
+    named = bool(colon) and (os.path.lexists(path) or bool(Path(path).suffix))
+    return "/" in path or os.sep in path or named
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:
