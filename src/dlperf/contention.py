@@ -458,12 +458,10 @@ class Stopwatch:
     def stop(self, label: str) -> None:
         """End the current span (nothing when none was started)."""
         start, self._start = self._start, None
-        if start is None:
-            return
+        if start is None or _continued == start.continued:
+            return  # no continuation in the span: nothing to measure, no schedstat to read
         end = self._mark()
         stops = end.continued - start.continued
-        if not stops:
-            return
         self.stops += stops
         wall = end.at - start.at
         active = [

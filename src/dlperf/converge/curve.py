@@ -264,10 +264,12 @@ def bootstrap(
 ) -> np.ndarray:
     """Parameter samples (n, 3) by resampling the residuals of the fit and refitting; of the
     bins `fit` fitted when there are more than MAX_POINTS points."""
-    k, y = thinned(np.asarray(k, float), np.asarray(y, float))
+    y = np.asarray(y, float)
+    level = value_scale(y)  # of every point, as `fit` takes it (the bins may lose a spike)
+    k, y = thinned(np.asarray(k, float), y)
     rng = np.random.default_rng(seed)
     # In the units `fit` fitted in (steps and values scaled to ~1: see `value_scale`).
-    scale, level = float(k.max()), value_scale(y)
+    scale = float(k.max())
     f = model(form)
     start = _scaled(form, p, 1.0 / scale, 1.0 / level)
     fitted = f(k / scale, start)

@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -391,8 +391,7 @@ def _recentred(
     stays as fine and as wide; only where its points fall changes."""
     mine = np.flatnonzero(weighed.family == i)
     best = int(mine[np.argmax(weighed.flat[mine] + np.log(weighed.prior[mine]))])
-    n_theta = len(weighed.thetas[i][0])
-    theta = np.log([t[(best - weighed.offsets[i]) % n_theta] for t in weighed.thetas[i]])
+    theta = np.log(_shape_params(weighed.thetas, weighed.offsets, i, best))
     sw = np.sqrt(w)
     plateaus, *shape_axes = grid
     # A window that reached 0 has every plateau at 0: only the shape moves.
@@ -486,8 +485,7 @@ def _recent_noise(
     window, it had late targets reached through noise long before they were (issue 40)."""
     best = int(np.argmax(flat))
     i = int(family[best])
-    n_theta = len(thetas[i][0])
-    theta = tuple(t[(best - offsets[i]) % n_theta] for t in thetas[i])
+    theta = _shape_params(thetas, offsets, i, best)
     shape = FAMILIES[families[i]].shape
     x = k / k.max()
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
@@ -525,11 +523,13 @@ def val_size(values: np.ndarray, most: int = MAX_VAL_SIZE) -> int | None:
     return int(n[0, 0]) if len(n) else None
 
 
-def _shape_params(post: Posterior, i: int, points: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The shape parameters θ of grid points `points` (flat indices) of family i, whose
-    points run c outer, θ inner from the family's offset."""
-    n_theta = len(post.theta[i][0])
-    return tuple(t[(points - post.offsets[i]) % n_theta] for t in post.theta[i])
+def _shape_params(
+    thetas: list[tuple[np.ndarray, ...]], offsets: list[int], i: int, points: Any
+) -> tuple[Any, ...]:
+    """The shape parameters θ of grid points `points` (flat indices, or one) of family i,
+    whose points run c outer, θ inner from the family's offset."""
+    n_theta = len(thetas[i][0])
+    return tuple(t[(points - offsets[i]) % n_theta] for t in thetas[i])
 
 
 def steps_to(post: Posterior, goal: float) -> np.ndarray:
@@ -539,7 +539,8 @@ def steps_to(post: Posterior, goal: float) -> np.ndarray:
     for i, name in enumerate(post.families):
         f = FAMILIES[name]
         points = np.flatnonzero(post.family == i)
-        c, a, th = post.c[points], post.a[points], _shape_params(post, i, points)
+        c, a = post.c[points], post.a[points]
+        th = _shape_params(post.theta, post.offsets, i, points)
         with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
             # g(x)/g(x_1) = (goal − c)/a  ⇔  g(x) = v
             v = (goal - c) / a * f.shape(np.array(post.x_first), *th)
@@ -558,7 +559,7 @@ def _curves(post: Posterior, points: np.ndarray, steps: np.ndarray) -> np.ndarra
         if not mine.any():
             continue
         chosen = points[mine]
-        theta = tuple(t[:, None] for t in _shape_params(post, i, chosen))
+        theta = tuple(t[:, None] for t in _shape_params(post.theta, post.offsets, i, chosen))
         shape = FAMILIES[name].shape
         with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
             g = shape(x, *theta) / shape(np.array(post.x_first), *theta)

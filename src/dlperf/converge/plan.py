@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlperf.converge import curve, speed
-from dlperf.converge.speed import SpeedFit, steps_per_second
+from dlperf.converge.speed import SpeedFit
 from dlperf.converge.tables import read_text
 from dlperf.errors import UserError
 from dlperf.parsing import parse_pairs
@@ -104,7 +104,7 @@ def time_to_target(
             "give coefficients whose step time is a finite number of seconds > 0",
         )
     with np.errstate(over="ignore", divide="ignore"):
-        total = steps / float(steps_per_second(fit, workers, batch, ps)[0])
+        total = steps / float(speed.rate(fit, workers, step))
     if not (math.isfinite(total) and (total > 0 or steps == 0)):
         raise UserError(
             f"{where}{steps:g} steps at {at} take {step:g} s each: {total:g} s in all, not a "

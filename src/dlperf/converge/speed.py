@@ -271,7 +271,13 @@ def step_time(
 
 def steps_per_second(fit: SpeedFit, workers: Any, global_batch: Any, ps: Any = 1.0) -> np.ndarray:
     """Optimus's f(p, w): model updates per second (async: all workers' updates together)."""
-    t = step_time(fit, workers, global_batch, ps)
+    return rate(fit, workers, step_time(fit, workers, global_batch, ps))
+
+
+def rate(fit: SpeedFit, workers: Any, step_time_s: Any) -> np.ndarray:
+    """Model updates per second at step time `step_time_s`: every worker's under
+    optimus-async, one a step otherwise."""
+    t = np.asarray(step_time_s, float)
     return np.asarray(workers, float) / t if fit.model == "optimus-async" else 1.0 / t
 
 
