@@ -90,6 +90,9 @@ class FakeAnalysis:
     def unsupported_note(self) -> str | None:
         return self.note
 
+    def totals(self) -> dict[str, int]:
+        return {"flops": 1}  # some arithmetic: predict_model checks it before predicting
+
 
 def test_predict_counts_warns_of_uncounted_ops_and_predicts_on_the_entry(
     user_devices: Path, monkeypatch: pytest.MonkeyPatch

@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 
 from dlperf.report import tight_layout
 from dlperf.report.data import plot_counts, plot_samples
+from dlperf.store import RunStore
 from tests.conftest import REPO, CliResult
 from tests.faults.test_break_it_4_inputs import _image_folder
 from tests.faults.test_store_faults import one_line
@@ -111,13 +112,19 @@ def copy(num_classes=10, in_channels=1):
 
 @pytest.mark.parametrize("factory", ["identity", "copy"])
 def test_predict_of_a_model_that_does_no_arithmetic_is_one_line(
-    cli: Cli, tmp_path: Path, factory: str
+    cli: Cli, db: str, tmp_path: Path, factory: str
 ) -> None:
     (tmp_path / "idle.py").write_text(MODELS)
     result = cli("predict", f"idle.py:{factory}", "--input", "1,8,8", "--device", "K80")
     one_line(result, 2, f"model idle.py:{factory} does no arithmetic (0 FLOPs at input 1,8,8")
     counted = cli("analyze", f"idle.py:{factory}", "--input", "1,8,8", "--json")
     assert counted.code == 0, counted.err
+    # with --measure: refused before anything is measured, and no run is stored (before the
+    # check moved, the rounds ran and a failed run was stored)
+    measured = cli("predict", f"idle.py:{factory}", "--input", "1,8,8", "--measure", "--reps", "1")
+    one_line(measured, 2, f"model idle.py:{factory} does no arithmetic")
+    assert "preparing" not in measured.err
+    assert RunStore.open(db).list_runs() == []
 
 
 def test_a_std_whose_inverse_overflows_is_refused_in_one_line(cli: Cli) -> None:

@@ -64,7 +64,6 @@ def predict(
         {kind: ppp for kind in KINDS} if ppp is not None else device.kind_ppp()
     )
     ppp_mem = ppp_mem if ppp_mem is not None else device.ppp_mem or 1.0
-    _does_arithmetic(analysis)
     if min(kind_ppp.values()) <= 0 or ppp_mem <= 0:
         raise UserError(f"PPP must be positive, got {ppp} and {ppp_mem}", "e.g. --ppp 0.62")
     peak = device.peak_flops(analysis.precision)
@@ -103,9 +102,10 @@ def predict(
     )
 
 
-def _does_arithmetic(analysis: Analysis) -> None:
+def does_arithmetic(analysis: Analysis) -> None:
     """Refuse a model of no FLOPs (an nn.Identity, a forward that only copies): both bases
-    divide by its time or its FLOPs, and there is nothing to predict."""
+    divide by its time or its FLOPs, and there is nothing to predict. Checked once, by
+    `recorded.predict_model`, before anything is measured or stored."""
     t = analysis.totals()
     if not t["flops"] + t.get("backward_flops", 0):
         shape = ",".join(map(str, analysis.input))
@@ -223,8 +223,6 @@ def basis(device: Device, ppp: float | None, interleaved: bool = False) -> Basis
 def flops_over_peak(analysis: Analysis, peak: float, flops: float | None = None) -> FlopsOverPeak:
     """time = FLOPs / peak FLOP/s for one image and for the batch, from the counted FLOPs
     (forward, with `train` forward + backward) or from `flops` per image."""
-    if flops is None:
-        _does_arithmetic(analysis)
     t = analysis.totals()
     batch = analysis.batch
     counted = (t["flops"] + t.get("backward_flops", 0)) / batch

@@ -26,7 +26,7 @@ from dlperf.analytic.interleaved import (
 )
 from dlperf.analytic.measure import make_step, profile_leaves
 from dlperf.analytic.ops import COMPLEX_COUNTED
-from dlperf.analytic.paleo import basis, compare, predict_with_basis
+from dlperf.analytic.paleo import basis, compare, does_arithmetic, predict_with_basis
 from dlperf.analytic.results import Measured, Prediction, SameMomentPrediction
 from dlperf.errors import UserError
 from dlperf.paths import check_writable
@@ -95,6 +95,7 @@ def predict_model(
         reporter.log(f"note: {model} {done} as built: {KEPT_FLOAT64}")
     if a.complex_dtypes:  # as analyze's conventions say it
         reporter.log(f"note: {model}: {COMPLEX_COUNTED}")
+    does_arithmetic(a)
     if not measure:
         assert entry is not None
         return predict_with_basis(a, entry, ppp, peak_tflops=peak_tflops, flops=flops)
