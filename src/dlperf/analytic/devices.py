@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dlperf.config.base import FIGURE_MAX
+from dlperf.config.base import FIGURE_MAX, PPP
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
 
@@ -41,11 +41,10 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 # forms stays finite.
 Positive = Annotated[float, Field(gt=0, le=FIGURE_MAX)]
 NotNegative = Annotated[float, Field(ge=0, le=FIGURE_MAX)]
-# A device's plain PPP is a fraction of its peak, as `--ppp` is (config.predict): above 1 it
-# predicted a model faster than the peak ("PPP 2 of the mydev entry"). The calibrated
-# `ppp_by_kind` and `ppp_mem` are measured, and kept above 1 where they come out so (a
-# convolution that beats the square-matmul peak; docs/analyze.md): Positive, not PPP.
-PPP = Annotated[float, Field(gt=0, le=1)]
+# A device's plain PPP is a fraction of its peak, as `--ppp` is (config.base.PPP): "PPP 2 of
+# the mydev entry" predicted a model faster than the peak. The calibrated `ppp_by_kind` and
+# `ppp_mem` are measured, and kept above 1 where they come out so (a convolution that beats
+# the square-matmul peak; docs/analyze.md): Positive, not PPP.
 
 
 class Device(BaseModel):

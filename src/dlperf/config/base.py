@@ -27,6 +27,9 @@ Size = Annotated[int, Field(ge=0, lt=2**31)]
 # torch seeds the (seed, epoch) generators with seed * 1_000_003 + epoch, which must stay
 # within the 64 bits a torch.Generator takes; 32 bits is the range seeds usually have.
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
+# A percent of peak performance as a fraction (`--ppp`, a device file's `ppp`): above 1 it
+# predicts a model faster than the peak.
+PPP = Annotated[float, Field(gt=0, le=1)]
 # Per-channel normalisation statistics, on the [0, 1] scale of the images.
 Mean = Annotated[float, Field(ge=0, le=1)]
 # A std under MIN_STD (far below any real image channel's) makes normalised pixels of 1e6 and

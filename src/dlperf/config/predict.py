@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
 from dlperf.config.analyze import AnalyzeJob
-from dlperf.config.base import Count, Figure, Positive, Section
+from dlperf.config.base import PPP, Count, Figure, Positive, Section
 
 # SI prefixes a number of FLOPs may carry: "15.5G" is 15.5e9.
 SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -20,7 +20,7 @@ class PredictConfig(Section):
     device: str | None = None
     """Catalog device (`dlperf devices`); None with predict.measure: this machine,
     calibrated in the same rounds as the measurement."""
-    ppp: Annotated[float, Field(gt=0, le=1)] | None = None
+    ppp: PPP | None = None
     """Platform percent of peak in (0, 1] for every operator kind; None: the device's
     calibrated rates, or a catalog GPU's peak (PPP = 1)."""
     peak_tflops: Figure | None = None
