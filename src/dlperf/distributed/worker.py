@@ -59,7 +59,7 @@ from dlperf.distributed.contracts import (
 )
 from dlperf.distributed.window import Crashing, Laps, ScaleWindow, Timings, fail, write_pid
 from dlperf.engine.build import build_model, start_weights
-from dlperf.engine.checks import dry_backward, out_of_memory
+from dlperf.engine.checks import dry_backward, no_gradient, out_of_memory
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.loop import Diverged
 from dlperf.engine.profiler import ProfileWindow, trace_name
@@ -303,12 +303,10 @@ def unused_warning(what: str, unused: list[str]) -> str:
     """The one line that says model `what` trains under DDP with unused-parameter detection,
     for the trained parameters `unused` its backward gives no gradient (five named): a
     study's warning, which the CLI prints after "warning: "."""
-    named = ", ".join(unused[:5]) + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
     return (
-        f"model {what} has trained parameters its backward gives no gradient "
-        f"({named}): DDP runs with find_unused_parameters=True, which traverses the autograd "
-        "graph every step; use them in the forward, or freeze them (requires_grad = False), "
-        "to train without it"
+        f"{no_gradient(what, unused, 5)}: DDP runs with find_unused_parameters=True, which "
+        "traverses the autograd graph every step; use them in the forward, or freeze them "
+        "(requires_grad = False), to train without it"
     )
 
 

@@ -32,12 +32,12 @@ from dlperf.engine.checks import (
     dry_backward,
     dry_forward,
     misfit,
+    no_gradient,
 )
 from dlperf.engine.profiler import check_fits
 from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
-from dlperf.formatting import few
 from dlperf.models import create_model, transfer
 from dlperf.models.registry import check_automatic, without_automatic
 from dlperf.progress import Reporter
@@ -265,9 +265,8 @@ def build_model(
     unused = dry_backward(model, data.shape, name, device)
     if unused and reporter is not None:  # a DDP worker says its own (find_unused_parameters)
         reporter.log(
-            f"warning: model {name} has trained parameters its backward gives no gradient "
-            f"({few(unused)}): they keep their initial values; use them in the forward, or "
-            "freeze them (requires_grad = False)"
+            f"warning: {no_gradient(name, unused, 3)}: they keep their initial values; use "
+            "them in the forward, or freeze them (requires_grad = False)"
         )
     # A batch of one image, which the two-image checks cannot see (batch norm): here, so that
     # a sweep's up-front check and every trainer refuse it alike.

@@ -112,6 +112,14 @@ def misfit(
     )
 
 
+def no_gradient(what: str, unused: list[str], most: int) -> str:
+    """The opening of the warning for model `what`'s trained parameters `unused` that its
+    backward (`dry_backward`) gives no gradient, the first `most` named: a plain run's and a
+    DDP worker's, each ending in what it means there."""
+    named = few(unused, most)
+    return f"model {what} has trained parameters its backward gives no gradient ({named})"
+
+
 def dry_backward(
     model: nn.Module, shape: Sequence[int], what: str, device: torch.device | None = None
 ) -> list[str]:
