@@ -27,6 +27,11 @@ from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
 
+# Figures measured before a change are compared to 1e-6 of themselves, not bit for bit: least
+# squares stops at about 1e-8, and the last digits move with the BLAS build, the CPU and the
+# numpy/scipy release (numpy 2.4.6 / scipy 1.17.1 moved them by up to 2.3e-9), none of which
+# constraints.txt pins; a change to the method moves them far more.
+TOL = 1e-6
 ROWS = 200_000
 BINS = 1_000  # the most points one least-squares problem may hold, whatever the rows
 BOOT = 20  # bootstrap refits per form (fewer_bootstrap_fits): the sizes are what is counted
@@ -165,25 +170,23 @@ def _answer(r: curve.FitReport) -> tuple[Any, ...]:
     )
 
 
-def test_a_curve_of_500_rows_is_fitted_as_before_bit_for_bit() -> None:
+def test_a_curve_of_500_rows_is_fitted_as_before() -> None:
     r = _analysed(500, n_boot=5)
-    # The answer before the change (numpy 2 / scipy as constraints.txt pins them). Since
+    # The answer before the change, to TOL (see there). Since
     # break-it round 14 (C1) the values are fitted divided by 2 (`curve.value_scale`: the
     # power of two nearest their largest, 2.15), which moved each figure by at most 4e-9
     # of itself, least squares' own tolerance; before: β = (0.05072249075806448,
     # 0.7212048058748707, 0.35018839295789145).
     assert r.fits["optimus"].params == pytest.approx(
         {"beta0": 0.05072249095226599, "beta1": 0.7212048037220801, "beta2": 0.35018839315529005},
-        rel=1e-12,
+        rel=TOL,
     )
     assert r.fits["power"].params == pytest.approx(
-        {"a": 2.004359767609374, "b": 0.34903002764595553, "c": 0.14769908672950297}, rel=1e-12
+        {"a": 2.004359767609374, "b": 0.34903002764595553, "c": 0.14769908672950297}, rel=TOL
     )
-    assert r.fits["power"].rmse == pytest.approx(0.009765785324475253, rel=1e-12)
-    assert r.ci["power"]["c"] == pytest.approx(
-        (0.14476485973578482, 0.15108957691478392), rel=1e-12
-    )
-    assert r.heldout["power_rmse"] == pytest.approx(0.009897027643000838, rel=1e-12)
+    assert r.fits["power"].rmse == pytest.approx(0.009765785324475253, rel=TOL)
+    assert r.ci["power"]["c"] == pytest.approx((0.14476485973578482, 0.15108957691478392), rel=TOL)
+    assert r.heldout["power_rmse"] == pytest.approx(0.009897027643000838, rel=TOL)
     assert r.note is None
 
 

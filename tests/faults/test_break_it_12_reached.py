@@ -24,6 +24,12 @@ from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
 
+# Figures measured before a change are compared to 1e-6 of themselves, not bit for bit: least
+# squares stops at about 1e-8, and the last digits move with the BLAS build, the CPU and the
+# numpy/scipy release (numpy 2.4.6 / scipy 1.17.1 moved them by up to 2.3e-9), none of which
+# constraints.txt pins; a change to the method moves them far more.
+TOL = 1e-6
+
 
 def _curve(n: int = 500) -> tuple[np.ndarray, np.ndarray]:
     """A noisy decreasing power law (3% noise) that first measures ≤ 0.2 at step 109."""
@@ -73,8 +79,8 @@ def test_reached_targets_take_the_first_measured_passage() -> None:
     assert p.interval is not None and p.interval[1] <= 20, p
 
 
-def test_targets_not_reached_keep_their_answers_bit_for_bit() -> None:
-    """An improving 250-point window, targets below its lowest point: the answers before C7."""
+def test_targets_not_reached_keep_their_answers() -> None:
+    """An improving 250-point window, targets below its lowest point: C7's answers, to TOL."""
     k, y = _curve()
     post = ensemble.fit(k[:250], y[:250])
     assert post.best > 0.16
@@ -84,10 +90,10 @@ def test_targets_not_reached_keep_their_answers_bit_for_bit() -> None:
     # interval now holds the curve's true 0.1 ([0.0971, 0.0979] before, with 294 (255, 321)
     # and P 0.98996 for 0.16; 408 (354, 447) and P 0.96992 for 0.15, measured at 414).
     assert (p.predicted_step, p.interval) == (297, (257.0, 325.0))
-    assert p.p_reachable == pytest.approx(0.9799991102076949, rel=1e-9), p
-    assert p.plateau == pytest.approx(0.09974438575304512, rel=1e-9), p
+    assert p.p_reachable == pytest.approx(0.9799991102076949, rel=TOL), p
+    assert p.plateau == pytest.approx(0.09974438575304512, rel=TOL), p
     assert p.plateau_interval == pytest.approx((0.09892177414497408, 0.10056699736111618)), p
     assert p.actual_step == 285.0
     p = ensemble.predict(post, 0.15, "loss", k, y)
     assert (p.predicted_step, p.interval) == (416, (358.0, 457.0))
-    assert p.p_reachable == pytest.approx(0.9699702682056084, rel=1e-9), p
+    assert p.p_reachable == pytest.approx(0.9699702682056084, rel=TOL), p
