@@ -65,6 +65,22 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
 
+def _past(value: float, threshold: float, digits: int) -> str:
+    """`value` to `digits` decimals, or to as many more (up to 4) as it takes not to read as
+    `threshold` does at as many: evidence quotes a figure beside the threshold it crossed, and
+    a spread of 2.04 shown as "x2.0 > x2" read as if it had not."""
+    for d in range(digits, 5):
+        shown = f"{value:.{d}f}"
+        if shown != f"{threshold:.{d}f}":
+            return shown
+    return repr(value)
+
+
+def _share(value: float, threshold: float) -> str:
+    """A share as a percentage, read apart from its threshold's (`_past`): 20.3%, not 20%."""
+    return f"{_past(100 * value, 100 * threshold, 0)}%"
+
+
 def _nonfinite(values: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return [(s, v) for s, v in values if not math.isfinite(v)]
 
@@ -213,7 +229,8 @@ def shared_host(run: RunView) -> list[Issue]:
         Issue(
             "warning",
             f"training took {wall:.1f} s of wall time but {cpu:.1f} s of CPU time over "
-            f"{usable} threads: they were busy {busy:.0%} of the time (< {CPU_BUSY:.0%})",
+            f"{usable} threads: they were busy {_share(busy, CPU_BUSY)} of the time "
+            f"(< {CPU_BUSY:.0%})",
             "other processes shared its cores, or the host was throttled: rerun on an idle "
             "host, or set run.threads to the cores that are really free",
             {"train_time_s": wall, "cpu_time_s": cpu, "threads": usable, "busy": busy},
@@ -407,7 +424,8 @@ def unsteady_throughput(run: RunView) -> list[Issue]:
         Issue(
             "warning",
             f"epoch throughputs range from {low:.1f} to {high:.1f} samples/s "
-            f"(x{high / low:.1f} > x{EPOCH_SPREAD:g}): the throughput cannot be trusted",
+            f"(x{_past(high / low, EPOCH_SPREAD, 1)} > x{EPOCH_SPREAD:g}): the throughput "
+            "cannot be trusted",
             "rerun on an idle host; check the oversubscribed and shared-host findings",
             {"throughput_min": low, "throughput_max": high},
         )
@@ -448,7 +466,7 @@ def data_bound(run: RunView) -> list[Issue]:
     return [
         Issue(
             "warning",
-            f"data wait {_ms(wait)} of a {_ms(total)} step ({wait / total:.0%} > "
+            f"data wait {_ms(wait)} of a {_ms(total)} step ({_share(wait / total, DATA_SHARE)} > "
             f"{DATA_SHARE:.0%}; summary phases: "
             + ", ".join(f"{k} {_ms(v)}" for k, v in phases.items() if v is not None)
             + ")",
@@ -479,9 +497,10 @@ def trace_non_compute(run: RunView) -> list[Issue]:
         issues.append(
             Issue(
                 "warning",
-                f"{top.name} ({kind}) takes {share:.0%} of each profiled step "
-                f"({s.per_step(top.cpu_self_us):.2f} of {s.per_step(s.step_us):.2f} ms, mostly "
-                f"in {phase}; > {NON_COMPUTE_SHARE:.0%}), the largest operator in {s.path}",
+                f"{top.name} ({kind}) takes {_share(share, NON_COMPUTE_SHARE)} of each "
+                f"profiled step ({s.per_step(top.cpu_self_us):.2f} of "
+                f"{s.per_step(s.step_us):.2f} ms, mostly in {phase}; > {NON_COMPUTE_SHARE:.0%}), "
+                f"the largest operator in {s.path}",
                 NON_COMPUTE_FIX[kind],
                 {"operator": top.name, "kind": kind, "share": share, "phase": phase},
             )
@@ -713,7 +732,7 @@ def lr_too_high(run: RunView) -> list[Issue]:
     return [
         Issue(
             "warning",
-            f"{what} (x{last / first:.2f} > x{LOSS_RISE:g}) at train.lr {lr}",
+            f"{what} (x{_past(last / first, LOSS_RISE, 2)} > x{LOSS_RISE:g}) at train.lr {lr}",
             fix + ", or warm it up (train.schedule.warmup_epochs)",
             {"first_loss": first, "last_loss": last, "lr": lr},
         )
