@@ -730,6 +730,24 @@ def test_a_list_of_per_worker_batches_is_one_series_each(
     ]
 
 
+def test_in_rounds_the_speedup_line_says_it_is_a_median_of_rounds(
+    cli: Callable, tiny_exp: Callable, fake_workers: Callable
+) -> None:
+    """Break-it round 16: with --repeat the speedup column is the median of each round's
+    ratio, not the ratio of the shown throughputs, and the definitions line said the latter."""
+    fake_workers(lambda n, b: [0.01 * (1 if n == 1 else 1.25)] * 10)
+    args = ["scale", str(tiny_exp()), "--workers", "1,2", *STUDY, "--no-plots", "--mode", "weak"]
+    r = cli(*args, "--per-worker-batch", "8", "--repeat", "2")  # (3, the default, says the same)
+    assert r.code == 0, r.err
+    assert (
+        "\nspeedup = X_N / X_base (base: the series' point with the fewest workers); measured "
+        "in rounds, X_N / X_base here and in effic. X is the median of each round's ratio to "
+        "the base's same round\n"
+    ) in r.out
+    r = cli(*args, "--per-worker-batch", "8", "--repeat", "1")
+    assert "fewest workers)\n" in r.out and "measured in rounds" not in r.out
+
+
 def test_weak_and_strong_scaling_in_one_study_and_one_figure(
     cli: Callable, tiny_exp: Callable, fake_workers: Callable
 ) -> None:
@@ -743,7 +761,9 @@ def test_weak_and_strong_scaling_in_one_study_and_one_figure(
     r = cli(*args, "--mode", "weak,strong", "--per-worker-batch", "8", "--global-batch", "16")
     assert r.code == 0, r.err
     assert (
-        "\nspeedup = X_N / X_base (base: the series' point with the fewest workers)\n"
+        "\nspeedup = X_N / X_base (base: the series' point with the fewest workers); measured "
+        "in rounds, X_N / X_base here and in effic. X is the median of each round's ratio to "
+        "the base's same round\n"
         "effic. X = efficiency on throughput: X_N × N_base / (N × X_base), X = samples/s "
         "(all ranks' samples / the slowest rank's wall time)\n"
         "effic. T = efficiency on time (T = step ms): weak: T_base / T_N\n"

@@ -97,10 +97,14 @@ def definitions(result: StudyResult) -> list[str]:
     if not result.efficiency:
         return []
     modes = result.efficiency.values()
-    lines = [
-        "speedup = X_N / X_base (base: the series' point with the fewest workers)",
-        f"effic. X = {next(iter(modes))['efficiency']}",
-    ]
+    speedup = "speedup = X_N / X_base (base: the series' point with the fewest workers)"
+    if any(r.summary and (r.summary.rounds or 1) > 1 for r in result.rows):
+        # The columns are then medians over rounds, not the ratio of the shown throughputs.
+        speedup += (
+            "; measured in rounds, X_N / X_base here and in effic. X is the median of each "
+            "round's ratio to the base's same round"
+        )
+    lines = [speedup, f"effic. X = {next(iter(modes))['efficiency']}"]
     return lines + [f"effic. T = {mode['efficiency_time']}" for mode in modes]
 
 
