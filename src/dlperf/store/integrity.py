@@ -66,9 +66,13 @@ def shown(name: object) -> str:
 
 
 def store_file(engine: Engine) -> Path | None:
-    """The file of a SQLite store; None for one in memory."""
+    """The file of a SQLite store; None for one in memory, and for a server's store: its URL's
+    database is a name on the server, and a file or directory of that name in the current
+    directory is no store (checked as one, PostgreSQL was sent SQLite's PRAGMA quick_check)."""
     database = engine.url.database
-    return Path(database).resolve() if database and database != ":memory:" else None
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return None
+    return Path(database).resolve()
 
 
 def damaged(path: Path, detail: str) -> UserError:

@@ -623,7 +623,7 @@ def _not_an_object(run: Run, column: str) -> UserError:
     session = object_session(run)
     assert session is not None  # a run read in a session, still in it
     engine = session.get_bind().engine
-    path = integrity.store_file(engine) if engine.dialect.name == "sqlite" else None
+    path = integrity.store_file(engine)
     if path is not None:
         return integrity.garbled_json(path, run.id, column, integrity.NOT_OBJECT)
     name = integrity.shown(masked_url(engine.url.render_as_string(hide_password=False)))
@@ -663,7 +663,7 @@ def _times_read(s: Session) -> Iterator[None]:
         yield
     except (TypeError, ValueError):
         engine = s.get_bind().engine
-        path = integrity.store_file(engine) if engine.dialect.name == "sqlite" else None
+        path = integrity.store_file(engine)
         garbled = None if path is None else integrity.garbled_run(path)
         if garbled is None:
             raise
@@ -1045,8 +1045,7 @@ class RunStore:
             said = _refusal(e)
             if said is None:  # a lock, a full disk, damage, a server gone: as it was
                 raise
-        sqlite = self.engine.dialect.name == "sqlite"
-        path = integrity.store_file(self.engine) if sqlite else None
+        path = integrity.store_file(self.engine)
         name = integrity.shown(path if path is not None else self.engine.url.render_as_string())
         why = f"the run store refused to mark it {status} ({said})"
         try:
@@ -1480,7 +1479,7 @@ def garbled_metrics(
     table's) whose step, value or wall time a reader could not take: set by hand to another
     type, which SQLite keeps whatever the column's type. None where no such value is found,
     or the store is not a SQLite file (PostgreSQL's typed columns keep none)."""
-    path = integrity.store_file(engine) if engine.dialect.name == "sqlite" else None
+    path = integrity.store_file(engine)
     if path is None:
         return None
     columns = Metric.__table__.c

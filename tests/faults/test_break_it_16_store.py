@@ -1,0 +1,66 @@
+"""What the sixteenth break-it round found in opening and writing the run store, reproduced
+first: a PostgreSQL store ran SQLite's integrity check on a file or directory in the current
+directory named like its database (`syntax error at or near "PRAGMA"` from every command), and
+failed from a deleted current directory (C1); a SQLite store name of 252-255 bytes, whose -wal
+and -shm names do not fit, blamed the directory and left an empty store file (C2); a SQLite
+write stopped by a file size limit (ulimit -f) said "disk I/O error", exit 2 from `runs
+repair` and a traceback from `sweep` (C3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import make_url
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult, fresh_store_url
+from tests.faults.test_break_it_10_store import a_run
+
+Cli = Callable[..., CliResult]
+
+
+# --- C1: a PostgreSQL store looked at local files ------------------------------------------------
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    yield from fresh_store_url("postgresql", tmp_path, "bi16")
+
+
+@pytest.mark.parametrize("named", ["directory", "file"])
+def test_a_postgresql_store_ignores_what_the_cwd_holds_under_its_name(
+    cli: Cli, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str
+) -> None:
+    """Before: `error: cannot open run store postgresql+psycopg://...: syntax error at or
+    near "PRAGMA"; LINE 1: PRAGMA quick_check(1); ^`, exit 2, from every command."""
+    run_id = a_run(pg_url)
+    here = tmp_path / "checkout"
+    database = here / str(make_url(pg_url).database)
+    if named == "directory":
+        database.mkdir(parents=True)
+    else:
+        here.mkdir()
+        database.write_bytes(b"not a database" * 1000)
+    monkeypatch.chdir(here)
+    tagged = cli("--db", pg_url, "runs", "tag", str(run_id), "a=b")
+    assert tagged.code == 0, tagged.err
+    listed = cli("--db", pg_url, "runs", "list")
+    assert listed.code == 0 and listed.err == "", listed.err
+
+
+def test_a_postgresql_store_opens_from_a_deleted_cwd(
+    cli: Cli, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: `error: cannot use: No such file or directory`, exit 2."""
+    run_id = a_run(pg_url)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    tagged = cli("--db", pg_url, "runs", "tag", str(run_id), "a=b")
+    assert tagged.code == 0, tagged.err
+    store = RunStore.open(pg_url)
+    assert store.get_run(run_id).tags == {"a": "b"}
+    store.engine.dispose()
