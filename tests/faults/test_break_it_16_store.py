@@ -1,13 +1,15 @@
 """What the sixteenth break-it round found in opening and writing the run store, reproduced
 first: a PostgreSQL store ran SQLite's integrity check on a file or directory in the current
 directory named like its database (`syntax error at or near "PRAGMA"` from every command), and
-failed from a deleted current directory (C1); a SQLite store name of 252-255 bytes, whose -wal
-and -shm names do not fit, blamed the directory and left an empty store file (C2); a SQLite
-write stopped by a file size limit (ulimit -f) said "disk I/O error", exit 2 from `runs
-repair` and a traceback from `sweep` (C3)."""
+failed from a deleted current directory (C1); a SQLite store name of 248-255 bytes, whose
+-journal, -wal or -shm names do not fit, blamed the directory and left an empty store file (C2);
+a SQLite write stopped by a file size limit (ulimit -f) said "disk I/O error", exit 2 from
+`runs repair` and a traceback from `sweep` (C3)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from sqlalchemy import make_url
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_break_it_10_store import a_run
+from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 
@@ -64,3 +67,51 @@ def test_a_postgresql_store_opens_from_a_deleted_cwd(
     store = RunStore.open(pg_url)
     assert store.get_run(run_id).tags == {"a": "b"}
     store.engine.dispose()
+
+
+# --- C2: a SQLite store name with no room for -wal and -shm --------------------------------------
+
+
+@pytest.mark.parametrize("length", [248, 252, 255])
+def test_a_new_store_name_too_long_for_its_journal_is_one_line_and_makes_no_file(
+    cli: Cli, tmp_path: Path, length: int
+) -> None:
+    """Before: `unable to open database file (SQLite writes -wal and -shm files beside the
+    store: is its directory writable? ...)`, exit 2, and a 0-byte store file left. A new
+    store needs NAME-journal too: SQLite writes its first page so, then switches to WAL."""
+    name = "c" * length
+    result = cli("--db", name, "runs", "tag", "1", "a=b")
+    assert result.err.splitlines()[-1] == (
+        f"error: run store sqlite:///{name}: its file name is {length} bytes, too long for the "
+        "-journal, -wal and -shm files SQLite writes beside it (at most 247 bytes) (give a "
+        "shorter name)"
+    )
+    one_line(result, 2)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_store_name_of_247_bytes_is_a_store(tmp_path: Path) -> None:
+    path = tmp_path / ("c" * 244 + ".db")
+    run_id = a_run(str(path))
+    store = RunStore.open(str(path))
+    assert store.get_run(run_id).status == "finished"
+    store.engine.dispose()
+
+
+def test_an_existing_store_needs_room_for_its_wal_only(cli: Cli, tmp_path: Path) -> None:
+    """A store copied to a name of 251 bytes opens (it is in WAL mode already: no -journal);
+    one of 252 cannot, and says why."""
+    run_id = a_run(str(tmp_path / "s.db"))
+    for length in (251, 252):
+        copy = tmp_path / ("c" * length)
+        shutil.copy(tmp_path / "s.db", copy)
+        result = cli("--db", copy.name, "runs", "tag", str(run_id), "a=b")
+        if length == 251:
+            assert result.code == 0, result.err
+            continue
+        one_line(result, 2)
+        assert result.err.splitlines()[-1] == (
+            f"error: run store sqlite:///{copy.name}: its file name is 252 bytes, too long for "
+            "the -wal and -shm files SQLite writes beside it (at most 251 bytes) (give a "
+            "shorter name)"
+        )

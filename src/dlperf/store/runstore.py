@@ -308,7 +308,31 @@ def _store_path(path: str | None, name: str) -> Path:
             f"run store directory {shown(where.parent)} does not exist",
             f"the store {shown(path)} is a symbolic link to {shown(where)}",
         )
+    _room_beside(where, name)
     return where
+
+
+def _room_beside(where: Path, name: str) -> None:
+    """Refuse a store file whose name leaves no room for the files SQLite writes beside it,
+    named by a suffix added to the store's: NAME-wal and NAME-shm, and NAME-journal while it
+    makes a new store (written in rollback mode first, then switched to WAL). SQLite said only
+    "unable to open database file", which blamed the directory, after making an empty store
+    file."""
+    try:
+        most = os.pathconf(where.parent, "PC_NAME_MAX")
+    except OSError:
+        return  # no limit known: SQLite's own error stands
+    new = not where.exists() or where.stat().st_size == 0
+    suffixes = ("-journal", "-wal", "-shm") if new else ("-wal", "-shm")
+    room = most - max(len(suffix) for suffix in suffixes)
+    length = len(os.fsencode(where.name))
+    if most > 0 and length > room:
+        files = ", ".join(suffixes[:-1]) + f" and {suffixes[-1]}"
+        raise UserError(
+            f"run store {name}: its file name is {length} bytes, too long for the {files} files "
+            f"SQLite writes beside it (at most {room} bytes)",
+            "give a shorter name",
+        )
 
 
 def _directories_as_written(path: str) -> None:
