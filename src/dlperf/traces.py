@@ -8,7 +8,10 @@ torch's `key_averages()` and TensorBoard's profiler plugin call self time). GPU 
 `kernel`, `gpu_memcpy` or `gpu_memset` event, tied by its `correlation` to the runtime call
 that launched it and so to the innermost operator around that call. The training phases are
 the `dlperf::<phase>` ranges that dlperf's profiled window writes (engine.profiler), and the
-steps the `ProfilerStep#N` ranges that torch.profiler writes.
+steps the `ProfilerStep#N` ranges that torch.profiler writes. A window that crosses the end of
+an epoch holds that epoch's evaluation and checkpoint inside a step, as `dlperf::epoch_end`:
+the summary is of training steps, so that range's time and operators are left out of it (and
+its length said), or a 2-convolution model read as 5.33 convolutions a step, in no phase.
 
 Communication is what moves gradients between processes: NCCL kernels on a GPU; on a CPU,
 the collectives' operators and ranges (`c10d::`, `gloo:`, `nccl:` and `record_param_comms`, on
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 
 PHASE_ORDER = ("data", "h2d", "forward", "backward", "optimizer", "other")
 PHASE_PREFIX = "dlperf::"  # engine.timers.SPAN: kept here too so reading needs no torch
+EPOCH_END = "epoch_end"  # engine.timers.EPOCH_END: the work between epochs, left out
 STEP_PREFIX = "ProfilerStep#"
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -93,10 +97,11 @@ class TraceSummary:
     path: str
     steps: int
     device: str  # "cpu" or "cuda": where the operators' time was measured
-    step_us: float  # the profiled steps' total wall time
+    step_us: float  # the profiled steps' total wall time, less the time between epochs
     phases_us: dict[str, float]
     operators: list[Operator]  # by CPU self time, largest first
     overlap: list[StepOverlap]
+    epoch_end_us: float = 0.0  # the time between epochs inside the steps, left out of them
 
     def per_step(self, us: float) -> float:
         """Milliseconds per step of a total in µs."""
@@ -114,10 +119,16 @@ class TraceSummary:
         }
 
     def phase_table(self) -> Table:
-        """The phases' time per step and share of the step, titled with the trace."""
+        """The phases' time per step and share of the step, titled with the trace (and the
+        time between epochs it leaves out)."""
+        left_out = (
+            f"; {self.epoch_end_us / 1000:.3f} ms between epochs (evaluation, checkpoint) left out"
+            if self.epoch_end_us
+            else ""
+        )
         return Table(
             f"{self.path}: {self.steps} steps profiled on {self.device}, "
-            f"{self.per_step(self.step_us):.3f} ms per step",
+            f"{self.per_step(self.step_us):.3f} ms per step{left_out}",
             ["phase", "ms/step", "share of step"],
             [
                 [p, f"{self.per_step(us):.3f}", f"{us / self.step_us:.1%}"]
@@ -411,10 +422,15 @@ class _Phases:
         return "other"
 
     def totals(self) -> dict[str, float]:
+        """Each training phase's time (the time between epochs is no phase)."""
         out: dict[str, float] = defaultdict(float)
         for start, end, name in self.ranges:
-            out[name] += end - start
+            if name != EPOCH_END:
+                out[name] += end - start
         return dict(out)
+
+    def between_epochs(self) -> list[tuple[float, float]]:
+        return [(start, end) for start, end, name in self.ranges if name == EPOCH_END]
 
 
 def _operators(events: list[Event], phases: _Phases) -> list[Operator]:
@@ -444,12 +460,12 @@ def _sweep(
     def pop_until(instant: float) -> None:
         while stack and stack[-1][0].end <= instant:
             done, children = stack.pop()
-            if done.category == "cpu_op":
+            phase = phases.at(done.start)
+            if done.category == "cpu_op" and phase != EPOCH_END:
                 op = ops.setdefault(done.name, Operator(done.name))
                 self_us = max(done.end - done.start - children[0], 0.0)
                 op.calls += 1
                 op.cpu_self_us += self_us
-                phase = phases.at(done.start)
                 op.by_phase_us[phase] = op.by_phase_us.get(phase, 0.0) + self_us
             if stack:
                 stack[-1][1][0] += done.end - done.start
@@ -458,7 +474,7 @@ def _sweep(
         pop_until(e.start)
         if e.category in LAUNCH_CATEGORIES:
             around = [s for s, _ in stack if s.category == "cpu_op"]
-            if e.correlation is not None and around:
+            if e.correlation is not None and around and phases.at(e.start) != EPOCH_END:
                 launched_by[e.correlation] = around[-1].name
             continue
         stack.append((e, [0.0]))
@@ -480,14 +496,26 @@ def _length(intervals: list[tuple[float, float]]) -> float:
 
 
 def _clip(events: list[Event], start: float, end: float) -> list[tuple[float, float]]:
-    return [
-        (max(e.start, start), min(e.end, end)) for e in events if e.end > start and e.start < end
-    ]
+    return _clip_spans([(e.start, e.end) for e in events], start, end)
 
 
-def _overlap(events: list[Event], steps: list[Event], on_gpu: bool) -> list[StepOverlap]:
-    """Each step's computation-only, communication-only, both-at-once and idle time. On a GPU
-    the kernels are the work; on a CPU the operators (nested ones add no time to a union)."""
+def _clip_spans(
+    spans: list[tuple[float, float]], start: float, end: float
+) -> list[tuple[float, float]]:
+    return [(max(a, start), min(b, end)) for a, b in spans if b > start and a < end]
+
+
+def _between_epochs_us(step: Event, phases: _Phases) -> float:
+    """The time between epochs inside `step`."""
+    return _length(_union(_clip_spans(phases.between_epochs(), step.start, step.end)))
+
+
+def _overlap(
+    events: list[Event], steps: list[Event], on_gpu: bool, phases: _Phases
+) -> list[StepOverlap]:
+    """Each step's computation-only, communication-only, both-at-once and idle time, less
+    the time between epochs and the work begun in it. On a GPU the kernels are the work; on
+    a CPU the operators (nested ones add no time to a union)."""
     if on_gpu:
         work = [e for e in events if e.category in DEVICE_CATEGORIES]
     else:  # gloo runs a collective on its own thread, as a user_annotation range
@@ -496,6 +524,7 @@ def _overlap(events: list[Event], steps: list[Event], on_gpu: bool) -> list[Step
             for e in events
             if e.category == "cpu_op" or (e.category == "user_annotation" and _is_comm(e.name))
         ]
+    work = [e for e in work if phases.at(e.start) != EPOCH_END]
     comm_events = [e for e in work if _is_comm(e.name)]
     compute_events = [e for e in work if not _is_comm(e.name)]
     out = []
@@ -504,7 +533,7 @@ def _overlap(events: list[Event], steps: list[Event], on_gpu: bool) -> list[Step
         comm = _union(_clip(comm_events, step.start, step.end))
         busy = _length(_union(compute + comm))
         both = _length(compute) + _length(comm) - busy  # each a union: |A∩B| = |A|+|B|-|A∪B|
-        length = step.end - step.start
+        length = step.end - step.start - _between_epochs_us(step, phases)
         out.append(
             StepOverlap(
                 step_us=length,
@@ -529,21 +558,25 @@ def summarise(path: Path) -> TraceSummary:
             f"the trace {path} has no ProfilerStep ranges",
             "it was not recorded with a torch.profiler schedule (dlperf run --profile records one)",
         )
-    if sum(s.end - s.start for s in steps) <= 0:
+    total = sum(s.end - s.start for s in steps)
+    phases = _Phases(events)
+    between = sum(_between_epochs_us(s, phases) for s in steps)
+    if total - between <= 0:
+        held = " but the time between epochs" if between else ""
         raise UserError(
-            f"the trace {path}'s {len(steps)} ProfilerStep ranges last no time",
+            f"the trace {path}'s {len(steps)} ProfilerStep ranges last no time{held}",
             "it is not a trace torch.profiler wrote as it is: profile the run again",
         )
     on_gpu = any(e.category in DEVICE_CATEGORIES for e in events)
-    phases = _Phases(events)
     return TraceSummary(
         path=str(path),
         steps=len(steps),
         device="cuda" if on_gpu else "cpu",
-        step_us=sum(s.end - s.start for s in steps),
+        step_us=total - between,
         phases_us=phases.totals(),
         operators=_operators(events, phases),
-        overlap=_overlap(events, steps, on_gpu),
+        overlap=_overlap(events, steps, on_gpu, phases),
+        epoch_end_us=between,
     )
 
 

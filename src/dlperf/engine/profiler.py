@@ -7,7 +7,8 @@ and the trainer's clock counts its steps as warm-up too, so the profiler's overh
 reaches throughput or phase timings. Each training phase is labelled in the trace by a
 `dlperf::<phase>` range (engine.timers.PhaseLabels, driven by the phase timer's marks), so
 that a reader of the trace can attribute every operator to data, h2d, forward, backward or
-optimizer.
+optimizer. A window that crosses the end of an epoch holds that epoch's evaluation and
+checkpoint inside a profiler step: they are labelled `dlperf::epoch_end`.
 
 The trace file is named `<worker>.pt.trace.json.gz` (`trace_name`): TensorBoard's plugin
 finds a run's workers by that pattern in a log directory.
@@ -85,7 +86,9 @@ class ProfileWindow(Component):
             self.on_written(self.path)
 
     def on_epoch_end(self, epoch: int) -> None:
-        self.labels.close()  # between epochs (evaluation, checkpoints) no phase is open
+        # Evaluation and the checkpoint fall in the next ProfilerStep range: labelled, they
+        # can be told from the training step's phases (dlperf.traces leaves them out).
+        self.labels.end_epoch()
 
     def after_step(self) -> bool:
         """One training step is done (its phases marked); True when the trace has just been

@@ -18,6 +18,9 @@ from dlperf.timing import reading, seconds_from
 
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 SPAN = "dlperf::"  # the prefix of the phase ranges in a profiler trace
+# The range of the work between two epochs (evaluation, checkpoint): no training phase, and
+# left out of the steps by a trace's reader (dlperf.traces.EPOCH_END).
+EPOCH_END = "epoch_end"
 # The phase that follows each mark; "optimizer" ends the step (the next "data" range is opened
 # after the profiler's own step marker, so that the ranges nest inside ProfilerStep#N).
 _NEXT = dict(zip(PHASES, (*PHASES[1:], None), strict=True))
@@ -45,6 +48,12 @@ class PhaseLabels:
         """`phase` has ended: close its range and open the next phase's."""
         if self.active:
             self._switch(_NEXT.get(phase))
+
+    def end_epoch(self) -> None:
+        """The epoch's steps are done: label what follows, until the next epoch's first
+        phase, as the work between epochs."""
+        if self.active:
+            self._switch(EPOCH_END)
 
     def close(self) -> None:
         self._switch(None)
