@@ -354,7 +354,9 @@ def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> N
     assert [(st, k, int(rid)) for st, k, rid in STAGE_ROW.findall(page)] == rows
     for s in done["students"]:  # images kept and pseudo-label precision of each select run
         kept = f'<td class="num">{s["selected"]}</td><td class="num">'
-        assert kept + f"{fmt(s['pseudo_label_precision'])}</td>" in page
+        assert (
+            kept + f"{quantity('pseudo_label_precision', s['pseudo_label_precision'])}</td>" in page
+        )
     assert "student test accuracy against K" in page
     (src,) = re.findall(r'<img src="data:image/png;base64,([^"]*)"', page)
     assert Image.open(io.BytesIO(base64.b64decode(src))).size[0] > 100
@@ -363,8 +365,9 @@ def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> N
     t_acc = teacher["test_accuracy"]
     assert (
         f"<p>Newest recipe: teacher run {teacher['run_id']}, P = 1, unlabelled images "
-        f"digits:holdout=0.5, student smallcnn. Best K = {best['top_k']}: {acc:.4f}, "
-        f"{acc - t_acc:+.4f} over the teacher ({t_acc:.4f}, run {teacher['run_id']}); "
+        f"digits:holdout=0.5, student smallcnn. Best K = {best['top_k']}: {100 * acc:.1f}%, "
+        f"{100 * (acc - t_acc):+.1f} points over the teacher ({100 * t_acc:.1f}%, run "
+        f"{teacher['run_id']}); "
         "the teacher is also the baseline.</p>"
     ) in page
 
@@ -378,7 +381,7 @@ def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> N
                              "unlabeled": "digits:holdout=0.5"})  # fmt: skip
     page = render()
     assert len(STAGE_ROW.findall(page)) == len(rows) + 2
-    assert f"Best K = 4: 0.9900, {0.99 - t_acc:+.4f} over the teacher" in page
+    assert f"Best K = 4: 99.0%, {100 * (0.99 - t_acc):+.1f} points over the teacher" in page
     # Another recipe's newer fine-tuning (P = 2) takes the figure and the sentence over.
     run = store.create_run("finetune-k2", "run", {"model": {"name": "smallcnn"}},
                            study_id=study)  # fmt: skip
@@ -395,7 +398,7 @@ def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> N
     )
     page = render()
     assert "P = 2, unlabelled images digits:holdout=0.5" in page
-    assert "Best K = 2: 0.5000" in page
+    assert "Best K = 2: 50.0%" in page
 
 
 # --- what a person reads (issue 23) --------------------------------------------------------
