@@ -19,7 +19,7 @@ from dlperf.analytic.counting import analyze_module
 from dlperf.analytic.devices import Device
 from dlperf.analytic.interleaved import Probes, calibrate_and_measure, fit, judged, marks
 from dlperf.analytic.measure import KERNELS
-from dlperf.analytic.paleo import basis, error_pct, predict
+from dlperf.analytic.paleo import CALIBRATED_BY, basis, error_pct, predict
 from dlperf.contention import Contention, Reliability
 from tests.analytic.test_paleo import KNOWN_PPP
 from tests.conftest import CliResult
@@ -162,7 +162,10 @@ def test_basis_of_each_kind_of_prediction() -> None:
         "device ppp",
         "PPP 0.5 of the lab entry",
     )
-    here = TRUTH.model_copy(update={"description": "a CPU, 2 threads"})
+    # what `dlperf calibrate` wrote: its source says so (a hand entry's own figures are not)
+    here = TRUTH.model_copy(
+        update={"description": "a CPU, 2 threads", "source": f"{CALIBRATED_BY}: a test"}
+    )
     b = basis(here, None)
     assert (b.kind, b.calibrated_at, b.on) == (
         "calibrated",

@@ -30,7 +30,7 @@ import torch
 from dlperf.analytic.counting import Analysis, analyze_module
 from dlperf.analytic.devices import Device
 from dlperf.analytic.measure import KERNELS, large_copy, make_step, solve, square_matmul
-from dlperf.analytic.paleo import error_pct, predict
+from dlperf.analytic.paleo import CALIBRATED_BY, error_pct, predict
 from dlperf.contention import Contention, Reliability, Window, judge
 from dlperf.precision import DTYPES
 from dlperf.progress import NullReporter, Reporter
@@ -236,7 +236,7 @@ def calibrate(
     solved against them are measured at the same moments (`device`; the rounds' contention
     and probe times beside it)."""
     source = (
-        f"dlperf calibrate: medians of {reps} interleaved rounds of square matmuls per dtype, "
+        f"{CALIBRATED_BY}: medians of {reps} interleaved rounds of square matmuls per dtype, "
         "a large copy and the kernels that fix the per-call overhead, PPP_mem and the PPP of "
         "each operator kind"
     )

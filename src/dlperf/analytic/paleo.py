@@ -10,11 +10,11 @@ Neural Networks", ICLR 2017), per layer from dlperf's counts:
 their backward, matrix product, pooling, normalisation, other: `devices.KINDS`), `bytes`
 what its operators read and write, `calls` its operator calls (forward; with `train`
 forward + backward). PPP, the platform percent of peak, is the fraction of the peak the
-software reaches: one number (`--ppp`, or a catalog device's `ppp`) or, on a calibrated
-device, one per kind. PPP_mem is the same for bandwidth; `op_overhead` the fixed cost of
-one call (0 unless calibrated). The theoretical figures take PPP = PPP_mem = 1 and no
-overhead. Beside them, the plain count a course asks for: time = FLOPs / peak FLOP/s,
-without memory time (`flops_over_peak`).
+software reaches: one number (`--ppp`, or a device's `ppp`) or, on a calibrated device or
+an entry that gives `ppp_by_kind`, one per kind. PPP_mem is the same for bandwidth;
+`op_overhead` the fixed cost of one call (0 unless calibrated or given). The theoretical
+figures take PPP = PPP_mem = 1 and no overhead. Beside them, the plain count a course asks
+for: time = FLOPs / peak FLOP/s, without memory time (`flops_over_peak`).
 """
 
 from __future__ import annotations
@@ -181,24 +181,45 @@ def compare(
     )
 
 
+CALIBRATED_BY = "dlperf calibrate"
+"""How the `source` of an entry `dlperf calibrate` wrote begins (interleaved.calibrate)."""
+
+
 def calibrated(device: Device) -> bool:
-    """Whether the entry's rates were measured (`dlperf calibrate` fits these two; vendor
-    figures have neither)."""
-    return device.ppp_by_kind is not None or device.op_overhead_us is not None
+    """Whether `dlperf calibrate` measured the entry's rates: its `source` says so. A user
+    may write `ppp_by_kind` or `op_overhead_us` by hand; those are the entry's own figures."""
+    return device.source.startswith(CALIBRATED_BY)
+
+
+def _own_ppp(device: Device) -> str | None:
+    """'PPP 0.5', or 'PPP conv 0.7, matmul 1.3, else 0.9' for an entry of PPPs by kind: the
+    PPP of an entry with figures of its own, as the arithmetic takes it (devices.kind_ppp);
+    None for an entry without (vendor figures)."""
+    own = (device.ppp, device.ppp_by_kind, device.ppp_mem, device.op_overhead_us)
+    if all(figure is None for figure in own):
+        return None
+    default = f"{device.ppp or 1.0:g}"
+    if not device.ppp_by_kind:
+        return f"PPP {default}"
+    kinds = ", ".join(f"{kind} {v:g}" for kind, v in device.ppp_by_kind.items())
+    rest = f", else {default}" if len(device.ppp_by_kind) < len(KINDS) else ""
+    return f"PPP {kinds}{rest}"
 
 
 def basis(device: Device, ppp: float | None, interleaved: bool = False) -> Basis:
     """What a prediction for `device` at `ppp` (None: the device's own) rests on: `kind`
-    ("catalog peak": vendor peaks at PPP 1; "device ppp": an entry's own PPP; "calibrated":
-    rates measured on `on` at `calibrated_at`; "given ppp": --ppp), and a `label` for tables.
-    `interleaved`: calibrated in the same rounds as the measurement it is compared with."""
-    measured = calibrated(device)
+    ("catalog peak": vendor peaks at PPP 1; "device ppp": an entry's own PPP (and PPP_mem,
+    call overhead); "calibrated": rates `dlperf calibrate` measured on `on` at
+    `calibrated_at`; "given ppp": --ppp), and a `label` for tables. `interleaved`:
+    calibrated in the same rounds as the measurement it is compared with."""
+    measured = interleaved or calibrated(device)
+    own = _own_ppp(device)
     if ppp is not None:
         kind, label = "given ppp", f"given PPP {ppp:g}"
     elif measured:
         kind, label = "calibrated", "calibrated"
-    elif device.ppp is not None:
-        kind, label = "device ppp", f"PPP {device.ppp:g} of the {device.name} entry"
+    elif own is not None:
+        kind, label = "device ppp", f"{own} of the {device.name} entry"
     else:
         kind, label = "catalog peak", "peak (PPP=1)"
     if interleaved:

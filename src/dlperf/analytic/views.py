@@ -21,15 +21,18 @@ def _ppp_text(kinds: dict[str, float]) -> str:
     return "(" + ", ".join(f"{kind} {v:.3g}" for kind, v in kinds.items()) + ")"
 
 
-def figure(basis: Basis) -> str:
-    """What a row's figure is: the peak, or a prediction at a PPP from somewhere."""
+def figure(basis: Basis, calls: bool) -> str:
+    """What a row's figure is: the peak, or a prediction at a PPP from somewhere, and its
+    terms (`calls`: the time has a cost per operator call in it)."""
     if basis.kind == "given ppp":
-        return f"prediction at given PPP {basis.ppp:g}, compute + memory"
-    return {
-        "catalog peak": "peak (PPP=1), compute + memory",
-        "device ppp": "prediction at the device's PPP, compute + memory",
-        "calibrated": "prediction from calibration, compute + memory + calls",
-    }[basis.kind]
+        what = f"prediction at given PPP {basis.ppp:g}"
+    else:
+        what = {
+            "catalog peak": "peak (PPP=1)",
+            "device ppp": "prediction at the device's PPP",
+            "calibrated": "prediction from calibration",
+        }[basis.kind]
+    return f"{what}, compute + memory{' + calls' if calls else ''}"
 
 
 def _flops_text(f: FlopsOverPeak) -> str:
@@ -107,7 +110,7 @@ def prediction_tables(r: Prediction) -> list[Table]:
     the command prints them: per layer, measured per layer (with --measure, a forward),
     totals."""
     assert r.basis is not None and r.peak is not None and r.flops_over_peak is not None
-    what = figure(r.basis)
+    what = figure(r.basis, r.op_overhead_s > 0)
     f = r.flops_over_peak
     rows = [
         *_prediction_rows(r.totals, what, r.basis, r.peak.label),
