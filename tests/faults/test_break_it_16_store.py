@@ -9,6 +9,7 @@ a SQLite write stopped by a file size limit (ulimit -f) said "disk I/O error", e
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,11 +18,16 @@ import pytest
 from sqlalchemy import make_url
 
 from dlperf.store import RunStore
-from tests.conftest import CliResult, fresh_store_url
+from tests.conftest import TINY, CliResult, fresh_store_url
 from tests.faults.test_break_it_10_store import a_run
+from tests.faults.test_break_it_13_limits import _limited
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
+
+LIMITED = (
+    "File too large (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
+)
 
 
 # --- C1: a PostgreSQL store looked at local files ------------------------------------------------
@@ -115,3 +121,49 @@ def test_an_existing_store_needs_room_for_its_wal_only(cli: Cli, tmp_path: Path)
             "the -wal and -shm files SQLite writes beside it (at most 251 bytes) (give a "
             "shorter name)"
         )
+
+
+# --- C3: a SQLite write stopped by a file size limit ---------------------------------------------
+
+
+def test_a_store_write_stopped_by_a_file_size_limit_says_so(tmp_path: Path) -> None:
+    """Before: the driver's "disk I/O error" as a traceback, exit 1. Tags of 50 KB in one
+    write: the store opens under 40 KiB (its -shm is 32 KiB), its -wal outgrows it."""
+    run_id = a_run(str(tmp_path / "dlperf.db"))
+    tags = [f"k{i}={'v' * 5000}" for i in range(10)]
+    result = _limited(tmp_path, resource.RLIMIT_FSIZE, 40 * 1024, "runs", "tag", str(run_id), *tags)
+    one_line(result, 1)
+    assert result.err.splitlines()[-1] == f"error: cannot use {tmp_path / 'dlperf.db'}: {LIMITED}"
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    assert store.get_run(run_id).tags == {}  # the write was all or nothing
+    store.engine.dispose()
+
+
+def test_runs_repair_stopped_by_a_file_size_limit_says_so(tmp_path: Path) -> None:
+    """Before: `error: cannot open run store sqlite:///.rp.db.repairing: disk I/O error`,
+    exit 2 (bad input)."""
+    a_run(str(tmp_path / "s.db"))
+    result = _limited(
+        tmp_path, resource.RLIMIT_FSIZE, 10 * 1024, "--db", "s.db", "runs", "repair", "rp.db"
+    )
+    one_line(result, 1)
+    assert result.err.splitlines()[-1] == f"error: cannot use .rp.db.repairing: {LIMITED}"
+    assert sorted(os.listdir(tmp_path)) == ["s.db"]  # nothing of the repair is left
+
+
+@pytest.mark.faults
+def test_a_sweep_stopped_by_a_file_size_limit_says_so(tmp_path: Path) -> None:
+    """Before: point 1 failed (its checkpoint too large), then point 2's claim ended the
+    sweep with a 40-line traceback of sqlite3's "disk I/O error", exit 1. Point 1 marked
+    failed fits under the limit: 256 samples, one epoch."""
+    base = TINY.format(epochs=1).replace('name = "digits"', 'name = "digits"\nlimit = 256')
+    (tmp_path / "base.toml").write_text(base)
+    (tmp_path / "sw.toml").write_text(
+        'base = "base.toml"\nname = "twin"\n[grid]\n"train.lr" = [0.05, 0.02]\n'
+    )
+    result = _limited(tmp_path, resource.RLIMIT_FSIZE, 100 * 1024, "sweep", "sw.toml")
+    one_line(result, 1)
+    assert result.err.splitlines()[-1] == f"error: cannot use {tmp_path / 'dlperf.db'}: {LIMITED}"
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    assert [r.status for r in store.list_runs()] == ["failed"]  # and none left running
+    store.engine.dispose()

@@ -41,6 +41,7 @@ import math
 import operator
 import os
 import re
+import resource
 import shutil
 import sqlite3
 import time
@@ -84,6 +85,10 @@ STATUSES = ("running", "finished", "failed", "killed")
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
+# How close to the file size limit (ulimit -f) one of a store's files must be for a disk I/O
+# error to be taken for that limit: SQLite's largest writes are a page (at most 64 KiB, and its
+# frame header in the -wal) and a 32 KiB region of the -shm.
+SIZE_LIMIT_NEAR = 128 << 10
 PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
 # PostgreSQL's states of a server gone: class 08 (connection exception), shut down by an
 # administrator or a crash, starting or stopping ("the database system is shutting down").
@@ -483,16 +488,35 @@ def _sqlite_code(e: DatabaseError) -> int | None:
     return None if code is None else code & 0xFF
 
 
-def _disk_full(e: DatabaseError, engine: Engine) -> OSError | None:
-    """The OSError a full disk is, whichever database reports it: the CLI then says so in one
-    line (exit 1) instead of a driver traceback."""
+def _no_room(e: DatabaseError, engine: Engine) -> OSError | None:
+    """The OSError a full disk or a file size limit (ulimit -f) is, whichever database reports
+    it: the CLI then says so in one line (exit 1) instead of a driver traceback."""
     where = str(engine.url.database)
     code = _sqlite_code(e)
-    full = code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL
-    # SQLite reports a full disk met while growing its -shm or -wal file as an I/O error.
+    number = errno.ENOSPC if code == SQLITE_FULL or _pg_state(e) == PG_DISK_FULL else None
+    # SQLite reports a full disk met while growing its -shm or -wal file, and any write a file
+    # size limit refuses (EFBIG), as an I/O error.
     if code == SQLITE_IOERR and where not in ("", ":memory:"):
-        full = shutil.disk_usage(Path(where).resolve().parent).free < NEARLY_FULL
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where) if full else None
+        path = Path(where).resolve()
+        if shutil.disk_usage(path.parent).free < NEARLY_FULL:
+            number = errno.ENOSPC
+        elif _size_limited(path):
+            number = errno.EFBIG
+    return None if number is None else OSError(number, os.strerror(number), where)
+
+
+def _size_limited(path: Path) -> bool:
+    """Whether the process's file size limit is what refused a write to the SQLite store
+    `path`: one of its files (the store, its -wal, its -shm) has come within SIZE_LIMIT_NEAR
+    of it, or past it (a write at an offset past the limit is refused too)."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return False
+    sizes = [0]
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(OSError):
+            sizes.append(file.stat().st_size)
+    return max(sizes) + SIZE_LIMIT_NEAR > limit
 
 
 def _pg_state(e: DatabaseError) -> str | None:
@@ -853,9 +877,9 @@ class RunStore:
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
             integrity.opened(engine)
         except DatabaseError as e:  # also "file is not a database"
-            full = _disk_full(e, engine)
-            if full:
-                raise full from None
+            no_room = _no_room(e, engine)
+            if no_room:
+                raise no_room from None
             if read_only and _sqlite_code(e) == SQLITE_READONLY:
                 raise UserError(
                     f"run store {name} is older than this dlperf and opened read-only",
@@ -904,8 +928,8 @@ class RunStore:
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
-        """One write transaction; a full disk comes out as OSError(ENOSPC). Nothing is written
-        into a store found damaged."""
+        """One write transaction; a full disk comes out as OSError(ENOSPC), a file size limit
+        as OSError(EFBIG). Nothing is written into a store found damaged."""
         integrity.refuse_writes(self.engine)
         name = integrity.shown(self.engine.url.render_as_string())  # the password hidden
         if self.read_only:
@@ -926,9 +950,9 @@ class RunStore:
             with stopping.shielded(), Session(self._writer) as s, s.begin():
                 yield s
         except DatabaseError as e:  # PostgreSQL's read-only transaction is an InternalError
-            full = _disk_full(e, self.engine)
-            if full:
-                raise full from None
+            no_room = _no_room(e, self.engine)
+            if no_room:
+                raise no_room from None
             if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
                 raise UserError(
                     f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
