@@ -25,6 +25,7 @@ import pytest
 from dlperf import doctor
 from dlperf.config import Experiment
 from dlperf.contention import Contention
+from dlperf.doctor import rules
 from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 from tests.conftest import rank_result
@@ -151,6 +152,11 @@ def _load_findings_are_earned(store: RunStore, run_id: int, findings: list[docto
     spread = s["throughput_spread"]
     expected = {"unsteady-throughput"} if spread["max"] / spread["min"] > 2 else set()
     expected |= {"shared-host"} if Contention.stored(s["contention"]).contended else set()
+    # Descheduled while it fetched a batch, a busy host's run can wait 21% of its step on data
+    # (seen at a load of 10 on 2 cores): the rule then reads its stored phases rightly.
+    phases = {k: v for k, v in s["phases"].items() if v}
+    data_share = phases.get("data", 0.0) / sum(phases.values())
+    expected |= {"data-bound"} if data_share > rules.DATA_SHARE else set()
     fit = max(1, round(run.system["free_cores"]))
     expected |= {"crowded-threads"} if fit < s["threads"] else set()
     assert {f.rule for f in findings} == expected, findings
