@@ -711,13 +711,14 @@ class CurveResult:
     message: str
     _p: np.ndarray
     _samples: np.ndarray
+    _first_step: float  # of the fit window: no step is predicted before it
 
     def predict_step(self, target: float) -> dict[str, Any]:
         """When the curve reaches `target` (in the metric's units): the step, whether it is
         reachable at all, and a 90% interval."""
         from dlperf.converge.curve import predict
 
-        p = predict(self.form, self._p, self._samples, target, self.metric)
+        p = predict(self.form, self._p, self._samples, target, self.metric, first=self._first_step)
         return {
             "target": target,
             "reachable": p.reachable,
@@ -771,4 +772,5 @@ def fit_curve(
         message=fitted.message,
         _p=report.params[form],
         _samples=report.samples[form],
+        _first_step=fitted.first_step,
     )

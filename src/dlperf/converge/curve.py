@@ -54,6 +54,7 @@ class CurveFit:
     params: dict[str, float]
     rmse: float  # on the fitted points, in the metric's units
     n_points: int
+    first_step: float  # the first step of the fit window
     last_step: float  # the last step of the fit window
     converged: bool  # False: do not trust the coefficients; `message` says why
     message: str  # when not converged, ends "the fit ...": "did not converge (...)"
@@ -69,6 +70,7 @@ class Prediction:
     interval: tuple[float, float] | None  # 90% bootstrap interval; inf when some never reach
     actual_step: float | None  # first measured step at or past the target, when known
     error_pct: float | None  # (predicted − actual) / actual · 100
+    at_first_step: bool  # the curve is at or past the target at the first step already
 
 
 def to_decreasing(values: Any, metric: str) -> Any:
@@ -106,9 +108,11 @@ def model(form: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return lambda k, p: p[0] * np.power(k, -p[1]) + p[2]
 
 
-def steps_to(form: str, p: Any, target: float) -> np.ndarray:
+def steps_to(form: str, p: Any, target: float, first: float = 0.0) -> np.ndarray:
     """Steps at which l(k) = target (decreasing units); inf when the target is at or below the
-    asymptote; 0 when the curve starts below it. `p` is (3,) or (n, 3)."""
+    asymptote; `first` when the curve is there by that step: a curve measured from step 1 (or
+    from 40, on an epoch axis) is seen to reach a target only from there, never at step 0.
+    `p` is (3,) or (n, 3)."""
     p = np.atleast_2d(np.asarray(p, float))
     gap = target - p[:, 2]
     # A crossing beyond float range (overflow) is inf: never, as far as the fit can tell.
@@ -118,7 +122,7 @@ def steps_to(form: str, p: Any, target: float) -> np.ndarray:
         else:
             k = np.power(p[:, 0] / gap, 1.0 / p[:, 1])
     k = np.where(np.isnan(k), np.inf, k)
-    return np.where(gap > 0, np.maximum(k, 0.0), np.inf)
+    return np.where(gap > 0, np.maximum(k, first), np.inf)
 
 
 def _grid_start(form: str, k: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -252,6 +256,7 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
         params=dict(zip(PARAMS[form], map(float, p), strict=True)),
         rmse=rmse,
         n_points=len(k),
+        first_step=float(k.min()),
         last_step=float(k.max()),
         converged=converged,
         message=message,
@@ -329,25 +334,29 @@ def predict(
     metric: str,
     steps: np.ndarray | None = None,
     values: np.ndarray | None = None,
+    first: float = 1.0,
 ) -> Prediction:
-    """When the curve reaches `target` (in the metric's units), with a 90% interval; compared
+    """When the curve reaches `target` (in the metric's units), with a 90% interval, neither
+    before `first`, the fit window's first step (a step is whole, so never before 1); compared
     with the first measured step at or past the target when the whole curve is given."""
     check_target(target, metric)
     goal = float(to_decreasing(np.array(target), metric))
-    k_hat = float(steps_to(form, p, goal)[0])
+    k_hat = float(steps_to(form, p, goal, first)[0])
     reachable = math.isfinite(k_hat)
     predicted = int(whole_step(k_hat)) if reachable else None
     interval = None
     if reachable:
         # No interpolation, so that samples that never reach the target give an inf bound.
-        reach = steps_to(form, samples, goal)
+        reach = steps_to(form, samples, goal, first)
         lo = np.percentile(reach, 5, method="lower")
         hi = np.percentile(reach, 95, method="higher")
         # Widened to hold the point, as `intervals` does.
         point = whole_step(k_hat)
         interval = (min(whole_step(lo), point), max(whole_step(hi), point))
     actual = first_reaching(steps, values, metric, goal)
-    return Prediction(target, reachable, predicted, interval, actual, error_pct(predicted, actual))
+    return Prediction(
+        target, reachable, predicted, interval, actual, error_pct(predicted, actual), k_hat <= first
+    )
 
 
 def first_reaching(steps: Any, values: Any, metric: str, goal: float) -> float | None:

@@ -644,6 +644,7 @@ class EnsemblePrediction:
     family_weight: dict[str, float]
     actual_step: float | None
     error_pct: float | None
+    at_first_step: bool = False  # the window's first measured point reached the target
 
     @property
     def reachable(self) -> bool:
@@ -740,7 +741,8 @@ def predict(
     validation set that the window never had is "cannot tell" too: when the last image is
     learned is not in the curve. A target a measured point of the window already reached is
     answered with the first such point's step (`passage`), P(reachable) 1 and an interval of
-    one measurement spacing ending there: never a step after the window.
+    one measurement spacing ending there (not before the window's first step): never a step
+    after the window.
 
     Values that do not fall beyond their noise (`trend`: flat, or moving away from the
     target) say nothing of a plateau below them, which every family has: the plateau is then
@@ -796,9 +798,10 @@ def predict(
         # crossing after the window (calibrate's intervals start at its last step). The
         # measured passage, not the smooth curve's: a point that dips past the goal through
         # the noise reached it, as `actual step` counts; the curve was seen to pass it within
-        # one measurement spacing before that step.
+        # one measurement spacing before that step, and not before the first point measured.
+        first = float(post.records[0][0])
         step = whole_step(passed)
-        span = (max(whole_step(step - post.spacing), 0.0), step)
+        span = (whole_step(max(step - post.spacing, first)), step)
         actual = first_reaching(steps, values, metric, goal)
         return EnsemblePrediction(
             target=target,
@@ -812,6 +815,7 @@ def predict(
             family_weight=post.family_weight,
             actual_step=actual,
             error_pct=error_pct(int(step), actual),
+            at_first_step=passed == first,
         )
     limit = max_reach * post.last_step
     missing = float(weight[reach > limit].sum() / weight.sum())

@@ -188,10 +188,18 @@ def predict(
         return fits
     for r in fits.reports:
         c = r.curve
+        fitted = r.fits[form]
         p = curve.predict(
-            form, r.params[form], r.samples[form], target, opts.metric, c.steps, c.values
+            form,
+            r.params[form],
+            r.samples[form],
+            target,
+            opts.metric,
+            c.steps,
+            c.values,
+            first=fitted.first_step,
         )
-        asymptote = r.fits[form].params[curve.PARAMS[form][2]]
+        asymptote = fitted.params[curve.PARAMS[form][2]]
         fits.predictions.append(
             StepPrediction(
                 source=c.label,
@@ -203,8 +211,9 @@ def predict(
                 plateau=float(curve.to_decreasing(asymptote, r.metric)),
                 n_points=r.n_fit,
                 basis=f"{form} least squares (points weighted 1, 4, 16 by thirds) on "
-                f"{r.n_fit} points up to step {r.fits[form].last_step:g}; 90% interval from "
+                f"{r.n_fit} points up to step {fitted.last_step:g}; 90% interval from "
                 f"{len(r.samples[form])} residual-bootstrap refits",
+                at_first_step=p.at_first_step,
             )
         )
     return fits
@@ -218,7 +227,7 @@ def _steps(p: curve.Prediction | ensemble.EnsemblePrediction, spe: float | None)
         "interval": tuple(v if math.isfinite(v) else None for v in p.interval)
         if p.interval
         else None,
-        "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step else None,
+        "predicted_epoch": p.predicted_step / spe if spe and p.predicted_step is not None else None,
         "actual_step": p.actual_step,
         "error_pct": p.error_pct,
     }
@@ -269,6 +278,7 @@ def ensemble_prediction(
         family_weights=p.family_weight,
         n_points=r.n_fit,
         basis=ensemble.basis(post),
+        at_first_step=p.at_first_step,
     ), post
 
 
@@ -380,8 +390,10 @@ def _prediction(
     if target is None:
         return prediction
     goal = curve.to_decreasing(target, metric)
-    reach = curve.steps_to("optimus", predicted, goal)
-    step = int(curve.whole_step(reach[0])) if math.isfinite(reach[0]) else None
+    # Not before the runs' first step: a curve there already reaches the target at it.
+    first = min(float(c.steps.min()) for c, _ in found)
+    reach = float(curve.steps_to("optimus", predicted, goal, first)[0])
+    step = int(curve.whole_step(reach)) if math.isfinite(reach) else None
     # The epoch only when every source counts the same steps per epoch.
     per_epoch = {c.steps_per_epoch for c, _ in found}
     spe = per_epoch.pop() if len(per_epoch) == 1 else None
@@ -395,6 +407,7 @@ def _prediction(
         predicted_epoch=step / spe if step is not None and spe else None,
         actual_step=actual,
         error_pct=curve.error_pct(step, actual),
+        at_first_step=reach <= first,
     )
 
 

@@ -66,6 +66,9 @@ class StepPrediction(Result):
     plateau: float  # the asymptote in the metric's units
     n_points: int
     basis: str
+    # The fitted curve is at or past the target by the fit window's first step, which is then
+    # the predicted step: the text says it is there already.
+    at_first_step: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ class EnsembleStepPrediction(Result):
     family_weights: dict[str, float]
     n_points: int
     basis: str
+    # The window's first measured point is at or past the target: the predicted step.
+    at_first_step: bool = False
 
 
 AT_TARGET = ("actual_step", "actual_epoch", "predicted_epoch", "error_pct")
@@ -118,7 +123,14 @@ class Comparison(Result):
         return ("target", *(AT_TARGET if self.target is None else ()))
 
 
-STEP_FIELDS = ("target", "predicted_step", "predicted_epoch", "actual_step", "error_pct")
+STEP_FIELDS = (
+    "target",
+    "predicted_step",
+    "predicted_epoch",
+    "actual_step",
+    "error_pct",
+    "at_first_step",
+)
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,8 @@ class RegressPrediction(Result):
     predicted_epoch: float | None = None
     actual_step: float | None = None
     error_pct: float | None = None
+    # The predicted curve is at or past the target by the runs' first step, the predicted step.
+    at_first_step: bool = False
     compare: Comparison | None = None
 
     def left_out(self) -> Iterable[str]:

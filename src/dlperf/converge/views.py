@@ -66,6 +66,23 @@ def _bases(predictions: list[Any]) -> list[Block]:
     return [f"{d.source}: {d.basis}" for d in predictions]
 
 
+def _already(curve: str, target: float, metric: str, where: str) -> str:
+    """That `curve` is at the target by its first step, `where` ("its first step 1"), as
+    `converge plan` says of a curve at the target: the step predicted is that first step."""
+    side = "above" if metric == "accuracy" else "below"
+    return f"the {curve} curve is already at or {side} the target {target:g} {metric} at {where}"
+
+
+def _at_first(
+    predictions: Sequence[StepPrediction | EnsembleStepPrediction], curve: str, metric: str
+) -> list[Block]:
+    return [
+        f"{d.source}: {_already(curve, d.target, metric, f'its first step {d.predicted_step}')}"
+        for d in predictions
+        if d.at_first_step
+    ]
+
+
 def form_blocks(
     predictions: list[StepPrediction], form: str, target: float, metric: str
 ) -> list[Block]:
@@ -82,7 +99,7 @@ def form_blocks(
             for d in predictions
         ],
     )  # fmt: skip
-    return [table, *_bases(predictions)]
+    return [table, *_at_first(predictions, "fitted", metric), *_bases(predictions)]
 
 
 def form_warnings(predictions: list[StepPrediction], metric: str) -> list[str]:
@@ -110,7 +127,7 @@ def ensemble_blocks(
             for d in predictions
         ],
     )  # fmt: skip
-    return [table, *_bases(predictions)]
+    return [table, *_at_first(predictions, "measured", metric), *_bases(predictions)]
 
 
 def ensemble_warnings(predictions: list[EnsembleStepPrediction]) -> list[str]:
@@ -151,7 +168,8 @@ def regression_blocks(result: Regression, predict_at: str | None) -> list[Block]
     target = pred.target
     rows: list[list[Any]] = [[b, getattr(pred, b)] for b in BETAS]
     if target is not None:
-        rows.append([f"step reaching {target:g}", pred.predicted_step or "unreachable"])
+        step = pred.predicted_step
+        rows.append([f"step reaching {target:g}", "unreachable" if step is None else step])
         if pred.predicted_epoch is not None:
             rows.append([f"epoch reaching {target:g}", pred.predicted_epoch])
         if pred.actual_step is not None:
@@ -166,13 +184,14 @@ def regression_blocks(result: Regression, predict_at: str | None) -> list[Block]
         ]  # fmt: skip
         if target is not None:
             rows += [
-                [f"measured step reaching {target:g}", c.actual_step or "not reached"],
+                [f"measured step reaching {target:g}",
+                 "not reached" if c.actual_step is None else c.actual_step],
                 [f"measured epoch reaching {target:g}", c.actual_epoch],
                 ["predicted epoch", c.predicted_epoch],
                 ["error % on the steps (and epochs) to the target", c.error_pct],
             ]  # fmt: skip
-    return [
-        *blocks,
-        Table(f"prediction for {predict_at}", ["", "value"], rows),
-        f"basis: {pred.basis}",
-    ]
+    blocks.append(Table(f"prediction for {predict_at}", ["", "value"], rows))
+    if target is not None and pred.at_first_step:
+        where = f"the runs' first step {pred.predicted_step}"
+        blocks.append(_already("predicted", target, result.metric, where))
+    return [*blocks, f"basis: {pred.basis}"]
