@@ -8,6 +8,7 @@ and the run's test images when there is a run) element-wise, with NumPy's `allcl
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import linecache
 import re
@@ -31,7 +32,7 @@ from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.engine.checks import dry_forward
 from dlperf.errors import CheckFailed, UserError, raised_by_model
 from dlperf.formatting import few
-from dlperf.paths import check_writable
+from dlperf.paths import check_writable, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 
@@ -339,12 +340,16 @@ def _torch_export(
         return "dynamo"
     except Exception as e:  # the exporter raises many types; any failure means "fall back"
         refused = e.__cause__ or e
+        if _unwritable(refused):  # the fallback would meet the same file system
+            raise refused from None
     try:
         caught = attempt(
             dynamo=False,
             dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}} if dynamic_batch else None,
         )
     except Exception as e:
+        if _unwritable(e):
+            raise
         raise _unexportable(model, name, refused, e) from None
     constant = _traced_constant(caught)
     if constant is not None:
@@ -362,6 +367,16 @@ def _torch_export(
         "falling back to the TorchScript exporter"
     )
     return "torchscript"
+
+
+# The file system refusing the model's files (full, over ulimit -f, read-only): no fault of the
+# model's, and the command line tells it as the OSError it is.
+_REFUSED_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _unwritable(e: BaseException) -> bool:
+    """Whether an exporter failed because its files could not be written."""
+    return isinstance(e, OSError) and e.errno in _REFUSED_WRITES
 
 
 def _unexportable(
@@ -511,9 +526,10 @@ def export(
     with _staged(out) as staged:
         reporter.task(f"exporting {meta.model} to {out}")
         example = torch.zeros(batch, *meta.input_shape)
-        exporter = _torch_export(
-            model, example, staged, opset, dynamic_batch, single_file, reporter, meta.model
-        )
+        with writing(out):  # a refused write names no file: the one line names `out`
+            exporter = _torch_export(
+                model, example, staged, opset, dynamic_batch, single_file, reporter, meta.model
+            )
         proto = onnx.load(str(staged), load_external_data=False)
         meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
         if opset is not None and meta.opset != opset:

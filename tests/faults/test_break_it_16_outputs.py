@@ -1,0 +1,84 @@
+"""What the sixteenth break-it round found in writing outputs, reproduced first:
+
+- `export` on a full disk blamed the model: "the dynamo exporter failed (OSError: [Errno 28] No
+  space left on device), and the TorchScript exporter too (...)", exit 2 (C4).
+- An OSError naming no file said `error: cannot use: No space left on device`: from `runs
+  list > /dev/full` (standard output) and from `data samples` on a full disk, which also left
+  a 0-byte PNG that looked like a sample (C5).
+- `runs list --where status=bogus` listed nothing, exit 0, where an unknown key is refused.
+- From a deleted working directory, `dlperf run` printed oneMKL's "FATAL ERROR: Cannot load
+  .../libtorch_cpu.so", exit 2, blaming the library.
+
+The full disk is a small tmpfs (skipped where mounting is refused, always unmounted); a file
+size limit (ulimit -f, set in a child) refuses writes the same way without root.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import fill, mounted
+
+Cli = Callable[..., CliResult]
+
+LIMIT_HINT = "(a file size limit (ulimit -f) stopped the write: raise it, or write less)"
+# The first sample `data samples digits --per-class 1` writes: class 0's first test image.
+FIRST_SAMPLE = "test-00011-0.png"
+
+
+def _dlperf(tmp_path: Path, *args: str, file_cap: int | None = None, **run: object) -> CliResult:
+    """`python -m dlperf ARGS` in tmp_path (the real entry point), under a file size limit of
+    `file_cap` bytes when given (set in the child only)."""
+
+    def limit() -> None:  # in the child, between fork and exec
+        if file_cap is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_cap, file_cap))
+
+    env = {**os.environ, "DLPERF_DB": str(tmp_path / "dlperf.db"), "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", *args],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=240,
+        preexec_fn=limit,
+        **run,  # type: ignore[call-overload]
+    )
+    return CliResult(done.returncode, done.stdout or "", done.stderr)
+
+
+def _last_line(result: CliResult) -> str:
+    assert "Traceback" not in result.err, result.err
+    return result.err.splitlines()[-1]
+
+
+# --- C4: export on a full disk ----------------------------------------------------------------
+
+
+def test_export_on_a_full_disk_is_the_disk_not_the_model(cli: Cli, tmp_path: Path) -> None:
+    """Before: 'cannot export model 'smallcnn' to ONNX: the dynamo exporter failed (OSError:
+    [Errno 28] No space left on device), and the TorchScript exporter too (...)', exit 2."""
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", target=tmp_path / "small") as small:
+        filler = fill(small)
+        out = small / "m.onnx"
+        result = cli("export", "smallcnn", "--input", "1,8,8", "--out", str(out))
+        assert _last_line(result) == f"error: cannot use {out}: No space left on device"
+        assert result.code == 1
+        assert list(small.iterdir()) == [filler]  # no model, no hidden staging directory
+
+
+def test_export_over_a_file_size_limit_names_the_file_and_the_limit(tmp_path: Path) -> None:
+    """The same refusal without root: a file size limit (EFBIG) under the model's weights."""
+    result = _dlperf(
+        tmp_path, "export", "smallcnn", "--input", "1,8,8", "--out", "m.onnx", file_cap=4096
+    )
+    assert _last_line(result) == f"error: cannot use m.onnx: File too large {LIMIT_HINT}"
+    assert result.code == 1
+    assert list(tmp_path.iterdir()) == []
