@@ -1,4 +1,4 @@
-"""The sixteenth break-it round (converge, part C: A).
+"""The sixteenth break-it round (converge, part C: A and B).
 
 A: a target the curve is already at by its first point. `curve.steps_to` clamped such a
 crossing to step 0: `converge regress --predict depth=56 --target 0.5` on exact Optimus curves
@@ -10,6 +10,10 @@ steps). Step 0 is no measured step. Now a crossing at or before the first step o
 window (of the regressed runs, for `regress`) is reached at that step, no interval bound lies
 below it, and the text says the curve is already at or below the target there (JSON:
 `at_first_step`).
+
+B: `converge plan` planned the fractional k* − last_step (JSON `steps` 1416.67, its time and
+cost for that many steps; the text said 1417). Now the steps to go are whole, k* rounded up as
+`predict` rounds it, and the time and cost are for that whole count.
 """
 
 from __future__ import annotations
@@ -135,3 +139,23 @@ def test_ensemble_interval_starts_at_the_first_measured_step(cli: Cli, tmp_path:
         "e.csv: the measured curve is already at or below the target 0.9 loss at its first "
         "step 40" in out.splitlines()
     )
+
+
+SPEED = "theta0=0.001,theta1=0.1,theta2=0.2,theta3=0.01,theta4=0.02"
+
+
+def test_plan_counts_whole_steps_to_go(cli: Cli, tmp_path: Path) -> None:
+    """k* = (1/(0.4 − 0.35) − 1.8)/0.012 = 1516.67: reached at step 1517, 1417 steps after the
+    100 done; each takes 0.256 + 0.1 + 0.2 + 0.01 + 0.02 = 0.586 s at w = p = 1, M = 256."""
+    path = tmp_path / "curve1.json"
+    path.write_text('{"metric": "loss", "beta0": 0.012, "beta1": 1.8, "beta2": 0.35, '
+                    '"last_step": 100}')  # fmt: skip
+    args = ("converge", "plan", "--curve", str(path), "--target", "0.4", "--batch", "256",
+            "--ps", "1", "--workers", "1", "--speed-params", SPEED,
+            "--price-per-hour", "2.5")  # fmt: skip
+    doc = json.loads(_ok(cli(*args, "--json")).out)
+    assert doc["steps"] == 1417, doc  # was 1416.6666666666652
+    (row,) = doc["allocations"]
+    assert row["time_s"] == pytest.approx(1417 * 0.586, rel=1e-12)  # 830.362, was 830.167
+    assert row["cost"] == pytest.approx(1417 * 0.586 / 3600 * 2 * 2.5, rel=1e-12)
+    assert "1417 steps to 0.4" in _ok(cli(*args)).out

@@ -203,7 +203,7 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 class Remaining:
     """Where a curve stands against a target."""
 
-    steps: float  # still to go from `done`; 0 when the curve is there already
+    steps: float  # whole steps still to go from `done`; 0 when the curve is there already
     done: float  # steps already trained: the end of the fit window, 0 for a predicted curve
     reached_at: float | None  # the whole step at which it reaches the target, when ≤ done
     metric: str
@@ -255,21 +255,23 @@ def _curve_of(document: dict[str, Any], path: Path) -> tuple[dict[str, Any], Any
 
 def remaining_steps(path: Path, target: float) -> Remaining:
     """Steps still to go to the target by the Optimus curve in `path` (see `_curve_of`), from
-    the end of its fit window (from 0 for a predicted curve)."""
+    the end of its fit window (from 0 for a predicted curve): to the whole step at which it
+    reaches it, as `converge predict` rounds it, so that times and costs are of whole steps."""
     coefficients, metric, done, basis = _curve_of(read_json(path, "curve fit"), path)
     if metric not in curve.METRICS or any(k not in coefficients for k in curve.PARAMS["optimus"]):
         raise _not_a_curve(path)
     beta = [_number(coefficients[k], path) for k in curve.PARAMS["optimus"]]
     curve.check_target(target, metric)
-    steps = float(curve.steps_to("optimus", beta, curve.to_decreasing(target, metric))[0])
-    if not math.isfinite(steps):
+    crossing = float(curve.steps_to("optimus", beta, curve.to_decreasing(target, metric))[0])
+    if not math.isfinite(crossing):
         raise UserError(
             f"target {target:g} is unreachable: the curve in {path} levels off at "
             f"{curve.to_decreasing(beta[2], metric):.4g} {metric}"
         )
-    if steps <= done:
-        return Remaining(0.0, done, curve.whole_step(steps), metric, basis)
-    return Remaining(steps - done, done, None, metric, basis)
+    step = curve.whole_step(crossing)
+    if step <= done:
+        return Remaining(0.0, done, step, metric, basis)
+    return Remaining(step - done, done, None, metric, basis)
 
 
 # What a fitted speed model records beyond its coefficients.
