@@ -15,6 +15,7 @@ size limit (ulimit -f, set in a child) refuses writes the same way without root.
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import subprocess
@@ -22,8 +23,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from dlperf.store import RunStore
 from tests.conftest import CliResult
-from tests.faults.test_store_faults import fill, mounted
+from tests.faults.test_store_faults import earlier_run, fill, mounted
 
 Cli = Callable[..., CliResult]
 
@@ -82,3 +86,58 @@ def test_export_over_a_file_size_limit_names_the_file_and_the_limit(tmp_path: Pa
     assert _last_line(result) == f"error: cannot use m.onnx: File too large {LIMIT_HINT}"
     assert result.code == 1
     assert list(tmp_path.iterdir()) == []
+
+
+# --- C5: an OSError naming no file ------------------------------------------------------------
+
+
+def test_data_samples_on_a_full_disk_names_the_image_and_leaves_none(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: 'error: cannot use: No space left on device', and a 0-byte PNG left."""
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", target=tmp_path / "small") as small:
+        out = small / "samples"
+        out.mkdir()
+        fill(small)
+        result = cli("data", "samples", "digits", "--per-class", "1", "--out", str(out))
+        assert _last_line(result) == (
+            f"error: cannot use {out / FIRST_SAMPLE}: No space left on device"
+        )
+        assert result.code == 1
+        assert list(out.iterdir()) == []
+
+
+def test_data_samples_over_a_file_size_limit_leave_no_partial_image(tmp_path: Path) -> None:
+    # A sample of the digits is a PNG of about 120 bytes.
+    result = _dlperf(tmp_path, "data", "samples", "digits", "--out", "s", file_cap=64)
+    assert _last_line(result) == f"error: cannot use s/{FIRST_SAMPLE}: File too large {LIMIT_HINT}"
+    assert result.code == 1
+    assert list((tmp_path / "s").iterdir()) == []
+
+
+@pytest.mark.parametrize("json", [False, True])
+def test_runs_list_into_a_full_device_names_standard_output(tmp_path: Path, json: bool) -> None:
+    """Before: 'error: cannot use: No space left on device', exit 1."""
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    earlier_run(store)
+    store.engine.dispose()
+    with open("/dev/full", "w") as full:
+        result = _dlperf(tmp_path, "runs", "list", *(["--json"] if json else []), stdout=full)
+    assert result.err == "error: cannot use standard output: No space left on device\n"
+    assert result.code == 1
+
+
+def test_an_os_error_naming_nothing_says_what_the_system_said(
+    cli: Cli, store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error the OS gives without a file (here a listing's read) is not 'cannot use: '."""
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr("dlperf.store.query.list_runs", refused)
+    result = cli("runs", "list")
+    assert result.err == (
+        "error: Input/output error (the system named no file: dlperf --debug ... shows where)\n"
+    )
+    assert result.code == 1

@@ -11,18 +11,23 @@ import errno
 import gc
 import importlib
 import importlib.util
+import io
 import pkgutil
 import resource
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
 from dlperf.errors import CheckFailed, UserError, in_model_file, innermost, interrupted
 from dlperf.parsing import one_line
+from dlperf.paths import writing
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 # Every module here but app and console holds commands; importing it registers them on `app`
 # (in the modules' order, the order of `dlperf --help`).
@@ -119,12 +124,42 @@ def _load_hint() -> str:
     return " (its installation may be broken: reinstall it)"
 
 
+class _StandardOutput(io.FileIO):
+    """File descriptor 1, its refused writes naming it: a write to a full disk or /dev/full
+    (`dlperf runs list > FILE`) raises an OSError naming no file, which said only `error:
+    cannot use: No space left on device`."""
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        with writing("standard output"):
+            return super().write(data)
+
+
+def _name_stdout() -> None:
+    """sys.stdout as Python made it, over `_StandardOutput`: the process's own stdout only (a
+    test's capture, or the stand-in for one closed at start, is left as it is)."""
+    made = sys.stdout
+    if made is not sys.__stdout__ or not isinstance(made, io.TextIOWrapper):
+        return
+    made.flush()
+    raw = _StandardOutput(made.fileno(), "w", closefd=False)
+    raw.name = "<stdout>"
+    unbuffered = isinstance(made.buffer, io.FileIO)  # python -u
+    sys.stdout = io.TextIOWrapper(
+        raw if unbuffered else io.BufferedWriter(raw),
+        encoding=made.encoding,
+        errors=made.errors,
+        line_buffering=made.line_buffering,
+        write_through=made.write_through,
+    )
+
+
 def outcome() -> int:
     """Run the command that sys.argv names and return its exit code, each error told in one
     line. It raises nothing but the stop signal's one KeyboardInterrupt (dlperf.stopping):
     were anything else to escape, a stop signal landing during its propagation could not be
     told apart from it."""
     try:
+        _name_stdout()
         # Not standalone, so that Click's usage errors come here to be told in one line too
         # (standalone, Click prints its usage text around them); Typer still turns Ctrl-C
         # into exit code 130 and --help into 0, returned here.
@@ -151,8 +186,12 @@ def outcome() -> int:
         if state.debug:
             traceback.print_exc()
             return 1
-        where = f" {e.filename}" if e.filename else ""
-        say(one_line(f"error: cannot use{where}: {e.strerror or e}{_limit_hint(e.errno)}"))
+        said = f"{e.strerror or e}{_limit_hint(e.errno)}"
+        if e.filename:
+            say(one_line(f"error: cannot use {e.filename}: {said}"))
+        else:  # dlperf names each file it writes (paths.writing): not knowing which, say so
+            where = "the system named no file: dlperf --debug ... shows where"
+            say(one_line(f"error: {said} ({where})"))
         return 2 if e.errno in _BAD_PATH else 1
     except KeyboardInterrupt:  # the stop signal's, or a model's own: Ctrl-C either way
         raise

@@ -21,6 +21,7 @@ from dlperf.data import load_data
 from dlperf.data.describe import pick_classes
 from dlperf.data.sources import decode_file
 from dlperf.errors import UserError
+from dlperf.paths import replaced, writing
 
 SPLITS = ("train", "val", "test")
 
@@ -70,6 +71,9 @@ def write_samples(
             # 1 channel: L, 2: LA, 3: RGB, 4: RGBA
             image = Image.fromarray(array.squeeze(-1) if array.shape[-1] == 1 else array)
             path = out / f"{split}-{index:05d}-{_safe(names[label])}.png"
-            image.save(path)
+            # Aside, then renamed: a full disk fails PIL's save as it closes the file, which
+            # left a 0-byte PNG that looked like a sample; the error names the file.
+            with writing(path), replaced(path) as aside:
+                image.save(aside)
             files.append({"path": str(path), "class": names[label], "label": label, "index": index})
     return {"dataset": data.name, "split": split, "out": str(out), "files": files}
