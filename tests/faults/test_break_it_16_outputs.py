@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.store import RunStore
+from dlperf.store.runstore import STATUSES
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import earlier_run, fill, mounted
 
@@ -141,3 +142,20 @@ def test_an_os_error_naming_nothing_says_what_the_system_said(
         "error: Input/output error (the system named no file: dlperf --debug ... shows where)\n"
     )
     assert result.code == 1
+
+
+# --- --where status=VALUE ---------------------------------------------------------------------
+
+
+def test_a_where_status_outside_the_known_ones_is_refused(cli: Cli, store: RunStore) -> None:
+    """Before: an empty table, exit 0."""
+    earlier_run(store)
+    result = cli("runs", "list", "--where", "status=bogus")
+    assert result.err == (
+        "error: --where: unknown status 'bogus' "
+        "(statuses: running, finished, failed, killed, lost)\n"
+    )
+    assert result.code == 2
+    for status in [*STATUSES, "lost"]:  # every status a run can read as is a filter
+        assert cli("runs", "list", "--where", f"status={status}", "--json").code == 0
+    assert "finished" in cli("runs", "list", "--where", "status=finished").out

@@ -19,6 +19,7 @@ from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt
 from dlperf.parsing import did_you_mean, flatten
 from dlperf.procs import proc_stat, process_alive
+from dlperf.store.record import LOST
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -40,6 +41,9 @@ SUMMARY_KEYS = (
 )
 # The run's own fields that --where reads (besides summary keys, config keys and tag.NAME).
 RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
+# The statuses a run reads as: runstore.STATUSES (not imported: runstore brings SQLAlchemy,
+# which a listing does without) and `lost`.
+STATUSES = ("running", "finished", "failed", "killed", LOST)
 MIB = 2**20
 
 
@@ -204,7 +208,8 @@ def _same(stored: Any, wanted: Any) -> bool:
 
 
 def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
-    """A key no run and no experiment has is bad input, with the closest key as a hint."""
+    """A key no run and no experiment has is bad input, with the closest key as a hint; so is
+    a status no run can have."""
     from dlperf.config import describe
 
     known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
@@ -225,6 +230,11 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
                 quote=True,
             )
             raise UserError(f"--where: unknown key {key!r}", hint)
+    for status in (c.value for c in conditions if c.key == "status"):
+        if status not in STATUSES:  # it would select nothing, as a misspelt key would
+            raise UserError(
+                f"--where: unknown status {str(status)!r}", f"statuses: {', '.join(STATUSES)}"
+            )
 
 
 def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
