@@ -159,3 +159,41 @@ def test_a_where_status_outside_the_known_ones_is_refused(cli: Cli, store: RunSt
     for status in [*STATUSES, "lost"]:  # every status a run can read as is a filter
         assert cli("runs", "list", "--where", f"status={status}", "--json").code == 0
     assert "finished" in cli("runs", "list", "--where", "status=finished").out
+
+
+# --- a deleted working directory --------------------------------------------------------------
+
+
+def _from_a_deleted_directory(tmp_path: Path, *args: str) -> CliResult:
+    """`python -m dlperf ARGS` started in a directory that is removed just before."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    env = {**os.environ, "DLPERF_DB": str(tmp_path / "dlperf.db")}
+    command = ["sh", "-c", script, "-", str(gone), sys.executable, "-m", "dlperf", *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def test_run_from_a_deleted_working_directory_says_so(
+    tmp_path: Path, tiny_exp: Callable[..., Path]
+) -> None:
+    """Before: 'Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so.', exit 2: torch
+    cannot load from a deleted directory."""
+    ran = _from_a_deleted_directory(tmp_path, "run", str(tiny_exp(epochs=1)))
+    assert ran.err == (
+        "error: the working directory was deleted, and torch cannot load without one "
+        "(cd somewhere that exists)\n"
+    )
+    assert ran.code == 2
+
+
+def test_a_command_that_needs_no_torch_still_works_from_a_deleted_directory(
+    tmp_path: Path,
+) -> None:
+    store = RunStore.open(str(tmp_path / "dlperf.db"))
+    earlier_run(store)
+    store.engine.dispose()
+    listed = _from_a_deleted_directory(tmp_path, "runs", "list", "--json")
+    assert (listed.code, listed.err) == (0, "")
+    assert '"name": "earlier"' in listed.out

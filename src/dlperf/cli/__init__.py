@@ -10,13 +10,18 @@ import atexit
 import errno
 import gc
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import io
+import os
 import pkgutil
 import resource
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn
 
 from dlperf import stopping
@@ -153,6 +158,32 @@ def _name_stdout() -> None:
     )
 
 
+class _TorchNeedsCwd(importlib.abc.MetaPathFinder):
+    """Refuses `import torch` from a deleted working directory, where oneMKL ends the process
+    with "FATAL ERROR: Cannot load .../libtorch_cpu.so", blaming the library. Commands that
+    need no torch (listing a store by its absolute path) still work there."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "torch":
+            raise UserError(
+                "the working directory was deleted, and torch cannot load without one",
+                "cd somewhere that exists",
+            )
+        return None
+
+
+def _check_cwd() -> None:
+    """Guard torch's import when the working directory is gone (checked once, at start:
+    one system call)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        if "torch" not in sys.modules:
+            sys.meta_path.insert(0, _TorchNeedsCwd())
+
+
 def outcome() -> int:
     """Run the command that sys.argv names and return its exit code, each error told in one
     line. It raises nothing but the stop signal's one KeyboardInterrupt (dlperf.stopping):
@@ -160,6 +191,7 @@ def outcome() -> int:
     told apart from it."""
     try:
         _name_stdout()
+        _check_cwd()
         # Not standalone, so that Click's usage errors come here to be told in one line too
         # (standalone, Click prints its usage text around them); Typer still turns Ctrl-C
         # into exit code 130 and --help into 0, returned here.
