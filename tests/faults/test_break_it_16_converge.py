@@ -14,6 +14,14 @@ below it, and the text says the curve is already at or below the target there (J
 B: `converge plan` planned the fractional k* − last_step (JSON `steps` 1416.67, its time and
 cost for that many steps; the text said 1417). Now the steps to go are whole, k* rounded up as
 `predict` rounds it, and the time and cost are for that whole count.
+
+C (inconclusive in the report, a bug): `converge speed fit --model pollux` counted α_g and β_g
+as two coefficients the measurements determine even at one batch per worker, where only their
+sum α_g + β_g·m is (its own `undetermined` says so). A weak-scaling study of 1-4 workers on one
+node, whose 4 measurements determine that sum, α_intra, β_intra and γ exactly, was refused as
+"4 measurements are too few for the 5 coefficients". Now that pair counts once; a study of 1
+and 2 workers is still refused, rightly: its one 2-worker step time cannot tell the sync
+constant from the overlap γ ("2 measurements are too few for the 3 coefficients").
 """
 
 from __future__ import annotations
@@ -159,3 +167,46 @@ def test_plan_counts_whole_steps_to_go(cli: Cli, tmp_path: Path) -> None:
     assert row["time_s"] == pytest.approx(1417 * 0.586, rel=1e-12)  # 830.362, was 830.167
     assert row["cost"] == pytest.approx(1417 * 0.586 / 3600 * 2 * 2.5, rel=1e-12)
     assert "1417 steps to 0.4" in _ok(cli(*args)).out
+
+
+# Pollux's model on one node at local batch 32: T_grad = 0.01 + 0.001·32, T_sync = 0.02 +
+# 0.005·(K − 2) for K ≥ 2, overlapped with γ = 1.5.
+POLLUX = {"alpha_intra": 0.02, "beta_intra": 0.005, "gamma": 1.5}
+
+
+def _weak_study(tmp_path: Path, workers: range) -> Path:
+    rows = []
+    for k in workers:
+        t_grad = 0.01 + 0.001 * 32
+        t_sync = 0.0 if k == 1 else POLLUX["alpha_intra"] + POLLUX["beta_intra"] * (k - 2)
+        gamma = POLLUX["gamma"]
+        t_iter = (t_grad**gamma + t_sync**gamma) ** (1 / gamma)
+        rows.append(f"{k},1,{32 * k},{t_iter!r},{t_iter - t_grad!r}\n")
+    path = tmp_path / "weak.csv"
+    path.write_text("workers,nodes,global_batch,step_time_s,sync_time_s\n" + "".join(rows))
+    return path
+
+
+def test_pollux_at_one_local_batch_counts_the_gradient_pair_once(cli: Cli, tmp_path: Path) -> None:
+    """1-4 workers at one batch per worker: 4 measured times (T_grad at 32, the step at 2, 3
+    and 4 workers) for 4 determined coefficients (α_g + 32·β_g, α_intra, β_intra, γ)."""
+    path = _weak_study(tmp_path, range(1, 5))
+    doc = json.loads(_ok(cli("converge", "speed", "fit", "--csv", str(path), "--model",
+                             "pollux", "--json")).out)  # fmt: skip
+    for name, value in POLLUX.items():
+        assert doc["params"][name] == pytest.approx(value, rel=1e-4), (name, doc["params"])
+    assert doc["params"]["alpha_g"] + 32 * doc["params"]["beta_g"] == pytest.approx(0.042)
+    assert {"alpha_g", "beta_g"} <= set(doc["undetermined"]) and "gamma" not in doc["undetermined"]
+
+
+def test_pollux_on_one_and_two_workers_at_one_local_batch_is_refused(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The report's study: the 2-worker step time is all that informs α_intra and γ together."""
+    path = _weak_study(tmp_path, range(1, 3))
+    r = cli("converge", "speed", "fit", "--csv", str(path), "--model", "pollux")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (
+        "error: 2 measurements are too few for the 3 coefficients of pollux they determine "
+        "(measure more worker counts or batch sizes)\n"
+    )

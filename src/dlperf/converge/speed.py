@@ -554,9 +554,13 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float], model: str = "pollux") 
         seen = pairs[a].seen
         informed |= {a: bool(seen), b: bool(seen) if model == "ring" else any(x > 0 for x in seen)}
     free = np.array([informed[k] and k not in fixed for k in names])
-    if len(data) < free.sum():
+    # At one batch per worker only α_g + β_g·m is determined, neither alone: one coefficient,
+    # not two (1-4 workers at one batch were refused as too few for 5).
+    grad = pairs[PAIRS[model][0][0]]
+    determined = int(free.sum()) - (0 if grad.a or grad.b else 1)
+    if len(data) < determined:
         raise UserError(
-            f"{len(data)} measurements are too few for the {int(free.sum())} coefficients of "
+            f"{len(data)} measurements are too few for the {determined} coefficients of "
             f"{model} they determine",
             "measure more worker counts or batch sizes",
         )
