@@ -40,13 +40,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
 from torch.nn.parameter import UninitializedParameter, is_lazy
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 from torch.utils.module_tracker import ModuleTracker
@@ -655,6 +656,78 @@ class _FunctionCalls(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+_FLASH = 1
+"""torch's number for its flash-attention kernel (sdp::SDPBackend::flash_attention), as
+torch._fused_sdp_choice returns it."""
+
+
+def _cpu_stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor of `t`'s shape and dtype, with a stride of 1 along its last dimension
+    where `t` has one, over a single row of storage: what torch's choice of attention kernel
+    reads of a tensor."""
+    row = t.shape[-1] if t.stride(-1) == 1 else 1
+    return torch.empty(row, dtype=t.dtype).expand(t.shape)
+
+
+def _fused_on_meta(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor | None:
+    """F.scaled_dot_product_attention of meta tensors run as torch runs it on a CPU: its fused
+    flash kernel where torch picks that kernel for the same call there, else None (the math
+    path, the only one torch takes on meta). They save different memory for the backward:
+    the math path the B·H·L·S probabilities, the fused kernel a B·H·L logsumexp."""
+    with _disable_current_modes():  # the choice is no work of the model's
+        q, k, v = (_cpu_stand_in(t) for t in (query, key, value))
+        mask = None if attn_mask is None else _cpu_stand_in(attn_mask)
+        choice = torch._fused_sdp_choice(
+            q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+        )
+    if choice != _FLASH or (is_causal and attn_mask is not None):
+        return None  # the math path; which refuses that pair, as the CPU's kernel does
+    # What torch's scaled_dot_product_attention does around the kernel (attention.cpp).
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        keep, drop = (
+            torch.scalar_tensor(v, dtype=query.dtype, device=query.device)
+            for v in (0.0, float("-inf"))
+        )
+        attn_mask = torch.where(attn_mask, keep, drop)
+    unbatched = query.dim() == 3
+    if unbatched:
+        query, key, value = (t.unsqueeze(0) for t in (query, key, value))
+        while attn_mask is not None and attn_mask.dim() < 4:
+            attn_mask = attn_mask.unsqueeze(0)
+    out: torch.Tensor = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    )[0]
+    return out.squeeze(0) if unbatched else out
+
+
+@contextlib.contextmanager
+def _attention_as_on_cpu() -> Iterator[None]:
+    """F.scaled_dot_product_attention of meta tensors run as a CPU runs it (`_fused_on_meta`),
+    nn.MultiheadAttention's included (it calls the module's function). Replaced for one count
+    (within _ONE_COUNT), as the module hooks are: a torch function mode would not see the
+    call nested in F.multi_head_attention_forward. Other tensors pass through."""
+    sdpa = F.scaled_dot_product_attention
+
+    def as_on_cpu(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = _fused_on_meta(query, *args, **kwargs) if query.is_meta else None
+        return sdpa(query, *args, **kwargs) if out is None else out
+
+    F.scaled_dot_product_attention = as_on_cpu
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = sdpa
+
+
 def _is_leaf(module: nn.Module) -> bool:
     return next(module.children(), None) is None
 
@@ -1050,7 +1123,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
         with tracker:
             saved = _SavedTensors(model)  # saves nothing without a gradient
             grad = contextlib.nullcontext() if train else torch.no_grad()
-            with mode, _FunctionCalls(mode), saved, grad:
+            with mode, _FunctionCalls(mode), _attention_as_on_cpu(), saved, grad:
                 mode.outside_is_root = True
                 out = run_forward(model, x, command)
                 mode.outside_is_root = False

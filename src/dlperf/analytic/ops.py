@@ -457,6 +457,9 @@ IGNORED: frozenset[str] = frozenset(
 
 CONVOLUTIONS = frozenset({"convolution", "_convolution"})
 
+ATTENTIONS = frozenset(name for name, handler in HANDLERS.items() if handler is attention)
+"""The fused attention kernels (forward): each mixes every position of its sequence."""
+
 MATMULS = frozenset(
     name
     for name, handler in HANDLERS.items()

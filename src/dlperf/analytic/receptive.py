@@ -35,6 +35,8 @@ import torch
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
+from dlperf.analytic.ops import ATTENTIONS
+
 Pair = tuple[float, float]
 
 
@@ -221,7 +223,7 @@ class FieldTracker:
             return Ended("is not followed", op=f"{name.partition('_')[0]} padding")
         if name in ("new_empty", "new_empty_strided") and _larger_map(x, out):
             return Ended("wraps the field around the edges", op="circular padding")
-        if not _spatial(out):
+        if not _spatial(out) or name in ATTENTIONS:  # a fused attention's (N, H, L, E) too
             return Ended("positions are mixed (global pooling, flatten or attention)")
         assert out is not None
         if out.shape[-2:] == (1, 1) and x.shape[-2:] != (1, 1):
