@@ -288,8 +288,8 @@ def _compared(
     what = "random input" if name == "random" else name
     at = f"at batch {len(x)} ({what})"
     try:
-        with torch.no_grad():
-            output = model(x)
+        with torch.no_grad():  # a copy: a forward may change its input in place (x.add_(1))
+            output = model(x.clone())
     except Exception as e:
         if raised_by_model(e):  # the model's own: told with its frames, exit 1
             raise

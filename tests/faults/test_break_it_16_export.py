@@ -1,0 +1,108 @@
+"""What the sixteenth break-it round found in export's parity check, reproduced first:
+
+- ONNX Runtime was fed the input tensor PyTorch's forward had changed in place (`x.add_(1)`),
+  so a faithful file "differed by up to 1.5", exit 1 (C3).
+
+Each case is a real export of the tester's model file and a real ONNX Runtime session.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+# The tester's models (bk16 A, cases/m/bn.py, more.py and inplace.py), as the user wrote them.
+MODELS = """
+import torch, torch.nn as nn
+
+def notrack(num_classes=10, in_channels=1):
+    return nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1),
+                         nn.BatchNorm2d(8, track_running_stats=False),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, num_classes))
+
+class BatchDep(nn.Module):  # output row depends on other rows (mean over batch)
+    def __init__(s, num_classes=10, in_channels=1):
+        super().__init__(); s.fc = nn.Linear(in_channels*64, num_classes)
+    def forward(s, x): h = x.flatten(1); return s.fc(h - h.mean(0, keepdim=True))
+
+def mk_batchdep(num_classes=10, in_channels=1): return BatchDep(num_classes, in_channels)
+
+class Net(nn.Module):
+    def __init__(s, num_classes=10, in_channels=1):
+        super().__init__(); s.fc = nn.Linear(in_channels*64, num_classes)
+    def forward(s, x):
+        x.add_(1.0)   # in-place on the input
+        return s.fc(x.flatten(1))
+
+def inplace(num_classes=10, in_channels=1): return Net(num_classes, in_channels)
+"""
+
+# A small digits run whose test images the check compares on too (the reported path).
+EXP = """
+[model]
+name = "m.py:{factory}"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[run]
+threads = 1
+warmup_steps = 1
+out_dir = "{out}"
+"""
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text(MODELS)
+    return tmp_path
+
+
+def _exported(result: CliResult, out: Path) -> dict[str, object]:
+    """The JSON report of an export that passed parity and left its file."""
+    assert result.code == 0, (result.code, result.out, result.err)
+    done: dict[str, object] = json.loads(result.out)
+    assert done["parity"] is True, done
+    assert out.is_file()
+    return done
+
+
+@pytest.mark.parametrize("dynamic", [(), ("--dynamic-batch",)], ids=["fixed", "dynamic"])
+def test_a_forward_that_changes_its_input_in_place_is_compared_on_the_same_input(
+    cli: Cli, models: Path, dynamic: tuple[str, ...]
+) -> None:
+    # before: "check failed: ONNX Runtime differs from PyTorch by up to 1.1", exit 1: ONNX
+    # Runtime got the input PyTorch's x.add_(1.0) had changed
+    out = models / "inplace.onnx"
+    cmd = ("export", "m.py:inplace", "--input", "1,8,8", "--out", str(out), "--json", *dynamic)
+    done = _exported(cli(*cmd), out)
+    assert isinstance(done["max_abs_diff"], float) and done["max_abs_diff"] < 1e-4, done
+
+
+@pytest.mark.parametrize("factory", ["inplace"])
+def test_a_runs_export_compares_its_test_images_as_the_graph_gets_them(
+    cli: Cli, models: Path, factory: str
+) -> None:
+    """The reported path: a trained run, checked on random input and its own test images."""
+    exp = models / "exp.toml"
+    exp.write_text(EXP.format(factory=factory, out=models / "runs"))
+    trained = cli("run", str(exp), "--json")
+    assert trained.code == 0, trained.err
+    run_id = json.loads(trained.out)["run_id"]
+    out = models / "run.onnx"
+    done = _exported(cli("export", str(run_id), "--out", str(out), "--json"), out)
+    sets = done["parity_sets"]
+    assert isinstance(sets, list) and [s["input"] for s in sets] == ["random", "test images"]
+    assert all(s["max_abs_diff"] < 1e-4 for s in sets), sets
