@@ -18,9 +18,10 @@ A forward that torch's own code cannot run on the meta device (pad_packed_sequen
 `pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices) is counted on real
 CPU tensors of random values instead, when the model is small enough, and says so
 (`Analysis.real_tensors`); a model's own forward reading values is refused, in one line. A
-factory that reads its weights' values as it builds (rescaling its init by the largest weight)
-builds on real CPU tensors, as a run builds it, and is counted on meta as any other; a model
-holding torch.ao's quantized modules, which have no meta kernels, is refused in one line.
+factory that fails to build on the meta device (it reads its weights' values as it builds, or
+runs its model on a real tensor: a self-check, torch.jit.trace) builds on real CPU tensors, as
+a run builds it, and is counted on meta as any other; a model holding torch.ao's quantized
+modules, which have no meta kernels, is refused in one line.
 
 A model that overrides `__call__` (`return self.forward(x)`) runs no hook of its own: work no
 module claims during the forward, and in the backward once the outputs' gradients are in, is
@@ -409,29 +410,18 @@ def build_model(
 
 
 def _on_meta_else_real(build: Callable[[], nn.Module]) -> nn.Module:
-    """`build()` with its weights on the meta device; where the build itself reads their values
-    (a factory rescaling its init by the largest weight, torch.ao's quantize_dynamic), on real
-    CPU tensors instead, as a run builds it: seeded, the global generator left as it was. The
-    count is made on the meta device either way (analyze_module moves the model there)."""
-    try:
-        with _weights_on_meta():
-            return build()
-    except Exception as e:
-        if not _reads_values(e):
-            raise
+    """`build()` with its weights on the meta device; where that fails, on real CPU tensors
+    instead, as a run builds it: seeded, the global generator left as it was. A build fails on
+    meta for reasons of its own, too many to list: it reads its weights' values (rescaling its
+    init by the largest weight, torch.ao's quantize_dynamic), runs its model on a real tensor
+    (a self-check forward, torch.jit.trace). The real build says whether the factory works, and
+    where it does not, its error is the one a run gives. The count is made on the meta device
+    either way (analyze_module moves the model there)."""
+    with contextlib.suppress(Exception), _weights_on_meta():
+        return build()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return build()
-
-
-def _reads_values(e: BaseException | None) -> bool:
-    """Whether `e`, or an exception it was raised from or while handling, is torch refusing
-    to read a meta tensor's values."""
-    while e is not None:
-        if any(marker in str(e) for marker in _READS_VALUES):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 # --- counting ---------------------------------------------------------------------------------

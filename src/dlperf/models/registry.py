@@ -447,19 +447,16 @@ def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
     """A factory that failed on what dlperf gave it, or inside torch, in one line of bad
     input: the call itself (an argument without a default), a keyword of the user's of the
     wrong type, a layer torch refuses."""
-    if isinstance(e, TypeError) or _read_from_given(e, own):
-        # An argument without a default, which dlperf cannot know; or, where the user gave
-        # kwargs, as likely one of theirs of the wrong type (a list for an int, a dict for a
-        # dataclass).
-        missing = isinstance(e, TypeError) and "required" in str(e) and "argument" in str(e)
+    hint = None
+    if isinstance(e, TypeError) and "required" in str(e) and "argument" in str(e):
+        # An argument without a default, which dlperf cannot know
+        hint = "give the argument a default, or its value in [model] kwargs"
+    elif own and (isinstance(e, TypeError) or _read_from_given(e, own)):
+        # As likely one of the user's kwargs of the wrong type (a list for an int, a dict for
+        # a dataclass); with none given, a TypeError is torch's own (a str for a dtype).
         given = ", ".join(f"{k}={v!r}" for k, v in own.items())
-        raise UserError(
-            f"factory {spec} failed: {type(e).__name__}: {e}",
-            f"check the values given in [model] kwargs: {given}"
-            if own and not missing
-            else "give the argument a default, or its value in [model] kwargs",
-        ) from None
-    raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}") from None
+        hint = f"check the values given in [model] kwargs: {given}"
+    raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}", hint) from None
 
 
 def _geometry(conv: nn.Conv2d) -> dict[str, Any]:
