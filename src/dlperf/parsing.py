@@ -69,6 +69,35 @@ def stem_name(path: Path) -> str:
     return file_name_text(path.stem)
 
 
+def is_file_spec(name: str) -> bool:
+    """Whether `name` names a model file ("path/to/file.py:factory") rather than a registered
+    or torchvision model: a .py file, or a path, so that a notebook or a directory is refused
+    as the file it is. A path is one with a separator, or, before a colon (no model name has
+    one), one that exists or has a suffix (no model name has a dot: `nb.ipynb:Net` is a missing
+    file); a bare name is a model's even where a folder of that name exists."""
+    if name.endswith(".py") or ".py:" in name:
+        return True
+    path, colon, _ = name.rpartition(":")
+    path = path if colon else name
+    named = bool(colon) and (os.path.lexists(path) or bool(Path(path).suffix))
+    return "/" in path or os.sep in path or named
+
+
+def absolute_model_name(name: str) -> str:
+    """A model name with its file's path made absolute against the current directory, where
+    a command looks for it: stored so, a run names the file it was trained from, whichever
+    directory a later command (export, --resume, distill's teacher) runs in, and runs of two
+    files of one relative name differ. A model's name, or a path that is absolute already or
+    names no factory, is kept as given."""
+    path, colon, factory = name.rpartition(":")
+    if not is_file_spec(name) or not colon or os.path.isabs(path):
+        return name
+    try:
+        return f"{Path(path).absolute()}:{factory}"
+    except FileNotFoundError:  # the current directory was deleted: the file is found nowhere
+        return name
+
+
 def has_control(name: str) -> bool:
     """Whether `name` holds a control character, tab and newline included: a name is shown
     on one line in terminals, HTML and MLflow, and so must hold none."""

@@ -170,7 +170,8 @@ def test_a_model_that_does_not_fit_the_task_is_one_line(
     cli: Callable[..., CliResult], store: RunStore, exp: Path, factory: str, said: str
 ) -> None:
     result = cli("run", str(exp), "--set", f"model.name=net.py:{factory}")
-    assert said in _one_line(result, store)
+    # model.name is stored with the file's path made absolute, and the line names it so
+    assert said.replace("'net.py:", f"'{exp.parent}/net.py:") in _one_line(result, store)
 
 
 def test_the_line_says_how_to_size_the_model(
@@ -201,7 +202,7 @@ def test_a_sweep_point_with_a_model_that_does_not_fit_refuses_the_sweep_in_one_l
     sweep.write_text('base = "exp.toml"\n[grid]\n"model.name" = ["net.py:three"]\n')
     said = _one_line(cli("sweep", str(sweep)), store)
     assert said.startswith(f"error: {sweep} point 1 (model.name=net.py:three): "), said
-    assert f"model 'net.py:three' returns shape [2, 3]; {EXPECTED}" in said
+    assert f"model '{tmp_path}/net.py:three' returns shape [2, 3]; {EXPECTED}" in said
 
 
 def test_a_scale_study_of_a_model_that_does_not_fit_is_one_line(
@@ -211,7 +212,8 @@ def test_a_scale_study_of_a_model_that_does_not_fit_is_one_line(
     launching any, so the mistake is one line and no point is stored."""
     args = ["--workers", "1", "--mode", "weak", "--per-worker-batch", "8", "--steps", "2"]
     result = cli("scale", str(exp), "--set", "model.name=net.py:three", *args)
-    assert f"model 'net.py:three' returns shape [2, 3]; {EXPECTED}" in _one_line(result, store)
+    said = f"model '{exp.parent}/net.py:three' returns shape [2, 3]; {EXPECTED}"
+    assert said in _one_line(result, store)
     assert store.find_study("scale net.py:three", "scale") is None
 
 

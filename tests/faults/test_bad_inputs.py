@@ -152,12 +152,13 @@ CASES = [
     case("run exp.toml --set run.device=tpu", "error: unknown device 'tpu'"),
     case("run exp.toml --set train.batch_size=100000", "is larger than the 1294 training images"),
     # --- run: the model file, the data root, the output directory --------------------------
-    case("run exp.toml --set model.name=nodir/net.py:build", "model file nodir/net.py not found"),
+    # run names a model file by its absolute path, as model.name is stored
+    case("run exp.toml --set model.name=nodir/net.py:build", "/nodir/net.py not found (use"),
     case(
         "run exp.toml --set model.name=/proc/forbidden/net.py:build",
         "model file /proc/forbidden/net.py not found",
     ),
-    case("run exp.toml --set model.name=net.py:build", "error: model file net.py is a directory"),
+    case("run exp.toml --set model.name=net.py:build", "/net.py is a directory (use path/to"),
     case(
         "run exp.toml --set data.name=cifar10 --set data.root=nodir",
         "data.root 'nodir' has no readable cifar10",
@@ -251,7 +252,7 @@ CASES = [
     case("analyze /proc/forbidden/net.py:build", "model file /proc/forbidden/net.py not found"),
     case("analyze net.py:build", "error: model file net.py is a directory"),
     case("analyze exits.py:build", "error: model file exits.py called sys.exit(0) while import"),
-    case("run exp.toml --set model.name=exits.py:build", "model file exits.py called sys.exit(0)"),
+    case("run exp.toml --set model.name=exits.py:build", "/exits.py called sys.exit(0) while"),
     case("analyze quits.py:build", "error: factory quits.py:build called sys.exit(3)"),
     case("analyze smallcnn --input 3,0,32", "analyze.input.1: must be at least 1 (got 0)"),
     case("analyze smallcnn --batch 0", "analyze.batch: must be at least 1 (got 0)"),

@@ -261,8 +261,8 @@ def test_a_dict_given_where_the_factory_reads_attributes_is_bad_input(
     result = cli("run", "tiny.toml", *model, "--set", "model.kwargs.cfg={width=16}")
     one_line(result, 2)
     assert result.err == (
-        "error: factory m.py:from_dataclass failed: AttributeError: 'dict' object has no "
-        "attribute 'width' (check the values given in [model] kwargs: cfg={'width': 16})\n"
+        f"error: factory {tmp_path}/m.py:from_dataclass failed: AttributeError: 'dict' object "
+        "has no attribute 'width' (check the values given in [model] kwargs: cfg={'width': 16})\n"
     )
     assert store.list_runs() == []
 

@@ -104,8 +104,8 @@ def test_a_run_checkpointing_a_model_whose_state_dict_and_load_state_dict_disagr
     one_line(
         r,
         2,
-        "error: model 'sdo.py:Net' could never load its checkpoints (--resume, export, "
-        f"model.weights run:ID): {SAID}",
+        f"error: model '{tmp_path}/sdo.py:Net' could never load its checkpoints (--resume, "
+        f"export, model.weights run:ID): {SAID}",
         f"({AGREE}, or train without checkpoints: run.checkpoint = false)",
     )
     assert store.list_runs() == []  # refused before anything was stored
@@ -136,7 +136,7 @@ def test_a_load_state_dict_that_raises_itself_is_told_as_the_models_own_error(
     assert r.code == 1, r.err
     assert r.err.splitlines() == [
         "error: the model raised RuntimeError: this model loads no state",
-        '  File "own.py", line 7, in load_state_dict',
+        f'  File "{tmp_path}/own.py", line 7, in load_state_dict',  # model.name is absolute
         '    raise RuntimeError("this model loads no state")',
         "(the whole traceback: dlperf --debug ...)",
     ]
@@ -160,7 +160,7 @@ def test_stored_weights_the_model_as_built_does_not_load_are_one_line_wherever_l
     one_line(
         r,
         2,
-        f"error: run 1's weights do not load into model file sdo.py:Net as built: {SAID}",
+        f"error: run 1's weights do not load into model file {file}:Net as built: {SAID}",
         f"({AGREE})",
     )
     no_files(out)

@@ -1,4 +1,5 @@
-"""The sixteenth break-it round (part A), a user's model file: a factory that runs its own model.
+"""The sixteenth break-it round (part A), a user's model file: a factory that runs its own model,
+and a model file named by a relative path.
 
 Cause 1. A factory that runs the model it builds on a real tensor (a self-check forward,
 torch.jit.trace) failed `analyze` and `predict` with "factory f.py:net failed: RuntimeError:
@@ -8,6 +9,12 @@ in [model] kwargs)", blaming arguments it does not have; `run` trains the same f
 that fails on the meta device is built again on real tensors, as a run builds it, and counted;
 a factory that fails there too keeps its one line, with the "give the argument a default" hint
 only for a missing argument.
+
+Cause 4. A relative model-file path was stored as typed: `model.name = "model.py:net"` run in
+d1 and in d2, two different networks, got the same stored config and config_hash, and
+`dlperf export 2` from d1 loaded d1's file ("run 2's checkpoint does not fit model file
+model.py:net as it is now"). A model file's path is made absolute against the current
+directory where the config is validated, and stored so.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from dlperf.config import DistillJob, load_job
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line
 
@@ -128,3 +137,75 @@ def test_a_factory_failing_on_real_tensors_too_is_one_line_without_the_default_h
         "positional argument: 'width' (give the argument a default, or its value in [model] "
         "kwargs)",
     )  # fmt: skip
+
+
+# --- Cause 4: a relative model-file path -------------------------------------------------------
+
+SMALL = """import torch.nn as nn
+def net(num_classes=10, in_channels=1):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))
+"""
+WIDE = """import torch.nn as nn
+def net(num_classes=10, in_channels=1):
+    wide = nn.Linear(in_channels * 64, 128)
+    return nn.Sequential(nn.Flatten(), wide, nn.ReLU(), nn.Linear(128, num_classes))
+"""
+EXP = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+lr = 0.05
+[run]
+threads = 1
+warmup_steps = 1
+"""
+
+
+def test_runs_of_two_files_with_one_relative_name_are_told_apart_and_exported_from_anywhere(
+    cli: Cli, store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: both runs stored model.name 'model.py:net' with one config_hash, and `export 2`
+    from d1 said "run 2's checkpoint does not fit model file model.py:net as it is now"."""
+    (tmp_path / "exp.toml").write_text(EXP)
+    for name, text in (("d1", SMALL), ("d2", WIDE)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.py").write_text(text)
+        monkeypatch.chdir(tmp_path / name)
+        result = cli("run", "../exp.toml", "--set", "model.name=model.py:net", "--json")
+        assert result.code == 0, result.err
+    one, two = sorted(store.list_runs(), key=lambda run: run.id)
+    assert one.config["model"]["name"] == f"{tmp_path / 'd1' / 'model.py'}:net"
+    assert two.config["model"]["name"] == f"{tmp_path / 'd2' / 'model.py'}:net"
+    assert one.config_hash != two.config_hash
+    assert two.name == "exp model.name=model.py:net"  # the run's label says it as typed
+
+    monkeypatch.chdir(tmp_path / "d1")
+    result = cli("export", str(two.id), "--out", "two.onnx", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["model"] == f"{tmp_path / 'd2' / 'model.py'}:net"
+
+
+def test_the_model_argument_and_a_relative_model_name_agree(
+    cli: Cli, db: str, tmp_path: Path
+) -> None:
+    """analyze's MODEL argument and --set model.name name the same file, typed the same way:
+    not refused as disagreeing now that model.name is stored absolute."""
+    (tmp_path / "f.py").write_text(FACTORIES)
+    doc = counted(cli, "f.py:plain", "--set", "model.name=f.py:plain")
+    assert doc["totals"]["macs"] == 640
+
+
+def test_a_relative_student_naming_the_experiments_model_file_is_that_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """distill trains the experiment's model (and its [model] kwargs) when --student names it:
+    both are resolved alike, so the comparison still holds."""
+    monkeypatch.chdir(tmp_path)
+    names = ["model.name=f.py:plain", "distill.student=f.py:plain"]
+    job = load_job(DistillJob, None, names)
+    assert job.distill.student == job.experiment.model.name == f"{tmp_path}/f.py:plain"

@@ -59,9 +59,9 @@ def test_a_model_on_the_meta_device_is_one_line_and_stores_nothing(
     # before: NotImplementedError from model.to(device), a 55-line traceback, exit 1
     assert result.code == 2, result.err
     assert result.err == (
-        "error: model 'meta.py:Net' has its parameters on the meta device: they hold no values "
-        "(materialise them in the factory, e.g. model.to_empty(device='cpu') and then "
-        "initialise them)\n"
+        f"error: model '{tmp_path}/meta.py:Net' has its parameters on the meta device: they "
+        "hold no values (materialise them in the factory, e.g. model.to_empty(device='cpu') "
+        "and then initialise them)\n"
     )
     assert _runs(cli) == []
 
@@ -147,7 +147,7 @@ def test_a_model_file_given_a_keyword_it_does_not_take_is_refused(
     # before: num_clases dropped without a word, trained with the defaults, exit 0
     assert result.code == 2, result.err
     assert result.err == (
-        "error: model 'base.py:Net' does not accept num_clases "
+        f"error: model '{tmp_path}/base.py:Net' does not accept num_clases "
         "(accepted: num_classes, in_channels)\n"
     )
     assert _runs(cli) == []

@@ -92,7 +92,7 @@ def guarded(call: Callable[[], object], fifo: Path) -> BaseException | None:
     ("line", "fifo", "expected"),
     [
         # models/registry.py: before "model file fifo.py not found"
-        ("run exp.toml --set model.name=fifo.py:build", "fifo.py", "model file fifo.py " + FIFO),
+        ("run exp.toml --set model.name=fifo.py:build", "fifo.py", "/fifo.py " + FIFO),  # absolute
         ("analyze fifo.py:build", "fifo.py", "model file fifo.py " + FIFO),
         # engine/pretrained.py: before "model.weights fifo.pt: no such file"
         ("run exp.toml --set model.weights=fifo.pt", "fifo.pt", "model.weights fifo.pt " + FIFO),

@@ -64,6 +64,7 @@ from dlperf.analytic.conventions import (
 )
 from dlperf.analytic.receptive import FieldTracker
 from dlperf.errors import UserError, raised_by_model
+from dlperf.parsing import is_file_spec
 from dlperf.precision import DTYPES, counted_as
 
 ROOT = "(model)"
@@ -380,12 +381,7 @@ def build_model(
     where that number comes from (`num_classes`, else the factory's own default, else 1000
     for torchvision's zoo) and the factory's arguments."""
     from dlperf.models import create_model
-    from dlperf.models.registry import (
-        build_from_factory,
-        is_file_spec,
-        load_factory,
-        registered_factory,
-    )
+    from dlperf.models.registry import build_from_factory, load_factory, registered_factory
 
     if is_file_spec(name):
         with _weights_on_meta():  # what the file builds as it is imported too

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from dlperf.config.base import Count, Rate, Section
 from dlperf.config.experiment import Job
+from dlperf.parsing import absolute_model_name
 
 
 class DistillConfig(Section):
@@ -37,6 +38,12 @@ class DistillConfig(Section):
     """Learning rate of the fine-tuning; None: train.lr."""
     score_batch: Count = 256
     """Images per forward pass when the teacher scores the unlabelled set."""
+
+    @field_validator("student")
+    @classmethod
+    def _file_absolute(cls, student: str | None) -> str | None:
+        # As model.name is resolved, so that a student naming the experiment's model file is it
+        return None if student is None else absolute_model_name(student)
 
 
 class DistillJob(Job):

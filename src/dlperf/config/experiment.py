@@ -41,7 +41,7 @@ from dlperf.config.base import (
     Size,
     Std,
 )
-from dlperf.parsing import has_control
+from dlperf.parsing import absolute_model_name, has_control
 
 
 class ModelConfig(Section):
@@ -62,6 +62,13 @@ class ModelConfig(Section):
     """new: a fresh head sized for the data's classes; keep: the weights' head too (the same
     classes, e.g. fine-tuning a `dlperf distill` student pre-trained on pseudo-labels)."""
 
+    @field_validator("name")
+    @classmethod
+    def _file_absolute(cls, name: str) -> str:
+        # Resolved here, against the directory the command runs in, so that the stored config
+        # (and its hash) names the file trained, wherever the run is exported or resumed from.
+        return absolute_model_name(name)
+
     @model_validator(mode="before")
     @classmethod
     def _transfer_default(cls, data: Any) -> Any:
@@ -77,7 +84,7 @@ def refused_model_keys(model: ModelConfig, name: str, honoured: tuple[str, ...])
     transfer); model.name is honoured when it is `name`, and any other key given away from
     its default is refused rather than dropped."""
     given = model.model_fields_set
-    if "name" in given and model.name != name:
+    if "name" in given and model.name != absolute_model_name(name):
         return f"model.name={model.name!r} disagrees with the model argument {name!r}"
     fields = ModelConfig.model_fields
     others = [

@@ -25,7 +25,14 @@ from dlperf.config.predict import PredictConfig
 from dlperf.config.scale import ScaleConfig
 from dlperf.config.serve import ServeConfig
 from dlperf.errors import UserError
-from dlperf.parsing import MAX_DEPTH, TOO_DEEP, depth, did_you_mean, stem_name
+from dlperf.parsing import (
+    MAX_DEPTH,
+    TOO_DEEP,
+    absolute_model_name,
+    depth,
+    did_you_mean,
+    stem_name,
+)
 
 
 class Commands(Section):
@@ -367,10 +374,12 @@ def _built(
 ) -> tuple[Experiment, Commands]:
     exp, commands = build_file(raw, where, options, context)
     if exp.run.name is None and path is not None:
-        # The file's name often names its model: say so when --set trains another one.
-        changed = exp.model.name != (file_model or ModelConfig.model_fields["name"].default)
+        # The file's name often names its model: say so when --set trains another one, in
+        # the words typed (model.name is stored with its file's path made absolute).
+        said = file_model or ModelConfig.model_fields["name"].default
+        changed = exp.model.name != (absolute_model_name(said) if isinstance(said, str) else said)
         stem = stem_name(Path(path))  # a file's name may hold anything
-        exp.run.name = stem + (f" model.name={exp.model.name}" if changed else "")
+        exp.run.name = stem + (f" model.name={raw['model']['name']}" if changed else "")
     return exp, commands
 
 

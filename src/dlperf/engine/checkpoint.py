@@ -24,8 +24,8 @@ import torch
 
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
-from dlperf.models.registry import is_file_spec
 from dlperf.models.transfer import load_state
+from dlperf.parsing import is_file_spec
 from dlperf.paths import atomic_write
 
 OWNER = "owner"

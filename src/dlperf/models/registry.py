@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from torch import nn
 
 from dlperf.errors import MODEL_CODE, USER_MODULE_PREFIX, UserError, raised_by_model
-from dlperf.parsing import did_you_mean
+from dlperf.parsing import did_you_mean, is_file_spec
 from dlperf.paths import not_regular
 
 Factory = Callable[..., nn.Module]
@@ -131,20 +131,6 @@ def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return kwargs
     return {k: v for k, v in kwargs.items() if k in params}
-
-
-def is_file_spec(name: str) -> bool:
-    """Whether `name` names a model file ("path/to/file.py:factory") rather than a registered
-    or torchvision model: a .py file, or a path, so that a notebook or a directory is refused
-    as the file it is. A path is one with a separator, or, before a colon (no model name has
-    one), one that exists or has a suffix (no model name has a dot: `nb.ipynb:Net` is a missing
-    file); a bare name is a model's even where a folder of that name exists."""
-    if name.endswith(".py") or ".py:" in name:
-        return True
-    path, colon, _ = name.rpartition(":")
-    path = path if colon else name
-    named = bool(colon) and (os.path.lexists(path) or bool(Path(path).suffix))
-    return "/" in path or os.sep in path or named
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:
