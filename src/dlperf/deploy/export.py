@@ -1,8 +1,9 @@
 """Export a registry model or a stored run to ONNX, check the file, and prove parity.
 
 Parity compares PyTorch eager and ONNX Runtime on the same inputs (a seeded random batch,
-and the run's test images when there is a run) element-wise, with NumPy's `allclose` rule
-|onnx - torch| <= atol + rtol * |torch|, and reports top-1 agreement beside it.
+and the run's test images when there is a run), each in the chunks of the graph's batch
+size, element-wise, with NumPy's `allclose` rule |onnx - torch| <= atol + rtol * |torch|, and
+reports top-1 agreement beside it.
 """
 
 from __future__ import annotations
@@ -186,11 +187,16 @@ def check_model(path: Path) -> None:
         raise UserError(f"{path} fails the ONNX checker: {_first_line(e)}") from None
 
 
+def exported_batch(session: Any) -> int | None:
+    """The batch size a graph was exported with; None where its batch is dynamic."""
+    size = session.get_inputs()[0].shape[0]
+    return size if isinstance(size, int) else None
+
+
 def run_onnx(session: Any, x: np.ndarray) -> np.ndarray:
     """Logits for a batch; a model exported with a fixed batch size gets it in chunks."""
     spec = session.get_inputs()[0]
-    fixed = spec.shape[0] if isinstance(spec.shape[0], int) else None
-    step = fixed or len(x)
+    step = exported_batch(session) or len(x)
     outs = [session.run(None, {spec.name: x[i : i + step]})[0] for i in range(0, len(x), step)]
     return np.concatenate(outs)
 
@@ -205,6 +211,12 @@ def check_scores(output: object, name: str) -> torch.Tensor:
             f"{returns} a {type(output).__name__}, not a tensor; an exported classifier "
             "returns one tensor of scores, shape [batch, classes]",
             "return the class scores alone",
+        )
+    if output.dim() == 0:  # no row per image: nothing for `dlperf infer` to rank
+        raise UserError(
+            f"{returns} a single number (shape []); an exported classifier returns one "
+            "tensor of scores, shape [batch, classes]",
+            "return the scores of each image, not their sum or mean",
         )
     if output.device.type != "cpu":
         raise UserError(
@@ -286,21 +298,26 @@ def _compared(
     """PyTorch's scores and ONNX Runtime's for the batch `x` of the input set `name`,
     compared (`compare`); `exported_at`: the example's batch where the batch is dynamic."""
     what = "random input" if name == "random" else name
-    at = f"at batch {len(x)} ({what})"
+    # PyTorch scores the chunks ONNX Runtime runs (image by image for a graph exported at
+    # batch 1): a model whose scores depend on the batch (BatchNorm without running statistics)
+    # is compared at the batch its graph answers at, not at one the graph never sees.
+    step = exported_batch(session) or len(x)
     try:
-        with torch.no_grad():  # a copy: a forward may change its input in place (x.add_(1))
-            output = model(x.clone())
+        with torch.no_grad():  # copies: a forward may change its input in place (x.add_(1))
+            outputs = [model(x[i : i + step].clone()) for i in range(0, len(x), step)]
     except Exception as e:
         if raised_by_model(e):  # the model's own: told with its frames, exit 1
             raise
         first = (str(e).strip().splitlines() or [""])[0]
-        raise CheckFailed(f"PyTorch fails {at}: {type(e).__name__}: {first}") from None
-    reference = check_scores(output, model_name).numpy()
+        raise CheckFailed(
+            f"PyTorch fails at batch {step} ({what}): {type(e).__name__}: {first}"
+        ) from None
+    reference = torch.cat([check_scores(output, model_name) for output in outputs]).numpy()
     try:
         candidate = run_onnx(session, x.numpy())
     except Exception as e:  # ORT's own Fail/RuntimeException: no file of this export
         raise CheckFailed(onnx_failure(e, len(x), what, exported_at)) from None
-    return compare(reference, candidate, rtol, atol, at)
+    return compare(reference, candidate, rtol, atol, f"at batch {len(x)} ({what})")
 
 
 def _torch_export(
