@@ -167,9 +167,17 @@ def busy_core() -> Iterator[int]:
     import subprocess
 
     cpu = min(os.sched_getaffinity(0))
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # Pinned before it starts, and yielded only once it spins: on a loaded host the Python
+    # start-up alone can outlast a short timed window (a study measured 1.6% wait, not > 25%).
+    spin = "import sys; print('spinning', flush=True)\nwhile True: pass"
+    hog = subprocess.Popen(
+        [sys.executable, "-c", spin],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
     try:
-        os.sched_setaffinity(hog.pid, {cpu})
+        assert hog.stdout is not None and hog.stdout.readline() == "spinning\n"
         yield cpu
     finally:
         hog.kill()

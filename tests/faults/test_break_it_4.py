@@ -132,7 +132,8 @@ def test_a_model_whose_own_scores_are_nan_says_so_before_the_run_is_stored(
     # before: exit 1, a failed run: "loss became nan at step 1 (epoch 1); try a lower train.lr"
     assert result.code == 2, result.err
     assert result.err == (
-        f"error: model 'nets.py:{net}' gives NaN or inf scores for finite images before any "
+        f"error: model '{tmp_path / 'nets.py'}:{net}' gives NaN or inf scores for finite images "
+        "before any "
         "training step: the model itself, not the learning rate (look at its forward and the "
         "initial values of its layers)\n"
     ), result.err
