@@ -51,6 +51,7 @@ _BAD_PATH = {
     errno.ENOTDIR,
     errno.ENAMETOOLONG,
     errno.ELOOP,
+    errno.EEXIST,  # a file where a directory is to be made (`--out FILE` of a directory)
 }
 
 
@@ -84,11 +85,14 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     return []
 
 
-def _limit_hint(number: int | None) -> str:
+def _os_hint(number: int | None) -> str:
     """What a write refused by one of the process's limits needs, the limit named (its
-    OSError says only "File too large" or "Too many open files"); "" for other errors."""
+    OSError says only "File too large" or "Too many open files"), or what a file in the way of
+    a directory needs ("File exists"); "" for other errors."""
     if number == errno.EFBIG:
         return " (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
+    if number == errno.EEXIST:
+        return " (a file is where a directory was to be made: move it, or give another --out)"
     if number == errno.EMFILE:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         return f" (ulimit -n {soft} is too low: raise it)"
@@ -218,7 +222,7 @@ def outcome() -> int:
         if state.debug:
             traceback.print_exc()
             return 1
-        said = f"{e.strerror or e}{_limit_hint(e.errno)}"
+        said = f"{e.strerror or e}{_os_hint(e.errno)}"
         if e.filename:
             say(one_line(f"error: cannot use {e.filename}: {said}"))
         else:  # dlperf names each file it writes (paths.writing): not knowing which, say so
