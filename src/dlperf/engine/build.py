@@ -29,6 +29,7 @@ from dlperf.engine.checks import (
     check_classifier,
     check_finite,
     check_reloadable,
+    check_target_measured,
     dry_backward,
     dry_forward,
     misfit,
@@ -76,6 +77,7 @@ def prepare_run(
         reporter.log(f"warning: {warning}")
     check_batch_fits(exp.train.batch_size, data)
     check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
+    check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
     check_classes(data)
     model = build_model(exp, data, device, reporter, fresh)
     if start is None:
@@ -119,6 +121,7 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
                     data, _ = load_run_data(exp, pretrained.resolve(exp.model, runs))
                 check_batch_fits(exp.train.batch_size, data)
                 check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
+                check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
                 check_profile_fits(exp, data)
                 check_classes(data)
                 pick_device(exp.run.device)  # a device this host lacks is refused here too

@@ -265,6 +265,21 @@ def check_batch_fits(batch_size: int, data: ImageData) -> None:
         )
 
 
+def check_target_measured(target: float | None, val_fraction: float, data: ImageData) -> None:
+    """A target accuracy is measured on the validation split each epoch: with none of its
+    images (data.val_fraction 0, or a share that rounds to no image) it could never be
+    reached, and the run would store "never reached" for a target it never measured."""
+    if target is None or len(data.val) > 0:
+        return
+    said = f"data.val_fraction = {val_fraction:g}"
+    if val_fraction > 0:
+        said += f" rounds to no image of {data.name}"
+    raise UserError(
+        f"target.accuracy is measured on the validation split, which is empty: {said}",
+        "raise data.val_fraction, or drop target.accuracy",
+    )
+
+
 def check_batch_trains(
     model: nn.Module,
     batch_size: int,
