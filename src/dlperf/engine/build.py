@@ -258,7 +258,7 @@ def build_model(
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device)
     except UserError as e:
-        raise misfit(model, data.shape, data.name, device) or e from None
+        raise misfit(model, data.shape, data.name, device, exp.data.image_size) or e from None
     scores = check_classifier(model, output, data.num_classes, name)
     check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)

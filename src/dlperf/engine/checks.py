@@ -72,7 +72,11 @@ LARGEST_TRIED = 512  # the largest side `misfit` tries a model at
 
 
 def misfit(
-    model: nn.Module, shape: Sequence[int], name: str, device: torch.device | None = None
+    model: nn.Module,
+    shape: Sequence[int],
+    name: str,
+    device: torch.device | None = None,
+    image_size: int | None = None,
 ) -> UserError | None:
     """Why `model` rejected images of `shape` (C, H, W) of the data set `name`, where it can
     be told rather than left to the model's own error (a kernel larger than the input, which
@@ -80,7 +84,8 @@ def misfit(
     channels-last (N, H, W, C) read as C = H and W = C: 1, 3 or 4 channels in the last place
     and more in the first. Images too small: the model takes square ones of a side up to
     LARGEST_TRIED, and the smallest is found by halving; each try on a copy of `model`, as a
-    lazy layer takes the size of the first forward that reaches it."""
+    lazy layer takes the size of the first forward that reaches it. `image_size`: the
+    data.image_size the images were resized to, which is then what is too small."""
     c, h, w = shape
     if w in (1, 3, 4) and c > 4:
         return UserError(
@@ -105,6 +110,12 @@ def misfit(
     while side - low > 1:
         middle = (low + side) // 2
         low, side = (low, middle) if takes(middle) else (middle, side)
+    if image_size is not None:
+        return UserError(
+            f"data.image_size = {image_size} is too small for the model: the smallest side it "
+            f"takes is {side}",
+            f"set data.image_size = {side} or more",
+        )
     return UserError(
         f"{name} images of {h}x{w} are too small for the model: the smallest it takes is "
         f"{side}x{side}",
