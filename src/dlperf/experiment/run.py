@@ -92,12 +92,12 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
         if refusal is not None:
             raise refusal
         exp = build_experiment(stored.config, f"run {run_id}")
-        path = checkpoint.run_checkpoint(
-            store,
-            run_id,
-            "to resume from",
-            "it stopped before its first epoch ended; start it again",
+        why = (
+            "it stopped before its first epoch ended; start it again"
+            if exp.run.checkpoint
+            else "it kept no checkpoint: run.checkpoint = false; run it again"
         )
+        path = checkpoint.run_checkpoint(store, run_id, "to resume from", why)
         # The stored hash, not exp's: the run keeps its identity even if the config's defaults
         # have changed since it started.
         owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
