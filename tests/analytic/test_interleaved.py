@@ -135,7 +135,8 @@ def test_fit_recovers_the_rates_from_one_rounds_times() -> None:
         start = clock()
         step()
         seconds[name] = clock() - start
-    device = fit(TRUTH.model_copy(update={"peak_tflops": {}}), probes, seconds)
+    device, unsolved = fit(TRUTH.model_copy(update={"peak_tflops": {}}), probes, seconds)
+    assert unsolved == []
     assert device.peak_tflops["fp32"] == pytest.approx(1.0)
     assert device.memory_bandwidth_gbs == pytest.approx(100)
     assert device.ppp_mem == pytest.approx(0.4, rel=0.01)

@@ -143,8 +143,10 @@ def test_calibrate_then_predict_measure_is_stored(
     # a positive PPP for every kind; not capped at 1: a kernel can outrun the square-matmul
     # peak (oneDNN's convolutions on this CPU), and on a busy host a kernel measured at
     # another moment than the peak can land either side of it (issue 16's drift)
+    # (a kind whose kernel ran faster than its other terms, on a busy host, is left out)
     kinds = device["ppp_by_kind"]
-    assert list(kinds) == list(KINDS) and kinds["other"] == 1.0
+    assert list(kinds) == [k for k in KINDS if k not in device["unsolved"]]
+    assert kinds["other"] == 1.0
     assert all(0 < v < math.inf for v in kinds.values())
     assert device["ppp_mem"] not in (0, 1.0)
     assert device["op_overhead_us"] > 0 and device["threads"] == usable_cores()

@@ -106,9 +106,11 @@ def host_device(device: torch.device, name: str | None, source: str) -> Device:
     )
 
 
-def fit(base: Device, probes: Probes, seconds: Mapping[str, float]) -> Device:
+def fit(base: Device, probes: Probes, seconds: Mapping[str, float]) -> tuple[Device, list[str]]:
     """`base` with the rates that `seconds` (probe name -> time, as Probes.steps() names
-    them) give: peaks and bandwidth directly, then each kernel's unknown in KERNELS order."""
+    them) give: peaks and bandwidth directly, then each kernel's unknown in KERNELS order;
+    and the unknowns left unset, whose kernel ran faster than the other terms alone
+    predict (as a busy host's rounds can make a tiny kernel look)."""
     peaks = {p: flops / seconds[f"matmul {p}"] / 1e12 for p, (flops, _) in probes.matmul.items()}
     clean = {"ppp": None, "ppp_by_kind": None, "ppp_mem": None, "op_overhead_us": None}
     device = base.model_copy(
@@ -118,9 +120,16 @@ def fit(base: Device, probes: Probes, seconds: Mapping[str, float]) -> Device:
             **clean,
         }
     )
+    missed = []
     for kernel, (analysis, _) in zip(KERNELS, probes.kernels, strict=True):
-        device = solve(kernel, device, seconds[kernel.unknown], analysis)
-    return device
+        solved = solve(kernel, device, seconds[kernel.unknown], analysis)
+        if solved is None:
+            missed.append(kernel.unknown)
+        device = solved or device
+    # Each solved kind's PPP was saved beside every other kind's current one (1 for those
+    # not solved): a missed kind's 1 is no measurement, and the device's `ppp` applies to it.
+    kinds = {k: v for k, v in (device.ppp_by_kind or {}).items() if k not in missed}
+    return device.model_copy(update={"ppp_by_kind": kinds or None}), missed
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,8 @@ class SameMoment:
     """How long the rounds' threads waited for a CPU (the warm-up left out)."""
     probe_times: dict[str, list[float]] = field(default_factory=dict)
     """Probe name (Probes.steps()) -> its seconds, one per round."""
+    unsolved: list[str] = field(default_factory=list)
+    """The KERNELS unknowns `device` leaves unset: fit() could not solve them."""
 
 
 def calibrate_and_measure(
@@ -169,7 +180,7 @@ def calibrate_and_measure(
     probe_times = {name: seconds["probe", name] for name in steps}
     times = {name: seconds["model", name] for name in models}
     fitted = [
-        fit(base, probes, {name: t[i] for name, t in probe_times.items()}) for i in range(rounds)
+        fit(base, probes, {name: t[i] for name, t in probe_times.items()})[0] for i in range(rounds)
     ]
     results = {}
     for name, (analysis, _) in models.items():
@@ -187,13 +198,18 @@ def calibrate_and_measure(
             "error_pct": statistics.median(r["error_pct"] for r in per_round),
         }
     medians = {name: statistics.median(t) for name, t in probe_times.items()}
-    return SameMoment(fit(base, probes, medians), fitted, results, waited, probe_times)
+    median_fit, unsolved = fit(base, probes, medians)
+    return SameMoment(median_fit, fitted, results, waited, probe_times, unsolved)
 
 
-def judged(window: Contention | None, series: Mapping[str, Sequence[float]]) -> Reliability:
-    """The mark of figures that are each a median of rounds: `window` contended, or a series
-    (name -> its value in each round) too spread to read; the note names the widest one and
-    lists the others."""
+def judged(
+    window: Contention | None,
+    series: Mapping[str, Sequence[float]],
+    unsolved: Sequence[str] = (),
+) -> Reliability:
+    """The mark of figures that are each a median of rounds: `window` contended, a series
+    (name -> its value in each round) too spread to read (the note names the widest one and
+    lists the others), or constants a calibration could not solve (`unsolved`)."""
 
     def spread(values: Sequence[float]) -> float:
         low, _, high = statistics.quantiles(values, n=4)
@@ -208,6 +224,11 @@ def judged(window: Contention | None, series: Mapping[str, Sequence[float]]) -> 
         notes.append(f"{wide[0]}: {judge(None, series[wide[0]]).note}")
     if wide[1:]:
         notes.append(f"also too spread: {', '.join(wide[1:])}")
+    if unsolved:
+        notes.append(
+            f"not solved: {', '.join(unsolved)} (its kernel ran faster than the other terms "
+            "alone predict: left out, the default applies)"
+        )
     shown = [note for note in notes if note]
     return Reliability(not shown, "; ".join(shown) or None)
 

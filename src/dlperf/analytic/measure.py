@@ -115,9 +115,10 @@ KERNELS = [
 """In the order they are solved: each one's prediction uses the unknowns before it."""
 
 
-def solve(kernel: Kernel, device: Device, measured_s: float, analysis: Analysis) -> Device:
+def solve(kernel: Kernel, device: Device, measured_s: float, analysis: Analysis) -> Device | None:
     """The device with `kernel.unknown` set so that the time model predicts `measured_s`
-    for the kernel; unchanged when the other terms alone already take longer."""
+    for the kernel; None when the other terms alone already take longer (nothing is left
+    for the unknown to explain: it cannot be measured from this time)."""
     from dlperf.analytic.paleo import predict
 
     neutral: dict[str, Any] = {"overhead": {"op_overhead_us": 0.0}, "ppp_mem": {"ppp_mem": 1.0}}
@@ -130,14 +131,14 @@ def solve(kernel: Kernel, device: Device, measured_s: float, analysis: Analysis)
     if kernel.unknown == "overhead":
         left = measured_s - t.compute_s - t.memory_s
         update = {"op_overhead_us": left / t.calls * 1e6}
-        return device.model_copy(update=update) if left > 0 else device
+        return device.model_copy(update=update) if left > 0 else None
     if kernel.unknown == "ppp_mem":
         left = measured_s - t.compute_s - t.overhead_s
-        return device.model_copy(update={"ppp_mem": t.memory_s / left}) if left > 0 else device
+        return device.model_copy(update={"ppp_mem": t.memory_s / left}) if left > 0 else None
     own = t.flops_by_kind[kernel.unknown] / device.peak_flops(analysis.precision)
     left = measured_s - (t.time_s - own)
     if left <= 0:
-        return device
+        return None
     return device.model_copy(update={"ppp_by_kind": {**kinds, kernel.unknown: own / left}})
 
 

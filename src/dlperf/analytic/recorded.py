@@ -113,8 +113,8 @@ def calibrate_recorded(
     """`calibrate` this machine's device (CUDA, then MPS, then CPU) with all its threads,
     saved as a device in the user catalog and recorded as a run (marked killed or failed if
     calibration stops). Returns the run id, the file, the device and the rounds' `marks`
-    (their CPU wait, and the mark of a contended window or too spread a probe), which the
-    run's summary carries too."""
+    (their CPU wait, and the mark of a contended window, too spread a probe or a constant
+    not solved, which `unsolved` lists), which the run's summary carries too."""
 
     check_writable(user_file(), make_parents=True)  # before minutes of measuring, not after
     load_catalog(user_file())  # the file it adds to (missing: made): bad entries refused now
@@ -132,7 +132,8 @@ def calibrate_recorded(
         # The spread is judged on the peaks the device is read by (matmuls, the copy): the
         # tiny kernels behind the per-call constants spread past 10% even on an idle host.
         peaks = {k: v for k, v in same.probe_times.items() if k.startswith("matmul") or k == "copy"}
-        marked = marks(same.contention, judged(same.contention, peaks))
+        marked = marks(same.contention, judged(same.contention, peaks, same.unsolved))
+        marked["unsolved"] = same.unsolved
         path = save_device(fitted)
         store.log_metrics(
             record.id,
