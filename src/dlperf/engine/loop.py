@@ -81,10 +81,12 @@ def fit(
     )
     if window:
         window.on_written = lambda path: sink.add_artifact("trace", path)
+    # The window closes a step's profiler range before the clock's bookkeeping, so that
+    # the last profiled step holds no start of timing and the trace's teardown is not timed.
     components: list[Component | None] = [
         tally,
-        clock,
         window,
+        clock,
         metrics,
         hooks,
         Bar(reporter, trainer, epochs, model, metrics),
@@ -277,6 +279,9 @@ class EpochClock(Component):
         self.steps += 1
         if self.steps == self.warmup_steps:
             self.timed_start, self.cpu_start = now(self.device), time.process_time()
+            # The first timed step's phases start here too, as an epoch's first step's do:
+            # not at the warm-up's last mark, before the components' work (a trace written).
+            self.timer.start()
             self.timer.recording = True
             self.contention.start()
         elif self.steps > self.warmup_steps:
