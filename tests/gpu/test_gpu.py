@@ -249,8 +249,9 @@ def test_calibrate_and_predict_measure_on_the_gpu(
     assert device["kind"] == "gpu" and torch.cuda.get_device_name() in device["description"]
     assert device["peak_tflops"]["fp32"] > 0 and device["memory_bandwidth_gbs"] > 0
     assert device["threads"] is None  # a GPU's rates do not depend on the host's threads
-    kinds = device["ppp_by_kind"]
-    assert list(kinds) == list(KINDS) and all(0 < v < math.inf for v in kinds.values())
+    kinds = device["ppp_by_kind"]  # a kind calibrate could not solve is left out, and named
+    assert list(kinds) == [k for k in KINDS if k not in device["unsolved"]]
+    assert all(0 < v < math.inf for v in kinds.values())
     assert store.get_run(device["run_id"]).system["device"] == "cuda:0"
 
     args = ["--device", "this-gpu", "--input", "3,32,32", "--batch", "64", "--reps", "3"]
