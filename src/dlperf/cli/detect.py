@@ -262,9 +262,10 @@ def evaluate(
 
     The detector's classes are matched to the set's by name, COCO's airplane, dining table,
     motorcycle, potted plant, couch and tv to VOC's aeroplane, diningtable, motorbike,
-    pottedplant, sofa and tvmonitor; a class the detector does not know scores AP 0. The
-    options from --model to --threads are short for keys as for finetune (--batch:
-    train.batch_size, the images of a forward pass; --threads: run.threads).
+    pottedplant, sofa and tvmonitor; a class the detector does not know scores AP 0 (none,
+    left out of mAP, when its objects are all difficult). The options from --model to
+    --threads are short for keys as for finetune (--batch: train.batch_size, the images of
+    a forward pass; --threads: run.threads).
 
     With --model ssd300_mobilenet_v1, --weights also takes qfgaohao/pytorch-ssd's mb1-ssd
     checkpoint (its VOC model: mobilenet-v1-ssd-mp-0_675.pth), its keys mapped onto the same
@@ -272,7 +273,7 @@ def evaluate(
 
     Example: dlperf detect eval shapes --weights shapes.pt --val-split val --threads 1
     """
-    from dlperf.detect.evaluate import evaluate_recorded
+    from dlperf.detect.evaluate import evaluate_recorded, unknown_warnings
 
     detect = {"model": model, "size": size, "val_split": val_split, "ap_method": ap_method}
     train, run = {"batch_size": batch}, {"threads": threads}
@@ -290,7 +291,7 @@ def evaluate(
         ["class", "detector's class", "AP"],
         [*rows, ["mAP", "", done["map"]]],
     )
-    console.tell([f"the detector has no class '{name}': its AP is 0" for name in done["unknown"]])
+    console.tell(unknown_warnings(done))
     console.out.print(
         f"run {done['run_id']}: AP ({done['ap_method']}) on {done['images']} {done['split']} "
         f"images in {done['eval_s']:.1f} s ({done['images_per_s']:.1f} images/s, "

@@ -5,8 +5,8 @@ The detector's classes are matched to the data set's by name. torchvision's COCO
 detectors (`--pretrained`) call six of VOC's twenty classes by other names (airplane,
 dining table, motorcycle, potted plant, couch, tv); `VOC_FROM_COCO` matches those, so that
 the pretrained model tested on VOC is scored on every VOC class. A class of the data set
-that the detector does not know finds none of its objects: AP 0, and it is named in the
-result's `unknown`.
+that the detector does not know finds none of its objects: AP 0 (none, and left out of mAP,
+when all its objects in the split are difficult), and it is named in the result's `unknown`.
 """
 
 from __future__ import annotations
@@ -125,6 +125,21 @@ def evaluate_recorded(
         "split": cfg.val_split,
         **record.summary,
     }
+
+
+def unknown_warnings(done: dict[str, Any]) -> list[str]:
+    """A line for each class of `done` (evaluate_recorded's result) the detector does not
+    know, saying what its AP is: 0, or none when VOC's rule gives NaN (the split has no
+    object of it that is not difficult) and mAP leaves it out."""
+    return [
+        f"the detector has no class '{name}': "
+        + (
+            "its objects here are all difficult, so it has no AP and is left out of mAP"
+            if math.isnan(done["ap"][name])
+            else "its AP is 0"
+        )
+        for name in done["unknown"]
+    ]
 
 
 def _listed(names: list[str], most: int = 6) -> str:
