@@ -18,7 +18,7 @@ from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
 from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput
 from dlperf.engine.train import train
-from dlperf.errors import model_exited
+from dlperf.errors import UserError, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
@@ -104,6 +104,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
         state = checkpoint.load(path, owner)
         prepared = prepare_run(exp, store, reporter, fresh=False)
         done = state["progress"]
+        _check_not_ahead(store, run_id, done["epoch"])
         check_profile_fits(exp, prepared.data, done["epoch"])
         # Checked (and loaded) before taking the run over, so that weights which no longer fit
         # the model's code leave the run lost; `train` loads them again with the optimizer's.
@@ -120,6 +121,21 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
             )
             ckpt = checkpoint.Slot(path, owner)
             return _execute(exp, store, record, ckpt, state, prepared, reporter)
+
+
+def _check_not_ahead(store: RunStore, run_id: int, trained: int) -> None:
+    """A checkpoint past the epochs this store holds for the run was written by another store
+    naming the same files: a byte copy (cp, runs repair) keeps the store id and so the run's
+    directory. Resumed from it, the run would finish without the epochs between (each epoch's
+    row is stored before its checkpoint is saved, so a run's own checkpoint is never ahead)."""
+    stored = store.last_step(run_id, checkpoint.EPOCH_ENDED) or 0
+    if trained > stored:
+        raise UserError(
+            f"run {run_id}'s checkpoint holds {trained} trained epochs, but this store has "
+            f"{stored} of them: another store that names the same files (a copy made by cp or "
+            "runs repair) resumed it",
+            "resume it in that store, or start it again here",
+        )
 
 
 def _execute(
