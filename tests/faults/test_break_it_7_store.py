@@ -81,6 +81,7 @@ def test_a_resume_whose_profile_window_no_longer_fits_leaves_the_run_killed(
     slot = checkpoint.Slot(where, checkpoint.Owner(store.id, run_id, digest))
     checkpoint.save(slot, {"model": weights, "progress": asdict(Progress(epoch=1, step=6))})
     store.add_artifact(run_id, "checkpoint", where)
+    store.log_metrics(run_id, [("epoch/train_loss", 1, 2.0)])  # stored before its checkpoint
     store.finish_run(run_id, "killed", error="interrupted")
     result = cli("run", "--resume", str(run_id))
     one_line(result, 2, WINDOW, "but this run trains 6 steps")
