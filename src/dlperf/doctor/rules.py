@@ -14,7 +14,9 @@ data set table and the stored transfer warnings.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import statistics
 from datetime import datetime
 from typing import Any
@@ -739,6 +741,22 @@ def lr_too_high(run: RunView) -> list[Issue]:
     ]
 
 
+def _checkpoint_gone(run: RunView) -> str | None:
+    """What became of the last checkpoint the run recorded, if `dlperf run --resume` could
+    no longer read it ("PATH is gone"); None while it is a regular file, or where none was
+    recorded. Looked at as engine.checkpoint.run_checkpoint does, which needs torch."""
+    paths = [a["path"] for a in run.stored.store.artifacts(run.run.id) if a["kind"] == "checkpoint"]
+    if not paths:
+        return None
+    try:
+        mode = os.stat(paths[-1]).st_mode  # through a link, as the resume opens it
+    except FileNotFoundError:
+        return f"{paths[-1]} is gone"
+    except OSError as e:
+        return f"{paths[-1]} cannot be read ({e.strerror})"
+    return None if stat.S_ISREG(mode) else f"{paths[-1]} is not a regular file"
+
+
 def unfinished(run: RunView) -> list[Issue]:
     """A run stopped before its last epoch (SIGTERM or Ctrl-C: killed; SIGKILL or a lost
     machine: lost): its figures are those of a partial run, which nothing else says."""
@@ -752,6 +770,8 @@ def unfinished(run: RunView) -> list[Issue]:
         fix = "run it again (it kept no checkpoint: run.checkpoint = false); a sweep reruns it"
     elif not done:
         fix = "run it again: it stopped before its first epoch's checkpoint"
+    elif gone := _checkpoint_gone(run):
+        fix = f"run it again: its checkpoint {gone}, so it cannot be resumed"
     else:
         fix = f"continue it from its last checkpoint: dlperf run --resume {run.run.id}"
     return [
