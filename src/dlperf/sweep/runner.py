@@ -411,6 +411,13 @@ def run_sweep(
     check_points(sweep, todo, store)
     out_dir = store.artifact_dir(sweep.points[0].exp.run.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)  # an unusable out_dir fails before the study
+    if study_id is None and not new:
+        # Looked for again: the checks take seconds (data loaded, every model run dry), and a
+        # sweep of this file started meanwhile may have made the study since; join it. Not
+        # made before the checks: a refused sweep stores nothing.
+        study_id = sweep_study(store, sweep, keys, free, None, False, NullReporter())
+        done = finished_runs(store, study_id, free)
+        todo = [p for p in todo if keys[p.index] not in done]
     if study_id is None:
         study_id = store.create_study(sweep.name, "sweep")
     directory = out_dir / f"study-{study_id}"
