@@ -16,7 +16,7 @@ from dlperf.config import Experiment, build_experiment
 from dlperf.engine import checkpoint
 from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
 from dlperf.engine.loop import Diverged
-from dlperf.engine.step import WrongOutput
+from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
@@ -105,6 +105,9 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
         prepared = prepare_run(exp, store, reporter, fresh=False)
         done = state["progress"]
         _check_not_ahead(store, run_id, done["epoch"])
+        _check_same_split(
+            run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size)
+        )
         check_profile_fits(exp, prepared.data, done["epoch"])
         # Checked (and loaded) before taking the run over, so that weights which no longer fit
         # the model's code leave the run lost; `train` loads them again with the optimizer's.
@@ -135,6 +138,20 @@ def _check_not_ahead(store: RunStore, run_id: int, trained: int) -> None:
             f"{stored} of them: another store that names the same files (a copy made by cp or "
             "runs repair) resumed it",
             "resume it in that store, or start it again here",
+        )
+
+
+def _check_same_split(run_id: int, done: dict[str, Any], per_epoch: int) -> None:
+    """A training split that gained or lost images since the run stopped (the same classes, or
+    the weights would not fit) would resume on other data, its step counts no longer adding up:
+    its steps an epoch, the checkpoint's against the data's now, tell (a change within one
+    batch's rounding does not show)."""
+    epochs, steps = done["epoch"], done["step"]
+    if epochs and steps != epochs * per_epoch:
+        raise UserError(
+            f"run {run_id} trained {steps} steps in {epochs} epoch(s), but its training split "
+            f"now gives {per_epoch} steps an epoch: the data changed since the run stopped",
+            "restore the data as it was, or start the run again",
         )
 
 
