@@ -239,13 +239,30 @@ def _describe(owner: dict[str, Any]) -> str:
     )
 
 
-def fit_weights(model: torch.nn.Module, weights: Mapping[str, Any], run_id: int, name: str) -> None:
-    """Load run `run_id`'s `weights` into `model`, built from model `name` as its code is now.
-    Code that changed since the run (a model file edited, a layer's width) is one line of bad
-    input naming the first parameters that differ; load_state_dict's own error is a traceback
-    listing every one. Weights with the keys and shapes of the model's state_dict() that its
-    load_state_dict() refuses are the model's two methods disagreeing: one line too."""
-    found = _mismatches(model.state_dict(), weights)
+def fit_weights(
+    model: torch.nn.Module,
+    weights: Mapping[str, Any],
+    run_id: int,
+    name: str,
+    classes: int | None = None,
+) -> None:
+    """Load run `run_id`'s `weights` into `model`, built from model `name` as its code is now
+    (its head for `classes`, the data's class count, where the caller knows it). Code that
+    changed since the run (a model file edited, a layer's width) is one line of bad input
+    naming the first parameters that differ; load_state_dict's own error is a traceback
+    listing every one. Where every difference is the class count, the data changed instead
+    (an image folder gained or lost a class), and the line says so. Weights with the keys
+    and shapes of the model's state_dict() that its load_state_dict() refuses are the
+    model's two methods disagreeing: one line too."""
+    expected = model.state_dict()
+    trained_on = _trained_classes(expected, weights, classes)
+    if trained_on is not None:
+        raise UserError(
+            f"run {run_id}'s checkpoint does not fit its data: the data now has {classes} "
+            f"classes, the run was trained on {trained_on}",
+            "restore the data the run was trained with, or train it again",
+        )
+    found = _mismatches(expected, weights)
     if is_file_spec(name):
         what, hint = f"model file {name}", "restore the file the run was trained with"
     else:
@@ -257,6 +274,33 @@ def fit_weights(model: torch.nn.Module, weights: Mapping[str, Any], run_id: int,
             f"{hint}, or train it again",
         )
     load_state(model, weights, f"run {run_id}'s weights do not load into {what} as built")
+
+
+def _trained_classes(
+    expected: Mapping[str, Any], weights: Mapping[str, Any], classes: int | None
+) -> int | None:
+    """The class count the `weights` were trained for, where they differ from the `expected`
+    state_dict (a model built for `classes`) only in that count: the same entries, and every
+    size that differs is `classes` in the model and one other count in the checkpoint (a
+    head's weight and bias, or a layer sized by the classes twice). None otherwise: a width
+    changed in the code is the model's change, even where the classes changed too."""
+    if classes is None or expected.keys() != weights.keys():
+        return None
+    trained: set[int] = set()
+    for key, value in expected.items():
+        given = weights[key]
+        if not isinstance(value, torch.Tensor) or not isinstance(given, torch.Tensor):
+            continue
+        if torch.nn.parameter.is_lazy(value) or given.shape == value.shape:
+            continue
+        if given.dim() != value.dim():
+            return None
+        for now, then in zip(value.shape, given.shape, strict=True):
+            if now != then:
+                if now != classes:
+                    return None
+                trained.add(then)
+    return trained.pop() if len(trained) == 1 else None
 
 
 def _mismatches(expected: Mapping[str, Any], weights: Mapping[str, Any]) -> list[str]:

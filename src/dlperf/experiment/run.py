@@ -105,13 +105,16 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
         prepared = prepare_run(exp, store, reporter, fresh=False)
         done = state["progress"]
         _check_not_ahead(store, run_id, done["epoch"])
+        # Checked (and loaded) before taking the run over, so that weights which no longer fit
+        # the model's code leave the run lost; `train` loads them again with the optimizer's.
+        # Before the split's check: a class gained or lost changes the split too, and the
+        # classes say more.
+        classes = prepared.data.num_classes
+        checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes)
         _check_same_split(
             run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size)
         )
         check_profile_fits(exp, prepared.data, done["epoch"])
-        # Checked (and loaded) before taking the run over, so that weights which no longer fit
-        # the model's code leave the run lost; `train` loads them again with the optimizer's.
-        checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name)
         # One process writes a run: of two resuming it at once, the other stops here.
         store.take_over(run_id)
         with store.recording(run_id) as record:
