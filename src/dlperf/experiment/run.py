@@ -6,11 +6,12 @@ is recorded, so bad input leaves nothing in the store.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from dlperf.config import Experiment, build_experiment
 from dlperf.engine import checkpoint
@@ -25,6 +26,9 @@ from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
 from dlperf.system import system_info
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 # A run seeds torch's process-wide generator (its weights, its dropout masks) and sets the
 # process's thread count: two at once in one process (dlperf.run from two threads) drew from
 # one interleaved stream and stored different results for one seeded config, so runs take
@@ -33,6 +37,18 @@ from dlperf.system import system_info
 _ONE_RUN = threading.RLock()
 
 
+def _taking_turns(run: Callable[P, R]) -> Callable[P, R]:
+    """`run`, holding _ONE_RUN from its checks to its summary."""
+
+    @functools.wraps(run)
+    def in_turn(*args: P.args, **kwargs: P.kwargs) -> R:
+        with _ONE_RUN:
+            return run(*args, **kwargs)
+
+    return in_turn
+
+
+@_taking_turns
 def run_experiment(
     exp: Experiment,
     store: RunStore,
@@ -43,30 +59,28 @@ def run_experiment(
     """Train a new run of `exp`. With `keep_weights`, a run without run.checkpoint still saves
     its final weights as its checkpoint (what exporting it needs, not resuming it): a
     sweep's points, of which the sweep keeps its winner's."""
-    with _ONE_RUN:
-        reporter = reporter or NullReporter()
-        prepared = prepare_run(exp, store, reporter)
-        check_profile_fits(exp, prepared.data)
-        digest = exp.config_hash()
-        final_only = keep_weights and not exp.run.checkpoint
-        if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
-            store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
-        with store.new_run(
-            name=exp.run.name or exp.model.name,
-            kind="run",
-            config=exp.to_dict(),
-            config_hash=digest,
-            system=system_info(prepared.device, prepared.threads)
-            | {"free_cores": prepared.free_cores},
-            study_id=study_id,
-        ) as record:
-            where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
-            owner = checkpoint.Owner(store.id, record.id, digest)
-            ckpt = checkpoint.Slot(where, owner, _record_once(store, record.id))
-            ran = _execute(exp, store, record, ckpt, None, prepared, reporter)
-            if final_only and ran.finished:  # saved after the clocks stopped
-                checkpoint.save(ckpt, {"model": prepared.model.state_dict()})
-            return ran
+    reporter = reporter or NullReporter()
+    prepared = prepare_run(exp, store, reporter)
+    check_profile_fits(exp, prepared.data)
+    digest = exp.config_hash()
+    final_only = keep_weights and not exp.run.checkpoint
+    if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
+        store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
+    with store.new_run(
+        name=exp.run.name or exp.model.name,
+        kind="run",
+        config=exp.to_dict(),
+        config_hash=digest,
+        system=system_info(prepared.device, prepared.threads) | {"free_cores": prepared.free_cores},
+        study_id=study_id,
+    ) as record:
+        where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
+        owner = checkpoint.Owner(store.id, record.id, digest)
+        ckpt = checkpoint.Slot(where, owner, _record_once(store, record.id))
+        ran = _execute(exp, store, record, ckpt, None, prepared, reporter)
+        if final_only and ran.finished:  # saved after the clocks stopped
+            checkpoint.save(ckpt, {"model": prepared.model.state_dict()})
+        return ran
 
 
 def _record_once(store: RunStore, run_id: int) -> Callable[[Path], None]:
@@ -83,50 +97,48 @@ def _record_once(store: RunStore, run_id: int) -> Callable[[Path], None]:
     return saved
 
 
+@_taking_turns
 def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -> RunResult:
     """Continue a stopped run from its last checkpoint, with its stored config."""
-    with _ONE_RUN:
-        reporter = reporter or NullReporter()
-        stored = store.get_run(run_id)
-        refusal = writer_refusal(stored)  # at once, before the data loads; again when taking over
-        if refusal is not None:
-            raise refusal
-        exp = build_experiment(stored.config, f"run {run_id}")
-        why = (
-            "it stopped before its first epoch ended; start it again"
-            if exp.run.checkpoint
-            else "it kept no checkpoint: run.checkpoint = false; run it again"
+    reporter = reporter or NullReporter()
+    stored = store.get_run(run_id)
+    refusal = writer_refusal(stored)  # at once, before the data loads; again when taking over
+    if refusal is not None:
+        raise refusal
+    exp = build_experiment(stored.config, f"run {run_id}")
+    why = (
+        "it stopped before its first epoch ended; start it again"
+        if exp.run.checkpoint
+        else "it kept no checkpoint: run.checkpoint = false; run it again"
+    )
+    path = checkpoint.run_checkpoint(store, run_id, "to resume from", why)
+    # The stored hash, not exp's: the run keeps its identity even if the config's defaults
+    # have changed since it started.
+    owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
+    state = checkpoint.load(path, owner)
+    prepared = prepare_run(exp, store, reporter, fresh=False)
+    done = state["progress"]
+    _check_not_ahead(store, run_id, done["epoch"])
+    # Checked (and loaded) before taking the run over, so that weights which no longer fit
+    # the model's code leave the run lost; `train` loads them again with the optimizer's.
+    # Before the split's check: a class gained or lost changes the split too, and the
+    # classes say more.
+    classes = prepared.data.num_classes
+    checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes)
+    _check_same_split(run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size))
+    check_profile_fits(exp, prepared.data, done["epoch"])
+    # One process writes a run: of two resuming it at once, the other stops here.
+    store.take_over(run_id)
+    with store.recording(run_id) as record:
+        # A killed run may have logged steps past its last checkpoint: drop them, so the
+        # resumed run's metrics continue without duplicates.
+        store.delete_metrics_after(
+            run_id,
+            [("train/", done["step"])]
+            + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/", "gpu/")],
         )
-        path = checkpoint.run_checkpoint(store, run_id, "to resume from", why)
-        # The stored hash, not exp's: the run keeps its identity even if the config's defaults
-        # have changed since it started.
-        owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
-        state = checkpoint.load(path, owner)
-        prepared = prepare_run(exp, store, reporter, fresh=False)
-        done = state["progress"]
-        _check_not_ahead(store, run_id, done["epoch"])
-        # Checked (and loaded) before taking the run over, so that weights which no longer fit
-        # the model's code leave the run lost; `train` loads them again with the optimizer's.
-        # Before the split's check: a class gained or lost changes the split too, and the
-        # classes say more.
-        classes = prepared.data.num_classes
-        checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes)
-        _check_same_split(
-            run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size)
-        )
-        check_profile_fits(exp, prepared.data, done["epoch"])
-        # One process writes a run: of two resuming it at once, the other stops here.
-        store.take_over(run_id)
-        with store.recording(run_id) as record:
-            # A killed run may have logged steps past its last checkpoint: drop them, so the
-            # resumed run's metrics continue without duplicates.
-            store.delete_metrics_after(
-                run_id,
-                [("train/", done["step"])]
-                + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/", "gpu/")],
-            )
-            ckpt = checkpoint.Slot(path, owner)
-            return _execute(exp, store, record, ckpt, state, prepared, reporter)
+        ckpt = checkpoint.Slot(path, owner)
+        return _execute(exp, store, record, ckpt, state, prepared, reporter)
 
 
 def _check_not_ahead(store: RunStore, run_id: int, trained: int) -> None:
