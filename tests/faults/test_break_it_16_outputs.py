@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from dlperf.store import RunStore
-from dlperf.store.runstore import STATUSES
+from dlperf.store.record import STATUSES
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import earlier_run, fill, mounted
 

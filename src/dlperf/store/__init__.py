@@ -12,10 +12,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dlperf.store.record import STATUSES
     from dlperf.store.runstore import (
         BUSY_TIMEOUT_S,
         DEFAULT_DB,
-        STATUSES,
         Deleted,
         Recording,
         RunStore,

@@ -20,6 +20,7 @@ from dlperf.formatting import fmt
 from dlperf.parsing import did_you_mean, flatten
 from dlperf.procs import proc_stat, process_alive
 from dlperf.store.record import LOST
+from dlperf.store.record import STATUSES as STORED
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -41,9 +42,8 @@ SUMMARY_KEYS = (
 )
 # The run's own fields that --where reads (besides summary keys, config keys and tag.NAME).
 RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
-# The statuses a run reads as: runstore.STATUSES (not imported: runstore brings SQLAlchemy,
-# which a listing does without) and `lost`.
-STATUSES = ("running", "finished", "failed", "killed", LOST)
+# The statuses a run reads as: those it is stored as, and `lost`.
+STATUSES = (*STORED, LOST)
 MIB = 2**20
 
 

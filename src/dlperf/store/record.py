@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from dlperf.records import RunSummary
 
 RUNNING, LOST = "running", "lost"  # `lost` is shown, never stored
+# What a run may be stored as (the store's check; SQLAlchemy-free, so listings read it too).
+STATUSES = (RUNNING, "finished", "failed", "killed")
 
 
 @dataclass(frozen=True)

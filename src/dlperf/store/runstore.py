@@ -67,7 +67,7 @@ from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
 from dlperf.parsing import finite_json
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
-from dlperf.store.record import RUNNING, RunRecord
+from dlperf.store.record import RUNNING, STATUSES, RunRecord
 from dlperf.store.schema import (
     DELETED_MAX,
     HOME,
@@ -81,7 +81,6 @@ from dlperf.store.schema import (
 )
 
 DEFAULT_DB = "dlperf.db"
-STATUSES = ("running", "finished", "failed", "killed")
 # SQLite's primary result codes (the low byte of an extended code).
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a full disk
