@@ -88,6 +88,8 @@ NEARLY_FULL = 1 << 20  # bytes free under which a disk I/O error is taken for a 
 # error to be taken for that limit: SQLite's largest writes are a page (at most 64 KiB, and its
 # frame header in the -wal) and a 32 KiB region of the -shm.
 SIZE_LIMIT_NEAR = 128 << 10
+# The files SQLite keeps beside a store in WAL mode, named by these suffixes to the store's.
+WAL_FILES = ("-wal", "-shm")
 PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
 # PostgreSQL's states of a server gone: class 08 (connection exception), shut down by an
 # administrator or a crash, starting or stopping ("the database system is shutting down").
@@ -327,7 +329,7 @@ def _room_beside(where: Path, name: str) -> None:
     except OSError:
         return  # no limit known: SQLite's own error stands
     new = not where.exists() or where.stat().st_size == 0
-    suffixes = ("-journal", "-wal", "-shm") if new else ("-wal", "-shm")
+    suffixes = ("-journal", *WAL_FILES) if new else WAL_FILES
     room = most - max(len(suffix) for suffix in suffixes)
     length = len(os.fsencode(where.name))
     if most > 0 and length > room:
@@ -410,7 +412,7 @@ def _on_read_only_media(where: Path) -> bool:
     locks and reads no -wal, so only where neither -wal nor -shm is there (no process has
     the store open, nothing waits in a -wal); writes another process makes while it is read
     are then not seen."""
-    beside = [where.with_name(where.name + end) for end in ("-wal", "-shm")]
+    beside = [where.with_name(where.name + end) for end in WAL_FILES]
     return not any(p.exists() for p in beside) and not os.access(where.parent, os.W_OK)
 
 
@@ -512,7 +514,7 @@ def _size_limited(path: Path) -> bool:
     if limit == resource.RLIM_INFINITY:
         return False
     sizes = [0]
-    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+    for file in [path.with_name(path.name + end) for end in ("", *WAL_FILES)]:
         with contextlib.suppress(OSError):
             sizes.append(file.stat().st_size)
     return max(sizes) + SIZE_LIMIT_NEAR > limit
@@ -1573,7 +1575,7 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
             f"{integrity.shown(target)} exists", "repair writes a new store: give a new file name"
         )
     staged = os.path.join(os.path.dirname(target), REPAIRING.format(os.path.basename(target)))
-    leftovers = [Path(staged + suffix) for suffix in ("", "-wal", "-shm")]
+    leftovers = [Path(staged + suffix) for suffix in ("", *WAL_FILES)]
     for leftover in leftovers:  # of a repair killed before it ended
         leftover.unlink(missing_ok=True)
     new: RunStore | None = None
