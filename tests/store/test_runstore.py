@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -184,3 +186,27 @@ def test_repair_writes_the_copy_under_its_name_and_leaves_nothing_else(
     assert done.runs == 1 and done.store_id == fresh.id
     assert [p.name for p in out.parent.iterdir()] == ["new.db"]  # no .new.db.repairing
     assert RunStore.open(str(out)).get_run(run_id).config == {"a": 1}
+
+
+def test_stores_opened_in_a_loop_share_one_exit_handler_that_still_empties_the_wal(
+    tmp_path: Path,
+) -> None:
+    """Before, every open registered its own atexit handler: a notebook opening stores in a
+    loop held one closure per open, all run at exit (round 18)."""
+    code = (
+        "import atexit, sys\n"
+        "from dlperf.store import RunStore\n"
+        "RunStore.open(sys.argv[1]).create_study('s', 'sweep')\n"
+        "n = atexit._ncallbacks()\n"
+        "stores = [RunStore.open(sys.argv[1]) for _ in range(20)]\n"
+        "print(atexit._ncallbacks() - n)\n"
+    )
+    path = tmp_path / "s.db"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "0"
+    wal = path.with_name(path.name + "-wal")  # checkpointed into the file at exit
+    assert not wal.exists() or wal.stat().st_size == 0
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("select count(*) from studies").fetchone() == (1,)

@@ -565,29 +565,38 @@ def _schema_checked(engine: Engine, name: str) -> None:
     )
 
 
+# Every open store's engine, with the pid that opened it: one exit handler walks them, so a
+# notebook opening stores in a loop does not pile up a handler per open.
+_OPEN: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+
+
 def _close_at_exit(engine: Engine) -> None:
     """Close the store's connections when the process ends: the last connection to close
     checkpoints the WAL into the file and removes it. Left open, a command's writes stay in
     `<store>-wal` after it exits, and a copy of the store file alone (cp, a backup) holds none
     of them. Not in a forked child: a connection must not be used across a fork."""
-    ref, pid = weakref.ref(engine), os.getpid()
+    _OPEN[engine] = os.getpid()
 
-    def close() -> None:
-        alive = ref()
-        if alive is None or os.getpid() != pid:
-            return
-        path = integrity.store_file(alive)
-        if path is None or not path.is_file():  # deleted (or a repair's, removed): not again
-            alive.dispose()
-            return
-        # The file gone or unwritable: nothing to keep.
-        with contextlib.suppress(Exception), alive.connect() as conn:
-            # No wait: a writer of another process keeps the WAL, and checkpoints it.
-            conn.exec_driver_sql("PRAGMA busy_timeout=0")
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        alive.dispose()
 
-    atexit.register(close)
+@atexit.register
+def _close_open() -> None:
+    for engine, pid in list(_OPEN.items()):
+        if os.getpid() == pid:
+            _close(engine)
+    _OPEN.clear()
+
+
+def _close(engine: Engine) -> None:
+    path = integrity.store_file(engine)
+    if path is None or not path.is_file():  # deleted (or a repair's, removed): not again
+        engine.dispose()
+        return
+    # The file gone or unwritable: nothing to keep.
+    with contextlib.suppress(Exception), engine.connect() as conn:
+        # No wait: a writer of another process keeps the WAL, and checkpoints it.
+        conn.exec_driver_sql("PRAGMA busy_timeout=0")
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    engine.dispose()
 
 
 @dataclass(frozen=True)
