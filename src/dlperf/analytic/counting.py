@@ -1003,6 +1003,18 @@ def _on_cpu(model: nn.Module) -> None:
             reset()
 
 
+@contextlib.contextmanager
+def _callers_modes_off() -> Iterator[None]:
+    """Gradients on and inference mode off, whatever the caller's (torch.no_grad(),
+    torch.inference_mode(), torch.set_grad_enabled(False) around dlperf.analyze), for a count
+    and the build it counts: in them a training step counted no backward, inference mode's
+    dispatch skipped the decompositions that are counted (every convolution unsupported, no
+    MACs), and a model built in it holds inference tensors. Both modes are thread-local."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
+@_callers_modes_off()
 def analyze_module(
     model: nn.Module,
     input_shape: Sequence[int],
@@ -1025,6 +1037,11 @@ def analyze_module(
     dtype = DTYPES[precision]
     kept = kept_as_built(model, precision)
     model = to_precision(model, precision, "meta")
+    # A model copied or built in the caller's inference mode holds inference tensors, which
+    # autograd refuses to save for the backward; plain copies of them count the same.
+    model._apply(  # type: ignore[no-untyped-call]
+        lambda t: t.clone() if not is_lazy(t) and t.is_inference() else t
+    )
     x = torch.empty(batch, *input_shape, device="meta", dtype=dtype)
     counted = Analysis(
         model=name, input=list(input_shape), batch=batch, train=train, precision=precision,
@@ -1145,6 +1162,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
     )
 
 
+@_callers_modes_off()  # the model's build too
 def analyze(
     name: str,
     input_shape: Sequence[int] | None = None,

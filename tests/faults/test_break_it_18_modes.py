@@ -1,0 +1,79 @@
+"""Break-it round 18, task I1: dlperf called from a process whose torch modes the caller set.
+
+`dlperf.analyze` counted with the caller's grad and inference mode (a training step inside
+torch.no_grad() had no backward FLOPs; inside torch.inference_mode() every convolution was
+unsupported and the MACs 0). Counting now runs with gradients on and inference mode off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import dlperf
+
+
+@contextlib.contextmanager
+def grad_disabled() -> Iterator[None]:
+    """torch.set_grad_enabled(False) for the process's thread, put back after."""
+    before = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(before)
+
+
+CALLERS_MODES: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
+    "no_grad": torch.no_grad,
+    "inference_mode": torch.inference_mode,
+    "set_grad_enabled(False)": grad_disabled,
+}
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.bn(self.conv(x)).mean((2, 3)))
+
+
+def _counts(model: str | nn.Module, train: bool) -> dict[str, Any]:
+    a = dlperf.analyze(model, (3, 32, 32), batch=2, train=train)
+    return {"totals": a.totals, "unsupported": a.unsupported_ops}
+
+
+@pytest.mark.parametrize("mode", list(CALLERS_MODES))
+@pytest.mark.parametrize("train", [False, True], ids=["forward", "train"])
+def test_analyze_by_name_counts_the_same_inside_the_callers_grad_modes(
+    mode: str, train: bool
+) -> None:
+    alone = _counts("resnet20", train)
+    with CALLERS_MODES[mode]():
+        inside = _counts("resnet20", train)
+    assert inside == alone
+    assert alone["totals"]["macs"] > 0 and alone["unsupported"] == {}
+    if train:
+        assert alone["totals"]["backward_flops"] > 0
+
+
+@pytest.mark.parametrize("mode", list(CALLERS_MODES))
+@pytest.mark.parametrize("train", [False, True], ids=["forward", "train"])
+def test_analyze_of_a_users_module_counts_the_same_inside_the_callers_grad_modes(
+    mode: str, train: bool
+) -> None:
+    alone = _counts(Tiny(), train)
+    with CALLERS_MODES[mode]():
+        built_inside = Tiny()  # a module built in the mode holds inference tensors there
+        inside = _counts(built_inside, train)
+    assert inside == alone
+    assert alone["totals"]["macs"] > 0
