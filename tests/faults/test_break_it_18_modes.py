@@ -2,13 +2,17 @@
 
 `dlperf.analyze` counted with the caller's grad and inference mode (a training step inside
 torch.no_grad() had no backward FLOPs; inside torch.inference_mode() every convolution was
-unsupported and the MACs 0). Counting now runs with gradients on and inference mode off.
+unsupported and the MACs 0); the caller's torch.set_default_dtype(torch.float64) trained a run
+stored as fp32 in float64 and failed analyze with a message blaming the model. Counting now
+runs with gradients on and inference mode off; a default dtype other than float32 is refused
+in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +20,14 @@ import torch
 from torch import nn
 
 import dlperf
+from dlperf.errors import UserError
+
+EXPERIMENT: dict[str, Any] = {
+    "model": {"name": "smallcnn"},
+    "data": {"name": "digits", "limit": 256},
+    "train": {"epochs": 1, "batch_size": 64},
+    "run": {"threads": 1, "checkpoint": False},
+}
 
 
 @contextlib.contextmanager
@@ -27,6 +39,16 @@ def grad_disabled() -> Iterator[None]:
         yield
     finally:
         torch.set_grad_enabled(before)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 CALLERS_MODES: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
@@ -77,3 +99,22 @@ def test_analyze_of_a_users_module_counts_the_same_inside_the_callers_grad_modes
         inside = _counts(built_inside, train)
     assert inside == alone
     assert alone["totals"]["macs"] > 0
+
+
+def test_analyze_by_name_refuses_a_float64_default_dtype_naming_it() -> None:
+    with default_dtype(torch.float64), pytest.raises(UserError) as caught:
+        dlperf.analyze("resnet20", (3, 32, 32))
+    said = str(caught.value)
+    assert "\n" not in said
+    assert "torch.set_default_dtype(torch.float32)" in said and "torch.float64" in said
+    assert "mat1" not in said
+
+
+def test_run_refuses_a_float64_default_dtype_and_stores_nothing(tmp_path: Path) -> None:
+    store = dlperf.Store(tmp_path / "runs.db")
+    with default_dtype(torch.float64), pytest.raises(UserError) as caught:
+        dlperf.run(EXPERIMENT, store=store)
+    said = str(caught.value)
+    assert "\n" not in said
+    assert "torch.set_default_dtype(torch.float32)" in said and "torch.float64" in said
+    assert store.runs() == []

@@ -65,7 +65,7 @@ from dlperf.analytic.conventions import (
 from dlperf.analytic.receptive import FieldTracker
 from dlperf.errors import UserError, raised_by_model
 from dlperf.parsing import is_file_spec
-from dlperf.precision import DTYPES, counted_as
+from dlperf.precision import DTYPES, check_default_dtype, counted_as
 
 ROOT = "(model)"
 """Row name of work done in the top-level module's own forward."""
@@ -1186,6 +1186,7 @@ def analyze(
     from dlperf.models.registry import check_automatic, without_automatic
 
     check_options(batch, train, precision, activations, macs_convention)
+    check_default_dtype()  # the model is built in it
     kwargs = model_kwargs or {}
     given = kwargs.get("num_classes")
     # No data to size the head from: model.kwargs.num_classes is the number, unless

@@ -21,6 +21,7 @@ from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
+from dlperf.precision import check_default_dtype
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
@@ -38,10 +39,12 @@ _ONE_RUN = threading.RLock()
 
 
 def _taking_turns(run: Callable[P, R]) -> Callable[P, R]:
-    """`run`, holding _ONE_RUN from its checks to its summary."""
+    """`run`, holding _ONE_RUN from its checks to its summary; refused before them under a
+    default dtype the caller changed (`check_default_dtype`)."""
 
     @functools.wraps(run)
     def in_turn(*args: P.args, **kwargs: P.kwargs) -> R:
+        check_default_dtype()
         with _ONE_RUN:
             return run(*args, **kwargs)
 
