@@ -3,9 +3,10 @@
 `dlperf.analyze` counted with the caller's grad and inference mode (a training step inside
 torch.no_grad() had no backward FLOPs; inside torch.inference_mode() every convolution was
 unsupported and the MACs 0); the caller's torch.set_default_dtype(torch.float64) trained a run
-stored as fp32 in float64 and failed analyze with a message blaming the model. Counting now
-runs with gradients on and inference mode off; a default dtype other than float32 is refused
-in one line.
+stored as fp32 in float64 and failed analyze with a message blaming the model; the caller's
+torch.autocast reached a run's backward, optimizer step and dry checks. Counting now runs with
+gradients on and inference mode off, a default dtype other than float32 is refused in one line,
+and a run runs with autocast off but for its own precision's.
 """
 
 from __future__ import annotations
@@ -118,3 +119,19 @@ def test_run_refuses_a_float64_default_dtype_and_stores_nothing(tmp_path: Path) 
     assert "\n" not in said
     assert "torch.set_default_dtype(torch.float32)" in said and "torch.float64" in said
     assert store.runs() == []
+
+
+def _trained(store: dlperf.Store) -> tuple[Any, ...]:
+    result = dlperf.run(EXPERIMENT, store=store)
+    assert result.summary is not None, result.error
+    losses = store.metrics(result.run_id, "train/loss")
+    return result.status, losses, result.summary.test_loss, result.summary.test_accuracy
+
+
+def test_a_run_inside_the_callers_autocast_trains_as_one_outside_it(tmp_path: Path) -> None:
+    store = dlperf.Store(tmp_path / "runs.db")
+    alone = _trained(store)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = _trained(store)
+    assert inside == alone
+    assert alone[0] == "finished"

@@ -6,12 +6,15 @@ is recorded, so bad input leaves nothing in the store.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
+
+import torch
 
 from dlperf.config import Experiment, build_experiment
 from dlperf.engine import checkpoint
@@ -39,16 +42,28 @@ _ONE_RUN = threading.RLock()
 
 
 def _taking_turns(run: Callable[P, R]) -> Callable[P, R]:
-    """`run`, holding _ONE_RUN from its checks to its summary; refused before them under a
-    default dtype the caller changed (`check_default_dtype`)."""
+    """`run`, holding _ONE_RUN from its checks to its summary, outside the caller's autocast;
+    refused before them under a default dtype the caller changed (`check_default_dtype`)."""
 
     @functools.wraps(run)
     def in_turn(*args: P.args, **kwargs: P.kwargs) -> R:
         check_default_dtype()
-        with _ONE_RUN:
+        with _ONE_RUN, _callers_autocast_off():
             return run(*args, **kwargs)
 
     return in_turn
+
+
+@contextlib.contextmanager
+def _callers_autocast_off() -> Iterator[None]:
+    """Autocast off on every device a run may train on: dlperf.run inside the caller's
+    torch.autocast ran its dry checks, backward and optimizer step under it while storing its
+    own run.precision, which alone turns autocast on (TrainStep). Autocast is thread-local."""
+    here = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    with contextlib.ExitStack() as stack:
+        for kind in ["cpu", *(kind for kind, available in here.items() if available)]:
+            stack.enter_context(torch.autocast(kind, enabled=False))
+        yield
 
 
 @_taking_turns
