@@ -73,6 +73,30 @@ def _run_id(run_id: Any) -> int:
     return int(run_id)
 
 
+def _run_ids(given: Any) -> list[int]:
+    """Run ids, a list (any iterable) of whole numbers. Text is refused, not walked one
+    character at a time: "1,2" failed as a TypeError, b"12" read as runs 49 and 50."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise UserError(
+            f"run ids are a list of whole numbers, got {type(given).__name__} "
+            f"{reprlib.repr(given)}",
+            "e.g. [1, 2]",
+        )
+    return [_run_id(run_id) for run_id in given]
+
+
+def _optional_whole(value: Any, what: str) -> int | None:
+    """None, or `value` as an int: a UserError naming `what` for anything else (a bool too),
+    which the store's queries failed on as a TypeError ("2" < 1) or took as 1 (True)."""
+    if value is None:
+        return None
+    if not _whole(value):
+        raise UserError(
+            f"{what} is a whole number, got {type(value).__name__} {reprlib.repr(value)}"
+        )
+    return int(value)
+
+
 def _strings(given: Any, what: str, example: str) -> list[str]:
     """`given`, a list (any iterable) of command-line strings such as --set's or --where's, as
     a list; a UserError naming `what` for anything else. A str alone is refused, not walked
@@ -622,14 +646,24 @@ class Store:
 
         given = () if where is None else where
         filters = _strings(given, "where is a list of --where filters", "['train.lr=0.1']")
-        return list_runs(lambda: self._store, kind=kind, study=study, where=filters, limit=limit)
+        if kind is not None and not isinstance(kind, str):
+            raise UserError(
+                f"kind is text such as 'run', got {type(kind).__name__} {reprlib.repr(kind)}"
+            )
+        return list_runs(
+            lambda: self._store,
+            kind=kind,
+            study=_optional_whole(study, "study"),
+            where=filters,
+            limit=_optional_whole(limit, "limit"),
+        )
 
     def compare(self, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
         """What `dlperf runs compare` shows: the config keys that differ, each result, tag and
         status per run, with the change from the first run (`.rows()`, `.to_dict()`)."""
         from dlperf.store.query import compare
 
-        return compare(self._store, run_ids, study)
+        return compare(self._store, _run_ids(run_ids), _optional_whole(study, "study"))
 
     def run(self, run_id: int) -> RunRecord:
         """One stored run, its status as it stands."""
