@@ -123,7 +123,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
         )
     if view.epochs:
         headers, rows = view.per_epoch()
-        console.print_table("per epoch", ["epoch", *headers], rows)
+        console.print_table(f"per {view.axis}", [view.axis, *headers], rows)
 
 
 # --- runs compare ---------------------------------------------------------------------------

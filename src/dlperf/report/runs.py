@@ -26,6 +26,7 @@ from dlperf.parsing import did_you_mean, flatten
 from dlperf.report import tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
+from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
 from dlperf.store.runstore import garbled_metrics
 from dlperf.store.schema import Metric
@@ -195,18 +196,6 @@ def rows_of(
         for k in keys
     }
     return rows, origin
-
-
-# The sections of an experiment, every one of which a dlperf run's config holds.
-EXPERIMENT_SECTIONS = ("model", "data", "train", "run")
-
-
-def tracked(run: RunRecord) -> bool:
-    """Whether `dlperf.track` recorded the run: a run of kind "run" whose config is the
-    user's, not an experiment's. Its keys, val/* too, are at the steps the user gave."""
-    config = run.config if isinstance(run.config, dict) else {}
-    sections = all(isinstance(config.get(s), dict) for s in EXPERIMENT_SECTIONS)
-    return run.kind == "run" and not sections
 
 
 def _x_values(

@@ -99,6 +99,18 @@ def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
     return rows
 
 
+# The sections of an experiment, every one of which a dlperf run's config holds.
+EXPERIMENT_SECTIONS = ("model", "data", "train", "run")
+
+
+def tracked(run: RunRecord) -> bool:
+    """Whether `dlperf.track` recorded the run: a run of kind "run" whose config is the
+    user's, not an experiment's. Its keys, val/* too, are at the steps the user gave."""
+    config = run.config if isinstance(run.config, dict) else {}
+    sections = all(isinstance(config.get(s), dict) for s in EXPERIMENT_SECTIONS)
+    return run.kind == "run" and not sections
+
+
 # Per-epoch table: column header -> metric key, in reading order (a clock by what it counts).
 EPOCH_COLUMNS = {
     "train loss": "epoch/train_loss",
@@ -115,14 +127,21 @@ EPOCH_COLUMNS = {
 @dataclass
 class RunView:
     """A run as `runs show` shows it: the run as it stands, its per-epoch metrics and its
-    artifacts, each marked whether its file exists."""
+    artifacts, each marked whether its file exists. A tracked run's metrics are at the steps
+    it logged them, not at epochs (see `tracked`)."""
 
     run: RunRecord
     epochs: dict[str, list[tuple[int, float]]]  # per-epoch metric key -> (epoch, value)
     artifacts: list[dict[str, Any]]
 
+    @property
+    def axis(self) -> str:
+        """What the metrics' stored steps count: "step" for a tracked run, else "epoch"."""
+        return "step" if tracked(self.run) else "epoch"
+
     def per_epoch(self) -> tuple[list[str], list[list[Any]]]:
-        """The per-epoch table: the headers of the metrics the run has, one row per epoch."""
+        """The per-epoch table: the headers of the metrics the run has, one row per epoch
+        (per `axis`)."""
         shown = {h: k for h, k in EPOCH_COLUMNS.items() if k in self.epochs}
         by_epoch: dict[int, dict[str, float]] = {}
         for key, pairs in self.epochs.items():
@@ -132,9 +151,11 @@ class RunView:
         return list(shown), rows
 
     def to_dict(self) -> dict[str, Any]:
-        """What `runs show --json` prints."""
+        """What `runs show --json` prints; for a tracked run, also each key's steps."""
         epochs = {k: [v for _, v in pairs] for k, pairs in self.epochs.items()}
-        return {**self.run.to_dict(), "epochs": epochs, "artifacts": self.artifacts}
+        steps = {k: [s for s, _ in pairs] for k, pairs in self.epochs.items()}
+        at = {"steps": steps} if self.axis == "step" else {}
+        return {**self.run.to_dict(), "epochs": epochs, **at, "artifacts": self.artifacts}
 
 
 def show(store: RunStore, run_id: int) -> RunView:
