@@ -776,12 +776,16 @@ def fit_curve(
     (accuracy is fitted as 1 − accuracy; accuracy and error lie in [0, 1])."""
     import numpy as np
 
-    from dlperf.converge.curve import PARAMS, Curve
+    from dlperf.converge.curve import PARAMS, Curve, check_number
     from dlperf.converge.fitting import fit_one
     from dlperf.converge.options import CurveOptions
 
-    if form not in PARAMS:
+    if not isinstance(form, str) or form not in PARAMS:  # a list was unhashable: TypeError
         raise UserError(f"unknown curve form {form!r}", f"use {', '.join(PARAMS)}")
+    # Checked as numbers here: the window's comparisons raised TypeError for text, and True
+    # was taken as a fraction of 1.
+    upto = None if upto is None else check_number(upto, "upto")
+    upto_step = None if upto_step is None else check_number(upto_step, "upto_step")
     try:
         xs, ys = np.asarray(x, float), np.asarray(y, float)
     except (TypeError, ValueError):

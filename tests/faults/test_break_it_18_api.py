@@ -3,6 +3,7 @@ value of the wrong type raises dlperf's UserError, one line; these raised TypeEr
 ValueError, AttributeError or LinAlgError from deep inside, or were taken silently:
 
 - F4: `Store.runs`'s limit, study and kind and `Store.compare`'s run ids and study;
+- F5: `fit_curve`'s upto, upto_step and form, and `CurveResult.predict_step`'s target;
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import numpy as np
 import pytest
 
 import dlperf
+
+STEPS = np.arange(1, 61)
+LOSS = 1 / (0.05 * STEPS + 1) + 0.2
 
 
 def _refused(call: Callable[[], Any], *said: str) -> str:
@@ -61,3 +65,37 @@ def test_store_still_takes_numpy_whole_numbers_and_an_unknown_kind(db: str) -> N
     assert store.runs(kind="nope") == []
     first, second = (r.id for r in store.runs()[::-1])
     assert store.compare((np.int64(first), second)).run_ids == [first, second]
+
+
+# --- F5: fit_curve and predict_step --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"upto": "0.5"}, "upto"),
+        ({"upto": True}, "upto"),
+        ({"upto_step": "30"}, "upto_step"),
+        ({"form": ["optimus"]}, "form"),
+        ({"form": None}, "form"),
+    ],
+    ids=["upto text", "upto bool", "upto_step text", "form list", "form None"],
+)
+def test_fit_curve_refuses_options_of_the_wrong_type(options: dict[str, Any], said: str) -> None:
+    _refused(lambda: dlperf.fit_curve(STEPS, LOSS, **options), said)
+
+
+@pytest.fixture(scope="module")
+def fitted() -> dlperf.api.CurveResult:
+    return dlperf.fit_curve(STEPS, LOSS)
+
+
+@pytest.mark.parametrize("target", ["0.3", None, True], ids=["text", "None", "bool"])
+def test_predict_step_refuses_a_target_that_is_not_a_number(
+    fitted: dlperf.api.CurveResult, target: Any
+) -> None:
+    _refused(lambda: fitted.predict_step(target), "target")
+
+
+def test_predict_step_still_takes_numpy_numbers(fitted: dlperf.api.CurveResult) -> None:
+    assert fitted.predict_step(np.float32(0.3))["step"] == fitted.predict_step(0.3)["step"]

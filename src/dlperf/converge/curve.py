@@ -16,6 +16,8 @@ Accuracy curves are fitted as error = 1 − accuracy, so every curve here decrea
 from __future__ import annotations
 
 import math
+import numbers
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +88,17 @@ def check_metric(metric: str) -> None:
         )
 
 
+def check_number(value: Any, what: str) -> float:
+    """`value` as a float; a UserError naming `what` for anything but a real number. The
+    Python API's callers pass what they like: text or None failed deep inside as TypeError,
+    and True was taken as 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise UserError(f"{what} is a number, got {type(value).__name__} {reprlib.repr(value)}")
+    return float(value)
+
+
 def check_target(target: float, metric: str) -> None:
+    check_number(target, "a target")
     if not math.isfinite(target):
         raise UserError(f"target {target} is not a finite number")
     if metric in ("accuracy", "error") and not 0.0 <= target <= 1.0:
