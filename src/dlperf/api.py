@@ -776,7 +776,7 @@ def fit_curve(
     (accuracy is fitted as 1 − accuracy; accuracy and error lie in [0, 1])."""
     import numpy as np
 
-    from dlperf.converge.curve import PARAMS, Curve, check_number
+    from dlperf.converge.curve import PARAMS, Curve, check_increasing, check_number
     from dlperf.converge.fitting import fit_one
     from dlperf.converge.options import CurveOptions
 
@@ -795,6 +795,7 @@ def fit_curve(
             "x and y must be flat sequences of the same length, "
             f"got shapes {xs.shape} and {ys.shape}"
         )
+    check_increasing(xs, "x (the steps)")
     points = Curve("fit_curve", xs, ys)
     report = fit_one(points, CurveOptions(metric=metric, upto=upto, upto_step=upto_step))
     fitted = report.fits[form]

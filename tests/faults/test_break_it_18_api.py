@@ -4,17 +4,20 @@ ValueError, AttributeError or LinAlgError from deep inside, or were taken silent
 
 - F4: `Store.runs`'s limit, study and kind and `Store.compare`'s run ids and study;
 - F5: `fit_curve`'s upto, upto_step and form, and `CurveResult.predict_step`'s target;
+- F6: `fit_curve` took steps that repeat or go back, which `converge fit --csv` refuses;
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import dlperf
+from tests.conftest import CliResult
 
 STEPS = np.arange(1, 61)
 LOSS = 1 / (0.05 * STEPS + 1) + 0.2
@@ -99,3 +102,31 @@ def test_predict_step_refuses_a_target_that_is_not_a_number(
 
 def test_predict_step_still_takes_numpy_numbers(fitted: dlperf.api.CurveResult) -> None:
     assert fitted.predict_step(np.float32(0.3))["step"] == fitted.predict_step(0.3)["step"]
+
+
+# --- F6: steps that do not increase --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [np.ones(60), np.arange(60, 0, -1), np.r_[1:31, 30:60]],
+    ids=["all the same", "going back", "one repeated"],
+)
+def test_fit_curve_refuses_steps_that_do_not_increase(
+    steps: np.ndarray, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """All the same failed in LAPACK (LinAlgError, its complaints on stderr); going back
+    was fitted, to nonsense."""
+    _refused(lambda: dlperf.fit_curve(steps, LOSS), "x (the steps) must increase from row to row")
+    assert capfd.readouterr().err == ""
+
+
+def test_the_csv_reader_refuses_them_with_the_same_check(
+    tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
+    csv = tmp_path / "curve.csv"
+    rows = zip(STEPS[::-1], LOSS, strict=True)
+    csv.write_text("step,metric\n" + "".join(f"{s},{v}\n" for s, v in rows))
+    result = cli("converge", "fit", "--csv", str(csv), "--x", "step", "--y", "metric")
+    assert result.code == 2, result
+    assert "column 'step' must increase from row to row" in result.err

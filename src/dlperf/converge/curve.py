@@ -219,6 +219,14 @@ def _check_points(k: np.ndarray, y: np.ndarray) -> None:
         )
 
 
+def check_increasing(steps: np.ndarray, what: str) -> None:
+    """Steps that repeat or go back are refused, a CSV file's as dlperf.fit_curve's: steps all
+    the same failed the fit in LAPACK (LinAlgError, with LAPACK's own lines on stderr), and
+    steps that go back were fitted, to nonsense."""
+    if np.any(np.diff(steps) <= 0):
+        raise UserError(f"{what} must increase from row to row", "give each step once, in order")
+
+
 def thinned(k: np.ndarray, y: np.ndarray, most: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """At most `most` points of a curve, in the order of their steps: the first and the last
     as they are, and between them the median step and the median value of each of `most` − 2
@@ -462,8 +470,7 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
     columns = read_columns(path, [y] if x is None else [x, y])
     values = np.asarray(columns[y])
     steps = np.arange(1.0, len(values) + 1) if x is None else np.asarray(columns[x])
-    if np.any(np.diff(steps) <= 0):
-        raise UserError(f"{path}: column '{x}' must increase from row to row")
+    check_increasing(steps, f"{path}: column '{x}'")
     return Curve(path.name, steps, values)
 
 
