@@ -774,9 +774,7 @@ def fit_curve(
     `dlperf converge fit` fits a curve: on the leading points `upto` (a fraction) or
     `upto_step` picks, all of them by default. `metric` "loss" | "error" | "accuracy"
     (accuracy is fitted as 1 − accuracy; accuracy and error lie in [0, 1])."""
-    import numpy as np
-
-    from dlperf.converge.curve import PARAMS, Curve, check_increasing, check_number
+    from dlperf.converge.curve import PARAMS, Curve, as_points, check_increasing, check_number
     from dlperf.converge.fitting import fit_one
     from dlperf.converge.options import CurveOptions
 
@@ -786,15 +784,7 @@ def fit_curve(
     # was taken as a fraction of 1.
     upto = None if upto is None else check_number(upto, "upto")
     upto_step = None if upto_step is None else check_number(upto_step, "upto_step")
-    try:
-        xs, ys = np.asarray(x, float), np.asarray(y, float)
-    except (TypeError, ValueError):
-        raise UserError("fit_curve takes x and y as sequences of numbers") from None
-    if xs.ndim != 1 or xs.shape != ys.shape:
-        raise UserError(
-            "x and y must be flat sequences of the same length, "
-            f"got shapes {xs.shape} and {ys.shape}"
-        )
+    xs, ys = as_points(x, y)
     check_increasing(xs, "x (the steps)")
     points = Curve("fit_curve", xs, ys)
     report = fit_one(points, CurveOptions(metric=metric, upto=upto, upto_step=upto_step))

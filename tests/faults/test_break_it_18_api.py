@@ -5,6 +5,7 @@ ValueError, AttributeError or LinAlgError from deep inside, or were taken silent
 - F4: `Store.runs`'s limit, study and kind and `Store.compare`'s run ids and study;
 - F5: `fit_curve`'s upto, upto_step and form, and `CurveResult.predict_step`'s target;
 - F6: `fit_curve` took steps that repeat or go back, which `converge fit --csv` refuses;
+- F7: `dlperf.converge.ensemble`'s fit, predict and band (an unknown metric answered step 1).
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import numpy as np
 import pytest
 
 import dlperf
+from dlperf.converge import ensemble
 from tests.conftest import CliResult
 
 STEPS = np.arange(1, 61)
 LOSS = 1 / (0.05 * STEPS + 1) + 0.2
+K = np.arange(1, 31)
+ERROR = 0.05 + 0.6 * K**-0.7
 
 
 def _refused(call: Callable[[], Any], *said: str) -> str:
@@ -130,3 +134,41 @@ def test_the_csv_reader_refuses_them_with_the_same_check(
     result = cli("converge", "fit", "--csv", str(csv), "--x", "step", "--y", "metric")
     assert result.code == 2, result
     assert "column 'step' must increase from row to row" in result.err
+
+
+# --- F7: ensemble --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def post() -> ensemble.Posterior:
+    return ensemble.fit(K, ERROR)
+
+
+ENSEMBLE_CALLS: dict[str, tuple[Callable[[ensemble.Posterior], Any], str]] = {
+    "unknown metric": (lambda p: ensemble.predict(p, 0.9, "acc"), "unknown metric 'acc'"),
+    "fit on text": (lambda _: ensemble.fit("abc", ERROR), "steps"),
+    "fit, lengths differ": (lambda _: ensemble.fit(K[:5], ERROR), "same length"),
+    "fit on a table": (lambda _: ensemble.fit(np.ones((6, 6)), np.ones((6, 6))), "steps"),
+    "target text": (lambda p: ensemble.predict(p, "0.9", "accuracy"), "target"),
+    "measured, lengths differ": (
+        lambda p: ensemble.predict(p, 0.9, "accuracy", K[:5], 1 - ERROR),
+        "same length",
+    ),
+    "band on text": (lambda p: ensemble.band(p, "abc"), "steps"),
+    "predict on None": (lambda _: ensemble.predict(None, 0.9, "accuracy"), "ensemble.fit"),  # type: ignore[arg-type]
+    "band on None": (lambda _: ensemble.band(None, K), "ensemble.fit"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("name", list(ENSEMBLE_CALLS))
+def test_ensemble_refuses_what_it_cannot_use(post: ensemble.Posterior, name: str) -> None:
+    """An unknown metric was read as loss: 'acc' 0.9 answered step 1, 'accuracy' 34."""
+    call, said = ENSEMBLE_CALLS[name]
+    _refused(lambda: call(post), said)
+
+
+def test_ensemble_still_answers_as_docs_api_shows(post: ensemble.Posterior) -> None:
+    p = ensemble.predict(post, 0.9, "accuracy")
+    assert p.verdict == "answer" and p.predicted_step is not None and p.predicted_step > 30
+    lo, median, hi = ensemble.band(post, np.arange(1, 101))
+    assert lo.shape == median.shape == hi.shape == (100,)

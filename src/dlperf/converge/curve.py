@@ -98,6 +98,9 @@ def check_number(value: Any, what: str) -> float:
 
 
 def check_target(target: float, metric: str) -> None:
+    """A target in `metric`'s units, for `metric` one of METRICS: ensemble.predict, called
+    from Python, read an unknown metric ('acc') as loss and answered step 1."""
+    check_metric(metric)
     check_number(target, "a target")
     if not math.isfinite(target):
         raise UserError(f"target {target} is not a finite number")
@@ -217,6 +220,31 @@ def _check_points(k: np.ndarray, y: np.ndarray) -> None:
             f"the curve's values reach {top:.3g}; a fit squares them, past what a float holds",
             f"scale the column, e.g. divide it by 1e{exponent}",
         )
+
+
+def as_points(steps: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A curve's steps and values as flat float arrays of one length, as dlperf.fit_curve and
+    ensemble.fit take them from Python; a UserError for anything else, which failed as NumPy's
+    ValueError (text) or a broadcast error (lengths that differ) from deep inside a fit."""
+    k, y = flat_numbers(steps, "steps"), flat_numbers(values, "values")
+    if len(k) != len(y):
+        raise UserError(
+            f"a curve's steps and values are of the same length, got {len(k)} and {len(y)}"
+        )
+    return k, y
+
+
+def flat_numbers(given: Any, what: str) -> np.ndarray:
+    """`given`, a flat sequence of numbers, as a float array; a UserError naming `what`."""
+    try:
+        array = np.asarray(given, float)
+    except (TypeError, ValueError):
+        raise UserError(
+            f"{what} are numbers, got {type(given).__name__} {reprlib.repr(given)}"
+        ) from None
+    if array.ndim != 1:
+        raise UserError(f"{what} are a flat sequence of numbers, got shape {array.shape}")
+    return array
 
 
 def check_increasing(steps: np.ndarray, what: str) -> None:

@@ -56,9 +56,11 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from dlperf.converge.curve import (
+    as_points,
     check_target,
     error_pct,
     first_reaching,
+    flat_numbers,
     thinned,
     to_decreasing,
     value_scale,
@@ -220,6 +222,17 @@ class Posterior:
     binned: int | None = None
 
 
+def _checked(post: Any) -> Posterior:
+    """`post`, a posterior `fit` made, for `predict` and `band`, whose callers in Python may
+    pass anything: None failed as an AttributeError."""
+    if not isinstance(post, Posterior):
+        raise UserError(
+            f"a posterior is what ensemble.fit returns, got {type(post).__name__}",
+            "post = ensemble.fit(steps, values)",
+        )
+    return post
+
+
 def _weighted_quantile(values: np.ndarray, weight: np.ndarray, q: float) -> float:
     """The smallest value whose cumulative weight reaches q (no interpolation, so a quantile
     that falls among the unreachable points is ∞)."""
@@ -240,7 +253,7 @@ def fit(
     than curve.MAX_POINTS points are fitted as that many bins (`curve.thinned`); the noise
     carried past the window, the spacing of the measurements, the lowest value and the trend
     stay those of every point."""
-    k, y = np.asarray(k, float), np.asarray(y, float)
+    k, y = as_points(k, y)
     if len(k) < 4:
         raise UserError(f"{len(k)} points are too few to fit a curve", "need ≥ 4")
     if not (np.all(np.isfinite(k)) and np.all(np.isfinite(y))) or np.any(k <= 0):
@@ -574,6 +587,7 @@ def band(
     from `draws` grid points drawn by weight (seeded: the same figure every time); evaluating
     every grid point would take hundreds of MB for a figure. Values that do not fall (`trend`)
     draw no curve: their band is the last measured points' range, flat."""
+    post, steps = _checked(post), flat_numbers(steps, "steps")
     if post.trend.stalled:
         low, median, high = post.trend.level
         n = len(steps)
@@ -748,7 +762,10 @@ def predict(
     target) say nothing of a plateau below them, which every family has: the plateau is then
     their recent measured level, P(reachable) 0 (1 when a measured point reached the target)
     and a target not reached is "cannot tell", saying so."""
+    post = _checked(post)
     check_target(target, metric)
+    if steps is not None and values is not None:
+        steps, values = as_points(steps, values)
     goal = float(to_decreasing(np.array(target), metric))
     stalled = post.trend.stalled
     level = [float(to_decreasing(v, metric)) for v in post.trend.level]
