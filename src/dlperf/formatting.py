@@ -36,3 +36,70 @@ def few(items: Sequence[str], most: int = 3) -> str:
 def clip(text: str, limit: int, ellipsis: str = "...") -> str:
     """`text`, or its first characters and `ellipsis` within `limit` characters."""
     return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
+
+
+# Summary keys carry their unit in their name (dlperf's convention: train_time_s,
+# peak_memory_bytes, error_pct, scoring_images_per_s), or in their parent's for the values of
+# a nested dict (phases.data, step_time_spread.min, throughput_spread.max).
+SECONDS = {"phases", "step_time_spread"}
+FRACTIONS = {"test_top5", "efficiency", "pseudo_label_precision"}
+PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def unit(key: str) -> str | None:
+    """The unit of a (flattened) summary key's value: 's', 'B', '%', 'fraction', 'GB/s' or
+    'X/s'; None for a count or a plain number."""
+    for part in reversed(key.split(".")):
+        if part.endswith("_per_s"):
+            what = part.removesuffix("_per_s").rsplit("_", 1)[-1]
+            return "B/s" if what == "bytes" else f"{what}/s"
+        if part.endswith("_bytes"):
+            return "B"
+        if part.endswith("_gbps"):
+            return "GB/s"
+        if part.endswith("_s") or part in SECONDS:
+            return "s"
+        if part.endswith("_pct"):
+            return "%"
+        if part.startswith("throughput"):
+            return "samples/s"
+        if part.endswith("accuracy") or part in FRACTIONS:
+            return "fraction"
+    return None
+
+
+def _seconds(s: float) -> str:
+    size = abs(s)
+    if size >= 3600:
+        return f"{s / 3600:.3g} h"
+    if size >= 60:
+        return f"{s / 60:.3g} min"
+    for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if size >= scale:
+            return f"{s / scale:.3g} {name}"
+    return "0 s" if s == 0 else f"{s * 1e9:.3g} ns"
+
+
+def _si(value: float, name: str) -> str:
+    scale, prefix = next(((f, p) for f, p in PREFIXES if abs(value) >= f), PREFIXES[-1])
+    return f"{value / scale:.3g} {prefix}{name}"
+
+
+def scaled(key: str, value: Any) -> str | None:
+    """A summary value read by a person, with its unit: sizes and times scaled (1.09 GB,
+    12.3 s, 4.59 ms), rates with thousands separators (1,234 samples/s), fractions and
+    percentages as % (93.2%). None for a key without a unit, or a value not a finite number:
+    the caller shows those its own way."""
+    kind = unit(key)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is None or not numeric or not math.isfinite(value):
+        return None
+    if kind == "s":
+        return _seconds(value)
+    if kind in ("B", "B/s"):
+        return _si(value, kind)
+    if kind == "%":
+        return f"{value:.1f}%"
+    if kind == "fraction":
+        return f"{100 * value:.1f}%"
+    return f"{value:,.0f} {kind}" if abs(value) >= 100 else f"{value:.3g} {kind}"

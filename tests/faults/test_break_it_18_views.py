@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import dlperf
 from dlperf.store import RunStore
+from dlperf.store.query import summary_rows
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
@@ -58,3 +59,69 @@ def test_runs_show_still_gives_a_training_runs_epochs(store: RunStore, cli: Cli)
     assert next(line for line in _lines(shown.out) if "val" in line)[0] == "epoch"
     document = json.loads(cli("runs", "show", str(run), "--json").out)
     assert document["epochs"] == {"val/acc1": [0.5, 0.7]} and "steps" not in document
+
+
+# --- F2: every kind's own results ---------------------------------------------------------------
+
+DETECT = {
+    "ap_before": {"circle": 0.125, "square": 0.25},
+    "ap_after": {"circle": 0.5, "square": 0.75},
+    "map_before": 0.1875,
+    "map_after": 0.625,
+    "ap_method": "11point",
+    "steps": 3,
+    "train_s": 12.5,
+    "images_per_s": 45.5,
+    "final_loss": 1.25,
+    "weights": "/tmp/k.pt",
+}
+SCALE = {
+    "workers": 2,
+    "throughput": 1562.0,
+    "speedup": 1.75,
+    "efficiency": 0.875,
+    "epoch_time_s": 0.052,
+    "cost_per_epoch": 0.0042,
+    "step_time_s": 0.0125,
+    "comm_exposed_s": 0.0025,
+    "cpu_wait_share": 0.1,
+    "reliability_note": "busy host",
+    "device": "cpu",
+    "phases": {"data": 0.001},
+}
+
+
+def test_summary_rows_of_another_kind_show_its_own_keys_with_units() -> None:
+    rows = dict(summary_rows(SCALE, own=True))
+    assert list(rows)[:3] == ["throughput", "cpu_wait_share", "reliability_note"]  # runs' order
+    assert rows["speedup"] == 1.75 and rows["efficiency"] == "87.5%"
+    assert rows["epoch_time_s"] == "52 ms" and rows["step_time_s"] == "12.5 ms"
+    assert rows["comm_exposed_s"] == "2.5 ms" and rows["cost_per_epoch"] == 0.0042
+    assert "device" not in rows and "phases.data" not in rows  # shown in their own places
+    detect = dict(summary_rows(DETECT, own=True))
+    assert detect["map_after"] == 0.625 and detect["ap_after.square"] == 0.75
+    assert detect["train_s"] == "12.5 s" and detect["images_per_s"] == "45.5 images/s"
+
+
+def test_runs_show_prints_a_detect_runs_results_and_none_as_a_dash(
+    store: RunStore, cli: Cli
+) -> None:
+    config = {"data": "/tmp/kshapes", "size": 96, "weights": None}
+    run = store.create_run("detect-finetune", "detect", config)
+    store.finish_run(run, "finished", summary=DETECT)
+    out = cli("runs", "show", str(run)).out
+    lines = _lines(out)
+    for key in ("map_before", "map_after", "ap_before.circle", "final_loss"):
+        assert key in out
+    assert ["train_s", "12.5", "s"] in lines and ["images_per_s", "45.5", "images/s"] in lines
+    assert ["weights", "-"] in lines and "None" not in out
+
+
+def test_runs_show_prints_a_scale_points_results(store: RunStore, cli: Cli) -> None:
+    run = store.create_run("scale-2", "scale", {"workers": 2})
+    store.finish_run(run, "finished", summary=SCALE)
+    out = cli("runs", "show", str(run)).out
+    for key in ("speedup", "efficiency", "epoch_time_s", "cost_per_epoch", "step_time_s",
+                "comm_exposed_s"):  # fmt: skip
+        assert key in out, key
+    assert ["efficiency", "87.5%"] in _lines(out)

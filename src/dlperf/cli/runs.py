@@ -86,7 +86,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
 
     Example: dlperf runs show 1
     """
-    from dlperf.store.query import config_settings, config_value, show, summary_rows
+    from dlperf.store.query import config_settings, config_value, show
 
     view = show(reader(), run_id)
     if console.printed_json(as_json, view.to_dict()):
@@ -105,7 +105,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
     if run.status == "lost":
         rows.append(["lost", f"stored as running, but pid {process.get('pid')} is gone"])
     rows += [[f"tag {k}", v] for k, v in run.tags.items()]
-    rows += [list(r) for r in summary_rows(summary)]
+    rows += [list(r) for r in view.results()]
     rows += [["error", run.error]] if run.error else []
     console.print_table(f"run {run_id}: {run.name} ({run.status})", ["", "value"], rows)
     console.print_phases(summary)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
-from dlperf.formatting import fmt
+from dlperf.formatting import fmt, scaled
 from dlperf.parsing import did_you_mean, flatten
 from dlperf.procs import proc_stat, process_alive
 from dlperf.store.record import LOST
@@ -40,6 +40,9 @@ SUMMARY_KEYS = (
     "epochs",
     "peak_memory_bytes",
 )
+# Summary keys `runs show` prints in places of their own: the device at the top, the phase
+# breakdown as a table.
+SHOWN_APART = ("device", "phases")
 # The run's own fields that --where reads (besides summary keys, config keys and tag.NAME).
 RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error")
 # The statuses a run reads as: those it is stored as, and `lost`.
@@ -63,11 +66,17 @@ def _shown(key: str, values: list[Any], epochs: list[Any]) -> tuple[str, list[An
     return clocks.label(key, epochs), values
 
 
-def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The run's results that it has, in SUMMARY_KEYS order, peak memory in MiB."""
+def summary_rows(summary: dict[str, Any], own: bool = False) -> list[tuple[str, Any]]:
+    """The run's results that it has, in SUMMARY_KEYS order, peak memory in MiB. `own`: then
+    every other key of its summary (a detect run's mAP, a scale point's speedup), flattened
+    and with its unit as the report shows it (12.5 s, 87.5%), less SHOWN_APART."""
     epochs = [summary.get("epochs")]
     shown = [_shown(key, [summary[key]], epochs) for key in SUMMARY_KEYS if key in summary]
-    return [(label, value) for label, (value,) in shown]
+    rows = [(label, value) for label, (value,) in shown]
+    if own:
+        rest = {k: v for k, v in summary.items() if k not in (*SUMMARY_KEYS, *SHOWN_APART)}
+        rows += [(key, scaled(key, value) or value) for key, value in flatten(rest).items()]
+    return rows
 
 
 def setting(value: Any) -> str:
@@ -87,8 +96,8 @@ def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
     to read in one screen, and each pair is what --set SECTION.KEY=VALUE takes."""
     rows: list[tuple[str, str | None]] = []
     for section, value in config.items():
-        if not isinstance(value, dict):
-            rows.append((section, setting(value)))
+        if not isinstance(value, dict):  # None (detect's `weights`) as "-", as elsewhere
+            rows.append((section, None if value is None else setting(value)))
             continue
         pairs = [
             f"{k}={setting(v)}"
@@ -149,6 +158,13 @@ class RunView:
                 by_epoch.setdefault(step, {})[key] = value
         rows = [[e, *(by_epoch[e].get(k) for k in shown.values())] for e in sorted(by_epoch)]
         return list(shown), rows
+
+    def results(self) -> list[tuple[str, Any]]:
+        """The run's results as `runs show` lists them (see `summary_rows`): a training run's
+        SUMMARY_KEYS, every key of any other run's summary (a detect, scale or tracked run's:
+        SUMMARY_KEYS are a training run's)."""
+        trained = self.run.kind == "run" and not tracked(self.run)
+        return summary_rows(self.run.summary, own=not trained)
 
     def to_dict(self) -> dict[str, Any]:
         """What `runs show --json` prints; for a tracked run, also each key's steps."""

@@ -8,11 +8,11 @@ import base64
 import html
 import io
 import json
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dlperf import formatting
+from dlperf.formatting import scaled, unit
 from dlperf.report import tight_layout
 
 # Figures are drawn at the content column's width, so that the browser shows them 1:1 and a
@@ -55,69 +55,10 @@ def fmt(value: Any) -> str:
     return formatting.fmt(value)
 
 
-# Summary keys carry their unit in their name (dlperf's convention: train_time_s,
-# peak_memory_bytes, error_pct, scoring_images_per_s), or in their parent's for the values of
-# a nested dict (phases.data, step_time_spread.min, throughput_spread.max).
-SECONDS = {"phases", "step_time_spread"}
-FRACTIONS = {"test_top5", "efficiency", "pseudo_label_precision"}
-PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
-
-
-def unit(key: str) -> str | None:
-    """The unit of a (flattened) summary key's value: 's', 'B', '%', 'fraction', 'GB/s' or
-    'X/s'; None for a count or a plain number."""
-    for part in reversed(key.split(".")):
-        if part.endswith("_per_s"):
-            what = part.removesuffix("_per_s").rsplit("_", 1)[-1]
-            return "B/s" if what == "bytes" else f"{what}/s"
-        if part.endswith("_bytes"):
-            return "B"
-        if part.endswith("_gbps"):
-            return "GB/s"
-        if part.endswith("_s") or part in SECONDS:
-            return "s"
-        if part.endswith("_pct"):
-            return "%"
-        if part.startswith("throughput"):
-            return "samples/s"
-        if part.endswith("accuracy") or part in FRACTIONS:
-            return "fraction"
-    return None
-
-
-def _seconds(s: float) -> str:
-    size = abs(s)
-    if size >= 3600:
-        return f"{s / 3600:.3g} h"
-    if size >= 60:
-        return f"{s / 60:.3g} min"
-    for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if size >= scale:
-            return f"{s / scale:.3g} {name}"
-    return "0 s" if s == 0 else f"{s * 1e9:.3g} ns"
-
-
-def _si(value: float, name: str) -> str:
-    scale, prefix = next(((f, p) for f, p in PREFIXES if abs(value) >= f), PREFIXES[-1])
-    return f"{value / scale:.3g} {prefix}{name}"
-
-
 def quantity(key: str, value: Any) -> str:
-    """A summary value read by a person: with its unit, sizes and times scaled (1.09 GB,
-    12.3 s, 4.59 ms), rates with thousands separators (1,234 samples/s), fractions and
-    percentages as % (93.2%). Values of keys without a unit, and non-numbers, as `fmt`."""
-    kind = unit(key)
-    if kind is None or not _numeric(value) or not math.isfinite(value):
-        return fmt(value)
-    if kind == "s":
-        return _seconds(value)
-    if kind in ("B", "B/s"):
-        return _si(value, kind)
-    if kind == "%":
-        return f"{value:.1f}%"
-    if kind == "fraction":
-        return f"{100 * value:.1f}%"
-    return f"{value:,.0f} {kind}" if abs(value) >= 100 else f"{value:.3g} {kind}"
+    """A summary value read by a person: as `formatting.scaled` shows it (1.09 GB, 12.3 s,
+    1,234 samples/s, 93.2%), else as `fmt` (a list or dict as JSON)."""
+    return scaled(key, value) or fmt(value)
 
 
 def table_figure(key: str, value: Any) -> str:
