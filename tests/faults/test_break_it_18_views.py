@@ -12,9 +12,14 @@ view (`runs show`, its --json, `runs plot`, the report) and found them disagreei
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import dlperf
+from dlperf.doctor import Finding
+from dlperf.report.site import build_report, pages
 from dlperf.store import RunStore
 from dlperf.store.query import summary_rows
 from tests.conftest import CliResult
@@ -125,3 +130,33 @@ def test_runs_show_prints_a_scale_points_results(store: RunStore, cli: Cli) -> N
                 "comm_exposed_s"):  # fmt: skip
         assert key in out, key
     assert ["efficiency", "87.5%"] in _lines(out)
+
+
+# --- F3: the report's columns and counts --------------------------------------------------------
+
+
+def test_the_reports_train_time_column_names_no_unit_its_cells_scale(
+    store: RunStore, tmp_path: Path
+) -> None:
+    for seconds in (0.052, 1.7):
+        run = store.create_run("r", "run", EXPERIMENT)
+        store.finish_run(run, "finished", summary={"train_time_s": seconds, "throughput": 1562.0})
+    build_report(store, tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "<th>train time</th>" in index and "train time (s)" not in index
+    assert "52 ms" in index and "1.7 s" in index
+    assert "<th>throughput (samples/s)</th>" in index  # rates: the unit in the header
+    assert re.search(r">1,562<", index)
+
+
+def _finding(severity: str) -> Finding:
+    return Finding(1, "diverged", severity, "loss is nan", "lower train.lr")
+
+
+def test_the_reports_counts_say_warnings_as_doctor_does() -> None:
+    found: list[Any] = [_finding("warning")] * 6 + [_finding("error"), _finding("info")] * 2
+    assert pages.counts(found) == (
+        '<span class="error">2 errors</span>, <span class="warning">6 warnings</span>, '
+        '<span class="info">2 info</span>'
+    )
+    assert pages.counts([_finding("warning")]) == '<span class="warning">1 warning</span>'

@@ -19,7 +19,7 @@ def _finding(run_id: int, severity: str) -> Finding:
 def test_counts_marks_each_severity_and_is_a_dash_when_clean() -> None:
     found = [_finding(1, "error"), _finding(1, "info"), _finding(2, "error")]
     assert pages.counts(found) == (
-        '<span class="error">2 error</span>, <span class="info">1 info</span>'
+        '<span class="error">2 errors</span>, <span class="info">1 info</span>'
     )
     assert pages.counts([]) == "-"
 

@@ -61,13 +61,27 @@ def quantity(key: str, value: Any) -> str:
     return scaled(key, value) or fmt(value)
 
 
-def table_figure(key: str, value: Any) -> str:
-    """A summary value in a table whose column names its unit: as `quantity` shows it on a
-    run's page (efficiency 44.3%, throughput 1,562), less a rate's unit, so that a figure
-    reads the same on the index, a study's page and its run's page."""
-    shown = quantity(key, value)
+def _rate(key: str) -> str | None:
+    """The unit of a key whose figures a table shows without it, in its header instead: a
+    rate (samples/s), which is never scaled; seconds and bytes are, so each cell says which."""
     kind = unit(key)
-    return shown.removesuffix(f" {kind}") if kind and kind.endswith("/s") else shown
+    return kind if kind and kind.endswith("/s") else None
+
+
+def table_figure(key: str, value: Any) -> str:
+    """A summary value in a table whose column is named by `heading`: as `quantity` shows it
+    on a run's page (efficiency 44.3%, train time 52 ms, throughput 1,562), less a rate's
+    unit, so that a figure reads the same on the index, a study's page and its run's page."""
+    shown = quantity(key, value)
+    rate = _rate(key)
+    return shown.removesuffix(f" {rate}") if rate else shown
+
+
+def heading(label: str, key: str) -> str:
+    """The header of a column of `key`'s figures as `table_figure` shows them: the unit named
+    where the cells leave it out (a rate), else the label alone (the cells carry theirs)."""
+    rate = _rate(key)
+    return f"{label} ({rate})" if rate else label
 
 
 # Names longer than this are cut in tables (the index), whole in the cell's title (hover).

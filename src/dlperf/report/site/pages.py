@@ -16,6 +16,7 @@ from dlperf.report.site import figures as figs
 from dlperf.report.site.html import (
     esc,
     figure,
+    heading,
     key_values,
     link,
     page,
@@ -30,11 +31,12 @@ from dlperf.report.site.trace_section import trace_section
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
 
-# Summary figures shown in the index, by run kind: (column, summary key).
+# Summary figures shown in the index, by run kind: (column, summary key); `heading` adds
+# the unit its cells leave out.
 KEY_FIGURES = (
     ("test accuracy", "test_accuracy"),
-    ("throughput (samples/s)", "throughput"),
-    ("train time (s)", "train_time_s"),
+    ("throughput", "throughput"),
+    ("train time", "train_time_s"),
 )
 SWEEP_FREE = {"run.seed", "run.threads", "run.name", "run.out_dir"}  # not a sweep's axes
 STAGES = ("teacher", "baseline", "select", "pretrain", "finetune")  # a distill study's, in order
@@ -63,12 +65,14 @@ def severity(value: str) -> str:
 
 
 def counts(findings: list[Finding]) -> str:
-    """'1 error, 2 warning' style, each marked by its severity; '-' when clean."""
+    """'1 error, 2 warnings' style, as `dlperf doctor` counts them (info has no plural), each
+    marked by its severity; '-' when clean."""
     parts = []
     for level in ("error", "warning", "info"):
         n = sum(f.severity == level for f in findings)
         if n:
-            parts.append(f'<span class="{level}">{n} {level}</span>')
+            plural = "s" if n != 1 and level != "info" else ""
+            parts.append(f'<span class="{level}">{n} {level}{plural}</span>')
     return ", ".join(parts) or "-"
 
 
@@ -165,7 +169,8 @@ def _runs_table(
     findings: dict[int, list[Finding]],
     has_page: Callable[[str, int], bool],
 ) -> str:
-    columns = ["run", "name", "kind", "status", "study", *(c for c, _ in KEY_FIGURES), "findings"]
+    figures = (heading(label, key) for label, key in KEY_FIGURES)
+    columns = ["run", "name", "kind", "status", "study", *figures, "findings"]
     rows = []
     for run in runs:
         summary = run.summary
