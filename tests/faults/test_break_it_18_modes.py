@@ -121,17 +121,25 @@ def test_run_refuses_a_float64_default_dtype_and_stores_nothing(tmp_path: Path) 
     assert store.runs() == []
 
 
-def _trained(store: dlperf.Store) -> tuple[Any, ...]:
-    result = dlperf.run(EXPERIMENT, store=store)
+def _trained(store: dlperf.Store, precision: str) -> tuple[Any, ...]:
+    exp = EXPERIMENT | {"run": EXPERIMENT["run"] | {"precision": precision}}
+    result = dlperf.run(exp, store=store)
     assert result.summary is not None, result.error
     losses = store.metrics(result.run_id, "train/loss")
     return result.status, losses, result.summary.test_loss, result.summary.test_accuracy
 
 
-def test_a_run_inside_the_callers_autocast_trains_as_one_outside_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_run_inside_the_callers_autocast_trains_as_one_outside_it(
+    tmp_path: Path, precision: str
+) -> None:
+    """bf16: the run's own autocast nested in the caller's must not reuse the casts of its
+    weights from before an optimizer step (torch's autocast cache)."""
     store = dlperf.Store(tmp_path / "runs.db")
-    alone = _trained(store)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        inside = _trained(store)
+    alone = _trained(store, precision)
+    with torch.autocast("cpu", dtype=torch.float16):
+        inside = _trained(store, precision)
+        assert torch.is_autocast_enabled("cpu")  # the caller's, as it was
+        assert torch.get_autocast_dtype("cpu") == torch.float16
     assert inside == alone
     assert alone[0] == "finished"

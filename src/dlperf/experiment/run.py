@@ -56,13 +56,16 @@ def _taking_turns(run: Callable[P, R]) -> Callable[P, R]:
 
 @contextlib.contextmanager
 def _callers_autocast_off() -> Iterator[None]:
-    """Autocast off on every device a run may train on: dlperf.run inside the caller's
+    """The caller's autocast off on every device kind a run may train on: dlperf.run inside
     torch.autocast ran its dry checks, backward and optimizer step under it while storing its
-    own run.precision, which alone turns autocast on (TrainStep). Autocast is thread-local."""
-    here = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    own run.precision, which alone turns autocast on (TrainStep). Autocast is thread-local.
+    Off without its weight cache: nested in another autocast, a run's own no longer clears
+    the cache as it exits (torch clears it at the outermost exit only), and its steps would
+    reuse casts of the weights as they were before the optimizer stepped."""
     with contextlib.ExitStack() as stack:
-        for kind in ["cpu", *(kind for kind, available in here.items() if available)]:
-            stack.enter_context(torch.autocast(kind, enabled=False))
+        for kind in ("cpu", "cuda", "mps"):  # pick_device's
+            if torch.is_autocast_enabled(kind):
+                stack.enter_context(torch.autocast(kind, enabled=False, cache_enabled=False))
         yield
 
 
