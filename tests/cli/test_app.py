@@ -90,11 +90,20 @@ def test_bad_input_is_one_line_and_exit_2(
     assert store.list_runs() == []
 
 
-def test_debug_shows_the_traceback(cli: Callable[..., CliResult], db: str) -> None:
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(
+    cli: Callable[..., CliResult], db: str, tmp_path: Path
+) -> None:
+    """Bad input is exit 2 with --debug too: before, the traceback came with exit 1 (round 18)."""
     r = cli("--debug", "run", "missing.toml")
-    assert r.code == 1
+    assert r.code == 2
     assert "Traceback (most recent call last)" in r.err
     assert "dlperf.errors.UserError: missing.toml" in r.err
+    (tmp_path / "afile").write_text("")
+    out = str(tmp_path / "afile" / "x")  # under a file: an OSError dlperf calls bad input
+    plain = cli("data", "samples", "digits", "--out", out)
+    debug = cli("--debug", "data", "samples", "digits", "--out", out)
+    assert (plain.code, debug.code) == (2, 2), (plain.err, debug.err)
+    assert "NotADirectoryError" in debug.err
 
 
 def test_runs_list_and_compare_by_study(cli: Callable[..., CliResult], store: RunStore) -> None:

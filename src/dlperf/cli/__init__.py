@@ -210,9 +210,9 @@ def outcome() -> int:
             return 1
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except UserError as e:
-        if state.debug:
+        if state.debug:  # the traceback instead of the line, the same exit code
             traceback.print_exc()
-            return 1
+            return e.exit_code
         say(f"error: {one_line(str(e))}")
         return e.exit_code
     except CheckFailed as e:
@@ -221,7 +221,7 @@ def outcome() -> int:
     except OSError as e:
         if state.debug:
             traceback.print_exc()
-            return 1
+            return 2 if e.errno in _BAD_PATH else 1
         said = f"{e.strerror or e}{_os_hint(e.errno)}"
         if e.filename:
             say(one_line(f"error: cannot use {e.filename}: {said}"))
