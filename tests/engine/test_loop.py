@@ -4,6 +4,7 @@ the batch iterator's wrapper; and fit, its adapter for epochs of a data set."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from dlperf.config import RunConfig, TrainConfig
+from dlperf.config import RunConfig, ScheduleConfig, TrainConfig
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.loop import Diverged, EpochClock, Rows, fit
 from dlperf.engine.step import build_step
@@ -166,3 +167,41 @@ def test_a_loss_not_finite_at_the_first_step_is_not_blamed_on_the_learning_rate(
         "loss became nan at step 2 (epoch 1); try a lower train.lr (now 0.05), "
         'train.grad_clip = 1.0, or run.precision = "fp32"'
     )
+
+
+class _NanAtThirdCall(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.calls = nn.Linear(4, 3), 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.fc(x) * (math.nan if self.calls == 3 else 1.0)
+
+
+def test_divergence_names_the_learning_rate_set_not_the_scheduled_one() -> None:
+    """A cosine run set to 10 said "try a lower train.lr (now 9.6194)": the step's
+    scheduled rate, a value the user never wrote (round 18)."""
+    device = torch.device("cpu")
+    model = _NanAtThirdCall()
+    cfg = TrainConfig(lr=10.0, epochs=2, schedule=ScheduleConfig(kind="cosine"))
+    step = build_step(model, cfg, "fp32", device, 2)
+    data = [(torch.randn(5, 4), torch.randint(3, (5,))) for _ in range(2)]
+    rows = Rows()
+    with pytest.raises(Diverged) as e:
+        fit(
+            step,
+            model=model,
+            batches=lambda epoch: data,
+            state=Progress(),
+            clock=EpochClock(device, 1, PhaseTimer(device, enabled=False)),
+            sink=rows,
+            reporter=NullReporter(),
+            run=RunConfig(log_every=1),
+            trainer="run",
+            epochs=2,
+        )
+    said = "loss became nan at step 3 (epoch 2); try a lower train.lr (now 10)"
+    assert str(e.value).startswith(said)
+    scheduled = {r[1]: r[2] for r in rows if r[0] == "train/lr"}
+    assert scheduled[3] != 10.0  # the rate at that step is stored as train/lr

@@ -317,16 +317,17 @@ class Divergence(Component):
     rank order) makes every rank raise the same Diverged, the earliest step any rank's loss
     was not finite at: whichever rank's line the study reads names where it began, and no
     rank is left waiting in a collective for a peer that left. Its line advises by the run's
-    `grad_clip` and `precision`, as a plain run's does."""
+    `grad_clip` and `precision`, naming the train.lr set (`lr`), as a plain run's does."""
 
     def __init__(
         self,
         gather: Callable[[Found | None], list[Found | None]],
         grad_clip: float | None = None,
         precision: str | None = None,
+        lr: float | None = None,
     ) -> None:
         self.gather = gather
-        self.grad_clip, self.precision = grad_clip, precision
+        self.grad_clip, self.precision, self.lr = grad_clip, precision, lr
         # about half a KiB of device memory a step on a GPU (a caching allocator's block)
         self.losses: list[tuple[int, torch.Tensor, float]] = []
 
@@ -343,8 +344,9 @@ class Divergence(Component):
         found = [f for f in self.gather(mine) if f is not None]
         if found:
             step, epoch, value, lr = min(found, key=lambda f: f[0])
+            said = lr if self.lr is None else self.lr
             raise Diverged(
-                step, epoch, value, lr, grad_clip=self.grad_clip, precision=self.precision
+                step, epoch, value, said, grad_clip=self.grad_clip, precision=self.precision
             )
 
 
@@ -382,7 +384,9 @@ def measure(
     loss check."""
     rank, world, barrier = launch.rank, launch.world, launch.barrier
     split = (lambda steps: compute.timed(steps, barrier)) if compute else None
-    divergence = Divergence(launch.gather, main.train_step.grad_clip, exp.run.precision)
+    divergence = Divergence(
+        launch.gather, main.train_step.grad_clip, exp.run.precision, exp.train.lr
+    )
     warmup = spec.warmup_steps + exp.run.profile.steps  # the profiled steps are not timed
     window = ScaleWindow(spec, warmup, main.device, barrier, split, after_warmup)
     with profile:

@@ -73,7 +73,8 @@ def fit(
     to the device in the step's memory format), for the epochs after `state.epoch` up to
     `epochs`, or `max_steps` steps in all; `evaluate` (validation metrics, with the training
     accuracy: a classifier's) and `after_epoch` (a checkpoint) run as each epoch ends."""
-    metrics = MetricBuffer(sink, run.log_every, step.grad_clip, run.precision)
+    configured_lr = step.optimizer.defaults.get("lr")
+    metrics = MetricBuffer(sink, run.log_every, step.grad_clip, run.precision, configured_lr)
     hooks = hooks or Hooks.from_env()
     tally = EpochTally(clock.device) if evaluate else None
     report = EpochReport(
@@ -187,7 +188,9 @@ class MetricBuffer(Component):
     """Collects per-step losses as device tensors and writes them in batches, so the host
     waits for the device once per flush rather than once per step. Each step keeps its own
     wall time: the batch's write time would stack `every` points on one instant. A loss that
-    is not finite raises Diverged, advising by the run's `grad_clip` and `precision`."""
+    is not finite raises Diverged, advising by the run's `grad_clip` and `precision`, and
+    naming `lr`, the train.lr the user set (None: the step's scheduled rate): the scheduled
+    rate read as "train.lr (now 9.6194)" for a run set to 10."""
 
     def __init__(
         self,
@@ -195,9 +198,10 @@ class MetricBuffer(Component):
         every: int,
         grad_clip: float | None = None,
         precision: str | None = None,
+        lr: float | None = None,
     ) -> None:
         self.sink, self.every = sink, every
-        self.grad_clip, self.precision = grad_clip, precision
+        self.grad_clip, self.precision, self.lr = grad_clip, precision, lr
         self.losses: list[tuple[int, torch.Tensor, float, float]] = []
         self.rows: list[Row] = []
         self.last_loss = math.nan
@@ -229,8 +233,9 @@ class MetricBuffer(Component):
                 if not math.isfinite(value):
                     self.sink.log_metrics(self.rows)
                     self.rows.clear()
+                    said = lr if self.lr is None else self.lr
                     raise Diverged(
-                        step, epoch, value, lr, grad_clip=self.grad_clip, precision=self.precision
+                        step, epoch, value, said, grad_clip=self.grad_clip, precision=self.precision
                     )
             self.last_loss = values[-1]
         self.sink.log_metrics(self.rows)
