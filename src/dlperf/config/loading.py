@@ -31,6 +31,7 @@ from dlperf.parsing import (
     absolute_model_name,
     depth,
     did_you_mean,
+    one_line,
     stem_name,
 )
 
@@ -379,7 +380,8 @@ def _built(
         said = file_model or ModelConfig.model_fields["name"].default
         changed = exp.model.name != (absolute_model_name(said) if isinstance(said, str) else said)
         stem = stem_name(Path(path))  # a file's name may hold anything
-        exp.run.name = stem + (f" model.name={raw['model']['name']}" if changed else "")
+        # A name the user never chose: a newline or tab in it escaped, where run.name refuses one
+        exp.run.name = one_line(stem + (f" model.name={raw['model']['name']}" if changed else ""))
     return exp, commands
 
 
