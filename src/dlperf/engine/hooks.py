@@ -58,11 +58,13 @@ class Hooks:
     def from_env(cls) -> Hooks:
         """The hooks DLPERF_HOOKS names (none when unset)."""
         hooks = []
-        for spec in filter(None, os.environ.get(HOOKS_ENV, "").split(",")):
-            module, _, name = spec.strip().partition(":")
+        # Stripped before the blanks are dropped: ' m:f , ' is the one entry 'm:f'
+        specs = [spec.strip() for spec in os.environ.get(HOOKS_ENV, "").split(",")]
+        for spec in filter(None, specs):
+            module, _, name = spec.partition(":")
             if not (module and name):
                 raise UserError(f"{HOOKS_ENV} names module:factory callables, not {spec!r}")
-            hooks.append(_factory(spec.strip(), module, name)())
+            hooks.append(_hook(spec, f"{module}.{name}", _factory(spec, module, name)))
         return cls(hooks)
 
     def start(self, trainer: str, model: nn.Module) -> None:
@@ -86,8 +88,9 @@ class Hooks:
 
 def _factory(spec: str, module: str, name: str) -> Any:
     """The callable one DLPERF_HOOKS entry names. A module (or one it imports) or an attribute
-    that is not there is a UserError of one line naming the entry and what is missing; any
-    other error of the module's import is its own, and goes up as it is."""
+    that is not there, or one that is not callable (os:sep), is a UserError of one line naming
+    the entry and what is wrong; any other error of the module's import is its own, and goes
+    up as it is."""
     try:
         found = importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -97,8 +100,29 @@ def _factory(spec: str, module: str, name: str) -> Any:
             wrong += f" (imported by {module!r})"
         raise UserError(f"{HOOKS_ENV} entry {spec!r}: {wrong}") from e
     try:
-        return getattr(found, name)
+        factory = getattr(found, name)
     except AttributeError as e:
         raise UserError(
             f"{HOOKS_ENV} entry {spec!r}: module {module!r} has no attribute {name!r}"
         ) from e
+    if not callable(factory):
+        raise UserError(
+            f"{HOOKS_ENV} entry {spec!r}: {module}.{name} is a {type(factory).__name__}, "
+            "not a callable",
+            "name a factory that makes a hook",
+        )
+    return factory
+
+
+def _hook(spec: str, named: str, factory: Any) -> Any:
+    """The hook `factory` makes, refused in one line when it lacks a hook's methods: it would
+    fail only once the trainer calls them, with a traceback."""
+    hook = factory()
+    missing = [m for m in ("start", "step_end") if not callable(getattr(hook, m, None))]
+    if missing:
+        raise UserError(
+            f"{HOOKS_ENV} entry {spec!r}: {named}() gave a {type(hook).__name__}, which has "
+            f"no {' and '.join(missing)}",
+            "name a factory that makes a hook: one with start and step_end methods",
+        )
+    return hook
