@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from dlperf.parsing import printable
 
@@ -25,6 +25,14 @@ def fmt(value: Any, digits: int = 4) -> str:
             return f"{value:.3g}"
         return f"{value:.{digits}g}"
     return printable(str(value))  # a stored name may hold ESC or NUL: show it, never act on it
+
+
+def as_written(text: str, stream: TextIO) -> str:
+    """`text` as `stream` writes it when it escapes what its encoding lacks (the CLI's stdout:
+    dlperf.cli.console), so that a table measures its cells as they are printed."""
+    if getattr(stream, "errors", None) != "backslashreplace":
+        return text
+    return text.encode(stream.encoding, "backslashreplace").decode(stream.encoding)
 
 
 def few(items: Sequence[str], most: int = 3) -> str:

@@ -3,6 +3,7 @@ progress, warnings and errors to stderr; no colour off a terminal or with NO_COL
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from dlperf.formatting import fmt
+from dlperf.formatting import as_written, fmt
 from dlperf.parsing import finite_json, printable
 
 if TYPE_CHECKING:
@@ -47,6 +48,11 @@ if sys.stdout is None:
     sys.stdout = _held_open(1)
 if sys.stderr is None:
     sys.stderr = _held_open(2)
+# A character the encoding lacks (PYTHONIOENCODING=ascii: runs compare's Δ, a run's name) is
+# written as an escape, as on stderr, not raised as UnicodeEncodeError; ascii:replace stays.
+_made = sys.stdout  # as Python made it: a test's capture is left as it is
+if _made is sys.__stdout__ and isinstance(_made, io.TextIOWrapper) and _made.errors == "strict":
+    _made.reconfigure(errors="backslashreplace")
 
 
 def _line_width(stream: Any) -> int | None:
@@ -123,8 +129,8 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     wrap between words (a word is never broken, so names, keys and numbers stay whole); when
     even its longest words do not fit side by side, each row is printed as a block of
     `column  value` lines."""
-    title = printable(title) if title else title  # it may name a run: shown, never acted on
-    cells = [[fmt(v) for v in row] for row in rows]
+    title = as_written(printable(title), sys.stdout) if title else title  # it may name a run
+    columns, *cells = [[as_written(fmt(v), sys.stdout) for v in row] for row in [columns, *rows]]
     most = [max([1, *(cell_len(c[i]) for c in [columns, *cells])]) for i in range(len(columns))]
     fewest = [
         max([1, *(cell_len(w) for c in [columns, *cells] for w in c[i].split())])
