@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from dlperf.errors import UserError
+
 # Ranges shared by many keys; pydantic checks them on the file and on --set alike.
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
@@ -66,16 +68,22 @@ class Section(BaseModel):
             raise PydanticCustomError(
                 NOT_UTF8,
                 "{message}",
-                {
-                    "message": f"is not UTF-8: '{_escaped(text)}'{where} (rename the file or "
-                    "folder so that its name is UTF-8)"
-                },
+                {"message": f"is not UTF-8: '{_escaped(text)}'{where} ({_RENAME})"},
             )
         return value
 
 
 # The error type of a string that cannot be written as UTF-8; its message shows the value.
 NOT_UTF8 = "not_utf8"
+_RENAME = "rename the file or folder so that its name is UTF-8"
+
+
+def check_utf8_name(what: str, name: str | PurePath) -> None:
+    """Refuse a file name that is not UTF-8 given outside a config (a model file to analyze,
+    export's --out) in the one line a config key naming it gets: `what: is not UTF-8: ...`."""
+    found = _not_utf8(name, "")
+    if found is not None:
+        raise UserError(f"{what}: is not UTF-8: '{_escaped(found[0])}'", _RENAME)
 
 
 def _not_utf8(value: Any, at: str) -> tuple[str, str] | None:

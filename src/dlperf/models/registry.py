@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from torch import nn
 
+from dlperf.config.base import check_utf8_name
 from dlperf.errors import MODEL_CODE, USER_MODULE_PREFIX, UserError, raised_by_model
 from dlperf.parsing import did_you_mean, is_file_spec
 from dlperf.paths import not_regular
@@ -135,6 +136,7 @@ def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:
     """The factory that "path/to/file.py:factory" names, its file imported."""
+    check_utf8_name("model", spec)  # as model.name is: its module's name, JSON, the store
     if ":" not in spec:
         raise UserError(f"model '{spec}' names a file but no factory", "use file.py:factory")
     path_text, _, factory = spec.rpartition(":")
@@ -191,7 +193,8 @@ _DIRECTORIES: set[str] = set()  # every home's directory
 
 def _home(directory: Path) -> str:
     """The package a model file's directory is imported as, made the first time."""
-    digest = hashlib.sha1(str(directory).encode()).hexdigest()[:8]
+    # The bytes: a path reached through a link may name a folder that is not UTF-8
+    digest = hashlib.sha1(os.fsencode(directory)).hexdigest()[:8]
     home = USER_MODULE_PREFIX + re.sub(r"\W", "_", directory.name) + f"_{digest}"
     if home not in _BUILTINS:
         own_import = functools.partial(_import, home, str(directory))
