@@ -97,3 +97,14 @@ def test_an_encoding_error_mode_the_user_chose_is_kept(two_runs: str) -> None:
     done = dlperf("--db", two_runs, "runs", "list", env={"PYTHONIOENCODING": "ascii:replace"})
     assert done.returncode == 0, done.stderr
     assert "? ? run" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "command", [["run"], ["runs", "list"], ["converge", "fit"], ["report"], ["analyze"]]
+)
+def test_help_under_python_oo_keeps_each_commands_description_and_example(
+    command: list[str],
+) -> None:
+    done = dlperf(*command, "--help", env={"PYTHONOPTIMIZE": "2"})
+    assert done.returncode == 0, done.stderr
+    assert "Example: dlperf " + " ".join(command) in done.stdout

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,7 +16,38 @@ if TYPE_CHECKING:
     from dlperf.store import RunStore
     from dlperf.store.reading import Listing
 
-app = typer.Typer(
+
+@functools.cache
+def _docstrings(module: str) -> dict[str, str]:
+    """The docstrings of `module`'s functions, read from its source ({} without one)."""
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[module]))
+    except (OSError, TypeError):
+        return {}
+    functions = (n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+    return {f.name: doc for f in functions if (doc := ast.get_docstring(f))}
+
+
+def _restore_help(group: typer.Typer) -> None:
+    """python -OO strips docstrings, which Typer takes each command's help from (what it does,
+    its Example: line): read back from the source, for `group`'s commands and its groups'."""
+    for info in group.registered_commands:
+        callback = info.callback
+        if callback is not None and callback.__doc__ is None:
+            callback.__doc__ = _docstrings(callback.__module__).get(callback.__name__)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _restore_help(sub.typer_instance)
+
+
+class _App(typer.Typer):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if sys.flags.optimize >= 2:
+            _restore_help(self)
+        return super().__call__(*args, **kwargs)
+
+
+app = _App(
     name="dlperf",
     help="A performance lab for deep-learning training: measure, model, compare.\n\n"
     "Example: dlperf demo",
