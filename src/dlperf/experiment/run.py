@@ -85,8 +85,9 @@ def run_experiment(
     check_profile_fits(exp, prepared.data)
     digest = exp.config_hash()
     final_only = keep_weights and not exp.run.checkpoint
+    out_dir = store.artifact_dir(exp.run.out_dir)  # a loop of links fails before the run
     if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
-        store.artifact_dir(exp.run.out_dir).mkdir(parents=True, exist_ok=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
     with store.new_run(
         name=exp.run.name or exp.model.name,
         kind="run",
@@ -95,7 +96,7 @@ def run_experiment(
         system=system_info(prepared.device, prepared.threads) | {"free_cores": prepared.free_cores},
         study_id=study_id,
     ) as record:
-        where = store.artifact_dir(exp.run.out_dir) / f"run-{record.id}" / "checkpoint.pt"
+        where = out_dir / f"run-{record.id}" / "checkpoint.pt"
         owner = checkpoint.Owner(store.id, record.id, digest)
         ckpt = checkpoint.Slot(where, owner, _record_once(store, record.id))
         ran = _execute(exp, store, record, ckpt, None, prepared, reporter)

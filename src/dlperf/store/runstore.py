@@ -933,8 +933,13 @@ class RunStore:
 
     def artifact_dir(self, out_dir: str | Path) -> Path:
         """Where this store's runs keep their files under `out_dir`: one directory per store,
-        so run 1 of one store never overwrites (or is read as) run 1 of another."""
-        return Path(out_dir).resolve() / self.id
+        so run 1 of one store never overwrites (or is read as) run 1 of another. A loop of
+        symbolic links is the OSError the OS names it (ELOOP), as the directory's use would
+        raise: Path.resolve() raised a RuntimeError before Python 3.13."""
+        try:
+            return Path(out_dir).resolve() / self.id
+        except RuntimeError:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(out_dir)) from None
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
