@@ -50,6 +50,28 @@ def base(tmp_path: Path) -> Path:
     return path
 
 
+# --- F2: a store path that is not UTF-8 ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [("run", "BASE"), ("runs", "list"), ("doctor",)])
+@pytest.mark.parametrize("as_url", [False, True])
+def test_a_store_path_that_is_not_utf8_is_refused(
+    cli: Cli, tmp_path: Path, base: Path, command: tuple[str, ...], as_url: bool
+) -> None:
+    """Before: `run` failed with a UnicodeEncodeError traceback, exit 1."""
+    path = f"{tmp_path}/s\udcff.db"  # the byte 0xff of a file name, as Python reads argv
+    db = f"sqlite:///{path}" if as_url else path
+    args = [str(base) if arg == "BASE" else arg for arg in command]
+    result = cli("--db", db, *args)
+    shown = f"{tmp_path}/s\\xff.db"
+    assert result.err == (
+        f"error: run store: is not UTF-8: '{'sqlite:///' if as_url else ''}{shown}' "
+        "(rename the file or folder so that its name is UTF-8)\n"
+    )
+    assert result.code == 2
+    assert not os.path.lexists(path)
+
+
 # --- F5: an out_dir in a loop of symbolic links -------------------------------------------------
 
 

@@ -63,6 +63,10 @@ def _path(db: str | None) -> Path | None:
         return None
     if any(c in db for c in "?#%"):
         return None
+    try:  # lone surrogates, a name's bytes that are not UTF-8: the long way refuses it
+        db.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
     # A . or .. after a directory: RunStore.open checks the path as the OS reads it (nope/../x.db
     # with nope missing, x.db/. through a file), where resolving it below would not.
     if any(part in (".", "..") for part in db.split("/")[1:]):

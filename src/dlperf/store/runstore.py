@@ -150,6 +150,12 @@ def _parsed(url: str) -> URL:
 
 
 def _url(db: str | None) -> str:
+    # A path that is not UTF-8 reaches us with lone surrogates (Python's way with such bytes
+    # from argv), which no URL, driver or record can encode: a UnicodeEncodeError traceback.
+    if db is not None and not db.isascii():
+        from dlperf.config.base import check_utf8_name  # pydantic's import: only here
+
+        check_utf8_name("run store", db)
     # A blank name (DLPERF_DB=' ') is read as an empty one, which the docs promise is the
     # default store: it made a store file named ' '.
     if not db or not db.strip():
