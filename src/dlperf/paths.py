@@ -30,6 +30,24 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
     return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
 
 
+def unnamed_cwd() -> tuple[str, str] | None:
+    """What keeps the working directory from being named, and the fix; None when nothing
+    does. Deleted, os.getcwd() fails. Deeper than PATH_MAX, Python's getcwd still names it (in
+    steps, as glibc does) but the kernel's refuses it, Path.resolve() cannot reach a file in
+    it, and oneMKL ends the process at `import torch` ("Cannot load .../libtorch_cpu.so")."""
+    try:
+        where = os.getcwd()
+    except FileNotFoundError:
+        return "the working directory was deleted", "cd somewhere that exists"
+    except OSError as e:  # a C library that does not name a directory past PATH_MAX
+        return f"the working directory cannot be named ({e.strerror})", "cd to a shorter path"
+    length, limit = len(os.fsencode(where)), os.pathconf("/", "PC_PATH_MAX")
+    if length >= limit:  # the limit counts the terminating NUL
+        said = f"the working directory's path is {length:,} bytes, more than the system's"
+        return f"{said} {limit - 1:,}", "cd to a shorter path"
+    return None
+
+
 def check_writable(path: Path, make_parents: bool = False) -> Path:
     """Make sure `path` can be written, so an unusable output fails at once (main() prints
     the OSError in one line) rather than after minutes of work. Leaves no empty file behind.

@@ -182,7 +182,7 @@ def test_run_from_a_deleted_working_directory_says_so(
     cannot load from a deleted directory."""
     ran = _from_a_deleted_directory(tmp_path, "run", str(tiny_exp(epochs=1)))
     assert ran.err == (
-        "error: the working directory was deleted, and torch cannot load without one "
+        "error: the working directory was deleted, and torch cannot load there "
         "(cd somewhere that exists)\n"
     )
     assert ran.code == 2

@@ -102,3 +102,68 @@ def test_artifact_dir_says_a_symlink_loop_as_the_os_does(store: RunStore, tmp_pa
     assert raised.value.filename == str(loop / "below")
 
 
+# --- F9 and F10: a working directory that cannot be named ---------------------------------------
+
+# Makes DEPTH directories of 100 letters, each inside the last, from the directory it is given,
+# goes into the deepest (relative steps: no path longer than PATH_MAX is ever used) and runs
+# the command that follows there.
+DEEP = """
+import os, sys
+os.chdir(sys.argv[1])
+for _ in range({depth}):
+    os.mkdir("d" * 100)
+    os.chdir("d" * 100)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+DEPTH = 45  # 4,545 bytes and more: past Linux's PATH_MAX of 4,096
+DLPERF = [sys.executable, "-m", "dlperf"]
+DELETED = (
+    "error: the working directory was deleted, and the run store {} is named relative to it "
+    "(cd somewhere that exists, or give --db an absolute path)\n"
+)
+
+
+def _env() -> dict[str, str]:
+    """The test's environment, without DLPERF_DB: the default store, ./dlperf.db."""
+    env = {k: v for k, v in os.environ.items() if k != "DLPERF_DB"}
+    return {**env, "OMP_NUM_THREADS": "1"}
+
+
+def _done(command: list[str]) -> CliResult:
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=240)
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def _from_a_deep_directory(tmp_path: Path, *args: str) -> CliResult:
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    try:
+        return _done([sys.executable, "-c", DEEP.format(depth=DEPTH), str(deep), *DLPERF, *args])
+    finally:
+        shutil.rmtree(deep)  # by descriptors: no path it walks is longer than PATH_MAX
+
+
+def _from_a_deleted_directory(tmp_path: Path, *args: str) -> CliResult:
+    """`python -m dlperf ARGS` started in a directory that is removed just before."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    return _done(["sh", "-c", script, "-", str(gone), *DLPERF, *args])
+
+
+def _too_deep(tmp_path: Path) -> str:
+    """How the working directory made by DEEP is told."""
+    length = len(os.fsencode(os.path.realpath(tmp_path / "deep"))) + DEPTH * 101
+    limit = os.pathconf("/", "PC_PATH_MAX") - 1
+    return f"the working directory's path is {length:,} bytes, more than the system's {limit:,}"
+
+
+def test_torch_from_a_directory_deeper_than_path_max_says_so(tmp_path: Path) -> None:
+    """Before: 'Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so.', exit 2."""
+    described = _from_a_deep_directory(
+        tmp_path, "data", "describe", "digits", "--per-class", "1", "--classes", "2"
+    )
+    assert described.err == (
+        f"error: {_too_deep(tmp_path)}, and torch cannot load there (cd to a shorter path)\n"
+    )
+    assert described.code == 2

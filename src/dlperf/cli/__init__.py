@@ -14,7 +14,6 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import io
-import os
 import pkgutil
 import resource
 import sys
@@ -29,7 +28,7 @@ from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
 from dlperf.errors import CheckFailed, UserError, in_model_file, innermost, interrupted
 from dlperf.parsing import one_line
-from dlperf.paths import writing
+from dlperf.paths import unnamed_cwd, writing
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -163,29 +162,29 @@ def _name_stdout() -> None:
 
 
 class _TorchNeedsCwd(importlib.abc.MetaPathFinder):
-    """Refuses `import torch` from a deleted working directory, where oneMKL ends the process
-    with "FATAL ERROR: Cannot load .../libtorch_cpu.so", blaming the library. Commands that
-    need no torch (listing a store by its absolute path) still work there."""
+    """Refuses `import torch` from a working directory that cannot be named (`unnamed_cwd`),
+    where oneMKL ends the process with "FATAL ERROR: Cannot load .../libtorch_cpu.so",
+    blaming the library. Commands that need no torch (listing a store by its absolute path)
+    still work there."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        self.what = what
+        self.fix = fix
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname == "torch":
-            raise UserError(
-                "the working directory was deleted, and torch cannot load without one",
-                "cd somewhere that exists",
-            )
+            raise UserError(f"{self.what}, and torch cannot load there", self.fix)
         return None
 
 
 def _check_cwd() -> None:
-    """Guard torch's import when the working directory is gone (checked once, at start:
-    one system call)."""
-    try:
-        os.getcwd()
-    except FileNotFoundError:
-        if "torch" not in sys.modules:
-            sys.meta_path.insert(0, _TorchNeedsCwd())
+    """Guard torch's import when the working directory cannot be named: deleted, or deeper
+    than PATH_MAX (checked once, at start: a system call or two)."""
+    unnamed = unnamed_cwd()
+    if unnamed is not None and "torch" not in sys.modules:
+        sys.meta_path.insert(0, _TorchNeedsCwd(*unnamed))
 
 
 def outcome() -> int:
