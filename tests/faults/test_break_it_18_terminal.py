@@ -108,3 +108,38 @@ def test_help_under_python_oo_keeps_each_commands_description_and_example(
     done = dlperf(*command, "--help", env={"PYTHONOPTIMIZE": "2"})
     assert done.returncode == 0, done.stderr
     assert "Example: dlperf " + " ".join(command) in done.stdout
+
+
+def test_report_shows_a_newline_in_its_directory_escaped(two_runs: str, tmp_path: Path) -> None:
+    out = tmp_path / "r\nx"
+    done = dlperf("--db", two_runs, "report", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert (out / "index.html").is_file()
+    shown = str(tmp_path / "r\\nx")
+    assert done.stdout.splitlines() == [f"1 run(s), 0 study(ies): 2 pages in {shown}"]
+    assert done.stderr.splitlines() == [f"saved {shown}/index.html"]
+
+
+def test_converge_fit_shows_a_newline_in_its_plot_path_escaped(tmp_path: Path) -> None:
+    curve = tmp_path / "curve.csv"
+    curve.write_text("metric\n" + "".join(f"{1 / (0.1 * k + 1):.4f}\n" for k in range(1, 30)))
+    plot = tmp_path / "f\nx.png"
+    done = dlperf("converge", "fit", "--csv", str(curve), "--y", "metric", "--plot", str(plot))
+    assert done.returncode == 0, done.stderr
+    assert plot.is_file()
+    assert f"saved {tmp_path / 'f'}\\nx.png" in done.stderr.splitlines()
+
+
+def test_analyze_titles_a_model_file_with_a_newline_in_its_path_on_one_line(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "n\nd"
+    folder.mkdir()
+    (folder / "m.py").write_text(
+        "import torch\n\ndef net():\n    return torch.nn.Sequential(torch.nn.Flatten(),"
+        " torch.nn.Linear(64, 10))\n"
+    )
+    done = dlperf("analyze", f"{folder}/m.py:net", "--input", "1,8,8")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert "n\\nd/m.py" in first, done.stdout

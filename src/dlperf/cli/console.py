@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlperf.formatting import as_written, fmt
-from dlperf.parsing import finite_json, printable
+from dlperf.parsing import finite_json, one_line
 
 if TYPE_CHECKING:
     from dlperf.table import Table as DataTable
@@ -129,7 +129,7 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     wrap between words (a word is never broken, so names, keys and numbers stay whole); when
     even its longest words do not fit side by side, each row is printed as a block of
     `column  value` lines."""
-    title = as_written(printable(title), sys.stdout) if title else title  # it may name a run
+    title = as_written(one_line(title), sys.stdout) if title else title  # names a run, a path
     columns, *cells = [[as_written(fmt(v), sys.stdout) for v in row] for row in [columns, *rows]]
     most = [max([1, *(cell_len(c[i]) for c in [columns, *cells])]) for i in range(len(columns))]
     fewest = [
@@ -284,7 +284,7 @@ def tell(warnings: list[str], *saved: Path | str | None) -> None:
         warn(warning)
     for path in saved:
         if path is not None:
-            err.print(f"saved {path}")
+            err.print(f"saved {one_line(str(path))}")  # a path the user named: one line
 
 
 def print_phases(summary: dict[str, Any]) -> None:

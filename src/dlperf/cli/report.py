@@ -9,6 +9,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store
 from dlperf.errors import UserError
+from dlperf.parsing import one_line
 
 
 @app.command()
@@ -47,7 +48,7 @@ def report(
         return
     console.out.print(
         f"{len(done.runs)} run(s), {len(done.studies)} study(ies): "
-        f"{len(done.pages)} pages in {done.out}{_removed(done.removed)}"
+        f"{len(done.pages)} pages in {one_line(str(done.out))}{_removed(done.removed)}"
     )
     console.tell([], done.out / "index.html")
 
