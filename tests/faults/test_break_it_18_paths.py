@@ -167,3 +167,40 @@ def test_torch_from_a_directory_deeper_than_path_max_says_so(tmp_path: Path) -> 
         f"error: {_too_deep(tmp_path)}, and torch cannot load there (cd to a shorter path)\n"
     )
     assert described.code == 2
+
+
+def test_the_default_store_from_a_directory_deeper_than_path_max_says_so(tmp_path: Path) -> None:
+    """Before: 'cannot use /.../dlperf.db: File name too long', naming 4,556 bytes of path."""
+    listed = _from_a_deep_directory(tmp_path, "runs", "list")
+    assert listed.err == (
+        f"error: {_too_deep(tmp_path)}, and the run store dlperf.db is named relative to it "
+        "(cd to a shorter path, or give --db an absolute path)\n"
+    )
+    assert listed.code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("runs", "list"), "dlperf.db"),  # the listing read with sqlite3
+        (("runs", "list", "--json"), "dlperf.db"),
+        (("runs", "show", "1"), "dlperf.db"),  # the store opened the long way
+        (("doctor",), "dlperf.db"),
+        (("--db", "sub/x.db", "runs", "list"), "sub/x.db"),
+        (("--db", "sqlite:///x.db", "runs", "show", "1"), "x.db"),
+    ],
+)
+def test_a_store_named_relative_to_a_deleted_directory_says_so(
+    tmp_path: Path, args: tuple[str, ...], named: str
+) -> None:
+    """Before: `runs list` said 'No such file or directory (the system named no file ...)',
+    `runs show` 'cannot open run store sqlite:///dlperf.db: [Errno 2] No such file or
+    directory'."""
+    listed = _from_a_deleted_directory(tmp_path, *args)
+    assert listed.err == DELETED.format(named)
+    assert listed.code == 2
+
+
+def test_an_absolute_store_still_lists_from_a_deleted_directory(tmp_path: Path) -> None:
+    listed = _from_a_deleted_directory(tmp_path, "--db", str(tmp_path / "a.db"), "runs", "list")
+    assert (listed.code, listed.err) == (0, "")

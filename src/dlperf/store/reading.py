@@ -50,7 +50,7 @@ class Listing(Protocol):
 def _path(db: str | None) -> Path | None:
     """The file `db` names when it is a plain SQLite path or URL; None for anything else."""
     if not db or not db.strip():  # blank: the default store, as runstore._url reads it
-        return Path("dlperf.db").resolve()
+        db = "dlperf.db"
     if "://" in db:
         if not db.startswith(PLAIN_URL):
             return None
@@ -73,9 +73,9 @@ def _path(db: str | None) -> Path | None:
         return None
     try:
         path = Path(db).resolve()
-    except (OSError, RuntimeError):  # a symlink loop: the long way says so
-        return None
-    return path if path.parent.is_dir() else None
+        return path if path.parent.is_dir() else None
+    except (OSError, RuntimeError):  # a symlink loop, a working directory gone or too deep:
+        return None  # the long way says so
 
 
 def sqlite_listing(db: str | None) -> Listing | None:

@@ -65,6 +65,7 @@ from sqlalchemy.pool import StaticPool
 from dlperf import stopping
 from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
 from dlperf.parsing import finite_json
+from dlperf.paths import unnamed_cwd
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
@@ -303,6 +304,12 @@ def _store_path(path: str | None, name: str) -> Path:
         raise UserError(
             f"run store {name}: a store path that ends in / names a directory",
             f"give the store file without the slash, e.g. --db {integrity.shown(path.rstrip('/'))}",
+        )
+    if not os.path.isabs(path) and (unnamed := unnamed_cwd()) is not None:
+        what, fix = unnamed  # resolved, it said "[Errno 2] No such file or directory"
+        raise UserError(
+            f"{what}, and the run store {integrity.shown(path)} is named relative to it",
+            f"{fix}, or give --db an absolute path",
         )
     _directories_as_written(path)
     try:
