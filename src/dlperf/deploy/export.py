@@ -27,6 +27,7 @@ from torch import nn
 from torch.jit._trace import TracerWarning
 
 from dlperf import stopping
+from dlperf.config.base import check_utf8_name
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
@@ -523,6 +524,7 @@ def export(
     import onnx
 
     reporter = reporter or NullReporter()
+    check_utf8_name("--out", out)  # both exporters write its name into the model, as UTF-8
     check_writable(out)
     warning = unfinished(source.meta)
     if warning is not None:  # said first: the export takes a while
