@@ -60,8 +60,9 @@ def finite_json(value: Any) -> Any:
 
 def file_name_text(name: str) -> str:
     """A file name as a name that can be stored and shown: bytes that are not UTF-8 (kept by
-    the file system as surrogates) replaced (U+FFFD), control characters escaped."""
-    return printable(os.fsencode(name).decode("utf-8", "replace"))
+    the file system as surrogates) replaced (U+FFFD), control characters and line breaks
+    escaped (a run or sweep named after its file refuses a newline)."""
+    return one_line(os.fsencode(name).decode("utf-8", "replace"))
 
 
 def stem_name(path: Path) -> str:

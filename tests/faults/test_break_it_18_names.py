@@ -158,3 +158,17 @@ def test_hooks_entries_are_stripped_before_blanks_are_dropped(
     monkeypatch.setenv(HOOKS_ENV, " tests.engine.test_hooks:first , ")
     (hook,) = Hooks.from_env().hooks
     assert type(hook).__name__ == "Named"
+
+
+def test_a_sweep_named_after_a_file_with_a_newline_escapes_it(
+    tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """`dlperf sweep $'s\\nw.toml'` failed with pydantic's "must hold no control characters":
+    the sweep's default name, its file's stem, reached run.name unescaped (round 18)."""
+    from dlperf.sweep.spec import load_sweep
+
+    path = tmp_path / "s\nw.toml"
+    path.write_text(f'base = "{tiny_exp(epochs=1)}"\n[grid]\n"train.lr" = [0.1, 0.2]\n')
+    sweep = load_sweep(path)
+    names = [p.exp.run.name for p in sweep.points]
+    assert names and all(n is not None and n.startswith("s\\nw") for n in names), names

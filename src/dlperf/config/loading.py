@@ -379,8 +379,7 @@ def _built(
         # the words typed (model.name is stored with its file's path made absolute).
         said = file_model or ModelConfig.model_fields["name"].default
         changed = exp.model.name != (absolute_model_name(said) if isinstance(said, str) else said)
-        stem = stem_name(Path(path))  # a file's name may hold anything
-        # A name the user never chose: a newline or tab in it escaped, where run.name refuses one
+        stem = stem_name(Path(path))  # a file's name may hold anything: escaped
         exp.run.name = one_line(stem + (f" model.name={raw['model']['name']}" if changed else ""))
     return exp, commands
 
