@@ -106,3 +106,13 @@ def test_one_image_a_step_is_refused_only_where_a_feature_map_is_1x1() -> None:
         assert det.model.training and det.model.backbone.training
         after = det.model.state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_finetune_names_its_weights_file_on_one_line(cli: Cli, tmp_path: Path) -> None:
+    """A newline in --out split the summary line after "saved" (round 18)."""
+    root = shapes(tmp_path / "shapes", 4)
+    args = finetune_args(root, tmp_path, 2)
+    args[-1] = str(tmp_path / "d\nx.pt")
+    result = cli(*args)
+    assert result.code == 0, result.err
+    assert "d\\nx.pt" in result.out and "d\nx.pt" not in result.out, result.out

@@ -13,6 +13,7 @@ from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.detect import SCORE_THRESHOLD
 from dlperf.errors import CheckFailed, UserError
+from dlperf.parsing import one_line
 from dlperf.paths import check_writable
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
@@ -238,7 +239,7 @@ def finetune(
         f"run {done['run_id']}: AP ({opts.ap_method}) on {done['val_images']} {opts.val_split} "
         f"images; {done['steps']} steps in {done['train_s']:.1f} s ({rate}, "
         f"{done['threads']} threads on {done['device']}), final loss "
-        f"{done['final_loss']:.3f}; saved {out}"
+        f"{done['final_loss']:.3f}; saved {one_line(str(out))}"
     )
 
 
