@@ -326,6 +326,9 @@ def finetune_recorded(
     loop's line, as `dlperf run` does, and raises FinetuneDiverged saying it. Returns the run's
     summary with its id, device, threads and the number of validation images."""
     rep = reporter or NullReporter()
+    # Recorded absolute, as every artifact is: read from another directory, a relative path
+    # names another file (`runs show`, `runs export` would show and upload that one).
+    out = out.absolute()
     cfg, train_cfg, run = job.detect, job.experiment.train, job.experiment.run
     root = voc.find_root(voc_root)
     train_set = voc.load_split(root, cfg.train_split)
