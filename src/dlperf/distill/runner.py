@@ -28,6 +28,7 @@ import torch
 from dlperf.config import DistillConfig, DistillJob, Experiment, build_experiment
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
+from dlperf.data.sources import read_npz
 from dlperf.distill import pool, teacher
 from dlperf.distill.select import precision, select
 from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, TeacherRow, best
@@ -229,10 +230,15 @@ class _Study:
         config = {"teacher": given.run_id, "unlabeled": p.pool.spec, "pool": p.pool.digest,
                   "images": len(p.pool.images), "top_k": k, "top_p": p.opts.top_p}  # fmt: skip
         digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-        found = self.reused(digest, f"select K={k}")
+        found = self.done.get(digest)
         before = SelectSummary.stored(found["summary"]) if found else None
         if found and before and Path(before.file).is_file():
-            return Selected(found["id"], True, before)
+            broken = _unreadable(Path(before.file))
+            if broken is None:
+                self.reused(digest, f"select K={k}")  # says so
+                return Selected(found["id"], True, before)
+            # dlperf's own file (truncated, say): made again, as a deleted one is
+            self.reporter.log(f"warning: select K={k}: {broken}; selecting again")
         timed = self.scores(given)
         chosen = select(timed.scores, k, p.opts.top_p)
         hidden = p.pool.hidden
@@ -320,10 +326,19 @@ def _write_pseudo(
     for array in (images_np, labels_np, classes_np):
         digest.update(array.tobytes())
     path = directory / f"pseudo-{digest.hexdigest()[:12]}.npz"
-    if not path.is_file():
+    if _unreadable(path) is not None:  # a truncated one of this name is written again
         with replaced(path) as part:
             np.savez(part, images=images_np, labels=labels_np, classes=classes_np)
     return path
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a pseudo-labelled file cannot be read (missing, truncated, corrupt); None if it can."""
+    try:
+        read_npz(path)
+    except UserError as e:
+        return e.message
+    return None
 
 
 def oversized_k(top_k: list[int], pool: int) -> list[str]:
