@@ -35,6 +35,7 @@ from dlperf.store.ids import made_store_id
 from dlperf.store.migrations import SCHEMA_VERSION
 from dlperf.store.schema import (
     DELETED_MAX,
+    HOME,
     STORE_ID,
     VERSION_KEY,
     Artifact,
@@ -455,7 +456,8 @@ def _refuse_newer(old: sqlite3.Connection, tables: dict[str, list[str]], source:
 
 def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Repaired:
     """Copy every readable, sound row of the SQLite store `source` into the new, empty store
-    at `target`. The store keeps its id, so its runs' files on disk stay its own; rows of a
+    at `target`. The store keeps its id and its home, so its runs' files on disk stay its own,
+    and a repaired copy beside a live original keeps them in `runs delete`; rows of a
     run (or a study) that could not be read are left out (a run of a lost study is kept,
     unlinked), and the ids of lost runs are never handed out again. A lock another process
     holds past `busy_s` seconds raises sqlite3's OperationalError (`held`): it is no damage."""
@@ -493,7 +495,9 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                     if meta and row["key"] == STORE_ID and not made_store_id(row["value"]):
                         counts.left_out += 1  # set by hand: the new store makes its own
                         continue
-                    if t.name == Meta.__tablename__ and row["key"] != STORE_ID:
+                    # The home too: at another path the repaired store is a copy of the
+                    # original, whose files `runs delete` keeps; moved in its place, the owner.
+                    if meta and row["key"] not in (STORE_ID, HOME):
                         if row["key"] == DELETED_MAX:
                             floor = int(row["value"])
                         continue  # the new store's version and floor are written below
