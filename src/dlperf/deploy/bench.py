@@ -23,6 +23,7 @@ from dlperf.deploy import runtime
 from dlperf.deploy.export import Source, from_registry, from_run
 from dlperf.deploy.meta import ModelMeta
 from dlperf.errors import UserError
+from dlperf.parsing import one_line
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.system import set_threads
@@ -124,7 +125,7 @@ def pytorch_contender(
     graph = onnx.load(str(model_path), load_external_data=False).graph
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
     if spec is None:
-        source = _from_meta(meta, classes, open_store, reporter)
+        source = _from_meta(model_path, meta, classes, open_store, reporter)
         if source is None:
             return None
     elif spec.isdigit():
@@ -140,11 +141,24 @@ def pytorch_contender(
 
 
 def _from_meta(
-    meta: ModelMeta, classes: int | None, open_store: Callable[[], RunStore], reporter: Reporter
+    model_path: Path,
+    meta: ModelMeta,
+    classes: int | None,
+    open_store: Callable[[], RunStore],
+    reporter: Reporter,
 ) -> Source | None:
     if meta.run_id is not None:
         try:
-            return from_run(open_store(), meta.run_id)
+            store = open_store()
+            # The id is of the store it was exported from: this store's run of that id may be
+            # another model (the metadata names no store), which would be timed in its place.
+            trained = store.get_run(meta.run_id).config.get("model", {}).get("name")
+            if trained != meta.model:
+                raise UserError(
+                    f"run {meta.run_id} of this store is model '{trained}', not the "
+                    f"'{meta.model}' {one_line(str(model_path))} was exported from"
+                )
+            return from_run(store, meta.run_id)
         except UserError as e:
             reporter.log(f"warning: {e}; racing registry model '{meta.model}' with random weights")
     try:
