@@ -22,6 +22,7 @@ from dlperf.records import RunSummary
 class FakeRun:
     id: int
     name: str = "base"
+    kind: str = "run"
     status: str = "finished"
     config: dict[str, Any] = field(default_factory=dict)
     config_hash: str | None = "h"

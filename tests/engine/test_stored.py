@@ -23,7 +23,9 @@ def members(protocol: type) -> set[str]:
 
 def test_the_protocols_name_what_the_engine_reads() -> None:
     assert members(StoredRuns) == {"id", "get_run", "list_runs", "artifacts", "last_step"}
-    assert members(StoredRun) == {"id", "name", "status", "config", "config_hash", "trained"}
+    assert members(StoredRun) == {
+        "id", "name", "kind", "status", "config", "config_hash", "trained"
+    }  # fmt: skip
 
 
 def test_the_store_has_every_method_and_a_record_every_field() -> None:
@@ -40,7 +42,7 @@ def test_a_stored_run_answers_through_the_protocols(store: RunStore) -> None:
     with store.new_run(name="r", kind="train", config={"run": {"checkpoint": True}}) as rec:
         store.log_metrics(rec.id, [("epoch/train_loss", 4, 0.5)])
     run: StoredRun = runs.get_run(rec.id)
-    assert (run.id, run.name, run.status) == (rec.id, "r", "finished")
+    assert (run.id, run.name, run.kind, run.status) == (rec.id, "r", "train", "finished")
     assert run.config["run"] == {"checkpoint": True}
     assert isinstance(run.trained, RunSummary)
     assert runs.last_step(rec.id, "epoch/train_loss") == 4

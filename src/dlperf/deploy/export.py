@@ -109,6 +109,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     from dlperf.sweep.runner import weights_hint
 
     record = store.get_run(run_id)
+    checkpoint.check_trained(store, record, "to export")
     path = checkpoint.run_checkpoint(
         store,
         run_id,

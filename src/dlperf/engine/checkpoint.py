@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlperf.engine.stored import StoredRuns
+from dlperf.engine.stored import StoredRun, StoredRuns
 from dlperf.errors import UserError
 from dlperf.models.transfer import load_state
 from dlperf.parsing import is_file_spec
@@ -159,6 +159,37 @@ def check_loadable(model_state: object, hint: str | None = None) -> None:
                 f"model.weights): {KEEP_TENSORS}",
                 hint,
             ) from None
+
+
+# The kinds of run other than a training run ("run"), which keep no classifier: what each is.
+OTHER_KINDS = {
+    "select": "distill's selection",
+    "calibrate": "dlperf calibrate's measurement of this machine",
+    "predict": "dlperf predict's measurement of a model",
+    "staleness": "a training of dlperf staleness, which keeps no weights",
+    "scale": "a point of dlperf scale, which keeps no weights",
+    "allreduce": "dlperf scale allreduce's measurement",
+}
+
+
+def check_trained(store: StoredRuns, run: StoredRun, purpose: str) -> None:
+    """Refuse a run that is not a training run, whose stored config and files are not a
+    classifier's (`purpose`: "to export", "to start from"), in one line saying what it is;
+    a detect run's names the command that exports its detector."""
+    if run.kind == "run":
+        return
+    said = f"run {run.id} is {'an' if run.kind[0] in 'aeiou' else 'a'} {run.kind} run"
+    if run.kind == "detect":
+        files = [a["path"] for a in store.artifacts(run.id) if a["kind"] == "checkpoint"]
+        weights = files[-1] if files else run.config.get("weights") or "PATH"
+        model = run.config.get("model", {}).get("name", "NAME")
+        raise UserError(
+            f"{said}: it holds a detector, no classifier {purpose}",
+            f"export it with dlperf detect export --model {model} --weights {weights} "
+            "--out FILE.onnx",
+        )
+    what = OTHER_KINDS.get(run.kind)
+    raise UserError(f"{said}{f' ({what})' if what else ''}: it has no model {purpose}")
 
 
 def run_checkpoint(store: StoredRuns, run_id: int, purpose: str, hint: str) -> Path:

@@ -124,6 +124,7 @@ def _run_id(spec: str, store: StoredRuns) -> int:
 def _from_run(spec: str, store: StoredRuns) -> Pretrained:
     run_id = _run_id(spec, store)
     stored = store.get_run(run_id)
+    checkpoint.check_trained(store, stored, "to start from")
     data = stored.config.get("data", {})
     seen = stored.trained.data or {}
 

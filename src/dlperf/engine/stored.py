@@ -22,6 +22,9 @@ class StoredRun(Protocol):
     def name(self) -> str: ...
 
     @property
+    def kind(self) -> str: ...  # "run" for a training run
+
+    @property
     def status(self) -> str: ...
 
     @property
