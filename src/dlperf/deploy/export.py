@@ -17,7 +17,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ class Source:
     model: nn.Module
     meta: ModelMeta
     images: torch.Tensor | None = None  # (N, C, H, W) float, normalised as in training
+    warnings: list[str] = field(default_factory=list)  # said by export
 
 
 def from_registry(
@@ -106,6 +107,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     from dlperf.data.sources import decode_file
     from dlperf.engine import checkpoint, pretrained
     from dlperf.engine.build import build_model, load_run_data
+    from dlperf.experiment.run import model_file_changed
     from dlperf.sweep.runner import weights_hint
 
     record = store.get_run(run_id)
@@ -142,7 +144,8 @@ def from_run(store: RunStore, run_id: int) -> Source:
     )
     meta.run_status, meta.epochs = record.status, exp.train.epochs
     meta.epoch = saved.get("progress", {}).get("epoch")
-    return Source(model, meta, images)
+    changed = model_file_changed(record)
+    return Source(model, meta, images, [] if changed is None else [changed])
 
 
 def unfinished(meta: ModelMeta) -> str | None:
@@ -530,6 +533,8 @@ def export(
     warning = unfinished(source.meta)
     if warning is not None:  # said first: the export takes a while
         reporter.log(f"warning: {warning}")
+    for said in source.warnings:
+        reporter.log(f"warning: {said}")
     data_file = out.with_name(out.name + ".data")
     model, meta = source.model.eval(), source.meta
     if meta.preprocess.channels not in runtime.CHANNEL_MODES:
@@ -615,4 +620,5 @@ def export(
         "parity_sets": sets,
         "export_seconds": export_s,
         "seconds": time.perf_counter() - start,
+        "warnings": [w for w in (warning, *source.warnings) if w is not None],
     }

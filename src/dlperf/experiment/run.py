@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -24,14 +25,48 @@ from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
+from dlperf.parsing import is_file_spec, one_line
+from dlperf.paths import not_regular
 from dlperf.precision import check_default_dtype
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
+from dlperf.store.record import RunRecord
 from dlperf.system import system_info
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+# The key of a run's `system` that holds its model file's sha256: kept out of the config, so
+# that a run's config hash stays what it was.
+MODEL_FILE_DIGEST = "model_file_sha256"
+
+
+def model_file_digest(name: str) -> str | None:
+    """The sha256 of the source of the model file `name` names (path/to/file.py:factory);
+    None for a registered model or a file that is not there to read."""
+    path = Path(name.rpartition(":")[0] or name)
+    if not is_file_spec(name) or not path.is_file() or not_regular(path) is not None:
+        return None  # stat'ed first: a FIFO would block the read for ever
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def model_file_changed(record: RunRecord) -> str | None:
+    """What an export of `record` must say when its model file differs from the one it was
+    trained from (its weights loaded into the file as it is now); None when it is the same,
+    and for a run stored without the digest."""
+    trained = (record.system or {}).get(MODEL_FILE_DIGEST)
+    name = str(record.config.get("model", {}).get("name", ""))
+    if trained is None or model_file_digest(name) in (trained, None):
+        return None
+    return (
+        f"model file {one_line(name.rpartition(':')[0])} changed since run {record.id} was "
+        "trained (its parameters still fit): exported as the file is now"
+    )
+
 
 # A run seeds torch's process-wide generator (its weights, its dropout masks) and sets the
 # process's thread count: two at once in one process (dlperf.run from two threads) drew from
@@ -88,12 +123,16 @@ def run_experiment(
     out_dir = store.artifact_dir(exp.run.out_dir)  # a loop of links fails before the run
     if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
         out_dir.mkdir(parents=True, exist_ok=True)
+    system = system_info(prepared.device, prepared.threads) | {"free_cores": prepared.free_cores}
+    source = model_file_digest(exp.model.name)
+    if source is not None:  # export says when the file changes after
+        system[MODEL_FILE_DIGEST] = source
     with store.new_run(
         name=exp.run.name or exp.model.name,
         kind="run",
         config=exp.to_dict(),
         config_hash=digest,
-        system=system_info(prepared.device, prepared.threads) | {"free_cores": prepared.free_cores},
+        system=system,
         study_id=study_id,
     ) as record:
         where = out_dir / f"run-{record.id}" / "checkpoint.pt"
@@ -222,6 +261,8 @@ def _execute(
     # The data's resolution and statistics as trained: what a transfer from this run expects.
     data = {"shape": list(p.data.shape), "mean": list(p.data.mean), "std": list(p.data.std)}
     data["classes"] = p.data.num_classes
+    if p.data.classes:  # what export labels the outputs with, whatever the folder says later
+        data["class_names"] = list(p.data.classes)
     data["test"] = len(p.data.test)  # images the test accuracy is of: doctor's chance rule
     summary = replace(
         summary, device=str(p.device), threads=p.threads, data=data, transfer=p.transfer
