@@ -19,8 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.config import Experiment
+from dlperf.deploy.export import from_run
+from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_17_resume import _image_folder
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -113,3 +117,41 @@ def test_export_of_every_other_kind_says_what_it_is(
         2,
         f"error: run {run_id} is {article} {kind} run ({what}): it has no model to export",
     )
+
+
+# D
+
+CLASSES = [f"c{i}" for i in range(10)]
+
+
+def _folder_run(store: RunStore, tmp_path: Path) -> tuple[int, Path]:
+    """A finished one-epoch smallcnn run on a 10-class image folder of 8x8 PNGs."""
+    imgs = tmp_path / "imgs"
+    _image_folder(imgs, CLASSES)
+    exp = Experiment.model_validate(
+        {
+            "model": {"name": "smallcnn"},
+            "data": {"name": "imagefolder", "root": str(imgs), "image_size": 8},
+            "train": {"epochs": 1, "batch_size": 16, "lr": 0.05},
+            "run": {
+                "threads": 1,
+                "warmup_steps": 1,
+                "checkpoint": True,
+                "out_dir": str(tmp_path / "runs"),
+            },
+        }
+    )
+    result = run_experiment(exp, store)
+    assert result["status"] == "finished"
+    return result["run_id"], imgs
+
+
+def test_export_after_classes_renamed_keeps_the_trained_names(
+    store: RunStore, tmp_path: Path
+) -> None:
+    run_id, imgs = _folder_run(store, tmp_path)
+    assert store.get_run(run_id).trained.data["class_names"] == CLASSES  # type: ignore[index]
+    for split in ("train", "val"):
+        (imgs / split / "c0").rename(imgs / split / "z0")
+    assert from_run(store, run_id).meta.labels == CLASSES
+

@@ -139,9 +139,10 @@ def from_run(store: RunStore, run_id: int) -> Source:
     pre = Preprocess(
         size=(data.shape[1], data.shape[2]), channels=data.shape[0], mean=data.mean, std=data.std
     )
-    meta = ModelMeta(
-        "classification", exp.model.name, INPUT, data.shape, pre, list(data.classes), run_id
-    )
+    # The names the run was trained on: an image folder's classes renamed since would shift
+    # every label. A run stored before they were kept has the data's names as they are now.
+    labels = (record.trained.data or {}).get("class_names") or list(data.classes)
+    meta = ModelMeta("classification", exp.model.name, INPUT, data.shape, pre, labels, run_id)
     meta.run_status, meta.epochs = record.status, exp.train.epochs
     meta.epoch = saved.get("progress", {}).get("epoch")
     changed = model_file_changed(record)
