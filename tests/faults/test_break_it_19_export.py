@@ -14,6 +14,7 @@ D. An image-folder run exported after its classes were renamed (same count) took
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 
 from dlperf.config import Experiment
 from dlperf.deploy.export import from_run
+from dlperf.errors import UserError
 from dlperf.experiment.run import run_experiment
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -155,3 +157,14 @@ def test_export_after_classes_renamed_keeps_the_trained_names(
         (imgs / split / "c0").rename(imgs / split / "z0")
     assert from_run(store, run_id).meta.labels == CLASSES
 
+
+def test_export_after_a_class_removed_names_the_data(store: RunStore, tmp_path: Path) -> None:
+    run_id, imgs = _folder_run(store, tmp_path)
+    for split in ("train", "val"):
+        shutil.rmtree(imgs / split / "c9")
+    with pytest.raises(UserError) as caught:
+        from_run(store, run_id)
+    assert str(caught.value) == (
+        f"run {run_id}'s checkpoint does not fit its data: the data now has 9 classes, the "
+        "run was trained on 10 (restore the data the run was trained with, or train it again)"
+    )

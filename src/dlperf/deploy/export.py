@@ -127,7 +127,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     exp = build_experiment(record.config, f"run {run_id}")
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
     model = build_model(exp, data, torch.device("cpu"), fresh=False)
-    checkpoint.fit_weights(model, weights, run_id, exp.model.name)
+    checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes)
     test = data.test
     n = min(len(test), REAL_IMAGES)
     if test.images is not None:
