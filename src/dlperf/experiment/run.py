@@ -263,8 +263,6 @@ def _execute(
     data["classes"] = p.data.num_classes
     if p.data.classes:  # what export labels the outputs with, whatever the folder says later
         data["class_names"] = list(p.data.classes)
-    if p.data.classes:  # what export labels the outputs with, whatever the folder says later
-        data["class_names"] = list(p.data.classes)
     data["test"] = len(p.data.test)  # images the test accuracy is of: doctor's chance rule
     summary = replace(
         summary, device=str(p.device), threads=p.threads, data=data, transfer=p.transfer
