@@ -511,6 +511,8 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                 if batch:
                     conn.exec_driver_sql(insert, batch)
             done.store_id = conn.scalar(select(Meta.value).where(Meta.key == STORE_ID))
+            if done.store_id is None:  # the store gets a new id: no other store's files are its
+                conn.execute(Meta.__table__.delete().where(Meta.key == HOME))
             top = max([floor, *named_runs, *kept["runs"]])
             conn.execute(
                 Meta.__table__.insert(),
