@@ -7,10 +7,11 @@ G: a project folder moved whole left a deleted run's files on disk without a wor
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from dlperf.store import RunStore, repair
-from tests.faults.test_break_it_4_store import _run_with_checkpoint
+from tests.faults.test_break_it_4_store import _closed, _run_with_checkpoint
 
 
 def _new_run(store: RunStore, out: Path) -> tuple[int, Path]:
@@ -45,3 +46,43 @@ def test_a_repaired_store_moved_into_place_owns_its_files(tmp_path: Path) -> Non
     deleted = RunStore.open(str(original)).delete_runs([run_id])
     assert deleted.removed == [str(checkpoint.parent)] and not checkpoint.exists()
     assert deleted.kept == []
+
+
+def test_a_copy_writes_its_new_runs_apart_from_the_original(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    original, copy = tmp_path / "dlperf.db", tmp_path / "cpy.db"
+    _run_with_checkpoint(original, out)
+    shutil.copyfile(original, copy)
+    in_copy, in_original = RunStore.open(str(copy)), RunStore.open(str(original))
+    copy_run, copy_checkpoint = _new_run(in_copy, out)
+    original_run, original_checkpoint = _new_run(in_original, out)
+    assert copy_run == original_run  # both hand out the next id
+    assert copy_checkpoint != original_checkpoint
+    assert copy_checkpoint.read_bytes() == f"weights of {copy}".encode()
+    assert original_checkpoint.parent.parent == out.resolve() / in_original.id
+    # The copy's directory is its own for good: reopened, or moved, it writes there again.
+    mine = copy_checkpoint.parent.parent
+    assert mine.name.startswith(f"{in_copy.id}-")
+    _closed(in_copy)
+    assert RunStore.open(str(copy)).artifact_dir(out) == mine
+    moved = tmp_path / "moved.db"
+    copy.rename(moved)
+    in_moved = RunStore.open(str(moved))
+    assert in_moved.artifact_dir(out) == mine
+    # Deleting in the copy removes its own run's files, not the original's.
+    deleted = in_moved.delete_runs([copy_run])
+    assert deleted.removed == [str(copy_checkpoint.parent)] and not copy_checkpoint.exists()
+    assert original_checkpoint.read_bytes() == f"weights of {original}".encode()
+
+
+def test_a_copy_of_a_copy_gets_a_directory_of_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    original, copy, second = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "c.db"
+    _run_with_checkpoint(original, out)
+    shutil.copyfile(original, copy)
+    in_copy = RunStore.open(str(copy))
+    _new_run(in_copy, out)
+    _closed(in_copy)
+    shutil.copyfile(copy, second)
+    dirs = {RunStore.open(str(p)).artifact_dir(out) for p in (original, copy, second)}
+    assert len(dirs) == 3

@@ -42,6 +42,7 @@ import operator
 import os
 import re
 import resource
+import secrets
 import shutil
 import sqlite3
 import time
@@ -122,6 +123,10 @@ TAG_VALUE_MAX = 5000
 # Where `runs repair NEW.db` writes until its copy is whole: hidden, and named so that no
 # command or glob (*.db) takes it for a store.
 REPAIRING = ".{}.repairing"
+# A byte copy of a store whose original is still there writes its new runs under a directory of
+# its own, `<store id>-<token>` (COPY_DIR), recorded with the copy's file (COPY_FILE), so that a
+# copy of the copy makes its own too (`RunStore._copy_dir`).
+COPY_DIR, COPY_FILE = "copy_dir", "copy_file"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
 PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
@@ -660,6 +665,21 @@ def _insert_for(engine: Engine) -> Any:
     return sqlite_insert
 
 
+def _meta(s: Session, key: str) -> str | None:
+    return s.scalar(select(Meta.value).where(Meta.key == key))
+
+
+def _elsewhere(recorded: str | None, here: str) -> Path | None:
+    """The SQLite file `recorded` names while it is still there and another file than `here`
+    (a byte copy's original); None when it is `here`, or gone (the store was moved)."""
+    if recorded is None or recorded == here:
+        return None
+    with contextlib.suppress(OSError):
+        if Path(recorded).is_file() and not Path(recorded).samefile(here):
+            return Path(recorded)
+    return None
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -945,14 +965,52 @@ class RunStore:
         return cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
 
     def artifact_dir(self, out_dir: str | Path) -> Path:
-        """Where this store's runs keep their files under `out_dir`: one directory per store,
-        so run 1 of one store never overwrites (or is read as) run 1 of another. A loop of
-        symbolic links is the OSError the OS names it (ELOOP), as the directory's use would
-        raise: Path.resolve() raised a RuntimeError before Python 3.13."""
+        """Where this store's new runs keep their files under `out_dir`: one directory per
+        store, so run 1 of one store never overwrites (or is read as) run 1 of another; a byte
+        copy of a store still there has one of its own (`_copy_dir`). A loop of symbolic links
+        is the OSError the OS names it (ELOOP), as the directory's use would raise:
+        Path.resolve() raised a RuntimeError before Python 3.13."""
         try:
-            return Path(out_dir).resolve() / self.id
+            where = Path(out_dir).resolve()
         except RuntimeError:
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(out_dir)) from None
+        return where / self._dir_name()
+
+    def _dir_name(self) -> str:
+        """The store id, or a byte copy's own directory name, written the first time a copy
+        asks (a store only read, or not a SQLite file, has the id)."""
+        if self._file is None:
+            return self.id
+        here = str(self._file.path)
+        with Session(self.engine) as s:
+            home, name, made_for = (_meta(s, key) for key in (HOME, COPY_DIR, COPY_FILE))
+        if name is not None and made_for == here:
+            return name
+        if name is None and _elsewhere(home, here) is None:
+            return self.id
+        with self._writing() as s:
+            return self._copy_dir(s, make=True) or self.id
+
+    def _copy_dir(self, s: Session, make: bool) -> str | None:
+        """The directory of this store's own under an out_dir while it is, or once was, a
+        byte copy of a store still there (`_copy_of`): a copy and its original hand out the
+        same next run id, and both wrote `<store id>/run-<id>/`, one overwriting the other's
+        checkpoint. Made with `make` when a copy has none yet; kept by the copy for good, moved
+        too, and not by a copy of it, whose recorded file is still there: that makes its own."""
+        if self._file is None:
+            return None
+        here = str(self._file.path)
+        name, made_for = _meta(s, COPY_DIR), _meta(s, COPY_FILE)
+        if name is not None and _elsewhere(made_for, here) is None:
+            if made_for != here:  # the copy was moved
+                s.merge(Meta(key=COPY_FILE, value=here))
+            return name
+        if not make or self._copy_of(s) is None:
+            return None
+        name = f"{self.id}-{secrets.token_hex(4)}"
+        s.merge(Meta(key=COPY_DIR, value=name))
+        s.merge(Meta(key=COPY_FILE, value=here))
+        return name
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
@@ -1044,11 +1102,10 @@ class RunStore:
         if self._file is None:
             return None
         here = str(self._file.path)
-        home = s.scalar(select(Meta.value).where(Meta.key == HOME))
-        if home is not None and home != here:
-            with contextlib.suppress(OSError):
-                if Path(home).is_file() and not Path(home).samefile(here):
-                    return Path(home)
+        home = _meta(s, HOME)
+        original = _elsewhere(home, here)
+        if original is not None:
+            return original
         if home != here:
             s.merge(Meta(key=HOME, value=here))
         return None
@@ -1060,7 +1117,7 @@ class RunStore:
         (PostgreSQL's sequences never reuse an id: None lets the database choose.)"""
         if self.engine.dialect.name != "sqlite":
             return None
-        floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
+        floor = _meta(s, DELETED_MAX)
         if floor is None:
             return None
         return max(int(floor), s.scalar(select(func.max(Run.id))) or 0) + 1
@@ -1331,11 +1388,12 @@ class RunStore:
         too; one whose owner lives on this host never does: stop it first (`query.stop`).
 
         Only what a run owns goes: a recorded file under this store's artifact directory
-        (`<out_dir>/<store id>/`) that no other run records, and the run's own directory
-        `<store id>/run-<id>/` that holds its checkpoint. Directories left empty are removed
-        up to the store's directory. A recorded file elsewhere (the user's device catalog, a
-        detector saved to a path of the user's choice) or shared with another run is kept, and
-        so is every file of a store that is a byte copy of another still there (`_copy_of`)."""
+        (`<out_dir>/<store id>/`, or a copy's own, `_copy_dir`) that no other run records, and
+        the run's own directory `run-<id>/` there that holds its checkpoint. Directories left
+        empty are removed up to the store's directory. A recorded file elsewhere (the user's
+        device catalog, a detector saved to a path of the user's choice) or shared with another
+        run is kept, and so is every file of a store that is a byte copy of another still there
+        (`_copy_of`) outside the copy's own directory."""
         ids = list(dict.fromkeys(run_ids))
         with self._writing() as s:
             query = select(Run.id).where(Run.id.in_([i for i in ids if _storable(s, i)]))
@@ -1362,6 +1420,10 @@ class RunStore:
             recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(ids))
             owned = [(r.run_id, r.path) for r in s.execute(recorded.order_by(Artifact.id))]
             original = self._copy_of(s)
+            own = self._copy_dir(s, make=False)
+            mine = {own} if own is not None else set()
+            if original is None:
+                mine.add(self.id)
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
@@ -1373,24 +1435,29 @@ class RunStore:
                 s.execute(delete(table).where(table.run_id.in_(ids)))
             s.execute(delete(Run).where(Run.id.in_(ids)))
             if self.engine.dialect.name == "sqlite":
-                floor = s.scalar(select(Meta.value).where(Meta.key == DELETED_MAX))
+                floor = _meta(s, DELETED_MAX)
                 s.merge(Meta(key=DELETED_MAX, value=str(max([*ids, int(floor or 0)]))))
         removed: list[str] = []
         kept: list[tuple[str, str]] = []
         for run_id, path in owned:
             if path in shared:
                 kept.append((path, "another run records it too"))
-            elif original is not None:
+            elif original is not None and not any(p.name in mine for p in Path(path).parents):
                 if os.path.lexists(path):  # one deleted already (in the original) is not kept
                     kept.append((path, f"this store is a copy of {original}, whose run it is too"))
             else:
-                self._remove_file(run_id, Path(path), removed, kept)
+                self._remove_file(run_id, Path(path), mine, removed, kept)
         return Deleted(ids, removed, kept)
 
     def _remove_file(
-        self, run_id: int, path: Path, removed: list[str], kept: list[tuple[str, str]]
+        self,
+        run_id: int,
+        path: Path,
+        mine: set[str],
+        removed: list[str],
+        kept: list[tuple[str, str]],
     ) -> None:
-        root = next((p for p in path.parents if p.name == self.id), None)
+        root = next((p for p in path.parents if p.name in mine), None)
         if not path.is_absolute() or ".." in path.parts or root is None:
             kept.append((str(path), f"not under this store's artifact directory .../{self.id}/"))
             return
