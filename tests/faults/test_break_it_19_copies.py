@@ -86,3 +86,43 @@ def test_a_copy_of_a_copy_gets_a_directory_of_its_own(tmp_path: Path) -> None:
     shutil.copyfile(copy, second)
     dirs = {RunStore.open(str(p)).artifact_dir(out) for p in (original, copy, second)}
     assert len(dirs) == 3
+
+
+def test_a_project_moved_whole_deletes_the_runs_files_where_they_are_now(
+    tmp_path: Path,
+) -> None:
+    old, new = tmp_path / "w", tmp_path / "w2"
+    old.mkdir()
+    run_id, checkpoint = _run_with_checkpoint(old / "dlperf.db", old / "dlperf_runs")
+    old.rename(new)
+    deleted = RunStore.open(str(new / "dlperf.db")).delete_runs([run_id])
+    moved = new / checkpoint.relative_to(old)
+    assert deleted.removed == [str(moved.parent)] and not moved.parent.exists()
+    assert deleted.kept == []
+
+
+def test_a_runs_files_found_nowhere_are_named(tmp_path: Path) -> None:
+    old, new = tmp_path / "w", tmp_path / "w2"
+    old.mkdir()
+    run_id, checkpoint = _run_with_checkpoint(old / "dlperf.db", tmp_path / "elsewhere")
+    shutil.move(tmp_path / "elsewhere", tmp_path / "moved_too")
+    old.rename(new)
+    deleted = RunStore.open(str(new / "dlperf.db")).delete_runs([run_id])
+    assert deleted.removed == []
+    [(path, why)] = deleted.kept
+    assert path == str(checkpoint) and "not found" in why and "left" in why
+
+
+def test_a_moved_runs_files_go_once_with_its_directory(tmp_path: Path) -> None:
+    old, new = tmp_path / "w", tmp_path / "w2"
+    old.mkdir()
+    store = RunStore.open(str(old / "dlperf.db"))
+    run_id, checkpoint = _new_run(store, old / "dlperf_runs")
+    trace = checkpoint.parent / "trace.json"
+    trace.write_text("{}")
+    store.add_artifact(run_id, "trace", trace)
+    _closed(store)
+    old.rename(new)
+    deleted = RunStore.open(str(new / "dlperf.db")).delete_runs([run_id])
+    assert deleted.removed == [str(new / checkpoint.parent.relative_to(old))]
+    assert deleted.kept == []

@@ -127,6 +127,10 @@ REPAIRING = ".{}.repairing"
 # its own, `<store id>-<token>` (COPY_DIR), recorded with the copy's file (COPY_FILE), so that a
 # copy of the copy makes its own too (`RunStore._copy_dir`).
 COPY_DIR, COPY_FILE = "copy_dir", "copy_file"
+LEFT = (
+    "not found at its recorded path, nor beside this store as a folder moved whole would put it: "
+    "if the run's files were moved, they were left where they are now"
+)
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
 PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
@@ -1393,7 +1397,8 @@ class RunStore:
         empty are removed up to the store's directory. A recorded file elsewhere (the user's
         device catalog, a detector saved to a path of the user's choice) or shared with another
         run is kept, and so is every file of a store that is a byte copy of another still there
-        (`_copy_of`) outside the copy's own directory."""
+        (`_copy_of`) outside the copy's own directory. A file not found where it was recorded
+        is looked for beside the store (`_beside`), else named as left."""
         ids = list(dict.fromkeys(run_ids))
         with self._writing() as s:
             query = select(Run.id).where(Run.id.in_([i for i in ids if _storable(s, i)]))
@@ -1461,8 +1466,15 @@ class RunStore:
         if not path.is_absolute() or ".." in path.parts or root is None:
             kept.append((str(path), f"not under this store's artifact directory .../{self.id}/"))
             return
+        target = root / f"run-{run_id}" if path.is_relative_to(root / f"run-{run_id}") else path
+        if not os.path.lexists(target) and str(target) not in removed:
+            moved = self._beside(root) or root
+            there = moved / target.relative_to(root)
+            if not (os.path.lexists(there) or str(there) in removed):
+                kept.append((str(path), LEFT))
+                return
+            root, target = moved, there
         own = root / f"run-{run_id}"
-        target = own if path.is_relative_to(own) else path
         try:
             if target.is_symlink() or target.is_file():
                 target.unlink()
@@ -1472,7 +1484,7 @@ class RunStore:
                 kept.append((str(path), "a directory the run does not own"))
                 return
             else:
-                return  # gone already
+                return  # removed already, with the run's directory
         except OSError as e:
             kept.append((str(path), f"cannot remove it: {e.strerror or e}"))
             return
@@ -1484,6 +1496,19 @@ class RunStore:
                 parent.rmdir()
             except OSError:
                 break
+
+    def _beside(self, root: Path) -> Path | None:
+        """Where a folder moved whole, the store's file and its runs' out_dir in it, put the
+        artifact directory `root` (recorded as absolute paths to the old place): the same
+        trailing path beside the store's file, when that is a directory."""
+        if self._file is None:
+            return None
+        folder = self._file.path.parent
+        for start in range(len(root.parts) - 1, 0, -1):
+            candidate = folder.joinpath(*root.parts[start:])
+            if candidate.is_dir():
+                return candidate
+        return None
 
     def finish_run(
         self,
