@@ -127,10 +127,7 @@ REPAIRING = ".{}.repairing"
 # its own, `<store id>-<token>` (COPY_DIR), recorded with the copy's file (COPY_FILE), so that a
 # copy of the copy makes its own too (`RunStore._copy_dir`).
 COPY_DIR, COPY_FILE = "copy_dir", "copy_file"
-LEFT = (
-    "not found at its recorded path, nor beside this store as a folder moved whole would put it: "
-    "if the run's files were moved, they were left where they are now"
-)
+LEFT = "not found there, nor beside this store: if the run's files were moved, they were left"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
 PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
