@@ -124,10 +124,11 @@ class NanAt:
     """A step whose loss is NaN from step `bad` on; it counts the steps taken."""
 
     memory_format = torch.preserve_format
-    grad_clip = None  # what a diverged run's line advises by
+    grad_clip = None  # what a diverged run's line advises by, with its optimizer's rate
 
     def __init__(self, bad: int) -> None:
         self.bad, self.taken = bad, 0
+        self.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
     def __call__(self, x: Any, y: Any) -> Stepped:
         self.taken += 1
