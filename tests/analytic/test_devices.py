@@ -54,6 +54,9 @@ def test_user_file_from_env_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.setenv("DLPERF_DEVICES", "")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     assert user_file() == tmp_path / "dlperf" / "devices.toml"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", "relconf")  # relative: ignored, as the spec says
+    assert user_file() == tmp_path / "home" / ".config" / "dlperf" / "devices.toml"
 
 
 def test_the_builtin_catalog_holds_the_vendor_figures(no_user_file: Path) -> None:

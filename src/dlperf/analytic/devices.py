@@ -114,7 +114,10 @@ class Device(BaseModel):
 def user_file() -> Path:
     if os.environ.get("DLPERF_DEVICES"):
         return Path(os.environ["DLPERF_DEVICES"])
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    # The XDG spec: a relative XDG_CONFIG_HOME is invalid and ignored (it was read from the
+    # working directory, so each directory had a catalog of its own).
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    config = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".config"
     return config / "dlperf" / "devices.toml"
 
 
