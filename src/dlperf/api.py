@@ -656,6 +656,7 @@ class Store:
             study=_optional_whole(study, "study"),
             where=filters,
             limit=_optional_whole(limit, "limit"),
+            limit_name="limit",
         )
 
     def compare(self, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:

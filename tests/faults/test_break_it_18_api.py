@@ -74,6 +74,12 @@ def test_store_still_takes_numpy_whole_numbers_and_an_unknown_kind(db: str) -> N
     assert store.compare((np.int64(first), second)).run_ids == [first, second]
 
 
+def test_store_says_its_own_argument_name_for_a_limit_out_of_range(db: str) -> None:
+    """It named the CLI's flag: "--limit must be at least 1, got 0"."""
+    with pytest.raises(dlperf.UserError, match=r"^limit must be at least 1, got 0"):
+        dlperf.Store(db).runs(limit=0)
+
+
 # --- F5: fit_curve and predict_step --------------------------------------------------------
 
 

@@ -299,10 +299,11 @@ def list_runs(
     study: int | None = None,
     where: Sequence[str] = (),
     limit: int | None = None,
+    limit_name: str = "--limit",
 ) -> list[RunRecord]:
     """Stored runs as they stand, newest first: the newest `limit` of those `where` selects
-    (the store opened once the arguments are known good)."""
-    check_limit(limit, "--limit")
+    (the store opened once the arguments are known good); `limit_name` as the caller says it."""
+    check_limit(limit, limit_name)
     store = open_store()
     if study is not None:
         store.get_study(study)  # an unknown study is an error, not an empty list
