@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import Node
 from torch.nn import functional as F
 from torch.nn.modules.module import (
     register_module_forward_hook,
@@ -462,6 +463,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # Every name of a module placed in two parents: torch's ModuleTracker names it by
         # the last of them, as the name -> module map below does.
         self.modules = dict(model.named_modules(remove_duplicate=False))
+        self.names = {m: n for n, m in self.modules.items()}
         self.rows: dict[str, Layer] = {}
         self.unsupported: Counter[str] = Counter()
         self.complex_dtypes: set[torch.dtype] = set()
@@ -475,6 +477,12 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Whether an operation no module claims is the model's own: during the forward, and in
         the backward once the outputs' gradients are in (before then: the loss's). A model whose
         `__call__` is overridden (`return self.forward(x)`) runs no module hook of its own."""
+        self.nodes: dict[Node, str] = {}
+        """The innermost module whose forward made each autograd node: the row of the backward
+        work the node does."""
+        self.entered: dict[nn.Module, list[set[Node]]] = {}
+        """The gradient nodes of each running module's inputs (a module in a forward of its
+        own: a list), empty once no forward runs."""
 
     def claim(self, row: Layer, params: Iterable[tuple[str, nn.Parameter]]) -> None:
         for name, p in params:
@@ -500,7 +508,14 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.claim(row, (named for named in used if named is not None))
 
     def current(self) -> str | None:
-        """The innermost running module (its name in `named_modules`), None outside the model."""
+        """The innermost running module (its name in `named_modules`), None outside the model.
+        In the backward: the module whose forward made the autograd node at work. Not the
+        tracker's innermost there: it holds a module as running until its input's gradient is
+        complete, so two modules reading one input both run, and set order picked one."""
+        if self.tracker.is_bw and not self.entered:  # no forward recomputed in the backward
+            node = torch._C._current_autograd_node()
+            if node is not None and node in self.nodes:
+                return self.nodes[node]
         names = self.tracker.parents - {"Global"}
         if not names:
             return "" if self.outside_is_root else None
@@ -566,12 +581,12 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
         def started(module: nn.Module, args: Any) -> None:
             if module in starting:
-                self.row(names[module])
+                self.row(self.names[module])
 
         def finished(module: nn.Module, args: Any, out: Any) -> None:
             if module not in layers:
                 return
-            row = self.row(names[module])
+            row = self.row(self.names[module])
             produced = _layer_outputs(module, out)
             row.activations += sum(t.numel() for t in produced)
             row.activation_bytes += sum(_nbytes(t) for t in produced)
@@ -584,13 +599,47 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 row.peer_macs["torchinfo"] += torchinfo_macs(module, produced[0])
                 row.peer_macs["ptflops"] += ptflops_macs(module, x, produced[0])
 
-        names = {m: n for n, m in self.modules.items()}
-        owners = {m for m in names if next(m.parameters(recurse=False), None) is not None}
-        layers = {m for m in names if _is_layer(m)}
+        owners = {m for m in self.names if next(m.parameters(recurse=False), None) is not None}
+        layers = {m for m in self.names if _is_layer(m)}
         starting = owners | layers
         return [
             register_module_forward_pre_hook(started),
             register_module_forward_hook(finished),
+        ]
+
+    def node_hooks(self) -> list[RemovableHandle]:
+        """Give each autograd node a forward makes the innermost module that made it: the nodes
+        from a module's outputs back to its inputs', where no submodule claimed them first
+        (a submodule's forward ends before its parent's)."""
+
+        def grad_fns(tree: Any) -> set[Node]:
+            return {t.grad_fn for t in _tensors(tree) if t.grad_fn is not None}
+
+        def entered(module: nn.Module, args: Any) -> None:
+            # Before the forward: an in-place operation gives its input a node of the module's.
+            self.entered.setdefault(module, []).append(grad_fns(args))
+
+        def left(module: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+            running = self.entered[module]
+            inputs = running.pop() | grad_fns(kwargs)
+            if not running:
+                del self.entered[module]
+            name = self.names.get(module)
+            if name is None:  # not the model's
+                return
+            inside = f"{name}." if name else ""
+            todo, seen = list(grad_fns(out) - inputs), set(inputs)
+            while todo:
+                node = todo.pop()
+                seen.add(node)
+                owner = self.nodes.setdefault(node, name)
+                if owner != name and not owner.startswith(inside):
+                    continue  # made before this forward, by a module outside it
+                todo += [n for n, _ in node.next_functions if n is not None and n not in seen]
+
+        return [
+            register_module_forward_pre_hook(entered),
+            register_module_forward_hook(left, with_kwargs=True),
         ]
 
     def not_run(self) -> list[NotRun]:
@@ -1120,7 +1169,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
     # first, for a model whose overridden __call__ runs its layers but no hook of its own.
     tracker._get_mod_name(model)  # type: ignore[no-untyped-call]
     mode = _CountingMode(model, tracker, fields)
-    hooks = mode.layer_hooks()
+    hooks = mode.layer_hooks() + mode.node_hooks()
     memory = None
     try:
         with tracker:
@@ -1130,6 +1179,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
                 mode.outside_is_root = True
                 out = run_forward(model, x, command)
                 mode.outside_is_root = False
+                mode.entered.clear()  # a module whose forward raised, the model catching it
             fields_result = fields.result(_outputs(out))
             if train:
                 mode.fields = None
