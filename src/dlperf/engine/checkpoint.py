@@ -178,6 +178,8 @@ def check_trained(store: StoredRuns, run: StoredRun, purpose: str) -> None:
     a detect run's names the command that exports its detector."""
     if run.kind == "run":
         return
+    if not run.kind:  # the API's create_run takes any kind, an empty one too
+        raise UserError(f"run {run.id} is a run of no kind: it has no model {purpose}")
     said = f"run {run.id} is {'an' if run.kind[0] in 'aeiou' else 'a'} {run.kind} run"
     if run.kind == "detect":
         files = [a["path"] for a in store.artifacts(run.id) if a["kind"] == "checkpoint"]
