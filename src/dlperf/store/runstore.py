@@ -1683,6 +1683,10 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
             f"runs repair writes a new SQLite store file, not {masked_url(target)!r}",
             "give its path, e.g. dlperf runs repair repaired.db",
         )
+    if not target.isascii():  # refused here, not as the hidden name it is staged under
+        from dlperf.config.base import check_utf8_name  # pydantic's import: only here
+
+        check_utf8_name("run store", target)
     # As --db's: not resolved first (which dropped "new.db/"'s slash and read file:new.db as
     # a file of that name), so the OS's own refusals stand.
     where = _store_path(target, integrity.shown(target))
