@@ -201,7 +201,14 @@ def check_gradients_on(before: bool) -> None:
     off for the whole process (torch.set_grad_enabled(False) at its top level) would fail the
     first step in torch's traceback, and the dry backward, which turns them on for itself,
     cannot see it. `before`: whether they were on before the model was built (off, the caller
-    turned them off: dlperf.run inside torch.no_grad())."""
+    turned them off: dlperf.run inside torch.no_grad()). Inference mode is told first: it keeps
+    every tensor out of autograd even with gradients turned on inside it, so the no_grad fix
+    (torch.set_grad_enabled(True)) would end at the dry backward blaming the model."""
+    if torch.is_inference_mode_enabled():
+        raise UserError(
+            "torch.inference_mode() is on: dlperf.run trains, which needs autograd",
+            "call it outside the inference_mode block",
+        )
     if torch.is_grad_enabled():
         return
     if before:
