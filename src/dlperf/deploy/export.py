@@ -34,6 +34,7 @@ from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.engine.checks import dry_forward
 from dlperf.errors import CheckFailed, UserError, raised_by_model
 from dlperf.formatting import few
+from dlperf.parsing import one_line
 from dlperf.paths import check_writable, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -533,9 +534,9 @@ def export(
     check_writable(out)
     warning = unfinished(source.meta)
     if warning is not None:  # said first: the export takes a while
-        reporter.log(f"warning: {warning}")
+        reporter.log(one_line(f"warning: {warning}"))
     for said in source.warnings:
-        reporter.log(f"warning: {said}")
+        reporter.log(one_line(f"warning: {said}"))
     data_file = out.with_name(out.name + ".data")
     model, meta = source.model.eval(), source.meta
     if meta.preprocess.channels not in runtime.CHANNEL_MODES:
@@ -550,7 +551,7 @@ def export(
     start = time.perf_counter()
 
     with _staged(out) as staged:
-        reporter.task(f"exporting {meta.model} to {out}")
+        reporter.task(one_line(f"exporting {meta.model} to {out}"))  # a newline in a name
         example = torch.zeros(batch, *meta.input_shape)
         with writing(out):  # a refused write names no file: the one line names `out`
             exporter = _torch_export(
