@@ -35,7 +35,7 @@ from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, Teach
 from dlperf.engine.build import as_run, build_model
 from dlperf.errors import UserError
 from dlperf.experiment.run import run_experiment
-from dlperf.paths import replaced
+from dlperf.paths import not_regular, replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FINISHED, Record, RunSummary
 from dlperf.store import RunStore
@@ -326,6 +326,11 @@ def _write_pseudo(
     for array in (images_np, labels_np, classes_np):
         digest.update(array.tobytes())
     path = directory / f"pseudo-{digest.hexdigest()[:12]}.npz"
+    if (kind := not_regular(path)) is not None:  # the rename into it would name its .part file
+        raise UserError(
+            f"{path} is {kind}, where distill keeps a pseudo-labelled file",
+            "remove it, and run distill again",
+        )
     if _unreadable(path) is not None:  # a truncated one of this name is written again
         with replaced(path) as part:
             np.savez(part, images=images_np, labels=labels_np, classes=classes_np)
