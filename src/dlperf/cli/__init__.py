@@ -14,6 +14,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import io
+import os
 import pkgutil
 import resource
 import sys
@@ -84,12 +85,38 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     return []
 
 
-def _os_hint(number: int | None) -> str:
+def _followed(e: OSError) -> OSError:
+    """mkdir's "File exists" of a symbolic link that leads nowhere (mkdir does not follow it):
+    of a loop of links, the error following it gives ("Too many levels of symbolic links");
+    `e` otherwise."""
+    name = e.filename
+    if e.errno != errno.EEXIST or not isinstance(name, str) or not os.path.islink(name):
+        return e
+    try:
+        os.stat(name)
+    except OSError as followed:
+        if followed.errno == errno.ELOOP:
+            return followed
+    return e
+
+
+def _dangling(name: str) -> bool:
+    return os.path.islink(name) and not os.path.exists(name)
+
+
+def _os_hint(e: OSError) -> str:
     """What a write refused by one of the process's limits needs, the limit named (its
-    OSError says only "File too large" or "Too many open files"), or what a file in the way of
-    a directory needs ("File exists"); "" for other errors."""
+    OSError says only "File too large" or "Too many open files"), or what a file or a dangling
+    link in the way of a directory needs ("File exists"); "" for other errors."""
+    number, name = e.errno, e.filename
     if number == errno.EFBIG:
         return " (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
+    if number == errno.EEXIST and isinstance(name, str) and _dangling(name):
+        target = os.readlink(name)
+        return (
+            f" (a symbolic link to {target}, which does not exist: remove the link, or give "
+            "another --out)"
+        )
     if number == errno.EEXIST:
         return " (a file is where a directory was to be made: move it, or give another --out)"
     if number == errno.EMFILE:
@@ -221,7 +248,8 @@ def outcome() -> int:
         if state.debug:
             traceback.print_exc()
             return 2 if e.errno in _BAD_PATH else 1
-        said = f"{e.strerror or e}{_os_hint(e.errno)}"
+        e = _followed(e)
+        said = f"{e.strerror or e}{_os_hint(e)}"
         if e.filename:
             say(one_line(f"error: cannot use {e.filename}: {said}"))
         else:  # dlperf names each file it writes (paths.writing): not knowing which, say so
