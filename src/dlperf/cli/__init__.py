@@ -100,6 +100,22 @@ def _followed(e: OSError) -> OSError:
     return e
 
 
+def _unnamed_cwd_of(e: OSError) -> UserError | None:
+    """What a file named relative to a deleted working directory needs (every such name is
+    missing there: "cannot use rep: No such file or directory"), as the store's is told; None
+    for another error."""
+    name = e.filename
+    if e.errno != errno.ENOENT or not isinstance(name, str) or os.path.isabs(name):
+        return None
+    unnamed = unnamed_cwd()
+    if unnamed is None:
+        return None
+    what, fix = unnamed
+    return UserError(
+        f"{what}, and {name} is named relative to it", f"{fix}, or give an absolute path"
+    )
+
+
 def _dangling(name: str) -> bool:
     return os.path.islink(name) and not os.path.exists(name)
 
@@ -248,6 +264,9 @@ def outcome() -> int:
         if state.debug:
             traceback.print_exc()
             return 2 if e.errno in _BAD_PATH else 1
+        if (unnamed := _unnamed_cwd_of(e)) is not None:
+            say(one_line(f"error: {unnamed}"))
+            return 2
         e = _followed(e)
         said = f"{e.strerror or e}{_os_hint(e)}"
         if e.filename:
