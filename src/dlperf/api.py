@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 # NumPy's ValueError from deep inside, which a caller catching UserError for bad input misses.
 
 
+# Text and bytes of any type, refused where a number or a list is taken: bytes were walked as
+# numbers (bytearray(b"12") as runs 49 and 50) and float() read bytearray(b"1.5") as 1.5.
+_TEXT = (str, bytes, bytearray, memoryview)
+
+
 def _whole(value: Any) -> bool:
     """Whether `value` is a whole number (NumPy's too), not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -55,7 +60,7 @@ def _shape(input_size: Any) -> list[int] | None:
     """One sample's shape as a list of whole numbers ≥ 1 (None: not given)."""
     if input_size is None:
         return None
-    if isinstance(input_size, (str, bytes)) or not isinstance(input_size, Sequence):
+    if isinstance(input_size, _TEXT) or not isinstance(input_size, Sequence):
         given: Any = input_size
     elif all(_whole(n) and n >= 1 for n in input_size):
         return [int(n) for n in input_size]
@@ -76,7 +81,7 @@ def _run_id(run_id: Any) -> int:
 def _run_ids(given: Any) -> list[int]:
     """Run ids, a list (any iterable) of whole numbers. Text is refused, not walked one
     character at a time: "1,2" failed as a TypeError, b"12" read as runs 49 and 50."""
-    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+    if isinstance(given, _TEXT) or not isinstance(given, Iterable):
         raise UserError(
             f"run ids are a list of whole numbers, got {type(given).__name__} "
             f"{reprlib.repr(given)}",
@@ -102,7 +107,7 @@ def _strings(given: Any, what: str, example: str) -> list[str]:
     a list; a UserError naming `what` for anything else. A str alone is refused, not walked
     one character at a time ("--where 't': expected KEY=VALUE")."""
     items = None
-    if not isinstance(given, (str, bytes)) and isinstance(given, Iterable):
+    if not isinstance(given, _TEXT) and isinstance(given, Iterable):
         items = list(given)
     if items is None or not all(isinstance(item, str) for item in items):
         raise UserError(f"{what}, got {reprlib.repr(given)}", f"e.g. {example}")
@@ -224,7 +229,7 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
     # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
     # float() made True 1.0.
     boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
-    if not (isinstance(value, (str, bytes)) or boolean):
+    if not (isinstance(value, _TEXT) or boolean):
         try:
             return name, float(value)
         except OverflowError:

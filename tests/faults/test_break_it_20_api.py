@@ -1,0 +1,65 @@
+"""Break-it round 20, part RA: gaps in the Python API's argument checks.
+
+- RA1: bytes were refused as run ids, a shape or a metric, but bytearray and memoryview, the
+  same bytes, were walked as numbers: compare(bytearray(b'\\x01\\x02')) compared runs 1 and 2,
+  compare(bytearray(b'12')) said "no run 49", a metric bytearray(b'1.5') was stored as 1.5;
+- RA2: ensemble.band on no steps failed as ValueError ("not enough values to unpack"), and
+  booleans were taken as steps 1 and 0 (as values and steps by ensemble.fit and fit_curve);
+- RA3: fit_curve's upto_step NaN said "0 points are too few to fit a 3-parameter curve", and
+  ∞ fitted every point, where `--upto-step` refuses both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dlperf
+
+K = np.arange(1, 31)
+ERROR = 0.05 + 0.6 * K**-0.7
+
+
+def _refused(call: Callable[[], Any], *said: str) -> str:
+    """The one-line UserError `call` raises, holding each of `said`."""
+    with pytest.raises(dlperf.UserError) as raised:
+        call()
+    text = str(raised.value)
+    assert "\n" not in text, text
+    for part in said:
+        assert part in text, text
+    return text
+
+
+# --- RA1: bytes in other types ------------------------------------------------------------
+
+BYTES_LIKE = [bytearray(b"\x01\x02"), memoryview(b"\x01\x02"), bytearray(b"12")]
+BYTES_IDS = ["bytearray", "memoryview", "bytearray of digits"]
+
+
+@pytest.mark.parametrize("given", BYTES_LIKE, ids=BYTES_IDS)
+def test_compare_refuses_bytes_of_any_type_as_bytes(db: str, given: Any) -> None:
+    store = dlperf.Store(db)
+    with dlperf.track("a", store=store), dlperf.track("b", store=store):
+        pass
+    text = _refused(lambda: store.compare(given), "run ids are a list of whole numbers")
+    assert type(given).__name__ in text
+
+
+@pytest.mark.parametrize("given", BYTES_LIKE, ids=BYTES_IDS)
+def test_analyze_refuses_bytes_of_any_type_as_a_shape(given: Any) -> None:
+    _refused(lambda: dlperf.analyze("resnet18", input_size=given), "input_size")
+
+
+@pytest.mark.parametrize(
+    "value", [bytearray(b"1.5"), memoryview(b"1.5")], ids=["bytearray", "memoryview"]
+)
+def test_log_refuses_bytes_of_any_type_as_a_metric(db: str, value: Any) -> None:
+    store = dlperf.Store(db)
+    with dlperf.track("a", store=store) as run:
+        _refused(lambda: run.log(1, loss=value), "metric train/loss is a number")
+        run.log(2, loss=1.5)
+    assert store.metrics(store.runs()[0].id, "loss") == [(2, 1.5)]
