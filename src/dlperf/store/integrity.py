@@ -34,6 +34,8 @@ from dlperf.parsing import printable
 from dlperf.store.ids import made_store_id
 from dlperf.store.migrations import SCHEMA_VERSION
 from dlperf.store.schema import (
+    COPY_DIR,
+    COPY_FILE,
     DELETED_MAX,
     HOME,
     STORE_ID,
@@ -497,7 +499,8 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                         continue
                     # The home too: at another path the repaired store is a copy of the
                     # original, whose files `runs delete` keeps; moved in its place, the owner.
-                    if meta and row["key"] not in (STORE_ID, HOME):
+                    # So with a copy's own directory and the copy's file it was made for.
+                    if meta and row["key"] not in (STORE_ID, HOME, COPY_DIR, COPY_FILE):
                         if row["key"] == DELETED_MAX:
                             floor = int(row["value"])
                         continue  # the new store's version and floor are written below
@@ -512,7 +515,9 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                     conn.exec_driver_sql(insert, batch)
             done.store_id = conn.scalar(select(Meta.value).where(Meta.key == STORE_ID))
             if done.store_id is None:  # the store gets a new id: no other store's files are its
-                conn.execute(Meta.__table__.delete().where(Meta.key == HOME))
+                conn.execute(
+                    Meta.__table__.delete().where(Meta.key.in_((HOME, COPY_DIR, COPY_FILE)))
+                )
             top = max([floor, *named_runs, *kept["runs"]])
             conn.execute(
                 Meta.__table__.insert(),

@@ -71,6 +71,8 @@ from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
 from dlperf.store.schema import (
+    COPY_DIR,
+    COPY_FILE,
     DELETED_MAX,
     HOME,
     Artifact,
@@ -123,10 +125,6 @@ TAG_VALUE_MAX = 5000
 # Where `runs repair NEW.db` writes until its copy is whole: hidden, and named so that no
 # command or glob (*.db) takes it for a store.
 REPAIRING = ".{}.repairing"
-# A byte copy of a store whose original is still there writes its new runs under a directory of
-# its own, `<store id>-<token>` (COPY_DIR), recorded with the copy's file (COPY_FILE), so that a
-# copy of the copy makes its own too (`RunStore._copy_dir`).
-COPY_DIR, COPY_FILE = "copy_dir", "copy_file"
 LEFT = "not found there, nor beside this store: if the run's files were moved, they were left"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
 # user:password@, up to the last @ before the path
@@ -1426,6 +1424,7 @@ class RunStore:
             mine = {own} if own is not None else set()
             if original is None:
                 mine.add(self.id)
+            stores = self._owners(s, original) if original is not None else {}
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
@@ -1446,10 +1445,35 @@ class RunStore:
                 kept.append((path, "another run records it too"))
             elif original is not None and not any(p.name in mine for p in Path(path).parents):
                 if os.path.lexists(path):  # one deleted already (in the original) is not kept
-                    kept.append((path, f"this store is a copy of {original}, whose run it is too"))
+                    whose = self._whose(Path(path), stores)
+                    kept.append((path, f"this store is {whose}, whose run it is too"))
             else:
                 self._remove_file(run_id, Path(path), mine, removed, kept)
         return Deleted(ids, removed, kept)
+
+    def _owners(self, s: Session, original: Path) -> dict[str, Path]:
+        """The stores whose runs' files a byte copy keeps, by the directory each writes them
+        in: the original's `<store id>`, and the directory of the copy this store was copied
+        from (`_copy_dir`) while that copy's file is still there."""
+        assert self._file is not None  # a copy is a SQLite file
+        owners = {self.id: original}
+        name = _meta(s, COPY_DIR)
+        copied = _elsewhere(_meta(s, COPY_FILE), str(self._file.path))
+        if name is not None and copied is not None:
+            owners[name] = copied
+        return owners
+
+    def _whose(self, path: Path, owners: dict[str, Path]) -> str:
+        """What this byte copy is to the store whose run's file `path` is: a copy of the store
+        whose directory (`_owners`) holds it, else of the copy of the original that made
+        that directory its own."""
+        original = owners[self.id]
+        for parent in path.parents:
+            if parent.name in owners:
+                return f"a copy of {owners[parent.name]}"
+            if parent.name.startswith(f"{self.id}-"):  # `_copy_dir`'s, of a copy before ours
+                return f"a copy of another copy of {original}"
+        return f"a copy of {original}"
 
     def _remove_file(
         self,

@@ -21,6 +21,10 @@ DELETED_MAX = "deleted_max_run_id"  # SQLite must not hand a deleted run's id ou
 # The SQLite file whose artifact directory <out_dir>/<store id>/ is: a byte copy of the file
 # carries the same store id, and must not delete the original's files (RunStore.delete_runs).
 HOME = "home"
+# A byte copy of a store whose original is still there writes its new runs under a directory of
+# its own, `<store id>-<token>` (COPY_DIR), recorded with the copy's file (COPY_FILE), so that a
+# copy of the copy makes its own too (`RunStore._copy_dir`).
+COPY_DIR, COPY_FILE = "copy_dir", "copy_file"
 
 
 class Meta(Base):
