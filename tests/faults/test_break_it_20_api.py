@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import dlperf
+from dlperf.converge import ensemble
 
 K = np.arange(1, 31)
 ERROR = 0.05 + 0.6 * K**-0.7
@@ -63,3 +64,47 @@ def test_log_refuses_bytes_of_any_type_as_a_metric(db: str, value: Any) -> None:
         _refused(lambda: run.log(1, loss=value), "metric train/loss is a number")
         run.log(2, loss=1.5)
     assert store.metrics(store.runs()[0].id, "loss") == [(2, 1.5)]
+
+
+# --- RA2: ensemble.band's steps, and booleans as a curve's numbers ---------------------------
+
+
+@pytest.fixture(scope="module")
+def post() -> ensemble.Posterior:
+    return ensemble.fit(K, ERROR)
+
+
+@pytest.mark.parametrize(
+    ("steps", "said"),
+    [
+        ([], "steps are empty"),
+        (np.ones(3, bool), "steps are numbers, not booleans"),
+        ([True, 2], "steps are numbers, not booleans"),
+        ([0, 1], "steps must be positive and finite"),
+        ([1.0, float("nan")], "steps must be positive and finite"),
+    ],
+    ids=["empty", "bool array", "a bool in a list", "step 0", "NaN"],
+)
+def test_band_refuses_steps_it_cannot_draw(post: ensemble.Posterior, steps: Any, said: str) -> None:
+    """Step 0 and NaN drew a NaN band; a negative step, a band before the curve began."""
+    _refused(lambda: ensemble.band(post, steps), said)
+
+
+def test_band_still_draws_one_step(post: ensemble.Posterior) -> None:
+    lo, median, hi = ensemble.band(post, [40])
+    assert lo.shape == (1,) and lo[0] <= median[0] <= hi[0]
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda: ensemble.fit(K, ERROR > 0.2), "values are numbers, not booleans"),
+        (lambda: ensemble.fit([True, *K[1:]], ERROR), "steps are numbers, not booleans"),
+        (lambda: dlperf.fit_curve(K, ERROR > 0.2), "values are numbers, not booleans"),
+        (lambda: dlperf.fit_curve([True, *K[1:]], ERROR), "steps are numbers, not booleans"),
+    ],
+    ids=["fit values", "fit steps", "fit_curve values", "fit_curve steps"],
+)
+def test_a_curve_of_booleans_is_refused(call: Callable[[], Any], said: str) -> None:
+    """Fitted as 1s and 0s: a mask passed for the values fitted a curve to it."""
+    _refused(call, said)

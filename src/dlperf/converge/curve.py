@@ -234,8 +234,20 @@ def as_points(steps: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
     return k, y
 
 
+def _boolean(given: Any) -> bool:
+    """Whether `given` holds booleans: an array of them (NumPy's, a tensor, a pandas Series),
+    or a list or tuple with one, which np.asarray reads as a number ([True, 2] as [1, 2])."""
+    dtype = getattr(given, "dtype", None)
+    if dtype is not None:
+        return str(dtype) in ("bool", "torch.bool")
+    return isinstance(given, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in given)
+
+
 def flat_numbers(given: Any, what: str) -> np.ndarray:
-    """`given`, a flat sequence of numbers, as a float array; a UserError naming `what`."""
+    """`given`, a flat sequence of numbers, as a float array; a UserError naming `what`.
+    Booleans are refused, as a bool step or metric is: a mask was fitted as 1s and 0s."""
+    if _boolean(given):
+        raise UserError(f"{what} are numbers, not booleans, got {reprlib.repr(given)}")
     try:
         array = np.asarray(given, float)
     except (TypeError, ValueError):

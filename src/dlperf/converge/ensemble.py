@@ -588,6 +588,10 @@ def band(
     every grid point would take hundreds of MB for a figure. Values that do not fall (`trend`)
     draw no curve: their band is the last measured points' range, flat."""
     post, steps = _checked(post), flat_numbers(steps, "steps")
+    if not len(steps):  # else it failed as a ValueError unpacking the percentiles
+        raise UserError("steps are empty: band draws the curves at the steps given", "e.g. [100]")
+    if not np.all(np.isfinite(steps) & (steps > 0)):  # step 0 or NaN drew a NaN band
+        raise UserError("steps must be positive and finite")
     if post.trend.stalled:
         low, median, high = post.trend.level
         n = len(steps)
