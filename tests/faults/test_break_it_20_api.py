@@ -108,3 +108,22 @@ def test_band_still_draws_one_step(post: ensemble.Posterior) -> None:
 def test_a_curve_of_booleans_is_refused(call: Callable[[], Any], said: str) -> None:
     """Fitted as 1s and 0s: a mask passed for the values fitted a curve to it."""
     _refused(call, said)
+
+
+# --- RA3: fit_curve's upto_step -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "upto_step",
+    [float("nan"), float("inf"), -float("inf"), 0, -5],
+    ids=["NaN", "infinity", "minus infinity", "zero", "negative"],
+)
+def test_fit_curve_refuses_an_upto_step_that_is_not_a_finite_step(upto_step: float) -> None:
+    _refused(
+        lambda: dlperf.fit_curve(K, ERROR, upto_step=upto_step),
+        f"converge.upto_step must be a finite number > 0, got {float(upto_step)}",
+    )
+
+
+def test_fit_curve_still_fits_up_to_a_step_past_the_last() -> None:
+    assert dlperf.fit_curve(K, ERROR, upto_step=1e9).params == dlperf.fit_curve(K, ERROR).params

@@ -442,6 +442,10 @@ def window(k: np.ndarray, upto: float | None, upto_step: float | None) -> int:
             raise UserError(f"converge.upto is a fraction in (0, 1], got {upto}")
         return max(1, round(upto * len(k)))
     if upto_step is not None:
+        # As --upto-step's check says it: NaN fitted no point ("0 points are too few"), and
+        # infinity every point, from Python
+        if not (math.isfinite(upto_step) and upto_step > 0):
+            raise UserError(f"converge.upto_step must be a finite number > 0, got {upto_step}")
         return int(np.sum(k <= upto_step))
     return len(k)
 
