@@ -149,16 +149,7 @@ def _from_meta(
 ) -> Source | None:
     if meta.run_id is not None:
         try:
-            store = open_store()
-            # The id is of the store it was exported from: this store's run of that id may be
-            # another model (the metadata names no store), which would be timed in its place.
-            trained = store.get_run(meta.run_id).config.get("model", {}).get("name")
-            if trained != meta.model:
-                raise UserError(
-                    f"run {meta.run_id} of this store is model '{trained}', not the "
-                    f"'{meta.model}' {one_line(str(model_path))} was exported from"
-                )
-            return from_run(store, meta.run_id)
+            return _metas_run(model_path, meta, meta.run_id, open_store())
         except UserError as e:
             reporter.log(f"warning: {e}; racing registry model '{meta.model}' with random weights")
     try:
@@ -166,3 +157,26 @@ def _from_meta(
     except UserError as e:
         reporter.log(f"warning: cannot rebuild the PyTorch model ({e}); timing ONNX Runtime only")
         return None
+
+
+def _metas_run(
+    model_path: Path,
+    meta: ModelMeta,
+    run_id: int,
+    store: RunStore,
+) -> Source:
+    """This store's run `run_id` (the metadata's), refused unless it is the network of
+    `model_path`. The id is of the store it was exported from (the metadata names no store):
+    here it may be another kind of run or another model, either of which would be timed in
+    its place."""
+    from dlperf.engine import checkpoint
+
+    record = store.get_run(run_id)
+    checkpoint.check_trained(store, record, "to race")
+    trained = record.config.get("model", {}).get("name")
+    if trained != meta.model:
+        raise UserError(
+            f"run {run_id} of this store is model '{trained}', not the "
+            f"'{meta.model}' {one_line(str(model_path))} was exported from"
+        )
+    return from_run(store, run_id)
