@@ -149,7 +149,7 @@ def _from_meta(
 ) -> Source | None:
     if meta.run_id is not None:
         try:
-            return _metas_run(model_path, meta, meta.run_id, open_store())
+            return _metas_run(model_path, meta, meta.run_id, classes, open_store())
         except UserError as e:
             reporter.log(f"warning: {e}; racing registry model '{meta.model}' with random weights")
     try:
@@ -163,12 +163,13 @@ def _metas_run(
     model_path: Path,
     meta: ModelMeta,
     run_id: int,
+    classes: int | None,
     store: RunStore,
 ) -> Source:
     """This store's run `run_id` (the metadata's), refused unless it is the network of
     `model_path`. The id is of the store it was exported from (the metadata names no store):
-    here it may be another kind of run or another model, either of which would be timed in
-    its place."""
+    here it may be another kind of run, another model, or the same model trained on other
+    data, any of which would be timed in its place."""
     from dlperf.engine import checkpoint
 
     record = store.get_run(run_id)
@@ -179,4 +180,18 @@ def _metas_run(
             f"run {run_id} of this store is model '{trained}', not the "
             f"'{meta.model}' {one_line(str(model_path))} was exported from"
         )
-    return from_run(store, run_id)
+    source = from_run(store, run_id)
+    # Compared by the input alone where the graph's output or the run's data (synthetic
+    # data has no class names) does not tell the number of classes.
+    n = len(source.meta.labels) if classes is not None and source.meta.labels else None
+    classes = classes if n is not None else None
+    if (source.meta.input_shape, n) != (meta.input_shape, classes):
+        raise UserError(
+            f"run {run_id} of this store takes {_takes(source.meta.input_shape, n)}, not the "
+            f"{_takes(meta.input_shape, classes)} {one_line(str(model_path))} takes"
+        )
+    return source
+
+
+def _takes(shape: tuple[int, ...], classes: int | None) -> str:
+    return f"{shape}" if classes is None else f"{shape} with {classes} classes"
