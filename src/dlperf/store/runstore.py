@@ -1444,9 +1444,10 @@ class RunStore:
             if path in shared:
                 kept.append((path, "another run records it too"))
             elif original is not None and not any(p.name in mine for p in Path(path).parents):
-                if os.path.lexists(path):  # one deleted already (in the original) is not kept
+                there = self._found(Path(path))
+                if there is not None:  # one deleted already (in the original) is not kept
                     whose = self._whose(Path(path), stores)
-                    kept.append((path, f"this store is {whose}, whose run it is too"))
+                    kept.append((str(there), f"this store is {whose}, whose run it is too"))
             else:
                 self._remove_file(run_id, Path(path), mine, removed, kept)
         return Deleted(ids, removed, kept)
@@ -1462,6 +1463,19 @@ class RunStore:
         if name is not None and copied is not None:
             owners[name] = copied
         return owners
+
+    def _found(self, path: Path) -> Path | None:
+        """Where a run's recorded file is: there, or beside the store in a folder moved or
+        copied whole (`_beside`, from the artifact directory `<store id>[-<token>]` up)."""
+        if os.path.lexists(path):
+            return path
+        ours = (p for p in path.parents if p.name == self.id or p.name.startswith(f"{self.id}-"))
+        root = next(ours, None)
+        moved = self._beside(root) if root is not None else None
+        if root is None or moved is None:
+            return None
+        there = moved / path.relative_to(root)
+        return there if os.path.lexists(there) else None
 
     def _whose(self, path: Path, owners: dict[str, Path]) -> str:
         """What this byte copy is to the store whose run's file `path` is: a copy of the store
