@@ -27,6 +27,7 @@ from dlperf.deploy import meta as meta_io
 from tests.conftest import CliResult, TrainedRun
 from tests.deploy.test_bench import Recorder
 from tests.deploy.test_server import OPSET
+from tests.faults.test_break_it_19_return import NET, _train_file_model
 
 Cli = Callable[..., CliResult]
 
@@ -132,3 +133,25 @@ def test_bench_still_races_the_run_when_it_is_the_onnx_files_network(
     reporter = Recorder()
     contender = bench.pytorch_contender(path, None, lambda: store, reporter)
     assert reporter.logs == [] and contender is not None
+
+
+# --- c: the run's model file edited since it trained -------------------------------------------
+
+
+def test_bench_warns_when_the_runs_model_file_changed_since_it_trained(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: exit 0 and nothing said, the 'torch eager' rows timing Tanh where the run and
+    its ONNX file have ReLU."""
+    run_id, model = _train_file_model(cli, tmp_path)
+    r = cli("export", str(run_id), "--out", "m1.onnx")
+    assert r.code == 0, r.err
+    model.write_text(NET.replace("nn.ReLU()", "nn.Tanh()"))
+    said = (
+        f"warning: model file {model} changed since run {run_id} was trained (its parameters "
+        "still fit): raced as the file is now"
+    )
+    for torch_flag in ([], ["--torch", str(run_id)]):
+        r = cli("infer", "bench", "m1.onnx", "--batch", "1", "--repeats", "1", *torch_flag)
+        assert r.code == 0, r.err
+        assert said in " ".join(r.err.split()), torch_flag  # the console may wrap a long line

@@ -26,6 +26,7 @@ from dlperf.errors import UserError
 from dlperf.parsing import one_line
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
+from dlperf.store.record import RunRecord
 from dlperf.system import set_threads
 from dlperf.timing import Spread, interleave
 
@@ -129,7 +130,9 @@ def pytorch_contender(
         if source is None:
             return None
     elif spec.isdigit():
-        source = from_run(open_store(), int(spec))
+        store = open_store()
+        source = from_run(store, int(spec))
+        _say_changed(store.get_run(int(spec)), reporter)
     else:
         source = from_registry(spec, meta.input_shape, classes)
     if source.meta.input_shape != meta.input_shape:
@@ -149,7 +152,7 @@ def _from_meta(
 ) -> Source | None:
     if meta.run_id is not None:
         try:
-            return _metas_run(model_path, meta, meta.run_id, classes, open_store())
+            return _metas_run(model_path, meta, meta.run_id, classes, open_store(), reporter)
         except UserError as e:
             reporter.log(f"warning: {e}; racing registry model '{meta.model}' with random weights")
     try:
@@ -165,6 +168,7 @@ def _metas_run(
     run_id: int,
     classes: int | None,
     store: RunStore,
+    reporter: Reporter,
 ) -> Source:
     """This store's run `run_id` (the metadata's), refused unless it is the network of
     `model_path`. The id is of the store it was exported from (the metadata names no store):
@@ -190,8 +194,19 @@ def _metas_run(
             f"run {run_id} of this store takes {_takes(source.meta.input_shape, n)}, not the "
             f"{_takes(meta.input_shape, classes)} {one_line(str(model_path))} takes"
         )
+    _say_changed(record, reporter)
     return source
 
 
 def _takes(shape: tuple[int, ...], classes: int | None) -> str:
     return f"{shape}" if classes is None else f"{shape} with {classes} classes"
+
+
+def _say_changed(record: RunRecord, reporter: Reporter) -> None:
+    """Warn when the run's model file changed since it trained: the network raced is the
+    file's as it is now, the weights the run's."""
+    from dlperf.experiment.run import model_file_changed
+
+    changed = model_file_changed(record, "raced")
+    if changed is not None:
+        reporter.log(f"warning: {changed}")

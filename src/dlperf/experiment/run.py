@@ -54,17 +54,17 @@ def model_file_digest(name: str) -> str | None:
         return None
 
 
-def model_file_changed(record: RunRecord) -> str | None:
-    """What an export of `record` must say when its model file differs from the one it was
-    trained from (its weights loaded into the file as it is now); None when it is the same,
-    and for a run stored without the digest."""
+def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
+    """What a use of `record`'s model (`use`: "exported", "raced") must say when its model
+    file differs from the one it was trained from (its weights loaded into the file as it is
+    now); None when it is the same, and for a run stored without the digest."""
     trained = (record.system or {}).get(MODEL_FILE_DIGEST)
     name = str(record.config.get("model", {}).get("name", ""))
     if trained is None or model_file_digest(name) in (trained, None):
         return None
     return (
         f"model file {one_line(name.rpartition(':')[0])} changed since run {record.id} was "
-        "trained (its parameters still fit): exported as the file is now"
+        f"trained (its parameters still fit): {use} as the file is now"
     )
 
 
