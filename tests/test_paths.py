@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
 
-from dlperf.paths import atomic_write, check_writable, replaced
+from dlperf.paths import atomic_write, check_writable, replaced, told
 
 
 def test_check_writable_leaves_no_file_and_keeps_an_existing_one(tmp_path: Path) -> None:
@@ -61,3 +63,23 @@ def test_atomic_write_takes_text_or_bytes(tmp_path: Path) -> None:
     atomic_write(path, b"\x00\xff", fsync=True)
     assert path.read_bytes() == b"\x00\xff"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pid"]
+
+
+def test_told_says_an_os_error_in_one_line_and_whether_it_is_bad_input(tmp_path: Path) -> None:
+    """The command line's OSError line (it lived in dlperf.cli until it outgrew the module)."""
+    missing = OSError(errno.ENOENT, os.strerror(errno.ENOENT), str(tmp_path / "x"))
+    assert told(missing) == (f"cannot use {tmp_path / 'x'}: No such file or directory", True)
+    big = OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(tmp_path / "y"))
+    said, bad = told(big)
+    assert "a file size limit (ulimit -f) stopped the write" in said and not bad
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    looped = OSError(errno.EEXIST, os.strerror(errno.EEXIST), str(tmp_path / "loop"))
+    assert told(looped) == (
+        f"cannot use {tmp_path / 'loop'}: Too many levels of symbolic links",
+        True,
+    )
+    nameless = OSError(errno.EIO, os.strerror(errno.EIO))
+    assert told(nameless) == (
+        "Input/output error (the system named no file: dlperf --debug ... shows where)",
+        False,
+    )

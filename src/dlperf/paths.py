@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -98,3 +100,82 @@ def atomic_write(path: Path, data: bytes | str, fsync: bool = False) -> None:
         if fsync:
             f.flush()
             os.fsync(f.fileno())
+
+
+# A path the user named that cannot be used (missing, forbidden, a name or a chain of links
+# too long) is bad input; anything else the OS refuses (a full disk, an I/O error) is not,
+# but still deserves one line rather than a traceback.
+BAD_PATH = {
+    errno.ENOENT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.EISDIR,
+    errno.ENOTDIR,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
+    errno.EEXIST,  # a file where a directory is to be made (`--out FILE` of a directory)
+}
+
+
+def told(e: OSError) -> tuple[str, bool]:
+    """The one line an OSError that reached the command line is told in, and whether it is
+    bad input (exit 2) rather than the system's refusal (exit 1)."""
+    if (unnamed := _unnamed_cwd_of(e)) is not None:
+        return unnamed, True
+    e = _followed(e)
+    said = f"{e.strerror or e}{_os_hint(e)}"
+    if e.filename:
+        return f"cannot use {e.filename}: {said}", e.errno in BAD_PATH
+    # dlperf names each file it writes (`writing`): not knowing which, say so
+    where = "the system named no file: dlperf --debug ... shows where"
+    return f"{said} ({where})", e.errno in BAD_PATH
+
+
+def _followed(e: OSError) -> OSError:
+    """mkdir's "File exists" of a symbolic link that leads nowhere (mkdir does not follow it):
+    of a loop of links, the error following it gives ("Too many levels of symbolic links");
+    `e` otherwise."""
+    name = e.filename
+    if e.errno != errno.EEXIST or not isinstance(name, str) or not os.path.islink(name):
+        return e
+    try:
+        os.stat(name)
+    except OSError as followed:
+        if followed.errno == errno.ELOOP:
+            return followed
+    return e
+
+
+def _unnamed_cwd_of(e: OSError) -> str | None:
+    """What a file named relative to a deleted working directory needs (every such name is
+    missing there: "cannot use rep: No such file or directory"), as the store's is told; None
+    for another error."""
+    name = e.filename
+    if e.errno != errno.ENOENT or not isinstance(name, str) or os.path.isabs(name):
+        return None
+    unnamed = unnamed_cwd()
+    if unnamed is None:
+        return None
+    what, fix = unnamed
+    return f"{what}, and {name} is named relative to it ({fix}, or give an absolute path)"
+
+
+def _os_hint(e: OSError) -> str:
+    """What a write refused by one of the process's limits needs, the limit named (its
+    OSError says only "File too large" or "Too many open files"), or what a file or a dangling
+    link in the way of a directory needs ("File exists"); "" for other errors."""
+    number, name = e.errno, e.filename
+    if number == errno.EFBIG:
+        return " (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
+    if number == errno.EEXIST and isinstance(name, str):
+        if os.path.islink(name) and not os.path.exists(name):  # dangling
+            return (
+                f" (a symbolic link to {os.readlink(name)}, which does not exist: remove the "
+                "link, or give another --out)"
+            )
+        return " (a file is where a directory was to be made: move it, or give another --out)"
+    if number == errno.EMFILE:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return f" (ulimit -n {soft} is too low: raise it)"
+    return ""

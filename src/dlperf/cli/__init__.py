@@ -7,14 +7,12 @@ Heavy libraries (torch, torchvision, SciPy) are imported inside the commands so 
 from __future__ import annotations
 
 import atexit
-import errno
 import gc
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import io
-import os
 import pkgutil
 import resource
 import sys
@@ -29,7 +27,7 @@ from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
 from dlperf.errors import CheckFailed, UserError, in_model_file, innermost, interrupted
 from dlperf.parsing import one_line
-from dlperf.paths import unnamed_cwd, writing
+from dlperf.paths import told, unnamed_cwd, writing
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -38,22 +36,6 @@ if TYPE_CHECKING:
 # (in the modules' order, the order of `dlperf --help`).
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
-
-# A path the user named that cannot be used (missing, forbidden, a name or a chain of links
-# too long) is bad input; anything else the OS refuses (a full disk, an I/O error) is not,
-# but still deserves one line rather than a traceback.
-_BAD_PATH = {
-    errno.ENOENT,
-    errno.EACCES,
-    errno.EPERM,
-    errno.EROFS,
-    errno.EISDIR,
-    errno.ENOTDIR,
-    errno.ENAMETOOLONG,
-    errno.ELOOP,
-    errno.EEXIST,  # a file where a directory is to be made (`--out FILE` of a directory)
-}
-
 
 # At exit the interpreter's last collection walks every object torch created (2-4 s of a
 # command's end on this machine); nothing left needs collecting, so freeze it all first.
@@ -83,62 +65,6 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
         if in_model_file(frame):
             return list(traceback.StackSummary.extract(iter(walked[index:])))
     return []
-
-
-def _followed(e: OSError) -> OSError:
-    """mkdir's "File exists" of a symbolic link that leads nowhere (mkdir does not follow it):
-    of a loop of links, the error following it gives ("Too many levels of symbolic links");
-    `e` otherwise."""
-    name = e.filename
-    if e.errno != errno.EEXIST or not isinstance(name, str) or not os.path.islink(name):
-        return e
-    try:
-        os.stat(name)
-    except OSError as followed:
-        if followed.errno == errno.ELOOP:
-            return followed
-    return e
-
-
-def _unnamed_cwd_of(e: OSError) -> UserError | None:
-    """What a file named relative to a deleted working directory needs (every such name is
-    missing there: "cannot use rep: No such file or directory"), as the store's is told; None
-    for another error."""
-    name = e.filename
-    if e.errno != errno.ENOENT or not isinstance(name, str) or os.path.isabs(name):
-        return None
-    unnamed = unnamed_cwd()
-    if unnamed is None:
-        return None
-    what, fix = unnamed
-    return UserError(
-        f"{what}, and {name} is named relative to it", f"{fix}, or give an absolute path"
-    )
-
-
-def _dangling(name: str) -> bool:
-    return os.path.islink(name) and not os.path.exists(name)
-
-
-def _os_hint(e: OSError) -> str:
-    """What a write refused by one of the process's limits needs, the limit named (its
-    OSError says only "File too large" or "Too many open files"), or what a file or a dangling
-    link in the way of a directory needs ("File exists"); "" for other errors."""
-    number, name = e.errno, e.filename
-    if number == errno.EFBIG:
-        return " (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
-    if number == errno.EEXIST and isinstance(name, str) and _dangling(name):
-        target = os.readlink(name)
-        return (
-            f" (a symbolic link to {target}, which does not exist: remove the link, or give "
-            "another --out)"
-        )
-    if number == errno.EEXIST:
-        return " (a file is where a directory was to be made: move it, or give another --out)"
-    if number == errno.EMFILE:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        return f" (ulimit -n {soft} is too low: raise it)"
-    return ""
 
 
 # The libraries whose own import failing is the environment's problem, told in one line.
@@ -261,20 +187,12 @@ def outcome() -> int:
         say(f"check failed: {one_line(str(e))}")
         return e.exit_code
     except OSError as e:
+        said, bad_input = told(e)
         if state.debug:
             traceback.print_exc()
-            return 2 if e.errno in _BAD_PATH else 1
-        if (unnamed := _unnamed_cwd_of(e)) is not None:
-            say(one_line(f"error: {unnamed}"))
-            return 2
-        e = _followed(e)
-        said = f"{e.strerror or e}{_os_hint(e)}"
-        if e.filename:
-            say(one_line(f"error: cannot use {e.filename}: {said}"))
-        else:  # dlperf names each file it writes (paths.writing): not knowing which, say so
-            where = "the system named no file: dlperf --debug ... shows where"
-            say(one_line(f"error: {said} ({where})"))
-        return 2 if e.errno in _BAD_PATH else 1
+        else:
+            say(one_line(f"error: {said}"))
+        return 2 if bad_input else 1
     except KeyboardInterrupt:  # the stop signal's, or a model's own: Ctrl-C either way
         raise
     except BaseException as e:  # a model's GeneratorExit, or its own BaseException subclass
