@@ -16,19 +16,23 @@ setup: $(BIN)/dlperf
 demo: setup
 	$(BIN)/dlperf demo
 
+# The suites run on one pytest-xdist worker per core (tests/conftest.py caps them at 8): on
+# 2 cores `make test` takes about half the wall time of one process (docs/benchmarks.md).
+XDIST := -n auto --dist worksteal
+
 test: setup
-	$(BIN)/pytest -q -m "not faults and not scenario and not horovod and not gpu"
+	$(BIN)/pytest -q $(XDIST) -m "not faults and not scenario and not horovod and not gpu"
 
 # Whole workflows as the docs write them (tests/scenarios/, marked `scenario`): every block of
 # docs/course.md, the README's quick start, the CLI walk-through and the transfer study.
 test-scenarios: setup
-	$(BIN)/pytest -q -m scenario
+	$(BIN)/pytest -q $(XDIST) -m scenario
 
 # The slow fault tests (tests/faults/, marked `faults`: over about 10 s each on a busy machine,
 # real processes killed and resumed, torchrun points failed, many processes on one store);
 # CI runs both.
 test-faults: setup
-	$(BIN)/pytest -q -m faults
+	$(BIN)/pytest -q $(XDIST) -m faults
 
 # The studies under horovodrun (tests/distributed/test_horovod.py, marked `horovod`): they need a
 # Horovod build (make horovod) and skip, saying so, without one.

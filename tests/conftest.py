@@ -45,6 +45,13 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (the Makefile's suites): one worker per core this process may use, at most 8.
+    Each worker imports torch (about 0.5 GB) and many tests start processes of their own, so
+    more workers than cores only queue; on a large host, 8 already finish in minutes."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
 def fresh_store_url(kind: str, tmp_path: Path, prefix: str) -> Iterator[str]:
     """The URL of a store nobody has opened: a new SQLite file, or a new PostgreSQL schema of
     its own (other tests drop the tables of the database's default schema), dropped after.
