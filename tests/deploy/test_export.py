@@ -95,6 +95,21 @@ def test_stored_run_keeps_weights_preprocessing_and_labels(
     assert (trained != fresh).any()
 
 
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_a_stored_run_exports_inside_the_callers_no_grad_or_inference_mode(
+    tmp_path: Path, trained_digits: TrainedRun, mode: Any
+) -> None:
+    """A notebook that exports inside torch.no_grad() or torch.inference_mode() was refused
+    with training's lines ("gradients are off as training starts", "dlperf.run trains"):
+    export trains nothing, and builds and exports the run as outside them."""
+    store, run_id, _ = trained_digits.copy_to(tmp_path)
+    with mode():
+        source = from_run(store, run_id)
+        result = export(source, tmp_path / "run.onnx")
+    assert result["parity"] and result["run_id"] == run_id
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()  # put back
+
+
 def test_run_without_checkpoint_is_bad_input(tmp_path: Path) -> None:
     store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     run_id = store.create_run(name="x", kind="run", config={}, config_hash="", system={})

@@ -100,6 +100,11 @@ def from_registry(
     return Source(model, meta)
 
 
+# Export trains nothing: a notebook's torch.no_grad() or torch.inference_mode() around it must
+# not reach the build's training checks (their lines say "training"), nor make the weights
+# inference tensors the exporter cannot trace. Both modes are thread-local.
+@torch.inference_mode(False)
+@torch.enable_grad()
 def from_run(store: RunStore, run_id: int) -> Source:
     """A stored run's model with its trained weights, its data's preprocessing and labels,
     and up to 64 of its test images."""
