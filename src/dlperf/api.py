@@ -780,7 +780,14 @@ def fit_curve(
     `dlperf converge fit` fits a curve: on the leading points `upto` (a fraction) or
     `upto_step` picks, all of them by default. `metric` "loss" | "error" | "accuracy"
     (accuracy is fitted as 1 − accuracy; accuracy and error lie in [0, 1])."""
-    from dlperf.converge.curve import PARAMS, Curve, as_points, check_increasing, check_number
+    from dlperf.converge.curve import (
+        PARAMS,
+        Curve,
+        as_points,
+        check_increasing,
+        check_number,
+        check_window,
+    )
     from dlperf.converge.fitting import fit_one
     from dlperf.converge.options import CurveOptions
 
@@ -790,6 +797,7 @@ def fit_curve(
     # was taken as a fraction of 1.
     upto = None if upto is None else check_number(upto, "upto")
     upto_step = None if upto_step is None else check_number(upto_step, "upto_step")
+    check_window(upto, upto_step, named="")  # this function's arguments, not the config's keys
     xs, ys = as_points(x, y)
     check_increasing(xs, "x (the steps)")
     points = Curve("fit_curve", xs, ys)

@@ -119,10 +119,24 @@ def test_a_curve_of_booleans_is_refused(call: Callable[[], Any], said: str) -> N
     ids=["NaN", "infinity", "minus infinity", "zero", "negative"],
 )
 def test_fit_curve_refuses_an_upto_step_that_is_not_a_finite_step(upto_step: float) -> None:
-    _refused(
+    said = _refused(
         lambda: dlperf.fit_curve(K, ERROR, upto_step=upto_step),
-        f"converge.upto_step must be a finite number > 0, got {float(upto_step)}",
+        f"upto_step must be a finite number > 0, got {float(upto_step)}",
     )
+    assert "converge." not in said  # the API's argument, not the config's key
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"upto": 1.5}, "upto is a fraction in (0, 1], got 1.5"),
+        ({"upto": 0}, "upto is a fraction in (0, 1], got 0.0"),
+        ({"upto": 0.5, "upto_step": 3}, "give upto or upto_step, not both"),
+    ],
+)
+def test_fit_curves_lines_name_its_own_arguments(given: dict[str, float], said: str) -> None:
+    """Not the config's `converge.upto`: a notebook passed `upto=`, and no config is read."""
+    assert "converge." not in _refused(lambda: dlperf.fit_curve(K, ERROR, **given), said)
 
 
 def test_fit_curve_still_fits_up_to_a_step_past_the_last() -> None:

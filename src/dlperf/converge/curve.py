@@ -433,19 +433,26 @@ def error_pct(predicted: float | None, actual: float | None) -> float | None:
     return (predicted - actual) / actual * 100.0 if predicted is not None and actual else None
 
 
+def check_window(upto: float | None, upto_step: float | None, named: str = "converge.") -> None:
+    """The fit's window as given: a fraction in (0, 1] or a finite step > 0, not both.
+    `named`: the prefix its names take in the lines (the config's `converge.`; the Python
+    API's fit_curve names its own arguments)."""
+    if upto is not None and upto_step is not None:
+        raise UserError(f"give {named}upto or {named}upto_step, not both")
+    if upto is not None and not 0.0 < upto <= 1.0:
+        raise UserError(f"{named}upto is a fraction in (0, 1], got {upto}")
+    # As --upto-step's check says it: NaN fitted no point ("0 points are too few"), and
+    # infinity every point, from Python
+    if upto_step is not None and not (math.isfinite(upto_step) and upto_step > 0):
+        raise UserError(f"{named}upto_step must be a finite number > 0, got {upto_step}")
+
+
 def window(k: np.ndarray, upto: float | None, upto_step: float | None) -> int:
     """How many leading points the fit uses: a fraction of them, or those up to a step."""
-    if upto is not None and upto_step is not None:
-        raise UserError("give converge.upto or converge.upto_step, not both")
+    check_window(upto, upto_step)
     if upto is not None:
-        if not 0.0 < upto <= 1.0:
-            raise UserError(f"converge.upto is a fraction in (0, 1], got {upto}")
         return max(1, round(upto * len(k)))
     if upto_step is not None:
-        # As --upto-step's check says it: NaN fitted no point ("0 points are too few"), and
-        # infinity every point, from Python
-        if not (math.isfinite(upto_step) and upto_step > 0):
-            raise UserError(f"converge.upto_step must be a finite number > 0, got {upto_step}")
         return int(np.sum(k <= upto_step))
     return len(k)
 
