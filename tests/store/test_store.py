@@ -24,30 +24,16 @@ from dlperf.store.migrations import MIGRATIONS, PG_SCHEMA_LOCK, SCHEMA_VERSION
 from dlperf.store.schema import Base
 from tests.conftest import fresh_store_url, interrupt_wrapped_by_a_class_body
 
-POSTGRES = os.environ.get("DLPERF_TEST_POSTGRES_URL")
-
-
-def _fresh_postgres() -> RunStore:
-    engine = create_engine(POSTGRES)
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "DROP TABLE IF EXISTS claims, tags, metrics, artifacts, runs, studies, meta CASCADE"
-            )
-        )
-    return RunStore.open(POSTGRES)
-
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> RunStore:
-    if request.param == "sqlite":
-        return RunStore.open(str(tmp_path / "runs.db"))
-    if not POSTGRES:
-        pytest.skip(
-            "PostgreSQL store tests need a server: set DLPERF_TEST_POSTGRES_URL="
-            "postgresql+psycopg://USER:PASS@127.0.0.1/DB (bash .ci/run starts one)"
-        )
-    return _fresh_postgres()
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
+    """A new store on each backend. On PostgreSQL a schema of the test's own
+    (tests.conftest.fresh_store_url): the suite's parallel workers share one database, and
+    dropping the default schema's tables pulled them from under another worker's test."""
+    for url in fresh_store_url(request.param, tmp_path, "store"):
+        store = RunStore.open(url)
+        yield store
+        store.engine.dispose()  # before the schema is dropped
 
 
 def test_round_trip(any_store: RunStore) -> None:
