@@ -466,6 +466,9 @@ class Curve:
     values: np.ndarray
     steps_per_epoch: float | None = None
     about: dict[str, Any] = field(default_factory=dict)  # a run's model, depth, device
+    # The CSV's path as the user gave it, for error lines (the label is its bare name, for
+    # tables and legends): "pct.csv" alone does not say which of several folders' is meant.
+    source: str | None = None
 
     @property
     def legend(self) -> str:
@@ -504,7 +507,8 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     check_metric(metric)
     if metric in ("accuracy", "error") and np.any((curve.values < 0) | (curve.values > 1)):
         raise UserError(
-            f"{curve.label}: {metric} values must lie in [0, 1]", "is converge.metric right?"
+            f"{curve.source or curve.label}: {metric} values must lie in [0, 1]",
+            "is converge.metric right?",
         )
     k, y = curve.steps, to_decreasing(curve.values, metric)
     fits, params, samples, ci = {}, {}, {}, {}
@@ -522,7 +526,7 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
     values = np.asarray(columns[y])
     steps = np.arange(1.0, len(values) + 1) if x is None else np.asarray(columns[x])
     check_increasing(steps, f"{path}: column '{x}'")
-    return Curve(path.name, steps, values)
+    return Curve(path.name, steps, values, source=str(path))
 
 
 def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) -> Curve:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from dlperf.errors import UserError, not_utf8
@@ -35,6 +36,24 @@ def header(path: Path) -> list[str]:
     return next(csv.reader(io.StringIO(read_text(path), newline="")), [])
 
 
+def semicolons(path: Path, text: str, fieldnames: Sequence[str] | None) -> None:
+    """Refuse a ';'-separated file (Excel's CSV where ',' is the decimal mark) in one line when
+    its header splits into more columns at ';' than at ','. Called only once reading at ','
+    has failed (a row with more fields than the header, a column not found), whose own lines
+    ("quote a field that holds a comma", "did you mean 'a;b'?") would point the wrong way; so
+    a comma CSV with a ';' in a column's name still reads. Not read at ';': with ','
+    decimals, 1.000 may be one or a thousand (a grouping mark), a silently wrong number."""
+    at_semicolons = next(csv.reader(io.StringIO(text, newline=""), delimiter=";"), [])
+    names = list(fieldnames or [])
+    if len(at_semicolons) > max(len(names), 1):
+        raise UserError(
+            f"{path} looks ';'-separated: its header '{one_line(','.join(names))}' is "
+            f"{len(names)} column{'s' if len(names) != 1 else ''} at ',' and "
+            f"{len(at_semicolons)} at ';'",
+            "save it as CSV with ',' between fields and '.' for decimals",
+        )
+
+
 def read_columns(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> dict[str, list[float]]:
@@ -42,10 +61,12 @@ def read_columns(
     column named twice, or a row with more fields than the header, is refused: either would
     leave which value is meant to a guess (csv.DictReader keeps the last of two columns of one
     name, and drops a row's extra fields)."""
-    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    text = read_text(path)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     rows: list[tuple[int, dict[str, str]]] = []
     for row in reader:
         if None in row:  # restkey: the fields past the header's
+            semicolons(path, text, reader.fieldnames)
             named = len(reader.fieldnames or [])
             fields = named + len(row[None])
             raise UserError(
@@ -58,6 +79,7 @@ def read_columns(
     header = list(reader.fieldnames or [])
     for name in required:
         if name not in header:
+            semicolons(path, text, header)
             shown = [one_line(c) for c in header]
             hint = did_you_mean(one_line(name), shown, f"columns: {', '.join(shown)}", quote=True)
             raise UserError(f"{path} has no column '{one_line(name)}'", hint)
