@@ -95,10 +95,29 @@ def _unloadable(e: ImportError) -> str | None:
 def _load_hint() -> str:
     """The likely cause of a library that cannot load: the address-space limit when one is
     set (ulimit -v, in KiB as bash takes it), a broken installation otherwise."""
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        return _memory_hint()
+    return " (its installation may be broken: reinstall it)"
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is an allocation that failed: Python's MemoryError, or torch's allocator
+    (asked only once torch is loaded: importing it to ask would cost what ran out)."""
+    if isinstance(e, MemoryError):
+        return True
+    if "torch" not in sys.modules:
+        return False
+    from dlperf.engine.checks import out_of_memory
+
+    return out_of_memory(e)
+
+
+def _memory_hint() -> str:
+    """The address-space limit when one is set (ulimit -v, in KiB as bash takes it)."""
     soft = resource.getrlimit(resource.RLIMIT_AS)[0]
     if soft != resource.RLIM_INFINITY:
         return f" (a memory limit, ulimit -v {soft // 1024} may be too low)"
-    return " (its installation may be broken: reinstall it)"
+    return " (ask for less: a smaller data set, batch or model)"
 
 
 class _StandardOutput(io.FileIO):
@@ -211,6 +230,9 @@ def outcome() -> int:
         if not state.debug and isinstance(e, ImportError) and (lib := _unloadable(e)):
             # The environment's problem (a memory limit, a broken install), not the input's.
             say(one_line(f"error: cannot load {lib}: {e}{_load_hint()}"))
+            return 1
+        if not state.debug and _out_of_memory(e):  # where no check of dlperf's expected it
+            say(one_line(f"error: out of memory: {e}{_memory_hint()}"))
             return 1
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1

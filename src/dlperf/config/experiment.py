@@ -395,17 +395,23 @@ def _gib(size: int) -> str:
     return f"{gib:,.1f}" if gib >= 0.1 else f"{gib:.2g}"
 
 
+LABEL_BYTES = 8  # torch.randint's int64, as data.sources.synthetic draws the labels
+
+
 def _synthetic_fits(data: DataConfig) -> None:
-    """The synthetic set is drawn into memory at once (uint8, sizes as its reader draws them):
-    refused here, before anything is allocated, when it cannot fit in the machine's memory."""
+    """The synthetic set is drawn into memory at once (uint8 pixels and an int64 label an
+    image, sizes as its reader draws them): refused here, before anything is allocated, when
+    it cannot fit in the machine's memory. The labels count: for images of a few pixels they
+    are most of it."""
     held = max(1, data.size // 8)  # its validation and test sets each
     images = data.size + 2 * held
-    needed = images * math.prod(data.shape)
+    needed = images * (math.prod(data.shape) + LABEL_BYTES)
     memory = machine_memory()
     if needed > memory:
         raise ValueError(
             f"data.shape {data.shape}: the synthetic set's {images} images (data.size "
-            f"{data.size}, {held} validation, {held} test) take {needed / 2**30:,.1f} GiB, "
+            f"{data.size}, {held} validation, {held} test) and their labels take "
+            f"{needed / 2**30:,.1f} GiB, "
             f"more than this machine's {memory / 2**30:,.1f} GiB of memory (give a smaller "
             "data.shape or data.size)"
         )

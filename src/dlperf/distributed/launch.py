@@ -22,6 +22,7 @@ The kill chain, dlperf -> torchrun -> workers:
 from __future__ import annotations
 
 import re
+import resource
 import signal
 import socket
 import sys
@@ -154,7 +155,22 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
             return "\n".join([head, *written.splitlines()[-TAIL_LINES:]])
         return f"{head}: {cause.get('traceback', '')}".rstrip(": ")
     lines = [line for line in text.splitlines() if line.strip()]
-    return "\n".join([f"torchrun failed ({how(returncode)})", *lines[-TAIL_LINES:]])
+    # Its own exception on the first line too (under `ulimit -n 24` it could not start a
+    # worker: "[Errno 24] Too many open files" was ten lines below "exit code 1").
+    own = _raised(text)
+    said = (
+        f"torchrun failed: {own}{_limit_hint(own)}"
+        if own
+        else f"torchrun failed ({how(returncode)})"
+    )
+    return "\n".join([said, *lines[-TAIL_LINES:]])
+
+
+def _limit_hint(exception: str) -> str:
+    """The process's limit an exception met, named: torchrun inherits dlperf's."""
+    if "[Errno 24]" in exception:  # EMFILE
+        return f" (ulimit -n {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} is too low: raise it)"
+    return ""
 
 
 def run_launcher(
