@@ -47,6 +47,7 @@ from dlperf.store.schema import (
     Study,
     Tag,
 )
+from dlperf.store.urls import masked_url
 
 SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 1, 5, 6, 11, 26
 SQLITE_CONSTRAINT_TRIGGER = 1811  # RAISE(ABORT|FAIL|ROLLBACK, ...) in a trigger
@@ -279,14 +280,14 @@ def _server_edited(context: ExceptionContext, engine: Engine) -> UserError | Non
     if state not in (PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE):
         return None
     detail = _refused(context) if state == PG_RAISED else _first_line(context)
-    return _edited(engine.url.render_as_string(), detail, None)
+    return _edited(masked_url(engine.url.render_as_string()), detail, None)
 
 
 def _denied(context: ExceptionContext, engine: Engine) -> UserError:
     """A PostgreSQL store whose role may not write (or read) dlperf's tables: the one line a
     read-only SQLite store gets, not psycopg's InsufficientPrivilege traceback. A SELECT ...
     FOR UPDATE (`runs delete` locks its runs) needs UPDATE: it is a write."""
-    name = shown(engine.url.render_as_string())  # the password hidden
+    name = shown(masked_url(engine.url.render_as_string()))  # the passwords hidden
     statement = (context.statement or "").lstrip().upper()
     if statement.startswith(("INSERT", "UPDATE", "DELETE")) or " FOR UPDATE" in statement:
         return UserError(

@@ -40,7 +40,6 @@ import logging
 import math
 import operator
 import os
-import re
 import resource
 import secrets
 import shutil
@@ -59,7 +58,7 @@ from sqlalchemy import create_engine, delete, event, func, make_url, select, upd
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, Row
-from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError
+from sqlalchemy.exc import ArgumentError, DatabaseError, IntegrityError, NoSuchModuleError
 from sqlalchemy.orm import Session, object_session
 from sqlalchemy.pool import StaticPool
 
@@ -83,6 +82,8 @@ from dlperf.store.schema import (
     Study,
     Tag,
 )
+from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
+from dlperf.store.urls import secret_option
 
 DEFAULT_DB = "dlperf.db"
 # SQLite's primary result codes (the low byte of an extended code).
@@ -127,24 +128,13 @@ TAG_VALUE_MAX = 5000
 REPAIRING = ".{}.repairing"
 LEFT = "not found there, nor beside this store: if the run's files were moved, they were left"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
-# user:password@, up to the last @ before the path
-PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
-
-
-def masked_url(url: str) -> str:
-    """`url` as dlperf prints or records it anywhere: with its password, if any, as ***."""
-    # A string SQLAlchemy cannot read as a URL may still carry a password: the pattern masks
-    # it, and an unescaped @ in a password that SQLAlchemy took for part of the host.
-    with contextlib.suppress(ArgumentError, ValueError):  # ValueError: a port not a number
-        url = make_url(url).render_as_string(hide_password=True)
-    return PASSWORD.sub(r"\1***@", url)
 
 
 def _parsed(url: str) -> URL:
     """`url` parsed, or the one line for one SQLAlchemy cannot read: its own ValueError for a
     port that is not a number (an unclosed IPv6 bracket reads as one) was a traceback."""
     try:
-        return make_url(url)
+        parsed = make_url(url)
     except ArgumentError as e:
         raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
     except ValueError:
@@ -152,6 +142,18 @@ def _parsed(url: str) -> URL:
             f"cannot open run store {masked_url(url)!r}: its port is not a number",
             "e.g. postgresql://user@host:5432/db, an IPv6 host in brackets: [::1]:5432",
         ) from None
+    # No host holds an @: SQLAlchemy splits user:password@ at its first @, and the rest of a
+    # password with an unescaped @ became the host, which the driver's error then quoted
+    # ("failed to resolve host 'tail@127.0.0.1'"). Refused before any connection, naming
+    # neither the host nor the password.
+    if parsed.host is not None and "@" in parsed.host:
+        raise UserError(
+            f"cannot open run store {integrity.shown(masked_url(url))}: its user name or "
+            "password holds an unescaped @",
+            "write @ in a password as %40, e.g. postgresql+psycopg://user:p%40ss@host/db; "
+            "in a user name too",
+        )
+    return parsed
 
 
 def _url(db: str | None) -> str:
@@ -206,8 +208,37 @@ class StoreLocked(UserError):
     exit_code = 1
 
 
-def _server_engine(url: URL) -> Engine:
+def _no_dialect(name: str, url: URL) -> UserError:
+    """The one line for a URL whose scheme SQLAlchemy has no dialect or driver for."""
+    scheme = url.drivername
+    known = "a file path, sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
+    known += ", also written postgresql:// or postgres://"
+    if url.get_backend_name() == "postgresql":  # a driver misspelt: postgresql+psycopj://
+        what = f"{scheme}:// names no database driver SQLAlchemy knows"
+    else:
+        what = f"{scheme}:// is not a database scheme SQLAlchemy knows"
+    return UserError(
+        f"cannot open run store {name}: {what}",
+        f"dlperf takes {known}; another SQLAlchemy URL needs its dialect installed",
+    )
+
+
+def _server_options(url: URL, name: str) -> None:
+    """Refuse an option a server's URL gives more than once: the driver got the values as a
+    Python tuple (`bad value for connect_timeout: "('1', '2')"`). Not `host`, which SQLAlchemy
+    takes more than once for a PostgreSQL list of hosts to try."""
+    for key, value in url.query.items():
+        if isinstance(value, tuple) and key != "host":
+            # A password's values are not printed (the store's name masks them too).
+            values = "" if secret_option(key) else f" ({', '.join(value)})"
+            raise UserError(
+                f"run store {name}: {key} is given {len(value)} times{values}", "give it once"
+            )
+
+
+def _server_engine(url: URL, name: str) -> Engine:
     """The engine of a server's store: a libpq driver's connections time out by default."""
+    _server_options(url, name)
     libpq = url.get_backend_name() == "postgresql" and url.get_driver_name() in LIBPQ_DRIVERS
     if not libpq or _connect_timeout(url) is not None:
         return create_engine(url)
@@ -887,10 +918,12 @@ class RunStore:
                     json_deserializer=functools.partial(_stored_json, parsed.database),
                 )
                 if sqlite
-                else _server_engine(parsed)
+                else _server_engine(parsed, name)
             )
         except ModuleNotFoundError as e:  # the URL's driver
             raise _no_driver(name, e) from None
+        except NoSuchModuleError:  # SQLAlchemy's "Can't load plugin: sqlalchemy.dialects:x"
+            raise _no_dialect(name, parsed) from None
         except (ArgumentError, ImportError) as e:
             raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
         read_only = False
@@ -1016,7 +1049,7 @@ class RunStore:
         """One write transaction; a full disk comes out as OSError(ENOSPC), a file size limit
         as OSError(EFBIG). Nothing is written into a store found damaged."""
         integrity.refuse_writes(self.engine)
-        name = integrity.shown(self.engine.url.render_as_string())  # the password hidden
+        name = integrity.shown(masked_url(self.engine.url.render_as_string()))
         if self.read_only:
             raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         if self._file is not None and not self._file.there():
@@ -1178,7 +1211,8 @@ class RunStore:
             if said is None:  # a lock, a full disk, damage, a server gone: as it was
                 raise
         path = integrity.store_file(self.engine)
-        name = integrity.shown(path if path is not None else self.engine.url.render_as_string())
+        url = self.engine.url.render_as_string()
+        name = integrity.shown(path if path is not None else masked_url(url))
         why = f"the run store refused to mark it {status} ({said})"
         try:
             self.finish_run(run_id, "failed", error=why if error is None else f"{error}; {why}")
