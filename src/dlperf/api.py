@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, model_exited
-from dlperf.parsing import MAX_DEPTH, TOO_DEEP, has_control
+from dlperf.parsing import KEYS_HINT, MAX_DEPTH, TOO_DEEP, has_control, key_fault
 
 if TYPE_CHECKING:
     import numpy as np
@@ -114,7 +114,10 @@ def _strings(given: Any, what: str, example: str) -> list[str]:
     return items
 
 
-def _json_fault(value: Any, at: str = "", level: int = 1) -> str | None:
+_VALUES = "give numbers, text, lists or dicts"  # the fix for a config value JSON lacks
+
+
+def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
     """What keeps `value` from being stored as JSON, naming where in it (None: nothing).
     The store writes a run's config as JSON: anything else failed there as SQLAlchemy's
     StatementError, or UnicodeEncodeError for text holding surrogates. `level`: how deep
@@ -122,17 +125,18 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> str | None:
     if level > MAX_DEPTH:
         # Refused as a file or a --set value that deep is; past Python's recursion limit,
         # this check (and json.dumps after it) raised RecursionError.
-        return f"config is {TOO_DEEP}"
+        return UserError(f"config is {TOO_DEEP}", _VALUES)
     if isinstance(value, float) and not math.isfinite(value):
         # SQLite's JSON text took it; PostgreSQL's JSON type refuses it (psycopg DataError)
-        return f"config{at} is {value}: JSON has no NaN or infinity"
+        return UserError(f"config{at} is {value}: JSON has no NaN or infinity", _VALUES)
     if isinstance(value, int) and not isinstance(value, bool):
         with suppress(ValueError):
             str(value)  # what json.dumps does, refused past sys.get_int_max_str_digits()
             return None
-        return (
+        return UserError(
             f"config{at} is a whole number of more than {sys.get_int_max_str_digits()} digits, "
-            "more than Python writes as text"
+            "more than Python writes as text",
+            _VALUES,
         )
     if value is None or isinstance(value, (bool, float)):
         return None
@@ -140,12 +144,15 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> str | None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return f"config{at} is not UTF-8 text: {value!r}"
+            return UserError(f"config{at} is not UTF-8 text: {value!r}", _VALUES)
         return None
     if isinstance(value, Mapping):
         for key, item in value.items():
-            if key is not None and not isinstance(key, (str, int, float)):  # as json.dumps
-                return f"config{at} has a key JSON cannot take: {key!r}"
+            if not isinstance(key, str):
+                # json.dumps writes 1, 1.5, True and None as text, so {1: .., "1": ..} became
+                # two keys of one name (a value lost), and sort_keys raised TypeError on keys
+                # of mixed types: only text is a key, as in TOML and JSON themselves.
+                return UserError(key_fault(key, f"config{at}" if at else ""), KEYS_HINT)
             fault = _json_fault(key, at, level) or _json_fault(item, f"{at}[{key!r}]", level + 1)
             if fault is not None:
                 return fault
@@ -153,7 +160,7 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> str | None:
     if isinstance(value, (list, tuple)):
         faults = (_json_fault(v, f"{at}[{i}]", level + 1) for i, v in enumerate(value))
         return next((f for f in faults if f is not None), None)
-    return f"config{at} is not JSON-serialisable ({type(value).__name__})"
+    return UserError(f"config{at} is not JSON-serialisable ({type(value).__name__})", _VALUES)
 
 
 def _device(device: Any) -> torch.device:
@@ -571,7 +578,7 @@ def track(
     config = dict(config or {})
     fault = _json_fault(config)
     if fault is not None:
-        raise UserError(fault, "give numbers, text, lists or dicts")
+        raise fault
     dev = _device(device)
     where = _open_store(store)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import reprlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -127,6 +128,19 @@ def depth(value: Any) -> int:
         elif isinstance(node, list):
             stack.extend((child, level + 1) for child in node)
     return deepest
+
+
+# A config's keys are text, as TOML's and JSON's are: a key 1 beside "1" would be one key
+# once stored, and keys of mixed types do not sort (json.dumps(sort_keys=True) raised).
+KEYS_HINT = "write each key as a str"
+
+
+def key_fault(key: Any, within: str) -> str:
+    """What is wrong with a config key that is not a str, naming the table it is `within`
+    ("" at the top) and its type ("config key 3 in model is int: keys are text")."""
+    kind = "None" if key is None else type(key).__name__
+    where = f" in {within}" if within else ""
+    return f"config key {reprlib.repr(key)}{where} is {kind}: keys are text"
 
 
 def flatten(tree: dict[str, Any], prefix: str = "", quote: bool = False) -> dict[str, Any]:

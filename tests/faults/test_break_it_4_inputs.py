@@ -169,7 +169,7 @@ def _track(db: str, **given: Any) -> None:
         ),
         (
             {"config": {("a", "b"): 1}},
-            "config has a key JSON cannot take: ('a', 'b') (give numbers, text, lists or dicts)",
+            "config key ('a', 'b') is tuple: keys are text (write each key as a str)",
         ),
         (
             {"device": 5},

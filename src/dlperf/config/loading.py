@@ -26,11 +26,13 @@ from dlperf.config.scale import ScaleConfig
 from dlperf.config.serve import ServeConfig
 from dlperf.errors import UserError
 from dlperf.parsing import (
+    KEYS_HINT,
     MAX_DEPTH,
     TOO_DEEP,
     absolute_model_name,
     depth,
     did_you_mean,
+    key_fault,
     one_line,
     stem_name,
 )
@@ -52,6 +54,21 @@ class Commands(Section):
 
 # The top-level tables of a TOML file.
 _FILE_FIELDS = {**Experiment.model_fields, **Commands.model_fields}
+
+
+def check_text_keys(value: Any, where: str, within: str = "") -> None:
+    """Refuse a key that is not a str, at any depth, naming its table (`within`, dotted):
+    TOML's keys are text, but a dict given to `dlperf.run` may hold 3 or None, which crashed
+    the close-match hint (`.lower()`) or reached pydantic as "[key]: Input should be a valid
+    string". Called once `depth` has bounded the recursion."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise UserError(f"{where}: {key_fault(key, within)}", KEYS_HINT)
+            check_text_keys(item, where, f"{within}.{key}" if within else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_text_keys(item, where, f"{within}[{i}]")
 
 
 def check_keys(
@@ -298,6 +315,7 @@ def build_file(
     latter too: runs stored before they left `Experiment` do)."""
     if depth(raw) > MAX_DEPTH:
         raise UserError(f"{where}: {TOO_DEEP}")
+    check_text_keys(raw, where)
     check_keys(raw, _FILE_FIELDS, where)
     commands = {key: value for key, value in raw.items() if key in Commands.model_fields}
     rest = {key: value for key, value in raw.items() if key not in commands}
