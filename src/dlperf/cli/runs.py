@@ -215,7 +215,8 @@ def runs_delete(
         False,
         "--force",
         help="Stop runs still running first (SIGTERM to their process, which marks them "
-        "killed); one running on another host is deleted under it.",
+        "killed; a dlperf.track run's own program is refused, not signalled); one running "
+        "on another host is deleted under it.",
     ),
 ) -> None:
     """Delete runs: their metrics, tags, artifact records and the files they own (a checkpoint
@@ -250,9 +251,14 @@ def runs_delete(
                 f"run {stopped.run_id} runs in pid {stopped.pid} on {stopped.host}, which "
                 "cannot be stopped from here: deleted under it"
             )
-        else:
+        elif stopped.marked:
             console.out.print(
                 f"stopped run {stopped.run_id}: pid {stopped.pid} marked it {stopped.status}"
+            )
+        else:  # it ended without storing a status: the run reads as lost, nothing marked it
+            console.out.print(
+                f"stopped run {stopped.run_id}: pid {stopped.pid} ended without marking it "
+                f"(it reads as {stopped.status})"
             )
     done = store.delete_runs(ids, force)
     for path, why in done.kept:

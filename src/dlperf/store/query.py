@@ -421,6 +421,8 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
             f"no run {', '.join(missing)} in the store; nothing deleted", "see `dlperf runs list`"
         )
     running = [r for r in runs if r.status == "running"]
+    if force:
+        _refuse_tracked(running)
     if running and not force:
         where = ", ".join(
             f"{r.id} (pid {p.get('pid')} on {p.get('host')})" if (p := r.process) else str(r.id)
@@ -431,6 +433,23 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
             "stop it first, or pass --force",
         )
     return runs
+
+
+def _refuse_tracked(running: Sequence[RunRecord]) -> None:
+    """Refuse --force for a `running` run that `dlperf.track` records in a live process of
+    this host: that process is the user's own Python program (a notebook's kernel), not a
+    dlperf command, so SIGTERM has Python's default action there and ends the whole program
+    without marking the run (it then read "pid P marked it lost"). It is sent no signal."""
+    for run in running:
+        process = run.process or {}
+        if tracked(run) and process_alive(process) is True:
+            raise UserError(
+                f"run {run.id} is recorded by pid {process.get('pid')}, a Python program "
+                "recording with dlperf.track, not a dlperf command: --force sends it no "
+                "signal; nothing deleted",
+                "stop that program, then delete the run again: once its process is gone, "
+                "the run reads as lost and deletes without --force",
+            )
 
 
 STOP_WAIT_S = 60.0  # for a stopped run's process to mark it killed (it ends its current step)
@@ -455,6 +474,12 @@ class Stopped:
     host: str | None
     status: str | None  # None: not stopped
 
+    @property
+    def marked(self) -> bool:
+        """Whether the process stored a status before it ended: `lost` is only ever read
+        (the run is still stored `running`, its process gone), never written."""
+        return self.status is not None and self.status != LOST
+
 
 def stop(
     store: RunStore,
@@ -467,7 +492,8 @@ def stop(
     telling `waiting` what for and how long (a stopped process, SIGSTOP or Ctrl-Z, acts on
     no signal until it is continued: the wait would otherwise be a silent minute). A run
     whose process runs on another host is not stopped (it is deleted under it, and its
-    writes then fail)."""
+    writes then fail). `runs` are as `to_delete` gave them: a `dlperf.track` run whose
+    program is alive here was refused there, before any process was signalled."""
     done = []
     for run in runs:
         if run.status != "running":
