@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlperf import image_modes
 from dlperf.deploy import meta as meta_mod
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
@@ -407,15 +408,19 @@ def _overlap(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def draw(image: Image.Image, detections: list[dict[str, Any]]) -> Image.Image:
+def draw(
+    image: Image.Image, detections: list[dict[str, Any]], source: str = "image"
+) -> Image.Image:
     """An annotated copy of the image: enlarged by a whole factor (`drawn_scale`, nearest
     neighbour: the pixels the detector saw, no invented detail) when small, set between a
     margin strip above and below, each detection's box drawn and its "label score" outside
-    the box, so that no label covers the object it names."""
+    the box, so that no label covers the object it names. The image is decoded as the
+    detector saw it (`image_modes.rgb`: a 16-bit grey one in its greys, not white); `source`
+    names it in that decode's errors."""
     from PIL import Image, ImageDraw, ImageFont
 
     k = drawn_scale(image.size)
-    photo = image.convert("RGB")
+    photo = image_modes.rgb(image, source)
     photo = photo.resize((photo.width * k, photo.height * k), Image.Resampling.NEAREST)
     font = ImageFont.load_default(size=FONT_PX)
     line = max(2, min(photo.size) // 160)
@@ -491,7 +496,7 @@ def run(
         }
         if out_dir is not None:
             target = out_dir / f"{path.stem}.det.png"
-            draw(image, detections).save(target)
+            draw(image, detections, str(path)).save(target)
             result["annotated"] = str(target)
         results.append(result)
     return results

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from dlperf.errors import UserError
+from dlperf import image_modes
+from dlperf.errors import UserError, not_utf8
 from dlperf.paths import not_regular
 
 BACKGROUND = "__background__"
@@ -70,7 +71,14 @@ def read_split(root: Path, split: str) -> list[str]:
     _regular(path, "a text file of image ids, one a line")
     if not path.is_file():
         raise UserError(f"no split file {path}")
-    ids = [line.split()[0] for line in path.read_text().splitlines() if line.strip()]
+    try:
+        # utf-8-sig: Notepad and PowerShell start a UTF-8 file with a byte order mark, which
+        # read as UTF-8 became part of the first id, then blamed on its "missing" annotation.
+        # splitlines() takes CRLF and CR line ends as well.
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from None
+    ids = [line.split()[0] for line in text.splitlines() if line.strip()]
     if not ids:
         raise UserError(f"split file {path} lists no images")
     return ids
@@ -88,31 +96,62 @@ FLAGS = {"0": False, "1": True, "false": False, "true": True}
 CORNERS = ("xmin", "ymin", "xmax", "ymax")
 
 
-def parse_annotation(path: Path) -> VocAnnotation:
+def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
     """One annotation file, every field checked as it is read, so that a mistake in it is
     one line naming the file, the object (its place among the file's objects, from 1, and its
     name) and the field, before anything is trained: the size in positive whole pixels
-    ("64.0" is 64); each corner a finite number inside the image, 0 (a tool writing 0-based
-    corners) or 1 to the width or height, xmin <= xmax and ymin <= ymax (VOC's corners are
-    inclusive: equal ones are a box one pixel wide, which torchvision's positive width
-    takes); difficult and truncated 1 or 0 (true or false, any case)."""
+    ("64.0" is 64) and, given the folder of `images`, the image's own (`check_size`); each
+    corner a finite number inside the image, 0 (a tool writing 0-based corners) or 1 to the
+    width or height, xmin <= xmax and ymin <= ymax (VOC's corners are inclusive: equal ones
+    are a box one pixel wide, which torchvision's positive width takes); difficult and
+    truncated 1 or 0 (true or false, any case)."""
     try:
         tree = ET.parse(path)
     except (ET.ParseError, OSError) as e:
         raise UserError(f"{path}: not a readable VOC annotation ({e})") from None
     node = tree.getroot()
     width, height = (_size(node, side, path) for side in ("width", "height"))
+    filename = _text(node, "filename", path)
+    if images is not None:
+        # Before the boxes: they are checked against <size>, so a <size> that is not the
+        # image's is the mistake to name (a box outside it may be inside the image).
+        image = images / filename
+        _regular(image, "the image")
+        check_size(path, image, width, height, _header_size(image))
     objects = [
         _object(obj, f"{path}: object {n}", width, height)
         for n, obj in enumerate(node.iter("object"), 1)
     ]
     return VocAnnotation(
-        image_id=path.stem,
-        filename=_text(node, "filename", path),
-        width=width,
-        height=height,
-        objects=objects,
+        image_id=path.stem, filename=filename, width=width, height=height, objects=objects
     )
+
+
+def _header_size(image: Path) -> tuple[int, int] | None:
+    """The image's size as its header says, no pixel decoded (Pillow opens lazily); None when
+    it is missing or cannot be opened: that is refused, in its own line, as it is decoded."""
+    from dlperf.data.sources import opened_image
+
+    if not image.is_file():
+        return None
+    try:
+        with opened_image(image) as im:
+            return (int(im.size[0]), int(im.size[1]))
+    except UserError:
+        return None
+
+
+def check_size(
+    xml: Path, image: Path, width: int, height: int, size: tuple[int, int] | None
+) -> None:
+    """Refuse an annotation whose <size> is not its image's `size` (width, height): its boxes
+    were checked against <size>, so against another image they may lie outside it, and
+    trained as they are. No size (an image not read yet) passes."""
+    if size is not None and size != (width, height):
+        raise UserError(
+            f"{xml}: <size> says {width} x {height}, but {image} is {size[0]} x {size[1]}",
+            "write the image's own size in <size>, and its boxes in that image's pixels",
+        )
 
 
 def _size(node: ET.Element, side: str, path: Path) -> int:
@@ -182,11 +221,10 @@ def load_split(root: Path, split: str) -> list[VocAnnotation]:
         _regular(path, "a VOC annotation (XML)")
         if not path.is_file():
             raise UserError(f"{root}: split {split} lists {image_id} but {path} is missing")
-        annotation = parse_annotation(path)
-        # Refused as the split is loaded, before any training: each image is read only when
-        # its batch comes. A missing one is left to then, as before.
-        _regular(root / "JPEGImages" / annotation.filename, "the image")
-        annotations.append(annotation)
+        # Refused as the split is loaded, before any training: each image is decoded only
+        # when its batch comes, but a FIFO in its place, or a size other than <size>, is
+        # refused now. A missing or unreadable one is left to then, as before.
+        annotations.append(parse_annotation(path, root / "JPEGImages"))
     return annotations
 
 
@@ -232,7 +270,14 @@ class VocDataset:
             raise UserError(f"{self.root}: {a.image_id}.xml names {a.filename}, which is missing")
         # a corrupt or truncated file, or one over Pillow's cap, is one line naming it
         with opened_image(path) as im:
-            pixels = np.array(im.convert("RGB"), dtype=np.uint8)  # writable, for torch
+            # Replaced since the split was loaded: its boxes were checked against <size>.
+            check_size(
+                self.root / "Annotations" / f"{a.image_id}.xml", path, a.width, a.height, im.size
+            )
+            # image_modes.rgb, as `detect run`, `serve` and the classifiers' readers decode it:
+            # convert("RGB") clips a 16-bit grey image at 255 (a white picture).
+            rgb = image_modes.rgb(im, str(path))
+            pixels = np.array(rgb, dtype=np.uint8)  # writable, for torch
         image = torch.from_numpy(pixels).permute(2, 0, 1).float().div_(255)
         kept = [o for o in a.objects if not o.difficult and o.name in self.index]
         boxes = torch.tensor([o.box for o in kept], dtype=torch.float32).reshape(-1, 4)
