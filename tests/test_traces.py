@@ -102,6 +102,43 @@ def test_the_gpus_copies_of_the_phase_ranges_neither_count_nor_hide_the_host_pha
     assert ops["aten::convolution_backward"].by_phase_us == {"backward": 10}
 
 
+class _Heard:
+    """A Reporter that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.tasks: list[str] = []
+        self.done = 0
+
+    def task(self, description: str, total: int | None = None) -> None:
+        self.tasks.append(description)
+
+    def advance(self, n: int = 1, status: str = "") -> None:
+        self.done += n
+
+    def log(self, message: str) -> None:
+        pass
+
+
+def test_reading_a_long_trace_reports_its_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 21: a valid trace of a million events took over 100 s with no line at all. (A
+    trace counts as long from 20 million characters; here from 1,000.)"""
+    from dlperf import traces
+
+    monkeypatch.setattr(traces, "LONG_TRACE_CHARS", 1_000)
+    events = CPU_STEP + [_x(f"aten::op{i}", "cpu_op", 0, 1) for i in range(25_000)]
+    heard = _Heard()
+    s = summarise(_write(tmp_path / "long.pt.trace.json.gz", events), heard)
+    assert s.steps == 1 and heard.tasks == [
+        f"reading the trace {tmp_path / 'long.pt.trace.json.gz'}"
+    ]
+    assert 20_000 <= heard.done <= len(events)  # in steps of events read
+    heard = _Heard()  # a short trace: no line of its own (its errors stay one line)
+    summarise(_write(tmp_path / "short.pt.trace.json.gz", CPU_STEP), heard)
+    assert heard.tasks == [] and heard.done == 0
+
+
 @pytest.mark.parametrize(
     "content", [b"", b"not json", b'{"traceEvents": 3}', b'{"no": "events"}'], ids=str
 )

@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlperf.errors import UserError
+from dlperf.parsing import one_line
+from dlperf.progress import NullReporter, Reporter
 from dlperf.table import Table
 
 if TYPE_CHECKING:
@@ -182,15 +184,26 @@ class TraceSummary:
         return d
 
 
-def load(path: Path) -> list[Event]:
-    """The complete events of a trace file; UserError when it is not a readable trace."""
+PROGRESS_EVENTS = 10_000  # events read between two progress reports
+LONG_TRACE_CHARS = 20_000_000  # about 150,000 events, read in about 15 s: said as it starts
+
+
+def load(path: Path, reporter: Reporter | None = None) -> list[Event]:
+    """The complete events of a trace file; UserError when it is not a readable trace.
+    `reporter` hears how many events are read: a trace of a million takes minutes."""
+    reporter = reporter or NullReporter()
     text = _text(path)
+    if len(text) > LONG_TRACE_CHARS:  # worth a line; a short one's errors stay one line
+        reporter.task(one_line(f"reading the trace {path}"))
     try:
-        complete = (
-            e for e in _elements(text) if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e
-        )
         events = []
-        for n, item in enumerate(complete, 1):
+        n = 0
+        for seen, item in enumerate(_elements(text), 1):
+            if seen % PROGRESS_EVENTS == 0:
+                reporter.advance(PROGRESS_EVENTS, "events")
+            if not (isinstance(item, dict) and item.get("ph") == "X" and "dur" in item):
+                continue
+            n += 1  # its place among the complete events, which the fault line gives
             event = _event(item)
             fault = _time_fault(event, item)
             if fault:  # the first bad event, by its place among the complete events
@@ -546,9 +559,10 @@ def _overlap(
     return out
 
 
-def summarise(path: Path) -> TraceSummary:
-    """Read the trace at `path` and summarise it (see the module docstring)."""
-    events = load(path)
+def summarise(path: Path, reporter: Reporter | None = None) -> TraceSummary:
+    """Read the trace at `path` and summarise it (see the module docstring); `reporter`
+    hears the reading's progress."""
+    events = load(path, reporter)
     steps = sorted(
         (e for e in events if e.name.startswith(STEP_PREFIX) and e.category == "user_annotation"),
         key=lambda e: e.start,

@@ -35,7 +35,8 @@ def runs_trace(
         if not 0 <= rank < len(paths):
             raise UserError(f"--rank must be 0..{len(paths) - 1} for run {run_id}, got {rank}")
         paths = [paths[rank]]
-    summaries = [traces.summarise(p) for p in paths]
+    with console.reporter() as rep:  # a trace of a million events takes minutes to read
+        summaries = [traces.summarise(p, rep) for p in paths]
     if console.printed_json(
         as_json, {"run_id": run_id, "traces": [s.to_dict(top) for s in summaries]}
     ):
