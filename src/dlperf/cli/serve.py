@@ -91,7 +91,7 @@ def start(
     """
     from dlperf.config import ServeJob, load_job
     from dlperf.deploy.loadgen import is_loopback
-    from dlperf.deploy.server import create_app, serve_forever
+    from dlperf.deploy.server import create_app, ensure_open_files, serve_forever
 
     flags = {
         "host": host, "port": port, "max_batch": max_batch, "max_wait_ms": max_wait_ms,
@@ -109,6 +109,7 @@ def start(
         max_body_bytes=math.ceil(Fraction(opts.max_body_mb) * 2**20),
         max_pixels=opts.max_pixels,
     )
+    ensure_open_files(opts.max_connections)  # before a port is taken and serving is said
     sock = _listen(opts.host, opts.port)
     if not is_loopback(opts.host):
         console.warn(

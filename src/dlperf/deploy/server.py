@@ -25,7 +25,10 @@ the parts live beside it: `served_model` (the session and its description), `pro
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import logging
+import os
 import signal
 import socket
 import time
@@ -34,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import h11
 import numpy as np
@@ -57,6 +61,14 @@ from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
 
 _DEFAULTS = ServeConfig()
+# uvicorn's logger, whose lines reach stderr in uvicorn's own format.
+_log = logging.getLogger("uvicorn.error")
+# Files the server may open beside its connections and those open when it starts: the event
+# loop's, a /metrics scrape's reads of /proc, onnxruntime's and the store's.
+SPARE_FILES = 32
+# What asyncio's accept loop reports when accept() fails for want of a file (EMFILE, ENFILE)
+# or of memory; it goes on trying, and reports again, thousands of times a second.
+_ACCEPT_FAILED = "socket.accept() out of system resource"
 
 
 def create_app(
@@ -146,14 +158,38 @@ class _DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.batcher = batcher
         self.first_signal: int | None = None
+        self.accept_failed = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.first_signal is not None:
+            # Noted (the exit code is the first one's) and not passed on: uvicorn takes a
+            # second SIGINT for "force quit", which cut the requests in flight and skipped the
+            # app's shutdown (its lifespan cancelled, with a traceback). A second Ctrl-C must
+            # not cut the first one's cleanup short.
+            return
         # uvicorn raises the signals it caught again last first, once drained: the first one
         # is noted here, as it arrives, for the command to exit by it.
-        if self.first_signal is None:
-            self.first_signal = sig
+        self.first_signal = sig
         stopping.noted(sig)
         super().handle_exit(sig, frame)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(self._loop_error)
+        await super().startup(sockets)
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's report of an error no task owns. A failed accept() is one line, once:
+        asyncio logged each attempt with its traceback, and retries every second as many
+        times as the backlog is long, which filled stderr (and the disk) within seconds."""
+        error = context.get("exception")
+        if context.get("message") != _ACCEPT_FAILED or not isinstance(error, OSError):
+            loop.default_exception_handler(context)
+        elif not self.accept_failed:
+            self.accept_failed = True
+            _log.warning(
+                f"cannot accept connections: {error.strerror}{_accept_hint(error)}; new "
+                "connections wait until open ones close"
+            )
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.batcher.close()
@@ -171,6 +207,57 @@ class _DrainingServer(uvicorn.Server):
             finally:  # before uvicorn raises what it caught, for the handlers it restores
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+
+
+def _accept_hint(error: OSError) -> str:
+    """What a failed accept() needs: for this process's open-file limit, the limit named."""
+    if error.errno != errno.EMFILE:
+        return ""
+    import resource  # only where accept() can run out of files: not on Windows
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return f" (ulimit -n {soft} is too low: raise it or lower --max-connections)"
+
+
+def _files_open() -> int:
+    """How many files this process has open (a guess where the system does not say)."""
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(listing))
+        except OSError:
+            continue
+    return SPARE_FILES
+
+
+def ensure_open_files(max_connections: int) -> None:
+    """Make room for `max_connections` connections under the open-file limit (RLIMIT_NOFILE),
+    beside the files open now (the model's session, the store) and SPARE_FILES: a soft limit
+    too low is raised to the hard one, and a hard limit too low refused (UserError). Past the
+    limit every accept() failed, and clients waited on a server that could not take them."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections + _files_open() + SPARE_FILES
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        # To the hard limit, not just what is needed: a connection over the cap holds its file
+        # until its request arrives, and more room keeps accept() from failing meanwhile.
+        for target in dict.fromkeys((hard, needed)):  # macOS takes no unlimited soft limit
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                return
+            except (ValueError, OSError):
+                continue
+    limit = soft if hard == resource.RLIM_INFINITY else hard
+    raise UserError(
+        f"--max-connections {max_connections} needs up to {needed} open files "
+        f"({needed - max_connections} for the server itself), over the open-file limit of "
+        f"{limit}",
+        f"ulimit -n {limit} is too low: raise it or lower --max-connections",
+    )
 
 
 def _closing_answer(message: str, status: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
