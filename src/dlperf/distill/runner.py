@@ -39,11 +39,33 @@ from dlperf.paths import not_regular, replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FINISHED, Record, RunSummary
 from dlperf.store import RunStore
+from dlperf.store.names import Made, at_most, check_made_names
 from dlperf.store.studies import choose_study
 from dlperf.system import pick_device, set_threads, system_info
 
 # The teacher's data must be the experiment's: same images, same splits.
 SAME_DATA = ("name", "root", "split_seed", "test_fraction", "val_fraction", "holdout")
+
+
+def stage_name(name: str, stage: str, k: int | None = None) -> str:
+    """A stage's run name: NAME-teacher, NAME-baseline, NAME-select-k10 and so on."""
+    return f"{name}-{stage}" if k is None else f"{name}-{stage}-k{k}"
+
+
+def _check_names(exp: Experiment, opts: DistillConfig) -> str:
+    """The study's name (run.name, else the model's) and every stage's run name fit the
+    store, checked before anything runs: the store checks a run's name only as it is
+    written, which for a K's stages came after the teacher had trained and scored the pool.
+    The study, named NAME itself, fits whenever its stages' longer names do."""
+    name = exp.run.name or exp.model.name
+    source = "run.name" if exp.run.name else f"model name {name!r}"
+    stages: list[tuple[str, int | None]] = [("teacher", None)] if opts.teacher is None else []
+    stages += [("baseline", None)]
+    stages += [(stage, k) for k in opts.top_k for stage in ("select", "pretrain", "finetune")]
+    runs = [stage_name(name, stage, k) for stage, k in stages]
+    made = [Made("run", run, f"suffix {run[len(name) :]!r}") for run in runs]
+    check_made_names(name, source, made, at_most("run.name"))
+    return name
 
 
 def _derive(exp: Experiment, **sections: dict[str, Any]) -> Experiment:
@@ -68,10 +90,11 @@ class Plan:
     device: torch.device
 
     def teacher_exp(self) -> Experiment:
-        return _derive(self.base, run={"name": f"{self.name}-teacher"})
+        return _derive(self.base, run={"name": stage_name(self.name, "teacher")})
 
     def baseline_exp(self) -> Experiment:
-        return _derive(self.base, model=self.student, run={"name": f"{self.name}-baseline"})
+        name = stage_name(self.name, "baseline")
+        return _derive(self.base, model=self.student, run={"name": name})
 
 
 def plan(job: DistillJob, store: RunStore) -> Plan:
@@ -79,6 +102,7 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     exp, opts = job.experiment, job.distill
     if opts.unlabeled is None:
         raise UserError("give the unlabelled images with --unlabeled", f"e.g. {pool.EXAMPLE}")
+    name = _check_names(exp, opts)
     device = pick_device(exp.run.device)
     pool_cfg, labelled_cfg = pool.parse(opts.unlabeled, exp)
     base = _derive(exp, data=labelled_cfg.model_dump(mode="json"), run={"checkpoint": True})
@@ -100,7 +124,6 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     model = {"name": student, "kwargs": kwargs, "weights": None, "transfer": "scratch"}
     build_model(_derive(base, model=model), labelled, torch.device("cpu"))  # the student fits
     unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled)
-    name = exp.run.name or exp.model.name
     return Plan(name, opts, base, labelled, given, model, unlabeled, device)
 
 
@@ -249,7 +272,7 @@ class _Study:
                                 len(p.pool.images), timed.seconds, timed.images_per_s,
                                 str(path))  # fmt: skip
         with self.store.new_run(
-            name=f"{p.name}-select-k{k}",
+            name=stage_name(p.name, "select", k),
             kind="select",
             config=config,
             config_hash=digest,
@@ -287,7 +310,7 @@ class _Study:
             model=p.student,
             data=data,
             train={"epochs": epochs},
-            run={"name": f"{p.name}-pretrain-k{k}"},
+            run={"name": stage_name(p.name, "pretrain", k)},
         )
         # A small K leaves fewer pseudo-labelled images than a batch: pretrain on all at once.
         images = len(load_data(pre.data).train)
@@ -308,7 +331,7 @@ class _Study:
             p.base,
             model={**p.student, **weights},
             train=train,
-            run={"name": f"{p.name}-finetune-k{k}"},
+            run={"name": stage_name(p.name, "finetune", k)},
         )
         run = self.stage("finetune", fine, {**tags, "pretrain": run.run_id})
         row = replace(row, finetune_run_id=run.run_id, test_accuracy=run.test_accuracy)

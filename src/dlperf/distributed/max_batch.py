@@ -11,7 +11,7 @@ from typing import Any
 
 from dlperf.config import ScaleJob
 from dlperf.distributed.planning import Point, plan
-from dlperf.distributed.study import Study, StudyResult
+from dlperf.distributed.study import Study, StudyResult, check_names
 from dlperf.engine.step import steps_per_epoch
 from dlperf.errors import UserError
 from dlperf.progress import NullReporter, Reporter
@@ -74,6 +74,7 @@ def find_max_batch(
     if study.backend == "gloo" and opts.memory_cap_gb is None:
         raise UserError("scale max-batch on CPU needs --memory-cap-gb", "e.g. --memory-cap-gb 4")
     first = plan(opts, study.backend, study.exp.model.name)[0]
+    check_names(study.exp, [replace(first, mode=None)])  # as the sizes are: no series, no batch
     study.open()
     cap = int(opts.memory_cap_gb * 2**30) if opts.memory_cap_gb else None
     sizes = [BATCH_START * BATCH_GROWTH**i for i in range(BATCH_SIZES)]

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dlperf.config import ScaleJob
+from dlperf.config import Experiment, ScaleJob
 from dlperf.data.augment import check_augment
 from dlperf.distributed.contracts import PointRow, PointSummary, RankResult, WorkerSpec, read_ranks
 from dlperf.distributed.hvd_launch import run_horovod
@@ -60,6 +60,7 @@ from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore
+from dlperf.store.names import Made, at_most, check_made_names
 from dlperf.system import system_info, usable_cores
 
 WORKER_MODULE = "dlperf.distributed.worker"
@@ -224,8 +225,7 @@ class Study:
             assert self.opts.rdzv is not None  # plan refuses nnodes > 1 without it
             self.cluster = Cluster.meet(self.opts.nnodes, self.opts.node_rank, self.opts.rdzv)
         if self.writer:
-            name = f"scale {self.exp.run.name or self.exp.model.name}"
-            self.study_id = self.store.create_study(name, "scale")
+            self.study_id = self.store.create_study(study_name(self.exp), "scale")
             self.reference = comm_reference(self.store, self.backend)
             self.ring = self.reference.ring_model if self.reference else None
 
@@ -258,7 +258,7 @@ class Study:
             stack = self.open_runs.enter_context(ExitStack())
             run = stack.enter_context(
                 self.store.new_run(
-                    name=f"{self.exp.run.name or self.exp.model.name} {point.label()}",
+                    name=run_name(self.exp, point),
                     kind="scale",
                     config={"experiment": self.exp.to_dict(), "point": asdict(point)},
                     config_hash=self.exp.config_hash(),
@@ -447,6 +447,33 @@ class Study:
         )  # fmt: skip
 
 
+def given_name(exp: Experiment) -> str:
+    """The name a study's own are made from: run.name, else the model's."""
+    return exp.run.name or exp.model.name
+
+
+def study_name(exp: Experiment) -> str:
+    return f"scale {given_name(exp)}"
+
+
+def run_name(exp: Experiment, point: Point) -> str:
+    return f"{given_name(exp)} {point.label()}"
+
+
+def check_names(exp: Experiment, points: Sequence[Point]) -> None:
+    """The study's name and every point's run name fit the store, checked before the study
+    is recorded: the store checks a run's name only as it is written, after the point's first
+    round, and a study of no runs was left behind. On every node, so that none waits on
+    node 0 to fail."""
+    given = given_name(exp)
+    source = "run.name" if exp.run.name else f"model name {given!r}"
+    made = [
+        Made("study", study_name(exp), "the prefix 'scale '"),
+        *(Made("run", run_name(exp, p), f"point label {p.label()!r}") for p in points),
+    ]
+    check_made_names(given, source, made, at_most("run.name"))
+
+
 def run_study(
     job: ScaleJob, store: RunStore, out_dir: Path, reporter: Reporter | None = None
 ) -> StudyResult:
@@ -455,6 +482,7 @@ def run_study(
     study = Study(job, store, out_dir, reporter or NullReporter())
     opts = study.opts
     points = plan(opts, study.backend, study.exp.model.name)
+    check_names(study.exp, points)
     for point in points:
         error = study.shard_error(point)
         if error is not None:

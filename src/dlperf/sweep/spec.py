@@ -45,6 +45,7 @@ from dlperf.config import (
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, stem_name
 from dlperf.progress import NullReporter, Reporter
+from dlperf.store.names import Made, check_made_names
 
 # About a second of checking (a millisecond a point): from here on, say what the wait is for.
 ANNOUNCE_POINTS = 1_000
@@ -187,19 +188,8 @@ def _check_run_names(path: Path, name: str, points: list[Point]) -> None:
     """Every point's run is named "SWEEP-NAME LABEL": a name that fits the store as the
     study's may not once its longest label is added, and the first point failed on it (its
     hint to shorten run.name, which the sweep sets), a study of no runs left behind."""
-    from dlperf.store.schema import Run
-
-    column: Any = Run.__table__.c.name
-    limit = int(column.type.length)
-    longest = max(points, key=lambda p: len(p.exp.run.name or ""))
-    length = len(longest.exp.run.name or "")
-    if length > limit:
-        raise UserError(
-            f"{path}: sweep name of {len(name)} characters + point label "
-            f"{longest.label()!r} makes run names of {length} characters; the run store keeps "
-            f"at most {limit}",
-            "give a shorter sweep name",
-        )
+    made = [Made("run", p.exp.run.name or "", f"point label {p.label()!r}") for p in points]
+    check_made_names(name, "sweep name", made, lambda _: "give a shorter sweep name", f"{path}: ")
 
 
 def load_sweep(
