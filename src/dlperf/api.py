@@ -266,8 +266,15 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
 
     memo: dict[int, Any] = {}
     for tensor in (*model.parameters(), *model.buffers()):
-        if isinstance(tensor, nn.parameter.UninitializedParameter):
-            continue  # a lazy layer's placeholder holds no data; deepcopy copies it as it is
+        if nn.parameter.is_lazy(tensor):
+            # A lazy layer not yet run: its placeholder made anew on meta, as counting's
+            # _weights_on_meta makes a model file's, so that the count's first forward gives
+            # the copy its shapes. Copied as it was (on the CPU), counting's move to meta made
+            # it a plain empty tensor, taken for the weight ("in_features from self.weight:
+            # 0"), and a lazy buffer refused detach().
+            lazy: Any = type(tensor)  # UninitializedParameter or UninitializedBuffer
+            memo[id(tensor)] = lazy(tensor.requires_grad, device="meta", dtype=tensor.dtype)
+            continue
         meta = tensor.detach().to("meta")
         if isinstance(tensor, nn.Parameter):
             meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
@@ -405,6 +412,8 @@ def run(
     ended, whose `to_dict()` is what `dlperf run --json` prints. `overrides` are a list
     of `--set` strings, even for one (a str alone is refused)."""
     with stopping.deferred():
+        import torch
+
         from dlperf.config import apply_override, build_experiment, load_experiment
         from dlperf.experiment.run import run_experiment
 
@@ -421,7 +430,13 @@ def run(
         exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
     else:
         exp = load_experiment(experiment, list(overrides))
-    return run_experiment(exp, where._store)
+    grad = torch.is_grad_enabled()
+    try:
+        return run_experiment(exp, where._store)
+    finally:
+        # The caller's grad mode, whatever the model file or its forward did to it: the
+        # process is the caller's (a notebook's), and its next run starts from that mode.
+        torch.set_grad_enabled(grad)
 
 
 # --- track ----------------------------------------------------------------------------------

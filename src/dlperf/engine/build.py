@@ -238,13 +238,20 @@ def build_model(
     torch.manual_seed(exp.run.seed)
     threads = torch.get_num_threads()  # the run's, set by prepare_run (or a worker)
     grad_before = torch.is_grad_enabled()
-    model = create_model(
-        exp.model.name,
-        num_classes=data.num_classes,
-        in_channels=data.shape[0],
-        **_own_kwargs(exp.model.kwargs, data),
-    )
-    check_gradients_on(grad_before)
+    try:
+        model = create_model(
+            exp.model.name,
+            num_classes=data.num_classes,
+            in_channels=data.shape[0],
+            **_own_kwargs(exp.model.kwargs, data),
+        )
+        check_gradients_on(grad_before)
+    except BaseException:
+        # The caller's grad mode back, whatever the model file did to it: refused, a file
+        # that turned gradients off left them off in the caller's process (a notebook's), and
+        # its next sound dlperf.run was refused as "off before the model was built".
+        torch.set_grad_enabled(grad_before)
+        raise
     if torch.get_num_threads() != threads:  # the model's own torch.set_num_threads
         if reporter is not None:
             reporter.log(
