@@ -206,14 +206,117 @@ def synthetic(cfg: DataConfig) -> ImageData:
     )
 
 
-# --- torchvision readers on a local root ------------------------------------------------
+# --- the torchvision sets' files on a local root ----------------------------------------
 
 
-def _missing(cfg: DataConfig, what: str, error: Exception) -> UserError:
+def _missing(cfg: DataConfig, what: str, error: Exception | str) -> UserError:
+    """The line for a set whose files are not there: downloading them is a fix."""
     return UserError(
         f"data.root '{cfg.root}' has no readable {what} ({error})",
         "point data.root at it, or set data.download = true",
     )
+
+
+_REPLACE = "replace it with a whole copy of the file"
+
+
+def _broken(cfg: DataConfig, what: str, path: Path, problem: str, fix: str = _REPLACE) -> UserError:
+    """The line for a file of the set that is there but cannot be read as it should: named,
+    and no download offered, since torchvision's download skips files that are present."""
+    return UserError(f"data.root '{cfg.root}' has no readable {what}: {path} {problem}", fix)
+
+
+def _absent(folder: Path, names: list[str]) -> list[str]:
+    """Those of the files `names` in `folder` that are not there (a FIFO or a directory of
+    that name is there: its reader refuses it, naming it)."""
+    return [n for n in names if not (folder / n).is_file() and not_regular(folder / n) is None]
+
+
+def _absent_said(absent: list[str], names: list[str], folder: Path, alt: str = "") -> str:
+    if absent == names:
+        return f"none of its {len(names)} files in {folder}"
+    return f"{_and([n + alt for n in absent])} missing in {folder}"
+
+
+def _irregular(cfg: DataConfig, what: str, path: Path) -> None:
+    """Refuse a set's file that is no regular file, stat'ed and never opened: a FIFO would
+    block its reader for ever."""
+    kind = not_regular(path)
+    if kind is not None:
+        raise _broken(cfg, what, path, f"is not a regular file ({kind})")
+
+
+def check_labels(
+    source: str,
+    labels: np.ndarray,
+    images: int,
+    classes: int | None,
+    fix: str,
+    named: str = "",
+    count_fix: str | None = None,
+) -> None:
+    """The one check of a set's labels (npz files, CIFAR batches, MNIST idx files): one
+    integer per image, each a class index, 0..classes-1 (`named` says where the classes are
+    named, else their count is said), or, for a set that names none (classes None), below
+    MAX_CLASSES. A UserError naming `source` otherwise, with `fix` for a label outside the
+    named classes and `count_fix` for labels that are not one integer per image."""
+    if labels.ndim != 1 or (len(labels) and labels.dtype.kind not in "iu"):
+        raise UserError(
+            f"{source}: labels must be one integer per image, not {labels.dtype} of shape "
+            f"{labels.shape}",
+            count_fix,
+        )
+    if len(labels) != images:
+        raise UserError(f"{source}: {len(labels)} labels for {images} images", count_fix)
+    if not len(labels):
+        return
+    low, top = int(labels.min()), int(labels.max()) + 1
+    if low < 0:
+        raise UserError(f"{source}: label {low} is negative", "labels are class indices 0, 1, ...")
+    if top > MAX_CLASSES:
+        raise UserError(
+            f"{source}: label {top - 1} would make {top} classes; dlperf reads at most "
+            f"{MAX_CLASSES}",
+            "number the classes 0, 1, ... (numpy.unique(labels, return_inverse=True))",
+        )
+    if classes is not None and top > classes:
+        span = f"is outside 0..{classes - 1}" if classes else "has no class"
+        raise UserError(f"{source}: label {top - 1} {span} ({named or f'{classes} classes'})", fix)
+
+
+def _cifar_batch(
+    cfg: DataConfig, what: str, path: Path, classes: int, named: str, hundred: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(uint8 images N,3,32,32, int64 labels) of one CIFAR python batch, every way it can be
+    wrong a line naming it."""
+    _irregular(cfg, what, path)
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f, encoding="latin1")
+    except Exception as e:  # unpickling garbage fails in any type (EOF, Unpickling, Key, ...)
+        raise _broken(cfg, what, path, f"is not a readable batch ({e})") from None
+    if not isinstance(entry, dict):
+        raise _broken(cfg, what, path, f"holds a {type(entry).__name__}, not a batch's dict")
+    # either set's key in either, as torchvision reads them: 'labels', else 'fine_labels'
+    key = "labels" if "labels" in entry or not hundred else "fine_labels"
+    data, labels = entry.get("data"), entry.get("labels", entry.get("fine_labels"))
+    if not isinstance(data, np.ndarray):
+        raise _broken(cfg, what, path, "has no 'data' array")
+    if labels is None:
+        raise _broken(cfg, what, path, f"has no '{key}' list")
+    if data.dtype != np.uint8:  # np.vstack would promote every batch to it: wrong pixels
+        raise _broken(cfg, what, path, f"holds 'data' of {data.dtype}, not uint8")
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        shape = " x ".join(map(str, data.shape))
+        raise _broken(cfg, what, path, f"holds 'data' of {shape}, not N x 3072 (3 x 32 x 32)")
+    try:
+        held = np.asarray(labels) if len(labels) else np.zeros(0, np.int64)
+    except (TypeError, ValueError) as e:
+        raise _broken(cfg, what, path, f"'{key}' is no list of labels ({e})") from None
+    source = f"data.root '{cfg.root}' has no readable {what}: {path}"
+    fix = "give every label a name in the meta file, or replace the files with whole copies"
+    check_labels(source, held, len(data), classes, fix, named, _REPLACE)
+    return data.reshape(-1, 3, 32, 32), held.astype(np.int64)
 
 
 def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
@@ -222,38 +325,104 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     base = CIFAR100 if hundred else CIFAR10
 
     class Reader(base):  # type: ignore[misc, valid-type]
-        # torchvision verifies MD5 sums of every batch on each load; dlperf checks that
-        # the files are there and lets unpickling fail loudly on a corrupt one, so copies
-        # written by tests or re-packed by users read the same way.
+        # torchvision's download skips a set whose files verify by MD5; dlperf checks that
+        # they are there (and reads them itself), so copies written by tests or re-packed
+        # by users are never downloaded over.
         def _check_integrity(self) -> bool:
             folder = Path(self.root) / self.base_folder
             return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
 
         def _load_meta(self) -> None:
-            with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as f:
-                self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
+            pass  # read below, naming the file when it is wrong
 
     name = "cifar100" if hundred else "cifar10"
+    what, where = name, f"{name} ({base.base_folder}/)"
+    folder = Path(cfg.root) / base.base_folder
+    splits = [[n for n, _ in base.train_list], [n for n, _ in base.test_list]]
+    names = [*splits[0], *splits[1], base.meta["filename"]]
+    if _absent(folder, names) and cfg.download:
+        try:  # downloads only as files are missing: one that is there is not replaced
+            Reader(cfg.root, train=False, download=True)
+        except Exception as e:  # a network, archive or reading failure alike
+            raise _missing(cfg, where, e) from None
+    absent = _absent(folder, names)
+    if absent:
+        raise _missing(cfg, where, _absent_said(absent, names, folder))
+    meta = folder / base.meta["filename"]
+    _irregular(cfg, what, meta)
     try:
-        parts = [Reader(cfg.root, train=t, download=cfg.download) for t in (True, False)]
-    except (RuntimeError, OSError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as e:
-        raise _missing(cfg, f"{name} ({base.base_folder}/)", e) from None
-    full, test = (
-        Split(torch.tensor(p.targets, dtype=torch.int64), _tensor(p.data.transpose(0, 3, 1, 2)))
-        for p in parts
-    )
+        with open(meta, "rb") as f:
+            classes = [str(c) for c in pickle.load(f, encoding="latin1")[base.meta["key"]]]
+    except Exception as e:  # unpickling garbage fails in any type
+        raise _broken(
+            cfg, what, meta, f"names no classes under '{base.meta['key']}' ({e})"
+        ) from None
+    named = f"{meta} names {len(classes)} classes"
+
+    def read(split: list[str]) -> Split:
+        batches = [_cifar_batch(cfg, what, folder / n, len(classes), named, hundred) for n in split]
+        images, labels = (np.concatenate(part) for part in zip(*batches, strict=True))
+        return Split(_tensor(labels), _tensor(images))
+
+    full, test = read(splits[0]), read(splits[1])
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
-    classes = list(parts[0].classes)
     return ImageData(name, train, val, test, len(classes), (3, 32, 32), classes=classes)
 
 
-def _gunzip_raw(folder: Path) -> None:
-    """torchvision reads raw idx files; users often hold the .gz originals, so unpack them."""
-    for gz in folder.glob("*.gz"):
-        target = gz.with_suffix("")
-        if not target.exists():
-            with gzip.open(gz, "rb") as src, open(target, "wb") as dst:
+def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, names: list[str]) -> None:
+    """dlperf reads raw idx files; users often hold the .gz originals, so unpack those of
+    `names` that are missing: to a hidden temporary name beside the target, renamed when
+    whole, so that a corrupt .gz leaves nothing behind that a later run would read (and its
+    good copy unpacks then)."""
+    for name in names:
+        target, gz = folder / name, folder / f"{name}.gz"
+        if target.exists() or not gz.exists():
+            continue
+        _irregular(cfg, what, gz)
+        part = target.with_name(f".{target.name}.{os.getpid()}.part")  # this process's own
+        try:
+            with gzip.open(gz, "rb") as src, open(part, "wb") as dst:
                 shutil.copyfileobj(src, dst)
+            os.replace(part, target)
+        except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt: nothing is left
+            if isinstance(e, OSError) and e.filename in (str(part), str(target)):
+                said = f"cannot be unpacked in its folder ({e.strerror or e})"  # read-only
+                raise _broken(cfg, what, gz, said, "unpack it there yourself (gunzip -k)") from None
+            raise _broken(cfg, what, gz, f"does not unpack ({e})") from None
+        finally:
+            part.unlink(missing_ok=True)
+
+
+# idx files' element types, by the magic number's third byte (torchvision reads uint8 only)
+_IDX_TYPES = {0x08: "uint8", 0x09: "int8", 0x0B: "int16", 0x0C: "int32", 0x0D: "float32"}
+_IDX_TYPES[0x0E] = "float64"
+
+
+def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
+    """The uint8 array of `dims` dimensions in the idx file `path`; a line naming the file
+    for anything else (torchvision's reader checks the magic with `assert`)."""
+    _irregular(cfg, what, path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise _broken(cfg, what, path, f"cannot be read ({e.strerror or e})") from None
+    magic = int.from_bytes(data[:4], "big")
+    ndim = magic & 0xFF
+    if len(data) < 4 or magic >> 16 or (magic >> 8) not in _IDX_TYPES or not 1 <= ndim <= 3:
+        raise _broken(cfg, what, path, f"is not an idx file (magic 0x{magic:08x})")
+    if magic >> 8 != 0x08:
+        raise _broken(cfg, what, path, f"holds {_IDX_TYPES[magic >> 8]} values, not uint8")
+    if ndim != dims:
+        wanted = "images N x H x W" if dims == 3 else "labels N"
+        raise _broken(cfg, what, path, f"holds {ndim}-D data, not {dims}-D ({wanted})")
+    head = 4 + 4 * ndim
+    if len(data) < head:
+        raise _broken(cfg, what, path, f"is cut short in its header ({len(data)} bytes)")
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    if len(data) - head != int(np.prod(shape)):
+        said = " x ".join(map(str, shape))
+        raise _broken(cfg, what, path, f"holds {len(data) - head:,} bytes of data for {said}")
+    return np.frombuffer(bytearray(data), np.uint8, offset=head).reshape(shape)
 
 
 def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
@@ -261,16 +430,40 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
 
     cls = FashionMNIST if fashion else MNIST
     raw = Path(cfg.root) / cls.__name__ / "raw"
-    try:
-        if raw.is_dir():
-            _gunzip_raw(raw)
-        parts = [cls(cfg.root, train=t, download=cfg.download) for t in (True, False)]
-    except (RuntimeError, OSError, ValueError, EOFError) as e:
-        raise _missing(cfg, f"{cls.__name__} idx files ({raw}/)", e) from None
-    full, test = (Split(p.targets.to(torch.int64), p.data[:, None].contiguous()) for p in parts)
+    what, where = f"{cls.__name__} idx files", f"{cls.__name__} idx files ({raw}/)"
+    files = [
+        (f"{split}-images-idx3-ubyte", f"{split}-labels-idx1-ubyte") for split in ("train", "t10k")
+    ]
+    names = [n for pair in files for n in pair]
+    if raw.is_dir():
+        _gunzip_raw(cfg, what, raw, names)
+    if _absent(raw, names) and cfg.download:
+        try:  # torchvision fetches the four files, MD5-checked, when one is missing
+            cls(cfg.root, train=True, download=True)
+        except Exception as e:  # a network, archive or reading failure alike
+            raise _missing(cfg, where, e) from None
+    absent = _absent(raw, names)
+    if absent:
+        raise _missing(cfg, where, _absent_said(absent, names, raw, " (or .gz)"))
+    classes = list(cls.classes)
+    parts = []
+    for images_name, labels_name in files:
+        images = _idx(cfg, what, raw / images_name, 3)
+        labels = _idx(cfg, what, raw / labels_name, 1)
+        source = f"data.root '{cfg.root}' has no readable {what}: {raw / labels_name}"
+        named = f"{cls.__name__} has {len(classes)} classes"
+        check_labels(source, labels, len(images), len(classes), _REPLACE, named, _REPLACE)
+        parts.append((images, labels))
+    (train_x, _), (test_x, _) = parts
+    if train_x.shape[1:] != test_x.shape[1:]:
+        sizes = ["x".join(map(str, x.shape[1:])) for x in (test_x, train_x)]
+        said = f"holds {sizes[0]} images, {files[0][0]} {sizes[1]}"
+        raise _broken(cfg, what, raw / files[1][0], said, "give both splits images of one size")
+    full, test = (Split(_tensor(y.astype(np.int64)), _tensor(x[:, None])) for x, y in parts)
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     name = "fashionmnist" if fashion else "mnist"
-    return ImageData(name, train, val, test, 10, (1, 28, 28), classes=list(parts[0].classes))
+    shape = (1, *train_x.shape[1:])
+    return ImageData(name, train, val, test, len(classes), shape, classes=classes)
 
 
 def cifar10(cfg: DataConfig) -> ImageData:
@@ -295,13 +488,22 @@ def fashionmnist(cfg: DataConfig) -> ImageData:
 
 def decode_file(path: str, size: int) -> torch.Tensor:
     """Decode an image file of any mode PIL opens to uint8 3,size,size (0..255 spanning the
-    mode's range: a 16-bit grey PNG's 65535 is 255): shorter side resized, then centre-cropped."""
+    mode's range: a 16-bit grey PNG's 65535 is 255): shorter side resized, then centre-cropped.
+    A thin image (a 1 x 1,000,000 strip) is resampled through the crop's region only, as
+    inference's `covered` does it: resized whole, it took memory in proportion to its aspect
+    ratio (GBs from a 1 KB PNG)."""
     from torchvision.transforms.v2 import functional as TF
+
+    from dlperf.deploy.runtime import covered, thin
 
     # PIL rather than torchvision.io, whose decoders are deprecated from torchvision 0.29.
     with opened_image(path) as file:
-        image = TF.resize(image_modes.rgb(file, path), size, antialias=True)
-    tensor: torch.Tensor = TF.pil_to_tensor(TF.center_crop(image, [size, size]))
+        image = image_modes.rgb(file, path)
+        if thin(image.size, size, size):
+            image = covered(image, size, size)
+        else:  # every other image exactly as before
+            image = TF.center_crop(TF.resize(image, size, antialias=True), [size, size])
+    tensor: torch.Tensor = TF.pil_to_tensor(image)
     return tensor
 
 
@@ -563,24 +765,9 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
             "give each class its own name",
         )
     if labels is not None and len(labels):
-        top = int(labels.max()) + 1
-        if labels.min() < 0:
-            raise UserError(
-                f"{path}: label {int(labels.min())} is negative",
-                "labels are class indices 0, 1, ...",
-            )
-        if top > MAX_CLASSES:
-            raise UserError(
-                f"{path}: label {top - 1} would make {top} classes; dlperf reads at most "
-                f"{MAX_CLASSES}",
-                "number the classes 0, 1, ... (numpy.unique(labels, return_inverse=True))",
-            )
-        if names and top > len(names):
-            raise UserError(
-                f"{path}: label {top - 1} is outside 0..{len(names) - 1} ({len(names)} classes)",
-                "give every label a name in 'classes', or drop 'classes'",
-            )
-        names = names or [str(i) for i in range(top)]
+        fix = "give every label a name in 'classes', or drop 'classes'"
+        check_labels(str(path), labels, len(images), len(names) or None, fix)
+        names = names or [str(i) for i in range(int(labels.max()) + 1)]
     held = _tensor(labels.astype(np.int64)) if labels is not None else None
     return _tensor(images), held, names
 
