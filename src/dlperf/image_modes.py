@@ -1,6 +1,7 @@
-"""Image modes to 8-bit RGB over each mode's own range, shared by the training readers of image
-files (`dlperf.data.sources`) and by inference (`dlperf infer`, `dlperf serve`), so that an
-exported model sees an image as training saw it. Imports neither torch nor torchvision.
+"""Image modes to 8-bit RGB over each mode's own range, and the resize and centre crop, shared
+by the training readers of image files (`dlperf.data.sources`) and by inference (`dlperf infer`,
+`dlperf serve`), so that an exported model sees an image as training saw it. Imports neither
+torch nor torchvision.
 """
 
 from __future__ import annotations
@@ -39,3 +40,57 @@ def rgb(image: Image.Image, source: str) -> Image.Image:
         )
     grey = np.rint(samples * (255 / white)).astype(np.uint8)
     return Image.fromarray(grey).convert("RGB")
+
+
+# How many times the crop, along its long side, the whole resize of an image may be before
+# only the region the crop keeps is resampled (`covered`): a 1 x 1,000,000 PNG of 1 KB,
+# resized whole to 32 x 32,000,000, took 4 GB. Below it every image decodes as it always has.
+THIN = 16
+
+
+def covering(size: tuple[int, int], height: int, width: int) -> tuple[int, int, int, int]:
+    """(new_w, new_h, top, left): the size an image of `size` (w, h) is resized to so that
+    it covers (height, width), and the offset of the centre crop in it, with torchvision's
+    rounding (see `covered`)."""
+    w, h = size
+    if width * h >= height * w:  # the width binds (w <= h for a square target)
+        new_w, new_h = width, max(height, int(width * h / w))
+    else:
+        new_w, new_h = max(width, int(height * w / h)), height
+    top, left = round((new_h - height) / 2.0), round((new_w - width) / 2.0)  # an int, ties even
+    return new_w, new_h, top, left
+
+
+def thin(size: tuple[int, int], height: int, width: int) -> bool:
+    """Whether covering (height, width) with an image of `size` makes more than THIN times the
+    crop along its long side: resampled through the crop's region only (`covered`)."""
+    new_w, new_h, _, _ = covering(size, height, width)
+    return new_w > THIN * width or new_h > THIN * height
+
+
+def covered(image: Image.Image, height: int, width: int) -> Image.Image:
+    """`image` resized (bilinear, antialiased: Pillow's) so that it covers (height, width),
+    then centre-cropped to it, with torchvision's rounding, so that a file gives the very
+    pixels training's reader (`dlperf.data.sources.decode_file`: `resize(image, side)`, then
+    `center_crop(image, [side, side])`) gives. Reproduced here without torch, from
+    torchvision.transforms.functional._compute_resized_output_size (the short side to the
+    size, the long one to int(size * long / short): rounded down; a tie, w <= h, binds the
+    width) and transforms.v2.functional._center_crop_compute_crop_anchor (the offset
+    int(round((resized - size) / 2.0)): half to even). A non-square (height, width) is covered
+    by the same rules: the side whose scale is the larger binds, the other rounds down.
+
+    A `thin` image is not resized whole: Pillow resamples only the source region under the
+    crop (its resize `box`, the filter's support reaching the source pixels around it): the
+    largest image made is the crop's width by the source rows under it, not the whole
+    resize. Its pixels are the whole resize's but for the float rounding of the box (at most
+    1 of 255 apart)."""
+    new_w, new_h, top, left = covering(image.size, height, width)
+    if thin(image.size, height, width):
+        scale_x, scale_y = image.width / new_w, image.height / new_h
+        box = (left * scale_x, top * scale_y, (left + width) * scale_x, (top + height) * scale_y)
+        return image.resize((width, height), Image.Resampling.BILINEAR, box=box)
+    if (new_w, new_h) != image.size:  # torchvision returns the image itself at its own size
+        image = image.resize((new_w, new_h), Image.Resampling.BILINEAR)
+    if (top, left, new_h, new_w) == (0, 0, height, width):
+        return image
+    return image.crop((left, top, left + width, top + height))

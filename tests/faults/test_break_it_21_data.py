@@ -33,7 +33,7 @@ from PIL import Image
 from dlperf.config import DataConfig
 from dlperf.data import load_data
 from dlperf.data.sources import decode_file
-from dlperf.deploy.runtime import covered
+from dlperf.image_modes import covered
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line
 

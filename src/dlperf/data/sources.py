@@ -494,13 +494,11 @@ def decode_file(path: str, size: int) -> torch.Tensor:
     ratio (GBs from a 1 KB PNG)."""
     from torchvision.transforms.v2 import functional as TF
 
-    from dlperf.deploy.runtime import covered, thin
-
     # PIL rather than torchvision.io, whose decoders are deprecated from torchvision 0.29.
     with opened_image(path) as file:
         image = image_modes.rgb(file, path)
-        if thin(image.size, size, size):
-            image = covered(image, size, size)
+        if image_modes.thin(image.size, size, size):
+            image = image_modes.covered(image, size, size)
         else:  # every other image exactly as before
             image = TF.center_crop(TF.resize(image, size, antialias=True), [size, size])
     tensor: torch.Tensor = TF.pil_to_tensor(image)
