@@ -467,22 +467,22 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
 
 
 def cifar10(cfg: DataConfig) -> ImageData:
-    """CIFAR-10 python batches in root/cifar-10-batches-py (torchvision's reader)."""
+    """CIFAR-10 python batches in root/cifar-10-batches-py (torchvision downloads)."""
     return _cifar(cfg, hundred=False)
 
 
 def cifar100(cfg: DataConfig) -> ImageData:
-    """CIFAR-100 python batches in root/cifar-100-python, fine labels (torchvision's reader)."""
+    """CIFAR-100 python batches in root/cifar-100-python, fine labels (torchvision downloads)."""
     return _cifar(cfg, hundred=True)
 
 
 def mnist(cfg: DataConfig) -> ImageData:
-    """MNIST idx files (raw or .gz) in root/MNIST/raw (torchvision's reader)."""
+    """MNIST idx files (raw or .gz) in root/MNIST/raw (torchvision downloads)."""
     return _mnist_like(cfg, fashion=False)
 
 
 def fashionmnist(cfg: DataConfig) -> ImageData:
-    """Fashion-MNIST idx files (raw or .gz) in root/FashionMNIST/raw (torchvision's reader)."""
+    """Fashion-MNIST idx files (raw or .gz) in root/FashionMNIST/raw (torchvision downloads)."""
     return _mnist_like(cfg, fashion=True)
 
 
