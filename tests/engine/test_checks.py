@@ -68,7 +68,7 @@ def test_check_classifier_refuses_each_wrong_output() -> None:
     with pytest.raises(UserError, match="returns its scores on meta; expected them on cpu"):
         check_classifier(model, torch.zeros(2, 3, device="meta"), 3, "'m'")
     frozen = linear().requires_grad_(False)
-    with pytest.raises(UserError, match="model 'm' has no parameters to train"):
+    with pytest.raises(UserError, match="model 'm' has 51 parameters, all frozen"):
         check_classifier(frozen, ok, 3, "'m'")
 
 

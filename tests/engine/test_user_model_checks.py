@@ -161,8 +161,8 @@ def _one_line(result: CliResult, store: RunStore) -> str:
         ("no_parameters", "model 'net.py:no_parameters' has no parameters to train"),
         (
             "two_inputs",
-            "the model rejects digits images of shape (1, 8, 8): TypeError: TwoInputs.forward() "
-            "missing 1 required positional argument: 'y'",
+            "the model's forward(x, y) needs 2 arguments: dlperf feeds it one tensor, a batch "
+            "of images (give y a default (y=None)",
         ),
     ],
 )
@@ -262,7 +262,7 @@ def test_check_classifier_takes_a_fitting_model() -> None:
     with pytest.raises(UserError, match=r"returns shape \[2, 9\]"):
         check_classifier(model, torch.zeros(2, 9), 10, "m")
     model.requires_grad_(False)  # every weight frozen: nothing would train
-    with pytest.raises(UserError, match="has no parameters to train"):
+    with pytest.raises(UserError, match="has 50 parameters, all frozen"):
         check_classifier(model, model(torch.zeros(2, 4)), 10, "m")
 
 

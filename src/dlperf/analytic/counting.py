@@ -15,9 +15,11 @@ of modules that never ran (GoogLeNet's auxiliary classifiers in eval) are in no 
 no total; `Analysis.not_run` names those modules.
 
 A forward that torch's own code cannot run on the meta device (pad_packed_sequence after
-`pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices) is counted on real
-CPU tensors of random values instead, when the model is small enough, and says so
-(`Analysis.real_tensors`); a model's own forward reading values is refused, in one line. A
+`pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices), or that meets a
+tensor of the model's made on the CPU (`x + torch.arange(8)`, made without device=), is counted
+on real CPU tensors of random values instead, when the model is small enough, and says so
+(`Analysis.real_tensors`); a forward that needs more arguments than the one input tensor is
+refused before it is called, and a model's own forward reading values, each in one line. A
 factory that fails to build on the meta device (it reads its weights' values as it builds, or
 runs its model on a real tensor: a self-check, torch.jit.trace) builds on real CPU tensors, as
 a run builds it, and is counted on meta as any other; a model holding torch.ao's quantized
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import threading
 import traceback
 from collections import Counter
@@ -165,7 +168,8 @@ class Analysis:
     operations (ops.COMPLEX_COUNTED); empty for a model computing on real tensors only."""
     real_tensors: str | None = None
     """Why the model was counted on real CPU tensors of random values, not on the meta device
-    (torch's own function that reads tensor values); None when counted on meta."""
+    (torch's own function that reads tensor values, a tensor the model made on the CPU); None
+    when counted on meta."""
 
     def macs_of(self, layer: Layer) -> int:
         return (
@@ -886,10 +890,25 @@ def _value_reader(e: BaseException) -> tuple[str, str] | None:
     return found
 
 
-class TorchReadsValues(UserError):
+class NeedsRealTensors(UserError):
+    """A sound forward that the meta device cannot run: `analyze_module` counts such a model on
+    real CPU tensors instead. `cause` says why, in the words of a refusal; `why` is what
+    `Analysis.real_tensors` says; `fix` the hint where the model is too large for real tensors
+    (None: a smaller input, or a smaller variant)."""
+
+    def __init__(self, cause: str, why: str, command: str, fix: str | None = None) -> None:
+        self.cause = cause
+        self.why = why
+        self.fix = fix
+        super().__init__(
+            cause, f"{command} counts such a model on real CPU tensors when it is small enough"
+        )
+
+
+class TorchReadsValues(NeedsRealTensors):
     """torch's own code (not the model's) read a meta tensor's values: pad_packed_sequence
     after pack_padded_sequence(..., enforce_sorted=False) indexes its lengths with the sort's
-    indices. `analyze_module` counts such a model on real tensors instead."""
+    indices."""
 
     def __init__(self, module: str, function: str, said: str, command: str) -> None:
         self.function = f"torch's own {function} ({module})"
@@ -897,22 +916,111 @@ class TorchReadsValues(UserError):
         super().__init__(
             f"{self.function} reads tensor values ({said}), which the meta device {command} "
             "runs the model on has not",
-            f"{command} counts such a model on real CPU tensors when it is small enough",
+            f"{self.function} reads tensor values",
+            command,
         )
+
+
+# What torch says when an operation meets a meta tensor and a CPU one (not a CPU scalar, which
+# goes with any device): `x + torch.arange(8)` in a forward, the tensor made without device=.
+_DEVICES_MIXED = re.compile(
+    r"on device (cpu|meta) is not on the expected device (cpu|meta)"
+    r"|Expected all tensors to be on the same device"
+)
+ON_INPUTS_DEVICE = (
+    "make it where the input is: torch.arange(n, device=x.device), torch.ones(..., "
+    "device=x.device); a tensor made in __init__: self.register_buffer(name, tensor)"
+)
+
+
+class MadeOnCpu(NeedsRealTensors):
+    """The model's forward combines its meta input with a tensor made on the CPU: one made in
+    the forward without device= (torch.arange(8), torch.ones(...)), or a plain tensor
+    attribute, which .to() does not move. It trains on the CPU, where that is the input's
+    device too, and the counts on real CPU tensors are its own; on a GPU it would fail."""
+
+    def __init__(self, where: str, said: str, command: str) -> None:
+        super().__init__(
+            f"{where} uses a tensor made on the CPU (without device=, or a tensor attribute "
+            f"that is not a buffer) with the meta tensors {command} runs the model on ({said})",
+            f"{where} uses a tensor made on the CPU, not on its input's device (on a GPU that "
+            "fails): make it with device=x.device, or register it as a buffer",
+            command,
+            ON_INPUTS_DEVICE,
+        )
+
+
+def _models_function(e: BaseException) -> str:
+    """The model's function running where `e` was raised: the innermost frame outside torch and
+    this module ("Net.forward"); "the model's forward" where there is none."""
+    found = "the model's forward"
+    for frame, _ in traceback.walk_tb(e.__traceback__):
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.split(".")[0] != "torch" and module != __name__:
+            found = frame.f_code.co_qualname
+    return found
+
+
+def needs_more_than_one(model: nn.Module) -> tuple[str, list[str]] | None:
+    """Where `model(x)` cannot run for its forward's signature alone (`forward(self, x,
+    mask)`): its forward as the arguments it requires ("forward(x, mask)", "forward(x, *,
+    mask)", "forward()"), and the names it requires beyond the first. None where one tensor
+    can be its argument, or the signature cannot tell: a forward pre-hook may give the others,
+    an overridden __call__ may never call forward, a TorchScript method has no signature."""
+    hooks = model._forward_pre_hooks or torch.nn.modules.module._global_forward_pre_hooks
+    if hooks or type(model).__call__ is not nn.Module.__call__:
+        return None
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    kind = inspect.Parameter
+    positional = [p for p in params if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
+    required = [p.name for p in positional if p.default is kind.empty]
+    keywords = [p.name for p in params if p.kind is kind.KEYWORD_ONLY and p.default is kind.empty]
+    takes_one = bool(positional) or any(p.kind is kind.VAR_POSITIONAL for p in params)
+    if takes_one and len(required) <= 1 and not keywords:
+        return None
+    shown = ", ".join(required + (["*", *keywords] if keywords else []))
+    return f"forward({shown})", required[1:] + keywords
+
+
+def refuse_more_than_one(model: nn.Module, fed: str) -> None:
+    """Refuse, in one line, a model whose forward needs more than the one tensor dlperf feeds
+    it (`fed`: "analyze feeds it one, the input tensor"), before calling it: the TypeError of
+    the call names no shape, but was told as the input's fault."""
+    found = needs_more_than_one(model)
+    if found is None:
+        return
+    shown, others = found
+    needed = len(others) + (shown != "forward()")
+    if not others:
+        raise UserError(
+            f"the model's {shown} takes no argument: {fed}",
+            "let it take the input: def forward(self, x)",
+        )
+    names = " and ".join(others)
+    raise UserError(
+        f"the model's {shown} needs {needed} arguments: {fed}",
+        f"give {names} a default ({others[0]}=None), or wrap the model in a module whose "
+        f"forward(x) makes {names} and calls it",
+    )
 
 
 def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> Any:
     """`model(x)`; torch refusing the input's shape or dtype is told as the user's input, in
     one line, while an exception the model's own code raises goes on as it is (the CLI tells
     it with the model's frames). On the meta device, the model's forward reading tensor
-    values is one line naming `command`; torch's own code reading them is TorchReadsValues."""
+    values is one line naming `command`; torch's own code reading them is TorchReadsValues, a
+    CPU tensor of the model's meeting `x` is MadeOnCpu (both counted on real tensors by
+    `analyze_module`)."""
     try:
         with _distributions_unchecked():
             return model(x)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        said = f"{type(e).__name__}: {first}"
         if x.is_meta and any(marker in first for marker in _READS_VALUES):
-            said = f"{type(e).__name__}: {first}"
             reader = _value_reader(e)
             if reader is not None and reader[0].startswith("torch."):
                 raise TorchReadsValues(*reader, said, command) from None
@@ -922,10 +1030,12 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
                 f"{command} counts a forward whose operations follow from shapes alone: "
                 "branch on shapes or settings, not on values, to count it",
             ) from None
+        if x.is_meta and _DEVICES_MIXED.search(first) and "meta" in first and "cpu" in first:
+            raise MadeOnCpu(_models_function(e), said, command) from None
         if raised_by_model(e):
             raise
         raise UserError(
-            f"the model rejects input {list(x.shape)}: {type(e).__name__}: {first}",
+            f"the model rejects input {list(x.shape)}: {said}",
             "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "
             "more)",
         ) from None
@@ -1011,7 +1121,7 @@ def to_precision(model: nn.Module, precision: str, device: torch.device | str) -
 
 REAL_TENSORS_MAX_BYTES = 256 * 2**20
 """The most bytes of weights, buffers and input a model whose meta run torch's own code
-refuses (TorchReadsValues) is counted with on real CPU tensors instead."""
+refuses (NeedsRealTensors) is counted with on real CPU tensors instead."""
 
 
 def _real_bytes(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
@@ -1077,12 +1187,15 @@ def analyze_module(
 
     The model is moved to the meta device (its weights' values are dropped) and cast to the
     precision's dtype, unless `kept_as_built`; complex weights stay complex (`to_precision`).
-    A forward that torch's own code cannot run on meta (TorchReadsValues) is counted on real
+    A forward that the meta device cannot run though it is sound (NeedsRealTensors: torch's own
+    code reading values, a CPU tensor of the model's meeting the input) is counted on real
     CPU tensors of random values instead (seeded, the global generator left as it was), when
     weights and input come to at most REAL_TENSORS_MAX_BYTES; `Analysis.real_tensors` then
     says why. `command` names the command in a refusal.
     """
     _refuse_quantized(model, command)
+    # before counting's own hooks, which would hide the forward's signature
+    refuse_more_than_one(model, f"{command} feeds it one, the input tensor")
     dtype = DTYPES[precision]
     kept = kept_as_built(model, precision)
     model = to_precision(model, precision, "meta")
@@ -1099,21 +1212,20 @@ def analyze_module(
     )  # fmt: skip
     try:
         return _count(counted, model, x, command)
-    except TorchReadsValues as e:
+    except NeedsRealTensors as e:
         refused = e
     weights, given = _real_bytes(model, x)
     if weights + given > REAL_TENSORS_MAX_BYTES:
         mib = 2**20
-        fix = (
+        fix = refused.fix or (
             "a smaller analyze.batch or analyze.input fits"
             if weights <= REAL_TENSORS_MAX_BYTES
             else "its weights alone are over that: count a smaller variant (model.kwargs)"
         )
         raise UserError(
-            f"{refused.function} reads tensor values ({refused.said}), which the meta device "
-            f"{command} runs the model on has not, and the model is too large to count on real "
-            f"CPU tensors instead: {weights / mib:.1f} MiB of weights and {given / mib:.1f} MiB "
-            f"of input, over {REAL_TENSORS_MAX_BYTES / mib:.0f} MiB",
+            f"{refused.cause}, and the model is too large to count on real CPU tensors "
+            f"instead: {weights / mib:.1f} MiB of weights and {given / mib:.1f} MiB of input, "
+            f"over {REAL_TENSORS_MAX_BYTES / mib:.0f} MiB",
             fix,
         ) from None
     with torch.random.fork_rng(devices=[]):
@@ -1122,11 +1234,10 @@ def analyze_module(
             _on_cpu(model)
         except Exception as e:
             raise UserError(
-                f"{refused.function} reads tensor values ({refused.said}), which the meta "
-                f"device {command} runs the model on has not, and its weights cannot be moved "
-                f"to the CPU to count it there: {type(e).__name__}: {e}"
+                f"{refused.cause}, and its weights cannot be moved to the CPU to count it "
+                f"there: {type(e).__name__}: {e}"
             ) from None
-        counted.real_tensors = f"{refused.function} reads tensor values"
+        counted.real_tensors = refused.why
         return _count(counted, model, torch.rand(batch, *input_shape, dtype=dtype), command)
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from dlperf.analytic.counting import refuse_more_than_one
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError, raised_by_model
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 
 
 DRY_BATCH = 2  # images in the dry forward
+# What every trainer's forward is given, said where a model's forward needs more.
+FED = "dlperf feeds it one tensor, a batch of images"
 # torch's warning for a backward through an operation without one (a quantized layer's)
 NO_KERNEL = "an autograd kernel was not registered"
 
@@ -41,7 +44,9 @@ def dry_forward(
     in its file, a class it defines) goes on as it is, for the CLI to tell with the model's
     frames, exit 1, as analyze does. Returns what the model returned. `training`: in training
     mode, on a model sized by a forward before, its buffers (batch-norm statistics) put back
-    after; left in eval mode."""
+    after; left in eval mode. A forward that needs more than the images (forward(self, x,
+    mask)) is refused before it is called: its TypeError is not the images' fault."""
+    refuse_more_than_one(model, FED)
     saved = [(b, b.clone()) for b in model.buffers()] if training else []
     model.train(training)
     try:
@@ -85,7 +90,12 @@ def misfit(
     and more in the first. Images too small: the model takes square ones of a side up to
     LARGEST_TRIED, and the smallest is found by halving; each try on a copy of `model`, as a
     lazy layer takes the size of the first forward that reaches it. `image_size`: the
-    data.image_size the images were resized to, which is then what is too small."""
+    data.image_size the images were resized to, which is then what is too small. A forward
+    that needs more than the images is that, whatever their shape."""
+    try:
+        refuse_more_than_one(model, FED)
+    except UserError as e:
+        return e
     c, h, w = shape
     if w in (1, 3, 4) and c > 4:
         return UserError(
@@ -370,7 +380,19 @@ def check_classifier(
             f"{returns} {output.dtype} values; expected float scores (logits)",
             "return the scores before any argmax or rounding",
         )
-    if not any(p.requires_grad for p in model.parameters()):
+    params = list(model.parameters())
+    if params and not any(p.requires_grad for p in params):
+        # Weights it has, frozen (requires_grad=False): the fix is not to add any. Feature
+        # extraction needs model.weights (config.experiment), so it is offered with them.
+        count = sum(p.numel() for p in params)
+        raise UserError(
+            f"model {what} has {count:,} parameters, all frozen (requires_grad=False): "
+            "training would change none",
+            "unfreeze those that should train, the head's at least (p.requires_grad_(True)); "
+            "or, with model.weights, leave them unfrozen and set model.transfer = "
+            '"feature-extract", which freezes all but a new head',
+        )
+    if not params:
         raise UserError(
             f"model {what} has no parameters to train",
             "give it at least one layer with weights (nn.Linear, nn.Conv2d ...)",
