@@ -313,7 +313,7 @@ CASES = [
     case("infer bad.toml img.png", "error: bad.toml is not an ONNX model"),
     case("infer {onnx} nodir/img.png", "error: no image file nodir/img.png"),
     case("infer {onnx} /proc/forbidden/img.png", "error: no image file /proc/forbidden/img.png"),
-    case("infer {onnx} dir", "error: no image file dir"),
+    case("infer {onnx} dir", "error: dir is a directory (give its image files"),
     case("infer {onnx} notimg.png", "error: notimg.png is not a readable image"),
     case("infer {onnx} img.png --labels nodir/l.txt", "error: no labels file nodir/l.txt"),
     case("infer {onnx} img.png --labels /proc/forbidden/l.txt", "no labels file /proc/forbidden"),
@@ -559,7 +559,7 @@ CASES = [
     case("serve bench http://127.0.0.1:1 --concurrency 0", "error: --concurrency '0': expected"),
     case("serve bench http://127.0.0.1:1 --image nodir/i.png", "error: no image file nodir/i.png"),
     case("serve bench http://127.0.0.1:1 --image /proc/forbidden/i.png", "no image file /proc/for"),
-    case("serve bench http://127.0.0.1:1 --image dir", "error: no image file dir"),
+    case("serve bench http://127.0.0.1:1 --image dir", "error: dir is a directory (give one"),
 ]
 
 

@@ -321,3 +321,14 @@ def test_a_normal_image_decodes_bit_identically_to_the_whole_resize(
     expected = _reference(Image.fromarray(pixels), 16)
     assert np.array_equal(decode_file(str(path), 16).permute(1, 2, 0).numpy(), expected)
     assert np.array_equal(np.asarray(covered(Image.fromarray(pixels), 16, 16)), expected)
+
+
+def test_a_directory_given_for_an_image_is_named_as_one(tmp_path: Path) -> None:
+    """`dlperf infer MODEL DIR` said "no image file DIR", as if nothing were there."""
+    from dlperf.deploy.meta import Preprocess
+    from dlperf.deploy.runtime import load_images
+    from dlperf.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        load_images([tmp_path], Preprocess(size=(8, 8), mean=(0.5,), std=(0.5,), channels=1))
+    assert str(e.value) == f"{tmp_path} is a directory (give its image files, e.g. DIR/*.png)"

@@ -108,6 +108,8 @@ def run(
     kind = not_regular(image) if image is not None else None  # stat'ed: a FIFO would block
     if kind is not None and kind != "a directory":
         raise UserError(f"{image} is not a regular file ({kind})", "give an image file")
+    if image is not None and image.is_dir():
+        raise UserError(f"{image} is a directory", "give one image file of it")
     if image is not None and not image.is_file():
         raise UserError(f"no image file {image}")
     body = image.read_bytes() if image is not None else sample_image()

@@ -226,6 +226,8 @@ def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
     for path in paths:
         meta_io.regular_file(path, "give an image file")
         if not path.is_file():
+            if path.is_dir():  # "no image file DIR" read as if nothing were there
+                raise UserError(f"{path} is a directory", "give its image files, e.g. DIR/*.png")
             raise UserError(f"no image file {path}")
         arrays.append(to_array(decode(path.read_bytes(), str(path)), pre, str(path)))
     return np.stack(arrays)

@@ -470,6 +470,10 @@ def run(
     for path in images:
         meta_mod.regular_file(path, "give an image file")
         if not path.is_file():
+            if path.is_dir():  # "no image file DIR" read as if nothing were there
+                raise UserError(
+                    f"{path} is a directory", "give the image files in it, e.g. DIR/*.png"
+                )
             raise UserError(f"no image file {path}")
         image = runtime.decode(path.read_bytes(), str(path))
         # Stretched, not cropped: the detector saw its training images whole.

@@ -218,7 +218,7 @@ def _no_dialect(name: str, url: URL) -> UserError:
     else:
         what = f"{scheme}:// is not a database scheme SQLAlchemy knows"
     return UserError(
-        f"cannot open run store {name}: {what}",
+        f"cannot open run store {name!r}: {what}",
         f"dlperf takes {known}; another SQLAlchemy URL needs its dialect installed",
     )
 
