@@ -40,7 +40,7 @@ from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.models import create_model, transfer
-from dlperf.models.registry import check_automatic, without_automatic
+from dlperf.models.registry import check_automatic, noting, without_automatic
 from dlperf.progress import Reporter
 from dlperf.system import auto_threads, crowding, pick_device, set_threads
 
@@ -233,18 +233,23 @@ def build_model(
 ) -> torch.nn.Module:
     """The experiment's model, seeded, on `device`, sized for `data` and materialized, for a
     new run (not `fresh`: a stored run's, resumed or exported, whose weights are loaded next).
-    A model that changes torch's thread count as it is built has it set back (`reporter`
-    told)."""
+    A model that changes torch's thread count, the stop signals' handlers or the working
+    directory as it is built has them set back (`reporter` told, as of a child process it
+    started)."""
     torch.manual_seed(exp.run.seed)
     threads = torch.get_num_threads()  # the run's, set by prepare_run (or a worker)
     grad_before = torch.is_grad_enabled()
     try:
-        model = create_model(
-            exp.model.name,
-            num_classes=data.num_classes,
-            in_channels=data.shape[0],
-            **_own_kwargs(exp.model.kwargs, data),
-        )
+        with noting() as notes:  # what a model file changed in the process, put back
+            model = create_model(
+                exp.model.name,
+                num_classes=data.num_classes,
+                in_channels=data.shape[0],
+                **_own_kwargs(exp.model.kwargs, data),
+            )
+        if reporter is not None:
+            for note in notes:
+                reporter.log(f"warning: {note}")
         check_gradients_on(grad_before)
     except BaseException:
         # The caller's grad mode back, whatever the model file did to it: refused, a file

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import contextlib
+import contextvars
 import functools
 import hashlib
 import importlib.abc
@@ -19,8 +20,10 @@ import importlib.util
 import inspect
 import os
 import re
+import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
@@ -33,6 +36,7 @@ from dlperf.config.base import check_utf8_name
 from dlperf.errors import MODEL_CODE, USER_MODULE_PREFIX, UserError, raised_by_model
 from dlperf.parsing import did_you_mean, is_file_spec
 from dlperf.paths import not_regular
+from dlperf.stopping import STOP_SIGNALS
 
 Factory = Callable[..., nn.Module]
 AUTOMATIC = ("num_classes", "in_channels")  # what dlperf gives every factory that takes them
@@ -335,6 +339,122 @@ def _no_os_exit() -> Iterator[None]:
             os._exit = real
 
 
+# --- what a model file does to the process ------------------------------------------------
+#
+# A model file's top level and its factory run inside dlperf's process, and some of what they
+# do outlasts them: signal handlers that replace dlperf's stop handlers (Ctrl-C and SIGTERM no
+# longer stop the command), a working directory that moves where relative outputs land, a child
+# process left running after dlperf exits. Each is checked after the import and after the
+# factory call: the first two are put back, the third named (it is the model's to end).
+
+_NOTES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("notes", default=None)
+
+
+@contextlib.contextmanager
+def noting() -> Iterator[list[str]]:
+    """Collect, in the list it gives, what model files imported or built in the block did to
+    the process (one line each), for the caller to tell (a run's reporter); outside such a
+    block each is a RuntimeWarning."""
+    notes: list[str] = []
+    token = _NOTES.set(notes)
+    try:
+        yield notes
+    finally:
+        _NOTES.reset(token)
+
+
+def _note(message: str, path: Path) -> None:
+    notes = _NOTES.get()
+    if notes is not None:
+        notes.append(message)
+    else:  # line 0: no source line under the message, which stays one line
+        warnings.warn_explicit(message, RuntimeWarning, str(path), 0)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # deleted, or deeper than PATH_MAX: nothing to put back
+        return None
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is alive, not a zombie (one that ended but is not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _children() -> set[int]:
+    """The pids of this process's running children (Linux's /proc; none elsewhere)."""
+    found: set[int] = set()
+    try:
+        for task in Path("/proc/self/task").iterdir():
+            found.update(int(p) for p in (task / "children").read_text().split())
+    except (OSError, ValueError):  # a kernel without CONFIG_PROC_CHILDREN: every process's PPid
+        found.clear()
+        with contextlib.suppress(OSError):
+            for entry in Path("/proc").iterdir():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    if entry.name.isdigit():
+                        stat = (entry / "stat").read_text().rpartition(")")[2].split()
+                        if int(stat[1]) == os.getpid():
+                            found.add(int(entry.name))
+    return {pid for pid in found if _running(pid)}
+
+
+def _command(pid: int) -> str:
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return "?"
+    said = " ".join(os.fsdecode(w) for w in words)
+    return said if len(said) <= 100 else said[:97] + "..."
+
+
+@contextlib.contextmanager
+def _process_kept(path: Path, when: str) -> Iterator[None]:
+    """The block (a model file's import, its factory's call) with the stop signals' handlers
+    and the working directory put back as they were, and the child processes it started
+    named, each told in one line (`_note`)."""
+    main = threading.current_thread() is threading.main_thread()  # signals are set there only
+    handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    cwd, children = _cwd(), _children()
+    try:
+        yield
+    finally:
+        notes: list[str] = []
+        changed = []
+        for sig, handler in handlers.items():
+            # None: a handler set outside Python, which cannot be set back
+            if main and handler is not None and signal.getsignal(sig) != handler:
+                signal.signal(sig, handler)
+                changed.append(signal.Signals(sig).name)
+        if changed:
+            many = "s" if len(changed) > 1 else ""
+            notes.append(
+                f"model file {path} set its own {' and '.join(changed)} handler{many} {when}; "
+                f"the one{many} before put back, so that a stop signal still stops dlperf"
+            )
+        moved = _cwd()
+        if cwd is not None and moved != cwd:
+            with contextlib.suppress(OSError):  # a directory gone meanwhile: nowhere to go
+                os.chdir(cwd)
+                notes.append(
+                    f"model file {path} changed the working directory to {moved} {when}; set "
+                    f"back to {cwd}, where relative paths (run.out_dir, --out) are read from"
+                )
+        for pid in sorted(_children() - children):
+            notes.append(
+                f"model file {path} started process {pid} ({_command(pid)}) {when}: it is the "
+                "model's, left running, and outlives this command unless the model ends it"
+            )
+        for note in notes:
+            _note(note, path)
+
+
 def _import_file(path: Path) -> ModuleType:
     """Import a user's model file as Python imports a module: under its dlperf_user_ name in
     sys.modules (dataclasses, pickle and typing look a class's module up there), the modules
@@ -357,7 +477,12 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         # stdout is dlperf's (a --json document): what the module prints goes to stderr
-        with contextlib.redirect_stdout(sys.stderr), _no_os_exit(), _as_script(path):
+        with (
+            _process_kept(path, "as it was imported"),
+            contextlib.redirect_stdout(sys.stderr),
+            _no_os_exit(),
+            _as_script(path),
+        ):
             module_spec.loader.exec_module(module)
     except BaseException as e:
         sys.modules.pop(name, None)  # as importlib does: no half-run module stays importable
@@ -400,7 +525,12 @@ def build_from_factory(
         )
     try:
         # as when its module is imported
-        with contextlib.redirect_stdout(sys.stderr), _as_script(Path(spec.rpartition(":")[0])):
+        path = Path(spec.rpartition(":")[0])
+        with (
+            _process_kept(path, "in its factory"),
+            contextlib.redirect_stdout(sys.stderr),
+            _as_script(path),
+        ):
             model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
         raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
@@ -419,7 +549,14 @@ def build_from_factory(
             raise
         _refuse_factory(spec, own, e)
     if not isinstance(model, nn.Module):
-        raise UserError(f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module")
+        hint = None
+        if inspect.iscoroutine(model):
+            # Closed: collected unawaited, Python would warn of it in three more lines
+            model.close()
+            hint = "an `async def` factory returns a coroutine: make it a plain `def`"
+        raise UserError(
+            f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module", hint
+        )
     return model
 
 
