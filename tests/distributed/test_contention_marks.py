@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.contention import Contention
+from dlperf.contention import CONTENDED, Contention
 from dlperf.distributed.contracts import WorkerSpec, write_ranks
 from dlperf.distributed.launch import Launch
 from tests.conftest import rank_result
@@ -151,7 +151,9 @@ def test_a_real_study_on_a_busy_core_is_marked(
     assert [row.get("rounds") for row in rows] == [None, None]
     assert [row["threads_per_worker"] for row in rows] == [1, 1]
     for row in rows:
-        assert row["cpu_wait_share"] > 0.25, row
+        # Marked at dlperf's own threshold: how much over it depends on the host (21% with a
+        # second busy loop on that core and another pytest worker beside it; 40-60% alone).
+        assert row["cpu_wait_share"] >= CONTENDED, row
         assert row["reliable"] is False and row["reliability_note"].startswith("contended")
 
 
