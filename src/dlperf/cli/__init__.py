@@ -92,12 +92,25 @@ def _unloadable(e: ImportError) -> str | None:
     return found
 
 
+def _memory_limit() -> str:
+    """The address-space limit, when one is set (ulimit -v, in KiB as bash takes it), as the
+    hint a failed load or allocation ends with; "" without one."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        return f" (a memory limit, ulimit -v {soft // 1024} may be too low)"
+    return ""
+
+
 def _load_hint() -> str:
     """The likely cause of a library that cannot load: the address-space limit when one is
-    set (ulimit -v, in KiB as bash takes it), a broken installation otherwise."""
-    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
-        return _memory_hint()
-    return " (its installation may be broken: reinstall it)"
+    set, a broken installation otherwise."""
+    return _memory_limit() or " (its installation may be broken: reinstall it)"
+
+
+def _memory_hint() -> str:
+    """What an allocation that failed needs: the address-space limit raised, when one is set,
+    else less asked for."""
+    return _memory_limit() or " (ask for less: a smaller data set, batch or model)"
 
 
 def _out_of_memory(e: BaseException) -> bool:
@@ -110,14 +123,6 @@ def _out_of_memory(e: BaseException) -> bool:
     from dlperf.engine.checks import out_of_memory
 
     return out_of_memory(e)
-
-
-def _memory_hint() -> str:
-    """The address-space limit when one is set (ulimit -v, in KiB as bash takes it)."""
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if soft != resource.RLIM_INFINITY:
-        return f" (a memory limit, ulimit -v {soft // 1024} may be too low)"
-    return " (ask for less: a smaller data set, batch or model)"
 
 
 class _StandardOutput(io.FileIO):
