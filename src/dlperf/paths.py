@@ -32,6 +32,21 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
     return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
 
 
+def image_file(path: Path, fix_for_a_folder: str = "give its image files, e.g. DIR/*.png") -> None:
+    """Refuse, in one line, a `path` given for an image file that is not one: a FIFO or a
+    device (stat'ed, never opened), a directory ("no image file DIR" read as if nothing were
+    there; `fix_for_a_folder` says what to give instead), or nothing at all."""
+    from dlperf.errors import UserError
+
+    kind = not_regular(path)
+    if kind == "a directory":
+        raise UserError(f"{path} is a directory", fix_for_a_folder)
+    if kind is not None:
+        raise UserError(f"{path} is not a regular file ({kind})", "give an image file")
+    if not path.is_file():
+        raise UserError(f"no image file {path}")
+
+
 def unnamed_cwd() -> tuple[str, str] | None:
     """What keeps the working directory from being named, and the fix; None when nothing
     does. Deleted, os.getcwd() fails. Deeper than PATH_MAX, Python's getcwd still names it (in

@@ -18,6 +18,7 @@ from dlperf.deploy import meta as meta_io
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.errors import UserError
 from dlperf.image_modes import covered
+from dlperf.paths import image_file
 
 FATAL = 4  # ONNX Runtime's log severities: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
 
@@ -224,11 +225,7 @@ def load_images(paths: list[Path], pre: Preprocess) -> np.ndarray:
     """Image files to one (N, C, H, W) float32 batch."""
     arrays = []
     for path in paths:
-        meta_io.regular_file(path, "give an image file")
-        if not path.is_file():
-            if path.is_dir():  # "no image file DIR" read as if nothing were there
-                raise UserError(f"{path} is a directory", "give its image files, e.g. DIR/*.png")
-            raise UserError(f"no image file {path}")
+        image_file(path)
         arrays.append(to_array(decode(path.read_bytes(), str(path)), pre, str(path)))
     return np.stack(arrays)
 

@@ -33,6 +33,7 @@ from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.detect import SCORE_THRESHOLD
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
+from dlperf.paths import image_file
 from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -468,13 +469,7 @@ def run(
         out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for path in images:
-        meta_mod.regular_file(path, "give an image file")
-        if not path.is_file():
-            if path.is_dir():  # "no image file DIR" read as if nothing were there
-                raise UserError(
-                    f"{path} is a directory", "give the image files in it, e.g. DIR/*.png"
-                )
-            raise UserError(f"no image file {path}")
+        image_file(path)
         image = runtime.decode(path.read_bytes(), str(path))
         # Stretched, not cropped: the detector saw its training images whole.
         x = runtime.to_array(image, meta.preprocess, str(path), stretch=True)
