@@ -176,6 +176,12 @@ def _unnamed_cwd_of(e: OSError) -> str | None:
     return f"{what}, and {name} is named relative to it ({fix}, or give an absolute path)"
 
 
+def open_files_limit(also: str = "") -> str:
+    """The fix for a process out of file descriptors (EMFILE), its soft limit named: "ulimit
+    -n 1024 is too low: raise it" (`also`: another way out, " or lower --max-connections")."""
+    return f"ulimit -n {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} is too low: raise it{also}"
+
+
 def _os_hint(e: OSError) -> str:
     """What a write refused by one of the process's limits needs, the limit named (its
     OSError says only "File too large" or "Too many open files"), or what a file or a dangling
@@ -191,6 +197,5 @@ def _os_hint(e: OSError) -> str:
             )
         return " (a file is where a directory was to be made: move it, or give another --out)"
     if number == errno.EMFILE:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        return f" (ulimit -n {soft} is too low: raise it)"
+        return f" ({open_files_limit()})"
     return ""

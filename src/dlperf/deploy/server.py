@@ -59,6 +59,7 @@ from dlperf.deploy.routes import Serving, add_routes
 from dlperf.deploy.serve_metrics import Instrumented, Metrics, Statistics
 from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
+from dlperf.paths import open_files_limit
 
 _DEFAULTS = ServeConfig()
 # uvicorn's logger, whose lines reach stderr in uvicorn's own format.
@@ -213,10 +214,7 @@ def _accept_hint(error: OSError) -> str:
     """What a failed accept() needs: for this process's open-file limit, the limit named."""
     if error.errno != errno.EMFILE:
         return ""
-    import resource  # only where accept() can run out of files: not on Windows
-
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return f" (ulimit -n {soft} is too low: raise it or lower --max-connections)"
+    return f" ({open_files_limit(' or lower --max-connections')})"
 
 
 def _files_open() -> int:

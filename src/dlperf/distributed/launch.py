@@ -22,7 +22,6 @@ The kill chain, dlperf -> torchrun -> workers:
 from __future__ import annotations
 
 import re
-import resource
 import signal
 import socket
 import sys
@@ -30,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlperf.paths import open_files_limit
 from dlperf.procs import Supervisor, alive, guarded, how, kill
 
 TAIL_LINES = 12
@@ -169,7 +169,7 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
 def _limit_hint(exception: str) -> str:
     """The process's limit an exception met, named: torchrun inherits dlperf's."""
     if "[Errno 24]" in exception:  # EMFILE
-        return f" (ulimit -n {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} is too low: raise it)"
+        return f" ({open_files_limit()})"
     return ""
 
 
