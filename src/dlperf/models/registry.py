@@ -36,6 +36,7 @@ from dlperf.config.base import check_utf8_name
 from dlperf.errors import MODEL_CODE, USER_MODULE_PREFIX, UserError, raised_by_model
 from dlperf.parsing import did_you_mean, is_file_spec
 from dlperf.paths import not_regular
+from dlperf.procs import alive
 from dlperf.stopping import STOP_SIGNALS
 
 Factory = Callable[..., nn.Module]
@@ -378,15 +379,6 @@ def _cwd() -> str | None:
         return None
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` is alive, not a zombie (one that ended but is not yet reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
 def _children() -> set[int]:
     """The pids of this process's running children (Linux's /proc; none elsewhere)."""
     found: set[int] = set()
@@ -402,7 +394,7 @@ def _children() -> set[int]:
                         stat = (entry / "stat").read_text().rpartition(")")[2].split()
                         if int(stat[1]) == os.getpid():
                             found.add(int(entry.name))
-    return {pid for pid in found if _running(pid)}
+    return {pid for pid in found if alive(pid)}
 
 
 def _command(pid: int) -> str:
