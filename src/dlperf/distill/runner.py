@@ -39,7 +39,7 @@ from dlperf.paths import not_regular, replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FINISHED, Record, RunSummary
 from dlperf.store import RunStore
-from dlperf.store.names import Made, at_most, check_made_names
+from dlperf.store.names import Made, at_most, check_made_names, given
 from dlperf.store.studies import choose_study
 from dlperf.system import pick_device, set_threads, system_info
 
@@ -57,8 +57,7 @@ def _check_names(exp: Experiment, opts: DistillConfig) -> str:
     store, checked before anything runs: the store checks a run's name only as it is
     written, which for a K's stages came after the teacher had trained and scored the pool.
     The study, named NAME itself, fits whenever its stages' longer names do."""
-    name = exp.run.name or exp.model.name
-    source = "run.name" if exp.run.name else f"model name {name!r}"
+    name, source = given(exp.run.name, exp.model.name)
     stages: list[tuple[str, int | None]] = [("teacher", None)] if opts.teacher is None else []
     stages += [("baseline", None)]
     stages += [(stage, k) for k in opts.top_k for stage in ("select", "pretrain", "finetune")]

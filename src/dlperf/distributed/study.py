@@ -60,7 +60,7 @@ from dlperf.errors import UserError
 from dlperf.paths import replaced
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import Recording, RunStore
-from dlperf.store.names import Made, at_most, check_made_names
+from dlperf.store.names import Made, at_most, check_made_names, given
 from dlperf.system import system_info, usable_cores
 
 WORKER_MODULE = "dlperf.distributed.worker"
@@ -449,7 +449,7 @@ class Study:
 
 def given_name(exp: Experiment) -> str:
     """The name a study's own are made from: run.name, else the model's."""
-    return exp.run.name or exp.model.name
+    return given(exp.run.name, exp.model.name)[0]
 
 
 def study_name(exp: Experiment) -> str:
@@ -465,13 +465,12 @@ def check_names(exp: Experiment, points: Sequence[Point]) -> None:
     is recorded: the store checks a run's name only as it is written, after the point's first
     round, and a study of no runs was left behind. On every node, so that none waits on
     node 0 to fail."""
-    given = given_name(exp)
-    source = "run.name" if exp.run.name else f"model name {given!r}"
+    name, source = given(exp.run.name, exp.model.name)
     made = [
         Made("study", study_name(exp), "the prefix 'scale '"),
         *(Made("run", run_name(exp, p), f"point label {p.label()!r}") for p in points),
     ]
-    check_made_names(given, source, made, at_most("run.name"))
+    check_made_names(name, source, made, at_most("run.name"))
 
 
 def run_study(

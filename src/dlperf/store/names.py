@@ -30,6 +30,12 @@ class Made:
     added: str
 
 
+def given(run_name: str | None, model: str) -> tuple[str, str]:
+    """The name a command's runs are made from, run.name else the model's, and what a line
+    calls it ("run.name", "model name 'resnet20'")."""
+    return (run_name, "run.name") if run_name else (model, f"model name {model!r}")
+
+
 def limit(table: Literal["run", "study"]) -> int:
     """The longest name, in characters, the store keeps in `table` (its column's length)."""
     from dlperf.store.schema import Run, Study
