@@ -100,33 +100,11 @@ class BuffersOnly(nn.Module):
         return x.mean((2, 3)) @ self.w.t()
 """
 
-EXP = """
-[model]
-name = "smallcnn"
-[data]
-name = "digits"
-limit = 64
-[train]
-epochs = 1
-batch_size = 32
-[run]
-threads = 1
-warmup_steps = 1
-checkpoint = false
-"""
-
 
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
     path = tmp_path / "mine.py"
     path.write_text(MODELS)
-    return path
-
-
-@pytest.fixture
-def exp(tmp_path: Path) -> Path:
-    path = tmp_path / "exp.toml"
-    path.write_text(EXP)
     return path
 
 
@@ -235,10 +213,12 @@ def test_analyze_counts_a_forward_whose_second_argument_has_a_default(
     assert doc["totals"]["params"] == 650 and doc["totals"]["macs"] == 640
 
 
-def test_run_says_the_forward_needs_more_than_the_images(cli: Cli, models: Path, exp: Path) -> None:
+def test_run_says_the_forward_needs_more_than_the_images(
+    cli: Cli, models: Path, tiny_exp: Callable[..., Path]
+) -> None:
     """Before: 'the model rejects digits images of shape (1, 8, 8): TypeError: TwoArg.forward()
     missing 1 required positional argument: 'mask'', exit 2."""
-    result = cli("run", str(exp), "--set", f"model.name={models}:TwoArg")
+    result = cli("run", str(tiny_exp(epochs=1)), "--set", f"model.name={models}:TwoArg")
     one_line(result, 2, "forward(x, mask)", "2 arguments", "one tensor, a batch of images")
     assert "give mask a default" in result.err and "rejects" not in result.err
     assert cli("runs", "list", "--json").out.strip() in ("[]", "")  # nothing recorded
@@ -248,11 +228,11 @@ def test_run_says_the_forward_needs_more_than_the_images(cli: Cli, models: Path,
 
 
 def test_run_says_a_model_whose_parameters_are_all_frozen_is_frozen(
-    cli: Cli, models: Path, exp: Path
+    cli: Cli, models: Path, tiny_exp: Callable[..., Path]
 ) -> None:
     """Before: "model '...:frozen' has no parameters to train (give it at least one layer with
     weights (nn.Linear, nn.Conv2d ...))": the model has 650 of them, frozen."""
-    result = cli("run", str(exp), "--set", f"model.name={models}:frozen")
+    result = cli("run", str(tiny_exp(epochs=1)), "--set", f"model.name={models}:frozen")
     one_line(result, 2, "650 parameters", "all frozen", "requires_grad_(True)")
     # feature extraction keeps a new head to train, from model.weights (which it needs)
     assert 'model.weights, leave them unfrozen and set model.transfer = "feature-extract"' in (
@@ -262,8 +242,8 @@ def test_run_says_a_model_whose_parameters_are_all_frozen_is_frozen(
 
 
 def test_run_still_says_a_model_without_parameters_has_none(
-    cli: Cli, models: Path, exp: Path
+    cli: Cli, models: Path, tiny_exp: Callable[..., Path]
 ) -> None:
-    result = cli("run", str(exp), "--set", f"model.name={models}:BuffersOnly")
+    result = cli("run", str(tiny_exp(epochs=1)), "--set", f"model.name={models}:BuffersOnly")
     assert result.code == 2, result.err
     assert "frozen" not in result.err
