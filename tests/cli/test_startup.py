@@ -102,6 +102,15 @@ def test_listing_a_sqlite_store_imports_no_orm(
     imports_none([a.format(missing=tmp_path / "missing.db") for a in args], ("sqlalchemy",))
 
 
+@pytest.mark.parametrize(
+    "args", [["--help"], ["models"], ["datasets"], ["runs", "list"]], ids=" ".join
+)
+def test_the_quickest_commands_import_no_pydantic(args: list[str], two_runs: None) -> None:
+    """pydantic's import is a third of these commands' start-up: they read no config. Typer
+    0.29 imports it to parse any command line (constraints.txt keeps Typer below it)."""
+    imports_none(args, ("pydantic",))
+
+
 def test_version_is_the_installed_package_s() -> None:
     from importlib.metadata import version
 
