@@ -432,7 +432,7 @@ def run(
         exp = load_experiment(experiment, list(overrides))
     grad = torch.is_grad_enabled()
     try:
-        return run_experiment(exp, where._store)
+        return run_experiment(exp, where._store, by_api=True)
     finally:
         # The caller's grad mode, whatever the model file or its forward did to it: the
         # process is the caller's (a notebook's), and its next run starts from that mode.

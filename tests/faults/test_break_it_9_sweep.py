@@ -194,7 +194,7 @@ def test_a_sweep_name_that_makes_run_names_too_long_is_refused_up_front(
     assert str(caught.value) == (
         f"{path}: sweep name of {len(name)} characters + point label {label!r} makes run "
         f"names of {length} characters; the run store keeps at most 200 "
-        "(give a shorter sweep name)"
+        "(give a sweep name of at most 187 characters)"
     )
 
 

@@ -176,7 +176,7 @@ def test_a_name_too_long_for_the_store_is_refused_before_anything_runs(tmp_path:
     path = sweep_file(tmp_path, f'name = "{"n" * 300}"\n[grid]\n"train.lr" = [0.1]\n')
     text = refusal(path)
     assert "sweep name of 300 characters + point label 'train.lr=0.1' makes run names" in text
-    assert text.endswith("(give a shorter sweep name)")
+    assert text.endswith("(give a sweep name of at most 187 characters)")
 
 
 def test_a_large_sweep_says_what_the_wait_is_for(

@@ -28,9 +28,12 @@ from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.parsing import is_file_spec, one_line
 from dlperf.paths import not_regular
 from dlperf.precision import check_default_dtype
+from dlperf.procs import this_process
 from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
+from dlperf.store.names import given
+from dlperf.store.query import API_PROCESS
 from dlperf.store.record import RunRecord
 from dlperf.system import system_info
 
@@ -111,10 +114,13 @@ def run_experiment(
     reporter: Reporter | None = None,
     study_id: int | None = None,
     keep_weights: bool = False,
+    by_api: bool = False,
 ) -> RunResult:
     """Train a new run of `exp`. With `keep_weights`, a run without run.checkpoint still saves
     its final weights as its checkpoint (what exporting it needs, not resuming it): a
-    sweep's points, of which the sweep keeps its winner's."""
+    sweep's points, of which the sweep keeps its winner's. `by_api`: started by `dlperf.run`
+    in the user's own program, which `runs delete --force` then sends no signal: there
+    SIGTERM has Python's default action and would end the whole program."""
     reporter = reporter or NullReporter()
     prepared = prepare_run(exp, store, reporter)
     check_profile_fits(exp, prepared.data)
@@ -127,8 +133,10 @@ def run_experiment(
     source = model_file_digest(exp.model.name)
     if source is not None:  # export says when the file changes after
         system[MODEL_FILE_DIGEST] = source
+    if by_api:  # this process, as "process" records it: a resume by another process differs
+        system[API_PROCESS] = this_process()
     with store.new_run(
-        name=exp.run.name or exp.model.name,
+        name=given(exp.run.name, exp.model.name)[0],
         kind="run",
         config=exp.to_dict(),
         config_hash=digest,

@@ -120,6 +120,20 @@ def tracked(run: RunRecord) -> bool:
     return run.kind == "run" and not sections
 
 
+# The key of a run's `system` that holds the process which started it with `dlperf.run` (the
+# API, in the user's own program), beside "process", the one writing it now.
+API_PROCESS = "api_process"
+
+
+def run_by_api(run: RunRecord) -> bool:
+    """Whether the process writing `run` is the one that started it with `dlperf.run`: the
+    user's own program, not a dlperf command. A run resumed since by `dlperf run --resume`
+    is written by that command, whose process differs from the one recorded."""
+    system = run.system if isinstance(run.system, dict) else {}
+    started = system.get(API_PROCESS)
+    return isinstance(started, dict) and started == run.process
+
+
 # Per-epoch table: column header -> metric key, in reading order (a clock by what it counts).
 EPOCH_COLUMNS = {
     "train loss": "epoch/train_loss",
@@ -422,7 +436,7 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
         )
     running = [r for r in runs if r.status == "running"]
     if force:
-        _refuse_tracked(running)
+        _refuse_users_programs(running)
     if running and not force:
         where = ", ".join(
             f"{r.id} (pid {p.get('pid')} on {p.get('host')})" if (p := r.process) else str(r.id)
@@ -435,18 +449,25 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
     return runs
 
 
-def _refuse_tracked(running: Sequence[RunRecord]) -> None:
-    """Refuse --force for a `running` run that `dlperf.track` records in a live process of
-    this host: that process is the user's own Python program (a notebook's kernel), not a
-    dlperf command, so SIGTERM has Python's default action there and ends the whole program
-    without marking the run (it then read "pid P marked it lost"). It is sent no signal."""
+def _refuse_users_programs(running: Sequence[RunRecord]) -> None:
+    """Refuse --force for a `running` run that `dlperf.track` records, or `dlperf.run` trains,
+    in a live process of this host: that process is the user's own Python program (a
+    notebook's kernel), not a dlperf command, so SIGTERM has Python's default action there and
+    ends the whole program without marking the run (it then read "pid P marked it lost"). It
+    is sent no signal."""
     for run in running:
         process = run.process or {}
-        if tracked(run) and process_alive(process) is True:
+        how = (
+            "recording with dlperf.track"
+            if tracked(run)
+            else "running it with dlperf.run"
+            if run_by_api(run)
+            else None
+        )
+        if how is not None and process_alive(process) is True:
             raise UserError(
                 f"run {run.id} is recorded by pid {process.get('pid')}, a Python program "
-                "recording with dlperf.track, not a dlperf command: --force sends it no "
-                "signal; nothing deleted",
+                f"{how}, not a dlperf command: --force sends it no signal; nothing deleted",
                 "stop that program, then delete the run again: once its process is gone, "
                 "the run reads as lost and deletes without --force",
             )

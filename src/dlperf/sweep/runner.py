@@ -32,6 +32,7 @@ from dlperf.errors import UserError
 from dlperf.procs import POLL_S, Supervisor
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
+from dlperf.store.names import given
 from dlperf.store.record import RunRecord
 from dlperf.store.studies import choose_study, studies_named
 from dlperf.sweep import summary
@@ -165,7 +166,7 @@ def record_failure(
     run = _own_run(store, exp, study_id, since)
     with stopping.shielded():  # a run made here is marked, whenever a stop signal lands
         if run is None:
-            name = exp.run.name or exp.model.name
+            name = given(exp.run.name, exp.model.name)[0]
             run_id = store.create_run(name, "run", exp.to_dict(), exp.config_hash(), None, study_id)
         else:
             run_id = run.id

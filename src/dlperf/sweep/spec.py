@@ -45,7 +45,7 @@ from dlperf.config import (
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, stem_name
 from dlperf.progress import NullReporter, Reporter
-from dlperf.store.names import Made, check_made_names
+from dlperf.store.names import Made, at_most, check_made_names
 
 # About a second of checking (a millisecond a point): from here on, say what the wait is for.
 ANNOUNCE_POINTS = 1_000
@@ -189,7 +189,7 @@ def _check_run_names(path: Path, name: str, points: list[Point]) -> None:
     study's may not once its longest label is added, and the first point failed on it (its
     hint to shorten run.name, which the sweep sets), a study of no runs left behind."""
     made = [Made("run", p.exp.run.name or "", f"point label {p.label()!r}") for p in points]
-    check_made_names(name, "sweep name", made, lambda _: "give a shorter sweep name", f"{path}: ")
+    check_made_names(name, "sweep name", made, at_most("sweep name"), f"{path}: ")
 
 
 def load_sweep(
