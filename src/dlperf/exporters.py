@@ -315,23 +315,54 @@ def _one_setup_at_a_time(uri: str) -> Iterator[None]:
     and the SQLite check's removal of the empty file it made could remove the database the
     other had just made. So one export at a time on this host takes these steps for a store,
     under an exclusive lock on a file in the temporary directory named by the store (as
-    MLflow's own server locks its set-up); a server or a directory takes none."""
+    MLflow's own server locks its set-up); a server or a directory takes none. The file is
+    removed as the lock is let go (each store's stayed in /tmp for ever): not the database's
+    directory, which MLflow may have yet to make, and a server database has none."""
     key = _setup_key(uri)
-    fd = None
-    if key is not None:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-        path = Path(tempfile.gettempdir()) / f"dlperf-mlflow-setup-{digest}.lock"
-        with contextlib.suppress(OSError):  # another user's file /tmp's rules keep: no lock
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    if key is None:
+        yield
+        return
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    path = Path(tempfile.gettempdir()) / f"dlperf-mlflow-setup-{digest}.lock"
+    fd = _locked(path)
     try:
-        if fd is not None:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)  # released as the file is closed
         yield
     finally:
         if fd is not None:
+            # Removed while still held: whoever waits on this file finds it gone once let in,
+            # and locks the path's new file instead (_locked), so one holds it at a time.
+            with contextlib.suppress(OSError):  # another user's, in a sticky /tmp: it stays
+                path.unlink()
+            os.close(fd)  # lets the lock go
+
+
+def _locked(path: Path) -> int | None:
+    """An open descriptor of the file at `path`, exclusively flock'ed, that is still the file
+    at `path` (not one a holder removed while this waited on it); None where no lock can be
+    had (another user's file /tmp's rules keep from us)."""
+    import fcntl
+
+    while True:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            there = os.stat(path)
+        except FileNotFoundError:  # removed by the holder this waited on: lock the next
             os.close(fd)
+            continue
+        except OSError:
+            os.close(fd)
+            return None
+        except BaseException:  # Ctrl-C while waiting
+            os.close(fd)
+            raise
+        if (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino):
+            return fd
+        os.close(fd)  # another's new file is there now: wait on that one
 
 
 def _file_store(uri: str) -> Path | None:

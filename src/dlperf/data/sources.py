@@ -8,7 +8,8 @@ run's seed):
 - sets without one (digits, mnist5k, npz): test = the first `test_fraction` of the permutation,
   validation = the next `val_fraction`, training = the rest.
 - imagefolder: training and validation from `root/train`, test from `root/val` (the Visual
-  Decathlon layout, whose own test folder is unlabelled), or `root/test` when present.
+  Decathlon layout, whose own test folder is unlabelled), or `root/test` when present (one
+  that holds no images, or is no folder, is refused rather than passed over).
 - synthetic: three independently drawn sets.
 - npz: as digits, from the arrays of one file.
 `data.holdout` then sets a share of the training split aside as `unlabeled`.
@@ -667,19 +668,87 @@ def _different_classes(root: Path, train: list[str], other: str, held: list[str]
     return UserError(f"{root}: {', and '.join(said)}", hint)
 
 
+def _unlisted(split: Path, e: Exception) -> UserError:
+    """The line for a split folder torchvision could not list, naming the folder (its "Found
+    no valid file for the classes b" named neither train/ nor val/)."""
+    text = str(e).strip()
+    return UserError(text if str(split) in text else f"{split}: {text}")
+
+
+def _listed(split: Path) -> Any:
+    """The image folder of `split`, or its one line."""
+    try:
+        return _image_folder(split)
+    except (FileNotFoundError, RuntimeError) as e:
+        raise _unlisted(split, e) from None
+
+
+# The fix for a root/test that is no folder.
+_MAKE_TEST_FOLDER = "make it a folder of class folders of test images"
+
+
+def _not_tested_on(root: Path, said: str, fix: str) -> UserError:
+    """The line for a root/test that cannot be the test split: dlperf tests on test/ wherever
+    there is one, so one left empty (or a file, a broken link) is said, never passed over for
+    val/, and never taken as a test split of nothing."""
+    way_out = ", or remove test/ to test on val/" if (root / "val").is_dir() else ""
+    return UserError(f"{said}, and imagefolder tests on test/ where there is one", fix + way_out)
+
+
+def _test_folder(root: Path) -> Path:
+    """root/test where there is one, else root/val (the Visual Decathlon layout). A test/ that
+    is there but no folder (a file, a link to nothing: a drive not mounted) is refused, not
+    passed over for val/ without a word."""
+    test = root / "test"
+    if test.is_dir():
+        return test
+    if test.is_symlink() and not test.exists():
+        said = f"{test} is a link to nothing ({os.readlink(test)})"
+        raise _not_tested_on(root, said, _MAKE_TEST_FOLDER)
+    if os.path.lexists(test):
+        said = f"{test} is {not_regular(test) or 'a file'}, not a folder of class folders"
+        raise _not_tested_on(root, said, _MAKE_TEST_FOLDER)
+    if not (root / "val").is_dir():
+        raise UserError(f"{root / 'val'} not found", "imagefolder wants root/train and root/val")
+    return root / "val"
+
+
+def _holds_images(split: Path) -> bool:
+    """Whether any file below `split` is one an image folder reads (hidden ones are not)."""
+    from torchvision.datasets.folder import has_file_allowed_extension
+
+    seen: set[Path] = set()
+    for folder, dirs, files in os.walk(split, followlinks=True):
+        # a link back up the tree is walked once, not 40 links deep
+        seen.add(_real(folder))
+        dirs[:] = [
+            d for d in dirs if not d.startswith(".") and _real(os.path.join(folder, d)) not in seen
+        ]
+        if any(
+            has_file_allowed_extension(f, IMAGE_EXTENSIONS) and not f.startswith(".") for f in files
+        ):
+            return True
+    return False
+
+
 def imagefolder(cfg: DataConfig) -> ImageData:
     """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
     root = Path(cfg.root)
     if cfg.image_size is None:
         raise UserError("data.image_size is required for imagefolder", "e.g. image_size = 64")
-    test_dir = root / "test" if (root / "test").is_dir() else root / "val"
-    for folder in (root / "train", test_dir):
-        if not folder.is_dir():
-            raise UserError(f"{folder} not found", "imagefolder wants root/train and root/val")
+    if not (root / "train").is_dir():
+        raise UserError(f"{root / 'train'} not found", "imagefolder wants root/train and root/val")
+    test_dir = _test_folder(root)
+    train_set = _listed(root / "train")
     try:
-        train_set, test_set = _image_folder(root / "train"), _image_folder(test_dir)
+        test_set = _image_folder(test_dir)
     except (FileNotFoundError, RuntimeError) as e:
-        raise UserError(f"{root}: {e}") from None
+        if test_dir.name == "test" and not _holds_images(test_dir):
+            fix = "put the test images in test/<class>/"
+            if not (root / "val").is_dir():
+                fix += ", one folder per class as in train/"
+            raise _not_tested_on(root, f"{test_dir} is empty", fix) from None
+        raise _unlisted(test_dir, e) from None
     if train_set.classes != test_set.classes:
         raise _different_classes(root, train_set.classes, test_dir.name, test_set.classes)
     side = cfg.image_size
