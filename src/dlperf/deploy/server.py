@@ -13,8 +13,9 @@ or shutting down.
 What production servers add in front of an application, uvicorn's HTTP/1.1 protocol gets here
 (`_GuardedH11`): a deadline for a request to arrive, headers and body (a client slower than its
 Content-Length, or one that opens a connection and sends nothing, is answered 408 and
-disconnected rather than held open for ever), and a cap on open connections (a request on a
-connection past it is answered 503 and the connection closed).
+disconnected rather than held open for ever), and a cap on open connections (a connection past
+it is answered 503 and closed as it opens, without waiting for its request). A server out of
+files says so once, and again when it accepts connections again (`_AcceptWatch`).
 
 This module puts the server together and runs it (start, drain, the signal it stopped on);
 the parts live beside it: `served_model` (the session and its description), `protocol`
@@ -32,9 +33,9 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -47,7 +48,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dlperf import stopping
@@ -70,6 +70,8 @@ SPARE_FILES = 32
 # What asyncio's accept loop reports when accept() fails for want of a file (EMFILE, ENFILE)
 # or of memory; it goes on trying, and reports again, thousands of times a second.
 _ACCEPT_FAILED = "socket.accept() out of system resource"
+# The errors asyncio's accept loop reports that way, and retries a second later.
+_OUT_OF_RESOURCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def create_app(
@@ -159,7 +161,7 @@ class _DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.batcher = batcher
         self.first_signal: int | None = None
-        self.accept_failed = False
+        self.accepts = _AcceptWatch()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.first_signal is not None:
@@ -176,21 +178,19 @@ class _DrainingServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         asyncio.get_running_loop().set_exception_handler(self._loop_error)
+        if sockets is not None:
+            sockets = [_Listener.watching(sock, self.accepts) for sock in sockets]
         await super().startup(sockets)
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """asyncio's report of an error no task owns. A failed accept() is one line, once:
-        asyncio logged each attempt with its traceback, and retries every second as many
-        times as the backlog is long, which filled stderr (and the disk) within seconds."""
+        """asyncio's report of an error no task owns. A failed accept() is the listener's to
+        say (`_Listener`): asyncio logged each attempt with its traceback, and retries every
+        second as many times as the backlog is long, which filled stderr (and the disk)
+        within seconds."""
         error = context.get("exception")
-        if context.get("message") != _ACCEPT_FAILED or not isinstance(error, OSError):
+        accept_failed = context.get("message") == _ACCEPT_FAILED and isinstance(error, OSError)
+        if not accept_failed and not _late_retry(context):
             loop.default_exception_handler(context)
-        elif not self.accept_failed:
-            self.accept_failed = True
-            _log.warning(
-                f"cannot accept connections: {error.strerror}{_accept_hint(error)}; new "
-                "connections wait until open ones close"
-            )
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.batcher.close()
@@ -208,6 +208,99 @@ class _DrainingServer(uvicorn.Server):
             finally:  # before uvicorn raises what it caught, for the handlers it restores
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+
+
+class _AcceptWatch:
+    """What a server out of files (or memory) says: an outage, a run of failed accept()s, is
+    one line as it begins and one as it ends. asyncio retries every second, as often as the
+    backlog is long, so each attempt said filled the disk; the first alone said, for the
+    server's life, left a later outage silent and the log unable to tell whether one ended.
+    Under steady load at the limit outages come and go every second (a file frees, one
+    connection is taken, the next accept fails): a new one is said only RESAY_S after the
+    last line, at its first failure then, however long it has lasted."""
+
+    RESAY_S = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.since: float | None = None  # when the outage under way began
+        self.said = False  # whether it was said
+        self.last_line: float | None = None  # when a line was last said
+
+    def failed(self, error: OSError) -> str | None:
+        """The line for a failed accept(), if this one is to be said."""
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+        if self.said or (self.last_line is not None and now - self.last_line < self.RESAY_S):
+            return None
+        self.said, self.last_line = True, now
+        return (
+            f"cannot accept connections: {error.strerror}{_accept_hint(error)}; new "
+            "connections wait until open ones close"
+        )
+
+    def accepted(self) -> str | None:
+        """The line for an accept() that worked, if it ends an outage that was said."""
+        if self.since is None:
+            return None
+        now = self.clock()
+        line = None
+        if self.said:
+            line = f"connections are accepted again (accept() failed for {now - self.since:.1f} s)"
+            self.last_line = now
+        self.since, self.said = None, False
+        return line
+
+
+class _Listener(socket.socket):
+    """The listening socket, its accept() watched: asyncio's accept loop calls it, and only
+    there is it known when an accept works again (a connection's protocol is made later, after
+    the accepts of its batch, the failed ones too)."""
+
+    accepts: _AcceptWatch
+    # After a failure, until asyncio's accept loop has let go: it goes on after one, as many
+    # times as the backlog is long (2,048), and each failure set one more retry a second later,
+    # thousands a second, each a traceback if the server stopped before it ran. "Nothing
+    # waiting" ends the loop, and its one retry stands.
+    resting = False
+
+    @classmethod
+    def watching(cls, sock: socket.socket, accepts: _AcceptWatch) -> _Listener:
+        """`sock` as a _Listener (the same file: `sock` is left detached)."""
+        listener = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        listener.accepts = accepts
+        return listener
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self.resting:
+            raise BlockingIOError(errno.EAGAIN, "accept() failed: retried in a second")
+        try:
+            accepted = super().accept()
+        except OSError as error:
+            if error.errno in _OUT_OF_RESOURCE:
+                self.resting = True
+                asyncio.get_running_loop().call_soon(self._rested)
+                if line := self.accepts.failed(error):
+                    _log.warning(line)
+            raise  # for asyncio, which retries in a second
+        if line := self.accepts.accepted():
+            _log.warning(line)
+        return accepted
+
+    def _rested(self) -> None:
+        self.resting = False
+
+
+def _late_retry(context: dict[str, Any]) -> bool:
+    """Whether asyncio's error is its retry of a failed accept() on a listener closed since
+    (the server stopped within the second): it fails on the closed socket, with a traceback,
+    and there is nothing left to accept."""
+    handle = context.get("handle")
+    callback = getattr(handle, "_callback", None)
+    listeners = [a for a in getattr(handle, "_args", ()) if isinstance(a, _Listener)]
+    named = getattr(callback, "__name__", "") == "_start_serving"
+    return named and any(listener.fileno() == -1 for listener in listeners)
 
 
 def _accept_hint(error: OSError) -> str:
@@ -241,8 +334,9 @@ def ensure_open_files(max_connections: int) -> None:
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return
     if hard == resource.RLIM_INFINITY or hard >= needed:
-        # To the hard limit, not just what is needed: a connection over the cap holds its file
-        # until its request arrives, and more room keeps accept() from failing meanwhile.
+        # To the hard limit, not just what is needed: asyncio accepts a burst of connections
+        # before any is answered, those over the cap too, and more room keeps accept() from
+        # failing meanwhile.
         for target in dict.fromkeys((hard, needed)):  # macOS takes no unlimited soft limit
             try:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
@@ -283,7 +377,11 @@ class _GuardedH11(H11Protocol):
         super().connection_made(transport)
         self.deadline: asyncio.TimerHandle | None = None
         if len(self.connections) > self.max_connections:
-            self.app = self._overloaded  # read its request (under the deadline), answer 503
+            # Answered and closed now: waiting for its request held its file, which the cap is
+            # there to save, until the request came or the deadline ran out.
+            message = f"too many connections: {self.max_connections} are open"
+            self._cut(503, "Service Unavailable", message + " (serve.max_connections)")
+            return
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -356,15 +454,13 @@ class _GuardedH11(H11Protocol):
             head = b"".join(k + b": " + v + b"\r\n" for k, v in headers)
             status_line = f"HTTP/1.1 {status} {reason}\r\n".encode()
             self.transport.write(status_line + head + b"\r\n" + body)
+            # The answer's end said before the close: a socket closed with a request unread
+            # (one sent before it was accepted, or a body still arriving) sends a reset, and a
+            # reset ahead of the end makes the client drop the answer it has not yet read.
+            if self.transport.can_write_eof():
+                with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
+                    self.transport.write_eof()
         self.transport.close()
-
-    async def _overloaded(
-        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
-    ) -> None:
-        message = f"too many connections: {self.max_connections} are open (serve.max_connections)"
-        headers, body = _closing_answer(message, 503)
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
 
 def _guarded(read_timeout_s: float, max_connections: int) -> type[H11Protocol]:
