@@ -71,10 +71,14 @@ def _version(
     columns: Callable[[str], set[str]],
     sqlite: bool,
 ) -> int:
-    """0 for an empty database, 1 for a store made before versions were recorded. `columns`:
-    a table's column names, read only where the version row is missing or garbled."""
+    """0 for an empty database (no version row), 1 for a store made before versions were
+    recorded. `columns`: a table's column names, read only where the version row is missing
+    or garbled."""
     if VERSION_KEY in facts:
-        if not facts[VERSION_KEY].isdecimal():  # written by hand, or damaged
+        # Written by hand, or damaged. '0' too: versions start at 1, and 0 stands only for no
+        # version row in an empty database; taken as that, a read command made the missing
+        # tables of an older store, stamped it current, and it read as damaged from then on.
+        if not facts[VERSION_KEY].isdecimal() or int(facts[VERSION_KEY]) < 1:
             raise UserError(
                 f"run store {where} has schema version {facts[VERSION_KEY]!r}, which no dlperf "
                 "writes",
