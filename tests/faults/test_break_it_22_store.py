@@ -10,11 +10,14 @@ not the run asked about (7). PostgreSQL cases skip without DLPERF_TEST_POSTGRES_
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import Connection, create_engine, make_url, text
 
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
@@ -103,3 +106,73 @@ def test_a_schema_version_of_0_names_the_version_to_set_on_postgresql(
     _sql(pg_url, "UPDATE meta SET value = '0' WHERE key = 'schema_version'")
     result = cli("--db", pg_url, "runs", "list")
     one_line(result, 2, "schema version '0'", "UPDATE meta SET value = '3'")
+
+
+# --- 2: a run locked before it is looked at (PostgreSQL) ----------------------------------------
+
+
+def _deleting(url: str, run_id: int) -> tuple[Connection, int]:
+    """A transaction of another process that deletes run `run_id` and has not committed: it
+    holds the run's row lock, as `runs delete` does between its delete and its commit. Returns
+    the open connection and its backend's pid."""
+    engine = create_engine(url)
+    conn = engine.connect()
+    pid = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+    for table in ("tags", "metrics", "artifacts"):
+        conn.execute(text(f"DELETE FROM {table} WHERE run_id = :id"), {"id": run_id})
+    conn.execute(text("DELETE FROM runs WHERE id = :id"), {"id": run_id})
+    return conn, pid
+
+
+def _blocked_by(url: str, pid: int, process: subprocess.Popen[str]) -> None:
+    """Wait until a backend waits on a lock that backend `pid` holds: the command reached the
+    run's row and waits for the other transaction's end."""
+    engine = create_engine(url)
+    deadline = time.monotonic() + EVENT_S
+    query = "SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"
+    try:
+        with engine.connect() as conn:
+            while True:
+                if conn.execute(text(query), {"pid": pid}).scalar_one() > 0:
+                    return
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "the command never waited on the run's lock"
+                conn.rollback()
+                time.sleep(0.05)
+    finally:
+        engine.dispose()
+
+
+def _command(url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dlperf", "--db", url, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("args", [("tag", "{id}", "k=v"), ("delete", "{id}", "--yes")])
+def test_a_run_deleted_while_a_command_waits_for_it_is_no_run(
+    pg_url: str, args: tuple[str, ...]
+) -> None:
+    """`runs tag` checked the run, then inserted its tags: a delete committed in between made
+    the insert's foreign key fail, a traceback. Two `runs delete` both found the run, then
+    both said "deleted run N". Now the run's row is locked before it is looked at: the loser
+    waits for the other's end, finds no run, and says so."""
+    run_id, kept = _runs(pg_url, 2)
+    conn, pid = _deleting(pg_url, run_id)
+    try:
+        process = _command(pg_url, "runs", *(a.format(id=run_id) for a in args))
+        _blocked_by(pg_url, pid, process)
+        conn.commit()
+    finally:
+        conn.close()
+        conn.engine.dispose()
+    out, err = process.communicate(timeout=EVENT_S)
+    assert process.returncode == 2, (out, err)
+    assert "Traceback" not in err and "deleted run" not in out, (out, err)
+    assert err.strip().splitlines()[-1].startswith(f"error: no run {run_id} in the store"), err
+    store = RunStore.open(pg_url)
+    assert [r.id for r in store.list_runs()] == [kept]
+    store.engine.dispose()

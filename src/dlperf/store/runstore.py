@@ -791,11 +791,14 @@ def _times_read(s: Session) -> Iterator[None]:
         raise garbled from None
 
 
-def _stored_run(s: Session, run_id: int) -> Run:
+def _stored_run(s: Session, run_id: int, lock: bool = False) -> Run:
     """The lookup of a run by the id a user gave: any integer, however large, that names no
-    stored run is "no run N", not an error of the database's integer type."""
+    stored run is "no run N", not an error of the database's integer type. With `lock` (a
+    write that needs the run to stay), its row is locked as it is read (PostgreSQL; SQLite's
+    write lock is already held): looked at unlocked, a run deleted by another process before
+    this write's end failed the tags' foreign key, a traceback, where it is "no run N"."""
     with _times_read(s):
-        run = s.get(Run, run_id) if _storable(s, run_id) else None
+        run = s.get(Run, run_id, with_for_update=lock) if _storable(s, run_id) else None
     if run is None:
         raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
     return run
@@ -1398,7 +1401,7 @@ class RunStore:
         removed = [k for k, v in tags.items() if not v]
         kept = [{"run_id": run_id, "key": k, "value": v} for k, v in tags.items() if v]
         with self._writing() as s:
-            _stored_run(s, run_id)
+            _stored_run(s, run_id, lock=True)
             if removed:
                 s.execute(delete(Tag).where(Tag.run_id == run_id, Tag.key.in_(removed)))
             if kept:
@@ -1430,17 +1433,20 @@ class RunStore:
         is looked for beside the store (`_beside`), else named as left."""
         ids = list(dict.fromkeys(run_ids))
         with self._writing() as s:
-            query = select(Run.id).where(Run.id.in_([i for i in ids if _storable(s, i)]))
-            found = set(s.scalars(query))
+            # Locked as they are found, until the end (PostgreSQL; SQLite's write lock is
+            # already held): a resume taking a run over meanwhile waits, then finds it gone,
+            # and of two deletes of one run the second waits, then finds no run (found by an
+            # unlocked read first, both said "deleted run N"). In id order: two deletes of
+            # overlapping runs lock them in one order, and never wait on each other.
+            query = select(Run.id, Run.owner).where(Run.id.in_([i for i in ids if _storable(s, i)]))
+            owners = s.execute(query.order_by(Run.id).with_for_update()).all()
+            found = {i for i, _ in owners}
             missing = [str(i) for i in ids if i not in found]
             if missing:
                 raise NoSuchRun(
                     f"no run {', '.join(missing)} in the store; nothing deleted",
                     "see `dlperf runs list`",
                 )
-            # Locked until the end (PostgreSQL; SQLite's write lock is already held): a resume
-            # taking a run over meanwhile waits, then finds it gone.
-            owners = s.execute(select(Run.id, Run.owner).where(Run.id.in_(ids)).with_for_update())
             me = _owner(this_process())  # a process may delete the runs it writes itself
             # An owner that lives, or (unless `force`) that runs on another host, where that
             # cannot be told, may still write its run.
