@@ -176,3 +176,26 @@ def test_a_run_deleted_while_a_command_waits_for_it_is_no_run(
     store = RunStore.open(pg_url)
     assert [r.id for r in store.list_runs()] == [kept]
     store.engine.dispose()
+
+
+# --- 3: a PostgreSQL schema without USAGE -------------------------------------------------------
+
+
+def test_a_schema_without_usage_is_not_called_missing(cli: Cli, pg_url: str) -> None:
+    """current_schema() is NULL both for a schema that does not exist and for one the user
+    may not use: "schema X does not exist (create it ...)" sent the user to create what is
+    there."""
+    schema = _schema(pg_url)
+    user = make_url(pg_url).username
+    _sql(pg_url, f"REVOKE ALL ON SCHEMA {schema} FROM {user}")
+    try:
+        result = cli("--db", pg_url, "runs", "list")
+        one_line(
+            result,
+            2,
+            f"user {user} has no USAGE on schema {schema}",
+            f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {user}",
+        )
+        assert "does not exist" not in result.err
+    finally:
+        _sql(pg_url, f"GRANT ALL ON SCHEMA {schema} TO {user}")

@@ -596,12 +596,30 @@ def _schema_checked(engine: Engine, name: str) -> None:
     """Refuse a PostgreSQL store whose search_path names no schema that exists (a misspelt
     `?options=-csearch_path=...`): it read as an empty store (`runs list` printed an empty
     table, exit 0), and its first write said PostgreSQL's own "no schema has been selected to
-    create in; LINE 2: CREATE TABLE meta (". current_schema() is NULL then."""
+    create in; LINE 2: CREATE TABLE meta (". current_schema() is NULL then, and also where
+    the schema exists but the user has no USAGE on it: that is said apart, with its GRANT."""
     with engine.connect() as conn:
         if conn.exec_driver_sql("SELECT current_schema()").scalar() is not None:
             return
         path = str(conn.exec_driver_sql("SHOW search_path").scalar() or "")
-    schemas = [s.strip() for s in path.split(",") if s.strip()]
+        user = str(conn.exec_driver_sql("SELECT current_user").scalar())
+        schemas = [s.strip() for s in path.split(",") if s.strip()]
+        # current_schema() is NULL too for a schema that exists but that the user may not use:
+        # "does not exist (create it ...)" sent the user to create what is there.
+        names = [_schema_name(s, user) for s in schemas]
+        query = (
+            "SELECT nspname FROM pg_namespace WHERE nspname = ANY(%(names)s) "
+            "AND NOT has_schema_privilege(oid, 'USAGE')"
+        )
+        unusable = set(conn.exec_driver_sql(query, {"names": names}).scalars())
+    for schema, found in zip(schemas, names, strict=True):
+        if found in unusable:
+            raise UserError(
+                f"cannot open run store {name}: user {integrity.shown(user)} has no USAGE on "
+                f"schema {integrity.shown(schema)}",
+                "as its owner or a superuser: GRANT USAGE, CREATE ON SCHEMA "
+                f"{integrity.shown(schema)} TO {integrity.shown(user)}",
+            )
     missing = (
         f"schema {schemas[0]} does not exist"
         if len(schemas) == 1
@@ -611,6 +629,15 @@ def _schema_checked(engine: Engine, name: str) -> None:
         f"cannot open run store {name}: {integrity.shown(missing)}",
         "create it, or fix search_path in the URL",
     )
+
+
+def _schema_name(entry: str, user: str) -> str:
+    """The schema an entry of search_path names: a quoted one as written, an unquoted one in
+    lower case (as PostgreSQL folds it), "$user" the user's own."""
+    if entry.startswith('"') and entry.endswith('"') and len(entry) > 1:
+        entry = entry[1:-1].replace('""', '"')
+        return user if entry == "$user" else entry
+    return user if entry == "$user" else entry.lower()
 
 
 # Every open store's engine, with the pid that opened it: one exit handler walks them, so a
