@@ -16,7 +16,7 @@ from PIL import Image
 from dlperf import image_modes
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy.meta import ModelMeta, Preprocess
-from dlperf.errors import UserError
+from dlperf.errors import UserError, not_utf8
 from dlperf.image_modes import covered
 from dlperf.paths import image_file
 
@@ -89,7 +89,14 @@ def read_labels(path: Path) -> list[str]:
     meta_io.regular_file(path, "give a text file of class names, one a line")
     if not path.is_file():
         raise UserError(f"no labels file {path}")
-    labels = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    try:
+        # utf-8-sig: Notepad and PowerShell start a UTF-8 file with a byte order mark, which
+        # read as UTF-8 stayed in the first name ("\ufeffcat"; a detector's "__background__"
+        # was then not recognised, and a second one added). splitlines() takes CRLF too.
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from None
+    labels = [line.strip() for line in text.splitlines() if line.strip()]
     if not labels:
         raise UserError(f"labels file {path} is empty", "write one class name per line")
     return labels
