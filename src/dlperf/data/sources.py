@@ -795,7 +795,14 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
             f"{path}: not a readable .npz file ({what})", "set data.root to the path of one"
         )
     try:
-        with np.load(path, allow_pickle=False) as f:
+        loaded = np.load(path, allow_pickle=False)
+        # A .npy file (whatever its name) loads as the one array it holds, not an archive.
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise UserError(
+                f"{path}: not an .npz archive (a single .npy array)",
+                "write it with numpy.savez(path, images=..., labels=...)",
+            )
+        with loaded as f:
             arrays = {k: f[k] for k in ("images", "labels", "classes") if k in f.files}
     except (
         OSError,

@@ -1,0 +1,120 @@
+"""The twenty-second break-it round (P2, the user's own data): causes 1 to 4, 8, 13 and 17b.
+
+1. A `.npy` file given as an npz root (or renamed .npz) was a TypeError traceback: np.load
+   returns an array, not an archive, for it.
+2. Images with a dimension of 0 (npz (10,1,0,0) or (10,0,8,8), MNIST idx N x 0 x 0) were read,
+   and later blamed on Cutout (which was off) or on the model.
+3. An idx header whose sizes overflow int64 (2^22 x 2^21 x 2^21) passed the size check
+   (np.prod wraps to 0) and was a ValueError traceback in reshape.
+4. Class names that repeat merged in the per-class counts: a CIFAR batches.meta naming every
+   class "cat" counted one class; two image folders whose names differ in bytes that are not
+   UTF-8 both became "x\\ufffd"; CIFAR names pickled as bytes were shown as "b'c0'".
+8. Channels-last npz images (N,H,W,3) trained silently with a model that takes 16 channels
+   (resnet20), and `data describe` described 16 channels of 16x3 images.
+13. Class folders equal but for Unicode normalisation (NFC in train/, NFD in val/) were said
+   to be each in one split but not the other, under the same shown name.
+17b. `synthetic` with data.size 1 was told to use a larger data.limit or a smaller
+   data.holdout, neither of them set.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+RNG = np.random.default_rng(22)
+BATCH_1 = "train.batch_size=1"
+TRAIN_IMAGES, TRAIN_LABELS = "train-images-idx3-ubyte", "train-labels-idx1-ubyte"
+TEST_IMAGES, TEST_LABELS = "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"
+
+
+# --- files in the real on-disk formats ------------------------------------------------------
+
+
+def idx_bytes(array: Any) -> bytes:
+    a = np.asarray(array, np.uint8)
+    head = struct.pack(">I", 0x0800 | a.ndim)
+    return head + b"".join(struct.pack(">I", s) for s in a.shape) + a.tobytes()
+
+
+def write_mnist(root: Path, **files: bytes) -> Path:
+    """root/MNIST/raw with 60 training and 20 test images of 28x28; `files` replace some."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    default = {
+        TRAIN_IMAGES: idx_bytes(RNG.integers(0, 256, (60, 28, 28))),
+        TRAIN_LABELS: idx_bytes(np.arange(60) % 10),
+        TEST_IMAGES: idx_bytes(RNG.integers(0, 256, (20, 28, 28))),
+        TEST_LABELS: idx_bytes(np.arange(20) % 10),
+    }
+    for name, data in {**default, **files}.items():
+        (raw / name).write_bytes(data)
+    return raw
+
+
+def write_cifar(root: Path, names: list[Any]) -> Path:
+    """root/cifar-10-batches-py of 20 images a batch, batches.meta naming `names`."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        entry = {
+            "data": RNG.integers(0, 256, (20, 3072), dtype=np.uint8),
+            "labels": (np.arange(20) % 10).tolist(),
+        }
+        (folder / name).write_bytes(pickle.dumps(entry))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": names}))
+    return folder
+
+
+def write_folder(root: Path, train: list[str], val: list[str], per_class: int = 3) -> None:
+    """root/train/<class> and root/val/<class> of 8x8 PNGs (names as str, from os.fsdecode)."""
+    for split, classes in (("train", train), ("val", val)):
+        for c, name in enumerate(classes):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(per_class + c):  # each class its own count
+                Image.new("RGB", (8, 8), (40 * c, 10 * i, 0)).save(folder / f"{i}.png")
+
+
+def describe(cli: Cli, name: str, root: Path, *sets: str) -> CliResult:
+    sets = tuple(s for pair in (("--set", x) for x in sets) for s in pair)
+    return cli("data", "describe", name, "--set", f"data.root={root}", *sets, "--json")
+
+
+def run_npz(cli: Cli, exp: Path, root: Path, *sets: str) -> CliResult:
+    more = tuple(s for pair in (("--set", x) for x in sets) for s in pair)
+    npz = ("--set", "data.name=npz", "--set", f"data.root={root}")
+    return cli("run", str(exp), *npz, "--set", "train.epochs=1", *more)
+
+
+# --- cause 1: a .npy file as an npz root ----------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"], ids=["npy", "renamed"])
+@pytest.mark.parametrize("command", ["describe", "run", "distill"])
+def test_a_npy_file_given_as_an_npz_root_is_one_line(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, suffix: str, command: str
+) -> None:
+    """Before: "TypeError: 'numpy.ndarray' object does not support the context manager
+    protocol", a traceback, exit 1."""
+    np.save(tmp_path / "imgs.npy", np.zeros((20, 1, 8, 8), np.uint8))
+    path = tmp_path / f"imgs{suffix}"
+    (tmp_path / "imgs.npy").rename(path)
+    if command == "describe":
+        r = describe(cli, "npz", path)
+    elif command == "run":
+        r = run_npz(cli, tiny_exp(), path)
+    else:
+        r = cli("distill", str(tiny_exp()), "--unlabeled", f"npz:root={path}")
+    one_line(r, 2, str(path), "not an .npz archive (a single .npy array)", "numpy.savez")
