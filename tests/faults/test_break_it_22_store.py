@@ -10,6 +10,7 @@ not the run asked about (7). PostgreSQL cases skip without DLPERF_TEST_POSTGRES_
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -199,3 +200,38 @@ def test_a_schema_without_usage_is_not_called_missing(cli: Cli, pg_url: str) -> 
         assert "does not exist" not in result.err
     finally:
         _sql(pg_url, f"GRANT ALL ON SCHEMA {schema} TO {user}")
+
+
+# --- 4: a SQLite store path that is not a regular file ------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "/proc/self/status"])
+@pytest.mark.parametrize("args", [("runs", "list"), ("runs", "tag", "1", "a=b"), ("doctor",)])
+def test_a_store_that_is_not_a_regular_file_is_refused(
+    cli: Cli, path: str, args: tuple[str, ...]
+) -> None:
+    """A device or a /proc file reads as size 0, which was taken for a missing store: an
+    empty list, exit 0, and a write's "disk I/O error" or "unable to open database file"."""
+    one_line(cli("--db", path, *args), 2, f"run store {path} is not a regular file")
+
+
+def test_a_store_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    """In a process of its own: a FIFO opened for reading would wait for a writer."""
+    fifo = tmp_path / "fifo.db"
+    os.mkfifo(fifo)
+    for args in (("runs", "list"), ("runs", "tag", "1", "a=b")):
+        process = _command(str(fifo), *args)
+        out, err = process.communicate(timeout=EVENT_S)
+        assert process.returncode == 2, (out, err)
+        last = err.strip().splitlines()[-1]
+        assert f"run store {fifo} is not a regular file (a FIFO)" in last, err
+        assert "Traceback" not in err
+    assert fifo.is_fifo()
+
+
+def test_an_empty_regular_file_is_still_a_new_store(cli: Cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    listed = cli("--db", str(empty), "runs", "list", "--json")
+    assert (listed.code, listed.out.strip()) == (0, "[]"), listed.err
+    one_line(cli("--db", str(empty), "runs", "tag", "1", "a=b"), 2, "no run 1 in the store")

@@ -44,6 +44,7 @@ import resource
 import secrets
 import shutil
 import sqlite3
+import stat as stat_mode
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -357,6 +358,12 @@ def _store_path(path: str | None, name: str) -> Path:
             f"run store {shown(path)} is a directory",
             f"give a file in it, e.g. --db {shown(path)}/dlperf.db",
         )
+    odd = _not_regular(where)
+    if odd is not None:
+        raise UserError(
+            f"run store {shown(path)} is not a regular file ({odd})",
+            "give a store file, e.g. --db dlperf.db",
+        )
     if not where.parent.exists():  # its directories as written are there: a dangling link's
         raise UserError(
             f"run store directory {shown(where.parent)} does not exist",
@@ -364,6 +371,33 @@ def _store_path(path: str | None, name: str) -> Path:
         )
     _room_beside(where, name)
     return where
+
+
+def _not_regular(where: Path) -> str | None:
+    """What `where` is, if it is there and no regular file a store can be: a FIFO, a device
+    or a /proc file reports a size of 0, which read as a missing store (an empty list, exit 0)
+    and wrote as a "disk I/O error". None for a missing file (a new store) and a regular one;
+    a file that cannot be looked at is left to SQLite's own error."""
+    try:
+        mode = where.stat()
+    except OSError:
+        return None
+    kinds = {
+        stat_mode.S_ISFIFO: "a FIFO",
+        stat_mode.S_ISCHR: "a character device",
+        stat_mode.S_ISBLK: "a block device",
+        stat_mode.S_ISSOCK: "a socket",
+    }
+    for test, kind in kinds.items():
+        if test(mode.st_mode):
+            return kind
+    if stat_mode.S_ISREG(mode.st_mode) and mode.st_size == 0:
+        # A file of the kernel's (/proc, /sys) is regular and reads as size 0, yet has text:
+        # an empty store file has none. Reading a regular file never waits.
+        with contextlib.suppress(OSError), open(where, "rb") as file:
+            if file.read(1):
+                return "a file of the kernel's, whose size reads 0"
+    return None
 
 
 def _room_beside(where: Path, name: str) -> None:
