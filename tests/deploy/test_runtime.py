@@ -92,8 +92,9 @@ def test_grayscale_preprocess_and_decode_errors(tmp_path: Path) -> None:
         runtime.decode(b"definitely not an image")
     huge = io.BytesIO()
     Image.new("L", (8000, 6000)).save(huge, format="PNG")  # 48 MP in ~50 KB
-    with pytest.raises(UserError, match="more than the 40,000,000 accepted"):
-        runtime.decode(huge.getvalue())
+    with pytest.raises(UserError, match="more than the 40,000,000 accepted"):  # serve's cap
+        runtime.decode(huge.getvalue(), max_pixels=runtime.MAX_PIXELS)
+    assert runtime.decode(huge.getvalue()).size == (8000, 6000)  # a file: training's cap
     with pytest.raises(UserError, match="no image file"):
         runtime.load_images([tmp_path / "nope.png"], pre)
 

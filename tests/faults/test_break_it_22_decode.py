@@ -107,3 +107,64 @@ def test_a_labels_file_that_is_not_utf8_is_one_line(cli: Cli, model: Path, tmp_p
     with pytest.raises(UserError) as caught:
         ssd.read_labels(labels)  # detect export and detect run read theirs here
     assert str(caught.value) == f"{labels}: not UTF-8 text (byte 0xff) (save it as UTF-8)"
+
+
+# --- cause 10: images over Pillow's warning size ----------------------------------------------
+
+
+def test_infer_reads_a_100_megapixel_image_as_training_does_without_a_warning(
+    cli: Cli, model: Path, tmp_path: Path
+) -> None:
+    """Before: Pillow's DecompressionBombWarning (2 lines), then "huge.png is 10000x10000
+    pixels, more than the 40,000,000 accepted", exit 2: training reads it."""
+    huge = tmp_path / "huge.png"
+    Image.new("L", (10_000, 10_000), 77).save(huge)
+    with no_warnings() as caught:
+        r = cli("infer", str(model), str(huge), "--json")
+    assert r.code == 0, r.err
+    assert shown(caught) == []
+    with no_warnings() as caught:  # detect run decodes its images here
+        assert runtime.decode(huge.read_bytes(), str(huge)).size == (10_000, 10_000)
+    assert shown(caught) == []
+
+
+def header_only_png(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header claims width x height grey pixels (the pixel data is one row): the
+    size a decompression bomb claims, refused before anything is decoded."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        checksum = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + checksum
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    row = zlib.compress(b"\x00" * (width + 1))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", row) + chunk(b"IEND", b"")
+    )
+    return path
+
+
+def test_an_image_over_trainings_cap_is_refused_saying_how_to_go_on(
+    cli: Cli, model: Path, tmp_path: Path
+) -> None:
+    """Before: Pillow's own text, no way on."""
+    bomb = header_only_png(tmp_path / "bomb.png", 20_000, 10_000)
+    with no_warnings() as caught:
+        r = cli("infer", str(model), str(bomb))
+    assert shown(caught) == []
+    one_line(
+        r,
+        2,
+        f"error: {bomb} is too large to decode: 200,000,000 pixels, over the {BOMB_CAP:,} "
+        "dlperf decodes (Pillow's decompression-bomb cap, which training's readers keep too)",
+        f"(resize it to at most {BOMB_CAP:,} pixels first)",
+    )
+    with pytest.raises(runtime.ImageTooLarge):  # detect run's images
+        runtime.decode(bomb.read_bytes(), str(bomb))
+
+
+def test_the_servers_own_cap_is_unchanged(tmp_path: Path) -> None:
+    """`serve --max-pixels` (default 40,000,000) still caps an upload."""
+    with pytest.raises(runtime.ImageTooLarge) as caught:
+        runtime.decode(png(tmp_path / "a.png", (10, 10)).read_bytes(), "upload", max_pixels=99)
+    assert str(caught.value) == "upload is 10x10 pixels, more than the 99 accepted"

@@ -7,6 +7,8 @@ the preprocessing saved at export, so inference sees exactly what training saw.
 from __future__ import annotations
 
 import io
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +104,8 @@ def read_labels(path: Path) -> list[str]:
     return labels
 
 
-# A few KB of compressed PNG can claim gigapixels: refuse before decoding, not after.
+# Serve's cap on an upload (`--max-pixels`): a few KB of compressed PNG can claim gigapixels,
+# refused before decoding, not after. A file the user names (infer, detect run) has training's.
 MAX_PIXELS = 40_000_000
 
 
@@ -110,17 +113,26 @@ class ImageTooLarge(UserError):
     """The image has more pixels than the cap (a decompression bomb, or just too big)."""
 
 
-def decode(data: bytes, source: str = "image", *, max_pixels: int = MAX_PIXELS) -> Image.Image:
+def decode(data: bytes, source: str = "image", *, max_pixels: int | None = None) -> Image.Image:
     """Bytes of an image file (PNG, JPEG, ...) to a PIL image; anything else is bad input.
-    The size in the file's header is checked against `max_pixels` before any decoding."""
+
+    `max_pixels` None (a file the user names: `infer`, `detect run`): training's cap, Pillow's
+    decompression-bomb cap (twice PIL.Image.MAX_IMAGE_PIXELS, checked from the header as the
+    file opens), as `dlperf.data.sources.opened_image` reads a data set's files, so that what
+    training reads, inference reads; below it, without Pillow's DecompressionBombWarning (the
+    user's own file, as in training). An int (`serve --max-pixels`, an upload): that cap too,
+    checked from the header before any decoding."""
     try:
-        image = Image.open(io.BytesIO(data))
+        with warnings.catch_warnings():
+            if max_pixels is None:  # not for serve: its threads would race on the filters
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:  # Pillow's own cap: twice its MAX_IMAGE_PIXELS
-        raise ImageTooLarge(f"{source} is too large to decode: {e}") from None
+        raise _over_pillows_cap(source, e, max_pixels) from None
     except Exception as e:
         raise _unreadable(source, e) from None
     width, height = image.size
-    if width * height > max_pixels:
+    if max_pixels is not None and width * height > max_pixels:
         raise ImageTooLarge(
             f"{source} is {width}x{height} pixels, more than the {max_pixels:,} accepted"
         )
@@ -129,6 +141,24 @@ def decode(data: bytes, source: str = "image", *, max_pixels: int = MAX_PIXELS) 
     except Exception as e:
         raise _unreadable(source, e) from None
     return image
+
+
+def _over_pillows_cap(source: str, error: Exception, max_pixels: int | None) -> ImageTooLarge:
+    """The line for an image over Pillow's decompression-bomb cap, as its header says (nothing
+    decoded yet), and the way on: an image resized under the cap (`max_pixels`, serve's, when
+    that is lower) is read."""
+    counts = re.fullmatch(
+        r"Image size \((\d+) pixels\) exceeds limit of (\d+) pixels.*", str(error), re.DOTALL
+    )
+    if counts is None:  # another wording of a later Pillow: its own words
+        return ImageTooLarge(f"{source} is too large to decode: {error}", "resize it first")
+    pixels, cap = (int(n) for n in counts.groups())
+    most = cap if max_pixels is None else min(cap, max_pixels)
+    return ImageTooLarge(
+        f"{source} is too large to decode: {pixels:,} pixels, over the {cap:,} dlperf decodes "
+        "(Pillow's decompression-bomb cap, which training's readers keep too)",
+        f"resize it to at most {most:,} pixels first",
+    )
 
 
 def _unreadable(source: str, error: Exception) -> UserError:
