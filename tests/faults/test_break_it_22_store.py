@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, create_engine, make_url, text
 
+from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
 from tests.faults.test_store_faults import one_line
@@ -235,3 +236,36 @@ def test_an_empty_regular_file_is_still_a_new_store(cli: Cli, tmp_path: Path) ->
     listed = cli("--db", str(empty), "runs", "list", "--json")
     assert (listed.code, listed.out.strip()) == (0, "[]"), listed.err
     one_line(cli("--db", str(empty), "runs", "tag", "1", "a=b"), 2, "no run 1 in the store")
+
+
+# --- 6: an old store in a read-only PostgreSQL session ------------------------------------------
+
+
+def test_an_old_store_in_a_read_only_session_names_the_fix(cli: Cli, pg_url: str) -> None:
+    _runs(pg_url)
+    _sql(
+        pg_url,
+        "ALTER TABLE runs DROP COLUMN owner",
+        "DROP TABLE claims",
+        "UPDATE meta SET value = '2' WHERE key = 'schema_version'",
+    )
+    options = f"-csearch_path={_schema(pg_url)} -cdefault_transaction_read_only=on"
+    result = cli("--db", _with_options(pg_url, options), "runs", "list")
+    one_line(
+        result,
+        2,
+        "is older than this dlperf and opened read-only",
+        "open it once from a session that may write",
+    )
+    assert _sql(pg_url, "SELECT value FROM meta WHERE key = 'schema_version'") == ["2"]
+
+
+def test_a_new_store_in_a_read_only_session_is_one_line(cli: Cli, pg_url: str) -> None:
+    options = f"-csearch_path={_schema(pg_url)} -cdefault_transaction_read_only=on"
+    read_only = _with_options(pg_url, options)
+    assert cli("--db", read_only, "runs", "list").code == 0  # a reader writes nothing
+    with pytest.raises(UserError) as caught:  # a writer (run, track) makes the store
+        RunStore.open(read_only)
+    said = str(caught.value)
+    assert "is read-only" in said and "a session that may write" in said, said
+    assert "older" not in said and "\n" not in said

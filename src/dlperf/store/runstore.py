@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import create_engine, delete, event, func, make_url, select, update
+from sqlalchemy import create_engine, delete, event, func, inspect, make_url, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, Row
@@ -665,6 +665,25 @@ def _schema_checked(engine: Engine, name: str) -> None:
     )
 
 
+def _read_only_session(engine: Engine, name: str, e: DatabaseError) -> UserError:
+    """The line for a PostgreSQL store that must be written to open (an older store to
+    migrate, an empty one to make) in a read-only session (default_transaction_read_only=on,
+    a standby): as SQLite's ?mode=ro, with the fix, not only "cannot execute ALTER TABLE in
+    a read-only transaction"."""
+    with contextlib.suppress(DatabaseError), engine.connect() as conn:
+        if inspect(conn).get_table_names():
+            return UserError(
+                f"run store {name} is older than this dlperf and opened read-only (its "
+                "session may not write)",
+                "open it once from a session that may write: that upgrades it",
+            )
+    return UserError(
+        f"cannot make run store {name}: its session is read-only ({_one_line(e)})",
+        "open it from a session that may write (not default_transaction_read_only=on, "
+        "not a standby)",
+    )
+
+
 def _schema_name(entry: str, user: str) -> str:
     """The schema an entry of search_path names: a quoted one as written, an unquoted one in
     lower case (as PostgreSQL folds it), "$user" the user's own."""
@@ -1024,6 +1043,8 @@ class RunStore:
                     f"run store {name} is older than this dlperf and opened read-only",
                     "open it once without ?mode=ro: that upgrades it",
                 ) from None
+            if _pg_state(e) == PG_READ_ONLY:
+                raise _read_only_session(engine, name, e) from None
             raise _no_answer(parsed, name, e) or UserError(
                 f"cannot open run store {name}: {_one_line(e)}", _hint(e)
             ) from None
