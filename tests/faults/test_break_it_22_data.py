@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import struct
 from collections.abc import Callable
@@ -118,3 +119,39 @@ def test_a_npy_file_given_as_an_npz_root_is_one_line(
     else:
         r = cli("distill", str(tiny_exp()), "--unlabeled", f"npz:root={path}")
     one_line(r, 2, str(path), "not an .npz archive (a single .npy array)", "numpy.savez")
+
+
+# --- cause 2: a dimension of 0 --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(10, 1, 0, 0), (10, 0, 8, 8), (10, 1, 8, 0)])
+def test_npz_images_with_a_dimension_of_0_are_refused_naming_the_file(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, shape: tuple[int, ...]
+) -> None:
+    """Before: described as images 1x0x0; `run` ended in 'augment.cutout 0: a square of side
+    -1 or more masks every pixel' (Cutout off), or 'the model rejects npz images'."""
+    path = tmp_path / "zero.npz"
+    np.savez(path, images=np.zeros(shape, np.uint8), labels=np.arange(10) % 2)
+    said = "x".join(map(str, shape[1:]))
+    one_line(describe(cli, "npz", path), 2, str(path), said, "at least 1")
+    r = run_npz(cli, tiny_exp(), path, "train.batch_size=2")
+    one_line(r, 2, str(path), said, "at least 1")
+    assert "cutout" not in r.err and "degrees of freedom" not in r.err
+
+
+def test_mnist_images_of_0x0_are_refused_naming_the_file(cli: Cli, tmp_path: Path) -> None:
+    zero = {
+        TRAIN_IMAGES: idx_bytes(np.zeros((60, 0, 0))),
+        TEST_IMAGES: idx_bytes(np.zeros((20, 0, 0))),
+    }
+    raw = write_mnist(tmp_path / "m", **zero)
+    one_line(describe(cli, "mnist", tmp_path / "m"), 2, str(raw / TRAIN_IMAGES), "0 x 0")
+
+
+def test_an_empty_mnist_test_split_still_reads(cli: Cli, tmp_path: Path) -> None:
+    """N = 0 is no dimension of an image: an empty split stays readable."""
+    empty = {TEST_IMAGES: idx_bytes(np.zeros((0, 28, 28))), TEST_LABELS: idx_bytes(np.zeros(0))}
+    write_mnist(tmp_path / "m", **empty)
+    r = describe(cli, "mnist", tmp_path / "m")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["splits"]["test"] == 0

@@ -423,6 +423,9 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
     if len(data) - head != int(np.prod(shape)):
         said = " x ".join(map(str, shape))
         raise _broken(cfg, what, path, f"holds {len(data) - head:,} bytes of data for {said}")
+    if ndim == 3 and min(shape[1:]) < 1:  # else blamed later on Cutout or the model
+        said = f"holds images of {shape[1]} x {shape[2]}: their height and width must be at least 1"
+        raise _broken(cfg, what, path, said, "write its images at least 1 x 1 pixels")
     return np.frombuffer(bytearray(data), np.uint8, offset=head).reshape(shape)
 
 
@@ -817,6 +820,12 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
     images = arrays.get("images")
     if images is None or images.ndim != 4 or images.dtype != np.uint8:
         raise UserError(f"{path}: wants an array 'images' of uint8 N,C,H,W")
+    if min(images.shape[1:]) < 1:  # else blamed later on Cutout or the model
+        said = "x".join(map(str, images.shape[1:]))
+        raise UserError(
+            f"{path}: images of {said} (channels x height x width): each must be at least 1",
+            "write images of at least 1 channel and 1 x 1 pixels",
+        )
     labels = arrays.get("labels")
     if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
         raise UserError(f"{path}: 'labels' must hold one integer per image")
