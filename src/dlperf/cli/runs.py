@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import re
 import sys
-import unicodedata
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,17 +15,27 @@ from dlperf.errors import UserError
 from dlperf.formatting import fmt
 from dlperf.parsing import flatten
 
+if TYPE_CHECKING:
+    from dlperf.store import RunStore
+
 runs_app = typer.Typer(
     help="List, show, compare, tag, delete and repair stored runs.\n\nExample: dlperf runs list",
     no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
 
-TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-
-
 # The store as the commands that only read it open it: never made or written.
 reader = functools.partial(open_store, create=False)
+
+
+def writer() -> RunStore:
+    """The store as tag and delete open it: one missing or empty is not made (a mistyped --db
+    made a store only to say "no run N"), but read as holding no run, as `reader` reads it."""
+    store = reader()
+    if store.read_only:  # nothing there (or ?mode=ro): each write says why it cannot be made
+        return store
+    store.engine.dispose()
+    return open_store()  # again: the writers' store keeps its file (RunStore._keep_file)
 
 
 @runs_app.command("list")
@@ -156,12 +164,6 @@ def runs_compare(
 # --- runs tag, runs delete ------------------------------------------------------------------
 
 
-def _start(text: str) -> str:
-    """Text as an error line quotes it: its start, if it is long (a whole file's worth
-    pasted as one argument)."""
-    return repr(text) if len(text) <= 60 else f"{text[:56]!r}..."
-
-
 @runs_app.command("tag")
 def runs_tag(
     run_id: int = typer.Argument(..., help="Run ID."),
@@ -175,28 +177,12 @@ def runs_tag(
 
     Example: dlperf runs tag 3 baseline=yes note="lr too high"
     """
-    tags: dict[str, str | None] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not TAG_KEY.fullmatch(key):
-            raise UserError(
-                f"runs tag {_start(pair)}: expected KEY=VALUE (KEY of 1 to 100 ASCII letters, "
-                "digits, _ . -)",
-                "e.g. dlperf runs tag 3 baseline=yes; baseline= removes the tag",
-            )
-        # An escape sequence would reach every terminal that lists the run; an undecodable
-        # byte (a surrogate here) cannot be stored at all.
-        if any(unicodedata.category(c).startswith("C") for c in value):
-            raise UserError(
-                f"runs tag {pair!r}: a tag value holds a control character or a byte that is "
-                "not UTF-8",
-                "give printable text",
-            )
-        if key in tags:
-            raise UserError(f"runs tag: {key} is given twice")
-        tags[key] = value.strip() or None
-    result = open_store().set_tags(run_id, tags)
+    from dlperf.store.query import tag_changes
+
+    tags = tag_changes(pairs)
+    store = writer()
+    store.get_run(run_id)  # "no run N" before "open read-only" (a missing store is empty)
+    result = store.set_tags(run_id, tags)
     if result:
         console.print_table(f"run {run_id} tags", ["tag", "value"], list(result.items()))
     else:
@@ -228,7 +214,7 @@ def runs_delete(
     """
     from dlperf.store.query import stop, to_delete
 
-    store = open_store()
+    store = writer()
     ids = list(dict.fromkeys(run_ids))
     runs = to_delete(store, ids, force)
     if not yes:

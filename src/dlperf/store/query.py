@@ -1,14 +1,16 @@
 """Reading runs as `dlperf runs list | show | compare | delete` and `dlperf.api.Store` do: runs
 as they stand (`lost` for a dead `running` one), the `--where KEY=VALUE` filters, one run with
-its per-epoch metrics, what differs between runs with the numeric change of each result, and
-which runs may be deleted (and stopping those still running first)."""
+its per-epoch metrics, what differs between runs with the numeric change of each result, the
+tags `runs tag` sets, and which runs may be deleted (and stopping those still running first)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -415,6 +417,46 @@ def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = No
         tags={t: [r.tags.get(t) for r in runs] for t in sorted(tags)},
         status=[r.status for r in runs],
     )
+
+
+# --- tag ------------------------------------------------------------------------------------
+
+TAG_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+def _start(text: str) -> str:
+    """Text as an error line quotes it: its start, if it is long (a whole file's worth
+    pasted as one argument)."""
+    return repr(text) if len(text) <= 60 else f"{text[:56]!r}..."
+
+
+def tag_changes(pairs: Sequence[str]) -> dict[str, str | None]:
+    """`runs tag`'s KEY=VALUE arguments as the tags to set (None: KEY= removes it), each
+    checked before any is written."""
+    tags: dict[str, str | None] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not TAG_KEY.fullmatch(key):
+            # The first character is said: the line listed `.` and `-` among a key's
+            # characters, and `.=1` was refused without a word of why.
+            raise UserError(
+                f"runs tag {_start(pair)}: expected KEY=VALUE (KEY of 1 to 100 ASCII letters, "
+                "digits, _ . -, starting with a letter, digit or _)",
+                "e.g. dlperf runs tag 3 baseline=yes; baseline= removes the tag",
+            )
+        # An escape sequence would reach every terminal that lists the run; an undecodable
+        # byte (a surrogate here) cannot be stored at all.
+        if any(unicodedata.category(c).startswith("C") for c in value):
+            raise UserError(
+                f"runs tag {pair!r}: a tag value holds a control character or a byte that is "
+                "not UTF-8",
+                "give printable text",
+            )
+        if key in tags:
+            raise UserError(f"runs tag: {key} is given twice")
+        tags[key] = value.strip() or None
+    return tags
 
 
 # --- delete ---------------------------------------------------------------------------------

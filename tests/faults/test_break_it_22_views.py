@@ -1,0 +1,120 @@
+"""The twenty-second break-it round (P3, the store tester: causes 5, 8, 9, 10 and 11): what the
+commands and the API that read and write the run store's views accept.
+
+5: `runs tag` and `runs delete` on a mistyped --db made a new store (a 48 KB file, or seven
+tables in an empty PostgreSQL schema) only to say "no run N". They now open it as the readers
+do: a store that is missing or empty is not made, and holds no run.
+
+8: the tag-key line listed "1 to 100 ASCII letters, digits, _ . -", yet a key starting with
+`.` or `-` was refused: it now says the key starts with a letter, digit or _.
+
+9: `runs export --to mlflow --uri` naming the run store itself (its file by any path, or its
+PostgreSQL database and schema) wrote MLflow's tables into the store, then failed: it is
+refused before anything is written.
+
+10: `dlperf.track(config={'a.b': 1, 'a': {'b': 2}})` was stored, but the MLflow export,
+`runs list --where` and `runs compare` name keys dotted and kept one of the two values. Such a
+config (and such an experiment for `dlperf.run`) is refused in one line naming both keys, as
+round 21 refused {1: .., '1': ..}.
+
+11: `log(1, loss=1.0, **{'train/loss': 2.0})` stored two rows of one metric at one step: a
+UserError naming both names, before anything of the call is kept.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect, make_url
+
+import dlperf
+from tests.conftest import CliResult, fresh_store_url
+
+Cli = Callable[..., CliResult]
+
+
+def one_line(result: CliResult, *parts: str) -> str:
+    """Exit 2 and one error line, the last on stderr, holding each of `parts`; that line."""
+    assert result.code == 2, (result.out, result.err)
+    lines = result.err.splitlines()
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], result.err
+    assert "Traceback" not in result.err
+    for part in parts:
+        assert part in lines[-1], result.err
+    return lines[-1]
+
+
+# --- 5: runs tag / runs delete do not make a store ----------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def unopened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store nobody has opened: a missing SQLite file, or an empty PostgreSQL schema."""
+    yield from fresh_store_url(request.param, tmp_path, "bk22v")
+
+
+def _tables(url: str) -> list[str]:
+    """The tables at `url`, or ["(file)"] for a SQLite file that exists at all."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        assert parsed.database
+        return ["(file)"] if os.path.lexists(parsed.database) else []
+    engine = create_engine(url)
+    try:
+        return inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["tag", "1", "a=b"], "no run 1 in the store"),
+        (["delete", "1", "--yes"], "no run 1 in the store; nothing deleted"),
+        (["delete", "1", "2", "--yes", "--force"], "no run 1, 2 in the store; nothing deleted"),
+    ],
+    ids=["tag", "delete", "delete force"],
+)
+def test_tag_and_delete_make_no_store_of_a_mistyped_db(
+    cli: Cli, unopened: str, args: list[str], said: str
+) -> None:
+    # before: "no run 1", and a new store file (or 7 tables in the schema) left behind
+    one_line(cli("--db", unopened, "runs", *args), said)
+    assert _tables(unopened) == []
+
+
+def test_tag_and_delete_still_write_a_store_that_exists(cli: Cli, db: str) -> None:
+    with dlperf.track("kept", store=db) as run:
+        run.log(1, loss=1.0)
+    with dlperf.track("gone", store=db):
+        pass
+    assert cli("runs", "tag", "1", "a=b").code == 0
+    assert dlperf.Store(db).run(1).tags == {"a": "b"}
+    assert cli("runs", "delete", "2", "--yes").code == 0
+    assert [r.id for r in dlperf.Store(db).runs()] == [1]
+    one_line(cli("runs", "tag", "2", "a=b"), "no run 2")
+
+
+# --- 8: the tag key's first character -------------------------------------------------------
+
+
+@pytest.mark.parametrize("pair", [".=1", ".a=1", "-a=1", "é=1"])
+def test_tag_key_line_says_what_it_may_start_with(cli: Cli, db: str, pair: str) -> None:
+    with dlperf.track("r", store=db):
+        pass
+    # before: "KEY of 1 to 100 ASCII letters, digits, _ . -", which `.` is one of
+    one_line(
+        cli("runs", "tag", "1", "--", pair),
+        "KEY of 1 to 100 ASCII letters, digits, _ . -, starting with a letter, digit or _",
+    )
+    assert dlperf.Store(db).run(1).tags == {}
+
+
+def test_tag_keys_the_line_allows_are_taken(cli: Cli, db: str) -> None:
+    with dlperf.track("r", store=db):
+        pass
+    assert cli("runs", "tag", "1", "_.-=1", "a.b-c=2", "9=3").code == 0
+    assert dlperf.Store(db).run(1).tags == {"_.-": "1", "a.b-c": "2", "9": "3"}
