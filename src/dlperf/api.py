@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, model_exited
-from dlperf.parsing import KEYS_HINT, MAX_DEPTH, TOO_DEEP, has_control, key_fault
+from dlperf.parsing import KEYS_HINT, MAX_DEPTH, TOO_DEEP, flat_clash, has_control, key_fault
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,6 +161,22 @@ def _json_fault(value: Any, at: str = "", level: int = 1) -> UserError | None:
         faults = (_json_fault(v, f"{at}[{i}]", level + 1) for i, v in enumerate(value))
         return next((f for f in faults if f is not None), None)
     return UserError(f"config{at} is not JSON-serialisable ({type(value).__name__})", _VALUES)
+
+
+def _clash(config: dict[str, Any], name: str) -> None:
+    """Refuse a config (`name`: what the user calls it) two of whose keys are one dotted key:
+    `{"a.b": 1, "a": {"b": 2}}` was stored as given, but the MLflow export, `runs list
+    --where` and `runs compare` name its keys dotted, and kept one of the two values without a
+    word (as round 21's {1: .., "1": ..} would have been one key, this is refused)."""
+    clash = flat_clash(config)
+    if clash is not None:
+        dotted, one, other = clash
+        at = ["".join(f"[{key!r}]" for key in path) for path in (one, other)]
+        raise UserError(
+            f"{name}{at[0]} and {name}{at[1]} are one key, {dotted}, as runs list --where, "
+            "runs compare and the MLflow export name keys: one value would be lost",
+            "rename one of them",
+        )
 
 
 def _device(device: Any) -> torch.device:
@@ -430,6 +446,7 @@ def run(
         exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
     else:
         exp = load_experiment(experiment, list(overrides))
+    _clash(exp.to_dict(), "experiment")
     grad = torch.is_grad_enabled()
     try:
         return run_experiment(exp, where._store, by_api=True)
@@ -475,7 +492,7 @@ class TrackedRun:
     def log(self, step: int, **metrics: float) -> None:
         """Record metrics at `step`. `loss` and `lr` are stored as the engine stores them
         (train/loss, train/lr); a key with a slash (e.g. val/acc1) is kept as it is; any
-        other key goes under train/."""
+        other key goes under train/, so `loss` and `train/loss` in one call are refused."""
         self._check_open()
         now = time.time()  # the call's own time, not the batch's write
         try:  # int() would read 1.5 as step 1; index() takes NumPy's and tensors' integers
@@ -492,8 +509,14 @@ class TrackedRun:
         # Every metric is checked before any is kept, and here rather than at the block's
         # flush, where a key the store refuses failed the run and lost its earlier metrics.
         rows = []
+        given: dict[str, str] = {}  # stored name -> the key that gave it
         for key, value in metrics.items():
             name, number = _metric(key, value)
+            if name in given:  # loss= and train/loss= stored two rows of one step
+                raise UserError(
+                    f"log: {given[name]!r} and {key!r} name one metric, {name}", "give it once"
+                )
+            given[name] = key
             rows.append((name, at, number, now))
         with self._lock:
             self._check_open()  # again: the block may have ended while this call checked
@@ -594,6 +617,7 @@ def track(
     fault = _json_fault(config)
     if fault is not None:
         raise fault
+    _clash(config, "config")
     dev = _device(device)
     where = _open_store(store)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()

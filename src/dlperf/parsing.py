@@ -9,7 +9,7 @@ import math
 import os
 import re
 import reprlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -157,6 +157,30 @@ def flatten(tree: dict[str, Any], prefix: str = "", quote: bool = False) -> dict
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _leaves(
+    tree: dict[str, Any], prefix: str, path: tuple[str, ...]
+) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(dotted key, path of keys) of each leaf of `tree`, as `flatten` walks it."""
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.", (*path, key))
+        else:
+            yield f"{prefix}{key}", (*path, key)
+
+
+def flat_clash(tree: dict[str, Any]) -> tuple[str, tuple[str, ...], tuple[str, ...]] | None:
+    """The first dotted key that two leaves of `tree` share once flattened (unquoted), with the
+    path of keys to each: `{"a.b": 1, "a": {"b": 2}}` gives ("a.b", ("a.b",), ("a", "b")).
+    None when each leaf has a key of its own. `flatten` keeps the later of two such leaves,
+    and the other's value was lost from exports, --where and compare without a word."""
+    seen: dict[str, tuple[str, ...]] = {}
+    for dotted, path in _leaves(tree, "", ()):
+        if dotted in seen:
+            return dotted, seen[dotted], path
+        seen[dotted] = path
+    return None
 
 
 def did_you_mean(

@@ -26,11 +26,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, inspect, make_url
 
 import dlperf
+from dlperf.errors import UserError
 from tests.conftest import CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
@@ -118,3 +120,80 @@ def test_tag_keys_the_line_allows_are_taken(cli: Cli, db: str) -> None:
         pass
     assert cli("runs", "tag", "1", "_.-=1", "a.b-c=2", "9=3").code == 0
     assert dlperf.Store(db).run(1).tags == {"_.-": "1", "a.b-c": "2", "9": "3"}
+
+
+# --- 11: two names of one metric in one log() call ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [{"loss": 1.0, "train/loss": 2.0}, {"train/acc": 1.0, "acc": 2.0}],
+    ids=["loss first", "train/ first"],
+)
+def test_log_refuses_two_names_of_one_metric(db: str, metrics: dict[str, float]) -> None:
+    first, second = metrics
+    stored = first if "/" in first else second
+    with dlperf.track("r", store=db) as run:
+        run.log(1, other=0.5)
+        # before: two rows of train/loss at step 1 (1.0 and 2.0), the summary keeping the last
+        with pytest.raises(UserError) as caught:
+            run.log(2, **metrics)
+        run.log(3, **{first: 3.0})
+    assert str(caught.value) == (
+        f"log: {first!r} and {second!r} name one metric, {stored} (give it once)"
+    )
+    store = dlperf.Store(db)
+    assert store.metrics(1, stored) == [(3, 3.0)]  # nothing of the refused call is kept
+    assert store.metrics(1, "other") == [(1, 0.5)]
+
+
+# --- 10: a dotted config key beside the nested path it spells -------------------------------
+
+CLASH = "one value would be lost (rename one of them)"
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"a.b": 1, "a": {"b": 2}}, "config['a.b'] and config['a']['b'] are one key, a.b"),
+        ({"a": {"b": 2}, "a.b": 1}, "config['a']['b'] and config['a.b'] are one key, a.b"),
+        (
+            {"m": {"x": {"y.z": []}, "x.y": {"z": None}}},
+            "config['m']['x']['y.z'] and config['m']['x.y']['z'] are one key, m.x.y.z",
+        ),
+        ({"a.b": {}, "a": {"b": "t"}}, "config['a.b'] and config['a']['b'] are one key, a.b"),
+    ],
+    ids=["dotted first", "nested first", "deeper, two dots", "empty table"],
+)
+def test_track_refuses_a_config_whose_keys_clash_once_dotted(
+    db: str, config: dict[str, Any], said: str
+) -> None:
+    # before: stored; `runs list --where a.b=1` found nothing and the MLflow export kept a.b=2
+    with pytest.raises(UserError) as caught, dlperf.track("x", config=config, store=db):
+        pass
+    assert str(caught.value) == (
+        f"{said}, as runs list --where, runs compare and the MLflow export name keys: {CLASH}"
+    )
+    assert dlperf.Store(db).runs() == []
+
+
+def test_run_refuses_an_experiment_whose_keys_clash_once_dotted(db: str) -> None:
+    kwargs = {"a.b": 1, "a": {"b": 2}}
+    experiment = {"model": {"name": "smallcnn", "kwargs": kwargs}, "data": {"name": "digits"}}
+    with pytest.raises(UserError) as caught:
+        dlperf.run(experiment, store=db)
+    assert str(caught.value).startswith(
+        "experiment['model']['kwargs']['a.b'] and experiment['model']['kwargs']['a']['b'] are "
+        "one key, model.kwargs.a.b,"
+    )
+    assert dlperf.Store(db).runs() == []
+
+
+def test_dotted_keys_that_do_not_clash_are_kept_and_selected(db: str) -> None:
+    config = {"a.b": 1, "a": {"c": 2}, "x": {"y.z": 3}}
+    with dlperf.track("x", config=config, store=db):
+        pass
+    store = dlperf.Store(db)
+    assert store.run(1).config == config
+    for where in ("a.b=1", "a.c=2", "x.y.z=3"):
+        assert [r.id for r in store.runs(where=[where])] == [1], where
