@@ -168,3 +168,31 @@ def test_the_servers_own_cap_is_unchanged(tmp_path: Path) -> None:
     with pytest.raises(runtime.ImageTooLarge) as caught:
         runtime.decode(png(tmp_path / "a.png", (10, 10)).read_bytes(), "upload", max_pixels=99)
     assert str(caught.value) == "upload is 10x10 pixels, more than the 99 accepted"
+
+
+# --- cause 12: a VOC object named __background__ ------------------------------------------------
+
+
+def shapes(tmp_path: Path) -> Path:
+    """make-shapes' 4 images of 64 px (3 train, 1 val)."""
+    root = tmp_path / "det"
+    voc.make_shapes(root, images=4, size=64, seed=1)
+    return root
+
+
+def test_a_voc_object_named_background_is_refused_naming_the_file(cli: Cli, tmp_path: Path) -> None:
+    """Before: trained as a class: labels __background__, __background__, disc, square."""
+    root = shapes(tmp_path)
+    xml = root / "Annotations" / f"{voc.read_split(root, 'train')[1]}.xml"
+    text = xml.read_text()
+    name = text.split("<name>", 1)[1].split("</name>", 1)[0]
+    xml.write_text(text.replace(f"<name>{name}</name>", "<name>__background__</name>", 1))
+    r = cli("detect", "finetune", str(root), "--size", "96", "--epochs", "1", "--batch", "2",
+            "--threads", "1", "--out", str(tmp_path / "w.pt"))  # fmt: skip
+    one_line(
+        r,
+        2,
+        f"error: {xml}: object 1 (__background__): __background__ is the name dlperf gives "
+        "the background (label 0), not a class (rename the object's class)",
+    )
+    assert not (tmp_path / "w.pt").exists()

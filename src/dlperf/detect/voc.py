@@ -171,6 +171,11 @@ def _size(node: ET.Element, side: str, path: Path) -> int:
 def _object(obj: ET.Element, where: str, width: int, height: int) -> VocObject:
     name = _text(obj, "name", where, "give each object the name of its class")
     where = f"{where} ({name})"
+    if name == BACKGROUND:  # label 0: as a class it was trained, and named twice in the labels
+        raise UserError(
+            f"{where}: {BACKGROUND} is the name dlperf gives the background (label 0), not a class",
+            "rename the object's class",
+        )
     corners = {}
     for corner in CORNERS:
         text = _text(obj, f"bndbox/{corner}", where)
