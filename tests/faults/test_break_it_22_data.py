@@ -155,3 +155,15 @@ def test_an_empty_mnist_test_split_still_reads(cli: Cli, tmp_path: Path) -> None
     r = describe(cli, "mnist", tmp_path / "m")
     assert r.code == 0, r.err
     assert json.loads(r.out)["splits"]["test"] == 0
+
+
+# --- cause 3: an idx header whose sizes overflow int64 --------------------------------------
+
+
+def test_an_idx_header_whose_size_overflows_int64_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    """Before: np.prod wrapped to 0, a header-only file passed, and reshape raised
+    'ValueError: cannot reshape array of size 0 into shape (4194304,2097152,2097152)'."""
+    head = struct.pack(">IIII", 0x0803, 2**22, 2**21, 2**21)
+    raw = write_mnist(tmp_path / "m", **{TEST_IMAGES: head})
+    r = describe(cli, "mnist", tmp_path / "m")
+    one_line(r, 2, str(raw / TEST_IMAGES), "0 bytes of data for 4194304 x 2097152 x 2097152")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
+import math
 import os
 import pickle
 import re
@@ -420,7 +421,8 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
     if len(data) < head:
         raise _broken(cfg, what, path, f"is cut short in its header ({len(data)} bytes)")
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    if len(data) - head != int(np.prod(shape)):
+    # Python's ints: np.prod wraps at 2**64, and 2**22 x 2**21 x 2**21 made 0, as a header alone
+    if len(data) - head != math.prod(shape):
         said = " x ".join(map(str, shape))
         raise _broken(cfg, what, path, f"holds {len(data) - head:,} bytes of data for {said}")
     if ndim == 3 and min(shape[1:]) < 1:  # else blamed later on Cutout or the model
