@@ -246,7 +246,7 @@ def test_a_speed_table_of_fractional_counts_is_refused_naming_the_row(
     lines[3] = ",".join(fields)
     optimus_table.write_text("\n".join(lines) + "\n")
     r = _speed_fit(cli, optimus_table, "optimus-sync")
-    one_line_error(r, f"speeds.csv: row 3: {column} must be a whole number ≥ {least}, got 1.5")
+    one_line_error(r, f"speeds.csv:4: {column} must be a whole number ≥ {least}, got 1.5")
 
 
 def test_a_study_summary_of_fractional_workers_is_refused_naming_the_row() -> None:

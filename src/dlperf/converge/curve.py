@@ -27,7 +27,7 @@ import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
 
 from dlperf.converge.regress import configuration
-from dlperf.converge.tables import read_columns
+from dlperf.converge.tables import read_numbers
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:
@@ -42,6 +42,11 @@ GRID = 200
 # The largest value a curve may hold: its squares, weighted (≤ 16) and summed over a few
 # thousand points, stay within float64's range (about 1.8e308).
 LARGEST = 1e150
+# The smallest a curve's largest value may be: the fits divide the values by about it
+# (`value_scale`) and carry its reciprocal into β0 = β0'/(steps·scale), which overflowed
+# near 1e-307 (1e-309's reciprocal is past a float: "Initial guess is outside of provided
+# bounds", a traceback); and squares of values below it fall below what a float holds.
+SMALLEST = 1.0 / LARGEST
 N_BOOT = 200
 # The most points a least-squares fit sees: a window of more is fitted as this many bins
 # (`thinned`). A fit is one least-squares problem per form and N_BOOT more for its bootstrap,
@@ -197,8 +202,17 @@ def value_scale(y: np.ndarray) -> float:
     so values of 1e-11 fitted unscaled got β2 = 1e-10, above every one of them (break-it
     round 14, C1); scaled, the fit of c·y is c times the fit of y. A power of two divides
     without rounding: curves whose largest value lies within [0.71, 1.41) are fitted bit for
-    bit as before, and 2^j·y gets exactly 2^j times the fit of y."""
+    bit as before, and 2^j·y gets exactly 2^j times the fit of y. A largest value above 0 but
+    below SMALLEST is refused in one line."""
     top = float(np.max(y))
+    if 0.0 < top < SMALLEST:
+        # Here rather than in `_check_points`: the ensemble's fit scales by it too.
+        exponent = -math.floor(math.log10(top))
+        raise UserError(
+            f"the curve's values reach only {top:.2g}; a fit divides by their scale and squares "
+            "them, past what a float holds",
+            f"scale the column, e.g. multiply it by 1e{exponent}",
+        )
     return 2.0 ** round(math.log2(top)) if top > 0.0 else 1.0
 
 
@@ -208,7 +222,7 @@ def _check_points(k: np.ndarray, y: np.ndarray) -> None:
     if not (np.all(np.isfinite(k)) and np.all(np.isfinite(y))):
         raise UserError("the curve has non-finite values")
     if np.any(k <= 0):
-        raise UserError("steps must be positive", "the first step is 1, not 0")
+        raise UserError(f"steps must be positive, got {float(k.min()):g}", _count_from_1(k.min()))
     if np.any(y < 0):
         raise UserError("loss/error values must be ≥ 0 (is the metric right?)")
     top = float(np.max(y))
@@ -220,6 +234,11 @@ def _check_points(k: np.ndarray, y: np.ndarray) -> None:
             f"the curve's values reach {top:.3g}; a fit squares them, past what a float holds",
             f"scale the column, e.g. divide it by 1e{exponent}",
         )
+
+
+def _count_from_1(step: float) -> str:
+    """The fix for a step ≤ 0: a step 0 is most often steps counted from 0."""
+    return "the first step is 1, not 0" if step == 0 else "steps count from 1"
 
 
 def as_points(steps: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -522,9 +541,14 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
 
 def from_csv(path: Path, x: str | None, y: str) -> Curve:
     """A curve from two CSV columns; without `x` the step is the row number (1, 2, ...)."""
-    columns = read_columns(path, [y] if x is None else [x, y])
+    lines, columns = read_numbers(path, [y] if x is None else [x, y])
     values = np.asarray(columns[y])
     steps = np.arange(1.0, len(values) + 1) if x is None else np.asarray(columns[x])
+    if (bad := np.flatnonzero(steps <= 0)).size:  # named here, where the file and line are known
+        step = float(steps[bad[0]])
+        raise UserError(
+            f"{path}:{lines[bad[0]]}: step {step:g} is not positive", _count_from_1(step)
+        )
     check_increasing(steps, f"{path}: column '{x}'")
     return Curve(path.name, steps, values, source=str(path))
 

@@ -40,6 +40,7 @@ a `dlperf scale` study (`ps` = 0 there: all-reduce).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from dlperf.converge.tables import header, read_columns
+from dlperf.converge.tables import header, numbers, read_numbers, read_table
 from dlperf.errors import UserError
 from dlperf.parsing import parse_numbers
 
@@ -160,24 +161,51 @@ class SpeedFit:
         return self.typical_batch
 
 
+# A placement names the GPUs on each node, one digit a node (Pollux's traces, e.g. 1244):
+# read as text, since through a float "1.5" was 1, "10" a node of 0 GPUs, and 17 digits past
+# a float's 15-16 a different placement.
+_PLACEMENT = re.compile(r"[1-9]+")
+# The columns each key of `SpeedData` is read from, by table shape, for the lines that name one.
+OWN_COLUMNS = {
+    "workers": "workers",
+    "ps": "ps",
+    "nodes": "nodes",
+    "batch": "global_batch",
+    "step": "step_time_s",
+    "sync": "sync_time_s",
+}
+TRACE_COLUMNS = {
+    **OWN_COLUMNS,
+    "workers": "num_replicas",
+    "nodes": "num_nodes",
+    "batch": "local_bsz",
+    "step": "step_time",
+    "sync": "sync_time",
+}
+
+
 def load_csv(path: Path) -> SpeedData:
-    """A speed table in dlperf's shape or one of the Pollux traces (placements, scalability)."""
+    """A speed table in dlperf's shape or one of the Pollux traces (placements, scalability),
+    each row checked, a bad one named by its line."""
     columns = header(path)
+    trace = ["local_bsz", "step_time", "sync_time"]
     if "placement" in columns:
-        c = read_columns(path, ["placement", "local_bsz", "step_time", "sync_time"])
-        # A placement's digits are the workers (GPUs) on each node, e.g. 1244.
-        digits = [str(int(p)) for p in c["placement"]]
+        lines, texts = read_table(path, ["placement", *trace])
+        c = {name: numbers(path, name, lines, texts[name]) for name in trace}
+        placements = zip(lines, texts["placement"], strict=True)
+        digits = [_placement(f"{path}:{line}", p) for line, p in placements]
         c["num_nodes"] = [float(len(d)) for d in digits]
         c["num_replicas"] = [float(sum(map(int, d))) for d in digits]
     elif "num_replicas" in columns:
-        c = read_columns(path, ["num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"])
+        lines, c = read_numbers(path, ["num_nodes", "num_replicas", *trace])
     else:
-        c = read_columns(
+        lines, c = read_numbers(
             path, ["workers", "global_batch", "step_time_s"], ("ps", "nodes", "sync_time_s")
         )
         return from_rows(
             [dict(zip(c, values, strict=True)) for values in zip(*c.values(), strict=True)],
             str(path),
+            lines,
         )
     workers = np.asarray(c["num_replicas"], float)
     data = SpeedData(
@@ -187,15 +215,31 @@ def load_csv(path: Path) -> SpeedData:
         nodes=np.asarray(c["num_nodes"], float),
         sync_time=np.asarray(c["sync_time"], float),
     )
-    _check_counts(data, str(path))
+    _check_rows(data, lambda i: f"{path}:{lines[i]}", TRACE_COLUMNS)
     return data
 
 
-def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
+def _placement(where: str, text: str | None) -> str:
+    """A placement's digits, one node each; a UserError naming `where` for anything else."""
+    digits = (text or "").strip()
+    if _PLACEMENT.fullmatch(digits) is None:
+        raise UserError(
+            f"{where}: placement {text!r} is not a placement",
+            "one digit 1-9 per node, the GPUs on it, e.g. 1244",
+        )
+    return digits
+
+
+def from_rows(rows: list[dict[str, Any]], source: str, lines: list[int] | None = None) -> SpeedData:
     """A speed table from dicts with the keys workers, global_batch, step_time_s and
-    optionally ps, nodes, sync_time_s (e.g. the summaries of a `dlperf scale` study)."""
+    optionally ps, nodes, sync_time_s (e.g. the summaries of a `dlperf scale` study); a bad
+    row is named by its line of a file (`lines`), else by its number."""
     if not rows:
         raise UserError(f"{source} has no measurements")
+
+    def row_at(i: int) -> str:
+        return f"{source}:{lines[i]}" if lines is not None else f"{source}: row {i + 1}"
+
     required = ("workers", "global_batch", "step_time_s")
     # One worker synchronises with nobody: `dlperf scale` times no sync for it.
     rows = [
@@ -207,7 +251,7 @@ def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
     for i, row in enumerate(rows):
         missing = [k for k in required if row.get(k) is None]
         if missing:
-            raise UserError(f"{source}: row {i + 1} has no {', '.join(missing)}")
+            raise UserError(f"{row_at(i)} has no {', '.join(missing)}")
 
     def column(key: str) -> np.ndarray:
         values = np.asarray([float(row[key]) for row in rows], float)
@@ -226,15 +270,18 @@ def from_rows(rows: list[dict[str, Any]], source: str) -> SpeedData:
         nodes=optional("nodes"),
         sync_time=optional("sync_time_s"),
     )
-    if np.any(data.workers < 1) or np.any(data.step_time <= 0):
-        raise UserError(f"{source}: workers must be ≥ 1 and step times > 0")
-    _check_counts(data, source)
+    _check_rows(data, row_at, OWN_COLUMNS)
     return data
 
 
-def _check_counts(data: SpeedData, source: str) -> None:
-    """Workers, servers and nodes are whole numbers, as `--predict` takes them: a table of
-    1.5 workers is a mistake (a column shifted, a mean of runs), refused naming its row."""
+def _check_rows(data: SpeedData, row_at: Callable[[int], str], names: dict[str, str]) -> None:
+    """Each row's measurement is one that can be: a UserError naming the first row that is
+    not (`row_at`) and its column (`names`, by key). Workers, servers and nodes are whole
+    numbers, as `--predict` takes them (a table of 1.5 workers is a mistake: a column
+    shifted, a mean of runs), and a node runs at least one worker; batches and step times are
+    above 0 and sync times not below (a batch of 0 was fitted, one of -32 was scipy's
+    "Residuals are not finite")."""
+
     for key, column, least in (("workers", data.workers, 1), ("ps", data.ps, 0),
                                ("nodes", data.nodes, 1)):  # fmt: skip
         if column is None:
@@ -242,8 +289,28 @@ def _check_counts(data: SpeedData, source: str) -> None:
         bad = np.flatnonzero((column != np.round(column)) | (column < least))
         if bad.size:
             raise UserError(
-                f"{source}: row {bad[0] + 1}: {key} must be a whole number ≥ {least}, "
+                f"{row_at(int(bad[0]))}: {names[key]} must be a whole number ≥ {least}, "
                 f"got {column[bad[0]]:g}"
+            )
+    if data.nodes is not None:
+        bad = np.flatnonzero(data.nodes > data.workers)
+        if bad.size:
+            i = int(bad[0])
+            raise UserError(
+                f"{row_at(i)}: {data.nodes[i]:g} nodes for {data.workers[i]:g} workers",
+                "every node runs at least one worker",
+            )
+    # Pollux's traces give the batch per worker: shown as given.
+    batch = data.global_batch / data.workers if names["batch"] == "local_bsz" else data.global_batch
+    for key, column, strict in (("batch", batch, True), ("step", data.step_time, True),
+                                ("sync", data.sync_time, False)):  # fmt: skip
+        if column is None:
+            continue
+        bad = np.flatnonzero(column <= 0 if strict else column < 0)
+        if bad.size:
+            i = int(bad[0])
+            raise UserError(
+                f"{row_at(i)}: {names[key]} must be {'>' if strict else '≥'} 0, got {column[i]:g}"
             )
 
 
@@ -566,8 +633,12 @@ def fit_pollux(data: SpeedData, fixed: dict[str, float], model: str = "pollux") 
         )
     local = data.global_batch / w
     grad = data.step_time - data.sync_time
-    if np.any(grad <= 0):
-        raise UserError("sync time must be shorter than step time in every row")
+    if (bad := np.flatnonzero(grad <= 0)).size:
+        i = int(bad[0])
+        raise UserError(
+            "sync time must be shorter than step time in every row: measurement "
+            f"{i + 1} has {data.sync_time[i]:g} s of {data.step_time[i]:g} s"
+        )
     if len(np.unique(local)) > 1:
         b_g, a_g = np.polyfit(local, grad, 1)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,9 +32,38 @@ def read_text(path: Path, what: str = "") -> str:
         raise not_utf8(path, e) from None
 
 
+# Excel's first line naming the separator, e.g. "sep=;" (written by its "CSV" in some
+# locales, and read by it); quoted by some writers.
+_SEP_LINE = re.compile(r'^"?sep=(.)"?[ \t]*\r?\n?$')
+
+
+def dialect(path: Path, text: str) -> tuple[str, str, int]:
+    """How `text` (the file `path`) is read: (its separator, its text from the header on, the
+    lines before the header). A first line `sep=X` (Excel's) names X: ',' and a tab are
+    honoured and the line passed over (it was read as the header: "did you mean 'sep='?"),
+    any other refused in one line. Without it, a header that splits into more columns at
+    tabs than at ',' is tab-separated (a spreadsheet's "Text (Tab delimited)" or a copy from
+    one), read at tabs: no decimal mark is a tab, so no number is read wrong."""
+    stream = io.StringIO(text, newline="")
+    first = stream.readline()
+    if (given := _SEP_LINE.match(first)) is not None:
+        sep = given.group(1)
+        if sep not in (",", "\t"):
+            raise UserError(
+                f"{path} says sep={one_line(sep)} on its first line: '{one_line(sep)}'-separated",
+                "save it as CSV with ',' between fields and '.' for decimals",
+            )
+        return sep, text[stream.tell() :], 1
+    at_commas = next(csv.reader(io.StringIO(first, newline="")), [])
+    at_tabs = next(csv.reader(io.StringIO(first, newline=""), delimiter="\t"), [])
+    sep = "\t" if len(at_tabs) > len(at_commas) else ","
+    return sep, text, 0
+
+
 def header(path: Path) -> list[str]:
     """The column names of a CSV."""
-    return next(csv.reader(io.StringIO(read_text(path), newline="")), [])
+    sep, body, _ = dialect(path, read_text(path))
+    return next(csv.reader(io.StringIO(body, newline=""), delimiter=sep), [])
 
 
 def semicolons(path: Path, text: str, fieldnames: Sequence[str] | None) -> None:
@@ -54,15 +84,48 @@ def semicolons(path: Path, text: str, fieldnames: Sequence[str] | None) -> None:
         )
 
 
+def read_numbers(
+    path: Path, required: list[str], optional: tuple[str, ...] = ()
+) -> tuple[list[int], dict[str, list[float]]]:
+    """The named columns of a CSV as lists of floats (optional ones only when present), with
+    the file's line of each row (for lines that name a row). A column named twice, or a row
+    with more fields than the header, is refused: either would leave which value is meant to
+    a guess (csv.DictReader keeps the last of two columns of one name, and drops a row's extra
+    fields)."""
+    lines, texts = read_table(path, required, optional)
+    return lines, {name: numbers(path, name, lines, column) for name, column in texts.items()}
+
+
+def numbers(path: Path, name: str, lines: list[int], texts: list[str]) -> list[float]:
+    """The fields `texts` of column `name` (on `lines` of `path`) as finite floats."""
+    values = []
+    for line, text in zip(lines, texts, strict=True):
+        try:
+            value = float(text)
+        except (TypeError, ValueError):  # TypeError: a short row's missing field, None
+            raise UserError(
+                f"{path}:{line}: '{one_line(name)}' is not a number: {text!r}"
+            ) from None
+        if not math.isfinite(value):
+            raise UserError(f"{path}:{line}: '{one_line(name)}' is not finite: {text!r}")
+        values.append(value)
+    return values
+
+
 def read_columns(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> dict[str, list[float]]:
-    """The named columns of a CSV as lists of floats (optional ones only when present). A
-    column named twice, or a row with more fields than the header, is refused: either would
-    leave which value is meant to a guess (csv.DictReader keeps the last of two columns of one
-    name, and drops a row's extra fields)."""
-    text = read_text(path)
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    """`read_numbers`' columns, without the lines."""
+    return read_numbers(path, required, optional)[1]
+
+
+def read_table(
+    path: Path, required: list[str], optional: tuple[str, ...] = ()
+) -> tuple[list[int], dict[str, list[str]]]:
+    """The file's line of each row and the named columns' fields as text (optional columns
+    only when present), checked as `read_numbers` says; ',' or tab-separated (`dialect`)."""
+    sep, text, skipped = dialect(path, read_text(path))
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=sep)
     rows: list[tuple[int, dict[str, str]]] = []
     for row in reader:
         if None in row:  # restkey: the fields past the header's
@@ -70,10 +133,12 @@ def read_columns(
             named = len(reader.fieldnames or [])
             fields = named + len(row[None])
             raise UserError(
-                f"{path}:{reader.line_num}: {fields} fields where the header has {named}",
-                "quote a field that holds a comma",
+                f"{path}:{reader.line_num + skipped}: {fields} fields where the header has {named}",
+                "quote a field that holds a comma"
+                if sep == ","
+                else "quote a field that holds a tab",
             )
-        rows.append((reader.line_num, row))
+        rows.append((reader.line_num + skipped, row))
     if not rows:
         raise UserError(f"{path} has no rows", "a CSV has a header line, then one line per point")
     header = list(reader.fieldnames or [])
@@ -90,18 +155,5 @@ def read_columns(
                 f"{path}: column '{one_line(name)}' is named {times} times in the header",
                 "give each column its own name",
             )
-    columns: dict[str, list[float]] = {}
-    for name in read:
-        values = []
-        for line, row in rows:
-            try:
-                value = float(row[name])
-            except (TypeError, ValueError):
-                raise UserError(
-                    f"{path}:{line}: '{one_line(name)}' is not a number: {row[name]!r}"
-                ) from None
-            if not math.isfinite(value):
-                raise UserError(f"{path}:{line}: '{one_line(name)}' is not finite: {row[name]!r}")
-            values.append(value)
-        columns[name] = values
-    return columns
+    # A short row's missing fields are None (DictReader's restval): `numbers` says so.
+    return [line for line, _ in rows], {name: [row[name] for _, row in rows] for name in read}
