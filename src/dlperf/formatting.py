@@ -6,12 +6,13 @@ import math
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from dlperf.parsing import printable
+from dlperf.parsing import one_line
 
 
 def fmt(value: Any, digits: int = 4) -> str:
     """None as "-", booleans as yes/no, a float to `digits` significant digits with thousands
-    separators from 10,000 up (12345.6: "12,346"), anything else as str() gives it."""
+    separators from 10,000 up (12345.6: "12,346"), anything else as str() gives it, on one
+    line, its control characters and line breaks escaped (`one_line`)."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -24,7 +25,10 @@ def fmt(value: Any, digits: int = 4) -> str:
         if value != 0 and abs(value) < 1e-3:
             return f"{value:.3g}"
         return f"{value:.{digits}g}"
-    return printable(str(value))  # a stored name may hold ESC or NUL: show it, never act on it
+    # A stored name may hold ESC or NUL: show it, never act on it. A newline or tab (a class
+    # folder "cat\ndog", a file "new\nline.png") split a table's row in two: one line, as
+    # `one_line` writes a name in an error (--json keeps the name as it is).
+    return one_line(str(value))
 
 
 def as_written(text: str, stream: TextIO) -> str:

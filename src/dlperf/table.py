@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlperf.formatting import fmt
-from dlperf.parsing import printable
+from dlperf.parsing import one_line
 
 
 @dataclass
@@ -22,4 +22,4 @@ class Table:
         widths = [max(len(line[i]) for line in lines) for i in range(len(self.columns))]
         body = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
                 for line in lines]  # fmt: skip
-        return "\n".join(([printable(self.title)] if self.title else []) + body)
+        return "\n".join(([one_line(self.title)] if self.title else []) + body)

@@ -196,3 +196,39 @@ def test_a_voc_object_named_background_is_refused_naming_the_file(cli: Cli, tmp_
         "the background (label 0), not a class (rename the object's class)",
     )
     assert not (tmp_path / "w.pt").exists()
+
+
+# --- cause 14: line breaks in names in tables ---------------------------------------------------
+
+
+def test_a_table_cell_with_a_newline_or_tab_stays_one_line() -> None:
+    """Before: "cat\\ndog" printed as two rows, the second with no count."""
+    table = Table("classes", ["class", "images"], [["cat\ndog", 3], ["b\tc", 2], ["\u2028x", 1]])
+    assert table.text().splitlines()[2:] == ["cat\\ndog  3", "b\\tc      2", "\\u2028x   1"]
+
+
+def test_data_describe_shows_a_class_with_a_newline_in_one_row(cli: Cli, tmp_path: Path) -> None:
+    for split in ("train", "val"):
+        for name in ("cat\ndog", "b"):
+            (tmp_path / "if" / split / name).mkdir(parents=True)
+            for i in range(2):
+                png(tmp_path / "if" / split / name / f"{i}.png", (16, 16))
+    args = ("data", "describe", "imagefolder", "--set", f"data.root={tmp_path / 'if'}",
+            "--set", "data.image_size=16")  # fmt: skip
+    r = cli(*args)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert any(line.split()[:1] == ["cat\\ndog"] for line in lines), r.out
+    assert not any(line.split()[:1] == ["dog"] for line in lines), r.out
+    r = cli(*args, "--json")
+    assert r.code == 0, r.err
+    assert "cat\ndog" in json.loads(r.out)["counts"], r.out  # JSON keeps the name
+
+
+def test_infer_shows_a_file_name_with_a_newline_in_one_row(
+    cli: Cli, model: Path, tmp_path: Path
+) -> None:
+    image = png(tmp_path / "new\nline.png")
+    r = cli("infer", str(model), str(image), "--topk", "2")
+    assert r.code == 0, r.err
+    assert "new\\nline.png" in r.out and "\nline.png" not in r.out, r.out
