@@ -11,10 +11,12 @@ not the run asked about (7). PostgreSQL cases skip without DLPERF_TEST_POSTGRES_
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -269,3 +271,18 @@ def test_a_new_store_in_a_read_only_session_is_one_line(cli: Cli, pg_url: str) -
     said = str(caught.value)
     assert "is read-only" in said and "a session that may write" in said, said
     assert "older" not in said and "\n" not in said
+
+
+# --- 7: a garbled JSON column names the run being read ------------------------------------------
+
+
+def test_a_garbled_column_names_the_run_being_read(cli: Cli, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    _runs(url, 3)
+    with closing(sqlite3.connect(tmp_path / "g.db")) as conn, conn:
+        conn.execute("UPDATE runs SET config = '[1,2]' WHERE id = 2")
+        conn.execute("UPDATE runs SET system = '\"x\"' WHERE id = 3")
+    one_line(cli("--db", url, "runs", "show", "3"), 2, "run 3's system", "is not a JSON object")
+    one_line(cli("--db", url, "runs", "show", "2"), 2, "run 2's config", "is not a JSON object")
+    one_line(cli("--db", url, "runs", "tag", "3", "a=b"), 2, "run 3's system")
+    one_line(cli("--db", url, "doctor", "--last", "4"), 2, "run 3's system")

@@ -18,7 +18,8 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -152,17 +153,39 @@ def garbled_run(path: Path) -> UserError | None:
     return None if found is None else garbled_json(path, *found)
 
 
+# The runs this thread reads now (`reading`): SQLAlchemy's reading of a garbled column knows
+# no run, and the store's first garbled run was named instead of the one asked about.
+_READING: ContextVar[tuple[int, ...]] = ContextVar("dlperf_reading_runs", default=())
+
+
+@contextmanager
+def reading(*run_ids: int) -> Iterator[None]:
+    """Name these runs first, while they are read, where a garbled column is found."""
+    token = _READING.set(run_ids)
+    try:
+        yield
+    finally:
+        _READING.reset(token)
+
+
 def _first_garbled(path: Path) -> tuple[int, str, str] | None:
+    """The first garbled run of `path`, its column and why: of the runs being read first
+    (`reading`), else of the whole store."""
     columns = [c for c in Run.__table__.columns if isinstance(c.type, JSON | DateTime)]
     names = ", ".join(c.name for c in columns)
+    queries: list[tuple[str, tuple[int, ...]]] = [
+        (f"SELECT id, {names} FROM runs WHERE id = ?", (i,)) for i in _READING.get()
+    ]
+    queries.append((f"SELECT id, {names} FROM runs", ()))
     try:
         with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as conn:
-            for run_id, *values in conn.execute(f"SELECT id, {names} FROM runs"):
-                for column, value in zip(columns, values, strict=True):
-                    reason = unreadable(column, value)
-                    if reason is not None:
-                        return int(run_id), column.name, reason
-    except sqlite3.Error:
+            for query, params in queries:
+                for run_id, *values in conn.execute(query, params):
+                    for column, value in zip(columns, values, strict=True):
+                        reason = unreadable(column, value)
+                        if reason is not None:
+                            return int(run_id), column.name, reason
+    except (sqlite3.Error, OverflowError):  # OverflowError: an id past 64 bits
         return None
     return None
 

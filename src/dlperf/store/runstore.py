@@ -877,7 +877,7 @@ def _stored_run(s: Session, run_id: int, lock: bool = False) -> Run:
     write that needs the run to stay), its row is locked as it is read (PostgreSQL; SQLite's
     write lock is already held): looked at unlocked, a run deleted by another process before
     this write's end failed the tags' foreign key, a traceback, where it is "no run N"."""
-    with _times_read(s):
+    with integrity.reading(run_id), _times_read(s):
         run = s.get(Run, run_id, with_for_update=lock) if _storable(s, run_id) else None
     if run is None:
         raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
@@ -1701,7 +1701,13 @@ class RunStore:
         with Session(self.engine) as s:
             if study_id is not None and not _storable(s, study_id):
                 return []  # no study has that id
-            with _times_read(s):
+            # SQLite: the ids first, so that a garbled column is blamed on a run of this
+            # listing, in its order (SQLAlchemy's reading of it names no run). A server's
+            # json type holds JSON, and a run's column that is no object is named by its run.
+            ids: list[int] = []
+            if self.engine.name == "sqlite":
+                ids = list(s.scalars(query.with_only_columns(Run.id)))
+            with integrity.reading(*ids), _times_read(s):
                 runs = list(s.scalars(query))
             tags = _tags_of(s, [r.id for r in runs])
             return [_record(r, tags.get(r.id)) for r in runs]
