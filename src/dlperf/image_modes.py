@@ -25,6 +25,10 @@ def rgb(image: Image.Image, source: str) -> Image.Image:
     white = WIDE_GREY.get(image.mode)
     if white is None:
         try:
+            if image.mode == "P" and "transparency" in image.info:
+                # Through RGBA, to the same colours: Pillow's direct convert("RGB") of a palette
+                # with transparency in bytes printed a 2-line UserWarning wherever it decoded.
+                image = image.convert("RGBA")
             return image.convert("RGB")
         except ValueError as e:  # a mode PIL opens but cannot convert ("La")
             raise UserError(

@@ -232,3 +232,32 @@ def test_infer_shows_a_file_name_with_a_newline_in_one_row(
     r = cli("infer", str(model), str(image), "--topk", "2")
     assert r.code == 0, r.err
     assert "new\\nline.png" in r.out and "\nline.png" not in r.out, r.out
+
+
+# --- cause 15: palette images with transparency --------------------------------------------------
+
+
+def palette_png(path: Path) -> tuple[Path, np.ndarray]:
+    """A palette PNG with transparency in bytes (tRNS), and the RGB pixels it shows."""
+    indices = np.random.default_rng(3).integers(0, 4, (8, 8), dtype=np.uint8)
+    colours = np.array([[0, 0, 0], [255, 0, 0], [0, 200, 30], [9, 99, 199]], dtype=np.uint8)
+    image = Image.fromarray(indices, "P")
+    image.putpalette(colours.flatten().tolist())
+    image.save(path, transparency=b"\x00\x80\xff\xff")
+    return path, colours[indices]
+
+
+def test_a_palette_image_with_transparency_decodes_quietly_to_its_colours(
+    cli: Cli, model: Path, tmp_path: Path
+) -> None:
+    """Before: Pillow's "Palette images with Transparency expressed in bytes should be
+    converted to RGBA images" (2 lines) in describe, run, infer and detect run."""
+    path, expected = palette_png(tmp_path / "p.png")
+    with Image.open(path) as image, no_warnings() as caught:
+        assert image.mode == "P" and isinstance(image.info["transparency"], bytes)
+        np.testing.assert_array_equal(np.asarray(image_modes.rgb(image, str(path))), expected)
+    assert shown(caught) == []
+    with no_warnings() as caught:
+        r = cli("infer", str(model), str(path), "--json")
+    assert r.code == 0, r.err
+    assert shown(caught) == []
