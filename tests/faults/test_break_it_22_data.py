@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import struct
 from collections.abc import Callable
@@ -167,3 +168,62 @@ def test_an_idx_header_whose_size_overflows_int64_is_one_line(cli: Cli, tmp_path
     raw = write_mnist(tmp_path / "m", **{TEST_IMAGES: head})
     r = describe(cli, "mnist", tmp_path / "m")
     one_line(r, 2, str(raw / TEST_IMAGES), "0 bytes of data for 4194304 x 2097152 x 2097152")
+
+
+# --- cause 4: class names that repeat -------------------------------------------------------
+
+
+def test_a_cifar_meta_naming_a_class_twice_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """Before: '10 classes', and counts {"cat": 20} of 100 training images."""
+    folder = write_cifar(tmp_path / "c", ["cat"] * 9 + ["dog"])
+    r = describe(cli, "cifar10", tmp_path / "c")
+    one_line(r, 2, str(folder / "batches.meta"), "more than once: cat")
+    assert "dog" not in r.err.splitlines()[-1]
+
+
+def test_cifar_class_names_pickled_as_bytes_are_decoded(cli: Cli, tmp_path: Path) -> None:
+    """Before: shown as "b'c0'" (npz decodes bytes names)."""
+    write_cifar(tmp_path / "c", [f"c{i}".encode() for i in range(9)] + ["caf\u00e9".encode()])
+    r = describe(cli, "cifar10", tmp_path / "c")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["classes"] == [f"c{i}" for i in range(9)] + ["caf\u00e9"]
+
+
+def test_cifar_bytes_names_equal_once_decoded_are_refused(cli: Cli, tmp_path: Path) -> None:
+    folder = write_cifar(tmp_path / "c", [f"c{i}" for i in range(9)] + [b"c0"])
+    one_line(describe(cli, "cifar10", tmp_path / "c"), 2, str(folder / "batches.meta"), ": c0")
+
+
+def test_folder_names_differing_in_bytes_not_utf8_stay_distinct(cli: Cli, tmp_path: Path) -> None:
+    """Before: both became "x\\ufffd", and the counts one class of 5 of 11 images."""
+    names = [os.fsdecode(b"x\xff"), os.fsdecode(b"x\xfe"), "y"]
+    write_folder(tmp_path / "if", names, names)
+    r = describe(cli, "imagefolder", tmp_path / "if", "data.image_size=8")
+    assert r.code == 0, r.err
+    described = json.loads(r.out)
+    classes = described["classes"]
+    assert len(set(classes)) == 3, classes
+    assert list(described["counts"]) == classes
+    assert sum(described["counts"].values()) == described["splits"]["train"]
+    # each says its own bytes
+    assert {c for c in classes if c != "y"} == {"x\\xfe", "x\\xff"}
+
+
+def test_a_lone_folder_name_not_utf8_still_shows_u_fffd(cli: Cli, tmp_path: Path) -> None:
+    """As rounds 4 and 5 promise: only names that would merge are shown escaped."""
+    names = [os.fsdecode(b"x\xff"), "y"]
+    write_folder(tmp_path / "if", names, names)
+    r = describe(cli, "imagefolder", tmp_path / "if", "data.image_size=8")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["classes"] == ["x\ufffd", "y"]
+
+
+def test_npz_bytes_names_differing_in_bytes_not_utf8_stay_distinct(
+    cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "b.npz"
+    images = RNG.integers(0, 256, (60, 1, 8, 8), dtype=np.uint8)
+    np.savez(path, images=images, labels=np.arange(60) % 3, classes=[b"c\xff", b"c\xfe", b"d"])
+    r = describe(cli, "npz", path)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["classes"] == ["c\\xff", "c\\xfe", "d"]

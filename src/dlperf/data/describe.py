@@ -14,7 +14,7 @@ import torch
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch, check_augment
-from dlperf.data.sources import Split, decode_file, too_few_classes
+from dlperf.data.sources import Split, decode_file, repeated, too_few_classes
 from dlperf.errors import UserError
 
 
@@ -128,6 +128,10 @@ def describe(
     what training's augmentation makes of them."""
     data = load_data(cfg)
     names = data.classes or [str(i) for i in range(data.num_classes)]
+    # The readers refuse a name twice; the counts are keyed by name, and would merge them.
+    twice = repeated(names)
+    if twice:
+        raise UserError(f"{data.name} names a class more than once: {', '.join(twice)}")
     labels = pick_classes(data.name, names, classes)
     counts = torch.bincount(data.train.labels, minlength=data.num_classes).tolist()
     if classes is None and len(labels) > MOST_SHOWN:

@@ -29,7 +29,7 @@ import warnings
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,29 @@ def too_few_classes(data: ImageData) -> UserError | None:
         "least 2 classes",
         fix,
     )
+
+
+def class_names(raw: Iterable[object]) -> list[str]:
+    """Class names as text: bytes (a pickle's or numpy's, a folder's from os.fsencode)
+    decoded, "a" and not "b'a'"; bytes that are not UTF-8 shown with U+FFFD, as `ls` shows
+    them, except where two names would then read alike (b"x\\xff", b"x\\xfe"): those show
+    their bytes escaped, x\\xff and x\\xfe, so that no two classes share a name."""
+    items = list(raw)
+    shown = [n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n) for n in items]
+    times = Counter(shown)
+    return [
+        n.decode("utf-8", "backslashreplace") if isinstance(n, bytes) and times[text] > 1 else text
+        for n, text in zip(items, shown, strict=True)
+    ]
+
+
+def repeated(names: list[str]) -> list[str]:
+    """The names that `names` holds more than once: two of the model's scores under one
+    name, which predictions and per-class counts could not tell apart."""
+    return sorted(n for n, times in Counter(names).items() if times > 1)
+
+
+_OWN_NAMES = "give each class its own name"
 
 
 def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
@@ -354,11 +377,15 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     _irregular(cfg, what, meta)
     try:
         with open(meta, "rb") as f:
-            classes = [str(c) for c in pickle.load(f, encoding="latin1")[base.meta["key"]]]
+            classes = class_names(pickle.load(f, encoding="latin1")[base.meta["key"]])
     except Exception as e:  # unpickling garbage fails in any type
         raise _broken(
             cfg, what, meta, f"names no classes under '{base.meta['key']}' ({e})"
         ) from None
+    twice = repeated(classes)
+    if twice:
+        said = f"names a class more than once: {', '.join(twice)}"
+        raise _broken(cfg, what, meta, said, _OWN_NAMES)
     named = f"{meta} names {len(classes)} classes"
 
     def read(split: list[str]) -> Split:
@@ -771,9 +798,10 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     full, test = split(train_set), split(test_set)
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     # A folder named in bytes that are not UTF-8 reaches Python as surrogate escapes, which
-    # figures, JSON and the store refuse: shown with U+FFFD, as `ls` shows it. The labels are
-    # the folders' indices, so training reads the same images either way.
-    classes = [os.fsencode(c).decode("utf-8", "replace") for c in train_set.classes]
+    # figures, JSON and the store refuse: shown with U+FFFD, as `ls` shows it (escaped where
+    # two would read alike). The labels are the folders' indices, so training reads the same
+    # images either way.
+    classes = class_names(os.fsencode(c) for c in train_set.classes)
     return ImageData(
         "imagefolder", train, val, test, len(classes), (3, side, side), classes=classes
     )
@@ -838,16 +866,12 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
             f"{path}: 'classes' must be a 1-D array of names, got shape {classes.shape}",
             "e.g. classes=numpy.array(['cat', 'dog', 'bird'])",
         )
-    # Names saved as bytes (numpy's S dtype) are text: "a", not "b'a'". Bytes that are not
-    # UTF-8 are shown with U+FFFD, as an image folder's class names are.
-    names = [c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in classes]
-    # Two of the model's scores under one name: predictions and per-class counts could not
-    # tell them apart.
-    twice = sorted(n for n, times in Counter(names).items() if times > 1)
+    # Names saved as bytes (numpy's S dtype) are text, as an image folder's class names are.
+    names = class_names(classes)
+    twice = repeated(names)
     if twice:
         raise UserError(
-            f"{path}: 'classes' names a class more than once: {', '.join(twice)}",
-            "give each class its own name",
+            f"{path}: 'classes' names a class more than once: {', '.join(twice)}", _OWN_NAMES
         )
     if labels is not None and len(labels):
         fix = "give every label a name in 'classes', or drop 'classes'"
