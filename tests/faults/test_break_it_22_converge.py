@@ -14,11 +14,14 @@ neither file nor value. Each is now one line and exit 2, or read right.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from dlperf.converge import curve, ensemble, speed
 from dlperf.errors import UserError
@@ -117,6 +120,78 @@ def test_a_studys_rows_are_range_checked_naming_the_row() -> None:
     ]
     with pytest.raises(UserError, match=r"^study 3: row 2: global_batch must be > 0, got -64$"):
         speed.from_rows(rows, "study 3")
+
+
+# --- C7: distill's pool of the experiment's own images -----------------------------------------
+
+
+def _folders(root: Path) -> None:
+    """An imagefolder set of 2 classes, 6 16x16 images each in train/, 3 in val/ and test/."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6), ("val", 3), ("test", 3)):
+        for c in ("a", "b"):
+            folder = root / split / c
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+
+
+DISTILL_EXP = """
+[model]
+name = "smallcnn"
+[data]
+name = "imagefolder"
+root = "if/base"
+image_size = 16
+[train]
+epochs = 1
+batch_size = 4
+[run]
+threads = 1
+[distill]
+top_k = [2]
+top_p = 1
+student = "smallcnn"
+"""
+
+
+@pytest.fixture
+def distill_exp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    _folders(tmp_path / "if" / "base")
+    path = tmp_path / "dist.toml"
+    path.write_text(DISTILL_EXP)
+    return path
+
+
+@pytest.mark.parametrize("root", ["if/base", "./if/base", "if/base/", "if/../if/base", "link"])
+def test_the_experiments_own_folder_however_spelled_is_refused_as_a_pool(
+    cli: Cli, distill_exp: Path, root: str
+) -> None:
+    os.symlink("if/base", "link")
+    r = cli("distill", str(distill_exp), "--unlabeled", f"imagefolder:root={root},image_size=16")
+    one_line_error(r, "these are the experiment's labelled images")
+    assert cli("runs", "list", "--json").out.strip() in ("[]", "")
+
+
+def test_a_copy_of_the_experiments_images_is_refused_as_a_pool(cli: Cli, distill_exp: Path) -> None:
+    """A copy is another folder: the images themselves are compared, byte for byte."""
+    shutil.copytree("if/base", "if/copy")
+    r = cli("distill", str(distill_exp), "--unlabeled", "imagefolder:root=if/copy,image_size=16")
+    one_line_error(r, "images are the experiment's val and test images, byte for byte")
+    assert cli("runs", "list", "--json").out.strip() in ("[]", "")
+
+
+def test_an_empty_npz_pool_is_said_to_be_empty(cli: Cli, distill_exp: Path) -> None:
+    np.savez(
+        "empty.npz",
+        images=np.zeros((0, 3, 16, 16), np.uint8),
+        labels=np.zeros((0,), np.int64),
+    )
+    r = cli("distill", str(distill_exp), "--unlabeled", "npz:root=empty.npz")
+    one_line_error(r, "--unlabeled npz:root=empty.npz: empty.npz holds no images")
+    assert "hold out" not in r.err
 
 
 # --- C9: curve values too small for a float's reciprocal --------------------------------------

@@ -10,6 +10,7 @@ npz file may have none.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -54,12 +55,21 @@ def parse(spec: str, exp: Experiment) -> tuple[DataConfig, DataConfig]:
         labelled = build_experiment(raw, where).data
         return labelled, labelled
     pool = build_experiment({"data": {"name": name, **pairs}}, where).data
-    if (pool.name, pool.root) == (exp.data.name, exp.data.root) and pool.name != "synthetic":
+    # The roots as the file system resolves them: "./if/base", "if/base/" and a link to it
+    # were taken as another set, and the student pre-trained on the test images (a copy is
+    # caught in `load`, by its images).
+    same_root = _real(pool.root) == _real(exp.data.root)
+    if pool.name == exp.data.name and same_root and pool.name != "synthetic":
         raise UserError(
             f"{where}: these are the experiment's labelled images",
             f"hold a share of them out: --unlabeled {name}:holdout=0.5",
         )
     return pool, exp.data
+
+
+def _real(root: str) -> str:
+    """`root` as the file system resolves it, from the working directory as data.root is."""
+    return os.path.realpath(os.path.expanduser(root))
 
 
 def _pairs(text: str, where: str) -> dict[str, Any]:
@@ -92,14 +102,50 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
             torch.cat([s.images for s in splits if s.images is not None]),
         )
     assert held.images is not None
-    if len(held) == 0:
+    if len(held) == 0 and cfg.holdout:
         raise UserError(f"--unlabeled {spec}: no images", "hold out a larger share")
+    if len(held) == 0:
+        named = cfg.root if cfg.name == "npz" else cfg.name
+        raise UserError(f"--unlabeled {spec}: {named} holds no images", "give a pool of images")
     _check_shape(spec, tuple(held.images.shape[1:]), labelled.shape)
+    if held is not labelled.unlabeled:
+        _check_unseen(spec, held.images, labelled)
     same_classes = data.classes == labelled.classes and bool(held.labels.ge(0).all())
     digest = hashlib.sha256(held.images.numpy().tobytes())
     digest.update(held.labels.numpy().tobytes())
     hidden = held.labels if same_classes else None
     return Pool(spec, held.images, hidden, digest.hexdigest()[:16])
+
+
+def _check_unseen(spec: str, images: torch.Tensor, labelled: ImageData) -> None:
+    """Refuse a pool that holds any of the images the experiment measures on (its val and
+    test splits), byte for byte: a copy of its folder, or a set that contains it, would have
+    the student pre-train on the images it is then tested on, and its accuracy and the
+    pseudo-labels' precision mean nothing. Images are compared as the teacher takes them
+    (both at the experiment's size), by a hash of each."""
+    pool = {_image_hash(image) for image in images}
+    shared = {"val": 0, "test": 0}
+    for name in shared:
+        split = getattr(labelled, name)
+        if split is not None and split.images is not None:
+            shared[name] = sum(_image_hash(image) in pool for image in split.images)
+    found = [name for name, count in shared.items() if count]
+    if found:
+        seen = {_image_hash(image) for name in found for image in getattr(labelled, name).images}
+        inside = sum(_image_hash(image) in seen for image in images)
+        raise UserError(
+            f"--unlabeled {spec}: {inside} of its {len(images)} images are the experiment's "
+            f"{' and '.join(found)} images, byte for byte",
+            "give a pool of other images, or hold a share of the training images out: "
+            f"--unlabeled {labelled.name}:holdout=0.5",
+        )
+
+
+def _image_hash(image: torch.Tensor) -> bytes:
+    """A digest of one image's pixels (and shape: a 2x8 and an 8x2 image are not one)."""
+    digest = hashlib.blake2b(image.numpy().tobytes(), digest_size=16)
+    digest.update(repr(tuple(image.shape)).encode())
+    return digest.digest()
 
 
 def _read(cfg: DataConfig) -> ImageData:
