@@ -224,6 +224,23 @@ def check_gradients_on(before: bool) -> None:
     )
 
 
+def not_float32(model: torch.nn.Module, name: str) -> UserError | None:
+    """The error for model `name`, whose forward of float32 images failed, when its floating
+    parameters are of another dtype (built with .double() or .half()): torch's "mat1 and mat2
+    must have the same dtype" blamed the images. None when any is float32: a model of mixed
+    dtypes may fail for its shapes, and one dtype of its own tells nothing of that."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if not dtypes or torch.float32 in dtypes:
+        return None
+    other = sorted(str(d).removeprefix("torch.") for d in dtypes)
+    return UserError(
+        f"model {name}: its parameters are {' and '.join(other)}, but dlperf feeds it "
+        "float32 images",
+        "build it in float32 (no .double() or .half(), no torch.set_default_dtype); to train "
+        'in half precision set run.precision = "fp16" or "bf16", which casts as it trains',
+    )
+
+
 def build_model(
     exp: Experiment,
     data: ImageData,
@@ -277,7 +294,10 @@ def build_model(
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device)
     except UserError as e:
-        raise misfit(model, data.shape, data.name, device, exp.data.image_size) or e from None
+        refused = not_float32(model, name) or misfit(
+            model, data.shape, data.name, device, exp.data.image_size
+        )
+        raise refused or e from None
     scores = check_classifier(model, output, data.num_classes, name)
     check_finite(model, scores, data.shape, name, device)
     # What the training step sees: some models (torchvision's googlenet and inception_v3)

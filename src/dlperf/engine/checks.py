@@ -164,6 +164,14 @@ def dry_backward(
         with torch.enable_grad():  # put back as it was on leaving, whatever the forward sets
             scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
             if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
+                frozen = _frozen_on_the_way(model, shape, device)
+                if frozen:
+                    raise UserError(
+                        f"{cannot}: the parameters its scores come from are frozen "
+                        f"(requires_grad=False): {few(frozen, 5)}",
+                        "unfreeze those that should train, the head's at least "
+                        "(p.requires_grad_(True))",
+                    )
                 raise UserError(
                     f"{cannot}: it returns scores that carry no gradient",
                     "return the scores as its layers compute them (no .detach(), torch.no_grad "
@@ -217,6 +225,34 @@ def dry_backward(
             for buffer, value in saved:
                 buffer.copy_(value)
         model.eval()
+
+
+def _frozen_on_the_way(
+    model: nn.Module, shape: Sequence[int], device: torch.device | None
+) -> list[str]:
+    """The frozen parameters (requires_grad=False) of `model`, whose scores carry no gradient,
+    that those scores are computed from, found by a forward and backward with all of them
+    unfrozen for it: frozen scoring layers beside an unused trainable one read as a detached
+    output (the fix for that names .detach() and torch.no_grad, which the model has none of).
+    Empty when unfreezing them gives the scores no gradient either (a .detach() or no_grad is
+    on the way), or the model fails so. Their requires_grad put back after; the caller puts
+    back their gradients and the buffers."""
+    frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
+    if not frozen:
+        return []
+    try:
+        for _, p in frozen:
+            p.requires_grad_(True)
+        scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
+        if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
+            return []
+        scores.float().sum().backward()  # type: ignore[no-untyped-call]
+        return [n for n, p in frozen if p.grad is not None]
+    except Exception:  # a model failing so is told by the line for no gradient
+        return []
+    finally:
+        for _, p in frozen:
+            p.requires_grad_(False)
 
 
 def backward_hint(error: str) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
+import torch
 from torch import nn
 
 from dlperf.config.base import check_utf8_name
@@ -90,14 +91,22 @@ def factory_parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter
 
 
 def _call(fn: Callable[..., nn.Module], kwargs: dict[str, Any]) -> nn.Module:
-    """`fn(**kwargs)`, its leading positional-only parameters given by position: a
-    `def __init__(self, num_classes, /)` cannot take the data's num_classes by keyword."""
+    """`fn(**kwargs)`, its positional-only parameters given by position: a
+    `def __init__(self, num_classes, /)` cannot take the data's num_classes by keyword. One
+    not given that comes before one given takes its default there (analyze leaves num_classes
+    to `def build(num_classes=10, in_channels=1, /)`, and passes in_channels); one without a
+    default stops them, and Python's TypeError says which is missing."""
+    only = [p for p in factory_parameters(fn).values() if p.kind is p.POSITIONAL_ONLY]
+    given = [i for i, p in enumerate(only) if p.name in kwargs]
     positional: list[Any] = []
     rest = dict(kwargs)
-    for p in factory_parameters(fn).values():
-        if p.kind is not p.POSITIONAL_ONLY or p.name not in rest:
+    for p in only[: given[-1] + 1 if given else 0]:
+        if p.name in rest:
+            positional.append(rest.pop(p.name))
+        elif p.default is not p.empty:
+            positional.append(p.default)
+        else:
             break
-        positional.append(rest.pop(p.name))
     return fn(*positional, **rest)
 
 
@@ -344,9 +353,10 @@ def _no_os_exit() -> Iterator[None]:
 #
 # A model file's top level and its factory run inside dlperf's process, and some of what they
 # do outlasts them: signal handlers that replace dlperf's stop handlers (Ctrl-C and SIGTERM no
-# longer stop the command), a working directory that moves where relative outputs land, a child
-# process left running after dlperf exits. Each is checked after the import and after the
-# factory call: the first two are put back, the third named (it is the model's to end).
+# longer stop the command), a working directory that moves where relative outputs land, torch's
+# default dtype or device (a run trained in float64, a caller's next model built on "meta"), a
+# child process left running after dlperf exits. Each is checked after the import and after the
+# factory call: all but the last are put back, the last named (it is the model's to end).
 
 _NOTES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("notes", default=None)
 
@@ -406,18 +416,44 @@ def _command(pid: int) -> str:
     return said if len(said) <= 100 else said[:97] + "..."
 
 
+def _torch_defaults_kept(
+    path: Path, when: str, dtype: torch.dtype, device: torch.device
+) -> list[str]:
+    """torch's default dtype and device put back to `dtype` and `device` where the model file
+    changed them, one note each. Left so, a float64 default trained the run in float64 (its
+    images too) while it was stored as fp32, refused a sweep's later sound points, and stayed
+    in an API caller's process, as a "meta" device did: the next sound model was built on it."""
+    notes: list[str] = []
+    if torch.get_default_dtype() != dtype:
+        notes.append(
+            f"model file {path} set torch's default dtype to {torch.get_default_dtype()} "
+            f"{when}; put back to {dtype}, in which dlperf builds and trains models"
+        )
+        torch.set_default_dtype(dtype)
+    moved = torch.get_default_device()
+    if moved != device:
+        # None clears the override: cpu, with no cost on every torch call (torch's warning)
+        torch.set_default_device(None if device == torch.device("cpu") else device)
+        notes.append(
+            f"model file {path} set torch's default device to {moved} {when}; put back to "
+            f"{device}, where dlperf builds models and then moves them to the run's device"
+        )
+    return notes
+
+
 @contextlib.contextmanager
 def _process_kept(path: Path, when: str) -> Iterator[None]:
-    """The block (a model file's import, its factory's call) with the stop signals' handlers
-    and the working directory put back as they were, and the child processes it started
-    named, each told in one line (`_note`)."""
+    """The block (a model file's import, its factory's call) with the stop signals' handlers,
+    the working directory and torch's default dtype and device put back as they were, and the
+    child processes it started named, each told in one line (`_note`)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
+    dtype, device = torch.get_default_dtype(), torch.get_default_device()
     try:
         yield
     finally:
-        notes: list[str] = []
+        notes = _torch_defaults_kept(path, when, dtype, device)
         changed = []
         for sig, handler in handlers.items():
             # None: a handler set outside Python, which cannot be set back
@@ -549,7 +585,51 @@ def build_from_factory(
         raise UserError(
             f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module", hint
         )
+    _check_no_cycle(model, spec)
     return model
+
+
+def _reached(path: str) -> str:
+    """The Python expression of a module's `path` in its model: model.head, model.body[1]."""
+    names = path.split(".") if path else []
+    return "model" + "".join(f"[{n}]" if n.isdigit() else f".{n}" for n in names)
+
+
+def _check_no_cycle(model: nn.Module, spec: str) -> None:
+    """Refuse a model one of whose modules holds one of its own ancestors as a submodule
+    (`self.me = self`, a head keeping its parent as `self.head.owner = self`): every walk of
+    the tree (.to(), .modules(), state_dict) recurses into it for ever, a RecursionError
+    traceback. Walked without recursion, each module once (a module shared by two parents is
+    no cycle), `path` naming the attribute that closes the loop."""
+    done: set[int] = set()
+    ancestors: dict[int, str] = {}  # id -> path of the modules on the way to the current one
+    # (module, path, whether its children were pushed): the second visit leaves it
+    stack: list[tuple[nn.Module, str, bool]] = [(model, "", False)]
+    while stack:
+        module, path, left = stack.pop()
+        if left:
+            del ancestors[id(module)]
+            done.add(id(module))
+            continue
+        if id(module) in done:  # pushed by two parents, walked under the first
+            continue
+        ancestors[id(module)] = path
+        stack.append((module, path, True))
+        for name, child in module._modules.items():
+            if child is None or id(child) in done:
+                continue
+            where = f"{path}.{name}" if path else name
+            if id(child) in ancestors:
+                held = ancestors[id(child)]
+                what = "the model itself" if not held else f"its ancestor {held}"
+                raise UserError(
+                    f"model {spec} contains itself: {where} is {what} "
+                    f"({type(child).__name__}), so every walk of its modules loops for ever",
+                    "hold it outside nn.Module's submodules: "
+                    f"object.__setattr__({_reached(path)}, {name!r}, {_reached(held)}), or as "
+                    f"weakref.ref({_reached(held)})",
+                )
+            stack.append((child, where, False))
 
 
 def _read_from_given(e: Exception, own: dict[str, Any]) -> bool:
