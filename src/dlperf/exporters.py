@@ -59,7 +59,7 @@ from dlperf.errors import UserError
 from dlperf.formatting import clip
 from dlperf.parsing import flatten, printable
 from dlperf.paths import writing
-from dlperf.store import RunStore, masked_url
+from dlperf.store import RunStore, integrity, masked_url
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
 from dlperf.store.runstore import garbled_metrics
@@ -306,6 +306,59 @@ def _setup_key(uri: str) -> str | None:
     return f"sqlite:{Path(url.database).resolve()}"
 
 
+# A server's port when its URL names none, for the backends MLflow takes.
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+# A server on this host, however the URL names it.
+LOCAL_HOSTS = ("", "localhost", "127.0.0.1", "::1")
+
+
+def _server_database(url: str) -> tuple[Any, ...]:
+    """What names a server's database whatever the URL's spelling: backend (not driver),
+    host, port, database and (PostgreSQL) the schemas its options search first."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    host = (parsed.host or "").lower()
+    options = parsed.query.get("options", "")
+    options = options[-1] if isinstance(options, tuple) else options
+    found = re.search(r"-c\s*search_path\s*=\s*(\S+)", unquote(options))
+    return (
+        backend,
+        "localhost" if host in LOCAL_HOSTS else host,
+        parsed.port or DEFAULT_PORTS.get(backend),
+        parsed.database,
+        (found.group(1) if found else "public").replace("\\", ""),
+    )
+
+
+def _refuse_the_store_itself(store: RunStore, uri: str) -> None:
+    """MLflow's tables are not written into the run store: an export to the store's own file or
+    database made MLflow's alembic_version, experiments and params among dlperf's tables (a
+    store holding them is foreign to a later migration), then failed halfway ("duplicate
+    column name: step"; PostgreSQL: a foreign-key message that named neither)."""
+    key = _setup_key(uri)
+    if key is None:  # a server or a directory: nothing here tells where it keeps its runs
+        return
+    path = integrity.store_file(store.engine)
+    if key.startswith("sqlite:"):
+        given = Path(key.removeprefix("sqlite:"))
+        try:  # a link to it, or a hard link, is the store's file too
+            same = path is not None and given.samefile(path)
+        except OSError:
+            same = given == path
+        where = str(path)
+    else:
+        ours = store.engine.url.render_as_string(hide_password=False)
+        same = path is None and store.engine.url.get_backend_name() != "sqlite"
+        same = same and _server_database(key) == _server_database(ours)
+        where = masked_url(ours)
+    if same:
+        raise UserError(
+            f"MLflow at {masked_url(uri)}: --uri names the run store itself ({where}); MLflow "
+            "would write its tables among dlperf's",
+            f"give MLflow a database of its own, e.g. {SQLITE_URI}",
+        )
+
+
 @contextlib.contextmanager
 def _one_setup_at_a_time(uri: str) -> Iterator[None]:
     """Held while an export checks, opens and finds its experiment in the SQL tracking store at
@@ -460,6 +513,7 @@ def export_mlflow(
     "params", "metrics", "points", "tags", "artifacts"}}, "warnings"}. Every export makes
     new MLflow runs: exporting a run twice gives two MLflow runs.
     """
+    _refuse_the_store_itself(store, uri)
     runs = _runs(store, run_ids)
     with _one_setup_at_a_time(uri):
         _check_reachable(uri)  # before importing MLflow, which alone takes seconds

@@ -197,3 +197,61 @@ def test_dotted_keys_that_do_not_clash_are_kept_and_selected(db: str) -> None:
     assert store.run(1).config == config
     for where in ("a.b=1", "a.c=2", "x.y.z=3"):
         assert [r.id for r in store.runs(where=[where])] == [1], where
+
+
+# --- 9: an MLflow export into the run store itself -----------------------------------------
+
+SAME = "--uri names the run store itself"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def tracked(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store of its own (a SQLite file, or a PostgreSQL schema) holding one tracked run."""
+    for url in fresh_store_url(request.param, tmp_path, "bk22x"):
+        with dlperf.track("x", config={"lr": 0.1}, store=url) as run:
+            run.log(1, loss=1.0)
+        yield url
+
+
+def _spellings(url: str, tmp_path: Path) -> list[str]:
+    """`url` as MLflow might be given it: as it is, and (a SQLite file) by a relative path and
+    through a symbolic link; (a server) with the driver left out and the port said."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        assert parsed.database
+        link = tmp_path / "link.db"
+        link.symlink_to(parsed.database)
+        return [url, f"sqlite:///{os.path.relpath(parsed.database)}", f"sqlite:///{link}"]
+    plain = parsed.set(drivername="postgresql", port=parsed.port or 5432)
+    return [url, plain.render_as_string(hide_password=False)]
+
+
+def test_mlflow_export_into_the_run_store_itself_is_refused(
+    cli: Cli, tracked: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
+    tables = _all_tables(tracked)
+    for uri in _spellings(tracked, tmp_path):
+        # before: MLflow's alembic_version, experiments and params made inside the dlperf
+        # store, then "duplicate column name: step" (PostgreSQL: a foreign-key message)
+        result = cli("--db", tracked, "runs", "export", "1", "--to", "mlflow", "--uri", uri)
+        one_line(result, SAME, "give MLflow a database of its own")
+        assert _all_tables(tracked) == tables, uri
+    assert [r.id for r in dlperf.Store(tracked).runs()] == [1]
+
+
+def test_mlflow_export_beside_the_run_store_still_works(cli: Cli, db: str, tmp_path: Path) -> None:
+    pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
+    with dlperf.track("x", config={"lr": 0.1}, store=db) as run:
+        run.log(1, loss=1.0)
+    result = cli("runs", "export", "1", "--to", "mlflow", "--uri", f"sqlite:///{tmp_path}/m.db")
+    assert result.code == 0, result.err
+
+
+def _all_tables(url: str) -> list[str]:
+    """The tables at `url`, the store's own and any other."""
+    engine = create_engine(url)
+    try:
+        return sorted(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
