@@ -227,3 +227,22 @@ def test_npz_bytes_names_differing_in_bytes_not_utf8_stay_distinct(
     r = describe(cli, "npz", path)
     assert r.code == 0, r.err
     assert json.loads(r.out)["classes"] == ["c\\xff", "c\\xfe", "d"]
+
+
+# --- cause 8: channels-last npz images ------------------------------------------------------
+
+
+def test_channels_last_npz_images_are_refused_by_the_reader(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Before: resnet20 (16 input channels) trained on "16 channels of 16x3 images"; only
+    a model that rejected them had the reader's layout said."""
+    path = tmp_path / "nhwc.npz"
+    images = RNG.integers(0, 256, (60, 16, 16, 3), dtype=np.uint8)
+    np.savez(path, images=images, labels=np.arange(60) % 2)
+    said = ("(16, 16, 3) look channels-last (N, H, W, C)", "np.transpose(images, (0, 3, 1, 2))")
+    one_line(describe(cli, "npz", path), 2, str(path), *said)
+    r = run_npz(cli, tiny_exp(), path, "model.name=resnet20", "train.batch_size=8")
+    one_line(r, 2, str(path), *said)
+    r = cli("distill", str(tiny_exp()), "--unlabeled", f"npz:root={path}")
+    one_line(r, 2, str(path), *said)

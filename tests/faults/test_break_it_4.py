@@ -60,12 +60,12 @@ def test_a_sweep_point_refused_up_front_refuses_the_sweep_and_stores_nothing(
     [
         (
             (16, 8, 8, 1),
-            "error: npz images of shape (8, 8, 1) look channels-last (N, H, W, C): the model "
+            "error: x.npz: images of shape (8, 8, 1) look channels-last (N, H, W, C): the model "
             "takes (N, C, H, W) (store them so: images = np.transpose(images, (0, 3, 1, 2)))",
         ),
         (
             (16, 8, 8, 3),
-            "error: npz images of shape (8, 8, 3) look channels-last (N, H, W, C): the model "
+            "error: x.npz: images of shape (8, 8, 3) look channels-last (N, H, W, C): the model "
             "takes (N, C, H, W) (store them so: images = np.transpose(images, (0, 3, 1, 2)))",
         ),
         (
