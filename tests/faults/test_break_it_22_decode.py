@@ -261,3 +261,42 @@ def test_a_palette_image_with_transparency_decodes_quietly_to_its_colours(
         r = cli("infer", str(model), str(path), "--json")
     assert r.code == 0, r.err
     assert shown(caught) == []
+
+
+# --- cause 16: a val split with no objects ------------------------------------------------------
+
+
+def test_finetuning_on_a_val_split_without_objects_is_refused_before_training(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: it trained, then mAP nan (null in --json), not a word."""
+    root = shapes(tmp_path)
+    (val_id,) = voc.read_split(root, "val")
+    xml = root / "Annotations" / f"{val_id}.xml"
+    text = xml.read_text()
+    xml.write_text(text[: text.index("  <object>")] + "</annotation>\n")
+    r = cli("detect", "finetune", str(root), "--size", "96", "--epochs", "1", "--batch", "2",
+            "--threads", "1", "--out", str(tmp_path / "w.pt"))  # fmt: skip
+    one_line(
+        r,
+        2,
+        f"error: {root}: the val split has no objects to measure AP on (its 1 image has none)",
+        "(annotate objects in its images, or name a split that has some with --val-split)",
+    )
+    assert not (tmp_path / "w.pt").exists()
+    r = cli("runs", "list", "--json")
+    assert r.code == 0 and json.loads(r.out) == [], r.out  # nothing was recorded
+
+
+def test_a_val_split_with_only_difficult_objects_is_refused_too(tmp_path: Path) -> None:
+    root = shapes(tmp_path)
+    annotations = voc.load_split(root, "val")
+    for a in annotations:
+        for o in a.objects:
+            o.difficult = True
+    with pytest.raises(UserError) as caught:
+        voc.check_measurable(root, "val", annotations)
+    assert caught.value.message == (
+        f"{root}: the val split has no objects to measure AP on (its 1 image has only "
+        "difficult ones, which AP leaves out)"
+    )

@@ -336,6 +336,7 @@ def finetune_recorded(
     labels = voc.class_names(train_set, val_set)
     if len(labels) < 2:
         raise UserError(f"{root}: the annotations name no objects")
+    voc.check_measurable(root, cfg.val_split, val_set)  # before training, not a NaN after it
     threads = set_threads(run.threads)
     torch.manual_seed(run.seed)
     device = pick_device(run.device)

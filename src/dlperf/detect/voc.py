@@ -249,6 +249,22 @@ def class_names(*splits: list[VocAnnotation]) -> list[str]:
     return [BACKGROUND, *sorted(names)]
 
 
+def check_measurable(root: Path, split: str, annotations: list[VocAnnotation]) -> None:
+    """Refuse a split to measure AP on that holds no object AP counts (none, or difficult
+    ones only, which are left out of the positives): every class's AP, and the mAP, would be
+    NaN, reported after the whole training without a word."""
+    objects = [o for a in annotations for o in a.objects]
+    if any(not o.difficult for o in objects):
+        return
+    count = len(annotations)
+    has = "image has" if count == 1 else "images have"
+    which = "only difficult ones, which AP leaves out" if objects else "none"
+    raise UserError(
+        f"{root}: the {split} split has no objects to measure AP on (its {count} {has} {which})",
+        "annotate objects in its images, or name a split that has some with --val-split",
+    )
+
+
 class VocDataset:
     """(image [3, H, W] float in [0, 1], target {"boxes", "labels"}) as torchvision's
     detectors take them. Images are decoded per item: VOC2007 in memory would take ~3 GB.
