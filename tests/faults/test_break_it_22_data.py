@@ -23,6 +23,7 @@ import json
 import os
 import pickle
 import struct
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,25 @@ def test_channels_last_npz_images_are_refused_by_the_reader(
     one_line(r, 2, str(path), *said)
     r = cli("distill", str(tiny_exp()), "--unlabeled", f"npz:root={path}")
     one_line(r, 2, str(path), *said)
+
+
+# --- cause 13: folders equal but for Unicode normalisation ----------------------------------
+
+
+def test_class_folders_differing_only_in_unicode_normalisation_are_said_so(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: 'class folder café is in train/ but not in val/, and class folder café is in
+    val/ but not in train/' (a copy made on macOS)."""
+    nfc, nfd = (unicodedata.normalize(form, "caf\u00e9") for form in ("NFC", "NFD"))
+    write_folder(tmp_path / "if", ["a", nfc], ["a", nfd])
+    r = describe(cli, "imagefolder", tmp_path / "if", "data.image_size=8")
+    one_line(r, 2, "Unicode normalisation", "NFC", "NFD", "train/", "val/")
+    assert "but not in" not in r.err
+
+
+def test_other_differences_are_said_beside_a_normalisation_one(cli: Cli, tmp_path: Path) -> None:
+    nfc, nfd = (unicodedata.normalize(form, "caf\u00e9") for form in ("NFC", "NFD"))
+    write_folder(tmp_path / "if", ["a", "b", nfc], ["a", nfd])
+    r = describe(cli, "imagefolder", tmp_path / "if", "data.image_size=8")
+    one_line(r, 2, "Unicode normalisation", "class folder b is in train/ but not in val/")

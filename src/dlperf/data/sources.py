@@ -25,6 +25,7 @@ import os
 import pickle
 import re
 import shutil
+import unicodedata
 import warnings
 import zipfile
 import zlib
@@ -670,14 +671,54 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def _form(name: str) -> str:
+    """The Unicode normalisation form `name` is spelled in."""
+    if unicodedata.is_normalized("NFC", name):
+        return "NFC"
+    return "NFD" if unicodedata.is_normalized("NFD", name) else "mixed forms"
+
+
+def _normalised_pairs(
+    other: str, train_only: list[str], other_only: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """What to say of the folders of train/ and `other`/ whose names are equal but for their
+    Unicode normalisation (a copy made on macOS: café as NFD, 'cafe\\u0301'), which show
+    alike; the rest of each side."""
+    others = {unicodedata.normalize("NFC", n): n for n in other_only}
+    said, rest, taken = [], [], set()
+    for name in train_only:
+        twin = others.get(unicodedata.normalize("NFC", name))
+        if twin is None or twin in taken:
+            rest.append(name)
+            continue
+        taken.add(twin)
+        said.append(
+            f"{file_name_text(name)} is {_form(name)} in train/ ({name!a}) and "
+            f"{_form(twin)} in {other}/ ({twin!a})"
+        )
+    return said, rest, [n for n in other_only if n not in taken]
+
+
 def _different_classes(root: Path, train: list[str], other: str, held: list[str]) -> UserError:
     """The line for train/ and val/ (or test/) holding different class folders: the folders
-    each side lacks, up to three each way, and which to add or remove."""
-    sides = [
-        ("train", other, sorted(set(train) - set(held))),
-        (other, "train", sorted(set(held) - set(train))),
-    ]
-    said, adds, removes = [], [], []
+    each side lacks, up to three each way, and which to add or remove; first the folders
+    whose names differ only in Unicode normalisation, which would read as both lacking."""
+    twins, train_only, other_only = _normalised_pairs(
+        other, sorted(set(train) - set(held)), sorted(set(held) - set(train))
+    )
+    said, adds, removes, hints = [], [], [], []
+    if twins:
+        named = twins[:_NAMED_CLASSES]
+        more = len(twins) - len(named)
+        said.append(
+            "class folder names differ only in Unicode normalisation: "
+            + _and([*named, f"{more} more"] if more else named)
+        )
+        hints.append(
+            "rename them to one spelling: convmv -r --nfc -f utf8 -t utf8 --notest "
+            f"{root} makes every name NFC"
+        )
+    sides = [("train", other, train_only), (other, "train", other_only)]
     for has, lacks, extra in sides:
         if not extra:
             continue
@@ -691,13 +732,14 @@ def _different_classes(root: Path, train: list[str], other: str, held: list[str]
         )
         adds += [f"{lacks}/{n}" for n in names]
         removes += [f"{has}/{n}" for n in names]
-    listed_all = all(len(extra) <= _NAMED_CLASSES for _, _, extra in sides)
-    hint = (
-        f"add {_and(adds)} images, or remove {_and(removes)}"
-        if listed_all
-        else f"give train/ and {other}/ the same class folders"
-    )
-    return UserError(f"{root}: {', and '.join(said)}", hint)
+    if adds:
+        listed_all = all(len(extra) <= _NAMED_CLASSES for _, _, extra in sides)
+        hints.append(
+            f"add {_and(adds)} images, or remove {_and(removes)}"
+            if listed_all
+            else f"give train/ and {other}/ the same class folders"
+        )
+    return UserError(f"{root}: {', and '.join(said)}", "; ".join(hints))
 
 
 def _unlisted(split: Path, e: Exception) -> UserError:
