@@ -3,7 +3,7 @@ make-shapes set with a fake detector (one that answers the ground truth) in plac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ from dlperf.detect import evaluate, voc
 from dlperf.detect.ssd import Detector
 from dlperf.errors import UserError
 from dlperf.store import RunStore
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
 
 
 def test_coco_names_become_voc_names_the_data_set_uses() -> None:
@@ -136,3 +138,27 @@ def test_a_detector_with_none_of_the_classes_is_refused_before_a_run(
         "include none of split val's (disc, square) (test weights trained on these classes)"
     )
     assert store.list_runs() == []
+
+
+# `detect eval` refuses a split it cannot measure AP on, as `detect finetune` does: one whose
+# objects are all difficult (AP leaves them out of the positives) gave NaN for every class.
+
+
+def test_eval_on_a_split_of_only_difficult_objects_is_refused_before_the_model(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    root = tmp_path / "det"
+    voc.make_shapes(root, images=4, size=64, seed=1)
+    (val_id,) = voc.read_split(root, "val")
+    xml = root / "Annotations" / f"{val_id}.xml"
+    xml.write_text(xml.read_text().replace("<difficult>0</difficult>", "<difficult>1</difficult>"))
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"not read: the split is refused first")
+    r = cli("detect", "eval", str(root), "--weights", str(weights), "--val-split", "val")
+    one_line(
+        r,
+        2,
+        f"error: {root}: the val split has no objects to measure AP on (its 1 image has only "
+        "difficult ones, which AP leaves out)",
+        "(annotate objects in its images, or name a split that has some with --val-split)",
+    )

@@ -77,6 +77,7 @@ def evaluate_recorded(
     cfg, batch, run = job.detect, job.experiment.train.batch_size, job.experiment.run
     root = voc.find_root(voc_root)
     annotations = voc.load_split(root, cfg.val_split)
+    voc.check_measurable(root, cfg.val_split, annotations)  # else every AP is NaN
     classes = voc.class_names(annotations)
     if len(classes) < 2:
         raise UserError(f"{root}: split {cfg.val_split} names no objects")
