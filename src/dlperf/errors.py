@@ -71,11 +71,19 @@ def raised_by_model(e: BaseException) -> bool:
     )
 
 
+class ModelOsExit(SystemExit):
+    """os._exit(`code`) called by a model file's code, raised in its place (models.registry):
+    os._exit ends the process at once, with no word, nothing stored and the model's exit code.
+    A SystemExit, so that whatever tells a model's sys.exit tells it too."""
+
+
 def model_exited(code: object, when: str) -> str:
     """The one line for a model that called sys.exit(`code`) `when` (during training, while
-    being counted), the same from every trainer and the API."""
+    being counted), the same from every trainer and the API; os._exit where the exception
+    being handled is a ModelOsExit (every caller calls this in its `except SystemExit`)."""
+    how = "os._exit" if isinstance(sys.exception(), ModelOsExit) else "sys.exit"
     return (
-        f"the model called sys.exit({code!r}) {when} (a model that cannot go on should raise "
+        f"the model called {how}({code!r}) {when} (a model that cannot go on should raise "
         "an exception)"
     )
 

@@ -14,10 +14,15 @@
   gradient (no .detach(), torch.no_grad ...)": the frozen parameters are named instead.
 - G: a model built with .double() or .half() was blamed on the images: its parameters' dtype
   is named, with the fix.
+- J: os._exit in a model's forward ended `dlperf run` with exit 0 and no word, the run left
+  `running`: it fails the run in one line, exit 1, as sys.exit does.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +32,7 @@ import torch
 import dlperf
 from dlperf.errors import UserError
 from dlperf.models.registry import build_from_factory, create_model, load_factory, noting
+from dlperf.store import RunStore
 from tests.conftest import CliResult
 
 DEADLINE_S = 300
@@ -263,3 +269,63 @@ def test_a_model_built_in_another_dtype_is_told_so(
     assert "rejects digits images" not in done.err, done.err  # before: the images blamed
     assert _unwrapped(f"parameters are {dtype}, but dlperf feeds it float32 images") in said
     assert _unwrapped("build it in float32") in said and "run.precision" in said, done.err
+
+
+# --- J: os._exit in forward ---------------------------------------------------------------------
+
+EXITS = """
+import os, torch.nn as nn
+class N(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__(); self.f = nn.Linear(64, num_classes); self.n = 0
+    def forward(self, x):
+        self.n += 1
+        if self.n == 20:  # past the dry checks, inside the first epoch
+            os._exit(0)
+        return self.f(x.flatten(1))
+def osexit(num_classes=10): return N(num_classes)
+"""
+
+
+@pytest.mark.faults  # a real run in a subprocess (os._exit would end pytest): 10-30 s
+def test_os_exit_in_forward_fails_the_run_in_one_line(db: str, tmp_path: Path) -> None:
+    path = _write(tmp_path, EXITS)
+    (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:osexit"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", "--db", db, "run", "exp.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=DEADLINE_S,
+    )
+    # before: exit 0, nothing said, the run left `running`
+    assert done.returncode == 1, done.stderr
+    said = _unwrapped(done.stderr)
+    assert _unwrapped("the model called os._exit(0) during training") in said, done.stderr
+    assert RunStore.open(db).get_run(1).status == "failed"
+
+
+def test_os_exit_in_forward_is_one_line_from_analyze(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "import os, torch.nn as nn\n"
+        "class N(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.f = nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n"
+        "        os._exit(3)\n"
+        "def build(): return N()\n",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", "analyze", f"{path}:build", "--input", "1,8,8"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=DEADLINE_S,
+    )
+    assert done.returncode == 1, done.stderr  # before: exit 3, nothing said
+    said = _unwrapped(done.stderr)
+    assert _unwrapped("model.py:6 called os._exit(3)") in said, done.stderr

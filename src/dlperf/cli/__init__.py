@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, NoReturn
 from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
-from dlperf.errors import CheckFailed, UserError, in_model_file, innermost, interrupted
+from dlperf.errors import (
+    CheckFailed,
+    ModelOsExit,
+    UserError,
+    in_model_file,
+    innermost,
+    interrupted,
+)
 from dlperf.parsing import one_line
 from dlperf.paths import told, unnamed_cwd, writing
 
@@ -195,8 +202,9 @@ def outcome() -> int:
             code = app(standalone_mode=False)
     except SystemExit as e:
         if (caller := _foreign_caller(e)) is not None:  # a user's model, mid-command
+            how = "os._exit" if isinstance(e, ModelOsExit) else "sys.exit"
             say(
-                f"error: {caller} called sys.exit({e.code!r}) (code that cannot go on should "
+                f"error: {caller} called {how}({e.code!r}) (code that cannot go on should "
                 "raise an exception)"
             )
             return 1

@@ -23,6 +23,7 @@ import re
 import signal
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
@@ -34,7 +35,14 @@ import torch
 from torch import nn
 
 from dlperf.config.base import check_utf8_name
-from dlperf.errors import MODEL_CODE, USER_MODULE_PREFIX, UserError, raised_by_model
+from dlperf.errors import (
+    MODEL_CODE,
+    USER_MODULE_PREFIX,
+    ModelOsExit,
+    UserError,
+    in_model_file,
+    raised_by_model,
+)
 from dlperf.parsing import did_you_mean, is_file_spec
 from dlperf.paths import not_regular
 from dlperf.procs import alive
@@ -280,14 +288,6 @@ class _Finder(importlib.abc.MetaPathFinder):
 _FINDER = _Finder()
 
 
-class _Exited(BaseException):
-    """os._exit(code) called by a model file while it is imported."""
-
-    def __init__(self, code: object) -> None:
-        super().__init__(code)
-        self.code = code
-
-
 class _ArgumentsRefused(BaseException):
     """argparse refusing a model file's command line (it would print its usage and exit)."""
 
@@ -326,27 +326,39 @@ def _as_script(path: Path) -> Iterator[None]:
             argparse.ArgumentParser.error = error  # type: ignore[method-assign]
 
 
+# os._exit ends the process at once, with no word and no exception (sys.exit raises one): from
+# a model's forward, `dlperf run` ended with the model's exit code (0, a success) and its run
+# left `running`. Once a model file is imported, os._exit called by a model file's own code
+# (the file, or a module beside it) raises ModelOsExit, a SystemExit, instead, told as a
+# model's sys.exit is (a failed run, exit 1); called from anywhere else it is os._exit.
+_EXITS: list[Callable[[int], NoReturn]] = []  # the os._exit the guard wraps, once installed
+_REFUSING = threading.local()  # `on`: inside _no_os_exit in this thread
+
+
+def _guarded_exit(status: int) -> NoReturn:
+    caller = sys._getframe(1)
+    if getattr(_REFUSING, "on", False) or in_model_file(caller):
+        # Its traceback ends at the caller's line, as a sys.exit there would: the CLI names
+        # a model's exit by the innermost frame (cli._foreign_caller).
+        here = types.TracebackType(None, caller, caller.f_lasti, caller.f_lineno)
+        raise ModelOsExit(status).with_traceback(here)
+    _EXITS[0](status)
+
+
 @contextlib.contextmanager
 def _no_os_exit() -> Iterator[None]:
-    """os._exit, which ends the process with no word and no exception (sys.exit raises one),
-    made an exception in this thread while the block runs; called from any other thread, or
-    later (a module's `from os import _exit`), it is os._exit."""
-    real = os._exit
-    thread = threading.get_ident()
-    active = True
-
-    def refused(status: int) -> NoReturn:
-        if active and threading.get_ident() == thread:
-            raise _Exited(status)
-        real(status)
-
-    os._exit = refused
+    """The guard on os._exit installed (for good), and os._exit called from any code in this
+    thread while the block runs (a model file's import: a library it calls too) a ModelOsExit.
+    Called from any other thread, or later from code not a model file's, it is os._exit."""
+    if os._exit is not _guarded_exit:
+        _EXITS[:] = [os._exit]
+        os._exit = _guarded_exit
+    before = getattr(_REFUSING, "on", False)
+    _REFUSING.on = True
     try:
         yield
     finally:
-        active = False
-        if os._exit is refused:
-            os._exit = real
+        _REFUSING.on = before
 
 
 # --- what a model file does to the process ------------------------------------------------
@@ -521,8 +533,8 @@ def _import_file(path: Path) -> ModuleType:
                 "guard the script's own code with `if __name__ == '__main__':`, or give its "
                 "arguments defaults",
             ) from None
-        if isinstance(e, SystemExit | _Exited):  # either would end dlperf, storing nothing
-            how = "sys.exit" if isinstance(e, SystemExit) else "os._exit"
+        if isinstance(e, SystemExit):  # sys.exit or os._exit: either would end dlperf
+            how = "os._exit" if isinstance(e, ModelOsExit) else "sys.exit"
             raise UserError(
                 f"model file {path} called {how}({e.code!r}) while importing",
                 "guard the script's own code with `if __name__ == '__main__':`",
@@ -561,7 +573,8 @@ def build_from_factory(
         ):
             model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
-        raise UserError(f"factory {spec} called sys.exit({e.code!r})") from None
+        how = "os._exit" if isinstance(e, ModelOsExit) else "sys.exit"
+        raise UserError(f"factory {spec} called {how}({e.code!r})") from None
     except _ArgumentsRefused as e:
         raise UserError(
             f"factory {spec} parses the command line, and argparse refuses it with no "
