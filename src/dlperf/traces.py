@@ -201,7 +201,7 @@ def load(path: Path, reporter: Reporter | None = None) -> list[Event]:
         for seen, item in enumerate(_elements(text), 1):
             if seen % PROGRESS_EVENTS == 0:
                 reporter.advance(PROGRESS_EVENTS, "events")
-            if not (isinstance(item, dict) and item.get("ph") == "X" and "dur" in item):
+            if not (item.get("ph") == "X" and "dur" in item):  # an object: _elements
                 continue
             n += 1  # its place among the complete events, which the fault line gives
             event = _event(item)
@@ -363,27 +363,67 @@ def _array(text: str, pos: int) -> Generator[Any, None, int]:
     return pos
 
 
-def _elements(text: str) -> Iterator[Any]:
+NOT_A_TRACE = "(not a Chrome/Kineto trace)"
+
+
+def _elements(text: str) -> Iterator[dict[str, Any]]:
     """The trace's events, one at a time: the "traceEvents" array of a JSON object (its other
-    keys skipped unread), or a bare JSON array, as Chrome's trace format allows."""
+    keys skipped unread), or a bare JSON array, as Chrome's trace format allows. Anything
+    else is no trace, and said so: a file with no traceEvents was told `'traceEvents'` (a
+    KeyError's repr), and one whose events are not objects read as a trace of no events,
+    which the summary blamed on the profiler's schedule."""
     pos = _space(text, 0)
     if text.startswith("[", pos):
-        pos = yield from _array(text, pos)
-    else:
+        pos = yield from _events(text, pos, "top-level array")
+    elif text.startswith("{", pos):
         found = False
         done, pos = _open(text, pos, "{")
         while not done:
             key, pos = _key(text, pos)
             if key == "traceEvents":
                 found = True
-                pos = yield from _array(text, pos)
+                pos = _space(text, pos)
+                if not text.startswith("[", pos):
+                    kind = _kind(_value(text, pos)[0])
+                    raise ValueError(f"its traceEvents is {kind}, not an array {NOT_A_TRACE}")
+                pos = yield from _events(text, pos, "traceEvents")
             else:
                 pos = _value(text, pos)[1]
             done, pos = _next(text, pos, "}")
         if not found:
-            raise KeyError("traceEvents")
+            raise ValueError(f"it has no traceEvents array {NOT_A_TRACE}")
+    else:  # a number, a string, null, true or false: valid JSON, and no trace
+        _value(text, pos)  # JSON's own error for what is not JSON at all
+        raise ValueError(f"it has no traceEvents array {NOT_A_TRACE}")
     if _space(text, pos) != len(text):
         raise ValueError(f"extra data after the trace at character {pos}")
+
+
+def _events(text: str, pos: int, where: str) -> Generator[dict[str, Any], None, int]:
+    """The event objects of the array at `pos` (`where`: which array, for the error); returns
+    the index after it. An element that is not an object is no event: ValueError."""
+    array = _array(text, pos)
+    seen = 0
+    while True:
+        try:
+            element = next(array)
+        except StopIteration as end:
+            return int(end.value)
+        seen += 1
+        if not isinstance(element, dict):
+            what = f"element {seen} of its {where} is {_kind(element)}"
+            raise ValueError(f"{what}, not an event object {NOT_A_TRACE}")
+        yield element
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as an error names it: "an array", "a number"."""
+    if value is _DEEP:
+        return "a value nested too deep to read"
+    if value is None:
+        return "null"
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    return kinds.get(type(value), "a number")  # int or float: all json.loads gives else
 
 
 def _event(item: dict[str, Any]) -> Event:
