@@ -269,3 +269,28 @@ def test_other_differences_are_said_beside_a_normalisation_one(cli: Cli, tmp_pat
     write_folder(tmp_path / "if", ["a", "b", nfc], ["a", nfd])
     r = describe(cli, "imagefolder", tmp_path / "if", "data.image_size=8")
     one_line(r, 2, "Unicode normalisation", "class folder b is in train/ but not in val/")
+
+
+# --- cause 17b: the fix for a one-class synthetic training split ----------------------------
+
+
+def test_a_one_image_synthetic_set_is_told_a_larger_data_size(
+    cli: Cli, tiny_exp: Callable[..., Path]
+) -> None:
+    sets = ("--set", "data.name=synthetic", "--set", "data.shape=[1,8,8]", "--set", BATCH_1)
+    r = cli("run", str(tiny_exp(epochs=1)), *sets, "--set", "data.size=1")
+    one_line(r, 2, "class", "a larger data.size")
+    assert "data.limit" not in r.err and "data.holdout" not in r.err
+    r = cli("data", "describe", "synthetic", "--set", "data.size=1", "--json")
+    assert r.code == 0, r.err
+    (warning,) = json.loads(r.out)["warnings"]
+    assert "a larger data.size" in warning and "data.limit" not in warning
+
+
+def test_a_synthetic_set_cut_by_data_limit_is_told_data_limit(
+    cli: Cli, tiny_exp: Callable[..., Path]
+) -> None:
+    sets = ("--set", "data.name=synthetic", "--set", "data.shape=[1,8,8]", "--set", BATCH_1)
+    r = cli("run", str(tiny_exp(epochs=1)), *sets, "--set", "data.limit=1")
+    one_line(r, 2, "class", "a larger data.limit")
+    assert "data.holdout" not in r.err

@@ -74,6 +74,7 @@ class ImageData:
     std: tuple[float, ...] = ()
     classes: list[str] = field(default_factory=list)
     unlabeled: Split | None = None  # data.holdout's share of the training split
+    drawn: int | None = None  # synthetic: its data.size, the training images drawn
 
     @property
     def in_memory(self) -> bool:
@@ -91,11 +92,12 @@ def too_few_classes(data: ImageData) -> UserError | None:
     held = f"class {names[0]} only" if names else "no labels"
     # A set of many classes can still lose all but one to the split, data.limit or holdout.
     splits = (data.train, data.val, data.test)
-    fix = (
-        "train on more of it (a larger data.limit, a smaller data.holdout)"
-        if torch.unique(torch.cat([s.labels for s in splits])).numel() >= 2
-        else "give it images of at least 2 classes (one folder per class for imagefolder)"
-    )
+    if data.drawn is not None:  # synthetic: drawn from data.num_classes, at least 2
+        fix = f"train on more of it ({_synthetic_fix(data, data.drawn)})"
+    elif torch.unique(torch.cat([s.labels for s in splits])).numel() >= 2:
+        fix = "train on more of it (a larger data.limit, a smaller data.holdout)"
+    else:
+        fix = "give it images of at least 2 classes (one folder per class for imagefolder)"
     return UserError(
         f"the training split of {data.name} holds images of {held}: a classifier needs at "
         "least 2 classes",
@@ -124,6 +126,18 @@ def repeated(names: list[str]) -> list[str]:
 
 
 _OWN_NAMES = "give each class its own name"
+
+
+def _synthetic_fix(data: ImageData, drawn: int) -> str:
+    """What gives a synthetic set's training split more images: its labels are drawn from
+    data.num_classes (at least 2), so only its size, data.limit and data.holdout can leave
+    one, and only those of them that cut it are named (a set of data.size 1 was told a larger
+    data.limit and a smaller data.holdout, neither of them set)."""
+    held = len(data.unlabeled) if data.unlabeled is not None else 0
+    fixes = ["a larger data.limit" if len(data.train) + held < drawn else "a larger data.size"]
+    if held:
+        fixes.append("a smaller data.holdout")
+    return ", ".join(fixes)
 
 
 def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
@@ -229,6 +243,7 @@ def synthetic(cfg: DataConfig) -> ImageData:
         draw(held),
         cfg.num_classes,
         shape,  # type: ignore[arg-type]
+        drawn=cfg.size,
     )
 
 
