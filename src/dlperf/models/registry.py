@@ -598,7 +598,7 @@ def build_from_factory(
         raise UserError(
             f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module", hint
         )
-    _check_no_cycle(model, spec)
+    check_no_cycle(model, spec)
     return model
 
 
@@ -608,12 +608,13 @@ def _reached(path: str) -> str:
     return "model" + "".join(f"[{n}]" if n.isdigit() else f".{n}" for n in names)
 
 
-def _check_no_cycle(model: nn.Module, spec: str) -> None:
-    """Refuse a model one of whose modules holds one of its own ancestors as a submodule
-    (`self.me = self`, a head keeping its parent as `self.head.owner = self`): every walk of
-    the tree (.to(), .modules(), state_dict) recurses into it for ever, a RecursionError
-    traceback. Walked without recursion, each module once (a module shared by two parents is
-    no cycle), `path` naming the attribute that closes the loop."""
+def check_no_cycle(model: nn.Module, spec: str) -> None:
+    """Refuse model `spec` (its name as the line says it) when one of its modules holds one of
+    its own ancestors as a submodule (`self.me = self`, a head keeping its parent as
+    `self.head.owner = self`): every walk of the tree (.to(), .modules(), state_dict) recurses
+    into it for ever, a RecursionError traceback. Walked without recursion, each module once
+    (a module shared by two parents is no cycle), `path` naming the attribute that closes the
+    loop. Called on every factory's model; a module given to dlperf.analyze needs its own."""
     done: set[int] = set()
     ancestors: dict[int, str] = {}  # id -> path of the modules on the way to the current one
     # (module, path, whether its children were pushed): the second visit leaves it
