@@ -4,6 +4,7 @@ flags are typed values assigned to the keys of their names (`shortcuts`)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -32,6 +33,7 @@ from dlperf.parsing import (
     absolute_model_name,
     depth,
     did_you_mean,
+    flat_clash,
     key_fault,
     one_line,
     stem_name,
@@ -325,8 +327,44 @@ def build_file(
         raise validation_message(e, where, options) from None
 
 
-def build_experiment(raw: dict[str, Any], where: str = "config") -> Experiment:
-    return build_file(raw, where)[0]
+def _toml_key(path: tuple[str, ...]) -> str:
+    """A path of keys as TOML and --set spell it: a part holding a dot or a quote in quotes
+    (`model.kwargs."a.b"`), as `flatten(quote=True)` writes it; an empty part, or one that
+    holds a newline or another control character, too, so that it is seen, on one line."""
+
+    def spelled(part: str) -> str:
+        plain = part.isprintable() and part != "" and not any(c in part for c in ".\"'")
+        return part if plain else json.dumps(part)  # a TOML basic string, escapes and all
+
+    return ".".join(spelled(part) for part in path)
+
+
+def check_clash(exp: Experiment, where: str) -> None:
+    """Refuse an experiment about to be run two of whose keys are one dotted key (`"a.b" = 1`
+    beside `a = {b = 2}` in [model.kwargs]), in the words `dlperf.run` and `dlperf.track` say
+    it with (api._clash), the keys spelled as in the file: `runs list --where`, `runs
+    compare` and the MLflow export name keys dotted, and one value would be lost. Not for a
+    stored run's config (resume, export, a teacher), which is read as it was stored."""
+    clash = flat_clash(exp.to_dict())
+    if clash is not None:
+        dotted, one, other = clash
+        raise UserError(
+            f"{where}: {_toml_key(one)} and {_toml_key(other)} are one key, {one_line(dotted)}, "
+            "as runs list --where, runs compare and the MLflow export name keys: one value "
+            "would be lost",
+            "rename one of them",
+        )
+
+
+def build_experiment(
+    raw: dict[str, Any], where: str = "config", *, new: bool = False
+) -> Experiment:
+    """The experiment of `raw`; `new`: one about to run as a new run (a sweep's point), whose
+    keys may not clash once dotted (`check_clash`)."""
+    exp = build_file(raw, where)[0]
+    if new:
+        check_clash(exp, where)
+    return exp
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -392,6 +430,7 @@ def _built(
     context: dict[str, Any] | None,
 ) -> tuple[Experiment, Commands]:
     exp, commands = build_file(raw, where, options, context)
+    check_clash(exp, where)  # every command's experiment is loaded here, before anything runs
     if exp.run.name is None and path is not None:
         # The file's name often names its model: say so when --set trains another one, in
         # the words typed (model.name is stored with its file's path made absolute).

@@ -231,7 +231,7 @@ def load_sweep(
                 assign(raw, key, value, where)
             if seed is not None:
                 assign(raw, "run.seed", seed, where)
-            exp = build_experiment(raw, where)
+            exp = build_experiment(raw, where, new=True)
             digest = exp.config_hash()
             if digest in seen:
                 raise UserError(
