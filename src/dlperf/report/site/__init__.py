@@ -146,9 +146,13 @@ def build_report(
         listed = [runs[r] for r in chosen_runs]
         index = pages.index_page(studies, listed, study_runs, findings, has_page)
         (staging / "index.html").write_text(index, encoding="utf-8")
-        for name in [*written, "index.html"]:  # the index last: it links to the others
-            os.replace(staging / name, out / name)
-        removed = _remove_stale(out, written)
+        # Shielded, as export's publishing is: a stop among the renames left some new pages
+        # and no index (or the old index among a mix of old and new pages). One that lands
+        # here waits for the whole site, then stops the command.
+        with stopping.shielded():
+            for name in [*written, "index.html"]:  # the index last: it links to the others
+                os.replace(staging / name, out / name)
+            removed = _remove_stale(out, written)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if made and not any(out.iterdir()):  # interrupted before any page was in place
