@@ -11,8 +11,11 @@ a row each; a module whose own forward computes something (a residual add, `x @ 
 Parameters are counted in the rows, so the totals are the sum of the rows: a module's own
 parameters go to its row when it starts, and a parameter a running module uses without
 calling its owner (`F.linear(x, self.head.weight)`) to the row that uses it. Parameters
-of modules that never ran (GoogLeNet's auxiliary classifiers in eval) are in no row and
-no total; `Analysis.not_run` names those modules.
+and submodules a forward makes on its first call (`self.w = nn.Parameter(...)`) are its
+module's, claimed as that forward ends. Each nn.Parameter counts once, by identity, as
+model.parameters() holds them: two over one storage count apart. Parameters of modules
+that never ran (GoogLeNet's auxiliary classifiers in eval) are in no row and no total;
+`Analysis.not_run` names those modules.
 
 A forward that torch's own code cannot run on the meta device (pad_packed_sequence after
 `pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices), or that meets a
@@ -161,11 +164,19 @@ class Analysis:
     transfer: str = "scratch"
     """model.transfer: feature-extract counts the backbone frozen, only the head trainable."""
     kept_float64: bool = False
-    """The model holds float64 weights and was counted as built at fp32, not cast (see
-    `kept_as_built`)."""
+    """The model holds float64 (or float16, bfloat16) weights and was counted as built at fp32,
+    not cast (see `kept_dtype`, which `kept` names)."""
+    kept: str = "float64"
+    """The dtype kept as built where `kept_float64` (float64, float16 or bfloat16)."""
     complex_dtypes: list[str] = field(default_factory=list)
     """The complex dtypes (complex64, ...) of the tensors whose arithmetic was counted in real
     operations (ops.COMPLEX_COUNTED); empty for a model computing on real tensors only."""
+    shared_storage: list[list[str]] = field(default_factory=list)
+    """Names of the Parameters that share one storage (`dec.weight = nn.Parameter(enc.weight.t())`),
+    a group each: counted apart, by identity, as model.parameters() counts them."""
+    output_width: int | None = None
+    """The last dimension of the model's output, where it returns one tensor of two or more
+    dimensions (its scores: the classes it was built for); else None."""
     real_tensors: str | None = None
     """Why the model was counted on real CPU tensors of random values, not on the meta device
     (torch's own function that reads tensor values, a tensor the model made on the CPU); None
@@ -246,7 +257,7 @@ class Analysis:
     def precision_counted(self) -> str:
         """What the count's precision describes: the precision's dtype, or the model's float64
         as built, and its complex tensors, which no precision casts."""
-        said = KEPT_FLOAT64 if self.kept_float64 else counted_as(self.precision)
+        said = kept_note(self.kept) if self.kept_float64 else counted_as(self.precision)
         if not self.complex_dtypes:
             return said
         parts = {"complex32": "fp16", "complex64": "fp32", "complex128": "fp64"}
@@ -254,6 +265,16 @@ class Analysis:
             f"{d} (two {parts.get(d, 'real')} numbers each)" for d in self.complex_dtypes
         )
         return f"{said}; complex tensors kept as built, not cast: {kinds}"
+
+    def params_counted(self) -> str | None:
+        """How parameters sharing one storage are counted, None where none share one."""
+        if not self.shared_storage:
+            return None
+        shares = "; ".join(" and ".join(group) for group in self.shared_storage)
+        return (
+            "each nn.Parameter once, by identity, as model.parameters() counts them: these "
+            f"share one storage and are counted apart, each in its module's row: {shares}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         left_out = INTERNAL if self.train else INTERNAL + BACKWARD
@@ -277,6 +298,7 @@ class Analysis:
                 "precision": self.precision_counted(),
                 **({"complex": ops.COMPLEX_COUNTED} if self.complex_dtypes else {}),
                 **({"tensors": self.tensors()} if self.real_tensors is not None else {}),
+                **({"params_counted": shared} if (shared := self.params_counted()) else {}),
             },
             "totals": self.totals(),
             "layers": layers,
@@ -342,6 +364,11 @@ def default_input(name: str) -> list[int]:
     return [3, 224, 224] if name in list_models()["torchvision"] else [3, 32, 32]
 
 
+FROM_KWARGS = "the factory's own (it takes **kwargs; read from the output's last dimension)"
+"""Where the classes of a factory taking **kwargs, not given num_classes, come from: its output's
+last dimension, as counted."""
+
+
 def _factory_classes(
     fn: Callable[..., nn.Module], name: str, num_classes: int | None, default_source: str
 ) -> tuple[int | None, str]:
@@ -350,16 +377,18 @@ def _factory_classes(
     from dlperf.models.registry import factory_parameters
 
     params = factory_parameters(fn)
+    # `def build(**kw)` is passed num_classes as any other factory is
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     if num_classes is not None:
-        if "num_classes" not in params and not any(
-            p.kind is p.VAR_KEYWORD for p in params.values()
-        ):
+        if "num_classes" not in params and not takes_any:
             factory = name.rpartition(":")[2]
             raise UserError(
                 f"analyze.classes {num_classes}: the factory {factory} takes no num_classes",
                 "leave analyze.classes unset: the factory sizes its own head",
             )
         return num_classes, "--classes"
+    if "num_classes" not in params and takes_any:
+        return None, FROM_KWARGS  # read from the model's output once counted (`analyze`)
     if "num_classes" not in params:
         return None, "the model takes no num_classes"
     default = params["num_classes"].default
@@ -474,7 +503,21 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Complex dtypes of the tensors whose arithmetic was counted in real operations."""
         self.claimed: set[int] = set()
         """ids of the parameters a row counts: each is counted once (tied weights)."""
-        self.by_storage = {p.untyped_storage()._cdata: (n, p) for n, p in model.named_parameters()}
+        self.model = model
+        self.by_id = {id(p): (n, p) for n, p in model.named_parameters()}
+        """The model's parameters before the forward, by identity: each once, as
+        model.parameters() holds them (a tied weight under its first name)."""
+        self.by_storage: dict[int, list[tuple[str, nn.Parameter]]] = {}
+        """The same by storage: two Parameters over one (`nn.Parameter(enc.weight.t())`) are
+        two parameters, each counted in its own row."""
+        for named in self.by_id.values():
+            self.by_storage.setdefault(named[1].untyped_storage()._cdata, []).append(named)
+        self.ran: set[str] = set()
+        """The modules whose forward started: none of them is listed as never run."""
+        self.layers = {m for m in self.names if _is_layer(m)}
+        owners = {m for m in self.names if next(m.parameters(recurse=False), None) is not None}
+        self.starting = owners | self.layers
+        """The modules that get a row when they start: layers, and owners of parameters."""
         self.trainable = Counter[bool]()
         """Trainable parameters the rows count, biases (True) and others."""
         self.outside_is_root = False
@@ -508,8 +551,54 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def claim_used(self, row: Layer, args: Any) -> None:
         """Count parameters of modules that were not called, used by `row`'s operator."""
-        used = (self.by_storage.get(t.untyped_storage()._cdata) for t in _tensors(args))
+        used = (self.parameter_of(t) for t in _tensors(args))
         self.claim(row, (named for named in used if named is not None))
+
+    def parameter_of(self, t: torch.Tensor) -> tuple[str, nn.Parameter] | None:
+        """The parameter that `t` is, or is a view of (`self.enc.weight.t()`): by identity
+        first, the view's base, else by storage (`.data`, `.detach()`), where no parameter of
+        that storage is counted yet. By storage alone, a transposed use of enc.weight counted
+        dec.weight, a Parameter of its own over enc.weight's storage, in enc's row."""
+        for tensor in (t, t._base):
+            if tensor is not None and id(tensor) in self.by_id:
+                return self.by_id[id(tensor)]
+        sharing = self.by_storage.get(t.untyped_storage()._cdata, [])
+        if not sharing or any(id(p) in self.claimed for _, p in sharing):
+            return None
+        return sharing[0]
+
+    def shared_storage(self) -> list[list[str]]:
+        """The names of the Parameters that share a storage, each group in the model's order
+        (`[["enc.weight", "dec.weight"]]`): counted apart, by identity."""
+        return [[n for n, _ in group] for group in self.by_storage.values() if len(group) > 1]
+
+    def adopt(self) -> None:
+        """Name the submodules a forward made (`self.head = nn.Linear(...)` on the first
+        call) as the model names them, in the rows and in the tracker, which knows only those
+        it saw when their parent started, and names any other by its class alone."""
+        root = self.tracker._get_mod_name(self.model)  # type: ignore[no-untyped-call]
+        for name, module in self.model.named_modules(remove_duplicate=False):
+            if name in self.modules:
+                continue
+            self.modules[name] = module
+            self.names[module] = name
+            self.tracker._known_modules[module] = f"{root}.{name}"
+            if _is_layer(module):
+                self.layers.add(module)
+            if _is_layer(module) or next(module.parameters(recurse=False), None) is not None:
+                self.starting.add(module)
+
+    def claim_made(self, module: nn.Module) -> None:
+        """Count in `module`'s row the parameters its forward made (`self.w =
+        nn.Parameter(...)` on the first call, as a lazy layer does), as its forward ends: a
+        row claims its module's own parameters when it starts, before these existed."""
+        name = self.names.get(module)
+        if name is None:
+            return
+        own = module.named_parameters(recurse=False)
+        made = [(n, p) for n, p in own if id(p) not in self.by_id and id(p) not in self.claimed]
+        if made:
+            self.claim(self.row(name), made)
 
     def current(self) -> str | None:
         """The innermost running module (its name in `named_modules`), None outside the model.
@@ -584,11 +673,18 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """
 
         def started(module: nn.Module, args: Any) -> None:
-            if module in starting:
-                self.row(self.names[module])
+            if module not in self.names:  # made by a running forward, or not the model's
+                self.adopt()
+            name = self.names.get(module)
+            if name is None:
+                return
+            self.ran.add(name)
+            if module in self.starting:
+                self.row(name)
 
         def finished(module: nn.Module, args: Any, out: Any) -> None:
-            if module not in layers:
+            self.claim_made(module)
+            if module not in self.layers:
                 return
             row = self.row(self.names[module])
             produced = _layer_outputs(module, out)
@@ -603,9 +699,6 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 row.peer_macs["torchinfo"] += torchinfo_macs(module, produced[0])
                 row.peer_macs["ptflops"] += ptflops_macs(module, x, produced[0])
 
-        owners = {m for m in self.names if next(m.parameters(recurse=False), None) is not None}
-        layers = {m for m in self.names if _is_layer(m)}
-        starting = owners | layers
         return [
             register_module_forward_pre_hook(started),
             register_module_forward_hook(finished),
@@ -655,6 +748,8 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         whole: list[str] = []
         for name, module in self.modules.items():
             if any(name.startswith(f"{outer}.") for outer in whole):
+                continue
+            if name in self.ran:  # its own parameters are counted in its row (`claim_made`)
                 continue
             subtree = list(module.named_parameters())
             if all(id(p) in counted for _, p in subtree):
@@ -961,12 +1056,15 @@ def _models_function(e: BaseException) -> str:
     return found
 
 
-def needs_more_than_one(model: nn.Module) -> tuple[str, list[str]] | None:
+def needs_more_than_one(model: nn.Module) -> tuple[str, list[str], str | None] | None:
     """Where `model(x)` cannot run for its forward's signature alone (`forward(self, x,
     mask)`): its forward as the arguments it requires ("forward(x, mask)", "forward(x, *,
-    mask)", "forward()"), and the names it requires beyond the first. None where one tensor
-    can be its argument, or the signature cannot tell: a forward pre-hook may give the others,
-    an overridden __call__ may never call forward, a TorchScript method has no signature."""
+    mask)", "forward()"), the names it requires beyond the first, and the name of its first
+    keyword-only argument where it takes none by position (`forward(self, *, x)`: shown with
+    its keyword-only defaults, "forward(*, x=None)", its required ones all in the second).
+    None where one tensor can be its argument, or the signature cannot tell: a forward
+    pre-hook may give the others, an overridden __call__ may never call forward, a
+    TorchScript method has no signature."""
     hooks = model._forward_pre_hooks or torch.nn.modules.module._global_forward_pre_hooks
     if hooks or type(model).__call__ is not nn.Module.__call__:
         return None
@@ -981,18 +1079,39 @@ def needs_more_than_one(model: nn.Module) -> tuple[str, list[str]] | None:
     takes_one = bool(positional) or any(p.kind is kind.VAR_POSITIONAL for p in params)
     if takes_one and len(required) <= 1 and not keywords:
         return None
+    keyword_only = [p for p in params if p.kind is kind.KEYWORD_ONLY]
+    if not takes_one and keyword_only:
+        # Its input can be given by keyword only: the defaults shown too, as the user wrote
+        # them (`x=None` is the fix a forward needing a second argument is given).
+        written = [p.name if p.default is kind.empty else f"{p.name}={p.default!r}" for p in
+                   keyword_only]  # fmt: skip
+        return f"forward(*, {', '.join(written)})", keywords, keyword_only[0].name
     shown = ", ".join(required + (["*", *keywords] if keywords else []))
-    return f"forward({shown})", required[1:] + keywords
+    return f"forward({shown})", required[1:] + keywords, None
 
 
 def refuse_more_than_one(model: nn.Module, fed: str) -> None:
     """Refuse, in one line, a model whose forward needs more than the one tensor dlperf feeds
-    it (`fed`: "analyze feeds it one, the input tensor"), before calling it: the TypeError of
-    the call names no shape, but was told as the input's fault."""
+    it (`fed`: "analyze feeds it one, the input tensor"), or takes it by keyword only, before
+    calling it: the TypeError of the call names no shape, but was told as the input's fault."""
     found = needs_more_than_one(model)
     if found is None:
         return
-    shown, others = found
+    shown, others, by_keyword = found
+    if by_keyword is not None:
+        # dlperf calls model(x): a default for it (`x=None`) would not help, only a position
+        if len(others) <= 1:
+            raise UserError(
+                f"the model's {shown} takes its input by keyword only: {fed}, by position",
+                f"make it positional: def forward(self, {by_keyword})",
+            )
+        rest = ", ".join(f"{name}=None" for name in others[1:])
+        raise UserError(
+            f"the model's {shown} needs {len(others)} arguments, by keyword only: {fed}, by "
+            "position",
+            f"make the input positional and give the others a default: def forward(self, "
+            f"{others[0]}, *, {rest})",
+        )
     needed = len(others) + (shown != "forward()")
     if not others:
         raise UserError(
@@ -1034,6 +1153,16 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             raise MadeOnCpu(_models_function(e), said, command) from None
         if raised_by_model(e):
             raise
+        other = _other_dtype(model, x) if "type" in first.lower() else None
+        if other is not None:
+            dtype, which = other
+            precisions = {str(d).removeprefix("torch."): p for p, d in DTYPES.items()}
+            at = precisions.get(dtype) if x.dtype == torch.float32 else None
+            fed = str(x.dtype).removeprefix("torch.")
+            raise UserError(
+                f"the model's {which} are {dtype}, but {command} feeds it {fed} input ({said})",
+                _dtype_fix(dtype, at),
+            ) from None
         raise UserError(
             f"the model rejects input {list(x.shape)}: {said}",
             "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "
@@ -1060,6 +1189,35 @@ def run_backward(out: Any, done: str = "counted") -> None:
             f"the model's backward cannot be {done}: {said}",
             f"its forward alone is still {done}: leave out --train, or analyze.train",
         ) from None
+
+
+def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor]) -> None:
+    """Refuse to count the training step of a model with trainable parameters whose outputs
+    (`out`) carry no gradient (`needing`, those that do, is empty): integer scores, a forward
+    under torch.no_grad or .detach()ed. Its backward does nothing, so the step counted was the
+    forward alone, with gradient and optimizer memory, of a model a run refuses to train."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    scores = _outputs(out)
+    if needing or not trainable or not scores:
+        return
+    kinds = [t.dtype for t in scores if not (t.is_floating_point() or t.is_complex())]
+    if kinds:
+        returned = f"returns {kinds[0]} values, which carry no gradient"
+        fix = "return the scores as floating values, as its layers compute them (no .long()"
+    else:
+        # frozen layers give no gradient either (F: a run names them): said where there are
+        frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+        returned = "returns scores that carry no gradient"
+        fix = "return the scores as its layers compute them (no .detach()"
+        if frozen:
+            named = ", ".join(frozen[:3]) + (", ..." if len(frozen) > 3 else "")
+            fix = f"unfreeze the layers on the way to them ({named} are frozen), and {fix}"
+    raise UserError(
+        f"the model {returned}, though it has {trainable:,} trainable parameters: its training "
+        "step has no backward to count, and a run refuses to train it",
+        f"{fix}, torch.no_grad or .numpy() on the way); its forward alone is still counted: "
+        "leave out --train, or analyze.train",
+    )
 
 
 class _SavedTensors(torch.autograd.graph.saved_tensors_hooks):
@@ -1093,16 +1251,57 @@ def _training_memory(model: nn.Module, saved: int) -> dict[str, Any]:
     }
 
 
-KEPT_FLOAT64 = "fp32 input; the model's own float64 weights kept, not cast (as a run at fp32)"
+def kept_note(dtype: str) -> str:
+    """What a count of a model kept in its own `dtype` ("float64") at fp32 describes."""
+    return f"fp32 input; the model's own {dtype} weights kept, not cast (as a run at fp32)"
+
+
+KEPT_FLOAT64 = kept_note("float64")
+
+_HALVES = (torch.float16, torch.bfloat16)
+
+
+def kept_dtype(model: nn.Module, precision: str) -> torch.dtype | None:
+    """The dtype of `model`'s own that a count or a measurement at `precision` keeps rather than
+    casting the model to the precision's, None where it casts: at fp32, float64 of a model
+    holding float64 weights or buffers (built with `self.double()`), float16 or bfloat16 of one
+    holding such parameters (`.half()`). A run at fp32 trains such a model as it is (it casts
+    nothing), and its forward may cast its input to match; its input stays fp32, as a run feeds
+    it. Cast to fp32, a .half() model was counted as if it were one, which a run refuses."""
+    if precision != "fp32":
+        return None
+    if any(t.dtype == torch.float64 for t in (*model.parameters(), *model.buffers())):
+        return torch.float64
+    return next((p.dtype for p in model.parameters() if p.dtype in _HALVES), None)
 
 
 def kept_as_built(model: nn.Module, precision: str) -> bool:
-    """Whether a count or a measurement at `precision` leaves `model` in its own dtypes rather
-    than casting it to the precision's: at fp32, a model holding float64 weights or buffers
-    (built with `self.double()`), which a run at fp32 trains as it is (it casts nothing) and
-    whose forward may cast its input to match. Its input stays fp32, as a run feeds it."""
-    tensors = (*model.parameters(), *model.buffers())
-    return precision == "fp32" and any(t.dtype == torch.float64 for t in tensors)
+    """Whether a count or a measurement at `precision` leaves `model` in its own dtypes
+    (`kept_dtype`) rather than casting it to the precision's."""
+    return kept_dtype(model, precision) is not None
+
+
+def _other_dtype(model: nn.Module, x: torch.Tensor) -> tuple[str, str] | None:
+    """Where `model`'s floating parameters are not of its input's dtype: their dtype
+    ("float64") and how they are named in a refusal ("parameters", or the first of them where
+    some are of x's dtype); None where all are of x's."""
+    floating = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    other = [(n, p) for n, p in floating if p.dtype != x.dtype]
+    if not other:
+        return None
+    dtype = str(other[0][1].dtype).removeprefix("torch.")
+    return dtype, "parameters" if len(other) == len(floating) else f"parameters ({other[0][0]})"
+
+
+def _dtype_fix(dtype: str, precision: str | None) -> str:
+    """The fix for a model whose `dtype` parameters refuse a float32 input: built in float32,
+    the input cast in forward, or (half precisions) the count made at their precision."""
+    drop = {"float64": ".double()", "float16": ".half()", "bfloat16": ".bfloat16()"}
+    fix = f"build it in float32 (drop {drop.get(dtype, f'the cast to {dtype}')})"
+    fix += ", or cast the input in forward: x.to(dtype of the weights)"
+    if precision is not None:
+        fix += f", or count it at {precision}: --precision {precision} (analyze.precision)"
+    return fix
 
 
 def to_precision(model: nn.Module, precision: str, device: torch.device | str) -> nn.Module:
@@ -1110,7 +1309,7 @@ def to_precision(model: nn.Module, precision: str, device: torch.device | str) -
     the precision's dtype, or as built where `kept_as_built`. Complex weights and buffers are
     never cast (nn.Module.to(dtype) would keep their real part alone): a run casts nothing."""
     if kept_as_built(model, precision):
-        return model.to(device=device)
+        return model.to(device=device)  # a run at fp32 casts nothing
     dtype = DTYPES[precision]
     moved = model.to(device=device)
     cast: nn.Module = moved._apply(  # type: ignore[no-untyped-call]
@@ -1197,7 +1396,7 @@ def analyze_module(
     # before counting's own hooks, which would hide the forward's signature
     refuse_more_than_one(model, f"{command} feeds it one, the input tensor")
     dtype = DTYPES[precision]
-    kept = kept_as_built(model, precision)
+    kept = kept_dtype(model, precision)
     model = to_precision(model, precision, "meta")
     # A model copied or built in the caller's inference mode holds inference tensors, which
     # autograd refuses to save for the backward; plain copies of them count the same.
@@ -1208,7 +1407,8 @@ def analyze_module(
     counted = Analysis(
         model=name, input=list(input_shape), batch=batch, train=train, precision=precision,
         layers=[], params=0, trainable_params=0, trainable_bias_params=0, receptive_field={},
-        unsupported_ops={}, kept_float64=kept,
+        unsupported_ops={}, kept_float64=kept is not None,
+        kept=str(kept or torch.float64).removeprefix("torch."),
     )  # fmt: skip
     try:
         return _count(counted, model, x, command)
@@ -1289,14 +1489,18 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
             with mode, _FunctionCalls(mode), _attention_as_on_cpu(), saved, grad:
                 mode.outside_is_root = True
                 out = run_forward(model, x, command)
+                mode.claim_made(model)  # one whose overridden __call__ runs no hook of its own
                 mode.outside_is_root = False
                 mode.entered.clear()  # a module whose forward raised, the model catching it
-            fields_result = fields.result(_outputs(out))
+            scores = _outputs(out)
+            fields_result = fields.result(scores)
+            width = scores[0].shape[-1] if len(scores) == 1 and scores[0].dim() >= 2 else None
             if train:
                 mode.fields = None
                 # The simplest loss; its own backward runs outside every module, uncounted,
                 # until the gradients of the model's outputs are in.
-                outputs = [t for t in _outputs(out) if t.requires_grad]
+                outputs = [t for t in scores if t.requires_grad]
+                refuse_no_gradient(model, out, outputs)
                 if outputs:
                     hooks.append(
                         torch.autograd.graph.register_multi_grad_hook(
@@ -1320,6 +1524,8 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
         not_run=mode.not_run(),
         training_memory=memory,
         complex_dtypes=sorted(str(d).removeprefix("torch.") for d in mode.complex_dtypes),
+        output_width=width,
+        shared_storage=mode.shared_storage(),
     )
 
 
@@ -1375,6 +1581,8 @@ def analyze(
     a = count_model(
         model, shape, batch, train, precision, name, bias, activations, macs_convention, command
     )
+    if classes is None and source == FROM_KWARGS:
+        classes = a.output_width
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
     return a
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dlperf.analytic.counting import KEPT_FLOAT64, Analysis, analyze
+from dlperf.analytic.counting import Analysis, analyze, kept_note
 from dlperf.analytic.devices import Device, get_device, load_catalog, save_device, user_file
 from dlperf.analytic.interleaved import (
     build_probes,
@@ -92,7 +92,7 @@ def predict_model(
         reporter.log(f"warning: {note}")
     if a.kept_float64:  # as analyze's precision convention says it
         done = "counted and measured" if measure else "counted"
-        reporter.log(f"note: {model} {done} as built: {KEPT_FLOAT64}")
+        reporter.log(f"note: {model} {done} as built: {kept_note(a.kept)}")
     if a.complex_dtypes:  # as analyze's conventions say it
         reporter.log(f"note: {model}: {COMPLEX_COUNTED}")
     does_arithmetic(a)

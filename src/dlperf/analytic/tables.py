@@ -106,6 +106,8 @@ def totals_table(result: dict[str, Any]) -> Table:
         [f"params ({biases})", f"{t['params']:,}"],
         [f"trainable params ({biases})", f"{t['trainable_params']:,}"],
     ]
+    if "params_counted" in result["conventions"]:  # Parameters sharing one storage
+        summary += [["  params counted", result["conventions"]["params_counted"]]]
     if result["not_run"]:
         summary += [["params of modules that never ran", f"{t['params_not_run']:,}"]]
     summary += [
