@@ -384,6 +384,7 @@ def analyze(
 
         from dlperf.analytic.counting import analyze as analyze_name
         from dlperf.analytic.counting import check_options, count_model
+        from dlperf.models.registry import check_no_cycle
 
     precision = dtype or "fp32"
     input_size = _shape(input_size)
@@ -406,6 +407,7 @@ def analyze(
     if not input_size:
         raise UserError("give input_size, one sample's shape, e.g. (3, 32, 32)")
     check_options(batch, train, precision, activations, macs_convention)
+    check_no_cycle(model, type(model).__name__)  # the registry checks only what it builds
     with _no_exit():
         counted = count_model(
             _meta_copy(model), input_size, batch, train, precision, type(model).__name__,

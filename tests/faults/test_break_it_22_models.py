@@ -186,6 +186,15 @@ def test_a_module_holding_its_parent_is_refused_by_run_and_the_api(
         dlperf.analyze(f"{path}:build", (1, 8, 8))
 
 
+def test_a_module_object_holding_its_parent_is_refused_by_the_api() -> None:
+    """dlperf.analyze(module) never goes through the registry: it was still a RecursionError."""
+    head = torch.nn.Linear(64, 10)
+    model = torch.nn.Sequential(torch.nn.Flatten(), head)
+    head.owner = model  # type: ignore[assignment]  # registered as a submodule: the loop
+    with pytest.raises(UserError, match=r"1\.owner is the model itself"):
+        dlperf.analyze(model, (1, 8, 8))
+
+
 def test_a_module_shared_by_two_parents_is_no_cycle(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
