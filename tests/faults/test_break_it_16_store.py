@@ -147,7 +147,7 @@ def test_runs_repair_stopped_by_a_file_size_limit_says_so(tmp_path: Path) -> Non
         tmp_path, resource.RLIMIT_FSIZE, 10 * 1024, "--db", "s.db", "runs", "repair", "rp.db"
     )
     one_line(result, 1)
-    assert result.err.splitlines()[-1] == f"error: cannot use .rp.db.repairing: {LIMITED}"
+    assert result.err.splitlines()[-1] == f"error: cannot use rp.db: {LIMITED}"  # round 22: NEW
     assert sorted(os.listdir(tmp_path)) == ["s.db"]  # nothing of the repair is left
 
 

@@ -1825,6 +1825,14 @@ def garbled_metrics(
     return None
 
 
+def _of_target(e: OSError, staged: str, target: str) -> OSError:
+    """`e`, met writing the hidden `staged` copy of a repair, as the user's `target`: the line
+    names the file they asked for, which is the one they must make room for."""
+    if e.filename is None or os.fspath(e.filename) != staged:
+        return e
+    return OSError(e.errno, e.strerror, target)
+
+
 def repair(db: str | None, out: str) -> integrity.Repaired:
     """Copy what can still be read of the SQLite store `db` (a URL or path, as `--db` takes)
     into a new store file `out` (a path, checked as `--db`'s are); the damaged file is only
@@ -1866,13 +1874,21 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
         leftover.unlink(missing_ok=True)
     new: RunStore | None = None
     try:  # making the new store fails too (a full disk): what it wrote goes, as for a copy
-        new = RunStore.open(staged)
+        try:
+            new = RunStore.open(staged)
+        except OSError as e:  # a full disk, ulimit -f: said of NEW, not of its hidden name
+            raise _of_target(e, staged, target) from None
         try:
             done = integrity.copy_readable(source, new._writer, where, busy_s)
         except sqlite3.OperationalError as e:
             if not integrity.held(e):
                 raise
             raise _locked(integrity.shown(source), busy_s, "to read it") from None
+        except DatabaseError as e:  # the copy's commit: a full disk, ulimit -f, as any write
+            no_room = _no_room(e, new.engine)
+            if no_room is None:
+                raise
+            raise _of_target(no_room, staged, target) from None
         # Every connection closed: the WAL is checkpointed into the file and removed, so the
         # one file renamed holds the whole copy.
         new.engine.dispose()

@@ -1,0 +1,92 @@
+"""What the 22nd break-it round found in `runs repair` and in reading a store's schema version,
+reproduced first: `runs repair NEW` stopped by a file size limit (ulimit -f, and so a full
+disk) printed the driver's 80-line "disk I/O error" traceback when the limit was met during
+the copy, and named the hidden staging file `.NEW.repairing`, not NEW, when it was met as the
+new store was made (P4 cause C); a stored schema version of '03' passed the isdecimal() check
+and a read command rewrote it to '3' (a write by a read).
+
+The file size limit is set with resource.setrlimit in a real child (preexec_fn), which runs
+`python -m dlperf`; SIGXFSZ is ignored there as Python itself ignores it, so that a write past
+the limit fails with EFBIG instead of killing the process."""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlperf.store import RunStore
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
+
+LIMITED = (
+    "File too large (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
+)
+
+
+def _limited(cwd: Path, cap: int, *args: str) -> CliResult:
+    """`python -m dlperf ARGS` in `cwd` under a file size limit of `cap` bytes."""
+
+    def limit() -> None:  # in the child, between fork and exec
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dlperf", *args],
+        cwd=cwd,
+        env={**os.environ, "DLPERF_DB": str(cwd / "dlperf.db"), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        preexec_fn=limit,
+    )
+    return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def _source(path: Path) -> None:
+    """A store file of about 300 KiB (one run of three noisy curves), closed: its -wal is
+    checkpointed into it, so that opening it under the limit writes nothing to it."""
+    store = RunStore.open(str(path))
+    run_id = store.create_run("noisy", "run", {"n": 1})
+    noise = random.Random(22)
+    keys = ("train/loss", "train/lr", "val/acc1")
+    store.log_metrics(run_id, [(k, s, noise.random()) for k in keys for s in range(1, 2001)])
+    store.finish_run(run_id, "finished")
+    store.engine.dispose()
+    assert path.stat().st_size > 200 * 1024
+
+
+# --- 1: runs repair under a file size limit --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cap_kib", "where"),
+    [(60, "during the copy"), (10, "as the new store is made")],
+)
+@pytest.mark.parametrize("named", ["relative", "absolute"])
+def test_runs_repair_stopped_by_a_file_size_limit_names_new(
+    tmp_path: Path, cap_kib: int, where: str, named: str
+) -> None:
+    """Before: at 60 KiB the driver's 80-line `sqlalchemy.exc.OperationalError: disk I/O
+    error` traceback, exit 1; at 10 KiB `error: cannot use .rp.db.repairing: File too large`,
+    the hidden staging file's name."""
+    _source(tmp_path / "s.db")
+    new = "rp.db" if named == "relative" else str(tmp_path / "rp.db")
+    result = _limited(tmp_path, cap_kib * 1024, "--db", "s.db", "runs", "repair", new)
+    one_line(result, 1)
+    assert result.err.splitlines()[-1] == f"error: cannot use {new}: {LIMITED}", where
+    # Nothing of the repair is left. (A copy leaves the source's empty -wal and its -shm: SQLite
+    # makes them to read a WAL store, and a read-only connection cannot remove them.)
+    assert not [name for name in os.listdir(tmp_path) if "rp.db" in name]
+    # And with the limit lifted the same repair works: the source was only read.
+    again = _limited(tmp_path, resource.RLIM_INFINITY, "--db", "s.db", "runs", "repair", new)
+    assert again.code == 0, again.err
+    store = RunStore.open(str(tmp_path / "rp.db"))
+    assert [r.status for r in store.list_runs()] == ["finished"]
+    store.engine.dispose()
