@@ -168,15 +168,9 @@ def _clash(config: dict[str, Any], name: str) -> None:
     `{"a.b": 1, "a": {"b": 2}}` was stored as given, but the MLflow export, `runs list
     --where` and `runs compare` name its keys dotted, and kept one of the two values without a
     word (as round 21's {1: .., "1": ..} would have been one key, this is refused)."""
-    clash = flat_clash(config)
+    clash = flat_clash(config, lambda path: name + "".join(f"[{key!r}]" for key in path))
     if clash is not None:
-        dotted, one, other = clash
-        at = ["".join(f"[{key!r}]" for key in path) for path in (one, other)]
-        raise UserError(
-            f"{name}{at[0]} and {name}{at[1]} are one key, {dotted}, as runs list --where, "
-            "runs compare and the MLflow export name keys: one value would be lost",
-            "rename one of them",
-        )
+        raise UserError(clash, "rename one of them")
 
 
 def _device(device: Any) -> torch.device:

@@ -170,15 +170,20 @@ def _leaves(
             yield f"{prefix}{key}", (*path, key)
 
 
-def flat_clash(tree: dict[str, Any]) -> tuple[str, tuple[str, ...], tuple[str, ...]] | None:
-    """The first dotted key that two leaves of `tree` share once flattened (unquoted), with the
-    path of keys to each: `{"a.b": 1, "a": {"b": 2}}` gives ("a.b", ("a.b",), ("a", "b")).
-    None when each leaf has a key of its own. `flatten` keeps the later of two such leaves,
-    and the other's value was lost from exports, --where and compare without a word."""
+def flat_clash(tree: dict[str, Any], spell: Callable[[tuple[str, ...]], str]) -> str | None:
+    """What is wrong with `tree` when two of its leaves share one dotted key once flattened
+    (unquoted), each leaf's path of keys written by `spell`: `{"a.b": 1, "a": {"b": 2}}`
+    clashes at "a.b". None when each leaf has a key of its own. `flatten` keeps the later of
+    two such leaves, and the other's value was lost from exports, --where and compare without
+    a word; the fix is to rename one of them."""
     seen: dict[str, tuple[str, ...]] = {}
     for dotted, path in _leaves(tree, "", ()):
         if dotted in seen:
-            return dotted, seen[dotted], path
+            return (
+                f"{spell(seen[dotted])} and {spell(path)} are one key, {one_line(dotted)}, as "
+                "runs list --where, runs compare and the MLflow export name keys: one value "
+                "would be lost"
+            )
         seen[dotted] = path
     return None
 

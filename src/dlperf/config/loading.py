@@ -345,15 +345,9 @@ def check_clash(exp: Experiment, where: str) -> None:
     it with (api._clash), the keys spelled as in the file: `runs list --where`, `runs
     compare` and the MLflow export name keys dotted, and one value would be lost. Not for a
     stored run's config (resume, export, a teacher), which is read as it was stored."""
-    clash = flat_clash(exp.to_dict())
+    clash = flat_clash(exp.to_dict(), _toml_key)
     if clash is not None:
-        dotted, one, other = clash
-        raise UserError(
-            f"{where}: {_toml_key(one)} and {_toml_key(other)} are one key, {one_line(dotted)}, "
-            "as runs list --where, runs compare and the MLflow export name keys: one value "
-            "would be lost",
-            "rename one of them",
-        )
+        raise UserError(f"{where}: {clash}", "rename one of them")
 
 
 def build_experiment(
