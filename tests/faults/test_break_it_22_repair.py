@@ -17,13 +17,18 @@ import resource
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from dlperf.store import RunStore
+from dlperf.store.migrations import SCHEMA_VERSION
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
 
 LIMITED = (
     "File too large (a file size limit (ulimit -f) stopped the write: raise it, or write less)"
@@ -90,3 +95,61 @@ def test_runs_repair_stopped_by_a_file_size_limit_names_new(
     store = RunStore.open(str(tmp_path / "rp.db"))
     assert [r.status for r in store.list_runs()] == ["finished"]
     store.engine.dispose()
+
+
+# --- 3: a schema version not written as dlperf writes it ------------------------------------
+
+
+def _version(url: str, value: str | None = None) -> str:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if value is not None:
+                conn.execute(
+                    text("UPDATE meta SET value = :v WHERE key = 'schema_version'"), {"v": value}
+                )
+            return str(conn.scalar(text("SELECT value FROM meta WHERE key = 'schema_version'")))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("stored", ["03", "003", "\u0663", "+3", "1" * 5000])
+def test_a_schema_version_not_written_as_dlperf_writes_it_is_refused_unwritten(
+    cli: Cli, tmp_path: Path, stored: str
+) -> None:
+    """'03' passed isdecimal() and `runs list` rewrote it to '3'; '٣' (an Arabic-Indic
+    three) passed too. As '3.0', ' 3' and '0' are: one line, exit 2, and the row left as
+    it was."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store = RunStore.open(url)
+    run_id = store.create_run("r", "train", {})
+    store.finish_run(run_id)
+    store.engine.dispose()
+    _version(url, stored)
+    for args in (("runs", "list"), ("runs", "show", str(run_id)), ("runs", "tag", "1", "a=b")):
+        one_line(
+            cli("--db", url, *args),
+            2,
+            f"schema version {stored!r}, which no dlperf writes",
+            "runs repair NEW.db",
+        )
+        assert _version(url) == stored, args
+
+
+@pytest.mark.parametrize("stored", ["04", "4" * 5000])
+def test_a_repair_copies_a_store_of_version_04_as_damaged_not_newer(
+    cli: Cli, tmp_path: Path, stored: str
+) -> None:
+    """`--db` calls '04' a version no dlperf writes and says to repair the store: repair
+    must not then refuse it as a newer store ('4' is one). 5000 digits were int()'s
+    ValueError traceback."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store = RunStore.open(url)
+    store.finish_run(store.create_run("r", "train", {}))
+    store.engine.dispose()
+    _version(url, stored)
+    result = cli("--db", url, "runs", "repair", str(tmp_path / "new.db"))
+    assert result.code == 0, result.err
+    assert _version(f"sqlite:///{tmp_path / 'new.db'}") == str(SCHEMA_VERSION)
+    _version(url, "4")
+    one_line(cli("--db", url, "runs", "repair", str(tmp_path / "new2.db")), 2, "newer than")

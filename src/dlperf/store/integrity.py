@@ -33,7 +33,7 @@ from sqlalchemy.sql.sqltypes import JSON
 from dlperf.errors import UserError
 from dlperf.parsing import printable
 from dlperf.store.ids import made_store_id
-from dlperf.store.migrations import SCHEMA_VERSION
+from dlperf.store.migrations import SCHEMA_VERSION, written
 from dlperf.store.schema import (
     COPY_DIR,
     COPY_FILE,
@@ -472,7 +472,8 @@ def _refuse_newer(old: sqlite3.Connection, tables: dict[str, list[str]], source:
             raise
         return
     for (version,) in versions:
-        if isinstance(version, str) and version.isdecimal() and int(version) > SCHEMA_VERSION:
+        # As `--db` reads it: a version no dlperf writes ('04') is damage, not a newer store.
+        if isinstance(version, str) and written(version) and int(version) > SCHEMA_VERSION:
             raise UserError(
                 f"run store {shown(source)} has schema version {int(version)}, newer than this "
                 f"dlperf's {SCHEMA_VERSION}",

@@ -64,6 +64,17 @@ def _facts(conn: Connection, tables: set[str]) -> dict[str, str]:
     return {key: value for key, value in conn.execute(query)}
 
 
+def written(version: str) -> bool:
+    """Whether `version` is a schema version as dlperf writes it: str() of a number from 1.
+    Short, too: int() refuses a string of over 4300 digits with a ValueError."""
+    return (
+        len(version) <= 18
+        and version.isdecimal()
+        and version == str(int(version))
+        and int(version) >= 1
+    )
+
+
 def _version(
     facts: dict[str, str],
     tables: set[str],
@@ -78,7 +89,9 @@ def _version(
         # Written by hand, or damaged. '0' too: versions start at 1, and 0 stands only for no
         # version row in an empty database; taken as that, a read command made the missing
         # tables of an older store, stamped it current, and it read as damaged from then on.
-        if not facts[VERSION_KEY].isdecimal() or int(facts[VERSION_KEY]) < 1:
+        # And any spelling but dlperf's own (str of the number): '03' or an Arabic-Indic '٣'
+        # passed isdecimal(), and a read command rewrote it as '3'.
+        if not written(facts[VERSION_KEY]):
             raise UserError(
                 f"run store {where} has schema version {facts[VERSION_KEY]!r}, which no dlperf "
                 "writes",
