@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from dlperf import image_modes
 from dlperf.errors import UserError
 from dlperf.image_modes import WIDE_GREY, rgb
 
@@ -78,3 +79,14 @@ def test_a_mode_pil_cannot_convert_is_one_line_naming_the_image_and_mode() -> No
 def test_every_wide_grey_mode_names_its_white() -> None:
     wide = dict.fromkeys(["I;16", "I;16B", "I;16L", "I;16N", "I"], 65535)
     assert {**wide, "F": 1} == WIDE_GREY
+
+
+def test_channels_last_is_told_by_its_shape_alone() -> None:
+    """One rule and one line for the npz reader and the model checks."""
+    said = image_modes.channels_last((16, 16, 3), "x.npz: images")
+    assert said is not None and said.message == (
+        "x.npz: images of shape (16, 16, 3) look channels-last (N, H, W, C): the model takes "
+        "(N, C, H, W)"
+    )
+    assert image_modes.channels_last((3, 16, 16), "x") is None
+    assert image_modes.channels_last((4, 16, 3), "x") is None  # 4 channels first: NCHW

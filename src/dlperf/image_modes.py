@@ -6,6 +6,8 @@ torch nor torchvision.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from PIL import Image
 
@@ -98,3 +100,19 @@ def covered(image: Image.Image, height: int, width: int) -> Image.Image:
     if (top, left, new_h, new_w) == (0, 0, height, width):
         return image
     return image.crop((left, top, left + width, top + height))
+
+
+def channels_last(shape: Sequence[int], named: str) -> UserError | None:
+    """Why images of `shape` (C, H, W) look stored channels-last (N, H, W, C), read as C = H
+    and W = C: 1, 3 or 4 channels in the last place and more in the first; None otherwise.
+    `named` begins the line ("digits images", "x.npz: images"). The npz reader says it before
+    any model is built (a model taking as many channels as H, resnet20's 16, trained on them
+    without a word); the model checks say it of any data set whose images a model rejects."""
+    c, _, w = shape
+    if w in (1, 3, 4) and c > 4:
+        return UserError(
+            f"{named} of shape {tuple(shape)} look channels-last (N, H, W, C): the model takes "
+            "(N, C, H, W)",
+            "store them so: images = np.transpose(images, (0, 3, 1, 2))",
+        )
+    return None

@@ -913,15 +913,8 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
             f"{path}: images of {said} (channels x height x width): each must be at least 1",
             "write images of at least 1 channel and 1 x 1 pixels",
         )
-    c, _, w = images.shape[1:]
-    # engine.checks' heuristic and words, said here before any model is built: a model that
-    # takes as many channels as H (resnet20's 16) trained on them without a word.
-    if w in (1, 3, 4) and c > 4:
-        raise UserError(
-            f"{path}: images of shape {tuple(images.shape[1:])} look channels-last "
-            "(N, H, W, C): the model takes (N, C, H, W)",
-            "store them so: images = np.transpose(images, (0, 3, 1, 2))",
-        )
+    if (layout := image_modes.channels_last(images.shape[1:], f"{path}: images")) is not None:
+        raise layout
     labels = arrays.get("labels")
     if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
         raise UserError(f"{path}: 'labels' must hold one integer per image")

@@ -16,6 +16,7 @@ from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError, raised_by_model
 from dlperf.formatting import few
+from dlperf.image_modes import channels_last
 from dlperf.models.transfer import DISAGREE, load_state
 
 if TYPE_CHECKING:
@@ -97,12 +98,8 @@ def misfit(
     except UserError as e:
         return e
     c, h, w = shape
-    if w in (1, 3, 4) and c > 4:
-        return UserError(
-            f"{name} images of shape {tuple(shape)} look channels-last (N, H, W, C): the model "
-            "takes (N, C, H, W)",
-            "store them so: images = np.transpose(images, (0, 3, 1, 2))",
-        )
+    if (layout := channels_last(shape, f"{name} images")) is not None:
+        return layout
 
     def takes(side: int) -> bool:
         try:
