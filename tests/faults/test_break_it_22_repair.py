@@ -26,7 +26,7 @@ from sqlalchemy import create_engine, text
 from dlperf.store import RunStore
 from dlperf.store.migrations import SCHEMA_VERSION
 from tests.conftest import CliResult
-from tests.faults.test_store_faults import one_line
+from tests.faults.test_store_faults import mounted, one_line
 
 Cli = Callable[..., CliResult]
 
@@ -95,6 +95,24 @@ def test_runs_repair_stopped_by_a_file_size_limit_names_new(
     store = RunStore.open(str(tmp_path / "rp.db"))
     assert [r.status for r in store.list_runs()] == ["finished"]
     store.engine.dispose()
+
+
+def test_runs_repair_on_a_disk_with_room_for_the_wal_only_says_so(cli: Cli, tmp_path: Path) -> None:
+    """Before: on a disk with room for the copy in the new store's -wal but not for the file
+    it is then checkpointed into, SQLite's checkpoint at close failed without a word, repair
+    said `wrote NEW: 1 run(s)`, exit 0, and NEW held part of the copy beside a hidden
+    `.NEW.repairing-wal` and -shm. The full disk is a small tmpfs (skipped where mounting
+    is refused, always unmounted), sized 1.5 times the copy."""
+    _source(tmp_path / "s.db")
+    probe = cli("--db", str(tmp_path / "s.db"), "runs", "repair", str(tmp_path / "probe.db"))
+    assert probe.code == 0, probe.err
+    size = -(-(tmp_path / "probe.db").stat().st_size * 3 // 2 // 4096) * 4096
+    with mounted("-t", "tmpfs", "-o", f"size={size}", "tmpfs", target=tmp_path / "small") as small:
+        new = small / "rp.db"
+        result = cli("--db", str(tmp_path / "s.db"), "runs", "repair", str(new))
+        one_line(result, 1)
+        assert result.err.splitlines()[-1] == f"error: cannot use {new}: No space left on device"
+        assert os.listdir(small) == []  # nothing of the repair is left
 
 
 # --- 3: a schema version not written as dlperf writes it ------------------------------------

@@ -1833,6 +1833,23 @@ def _of_target(e: OSError, staged: str, target: str) -> OSError:
     return OSError(e.errno, e.strerror, target)
 
 
+def _checkpointed(engine: Engine, staged: str, target: str) -> None:
+    """Move the repair's copy from its -wal into its file, told if that fails: the close's own
+    checkpoint fails without a word, and on a disk with room for the -wal but not for the file
+    it is copied into, the file renamed to `target` held part of the copy (the rest left in a
+    hidden -wal), and repair said it wrote every run."""
+    try:
+        with engine.connect() as conn:
+            busy, logged, moved = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+    except DatabaseError as e:
+        no_room = _no_room(e, engine)
+        if no_room is None:
+            raise
+        raise _of_target(no_room, staged, target) from None
+    if busy or logged != moved:  # no other connection is open to it: none should block it
+        raise OSError(errno.EIO, "its copy could not be checkpointed", target)
+
+
 def repair(db: str | None, out: str) -> integrity.Repaired:
     """Copy what can still be read of the SQLite store `db` (a URL or path, as `--db` takes)
     into a new store file `out` (a path, checked as `--db`'s are); the damaged file is only
@@ -1889,8 +1906,9 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
             if no_room is None:
                 raise
             raise _of_target(no_room, staged, target) from None
-        # Every connection closed: the WAL is checkpointed into the file and removed, so the
-        # one file renamed holds the whole copy.
+        _checkpointed(new.engine, staged, target)
+        # Every connection closed: the WAL (now empty) is removed, so the one file renamed
+        # holds the whole copy.
         new.engine.dispose()
         os.replace(staged, target)
         return done
