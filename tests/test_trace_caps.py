@@ -173,7 +173,7 @@ def test_one_bad_trace_costs_the_report_its_own_tables(
     text = f'{{"traceEvents": [{step_events()}]}}'
     good_id = traced_run(store, gz(good / "rank0.pt.trace.json.gz", text))
     # A run of two ranks: rank 0's trace holds one event array nested 100,000 deep, and so
-    # no step; rank 1's is fine, and is drawn.
+    # no event object (not a trace: break-it 22, P4 cause E); rank 1's is fine, and is drawn.
     deep_trace = gz(deep / "rank0.pt.trace.json.gz", f'{{"traceEvents": [{DEEP}]}}')
     deep_id = traced_run(store, deep_trace)
     store.add_artifact(deep_id, "trace", gz(deep / "rank1.pt.trace.json.gz", text))
@@ -186,13 +186,14 @@ def test_one_bad_trace_costs_the_report_its_own_tables(
         for run_id in (good_id, deep_id, bomb_id)
     }
     assert "1 steps profiled on cpu" in page[good_id] and "aten::C" in page[good_id]
-    assert f"the trace {deep_trace} has no ProfilerStep ranges" in page[deep_id]
+    no_events = f"the trace {deep_trace}: its traceEvents array holds no event objects"
+    assert no_events in page[deep_id]
     assert "rank1.pt.trace.json.gz: 1 steps profiled on cpu" in page[deep_id]
     assert f"the trace {bomb_trace} decompresses to more than 2 MiB of JSON" in page[bomb_id]
     assert "Profiler trace" in page[bomb_id] and "self CPU ms/step" not in page[bomb_id]
 
     for run_id, line in [
-        (deep_id, f"error: the trace {deep_trace} has no ProfilerStep ranges"),
+        (deep_id, f"error: cannot read {no_events}"),
         (bomb_id, f"error: the trace {bomb_trace} decompresses to more than 2 MiB of JSON"),
     ]:
         shown = cli("runs", "trace", str(run_id))

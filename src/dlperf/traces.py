@@ -201,7 +201,7 @@ def load(path: Path, reporter: Reporter | None = None) -> list[Event]:
         for seen, item in enumerate(_elements(text), 1):
             if seen % PROGRESS_EVENTS == 0:
                 reporter.advance(PROGRESS_EVENTS, "events")
-            if not (item.get("ph") == "X" and "dur" in item):  # an object: _elements
+            if not (item.get("ph") == "X" and "dur" in item):
                 continue
             n += 1  # its place among the complete events, which the fault line gives
             event = _event(item)
@@ -367,14 +367,16 @@ NOT_A_TRACE = "(not a Chrome/Kineto trace)"
 
 
 def _elements(text: str) -> Iterator[dict[str, Any]]:
-    """The trace's events, one at a time: the "traceEvents" array of a JSON object (its other
-    keys skipped unread), or a bare JSON array, as Chrome's trace format allows. Anything
-    else is no trace, and said so: a file with no traceEvents was told `'traceEvents'` (a
-    KeyError's repr), and one whose events are not objects read as a trace of no events,
-    which the summary blamed on the profiler's schedule."""
+    """The trace's event objects, one at a time: of the "traceEvents" array of a JSON object
+    (its other keys skipped unread), or of a bare JSON array, as Chrome's trace format allows.
+    A file with neither is no trace, and said so: one with no traceEvents was told
+    `'traceEvents'` (a KeyError's repr), and one whose array held no object (a top-level
+    [1, 2], a traceEvents nested 100,000 lists deep) read as a trace of no events, which the
+    summary blamed on the profiler's schedule."""
     pos = _space(text, 0)
+    no_objects: list[str] = []  # the arrays that held elements and no object: said last
     if text.startswith("[", pos):
-        pos = yield from _events(text, pos, "top-level array")
+        pos = yield from _events(text, pos, "top-level array", no_objects)
     elif text.startswith("{", pos):
         found = False
         done, pos = _open(text, pos, "{")
@@ -382,48 +384,42 @@ def _elements(text: str) -> Iterator[dict[str, Any]]:
             key, pos = _key(text, pos)
             if key == "traceEvents":
                 found = True
-                pos = _space(text, pos)
-                if not text.startswith("[", pos):
-                    kind = _kind(_value(text, pos)[0])
-                    raise ValueError(f"its traceEvents is {kind}, not an array {NOT_A_TRACE}")
-                pos = yield from _events(text, pos, "traceEvents")
+                pos = yield from _events(text, pos, "traceEvents array", no_objects)
             else:
                 pos = _value(text, pos)[1]
             done, pos = _next(text, pos, "}")
         if not found:
             raise ValueError(f"it has no traceEvents array {NOT_A_TRACE}")
-    else:  # a number, a string, null, true or false: valid JSON, and no trace
+    else:  # a number, a string, null, true or false: JSON, and no trace
         _value(text, pos)  # JSON's own error for what is not JSON at all
         raise ValueError(f"it has no traceEvents array {NOT_A_TRACE}")
     if _space(text, pos) != len(text):
         raise ValueError(f"extra data after the trace at character {pos}")
+    if no_objects:  # after the whole text is read: JSON's own errors come first
+        raise ValueError(f"its {no_objects[0]} holds no event objects {NOT_A_TRACE}")
 
 
-def _events(text: str, pos: int, where: str) -> Generator[dict[str, Any], None, int]:
-    """The event objects of the array at `pos` (`where`: which array, for the error); returns
-    the index after it. An element that is not an object is no event: ValueError."""
+def _events(
+    text: str, pos: int, where: str, no_objects: list[str]
+) -> Generator[dict[str, Any], None, int]:
+    """The objects of the event array at `pos` and the index after it. Other elements are
+    skipped (a value nested too deep to read costs the trace that element alone), but an
+    array that holds some and no object is no trace: `where` (which array) is added to
+    `no_objects`."""
     array = _array(text, pos)
-    seen = 0
+    skipped = objects = 0
     while True:
         try:
             element = next(array)
         except StopIteration as end:
+            if skipped and not objects:
+                no_objects.append(where)
             return int(end.value)
-        seen += 1
-        if not isinstance(element, dict):
-            what = f"element {seen} of its {where} is {_kind(element)}"
-            raise ValueError(f"{what}, not an event object {NOT_A_TRACE}")
-        yield element
-
-
-def _kind(value: Any) -> str:
-    """A JSON value's kind, as an error names it: "an array", "a number"."""
-    if value is _DEEP:
-        return "a value nested too deep to read"
-    if value is None:
-        return "null"
-    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    return kinds.get(type(value), "a number")  # int or float: all json.loads gives else
+        if isinstance(element, dict):
+            objects += 1
+            yield element
+        else:
+            skipped += 1
 
 
 def _event(item: dict[str, Any]) -> Event:

@@ -276,27 +276,25 @@ def test_e_a_file_with_no_trace_events_array_is_said_to_have_none(
 
 
 @pytest.mark.parametrize(
-    ("text", "said"),
+    ("text", "where"),
     [
-        ("[1, 2]", "element 1 of its top-level array is a number, not an event object"),
-        ('{"traceEvents": [{"ph": "i"}, [1]]}', "element 2 of its traceEvents is an array, "),
-        ('{"traceEvents": ' + "[" * 100_001 + "]" * 100_001 + "}", "element 1 of its trace"),
-        ('{"traceEvents": {"a": 1}}', "its traceEvents is an object, not an array"),
+        ("[1, 2]", "top-level array"),
+        ('{"traceEvents": [[1], "x", null]}', "traceEvents array"),
+        ('{"traceEvents": [' + "[" * 100_001 + "]" * 100_001 + "]}", "traceEvents array"),
     ],
-    ids=["top-level-list", "nested-list", "nested-deep", "events-an-object"],
+    ids=["top-level-list", "nested-list", "nested-deep"],
 )
 def test_e_a_file_whose_events_are_not_objects_is_not_blamed_on_the_schedule(
-    tmp_path: Path, text: str, said: str
+    tmp_path: Path, text: str, where: str
 ) -> None:
     """Before: a top-level [1, 2] and a traceEvents nested 100,000 lists deep read as traces
     with no events, which summarise blamed on the profiler schedule ("has no ProfilerStep
     ranges (it was not recorded with a torch.profiler schedule ...)")."""
     path = _trace(tmp_path, text)
     with pytest.raises(UserError) as caught:
-        traces.load(path)
-    told = str(caught.value)
-    assert told.startswith(f"cannot read the trace {path}: {said}"), told
-    assert told.endswith("(not a Chrome/Kineto trace)"), told
+        traces.summarise(path)
+    said = f"its {where} holds no event objects (not a Chrome/Kineto trace)"
+    assert str(caught.value) == f"cannot read the trace {path}: {said}"
 
 
 def test_e_a_top_level_array_of_events_is_still_a_trace(tmp_path: Path) -> None:
