@@ -13,9 +13,11 @@ reads the store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -154,10 +156,44 @@ def build_report(
                 os.replace(staging / name, out / name)
             removed = _remove_stale(out, written)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if made and not any(out.iterdir()):  # interrupted before any page was in place
-            out.rmdir()
+        hrefs = [*map(pages.study_href, chosen_studies), *map(pages.run_href, chosen_runs)]
+        left = _remove_staging(staging, [*hrefs, "index.html"])
+        if left is not None:
+            # Not when saying it fails too (rich imports a module as it prints): the error
+            # on its way already says why, and the next report removes the leftover.
+            with contextlib.suppress(OSError):
+                reporter.log(f"warning: {left}")
+        if made:  # and interrupted before any page was in place: else it is not empty
+            # By rmdir alone, whose ENOTEMPTY says so: a listing needs a descriptor, which a
+            # report failing at the descriptor limit has none of.
+            with contextlib.suppress(OSError):
+                out.rmdir()
     return Report(out, ["index.html", *written], chosen_runs, chosen_studies, removed, gone)
+
+
+def _remove_staging(staging: Path, names: list[str]) -> str | None:
+    """Remove the staging directory, which holds pages of `names` alone; what is left of it
+    and why, or None when it is gone. Under a low `ulimit -n` the report fails with its
+    descriptors all in use, where rmtree's walk needs two (the directory's and its
+    listing's): it left NEW/.report-partial, and NEW with it, behind while its error was
+    ignored. Removed by the names the report writes, it needs none."""
+    for name in names:
+        with contextlib.suppress(OSError):  # not written, or not removable: rmdir says
+            (staging / name).unlink(missing_ok=True)
+    try:
+        staging.rmdir()
+        return None
+    except FileNotFoundError:
+        return None
+    except OSError:  # something of another name in it (put there by hand): rmtree's walk
+        pass
+    try:
+        shutil.rmtree(staging)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"could not remove {staging} ({e.strerror or e}): remove it, or run the report again"
+    return None
 
 
 def _remove_stale(out: Path, written: list[str]) -> list[str]:
@@ -186,6 +222,12 @@ def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]], parent: 
     included, which leaves no chance to stop it), as scale's workers are."""
     from dlperf.procs import die_with_parent
 
+    # A terminal's Ctrl-C goes to the whole process group, these workers too: they ignore it
+    # (the report stops them itself), and the SIGINT that came while they started, which
+    # waited blocked (`_sigint_blocked`), is dropped with it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     die_with_parent()
     if os.getppid() != parent:  # the report died before the guard took effect
         os._exit(1)
@@ -230,9 +272,29 @@ def _run_pages(
     init = (url.render_as_string(hide_password=False), out, with_page, os.getpid())
     pool = ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init)
     try:
-        yield from pool.map(_write_run_page, tasks)
+        with _sigint_blocked():
+            done = pool.map(_write_run_page, tasks)  # submits every task: starts the workers
+        yield from done
     finally:  # on Ctrl-C, the pages not yet started are not drawn
         # Shielded: a second Ctrl-C that cut the shutdown left the workers waiting for work
         # that never came, and the interpreter's exit joining them, for ever.
         with stopping.shielded():
             pool.shutdown(cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread while it starts the drawing workers, which inherit the
+    mask through spawn's fork and exec: a terminal's Ctrl-C, sent to the whole process group,
+    reached them in spawn_main's imports of dlperf.report (matplotlib, numpy), before any
+    code of theirs ran, and each printed its KeyboardInterrupt traceback. Blocked, not
+    ignored: a SIGINT meanwhile is not lost to this process, but taken as the block ends (or
+    by another of its threads), while the workers drop theirs (`_start_worker`)."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: no process groups either
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
