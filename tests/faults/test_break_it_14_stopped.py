@@ -32,6 +32,7 @@ from dlperf import contention
 from dlperf.contention import Contention, judge
 from dlperf.engine.hooks import HOOKS_ENV, StepEnd
 from dlperf.paths import atomic_write
+from dlperf.procs import proc_stat
 from tests.conftest import TINY, CliResult
 from tests.hooks import ROOT
 
@@ -71,6 +72,17 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.02)
 
 
+def _wait_stopped(proc: subprocess.Popen[bytes]) -> None:
+    """Until the kernel shows `proc` stopped: on a busy machine a process waiting for a CPU
+    takes a SIGSTOP only once it runs, and a SIGCONT sent before that cancels the stop (the
+    run then was never stopped, and rightly said only that it waited for a CPU)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while (stat := proc_stat(proc.pid)) is None or stat[0] not in "Tt":
+        assert proc.poll() is None, f"the run ended ({proc.returncode}) before it stopped"
+        assert time.monotonic() < deadline, f"not stopped after {DEADLINE_S} s"
+        time.sleep(0.01)
+
+
 @pytest.mark.faults  # a real run in a subprocess: 10-25 s on a busy machine
 def test_a_run_stopped_and_continued_says_so_and_for_how_long(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
@@ -93,8 +105,9 @@ def test_a_run_stopped_and_continued_says_so_and_for_how_long(
         )
     try:
         _wait_for(tmp_path / "held", proc)
-        before = time.monotonic()
         os.kill(proc.pid, signal.SIGSTOP)
+        _wait_stopped(proc)
+        before = time.monotonic()
         time.sleep(PAUSE_S)  # the stop's length, not a wait for the run
         os.kill(proc.pid, signal.SIGCONT)
         at_most = time.monotonic() - before

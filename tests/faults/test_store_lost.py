@@ -26,6 +26,7 @@ import pytest
 
 from dlperf.engine.hooks import HOOKS_ENV, StepEnd
 from dlperf.paths import atomic_write
+from dlperf.procs import proc_stat
 from dlperf.store import RunStore
 from tests.cli.test_runs import LIVE
 from tests.conftest import TINY, CliResult
@@ -249,6 +250,12 @@ def test_delete_force_of_a_stopped_run_says_at_once_what_it_waits_for(
     try:
         run = int(child.stdout.readline())
         os.kill(child.pid, signal.SIGSTOP)
+        # a process waiting for a CPU takes the stop only once it runs: the delete must
+        # find it stopped, as a user's Ctrl-Z leaves it
+        deadline = time.monotonic() + 120
+        while (stat := proc_stat(child.pid)) is None or stat[0] not in "Tt":
+            assert time.monotonic() < deadline, "the child never stopped"
+            time.sleep(0.01)
         deleter = dlperf(db, "runs", "delete", str(run), "--yes", "--force")
         assert deleter.stderr is not None
         said = deleter.stderr.readline()  # blocks until the line comes: no timer to race
