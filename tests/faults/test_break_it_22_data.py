@@ -33,37 +33,21 @@ import pytest
 from PIL import Image
 
 from tests.conftest import CliResult
+from tests.faults.test_break_it_21_data import (
+    TEST_IMAGES,
+    TEST_LABELS,
+    TRAIN_IMAGES,
+    idx_bytes,
+    write_mnist,
+)
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 RNG = np.random.default_rng(22)
 BATCH_1 = "train.batch_size=1"
-TRAIN_IMAGES, TRAIN_LABELS = "train-images-idx3-ubyte", "train-labels-idx1-ubyte"
-TEST_IMAGES, TEST_LABELS = "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"
 
 
 # --- files in the real on-disk formats ------------------------------------------------------
-
-
-def idx_bytes(array: Any) -> bytes:
-    a = np.asarray(array, np.uint8)
-    head = struct.pack(">I", 0x0800 | a.ndim)
-    return head + b"".join(struct.pack(">I", s) for s in a.shape) + a.tobytes()
-
-
-def write_mnist(root: Path, **files: bytes) -> Path:
-    """root/MNIST/raw with 60 training and 20 test images of 28x28; `files` replace some."""
-    raw = root / "MNIST" / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    default = {
-        TRAIN_IMAGES: idx_bytes(RNG.integers(0, 256, (60, 28, 28))),
-        TRAIN_LABELS: idx_bytes(np.arange(60) % 10),
-        TEST_IMAGES: idx_bytes(RNG.integers(0, 256, (20, 28, 28))),
-        TEST_LABELS: idx_bytes(np.arange(20) % 10),
-    }
-    for name, data in {**default, **files}.items():
-        (raw / name).write_bytes(data)
-    return raw
 
 
 def write_cifar(root: Path, names: list[Any]) -> Path:

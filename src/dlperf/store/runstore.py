@@ -44,7 +44,6 @@ import resource
 import secrets
 import shutil
 import sqlite3
-import stat as stat_mode
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -66,7 +65,7 @@ from sqlalchemy.pool import StaticPool
 from dlperf import stopping
 from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
 from dlperf.parsing import finite_json
-from dlperf.paths import unnamed_cwd
+from dlperf.paths import not_regular, unnamed_cwd
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
@@ -374,29 +373,20 @@ def _store_path(path: str | None, name: str) -> Path:
 
 
 def _not_regular(where: Path) -> str | None:
-    """What `where` is, if it is there and no regular file a store can be: a FIFO, a device
-    or a /proc file reports a size of 0, which read as a missing store (an empty list, exit 0)
-    and wrote as a "disk I/O error". None for a missing file (a new store) and a regular one;
-    a file that cannot be looked at is left to SQLite's own error."""
-    try:
-        mode = where.stat()
-    except OSError:
-        return None
-    kinds = {
-        stat_mode.S_ISFIFO: "a FIFO",
-        stat_mode.S_ISCHR: "a character device",
-        stat_mode.S_ISBLK: "a block device",
-        stat_mode.S_ISSOCK: "a socket",
-    }
-    for test, kind in kinds.items():
-        if test(mode.st_mode):
-            return kind
-    if stat_mode.S_ISREG(mode.st_mode) and mode.st_size == 0:
-        # A file of the kernel's (/proc, /sys) is regular and reads as size 0, yet has text:
-        # an empty store file has none. Reading a regular file never waits.
-        with contextlib.suppress(OSError), open(where, "rb") as file:
-            if file.read(1):
-                return "a file of the kernel's, whose size reads 0"
+    """What `where` is, if it is there and no regular file a store can be (paths.not_regular: a
+    FIFO, a device, a socket): each reports a size of 0, which read as a missing store (an
+    empty list, exit 0) and wrote as a "disk I/O error"; a file of the kernel's (/proc, /sys)
+    too, though it is regular. None for a missing file (a new store) and a store file."""
+    kind = not_regular(where)
+    if kind is not None:
+        return kind
+    with contextlib.suppress(OSError):
+        if where.stat().st_size == 0:
+            # A file of the kernel's is regular and reads as size 0, yet has text: an empty
+            # store file has none. Reading a regular file never waits.
+            with open(where, "rb") as file:
+                if file.read(1):
+                    return "a file of the kernel's, whose size reads 0"
     return None
 
 
