@@ -34,6 +34,7 @@ from sqlalchemy import create_engine, inspect, make_url
 import dlperf
 from dlperf.errors import UserError
 from tests.conftest import CliResult, fresh_store_url
+from tests.store.test_store import inspect_tables
 
 Cli = Callable[..., CliResult]
 
@@ -64,11 +65,7 @@ def _tables(url: str) -> list[str]:
     if parsed.get_backend_name() == "sqlite":
         assert parsed.database
         return ["(file)"] if os.path.lexists(parsed.database) else []
-    engine = create_engine(url)
-    try:
-        return inspect(engine).get_table_names()
-    finally:
-        engine.dispose()
+    return inspect_tables(url)
 
 
 @pytest.mark.parametrize(
