@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-scenarios test-faults test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
+.PHONY: setup demo test test-scenarios test-faults test-slow test-horovod test-gpu lint format bench stress-signals horovod horovod-deps horovod-wheel clean
 
 $(BIN)/dlperf: pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test-scenarios: setup
 # CI runs both.
 test-faults: setup
 	$(BIN)/pytest -q $(XDIST) -m faults
+
+# Both slow suites in one pytest session (CI runs this): one start-up of the workers, and one
+# tail where a worker waits for the other's last long test, instead of two (about a minute on
+# 2 cores: docs/benchmarks.md).
+test-slow: setup
+	$(BIN)/pytest -q $(XDIST) -m "faults or scenario"
 
 # The studies under horovodrun (tests/distributed/test_horovod.py, marked `horovod`): they need a
 # Horovod build (make horovod) and skip, saying so, without one.
