@@ -81,7 +81,7 @@ def test_predict_refuses_before_counting_or_opening_the_store(
 
 
 class FakeAnalysis:
-    kept_float64 = False  # a float32 model: predict notes nothing of its dtype
+    kept = None  # a float32 model: predict notes nothing of its dtype
     complex_dtypes = ()  # nor of complex arithmetic
 
     def __init__(self, note: str | None) -> None:

@@ -163,11 +163,9 @@ class Analysis:
     """The factory's arguments (defaults filled in) besides num_classes and in_channels."""
     transfer: str = "scratch"
     """model.transfer: feature-extract counts the backbone frozen, only the head trainable."""
-    kept_float64: bool = False
-    """The model holds float64 (or float16, bfloat16) weights and was counted as built at fp32,
-    not cast (see `kept_dtype`, which `kept` names)."""
-    kept: str = "float64"
-    """The dtype kept as built where `kept_float64` (float64, float16 or bfloat16)."""
+    kept: str | None = None
+    """The model's own dtype (float64, float16 or bfloat16) where it was counted as built at
+    fp32, not cast (`kept_dtype`); None where it was cast to the precision's."""
     complex_dtypes: list[str] = field(default_factory=list)
     """The complex dtypes (complex64, ...) of the tensors whose arithmetic was counted in real
     operations (ops.COMPLEX_COUNTED); empty for a model computing on real tensors only."""
@@ -257,7 +255,7 @@ class Analysis:
     def precision_counted(self) -> str:
         """What the count's precision describes: the precision's dtype, or the model's float64
         as built, and its complex tensors, which no precision casts."""
-        said = kept_note(self.kept) if self.kept_float64 else counted_as(self.precision)
+        said = kept_note(self.kept) if self.kept is not None else counted_as(self.precision)
         if not self.complex_dtypes:
             return said
         parts = {"complex32": "fp16", "complex64": "fp32", "complex128": "fp64"}
@@ -1407,8 +1405,8 @@ def analyze_module(
     counted = Analysis(
         model=name, input=list(input_shape), batch=batch, train=train, precision=precision,
         layers=[], params=0, trainable_params=0, trainable_bias_params=0, receptive_field={},
-        unsupported_ops={}, kept_float64=kept is not None,
-        kept=str(kept or torch.float64).removeprefix("torch."),
+        unsupported_ops={},
+        kept=None if kept is None else str(kept).removeprefix("torch."),
     )  # fmt: skip
     try:
         return _count(counted, model, x, command)

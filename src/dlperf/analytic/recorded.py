@@ -90,7 +90,7 @@ def predict_model(
     note = a.unsupported_note()
     if note:
         reporter.log(f"warning: {note}")
-    if a.kept_float64:  # as analyze's precision convention says it
+    if a.kept is not None:  # as analyze's precision convention says it
         done = "counted and measured" if measure else "counted"
         reporter.log(f"note: {model} {done} as built: {kept_note(a.kept)}")
     if a.complex_dtypes:  # as analyze's conventions say it
