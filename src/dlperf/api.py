@@ -440,9 +440,9 @@ def run(
         for assignment in overrides:
             apply_override(raw, assignment)
         exp = build_experiment(raw, "experiment" + (" with overrides" if overrides else ""))
+        _clash(exp.to_dict(), "experiment")  # a file's experiment: refused as it loads
     else:
         exp = load_experiment(experiment, list(overrides))
-    _clash(exp.to_dict(), "experiment")
     grad = torch.is_grad_enabled()
     try:
         return run_experiment(exp, where._store, by_api=True)
