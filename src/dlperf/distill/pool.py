@@ -123,16 +123,16 @@ def _check_unseen(spec: str, images: torch.Tensor, labelled: ImageData) -> None:
     the student pre-train on the images it is then tested on, and its accuracy and the
     pseudo-labels' precision mean nothing. Images are compared as the teacher takes them
     (both at the experiment's size), by a hash of each."""
-    pool = {_image_hash(image) for image in images}
-    shared = {"val": 0, "test": 0}
-    for name in shared:
-        split = getattr(labelled, name)
-        if split is not None and split.images is not None:
-            shared[name] = sum(_image_hash(image) in pool for image in split.images)
-    found = [name for name, count in shared.items() if count]
+    pool = [_image_hash(image) for image in images]
+    measured = {
+        name: {_image_hash(image) for image in split.images}
+        for name in ("val", "test")
+        if (split := getattr(labelled, name)) is not None and split.images is not None
+    }
+    found = [name for name, hashes in measured.items() if not hashes.isdisjoint(pool)]
     if found:
-        seen = {_image_hash(image) for name in found for image in getattr(labelled, name).images}
-        inside = sum(_image_hash(image) in seen for image in images)
+        seen = set().union(*(measured[name] for name in found))
+        inside = sum(digest in seen for digest in pool)
         raise UserError(
             f"--unlabeled {spec}: {inside} of its {len(images)} images are the experiment's "
             f"{' and '.join(found)} images, byte for byte",
