@@ -33,7 +33,7 @@ from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.detect import SCORE_THRESHOLD
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
-from dlperf.paths import atomic_write, image_file
+from dlperf.paths import image_file
 from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -247,18 +247,12 @@ def calibrate_random(model: Any, size: int, images: int = 8, seed: int = 0) -> N
 
 
 def save_checkpoint(det: Detector, path: Path) -> None:
-    """What `build(weights=path)` needs to rebuild the same detector, written atomically (as
-    `engine.checkpoint.save` writes a run's): a file-size limit, a full disk or a kill midway
-    leaves an earlier checkpoint at `path` whole and no partial file beside it."""
-    import io
+    """What `build(weights=path)` needs to rebuild the same detector, written atomically as a
+    run's checkpoint is (`engine.checkpoint.save_atomically`): written straight onto `path`,
+    a file-size limit truncated a good earlier checkpoint, with torch's traceback."""
+    from dlperf.engine.checkpoint import save_atomically
 
-    import torch
-
-    # Serialised in memory first: torch.save's zip writer, writing straight onto `path`,
-    # truncated a good earlier checkpoint at a file-size limit and turned the EFBIG (or a full
-    # disk's ENOSPC) into a RuntimeError ("unexpected pos") with its traceback.
-    buffer = io.BytesIO()
-    torch.save(
+    save_atomically(
         {
             "model": det.name,
             "num_classes": len(det.labels),
@@ -266,13 +260,8 @@ def save_checkpoint(det: Detector, path: Path) -> None:
             "labels": det.labels,
             "state_dict": det.model.state_dict(),
         },
-        buffer,
+        path,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        atomic_write(path, buffer.getbuffer().tobytes(), fsync=True)
-    except OSError as e:  # the write names no file (EFBIG, ENOSPC): the one line names `path`
-        raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
 
 
 def _single_image(model: Any) -> Any:

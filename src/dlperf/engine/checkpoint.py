@@ -87,21 +87,26 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 
 
 def save(slot: Slot, state: dict[str, Any]) -> None:
-    """Write `state` stamped with its owner, atomically: a crash or a full disk mid-save
-    leaves the previous checkpoint intact and no partial file behind."""
-    # Serialised in memory first: torch.save's zip writer turns a full disk into a
-    # RuntimeError ("unexpected pos"); a plain write reports it as the OSError it is (ENOSPC).
+    """Write `state` stamped with its owner, atomically (`save_atomically`)."""
     check_loadable(state.get("model"))
+    save_atomically({OWNER: asdict(slot.owner), **state}, slot.path)
+    if slot.on_saved is not None:
+        slot.on_saved(slot.path)
+
+
+def save_atomically(obj: Any, path: Path) -> None:
+    """torch.save `obj` to `path` by rename: a crash, a file-size limit or a full disk
+    mid-save leaves the earlier file at `path` whole and no partial file behind. Serialised
+    in memory first: torch.save's zip writer, writing straight onto `path`, turned a full disk
+    into a RuntimeError ("unexpected pos"); a plain write reports it as the OSError it is
+    (ENOSPC, EFBIG), naming `path`, as the one-line error should."""
     buffer = io.BytesIO()
-    torch.save({OWNER: asdict(slot.owner), **state}, buffer)
-    path = slot.path
+    torch.save(obj, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         atomic_write(path, buffer.getbuffer().tobytes(), fsync=True)
-    except OSError as e:  # a failed write names no file, and the one-line error should
+    except OSError as e:  # a failed write names no file
         raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
-    if slot.on_saved is not None:
-        slot.on_saved(path)
 
 
 # torch's weights-only unpickler names the global it refuses: "Unsupported global: GLOBAL
