@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.paths import atomic_write, check_writable, replaced, told
+from dlperf.paths import atomic_write, check_writable, no_file_of_bytes, replaced, told
 
 
 def test_check_writable_leaves_no_file_and_keeps_an_existing_one(tmp_path: Path) -> None:
@@ -83,3 +83,17 @@ def test_told_says_an_os_error_in_one_line_and_whether_it_is_bad_input(tmp_path:
         "Input/output error (the system named no file: dlperf --debug ... shows where)",
         False,
     )
+
+
+def test_no_file_of_bytes_tells_what_reads_as_size_0_but_is_no_empty_file(tmp_path: Path) -> None:
+    """A FIFO, a device and a /proc file read as size 0, as an empty file does."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert no_file_of_bytes(fifo) == "a FIFO"
+    assert no_file_of_bytes("/dev/null") == "a character device"
+    assert no_file_of_bytes("/proc/self/status") == "a file of the kernel's, whose size reads 0"
+    empty, full = tmp_path / "empty.db", tmp_path / "full.db"
+    empty.touch()
+    full.write_bytes(b"SQLite format 3\0")
+    assert no_file_of_bytes(empty) is None and no_file_of_bytes(full) is None
+    assert no_file_of_bytes(tmp_path / "missing") is None

@@ -32,6 +32,25 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
     return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
 
 
+def no_file_of_bytes(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is when it is there but holds no bytes of its own to read as a file: one of
+    `not_regular`'s kinds, or a file of the kernel's (/proc, /sys), regular and of size 0 yet
+    with text. Each reads as size 0, as an empty file does (a store path of them read as an
+    empty store). None for a regular file, or for nothing there. Reading a regular file never
+    waits."""
+    kind = not_regular(path)
+    if kind is not None:
+        return kind
+    try:
+        if os.stat(path).st_size == 0:
+            with open(path, "rb") as file:
+                if file.read(1):
+                    return "a file of the kernel's, whose size reads 0"
+    except OSError:
+        pass
+    return None
+
+
 def image_file(path: Path, fix_for_a_folder: str = "give its image files, e.g. DIR/*.png") -> None:
     """Refuse, in one line, a `path` given for an image file that is not one: a FIFO or a
     device (stat'ed, never opened), a directory ("no image file DIR" read as if nothing were

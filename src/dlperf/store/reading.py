@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import stat
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import datetime
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dlperf.errors import UserError
+from dlperf.paths import no_file_of_bytes
 from dlperf.store.ids import made_store_id
 from dlperf.store.record import RunRecord
 
@@ -88,15 +88,10 @@ def sqlite_listing(db: str | None) -> Listing | None:
     try:
         if not path.exists():
             return SqliteListing(None, db)
-        info = path.stat()
-        if info.st_size == 0:
+        if path.stat().st_size == 0:
             # Empty; or no store file at all, which reads as size 0 too (a FIFO, a device, a
-            # /proc file, which has text): the long way refuses those. Reading a regular file
-            # never waits.
-            if not stat.S_ISREG(info.st_mode):
-                return None
-            with path.open("rb") as file:
-                return None if file.read(1) else SqliteListing(None, db)
+            # /proc file): the long way refuses those.
+            return None if no_file_of_bytes(path) else SqliteListing(None, db)
         listing = SqliteListing(path, db)
         return listing if listing.current() else None
     except (OSError, sqlite3.Error):

@@ -65,7 +65,7 @@ from sqlalchemy.pool import StaticPool
 from dlperf import stopping
 from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
 from dlperf.parsing import finite_json
-from dlperf.paths import not_regular, unnamed_cwd
+from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
@@ -357,7 +357,9 @@ def _store_path(path: str | None, name: str) -> Path:
             f"run store {shown(path)} is a directory",
             f"give a file in it, e.g. --db {shown(path)}/dlperf.db",
         )
-    odd = _not_regular(where)
+    # A FIFO, a device or a /proc file reads as size 0: as a missing store (an empty list,
+    # exit 0), and wrote as a "disk I/O error".
+    odd = no_file_of_bytes(where)
     if odd is not None:
         raise UserError(
             f"run store {shown(path)} is not a regular file ({odd})",
@@ -370,24 +372,6 @@ def _store_path(path: str | None, name: str) -> Path:
         )
     _room_beside(where, name)
     return where
-
-
-def _not_regular(where: Path) -> str | None:
-    """What `where` is, if it is there and no regular file a store can be (paths.not_regular: a
-    FIFO, a device, a socket): each reports a size of 0, which read as a missing store (an
-    empty list, exit 0) and wrote as a "disk I/O error"; a file of the kernel's (/proc, /sys)
-    too, though it is regular. None for a missing file (a new store) and a store file."""
-    kind = not_regular(where)
-    if kind is not None:
-        return kind
-    with contextlib.suppress(OSError):
-        if where.stat().st_size == 0:
-            # A file of the kernel's is regular and reads as size 0, yet has text: an empty
-            # store file has none. Reading a regular file never waits.
-            with open(where, "rb") as file:
-                if file.read(1):
-                    return "a file of the kernel's, whose size reads 0"
-    return None
 
 
 def _room_beside(where: Path, name: str) -> None:
@@ -1823,19 +1807,14 @@ def _of_target(e: OSError, staged: str, target: str) -> OSError:
     return OSError(e.errno, e.strerror, target)
 
 
-def _checkpointed(engine: Engine, staged: str, target: str) -> None:
-    """Move the repair's copy from its -wal into its file, told if that fails: the close's own
-    checkpoint fails without a word, and on a disk with room for the -wal but not for the file
-    it is copied into, the file renamed to `target` held part of the copy (the rest left in a
-    hidden -wal), and repair said it wrote every run."""
-    try:
-        with engine.connect() as conn:
-            busy, logged, moved = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
-    except DatabaseError as e:
-        no_room = _no_room(e, engine)
-        if no_room is None:
-            raise
-        raise _of_target(no_room, staged, target) from None
+def _checkpointed(engine: Engine, target: str) -> None:
+    """Move the repair's copy from its -wal into its file (a failure of it raised as any
+    write's, for `repair` to tell): the close's own checkpoint fails without a word, and on a
+    disk with room for the -wal but not for the file it is copied into, the file renamed to
+    `target` held part of the copy (the rest left in a hidden -wal), and repair said it wrote
+    every run."""
+    with engine.connect() as conn:
+        busy, logged, moved = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
     if busy or logged != moved:  # no other connection is open to it: none should block it
         raise OSError(errno.EIO, "its copy could not be checkpointed", target)
 
@@ -1887,16 +1866,16 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
             raise _of_target(e, staged, target) from None
         try:
             done = integrity.copy_readable(source, new._writer, where, busy_s)
+            _checkpointed(new.engine, target)
         except sqlite3.OperationalError as e:
             if not integrity.held(e):
                 raise
             raise _locked(integrity.shown(source), busy_s, "to read it") from None
-        except DatabaseError as e:  # the copy's commit: a full disk, ulimit -f, as any write
+        except DatabaseError as e:  # the copy's commit or checkpoint: a full disk, ulimit -f
             no_room = _no_room(e, new.engine)
             if no_room is None:
                 raise
             raise _of_target(no_room, staged, target) from None
-        _checkpointed(new.engine, staged, target)
         # Every connection closed: the WAL (now empty) is removed, so the one file renamed
         # holds the whole copy.
         new.engine.dispose()
