@@ -34,7 +34,7 @@ import numpy as np
 
 from benchlib import save, spread, table
 from dlperf.converge import curve, ensemble, regress, speed
-from dlperf.converge.tables import read_columns
+from dlperf.converge.tables import read_table
 from dlperf.timing import Timer, round_robin
 
 POLLUX = Path(__file__).resolve().parents[2] / "shared" / "data" / "pollux"
@@ -204,7 +204,8 @@ def heldout_placements() -> list[dict[str, Any]]:
     for trace in ("cifar10", "imagenet"):
         path = POLLUX / f"{trace}_placements.csv"
         data = speed.load_csv(path)
-        placement = np.array([str(int(p)) for p in read_columns(path, ["placement"])["placement"]])
+        # As text: a float would read a placement such as "0124" as 124 (load_csv checks each).
+        placement = np.array([p.strip() for p in read_table(path, ["placement"])[1]["placement"]])
         fitted = data.workers <= FITTED_UPTO
         fits = {form: speed.fit(_subset(data, fitted), form) for form in SPEED_MODELS}
         held = _subset(data, ~fitted)

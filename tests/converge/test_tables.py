@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.converge.tables import header, read_columns, read_text
+from dlperf.converge.tables import header, read_numbers, read_text
 from dlperf.errors import UserError
 
 
@@ -51,34 +51,34 @@ def test_header_of_an_empty_file_is_empty(tmp_path: Path) -> None:
     assert header(csv(tmp_path, "")) == []
 
 
-def test_read_columns_reads_required_and_present_optional_columns(tmp_path: Path) -> None:
+def test_read_numbers_reads_required_and_present_optional_columns(tmp_path: Path) -> None:
     path = csv(tmp_path, "step,loss,acc\n1,2.5,0.1\n2,1e-1,0.2\n")
-    assert read_columns(path, ["loss", "step"], ("acc", "absent")) == {
+    assert read_numbers(path, ["loss", "step"], ("acc", "absent"))[1] == {
         "loss": [2.5, 0.1],
         "step": [1.0, 2.0],
         "acc": [0.1, 0.2],
     }
 
 
-def test_read_columns_refusals(tmp_path: Path) -> None:
+def test_read_numbers_refusals(tmp_path: Path) -> None:
     empty = csv(tmp_path, "step,loss\n", "empty.csv")
-    assert one_line(read_columns, empty, ["loss"]) == (
+    assert one_line(read_numbers, empty, ["loss"]) == (
         f"{empty} has no rows (a CSV has a header line, then one line per point)"
     )
     path = csv(tmp_path, "step,loss\n1,2\n")
     assert (
-        one_line(read_columns, path, ["Loss"])
+        one_line(read_numbers, path, ["Loss"])
         == f"{path} has no column 'Loss' (did you mean 'loss'?)"
     )
     assert (
-        one_line(read_columns, path, ["zzz"]) == f"{path} has no column 'zzz' (columns: step, loss)"
+        one_line(read_numbers, path, ["zzz"]) == f"{path} has no column 'zzz' (columns: step, loss)"
     )
 
 
-def test_read_columns_names_the_line_of_a_bad_value(tmp_path: Path) -> None:
+def test_read_numbers_names_the_line_of_a_bad_value(tmp_path: Path) -> None:
     path = csv(tmp_path, "step,loss\n1,2\n2,oops\n")
-    assert one_line(read_columns, path, ["loss"]) == f"{path}:3: 'loss' is not a number: 'oops'"
+    assert one_line(read_numbers, path, ["loss"]) == f"{path}:3: 'loss' is not a number: 'oops'"
     short = csv(tmp_path, "step,loss\n1,2\n2\n", "short.csv")  # a missing cell reads None
-    assert one_line(read_columns, short, ["loss"]) == f"{short}:3: 'loss' is not a number: None"
+    assert one_line(read_numbers, short, ["loss"]) == f"{short}:3: 'loss' is not a number: None"
     inf = csv(tmp_path, "step,loss\n1,inf\n", "inf.csv")
-    assert one_line(read_columns, inf, ["loss"]) == f"{inf}:2: 'loss' is not finite: 'inf'"
+    assert one_line(read_numbers, inf, ["loss"]) == f"{inf}:2: 'loss' is not finite: 'inf'"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.converge.tables import read_columns
+from dlperf.converge.tables import read_numbers
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -228,7 +228,7 @@ def test_a_header_with_a_newline_is_named_escaped(cli: Cli, tmp_path: Path) -> N
         f"error: {path} has no column 'zzz' (columns: step, met\\nric)"
     )
     with pytest.raises(UserError) as e:  # the library's own line, for the API too
-        read_columns(path, ["metric"])
+        read_numbers(path, ["metric"])
     assert str(e.value) == f"{path} has no column 'metric' (did you mean 'met\\nric'?)"
 
 

@@ -112,13 +112,6 @@ def numbers(path: Path, name: str, lines: list[int], texts: list[str]) -> list[f
     return values
 
 
-def read_columns(
-    path: Path, required: list[str], optional: tuple[str, ...] = ()
-) -> dict[str, list[float]]:
-    """`read_numbers`' columns, without the lines."""
-    return read_numbers(path, required, optional)[1]
-
-
 def read_table(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> tuple[list[int], dict[str, list[str]]]:
