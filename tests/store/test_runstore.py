@@ -77,6 +77,19 @@ def test_a_missing_file_opened_to_read_is_an_empty_store_and_no_file(tmp_path: P
     assert not (tmp_path / "none.db").exists()
 
 
+def test_a_writer_that_never_makes_a_store_keeps_the_file_of_one_that_is_there(
+    tmp_path: Path,
+) -> None:
+    # runs tag / delete: a missing file is not made, and each write says why it cannot be
+    missing = RunStore.open(str(tmp_path / "none.db"), create=False, writes=True)
+    assert missing.read_only and not (tmp_path / "none.db").exists()
+    RunStore.open(str(tmp_path / "s.db")).engine.dispose()
+    # one that is there is held as a run's store holds it, in one open (it took two)
+    there = RunStore.open(str(tmp_path / "s.db"), create=False, writes=True)
+    assert not there.read_only and there._file is not None
+    assert RunStore.open(str(tmp_path / "s.db"), create=False)._file is None  # a reader's
+
+
 def test_metric_values_come_back_as_written_nan_included(fresh: RunStore) -> None:
     run_id = fresh.create_run("r", "train", {})
     fresh.log_metrics(

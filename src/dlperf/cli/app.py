@@ -106,11 +106,12 @@ def _global(
     state.debug = debug
 
 
-def open_store(create: bool = True) -> RunStore:  # imported lazily: --help is fast
-    """The store --db names; `create=False` for commands that only read (RunStore.open)."""
+def open_store(create: bool = True, writes: bool | None = None) -> RunStore:  # lazy: --help
+    """The store --db names; `create=False` for commands that only read, `writes` for one that
+    writes a store only if it is there (RunStore.open)."""
     from dlperf.store import RunStore
 
-    return RunStore.open(state.db, create)
+    return RunStore.open(state.db, create, writes=writes)
 
 
 def open_listing() -> Listing:

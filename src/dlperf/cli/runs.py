@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
@@ -14,9 +14,6 @@ from dlperf.cli.app import Json, app, open_listing, open_store, state
 from dlperf.errors import UserError
 from dlperf.formatting import fmt
 from dlperf.parsing import flatten
-
-if TYPE_CHECKING:
-    from dlperf.store import RunStore
 
 runs_app = typer.Typer(
     help="List, show, compare, tag, delete and repair stored runs.\n\nExample: dlperf runs list",
@@ -28,14 +25,10 @@ app.add_typer(runs_app, name="runs")
 reader = functools.partial(open_store, create=False)
 
 
-def writer() -> RunStore:
-    """The store as tag and delete open it: one missing or empty is not made (a mistyped --db
-    made a store only to say "no run N"), but read as holding no run, as `reader` reads it."""
-    store = reader()
-    if store.read_only:  # nothing there (or ?mode=ro): each write says why it cannot be made
-        return store
-    store.engine.dispose()
-    return open_store()  # again: the writers' store keeps its file (RunStore._keep_file)
+# The store as tag and delete open it: one missing or empty is not made (a mistyped --db made
+# a store only to say "no run N") but read as holding no run, into which each write says why
+# it cannot be made; one that is there is written as a run writes it.
+writer = functools.partial(open_store, create=False, writes=True)
 
 
 @runs_app.command("list")

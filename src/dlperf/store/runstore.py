@@ -956,12 +956,16 @@ class RunStore:
         self._keeper: sqlite3.Connection | None = None
 
     @classmethod
-    def open(cls, db: str | None = None, create: bool = True) -> RunStore:
+    def open(
+        cls, db: str | None = None, create: bool = True, *, writes: bool | None = None
+    ) -> RunStore:
         """The store at `db` (a URL or a SQLite file path), checked and brought to the current
         schema. Without `create` (the commands that only read), a database that is empty, or
         a SQLite file that is missing or empty, reads as a store without runs and nothing is
         written into it; so does one opened read-only (SQLite's `?mode=ro`), into which every
-        write is refused."""
+        write is refused. `writes` (default: `create`) says this process writes a store that
+        is there: its SQLite file is kept (`_keep_file`); `create=False, writes=True` is a
+        writer that never makes a store (`runs tag`, `runs delete`)."""
         url = _url(db)
         parsed = _parsed(url)
         name = integrity.shown(masked_url(url))  # as every line names it
@@ -1029,7 +1033,7 @@ class RunStore:
             # Only now too: an open probes for tables that are missing from a new store.
             event.listen(engine, "handle_error", integrity.on_error)
         store = cls(engine, store_id, read_only)
-        if sqlite and create and not read_only:
+        if sqlite and (create if writes is None else writes) and not read_only:
             store._keep_file()
             _close_at_exit(engine)
         return store
