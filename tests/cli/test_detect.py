@@ -61,3 +61,20 @@ def test_bad_input_is_one_line_and_exit_2(
     cli: Callable[..., CliResult], args: list[str], text: str
 ) -> None:
     one_line_error(cli("detect", *args), text)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["eval", "notvoc"], "detect eval tests trained weights"),  # refused before the set
+        (["eval", "notvoc", "--pretrained"], "notvoc"),
+        (["finetune", "notvoc", "--out", "w.pt"], "notvoc"),
+    ],
+)
+def test_a_refused_detect_command_makes_no_store(
+    cli: Callable[..., CliResult], tmp_path: Path, args: list[str], says: str
+) -> None:
+    (tmp_path / "notvoc").mkdir()
+    one_line_error(cli("detect", *args), says)
+    # the store is opened as the run is made: a refusal before it made an empty dlperf.db
+    assert not (tmp_path / "dlperf.db").exists()

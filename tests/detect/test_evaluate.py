@@ -88,7 +88,7 @@ def job(**detect: Any) -> DetectJob:
 
 def test_eval_needs_weights_or_pretrained(store: RunStore, shapes: Path) -> None:
     with pytest.raises(UserError, match="detect eval tests trained weights") as caught:
-        evaluate.evaluate_recorded(store, shapes, job())
+        evaluate.evaluate_recorded(lambda: store, shapes, job())
     assert "--weights FILE" in str(caught.value)
     assert store.list_runs() == []
 
@@ -107,7 +107,9 @@ def test_eval_scores_and_records_the_detectors_classes(
 
     monkeypatch.setattr(evaluate.ssd, "build", build)
     weights = shapes / "w.pt"
-    result = evaluate.evaluate_recorded(store, shapes, job(ap_method="11point"), weights=weights)
+    result = evaluate.evaluate_recorded(
+        lambda: store, shapes, job(ap_method="11point"), weights=weights
+    )
     assert built[0]["weights"] == weights and built[0]["fallback_labels"] == [
         "__background__", "disc", "square"
     ]  # fmt: skip
@@ -132,7 +134,7 @@ def test_a_detector_with_none_of_the_classes_is_refused_before_a_run(
     labels = ["__background__", *[f"thing{i}" for i in range(7)]]
     monkeypatch.setattr(evaluate.ssd, "build", lambda name, **kw: Detector(None, name, 96, labels))
     with pytest.raises(UserError) as caught:
-        evaluate.evaluate_recorded(store, shapes, job(), pretrained=True)
+        evaluate.evaluate_recorded(lambda: store, shapes, job(), pretrained=True)
     assert str(caught.value) == (
         "the detector's classes (thing0, thing1, thing2, thing3, thing4, thing5, ... (7 in all)) "
         "include none of split val's (disc, square) (test weights trained on these classes)"

@@ -222,7 +222,7 @@ def finetune(
     opts = job.detect
     check_writable(out)
     with console.reporter() as rep:
-        done = finetune_recorded(open_store(), voc_root, job, out, weights, rep)
+        done = finetune_recorded(open_store, voc_root, job, out, weights, rep)
     if console.printed_json(as_json, done):
         return
     pairs = [(name, ap, done["ap_after"][name]) for name, ap in done["ap_before"].items()]
@@ -280,7 +280,7 @@ def evaluate(
     train, run = {"batch_size": batch}, {"threads": threads}
     job = _detect_job(config, set_, detect, train=train, run=run)
     with console.reporter() as rep:
-        done = evaluate_recorded(open_store(), voc_root, job, weights, pretrained, rep)
+        done = evaluate_recorded(open_store, voc_root, job, weights, pretrained, rep)
     if console.printed_json(as_json, done):
         return
     rows = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,7 @@ def match_classes(labels: list[str], classes: list[str]) -> tuple[list[str], dic
 
 
 def evaluate_recorded(
-    store: RunStore,
+    open_store: Callable[[], RunStore],
     voc_root: Path,
     job: DetectJob,
     weights: Path | None = None,
@@ -99,6 +100,8 @@ def evaluate_recorded(
         "batch": batch,
         "threads": run.threads,
     }
+    # Opened only now: a refused set or option leaves no store made (a missing dlperf.db was).
+    store = open_store()
     with detect_run(
         store, "eval", root, det, detect, weights, device, threads, pretrained=pretrained
     ) as record:

@@ -313,7 +313,7 @@ def detect_run(
 
 
 def finetune_recorded(
-    store: RunStore,
+    open_store: Callable[[], RunStore],
     voc_root: Path,
     job: DetectJob,
     out: Path,
@@ -345,6 +345,7 @@ def finetune_recorded(
     train_data = voc.VocDataset(root, train_set, labels)
     val_data = voc.VocDataset(root, val_set, labels)
     config = stored_keys(job)
+    store = open_store()  # only now: a refused set or option leaves no store made
     with detect_run(store, "finetune", root, det, config, weights, device, threads) as record:
         batch = train_cfg.batch_size
         before = measure_ap(det, val_data, batch, cfg.ap_method, device, rep)
