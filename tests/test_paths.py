@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.paths import atomic_write, check_writable, no_file_of_bytes, replaced, told
+from dlperf.paths import (
+    atomic_write,
+    check_writable,
+    made_dir,
+    no_file_of_bytes,
+    replaced,
+    told,
+)
 
 
 def test_check_writable_leaves_no_file_and_keeps_an_existing_one(tmp_path: Path) -> None:
@@ -97,3 +104,19 @@ def test_no_file_of_bytes_tells_what_reads_as_size_0_but_is_no_empty_file(tmp_pa
     full.write_bytes(b"SQLite format 3\0")
     assert no_file_of_bytes(empty) is None and no_file_of_bytes(full) is None
     assert no_file_of_bytes(tmp_path / "missing") is None
+
+
+def test_made_dir_removes_the_empty_directories_it_made_when_the_block_fails(
+    tmp_path: Path,
+) -> None:
+    with made_dir(tmp_path / "a" / "b") as where:
+        (where / "kept.png").write_bytes(b"")
+    assert (tmp_path / "a" / "b" / "kept.png").exists()  # a block that ends well keeps all
+    with pytest.raises(ValueError), made_dir(tmp_path / "x" / "y" / "z"):
+        raise ValueError
+    assert list(tmp_path.iterdir()) == [tmp_path / "a"]  # x/y/z, all made by it, gone
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "other").write_text("not ours")
+    with pytest.raises(KeyboardInterrupt), made_dir(tmp_path / "x" / "y"):
+        raise KeyboardInterrupt
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["other"]  # x was there

@@ -100,6 +100,24 @@ def check_writable(path: Path, make_parents: bool = False) -> Path:
 
 
 @contextmanager
+def made_dir(path: Path) -> Iterator[Path]:
+    """`path` made as a directory with its missing parents (an unusable place fails before
+    the block's work), and those it made removed again, if still empty, when the block fails:
+    a command refused for its input leaves no empty output tree behind."""
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        for directory in made:  # innermost first
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (something else wrote there) or gone: kept as is
+                break
+        raise
+
+
+@contextmanager
 def writing(path: str | os.PathLike[str]) -> Iterator[None]:
     """Name `path` in an OSError of the block that names no file, as a write refused by a
     file size limit (EFBIG), a descriptor limit (EMFILE) or a full disk (ENOSPC) names none:

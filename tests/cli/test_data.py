@@ -106,3 +106,13 @@ def test_describe_of_many_classes_prints_the_most_and_fewest_and_json_keeps_all(
     assert [n for _, n in shown] == [n for _, n in by_count[:100] + by_count[-100:]]
     assert all(done["counts"][name] == n for name, n in shown)
     assert "50 more classes (all in --json)" in table
+
+
+def test_describe_refused_for_its_data_leaves_no_output_directory(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    result = cli("data", "describe", "npz", "--set", "data.root=missing.npz", "--out", "o/d")
+    one_line_error(result, "missing.npz: not a readable .npz file")
+    assert not (tmp_path / "o").exists()  # it made o/d before reading, and left them empty
+    result = cli("data", "describe", "npz", "--set", "data.root=missing.npz")
+    assert result.code == 2 and not (tmp_path / "dlperf_runs").exists()

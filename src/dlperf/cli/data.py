@@ -69,14 +69,15 @@ def describe(
     """
     from dlperf.config import load_experiment
     from dlperf.data.describe import describe as describe_data
+    from dlperf.paths import made_dir
     from dlperf.report.data import plot_counts, plot_samples
 
     if per_class < 1:
         raise UserError(f"--per-class must be at least 1, got {per_class}")
     exp = load_experiment(None, _data_sets(dataset, set_, ("data.", "augment.")))
     where = out if out is not None else Path("dlperf_runs") / f"data-{exp.data.name}"
-    where.mkdir(parents=True, exist_ok=True)  # an unusable place fails before the reading
-    desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
+    with made_dir(where):  # made before the reading; removed if the data is refused
+        desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
     changed = desc.augment.model_dump(exclude_defaults=True) if desc.augment else {}
     setting = ", ".join(f"{k}={v}" for k, v in changed.items())
     name = desc.name
