@@ -9,6 +9,7 @@ traceback, and the run was left stored as failed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from dlperf.data import ImageData, Split
+from dlperf.data.sources import too_few_classes
 from dlperf.engine.checks import (
     check_classes,
     check_classifier,
@@ -240,7 +242,7 @@ def test_a_limit_that_leaves_one_class_says_so(
     data = _npz(tmp_path / "two.npz", [0, 1] * 30)
     args = ["--set", "data.name=npz", "--set", f"data.root={data}", "--set", "train.batch_size=1"]
     line = _one_line(cli("run", str(exp), *args, "--set", "data.limit=1"), store)
-    assert line.endswith("(train on more of it (a larger data.limit, a smaller data.holdout))")
+    assert line.endswith("(train on more of it (a larger data.limit))")  # no holdout set
 
 
 def _data(labels: list[int], num_classes: int) -> ImageData:
@@ -249,11 +251,29 @@ def _data(labels: list[int], num_classes: int) -> ImageData:
 
 
 def test_check_classes_counts_the_labels_present() -> None:
-    check_classes(_data([0, 1, 0], 2))
+    check_classes(_data([0, 1, 0], 2), None)
     with pytest.raises(UserError, match="holds images of class b only"):
-        check_classes(_data([1, 1], 2))
+        check_classes(_data([1, 1], 2), None)
     with pytest.raises(UserError, match="holds images of no labels"):
-        check_classes(_data([], 2))
+        check_classes(_data([], 2), None)
+
+
+def test_too_few_classes_names_only_the_keys_that_cut_the_training_split() -> None:
+    one = Split(torch.tensor([1, 1]), torch.zeros(2, 1, 2, 2, dtype=torch.uint8))
+    both = Split(torch.tensor([0, 1]), torch.zeros(2, 1, 2, 2, dtype=torch.uint8))
+    data = ImageData("set", one, both, both, 2, (1, 2, 2), classes=["a", "b"])
+    # neither data.limit nor data.holdout set: both were named all the same
+    refused = too_few_classes(data, None)
+    assert refused is not None
+    assert (
+        refused.hint
+        == "train on more of it (more images of each class, or a smaller data.val_fraction)"
+    )
+    assert (r := too_few_classes(data, 4)) and r.hint == "train on more of it (a larger data.limit)"
+    held = replace(data, unlabeled=one)
+    assert (
+        r := too_few_classes(held, None)
+    ) and r.hint == "train on more of it (a smaller data.holdout)"
 
 
 def test_check_classifier_takes_a_fitting_model() -> None:

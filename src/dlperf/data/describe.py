@@ -143,7 +143,7 @@ def describe(
         shown = sum(min(per_class, counts[i]) for i in labels)
         check_augment(active, data.shape, shown, data.name, "show fewer images (--per-class)")
     samples = _samples(data, data.train, labels, per_class)
-    refused = too_few_classes(data)
+    refused = too_few_classes(data, cfg.limit)
     warnings = (
         [f"{refused.message}, and `dlperf run` refuses it ({refused.hint})"] if refused else []
     )

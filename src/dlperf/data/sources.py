@@ -81,10 +81,10 @@ class ImageData:
         return self.train.images is not None
 
 
-def too_few_classes(data: ImageData) -> UserError | None:
-    """Why a classifier cannot train on `data`: its training split holds images of fewer than
-    two classes, and the loss is 0 from the first step and the accuracy 100%, whatever the
-    model learns. None when it can."""
+def too_few_classes(data: ImageData, limit: int | None = None) -> UserError | None:
+    """Why a classifier cannot train on `data` (loaded under data.limit `limit`): its training
+    split holds images of fewer than two classes, and the loss is 0 from the first step and
+    the accuracy 100%, whatever the model learns. None when it can."""
     present = torch.unique(data.train.labels).tolist()
     if len(present) >= 2:
         return None
@@ -95,7 +95,7 @@ def too_few_classes(data: ImageData) -> UserError | None:
     if data.drawn is not None:  # synthetic: drawn from data.num_classes, at least 2
         fix = f"train on more of it ({_synthetic_fix(data, data.drawn)})"
     elif torch.unique(torch.cat([s.labels for s in splits])).numel() >= 2:
-        fix = "train on more of it (a larger data.limit, a smaller data.holdout)"
+        fix = f"train on more of it ({_split_fix(data, limit)})"
     else:
         fix = "give it images of at least 2 classes (one folder per class for imagefolder)"
     return UserError(
@@ -126,6 +126,16 @@ def repeated(names: list[str]) -> list[str]:
 
 
 _OWN_NAMES = "give each class its own name"
+
+
+def _split_fix(data: ImageData, limit: int | None) -> str:
+    """What gives a set of several classes a training split of more than one: only the keys
+    that cut it are named (data.limit and data.holdout were named whether set or not); with
+    neither set, the validation and test splits took the other classes' images."""
+    fixes = ["a larger data.limit"] if limit is not None else []
+    if data.unlabeled is not None and len(data.unlabeled):
+        fixes.append("a smaller data.holdout")
+    return ", ".join(fixes) or "more images of each class, or a smaller data.val_fraction"
 
 
 def _synthetic_fix(data: ImageData, drawn: int) -> str:

@@ -78,7 +78,7 @@ def prepare_run(
     check_batch_fits(exp.train.batch_size, data)
     check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
     check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
-    check_classes(data)
+    check_classes(data, exp.data.limit)
     model = build_model(exp, data, device, reporter, fresh)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
@@ -123,7 +123,7 @@ def first_refused(exps: Sequence[Experiment], runs: StoredRuns) -> tuple[int, Us
                 check_augment(exp.augment, data.shape, exp.train.batch_size, data.name)
                 check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
                 check_profile_fits(exp, data)
-                check_classes(data)
+                check_classes(data, exp.data.limit)
                 pick_device(exp.run.device)  # a device this host lacks is refused here too
                 # A batch below the dry checks' own is a check of its own (check_batch_trains).
                 trial = min(exp.train.batch_size, DRY_BATCH)

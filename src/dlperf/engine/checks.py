@@ -462,8 +462,9 @@ def check_finite(
     )
 
 
-def check_classes(data: ImageData) -> None:
-    """Refuse `data` when a classifier cannot train on it (see `too_few_classes`)."""
-    refused = too_few_classes(data)
+def check_classes(data: ImageData, limit: int | None) -> None:
+    """Refuse `data` (loaded under data.limit `limit`) when a classifier cannot train on it
+    (see `too_few_classes`)."""
+    refused = too_few_classes(data, limit)
     if refused is not None:
         raise refused
