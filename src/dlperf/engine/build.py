@@ -295,7 +295,7 @@ def build_model(
         output = dry_forward(model.to(device), data.shape, rejects, device)
     except UserError as e:
         refused = not_float32(model, name) or misfit(
-            model, data.shape, data.name, device, exp.data.image_size
+            model, data.shape, data.name, device, exp.data.image_size, data.num_classes
         )
         raise refused or e from None
     scores = check_classifier(model, output, data.num_classes, name)

@@ -83,6 +83,7 @@ def misfit(
     name: str,
     device: torch.device | None = None,
     image_size: int | None = None,
+    classes: int | None = None,
 ) -> UserError | None:
     """Why `model` rejected images of `shape` (C, H, W) of the data set `name`, where it can
     be told rather than left to the model's own error (a kernel larger than the input, which
@@ -92,7 +93,11 @@ def misfit(
     LARGEST_TRIED, and the smallest is found by halving; each try on a copy of `model`, as a
     lazy layer takes the size of the first forward that reaches it. `image_size`: the
     data.image_size the images were resized to, which is then what is too small. A forward
-    that needs more than the images is that, whatever their shape."""
+    that needs more than the images is that, whatever their shape. A side is taken only where
+    the forward returns the scores a classifier gives, [DRY_BATCH, `classes`] (of any count of
+    classes where None): a forward that merely returns (an MLP without nn.Flatten gives
+    [2, 1, 64, 10] at side 64, a batch hard-coded in a reshape gives [32, 10]) would be told
+    its images are too small, a fix that cannot work, rather than its first error."""
     try:
         refuse_more_than_one(model, FED)
     except UserError as e:
@@ -103,10 +108,10 @@ def misfit(
 
     def takes(side: int) -> bool:
         try:
-            dry_forward(copy.deepcopy(model), (c, side, side), "", device)
+            output = dry_forward(copy.deepcopy(model), (c, side, side), "", device)
         except Exception:  # refused by torch (UserError), or by the model's own code
             return False
-        return True
+        return _scores(output, classes)
 
     side = 2 * max(h, w)
     while side <= LARGEST_TRIED and not takes(side):
@@ -128,6 +133,14 @@ def misfit(
         f"{side}x{side}",
         "give larger images, or set data.image_size to resize them",
     )
+
+
+def _scores(output: object, classes: int | None) -> bool:
+    """Whether `output`, a dry forward's, is the scores `check_classifier` takes in shape:
+    [DRY_BATCH, `classes`], or [DRY_BATCH, any] where `classes` is None."""
+    if not isinstance(output, torch.Tensor) or output.dim() != 2:
+        return False
+    return output.shape[0] == DRY_BATCH and classes in (None, output.shape[1])
 
 
 def no_gradient(what: str, unused: list[str], most: int) -> str:
