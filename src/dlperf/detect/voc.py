@@ -78,10 +78,32 @@ def read_split(root: Path, split: str) -> list[str]:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise not_utf8(path, e) from None
-    ids = [line.split()[0] for line in text.splitlines() if line.strip()]
-    if not ids:
+    lines: dict[str, list[int]] = {}  # each id's lines, from 1, in the order first listed
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            lines.setdefault(line.split()[0], []).append(number)
+    if not lines:
         raise UserError(f"split file {path} lists no images")
-    return ids
+    _refuse_repeats(path, lines)
+    return list(lines)
+
+
+def _refuse_repeats(path: Path, lines: dict[str, list[int]]) -> None:
+    """Refuse an id on more than one of its `lines`: the image would be trained twice an
+    epoch, and `evaluate`, which keys the truth by id, would count its truth once and each
+    copy's detections again (every second hit a false positive: perfect predictions scored
+    mAP 0.83). Dropping the copy would leave a file that says one thing and means another."""
+    repeated = [(image_id, at) for image_id, at in lines.items() if len(at) > 1]
+    if not repeated:
+        return
+    image_id, at = repeated[0]
+    listed = ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+    others = len(repeated) - 1
+    more = f" (and {others} other id{'s' if others > 1 else ''} more than once)" if others else ""
+    raise UserError(
+        f"{path}: image id {image_id} is listed on lines {listed}{more}",
+        "list each image once: a repeated id is trained twice and its detections counted twice",
+    )
 
 
 def _text(node: ET.Element, tag: str, source: object, hint: str | None = None) -> str:
