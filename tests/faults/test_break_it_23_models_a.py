@@ -19,7 +19,8 @@ import pytest
 from torch import nn
 
 import dlperf
-from dlperf.engine.checks import misfit
+from dlperf.engine.build import not_float32
+from dlperf.engine.checks import dry_forward, misfit
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -161,3 +162,22 @@ def test_a_model_of_mixed_dtypes_failing_on_its_shapes_is_told_its_shape_error(
     said = _unwrapped(done.err)
     assert _unwrapped("the model rejects digits images of shape (1, 8, 8)") in said, done.err
     assert "float16" not in done.err, done.err
+
+
+@pytest.mark.parametrize(
+    ("odd", "named"),
+    [
+        (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Conv2d(2, 2, 3).half()), "1.weight"),
+        (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2).half()), "1.weight"),
+        (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 4), nn.Linear(4, 2).double()), "2."),
+    ],
+    ids=["conv", "batch-norm", "linear-double"],
+)
+def test_each_of_torchs_dtype_errors_names_the_odd_parameter(
+    odd: Callable[[], nn.Module], named: str
+) -> None:
+    model = odd()
+    with pytest.raises(UserError) as refused:
+        dry_forward(model, (1, 8, 8), "the model rejects digits images of shape (1, 8, 8)")
+    error = not_float32(model, "'m'", refused.value.message)
+    assert error is not None and f"its parameters ({named}" in error.message, refused.value

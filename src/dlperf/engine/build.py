@@ -9,6 +9,7 @@ leaves nothing in the store. `run:ID` weights are read through `StoredRuns`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from dlperf import contention
+from dlperf.analytic.counting import _other_dtype
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
@@ -224,14 +226,32 @@ def check_gradients_on(before: bool) -> None:
     )
 
 
-def not_float32(model: torch.nn.Module, name: str) -> UserError | None:
-    """The error for model `name`, whose forward of float32 images failed, when its floating
-    parameters are of another dtype (built with .double() or .half()): torch's "mat1 and mat2
-    must have the same dtype" blamed the images. None when any is float32: a model of mixed
-    dtypes may fail for its shapes, and one dtype of its own tells nothing of that."""
+# torch's words for a dtype mismatch: "mat1 and mat2 must have the same dtype" (linear, RNN's
+# "input dtype"), "Input type (float) and bias type (c10::Half)" (convolution), "expect
+# parameter to have scalar type of Float" (norms); not a TypeError's own "TypeError: ...".
+_DTYPE_MISMATCH = re.compile(r"dtype|scalar type|type \(")
+
+
+def not_float32(model: torch.nn.Module, name: str, error: str) -> UserError | None:
+    """The error for model `name`, whose forward of float32 images failed with `error`, when
+    its floating parameters are of another dtype: all of them (built with .double() or
+    .half()), or some where `error` is torch's of a dtype (a head alone .half(): "mat1 and mat2
+    must have the same dtype"), the first odd one named as `dlperf analyze` names it. torch's
+    error blamed the images. None otherwise: a model of mixed dtypes may fail for its shapes."""
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
-    if not dtypes or torch.float32 in dtypes:
+    if not dtypes:
         return None
+    if torch.float32 in dtypes:
+        fed = torch.empty(0, dtype=torch.float32)  # what _other_dtype reads of it: its dtype
+        odd = _other_dtype(model, fed) if _DTYPE_MISMATCH.search(error) else None
+        if odd is None:
+            return None
+        dtype, which = odd
+        return UserError(
+            f"model {name}: its {which} are {dtype}, but dlperf feeds it float32 images",
+            "build every layer in float32 (no .half(), .double() or .to(dtype) on one of "
+            "them), or cast to the layer's dtype in forward before it: x.to(layer.weight.dtype)",
+        )
     other = sorted(str(d).removeprefix("torch.") for d in dtypes)
     return UserError(
         f"model {name}: its parameters are {' and '.join(other)}, but dlperf feeds it "
@@ -294,7 +314,7 @@ def build_model(
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device)
     except UserError as e:
-        refused = not_float32(model, name) or misfit(
+        refused = not_float32(model, name, e.message) or misfit(
             model, data.shape, data.name, device, exp.data.image_size, data.num_classes
         )
         raise refused or e from None
