@@ -564,6 +564,9 @@ def decode_file(path: str, size: int) -> torch.Tensor:
     return tensor
 
 
+_REPLACE_IMAGE = "replace or remove it"
+
+
 @contextlib.contextmanager
 def opened_image(path: str | Path) -> Iterator[Any]:
     """The image file `path` open in Pillow, for the body to decode: one that is no regular
@@ -590,8 +593,16 @@ def opened_image(path: str | Path) -> Iterator[Any]:
         raise UserError(
             _over_the_cap(str(path), e), "shrink it below the cap, or remove it"
         ) from None
+    except (UserError, MemoryError):  # the body's own line, or a lack of memory: as they are
+        raise
     except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
-        raise UserError(f"{path}: cannot decode the image ({e})", "replace or remove it") from None
+        raise UserError(f"{path}: cannot decode the image ({e})", _REPLACE_IMAGE) from None
+    except Exception as e:
+        # Pillow's decoders raise many other types on a malformed file (a zTXt chunk past
+        # MAX_TEXT_CHUNK is a ValueError; SyntaxError, EOFError, struct.error, IndexError,
+        # ...), as deploy.runtime.decode catches them: all of them mean the bytes are bad.
+        said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise UserError(f"{path}: cannot decode the image ({said})", _REPLACE_IMAGE) from None
 
 
 def _over_the_cap(path: str, error: Exception) -> str:

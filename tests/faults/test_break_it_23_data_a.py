@@ -1,0 +1,123 @@
+"""The twenty-third break-it round (P2, the user's own data): causes 1, 3, 5 and 10.
+
+1. A PNG whose zTXt chunk unpacks past Pillow's MAX_TEXT_CHUNK raised ValueError, which
+   `opened_image` (catching OSError only) let through: a traceback from `data describe`,
+   `run` (in memory, and streamed in loaders.channel_stats) and `detect eval` (voc's
+   _header_size catches only UserError).
+3. CIFAR batches.meta label names were taken from any iterable: a (1, 2) array was blamed on
+   the labels, a (2, 1) array named classes "['cat']", a set's order followed PYTHONHASHSEED,
+   a dict named label 0 by key order, a string made one class per character.
+5. A link from one class folder into a sibling class folder (train/a/linkb -> ../b) gave b's
+   images both labels, without a word.
+10. A damaged TIFF printed Pillow's UserWarnings and libtiff's own stderr lines (naming
+   "tempfile.tif", a file that is not the user's) before dlperf's one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, PngImagePlugin
+
+from dlperf.detect import voc
+from dlperf.errors import UserError
+from tests.conftest import CliResult
+from tests.faults.test_store_faults import one_line
+
+Cli = Callable[..., CliResult]
+RNG = np.random.default_rng(23)
+SMALL = ("--set", "data.image_size=8")
+
+
+def write_folder(root: Path, classes: tuple[str, ...] = ("a", "b"), per_class: int = 6) -> Path:
+    """root/train/<class> and root/val/<class> of 8x8 PNGs."""
+    for split in ("train", "val"):
+        for c, name in enumerate(classes):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                Image.new("RGB", (8, 8), (40 * c, 10 * i, 0)).save(folder / f"{i}.png")
+    return root
+
+
+def ztxt_png(path: Path) -> Path:
+    """An 8x8 PNG of 1 KB whose zTXt chunk unpacks past Pillow's MAX_TEXT_CHUNK."""
+    info = PngImagePlugin.PngInfo()
+    info.add_text("k", "A" * (PngImagePlugin.MAX_TEXT_CHUNK + 10), zip=True)
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path, pnginfo=info)
+    return path
+
+
+def describe(cli: Cli, name: str, root: Path, *sets: str) -> CliResult:
+    more = tuple(s for pair in (("--set", x) for x in sets) for s in pair)
+    return cli("data", "describe", name, "--set", f"data.root={root}", *more, "--json")
+
+
+# --- cause 1: Pillow's ValueError from a zTXt chunk -----------------------------------------
+
+
+def test_a_png_over_pillows_text_cap_is_one_line_from_data_describe(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: "ValueError: Decompressed data too large for PngImagePlugin.MAX_TEXT_CHUNK",
+    a traceback, exit 1."""
+    root = write_folder(tmp_path / "if")
+    bad = ztxt_png(root / "train" / "a" / "7.png")
+    r = describe(cli, "imagefolder", root, "data.image_size=8")
+    one_line(r, 2, str(bad), "cannot decode the image", "MAX_TEXT_CHUNK")
+
+
+@pytest.mark.parametrize("in_memory", ["true", "false"], ids=["in_memory", "streamed"])
+def test_a_png_over_pillows_text_cap_is_one_line_from_run(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, in_memory: str
+) -> None:
+    """Before: the same traceback; streamed, from loaders.channel_stats."""
+    root = write_folder(tmp_path / "if")
+    bad = ztxt_png(root / "train" / "a" / "7.png")
+    sets = ("data.name=imagefolder", f"data.root={root}", "data.image_size=8")
+    sets += (f"data.in_memory={in_memory}", "train.batch_size=2", "train.epochs=1")
+    more = tuple(s for pair in (("--set", x) for x in sets) for s in pair)
+    r = cli("run", str(tiny_exp(epochs=1)), *more)
+    one_line(r, 2, str(bad), "cannot decode the image")
+
+
+def test_a_voc_image_over_pillows_text_cap_is_refused_as_it_is_decoded(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Before: the ValueError escaped voc._header_size as the split loaded (`detect eval`,
+    a traceback). Now the split loads (the image is refused as it is decoded, in its own
+    line), and eval goes on to its next check: here the junk weights."""
+    root = tmp_path / "det"
+    voc.make_shapes(root, images=4, size=64)
+    image_id = voc.read_split(root, "val")[0]
+    annotation = voc.parse_annotation(root / "Annotations" / f"{image_id}.xml")
+    image = root / "JPEGImages" / annotation.filename
+    info = PngImagePlugin.PngInfo()
+    info.add_text("k", "A" * (PngImagePlugin.MAX_TEXT_CHUNK + 10), zip=True)
+    Image.new("RGB", (64, 64)).save(image, format="PNG", pnginfo=info)
+    (tmp_path / "junk.pt").write_bytes(b"junk")
+    r = cli("detect", "eval", str(root), "--weights", str(tmp_path / "junk.pt"), "--threads", "1")
+    one_line(r, 2)
+    assert "ValueError" not in r.err, r.err
+    loaded = voc.load_split(root, "val")
+    dataset = voc.VocDataset(root, loaded, voc.class_names(loaded))
+    index = next(i for i, a in enumerate(loaded) if a.image_id == image_id)
+    with pytest.raises(UserError, match="cannot decode the image") as caught:
+        dataset[index]
+    assert str(image) in str(caught.value)
+
+
+def test_a_user_error_from_the_body_of_opened_image_is_not_a_decode_failure(
+    tmp_path: Path,
+) -> None:
+    """opened_image now turns any Pillow exception into its line: a UserError of the reader
+    itself (a size other than <size>, say) passes through as it is."""
+    from dlperf.data.sources import opened_image
+
+    path = tmp_path / "x.png"
+    Image.new("RGB", (8, 8)).save(path)
+    with pytest.raises(UserError, match=r"^its own words$"), opened_image(path):
+        raise UserError("its own words")
