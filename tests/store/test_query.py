@@ -136,8 +136,9 @@ def test_summary_rows_keep_the_order_label_clocks_and_show_memory_in_mib() -> No
 def test_show_collects_per_epoch_metrics_and_marks_missing_files(tmp_path: Any) -> None:
     there = tmp_path / "ckpt.pt"
     there.write_text("x")
+    trained = {"model": {}, "data": {}, "train": {}, "run": {}}  # an experiment's: not tracked
     store = FakeStore(
-        [run(1)],
+        [run(1, config=trained)],
         metric_rows={
             "val/acc1": [(1, 0.5), (2, 0.7)],
             "epoch/train_loss": [(2, 0.3), (1, 0.9)],

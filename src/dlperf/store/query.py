@@ -166,8 +166,12 @@ class RunView:
 
     def per_epoch(self) -> tuple[list[str], list[list[Any]]]:
         """The per-epoch table: the headers of the metrics the run has, one row per epoch
-        (per `axis`)."""
-        shown = {h: k for h, k in EPOCH_COLUMNS.items() if k in self.epochs}
+        (per `axis`). A tracked run's keys are the user's, each a column headed as stored
+        (what `runs plot --key` takes): EPOCH_COLUMNS alone showed none of them."""
+        if self.axis == "step":
+            shown = {key: key for key in self.epochs}
+        else:
+            shown = {h: k for h, k in EPOCH_COLUMNS.items() if k in self.epochs}
         by_epoch: dict[int, dict[str, float]] = {}
         for key, pairs in self.epochs.items():
             for step, value in pairs:
@@ -191,12 +195,16 @@ class RunView:
 
 
 def show(store: RunStore, run_id: int) -> RunView:
-    """One run with its per-epoch metrics and artifacts."""
+    """One run with its per-epoch metrics and artifacts: a training run's val/ and epoch/
+    keys (its train/ ones are per step), every key of a tracked run (its train/loss too)."""
     run = store.get_run(run_id)
+    every = tracked(run)
+    # Sorted here by code point: PostgreSQL's ORDER BY follows the database's collation, and
+    # the columns are to come in one order on every backend.
     epochs = {
         key: store.metrics(run_id, key)
-        for key in store.metric_keys(run_id)
-        if key.startswith(("val/", "epoch/"))
+        for key in sorted(store.metric_keys(run_id))
+        if every or key.startswith(("val/", "epoch/"))
     }
     artifacts = [{**a, "exists": Path(a["path"]).exists()} for a in store.artifacts(run_id)]
     return RunView(run, epochs, artifacts)
