@@ -21,10 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlperf.converge import curve
+from dlperf.converge.tables import read_numbers
 from dlperf.detect import voc
 from dlperf.errors import UserError
+from tests.cli.test_app import one_line_error
 from tests.conftest import CliResult
-from tests.faults.test_break_it_14_voc import finetune, runs
+from tests.faults.test_break_it_14_voc import NUMBER, SIZE, edit, finetune, first, runs
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -131,3 +134,88 @@ def test_perfect_predictions_on_a_split_read_score_one(made: Path, tmp_path: Pat
             }
         )
     assert voc.evaluate(annotations, predictions, labels)["map"] == 1.0
+
+
+# --- C8: '_' in numbers -----------------------------------------------------------------------
+
+UNDERSCORED = ["1_0", "2_0", " 1_0 ", "1_0.5", "1e1_0", "_1"]
+
+
+@pytest.mark.parametrize("text", UNDERSCORED)
+def test_a_voc_corner_with_an_underscore_is_not_a_number(
+    made: Path, tmp_path: Path, text: str
+) -> None:
+    """Before: <xmin>1_0</xmin> was read as 10 (float() takes digit separators)."""
+    root = copied(made, tmp_path)
+    xml = first(root, "train")
+    edit(xml, xmin=text)
+    with pytest.raises(UserError) as caught:
+        voc.parse_annotation(xml)
+    shown = text.strip()
+    assert (caught.value.message, caught.value.hint) == (
+        f"{xml}: object 1 (square): <xmin> is '{shown}', not a number",
+        NUMBER,
+    )
+
+
+@pytest.mark.parametrize("side", ["width", "height"])
+def test_a_voc_size_with_an_underscore_is_not_a_whole_number(
+    made: Path, tmp_path: Path, side: str
+) -> None:
+    """Before: <width>6_4</width> was read as 64."""
+    root = copied(made, tmp_path)
+    xml = first(root, "train")
+    edit(xml, **{side: "6_4"})
+    with pytest.raises(UserError) as caught:
+        voc.parse_annotation(xml)
+    assert (caught.value.message, caught.value.hint) == (
+        f"{xml}: <size> <{side}> is '6_4', not a positive whole number",
+        SIZE,
+    )
+
+
+def test_finetune_refuses_the_reports_annotation_in_one_line(
+    cli: Cli, made: Path, tmp_path: Path
+) -> None:
+    """The report's under.xml: <xmin>1_0</xmin> ... <xmax>2_0</xmax>."""
+    root = copied(made, tmp_path)
+    xml = first(root, "train")
+    edit(xml, xmin="1_0", xmax="2_0")
+    result = finetune(cli, root, tmp_path)
+    one_line(result, 2, f"{xml}: object 1 (square): <xmin> is '1_0', not a number", NUMBER)
+    assert runs(tmp_path) == []
+
+
+def _curve(path: Path, last: str) -> Path:
+    """The report's cv/under.csv: 19 steps of a falling loss, then the step `last`."""
+    rows = "".join(f"{k},{1 / (0.1 * k + 1) + 0.2:.6f}\n" for k in range(1, 20))
+    path.write_text(f"step,loss\n{rows}{last},0.29\n")
+    return path
+
+
+def test_converge_fit_refuses_a_step_with_an_underscore(cli: Cli, tmp_path: Path) -> None:
+    """Before: the step '2_0' was fitted as 20."""
+    path = _curve(tmp_path / "under.csv", "2_0")
+    r = cli("converge", "fit", "--csv", str(path), "--x", "step", "--y", "loss")
+    one_line_error(r, f"{path}:21: 'step' is not a number: '2_0'")
+
+
+@pytest.mark.parametrize("text", UNDERSCORED)
+def test_read_numbers_refuses_any_underscore(tmp_path: Path, text: str) -> None:
+    """The one reader of converge's curves and speed tables."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"step,loss\n1,2\n2,{text}\n")
+    with pytest.raises(UserError) as caught:
+        read_numbers(path, ["step", "loss"])
+    assert caught.value.message == f"{path}:3: 'loss' is not a number: {text!r}"
+
+
+def test_numbers_that_tools_write_are_still_read(tmp_path: Path) -> None:
+    """Signs, exponents, a leading '.', spaces around a field: what float() should take."""
+    path = _curve(tmp_path / "ok.csv", "20")
+    rows = path.read_text().splitlines()
+    rows[1:4] = ["1, 1.0e0", "2,+.95 ", "3,9.1E-1"]
+    path.write_text("\n".join(rows) + "\n")
+    c = curve.from_csv(path, "step", "loss")
+    assert c.steps.tolist() == list(range(1, 21))
+    assert c.values.tolist()[:3] == [1.0, 0.95, 0.91]

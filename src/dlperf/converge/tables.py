@@ -97,10 +97,14 @@ def read_numbers(
 
 
 def numbers(path: Path, name: str, lines: list[int], texts: list[str]) -> list[float]:
-    """The fields `texts` of column `name` (on `lines` of `path`) as finite floats."""
+    """The fields `texts` of column `name` (on `lines` of `path`) as finite floats. A field
+    holding '_' is not a number: float() takes it as a digit separator ('2_0' is 20), which no
+    CSV writer puts there, so it is a typo or two fields run together."""
     values = []
     for line, text in zip(lines, texts, strict=True):
         try:
+            if text is not None and "_" in text:
+                raise ValueError(text)
             value = float(text)
         except (TypeError, ValueError):  # TypeError: a short row's missing field, None
             raise UserError(
