@@ -47,6 +47,17 @@ def one_line(text: str) -> str:
     return printable(text).translate(_BREAKS)
 
 
+def name_text(name: str) -> str:
+    """A name (a class's) as a table or message shows it: on one line (`one_line`), and quoted
+    where white space at an edge would hide what it holds, so that "a" and "a " read apart
+    (a table pads its cells with spaces): 'a '. A name that starts with a quote is quoted
+    too ("'a '" as ''a ''), so that no unquoted name reads as a quoted one."""
+    text = one_line(name)
+    if text and (text[0].isspace() or text[-1].isspace() or text[0] == "'"):
+        return f"'{text}'"
+    return text
+
+
 def finite_json(value: Any) -> Any:
     """`value` as strict JSON holds it, for `--json` and the store's JSON columns (PostgreSQL's
     refuse NaN): non-finite floats as null, keys as strings, tuples as lists."""

@@ -9,6 +9,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app
 from dlperf.errors import UserError
+from dlperf.parsing import name_text
 
 data_app = typer.Typer(
     help="Look at a data set before training on it, or write some of its images as PNG "
@@ -112,10 +113,12 @@ def _shown(counts: dict[str, int]) -> list[list[object]]:
     """Every class in order, or past SHOWN_CLASSES the half with the most training images and
     the half with the fewest, a row between saying how many more --json lists: 100,000 rows
     took rich 42 s to print and no reader reads them."""
-    if len(counts) <= SHOWN_CLASSES:
-        return [[name, n] for name, n in counts.items()]
+    # name_text: "a" and "a " are two classes, and a cell's padding showed both as a.
+    pairs = [(name_text(name), n) for name, n in counts.items()]
+    if len(pairs) <= SHOWN_CLASSES:
+        return [[name, n] for name, n in pairs]
     half = SHOWN_CLASSES // 2
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    ranked = sorted(pairs, key=lambda kv: -kv[1])
     more = f"... {len(ranked) - SHOWN_CLASSES:,} more classes (all in --json)"
     return [[name, n] for name, n in [*ranked[:half], (more, None), *ranked[-half:]]]
 
@@ -148,6 +151,6 @@ def samples(
     console.print_table(
         f"{done['dataset']}: {len(done['files'])} {done['split']} images",
         ["file", "class", "index"],
-        [[f["path"], f["class"], f["index"]] for f in done["files"]],
+        [[f["path"], name_text(f["class"]), f["index"]] for f in done["files"]],
     )
     console.err.print(f"wrote {len(done['files'])} images to {out}")

@@ -139,6 +139,16 @@ class DataConfig(Section):
     size: Count = 2048
     """synthetic: number of training images."""
 
+    @field_validator("root")
+    @classmethod
+    def _home(cls, root: str) -> str:
+        # A leading ~ is the home directory, as in --db and the help's data.root=~/data: the
+        # shell leaves it in --set data.root=~/data (not a word it expands) and in a TOML
+        # file, and the readers took it as a folder named "~". Expanded here, every command
+        # reading data.root (run, distill and its pool, data describe/samples) and the
+        # stored config see the path itself.
+        return os.path.expanduser(root)
+
 
 class ScheduleConfig(Section):
     kind: Literal["multistep", "cosine", "constant"] = "constant"

@@ -14,8 +14,10 @@ import torch
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch, check_augment
+from dlperf.data.loaders import STD_FLOOR, channel_stats
 from dlperf.data.sources import Split, decode_file, repeated, too_few_classes
 from dlperf.errors import UserError
+from dlperf.parsing import name_text
 
 
 @dataclass
@@ -85,7 +87,8 @@ def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) 
         elif item.isdigit() and int(item) < len(classes):
             ids.append(int(item))
         else:
-            listed = ", ".join(classes[:12]) + (", ..." if len(classes) > 12 else "")
+            more = ", ..." if len(classes) > 12 else ""
+            listed = ", ".join(map(name_text, classes[:12])) + more
             raise UserError(
                 f"--classes: {name} has no class '{item}'",
                 f"give names or indices 0..{len(classes) - 1}: {listed}",
@@ -147,6 +150,18 @@ def describe(
     warnings = (
         [f"{refused.message}, and `dlperf run` refuses it ({refused.hint})"] if refused else []
     )
+    std = data.std
+    if cfg.std is None and min(std) < 2 * STD_FLOOR:
+        # data.std is what training divides by, floored: a channel of one value showed as
+        # 0.0010, a measurement it never was. Measured again (only then), as it is.
+        _, std = channel_stats(data, floor=0.0)
+        warnings += [
+            f"channel {c} holds one value, {round(data.mean[c] * 255)} of 255, in every pixel "
+            "of the training images measured (std 0): it tells no class from another (a blank "
+            "or wrongly decoded set?)"
+            for c, s in enumerate(std)
+            if s == 0
+        ]
     return Description(
         name=data.name,
         classes=names,
@@ -154,7 +169,7 @@ def describe(
         splits={"train": len(data.train), "val": len(data.val), "test": len(data.test)},
         image_shape=data.shape,
         mean=data.mean,
-        std=data.std,
+        std=std,
         in_memory=data.in_memory,
         shown=[names[i] for i in labels],
         samples=samples,

@@ -228,10 +228,16 @@ class TorchvisionLoader:
             yield batch
 
 
+# The least std training normalises by: a channel of one value (a blank set) has std 0, and
+# dividing by it made every input NaN.
+STD_FLOOR = 1e-3
+
+
 def channel_stats(
-    data: ImageData, sample: int = 4096
+    data: ImageData, sample: int = 4096, floor: float = STD_FLOOR
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and std in [0, 1] of (up to `sample` images of) the training split."""
+    """Per-channel mean and std in [0, 1] of (up to `sample` images of) the training split,
+    each std at least `floor` (0: as measured, exactly 0 for a channel of one value)."""
     split = data.train
     n = min(len(split), sample)
     index = torch.linspace(0, len(split) - 1, n).long()
@@ -241,5 +247,7 @@ def channel_stats(
         side = data.shape[-1]
         x = torch.stack([decode_file(split.files[i], side) for i in index.tolist()]).float() / 255
     mean = x.mean(dim=(0, 2, 3))
-    std = x.std(dim=(0, 2, 3)).clamp_min(1e-3)
+    # A channel of one value: exactly 0, which float32 sums of many equal values can miss.
+    constant = x.amax(dim=(0, 2, 3)) == x.amin(dim=(0, 2, 3))
+    std = x.std(dim=(0, 2, 3)).masked_fill(constant, 0.0).clamp_min(floor)
     return tuple(mean.tolist()), tuple(std.tolist())

@@ -5,11 +5,17 @@ Each file is one image of a split exactly as the loader holds it (after `data.im
 when set, before normalisation and augmentation), at its own size: an 8 x 8 digit stays
 8 x 8 pixels, with its channels as PNG holds them (1 grey, 2 grey and alpha, 3 RGB, 4 RGBA;
 a set of more channels is refused). Files are named SPLIT-INDEX-CLASS.png, INDEX the image's
-position in the split, so a file leads back to its image."""
+position in the split, so a file leads back to its image; CLASS is the class name where a file
+name can hold it as it is, else a stand-in of at most 180 bytes ending in a hash of the name
+(see `_safe`)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +32,38 @@ from dlperf.paths import replaced, writing
 SPLITS = ("train", "val", "test")
 
 
+# Bytes of a file name's class part. A name is at most 255 bytes on most file systems, and a
+# class folder's own name may take all of them (84 CJK characters are 252 bytes): cut here, the
+# part, its hash, the split, the index and ".part.png" fit with room to spare.
+PART_BYTES = 180
+
+
 def _safe(name: str) -> str:
-    """A class name as a file name part: letters, digits, '.', '_' and '-' only."""
-    return re.sub(r"[^\w.-]+", "_", name).strip("_") or "class"
+    """A class name as a file name part: letters, digits, '.', '_' and '-' only, at most
+    PART_BYTES bytes of UTF-8 (cut on a character boundary). A name not kept as it is (a
+    character replaced, an edge '_' or space dropped, or cut) ends in a hash of the whole
+    name, so that names that differ only in what was lost ("a" and "a ", or two long names
+    sharing their first 180 bytes) still give files that tell their classes apart."""
+    part = re.sub(r"[^\w.-]+", "_", name).strip("_") or "class"
+    cut = part.encode()[:PART_BYTES].decode("utf-8", "ignore")  # a cut character dropped
+    if cut == name:
+        return cut
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{cut}-{digest}"
+
+
+@contextmanager
+def _named(path: Path) -> Iterator[list[Path]]:
+    """An OSError about a file the block adds to the list it is given (the temporary file
+    `replaced` writes first, which `replaced` also unlinks as the block fails: a name too
+    long fails there too), told as one about `path`, the file the user asked for."""
+    asides: list[Path] = []
+    try:
+        yield asides
+    except OSError as e:
+        if e.filename is not None and os.fspath(e.filename) in map(os.fspath, asides):
+            e.filename = os.fspath(path)
+        raise
 
 
 def write_samples(
@@ -73,7 +108,8 @@ def write_samples(
             path = out / f"{split}-{index:05d}-{_safe(names[label])}.png"
             # Aside, then renamed: a full disk fails PIL's save as it closes the file, which
             # left a 0-byte PNG that looked like a sample; the error names the file.
-            with writing(path), replaced(path) as aside:
+            with writing(path), _named(path) as asides, replaced(path) as aside:
+                asides.append(aside)
                 image.save(aside)
             files.append({"path": str(path), "class": names[label], "label": label, "index": index})
     return {"dataset": data.name, "split": split, "out": str(out), "files": files}
