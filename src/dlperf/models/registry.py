@@ -10,6 +10,7 @@ package imports it (timm's way), so the registry is full whenever this module is
 from __future__ import annotations
 
 import argparse
+import atexit
 import builtins
 import contextlib
 import contextvars
@@ -28,7 +29,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, NoReturn
 
 import torch
@@ -331,17 +332,67 @@ def _as_script(path: Path) -> Iterator[None]:
 # left `running`. Once a model file is imported, os._exit called by a model file's own code
 # (the file, or a module beside it) raises ModelOsExit, a SystemExit, instead, told as a
 # model's sys.exit is (a failed run, exit 1); called from anywhere else it is os._exit.
+#
+# That holds only while dlperf calls the model: once the process is exiting nothing is left to
+# catch the ModelOsExit, and a model file's `atexit.register(lambda: os._exit(3))` ended a
+# finished command in Python's "Exception ignored in atexit callback" traceback. There it is the
+# real os._exit, with the model's status: dlperf's work is done (stored, its output flushed
+# first), os._exit does not return (the model's code after it must not run), and any module
+# Python imports ends its process so. One line says whose status it is.
 _EXITS: list[Callable[[int], NoReturn]] = []  # the os._exit the guard wraps, once installed
 _REFUSING = threading.local()  # `on`: inside _no_os_exit in this thread
+_EXITING = threading.Event()  # set by the exit handler `_exiting`: the process is ending
+
+
+def _exiting() -> None:
+    _EXITING.set()
+
+
+def _exit_handler_last() -> None:
+    """`_exiting` registered again, after every exit handler a model file registered so far:
+    Python runs them last first, so it runs before each of theirs."""
+    atexit.unregister(_exiting)
+    atexit.register(_exiting)
+
+
+def _by_interpreter(frame: FrameType) -> bool:
+    """Whether nothing but model code is on `frame`'s stack: no caller of dlperf's, the
+    interpreter called it (an exit handler the model registered in its forward, a finaliser as
+    the process ends)."""
+    here: FrameType | None = frame
+    while here is not None:
+        if not in_model_file(here):
+            return False
+        here = here.f_back
+    return True
 
 
 def _guarded_exit(status: int) -> NoReturn:
-    caller = sys._getframe(1)
-    if getattr(_REFUSING, "on", False) or in_model_file(caller):
+    try:
+        caller: FrameType | None = sys._getframe(1)
+    except ValueError:  # called from C with no Python frame: atexit.register(os._exit, 3)
+        caller = None
+    model = caller is not None and in_model_file(caller)
+    ending = _EXITING.is_set() or (caller is not None and _by_interpreter(caller))
+    if caller is not None and (getattr(_REFUSING, "on", False) or (model and not ending)):
         # Its traceback ends at the caller's line, as a sys.exit there would: the CLI names
         # a model's exit by the innermost frame (cli._foreign_caller).
         here = types.TracebackType(None, caller, caller.f_lasti, caller.f_lineno)
         raise ModelOsExit(status).with_traceback(here)
+    if caller is not None and model:
+        # A warnings filter of the model's ("error") must not stop the exit it asked for
+        with contextlib.suppress(Exception):
+            _note(
+                f"model file {caller.f_code.co_filename} (line {caller.f_lineno}) called "
+                f"os._exit({status!r}) as the process exited: its exit status is the model's, "
+                "not dlperf's",
+                Path(caller.f_code.co_filename),
+            )
+    if model or caller is None:
+        # os._exit leaves Python's buffers unwritten: dlperf's output (a --json document) first
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
+                stream.flush()
     _EXITS[0](status)
 
 
@@ -367,7 +418,8 @@ def _no_os_exit() -> Iterator[None]:
 # do outlasts them: signal handlers that replace dlperf's stop handlers (Ctrl-C and SIGTERM no
 # longer stop the command), a working directory that moves where relative outputs land, torch's
 # default dtype or device (a run trained in float64, a caller's next model built on "meta"), a
-# child process left running after dlperf exits. Each is checked after the import and after the
+# lowered recursion limit (dlperf's next deep import fails), a child process left running after
+# dlperf exits. Each is checked after the import and after the
 # factory call: all but the last are put back, the last named (it is the model's to end).
 
 _NOTES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("notes", default=None)
@@ -453,19 +505,40 @@ def _torch_defaults_kept(
     return notes
 
 
+def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
+    """Python's recursion limit put back to `limit` where the model file lowered it, one note.
+    Left lowered (`sys.setrecursionlimit(80)`), the next deep import of dlperf's (torch._dynamo,
+    as the optimizer is built) failed in an 85-line RecursionError traceback, and an API
+    caller's process kept the limit. A raised limit is kept, unsaid: a deep model's forward (or
+    a copy.deepcopy of it) may need it, and it takes nothing from dlperf."""
+    lowered = sys.getrecursionlimit()
+    if lowered >= limit:
+        return []
+    sys.setrecursionlimit(limit)
+    return [
+        f"model file {path} lowered Python's recursion limit to {lowered} {when}; put back "
+        f"to {limit}, which dlperf's own code (torch's imports) needs"
+    ]
+
+
 @contextlib.contextmanager
 def _process_kept(path: Path, when: str) -> Iterator[None]:
     """The block (a model file's import, its factory's call) with the stop signals' handlers,
-    the working directory and torch's default dtype and device put back as they were, and the
-    child processes it started named, each told in one line (`_note`)."""
+    the working directory, a lowered recursion limit and torch's default dtype and device put
+    back as they were, and the child processes it started named, each told in one line
+    (`_note`)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
+    limit = sys.getrecursionlimit()
     try:
         yield
     finally:
-        notes = _torch_defaults_kept(path, when, dtype, device)
+        # First: under the model's lower limit the checks below may not have the depth to run
+        notes = _recursion_kept(path, when, limit)
+        _exit_handler_last()  # to run before any exit handler the block registered
+        notes += _torch_defaults_kept(path, when, dtype, device)
         changed = []
         for sig, handler in handlers.items():
             # None: a handler set outside Python, which cannot be set back
