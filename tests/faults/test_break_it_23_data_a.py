@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -121,3 +123,65 @@ def test_a_user_error_from_the_body_of_opened_image_is_not_a_decode_failure(
     Image.new("RGB", (8, 8)).save(path)
     with pytest.raises(UserError, match=r"^its own words$"), opened_image(path):
         raise UserError("its own words")
+
+
+# --- cause 3: CIFAR label names of any iterable ---------------------------------------------
+
+
+def write_cifar(root: Path, names: Any) -> Path:
+    """root/cifar-10-batches-py of 10 images a batch, labels 0 and 1, batches.meta `names`."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        entry = {"data": RNG.integers(0, 256, (10, 3072), dtype=np.uint8)}
+        entry["labels"] = (np.arange(10) % 2).tolist()
+        (folder / name).write_bytes(pickle.dumps(entry))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": names}))
+    return folder / "batches.meta"
+
+
+BAD_NAMES = [
+    (np.array([["cat", "dog"]]), "an array of shape (1, 2)"),
+    (np.array([["cat"], ["dog"]]), "an array of shape (2, 1)"),
+    ({"cat", "dog"}, "a set"),
+    ({"dog": 1, "cat": 0}, "a dict"),
+    ("ab", "a str"),
+    (b"ab", "a bytes"),
+    (["cat", 1], "a list holding int"),
+    (np.array([0, 1]), "an array of int64"),
+    (np.array(["cat", None], dtype=object), "an array holding NoneType"),
+]
+
+
+@pytest.mark.parametrize(("names", "said"), BAD_NAMES, ids=[s for _, s in BAD_NAMES])
+def test_cifar_label_names_that_are_no_list_of_names_are_refused(
+    cli: Cli, tmp_path: Path, names: Any, said: str
+) -> None:
+    """Before: (1, 2) blamed the labels; (2, 1) named classes "['cat']"; a set's order
+    followed PYTHONHASHSEED; a dict named label 0 "dog"; "ab" made classes 'a' and 'b'."""
+    meta = write_cifar(tmp_path / "c", names)
+    r = describe(cli, "cifar10", tmp_path / "c")
+    one_line(r, 2, str(meta), f"holds 'label_names' as {said}, not a list of names")
+
+
+GOOD_NAMES = [
+    ["cat", "dog"],
+    ("cat", "dog"),
+    np.array(["cat", "dog"]),
+    [b"cat", b"dog"],
+    np.array([b"cat", b"dog"]),
+    np.array(["cat", "dog"], dtype=object),
+]
+GOOD_IDS = ["list", "tuple", "array", "bytes", "S", "object"]
+
+
+@pytest.mark.parametrize("names", GOOD_NAMES, ids=GOOD_IDS)
+def test_cifar_label_names_as_a_list_tuple_or_1d_array_are_read(
+    cli: Cli, tmp_path: Path, names: Any
+) -> None:
+    import json
+
+    write_cifar(tmp_path / "c", names)
+    r = describe(cli, "cifar10", tmp_path / "c")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["classes"] == ["cat", "dog"]

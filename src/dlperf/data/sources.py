@@ -403,11 +403,16 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     _irregular(cfg, what, meta)
     try:
         with open(meta, "rb") as f:
-            classes = class_names(pickle.load(f, encoding="latin1")[base.meta["key"]])
+            held = pickle.load(f, encoding="latin1")[base.meta["key"]]
     except Exception as e:  # unpickling garbage fails in any type
         raise _broken(
             cfg, what, meta, f"names no classes under '{base.meta['key']}' ({e})"
         ) from None
+    odd = _not_names(held)
+    if odd is not None:
+        said = f"holds '{base.meta['key']}' as {odd}, not a list of names"
+        raise _broken(cfg, what, meta, said, "pickle a list of the class names, label 0's first")
+    classes = class_names(held)
     twice = repeated(classes)
     if twice:
         said = f"names a class more than once: {', '.join(twice)}"
@@ -422,6 +427,25 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     full, test = read(splits[0]), read(splits[1])
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     return ImageData(name, train, val, test, len(classes), (3, 32, 32), classes=classes)
+
+
+def _not_names(held: object) -> str | None:
+    """What `held`, a pickle's class names, is when it is no list, tuple or 1-D array of text
+    (str or bytes): iterated, a set's order follows PYTHONHASHSEED, a dict's keys are not in
+    label order, a string is one class per character and a (2, 1) array names "['cat']"."""
+    if isinstance(held, np.ndarray):
+        if held.ndim != 1:
+            return f"an array of shape {held.shape}"
+        if held.dtype.kind in "US":
+            return None
+        if held.dtype.kind != "O":  # an object array is read as a list of its items
+            return f"an array of {held.dtype}"
+    elif not isinstance(held, list | tuple):
+        kind = type(held).__name__
+        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    others = sorted({type(n).__name__ for n in held if not isinstance(n, str | bytes)})
+    kind = "an array" if isinstance(held, np.ndarray) else f"a {type(held).__name__}"
+    return f"{kind} holding {', '.join(others)}" if others else None
 
 
 def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, names: list[str]) -> None:
