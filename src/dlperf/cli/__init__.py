@@ -11,10 +11,8 @@ import gc
 import importlib
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import io
 import pkgutil
-import resource
 import sys
 import traceback
 from collections.abc import Sequence
@@ -25,6 +23,7 @@ from typing import TYPE_CHECKING, NoReturn
 from dlperf import stopping
 from dlperf.cli.app import app, state
 from dlperf.cli.console import documents_only
+from dlperf.cli.loads import memory_hint, out_of_memory, unloadable
 from dlperf.errors import (
     CheckFailed,
     ModelOsExit,
@@ -39,7 +38,7 @@ from dlperf.paths import told, unnamed_cwd, writing
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
-# Every module here but app and console holds commands; importing it registers them on `app`
+# Every module here but app, console and loads holds commands; importing it registers them on `app`
 # (in the modules' order, the order of `dlperf --help`).
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
@@ -72,64 +71,6 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
         if in_model_file(frame):
             return list(traceback.StackSummary.extract(iter(walked[index:])))
     return []
-
-
-# The libraries whose own import failing is the environment's problem, told in one line.
-_LIBRARIES = ("torch", "torchvision")
-
-
-def _unloadable(e: ImportError) -> str | None:
-    """The library (torch, torchvision) whose own import raised `e`: a frame of its traceback
-    runs a module of that library's at import; the innermost such frame names it. None for an
-    import that failed in dlperf's own code or in a user's model file."""
-    roots = {}
-    for name in _LIBRARIES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            roots[str(Path(location).resolve())] = name
-    found = None
-    for frame, _ in traceback.walk_tb(e.__traceback__):
-        if frame.f_code.co_name != "<module>":
-            continue
-        path = Path(frame.f_code.co_filename).resolve()
-        found = next((lib for root, lib in roots.items() if path.is_relative_to(root)), found)
-    return found
-
-
-def _memory_limit() -> str:
-    """The address-space limit, when one is set (ulimit -v, in KiB as bash takes it), as the
-    hint a failed load or allocation ends with; "" without one."""
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if soft != resource.RLIM_INFINITY:
-        return f" (a memory limit, ulimit -v {soft // 1024} may be too low)"
-    return ""
-
-
-def _load_hint() -> str:
-    """The likely cause of a library that cannot load: the address-space limit when one is
-    set, a broken installation otherwise."""
-    return _memory_limit() or " (its installation may be broken: reinstall it)"
-
-
-def _memory_hint() -> str:
-    """What an allocation that failed needs: the address-space limit raised, when one is set,
-    else less asked for."""
-    return _memory_limit() or " (ask for less: a smaller data set, batch or model)"
-
-
-def _out_of_memory(e: BaseException) -> bool:
-    """Whether `e` is an allocation that failed: Python's MemoryError, or torch's allocator
-    (asked only once torch is loaded: importing it to ask would cost what ran out)."""
-    if isinstance(e, MemoryError):
-        return True
-    if "torch" not in sys.modules:
-        return False
-    from dlperf.engine.checks import out_of_memory
-
-    return out_of_memory(e)
 
 
 class _StandardOutput(io.FileIO):
@@ -232,6 +173,11 @@ def outcome() -> int:
             return 130
         if (code := _click_error(e)) is not None:
             return code
+        if not state.debug and (line := unloadable(e, limited=True)):
+            # Any library's import that ran out of a set address space, a model's too: the
+            # environment's problem, not the input's nor the model's.
+            say(one_line(line))
+            return 1
         if not state.debug and (frames := _model_frames(e)):
             # The user's own bug: where to look is their code, not dlperf's or Typer's.
             said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -240,12 +186,12 @@ def outcome() -> int:
                 say(frame.rstrip("\n"))
             say("(the whole traceback: dlperf --debug ...)")
             return 1
-        if not state.debug and isinstance(e, ImportError) and (lib := _unloadable(e)):
-            # The environment's problem (a memory limit, a broken install), not the input's.
-            say(one_line(f"error: cannot load {lib}: {e}{_load_hint()}"))
+        if not state.debug and (line := unloadable(e, limited=False)):
+            # torch's or torchvision's broken installation: the environment's, not the input's.
+            say(one_line(line))
             return 1
-        if not state.debug and _out_of_memory(e):  # where no check of dlperf's expected it
-            say(one_line(f"error: out of memory: {e}{_memory_hint()}"))
+        if not state.debug and out_of_memory(e):  # where no check of dlperf's expected it
+            say(one_line(f"error: out of memory: {e}{memory_hint()}"))
             return 1
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1
