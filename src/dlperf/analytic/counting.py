@@ -620,7 +620,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return out
         if self.fields is not None and not self.tracker.is_bw:
             self.fields.op(ops.op_name(func), args, out, name or ROOT)
-        if ops.is_view(func):
+        if ops.is_view(func) or ops.is_marker(func):  # no work: no cost, bytes or call
             return out
         cost = ops.cost_of(func, args, out, kwargs)
         shaped = cost  # as the peers count it: by shapes, complex or not

@@ -7,7 +7,8 @@ Conventions for the ops that are not multiply-accumulates, one number per output
 input) element, are the constants below; docs/analyze.md lists them.
 
 An operator is either in HANDLERS, in IGNORED (views, copies, creation, indexing: no
-arithmetic), or reported by name as unsupported. Nothing is silently counted as zero.
+arithmetic), one of the MARKERS outside ATen (the profiler's: no work at all), or reported by
+name as unsupported. Nothing is silently counted as zero.
 
 On complex tensors an operator's cost is in real operations (`in_real_arithmetic`): a complex
 multiply-accumulate is COMPLEX_MAC real ones, element-wise ops cost COMPLEX_ELEMENTWISE; an
@@ -515,6 +516,8 @@ def cost_of(
     only) after the positional ones, the defaults of the others between them. On complex
     tensors the cost is in real operations (`in_real_arithmetic`), None for an operator with
     no complex rule; `as_real` False gives the count by shapes alone, as the peers make it."""
+    if is_marker(func):
+        return Cost(0, 0)
     if func.namespace != "aten":
         return None
     name = op_name(func)
@@ -604,3 +607,23 @@ def in_real_arithmetic(name: str, args: Sequence[Any], shaped: Cost) -> Cost | N
 
 def is_view(func: torch._ops.OpOverload) -> bool:
     return func.is_view or func.overloadpacket.__name__ in VIEWS
+
+
+MARKERS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("profiler", "_record_function_enter"),
+        ("profiler", "_record_function_enter_new"),
+        ("profiler", "_record_function_exit"),
+    }
+)
+"""Operators outside ATen that a plain model's forward runs and that do no work on tensors:
+the profiler's markers, which torch.profiler.record_function (torch.autograd.profiler's too)
+and every nn.DataParallel's forward open and close (the whole of torch.ops.profiler). No
+arithmetic, no bytes, no call: neither an operator without a handler nor one that works.
+Other namespaces (torchvision's, quantized, a user's torch.library operators) compute, and
+stay reported as not counted."""
+
+
+def is_marker(func: torch._ops.OpOverload) -> bool:
+    """Whether `func` is one of the `MARKERS`."""
+    return (func.namespace, func.overloadpacket.__name__) in MARKERS

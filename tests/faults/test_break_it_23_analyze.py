@@ -1,0 +1,108 @@
+"""The twenty-third break-it round, P1 (the user's own models), causes of `dlperf analyze`.
+
+- C5: a forward under torch.profiler.record_function (and every nn.DataParallel, which marks
+  its forward so) was warned "not counted (no handler for these operators):
+  profiler._record_function_enter_new x1, profiler._record_function_exit x1": the profiler's
+  markers do no arithmetic, and count as nothing (no FLOPs, no call).
+- C6: `analyze --train` of a model using torch.inference_mode() in its forward was told "the
+  model rejects input [1, 1, 8, 8]: ... Inference tensors cannot be saved for backward (check
+  analyze.input ...)", an input fix that cannot work: the inference_mode block is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import dlperf
+from tests.conftest import CliResult
+
+
+def _unwrapped(text: str) -> str:
+    """`text` without its whitespace: the console wraps lines at its width."""
+    return "".join(text.split())
+
+
+def _write(tmp_path: Path, text: str, name: str = "model.py") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --- C5: the profiler's markers --------------------------------------------------------------
+
+
+class Marked(nn.Module):
+    """A head whose forward is marked for the profiler, twice (the old and the new spelling)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.profiler.record_function("body"):
+            y = self.c(x).relu()
+        with torch.autograd.profiler.record_function("head"):
+            return self.fc(y.flatten(1))
+
+
+class Plain(Marked):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.c(x).relu().flatten(1))
+
+
+def _fcm_flops(model: nn.Module, train: bool) -> int:
+    counter = FlopCounterMode(display=False)
+    with counter:
+        out = model(torch.zeros(2, 1, 8, 8))
+        if train:
+            out.sum().backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["forward", "train"])
+@pytest.mark.parametrize(
+    "make",
+    [Marked, lambda: nn.DataParallel(Plain())],
+    ids=["record_function", "DataParallel"],
+)
+def test_profiler_markers_count_as_nothing_and_are_not_warned_of(
+    make: Callable[[], nn.Module], train: bool
+) -> None:
+    model = make()
+    counted = dlperf.analyze(model, (1, 8, 8), batch=2, train=train)
+    # before: {"profiler._record_function_enter_new": 1, "profiler._record_function_exit": 1}
+    assert counted.unsupported_ops == {}, counted.unsupported_ops
+    plain = dlperf.analyze(Plain(), (1, 8, 8), batch=2, train=train)
+    # FlopCounterMode's FLOPs are 2 x the products, and no call for a marker
+    macs = counted.totals["macs"] + counted.totals.get("backward_macs", 0)
+    assert 2 * macs == _fcm_flops(model, train)
+    for key in ("macs", "flops", "calls", "bytes", "backward_flops", "backward_calls"):
+        assert counted.totals.get(key) == plain.totals.get(key), key
+
+
+RECORD_FUNCTION = """
+import torch, torch.nn as nn
+class N(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__(); self.fc = nn.Linear(in_channels*64, num_classes)
+    def forward(self, x):
+        with torch.profiler.record_function("head"):
+            return self.fc(x.flatten(1))
+def build(num_classes=10, in_channels=1): return N(num_classes, in_channels)
+"""
+
+
+def test_analyze_of_a_marked_forward_warns_of_nothing(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    path = _write(tmp_path, RECORD_FUNCTION)
+    done = cli("analyze", f"{path}:build", "--input", "1,8,8", "--train", "--json")
+    assert done.code == 0, done.err
+    assert "not counted" not in done.err and "profiler" not in done.err, done.err
