@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import dlperf
+from dlperf.errors import UserError
 from tests.conftest import CliResult
 
 
@@ -106,3 +107,67 @@ def test_analyze_of_a_marked_forward_warns_of_nothing(
     done = cli("analyze", f"{path}:build", "--input", "1,8,8", "--train", "--json")
     assert done.code == 0, done.err
     assert "not counted" not in done.err and "profiler" not in done.err, done.err
+
+
+# --- C6: torch.inference_mode() in forward, counted for training ------------------------------
+
+INFERENCE_MODE = """
+import torch, torch.nn as nn
+class N(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__(); self.c = nn.Conv2d(in_channels, 4, 3, padding=1)
+        self.fc = nn.Linear(4*64, num_classes)
+    def forward(self, x):
+        with torch.inference_mode():
+            y = self.c(x)
+        return self.fc(y.flatten(1))
+def build(num_classes=10, in_channels=1): return N(num_classes, in_channels)
+"""
+
+
+def _says_inference_mode(said: str) -> None:
+    flat = _unwrapped(said)
+    assert "analyze.input" not in said and "rejects input" not in said, said  # before: both
+    assert _unwrapped("torch.inference_mode()") in flat, said
+    assert _unwrapped("torch.no_grad()") in flat and "--train" in said, said
+
+
+def test_analyze_train_of_a_forward_in_inference_mode_names_it(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    path = _write(tmp_path, INFERENCE_MODE)
+    done = cli("analyze", f"{path}:build", "--input", "1,8,8", "--train")
+    assert done.code == 2, done.err
+    assert "Traceback" not in done.err, done.err
+    _says_inference_mode(done.err)
+
+
+def test_the_api_train_of_a_forward_in_inference_mode_names_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, INFERENCE_MODE)
+    with pytest.raises(UserError) as refused:
+        dlperf.analyze(f"{path}:build", (1, 8, 8), train=True)
+    _says_inference_mode(str(refused.value))
+
+
+IN_PLACE_PARAMETER = """
+import torch, torch.nn as nn
+class N(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__(); self.fc = nn.Linear(in_channels*64, num_classes)
+    def forward(self, x):
+        self.fc.weight.mul_(0.999)  # a decay of its own, with gradients on
+        return self.fc(x.flatten(1))
+def build(num_classes=10, in_channels=1): return N(num_classes, in_channels)
+"""
+
+
+def test_analyze_train_of_a_forward_changing_a_parameter_in_place_names_it(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    """The like of C6: another error of autograd's, not the input's."""
+    path = _write(tmp_path, IN_PLACE_PARAMETER)
+    done = cli("analyze", f"{path}:build", "--input", "1,8,8", "--train")
+    assert done.code == 2, done.err
+    assert "analyze.input" not in done.err and "rejects input" not in done.err, done.err
+    assert _unwrapped("changes a trained parameter in place") in _unwrapped(done.err), done.err
+    assert cli("analyze", f"{path}:build", "--input", "1,8,8").code == 0  # the forward alone

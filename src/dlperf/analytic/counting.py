@@ -1161,11 +1161,43 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
                 f"the model's {which} are {dtype}, but {command} feeds it {fed} input ({said})",
                 _dtype_fix(dtype, at),
             ) from None
+        refused = _autograd_refusal(first, said)
+        if refused is not None:
+            raise refused from None
         raise UserError(
             f"the model rejects input {list(x.shape)}: {said}",
             "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "
             "more)",
         ) from None
+
+
+# torch's words for a forward that autograd refuses while gradients are on (a training step's
+# forward): the input is not at fault, and its shape no fix.
+_INFERENCE_TENSORS = "inference tensor"  # "Inference tensors cannot be saved for backward",
+# "Inplace update to inference tensor outside InferenceMode is not allowed"
+_LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"
+_FORWARD_ALONE = "its forward alone is still counted: leave out --train, or analyze.train"
+
+
+def _autograd_refusal(first: str, said: str) -> UserError | None:
+    """The error for a forward torch refused with `first` (`said`: with its type) for what
+    autograd cannot do while the training step's gradients are on, its fix named; None for
+    any other. `dlperf run` refuses such a model in its dry backward ("cannot be trained")."""
+    if _INFERENCE_TENSORS in first.lower():
+        return UserError(
+            "the model's forward makes tensors under torch.inference_mode(), which autograd "
+            f"cannot save for the backward: its training step cannot be counted ({said})",
+            "use torch.no_grad() in forward instead of torch.inference_mode(), or .clone() "
+            f"what the block makes before the layers that train use it; {_FORWARD_ALONE}",
+        )
+    if _LEAF_IN_PLACE in first:
+        return UserError(
+            "the model's forward changes a trained parameter in place, which autograd refuses "
+            f"while gradients are on: its training step cannot be counted ({said})",
+            "change it under torch.no_grad() (with torch.no_grad(): self.w.add_(...)), or "
+            f"freeze it (requires_grad_(False)); {_FORWARD_ALONE}",
+        )
+    return None
 
 
 def run_backward(out: Any, done: str = "counted") -> None:
