@@ -207,9 +207,10 @@ def test_repair_gives_a_store_whose_id_was_edited_a_new_one(cli: Cli, tmp_path: 
     result = cli("--db", str(db), "runs", "repair", str(tmp_path / "new.db"))
     assert result.code == 0, result.err
     with closing(sqlite3.connect(tmp_path / "new.db")) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchall() == []
+        # The new store's own id, written by the repair (a store with no id row is refused).
+        (kept,) = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchall()
     new = RunStore.open(str(tmp_path / "new.db"))
-    assert len(new.id) == 12 and new.id != "../../etc"
+    assert len(new.id) == 12 and new.id != "../../etc" and (new.id,) == kept
     assert new.artifact_dir(tmp_path / "od") == (tmp_path / "od" / new.id).resolve()
     assert [r.id for r in new.list_runs()] == [1]
 

@@ -7,8 +7,8 @@ a migration directory on disk. `MIGRATIONS[v - 1]` takes a store from version v 
 Version 1 is every store made before versions were recorded (it may lack the tables added
 since the first release, and holds no tables of version 3's). A new store is made at the
 current version in one step. A store of a newer dlperf, one with version 3's tables but no
-version row (edited by hand or damaged), or a database holding tables that are not dlperf's,
-is refused.
+version row or a version row but no store id (edited by hand or damaged), or a database
+holding tables that are not dlperf's, is refused.
 
 Migrations run in one transaction under a lock (SQLite: the write lock taken by BEGIN
 IMMEDIATE; PostgreSQL: an advisory lock), so processes opening a store at the same moment
@@ -53,6 +53,9 @@ def _add_owners_and_claims(conn: Connection) -> None:
 
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_add_tags_and_meta, _add_owners_and_claims)
 SCHEMA_VERSION = len(MIGRATIONS) + 1
+# The first version a version row was written for: from it on, a store's id was written in
+# the same transaction (version 1, before versions, had none in the first release).
+FIRST_VERSIONED = 2
 # Columns a migration adds: an older store lacks them and is still dlperf's.
 ADDED_COLUMNS = {("runs", "owner")}
 
@@ -107,6 +110,8 @@ def _version(
                 f"{SCHEMA_VERSION}",
                 "upgrade dlperf to use it",
             )
+        if version >= FIRST_VERSIONED and STORE_ID not in facts:
+            raise _lost_id(where, sqlite)
         return version
     if not tables:
         return 0
@@ -127,6 +132,21 @@ def _version(
             f"('{VERSION_KEY}', '{SCHEMA_VERSION}')",
         )
     return 1
+
+
+def _lost_id(where: str, sqlite: bool) -> UserError:
+    """A store with a version row from 2 on was given its id in the same transaction as the
+    row: without it, it lost it. Minting a new one (what a read command did) put the store
+    away from its runs' files under <run.out_dir>/<old id>/: every checkpoint then read as
+    another store's."""
+    return UserError(
+        f"run store {where} has no store id (its meta row {STORE_ID!r} is missing): it was "
+        "edited by hand or damaged",
+        f"copy its runs into a store with an id of its own: dlperf --db {where} runs repair NEW.db"
+        if sqlite
+        else f"put the row back: INSERT INTO meta (key, value) VALUES ('{STORE_ID}', 'ID'), ID "
+        "the name of its directory under run.out_dir (12 hexadecimal digits)",
+    )
 
 
 def _shape(tables: set[str], columns: Callable[[str], set[str]]) -> int:
@@ -236,6 +256,8 @@ def migrate(reader: Engine, writer: Engine, where: str, create: bool = True) -> 
                 step(conn)
         if STORE_ID in facts:
             _refuse_bad_id(facts[STORE_ID], where, conn.dialect.name == "sqlite")
+        # A new id only for a new store or one of before versions (`_version` refused a
+        # later one without its id).
         store_id = facts.get(STORE_ID) or uuid.uuid4().hex[:12]
         conn.execute(delete(Meta).where(Meta.key.in_([VERSION_KEY, STORE_ID])))
         conn.execute(

@@ -74,6 +74,7 @@ from dlperf.store.schema import (
     COPY_FILE,
     DELETED_MAX,
     HOME,
+    STORE_ID,
     Artifact,
     Claim,
     Meta,
@@ -1870,6 +1871,11 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
             raise _of_target(e, staged, target) from None
         try:
             done = integrity.copy_readable(source, new._writer, where, busy_s)
+            if done.store_id is None:
+                # The id the new store was made with, written now: a store with a version row
+                # and no id lost it, and is refused (`migrations._lost_id`).
+                with new._writer.begin() as conn:
+                    conn.execute(Meta.__table__.insert(), {"key": STORE_ID, "value": new.id})
             _checkpointed(new.engine, target)
         except sqlite3.OperationalError as e:
             if not integrity.held(e):
