@@ -185,3 +185,45 @@ def test_cifar_label_names_as_a_list_tuple_or_1d_array_are_read(
     r = describe(cli, "cifar10", tmp_path / "c")
     assert r.code == 0, r.err
     assert json.loads(r.out)["classes"] == ["cat", "dog"]
+
+
+# --- cause 5: a link into a sibling class folder --------------------------------------------
+
+
+def test_a_link_into_a_sibling_class_folder_is_refused_naming_it(cli: Cli, tmp_path: Path) -> None:
+    """Before: class a counted b's images as its own as well; nothing was said."""
+    root = write_folder(tmp_path / "if")
+    deeper = root / "train" / "a" / "deeper"
+    deeper.mkdir()
+    (root / "train" / "a" / "1.png").rename(deeper / "1.png")
+    link = root / "train" / "a" / "linkb"
+    link.symlink_to("../b")
+    r = describe(cli, "imagefolder", root, "data.image_size=8")
+    one_line(r, 2, str(link), "class b", str(root / "train" / "b"))
+
+
+def test_a_file_link_into_a_sibling_class_folder_is_refused_naming_it(
+    cli: Cli, tmp_path: Path
+) -> None:
+    root = write_folder(tmp_path / "if")
+    link = root / "val" / "b" / "copy.png"
+    link.symlink_to(root / "val" / "a" / "0.png")
+    r = describe(cli, "imagefolder", root, "data.image_size=8")
+    one_line(r, 2, str(link), "class a", str(root / "val" / "a"))
+
+
+def test_links_that_add_no_second_label_are_still_read(cli: Cli, tmp_path: Path) -> None:
+    """A class folder that is itself a link, a link to images outside the set, and a link
+    back up its own class (skipped, as before) are no second label."""
+    import json
+
+    root = write_folder(tmp_path / "if")
+    elsewhere = write_folder(tmp_path / "elsewhere", classes=("c",))
+    (root / "train" / "a" / "outside").symlink_to(elsewhere / "train" / "c")
+    (root / "train" / "a" / "loop").symlink_to("..")
+    (root / "train" / "b").rename(tmp_path / "b_real")
+    (root / "train" / "b").symlink_to(tmp_path / "b_real")
+    r = describe(cli, "imagefolder", root, "data.image_size=8")
+    assert r.code == 0, r.err
+    counts = json.loads(r.out)
+    assert counts["classes"] == ["a", "b"]

@@ -708,6 +708,8 @@ def _image_folder(split: Path) -> Any:
                 ) from None
             return found
 
+    owners = _ClassOwners(split)
+
     def wanted(path: str) -> bool:
         file = Path(path)
         inside = file.relative_to(split).parts
@@ -718,9 +720,53 @@ def _image_folder(split: Path) -> Any:
         )
         if image:  # refused as the folder is listed, before any image is read
             _regular_image(path)
+            owners.check(file, inside)
         return image
 
     return Folder(str(split), is_valid_file=wanted)
+
+
+class _ClassOwners:
+    """Which class folder of `split` each real path lies in: a link from one class folder
+    into another (train/a/linkb -> ../b) would list the other's images under both labels,
+    which os.walk follows and torchvision takes without a word. Links back up a class's own
+    tree are `_looped`'s; a link out of the set (the images kept elsewhere) is no label."""
+
+    def __init__(self, split: Path) -> None:
+        self.split = split
+        self.folders: dict[str, str | None] = {}  # a folder's owner, found once
+
+    @functools.cached_property
+    def real(self) -> dict[Path, str]:
+        """Each class folder's real path: listed as the first file is checked, once
+        torchvision has found the class folders (a split that is none is its line)."""
+        listed = os.scandir(self.split)
+        classes = sorted(e.name for e in listed if e.is_dir() and e.name[:1] != ".")
+        return {_real(str(self.split / c)): c for c in classes}
+
+    def owner(self, real: Path) -> str | None:
+        """The class whose folder holds `real` (the nearest, for one inside another)."""
+        return next((self.real[p] for p in (real, *real.parents) if p in self.real), None)
+
+    def check(self, file: Path, inside: tuple[str, ...]) -> None:
+        """Refuse `file` of class folder inside[0] whose real path lies in another's."""
+        folder = str(file.parent)
+        if folder not in self.folders:
+            self.folders[folder] = self.owner(_real(folder))
+        found = self.folders[folder]
+        if file.is_symlink():  # one lstat; a plain file lies where its folder does
+            found = self.owner(Path(os.path.realpath(file)))
+        if found is None or found == inside[0]:
+            return
+        # the first step of the way down that leads there: the link to name
+        steps = [self.split.joinpath(*inside[:n]) for n in range(1, len(inside) + 1)]
+        link = next(p for p in steps if self.owner(Path(os.path.realpath(p))) == found)
+        other = self.split / found
+        raise UserError(
+            f"{link} leads into the folder of class {file_name_text(found)} ({other}): its "
+            f"images would be read as class {file_name_text(inside[0])} as well",
+            "remove the link, or copy the images into the class folder they show",
+        )
 
 
 # Class folders a refusal names each way, at most; the rest are counted.
