@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
+import dlperf
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
@@ -136,3 +137,16 @@ def test_a_store_of_before_versions_still_gets_an_id(tmp_path: Path) -> None:
     _sql(url, "ALTER TABLE runs DROP COLUMN owner", "DROP TABLE claims", "DROP TABLE meta")
     store = RunStore.open(url)
     assert len(store.id) == 12 and [r.id for r in store.list_runs()] == [1]
+
+
+# --- C3 and C4: a write to a store that cannot be written ------------------------------------
+
+
+def test_a_missing_read_only_file_is_named_as_given(tmp_path: Path) -> None:
+    """The stand-in store for a missing file named itself "sqlite://" in the refusal."""
+    path = tmp_path / "nx.db"
+    with pytest.raises(UserError) as caught, dlperf.track("o", store=f"sqlite:///{path}?mode=ro"):
+        pass
+    said = str(caught.value)
+    assert f"run store sqlite:///{path}" in said and "does not exist" in said, said
+    assert not path.exists()

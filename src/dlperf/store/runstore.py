@@ -441,6 +441,19 @@ def _sqlite_options(url: URL, name: str) -> None:
             )
 
 
+def _name(engine: Engine) -> str:
+    """The store as a write's refusal names it: its URL, password masked, without ?mode=ro."""
+    return integrity.shown(masked_url(engine.url.render_as_string()))
+
+
+def _absent(name: str, what: str, read_only: bool) -> tuple[str, str]:
+    """Why a write into the store `name`, which is not there (`what` says how), is refused,
+    and the fix, for a store opened only to read it (`read_only`: with ?mode=ro)."""
+    if read_only:
+        return f"run store {name} {what} and is open read-only", "drop ?mode=ro to make it"
+    return f"run store {name} {what}", "make it with a command that writes, e.g. dlperf run"
+
+
 def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> Engine:
     """The engine of a SQLite store whose file is `where`. The driver ignores a URL's
     `?mode=ro` (with a warning) and writes: with `read_only` the file is opened read-only
@@ -952,6 +965,9 @@ class RunStore:
         self.engine = engine
         self.id = store_id
         self.read_only = read_only
+        # Why a write is refused, where not only "open read-only": the stand-in of a store
+        # that is not there (`_empty`) says which store, and that it is not there.
+        self._unwritable: tuple[str, str] | None = None
         self._writer = engine.execution_options(**{WRITES: True})
         self._file: _StoreFile | None = None
         self._keeper: sqlite3.Connection | None = None
@@ -1003,7 +1019,9 @@ class RunStore:
             path = integrity.store_file(engine)
             missing = path is not None and (not path.exists() or path.stat().st_size == 0)
             if (read_only or not create) and missing:
-                return cls._empty()
+                assert path is not None
+                what = "does not exist" if not path.exists() else "is an empty file"
+                return cls._empty(_absent(_name(engine), what, read_only))
             if not read_only and not missing:  # before a connection switches it to WAL
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed))
         try:
@@ -1027,8 +1045,8 @@ class RunStore:
             raise _no_answer(parsed, name, e) or UserError(
                 f"cannot open run store {name}: {_one_line(e)}", _hint(e)
             ) from None
-        if store_id is None:
-            return cls._empty()
+        if store_id is None:  # an empty database, opened only to read it
+            return cls._empty(_absent(_name(engine), "holds no store yet", read_only))
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
             event.listen(engine, "handle_error", functools.partial(_server_gone, name))
             # Only now too: an open probes for tables that are missing from a new store.
@@ -1055,10 +1073,14 @@ class RunStore:
         event.listen(self.engine, "engine_disposed", lambda _engine: keeper.close())
 
     @classmethod
-    def _empty(cls) -> RunStore:
-        """A store without runs, in memory, for readers of a store that holds nothing yet."""
+    def _empty(cls, unwritable: tuple[str, str] | None = None) -> RunStore:
+        """A store without runs, in memory, for readers of a store that holds nothing yet.
+        `unwritable`: the refusal of a write (a message and its fix), naming the store as
+        given: the stand-in's own URL is "sqlite://", an in-memory store."""
         engine = create_engine("sqlite://", poolclass=StaticPool)
-        return cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
+        store = cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
+        store._unwritable = unwritable
+        return store
 
     def artifact_dir(self, out_dir: str | Path) -> Path:
         """Where this store's new runs keep their files under `out_dir`: one directory per
@@ -1113,7 +1135,9 @@ class RunStore:
         """One write transaction; a full disk comes out as OSError(ENOSPC), a file size limit
         as OSError(EFBIG). Nothing is written into a store found damaged."""
         integrity.refuse_writes(self.engine)
-        name = integrity.shown(masked_url(self.engine.url.render_as_string()))
+        name = _name(self.engine)
+        if self._unwritable is not None:
+            raise UserError(*self._unwritable)
         if self.read_only:
             raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         if self._file is not None and not self._file.there():
