@@ -10,6 +10,10 @@ named a winner that was not the study's best (a point another process held was d
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -70,3 +74,137 @@ def test_a_training_runs_epoch_table_is_unchanged(store: RunStore, cli: Cli) -> 
     store.finish_run(run, "finished", summary={"test_accuracy": 0.5, "epochs": 1})
     document = json.loads(cli("runs", "show", str(run), "--json").out)
     assert document["epochs"] == {"val/acc1": [0.5]} and "steps" not in document
+
+
+# --- C5: two sweeps of one study rank the whole study -------------------------------------------
+
+SWEEP_BASE = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+[train]
+epochs = 1
+lr = 0.05
+[run]
+checkpoint = false
+out_dir = "{out}"
+"""
+
+# A `dlperf sweep` process whose points "train" by storing a finished run whose test accuracy
+# is the point's lr (no model: the test is about which points each sweep ranks). The point of
+# lr HELD waits, once it holds its claim, until the test says go: so the two sweeps' order is
+# set by files, not by how fast either runs.
+SWEEPER = f"""
+import sys, time
+from pathlib import Path
+from dlperf.cli import main
+from dlperf.sweep import runner
+from dlperf.sweep.summary import SweepPointResult
+
+events, me, held = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+
+def wait(name):
+    deadline = time.monotonic() + {EVENT_S}
+    while not (events / name).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{{me}}: no {{name}} within {EVENT_S} s")
+        time.sleep(0.05)
+
+def point(exp, store, study_id, since, reporter):
+    if exp.train.lr == held:
+        (events / f"{{me}}-holds").touch()
+        wait(f"{{me}}-go")
+    run = store.create_run("p", "run", exp.to_dict(), exp.config_hash(), None, study_id)
+    summary = {{"test_accuracy": exp.train.lr}}
+    store.finish_run(run, "finished", summary)
+    return SweepPointResult.of_run(run, "finished", summary)
+
+runner.run_point = point
+runner.check_points = lambda *args: None  # the points are not trained: nothing to check
+sys.argv = ["dlperf", *sys.argv[4:]]
+main()
+"""
+
+
+def _sweeper(events: Path, me: str, held: float, *args: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-c", SWEEPER, str(events), me, str(held), *args]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _event(events: Path, name: str, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + EVENT_S
+    while not (events / name).exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"no {name} within {EVENT_S} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.faults
+def test_two_sweeps_of_one_study_rank_the_whole_study(store_url: str, tmp_path: Path) -> None:
+    (tmp_path / "base.toml").write_text(SWEEP_BASE.format(out=tmp_path / "runs"))
+    sweep = tmp_path / "lr.toml"
+    sweep.write_text('base = "base.toml"\n[grid]\n"train.lr" = [0.9, 0.2]\n')
+    events = tmp_path / "events"
+    events.mkdir()
+    args = ("--db", store_url, "sweep", str(sweep), "--json")
+    # A holds point 1 (lr 0.9, the study's best) until told; B then skips it and holds point 2.
+    first = _sweeper(events, "a", 0.9, *args, "--new")
+    second: subprocess.Popen[str] | None = None
+    try:
+        _event(events, "a-holds", first)
+        second = _sweeper(events, "b", 0.2, *args)
+        _event(events, "b-holds", second)
+        (events / "a-go").touch()  # A finishes point 1; point 2 is still B's
+        out, err = first.communicate(timeout=EVENT_S)
+        assert first.returncode == 0, err
+        a = json.loads(out)
+        [run_a] = [p["run_id"] for p in a["points"]]
+        assert a["winner"] == run_a
+        [held] = a["held_elsewhere"]
+        assert held["point"] == 2 and held["params"] == {"train.lr": 0.2}
+        assert held["holder"]["pid"] == second.pid and held["run_id"] is None
+        assert f"pid {second.pid}" in " ".join(err.split())
+        (events / "b-go").touch()
+        out, err = second.communicate(timeout=EVENT_S)
+        assert second.returncode == 0, err
+        b = json.loads(out)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    # B ranks the whole study: point 1, which A ran, is among its points and is the winner.
+    assert b["study_id"] == a["study_id"] and b["held_elsewhere"] == []
+    by_lr = {p["params"]["train.lr"]: p for p in b["points"]}
+    assert by_lr[0.9]["run_id"] == run_a and by_lr[0.9]["skipped"] is True
+    assert by_lr[0.2]["skipped"] is False
+    assert b["winner"] == run_a
+    store = RunStore.open(store_url)
+    assert sorted(r.status for r in store.list_runs(study_id=b["study_id"])) == ["finished"] * 2
+
+
+def test_the_sweeps_table_says_its_winner_is_over_the_finished_points_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dlperf.cli.sweep import _print_summary
+    from dlperf.sweep.runner import SweepResult
+    from dlperf.sweep.summary import SweepPointResult, SweepRow, axis_winners, group_rows
+
+    row = SweepRow.of(SweepPointResult.of_run(3, "finished", {"test_accuracy": 0.9}), {"lr": 1})
+    groups = group_rows([row])
+    held = {"point": 2, "params": {"lr": 2}, "seed": 0, "run_id": 4,
+            "holder": {"pid": 4321, "host": "h1"}}  # fmt: skip
+    axes: dict[str, list[object]] = {"lr": [1, 2]}
+    result = SweepResult(1, "s", axes, None, [row], groups, 3, axis_winners(groups, axes), "d",
+                         [held])  # fmt: skip
+    _print_summary(result, None)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "winner: run 3" in out
+    assert (
+        "point 2 (lr=2) is still run by pid 4321 on h1 (run 4): the ranking and winner are "
+        "over the finished points only"
+    ) in out

@@ -85,6 +85,15 @@ def _print_summary(result: Any, sort: str | None) -> None:
     )  # fmt: skip
     if result.winner is not None:
         console.out.print(f"winner: run {result.winner}")
+    # Points another sweep of the study still runs: the verdict above is not the study's yet.
+    for held in result.held_elsewhere:
+        holder, run = held["holder"], held["run_id"]
+        console.out.print(
+            f"point {held['point']} ({_params(held['params'])}) is still run by pid "
+            f"{holder.get('pid')} on {holder.get('host')}"
+            f"{f' (run {run})' if run is not None else ''}: the ranking and winner are over "
+            "the finished points only"
+        )
     for row in result.points:
         if row.status == "failed":
             console.err.print(f"run {row.run_id} failed: {row.error}")

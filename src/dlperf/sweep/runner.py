@@ -203,6 +203,9 @@ class SweepRun:
     on_failure: str
     since: int
     results: dict[int, SweepPointResult] = field(default_factory=dict)
+    # The points another live process held when this one came to them, and that process
+    # (`RunStore.claim`): read again at the end (`held_elsewhere`).
+    held: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def config(self, point: Point) -> Experiment:
         if self.threads is None:
@@ -241,6 +244,7 @@ class SweepRun:
         where = f"point {point.index + 1}/{len(self.sweep.points)}"
         holder = self.store.claim(self.study_id, key)
         if holder is not None:
+            self.held[point.index] = holder
             self.reporter.log(
                 f"{where} skipped: pid {holder.get('pid')} on {holder.get('host')} runs it"
             )
@@ -249,6 +253,31 @@ class SweepRun:
             self.reporter.log(f"{where} skipped: it finished meanwhile")
             return False
         return True
+
+    def held_elsewhere(self, point: Point, key: str | None) -> dict[str, Any]:
+        """A point another process held when this sweep came to it and that has not finished
+        since: the point, that process and its run of the point, if it made one yet."""
+        holder = self.held[point.index]
+        free = not self.sweep.threads_set
+        running = [
+            run.id
+            for run in self.store.list_runs(study_id=self.study_id)  # newest first
+            if run.status == "running" and point_key(run.config, free) == key
+        ]
+        run_id = running[0] if running else None
+        self.reporter.log(
+            f"point {point.index + 1}/{len(self.sweep.points)} is not finished: pid "
+            f"{holder.get('pid')} on {holder.get('host')} holds it"
+            f"{f' (run {run_id})' if run_id is not None else ''}; the verdict covers the "
+            "finished points only"
+        )
+        return {
+            "point": point.index + 1,
+            "params": point.params,
+            "seed": point.exp.run.seed,
+            "holder": holder,
+            "run_id": run_id,
+        }
 
     def run_here(self, todo: list[Point]) -> None:
         for point in todo:
@@ -383,6 +412,9 @@ class SweepResult:
     winner: int | None
     axis_winners: dict[str, Any]
     directory: str  # the study's own directory: the points' files, and its figures
+    # The points another process still held at the end (see `SweepRun.held_elsewhere`):
+    # when there are any, the ranking and the winner are over the finished points only.
+    held_elsewhere: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_sweep(
@@ -434,14 +466,20 @@ def run_sweep(
         state.run_here(todo)
     else:
         state.run_parallel(todo, jobs)
-    rows = []
+    # Read again: the points another sweep of the study held, or finished, while this one
+    # ran are ranked with the rest (each sweep ranked only its own, and named a winner that
+    # was not the study's best).
+    now = finished_runs(store, study_id, free)
+    rows, elsewhere = [], []
     for point, key in zip(sweep.points, keys, strict=True):
         seed = point.exp.run.seed
         if point.index in state.results:
             rows.append(SweepRow.of(state.results[point.index], point.params, seed))
-        elif key in done:
-            result = SweepPointResult.of_run(done[key].id, "finished", done[key].summary)
+        elif (run := now.get(key or "") or done.get(key or "")) is not None:
+            result = SweepPointResult.of_run(run.id, "finished", run.summary)
             rows.append(SweepRow.of(result, point.params, seed, skipped=True))
+        elif point.index in state.held:
+            elsewhere.append(state.held_elsewhere(point, key))
     groups = summary.group_rows(rows)
     winner = summary.winner(rows, groups)
     keep_winner_weights(store, rows, winner, reporter)
@@ -455,4 +493,5 @@ def run_sweep(
         winner,
         summary.axis_winners(groups, sweep.axes),
         str(directory),
+        elsewhere,
     )
