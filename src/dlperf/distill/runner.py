@@ -29,7 +29,7 @@ from dlperf.config import DistillConfig, DistillJob, Experiment, build_experimen
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
 from dlperf.data.sources import read_npz
-from dlperf.distill import pool, teacher
+from dlperf.distill import pool, pretrain, teacher
 from dlperf.distill.select import precision, select
 from dlperf.distill.summary import BaselineRow, DistillResult, StudentRow, TeacherRow, best
 from dlperf.engine.build import as_run, build_model
@@ -123,6 +123,8 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     model = {"name": student, "kwargs": kwargs, "weights": None, "transfer": "scratch"}
     build_model(_derive(base, model=model), labelled, torch.device("cpu"))  # the student fits
     unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled)
+    # Before the teacher trains: a K whose pretrain stage cannot run was refused only then.
+    pretrain.check_plan(opts, len(unlabeled.images), labelled.num_classes, base.target.accuracy)
     return Plan(name, opts, base, labelled, given, model, unlabeled, device)
 
 
@@ -302,7 +304,8 @@ class _Study:
                          chosen.reused)  # fmt: skip
         data = {"name": "npz", "root": s.file, "mean": list(given.mean),
                 "std": list(given.std), "image_size": None, "holdout": 0.0, "limit": None,
-                "test_fraction": 0.1, "val_fraction": 0.1}  # fmt: skip
+                "test_fraction": pretrain.FRACTION,
+                "val_fraction": pretrain.FRACTION}  # fmt: skip
         epochs = p.opts.pretrain_epochs or p.base.train.epochs
         pre = _derive(
             p.base,
@@ -311,8 +314,10 @@ class _Study:
             train={"epochs": epochs},
             run={"name": stage_name(p.name, "pretrain", k)},
         )
+        pseudo = load_data(pre.data)
+        pretrain.check_kept(k, pseudo, s.kept, p.opts, pre.target.accuracy)
         # A small K leaves fewer pseudo-labelled images than a batch: pretrain on all at once.
-        images = len(load_data(pre.data).train)
+        images = len(pseudo.train)
         if pre.train.batch_size > images:
             self.reporter.log(f"pretrain K={k}: batch {images}, all its training images")
             pre = _derive(pre, train={"batch_size": images})
