@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from dlperf.models.registry import create_model, noting
+from dlperf.errors import UserError
+from dlperf.models.registry import create_model, load_factory, noting, rebuilding
 from tests.conftest import CliResult
 
 DEADLINE_S = 300
@@ -169,3 +170,81 @@ def test_os_exit_in_forward_still_fails_in_process(tmp_path: Path) -> None:
     with pytest.raises(ModelOsExit) as raised:
         model(torch.zeros(1, 64))
     assert raised.value.code == 4
+
+
+# --- C7: the lines that name a factory ------------------------------------------------------
+
+
+def _refused(spec: str) -> UserError:
+    with pytest.raises(UserError) as raised:
+        load_factory(spec)
+    return raised.value
+
+
+@pytest.mark.parametrize("text", ["", "import torch\nfrom torch.nn import Linear\nx = 1\n"])
+def test_a_file_that_defines_no_factory_says_what_to_write(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "net.py"
+    path.write_text(text)
+    e = _refused(f"{path}:build")
+    # before: "has no factory 'build' (found: )", or "(found: Linear)": torch's class
+    assert e.message == f"model file {path} defines no function or class", e
+    assert e.hint is not None and "def build(num_classes=10)" in e.hint, e
+    assert "Linear" not in str(e)
+
+
+def test_a_factory_name_that_is_no_callable_says_what_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "net.py"
+    path.write_text("build = 5\n")
+    e = _refused(f"{path}:build")
+    assert e.message == f"{path}: 'build' is an int, not a factory", e  # before: "no factory"
+    assert e.hint is not None and "def build(num_classes=10)" in e.hint, e
+
+
+def test_found_names_only_what_the_file_defines(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text(
+        "import torch.nn as nn\ndef make_head(num_classes=10): return nn.Linear(4, num_classes)\n"
+    )
+    path = tmp_path / "net.py"
+    path.write_text(
+        "import functools, dataclasses, torch\n"
+        "from torch import nn\n"
+        "from torch.nn import Linear, Sequential\n"
+        "from helper import make_head\n"
+        "@dataclasses.dataclass\n"
+        "class Settings:\n"
+        "    width: int = 4\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self, num_classes=10):\n"
+        "        super().__init__(); self.f = nn.Linear(64, num_classes)\n"
+        "def make(num_classes=10): return Net(num_classes)\n"
+        "small = functools.partial(Linear, 64)\n"
+        "ready = Net()\n"
+    )
+    e = _refused(f"{path}:build")
+    assert e.message == f"{path} has no factory 'build'", e
+    # before: also Linear, Sequential, Settings, ready (an instance), and functools' names
+    assert e.hint == "found: make_head, Net, make, small", e
+
+
+def test_a_colon_in_a_directory_is_no_factory(tmp_path: Path) -> None:
+    (tmp_path / "c:d").mkdir()
+    (tmp_path / "c:d" / "net.py").write_text("X = 1\n")
+    spec = f"{tmp_path}/c:d/net.py"
+    e = _refused(spec)
+    assert e.message == f"model '{spec}' names a file but no factory", e  # before: "c not found"
+    assert e.hint is not None and e.hint.endswith(f"{spec}:build"), e
+    # A factory after it is found as before
+    (tmp_path / "c:d" / "net.py").write_text(
+        "import torch.nn as nn\ndef build(num_classes=10): return nn.Linear(4, num_classes)\n"
+    )
+    assert callable(load_factory(f"{spec}:build"))
+
+
+def test_a_stored_run_whose_model_file_is_gone_says_restore_it(tmp_path: Path) -> None:
+    spec = f"{tmp_path / 'gone.py'}:build"
+    with rebuilding("run 51"):
+        e = _refused(spec)
+    assert e.message == f"model file {tmp_path / 'gone.py'} not found", e
+    # before: "use path/to/file.py:factory", a fix a stored run cannot take
+    assert e.hint is not None and e.hint.startswith("restore the file run 51 was trained with")
+    assert _refused(spec).hint == "use path/to/file.py:factory"  # a name the user typed

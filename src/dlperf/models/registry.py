@@ -160,9 +160,14 @@ def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
 def load_factory(spec: str) -> Callable[..., nn.Module]:
     """The factory that "path/to/file.py:factory" names, its file imported."""
     check_utf8_name("model", spec)  # as model.name is: its module's name, JSON, the store
-    if ":" not in spec:
-        raise UserError(f"model '{spec}' names a file but no factory", "use file.py:factory")
     path_text, _, factory = spec.rpartition(":")
+    # "c:d/net.py": the colon is a directory's, and what follows it a path, not a factory's
+    # name (split there, the line was "model file c not found")
+    if ":" not in spec or (not factory.isidentifier() and _path_like(factory)):
+        raise UserError(
+            f"model '{spec}' names a file but no factory",
+            f"name the function or class that builds the model after a colon: {spec}:build",
+        )
     path = Path(path_text)
     if path.is_dir():
         package = path / "__init__.py"
@@ -174,7 +179,15 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
             f"model file {path} is not a regular file ({kind})", "use path/to/file.py:factory"
         )
     if not path.is_file():
-        raise UserError(f"model file {path} not found", "use path/to/file.py:factory")
+        run = _REBUILDING.get()
+        hint = (
+            "use path/to/file.py:factory"
+            if run is None
+            # The spec is the run's own, as stored: no other path or factory rebuilds it
+            else f"restore the file {run} was trained with: a run keeps its model file's path, "
+            "not its code"
+        )
+        raise UserError(f"model file {path} not found", hint)
     if path.suffix != ".py":
         notebook = path.suffix == ".ipynb"
         raise UserError(
@@ -194,9 +207,48 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
             f"name a function that builds it, e.g. `def make(num_classes=10): return {kind}(...)`",
         )
     if not callable(fn):
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        raise UserError(f"{path} has no factory '{factory}'", f"found: {', '.join(names)}")
+        _refuse_name(path, factory, fn, module)
     return fn
+
+
+def _path_like(text: str) -> bool:
+    return "/" in text or os.sep in text or text.endswith(".py")
+
+
+def _defined(module: ModuleType) -> list[str]:
+    """The names of `module` that may build a model and that the user's code defines (the file,
+    or a module beside it): functions, nn.Module classes, partials. Not what it imported from
+    elsewhere (`from torch.nn import Linear` is no factory of the file's), nor a class that
+    builds something else (a dataclass of settings)."""
+    names = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or not callable(value) or isinstance(value, nn.Module):
+            continue
+        target = value.func if isinstance(value, functools.partial) else value
+        if isinstance(target, type) and not issubclass(target, nn.Module):
+            continue
+        made_here = str(getattr(target, "__module__", "")).startswith(USER_MODULE_PREFIX)
+        if made_here or isinstance(value, functools.partial):
+            names.append(name)
+    return names
+
+
+def _refuse_name(path: Path, factory: str, value: Any, module: ModuleType) -> NoReturn:
+    """Refuse `factory`, a name of the model file at `path` that is missing (`value` None) or
+    not callable, offering the names that may build a model, or the factory to write."""
+    names = _defined(module)
+    example = factory if factory.isidentifier() else "build"
+    builds = f"`def {example}(num_classes=10): ...` returning a torch.nn.Module"
+    write = f"add {builds}"
+    found = did_you_mean(factory, names, f"found: {', '.join(names)}") if names else write
+    if factory in vars(module):  # `build = 5`: there, but nothing to call
+        kind = type(value).__name__
+        what = "None" if value is None else f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+        hint = found if names else f"make it a function: {builds}"
+        raise UserError(f"{path}: '{factory}' is {what}, not a factory", hint)
+    if not names:
+        raise UserError(f"model file {path} defines no function or class", write)
+    raise UserError(f"{path} has no factory '{factory}'", found)
 
 
 # --- a model file's neighbours ---------------------------------------------------------------
@@ -423,6 +475,19 @@ def _no_os_exit() -> Iterator[None]:
 # factory call: all but the last are put back, the last named (it is the model's to end).
 
 _NOTES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("notes", default=None)
+_REBUILDING: contextvars.ContextVar[str | None] = contextvars.ContextVar("run", default=None)
+
+
+@contextlib.contextmanager
+def rebuilding(run: str) -> Iterator[None]:
+    """The block rebuilds the model of a stored run (`run` names it: "run 51"), from its spec
+    as stored: a model file gone is refused with the fix that run needs (restore the file it
+    was trained with), not one that names another file (it cannot take another)."""
+    token = _REBUILDING.set(run)
+    try:
+        yield
+    finally:
+        _REBUILDING.reset(token)
 
 
 @contextlib.contextmanager
