@@ -8,7 +8,9 @@ behind (C4). PostgreSQL cases skip without DLPERF_TEST_POSTGRES_URL."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,43 @@ def test_a_missing_read_only_file_is_named_as_given(tmp_path: Path) -> None:
     said = str(caught.value)
     assert f"run store sqlite:///{path}" in said and "does not exist" in said, said
     assert not path.exists()
+
+
+def _leftovers(root: Path) -> list[Path]:
+    """What is under `root` but SQLite's own -wal and -shm files, which a read-only connection
+    to a store in WAL mode makes (SQLite's doing, and gone with the last connection)."""
+    return sorted(p for p in root.rglob("*") if not p.name.endswith(("-wal", "-shm")))
+
+
+@pytest.mark.parametrize("missing", [True, False])
+def test_a_run_refused_by_a_read_only_file_makes_nothing(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, missing: bool
+) -> None:
+    """`dlperf run` made ./dlperf_runs/<store id>/ before the store refused the run."""
+    work = tmp_path / "work"
+    work.mkdir()
+    path = work / "ro.db"
+    if not missing:
+        _runs(f"sqlite:///{path}")
+        with closing(sqlite3.connect(path)) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = _leftovers(work)
+    exp = tiny_exp(epochs=1)
+    url = f"sqlite:///{path}?mode=ro"
+    result = cli("--db", url, "run", str(exp), "--set", f"run.out_dir={work / 'dlperf_runs'}")
+    parts = ("does not exist",) if missing else ("is open read-only",)
+    one_line(result, 2, f"run store sqlite:///{path}", *parts)
+    assert "sqlite:// " not in result.err
+    assert _leftovers(work) == before
+
+
+def test_a_run_refused_by_a_read_only_session_makes_nothing(
+    cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, pg_url: str
+) -> None:
+    _runs(pg_url)
+    out = tmp_path / "out"
+    exp = tiny_exp(epochs=1)
+    result = cli("--db", _read_only(pg_url), "run", str(exp), "--set", f"run.out_dir={out}")
+    one_line(result, 2, "cannot write run store")
+    assert not out.exists()
+    assert _sql(pg_url, "SELECT count(*) FROM runs") == [1]

@@ -26,7 +26,7 @@ from dlperf.engine.train import train
 from dlperf.errors import UserError, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.parsing import is_file_spec, one_line
-from dlperf.paths import not_regular
+from dlperf.paths import made_dir, not_regular
 from dlperf.precision import check_default_dtype
 from dlperf.procs import this_process
 from dlperf.progress import NullReporter, Reporter
@@ -127,22 +127,27 @@ def run_experiment(
     digest = exp.config_hash()
     final_only = keep_weights and not exp.run.checkpoint
     out_dir = store.artifact_dir(exp.run.out_dir)  # a loop of links fails before the run
-    if exp.run.checkpoint or final_only:  # an unusable out_dir fails before the run is recorded
-        out_dir.mkdir(parents=True, exist_ok=True)
     system = system_info(prepared.device, prepared.threads) | {"free_cores": prepared.free_cores}
     source = model_file_digest(exp.model.name)
     if source is not None:  # export says when the file changes after
         system[MODEL_FILE_DIGEST] = source
     if by_api:  # this process, as "process" records it: a resume by another process differs
         system[API_PROCESS] = this_process()
-    with store.new_run(
-        name=given(exp.run.name, exp.model.name)[0],
-        kind="run",
-        config=exp.to_dict(),
-        config_hash=digest,
-        system=system,
-        study_id=study_id,
-    ) as record:
+    with contextlib.ExitStack() as recorded:
+        # An unusable out_dir fails before the run is recorded; a run the store refuses (open
+        # read-only, a read-only session) leaves none of the directories made for it.
+        making = exp.run.checkpoint or final_only
+        with made_dir(out_dir) if making else contextlib.nullcontext(out_dir):
+            record = recorded.enter_context(
+                store.new_run(
+                    name=given(exp.run.name, exp.model.name)[0],
+                    kind="run",
+                    config=exp.to_dict(),
+                    config_hash=digest,
+                    system=system,
+                    study_id=study_id,
+                )
+            )
         where = out_dir / f"run-{record.id}" / "checkpoint.pt"
         owner = checkpoint.Owner(store.id, record.id, digest)
         ckpt = checkpoint.Slot(where, owner, _record_once(store, record.id))
