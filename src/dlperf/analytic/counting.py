@@ -613,6 +613,11 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return max(names, key=lambda n: n.count(".")).partition(".")[2]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if ops.decomposable(func):  # inference mode's conv2d: counted as the ops it runs
+            with self:  # they come back here, each counted (torch's FlopCounterMode does so)
+                decomposed = func.decompose(*args, **(kwargs or {}))
+            if decomposed is not NotImplemented:
+                return decomposed
         _same_dtypes(func, args)
         out = func(*args, **(kwargs or {}))
         name = self.current()

@@ -624,6 +624,25 @@ Other namespaces (torchvision's, quantized, a user's torch.library operators) co
 stay reported as not counted."""
 
 
+def decomposable(func: torch._ops.OpOverload) -> bool:
+    """Whether `func` is an ATen operator with no rule of its own (HANDLERS, IGNORED, a view)
+    that torch defines by others (a CompositeImplicitAutograd kernel: conv2d, linear,
+    batch_norm), to be counted as those. torch decomposes them before a dispatch mode sees
+    them, except under torch.inference_mode(), which skips the autograd keys that do it: a
+    forward's inference_mode block gave aten.conv2d, "not counted", and no MACs."""
+    if func.namespace != "aten" or is_view(func):
+        return False
+    name = op_name(func)
+    if name in HANDLERS or name in IGNORED:
+        return False
+    qualified = func._schema.name  # "aten::conv2d", as func.name() (untyped) gives it
+    if func._overloadname != "default":
+        qualified += f".{func._overloadname}"
+    return bool(
+        torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd")
+    )
+
+
 def is_marker(func: torch._ops.OpOverload) -> bool:
     """Whether `func` is one of the `MARKERS`."""
     return (func.namespace, func.overloadpacket.__name__) in MARKERS
