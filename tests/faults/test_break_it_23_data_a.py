@@ -15,7 +15,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -227,3 +230,44 @@ def test_links_that_add_no_second_label_are_still_read(cli: Cli, tmp_path: Path)
     assert r.code == 0, r.err
     counts = json.loads(r.out)
     assert counts["classes"] == ["a", "b"]
+
+
+# --- cause 10: Pillow's warnings and libtiff's lines ----------------------------------------
+
+
+def damaged_tiff(path: Path) -> Path:
+    """A TIFF whose PlanarConfiguration tag (284) claims more data than the file holds, and
+    whose LZW strip is junk: Pillow warns "Tag data larger than file" (as it opens it and as
+    it loads it), libtiff writes its own lines to fd 2, and the decode fails."""
+    Image.fromarray(RNG.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(
+        path, compression="tiff_lzw"
+    )
+    data = bytearray(path.read_bytes())
+    offset = int.from_bytes(data[4:8], "little")
+    count = int.from_bytes(data[offset : offset + 2], "little")
+    for n in range(count):
+        entry = offset + 2 + 12 * n
+        tag = int.from_bytes(data[entry : entry + 2], "little")
+        if tag == 284:  # PlanarConfiguration: a count past the end of the file
+            data[entry + 4 : entry + 8] = (10**6).to_bytes(4, "little")
+        if tag == 273:  # StripOffsets: the strip is junk
+            strip = int.from_bytes(data[entry + 8 : entry + 12], "little")
+            data[strip : strip + 16] = b"\xff" * 16
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_damaged_tiff_is_one_line_on_stderr_and_no_more(tmp_path: Path) -> None:
+    """Before: Pillow's 2-line UserWarning twice, then libtiff's "TIFFFetchNormalTag:
+    Incorrect count for "PlanarConfiguration"." and "tempfile.tif: ..." lines, then dlperf's
+    line. A real process: libtiff writes to fd 2 itself, past any capture of sys.stderr."""
+    root = write_folder(tmp_path / "if")
+    bad = damaged_tiff(root / "train" / "a" / "z.tif")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
+    command = [sys.executable, "-m", "dlperf", "data", "describe", "imagefolder"]
+    command += ["--set", f"data.root={root}", *SMALL, "--out", str(tmp_path / "d")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: {bad}: cannot decode the image"), done.stderr
