@@ -181,3 +181,51 @@ def test_each_of_torchs_dtype_errors_names_the_odd_parameter(
         dry_forward(model, (1, 8, 8), "the model rejects digits images of shape (1, 8, 8)")
     error = not_float32(model, "'m'", refused.value.message)
     assert error is not None and f"its parameters ({named}" in error.message, refused.value
+
+
+# --- beside C6 (fxC's): what run says of the same autograd refusals ---------------------------
+
+INFERENCE_MODE = """
+import torch, torch.nn as nn
+class N(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__(); self.c = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(4*64, num_classes)
+    def forward(self, x):
+        with torch.inference_mode():
+            y = self.c(x)
+        return self.fc(y.flatten(1))
+def build(num_classes=10): return N(num_classes)
+"""
+
+IN_PLACE_PARAMETER = """
+import torch, torch.nn as nn
+class N(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__(); self.fc = nn.Linear(64, num_classes)
+    def forward(self, x):
+        self.fc.weight.mul_(0.999)  # a decay of its own, with gradients on
+        return self.fc(x.flatten(1))
+def build(num_classes=10): return N(num_classes)
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "fix"),
+    [
+        (INFERENCE_MODE, "torch.no_grad() in forward instead of torch.inference_mode()"),
+        (IN_PLACE_PARAMETER, "changes a trained parameter in place: do it under torch.no_grad()"),
+    ],
+    ids=["inference-mode", "in-place-parameter"],
+)
+def test_run_of_a_forward_autograd_refuses_names_the_fix(
+    cli: Callable[..., CliResult], tmp_path: Path, text: str, fix: str
+) -> None:
+    path = _write(tmp_path, text)
+    (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:build"))
+    done = cli("run", "exp.toml")
+    assert done.code == 2, done.err
+    said = _unwrapped(done.err)
+    assert "cannot be trained" in done.err and _unwrapped(fix) in said, done.err
+    # before: the fix for an operation without a backward, which neither is
+    assert _unwrapped("must have a backward in torch") not in said, done.err

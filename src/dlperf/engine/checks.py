@@ -277,6 +277,16 @@ def backward_hint(error: str) -> str:
             "torch has no derivative for that operation: compute it another way, or only from "
             "tensors that need no gradient (frozen, or .detach()ed first)"
         )
+    if "inference tensor" in error.lower():  # "Inference tensors cannot be saved for backward"
+        return (
+            "use torch.no_grad() in forward instead of torch.inference_mode(), or .clone() what "
+            "its block makes before the layers that train use it"
+        )
+    if "a leaf Variable that requires grad is being used in an in-place operation" in error:
+        return (
+            "the forward changes a trained parameter in place: do it under torch.no_grad() "
+            "(with torch.no_grad(): self.w.mul_(...)), or freeze it (requires_grad_(False))"
+        )
     if "does not require grad and does not have a grad_fn" in error:
         return (
             "the forward turned gradients off for what follows it (torch.no_grad, "
