@@ -25,6 +25,7 @@ from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
+from dlperf.models.registry import rebuilding
 from dlperf.parsing import is_file_spec, one_line
 from dlperf.paths import made_dir, not_regular
 from dlperf.precision import check_default_dtype
@@ -190,7 +191,8 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     # have changed since it started.
     owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
     state = checkpoint.load(path, owner)
-    prepared = prepare_run(exp, store, reporter, fresh=False)
+    with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
+        prepared = prepare_run(exp, store, reporter, fresh=False)
     done = state["progress"]
     _check_not_ahead(store, run_id, done["epoch"])
     # Checked (and loaded) before taking the run over, so that weights which no longer fit
