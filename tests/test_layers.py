@@ -55,6 +55,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # the standard library, third-party libraries and each other only
     "leaves": (
+        "dlperf.blas",
         "dlperf.clocks",
         "dlperf.config",
         "dlperf.contention",

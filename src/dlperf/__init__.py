@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dlperf import blas
 from dlperf.errors import UserError
+
+# Before NumPy or SciPy loads: OpenBLAS sizes its pool as it loads, and SciPy's, short of
+# address space under ulimit -v, hung in dlopen where no stop signal reaches (dlperf.blas).
+blas.size_pools()
+blas.guard_scipy()
 
 __all__ = ["Store", "UserError", "analyze", "fit_curve", "run", "track"]
 

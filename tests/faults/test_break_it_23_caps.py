@@ -5,10 +5,17 @@ what loads after it does not.
   torch's own import with a SystemError or a MemoryError gave a 50-96-line traceback: only
   torch's and torchvision's ImportErrors were one line. Now any library whose import runs out
   of the address space is one line naming it and the limit.
+- C3: with OMP_NUM_THREADS unset, the same kind of limit hung `dlperf run` (digits) and `dlperf
+  scale` at 100% CPU inside dlopen of SciPy's OpenBLAS, which retried a failing mmap for the
+  buffer it allocates as it starts forever; SIGTERM could not end it. dlperf now sets
+  OPENBLAS_NUM_THREADS=1 (with BLIS's and vecLib's) as it is imported, unless the user did,
+  and under a set limit refuses SciPy's import where too little address space is left for
+  it (one thread alone hung too, 80 MiB above what the process held).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -96,7 +103,8 @@ def test_a_library_after_torch_that_cannot_load_under_a_memory_limit_is_one_line
     assert len(lines) == 1, done.stderr
     told = re.fullmatch(
         r"error: cannot load (numpy|scipy|sklearn): .*(failed to map segment|cannot allocate "
-        r"memory).* \(a memory limit, ulimit -v (\d+) may be too low\)",
+        r"memory|MiB of address space is left).* \(a memory limit, ulimit -v (\d+) may be too "
+        r"low\)",
         lines[0],
         re.IGNORECASE,
     )
@@ -134,3 +142,76 @@ def test_a_systemerror_or_memoryerror_loading_a_library_under_a_limit_is_one_lin
         done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
         assert done.returncode == 1 and "Traceback" in done.stderr, done.stderr
         assert "cannot load" not in done.stderr
+
+
+@pytest.mark.faults
+def test_a_run_under_a_limit_that_hung_in_openblas_ends_by_itself(tmp_path: Path) -> None:
+    """Before: SciPy's OpenBLAS, starting as sklearn's `load_digits` loaded it, spun at 100%
+    CPU until SIGKILL: the cap 80 MiB above what the process holds maps the library but not
+    the buffer it allocates as it starts (64-96 MiB hung here, on 2 threads and on 1)."""
+    script = tmp_path / "capped.py"
+    script.write_text(CAPPED.format(margin=80))
+    env = {**os.environ, "DLPERF_DB": str(tmp_path / "s.db")}
+    for unset in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS"):
+        env.pop(unset, None)
+    done = subprocess.run(  # a hang raises TimeoutExpired, its process killed
+        [sys.executable, str(script), str(_digits(tmp_path))],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    said = [line for line in done.stderr.splitlines() if "triton not found" not in line]
+    assert done.returncode == 0 or (done.returncode == 1 and len(said) == 1), done.stderr
+    assert said == [] or said[0].startswith("error: "), done.stderr
+
+
+BLAS_POOLS = """
+import json, os, sys
+import dlperf  # noqa: F401
+import scipy.special  # noqa: F401  loads SciPy's own OpenBLAS, as load_digits does
+from threadpoolctl import threadpool_info
+pools = [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]
+print(json.dumps({"env": os.environ.get("OPENBLAS_NUM_THREADS"), "pools": pools}))
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("2", "2")])
+def test_importing_dlperf_sizes_openblas_to_one_thread_unless_the_user_did(
+    given: str | None, expected: str
+) -> None:
+    unset = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", BLAS_POOLS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    told = json.loads(done.stdout)
+    assert told["env"] == expected
+    # NumPy's and SciPy's pools both (at most the usable cores: OpenBLAS caps a bigger ask)
+    cores = len(os.sched_getaffinity(0))
+    assert told["pools"] and set(told["pools"]) == {min(int(expected), cores)}, told
+
+
+def test_sweep_and_scale_workers_inherit_the_setting(tmp_path: Path) -> None:
+    """Their workers are started through procs.Supervisor (sweep's `python -m
+    dlperf.sweep.worker`, scale's torchrun): a child that never imports dlperf still gets it."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    parent = f"""
+import sys
+from pathlib import Path
+import dlperf  # noqa: F401
+from dlperf.procs import Supervisor
+child = [sys.executable, "-c", "import os; print(os.environ.get('OPENBLAS_NUM_THREADS'))"]
+supervisor = Supervisor()
+supervisor.start(child, Path({str(tmp_path / "child.log")!r}))
+assert supervisor.wait(120) == [0]
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", parent], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "child.log").read_text().strip() == "1"

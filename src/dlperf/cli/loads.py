@@ -8,14 +8,21 @@ import resource
 import sys
 import traceback
 
+from dlperf.blas import NO_ROOM
 from dlperf.errors import in_model_file
 
 # The libraries whose own ImportError is told in one line with or without a memory limit: a
 # broken installation of theirs is the environment's, which dlperf cannot fix.
 LIBRARIES = ("torch", "torchvision")
 # What glibc's loader says when mapping a shared object ran out of address space (and the
-# strerror of ENOMEM); its "cannot allocate memory in static TLS block" is no limit's doing.
-_NO_ROOM = ("failed to map segment", "cannot map zero-fill pages", "cannot allocate memory")
+# strerror of ENOMEM), and dlperf.blas refusing SciPy; glibc's "cannot allocate memory in
+# static TLS block" is no limit's doing.
+_NO_ROOM = (
+    "failed to map segment",
+    "cannot map zero-fill pages",
+    "cannot allocate memory",
+    NO_ROOM,
+)
 
 
 def memory_limit() -> str:

@@ -1,0 +1,82 @@
+"""The BLAS pools of NumPy and SciPy: sized before they load, and SciPy's loaded only where it
+can start. Both are set up as `dlperf` is imported (the command line, the API, every child)."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import mmap
+import os
+import resource
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+# OpenBLAS's own variables (it reads OPENBLAS_NUM_THREADS, then GOTO_NUM_THREADS): a user's is
+# kept. OMP_NUM_THREADS is not read here: it is torch's pool's too, which run.threads sets.
+_OPENBLAS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
+# The address space SciPy's import needs beyond what is mapped when it starts, for a pool of
+# one thread: its shared objects (about 60 MiB here, its OpenBLAS among them) and the 33 MiB
+# buffer OpenBLAS allocates as it loads, with room to spare; each further thread, its buffer
+# and stack. Measured under ulimit -v: 64-96 MiB above the process hung, 128 MiB did not.
+_SCIPY_MIB = 256
+_THREAD_MIB = 48
+NO_ROOM = "of address space is left"  # the words of the refusal, for the command line's hint
+
+
+def size_pools() -> None:
+    """OpenBLAS (and BLIS, Apple's vecLib) to 1 thread, unless the user set them. OpenBLAS
+    starts its threads as it loads, one a usable core by default, against dlperf's rule of
+    threads set explicitly, never more than the cores free. dlperf's work in them (curve fits,
+    NNLS on a few dozen points, loading digits) gains nothing from a second thread (measured:
+    a fit 4.0 ms on 1 thread, 4.3 ms on 2)."""
+    if not any(os.environ.get(name) for name in _OPENBLAS):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    for name in ("BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+        os.environ.setdefault(name, "1")
+
+
+def _threads() -> int:
+    for name in _OPENBLAS:
+        if (value := os.environ.get(name, "")).isdigit() and int(value) > 0:
+            return min(int(value), os.cpu_count() or 1)
+    return os.cpu_count() or 1
+
+
+def _room(size: int) -> bool:
+    """Whether `size` more bytes of address space can be mapped (read-only, private and never
+    touched: it takes no memory)."""
+    try:
+        with mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ):
+            return True
+    except OSError:
+        return False
+
+
+class _RoomForScipy(importlib.abc.MetaPathFinder):
+    """Refuses SciPy's import when too little of a set address space is left for it. Short of
+    the buffer it allocates as it loads, SciPy's OpenBLAS retried the failing mmap forever
+    inside dlopen, where no stop signal reaches Python (`dlperf run` of digits under ulimit -v
+    spun at 100% CPU until SIGKILL); refused, the import fails as any other that ran out."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        limited = resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+        if fullname == "scipy" and limited:
+            need = _SCIPY_MIB + _THREAD_MIB * (_threads() - 1)
+            if not _room(need * 2**20):
+                raise ImportError(
+                    f"less than {need} MiB {NO_ROOM}, which SciPy's OpenBLAS needs to start "
+                    "(short of it, OpenBLAS retries its allocation forever)",
+                    name=fullname,
+                )
+        return None
+
+
+def guard_scipy() -> None:
+    """Put the guard first on sys.meta_path, once, before SciPy loads (it asks for the limit
+    as SciPy is imported: a process may set one after importing dlperf)."""
+    if "scipy" in sys.modules or any(isinstance(f, _RoomForScipy) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _RoomForScipy())
