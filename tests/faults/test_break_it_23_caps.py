@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CliResult, TrainedRun
+
 DIGITS = """[model]
 name = "smallcnn"
 [data]
@@ -215,3 +217,39 @@ assert supervisor.wait(120) == [0]
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "child.log").read_text().strip() == "1"
+
+
+# C2: export under a memory limit.
+
+
+@pytest.mark.parametrize(
+    ("dynamo", "torchscript"),
+    [(MemoryError(), MemoryError()), (MemoryError(), RuntimeError("unsupported operator"))],
+)
+def test_an_export_that_runs_out_of_memory_is_not_the_models_fault(
+    cli: Callable[..., CliResult],
+    tmp_path: Path,
+    trained_digits: TrainedRun,
+    monkeypatch: pytest.MonkeyPatch,
+    dynamo: BaseException,
+    torchscript: BaseException,
+) -> None:
+    """Before, under ulimit -v 3800000: exit 2 (bad input), "cannot export model 'smallcnn' to
+    ONNX: the dynamo exporter failed (MemoryError), and the TorchScript exporter too
+    (MemoryError)". The exporters are made to fail as they did there (the limit itself would
+    hold pytest too)."""
+    import torch
+
+    _, run_id, _ = trained_digits.copy_to(tmp_path)
+
+    def export(*args: object, dynamo: bool = True, **kwargs: object) -> None:
+        raise failures[0 if dynamo else 1]
+
+    failures = (dynamo, torchscript)
+    monkeypatch.setattr(torch.onnx, "export", export)
+    r = cli("export", str(run_id), "--out", "m.onnx")
+    assert r.code == 1, r.err
+    assert r.err.splitlines()[-1] == (
+        "error: out of memory: MemoryError (ask for less: a smaller data set, batch or model)"
+    ), r.err
+    assert not (tmp_path / "m.onnx").exists()

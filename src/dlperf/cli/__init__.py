@@ -191,7 +191,8 @@ def outcome() -> int:
             say(one_line(line))
             return 1
         if not state.debug and out_of_memory(e):  # where no check of dlperf's expected it
-            say(one_line(f"error: out of memory: {e}{memory_hint()}"))
+            said = str(e) or type(e).__name__  # a MemoryError says nothing of itself
+            say(one_line(f"error: out of memory: {said}{memory_hint()}"))
             return 1
         traceback.print_exc()  # as Python would print it, and its exit code
         return 1

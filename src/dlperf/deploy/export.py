@@ -31,7 +31,7 @@ from dlperf.config.base import check_utf8_name
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
-from dlperf.engine.checks import dry_forward
+from dlperf.engine.checks import dry_forward, out_of_memory
 from dlperf.errors import CheckFailed, UserError, raised_by_model
 from dlperf.formatting import few
 from dlperf.parsing import one_line
@@ -379,6 +379,9 @@ def _torch_export(
     except Exception as e:
         if _unwritable(e):
             raise
+        if (starved := _starved(e, refused)) is not None:
+            # No fault of the model's: the command line's out-of-memory line, naming a limit
+            raise starved from None
         raise _unexportable(model, name, refused, e) from None
     constant = _traced_constant(caught)
     if constant is not None:
@@ -406,6 +409,17 @@ _REFUSED_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 def _unwritable(e: BaseException) -> bool:
     """Whether an exporter failed because its files could not be written."""
     return isinstance(e, OSError) and e.errno in _REFUSED_WRITES
+
+
+def _starved(*failures: BaseException) -> BaseException | None:
+    """The first of the exporters' failures that is one for want of memory (a MemoryError
+    under ulimit -v, torch's allocator), itself or what it wraps; None when none is. Not the
+    model's fault, which exit 2 would say."""
+    for failure in failures:
+        for e in (failure, failure.__cause__):
+            if e is not None and out_of_memory(e):
+                return e
+    return None
 
 
 def _unexportable(
