@@ -31,3 +31,19 @@ def test_a_resume_of_a_run_whose_model_file_is_gone_says_restore_it(
         2,
         f"error: model file {model} not found (restore the file run {run_id} was trained with",
     )
+
+
+def test_an_export_of_a_run_whose_model_file_is_gone_says_restore_it(
+    cli: Cli, tmp_path: Path, store: RunStore
+) -> None:
+    model = tmp_path / "lz.py"
+    model.write_text(MODEL)
+    run_id = _killed_run(store, tmp_path, f"{model}:net", {"name": "digits", "limit": 64})
+    store.finish_run(run_id, "finished")  # an export takes a finished run's checkpoint
+    model.unlink()
+    one_line(
+        cli("export", str(run_id), "--out", str(tmp_path / "m.onnx")),
+        2,
+        f"error: model file {model} not found (restore the file run {run_id} was trained with",
+    )
+    assert not (tmp_path / "m.onnx").exists()

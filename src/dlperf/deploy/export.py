@@ -114,6 +114,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     from dlperf.engine import checkpoint, pretrained
     from dlperf.engine.build import build_model, load_run_data
     from dlperf.experiment.run import model_file_changed
+    from dlperf.models.registry import rebuilding
     from dlperf.sweep.runner import weights_hint
 
     record = store.get_run(run_id)
@@ -132,7 +133,8 @@ def from_run(store: RunStore, run_id: int) -> Source:
     weights = saved["model"]
     exp = build_experiment(record.config, f"run {run_id}")
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
-    model = build_model(exp, data, torch.device("cpu"), fresh=False)
+    with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
+        model = build_model(exp, data, torch.device("cpu"), fresh=False)
     checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes)
     test = data.test
     n = min(len(test), REAL_IMAGES)
