@@ -258,12 +258,22 @@ def parse_pairs(text: str, option: str, example: str) -> dict[str, str]:
     return pairs
 
 
+def plain_number(value: object) -> float:
+    """float(`value`), but a ValueError for text holding '_', which float() takes as a digit
+    separator ("1_0" is 10): no tool writes one into a number a user gives as text (a CSV
+    field, an annotation, a JSON string, an option's value), so it is a typo or two fields
+    run together, and reading it as a number would be silently wrong."""
+    if isinstance(value, str) and "_" in value:
+        raise ValueError(f"'_' in {value!r}")
+    return float(value)  # type: ignore[arg-type]  # float's own TypeError for the rest
+
+
 def parse_numbers(text: str, option: str, example: str) -> dict[str, float]:
     """'a=1,b=2.5' as {'a': 1.0, 'b': 2.5}: `parse_pairs` whose values are finite numbers."""
     pairs = parse_pairs(text, option, example)
     bad = UserError(f"{option}: every value must be a number, got {pairs}")
     try:
-        numbers = {name: float(value) for name, value in pairs.items()}
+        numbers = {name: plain_number(value) for name, value in pairs.items()}
     except ValueError:
         raise bad from None
     if not all(map(math.isfinite, numbers.values())):  # float() reads 'nan' and 'inf' too

@@ -8,6 +8,7 @@ from pydantic import field_validator
 
 from dlperf.config.analyze import AnalyzeJob
 from dlperf.config.base import PPP, Count, Figure, Positive, Section
+from dlperf.parsing import plain_number
 
 # SI prefixes a number of FLOPs may carry: "15.5G" is 15.5e9.
 SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -41,7 +42,7 @@ class PredictConfig(Section):
         # Only text ending in a prefix is read here; anything else meets the strict number check.
         if isinstance(value, str) and value[-1:].upper() in SI:
             try:
-                return float(value[:-1]) * SI[value[-1].upper()]
+                return plain_number(value[:-1]) * SI[value[-1].upper()]
             except ValueError:
                 # no "(got ...)": the one-line error (config.loading) adds the value itself
                 raise ValueError("expected a number of FLOPs per image, e.g. 15.5G") from None

@@ -20,7 +20,7 @@ from dlperf.converge import curve, speed
 from dlperf.converge.speed import SpeedFit
 from dlperf.converge.tables import read_text
 from dlperf.errors import UserError
-from dlperf.parsing import parse_pairs
+from dlperf.parsing import parse_pairs, plain_number
 
 
 @dataclass
@@ -221,7 +221,7 @@ def _not_a_curve(path: Path) -> UserError:
 def _number(value: Any, path: Path) -> float:
     """A coefficient or step count of a curve file: a number ≥ 0."""
     try:
-        number = float(value)
+        number = plain_number(value)  # "1_0" is no 10
     except (TypeError, ValueError):
         raise _not_a_curve(path) from None
     if isinstance(value, bool) or not (math.isfinite(number) and number >= 0):

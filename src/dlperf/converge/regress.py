@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dlperf.errors import UserError
-from dlperf.parsing import flatten
+from dlperf.parsing import flatten, plain_number
 
 if TYPE_CHECKING:
     from dlperf.store.record import RunRecord
@@ -39,7 +39,7 @@ class Regression:
 
 def _is_number(value: Any) -> bool:
     try:
-        float(value)
+        plain_number(value)  # "1_0" is a level, not 10
     except (TypeError, ValueError):
         return False
     return not isinstance(value, bool)
@@ -101,7 +101,7 @@ def configuration(run: RunRecord) -> dict[str, Any]:
 
 def _key(value: Any) -> Any:
     """A feature's value as runs are told apart by it: 56 and "56.0" are one depth."""
-    return float(value) if _is_number(value) else str(value)
+    return plain_number(value) if _is_number(value) else str(value)
 
 
 def differs(value: Any, wanted: Any) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlperf.errors import UserError, not_utf8
-from dlperf.parsing import did_you_mean, one_line
+from dlperf.parsing import did_you_mean, one_line, plain_number
 from dlperf.paths import not_regular
 
 
@@ -103,9 +103,7 @@ def numbers(path: Path, name: str, lines: list[int], texts: list[str]) -> list[f
     values = []
     for line, text in zip(lines, texts, strict=True):
         try:
-            if text is not None and "_" in text:
-                raise ValueError(text)
-            value = float(text)
+            value = plain_number(text)
         except (TypeError, ValueError):  # TypeError: a short row's missing field, None
             raise UserError(
                 f"{path}:{line}: '{one_line(name)}' is not a number: {text!r}"

@@ -32,6 +32,7 @@ import numpy as np
 
 from dlperf import image_modes
 from dlperf.errors import UserError, not_utf8
+from dlperf.parsing import plain_number
 from dlperf.paths import not_regular
 
 BACKGROUND = "__background__"
@@ -179,7 +180,7 @@ def check_size(
 def _size(node: ET.Element, side: str, path: Path) -> int:
     text = _text(node, f"size/{side}", path)
     try:
-        value = _number(text)
+        value = plain_number(text)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 1 and value.is_integer()):
@@ -188,15 +189,6 @@ def _size(node: ET.Element, side: str, path: Path) -> int:
             "write the image's size in whole pixels",
         )
     return int(value)
-
-
-def _number(text: str) -> float:
-    """float(`text`), but a ValueError for a '_' in it, which float() takes as a digit
-    separator ("1_0" is 10): no annotation tool writes one, so it is a typo or two fields run
-    together, and a box read from it would be trained where nobody drew it."""
-    if "_" in text:
-        raise ValueError(f"'_' in {text!r}")
-    return float(text)
 
 
 def _object(obj: ET.Element, where: str, width: int, height: int) -> VocObject:
@@ -211,7 +203,7 @@ def _object(obj: ET.Element, where: str, width: int, height: int) -> VocObject:
     for corner in CORNERS:
         text = _text(obj, f"bndbox/{corner}", where)
         try:
-            value = _number(text)
+            value = plain_number(text)
         except ValueError:
             raise UserError(
                 f"{where}: <{corner}> is '{text}', not a number",
