@@ -26,9 +26,11 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from dlperf.config import DataConfig, load_experiment
@@ -239,3 +241,31 @@ def test_training_keeps_the_normalisers_floor(tmp_path: Path) -> None:
     npz(tmp_path / "n.npz", value=0)
     data = load_data(DataConfig(name="npz", root=str(tmp_path / "n.npz")))
     assert data.std == (pytest.approx(1e-3),)  # training divides by it: never 0
+
+
+def test_the_figures_label_classes_differing_in_an_edge_space_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.axes import Axes
+
+    from dlperf.report.data import plot_counts, plot_samples
+
+    ticks: list[str] = []
+    titles: list[str] = []
+    set_xticks, set_title = Axes.set_xticks, Axes.set_title
+
+    def xticks(self: Axes, positions: Any, labels: Any = None, **kw: Any) -> Any:
+        ticks.extend(labels or [])
+        return set_xticks(self, positions, labels, **kw)
+
+    def title(self: Axes, label: str, *args: Any, **kw: Any) -> Any:
+        titles.append(label)
+        return set_title(self, label, *args, **kw)
+
+    monkeypatch.setattr(Axes, "set_xticks", xticks)
+    monkeypatch.setattr(Axes, "set_title", title)
+    plot_counts(tmp_path / "c.png", "x", ["a", "a "], [2, 2])
+    assert ticks == ["a", "'a '"]  # before: "a" and "a ", drawn alike
+    grey = torch.zeros(1, 8, 8, dtype=torch.uint8)
+    plot_samples(tmp_path / "s.png", "x", ["a", "a "], [grey[None], grey[None]])
+    assert "'a '" in titles and "a" in titles

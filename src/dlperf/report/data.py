@@ -10,6 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure  # no pyplot: files only, no global state
 
 from dlperf.formatting import clip
+from dlperf.parsing import name_text
 from dlperf.report import tight_layout
 
 MOST_BARS = 100  # classes a bar chart can show one bar each
@@ -32,7 +33,7 @@ def plot_counts(path: Path, name: str, classes: list[str], counts: list[int]) ->
             title += f"; the {MOST_BARS} with the most shown"
         else:
             title += "; those shown"
-    labels = [clip(classes[i], LABEL_CHARS) for i in shown]
+    labels = [clip(name_text(classes[i]), LABEL_CHARS) for i in shown]  # 'a ' apart from a
     heights = [counts[i] for i in shown]
     fig = Figure(figsize=(max(5.0, 0.35 * len(labels)), 3.5))
     ax = fig.subplots()
@@ -71,7 +72,7 @@ def plot_samples(
             shown = [image, *(augmented[row][:, i] if augmented else [])]
             for k, pixels in enumerate(shown):
                 _show(axes[row][i * (1 + copies) + k], pixels)
-        axes[row][0].set_title(clip(label, LABEL_CHARS), loc="left", fontsize=8)
+        axes[row][0].set_title(clip(name_text(label), LABEL_CHARS), loc="left", fontsize=8)
     for col in range(columns if copies else 0):
         k = col % (1 + copies)
         if k:  # the first row names the copies; the originals' column shows the class
