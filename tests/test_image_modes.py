@@ -90,3 +90,11 @@ def test_channels_last_is_told_by_its_shape_alone() -> None:
     )
     assert image_modes.channels_last((3, 16, 16), "x") is None
     assert image_modes.channels_last((4, 16, 3), "x") is None  # 4 channels first: NCHW
+
+
+def test_libtiff_is_quieted_once_a_process_not_once_an_image() -> None:
+    # It reads /proc/self/maps: once per image was a read per file of a streamed data set.
+    image_modes.quiet_libtiff()
+    hits = image_modes.quiet_libtiff.cache_info().hits
+    image_modes.quiet_libtiff()
+    assert image_modes.quiet_libtiff.cache_info().hits == hits + 1

@@ -6,6 +6,10 @@ torch nor torchvision.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -116,3 +120,32 @@ def channels_last(shape: Sequence[int], named: str) -> UserError | None:
             "store them so: images = np.transpose(images, (0, 3, 1, 2))",
         )
     return None
+
+
+@functools.cache  # once a process: /proc/self/maps is read, not once per image
+def quiet_libtiff() -> None:
+    """Turn off the error and warning lines the libtiff that Pillow decodes TIFFs with writes
+    to fd 2 itself ("tempfile.tif: Using code not yet in table.", naming a file that is not
+    the user's), past sys.stderr: a damaged TIFF's failure is the readers' one line
+    (`data.sources.opened_image`, `deploy.runtime.decode`).
+
+    The library's own switch (a NULL handler), set once a process before its first decode: a
+    store of one global pointer, never undone, so safe with threads, and nothing of dlperf's
+    own on fd 2 is lost (a redirect of fd 2 around each decode would lose other threads'
+    lines). Pillow sets the warning handler so at each TIFF decode. Only the copy already
+    loaded (RTLD_NOLOAD), found in /proc/self/maps: elsewhere libtiff's lines stay."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "libtiff" in line}
+    except OSError:
+        return
+    for path in sorted(p for p in paths if re.search(r"/libtiff[^/]*\.so", p)):
+        try:
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            for name in ("TIFFSetErrorHandler", "TIFFSetWarningHandler"):
+                setter = getattr(lib, name)
+                setter.restype = None  # the old handler is not kept
+                setter.argtypes = [ctypes.c_void_p]
+                setter(None)
+        except (OSError, AttributeError):  # not loaded, or not libtiff's API: left as it is
+            continue

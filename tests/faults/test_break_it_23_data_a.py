@@ -271,3 +271,25 @@ def test_a_damaged_tiff_is_one_line_on_stderr_and_no_more(tmp_path: Path) -> Non
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"error: {bad}: cannot decode the image"), done.stderr
+
+
+def test_inferences_decoder_says_a_damaged_tiff_in_its_line_alone(tmp_path: Path) -> None:
+    """`infer` and `detect run` decode through deploy.runtime.decode, which printed Pillow's
+    warnings and libtiff's own fd-2 lines before its one line, as the readers did."""
+    bad = damaged_tiff(tmp_path / "z.tif")
+    script = (
+        "from pathlib import Path\n"
+        "from dlperf.deploy.runtime import decode\n"
+        "from dlperf.errors import UserError\n"
+        "try:\n"
+        f"    decode(Path({str(bad)!r}).read_bytes(), 'z.tif')\n"
+        "except UserError as e:\n"
+        "    print(e)\n"
+    )
+    env = {**os.environ, "PYTHONWARNINGS": "default"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("z.tif"), done.stdout
+    assert done.stderr == ""  # before: Pillow's UserWarning lines and libtiff's

@@ -607,7 +607,7 @@ def opened_image(path: str | Path) -> Iterator[Any]:
 
     # A FIFO would block PIL's open() for ever: a file replaced by one since the listing.
     _regular_image(str(path))
-    _quiet_libtiff()
+    image_modes.quiet_libtiff()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -635,35 +635,6 @@ def opened_image(path: str | Path) -> Iterator[Any]:
 
 
 @functools.cache
-def _quiet_libtiff() -> None:
-    """Turn off the error and warning lines the libtiff that Pillow decodes TIFFs with writes
-    to fd 2 itself ("tempfile.tif: Using code not yet in table.", naming a file that is not
-    the user's), past sys.stderr: a damaged TIFF's failure is opened_image's one line.
-
-    The library's own switch (a NULL handler), set once a process before its first decode: a
-    store of one global pointer, never undone, so safe with threads, and nothing of dlperf's
-    own on fd 2 is lost (a redirect of fd 2 around each decode would lose other threads'
-    lines). Pillow sets the warning handler so at each TIFF decode. Only the copy already
-    loaded (RTLD_NOLOAD), found in /proc/self/maps: elsewhere libtiff's lines stay."""
-    import ctypes
-
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "libtiff" in line}
-    except OSError:
-        return
-    for path in sorted(p for p in paths if re.search(r"/libtiff[^/]*\.so", p)):
-        try:
-            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-            for name in ("TIFFSetErrorHandler", "TIFFSetWarningHandler"):
-                setter = getattr(lib, name)
-                setter.restype = None  # the old handler is not kept
-                setter.argtypes = [ctypes.c_void_p]
-                setter(None)
-        except (OSError, AttributeError):  # not loaded, or not libtiff's API: left as it is
-            continue
-
-
 def _over_the_cap(path: str, error: Exception) -> str:
     """The line for an image Pillow refuses to open as a possible decompression bomb: more
     pixels than twice PIL.Image.MAX_IMAGE_PIXELS, as its header says (nothing decoded yet)."""

@@ -122,10 +122,14 @@ def decode(data: bytes, source: str = "image", *, max_pixels: int | None = None)
     training reads, inference reads; below it, without Pillow's DecompressionBombWarning (the
     user's own file, as in training). An int (`serve --max-pixels`, an upload): that cap too,
     checked from the header before any decoding."""
+    image_modes.quiet_libtiff()  # a damaged TIFF's libtiff lines on fd 2: its line is ours
     try:
         with warnings.catch_warnings():
             if max_pixels is None:  # not for serve: its threads would race on the filters
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                # A damaged file's warnings (a TIFF's "Tag data larger than file"): it
+                # decodes, or its failure is the one line below, as training reads it.
+                warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
             image = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:  # Pillow's own cap: twice its MAX_IMAGE_PIXELS
         raise _over_pillows_cap(source, e, max_pixels) from None
@@ -137,7 +141,10 @@ def decode(data: bytes, source: str = "image", *, max_pixels: int | None = None)
             f"{source} is {width}x{height} pixels, more than the {max_pixels:,} accepted"
         )
     try:
-        image.load()
+        with warnings.catch_warnings():
+            if max_pixels is None:
+                warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+            image.load()
     except Exception as e:
         raise _unreadable(source, e) from None
     return image
