@@ -740,7 +740,8 @@ class _ClassOwners:
 
     def __init__(self, split: Path) -> None:
         self.split = split
-        self.folders: dict[str, str | None] = {}  # a folder's owner, found once
+        # a folder's owner and the other split holding it, found once
+        self.folders: dict[str, tuple[str | None, Path | None]] = {}
 
     @functools.cached_property
     def real(self) -> dict[Path, str]:
@@ -750,22 +751,49 @@ class _ClassOwners:
         classes = sorted(e.name for e in listed if e.is_dir() and e.name[:1] != ".")
         return {_real(str(self.split / c)): c for c in classes}
 
+    @functools.cached_property
+    def others(self) -> dict[Path, Path]:
+        """The real paths of the set's other splits (root/train, val, test beside `split`): a
+        link into one (train/a/x -> ../../val/b) trains on the images the run is measured
+        on, and its accuracy is no measurement."""
+        siblings = (self.split.parent / name for name in ("train", "val", "test"))
+        return {
+            _real(str(other)): other
+            for other in siblings
+            if other.name != self.split.name and other.is_dir()
+        }
+
     def owner(self, real: Path) -> str | None:
         """The class whose folder holds `real` (the nearest, for one inside another)."""
         return next((self.real[p] for p in (real, *real.parents) if p in self.real), None)
 
+    def split_of(self, real: Path) -> Path | None:
+        """The other split that holds `real`, if one does."""
+        return next((self.others[p] for p in (real, *real.parents) if p in self.others), None)
+
     def check(self, file: Path, inside: tuple[str, ...]) -> None:
-        """Refuse `file` of class folder inside[0] whose real path lies in another's."""
+        """Refuse `file` of class folder inside[0] whose real path lies in another class's
+        folder or in another split."""
         folder = str(file.parent)
         if folder not in self.folders:
-            self.folders[folder] = self.owner(_real(folder))
-        found = self.folders[folder]
+            real = _real(folder)
+            self.folders[folder] = (self.owner(real), self.split_of(real))
+        found, split = self.folders[folder]
         if file.is_symlink():  # one lstat; a plain file lies where its folder does
-            found = self.owner(Path(os.path.realpath(file)))
-        if found is None or found == inside[0]:
-            return
+            real = Path(os.path.realpath(file))
+            found, split = self.owner(real), self.split_of(real)
         # the first step of the way down that leads there: the link to name
         steps = [self.split.joinpath(*inside[:n]) for n in range(1, len(inside) + 1)]
+        if split is not None:
+            link = next(p for p in steps if self.split_of(Path(os.path.realpath(p))) == split)
+            raise UserError(
+                f"{link} leads into the {split.name} split ({split}): its images would be in "
+                f"the {self.split.name} split too, so what is measured on one was seen in the "
+                "other",
+                "remove the link: keep each image in one split",
+            )
+        if found is None or found == inside[0]:
+            return
         link = next(p for p in steps if self.owner(Path(os.path.realpath(p))) == found)
         other = self.split / found
         raise UserError(
