@@ -208,3 +208,36 @@ def test_the_sweeps_table_says_its_winner_is_over_the_finished_points_only(
         "point 2 (lr=2) is still run by pid 4321 on h1 (run 4): the ranking and winner are "
         "over the finished points only"
     ) in out
+
+
+def test_a_point_whose_holder_ended_unfinished_is_not_said_to_be_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Left by the fixer of C5: a held point whose process has since died (its run `lost`)
+    was said to be "still run by pid N", with no run, though nobody runs it any more."""
+    from dlperf.cli.sweep import _print_summary
+    from dlperf.procs import this_process
+    from dlperf.store import runstore
+    from dlperf.sweep.runner import SweepResult, SweepRun, point_key
+    from tests.sweep.test_runner import Log, sweep_of
+
+    sweep = sweep_of(tmp_path, "[0.1, 0.2]")
+    store = RunStore.open(str(tmp_path / "s.db"))
+    study = store.create_study("lr", "sweep")
+    point = sweep.points[1]
+    gone = {**this_process(), "pid": 2**22 + 1}  # above Linux's pid_max: no process has it
+    monkeypatch.setattr(runstore, "this_process", lambda: gone)
+    run_id = store.create_run("p", "run", point.exp.to_dict(), system={}, study_id=study)
+    monkeypatch.undo()
+    log = Log()
+    state = SweepRun(sweep, store, study, tmp_path, None, log, "continue", 0, held={1: gone})
+    held = state.held_elsewhere(point, point_key(point.exp.to_dict(), True))
+    assert held["ended"] is True and held["run_id"] == run_id  # before: None, "still run"
+    assert (
+        f"pid {gone['pid']} on {gone['host']}, which held it, ended (run {run_id} lost)"
+        in (log.lines[-1])
+    )
+    result = SweepResult(study, "lr", {}, None, [], [], None, {}, "d", [held])
+    _print_summary(result, None)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"point 2 (train.lr=0.2) was left unfinished by pid {gone['pid']}" in out

@@ -88,8 +88,9 @@ def _print_summary(result: Any, sort: str | None) -> None:
     # Points another sweep of the study still runs: the verdict above is not the study's yet.
     for held in result.held_elsewhere:
         holder, run = held["holder"], held["run_id"]
+        how = "was left unfinished by" if held.get("ended") else "is still run by"
         console.out.print(
-            f"point {held['point']} ({_params(held['params'])}) is still run by pid "
+            f"point {held['point']} ({_params(held['params'])}) {how} pid "
             f"{holder.get('pid')} on {holder.get('host')}"
             f"{f' (run {run})' if run is not None else ''}: the ranking and winner are over "
             "the finished points only"

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from dlperf import stopping
 from dlperf.config import Experiment
 from dlperf.errors import UserError
-from dlperf.procs import POLL_S, Supervisor
+from dlperf.procs import POLL_S, Supervisor, process_alive
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.names import given
@@ -259,24 +259,30 @@ class SweepRun:
         since: the point, that process and its run of the point, if it made one yet."""
         holder = self.held[point.index]
         free = not self.sweep.threads_set
-        running = [
-            run.id
+        # Its holder may have ended since without finishing it (failed, stopped, killed):
+        # then nobody runs it, and it was said to be "still run".
+        ended = process_alive(holder) is False
+        runs = [
+            run
             for run in self.store.list_runs(study_id=self.study_id)  # newest first
-            if run.status == "running" and point_key(run.config, free) == key
+            if point_key(run.config, free) == key and (ended or run.status == "running")
         ]
-        run_id = running[0] if running else None
+        run = runs[0] if runs else None
+        of_run = f" (run {run.id}{f' {run.status}' if ended else ''})" if run else ""
+        who = f"pid {holder.get('pid')} on {holder.get('host')}"
         self.reporter.log(
-            f"point {point.index + 1}/{len(self.sweep.points)} is not finished: pid "
-            f"{holder.get('pid')} on {holder.get('host')} holds it"
-            f"{f' (run {run_id})' if run_id is not None else ''}; the verdict covers the "
-            "finished points only"
-        )
+            f"point {point.index + 1}/{len(self.sweep.points)} is not finished: "
+            + (f"{who}, which held it, ended{of_run}; run the sweep again to run it"
+               if ended else f"{who} holds it{of_run}")
+            + "; the verdict covers the finished points only"
+        )  # fmt: skip
         return {
             "point": point.index + 1,
             "params": point.params,
             "seed": point.exp.run.seed,
             "holder": holder,
-            "run_id": run_id,
+            "ended": ended,
+            "run_id": run.id if run else None,
         }
 
     def run_here(self, todo: list[Point]) -> None:
