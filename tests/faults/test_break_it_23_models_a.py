@@ -24,6 +24,7 @@ from dlperf.engine.checks import dry_forward, misfit
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_22_models import _unwrapped, _write
 
 RUN = """
 [model]
@@ -38,17 +39,6 @@ lr = 0.05
 threads = 1
 checkpoint = false
 """
-
-
-def _unwrapped(text: str) -> str:
-    """`text` without its whitespace: the console wraps lines at its width."""
-    return "".join(text.split())
-
-
-def _write(tmp_path: Path, text: str, name: str = "model.py") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 # --- C1: a forward that returns is not a forward that fits ------------------------------------

@@ -14,12 +14,13 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import make_url
 
 import dlperf
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
+from tests.faults.test_break_it_22_store import _runs, _sql
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -33,32 +34,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def pg_url(tmp_path: Path) -> Iterator[str]:
     yield from fresh_store_url("postgresql", tmp_path, "bi23")
-
-
-def _runs(url: str, count: int = 1) -> list[int]:
-    store = RunStore.open(url)
-    ids = []
-    for i in range(count):
-        run_id = store.create_run(f"r{i}", "train", {})
-        store.finish_run(run_id)
-        ids.append(run_id)
-    store.engine.dispose()
-    return ids
-
-
-def _sql(url: str, *statements: str) -> list[object]:
-    """Run `statements` on the store at `url` in one transaction (a hand edit); the first
-    column of the last one's rows."""
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            rows: list[object] = []
-            for statement in statements:
-                result = conn.execute(text(statement))
-                rows = list(result.scalars()) if result.returns_rows else []
-            return rows
-    finally:
-        engine.dispose()
 
 
 def _meta(url: str) -> list[object]:
