@@ -1,5 +1,6 @@
-"""The BLAS pools of NumPy and SciPy: sized before they load, and SciPy's loaded only where it
-can start. Both are set up as `dlperf` is imported (the command line, the API, every child)."""
+"""The BLAS pools of NumPy and SciPy under an address-space limit: sized to one thread before
+they load, and SciPy's loaded only where it can start. Both are set up as `dlperf` is imported
+(the command line, the API, every child)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,21 @@ _THREAD_MIB = 48
 NO_ROOM = "of address space is left"  # the words of the refusal, for the command line's hint
 
 
+def _limited() -> bool:
+    """Whether the address space is capped (`ulimit -v`, RLIMIT_AS)."""
+    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+
+
 def size_pools() -> None:
-    """OpenBLAS (and BLIS, Apple's vecLib) to 1 thread, unless the user set them. OpenBLAS
-    starts its threads as it loads, one a usable core by default, against dlperf's rule of
-    threads set explicitly, never more than the cores free. dlperf's work in them (curve fits,
-    NNLS on a few dozen points, loading digits) gains nothing from a second thread (measured:
-    a fit 4.0 ms on 1 thread, 4.3 ms on 2)."""
+    """Under an address-space limit, OpenBLAS (and BLIS, Apple's vecLib) to 1 thread, unless
+    the user set them: OpenBLAS allocates a buffer per thread as it loads, and short of room
+    for it SciPy's retried for ever (`_RoomForScipy`); dlperf's work in these pools (curve
+    fits, NNLS on a few dozen points, loading digits) gains nothing from a second thread
+    (measured: a fit 4.0 ms on 1 thread, 4.3 ms on 2). Without a limit they are left as they
+    are: where torch's own BLAS is OpenBLAS (Linux on ARM), OPENBLAS_NUM_THREADS=1 would hold
+    every training matmul to one thread whatever run.threads says."""
+    if not _limited():
+        return
     if not any(os.environ.get(name) for name in _OPENBLAS):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
     for name in ("BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
@@ -62,8 +72,8 @@ class _RoomForScipy(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        limited = resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
-        if fullname == "scipy" and limited:
+        if fullname == "scipy" and _limited():
+            size_pools()  # a limit set since dlperf was imported: before OpenBLAS loads
             need = _SCIPY_MIB + _THREAD_MIB * (_threads() - 1)
             if not _room(need * 2**20):
                 raise ImportError(

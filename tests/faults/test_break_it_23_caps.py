@@ -7,10 +7,10 @@ what loads after it does not.
   of the address space is one line naming it and the limit.
 - C3: with OMP_NUM_THREADS unset, the same kind of limit hung `dlperf run` (digits) and `dlperf
   scale` at 100% CPU inside dlopen of SciPy's OpenBLAS, which retried a failing mmap for the
-  buffer it allocates as it starts forever; SIGTERM could not end it. dlperf now sets
-  OPENBLAS_NUM_THREADS=1 (with BLIS's and vecLib's) as it is imported, unless the user did,
-  and under a set limit refuses SciPy's import where too little address space is left for
-  it (one thread alone hung too, 80 MiB above what the process held).
+  buffer it allocates as it starts forever; SIGTERM could not end it. Under a set limit dlperf
+  now sets OPENBLAS_NUM_THREADS=1 (with BLIS's and vecLib's) as it is imported, unless the
+  user did, and refuses SciPy's import where too little address space is left for it (one
+  thread alone hung too, 80 MiB above what the process held).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ print(json.dumps({"env": os.environ.get("OPENBLAS_NUM_THREADS"), "pools": pools}
 
 
 @pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("2", "2")])
-def test_importing_dlperf_sizes_openblas_to_one_thread_unless_the_user_did(
+def test_importing_dlperf_under_a_limit_sizes_openblas_to_one_thread_unless_the_user_did(
     given: str | None, expected: str
 ) -> None:
     unset = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
@@ -188,7 +188,12 @@ def test_importing_dlperf_sizes_openblas_to_one_thread_unless_the_user_did(
     if given is not None:
         env["OPENBLAS_NUM_THREADS"] = given
     done = subprocess.run(
-        [sys.executable, "-c", BLAS_POOLS], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", BLAS_POOLS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_capped(GENEROUS),
     )
     assert done.returncode == 0, done.stderr
     told = json.loads(done.stdout)
@@ -196,6 +201,18 @@ def test_importing_dlperf_sizes_openblas_to_one_thread_unless_the_user_did(
     # NumPy's and SciPy's pools both (at most the usable cores: OpenBLAS caps a bigger ask)
     cores = len(os.sched_getaffinity(0))
     assert told["pools"] and set(told["pools"]) == {min(int(expected), cores)}, told
+
+
+def test_without_a_limit_the_pools_are_left_as_they_are() -> None:
+    """OPENBLAS_NUM_THREADS=1 for every import would hold torch's own matmuls to one thread
+    where torch's BLAS is OpenBLAS (Linux on ARM), whatever run.threads says."""
+    unset = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    done = subprocess.run(
+        [sys.executable, "-c", BLAS_POOLS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["env"] is None
 
 
 def test_sweep_and_scale_workers_inherit_the_setting(tmp_path: Path) -> None:
@@ -213,7 +230,12 @@ supervisor.start(child, Path({str(tmp_path / "child.log")!r}))
 assert supervisor.wait(120) == [0]
 """
     done = subprocess.run(
-        [sys.executable, "-c", parent], env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-c", parent],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=_capped(GENEROUS),  # the setting is made under a limit (which they inherit)
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "child.log").read_text().strip() == "1"
