@@ -93,7 +93,7 @@ def test_channels_last_is_told_by_its_shape_alone() -> None:
 
 
 def test_libtiff_is_quieted_once_a_process_not_once_an_image() -> None:
-    # It reads /proc/self/maps: once per image was a read per file of a streamed data set.
+    # It reads /proc/self/maps: once per image would be a read per file of a streamed set.
     image_modes.quiet_libtiff()
     hits = image_modes.quiet_libtiff.cache_info().hits
     image_modes.quiet_libtiff()

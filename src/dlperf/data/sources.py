@@ -634,7 +634,6 @@ def opened_image(path: str | Path) -> Iterator[Any]:
         raise UserError(f"{path}: cannot decode the image ({said})", _REPLACE_IMAGE) from None
 
 
-@functools.cache
 def _over_the_cap(path: str, error: Exception) -> str:
     """The line for an image Pillow refuses to open as a possible decompression bomb: more
     pixels than twice PIL.Image.MAX_IMAGE_PIXELS, as its header says (nothing decoded yet)."""
