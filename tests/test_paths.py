@@ -120,3 +120,16 @@ def test_made_dir_removes_the_empty_directories_it_made_when_the_block_fails(
     with pytest.raises(KeyboardInterrupt), made_dir(tmp_path / "x" / "y"):
         raise KeyboardInterrupt
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["other"]  # x was there
+
+
+def test_an_error_about_the_temporary_file_names_the_file_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "result.json"
+    (tmp_path / "result.part.json").mkdir()  # where the temporary file goes
+    with pytest.raises(IsADirectoryError) as e, replaced(path) as tmp:
+        tmp.write_text("new")
+    assert e.value.filename == str(path)  # not result.part.json, a file the caller never sees
+    path.mkdir()
+    with pytest.raises(OSError) as e, replaced(path) as tmp:
+        (tmp_path / "result.part.json").rmdir()
+        tmp.write_text("new")  # the rename onto a directory fails
+    assert e.value.filename == str(path) and e.value.filename2 is None

@@ -136,13 +136,30 @@ def replaced(path: Path) -> Iterator[Path]:
     """A temporary file beside `path` that becomes `path` by one rename when the block ends
     without error, so that a reader (another process, a resumed run) sees the whole file or
     none; a failed block leaves no partial file. The temporary name keeps the suffix, since
-    numpy's savez appends ".npz" to a name without it."""
+    numpy's savez appends ".npz" to a name without it. An OSError about the temporary file (a
+    name too long for it, a directory in its place) names `path`, the file the caller asked
+    for and the one the one-line error should name."""
     tmp = path.with_name(f"{path.stem}.part{path.suffix}")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as e:
+        _named_as(e, tmp, path)
+        raise
     finally:
-        tmp.unlink(missing_ok=True)  # already gone after the replace
+        try:
+            tmp.unlink(missing_ok=True)  # already gone after the replace
+        except OSError as e:  # a name too long for the temporary fails here again
+            _named_as(e, tmp, path)
+            raise
+
+
+def _named_as(e: OSError, tmp: Path, path: Path) -> None:
+    """`e`, raised about the temporary file `tmp`, made one about `path`."""
+    if e.filename is not None and os.fspath(e.filename) == os.fspath(tmp):
+        e.filename = os.fspath(path)
+        if e.filename2 is not None and os.fspath(e.filename2) == os.fspath(path):
+            e.filename2 = None  # os.replace(tmp, path): not "path -> path"
 
 
 def atomic_write(path: Path, data: bytes | str, fsync: bool = False) -> None:

@@ -12,10 +12,7 @@ name can hold it as it is, else a stand-in of at most 180 bytes ending in a hash
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +47,6 @@ def _safe(name: str) -> str:
         return cut
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{cut}-{digest}"
-
-
-@contextmanager
-def _named(path: Path) -> Iterator[list[Path]]:
-    """An OSError about a file the block adds to the list it is given (the temporary file
-    `replaced` writes first, which `replaced` also unlinks as the block fails: a name too
-    long fails there too), told as one about `path`, the file the user asked for."""
-    asides: list[Path] = []
-    try:
-        yield asides
-    except OSError as e:
-        if e.filename is not None and os.fspath(e.filename) in map(os.fspath, asides):
-            e.filename = os.fspath(path)
-        raise
 
 
 def write_samples(
@@ -108,8 +91,7 @@ def write_samples(
             path = out / f"{split}-{index:05d}-{_safe(names[label])}.png"
             # Aside, then renamed: a full disk fails PIL's save as it closes the file, which
             # left a 0-byte PNG that looked like a sample; the error names the file.
-            with writing(path), _named(path) as asides, replaced(path) as aside:
-                asides.append(aside)
+            with writing(path), replaced(path) as aside:
                 image.save(aside)
             files.append({"path": str(path), "class": names[label], "label": label, "index": index})
     return {"dataset": data.name, "split": split, "out": str(out), "files": files}
