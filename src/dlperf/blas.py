@@ -25,9 +25,10 @@ _THREAD_MIB = 48
 NO_ROOM = "of address space is left"  # the words of the refusal, for the command line's hint
 
 
-def _limited() -> bool:
-    """Whether the address space is capped (`ulimit -v`, RLIMIT_AS)."""
-    return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+def address_limit() -> int | None:
+    """The address-space limit in bytes (`ulimit -v`, RLIMIT_AS's soft one), None without one."""
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def size_pools() -> None:
@@ -38,7 +39,7 @@ def size_pools() -> None:
     (measured: a fit 4.0 ms on 1 thread, 4.3 ms on 2). Without a limit they are left as they
     are: where torch's own BLAS is OpenBLAS (Linux on ARM), OPENBLAS_NUM_THREADS=1 would hold
     every training matmul to one thread whatever run.threads says."""
-    if not _limited():
+    if address_limit() is None:
         return
     if not any(os.environ.get(name) for name in _OPENBLAS):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
@@ -72,7 +73,7 @@ class _RoomForScipy(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname == "scipy" and _limited():
+        if fullname == "scipy" and address_limit() is not None:
             size_pools()  # a limit set since dlperf was imported: before OpenBLAS loads
             need = _SCIPY_MIB + _THREAD_MIB * (_threads() - 1)
             if not _room(need * 2**20):

@@ -4,11 +4,10 @@ traceback. Holds no command."""
 
 from __future__ import annotations
 
-import resource
 import sys
 import traceback
 
-from dlperf.blas import NO_ROOM
+from dlperf.blas import NO_ROOM, address_limit
 from dlperf.errors import in_model_file
 
 # The libraries whose own ImportError is told in one line with or without a memory limit: a
@@ -28,10 +27,8 @@ _NO_ROOM = (
 def memory_limit() -> str:
     """The address-space limit, when one is set (ulimit -v, in KiB as bash takes it), as the
     hint a failed load or allocation ends with; "" without one."""
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if soft != resource.RLIM_INFINITY:
-        return f" (a memory limit, ulimit -v {soft // 1024} may be too low)"
-    return ""
+    limit = address_limit()
+    return "" if limit is None else f" (a memory limit, ulimit -v {limit // 1024} may be too low)"
 
 
 def load_hint() -> str:
@@ -109,7 +106,7 @@ def unloadable(e: BaseException, *, limited: bool) -> str | None:
     torchvision's ImportError (an import that failed in dlperf's code or a model file's is
     their own bug, told as such)."""
     if limited:
-        if not (memory_limit() and _starved(e)):
+        if address_limit() is None or not _starved(e):
             return None
     elif not isinstance(e, ImportError):
         return None
