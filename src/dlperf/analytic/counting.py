@@ -1156,7 +1156,7 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             raise MadeOnCpu(_models_function(e), said, command) from None
         if raised_by_model(e):
             raise
-        other = _other_dtype(model, x) if "type" in first.lower() else None
+        other = other_dtype(model, x.dtype) if "type" in first.lower() else None
         if other is not None:
             dtype, which = other
             precisions = {str(d).removeprefix("torch."): p for p, d in DTYPES.items()}
@@ -1316,12 +1316,12 @@ def kept_as_built(model: nn.Module, precision: str) -> bool:
     return kept_dtype(model, precision) is not None
 
 
-def _other_dtype(model: nn.Module, x: torch.Tensor) -> tuple[str, str] | None:
-    """Where `model`'s floating parameters are not of its input's dtype: their dtype
+def other_dtype(model: nn.Module, fed: torch.dtype) -> tuple[str, str] | None:
+    """Where `model`'s floating parameters are not of the dtype it is `fed`: their dtype
     ("float64") and how they are named in a refusal ("parameters", or the first of them where
-    some are of x's dtype); None where all are of x's."""
+    some are of `fed`); None where all are of `fed`. analyze's and run's refusals alike."""
     floating = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
-    other = [(n, p) for n, p in floating if p.dtype != x.dtype]
+    other = [(n, p) for n, p in floating if p.dtype != fed]
     if not other:
         return None
     dtype = str(other[0][1].dtype).removeprefix("torch.")

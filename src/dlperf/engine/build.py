@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from dlperf import contention
-from dlperf.analytic.counting import _other_dtype
+from dlperf.analytic.counting import other_dtype
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
@@ -242,8 +242,7 @@ def not_float32(model: torch.nn.Module, name: str, error: str) -> UserError | No
     if not dtypes:
         return None
     if torch.float32 in dtypes:
-        fed = torch.empty(0, dtype=torch.float32)  # what _other_dtype reads of it: its dtype
-        odd = _other_dtype(model, fed) if _DTYPE_MISMATCH.search(error) else None
+        odd = other_dtype(model, torch.float32) if _DTYPE_MISMATCH.search(error) else None
         if odd is None:
             return None
         dtype, which = odd
