@@ -8,7 +8,17 @@ import signal
 import pytest
 
 from dlperf import stopping
-from dlperf.errors import CheckFailed, NoSuchRun, StoreGone, UserError, interrupted, not_utf8
+from dlperf.errors import (
+    CheckFailed,
+    ModelOsExit,
+    NoSuchRun,
+    StoreGone,
+    UserError,
+    exit_call,
+    interrupted,
+    model_exited,
+    not_utf8,
+)
 
 
 def test_the_error_table_s_exit_codes_and_one_line() -> None:
@@ -66,3 +76,12 @@ def test_after_a_stop_signal_any_error_is_its_consequence(monkeypatch: pytest.Mo
     assert not interrupted(ImportError("numpy half imported"))
     stopping.noted(signal.SIGTERM)
     assert interrupted(ImportError("numpy half imported"))
+
+
+def test_a_models_exit_is_named_by_the_call_it_made() -> None:
+    assert exit_call(ModelOsExit(3)) == "os._exit"
+    assert exit_call(SystemExit(3)) == "sys.exit" and exit_call(None) == "sys.exit"
+    try:
+        raise ModelOsExit(3)
+    except SystemExit:  # model_exited reads the exception being handled
+        assert model_exited(3, "during training").startswith("the model called os._exit(3)")

@@ -77,14 +77,19 @@ class ModelOsExit(SystemExit):
     A SystemExit, so that whatever tells a model's sys.exit tells it too."""
 
 
+def exit_call(e: BaseException | None) -> str:
+    """How a model ended its process, as its line names the call: "os._exit" for a
+    ModelOsExit, else "sys.exit"."""
+    return "os._exit" if isinstance(e, ModelOsExit) else "sys.exit"
+
+
 def model_exited(code: object, when: str) -> str:
     """The one line for a model that called sys.exit(`code`) `when` (during training, while
     being counted), the same from every trainer and the API; os._exit where the exception
     being handled is a ModelOsExit (every caller calls this in its `except SystemExit`)."""
-    how = "os._exit" if isinstance(sys.exception(), ModelOsExit) else "sys.exit"
     return (
-        f"the model called {how}({code!r}) {when} (a model that cannot go on should raise "
-        "an exception)"
+        f"the model called {exit_call(sys.exception())}({code!r}) {when} (a model that cannot "
+        "go on should raise an exception)"
     )
 
 

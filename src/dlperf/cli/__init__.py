@@ -26,8 +26,8 @@ from dlperf.cli.console import documents_only
 from dlperf.cli.loads import memory_hint, out_of_memory, unloadable
 from dlperf.errors import (
     CheckFailed,
-    ModelOsExit,
     UserError,
+    exit_call,
     in_model_file,
     innermost,
     interrupted,
@@ -143,10 +143,9 @@ def outcome() -> int:
             code = app(standalone_mode=False)
     except SystemExit as e:
         if (caller := _foreign_caller(e)) is not None:  # a user's model, mid-command
-            how = "os._exit" if isinstance(e, ModelOsExit) else "sys.exit"
             say(
-                f"error: {caller} called {how}({e.code!r}) (code that cannot go on should "
-                "raise an exception)"
+                f"error: {caller} called {exit_call(e)}({e.code!r}) (code that cannot go on "
+                "should raise an exception)"
             )
             return 1
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

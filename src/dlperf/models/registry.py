@@ -41,6 +41,7 @@ from dlperf.errors import (
     USER_MODULE_PREFIX,
     ModelOsExit,
     UserError,
+    exit_call,
     in_model_file,
     raised_by_model,
 )
@@ -672,9 +673,8 @@ def _import_file(path: Path) -> ModuleType:
                 "arguments defaults",
             ) from None
         if isinstance(e, SystemExit):  # sys.exit or os._exit: either would end dlperf
-            how = "os._exit" if isinstance(e, ModelOsExit) else "sys.exit"
             raise UserError(
-                f"model file {path} called {how}({e.code!r}) while importing",
+                f"model file {path} called {exit_call(e)}({e.code!r}) while importing",
                 "guard the script's own code with `if __name__ == '__main__':`",
             ) from None
         if isinstance(e, Exception):
@@ -711,8 +711,7 @@ def build_from_factory(
         ):
             model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
-        how = "os._exit" if isinstance(e, ModelOsExit) else "sys.exit"
-        raise UserError(f"factory {spec} called {how}({e.code!r})") from None
+        raise UserError(f"factory {spec} called {exit_call(e)}({e.code!r})") from None
     except _ArgumentsRefused as e:
         raise UserError(
             f"factory {spec} parses the command line, and argparse refuses it with no "
