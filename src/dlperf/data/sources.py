@@ -186,10 +186,15 @@ def resize(data: ImageData, side: int, max_memory_gb: float) -> ImageData:
     return data
 
 
+def held_out(count: int, fraction: float) -> int:
+    """How many of `count` images `holdout` holds out at `fraction`."""
+    return round(count * fraction)
+
+
 def holdout(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     """(rest, held out): `fraction` of `split` held out by a seeded permutation."""
     perm = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))
-    n = round(len(split) * fraction)
+    n = held_out(len(split), fraction)
     return split.subset(perm[n:]), split.subset(perm[:n])
 
 

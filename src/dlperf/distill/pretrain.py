@@ -16,6 +16,7 @@ import torch
 
 from dlperf.config import DistillConfig
 from dlperf.data import ImageData
+from dlperf.data.sources import held_out
 from dlperf.errors import UserError
 
 FRACTION = 0.1  # the pretrain split's test_fraction and val_fraction
@@ -24,9 +25,9 @@ NOT_OURS = "pretrain splits its images itself: data.val_fraction is the labelled
 
 def sizes(images: int) -> tuple[int, int, int]:
     """(train, val, test) of `images` pseudo-labelled images, as the npz reader splits them
-    (data.sources.holdout's round(), test first, then validation of the rest)."""
-    test = round(images * FRACTION)
-    val = round((images - test) * FRACTION)
+    (test first, then validation of the rest)."""
+    test = held_out(images, FRACTION)
+    val = held_out(images - test, FRACTION)
     return images - test - val, val, test
 
 
