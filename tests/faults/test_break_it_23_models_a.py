@@ -60,15 +60,21 @@ def build(num_classes=10): return N(num_classes)
 """
 
 
-@pytest.mark.parametrize("text", [NO_FLATTEN, FIXED_BATCH], ids=["no-flatten", "fixed-batch"])
-def test_a_model_that_returns_the_wrong_shape_at_a_larger_side_is_not_told_too_small(
-    cli: Callable[..., CliResult], db: str, tmp_path: Path, text: str
-) -> None:
+def _refused(cli: Callable[..., CliResult], tmp_path: Path, text: str) -> tuple[CliResult, str]:
+    """`dlperf run` of the model file `text` (its factory `build`), refused with exit 2: the
+    result, and its error output without white space (the console wraps it)."""
     path = _write(tmp_path, text)
     (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:build"))
     done = cli("run", "exp.toml")
     assert done.code == 2, done.err
-    said = _unwrapped(done.err)
+    return done, _unwrapped(done.err)
+
+
+@pytest.mark.parametrize("text", [NO_FLATTEN, FIXED_BATCH], ids=["no-flatten", "fixed-batch"])
+def test_a_model_that_returns_the_wrong_shape_at_a_larger_side_is_not_told_too_small(
+    cli: Callable[..., CliResult], db: str, tmp_path: Path, text: str
+) -> None:
+    done, said = _refused(cli, tmp_path, text)
     # before: "digits images of 8x8 are too small for the model: the smallest it takes is
     # 64x64 (32x32)", and the fix offered (data.image_size) only gave a shape error
     assert "too small" not in done.err and "image_size" not in done.err, done.err
@@ -103,11 +109,7 @@ def build(num_classes=10, in_channels=1):
 def test_a_model_of_mixed_dtypes_names_the_odd_parameters_not_the_images(
     cli: Callable[..., CliResult], db: str, tmp_path: Path
 ) -> None:
-    path = _write(tmp_path, MIXED)
-    (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:build"))
-    done = cli("run", "exp.toml")
-    assert done.code == 2, done.err
-    said = _unwrapped(done.err)
+    done, said = _refused(cli, tmp_path, MIXED)
     assert "rejects digits images" not in done.err, done.err  # before: the images blamed
     assert (
         _unwrapped("its parameters (3.weight) are float16, but dlperf feeds it float32 images")
@@ -116,6 +118,7 @@ def test_a_model_of_mixed_dtypes_names_the_odd_parameters_not_the_images(
     assert "Traceback" not in done.err, done.err
     assert RunStore.open(db).list_runs() == []
     # as analyze says it, for the same model
+    path = tmp_path / "model.py"  # as _refused wrote it
     analyzed = cli("analyze", f"{path}:build", "--input", "1,8,8")
     assert analyzed.code == 2 and _unwrapped("parameters (3.weight) are float16") in _unwrapped(
         analyzed.err
@@ -145,11 +148,7 @@ def build(num_classes=10):
 def test_a_model_of_mixed_dtypes_failing_on_its_shapes_is_told_its_shape_error(
     cli: Callable[..., CliResult], tmp_path: Path
 ) -> None:
-    path = _write(tmp_path, MIXED_SHAPES)
-    (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:build"))
-    done = cli("run", "exp.toml")
-    assert done.code == 2, done.err
-    said = _unwrapped(done.err)
+    done, said = _refused(cli, tmp_path, MIXED_SHAPES)
     assert _unwrapped("the model rejects digits images of shape (1, 8, 8)") in said, done.err
     assert "float16" not in done.err, done.err
 
@@ -211,11 +210,7 @@ def build(num_classes=10): return N(num_classes)
 def test_run_of_a_forward_autograd_refuses_names_the_fix(
     cli: Callable[..., CliResult], tmp_path: Path, text: str, fix: str
 ) -> None:
-    path = _write(tmp_path, text)
-    (tmp_path / "exp.toml").write_text(RUN.format(name=f"{path}:build"))
-    done = cli("run", "exp.toml")
-    assert done.code == 2, done.err
-    said = _unwrapped(done.err)
+    done, said = _refused(cli, tmp_path, text)
     assert "cannot be trained" in done.err and _unwrapped(fix) in said, done.err
     # before: the fix for an operation without a backward, which neither is
     assert _unwrapped("must have a backward in torch") not in said, done.err

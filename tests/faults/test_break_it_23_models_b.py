@@ -31,25 +31,10 @@ import pytest
 from dlperf.errors import UserError
 from dlperf.models.registry import create_model, load_factory, noting, rebuilding
 from tests.conftest import CliResult
+from tests.faults.test_break_it_21_models import _model
+from tests.faults.test_break_it_22_models import _unwrapped
 
 DEADLINE_S = 300
-
-
-def _unwrapped(text: str) -> str:
-    """`text` without its whitespace: the console wraps lines at its width, inside a long
-    word (a path) too."""
-    return "".join(text.split())
-
-
-def _model(tmp_path: Path, body: str, name: str = "model.py") -> Path:
-    path = tmp_path / name
-    path.write_text(
-        "import torch.nn as nn\n"
-        f"{body}\n"
-        "def build(num_classes=10, in_channels=1):\n"
-        "    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))\n"
-    )
-    return path
 
 
 # --- C2: the recursion limit ---------------------------------------------------------------------
@@ -69,7 +54,7 @@ sys.setrecursionlimit(_depth() + 30)
 
 def test_a_lowered_recursion_limit_is_put_back_with_one_line(tmp_path: Path) -> None:
     before = sys.getrecursionlimit()
-    spec = f"{_model(tmp_path, LOWERS)}:build"
+    spec = _model(tmp_path, LOWERS)
     try:
         with noting() as notes:
             create_model(spec, num_classes=10, in_channels=1)
@@ -84,7 +69,7 @@ def test_a_lowered_recursion_limit_is_put_back_with_one_line(tmp_path: Path) -> 
 
 def test_a_raised_recursion_limit_is_kept_unsaid(tmp_path: Path) -> None:
     before = sys.getrecursionlimit()
-    spec = f"{_model(tmp_path, f'import sys; sys.setrecursionlimit({before + 500})')}:build"
+    spec = _model(tmp_path, f"import sys; sys.setrecursionlimit({before + 500})")
     try:
         with noting() as notes:
             create_model(spec, num_classes=10, in_channels=1)
@@ -121,8 +106,8 @@ ATEXIT_LAMBDA = "import atexit, os\natexit.register(lambda: os._exit(3))"
 ATEXIT_BOUND = "import atexit, os\natexit.register(os._exit, 3)"  # no Python frame calls it
 
 
-def _analyze(tmp_path: Path, path: Path) -> subprocess.CompletedProcess[str]:
-    command = ["analyze", f"{path.name}:build", "--input", "1,8,8", "--json"]
+def _analyze(tmp_path: Path, spec: str) -> subprocess.CompletedProcess[str]:
+    command = ["analyze", spec, "--input", "1,8,8", "--json"]
     return subprocess.run(
         [sys.executable, "-m", "dlperf", *command],
         cwd=tmp_path,
@@ -136,8 +121,7 @@ def _analyze(tmp_path: Path, path: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.faults  # a real process's exit (an in-process one would end pytest): 10-30 s
 @pytest.mark.parametrize("body", [ATEXIT_LAMBDA, ATEXIT_BOUND], ids=["lambda", "bound"])
 def test_os_exit_in_a_model_exit_handler_is_the_real_one(tmp_path: Path, body: str) -> None:
-    path = _model(tmp_path, body)
-    done = _analyze(tmp_path, path)
+    done = _analyze(tmp_path, _model(tmp_path, body))
     # before: exit 0 and "Exception ignored in atexit callback ... ModelOsExit: 3" (lambda), or
     # "... ValueError: call stack is not deep enough" (bound)
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

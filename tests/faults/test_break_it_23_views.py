@@ -22,6 +22,7 @@ import pytest
 import dlperf
 from dlperf.store import RunStore
 from tests.conftest import CliResult, fresh_store_url
+from tests.sweep.test_runner import BASE, Log, sweep_of
 
 Cli = Callable[..., CliResult]
 EVENT_S = 300  # generous: how long a test waits for another process to reach a point
@@ -78,19 +79,6 @@ def test_a_training_runs_epoch_table_is_unchanged(store: RunStore, cli: Cli) -> 
 
 # --- C5: two sweeps of one study rank the whole study -------------------------------------------
 
-SWEEP_BASE = """
-[model]
-name = "smallcnn"
-[data]
-name = "digits"
-[train]
-epochs = 1
-lr = 0.05
-[run]
-checkpoint = false
-out_dir = "{out}"
-"""
-
 # A `dlperf sweep` process whose points "train" by storing a finished run whose test accuracy
 # is the point's lr (no model: the test is about which points each sweep ranks). The point of
 # lr HELD waits, once it holds its claim, until the test says go: so the two sweeps' order is
@@ -145,7 +133,7 @@ def _event(events: Path, name: str, proc: subprocess.Popen[str]) -> None:
 
 @pytest.mark.faults
 def test_two_sweeps_of_one_study_rank_the_whole_study(store_url: str, tmp_path: Path) -> None:
-    (tmp_path / "base.toml").write_text(SWEEP_BASE.format(out=tmp_path / "runs"))
+    (tmp_path / "base.toml").write_text(BASE.format(out=tmp_path / "runs"))
     sweep = tmp_path / "lr.toml"
     sweep.write_text('base = "base.toml"\n[grid]\n"train.lr" = [0.9, 0.2]\n')
     events = tmp_path / "events"
@@ -219,7 +207,6 @@ def test_a_point_whose_holder_ended_unfinished_is_not_said_to_be_still_run(
     from dlperf.procs import this_process
     from dlperf.store import runstore
     from dlperf.sweep.runner import SweepResult, SweepRun, point_key
-    from tests.sweep.test_runner import Log, sweep_of
 
     sweep = sweep_of(tmp_path, "[0.1, 0.2]")
     store = RunStore.open(str(tmp_path / "s.db"))
