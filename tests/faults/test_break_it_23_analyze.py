@@ -22,18 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import dlperf
 from dlperf.errors import UserError
 from tests.conftest import CliResult
-
-
-def _unwrapped(text: str) -> str:
-    """`text` without its whitespace: the console wraps lines at its width."""
-    return "".join(text.split())
-
-
-def _write(tmp_path: Path, text: str, name: str = "model.py") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
+from tests.faults.test_break_it_22_models import _unwrapped, _write
 
 # --- C5: the profiler's markers --------------------------------------------------------------
 
