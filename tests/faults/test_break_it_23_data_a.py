@@ -30,6 +30,7 @@ from PIL import Image, PngImagePlugin
 from dlperf.detect import voc
 from dlperf.errors import UserError
 from tests.conftest import CliResult
+from tests.faults.test_break_it_4_inputs import _image_folder
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -39,12 +40,7 @@ SMALL = ("--set", "data.image_size=8")
 
 def write_folder(root: Path, classes: tuple[str, ...] = ("a", "b"), per_class: int = 6) -> Path:
     """root/train/<class> and root/val/<class> of 8x8 PNGs."""
-    for split in ("train", "val"):
-        for c, name in enumerate(classes):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(per_class):
-                Image.new("RGB", (8, 8), (40 * c, 10 * i, 0)).save(folder / f"{i}.png")
+    _image_folder(root, list(classes), per_class)
     return root
 
 
