@@ -207,11 +207,16 @@ def test_a_factory_that_changes_directory_has_it_put_back(tmp_path: Path) -> Non
 
 
 def test_a_child_process_started_at_import_is_named(tmp_path: Path) -> None:
+    # The import waits for the child's first line: Popen returns once the child's exec has
+    # closed its close-on-exec pipe, before the kernel has set up the new program's arguments,
+    # and /proc/PID/cmdline read in that window is empty (the note said "process N ()").
     spec = _model(
         tmp_path,
         "import subprocess, sys\n"
-        "P = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'],"
-        " stdin=subprocess.PIPE)",
+        "CODE = 'import sys; print(1, flush=True); sys.stdin.read()'\n"
+        "P = subprocess.Popen([sys.executable, '-c', CODE],"
+        " stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        "P.stdout.readline()",
     )
     with noting() as notes:
         fn = load_factory(spec)
@@ -220,11 +225,14 @@ def test_a_child_process_started_at_import_is_named(tmp_path: Path) -> None:
         assert child.poll() is None  # left running: it is the model's
         (note,) = notes  # before: nothing said
         assert f"started process {child.pid} (" in note, note
-        assert "import sys; sys.stdin.read()" in note and "outlives" in note, note
+        assert (
+            "import sys; print(1, flush=True); sys.stdin.read()" in note and "outlives" in note
+        ), note
     finally:
-        assert child.stdin is not None
+        assert child.stdin is not None and child.stdout is not None
         child.stdin.close()
         child.wait(timeout=60)
+        child.stdout.close()
 
 
 def test_without_a_collector_the_notes_are_warnings(tmp_path: Path) -> None:
