@@ -272,7 +272,6 @@ def build_model(
     A model that changes torch's thread count, the stop signals' handlers or the working
     directory as it is built has them set back (`reporter` told, as of a child process it
     started)."""
-    torch.manual_seed(exp.run.seed)
     threads = torch.get_num_threads()  # the run's, set by prepare_run (or a worker)
     grad_before = torch.is_grad_enabled()
     try:
@@ -281,6 +280,9 @@ def build_model(
                 exp.model.name,
                 num_classes=data.num_classes,
                 in_channels=data.shape[0],
+                # After a model file's import, which may seed torch itself: run.seed decides
+                # the initial weights (of a resumed or exported run's rebuild alike)
+                factory_seed=exp.run.seed,
                 **_own_kwargs(exp.model.kwargs, data),
             )
         if reporter is not None:

@@ -14,6 +14,7 @@ import atexit
 import builtins
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import hashlib
 import importlib.abc
@@ -571,6 +572,65 @@ def _torch_defaults_kept(
     return notes
 
 
+def _flushes_denormals() -> bool:
+    """Whether this thread's CPU flushes denormal results to zero, as torch.set_flush_denormal
+    sets it (torch has no getter): a product below float64's smallest normal number is 0."""
+    return float((torch.tensor([1e-300], dtype=torch.float64) * 1e-20)[0]) == 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Autograd:
+    """torch's process-global settings a model file may switch for its own script (anomaly
+    detection to debug a NaN, deterministic algorithms for reproducibility, flush denormal
+    for speed) that outlive it: left on, a run's timings were taken under anomaly mode (many
+    times slower), and an API caller's process kept all three, unsaid."""
+
+    anomaly: bool
+    check_nan: bool
+    deterministic: bool
+    warn_only: bool
+    flush_denormal: bool
+
+    @classmethod
+    def now(cls) -> _Autograd:
+        return cls(
+            torch.is_anomaly_enabled(),
+            torch.is_anomaly_check_nan_enabled(),
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            _flushes_denormals(),
+        )
+
+    def put_back(self, path: Path, when: str) -> list[str]:
+        """These settings restored where the model file changed them, one note each."""
+        now, notes = _Autograd.now(), []
+        said = f"model file {path}"
+        if (now.anomaly, now.check_nan) != (self.anomaly, self.check_nan):
+            torch.autograd.set_detect_anomaly(self.anomaly, self.check_nan)
+            notes.append(
+                f"{said} turned torch's anomaly detection {_on(now.anomaly)} {when}; put back "
+                f"{_on(self.anomaly)}: it slows every training step, and the run's timings "
+                "with it (to debug a NaN, use it in a script of your own)"
+            )
+        if (now.deterministic, now.warn_only) != (self.deterministic, self.warn_only):
+            torch.use_deterministic_algorithms(self.deterministic, warn_only=self.warn_only)
+            notes.append(
+                f"{said} turned torch's deterministic algorithms {_on(now.deterministic)} "
+                f"{when}; put back {_on(self.deterministic)}, as the process had them"
+            )
+        if now.flush_denormal != self.flush_denormal:
+            torch.set_flush_denormal(self.flush_denormal)
+            notes.append(
+                f"{said} turned torch's flush denormal {_on(now.flush_denormal)} {when}; put "
+                f"back {_on(self.flush_denormal)}, as the process had it"
+            )
+        return notes
+
+
+def _on(value: bool) -> str:
+    return "on" if value else "off"
+
+
 def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
     """Python's recursion limit put back to `limit` where the model file lowered it, one note.
     Left lowered (`sys.setrecursionlimit(80)`), the next deep import of dlperf's (torch._dynamo,
@@ -590,14 +650,16 @@ def _recursion_kept(path: Path, when: str, limit: int) -> list[str]:
 @contextlib.contextmanager
 def _process_kept(path: Path, when: str) -> Iterator[None]:
     """The block (a model file's import, its factory's call) with the stop signals' handlers,
-    the working directory, a lowered recursion limit and torch's default dtype and device put
-    back as they were, and the child processes it started named, each told in one line
+    the working directory, a lowered recursion limit, torch's default dtype and device and its
+    anomaly mode, deterministic algorithms and flush denormal (`_Autograd`) put back as they
+    were, and the child processes it started named, each told in one line
     (`_note`)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
     dtype, device = torch.get_default_dtype(), torch.get_default_device()
     limit = sys.getrecursionlimit()
+    autograd = _Autograd.now()
     try:
         yield
     finally:
@@ -605,6 +667,7 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
         notes = _recursion_kept(path, when, limit)
         _exit_handler_last()  # to run before any exit handler the block registered
         notes += _torch_defaults_kept(path, when, dtype, device)
+        notes += autograd.put_back(path, when)
         changed = []
         for sig, handler in handlers.items():
             # None: a handler set outside Python, which cannot be set back
@@ -686,10 +749,11 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def build_from_factory(
-    fn: Callable[..., nn.Module], spec: str, kwargs: dict[str, Any]
+    fn: Callable[..., nn.Module], spec: str, kwargs: dict[str, Any], seed: int | None = None
 ) -> nn.Module:
     """Call a model file's factory with `kwargs`: of the automatic ones (num_classes,
-    in_channels) those it accepts, of the others all, or refuse the ones it does not take."""
+    in_channels) those it accepts, of the others all, or refuse the ones it does not take;
+    torch's RNG seeded with `seed` (when given) just before the call."""
     # A user's factory may not know about num_classes/in_channels: pass what it accepts. The
     # user's own keywords are not filtered, so that a misspelt one is refused, not dropped.
     automatic = {k: v for k, v in kwargs.items() if k in AUTOMATIC}
@@ -709,6 +773,7 @@ def build_from_factory(
             contextlib.redirect_stdout(sys.stderr),
             _as_script(path),
         ):
+            _seed(seed)
             model = _call(fn, {**accepted(fn, automatic), **own})
     except SystemExit as e:
         raise UserError(f"factory {spec} called {exit_call(e)}({e.code!r})") from None
@@ -831,16 +896,31 @@ def _adapt_stem(model: nn.Module, in_channels: int) -> None:
                 return
 
 
+def _seed(seed: int | None) -> None:
+    if seed is not None:
+        torch.manual_seed(seed)
+
+
 def create_model(
-    name: str, num_classes: int | None = 10, in_channels: int = 3, **kwargs: Any
+    name: str,
+    num_classes: int | None = 10,
+    in_channels: int = 3,
+    *,
+    factory_seed: int | None = None,
+    **kwargs: Any,
 ) -> nn.Module:
     """Build a model by name with its head sized for `num_classes` (None: the factory's own
-    default) and stem for `in_channels`."""
+    default) and stem for `in_channels`; torch's RNG seeded with `factory_seed` (when given)
+    just before the factory is called (a name no factory's own keyword is likely to have).
+    For a model file that is after its import: a file that seeds torch as it is imported
+    (`torch.manual_seed(0)` at its top, common in scripts) overrode a seed set before, and
+    every run.seed of a sweep started from its weights."""
     sized = {"num_classes": num_classes} if num_classes is not None else {}
     if is_file_spec(name):
         return build_from_factory(
-            load_factory(name), name, {**sized, "in_channels": in_channels, **kwargs}
+            load_factory(name), name, {**sized, "in_channels": in_channels, **kwargs}, factory_seed
         )
+    _seed(factory_seed)
     if name in _REGISTRY:
         # The course's blocks have no classifier: num_classes and in_channels go to the
         # factories that take them; any other argument must be the factory's own.
