@@ -35,7 +35,6 @@ from PIL import Image
 from tests.conftest import CliResult
 from tests.faults.test_break_it_21_data import (
     TEST_IMAGES,
-    TEST_LABELS,
     TRAIN_IMAGES,
     idx_bytes,
     write_mnist,
@@ -132,15 +131,6 @@ def test_mnist_images_of_0x0_are_refused_naming_the_file(cli: Cli, tmp_path: Pat
     }
     raw = write_mnist(tmp_path / "m", **zero)
     one_line(describe(cli, "mnist", tmp_path / "m"), 2, str(raw / TRAIN_IMAGES), "0 x 0")
-
-
-def test_an_empty_mnist_test_split_still_reads(cli: Cli, tmp_path: Path) -> None:
-    """N = 0 is no dimension of an image: an empty split stays readable."""
-    empty = {TEST_IMAGES: idx_bytes(np.zeros((0, 28, 28))), TEST_LABELS: idx_bytes(np.zeros(0))}
-    write_mnist(tmp_path / "m", **empty)
-    r = describe(cli, "mnist", tmp_path / "m")
-    assert r.code == 0, r.err
-    assert json.loads(r.out)["splits"]["test"] == 0
 
 
 # --- cause 3: an idx header whose sizes overflow int64 --------------------------------------

@@ -427,6 +427,11 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     def read(split: list[str]) -> Split:
         batches = [_cifar_batch(cfg, what, folder / n, len(classes), named, hundred) for n in split]
         images, labels = (np.concatenate(part) for part in zip(*batches, strict=True))
+        if not len(images):  # a test split of nothing left the test accuracy null, unsaid
+            where, said = (
+                (folder / split[0], "") if len(split) == 1 else (folder, f" in {_and(split)}")
+            )
+            raise _broken(cfg, what, where, f"holds 0 images{said}")
         return Split(_tensor(labels), _tensor(images))
 
     full, test = read(splits[0]), read(splits[1])
@@ -507,6 +512,8 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
     if len(data) - head != math.prod(shape):
         said = " x ".join(map(str, shape))
         raise _broken(cfg, what, path, f"holds {len(data) - head:,} bytes of data for {said}")
+    if ndim == 3 and shape[0] == 0:  # a test split of nothing left the test accuracy null
+        raise _broken(cfg, what, path, "holds 0 images")
     if ndim == 3 and min(shape[1:]) < 1:  # else blamed later on Cutout or the model
         said = f"holds images of {shape[1]} x {shape[2]}: their height and width must be at least 1"
         raise _broken(cfg, what, path, said, "write its images at least 1 x 1 pixels")
