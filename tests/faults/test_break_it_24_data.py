@@ -14,6 +14,9 @@ C10. data.root pointing at MNIST/raw, MNIST/ or cifar-10-batches-py/ itself was 
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,3 +66,50 @@ def test_a_file_of_0_images_is_refused_naming_it(cli: Cli, tmp_path: Path, which
     r = describe(cli, which.split("-")[0], root)
     one_line(r, 2, f"{empty} holds 0 images", "replace it")
     assert "after the split" not in r.err
+
+
+# --- C2: a .gz that unpacks to a bad idx file ---------------------------------------------------
+
+
+def gz_only(root: Path) -> Path:
+    """root/MNIST/raw holding the four files as .gz only, as downloaded."""
+    raw = write_mnist(root)
+    for name in (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS):
+        (raw / f"{name}.gz").write_bytes(gzip.compress((raw / name).read_bytes()))
+        (raw / name).unlink()
+    return raw
+
+
+def test_a_gz_unpacking_to_a_bad_idx_leaves_nothing_and_its_fix_loads(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The repro: a labels .gz with a second gzip member (70 label bytes for a header of 60)
+    was unpacked into place; its whole copy then changed nothing."""
+    raw = gz_only(tmp_path / "m")
+    gz = raw / f"{TRAIN_LABELS}.gz"
+    good = gz.read_bytes()
+    gz.write_bytes(good + gzip.compress(b"\x05" * 10))
+    r = describe(cli, "mnist", tmp_path / "m")
+    one_line(r, 2, str(gz), "70 bytes of data for 60")
+    assert not (raw / TRAIN_LABELS).exists()
+    assert not [p for p in raw.iterdir() if p.name.endswith(".part")]
+    gz.write_bytes(good)  # the user replaces their own file
+    r = describe(cli, "mnist", tmp_path / "m")
+    assert r.code == 0, r.err
+
+
+def test_a_gz_newer_than_its_unpacked_file_is_unpacked_again(cli: Cli, tmp_path: Path) -> None:
+    """A labels .gz of another count (a whole idx file, refused only beside the images) is
+    unpacked and refused; the user's whole copy, written after, is unpacked over it."""
+    raw = gz_only(tmp_path / "m")
+    gz = raw / f"{TRAIN_LABELS}.gz"
+    good = gz.read_bytes()
+    gz.write_bytes(gzip.compress(idx_bytes(np.arange(70) % 10)))
+    r = describe(cli, "mnist", tmp_path / "m")
+    one_line(r, 2, "70 labels for 60 images")
+    gz.write_bytes(good)
+    stamp = (raw / TRAIN_LABELS).stat().st_mtime + 2  # copied after the unpacking
+    os.utime(gz, (stamp, stamp))
+    r = describe(cli, "mnist", tmp_path / "m")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["splits"] == {"train": 54, "val": 6, "test": 20}

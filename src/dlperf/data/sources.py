@@ -24,7 +24,6 @@ import math
 import os
 import pickle
 import re
-import shutil
 import unicodedata
 import warnings
 import zipfile
@@ -276,7 +275,9 @@ def _missing(cfg: DataConfig, what: str, error: Exception | str) -> UserError:
 _REPLACE = "replace it with a whole copy of the file"
 
 
-def _broken(cfg: DataConfig, what: str, path: Path, problem: str, fix: str = _REPLACE) -> UserError:
+def _broken(
+    cfg: DataConfig, what: str, path: Path | str, problem: str, fix: str = _REPLACE
+) -> UserError:
     """The line for a file of the set that is there but cannot be read as it should: named,
     and no download offered, since torchvision's download skips files that are present."""
     return UserError(f"data.root '{cfg.root}' has no readable {what}: {path} {problem}", fix)
@@ -458,28 +459,42 @@ def _not_names(held: object) -> str | None:
     return f"{kind} holding {', '.join(others)}" if others else None
 
 
-def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, names: list[str]) -> None:
+def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) -> None:
     """dlperf reads raw idx files; users often hold the .gz originals, so unpack those of
-    `names` that are missing: to a hidden temporary name beside the target, renamed when
-    whole, so that a corrupt .gz leaves nothing behind that a later run would read (and its
-    good copy unpacks then)."""
-    for name in names:
+    `dims` (name: the idx file's dimensions) that are missing, or older than their .gz (the
+    user's whole copy put in place of a bad one): to a hidden temporary name beside the
+    target, renamed only once its content reads as the idx file it should be, so that a
+    corrupt .gz, or one holding a bad idx file, leaves nothing behind that a later run would
+    read (and its good copy unpacks then)."""
+    for name, ndim in dims.items():
         target, gz = folder / name, folder / f"{name}.gz"
-        if target.exists() or not gz.exists():
+        if not gz.exists() or (target.exists() and not _newer(gz, target)):
             continue
         _irregular(cfg, what, gz)
         part = target.with_name(f".{target.name}.{os.getpid()}.part")  # this process's own
         try:
-            with gzip.open(gz, "rb") as src, open(part, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            with gzip.open(gz, "rb") as src:
+                data = src.read()
+            _idx_array(cfg, what, f"{gz}, unpacked,", data, ndim)  # a bad file is never kept
+            part.write_bytes(data)
             os.replace(part, target)
+            if _newer(gz, target):  # a .gz dated ahead of the clock: unpacked once, not each run
+                stamp = gz.stat()
+                os.utime(target, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
         except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt: nothing is left
             if isinstance(e, OSError) and e.filename in (str(part), str(target)):
+                if target.exists():  # a read-only folder's unpacked copy: read as it is
+                    continue
                 said = f"cannot be unpacked in its folder ({e.strerror or e})"  # read-only
                 raise _broken(cfg, what, gz, said, "unpack it there yourself (gunzip -k)") from None
             raise _broken(cfg, what, gz, f"does not unpack ({e})") from None
         finally:
             part.unlink(missing_ok=True)
+
+
+def _newer(gz: Path, target: Path) -> bool:
+    """Whether `gz` was written after `target`, the idx file unpacked from it."""
+    return gz.stat().st_mtime_ns > target.stat().st_mtime_ns
 
 
 # idx files' element types, by the magic number's third byte (torchvision reads uint8 only)
@@ -495,6 +510,12 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
         data = path.read_bytes()
     except OSError as e:
         raise _broken(cfg, what, path, f"cannot be read ({e.strerror or e})") from None
+    return _idx_array(cfg, what, path, data, dims)
+
+
+def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: int) -> np.ndarray:
+    """The uint8 array of `dims` dimensions in `data`, the idx file `path` (or the file a .gz
+    unpacks to, so named); a line naming it for anything else."""
     magic = int.from_bytes(data[:4], "big")
     ndim = magic & 0xFF
     if len(data) < 4 or magic >> 16 or (magic >> 8) not in _IDX_TYPES or not 1 <= ndim <= 3:
@@ -531,7 +552,7 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
     ]
     names = [n for pair in files for n in pair]
     if raw.is_dir():
-        _gunzip_raw(cfg, what, raw, names)
+        _gunzip_raw(cfg, what, raw, {n: 3 if "-images-" in n else 1 for n in names})
     if _absent(raw, names) and cfg.download:
         try:  # torchvision fetches the four files, MD5-checked, when one is missing
             cls(cfg.root, train=True, download=True)
