@@ -336,7 +336,11 @@ def finetune_recorded(
     labels = voc.class_names(train_set, val_set)
     if len(labels) < 2:
         raise UserError(f"{root}: the annotations name no objects")
-    voc.check_measurable(root, cfg.val_split, val_set)  # before training, not a NaN after it
+    # Before training: AP on trained images, a detector of the background alone, or a NaN
+    # after the whole training were each reported without a word.
+    voc.check_apart(root, cfg.train_split, train_set, cfg.val_split, val_set)
+    voc.check_trainable(root, cfg.train_split, train_set)
+    voc.check_measurable(root, cfg.val_split, val_set)
     threads = set_threads(run.threads)
     torch.manual_seed(run.seed)
     device = pick_device(run.device)

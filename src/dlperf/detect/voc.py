@@ -23,6 +23,7 @@ VOC2010 onwards) by default: it is exact for every recall level, where the VOC20
 from __future__ import annotations
 
 import math
+import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,6 +245,7 @@ def _flag(obj: ET.Element, tag: str, where: str) -> bool:
 
 def load_split(root: Path, split: str) -> list[VocAnnotation]:
     annotations = []
+    owners: dict[Path, Path] = {}  # each image file, resolved, and the XML that names it
     for image_id in read_split(root, split):
         path = root / "Annotations" / f"{image_id}.xml"
         _regular(path, "a VOC annotation (XML)")
@@ -252,8 +254,32 @@ def load_split(root: Path, split: str) -> list[VocAnnotation]:
         # Refused as the split is loaded, before any training: each image is decoded only
         # when its batch comes, but a FIFO in its place, or a size other than <size>, is
         # refused now. A missing or unreadable one is left to then, as before.
-        annotations.append(parse_annotation(path, root / "JPEGImages"))
+        annotation = parse_annotation(path, root / "JPEGImages")
+        _refuse_shared_image(root, split, owners, path, image_file(root, annotation))
+        annotations.append(annotation)
     return annotations
+
+
+def image_file(root: Path, annotation: VocAnnotation) -> Path:
+    """The file `annotation`'s <filename> names, resolved: "../JPEGImages/x.jpg", an absolute
+    path or a link to it are the same file as "x.jpg". os.path.realpath, not Path.resolve:
+    a link loop is left to the image's read to name, where resolve() raised RuntimeError."""
+    return Path(os.path.realpath(root / "JPEGImages" / annotation.filename))
+
+
+def _refuse_shared_image(
+    root: Path, split: str, owners: dict[Path, Path], xml: Path, image: Path
+) -> None:
+    """Refuse a second annotation (`xml`) of the split whose <filename> names an image an
+    earlier one (in `owners`) names: a copy-pasted XML scored its boxes on the other's
+    pixels and counted that image twice, while its own image was never read. `owners` is
+    added to."""
+    first = owners.setdefault(image, xml)
+    if first != xml:
+        raise UserError(
+            f"{root}: split {split}: {first} and {xml} both name the image {image}",
+            "give each annotation its own image in <filename> (VOC's is <id>.jpg)",
+        )
 
 
 def _regular(path: Path, what: str) -> None:
@@ -276,15 +302,113 @@ def check_measurable(root: Path, split: str, annotations: list[VocAnnotation]) -
     """Refuse a split to measure AP on that holds no object AP counts (none, or difficult
     ones only, which are left out of the positives): every class's AP, and the mAP, would be
     NaN, reported after the whole training without a word."""
+    _check_objects(root, split, annotations, "measure AP on", "AP", "--val-split")
+
+
+def check_trainable(root: Path, split: str, annotations: list[VocAnnotation]) -> None:
+    """Refuse a split to train on that holds no object to learn (none, or difficult ones
+    only, which `VocDataset` leaves out of the targets): the detector would learn the
+    background alone, and an "after" AP be reported as if it had been trained."""
+    _check_objects(root, split, annotations, "train on", "training", "--train-split")
+
+
+def _check_objects(
+    root: Path, split: str, annotations: list[VocAnnotation], to: str, who: str, option: str
+) -> None:
     objects = [o for a in annotations for o in a.objects]
     if any(not o.difficult for o in objects):
         return
     count = len(annotations)
     has = "image has" if count == 1 else "images have"
-    which = "only difficult ones, which AP leaves out" if objects else "none"
+    which = f"only difficult ones, which {who} leaves out" if objects else "none"
     raise UserError(
-        f"{root}: the {split} split has no objects to measure AP on (its {count} {has} {which})",
-        "annotate objects in its images, or name a split that has some with --val-split",
+        f"{root}: the {split} split has no objects to {to} (its {count} {has} {which})",
+        f"annotate objects in its images, or name a split that has some with {option}",
+    )
+
+
+def check_apart(
+    root: Path,
+    train_split: str,
+    train: list[VocAnnotation],
+    val_split: str,
+    val: list[VocAnnotation],
+) -> None:
+    """Refuse to train on images AP is measured on: the same split named for both, or a
+    train split holding an image of the val split, by id (make-shapes' and VOC's trainval
+    holds val) or by the file its <filename> names. AP on trained images is inflated, and
+    was reported without a word."""
+    if train_split == val_split:
+        what = f"{train_split} is both the training and the validation split"
+    else:
+        shared = _shared(train_split, train, val_split, val, root)
+        if not shared:
+            return
+        count = len(shared)
+        listed = ", ".join(shared[:3]) + (f" and {count - 3} more" if count > 3 else "")
+        image = "image" if count == 1 else "images"
+        what = f"the {train_split} and {val_split} splits share {count} {image} ({listed})"
+    raise UserError(
+        f"{root}: {what}: AP on {val_split} would be measured on images trained on",
+        _apart_hint(root, train_split, train, val_split, val),
+    )
+
+
+def _shared(
+    train_split: str,
+    train: list[VocAnnotation],
+    val_split: str,
+    val: list[VocAnnotation],
+    root: Path,
+) -> list[str]:
+    """The images of `val` that `train` holds too, by id or by the file their <filename>
+    names (an id of each split naming one image), each as its id or a phrase naming both."""
+    ids = {a.image_id for a in train}
+    files = {image_file(root, a): a.image_id for a in train}
+    shared = []
+    for a in val:
+        image = image_file(root, a)
+        if a.image_id in ids:
+            shared.append(a.image_id)
+        elif image in files:
+            shared.append(
+                f"{val_split}'s {a.image_id} names the image of {train_split}'s "
+                f"{files[image]}, {image}"
+            )
+    return shared
+
+
+def _apart_hint(
+    root: Path,
+    train_split: str,
+    train: list[VocAnnotation],
+    val_split: str,
+    val: list[VocAnnotation],
+) -> str:
+    """The fix: VOC's (and make-shapes') own train split in place of the one given, or its
+    val split, where it is there, has objects and shares no image with the other split;
+    else which options to change."""
+    if "train" not in (train_split, val_split):
+        try:
+            candidate = load_split(root, "train")
+            check_trainable(root, "train", candidate)
+        except UserError:  # not there, or refused: not a fix to offer
+            pass
+        else:
+            if not _shared("train", candidate, val_split, val, root):
+                return "train on a split without them: --train-split train"
+    if "val" not in (train_split, val_split):
+        try:
+            candidate = load_split(root, "val")
+            check_measurable(root, "val", candidate)
+        except UserError:
+            pass
+        else:
+            if not _shared(train_split, train, "val", candidate, root):
+                return "measure on a split without them: --val-split val"
+    return (
+        f"name a training split with none of the {val_split} images with --train-split, "
+        "or another split to measure on with --val-split"
     )
 
 
