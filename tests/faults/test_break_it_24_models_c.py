@@ -100,3 +100,64 @@ def test_process_global_torch_settings_are_put_back_with_a_line(tmp_path: Path, 
     assert all(when in note and "put back" in note for note in notes), said
     for what in ("anomaly detection", "deterministic algorithms", "flush denormal"):
         assert what in said, said
+
+
+# --- C7: relative imports in a model file that is not its package's __init__.py --------------
+
+
+def test_a_model_file_beside_its_package_modules_imports_them_relatively(
+    tmp_path: Path,
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "deep.py").write_text("K = 2\n")
+    (pkg / "layers.py").write_text(
+        "import torch.nn as nn\nfrom .sub.deep import K\n"
+        "class Head(nn.Linear):\n"
+        "    def __init__(self, i, o): super().__init__(i, o * K // K)\n"
+    )
+    (pkg / "model.py").write_text(
+        "from .layers import Head\nfrom . import layers\nimport layers as same\n"
+        "import torch.nn as nn\n"
+        "def build(num_classes=10, in_channels=1):\n"
+        "    assert layers.Head is Head and same.Head is Head\n"
+        "    return nn.Sequential(nn.Flatten(), Head(64 * in_channels, num_classes))\n"
+    )
+    # before: "failed to import: ImportError: attempted relative import with no known parent
+    # package", for the layers file named itself too
+    model = create_model(f"{pkg / 'model.py'}:build", num_classes=10, in_channels=1)
+    assert type(model[1]).__name__ == "Head"
+    head = create_model(f"{pkg / 'layers.py'}:Head", num_classes=None, i=4, o=3)
+    assert head.out_features == 3
+    # A model file named as the module it imports still gets that module, not itself
+    spec = _model(tmp_path, "import colorsys\nassert colorsys.rgb_to_hls", "colorsys.py")
+    create_model(spec, num_classes=10, in_channels=1)
+
+
+# --- C14: a dynamically quantized model ------------------------------------------------------
+
+QUANTIZED = """
+import torch
+def quantized(num_classes=10, in_channels=1):
+    m = nn.Sequential(nn.Flatten(), nn.Linear(64 * in_channels, 16), nn.ReLU(),
+                      nn.Linear(16, num_classes))
+    return torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8)
+"""
+
+
+# torch's deprecation of quantized tensors and of torch.ao.quantization
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+def test_a_quantize_dynamic_model_is_refused_naming_its_quantized_module(
+    tmp_path: Path,
+) -> None:
+    _model(tmp_path, QUANTIZED)
+    exp = experiment(f"{tmp_path / 'model.py'}:quantized")
+    with pytest.raises(UserError) as refused:
+        build_model(exp, FakeData(), CPU)  # type: ignore[arg-type]
+    said = str(refused.value)
+    # before: "has no parameters to train (give it at least one layer with weights ...)"
+    assert "no parameters to train" not in said and "give it at least one layer" not in said
+    assert "1 (torch.ao.nn.quantized.dynamic Linear) is a quantized module" in said, said
+    assert "train the float model" in said and "quantize_dynamic" in said, said

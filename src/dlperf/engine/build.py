@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from dlperf import contention
-from dlperf.analytic.counting import other_dtype
+from dlperf.analytic.counting import QUANTIZED, other_dtype
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
@@ -260,6 +260,27 @@ def not_float32(model: torch.nn.Module, name: str, error: str) -> UserError | No
     )
 
 
+def check_not_quantized(model: torch.nn.Module, name: str) -> None:
+    """Refuse model `name` when a quantized module (quantize_dynamic's Linear) leaves it
+    nothing to train, naming that module as `dlperf analyze` does: its int8 weights are
+    packed, no parameters, so the line was "has no parameters to train (give it at least one
+    layer with weights (nn.Linear ...))", for a model made of Linear layers."""
+    if any(p.requires_grad for p in model.parameters()):
+        return  # the float layers train; quantized ones beside them are the model's choice
+    for where, module in model.named_modules():
+        package = type(module).__module__
+        if package.startswith(QUANTIZED) and ".reference" not in package:
+            kind = f"{package.partition('.modules')[0]} {type(module).__name__}"
+            what = f"its module {where}" if where else "the model itself"
+            raise UserError(
+                f"model {name}: {what} ({kind}) is a quantized module, which dlperf "
+                "cannot train: its int8 weights are packed, no parameters, and the model has "
+                "no other parameters to train",
+                "train the float model, as built before quantize_dynamic, and quantize it "
+                "after training",
+            )
+
+
 def build_model(
     exp: Experiment,
     data: ImageData,
@@ -312,6 +333,7 @@ def build_model(
             "materialise them in the factory, e.g. model.to_empty(device='cpu') and then "
             "initialise them",
         )
+    check_not_quantized(model, name)
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device)
     except UserError as e:

@@ -266,6 +266,9 @@ def _refuse_name(path: Path, factory: str, value: Any, module: ModuleType) -> No
 _REAL_IMPORT = builtins.__import__
 _BUILTINS: dict[str, dict[str, Any]] = {}  # a home's or a model module's name -> its builtins
 _DIRECTORIES: set[str] = set()  # every home's directory
+# The model files imported under a home (its submodules): `import einops` in a model file
+# named einops.py is the real einops, as it was while model files were top-level modules.
+_MODEL_FILES: set[str] = set()
 
 
 def _home(directory: Path) -> str:
@@ -299,7 +302,8 @@ def _import(
     (sys.path, no home's directory counted) is the one beside them, or missing."""
     top = name.partition(".")[0]
     own = f"{home}.{top}"
-    if level == 0 and top not in sys.modules and (own in sys.modules or not _elsewhere(top)):
+    imported = own in sys.modules and own not in _MODEL_FILES
+    if level == 0 and top not in sys.modules and (imported or not _elsewhere(top)):
         if own not in sys.modules and PathFinder.find_spec(top, [directory]) is None:
             raise ModuleNotFoundError(f"No module named {top!r}", name=top)
         module = _REAL_IMPORT(f"{home}.{name}", globals, locals, fromlist, 0)
@@ -702,10 +706,18 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules (dataclasses, pickle and typing look a class's module up there), the modules
     beside it importable (`import helper`; its own, whatever other model files the process
     imported: see _home), and an `__init__.py` as the package it is (for its relative
-    imports)."""
+    imports). Any other file is a submodule of its directory's home, as pkg/model.py is of
+    pkg when Python imports it: its relative imports (`from .layers import Head`) are its
+    neighbours'. Imported as a top-level module, they failed, "attempted relative import with
+    no known parent package"."""
     directory = path.resolve().parent
     package = path.name == "__init__.py"
-    name = f"{USER_MODULE_PREFIX}{directory.name if package else path.stem}"
+    if package:
+        name = f"{USER_MODULE_PREFIX}{directory.name}"
+    else:
+        # A dot in the stem ("net.v2.py") would name a package that is not there
+        name = f"{_home(directory)}.{path.stem.replace('.', '_')}"
+        _MODEL_FILES.add(name)
     module_spec = importlib.util.spec_from_file_location(
         name,
         path,
@@ -714,8 +726,8 @@ def _import_file(path: Path) -> ModuleType:
     )
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
-    # A package's own absolute imports start beside it
-    _BUILTINS[name] = _BUILTINS[_home(directory.parent if package else directory)]
+    if package:  # its own absolute imports start beside it
+        _BUILTINS[name] = _BUILTINS[_home(directory.parent)]
     sys.modules[name] = module
     try:
         # stdout is dlperf's (a --json document): what the module prints goes to stderr
@@ -745,6 +757,9 @@ def _import_file(path: Path) -> ModuleType:
                 f"model file {path} failed to import: {type(e).__name__}: {e}"
             ) from None
         raise
+    if not package:  # as importlib binds a submodule to its package
+        home, _, attribute = name.rpartition(".")
+        setattr(sys.modules[home], attribute, module)
     return module
 
 
