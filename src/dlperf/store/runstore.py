@@ -1054,6 +1054,9 @@ class RunStore:
         store = cls(engine, store_id, read_only)
         if sqlite and (create if writes is None else writes) and not read_only:
             store._keep_file()
+        if sqlite:
+            # A reader's too: its connections, left to the interpreter's end, were never
+            # closed, and left an empty -wal and -shm beside the store (compare, doctor).
             _close_at_exit(engine)
         return store
 
