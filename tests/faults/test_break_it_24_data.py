@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from tests.faults.test_break_it_21_data import (
     write_cifar,
     write_mnist,
 )
-from tests.faults.test_break_it_23_data_a import describe
+from tests.faults.test_break_it_23_data_a import describe, write_folder
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -113,3 +114,19 @@ def test_a_gz_newer_than_its_unpacked_file_is_unpacked_again(cli: Cli, tmp_path:
     r = describe(cli, "mnist", tmp_path / "m")
     assert r.code == 0, r.err
     assert json.loads(r.out)["splits"] == {"train": 54, "val": 6, "test": 20}
+
+
+# --- C6: a split folder that is itself a link ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("link", "to"), [("train", "val"), ("test", "train")])
+def test_a_split_folder_that_is_a_link_is_named(
+    cli: Cli, tmp_path: Path, link: str, to: str
+) -> None:
+    root = write_folder(tmp_path / "if")
+    if (root / link).exists():
+        shutil.rmtree(root / link)
+    (root / link).symlink_to(to)
+    r = describe(cli, "imagefolder", root, "data.image_size=8")
+    one_line(r, 2, f"{root / link} is a link to {root / to}", "keep each image in one split")
+    assert f"{link}/a" not in r.err

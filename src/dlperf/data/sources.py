@@ -977,6 +977,42 @@ def _holds_images(split: Path) -> bool:
     return False
 
 
+def _linked_splits(root: Path) -> None:
+    """Refuse two split folders of `root` (train, val, test) of which one is the other, or
+    lies inside it, through a link (train -> val): the same images in both splits. Said of the
+    split folder that is the link, before any image is listed: the check of each file found
+    the link nowhere below the split and named train/a, a plain folder."""
+    splits = [root / n for n in ("train", "val", "test") if (root / n).is_dir()]
+    for i, one in enumerate(splits):
+        for other in splits[i + 1 :]:
+            reals = Path(os.path.realpath(one)), Path(os.path.realpath(other))  # uncached
+            if not (reals[0].is_relative_to(reals[1]) or reals[1].is_relative_to(reals[0])):
+                continue
+            # siblings: one of the two at least is a link, or they could not be one folder
+            if one.is_symlink() != other.is_symlink():
+                link, to = (one, other) if one.is_symlink() else (other, one)
+            else:  # both links: the one that lies inside the other's folder
+                link, to = (one, other) if reals[0].is_relative_to(reals[1]) else (other, one)
+            said = _link_said(link, to)
+            if link.is_symlink() and to.is_symlink() and reals[0] == reals[1]:
+                said = f"{one} and {other} are links to one folder ({reals[0]})"
+            raise UserError(
+                f"{said}: the images of the {link.name} split would be in the {to.name} "
+                "split too, so what is measured on one was seen in the other",
+                "give each split a folder of its own: keep each image in one split",
+            )
+
+
+def _link_said(link: Path, to: Path) -> str:
+    """What the split folder `link`, a link, is to the split folder `to`."""
+    real, theirs = Path(os.path.realpath(link)), Path(os.path.realpath(to))
+    if real == theirs:
+        return f"{link} is a link to {to}"
+    if real.is_relative_to(theirs):
+        return f"{link} is a link into {to} ({real})"
+    return f"{link} is a link to {real}, which holds {to}"
+
+
 def imagefolder(cfg: DataConfig) -> ImageData:
     """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
     root = Path(cfg.root)
@@ -985,6 +1021,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     if not (root / "train").is_dir():
         raise UserError(f"{root / 'train'} not found", "imagefolder wants root/train and root/val")
     test_dir = _test_folder(root)
+    _linked_splits(root)
     train_set = _listed(root / "train")
     try:
         test_set = _image_folder(test_dir)
