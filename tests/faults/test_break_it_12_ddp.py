@@ -96,8 +96,8 @@ def test_the_warning_is_one_line_naming_the_parameters_and_the_cost() -> None:
     line = unused_warning("'m.py:Net'", ["aux.weight", "aux.bias", "e"])
     assert "\n" not in line
     assert line == (
-        "model 'm.py:Net' has trained parameters its backward gives no gradient "
-        "(aux.weight, aux.bias, e): DDP runs with find_unused_parameters=True, which "
+        "model 'm.py:Net' has trained parameters its backward gives no gradient for two zero "
+        "images (aux.weight, aux.bias, e): DDP runs with find_unused_parameters=True, which "
         "traverses the autograd graph every step; use them in the forward, or freeze them "
         "(requires_grad = False), to train without it"
     )

@@ -73,6 +73,20 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     return []
 
 
+# How torch begins an error raised inside a TorchScript model (engine.checks.TORCHSCRIPT)
+_TORCHSCRIPT = "The following operation failed in the TorchScript interpreter"
+
+
+def _torchscript_error(e: BaseException) -> str | None:
+    """The error a TorchScript model raised, where `e` is one: the last line of torch's
+    message ("RuntimeError: mat1 and mat2 ...", "builtins.ValueError: ..." for a `raise` in
+    its code, shown without "builtins."), after its TorchScript traceback; None otherwise."""
+    lines = str(e).strip().splitlines()
+    if not lines or not lines[0].startswith(_TORCHSCRIPT):
+        return None
+    return lines[-1].removeprefix("builtins.")
+
+
 class _StandardOutput(io.FileIO):
     """File descriptor 1, its refused writes naming it: a write to a full disk or /dev/full
     (`dlperf runs list > FILE`) raises an OSError naming no file, which said only `error:
@@ -184,6 +198,11 @@ def outcome() -> int:
             for frame in traceback.format_list(frames):
                 say(frame.rstrip("\n"))
             say("(the whole traceback: dlperf --debug ...)")
+            return 1
+        if not state.debug and (raised := _torchscript_error(e)):
+            # A TorchScript model's own error: no Python frame of its file to show
+            say(f"error: the model raised {one_line(raised)}")
+            say("(inside its TorchScript code; the whole traceback: dlperf --debug ...)")
             return 1
         if not state.debug and (line := unloadable(e, limited=False)):
             # torch's or torchvision's broken installation: the environment's, not the input's.

@@ -31,6 +31,7 @@ from dlperf.engine.checks import (
     check_classifier,
     check_finite,
     check_reloadable,
+    check_run_form,
     check_target_measured,
     dry_backward,
     dry_forward,
@@ -350,12 +351,15 @@ def build_model(
     unused = dry_backward(model, data.shape, name, device)
     if unused and reporter is not None:  # a DDP worker says its own (find_unused_parameters)
         reporter.log(
-            f"warning: {no_gradient(name, unused, 3)}: they keep their initial values; use "
-            "them in the forward, or freeze them (requires_grad = False)"
+            f"warning: {no_gradient(name, unused, 3)}: if no image reaches them, they keep "
+            "their initial values (use them in the forward, or freeze them: requires_grad = "
+            "False)"
         )
     # A batch of one image, which the two-image checks cannot see (batch norm): here, so that
     # a sweep's up-front check and every trainer refuse it alike.
     check_batch_trains(model, exp.train.batch_size, data.shape, name, device)
+    # Another batch size, run.compile and run.channels_last, as the run will give them
+    check_run_form(model, data.shape, name, device, exp.run.compile, exp.run.channels_last)
     if exp.run.checkpoint:  # a state the first checkpoint could not be loaded from
         check_checkpointable(model)
         if fresh:  # a stored run's weights are loaded next, by fit_weights, which tells them

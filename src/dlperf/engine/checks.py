@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 
 DRY_BATCH = 2  # images in the dry forward
+# A batch the dry forward did not see, for a forward that holds the batch at DRY_BATCH
+# (x.reshape(2, -1)); more than DRY_BATCH, as batch norm in training takes no fewer.
+OTHER_BATCH = DRY_BATCH + 1
 # What every trainer's forward is given, said where a model's forward needs more.
 FED = "dlperf feeds it one tensor, a batch of images"
 # torch's warning for a backward through an operation without one (a quantized layer's)
@@ -37,27 +40,36 @@ def dry_forward(
     device: torch.device | None = None,
     training: bool = False,
     batch: int = DRY_BATCH,
+    memory_format: torch.memory_format = torch.contiguous_format,
 ) -> object:
-    """One forward of `batch` (two) zero images of `shape`, in eval mode and without
-    gradients: sizes lazy layers (neither the optimizer nor the exporter can use uninitialised
-    parameters) and turns a model that rejects the shape (torch refusing it) into the error
-    "`rejects`: first line of the cause"; an exception the model's own code raises (a `raise`
-    in its file, a class it defines) goes on as it is, for the CLI to tell with the model's
-    frames, exit 1, as analyze does. Returns what the model returned. `training`: in training
-    mode, on a model sized by a forward before, its buffers (batch-norm statistics) put back
-    after; left in eval mode. A forward that needs more than the images (forward(self, x,
-    mask)) is refused before it is called: its TypeError is not the images' fault."""
+    """One forward of `batch` (two) zero images of `shape` (in `memory_format`, the run's), in eval
+    mode and without gradients: sizes lazy layers (neither the optimizer nor the exporter can
+    use uninitialised parameters) and turns a model that rejects the shape (torch refusing it)
+    into the error "`rejects`: first line of the cause"; an exception the model's own code
+    raises (a `raise` in its file, a class it defines) goes on as it is, for the CLI to tell
+    with the model's frames, exit 1, as analyze does. Returns what the model returned.
+    `training`: in training mode, on a model sized by a forward before, its buffers (batch-norm
+    statistics) put back after; left in eval mode. A forward that needs more than the images
+    (forward(self, x, mask)) is refused before it is called: its TypeError is not the images'
+    fault."""
     refuse_more_than_one(model, FED)
     saved = [(b, b.clone()) for b in model.buffers()] if training else []
-    model.train(training)
+    set_mode(model, training)
+    zeros = torch.zeros(batch, *shape, device=device)
+    if zeros.dim() == 4:  # the run's memory format, as the trainer feeds its batches
+        zeros = zeros.contiguous(memory_format=memory_format)
     try:
-        with torch.no_grad():
-            return model(torch.zeros(batch, *shape, device=device))
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch.utils.checkpoint (reentrant) warns of an input without gradients, as
+            # none has any here: the training steps, with gradients, are what it is for
+            warnings.filterwarnings("ignore", NO_GRAD_INPUTS, UserWarning)
+            return model(zeros)
     except Exception as e:  # a user's forward fails in any way: TypeError for a signature
         if raised_by_model(e):
             raise
-        first = (str(e).strip().splitlines() or [""])[0]
-        if not isinstance(e, RuntimeError):  # torch's own errors say what they are
+        first = first_line(e)
+        # torch's own errors say what they are, and a TorchScript model's last line names it
+        if not isinstance(e, RuntimeError) and not str(e).startswith(TORCHSCRIPT):
             first = f"{type(e).__name__}: {first}"
         if out_of_memory(e):
             count = {1: "one", 2: "two"}.get(batch, str(batch))
@@ -72,6 +84,112 @@ def dry_forward(
             for buffer, value in saved:
                 buffer.copy_(value)
         model.eval()
+
+
+# torch.utils.checkpoint's warning for a forward without gradients (the dry forward's)
+NO_GRAD_INPUTS = "None of the inputs have requires_grad=True"
+# How torch begins an error raised inside a TorchScript model; the error itself is its last line
+TORCHSCRIPT = "The following operation failed in the TorchScript interpreter"
+
+
+def first_line(e: BaseException) -> str:
+    """The line of torch's error `e` that says what failed: its first, or for an error raised
+    inside a TorchScript model (whose first line says only that) its last."""
+    lines = str(e).strip().splitlines() or [""]
+    if not lines[0].startswith(TORCHSCRIPT):
+        return lines[0]
+    # "RuntimeError: mat1 and mat2 ...", or "builtins.ValueError: ..." for a `raise` in it
+    return lines[-1].removeprefix("builtins.").removeprefix("RuntimeError: ")
+
+
+def set_mode(model: nn.Module, training: bool) -> None:
+    """model.train(`training`); a model that cannot switch mode is one line naming the fix
+    rather than a traceback: a torch.export GraphModule (torch.export.export(...).module()),
+    whose train() and eval() raise NotImplementedError, or an override of train() that takes
+    no mode (def train(self)), which eval() calls with one too. An exception the model's own
+    code raises goes on as it is, to be told with the model's frames. Worded as analyze's
+    (analytic.counting.switch_mode)."""
+    try:
+        model.train(training)
+    except Exception as e:
+        if raised_by_model(e):
+            raise
+        said = f"{type(e).__name__}: {first_line(e)}"
+        if isinstance(model, torch.fx.GraphModule) and isinstance(e, NotImplementedError):
+            raise UserError(
+                "the model is a torch.export GraphModule (torch.export.export(...).module()), "
+                f"which cannot switch between train and eval mode as dlperf does ({said})",
+                "return the nn.Module from the factory, not its export (a run's model is "
+                "exported with `dlperf export`)",
+            ) from None
+        if isinstance(e, TypeError):
+            raise UserError(
+                f"the model's train() does not take the mode: dlperf calls "
+                f"model.train({training}) ({said})",
+                "take it as nn.Module does: def train(self, mode=True), passing mode on to "
+                "super().train(mode)",
+            ) from None
+        raise UserError(
+            f"the model's train({training}) fails: {said}",
+            "train(mode) must switch the model as nn.Module's does",
+        ) from None
+
+
+def refuse_compiling(model: nn.Module, what: str) -> None:
+    """`model` (`what`), which run.compile asks to compile, must not be a TorchScript model
+    (torch.jit.script or torch.jit.trace): torch.compile refuses one in a traceback."""
+    if isinstance(model, torch.jit.ScriptModule):
+        raise UserError(
+            f"run.compile: a TorchScript model cannot be compiled (model {what} is a "
+            f"{type(model).__name__})",
+            "set run.compile = false, or return the module without torch.jit.script or "
+            "torch.jit.trace",
+        )
+
+
+def check_run_form(
+    model: nn.Module,
+    shape: Sequence[int],
+    what: str,
+    device: torch.device | None = None,
+    compiled: bool = False,
+    channels_last: bool = False,
+) -> None:
+    """`model` (`what`), through the dry checks at DRY_BATCH, must also take what the run gives
+    it, said here before anything is recorded rather than after, from its first step: a
+    batch of another size (OTHER_BATCH: a forward that holds the batch at DRY_BATCH, as in
+    x.reshape(2, -1), passes those checks alone), torch.compile where run.compile asks
+    (`compiled`: torch compiles no TorchScript model), and the channels-last memory format
+    where run.channels_last asks (`channels_last`: a .view after a convolution fails in it).
+    With `channels_last`, the model is left in that format, as the trainer sets it anyway."""
+    if compiled:
+        refuse_compiling(model, what)
+    fixed = (
+        f"take the batch from the input: x.view(x.size(0), -1) or x.flatten(1), not "
+        f"x.view({DRY_BATCH}, -1)"
+    )
+    refused = f"model {what} takes a batch of {DRY_BATCH} images but not of {OTHER_BATCH}"
+    try:
+        output = dry_forward(model, shape, refused, device, batch=OTHER_BATCH)
+    except UserError as e:
+        raise UserError(e.message, e.hint or fixed) from None
+    if isinstance(output, torch.Tensor) and output.shape[:1] != (OTHER_BATCH,):
+        raise UserError(
+            f"model {what} returns shape {list(output.shape)} for a batch of {OTHER_BATCH} "
+            f"images; expected one row of scores per image, [{OTHER_BATCH}, classes]",
+            fixed,
+        )
+    if channels_last and len(shape) == 3:
+        model.to(memory_format=torch.channels_last)
+        refused = f"model {what} fails in run.channels_last's memory format"
+        try:
+            dry_forward(model, shape, refused, device, memory_format=torch.channels_last)
+        except UserError as e:
+            raise UserError(
+                e.message,
+                "set run.channels_last = false, or use .reshape(...) where its forward has "
+                ".view(...) (a view cannot span the channels-last strides)",
+            ) from None
 
 
 LARGEST_TRIED = 512  # the largest side `misfit` tries a model at
@@ -148,7 +266,12 @@ def no_gradient(what: str, unused: list[str], most: int) -> str:
     backward (`dry_backward`) gives no gradient, the first `most` named: a plain run's and a
     DDP worker's, each ending in what it means there."""
     named = few(unused, most)
-    return f"model {what} has trained parameters its backward gives no gradient ({named})"
+    # For the probe's images alone: a branch that other images take (if x.mean() > 0) gets
+    # gradients in training, so nothing more is known of them here
+    return (
+        f"model {what} has trained parameters its backward gives no gradient for two zero "
+        f"images ({named})"
+    )
 
 
 def dry_backward(
@@ -166,7 +289,7 @@ def dry_backward(
     named_parameters' order: a plain run trains without them, DDP must be told of them."""
     saved = [(b, b.clone()) for b in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]
-    model.train()
+    set_mode(model, True)
     cannot = f"model {what} cannot be trained"
     try:
         for p, _ in grads:  # put back below: which ones this backward reaches
@@ -220,7 +343,7 @@ def dry_backward(
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return unused
     except RuntimeError as e:
-        first = (str(e).strip().splitlines() or [""])[0]
+        first = first_line(e)
         if out_of_memory(e):
             raise UserError(
                 f"out of memory in a backward of two {tuple(shape)} images on "

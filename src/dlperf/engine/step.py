@@ -23,6 +23,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from dlperf.config import RunConfig, TrainConfig
+from dlperf.engine.checks import refuse_compiling
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.precision import autocast as precision_autocast
 
@@ -214,6 +215,8 @@ def prepare(
     model.to(device).to(memory_format=memory_format)
     forward = wrap(model) if wrap is not None else model
     if run.compile:
+        # Refused before the run is recorded (check_run_form); here for any other caller
+        refuse_compiling(model, type(model).__name__)
         forward = torch.compile(forward)
     step = build_step(
         model, train, run.precision, device, steps_per_epoch, forward, timer, distribute, loss_fn
