@@ -106,6 +106,10 @@ UNWRITABLE = (
     "the store's file, its directory or its database is read-only: check the file's mode and "
     "attributes (lsattr), the mount, or the database's permissions"
 )
+# The fix of a PostgreSQL session that may not write, whatever it was refused.
+READ_ONLY_SESSION = (
+    "open it from a session that may write (not default_transaction_read_only=on, not a standby)"
+)
 BUSY_TIMEOUT_S = 30  # how long a write waits for the write lock; a SQLite URL's ?timeout= sets it
 # How long a connection to a PostgreSQL server may take (libpq's connect_timeout), unless the
 # URL's ?connect_timeout= or libpq's PGCONNECT_TIMEOUT says: a port that accepts connections
@@ -667,8 +671,7 @@ def _read_only_session(engine: Engine, name: str, e: DatabaseError) -> UserError
             )
     return UserError(
         f"cannot make run store {name}: its session is read-only ({_one_line(e)})",
-        "open it from a session that may write (not default_transaction_read_only=on, "
-        "not a standby)",
+        READ_ONLY_SESSION,
     )
 
 
@@ -1162,9 +1165,14 @@ class RunStore:
             no_room = _no_room(e, self.engine)
             if no_room:
                 raise no_room from None
-            if _sqlite_code(e) == SQLITE_READONLY or _pg_state(e) == PG_READ_ONLY:
+            if _sqlite_code(e) == SQLITE_READONLY:
                 raise UserError(
                     f"cannot write run store {name}: {_one_line(e)}", UNWRITABLE
+                ) from None
+            if _pg_state(e) == PG_READ_ONLY:  # the session's, not a file's: no lsattr
+                raise UserError(
+                    f"cannot write run store {name}: its session is read-only ({_one_line(e)})",
+                    READ_ONLY_SESSION,
                 ) from None
             if _sqlite_code(e) == SQLITE_BUSY:
                 raise _locked(name, _busy_timeout_s(self.engine.url)) from None
