@@ -326,9 +326,9 @@ def _sqlite_checked(url: URL, name: str) -> Path:
     return where
 
 
-def _store_path(path: str | None, name: str) -> Path:
+def _store_path(path: str | None, name: str, example: str = "--db {}") -> Path:
     """The file a SQLite store's `path` names, resolved; or the one line why no store can be
-    kept there."""
+    kept there. `example`: how a fix gives the path (`runs repair` takes OUT, not --db)."""
     if not path or path == ":memory:":  # each process, each connection even, its own store
         raise UserError(
             f"run store {name} is in memory: it would keep nothing",
@@ -341,10 +341,15 @@ def _store_path(path: str | None, name: str) -> Path:
             f"give the file itself: sqlite:///{plain} or --db {plain}",
         )
     if path.endswith("/"):  # Path() drops the slash: the file x.db of "x.db/" was used
-        raise UserError(
-            f"run store {name}: a store path that ends in / names a directory",
-            f"give the store file without the slash, e.g. --db {integrity.shown(path.rstrip('/'))}",
-        )
+        bare = path.rstrip("/") or "/"
+        # A directory there: without the slash it is refused as one, so a file in it.
+        if os.path.isdir(bare):
+            inside = integrity.shown(bare.rstrip("/") + "/" + DEFAULT_DB)
+            fix = f"give a file in it, e.g. {example.format(inside)}"
+        else:
+            bare = integrity.shown(bare)
+            fix = f"give the store file without the slash, e.g. {example.format(bare)}"
+        raise UserError(f"run store {name}: a store path that ends in / names a directory", fix)
     if not os.path.isabs(path) and (unnamed := unnamed_cwd()) is not None:
         what, fix = unnamed  # resolved, it said "[Errno 2] No such file or directory"
         raise UserError(
@@ -360,7 +365,7 @@ def _store_path(path: str | None, name: str) -> Path:
     if where.is_dir():
         raise UserError(
             f"run store {shown(path)} is a directory",
-            f"give a file in it, e.g. --db {shown(path)}/dlperf.db",
+            f"give a file in it, e.g. {example.format(shown(path) + '/' + DEFAULT_DB)}",
         )
     # A FIFO, a device or a /proc file reads as size 0: as a missing store (an empty list,
     # exit 0), and wrote as a "disk I/O error".
@@ -1889,7 +1894,7 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
         check_utf8_name("run store", target)
     # As --db's: not resolved first (which dropped "new.db/"'s slash and read file:new.db as
     # a file of that name), so the OS's own refusals stand.
-    where = _store_path(target, integrity.shown(target))
+    where = _store_path(target, integrity.shown(target), "dlperf runs repair {}")
     if os.path.lexists(target):  # a link too, dangling or not: it is not replaced
         raise UserError(
             f"{integrity.shown(target)} exists", "repair writes a new store: give a new file name"
