@@ -92,8 +92,9 @@ def test_a_comma_csv_with_a_semicolon_in_a_column_name_still_reads(
 
 
 def test_a_comma_csv_still_says_quote_a_field_that_holds_a_comma(cli: Cli, tmp_path: Path) -> None:
-    """The old hint stays where it is the fix: a comma CSV with an unquoted comma."""
-    path = _write(tmp_path / "c.csv", "iteration,metric\n1,0.5\n2,0,6\n")
+    """The old hint stays where it is the fix: a comma CSV with an unquoted comma in a text
+    field (not a decimal comma, 0,6, which is told to write '.' since round 24)."""
+    path = _write(tmp_path / "c.csv", "iteration,metric,note\n1,0.5,x\n2,0.6,a, b\n")
     r = _fit(cli, path)
     assert r.code == 2 and "quote a field that holds a comma" in r.err, r.err
     assert SEMICOLON not in r.err, r.err

@@ -84,6 +84,29 @@ def semicolons(path: Path, text: str, fieldnames: Sequence[str] | None) -> None:
         )
 
 
+# A field past the header's that is all digits: the tail of a number split at a decimal comma
+# (0,4455) or a thousands separator (1,000), not text that holds a comma.
+_DIGIT_TAIL = re.compile(r"\d+")
+
+
+def comment_header(path: Path, text: str, fieldnames: Sequence[str] | None, skipped: int) -> None:
+    """Refuse, in one line naming it, a header line that starts with '#': a comment line
+    (`# written by train.py`, numpy.savetxt's `# step,loss`) is read as the header, as a CSV's
+    first line is, and the lines that reading then fails with ("N fields where the header has
+    M", "no column 'step'") would blame the data. Called, like `semicolons`, only once reading has
+    failed; a column merely named '#' is not a comment."""
+    first = (fieldnames or [""])[0].strip()
+    if not first.startswith("#") or first == "#":
+        return
+    line = text.splitlines()[0] if text else ""
+    raise UserError(
+        f"{path}:{skipped + 1}: the first line '{one_line(line)}' is read as the header, "
+        "a comment?",
+        "a CSV's first line names its columns: delete the lines above the header, or the '#' "
+        "before its names",
+    )
+
+
 def read_numbers(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> tuple[list[int], dict[str, list[float]]]:
@@ -124,11 +147,23 @@ def read_table(
     rows: list[tuple[int, dict[str, str]]] = []
     for row in reader:
         if None in row:  # restkey: the fields past the header's
+            comment_header(path, text, reader.fieldnames, skipped)
             semicolons(path, text, reader.fieldnames)
             named = len(reader.fieldnames or [])
-            fields = named + len(row[None])
+            extra = row[None]
+            fields = named + len(extra)
+            line = reader.line_num + skipped
+            where = f"{path}:{line}: {fields} fields where the header has {named}"
+            if sep == "," and all(_DIGIT_TAIL.fullmatch(f.strip()) for f in extra):
+                # 0,4455 read as 0 and 4455: quoting it would only move the refusal to "not a
+                # number", so the hint is the decimal mark (or a thousands separator)
+                given = sep.join(str(v) for k, v in row.items() if k is not None)
+                raise UserError(
+                    f"{where}: '{one_line(sep.join([given, *extra]))}'",
+                    "decimal commas? write '.' for decimals and no thousands separator",
+                )
             raise UserError(
-                f"{path}:{reader.line_num + skipped}: {fields} fields where the header has {named}",
+                where,
                 "quote a field that holds a comma"
                 if sep == ","
                 else "quote a field that holds a tab",
@@ -139,6 +174,7 @@ def read_table(
     header = list(reader.fieldnames or [])
     for name in required:
         if name not in header:
+            comment_header(path, text, header, skipped)
             semicolons(path, text, header)
             shown = [one_line(c) for c in header]
             hint = did_you_mean(one_line(name), shown, f"columns: {', '.join(shown)}", quote=True)
