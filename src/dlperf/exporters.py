@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from sqlalchemy import make_url, select
 from sqlalchemy.exc import ArgumentError
@@ -359,6 +359,75 @@ def _refuse_the_store_itself(store: RunStore, uri: str) -> None:
         )
 
 
+def _refuse_a_run_store(uri: str) -> None:
+    """Nor into another run store: an export to a second dlperf store's file or database wrote
+    MLflow's alembic_version, experiments and params among its tables, then failed halfway
+    ("duplicate column name: step"; PostgreSQL: "column run_uuid referenced in foreign key
+    constraint does not exist"). Read only; a database this cannot read is left to MLflow."""
+    scheme = uri.partition(":")[0].lower().partition("+")[0]
+    try:
+        url = make_url(uri)
+    except ArgumentError:  # MLflow says what is wrong with it
+        return
+    if scheme == "sqlite":
+        if not url.database or url.database == ":memory:" or not Path(url.database).is_file():
+            return
+        found = _sqlite_tables(Path(url.database))
+    elif scheme == "postgresql":
+        found = _server_tables(uri)
+    else:
+        return
+    if found is not None and _dlperf_tables(*found):
+        raise UserError(
+            f"MLflow at {masked_url(uri)}: --uri names a dlperf run store; MLflow would write "
+            "its tables among dlperf's",
+            f"give MLflow a database of its own, e.g. {SQLITE_URI}",
+        )
+
+
+def _dlperf_tables(tables: set[str], runs_columns: set[str]) -> bool:
+    """Whether a database's tables are a dlperf run store's: its `meta` table (MLflow has
+    none; `runs` and `metrics` MLflow has too), or a first release's `runs`, made before
+    `meta`, with dlperf's columns."""
+    return "meta" in tables or ("runs" in tables and {"kind", "config_hash"} <= runs_columns)
+
+
+def _sqlite_tables(path: Path) -> tuple[set[str], set[str]] | None:
+    """The tables of the SQLite file at `path` and the columns of its `runs`, read only."""
+    try:
+        uri = f"file:{quote(str(path))}?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True, timeout=CONNECT_TIMEOUT_S)) as conn:
+            listed = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            tables = {str(name) for (name,) in listed}
+            columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(runs)")}
+    except sqlite3.Error:
+        return None
+    return tables, columns
+
+
+def _server_tables(uri: str) -> tuple[set[str], set[str]] | None:
+    """The tables of the server database at `uri` (in the schema its search_path names first)
+    and the columns of its `runs`; None where it cannot be read (its driver missing, the
+    server not answering within CONNECT_TIMEOUT_S)."""
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        engine = create_engine(uri, connect_args={"connect_timeout": int(CONNECT_TIMEOUT_S)})
+    except (ArgumentError, ImportError):
+        return None
+    try:
+        with engine.connect() as conn:
+            inspector = inspect(conn)
+            tables = set(inspector.get_table_names())
+            runs = inspector.get_columns("runs") if "runs" in tables else []
+            return tables, {str(column["name"]) for column in runs}
+    except SQLAlchemyError:
+        return None
+    finally:
+        engine.dispose()
+
+
 @contextlib.contextmanager
 def _one_setup_at_a_time(uri: str) -> Iterator[None]:
     """Held while an export checks, opens and finds its experiment in the SQL tracking store at
@@ -514,6 +583,7 @@ def export_mlflow(
     new MLflow runs: exporting a run twice gives two MLflow runs.
     """
     _refuse_the_store_itself(store, uri)
+    _refuse_a_run_store(uri)
     runs = _runs(store, run_ids)
     with _one_setup_at_a_time(uri):
         _check_reachable(uri)  # before importing MLflow, which alone takes seconds

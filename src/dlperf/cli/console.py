@@ -10,7 +10,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stdout, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -29,9 +29,8 @@ if TYPE_CHECKING:
 
 def _held_open(fd: int) -> TextIO:
     """A stream for descriptor `fd`, which the command was started without (`dlperf ... >&-`):
-    what is written to it is lost, as to a closed stream, and the command ends as it would
-    with the stream open. The descriptor itself is held on /dev/null, so that no file the
-    command opens (the run store) takes it and receives what C code or a child writes there."""
+    what is written to it is lost, and the command ends as it would with it open. It is held on
+    /dev/null: a file opened (the run store) taking it got what C code or a child wrote."""
     try:
         os.fstat(fd)
     except OSError:  # closed: taken now, before any file could be
@@ -61,9 +60,22 @@ def _line_width(stream: Any) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS") else 160
 
 
+class _Stderr(Console):
+    """stderr's, its reader gone (`dlperf run ... 2>&1 | head -1`): rich raised SystemExit(1),
+    stored as the model's sys.exit, and put /dev/null over stdout, losing the results. Progress
+    is optional: it goes quiet, stderr on /dev/null (no later write meets the closed pipe)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with suppress(OSError, ValueError):  # no descriptor: a test's capture
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self.file.fileno())
+            os.close(null)
+
+
 # No markup: what is printed is data (a run's name, a path), never rich's [style] tags.
 out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
-err = Console(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
+err = _Stderr(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
 
 
@@ -244,23 +256,11 @@ def reporter() -> Iterator[RichReporter]:
     if not err.is_terminal:
         yield RichReporter()
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich import progress as bar
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=err,
-        transient=True,
-    ) as progress:
+    columns = (bar.TextColumn("{task.description}"), bar.BarColumn(), bar.MofNCompleteColumn())
+    status = (bar.TimeElapsedColumn(), bar.TextColumn("{task.fields[status]}"))
+    with bar.Progress(*columns, *status, console=err, transient=True) as progress:
         yield RichReporter(progress)
 
 

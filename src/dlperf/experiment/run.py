@@ -10,6 +10,7 @@ import contextlib
 import functools
 import hashlib
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
 from dlperf.engine.loop import Diverged
 from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
-from dlperf.errors import UserError, model_exited
+from dlperf.errors import UserError, in_model_file, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.models.registry import rebuilding
 from dlperf.parsing import is_file_spec, one_line
@@ -34,7 +35,7 @@ from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
 from dlperf.store.names import given
-from dlperf.store.query import API_PROCESS
+from dlperf.store.query import API_PROCESS, tracked
 from dlperf.store.record import RunRecord
 from dlperf.system import system_info
 
@@ -177,6 +178,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     """Continue a stopped run from its last checkpoint, with its stored config."""
     reporter = reporter or NullReporter()
     stored = store.get_run(run_id)
+    _check_resumable(stored)
     refusal = writer_refusal(stored)  # at once, before the data loads; again when taking over
     if refusal is not None:
         raise refusal
@@ -215,6 +217,38 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
         )
         ckpt = checkpoint.Slot(path, owner)
         return _execute(exp, store, record, ckpt, state, prepared, reporter)
+
+
+# The command that makes each kind of run other than `dlperf run`'s: what to start again.
+_MADE_BY = {
+    "scale": "dlperf scale run",
+    "allreduce": "dlperf scale allreduce",
+    "staleness": "dlperf staleness",
+    "detect": "dlperf detect",
+    "select": "dlperf distill",
+    "calibrate": "dlperf calibrate",
+    "predict": "dlperf predict",
+}
+
+
+def _check_resumable(run: RunRecord) -> None:
+    """Only a run the engine trained from an experiment (`dlperf run`, `dlperf.run`, a sweep's
+    point) resumes from a checkpoint: a dlperf.track run was refused for having none ("it
+    stopped before its first epoch ended"), and a scale point for its config ("unknown key
+    'experiment'"), each blaming what it is not."""
+    if run.kind == "run" and not tracked(run):
+        return
+    if run.kind == "run":
+        raise UserError(
+            f"run {run.id} is a dlperf.track run (a training loop of your own): dlperf cannot "
+            "resume it",
+            "run your loop again",
+        )
+    raise UserError(
+        f"run {run.id} is a {one_line(run.kind)} run, not a `dlperf run` one: only those resume "
+        "from a checkpoint",
+        f"run it again with {_MADE_BY.get(run.kind, 'the command that made it')}",
+    )
 
 
 def _check_not_ahead(store: RunStore, run_id: int, trained: int) -> None:
@@ -268,6 +302,8 @@ def _execute(
     except (Diverged, WrongOutput) as e:  # a wrong output: the model's fault, in one line
         return failed_softly(record, e)
     except SystemExit as e:
+        if not _models_exit(e):  # dlperf's own (rich's on a closed pipe was, blaming the model)
+            raise
         # The user's model ended the process mid-run: a failure of the run (exit 1, its line),
         # not the command's own exit code, which would read sys.exit(0) as success.
         error = model_exited(e.code, "during training")
@@ -284,3 +320,10 @@ def _execute(
     )
     record.summary = summary.to_dict()
     return RunResult(record.id, FINISHED, summary)
+
+
+def _models_exit(e: SystemExit) -> bool:
+    """Whether a model file's code raised `e` (a frame of its traceback is a model file's, as
+    `cli._foreign_caller` tells; it may have called a library that exits): any other
+    SystemExit is not the model's to be blamed for."""
+    return any(in_model_file(frame) for frame, _ in traceback.walk_tb(e.__traceback__))

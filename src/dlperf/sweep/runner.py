@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from dlperf import stopping
 from dlperf.config import Experiment
-from dlperf.errors import UserError
+from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.procs import POLL_S, Supervisor, process_alive
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -184,10 +184,24 @@ def run_point(
     try:
         ran = run_experiment(exp, store, reporter, study_id=study_id, keep_weights=True)
         return SweepPointResult.of_run(ran.run_id, ran.status, ran.to_dict(), ran.error)
-    except UserError as e:
-        return record_failure(store, exp, study_id, since, str(e))
     except Exception as e:
-        return record_failure(store, exp, study_id, since, f"{type(e).__name__}: {e}")
+        # A stop that landed in an import comes out as another error (a RecursionError, or a
+        # model file's import refused in a UserError): the point was stopped, not failed.
+        if interrupted(e):
+            raise KeyboardInterrupt from e
+        return record_failure(store, exp, study_id, since, _failure(e))
+
+
+def _failure(e: Exception) -> str:
+    """A point's error as stored. A store gone mid-run left its run `running`; it is marked
+    failed here once the store answers again (the sweep's own status and exit code), and its
+    line said the run "reads as lost now", against that status."""
+    if isinstance(e, StoreGone) and e.run_id is not None:
+        return (
+            f"{e.message}; marked failed once the store answered again (continue it from its "
+            f"last checkpoint: `dlperf run --resume {e.run_id}`)"
+        )
+    return str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
 
 
 @dataclass
