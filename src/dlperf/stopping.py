@@ -5,9 +5,13 @@ same way wherever they land.
 - A stop signal raises KeyboardInterrupt in the main thread: every `Store.recording` marks
   its run `killed`, every `procs.Supervisor` stops its children, and `run` exits 128 + the
   first signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, as a shell reports them).
+- A soft CPU-time limit's SIGXCPU (`ulimit -S -t`, `prlimit --cpu=SOFT:HARD`) stops the
+  command the same way, exit 152, with one line naming the limit (`cause`): the seconds left
+  to the hard limit's SIGKILL are its cleanup's, and the kernel's repeats of SIGXCPU in them
+  are ignored. (`ulimit -t N` sets both limits: SIGKILL comes at once, nothing can be said.)
 - SIGHUP ignored when dlperf starts stays ignored: `nohup` sets that, and its user asked for
-  the command to outlive the terminal. SIGQUIT and SIGUSR1 keep their default actions (a
-  core dump is what SIGQUIT asks for).
+  the command to outlive the terminal; so does an ignored SIGXCPU. SIGQUIT and SIGUSR1
+  keep their default actions (a core dump is what SIGQUIT asks for).
 - Inside a `shielded()` block (a store write, a run's creation and its marking, a child's
   start, a stop's cleanup) a signal waits and is raised as the block ends, so no write is cut
   in half, no run or child is made without its owner knowing, and a second Ctrl-C does not
@@ -33,17 +37,23 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import NoReturn
 
-# getattr: a platform without SIGHUP (Windows) has the other two.
+# getattr: a platform without SIGHUP or SIGXCPU (Windows) has the other two.
 _SIGHUP: int | None = getattr(signal, "SIGHUP", None)
+# A soft CPU-time limit's (`ulimit -S -t`, `prlimit --cpu=SOFT:HARD`): by default it dumped
+# core with no word, and a run it cut was left `running`. The kernel sends it again every CPU
+# second until the hard limit's SIGKILL: those seconds are the stop's to clean up in.
+_SIGXCPU: int | None = getattr(signal, "SIGXCPU", None)
 STOP_SIGNALS: tuple[int, ...] = (
     signal.SIGINT,
     signal.SIGTERM,
     *([] if _SIGHUP is None else [_SIGHUP]),
+    *([] if _SIGXCPU is None else [_SIGXCPU]),
 )
 
 
@@ -53,6 +63,7 @@ class _State:
     pending: bool = False  # a signal came inside a shielded block: raised at its end
     shields: int = 0  # shielded blocks open (in the main thread, the one signals interrupt)
     settled: bool = False  # the exit code is decided: signals no longer count
+    cpu_s: float | None = None  # the CPU time used when a CPU-time limit's SIGXCPU came
 
 
 _state = _State()
@@ -66,8 +77,14 @@ def _stop() -> NoReturn:
 def _handler(signum: int, frame: FrameType | None) -> None:
     if _state.settled:
         return
+    if signum == _SIGXCPU and _state.received is not None:
+        # The kernel's repeat, each CPU second past the soft limit, not a user insisting as a
+        # second Ctrl-C does: it must not cut the first stop's cleanup (the run's mark).
+        return
     if _state.received is None:
         _state.received = signum
+        if signum == _SIGXCPU:  # not the soft limit read later: the kernel raises it a second
+            _state.cpu_s = time.process_time()  # each time it sends SIGXCPU
     if _state.shields:
         _state.pending = True
     else:
@@ -118,8 +135,10 @@ def install() -> None:
 
 
 def taken() -> list[int]:
-    """The stop signals this process acts on: all but a SIGHUP ignored (under nohup)."""
-    return [s for s in STOP_SIGNALS if s != _SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
+    """The stop signals this process acts on: all but a SIGHUP ignored (under nohup) and a
+    SIGXCPU ignored (its user asked to run on, to the hard CPU-time limit)."""
+    kept = (_SIGHUP, _SIGXCPU)
+    return [s for s in STOP_SIGNALS if s not in kept or signal.getsignal(s) != signal.SIG_IGN]
 
 
 def requested() -> bool:
@@ -219,6 +238,26 @@ def exit_code(code: int) -> int:
     return code if _state.received is None else 128 + _state.received
 
 
+def cause() -> str | None:
+    """The line that says why the command stopped, where the signal's sender said nothing
+    itself: a CPU-time limit's SIGXCPU (a user's Ctrl-C, a scheduler's SIGTERM, a closed
+    terminal's SIGHUP need no word). None otherwise."""
+    if _SIGXCPU is None or _state.received != _SIGXCPU:
+        return None
+    import resource  # POSIX's, as SIGXCPU is
+
+    code = 128 + _SIGXCPU
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if soft == resource.RLIM_INFINITY:  # sent by hand (kill -XCPU), not by a limit
+        return f"error: stopped by SIGXCPU, a CPU-time limit's signal (ulimit -t), exit {code}"
+    ends = "" if hard == resource.RLIM_INFINITY else f"; its hard limit, {hard} s, kills it"
+    used = _state.cpu_s or 0.0
+    return (
+        f"error: the CPU-time limit (ulimit -t) stopped the command after {used:.0f} s of CPU "
+        f"(SIGXCPU, exit {code}{ends}): raise it, or give the command less to do"
+    )
+
+
 def _kill_pool_workers() -> None:
     """SIGKILL the multiprocessing children left (a stopped command wants nothing of theirs):
     multiprocessing's exit handler joins each, and one that waits for work that never comes
@@ -276,6 +315,10 @@ def run(
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # Python's shutdown leaves an ignored signal be
     stopped = stopped or _state.received is not None
+    line = cause()
+    if line is not None and warn is not None:
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more to say
+            warn(line)
     # Python's shutdown would wait for these with every stop signal ignored: a model's thread
     # that never ends kept a finished run's process alive until SIGKILL.
     stray = [] if stopped else _stray_threads()

@@ -1,0 +1,120 @@
+"""Break-it round 24, the signals and caps tester (P4), causes C2, C3 and C6: SIGHUP to `dlperf
+report`'s process group (a terminal closing) while pages were drawn killed multiprocessing's
+resource tracker, whose relaunch printed a warning and five KeyError tracebacks (C2); a soft
+CPU-time limit's SIGXCPU ended `dlperf run` with no line and its run left `running` (C3); and
+a small stack limit (`ulimit -s 256`) segfaulted on a deeply nested model with no line (C6).
+Each signal waits on what the process has done (a marker file it wrote), never on a timer."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import dlperf
+from dlperf.store import RunStore
+
+SOURCE = str(Path(dlperf.__file__).parents[1])  # the dlperf under test, in the subprocess too
+DEADLINE_S = 120.0  # generous: the machine may be shared
+
+
+def _wait_for(what: str, check: Callable[[], object]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"waited {DEADLINE_S} s for {what}")
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}",
+            "OMP_NUM_THREADS": "1", "PYTHONPATH": SOURCE, **extra}  # fmt: skip
+
+
+def _said(stderr: str) -> list[str]:
+    """stderr's lines, less torch's own note of a missing triton (not dlperf's to say)."""
+    return [line for line in stderr.splitlines() if "triton not found" not in line]
+
+
+# --- C3: a soft CPU-time limit --------------------------------------------------------------
+
+# A model that says by a file when it first trains: the CPU-time limit is set then, so that
+# what start-up took does not count.
+MARKED_MODEL = """
+import os
+import torch.nn as nn
+
+class Marked(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(),
+                                 nn.Linear(256, num_classes))
+
+    def forward(self, x):
+        mark = os.environ["DLPERF_TEST_MARK"]
+        if self.training and not os.path.exists(mark):
+            open(mark, "w").close()
+        return self.net(x)
+
+def build(num_classes=10, **kw):
+    return Marked(num_classes)
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="Linux's prlimit")
+def test_c3_a_soft_cpu_time_limit_stops_the_run_in_one_line_and_marks_it_killed(
+    tmp_path: Path,
+) -> None:
+    """Before: exit 152 (killed by SIGXCPU, core), nothing printed, the run left `running`.
+    The soft limit is put a second of CPU above what the training process has used (the
+    kernel sends SIGXCPU once it is passed, then every second until the hard limit)."""
+    (tmp_path / "marked.py").write_text(MARKED_MODEL)
+    mark = tmp_path / "training"
+    (tmp_path / "exp.toml").write_text(
+        '[model]\nname = "marked.py:build"\n[data]\nname = "digits"\n[train]\n'
+        f'epochs = 100000\n[run]\nthreads = 1\nout_dir = "{tmp_path / "out"}"\n'
+    )
+    command = [sys.executable, "-m", "dlperf", "run", "exp.toml"]
+    with open(tmp_path / "err.txt", "w") as err:
+        run = subprocess.Popen(
+            command, cwd=tmp_path, env=_env(tmp_path, DLPERF_TEST_MARK=str(mark)),
+            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_for("the run's training", lambda: mark.exists() or run.poll() is not None)
+        assert run.poll() is None, (tmp_path / "err.txt").read_text()
+        used = _cpu_seconds(run.pid)
+        soft = int(used) + 2
+        resource.prlimit(run.pid, resource.RLIMIT_CPU, (soft, soft + 60))
+        run.wait(timeout=DEADLINE_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    said = _said((tmp_path / "err.txt").read_text())
+    assert run.returncode == 128 + signal.SIGXCPU, said
+    assert "Traceback" not in "\n".join(said)
+    stop = [line for line in said if "SIGXCPU" in line]
+    # The CPU time used when it came, not the soft limit then: Linux raises that a second
+    # each time it sends SIGXCPU.
+    assert len(stop) == 1 and "ulimit -t" in stop[0] and " s of CPU" in stop[0], said
+    assert f"hard limit, {soft + 60} s" in stop[0], said
+    store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
+    (stored,) = store.list_runs()
+    assert stored.status == "killed"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process `pid` has used, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
