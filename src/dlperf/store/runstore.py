@@ -755,13 +755,24 @@ def _one_line(e: DatabaseError) -> str:
     return "; ".join(line.strip() for line in str(e.orig).splitlines() if line.strip())
 
 
-def _hint(e: DatabaseError) -> str | None:
-    if _sqlite_code(e) in (SQLITE_READONLY, SQLITE_CANTOPEN):
-        return (
-            "SQLite writes -wal and -shm files beside the store: is its directory writable? "
-            "A store on read-only media reads with --db 'sqlite:///PATH?mode=ro'"
-        )
-    return None
+def _hint(e: DatabaseError, where: Path | None, read_only: bool) -> str | None:
+    """The fix of a store that would not open; `where`: a SQLite store's file."""
+    if _sqlite_code(e) not in (SQLITE_READONLY, SQLITE_CANTOPEN):
+        return None
+    if read_only and where is not None:
+        wal, shm = (where.with_name(where.name + end) for end in WAL_FILES)
+        if wal.exists() and not shm.exists():
+            # Read-only already: SQLite reads a -wal only through its -shm, which it cannot
+            # make in a folder it may not write; ?mode=ro, the other fix, was given.
+            return (
+                f"{integrity.shown(wal)} is left beside the store and SQLite needs its -shm to "
+                "read it: copy the store with its -wal into a writable directory (or open it "
+                "once where it can write)"
+            )
+    return (
+        "SQLite writes -wal and -shm files beside the store: is its directory writable? "
+        "A store on read-only media reads with --db 'sqlite:///PATH?mode=ro'"
+    )
 
 
 def _insert_for(engine: Engine) -> Any:
@@ -1051,7 +1062,7 @@ class RunStore:
             if _pg_state(e) == PG_READ_ONLY:
                 raise _read_only_session(engine, name, e) from None
             raise _no_answer(parsed, name, e) or UserError(
-                f"cannot open run store {name}: {_one_line(e)}", _hint(e)
+                f"cannot open run store {name}: {_one_line(e)}", _hint(e, where, read_only)
             ) from None
         if store_id is None:  # an empty database, opened only to read it
             return cls._empty(_absent(_name(engine), "holds no store yet", read_only))
