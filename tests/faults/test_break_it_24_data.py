@@ -130,3 +130,17 @@ def test_a_split_folder_that_is_a_link_is_named(
     r = describe(cli, "imagefolder", root, "data.image_size=8")
     one_line(r, 2, f"{root / link} is a link to {root / to}", "keep each image in one split")
     assert f"{link}/a" not in r.err
+
+
+# --- C8: an object array in an .npz ---------------------------------------------------------------
+
+
+def test_an_npz_object_array_is_named_with_a_fix_that_helps(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "z.npz"
+    images = RNG.integers(0, 256, (20, 1, 8, 8), dtype=np.uint8)
+    classes = np.array(["cat", "dog"], dtype=object)  # as pandas hands them over
+    np.savez(path, images=images, labels=np.arange(20) % 2, classes=classes)
+    r = describe(cli, "npz", path)
+    one_line(r, 2, str(path), "'classes' is an object (pickled) array")
+    assert "numpy.array(names, dtype=str)" in r.err
+    assert "numpy.savez(path, images=..., labels=...)" not in r.err

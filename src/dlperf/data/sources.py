@@ -1067,6 +1067,47 @@ _NPZ_FIX = "write it again with numpy.savez(path, images=..., labels=...)"
 MAX_CLASSES = 1_000_000
 
 
+_NPZ_KEYS = ("images", "labels", "classes")
+# What to save an array as that was pickled (numpy's object dtype, which it loads only by
+# unpickling, and that can run any code): pandas hands over names and labels as objects.
+_UNPICKLED = {
+    "images": "save them as numpy.asarray(images, dtype=numpy.uint8)",
+    "labels": "save them as numpy.asarray(labels, dtype=numpy.int64)",
+    "classes": "save the names as numpy.array(names, dtype=str)",
+}
+
+
+def _npz_array(path: str | Path, archive: Any, key: str) -> np.ndarray:
+    """The array `key` of the open .npz `archive`; one that is pickled is a line naming it
+    (it was "not a readable .npz file", naming no array, with a fix that would not help)."""
+    try:
+        array: np.ndarray = archive[key]
+    except ValueError:
+        if _pickled(archive, key):
+            raise UserError(
+                f"{path}: '{key}' is an object (pickled) array, which dlperf does not load",
+                _UNPICKLED[key],
+            ) from None
+        raise  # a corrupt member: the archive's line
+    return array
+
+
+def _pickled(archive: Any, key: str) -> bool:
+    """Whether the member `key` of the .npz `archive` holds an object array, as its .npy
+    header says (read without loading the array, which would unpickle it)."""
+    try:
+        with archive.zip.open(f"{key}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            read = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            return bool(read(member)[2].hasobject)
+    except Exception:  # a header that does not read: no object array said
+        return False
+
+
 def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
@@ -1087,7 +1128,7 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
                 "write it with numpy.savez(path, images=..., labels=...)",
             )
         with loaded as f:
-            arrays = {k: f[k] for k in ("images", "labels", "classes") if k in f.files}
+            arrays = {k: _npz_array(path, f, k) for k in _NPZ_KEYS if k in f.files}
     except (
         OSError,
         ValueError,
