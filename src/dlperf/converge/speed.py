@@ -278,9 +278,9 @@ def _check_rows(data: SpeedData, row_at: Callable[[int], str], names: dict[str, 
     """Each row's measurement is one that can be: a UserError naming the first row that is
     not (`row_at`) and its column (`names`, by key). Workers, servers and nodes are whole
     numbers, as `--predict` takes them (a table of 1.5 workers is a mistake: a column
-    shifted, a mean of runs), and a node runs at least one worker; batches and step times are
-    above 0 and sync times not below (a batch of 0 was fitted, one of -32 was scipy's
-    "Residuals are not finite")."""
+    shifted, a mean of runs), and a node runs at least one worker; batches (whole numbers of
+    samples) and step times are above 0 and sync times not below (a batch of 0 was fitted,
+    one of -32 was scipy's "Residuals are not finite", one of 32.5 fitted)."""
 
     for key, column, least in (("workers", data.workers, 1), ("ps", data.ps, 0),
                                ("nodes", data.nodes, 1)):  # fmt: skip
@@ -312,6 +312,13 @@ def _check_rows(data: SpeedData, row_at: Callable[[int], str], names: dict[str, 
             raise UserError(
                 f"{row_at(i)}: {names[key]} must be {'>' if strict else '≥'} 0, got {column[i]:g}"
             )
+        if key != "batch":
+            continue
+        # A batch counts samples: 32.5 is a typo or a mean, not a measurement (as workers are)
+        bad = np.flatnonzero(column != np.round(column))
+        if bad.size:
+            i = int(bad[0])
+            raise UserError(f"{row_at(i)}: {names[key]} must be a whole number, got {column[i]:g}")
 
 
 def _optimus_design(model: str, w: np.ndarray, p: np.ndarray, m: np.ndarray) -> np.ndarray:
