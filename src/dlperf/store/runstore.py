@@ -68,6 +68,7 @@ from dlperf.parsing import finite_json
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
+from dlperf.store.query import EXPERIMENT_SECTIONS
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
 from dlperf.store.schema import (
     COPY_DIR,
@@ -775,6 +776,15 @@ def _hint(e: DatabaseError, where: Path | None, read_only: bool) -> str | None:
     )
 
 
+def _resumable(kind: str, config: Any) -> bool:
+    """Whether `dlperf run --resume` continues a run of `kind` and `config`: an experiment's
+    run, not a dlperf.track run (the user's own loop, its config the user's) nor a scale
+    study's point, which a store gone left for the hint of a resume it refuses."""
+    if kind != "run" or not isinstance(config, dict):
+        return False
+    return all(isinstance(config.get(section), dict) for section in EXPERIMENT_SECTIONS)
+
+
 def _insert_for(engine: Engine) -> Any:
     """The dialect's INSERT, which has ON CONFLICT (PostgreSQL's and SQLite's alike)."""
     if engine.dialect.name == "postgresql":
@@ -990,6 +1000,9 @@ class RunStore:
         self._writer = engine.execution_options(**{WRITES: True})
         self._file: _StoreFile | None = None
         self._keeper: sqlite3.Connection | None = None
+        # Whether `run --resume` continues each run this store object records: asked when
+        # the store has gone, and can no longer be read.
+        self._resumable: dict[int, bool] = {}
 
     @classmethod
     def open(
@@ -1238,6 +1251,7 @@ class RunStore:
             self._copy_of(s)  # a new store's first run records whose files these are
             s.add(run)
             s.flush()
+            self._resumable[run.id] = _resumable(kind, config)
             return run.id
 
     def _copy_of(self, s: Session) -> Path | None:
@@ -1275,6 +1289,11 @@ class RunStore:
         Ctrl-C or SIGTERM (a KeyboardInterrupt, dlperf.stopping; raised again as one when the
         code it landed in wrapped it in another exception), failed on any other exception,
         which propagates. Every command that writes runs goes through here."""
+        if run_id not in self._resumable:
+            with Session(self.engine) as s:
+                found = s.execute(select(Run.kind, Run.config).where(Run.id == run_id)).first()
+            if found is not None:
+                self._resumable[run_id] = _resumable(found.kind, found.config)
         with stopping.shielded():
             yield from self._recorded(run_id)
 
@@ -1349,12 +1368,17 @@ class RunStore:
     def _gone(self, run_id: int, e: StoreGone) -> StoreGone:
         """The one line for a store gone while `run_id` was recording: how to resume it, and
         for a SQLite file, where everything it held was saved."""
+        resumable = self._resumable.get(run_id, False)
         resume = f"dlperf run --resume {run_id}"
         if self._file is None:
+            again = (
+                f"continue it with `{resume}`"
+                if resumable
+                else "run it again (only a `dlperf run` experiment resumes)"
+            )
             return StoreGone(
                 f"{e.message} while run {run_id} was recording",
-                f"run {run_id} reads as lost now; once the store is back, continue it with "
-                f"`{resume}`",
+                f"run {run_id} reads as lost now; once the store is back, {again}",
                 run_id,
             )
         saved = self._rescue(run_id)
@@ -1365,7 +1389,8 @@ class RunStore:
         return StoreGone(
             f"{e.message} while run {run_id} was recording; everything it held, run "
             f"{run_id}'s metrics up to now included, is saved in {saved}",
-            f"move it back to {integrity.shown(self._file.path)} to keep it, then `{resume}`",
+            f"move it back to {integrity.shown(self._file.path)} to keep it"
+            + (f", then `{resume}`" if resumable else ""),
             run_id,
         )
 
