@@ -40,7 +40,7 @@ def test_a_wrong_output_batch_fails_both_staleness_runs_in_one_line(
     cli: Cli, tiny_exp: Callable[..., Path], tmp_path: Path, store: RunStore
 ) -> None:
     """The async-SGD trainer meets a model whose output loses a row only in batches larger
-    than the up-front check's two as `dlperf run` does (a traceback before)."""
+    than the up-front checks (of 2 and 3) as `dlperf run` does (a traceback before)."""
     result = cli(
         "staleness", "--train", str(tiny_exp(epochs=1)), "--learners", "2",
         "--set", "data.limit=128", "--set", model_file(tmp_path, DROP_ONE),
