@@ -17,6 +17,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,25 @@ def check_model(path: Path) -> None:
         raise UserError(f"{path} fails the ONNX checker: {_first_line(e)}") from None
 
 
+def _bfloat16_ops(proto: Any) -> list[str]:
+    """The operator types, in graph order, that take bfloat16 tensors cast for them or held
+    as weights in bfloat16: what torch.autocast(dtype=torch.bfloat16) in a forward leaves in
+    the graph (Cast to bfloat16 before each Conv and Gemm), or a .bfloat16() layer. ONNX
+    defines some of them for float types other than bfloat16 alone (Conv)."""
+    import onnx
+
+    bf16 = onnx.TensorProto.BFLOAT16
+    names = {t.name for t in proto.graph.initializer if t.data_type == bf16}
+    for node in proto.graph.node:
+        if node.op_type == "Cast" and any(a.name == "to" and a.i == bf16 for a in node.attribute):
+            names.update(node.output)
+    ops: list[str] = []
+    for node in proto.graph.node:
+        if node.op_type != "Cast" and names.intersection(node.input) and node.op_type not in ops:
+            ops.append(node.op_type)
+    return ops
+
+
 def exported_batch(session: Any) -> int | None:
     """The batch size a graph was exported with; None where its batch is dynamic."""
     size = session.get_inputs()[0].shape[0]
@@ -349,7 +369,7 @@ def _torch_export(
     (`_traced_constant`): the value, and any choice made on it, is the example input's."""
 
     def attempt(**options: Any) -> list[warnings.WarningMessage]:
-        with _quiet() as caught:
+        with _quiet() as caught, _onnx_log_off():
             torch.onnx.export(
                 model,
                 (example,),
@@ -445,10 +465,72 @@ def _unexportable(
             "(torch.jit.script), which neither ONNX exporter traces into",
             "keep the module unscripted for export: build it without torch.jit.script",
         )
+    from torch.nn.utils import parametrize
+
+    # Parametrizations left in place (`_baked` could not copy the model): the likely cause.
+    held = [path for path, m in model.named_modules() if parametrize.is_parametrized(m)]
     return UserError(
         f"cannot export model '{name}' to ONNX: the dynamo exporter failed "
-        f"({_first_line(refused)}), and the TorchScript exporter too ({_first_line(fallback)})"
+        f"({_first_line(refused)}), and the TorchScript exporter too ({_first_line(fallback)})",
+        f"bake the parametrization of {few(held)} in before export: "
+        "torch.nn.utils.parametrize.remove_parametrizations(layer, 'weight')"
+        if held
+        else None,
     )
+
+
+@contextlib.contextmanager
+def _onnx_log_off() -> Iterator[None]:
+    """torch.onnx's log kept off around an exporter. torch's TorchScript exporter turns it on
+    for every export and leaves it on (its setup_onnx_logging tests the function
+    _jit_is_onnx_log_enabled, always true, not its value), and the log, written from C++ to
+    stdout past Python's redirection, dumped the graph ("Torch IR graph at exception", some 30
+    lines) before the one error line, and into `--json`'s document. Its switch is held off for
+    the export and the log's state put back after."""
+    switch = getattr(torch._C, "_jit_set_onnx_log_enabled", None)
+    enabled = getattr(torch._C, "_jit_is_onnx_log_enabled", None)
+    if switch is None or enabled is None:  # a torch without the log: nothing to keep off
+        yield
+        return
+    was = enabled()
+    switch(False)
+    setattr(torch._C, "_jit_set_onnx_log_enabled", lambda on: None)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(torch._C, "_jit_set_onnx_log_enabled", switch)  # noqa: B010
+        switch(was)
+
+
+def _baked(model: nn.Module) -> nn.Module:
+    """`model` to hand the exporters: where it has parametrized tensors
+    (torch.nn.utils.parametrize: orthogonal, weight_norm, spectral_norm), a copy with each
+    baked into a plain tensor of the value it has now, in eval mode, as an exported graph
+    would only recompute it; the parity check compares the graph with `model` itself. The
+    exporters cannot convert some parametrizations (orthogonal's matrix exponential: neither
+    aten::linalg_matrix_exp nor aten::mH has an ONNX form). `model` where it has none, or
+    where it cannot be copied (the exporters then meet the parametrizations as they are)."""
+    from torch.nn.utils import parametrize
+
+    if not any(parametrize.is_parametrized(m) for m in model.modules()):
+        return model
+    try:
+        copy = deepcopy(model)
+    except Exception:  # a module holding what cannot be copied (a lock, a file)
+        return model
+    with torch.no_grad():
+        for module in list(copy.modules()):  # listed first: removal changes the tree
+            if parametrize.is_parametrized(module):
+                # A class of its own first: the copy shares the original's Parametrized
+                # class, from which removal deletes the tensor's property, the original's too.
+                kind = type(module)
+                own = {k: v for k, v in vars(kind).items() if k not in ("__dict__", "__weakref__")}
+                module.__class__ = type(kind.__name__, kind.__bases__, own)
+                held = module.parametrizations
+                assert isinstance(held, nn.ModuleDict)  # what parametrize registers
+                for name in list(held):
+                    parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+    return copy.eval()
 
 
 @contextlib.contextmanager
@@ -576,7 +658,14 @@ def export(
         example = torch.zeros(batch, *meta.input_shape)
         with writing(out):  # a refused write names no file: the one line names `out`
             exporter = _torch_export(
-                model, example, staged, opset, dynamic_batch, single_file, reporter, meta.model
+                _baked(model),
+                example,
+                staged,
+                opset,
+                dynamic_batch,
+                single_file,
+                reporter,
+                meta.model,
             )
         proto = onnx.load(str(staged), load_external_data=False)
         meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
@@ -595,7 +684,18 @@ def export(
         try:
             check_model(staged)
         except UserError as e:
-            raise CheckFailed(str(e)) from None
+            # The file is the one the user named: the staging directory is dlperf's own.
+            said = e.message.replace(str(staged), str(out))
+            computes = _bfloat16_ops(proto)
+            if computes:  # no fault of the file's: the model's, a graph ONNX cannot hold
+                raise UserError(
+                    f"cannot export model '{meta.model}' to ONNX: it computes in bfloat16 (its "
+                    f"{', '.join(computes)} run on bfloat16 tensors: torch.autocast in its "
+                    f"forward, or a .bfloat16() inside it), and {said}",
+                    "leave torch.autocast out of the forward for export: train in bfloat16 "
+                    'with run.precision = "bf16", which casts outside the model',
+                ) from None
+            raise CheckFailed(said) from None
 
         reporter.task("comparing ONNX Runtime with PyTorch")
         session = runtime.session(staged, threads or torch.get_num_threads())
