@@ -11,12 +11,15 @@ into RGB: repeated and divided by 3), so that it answers a grey image as before.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from dlperf.errors import UserError, raised_by_model
 from dlperf.formatting import few
@@ -30,14 +33,96 @@ DISAGREE = (
 
 
 def head_name(model: nn.Module) -> str:
-    """The name of the classifier head: the last `nn.Linear` in registration order."""
+    """The name of the classifier head: the `nn.Linear` whose output the model returns, as its
+    forward traced by torch.fx shows (the scores may pass through functions and modules
+    without weights on their way out: a softmax, a dropout, a reshape); for a forward fx
+    cannot trace (Python control flow on its input), the last `nn.Linear` registered. A
+    model whose scores come from another layer with weights (a convolution) is refused: its
+    last registered `nn.Linear` sits inside the backbone, and transfer would re-initialise
+    and train it while freezing the real classifier."""
     names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     if not names:
         raise UserError(
             f"{type(model).__name__} has no nn.Linear classifier head to replace",
             'transfer needs one; use model.transfer = "scratch"',
         )
-    return str(names[-1])
+    inner, prefix = _unwrapped(model)
+    try:
+        traced = _traced_head(inner)
+    except Exception:  # fx cannot trace it (an if on a tensor's value): registration order
+        return str(names[-1])
+    if isinstance(traced, str):
+        return prefix + traced
+    other = "its nn.Linear " + few(names)
+    comes = (
+        "from no layer with weights"
+        if traced is None
+        else f"from {prefix}{traced[0]} ({traced[1]})"
+    )
+    raise UserError(
+        f"{type(model).__name__} has no nn.Linear classifier head to replace: its output comes "
+        f"{comes}, not from {other}",
+        "transfer replaces the nn.Linear whose output the forward returns "
+        '(return self.head(x)); or use model.transfer = "scratch"',
+    )
+
+
+def _unwrapped(model: nn.Module) -> tuple[nn.Module, str]:
+    """The module whose forward computes `model`'s (inside torch.compile's OptimizedModule,
+    DataParallel and DistributedDataParallel), and the prefix of its names in `model`'s."""
+    prefix = ""
+    while True:
+        compiled = getattr(model, "_orig_mod", None)
+        if isinstance(compiled, nn.Module):
+            model, prefix = compiled, f"{prefix}_orig_mod."
+        elif isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model, prefix = model.module, f"{prefix}module."
+        else:
+            return model, prefix
+
+
+def _traced_head(model: nn.Module) -> str | tuple[str, str] | None:
+    """From `model`'s forward traced by torch.fx: the name of the `nn.Linear` its output comes
+    from, passing back through functions, methods and modules without weights of their own
+    (the latest in the graph where several do); else the name and type of the layer with
+    weights it comes from; None where it comes from neither. Raises where fx cannot trace
+    (its tracer runs the forward on placeholders, never on tensors)."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a print() or a warning in the forward, at trace time
+        graph = fx.Tracer().trace(model)
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    heads: list[tuple[fx.Node, str]] = []
+    layers: list[tuple[fx.Node, str]] = []
+    todo = [node for node in graph.nodes if node.op == "output"]
+    seen: set[fx.Node] = set()
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op in ("call_module", "get_attr"):
+            # A layer called, or a Linear's weight read (F.linear(x, self.fc.weight, ...))
+            owner = (
+                str(node.target)
+                if node.op == "call_module"
+                else str(node.target).rpartition(".")[0]
+            )
+            layer = model.get_submodule(owner)
+            if isinstance(layer, nn.Linear):
+                heads.append((node, owner))
+                continue
+            if node.op == "get_attr":  # another tensor the model holds: no layer's output
+                continue
+            if any(True for _ in layer.parameters(recurse=False)):
+                layers.append((node, owner))
+                continue
+        todo.extend(node.all_input_nodes)
+    if heads:
+        return max(heads, key=lambda h: order[h[0]])[1]
+    if not layers:
+        return None
+    owner = max(layers, key=lambda h: order[h[0]])[1]
+    return owner, type(model.get_submodule(owner)).__name__
 
 
 def split_params(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
