@@ -681,6 +681,37 @@ def _read_only_session(engine: Engine, name: str, e: DatabaseError) -> UserError
     )
 
 
+def _denied_at_open(engine: Engine, name: str, e: DatabaseError, writer: bool) -> UserError:
+    """The line for a PostgreSQL store that a privilege refused while it opened (42501): the
+    GRANT that lets it open, and PostgreSQL's message without psycopg's "LINE 2: CREATE
+    TABLE meta (" and its caret. Making the store needs CREATE on its schema; reading it,
+    SELECT on its tables; a command that writes, INSERT, UPDATE and DELETE too."""
+    primary = getattr(getattr(e.orig, "diag", None), "message_primary", None)
+    said = primary or next(iter(str(e.orig).strip().splitlines()), "permission denied")
+    user, schema = "ROLE", "SCHEMA"
+    with contextlib.suppress(DatabaseError), engine.connect() as conn:
+        found = conn.exec_driver_sql("SELECT current_user, current_schema()").one()
+        user, schema = str(found[0]), str(found[1] or schema)
+    who, where = integrity.shown(user), integrity.shown(schema)
+    if " for schema " in said:
+        fix = (
+            f"as its owner or a superuser: GRANT CREATE ON SCHEMA {where} TO {who}, or make "
+            "the store once as a role that may"
+        )
+    elif writer:
+        fix = (
+            f"as the tables' owner or a superuser: GRANT SELECT, INSERT, UPDATE, DELETE ON ALL "
+            f"TABLES IN SCHEMA {where} TO {who}, and GRANT USAGE ON ALL SEQUENCES IN SCHEMA "
+            f"{where} TO {who}"
+        )
+    else:
+        fix = (
+            "as the tables' owner or a superuser: GRANT SELECT ON ALL TABLES IN SCHEMA "
+            f"{where} TO {who}"
+        )
+    return UserError(f"cannot open run store {name}: {integrity.shown(said)}", fix)
+
+
 def _schema_name(entry: str, user: str) -> str:
     """The schema an entry of search_path names: a quoted one as written, an unquoted one in
     lower case (as PostgreSQL folds it), "$user" the user's own."""
@@ -1074,6 +1105,9 @@ class RunStore:
                 ) from None
             if _pg_state(e) == PG_READ_ONLY:
                 raise _read_only_session(engine, name, e) from None
+            if _pg_state(e) == integrity.PG_NO_PRIVILEGE:
+                writing = (create if writes is None else writes) and not read_only
+                raise _denied_at_open(engine, name, e, writing) from None
             raise _no_answer(parsed, name, e) or UserError(
                 f"cannot open run store {name}: {_one_line(e)}", _hint(e, where, read_only)
             ) from None
