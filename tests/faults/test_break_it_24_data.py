@@ -144,3 +144,23 @@ def test_an_npz_object_array_is_named_with_a_fix_that_helps(cli: Cli, tmp_path: 
     one_line(r, 2, str(path), "'classes' is an object (pickled) array")
     assert "numpy.array(names, dtype=str)" in r.err
     assert "numpy.savez(path, images=..., labels=...)" not in r.err
+
+
+# --- C10: data.root at the folder of the files ----------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ["MNIST/raw", "MNIST", "cifar-10-batches-py", "flat"])
+def test_a_root_at_the_folder_of_the_files_says_which_root_to_set(
+    cli: Cli, tmp_path: Path, given: str
+) -> None:
+    root = tmp_path / "set"
+    name = "cifar10" if given.startswith("cifar") else "mnist"
+    folder = write_cifar(root) if name == "cifar10" else write_mnist(root)
+    if given == "flat":  # the idx files straight in a folder of the user's
+        flat = folder.rename(tmp_path / "flat")
+        r = describe(cli, name, flat)
+        one_line(r, 2, f"its files are in {flat}: move them into {flat / 'MNIST' / 'raw'}")
+    else:
+        r = describe(cli, name, root / given)
+        one_line(r, 2, f"its files are in {folder}: set data.root = '{root}'")
+    assert DOWNLOAD not in r.err

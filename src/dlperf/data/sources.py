@@ -264,12 +264,42 @@ def synthetic(cfg: DataConfig) -> ImageData:
 # --- the torchvision sets' files on a local root ----------------------------------------
 
 
-def _missing(cfg: DataConfig, what: str, error: Exception | str) -> UserError:
-    """The line for a set whose files are not there: downloading them is a fix."""
+def _missing(
+    cfg: DataConfig, what: str, error: Exception | str, fix: str | None = None
+) -> UserError:
+    """The line for a set whose files are not there: downloading them is a fix, unless `fix`
+    (the files are elsewhere under data.root) says what is."""
     return UserError(
         f"data.root '{cfg.root}' has no readable {what} ({error})",
-        "point data.root at it, or set data.download = true",
+        fix or "point data.root at it, or set data.download = true",
     )
+
+
+def _elsewhere(cfg: DataConfig, sub: tuple[str, ...], names: list[str], gz: bool) -> str | None:
+    """Where the files `names` (or their .gz, where `gz`) are when none is in data.root/sub
+    but some are in data.root itself or a folder one level in (data.root set to MNIST/raw,
+    MNIST/ or cifar-10-batches-py/): the data.root to set, or where to move them. Told to
+    download, the user would fetch a second copy below the files they have."""
+    root = Path(cfg.root)
+
+    def holds(folder: Path) -> bool:
+        return any((folder / n).is_file() or (gz and (folder / f"{n}.gz").is_file()) for n in names)
+
+    try:
+        with os.scandir(root) as listed:
+            inner = sorted(root / e.name for e in listed if e.is_dir() and e.name[:1] != ".")
+    except OSError:  # no folder: no files in it either
+        return None
+    found = next((folder for folder in (root, *inner) if holds(folder)), None)
+    if found is None:
+        return None
+    n = len(sub)
+    if found.parts[-n:] == sub:
+        return f"its files are in {found}: set data.root = '{found.parents[n - 1]}'"
+    real = Path(os.path.abspath(found))  # data.root '.' in MNIST/raw
+    if real.parts[-n:] == sub:
+        return f"its files are in {found}: set data.root = '{real.parents[n - 1]}'"
+    return f"its files are in {found}: move them into {root.joinpath(*sub)}"
 
 
 _REPLACE = "replace it with a whole copy of the file"
@@ -404,7 +434,8 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
             raise _missing(cfg, where, e) from None
     absent = _absent(folder, names)
     if absent:
-        raise _missing(cfg, where, _absent_said(absent, names, folder))
+        fix = _elsewhere(cfg, (base.base_folder,), names, gz=False) if absent == names else None
+        raise _missing(cfg, where, _absent_said(absent, names, folder), fix)
     meta = folder / base.meta["filename"]
     _irregular(cfg, what, meta)
     try:
@@ -560,7 +591,9 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
             raise _missing(cfg, where, e) from None
     absent = _absent(raw, names)
     if absent:
-        raise _missing(cfg, where, _absent_said(absent, names, raw, " (or .gz)"))
+        sub = (cls.__name__, "raw")
+        fix = _elsewhere(cfg, sub, names, gz=True) if absent == names else None
+        raise _missing(cfg, where, _absent_said(absent, names, raw, " (or .gz)"), fix)
     classes = list(cls.classes)
     parts = []
     for images_name, labels_name in files:
