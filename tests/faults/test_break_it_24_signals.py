@@ -45,6 +45,74 @@ def _said(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "triton not found" not in line]
 
 
+# --- C2: SIGHUP to the report's group while its workers draw ---------------------------------
+
+# A spawn worker (only) stops as it begins its first page (its first import of the pages
+# module), says so by a file, and goes on once the test has sent the signal and written "go".
+PAUSE_DRAWING = """
+import os, sys, time
+if "spawn_main" in " ".join(getattr(sys, "orig_argv", [])):
+    marks = os.environ["DLPERF_TEST_MARKS"]
+
+    class _Pause:
+        def find_spec(self, name, path=None, target=None):
+            if name == "dlperf.report.site.pages":
+                sys.meta_path.remove(self)
+                open(os.path.join(marks, f"drawing-{os.getpid()}"), "w").close()
+                while not os.path.exists(os.path.join(marks, "go")):
+                    time.sleep(0.01)
+            return None
+
+    sys.meta_path.insert(0, _Pause())
+"""
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="drawing workers need 2 cores")
+def test_c2_sighup_to_the_reports_group_while_drawing_prints_no_traceback(
+    tmp_path: Path,
+) -> None:
+    """Before: rc 129, then "resource_tracker: process died unexpectedly, relaunching" and a
+    KeyError traceback per semaphore the relaunched tracker was told to forget."""
+    url = f"sqlite:///{tmp_path / 'dlperf.db'}"
+    store = RunStore.open(url)
+    for i in range(4):
+        run_id = store.create_run(f"r{i}", "run", {})
+        store.log_metrics(run_id, [("train/loss", step, 1 / step) for step in range(1, 21)])
+        store.finish_run(run_id, "finished")
+    store.engine.dispose()
+    hooks, marks = tmp_path / "hooks", tmp_path / "marks"
+    hooks.mkdir()
+    marks.mkdir()
+    (hooks / "sitecustomize.py").write_text(PAUSE_DRAWING)
+    env = _env(tmp_path, DLPERF_TEST_MARKS=str(marks),
+               PYTHONPATH=os.pathsep.join([str(hooks), SOURCE]))  # fmt: skip
+    command = [sys.executable, "-m", "dlperf", "report", "--last", "4", "--out", "site"]
+    with open(tmp_path / "err.txt", "w") as err:
+        # A session of its own: the signal goes to its group, as a closing terminal's does.
+        report = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_for("a drawing worker's first page", lambda: any(marks.glob("drawing-*")))
+        os.killpg(report.pid, signal.SIGHUP)
+        (marks / "go").touch()
+        report.wait(timeout=DEADLINE_S)
+    finally:
+        (marks / "go").touch()
+        # The report and any process of its group: a failed test leaves nothing running.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(report.pid, signal.SIGKILL)
+        report.wait()
+    said = (tmp_path / "err.txt").read_text()
+    assert report.returncode == 129, said
+    assert "Traceback" not in said and "resource_tracker" not in said, said
+    assert len(_said(said)) <= 1, said
+    assert not (tmp_path / "site").exists()
+
+
 # --- C3: a soft CPU-time limit --------------------------------------------------------------
 
 # A model that says by a file when it first trains: the CPU-time limit is set then, so that

@@ -215,6 +215,9 @@ def _remove_stale(out: Path, written: list[str]) -> list[str]:
 # --- run pages, in worker processes -------------------------------------------------------
 
 _worker: dict[str, Any] = {}
+# The stop signals a terminal sends its whole process group: Ctrl-C's, and SIGHUP as it closes
+# (getattr: a platform without SIGHUP has no process groups either).
+_GROUP_SIGNALS = {signal.SIGINT, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])}
 
 
 def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]], parent: int) -> None:
@@ -222,12 +225,13 @@ def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]], parent: 
     included, which leaves no chance to stop it), as scale's workers are."""
     from dlperf.procs import die_with_parent
 
-    # A terminal's Ctrl-C goes to the whole process group, these workers too: they ignore it
-    # (the report stops them itself), and the SIGINT that came while they started, which
-    # waited blocked (`_sigint_blocked`), is dropped with it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A terminal's Ctrl-C, and its SIGHUP as it closes, go to the whole process group, these
+    # workers too: they ignore them (the report stops them itself), and one that came while
+    # they started, which waited blocked (`_stops_blocked`), is dropped with them.
+    for sig in _GROUP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)
     die_with_parent()
     if os.getppid() != parent:  # the report died before the guard took effect
         os._exit(1)
@@ -256,6 +260,7 @@ def _run_pages(
     one job will do (or the store is in memory, which other processes cannot open)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import resource_tracker
 
     from dlperf.system import usable_cores
 
@@ -270,9 +275,17 @@ def _run_pages(
     # for ever inside matplotlib (a whole `make test` hung in the report's fixture).
     context = multiprocessing.get_context("spawn")
     init = (url.render_as_string(hide_password=False), out, with_page, os.getpid())
+    with _stops_blocked():
+        # multiprocessing's resource tracker, which the pool's queues start, ignores SIGINT and
+        # SIGTERM but not SIGHUP: a closing terminal's killed it, and the report's shutdown
+        # started another, which printed a warning and a KeyError traceback for each semaphore
+        # it was told to forget. Started here, it keeps SIGHUP blocked for life (it unblocks
+        # only the two it ignores); it ends as ever, when every process of the report has.
+        if os.name == "posix":  # where there is one
+            resource_tracker.ensure_running()
     pool = ProcessPoolExecutor(jobs, context, initializer=_start_worker, initargs=init)
     try:
-        with _sigint_blocked():
+        with _stops_blocked():
             done = pool.map(_write_run_page, tasks)  # submits every task: starts the workers
         yield from done
     finally:  # on Ctrl-C, the pages not yet started are not drawn
@@ -283,17 +296,18 @@ def _run_pages(
 
 
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread while it starts the drawing workers, which inherit the
-    mask through spawn's fork and exec: a terminal's Ctrl-C, sent to the whole process group,
-    reached them in spawn_main's imports of dlperf.report (matplotlib, numpy), before any
-    code of theirs ran, and each printed its KeyboardInterrupt traceback. Blocked, not
-    ignored: a SIGINT meanwhile is not lost to this process, but taken as the block ends (or
-    by another of its threads), while the workers drop theirs (`_start_worker`)."""
+def _stops_blocked() -> Iterator[None]:
+    """SIGINT and SIGHUP blocked in this thread while it starts the drawing workers (and the
+    resource tracker), which inherit the mask through spawn's fork and exec: a terminal's
+    Ctrl-C, sent to the whole process group, reached them in spawn_main's imports of
+    dlperf.report (matplotlib, numpy), before any code of theirs ran, and each printed its
+    KeyboardInterrupt traceback. Blocked, not ignored: a signal meanwhile is not lost to this
+    process, but taken as the block ends (or by another of its threads), while the workers
+    drop theirs (`_start_worker`)."""
     if not hasattr(signal, "pthread_sigmask"):  # not POSIX: no process groups either
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
     try:
         yield
     finally:
