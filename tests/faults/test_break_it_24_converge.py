@@ -2,15 +2,20 @@
 
 C7: a CSV row with more fields than its header was always told to "quote a field that holds a
 comma": wrong for decimal commas (0,4455, whose quoting only moves the refusal to "not a
-number") and for a '#' comment line read as the header. C11: `converge speed fit` fitted a
-batch of 32.5. Each is now one line and exit 2 naming what is wrong.
+number") and for a '#' comment line read as the header. C9: `converge regress` cut a CSV
+source at its first ':' (`d:20.csv:depth=20` was "d has no depth"), and counted a source given
+twice as two curves without a word. C11: `converge speed fit` fitted a batch of 32.5. Each is
+now one line and exit 2 naming what is wrong, or read right.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dlperf.converge import speed
@@ -19,6 +24,7 @@ from tests.cli.test_app import one_line_error
 from tests.conftest import CliResult
 
 Cli = Callable[..., CliResult]
+STEPS = np.arange(1.0, 41.0)
 
 
 # --- C7: a row with more fields than the header ----------------------------------------------
@@ -61,6 +67,34 @@ def test_a_row_past_the_header_names_decimal_commas_and_comment_lines(
     path = tmp_path / "t.csv"
     path.write_text(text)
     one_line_error(cli("converge", "fit", "--csv", str(path), *args), said)
+
+
+# --- C9: regress's CSV sources ---------------------------------------------------------------
+
+
+def _optimus_csv(path: Path, depth: int) -> Path:
+    """An exact Optimus loss curve whose log β are linear in the depth."""
+    b0, b1, b2 = math.exp(-2 - 0.01 * depth), math.exp(0.5 + 0.02 * depth), math.exp(-1)
+    rows = "".join(f"{k:g},{float(1.0 / (b0 * k + b1) + b2)!r}\n" for k in STEPS)
+    path.write_text("step,loss\n" + rows)
+    return path
+
+
+def test_regress_reads_a_path_holding_a_colon_and_refuses_a_source_given_twice(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A timestamped log name (12:30.csv) is the file, not `12` with features `30.csv:...`;
+    the same file with the same features twice is one curve, not two."""
+    colon = f"{_optimus_csv(tmp_path / 'd:20.csv', 20)}:depth=20"
+    others = [f"{_optimus_csv(tmp_path / f'd{d}.csv', d)}:depth={d}" for d in (32, 44)]
+    common = ["--features", "depth", "--x", "step", "--y", "loss"]
+    r = cli("converge", "regress", colon, *others, *common, "--json")
+    assert r.code == 0, r.err
+    assert len(json.loads(r.out)["runs"]) == 3
+    # The same file by another spelling, with the same features: refused, naming both.
+    again = f"{tmp_path}/./d32.csv:depth=32"
+    r = cli("converge", "regress", colon, *others, again, *common)
+    one_line_error(r, f"{again} is {others[0]} again")
 
 
 # --- C11: a batch that is not a whole number -------------------------------------------------

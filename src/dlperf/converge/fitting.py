@@ -32,7 +32,7 @@ from dlperf.converge.results import (
     StepPrediction,
 )
 from dlperf.errors import UserError
-from dlperf.parsing import parse_pairs
+from dlperf.parsing import parse_pairs, plain_number
 from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -286,28 +286,68 @@ def regress_sources(
     sources: list[str], features: list[str], opts: CurveOptions, open_store: Callable[[], RunStore]
 ) -> list[tuple[Curve, dict[str, Any]]]:
     """Each source's curve and features: a run ID (features read from the run), or
-    PATH.csv:feature=value,..."""
+    PATH.csv:feature=value,... (`split_source`). A source given twice (the same run, or the
+    same file with the same features, however spelled) is refused: it would count one curve
+    twice in the regression."""
     store = None
     found = []
+    seen: dict[tuple[Any, ...], str] = {}
     for source in sources:
         if source.isdigit():
             store = store or open_store()
             run = store.get_run(int(source))
+            _once(seen, ("run", int(source)), source)
             c = curve.from_run(store, int(source), opts.metric, opts.key)
             found.append((c, reg.run_features(run, features)))
             continue
-        path, _, given = source.partition(":")
+        path, given = split_source(source)
         if opts.y is None:
             raise UserError(
                 "CSV sources need converge.y, the column of the metric", "e.g. --y metric"
             )
         example = f"{path}:{features[0]}=20"
         values = parse_pairs(given, "a CSV source", example) if given else {}
+        # Read before its features are checked: a missing file is named as missing.
+        c = curve.from_csv(Path(path), opts.x, opts.y)
         missing = [f for f in features if f not in values]
         if missing:
             raise UserError(f"{path} has no {', '.join(missing)}", f"e.g. {example}")
-        found.append((curve.from_csv(Path(path), opts.x, opts.y), values))
+        point = tuple(_feature_value(values[f]) for f in features)
+        _once(seen, ("csv", Path(path).resolve(), point), source)
+        found.append((c, values))
     return found
+
+
+def split_source(source: str) -> tuple[str, str]:
+    """A CSV source PATH:feature=value,... as (PATH, its features' text). Split at the last ':'
+    whose left side is an existing file, so a path holding ':' (a timestamped log, 12:30.csv)
+    is read whole and a feature's value may hold one; when no such file exists, at the last
+    ':' followed by NAME=VALUE text (the path is then refused as missing, by its name)."""
+    colons = [i for i, ch in enumerate(source) if ch == ":"]
+    for i in reversed(colons):
+        if Path(source[:i]).is_file():
+            return source[:i], source[i + 1 :]
+    if colons and not Path(source).is_file() and "=" in source[colons[-1] :]:
+        return source[: colons[-1]], source[colons[-1] + 1 :]
+    return source, ""
+
+
+def _feature_value(text: str) -> float | str:
+    """A feature's value as compared between sources: 20 and 20.0 are one depth."""
+    try:
+        return plain_number(text)
+    except ValueError:
+        return text.strip()
+
+
+def _once(seen: dict[tuple[Any, ...], str], key: tuple[Any, ...], source: str) -> None:
+    """Note `source` as `key`; a UserError naming both when an earlier source was the same."""
+    if key in seen:
+        raise UserError(
+            f"{source} is {seen[key]} again",
+            "give each curve once: one given twice counts twice in the regression",
+        )
+    seen[key] = source
 
 
 @dataclass
