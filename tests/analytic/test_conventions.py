@@ -140,3 +140,75 @@ def test_cli_says_the_convention_in_the_table_and_the_json(cli: Cli) -> None:
     assert "MACs (ptflops)" in table and "ptflops (pytorch backend)" in table
     set_key = cli("analyze", "resnet20", "--set", "analyze.macs_convention=fvcore", "--json")
     assert json.loads(set_key.out)["conventions"]["macs"] == "fvcore"
+
+
+class Product(nn.Module):
+    """One product of the flattened image h (1 x 64) and a weight w (64 x 10), written as
+    `op`: fvcore's tracer records the torch-level call (aten::matmul for `@`, aten::mm for
+    torch.mm), and its op table counts addmm, bmm, einsum, matmul and linear, not mm, mv,
+    dot, baddbmm or addmv."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(64, 10))
+        self.b = nn.Parameter(torch.zeros(10))
+        self.op = op
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w, b = x.flatten(1), self.w, self.b
+        products: dict[str, Callable[[], torch.Tensor]] = {
+            "matmul": lambda: h @ w,
+            "torch.matmul": lambda: torch.matmul(h, w),
+            "linear": lambda: F.linear(h, w.t(), b),
+            "addmm": lambda: torch.addmm(b, h, w),
+            "bmm": lambda: torch.bmm(h[None], w[None])[0],
+            "einsum": lambda: torch.einsum("bi,ij->bj", h, w),
+            # fvcore's matmul: the first operand's elements x the second's last dimension,
+            # whatever the broadcast (dlperf's own count: 3 x 640)
+            "broadcast": lambda: torch.matmul(h, w.expand(3, 64, 10)).mean(0),
+            "mm": lambda: torch.mm(h, w),
+            "mv": lambda: torch.mv(w.t(), h[0])[None],
+            "addmv": lambda: torch.addmv(b, w.t(), h[0])[None],
+            "dot": lambda: torch.dot(h[0], h[0]) * w.sum(0)[None],
+            "baddbmm": lambda: torch.baddbmm(b[None, None], h[None], w[None])[0],
+        }
+        return products[self.op]()
+
+
+FVCORE_PRODUCTS = {"matmul": 640, "torch.matmul": 640, "linear": 640, "addmm": 640, "bmm": 640,
+                   "einsum": 640, "broadcast": 640, "mm": 0, "mv": 0, "addmv": 0, "dot": 0,
+                   "baddbmm": 0}  # fmt: skip
+
+
+@pytest.mark.parametrize(("op", "macs"), FVCORE_PRODUCTS.items())
+def test_fvcore_counts_the_products_its_op_table_has(op: str, macs: int) -> None:
+    a = analyze_module(Product(op), [1, 8, 8])
+    a.macs_convention = "fvcore"
+    assert a.totals()["macs"] == macs
+
+
+class Attention(nn.Module):
+    def __init__(self, masked: bool) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.mask = torch.zeros(4, 4) if masked else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.attn(x, x, x, attn_mask=self.mask)[0]
+        return out
+
+
+def test_fvcore_counts_attention_and_spectral_norm_as_its_tracer_sees_them() -> None:
+    """nn.MultiheadAttention (4 positions of 8, 2 heads) runs, as fvcore traces it, a packed
+    input projection (linear: 32 x 24 = 768), q @ k^T and p @ v (bmm: 2 x 4 x 4 x 4 = 128
+    each) and the output projection (linear: 32 x 8 = 256); with a mask q @ k^T is a
+    baddbmm, which fvcore does not count. spectral_norm's torch.mv and torch.dot are not
+    counted either: the Linear's 16 x 16 products alone."""
+    for module, shape, macs in [
+        (Attention(masked=False), [4, 8], 768 + 128 + 128 + 256),
+        (Attention(masked=True), [4, 8], 768 + 128 + 256),
+        (nn.utils.parametrizations.spectral_norm(nn.Linear(16, 16)), [16], 256),
+    ]:
+        a = analyze_module(module, shape)
+        a.macs_convention = "fvcore"
+        assert a.totals()["macs"] == macs, module

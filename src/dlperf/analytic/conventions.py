@@ -19,19 +19,25 @@ each in its own way, worked out from their code (docs/analyze.md gives the sourc
   modules count 0, subclasses of those above too: ptflops looks up `type(module)`. Its
   default also counts functional calls (F.relu, F.max_pool2d, ...) beside the module hooks,
   so that nn.ReLU and nn.MaxPool2d count twice; that is not reproduced.
-- fvcore (`FlopCountAnalysis`, whose "flops" are MACs): convolutions and matrix products
-  without bias; batch norm in eval 1 per element (2 with an affine weight), norms computing
-  statistics 4 per element (5 with an affine weight); nearest upsampling 1 and bilinear 4
-  per output; adaptive average pooling 1 per input; nothing else.
+- fvcore (`FlopCountAnalysis`, whose "flops" are MACs): convolutions and the matrix products
+  of its op table without bias: the torch-level calls its JIT tracer records as aten::linear,
+  matmul (`@` too), addmm, bmm and einsum, each by fvcore's own formula; not torch.mm, mv,
+  dot, baddbmm, addmv, tensordot, an RNN or scaled_dot_product_attention; batch norm in
+  eval 1 per element (2 with an affine weight), norms computing statistics 4 per element (5
+  with an affine weight); nearest upsampling 1 and bilinear 4 per output; adaptive average
+  pooling 1 per input; nothing else.
 
 Each counts one forward pass; a layer's cost under each convention is kept beside dlperf's.
 """
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -43,7 +49,8 @@ MACS_CONVENTIONS = {
     "ptflops": "ptflops (pytorch backend): convolution and linear products plus one per "
     "bias add; 1 per output of activations and upsampling, 1 per input of pooling, 1 per "
     "input of normalisation (2 with affine)",
-    "fvcore": "fvcore: convolution and matrix products without bias; normalisation 1-5 per "
+    "fvcore": "fvcore: convolution and matrix products without bias (linear, matmul, addmm, "
+    "bmm and einsum; not mm, mv, dot, baddbmm or addmv); normalisation 1-5 per "
     "element, upsampling 1 (nearest) or 4 (bilinear) per output, adaptive average pooling 1 "
     "per input; element-wise ops and max pooling 0",
 }
@@ -133,3 +140,123 @@ def fvcore_function(name: str, args: Any) -> int:
     """What fvcore counts for a torch function call that ATen does not show as such:
     adaptive average pooling (module or functional) becomes `mean` when pooling to 1x1."""
     return int(args[0].numel()) if name == "adaptive_avg_pool2d" else 0
+
+
+# fvcore's tracer (torch.jit.trace) records each torch-level call as the one ATen operator it
+# names (`h @ w` as aten::matmul, torch.mm as aten::mm, F.linear as aten::linear), not the mm
+# or bmm it runs as; its op table counts only some of them. So its products are counted where
+# the torch-level call is seen (counting's TorchFunctionMode), and the ATen products the call
+# runs as are not counted again.
+FVCORE_COUNTED = "counted"
+"""A torch-level call fvcore's op table counts (FVCORE_PRODUCTS), by fvcore's formula."""
+FVCORE_CLOSED = "closed"
+"""A torch-level call fvcore's tracer records as one operator its table does not count
+(torch.mm, torch.mv, torch.dot, torch.baddbmm, tensordot, an RNN, scaled_dot_product_attention):
+the products it runs as count 0."""
+FVCORE_OPENED = "opened"
+"""A Python function of torch.nn.functional (multi_head_attention_forward), whose body the
+tracer records op by op but the TorchFunctionMode sees as one call: the mm, addmm and bmm it
+runs as are counted, as the linear, matmul, addmm and bmm calls they come from."""
+_FVCORE_RUN_AS = frozenset({"mm", "addmm", "bmm"})
+_CONVOLUTIONS = frozenset({"convolution", "_convolution"})
+
+
+def _arg(args: Sequence[Any], kwargs: dict[str, Any], at: int, name: str) -> Any:
+    return args[at] if len(args) > at else kwargs[name]
+
+
+def _fvcore_linear(args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    # linear_flop_jit: the input's elements x the weight's first dimension
+    x, w = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "weight")
+    return int(prod(x.shape)) * int(w.shape[0])
+
+
+def _fvcore_matmul(a: torch.Tensor, b: torch.Tensor) -> int:
+    # matmul_flop_jit: the first operand's elements x the second's last dimension, whatever
+    # the broadcast; a vector second operand fails its assert, counted here as a's products
+    return int(prod(a.shape)) * (int(b.shape[-1]) if b.dim() >= 2 else 1)
+
+
+def _fvcore_addmm(args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    m1, m2 = _arg(args, kwargs, 1, "mat1"), _arg(args, kwargs, 2, "mat2")
+    return int(m1.shape[0] * m1.shape[1] * m2.shape[1])
+
+
+def _fvcore_bmm(args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    a, b = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "mat2")
+    n, c, t = a.shape
+    return int(n * c * t * b.shape[-1])
+
+
+def _fvcore_einsum(args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    """einsum_flop_jit: two equations by formula, any other by numpy's einsum_path ("optimized
+    FLOP count", as printed to 4 digits) halved. An equation in sublist form counts 0."""
+    equation = args[0] if args else kwargs.get("equation")
+    if not isinstance(equation, str):
+        return 0
+    operands = args[1] if len(args) == 2 and isinstance(args[1], list | tuple) else args[1:]
+    shapes = [list(t.shape) for t in operands]
+    equation = equation.replace(" ", "")
+    letters = dict.fromkeys(c for c in equation if c.isalpha())
+    equation = equation.translate({ord(c): 97 + i for i, c in enumerate(letters)})
+    if equation == "abc,abd->acd":
+        n, c, t = shapes[0]
+        return int(n * c * t * shapes[-1][-1])
+    if equation == "abc,adc->adb":
+        n, t, g = shapes[0]
+        return int(n * t * g * shapes[-1][1])
+    arrays = [np.broadcast_to(np.zeros(()), shape) for shape in shapes]  # shapes, no storage
+    path = np.einsum_path(equation, *arrays, optimize="optimal")[1]
+    for line in path.split("\n"):
+        if "optimized flop" in line.lower():
+            return int(np.floor(float(line.split(":")[-1]) / 2))
+    return 0
+
+
+FVCORE_PRODUCTS: dict[str, Callable[[Sequence[Any], dict[str, Any]], int]] = {
+    "linear": _fvcore_linear,
+    "matmul": lambda args, kwargs: _fvcore_matmul(
+        _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
+    ),
+    "__rmatmul__": lambda args, kwargs: _fvcore_matmul(args[1], args[0]),
+    "addmm": _fvcore_addmm,
+    "bmm": _fvcore_bmm,
+    "einsum": _fvcore_einsum,
+}
+"""The torch-level calls (by __name__: torch.matmul, Tensor.matmul and `@` are all "matmul")
+whose products fvcore's op table counts, each by its formula (fvcore/nn/jit_handles.py)."""
+
+
+def fvcore_kind(func: Any) -> str:
+    """How fvcore's tracer sees the products of the torch-level call `func`: FVCORE_COUNTED,
+    FVCORE_OPENED or FVCORE_CLOSED."""
+    if getattr(func, "__name__", "") in FVCORE_PRODUCTS:
+        return FVCORE_COUNTED
+    module = getattr(func, "__module__", None) or ""
+    if isinstance(func, types.FunctionType) and module.startswith("torch.nn.functional"):
+        return FVCORE_OPENED
+    return FVCORE_CLOSED
+
+
+def fvcore_products(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    """fvcore's count of the products of the torch-level call `func` (0 for one its op table
+    does not count), from its arguments' shapes; 0 where its formula cannot read them."""
+    formula = FVCORE_PRODUCTS.get(getattr(func, "__name__", ""))
+    if formula is None:
+        return 0
+    try:
+        return formula(args, kwargs)
+    except (IndexError, KeyError, ValueError, AttributeError, TypeError):
+        return 0  # arguments torch refused too, or fvcore's own assert
+
+
+def fvcore_aten(name: str, shaped: int, call: str | None) -> int:
+    """fvcore's count of the weight products of the ATen operator `name` (`shaped`: dlperf's
+    count of them by shapes), run by a torch-level call of kind `call` (fvcore_kind's; None
+    where no torch-level call runs it): a convolution's always (aten::_convolution); the mm,
+    addmm and bmm of an opened function's body or of none; else 0 (counted at the call)."""
+    if name in _CONVOLUTIONS:
+        return shaped
+    if call in (None, FVCORE_OPENED) and name in _FVCORE_RUN_AS:
+        return shaped
+    return 0

@@ -15,7 +15,9 @@ and submodules a forward makes on its first call (`self.w = nn.Parameter(...)`) 
 module's, claimed as that forward ends. Each nn.Parameter counts once, by identity, as
 model.parameters() holds them: two over one storage count apart. Parameters of modules
 that never ran (GoogLeNet's auxiliary classifiers in eval) are in no row and no total;
-`Analysis.not_run` names those modules.
+`Analysis.not_run` names those modules, and those that ran on other tensors than their own
+parameters (torch.func.functional_call(module, other_params, ...)), with their own unused:
+the rows and that list add up to model.parameters().
 
 A forward that torch's own code cannot run on the meta device (pad_packed_sequence after
 `pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices), or that meets a
@@ -62,10 +64,14 @@ from torch.utils.module_tracker import ModuleTracker
 
 from dlperf.analytic import ops
 from dlperf.analytic.conventions import (
+    FVCORE_CLOSED,
     MACS_CONVENTIONS,
     PTFLOPS_NOT_REPRODUCED,
+    fvcore_aten,
     fvcore_extra,
     fvcore_function,
+    fvcore_kind,
+    fvcore_products,
     ptflops_macs,
     torchinfo_macs,
 )
@@ -117,12 +123,15 @@ BACKWARD = ("backward_macs", "backward_flops", "backward_bytes", "backward_calls
 
 @dataclass
 class NotRun:
-    """A module that never ran in the counted pass, with its parameters that no row counts."""
+    """A module that never ran in the counted pass, with its parameters that no row counts; or
+    (`ran`) one that ran on other tensors than its own parameters (torch.func.functional_call),
+    with those of its own that no row counts."""
 
     name: str
     type: str
     params: int
     bias_params: int
+    ran: bool = False
 
 
 ACTIVATIONS = {
@@ -300,7 +309,12 @@ class Analysis:
             },
             "totals": self.totals(),
             "layers": layers,
-            "not_run": [asdict(m) | {"params": self.params_of(m)} for m in self.not_run],
+            # "ran" only where true: a module that ran on other tensors than its own parameters
+            "not_run": [
+                {k: v for k, v in asdict(m).items() if k != "ran" or v}
+                | {"params": self.params_of(m)}
+                for m in self.not_run
+            ],
             "unsupported_ops": self.unsupported_ops,
         }
 
@@ -528,6 +542,9 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.entered: dict[nn.Module, list[set[Node]]] = {}
         """The gradient nodes of each running module's inputs (a module in a forward of its
         own: a list), empty once no forward runs."""
+        self.fvcore_call: str | None = None
+        """How fvcore's tracer sees the products of the torch-level call running now
+        (conventions.fvcore_kind, set by _FunctionCalls); None where none runs."""
 
     def claim(self, row: Layer, params: Iterable[tuple[str, nn.Parameter]]) -> None:
         for name, p in params:
@@ -544,8 +561,15 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self.rows[name] = Layer(name or ROOT, _type_name(module), role=role)
             # Direct parameters only: a leaf holds all of its own, a container's rows
             # would otherwise repeat its children's.
-            self.claim(self.rows[name], module.named_parameters(recurse=False))
+            self.claim(self.rows[name], self.own_parameters(module))
         return self.rows[name]
+
+    def own_parameters(self, module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+        """`module`'s direct parameters that are the model's, or nn.Parameters its forward
+        made: not the tensors torch.func.functional_call puts in their place for a call (the
+        slices vmap gives of stacked weights), which are no parameters of the model."""
+        own = module.named_parameters(recurse=False)
+        return [(n, p) for n, p in own if id(p) in self.by_id or isinstance(p, nn.Parameter)]
 
     def claim_used(self, row: Layer, args: Any) -> None:
         """Count parameters of modules that were not called, used by `row`'s operator."""
@@ -593,7 +617,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         name = self.names.get(module)
         if name is None:
             return
-        own = module.named_parameters(recurse=False)
+        own = self.own_parameters(module)
         made = [(n, p) for n, p in own if id(p) not in self.by_id and id(p) not in self.claimed]
         if made:
             self.claim(self.row(name), made)
@@ -618,8 +642,12 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 decomposed = func.decompose(*args, **(kwargs or {}))
             if decomposed is not NotImplemented:
                 return decomposed
-        _same_dtypes(func, args)
-        out = func(*args, **(kwargs or {}))
+        try:
+            _same_dtypes(func, args)
+            out = func(*args, **(kwargs or {}))
+        except Exception as e:
+            _RAISED_INSIDE.error = e  # what a TorchScript model's interpreter drops (error_line)
+            raise
         name = self.current()
         if name is None:  # the seed of the backward (the loss), not the network's work
             return out
@@ -652,7 +680,8 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return out
         row.macs += cost.macs
         peer = shaped.macs if shaped is not None else 0
-        row.peer_macs["fvcore"] += peer + fvcore_extra(ops.op_name(func), args, out)
+        row.peer_macs["fvcore"] += fvcore_aten(ops.op_name(func), peer, self.fvcore_call)
+        row.peer_macs["fvcore"] += fvcore_extra(ops.op_name(func), args, out)
         row.flops += cost.flops
         row.bytes += moved
         row.calls += 1
@@ -745,14 +774,21 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def not_run(self) -> list[NotRun]:
         """The outermost modules whose parameters no row counts: a module whose every
         parameter is uncounted stands for its submodules; one whose submodules ran in part
-        is named for its own uncounted parameters only."""
+        is named for its own uncounted parameters only. A module that ran is named for its
+        own parameters that no row counts (`ran`): it ran on others in their place
+        (torch.func.functional_call), its row counting those."""
         found: list[NotRun] = []
         counted = set(self.claimed)
         whole: list[str] = []
         for name, module in self.modules.items():
             if any(name.startswith(f"{outer}.") for outer in whole):
                 continue
-            if name in self.ran:  # its own parameters are counted in its row (`claim_made`)
+            if name in self.ran:
+                own = module.named_parameters(recurse=False)
+                unused = [(n, p) for n, p in own if id(p) not in counted]
+                if unused:
+                    counted |= {id(p) for _, p in unused}
+                    found.append(_not_run(name, module, unused, ran=True))
                 continue
             subtree = list(module.named_parameters())
             if all(id(p) in counted for _, p in subtree):
@@ -766,10 +802,16 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if not left:
                     continue
             counted |= {id(p) for _, p in left}
-            params = sum(p.numel() for _, p in left)
-            bias = sum(p.numel() for n, p in left if _is_bias(n))
-            found.append(NotRun(name or ROOT, _type_name(module), params, bias))
+            found.append(_not_run(name, module, left))
         return found
+
+
+def _not_run(
+    name: str, module: nn.Module, left: list[tuple[str, nn.Parameter]], ran: bool = False
+) -> NotRun:
+    params = sum(p.numel() for _, p in left)
+    bias = sum(p.numel() for n, p in left if _is_bias(n))
+    return NotRun(name or ROOT, _type_name(module), params, bias, ran)
 
 
 def _returns_its_input(module: nn.Module, x: torch.Tensor, out: list[torch.Tensor]) -> bool:
@@ -779,18 +821,31 @@ def _returns_its_input(module: nn.Module, x: torch.Tensor, out: list[torch.Tenso
 
 
 class _FunctionCalls(TorchFunctionMode):
-    """Sees torch-level calls, above ATen, for the one count fvcore makes there."""
+    """Sees torch-level calls, above ATen, for the counts fvcore makes there: its tracer
+    records `h @ w` as aten::matmul and torch.mm as aten::mm, which both run as ATen's mm, and
+    its op table counts the first alone. A call's products are counted here by fvcore's
+    formula, and the ATen operators it runs as know the kind of call running them. The calls
+    a call makes are not seen (torch hides them from the mode it is in)."""
 
     def __init__(self, counting: _CountingMode) -> None:
         super().__init__()
         self.counting = counting
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = self.counting.current()
+        kwargs = kwargs or {}
+        counting = self.counting
+        name = counting.current()
+        before, counting.fvcore_call = counting.fvcore_call, fvcore_kind(func)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            counting.fvcore_call = before
+        # after the call: arguments torch refuses are told in torch's words
         extra = fvcore_function(getattr(func, "__name__", ""), args)
+        extra += fvcore_products(func, args, kwargs)
         if name is not None and extra:
-            self.counting.row(name).peer_macs["fvcore"] += extra
-        return func(*args, **(kwargs or {}))
+            counting.row(name).peer_macs["fvcore"] += extra
+        return out
 
 
 _FLASH = 1
@@ -847,16 +902,22 @@ def _fused_on_meta(
 
 
 @contextlib.contextmanager
-def _attention_as_on_cpu() -> Iterator[None]:
+def _attention_as_on_cpu(counting: _CountingMode) -> Iterator[None]:
     """F.scaled_dot_product_attention of meta tensors run as a CPU runs it (`_fused_on_meta`),
     nn.MultiheadAttention's included (it calls the module's function). Replaced for one count
     (within _ONE_COUNT), as the module hooks are: a torch function mode would not see the
-    call nested in F.multi_head_attention_forward. Other tensors pass through."""
+    call nested in F.multi_head_attention_forward. Other tensors pass through. fvcore's
+    tracer sees one aten::scaled_dot_product_attention, which it does not count, whichever
+    kernel or products it runs as."""
     sdpa = F.scaled_dot_product_attention
 
     def as_on_cpu(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        out = _fused_on_meta(query, *args, **kwargs) if query.is_meta else None
-        return sdpa(query, *args, **kwargs) if out is None else out
+        before, counting.fvcore_call = counting.fvcore_call, FVCORE_CLOSED
+        try:
+            out = _fused_on_meta(query, *args, **kwargs) if query.is_meta else None
+            return sdpa(query, *args, **kwargs) if out is None else out
+        finally:
+            counting.fvcore_call = before
 
     F.scaled_dot_product_attention = as_on_cpu
     try:
@@ -924,6 +985,38 @@ def _role(module: nn.Module) -> str:
     if not isinstance(cls, type):
         return "other"
     return next((role for kind, role in ROLES if issubclass(cls, kind)), "other")
+
+
+def switch_mode(model: nn.Module, train: bool, command: str) -> None:
+    """`model.train(train)`; a model that cannot switch (a torch.export GraphModule, whose
+    train() raises NotImplementedError, or an override `def train(self)` taking no mode) is
+    one line naming the fix, while an exception the model's own code raises goes on as it
+    is, to be told with the model's frames."""
+    try:
+        model.train(train)
+    except Exception as e:
+        if raised_by_model(e):
+            raise
+        kind, first = error_line(e)
+        said = f"{kind}: {first}" if first else kind
+        if isinstance(model, torch.fx.GraphModule) and isinstance(e, NotImplementedError):
+            raise UserError(
+                "the model is a torch.export GraphModule (torch.export.export(...).module()), "
+                f"which cannot switch between train and eval mode as {command} does ({said})",
+                "return the nn.Module from the factory, not its export (a run's model is "
+                "exported with `dlperf export`)",
+            ) from None
+        if isinstance(e, TypeError):
+            raise UserError(
+                f"the model's train() does not take the mode: {command} calls "
+                f"model.train({train}) ({said})",
+                "take it as nn.Module does: def train(self, mode=True), passing mode on to "
+                "super().train(mode)",
+            ) from None
+        raise UserError(
+            f"the model's train({train}) fails: {said}",
+            "train(mode) must switch the model as nn.Module's does",
+        ) from None
 
 
 def materialize_lazy(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> None:
@@ -1129,6 +1222,49 @@ def refuse_more_than_one(model: nn.Module, fed: str) -> None:
     )
 
 
+TORCHSCRIPT_FAILED = "The following operation failed in the TorchScript interpreter."
+"""The first line of an error raised in a TorchScript model: its TorchScript traceback
+follows, and the real error ("RuntimeError: mat1 and mat2 shapes ...") comes last."""
+_ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
+
+
+_RAISED_INSIDE = threading.local()
+"""`error`: the exception an operator last raised in the counting mode (None once a forward
+starts): the TorchScript interpreter passes one raised in Python on without its message."""
+
+
+def error_line(e: BaseException) -> tuple[str, str]:
+    """What `e` says, as its type's name and the first line of its message; of an error
+    raised in the TorchScript interpreter, the type and line of the real error it ends with
+    (where that was raised in the counting mode, which the interpreter leaves with no words:
+    that error's)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__, ""
+    if lines[0] == TORCHSCRIPT_FAILED:
+        found = next((m for line in reversed(lines) if (m := _ERROR_LINE.fullmatch(line))), None)
+        if found is not None:
+            return found[1].rpartition(".")[2], found[2].removeprefix(f"{found[1]}: ")
+        inside = getattr(_RAISED_INSIDE, "error", None)
+        if inside is not None and inside is not e:
+            return error_line(inside)
+    return type(e).__name__, lines[0]
+
+
+# What torch says when the input's shape does not fit the model (its rank, channels or size, or
+# a batch of one in batch norm's training): analyze.input and analyze.batch can fix those alone.
+_SHAPE_ERRORS = re.compile(
+    r"shapes cannot be multiplied|same reduction dim|size mismatch|must match the (existing )?size"
+    r"|broadcast a dimension|channel dimensions|to have \d+ channels|kernel size"
+    r"|output size is too small|expected more than 1 value|\b\d+D\b|is invalid for input of size"
+    r"|sizes of tensors must match|must be equal to input_size|expected size"
+    r"|expected input with shape|should contain \d+ elements|dimension out of range"
+    r"|negative dimension|values to unpack|input dimension|divisible by num_groups"
+    r"|embedding dimension|input size",
+    re.IGNORECASE,
+)
+
+
 def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> Any:
     """`model(x)`; torch refusing the input's shape or dtype is told as the user's input, in
     one line, while an exception the model's own code raises goes on as it is (the CLI tells
@@ -1136,12 +1272,13 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
     values is one line naming `command`; torch's own code reading them is TorchReadsValues, a
     CPU tensor of the model's meeting `x` is MadeOnCpu (both counted on real tensors by
     `analyze_module`)."""
+    _RAISED_INSIDE.error = None
     try:
         with _distributions_unchecked():
             return model(x)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        said = f"{type(e).__name__}: {first}"
+        kind, first = error_line(e)
+        said = f"{kind}: {first}"
         if x.is_meta and any(marker in first for marker in _READS_VALUES):
             reader = _value_reader(e)
             if reader is not None and reader[0].startswith("torch."):
@@ -1169,11 +1306,15 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
         refused = _autograd_refusal(first, said)
         if refused is not None:
             raise refused from None
-        raise UserError(
-            f"the model rejects input {list(x.shape)}: {said}",
-            "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or "
-            "more)",
-        ) from None
+        fed = str(x.dtype).removeprefix("torch.")
+        fix = (
+            "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or more)"
+            if _SHAPE_ERRORS.search(first)
+            # not the shape: what the forward is given is the point
+            else f"{command} feeds the model what a run feeds it, one {fed} tensor of images "
+            "(batch, C, H, W): its forward must take that"
+        )
+        raise UserError(f"the model rejects input {list(x.shape)}: {said}", fix) from None
 
 
 # torch's words for a forward that autograd refuses while gradients are on (a training step's
@@ -1205,6 +1346,10 @@ def _autograd_refusal(first: str, said: str) -> UserError | None:
     return None
 
 
+IN_PLACE = "modified by an inplace operation"
+"""autograd's words for a tensor the backward needs, changed in place after it was saved."""
+
+
 def run_backward(out: Any, done: str = "counted") -> None:
     """`sum_backward`; torch refusing to run it (an operation with no derivative, as
     torch.special.zeta; complex weights on meta tensors) is one line, "the model's backward
@@ -1220,10 +1365,12 @@ def run_backward(out: Any, done: str = "counted") -> None:
         # torch's own plea to report its message, not the reason
         first = first.split("  (Could this error message be improved?")[0].rstrip()
         said = f"{type(e).__name__}: {first}" if first else type(e).__name__
-        raise UserError(
-            f"the model's backward cannot be {done}: {said}",
-            f"its forward alone is still {done}: leave out --train, or analyze.train",
-        ) from None
+        fix = f"its forward alone is still {done}: leave out --train, or analyze.train"
+        if IN_PLACE in first:  # as a run's dry backward says it
+            from dlperf.engine.checks import backward_hint
+
+            fix = f"{backward_hint(first)}; {fix}"
+        raise UserError(f"the model's backward cannot be {done}: {said}", fix) from None
 
 
 def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor]) -> None:
@@ -1256,21 +1403,40 @@ def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor]) 
 
 
 class _SavedTensors(torch.autograd.graph.saved_tensors_hooks):
-    """Sums the distinct storages autograd saves for the backward, weights excluded."""
+    """Sums the distinct storages autograd saves for the backward, weights excluded. Autograd
+    checks no version of a tensor saved through hooks, so these check it as autograd does: a
+    tensor the backward needs, changed in place after it was saved (`nn.ReLU(inplace=True)`
+    after a sigmoid), fails the backward with autograd's own words, as it fails a run's."""
 
     def __init__(self, model: nn.Module) -> None:
         weights = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
         seen: set[int] = set(weights)
         self.bytes = 0
 
-        def pack(t: torch.Tensor) -> torch.Tensor:
+        def pack(t: torch.Tensor) -> tuple[torch.Tensor, int, str]:
             storage = t.untyped_storage()
             if storage._cdata not in seen:
                 seen.add(storage._cdata)
                 self.bytes += storage.nbytes()
+            made = (
+                ""
+                if t.grad_fn is None
+                else f", which is output {t.output_nr} of {t.grad_fn.name()}"
+            )
+            return t, t._version, made
+
+        def unpack(saved: tuple[torch.Tensor, int, str]) -> torch.Tensor:
+            t, version, made = saved
+            if t._version != version:
+                dtype = str(t.dtype).removeprefix("torch.")
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by "
+                    f"an inplace operation: [{dtype} {list(t.shape)}]{made}, is at version "
+                    f"{t._version}; expected version {version} instead"
+                )
             return t
 
-        super().__init__(pack, lambda t: t)
+        super().__init__(pack, unpack)
 
 
 def _training_memory(model: nn.Module, saved: int) -> dict[str, Any]:
@@ -1507,7 +1673,7 @@ def _count(counted: Analysis, model: nn.Module, x: torch.Tensor, command: str) -
 def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: str) -> Analysis:
     materialize_lazy(model, x, command)
     train = counted.train
-    model.train(train)
+    switch_mode(model, train, command)
     fields = FieldTracker()
     fields.start(x)
     tracker = ModuleTracker()
@@ -1521,7 +1687,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
         with tracker:
             saved = _SavedTensors(model)  # saves nothing without a gradient
             grad = contextlib.nullcontext() if train else torch.no_grad()
-            with mode, _FunctionCalls(mode), _attention_as_on_cpu(), saved, grad:
+            with mode, _FunctionCalls(mode), _attention_as_on_cpu(mode), saved, grad:
                 mode.outside_is_root = True
                 out = run_forward(model, x, command)
                 mode.claim_made(model)  # one whose overridden __call__ runs no hook of its own

@@ -74,13 +74,18 @@ def layer_table(result: dict[str, Any]) -> Table:
 
 
 def not_run_table(result: dict[str, Any]) -> Table | None:
-    """The modules that never ran, whose parameters are in no row and no total."""
+    """The modules that never ran, whose parameters are in no row and no total; and those
+    that ran on other tensors in place of their own parameters (functional_call)."""
     if not result["not_run"]:
         return None
+    ran = " (ran on other parameters: its own unused)"
     return Table(
         "modules that never ran",
         ["module", "type", "params (in no row or total)"],
-        [[m["name"], m["type"], f"{m['params']:,}"] for m in result["not_run"]],
+        [
+            [m["name"], m["type"] + ran * bool(m.get("ran")), f"{m['params']:,}"]
+            for m in result["not_run"]
+        ],
     )
 
 
