@@ -98,6 +98,10 @@ SIZE_LIMIT_NEAR = 128 << 10
 # The files SQLite keeps beside a store in WAL mode, named by these suffixes to the store's.
 WAL_FILES = ("-wal", "-shm")
 PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
+PG_LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock not had within lock_timeout
+# The savepoint each statement of a PostgreSQL write runs in, to try it again once a wait
+# for a lock has timed out (`_pg_write`).
+PG_ATTEMPT = "dlperf_wait"
 # PostgreSQL's states of a server gone: class 08 (connection exception), shut down by an
 # administrator or a crash, starting or stopping ("the database system is shutting down").
 PG_GONE_CLASS, PG_GONE = "08", ("57P01", "57P02", "57P03")
@@ -553,6 +557,64 @@ def _sqlite_begin(conn: Connection, name: str, busy_s: float) -> None:
     finally:
         cursor.execute(f"PRAGMA busy_timeout={round(busy_s * 1000)}")
         cursor.close()
+
+
+def _pg_waits(engine: Engine, name: str) -> None:
+    """Make each statement of a PostgreSQL store's write wait for a lock in attempts of
+    BUSY_ATTEMPT_MS (`_pg_write`): a write is shielded (dlperf.stopping), and a lock waited
+    for in libpq held SIGINT and SIGTERM for as long as another session held it, for ever
+    behind a session left idle in its transaction."""
+    event.listen(engine, "do_execute", functools.partial(_pg_write, name=name, many=False))
+    event.listen(engine, "do_executemany", functools.partial(_pg_write, name=name, many=True))
+
+    def no_params(cursor: Any, statement: str, context: Any) -> bool:
+        return _pg_write(cursor, statement, None, context, name=name, many=None)
+
+    event.listen(engine, "do_execute_no_params", no_params)
+
+
+def _pg_write(
+    cursor: Any, statement: str, parameters: Any, context: Any, *, name: str, many: bool | None
+) -> bool:
+    """SQLAlchemy's `do_execute*` hook: a statement of a write transaction (WRITES) run in a
+    savepoint with `SET LOCAL lock_timeout` of one attempt; a lock not had in time rolls back
+    to the savepoint and tries again, until a stop signal has come and STOP_WAIT_S passed, or
+    the busy timeout (as SQLite's, `_sqlite_begin`) has: then the one line of a store locked
+    by another process. False (not handled) for every other statement."""
+    if not context.execution_options.get(WRITES, False):
+        return False
+    # SQLAlchemy's own savepoints (begin_nested) wait for no lock, and must not be made
+    # inside ours: releasing ours would release them too.
+    if statement.lstrip()[:9].upper() in ("SAVEPOINT", "RELEASE S", "ROLLBACK "):
+        return False
+    dialect = context.dialect
+    control = cursor.connection.cursor()  # its own: the statement's cursor keeps its rows
+    start = time.monotonic()
+    deadline, stop_seen = start + BUSY_TIMEOUT_S, False
+    try:
+        while True:
+            control.execute(f"SAVEPOINT {PG_ATTEMPT}; SET LOCAL lock_timeout = {BUSY_ATTEMPT_MS}")
+            try:
+                if many is None:
+                    dialect.do_execute_no_params(cursor, statement, context)
+                elif many:
+                    dialect.do_executemany(cursor, statement, parameters, context)
+                else:
+                    dialect.do_execute(cursor, statement, parameters, context)
+            except Exception as e:
+                if getattr(e, "sqlstate", None) != PG_LOCK_TIMEOUT:
+                    raise
+                control.execute(f"ROLLBACK TO SAVEPOINT {PG_ATTEMPT}")
+                now = time.monotonic()
+                if not stop_seen and stopping.requested():
+                    stop_seen, deadline = True, min(deadline, now + STOP_WAIT_S)
+                if now >= deadline:
+                    raise _locked(name, now - start, "for a lock") from None
+                continue
+            control.execute(f"RELEASE SAVEPOINT {PG_ATTEMPT}")
+            return True
+    finally:
+        control.close()
 
 
 def _locked(name: str, waited_s: float, wanted: str = "for its write lock") -> StoreLocked:
@@ -1114,6 +1176,8 @@ class RunStore:
         if store_id is None:  # an empty database, opened only to read it
             return cls._empty(_absent(_name(engine), "holds no store yet", read_only))
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
+            if parsed.get_backend_name() == "postgresql":
+                _pg_waits(engine, name)
             event.listen(engine, "handle_error", functools.partial(_server_gone, name))
             # Only now too: an open probes for tables that are missing from a new store.
             event.listen(engine, "handle_error", integrity.on_error)
