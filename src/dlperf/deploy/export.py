@@ -85,9 +85,13 @@ def from_registry(
     hint = "drop model.kwargs.in_channels: export takes it from export.input (C,H,W)"
     check_automatic(kwargs, "in_channels", shape[0], said, hint)
     mean, std = (IMAGENET_MEAN, IMAGENET_STD) if input_shape is None else ((0.5,) * shape[0],) * 2
-    torch.manual_seed(0)  # the same random weights on every export of this name
     sized = {} if num_classes is None else {"num_classes": num_classes}
-    model = create_model(name, in_channels=shape[0], **sized, **without_automatic(kwargs))
+    # The same random weights on every export of this name: seeded just before the factory,
+    # after a model file's import (a file that seeds torch as it is imported overrode a seed
+    # set before, and exported its own weights instead)
+    model = create_model(
+        name, in_channels=shape[0], factory_seed=0, **sized, **without_automatic(kwargs)
+    )
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
     output = dry_forward(model, shape, f"model '{name}' rejects input of shape {shape}")

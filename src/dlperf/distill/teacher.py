@@ -70,6 +70,9 @@ def score(
         cfg.name,
         num_classes=teacher.classes,
         in_channels=teacher.shape[0],
+        # As `dlperf run` built it (engine.build): what its state_dict leaves out (a random
+        # non-persistent buffer) is the one it trained with, whatever its file seeds at import
+        factory_seed=teacher.exp.run.seed,
         **without_automatic(cfg.kwargs),  # a run's own num_classes agreed with its data
     )
     weights = pretrained.resolve(ModelConfig(name=cfg.name, weights=f"run:{teacher.run_id}"), store)
