@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 from dlperf import stopping
 from dlperf.config import Experiment
 from dlperf.errors import StoreGone, UserError, interrupted
-from dlperf.procs import POLL_S, Supervisor, process_alive
+from dlperf.procs import POLL_S, Supervisor, how, process_alive
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.names import given
@@ -356,8 +357,32 @@ class SweepRun:
         if path.is_file():
             return SweepPointResult.from_dict(json.loads(path.read_text()))
         log = (child.directory / "worker.log").read_text(errors="replace").strip().splitlines()
-        error = "\n".join([f"sweep worker ended with code {child.proc.returncode}", *log[-12:]])
+        # record_failure marks the point's run failed: a StoreGone line of the worker's that
+        # says it "reads as lost now" (the store gone under it) is said as what happened to it
+        tail = [LOST.sub(MARKED, line) for line in log[-12:]]
+        error = "\n".join([f"sweep worker {_ended(child.proc.returncode)}", *tail])
         return record_failure(self.store, child.exp, self.study_id, self.since, error)
+
+
+# RunStore._gone's hint for a run its store went away under, left running by the worker
+LOST = re.compile(r"\brun (\d+) reads as lost now; once the store is back, ")
+MARKED = r"run \1 was marked failed by the sweep once the store answered again; "
+
+# What a worker killed by these signals most likely met (a code of -24 said nothing)
+KILLED_BY = {
+    "SIGXCPU": "the CPU-time limit, ulimit -t",
+    "SIGKILL": "out of memory? dmesg says",
+}
+
+
+def _ended(returncode: int) -> str:
+    """How a worker ended, from Popen's returncode: its exit code, or the signal that killed
+    it by name (negative codes), with what it most likely means."""
+    if returncode >= 0:
+        return f"ended with code {returncode}"
+    said = how(returncode)  # "killed by SIGXCPU"
+    why = KILLED_BY.get(said.rpartition(" ")[2])
+    return f"{said} ({why})" if why else said
 
 
 def keep_winner_weights(
