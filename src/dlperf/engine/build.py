@@ -24,6 +24,7 @@ from dlperf.data.augment import check_augment
 from dlperf.engine import pretrained
 from dlperf.engine.checks import (
     DRY_BATCH,
+    TooDeep,
     check_batch_fits,
     check_batch_trains,
     check_checkpointable,
@@ -43,7 +44,7 @@ from dlperf.engine.step import steps_per_epoch
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.models import create_model, transfer
-from dlperf.models.registry import check_automatic, noting, without_automatic
+from dlperf.models.registry import check_automatic, noting, too_deep, without_automatic
 from dlperf.progress import Reporter
 from dlperf.system import auto_threads, crowding, pick_device, set_threads
 
@@ -325,6 +326,34 @@ def build_model(
             )
         # Its checks and its training on the count the run records, not the model's.
         torch.set_num_threads(threads)
+    name = f"'{exp.model.name}'"
+    try:
+        with noting() as notes:  # what its forwards changed in the process, put back (Kept)
+            try:
+                _check_model(model, exp, data, device, reporter, fresh)
+            finally:
+                if reporter is not None:
+                    for note in dict.fromkeys(notes):  # each once: misfit's copies say it too
+                        reporter.log(f"warning: {note}")
+    except RecursionError:  # walking its modules (.parameters(), .to()) or its forward
+        refused = too_deep(model, f"model {name}")
+        if refused is None:
+            raise
+        raise refused from None
+    torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
+    return model
+
+
+def _check_model(
+    model: torch.nn.Module,
+    exp: Experiment,
+    data: ImageData,
+    device: torch.device,
+    reporter: Reporter | None,
+    fresh: bool,
+) -> None:
+    """The dry checks of `build_model` on its `model`, on `device`: one line of what is wrong
+    with the model for `data`, before anything is recorded."""
     rejects = f"the model rejects {data.name} images of shape {data.shape}"
     name = f"'{exp.model.name}'"
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
@@ -336,7 +365,9 @@ def build_model(
         )
     check_not_quantized(model, name)
     try:
-        output = dry_forward(model.to(device), data.shape, rejects, device)
+        output = dry_forward(model.to(device), data.shape, rejects, device, what=f"model {name}")
+    except TooDeep:  # neither its parameters' dtype nor the images' size
+        raise
     except UserError as e:
         refused = not_float32(model, name, e.message) or misfit(
             model, data.shape, data.name, device, exp.data.image_size, data.num_classes
@@ -364,5 +395,3 @@ def build_model(
         check_checkpointable(model)
         if fresh:  # a stored run's weights are loaded next, by fit_weights, which tells them
             check_reloadable(model, name)
-    torch.manual_seed(exp.run.seed)  # the dry forward must not shift the training RNG stream
-    return model

@@ -3,9 +3,14 @@ so that a mismatch is one line of bad input rather than a failure mid-run."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
 import warnings
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,6 +22,7 @@ from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError, raised_by_model
 from dlperf.formatting import few
 from dlperf.image_modes import channels_last
+from dlperf.models.registry import note, too_deep, torch_defaults_kept
 from dlperf.models.transfer import DISAGREE, load_state
 
 if TYPE_CHECKING:
@@ -33,6 +39,79 @@ FED = "dlperf feeds it one tensor, a batch of images"
 NO_KERNEL = "an autograd kernel was not registered"
 
 
+class TooDeep(UserError):
+    """A model nested too deep for Python's recursion limit (models.registry.too_deep): what
+    its forward failed with is no sign of the images' shape or dtype, to be told so."""
+
+
+def refuse_too_deep(model: nn.Module, what: str) -> None:
+    """Raise TooDeep for `model` (`what` names it) where its nesting is why it ran out of
+    Python's recursion limit (called on a RecursionError); return otherwise."""
+    refused = too_deep(model, what)
+    if refused is not None:
+        raise TooDeep(refused.message, refused.hint) from None
+
+
+# What a model's forward was said to have changed in the process (Kept), each said once a
+# model: the dry checks' forwards, the training steps and the evaluation each put it back
+_TOLD: weakref.WeakKeyDictionary[nn.Module, set[str]] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Kept:
+    """torch's process-wide settings that a model's forward may change for good (a call, not a
+    with-block), as they were before it: its default dtype and device and its thread count.
+    Left so, the dry checks' next images were made in the forward's float64 (and the model
+    refused as rejecting the images), and the training steps ran on the forward's threads while
+    the run stored run.threads; an API caller's process kept them. Cheap to take at each step
+    (microseconds). Gradients turned off are the callers' to refuse (dry_backward, TrainStep)."""
+
+    dtype: torch.dtype
+    device: torch.device
+    threads: int
+
+    @classmethod
+    def now(cls) -> Kept:
+        return cls(torch.get_default_dtype(), torch.get_default_device(), torch.get_num_threads())
+
+    def put_back(self, model: nn.Module) -> None:
+        """Each setting a forward of `model` changed put back, and said (`note`: a run's
+        reporter through models.registry.noting, else a RuntimeWarning) once for the model."""
+        if Kept.now() == self:
+            return
+        path = _source(model)
+        notes = torch_defaults_kept(path, "in its forward", self.dtype, self.device, "the model")
+        threads = torch.get_num_threads()
+        if threads != self.threads:
+            torch.set_num_threads(self.threads)
+            notes.append(
+                f"the model set torch's thread count to {threads} in its forward; put back to "
+                f"{self.threads} after each forward (which itself runs on {threads}): set "
+                "run.threads rather than calling torch.set_num_threads in forward"
+            )
+        told = _TOLD.setdefault(model, set())
+        for said in notes:
+            if said not in told:
+                told.add(said)
+                note(said, path)
+
+
+def _source(model: nn.Module) -> Path:
+    """The file `model`'s class is defined in (a RuntimeWarning's), or its module's name."""
+    module = type(model).__module__
+    return Path(getattr(sys.modules.get(module), "__file__", None) or module)
+
+
+@contextlib.contextmanager
+def kept(model: nn.Module) -> Iterator[None]:
+    """The block (a forward of `model`) with torch's settings put back after it (Kept)."""
+    before = Kept.now()
+    try:
+        yield
+    finally:
+        before.put_back(model)
+
+
 def dry_forward(
     model: nn.Module,
     shape: Sequence[int],
@@ -41,6 +120,7 @@ def dry_forward(
     training: bool = False,
     batch: int = DRY_BATCH,
     memory_format: torch.memory_format = torch.contiguous_format,
+    what: str = "the model",
 ) -> object:
     """One forward of `batch` (two) zero images of `shape` (in `memory_format`, the run's), in eval
     mode and without gradients: sizes lazy layers (neither the optimizer nor the exporter can
@@ -51,20 +131,41 @@ def dry_forward(
     `training`: in training mode, on a model sized by a forward before, its buffers (batch-norm
     statistics) put back after; left in eval mode. A forward that needs more than the images
     (forward(self, x, mask)) is refused before it is called: its TypeError is not the images'
-    fault."""
+    fault. The images are float32 whatever torch's default dtype, and what the forward changes
+    in the process is put back after it (`kept`). A model nested too deep for Python's
+    recursion limit is TooDeep (`what` names it), not the images' fault either."""
+    try:
+        return _dry_forward(model, shape, rejects, device, training, batch, memory_format, what)
+    except RecursionError:  # walking its modules, before the forward
+        refuse_too_deep(model, what)
+        raise
+
+
+def _dry_forward(
+    model: nn.Module,
+    shape: Sequence[int],
+    rejects: str,
+    device: torch.device | None,
+    training: bool,
+    batch: int,
+    memory_format: torch.memory_format,
+    what: str,
+) -> object:
     refuse_more_than_one(model, FED)
     saved = [(b, b.clone()) for b in model.buffers()] if training else []
     set_mode(model, training)
-    zeros = torch.zeros(batch, *shape, device=device)
+    zeros = torch.zeros(batch, *shape, device=device, dtype=torch.float32)
     if zeros.dim() == 4:  # the run's memory format, as the trainer feeds its batches
         zeros = zeros.contiguous(memory_format=memory_format)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), kept(model):
             # torch.utils.checkpoint (reentrant) warns of an input without gradients, as
             # none has any here: the training steps, with gradients, are what it is for
             warnings.filterwarnings("ignore", NO_GRAD_INPUTS, UserWarning)
             return model(zeros)
     except Exception as e:  # a user's forward fails in any way: TypeError for a signature
+        if isinstance(e, RecursionError):  # its nesting's, on the way through torch or its own
+            refuse_too_deep(model, what)
         if raised_by_model(e):
             raise
         first = first_line(e)
@@ -295,7 +396,8 @@ def dry_backward(
         for p, _ in grads:  # put back below: which ones this backward reaches
             p.grad = None
         with torch.enable_grad():  # put back as it was on leaving, whatever the forward sets
-            scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
+            with kept(model):
+                scores = model(torch.zeros(DRY_BATCH, *shape, device=device, dtype=torch.float32))
             if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
                 frozen = _frozen_on_the_way(model, shape, device)
                 if frozen:
@@ -376,7 +478,8 @@ def _frozen_on_the_way(
     try:
         for _, p in frozen:
             p.requires_grad_(True)
-        scores = model(torch.zeros(DRY_BATCH, *shape, device=device))
+        with kept(model):
+            scores = model(torch.zeros(DRY_BATCH, *shape, device=device, dtype=torch.float32))
         if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
             return []
         scores.float().sum().backward()  # type: ignore[no-untyped-call]
@@ -593,8 +696,8 @@ def check_finite(
     a sound model (one that divides by their norm), so random ones are tried before refusing."""
     if bool(torch.isfinite(output).all()):
         return
-    with torch.no_grad():
-        again = model(torch.rand(DRY_BATCH, *shape, device=device))
+    with torch.no_grad(), kept(model):
+        again = model(torch.rand(DRY_BATCH, *shape, device=device, dtype=torch.float32))
     if (
         isinstance(again, torch.Tensor)
         and again.device == output.device  # a meta tensor has no values to read

@@ -23,7 +23,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from dlperf.config import RunConfig, TrainConfig
-from dlperf.engine.checks import refuse_compiling
+from dlperf.engine.checks import Kept, refuse_compiling
 from dlperf.engine.optim import build_optimizer, build_scheduler
 from dlperf.precision import autocast as precision_autocast
 
@@ -34,6 +34,22 @@ class WrongOutput(Exception):
     images, or only after some steps. The run fails with this one line, as a diverged loss
     does, rather than with the loss's traceback from inside dlperf that never names the model
     (or, for extra columns, no failure at all)."""
+
+
+class GradientsOff(WrongOutput):
+    """The model's forward turned gradients off for the whole process and left them off
+    (torch.set_grad_enabled(False), a no_grad entered outside a with-block) at a step after the
+    dry backward's: its loss has no gradient, and the step's backward failed in torch's
+    traceback ("element 0 of tensors does not require grad"). The run fails in this one line,
+    as for a wrong output."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(
+            f"model {type(model).__name__} turned gradients off in its forward and left them "
+            "off (torch.set_grad_enabled(False), or torch.no_grad() entered outside a "
+            "with-block): the loss has none to train on; turn them off only within a "
+            "with-block: with torch.no_grad(): ..."
+        )
 
 
 def check_output(
@@ -120,8 +136,14 @@ class TrainStep:
 
     def __call__(self, x: Any, y: Any) -> Stepped:
         self.optimizer.zero_grad()  # to None, torch's default: Horovod's takes no argument
+        kept, grad = Kept.now(), torch.is_grad_enabled()
         with self.autocast:
             output = self.forward(x)
+            if grad and not torch.is_grad_enabled():
+                torch.set_grad_enabled(True)  # the caller's, as it was
+                raise GradientsOff(self.model)
+            # Its backward and optimizer step on the run's threads and dtype, as recorded
+            kept.put_back(self.model)
             self.classes = check_output(self.model, output, y, self.classes)
             loss = self.loss_fn(output, y)
         self.timer.mark("forward")

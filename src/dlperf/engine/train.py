@@ -17,7 +17,7 @@ from dlperf import contention
 from dlperf.config import Experiment, RunConfig
 from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
-from dlperf.engine.checks import check_batch_fits
+from dlperf.engine.checks import Kept, check_batch_fits
 from dlperf.engine.hooks import Hooks
 from dlperf.engine.loop import EpochClock, EvaluationDiverged, MetricSink, Progress, fit
 from dlperf.engine.profiler import ProfileWindow, trace_name
@@ -46,11 +46,13 @@ def evaluate(
     autocast = precision_autocast(device, run.precision)
     memory_format = torch.channels_last if run.channels_last else torch.preserve_format
     k = min(5, classes)
+    kept = Kept.now()  # what a forward changes in the process put back: training's, the caller's
     for x, y in loader:
         x = x.to(device, non_blocking=True, memory_format=memory_format)
         y = y.to(device, non_blocking=True)
         with autocast:
             out = model(x)
+        kept.put_back(model)
         check_output(model, out, y, classes, " in evaluation")  # shapes only: no sync
         loss_sum += nn.functional.cross_entropy(out.float(), y, reduction="sum")
         best = out.topk(k, dim=1).indices

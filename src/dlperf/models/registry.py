@@ -440,7 +440,7 @@ def _guarded_exit(status: int) -> NoReturn:
     if caller is not None and model:
         # A warnings filter of the model's ("error") must not stop the exit it asked for
         with contextlib.suppress(Exception):
-            _note(
+            note(
                 f"model file {caller.f_code.co_filename} (line {caller.f_lineno}) called "
                 f"os._exit({status!r}) as the process exited: its exit status is the model's, "
                 "not dlperf's",
@@ -509,7 +509,9 @@ def noting() -> Iterator[list[str]]:
         _NOTES.reset(token)
 
 
-def _note(message: str, path: Path) -> None:
+def note(message: str, path: Path) -> None:
+    """Tell `message`, what a model (its file `path`) did to the process: into the list of the
+    innermost `noting()` block, or outside one as a RuntimeWarning of `path`."""
     notes = _NOTES.get()
     if notes is not None:
         notes.append(message)
@@ -551,17 +553,20 @@ def _command(pid: int) -> str:
     return said if len(said) <= 100 else said[:97] + "..."
 
 
-def _torch_defaults_kept(
-    path: Path, when: str, dtype: torch.dtype, device: torch.device
+def torch_defaults_kept(
+    path: Path, when: str, dtype: torch.dtype, device: torch.device, who: str | None = None
 ) -> list[str]:
     """torch's default dtype and device put back to `dtype` and `device` where the model file
-    changed them, one note each. Left so, a float64 default trained the run in float64 (its
-    images too) while it was stored as fp32, refused a sweep's later sound points, and stayed
-    in an API caller's process, as a "meta" device did: the next sound model was built on it."""
+    (`who` says it: "model file PATH" unless given) changed them, one note each. Left so, a
+    float64 default trained the run in float64 (its images too) while it was stored as fp32,
+    refused a sweep's later sound points, and stayed in an API caller's process, as a "meta"
+    device did: the next sound model was built on it. Also after a model's forward
+    (engine.checks), which set them at every call."""
+    who = who or f"model file {path}"
     notes: list[str] = []
     if torch.get_default_dtype() != dtype:
         notes.append(
-            f"model file {path} set torch's default dtype to {torch.get_default_dtype()} "
+            f"{who} set torch's default dtype to {torch.get_default_dtype()} "
             f"{when}; put back to {dtype}, in which dlperf builds and trains models"
         )
         torch.set_default_dtype(dtype)
@@ -570,7 +575,7 @@ def _torch_defaults_kept(
         # None clears the override: cpu, with no cost on every torch call (torch's warning)
         torch.set_default_device(None if device == torch.device("cpu") else device)
         notes.append(
-            f"model file {path} set torch's default device to {moved} {when}; put back to "
+            f"{who} set torch's default device to {moved} {when}; put back to "
             f"{device}, where dlperf builds models and then moves them to the run's device"
         )
     return notes
@@ -657,7 +662,7 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
     the working directory, a lowered recursion limit, torch's default dtype and device and its
     anomaly mode, deterministic algorithms and flush denormal (`_Autograd`) put back as they
     were, and the child processes it started named, each told in one line
-    (`_note`)."""
+    (`note`)."""
     main = threading.current_thread() is threading.main_thread()  # signals are set there only
     handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     cwd, children = _cwd(), _children()
@@ -670,7 +675,7 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
         # First: under the model's lower limit the checks below may not have the depth to run
         notes = _recursion_kept(path, when, limit)
         _exit_handler_last()  # to run before any exit handler the block registered
-        notes += _torch_defaults_kept(path, when, dtype, device)
+        notes += torch_defaults_kept(path, when, dtype, device)
         notes += autograd.put_back(path, when)
         changed = []
         for sig, handler in handlers.items():
@@ -697,8 +702,8 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
                 f"model file {path} started process {pid} ({_command(pid)}) {when}: it is the "
                 "model's, left running, and outlives this command unless the model ends it"
             )
-        for note in notes:
-            _note(note, path)
+        for said in notes:
+            note(said, path)
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -861,6 +866,49 @@ def check_no_cycle(model: nn.Module, spec: str) -> None:
                     f"weakref.ref({_reached(held)})",
                 )
             stack.append((child, where, False))
+
+
+def nesting(model: nn.Module) -> int:
+    """How deep `model`'s modules nest: 1 for a module without children, each level of
+    submodules one more. Walked without recursion (a model too deep for the recursion limit is
+    what it measures), each module once, so a cycle (check_no_cycle) ends too."""
+    deepest, seen = 0, set()
+    stack = [(model, 1)]
+    while stack:
+        module, depth = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in module._modules.values() if child is not None)
+    return deepest
+
+
+# Python frames a level of nesting takes, at most, in a forward (Module.__call__'s two and the
+# container's forward) or a walk of the modules; at a depth of a limit's eighth or more, a
+# RecursionError on the way through torch is the nesting's
+FRAMES_PER_LEVEL = 4
+
+
+def too_deep(model: nn.Module, what: str) -> UserError | None:
+    """The error for `model` (`what` names it: "model 'deep.py:build'", "the model"), which
+    ran out of Python's recursion limit in a walk of its modules (.parameters(), .to(),
+    state_dict) or its forward, where its nesting is why: modules nested level in level
+    (nn.Sequential(m, nn.ReLU()) in a loop) take frames at each, and torch recurses through
+    them. None where it nests too shallow for that (a forward that recurses of itself). For
+    run's checks and analyze's counting: it was a RecursionError traceback, or the input blamed
+    for it ("the model rejects ... images")."""
+    depth, limit = nesting(model), sys.getrecursionlimit()
+    if depth * 2 * FRAMES_PER_LEVEL < limit:
+        return None
+    # Room for its forward and backward, and for dlperf's own frames below them
+    enough = -(-(FRAMES_PER_LEVEL * depth + 1000) // 1000) * 1000
+    return UserError(
+        f"{what} nests its modules {depth} deep, too deep for Python's recursion limit "
+        f"({limit}), through which torch walks and calls them",
+        "flatten the nesting: one nn.Sequential of the layers, not each inside the last; or "
+        f"raise the limit in the model file: import sys; sys.setrecursionlimit({enough})",
+    )
 
 
 def _read_from_given(e: Exception, own: dict[str, Any]) -> bool:
