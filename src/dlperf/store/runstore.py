@@ -609,7 +609,7 @@ def _pg_write(
                 if not stop_seen and stopping.requested():
                     stop_seen, deadline = True, min(deadline, now + STOP_WAIT_S)
                 if now >= deadline:
-                    raise _locked(name, now - start, "for a lock") from None
+                    raise _pg_locked(name, now - start) from None
                 continue
             control.execute(f"RELEASE SAVEPOINT {PG_ATTEMPT}")
             return True
@@ -623,6 +623,15 @@ def _locked(name: str, waited_s: float, wanted: str = "for its write lock") -> S
         "a program holds a write transaction open on it (another dlperf command, a sqlite3 "
         "shell, a database browser): let it end, then try again; ?timeout=SECONDS on a "
         "sqlite:/// URL waits longer",
+    )
+
+
+def _pg_locked(name: str, waited_s: float) -> StoreLocked:
+    """`_locked` of a PostgreSQL store: a session holds a lock on what the write changes."""
+    return StoreLocked(
+        f"run store {name} is locked by another process: waited {waited_s:.0f} s for a lock",
+        "a session holds a lock on its rows (another dlperf command, a psql session left in "
+        "a transaction: see pg_stat_activity): let it end, then try again",
     )
 
 
