@@ -53,8 +53,17 @@ def refuse_too_deep(model: nn.Module, what: str) -> None:
 
 
 # What a model's forward was said to have changed in the process (Kept), each said once a
-# model: the dry checks' forwards, the training steps and the evaluation each put it back
-_TOLD: weakref.WeakKeyDictionary[nn.Module, set[str]] = weakref.WeakKeyDictionary()
+# model: the dry checks' forwards, the training steps and the evaluation each put it back.
+# By id, dropped as the model goes: a module may be unhashable (a dataclass's __eq__).
+_TOLD: dict[int, set[str]] = {}
+
+
+def _told(model: nn.Module) -> set[str]:
+    key = id(model)
+    if key not in _TOLD:
+        _TOLD[key] = set()
+        weakref.finalize(model, _TOLD.pop, key, None)
+    return _TOLD[key]
 
 
 @dataclass(frozen=True)
@@ -89,7 +98,7 @@ class Kept:
                 f"{self.threads} after each forward (which itself runs on {threads}): set "
                 "run.threads rather than calling torch.set_num_threads in forward"
             )
-        told = _TOLD.setdefault(model, set())
+        told = _told(model)
         for said in notes:
             if said not in told:
                 told.add(said)
