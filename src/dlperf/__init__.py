@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dlperf import blas
+from dlperf import blas, stack
 from dlperf.errors import UserError
 
 # Before NumPy or SciPy loads: OpenBLAS sizes its pool as it loads, and SciPy's, short of
 # address space under ulimit -v, hung in dlopen where no stop signal reaches (dlperf.blas).
 blas.size_pools()
 blas.guard_scipy()
+# Before any thread or child starts: under a small `ulimit -s` a deeply nested model crashed
+# the process with SIGSEGV and no word (dlperf.stack).
+stack.fit_recursion()
 
 __all__ = ["Store", "UserError", "analyze", "fit_curve", "run", "track"]
 

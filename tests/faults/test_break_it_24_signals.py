@@ -186,3 +186,43 @@ def _cpu_seconds(pid: int) -> float:
     """The CPU time (user + system) process `pid` has used, from /proc/PID/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- C6: a small stack limit ----------------------------------------------------------------
+
+DEEP_MODEL = """
+import torch.nn as nn
+
+def build(num_classes=10, **kw):
+    m = nn.Linear(64, 64)
+    for _ in range(300):
+        m = nn.Sequential(m, nn.ReLU())
+    return nn.Sequential(nn.Flatten(), m, nn.Linear(64, num_classes))
+"""
+
+SMALL_STACK = 256 * 1024  # `ulimit -s 256`
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("hard", [False, True], ids=["soft-only", "soft-and-hard"])
+def test_c6_a_deep_model_under_a_small_stack_limit_does_not_crash(
+    tmp_path: Path, hard: bool
+) -> None:
+    """Before: SIGSEGV (exit 139 in a shell), nothing printed. A soft limit alone is raised as
+    dlperf starts (the model then analyses as without one); one the hard limit holds too
+    lowers Python's recursion limit, so that the model's depth is a RecursionError's line."""
+    (tmp_path / "deep.py").write_text(DEEP_MODEL)
+    top = SMALL_STACK if hard else resource.getrlimit(resource.RLIMIT_STACK)[1]
+
+    def small_stack() -> None:
+        resource.setrlimit(resource.RLIMIT_STACK, (SMALL_STACK, top))
+
+    command = [sys.executable, "-m", "dlperf", "analyze", "deep.py:build", "--input", "1,8,8"]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
+        preexec_fn=small_stack, timeout=DEADLINE_S,
+    )  # fmt: skip
+    said = _said(done.stderr)
+    assert done.returncode > 0, (done.returncode, done.stderr)  # not killed by a signal
+    assert "Traceback" not in done.stderr and len(said) == 1, done.stderr
+    assert "recursion" in said[0], said
