@@ -1019,6 +1019,31 @@ def switch_mode(model: nn.Module, train: bool, command: str) -> None:
         ) from None
 
 
+def refuse_too_deep(model: nn.Module) -> None:
+    """Called on a RecursionError: raise the one line naming `model`'s nesting
+    (models.registry.too_deep, as `dlperf run`'s checks say it) where that is why it ran out
+    of Python's recursion limit; return where it nests too shallow for that (a forward that
+    recurses of itself, told as before)."""
+    from dlperf.models.registry import too_deep
+
+    refused = too_deep(model, "the model")
+    if refused is not None:
+        raise refused from None
+
+
+@contextlib.contextmanager
+def nesting_told(model: nn.Module) -> Iterator[None]:
+    """The block with a RecursionError told as `model`'s nesting (`refuse_too_deep`): torch
+    walks a model's modules (named_modules, .to()) and calls them by recursion, frames at each
+    level, so nn.Sequential(m, nn.ReLU()) nested in a loop ran out of the limit in a walk (a
+    traceback) or in the forward (told as the input's fault)."""
+    try:
+        yield
+    except RecursionError:
+        refuse_too_deep(model)
+        raise
+
+
 def materialize_lazy(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> None:
     """Lazy modules (smallcnn's LazyLinear) take their shapes from one uncounted forward."""
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in model.modules()):
@@ -1277,6 +1302,8 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
         with _distributions_unchecked():
             return model(x)
     except Exception as e:
+        if isinstance(e, RecursionError):  # its nesting's, not the input's (nesting_told)
+            refuse_too_deep(model)
         kind, first = error_line(e)
         said = f"{kind}: {first}"
         if x.is_meta and any(marker in first for marker in _READS_VALUES):
@@ -1591,8 +1618,22 @@ def analyze_module(
     code reading values, a CPU tensor of the model's meeting the input) is counted on real
     CPU tensors of random values instead (seeded, the global generator left as it was), when
     weights and input come to at most REAL_TENSORS_MAX_BYTES; `Analysis.real_tensors` then
-    says why. `command` names the command in a refusal.
+    says why. `command` names the command in a refusal. A model nested too deep for Python's
+    recursion limit is one line naming its depth (`nesting_told`).
     """
+    with nesting_told(model):
+        return _analyze_module(model, input_shape, batch, train, precision, name, command)
+
+
+def _analyze_module(
+    model: nn.Module,
+    input_shape: Sequence[int],
+    batch: int,
+    train: bool,
+    precision: str,
+    name: str,
+    command: str,
+) -> Analysis:
     _refuse_quantized(model, command)
     # before counting's own hooks, which would hide the forward's signature
     refuse_more_than_one(model, f"{command} feeds it one, the input tensor")
@@ -1775,13 +1816,14 @@ def analyze(
         name, shape, num_classes, **without_automatic(kwargs)
     )
     source = "model.kwargs" if from_kwargs else source
-    if transfer == "feature-extract":
-        from dlperf.models.transfer import freeze_backbone
+    with nesting_told(model):  # freeze_backbone walks its modules
+        if transfer == "feature-extract":
+            from dlperf.models.transfer import freeze_backbone
 
-        freeze_backbone(model)
-    a = count_model(
-        model, shape, batch, train, precision, name, bias, activations, macs_convention, command
-    )
+            freeze_backbone(model)
+        a = count_model(
+            model, shape, batch, train, precision, name, bias, activations, macs_convention, command
+        )
     if classes is None and source == FROM_KWARGS:
         classes = a.output_width
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
@@ -1829,6 +1871,16 @@ def count_model(
     """`analyze_module` with the options `check_options` passed: `bias`, `activations` and
     `macs_convention` choose what the parameter, activation and MAC counts include; a
     convention whose counts of one of `model`'s modules are not reproduced is refused."""
+    with nesting_told(model):  # the walks below, before analyze_module's own
+        _refuse_unreproduced(model, macs_convention)
+    a = analyze_module(model, shape, batch, train, precision, name, command)
+    a.bias, a.activations, a.macs_convention = bias, activations, macs_convention
+    return a
+
+
+def _refuse_unreproduced(model: nn.Module, macs_convention: str) -> None:
+    """Refuse a convention (not dlperf's) whose counts of one of `model`'s modules are not
+    reproduced: a TorchScript submodule, or one of ptflops' experimental hooks."""
     if macs_convention != "dlperf":
         scripted = [
             (n, m) for n, m in model.named_modules() if isinstance(m, torch.jit.ScriptModule)
@@ -1848,6 +1900,3 @@ def count_model(
                 "reproduced",
                 "use the dlperf, torchinfo or fvcore convention for this model",
             )
-    a = analyze_module(model, shape, batch, train, precision, name, command)
-    a.bias, a.activations, a.macs_convention = bias, activations, macs_convention
-    return a

@@ -19,8 +19,10 @@ from torch.autograd import DeviceType  # type: ignore[attr-defined]
 from dlperf.analytic.counting import (
     Analysis,
     materialize_lazy,
+    nesting_told,
     run_backward,
     run_forward,
+    switch_mode,
     to_precision,
 )
 from dlperf.analytic.devices import Device
@@ -175,12 +177,16 @@ def make_step(
     train: bool,
     precision: str,
     device: torch.device,
+    command: str = "analyze",
 ) -> Callable[[], None]:
     """One forward pass (no_grad) or training step (forward, `sum()` loss, backward) of
     `model` on a random batch, what the time model predicts: the model cast to the
-    precision's dtype, or as built where a run trains it so (counting.kept_as_built)."""
+    precision's dtype, or as built where a run trains it so (counting.kept_as_built). A model
+    that cannot switch mode, or nests too deep for Python's recursion limit, is one line, as
+    counting says it (`command` names the command)."""
     dtype = DTYPES[precision]
-    model = to_precision(model, precision, device)
+    with nesting_told(model):  # .to() walks its modules
+        model = to_precision(model, precision, device)
     try:
         x = torch.randn(batch, *input_shape, device=device, dtype=dtype)
     except RuntimeError:  # the allocator's failure (torch.OutOfMemoryError is one)
@@ -190,16 +196,17 @@ def make_step(
             f"an input batch of {shape} ({gib:.1f} GiB) does not fit in {device} memory",
             "lower analyze.input or analyze.batch",
         ) from None
-    materialize_lazy(model, x)
-    model.train(train)
+    with nesting_told(model):
+        materialize_lazy(model, x, command)
+    switch_mode(model, train, command)
 
     def step() -> None:
         if train:
             model.zero_grad(set_to_none=True)
-            run_backward(run_forward(model, x), "measured")
+            run_backward(run_forward(model, x, command), "measured")
         else:
             with torch.no_grad():
-                run_forward(model, x)
+                run_forward(model, x, command)
 
     return step
 

@@ -73,6 +73,24 @@ def layer_table(result: dict[str, Any]) -> Table:
     )
 
 
+def _not_run_words(result: dict[str, Any]) -> tuple[str, str]:
+    """The not-run table's title and the totals' label of its parameters, saying what they
+    count: modules that never ran, or also (functional_call) modules that ran on other
+    tensors in place of their own parameters, whose own are then unused."""
+    ran = [bool(m.get("ran")) for m in result["not_run"]]
+    if not any(ran):
+        return "modules that never ran", "params of modules that never ran"
+    if all(ran):
+        return (
+            "modules that ran on other parameters",
+            "unused params of modules that ran on other parameters",
+        )
+    return (
+        "modules that never ran, or ran on other parameters",
+        "unused params (modules that never ran, or ran on other parameters)",
+    )
+
+
 def not_run_table(result: dict[str, Any]) -> Table | None:
     """The modules that never ran, whose parameters are in no row and no total; and those
     that ran on other tensors in place of their own parameters (functional_call)."""
@@ -80,7 +98,7 @@ def not_run_table(result: dict[str, Any]) -> Table | None:
         return None
     ran = " (ran on other parameters: its own unused)"
     return Table(
-        "modules that never ran",
+        _not_run_words(result)[0],
         ["module", "type", "params (in no row or total)"],
         [
             [m["name"], m["type"] + ran * bool(m.get("ran")), f"{m['params']:,}"]
@@ -114,7 +132,7 @@ def totals_table(result: dict[str, Any]) -> Table:
     if "params_counted" in result["conventions"]:  # Parameters sharing one storage
         summary += [["  params counted", result["conventions"]["params_counted"]]]
     if result["not_run"]:
-        summary += [["params of modules that never ran", f"{t['params_not_run']:,}"]]
+        summary += [[_not_run_words(result)[1], f"{t['params_not_run']:,}"]]
     summary += [
         [f"MACs ({result['conventions']['macs']})", f"{t['macs']:,} ({si(t['macs'])})"],
         ["  MACs count", result["conventions"]["macs_counts"]],
