@@ -69,6 +69,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dlperf.progress",
         "dlperf.records",
         "dlperf.shipped",
+        "dlperf.stack",
         "dlperf.stopping",
         "dlperf.system",
         "dlperf.table",
