@@ -138,6 +138,7 @@ def build(num_classes=10, **kw):
 """
 
 
+@pytest.mark.faults
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="Linux's prlimit")
 def test_c3_a_soft_cpu_time_limit_stops_the_run_in_one_line_and_marks_it_killed(
