@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from dlperf.analytic.counting import analyze, analyze_module
+from dlperf.analytic.counting import analyze, analyze_module, backward_hint
 from dlperf.errors import UserError
 from tests.conftest import CliResult
 
@@ -329,3 +329,12 @@ def test_normalisation_flops_follow_affine(affine: bool) -> None:
     assert analyze_module(gn, [3, 4, 4]).totals()["flops"] == (6 + extra) * 48
     inorm = nn.InstanceNorm2d(3, affine=affine)  # statistics per sample and channel
     assert analyze_module(inorm, [3, 4, 4]).totals()["flops"] == (6 + extra) * 48
+
+
+def test_backward_hints_name_the_fix_of_each_failure() -> None:
+    assert "out-of-place" in backward_hint("... modified by an inplace operation ...")
+    assert "no derivative" in backward_hint("the derivative for 'x' is not implemented")
+    assert "turned gradients off" in backward_hint(
+        "element 0 of tensors does not require grad and does not have a grad_fn"
+    )
+    assert backward_hint("anything else").startswith("every operation")

@@ -150,7 +150,8 @@ def test_a_model_nested_deeper_than_the_recursion_limit_is_one_line(
     )
     spec = f'model.name="{tmp_path}/deep.py:build"'
     result = cli("run", str(tiny_exp(epochs=1)), *TINY_RUN, "--set", spec)
-    limit = (4 * (depth + 2) + 1000 + 999) // 1000 * 1000
+    # six frames a level (registry.SUGGESTED_FRAMES_PER_LEVEL), rounded up to a thousand
+    limit = (6 * (depth + 2) + 1000 + 999) // 1000 * 1000
     assert result.code == 2, result.err
     assert _words(result.err) == (
         f"error: model '{tmp_path}/deep.py:build' nests its modules {depth + 2} deep, too deep "

@@ -227,3 +227,6 @@ def test_c6_a_deep_model_under_a_small_stack_limit_does_not_crash(
     assert done.returncode > 0, (done.returncode, done.stderr)  # not killed by a signal
     assert "Traceback" not in done.stderr and len(said) == 1, done.stderr
     assert "recursion" in said[0], said
+    # where the stack holds the limit down, raising it in the model file would crash: the fix
+    # says to raise the stack first
+    assert ("ulimit -s" in said[0]) == hard, said

@@ -1394,10 +1394,38 @@ def run_backward(out: Any, done: str = "counted") -> None:
         said = f"{type(e).__name__}: {first}" if first else type(e).__name__
         fix = f"its forward alone is still {done}: leave out --train, or analyze.train"
         if IN_PLACE in first:  # as a run's dry backward says it
-            from dlperf.engine.checks import backward_hint
-
             fix = f"{backward_hint(first)}; {fix}"
         raise UserError(f"the model's backward cannot be {done}: {said}", fix) from None
+
+
+def backward_hint(error: str) -> str:
+    """The fix for a backward that failed with torch's `error`."""
+    if "modified by an inplace operation" in error:
+        return (
+            "use the out-of-place form of the operation autograd names (y = y.relu() "
+            "for y.relu_(), y = y + 1 for y += 1)"
+        )
+    if "derivative for" in error and "not implemented" in error:
+        return (
+            "torch has no derivative for that operation: compute it another way, or only from "
+            "tensors that need no gradient (frozen, or .detach()ed first)"
+        )
+    if "inference tensor" in error.lower():  # "Inference tensors cannot be saved for backward"
+        return (
+            "use torch.no_grad() in forward instead of torch.inference_mode(), or .clone() what "
+            "its block makes before the layers that train use it"
+        )
+    if "a leaf Variable that requires grad is being used in an in-place operation" in error:
+        return (
+            "the forward changes a trained parameter in place: do it under torch.no_grad() "
+            "(with torch.no_grad(): self.w.mul_(...)), or freeze it (requires_grad_(False))"
+        )
+    if "does not require grad and does not have a grad_fn" in error:
+        return (
+            "the forward turned gradients off for what follows it (torch.no_grad, "
+            "torch.set_grad_enabled(False), .detach()): compute the scores with them on"
+        )
+    return "every operation from the parameters to the scores must have a backward in torch"
 
 
 def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor]) -> None:
