@@ -160,9 +160,13 @@ def store(db: str) -> RunStore:
 @pytest.fixture(autouse=True)
 def _signal_handlers() -> Iterator[None]:
     """`main()` takes the stop signals (dlperf.stopping) in this process: pytest's own
-    again after each test, so that Ctrl-C still stops the suite."""
+    again after each test, so that Ctrl-C still stops the suite; and a stop one test sent
+    itself is not the next one's (a SIGTERM left `requested()` true, and the next test in the
+    worker that asked `errors.interrupted` got a KeyboardInterrupt)."""
     saved = {sig: signal.getsignal(sig) for sig in stopping.STOP_SIGNALS}
+    stopping._state = stopping._State()
     yield
+    stopping._state = stopping._State()
     for sig, handler in saved.items():
         signal.signal(sig, handler)
 
