@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from dlperf.analytic.counting import backward_hint, refuse_more_than_one
+from dlperf.analytic.counting import backward_hint, refuse_more_than_one, switch_mode
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError, raised_by_model
@@ -162,7 +162,7 @@ def _dry_forward(
 ) -> object:
     refuse_more_than_one(model, FED)
     saved = [(b, b.clone()) for b in model.buffers()] if training else []
-    set_mode(model, training)
+    switch_mode(model, training, "dlperf")
     zeros = torch.zeros(batch, *shape, device=device, dtype=torch.float32)
     if zeros.dim() == 4:  # the run's memory format, as the trainer feeds its batches
         zeros = zeros.contiguous(memory_format=memory_format)
@@ -210,39 +210,6 @@ def first_line(e: BaseException) -> str:
         return lines[0]
     # "RuntimeError: mat1 and mat2 ...", or "builtins.ValueError: ..." for a `raise` in it
     return lines[-1].removeprefix("builtins.").removeprefix("RuntimeError: ")
-
-
-def set_mode(model: nn.Module, training: bool) -> None:
-    """model.train(`training`); a model that cannot switch mode is one line naming the fix
-    rather than a traceback: a torch.export GraphModule (torch.export.export(...).module()),
-    whose train() and eval() raise NotImplementedError, or an override of train() that takes
-    no mode (def train(self)), which eval() calls with one too. An exception the model's own
-    code raises goes on as it is, to be told with the model's frames. Worded as analyze's
-    (analytic.counting.switch_mode)."""
-    try:
-        model.train(training)
-    except Exception as e:
-        if raised_by_model(e):
-            raise
-        said = f"{type(e).__name__}: {first_line(e)}"
-        if isinstance(model, torch.fx.GraphModule) and isinstance(e, NotImplementedError):
-            raise UserError(
-                "the model is a torch.export GraphModule (torch.export.export(...).module()), "
-                f"which cannot switch between train and eval mode as dlperf does ({said})",
-                "return the nn.Module from the factory, not its export (a run's model is "
-                "exported with `dlperf export`)",
-            ) from None
-        if isinstance(e, TypeError):
-            raise UserError(
-                f"the model's train() does not take the mode: dlperf calls "
-                f"model.train({training}) ({said})",
-                "take it as nn.Module does: def train(self, mode=True), passing mode on to "
-                "super().train(mode)",
-            ) from None
-        raise UserError(
-            f"the model's train({training}) fails: {said}",
-            "train(mode) must switch the model as nn.Module's does",
-        ) from None
 
 
 def refuse_compiling(model: nn.Module, what: str) -> None:
@@ -399,7 +366,7 @@ def dry_backward(
     named_parameters' order: a plain run trains without them, DDP must be told of them."""
     saved = [(b, b.clone()) for b in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]
-    set_mode(model, True)
+    switch_mode(model, True, "dlperf")
     cannot = f"model {what} cannot be trained"
     try:
         for p, _ in grads:  # put back below: which ones this backward reaches
