@@ -285,3 +285,14 @@ def test_sighup_stops_the_children_as_sigterm_does(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
     assert not alive(child)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXCPU"), reason="SIGXCPU is POSIX's")
+def test_a_run_stopped_by_the_cpu_time_limit_stores_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop's run stores "interrupted"; one a CPU-time limit's SIGXCPU stopped stores the
+    limit's line (it stored "interrupted" too, and the record did not say why)."""
+    assert stopping.stopped_by() == "interrupted"
+    monkeypatch.setattr(stopping._state, "received", signal.SIGXCPU)
+    monkeypatch.setattr(stopping._state, "cpu_s", 6.0)
+    said = stopping.stopped_by()
+    assert not said.startswith("error:") and "SIGXCPU" in said, said

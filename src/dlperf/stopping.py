@@ -258,6 +258,13 @@ def cause() -> str | None:
     )
 
 
+def stopped_by() -> str:
+    """What a run a stop ended stores as its error: "interrupted", or the CPU-time limit's
+    line where its SIGXCPU stopped it (the run's record then says why)."""
+    line = cause()
+    return "interrupted" if line is None else line.removeprefix("error: ")
+
+
 def _kill_pool_workers() -> None:
     """SIGKILL the multiprocessing children left (a stopped command wants nothing of theirs):
     multiprocessing's exit handler joins each, and one that waits for work that never comes

@@ -181,6 +181,7 @@ def test_c3_a_soft_cpu_time_limit_stops_the_run_in_one_line_and_marks_it_killed(
     store = RunStore.open(f"sqlite:///{tmp_path / 'dlperf.db'}")
     (stored,) = store.list_runs()
     assert stored.status == "killed"
+    assert "CPU-time limit (ulimit -t)" in (stored.error or ""), stored.error  # "interrupted"
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -1421,7 +1421,7 @@ class RunStore:
             # Marked failed instead where the store refuses the mark (`_mark`): the stop or
             # the error that ended the run is still what the command ends with.
             if interrupted(e):
-                self._mark(run_id, "killed", error="interrupted")
+                self._mark(run_id, "killed", error=stopping.stopped_by())
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 raise KeyboardInterrupt from e

@@ -332,7 +332,7 @@ class SweepRun:
                 for child in running:
                     run = _own_run(self.store, child.exp, self.study_id, self.since)
                     if run is not None and run.unfinished:
-                        self.store.finish_run(run.id, "killed", error="interrupted")
+                        self.store.finish_run(run.id, "killed", error=stopping.stopped_by())
             raise
 
     def _start(self, supervisor: Supervisor, point: Point) -> _Child:
