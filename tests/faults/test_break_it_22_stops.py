@@ -54,25 +54,32 @@ def _wait_for(what: str, check: Callable[[], object]) -> None:
 
 # --- A: Ctrl-C to the whole process group while the drawing workers import -----------------
 
-# A spawn worker (only: the report itself imports dlperf.report too) stops in its import of
-# dlperf.report, the moment the tester's Ctrl-C landed in, says so by a file, and goes on
-# once the test has sent the signal and written "go".
-PAUSE_WORKER = """
+
+def pause_worker_at_import(module: str, mark: str) -> str:
+    """A sitecustomize.py with which a spawn worker (only) stops as it first imports `module`,
+    says so by a file `<mark>-<pid>` in $DLPERF_TEST_MARKS, and goes on once the test has
+    sent its signal and written "go"."""
+    return f"""
 import os, sys, time
 if "spawn_main" in " ".join(getattr(sys, "orig_argv", [])):
     marks = os.environ["DLPERF_TEST_MARKS"]
 
     class _Pause:
         def find_spec(self, name, path=None, target=None):
-            if name == "dlperf.report":
+            if name == "{module}":
                 sys.meta_path.remove(self)
-                open(os.path.join(marks, f"importing-{os.getpid()}"), "w").close()
+                open(os.path.join(marks, f"{mark}-{{os.getpid()}}"), "w").close()
                 while not os.path.exists(os.path.join(marks, "go")):
                     time.sleep(0.01)
             return None
 
     sys.meta_path.insert(0, _Pause())
 """
+
+
+# The report itself imports dlperf.report too: only its workers stop there, the moment the
+# tester's Ctrl-C landed in
+PAUSE_WORKER = pause_worker_at_import("dlperf.report", "importing")
 
 
 @pytest.mark.faults

@@ -29,45 +29,17 @@ from torch.func import functional_call, stack_module_state
 from dlperf.analytic.counting import analyze_module
 from dlperf.errors import UserError
 from tests.conftest import CliResult
+from tests.faults.test_break_it_24_models_a import NO_MODE
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
-
-NO_MODE = """
-import torch, torch.nn as nn
-
-
-def _net(num_classes, in_channels):
-    return nn.Sequential(nn.Flatten(), nn.Linear(64 * in_channels, num_classes))
-
-
-class NoMode(nn.Module):
-    def __init__(self, num_classes=10, in_channels=1):
-        super().__init__()
-        self.fc = nn.Linear(64 * in_channels, num_classes)
-
-    def train(self):
-        return super().train(True)
-
-    def forward(self, x):
-        return self.fc(x.flatten(1))
-
-
-def exported(num_classes=10, in_channels=1):
-    example = (torch.zeros(2, in_channels, 8, 8),)
-    return torch.export.export(_net(num_classes, in_channels), example).module()
-
-
-def nomode(num_classes=10, in_channels=1):
-    return NoMode(num_classes, in_channels)
-"""
 
 
 @pytest.mark.parametrize(
     ("factory", "said", "fix"),
     [
-        ("exported", "is a torch.export GraphModule", "return the nn.Module"),
-        ("nomode", "train() does not take the mode", "def train(self, mode=True)"),
+        ("build_export", "is a torch.export GraphModule", "return the nn.Module"),
+        ("build_nomode", "train() does not take the mode", "def train(self, mode=True)"),
     ],
 )
 def test_a_model_whose_train_takes_no_mode_is_one_line(

@@ -13,26 +13,18 @@ import resource
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-import dlperf
 from dlperf.store import RunStore
-
-SOURCE = str(Path(dlperf.__file__).parents[1])  # the dlperf under test, in the subprocess too
-DEADLINE_S = 120.0  # generous: the machine may be shared
-
-
-def _wait_for(what: str, check: Callable[[], object]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"waited {DEADLINE_S} s for {what}")
+from tests.faults.test_break_it_22_stops import (
+    DEADLINE_S,
+    SOURCE,
+    _store,
+    _wait_for,
+    pause_worker_at_import,
+)
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -49,22 +41,7 @@ def _said(stderr: str) -> list[str]:
 
 # A spawn worker (only) stops as it begins its first page (its first import of the pages
 # module), says so by a file, and goes on once the test has sent the signal and written "go".
-PAUSE_DRAWING = """
-import os, sys, time
-if "spawn_main" in " ".join(getattr(sys, "orig_argv", [])):
-    marks = os.environ["DLPERF_TEST_MARKS"]
-
-    class _Pause:
-        def find_spec(self, name, path=None, target=None):
-            if name == "dlperf.report.site.pages":
-                sys.meta_path.remove(self)
-                open(os.path.join(marks, f"drawing-{os.getpid()}"), "w").close()
-                while not os.path.exists(os.path.join(marks, "go")):
-                    time.sleep(0.01)
-            return None
-
-    sys.meta_path.insert(0, _Pause())
-"""
+PAUSE_DRAWING = pause_worker_at_import("dlperf.report.site.pages", "drawing")
 
 
 @pytest.mark.faults
@@ -75,13 +52,7 @@ def test_c2_sighup_to_the_reports_group_while_drawing_prints_no_traceback(
 ) -> None:
     """Before: rc 129, then "resource_tracker: process died unexpectedly, relaunching" and a
     KeyError traceback per semaphore the relaunched tracker was told to forget."""
-    url = f"sqlite:///{tmp_path / 'dlperf.db'}"
-    store = RunStore.open(url)
-    for i in range(4):
-        run_id = store.create_run(f"r{i}", "run", {})
-        store.log_metrics(run_id, [("train/loss", step, 1 / step) for step in range(1, 21)])
-        store.finish_run(run_id, "finished")
-    store.engine.dispose()
+    _store(tmp_path, 4)
     hooks, marks = tmp_path / "hooks", tmp_path / "marks"
     hooks.mkdir()
     marks.mkdir()
