@@ -35,7 +35,7 @@ from dlperf.progress import NullReporter, Reporter
 from dlperf.records import FAILED, FINISHED, RunResult
 from dlperf.store import Recording, RunStore, writer_refusal
 from dlperf.store.names import given
-from dlperf.store.query import API_PROCESS, tracked
+from dlperf.store.query import API_PROCESS, from_experiment
 from dlperf.store.record import RunRecord
 from dlperf.system import system_info
 
@@ -236,7 +236,7 @@ def _check_resumable(run: RunRecord) -> None:
     point) resumes from a checkpoint: a dlperf.track run was refused for having none ("it
     stopped before its first epoch ended"), and a scale point for its config ("unknown key
     'experiment'"), each blaming what it is not."""
-    if run.kind == "run" and not tracked(run):
+    if from_experiment(run.kind, run.config):
         return
     if run.kind == "run":
         raise UserError(

@@ -114,12 +114,19 @@ def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
 EXPERIMENT_SECTIONS = ("model", "data", "train", "run")
 
 
+def from_experiment(kind: str, config: Any) -> bool:
+    """Whether a run of `kind` and `config` was trained from an experiment (`dlperf run`,
+    `dlperf.run`, a sweep's point): what `dlperf run --resume` continues. Not a dlperf.track
+    run (the user's own loop, its config the user's), nor a scale study's point."""
+    if kind != "run" or not isinstance(config, dict):
+        return False
+    return all(isinstance(config.get(section), dict) for section in EXPERIMENT_SECTIONS)
+
+
 def tracked(run: RunRecord) -> bool:
     """Whether `dlperf.track` recorded the run: a run of kind "run" whose config is the
     user's, not an experiment's. Its keys, val/* too, are at the steps the user gave."""
-    config = run.config if isinstance(run.config, dict) else {}
-    sections = all(isinstance(config.get(s), dict) for s in EXPERIMENT_SECTIONS)
-    return run.kind == "run" and not sections
+    return run.kind == "run" and not from_experiment(run.kind, run.config)
 
 
 # The key of a run's `system` that holds the process which started it with `dlperf.run` (the

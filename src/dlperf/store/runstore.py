@@ -68,7 +68,7 @@ from dlperf.parsing import finite_json
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import process_alive, this_process
 from dlperf.store import integrity, migrations
-from dlperf.store.query import EXPERIMENT_SECTIONS
+from dlperf.store.query import from_experiment
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
 from dlperf.store.schema import (
     COPY_DIR,
@@ -878,15 +878,6 @@ def _hint(e: DatabaseError, where: Path | None, read_only: bool) -> str | None:
     )
 
 
-def _resumable(kind: str, config: Any) -> bool:
-    """Whether `dlperf run --resume` continues a run of `kind` and `config`: an experiment's
-    run, not a dlperf.track run (the user's own loop, its config the user's) nor a scale
-    study's point, which a store gone left for the hint of a resume it refuses."""
-    if kind != "run" or not isinstance(config, dict):
-        return False
-    return all(isinstance(config.get(section), dict) for section in EXPERIMENT_SECTIONS)
-
-
 def _insert_for(engine: Engine) -> Any:
     """The dialect's INSERT, which has ON CONFLICT (PostgreSQL's and SQLite's alike)."""
     if engine.dialect.name == "postgresql":
@@ -1358,7 +1349,7 @@ class RunStore:
             self._copy_of(s)  # a new store's first run records whose files these are
             s.add(run)
             s.flush()
-            self._resumable[run.id] = _resumable(kind, config)
+            self._resumable[run.id] = from_experiment(kind, config)
             return run.id
 
     def _copy_of(self, s: Session) -> Path | None:
@@ -1400,7 +1391,7 @@ class RunStore:
             with Session(self.engine) as s:
                 found = s.execute(select(Run.kind, Run.config).where(Run.id == run_id)).first()
             if found is not None:
-                self._resumable[run_id] = _resumable(found.kind, found.config)
+                self._resumable[run_id] = from_experiment(found.kind, found.config)
         with stopping.shielded():
             yield from self._recorded(run_id)
 
