@@ -86,7 +86,7 @@ def test_a_tag_written_meanwhile_by_another_process_is_overwritten(pg_url: str) 
                 "SELECT count(*) FROM pg_stat_activity WHERE :mine = ANY(pg_blocking_pids(pid))"
             )
             deadline = time.monotonic() + WAIT_S
-            with create_engine(pg_url).connect() as watcher:
+            with other.connect() as watcher:
                 while not watcher.execute(waiting, {"mine": mine}).scalar_one():
                     assert time.monotonic() < deadline, "set_tags never waited for the lock"
                     assert thread.is_alive(), outcome
@@ -217,6 +217,8 @@ def test_repair_gives_a_store_whose_id_was_edited_a_new_one(cli: Cli, tmp_path: 
 
 def test_a_server_store_id_edited_by_hand_is_refused(cli: Cli, pg_url: str) -> None:
     a_run(pg_url)
-    with create_engine(pg_url).begin() as conn:
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:
         conn.execute(text("UPDATE meta SET value = '../../etc' WHERE key = 'store_id'"))
+    engine.dispose()
     one_line(cli("--db", pg_url, "runs", "list"), 2, "store id '../../etc'", "set it back")

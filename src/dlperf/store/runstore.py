@@ -1082,6 +1082,12 @@ class Recording:
             self.summary = summary
 
 
+def _dispose(engine: Engine, opened_in: int) -> None:
+    """Closes the pooled connections of a store's engine; in a forked child, only forgets
+    them, as SQLAlchemy advises: closing would end its parent's sessions on the same sockets."""
+    engine.dispose(close=os.getpid() == opened_in)
+
+
 class RunStore:
     def __init__(self, engine: Engine, store_id: str, read_only: bool = False) -> None:
         self.engine = engine
@@ -1096,6 +1102,11 @@ class RunStore:
         # Whether `run --resume` continues each run this store object records: asked when
         # the store has gone, and can no longer be read.
         self._resumable: dict[int, bool] = {}
+        # A store dropped without `engine.dispose()` closes its pooled connections then, not
+        # whenever the collector reaches them: psycopg warns of each connection "deleted
+        # while still open" (a ResourceWarning that once failed CI in an unrelated test).
+        # Not at exit: `_close_open` closes SQLite's there, checkpointing the WAL first.
+        weakref.finalize(self, _dispose, engine, os.getpid()).atexit = False
 
     @classmethod
     def open(
@@ -1129,6 +1140,27 @@ class RunStore:
             raise _no_dialect(name, parsed) from None
         except (ArgumentError, ImportError) as e:
             raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
+        try:
+            store = cls._opened(engine, parsed, name, where, create, writes)
+        except BaseException:
+            _dispose(engine, os.getpid())  # a refused store leaves no connection open
+            raise
+        if store.engine is not engine:  # a stand-in (`_empty`): the one opened is not kept
+            _dispose(engine, os.getpid())
+        return store
+
+    @classmethod
+    def _opened(
+        cls,
+        engine: Engine,
+        parsed: URL,
+        name: str,
+        where: Path | None,
+        create: bool,
+        writes: bool | None,
+    ) -> RunStore:
+        """`open`'s store on the engine it made: checked, migrated, with its listeners."""
+        sqlite = where is not None
         read_only = False
         if not sqlite:
             # psycopg warns of a connection it could not close cleanly ("error ignored
