@@ -44,7 +44,9 @@ def no_file_of_bytes(path: str | os.PathLike[str]) -> str | None:
     try:
         if os.stat(path).st_size == 0:
             with open(path, "rb") as file:
-                if file.read(1):
+                # Still 0 once read: a file another process is writing (a store opened by
+                # several at once) read as 0 at first, and grows before its bytes can be read.
+                if file.read(1) and os.fstat(file.fileno()).st_size == 0:
                     return "a file of the kernel's, whose size reads 0"
     except OSError:
         pass
