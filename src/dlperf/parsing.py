@@ -51,9 +51,10 @@ def name_text(name: str) -> str:
     """A name (a class's) as a table or message shows it: on one line (`one_line`), and quoted
     where white space at an edge would hide what it holds, so that "a" and "a " read apart
     (a table pads its cells with spaces): 'a '. A name that starts with a quote is quoted
-    too ("'a '" as ''a ''), so that no unquoted name reads as a quoted one."""
+    too ("'a '" as ''a ''), so that no unquoted name reads as a quoted one, and so is the
+    empty name (an .npz's class '', a pandas NaN made text), '' and not a blank cell."""
     text = one_line(name)
-    if text and (text[0].isspace() or text[-1].isspace() or text[0] == "'"):
+    if not text or text[0].isspace() or text[-1].isspace() or text[0] == "'":
         return f"'{text}'"
     return text
 
