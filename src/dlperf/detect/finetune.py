@@ -341,6 +341,8 @@ def finetune_recorded(
     voc.check_apart(root, cfg.train_split, train_set, cfg.val_split, val_set)
     voc.check_trainable(root, cfg.train_split, train_set)
     voc.check_measurable(root, cfg.val_split, val_set)
+    # A class only val has would be trained with no example and its AP of 0 averaged in.
+    voc.check_classes_trained(root, cfg.train_split, train_set, cfg.val_split, val_set)
     threads = set_threads(run.threads)
     torch.manual_seed(run.seed)
     device = pick_device(run.device)

@@ -33,7 +33,7 @@ import numpy as np
 
 from dlperf import image_modes
 from dlperf.errors import UserError, not_utf8
-from dlperf.parsing import plain_number
+from dlperf.parsing import name_text, plain_number
 from dlperf.paths import not_regular
 
 BACKGROUND = "__background__"
@@ -134,6 +134,7 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
     except (ET.ParseError, OSError) as e:
         raise UserError(f"{path}: not a readable VOC annotation ({e})") from None
     node = tree.getroot()
+    _local_names(node)
     width, height = (_size(node, side, path) for side in ("width", "height"))
     filename = _text(node, "filename", path)
     if images is not None:
@@ -149,6 +150,16 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
     return VocAnnotation(
         image_id=path.stem, filename=filename, width=width, height=height, objects=objects
     )
+
+
+def _local_names(root: ET.Element) -> None:
+    """Rename every element of `root` to its local name ("{http://...}size" to "size"): an
+    annotation whose root declares a namespace (xmlns="...", some labelling tools write one)
+    holds VOC's elements all the same, and found by their plain names they were told
+    missing ("missing <size/width>") though there."""
+    for element in root.iter():
+        if isinstance(element.tag, str) and element.tag.startswith("{"):
+            element.tag = element.tag.partition("}")[2]
 
 
 def _header_size(image: Path) -> tuple[int, int] | None:
@@ -324,6 +335,39 @@ def _check_objects(
     raise UserError(
         f"{root}: the {split} split has no objects to {to} (its {count} {has} {which})",
         f"annotate objects in its images, or name a split that has some with {option}",
+    )
+
+
+def check_classes_trained(
+    root: Path,
+    train_split: str,
+    train: list[VocAnnotation],
+    val_split: str,
+    val: list[VocAnnotation],
+) -> None:
+    """Refuse to fine-tune where a class has objects AP counts in the `val` split but no
+    object to learn in the `train` split (none, or difficult ones only, which `VocDataset`
+    leaves out of the targets): it would be trained with no example, and its "after" AP
+    (about 0) averaged into the mAP without a word. A class that only the train split has
+    is fine: its AP is NaN, left out of the mAP, as `evaluate` says."""
+    trained = {o.name for a in train for o in a.objects if not o.difficult}
+    missing = sorted({o.name for a in val for o in a.objects if not o.difficult} - trained)
+    if not missing:
+        return
+    count = len(missing)
+    listed = ", ".join(name_text(n) for n in missing[:3])
+    listed += f" and {count - 3} more" if count > 3 else ""
+    one = count == 1
+    classes = "1 class of the" if one else f"{count} classes of the"
+    has, their, them = ("has", "its", "it") if one else ("have", "their", "them")
+    never = "a class" if one else "classes"
+    raise UserError(
+        f"{root}: {classes} {val_split} split {has} no objects to train on in the "
+        f"{train_split} split (difficult ones are left out): {listed}; {their} AP after "
+        f"fine-tuning would be of {never} never trained",
+        f"annotate {them} in images of the {train_split} split, name a training split that "
+        f"has {them} with --train-split, or remove {them} from the {val_split} split's "
+        "annotations",
     )
 
 
