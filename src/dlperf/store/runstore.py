@@ -40,6 +40,7 @@ import logging
 import math
 import operator
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -163,7 +164,46 @@ def _parsed(url: str) -> URL:
             "write @ in a password as %40, e.g. postgresql+psycopg://user:p%40ss@host/db; "
             "in a user name too",
         )
+    _query_checked(url, parsed)
     return parsed
+
+
+# The query of a URL as SQLAlchemy's parser finds it (sqlalchemy.engine.url._parse_url's
+# pattern: a password may hold a ?, a host or a port may not), to read it as it was written.
+URL_QUERY = re.compile(
+    r"""[\w+]+://
+    (?:[^:/]*(?::[^@]*)?@)?
+    (?:(?:\[[^/?]+\]|[^/:?]+)?(?::[^/?]*)?)?
+    (?:/[^?]*)?
+    (?:\?(?P<query>.*))?""",
+    re.X | re.S,
+)
+
+
+def _query_checked(url: str, parsed: URL) -> None:
+    """Refuse a query part of `url` that SQLAlchemy drops without a word: one without `=`, or
+    with an empty value (urllib's parse_qsl keeps neither). `sqlite:////x/q?x.db` read and
+    wrote the file `q`; a bare `?mode`, an empty `?timeout=`, a bare `?x` on a PostgreSQL URL
+    were ignored, where `?foo=1` is refused."""
+    found = URL_QUERY.match(url)
+    query = found.group("query") if found is not None else None
+    for part in (query or "").split("&"):
+        _key, equals, value = part.partition("=")
+        if not part or (equals and value):
+            continue  # an empty part (a trailing &) drops nothing
+        name = integrity.shown(masked_url(url))
+        if parsed.get_backend_name() == "sqlite" and not equals:
+            fix = (
+                "write a ? in the file's name as %3F, e.g. sqlite:///dir/q%3Fx.db; an option "
+                "is name=value: a sqlite:/// URL takes ?timeout=SECONDS and ?mode=ro"
+            )
+        else:
+            fix = "give each option as name=value, or leave it out"
+        raise UserError(
+            f"cannot open run store {name}: its query part {integrity.shown(part)!r} has no "
+            "value (SQLAlchemy would drop it)",
+            fix,
+        )
 
 
 def _url(db: str | None) -> str:
