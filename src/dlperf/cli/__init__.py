@@ -73,6 +73,24 @@ def _model_frames(e: BaseException) -> list[traceback.FrameSummary]:
     return []
 
 
+def _said_as_models(e: BaseException, own: bool = False) -> bool:
+    """Tell `e` as the model's error, with its frames, where its traceback goes through a
+    user's model file (the user's own bug: where to look is their code, not dlperf's or
+    Typer's); False otherwise. `own`: not where dlperf's own code raised it, called from the
+    model (its print to a closed standard output is the system's, told by its file)."""
+    frames = _model_frames(e)
+    if not frames or (own and Path(frames[-1].filename).is_relative_to(_PACKAGE)):
+        return False
+    said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    say(f"error: the model raised {one_line(said)}")
+    for frame in traceback.format_list(frames):
+        say(frame.rstrip("\n"))
+    say("(the whole traceback: dlperf --debug ...)")
+    return True
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # dlperf's own code: src/dlperf
+
 # How torch begins an error raised inside a TorchScript model (engine.checks.TORCHSCRIPT)
 _TORCHSCRIPT = "The following operation failed in the TorchScript interpreter"
 
@@ -173,6 +191,10 @@ def outcome() -> int:
         say(f"check failed: {one_line(str(e))}")
         return e.exit_code
     except OSError as e:
+        if not state.debug and _said_as_models(e, own=True):
+            # Raised on the way through the model's code (its factory's OSError, its
+            # forward's ConnectionError): its bug or its file, not a file dlperf uses
+            return 1
         said, bad_input = told(e)
         if state.debug:
             traceback.print_exc()
@@ -191,13 +213,7 @@ def outcome() -> int:
             # environment's problem, not the input's nor the model's.
             say(one_line(line))
             return 1
-        if not state.debug and (frames := _model_frames(e)):
-            # The user's own bug: where to look is their code, not dlperf's or Typer's.
-            said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            say(f"error: the model raised {one_line(said)}")
-            for frame in traceback.format_list(frames):
-                say(frame.rstrip("\n"))
-            say("(the whole traceback: dlperf --debug ...)")
+        if not state.debug and _said_as_models(e):
             return 1
         if not state.debug and (raised := _torchscript_error(e)):
             # A TorchScript model's own error: no Python frame of its file to show

@@ -1,0 +1,61 @@
+"""The twenty-fifth break-it round, P1 (the user's own models): the CLI's line for a model's
+errors, and `dlperf run`'s dry checks.
+
+- B: an OSError the model's own code raised (its factory's OSError, its forward's
+  ConnectionError) was told as the system's ("error: disk gone (the system named no file
+  ...)"), with no word of the model.
+- C: a forward that fails to read a file (np.load of a missing one) was blamed on the images
+  ("the model rejects digits images of shape (1, 8, 8): FileNotFoundError ...").
+- J: the dry checks did not use the run's batch size: a forward ending in .squeeze() at
+  train.batch_size 1, or returning y[:4] at batch 32, failed only after the run was recorded.
+- E: a factory asking for pretrained weights offline printed torch's "Downloading: ..." and
+  then a URLError, with no fix.
+- I: a zero-width layer (model.kwargs.width=0) printed torch's raw warnings, then blamed the
+  images.
+- H: a model file defining a class that is no nn.Module "defines no function or class".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliResult
+from tests.faults.test_break_it_22_models import _write
+from tests.faults.test_break_it_24_models_a import _run
+
+# --- B: an OSError of the model's own code ------------------------------------------------------
+
+OWN_OS = """
+import torch.nn as nn
+def boom(num_classes=10, in_channels=1):
+    raise OSError("disk gone")
+class FwdOS(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__(); self.l = nn.Linear(64, num_classes)
+    def forward(self, x):
+        raise ConnectionError("parameter server unreachable")
+def fwdos(num_classes=10, in_channels=1): return FwdOS(num_classes)
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "factory", "expected"),
+    [
+        ("analyze", "boom", "error: the model raised OSError: disk gone"),
+        ("run", "fwdos", "error: the model raised ConnectionError: parameter server unreachable"),
+    ],
+)
+def test_an_oserror_of_the_models_own_code_is_the_models(
+    cli: Callable[..., CliResult], tmp_path: Path, command: str, factory: str, expected: str
+) -> None:
+    if command == "analyze":
+        done = cli("analyze", f"{_write(tmp_path, OWN_OS)}:{factory}", "--input", "1,8,8")
+    else:
+        done = _run(cli, tmp_path, OWN_OS, factory)
+    assert done.code == 1, done.err
+    assert expected in done.err, done.err
+    assert "model.py" in done.err, done.err  # the model file's frame
+    assert "the system named no file" not in done.err, done.err
