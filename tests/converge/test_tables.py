@@ -78,7 +78,10 @@ def test_read_numbers_refusals(tmp_path: Path) -> None:
 def test_read_numbers_names_the_line_of_a_bad_value(tmp_path: Path) -> None:
     path = csv(tmp_path, "step,loss\n1,2\n2,oops\n")
     assert one_line(read_numbers, path, ["loss"]) == f"{path}:3: 'loss' is not a number: 'oops'"
-    short = csv(tmp_path, "step,loss\n1,2\n2\n", "short.csv")  # a missing cell reads None
-    assert one_line(read_numbers, short, ["loss"]) == f"{short}:3: 'loss' is not a number: None"
+    short = csv(tmp_path, "step,loss\n1,2\n2\n", "short.csv")  # a missing cell: a short row
+    assert one_line(read_numbers, short, ["loss"]) == (
+        f"{short}:3: 1 field where the header has 2 (a row gives one field per column: is it "
+        "cut short?)"
+    )
     inf = csv(tmp_path, "step,loss\n1,inf\n", "inf.csv")
     assert one_line(read_numbers, inf, ["loss"]) == f"{inf}:2: 'loss' is not finite: 'inf'"

@@ -20,6 +20,7 @@ import numbers
 import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,10 @@ import numpy as np
 from scipy.optimize import OptimizeResult, least_squares, nnls
 
 from dlperf.converge.regress import configuration
-from dlperf.converge.tables import read_numbers
+from dlperf.converge.tables import numbers as column_numbers
+from dlperf.converge.tables import read_table
 from dlperf.errors import UserError
+from dlperf.parsing import one_line
 
 if TYPE_CHECKING:
     from dlperf.store import RunStore
@@ -286,6 +289,42 @@ def check_increasing(steps: np.ndarray, what: str) -> None:
         raise UserError(f"{what} must increase from row to row", "give each step once, in order")
 
 
+def _check_csv_steps(
+    path: Path, x: str, steps: np.ndarray, lines: list[int], texts: list[str]
+) -> None:
+    """`check_increasing` for a CSV's column `x`, naming the first row whose step does not
+    follow the one before, and comparing the steps as written where their floats are equal:
+    past 2**53 float64 cannot tell 9007199254740993 from 9007199254740992, and steps that do
+    increase were blamed for their order. Such steps are still refused (the fit's arithmetic
+    is float64's), with the fix that makes them fit."""
+    bad = np.flatnonzero(np.diff(steps) <= 0)
+    if not bad.size:
+        return
+    i = int(bad[0])
+    before, after = (one_line(texts[j].strip()) for j in (i, i + 1))
+    where = f"{path}:{lines[i + 1]}"
+    if steps[i] == steps[i + 1] and _exactly_below(texts[i], texts[i + 1]):
+        raise UserError(
+            f"{where}: step {after} reads as {steps[i + 1]:.17g}, the same number as step "
+            f"{before} on line {lines[i]}: float64 cannot tell the steps apart",
+            "subtract the same number from every step, so that the first is 1",
+        )
+    raise UserError(
+        f"{where}: column '{one_line(x)}' must increase from row to row: step {after} follows "
+        f"step {before} on line {lines[i]}",
+        "give each step once, in order",
+    )
+
+
+def _exactly_below(first: str, second: str) -> bool:
+    """Whether the number written `first` is below the one written `second`, compared as
+    written (Decimal), not as float64 reads them."""
+    try:
+        return Decimal(first.strip()) < Decimal(second.strip())
+    except InvalidOperation:
+        return False
+
+
 def thinned(k: np.ndarray, y: np.ndarray, most: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """At most `most` points of a curve, in the order of their steps: the first and the last
     as they are, and between them the median step and the median value of each of `most` − 2
@@ -488,6 +527,8 @@ class Curve:
     # The CSV's path as the user gave it, for error lines (the label is its bare name, for
     # tables and legends): "pct.csv" alone does not say which of several folders' is meant.
     source: str | None = None
+    # The CSV's line of each point, for error lines that name one; None for a run's curve.
+    lines: list[int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def legend(self) -> str:
@@ -524,10 +565,28 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     """Both forms fitted to the first n_fit points, with bootstrap intervals, and compared on
     later points."""
     check_metric(metric)
-    if metric in ("accuracy", "error") and np.any((curve.values < 0) | (curve.values > 1)):
+    values = curve.values
+    if (
+        metric in ("accuracy", "error")
+        and (out := np.flatnonzero((values < 0) | (values > 1))).size
+    ):
+        i = int(out[0])
+        at = f"line {curve.lines[i]}" if curve.lines is not None else f"point {i + 1}"
+        # Many training logs write accuracy in percent (94.5): the metric is right, the scale
+        # is not. Values outside [0, 100] are no percentages: then the metric may be wrong.
+        percent = bool(np.all((values >= 0) & (values <= 100)))
         raise UserError(
-            f"{curve.source or curve.label}: {metric} values must lie in [0, 1]",
-            "is converge.metric right?",
+            f"{curve.source or curve.label}: {metric} values must lie in [0, 1]; {at} holds "
+            f"{float(values[i]):g}",
+            (
+                (
+                    "percentages? divide the column by 100"
+                    if curve.lines is not None
+                    else f"percentages? give {metric} as a fraction (0.945, not 94.5)"
+                )
+                if percent
+                else "is converge.metric right?"
+            ),
         )
     k, y = curve.steps, to_decreasing(curve.values, metric)
     fits, params, samples, ci = {}, {}, {}, {}
@@ -541,7 +600,9 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
 
 def from_csv(path: Path, x: str | None, y: str) -> Curve:
     """A curve from two CSV columns; without `x` the step is the row number (1, 2, ...)."""
-    lines, columns = read_numbers(path, [y] if x is None else [x, y])
+    names = [y] if x is None else [x, y]
+    lines, texts = read_table(path, names)
+    columns = {name: column_numbers(path, name, lines, texts[name]) for name in names}
     values = np.asarray(columns[y])
     steps = np.arange(1.0, len(values) + 1) if x is None else np.asarray(columns[x])
     if (bad := np.flatnonzero(steps <= 0)).size:  # named here, where the file and line are known
@@ -549,8 +610,9 @@ def from_csv(path: Path, x: str | None, y: str) -> Curve:
         raise UserError(
             f"{path}:{lines[bad[0]]}: step {step:g} is not positive", _count_from_1(step)
         )
-    check_increasing(steps, f"{path}: column '{x}'")
-    return Curve(path.name, steps, values, source=str(path))
+    if x is not None:
+        _check_csv_steps(path, x, steps, lines, texts[x])
+    return Curve(path.name, steps, values, source=str(path), lines=lines)
 
 
 def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) -> Curve:

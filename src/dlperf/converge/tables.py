@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -54,16 +55,108 @@ def dialect(path: Path, text: str) -> tuple[str, str, int]:
                 "save it as CSV with ',' between fields and '.' for decimals",
             )
         return sep, text[stream.tell() :], 1
-    at_commas = next(csv.reader(io.StringIO(first, newline="")), [])
-    at_tabs = next(csv.reader(io.StringIO(first, newline=""), delimiter="\t"), [])
+    try:
+        at_commas = next(csv.reader(io.StringIO(first, newline="")), [])
+        at_tabs = next(csv.reader(io.StringIO(first, newline=""), delimiter="\t"), [])
+    except csv.Error:  # a field past the limit on the first line itself
+        raise unreadable(path, text, ",", 1, 0) from None
     sep = "\t" if len(at_tabs) > len(at_commas) else ","
     return sep, text, 0
 
 
 def header(path: Path) -> list[str]:
-    """The column names of a CSV."""
-    sep, body, _ = dialect(path, read_text(path))
-    return next(csv.reader(io.StringIO(body, newline=""), delimiter=sep), [])
+    """The column names of a CSV, white space at their edges stripped (as `read_table` reads
+    them)."""
+    sep, body, skipped = dialect(path, read_text(path))
+    try:
+        names = next(csv.reader(io.StringIO(body, newline=""), delimiter=sep), [])
+    except csv.Error:  # a quote on the header's line that is never closed, most likely
+        raise unreadable(path, body, sep, 1, skipped) from None
+    return [name.strip() for name in names]
+
+
+# A line break as the csv module (reading io.StringIO(newline="")) counts lines.
+_BREAK = re.compile(r"\r\n|\r|\n")
+_BREAK_CHAR = re.compile(r"[\r\n]")
+
+
+def _line_start(text: str, line: int) -> int:
+    """The offset in `text` of its line `line` (1 is the first)."""
+    if line <= 1:
+        return 0
+    found = next(itertools.islice(_BREAK.finditer(text), line - 2, None), None)
+    return len(text) if found is None else found.end()
+
+
+def _quoted_over_lines(text: str, start: int, sep: str) -> tuple[int, int | None] | None:
+    """Where the first quoted field that holds a line break opens, in the record that starts
+    at offset `start`, and where it closes (None: never); None when no field of that record
+    holds one. Read as the csv module reads (not strict): a quote opens a field only at its
+    start, "" inside one is a quote, and after the closing quote the field runs on unquoted to
+    the next separator."""
+    field_end = re.compile(f"[{re.escape(sep)}\r\n]")
+    at = start
+    while at < len(text):
+        if text[at] == '"':
+            end = at + 1
+            while (end := text.find('"', end)) != -1 and text.startswith('"', end + 1):
+                end += 2  # "" inside a quoted field: one quote
+            if end == -1:
+                return at, None
+            if _BREAK_CHAR.search(text, at, end):
+                return at, end
+            at = end + 1
+        found = field_end.search(text, at)
+        if found is None or found.group() != sep:  # the record ends
+            return None
+        at = found.end()
+    return None
+
+
+def _line_of(text: str, offset: int, start: int, line: int) -> int:
+    """The line of `offset` in `text`, given that offset `start` begins line `line`."""
+    return line + sum(1 for _ in _BREAK.finditer(text, start, offset))
+
+
+def _excerpt(text: str, most: int = 60) -> str:
+    """`text` on one line, cut to about `most` characters, for a message."""
+    shown = one_line(text)
+    return shown if len(shown) <= most else shown[:most] + "..."
+
+
+def unreadable(path: Path, text: str, sep: str, line: int, skipped: int) -> UserError:
+    """The line for a record of `text` (starting on its line `line`) that the csv module refused:
+    a field over its limit (`csv.field_size_limit`, 131,072 characters), which in a CSV of
+    numbers is a quote opened by mistake that swallows the lines after it, or a file that is
+    not a CSV of numbers. Named by the line where the quote (or the record) starts."""
+    start = _line_start(text, line)
+    quoted = _quoted_over_lines(text, start, sep)
+    limit = f"{csv.field_size_limit():,} characters"
+    if quoted is None:
+        head = text[start : start + 200].splitlines()[0] if start < len(text) else ""
+        return UserError(
+            f"{path}:{line + skipped}: a field of over {limit}: '{_excerpt(head)}'",
+            "a CSV of numbers has short fields: is this the file meant?",
+        )
+    opened, closed = quoted
+    at = _line_of(text, opened, start, line)
+    if closed is None:
+        return unclosed(path, text, at + skipped, _line_start(text, at))
+    return UserError(
+        f'{path}:{at + skipped}: a quoted field (") runs from here to line '
+        f"{_line_of(text, closed, start, line) + skipped}, over {limit}",
+        "a stray quote? delete it, or close the field on its own line",
+    )
+
+
+def unclosed(path: Path, text: str, line: int, start: int) -> UserError:
+    """The line for a quote on line `line` (at offset `start` of `text`) that is never closed:
+    the csv module reads the rest of the file into that one field."""
+    shown = text[start:].splitlines()[0] if start < len(text) else ""
+    return UserError(
+        f"{path}:{line}: an opening quote (\") is never closed: '{_excerpt(shown)}'",
+        "delete the stray quote, or close the field it opens",
+    )
 
 
 def semicolons(path: Path, text: str, fieldnames: Sequence[str] | None) -> None:
@@ -73,7 +166,10 @@ def semicolons(path: Path, text: str, fieldnames: Sequence[str] | None) -> None:
     ("quote a field that holds a comma", "did you mean 'a;b'?") would point the wrong way; so
     a comma CSV with a ';' in a column's name still reads. Not read at ';': with ','
     decimals, 1.000 may be one or a thousand (a grouping mark), a silently wrong number."""
-    at_semicolons = next(csv.reader(io.StringIO(text, newline=""), delimiter=";"), [])
+    try:
+        at_semicolons = next(csv.reader(io.StringIO(text, newline=""), delimiter=";"), [])
+    except csv.Error:  # not read at ';' either: the caller's own line stands
+        return
     names = list(fieldnames or [])
     if len(at_semicolons) > max(len(names), 1):
         raise UserError(
@@ -127,39 +223,64 @@ def numbers(path: Path, name: str, lines: list[int], texts: list[str]) -> list[f
     for line, text in zip(lines, texts, strict=True):
         try:
             value = plain_number(text)
-        except (TypeError, ValueError):  # TypeError: a short row's missing field, None
+        except (TypeError, ValueError):  # TypeError: a caller's None
             raise UserError(
-                f"{path}:{line}: '{one_line(name)}' is not a number: {text!r}"
+                f"{path}:{line}: '{one_line(name)}' is not a number: {_shown(text)}"
             ) from None
         if not math.isfinite(value):
-            raise UserError(f"{path}:{line}: '{one_line(name)}' is not finite: {text!r}")
+            raise UserError(f"{path}:{line}: '{one_line(name)}' is not finite: {_shown(text)}")
         values.append(value)
     return values
+
+
+def _shown(text: object, most: int = 60) -> str:
+    """A field as a message shows it: its repr, cut short (a quoted field may hold lines)."""
+    if isinstance(text, str) and len(text) > most:
+        return f"{text[:most]!r}... ({len(text):,} characters)"
+    return repr(text)
 
 
 def read_table(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> tuple[list[int], dict[str, list[str]]]:
     """The file's line of each row and the named columns' fields as text (optional columns
-    only when present), checked as `read_numbers` says; ',' or tab-separated (`dialect`)."""
+    only when present), checked as `read_numbers` says; ',' or tab-separated (`dialect`).
+    Names are matched with the white space at their edges stripped: the old Ultralytics
+    results.csv pads every field to 23 characters ("          epoch"), which float() reads in
+    a value but no one types in a name. A row is named by the line it starts on (a quoted
+    field may hold line breaks)."""
     sep, text, skipped = dialect(path, read_text(path))
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=sep)
-    rows: list[tuple[int, dict[str, str]]] = []
-    for row in reader:
-        if None in row:  # restkey: the fields past the header's
-            comment_header(path, text, reader.fieldnames, skipped)
-            semicolons(path, text, reader.fieldnames)
-            named = len(reader.fieldnames or [])
-            extra = row[None]
-            fields = named + len(extra)
-            line = reader.line_num + skipped
-            where = f"{path}:{line}: {fields} fields where the header has {named}"
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    names: list[str] | None = None
+    lines: list[int] = []
+    rows: list[list[str]] = []
+    last = (1, 0)  # the lines the last record read starts and ends on
+    while True:
+        first = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error:  # a field over the module's limit: named where it starts
+            raise unreadable(path, text, sep, first, skipped) from None
+        last = (first, reader.line_num)
+        if names is None:
+            names = [name.strip() for name in fields]
+            continue
+        if not fields:  # a blank line, passed over as csv.DictReader does
+            continue
+        if len(fields) > len(names):
+            comment_header(path, text, names, skipped)
+            semicolons(path, text, names)
+            where = (
+                f"{path}:{first + skipped}: {len(fields)} fields where the header has {len(names)}"
+            )
+            extra = fields[len(names) :]
             if sep == "," and all(_DIGIT_TAIL.fullmatch(f.strip()) for f in extra):
                 # 0,4455 read as 0 and 4455: quoting it would only move the refusal to "not a
                 # number", so the hint is the decimal mark (or a thousands separator)
-                given = sep.join(str(v) for k, v in row.items() if k is not None)
                 raise UserError(
-                    f"{where}: '{one_line(sep.join([given, *extra]))}'",
+                    f"{where}: '{one_line(sep.join(fields))}'",
                     "decimal commas? write '.' for decimals and no thousands separator",
                 )
             raise UserError(
@@ -168,23 +289,40 @@ def read_table(
                 if sep == ","
                 else "quote a field that holds a tab",
             )
-        rows.append((reader.line_num + skipped, row))
+        lines.append(first + skipped)
+        rows.append(fields)
+    if last[1] > last[0]:
+        # The last record spans lines: a quote that is never closed reads the rest of the
+        # file into one field (its line break and all), so it is named where it opens.
+        start = _line_start(text, last[0])
+        quoted = _quoted_over_lines(text, start, sep)
+        if quoted is not None and quoted[1] is None:
+            at = _line_of(text, quoted[0], start, last[0])
+            raise unclosed(path, text, at + skipped, _line_start(text, at))
     if not rows:
         raise UserError(f"{path} has no rows", "a CSV has a header line, then one line per point")
-    header = list(reader.fieldnames or [])
+    header = names or []
     for name in required:
-        if name not in header:
+        if name.strip() not in header:
             comment_header(path, text, header, skipped)
             semicolons(path, text, header)
             shown = [one_line(c) for c in header]
             hint = did_you_mean(one_line(name), shown, f"columns: {', '.join(shown)}", quote=True)
             raise UserError(f"{path} has no column '{one_line(name)}'", hint)
-    read = [*required, *(c for c in optional if c in header)]
+    read = [*required, *(c for c in optional if c.strip() in header)]
     for name in read:
-        if (times := header.count(name)) > 1:
+        if (times := header.count(name.strip())) > 1:
             raise UserError(
                 f"{path}: column '{one_line(name)}' is named {times} times in the header",
                 "give each column its own name",
             )
-    # A short row's missing fields are None (DictReader's restval): `numbers` says so.
-    return [line for line, _ in rows], {name: [row[name] for _, row in rows] for name in read}
+    index = {name: header.index(name.strip()) for name in read}
+    need = max(index.values()) + 1
+    if (short := next((i for i, row in enumerate(rows) if len(row) < need), None)) is not None:
+        given = len(rows[short])
+        raise UserError(
+            f"{path}:{lines[short]}: {given} field{'s' if given != 1 else ''} where the header "
+            f"has {len(header)}",
+            "a row gives one field per column: is it cut short?",
+        )
+    return lines, {name: [row[i] for row in rows] for name, i in index.items()}
