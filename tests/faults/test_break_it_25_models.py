@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliResult
-from tests.faults.test_break_it_22_models import _write
-from tests.faults.test_break_it_24_models_a import _run
+from tests.faults.test_break_it_22_models import _unwrapped, _write
+from tests.faults.test_break_it_24_models_a import _refused, _run
 
 # --- B: an OSError of the model's own code ------------------------------------------------------
 
@@ -59,3 +59,28 @@ def test_an_oserror_of_the_models_own_code_is_the_models(
     assert expected in done.err, done.err
     assert "model.py" in done.err, done.err  # the model file's frame
     assert "the system named no file" not in done.err, done.err
+
+
+# --- C: a forward that fails to read a file ------------------------------------------------------
+
+READS = """
+import numpy as np, torch.nn as nn
+class FwdNp(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__(); self.l = nn.Linear(64, num_classes)
+    def forward(self, x):
+        self.stats = np.load("stats.npy")
+        return self.l(x.flatten(1))
+def fwdnp(num_classes=10, in_channels=1): return FwdNp(num_classes)
+"""
+
+
+def test_a_forward_that_fails_to_read_a_file_names_the_file_not_the_images(
+    cli: Callable[..., CliResult], db: str, tmp_path: Path
+) -> None:
+    said = _refused(cli, db, tmp_path, READS, "fwdnp")
+    assert "rejects" not in said and "images" not in said, said
+    assert _unwrapped("model.py:fwdnp' failed to read stats.npy") in said, said
+    assert _unwrapped("No such file or directory") in said, said
+    assert _unwrapped("(at model.py:7)") in said, said  # the model's line that read it
+    assert _unwrapped("read from the working directory") in said, said

@@ -24,6 +24,7 @@ from dlperf.data.augment import check_augment
 from dlperf.engine import pretrained
 from dlperf.engine.checks import (
     DRY_BATCH,
+    ReadFailed,
     TooDeep,
     check_batch_fits,
     check_batch_trains,
@@ -366,7 +367,7 @@ def _check_model(
     check_not_quantized(model, name)
     try:
         output = dry_forward(model.to(device), data.shape, rejects, device, what=f"model {name}")
-    except TooDeep:  # neither its parameters' dtype nor the images' size
+    except (TooDeep, ReadFailed):  # neither its parameters' dtype nor the images' size
         raise
     except UserError as e:
         refused = not_float32(model, name, e.message) or misfit(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import sys
+import traceback
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
@@ -19,7 +21,7 @@ from torch import nn
 from dlperf.analytic.counting import backward_hint, refuse_more_than_one, switch_mode
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
-from dlperf.errors import UserError, raised_by_model
+from dlperf.errors import UserError, in_model_file, raised_by_model
 from dlperf.formatting import few
 from dlperf.image_modes import channels_last
 from dlperf.models.registry import note, too_deep, torch_defaults_kept
@@ -42,6 +44,40 @@ NO_KERNEL = "an autograd kernel was not registered"
 class TooDeep(UserError):
     """A model nested too deep for Python's recursion limit (models.registry.too_deep): what
     its forward failed with is no sign of the images' shape or dtype, to be told so."""
+
+
+class ReadFailed(UserError):
+    """A model's forward failed to read a file (or reach a host) of its own: what it failed
+    with is no sign of the images' shape or dtype, to be told so."""
+
+
+def _read_failed(e: OSError, what: str) -> ReadFailed:
+    """The one line for the OSError `e` that `what`'s forward met in a library it called
+    (numpy's np.load of a missing file): the file, the model's line that asked for it, and
+    where a relative name is looked for."""
+    line = next(
+        (
+            f"{Path(frame.f_code.co_filename).name}:{number}"
+            for frame, number in reversed(list(traceback.walk_tb(e.__traceback__)))
+            if in_model_file(frame)
+        ),
+        None,
+    )
+    at = f" (at {line})" if line else ""
+    if e.filename is None:
+        return ReadFailed(f"the forward of {what} failed{at}: {type(e).__name__}: {e}")
+    name = os.fspath(e.filename)
+    where = (
+        "put the file there"
+        if os.path.isabs(name)
+        else (
+            f"a relative name is read from the working directory, {os.getcwd()}: run from where "
+            "the file is, or open it by a path made from the model file's own (__file__)"
+        )
+    )
+    return ReadFailed(
+        f"the forward of {what} failed to read {name}{at}: {e.strerror or type(e).__name__}", where
+    )
 
 
 def refuse_too_deep(model: nn.Module, what: str) -> None:
@@ -177,6 +213,8 @@ def _dry_forward(
             refuse_too_deep(model, what)
         if raised_by_model(e):
             raise
+        if isinstance(e, OSError):  # a file or a connection of the model's: never the images'
+            raise _read_failed(e, what) from None
         first = first_line(e)
         # torch's own errors say what they are, and a TorchScript model's last line names it
         if not isinstance(e, RuntimeError) and not str(e).startswith(TORCHSCRIPT):
