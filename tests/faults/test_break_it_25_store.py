@@ -67,7 +67,6 @@ def _checkpoint(store: RunStore, out: Path, run_id: int, body: bytes) -> Path:
     return where
 
 
-@pytest.mark.xfail(strict=True, reason="cause 1, fixed next")
 def test_a_copy_of_a_postgresql_store_keeps_its_files_apart(pg_url: str, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     original = RunStore.open(pg_url)

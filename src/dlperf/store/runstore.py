@@ -55,7 +55,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import create_engine, delete, event, func, inspect, make_url, select, update
+from sqlalchemy import (
+    create_engine,
+    delete,
+    event,
+    func,
+    inspect,
+    make_url,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, Row
@@ -940,6 +950,77 @@ def _elsewhere(recorded: str | None, here: str) -> Path | None:
     return None
 
 
+def _server_place(engine: Engine) -> str | None:
+    """Where a PostgreSQL store lives, as its `home` records it: the server (its system
+    identifier), the database and the schema of its tables, by oid. A copy (CREATE DATABASE
+    ... TEMPLATE, a pg_dump restored, the tables copied into another schema) has the same
+    store id and another place; a database or schema renamed keeps its oid, and its place."""
+    if engine.dialect.name != "postgresql":
+        return None
+    server, found = None, None
+    # The control data is readable by every role unless an administrator revoked it: then
+    # the database's and the schema's oids alone tell a copy apart.
+    with contextlib.suppress(DatabaseError), engine.connect() as conn:
+        query = "SELECT system_identifier::text FROM pg_control_system()"
+        server = conn.exec_driver_sql(query).scalar()
+    # A server that fails here fails the store's first write too, which says so in one line.
+    with contextlib.suppress(DatabaseError), engine.connect() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT d.oid::bigint, d.datname, n.oid::bigint, n.nspname FROM pg_database d, "
+            "pg_namespace n WHERE d.datname = current_database() AND n.oid = "
+            "(SELECT relnamespace FROM pg_class WHERE oid = to_regclass('meta'))"
+        ).one_or_none()
+    if found is None:
+        return None
+    database, database_name, schema, schema_name = found
+    place = {
+        "server": server,
+        "database": [database, database_name],
+        "schema": [schema, schema_name],
+    }
+    return json.dumps({"postgresql": place}, sort_keys=True)
+
+
+def _read_place(recorded: str | None) -> dict[str, Any] | None:
+    """A `home` that `_server_place` wrote, read back; None for a SQLite file's path."""
+    if recorded is None or not recorded.startswith("{"):
+        return None
+    with contextlib.suppress(ValueError, TypeError):
+        place = json.loads(recorded)["postgresql"]
+        if isinstance(place, dict):
+            return place
+    return None
+
+
+def _server_elsewhere(s: Session, recorded: str | None, here: str) -> str | None:
+    """The PostgreSQL store `recorded` names, as a line names it, while it is another store
+    than `here` and may still be there (a copy's original); None when it is `here`, or gone
+    from this server (the copy is the store now, as a SQLite store moved). One on another
+    server cannot be looked for: its copy keeps the original's files for good."""
+    them, us = _read_place(recorded), _read_place(here)
+    if them is None or us is None:
+        return None
+    try:
+        server, database, schema = them.get("server"), them["database"], them["schema"]
+        key = (int(database[0]), int(schema[0]))
+        shown = f"PostgreSQL database {database[1]}, schema {schema[1]}"
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    ours = (int(us["database"][0]), int(us["schema"][0]))
+    same_server = server is None or us.get("server") is None or server == us.get("server")
+    if same_server and key == ours:
+        return None
+    if not same_server:
+        return f"{shown} on another server (system identifier {server})"
+    if key[0] != ours[0]:
+        query = "SELECT 1 FROM pg_database WHERE oid = :oid"
+        there = s.scalar(text(query), {"oid": key[0]}) is not None
+    else:
+        query = "SELECT 1 FROM pg_class WHERE relname = 'meta' AND relnamespace = :oid"
+        there = s.scalar(text(query), {"oid": key[1]}) is not None
+    return shown if there else None
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -1138,6 +1219,8 @@ class RunStore:
         self._unwritable: tuple[str, str] | None = None
         self._writer = engine.execution_options(**{WRITES: True})
         self._file: _StoreFile | None = None
+        # A server store's place (`_server_place`), for a writer: a SQLite store's is its file.
+        self._server: str | None = None
         self._keeper: sqlite3.Connection | None = None
         # Whether `run --resume` continues each run this store object records: asked when
         # the store has gone, and can no longer be read.
@@ -1247,6 +1330,8 @@ class RunStore:
             ) from None
         if store_id is None:  # an empty database, opened only to read it
             return cls._empty(_absent(_name(engine), "holds no store yet", read_only))
+        writing = (create if writes is None else writes) and not read_only
+        place = _server_place(engine) if not sqlite and writing else None
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
             if parsed.get_backend_name() == "postgresql":
                 _pg_waits(engine, name)
@@ -1254,7 +1339,8 @@ class RunStore:
             # Only now too: an open probes for tables that are missing from a new store.
             event.listen(engine, "handle_error", integrity.on_error)
         store = cls(engine, store_id, read_only)
-        if sqlite and (create if writes is None else writes) and not read_only:
+        store._server = place
+        if sqlite and writing:
             store._keep_file()
         if sqlite:
             # A reader's too: its connections, left to the interpreter's end, were never
@@ -1300,31 +1386,46 @@ class RunStore:
         return where / self._dir_name()
 
     def _dir_name(self) -> str:
-        """The store id, or a byte copy's own directory name, written the first time a copy
-        asks (a store only read, or not a SQLite file, has the id)."""
-        if self._file is None:
+        """The store id, or a copy's own directory name, written the first time a copy asks
+        (a store only read has the id)."""
+        here = self._here()
+        if here is None:
             return self.id
-        here = str(self._file.path)
         with Session(self.engine) as s:
             home, name, made_for = (_meta(s, key) for key in (HOME, COPY_DIR, COPY_FILE))
-        if name is not None and made_for == here:
-            return name
-        if name is None and _elsewhere(home, here) is None:
-            return self.id
+            if name is not None and made_for == here:
+                return name
+            if name is None and self._elsewhere(s, home) is None:
+                return self.id
         with self._writing() as s:
             return self._copy_dir(s, make=True) or self.id
 
+    def _here(self) -> str | None:
+        """Where this store lives, as `home` and `copy_file` record it: a SQLite store's file,
+        a PostgreSQL store's place (`_server_place`); None for a store only read."""
+        return str(self._file.path) if self._file is not None else self._server
+
+    def _elsewhere(self, s: Session, recorded: str | None) -> Path | str | None:
+        """The store `recorded` (a `home`, a `copy_file`) names while it is another one than
+        this and still there: a SQLite file (`_elsewhere`), a PostgreSQL database or schema
+        (`_server_elsewhere`)."""
+        if self._file is not None:
+            return _elsewhere(recorded, str(self._file.path))
+        if self._server is not None:
+            return _server_elsewhere(s, recorded, self._server)
+        return None
+
     def _copy_dir(self, s: Session, make: bool) -> str | None:
         """The directory of this store's own under an out_dir while it is, or once was, a
-        byte copy of a store still there (`_copy_of`): a copy and its original hand out the
-        same next run id, and both wrote `<store id>/run-<id>/`, one overwriting the other's
+        copy of a store still there (`_copy_of`): a copy and its original hand out the same
+        next run id, and both wrote `<store id>/run-<id>/`, one overwriting the other's
         checkpoint. Made with `make` when a copy has none yet; kept by the copy for good, moved
-        too, and not by a copy of it, whose recorded file is still there: that makes its own."""
-        if self._file is None:
+        too, and not by a copy of it, whose recorded store is still there: that makes its own."""
+        here = self._here()
+        if here is None:
             return None
-        here = str(self._file.path)
         name, made_for = _meta(s, COPY_DIR), _meta(s, COPY_FILE)
-        if name is not None and _elsewhere(made_for, here) is None:
+        if name is not None and self._elsewhere(s, made_for) is None:
             if made_for != here:  # the copy was moved
                 s.merge(Meta(key=COPY_FILE, value=here))
             return name
@@ -1424,17 +1525,19 @@ class RunStore:
             self._resumable[run.id] = from_experiment(kind, config)
             return run.id
 
-    def _copy_of(self, s: Session) -> Path | None:
-        """The SQLite file this store is a byte copy of (`cp`, a backup), while that file is
-        still there: both carry one store id, so the files under `<out_dir>/<store id>/` are
-        the original's, and deleting a run in the copy must not remove them. None for the
-        store that owns them, which this records as their home when none is recorded yet or
-        the recorded file is gone (the store was moved, or its original deleted)."""
-        if self._file is None:
+    def _copy_of(self, s: Session) -> Path | str | None:
+        """The store this one is a copy of while that one is still there: the SQLite file of
+        a byte copy (`cp`, a backup), the PostgreSQL database or schema of a TEMPLATE copy or
+        a pg_dump restored (named by `_server_elsewhere`). Both carry one store id, so the
+        files under `<out_dir>/<store id>/` are the original's, and deleting a run in the copy
+        must not remove them. None for the store that owns them, which this records as their
+        home when none is recorded yet or the recorded store is gone (the store was moved, or
+        its original deleted)."""
+        here = self._here()
+        if here is None:
             return None
-        here = str(self._file.path)
         home = _meta(s, HOME)
-        original = _elsewhere(home, here)
+        original = self._elsewhere(s, home)
         if original is not None:
             return original
         if home != here:
@@ -1799,14 +1902,13 @@ class RunStore:
                 self._remove_file(run_id, Path(path), mine, removed, kept)
         return Deleted(ids, removed, kept)
 
-    def _owners(self, s: Session, original: Path) -> dict[str, Path]:
-        """The stores whose runs' files a byte copy keeps, by the directory each writes them
-        in: the original's `<store id>`, and the directory of the copy this store was copied
-        from (`_copy_dir`) while that copy's file is still there."""
-        assert self._file is not None  # a copy is a SQLite file
+    def _owners(self, s: Session, original: Path | str) -> dict[str, Path | str]:
+        """The stores whose runs' files a copy keeps, by the directory each writes them in:
+        the original's `<store id>`, and the directory of the copy this store was copied from
+        (`_copy_dir`) while that copy is still there."""
         owners = {self.id: original}
         name = _meta(s, COPY_DIR)
-        copied = _elsewhere(_meta(s, COPY_FILE), str(self._file.path))
+        copied = self._elsewhere(s, _meta(s, COPY_FILE))
         if name is not None and copied is not None:
             owners[name] = copied
         return owners
@@ -1824,7 +1926,7 @@ class RunStore:
         there = moved / path.relative_to(root)
         return there if os.path.lexists(there) else None
 
-    def _whose(self, path: Path, owners: dict[str, Path]) -> str:
+    def _whose(self, path: Path, owners: dict[str, Path | str]) -> str:
         """What this byte copy is to the store whose run's file `path` is: a copy of the store
         whose directory (`_owners`) holds it, else of the copy of the original that made
         that directory its own."""
