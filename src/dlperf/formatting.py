@@ -8,11 +8,18 @@ from typing import Any, TextIO
 
 from dlperf.parsing import one_line
 
+# Past this a float is shown to its significant digits (1e+25), as --json gives it: ',.0f'
+# printed every digit of its binary value (1e25 as 10,000,000,000,000,000,905,969,664, -1e308
+# as 309 digits), digits no one logged. Below it (2**53 is about 9e15) a float's whole part is
+# exact, and reads better with separators.
+FIXED_MAX = 1e15
+
 
 def fmt(value: Any, digits: int = 4) -> str:
     """None as "-", booleans as yes/no, a float to `digits` significant digits with thousands
-    separators from 10,000 up (12345.6: "12,346"), anything else as str() gives it, on one
-    line, its control characters and line breaks escaped (`one_line`)."""
+    separators from 10,000 up to FIXED_MAX (12345.6: "12,346"; 1e25: "1e+25"), anything else
+    as str() gives it, on one line, its control characters and line breaks escaped
+    (`one_line`)."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -20,7 +27,7 @@ def fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        if abs(value) >= 1e4:
+        if 1e4 <= abs(value) < FIXED_MAX:
             return f"{value:,.0f}"
         if value != 0 and abs(value) < 1e-3:
             return f"{value:.3g}"
@@ -110,8 +117,7 @@ def scaled(key: str, value: Any) -> str | None:
         return _seconds(value)
     if kind in ("B", "B/s"):
         return _si(value, kind)
-    if kind == "%":
-        return f"{value:.1f}%"
-    if kind == "fraction":
-        return f"{100 * value:.1f}%"
-    return f"{value:,.0f} {kind}" if abs(value) >= 100 else f"{value:.3g} {kind}"
+    if kind in ("%", "fraction"):
+        percent = 100 * value if kind == "fraction" else value
+        return f"{percent:.1f}%" if abs(percent) < FIXED_MAX else f"{percent:.3g}%"
+    return f"{value:,.0f} {kind}" if 100 <= abs(value) < FIXED_MAX else f"{value:.3g} {kind}"
