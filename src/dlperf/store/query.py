@@ -5,14 +5,14 @@ tags `runs tag` sets, and which runs may be deleted (and stopping those still ru
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import time
+import tomllib
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,15 +82,63 @@ def summary_rows(summary: dict[str, Any], own: bool = False) -> list[tuple[str, 
 
 
 def setting(value: Any) -> str:
-    """A config value as --set takes it: 0.05, true, [1, 2], a quoted string with spaces."""
+    """A config value as --set takes it: 0.05, true, [1, 2], a string bare where --set reads
+    it back as itself (resnet20, a/b), else quoted (`_toml_string`): "a b", "123", "a\\\\b"."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        items = (json.dumps(v) if isinstance(v, str) else setting(v) for v in value)
+        items = (_toml_string(v) if isinstance(v, str) else setting(v) for v in value)
         return "[" + ", ".join(items) + "]"  # TOML: strings in a list are quoted
-    if isinstance(value, str) and (not value or any(c in value for c in " =\"'")):
-        return '"' + value.replace('"', '\\"') + '"'
+    if isinstance(value, str) and not _bare(value):
+        return _toml_string(value)
     return str(value)
+
+
+def _bare(text: str) -> bool:
+    """Whether --set reads `text`, written bare, as this very string: what TOML cannot read
+    is taken as it is (dlperf.config.parse_value), but 123, true, 1e-1, 2026-11-27 or [1] are
+    TOML's int, bool, float, date and list, --set strips white space at the edges, and a
+    table would print a control character escaped, which --set would read as its escape."""
+    if not text or not text.isprintable() or text != text.strip():
+        return False
+    if any(c in text for c in " =\"'"):  # a space would end the pair in a config line
+        return False
+    try:
+        tomllib.loads(f"v = {text}")
+    except tomllib.TOMLDecodeError:
+        return True
+    except (RecursionError, ValueError):  # parse_value refuses these: quoted, they are text
+        return False
+    return False
+
+
+# TOML's short escapes; any other character that is not printable is written \uXXXX.
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string that reads back as `text` and prints as it reads: its
+    quotes and backslashes escaped (a stored `a\\new` was shown as "a\\new", which --set read
+    as a newline), and every character that is not printable as TOML's escape of it, so that
+    a table has nothing to escape its own way (DEL, which JSON's escaping leaves, TOML
+    refuses bare)."""
+    out: list[str] = []
+    for c in text:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif not c.isprintable() and c != " ":
+            out.append(f"\\u{ord(c):04X}" if ord(c) < 0x10000 else f"\\U{ord(c):08X}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
 
 
 def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
@@ -222,36 +270,57 @@ def show(store: RunStore, run_id: int) -> RunView:
 
 @dataclass(frozen=True)
 class Condition:
-    """One KEY=VALUE filter, the value read as --set reads it."""
+    """One KEY=VALUE filter, the value read as --set reads it; `text` is the value as given,
+    which a stored text (a run's name, a string in its config, a tag) also matches."""
 
     key: str
     value: Any
+    text: str | None = field(default=None, compare=False)
 
     @classmethod
     def parse(cls, text: str) -> Condition:
-        key, sep, value = text.partition("=")
-        key, value = key.strip(), value.strip()
+        key, sep, given = text.partition("=")
+        key, value = key.strip(), given.strip()
         if not sep or not key or not value:
             raise UserError(
                 f"--where {text!r}: expected KEY=VALUE",
                 "e.g. --where model.name=resnet20, --where status=lost, --where tag.baseline=yes",
             )
-        from dlperf.config import parse_value  # lazily: pydantic is most of a listing's start-up
-
-        return cls(key, parse_value(value))
+        return cls(key, _value(value), given)
 
     def holds(self, run: RunRecord) -> bool:
         has, value = _field(run, self.key)
-        return has and _same(value, self.value)
+        if not has:
+            return False
+        # A text field compared with its text as written: read as TOML, `name=123` was the
+        # int 123 and `name=2026-11-27` a date, and `name= lead` was stripped, so they
+        # selected nothing though the table showed those names. A tag is read as TOML too
+        # (tag.x=123 matches a tag 123), so its stored text is compared as well.
+        if self.text is not None and isinstance(value, str) and value == self.text:
+            return True
+        tag = self.key.removeprefix("tag.") if self.key.startswith("tag.") else None
+        if self.text is not None and tag is not None and run.tags.get(tag) == self.text:
+            return True
+        return _same(value, self.value)
+
+
+def _value(text: str) -> Any:
+    """`text` as --set reads it; a value the reader refuses (nested too deeply, an integer of
+    too many digits) as its text, which is what it can only be equal to: its error names
+    --set, which a --where or a stored tag is not."""
+    from dlperf.config import parse_value  # lazily: pydantic is most of a listing's start-up
+
+    try:
+        return parse_value(text)
+    except UserError:
+        return text
 
 
 def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
     """(known for this run, value) of a --where key."""
     if key.startswith("tag."):
-        from dlperf.config import parse_value
-
         name = key.removeprefix("tag.")
-        return name in run.tags, parse_value(run.tags[name]) if name in run.tags else None
+        return name in run.tags, _value(run.tags[name]) if name in run.tags else None
     if key in RUN_FIELDS:
         return True, getattr(run, key)
     # Where _check_keys found it: a summary key or a config key, with or without a dot (a
