@@ -445,7 +445,7 @@ def run(
         exp = load_experiment(experiment, list(overrides))
     grad = torch.is_grad_enabled()
     try:
-        return run_experiment(exp, where._store, by_api=True)
+        return run_experiment(exp, where, by_api=True)
     finally:
         # The caller's grad mode, whatever the model file or its forward did to it: the
         # process is the caller's (a notebook's), and its next run starts from that mode.
@@ -620,9 +620,9 @@ def track(
     system = system_info(dev, torch.get_num_threads())
     # Entered and left by hand rather than by `with`: a child forked inside the block leaves
     # it too, and must not mark the parent's run nor write its buffer (`_left_in_child`).
-    recording = where._store.new_run(name, "run", config, digest[:16], system)
+    recording = where.new_run(name, "run", config, digest[:16], system)
     record = recording.__enter__()
-    tracked = TrackedRun(record.id, where._store, dev)
+    tracked = TrackedRun(record.id, where, dev)
     try:
         try:
             yield tracked
@@ -662,19 +662,45 @@ class Store:
     plain Python data."""
 
     def __init__(self, url: str | os.PathLike[str] | RunStore | None = None) -> None:
-        """`url`: a SQLAlchemy URL, a SQLite file's path, or an open `RunStore`."""
+        """`url`: a SQLAlchemy URL, a SQLite file's path, or an open `RunStore`. A store that
+        is not there (a missing or empty SQLite file, an empty PostgreSQL schema) is read as
+        one without runs and left as it was, as `dlperf runs` leaves it: a mistyped path
+        used to be made into a new store. `dlperf.track` and `dlperf.run` given this
+        `Store` make it, as they write it."""
         from dlperf.store import RunStore
 
+        self._url: str | None = None  # None: the RunStore given, written as it is
         if isinstance(url, RunStore):
             self._store = url
             return
-        path = os.fspath(url) if isinstance(url, os.PathLike) else url
-        if path is not None and not isinstance(path, str):
-            raise UserError(
-                f"a store is a path or a SQLAlchemy URL, got {type(url).__name__} {url!r}",
-                "e.g. 'runs.db' or 'sqlite:///runs.db'",
-            )
-        self._store = RunStore.open(path or os.environ.get("DLPERF_DB"))
+        self._url = _store_url(url)
+        self._opened_in = os.getpid()
+        self._store = RunStore.open(self._url or None, create=False)
+
+    def _read(self) -> RunStore:
+        """The store to read. One that was not there when this `Store` was made is looked for
+        again at each read, until it is (a `Store` made before a store's first run reads the
+        runs written since, by any process), and is then kept."""
+        from dlperf.store import RunStore
+
+        if self._url is not None and _stand_in(self._store):
+            store = RunStore.open(self._url or None, create=False)
+            if not _stand_in(store):
+                store, self._store = self._store, store
+            store.engine.dispose()  # the stand-in not kept: in memory, its connection open
+        return self._store
+
+    def _writer(self) -> RunStore:
+        """The store opened to be written (made if it is not there yet, its SQLite file kept
+        as a writer's is: RunStore.open), in place of the reader's from now on."""
+        from dlperf.store import RunStore
+
+        if self._url is not None:
+            reader, self._store = self._store, RunStore.open(self._url or None)
+            self._url = None  # opened for writing once; later writers use it as it is
+            # In a forked child, only forgotten: closing would end the parent's sessions.
+            reader.engine.dispose(close=os.getpid() == self._opened_in)
+        return self._store
 
     def runs(
         self,
@@ -698,7 +724,7 @@ class Store:
                 f"kind is text such as 'run', got {type(kind).__name__} {reprlib.repr(kind)}"
             )
         return list_runs(
-            lambda: self._store,
+            self._read,
             kind=kind,
             study=_optional_whole(study, "study"),
             where=filters,
@@ -711,11 +737,11 @@ class Store:
         status per run, with the change from the first run (`.rows()`, `.to_dict()`)."""
         from dlperf.store.query import compare
 
-        return compare(self._store, _run_ids(run_ids), _optional_whole(study, "study"))
+        return compare(self._read(), _run_ids(run_ids), _optional_whole(study, "study"))
 
     def run(self, run_id: int) -> RunRecord:
         """One stored run, its status as it stands."""
-        return self._store.get_run(_run_id(run_id))
+        return self._read().get_run(_run_id(run_id))
 
     def metric_keys(self, run_id: int) -> list[str]:
         """The names of a stored run's metrics, as `metrics` reads them."""
@@ -735,7 +761,7 @@ class Store:
         """(step, value) pairs of one metric, in step order; `key` as stored or as `log`
         took it ("loss" reads train/loss)."""
         self.run(run_id)  # an unknown run is an error, not an empty list
-        name = self._stored_key(run_id, key, self._store.metric_keys(run_id))
+        name = self._stored_key(run_id, key, self._read().metric_keys(run_id))
         return self._store.metrics(run_id, name)
 
     def frame(self, run_id: int, keys: Sequence[str] | None = None) -> Any:
@@ -749,8 +775,11 @@ class Store:
         from dlperf.exporters import metric_series, steps_per_epoch
         from dlperf.store.keys import on_global_steps
 
-        stored = metric_series(self._store, run_id)
-        spe = steps_per_epoch(self.run(run_id), stored, [])
+        # The run first: its id checked (an id past the column's range reached the driver as
+        # a DataError on PostgreSQL, an OverflowError on SQLite) and the run found.
+        record = self.run(run_id)
+        stored = metric_series(self._store, record.id)
+        spe = steps_per_epoch(record, stored, [])
         series = on_global_steps(stored, spe)
         if keys is None:
             wanted = series
@@ -769,9 +798,36 @@ if TYPE_CHECKING:
     StoreLike: TypeAlias = Store | str | os.PathLike[str] | RunStore
 
 
-def _open_store(store: StoreLike | None) -> Store:
-    """The store a caller names; the default (./dlperf.db or $DLPERF_DB) when None."""
-    return store if isinstance(store, Store) else Store(store)
+def _stand_in(store: RunStore) -> bool:
+    """Whether `store` is RunStore.open's stand-in for a store that is not there (read
+    without creating it): an in-memory SQLite store, which no store a caller names is (each
+    opening of one is a new and empty database)."""
+    url = store.engine.url
+    return url.get_backend_name() == "sqlite" and not url.database
+
+
+def _store_url(url: str | os.PathLike[str] | None) -> str:
+    """The store a caller names, as RunStore.open takes it: "" for the default (./dlperf.db,
+    or $DLPERF_DB)."""
+    path = os.fspath(url) if isinstance(url, os.PathLike) else url
+    if path is not None and not isinstance(path, str):
+        raise UserError(
+            f"a store is a path or a SQLAlchemy URL, got {type(url).__name__} {url!r}",
+            "e.g. 'runs.db' or 'sqlite:///runs.db'",
+        )
+    return path or os.environ.get("DLPERF_DB") or ""
+
+
+def _open_store(store: StoreLike | None) -> RunStore:
+    """The store a caller that writes names, opened to be written (made if it is not there
+    yet); a `Store` from now on reads the store so opened (`Store._writer`)."""
+    from dlperf.store import RunStore
+
+    if isinstance(store, Store):
+        return store._writer()
+    if isinstance(store, RunStore):
+        return store
+    return RunStore.open(_store_url(store) or None)
 
 
 # --- fit_curve ------------------------------------------------------------------------------
