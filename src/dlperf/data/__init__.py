@@ -12,7 +12,14 @@ import torch
 
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data.loaders import TensorLoader, TorchvisionLoader, channel_stats
-from dlperf.data.sources import DATASETS, ImageData, Split, holdout, resize
+from dlperf.data.sources import (
+    DATASETS,
+    ImageData,
+    Split,
+    holdout,
+    no_training_images,
+    resize,
+)
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
 
@@ -32,7 +39,7 @@ def load_data(cfg: DataConfig) -> ImageData:
     if cfg.limit is not None:
         data.train = data.train.subset(torch.arange(min(cfg.limit, len(data.train))))
     if len(data.train) == 0:
-        raise UserError(f"dataset '{cfg.name}' has no training images after the split")
+        raise no_training_images(data, cfg)
     if cfg.image_size is not None and data.in_memory:
         data = resize(data, cfg.image_size, cfg.max_memory_gb)
     channels = data.shape[0]

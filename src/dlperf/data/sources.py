@@ -40,7 +40,7 @@ import torch
 from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
-from dlperf.parsing import file_name_text
+from dlperf.parsing import file_name_text, name_text
 from dlperf.paths import not_regular
 
 
@@ -195,6 +195,98 @@ def holdout(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
     perm = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))
     n = held_out(len(split), fraction)
     return split.subset(perm[n:]), split.subset(perm[:n])
+
+
+def _kept_fraction(ordered: torch.Tensor) -> float:
+    """The largest fraction, to 2 decimals, that `holdout` may take of a split whose labels,
+    in the order of its permutation, are `ordered` (all of it held out is in that order), and
+    still leave an image of every class it holds: holdout takes the first round(n x f) of
+    the permutation, so each class keeps the image it has last in it."""
+    last = {label: i for i, label in enumerate(ordered.tolist())}
+    keep = min(last.values(), default=0)
+    return math.floor(keep * 100 / len(ordered)) / 100 if len(ordered) else 0.0
+
+
+# The sets whose test split is drawn from the same images as training (data.test_fraction).
+_THREE_WAY = ("digits", "mnist5k", "npz")
+
+
+def no_training_images(data: ImageData, cfg: DataConfig) -> UserError:
+    """The line for `data` left with no training image: the key that took them all
+    (data.holdout, data.val_fraction or data.test_fraction) and the largest value of it
+    that keeps an image of every class (it named neither)."""
+    three_way = data.name in _THREE_WAY
+    val_from = "{} left after the test split" if three_way else "{}'s training set"
+    split_keys: list[tuple[str, float, Split | None, str]] = [
+        ("data.holdout", cfg.holdout, data.unlabeled, "sets aside all {n} training images of {}"),
+        ("data.val_fraction", cfg.val_fraction, data.val, f"takes all {{n}} images of {val_from}"),
+    ]
+    if three_way:
+        to_test = "takes all {n} images of {} to test"
+        split_keys.append(("data.test_fraction", cfg.test_fraction, data.test, to_test))
+    for key, fraction, split, took in split_keys:
+        # the first that holds images took them all (a later split had none left to take)
+        if fraction and split is not None and len(split):
+            where = "out of the test split" if key == "data.test_fraction" else "for training"
+            return UserError(
+                f"{key} {fraction:g} {took.format(data.name, n=len(split))}, and leaves no "
+                "training image",
+                f"{_at_most(key, _kept_fraction(split.labels))}, which keeps an image of every "
+                f"class {where}, or give the set more images",
+            )
+    return UserError(f"dataset '{data.name}' has no training images after the split")
+
+
+def _at_most(key: str, fraction: float) -> str:
+    """The fix that sets the fraction `key` to `fraction` or less."""
+    return f"set {key} = {fraction:g}" + (" or less" if fraction else "")
+
+
+def _lost_to_validation(
+    labels: torch.Tensor, cfg: DataConfig, classes: list[str], where: Path
+) -> UserError | None:
+    """The line for an image folder whose validation split (`holdout` of the training
+    folder's `labels`) takes every training image of a class: the model would never see it,
+    yet its test images count in the test accuracy. None when every class keeps one."""
+    present = torch.unique(labels)
+    perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(cfg.split_seed))
+    taken = held_out(len(labels), cfg.val_fraction)
+    kept = torch.unique(labels[perm[taken:]])
+    if len(kept) == len(present):
+        return None
+    lost = present[~torch.isin(present, kept)].tolist()
+    fraction = f"data.val_fraction {cfg.val_fraction:g}"
+    if len(lost) == len(present):
+        said = f"{fraction} takes all {len(labels)} images of {where} and leaves no training image"
+        more_images = "give the classes more images"
+    else:
+        names = [name_text(classes[i]) for i in lost[:_NAMED_CLASSES]]
+        more = len(lost) - len(names)
+        listed = _and([*names, f"{more} more"] if more else names)
+        one = len(lost) == 1
+        its, it = ("its", "it") if one else ("their", "them")
+        said = (
+            f"{fraction} at data.split_seed {cfg.split_seed} leaves class{'' if one else 'es'} "
+            f"{listed} no training image (all {its} images in {where} go to validation): the "
+            f"model would never see {it}, yet the test accuracy counts {its} test images"
+        )
+        more_images = f"give class{'' if one else 'es'} {listed} more images"
+    # no seed keeps any class where every image goes
+    seed = _seed_keeping(labels, cfg, len(present)) if taken < len(labels) else None
+    fixes = [] if seed is None else [f"set data.split_seed = {seed}, which keeps every class"]
+    fixes.append(_at_most("data.val_fraction", _kept_fraction(labels[perm])))
+    return UserError(said, f"{'; '.join(fixes)}; or {more_images}")
+
+
+def _seed_keeping(labels: torch.Tensor, cfg: DataConfig, classes: int) -> int | None:
+    """The first data.split_seed after cfg's (of the next 100) at which the validation split
+    leaves an image of each of the `classes` classes of `labels` for training."""
+    taken = held_out(len(labels), cfg.val_fraction)
+    for seed in range(cfg.split_seed + 1, min(cfg.split_seed + 101, 2**32)):  # within Seed
+        perm = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+        if torch.unique(labels[perm[taken:]]).numel() == classes:
+            return seed
+    return None
 
 
 def _three_way(split: Split, cfg: DataConfig) -> tuple[Split, Split, Split]:
@@ -807,6 +899,9 @@ class _ClassOwners:
         self.split = split
         # a folder's owner and the other split holding it, found once
         self.folders: dict[str, tuple[str | None, Path | None]] = {}
+        # the files of several names (hard links) met so far, by (st_dev, st_ino): their
+        # class and path. A hard link has no real path of its own to give it away.
+        self.linked: dict[tuple[int, int], tuple[str, Path]] = {}
 
     @functools.cached_property
     def real(self) -> dict[Path, str]:
@@ -827,6 +922,51 @@ class _ClassOwners:
             for other in siblings
             if other.name != self.split.name and other.is_dir()
         }
+
+    @functools.cached_property
+    def others_linked(self) -> dict[tuple[int, int], Path]:
+        """The files of several names (hard links) in the set's other splits, by (st_dev,
+        st_ino): listed once, the first time a file of this split has several names."""
+        found: dict[tuple[int, int], Path] = {}
+        for other in self.others.values():
+            for folder, dirs, files in os.walk(other):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]  # no data, as listed
+                for name in files:
+                    path = Path(folder, name)
+                    with contextlib.suppress(OSError):  # gone, or a link to nothing: no image
+                        stat = path.stat()
+                        if stat.st_nlink > 1 and not name.startswith("."):
+                            found.setdefault((stat.st_dev, stat.st_ino), path)
+        return found
+
+    def hard_linked(self, file: Path, inside: tuple[str, ...]) -> None:
+        """Refuse `file` of class folder inside[0] when it is one file, under another name,
+        with a file of another class or of another split: a hard link, which its real path
+        does not give away as a symbolic link's does."""
+        try:
+            stat = file.stat()
+        except OSError:  # gone since the listing: decoding it says so
+            return
+        if stat.st_nlink < 2:  # the one name of its file: no other image is it
+            return
+        key = (stat.st_dev, stat.st_ino)
+        twin = self.others_linked.get(key)
+        if twin is not None:
+            split = next(p for p in self.others.values() if twin.is_relative_to(p))
+            raise UserError(
+                f"{file} is a hard link to {twin}, in the {split.name} split ({split}): its "
+                f"image would be in the {self.split.name} split too, so what is measured on "
+                "one was seen in the other",
+                "remove the link: keep each image in one split",
+            )
+        found, path = self.linked.setdefault(key, (inside[0], file))
+        if found != inside[0]:
+            raise UserError(
+                f"{file} is a hard link to {path}, in the folder of class "
+                f"{file_name_text(found)}: its image would be read as class "
+                f"{file_name_text(inside[0])} as well",
+                "remove the link, or copy the image into the class folder it shows",
+            )
 
     def owner(self, real: Path) -> str | None:
         """The class whose folder holds `real` (the nearest, for one inside another)."""
@@ -858,6 +998,7 @@ class _ClassOwners:
                 "remove the link: keep each image in one split",
             )
         if found is None or found == inside[0]:
+            self.hard_linked(file, inside)
             return
         link = next(p for p in steps if self.owner(Path(os.path.realpath(p))) == found)
         other = self.split / found
@@ -1067,6 +1208,17 @@ def imagefolder(cfg: DataConfig) -> ImageData:
         raise _unlisted(test_dir, e) from None
     if train_set.classes != test_set.classes:
         raise _different_classes(root, train_set.classes, test_dir.name, test_set.classes)
+    # A folder named in bytes that are not UTF-8 reaches Python as surrogate escapes, which
+    # figures, JSON and the store refuse: shown with U+FFFD, as `ls` shows it (escaped where
+    # two would read alike). The labels are the folders' indices, so training reads the same
+    # images either way.
+    classes = class_names(os.fsencode(c) for c in train_set.classes)
+    # said before any image is decoded
+    lost = _lost_to_validation(
+        torch.tensor(train_set.targets, dtype=torch.int64), cfg, classes, root / "train"
+    )
+    if lost is not None:
+        raise lost
     side = cfg.image_size
     n = len(train_set) + len(test_set)
     fits = n * 3 * side * side <= cfg.max_memory_gb * 2**30
@@ -1080,12 +1232,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
         return Split(labels, torch.stack([decode_file(f, side) for f in files]))
 
     full, test = split(train_set), split(test_set)
-    train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
-    # A folder named in bytes that are not UTF-8 reaches Python as surrogate escapes, which
-    # figures, JSON and the store refuse: shown with U+FFFD, as `ls` shows it (escaped where
-    # two would read alike). The labels are the folders' indices, so training reads the same
-    # images either way.
-    classes = class_names(os.fsencode(c) for c in train_set.classes)
+    train, val = holdout(full, cfg.val_fraction, cfg.split_seed)  # as _lost_to_validation
     return ImageData(
         "imagefolder", train, val, test, len(classes), (3, side, side), classes=classes
     )
