@@ -77,6 +77,7 @@ def test_a_copy_of_a_postgresql_store_keeps_its_files_apart(pg_url: str, tmp_pat
         schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
     copy_schema = f"dlperf_fx25copy_{uuid.uuid4().hex[:8]}"
     assert POSTGRES is not None
+    database = make_url(POSTGRES).database
     admin = create_engine(POSTGRES)
     try:
         with admin.begin() as conn:
@@ -102,7 +103,7 @@ def test_a_copy_of_a_postgresql_store_keeps_its_files_apart(pg_url: str, tmp_pat
             assert kept.read_bytes() == b"original's run"
             assert deleted.removed == []
             assert [why for path, why in deleted.kept] == [
-                f"this store is a copy of PostgreSQL database dlperf_test, schema {schema}, "
+                f"this store is a copy of PostgreSQL database {database}, schema {schema}, "
                 "whose run it is too"
             ]
             # Its own run's files go with it.
