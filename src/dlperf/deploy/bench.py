@@ -23,7 +23,8 @@ from dlperf.deploy import runtime
 from dlperf.deploy.export import Source, from_registry, from_run
 from dlperf.deploy.meta import ModelMeta
 from dlperf.errors import UserError
-from dlperf.parsing import one_line
+from dlperf.formatting import few
+from dlperf.parsing import absolute_model_name, one_line
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
@@ -126,7 +127,7 @@ def pytorch_contender(
     graph = onnx.load(str(model_path), load_external_data=False).graph
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
     if spec is None:
-        source = _from_meta(model_path, meta, classes, open_store, reporter)
+        source = _from_meta(model_path, meta, graph, classes, open_store, reporter)
         if source is None:
             return None
     elif spec.isdigit():
@@ -134,7 +135,7 @@ def pytorch_contender(
         source = from_run(store, int(spec))
         _say_changed(store.get_run(int(spec)), reporter)
     else:
-        source = from_registry(spec, meta.input_shape, classes)
+        source = _rebuilt(model_path, meta, graph, spec, classes, reporter)
     if source.meta.input_shape != meta.input_shape:
         raise UserError(
             f"the PyTorch model takes {source.meta.input_shape}, "
@@ -146,6 +147,7 @@ def pytorch_contender(
 def _from_meta(
     model_path: Path,
     meta: ModelMeta,
+    graph: Any,
     classes: int | None,
     open_store: Callable[[], RunStore],
     reporter: Reporter,
@@ -156,10 +158,67 @@ def _from_meta(
         except UserError as e:
             reporter.log(f"warning: {e}; racing registry model '{meta.model}' with random weights")
     try:
-        return from_registry(meta.model, meta.input_shape, classes)
+        return _rebuilt(model_path, meta, graph, meta.model, classes, reporter)
     except UserError as e:
         reporter.log(f"warning: cannot rebuild the PyTorch model ({e}); timing ONNX Runtime only")
         return None
+
+
+def _rebuilt(
+    model_path: Path,
+    meta: ModelMeta,
+    graph: Any,
+    spec: str,
+    classes: int | None,
+    reporter: Reporter,
+) -> Source:
+    """Registry model `spec` with random weights; the exported one (`spec` names the model
+    the metadata does) is built from its file's absolute path with its model.kwargs, as
+    export built it. Refused where a parameter's shape is not the one of the same name in
+    `model_path` (another network: metadata that predates the kwargs, a file edited since):
+    its timings would be another network's, next to ONNX Runtime's, without a word."""
+    exported = spec == meta.model or (
+        meta.model_path is not None and absolute_model_name(spec) == meta.model_path
+    )
+    kwargs = meta.model_kwargs if exported else None
+    name = (meta.model_path or spec) if exported else spec
+    source = from_registry(name, meta.input_shape, classes, kwargs)
+    file = one_line(str(model_path))
+    unknown = exported and kwargs is None
+    why = f"{file} records no model.kwargs (exported before dlperf recorded them)"
+    how = (
+        "its factory's defaults"
+        if unknown
+        else (f"model.kwargs {kwargs}" if kwargs else "no model.kwargs")
+    )
+    unlike = _unlike(source.model, graph)
+    if unlike:
+        raise UserError(
+            f"'{spec}' built with {how} is not the network of {file} ({few(unlike, 1)})"
+            + (f": {why}" if unknown else ""),
+            "export it again: the metadata then records its model.kwargs"
+            if unknown
+            else (
+                "export it again from its model file as it is now"
+                if exported
+                else f"race the model it was exported from: --torch {meta.model}"
+            ),
+        )
+    if unknown:
+        reporter.log(f"warning: {why}: the PyTorch contender '{spec}' is built with {how}")
+    return source
+
+
+def _unlike(model: nn.Module, graph: Any) -> list[str]:
+    """The parameters and buffers of `model` whose shape is not that of the ONNX graph's
+    initializer of the same name (the exporters name them so); those without one (folded
+    into another, renamed) cannot be compared and are passed over."""
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    return [
+        f"{key} is {list(value.shape)}, the file's {dims[key]}"
+        for key, value in model.state_dict().items()
+        if key in dims and list(value.shape) != dims[key]
+    ]
 
 
 def _metas_run(

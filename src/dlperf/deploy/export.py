@@ -35,7 +35,7 @@ from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.engine.checks import dry_forward, out_of_memory
 from dlperf.errors import CheckFailed, UserError, raised_by_model
 from dlperf.formatting import few
-from dlperf.parsing import one_line
+from dlperf.parsing import absolute_model_name, is_file_spec, one_line
 from dlperf.paths import check_writable, writing
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -94,6 +94,7 @@ def from_registry(
     )
     pre = Preprocess(size=(shape[1], shape[2]), channels=shape[0], mean=mean, std=std)
     meta = ModelMeta("classification", name, INPUT, shape, pre)
+    _record_build(meta, name, kwargs)
     output = dry_forward(model, shape, f"model '{name}' rejects input of shape {shape}")
     # The exporter and the parity check take one tensor of scores, as `dlperf infer` reads it.
     if not isinstance(output, torch.Tensor):
@@ -157,9 +158,18 @@ def from_run(store: RunStore, run_id: int) -> Source:
     labels = (record.trained.data or {}).get("class_names") or list(data.classes)
     meta = ModelMeta("classification", exp.model.name, INPUT, data.shape, pre, labels, run_id)
     meta.run_status, meta.epochs = record.status, exp.train.epochs
+    _record_build(meta, exp.model.name, exp.model.kwargs)
     meta.epoch = saved.get("progress", {}).get("epoch")
     changed = model_file_changed(record)
     return Source(model, meta, images, [] if changed is None else [changed])
+
+
+def _record_build(meta: ModelMeta, name: str, kwargs: Mapping[str, Any]) -> None:
+    """Keep in `meta` what rebuilds the network (`infer bench` races it): without its kwargs
+    the factory's defaults (another width, another output) were timed in its place, and a
+    relative model file was looked up in whichever directory bench ran in."""
+    meta.model_kwargs = dict(kwargs)
+    meta.model_path = absolute_model_name(name) if is_file_spec(name) else None
 
 
 def unfinished(meta: ModelMeta) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -45,6 +46,12 @@ class ModelMeta:
     run_status: str | None = None
     epoch: int | None = None
     epochs: int | None = None
+    # How the network was built, so that `infer bench` rebuilds the same one: the factory's
+    # model.kwargs, and a model file's absolute "path.py:factory" (None for a registered
+    # model), found whichever directory bench runs in. Both None in metadata written before
+    # they were recorded (the kwargs unknown, not empty).
+    model_kwargs: dict[str, Any] | None = None
+    model_path: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
