@@ -199,7 +199,7 @@ def test_a_killed_run_s_checkpoint_gone_or_not_a_file_is_said_as_such(
     [path] = [Path(a["path"]) for a in store.artifacts(1) if a["kind"] == "checkpoint"]
     saved = path.read_bytes()
     again = "(put the run's checkpoint back, or train the run again)"
-    with Commands() as dlperf_in_one:  # one process for the 8 commands
+    with Commands() as dlperf_in_one:  # one process for the 8 commands and the resume
         for make, what in [
             (None, "is missing"),
             (fifo, "is not a regular file"),
@@ -212,14 +212,14 @@ def test_a_killed_run_s_checkpoint_gone_or_not_a_file_is_said_as_such(
             said = f"error: run 1's checkpoint {path} {what} {again}"
             one_line(dlperf_in_one("run", "--resume", "1"), 2, said)
             one_line(dlperf_in_one("export", "1", "--out", str(tmp_path / "m.onnx")), 2, said)
-    assert store.get_run(1).status == "lost"
-    assert not (tmp_path / "m.onnx").exists()
+        assert store.get_run(1).status == "lost"
+        assert not (tmp_path / "m.onnx").exists()
 
-    remove(path)
-    path.write_bytes(saved)
-    part = path.with_name("checkpoint.part.pt")
-    part.write_bytes(saved[: len(saved) // 2])
-    resumed = dlperf("run", "--resume", "1")
+        remove(path)
+        path.write_bytes(saved)
+        part = path.with_name("checkpoint.part.pt")
+        part.write_bytes(saved[: len(saved) // 2])
+        resumed = dlperf_in_one("run", "--resume", "1")
     assert resumed.code == 0, resumed.err
     assert store.get_run(1).status == "finished"
     assert not part.exists()
