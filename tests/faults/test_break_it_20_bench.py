@@ -54,6 +54,7 @@ def _smallcnn_onnx(path: Path, run_id: int, channels: int, classes: int) -> Path
     described = meta_io.ModelMeta(
         "classification", "smallcnn", "input", (channels, 8, 8), pre, labels, run_id
     )
+    described.model_kwargs = {}  # as export records them since round 25: none given
     meta_io.save(path, described)
     return path
 

@@ -119,7 +119,8 @@ def pytorch_contender(
 ) -> nn.Module | None:
     """The PyTorch model to race: `spec` (RUN_ID or registry name), else the one the
     metadata names: its run when the store has it, else the registry model with random
-    weights (the same architecture runs at the same speed). None when neither can be built."""
+    weights (the same architecture runs at the same speed), built with the model.kwargs the
+    metadata records. None when neither can be built."""
     import onnx
 
     reporter = reporter or NullReporter()
