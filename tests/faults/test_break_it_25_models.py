@@ -84,3 +84,35 @@ def test_a_forward_that_fails_to_read_a_file_names_the_file_not_the_images(
     assert _unwrapped("No such file or directory") in said, said
     assert _unwrapped("(at model.py:7)") in said, said  # the model's line that read it
     assert _unwrapped("read from the working directory") in said, said
+
+
+# --- J: the run's own batch size ----------------------------------------------------------------
+
+BATCHED = """
+import torch.nn as nn
+class Cap(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__(); self.l = nn.Linear(64, num_classes)
+    def forward(self, x):
+        return self.l(x.flatten(1))[:4]
+def cap(num_classes=10, in_channels=1): return Cap(num_classes)
+class Sq(Cap):
+    def forward(self, x):
+        return self.l(x.flatten(1)).squeeze()
+def sq(num_classes=10, in_channels=1): return Sq(num_classes)
+"""
+
+
+@pytest.mark.parametrize(
+    ("factory", "batch", "expected"),
+    [
+        ("cap", 32, "returns shape [4, 10] for a batch of 32 images"),
+        ("sq", 1, "returns shape [10] for a batch of 1 image"),
+    ],
+)
+def test_a_forward_that_breaks_at_the_runs_batch_size_is_refused_before_the_run(
+    cli: Callable[..., CliResult], db: str, tmp_path: Path, factory: str, batch: int, expected: str
+) -> None:
+    said = _refused(cli, db, tmp_path, BATCHED, factory, f"train.batch_size={batch}")
+    assert _unwrapped(expected) in said, said
+    assert _unwrapped(f"train.batch_size {batch}") in said, said

@@ -50,7 +50,9 @@ class Net(nn.Module):
 
     def forward(self, x):
         out = self.f(x)
-        return out[:-1] if x.shape[0] > 3 else out  # beyond the dry checks, of 2 and 3
+        # Beyond the dry checks (of 2 and 3, and of train.batch_size in eval mode): the
+        # trainer's own check of each step's output is what this model meets
+        return out[:-1] if x.shape[0] > 3 and self.training else out
 """
 
 BATCH_NORM = """

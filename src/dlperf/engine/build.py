@@ -33,6 +33,7 @@ from dlperf.engine.checks import (
     check_classifier,
     check_finite,
     check_reloadable,
+    check_run_batch,
     check_run_form,
     check_target_measured,
     dry_backward,
@@ -85,6 +86,9 @@ def prepare_run(
     check_target_measured(exp.target.accuracy, exp.data.val_fraction, data)
     check_classes(data, exp.data.limit)
     model = build_model(exp, data, device, reporter, fresh)
+    # The batch size this run trains at, which neither a sweep's nor a scale study's check of
+    # the model (build_model) knows: a forward that breaks at it, refused before the record
+    check_run_batch(model, exp.train.batch_size, data.shape, f"'{exp.model.name}'", device)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)

@@ -589,6 +589,37 @@ def check_batch_trains(
         ) from None
 
 
+def check_run_batch(
+    model: nn.Module,
+    batch_size: int,
+    shape: Sequence[int],
+    what: str,
+    device: torch.device | None = None,
+) -> None:
+    """`model` (`what`) must return one row of scores per image at the run's `batch_size`
+    (train.batch_size) where the dry checks (DRY_BATCH, OTHER_BATCH) did not try it: a forward
+    ending in .squeeze() returns [classes] for one image, one returning y[:4] is wrong at any
+    batch over 4. Said before the run is recorded rather than at its first step, after. One
+    forward in eval mode without gradients, a third of one of the run's steps."""
+    if batch_size in (DRY_BATCH, OTHER_BATCH):
+        return
+    refused = f"model {what} cannot take a batch of train.batch_size {batch_size}"
+    output = dry_forward(model, shape, refused, device, batch=batch_size)
+    if isinstance(output, torch.Tensor) and output.shape[:1] == (batch_size,):
+        return
+    if isinstance(output, torch.Tensor):
+        got = f"shape {list(output.shape)}"
+    else:  # a dict or tuple the forward returns at this batch size only
+        got = f"a {type(output).__name__}"
+    images = f"{batch_size} image{'s' * (batch_size != 1)}"
+    raise UserError(
+        f"model {what} returns {got} for a batch of {images} (train.batch_size {batch_size}); "
+        f"expected one row of scores per image, [{batch_size}, classes]",
+        "take the batch from the input and keep it: x.flatten(1), not .squeeze() (which drops "
+        "a batch of one) nor a slice of the batch",
+    )
+
+
 def check_checkpointable(model: nn.Module) -> None:
     """`model`, in a run that writes checkpoints, must have a state torch's weights-only
     loader reads back: a module's extra state holding a NumPy array would otherwise fail the
