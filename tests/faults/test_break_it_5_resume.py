@@ -8,7 +8,9 @@ and a refused resume leaves the run lost, resumable once the file is restored.
 
 from __future__ import annotations
 
+import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,9 @@ from dlperf.distill import teacher
 from dlperf.engine import checkpoint
 from dlperf.errors import UserError
 from dlperf.store import RunStore
-from tests.conftest import TINY
+from tests.conftest import TINY, CliResult
 from tests.deploy.test_export_unfinished import stopped_run
-from tests.faults.test_break_it_5_files import Commands, dlperf
+from tests.faults.test_break_it_5_files import Commands
 from tests.faults.test_store_faults import one_line
 
 MODEL = """
@@ -59,20 +61,24 @@ def test_a_model_file_changed_since_the_run_is_one_line_and_the_run_stays_resuma
     )
     hint = "(restore the file the run was trained with, or train it again)"
     out = tmp_path / "m.onnx"
-    with Commands() as dlperf_in_one:  # one process for both refusals
+    with Commands() as dlperf_in_one:  # one process for both refusals and the resume
         one_line(dlperf_in_one("run", "--resume", "1"), 2, said, hint)
         assert (store.get_run(1).status, store.get_run(1).error) == ("lost", None)
         one_line(dlperf_in_one("export", "1", "--out", str(out)), 2, said, hint)
-    assert not out.exists()
+        assert not out.exists()
 
-    file.write_text(MODEL.format(width=8))
-    resumed = dlperf("run", "--resume", "1")
+        # Each command imports the model file afresh: the process that refused it resumes
+        # the run once the file is restored.
+        file.write_text(MODEL.format(width=8))
+        resumed = dlperf_in_one("run", "--resume", "1")
     assert resumed.code == 0, resumed.err
     assert store.get_run(1).status == "finished"
 
 
 @pytest.mark.faults  # a real run: half a minute here
-def test_a_teacher_whose_model_file_changed_is_one_line(db: str, tmp_path: Path) -> None:
+def test_a_teacher_whose_model_file_changed_is_one_line(
+    db: str, tmp_path: Path, cli: Callable[..., CliResult]
+) -> None:
     """`dlperf distill`'s teacher (distill.teacher = a stored run) loads its weights the same
     way: load_state_dict's traceback before."""
     file = tmp_path / "net.py"
@@ -80,9 +86,14 @@ def test_a_teacher_whose_model_file_changed_is_one_line(db: str, tmp_path: Path)
     exp = tmp_path / "tiny.toml"
     text = TINY.format(epochs=1).replace('name = "smallcnn"', f'name = "{file}:Net"')
     exp.write_text(text.replace('name = "digits"', 'name = "digits"\nlimit = 96'))
-    trained = dlperf("run", str(exp), "--set", f"run.out_dir={tmp_path / 'runs'}")
+    # The teacher trained in this process: a process start was most of this test's time.
+    trained = cli("run", str(exp), "--set", f"run.out_dir={tmp_path / 'runs'}")
     assert trained.code == 0, trained.err
     file.write_text(MODEL.format(width=4))
+    # Edited after the import, as a person edits it: the same size, so its mtime must differ
+    # for Python to compile it afresh (a run this short can end within the second).
+    later = file.stat().st_mtime + 10
+    os.utime(file, (later, later))
     store = RunStore.open(db)
     images = torch.zeros(4, 1, 8, 8, dtype=torch.uint8)
     with pytest.raises(UserError, match=r"^run 1's checkpoint does not fit model file .*: 0\."):
