@@ -19,6 +19,8 @@ same way wherever they land.
   library swallowed (a bare `except:` around an import) is not lost.
 - An interrupt raised where Python cannot raise it (a finaliser, a weakref callback: Python
   prints it and goes on) is neither printed nor lost: it is raised again at the next call.
+  Any other error a finaliser raises once a stop has come (a DataLoader's teardown) is the
+  stop's consequence, and is not printed either.
 - Once the exit code is decided, signals are ignored: Python's shutdown puts the default
   actions back, under which a late signal would end the process *by* it (exit -15 or -2).
   So a command does not wait for non-daemon threads still running when it ends (a user's
@@ -99,9 +101,18 @@ def _unraisable(report: sys.UnraisableHookArgs) -> None:
     as importlib's module locks and SQLAlchemy's `_collection_gced` have), but not of a stop
     signal's interrupt landing there: Python printed "Exception ignored in ..." with its
     traceback and went on, and the stop was lost (`runs export` worked on after Ctrl-C). The
-    stop is delivered again instead, at the next function call (`_redeliver`)."""
+    stop is delivered again instead, at the next function call (`_redeliver`).
+
+    Any other error a finaliser raises once a stop has come is the stop's consequence, as
+    `errors.interrupted` takes errors raised since: a DataLoader iterator's, whose workers
+    died of the group's signal or whose `__init__` the stop cut ("Exception ignored in
+    _MultiProcessingDataLoaderIter.__del__" and torch's traceback after the stop's line). It
+    is dropped; with no stop requested, every report is passed on as before."""
     main = threading.current_thread() is threading.main_thread()  # where signals raise
-    if not (isinstance(report.exc_value, KeyboardInterrupt) and main and requested()):
+    if not isinstance(report.exc_value, KeyboardInterrupt):
+        if not requested():
+            _next_hook(report)
+    elif not (main and requested()):
         _next_hook(report)
     elif sys.getprofile() in (None, _redeliver):
         # Not by tripping the signal again: Python runs its handler at its next check, right
