@@ -13,8 +13,11 @@ an epoch is reproduced exactly after a resume without saving generator state.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Self
 
 import torch
@@ -221,11 +224,165 @@ class TorchvisionLoader:
             collate_fn=_Collate(self.collate or default_collate),
             generator=g,
             persistent_workers=False,
+            worker_init_fn=_hold_group_stops if self.num_workers else None,
         )
-        for batch in loader:
-            if isinstance(batch, _Refused):
-                raise UserError(batch.message, batch.hint)
-            yield batch
+        if not self.num_workers:
+            for batch in loader:
+                yield _passed(batch)
+            return
+        watch = _WorkerWatch()
+        try:
+            iterator = watch.start(loader)
+            while True:
+                with watch.waiting():
+                    batch = next(iterator, _END)
+                if batch is _END:
+                    return
+                yield _passed(batch)
+        finally:
+            watch.close()
+
+
+_END = object()  # the iterator's end, told from any batch
+
+
+def _passed(batch: Any) -> Any:
+    """`batch`, or its refusal raised (`_Refused`)."""
+    if isinstance(batch, _Refused):
+        raise UserError(batch.message, batch.hint)
+    return batch
+
+
+class WorkerDied(UserError):
+    """A DataLoader worker that ended mid-epoch (the kernel's OOM killer, a user's kill):
+    the host's problem, not the input's, so exit 1."""
+
+    exit_code = 1
+
+
+def _hold_group_stops(worker_id: int) -> None:
+    """A DataLoader worker's start: a terminal's Ctrl-C and its SIGHUP as it closes go to the
+    whole process group, these workers too; they ignore them, as report's drawing workers do,
+    and the training process, which the signal stops, shuts them down. SIGTERM is left as
+    inherited: torch's shutdown, and multiprocessing's at exit, end a worker that does not
+    finish in time with it, and one ignoring it would hold the process's exit."""
+    for sig in (signal.SIGINT, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+class _WorkerWatch:
+    """One epoch's DataLoader iterator with workers, watched for a worker's death.
+
+    torch's SIGCHLD handler raises its RuntimeError ("DataLoader worker (pid N) is killed by
+    signal") wherever the main thread is when any child ends: in the model's step, or while a
+    failed run was being marked in the store (the mark cut, the run left `running`), and in
+    the iterator's finaliser after a stop (printed as "Exception ignored in ..."). While the
+    iterator lives, the handler here takes SIGCHLD instead: it raises only while the loop
+    waits for a batch, as the one-line `WorkerDied`, and otherwise keeps the death for the
+    next wait. The iterator is shut down (its workers joined and unregistered from torch's
+    handler) before its epoch's generator ends, so nothing of it is left to raise later."""
+
+    def __init__(self) -> None:
+        self.iterator: Any = None
+        self.died: tuple[str, str | None] | None = None  # WorkerDied's message and hint
+        self.blocked = False  # inside the wait for a batch: a death may raise at once
+        self.previous: Any = None
+        self.taken = False  # the SIGCHLD handler is ours (main thread, POSIX)
+
+    def start(self, loader: DataLoader[Any]) -> Iterator[Any]:
+        """`loader`'s iterator, its workers started (torch sets its SIGCHLD handler then)."""
+        try:
+            iterator: Iterator[Any] = iter(loader)
+        except RuntimeError as e:
+            raise self._told(e) from None
+        self.iterator = iterator
+        sigchld = getattr(signal, "SIGCHLD", None)
+        if sigchld is not None and threading.current_thread() is threading.main_thread():
+            self.previous = signal.getsignal(sigchld)
+            signal.signal(sigchld, self._on_child)
+            self.taken = True
+        return iterator
+
+    def waiting(self) -> _Waiting:
+        return _Waiting(self)
+
+    def _on_child(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            if callable(self.previous):  # torch's: it raises for a worker that died
+                self.previous(signum, frame)
+        except RuntimeError as e:
+            if "DataLoader worker" not in str(e):
+                raise
+            self.died = self.died or self._describe(e)
+            if self.blocked:
+                raise WorkerDied(*self.died) from None
+
+    def _describe(self, error: BaseException) -> tuple[str, str | None]:
+        """The line for a worker that ended: its pid and the signal that killed it, read
+        from the worker itself; torch's message where none has ended (yet)."""
+        for worker in getattr(self.iterator, "_workers", []):
+            code = worker.exitcode
+            if code is None:
+                continue
+            if code >= 0:
+                return f"a DataLoader worker (pid {worker.pid}) exited with code {code}", None
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            said = f"a DataLoader worker (pid {worker.pid}) was killed by {name}"
+            if name != "SIGKILL":
+                return said, None
+            return said, (
+                "the kernel's out-of-memory killer sends SIGKILL: lower data.num_workers or "
+                "train.batch_size, or use data.loader=tensor"
+            )
+        return (str(error).splitlines() or [type(error).__name__])[0], None
+
+    def _told(self, error: RuntimeError) -> BaseException:
+        """`error` as the one-line WorkerDied where it is torch's about a worker."""
+        if self.died is None and "DataLoader worker (pid" not in str(error):
+            return error
+        return WorkerDied(*(self.died or self._describe(error)))
+
+    def close(self) -> None:
+        """Shut the iterator's workers down and hand SIGCHLD back to the handler that was
+        there (torch's: with no worker of this iterator registered, it has nothing to raise)."""
+        self.blocked = False
+        try:
+            if self.iterator is not None and hasattr(self.iterator, "_shutdown_workers"):
+                # Private, and what torch's own finaliser calls: done here, under this
+                # handler, rather than whenever the iterator is collected.
+                self.iterator._shutdown_workers()
+        finally:
+            sigchld = getattr(signal, "SIGCHLD", None)
+            if self.taken and sigchld is not None and signal.getsignal(sigchld) == self._on_child:
+                signal.signal(sigchld, signal.SIG_DFL if self.previous is None else self.previous)
+            self.taken = False
+
+
+class _Waiting:
+    """The wait for one batch (`_WorkerWatch.waiting`): a worker's death raises in it."""
+
+    def __init__(self, watch: _WorkerWatch) -> None:
+        self.watch = watch
+
+    def __enter__(self) -> None:
+        if self.watch.died is not None:  # came while the step ran
+            raise WorkerDied(*self.watch.died)
+        self.watch.blocked = True
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: Any
+    ) -> None:
+        self.watch.blocked = False
+        if isinstance(error, WorkerDied):
+            return  # already the one line
+        if isinstance(error, RuntimeError):
+            told = self.watch._told(error)
+            if told is not error:
+                raise told from None
 
 
 # The least std training normalises by: a channel of one value (a blank set) has std 0, and
