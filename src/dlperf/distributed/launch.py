@@ -21,6 +21,8 @@ The kill chain, dlperf -> torchrun -> workers:
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import re
 import signal
 import socket
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlperf.errors import UserError
 from dlperf.paths import open_files_limit
 from dlperf.procs import Supervisor, alive, guarded, how, kill
 
@@ -39,6 +42,68 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _this_host(host: str) -> bool:
+    """Whether `host` names this machine, as torch's c10d rendezvous decides whether to start
+    its store there: localhost, a loopback address, this host's name, or a name or address
+    that resolves to one of this host's addresses."""
+    if host == "localhost":
+        return True
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    except ValueError:  # a name, not an address
+        pass
+    me = socket.gethostname()
+    if host == me:
+        return True
+    try:
+        theirs = {i[4][0] for i in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        ours = {i[4][0] for i in socket.getaddrinfo(me, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError):  # a name that does not resolve: not this host's
+        return False
+    return bool(theirs & ours)
+
+
+def _host_port(endpoint: str) -> tuple[str, int] | None:
+    """HOST and PORT of `endpoint` (HOST may be [IPv6]); None where it names no port."""
+    host, sep, port = endpoint.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 2**16:
+        return None  # torchrun says what is wrong with it, or takes its default port
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def check_endpoint(endpoint: str) -> None:
+    """Refuse the rendezvous `endpoint` of a study on one node when it is on this host and
+    another process listens on its port. torchrun starts the rendezvous store there; when it
+    cannot bind the port it connects to whatever listens on it as a client, and waits, silent,
+    until its rendezvous gives up (minutes). Only the address given is tried, as the store
+    would be. (Of several nodes, the listener may be another node's torchrun, on this host
+    when nodes are emulated on one machine: that is not checked.)"""
+    where = _host_port(endpoint)
+    if where is None or not _this_host(where[0]):
+        return
+    try:
+        addresses = socket.getaddrinfo(*where, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return  # torchrun says so
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            # As the store's listener does: a connection of an earlier point's store that
+            # waits out TIME_WAIT does not hold the port, only a listener does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    continue  # an address this host cannot bind (IPv6 off): torchrun's to say
+                raise UserError(
+                    f"--rdzv {endpoint}: port {where[1]} is already in use on this host by "
+                    "another process (the rendezvous store starts there)",
+                    "pick another port, or leave --rdzv out: a study on one node picks a free "
+                    "one itself",
+                ) from None
 
 
 @dataclass

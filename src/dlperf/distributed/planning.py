@@ -19,6 +19,7 @@ import torch
 
 from dlperf.analytic.devices import get_device
 from dlperf.config import ScaleConfig, ScaleMode
+from dlperf.distributed.launch import check_endpoint
 from dlperf.distributed.scaling import point_name, series
 from dlperf.errors import UserError
 from dlperf.system import usable_cores
@@ -76,6 +77,29 @@ def resolve_backend(name: str) -> str:
 
 def threads_per_worker(workers_per_node: int, cores: int) -> int:
     return max(1, cores // workers_per_node)
+
+
+def check_threads(opts: ScaleConfig, per_node: int) -> None:
+    """Refuse scale.threads_per_worker past this host's usable cores: one worker's threads
+    as run.threads is refused (no way around it: 1,000 threads on 2 cores did not finish 3
+    steps in 90 s), and threads x `per_node` workers unless --allow-oversubscribe."""
+    threads, cores = opts.threads_per_worker, usable_cores()
+    if threads is None:
+        return
+    if threads > cores:
+        raise UserError(
+            f"--threads-per-worker {threads}: {threads} threads asked for, but this host has "
+            f"{cores} usable cores",
+            f"ask for at most {cores}, or leave --threads-per-worker unset to split the cores "
+            "between the workers",
+        )
+    if threads * per_node > cores and not opts.allow_oversubscribe:
+        raise UserError(
+            f"--threads-per-worker {threads} x {per_node} workers per node: "
+            f"{threads * per_node} threads asked for, but this host has {cores} usable cores",
+            f"ask for at most {max(1, cores // per_node)} threads per worker, leave "
+            "--threads-per-worker unset, or use --allow-oversubscribe",
+        )
 
 
 def hourly_price(opts: ScaleConfig) -> float | None:
@@ -210,6 +234,8 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
         one_gpu_each = backend == "nccl" or ("multiworker" in chosen and torch.cuda.is_available())
         if one_gpu_each and per_node > torch.cuda.device_count():
             raise UserError(f"{per_node} workers per node but {torch.cuda.device_count()} GPUs")
+        if backend != "nccl":  # the workers' threads (Study.threads): on GPUs, one each
+            check_threads(opts, per_node if processes else 1)
     points = []
     by_batch = [(mode, batch) for mode in opts.modes() for batch in opts.batches(mode) or (None,)]
     for (mode, batch), workers, strategy in itertools.product(
@@ -225,4 +251,9 @@ def plan(opts: ScaleConfig, backend: str, model: str = "") -> list[Point]:
     if tensorflow and importlib.util.find_spec("tensorflow") is None:
         raise UserError(f"--framework {opts.framework} with TensorFlow needs TensorFlow, which "
                         "is not installed", "pip install -e '.[tensorflow]'")  # fmt: skip
+    # Last, once every option is right: a host's port, not an option.
+    if opts.rdzv and opts.nnodes == 1 and backend in ("gloo", "nccl"):
+        # torchrun's rendezvous store, which this study starts: whatever listens on its port
+        # is another process's (of several nodes it may be another node's torchrun).
+        check_endpoint(opts.rdzv)
     return points
