@@ -171,7 +171,7 @@ def test_a_file_that_defines_no_factory_says_what_to_write(tmp_path: Path, text:
     path.write_text(text)
     e = _refused(f"{path}:build")
     # before: "has no factory 'build' (found: )", or "(found: Linear)": torch's class
-    assert e.message == f"model file {path} defines no function or class", e
+    assert e.message == f"model file {path} defines no function or nn.Module class", e
     assert e.hint is not None and "def build(num_classes=10)" in e.hint, e
     assert "Linear" not in str(e)
 

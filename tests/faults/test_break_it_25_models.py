@@ -116,3 +116,48 @@ def test_a_forward_that_breaks_at_the_runs_batch_size_is_refused_before_the_run(
     said = _refused(cli, db, tmp_path, BATCHED, factory, f"train.batch_size={batch}")
     assert _unwrapped(expected) in said, said
     assert _unwrapped(f"train.batch_size {batch}") in said, said
+
+
+# --- E: a factory that fetches pretrained weights, offline -------------------------------------
+
+PRETRAINED = """
+import torch, torchvision
+def tv(num_classes=10, in_channels=3):
+    m = torchvision.models.resnet18(weights="DEFAULT")
+    m.fc = torch.nn.Linear(512, num_classes)
+    return m
+"""
+
+
+def test_a_factory_fetching_pretrained_weights_offline_says_so_in_one_line(
+    cli: Callable[..., CliResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import urllib.error
+
+    import torch.hub
+
+    def offline(*args: object, **kwargs: object) -> None:  # never a real download in tests
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(torch.hub, "urlopen", offline)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # an empty hub cache
+    done = cli("analyze", f"{_write(tmp_path, PRETRAINED)}:tv", "--input", "3,32,32")
+    assert done.code == 2, done.err
+    said = _unwrapped(done.err)
+    assert done.err.startswith("error: ") and "Downloading" not in done.err, done.err
+    assert _unwrapped("fetches pretrained weights from the network") in said, said
+    assert _unwrapped(f"{tmp_path}/torch/hub/checkpoints") in said, said
+    assert "weights=None" in said, said
+
+
+# --- H: a model file whose class is no nn.Module -----------------------------------------------
+
+
+def test_a_model_file_with_a_plain_class_is_not_said_to_define_no_class(
+    cli: Callable[..., CliResult], tmp_path: Path
+) -> None:
+    path = _write(tmp_path, 'X = 3\nNAME = "net"\nclass Foo: pass\n')
+    done = cli("analyze", f"{path}:build", "--input", "1,8,8")
+    assert done.code == 2, done.err
+    said = _unwrapped(done.err)
+    assert _unwrapped("defines no function or nn.Module class (found: class Foo") in said, said

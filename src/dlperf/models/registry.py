@@ -236,6 +236,18 @@ def _defined(module: ModuleType) -> list[str]:
     return names
 
 
+def _other_classes(module: ModuleType) -> list[str]:
+    """The public classes the model file `module` defines itself that are no nn.Module."""
+    return [
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, type)
+        and not name.startswith("_")
+        and value.__module__ == module.__name__
+        and not issubclass(value, nn.Module)
+    ]
+
+
 def _refuse_name(path: Path, factory: str, value: Any, module: ModuleType) -> NoReturn:
     """Refuse `factory`, a name of the model file at `path` that is missing (`value` None) or
     not callable, offering the names that may build a model, or the factory to write."""
@@ -250,7 +262,11 @@ def _refuse_name(path: Path, factory: str, value: Any, module: ModuleType) -> No
         hint = found if names else f"make it a function: {builds}"
         raise UserError(f"{path}: '{factory}' is {what}, not a factory", hint)
     if not names:
-        raise UserError(f"model file {path} defines no function or class", write)
+        # Its classes that are no nn.Module (a config, a helper) are named: "defines no
+        # class" read wrong of a file that has one
+        others = _other_classes(module)
+        found = f" (found: class {', '.join(others)}, not an nn.Module)" if others else ""
+        raise UserError(f"model file {path} defines no function or nn.Module class{found}", write)
     raise UserError(f"{path} has no factory '{factory}'", found)
 
 
@@ -791,11 +807,22 @@ def build_from_factory(
         path = Path(spec.rpartition(":")[0])
         with (
             _process_kept(path, "in its factory"),
-            contextlib.redirect_stdout(sys.stderr),
+            contextlib.redirect_stdout(held := _HeldFetch(sys.stderr)),
+            _fetches_told(held),
             _as_script(path),
         ):
             _seed(seed)
             model = _call(fn, {**accepted(fn, automatic), **own})
+    except _FetchFailed as e:
+        raise UserError(
+            # torch.hub.load's own repository comes as a zipball, its weights as a file
+            f"factory {spec} fetches "
+            f"{'code' if '/zipball/' in e.url else 'pretrained weights'} from the network "
+            f"({e.url}), which failed: {e.reason}",
+            f"put the file in torch's hub cache, {os.path.dirname(e.dst)} "
+            "($TORCH_HOME/hub/checkpoints), or build the model without them "
+            "(torchvision: weights=None)",
+        ) from None
     except SystemExit as e:
         raise UserError(f"factory {spec} called {exit_call(e)}({e.code!r})") from None
     except _ArgumentsRefused as e:
@@ -823,6 +850,65 @@ def build_from_factory(
         )
     check_no_cycle(model, spec)
     return model
+
+
+class _FetchFailed(Exception):
+    """torch.hub's download of weights a factory asked for (torchvision's weights="DEFAULT"),
+    failed: offline, or the host unreachable."""
+
+    def __init__(self, url: str, dst: str, e: OSError) -> None:
+        super().__init__(url)
+        self.url, self.dst = url, dst
+        self.reason = str(getattr(e, "reason", None) or e.strerror or e)
+
+
+class _HeldFetch:
+    """A factory's standard output (`stream`, stderr) holding back torch.hub's
+    'Downloading: "URL" to FILE' line until the download is through: a failed one is told in
+    one line of its own (_FetchFailed), the URL and the cache named there."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.held = ""
+
+    def write(self, text: str) -> int:
+        if text.startswith('Downloading: "'):
+            self.held += text
+            return len(text)
+        self.release()
+        return int(self.stream.write(text))
+
+    def release(self) -> None:
+        held, self.held = self.held, ""
+        if held:
+            self.stream.write(held)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding ...: the stream's
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _fetches_told(held: _HeldFetch) -> Iterator[None]:
+    """torch.hub's downloads during a factory: a failed one is _FetchFailed, its held
+    'Downloading:' line dropped; one that is through has it said after."""
+    import torch.hub
+
+    original = torch.hub.download_url_to_file
+
+    def download(url: str, dst: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            original(url, dst, *args, **kwargs)
+        except OSError as e:  # urllib's URLError, a refused connection, a timeout
+            held.held = ""
+            raise _FetchFailed(url, dst, e) from e
+        held.release()
+
+    torch.hub.download_url_to_file = download
+    try:
+        yield
+    finally:
+        torch.hub.download_url_to_file = original
+        held.release()
 
 
 def _reached(path: str) -> str:
