@@ -42,6 +42,7 @@ import inspect
 import re
 import threading
 import traceback
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -184,6 +185,11 @@ class Analysis:
     output_width: int | None = None
     """The last dimension of the model's output, where it returns one tensor of two or more
     dimensions (its scores: the classes it was built for); else None."""
+    output_rank: int | None = None
+    """The dimensions of the model's output, where it returns one tensor; else None."""
+    classes_note: str | None = None
+    """Why `classes` is the output's width, not the number the model was given: a model that
+    does not size its output by num_classes; None where they agree."""
     real_tensors: str | None = None
     """Why the model was counted on real CPU tensors of random values, not on the meta device
     (torch's own function that reads tensor values, a tensor the model made on the CPU); None
@@ -243,7 +249,7 @@ class Analysis:
     def unsupported_note(self) -> str | None:
         """What the counts leave out, and a count made on real tensors rather than the meta
         device, worth a warning; None when every operator counted on meta."""
-        said = []
+        said = [] if self.classes_note is None else [self.classes_note]
         if self.real_tensors is not None:
             said.append(
                 "counted on real CPU tensors of random values, not on the meta device: "
@@ -458,12 +464,75 @@ def _on_meta_else_real(build: Callable[[], nn.Module]) -> nn.Module:
     init by the largest weight, torch.ao's quantize_dynamic), runs its model on a real tensor
     (a self-check forward, torch.jit.trace). The real build says whether the factory works, and
     where it does not, its error is the one a run gives. The count is made on the meta device
-    either way (analyze_module moves the model there)."""
-    with contextlib.suppress(Exception), _weights_on_meta():
-        return build()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return build()
+    either way (analyze_module moves the model there). Only an error the meta device explains
+    (`_meta_explains`) is retried: any other is the factory's own, raised once, so that what it
+    did before it failed (a print, a download of pretrained weights) is not done twice."""
+    with warnings.catch_warnings():
+        # a zero-width layer's init: refused in one line once built (_refuse_zero_size)
+        warnings.filterwarnings("ignore", _ZERO_INIT, UserWarning)
+        try:
+            with _weights_on_meta():
+                return build()
+        except Exception as e:
+            if not _meta_explains(e):
+                raise
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return build()
+
+
+_ZERO_INIT = "Initializing zero-element tensors is a no-op"
+"""torch.nn.init's warning for a layer of no weights (nn.Conv2d(3, 0, 3))."""
+
+
+def _refuse_zero_size(model: nn.Module, command: str) -> None:
+    """Refuse in one line a torch.nn layer holding a parameter of no elements (a width or
+    channel count of 0 in model.kwargs): the meta device counts it, 0 MACs, where torch's CPU
+    kernels refuse to run it."""
+    for where, module in model.named_modules():
+        if not type(module).__module__.startswith("torch.nn."):
+            continue
+        for pname, p in module.named_parameters(recurse=False):
+            if not is_lazy(p) and p.numel() == 0:
+                raise UserError(
+                    f"layer {where or ROOT} ({_type_name(module)}) has a parameter of no "
+                    "elements, "
+                    f"{pname} of shape {list(p.shape)}: torch cannot run such a layer, and "
+                    f"{command} would count it as 0",
+                    "check the model's sizes: model.kwargs may set a width or channel count to 0",
+                )
+
+
+# torch's words for an operation the meta device cannot do: "cannot be called on meta tensors",
+# "Cannot copy out of meta tensor", "can't convert meta device type tensor to numpy", "Tensor on
+# device meta is not on the expected device cpu", "register_meta ... data-independent",
+# "Could not run ... with arguments from the 'Meta' backend".
+_NAMES_META = re.compile(r"\bmeta\b|_meta\b|'Meta'", re.IGNORECASE)
+
+
+def _meta_explains(e: BaseException) -> bool:
+    """Whether building on the meta device may be why `e` was raised: its message, or that of
+    an error it wraps (a factory's error told in one line by models.registry), names the meta
+    device, or torch's own code raised it (a check meeting a meta tensor: "cond must be a
+    bool, but got a Tensor" of torch.jit.trace on meta weights). A file the factory cannot
+    read, a download of pretrained weights that fails (OSErrors), the model's own `raise`,
+    an error of another library fail the same on real tensors."""
+    seen: set[int] = set()
+    error: BaseException | None = e
+    original = e
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if _NAMES_META.search(str(error)):
+            return True
+        original = error
+        error = error.__cause__ or error.__context__
+    if isinstance(original, OSError) or raised_by_model(original):
+        return False
+    frames = [frame for frame, _ in traceback.walk_tb(original.__traceback__)]
+    if not frames:
+        return False
+    module = str(frames[-1].f_globals.get("__name__", ""))
+    return module.split(".")[0] == "torch" and not module.startswith("torch.hub")
 
 
 # --- counting ---------------------------------------------------------------------------------
@@ -500,10 +569,15 @@ def _same_dtypes(func: Any, args: Any) -> None:
 
 class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(
-        self, model: nn.Module, tracker: ModuleTracker, fields: FieldTracker | None
+        self,
+        model: nn.Module,
+        tracker: ModuleTracker,
+        fields: FieldTracker | None,
+        command: str = "analyze",
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
+        self.command = command
         self.fields = fields
         # Every name of a module placed in two parents: torch's ModuleTracker names it by
         # the last of them, as the name -> module map below does.
@@ -834,6 +908,10 @@ class _FunctionCalls(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         counting = self.counting
+        # CPU autocast casts only CPU tensors, which ATen's dispatch no longer tells (autocast
+        # is off by then): on meta its regions would count at fp32
+        if torch.is_autocast_enabled("cpu") and any(t.is_meta for t in _tensors((args, kwargs))):
+            raise AutocastOnMeta(counting.command)
         name = counting.current()
         before, counting.fvcore_call = counting.fvcore_call, fvcore_kind(func)
         try:
@@ -1149,6 +1227,23 @@ ON_INPUTS_DEVICE = (
 )
 
 
+class AutocastOnMeta(NeedsRealTensors):
+    """The model's forward runs under torch.autocast('cpu', ...), which casts CPU tensors only:
+    counted on the meta device, its regions would come out at fp32 (activation bytes twice a
+    bf16 forward's), so it is counted on real CPU tensors, as a CPU forward runs it."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(
+            f"the model's forward runs under torch.autocast('cpu', ...), which the meta "
+            f"device {command} counts on does not apply",
+            "its forward runs under torch.autocast('cpu', ...): its autocast regions are "
+            "counted at their dtype, as a CPU forward runs them",
+            command,
+            "count it with --precision set to its autocast dtype (bf16), as its autocast "
+            "regions run, with a smaller analyze.batch or analyze.input",
+        )
+
+
 class MadeOnCpu(NeedsRealTensors):
     """The model's forward combines its meta input with a tensor made on the CPU: one made in
     the forward without device= (torch.arange(8), torch.ones(...)), or a plain tensor
@@ -1302,10 +1397,20 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
         with _distributions_unchecked():
             return model(x)
     except Exception as e:
+        if isinstance(e, NeedsRealTensors):  # raised by the counting mode itself (autocast)
+            raise
         if isinstance(e, RecursionError):  # its nesting's, not the input's (nesting_told)
             refuse_too_deep(model)
         kind, first = error_line(e)
         said = f"{kind}: {first}"
+        if x.is_meta and _AUTOCAST_ON_META in first:
+            raise NeedsRealTensors(
+                f"{_models_function(e)} enters torch.autocast on its input's device, and the "
+                f"meta device {command} runs the model on has no autocast ({said})",
+                "its torch.autocast(x.device.type, ...) has no meta device: counted under CPU "
+                "autocast, as a CPU forward runs it",
+                command,
+            ) from None
         if x.is_meta and any(marker in first for marker in _READS_VALUES):
             reader = _value_reader(e)
             if reader is not None and reader[0].startswith("torch."):
@@ -1320,6 +1425,8 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             raise MadeOnCpu(_models_function(e), said, command) from None
         if raised_by_model(e):
             raise
+        if isinstance(e, OSError):
+            raise _read_failed(e, said) from None
         other = other_dtype(model, x.dtype) if "type" in first.lower() else None
         if other is not None:
             dtype, which = other
@@ -1342,6 +1449,24 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             "(batch, C, H, W): its forward must take that"
         )
         raise UserError(f"the model rejects input {list(x.shape)}: {said}", fix) from None
+
+
+_AUTOCAST_ON_META = "unsupported autocast device_type 'meta'"
+"""torch's words for `torch.autocast(x.device.type, ...)` entered with a meta input."""
+
+
+def _read_failed(e: OSError, said: str) -> UserError:
+    """The line for a forward whose code (numpy's np.load, open) failed to read or write a
+    file: the model's, never the input's, the file named."""
+    import os
+
+    fix = "check the files the model's forward reads"
+    if e.filename is not None and not os.path.isabs(os.fsdecode(e.filename)):
+        fix = (
+            f"a relative path is read from the directory dlperf runs in ({os.getcwd()}): "
+            "give the forward an absolute path, or run dlperf where the file is"
+        )
+    return UserError(f"the model's forward failed on a file: the model raised {said}", fix)
 
 
 # torch's words for a forward that autograd refuses while gradients are on (a training step's
@@ -1663,6 +1788,7 @@ def _analyze_module(
     command: str,
 ) -> Analysis:
     _refuse_quantized(model, command)
+    _refuse_zero_size(model, command)
     # before counting's own hooks, which would hide the forward's signature
     refuse_more_than_one(model, f"{command} feeds it one, the input tensor")
     dtype = DTYPES[precision]
@@ -1749,7 +1875,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
     # The tracker names a module by its parents from the first it sees: the model's own name
     # first, for a model whose overridden __call__ runs its layers but no hook of its own.
     tracker._get_mod_name(model)  # type: ignore[no-untyped-call]
-    mode = _CountingMode(model, tracker, fields)
+    mode = _CountingMode(model, tracker, fields, command)
     hooks = mode.layer_hooks() + mode.node_hooks()
     memory = None
     try:
@@ -1795,6 +1921,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
         training_memory=memory,
         complex_dtypes=sorted(str(d).removeprefix("torch.") for d in mode.complex_dtypes),
         output_width=width,
+        output_rank=scores[0].dim() if len(scores) == 1 else None,
         shared_storage=mode.shared_storage(),
     )
 
@@ -1854,6 +1981,14 @@ def analyze(
         )
     if classes is None and source == FROM_KWARGS:
         classes = a.output_width
+    elif classes is not None and a.output_rank == 2 and a.output_width != classes:
+        # [batch, k] scores for other than the classes it was built for: the model sizes its
+        # own output (an nn.Identity head), as a run would find
+        a.classes_note = (
+            f"the model's output is [batch, {a.output_width}]: {a.output_width} scores, not "
+            f"the {classes} classes it was given ({source}), which it does not use"
+        )
+        classes, source = a.output_width, f"its output's width; it was given {classes}, unused"
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
     return a
 
