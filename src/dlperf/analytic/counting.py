@@ -23,12 +23,15 @@ A forward that torch's own code cannot run on the meta device (pad_packed_sequen
 `pack_padded_sequence(..., enforce_sorted=False)` reads the sort's indices), or that meets a
 tensor of the model's made on the CPU (`x + torch.arange(8)`, made without device=), is counted
 on real CPU tensors of random values instead, when the model is small enough, and says so
-(`Analysis.real_tensors`); a forward that needs more arguments than the one input tensor is
+(`Analysis.real_tensors`), as is a forward under torch.autocast('cpu', ...) (autocast casts CPU
+tensors only: on meta its regions would count at fp32) or torch.autocast(x.device.type, ...)
+(no meta autocast); a forward that needs more arguments than the one input tensor is
 refused before it is called, and a model's own forward reading values, each in one line. A
 factory that fails to build on the meta device (it reads its weights' values as it builds, or
 runs its model on a real tensor: a self-check, torch.jit.trace) builds on real CPU tensors, as
-a run builds it, and is counted on meta as any other; a model holding torch.ao's quantized
-modules, which have no meta kernels, is refused in one line.
+a run builds it (any other failure is raised at once: the factory is called once), and is
+counted on meta as any other; a model holding torch.ao's quantized modules, which have no meta
+kernels, or a torch.nn layer of no weights (a width of 0), is refused in one line.
 
 A model that overrides `__call__` (`return self.forward(x)`) runs no hook of its own: work no
 module claims during the forward, and in the backward once the outputs' gradients are in, is
