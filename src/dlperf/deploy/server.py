@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from PIL import Image
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -74,6 +76,24 @@ _ACCEPT_FAILED = "socket.accept() out of system resource"
 _OUT_OF_RESOURCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
+# Modules a request imports on first use, imported before the server accepts: an import opens
+# files, and a burst of connections can hold every file the limit allows by the time the first
+# request runs (one then answered 500 with "Too many open files: .../anyio/_backends/
+# __init__.py"). anyio's asyncio backend: Starlette's first body read or thread-pool call;
+# scipy.special: /predict's softmax (runtime.topk), which imports ~150 modules.
+FIRST_REQUEST_MODULES = ("anyio._backends._asyncio", "scipy.special")
+
+
+def import_request_modules() -> None:
+    """Import what serving a request would import lazily: FIRST_REQUEST_MODULES, and every
+    image plugin of Pillow (Image.open loads the common ones on its first call, the rest on
+    the first image those do not read)."""
+    for name in FIRST_REQUEST_MODULES:
+        with suppress(ImportError):  # moved in another release: imported lazily as before
+            importlib.import_module(name)
+    Image.init()
+
+
 def create_app(
     model_path: Path,
     max_batch: int = _DEFAULTS.max_batch,
@@ -83,10 +103,12 @@ def create_app(
     max_body_bytes: int = int(_DEFAULTS.max_body_mb * 2**20),
     max_pixels: int | None = _DEFAULTS.max_pixels,
 ) -> FastAPI:
-    """The server for one model; loads the session now so a bad model fails before serving.
+    """The server for one model; loads the session now so a bad model fails before serving,
+    and imports what a first request would (`import_request_modules`).
     The options are those of the [serve] config section (dlperf.config.ServeConfig), with
     their defaults; `max_pixels` caps the images /predict decodes (None: `runtime.MAX_PIXELS`)."""
     model = ServedModel(model_path, threads)
+    import_request_modules()
     batch = max_batch if model.batchable else 1
     pixel_cap = runtime.MAX_PIXELS if max_pixels is None else max_pixels
     metrics = Metrics(model.name, lambda: batcher.depth)
