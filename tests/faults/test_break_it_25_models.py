@@ -17,6 +17,7 @@ errors, and `dlperf run`'s dry checks.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +162,28 @@ def test_a_model_file_with_a_plain_class_is_not_said_to_define_no_class(
     assert done.code == 2, done.err
     said = _unwrapped(done.err)
     assert _unwrapped("defines no function or nn.Module class (found: class Foo") in said, said
+
+
+# --- I: a zero-size layer -------------------------------------------------------------------------
+
+WIDE = """
+import torch.nn as nn
+def build(num_classes=10, in_channels=1, width=8):
+    return nn.Sequential(
+        nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(width, width, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(width, num_classes),
+    )
+"""
+
+
+def test_a_zero_size_layer_is_named_with_the_kwarg_not_blamed_on_the_images(
+    cli: Callable[..., CliResult], db: str, tmp_path: Path
+) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        said = _refused(cli, db, tmp_path, WIDE, "build", "model.kwargs.width=0")
+    assert [str(w.message) for w in caught] == []  # torch's 4 raw lines before
+    assert "rejects" not in said, said
+    assert _unwrapped("has layers of no size: 0.weight [0, 1, 3, 3]") in said, said
+    assert _unwrapped("model.kwargs: width=0") in said, said

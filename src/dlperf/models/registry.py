@@ -47,6 +47,7 @@ from dlperf.errors import (
     in_model_file,
     raised_by_model,
 )
+from dlperf.formatting import few
 from dlperf.parsing import did_you_mean, is_file_spec
 from dlperf.paths import not_regular
 from dlperf.procs import alive
@@ -802,6 +803,7 @@ def build_from_factory(
             f"model '{spec}' does not accept {', '.join(unknown)}",
             f"accepted: {', '.join(factory_parameters(fn)) or 'no arguments'}",
         )
+    caught: list[warnings.WarningMessage] = []
     try:
         # as when its module is imported
         path = Path(spec.rpartition(":")[0])
@@ -810,6 +812,7 @@ def build_from_factory(
             contextlib.redirect_stdout(held := _HeldFetch(sys.stderr)),
             _fetches_told(held),
             _as_script(path),
+            _warnings_held(caught),
         ):
             _seed(seed)
             model = _call(fn, {**accepted(fn, automatic), **own})
@@ -849,7 +852,55 @@ def build_from_factory(
             f"factory {spec} returned {type(model).__name__}, not a torch.nn.Module", hint
         )
     check_no_cycle(model, spec)
+    if any(ZERO_SIZED in str(w.message) for w in caught):  # torch's init of a layer of size 0
+        _refuse_no_size(model, spec, own)
+    _warn_again(caught)  # the factory's other warnings, as they were raised
     return model
+
+
+# torch's warning for nn.init on a tensor of no elements: a layer sized 0 (model.kwargs.width=0)
+ZERO_SIZED = "Initializing zero-element tensors is a no-op"
+
+
+@contextlib.contextmanager
+def _warnings_held(caught: list[warnings.WarningMessage]) -> Iterator[None]:
+    """The warnings a factory raises, into `caught` for its caller to tell or raise again
+    once the model is checked; raised again at once where the factory fails (its own error is
+    the line then)."""
+    try:
+        with warnings.catch_warnings(record=True) as log:
+            try:
+                yield
+            finally:
+                caught.extend(log)
+    except BaseException:
+        _warn_again(caught)
+        raise
+
+
+def _warn_again(caught: list[warnings.WarningMessage]) -> None:
+    """Raise `caught` again, as the factory raised them, outside the block that held them."""
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+def _refuse_no_size(model: nn.Module, spec: str, own: dict[str, Any]) -> None:
+    """Refuse `model` (factory `spec`, given the user's kwargs `own`) where it has parameters
+    of no elements, whose layer torch warned of as it was built: its first forward fails, and
+    was told as the images' fault ("the model rejects digits images ... weight of size [0, 1,
+    3, 3]"). Parameters of no size a model makes itself, with no init, are its own to have."""
+    empty = [
+        f"{name} {list(p.shape)}"
+        for name, p in model.named_parameters()
+        if not isinstance(p, nn.parameter.UninitializedParameter) and p.numel() == 0
+    ]
+    if not empty:
+        return
+    given = ", ".join(f"{k}={v!r}" for k, v in own.items())
+    raise UserError(
+        f"model '{spec}' has layers of no size: {few(empty)}",
+        f"check model.kwargs: {given}" if given else "give each layer a size of at least 1",
+    )
 
 
 class _FetchFailed(Exception):
