@@ -939,11 +939,19 @@ def _meta(s: Session, key: str) -> str | None:
     return s.scalar(select(Meta.value).where(Meta.key == key))
 
 
-def _elsewhere(recorded: str | None, here: str) -> Path | None:
+def _elsewhere(recorded: str | None, here: str) -> Path | str | None:
     """The SQLite file `recorded` names while it is still there and another file than `here`
-    (a byte copy's original); None when it is `here`, or gone (the store was moved)."""
+    (a byte copy's original); None when it is `here`, or gone (the store was moved). A
+    PostgreSQL store's place (its tables moved into this file, then maybe `runs repair`) is
+    named as an original that may still be there: a SQLite store cannot look on the server,
+    and read as a path that is gone it made this file the owner of `<store id>/`, whose
+    `runs delete` removed the files the server's store still records."""
     if recorded is None or recorded == here:
         return None
+    place = _read_place(recorded)
+    if place is not None:
+        named = _place_named(place)
+        return named[1] if named is not None else "a PostgreSQL store"
     with contextlib.suppress(OSError):
         if Path(recorded).is_file() and not Path(recorded).samefile(here):
             return Path(recorded)
@@ -992,20 +1000,27 @@ def _read_place(recorded: str | None) -> dict[str, Any] | None:
     return None
 
 
+def _place_named(place: dict[str, Any]) -> tuple[tuple[int, int], str] | None:
+    """A place's database and schema oids, and the words a line names it by; None for one
+    that cannot be read (set by hand)."""
+    try:
+        database, schema = place["database"], place["schema"]
+        key = (int(database[0]), int(schema[0]))
+        return key, f"PostgreSQL database {database[1]}, schema {schema[1]}"
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
 def _server_elsewhere(s: Session, recorded: str | None, here: str) -> str | None:
     """The PostgreSQL store `recorded` names, as a line names it, while it is another store
     than `here` and may still be there (a copy's original); None when it is `here`, or gone
     from this server (the copy is the store now, as a SQLite store moved). One on another
     server cannot be looked for: its copy keeps the original's files for good."""
     them, us = _read_place(recorded), _read_place(here)
-    if them is None or us is None:
+    named = _place_named(them) if them is not None else None
+    if them is None or us is None or named is None:
         return None
-    try:
-        server, database, schema = them.get("server"), them["database"], them["schema"]
-        key = (int(database[0]), int(schema[0]))
-        shown = f"PostgreSQL database {database[1]}, schema {schema[1]}"
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
+    server, key, shown = them.get("server"), named[0], named[1]
     ours = (int(us["database"][0]), int(us["schema"][0]))
     same_server = server is None or us.get("server") is None or server == us.get("server")
     if same_server and key == ours:
