@@ -565,6 +565,21 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     """Both forms fitted to the first n_fit points, with bootstrap intervals, and compared on
     later points."""
     check_metric(metric)
+    check_values(curve, metric)
+    k, y = curve.steps, to_decreasing(curve.values, metric)
+    fits, params, samples, ci = {}, {}, {}, {}
+    for form in PARAMS:
+        fits[form], params[form] = fit(k[:n_fit], y[:n_fit], form)
+        samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
+        ci[form] = intervals(samples[form], form, params[form])
+    heldout = compare_forms(k, y, n_fit)
+    return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout)
+
+
+def check_values(curve: Curve, metric: str) -> None:
+    """Refuse accuracy or error values outside [0, 1], naming the first by its line (or point)
+    and telling percentages to be divided by 100; `analyse` and `converge regress` both check
+    with it."""
     values = curve.values
     if (
         metric in ("accuracy", "error")
@@ -588,14 +603,6 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
                 else "is converge.metric right?"
             ),
         )
-    k, y = curve.steps, to_decreasing(curve.values, metric)
-    fits, params, samples, ci = {}, {}, {}, {}
-    for form in PARAMS:
-        fits[form], params[form] = fit(k[:n_fit], y[:n_fit], form)
-        samples[form] = bootstrap(k[:n_fit], y[:n_fit], form, params[form], n_boot)
-        ci[form] = intervals(samples[form], form, params[form])
-    heldout = compare_forms(k, y, n_fit)
-    return FitReport(curve, metric, n_fit, fits, params, samples, ci, heldout)
 
 
 def from_csv(path: Path, x: str | None, y: str) -> Curve:

@@ -288,7 +288,8 @@ def regress_sources(
     """Each source's curve and features: a run ID (features read from the run), or
     PATH.csv:feature=value,... (`split_source`). A source given twice (the same run, or the
     same file with the same features, however spelled) is refused: it would count one curve
-    twice in the regression."""
+    twice in the regression. Each curve's values are checked as `converge fit` checks them
+    (`curve.check_values`)."""
     store = None
     found = []
     seen: dict[tuple[Any, ...], str] = {}
@@ -298,6 +299,7 @@ def regress_sources(
             run = store.get_run(int(source))
             _once(seen, ("run", int(source)), source)
             c = curve.from_run(store, int(source), opts.metric, opts.key)
+            curve.check_values(c, opts.metric)
             found.append((c, reg.run_features(run, features)))
             continue
         path, given = split_source(source)
@@ -309,6 +311,9 @@ def regress_sources(
         values = parse_pairs(given, "a CSV source", example) if given else {}
         # Read before its features are checked: a missing file is named as missing.
         c = curve.from_csv(Path(path), opts.x, opts.y)
+        # As `converge fit` checks it (`curve.analyse`): accuracy in percent is told to divide
+        # by 100, not blamed on the metric by the fit ("loss/error values must be ≥ 0").
+        curve.check_values(c, opts.metric)
         missing = [f for f in features if f not in values]
         if missing:
             raise UserError(f"{path} has no {', '.join(missing)}", f"e.g. {example}")

@@ -113,6 +113,12 @@ def _quoted_over_lines(text: str, start: int, sep: str) -> tuple[int, int | None
     return None
 
 
+def _last_line(text: str) -> str:
+    """The last line of `text` that is not blank (line breaks at its end passed over)."""
+    body = text.rstrip("\r\n")
+    return body[max(body.rfind("\n"), body.rfind("\r")) + 1 :]
+
+
 def _line_of(text: str, offset: int, start: int, line: int) -> int:
     """The line of `offset` in `text`, given that offset `start` begins line `line`."""
     return line + sum(1 for _ in _BREAK.finditer(text, start, offset))
@@ -291,9 +297,11 @@ def read_table(
             )
         lines.append(first + skipped)
         rows.append(fields)
-    if last[1] > last[0]:
+    if last[1] > last[0] or '"' in _last_line(text):
         # The last record spans lines: a quote that is never closed reads the rest of the
-        # file into one field (its line break and all), so it is named where it opens.
+        # file into one field (its line break and all), so it is named where it opens. On
+        # the last line alone (40,"0.6) the csv module ends the field at the end of the file
+        # and it read as 0.6: refused the same way.
         start = _line_start(text, last[0])
         quoted = _quoted_over_lines(text, start, sep)
         if quoted is not None and quoted[1] is None:
