@@ -9,6 +9,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store, set_option
+from dlperf.formatting import scaled
 
 if TYPE_CHECKING:
     from dlperf.distill.summary import DistillResult, StudentRow
@@ -47,7 +48,8 @@ def _print_summary(result: DistillResult, plots: list[str]) -> None:
         )
     speed = t.scoring_images_per_s if t else None
     if speed is not None:
-        console.out.print(f"teacher scoring: {speed:,.0f} images/s")
+        # scaled: past FIXED_MAX a float is shown to its significant digits, not every digit
+        console.out.print(f"teacher scoring: {scaled('scoring_images_per_s', speed)}")
     winner = best(result.students)
     if winner is not None:
         console.out.print(verdict(winner, t, b))
