@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, make_url
+from sqlalchemy import make_url
 
 from dlperf.store import RunStore
 from dlperf.store.schema import Artifact, Meta, Metric, Run, Study, Tag
@@ -37,20 +37,26 @@ def _checkpoint(store: RunStore, out: Path, run_id: int, body: bytes) -> Path:
     return where
 
 
-def _moved_into_sqlite(source: RunStore, file: Path) -> None:
-    """Every row of the store `source` into a new SQLite store at `file`, as a table-by-table
-    move of a PostgreSQL store into SQLite leaves it (meta rows, its `home` too, included)."""
-    RunStore.open(f"sqlite:///{file}").engine.dispose()  # the tables, as dlperf makes them
-    target = create_engine(f"sqlite:///{file}")
+def _moved(source: RunStore, url: str) -> None:
+    """Every row of the store `source` into the new store at `url`, as a table-by-table move
+    of a store into another database leaves it (meta rows, its `home` too, included)."""
+    target = RunStore.open(url)  # the tables, as dlperf makes them
     try:
-        with source.engine.connect() as old, target.begin() as new:
+        with source.engine.connect() as old, target.engine.begin() as new:
             new.execute(Meta.__table__.delete())
             for table in (Meta, Study, Run, Metric, Artifact, Tag):
                 rows = [dict(r._mapping) for r in old.execute(table.__table__.select())]
                 if rows:
                     new.execute(table.__table__.insert(), rows)
+                if new.dialect.name == "postgresql" and "id" in table.__table__.c:
+                    # Rows inserted with their ids leave a serial's sequence behind them.
+                    name = table.__tablename__
+                    new.exec_driver_sql(
+                        f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
+                        f"(SELECT max(id) FROM {name}))"
+                    )
     finally:
-        target.dispose()
+        target.engine.dispose()
 
 
 def test_a_postgresql_store_repaired_into_sqlite_keeps_its_files(
@@ -65,7 +71,7 @@ def test_a_postgresql_store_repaired_into_sqlite_keeps_its_files(
         with original.engine.connect() as conn:
             schema = str(conn.exec_driver_sql("SELECT current_schema()").scalar())
         moved = tmp_path / "moved.db"
-        _moved_into_sqlite(original, moved)
+        _moved(original, f"sqlite:///{moved}")
         repaired = tmp_path / "repaired.db"
         result = cli("--db", str(moved), "runs", "repair", str(repaired))
         assert result.code == 0, result.err
@@ -92,6 +98,36 @@ def test_a_postgresql_store_repaired_into_sqlite_keeps_its_files(
             copy.engine.dispose()
         # The PostgreSQL store still owns its directory, and deletes there.
         assert original.artifact_dir(out) == out.resolve() / original.id
+        assert original.delete_runs([first]).removed == [str(kept.parent)]
+    finally:
+        original.engine.dispose()
+
+
+def test_a_sqlite_store_moved_into_postgresql_keeps_its_files(pg_url: str, tmp_path: Path) -> None:
+    """The other way: a SQLite store's tables moved into PostgreSQL carry its file's path as
+    their home. While that file is there the server's store is its copy, as a byte copy is."""
+    out = tmp_path / "runs"
+    original = RunStore.open(f"sqlite:///{tmp_path / 'original.db'}")
+    try:
+        first = original.create_run("r", "run", {"lr": 0.02})
+        kept = _checkpoint(original, out, first, b"sqlite's run")
+        original.finish_run(first)
+        _moved(original, pg_url)
+        copy = RunStore.open(pg_url)
+        try:
+            assert copy.id == original.id
+            assert copy.artifact_dir(out) != original.artifact_dir(out)
+            mine = copy.create_run("c", "run", {"lr": 0.03})
+            ours = _checkpoint(copy, out, mine, b"server's run")
+            deleted = copy.delete_runs([first])
+            assert kept.read_bytes() == b"sqlite's run"
+            assert deleted.removed == []
+            assert [why for _, why in deleted.kept] == [
+                f"this store is a copy of {tmp_path / 'original.db'}, whose run it is too"
+            ]
+            assert copy.delete_runs([mine]).removed == [str(ours.parent)]
+        finally:
+            copy.engine.dispose()
         assert original.delete_runs([first]).removed == [str(kept.parent)]
     finally:
         original.engine.dispose()

@@ -1427,6 +1427,17 @@ class RunStore:
         if self._file is not None:
             return _elsewhere(recorded, str(self._file.path))
         if self._server is not None:
+            if recorded is not None and _read_place(recorded) is None:
+                # A SQLite store's tables moved onto the server carry its file's path: while
+                # that file is there, this store is its copy (read as no place at all, this
+                # store took `<store id>/` for its own, and its runs delete removed the
+                # file's runs' checkpoints). Gone (or on a host where this path is not it),
+                # the server's store owns the directory, as a SQLite store does whose original
+                # is gone.
+                with contextlib.suppress(OSError, ValueError):
+                    if Path(recorded).is_absolute() and Path(recorded).is_file():
+                        return Path(recorded)
+                return None
             return _server_elsewhere(s, recorded, self._server)
         return None
 
