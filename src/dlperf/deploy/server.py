@@ -79,9 +79,9 @@ _OUT_OF_RESOURCE = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 # Modules a request imports on first use, imported before the server accepts: an import opens
 # files, and a burst of connections can hold every file the limit allows by the time the first
 # request runs (one then answered 500 with "Too many open files: .../anyio/_backends/
-# __init__.py"). anyio's asyncio backend: Starlette's first body read or thread-pool call;
-# scipy.special: /predict's softmax (runtime.topk), which imports ~150 modules.
-FIRST_REQUEST_MODULES = ("anyio._backends._asyncio", "scipy.special")
+# __init__.py"). anyio's asyncio backend: Starlette's first body read or thread-pool call
+# (/predict's softmax is numpy's own, runtime.softmax: no scipy on the serving path).
+FIRST_REQUEST_MODULES = ("anyio._backends._asyncio",)
 
 
 def import_request_modules() -> None:
