@@ -935,6 +935,18 @@ def _insert_for(engine: Engine) -> Any:
     return sqlite_insert
 
 
+def _put_meta(s: Session, key: str, value: str) -> None:
+    """Set a meta key by an upsert: `Session.merge` reads, then inserts, and on PostgreSQL
+    (READ COMMITTED) processes making their first runs in a new store at once all read no
+    `home` and all but one insert failed on meta's primary key. The last write wins; each
+    writes where this store lives, the same value."""
+    bind = s.get_bind()
+    upsert = _insert_for(bind.engine if isinstance(bind, Connection) else bind)(Meta).values(
+        key=key, value=value
+    )
+    s.execute(upsert.on_conflict_do_update(index_elements=[Meta.key], set_={"value": value}))
+
+
 def _meta(s: Session, key: str) -> str | None:
     return s.scalar(select(Meta.value).where(Meta.key == key))
 
@@ -1567,7 +1579,7 @@ class RunStore:
         if original is not None:
             return original
         if home != here:
-            s.merge(Meta(key=HOME, value=here))
+            _put_meta(s, HOME, here)
         return None
 
     def _next_id(self, s: Session) -> int | None:
