@@ -19,6 +19,7 @@ from dlperf.data.sources import (
     holdout,
     no_training_images,
     resize,
+    untrained_classes,
 )
 from dlperf.errors import UserError
 from dlperf.parsing import did_you_mean
@@ -34,12 +35,18 @@ def load_data(cfg: DataConfig) -> ImageData:
         hint = did_you_mean(cfg.name, DATASETS, f"choose one of {', '.join(DATASETS)}", quote=True)
         raise UserError(f"unknown dataset '{cfg.name}'", hint)
     data = reader(cfg)
+    drawn = data.train
     if cfg.holdout:
         data.train, data.unlabeled = holdout(data.train, cfg.holdout, cfg.split_seed + 2)
+    held = data.train
     if cfg.limit is not None:
         data.train = data.train.subset(torch.arange(min(cfg.limit, len(data.train))))
     if len(data.train) == 0:
         raise no_training_images(data, cfg)
+    # A class the model would never see, yet the accuracy counts: kept for
+    # `too_few_classes`, which training refuses and `data describe` warns of. Not raised
+    # here: a distillation's unlabelled pool is read here too, and uses no label.
+    data.untrained = untrained_classes(data, cfg, drawn, held)
     if cfg.image_size is not None and data.in_memory:
         data = resize(data, cfg.image_size, cfg.max_memory_gb)
     channels = data.shape[0]

