@@ -89,6 +89,8 @@ def test_a_forward_that_fails_to_read_a_file_names_the_file_not_the_images(
 
 # --- J: the run's own batch size ----------------------------------------------------------------
 
+DIGITS_200 = {"name": "digits", "limit": 200}  # as _run's RUN
+
 BATCHED = """
 import torch.nn as nn
 class Cap(nn.Module):
@@ -117,6 +119,23 @@ def test_a_forward_that_breaks_at_the_runs_batch_size_is_refused_before_the_run(
     said = _refused(cli, db, tmp_path, BATCHED, factory, f"train.batch_size={batch}")
     assert _unwrapped(expected) in said, said
     assert _unwrapped(f"train.batch_size {batch}") in said, said
+
+
+def test_a_forward_that_breaks_at_an_evaluation_splits_last_batch_is_refused_before_the_run(
+    cli: Callable[..., CliResult], db: str, tmp_path: Path
+) -> None:
+    """Evaluation keeps its incomplete last batch: a .squeeze() forward at a batch size whose
+    val split ends in one image trained its first epoch, then failed evaluating it (found
+    by fxG, left in round 25's first pass)."""
+    from dlperf.config import Experiment
+    from dlperf.data import load_data
+
+    exp = Experiment.model_validate({"model": {"name": "smallcnn"}, "data": DIGITS_200})
+    images = len(load_data(exp.data).val.labels)
+    batch = next(b for b in range(4, images) if images % b == 1)
+    said = _refused(cli, db, tmp_path, BATCHED, "sq", f"train.batch_size={batch}")
+    assert _unwrapped("returns shape [10] for a batch of 1 image (the val split's last") in said
+    assert "x.flatten(1)" in said, said
 
 
 # --- E: a factory that fetches pretrained weights, offline -------------------------------------

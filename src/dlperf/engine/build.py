@@ -38,6 +38,7 @@ from dlperf.engine.checks import (
     check_target_measured,
     dry_backward,
     dry_forward,
+    eval_remainders,
     misfit,
     no_gradient,
 )
@@ -89,6 +90,11 @@ def prepare_run(
     # The batch size this run trains at, which neither a sweep's nor a scale study's check of
     # the model (build_model) knows: a forward that breaks at it, refused before the record
     check_run_batch(model, exp.train.batch_size, data.shape, f"'{exp.model.name}'", device)
+    # and the evaluation splits' last batches, which are not dropped: a .squeeze() forward
+    # failed at a val split's last image, after its first epoch trained
+    splits = {"val": len(data.val.labels), "test": len(data.test.labels)}
+    for size, where in eval_remainders(exp.train.batch_size, splits).items():
+        check_run_batch(model, size, data.shape, f"'{exp.model.name}'", device, where)
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)

@@ -10,7 +10,7 @@ import sys
 import traceback
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -589,21 +589,35 @@ def check_batch_trains(
         ) from None
 
 
+def eval_remainders(batch_size: int, splits: Mapping[str, int]) -> dict[int, str]:
+    """The sizes of the evaluation splits' last batches (`splits`: each split's name and image
+    count), which keep their incomplete last batch, where they differ from `batch_size`: the
+    split that has each, e.g. {1: "the val split's last batch"}."""
+    last: dict[int, str] = {}
+    for name, images in splits.items():
+        if images % batch_size:
+            last.setdefault(images % batch_size, f"the {name} split's last batch")
+    return last
+
+
 def check_run_batch(
     model: nn.Module,
     batch_size: int,
     shape: Sequence[int],
     what: str,
     device: torch.device | None = None,
+    where: str | None = None,
 ) -> None:
     """`model` (`what`) must return one row of scores per image at the run's `batch_size`
-    (train.batch_size) where the dry checks (DRY_BATCH, OTHER_BATCH) did not try it: a forward
-    ending in .squeeze() returns [classes] for one image, one returning y[:4] is wrong at any
-    batch over 4. Said before the run is recorded rather than at its first step, after. One
-    forward in eval mode without gradients, a third of one of the run's steps."""
+    (train.batch_size, or `where`: an evaluation split's last batch) where the dry checks
+    (DRY_BATCH, OTHER_BATCH) did not try it: a forward ending in .squeeze() returns [classes]
+    for one image, one returning y[:4] is wrong at any batch over 4. Said before the run is
+    recorded rather than at its first step, or its first evaluation, after. One forward in
+    eval mode without gradients, a third of one of the run's steps."""
     if batch_size in (DRY_BATCH, OTHER_BATCH):
         return
-    refused = f"model {what} cannot take a batch of train.batch_size {batch_size}"
+    where = where or f"train.batch_size {batch_size}"
+    refused = f"model {what} cannot take a batch of {batch_size} ({where})"
     output = dry_forward(model, shape, refused, device, batch=batch_size)
     if isinstance(output, torch.Tensor) and output.shape[:1] == (batch_size,):
         return
@@ -613,7 +627,7 @@ def check_run_batch(
         got = f"a {type(output).__name__}"
     images = f"{batch_size} image{'s' * (batch_size != 1)}"
     raise UserError(
-        f"model {what} returns {got} for a batch of {images} (train.batch_size {batch_size}); "
+        f"model {what} returns {got} for a batch of {images} ({where}); "
         f"expected one row of scores per image, [{batch_size}, classes]",
         "take the batch from the input and keep it: x.flatten(1), not .squeeze() (which drops "
         "a batch of one) nor a slice of the batch",
