@@ -91,8 +91,8 @@ def too_few_classes(data: ImageData, limit: int | None = None) -> UserError | No
     the accuracy 100%, whatever the model learns; or a class of its test (or validation)
     split has no training image (`untrained_classes`). None when it can."""
     present = torch.unique(data.train.labels).tolist()
-    if len(present) >= 2:
-        return data.untrained
+    if len(present) >= 2:  # a stand-in for load_data's ImageData may lack `untrained`
+        return getattr(data, "untrained", None)
     names = [data.classes[i] if i < len(data.classes) else str(i) for i in present]
     held = f"class {names[0]} only" if names else "no labels"
     # A set of many classes can still lose all but one to the split, data.limit or holdout.
