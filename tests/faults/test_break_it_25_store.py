@@ -138,3 +138,36 @@ def test_a_url_query_part_without_a_value_is_refused(
     with pytest.raises(UserError, match="has no value"):
         RunStore.open(db)
     assert not any(p.name in ("q", "r.db", "s.db") for p in tmp_path.iterdir())
+
+
+def test_a_run_that_cannot_be_marked_for_want_of_memory_ends_with_what_ended_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a tight `ulimit -v`, what ended a run (a library's import out of memory) left too
+    little to mark it: the mark's SystemError replaced the run's own error, and the command
+    printed a traceback of both. The run's error is what propagates; the run reads as lost."""
+    store = RunStore.open(str(tmp_path / "s.db"))
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise SystemError("<function RunStore.update_run> returned NULL without an exception")
+
+    monkeypatch.setattr(store, "finish_run", out_of_memory)
+    with pytest.raises(MemoryError), store.new_run("r", "run", {}, "h", {}):
+        raise MemoryError
+    monkeypatch.undo()
+    [run] = store.list_runs()
+    assert run.status == "running"  # read as lost once this process has ended
+
+
+def test_a_store_collected_out_of_memory_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its finaliser closes the pool; one that failed printed "Exception ignored in:
+    <finalize object ...>" with a MemoryError under a tight `ulimit -v`."""
+    from dlperf.store import runstore
+
+    engine = create_engine("sqlite://")
+
+    def out_of_memory(close: bool = True) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(engine, "dispose", out_of_memory)
+    runstore._dispose(engine, 0)  # no exception

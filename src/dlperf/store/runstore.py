@@ -1232,8 +1232,11 @@ class Recording:
 
 def _dispose(engine: Engine, opened_in: int) -> None:
     """Closes the pooled connections of a store's engine; in a forked child, only forgets
-    them, as SQLAlchemy advises: closing would end its parent's sessions on the same sockets."""
-    engine.dispose(close=os.getpid() == opened_in)
+    them, as SQLAlchemy advises: closing would end its parent's sessions on the same sockets.
+    Silent where it fails (out of memory under `ulimit -v`, a server gone): a collector's
+    callback can only print "Exception ignored", and what it would close is dropped anyway."""
+    with contextlib.suppress(Exception):
+        engine.dispose(close=os.getpid() == opened_in)
 
 
 class RunStore:
@@ -1629,7 +1632,11 @@ class RunStore:
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 raise KeyboardInterrupt from e
-            self._mark(run_id, "failed", error=f"{type(e).__name__}: {e}")
+            # Out of memory as it is marked (a tight `ulimit -v` that what ended the run hit
+            # first): the run is left `running`, read as lost, and the command ends with what
+            # ended the run, not with the mark's SystemError.
+            with contextlib.suppress(MemoryError, SystemError):
+                self._mark(run_id, "failed", error=f"{type(e).__name__}: {e}")
             raise
         refused = self._mark(run_id, record.status, record.summary, record.error)
         if refused is not None:
