@@ -276,7 +276,7 @@ def _lost_to_validation(
             f"{listed} no training image (all {its} images in {where} go to validation): the "
             f"model would never see {it}, yet the test accuracy counts {its} test images"
         )
-        more_images = f"give class{'' if one else 'es'} {listed} more images"
+        more_images = f"give {it} more images"  # after the line's list, which may end "2 more"
     # no seed keeps any class where every image goes
     seed = _seed_keeping(labels, cfg, len(present)) if taken < len(labels) else None
     fixes = [] if seed is None else [f"set data.split_seed = {seed}, which keeps every class"]
