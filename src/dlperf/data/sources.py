@@ -248,6 +248,14 @@ def _at_most(key: str, fraction: float) -> str:
     return f"set {key} = {fraction:g}" + (" or less" if fraction else "")
 
 
+def _class_list(names: list[str]) -> tuple[str, bool]:
+    """`names` as a line lists them (the first _NAMED_CLASSES, then "N more"), and whether
+    there is one."""
+    shown = names[:_NAMED_CLASSES]
+    more = len(names) - len(shown)
+    return _and([*shown, f"{more} more"] if more else shown), len(names) == 1
+
+
 def _lost_to_validation(
     labels: torch.Tensor, cfg: DataConfig, classes: list[str], where: Path
 ) -> UserError | None:
@@ -266,10 +274,7 @@ def _lost_to_validation(
         said = f"{fraction} takes all {len(labels)} images of {where} and leaves no training image"
         more_images = "give the classes more images"
     else:
-        names = [name_text(classes[i]) for i in lost[:_NAMED_CLASSES]]
-        more = len(lost) - len(names)
-        listed = _and([*names, f"{more} more"] if more else names)
-        one = len(lost) == 1
+        listed, one = _class_list([name_text(classes[i]) for i in lost])
         its, it = ("its", "it") if one else ("their", "them")
         said = (
             f"{fraction} at data.split_seed {cfg.split_seed} leaves class{'' if one else 'es'} "
@@ -362,13 +367,9 @@ def untrained_classes(
     order = ["data.test_fraction", "data.val_fraction", "data.holdout", "data.limit", None]
     key = min(keys.values(), key=order.index)  # the first step: the later ones took the rest
     labels = [label for label in lost if keys[label] == key]
-    names = [
-        name_text(data.classes[i] if i < len(data.classes) else str(i))
-        for i in labels[:_NAMED_CLASSES]
-    ]
-    more = len(labels) - len(names)
-    listed = _and([*names, f"{more} more"] if more else names)
-    one = len(labels) == 1
+    listed, one = _class_list(
+        [name_text(data.classes[i] if i < len(data.classes) else str(i)) for i in labels]
+    )
     its, it = ("its", "it") if one else ("their", "them")
     counted = (
         f"the test accuracy counts {its} test images"
