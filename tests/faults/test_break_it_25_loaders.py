@@ -14,8 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,10 @@ import pytest
 import dlperf
 from dlperf import stopping
 from dlperf.store import RunStore
+from tests.faults.test_break_it_22_stops import DEADLINE_S, _wait_for
 
 SOURCE = str(Path(dlperf.__file__).parents[1])  # the dlperf under test, in the subprocess too
 EXAMPLE = Path(__file__).parents[2] / "examples" / "digits_smallcnn.toml"
-DEADLINE_S = 120.0  # generous: the machine may be shared
-
-
-def _wait_for(what: str, check: Callable[[], object]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"waited {DEADLINE_S} s for {what}")
 
 
 def _workers(pid: int) -> list[int]:

@@ -20,6 +20,7 @@ from sqlalchemy import make_url
 from dlperf.store import RunStore
 from dlperf.store.schema import Artifact, Meta, Metric, Run, Study, Tag
 from tests.conftest import POSTGRES, CliResult, fresh_store_url
+from tests.faults.test_break_it_25_store import _checkpoint
 
 Cli = Callable[..., CliResult]
 
@@ -27,14 +28,6 @@ Cli = Callable[..., CliResult]
 @pytest.fixture
 def pg_url(tmp_path: Path) -> Iterator[str]:
     yield from fresh_store_url("postgresql", tmp_path, "fx25m")
-
-
-def _checkpoint(store: RunStore, out: Path, run_id: int, body: bytes) -> Path:
-    where = store.artifact_dir(out) / f"run-{run_id}" / "checkpoint.pt"
-    where.parent.mkdir(parents=True)
-    where.write_bytes(body)
-    store.add_artifact(run_id, "checkpoint", where)
-    return where
 
 
 def _moved(source: RunStore, url: str) -> None:

@@ -27,20 +27,18 @@ is now "no run N in the store", as every other `Store` method says.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import make_url
 
 import dlperf
 from dlperf.errors import UserError
 from dlperf.formatting import fmt
 from dlperf.store.query import config_settings, setting
 from tests.conftest import CliResult, fresh_store_url
-from tests.store.test_store import inspect_tables
+from tests.faults.test_break_it_22_views import _tables
 
 Cli = Callable[..., CliResult]
 
@@ -49,15 +47,6 @@ Cli = Callable[..., CliResult]
 def unopened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store nobody has opened: a missing SQLite file, or an empty PostgreSQL schema."""
     yield from fresh_store_url(request.param, tmp_path, "bk25v")
-
-
-def _tables(url: str) -> list[str]:
-    """The tables at `url`, or ["(file)"] for a SQLite file that exists at all."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        assert parsed.database
-        return ["(file)"] if os.path.lexists(parsed.database) else []
-    return inspect_tables(url)
 
 
 # --- 3: the API's Store is a reader ---------------------------------------------------------
