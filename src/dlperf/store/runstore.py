@@ -938,8 +938,8 @@ def _insert_for(engine: Engine) -> Any:
 def _put_meta(s: Session, key: str, value: str) -> None:
     """Set a meta key by an upsert: `Session.merge` reads, then inserts, and on PostgreSQL
     (READ COMMITTED) processes making their first runs in a new store at once all read no
-    `home` and all but one insert failed on meta's primary key. The last write wins; each
-    writes where this store lives, the same value."""
+    `home` and all but one insert failed on meta's primary key. Every meta key dlperf sets
+    after a store is made goes through here; the last write wins."""
     bind = s.get_bind()
     upsert = _insert_for(bind.engine if isinstance(bind, Connection) else bind)(Meta).values(
         key=key, value=value
@@ -1468,13 +1468,13 @@ class RunStore:
         name, made_for = _meta(s, COPY_DIR), _meta(s, COPY_FILE)
         if name is not None and self._elsewhere(s, made_for) is None:
             if made_for != here:  # the copy was moved
-                s.merge(Meta(key=COPY_FILE, value=here))
+                _put_meta(s, COPY_FILE, here)
             return name
         if not make or self._copy_of(s) is None:
             return None
         name = f"{self.id}-{secrets.token_hex(4)}"
-        s.merge(Meta(key=COPY_DIR, value=name))
-        s.merge(Meta(key=COPY_FILE, value=here))
+        _put_meta(s, COPY_DIR, name)
+        _put_meta(s, COPY_FILE, here)
         return name
 
     @contextmanager
@@ -1932,7 +1932,7 @@ class RunStore:
             s.execute(delete(Run).where(Run.id.in_(ids)))
             if self.engine.dialect.name == "sqlite":
                 floor = _meta(s, DELETED_MAX)
-                s.merge(Meta(key=DELETED_MAX, value=str(max([*ids, int(floor or 0)]))))
+                _put_meta(s, DELETED_MAX, str(max([*ids, int(floor or 0)])))
         removed: list[str] = []
         kept: list[tuple[str, str]] = []
         for run_id, path in owned:
