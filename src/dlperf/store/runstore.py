@@ -109,6 +109,14 @@ SIZE_LIMIT_NEAR = 128 << 10
 # The files SQLite keeps beside a store in WAL mode, named by these suffixes to the store's.
 WAL_FILES = ("-wal", "-shm")
 PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"
+# query_canceled: a statement that ran past statement_timeout, or one a session cancelled
+# (pg_cancel_backend).
+PG_CANCELLED = "57014"
+# The fix of a statement_timeout too short for a store's queries: lifted for its sessions.
+NO_STATEMENT_TIMEOUT = (
+    "lift it for dlperf's sessions: add -cstatement_timeout=0 to the URL's ?options=, or "
+    "ALTER ROLE {role} SET statement_timeout = 0; a cancelled write wrote nothing"
+)
 PG_LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock not had within lock_timeout
 # The savepoint each statement of a PostgreSQL write runs in, to try it again once a wait
 # for a lock has timed out (`_pg_write`).
@@ -297,12 +305,26 @@ def _server_options(url: URL, name: str) -> None:
 
 
 def _server_engine(url: URL, name: str) -> Engine:
-    """The engine of a server's store: a libpq driver's connections time out by default."""
+    """The engine of a server's store: a libpq driver's connections time out by default.
+
+    A PostgreSQL store's sessions speak UTF-8 and run at READ COMMITTED, whatever the URL,
+    the role or the database set: in client_encoding SQL_ASCII psycopg hands text back as
+    bytes (every command was a TypeError in SQLAlchemy's reading of the server's version),
+    in LATIN1 it could not send an emoji (a UnicodeEncodeError); at SERIALIZABLE or
+    REPEATABLE READ (default_transaction_isolation) writes at once failed with "could not
+    serialize access", where dlperf's writes are made for READ COMMITTED (row locks taken
+    as read, compare-and-set updates, upserts). A startup parameter outranks the URL's
+    `-c` options and a role's settings."""
     _server_options(url, name)
-    libpq = url.get_backend_name() == "postgresql" and url.get_driver_name() in LIBPQ_DRIVERS
-    if not libpq or _connect_timeout(url) is not None:
-        return create_engine(url)
-    return create_engine(url, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+    postgresql = url.get_backend_name() == "postgresql"
+    libpq = postgresql and url.get_driver_name() in LIBPQ_DRIVERS
+    kwargs: dict[str, Any] = {"isolation_level": "READ COMMITTED"} if postgresql else {}
+    connect_args: dict[str, Any] = {"client_encoding": "UTF8"} if libpq else {}
+    if libpq and _connect_timeout(url) is None:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    if connect_args:
+        kwargs["connect_args"] = connect_args
+    return create_engine(url, **kwargs)
 
 
 def _connect_timeout(url: URL) -> str | None:
@@ -745,15 +767,30 @@ def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
     return StoreGone(f"run store {name} went away ({detail})")
 
 
-def _schema_checked(engine: Engine, name: str) -> None:
+@dataclass(frozen=True)
+class _Session:
+    """What a PostgreSQL store's session is, as its server says: the database's encoding
+    and statement_timeout (as SHOW writes it: "0", "3ms", "1min")."""
+
+    encoding: str
+    statement_timeout: str
+
+
+def _schema_checked(engine: Engine, name: str) -> _Session:
     """Refuse a PostgreSQL store whose search_path names no schema that exists (a misspelt
     `?options=-csearch_path=...`): it read as an empty store (`runs list` printed an empty
     table, exit 0), and its first write said PostgreSQL's own "no schema has been selected to
     create in; LINE 2: CREATE TABLE meta (". current_schema() is NULL then, and also where
-    the schema exists but the user has no USAGE on it: that is said apart, with its GRANT."""
+    the schema exists but the user has no USAGE on it: that is said apart, with its GRANT.
+    Returns the session's settings, read by the same query."""
     with engine.connect() as conn:
-        if conn.exec_driver_sql("SELECT current_schema()").scalar() is not None:
-            return
+        query = (
+            "SELECT current_schema(), current_setting('server_encoding'), "
+            "current_setting('statement_timeout')"
+        )
+        schema, encoding, timeout = conn.exec_driver_sql(query).one()
+        if schema is not None:
+            return _Session(str(encoding), str(timeout))
         path = str(conn.exec_driver_sql("SHOW search_path").scalar() or "")
         user = str(conn.exec_driver_sql("SELECT current_user").scalar())
         schemas = [s.strip() for s in path.split(",") if s.strip()]
@@ -782,6 +819,59 @@ def _schema_checked(engine: Engine, name: str) -> None:
         f"cannot open run store {name}: {integrity.shown(missing)}",
         "create it, or fix search_path in the URL",
     )
+
+
+def _encoding_checked(session: _Session, url: URL, name: str) -> None:
+    """Refuse to write a PostgreSQL store whose database is not UTF8: LATIN1 cannot hold an
+    emoji in a run's name, a tag or a value, and SQL_ASCII counts a column's length in bytes
+    (and checks nothing). Read, it is read (its sessions speak UTF-8, `_server_engine`)."""
+    if session.encoding.upper() in ("UTF8", "UTF-8", "UNICODE"):
+        return
+    database = integrity.shown(url.database or "NAME")
+    raise UserError(
+        f"run store {name} is a database in encoding {session.encoding}, which cannot keep "
+        "every name, tag and value; dlperf writes only to a UTF8 database",
+        f"make one for the store: CREATE DATABASE {database}_utf8 ENCODING 'UTF8' "
+        "TEMPLATE template0; this one can still be read",
+    )
+
+
+class QueryCancelled(UserError):
+    """The server cancelled a query of the store (statement_timeout, pg_cancel_backend):
+    not the user's input, so exit code 1, but one line (as StoreLocked)."""
+
+    exit_code = 1
+
+
+def _cancelled(name: str, url: URL, timeout: str | None, e: BaseException) -> QueryCancelled:
+    """The one line of a query the server cancelled: by its statement_timeout, named with
+    its value and how to lift it, unless that is off (0: another session cancelled it)."""
+    said = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    if timeout == "0":
+        return QueryCancelled(
+            f"run store {name}: the server cancelled a query ({said})",
+            "another session cancelled it (pg_cancel_backend, an administrator): try again; a "
+            "cancelled write wrote nothing",
+        )
+    setting = "statement_timeout" if timeout is None else f"statement_timeout ({timeout})"
+    role = integrity.shown(url.username or "ROLE")
+    return QueryCancelled(
+        f"run store {name}: the server cancelled a query that ran past its {setting}",
+        NO_STATEMENT_TIMEOUT.format(role=role),
+    )
+
+
+def _query_cancelled(name: str, timeout: str, context: ExceptionContext) -> BaseException | None:
+    """SQLAlchemy's `handle_error` hook of a PostgreSQL store once it has opened: a query
+    the server cancelled (57014) becomes the one line of `_cancelled`, whatever read or
+    write met it, instead of psycopg's QueryCanceled traceback (`runs show`, `runs delete`,
+    `runs export` of a large run, `dlperf.track`'s log)."""
+    orig = context.original_exception
+    if getattr(orig, "sqlstate", None) != PG_CANCELLED:
+        return None
+    engine = context.engine
+    url = engine.url if engine is not None else make_url("postgresql://")
+    return _cancelled(name, url, timeout, orig)
 
 
 def _read_only_session(engine: Engine, name: str, e: DatabaseError) -> UserError:
@@ -1334,9 +1424,13 @@ class RunStore:
                 return cls._empty(_absent(_name(engine), what, read_only))
             if not read_only and not missing:  # before a connection switches it to WAL
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed))
+        writing = (create if writes is None else writes) and not read_only
+        session: _Session | None = None
         try:
             if parsed.get_backend_name() == "postgresql":
-                _schema_checked(engine, name)
+                session = _schema_checked(engine, name)
+                if writing:  # before a new store's tables are made in it
+                    _encoding_checked(session, parsed, name)
             integrity.check(engine)
             writer = engine.execution_options(**{WRITES: True})
             store_id = migrations.migrate(engine, writer, name, create and not read_only)
@@ -1352,19 +1446,22 @@ class RunStore:
                 ) from None
             if _pg_state(e) == PG_READ_ONLY:
                 raise _read_only_session(engine, name, e) from None
+            if _pg_state(e) == PG_CANCELLED:
+                timeout = None if session is None else session.statement_timeout
+                raise _cancelled(name, parsed, timeout, e.orig or e) from None
             if _pg_state(e) == integrity.PG_NO_PRIVILEGE:
-                writing = (create if writes is None else writes) and not read_only
                 raise _denied_at_open(engine, name, e, writing) from None
             raise _no_answer(parsed, name, e) or UserError(
                 f"cannot open run store {name}: {_one_line(e)}", _hint(e, where, read_only)
             ) from None
         if store_id is None:  # an empty database, opened only to read it
             return cls._empty(_absent(_name(engine), "holds no store yet", read_only))
-        writing = (create if writes is None else writes) and not read_only
         place = _server_place(engine) if not sqlite and writing else None
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
-            if parsed.get_backend_name() == "postgresql":
+            if session is not None:
                 _pg_waits(engine, name)
+                cancelled = functools.partial(_query_cancelled, name, session.statement_timeout)
+                event.listen(engine, "handle_error", cancelled)
             event.listen(engine, "handle_error", functools.partial(_server_gone, name))
             # Only now too: an open probes for tables that are missing from a new store.
             event.listen(engine, "handle_error", integrity.on_error)
