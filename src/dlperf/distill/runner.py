@@ -304,7 +304,9 @@ class _Study:
                          chosen.reused)  # fmt: skip
         data = {"name": "npz", "root": s.file, "mean": list(given.mean),
                 "std": list(given.std), "image_size": None, "holdout": 0.0, "limit": None,
-                "test_fraction": pretrain.FRACTION,
+                # a tenth of under 6 images is no test image, which the npz reader refuses
+                # at a test_fraction above 0: 0 says there is none (pretrain.sizes alike)
+                "test_fraction": pretrain.FRACTION if pretrain.sizes(sum(s.kept))[2] else 0.0,
                 "val_fraction": pretrain.FRACTION}  # fmt: skip
         epochs = p.opts.pretrain_epochs or p.base.train.epochs
         pre = _derive(
