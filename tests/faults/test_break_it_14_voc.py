@@ -164,7 +164,7 @@ def test_what_tools_write_for_a_good_file_is_read(shapes: Shapes, tmp_path: Path
     [a] = [a for a in voc.load_split(root, "train") if a.image_id == xml.stem]
     assert (a.width, a.height) == (64, 64) and isinstance(a.width, int)
     assert [(o.name, o.box, o.difficult) for o in a.objects[:2]] == [
-        ("square", (-1.0, 0.0, 64.0, 64.0), True),
+        ("square", (0.0, 0.0, 64.0, 64.0), True),  # xmin 0 as 1 (round 26): x1 was -1
         ("disc", (6.0, 4.5, 7.0, 9.5), False),
     ]
     for o in a.objects:  # every box has a positive width and height, as torchvision asserts

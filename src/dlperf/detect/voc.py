@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import unicodedata
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,11 +85,29 @@ def read_split(root: Path, split: str) -> list[str]:
     lines: dict[str, list[int]] = {}  # each id's lines, from 1, in the order first listed
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            lines.setdefault(line.split()[0], []).append(number)
+            lines.setdefault(_line_id(root, line), []).append(number)
     if not lines:
         raise UserError(f"split file {path} lists no images")
     _refuse_repeats(path, lines)
     return list(lines)
+
+
+# A line of VOC's per-class split files (aeroplane_train.txt): an id, then its flag, -1, 0 or
+# 1 ("000005 -1", "000007  1").
+_FLAGGED = re.compile(r"(.*?\S)\s+(-1|0|1)")
+
+
+def _line_id(root: Path, line: str) -> str:
+    """The image id of a split file's `line`: the whole line, stripped, or, in VOC's per-class
+    files, the line before its flag. Cut at the first space, an id holding one ("img 0000")
+    was read as "img" and blamed on a missing img.xml. A line that ends in a flag is an id
+    and a flag unless the whole line names an annotation."""
+    whole = line.strip()
+    flagged = _FLAGGED.fullmatch(whole)
+    # os.path.exists: False, not an OSError, for a name too long for the file system
+    if flagged and not os.path.exists(root / "Annotations" / f"{whole}.xml"):
+        return flagged.group(1)
+    return whole
 
 
 def _refuse_repeats(path: Path, lines: dict[str, list[int]]) -> None:
@@ -125,10 +145,11 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
     one line naming the file, the object (its place among the file's objects, from 1, and its
     name) and the field, before anything is trained: the size in positive whole pixels
     ("64.0" is 64) and, given the folder of `images`, the image's own (`check_size`); each
-    corner a finite number inside the image, 0 (a tool writing 0-based corners) or 1 to the
-    width or height, xmin <= xmax and ymin <= ymax (VOC's corners are inclusive: equal ones
-    are a box one pixel wide, which torchvision's positive width takes); difficult and
-    truncated 1 or 0 (true or false, any case)."""
+    corner a finite number inside the image, 0 to the width or height (one under 1, which a
+    tool writing 0-based corners puts at the edge, is read as the first pixel, 1), xmin <=
+    xmax and ymin <= ymax (VOC's corners are inclusive: equal ones are a box one pixel wide,
+    which torchvision's positive width takes); difficult and truncated 1 or 0 (true or
+    false, any case)."""
     try:
         tree = ET.parse(path)
     except (ET.ParseError, OSError) as e:
@@ -142,7 +163,8 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
         # image's is the mistake to name (a box outside it may be inside the image).
         image = images / filename
         _regular(image, "the image")
-        check_size(path, image, width, height, _header_size(image))
+        stored, turned = _header_size(image)
+        check_size(path, image, width, height, stored, turned)
     objects = [
         _object(obj, f"{path}: object {n}", width, height)
         for n, obj in enumerate(node.iter("object"), 1)
@@ -162,26 +184,59 @@ def _local_names(root: ET.Element) -> None:
             element.tag = element.tag.partition("}")[2]
 
 
-def _header_size(image: Path) -> tuple[int, int] | None:
-    """The image's size as its header says, no pixel decoded (Pillow opens lazily); None when
-    it is missing or cannot be opened: that is refused, in its own line, as it is decoded."""
+def _header_size(image: Path) -> tuple[tuple[int, int] | None, int]:
+    """The image's size as its header says, no pixel decoded (Pillow opens lazily), and its
+    EXIF orientation (`orientation`); no size when it is missing or cannot be opened: that is
+    refused, in its own line, as it is decoded."""
     from dlperf.data.sources import opened_image
 
     if not image.is_file():
-        return None
+        return None, 1
     try:
         with opened_image(image) as im:
-            return (int(im.size[0]), int(im.size[1]))
+            return (int(im.size[0]), int(im.size[1])), orientation(im)
     except UserError:
-        return None
+        return None, 1
+
+
+# EXIF orientations (tag 0x0112) that show the stored pixels turned a quarter, width and
+# height swapped: 5 to 8 (1 to 4 keep them, mirrored or turned a half at most).
+_QUARTER_TURNS = (5, 6, 7, 8)
+
+
+def orientation(im: Any) -> int:
+    """The EXIF orientation of the open image `im`, 1 (as stored) without one. Pixels are
+    read as stored, as torchvision reads them, whatever the orientation says."""
+    try:
+        value = im.getexif().get(0x0112, 1)
+    except Exception:  # a damaged EXIF block: Pillow raises what its parser met
+        return 1
+    return value if isinstance(value, int) else 1
 
 
 def check_size(
-    xml: Path, image: Path, width: int, height: int, size: tuple[int, int] | None
+    xml: Path,
+    image: Path,
+    width: int,
+    height: int,
+    size: tuple[int, int] | None,
+    turned: int = 1,
 ) -> None:
     """Refuse an annotation whose <size> is not its image's `size` (width, height): its boxes
     were checked against <size>, so against another image they may lie outside it, and
-    trained as they are. No size (an image not read yet) passes."""
+    trained as they are. No size (an image not read yet) passes. `turned`, the image's EXIF
+    orientation, names the case of a <size> that is the image as a viewer shows it (turned a
+    quarter), whose boxes were drawn on that view: the fix is to turn the pixels, not to
+    redraw the boxes."""
+    if size is not None and turned in _QUARTER_TURNS and (size[1], size[0]) == (width, height):
+        raise UserError(
+            f"{xml}: <size> says {width} x {height}, the size {image} shows at (its EXIF "
+            f"orientation {turned} turns it), but its pixels are stored {size[0]} x {size[1]}, "
+            "which is how they are read",
+            "turn the pixels themselves, keeping the boxes: "
+            "PIL.ImageOps.exif_transpose(Image.open(f)).save(f); or write the stored size, "
+            f"{size[0]} x {size[1]}, in <size> and the boxes in the stored pixels",
+        )
     if size is not None and size != (width, height):
         raise UserError(
             f"{xml}: <size> says {width} x {height}, but {image} is {size[0]} x {size[1]}",
@@ -240,7 +295,10 @@ def _object(obj: ET.Element, where: str, width: int, height: int) -> VocObject:
                 "VOC corners are pixels 1 to <width> and <height>: fix the box, or <size>",
             )
     _flag(obj, "truncated", where)  # not used, but a file with a broken flag is a broken file
-    xmin, ymin, xmax, ymax = (corners[c][1] for c in CORNERS)
+    # A corner under 1 (a tool writing 0-based corners puts 0 at the image's edge) is read as
+    # VOC's first pixel, 1: read as it is, xmin 0 became x1 = -1, and 0,0,0,0 a box wholly
+    # outside the image.
+    xmin, ymin, xmax, ymax = (max(corners[c][1], 1.0) for c in CORNERS)
     return VocObject(name, (xmin - 1, ymin - 1, xmax, ymax), _flag(obj, "difficult", where))
 
 
@@ -261,7 +319,15 @@ def load_split(root: Path, split: str) -> list[VocAnnotation]:
         path = root / "Annotations" / f"{image_id}.xml"
         _regular(path, "a VOC annotation (XML)")
         if not path.is_file():
-            raise UserError(f"{root}: split {split} lists {image_id} but {path} is missing")
+            spaced = any(c.isspace() for c in image_id)
+            raise UserError(
+                f"{root}: split {split} lists {repr(image_id) if spaced else image_id} but "
+                f"{path} is missing",
+                "a split file's line is one image id, the whole line (or an id and a flag, "
+                "-1, 0 or 1, as VOC's per-class files write)"
+                if spaced
+                else None,
+            )
         # Refused as the split is loaded, before any training: each image is decoded only
         # when its batch comes, but a FIFO in its place, or a size other than <size>, is
         # refused now. A missing or unreadable one is left to then, as before.
@@ -306,7 +372,38 @@ def class_names(*splits: list[VocAnnotation]) -> list[str]:
     """Label names by id: background first, then the object names sorted (for VOC2007
     this is the devkit's own order, aeroplane ... tvmonitor)."""
     names = {obj.name for split in splits for a in split for obj in a.objects}
+    _refuse_normalised_twins(splits)
     return [BACKGROUND, *sorted(names)]
+
+
+def _refuse_normalised_twins(splits: tuple[list[VocAnnotation], ...]) -> None:
+    """Refuse object names equal but for their Unicode normalisation (café as NFC,
+    'caf\\xe9', and as NFD, 'cafe\\u0301', typed on macOS): they show alike, yet were two
+    classes, each with its own output and its own AP row, printed alike. Each spelling is
+    named with the annotation it is first met in; the rule is the image folders' and npz's
+    (`normalised_twins`)."""
+    from dlperf.data.sources import _form, normalised_twins
+
+    met: dict[str, str] = {}  # each spelling, and the id of the annotation it is first in
+    for split in splits:
+        for a in split:
+            for obj in a.objects:
+                met.setdefault(obj.name, a.image_id)
+    twins = normalised_twins(met)
+    if not twins:
+        return
+    shown = [
+        f"{name_text(unicodedata.normalize('NFC', one))} as {_form(one)} {one!a} "
+        f"(Annotations/{met[one]}.xml) and {_form(two)} {two!a} (Annotations/{met[two]}.xml)"
+        for one, two in twins[:3]
+    ]
+    more = f" and {len(twins) - 3} more" if len(twins) > 3 else ""
+    raise UserError(
+        f"object names differ only in Unicode normalisation, {', '.join(shown)}{more}: they "
+        "would be two classes that show as one name",
+        "write each class's name in one spelling: unicodedata.normalize('NFC', name) of each "
+        "<name> gives one",
+    )
 
 
 def check_measurable(root: Path, split: str, annotations: list[VocAnnotation]) -> None:
@@ -484,7 +581,12 @@ class VocDataset:
         with opened_image(path) as im:
             # Replaced since the split was loaded: its boxes were checked against <size>.
             check_size(
-                self.root / "Annotations" / f"{a.image_id}.xml", path, a.width, a.height, im.size
+                self.root / "Annotations" / f"{a.image_id}.xml",
+                path,
+                a.width,
+                a.height,
+                im.size,
+                orientation(im) if im.size != (a.width, a.height) else 1,  # read when refused
             )
             # image_modes.rgb, as `detect run`, `serve` and the classifiers' readers decode it:
             # convert("RGB") clips a 16-bit grey image at 255 (a white picture).
