@@ -246,6 +246,15 @@ def _shown(text: object, most: int = 60) -> str:
     return repr(text)
 
 
+def _names(fields: list[str]) -> list[str]:
+    """A line's fields as the header's names are compared: stripped, trailing empty ones
+    dropped (a trailing comma)."""
+    names = [field.strip() for field in fields]
+    while names and not names[-1]:
+        names.pop()
+    return names
+
+
 def read_table(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> tuple[list[int], dict[str, list[str]]]:
@@ -275,6 +284,14 @@ def read_table(
             continue
         if not fields:  # a blank line, passed over as csv.DictReader does
             continue
+        if _names(fields) == _names(names):
+            # two logs concatenated, the second's header and all: read as a row, it was
+            # blamed as "'step' is not a number: 'step'"
+            raise UserError(
+                f"{path}:{first + skipped}: the line repeats the header (two logs concatenated?)",
+                "remove it: if two logs were joined, check that the rows after it go on from "
+                "those before",
+            )
         if len(fields) > len(names):
             comment_header(path, text, names, skipped)
             semicolons(path, text, names)

@@ -21,6 +21,7 @@ from dlperf.config import DataConfig, Experiment, build_experiment, parse_value
 from dlperf.data import ImageData, Split, load_data
 from dlperf.data.sources import read_npz, resize
 from dlperf.errors import UserError
+from dlperf.parsing import name_text
 
 EXAMPLE = "mnist5k:image_size=8 or digits:holdout=0.5"
 _PAIRS = re.compile(r",(?=\s*[A-Za-z_]\w*\s*=)")  # a comma that starts a KEY=
@@ -30,8 +31,9 @@ _PAIRS = re.compile(r",(?=\s*[A-Za-z_]\w*\s*=)")  # a comma that starts a KEY=
 class Pool:
     spec: str
     images: torch.Tensor  # uint8 N,C,H,W
-    hidden: torch.Tensor | None  # labels of the images, when the set has the teacher's classes
+    hidden: torch.Tensor | None  # labels of the images as the teacher's, when it has them all
     digest: str  # of the images and labels: a selection is reused only for the same pool
+    unmeasured: str | None = None  # why `hidden` is None, for the study to say
 
 
 def parse(spec: str, exp: Experiment) -> tuple[DataConfig, DataConfig]:
@@ -110,11 +112,40 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
     _check_shape(spec, tuple(held.images.shape[1:]), labelled.shape)
     if held is not labelled.unlabeled:
         _check_unseen(spec, held.images, labelled)
-    same_classes = data.classes == labelled.classes and bool(held.labels.ge(0).all())
+    hidden, unmeasured = _as_teachers(held.labels, data.classes, labelled.classes)
     digest = hashlib.sha256(held.images.numpy().tobytes())
-    digest.update(held.labels.numpy().tobytes())
-    hidden = held.labels if same_classes else None
-    return Pool(spec, held.images, hidden, digest.hexdigest()[:16])
+    # the labels as the teacher numbers them: a pool's own order of the same names is the
+    # same pool (and a pool in the teacher's order keeps the digest it had)
+    digest.update((held.labels if hidden is None else hidden).numpy().tobytes())
+    return Pool(spec, held.images, hidden, digest.hexdigest()[:16], unmeasured)
+
+
+def _as_teachers(
+    labels: torch.Tensor, classes: list[str], teachers: list[str]
+) -> tuple[torch.Tensor | None, str | None]:
+    """The pool's `labels` (indices into its `classes`) as indices into the teacher's
+    classes, by name, to measure pseudo-label precision with; or None and why not. Compared
+    as lists, a pool listing the teacher's names in another order (its labels numbered by its
+    own list) lost its precision, nothing said. A pool with some of the teacher's classes
+    maps as well: a kept image is right when the teacher's label is its own."""
+    if len(labels) and not bool(labels.ge(0).all()):
+        return None, "pseudo-label precision is not measured: the pool has no labels"
+    if classes == teachers:  # the teacher's own list: the labels as they are
+        return labels, None
+    index = {name: i for i, name in enumerate(teachers)}
+    foreign = [name for name in classes if name not in index]
+    if foreign:
+        listed = ", ".join(name_text(n) for n in foreign[:3])
+        listed += f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        theirs = ", ".join(name_text(n) for n in teachers[:10])
+        theirs += ", ..." if len(teachers) > 10 else ""
+        classes_are = f"class {listed} is" if len(foreign) == 1 else f"classes {listed} are"
+        return None, (
+            f"pseudo-label precision is not measured: the pool's {classes_are} not among the "
+            f"teacher's ({theirs})"
+        )
+    mapping = torch.tensor([index[name] for name in classes], dtype=torch.int64)
+    return mapping[labels], None
 
 
 def _check_unseen(spec: str, images: torch.Tensor, labelled: ImageData) -> None:

@@ -418,6 +418,8 @@ def run_distill(
     )
     for warning in oversized_k(p.opts.top_k, len(p.pool.images)):
         reporter.log(f"warning: {warning}")
+    if p.pool.unmeasured is not None:  # the summaries' null precision, said
+        reporter.log(f"note: {p.pool.unmeasured}")
     result = DistillResult(
         study_id, p.name, None, None, [], None, p.labelled.classes, p.pool.spec, str(directory)
     )
