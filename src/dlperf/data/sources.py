@@ -512,6 +512,13 @@ def mnist5k(cfg: DataConfig) -> ImageData:
 
 def synthetic(cfg: DataConfig) -> ImageData:
     """Random images and labels of a given shape, for pure system throughput."""
+    if cfg.num_classes > MAX_CLASSES:  # the config allows 2**31 - 1: describe ran for hours
+        raise UserError(
+            f"data.num_classes {cfg.num_classes:,} is more classes than dlperf reads "
+            f"({MAX_CLASSES:,} at most, as for an .npz): each is a name, a count and a score "
+            "of the model's head",
+            f"set data.num_classes = {MAX_CLASSES} or fewer",
+        )
     g = torch.Generator().manual_seed(cfg.split_seed)
     shape = tuple(cfg.shape)
 
