@@ -14,8 +14,10 @@ What production servers add in front of an application, uvicorn's HTTP/1.1 proto
 (`_GuardedH11`): a deadline for a request to arrive, headers and body (a client slower than its
 Content-Length, or one that opens a connection and sends nothing, is answered 408 and
 disconnected rather than held open for ever), and a cap on open connections (a connection past
-it is answered 503 and closed as it opens, without waiting for its request). A server out of
-files says so once, and again when it accepts connections again (`_AcceptWatch`).
+it is answered 503 and closed as it opens, without waiting for its request). An answer sent
+before its request's body arrived (a 413 for a Content-Length over the limit, a 404) says
+`Connection: close` and ends the connection, with no second answer. A server out of files says
+so once, and again when it accepts connections again (`_AcceptWatch`).
 
 This module puts the server together and runs it (start, drain, the signal it stopped on);
 the parts live beside it: `served_model` (the session and its description), `protocol`
@@ -25,6 +27,7 @@ the parts live beside it: `served_model` (the session and its description), `pro
 
 from __future__ import annotations
 
+import array
 import asyncio
 import errno
 import importlib
@@ -47,6 +50,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from PIL import Image
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -386,14 +390,49 @@ def _closing_answer(message: str, status: int) -> tuple[list[tuple[bytes, bytes]
     return headers, body
 
 
+class _EarlyClosing(h11.Connection):
+    """h11's server side, whose answer to a request whose body has not wholly arrived (a 413,
+    404 or 415 sent before the body was read) says `Connection: close`. Kept open, such a
+    connection still owed the refused body: a client that took the answer as final (one that
+    sent `Expect: 100-continue` sends no body after it) had its next request read as that
+    body, and the read deadline then answered it a second time, 408. h11's own state is left
+    keep-alive, so that uvicorn does not close at once: `_GuardedH11` closes it gracefully."""
+
+    answered_early = False
+
+    # h11 declares send() once per kind of event (overloads); this one is the same for each.
+    def send(self, event: h11.Event) -> bytes | None:  # type: ignore[override]
+        early = type(event) is h11.Response and self.their_state is h11.SEND_BODY
+        data = super().send(event)
+        if early and data is not None and b"\r\nconnection: close\r\n" not in data.lower():
+            # The head ends in an empty line; h11 writes each header as "name: value\r\n".
+            data = data[:-2] + b"connection: close\r\n\r\n"
+            self.answered_early = True
+        return data
+
+
 class _GuardedH11(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a read deadline and a connection cap (see the module
     docstring). The deadline runs while a request is arriving: from the connection's opening,
     or from the first byte of a later request on it, until the request's last byte. Between
-    requests uvicorn's keep-alive timeout governs, and while the app works nothing does."""
+    requests uvicorn's keep-alive timeout governs, and while the app works nothing does.
+    An answer sent before its request's body arrived ends the connection (`_EarlyClosing`)."""
 
     read_timeout_s: float = _DEFAULTS.read_timeout_s
     max_connections: int = _DEFAULTS.max_connections
+    conn: _EarlyClosing
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        limit = config.h11_max_incomplete_event_size
+        self.conn = _EarlyClosing(
+            h11.SERVER, DEFAULT_MAX_INCOMPLETE_EVENT_SIZE if limit is None else limit
+        )
+        self.received = 0  # bytes read from the socket
+        self.owed: int | None = None  # bytes that had arrived when the deadline ran out
+        self.read_at_expiry = 0  # bytes read when it last ran out
+        # After an early answer: the rest of the connection's bytes are read and dropped.
+        self.lingering = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -407,12 +446,29 @@ class _GuardedH11(H11Protocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.lingering:
+            return  # the rest of an early-answered body, or a request sent after it: unread
         super().data_received(data)
         self._follow()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self.conn.answered_early and not self.transport.is_closing():
+            self._linger()
+            return
         self._follow()  # a pipelined request may already be arriving
+
+    def _linger(self) -> None:
+        """End a connection whose answer came before its request's body: the answer's end said
+        (EOF) at once, and what the client still sends read and dropped until it closes, or
+        until the read deadline or uvicorn's keep-alive timer (armed by the answer, and no
+        longer reset by bytes) runs out. Closed at once, with the body unread, the socket sent
+        a reset that could reach the client before the answer was read."""
+        self.lingering = True
+        if self.transport.can_write_eof():
+            with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
+                self.transport.write_eof()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -432,9 +488,9 @@ class _GuardedH11(H11Protocol):
 
     def _keep_alive(self) -> None:
         """uvicorn's keep-alive timer for an idle connection. uvicorn arms it when an answer
-        is sent and cancels it on the next bytes, which after an early answer (a 413, 404 or
-        415 sent before the body was read) are the rest of that body: once it is in, the
-        connection idled with no timer and stayed open for ever."""
+        is sent and cancels it on the next bytes: bytes after which the connection idles
+        again left it open for ever, with no timer (the rest of a body answered early did,
+        before such answers ended their connection: `_linger`)."""
         answered = self.cycle is not None and self.cycle.response_complete
         if answered and self.timeout_keep_alive_task is None:
             self.timeout_keep_alive_task = self.loop.call_later(
@@ -442,18 +498,42 @@ class _GuardedH11(H11Protocol):
             )
 
     def _arm(self) -> None:
+        self.owed = None
         self.deadline = self.loop.call_later(self.read_timeout_s, self._expired)
 
     def _disarm(self) -> None:
+        self.owed = None
         if self.deadline is not None:
             self.deadline.cancel()
             self.deadline = None
 
     def _expired(self) -> None:
         self.deadline = None
+        if self._arrived_in_time():
+            # One more turn of the loop, to read them: a timer due now runs after the reads
+            # that its turn's poll reports.
+            self.deadline = self.loop.call_later(0, self._expired)
+            return
         self._cut(
             408, "Request Timeout", f"the request took over {self.read_timeout_s:g} s to arrive"
         )
+
+    def _arrived_in_time(self) -> bool:
+        """Whether bytes that had arrived by the deadline still wait in the socket, unread. A
+        server paused past the deadline (SIGSTOP/SIGCONT, `docker pause`, a debugger) runs the
+        expired timer in the first turn after it resumes, before it reads what arrived during
+        the pause: epoll_wait fails with EINTR, and Python's retry, its timeout past, reports
+        no events. A whole request was then answered 408, the client blamed for the server's
+        stall. Only those bytes are waited for, as long as each turn reads some: a client
+        that keeps sending cannot hold the deadline off."""
+        if self.lingering or not self.transport.is_reading():
+            return False
+        if self.owed is None:
+            self.owed = self.received + _unread(self.transport)
+        elif self.received == self.read_at_expiry:
+            return False  # a turn that read nothing: nothing more will come in time
+        self.read_at_expiry = self.received
+        return self.received < self.owed
 
     def shutdown(self) -> None:
         """The server stops: a request still arriving is not waited for (uvicorn would wait
@@ -470,7 +550,11 @@ class _GuardedH11(H11Protocol):
         if self.transport.is_closing():
             return
         cycle = self.cycle
-        if cycle is None or cycle.response_complete or not cycle.response_started:
+        # A finished answer is a later request's only when this one's body is not awaited: one
+        # answered before its body arrived has had its answer, and a second was unsolicited.
+        answered = cycle is not None and cycle.response_complete
+        early = answered and (self.lingering or self.conn.their_state is h11.SEND_BODY)
+        if not early and (cycle is None or answered or not cycle.response_started):
             # Written by hand: h11 answers only a request it has read whole.
             headers, body = _closing_answer(message, status)
             head = b"".join(k + b": " + v + b"\r\n" for k, v in headers)
@@ -483,6 +567,24 @@ class _GuardedH11(H11Protocol):
                 with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
                     self.transport.write_eof()
         self.transport.close()
+
+
+def _unread(transport: asyncio.Transport) -> int:
+    """How many bytes wait unread in the transport's socket (0 where the system cannot say)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        import fcntl
+        import termios
+    except ImportError:  # Windows: no FIONREAD here, and no grace after a pause
+        return 0
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)
+    except OSError:
+        return 0
+    return count[0]
 
 
 def _guarded(read_timeout_s: float, max_connections: int) -> type[H11Protocol]:
