@@ -137,11 +137,10 @@ def test_repair_waits_for_a_lock_as_the_other_commands_do(
 ) -> None:
     """The lock is let go once the repair has begun (its new store is there): the repair
     waits for it, within the store's busy timeout, and copies the run."""
-    staged = tmp_path / ".out.db.repairing"
 
     def release() -> None:
         deadline = time.monotonic() + EVENT_S
-        while not staged.exists() and time.monotonic() < deadline:
+        while not list(tmp_path.glob(".out.db.repairing-*")) and time.monotonic() < deadline:
             time.sleep(0.01)
         locked.execute("ROLLBACK")
 

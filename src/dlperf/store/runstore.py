@@ -124,6 +124,10 @@ PG_ATTEMPT = "dlperf_wait"
 # PostgreSQL's states of a server gone: class 08 (connection exception), shut down by an
 # administrator or a crash, starting or stopping ("the database system is shutting down").
 PG_GONE_CLASS, PG_GONE = "08", ("57P01", "57P02", "57P03")
+# idle_session_timeout: the server closed a session that sat idle outside a transaction. The
+# server is there; a connection checked out of the pool is pinged first (`_server_engine`),
+# so this is met only by one held idle by dlperf itself.
+PG_IDLE_CLOSED = "57P05"
 # A write PostgreSQL refused: a trigger's RAISE EXCEPTION, class 23 (a constraint violated).
 PG_RAISED, PG_CONSTRAINT_CLASS = "P0001", "23"
 UNWRITABLE = (
@@ -153,7 +157,8 @@ STOP_WAIT_S = 5.0
 # `runs show` output, minutes and 4 GB of memory). MLflow's own tag limit was 5,000 for years.
 TAG_VALUE_MAX = 5000
 # Where `runs repair NEW.db` writes until its copy is whole: hidden, and named so that no
-# command or glob (*.db) takes it for a store.
+# command or glob (*.db) takes it for a store; each repair adds -PID-TOKEN of its own
+# (`_staging`), so that two repairs into one NEW never write, remove or rename each other's.
 REPAIRING = ".{}.repairing"
 LEFT = "not found there, nor beside this store: if the run's files were moved, they were left"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
@@ -318,7 +323,13 @@ def _server_engine(url: URL, name: str) -> Engine:
     _server_options(url, name)
     postgresql = url.get_backend_name() == "postgresql"
     libpq = postgresql and url.get_driver_name() in LIBPQ_DRIVERS
-    kwargs: dict[str, Any] = {"isolation_level": "READ COMMITTED"} if postgresql else {}
+    # A pooled connection is pinged as it is taken, and replaced if the server or a proxy
+    # closed it while it sat idle (idle_session_timeout, PgBouncer, a cloud proxy, a
+    # firewall): the next write of a run then said "run store ... went away" and left the
+    # run lost, though the server had never gone.
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if postgresql:
+        kwargs["isolation_level"] = "READ COMMITTED"
     connect_args: dict[str, Any] = {"client_encoding": "UTF8"} if libpq else {}
     if libpq and _connect_timeout(url) is None:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
@@ -755,9 +766,13 @@ def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
     too (it drops the connection the interrupt left midway), and it said "went away ()"
     before the stop's silent exit 143; the interrupt goes on as itself."""
     orig = context.original_exception
-    if not isinstance(orig, Exception):  # KeyboardInterrupt, SystemExit
+    # A ping of a pooled connection (`pool_pre_ping`) that found it closed: the pool replaces
+    # it, unless a hook raises instead.
+    if context.is_pre_ping or not isinstance(orig, Exception):  # KeyboardInterrupt, SystemExit
         return None
     state = getattr(orig, "sqlstate", None) or ""
+    if state == PG_IDLE_CLOSED:
+        return _idle_closed(name, context)
     # A refused connection carries no state: the driver's OperationalError says it.
     refused = not state and type(orig).__name__ == "OperationalError"
     gone = context.is_disconnect or state.startswith(PG_GONE_CLASS) or state in PG_GONE
@@ -765,6 +780,26 @@ def _server_gone(name: str, context: ExceptionContext) -> BaseException | None:
         return None
     detail = "; ".join(line.strip() for line in str(orig).splitlines() if line.strip())
     return StoreGone(f"run store {name} went away ({detail})")
+
+
+class IdleClosed(UserError):
+    """A connection dlperf held, closed by the server's idle_session_timeout: the server is
+    there (not StoreGone, whose run reads as lost), so exit code 1 and one line."""
+
+    exit_code = 1
+
+
+def _idle_closed(name: str, context: ExceptionContext) -> IdleClosed:
+    """The one line of a connection the server closed as idle while dlperf held it (a pooled
+    one is pinged and replaced before use): nothing of the statement that met it was run."""
+    engine = context.engine
+    role = integrity.shown((engine.url.username if engine is not None else None) or "ROLE")
+    return IdleClosed(
+        f"run store {name}: the server closed a connection that sat idle past its "
+        "idle_session_timeout",
+        "try again; to lift it for dlperf's sessions add -cidle_session_timeout=0 to the "
+        f"URL's ?options=, or ALTER ROLE {role} SET idle_session_timeout = 0",
+    )
 
 
 @dataclass(frozen=True)
@@ -990,6 +1025,35 @@ class _StoreFile:
         except OSError:
             return False
         return (stat.st_dev, stat.st_ino) == (self.device, self.inode)
+
+    def whereabouts(self) -> tuple[bool, Path | None]:
+        """Whether the file this process opened is still linked (moved, or its folder renamed,
+        rather than deleted), and its path now if that can be found: through this process's
+        own descriptors of it (/proc/self/fd, whose links Linux keeps up to date across a
+        rename of the file or of any folder above it). (False, None) where it was deleted,
+        or where no descriptor of it can be read (no /proc): as before, a rescue copy."""
+        try:
+            descriptors = list(Path("/proc/self/fd").iterdir())
+        except OSError:
+            return False, None
+        for descriptor in descriptors:
+            try:
+                stat = descriptor.stat()
+                target = os.readlink(descriptor)
+            except OSError:  # closed meanwhile, or not a file
+                continue
+            if (stat.st_dev, stat.st_ino) != (self.device, self.inode):
+                continue
+            if stat.st_nlink == 0:
+                return False, None
+            # " (deleted)": the name it was opened by is gone, another hard link keeps it.
+            now = Path(target)
+            with contextlib.suppress(OSError):
+                found = now.stat()
+                if (found.st_dev, found.st_ino) == (self.device, self.inode) and now.is_absolute():
+                    return True, now
+            return True, None
+        return False, None
 
 
 def _one_line(e: DatabaseError) -> str:
@@ -1585,6 +1649,10 @@ class RunStore:
         if self.read_only:
             raise UserError(f"run store {name} is open read-only", "drop ?mode=ro to write to it")
         if self._file is not None and not self._file.there():
+            linked, now = self._file.whereabouts()
+            if linked:  # moved, whole where it is now: it takes no write from a path it left
+                where = f" to {integrity.shown(now)}" if now is not None else ""
+                raise StoreGone(f"run store {integrity.shown(self._file.path)} was moved{where}")
             # This write goes where the store's earlier ones went (the file's old inode,
             # through the connection kept for it), so that `_rescue` copies it out too; a
             # new connection would make an empty file at the path instead.
@@ -1796,6 +1864,9 @@ class RunStore:
                 f"run {run_id} reads as lost now; once the store is back, {again}",
                 run_id,
             )
+        linked, now = self._file.whereabouts()
+        if linked and self._checkpointed_there():
+            return self._moved(run_id, e, now)
         saved = self._rescue(run_id)
         if saved is None:
             return StoreGone(
@@ -1808,6 +1879,37 @@ class RunStore:
             + (f", then `{resume}`" if resumable else ""),
             run_id,
         )
+
+    def _checkpointed_there(self) -> bool:
+        """Move the store's WAL into its file, through the connection kept to it: a file
+        moved without its -wal (mv x.db elsewhere/) then holds every write, the one that met
+        the move included. False where it could not all be moved (a reader of another process
+        holds part of it): a rescue copy is made instead, as of a deleted store."""
+        assert self._keeper is not None
+        with contextlib.suppress(sqlite3.Error):
+            found = self._keeper.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            busy, logged, moved = found
+            return not busy and logged == moved
+        return False
+
+    def _moved(self, run_id: int, e: StoreGone, now: Path | None) -> StoreGone:
+        """The one line for a store moved (or its folder renamed) while `run_id` recorded: no
+        rescue copy (a second store with the same id), and no "move it back" to a folder
+        that may be gone, but where it is and how to go on from there."""
+        assert self._file is not None
+        held = (
+            f"{e.message} while run {run_id} was recording; it holds everything written to it "
+            "before"
+        )
+        there = integrity.shown(now) if now is not None else "ITS_NEW_PATH"
+        go_on = (
+            f"continue it there with `dlperf --db {there} run --resume {run_id}`"
+            if self._resumable.get(run_id, False)
+            else f"run it again with --db {there} (store={there} to dlperf.track)"
+        )
+        if now is None:
+            go_on = f"it is no longer at {integrity.shown(self._file.path)}: find it, then {go_on}"
+        return StoreGone(held, f"run {run_id} reads as lost; {go_on}", run_id)
 
     def _rescue(self, run_id: int) -> Path | None:
         """Copy the deleted store, through the connection kept to it, beside the run's last
@@ -2314,12 +2416,73 @@ def _checkpointed(engine: Engine, target: str) -> None:
         raise OSError(errno.EIO, "its copy could not be checkpointed", target)
 
 
+def _target_exists(target: str) -> UserError:
+    return UserError(
+        f"{integrity.shown(target)} exists", "repair writes a new store: give a new file name"
+    )
+
+
+def _staging(target: str) -> str:
+    """The hidden name a repair into `target` writes its copy under: of this repair alone.
+    Repairs into `target` killed before they ended (SIGKILL, a power cut) left theirs: those
+    of a process no longer running are removed (and the one name all repairs shared before);
+    a live repair's, on this host or another sharing the folder, is left to it."""
+    base = os.path.join(os.path.dirname(target), REPAIRING.format(os.path.basename(target)))
+    folder, prefix = os.path.dirname(base) or ".", os.path.basename(base)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if not name.startswith(prefix):
+                continue
+            rest = name[len(prefix) :]
+            for suffix in WAL_FILES:
+                rest = rest.removesuffix(suffix)
+            mine = re.fullmatch(r"-(\d+)-[0-9a-f]+", rest)
+            if rest and (mine is None or _running(int(mine[1]))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+    return f"{base}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` is running here (one of another user is)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's
+        return True
+    return True
+
+
+def _claim(staged: str, target: str) -> None:
+    """Put the whole copy `staged` at `target`, unless a file is there by now: another repair
+    into `target` that ended first. A hard link, which never replaces a file, then the staged
+    name removed; `os.replace` would have put this copy over the other's."""
+    try:
+        os.link(staged, target)
+    except FileExistsError:
+        raise _target_exists(target) from None
+    except OSError as e:
+        # A file system without hard links (FAT, some FUSE and network mounts): renamed,
+        # checked just before.
+        if e.errno not in (errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise _of_target(e, staged, target) from None
+        if os.path.lexists(target):
+            raise _target_exists(target) from None
+        os.rename(staged, target)
+        return
+    os.unlink(staged)
+
+
 def repair(db: str | None, out: str) -> integrity.Repaired:
     """Copy what can still be read of the SQLite store `db` (a URL or path, as `--db` takes)
     into a new store file `out` (a path, checked as `--db`'s are); the damaged file is only
-    read. The copy is written under a hidden temporary name beside `out` (`REPAIRING`) and
-    renamed to `out` once whole: a repair killed midway (SIGKILL, a power cut) leaves no file
-    at `out` that opens as a store with fewer runs, or none."""
+    read. The copy is written under a hidden temporary name of its own beside `out`
+    (`_staging`) and put at `out` once whole, unless a file is there by then (`_claim`): a
+    repair killed midway (SIGKILL, a power cut) leaves no file at `out` that opens as a store
+    with fewer runs, or none, and of two repairs into one `out` the second to end says it
+    exists."""
     url = _parsed(_url(db))
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         raise UserError(
@@ -2346,13 +2509,9 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
     # a file of that name), so the OS's own refusals stand.
     where = _store_path(target, integrity.shown(target), "dlperf runs repair {}")
     if os.path.lexists(target):  # a link too, dangling or not: it is not replaced
-        raise UserError(
-            f"{integrity.shown(target)} exists", "repair writes a new store: give a new file name"
-        )
-    staged = os.path.join(os.path.dirname(target), REPAIRING.format(os.path.basename(target)))
+        raise _target_exists(target)
+    staged = _staging(target)
     leftovers = [Path(staged + suffix) for suffix in ("", *WAL_FILES)]
-    for leftover in leftovers:  # of a repair killed before it ended
-        leftover.unlink(missing_ok=True)
     new: RunStore | None = None
     try:  # making the new store fails too (a full disk): what it wrote goes, as for a copy
         try:
@@ -2379,7 +2538,7 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
         # Every connection closed: the WAL (now empty) is removed, so the one file renamed
         # holds the whole copy.
         new.engine.dispose()
-        os.replace(staged, target)
+        _claim(staged, target)
         return done
     except BaseException:
         if new is not None:
