@@ -7,8 +7,8 @@ import difflib
 import json
 import math
 import os
-import re
 import reprlib
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,15 +24,23 @@ MAX_DEPTH = 32
 TOO_DEEP = f"nested too deeply (dlperf reads at most {MAX_DEPTH} levels of tables and lists)"
 
 
-# C0 controls but tab and newline, DEL and C1: bytes a terminal acts on (ESC starts a colour
-# or cursor sequence, CR rewrites the line) and HTML forbids.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+def _other(c: str) -> bool:
+    """Whether `c` is one of Unicode's "other" characters (category C) a name must not hold:
+    controls (C0, DEL, C1: ESC starts a colour or cursor sequence, CR rewrites the line, HTML
+    forbids them), format characters (U+202E reverses the rest of a terminal's row, U+200B
+    shows as nothing), private and unassigned ones. Not a lone surrogate (a byte that was not
+    UTF-8): the store refuses that itself, saying so ("is not UTF-8 text")."""
+    category = unicodedata.category(c)
+    return category[0] == "C" and category != "Cs"
 
 
 def printable(text: str) -> str:
-    """`text` with its control characters written as Python escapes (ESC as \\x1b), so that
-    what a name holds is shown, never acted on by a terminal or dropped by a browser."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    """`text` with its control and format characters written as Python escapes (ESC as
+    \\x1b, U+202E as \\u202e), so that what a name holds is shown, never acted on by a
+    terminal or dropped by a browser."""
+    if text.isprintable():  # the common case, in C: no category C (nor Z but the space)
+        return text
+    return "".join(repr(c)[1:-1] if _other(c) and c not in "\t\n" else c for c in text)
 
 
 # What printable leaves that still breaks a line (as a terminal or str.splitlines sees it), and
@@ -112,10 +120,13 @@ def absolute_model_name(name: str) -> str:
         return name
 
 
-def has_control(name: str) -> bool:
-    """Whether `name` holds a control character, tab and newline included: a name is shown
-    on one line in terminals, HTML and MLflow, and so must hold none."""
-    return bool(_CONTROL.search(name)) or "\n" in name or "\t" in name
+def has_control(text: str) -> bool:
+    """Whether `text` holds a character of Unicode's category C (`_other`), tab and newline
+    included: a control, a format character (U+202E, U+200B), a private or unassigned one. A
+    name is shown on one line in terminals, HTML and MLflow, and so must hold none; the one
+    check of run names, device names and tag values (a run named with U+202E reversed the
+    rest of its `runs list` row where a tag value refused it)."""
+    return not text.isprintable() and any(_other(c) for c in text)
 
 
 def not_blank(text: str, what: str, example: str) -> str:

@@ -293,7 +293,10 @@ class RunConfig(Section):
     @classmethod
     def _printable(cls, v: str | None) -> str | None:
         if v is not None and has_control(v):
-            raise ValueError("must hold no control characters (ESC, NUL, tab, newline, ...)")
+            raise ValueError(
+                "must hold no control characters (ESC, NUL, tab, newline, ...) nor format "
+                "characters (U+202E, U+200B, ...)"
+            )
         return v
 
     seed: Seed = 0

@@ -635,6 +635,16 @@ def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) 
     steps = np.array([s for s, _ in pairs], float)
     if stored.startswith(("val/", "epoch/")) and epoch_steps:
         steps = steps * epoch_steps
+    if steps[0] <= 0:  # in step order
+        # Named here, where the run is known: the fix `_check_points` gives ("the first step
+        # is 1, not 0") is one for a CSV file, and a stored run's steps cannot be edited.
+        raise UserError(
+            f"run {run_id} logged {stored} from step {steps[0]:g}; a fit counts steps from 1 "
+            "(the value after the first step at step 1)",
+            f"for this run, fit a CSV of its steps + {1 - steps[0]:g} and its values (from "
+            f"`dlperf runs show {run_id} --json`) with --csv FILE --x step --y value; log new "
+            "runs from step 1",
+        )
     values = np.array([v for _, v in pairs], float)
     if key is None and metric == "error":
         values = 1.0 - values

@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from sqlalchemy import func, select
 
 from dlperf.errors import UserError
-from dlperf.parsing import did_you_mean, flatten
+from dlperf.parsing import did_you_mean, flatten, one_line
 from dlperf.report import tight_layout
 from dlperf.store import RunStore
 from dlperf.store.keys import per_epoch
@@ -121,6 +121,17 @@ def drawable(xs: list[float], ys: list[float]) -> list[tuple[float, float]]:
     return [(x, y) for x, y in zip(xs, ys, strict=True) if not abs(y) > MAX_DRAWN]
 
 
+def lone(ys: list[float]) -> list[int]:
+    """The indices of the finite values with no finite neighbour: a line draws nothing of a
+    point alone (one point, or one between NaNs, which break a line), so these get a marker."""
+    finite = [math.isfinite(y) for y in ys]
+    return [
+        i
+        for i, ok in enumerate(finite)
+        if ok and not (i > 0 and finite[i - 1]) and not (i + 1 < len(ys) and finite[i + 1])
+    ]
+
+
 def left_out_note(ax: Any, gone: int) -> None:
     """Says on the subplot how many of its points `drawable` left out."""
     ax.text(0.01, 0.02, f"{gone} point{'s' * (gone > 1)} beyond ±{MAX_DRAWN:g} left out",
@@ -147,7 +158,7 @@ def legend_labels(runs: list[RunRecord]) -> list[str]:
                   and len({repr(f.get(k)) for f in flat}) > 1)  # fmt: skip
     labels = []
     for run, config in zip(runs, flat, strict=True):
-        label = f"run {run.id}: {run.name}"
+        label = f"run {run.id}: {one_line(run.name)}"  # a name stored before U+202E was refused
         if keys:
             told = [f"{k}={_short(config.get(k, '-'))}" for k in keys[:MOST_KEYS]]
             if len(keys) > MOST_KEYS:
@@ -261,6 +272,7 @@ def draw_runs(
     fig = Figure(figsize=(7, 1.2 + 2.4 * len(keys)))
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)
     drawn = []
+    off_axis = False  # whether a run's key was left out for the axis (another one may place it)
     left_out: dict[Any, int] = {}  # points past MAX_DRAWN per subplot
     for i, (run, label) in enumerate(zip(runs, legend_labels(runs), strict=True)):
         rows, origin = rows_of(store, run.id, keys)
@@ -270,9 +282,11 @@ def draw_runs(
         steps_only = []  # keys of a tracked run asked on the epoch axis
         for ax, key in zip(axes[:, 0], keys, strict=True):
             mine = rows[key]
-            if not mine:
+            if not mine:  # said: plotted with others that have it, the run was dropped unsaid
+                warnings.append(f"run {run.id} has no {key}")
                 continue
             xs = _x_values(key, x, mine, origin, spe, by_steps)
+            off_axis |= xs is None
             if xs is None and by_steps:
                 steps_only.append(key)
                 continue
@@ -290,12 +304,21 @@ def draw_runs(
                     f"run {run.id}: {gone} {key} point{'s' * (gone > 1)} beyond ±{MAX_DRAWN:g} "
                     "left out: a figure's axis cannot span them"
                 )
-            if not shown:
+            # NaN is kept in the line (a gap in it) but is no point: counted, it made "points:
+            # 1" of an empty figure, and the subplot never said it had no points.
+            ys = [v for _, v in shown]
+            finite = sum(1 for v in ys if math.isfinite(v))
+            if nan := len(ys) - finite:
+                are = "values are" if nan > 1 else "value is"
+                warnings.append(f"run {run.id}: {nan} {key} {are} NaN (not a number), left out")
+            if not finite:
                 continue
-            style = "o-" if per_epoch(key) and not by_steps else "-"
-            ax.plot([px for px, _ in shown], [v for _, v in shown], style, color=f"C{i % 10}",
-                    ms=3, lw=1.2, label=label)  # fmt: skip
-            points[key] = len(shown)
+            marked = per_epoch(key) and not by_steps
+            alone = [] if marked else lone(ys)
+            ax.plot([px for px, _ in shown], ys, "o-" if marked else "-", color=f"C{i % 10}",
+                    ms=3, lw=1.2, label=label,
+                    **({"marker": "o", "markevery": alone} if alone else {}))  # fmt: skip
+            points[key] = finite
         if steps_only:
             warnings.append(
                 f"run {run.id} records steps, not epochs (dlperf.track keeps each key at the "
@@ -304,7 +327,10 @@ def draw_runs(
         drawn.append({"id": run.id, "name": run.name, "label": label, "points": points})
     if not any(r["points"] for r in drawn):
         others = " or ".join(f"--x {a}" for a in X_AXES if a != x)
-        raise UserError(f"nothing to draw: {'; '.join(warnings)}", f"try {others}")
+        # Another axis helps only a key this one could not place, never NaN values.
+        raise UserError(
+            f"nothing to draw: {'; '.join(warnings)}", f"try {others}" if off_axis else None
+        )
     for ax, key in zip(axes[:, 0], keys, strict=True):
         ax.set_ylabel(ylabel(key))
         ax.grid(alpha=0.3)
@@ -318,7 +344,7 @@ def draw_runs(
     axes[-1, 0].set_xlabel(X_LABELS[x])
     if x == "epoch":  # shared by every subplot
         axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs"
+    title = one_line(runs[0].name) if len(runs) == 1 else f"{len(runs)} runs"
     axes[0, 0].set_title(f"{title}: {', '.join(keys)} against {x}", fontsize=9)
     if fitted:
         tight_layout(fig)

@@ -10,7 +10,6 @@ import re
 import signal
 import time
 import tomllib
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dlperf import clocks
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.formatting import fmt, scaled
-from dlperf.parsing import did_you_mean, flatten
+from dlperf.parsing import did_you_mean, flatten, has_control
 from dlperf.procs import proc_stat, process_alive
 from dlperf.store.record import LOST
 from dlperf.store.record import STATUSES as STORED
@@ -281,6 +280,14 @@ class Condition:
     def parse(cls, text: str) -> Condition:
         key, sep, given = text.partition("=")
         key, value = key.strip(), given.strip()
+        # `train.lr!=0.1` was read as the key `train.lr!`, and told "did you mean 'train.lr'?",
+        # which selects the opposite. (`tag.x==y` is kept: the tag "=y", as `runs tag` sets it.)
+        if key.endswith(("!", "<", ">")) or (not sep and any(op in text for op in "<>")):
+            raise UserError(
+                f"--where {text!r}: only KEY=VALUE is supported (equal to VALUE); comparisons "
+                "(!=, <, >, <=, >=) are not",
+                "e.g. --where train.lr=0.1",
+            )
         if not sep or not key or not value:
             raise UserError(
                 f"--where {text!r}: expected KEY=VALUE",
@@ -301,7 +308,24 @@ class Condition:
         tag = self.key.removeprefix("tag.") if self.key.startswith("tag.") else None
         if self.text is not None and tag is not None and run.tags.get(tag) == self.text:
             return True
+        if _number(value) and isinstance(self.value, str) and _python_number(self.value):
+            # `.05` or `5.`: text to --set (TOML), which refuses it for a number, so it
+            # selected nothing where 0.05 selected the runs.
+            raise UserError(
+                f"--where {self.key}={self.text}: {self.value!r} is not a number as --set reads "
+                f"it, and {self.key} holds numbers",
+                f"write it as {float(self.value)!r}",
+            )
         return _same(value, self.value)
+
+
+def _python_number(text: str) -> bool:
+    """Whether Python's float() reads `text` (TOML having read it as text)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _value(text: str) -> Any:
@@ -482,12 +506,24 @@ class Comparison:
 
 def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = None) -> Comparison:
     """Compare two or more runs, given by ID or as every run of a study."""
-    ids = list(run_ids)
+    ids = list(dict.fromkeys(run_ids))  # `3 3` (or 3 03 +3) is one run, as plot counts it
     if study is not None:
         if ids:
             raise UserError("give run IDs or --study, not both")
         store.get_study(study)
         ids = sorted(r.id for r in store.list_runs(study_id=study))
+        if len(ids) < 2:
+            held = f"one run ({ids[0]})" if ids else "no runs"
+            raise UserError(
+                f"study {study} holds {held}: compare needs two or more",
+                "compare its run with another: dlperf runs compare ID ID",
+            )
+    if len(ids) < 2 and len(run_ids) > len(ids):
+        times = "twice" if len(run_ids) == 2 else f"{len(run_ids)} times"
+        raise UserError(
+            f"compare needs two or more different runs, got run {ids[0]} {times}",
+            "e.g. dlperf runs compare 1 2",
+        )
     if len(ids) < 2:
         raise UserError("compare needs two or more run IDs", "e.g. dlperf runs compare 1 2")
     runs = [store.get_run(i) for i in ids]
@@ -530,8 +566,8 @@ def tag_changes(pairs: Sequence[str]) -> dict[str, str | None]:
                 "e.g. dlperf runs tag 3 baseline=yes; baseline= removes the tag",
             )
         # An escape sequence would reach every terminal that lists the run; an undecodable
-        # byte (a surrogate here) cannot be stored at all.
-        if any(unicodedata.category(c).startswith("C") for c in value):
+        # byte (a surrogate here) cannot be stored at all. The check a run's name has.
+        if has_control(value) or any("\ud800" <= c <= "\udfff" for c in value):
             raise UserError(
                 f"runs tag {pair!r}: a tag value holds a control character or a byte that is "
                 "not UTF-8",
