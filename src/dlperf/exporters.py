@@ -13,7 +13,9 @@ artifacts that still exist are logged under their kind.
 
 TensorBoard (the `tensorboard` extra): one event directory per run, `OUT/run-ID-NAME`, with
 one scalar series per metric key at its wall times, written with torch's `SummaryWriter`.
-Exporting a run again replaces that directory's event files.
+Exporting a run again replaces that directory's event files, once every run's new ones are
+written (in `OUT/.dlperf-exporting`): an export that fails or is stopped partway leaves the
+earlier one of every run whole.
 
 Both put every metric on the global step: the per-epoch keys (val/*, epoch/*, phase/*),
 stored at step = epoch, move to the epoch's last step, and an `epoch` series says which
@@ -35,6 +37,7 @@ import math
 import operator
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import struct
@@ -55,6 +58,7 @@ from sqlalchemy import make_url, select
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
+from dlperf import stopping
 from dlperf.errors import UserError
 from dlperf.formatting import clip
 from dlperf.parsing import flatten, printable
@@ -83,6 +87,8 @@ MLFLOW_RETRIES = "3"
 # without mlflow.utils.validation's checks.
 MLFLOW_NAME = re.compile(r"[/\w.\- :]*")
 EVENT_FILES = "events.out.tfevents.*"
+# Where an export writes its event files before it moves them into place, inside --out.
+STAGING = ".dlperf-exporting"
 SQLITE_URI = "--uri sqlite:///mlflow.db"
 # The database URLs MLflow takes as a SQL tracking store (a driver may follow a +).
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -883,6 +889,17 @@ def event_dir_name(run: RunRecord) -> str:
     return f"run-{run.id}-{name}" if name else f"run-{run.id}"
 
 
+def _swap_in(staged: Path, directory: Path) -> None:
+    """The event files written in `staged` in place of those of `directory`, an earlier
+    export's (a second export replaces the first, it does not add to it)."""
+    with writing(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.glob(EVENT_FILES):
+            old.unlink()
+        for new in staged.glob(EVENT_FILES):
+            shutil.move(new, directory / new.name)  # a rename: the same file system
+
+
 def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path) -> dict[str, Any]:
     """Write one TensorBoard event directory per run under `out`: a scalar series per metric.
 
@@ -909,20 +926,22 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
     # What this export makes: --out and its missing parents, outermost first, and run dirs.
     made = [d for d in (*reversed(out.parents), out) if not d.exists()]
     made += [out / event_dir_name(run) for run in runs if not (out / event_dir_name(run)).exists()]
-    written: list[Path] = []
+    # Every run's events are written here first, and moved into place only once all are:
+    # an export that fails or is stopped partway leaves the earlier one of every run whole
+    # (the old files went as each run's new ones were begun, and the failure's cleanup took
+    # the new ones). Inside --out: the same file system, so each move is a rename.
+    staging = out / STAGING
     try:
         with _writer_errors_raised_here():
+            shutil.rmtree(staging, ignore_errors=True)  # a SIGKILLed export's leftovers
             for run in runs:
                 directory = out / event_dir_name(run)
-                for old in directory.glob(EVENT_FILES):  # a second export replaces the first
-                    old.unlink()
-                written.append(directory)
                 stored = metric_series(store, run.id)
                 series = on_global_steps(stored, steps_per_epoch(run, stored, warnings))
                 values = ((key, value) for key, points in series.items() for _, value, _ in points)
                 found[run.id] = unheld(values, float32_held)
-                with writing(directory):
-                    writer = writer_class(log_dir=str(directory))
+                with writing(directory):  # a refused write names the run's directory
+                    writer = writer_class(log_dir=str(staging / directory.name))
                     try:
                         for key, points in series.items():
                             for step, value, wall_time in points:
@@ -934,15 +953,18 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
                     "metrics": len(series),
                     "points": sum(len(p) for p in series.values()),
                 }
+        with stopping.shielded():  # a stop must not leave some runs swapped and some not
+            for run in runs:
+                _swap_in(staging / event_dir_name(run), out / event_dir_name(run))
+            shutil.rmtree(staging, ignore_errors=True)
     except BaseException:
         # As a failed report leaves no site: no event file of this export is left (a partial
         # one would show TensorBoard part of a curve), nor a directory it made.
-        for directory in written:
-            for partial in directory.glob(EVENT_FILES):
-                partial.unlink(missing_ok=True)
-        for directory in reversed(made):
-            with contextlib.suppress(OSError):  # not empty: something else is in it
-                directory.rmdir()
+        with stopping.shielded():  # a second Ctrl-C must not cut the cleanup short
+            shutil.rmtree(staging, ignore_errors=True)
+            for directory in reversed(made):
+                with contextlib.suppress(OSError):  # not empty: something else is in it
+                    directory.rmdir()
         raise
     warnings += unheld_warning("TensorBoard (32-bit floats)", found)
     return {"to": "tensorboard", "out": str(out), "runs": exported, "warnings": warnings}

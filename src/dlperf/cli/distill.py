@@ -9,6 +9,7 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store, set_option
+from dlperf.cli.sweep import StudyStop
 from dlperf.formatting import scaled
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ def distill(
     from dlperf.config import DistillJob, load_job
     from dlperf.distill.runner import run_distill
     from dlperf.report.distill import distill_figure
+    from dlperf.store.names import given
 
     flags = {
         "unlabeled": unlabeled, "top_k": top_k, "top_p": top_p, "teacher": teacher,
@@ -110,7 +112,9 @@ def distill(
     }  # fmt: skip
     job = load_job(DistillJob, experiment, set_, distill=flags)
     store = open_store()
-    with console.reporter() as rep:
+    with StudyStop("distill", resume, new) as said, console.reporter() as rep:
+        # The study's name as run_distill gives it: run.name, else the model's.
+        said.watch(store, given(job.experiment.run.name, job.experiment.model.name)[0])
         result = run_distill(job, store, resume, new, rep)
     figure = distill_figure(result)
     plots = [str(figure)] if figure is not None else []

@@ -13,6 +13,7 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, default_command_group, open_store, set_option
 from dlperf.cli.shortcuts import Flag, with_flags
+from dlperf.cli.sweep import StudyStop
 from dlperf.errors import UserError
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
@@ -258,17 +259,14 @@ def allreduce(
     with console.reporter() as rep:
         store = open_store()
         where = store.artifact_dir("dlperf_runs")  # study ids repeat across stores
-        allow = opts.allow_oversubscribe
-        result = run_allreduce_study(
-            store, opts.workers, sizes, opts.backend, where, iters, 5, allow, rep
-        )
+        result = run_allreduce_study(store, opts.workers, sizes, opts.backend, where, iters, 5,
+                                     opts.allow_oversubscribe, rep)  # fmt: skip
     _print_allreduce(result, as_json)
 
 
 def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
-    """Run the study `job`, draw its figures, and print it: the JSON document, the course's
-    tables as one CSV, or the tables (on a node but the first: that node 0 stores the
-    results), then the figures saved."""
+    """Run the study `job`, draw its figures, print it (the JSON document, the course's tables
+    as one CSV, or the tables; on a node but the first: that node 0 stores them), tell them."""
     from dlperf.distributed.study import record_figures, run_study
     from dlperf.distributed.study_tables import course_csv, document
 
@@ -292,9 +290,11 @@ def _study(job: ScaleJob, as_json: bool, as_csv: bool) -> StudyResult:
 
 
 def _measure(job: ScaleJob, run: Callable[..., Found]) -> tuple[Found, RunStore, Path]:
-    """What `run` (a study or the batch search) finds for `job`, the store it wrote and the
-    directory of its files."""
+    """What `run` (a study or the batch search) finds for `job`, its store and files' home."""
+    from dlperf.distributed.study import study_name
+
     store = open_store()
     where = store.artifact_dir(job.experiment.run.out_dir)  # study ids repeat across stores
-    with console.reporter() as rep:
+    with StudyStop("scale", None, True, resumable=False) as said, console.reporter() as rep:
+        said.watch(store, study_name(job.experiment) if job.scale.node_rank == 0 else None)
         return run(job, store, where, rep), store, where

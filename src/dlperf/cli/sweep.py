@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import shlex
+import sys
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -12,6 +16,9 @@ from dlperf import clocks
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store
 from dlperf.formatting import fmt
+
+if TYPE_CHECKING:
+    from dlperf.store import RunStore
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -100,6 +107,62 @@ def _print_summary(result: Any, sort: str | None) -> None:
             console.err.print(f"run {row.run_id} failed: {row.error}")
 
 
+class StudyStop:
+    """Around a study's command (`sweep`, `distill`, `scale`): a stop signal's exit says which
+    study stopped and how to go on, as `run` does for its run; they exited 130 with nothing
+    said. `watch` names the study once the store is open (a stop before says nothing: nothing
+    is stored). `resumable`: the study's command continues it with --resume (its finished
+    work skipped); a scaling study is measured anew instead."""
+
+    def __init__(self, kind: str, resume: int | None, new: bool, resumable: bool = True):
+        self.kind, self.resume, self.new, self.resumable = kind, resume, new, resumable
+        self.store: RunStore | None = None
+
+    def watch(self, store: RunStore, name: str | None) -> None:
+        """The study is `name`'s of its kind; None: this process stores none (a node of a
+        multi-node scaling study but the first)."""
+        from dlperf.store.studies import studies_named
+
+        if name is None:
+            return
+        self.store, self.name = store, name
+        self.before = max(studies_named(store, name, self.kind), default=0)
+
+    def __enter__(self) -> StudyStop:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _: TracebackType | None
+    ) -> None:
+        if isinstance(error, KeyboardInterrupt) and self.store is not None:
+            # Any error now is the stop's consequence (dlperf.errors.interrupted): the line is
+            # left out, the stop goes on.
+            with contextlib.suppress(Exception):
+                console.err.print(self._line(self.store), soft_wrap=True)
+
+    def _line(self, store: RunStore) -> str:
+        from dlperf.store.studies import studies_named
+
+        newest = max(studies_named(store, self.name, self.kind), default=None)
+        study = newest if self.resume is None else self.resume
+        if study is None or (self.new and study <= self.before):  # not made by this command
+            return f"{self.kind} stopped before its study was stored"
+        if not self.resumable:
+            return (
+                f"{self.kind} study {study} stopped; a {self.kind} study is not continued: "
+                "run the command again to measure it anew"
+            )
+        # This very command line, the study named: --new would start another one.
+        words = [w for w in sys.argv[1:] if w != "--new"]
+        if self.resume is None:
+            words += ["--resume", str(study)]
+        done = "points" if self.kind == "sweep" else "stages"
+        return (
+            f"{self.kind} study {study} stopped; continue it (the {done} that finished are "
+            f"skipped): {shlex.join(['dlperf', *words])}"
+        )
+
+
 @app.command()
 def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep TOML file.", show_default=False),
@@ -131,9 +194,10 @@ def sweep(
     from dlperf.sweep import load_sweep, run_sweep
     from dlperf.sweep.summary import SPREAD
 
-    with console.reporter() as rep:
+    with StudyStop("sweep", resume, new) as said, console.reporter() as rep:
         spec = load_sweep(sweep_file, list(set_), rep)
         store = open_store()
+        said.watch(store, spec.name)
         result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
     # matplotlib only now: a sweep file refused is said without its seconds of import.
     from dlperf.report.sweep import sweep_figures

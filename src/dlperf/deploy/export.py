@@ -33,7 +33,7 @@ from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
 from dlperf.engine.checks import dry_forward, out_of_memory
-from dlperf.errors import CheckFailed, UserError, raised_by_model
+from dlperf.errors import CheckFailed, UserError, interrupted, raised_by_model
 from dlperf.formatting import few
 from dlperf.parsing import absolute_model_name, is_file_spec, one_line
 from dlperf.paths import check_writable, writing
@@ -119,7 +119,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     from dlperf.data.sources import decode_file
     from dlperf.engine import checkpoint, pretrained
     from dlperf.engine.build import build_model, load_run_data
-    from dlperf.experiment.run import model_file_changed
+    from dlperf.experiment.run import MODEL_FILE_DIGEST, model_file_changed
     from dlperf.models.registry import rebuilding
     from dlperf.sweep.runner import weights_hint
 
@@ -141,7 +141,8 @@ def from_run(store: RunStore, run_id: int) -> Source:
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
     with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
         model = build_model(exp, data, torch.device("cpu"), fresh=False)
-    checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes)
+    trained = (record.system or {}).get(MODEL_FILE_DIGEST)  # a factory's own change: told so
+    checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, trained)
     test = data.test
     n = min(len(test), REAL_IMAGES)
     if test.images is not None:
@@ -354,6 +355,8 @@ def _compared(
         with torch.no_grad():  # copies: a forward may change its input in place (x.add_(1))
             outputs = [model(x[i : i + step].clone()) for i in range(0, len(x), step)]
     except Exception as e:
+        if interrupted(e):  # a stop that landed in an import the forward made
+            raise KeyboardInterrupt from e
         if raised_by_model(e):  # the model's own: told with its frames, exit 1
             raise
         first = (str(e).strip().splitlines() or [""])[0]
@@ -364,6 +367,8 @@ def _compared(
     try:
         candidate = run_onnx(session, x.numpy())
     except Exception as e:  # ORT's own Fail/RuntimeException: no file of this export
+        if interrupted(e):
+            raise KeyboardInterrupt from e
         raise CheckFailed(onnx_failure(e, len(x), what, exported_at)) from None
     return compare(reference, candidate, rtol, atol, f"at batch {len(x)} ({what})")
 
@@ -404,6 +409,11 @@ def _torch_export(
         )
         return "dynamo"
     except Exception as e:  # the exporter raises many types; any failure means "fall back"
+        if interrupted(e):
+            # A stop that landed inside torch's lazy imports (torch._dynamo's) comes back as
+            # another error (an AttributeError): the stop, not the exporter failing; the
+            # fallback would have replaced the earlier export with one the user stopped.
+            raise KeyboardInterrupt from e
         refused = e.__cause__ or e
         if _unwritable(refused):  # the fallback would meet the same file system
             raise refused from None
@@ -413,6 +423,8 @@ def _torch_export(
             dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}} if dynamic_batch else None,
         )
     except Exception as e:
+        if interrupted(e):  # as above: the stop, not the fallback failing
+            raise KeyboardInterrupt from e
         if _unwritable(e):
             raise
         if (starved := _starved(e, refused)) is not None:
@@ -624,6 +636,10 @@ def _publish(staged: Path, out: Path) -> None:
     """The checked files in place of `out`'s; an earlier export's weights file goes when this
     one has none (a single file). Each rename is atomic."""
     with stopping.shielded():  # the model and its weights must not be left from two exports
+        if stopping.requested():
+            # A stop that some library swallowed, or that came as this export was checked
+            # (it waited in a shielded block): the export was stopped, so it is not published.
+            raise KeyboardInterrupt
         for source, target in zip(_files(staged), _files(out), strict=True):
             if source.is_file():
                 source.replace(target)
