@@ -149,7 +149,7 @@ def test_the_table_is_consistent() -> None:
     assert not HANDLERS.keys() & IGNORED  # an op is counted or ignored, never both
     assert HANDLERS.keys() >= ops.CONVOLUTIONS
     assert {
-        "mm", "addmm", "bmm", "baddbmm", "mv", "dot",
+        "mm", "addmm", "bmm", "baddbmm", "mv", "dot", "vdot",
         *(n for n in HANDLERS if n.startswith("_scaled_dot_product")),
     } == ops.MATMULS  # fmt: skip
 

@@ -79,6 +79,7 @@ def doc() -> dict[str, Any]:
             "step_flops": 940,
             "training_memory": {
                 "weights_bytes": 188,
+                "buffers_bytes": 0,
                 "gradients_bytes": 188,
                 "optimizer_state_bytes": {"sgd_momentum": 188, "adam": 376},
                 "saved_activations_bytes": 192,

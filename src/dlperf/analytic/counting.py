@@ -551,7 +551,7 @@ def _nbytes(t: torch.Tensor) -> int:
 
 # Matrix products whose operands torch's kernels want in one dtype, while their meta kernels
 # accept any mix: a float64 input meeting bf16 weights counted, and then failed when measured.
-_ONE_DTYPE = frozenset({"mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "dot"})
+_ONE_DTYPE = frozenset({"mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "dot", "vdot"})
 
 
 def _same_dtypes(func: Any, args: Any) -> None:
@@ -1072,7 +1072,9 @@ def switch_mode(model: nn.Module, train: bool, command: str) -> None:
     """`model.train(train)`; a model that cannot switch (a torch.export GraphModule, whose
     train() raises NotImplementedError, or an override `def train(self)` taking no mode) is
     one line naming the fix, while an exception the model's own code raises goes on as it
-    is, to be told with the model's frames."""
+    is, to be told with the model's frames. A model that train(False) leaves with a module in
+    training mode (an override ignoring the mode) is refused: it would be counted, dry-checked
+    and, in a run, validated and tested with dropout on, silently (`refuse_still_training`)."""
     try:
         model.train(train)
     except Exception as e:
@@ -1098,6 +1100,27 @@ def switch_mode(model: nn.Module, train: bool, command: str) -> None:
             f"the model's train({train}) fails: {said}",
             "train(mode) must switch the model as nn.Module's does",
         ) from None
+    if not train:
+        refuse_still_training(model)
+
+
+def refuse_still_training(model: nn.Module) -> None:
+    """Refuse `model` where a module of it is in training mode after model.train(False): the
+    first in the model's order (the highest, whose train() override is the likely cause).
+    Only eval mode is checked: a train(True) that keeps a frozen module in eval mode (a frozen
+    backbone's batch norm) is a sound way to train."""
+    on = [(where, m) for where, m in model.named_modules() if m.training]
+    if not on:
+        return
+    where, module = on[0]
+    others = f" and {len(on) - 1} more of its modules" if len(on) > 1 else ""
+    raise UserError(
+        f"the model's train(False) left {where or ROOT} ({_type_name(module)}){others} in "
+        "training mode: a model evaluated so keeps dropout on (batch norm on each batch's "
+        "statistics), and its accuracy would change from run to run",
+        "pass the mode on in a train() override: def train(self, mode=True): return "
+        "super().train(mode)",
+    )
 
 
 def refuse_too_deep(model: nn.Module) -> None:
@@ -1622,16 +1645,35 @@ class _SavedTensors(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(pack, unpack)
 
 
+def _buffers_bytes(model: nn.Module) -> int:
+    """The bytes of `model`'s buffers (batch norm's running statistics, a registered lookup
+    table), which live on the device beside the weights: each distinct storage once, none that
+    a parameter holds (counted as a weight)."""
+    held = {p.untyped_storage()._cdata for p in model.parameters()}
+    total = 0
+    for b in model.buffers():
+        if b.layout != torch.strided:  # a sparse buffer has no one storage: its dense size
+            total += _nbytes(b)
+            continue
+        storage = b.untyped_storage()
+        if storage._cdata not in held:
+            held.add(storage._cdata)
+            total += storage.nbytes()
+    return total
+
+
 def _training_memory(model: nn.Module, saved: int) -> dict[str, Any]:
     weights = sum(_nbytes(p) for p in model.parameters())
+    buffers = _buffers_bytes(model)
     grads = sum(_nbytes(p) for p in model.parameters() if p.requires_grad)
     state = {"sgd_momentum": grads, "adam": 2 * grads}
     return {
         "weights_bytes": weights,
+        "buffers_bytes": buffers,
         "gradients_bytes": grads,
         "optimizer_state_bytes": state,
         "saved_activations_bytes": saved,
-        "total_bytes": {opt: weights + grads + s + saved for opt, s in state.items()},
+        "total_bytes": {opt: weights + buffers + grads + s + saved for opt, s in state.items()},
     }
 
 

@@ -55,6 +55,14 @@ SOFTMAX_BACKWARD = 4
 PRELU_BACKWARD = 2
 """d-input (1, as leaky ReLU's backward) and d-slope's product x * dy (1) per element; the
 sum of those products over each slope's elements is an op of its own (`sum`)."""
+WEIGHT_NORM = (3, 1)
+"""weight_norm's w = v * (g / ||v||), per row of v (its elements but those along `dim`):
+FLOPs per element of v (the norm's square and add, as linalg_vector_norm counts it, and the
+multiply) and per row (g / norm)."""
+WEIGHT_NORM_BACKWARD = (5, 3)
+"""Its backward, grad_g = sum(grad_w * v) / norm and grad_v = g / norm * (grad_w - v * grad_g /
+norm): per element of v a multiply and an add for the sum, a multiply, a subtract and a
+multiply for grad_v; per row three divides (grad_g, g / norm, grad_g / norm)."""
 
 
 def _numel(t: Any) -> int:
@@ -117,7 +125,8 @@ def add_matmul(args: Sequence[Any], out: Any) -> Cost:
 
 
 def vector_product(args: Sequence[Any], out: Any) -> Cost:
-    """mv and dot: one product per element of the first argument."""
+    """mv, dot and vdot (dot with the first argument conjugated, which costs nothing: a complex
+    one is counted as dot's complex products): one product per element of the first argument."""
     return _mac_only(args[0].numel())
 
 
@@ -194,6 +203,17 @@ def norm_backward(args: Sequence[Any], out: Any) -> Cost:
     return Cost(0, (NORM_BACKWARD + 2 * bool(mask[1]) + bool(mask[2])) * args[0].numel())
 
 
+def weight_norm(per_element: int, per_row: int, v_at: int) -> Handler:
+    """_weight_norm_interface(v, g, dim) and its backward(grad_w, v, g, norms, dim): FLOPs per
+    element of v (argument `v_at`) and per row, g's elements (argument `v_at` + 1).
+    torch.utils.flop_counter counts neither (no matrix product)."""
+
+    def handler(args: Sequence[Any], out: Any) -> Cost:
+        return Cost(0, per_element * args[v_at].numel() + per_row * args[v_at + 1].numel())
+
+    return handler
+
+
 def index_put(args: Sequence[Any], out: Any) -> Cost:
     """index_put(self, indices, values, accumulate): an add per value when accumulating
     (the backward of indexing, e.g. Swin's relative position bias)."""
@@ -232,6 +252,7 @@ HANDLERS: dict[str, Handler] = {
     "baddbmm": add_matmul,
     "mv": vector_product,
     "dot": vector_product,
+    "vdot": vector_product,  # parametrizations.spectral_norm's sigma
     "_scaled_dot_product_flash_attention_for_cpu": attention,
     "_scaled_dot_product_flash_attention": attention,
     "_scaled_dot_product_efficient_attention": attention,
@@ -249,6 +270,8 @@ HANDLERS: dict[str, Handler] = {
     "native_batch_norm_backward": norm_backward,
     "native_layer_norm_backward": norm_backward,
     "native_group_norm_backward": norm_backward,
+    "_weight_norm_interface": weight_norm(*WEIGHT_NORM, v_at=0),
+    "_weight_norm_interface_backward": weight_norm(*WEIGHT_NORM_BACKWARD, v_at=1),
     # softmax
     "_softmax": per_output(SOFTMAX),
     "_safe_softmax": per_output(SOFTMAX),
@@ -293,6 +316,12 @@ HANDLERS: dict[str, Handler] = {
 for _name, _n in INTERPOLATE.items():
     HANDLERS[_name] = per_output(2 * _n - 1)
     HANDLERS[f"{_name}_backward"] = per_input(2 * _n)  # args[0]: the output's gradient
+
+# Nearest upsampling copies (no FLOPs, IGNORED); its backward adds each output's gradient into
+# the input position it was copied from: one add per element of the output's gradient.
+for _name in ("upsample_nearest", "_upsample_nearest_exact"):
+    for _dims in (1, 2, 3):
+        HANDLERS[f"{_name}{_dims}d_backward"] = per_input(ELEMENTWISE)
 
 # Element-wise ops and their backward: one FLOP per output element (in-place "_" forms too).
 for _name in [
@@ -453,6 +482,10 @@ IGNORED: frozenset[str] = frozenset(
         "uniform_",
         "normal_",
         "_efficientzerotensor",
+        "tril",  # a copy with the elements above (below) a diagonal zeroed: causal masks
+        "tril_",
+        "triu",
+        "triu_",
     ]
 )
 

@@ -159,6 +159,7 @@ def totals_table(result: dict[str, Any]) -> Table:
             ["backward FLOPs", f"{t['backward_flops']:,}"],
             ["step FLOPs (fwd + bwd)", f"{t['step_flops']:,} ({si(t['step_flops'])})"],
             ["weights", si(m["weights_bytes"], "B")],
+            ["buffers", si(m["buffers_bytes"], "B")],
             ["gradients", si(m["gradients_bytes"], "B")],
             ["optimizer state SGD momentum / Adam", sgd_adam(m["optimizer_state_bytes"])],
             ["activations saved for backward", si(m["saved_activations_bytes"], "B")],
