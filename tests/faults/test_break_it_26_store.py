@@ -125,6 +125,27 @@ def test_a_store_whose_folder_is_renamed_mid_run_says_where_it_went(
         store.engine.dispose()
 
 
+def test_a_store_deleted_mid_track_is_rescued_with_each_row_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C10's neighbour: the write that met a deleted store went into its old file (for the
+    rescue copy) and was said to have failed; dlperf.track's flush at the end of its block
+    wrote the same rows again, and the rescued store held step 2 twice."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "x.db"
+    with pytest.raises(StoreGone), dlperf.track("deleted", store=str(path)) as r:
+        r.log(1, loss=0.5)
+        r.flush()
+        path.unlink()
+        r.log(2, loss=0.25)
+        r.flush()
+    store = RunStore.open(str(tmp_path / "x.rescued-run1.db"), create=False)
+    try:
+        assert store.metrics(r.id, "train/loss") == [(1, 0.5), (2, 0.25)]
+    finally:
+        store.engine.dispose()
+
+
 def test_two_repairs_into_one_new_store_one_wins_the_other_says_it_exists(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1409,6 +1409,10 @@ class RunStore:
         # Whether `run --resume` continues each run this store object records: asked when
         # the store has gone, and can no longer be read.
         self._resumable: dict[int, bool] = {}
+        # Whether a write already went to the deleted store's file (`_writing`): it said the
+        # store had gone, and a caller that tries it again (dlperf.track's flush at the end of
+        # its block) wrote its rows twice into what `_rescue` saves.
+        self._wrote_after_gone = False
         # A store dropped without `engine.dispose()` closes its pooled connections then, not
         # whenever the collector reaches them: psycopg warns of each connection "deleted
         # while still open" (a ResourceWarning that once failed CI in an unrelated test).
@@ -1653,14 +1657,20 @@ class RunStore:
             if linked:  # moved, whole where it is now: it takes no write from a path it left
                 where = f" to {integrity.shown(now)}" if now is not None else ""
                 raise StoreGone(f"run store {integrity.shown(self._file.path)} was moved{where}")
+            shown = integrity.shown(self._file.path)
+            gone = StoreGone(f"run store {shown} was deleted or replaced")
+            if self._wrote_after_gone:
+                raise gone
             # This write goes where the store's earlier ones went (the file's old inode,
             # through the connection kept for it), so that `_rescue` copies it out too; a
-            # new connection would make an empty file at the path instead.
+            # new connection would make an empty file at the path instead. Only the first:
+            # it is said to have failed, and a second would be it again.
             assert self._keeper is not None
             kept = create_engine("sqlite://", creator=lambda: self._keeper, poolclass=StaticPool)
             with stopping.shielded(), Session(kept) as s, s.begin():
                 yield s
-            raise StoreGone(f"run store {integrity.shown(self._file.path)} was deleted or replaced")
+            self._wrote_after_gone = True
+            raise gone
         try:
             # A stop signal waits for the transaction's end: one cut inside SQLAlchemy could
             # leave a connection holding SQLite's write lock, and the run's own `killed` mark
@@ -1872,11 +1882,13 @@ class RunStore:
             return StoreGone(
                 f"{e.message} while run {run_id} was recording; nothing was saved", None, run_id
             )
+        back = f"move it back to {integrity.shown(self._file.path)} to keep it"
+        if not self._file.path.parent.is_dir():  # its folder deleted too: "move it back" failed
+            back = f"make the folder {integrity.shown(self._file.path.parent)} again, then {back}"
         return StoreGone(
             f"{e.message} while run {run_id} was recording; everything it held, run "
             f"{run_id}'s metrics up to now included, is saved in {saved}",
-            f"move it back to {integrity.shown(self._file.path)} to keep it"
-            + (f", then `{resume}`" if resumable else ""),
+            back + (f", then `{resume}`" if resumable else ""),
             run_id,
         )
 
