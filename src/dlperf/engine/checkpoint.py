@@ -283,6 +283,7 @@ def fit_weights(
     run_id: int,
     name: str,
     classes: int | None = None,
+    same_file: bool = False,
 ) -> None:
     """Load run `run_id`'s `weights` into `model`, built from model `name` as its code is now
     (its head for `classes`, the data's class count, where the caller knows it). Code that
@@ -291,7 +292,10 @@ def fit_weights(
     listing every one. Where every difference is the class count, the data changed instead
     (an image folder gained or lost a class), and the line says so. Weights with the keys
     and shapes of the model's state_dict() that its load_state_dict() refuses are the
-    model's two methods disagreeing: one line too."""
+    model's two methods disagreeing: one line too. `same_file`: the caller found the model
+    file's source to be the one the run was trained from (its sha256, stored with the run):
+    the code did not change, and its factory builds another network on each call (or a
+    module it imports changed), which restoring the file cannot fix."""
     expected = model.state_dict()
     trained_on = _trained_classes(expected, weights, classes)
     if trained_on is not None:
@@ -307,6 +311,16 @@ def fit_weights(
         what, hint = f"model '{name}'", "use the dlperf the run was trained with"
     if found:
         shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+        if same_file and is_file_spec(name):
+            raise UserError(
+                f"run {run_id}'s checkpoint does not fit {what}, though the file is the one "
+                f"the run was trained with (its sha256 is the stored one): {shown}; its factory "
+                "builds a different network on each call (nondeterministic: a size drawn at "
+                "random or read from the environment, the clock or the process id), or a "
+                "module it imports changed",
+                "make the factory build the same network on every call (pass such a size in "
+                "[model] kwargs), or restore the modules it imports; or train it again",
+            )
         raise UserError(
             f"run {run_id}'s checkpoint does not fit {what} as it is now: {shown}",
             f"{hint}, or train it again",

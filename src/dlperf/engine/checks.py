@@ -410,8 +410,7 @@ def dry_backward(
         for p, _ in grads:  # put back below: which ones this backward reaches
             p.grad = None
         with torch.enable_grad():  # put back as it was on leaving, whatever the forward sets
-            with kept(model):
-                scores = model(torch.zeros(DRY_BATCH, *shape, device=device, dtype=torch.float32))
+            scores = _forward_with_gradients(model, shape, cannot, device)
             if not (isinstance(scores, torch.Tensor) and scores.requires_grad):
                 frozen = _frozen_on_the_way(model, shape, device)
                 if frozen:
@@ -434,7 +433,10 @@ def dry_backward(
                     "turn them off only within a with-block: with torch.no_grad(): ...",
                 )
             with warnings.catch_warnings(record=True) as caught:  # said below, or again
-                scores.float().sum().backward()  # type: ignore[no-untyped-call]
+                try:
+                    scores.float().sum().backward()  # type: ignore[no-untyped-call]
+                except RuntimeError as e:
+                    raise _backward_failed(e, cannot, shape, device) from None
         check_dense_gradients(model, cannot)
         trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         unused = [n for n, p in trained if p.grad is None]
@@ -458,15 +460,6 @@ def dry_backward(
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return unused
-    except RuntimeError as e:
-        first = first_line(e)
-        if out_of_memory(e):
-            raise UserError(
-                f"out of memory in a backward of two {tuple(shape)} images on "
-                f"{device or 'cpu'}: {first}",
-                "a smaller model or input, or a device with more memory",
-            ) from None
-        raise UserError(f"{cannot}: its backward fails: {first}", backward_hint(str(e))) from None
     finally:
         for p, grad in grads:
             p.grad = grad
@@ -474,6 +467,38 @@ def dry_backward(
             for buffer, value in saved:
                 buffer.copy_(value)
         model.eval()
+
+
+def _forward_with_gradients(
+    model: nn.Module, shape: Sequence[int], cannot: str, device: torch.device | None
+) -> object:
+    """`dry_backward`'s forward of `model` (gradients on, training mode): what it returned.
+    An error the model's own code raises (a `raise` in its forward, on this call alone) goes
+    on as it is, as from every other forward, for the CLI to tell with the model's frames: it
+    was told as "its backward fails". torch's errors here are autograd's, met as the forward
+    records the graph (no derivative for an operation, a leaf changed in place, an inference
+    tensor saved), as the same forward passed without gradients: the backward's line."""
+    try:
+        with kept(model):
+            return model(torch.zeros(DRY_BATCH, *shape, device=device, dtype=torch.float32))
+    except RuntimeError as e:
+        if raised_by_model(e):
+            raise
+        raise _backward_failed(e, cannot, shape, device) from None
+
+
+def _backward_failed(
+    e: RuntimeError, cannot: str, shape: Sequence[int], device: torch.device | None
+) -> UserError:
+    """The one line for torch's error `e` in `dry_backward` (`cannot` starts it)."""
+    first = first_line(e)
+    if out_of_memory(e):
+        return UserError(
+            f"out of memory in a backward of two {tuple(shape)} images on {device or 'cpu'}: "
+            f"{first}",
+            "a smaller model or input, or a device with more memory",
+        )
+    return UserError(f"{cannot}: its backward fails: {first}", backward_hint(str(e)))
 
 
 def _frozen_on_the_way(
@@ -663,7 +688,8 @@ def check_classifier(
     one float score per class for each of the DRY_BATCH images, on the device of its
     parameters (checked before any value is read: a meta tensor has none), and parameters to
     train. Said here, before anything is recorded, rather than as the loss's or the optimizer's
-    traceback at the first step. Returns `output`, the scores."""
+    traceback at the first step. Scores that are probabilities (a softmax ends the forward)
+    are warned of, once: in eval mode (no `mode`) only. Returns `output`, the scores."""
     expected = [DRY_BATCH, classes]
     size = f"a classifier's scores, shape [batch, classes]: {expected} for {DRY_BATCH} images"
     returns = f"model {what} returns{f' {mode}' if mode else ''}"
@@ -691,6 +717,8 @@ def check_classifier(
             f"{returns} {output.dtype} values; expected float scores (logits)",
             "return the scores before any argmax or rounding",
         )
+    if not mode:  # said once: the training-mode forward's scores would say it again
+        _warn_probabilities(model, output, what)
     params = list(model.parameters())
     if params and not any(p.requires_grad for p in params):
         # Weights it has, frozen (requires_grad=False): the fix is not to add any. Feature
@@ -709,6 +737,36 @@ def check_classifier(
             "give it at least one layer with weights (nn.Linear, nn.Conv2d ...)",
         )
     return output
+
+
+# How far from 1 a row of probabilities may sum (float32 rounding over many classes)
+SUMS_TO_ONE = 1e-4
+
+
+def _warn_probabilities(model: nn.Module, scores: torch.Tensor, what: str) -> None:
+    """Warn (`note`) where `model`'s (`what`) dry-forward `scores` are probabilities, each row
+    non-negative and summing to 1, as a softmax at the end of its forward gives: the loss,
+    cross-entropy, takes logits and applies softmax itself, so the model would train on a
+    softmax of probabilities (slowly, to a worse accuracy), with no error to say so, and
+    infer's probabilities would be a softmax of them again. A warning, not a refusal: a
+    model may mean it (a mixture it normalises itself). log_softmax's scores are negative,
+    and cross-entropy is the same of them as of the logits: not said."""
+    if scores.is_meta or scores.numel() == 0:  # no values to read
+        return
+    with torch.no_grad():
+        values = scores.detach().float()
+        if not bool((values >= 0).all()):
+            return
+        sums = values.sum(dim=-1)
+        if not bool(((sums - 1).abs() <= SUMS_TO_ONE).all()):
+            return
+    note(
+        f"model {what} returns probabilities (each row of its scores is non-negative and sums "
+        "to 1, as after a softmax), but training's cross-entropy takes logits and applies "
+        "softmax itself, and infer softmaxes the scores again: return the scores before the "
+        "softmax (the logits; log_softmax is fine)",
+        _source(model),
+    )
 
 
 def check_finite(

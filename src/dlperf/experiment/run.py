@@ -73,6 +73,15 @@ def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
     )
 
 
+def model_file_kept(record: RunRecord) -> bool:
+    """Whether `record`'s model is a file whose source is now the one it was trained from (its
+    stored sha256): weights that do not fit it then come from a factory that builds another
+    network on each call, not from an edit."""
+    trained = (record.system or {}).get(MODEL_FILE_DIGEST)
+    name = str(record.config.get("model", {}).get("name", ""))
+    return trained is not None and model_file_digest(name) == trained
+
+
 # A run seeds torch's process-wide generator (its weights, its dropout masks) and sets the
 # process's thread count: two at once in one process (dlperf.run from two threads) drew from
 # one interleaved stream and stored different results for one seeded config, so runs take
@@ -202,7 +211,8 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     # Before the split's check: a class gained or lost changes the split too, and the
     # classes say more.
     classes = prepared.data.num_classes
-    checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes)
+    same = model_file_kept(stored)  # a factory's own change, not the file's: told so
+    checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes, same)
     _check_same_split(run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size))
     check_profile_fits(exp, prepared.data, done["epoch"])
     # One process writes a run: of two resuming it at once, the other stops here.

@@ -724,6 +724,25 @@ def _process_kept(path: Path, when: str) -> Iterator[None]:
             note(said, path)
 
 
+def _forget_neighbours(package: str) -> None:
+    """Drop the modules under `package` (a model file's home, or a model package) that an
+    earlier import of a model file there imported (its `helper.py`), other model files
+    kept, so that this import runs them again as it runs the model file: a network built as
+    a neighbour is imported (NET = ... in helper.py, the factory returning it) was otherwise
+    the first import's, drawn before run.seed was set, and a sweep's next point in the same
+    process started from the weights the point before it trained."""
+    parent = sys.modules.get(package)
+    for name in [n for n in sys.modules if n.startswith(f"{package}.")]:
+        if name in _MODEL_FILES:
+            continue
+        del sys.modules[name]
+        child = name.removeprefix(f"{package}.")
+        if parent is not None and "." not in child:
+            # `from . import helper` takes the package's attribute before sys.modules
+            with contextlib.suppress(AttributeError):
+                delattr(parent, child)
+
+
 def _import_file(path: Path) -> ModuleType:
     """Import a user's model file as Python imports a module: under its dlperf_user_ name in
     sys.modules (dataclasses, pickle and typing look a class's module up there), the modules
@@ -737,10 +756,12 @@ def _import_file(path: Path) -> ModuleType:
     package = path.name == "__init__.py"
     if package:
         name = f"{USER_MODULE_PREFIX}{directory.name}"
+        _forget_neighbours(name)
     else:
         # A dot in the stem ("net.v2.py") would name a package that is not there
         name = f"{_home(directory)}.{path.stem.replace('.', '_')}"
         _MODEL_FILES.add(name)
+        _forget_neighbours(_home(directory))
     module_spec = importlib.util.spec_from_file_location(
         name,
         path,
@@ -1122,9 +1143,14 @@ def create_model(
     just before the factory is called (a name no factory's own keyword is likely to have).
     For a model file that is after its import: a file that seeds torch as it is imported
     (`torch.manual_seed(0)` at its top, common in scripts) overrode a seed set before, and
-    every run.seed of a sweep started from its weights."""
+    every run.seed of a sweep started from its weights. It is seeded before the import as
+    well: a model the file builds as it is imported (NET = nn.Sequential(...) at its top, the
+    factory returning it) drew its weights from wherever torch's RNG stood, and the same
+    run.seed gave other weights each time. The file and the modules beside it that it imports
+    run again at each call (`_forget_neighbours`), each seeded so, a sweep's points alike."""
     sized = {"num_classes": num_classes} if num_classes is not None else {}
     if is_file_spec(name):
+        _seed(factory_seed)
         return build_from_factory(
             load_factory(name), name, {**sized, "in_channels": in_channels, **kwargs}, factory_seed
         )
