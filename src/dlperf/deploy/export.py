@@ -119,7 +119,7 @@ def from_run(store: RunStore, run_id: int) -> Source:
     from dlperf.data.sources import decode_file
     from dlperf.engine import checkpoint, pretrained
     from dlperf.engine.build import build_model, load_run_data
-    from dlperf.experiment.run import MODEL_FILE_DIGEST, model_file_changed
+    from dlperf.experiment.run import model_file_changed, model_file_kept
     from dlperf.models.registry import rebuilding
     from dlperf.sweep.runner import weights_hint
 
@@ -141,8 +141,8 @@ def from_run(store: RunStore, run_id: int) -> Source:
     data, _ = load_run_data(exp, pretrained.resolve(exp.model, store))
     with rebuilding(f"run {run_id}"):  # its model file gone: restore it, not "use another"
         model = build_model(exp, data, torch.device("cpu"), fresh=False)
-    trained = (record.system or {}).get(MODEL_FILE_DIGEST)  # a factory's own change: told so
-    checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, trained)
+    same = model_file_kept(record)  # a factory's own change, not the file's: told so
+    checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, same)
     test = data.test
     n = min(len(test), REAL_IMAGES)
     if test.images is not None:
