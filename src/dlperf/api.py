@@ -899,7 +899,7 @@ def fit_curve(
     xs, ys = as_points(x, y)
     check_increasing(xs, "x (the steps)")
     points = Curve("fit_curve", xs, ys)
-    report = fit_one(points, CurveOptions(metric=metric, upto=upto, upto_step=upto_step))
+    report = fit_one(points, CurveOptions(metric=metric, upto=upto, upto_step=upto_step), api=True)
     fitted = report.fits[form]
     held = report.heldout.get(f"{form}_rmse")
     return CurveResult(

@@ -20,7 +20,7 @@ import numbers
 import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,8 @@ N_BOOT = 200
 # each over every point it is given: a curve of 20,000 rows took 100 s, one of 10^6 rows
 # did not finish in two minutes (break-it round 12, C5).
 MAX_POINTS = 1000
+# The fewest points a fit takes: three parameters, and one point more to tell them apart.
+FEWEST = 4
 
 
 @dataclass
@@ -220,8 +222,10 @@ def value_scale(y: np.ndarray) -> float:
 
 
 def _check_points(k: np.ndarray, y: np.ndarray) -> None:
-    if len(k) < 4:
-        raise UserError(f"{len(k)} points are too few to fit a 3-parameter curve", "need ≥ 4")
+    if len(k) < FEWEST:
+        raise UserError(
+            f"{len(k)} points are too few to fit a 3-parameter curve", f"need ≥ {FEWEST}"
+        )
     if not (np.all(np.isfinite(k)) and np.all(np.isfinite(y))):
         raise UserError("the curve has non-finite values")
     if np.any(k <= 0):
@@ -515,6 +519,61 @@ def window(k: np.ndarray, upto: float | None, upto_step: float | None) -> int:
     return len(k)
 
 
+def fit_window(c: Curve, upto: float | None, upto_step: float | None, api: bool = False) -> int:
+    """`window` of a curve, refused in one line when it holds fewer than FEWEST points: naming
+    the curve (its file, or its run and key), the window and what it kept of the curve, and the
+    smallest window that keeps FEWEST (a fraction rounded up to one significant digit, or the
+    FEWEST-th step). "2 points are too few" named neither the file nor the --upto that cut 40
+    points to 2 (break-it round 26, P2 C13). `api`: name dlperf.fit_curve's arguments
+    (upto=0.05), not the command's flags (--upto 0.05)."""
+    n = window(c.steps, upto, upto_step)
+    if n >= FEWEST:
+        return n
+    total = len(c.steps)
+    what = c.source or c.label
+    if c.key is not None:
+        what = f"{what}'s {c.key}"
+    need = f"too few to fit a 3-parameter curve (need ≥ {FEWEST})"
+    if total < FEWEST:  # no window helps
+        more = (
+            "log more points" if c.key is None else "train longer, or fit a key logged more often"
+        )
+        raise UserError(f"{what} holds {total} point{'s' * (total != 1)}, {need}", more)
+
+    def given(name: str, value: float) -> str:
+        return (
+            f"{name}={_written(value)}" if api else f"--{name.replace('_', '-')} {_written(value)}"
+        )
+
+    if upto is not None:
+        told, fits = given("upto", upto), given("upto", _fewest_fraction(total))
+    else:
+        assert upto_step is not None  # n < total: some window was given
+        told, fits = given("upto_step", upto_step), given("upto_step", float(c.steps[FEWEST - 1]))
+    raise UserError(
+        f"{what}: {told} keeps {n} of its {total} points, {need}",
+        f"fit at least {FEWEST}, e.g. {fits}",
+    )
+
+
+def _fewest_fraction(total: int) -> float:
+    """FEWEST / `total` rounded up to one significant digit (4 of 40: 0.1; of 7: 0.6), raised
+    until its `window` of `total` points keeps FEWEST."""
+    exact = Decimal(FEWEST) / Decimal(total)
+    unit = Decimal(1).scaleb(exact.adjusted())
+    fraction = (exact / unit).to_integral_value(rounding=ROUND_CEILING) * unit
+    while fraction < 1 and window(np.ones(total), float(fraction), None) < FEWEST:
+        fraction += unit  # round() to even may keep one point fewer than the fraction's
+    return float(min(fraction, Decimal(1)))
+
+
+def _written(value: float) -> str:
+    """A number as a user writes it: 4, not 4.0; 0.1; 2.5; 1e-05; 123456789 in full."""
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+
+
 @dataclass
 class Curve:
     """A measured curve: steps (≥ 1) and the metric's values, as measured."""
@@ -529,6 +588,8 @@ class Curve:
     source: str | None = None
     # The CSV's line of each point, for error lines that name one; None for a run's curve.
     lines: list[int] | None = field(default=None, repr=False, compare=False)
+    # A run's stored key ("val/loss"), for error lines; None for a CSV file's curve.
+    key: str | None = None
 
     @property
     def legend(self) -> str:
@@ -648,4 +709,4 @@ def from_run(store: RunStore, run_id: int, metric: str, key: str | None = None) 
     values = np.array([v for _, v in pairs], float)
     if key is None and metric == "error":
         values = 1.0 - values
-    return Curve(f"run {run_id}", steps, values, epoch_steps, configuration(run))
+    return Curve(f"run {run_id}", steps, values, epoch_steps, configuration(run), key=stored)

@@ -56,6 +56,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from dlperf.converge.curve import (
+    FEWEST,
     as_points,
     check_target,
     error_pct,
@@ -254,8 +255,13 @@ def fit(
     carried past the window, the spacing of the measurements, the lowest value and the trend
     stay those of every point."""
     k, y = as_points(k, y)
-    if len(k) < 4:
-        raise UserError(f"{len(k)} points are too few to fit a curve", "need ≥ 4")
+    if len(k) < FEWEST:
+        # `converge predict` refuses a window this short first, naming the curve and the
+        # window (`curve.fit_window`); this is for a caller from Python.
+        raise UserError(
+            f"ensemble.fit: {len(k)} points are too few to fit a curve",
+            f"need ≥ {FEWEST}: give more of the curve",
+        )
     if not (np.all(np.isfinite(k)) and np.all(np.isfinite(y))) or np.any(k <= 0):
         raise UserError("steps must be positive and values finite")
     if np.any(y < 0):

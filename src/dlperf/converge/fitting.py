@@ -97,10 +97,12 @@ def fit(
     return CurveFits(reports, warnings)
 
 
-def fit_one(c: Curve, opts: CurveOptions) -> FitReport:
-    """One curve as `converge fit` fits it (and `dlperf.fit_curve`): both forms on the window
-    `opts.upto` / `opts.upto_step` picks, the metric's values checked."""
-    return curve.analyse(c, opts.metric, curve.window(c.steps, opts.upto, opts.upto_step))
+def fit_one(c: Curve, opts: CurveOptions, api: bool = False) -> FitReport:
+    """One curve as `converge fit` fits it (and `dlperf.fit_curve`, `api`: its lines name its
+    arguments, not the command's flags): both forms on the window `opts.upto` /
+    `opts.upto_step` picks (`curve.fit_window`), the metric's values checked."""
+    n_fit = curve.fit_window(c, opts.upto, opts.upto_step, api)
+    return curve.analyse(c, opts.metric, n_fit)
 
 
 def fit_result(r: FitReport) -> CurveFitResult:
@@ -483,7 +485,7 @@ def regress(
     found = regress_sources(sources, features, opts, open_store)
     warnings, betas, windows = [], [], []
     for c, _ in found:
-        n_fit = curve.window(c.steps, opts.upto, opts.upto_step)
+        n_fit = curve.fit_window(c, opts.upto, opts.upto_step)
         fitted, params = curve.fit(
             c.steps[:n_fit], curve.to_decreasing(c.values, opts.metric)[:n_fit]
         )

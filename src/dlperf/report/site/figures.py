@@ -8,6 +8,7 @@ matplotlib without pyplot; no file is written."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from dlperf.report.runs import (
     draw_runs,
     drawable,
     left_out_note,
+    lone,
     rows_of,
     ylabel,
 )
@@ -109,13 +111,25 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
     fig = Figure(figsize=(FIG_WIDTH_IN, 1.2 + 2.2 * len(keys)))
     axes = fig.subplots(len(keys), 1, sharex=True, squeeze=False)[:, 0]
     left_out = 0
+    nan: dict[str, int] = {}  # NaN values per key: kept in the line (a gap), but no point
     for ax, key in zip(axes, keys, strict=True):
         shown = drawable([t - origin for t in placed[key]], [v for _, v, _ in rows[key]])
         if gone := len(rows[key]) - len(shown):
             left_out += gone
             left_out_note(ax, gone)
-        ax.plot([x for x, _ in shown], [y for _, y in shown], "o-" if per_epoch(key) else "-",
-                ms=3, lw=1.2, color="C0")  # fmt: skip
+        ys = [y for _, y in shown]
+        if count := sum(1 for y in ys if math.isnan(y)):
+            nan[key] = count
+        if not any(math.isfinite(y) for y in ys):
+            # An empty subplot said nothing of why.
+            ax.text(0.5, 0.5, "no value to draw", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=9, color="0.4")  # fmt: skip
+        # A line draws nothing of a point with no finite neighbour (one point, or one between
+        # NaNs): those get a marker, as `runs plot` gives them.
+        marked = per_epoch(key)
+        alone = [] if marked else lone(ys)
+        ax.plot([x for x, _ in shown], ys, "o-" if marked else "-", ms=3, lw=1.2, color="C0",
+                **({"marker": "o", "markevery": alone} if alone else {}))  # fmt: skip
         ax.set_ylabel(ylabel(key))
         ax.grid(alpha=0.3)
     axis = "wall time since the run's first logged step (s)"
@@ -131,17 +145,35 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
         )
     if left_out:
         caption += f" ({left_out} point{'s' * (left_out > 1)} beyond ±{MAX_DRAWN:g} left out)"
+    if nan:
+        caption += (
+            f" ({_nan_note(sum(nan.values()))}: "
+            + ", ".join(f"{count} of {key}" for key, count in nan.items())
+            + ")"
+        )
     return caption, png(fig)
+
+
+def _nan_note(count: int, what: str = "value") -> str:
+    """What a caption says of `count` NaN values: "2 values are NaN (not a number), left out"."""
+    return f"{count} {what}{'s are' if count > 1 else ' is'} NaN (not a number), left out"
 
 
 def phases(store: RunStore, run: RunRecord) -> Figures:
     """Seconds per step by phase as stacked bars in the order the step runs them (data at the
     bottom): one bar per epoch from the stored phase/* metrics, else one bar from the
     summary's phases."""
-    by_phase = {
-        key.removeprefix("phase/").removesuffix("_s"): dict(store.metrics(run.id, key))
+    stored = {
+        key.removeprefix("phase/").removesuffix("_s"): store.metrics(run.id, key)
         for key in store.metric_keys(run.id)
         if key.startswith("phase/")
+    }
+    # A NaN bar is no bar, and every bar stacked on it (its bottom NaN) was left out too.
+    nan = sum(1 for values in stored.values() for _, v in values if math.isnan(v))
+    by_phase = {
+        name: finite
+        for name, values in stored.items()
+        if (finite := {e: v for e, v in values if not math.isnan(v)})
     }
     if by_phase:
         epochs = sorted({e for values in by_phase.values() for e in values})
@@ -168,8 +200,10 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
     # Beside the bars, top to bottom in the step's order: the stack reads bottom to top.
     ax.legend(title="phase, in step order", loc="upper left", bbox_to_anchor=(1.01, 1),
               fontsize=9)  # fmt: skip
-    return [("phase breakdown, milliseconds per step (stacked, first phase at the bottom)",
-             png(fig))]  # fmt: skip
+    caption = "phase breakdown, milliseconds per step (stacked, first phase at the bottom)"
+    if nan:
+        caption += f" ({_nan_note(nan, 'phase value')})"
+    return [(caption, png(fig))]
 
 
 def predicted(run: RunRecord, measured: list[float]) -> Figures:
@@ -214,10 +248,13 @@ def allreduce(runs: list[RunRecord], title: str) -> Figures:
         if ring and n > 1:
             alpha, bandwidth = ring["alpha_s"], ring["bandwidth_bytes_per_s"]
             model = [2 * (n - 1) * alpha + 2 * (n - 1) / n * s / bandwidth for s in sizes]
-            left.plot(sizes, [t * 1e6 for t in model], "-", color=f"C{i}",
+            # A line of one message size draws nothing: the model's point is a bar across it.
+            style = "-" if len(sizes) > 1 else "_"
+            left.plot(sizes, [t * 1e6 for t in model], style, color=f"C{i}", ms=14,
                       label=f"{n} workers, α-β ring model")  # fmt: skip
             busbw = [s / t * 2 * (n - 1) / n / 1e9 for s, t in zip(sizes, model, strict=True)]
-            right.plot(sizes, busbw, "-", color=f"C{i}", label=f"{n} workers, α-β ring model")
+            right.plot(sizes, busbw, style, color=f"C{i}", ms=14,
+                       label=f"{n} workers, α-β ring model")  # fmt: skip
     for ax in (left, right):
         ax.set_xscale("log", base=2)
     left.set_yscale("log")
