@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from dlperf.converge.results import (
 )
 from dlperf.errors import UserError
 from dlperf.parsing import parse_pairs, plain_number
+from dlperf.paths import not_regular, replaced
 from dlperf.progress import NullReporter, Reporter
 
 if TYPE_CHECKING:
@@ -151,10 +154,25 @@ def beta_table(reports: list[FitReport]) -> list[dict[str, Any]]:
     return rows
 
 
+@contextmanager
+def _table_file(path: Path) -> Iterator[Path]:
+    """Where `write_table` writes: a temporary file that becomes `path` once whole
+    (`paths.replaced`); `path` itself when it is a device, a FIFO or a socket (/dev/stdout, a
+    pipe), which holds no earlier table to keep and which a rename would put a regular file in
+    place of. Through a link to the file: the rename replaces the file, and the link stays."""
+    if not_regular(path) not in (None, "a directory"):
+        yield path
+        return
+    with replaced(Path(os.path.realpath(path))) as tmp:
+        yield tmp
+
+
 def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
-    """`beta_table`'s rows as a CSV file (empty cells where a value is unknown)."""
+    """`beta_table`'s rows as a CSV file (empty cells where a value is unknown), written
+    beside `path` and renamed over it once whole: a write that fails partway (a file size
+    limit, a full disk) or a stop leaves the earlier file whole, not cut off."""
     try:
-        with open(path, "w", newline="") as f:
+        with _table_file(path) as target, open(target, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)

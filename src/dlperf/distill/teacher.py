@@ -9,6 +9,7 @@ import torch
 from dlperf.config import Experiment, ModelConfig, build_experiment
 from dlperf.engine import checkpoint, pretrained
 from dlperf.errors import UserError
+from dlperf.experiment.run import model_file_kept
 from dlperf.models import create_model
 from dlperf.models.registry import without_automatic
 from dlperf.store import RunStore
@@ -24,6 +25,9 @@ class Teacher:
     std: tuple[float, ...]
     classes: int
     test_accuracy: float | None
+    # Its model file is the one it was trained from (the stored sha256): weights that do not
+    # fit the network rebuilt from it come from a factory building another one on each call.
+    same_file: bool = False
 
 
 def stored(store: RunStore, run_id: int) -> Teacher:
@@ -50,6 +54,7 @@ def stored(store: RunStore, run_id: int) -> Teacher:
         tuple(data["std"]),
         data["classes"],
         run.trained.test_accuracy,
+        model_file_kept(run),
     )
 
 
@@ -77,7 +82,9 @@ def score(
     )
     weights = pretrained.resolve(ModelConfig(name=cfg.name, weights=f"run:{teacher.run_id}"), store)
     assert weights is not None
-    checkpoint.fit_weights(model, weights.fetch(), teacher.run_id, cfg.name)
+    checkpoint.fit_weights(
+        model, weights.fetch(), teacher.run_id, cfg.name, same_file=teacher.same_file
+    )
     model.to(device).eval()
     mean = torch.tensor(teacher.mean, device=device).view(-1, 1, 1)
     std = torch.tensor(teacher.std, device=device).view(-1, 1, 1)

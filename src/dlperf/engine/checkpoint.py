@@ -48,11 +48,14 @@ class Owner:
 class Slot:
     """Where a run's checkpoints go and whose they are, so every checkpoint written is stamped.
     `on_saved(path)` is called once each save is on disk (a new run records its checkpoint
-    then: one recorded as the run started was never written if the run failed first)."""
+    then: one recorded as the run started was never written if the run failed first).
+    `same_file`: resuming, the run's model file is the one it was trained from (its stored
+    sha256, experiment.run.model_file_kept), as `fit_weights` is told when loading into it."""
 
     path: Path
     owner: Owner
     on_saved: Callable[[Path], None] | None = field(default=None, compare=False)
+    same_file: bool = field(default=False, compare=False)
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

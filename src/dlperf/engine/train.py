@@ -112,7 +112,9 @@ def train(
     state = Progress()
     if resume is not None:  # weights, optimizer, schedule, scaler, RNG and progress
         run_id = checkpoint_slot.owner.run_id
-        checkpoint.fit_weights(model, resume["model"], run_id, exp.model.name)
+        # A factory's own change, not the file's, is told so (the slot knows which).
+        same, classes = checkpoint_slot.same_file, data.num_classes
+        checkpoint.fit_weights(model, resume["model"], run_id, exp.model.name, classes, same)
         step.load_state_dict(resume)
         checkpoint.set_rng_state(resume["rng"], device)
         state = Progress(**resume["progress"])

@@ -225,7 +225,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
             [("train/", done["step"])]
             + [(k, done["epoch"]) for k in ("epoch/", "val/", "phase/", "gpu/")],
         )
-        ckpt = checkpoint.Slot(path, owner)
+        ckpt = checkpoint.Slot(path, owner, same_file=same)
         return _execute(exp, store, record, ckpt, state, prepared, reporter)
 
 

@@ -168,12 +168,13 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
         for key in store.metric_keys(run.id)
         if key.startswith("phase/")
     }
-    # A NaN bar is no bar, and every bar stacked on it (its bottom NaN) was left out too.
-    nan = sum(1 for values in stored.values() for _, v in values if math.isnan(v))
+    # A NaN bar is no bar, and every bar stacked on it (its bottom NaN) was left out too; an
+    # infinite one is a bar to infinity, every bar stacked on it at infinity: both left out.
+    left_out = [v for values in stored.values() for _, v in values if not math.isfinite(v)]
     by_phase = {
         name: finite
         for name, values in stored.items()
-        if (finite := {e: v for e, v in values if not math.isnan(v)})
+        if (finite := {e: v for e, v in values if math.isfinite(v)})
     }
     if by_phase:
         epochs = sorted({e for values in by_phase.values() for e in values})
@@ -181,9 +182,11 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
         xlabel = "epoch"
     else:
         summary_phases = run.trained.phases or {}
-        if not summary_phases:
+        # The store keeps a summary's NaN or infinity as null (strict JSON): left out alike.
+        left_out = [s for s in summary_phases.values() if not _finite(s)]
+        by_phase = {name: {0: s} for name, s in summary_phases.items() if _finite(s)}
+        if not by_phase:
             return []
-        by_phase = {name: {0: s} for name, s in summary_phases.items()}
         epochs, labels, xlabel = [0], ["whole run"], "run"
     order = sorted(by_phase, key=lambda p: PHASES.index(p) if p in PHASES else len(PHASES))
     fig = Figure(figsize=(FIG_WIDTH_IN, 3.6))
@@ -201,9 +204,31 @@ def phases(store: RunStore, run: RunRecord) -> Figures:
     ax.legend(title="phase, in step order", loc="upper left", bbox_to_anchor=(1.01, 1),
               fontsize=9)  # fmt: skip
     caption = "phase breakdown, milliseconds per step (stacked, first phase at the bottom)"
-    if nan:
-        caption += f" ({_nan_note(nan, 'phase value')})"
+    if left_out:
+        caption += f" ({_not_finite_note(left_out, 'phase value')})"
     return [(caption, png(fig))]
+
+
+def _finite(value: object) -> bool:
+    """Whether `value` is a number a bar can be drawn of: not NaN, infinite or null."""
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _not_finite_note(values: Sequence[float | None], what: str) -> str:
+    """What a caption says of `values` left out for not being finite: `_nan_note`'s line when
+    all are NaN; "2 phase values are infinite, left out" when all are infinite; NaN and
+    infinite counted apart when both; "not finite" alone for a null (a stored summary's NaN
+    or infinity, which it does not tell apart)."""
+    nan = sum(1 for v in values if v is not None and math.isnan(v))
+    if nan == len(values):
+        return _nan_note(nan, what)
+    count = f"{len(values)} {what}{'s are' if len(values) > 1 else ' is'}"
+    infinite = sum(1 for v in values if v is not None and math.isinf(v))
+    if infinite == len(values):
+        return f"{count} infinite, left out"
+    if nan + infinite == len(values):
+        return f"{count} not finite ({nan} NaN, {infinite} infinite), left out"
+    return f"{count} not finite, left out"
 
 
 def predicted(run: RunRecord, measured: list[float]) -> Figures:
