@@ -205,11 +205,13 @@ def runs_delete(
 
     Example: dlperf runs delete 3 4 --yes
     """
+    from dlperf import stopping
     from dlperf.store.query import stop, to_delete
 
     store = writer()
     ids = list(dict.fromkeys(run_ids))
-    runs = to_delete(store, ids, force)
+    pending = store.deleting()  # rows gone, files not: a delete killed midway, finished now
+    runs = to_delete(store, [i for i in ids if i not in pending], force)
     if not yes:
         if not _interactive():
             raise UserError(
@@ -221,7 +223,9 @@ def runs_delete(
                 f"run {r.id}: {r.name} ({r.kind}, {r.status}, "
                 f"{len(store.artifacts(r.id))} artifacts)"
             )
-        if not typer.confirm(f"Delete {len(runs)} run(s)?", default=False, err=True):
+        for i in pending & set(ids):
+            console.err.print(f"run {i}: deleted, but not all of its files yet")
+        if not typer.confirm(f"Delete {len(ids)} run(s)?", default=False, err=True):
             console.err.print("nothing deleted")
             raise typer.Exit(1)
     for stopped in stop(store, runs, waiting=console.warn) if force else []:
@@ -239,12 +243,15 @@ def runs_delete(
                 f"stopped run {stopped.run_id}: pid {stopped.pid} ended without marking it "
                 f"(it reads as {stopped.status})"
             )
-    done = store.delete_runs(ids, force)
-    for path, why in done.kept:
-        console.warn(f"kept {path}: {why}")
-    console.out.print(f"deleted run {', '.join(map(str, done.runs))}")
-    for path in done.removed:
-        console.out.print(f"removed {path}")
+    # A stop once the rows are committed waits for the files and this report, then exits
+    # 128 + the signal: the user is told what is gone (it was gone without a word).
+    with stopping.shielded():
+        done = store.delete_runs(ids, force)
+        for path, why in done.kept:
+            console.warn(f"kept {path}: {why}")
+        console.out.print(f"deleted run {', '.join(map(str, done.runs))}")
+        for path in done.removed:
+            console.out.print(f"removed {path}")
 
 
 @runs_app.command("repair")

@@ -85,6 +85,7 @@ from dlperf.store.schema import (
     COPY_DIR,
     COPY_FILE,
     DELETED_MAX,
+    DELETING,
     HOME,
     STORE_ID,
     Artifact,
@@ -1369,6 +1370,82 @@ class Deleted:
 
 
 @dataclass
+class _Plan:
+    """What deleting one run takes from disk, as (path, the store's directory it lies under)
+    pairs, and what it keeps, with why: recorded in meta with the rows' deletion, until done."""
+
+    remove: list[tuple[str, str]]
+    kept: list[tuple[str, str]]
+
+    def recorded(self) -> dict[str, list[list[str]]]:
+        return {"remove": [list(r) for r in self.remove], "kept": [list(k) for k in self.kept]}
+
+
+def _deleting(s: Session) -> dict[int, _Plan]:
+    """The runs whose rows a delete removed and whose files it had not removed yet (it was
+    killed in between), with what it meant to remove. A record garbled by hand is an empty
+    plan, dropped by the next delete."""
+    plans: dict[int, _Plan] = {}
+    found = select(Meta.key, Meta.value).where(Meta.key.startswith(DELETING, autoescape=True))
+    for key, value in s.execute(found):
+        try:
+            run_id = int(key.removeprefix(DELETING))
+        except ValueError:
+            continue  # a key set by hand: not ours
+        try:
+            data = json.loads(value)
+            plans[run_id] = _Plan(
+                [(str(t), str(r)) for t, r in data["remove"]],
+                [(str(p), str(w)) for p, w in data["kept"]],
+            )
+        except (ValueError, KeyError, TypeError):
+            plans[run_id] = _Plan([], [])
+    return plans
+
+
+def _take(
+    run_id: int,
+    target: Path,
+    root: Path,
+    mine: set[str],
+    removed: list[str],
+    kept: list[tuple[str, str]],
+) -> None:
+    """Remove what a delete of run `run_id` planned: a file, or the run's own directory
+    `root/run-<id>/`; then the directories left empty up to `root`. Checked again here, as
+    the plan may come from the store's meta: only under one of this store's own directories
+    (`mine`; a byte copy carries its original's records, whose files are not its to remove)."""
+    own = root / f"run-{run_id}"
+    if not target.is_absolute() or ".." in target.parts or root.name not in mine:
+        return
+    if target == root or not target.is_relative_to(root):
+        return
+    try:
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target == own and target.is_dir():
+            shutil.rmtree(target)
+        elif target.is_dir():
+            kept.append((str(target), "a directory the run does not own"))
+            return
+        else:
+            return  # gone already (another delete finishing this one took it)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        kept.append((str(target), f"cannot remove it: {e.strerror or e}"))
+        return
+    removed.append(str(target))
+    for parent in target.parents:  # directories left empty, up to the store's own
+        if parent == root or not parent.is_relative_to(root):
+            break
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+
+
+@dataclass
 class Recording:
     """A run being recorded: how it will be marked when its `with` block ends normally."""
 
@@ -2091,12 +2168,20 @@ class RunStore:
 
         Only what a run owns goes: a recorded file under this store's artifact directory
         (`<out_dir>/<store id>/`, or a copy's own, `_copy_dir`) that no other run records, and
-        the run's own directory `run-<id>/` there that holds its checkpoint. Directories left
-        empty are removed up to the store's directory. A recorded file elsewhere (the user's
-        device catalog, a detector saved to a path of the user's choice) or shared with another
-        run is kept, and so is every file of a store that is a byte copy of another still there
-        (`_copy_of`) outside the copy's own directory. A file not found where it was recorded
-        is looked for beside the store (`_beside`), else named as left."""
+        the run's own directory `run-<id>/` there, recorded file or not (a checkpoint.part.pt
+        left by a first checkpoint write cut short; found by the run's run.out_dir, a relative
+        one from here and from the store's folder). Directories left empty are removed up to
+        the store's directory. A recorded file elsewhere (the user's device catalog, a detector
+        saved to a path of the user's choice) or shared with another run is kept, and so is
+        every file of a store that is a byte copy of another still there (`_copy_of`) outside
+        the copy's own directory. A file not found where it was recorded is looked for beside
+        the store (`_beside`), else named as left.
+
+        The files to remove are recorded (meta `deleting_run_<id>`) in the transaction that
+        deletes the rows, and the record goes once they are gone: a delete killed in between
+        (SIGKILL, an OOM kill, a power cut) is finished by the next `runs delete` of that run,
+        or of any run. A stop signal once the rows are committed waits for the files (the
+        caller's `stopping.shielded()` block, if any, for the report too)."""
         ids = list(dict.fromkeys(run_ids))
         with self._writing() as s:
             # Locked as they are found, until the end (PostgreSQL; SQLite's write lock is
@@ -2104,10 +2189,12 @@ class RunStore:
             # and of two deletes of one run the second waits, then finds no run (found by an
             # unlocked read first, both said "deleted run N"). In id order: two deletes of
             # overlapping runs lock them in one order, and never wait on each other.
-            query = select(Run.id, Run.owner).where(Run.id.in_([i for i in ids if _storable(s, i)]))
+            query = select(Run.id, Run.owner, Run.config)
+            query = query.where(Run.id.in_([i for i in ids if _storable(s, i)]))
             owners = s.execute(query.order_by(Run.id).with_for_update()).all()
-            found = {i for i, _ in owners}
-            missing = [str(i) for i in ids if i not in found]
+            found = {i for i, _, _ in owners}
+            pending = _deleting(s)  # every run whose files a delete cut short left
+            missing = [str(i) for i in ids if i not in found and i not in pending]
             if missing:
                 raise NoSuchRun(
                     f"no run {', '.join(missing)} in the store; nothing deleted",
@@ -2116,14 +2203,15 @@ class RunStore:
             me = _owner(this_process())  # a process may delete the runs it writes itself
             # An owner that lives, or (unless `force`) that runs on another host, where that
             # cannot be told, may still write its run.
-            alive = {i: process_alive(json.loads(o)) for i, o in owners if o and o != me}
+            alive = {i: process_alive(json.loads(o)) for i, o, _ in owners if o and o != me}
             live = [i for i, a in alive.items() if a is True or (a is None and not force)]
             if live:
                 raise UserError(
                     f"run {', '.join(map(str, live))} is running; nothing deleted",
                     "stop it first, or pass --force",
                 )
-            recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(ids))
+            gone = [i for i in ids if i in found]
+            recorded = select(Artifact.run_id, Artifact.path).where(Artifact.run_id.in_(gone))
             owned = [(r.run_id, r.path) for r in s.execute(recorded.order_by(Artifact.id))]
             original = self._copy_of(s)
             own = self._copy_dir(s, make=False)
@@ -2134,29 +2222,114 @@ class RunStore:
             shared = set(
                 s.scalars(
                     select(Artifact.path).where(
-                        Artifact.path.in_({p for _, p in owned}), Artifact.run_id.not_in(ids)
+                        Artifact.path.in_({p for _, p in owned}), Artifact.run_id.not_in(gone)
                     )
                 )
             )
+            plans: dict[int, _Plan] = {i: _Plan([], []) for i in gone}
+            for run_id, path in owned:
+                plan = plans[run_id]
+                if path in shared:
+                    plan.kept.append((path, "another run records it too"))
+                elif original is not None and not any(p.name in mine for p in Path(path).parents):
+                    there = self._found(Path(path))
+                    if there is not None:  # one deleted already (in the original) is not kept
+                        whose = self._whose(Path(path), stores)
+                        why = f"this store is {whose}, whose run it is too"
+                        plan.kept.append((str(there), why))
+                else:
+                    self._plan_file(run_id, Path(path), mine, plan)
+            for run_id, _, config in owners:
+                self._plan_run_dir(run_id, config, mine, plans[run_id])
             for table in (Tag, Metric, Artifact):
-                s.execute(delete(table).where(table.run_id.in_(ids)))
-            s.execute(delete(Run).where(Run.id.in_(ids)))
-            if self.engine.dialect.name == "sqlite":
+                s.execute(delete(table).where(table.run_id.in_(gone)))
+            s.execute(delete(Run).where(Run.id.in_(gone)))
+            for run_id, plan in plans.items():  # gone with the rows, or not at all
+                _put_meta(s, f"{DELETING}{run_id}", json.dumps(plan.recorded()))
+            if self.engine.dialect.name == "sqlite" and gone:
                 floor = _meta(s, DELETED_MAX)
-                _put_meta(s, DELETED_MAX, str(max([*ids, int(floor or 0)])))
-        removed: list[str] = []
-        kept: list[tuple[str, str]] = []
-        for run_id, path in owned:
-            if path in shared:
-                kept.append((path, "another run records it too"))
-            elif original is not None and not any(p.name in mine for p in Path(path).parents):
-                there = self._found(Path(path))
-                if there is not None:  # one deleted already (in the original) is not kept
-                    whose = self._whose(Path(path), stores)
-                    kept.append((str(there), f"this store is {whose}, whose run it is too"))
-            else:
-                self._remove_file(run_id, Path(path), mine, removed, kept)
+                _put_meta(s, DELETED_MAX, str(max([*gone, int(floor or 0)])))
+            plans = {**pending, **plans}
+        # The rows are gone: a stop signal now waits for the files, so that what is on disk
+        # agrees with the store, and is raised at the end (at the caller's block's end when
+        # it reports the deletion first).
+        with stopping.shielded():
+            removed: list[str] = []
+            kept: list[tuple[str, str]] = []
+            for run_id, plan in plans.items():
+                kept.extend(plan.kept)
+                for target, root in plan.remove:
+                    _take(run_id, Path(target), Path(root), mine, removed, kept)
+            with self._writing() as s:
+                keys = [f"{DELETING}{i}" for i in plans]
+                s.execute(delete(Meta).where(Meta.key.in_(keys)))
         return Deleted(ids, removed, kept)
+
+    def deleting(self) -> set[int]:
+        """The runs whose delete was cut short after their rows went (`delete_runs`): a new
+        `runs delete` of them finishes removing their files."""
+        with Session(self.engine) as s:
+            return set(_deleting(s))
+
+    def _plan_run_dir(self, run_id: int, config: Any, mine: set[str], plan: _Plan) -> None:
+        """The run's own directory `<out_dir>/<name>/run-<id>/` for each of this store's
+        directory names (`mine`), found from the run's run.out_dir (a relative one from here
+        and from the store's folder, and beside the store when moved), whether or not the
+        run recorded a file in it (a first checkpoint write cut short leaves only its .part)."""
+        run = config.get("run") if isinstance(config, dict) else None
+        out_dir = run.get("out_dir") if isinstance(run, dict) else None
+        if not isinstance(out_dir, str) or not out_dir:
+            return
+        bases = [Path(out_dir)]
+        if not bases[0].is_absolute():
+            folder = self._file.path.parent if self._file is not None else None
+            bases = [*([folder / out_dir] if folder is not None else [])]
+            with contextlib.suppress(OSError):  # a working directory deleted under us
+                bases.append(Path.cwd() / out_dir)
+        planned = {t for t, _ in plan.remove}
+        for base in bases:
+            for name in sorted(mine):
+                try:
+                    root = (base / name).resolve()
+                except (OSError, RuntimeError):  # a loop of links: nothing of ours there
+                    continue
+                if not root.is_dir():  # moved whole with the store (`_beside`), or none
+                    moved = self._beside(root)
+                    if moved is None:
+                        continue
+                    root = moved
+                target = root / f"run-{run_id}"
+                if str(target) in planned or not target.is_dir() or target.is_symlink():
+                    continue
+                planned.add(str(target))
+                plan.remove.append((str(target), str(root)))
+
+    def _plan_file(self, run_id: int, path: Path, mine: set[str], plan: _Plan) -> None:
+        """What removing the recorded file `path` of run `run_id` takes (into `plan`): the
+        file, or its run's own directory `run-<id>/` that holds it, where it is or beside the
+        store; else why it is kept. Nothing is removed here (`_take` does)."""
+        root = next((p for p in path.parents if p.name in mine), None)
+        if not path.is_absolute() or ".." in path.parts or root is None:
+            why = f"not under this store's artifact directory .../{self.id}/"
+            plan.kept.append((str(path), why))
+            return
+        target = root / f"run-{run_id}" if path.is_relative_to(root / f"run-{run_id}") else path
+        planned = {t for t, _ in plan.remove}
+        if str(target) in planned:
+            return  # with the run's directory, already
+        if not os.path.lexists(target):
+            moved = self._beside(root) or root
+            there = moved / target.relative_to(root)
+            if str(there) in planned:
+                return
+            if not os.path.lexists(there):
+                plan.kept.append((str(path), LEFT))
+                return
+            root, target = moved, there
+        if target.is_dir() and not target.is_symlink() and target != root / f"run-{run_id}":
+            plan.kept.append((str(path), "a directory the run does not own"))
+            return
+        plan.remove.append((str(target), str(root)))
 
     def _owners(self, s: Session, original: Path | str) -> dict[str, Path | str]:
         """The stores whose runs' files a copy keeps, by the directory each writes them in:
@@ -2193,49 +2366,6 @@ class RunStore:
             if parent.name.startswith(f"{self.id}-"):  # `_copy_dir`'s, of a copy before ours
                 return f"a copy of another copy of {original}"
         return f"a copy of {original}"
-
-    def _remove_file(
-        self,
-        run_id: int,
-        path: Path,
-        mine: set[str],
-        removed: list[str],
-        kept: list[tuple[str, str]],
-    ) -> None:
-        root = next((p for p in path.parents if p.name in mine), None)
-        if not path.is_absolute() or ".." in path.parts or root is None:
-            kept.append((str(path), f"not under this store's artifact directory .../{self.id}/"))
-            return
-        target = root / f"run-{run_id}" if path.is_relative_to(root / f"run-{run_id}") else path
-        if not os.path.lexists(target) and str(target) not in removed:
-            moved = self._beside(root) or root
-            there = moved / target.relative_to(root)
-            if not (os.path.lexists(there) or str(there) in removed):
-                kept.append((str(path), LEFT))
-                return
-            root, target = moved, there
-        own = root / f"run-{run_id}"
-        try:
-            if target.is_symlink() or target.is_file():
-                target.unlink()
-            elif target == own and target.is_dir():
-                shutil.rmtree(target)
-            elif target.is_dir():
-                kept.append((str(path), "a directory the run does not own"))
-                return
-            else:
-                return  # removed already, with the run's directory
-        except OSError as e:
-            kept.append((str(path), f"cannot remove it: {e.strerror or e}"))
-            return
-        removed.append(str(target))
-        for parent in target.parents:  # directories left empty, up to the store's own
-            if parent == root or not parent.is_relative_to(root):
-                break
-            try:
-                parent.rmdir()
-            except OSError:
-                break
 
     def _beside(self, root: Path) -> Path | None:
         """Where a folder moved whole, the store's file and its runs' out_dir in it, put the

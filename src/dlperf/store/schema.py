@@ -18,6 +18,10 @@ class Base(DeclarativeBase):
 STORE_ID = "store_id"
 VERSION_KEY = "schema_version"  # see dlperf.store.migrations
 DELETED_MAX = "deleted_max_run_id"  # SQLite must not hand a deleted run's id out again
+# `deleting_run_<id>`: the files a run's delete still has to remove, written with the deletion
+# of its rows and dropped once they are gone (RunStore.delete_runs): a meta row, not a status
+# or a column, so that no migration is needed and an older dlperf reads the store as before.
+DELETING = "deleting_run_"
 # The SQLite file whose artifact directory <out_dir>/<store id>/ is: a byte copy of the file
 # carries the same store id, and must not delete the original's files (RunStore.delete_runs).
 HOME = "home"
