@@ -38,6 +38,7 @@ from dlperf.store.schema import (
     COPY_DIR,
     COPY_FILE,
     DELETED_MAX,
+    DELETING,
     HOME,
     STORE_ID,
     VERSION_KEY,
@@ -416,6 +417,15 @@ def _readable(
         after = good
 
 
+def _deleting_run(key: str) -> int | None:
+    """The run whose cut-short delete the meta key `deleting_run_<id>` records, as
+    `RunStore.delete_runs` writes it; None for a key of that prefix set by hand."""
+    digits = key.removeprefix(DELETING)
+    if not re.fullmatch(r"[1-9][0-9]{0,18}", digits) or int(digits) > ROWID_MAX:
+        return None
+    return int(digits)
+
+
 def _sound(table: Any, row: dict[str, Any]) -> bool:
     """A row whose required columns hold values and whose JSON, time and number columns can
     be read (`unreadable`): a garbled page that SQLite still reads, or a value set by hand (a
@@ -486,12 +496,17 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
     at `target`. The store keeps its id and its home, so its runs' files on disk stay its own,
     and a repaired copy beside a live original keeps them in `runs delete`; rows of a
     run (or a study) that could not be read are left out (a run of a lost study is kept,
-    unlinked), and the ids of lost runs are never handed out again. A lock another process
-    holds past `busy_s` seconds raises sqlite3's OperationalError (`held`): it is no damage."""
+    unlinked), and the ids of lost runs are never handed out again. A delete cut short
+    (`deleting_run_<id>`) is carried over, for the repaired store's `runs delete` to finish
+    where the files are its own. A lock another process holds past `busy_s` seconds raises
+    sqlite3's OperationalError (`held`): it is no damage."""
     old, old_tables = _source_tables(source, busy_s)
     done = Repaired(source, out, None)
     kept: dict[str, set[Any]] = {Study.__tablename__: set(), Run.__tablename__: set()}
     named_runs: set[int] = set()  # runs that any readable row names, copied or not
+    # Deletes cut short (`RunStore.delete_runs`): their records wait for the runs to be read.
+    deleting: dict[int, tuple[Any, ...]] = {}
+    meta_insert = ""
     floor = 0
     try:
         _refuse_newer(old, old_tables, source)
@@ -522,6 +537,15 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                     if meta and row["key"] == STORE_ID and not made_store_id(row["value"]):
                         counts.left_out += 1  # set by hand: the new store makes its own
                         continue
+                    if meta and row["key"].startswith(DELETING):
+                        run_id = _deleting_run(row["key"])
+                        if run_id is None:
+                            counts.left_out += 1  # set by hand: no delete of ours
+                        else:
+                            named_runs.add(run_id)  # its id is never handed out again
+                            deleting[run_id] = tuple(row.values())
+                            meta_insert = insert
+                        continue
                     # The home too: at another path the repaired store is a copy of the
                     # original, whose files `runs delete` keeps; moved in its place, the owner.
                     # So with a copy's own directory and the copy's file it was made for.
@@ -543,6 +567,19 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                 conn.execute(
                     Meta.__table__.delete().where(Meta.key.in_((HOME, COPY_DIR, COPY_FILE)))
                 )
+            # The files a delete cut short still has to remove: the repaired store's next
+            # `runs delete` finishes it, where it owns them (moved in place of the damaged
+            # file; beside a live original it is its copy, and `_take` keeps the original's).
+            # Not for a run whose rows were read after all (its files are a kept run's), nor
+            # in a store with a new id (the files under the old id's directory are not its).
+            counts = done.tables[Meta.__tablename__]
+            pending = [v for i, v in deleting.items() if i not in kept[Run.__tablename__]]
+            counts.left_out += len(deleting) - len(pending)
+            if pending and done.store_id is not None:
+                conn.exec_driver_sql(meta_insert, pending)
+                counts.copied += len(pending)
+            else:
+                counts.left_out += len(pending)
             top = max([floor, *named_runs, *kept["runs"]])
             conn.execute(
                 Meta.__table__.insert(),
