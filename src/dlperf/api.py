@@ -270,12 +270,20 @@ def _logged_name(key: str) -> str:
 def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` whose parameters and buffers live on the meta device: the counting
     engine may move and run it, while the caller's model keeps its weights and device.
-    deepcopy's memo hands it the meta tensors, so no weight is copied byte by byte."""
+    deepcopy's memo hands it the meta tensors, so no weight is copied byte by byte. Tensors
+    that share a storage share one on meta too, as a model file built there does: copied one
+    at a time, a buffer viewing a parameter (or another buffer) was counted in bytes of its
+    own, and two Parameters over one storage (a tied weight's transpose) lost their tie."""
     import torch
     from torch import nn
 
+    from dlperf.precision import KeepShared
+
     memo: dict[int, Any] = {}
-    for tensor in (*model.parameters(), *model.buffers()):
+    tensors = [*model.parameters(), *model.buffers()]
+    # whole: each storage moved whole, as a model built on meta holds it (no memory on meta)
+    to_meta = KeepShared(lambda t: t.detach().to("meta"), tensors, whole=True)
+    for tensor in tensors:
         if nn.parameter.is_lazy(tensor):
             # A lazy layer not yet run: its placeholder made anew on meta, as counting's
             # _weights_on_meta makes a model file's, so that the count's first forward gives
@@ -285,7 +293,7 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
             lazy: Any = type(tensor)  # UninitializedParameter or UninitializedBuffer
             memo[id(tensor)] = lazy(tensor.requires_grad, device="meta", dtype=tensor.dtype)
             continue
-        meta = tensor.detach().to("meta")
+        meta = to_meta(tensor)
         if isinstance(tensor, nn.Parameter):
             meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
         memo[id(tensor)] = meta

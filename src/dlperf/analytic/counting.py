@@ -82,7 +82,7 @@ from dlperf.analytic.conventions import (
 from dlperf.analytic.receptive import FieldTracker
 from dlperf.errors import UserError, raised_by_model
 from dlperf.parsing import is_file_spec
-from dlperf.precision import DTYPES, check_default_dtype, counted_as
+from dlperf.precision import DTYPES, KeepShared, check_default_dtype, counted_as
 
 ROOT = "(model)"
 """Row name of work done in the top-level module's own forward."""
@@ -346,19 +346,23 @@ def _weights_on_meta() -> Iterator[None]:
     storage and their initialisers do nothing.
     """
 
+    # Tensors registered from one CPU storage (two buffers of one table) share one on meta
+    # too: moved one at a time, each buffer's bytes counted apart.
+    to_meta = KeepShared(lambda t: t.to("meta"))
+
     # `self`, as the methods they replace name it (a caller may pass it by keyword).
     def on_meta_parameter(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if isinstance(param, UninitializedParameter):
             param = UninitializedParameter(param.requires_grad, device="meta", dtype=param.dtype)
         elif param is not None and not param.is_meta:  # on meta: a tied weight, kept the same
-            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+            param = nn.Parameter(to_meta(param), requires_grad=param.requires_grad)
         register_parameter(self, name, param)
 
     def on_meta_buffer(
         self: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True
     ) -> None:
-        if isinstance(tensor, torch.Tensor):
-            tensor = tensor.to("meta")
+        if isinstance(tensor, torch.Tensor) and not tensor.is_meta:
+            tensor = to_meta(tensor)
         register_buffer(self, name, tensor, persistent)
 
     with _ONE_COUNT:  # the methods read, replaced and put back by one build at a time
@@ -1645,17 +1649,15 @@ class _SavedTensors(torch.autograd.graph.saved_tensors_hooks):
         super().__init__(pack, unpack)
 
 
-def _buffers_bytes(model: nn.Module) -> int:
-    """The bytes of `model`'s buffers (batch norm's running statistics, a registered lookup
-    table), which live on the device beside the weights: each distinct storage once, none that
-    a parameter holds (counted as a weight)."""
-    held = {p.untyped_storage()._cdata for p in model.parameters()}
+def _storages_bytes(tensors: Iterable[torch.Tensor], held: set[int]) -> int:
+    """The bytes of the distinct storages `tensors` hold, each once, none of those in `held`
+    (storage numbers, to which theirs are added)."""
     total = 0
-    for b in model.buffers():
-        if b.layout != torch.strided:  # a sparse buffer has no one storage: its dense size
-            total += _nbytes(b)
+    for t in tensors:
+        if t.layout != torch.strided:  # a sparse tensor has no one storage: its dense size
+            total += _nbytes(t)
             continue
-        storage = b.untyped_storage()
+        storage = t.untyped_storage()
         if storage._cdata not in held:
             held.add(storage._cdata)
             total += storage.nbytes()
@@ -1663,8 +1665,13 @@ def _buffers_bytes(model: nn.Module) -> int:
 
 
 def _training_memory(model: nn.Module, saved: int) -> dict[str, Any]:
-    weights = sum(_nbytes(p) for p in model.parameters())
-    buffers = _buffers_bytes(model)
+    # Weights and buffers (batch norm's running statistics, a registered lookup table) as the
+    # device holds them: each distinct storage once (two Parameters over one, a tied weight's
+    # transpose, are one weight in memory, with two gradients), a buffer viewing a parameter's
+    # storage none of its own.
+    held: set[int] = set()
+    weights = _storages_bytes(model.parameters(), held)
+    buffers = _storages_bytes(model.buffers(), held)
     grads = sum(_nbytes(p) for p in model.parameters() if p.requires_grad)
     state = {"sgd_momentum": grads, "adam": 2 * grads}
     return {
@@ -1734,13 +1741,16 @@ def to_precision(model: nn.Module, precision: str, device: torch.device | str) -
     """`model` on `device` in what a count or a measurement at `precision` describes: cast to
     the precision's dtype, or as built where `kept_as_built`. Complex weights and buffers are
     never cast (nn.Module.to(dtype) would keep their real part alone): a run casts nothing."""
-    if kept_as_built(model, precision):
-        return model.to(device=device)  # a run at fp32 casts nothing
-    dtype = DTYPES[precision]
-    moved = model.to(device=device)
-    cast: nn.Module = moved._apply(  # type: ignore[no-untyped-call]
-        lambda t: t.to(dtype) if t.is_floating_point() else t
-    )
+    dtype = None if kept_as_built(model, precision) else DTYPES[precision]  # fp32 casts nothing
+
+    def convert(t: torch.Tensor) -> torch.Tensor:
+        moved = t.to(device=device)
+        return moved.to(dtype) if dtype is not None and moved.is_floating_point() else moved
+
+    # Tensors sharing a storage (a tied weight's transpose, a buffer viewing a parameter) keep
+    # sharing one: each cast alone got its own, counted twice, and the tie was lost.
+    shared = KeepShared(convert, [*model.parameters(), *model.buffers()])
+    cast: nn.Module = model._apply(shared)  # type: ignore[no-untyped-call]
     return cast
 
 
@@ -1750,9 +1760,10 @@ refuses (NeedsRealTensors) is counted with on real CPU tensors instead."""
 
 
 def _real_bytes(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
-    """The bytes of `model`'s distinct parameters and buffers, and of `x`, once on the CPU."""
-    held = {id(t): t for t in (*model.parameters(), *model.buffers())}.values()
-    return sum(_nbytes(t) for t in held if not is_lazy(t)), _nbytes(x)
+    """The bytes of `model`'s parameters and buffers (each storage once: `_on_cpu` makes
+    them as they share), and of `x`, once on the CPU."""
+    held = [t for t in (*model.parameters(), *model.buffers()) if not is_lazy(t)]
+    return _storages_bytes(held, set()), _nbytes(x)
 
 
 def _on_cpu(model: nn.Module) -> None:
@@ -1762,15 +1773,21 @@ def _on_cpu(model: nn.Module) -> None:
     Lazy parameters not yet materialised stay lazy, on the CPU."""
     made: dict[int, torch.Tensor] = {}
 
+    def values(t: torch.Tensor) -> torch.Tensor:
+        data = torch.empty_like(t, device="cpu")
+        random = data.is_floating_point() or data.is_complex()
+        return data.normal_(0.0, 0.1) if random else data.zero_()
+
+    # tensors sharing a storage on meta (a buffer viewing a parameter) share one on the CPU
+    shared = KeepShared(values, [*model.parameters(), *model.buffers()])
+
     def real(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in made:
             if is_lazy(t):  # an UninitializedParameter or UninitializedBuffer
                 lazy: Any = type(t)
                 made[id(t)] = lazy(t.requires_grad, device="cpu", dtype=t.dtype)
             else:
-                data = torch.empty_like(t, device="cpu")
-                random = data.is_floating_point() or data.is_complex()
-                data = data.normal_(0.0, 0.1) if random else data.zero_()
+                data = shared(t.detach())
                 param = isinstance(t, nn.Parameter)
                 made[id(t)] = nn.Parameter(data, t.requires_grad) if param else data
         return made[id(t)]
@@ -1840,10 +1857,12 @@ def _analyze_module(
     kept = kept_dtype(model, precision)
     model = to_precision(model, precision, "meta")
     # A model copied or built in the caller's inference mode holds inference tensors, which
-    # autograd refuses to save for the backward; plain copies of them count the same.
-    model._apply(  # type: ignore[no-untyped-call]
-        lambda t: t.clone() if not is_lazy(t) and t.is_inference() else t
-    )
+    # autograd refuses to save for the backward; plain copies of them count the same. All are
+    # copied then (on meta, at no cost), each storage once: tensors sharing one still do.
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if not is_lazy(t)]
+    if any(t.is_inference() for t in tensors):
+        copies = KeepShared(lambda t: t if is_lazy(t) else t.clone(), tensors, whole=True)
+        model._apply(copies)  # type: ignore[no-untyped-call]
     x = torch.empty(batch, *input_shape, device="meta", dtype=dtype)
     counted = Analysis(
         model=name, input=list(input_shape), batch=batch, train=train, precision=precision,
