@@ -14,10 +14,8 @@ its backward), parametrized spectral_norm's vdot, nn.Upsample nearest's backward
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -29,6 +27,7 @@ from dlperf.analytic.counting import analyze_module
 from dlperf.analytic.tables import totals_table
 from dlperf.errors import UserError
 from tests.conftest import CliResult
+from tests.faults.test_break_it_22_counting import _counted
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -79,14 +78,6 @@ def models(tmp_path: Path) -> Path:
     path = tmp_path / "mine26.py"
     path.write_text(MODELS)
     return path
-
-
-def _counted(cli: Cli, *args: str) -> dict[str, Any]:
-    result = cli(*args, "--json")
-    assert result.code == 0, result.err
-    assert "Traceback" not in result.err
-    doc: dict[str, Any] = json.loads(result.out)
-    return doc
 
 
 # --- C1: buffers in the training memory ---------------------------------------------------------

@@ -33,6 +33,8 @@ from dlperf.errors import UserError
 from dlperf.report.site import figures
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_26_models import RUN, WIDTH  # its width is $FXI_WIDTH
+from tests.report.test_figures import drawn  # noqa: F401 (a fixture: the figures, as PNG URIs)
 
 CPU = torch.device("cpu")
 
@@ -72,26 +74,6 @@ def test_to_csv_keeps_the_earlier_table_whole_when_the_write_fails(tmp_path: Pat
 
 # --- a factory that builds another network on each call ------------------------------------------
 
-WIDTH = """
-import os, torch.nn as nn
-def build(num_classes=10, in_channels=1):
-    w = int(os.environ.get("FXL_WIDTH", "16"))  # as a width drawn from the pid or the clock
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, w), nn.ReLU(), nn.Linear(w, num_classes))
-"""
-
-RUN = """
-[model]
-name = "{name}:build"
-[data]
-name = "digits"
-limit = 100
-[train]
-epochs = 1
-batch_size = 32
-[run]
-threads = 1
-"""
-
 
 def _says_factory(e: pytest.ExceptionInfo[UserError]) -> None:
     said = str(e.value)
@@ -110,7 +92,7 @@ def test_teacher_and_resumed_training_say_the_factory_builds_another_network(
     assert done.code == 0, done.err
     store = RunStore.open(db)
     (run,) = store.list_runs()
-    monkeypatch.setenv("FXL_WIDTH", "24")  # the same file (its sha256 the stored one)
+    monkeypatch.setenv("FXI_WIDTH", "24")  # the same file (its sha256 the stored one)
     # distill's teacher, rebuilt to score the pool
     given = teacher.stored(store, run.id)
     images = torch.randint(0, 256, (4, 1, 8, 8), dtype=torch.uint8)
@@ -134,21 +116,9 @@ def test_teacher_and_resumed_training_say_the_factory_builds_another_network(
 # --- infinite phase values in the report's bars --------------------------------------------------
 
 
-@pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
-    """The figures made into PNGs (none rendered)."""
-    made: list[Figure] = []
-
-    def png(fig: Figure) -> str:
-        made.append(fig)
-        return f"png:{len(made) - 1}"
-
-    monkeypatch.setattr(figures, "png", png)
-    return made
-
-
 def test_phase_bars_leave_infinite_values_out_and_count_them(
-    store: RunStore, drawn: list[Figure]
+    store: RunStore,
+    drawn: list[Figure],  # noqa: F811 (the fixture imported above)
 ) -> None:
     run_id = store.create_run("r", "run", {})
     store.log_metrics(run_id, [

@@ -31,6 +31,7 @@ from dlperf.report.site import figures
 from dlperf.store import RunStore
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line as one_error_line
+from tests.report.test_figures import drawn  # noqa: F401 (a fixture: the figures, as PNG URIs)
 
 Cli = Callable[..., CliResult]
 
@@ -80,19 +81,6 @@ def test_a_window_of_too_few_points_names_the_curve_the_window_and_one_that_fits
 # The report's figures
 
 
-@pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
-    """The figures made into PNGs (none rendered): each becomes the URI 'png:N'."""
-    made: list[Figure] = []
-
-    def png(fig: Figure) -> str:
-        made.append(fig)
-        return f"png:{len(made) - 1}"
-
-    monkeypatch.setattr(figures, "png", png)
-    return made
-
-
 def _marked(line: Any) -> list[int]:
     """The indices of `line`'s points that get a marker."""
     if line.get_marker() in (None, "None", "", " "):
@@ -102,7 +90,8 @@ def _marked(line: Any) -> list[int]:
 
 
 def test_report_figures_mark_lone_points_and_count_nan_out(
-    store: RunStore, drawn: list[Figure]
+    store: RunStore,
+    drawn: list[Figure],  # noqa: F811 (the fixture imported above)
 ) -> None:
     run_id = store.create_run("r", "run", {})
     store.log_metrics(run_id, [

@@ -31,6 +31,7 @@ import dlperf
 from dlperf.errors import UserError
 from dlperf.store import RunStore
 from tests.conftest import POSTGRES, TINY, CliResult, fresh_store_url
+from tests.faults.test_break_it_10_store import _schema
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -148,7 +149,7 @@ def test_a_statement_timeout_is_one_line_and_a_cancelled_write_writes_nothing(
     with dlperf.track("kept", store=pg_url) as r:
         r.log(1, loss=0.5)
     url = _with_options(pg_url, "statement_timeout=1000")
-    schema = str(make_url(pg_url).query["options"]).removeprefix("-csearch_path=")
+    schema = _schema(pg_url)
     assert POSTGRES is not None
     admin = create_engine(POSTGRES)
     try:
@@ -197,7 +198,7 @@ def test_writes_at_once_under_serializable_isolation_succeed(pg_url: str) -> Non
     with dlperf.track("tagged", store=pg_url) as r:
         r.log(1, loss=0.5)
     url = _with_options(pg_url, "default_transaction_isolation=serializable")
-    schema = str(make_url(pg_url).query["options"]).removeprefix("-csearch_path=")
+    schema = _schema(pg_url)
     assert POSTGRES is not None
     admin = create_engine(POSTGRES)
     store = RunStore.open(url, create=False, writes=True)
