@@ -13,6 +13,7 @@ an epoch is reproduced exactly after a resume without saving generator state.
 from __future__ import annotations
 
 import math
+import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -271,6 +272,24 @@ def _hold_group_stops(worker_id: int) -> None:
             signal.signal(sig, signal.SIG_IGN)
 
 
+# torch's C++ handler's words for a worker a signal ended: "DataLoader worker (pid 428) is
+# killed by signal: Killed." (strsignal's description, not the signal's name)
+_TORCH_KILLED = re.compile(
+    r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[^.]+)"
+)
+
+
+def _killed(pid: int, name: str) -> tuple[str, str | None]:
+    """WorkerDied's message and hint for worker `pid` ended by signal `name` (SIGKILL...)."""
+    said = f"a DataLoader worker (pid {pid}) was killed by {name}"
+    if name != "SIGKILL":
+        return said, None
+    return said, (
+        "the kernel's out-of-memory killer sends SIGKILL: lower data.num_workers or "
+        "train.batch_size, or use data.loader=tensor"
+    )
+
+
 class _WorkerWatch:
     """One epoch's DataLoader iterator with workers, watched for a worker's death.
 
@@ -320,7 +339,9 @@ class _WorkerWatch:
 
     def _describe(self, error: BaseException) -> tuple[str, str | None]:
         """The line for a worker that ended: its pid and the signal that killed it, read
-        from the worker itself; torch's message where none has ended (yet)."""
+        from the worker itself, else from torch's message (a worker of an iterator still
+        being made, as an epoch starts, is not `self.iterator`'s); torch's message where
+        neither says."""
         for worker in getattr(self.iterator, "_workers", []):
             code = worker.exitcode
             if code is None:
@@ -328,17 +349,16 @@ class _WorkerWatch:
             if code >= 0:
                 return f"a DataLoader worker (pid {worker.pid}) exited with code {code}", None
             try:
-                name = signal.Signals(-code).name
+                return _killed(worker.pid, signal.Signals(-code).name)
             except ValueError:
-                name = f"signal {-code}"
-            said = f"a DataLoader worker (pid {worker.pid}) was killed by {name}"
-            if name != "SIGKILL":
-                return said, None
-            return said, (
-                "the kernel's out-of-memory killer sends SIGKILL: lower data.num_workers or "
-                "train.batch_size, or use data.loader=tensor"
-            )
-        return (str(error).splitlines() or [type(error).__name__])[0], None
+                return _killed(worker.pid, f"signal {-code}")
+        said = (str(error).splitlines() or [type(error).__name__])[0]
+        killed = _TORCH_KILLED.search(said)
+        if killed is not None:
+            names = {signal.strsignal(s): s.name for s in signal.Signals}
+            name = names.get(killed["what"], f"signal '{killed['what']}'")
+            return _killed(int(killed["pid"]), name)
+        return said, None
 
     def _told(self, error: RuntimeError) -> BaseException:
         """`error` as the one-line WorkerDied where it is torch's about a worker."""
