@@ -107,6 +107,20 @@ def test_a_size_that_is_the_exif_rotated_view_names_the_orientation(tmp_path: Pa
     assert voc.load_split(root, "train")[0].width == 64
 
 
+def test_a_square_image_turned_by_exif_with_its_own_size_is_read(tmp_path: Path) -> None:
+    """Review: the quarter-turn line came before the size was compared, so a square JPEG with
+    EXIF orientation 6 and its own <size> was refused as the split loaded (the dataset's own
+    check passed it); and the orientation is read only where the sizes differ, as reading a
+    PNG's EXIF decodes the whole image."""
+    root = shapes(tmp_path)
+    path, jpeg = first(root)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (96, 96), (90, 90, 90)).save(jpeg, exif=exif.tobytes())
+    sub(path, SIZE_XML, "<width>96</width><height>96</height>")
+    assert voc.load_split(root, "train")[0].width == 96
+
+
 # --- 14: an image id holding a space -------------------------------------------------------
 
 

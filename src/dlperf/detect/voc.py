@@ -163,7 +163,7 @@ def parse_annotation(path: Path, images: Path | None = None) -> VocAnnotation:
         # image's is the mistake to name (a box outside it may be inside the image).
         image = images / filename
         _regular(image, "the image")
-        stored, turned = _header_size(image)
+        stored, turned = _header_size(image, (width, height))
         check_size(path, image, width, height, stored, turned)
     objects = [
         _object(obj, f"{path}: object {n}", width, height)
@@ -184,17 +184,20 @@ def _local_names(root: ET.Element) -> None:
             element.tag = element.tag.partition("}")[2]
 
 
-def _header_size(image: Path) -> tuple[tuple[int, int] | None, int]:
+def _header_size(image: Path, said: tuple[int, int]) -> tuple[tuple[int, int] | None, int]:
     """The image's size as its header says, no pixel decoded (Pillow opens lazily), and its
-    EXIF orientation (`orientation`); no size when it is missing or cannot be opened: that is
-    refused, in its own line, as it is decoded."""
+    EXIF orientation (`orientation`) where that size is not `said`, the <size> (only then
+    does `check_size` need it: Pillow's PNG reads its EXIF by decoding the whole image, 0.1 s
+    for a 12-megapixel one, at every image of a split); no size when it is missing or cannot
+    be opened: that is refused, in its own line, as it is decoded."""
     from dlperf.data.sources import opened_image
 
     if not image.is_file():
         return None, 1
     try:
         with opened_image(image) as im:
-            return (int(im.size[0]), int(im.size[1])), orientation(im)
+            size = (int(im.size[0]), int(im.size[1]))
+            return size, orientation(im) if size != said else 1
     except UserError:
         return None, 1
 
@@ -228,7 +231,12 @@ def check_size(
     orientation, names the case of a <size> that is the image as a viewer shows it (turned a
     quarter), whose boxes were drawn on that view: the fix is to turn the pixels, not to
     redraw the boxes."""
-    if size is not None and turned in _QUARTER_TURNS and (size[1], size[0]) == (width, height):
+    if (
+        size is not None
+        and size != (width, height)  # a square image's <size> is its own either way
+        and turned in _QUARTER_TURNS
+        and (size[1], size[0]) == (width, height)
+    ):
         raise UserError(
             f"{xml}: <size> says {width} x {height}, the size {image} shows at (its EXIF "
             f"orientation {turned} turns it), but its pixels are stored {size[0]} x {size[1]}, "
