@@ -417,9 +417,10 @@ def _readable(
         after = good
 
 
-def _deleting_run(key: str) -> int | None:
+def deleting_run(key: str) -> int | None:
     """The run whose cut-short delete the meta key `deleting_run_<id>` records, as
-    `RunStore.delete_runs` writes it; None for a key of that prefix set by hand."""
+    `RunStore.delete_runs` writes it; None for a key of that prefix set by hand (the one
+    reading of the key, for the delete that finishes it and for repair's copy)."""
     digits = key.removeprefix(DELETING)
     if not re.fullmatch(r"[1-9][0-9]{0,18}", digits) or int(digits) > ROWID_MAX:
         return None
@@ -538,7 +539,7 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
                         counts.left_out += 1  # set by hand: the new store makes its own
                         continue
                     if meta and row["key"].startswith(DELETING):
-                        run_id = _deleting_run(row["key"])
+                        run_id = deleting_run(row["key"])
                         if run_id is None:
                             counts.left_out += 1  # set by hand: no delete of ours
                         else:

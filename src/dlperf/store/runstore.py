@@ -77,7 +77,7 @@ from dlperf import stopping
 from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
 from dlperf.parsing import finite_json
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
-from dlperf.procs import process_alive, this_process
+from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
 from dlperf.store.query import from_experiment
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
@@ -1388,9 +1388,8 @@ def _deleting(s: Session) -> dict[int, _Plan]:
     plans: dict[int, _Plan] = {}
     found = select(Meta.key, Meta.value).where(Meta.key.startswith(DELETING, autoescape=True))
     for key, value in s.execute(found):
-        try:
-            run_id = int(key.removeprefix(DELETING))
-        except ValueError:
+        run_id = integrity.deleting_run(key)
+        if run_id is None:
             continue  # a key set by hand: not ours
         try:
             data = json.loads(value)
@@ -2203,8 +2202,8 @@ class RunStore:
             me = _owner(this_process())  # a process may delete the runs it writes itself
             # An owner that lives, or (unless `force`) that runs on another host, where that
             # cannot be told, may still write its run.
-            alive = {i: process_alive(json.loads(o)) for i, o, _ in owners if o and o != me}
-            live = [i for i, a in alive.items() if a is True or (a is None and not force)]
+            running = {i: process_alive(json.loads(o)) for i, o, _ in owners if o and o != me}
+            live = [i for i, a in running.items() if a is True or (a is None and not force)]
             if live:
                 raise UserError(
                     f"run {', '.join(map(str, live))} is running; nothing deleted",
@@ -2579,22 +2578,11 @@ def _staging(target: str) -> str:
             for suffix in WAL_FILES:
                 rest = rest.removesuffix(suffix)
             mine = re.fullmatch(r"-(\d+)-[0-9a-f]+", rest)
-            if rest and (mine is None or _running(int(mine[1]))):
+            if rest and (mine is None or alive(int(mine[1]))):
                 continue
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
     return f"{base}-{os.getpid()}-{secrets.token_hex(4)}"
-
-
-def _running(pid: int) -> bool:
-    """Whether process `pid` is running here (one of another user is)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: another user's
-        return True
-    return True
 
 
 def _claim(staged: str, target: str) -> None:
