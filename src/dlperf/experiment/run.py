@@ -59,13 +59,20 @@ def model_file_digest(name: str) -> str | None:
         return None
 
 
+def _digests(record: RunRecord) -> tuple[str, str | None, str | None]:
+    """`record`'s model name, the sha256 its model file was trained from (None: a registered
+    model, or a run stored without it) and the file's now (None: not readable)."""
+    name = str(record.config.get("model", {}).get("name", ""))
+    trained = (record.system or {}).get(MODEL_FILE_DIGEST)
+    return name, trained, None if trained is None else model_file_digest(name)
+
+
 def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
     """What a use of `record`'s model (`use`: "exported", "raced") must say when its model
     file differs from the one it was trained from (its weights loaded into the file as it is
     now); None when it is the same, and for a run stored without the digest."""
-    trained = (record.system or {}).get(MODEL_FILE_DIGEST)
-    name = str(record.config.get("model", {}).get("name", ""))
-    if trained is None or model_file_digest(name) in (trained, None):
+    name, trained, now = _digests(record)
+    if trained is None or now in (trained, None):
         return None
     return (
         f"model file {one_line(name.rpartition(':')[0])} changed since run {record.id} was "
@@ -77,9 +84,8 @@ def model_file_kept(record: RunRecord) -> bool:
     """Whether `record`'s model is a file whose source is now the one it was trained from (its
     stored sha256): weights that do not fit it then come from a factory that builds another
     network on each call, not from an edit."""
-    trained = (record.system or {}).get(MODEL_FILE_DIGEST)
-    name = str(record.config.get("model", {}).get("name", ""))
-    return trained is not None and model_file_digest(name) == trained
+    _, trained, now = _digests(record)
+    return trained is not None and now == trained
 
 
 # A run seeds torch's process-wide generator (its weights, its dropout masks) and sets the
