@@ -121,12 +121,11 @@ class StudyStop:
     def watch(self, store: RunStore, name: str | None) -> None:
         """The study is `name`'s of its kind; None: this process stores none (a node of a
         multi-node scaling study but the first)."""
-        from dlperf.store.studies import studies_named
-
         if name is None:
             return
         self.store, self.name = store, name
-        self.before = max(studies_named(store, name, self.kind), default=0)
+        # Only --new needs the newest study before: one made by this command is newer.
+        self.before = (store.find_study(name, self.kind) or 0) if self.new else 0
 
     def __enter__(self) -> StudyStop:
         return self
@@ -141,10 +140,7 @@ class StudyStop:
                 console.err.print(self._line(self.store), soft_wrap=True)
 
     def _line(self, store: RunStore) -> str:
-        from dlperf.store.studies import studies_named
-
-        newest = max(studies_named(store, self.name, self.kind), default=None)
-        study = newest if self.resume is None else self.resume
+        study = store.find_study(self.name, self.kind) if self.resume is None else self.resume
         if study is None or (self.new and study <= self.before):  # not made by this command
             return f"{self.kind} stopped before its study was stored"
         if not self.resumable:
