@@ -121,15 +121,26 @@ def drawable(xs: list[float], ys: list[float]) -> list[tuple[float, float]]:
     return [(x, y) for x, y in zip(xs, ys, strict=True) if not abs(y) > MAX_DRAWN]
 
 
-def lone(ys: list[float]) -> list[int]:
-    """The indices of the finite values with no finite neighbour: a line draws nothing of a
-    point alone (one point, or one between NaNs, which break a line), so these get a marker."""
+def line_style(ys: list[float], marked: bool) -> tuple[str, dict[str, Any]]:
+    """The format and extra keywords of `ax.plot` for a line of the values `ys`: "o-" where
+    every point is `marked` (per-epoch keys), else a plain line whose finite values with no
+    finite neighbour get a marker: a line draws nothing of a point alone (one point, or one
+    between NaNs, which break a line)."""
+    if marked:
+        return "o-", {}
     finite = [math.isfinite(y) for y in ys]
-    return [
+    alone = [
         i
         for i, ok in enumerate(finite)
         if ok and not (i > 0 and finite[i - 1]) and not (i + 1 < len(ys) and finite[i + 1])
     ]
+    return "-", ({"marker": "o", "markevery": alone} if alone else {})
+
+
+def nan_note(count: int, what: str = "value") -> str:
+    """What a caption or a warning says of `count` NaN values: "2 values are NaN (not a
+    number), left out"."""
+    return f"{count} {what}{'s are' if count > 1 else ' is'} NaN (not a number), left out"
 
 
 def left_out_note(ax: Any, gone: int) -> None:
@@ -309,15 +320,12 @@ def draw_runs(
             ys = [v for _, v in shown]
             finite = sum(1 for v in ys if math.isfinite(v))
             if nan := len(ys) - finite:
-                are = "values are" if nan > 1 else "value is"
-                warnings.append(f"run {run.id}: {nan} {key} {are} NaN (not a number), left out")
+                warnings.append(f"run {run.id}: {nan_note(nan, f'{key} value')}")
             if not finite:
                 continue
-            marked = per_epoch(key) and not by_steps
-            alone = [] if marked else lone(ys)
-            ax.plot([px for px, _ in shown], ys, "o-" if marked else "-", color=f"C{i % 10}",
-                    ms=3, lw=1.2, label=label,
-                    **({"marker": "o", "markevery": alone} if alone else {}))  # fmt: skip
+            style, marks = line_style(ys, per_epoch(key) and not by_steps)
+            ax.plot([px for px, _ in shown], ys, style, color=f"C{i % 10}", ms=3, lw=1.2,
+                    label=label, **marks)  # fmt: skip
             points[key] = finite
         if steps_only:
             warnings.append(

@@ -22,7 +22,8 @@ from dlperf.report.runs import (
     draw_runs,
     drawable,
     left_out_note,
-    lone,
+    line_style,
+    nan_note,
     rows_of,
     ylabel,
 )
@@ -126,10 +127,8 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
                     va="center", fontsize=9, color="0.4")  # fmt: skip
         # A line draws nothing of a point with no finite neighbour (one point, or one between
         # NaNs): those get a marker, as `runs plot` gives them.
-        marked = per_epoch(key)
-        alone = [] if marked else lone(ys)
-        ax.plot([x for x, _ in shown], ys, "o-" if marked else "-", ms=3, lw=1.2, color="C0",
-                **({"marker": "o", "markevery": alone} if alone else {}))  # fmt: skip
+        style, marks = line_style(ys, per_epoch(key))
+        ax.plot([x for x, _ in shown], ys, style, ms=3, lw=1.2, color="C0", **marks)
         ax.set_ylabel(ylabel(key))
         ax.grid(alpha=0.3)
     axis = "wall time since the run's first logged step (s)"
@@ -147,16 +146,11 @@ def against_time(store: RunStore, run: RunRecord, keys: list[str]) -> tuple[str,
         caption += f" ({left_out} point{'s' * (left_out > 1)} beyond ±{MAX_DRAWN:g} left out)"
     if nan:
         caption += (
-            f" ({_nan_note(sum(nan.values()))}: "
+            f" ({nan_note(sum(nan.values()))}: "
             + ", ".join(f"{count} of {key}" for key, count in nan.items())
             + ")"
         )
     return caption, png(fig)
-
-
-def _nan_note(count: int, what: str = "value") -> str:
-    """What a caption says of `count` NaN values: "2 values are NaN (not a number), left out"."""
-    return f"{count} {what}{'s are' if count > 1 else ' is'} NaN (not a number), left out"
 
 
 def phases(store: RunStore, run: RunRecord) -> Figures:
@@ -215,13 +209,13 @@ def _finite(value: object) -> bool:
 
 
 def _not_finite_note(values: Sequence[float | None], what: str) -> str:
-    """What a caption says of `values` left out for not being finite: `_nan_note`'s line when
+    """What a caption says of `values` left out for not being finite: `nan_note`'s line when
     all are NaN; "2 phase values are infinite, left out" when all are infinite; NaN and
     infinite counted apart when both; "not finite" alone for a null (a stored summary's NaN
     or infinity, which it does not tell apart)."""
     nan = sum(1 for v in values if v is not None and math.isnan(v))
     if nan == len(values):
-        return _nan_note(nan, what)
+        return nan_note(nan, what)
     count = f"{len(values)} {what}{'s are' if len(values) > 1 else ' is'}"
     infinite = sum(1 for v in values if v is not None and math.isinf(v))
     if infinite == len(values):
