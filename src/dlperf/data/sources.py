@@ -1118,12 +1118,9 @@ def normalised_twins(names: Iterable[str]) -> list[tuple[str, str]]:
 
 def twins_said(twins: list[tuple[str, str]]) -> str:
     """`normalised_twins`' pairs as a line lists them: each name's form and code points."""
-    shown = [
-        f"{name_text(one)} as {_form(one)} {one!a} and {_form(two)} {two!a}"
-        for one, two in twins[:_NAMED_CLASSES]
-    ]
-    more = len(twins) - len(shown)
-    return _and([*shown, f"{more} more"] if more else shown)
+    return _class_list(
+        [f"{name_text(one)} as {_form(one)} {one!a} and {_form(two)} {two!a}" for one, two in twins]
+    )[0]
 
 
 def _split_listing(split: Path) -> None:
@@ -1145,9 +1142,7 @@ def _split_listing(split: Path) -> None:
         if is_file and has_file_allowed_extension(name, IMAGE_EXTENSIONS)
     )
     if loose:
-        named = [file_name_text(n) for n in loose[:_NAMED_CLASSES]]
-        more = len(loose) - len(named)
-        shown = _and([*named, f"{more} more"] if more else named)
+        shown = _class_list([file_name_text(n) for n in loose])[0]
         files = f"{len(loose)} image file{'s' if len(loose) > 1 else ''} ({shown})"
         if folders:
             said = (

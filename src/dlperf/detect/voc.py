@@ -35,6 +35,7 @@ import numpy as np
 
 from dlperf import image_modes
 from dlperf.errors import UserError, not_utf8
+from dlperf.formatting import few
 from dlperf.parsing import name_text, plain_number
 from dlperf.paths import not_regular
 
@@ -400,14 +401,15 @@ def _refuse_normalised_twins(splits: tuple[list[VocAnnotation], ...]) -> None:
     twins = normalised_twins(met)
     if not twins:
         return
-    shown = [
-        f"{name_text(unicodedata.normalize('NFC', one))} as {_form(one)} {one!a} "
-        f"(Annotations/{met[one]}.xml) and {_form(two)} {two!a} (Annotations/{met[two]}.xml)"
-        for one, two in twins[:3]
-    ]
-    more = f" and {len(twins) - 3} more" if len(twins) > 3 else ""
+    shown = few(
+        [
+            f"{name_text(unicodedata.normalize('NFC', one))} as {_form(one)} {one!a} "
+            f"(Annotations/{met[one]}.xml) and {_form(two)} {two!a} (Annotations/{met[two]}.xml)"
+            for one, two in twins
+        ]
+    )
     raise UserError(
-        f"object names differ only in Unicode normalisation, {', '.join(shown)}{more}: they "
+        f"object names differ only in Unicode normalisation, {shown}: they "
         "would be two classes that show as one name",
         "write each class's name in one spelling: unicodedata.normalize('NFC', name) of each "
         "<name> gives one",

@@ -21,6 +21,7 @@ from dlperf.config import DataConfig, Experiment, build_experiment, parse_value
 from dlperf.data import ImageData, Split, load_data
 from dlperf.data.sources import read_npz, resize
 from dlperf.errors import UserError
+from dlperf.formatting import few
 from dlperf.parsing import name_text
 
 EXAMPLE = "mnist5k:image_size=8 or digits:holdout=0.5"
@@ -135,8 +136,7 @@ def _as_teachers(
     index = {name: i for i, name in enumerate(teachers)}
     foreign = [name for name in classes if name not in index]
     if foreign:
-        listed = ", ".join(name_text(n) for n in foreign[:3])
-        listed += f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        listed = few([name_text(n) for n in foreign])
         theirs = ", ".join(name_text(n) for n in teachers[:10])
         theirs += ", ..." if len(teachers) > 10 else ""
         classes_are = f"class {listed} is" if len(foreign) == 1 else f"classes {listed} are"
