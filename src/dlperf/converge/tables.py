@@ -267,6 +267,7 @@ def read_table(
     sep, text, skipped = dialect(path, read_text(path))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
     names: list[str] | None = None
+    repeated: list[str] = []  # the header as `_names` reads a line, to tell it repeated
     lines: list[int] = []
     rows: list[list[str]] = []
     last = (1, 0)  # the lines the last record read starts and ends on
@@ -281,10 +282,11 @@ def read_table(
         last = (first, reader.line_num)
         if names is None:
             names = [name.strip() for name in fields]
+            repeated = _names(names)
             continue
         if not fields:  # a blank line, passed over as csv.DictReader does
             continue
-        if _names(fields) == _names(names):
+        if _names(fields) == repeated:
             # two logs concatenated, the second's header and all: read as a row, it was
             # blamed as "'step' is not a number: 'step'"
             raise UserError(
