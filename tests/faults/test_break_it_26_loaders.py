@@ -10,48 +10,85 @@ stopped run's marking."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from dlperf import stopping
 from dlperf.data.loaders import WorkerDied, _WorkerWatch
 
 
-class _Starting:
-    """A loader whose iterator's start meets torch's handler for a worker killed meanwhile."""
-
-    def __init__(self, said: str) -> None:
-        self.said = said
-
-    def __iter__(self) -> Any:
-        raise RuntimeError(self.said)
+def _die_at_start(worker_id: int) -> None:
+    """A worker killed as its iterator is made (the kernel's OOM killer's SIGKILL)."""
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
-@pytest.mark.parametrize(
-    ("said", "line", "hint"),
-    [
-        (
-            "DataLoader worker (pid 428) is killed by signal: Killed. ",
-            "a DataLoader worker (pid 428) was killed by SIGKILL",
-            True,
-        ),
-        (
-            "DataLoader worker (pid 9) is killed by signal: Bus error. It is possible that "
-            "dataloader's workers are out of shared memory.",
-            "a DataLoader worker (pid 9) was killed by SIGBUS",
-            False,
-        ),
-    ],
-)
-def test_a_worker_killed_as_an_epoch_starts_is_named_with_its_signal(
-    said: str, line: str, hint: bool
-) -> None:
-    with pytest.raises(WorkerDied) as died:
-        _WorkerWatch().start(_Starting(said))  # type: ignore[arg-type]
-    assert died.value.message == line
-    assert (died.value.hint is not None and "out-of-memory" in died.value.hint) is hint
+@pytest.mark.timeout(120)
+def test_a_worker_killed_as_an_epoch_starts_is_named_with_its_signal() -> None:
+    """torch's own line came through ("is killed by signal: Killed."), without the signal's
+    name or the out-of-memory hint, where its SIGCHLD handler raised out of `iter(loader)`.
+    torch's handler is kept out now: the death is found in the wait for the first batch."""
+    loader = DataLoader(
+        TensorDataset(torch.zeros(8, 1)), batch_size=2, num_workers=1,
+        worker_init_fn=_die_at_start,
+    )  # fmt: skip
+    watch = _WorkerWatch()
+    try:
+        iterator = watch.start(loader)
+        with pytest.raises(WorkerDied) as died, watch.waiting():
+            next(iterator)
+    finally:
+        watch.close()
+    pid = watch.iterator._workers[0].pid
+    assert died.value.message == f"a DataLoader worker (pid {pid}) was killed by SIGKILL"
+    assert died.value.hint is not None and "out-of-memory" in died.value.hint
+
+
+# A fresh process: torch sets its SIGCHLD handler once per process, at the first iterator.
+_EPOCHS = """
+import signal, sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data._utils import signal_handling
+from dlperf.data.loaders import _WorkerWatch
+if sys.argv[1] == "set-before":  # a DataLoader of the user's own ran first in the process
+    signal_handling._set_SIGCHLD_handler()
+    assert signal.getsignal(signal.SIGCHLD) is not signal.SIG_DFL
+seen = []
+for epoch in range(2):
+    watch = _WorkerWatch()
+    iterator = watch.start(DataLoader(TensorDataset(torch.zeros(8, 1)), batch_size=2,
+                                      num_workers=2))
+    for _ in range(4):
+        with watch.waiting():
+            next(iterator)
+        seen.append(signal.getsignal(signal.SIGCHLD))
+    watch.close()
+    seen.append(signal.getsignal(signal.SIGCHLD))
+print(sorted({str(handler) for handler in seen}))
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("before", ["fresh", "set-before"])
+def test_no_sigchld_handler_raises_while_an_epoch_runs(before: str) -> None:
+    """torch's SIGCHLD handler raised for a dead worker wherever the main thread was: once in
+    CI inside `Thread.start` of a queue's feeder thread, whose new thread then died on
+    `del _limbo[self]` and printed its KeyError traceback above the run's one line (round
+    25's killed-worker test in the slow suite). No Python handler runs on SIGCHLD now while
+    an epoch's workers live, nor after, whether torch's had been set before or not."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EPOCHS, before], capture_output=True, text=True, timeout=100,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([str(signal.SIG_DFL)]), done.stdout
 
 
 def test_after_a_stop_a_childs_end_raises_nowhere() -> None:

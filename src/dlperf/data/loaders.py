@@ -12,17 +12,17 @@ an epoch is reproduced exactly after a resume without saving generator state.
 
 from __future__ import annotations
 
+import contextlib
 import math
-import re
 import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any, Self
 
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data._utils import signal_handling
 
 from dlperf.config import AugmentConfig
 from dlperf.data.augment import augment_batch, host_to_device, normalize
@@ -272,13 +272,6 @@ def _hold_group_stops(worker_id: int) -> None:
             signal.signal(sig, signal.SIG_IGN)
 
 
-# torch's C++ handler's words for a worker a signal ended: "DataLoader worker (pid 428) is
-# killed by signal: Killed." (strsignal's description, not the signal's name)
-_TORCH_KILLED = re.compile(
-    r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[^.]+)"
-)
-
-
 def _killed(pid: int, name: str) -> tuple[str, str | None]:
     """WorkerDied's message and hint for worker `pid` ended by signal `name` (SIGKILL...)."""
     said = f"a DataLoader worker (pid {pid}) was killed by {name}"
@@ -290,58 +283,62 @@ def _killed(pid: int, name: str) -> tuple[str, str | None]:
     )
 
 
-class _WorkerWatch:
-    """One epoch's DataLoader iterator with workers, watched for a worker's death.
+def _no_sigchld_raise() -> None:
+    """Keep torch's SIGCHLD handler out of this process. It raises "DataLoader worker is
+    killed by signal" wherever the main thread is when a worker ends: in the step, in the
+    run's marking (which it cut, leaving the run `running`), and inside a
+    `threading.Thread.start` of a queue's feeder thread, after which the new thread died on
+    `del _limbo[self]` and Python printed its KeyError traceback (CI's slow suite, round 25's
+    killed-worker test). torch finds a dead worker without it, in the wait for a batch: it
+    asks its workers every 5 s (`MP_STATUS_CHECK_INTERVAL`) and raises there, in order.
+    Private names: a torch without them keeps its handler (and its races)."""
+    if not hasattr(signal_handling, "_SIGCHLD_handler_set"):
+        return
+    signal_handling._SIGCHLD_handler_set = True  # the next DataLoader iterator sets none
+    sigchld = getattr(signal, "SIGCHLD", None)
+    if sigchld is None or threading.current_thread() is not threading.main_thread():
+        return
+    handler = signal.getsignal(sigchld)
+    if getattr(handler, "__module__", None) == signal_handling.__name__:  # set earlier
+        signal.signal(sigchld, signal.SIG_DFL)
 
-    torch's SIGCHLD handler raises its RuntimeError ("DataLoader worker (pid N) is killed by
-    signal") wherever the main thread is when any child ends: in the model's step, or while a
-    failed run was being marked in the store (the mark cut, the run left `running`), and in
-    the iterator's finaliser after a stop (printed as "Exception ignored in ..."). While the
-    iterator lives, the handler here takes SIGCHLD instead: it raises only while the loop
-    waits for a batch, as the one-line `WorkerDied`, and otherwise keeps the death for the
-    next wait. The iterator is shut down (its workers joined and unregistered from torch's
-    handler) before its epoch's generator ends, so nothing of it is left to raise later."""
+
+class _WorkerWatch:
+    """One epoch's DataLoader iterator with workers, its workers' deaths told in one line.
+
+    A worker's death is raised by torch in the wait for a batch, as "DataLoader worker
+    (pid(s) N) exited unexpectedly" (`_no_sigchld_raise`: never asynchronously); it becomes
+    `WorkerDied`, naming the worker's pid and the signal that ended it. The iterator is shut
+    down (its workers joined) before its epoch's generator ends, so nothing of it is left for
+    a finaliser to raise later."""
 
     def __init__(self) -> None:
         self.iterator: Any = None
-        self.died: tuple[str, str | None] | None = None  # WorkerDied's message and hint
-        self.blocked = False  # inside the wait for a batch: a death may raise at once
-        self.previous: Any = None
-        self.taken = False  # the SIGCHLD handler is ours (main thread, POSIX)
 
     def start(self, loader: DataLoader[Any]) -> Iterator[Any]:
-        """`loader`'s iterator, its workers started (torch sets its SIGCHLD handler then)."""
+        """`loader`'s iterator, its workers started."""
+        _no_sigchld_raise()
         try:
             iterator: Iterator[Any] = iter(loader)
         except RuntimeError as e:
             raise self._told(e) from None
         self.iterator = iterator
-        sigchld = getattr(signal, "SIGCHLD", None)
-        if sigchld is not None and threading.current_thread() is threading.main_thread():
-            self.previous = signal.getsignal(sigchld)
-            signal.signal(sigchld, self._on_child)
-            self.taken = True
         return iterator
 
-    def waiting(self) -> _Waiting:
-        return _Waiting(self)
-
-    def _on_child(self, signum: int, frame: FrameType | None) -> None:
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The wait for one batch: torch's line for a worker's death becomes `WorkerDied`."""
         try:
-            if callable(self.previous):  # torch's: it raises for a worker that died
-                self.previous(signum, frame)
+            yield
         except RuntimeError as e:
-            if "DataLoader worker" not in str(e):
+            told = self._told(e)
+            if told is e:
                 raise
-            self.died = self.died or self._describe(e)
-            if self.blocked:
-                raise WorkerDied(*self.died) from None
+            raise told from None
 
     def _describe(self, error: BaseException) -> tuple[str, str | None]:
-        """The line for a worker that ended: its pid and the signal that killed it, read
-        from the worker itself, else from torch's message (a worker of an iterator still
-        being made, as an epoch starts, is not `self.iterator`'s); torch's message where
-        neither says."""
+        """The line for a worker that ended: its pid and the signal that killed it (or its
+        exit code), read from the worker; torch's message where no worker has ended."""
         for worker in getattr(self.iterator, "_workers", []):
             code = worker.exitcode
             if code is None:
@@ -352,57 +349,20 @@ class _WorkerWatch:
                 return _killed(worker.pid, signal.Signals(-code).name)
             except ValueError:
                 return _killed(worker.pid, f"signal {-code}")
-        said = (str(error).splitlines() or [type(error).__name__])[0]
-        killed = _TORCH_KILLED.search(said)
-        if killed is not None:
-            names = {signal.strsignal(s): s.name for s in signal.Signals}
-            name = names.get(killed["what"], f"signal '{killed['what']}'")
-            return _killed(int(killed["pid"]), name)
-        return said, None
+        return (str(error).splitlines() or [type(error).__name__])[0], None
 
     def _told(self, error: RuntimeError) -> BaseException:
         """`error` as the one-line WorkerDied where it is torch's about a worker."""
-        if self.died is None and "DataLoader worker (pid" not in str(error):
+        if "DataLoader worker (pid" not in str(error):
             return error
-        return WorkerDied(*(self.died or self._describe(error)))
+        return WorkerDied(*self._describe(error))
 
     def close(self) -> None:
-        """Shut the iterator's workers down and hand SIGCHLD back to the handler that was
-        there (torch's: with no worker of this iterator registered, it has nothing to raise)."""
-        self.blocked = False
-        try:
-            if self.iterator is not None and hasattr(self.iterator, "_shutdown_workers"):
-                # Private, and what torch's own finaliser calls: done here, under this
-                # handler, rather than whenever the iterator is collected.
-                self.iterator._shutdown_workers()
-        finally:
-            sigchld = getattr(signal, "SIGCHLD", None)
-            if self.taken and sigchld is not None and signal.getsignal(sigchld) == self._on_child:
-                signal.signal(sigchld, signal.SIG_DFL if self.previous is None else self.previous)
-            self.taken = False
-
-
-class _Waiting:
-    """The wait for one batch (`_WorkerWatch.waiting`): a worker's death raises in it."""
-
-    def __init__(self, watch: _WorkerWatch) -> None:
-        self.watch = watch
-
-    def __enter__(self) -> None:
-        if self.watch.died is not None:  # came while the step ran
-            raise WorkerDied(*self.watch.died)
-        self.watch.blocked = True
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: Any
-    ) -> None:
-        self.watch.blocked = False
-        if isinstance(error, WorkerDied):
-            return  # already the one line
-        if isinstance(error, RuntimeError):
-            told = self.watch._told(error)
-            if told is not error:
-                raise told from None
+        """Shut the iterator's workers down."""
+        if self.iterator is not None and hasattr(self.iterator, "_shutdown_workers"):
+            # Private, and what torch's own finaliser calls: done here, at the epoch's end,
+            # rather than whenever the iterator is collected.
+            self.iterator._shutdown_workers()
 
 
 # The least std training normalises by: a channel of one value (a blank set) has std 0, and
