@@ -18,6 +18,8 @@ from dlperf.cli.app import Json, app, open_store
 from dlperf.formatting import fmt
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dlperf.store import RunStore
 
 
@@ -118,12 +120,16 @@ class StudyStop:
         self.kind, self.resume, self.new, self.resumable = kind, resume, new, resumable
         self.store: RunStore | None = None
 
-    def watch(self, store: RunStore, name: str | None) -> None:
+    def watch(
+        self, store: RunStore, name: str | None, find: Callable[[], int | None] | None = None
+    ) -> None:
         """The study is `name`'s of its kind; None: this process stores none (a node of a
-        multi-node scaling study but the first)."""
+        multi-node scaling study but the first). `find`: the study the command continues
+        without --resume or --new, where that is not the newest of its name (a sweep's)."""
         if name is None:
             return
         self.store, self.name = store, name
+        self.find = find or (lambda: store.find_study(name, self.kind))
         # Only --new needs the newest study before: one made by this command is newer.
         self.before = (store.find_study(name, self.kind) or 0) if self.new else 0
 
@@ -140,7 +146,12 @@ class StudyStop:
                 console.err.print(self._line(self.store), soft_wrap=True)
 
     def _line(self, store: RunStore) -> str:
-        study = store.find_study(self.name, self.kind) if self.resume is None else self.resume
+        if self.resume is not None:
+            study: int | None = self.resume
+        elif self.new:
+            study = store.find_study(self.name, self.kind)
+        else:
+            study = self.find()
         if study is None or (self.new and study <= self.before):  # not made by this command
             return f"{self.kind} stopped before its study was stored"
         if not self.resumable:
@@ -188,12 +199,13 @@ def sweep(
     Example: dlperf sweep examples/sweeps/cutout_batchaug.toml --jobs 2 --sort augment.batch_aug_m
     """
     from dlperf.sweep import load_sweep, run_sweep
+    from dlperf.sweep.runner import continued_study
     from dlperf.sweep.summary import SPREAD
 
     with StudyStop("sweep", resume, new) as said, console.reporter() as rep:
         spec = load_sweep(sweep_file, list(set_), rep)
         store = open_store()
-        said.watch(store, spec.name)
+        said.watch(store, spec.name, lambda: continued_study(store, spec))
         result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
     # matplotlib only now: a sweep file refused is said without its seconds of import.
     from dlperf.report.sweep import sweep_figures

@@ -134,6 +134,14 @@ def sweep_study(
     return None
 
 
+def continued_study(store: RunStore, sweep: Sweep) -> int | None:
+    """The study that `sweep` without --resume or --new continues (`sweep_study`): not
+    always the newest of its name."""
+    free = not sweep.threads_set
+    keys = [point_key(p.exp.to_dict(), free) for p in sweep.points]
+    return sweep_study(store, sweep, keys, free, None, False, NullReporter())
+
+
 def finished_runs(
     store: RunStore, study_id: int | None, free_threads: bool
 ) -> dict[str, RunRecord]:
