@@ -19,6 +19,7 @@ import reprlib
 import sys
 import threading
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from dlperf import stopping
 from dlperf.errors import StoreGone, UserError, model_exited
 from dlperf.parsing import KEYS_HINT, MAX_DEPTH, TOO_DEEP, flat_clash, has_control, key_fault
+from dlperf.progress import NullReporter
 
 if TYPE_CHECKING:
     import numpy as np
@@ -453,11 +455,21 @@ def run(
         exp = load_experiment(experiment, list(overrides))
     grad = torch.is_grad_enabled()
     try:
-        return run_experiment(exp, where, by_api=True)
+        return run_experiment(exp, where, _RunWarnings(), by_api=True)
     finally:
         # The caller's grad mode, whatever the model file or its forward did to it: the
         # process is the caller's (a notebook's), and its next run starts from that mode.
         torch.set_grad_enabled(grad)
+
+
+class _RunWarnings(NullReporter):
+    """`run`'s reporter: the lines `dlperf run` prints as "warning: ..." (a model returning
+    probabilities, fewer free cores than threads) are Python warnings, which a notebook
+    shows and a program may filter; the run's progress stays quiet, as it was."""
+
+    def log(self, message: str) -> None:
+        if message.startswith("warning: "):
+            warnings.warn(message.removeprefix("warning: "), UserWarning, stacklevel=2)
 
 
 # --- track ----------------------------------------------------------------------------------

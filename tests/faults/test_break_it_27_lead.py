@@ -41,3 +41,32 @@ def test_a_stopped_sweep_names_the_older_study_it_continued(
     line = result.err.splitlines()[-1]
     assert line.startswith(f"sweep study {older} stopped"), result.err
     assert line.endswith(f"--resume {older}"), line
+
+
+# --- L2: dlperf.run drops its run's warnings -----------------------------------------------
+
+SOFTMAX = """
+import torch, torch.nn as nn
+def build(num_classes=10, in_channels=1):
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes), nn.Softmax(dim=1))
+"""
+
+
+def test_dlperf_run_gives_its_warnings_as_python_warnings(tmp_path: Path) -> None:
+    """Before: `dlperf run` printed "warning: model ... returns probabilities" and dlperf.run
+    said nothing (its reporter dropped every line); a notebook shows Python's warnings."""
+    import dlperf
+
+    (tmp_path / "net.py").write_text(SOFTMAX)
+    config = {
+        "model": {"name": f"{tmp_path / 'net.py'}:build"},
+        "data": {"name": "digits", "limit": 64},
+        "train": {"epochs": 1, "batch_size": 32},
+        "run": {"threads": 1, "warmup_steps": 1, "checkpoint": False,
+                "out_dir": str(tmp_path / "runs")},
+    }  # fmt: skip
+    with pytest.warns(UserWarning, match="returns probabilities") as caught:
+        result = dlperf.run(config, store=str(tmp_path / "runs.db"))
+    assert result.status == "finished"
+    said = [str(w.message) for w in caught if "probabilities" in str(w.message)]
+    assert len(said) == 1 and not said[0].startswith("warning:"), said
