@@ -102,7 +102,7 @@ class KeepShared:
         self.weak = tensors is None
         self.made: dict[int, _Made] = {}
         groups: dict[int, dict[int, torch.Tensor]] = {}
-        for t in tensors or ():
+        for t in () if self.whole else tensors or ():  # `whole` converts every storage whole
             if _viewable(t):
                 groups.setdefault(_storage_key(t), {})[id(t)] = t
         # the tensors of each shared storage, held: its number stays its own meanwhile
