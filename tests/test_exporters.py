@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,30 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.setenv("DO_NOT_TRACK", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+@pytest.fixture(scope="module")
+def empty_mlflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLflow SQLite tracking store whose tables MLflow has made, made once: its migrations
+    are most of a small export's time (2-8 s a store on a busy core). Each test exports into a
+    copy (`mlflow_uri`); test_mlflow_export_reads_back exports into a new store."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+        env.setenv("DO_NOT_TRACK", "true")
+        MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path: Path, empty_mlflow: Path) -> str:
+    """The URI of this test's own copy of `empty_mlflow`, tmp_path/mlflow.db."""
+    target = tmp_path / "mlflow.db"
+    with closing(sqlite3.connect(empty_mlflow)) as source, closing(sqlite3.connect(target)) as to:
+        source.backup(to)
+    return f"sqlite:///{target}"
 
 
 @pytest.fixture
@@ -109,7 +135,7 @@ def test_mlflow_export_reads_back(run: tuple[RunStore, int], tmp_path: Path, cli
 
 
 def test_mlflow_long_values_are_cut_and_kept_whole(
-    store: RunStore, tmp_path: Path, cli: Cli
+    store: RunStore, mlflow_uri: str, cli: Cli
 ) -> None:
     """A value over MLflow's param limit is cut with a warning; run.json keeps it whole."""
     from mlflow.tracking import MlflowClient
@@ -118,7 +144,7 @@ def test_mlflow_long_values_are_cut_and_kept_whole(
     long = "x" * (param_chars + 100)
     run_id = store.create_run("long", "run", {"note": long, "train": {"lr": 0.1}}, None, None)
     store.log_metrics(run_id, [("train/loss", 1, 2.0), ("train/loss", 2, math.nan)])
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
     assert f"run {run_id}: param note cut to MLflow's {param_chars} characters" in result.err
@@ -131,7 +157,7 @@ def test_mlflow_long_values_are_cut_and_kept_whole(
     assert any(math.isnan(m.value) for m in history)
 
 
-def test_a_lost_run_ends_killed_in_mlflow(store: RunStore, tmp_path: Path, cli: Cli) -> None:
+def test_a_lost_run_ends_killed_in_mlflow(store: RunStore, mlflow_uri: str, cli: Cli) -> None:
     """A run whose process died without marking it (SIGKILL) reads as `lost`: MLflow gets
     KILLED with the last metric's time as its end, not a run forever RUNNING."""
     from mlflow.tracking import MlflowClient
@@ -141,7 +167,7 @@ def test_a_lost_run_ends_killed_in_mlflow(store: RunStore, tmp_path: Path, cli: 
     store.update_run(run_id, system={"host": "h", "process": gone})
     store.log_metrics(run_id, [("train/loss", 1, 2.0)])
     assert store.get_run(run_id).status == "lost"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
     got = MlflowClient(tracking_uri=uri).get_run(
@@ -180,7 +206,7 @@ def test_tensorboard_export_reads_back(run: tuple[RunStore, int], tmp_path: Path
         assert [e.wall_time for e in scalars] == pytest.approx([w for _, _, w in stored])
 
 
-def test_json_maps_runs_to_where_they_went(store: RunStore, tmp_path: Path, cli: Cli) -> None:
+def test_json_maps_runs_to_where_they_went(store: RunStore, mlflow_uri: str, cli: Cli) -> None:
     ids = [store.create_run(n, "run", {"seed": i}, None, {"host": "h"}) for i, n in enumerate("ab")]
     for run_id in ids:
         store.log_metrics(run_id, [("val/acc1", 1, 0.5)])
@@ -191,7 +217,7 @@ def test_json_maps_runs_to_where_they_went(store: RunStore, tmp_path: Path, cli:
         str(ids[0]): {"dir": str(Path("tb") / f"run-{ids[0]}-a"), "metrics": 1, "points": 1},
         str(ids[1]): {"dir": str(Path("tb") / f"run-{ids[1]}-b"), "metrics": 1, "points": 1},
     }
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     result = cli("runs", "export", *map(str, ids), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
     runs = json.loads(result.out)["runs"]
@@ -264,10 +290,10 @@ def test_bad_input_is_one_line(args: list[str], message: str, store: RunStore, c
 
 
 def test_mlflow_tracking_uri_env_is_the_default(
-    store: RunStore, tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+    store: RunStore, mlflow_uri: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = store.create_run("a", "run", {"seed": 0}, None, None)
-    uri = f"sqlite:///{tmp_path / 'env.db'}"
+    uri = mlflow_uri
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--json")
     assert result.code == 0, result.err
@@ -307,12 +333,12 @@ def test_tensorboard_export_says_only_its_own_lines(
 
 
 def test_a_name_with_control_characters_reaches_mlflow_escaped(
-    store: RunStore, tmp_path: Path, cli: Cli
+    store: RunStore, mlflow_uri: str, cli: Cli
 ) -> None:
     from mlflow.tracking import MlflowClient
 
     run_id = store.create_run("evil\x1b[31m\x7fnul", "run", {}, None, None)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
     got = MlflowClient(tracking_uri=uri).get_run(
@@ -322,7 +348,7 @@ def test_a_name_with_control_characters_reaches_mlflow_escaped(
 
 
 def test_a_lost_run_without_metrics_ends_when_it_started(
-    store: RunStore, tmp_path: Path, cli: Cli
+    store: RunStore, mlflow_uri: str, cli: Cli
 ) -> None:
     """It ended at the moment of export: a run of minutes that never happened."""
     from mlflow.tracking import MlflowClient
@@ -331,7 +357,7 @@ def test_a_lost_run_without_metrics_ends_when_it_started(
     run_id = store.create_run("doomed", "run", {}, None, {"host": "h"})
     store.update_run(run_id, system={"host": "h", "process": gone})
     assert store.get_run(run_id).status == "lost"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
     got = MlflowClient(tracking_uri=uri).get_run(
@@ -343,7 +369,7 @@ def test_a_lost_run_without_metrics_ends_when_it_started(
 
 
 def test_a_killed_runs_epochs_land_on_the_global_step(
-    tmp_path: Path, cli: Cli, trained_digits: TrainedRun
+    tmp_path: Path, mlflow_uri: str, cli: Cli, trained_digits: TrainedRun
 ) -> None:
     """A run killed before it wrote its summary has no steps_per_epoch there: its per-epoch
     metrics went to steps 1..E, squashed left of the training loss. The steps per epoch come
@@ -355,7 +381,7 @@ def test_a_killed_runs_epochs_land_on_the_global_step(
     stored = exporters.metric_series(store, run_id)
     last_step = stored["train/loss"][-1][0]
     assert last_step == 40 and [s for s, _, _ in stored["val/acc1"]] == [1]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     result = cli("runs", "export", str(run_id), "--to", "mlflow", "--uri", uri, "--json")
     assert result.code == 0, result.err
     client = MlflowClient(tracking_uri=uri)
