@@ -1127,18 +1127,33 @@ def _split_listing(split: Path) -> None:
     """Refuse what the listing of `split` (root/train, val or test) holds that torchvision's
     ImageFolder would pass over without a word: image files directly in it, beside the class
     folders (only files inside a class folder have a label), and class folders whose names
-    differ only in Unicode normalisation (two classes that show as one name)."""
+    differ only in Unicode normalisation (two classes that show as one name), and links to
+    nothing (a class folder on a drive not mounted), which it drops as no folder: unsaid where
+    every split's link was dead, else blamed on the split whose folder is there."""
     from torchvision.datasets.folder import has_file_allowed_extension
 
     try:
         with os.scandir(split) as listed:
-            entries = [(e.name, e.is_dir(), e.is_file()) for e in listed if e.name[:1] != "."]
+            entries = [
+                (e.name, e.is_dir(), e.is_file(), e.is_symlink())
+                for e in listed
+                if e.name[:1] != "."
+            ]
     except OSError:  # torchvision's listing says what is wrong with it
         return
-    folders = sorted(name for name, is_dir, _ in entries if is_dir)
+    for name, is_dir, is_file, is_link in entries:
+        # a link to a FIFO or a device is neither, yet there: the listing's checks name it
+        if is_link and not is_dir and not is_file and not os.path.exists(split / name):
+            with contextlib.suppress(OSError):  # gone since the listing: nothing to say
+                raise UserError(
+                    f"{split / name} is a link to nothing ({os.readlink(split / name)}): "
+                    "what it links to would be left out",
+                    "mount or restore what it links to, or remove the link",
+                )
+    folders = sorted(name for name, is_dir, _, _ in entries if is_dir)
     loose = sorted(
         name
-        for name, _, is_file in entries
+        for name, _, is_file, _ in entries
         if is_file and has_file_allowed_extension(name, IMAGE_EXTENSIONS)
     )
     if loose:
@@ -1311,7 +1326,10 @@ class _ClassOwners:
         # the first step of the way down that leads there: the link to name
         steps = [self.split.joinpath(*inside[:n]) for n in range(1, len(inside) + 1)]
         if split is not None:
-            link = next(p for p in steps if self.split_of(Path(os.path.realpath(p))) == split)
+            there = next(real for real, other in self.others.items() if other == split)
+            link = _link_into(steps, there) or next(
+                p for p in steps if self.split_of(Path(os.path.realpath(p))) == split
+            )
             raise UserError(
                 f"{link} leads into the {split.name} split ({split}): its images would be in "
                 f"the {self.split.name} split too, so what is measured on one was seen in the "
@@ -1321,13 +1339,83 @@ class _ClassOwners:
         if found is None or found == inside[0]:
             self.hard_linked(file, inside)
             return
-        link = next(p for p in steps if self.owner(Path(os.path.realpath(p))) == found)
+        there = next(real for real, name in self.real.items() if name == found)
+        link = _link_into(steps, there) or next(
+            p for p in steps if self.owner(Path(os.path.realpath(p))) == found
+        )
         other = self.split / found
         raise UserError(
             f"{link} leads into the folder of class {file_name_text(found)} ({other}): its "
             f"images would be read as class {file_name_text(inside[0])} as well",
             "remove the link, or copy the images into the class folder they show",
         )
+
+
+def _link_into(steps: list[Path], there: Path) -> Path | None:
+    """The symbolic link on the way down `steps` that leads into the real folder `there`:
+    the first whose real path lies in it or holds it (train/a -> . holds train/b), else the
+    first link. A later step is a path seen through the link (train/a/b is the real train/b),
+    and removing it, as the line tells, would remove the images, not the link. None where no
+    step is a link (a class folder that is one, seen from the folder it links to)."""
+    links = [p for p in steps if p.is_symlink()]
+    for link in links:
+        real = Path(os.path.realpath(link))
+        if real.is_relative_to(there) or there.is_relative_to(real):
+            return link
+    return links[0] if links else None
+
+
+def _first_link(split: Path, file: str) -> Path | None:
+    """The first step of `file`'s way down from `split` that is a symbolic link, if one is."""
+    try:
+        inside = Path(file).relative_to(split).parts
+    except ValueError:
+        return None
+    steps = (split.joinpath(*inside[:n]) for n in range(1, len(inside) + 1))
+    return next((p for p in steps if p.is_symlink()), None)
+
+
+def _trained_on(train: Path, train_files: list[str], test: Path, test_files: list[str]) -> None:
+    """Refuse test files that are files of the training split under another path: both
+    reached through links to one folder or file outside the set (train/a and val/a ->
+    /data/a), which the checks of links into another split or class (`_ClassOwners`) do not
+    see, and the run measured its test accuracy on images it had trained on. Told apart by
+    (st_dev, st_ino): one stat a file, none read (a folder may hold 100,000)."""
+    seen: dict[tuple[int, int], str] = {}
+    for file in train_files:
+        with contextlib.suppress(OSError):  # gone, or a link to nothing: decoding it says so
+            stat = os.stat(file)
+            seen.setdefault((stat.st_dev, stat.st_ino), file)
+    shared: list[tuple[str, str]] = []
+    for file in test_files:
+        with contextlib.suppress(OSError):
+            stat = os.stat(file)
+            if (twin := seen.get((stat.st_dev, stat.st_ino))) is not None:
+                shared.append((twin, file))
+    if not shared:
+        return
+    twin, file = shared[0]
+    links = [_first_link(train, twin), _first_link(test, file)]
+    reals = [os.path.realpath(p) for p in links if p is not None]
+    if len(reals) == 2 and reals[0] == reals[1]:
+        kind = "folder" if os.path.isdir(reals[0]) else "file"
+        pair = f"{links[0]} and {links[1]} are links to one {kind} ({reals[0]})"
+    else:
+        pair = f"{twin} and {file} are one file ({os.path.realpath(file)})"
+        named = [str(p) for p in links if p is not None]
+        if named:
+            pair += f", through the link{'s' if len(named) > 1 else ''} {_and(named)}"
+    n, of = len(shared), len(test_files)
+    held = (
+        f"the one image of the {test.name} split is an image"
+        if of == 1
+        else f"{n} of the {of} images of the {test.name} split "
+        + ("is an image" if n == 1 else "are images")
+    )
+    raise UserError(
+        f"{pair}: {held} of the train split, so what is measured on one was seen in the other",
+        "remove one of the links: keep each image in one split",
+    )
 
 
 # Class folders a refusal names each way, at most; the rest are counted.
@@ -1527,6 +1615,12 @@ def imagefolder(cfg: DataConfig) -> ImageData:
                 fix += ", one folder per class as in train/"
             raise _not_tested_on(root, f"{test_dir} is empty", fix) from None
         raise _unlisted(test_dir, e) from None
+    _trained_on(
+        root / "train",
+        [path for path, _ in train_set.samples],
+        test_dir,
+        [path for path, _ in test_set.samples],
+    )
     if train_set.classes != test_set.classes:
         raise _different_classes(root, train_set.classes, test_dir.name, test_set.classes)
     # A folder named in bytes that are not UTF-8 reaches Python as surrogate escapes, which
@@ -1777,6 +1871,11 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
 def npz(cfg: DataConfig) -> ImageData:
     """uint8 images N,C,H,W and integer labels in a .npz file (data.root), class names optional."""
     images, labels, classes = read_npz(cfg.root)
+    if not len(images):  # else "no training images after the split", naming no file
+        raise UserError(
+            f"{cfg.root} holds 0 images ('images' of shape {tuple(images.shape)})",
+            "save at least one image in it: images of shape N,C,H,W with N >= 1",
+        )
     if labels is None:
         raise UserError(f"{cfg.root}: has no 'labels' array to train on")
     train, val, test = _three_way(Split(labels, images), cfg, str(cfg.root))
