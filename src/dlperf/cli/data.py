@@ -100,6 +100,7 @@ def describe(
             *([f"{split} images", n] for split, n in result["splits"].items()),
             ["mean per channel", ", ".join(f"{m:.4f}" for m in result["mean"])],
             ["std per channel", ", ".join(f"{s:.4f}" for s in result["std"])],
+            ["mean/std measured on", desc.stats_basis],
         ],
     )
     console.print_table("training images per class", ["class", "images"], _shown(result["counts"]))

@@ -193,6 +193,14 @@ class TrainConfig(Section):
 MAX_BATCH_AUG = 64
 
 
+def _within(key: str, bound: int, example: str, value: int) -> str:
+    """The fix for a `key` above `bound`: an example the same check takes (at least 1, at most
+    the bound), or 0 (off) where the bound is 0. A 1x1 image was told "<= 0, e.g. 1"."""
+    if bound <= 0:
+        return f"use {key} = 0 (off): the images are too small for it"
+    return f"use {key} <= {bound}, e.g. {example}: {min(max(value, 1), bound)}"
+
+
 class AugmentConfig(Section):
     crop_padding: Size = 0
     """Random crop after zero-padding every side by this many pixels; 0 = off. Less than the
@@ -224,8 +232,7 @@ class AugmentConfig(Section):
             return (
                 f"augment.cutout {self.cutout}: a square of side {blanks} or more masks every "
                 f"pixel of {side} wherever it is centred: every augmented image is blank",
-                f"use augment.cutout <= {blanks - 1}, e.g. half the image side: "
-                f"{max(h, w) // 2 or 1}",
+                _within("augment.cutout", blanks - 1, "half the image side", max(h, w) // 2),
             )
         # Offsets of the crop run over 0..2p: at 0 and 2p it misses the image once p >= side.
         if self.crop_padding >= min(h, w):
@@ -233,8 +240,12 @@ class AugmentConfig(Section):
                 f"augment.crop_padding {self.crop_padding}: padding {side} by {min(h, w)} or "
                 "more lets a random crop miss the image, an image of padding alone under its "
                 "label",
-                f"use augment.crop_padding <= {min(h, w) - 1}, e.g. an eighth of the image side: "
-                f"{max(1, min(h, w) // 8)}",
+                _within(
+                    "augment.crop_padding",
+                    min(h, w) - 1,
+                    "an eighth of the image side",
+                    min(h, w) // 8,
+                ),
             )
         m = self.batch_aug_m
         needed = m * images * channels * h * w * 4  # the copies normalised to float32

@@ -530,9 +530,7 @@ def fit_window(c: Curve, upto: float | None, upto_step: float | None, api: bool 
     if n >= FEWEST:
         return n
     total = len(c.steps)
-    what = c.source or c.label
-    if c.key is not None:
-        what = f"{what}'s {c.key}"
+    what = named(c)
     need = f"too few to fit a 3-parameter curve (need ≥ {FEWEST})"
     if total < FEWEST:  # no window helps
         more = (
@@ -553,6 +551,38 @@ def fit_window(c: Curve, upto: float | None, upto_step: float | None, api: bool 
     raise UserError(
         f"{what}: {told} keeps {n} of its {total} points, {need}",
         f"fit at least {FEWEST}, e.g. {fits}",
+    )
+
+
+def named(c: Curve) -> str:
+    """A curve as error lines name it: its CSV file as given, or its run and stored key."""
+    what = c.source or c.label
+    return f"{what}'s {c.key}" if c.key is not None else what
+
+
+# What a value of zero error is, in each metric's own words: "above 0" was about 1 − accuracy,
+# a number the user never wrote.
+AT_ZERO = {"accuracy": "accuracy is 1.0 (error 0)", "error": "error is 0", "loss": "loss is 0"}
+
+
+def nothing_to_fit(c: Curve, metric: str, n_fit: int) -> UserError | None:
+    """The line refusing a fit of the first `n_fit` points of `c` when fewer than 2 of them
+    lie above zero error (accuracy 1.0 from the first epoch, as on an easy set): no curve
+    decreases through them. None when there is a curve to fit. The values are checked first,
+    as `fit` checks them, so that a negative loss is not called 0."""
+    check_values(c, metric)
+    k, y = c.steps[:n_fit], to_decreasing(c.values[:n_fit], metric)
+    _check_points(k, y)
+    above = int(np.sum(y > 0))
+    if above >= 2:
+        return None
+    points = f"its {n_fit}" if n_fit == len(c.steps) else f"the {n_fit} fitted"
+    best = "below 1.0" if metric == "accuracy" else "above 0"
+    return UserError(
+        f"{named(c)}: {AT_ZERO[metric]} at {n_fit - above} of {points} points: nothing to fit "
+        f"(a curve needs at least 2 points {best})",
+        "log the metric more often, e.g. per step rather than per epoch, to see the curve "
+        "before it gets there",
     )
 
 
@@ -626,7 +656,9 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
     """Both forms fitted to the first n_fit points, with bootstrap intervals, and compared on
     later points."""
     check_metric(metric)
-    check_values(curve, metric)
+    unfit = nothing_to_fit(curve, metric, n_fit)  # checks the values too
+    if unfit is not None:
+        raise unfit
     k, y = curve.steps, to_decreasing(curve.values, metric)
     fits, params, samples, ci = {}, {}, {}, {}
     for form in PARAMS:

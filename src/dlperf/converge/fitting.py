@@ -25,6 +25,7 @@ from dlperf.converge import regress as reg
 from dlperf.converge.curve import Curve, CurveFit, FitReport
 from dlperf.converge.options import CurveOptions
 from dlperf.converge.results import (
+    MEASURED_BASIS,
     Comparison,
     CurveFitResult,
     EnsembleStepPrediction,
@@ -85,7 +86,11 @@ def fit(
 ) -> CurveFits:
     """Both forms fitted to each curve's window (see `load_curves`) with bootstrap intervals
     and compared on later points."""
-    curves = load_curves(run_ids, csv, opts, open_store)
+    return _fitted(load_curves(run_ids, csv, opts, open_store), opts, reporter)
+
+
+def _fitted(curves: list[Curve], opts: CurveOptions, reporter: Reporter | None) -> CurveFits:
+    """`fit` of curves already read."""
     reporter = reporter or NullReporter()
     reporter.task("fitting", total=len(curves))
     reports = []
@@ -199,14 +204,22 @@ def predict(
         raise UserError(f"converge.form: unknown form '{form}'", f"choose {', '.join(FORMS)}")
     curve.check_metric(opts.metric)
     curve.check_target(target, opts.metric)
-    fits = fit(run_ids, csv, opts, open_store, reporter)
-    if form == "ensemble":
-        for r in fits.reports:
+    curves = load_curves(run_ids, csv, opts, open_store)
+    # A curve with nothing to fit (at zero error from its first points) is answered from its
+    # measured points; the others are fitted (only they have reports, figures, posteriors).
+    answers = [measured_answer(c, opts, target, form) for c in curves]
+    fits = _fitted([c for c, a in zip(curves, answers, strict=True) if a is None], opts, reporter)
+    reports = iter(fits.reports)
+    for answer in answers:
+        if answer is not None:
+            fits.predictions.append(answer)
+            continue
+        r = next(reports)
+        if form == "ensemble":
             prediction, post = ensemble_prediction(r, target)
             fits.predictions.append(prediction)
             fits.posteriors.append((post, prediction.predicted_step))
-        return fits
-    for r in fits.reports:
+            continue
         c = r.curve
         fitted = r.fits[form]
         p = curve.predict(
@@ -237,6 +250,68 @@ def predict(
             )
         )
     return fits
+
+
+def measured_answer(
+    c: Curve, opts: CurveOptions, target: float, form: str
+) -> StepPrediction | EnsembleStepPrediction | None:
+    """`predict`'s answer for a curve whose fit window has nothing to fit (fewer than 2
+    points above zero error, `curve.nothing_to_fit`): the first measured step at or past
+    `target`, at the first step for a curve there from its start (converge.md's
+    `at_first_step`), never a refusal. A window of at least 4 points with at most one above
+    zero error passes every target by its second point. None: a curve to fit."""
+    n_fit = curve.fit_window(c, opts.upto, opts.upto_step)
+    unfit = curve.nothing_to_fit(c, opts.metric, n_fit)
+    if unfit is None:
+        return None
+    goal = float(curve.to_decreasing(np.array(target), opts.metric))
+    y = curve.to_decreasing(c.values[:n_fit], opts.metric)
+    i = int(np.flatnonzero(y <= goal)[0])
+    step = curve.whole_step(float(c.steps[i]))
+    # Seen to pass the target between the point before and this one; at the first, there.
+    low = curve.whole_step(float(c.steps[i - 1])) if i else step
+    actual = curve.first_reaching(c.steps, c.values, opts.metric, goal)
+    p = curve.Prediction(
+        target, True, int(step), (low, step), actual, curve.error_pct(int(step), actual), i == 0
+    )
+    level = float(curve.to_decreasing(0.0, opts.metric))  # the value the curve stays at
+    zeros = int(np.sum(y <= 0))
+    basis = (
+        f"{MEASURED_BASIS}: {zeros} of its {n_fit} points up to step "
+        f"{float(c.steps[n_fit - 1]):g} are at {opts.metric} {level:g}, nothing to fit; the "
+        "step is the first measured at or past the target"
+    )
+    if form == "ensemble":
+        return EnsembleStepPrediction(
+            source=c.label,
+            form=form,
+            target=target,
+            verdict="answer",
+            reason=None,
+            reachable=True,
+            p_reachable=1.0,
+            **_steps(p, c.steps_per_epoch),
+            asymptote=0.0,
+            plateau=level,
+            plateau_interval=(level, level),
+            val_size=ensemble.val_size(c.values[:n_fit]) if opts.metric != "loss" else None,
+            family_weights={},
+            n_points=n_fit,
+            basis=basis,
+            at_first_step=p.at_first_step,
+        )
+    return StepPrediction(
+        source=c.label,
+        form=form,
+        target=target,
+        reachable=True,
+        **_steps(p, c.steps_per_epoch),
+        asymptote=0.0,
+        plateau=level,
+        n_points=n_fit,
+        basis=basis,
+        at_first_step=p.at_first_step,
+    )
 
 
 def _steps(p: curve.Prediction | ensemble.EnsemblePrediction, spe: float | None) -> dict[str, Any]:
@@ -504,6 +579,9 @@ def regress(
     warnings, betas, windows = [], [], []
     for c, _ in found:
         n_fit = curve.fit_window(c, opts.upto, opts.upto_step)
+        unfit = curve.nothing_to_fit(c, opts.metric, n_fit)
+        if unfit is not None:
+            raise unfit
         fitted, params = curve.fit(
             c.steps[:n_fit], curve.to_decreasing(c.values, opts.metric)[:n_fit]
         )

@@ -12,6 +12,9 @@ from typing import Any
 from dlperf.analytic.results import Result
 
 Interval = tuple[float, float]
+# The start of the basis of a prediction read off the measured points, with no fit behind it
+# (a curve with nothing to fit: see `fitting.measured_answer`).
+MEASURED_BASIS = "the measured points, no fit"
 
 
 @dataclass(frozen=True)

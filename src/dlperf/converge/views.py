@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from dlperf.converge.results import EnsembleStepPrediction, StepPrediction
+from dlperf.converge.results import MEASURED_BASIS, EnsembleStepPrediction, StepPrediction
 from dlperf.formatting import fmt
 from dlperf.table import Table
 
@@ -77,10 +77,16 @@ def _at_first(
     predictions: Sequence[StepPrediction | EnsembleStepPrediction], curve: str, metric: str
 ) -> list[Block]:
     return [
-        f"{d.source}: {_already(curve, d.target, metric, f'its first step {d.predicted_step}')}"
+        f"{d.source}: "
+        f"{_already(_read(d, curve), d.target, metric, f'its first step {d.predicted_step}')}"
         for d in predictions
         if d.at_first_step
     ]
+
+
+def _read(d: StepPrediction | EnsembleStepPrediction, curve: str) -> str:
+    """ "measured" for a prediction read off the measured points (nothing was fitted)."""
+    return "measured" if d.basis.startswith(MEASURED_BASIS) else curve
 
 
 def form_blocks(

@@ -14,7 +14,7 @@ import torch
 from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch, check_augment
-from dlperf.data.loaders import STD_FLOOR, channel_stats
+from dlperf.data.loaders import STD_FLOOR, channel_stats, stats_measured
 from dlperf.data.sources import Split, decode_file, repeated, too_few_classes
 from dlperf.errors import UserError
 from dlperf.parsing import name_text
@@ -29,12 +29,33 @@ class Description:
     image_shape: tuple[int, int, int]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    # Training images the measured statistics are of: the whole split, or a sample of a
+    # streamed one; None when data.mean and data.std are both given (nothing measured).
+    stats_images: int | None
     in_memory: bool
     shown: list[str]  # the classes sampled, in the order asked for
     samples: list[torch.Tensor]  # per shown class: uint8 n,C,H,W
     augment: AugmentConfig | None  # None: no augmentation set
     augmented: list[torch.Tensor] | None  # per shown class: uint8 M,n,C,H,W, M copies of each
     warnings: list[str]  # what `dlperf run` would refuse in the set, said without refusing it
+
+    @property
+    def stats_sampled(self) -> bool:
+        """Whether the measured mean/std are of a sample of the training split."""
+        return self.stats_images is not None and self.stats_images < self.splits["train"]
+
+    @property
+    def stats_basis(self) -> str:
+        """What the mean/std are of, as the table says it."""
+        if self.stats_images is None:
+            return "given (data.mean, data.std)"
+        train = self.splits["train"]
+        if self.stats_sampled:
+            return (
+                f"{self.stats_images:,} of the {train:,} training images, spread over the "
+                "split (a sample: the set is streamed from its files)"
+            )
+        return f"all {train:,} training images"
 
     def summary(self) -> dict[str, Any]:
         """Everything but the images, as JSON takes it."""
@@ -46,6 +67,8 @@ class Description:
             "image_shape": list(self.image_shape),
             "mean": list(self.mean),
             "std": list(self.std),
+            "stats_images": self.stats_images,
+            "stats_sampled": self.stats_sampled,
             "in_memory": self.in_memory,
             "sample_classes": self.shown,
             "augment": self.augment.model_dump() if self.augment is not None else None,
@@ -150,14 +173,21 @@ def describe(
     warnings = (
         [f"{refused.message}, and `dlperf run` refuses it ({refused.hint})"] if refused else []
     )
-    std = data.std
+    mean, std = data.mean, data.std
+    measured = stats_measured(data) if cfg.mean is None or cfg.std is None else None
     if cfg.std is None and min(std) < 2 * STD_FLOOR:
         # data.std is what training divides by, floored: a channel of one value showed as
         # 0.0010, a measurement it never was. Measured again (only then), as it is.
-        _, std = channel_stats(data, floor=0.0)
+        level, std = channel_stats(data, floor=0.0)
+        if 0.0 in std and measured is not None and measured < len(data.train):
+            # A sample of a streamed split is one value in a channel: the split is measured
+            # whole (every file decoded, only here) before the set is said to be blank.
+            measured = len(data.train)
+            level, std = channel_stats(data, sample=measured, floor=0.0)
+            mean = level if cfg.mean is None else mean
         warnings += [
-            f"channel {c} holds one value, {round(data.mean[c] * 255)} of 255, in every pixel "
-            "of the training images measured (std 0): it tells no class from another (a blank "
+            f"channel {c} holds one value, {round(level[c] * 255)} of 255, in every pixel "
+            "of the training images (std 0): it tells no class from another (a blank "
             "or wrongly decoded set?)"
             for c, s in enumerate(std)
             if s == 0
@@ -168,8 +198,9 @@ def describe(
         counts=counts,
         splits={"train": len(data.train), "val": len(data.val), "test": len(data.test)},
         image_shape=data.shape,
-        mean=data.mean,
+        mean=mean,
         std=std,
+        stats_images=measured,
         in_memory=data.in_memory,
         shown=[names[i] for i in labels],
         samples=samples,

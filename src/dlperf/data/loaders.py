@@ -370,21 +370,68 @@ class _WorkerWatch:
 STD_FLOOR = 1e-3
 
 
-def channel_stats(
-    data: ImageData, sample: int = 4096, floor: float = STD_FLOOR
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and std in [0, 1] of (up to `sample` images of) the training split,
-    each std at least `floor` (0: as measured, exactly 0 for a channel of one value)."""
+# Training images the statistics of a streamed split are measured on: each is a file to
+# decode, and a folder of a million would be read through once more before training. A split
+# held in memory is measured whole (its pixels are there already).
+STATS_SAMPLE = 4096
+# Pixels counted at a time (a streamed chunk is decoded whole): some 16 MiB of uint8, whatever
+# the split's size.
+STATS_CHUNK = 1 << 24
+
+
+def stats_measured(data: ImageData, sample: int | None = None) -> int:
+    """How many training images `channel_stats` measures: every one of a split held in
+    memory, at most `sample` (default STATS_SAMPLE) spread over a streamed one."""
+    n = len(data.train)
+    if sample is None:
+        sample = n if data.train.images is not None else STATS_SAMPLE
+    return min(n, sample)
+
+
+def _chunks(data: ImageData, index: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The training images at `index` as uint8 N,C,H,W, a chunk of at most STATS_CHUNK
+    pixels (at least one image) at a time."""
     split = data.train
-    n = min(len(split), sample)
-    index = torch.linspace(0, len(split) - 1, n).long()
-    if split.images is not None:
-        x = split.images[index].float() / 255
-    else:
-        side = data.shape[-1]
-        x = torch.stack([decode_file(split.files[i], side) for i in index.tolist()]).float() / 255
-    mean = x.mean(dim=(0, 2, 3))
-    # A channel of one value: exactly 0, which float32 sums of many equal values can miss.
-    constant = x.amax(dim=(0, 2, 3)) == x.amin(dim=(0, 2, 3))
-    std = x.std(dim=(0, 2, 3)).masked_fill(constant, 0.0).clamp_min(floor)
-    return tuple(mean.tolist()), tuple(std.tolist())
+    per = max(1, STATS_CHUNK // math.prod(data.shape))
+    side = data.shape[-1]
+    for part in torch.split(index, per):
+        if split.images is not None:
+            yield split.images[part]
+        else:
+            yield torch.stack([decode_file(split.files[i], side) for i in part.tolist()])
+
+
+def channel_stats(
+    data: ImageData, sample: int | None = None, floor: float = STD_FLOOR
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and (unbiased) std in [0, 1] of the training split (of the
+    `stats_measured` images of it, spread over it, first and last included), each std at
+    least `floor` (0: as measured, exactly 0 for a channel of one value).
+
+    Counts of each uint8 value, chunk by chunk, give the sums of the values and of their
+    squares as integers: exact, so a channel of one value has std exactly 0, and a single
+    pixel per channel needs no degrees-of-freedom correction (torch's std() of one value
+    warned and gave NaN)."""
+    n = stats_measured(data, sample)
+    total = len(data.train)
+    # The whole split by arange: float32's linspace skips and repeats indices past 2**24.
+    index = torch.arange(total) if n == total else torch.linspace(0, total - 1, n).long()
+    channels = data.shape[0]
+    # How often each of the 256 values occurs, per channel: bincount is some 20x faster than
+    # an int64 sum over the N, H, W dimensions (45,000 CIFAR-10 images: 0.7 s against 21 s).
+    counts = torch.zeros(channels, 256, dtype=torch.int64)
+    for chunk in _chunks(data, index):
+        for c in range(channels):
+            counts[c] += torch.bincount(chunk[:, c].reshape(-1), minlength=256)
+    values = torch.arange(256, dtype=torch.int64)
+    # int64 holds them: at most 255**2 per pixel, for some 1.4e14 pixels a channel.
+    sums = (counts * values).sum(dim=1).tolist()
+    squares = (counts * values * values).sum(dim=1).tolist()
+    pixels = int(counts[0].sum())
+    mean = tuple(s / pixels / 255 for s in sums)
+    # n·Σx² − (Σx)² is exact in Python's integers; 0 exactly when every value is the same.
+    spread = [pixels * q - s * s for s, q in zip(sums, squares, strict=True)]
+    std = tuple(
+        max(math.sqrt(d / (pixels * (pixels - 1))) / 255 if d > 0 else 0.0, floor) for d in spread
+    )
+    return mean, std
