@@ -33,6 +33,11 @@ OWNER = "owner"
 # block (engine.loop.EpochReport): a recorded checkpoint that is not there was never written
 # if no epoch ended.
 EPOCH_ENDED = "epoch/train_loss"
+# The model's non-persistent buffers (register_buffer(..., persistent=False)), which its
+# state_dict leaves out: kept beside "model", not in it, so that exports and
+# `model.weights = run:ID` still read a plain state dict. A forward may read one that
+# training changes (a count of steps), and a resume that started it afresh was not exact.
+BUFFERS = "non_persistent_buffers"
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,42 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
             return
         cuda = cuda[index]
     torch.cuda.set_rng_state(cuda, device)
+
+
+def unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`model`'s non-persistent buffers by their state_dict names (what `BUFFERS` keeps), each
+    a plain tensor for the weights-only loader. Read off each module's own set of them rather
+    than as the buffers its state_dict lacks: an override of state_dict() that renames keys
+    would make every buffer look unsaved."""
+    return {
+        f"{prefix}.{name}" if prefix else name: buffer.detach()
+        for prefix, module in model.named_modules()
+        for name, buffer in module.named_buffers(recurse=False)
+        if name in module._non_persistent_buffers_set
+    }
+
+
+def restore_buffers(model: torch.nn.Module, saved: Mapping[str, Any] | None) -> None:
+    """Put back into `model` the non-persistent buffers a checkpoint kept (`unsaved_buffers`);
+    None (a checkpoint from before they were kept) changes nothing, as resumes did then. Each
+    is copied into the model's own tensor, which keeps its device and whatever else holds it;
+    one whose shape or dtype training changed (a queue grown by concatenation) replaces it,
+    on the model's device. A name the model no longer has is left: its code changed, and
+    the parameters, which fit_weights checked, still fit."""
+    if not saved:
+        return
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for key, value in saved.items():
+            prefix, _, name = key.rpartition(".")
+            module = modules.get(prefix)
+            current = None if module is None else module._buffers.get(name)
+            if module is None or current is None or not isinstance(value, torch.Tensor):
+                continue
+            if current.shape == value.shape and current.dtype == value.dtype:
+                current.copy_(value)
+            else:
+                module._buffers[name] = value.to(current.device)
 
 
 def save(slot: Slot, state: dict[str, Any]) -> None:

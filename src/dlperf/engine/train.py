@@ -115,6 +115,7 @@ def train(
         # A factory's own change, not the file's, is told so (the slot knows which).
         same, classes = checkpoint_slot.same_file, data.num_classes
         checkpoint.fit_weights(model, resume["model"], run_id, exp.model.name, classes, same)
+        checkpoint.restore_buffers(model, resume.get(checkpoint.BUFFERS))
         step.load_state_dict(resume)
         checkpoint.set_rng_state(resume["rng"], device)
         state = Progress(**resume["progress"])
@@ -128,6 +129,7 @@ def train(
         if run.checkpoint:
             rng = checkpoint.rng_state(device)
             weights = {"model": model.state_dict(), **step.state_dict()}
+            weights[checkpoint.BUFFERS] = checkpoint.unsaved_buffers(model)
             checkpoint.save(checkpoint_slot, weights | {"rng": rng, "progress": asdict(state)})
 
     with window, contention.watching_stops():
