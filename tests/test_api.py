@@ -155,6 +155,7 @@ def test_store_selects_and_compares_as_the_commands_do(cli, db: str) -> None:
     assert diff.config_diff == {"train.lr": [0.1, 0.2, 0.4]}
     assert [(r.label, r.delta) for r in diff.rows()] == [
         ("train.lr", "+100.0% +300.0%"),
+        ("final.train/loss", "+100.0% +300.0%"),  # a tracked run's own result, as show lists it
         ("status", None),
     ]
     with pytest.raises(dlperf.UserError, match="two or more"):

@@ -829,12 +829,18 @@ def _stand_in(store: RunStore) -> bool:
 def _store_url(url: str | os.PathLike[str] | None) -> str:
     """The store a caller names, as RunStore.open takes it: "" for the default (./dlperf.db,
     or $DLPERF_DB)."""
+    from dlperf.store.urls import missing_slashes
+
     path = os.fspath(url) if isinstance(url, os.PathLike) else url
     if path is not None and not isinstance(path, str):
         raise UserError(
             f"a store is a path or a SQLAlchemy URL, got {type(url).__name__} {url!r}",
             "e.g. 'runs.db' or 'sqlite:///runs.db'",
         )
+    if isinstance(url, os.PathLike) and missing_slashes(path or ""):
+        # A Path is a file, never a URL missing its `//` (which a str `sqlite:x.db` is taken
+        # for, and refused): Path drops the ./ that would say so.
+        path = os.path.join(".", path or "")
     return path or os.environ.get("DLPERF_DB") or ""
 
 

@@ -75,9 +75,22 @@ def summary_rows(summary: dict[str, Any], own: bool = False) -> list[tuple[str, 
     shown = [_shown(key, [summary[key]], epochs) for key in SUMMARY_KEYS if key in summary]
     rows = [(label, value) for label, (value,) in shown]
     if own:
-        rest = {k: v for k, v in summary.items() if k not in (*SUMMARY_KEYS, *SHOWN_APART)}
-        rows += [(key, scaled(key, value) or value) for key, value in flatten(rest).items()]
+        rows += [(key, scaled(key, value) or value) for key, value in own_results(summary).items()]
     return rows
+
+
+def own_results(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary's keys besides SUMMARY_KEYS and SHOWN_APART, flattened (`final.train/loss`):
+    the results of a run that is not a training run (see `shows_own`), as stored."""
+    rest = {k: v for k, v in summary.items() if k not in (*SUMMARY_KEYS, *SHOWN_APART)}
+    return flatten(rest)
+
+
+def shows_own(run: RunRecord) -> bool:
+    """Whether `runs show` and `runs compare` list the run's own summary keys (`own_results`):
+    those of every run but a training one (a detect, scale or tracked run), whose results
+    SUMMARY_KEYS, a training run's, leave out."""
+    return not (run.kind == "run" and not tracked(run))
 
 
 def setting(value: Any) -> str:
@@ -237,8 +250,7 @@ class RunView:
         """The run's results as `runs show` lists them (see `summary_rows`): a training run's
         SUMMARY_KEYS, every key of any other run's summary (a detect, scale or tracked run's:
         SUMMARY_KEYS are a training run's)."""
-        trained = self.run.kind == "run" and not tracked(self.run)
-        return summary_rows(self.run.summary, own=not trained)
+        return summary_rows(self.run.summary, own=shows_own(self.run))
 
     def to_dict(self) -> dict[str, Any]:
         """What `runs show --json` prints; for a tracked run, also each key's steps."""
@@ -483,7 +495,9 @@ class Comparison:
 
     run_ids: list[int]
     config_diff: dict[str, list[Any]]  # only the keys whose values differ
-    summary: dict[str, list[Any]]  # every summary key, None where a run lacks it
+    # Every training key (SUMMARY_KEYS), then the own results (`own_results`) of the runs
+    # that have them, in the order they first come; None where a run lacks one.
+    summary: dict[str, list[Any]]
     tags: dict[str, list[str | None]]
     status: list[str]
 
@@ -493,8 +507,10 @@ class Comparison:
         rows = [[k, *v] for k, v in self.config_diff.items()]
         for key, values in self.summary.items():
             if any(v is not None for v in values):
-                label, values = _shown(key, values, self.summary["epochs"])
-                rows.append([label, *values])
+                # An own result is labelled as `runs show` labels it: by its key.
+                if key in SUMMARY_KEYS:
+                    key, values = _shown(key, values, self.summary["epochs"])
+                rows.append([key, *values])
         rows += [[f"tag {t}", *values] for t, values in self.tags.items()]
         rows.append(["status", *self.status])
         return [Row(label, values, delta(values)) for label, *values in rows]
@@ -530,10 +546,18 @@ def compare(store: RunStore, run_ids: Sequence[int] = (), study: int | None = No
     flat = [flatten(r.config) for r in runs]
     differing = sorted(k for k in set().union(*flat) if len({repr(f.get(k)) for f in flat}) > 1)
     tags: set[str] = set().union(*(r.tags for r in runs))
+    # A tracked run's or a scale point's results are its own keys (`runs show` lists them):
+    # SUMMARY_KEYS alone, a training run's, gave those runs no results at all. In run order,
+    # and the order each summary keeps (JSON, not JSONB, on PostgreSQL): alike on every backend.
+    own = [own_results(r.summary) if shows_own(r) else {} for r in runs]
+    keys = [*SUMMARY_KEYS, *dict.fromkeys(k for results in own for k in results)]
     return Comparison(
         run_ids=ids,
         config_diff={k: [f.get(k) for f in flat] for k in differing},
-        summary={k: [r.summary.get(k) for r in runs] for k in SUMMARY_KEYS},
+        summary={
+            k: [r.summary.get(k) for r in runs] if k in SUMMARY_KEYS else [o.get(k) for o in own]
+            for k in keys
+        },
         tags={t: [r.tags.get(t) for r in runs] for t in sorted(tags)},
         status=[r.status for r in runs],
     )

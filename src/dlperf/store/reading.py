@@ -26,6 +26,7 @@ from dlperf.errors import UserError
 from dlperf.paths import no_file_of_bytes
 from dlperf.store.ids import made_store_id
 from dlperf.store.record import RunRecord
+from dlperf.store.urls import missing_slashes
 
 # The facts a current store holds in `meta` (schema.STORE_ID, schema.VERSION_KEY) and the
 # version it is at (migrations.SCHEMA_VERSION): tests/store/test_reading.py checks they agree.
@@ -56,6 +57,8 @@ def _path(db: str | None) -> Path | None:
         if not db.startswith(PLAIN_URL):
             return None
         db = db.removeprefix(PLAIN_URL)
+    elif missing_slashes(db) is not None:  # `sqlite:x.db`: the long way refuses it
+        return None
     else:
         db = os.path.expanduser(db)  # as runstore._url does for a path
     # SQLAlchemy's URL parser reads ?, # and % escapes in these; an empty path, :memory:, a

@@ -97,7 +97,7 @@ from dlperf.store.schema import (
     Tag,
 )
 from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
-from dlperf.store.urls import secret_option
+from dlperf.store.urls import refuse_missing_slashes, secret_option
 
 DEFAULT_DB = "dlperf.db"
 # SQLite's primary result codes (the low byte of an extended code).
@@ -247,6 +247,7 @@ def _url(db: str | None) -> str:
         return "postgresql://" + db.removeprefix("postgres://")
     if "://" in db:
         return db
+    refuse_missing_slashes(db)  # `sqlite:x.db` made a store file of that name
     # A plain path names exactly that file: pasted into a URL unescaped, its ?, # and %
     # escapes were read as the URL's query, fragment and escapes (--db 'q?.db' made a file q,
     # 'a%20b.db' one named 'a b.db'). A path in quotes or an environment variable reaches us
