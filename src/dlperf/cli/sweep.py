@@ -106,7 +106,8 @@ def _print_summary(result: Any, sort: str | None) -> None:
         )
     for row in result.points:
         if row.status == "failed":
-            console.err.print(f"run {row.run_id} failed: {row.error}")
+            # soft_wrap: a point's error is one line (a worker's too), at any terminal width
+            console.err.print(f"run {row.run_id} failed: {row.error}", soft_wrap=True)
 
 
 class StudyStop:
@@ -161,13 +162,36 @@ class StudyStop:
             )
         # This very command line, the study named: --new would start another one.
         words = [w for w in sys.argv[1:] if w != "--new"]
+        shown = _masked(words)
         if self.resume is None:
-            words += ["--resume", str(study)]
+            shown += ["--resume", str(study)]
         done = "points" if self.kind == "sweep" else "stages"
+        # Said where the password was hidden: the line's command runs once it is put back.
+        hid = shown[: len(words)] != words
+        fill = "; put the --db password back in place of ***" if hid else ""
         return (
             f"{self.kind} study {study} stopped; continue it (the {done} that finished are "
-            f"skipped): {shlex.join(['dlperf', *words])}"
+            f"skipped{fill}): {shlex.join(['dlperf', *shown])}"
         )
+
+
+def _masked(words: list[str]) -> list[str]:
+    """`words` with the --db URL's password as *** (`--db URL` and `--db=URL`): no URL's
+    password is printed (the stop line echoed it). A URL without one is kept as given, so
+    that the line's command runs as it is. A DLPERF_DB URL is not among the words."""
+    from dlperf.store.urls import MASK, masked_url
+
+    def hidden(url: str) -> str:
+        masked = masked_url(url)
+        return masked if masked.count(MASK) > url.count(MASK) else url
+
+    shown = list(words)
+    for i, word in enumerate(words):
+        if word == "--db" and i + 1 < len(words):
+            shown[i + 1] = hidden(words[i + 1])
+        elif word.startswith("--db="):
+            shown[i] = "--db=" + hidden(word.removeprefix("--db="))
+    return shown
 
 
 @app.command()

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from dlperf import stopping
 from dlperf.config import Experiment
 from dlperf.errors import StoreGone, UserError, interrupted
+from dlperf.parsing import one_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
@@ -198,19 +199,21 @@ def run_point(
         # model file's import refused in a UserError): the point was stopped, not failed.
         if interrupted(e):
             raise KeyboardInterrupt from e
-        return record_failure(store, exp, study_id, since, _failure(e))
+        return record_failure(store, exp, study_id, since, failure(e))
 
 
-def _failure(e: Exception) -> str:
-    """A point's error as stored. A store gone mid-run left its run `running`; it is marked
-    failed here once the store answers again (the sweep's own status and exit code), and its
-    line said the run "reads as lost now", against that status."""
+def failure(e: Exception) -> str:
+    """A point's error as stored, the same under --jobs 1 and from a worker (dlperf.sweep.
+    worker). A store gone mid-run left its run `running`; it is marked failed here once the
+    store answers again (the sweep's own status and exit code), and its line said the run
+    "reads as lost now", against that status. A UserError is its one line, as the CLI says
+    it (a server's message may hold line breaks)."""
     if isinstance(e, StoreGone) and e.run_id is not None:
-        return (
+        return one_line(
             f"{e.message}; marked failed once the store answered again (continue it from its "
             f"last checkpoint: `dlperf run --resume {e.run_id}`)"
         )
-    return str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+    return one_line(str(e)) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
 
 
 @dataclass
@@ -363,7 +366,14 @@ class SweepRun:
     def _collect(self, child: _Child) -> SweepPointResult:
         path = child.directory / "result.json"
         if path.is_file():
-            return SweepPointResult.from_dict(json.loads(path.read_text()))
+            said = json.loads(path.read_text())
+            if "run_id" in said:
+                return SweepPointResult.from_dict(said)
+            # The worker's UserError, which it could not store (the store refused it, or was
+            # gone as it recorded the failure): its one line is the point's error, recorded
+            # here as --jobs 1 records it (a run "lost" is marked failed now, see below).
+            error = LOST.sub(MARKED, said["error"])
+            return record_failure(self.store, child.exp, self.study_id, self.since, error)
         log = (child.directory / "worker.log").read_text(errors="replace").strip().splitlines()
         # record_failure marks the point's run failed: a StoreGone line of the worker's that
         # says it "reads as lost now" (the store gone under it) is said as what happened to it

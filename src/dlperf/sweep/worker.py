@@ -3,9 +3,12 @@ parallel sweep (see dlperf.sweep.runner), started by dlperf's supervisor (dlperf
 
 POINT.json is the point's resolved config; the run store is $DLPERF_DB. The point's result
 (a `SweepPointResult`: its summary's figures, or how it failed) is written to RESULT.json,
-atomically, for dlperf to read. SIGTERM (dlperf's supervisor stopping the sweep) stops the
-run as Ctrl-C does, as dlperf.stopping describes: it ends "killed" in the store, and the
-worker exits 143.
+atomically, for dlperf to read. A `UserError` met outside the point's run (the store refusing
+the worker, too many connections; the store gone as its failure was being recorded) cannot
+be stored here: RESULT.json then holds only that error's line (`{"error": ...}`), which
+dlperf records as the point's failure, and the worker exits with the error's code. SIGTERM
+(dlperf's supervisor stopping the sweep) stops the run as Ctrl-C does, as dlperf.stopping
+describes: it ends "killed" in the store, and the worker exits 143.
 """
 
 from __future__ import annotations
@@ -17,17 +20,28 @@ from pathlib import Path
 
 from dlperf import stopping
 from dlperf.config import build_experiment
+from dlperf.errors import UserError, interrupted
 from dlperf.paths import atomic_write
 from dlperf.progress import NullReporter
 from dlperf.store import RunStore
-from dlperf.sweep.runner import run_point
+from dlperf.sweep.runner import failure, run_point
 
 
 def main(argv: list[str]) -> int:
     config, result, study_id, since = argv
-    exp = build_experiment(json.loads(Path(config).read_text()), config)
-    store = RunStore.open(os.environ.get("DLPERF_DB"))
-    point = run_point(exp, store, int(study_id), int(since), NullReporter())
+    try:
+        exp = build_experiment(json.loads(Path(config).read_text()), config)
+        store = RunStore.open(os.environ.get("DLPERF_DB"))
+        point = run_point(exp, store, int(study_id), int(since), NullReporter())
+    except UserError as e:
+        if interrupted(e):  # a stop that surfaced as another error: the stop it is
+            raise KeyboardInterrupt from e
+        # Its one line, as `--jobs 1` stores and says it: it was a 12-line traceback of this
+        # module, which dlperf stored as the point's error. In the log too, for whoever reads it.
+        line = failure(e)
+        sys.stderr.write(f"error: {line}\n")
+        atomic_write(Path(result), json.dumps({"error": line}))
+        return e.exit_code
     atomic_write(Path(result), json.dumps(point.to_dict()))
     return 0
 
