@@ -240,6 +240,7 @@ def test_a_scale_point_applies_the_plain_runs_schedule_and_clipping(
     install(monkeypatch, "dump_grads", str(dump))
     args = ["scale", str(exp_path), "--workers", "1", "--mode", "weak", "--no-plots"]
     args += ["--per-worker-batch", "64", "--warmup-steps", "1", "--steps", "4", "--synthetic"]
+    args += ["--repeat", "1"]  # every round takes the same step: one launch, not the default 3
     r = cli(*args, *[a for s in sets for a in ("--set", s)], "--json")
     assert r.code == 0, r.err
     (result,) = tmp_path.glob("dlperf_runs/**/p0/result.json")
