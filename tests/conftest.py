@@ -217,6 +217,21 @@ def cli(
     return invoke
 
 
+@pytest.fixture
+def pages_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlperf report` (and build_report) in this process draws its run pages here, as
+    `jobs=1` does, instead of in a pool of fresh interpreters: each of those imports torch and
+    matplotlib again, several seconds of a small report's time on a busy core, and the pages
+    are the same either way (_write_run_page draws both). For tests of what a page says; the
+    pool itself is tested by the report's fault tests (real processes) and by
+    tests/report/test_site.py's `lab` site."""
+    from functools import partial
+
+    from dlperf.report import site
+
+    monkeypatch.setattr(site, "build_report", partial(site.build_report, jobs=1))
+
+
 # One thread: on a busy 2-core machine (the suite's own) two threads of so small a model wait
 # on each other at every step, 2-3x the CPU for the same run. Tests that set run.threads
 # themselves do it with --set, which overrides it (TOML refuses a key given twice).
