@@ -395,10 +395,14 @@ last dimension, as counted."""
 
 
 def _factory_classes(
-    fn: Callable[..., nn.Module], name: str, num_classes: int | None, default_source: str
+    fn: Callable[..., nn.Module],
+    name: str,
+    num_classes: int | None,
+    default_source: str,
+    option: str = "analyze.classes",
 ) -> tuple[int | None, str]:
     """The classes a factory builds for, and where that number comes from: the factory's
-    own default unless `num_classes` is given."""
+    own default unless `num_classes` (given as `option`) is given."""
     from dlperf.models.registry import factory_parameters
 
     params = factory_parameters(fn)
@@ -408,8 +412,8 @@ def _factory_classes(
         if "num_classes" not in params and not takes_any:
             factory = name.rpartition(":")[2]
             raise UserError(
-                f"analyze.classes {num_classes}: the factory {factory} takes no num_classes",
-                "leave analyze.classes unset: the factory sizes its own head",
+                f"{option} {num_classes}: the factory {factory} takes no num_classes",
+                f"leave {option} unset: the factory sizes its own head",
             )
         return num_classes, "--classes"
     if "num_classes" not in params and takes_any:
@@ -420,6 +424,31 @@ def _factory_classes(
     if isinstance(default, int):
         return default, default_source
     return None, "set by the factory (it has no num_classes default)"
+
+
+def refuse_unused_classes(name: str, num_classes: int, option: str) -> None:
+    """Refuse the `num_classes` a user gave (as `option`) for model `name` (a model file's or
+    dlperf's factory) whose factory takes no num_classes, in analyze's words: the model would
+    be built, counted or exported for its own number of classes without a word. A model file
+    is imported to read its factory's parameters."""
+    from dlperf.models.registry import load_factory, registered_factory
+
+    fn = load_factory(name) if is_file_spec(name) else registered_factory(name)
+    if fn is not None:  # torchvision's builders all take num_classes
+        _factory_classes(fn, name, num_classes, "", option)
+
+
+def unused_classes(width: int | None, rank: int | None, classes: int, source: str) -> str | None:
+    """What to say of a model built for `classes` classes (given by `source`) whose output,
+    of rank `rank`, is [batch, `width`] scores of another number: the model sizes its own
+    output (an nn.Identity head, a factory ignoring num_classes), as a run would find. None
+    where the output is `classes` wide, or no [batch, k] of scores."""
+    if rank != 2 or width is None or width == classes:
+        return None
+    return (
+        f"the model's output is [batch, {width}]: {width} scores, not the {classes} classes it "
+        f"was given ({source}), which it does not use"
+    )
 
 
 def _arguments(fn: Callable[..., nn.Module], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -1583,14 +1612,47 @@ def backward_hint(error: str) -> str:
     return "every operation from the parameters to the scores must have a backward in torch"
 
 
-def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor]) -> None:
-    """Refuse to count the training step of a model with trainable parameters whose outputs
-    (`out`) carry no gradient (`needing`, those that do, is empty): integer scores, a forward
+def untrainable(model: nn.Module, what: str, then: str = "") -> UserError | None:
+    """The refusal of `model` (`what`, as the user named it) where it has no parameter to
+    train, in `dlperf run`'s words: all frozen, or none at all; `then` ends its fix. None
+    where one trains."""
+    params = list(model.parameters())
+    then = f"; {then}" if then else ""
+    if params and not any(p.requires_grad for p in params):
+        # Weights it has, frozen (requires_grad=False): the fix is not to add any. Feature
+        # extraction needs model.weights (config.experiment), so it is offered with them.
+        count = sum(p.numel() for p in params)
+        return UserError(
+            f"model {what} has {count:,} parameters, all frozen (requires_grad=False): "
+            "training would change none",
+            "unfreeze those that should train, the head's at least (p.requires_grad_(True)); "
+            "or, with model.weights, leave them unfrozen and set model.transfer = "
+            f'"feature-extract", which freezes all but a new head{then}',
+        )
+    if not params:
+        return UserError(
+            f"model {what} has no parameters to train",
+            f"give it at least one layer with weights (nn.Linear, nn.Conv2d ...){then}",
+        )
+    return None
+
+
+# What a refusal of `--train` adds to its fix: the forward alone can still be counted
+FORWARD_ALONE = "its forward alone is still counted: leave out --train, or analyze.train"
+
+
+def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor], name: str) -> None:
+    """Refuse to count the training step of model `name` where nothing trains: no trainable
+    parameter (all frozen, or none: a run refuses it so, in these words), or outputs (`out`)
+    that carry no gradient (`needing`, those that do, is empty): integer scores, a forward
     under torch.no_grad or .detach()ed. Its backward does nothing, so the step counted was the
     forward alone, with gradient and optimizer memory, of a model a run refuses to train."""
+    refused = untrainable(model, f"'{name}'", FORWARD_ALONE)
+    if refused is not None:
+        raise refused
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     scores = _outputs(out)
-    if needing or not trainable or not scores:
+    if needing or not scores:
         return
     kinds = [t.dtype for t in scores if not (t.is_floating_point() or t.is_complex())]
     if kinds:
@@ -1607,8 +1669,7 @@ def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor]) 
     raise UserError(
         f"the model {returned}, though it has {trainable:,} trainable parameters: its training "
         "step has no backward to count, and a run refuses to train it",
-        f"{fix}, torch.no_grad or .numpy() on the way); its forward alone is still counted: "
-        "leave out --train, or analyze.train",
+        f"{fix}, torch.no_grad or .numpy() on the way); {FORWARD_ALONE}",
     )
 
 
@@ -1960,7 +2021,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
                 # The simplest loss; its own backward runs outside every module, uncounted,
                 # until the gradients of the model's outputs are in.
                 outputs = [t for t in scores if t.requires_grad]
-                refuse_no_gradient(model, out, outputs)
+                refuse_no_gradient(model, out, outputs, counted.model)
                 if outputs:
                     hooks.append(
                         torch.autograd.graph.register_multi_grad_hook(
@@ -2043,15 +2104,13 @@ def analyze(
         a = count_model(
             model, shape, batch, train, precision, name, bias, activations, macs_convention, command
         )
+    note = (
+        None if classes is None else unused_classes(a.output_width, a.output_rank, classes, source)
+    )
     if classes is None and source == FROM_KWARGS:
         classes = a.output_width
-    elif classes is not None and a.output_rank == 2 and a.output_width != classes:
-        # [batch, k] scores for other than the classes it was built for: the model sizes its
-        # own output (an nn.Identity head), as a run would find
-        a.classes_note = (
-            f"the model's output is [batch, {a.output_width}]: {a.output_width} scores, not "
-            f"the {classes} classes it was given ({source}), which it does not use"
-        )
+    elif note is not None:
+        a.classes_note = note
         classes, source = a.output_width, f"its output's width; it was given {classes}, unused"
     a.classes, a.classes_source, a.arguments, a.transfer = classes, source, arguments, transfer
     return a

@@ -32,7 +32,7 @@ from dlperf.config.base import check_utf8_name
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy import runtime
 from dlperf.deploy.meta import ModelMeta, Preprocess
-from dlperf.engine.checks import dry_forward, out_of_memory
+from dlperf.engine.checks import check_float, dry_forward, out_of_memory
 from dlperf.errors import CheckFailed, UserError, interrupted, raised_by_model
 from dlperf.formatting import few
 from dlperf.parsing import absolute_model_name, is_file_spec, one_line
@@ -61,10 +61,16 @@ def from_registry(
     input_shape: tuple[int, ...] | None = None,
     num_classes: int | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
+    *,
+    from_user: bool = False,
 ) -> Source:
     """A registry model with random weights, built with `model_kwargs` as analyze builds it.
     Without `input_shape`: ImageNet-style input, 3x224x224 with ImageNet's mean and std; with
-    it: mean 0.5 and std 0.5 per channel."""
+    it: mean 0.5 and std 0.5 per channel. `from_user`: the number of classes is the user's
+    (export.num_classes or model.kwargs.num_classes), checked as analyze checks it: refused
+    for a factory that takes none, warned of where the model's output is of another width.
+    Otherwise it is the caller's own (bench's: the exported graph's width), not checked."""
+    from dlperf.analytic.counting import refuse_unused_classes, unused_classes
     from dlperf.models import create_model
     from dlperf.models.registry import check_automatic, without_automatic
 
@@ -81,6 +87,9 @@ def from_registry(
         hint = "give the number of classes once, as export.num_classes or model.kwargs.num_classes"
         check_automatic(kwargs, "num_classes", num_classes or 0, said, hint)
     num_classes = given if from_kwargs else num_classes
+    option = "model.kwargs.num_classes" if from_kwargs else "export.num_classes"
+    if from_user and num_classes is not None:  # before the build: the factory would drop it
+        refuse_unused_classes(name, num_classes, option)
     said = f"the input {list(shape)} has {shape[0]} channel{'s' if shape[0] != 1 else ''}"
     hint = "drop model.kwargs.in_channels: export takes it from export.input (C,H,W)"
     check_automatic(kwargs, "in_channels", shape[0], said, hint)
@@ -103,7 +112,11 @@ def from_registry(
             "classifier returns one tensor of scores, shape [batch, classes]",
             "return the class scores alone",
         )
-    return Source(model, meta)
+    unused = None
+    if from_user and num_classes is not None:
+        width = output.shape[-1] if output.dim() >= 2 else None
+        unused = unused_classes(width, output.dim(), num_classes, option)
+    return Source(model, meta, warnings=[] if unused is None else [unused])
 
 
 # Export trains nothing: a notebook's torch.no_grad() or torch.inference_mode() around it must
@@ -201,7 +214,7 @@ def resolve(
                 "a run's input and classes come from its data",
             )
         return from_run(open_store(), int(spec))
-    return from_registry(spec, input_shape, num_classes, model_kwargs)
+    return from_registry(spec, input_shape, num_classes, model_kwargs, from_user=True)
 
 
 def check_model(path: Path) -> None:
@@ -273,11 +286,7 @@ def check_scores(output: object, name: str) -> torch.Tensor:
             "the CPU and compares its scores with ONNX Runtime's there",
             "return them on the input's device (x.device)",
         )
-    if not output.is_floating_point():
-        raise UserError(
-            f"{returns} {output.dtype} values; expected float scores (logits)",
-            "return the scores before any argmax or rounding",
-        )
+    check_float(output, returns)
     if output.dtype == torch.bfloat16:
         raise UserError(
             f"{returns} torch.bfloat16 scores, which ONNX Runtime cannot hand to Python "

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from dlperf.analytic.counting import backward_hint, refuse_more_than_one, switch_mode
+from dlperf.analytic.counting import (
+    backward_hint,
+    refuse_more_than_one,
+    switch_mode,
+    untrainable,
+)
 from dlperf.data.sources import too_few_classes
 from dlperf.engine.checkpoint import check_loadable
 from dlperf.errors import UserError, in_model_file, raised_by_model
@@ -712,31 +717,28 @@ def check_classifier(
             f"end the model in one score per class ({classes}); a factory that takes "
             "num_classes gets the data's count",
         )
-    if not output.is_floating_point():
-        raise UserError(
-            f"{returns} {output.dtype} values; expected float scores (logits)",
-            "return the scores before any argmax or rounding",
-        )
+    check_float(output, returns)
     if not mode:  # said once: the training-mode forward's scores would say it again
         _warn_probabilities(model, output, what)
-    params = list(model.parameters())
-    if params and not any(p.requires_grad for p in params):
-        # Weights it has, frozen (requires_grad=False): the fix is not to add any. Feature
-        # extraction needs model.weights (config.experiment), so it is offered with them.
-        count = sum(p.numel() for p in params)
-        raise UserError(
-            f"model {what} has {count:,} parameters, all frozen (requires_grad=False): "
-            "training would change none",
-            "unfreeze those that should train, the head's at least (p.requires_grad_(True)); "
-            "or, with model.weights, leave them unfrozen and set model.transfer = "
-            '"feature-extract", which freezes all but a new head',
-        )
-    if not params:
-        raise UserError(
-            f"model {what} has no parameters to train",
-            "give it at least one layer with weights (nn.Linear, nn.Conv2d ...)",
-        )
+    refused = untrainable(model, what)  # analyze --train refuses it in the same words
+    if refused is not None:
+        raise refused
     return output
+
+
+def check_float(output: torch.Tensor, returns: str) -> None:
+    """Refuse scores (`output`, which "model X `returns`") that are no floats, with the fix
+    for their kind: complex ones are made real (no argmax or rounding made them complex),
+    integer and bool ones are returned before the argmax or rounding that made them. Run's
+    dry check and export's say it alike."""
+    if output.is_floating_point():
+        return
+    fix = (
+        "return real scores: the .real or .abs() of the complex values"
+        if output.is_complex()
+        else "return the scores before any argmax or rounding"
+    )
+    raise UserError(f"{returns} {output.dtype} values; expected float scores (logits)", fix)
 
 
 # How far from 1 a row of probabilities may sum (float32 rounding over many classes)
