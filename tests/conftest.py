@@ -232,6 +232,31 @@ def pages_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "build_report", partial(site.build_report, jobs=1))
 
 
+@pytest.fixture(scope="session")
+def empty_mlflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLflow SQLite tracking store whose tables MLflow has made, made once a session: its
+    migrations are most of a small export's time (2-8 s a store on a busy core). Tests export
+    into copies (`mlflow_uri`); tests/test_exporters.py's test_mlflow_export_reads_back and
+    the tests of new stores (break-it rounds 11, 22) still export into a new one."""
+    tracking = pytest.importorskip("mlflow.tracking", reason="the mlflow extra")
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+        env.setenv("DO_NOT_TRACK", "true")
+        env.chdir(path.parent)  # MLflow's Default experiment keeps ./mlruns of where it is made
+        tracking.MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path: Path, empty_mlflow: Path) -> str:
+    """The URI of this test's own copy of `empty_mlflow`, tmp_path/mlflow.db."""
+    target = tmp_path / "mlflow.db"
+    with closing(sqlite3.connect(empty_mlflow)) as source, closing(sqlite3.connect(target)) as to:
+        source.backup(to)
+    return f"sqlite:///{target}"
+
+
 # One thread: on a busy 2-core machine (the suite's own) two threads of so small a model wait
 # on each other at every step, 2-3x the CPU for the same run. Tests that set run.threads
 # themselves do it with --set, which overrides it (TOML refuses a key given twice).

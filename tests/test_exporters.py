@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -39,30 +37,6 @@ def _no_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.setenv("DO_NOT_TRACK", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-
-
-@pytest.fixture(scope="module")
-def empty_mlflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An MLflow SQLite tracking store whose tables MLflow has made, made once: its migrations
-    are most of a small export's time (2-8 s a store on a busy core). Each test exports into a
-    copy (`mlflow_uri`); test_mlflow_export_reads_back exports into a new store."""
-    from mlflow.tracking import MlflowClient
-
-    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
-        env.setenv("DO_NOT_TRACK", "true")
-        MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def mlflow_uri(tmp_path: Path, empty_mlflow: Path) -> str:
-    """The URI of this test's own copy of `empty_mlflow`, tmp_path/mlflow.db."""
-    target = tmp_path / "mlflow.db"
-    with closing(sqlite3.connect(empty_mlflow)) as source, closing(sqlite3.connect(target)) as to:
-        source.backup(to)
-    return f"sqlite:///{target}"
 
 
 @pytest.fixture

@@ -252,12 +252,12 @@ def test_the_values_each_format_cannot_hold_are_counted_by_key() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy:DeprecationWarning")
-def test_an_mlflow_export_says_which_values_it_changed(cli: Cli, db: str, tmp_path: Path) -> None:
+def test_an_mlflow_export_says_which_values_it_changed(cli: Cli, db: str, mlflow_uri: str) -> None:
     pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
     from mlflow.tracking import MlflowClient
 
     _tracked(db, *EXTREME)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri  # a copy of a made store (conftest): the values said are the point
     r = cli("runs", "export", "1", "--to", "mlflow", "--uri", uri, "--json")
     assert r.code == 0, r.err
     # before: nothing said, and inf read back as 1.7976931348623157e+308

@@ -150,7 +150,7 @@ def test_names_mlflow_refuses_are_refused_up_front_and_nothing_is_written(
 
 @pytest.mark.faults  # over 10 s under load: make test-faults
 def test_a_run_that_fails_mid_export_ends_failed_in_mlflow(
-    cli: Callable[..., CliResult], store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., CliResult], store: RunStore, mlflow_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("mlflow", reason="the mlflow extra (pip install 'dlperf[mlflow]')")
     from mlflow.exceptions import MlflowException
@@ -163,7 +163,7 @@ def test_a_run_that_fails_mid_export_ends_failed_in_mlflow(
             raise MlflowException("the artifact store is full")
 
     monkeypatch.setattr(MlflowClient, "log_dict", refuse)
-    uri = f"sqlite:///{tmp_path / 'ml.db'}"
+    uri = mlflow_uri  # a copy of a made store (conftest): the failed export is the point
     r = cli("runs", "export", *map(str, ids), "--to", "mlflow", "--uri", uri)
     _one_line(r)
     assert "the artifact store is full" in r.err, r.err
