@@ -37,6 +37,7 @@ import math
 import operator
 import os
 import re
+import resource
 import shutil
 import socket
 import sqlite3
@@ -66,7 +67,7 @@ from dlperf.paths import writing
 from dlperf.store import RunStore, integrity, masked_url
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
-from dlperf.store.runstore import garbled_metrics
+from dlperf.store.runstore import SQLITE_FULL, SQLITE_IOERR, garbled_metrics
 from dlperf.store.schema import Metric, Run
 
 TARGETS = ("mlflow", "tensorboard")
@@ -96,6 +97,16 @@ SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 KEYS_SHOWN = 5
 # What MLflow 3 asks to be set before it takes a directory as its tracking store.
 FILE_STORE_OPT_OUT = "MLFLOW_ALLOW_FILE_STORE"
+# The most one write of an export adds to MLflow's SQLite database: a batch of 100 params or
+# tags of up to 8,000 characters, or of 1,000 metrics, with their indexes, or a new database's
+# tables. A write error of a database within this of the file size limit (ulimit -f) is taken
+# for that limit. Not the run store's margin (runstore.SIZE_LIMIT_NEAR, a page): MLflow's
+# database keeps a rollback journal, and SQLite cuts the file back to its size before the
+# write that failed, which may have added hundreds of kilobytes.
+MLFLOW_WRITE_MOST = 8 << 20
+# MLflow's logger that logs a database error with its traceback before raising it, which
+# dlperf then tells in one line.
+MLFLOW_DB_LOG = "mlflow.store.db.utils"
 
 
 def missing_extra(extra: str, module: str | None) -> UserError:
@@ -579,6 +590,114 @@ def _numbers(tree: dict[str, Any]) -> Iterable[tuple[str, float]]:
             yield key, float(value)
 
 
+class FileSizeLimited(UserError):
+    """A write of an export that the process's file size limit (ulimit -f) refused: not the
+    user's input, so exit code 1, as the run store and `report` say it, in one line."""
+
+    exit_code = 1
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The file of the SQLite tracking store at `uri`; None for any other store."""
+    if uri.partition(":")[0].lower().partition("+")[0] != "sqlite":
+        return None
+    try:
+        database = make_url(uri).database
+    except ArgumentError:  # MLflow says what is wrong with it
+        return None
+    return Path(database) if database and database != ":memory:" else None
+
+
+def _sqlite_write_failed(e: BaseException) -> bool:
+    """Whether SQLite's own error behind `e` (MLflow's exception, SQLAlchemy's around it) is
+    a write that the file system refused: an I/O error, or a write cut short ("database or
+    disk is full")."""
+    seen: set[int] = set()
+    found: BaseException | None = e
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        for error in (found, getattr(found, "orig", None)):
+            code = getattr(error, "sqlite_errorcode", None)
+            failed = isinstance(code, int) and code & 0xFF in (SQLITE_IOERR, SQLITE_FULL)
+            if isinstance(error, sqlite3.Error) and failed:
+                return True
+        found = found.__cause__ or found.__context__
+    return False
+
+
+def _size_limit_met(uri: str, e: BaseException) -> Path | None:
+    """The SQLite database of `uri` where `e` is a write to it that the process's file size
+    limit (ulimit -f) refused, which SQLite tells only as "disk I/O error" (EFBIG) or as a
+    full database (a write cut short at the limit): a write error, while the database or its
+    journal is within MLFLOW_WRITE_MOST of the limit, or past it. None otherwise."""
+    path = _sqlite_file(uri)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if path is None or limit == resource.RLIM_INFINITY or not _sqlite_write_failed(e):
+        return None
+    sizes = [0]
+    for end in ("", "-journal", "-wal"):
+        with contextlib.suppress(OSError):
+            sizes.append(path.with_name(path.name + end).stat().st_size)
+    return path if max(sizes) + MLFLOW_WRITE_MOST > limit else None
+
+
+def _size_limited(uri: str, path: Path, after: str) -> FileSizeLimited:
+    return FileSizeLimited(
+        f"MLflow at {masked_url(uri)}: a file size limit (ulimit -f) stopped the write of "
+        f"{path}: raise it{after}"
+    )
+
+
+@contextlib.contextmanager
+def _database_errors_told_here() -> Iterator[None]:
+    """Within the block, MLflow's log of a database error is dropped: it printed the error
+    with SQLAlchemy's 40-line traceback just before raising it, and the export tells what it
+    raises in one line. Its warnings (an engine being retried) still show."""
+    log = logging.getLogger(MLFLOW_DB_LOG)
+
+    def below_errors(record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+    log.addFilter(below_errors)
+    try:
+        yield
+    finally:
+        log.removeFilter(below_errors)
+
+
+@contextlib.contextmanager
+def _made_whole_or_removed(uri: str) -> Iterator[None]:
+    """A SQLite database that does not exist yet, and that the block (MLflow's set-up: its
+    tables, the experiment) fails to make whole, is removed again: of a new database whose
+    tables a file size limit cut short, the next export said "table secrets already exists"."""
+    path = _sqlite_file(uri)
+    new = path is not None and not path.exists()
+    try:
+        yield
+    except BaseException:
+        if new and path is not None:
+            with stopping.shielded():  # a second Ctrl-C must not leave half of it
+                _remove_database(path)
+        raise
+
+
+def _remove_database(path: Path) -> None:
+    """Remove the SQLite database at `path` and its journal, once MLflow's engine of it, kept
+    for the process, is let go: a later export in this process would write into the removed
+    file through it."""
+    module = sys.modules.get("mlflow.store.tracking.sqlalchemy_store")
+    engines = getattr(getattr(module, "SqlAlchemyStore", None), "_engine_map", None)
+    if isinstance(engines, dict):
+        for key, engine in list(engines.items()):
+            database = getattr(getattr(engine, "url", None), "database", None)
+            if database and Path(database).resolve() == path.resolve():
+                engines.pop(key, None)
+                engine.dispose()
+    for end in ("", "-journal", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            path.with_name(path.name + end).unlink()
+
+
 def export_mlflow(
     store: RunStore, run_ids: Sequence[int], uri: str, experiment: str = DEFAULT_EXPERIMENT
 ) -> dict[str, Any]:
@@ -613,24 +732,35 @@ def export_mlflow(
         }
         warnings += unheld_warning("MLflow", changed)
     try:
-        with _one_setup_at_a_time(uri):  # a new store's tables, then the experiment, once
-            client = client_class(tracking_uri=uri)
-            found = client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found else client.create_experiment(experiment)
-        for plan in plans:
-            try:
-                exported[str(plan.run.id)] = _write_mlflow_run(
-                    store, client, experiment_id, plan, warnings
+        with _database_errors_told_here():
+            # A new store's tables, then the experiment, once; a new database left half-made
+            # is removed while the set-up is still held.
+            with _one_setup_at_a_time(uri), _made_whole_or_removed(uri):
+                client = client_class(tracking_uri=uri)
+                found = client.get_experiment_by_name(experiment)
+                experiment_id = (
+                    found.experiment_id if found else client.create_experiment(experiment)
                 )
-            except (MlflowException, SQLAlchemyError) as e:
-                before = ", ".join(exported) or "none"
-                raise UserError(
-                    f"MLflow at {masked_url(uri)}: {_one_line(e)} (exporting run "
-                    f"{plan.run.id}, left FAILED in MLflow; runs exported before it: {before})"
-                ) from None
+            for plan in plans:
+                try:
+                    exported[str(plan.run.id)] = _write_mlflow_run(
+                        store, client, experiment_id, plan, warnings
+                    )
+                except (MlflowException, SQLAlchemyError) as e:
+                    before = ", ".join(exported) or "none"
+                    during = (
+                        f" (exporting run {plan.run.id}, left FAILED in MLflow; runs exported "
+                        f"before it: {before})"
+                    )
+                    if (limited := _size_limit_met(uri, e)) is not None:
+                        raise _size_limited(uri, limited, during) from None
+                    said = f"MLflow at {masked_url(uri)}: {_one_line(e)}{during}"
+                    raise UserError(said) from None
     except ImportError as e:  # a SQL tracking store without alembic
         raise missing_extra("mlflow", e.name) from None
     except (MlflowException, SQLAlchemyError) as e:
+        if (limited := _size_limit_met(uri, e)) is not None:
+            raise _size_limited(uri, limited, "; nothing was exported") from None
         # MLflow 3 refuses every directory, usable or not, naming its file store's
         # "maintenance mode" and the variable that opts out: say that plainly instead.
         if _file_store(uri) is not None and FILE_STORE_OPT_OUT in str(e):
