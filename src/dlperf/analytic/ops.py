@@ -17,12 +17,24 @@ operator with no complex rule is reported "on complex tensors", not counted as i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+# torch's flop counter imports triton where torch is a CUDA build and, when that fails (triton
+# missing, or its import refused by a memory limit, `ulimit -v`), logs "triton not found;
+# flop counting will not work for triton kernels" before dlperf's own line or answer. dlperf
+# counts with its own handlers, never triton kernels: the warning is quieted for the import.
+_FLOP_COUNTER_LOG = logging.getLogger("torch.utils.flop_counter")
+_quiet = _FLOP_COUNTER_LOG.disabled
+_FLOP_COUNTER_LOG.disabled = True
+try:
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+finally:
+    _FLOP_COUNTER_LOG.disabled = _quiet
 
 
 class Cost(NamedTuple):

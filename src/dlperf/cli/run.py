@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -129,20 +130,46 @@ def _written_here(run: RunRecord | None) -> TypeGuard[RunRecord]:
     return run is not None and (run.process or {}).get("pid") == os.getpid()
 
 
-def _resume_hint(store: RunStore, run: RunRecord | None) -> None:
-    """After Ctrl-C or SIGTERM: how to go on with this process's run, when it stopped (not
-    finished) after reaching a checkpoint."""
+def _resumable(run: RunRecord | None, store: RunStore) -> TypeGuard[RunRecord]:
+    """Whether `run` stopped (not finished) after reaching a checkpoint."""
     from dlperf.engine.checkpoint import run_checkpoint
 
     if run is None or run.status == "finished":
-        return
+        return False
     try:
         run_checkpoint(store, run.id, "", "")
     except UserError:
-        return
-    console.err.print(
-        f"run {run.id} stopped; continue it from its last checkpoint: dlperf run --resume {run.id}"
-    )
+        return False
+    return True
+
+
+def _resume_hint(store: RunStore, run: RunRecord | None) -> None:
+    """After Ctrl-C or SIGTERM: how to go on with this process's run, when it stopped (not
+    finished) after reaching a checkpoint."""
+    if _resumable(run, store):
+        console.err.print(
+            f"run {run.id} stopped; continue it from its last checkpoint: "
+            f"dlperf run --resume {run.id}",
+            soft_wrap=True,
+        )
+
+
+def _demo_stopped(store: RunStore) -> None:
+    """After Ctrl-C or SIGTERM of `dlperf demo`, which exited 130 with nothing said: the run it
+    was training and how to continue it, and that the demo itself is redone, not continued
+    (its comparison needs both runs: `dlperf demo` trains them anew, as a study of its own)."""
+    again = "run dlperf demo again to redo the demo"
+    # Any error now is the stop's consequence (dlperf.errors.interrupted): the stop goes on.
+    with contextlib.suppress(Exception):
+        run = _own_run(store, None)
+        if _resumable(run, store):
+            console.err.print(
+                f"demo stopped in run {run.id} ({run.name}); continue that run from its last "
+                f"checkpoint: dlperf run --resume {run.id}, or {again}",
+                soft_wrap=True,
+            )
+            return
+    console.err.print(f"demo stopped; {again}", soft_wrap=True)
 
 
 @config_app.command("show")
@@ -180,8 +207,13 @@ def demo(as_json: Json = False) -> None:
     """
     from dlperf.demo import run_demo
 
-    with console.reporter() as rep:
-        results = run_demo(open_store(), rep)
+    store = open_store()
+    try:
+        with console.reporter() as rep:
+            results = run_demo(store, rep)
+    except KeyboardInterrupt:
+        _demo_stopped(store)
+        raise
     if not console.printed_json(as_json, results):
         keys = ("test_accuracy", "epochs_to_target", "time_to_target_s", "throughput")
         phases = ("data", "forward", "backward", "optimizer")

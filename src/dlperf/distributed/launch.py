@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import re
+import resource
 import signal
 import socket
 import sys
@@ -36,6 +37,63 @@ from dlperf.paths import open_files_limit
 from dlperf.procs import Supervisor, alive, guarded, how, kill
 
 TAIL_LINES = 12
+
+# Open files each process of a launch holds at most, measured (torch 2.x, gloo, one host):
+# torchrun's agent holds 24 beside one per worker of its node (its rendezvous store's event
+# loop and sockets, the workers' pipes); it failed at `ulimit -n 24` with one worker, ran at
+# 26 with two and at 28 with four. A worker holds 8 beside one per rank of the whole world
+# (gloo connects every pair). SPARE_FILES is the margin for what varies between versions.
+AGENT_FILES = 24
+WORKER_FILES = 8
+SPARE_FILES = 2
+# What torch reports when one of a launch's processes ran out of file descriptors (EMFILE):
+# Python's OSError, the c10d store client's retries ("errno: 24 - Too many open files"), and
+# the store server's event loop that could not start ("Failed to init uv loop"). Not ENFILE's
+# "Too many open files in system": that is the system's table, not the process's limit.
+_OUT_OF_FILES = re.compile(
+    r"\[Errno 24\]|errno: 24\b|Too many open files(?! in system)|Failed to init uv loop"
+)
+
+
+class OpenFilesLimit(UserError):
+    """A launch that the process's open-file limit (RLIMIT_NOFILE) does not allow: the
+    system's limit, not the input, so exit 1, in one line naming `ulimit -n`."""
+
+    exit_code = 1
+
+
+def open_files_needed(per_node: int, world: int) -> int:
+    """The open-file limit a launch of `per_node` workers on this node, `world` in all,
+    needs: every process of it (torchrun's agent, each worker) inherits the same limit."""
+    return max(AGENT_FILES + per_node, WORKER_FILES + world) + SPARE_FILES
+
+
+def ensure_open_files(per_node: int, world: int) -> None:
+    """Make room for a launch under the open-file limit before torchrun starts: a soft limit
+    too low is raised to the hard one (torchrun and its workers inherit it), as `serve` does;
+    a hard limit too low is refused in one line (OpenFilesLimit). Below it torch's rendezvous
+    store failed with "Failed to init uv loop", or its client retried for minutes, saying
+    nothing, before a traceback that never named the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = open_files_needed(per_node, world)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        # To the hard limit, not just what is needed, as serve does: the measure above is
+        # one host's, and more room costs nothing.
+        for target in dict.fromkeys((hard, needed)):  # macOS takes no unlimited soft limit
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                return
+            except (ValueError, OSError):
+                continue
+    limit = soft if hard == resource.RLIM_INFINITY else hard
+    workers = f"{per_node} worker{'s' if per_node != 1 else ''}"
+    raise OpenFilesLimit(
+        f"{workers} on this node need about {needed} open files per process (torchrun's and "
+        f"each worker's), over the open-file limit of {limit}",
+        f"ulimit -n {limit} is too low: raise it to {needed} or more",
+    )
 
 
 def free_port() -> int:
@@ -224,18 +282,31 @@ def error_lines(directory: Path, log: Path, returncode: int) -> str:
     # worker: "[Errno 24] Too many open files" was ten lines below "exit code 1").
     own = _raised(text)
     said = (
-        f"torchrun failed: {own}{_limit_hint(own)}"
+        f"torchrun failed: {own}{_limit_hint(text)}"
         if own
         else f"torchrun failed ({how(returncode)})"
     )
     return "\n".join([said, *lines[-TAIL_LINES:]])
 
 
-def _limit_hint(exception: str) -> str:
-    """The process's limit an exception met, named: torchrun inherits dlperf's."""
-    if "[Errno 24]" in exception:  # EMFILE
-        return f" ({open_files_limit()})"
-    return ""
+def _limit_hint(log_text: str) -> str:
+    """The process's limit torchrun's log shows it met, named: torchrun inherits dlperf's."""
+    return f" ({open_files_limit()})" if _OUT_OF_FILES.search(log_text) else ""
+
+
+def _out_of_files(error: str, log: Path) -> OpenFilesLimit | None:
+    """The launch's failure as the open-file limit, one line, when its log shows that a
+    process of it ran out of descriptors (the traceback, and whatever torch named the
+    EMFILE, told nothing more); None for any other failure."""
+    if not _OUT_OF_FILES.search(log.read_text(errors="replace")):
+        return None
+    limit = open_files_limit()
+    head = error.splitlines()[0].removesuffix(f" ({limit})")
+    # RendezvousConnectionError's "See inner exception": the inner one is the EMFILE
+    head = head.removesuffix(" See inner exception for details.")
+    if "Too many open files" not in head:
+        head += "; out of open files"
+    return OpenFilesLimit(head, limit)
 
 
 def run_launcher(
@@ -272,10 +343,14 @@ def run_torchrun(
     """Run `module` under torchrun with its output in `directory`/torchrun.log: `python -u -m
     module args`, guarded, in each worker (torchrun itself is guarded when the supervisor
     starts it)."""
+    rdzv = rdzv or Rendezvous()
+    ensure_open_files(nproc_per_node, rdzv.nnodes * nproc_per_node)
     log = directory / "torchrun.log"
     worker = guarded([sys.executable, "-u", "-m", module, *args])
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
-    torchrun += [str(nproc_per_node), *(rdzv or Rendezvous()).args(), "--max-restarts", "0"]
+    torchrun += [str(nproc_per_node), *rdzv.args(), "--max-restarts", "0"]
     code, pids = run_launcher(directory, [*torchrun, "--no-python", *worker], log, env)
     error = error_lines(directory, log, code) if code != 0 else None
+    if error is not None and (limited := _out_of_files(error, log)) is not None:
+        raise limited
     return Launch(code, pids, error)

@@ -25,7 +25,7 @@ from dlperf.config import Experiment, ScaleJob
 from dlperf.data.augment import check_augment
 from dlperf.distributed.contracts import PointRow, PointSummary, RankResult, WorkerSpec, read_ranks
 from dlperf.distributed.hvd_launch import run_horovod
-from dlperf.distributed.launch import Rendezvous, run_torchrun
+from dlperf.distributed.launch import Rendezvous, ensure_open_files, run_torchrun
 from dlperf.distributed.planning import (
     DATA_PARALLEL,
     Point,
@@ -488,6 +488,9 @@ def run_study(
             raise error
     study.check_augment(points)
     study.check_batches(points)
+    if not study.tensorflow and study.backend != "horovod":  # torchrun's: before it is stored
+        most = max(map(study.per_node, points), default=1)
+        ensure_open_files(most, most * opts.nnodes)
     study.plan_threads(points)
     study.open()
 
