@@ -4,7 +4,7 @@ weights handed over by a fake `pretrained.resolve` instead of a trained run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ def test_runs_that_cannot_teach(
 @dataclass
 class Weights:
     state: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # Pretrained's: none kept
 
     def fetch(self) -> dict[str, torch.Tensor]:
         return self.state

@@ -156,6 +156,9 @@ def from_run(store: RunStore, run_id: int) -> Source:
         model = build_model(exp, data, torch.device("cpu"), fresh=False)
     same = model_file_kept(record)  # a factory's own change, not the file's: told so
     checkpoint.fit_weights(model, weights, run_id, exp.model.name, data.num_classes, same)
+    # Its non-persistent buffers too, which the state dict leaves out: a forward reading one
+    # that training changed exported its starting value, and parity compared with the same.
+    checkpoint.restore_buffers(model, saved.get(checkpoint.BUFFERS))
     test = data.test
     n = min(len(test), REAL_IMAGES)
     if test.images is not None:

@@ -85,6 +85,9 @@ def score(
     checkpoint.fit_weights(
         model, weights.fetch(), teacher.run_id, cfg.name, same_file=teacher.same_file
     )
+    # The model as it trained: a forward reading a non-persistent buffer training changed
+    # (a count of steps) scored the pool with its starting value.
+    checkpoint.restore_buffers(model, weights.buffers)
     model.to(device).eval()
     mean = torch.tensor(teacher.mean, device=device).view(-1, 1, 1)
     std = torch.tensor(teacher.std, device=device).view(-1, 1, 1)

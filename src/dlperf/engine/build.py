@@ -21,7 +21,7 @@ from dlperf.analytic.counting import QUANTIZED, other_dtype
 from dlperf.config import Experiment, ModelConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
-from dlperf.engine import pretrained
+from dlperf.engine import checkpoint, pretrained
 from dlperf.engine.checks import (
     DRY_BATCH,
     ReadFailed,
@@ -98,6 +98,7 @@ def prepare_run(
     if start is None:
         return Prepared(device, threads, free, crowded, data, model, None)
     notes = start_weights(model, exp.model, start.source, weights)
+    checkpoint.restore_buffers(model, start.buffers)  # a run's, read by fetch: as it left them
     # What the weights expect of the images, for `dlperf doctor` to hold the data against.
     expects = {"image_size": start.image_size, "mean": start.mean, "std": start.std}
     origin: dict[str, Any] = {"weights": start.source, "mode": exp.model.transfer, "notes": notes}

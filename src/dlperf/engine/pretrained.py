@@ -5,7 +5,8 @@
   torch.hub into its cache (`$TORCH_HOME/hub/checkpoints`); resolution, mean and std from the
   weights' own transforms;
 - `run:ID`, or `run:last:NAME` (the newest finished run of that name): a stored run's last
-  checkpoint; resolution and statistics of the data that run trained on;
+  checkpoint, its non-persistent buffers too (`Pretrained.buffers`); resolution and statistics
+  of the data that run trained on;
 - a path to a state-dict file: a bare state dict, or one under "model" or "state_dict".
 Every file is read with torch's weights-only unpickler. Resolving reads only metadata; the
 weights themselves are read (or downloaded) by `Pretrained.fetch`.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,10 @@ class Pretrained:
     image_size: int | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    # The model's non-persistent buffers as the weights' run left them (checkpoint.BUFFERS),
+    # filled in by `fetch`: a run's weights were fit to scores its buffers shaped (a count of
+    # training steps), so its model starts from both. Other sources keep none: left empty.
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def resolve(cfg: ModelConfig, store: StoredRuns) -> Pretrained | None:
@@ -127,18 +132,26 @@ def _from_run(spec: str, store: StoredRuns) -> Pretrained:
     checkpoint.check_trained(store, stored, "to start from")
     data = stored.config.get("data", {})
     seen = stored.trained.data or {}
+    buffers: dict[str, torch.Tensor] = {}
 
     def fetch() -> StateDict:
         path = checkpoint.run_checkpoint(
             store, run_id, "to start from", "train it with run.checkpoint = true"
         )
         owner = checkpoint.Owner(store.id, run_id, stored.config_hash)
-        return checkpoint.load(path, owner)["model"]  # type: ignore[no-any-return]
+        saved = checkpoint.load(path, owner)
+        buffers.update(saved.get(checkpoint.BUFFERS) or {})  # none in an older checkpoint
+        return saved["model"]  # type: ignore[no-any-return]
 
     side = data.get("image_size") or (seen.get("shape") or [None])[-1]
     mean, std = data.get("mean") or seen.get("mean"), data.get("std") or seen.get("std")
     return Pretrained(
-        f"run {run_id}", fetch, side, tuple(mean) if mean else None, tuple(std) if std else None
+        f"run {run_id}",
+        fetch,
+        side,
+        tuple(mean) if mean else None,
+        tuple(std) if std else None,
+        buffers,
     )
 
 
