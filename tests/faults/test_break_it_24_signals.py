@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.report.site import POOL_FROM
 from dlperf.store import RunStore
 from tests.faults.test_break_it_22_stops import (
     DEADLINE_S,
@@ -52,14 +53,14 @@ def test_c2_sighup_to_the_reports_group_while_drawing_prints_no_traceback(
 ) -> None:
     """Before: rc 129, then "resource_tracker: process died unexpectedly, relaunching" and a
     KeyError traceback per semaphore the relaunched tracker was told to forget."""
-    _store(tmp_path, 4)
+    _store(tmp_path, POOL_FROM)  # pages enough for the pool (fewer are drawn here)
     hooks, marks = tmp_path / "hooks", tmp_path / "marks"
     hooks.mkdir()
     marks.mkdir()
     (hooks / "sitecustomize.py").write_text(PAUSE_DRAWING)
     env = _env(tmp_path, DLPERF_TEST_MARKS=str(marks),
                PYTHONPATH=os.pathsep.join([str(hooks), SOURCE]))  # fmt: skip
-    command = [sys.executable, "-m", "dlperf", "report", "--last", "4", "--out", "site"]
+    command = [sys.executable, "-m", "dlperf", "report", "--last", str(POOL_FROM), "--out", "site"]
     with open(tmp_path / "err.txt", "w") as err:
         # A session of its own: the signal goes to its group, as a closing terminal's does.
         report = subprocess.Popen(

@@ -94,13 +94,14 @@ def build_report(
     jobs: int | None = None,
 ) -> Report:
     """Write the report of the selected runs and studies (see `select`) into `out`. Run pages
-    are drawn by `jobs` processes (default: one per usable core; matplotlib's drawing is the
-    cost, and it holds the GIL), each with its own connection to the store, and die with
-    this one. The pages are drawn in a staging directory and renamed into `out` once all of
-    them are: an interrupted report leaves no partial site (nor `out`, if it made it). Then
-    the pages an earlier report left in `out` that this one does not write (a deleted run's,
-    one no longer chosen) are removed, so that what `out` holds is this report; files of
-    other names in `out` are the user's and are left alone."""
+    are drawn by `jobs` processes (default: one per usable core from POOL_FROM run pages,
+    fewer drawn in this process; matplotlib's drawing is the cost, and it holds the GIL),
+    each with its own connection to the store, and die with this one. The pages are drawn
+    in a staging directory and renamed into `out` once all of them are: an interrupted
+    report leaves no partial site (nor `out`, if it made it). Then the pages an earlier
+    report left in `out` that this one does not write (a deleted run's, one no longer
+    chosen) are removed, so that what `out` holds is this report; files of other names in
+    `out` are the user's and are left alone."""
     from dlperf.doctor import examine
     from dlperf.report.site import pages
 
@@ -214,6 +215,19 @@ def _remove_stale(out: Path, written: list[str]) -> list[str]:
 
 # --- run pages, in worker processes -------------------------------------------------------
 
+# The fewest run pages for which the report starts its pool of drawing processes when the
+# caller set no `jobs`; fewer are drawn in this process. Each worker is a fresh interpreter that
+# imports dlperf, SQLAlchemy and matplotlib again (about 1.6 s of CPU) before its first page,
+# and a page costs about 0.6 s of CPU either way (0.7 s in a worker, its pickling included).
+# Measured on a busy 2-core machine (load 4-6; build_report's seconds, drawn here / pool of
+# 2): 2 runs 1.9-3.9 / 4.9-10.8, 4: 2.9-6.7 / 6.8-13.3, 8: 5.5-11.9 / 7.9-14.6, 16:
+# 14.8-22.2 / 19.0-26.4, 32: 19.5-40.7 / 25.0-47.8, 64: 38.5 / 38.8. On an idle core the
+# second worker saves half of each page it draws, which repays its start-up from about 10
+# pages; on a busy machine there is no idle core to win with: the pool lost up to 32 pages
+# and tied at 64. 16 is between the two: a report as small as the test suites' (and most
+# users') starts no process, one of the default 20 runs or more still draws in parallel.
+POOL_FROM = 16
+
 _worker: dict[str, Any] = {}
 # The stop signals a terminal sends its whole process group: Ctrl-C's, and SIGHUP as it closes
 # (getattr: a platform without SIGHUP has no process groups either).
@@ -257,7 +271,11 @@ def _run_pages(
     jobs: int | None,
 ) -> Iterator[str]:
     """Write the run pages, yielding each page's name as it is done; in this process when
-    one job will do (or the store is in memory, which other processes cannot open)."""
+    one job will do, when no `jobs` was set and there are fewer than POOL_FROM pages (the
+    pool's start-up would cost more than it saves), or when the store is in memory (which
+    other processes cannot open). Drawn here, a page is the same, and so are the report's
+    stops (Ctrl-C between or within pages leaves no site), its progress (a page at a time)
+    and its failures (a page that cannot be drawn fails the report, as a worker's does)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import resource_tracker
@@ -265,6 +283,8 @@ def _run_pages(
     from dlperf.system import usable_cores
 
     url = store.engine.url
+    if not jobs and len(tasks) < POOL_FROM:  # no `jobs` set: the pool only where it wins
+        jobs = 1
     jobs = min(jobs or usable_cores(), len(tasks))
     if jobs <= 1 or url.database in (None, "", ":memory:"):
         _worker.update(store=store, out=out, with_page=with_page)
