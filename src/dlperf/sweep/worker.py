@@ -36,10 +36,9 @@ def main(argv: list[str]) -> int:
     except UserError as e:
         if interrupted(e):  # a stop that surfaced as another error: the stop it is
             raise KeyboardInterrupt from e
-        # Its one line, as `--jobs 1` stores and says it: it was a 12-line traceback of this
-        # module, which dlperf stored as the point's error. In the log too, for whoever reads it.
+        # Its one line, as `--jobs 1` stores and says it (the parent prints and stores it): it
+        # was a 12-line traceback of this module, which dlperf stored as the point's error.
         line = failure(e)
-        sys.stderr.write(f"error: {line}\n")
         atomic_write(Path(result), json.dumps({"error": line}))
         return e.exit_code
     atomic_write(Path(result), json.dumps(point.to_dict()))
