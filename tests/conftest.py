@@ -217,21 +217,6 @@ def cli(
     return invoke
 
 
-@pytest.fixture
-def pages_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`dlperf report` (and build_report) in this process draws its run pages here, as
-    `jobs=1` does, instead of in a pool of fresh interpreters: each of those imports torch and
-    matplotlib again, several seconds of a small report's time on a busy core, and the pages
-    are the same either way (_write_run_page draws both). For tests of what a page says; the
-    pool itself is tested by the report's fault tests (real processes) and by
-    tests/report/test_site.py's `lab` site."""
-    from functools import partial
-
-    from dlperf.report import site
-
-    monkeypatch.setattr(site, "build_report", partial(site.build_report, jobs=1))
-
-
 @pytest.fixture(scope="session")
 def empty_mlflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An MLflow SQLite tracking store whose tables MLflow has made, made once a session: its

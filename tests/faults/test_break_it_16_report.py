@@ -12,8 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dlperf.distill.summary import BaselineRow, Point, Trained, verdict
 from dlperf.store import RunStore
 from tests.conftest import CliResult
@@ -30,7 +28,6 @@ def _stage(store: RunStore, study: int, kind: str, summary: dict[str, Any], **ta
     return run
 
 
-@pytest.mark.usefixtures("pages_drawn_here")  # the page, not the drawing pool, is the point
 def test_a_distill_page_shows_figures_as_every_page_does(
     cli: Callable[..., CliResult], store: RunStore, tmp_path: Path
 ) -> None:

@@ -94,7 +94,6 @@ def test_report_refuses_an_empty_out(
 
 
 @pytest.mark.faults  # over 10 s under load: make test-faults
-@pytest.mark.usefixtures("pages_drawn_here")  # the pages kept, not the drawing pool
 def test_a_report_rewritten_into_its_directory_removes_the_pages_it_no_longer_has(
     cli: Callable[..., CliResult], db: str
 ) -> None:

@@ -248,7 +248,6 @@ def test_stored_strings_are_escaped(lab: dict[str, Any]) -> None:
     assert run_page.count(escaped) >= 3  # title, heading, config run.name, tag
 
 
-@pytest.mark.usefixtures("pages_drawn_here")
 def test_cli_json_and_text(cli: Callable, lab: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "r"
     result = cli("--db", lab["url"], "report", str(lab["ids"]["hostile"]), "--out", str(out),
@@ -328,7 +327,6 @@ STAGE_ROW = re.compile(
 )
 
 
-@pytest.mark.usefixtures("pages_drawn_here")
 def test_distill_study_page(cli: Callable, store: RunStore, tmp_path: Path) -> None:
     """A real distill study on a tiny budget (the teacher is also the baseline; students at
     K = 2 and 4): its page lists every stage's run, embeds the figure and names the best K,
@@ -550,7 +548,6 @@ def test_report_numbers_read_as_the_terminal_prints_them() -> None:
     assert fmt([1, 2]) == "[1, 2]"
 
 
-@pytest.mark.usefixtures("pages_drawn_here")
 def test_config_shows_what_applies_to_the_run(cli: Callable, store: RunStore) -> None:
     """A digits run's page leaves out the synthetic-only keys and puts the keys set away from
     their defaults before the folded rest; a synthetic run's page shows them."""
