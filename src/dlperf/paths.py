@@ -232,6 +232,34 @@ def _unnamed_cwd_of(e: OSError) -> str | None:
     return f"{what}, and {name} is named relative to it ({fix}, or give an absolute path)"
 
 
+def files_open(guess: int) -> int:
+    """How many files this process has open (`guess` where the system does not say)."""
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(listing))
+        except OSError:
+            continue
+    return guess
+
+
+def room_for_files(needed: int) -> int | None:
+    """Make room for `needed` open files: a soft open-file limit (RLIMIT_NOFILE) below it is
+    raised to the hard one (all of it, not just what is needed: a count measured on one host
+    is a guess on another, and more room costs nothing). None once there is room; else the
+    limit that refuses it, to name in `ulimit -n`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        for target in dict.fromkeys((hard, needed)):  # macOS takes no unlimited soft limit
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                return None
+            except (ValueError, OSError):
+                continue
+    return soft if hard == resource.RLIM_INFINITY else hard
+
+
 def open_files_limit(also: str = "") -> str:
     """The fix for a process out of file descriptors (EMFILE), its soft limit named: "ulimit
     -n 1024 is too low: raise it" (`also`: another way out, " or lower --max-connections")."""

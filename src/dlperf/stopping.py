@@ -145,14 +145,30 @@ def _redeliver(frame: FrameType, event: str, arg: object) -> None:
         _handler(_state.received, frame)
 
 
+_fork_hook = False
+
+
+def _forked() -> None:
+    """A forked child (a DataLoader worker) is not this command: its stop signals take their
+    default action (SIGTERM ends it), not this module's handler. A worker that its parent's
+    shutdown sent SIGTERM before its own start-up ran raised KeyboardInterrupt in
+    multiprocessing's bootstrap, which printed "Process Process-1: Traceback ..."."""
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) == _handler:
+            signal.signal(sig, signal.SIG_DFL)
+
+
 def install() -> None:
     """Take the stop signals as described above, from a fresh state (tests call `main()`
     more than once in one process). SIGINT even when ignored: a shell starts background jobs
     with it ignored, and Python keeps that; SIGHUP not when ignored (nohup)."""
-    global _state, _next_hook
+    global _state, _next_hook, _fork_hook
     _state = _State()
     for sig in taken():
         signal.signal(sig, _handler)
+    if not _fork_hook:  # registered once: a hook cannot be taken back
+        os.register_at_fork(after_in_child=_forked)
+        _fork_hook = True
     if sys.unraisablehook is not _unraisable:
         _next_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
 

@@ -33,7 +33,6 @@ import errno
 import importlib
 import json
 import logging
-import os
 import signal
 import socket
 import time
@@ -65,7 +64,7 @@ from dlperf.deploy.routes import Serving, add_routes
 from dlperf.deploy.serve_metrics import Instrumented, Metrics, Statistics
 from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
-from dlperf.paths import open_files_limit
+from dlperf.paths import files_open, open_files_limit, room_for_files
 
 _DEFAULTS = ServeConfig()
 # uvicorn's logger, whose lines reach stderr in uvicorn's own format.
@@ -336,40 +335,17 @@ def _accept_hint(error: OSError) -> str:
     return f" ({open_files_limit(' or lower --max-connections')})"
 
 
-def _files_open() -> int:
-    """How many files this process has open (a guess where the system does not say)."""
-    for listing in ("/proc/self/fd", "/dev/fd"):
-        try:
-            return len(os.listdir(listing))
-        except OSError:
-            continue
-    return SPARE_FILES
-
-
 def ensure_open_files(max_connections: int) -> None:
     """Make room for `max_connections` connections under the open-file limit (RLIMIT_NOFILE),
     beside the files open now (the model's session, the store) and SPARE_FILES: a soft limit
     too low is raised to the hard one, and a hard limit too low refused (UserError). Past the
     limit every accept() failed, and clients waited on a server that could not take them."""
-    try:
-        import resource
-    except ImportError:  # Windows: no such limit
+    needed = max_connections + files_open(SPARE_FILES) + SPARE_FILES
+    # asyncio accepts a burst of connections before any is answered, those over the cap too:
+    # all the room the hard limit gives keeps accept() from failing meanwhile.
+    limit = room_for_files(needed)
+    if limit is None:
         return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = max_connections + _files_open() + SPARE_FILES
-    if soft == resource.RLIM_INFINITY or soft >= needed:
-        return
-    if hard == resource.RLIM_INFINITY or hard >= needed:
-        # To the hard limit, not just what is needed: asyncio accepts a burst of connections
-        # before any is answered, those over the cap too, and more room keeps accept() from
-        # failing meanwhile.
-        for target in dict.fromkeys((hard, needed)):  # macOS takes no unlimited soft limit
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-                return
-            except (ValueError, OSError):
-                continue
-    limit = soft if hard == resource.RLIM_INFINITY else hard
     raise UserError(
         f"--max-connections {max_connections} needs up to {needed} open files "
         f"({needed - max_connections} for the server itself), over the open-file limit of "

@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import ipaddress
 import re
-import resource
 import signal
 import socket
 import sys
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlperf.errors import UserError
-from dlperf.paths import open_files_limit
+from dlperf.paths import open_files_limit, room_for_files
 from dlperf.procs import Supervisor, alive, guarded, how, kill
 
 TAIL_LINES = 12
@@ -74,20 +73,10 @@ def ensure_open_files(per_node: int, world: int) -> None:
     a hard limit too low is refused in one line (OpenFilesLimit). Below it torch's rendezvous
     store failed with "Failed to init uv loop", or its client retried for minutes, saying
     nothing, before a traceback that never named the limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = open_files_needed(per_node, world)
-    if soft == resource.RLIM_INFINITY or soft >= needed:
+    limit = room_for_files(needed)
+    if limit is None:
         return
-    if hard == resource.RLIM_INFINITY or hard >= needed:
-        # To the hard limit, not just what is needed, as serve does: the measure above is
-        # one host's, and more room costs nothing.
-        for target in dict.fromkeys((hard, needed)):  # macOS takes no unlimited soft limit
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-                return
-            except (ValueError, OSError):
-                continue
-    limit = soft if hard == resource.RLIM_INFINITY else hard
     workers = f"{per_node} worker{'s' if per_node != 1 else ''}"
     raise OpenFilesLimit(
         f"{workers} on this node need about {needed} open files per process (torchrun's and "
