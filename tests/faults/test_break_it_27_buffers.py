@@ -29,28 +29,7 @@ from dlperf.engine.build import prepare_run
 from dlperf.experiment.run import run_experiment
 from dlperf.progress import NullReporter
 from dlperf.store import RunStore
-
-# The reporter's m/npb.py without its sleep: a forward that reads a buffer training changes.
-MODEL = """
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self, num_classes: int = 10, in_channels: int = 1) -> None:
-        super().__init__()
-        self.f = nn.Linear(64 * in_channels, num_classes)
-        self.register_buffer("count", torch.zeros(()), persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training:
-            self.count += 1
-        return self.f(x.flatten(1)) * (1.0 + 0.05 * self.count)
-
-
-def build(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
-    return Net(num_classes, in_channels)
-"""
+from tests.faults.test_break_it_27_resume import MODEL  # m/npb.py: a buffer training changes
 
 EXPERIMENT = """
 [model]
