@@ -5,6 +5,7 @@ from __future__ import annotations
 import dis
 import sys
 import traceback
+from collections.abc import Iterator
 from types import FrameType, TracebackType
 
 from dlperf import stopping
@@ -145,11 +146,14 @@ def interrupted(error: BaseException) -> bool:
     errors that name nothing)."""
     if stopping.requested():
         return True
+    return any(isinstance(e, KeyboardInterrupt) for e in causes(error))
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then the error it was raised from or while handling, and so on (each once)."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
+        yield current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False

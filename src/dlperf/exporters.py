@@ -37,7 +37,6 @@ import math
 import operator
 import os
 import re
-import resource
 import shutil
 import socket
 import sqlite3
@@ -60,14 +59,14 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
 from dlperf import stopping
-from dlperf.errors import UserError
+from dlperf.errors import UserError, causes
 from dlperf.formatting import clip
 from dlperf.parsing import flatten, printable
 from dlperf.paths import writing
 from dlperf.store import RunStore, integrity, masked_url
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
-from dlperf.store.runstore import SQLITE_FULL, SQLITE_IOERR, garbled_metrics
+from dlperf.store.runstore import SQLITE_FULL, SQLITE_IOERR, garbled_metrics, size_limited
 from dlperf.store.schema import Metric, Run
 
 TARGETS = ("mlflow", "tensorboard")
@@ -612,16 +611,12 @@ def _sqlite_write_failed(e: BaseException) -> bool:
     """Whether SQLite's own error behind `e` (MLflow's exception, SQLAlchemy's around it) is
     a write that the file system refused: an I/O error, or a write cut short ("database or
     disk is full")."""
-    seen: set[int] = set()
-    found: BaseException | None = e
-    while found is not None and id(found) not in seen:
-        seen.add(id(found))
+    for found in causes(e):
         for error in (found, getattr(found, "orig", None)):
             code = getattr(error, "sqlite_errorcode", None)
             failed = isinstance(code, int) and code & 0xFF in (SQLITE_IOERR, SQLITE_FULL)
             if isinstance(error, sqlite3.Error) and failed:
                 return True
-        found = found.__cause__ or found.__context__
     return False
 
 
@@ -631,14 +626,9 @@ def _size_limit_met(uri: str, e: BaseException) -> Path | None:
     full database (a write cut short at the limit): a write error, while the database or its
     journal is within MLFLOW_WRITE_MOST of the limit, or past it. None otherwise."""
     path = _sqlite_file(uri)
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if path is None or limit == resource.RLIM_INFINITY or not _sqlite_write_failed(e):
+    if path is None or not _sqlite_write_failed(e):
         return None
-    sizes = [0]
-    for end in ("", "-journal", "-wal"):
-        with contextlib.suppress(OSError):
-            sizes.append(path.with_name(path.name + end).stat().st_size)
-    return path if max(sizes) + MLFLOW_WRITE_MOST > limit else None
+    return path if size_limited(path, MLFLOW_WRITE_MOST, ("", "-journal", "-wal")) else None
 
 
 def _size_limited(uri: str, path: Path, after: str) -> FileSizeLimited:

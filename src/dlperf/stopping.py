@@ -145,9 +145,6 @@ def _redeliver(frame: FrameType, event: str, arg: object) -> None:
         _handler(_state.received, frame)
 
 
-_fork_hook = False
-
-
 def _forked() -> None:
     """A forked child (a DataLoader worker) is not this command: its stop signals take their
     default action (SIGTERM ends it), not this module's handler. A worker that its parent's
@@ -158,17 +155,17 @@ def _forked() -> None:
             signal.signal(sig, signal.SIG_DFL)
 
 
+os.register_at_fork(after_in_child=_forked)  # does nothing where install() never ran
+
+
 def install() -> None:
     """Take the stop signals as described above, from a fresh state (tests call `main()`
     more than once in one process). SIGINT even when ignored: a shell starts background jobs
     with it ignored, and Python keeps that; SIGHUP not when ignored (nohup)."""
-    global _state, _next_hook, _fork_hook
+    global _state, _next_hook
     _state = _State()
     for sig in taken():
         signal.signal(sig, _handler)
-    if not _fork_hook:  # registered once: a hook cannot be taken back
-        os.register_at_fork(after_in_child=_forked)
-        _fork_hook = True
     if sys.unraisablehook is not _unraisable:
         _next_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
 

@@ -31,7 +31,7 @@ from torch.utils.data._utils import signal_handling
 from dlperf.config import AugmentConfig
 from dlperf.data.augment import augment_batch, host_to_device, normalize
 from dlperf.data.sources import ImageData, Split, decode_file
-from dlperf.errors import UserError
+from dlperf.errors import UserError, causes
 from dlperf.paths import files_open, open_files_limit, room_for_files
 
 
@@ -302,16 +302,11 @@ def _out_of_files(error: BaseException) -> bool:
     """Whether `error` is, or was raised because of, a process out of file descriptors:
     torch's RuntimeError ("Too many open files. Communication with the workers is no longer
     possible") holds the EMFILE OSError only as its context."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, OSError) and current.errno == errno.EMFILE:
-            return True
-        if isinstance(current, RuntimeError) and str(current).startswith("Too many open files"):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(
+        (isinstance(e, OSError) and e.errno == errno.EMFILE)
+        or (isinstance(e, RuntimeError) and str(e).startswith("Too many open files"))
+        for e in causes(error)
+    )
 
 
 def _let_go(error: BaseException) -> None:

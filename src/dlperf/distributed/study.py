@@ -488,10 +488,10 @@ def run_study(
             raise error
     study.check_augment(points)
     study.check_batches(points)
-    if not study.tensorflow and study.backend != "horovod":  # torchrun's: before it is stored
-        most = max(map(study.per_node, points), default=1)
-        ensure_open_files(most, most * opts.nnodes)
     study.plan_threads(points)
+    if not study.tensorflow and study.backend != "horovod":  # torchrun's: before it is stored
+        most = study.most_per_node or 1
+        ensure_open_files(most, most * opts.nnodes)
     study.open()
 
     def steps(point: Point) -> int:

@@ -107,6 +107,12 @@ def unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
+def model_state(model: torch.nn.Module) -> dict[str, Any]:
+    """A checkpoint's model part: the plain state dict under "model", which exports and
+    `model.weights = run:ID` read, and the non-persistent buffers beside it (`BUFFERS`)."""
+    return {"model": model.state_dict(), BUFFERS: unsaved_buffers(model)}
+
+
 def restore_buffers(model: torch.nn.Module, saved: Mapping[str, Any] | None) -> None:
     """Put back into `model` the non-persistent buffers a checkpoint kept (`unsaved_buffers`);
     None (a checkpoint from before they were kept) changes nothing, as resumes did then. Each

@@ -128,8 +128,7 @@ def train(
     def save() -> None:
         if run.checkpoint:
             rng = checkpoint.rng_state(device)
-            weights = {"model": model.state_dict(), **step.state_dict()}
-            weights[checkpoint.BUFFERS] = checkpoint.unsaved_buffers(model)
+            weights = checkpoint.model_state(model) | step.state_dict()
             checkpoint.save(checkpoint_slot, weights | {"rng": rng, "progress": asdict(state)})
 
     with window, contention.watching_stops():

@@ -170,12 +170,8 @@ def run_experiment(
         ckpt = checkpoint.Slot(where, owner, _record_once(store, record.id))
         ran = _execute(exp, store, record, ckpt, None, prepared, reporter)
         if final_only and ran.finished:  # saved after the clocks stopped
-            model = prepared.model  # its non-persistent buffers too, as each checkpoint keeps
-            final = {
-                "model": model.state_dict(),
-                checkpoint.BUFFERS: checkpoint.unsaved_buffers(model),
-            }
-            checkpoint.save(ckpt, final)
+            # its non-persistent buffers too, as each checkpoint keeps
+            checkpoint.save(ckpt, checkpoint.model_state(prepared.model))
         return ran
 
 

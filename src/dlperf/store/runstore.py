@@ -737,23 +737,26 @@ def _no_room(e: DatabaseError, engine: Engine) -> OSError | None:
         path = Path(where).resolve()
         if shutil.disk_usage(path.parent).free < NEARLY_FULL:
             number = errno.ENOSPC
-        elif _size_limited(path):
+        elif size_limited(path):
             number = errno.EFBIG
     return None if number is None else OSError(number, os.strerror(number), where)
 
 
-def _size_limited(path: Path) -> bool:
-    """Whether the process's file size limit is what refused a write to the SQLite store
-    `path`: one of its files (the store, its -wal, its -shm) has come within SIZE_LIMIT_NEAR
-    of it, or past it (a write at an offset past the limit is refused too)."""
+def size_limited(
+    path: Path, near: int = SIZE_LIMIT_NEAR, ends: tuple[str, ...] = ("", *WAL_FILES)
+) -> bool:
+    """Whether the process's file size limit is what refused a write to the SQLite database
+    `path`: one of its files (the database and those named by `ends`: the store's -wal and
+    -shm) has come within `near` bytes of it, or past it (a write at an offset past the
+    limit is refused too)."""
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if limit == resource.RLIM_INFINITY:
         return False
     sizes = [0]
-    for file in [path.with_name(path.name + end) for end in ("", *WAL_FILES)]:
+    for file in [path.with_name(path.name + end) for end in ends]:
         with contextlib.suppress(OSError):
             sizes.append(file.stat().st_size)
-    return max(sizes) + SIZE_LIMIT_NEAR > limit
+    return max(sizes) + near > limit
 
 
 def _pg_state(e: DatabaseError) -> str | None:

@@ -511,7 +511,7 @@ def run_sweep(
         # Looked for again: the checks take seconds (data loaded, every model run dry), and a
         # sweep of this file started meanwhile may have made the study since; join it. Not
         # made before the checks: a refused sweep stores nothing.
-        study_id = sweep_study(store, sweep, keys, free, None, False, NullReporter())
+        study_id = continued_study(store, sweep)
         done = finished_runs(store, study_id, free)
         todo = [p for p in todo if keys[p.index] not in done]
     if study_id is None:
