@@ -75,7 +75,9 @@ def test_a_teacher_is_rebuilt_under_its_runs_seed(
     trained = create_model(spec, num_classes=10, in_channels=1, factory_seed=5).eval()
     state = trained.state_dict()
     monkeypatch.setattr(
-        teacher.pretrained, "resolve", lambda cfg, store: SimpleNamespace(fetch=lambda: state)
+        teacher.pretrained,
+        "resolve",
+        lambda cfg, store: SimpleNamespace(fetch=lambda: state, buffers=None),
     )
     given = teacher.Teacher(3, exp, (1, 8, 8), (0.5,), (0.5,), 10, None)
     images = torch.randint(0, 256, (4, 1, 8, 8), dtype=torch.uint8)
