@@ -311,15 +311,13 @@ def _setup_key(uri: str) -> str | None:
     scheme = uri.partition(":")[0].lower().partition("+")[0]
     if scheme not in SQL_SCHEMES or _file_store(uri) is not None:
         return None
+    if scheme == "sqlite":
+        path = _sqlite_file(uri)
+        return None if path is None else f"sqlite:{path.resolve()}"
     try:
-        url = make_url(uri)
+        return make_url(uri).render_as_string(hide_password=False)
     except ArgumentError:  # MLflow says what is wrong with it
         return None
-    if scheme != "sqlite":
-        return url.render_as_string(hide_password=False)
-    if not url.database or url.database == ":memory:":
-        return None
-    return f"sqlite:{Path(url.database).resolve()}"
 
 
 # A server's port when its URL names none, for the backends MLflow takes.
