@@ -97,7 +97,12 @@ from dlperf.store.schema import (
     Tag,
 )
 from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
-from dlperf.store.urls import refuse_missing_slashes, secret_option
+from dlperf.store.urls import (
+    masked_slashless,
+    missing_slashes,
+    refuse_missing_slashes,
+    secret_option,
+)
 
 DEFAULT_DB = "dlperf.db"
 # SQLite's primary result codes (the low byte of an extended code).
@@ -2634,6 +2639,13 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
         raise UserError(
             f"runs repair writes a new SQLite store file, not {masked_url(target)!r}",
             "give its path, e.g. dlperf runs repair repaired.db",
+        )
+    if missing_slashes(target) is not None:  # `sqlite:x.db` wrote a file of that very name
+        given = masked_slashless(target)
+        raise UserError(
+            f"runs repair writes a new SQLite store file, not the URL {given!r}",
+            f"give its path, e.g. dlperf runs repair repaired.db, or ./{given} for a file "
+            "of that name",
         )
     if not target.isascii():  # refused here, not as the hidden name it is staged under
         from dlperf.config.base import check_utf8_name  # pydantic's import: only here

@@ -87,6 +87,11 @@ def missing_slashes(db: str) -> str | None:
     return f"{scheme}://{rest.lstrip('/') or SERVER_REST}"
 
 
+def masked_slashless(db: str) -> str:
+    """`db`, a URL missing its `//`, as a message may show it: its password as ***."""
+    return _masked_query(SLASHLESS_PASSWORD.sub(rf"\1{MASK}@", db))
+
+
 def refuse_missing_slashes(db: str) -> None:
     """Refuse, in one line, a store name that is a URL missing its `//`: it names the URL to
     write (its password as ***), and `./NAME` for a file of that very name."""
@@ -95,7 +100,7 @@ def refuse_missing_slashes(db: str) -> None:
         return
     placeholder = meant.endswith(f"//{SERVER_REST}")  # no password to hide: keep PASSWORD
     write = meant if placeholder else masked_url(meant)
-    given = _masked_query(SLASHLESS_PASSWORD.sub(rf"\1{MASK}@", db))
+    given = masked_slashless(db)
     raise UserError(
         f"run store {given!r} looks like a URL missing its '//'",
         f"write {write}, or ./{given} for a file of that name",
