@@ -2,12 +2,18 @@
 
 - L1: `runs repair SRC sqlite:x.db` wrote a new store file named `sqlite:x.db`, where `--db`
   refuses that name as a URL missing its `//`.
+- L2 (a P3 tester's cause 10): a stopped `run`'s hint left out `--db`, so the command it gave
+  opened ./dlperf.db and said "no run N"; and `run --resume N` of a store that is not there
+  made an empty store file.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +40,58 @@ def test_repair_refuses_a_target_that_is_a_url_missing_its_slashes(
     done = cli("runs", "repair", "./sqlite:x.db")
     assert done.code == 0, (done.out, done.err)
     assert (tmp_path / "sqlite:x.db").is_file()
+
+
+# --- L2: the stop hint names the store -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [("other store.db", "'other store.db'"), ("sqlite:///s.db", "sqlite:///s.db")],
+)
+def test_a_stopped_runs_hint_names_the_store_it_was_given(
+    cli: Cli, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, shown: str
+) -> None:
+    from dlperf.engine import train
+
+    (tmp_path / "e.toml").write_text(EXP)
+    evaluate, calls = train.evaluate, []
+
+    def signalled(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the test set's, after the epoch's checkpoint
+            os.kill(os.getpid(), signal.SIGINT)
+        return evaluate(*args, **kw)
+
+    monkeypatch.setattr(train, "evaluate", signalled)
+    r = cli("--db", given, "run", "e.toml")
+    assert r.code == 130, (r.code, r.err)
+    hint = r.err.strip().splitlines()[-1]
+    assert hint == (
+        f"run 1 stopped; continue it from its last checkpoint: dlperf --db {shown} run --resume 1"
+    )
+    monkeypatch.setattr(train, "evaluate", evaluate)  # the command the hint gives goes on
+    again = cli("--db", given, "run", "--resume", "1")
+    assert again.code == 0, (again.out, again.err)
+
+
+def test_resume_of_a_store_that_is_not_there_makes_no_file(
+    cli: Cli, db: str, tmp_path: Path
+) -> None:
+    r = cli("--db", "missing.db", "run", "--resume", "3")
+    assert r.code == 2 and r.err.count("\n") == 1, (r.out, r.err)
+    assert not (tmp_path / "missing.db").exists()
+
+
+EXP = """
+[model]
+name = "smallcnn"
+[data]
+name = "digits"
+limit = 64
+[train]
+epochs = 1
+batch_size = 32
+[run]
+threads = 1
+"""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -10,7 +11,7 @@ import typer
 
 from dlperf import clocks, stopping
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, open_store, set_option
+from dlperf.cli.app import Json, app, db_words, open_store, set_option
 from dlperf.errors import CheckFailed, UserError
 
 if TYPE_CHECKING:
@@ -83,7 +84,9 @@ def run(
             "--resume continues a run with its stored config; drop --set/--timing/--profile"
         )
     exp = load_experiment(experiment, overrides) if experiment is not None else None
-    store = open_store()
+    # A resume reads the store it names: a mistyped --db made an empty ./dlperf.db, then
+    # said there is no such run.
+    store = open_store(create=resume is None)
     try:
         with console.reporter() as rep:
             if exp is not None:
@@ -148,10 +151,18 @@ def _resume_hint(store: RunStore, run: RunRecord | None) -> None:
     finished) after reaching a checkpoint."""
     if _resumable(run, store):
         console.err.print(
-            f"run {run.id} stopped; continue it from its last checkpoint: "
-            f"dlperf run --resume {run.id}",
+            f"run {run.id} stopped; continue it from its last checkpoint{_resume(run.id)}",
             soft_wrap=True,
         )
+
+
+def _resume(run_id: int) -> str:
+    """`: dlperf [--db URL] run --resume ID`, the store as this command line named it: the
+    hint without --db opened ./dlperf.db and said there is no such run."""
+    db = db_words()
+    hid = "***" in " ".join(db)
+    fill = " (put the --db password back in place of ***)" if hid else ""
+    return f"{fill}: {shlex.join(['dlperf', *db, 'run', '--resume', str(run_id)])}"
 
 
 def _demo_stopped(store: RunStore) -> None:
@@ -165,7 +176,7 @@ def _demo_stopped(store: RunStore) -> None:
         if _resumable(run, store):
             console.err.print(
                 f"demo stopped in run {run.id} ({run.name}); continue that run from its last "
-                f"checkpoint: dlperf run --resume {run.id}, or {again}",
+                f"checkpoint{_resume(run.id)}, or {again}",
                 soft_wrap=True,
             )
             return

@@ -14,7 +14,7 @@ import typer
 
 from dlperf import clocks
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, open_store
+from dlperf.cli.app import Json, app, masked_words, open_store
 from dlperf.formatting import fmt
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class StudyStop:
             )
         # This very command line, the study named: --new would start another one.
         words = [w for w in sys.argv[1:] if w != "--new"]
-        shown = _masked(words)
+        shown = masked_words(words)
         if self.resume is None:
             shown += ["--resume", str(study)]
         done = "points" if self.kind == "sweep" else "stages"
@@ -173,25 +173,6 @@ class StudyStop:
             f"{self.kind} study {study} stopped; continue it (the {done} that finished are "
             f"skipped{fill}): {shlex.join(['dlperf', *shown])}"
         )
-
-
-def _masked(words: list[str]) -> list[str]:
-    """`words` with the --db URL's password as *** (`--db URL` and `--db=URL`): no URL's
-    password is printed (the stop line echoed it). A URL without one is kept as given, so
-    that the line's command runs as it is. A DLPERF_DB URL is not among the words."""
-    from dlperf.store.urls import MASK, masked_url
-
-    def hidden(url: str) -> str:
-        masked = masked_url(url)
-        return masked if masked.count(MASK) > url.count(MASK) else url
-
-    shown = list(words)
-    for i, word in enumerate(words):
-        if word == "--db" and i + 1 < len(words):
-            shown[i + 1] = hidden(words[i + 1])
-        elif word.startswith("--db="):
-            shown[i] = "--db=" + hidden(word.removeprefix("--db="))
-    return shown
 
 
 @app.command()
