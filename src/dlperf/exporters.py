@@ -15,7 +15,9 @@ TensorBoard (the `tensorboard` extra): one event directory per run, `OUT/run-ID-
 one scalar series per metric key at its wall times, written with torch's `SummaryWriter`.
 Exporting a run again replaces that directory's event files, once every run's new ones are
 written (in `OUT/.dlperf-exporting`): an export that fails or is stopped partway leaves the
-earlier one of every run whole.
+earlier one of every run whole. An event file's name ends in the id of the store its run is
+from (`.dlperf-store-ID`): another store's run of the same id and name is refused there, not
+exported over it.
 
 Both put every metric on the global step: the per-epoch keys (val/*, epoch/*, phase/*),
 stored at step = epoch, move to the epoch's last step, and an `epoch` series says which
@@ -64,6 +66,7 @@ from dlperf.formatting import clip
 from dlperf.parsing import flatten, printable
 from dlperf.paths import writing
 from dlperf.store import RunStore, integrity, masked_url
+from dlperf.store.ids import STORE_ID_FORM
 from dlperf.store.keys import on_global_steps, per_epoch
 from dlperf.store.record import RunRecord
 from dlperf.store.runstore import SQLITE_FULL, SQLITE_IOERR, garbled_metrics, size_limited
@@ -89,10 +92,18 @@ MLFLOW_NAME = re.compile(r"[/\w.\- :]*")
 EVENT_FILES = "events.out.tfevents.*"
 # Where an export writes its event files before it moves them into place, inside --out.
 STAGING = ".dlperf-exporting"
+# An event file's name ends in the id of the store whose run it holds (SummaryWriter's
+# filename_suffix): another store's run of the same id and name has the same directory.
+STORE_SUFFIX = ".dlperf-store-"
+STORE_SUFFIXED = re.compile(rf"{re.escape(STORE_SUFFIX)}({STORE_ID_FORM.pattern})$")
 SQLITE_URI = "--uri sqlite:///mlflow.db"
 # The database URLs MLflow takes as a SQL tracking store (a driver may follow a +).
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
-# The keys an export's warning of values it cannot hold names, the most changed first.
+# The table of the schema's version (alembic's) that every MLflow SQL tracking store holds once
+# MLflow has set it up: a database with tables but not this one is another program's.
+MLFLOW_VERSION_TABLE = "alembic_version"
+# The keys an export's warning of values it cannot hold names, the most changed first; the
+# tables of another program's database that a refusal names.
 KEYS_SHOWN = 5
 # What MLflow 3 asks to be set before it takes a directory as its tracking store.
 FILE_STORE_OPT_OUT = "MLFLOW_ALLOW_FILE_STORE"
@@ -373,11 +384,14 @@ def _refuse_the_store_itself(store: RunStore, uri: str) -> None:
         )
 
 
-def _refuse_a_run_store(uri: str) -> None:
-    """Nor into another run store: an export to a second dlperf store's file or database wrote
-    MLflow's alembic_version, experiments and params among its tables, then failed halfway
-    ("duplicate column name: step"; PostgreSQL: "column run_uuid referenced in foreign key
-    constraint does not exist"). Read only; a database this cannot read is left to MLflow."""
+def _refuse_a_database_not_mlflows(uri: str) -> None:
+    """Nor into another run store, nor another program's database: an export to a second dlperf
+    store's file or database wrote MLflow's alembic_version, experiments and params among its
+    tables, then failed halfway ("duplicate column name: step"; PostgreSQL: "column run_uuid
+    referenced in foreign key constraint does not exist"); into another program's (tables, but
+    no MLFLOW_VERSION_TABLE) it made its 60 tables among them, then failed on that program's
+    ("no such column: experiments.experiment_id"). Read only; a database this cannot read is
+    left to MLflow, and an empty one is MLflow's to set up."""
     scheme = uri.partition(":")[0].lower().partition("+")[0]
     try:
         url = make_url(uri)
@@ -391,10 +405,23 @@ def _refuse_a_run_store(uri: str) -> None:
         found = _server_tables(uri)
     else:
         return
-    if found is not None and _dlperf_tables(*found):
+    if found is None:
+        return
+    tables, runs_columns = found
+    if _dlperf_tables(tables, runs_columns):
         raise UserError(
             f"MLflow at {masked_url(uri)}: --uri names a dlperf run store; MLflow would write "
             "its tables among dlperf's",
+            f"give MLflow a database of its own, e.g. {SQLITE_URI}",
+        )
+    if tables and MLFLOW_VERSION_TABLE not in tables:
+        shown = ", ".join(sorted(tables)[:KEYS_SHOWN])
+        if len(tables) > KEYS_SHOWN:
+            shown += f" and {len(tables) - KEYS_SHOWN} more"
+        raise UserError(
+            f"MLflow at {masked_url(uri)}: --uri names a database that is not MLflow's "
+            f"(tables {shown}, but no {MLFLOW_VERSION_TABLE}); MLflow would write its tables "
+            "among them",
             f"give MLflow a database of its own, e.g. {SQLITE_URI}",
         )
 
@@ -412,7 +439,8 @@ def _sqlite_tables(path: Path) -> tuple[set[str], set[str]] | None:
         uri = f"file:{quote(str(path))}?mode=ro"
         with closing(sqlite3.connect(uri, uri=True, timeout=CONNECT_TIMEOUT_S)) as conn:
             listed = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            tables = {str(name) for (name,) in listed}
+            # not SQLite's own (sqlite_sequence, sqlite_stat1), which any program's file may hold
+            tables = {str(name) for (name,) in listed if not str(name).startswith("sqlite_")}
             columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(runs)")}
     except sqlite3.Error:
         return None
@@ -696,7 +724,7 @@ def export_mlflow(
     new MLflow runs: exporting a run twice gives two MLflow runs.
     """
     _refuse_the_store_itself(store, uri)
-    _refuse_a_run_store(uri)
+    _refuse_a_database_not_mlflows(uri)
     runs = _runs(store, run_ids)
     with _one_setup_at_a_time(uri):
         _check_reachable(uri)  # before importing MLflow, which alone takes seconds
@@ -1007,6 +1035,13 @@ def event_dir_name(run: RunRecord) -> str:
     return f"run-{run.id}-{name}" if name else f"run-{run.id}"
 
 
+def _exported_from(directory: Path) -> set[str]:
+    """The ids of the stores whose runs' events earlier exports left in `directory` (none of
+    those before round 28, whose files' names do not say)."""
+    names = (path.name for path in directory.glob(EVENT_FILES))
+    return {found.group(1) for name in names if (found := STORE_SUFFIXED.search(name))}
+
+
 def _swap_in(staged: Path, directory: Path) -> None:
     """The event files written in `staged` in place of those of `directory`, an earlier
     export's (a second export replaces the first, it does not add to it)."""
@@ -1038,6 +1073,15 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
                 "nothing was exported",
                 "move it, or give another --out",
             )
+        # Another store's run of the same id and name: replacing its events lost that export.
+        others = sorted(_exported_from(directory) - {store.id})
+        if others:
+            raise UserError(
+                f"{directory} holds the events of run {run.id} of another store ({others[0]}); "
+                "nothing was exported",
+                "give each store its own --out (tensorboard --logdir takes their parent), "
+                f"or remove {directory} to replace it",
+            )
     exported: dict[str, Any] = {}
     warnings: list[str] = []
     found: dict[int, Unheld] = {}
@@ -1059,7 +1103,10 @@ def export_tensorboard(store: RunStore, run_ids: Sequence[int], out: str | Path)
                 values = ((key, value) for key, points in series.items() for _, value, _ in points)
                 found[run.id] = unheld(values, float32_held)
                 with writing(directory):  # a refused write names the run's directory
-                    writer = writer_class(log_dir=str(staging / directory.name))
+                    writer = writer_class(
+                        log_dir=str(staging / directory.name),
+                        filename_suffix=f"{STORE_SUFFIX}{store.id}",
+                    )
                     try:
                         for key, points in series.items():
                             for step, value, wall_time in points:

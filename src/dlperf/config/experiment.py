@@ -352,6 +352,11 @@ class RunConfig(Section):
     """A profiled window of steps (torch.profiler), stored with the run as a trace."""
 
 
+# The [run] keys that say how a run is named, kept and watched, not what it trains: its config
+# hash leaves them out, so a sweep that varies only these makes the same run again.
+UNHASHED_RUN_KEYS = ("name", "out_dir", "log_every", "profile")
+
+
 class Experiment(Section):
     """What is trained: a TOML file's [model], [data], [train], [augment], [target] and [run]."""
 
@@ -404,7 +409,7 @@ class Experiment(Section):
         profiled window. (Runs stored before the command sections left `Experiment` hashed
         them out too, so their hashes are unchanged.)"""
         d = self.to_dict()
-        for key in ("name", "out_dir", "log_every", "profile"):
+        for key in UNHASHED_RUN_KEYS:
             d["run"].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -42,6 +42,7 @@ from dlperf.config import (
     read_toml,
     validation_message,
 )
+from dlperf.config.experiment import UNHASHED_RUN_KEYS
 from dlperf.errors import UserError
 from dlperf.parsing import flatten, stem_name
 from dlperf.progress import NullReporter, Reporter
@@ -192,6 +193,29 @@ def _check_run_names(path: Path, name: str, points: list[Point]) -> None:
     check_made_names(name, "sweep name", made, at_most("sweep name"), f"{path}: ")
 
 
+def _same_config(path: Path, where: str, params: dict[str, Any], earlier: Point) -> UserError:
+    """Why a point has the config of an `earlier` one: the axes that tell them apart set only
+    keys its hash leaves out (run.log_every, ...: the same run again), or an axis repeats a
+    value, or sets what [set] or the base already does."""
+    differ = [key for key, value in params.items() if earlier.params.get(key) != value]
+    if differ and all(_unhashed(key) for key in differ):
+        does = "does" if len(differ) == 1 else "do"
+        return UserError(
+            f"{path}: {' and '.join(differ)} {does} not change what is trained",
+            "sweep a key that does",
+        )
+    return UserError(
+        f"{where}: the same config as point {earlier.index + 1}",
+        "an axis repeats a value, or sets what [set] or the base already does",
+    )
+
+
+def _unhashed(key: str) -> bool:
+    """Whether a dotted key is one of UNHASHED_RUN_KEYS or within one (run.profile.active)."""
+    section, _, rest = key.partition(".")
+    return section == "run" and rest.partition(".")[0] in UNHASHED_RUN_KEYS
+
+
 def load_sweep(
     path: str | Path, overrides: list[str] | None = None, reporter: Reporter | None = None
 ) -> Sweep:
@@ -234,10 +258,7 @@ def load_sweep(
             exp = build_experiment(raw, where, new=True)
             digest = exp.config_hash()
             if digest in seen:
-                raise UserError(
-                    f"{where}: the same config as point {seen[digest] + 1}",
-                    "an axis repeats a value, or sets what [set] or the base already does",
-                )
+                raise _same_config(path, where, params, points[seen[digest]])
             seen[digest] = index
             point = Point(index, params, seed, exp)
             exp.run.name = f"{name} {point.label()}"
