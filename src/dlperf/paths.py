@@ -101,6 +101,29 @@ def check_writable(path: Path, make_parents: bool = False) -> Path:
     return path
 
 
+def within(path: Path, folder: Path) -> Path | None:
+    """Where `path` lies below `folder` (Path(".") when it is `folder`, or the same file), or
+    None when it lies elsewhere: whether an output would be written into an input. Compared
+    by real path, so a link or another spelling is caught, and `path` need not exist yet
+    (nor `folder`: a split folder not yet there); and by (st_dev, st_ino) of `path` and the
+    folders above it that exist, so a hard link or a bind mount is caught too."""
+    real, theirs = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    if real.is_relative_to(theirs):
+        return real.relative_to(theirs)
+    try:
+        there = os.stat(folder)
+    except (OSError, ValueError):  # not there: only its name can hold `path`
+        return None
+    for above in (real, *real.parents):
+        try:
+            seen = os.stat(above)
+        except (OSError, ValueError):  # not made yet
+            continue
+        if (seen.st_dev, seen.st_ino) == (there.st_dev, there.st_ino):
+            return real.relative_to(above)
+    return None
+
+
 @contextmanager
 def made_dir(path: Path) -> Iterator[Path]:
     """`path` made as a directory with its missing parents (an unusable place fails before

@@ -96,10 +96,15 @@ def fit(
     from dlperf.converge import fitting, views
 
     opts, _ = options.load(config, set_, curve)
-    if to_csv is not None:
-        from dlperf.paths import check_writable
+    if to_csv is not None:  # before the fits, not after them
+        from dlperf.paths import check_writable, within
 
-        check_writable(to_csv, make_parents=False)  # before the fits, not after them
+        if csv is not None and within(to_csv, csv) is not None:  # a link or another name too
+            raise UserError(
+                f"--to-csv {to_csv} is the --csv file {csv}: the β table would replace the curve",
+                "give --to-csv another file",
+            )
+        check_writable(to_csv, make_parents=False)
     with console.reporter() as rep:
         done = fitting.fit(run_ids or [], csv, opts, reader, rep)
     if plot is not None:

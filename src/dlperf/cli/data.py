@@ -70,6 +70,7 @@ def describe(
     """
     from dlperf.config import load_experiment
     from dlperf.data.describe import describe as describe_data
+    from dlperf.data.describe import outside_the_set
     from dlperf.paths import made_dir
     from dlperf.report.data import plot_counts, plot_samples
 
@@ -77,6 +78,7 @@ def describe(
         raise UserError(f"--per-class must be at least 1, got {per_class}")
     exp = load_experiment(None, _data_sets(dataset, set_, ("data.", "augment.")))
     where = out if out is not None else Path("dlperf_runs") / f"data-{exp.data.name}"
+    outside_the_set(exp.data, where)  # before made_dir makes a folder in the set
     with made_dir(where):  # made before the reading; removed if the data is refused
         desc = describe_data(exp.data, exp.augment, _classes(classes), per_class)
     changed = desc.augment.model_dump(exclude_defaults=True) if desc.augment else {}

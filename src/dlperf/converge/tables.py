@@ -55,13 +55,21 @@ def dialect(path: Path, text: str) -> tuple[str, str, int]:
                 "save it as CSV with ',' between fields and '.' for decimals",
             )
         return sep, text[stream.tell() :], 1
-    try:
-        at_commas = next(csv.reader(io.StringIO(first, newline="")), [])
-        at_tabs = next(csv.reader(io.StringIO(first, newline=""), delimiter="\t"), [])
-    except csv.Error:  # a field past the limit on the first line itself
-        raise unreadable(path, text, ",", 1, 0) from None
-    sep = "\t" if len(at_tabs) > len(at_commas) else ","
+    at_commas, at_tabs = (_columns(first, sep) for sep in (",", "\t"))
+    if at_commas is None and at_tabs is None:  # a field past the limit whichever the separator
+        raise unreadable(path, text, ",", 1, 0)
+    sep = "\t" if (at_tabs or 0) > (at_commas or 0) else ","
     return sep, text, 0
+
+
+def _columns(line: str, sep: str) -> int | None:
+    """The columns `line` splits into at `sep`; None when a field is then over the csv
+    module's limit. A wide header of short columns (20,000 at ',') is one field at a tab,
+    over the limit: that reading is not the file's, and the other is."""
+    try:
+        return len(next(csv.reader(io.StringIO(line, newline=""), delimiter=sep), []))
+    except csv.Error:
+        return None
 
 
 def header(path: Path) -> list[str]:

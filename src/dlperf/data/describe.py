@@ -7,6 +7,7 @@ Returns data only; `dlperf.cli.data` draws the figures."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +18,10 @@ from dlperf.data.augment import augment_batch, check_augment
 from dlperf.data.loaders import STD_FLOOR, channel_stats, stats_measured
 from dlperf.data.sources import Split, decode_file, repeated, too_few_classes
 from dlperf.errors import UserError
-from dlperf.parsing import name_text
+from dlperf.parsing import file_name_text, name_text
+from dlperf.paths import within
+
+SPLITS = ("train", "val", "test")
 
 
 @dataclass
@@ -88,6 +92,30 @@ def _samples(
         else:  # a streamed set: read only the files shown
             picked.append(torch.stack([decode_file(split.files[i], data.shape[-1]) for i in index]))
     return picked
+
+
+def outside_the_set(cfg: DataConfig, out: Path) -> None:
+    """Refuse `out`, a folder PNG files are to be written to, inside a split folder that the
+    set `cfg` reads its images from (imagefolder's root/train, val and test, there or not):
+    its PNGs would become images of the set, a test image of a dog one of class cat in the
+    training split, or a test/ made would be tested on in place of val/. The root itself,
+    beside the split folders, is not read."""
+    if cfg.name != "imagefolder":  # the other sets are files that PNGs beside them leave be
+        return
+    splits = [Path(cfg.root) / split for split in SPLITS]
+    for split in splits:
+        below = within(out, split)
+        if below is None:
+            continue
+        what = (
+            f"become images of class {file_name_text(below.parts[0])}"
+            if below.parts
+            else f"land in the {split.name} split"
+        )
+        raise UserError(
+            f"--out {out} is inside the data set being read ({split}): its PNGs would {what}",
+            f"give a folder outside {', '.join(map(str, splits))}",
+        )
 
 
 def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) -> list[int]:

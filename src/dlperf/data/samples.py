@@ -21,13 +21,10 @@ import torch
 
 from dlperf.config import DataConfig
 from dlperf.data import load_data
-from dlperf.data.describe import pick_classes
+from dlperf.data.describe import SPLITS, outside_the_set, pick_classes
 from dlperf.data.sources import decode_file
 from dlperf.errors import UserError
 from dlperf.paths import replaced, writing
-
-SPLITS = ("train", "val", "test")
-
 
 # Bytes of a file name's class part. A name is at most 255 bytes on most file systems, and a
 # class folder's own name may take all of them (84 CJK characters are 252 bytes): cut here, the
@@ -65,6 +62,7 @@ def write_samples(
         raise UserError(f"--per-class must be at least 1, got {per_class}")
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}'", f"choose {', '.join(SPLITS)}")
+    outside_the_set(cfg, out)  # before the set is read
     data = load_data(cfg)
     part = getattr(data, split)
     if len(part) == 0:

@@ -746,6 +746,14 @@ def make_shapes(
         raise UserError("make-shapes needs at least 2 images (one for train, one for val)")
     if size < 64:
         raise UserError(f"image size {size} is too small", "use --size 64 or more")
+    # A set there would have its images and annotations overwritten, and its ImageSets list
+    # only the new ids beside the old files left over. Empty folders are no set: written into.
+    held = [root / sub for sub in ("Annotations", "ImageSets", "JPEGImages") if _holds(root / sub)]
+    if held:
+        raise UserError(
+            f"{root} already holds a VOC set ({', '.join(map(str, held))})",
+            "give a new or empty folder",
+        )
     rng = np.random.default_rng(seed)
     for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -793,3 +801,9 @@ def make_shapes(
         "train": len(splits["train"]),
         "val": len(splits["val"]),
     }
+
+
+def _holds(folder: Path) -> bool:
+    """Whether `folder` is there with something in it (a file in its place is mkdir's to
+    refuse)."""
+    return folder.is_dir() and any(folder.iterdir())
