@@ -25,6 +25,7 @@ import re
 import signal
 import sys
 import threading
+import traceback
 import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -743,6 +744,20 @@ def _forget_neighbours(package: str) -> None:
                 delattr(parent, child)
 
 
+def _raised_at(e: BaseException) -> str:
+    """Where the model's own code (the file or a module beside it) raised `e` while it was
+    imported, " (helper.py, line 6)": its innermost frame of the model's, a library's below it
+    being the model's call; "" for a SyntaxError, whose message already names its line. Told
+    before the message, whose end may be long or of several lines."""
+    if isinstance(e, SyntaxError):
+        return ""
+    frames = [(f, line) for f, line in traceback.walk_tb(e.__traceback__) if in_model_file(f)]
+    if not frames:
+        return ""
+    frame, line = frames[-1]
+    return f" ({Path(frame.f_code.co_filename).name}, line {line})"
+
+
 def _import_file(path: Path) -> ModuleType:
     """Import a user's model file as Python imports a module: under its dlperf_user_ name in
     sys.modules (dataclasses, pickle and typing look a class's module up there), the modules
@@ -798,7 +813,7 @@ def _import_file(path: Path) -> ModuleType:
             ) from None
         if isinstance(e, Exception):
             raise UserError(
-                f"model file {path} failed to import: {type(e).__name__}: {e}"
+                f"model file {path} failed to import{_raised_at(e)}: {type(e).__name__}: {e}"
             ) from None
         raise
     if not package:  # as importlib binds a submodule to its package
