@@ -5,6 +5,8 @@
 - L2 (a P3 tester's cause 10): a stopped `run`'s hint left out `--db`, so the command it gave
   opened ./dlperf.db and said "no run N"; and `run --resume N` of a store that is not there
   made an empty store file.
+- L3 (a P2 tester's cause B, its VOC case): an annotation naming `Square` among `square`s
+  trained two classes, the stray one an AP row of nan, without a word.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import pytest
 
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_21_detect import shapes, sub
+from tests.faults.test_break_it_24_detect import finetune, refused_before_training, xml
+from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
 
@@ -81,6 +86,23 @@ def test_resume_of_a_store_that_is_not_there_makes_no_file(
     r = cli("--db", "missing.db", "run", "--resume", "3")
     assert r.code == 2 and r.err.count("\n") == 1, (r.out, r.err)
     assert not (tmp_path / "missing.db").exists()
+
+
+# --- L3: VOC object names equal but for case --------------------------------------------------
+
+
+def test_object_names_differing_only_in_case_are_refused(cli: Cli, tmp_path: Path) -> None:
+    root = shapes(tmp_path)  # make-shapes' 4 images: train 000000-000002, val 000003
+    sub(xml(root, "000001"), "<name>disc</name>", "<name>Disc</name>")
+    out = tmp_path / "w.pt"
+    one_line(
+        finetune(cli, root, out),
+        2,
+        "error: object names differ only in case, 'Disc' (Annotations/000001.xml) and 'disc' "
+        "(Annotations/000001.xml): they would be classes of their own, each with its own "
+        "output and AP row (write each class's <name> in one spelling)",
+    )
+    refused_before_training(cli, out)
 
 
 EXP = """

@@ -382,7 +382,36 @@ def class_names(*splits: list[VocAnnotation]) -> list[str]:
     this is the devkit's own order, aeroplane ... tvmonitor)."""
     names = {obj.name for split in splits for a in split for obj in a.objects}
     _refuse_normalised_twins(splits)
+    _refuse_case_twins(splits)
     return [BACKGROUND, *sorted(names)]
+
+
+def _refuse_case_twins(splits: tuple[list[VocAnnotation], ...]) -> None:
+    """Refuse object names equal but for case (`Square` in one annotation, `square` in the
+    rest): they trained as two classes, the stray one an AP row of nan, without a word. Each
+    spelling is named with the annotation it is first met in, as Unicode twins are."""
+    met: dict[str, str] = {}  # each spelling, and the id of the annotation it is first in
+    for split in splits:
+        for a in split:
+            for obj in a.objects:
+                met.setdefault(obj.name, a.image_id)
+    spellings: dict[str, list[str]] = {}
+    for name in met:
+        spellings.setdefault(unicodedata.normalize("NFC", name).casefold(), []).append(name)
+    twins = [sorted(group) for group in spellings.values() if len(group) > 1]
+    if not twins:
+        return
+    shown = few(
+        [
+            " and ".join(f"{name_text(n)!r} (Annotations/{met[n]}.xml)" for n in group)
+            for group in sorted(twins)
+        ]
+    )
+    raise UserError(
+        f"object names differ only in case, {shown}: they would be classes of their own, "
+        "each with its own output and AP row",
+        "write each class's <name> in one spelling",
+    )
 
 
 def _refuse_normalised_twins(splits: tuple[list[VocAnnotation], ...]) -> None:
