@@ -25,6 +25,7 @@ import math
 import os
 import pickle
 import re
+import shlex
 import unicodedata
 import warnings
 import zipfile
@@ -41,8 +42,8 @@ import torch
 from dlperf import image_modes
 from dlperf.config import DataConfig
 from dlperf.errors import UserError
-from dlperf.parsing import file_name_text, name_text
-from dlperf.paths import not_regular
+from dlperf.parsing import file_name_text, name_text, one_line
+from dlperf.paths import not_regular, unnamed_cwd
 
 
 @dataclass
@@ -621,6 +622,37 @@ def _missing(
     )
 
 
+def _root_folder(cfg: DataConfig) -> Path:
+    """data.root, of a set whose files lie in folders under it, refused when it is there but
+    no folder (an .npz file): "root/train not found", or a download offered that would make a
+    folder inside a file, named neither what it is nor the set that reads it."""
+    kind = not_regular(cfg.root)
+    if kind != "a directory" and os.path.lexists(cfg.root):
+        npz = Path(cfg.root).suffix.lower() == ".npz"
+        raise UserError(
+            f"data.root {cfg.root} is {kind or 'a file'}, not a folder",
+            'an .npz file: set data.name = "npz"'
+            if npz
+            else f"set data.root to the folder that holds the {cfg.name} files",
+        )
+    return Path(cfg.root)
+
+
+def _not_found(path: str | Path, root: str | Path, said: str, fix: str) -> UserError:
+    """The line for `path` (data.root, or a file or folder under it) not there; for a relative
+    data.root, with the current directory it was read from: an experiment file run from
+    another folder reads it from there, not from beside the file, and "set/train not found"
+    read as a lie to one who sees set/train beside it."""
+    if Path(root).is_absolute():
+        return UserError(f"{path}{said}", fix)
+    unnamed = unnamed_cwd()
+    where = f", {os.getcwd()}" if unnamed is None else f" ({unnamed[0]})"
+    return UserError(
+        f"{path}{said}: a relative data.root is read from the current directory{where}",
+        f"{fix}; give an absolute path, or run from the folder it is relative to",
+    )
+
+
 def _elsewhere(cfg: DataConfig, sub: tuple[str, ...], names: list[str], gz: bool) -> str | None:
     """Where the files `names` (or their .gz, where `gz`) are when none is in data.root/sub
     but some are in data.root itself or a folder one level in (data.root set to MNIST/raw,
@@ -825,7 +857,7 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     base = CIFAR100 if hundred else CIFAR10
     name = "cifar100" if hundred else "cifar10"
     what, where = name, f"{name} ({base.base_folder}/)"
-    folder = Path(cfg.root) / base.base_folder
+    folder = _root_folder(cfg) / base.base_folder
     splits = [[n for n, _ in base.train_list], [n for n, _ in base.test_list]]
     names = [*splits[0], *splits[1], base.meta["filename"]]
     if _absent(folder, names) and cfg.download:
@@ -995,7 +1027,7 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
     from torchvision.datasets import MNIST, FashionMNIST
 
     cls = FashionMNIST if fashion else MNIST
-    raw = Path(cfg.root) / cls.__name__ / "raw"
+    raw = _root_folder(cfg) / cls.__name__ / "raw"
     what, where = f"{cls.__name__} idx files", f"{cls.__name__} idx files ({raw}/)"
     files = [
         (f"{split}-images-idx3-ubyte", f"{split}-labels-idx1-ubyte") for split in ("train", "t10k")
@@ -1109,14 +1141,35 @@ def opened_image(path: str | Path) -> Iterator[Any]:
         ) from None
     except (UserError, MemoryError):  # the body's own line, or a lack of memory: as they are
         raise
+    except PermissionError as e:  # the image is fine: replacing it is no fix
+        shown = _shown_path(path)
+        raise UserError(
+            f"{shown}: cannot read the image ({e.strerror})",
+            f"chmod a+r {shlex.quote(shown)}, or run as a user who can read it",
+        ) from None
     except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
-        raise UserError(f"{path}: cannot decode the image ({e})", _REPLACE_IMAGE) from None
+        said = _error_said(e, path)
+        raise UserError(
+            f"{_shown_path(path)}: cannot decode the image ({said})", _REPLACE_IMAGE
+        ) from None
     except Exception as e:
         # Pillow's decoders raise many other types on a malformed file (a zTXt chunk past
         # MAX_TEXT_CHUNK is a ValueError; SyntaxError, EOFError, struct.error, IndexError,
         # ...), as deploy.runtime.decode catches them: all of them mean the bytes are bad.
-        said = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        raise UserError(f"{path}: cannot decode the image ({said})", _REPLACE_IMAGE) from None
+        text = _error_said(e, path)
+        said = f"{type(e).__name__}: {text}" if text else type(e).__name__
+        raise UserError(
+            f"{_shown_path(path)}: cannot decode the image ({said})", _REPLACE_IMAGE
+        ) from None
+
+
+def _error_said(e: Exception, path: str | Path) -> str:
+    """What `e` says of the image file `path`, without the path, which the line names before
+    it (Pillow's "cannot identify image file '...'" said it twice, and with Python's escapes
+    of bytes that are not UTF-8)."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e).replace(repr(str(path)), "").replace(str(path), "").strip()
 
 
 def _over_the_cap(path: str, error: Exception) -> str:
@@ -1137,9 +1190,27 @@ def _regular_image(path: str) -> None:
     kind = not_regular(path)
     if kind is not None:
         raise UserError(
-            f"{path} is not a regular file ({kind})",
+            f"{_shown_path(path)} is not a regular file ({kind})",
             "replace it with an image file, or move it out of the folder",
         )
+
+
+def _unlistable(e: OSError) -> None:
+    """os.walk's onerror for an image folder's walk: a folder it cannot list (no read or
+    search permission), refused in one line naming it, not passed over with its images."""
+    folder = _shown_path(e.filename)
+    fix = "make it readable, or move it out of the data set"
+    if isinstance(e, PermissionError):
+        fix = f"chmod -R a+rX {shlex.quote(folder)}, or run as a user who can read it"
+    raise UserError(
+        f"{folder}: cannot list the folder ({e.strerror or e}): its images would be left out", fix
+    )
+
+
+def _shown_path(path: str | Path) -> str:
+    """`path` as a line shows it: bytes that are not UTF-8 as the bytes, bad\\xff.png, not as
+    Python's surrogate escapes (bad\\udcff.png), which no one can type or match; on one line."""
+    return one_line(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 def _looped(folder: str, class_dir: str) -> bool:
@@ -1252,7 +1323,7 @@ def _image_folder(split: Path) -> Any:
     """torchvision's ImageFolder of `split` without what is no data: a hidden folder
     (Jupyter's .ipynb_checkpoints) is no class, a hidden file (macOS's ._x.jpg, .DS_Store) no
     image, and a symbolic link back up the tree, which os.walk follows 40 links deep, adds no
-    copies."""
+    copies; and with every folder it holds listed, or refused (`_unlistable`)."""
     from torchvision.datasets import ImageFolder
     from torchvision.datasets.folder import has_file_allowed_extension
 
@@ -1264,15 +1335,37 @@ def _image_folder(split: Path) -> Any:
             return classes, {c: i for i, c in enumerate(classes)}
 
         @staticmethod
-        def make_dataset(*args: Any, **kwargs: Any) -> list[tuple[str, int]]:
-            try:
-                found: list[tuple[str, int]] = ImageFolder.make_dataset(*args, **kwargs)
-            except FileNotFoundError as e:
+        def make_dataset(
+            directory: str,
+            class_to_idx: dict[str, int],
+            is_valid_file: Callable[[str], bool],
+            **_: Any,  # extensions (None) and allow_empty (False): ImageFolder's keywords
+        ) -> list[tuple[str, int]]:
+            # torchvision's walk, in its order, but for what it passed over without a word:
+            # a folder os.walk cannot list (its images left out; a class folder's were "no
+            # valid file"), refused; hidden folders and links back up the tree, pruned.
+            found: list[tuple[str, int]] = []
+            for name, index in sorted(class_to_idx.items()):
+                top = os.path.join(directory, name)
+                listed = []
+                for folder, dirs, files in os.walk(top, followlinks=True, onerror=_unlistable):
+                    dirs[:] = [
+                        d
+                        for d in dirs
+                        if not d.startswith(".") and not _looped(os.path.join(folder, d), top)
+                    ]
+                    listed.append((folder, sorted(files)))
+                for folder, files in sorted(listed):
+                    paths = (os.path.join(folder, f) for f in files)
+                    found += [(path, index) for path in paths if is_valid_file(path)]
+            held = {index for _, index in found}
+            empty = sorted(name for name, index in class_to_idx.items() if index not in held)
+            if empty:
                 # torchvision says which classes are empty, not which files would count
                 raise FileNotFoundError(
-                    f"{str(e).strip()} dlperf reads the files ending in "
-                    f"{', '.join(IMAGE_EXTENSIONS)} (hidden ones skipped)"
-                ) from None
+                    f"Found no valid file for the classes {', '.join(empty)}. dlperf reads the "
+                    f"files ending in {', '.join(IMAGE_EXTENSIONS)} (hidden ones skipped)"
+                )
             return found
 
     _split_listing(split)
@@ -1281,10 +1374,8 @@ def _image_folder(split: Path) -> Any:
     def wanted(path: str) -> bool:
         file = Path(path)
         inside = file.relative_to(split).parts
-        image = (
-            has_file_allowed_extension(path, IMAGE_EXTENSIONS)
-            and not any(part.startswith(".") for part in inside)
-            and not _looped(str(file.parent), str(split / inside[0]))
+        image = has_file_allowed_extension(path, IMAGE_EXTENSIONS) and not inside[-1].startswith(
+            "."
         )
         if image:  # refused as the folder is listed, before any image is read
             _regular_image(path)
@@ -1523,13 +1614,56 @@ def _normalised_pairs(
     return said, rest, [n for n in other_only if n not in taken]
 
 
+def _class_name(name: str) -> str:
+    """A class folder's name as a line says it: shown (`file_name_text`), and quoted where
+    white space at an end would hide it (`name_text`): 'cat ', not "cat " read as cat."""
+    return name_text(file_name_text(name))
+
+
+def _edges(name: str) -> tuple[str, str]:
+    """The white space at the start and at the end of `name`."""
+    return name[: len(name) - len(name.lstrip())], name[len(name.rstrip()) :]
+
+
+def _respelled_pairs(
+    other: str, train_only: list[str], other_only: list[str]
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """What to say of the folders of train/ and `other`/ whose names are equal but for case
+    or white space at an end (cat and Cat, 'cat '): one class spelled two ways, which read as
+    a class each side lacks, with a fix that removed it; the renames that make them one; the
+    rest of each side."""
+    others: dict[str, str] = {}
+    for name in other_only:
+        others.setdefault(name.strip().casefold(), name)
+    said, renames, rest, taken = [], [], [], set()
+    for name in train_only:
+        twin = others.get(name.strip().casefold())
+        if twin is None or twin in taken:
+            rest.append(name)
+            continue
+        taken.add(twin)
+        differs = [
+            ("case", name.strip() != twin.strip()),
+            ("white space at an end", _edges(name) != _edges(twin)),
+        ]
+        how = " and ".join(what for what, held in differs if held)
+        said.append(
+            f"class folder {_class_name(twin)} in {other}/ is train/'s {_class_name(name)} but "
+            f"for {how}"
+        )
+        renames.append(f"rename {other}/{_class_name(twin)} to {other}/{_class_name(name)}")
+    return said, renames, rest, [n for n in other_only if n not in taken]
+
+
 def _different_classes(root: Path, train: list[str], other: str, held: list[str]) -> UserError:
     """The line for train/ and val/ (or test/) holding different class folders: the folders
     each side lacks, up to three each way, and which to add or remove; first the folders
-    whose names differ only in Unicode normalisation, which would read as both lacking."""
+    whose names differ only in Unicode normalisation, or in case or white space at an end,
+    which would read as both lacking."""
     twins, train_only, other_only = _normalised_pairs(
         other, sorted(set(train) - set(held)), sorted(set(held) - set(train))
     )
+    respelled, renames, train_only, other_only = _respelled_pairs(other, train_only, other_only)
     said, adds, removes, hints = [], [], [], []
     if twins:
         named = twins[:_NAMED_CLASSES]
@@ -1542,11 +1676,18 @@ def _different_classes(root: Path, train: list[str], other: str, held: list[str]
             "rename them to one spelling: convmv -r --nfc -f utf8 -t utf8 --notest "
             f"{root} makes every name NFC"
         )
+    if respelled:
+        named = respelled[:_NAMED_CLASSES]
+        more = len(respelled) - len(named)
+        said.append(_and([*named, f"{more} more"] if more else named))
+        hints.append(
+            _and(renames[:_NAMED_CLASSES]) if not more else "rename them to train/'s spelling"
+        )
     sides = [("train", other, train_only), (other, "train", other_only)]
     for has, lacks, extra in sides:
         if not extra:
             continue
-        names = [file_name_text(c) for c in extra[:_NAMED_CLASSES]]
+        names = [_class_name(c) for c in extra[:_NAMED_CLASSES]]
         more = len(extra) - len(names)
         listed = _and([*names, f"{more} more"] if more else names)
         plural = len(extra) > 1
@@ -1667,11 +1808,13 @@ def _link_said(link: Path, to: Path) -> str:
 
 def imagefolder(cfg: DataConfig) -> ImageData:
     """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
-    root = Path(cfg.root)
     if cfg.image_size is None:
         raise UserError("data.image_size is required for imagefolder", "e.g. image_size = 64")
+    root = _root_folder(cfg)
     if not (root / "train").is_dir():
-        raise UserError(f"{root / 'train'} not found", "imagefolder wants root/train and root/val")
+        raise _not_found(
+            root / "train", root, " not found", "imagefolder wants root/train and root/val"
+        )
     test_dir = _test_folder(root)
     _linked_splits(root)
     train_set = _listed(root / "train")
@@ -1749,34 +1892,51 @@ _UNPICKLED = {
 
 
 def _npz_array(path: str | Path, archive: Any, key: str) -> np.ndarray:
-    """The array `key` of the open .npz `archive`; one that is pickled is a line naming it
-    (it was "not a readable .npz file", naming no array, with a fix that would not help)."""
-    try:
-        array: np.ndarray = archive[key]
-    except ValueError:
-        if _pickled(archive, key):
+    """The array `key` of the open .npz `archive`, refused in one line naming it where its
+    .npy header says it cannot be loaded: pickled (it was "not a readable .npz file", naming
+    no array), or more than the member holds (a damaged header's shape numpy cannot allocate
+    was "out of memory"); or where it is no .npy file at all, whose bytes numpy hands over."""
+    member = key if key in archive.zip.namelist() else f"{key}.npy"  # as NpzFile finds it
+    header = _npy_header(archive, member)
+    if header is not None:
+        shape, dtype, held = header
+        if dtype.hasobject:
             raise UserError(
                 f"{path}: '{key}' is an object (pickled) array, which dlperf does not load",
                 _UNPICKLED[key],
-            ) from None
-        raise  # a corrupt member: the archive's line
+            )
+        # Python's ints: numpy's product wraps at 2**64
+        claimed = math.prod(shape) * dtype.itemsize
+        if claimed > held:
+            said = f"{dtype} {' x '.join(map(str, shape))} ({claimed:,} bytes)"
+            raise UserError(
+                f"{path}: '{key}' claims {said} but its member holds {held:,}: truncated or "
+                "damaged",
+                _NPZ_FIX,
+            )
+    array = archive[key]
+    if not isinstance(array, np.ndarray):
+        raise UserError(f"{path}: '{member}' is not an .npy array", _NPZ_FIX)
     return array
 
 
-def _pickled(archive: Any, key: str) -> bool:
-    """Whether the member `key` of the .npz `archive` holds an object array, as its .npy
-    header says (read without loading the array, which would unpickle it)."""
+def _npy_header(archive: Any, member: str) -> tuple[tuple[int, ...], np.dtype[Any], int] | None:
+    """The shape and dtype the .npy header of `member` of the .npz `archive` says, and the
+    bytes of data the member holds after it (read without loading the array, which could
+    unpickle it, or allocate what the header claims); None for a header that does not read,
+    which loading the array says."""
     try:
-        with archive.zip.open(f"{key}.npy") as member:
-            version = np.lib.format.read_magic(member)
+        with archive.zip.open(member) as opened:
+            version = np.lib.format.read_magic(opened)
             read = (
                 np.lib.format.read_array_header_1_0
                 if version == (1, 0)
                 else np.lib.format.read_array_header_2_0
             )
-            return bool(read(member)[2].hasobject)
-    except Exception:  # a header that does not read: no object array said
-        return False
+            shape, _, dtype = read(opened)
+            return shape, dtype, archive.zip.getinfo(member).file_size - opened.tell()
+    except Exception:
+        return None
 
 
 def _npz_images(path: str | Path, images: np.ndarray | None, files: list[str]) -> None:
@@ -1855,9 +2015,41 @@ def _npz_labels(path: str | Path, labels: np.ndarray, images: int) -> np.ndarray
     return flat
 
 
-def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
+def _imageless(path: str | Path, labels: np.ndarray) -> None:
+    """Refuse `labels` (of the .npz file `path` that names no classes, checked by
+    check_labels) that leave a class with no image: labels 1..N, or gaps. The model would have
+    an output for each, and the class count, chance level and per-class tables would be of
+    classes the set does not hold; imagefolder refuses a class folder with no image. A file
+    that names its classes says what they are, images or not (distill's selections name all
+    the teacher's)."""
+    present = np.unique(labels)
+    count = int(present[-1]) + 1
+    if len(present) == count:
+        return
+    missing = np.setdiff1d(np.arange(count), present).tolist()
+    shown, one = _class_list([str(i) for i in missing])
+    low = int(present[0])
+    fix = (
+        f"number the classes from 0: save labels=labels - {low}"
+        if missing == list(range(low))
+        else "number the classes 0, 1, ... (names in the order of numpy.unique(labels)): "
+        "save labels=numpy.unique(labels, return_inverse=True)[1]"
+    )
+    raise UserError(
+        f"{path}: labels {low}..{count - 1} leave class{'' if one else 'es'} {shown} with no "
+        f"image: the model would have {count} outputs for the {len(present)} classes that have "
+        "images",
+        fix,
+    )
+
+
+def read_npz(
+    path: str | Path, every_class: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
-    file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names)."""
+    file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names).
+    With `every_class` (a set to train on, not a pool a teacher labels), labels that leave a
+    class with no image, in a file that names none, are refused."""
     text = str(path)
     bare = text.rstrip("/" + os.sep)
     if bare and bare != text and os.path.isfile(bare):  # Path("ok.npz/") drops the slash
@@ -1870,10 +2062,10 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
     if kind is not None and kind != "a directory":
         raise UserError(f"{path} is not a regular file ({kind})", "set data.root to an .npz file")
     if not Path(path).is_file():
-        what = "a directory" if kind else "no such file"
-        raise UserError(
-            f"{path}: not a readable .npz file ({what})", "set data.root to the path of one"
-        )
+        fix = "set data.root to the path of one"
+        if kind:
+            raise UserError(f"{path}: not a readable .npz file (a directory)", fix)
+        raise _not_found(path, path, ": not a readable .npz file (no such file)", fix)
     try:
         loaded = np.load(path, allow_pickle=False)
         # A .npy file (whatever its name) loads as the one array it holds, not an archive.
@@ -1932,6 +2124,8 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
     if labels is not None and len(labels):
         fix = "give every label a name in 'classes', or drop 'classes'"
         check_labels(str(path), labels, len(images), len(names) or None, fix)
+        if every_class and not names:
+            _imageless(path, labels)
         names = names or [str(i) for i in range(int(labels.max()) + 1)]
     held = _tensor(labels.astype(np.int64)) if labels is not None else None
     return _tensor(images), held, names
@@ -1939,7 +2133,7 @@ def read_npz(path: str | Path) -> tuple[torch.Tensor, torch.Tensor | None, list[
 
 def npz(cfg: DataConfig) -> ImageData:
     """uint8 images N,C,H,W and integer labels in a .npz file (data.root), class names optional."""
-    images, labels, classes = read_npz(cfg.root)
+    images, labels, classes = read_npz(cfg.root, every_class=True)
     if not len(images):  # else "no training images after the split", naming no file
         raise UserError(
             f"{cfg.root} holds 0 images ('images' of shape {tuple(images.shape)})",
