@@ -169,7 +169,7 @@ CASES = [
     ),
     case(
         "run exp.toml --set data.name=imagefolder --set data.image_size=8 --set data.root=exp.toml",
-        "error: exp.toml/train not found",
+        "error: data.root exp.toml is a file, not a folder",
     ),
     case(f"run exp.toml --set run.out_dir=/sys/runs {FAST_RUN}", "/sys/runs"),
     case(f"run exp.toml --set run.out_dir=exp.toml {FAST_RUN}", "exp.toml"),

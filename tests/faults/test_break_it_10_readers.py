@@ -75,7 +75,9 @@ def test_describe_of_a_set_of_100000_classes_finishes(db: str, tmp_path: Path) -
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (40, 1, 8, 8), dtype=np.uint8)
     labels = np.concatenate([rng.integers(0, 99_999, 39), [99_999]])
-    np.savez(tmp_path / "many.npz", images=images, labels=labels)
+    # The classes named: labels with gaps and no names are refused (round 28, C).
+    names = np.array([str(i) for i in range(100_000)])
+    np.savez(tmp_path / "many.npz", images=images, labels=labels, classes=names)
     # every class by default: before, a bar and a sample row each of 100,000 classes
     result = _guarded(
         "data", "describe", "npz", "--set", "data.root=many.npz", "--out", "figs",
