@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dlperf.config.base import FIGURE_MAX, PPP
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
+from dlperf.paths import check_writable, told
 
 Kind = Literal[
     "conv",
@@ -181,13 +182,32 @@ def get_device(name: str, path: Path | None = None) -> Device:
     raise UserError(f"unknown device '{name}'", hint)
 
 
+def writable(path: Path) -> Path:
+    """`path`, a device file, made sure it can be written (its missing folders made), so that
+    `calibrate` fails before its minutes of measuring. One it cannot write is refused naming
+    it and the way round: the OSError alone named only the folder that failed (a HOME that
+    cannot be written: "cannot use /nonexistent"), not the file nor DLPERF_DEVICES."""
+    try:
+        return check_writable(path, make_parents=True)
+    except OSError as e:
+        said, bad = told(e)
+        if not bad:  # a full disk, an I/O error: the system's, told as such
+            raise
+        home = "XDG_CONFIG_HOME" if os.path.isabs(os.environ.get("XDG_CONFIG_HOME", "")) else "HOME"
+        fix = (
+            "point DLPERF_DEVICES at a file you can write"
+            if os.environ.get("DLPERF_DEVICES")
+            else f"set DLPERF_DEVICES=FILE to a file you can write, or give a writable {home}"
+        )
+        raise UserError(f"cannot write the device file {path} ({said})", fix) from None
+
+
 def save_device(device: Device, path: Path | None = None) -> Path:
     """Write (or replace) one device in the user file, keeping its other entries."""
     import tomli_w
 
-    path = path or user_file()
+    path = writable(path or user_file())
     entries = _read_file(path) if path.is_file() else {}
     entries[device.name] = device.model_dump(exclude={"name"}, exclude_none=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(tomli_w.dumps(entries))
     return path

@@ -77,6 +77,10 @@ class _Stderr(Console):
 out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
 err = _Stderr(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
+# The narrowest a table's blocks are laid out: a name, the gap and a value need room, and
+# under it (COLUMNS=1) rich gave each value no columns at all, printing lines of spaces. A
+# terminal that narrow wraps the longer lines itself; no value is lost.
+BLOCKS_MIN_WIDTH = 20
 
 
 # Where the JSON document goes while `documents_only` sends every other print to stderr.
@@ -184,7 +188,9 @@ def _print_blocks(
     title: str | None, columns: Sequence[str], cells: list[list[str]], width: int
 ) -> None:
     """A table too wide for `width` even wrapped: one block of `column  value` lines per row,
-    a value longer than its line folded onto the next ones."""
+    a value longer than its line folded onto the next ones; never narrower than
+    BLOCKS_MIN_WIDTH."""
+    width = max(width, BLOCKS_MIN_WIDTH)
     sink = Console(highlight=False, width=width)
     if title:
         sink.print(Text(title, style="table.title"))

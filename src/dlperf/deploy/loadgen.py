@@ -3,8 +3,10 @@
 At each concurrency level, that many clients send `POST /predict` back to back until the
 duration is up or the request budget is spent; each first sends one request that is not
 counted (connection set-up, the server's first batches). Throughput = successful responses
-/ wall time of the level; latencies are of successful responses. Only a server on this
-machine is loaded: a benchmark must never become a flood against someone else's host.
+/ wall time of the level; latencies are of successful responses. A level ends early, refused
+(`ServerGone`), once every client's last request found no server to connect to: the server
+stopped. Only a server on this machine is loaded: a benchmark must never become a flood
+against someone else's host.
 
 Server and load generator share this machine's CPUs, with whatever else runs on it, so each
 level's timed stretch (after the warm-up requests) is a contention window
@@ -41,6 +43,14 @@ from dlperf.progress import NullReporter, Reporter
 
 TIMEOUT_S = 30.0
 HEADERS = {"content-type": "application/octet-stream"}
+REFUSED = httpx.ConnectError.__name__  # a request's status when no server took its connection
+
+
+class ServerGone(UserError):
+    """The server stopped answering mid-level (stopped, killed, crashed): the level measured
+    refusals, not the server, so it is refused, exit 1 (not the user's input)."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -227,6 +237,8 @@ async def _level(
     statuses: Counter[str] = Counter()
     latencies: list[float] = []
     issued = 0
+    refused: set[int] = set()  # the clients whose last request no server accepted
+    answered = 0.0  # when a request last ended other than refused
 
     async def send(client: httpx.AsyncClient) -> tuple[str, bool]:
         try:
@@ -235,15 +247,28 @@ async def _level(
             return type(e).__name__, False
         return str(response.status_code), response.is_success
 
-    async def worker(client: httpx.AsyncClient, deadline: float) -> None:
-        nonlocal issued
-        while time.perf_counter() < deadline and (budget is None or issued < budget):
+    async def worker(number: int, client: httpx.AsyncClient, deadline: float) -> None:
+        nonlocal issued, answered
+        while (
+            time.perf_counter() < deadline
+            and (budget is None or issued < budget)
+            and len(refused) < concurrency
+        ):
             issued += 1
             start = time.perf_counter()
             status, ok = await send(client)
+            end = time.perf_counter()
             statuses[status] += 1
+            # Refused: nothing listens on the port any more (on loopback a busy server's full
+            # backlog times out instead). Once every client's last request was, the server
+            # is gone, and the rest of the level would count only refusals.
+            if status == REFUSED:
+                refused.add(number)
+            else:
+                refused.discard(number)
+                answered = end
             if ok:
-                latencies.append(time.perf_counter() - start)
+                latencies.append(end - start)
 
     # A client (one keep-alive connection) per worker, as independent users would be.
     async with AsyncExitStack() as stack:
@@ -257,10 +282,17 @@ async def _level(
         )
         for window in windows.values():
             window.start()
-        start = time.perf_counter()
-        await asyncio.gather(*(worker(c, start + duration_s) for c in clients))
+        start = answered = time.perf_counter()
+        await asyncio.gather(*(worker(i, c, start + duration_s) for i, c in enumerate(clients)))
         wall = time.perf_counter() - start
         waited = {name: span for name, w in windows.items() if (span := w.stop())}
+    if len(refused) == concurrency:
+        raise ServerGone(
+            f"{url} stopped answering at concurrency {concurrency} after "
+            f"{answered - start:.1f} s: connection refused ({statuses[REFUSED]} of "
+            f"{issued} requests)",
+            "is the server still running? Restart it, then bench again",
+        )
     if not issued:  # the deadline passed while the event loop still settled the clients
         raise UserError(
             f"concurrency {concurrency}: no request was sent in --duration {duration_s:g} s "

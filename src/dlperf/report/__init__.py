@@ -5,9 +5,44 @@ staleness.py: the asynchronous-SGD study; roofline.py: `dlperf predict --plot`;
 max_batch.py: `dlperf scale max-batch`.
 """
 
+import atexit
+import os
+import shutil
+import sys
+import tempfile
 import warnings
+from pathlib import Path
 
-from matplotlib.figure import Figure
+
+def _writable_config() -> None:
+    """Point MPLCONFIGDIR at a temporary folder of this process's (removed as it ends) when
+    matplotlib's config or cache folder cannot be made or written: a HOME that cannot be
+    written, an account with no home. matplotlib fell back to such a folder itself, but only
+    after two warnings on stderr at every figure ("mkdir -p failed ..." and advice to set
+    MPLCONFIGDIR); the figures are the same, the fonts are looked up again in each process.
+    The folders are Linux's (and FreeBSD's), $XDG_CONFIG_HOME or ~/.config and
+    $XDG_CACHE_HOME or ~/.cache, each /matplotlib; elsewhere matplotlib's rule is left to it."""
+    if os.environ.get("MPLCONFIGDIR") or not sys.platform.startswith(("linux", "freebsd")):
+        return
+    try:
+        folders = [
+            Path(os.environ.get(variable) or Path.home() / default, "matplotlib")
+            for variable, default in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"))
+        ]
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+        if all(os.access(folder, os.W_OK) for folder in folders):
+            return
+    except (OSError, RuntimeError):  # RuntimeError: Path.home() of an account with no home
+        pass
+    own = tempfile.mkdtemp(prefix="matplotlib-")
+    atexit.register(shutil.rmtree, own, ignore_errors=True)
+    os.environ["MPLCONFIGDIR"] = own
+
+
+_writable_config()
+
+from matplotlib.figure import Figure  # noqa: E402 (after the folders are settled: its import looks)
 
 # A name the figures' font (DejaVu Sans) has no glyph for (a class folder named 猫) is drawn
 # as a box; matplotlib also warned, once per draw and save, with its own source lines: eight
