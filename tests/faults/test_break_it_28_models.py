@@ -1,5 +1,16 @@
 """Break-it round 28, P1 (the user's own models), fixer fxI:
 
+C5. `export --opset 17` (or 9) of a model the dynamo exporter writes at its own opset 18 (it
+cannot convert the model down) was refused as "torch cannot convert this model to opset 17",
+though the TorchScript exporter writes that opset at once; it is now exported so, as when the
+dynamo exporter fails, and refused only where neither exporter writes the opset.
+C6. model.head = "keep" with weights of a run on another number of classes was told to "use
+the model.name, model.kwargs and data.image_size the weights were trained with", which it
+did; where every misfit is the kept head's classes, the fix now says so: model.head = "new",
+or data of the weights' classes.
+C8. A model built in float16 (`.half()`) was told to set run.precision = "fp16" to train in
+half precision, where run.precision was "fp16" already; it is now told that run.precision
+casts it, and that it must still be built in float32.
 C12. An exception raised while a model file was imported (by the file or a module beside it)
 was told without its file and line ("failed to import: KeyError: 'missing'"); the innermost
 frame of the model's own code is now named: "failed to import (helper_rt.py, line 6): ...".
@@ -7,11 +18,16 @@ frame of the model's own code is now named: "failed to import (helper_rt.py, lin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import pytest
+from torch import nn
 
+from dlperf.errors import UserError
+from dlperf.models.transfer import load_weights
 from tests.conftest import CliResult
 from tests.faults.test_store_faults import one_line
 
@@ -67,3 +83,97 @@ def test_an_import_error_names_the_models_file_and_line(
         (tmp_path / name).write_text(text)
     result = cli("analyze", f"{tmp_path / 'rt.py'}:net", "--input", "1,8,8")
     one_line(result, 2, said)
+
+
+@pytest.mark.parametrize("opset", [9, 17])
+def test_an_opset_the_dynamo_exporter_keeps_its_own_is_the_torchscript_exporters(
+    cli: Cli, tmp_path: Path, opset: int
+) -> None:
+    (tmp_path / "base.py").write_text(BASE)  # its AdaptiveAvgPool2d: opset 18's ReduceMean
+    out = tmp_path / "op.onnx"
+    result = cli("export", f"{tmp_path / 'base.py'}:net", "--input", "1,8,8", "--out", str(out),
+                 "--opset", str(opset), "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert (doc["opset"], doc["exporter"], doc["parity"]) == (opset, "torchscript", True)
+    written = onnx.load(str(out)).opset_import
+    assert [o.version for o in written if o.domain in ("", "ai.onnx")] == [opset]
+    # the dynamo exporter's weights file is not left beside the TorchScript exporter's model
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.py", "op.onnx", "op.onnx.json"]
+    assert f"the dynamo exporter writes opset 18 for this model, not {opset}" in result.err
+
+
+SYNTHETIC = """
+[model]
+name = "{model}"
+[data]
+name = "synthetic"
+shape = [1, 8, 8]
+num_classes = {classes}
+size = 32
+[train]
+epochs = 1
+batch_size = 16
+lr = 0.5
+[run]
+threads = 1
+warmup_steps = 1
+out_dir = "{out}"
+"""
+
+
+def test_a_kept_head_of_other_classes_is_told_as_the_heads(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "base.py").write_text(BASE)
+    config = tmp_path / "syn.toml"
+    for classes in (10, 5):
+        text = SYNTHETIC.format(model=tmp_path / "base.py:net", classes=classes, out=tmp_path)
+        config.write_text(text)
+        if classes == 10:
+            assert cli("run", str(config)).code == 0
+    keep = ("--set", "model.weights=run:1", "--set", "model.head=keep")
+    result = cli("run", str(config), *keep)
+    one_line(
+        result, 2,
+        "model.weights run 1 do not fit the model: 2 of another shape (weights vs model) "
+        "(fc.weight 10x4 vs 5x4, fc.bias 10 vs 5) (the weights' head has 10 classes, the "
+        'data 5: set model.head = "new", or train on data of 10 classes)',
+    )  # fmt: skip
+
+
+def test_a_kept_head_of_another_width_keeps_the_models_fix() -> None:
+    weights = nn.Sequential(nn.Flatten(), nn.Linear(32, 10)).state_dict()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 5))
+    with pytest.raises(UserError) as refused:
+        load_weights(model, weights, "run 1", keep_head=True)
+    assert refused.value.hint == (
+        "use the model.name, model.kwargs and data.image_size the weights were trained with"
+    )
+
+
+HALF = (
+    BASE
+    + """
+
+def half(num_classes=10, in_channels=1):
+    return Net(num_classes, in_channels).half()
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("precision", "fix"),
+    [
+        ("fp32", 'to train in half precision set run.precision = "fp16" or "bf16", which casts'),
+        ("fp16", 'run.precision = "fp16" casts it to half precision as it trains'),
+    ],
+)
+def test_a_half_model_is_told_what_run_precision_does(
+    cli: Cli, tmp_path: Path, precision: str, fix: str
+) -> None:
+    (tmp_path / "half.py").write_text(HALF)
+    config = tmp_path / "syn.toml"
+    config.write_text(SYNTHETIC.format(model=tmp_path / "half.py:half", classes=10, out=tmp_path))
+    result = cli("run", str(config), "--set", f"run.precision={precision}")
+    one_line(result, 2, "its parameters are float16, but dlperf feeds it float32 images", fix)
+    if precision != "fp32":
+        assert "set run.precision" not in result.err

@@ -412,6 +412,7 @@ def _torch_export(
             )
         return caught
 
+    written: int | None = None  # the opset the dynamo exporter wrote where not the one asked
     try:
         attempt(
             dynamo=True,
@@ -419,7 +420,15 @@ def _torch_export(
             external_data=not single_file,
             verbose=False,
         )
-        return "dynamo"
+        written = _opset(out)
+        if opset is None or written == opset:
+            return "dynamo"
+        # It writes its own opset (18) and converts it to the one asked for, keeping its own,
+        # with a warning nobody sees, where it cannot (ReduceMean's axes below 18); the
+        # TorchScript exporter writes the older opsets itself.
+        refused: BaseException = ValueError(f"it wrote opset {written}")  # for _starved
+        why = f"the dynamo exporter writes opset {written} for this model, not {opset}"
+        after = f"as {why}"
     except Exception as e:  # the exporter raises many types; any failure means "fall back"
         if interrupted(e):
             # A stop that landed inside torch's lazy imports (torch._dynamo's) comes back as
@@ -429,6 +438,10 @@ def _torch_export(
         refused = e.__cause__ or e
         if _unwritable(refused):  # the fallback would meet the same file system
             raise refused from None
+        why = f"the dynamo exporter failed ({_first_line(refused)})"
+        after = f"after the dynamo exporter failed: {type(refused).__name__}"
+    for left in _files(out):  # its weights file would be published as the fallback's
+        left.unlink(missing_ok=True)
     try:
         caught = attempt(
             dynamo=False,
@@ -442,23 +455,34 @@ def _torch_export(
         if (starved := _starved(e, refused)) is not None:
             # No fault of the model's: the command line's out-of-memory line, naming a limit
             raise starved from None
+        if written is not None:  # neither exporter writes the opset asked for
+            raise UserError(
+                f"export.opset {opset}: the exporter wrote opset {written} instead (torch "
+                f"{torch.__version__} cannot convert this model to opset {opset}, and its "
+                f"TorchScript exporter fails at it: {_first_line(e)})",
+                "leave export.opset unset for the exporter's own, or ask for one it reaches",
+            ) from None
         raise _unexportable(model, name, refused, e) from None
     constant = _traced_constant(caught)
     if constant is not None:
         raise UserError(
             f"model '{name}' cannot be exported faithfully: its forward {constant}, which the "
-            "TorchScript exporter (the fallback, after the dynamo exporter failed: "
-            f"{type(refused).__name__}) keeps as the value the example input gives, so the "
-            "ONNX graph would take the example input's path for every input",
+            f"TorchScript exporter (the fallback, {after}) keeps as the value the example input "
+            "gives, so the ONNX graph would take the example input's path for every input",
             "compute it with tensor operations: torch.where(condition, a, b) to choose "
             "between values, torch.cond for a branch; a size as x.shape[i], without int()",
         )
     # Said once the fallback is known to stand: a refusal above is the export's one line.
-    reporter.log(
-        f"warning: the dynamo exporter failed ({_first_line(refused)}); "
-        "falling back to the TorchScript exporter"
-    )
+    reporter.log(f"warning: {why}; falling back to the TorchScript exporter")
     return "torchscript"
+
+
+def _opset(model: Path) -> int:
+    """The ONNX opset (the default domain's) of the model file at `model`."""
+    import onnx
+
+    proto = onnx.load(str(model), load_external_data=False)
+    return int(next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")))
 
 
 # The file system refusing the model's files (full, over ulimit -f, read-only): no fault of the
@@ -710,15 +734,7 @@ def export(
                 meta.model,
             )
         proto = onnx.load(str(staged), load_external_data=False)
-        meta.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
-        if opset is not None and meta.opset != opset:
-            # The dynamo exporter writes its own opset and converts it to the one asked for,
-            # keeping its own, with a warning nobody sees, when it cannot (5, 999).
-            raise UserError(
-                f"export.opset {opset}: the exporter wrote opset {meta.opset} instead "
-                f"(torch {torch.__version__} cannot convert this model to opset {opset})",
-                "leave export.opset unset for the exporter's own, or ask for one it reaches",
-            )
+        meta.opset = _opset(staged)  # the one asked for, if any: _torch_export saw to it
         meta_io.save(staged, meta)
         export_s = time.perf_counter() - start
 
