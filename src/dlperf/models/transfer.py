@@ -173,7 +173,7 @@ def load_weights(
         notes = [f"head {head[:-1]} new, sized for {classes} classes"]
     skipped = () if keep_head else (head,)  # str.startswith(()) is False: nothing skipped
     merged = dict(target)
-    missing, mismatched = [], []
+    missing, mismatched, misfits = [], [], []
     for key, value in target.items():
         if key.startswith(skipped):
             continue
@@ -189,6 +189,7 @@ def load_weights(
             given = adapt_first_conv(given, value.shape[1])
         if given.shape != value.shape:
             mismatched.append(f"{key} {_shape(given)} vs {_shape(value)}")
+            misfits.append(key)
             continue
         merged[key] = given.to(value.dtype)
     unexpected = [k for k in weights if k not in target and not k.startswith(skipped)]
@@ -202,9 +203,22 @@ def load_weights(
         if names
     ]
     if problems:
+        hint = "use the model.name, model.kwargs and data.image_size the weights were trained with"
+        theirs = weights.get(f"{head}weight")
+        if (
+            not missing
+            and not unexpected
+            and all(key.startswith(head) for key in misfits)
+            and theirs is not None
+            and theirs.shape[1:] == target[f"{head}weight"].shape[1:]
+        ):
+            # Only the kept head's classes differ: the model is the weights' own
+            hint = (
+                f"the weights' head has {theirs.shape[0]} classes, the data {classes}: set "
+                f'model.head = "new", or train on data of {theirs.shape[0]} classes'
+            )
         raise UserError(
-            f"model.weights {source} do not fit the model: " + "; ".join(problems),
-            "use the model.name, model.kwargs and data.image_size the weights were trained with",
+            f"model.weights {source} do not fit the model: " + "; ".join(problems), hint
         )
     load_state(model, merged, f"model.weights {source} do not load into the model as built")
     return notes
