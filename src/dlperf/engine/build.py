@@ -246,12 +246,16 @@ def check_gradients_on(before: bool) -> None:
 _DTYPE_MISMATCH = re.compile(r"dtype|scalar type|type \(")
 
 
-def not_float32(model: torch.nn.Module, name: str, error: str) -> UserError | None:
+def not_float32(
+    model: torch.nn.Module, name: str, error: str, precision: str = "fp32"
+) -> UserError | None:
     """The error for model `name`, whose forward of float32 images failed with `error`, when
     its floating parameters are of another dtype: all of them (built with .double() or
     .half()), or some where `error` is torch's of a dtype (a head alone .half(): "mat1 and mat2
     must have the same dtype"), the first odd one named as `dlperf analyze` names it. torch's
-    error blamed the images. None otherwise: a model of mixed dtypes may fail for its shapes."""
+    error blamed the images. None otherwise: a model of mixed dtypes may fail for its shapes.
+    `precision` (run.precision) is the run's: one in half precision already is told that it
+    casts the model, not to be set."""
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if not dtypes:
         return None
@@ -266,11 +270,15 @@ def not_float32(model: torch.nn.Module, name: str, error: str) -> UserError | No
             "them), or cast to the layer's dtype in forward before it: x.to(layer.weight.dtype)",
         )
     other = sorted(str(d).removeprefix("torch.") for d in dtypes)
+    if precision == "fp32":
+        half = 'to train in half precision set run.precision = "fp16" or "bf16", which casts '
+        half += "as it trains"
+    else:
+        half = f'run.precision = "{precision}" casts it to half precision as it trains'
     return UserError(
         f"model {name}: its parameters are {' and '.join(other)}, but dlperf feeds it "
         "float32 images",
-        "build it in float32 (no .double() or .half(), no torch.set_default_dtype); to train "
-        'in half precision set run.precision = "fp16" or "bf16", which casts as it trains',
+        f"build it in float32 (no .double() or .half(), no torch.set_default_dtype); {half}",
     )
 
 
@@ -381,7 +389,7 @@ def _check_model(
     except (TooDeep, ReadFailed):  # neither its parameters' dtype nor the images' size
         raise
     except UserError as e:
-        refused = not_float32(model, name, e.message) or misfit(
+        refused = not_float32(model, name, e.message, exp.run.precision) or misfit(
             model, data.shape, data.name, device, exp.data.image_size, data.num_classes
         )
         raise refused or e from None
