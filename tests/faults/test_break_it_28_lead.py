@@ -7,6 +7,8 @@
   made an empty store file.
 - L3 (a P2 tester's cause B, its VOC case): an annotation naming `Square` among `square`s
   trained two classes, the stray one an AP row of nan, without a word.
+- L4 (the P2 tester's cause A, its npz and MNIST cases): an npz or idx file this user may not
+  read was told to be written again, or replaced with a whole copy.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_21_data import TRAIN_IMAGES, write_mnist
 from tests.faults.test_break_it_21_detect import shapes, sub
 from tests.faults.test_break_it_24_detect import finetune, refused_before_training, xml
+from tests.faults.test_break_it_28_data import mode_bits_bind
 from tests.faults.test_store_faults import one_line
 
 Cli = Callable[..., CliResult]
@@ -103,6 +108,30 @@ def test_object_names_differing_only_in_case_are_refused(cli: Cli, tmp_path: Pat
         "output and AP row (write each class's <name> in one spelling)",
     )
     refused_before_training(cli, out)
+
+
+# --- L4: an npz or idx file that cannot be read ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["npz", "mnist"])
+def test_a_data_file_this_user_may_not_read_is_said_so(cli: Cli, tmp_path: Path, name: str) -> None:
+    if name == "npz":
+        root = locked = tmp_path / "s.npz"
+        np.savez(locked, images=np.zeros((4, 1, 8, 8), np.uint8), labels=np.arange(4) % 2)
+    else:
+        root, locked = tmp_path, write_mnist(tmp_path) / TRAIN_IMAGES
+    locked.chmod(0)
+    try:
+        with mode_bits_bind():
+            r = cli("data", "describe", name, "--set", f"data.root={root}", "--json")
+    finally:
+        locked.chmod(0o644)
+    one_line(
+        r,
+        2,
+        f"error: {locked}: cannot read the file (Permission denied) (chmod a+r {locked}, or run "
+        "as a user who can read it)",
+    )
 
 
 EXP = """

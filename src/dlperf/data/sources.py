@@ -972,6 +972,16 @@ def _newer(gz: Path, target: Path) -> bool:
     return gz.stat().st_mtime_ns > target.stat().st_mtime_ns
 
 
+def _unreadable(path: Path, what: str, e: PermissionError) -> UserError:
+    """A file of the set that this user may not read (an image, an npz, an idx file): its
+    permissions are the fault, not its bytes, and the fix is theirs."""
+    shown = _shown_path(path)
+    return UserError(
+        f"{shown}: cannot read {what} ({e.strerror})",
+        f"chmod a+r {shlex.quote(shown)}, or run as a user who can read it",
+    )
+
+
 # idx files' element types, by the magic number's third byte (torchvision reads uint8 only)
 _IDX_TYPES = {0x08: "uint8", 0x09: "int8", 0x0B: "int16", 0x0C: "int32", 0x0D: "float32"}
 _IDX_TYPES[0x0E] = "float64"
@@ -983,6 +993,8 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
     _irregular(cfg, what, path)
     try:
         data = path.read_bytes()
+    except PermissionError as e:  # the file is fine: a whole copy of it is no fix
+        raise _unreadable(path, "the file", e) from None
     except OSError as e:
         raise _broken(cfg, what, path, f"cannot be read ({e.strerror or e})") from None
     return _idx_array(cfg, what, path, data, dims)
@@ -1142,11 +1154,7 @@ def opened_image(path: str | Path) -> Iterator[Any]:
     except (UserError, MemoryError):  # the body's own line, or a lack of memory: as they are
         raise
     except PermissionError as e:  # the image is fine: replacing it is no fix
-        shown = _shown_path(path)
-        raise UserError(
-            f"{shown}: cannot read the image ({e.strerror})",
-            f"chmod a+r {shlex.quote(shown)}, or run as a user who can read it",
-        ) from None
+        raise _unreadable(path, "the image", e) from None
     except OSError as e:  # PIL's UnidentifiedImageError and truncated files alike
         said = _error_said(e, path)
         raise UserError(
@@ -2077,6 +2085,8 @@ def read_npz(
         with loaded as f:
             arrays = {k: _npz_array(path, f, k) for k in _NPZ_KEYS if k in f.files}
             files = list(f.files)
+    except PermissionError as e:  # the file is fine: writing it again is no fix
+        raise _unreadable(Path(path), "the file", e) from None
     except (
         OSError,
         ValueError,
