@@ -972,7 +972,7 @@ def _newer(gz: Path, target: Path) -> bool:
     return gz.stat().st_mtime_ns > target.stat().st_mtime_ns
 
 
-def _unreadable(path: Path, what: str, e: PermissionError) -> UserError:
+def _unreadable(path: str | Path, what: str, e: PermissionError) -> UserError:
     """A file of the set that this user may not read (an image, an npz, an idx file): its
     permissions are the fault, not its bytes, and the fix is theirs."""
     shown = _shown_path(path)
@@ -2086,7 +2086,7 @@ def read_npz(
             arrays = {k: _npz_array(path, f, k) for k in _NPZ_KEYS if k in f.files}
             files = list(f.files)
     except PermissionError as e:  # the file is fine: writing it again is no fix
-        raise _unreadable(Path(path), "the file", e) from None
+        raise _unreadable(path, "the file", e) from None
     except (
         OSError,
         ValueError,
