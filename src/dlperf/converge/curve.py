@@ -78,7 +78,7 @@ class CurveFit:
 class Prediction:
     target: float  # in the metric's units (accuracy stays accuracy)
     reachable: bool
-    predicted_step: int | None
+    predicted_step: float | None  # an int on an axis of whole steps (`whole_steps`)
     interval: tuple[float, float] | None  # 90% bootstrap interval; inf when some never reach
     actual_step: float | None  # first measured step at or past the target, when known
     error_pct: float | None  # (predicted − actual) / actual · 100
@@ -442,10 +442,29 @@ def compare_forms(k: np.ndarray, y: np.ndarray, n_fit: int) -> dict[str, float |
     }
 
 
-def whole_step(k: float) -> float:
-    """The first whole step at or past a crossing; rounding first keeps float noise
-    (900.0000000000006) from moving an exact crossing to the next step."""
-    return float(math.ceil(round(k, 6))) if math.isfinite(k) else math.inf
+def whole_steps(steps: np.ndarray | None) -> bool:
+    """Whether a curve's steps are whole numbers (training steps, whole epochs), or unknown:
+    a crossing is then reported at a whole step (`whole_step`). Epochs logged every 0.1
+    (`--x epoch`) are not: there the crossing itself is the answer."""
+    return steps is None or bool(np.all(np.asarray(steps) == np.round(steps)))
+
+
+def whole_step(k: float, whole: bool = True) -> float:
+    """The first whole step at or past a crossing, on an axis of `whole` steps; rounding
+    first keeps float noise (900.0000000000006) from moving an exact crossing to the next
+    step. On a fractional axis, the crossing itself, to 12 significant digits (1.6, not
+    1.5999999999999999): rounded up to a whole unit, an exact 1.5 epochs read 2 (33 % off),
+    and a crossing on an axis of 1e-298 steps read 0."""
+    if not math.isfinite(k):
+        return math.inf
+    return float(math.ceil(round(k, 6))) if whole else float(f"{k:.12g}")
+
+
+def reported_step(k: float, whole: bool) -> float:
+    """`whole_step` as a prediction reports it: an int on an axis of whole steps (90, not
+    90.0, in JSON)."""
+    step = whole_step(k, whole)
+    return int(step) if whole else step
 
 
 def predict(
@@ -459,13 +478,15 @@ def predict(
     first: float = 1.0,
 ) -> Prediction:
     """When the curve reaches `target` (in the metric's units), with a 90% interval, neither
-    before `first`, the fit window's first step (a step is whole, so never before 1); compared
-    with the first measured step at or past the target when the whole curve is given."""
+    before `first`, the fit window's first step (1 when not given); compared with the first
+    measured step at or past the target when the whole curve is given. Rounded up to whole
+    steps unless `steps` holds fractional ones (`whole_steps`)."""
     check_target(target, metric)
     goal = float(to_decreasing(np.array(target), metric))
     k_hat = float(steps_to(form, p, goal, first)[0])
     reachable = math.isfinite(k_hat)
-    predicted = int(whole_step(k_hat)) if reachable else None
+    whole = whole_steps(steps)
+    predicted = reported_step(k_hat, whole) if reachable else None
     interval = None
     if reachable:
         # No interpolation, so that samples that never reach the target give an inf bound.
@@ -473,8 +494,8 @@ def predict(
         lo = np.percentile(reach, 5, method="lower")
         hi = np.percentile(reach, 95, method="higher")
         # Widened to hold the point, as `intervals` does.
-        point = whole_step(k_hat)
-        interval = (min(whole_step(lo), point), max(whole_step(hi), point))
+        point = whole_step(k_hat, whole)
+        interval = (min(whole_step(lo, whole), point), max(whole_step(hi, whole), point))
     actual = first_reaching(steps, values, metric, goal)
     return Prediction(
         target, reachable, predicted, interval, actual, error_pct(predicted, actual), k_hat <= first

@@ -62,11 +62,13 @@ from dlperf.converge.curve import (
     error_pct,
     first_reaching,
     flat_numbers,
+    reported_step,
     thinned,
     to_decreasing,
     value_scale,
     weights,
     whole_step,
+    whole_steps,
 )
 from dlperf.errors import UserError
 
@@ -211,6 +213,7 @@ class Posterior:
     n_points: int
     noise: float  # the measurement noise of the window's last points (`_recent_noise`)
     spacing: float  # median steps between measured points: how often the curve is measured
+    whole: bool  # the steps are whole numbers: a prediction is rounded up to one (`whole_step`)
     last_step: float
     best: float  # the lowest value in the fit window (decreasing units)
     plateau_prior: str  # "log" or "uniform"
@@ -329,6 +332,7 @@ def fit(
         n_points=len(k),
         noise=_recent_noise(k, y, c_all, a_all, fam_idx, thetas, offsets, families, flat),
         spacing=float(np.median(np.diff(k))),
+        whole=whole_steps(k),
         last_step=scale,
         best=float(y.min()),
         plateau_prior=plateau_prior,
@@ -660,7 +664,8 @@ class EnsemblePrediction:
     verdict: str  # "answer" or "cannot tell" (see `predict`)
     # Why there is no answer; with an answer, None, or what its open upper end means
     reason: str | None
-    predicted_step: int | None  # posterior median, rounded up to a whole step; with an answer
+    # posterior median, rounded up to a whole step on an axis of whole steps; with an answer
+    predicted_step: float | None
     # 90%, calibrated (see `calibrate`); with an answer; the upper end ∞ when not bounded
     interval: tuple[float, float] | None
     plateau: float  # posterior median of the plateau, in the metric's units
@@ -676,16 +681,21 @@ class EnsemblePrediction:
 
 
 def calibrate(
-    lo: float, hi: float, calibration: tuple[float, float], first: float, spacing: float
+    lo: float,
+    hi: float,
+    calibration: tuple[float, float],
+    first: float,
+    spacing: float,
+    whole: bool = True,
 ) -> tuple[float, float]:
     """The posterior's 5th-95th percentile steps widened (or narrowed) by the split-conformal
-    constants (see CALIBRATION), in whole steps: not before `first`, the first step the
-    prediction is about, and at least one `spacing` wide, since a curve measured every
-    `spacing` steps is seen to pass its target only to within that (a single step, such as
-    [14, 14], claimed what no measurement can tell)."""
+    constants (see CALIBRATION), in whole steps on an axis of `whole` ones: not before
+    `first`, the first step the prediction is about, and at least one `spacing` wide, since a
+    curve measured every `spacing` steps is seen to pass its target only to within that (a
+    single step, such as [14, 14], claimed what no measurement can tell)."""
     low, high = calibration
-    lo = max(whole_step(lo * math.exp(-low)), first)
-    hi = max(whole_step(hi * math.exp(high)), lo + spacing)
+    lo = max(whole_step(lo * math.exp(-low), whole), first)
+    hi = max(whole_step(hi * math.exp(high), whole), lo + spacing)
     return lo, hi
 
 
@@ -827,21 +837,21 @@ def predict(
         # the noise reached it, as `actual step` counts; the curve was seen to pass it within
         # one measurement spacing before that step, and not before the first point measured.
         first = float(post.records[0][0])
-        step = whole_step(passed)
-        span = (whole_step(max(step - post.spacing, first)), step)
+        step = reported_step(passed, post.whole)
+        span = (whole_step(max(step - post.spacing, first), post.whole), step)
         actual = first_reaching(steps, values, metric, goal)
         return EnsemblePrediction(
             target=target,
             p_reachable=1.0,
             verdict="answer",
             reason=None,
-            predicted_step=int(step),
+            predicted_step=step,
             interval=span,
             plateau=plateau_q[1],
             plateau_interval=(plateau_lo, plateau_hi),
             family_weight=post.family_weight,
             actual_step=actual,
-            error_pct=error_pct(int(step), actual),
+            error_pct=error_pct(step, actual),
             at_first_step=passed == first,
         )
     limit = max_reach * post.last_step
@@ -864,7 +874,7 @@ def predict(
         )
     else:
         open_above = hi > limit
-        lo, hi = calibrate(lo, min(hi, limit), calibration, first, post.spacing)
+        lo, hi = calibrate(lo, min(hi, limit), calibration, first, post.spacing, post.whole)
         if open_above or hi > limit:
             # Past the steps the curves are followed to: the upper end is not bounded.
             hi = math.inf
@@ -875,7 +885,7 @@ def predict(
             )
         median = min(max(median, lo), hi)
         interval = (lo, hi)
-    predicted = int(whole_step(median)) if verdict == "answer" else None
+    predicted = reported_step(median, post.whole) if verdict == "answer" else None
     actual = first_reaching(steps, values, metric, goal)
     return EnsemblePrediction(
         target=target,

@@ -267,12 +267,13 @@ def measured_answer(
     goal = float(curve.to_decreasing(np.array(target), opts.metric))
     y = curve.to_decreasing(c.values[:n_fit], opts.metric)
     i = int(np.flatnonzero(y <= goal)[0])
-    step = curve.whole_step(float(c.steps[i]))
+    whole = curve.whole_steps(c.steps)
+    step = curve.reported_step(float(c.steps[i]), whole)
     # Seen to pass the target between the point before and this one; at the first, there.
-    low = curve.whole_step(float(c.steps[i - 1])) if i else step
+    low = curve.whole_step(float(c.steps[i - 1]), whole) if i else step
     actual = curve.first_reaching(c.steps, c.values, opts.metric, goal)
     p = curve.Prediction(
-        target, True, int(step), (low, step), actual, curve.error_pct(int(step), actual), i == 0
+        target, True, step, (low, step), actual, curve.error_pct(step, actual), i == 0
     )
     level = float(curve.to_decreasing(0.0, opts.metric))  # the value the curve stays at
     zeros = int(np.sum(y <= 0))
@@ -440,6 +441,26 @@ def _feature_value(text: str) -> float | str:
         return text.strip()
 
 
+def _curve_of(source: str) -> tuple[str, Any]:
+    """What curve `source` reads, whatever features it is given: a run, or a file."""
+    if source.isdigit():
+        return ("run", int(source))
+    return ("csv", Path(split_source(source)[0]).resolve())
+
+
+def _held_out(compare: str, sources: list[str]) -> None:
+    """Refuse a --compare curve that is also a source: the prediction was fitted to it, and
+    its error on it, reported as a held-out check, was an in-sample one (7e-09 %)."""
+    curve_read = _curve_of(compare)
+    for source in sources:
+        if _curve_of(source) == curve_read:
+            said = compare if source == compare else f"{compare} (as {source})"
+            raise UserError(
+                f"{said} is both a source and --compare",
+                "leave it out of the sources to measure the prediction on it",
+            )
+
+
 def _once(seen: dict[tuple[Any, ...], str], key: tuple[Any, ...], source: str) -> None:
     """Note `source` as `key`; a UserError naming both when an earlier source was the same."""
     if key in seen:
@@ -575,6 +596,8 @@ def regress(
         curve.check_target(target, opts.metric)
     if compare is not None and at is None:
         raise UserError("--compare needs --predict (the configuration of the compared run)")
+    if compare is not None:
+        _held_out(compare, sources)
     found = regress_sources(sources, features, opts, open_store)
     warnings, betas, windows = [], [], []
     for c, _ in found:

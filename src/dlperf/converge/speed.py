@@ -165,6 +165,8 @@ class SpeedFit:
 # read as text, since through a float "1.5" was 1, "10" a node of 0 GPUs, and 17 digits past
 # a float's 15-16 a different placement.
 _PLACEMENT = re.compile(r"[1-9]+")
+# The fix for a global batch below the workers, a row's or --predict's.
+LEAST_BATCH = "a data-parallel step takes at least one sample a worker: the batch is the global one"
 # The columns each key of `SpeedData` is read from, by table shape, for the lines that name one.
 OWN_COLUMNS = {
     "workers": "workers",
@@ -319,6 +321,16 @@ def _check_rows(data: SpeedData, row_at: Callable[[int], str], names: dict[str, 
         if bad.size:
             i = int(bad[0])
             raise UserError(f"{row_at(i)}: {names[key]} must be a whole number, got {column[i]:g}")
+    # A data-parallel step gives each worker at least one sample (Pollux's local_bsz, a whole
+    # number above 0, does): a global batch of 4 over 16 workers was fitted.
+    bad = np.flatnonzero(data.global_batch < data.workers)
+    if bad.size:
+        i = int(bad[0])
+        raise UserError(
+            f"{row_at(i)}: {names['batch']} {data.global_batch[i]:g} is less than "
+            f"{names['workers']} {data.workers[i]:g}",
+            LEAST_BATCH,
+        )
 
 
 def _optimus_design(model: str, w: np.ndarray, p: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -963,6 +975,11 @@ def predict_at(fit: SpeedFit, text: str, data: SpeedData | None = None) -> dict[
     if any(v < 1 or not v.is_integer() for v in counts.values()) or at.get("batch", 1) <= 0:
         raise UserError(
             f"--predict {text!r}: workers, ps and nodes are whole numbers ≥ 1, batch is > 0"
+        )
+    if at.get("batch", at["workers"]) < at["workers"]:
+        raise UserError(
+            f"--predict {text}: batch {at['batch']:g} is less than workers {at['workers']:g}",
+            LEAST_BATCH,
         )
     at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
     missing = rests_on(fit, at, data) if data is not None else []

@@ -6,7 +6,8 @@ the run refuses with a line naming data.val_fraction, a key that does not reach 
 once the teacher has trained and scored the pool. Checked here instead: before anything runs
 where the pool's size, the classes, K and P already bound the images kept (`check_plan`), and
 after the selection, before the pretrain run, with the images actually kept (`check_kept`),
-each line naming the distill keys that decide it."""
+each line naming the distill keys that decide it. A class kept once whose image the split
+draws for test is no refusal: the split's seed is distill's to choose (`split_seed`)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ import math
 
 import torch
 
-from dlperf.config import DistillConfig
+from dlperf.config import DataConfig, DistillConfig
 from dlperf.data import ImageData
-from dlperf.data.sources import held_out
+from dlperf.data.sources import _seed_keeping_all, held_out
 from dlperf.errors import UserError
 
 FRACTION = 0.1  # the pretrain split's test_fraction and val_fraction
 NOT_OURS = "pretrain splits its images itself: data.val_fraction is the labelled data's"
+SPLIT_NOT_OURS = (
+    "pretrain splits its images itself: data.test_fraction and data.split_seed are the "
+    "labelled data's"
+)
 
 
 def sizes(images: int) -> tuple[int, int, int]:
@@ -87,19 +92,33 @@ def check_plan(opts: DistillConfig, pool: int, classes: int, target: float | Non
     )
 
 
+def split_seed(data: ImageData, cfg: DataConfig) -> int:
+    """The split seed of pretrain's data (`data`, the pseudo-labelled set as read with `cfg`):
+    cfg's, unless it leaves a kept class no training image (one kept once, drawn for test),
+    then the first after it that keeps every class. The split is distill's own, of images
+    dlperf wrote: the run refused it naming data.split_seed and data.test_fraction, keys of
+    the labelled data that do not reach it (one retrained the teacher on other splits). cfg's
+    when no seed keeps every class: `check_kept` then refuses it."""
+    if not _untrained(data):
+        return cfg.split_seed
+    seed = _seed_keeping_all(data, cfg)
+    return cfg.split_seed if seed is None else seed
+
+
 def check_kept(
     k: int, data: ImageData, kept: list[int], opts: DistillConfig, target: float | None
 ) -> None:
     """Refuse the pretrain stage of K before its run, when the images the teacher kept
-    (`kept` per class; `data` the pseudo-labelled set as pretrain splits it) leave it an
-    empty validation split to measure `target` on, or a training split of one class. The
-    fixes offered are those that can work: a larger K only when a class took all K it may
-    (and, for a split of one class, when more than one class kept images: the classes an
-    image may be kept for do not depend on K), dropping target.accuracy only when the
-    training split has its two classes."""
+    (`kept` per class; `data` the pseudo-labelled set as pretrain splits it, at `split_seed`)
+    leave it an empty validation split to measure `target` on, a training split of one
+    class, or a kept class no training image at any split seed. The fixes offered are those
+    that can work: a larger K only when a class took all K it may (and, for a split of one
+    class, when more than one class kept images: the classes an image may be kept for do not
+    depend on K), dropping target.accuracy only when the validation split alone fails."""
     empty_val = target is not None and len(data.val) == 0
     one_class = torch.unique(data.train.labels).numel() < 2
-    if not (empty_val or one_class):
+    lost = _untrained(data)
+    if not (empty_val or one_class or lost):
         return
     said = f"pretrain K={k}: the teacher kept {_images(sum(kept))} ({_per_class(kept, data)})"
     if empty_val:
@@ -107,8 +126,13 @@ def check_kept(
             f", and pretrain measures target.accuracy on a tenth of them, none: that takes "
             f"{fewest(True)} images or more ({NOT_OURS})"
         )
-    else:
+    elif one_class:
         said += ": its training split holds images of 1 class, and a classifier needs 2 or more"
+    else:
+        said += (
+            ", and at none of 100 split seeds does a tenth for test and a tenth of the rest for "
+            f"validation leave every class a training image ({SPLIT_NOT_OURS})"
+        )
     keys = []
     if k in kept and (not one_class or sum(1 for n in kept if n) >= 2):
         keys.append("distill.top_k")
@@ -116,9 +140,17 @@ def check_kept(
         keys.append("distill.top_p")
     fixes = [f"raise {' or '.join(keys)}"] if keys else []
     fixes.append("give a larger, more varied pool (--unlabeled)")
-    if not one_class:
+    if empty_val and not (one_class or lost):
         fixes.append("drop target.accuracy")
     raise UserError(said, ", or ".join(fixes))
+
+
+def _untrained(data: ImageData) -> bool:
+    """Whether a class of the pseudo-labelled images (`data.pool`, as the npz reader gives
+    them) has none in the training split: of two classes, that is a training split of one,
+    which `untrained_classes` leaves to the run's other checks."""
+    assert data.pool is not None  # read by the npz reader
+    return bool(torch.unique(data.train.labels).numel() < torch.unique(data.pool).numel())
 
 
 def _per_class(kept: list[int], data: ImageData) -> str:

@@ -317,6 +317,9 @@ class _Study:
             run={"name": stage_name(p.name, "pretrain", k)},
         )
         pseudo = load_data(pre.data)
+        if (seed := pretrain.split_seed(pseudo, pre.data)) != pre.data.split_seed:
+            pre = _derive(pre, data={"split_seed": seed})
+            pseudo = load_data(pre.data)
         pretrain.check_kept(k, pseudo, s.kept, p.opts, pre.target.accuracy)
         # A small K leaves fewer pseudo-labelled images than a batch: pretrain on all at once.
         images = len(pseudo.train)
