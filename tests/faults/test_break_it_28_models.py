@@ -1,5 +1,9 @@
 """Break-it round 28, P1 (the user's own models), fixer fxI:
 
+C3. A run stored its model file's sha256, and export warned when the file had changed since,
+but not when a module beside it that its import loaded (helper.py) had: the export was of the
+new code, silently. The neighbours' sha256 are now stored with the run and checked as the
+file's is.
 C5. `export --opset 17` (or 9) of a model the dynamo exporter writes at its own opset 18 (it
 cannot convert the model down) was refused as "torch cannot convert this model to opset 17",
 though the TorchScript exporter writes that opset at once; it is now exported so, as when the
@@ -177,3 +181,44 @@ def test_a_half_model_is_told_what_run_precision_does(
     one_line(result, 2, "its parameters are float16, but dlperf feeds it float32 images", fix)
     if precision != "fp32":
         assert "set run.precision" not in result.err
+
+
+NEIGHBOUR = """
+import torch, torch.nn as nn
+from helper import act
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, 4, 3, padding=1)
+        self.fc = nn.Linear(4, num_classes)
+
+    def forward(self, x):
+        return self.fc(act(self.conv(x)).mean((2, 3)))
+
+
+def net(num_classes=10, in_channels=1):
+    return Net(num_classes, in_channels)
+"""
+
+
+def test_a_changed_neighbour_is_told_as_a_changed_model_file(cli: Cli, tmp_path: Path) -> None:
+    models = tmp_path / "m2"
+    models.mkdir()
+    (models / "model.py").write_text(NEIGHBOUR)
+    helper = models / "helper.py"
+    helper.write_text("import torch\ndef act(x): return torch.relu(x)\n")
+    config = tmp_path / "syn.toml"
+    config.write_text(SYNTHETIC.format(model=models / "model.py:net", classes=10, out=tmp_path))
+    assert cli("run", str(config)).code == 0
+    out = str(tmp_path / "nb.onnx")
+    same = cli("export", "1", "--out", out)
+    assert same.code == 0 and "warning" not in same.err, same.err
+    helper.write_text("import torch\ndef act(x): return -x\n")
+    changed = cli("export", "1", "--out", out)
+    assert changed.code == 0, changed.err
+    assert (
+        f"warning: module helper.py beside model file {models / 'model.py'} changed since run 1 "
+        "was trained (its parameters still fit): exported as the files are now"
+    ) in " ".join(changed.err.split())  # the console wraps a long line

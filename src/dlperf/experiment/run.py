@@ -26,7 +26,8 @@ from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, in_model_file, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
-from dlperf.models.registry import rebuilding
+from dlperf.formatting import few
+from dlperf.models.registry import neighbour_digests, rebuilding
 from dlperf.parsing import is_file_spec, one_line
 from dlperf.paths import made_dir, not_regular
 from dlperf.precision import check_default_dtype
@@ -45,13 +46,20 @@ R = TypeVar("R")
 # The key of a run's `system` that holds its model file's sha256: kept out of the config, so
 # that a run's config hash stays what it was.
 MODEL_FILE_DIGEST = "model_file_sha256"
+# ... and the sha256 of the modules beside it that its import loaded (helper.py), by their path
+# relative to its folder: an edit of one changes the network as an edit of the file does.
+MODEL_NEIGHBOURS_DIGEST = "model_neighbours_sha256"
 
 
 def model_file_digest(name: str) -> str | None:
     """The sha256 of the source of the model file `name` names (path/to/file.py:factory);
     None for a registered model or a file that is not there to read."""
-    path = Path(name.rpartition(":")[0] or name)
-    if not is_file_spec(name) or not path.is_file() or not_regular(path) is not None:
+    return _sha256(Path(name.rpartition(":")[0] or name)) if is_file_spec(name) else None
+
+
+def _sha256(path: Path) -> str | None:
+    """The sha256 of the file at `path`; None where it is not there to read."""
+    if not path.is_file() or not_regular(path) is not None:
         return None  # stat'ed first: a FIFO would block the read for ever
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -67,25 +75,42 @@ def _digests(record: RunRecord) -> tuple[str, str | None, str | None]:
     return name, trained, None if trained is None else model_file_digest(name)
 
 
+def _neighbours_changed(record: RunRecord) -> list[str]:
+    """The modules beside `record`'s model file that its import loaded as the run was trained
+    (their sha256 stored with it) whose source is another now, or gone."""
+    name = str(record.config.get("model", {}).get("name", ""))
+    trained = (record.system or {}).get(MODEL_NEIGHBOURS_DIGEST) or {}
+    folder = Path(name.rpartition(":")[0]).parent
+    return [where for where, sha in sorted(trained.items()) if _sha256(folder / where) != sha]
+
+
 def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
     """What a use of `record`'s model (`use`: "exported", "raced") must say when its model
-    file differs from the one it was trained from (its weights loaded into the file as it is
-    now); None when it is the same, and for a run stored without the digest."""
+    file, or a module beside it that its import loaded, differs from the one it was trained
+    from (its weights loaded into the code as it is now); None when they are the same, and
+    for a run stored without the digests."""
     name, trained, now = _digests(record)
-    if trained is None or now in (trained, None):
+    file = one_line(name.rpartition(":")[0])
+    changed = [] if trained is None or now in (trained, None) else [f"model file {file}"]
+    neighbours = _neighbours_changed(record)
+    if neighbours:
+        modules = f"module{'s' if len(neighbours) > 1 else ''} {few(neighbours)}"
+        changed.append(f"{modules} beside {'it' if changed else f'model file {file}'}")
+    if not changed:
         return None
     return (
-        f"model file {one_line(name.rpartition(':')[0])} changed since run {record.id} was "
-        f"trained (its parameters still fit): {use} as the file is now"
+        f"{' and '.join(changed)} changed since run {record.id} was trained (its parameters "
+        f"still fit): {use} as the file{'s are' if neighbours else ' is'} now"
     )
 
 
 def model_file_kept(record: RunRecord) -> bool:
-    """Whether `record`'s model is a file whose source is now the one it was trained from (its
-    stored sha256): weights that do not fit it then come from a factory that builds another
-    network on each call, not from an edit."""
+    """Whether `record`'s model is a file whose source, and that of the modules its import
+    loaded beside it, is now the one it was trained from (their stored sha256): weights that
+    do not fit it then come from a factory that builds another network on each call, not
+    from an edit."""
     _, trained, now = _digests(record)
-    return trained is not None and now == trained
+    return trained is not None and now == trained and not _neighbours_changed(record)
 
 
 # A run seeds torch's process-wide generator (its weights, its dropout masks) and sets the
@@ -148,6 +173,10 @@ def run_experiment(
     source = model_file_digest(exp.model.name)
     if source is not None:  # export says when the file changes after
         system[MODEL_FILE_DIGEST] = source
+        # as prepare_run's build imported them
+        neighbours = neighbour_digests(Path(exp.model.name.rpartition(":")[0]))
+        if neighbours:
+            system[MODEL_NEIGHBOURS_DIGEST] = neighbours
     if by_api:  # this process, as "process" records it: a resume by another process differs
         system[API_PROCESS] = this_process()
     with contextlib.ExitStack() as recorded:
