@@ -9,12 +9,17 @@
   trained two classes, the stray one an AP row of nan, without a word.
 - L4 (the P2 tester's cause A, its npz and MNIST cases): an npz or idx file this user may not
   read was told to be written again, or replaced with a whole copy.
+- L5 (the P1 tester's cause 4): with --json, what a model file wrote past sys.stdout (an
+  atexit handler's print, os.write(1, ...)) went before or after the one JSON document.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,6 +137,30 @@ def test_a_data_file_this_user_may_not_read_is_said_so(cli: Cli, tmp_path: Path,
         f"error: {locked}: cannot read the file (Permission denied) (chmod a+r {locked}, or run "
         "as a user who can read it)",
     )
+
+
+# --- L5: --json's stdout holds the document alone ----------------------------------------------
+
+WRITES_PAST_STDOUT = """
+import atexit, os
+import torch.nn as nn
+atexit.register(lambda: print("ATEXIT RAN"))
+def net(num_classes=10, in_channels=1):
+    os.write(1, b"RAW WRITE\\n")
+    return nn.Sequential(nn.Flatten(), nn.Linear(64 * in_channels, num_classes))
+"""
+
+
+def test_json_stdout_holds_the_document_alone(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(WRITES_PAST_STDOUT)
+    args = ["analyze", "m.py:net", "--input", "1,8,8", "--json"]
+    r = subprocess.run(
+        [sys.executable, "-m", "dlperf", *args], cwd=tmp_path, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["model"], r.stdout
+    assert "RAW WRITE" in r.stderr and "ATEXIT RAN" in r.stderr, r.stderr
 
 
 EXP = """

@@ -12,13 +12,14 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import io
+import os
 import pkgutil
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from dlperf import stopping
 from dlperf.cli.app import app, state
@@ -115,23 +116,36 @@ class _StandardOutput(io.FileIO):
             return super().write(data)
 
 
-def _name_stdout() -> None:
+def _name_stdout(documents: bool) -> TextIO | None:
     """sys.stdout as Python made it, over `_StandardOutput`: the process's own stdout only (a
-    test's capture, or the stand-in for one closed at start, is left as it is)."""
+    test's capture, or the stand-in for one closed at start, is left as it is). With
+    `documents` (--json), the stream for the one JSON document is returned, over a copy of
+    descriptor 1, and descriptor 1 (sys.stdout with it) is stderr's for the rest of the
+    process: what a user's model writes past sys.stdout (os.write(1, ...), C code, a child
+    process, an atexit handler's print once the command ended) went after or into the
+    document."""
     made = sys.stdout
     if made is not sys.__stdout__ or not isinstance(made, io.TextIOWrapper):
-        return
+        return None
     made.flush()
-    raw = _StandardOutput(made.fileno(), "w", closefd=False)
-    raw.name = "<stdout>"
-    unbuffered = isinstance(made.buffer, io.FileIO)  # python -u
-    sys.stdout = io.TextIOWrapper(
-        raw if unbuffered else io.BufferedWriter(raw),
-        encoding=made.encoding,
-        errors=made.errors,
-        line_buffering=made.line_buffering,
-        write_through=made.write_through,
-    )
+    kept = os.dup(made.fileno()) if documents else None
+    if kept is not None:
+        os.dup2(sys.stderr.fileno(), made.fileno())
+
+    def wrapped(fd: int) -> TextIO:
+        raw = _StandardOutput(fd, "w", closefd=fd != made.fileno())
+        raw.name = "<stdout>"
+        unbuffered = isinstance(made.buffer, io.FileIO)  # python -u
+        return io.TextIOWrapper(
+            raw if unbuffered else io.BufferedWriter(raw),
+            encoding=made.encoding,
+            errors=made.errors,
+            line_buffering=made.line_buffering,
+            write_through=made.write_through,
+        )
+
+    sys.stdout = wrapped(made.fileno())
+    return None if kept is None else wrapped(kept)
 
 
 class _TorchNeedsCwd(importlib.abc.MetaPathFinder):
@@ -166,12 +180,13 @@ def outcome() -> int:
     were anything else to escape, a stop signal landing during its propagation could not be
     told apart from it."""
     try:
-        _name_stdout()
+        documents = "--json" in sys.argv[1:]
+        stream = _name_stdout(documents)
         _check_cwd()
         # Not standalone, so that Click's usage errors come here to be told in one line too
         # (standalone, Click prints its usage text around them); Typer still turns Ctrl-C
         # into exit code 130 and --help into 0, returned here.
-        with documents_only("--json" in sys.argv[1:]):
+        with documents_only(documents, stream):
             code = app(standalone_mode=False)
     except SystemExit as e:
         if (caller := _foreign_caller(e)) is not None:  # a user's model, mid-command

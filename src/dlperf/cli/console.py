@@ -88,14 +88,15 @@ _documents: TextIO | None = None
 
 
 @contextmanager
-def documents_only(active: bool) -> Iterator[None]:
+def documents_only(active: bool, stream: TextIO | None = None) -> Iterator[None]:
     """With --json, stdout for the one document alone: whatever else Python prints meanwhile
-    (a user's model printing in its forward) goes to stderr."""
+    (a user's model printing in its forward) goes to stderr. `stream`: the document's own,
+    where stdout is already stderr's (`cli._name_stdout`)."""
     global _documents
     if not active:
         yield
         return
-    _documents = sys.stdout
+    _documents = stream or sys.stdout
     try:
         with redirect_stdout(sys.stderr):
             yield
