@@ -1,5 +1,5 @@
 """The BLAS pools of NumPy and SciPy under an address-space limit: sized to one thread before
-they load, and SciPy's loaded only where it can start. Both are set up as `dlperf` is imported
+they load, and each loaded only where it can start. Both are set up as `dlperf` is imported
 (the command line, the API, every child)."""
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ from types import ModuleType
 # OpenBLAS's own variables (it reads OPENBLAS_NUM_THREADS, then GOTO_NUM_THREADS): a user's is
 # kept. OMP_NUM_THREADS is not read here: it is torch's pool's too, which run.threads sets.
 _OPENBLAS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
-# The address space SciPy's import needs beyond what is mapped when it starts, for a pool of
-# one thread: its shared objects (about 60 MiB here, its OpenBLAS among them) and the 33 MiB
-# buffer OpenBLAS allocates as it loads, with room to spare; each further thread, its buffer
-# and stack. Measured under ulimit -v: 64-96 MiB above the process hung, 128 MiB did not.
-_SCIPY_MIB = 256
+# The address space each library's import needs beyond what is mapped when it starts, for a
+# pool of one thread: its shared objects (its OpenBLAS among them) and the 33 MiB buffer
+# OpenBLAS allocates as it loads, with room to spare; each further thread, its buffer and
+# stack. Measured under ulimit -v: SciPy hung at 64-96 MiB above the process, not at 128;
+# NumPy's OpenBLAS exited the process at 60 MiB, failed in a MemoryError at 80, loaded at 100
+# (one thread; two: at 140). Beside it, the library's name and what its OpenBLAS does short
+# of room for its buffer.
+_NEEDS = {
+    "scipy": (256, "SciPy", "retries its allocation forever"),
+    "numpy": (112, "NumPy", "ends the process with its own line"),
+}
 _THREAD_MIB = 48
 NO_ROOM = "of address space is left"  # the words of the refusal, for the command line's hint
 
@@ -34,7 +40,7 @@ def address_limit() -> int | None:
 def size_pools() -> None:
     """Under an address-space limit, OpenBLAS (and BLIS, Apple's vecLib) to 1 thread, unless
     the user set them: OpenBLAS allocates a buffer per thread as it loads, and short of room
-    for it SciPy's retried for ever (`_RoomForScipy`); dlperf's work in these pools (curve
+    for it SciPy's retried for ever (`_RoomForBlas`); dlperf's work in these pools (curve
     fits, NNLS on a few dozen points, loading digits) gains nothing from a second thread
     (measured: a fit 4.0 ms on 1 thread, 4.3 ms on 2). Without a limit they are left as they
     are: where torch's own BLAS is OpenBLAS (Linux on ARM), OPENBLAS_NUM_THREADS=1 would hold
@@ -64,30 +70,34 @@ def _room(size: int) -> bool:
         return False
 
 
-class _RoomForScipy(importlib.abc.MetaPathFinder):
-    """Refuses SciPy's import when too little of a set address space is left for it. Short of
-    the buffer it allocates as it loads, SciPy's OpenBLAS retried the failing mmap forever
-    inside dlopen, where no stop signal reaches Python (`dlperf run` of digits under ulimit -v
-    spun at 100% CPU until SIGKILL); refused, the import fails as any other that ran out."""
+class _RoomForBlas(importlib.abc.MetaPathFinder):
+    """Refuses SciPy's or NumPy's import when too little of a set address space is left for
+    it. Short of the buffer it allocates as it loads, SciPy's OpenBLAS retried the failing
+    mmap forever inside dlopen, where no stop signal reaches Python (`dlperf run` of digits
+    under ulimit -v spun at 100% CPU until SIGKILL), and NumPy's called exit() ("OpenBLAS
+    error: Memory allocation still failed", `dlperf infer` under ulimit -v 100000); refused,
+    the import fails as any other that ran out."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname == "scipy" and address_limit() is not None:
+        if fullname in _NEEDS and address_limit() is not None:
             size_pools()  # a limit set since dlperf was imported: before OpenBLAS loads
-            need = _SCIPY_MIB + _THREAD_MIB * (_threads() - 1)
+            mib, name, short = _NEEDS[fullname]
+            need = mib + _THREAD_MIB * (_threads() - 1)
             if not _room(need * 2**20):
                 raise ImportError(
-                    f"less than {need} MiB {NO_ROOM}, which SciPy's OpenBLAS needs to start "
-                    "(short of it, OpenBLAS retries its allocation forever)",
+                    f"less than {need} MiB {NO_ROOM}, which {name}'s OpenBLAS needs to start "
+                    f"(short of it, OpenBLAS {short})",
                     name=fullname,
                 )
         return None
 
 
 def guard_scipy() -> None:
-    """Put the guard first on sys.meta_path, once, before SciPy loads (it asks for the limit
-    as SciPy is imported: a process may set one after importing dlperf)."""
-    if "scipy" in sys.modules or any(isinstance(f, _RoomForScipy) for f in sys.meta_path):
+    """Put the guard of SciPy's and NumPy's imports first on sys.meta_path, once, before they
+    load (it asks for the limit as each is imported: a process may set one after importing
+    dlperf)."""
+    if any(isinstance(f, _RoomForBlas) for f in sys.meta_path):
         return
-    sys.meta_path.insert(0, _RoomForScipy())
+    sys.meta_path.insert(0, _RoomForBlas())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dis
+import errno
+import resource
 import sys
 import traceback
 from collections.abc import Iterator
@@ -128,6 +130,37 @@ class StoreGone(UserError):
     def __init__(self, message: str, hint: str | None = None, run_id: int | None = None) -> None:
         super().__init__(message, hint)
         self.run_id = run_id  # the run it was recording, once `RunStore.recording` knows it
+
+
+class NoThreads(UserError):
+    """A thread or process that could not be started (`out_of_threads`): the host's limit on
+    them, not the input's, so exit code 1, in one line naming it (`threads_limit`)."""
+
+    exit_code = 1
+
+
+def out_of_threads(error: BaseException) -> bool:
+    """Whether `error` is, or was raised because, a thread or process could not be started,
+    as the limit on a user's processes and threads (`ulimit -u`) refuses them: Python's
+    "can't start new thread", fork's EAGAIN (asked only where a thread or process was being
+    started), ONNX Runtime's "pthread_create failed"."""
+    return any(
+        (isinstance(e, RuntimeError) and str(e).startswith("can't start new thread"))
+        or (isinstance(e, OSError) and e.errno == errno.EAGAIN)
+        or "pthread_create failed" in str(e)
+        for e in causes(error)
+    )
+
+
+def threads_limit(also: str = "") -> str:
+    """The fix for a process that could not start a thread, the limit named: "ulimit -u 64 is
+    too low: raise it" (`also`: another way out, ", or use --threads 1")."""
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if soft == resource.RLIM_INFINITY:  # then another limit: a cgroup's, the kernel's
+        return (
+            f"the limit on processes and threads (ulimit -u, a cgroup's pids.max) is reached{also}"
+        )
+    return f"ulimit -u {soft} is too low: raise it{also}"
 
 
 class CheckFailed(Exception):

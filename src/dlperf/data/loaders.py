@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
+import os
+import resource
 import signal
 import sys
 import threading
@@ -31,7 +33,7 @@ from torch.utils.data._utils import signal_handling
 from dlperf.config import AugmentConfig
 from dlperf.data.augment import augment_batch, host_to_device, normalize
 from dlperf.data.sources import ImageData, Split, decode_file
-from dlperf.errors import UserError, causes
+from dlperf.errors import UserError, causes, out_of_threads, threads_limit
 from dlperf.paths import files_open, open_files_limit, room_for_files
 
 
@@ -284,6 +286,8 @@ def _hold_group_stops(worker_id: int) -> None:
 
     def quiet_print_exc(*args: Any, **kwargs: Any) -> None:
         error = sys.exc_info()[1]
+        if error is not None and out_of_threads(error):
+            _no_threads_exit()
         if error is None or not _out_of_files(error):
             print_exc(*args, **kwargs)
 
@@ -294,8 +298,24 @@ def _quiet_out_of_files(
     kind: type[BaseException], error: BaseException, trace: TracebackType | None
 ) -> None:
     """A loader worker's `sys.excepthook`: nothing for a process out of file descriptors."""
+    if out_of_threads(error):
+        _no_threads_exit()
     if not _out_of_files(error):
         sys.__excepthook__(kind, error, trace)
+
+
+# A worker's exit code where it could not start a thread (EX_TEMPFAIL, sysexits.h's): a worker
+# runs only dlperf's dataset, so nothing else ends one with it.
+NO_THREADS_EXIT = 75
+
+
+def _no_threads_exit() -> None:
+    """End this worker, which could not start a thread: its queue feeder, short of the
+    resource-sharer thread that hands a batch's tensors over, printed a traceback and dropped
+    the batch, and the training process waited for it for ever (torch's DataLoader has no
+    timeout). Ended, it is found dead at torch's next look at its workers, and its exit code
+    tells `_WorkerWatch` why."""
+    os._exit(NO_THREADS_EXIT)
 
 
 def _out_of_files(error: BaseException) -> bool:
@@ -367,21 +387,72 @@ def _no_sigchld_raise() -> None:
 # epoch failed in torch's "Too many open files" behind the workers' tracebacks, or hung:
 # a worker waited on the training process to take a batch's descriptor it could not open.
 FILES_PER_WORKER = 10
+# The other ways out of a host limit that workers run into.
+_FEWER = ", or lower data.num_workers, or use data.loader=tensor"
+
+
+# Processes and threads a DataLoader worker costs its user (`ulimit -u` counts both): the
+# worker, its result queue's feeder thread, its resource-sharer thread (which hands a batch's
+# tensors over), and the training process's feeder thread for the worker's index queue. Two
+# workers on digits ran at 9 (the training process alone: 1) and hung at 10 (`_room_for_tasks`
+# keeps a margin of 2).
+TASKS_PER_WORKER = 4
+
+
+def _user_tasks() -> int:
+    """The processes and threads of this process's real user, as RLIMIT_NPROC counts them
+    (those /proc shows; this process's at least)."""
+    uid, count = os.getuid(), 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:  # ended since the listing, or hidden
+            continue
+        if int(fields.get("Uid", "-1 ").split()[0]) == uid:
+            count += int(fields.get("Threads", "1"))
+    return max(count, threading.active_count())
+
+
+def _room_for_tasks(workers: int) -> None:
+    """Refuse, in one line naming `ulimit -u`, a limit on processes and threads (RLIMIT_NPROC)
+    too low for `workers` DataLoader workers, once a soft limit is raised to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY or os.getuid() == 0:  # root's processes are not held to it
+        return
+    needed = _user_tasks() + TASKS_PER_WORKER * workers + 2
+    if soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        try:
+            resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))
+            return
+        except (ValueError, OSError):
+            pass
+    limit = soft if hard == resource.RLIM_INFINITY else hard
+    raise WorkerDied(
+        f"data.num_workers = {workers} needs about {needed} processes and threads, over the "
+        f"limit of {limit}",
+        f"ulimit -u {limit} is too low: raise it to {needed} or more{_FEWER}",
+    )
 
 
 def _room_for_workers(workers: int) -> None:
-    """Refuse, in one line naming `ulimit -n`, an open-file limit too low for `workers`
-    DataLoader workers, once a soft limit is raised toward the hard one (paths.room_for_files)."""
+    """Refuse, in one line naming `ulimit -n` or `ulimit -u`, an open-file limit or a limit on
+    processes and threads too low for `workers` DataLoader workers, once a soft limit is raised
+    toward the hard one (paths.room_for_files, `_room_for_tasks`)."""
     if not workers:
         return
+    _room_for_tasks(workers)
     needed = files_open(0) + FILES_PER_WORKER * workers + 2
     limit = room_for_files(needed)
     if limit is not None:
         raise WorkerDied(
             f"data.num_workers = {workers} needs about {needed} open files, over the "
             f"open-file limit of {limit}",
-            f"ulimit -n {limit} is too low: raise it to {needed} or more, or lower "
-            "data.num_workers, or use data.loader=tensor",
+            f"ulimit -n {limit} is too low: raise it to {needed} or more{_FEWER}",
         )
 
 
@@ -432,6 +503,10 @@ class _WorkerWatch:
             code = worker.exitcode
             if code is None:
                 continue
+            if code == NO_THREADS_EXIT:
+                return f"a DataLoader worker (pid {worker.pid}) could not start a thread", (
+                    threads_limit(_FEWER)
+                )
             if code >= 0:
                 return f"a DataLoader worker (pid {worker.pid}) exited with code {code}", None
             try:
@@ -447,7 +522,12 @@ class _WorkerWatch:
         if _out_of_files(error):
             return WorkerDied(
                 "the DataLoader's workers ran out of file descriptors (Too many open files)",
-                open_files_limit(", or lower data.num_workers, or use data.loader=tensor"),
+                open_files_limit(_FEWER),
+            )
+        if out_of_threads(error):
+            return WorkerDied(
+                "the DataLoader could not start its workers' processes or threads",
+                threads_limit(_FEWER),
             )
         if "DataLoader worker (pid" not in str(error):
             return error

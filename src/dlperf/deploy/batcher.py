@@ -11,11 +11,32 @@ what is queued, so a graceful shutdown loses no accepted request.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+from dlperf.errors import NoThreads, out_of_threads, threads_limit
+
+
+def start_threads(executor: ThreadPoolExecutor, threads: int) -> None:
+    """Start `executor`'s `threads` threads now, not one at a time as tasks come: a process
+    that cannot start them (`ulimit -u`) is refused in one line before it says it serves,
+    rather than answering 500 with a traceback at every request."""
+    go = threading.Event()
+    try:
+        for _ in range(threads):
+            executor.submit(go.wait)  # each held, so that the next task needs a thread of its own
+    except RuntimeError as e:
+        if not out_of_threads(e):
+            raise
+        raise NoThreads(
+            "the server could not start its threads", threads_limit(", or lower --threads")
+        ) from None
+    finally:
+        go.set()
 
 
 class QueueFull(Exception):
@@ -51,6 +72,7 @@ class Batcher:
         self._arrived = asyncio.Event()
         self._closing = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        start_threads(self._executor, 1)
         self._worker: asyncio.Task[None] | None = None
 
     @property

@@ -6,6 +6,7 @@ the preprocessing saved at export, so inference sees exactly what training saw.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import warnings
@@ -18,7 +19,7 @@ from PIL import Image
 from dlperf import image_modes
 from dlperf.deploy import meta as meta_io
 from dlperf.deploy.meta import ModelMeta, Preprocess
-from dlperf.errors import UserError, not_utf8
+from dlperf.errors import NoThreads, UserError, not_utf8, out_of_threads, threads_limit
 from dlperf.image_modes import covered
 from dlperf.paths import image_file
 
@@ -41,10 +42,20 @@ def session(
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     try:
-        return ort.InferenceSession(
-            str(path), options, providers=providers([] if cpu else ort.get_available_providers())
-        )
+        # ORT prints its failed first try ("EP Error ... Falling back ...") to stdout, the
+        # command's data, before it tries again and raises: what it raises is said instead.
+        with contextlib.redirect_stdout(io.StringIO()):
+            return ort.InferenceSession(
+                str(path),
+                options,
+                providers=providers([] if cpu else ort.get_available_providers()),
+            )
     except Exception as e:  # ORT raises its own Fail/InvalidGraph types
+        if out_of_threads(e):  # its thread pools, started as the session is made: not the model
+            raise NoThreads(
+                f"ONNX Runtime could not start its threads for {path}",
+                threads_limit(", or use --threads 1"),
+            ) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"ONNX Runtime cannot load {path}: {first}") from None
 

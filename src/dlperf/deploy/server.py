@@ -58,7 +58,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from dlperf import stopping
 from dlperf.config import ServeConfig
 from dlperf.deploy import runtime
-from dlperf.deploy.batcher import Batcher
+from dlperf.deploy.batcher import Batcher, start_threads
 from dlperf.deploy.images import DECODE_THREADS
 from dlperf.deploy.routes import Serving, add_routes
 from dlperf.deploy.serve_metrics import Instrumented, Metrics, Statistics
@@ -130,6 +130,7 @@ def create_app(
 
     batcher = Batcher(execute, batch, max_wait_ms / 1000, queue, on_batch=on_batch)
     decoder = ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="decode")
+    start_threads(decoder, DECODE_THREADS)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

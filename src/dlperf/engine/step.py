@@ -25,6 +25,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from dlperf.config import RunConfig, TrainConfig
 from dlperf.engine.checks import Kept, refuse_compiling
 from dlperf.engine.optim import build_optimizer, build_scheduler
+from dlperf.errors import UserError
 from dlperf.precision import autocast as precision_autocast
 
 
@@ -92,6 +93,39 @@ def check_output(
             f"[{images}, {classes}], one score per class ({classes}) for each image"
         )
     return classes
+
+
+class CompileFailed(UserError):
+    """torch.compile's backend could not compile the step (no working C++ compiler, a Python
+    it cannot run): the host's problem, not the experiment's, so exit 1, in one line rather
+    than torch's hundred-line traceback."""
+
+    exit_code = 1
+
+
+def _compile_told(compiled: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`compiled` (torch.compile's forward, which compiles at its first call), its backend's
+    failure raised as CompileFailed."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    def forward(x: Any) -> Any:
+        try:
+            return compiled(x)
+        except BackendCompilerFailed as e:
+            if isinstance(e.inner_exception, InvalidCxxCompiler):
+                raise CompileFailed(
+                    "torch.compile needs a C++ compiler, and none works here",
+                    "install g++ or set CXX, or set run.compile=false",
+                ) from None
+            inner = e.inner_exception
+            said = (str(inner).strip().splitlines() or [""])[0]
+            raise CompileFailed(
+                f"torch.compile failed: {type(inner).__name__}: {said}",
+                "set run.compile=false to run without it",
+            ) from None
+
+    return forward
 
 
 class Timer(Protocol):
@@ -239,7 +273,7 @@ def prepare(
     if run.compile:
         # Refused before the run is recorded (check_run_form); here for any other caller
         refuse_compiling(model, type(model).__name__)
-        forward = torch.compile(forward)
+        forward = _compile_told(torch.compile(forward))
     step = build_step(
         model, train, run.precision, device, steps_per_epoch, forward, timer, distribute, loss_fn
     )
