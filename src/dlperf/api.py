@@ -360,12 +360,27 @@ class AnalysisResult:
         return "\n\n".join(table.text() for table in tables(self.to_dict()))
 
 
+def _precision(dtype: object) -> str:
+    """analyze's `dtype`, a precision's name or its torch dtype, as the name ("fp16")."""
+    from dlperf.precision import DTYPES
+
+    if dtype is None:
+        return "fp32"
+    for name, torch_dtype in DTYPES.items():
+        if dtype is torch_dtype or (isinstance(dtype, str) and dtype == name):
+            return name
+    raise UserError(
+        f"dtype {dtype!r}: use 'fp32', 'bf16' or 'fp16' (or torch.float32, torch.bfloat16, "
+        "torch.float16)"
+    )
+
+
 def analyze(
     model: torch.nn.Module | str,
     input_size: Sequence[int] | None = None,
     *,
     batch: int = 1,
-    dtype: str | None = None,
+    dtype: str | torch.dtype | None = None,
     train: bool = False,
     bias: bool = True,
     activations: str = "all",
@@ -375,7 +390,8 @@ def analyze(
 
     `model` is a registry or torchvision name (as `dlperf analyze` takes) or your own
     `nn.Module`, which is left untouched: the count runs on a meta-device copy.
-    `input_size` is one sample's shape, e.g. (3, 32, 32); `dtype` "fp32" | "bf16" | "fp16".
+    `input_size` is one sample's shape, e.g. (3, 32, 32); `dtype` "fp32" | "bf16" | "fp16",
+    or torch.float32 | torch.bfloat16 | torch.float16.
     The rest mean what the command's options of the same names mean, with the same defaults:
     `bias=False` (--no-bias) counts parameters without biases (those named *bias);
     `activations` "all" counts every row's outputs, "conv-pool-fc" those of convolution,
@@ -390,7 +406,7 @@ def analyze(
         from dlperf.analytic.counting import check_options, count_model
         from dlperf.models.registry import check_no_cycle
 
-    precision = dtype or "fp32"
+    precision = _precision(dtype)
     input_size = _shape(input_size)
     if not isinstance(bias, bool):  # "no" would count the biases, silently
         raise UserError(f"bias is True or False, got {bias!r}")

@@ -43,12 +43,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
+import sys
 import threading
 import traceback
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from math import prod
 from typing import Any
 
 import torch
@@ -762,7 +764,7 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if name is None:  # the seed of the backward (the loss), not the network's work
             return out
         if self.fields is not None and not self.tracker.is_bw:
-            self.fields.op(ops.op_name(func), args, out, name or ROOT)
+            self.fields.op(func, args, kwargs or {}, out, name or ROOT)
         if ops.is_view(func) or ops.is_marker(func):  # no work: no cost, bytes or call
             return out
         cost = ops.cost_of(func, args, out, kwargs)
@@ -826,7 +828,8 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
         def finished(module: nn.Module, args: Any, out: Any) -> None:
             self.claim_made(module)
-            if module not in self.layers:
+            # a checkpoint's recompute in the backward makes no forward activation
+            if module not in self.layers or self.tracker.is_bw:
                 return
             row = self.row(self.names[module])
             produced = _layer_outputs(module, out)
@@ -1219,6 +1222,38 @@ def sum_backward(out: Any) -> None:
 # .tolist(), nonzero, boolean masks): the forward is fine, counting on shapes alone is not.
 _READS_VALUES = ("cannot be called on meta tensors", "no data!", "data-independent")
 
+TENSOR_MAX_BYTES = 2**63
+"""What no tensor reaches: torch sizes a storage in a signed 64-bit count of bytes."""
+_OVERFLOWED = re.compile(r"Storage size calculation overflowed with sizes=\[([\d, ]*)\]")
+_SMALLER = "give a smaller --batch or --input (analyze.batch, analyze.input)"
+
+
+def refuse_too_large(batch: int, input_shape: Sequence[int], dtype: torch.dtype) -> None:
+    """Refuse an input of `batch` samples of `input_shape` in `dtype` past TENSOR_MAX_BYTES:
+    each number passes its own check, their product may not."""
+    elements = batch * prod(input_shape)
+    if elements * dtype.itemsize >= TENSOR_MAX_BYTES:
+        sizes = " x ".join(str(n) for n in (batch, *input_shape))
+        raise UserError(
+            f"batch x C x H x W = {sizes} = {elements:,} elements is more than a tensor can "
+            "hold (2^63 bytes)",
+            _SMALLER,
+        )
+
+
+def _overflowed(first: str, x: torch.Tensor) -> UserError | None:
+    """The line for an intermediate of the forward past what a tensor can hold, from torch's
+    words (`first`) for it; None for any other error."""
+    found = _OVERFLOWED.search(first)
+    if found is None:
+        return None
+    sizes = [int(n) for n in found[1].split(",") if n.strip()]
+    return UserError(
+        f"an intermediate of {prod(sizes):,} elements ({sizes}) in the forward of input "
+        f"{list(x.shape)} is more than a tensor can hold (2^63 bytes)",
+        _SMALLER,
+    )
+
 
 def _machinery(module: str) -> bool:
     """Whether code of `module` is torch's dispatch machinery (torch._ops, its meta kernels,
@@ -1230,6 +1265,31 @@ def _machinery(module: str) -> bool:
     return parts[0] == "torch" and (
         len(parts) == 1 or module == "torch.overrides" or any(p.startswith("_") for p in parts)
     )
+
+
+@contextlib.contextmanager
+def _warnings_where_made() -> Iterator[None]:
+    """Show a warning torch raises in C++ during a count (padding='same' with an even kernel)
+    at the code that called torch, as a run shows it: Python names the innermost Python frame
+    running then, the counting mode's own call of the operator."""
+    show = warnings.showwarning
+
+    def shown_where_made(message: Any, category: Any, filename: str, lineno: int,
+                         file: Any = None, line: str | None = None) -> None:  # fmt: skip
+        if filename == __file__:
+            frame = sys._getframe(1)
+            while frame.f_back is not None and frame.f_code.co_filename != __file__:
+                frame = frame.f_back  # out of the warnings module, to the frame it names
+            while frame.f_back is not None and _machinery(frame.f_globals.get("__name__", "")):
+                frame = frame.f_back
+            filename, lineno, line = frame.f_code.co_filename, frame.f_lineno, None
+        show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = shown_where_made
+    try:
+        yield
+    finally:
+        warnings.showwarning = show
 
 
 def _value_reader(e: BaseException) -> tuple[str, str] | None:
@@ -1482,6 +1542,9 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             ) from None
         if x.is_meta and _DEVICES_MIXED.search(first) and "meta" in first and "cpu" in first:
             raise MadeOnCpu(_models_function(e), said, command) from None
+        too_large = _overflowed(first, x)
+        if too_large is not None:
+            raise too_large from None
         if raised_by_model(e):
             raise
         if isinstance(e, OSError):
@@ -1915,6 +1978,7 @@ def _analyze_module(
     # before counting's own hooks, which would hide the forward's signature
     refuse_more_than_one(model, f"{command} feeds it one, the input tensor")
     dtype = DTYPES[precision]
+    refuse_too_large(batch, input_shape, dtype)
     kept = kept_dtype(model, precision)
     model = to_precision(model, precision, "meta")
     # A model copied or built in the caller's inference mode holds inference tensors, which
@@ -2004,7 +2068,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
     hooks = mode.layer_hooks() + mode.node_hooks()
     memory = None
     try:
-        with tracker:
+        with tracker, _warnings_where_made():
             saved = _SavedTensors(model)  # saves nothing without a gradient
             grad = contextlib.nullcontext() if train else torch.no_grad()
             with mode, _FunctionCalls(mode), _attention_as_on_cpu(mode), saved, grad:

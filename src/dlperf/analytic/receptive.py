@@ -10,11 +10,16 @@ convolution or pooling window k (dilation d, stride s, padding p) gives
 
 A point-wise op joins its inputs' fields (their union, for residual adds and
 concatenated branches); a 1x1 map broadcast over a larger one (a squeeze-and-excitation
-gate) is a per-channel constant and is left out. Global pooling, a flatten, attention or
-any op this module does not follow end the field: it becomes "undefined" with the op and
-module that ended it, and the field of the last spatial layer is kept: the layer that made
-the map the ending op read (the one on the way to the output, not the last op that had a
-field: circular padding slices its input before it ends the field, in the next layer).
+gate) is a per-channel constant and is left out. Point-wise is what is known to keep each
+position along H and W in place: torch's element-wise ops, normalisation (its statistics over
+the positions are left out, as those over the batch are), new shapes that keep H and W, and
+ops along other axes (a softmax or a flip of the channels); one along H or W (a softmax,
+cumsum, sort, flip or roll of a row) ends the field, as any op not known to keep positions
+does. Global pooling, a flatten, attention or any other op this module does not follow end
+the field too: it becomes "undefined" with the op and module that ended it, and the field of
+the last spatial layer is kept: the layer that made the map the ending op read (the one on
+the way to the output, not the last op that had a field: circular padding slices its input
+before it ends the field, in the next layer).
 
 Zero (constant) padding is followed: it moves `start`, and a border unit's field reaches
 past the image, as the arithmetic above has it. Padding that copies the map's own pixels to
@@ -35,7 +40,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from dlperf.analytic.ops import ATTENTIONS
+from dlperf.analytic.ops import ATTENTIONS, op_name
 
 Pair = tuple[float, float]
 
@@ -99,11 +104,65 @@ def union(fields: Sequence[Field]) -> Field | Ended:
     return Field((size[0], size[1]), fields[0].jump, (start[0], start[1]))
 
 
-def _pair(v: Any, default: Sequence[int]) -> list[int]:
+def _pair(v: Any, default: Sequence[int], axes: int = 2) -> list[int]:
     v = list(v) if isinstance(v, Sequence) else [v]
     if not v:
         return list(default)
-    return list(v * 2 if len(v) == 1 else v)
+    return list(v * axes if len(v) == 1 else v)
+
+
+KEEPS_POSITIONS = frozenset(
+    {
+        # element-wise, though torch does not tag them so
+        "hardswish", "_prelu_kernel", "native_dropout", "bernoulli", "_to_copy", "copy",
+        "alias", "detach", "lift_fresh", "lift_fresh_copy", "fill", "zero",
+        "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+        "new_empty", "new_zeros", "new_ones", "new_full",
+        # a new shape: `_pointwise` checks that H and W are kept
+        "view", "_unsafe_view", "expand", "squeeze", "unsqueeze", "permute", "transpose",
+        # normalisation: its statistics over the positions are left out, as over the batch
+        "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+        "_native_batch_norm_legit_functional", "native_group_norm", "native_layer_norm",
+    }
+)  # fmt: skip
+"""Operators that keep each position along H and W where it is, beyond those torch tags
+point-wise and those along other axes than H and W (`_moves`)."""
+
+MOVES = "not followed (it reorders or mixes positions along H or W)"
+UNKNOWN = "not followed (not known to keep each position in place)"
+
+
+def _axes(func: Any, args: Sequence[Any], kwargs: dict[str, Any], dims: int) -> set[int] | None:
+    """The axes of a `dims`-dimensional input that `func` works along: its `dim` or `dims`
+    (the default where not given; every axis where it is None or empty), a 3-D pool's window,
+    an index's indexed axes. None where it names no axes."""
+    name = func.overloadpacket.__name__
+    if name == "index":
+        return {a for a, t in enumerate(args[1]) if t is not None}
+    if name in ("avg_pool3d", "max_pool3d", "max_pool3d_with_indices"):
+        kernel = _pair(args[1], [1], 3)
+        padding = _pair(args[3] if len(args) > 3 else [0], [0], 3)
+        return {dims - 3 + a for a in range(3) if kernel[a] != 1 or padding[a] != 0}
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name in ("dim", "dims"):
+            if i < len(args):
+                given = args[i]
+            else:
+                given = kwargs.get(arg.name, arg.default_value if arg.has_default_value() else None)
+            axes = [given] if isinstance(given, int) else list(given or [])
+            return {a % dims for a in axes} if axes else set(range(dims))
+    return None
+
+
+def _moves(func: Any, args: Sequence[Any], kwargs: dict[str, Any], dims: int) -> str | None:
+    """Why `func`, which keeps the spatial size, may not keep each position along H and W (the
+    last two of `dims` axes) in place; None where it does."""
+    if torch.Tag.pointwise in func.tags or op_name(func).removesuffix("_") in KEEPS_POSITIONS:
+        return None
+    axes = _axes(func, args, kwargs, dims)
+    if axes is None:
+        return UNKNOWN
+    return MOVES if axes & {dims - 2, dims - 1} else None
 
 
 def _keeps_axes(name: str, args: Sequence[Any], dims: int) -> bool:
@@ -158,7 +217,11 @@ class FieldTracker:
             **(last[1].to_dict() if last else {}),
         }
 
-    def op(self, name: str, args: Sequence[Any], out: Any, module: str) -> None:
+    def op(
+        self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any, module: str
+    ) -> None:
+        """Follow operator `func` (an ATen OpOverload), which `module` ran."""
+        name = op_name(func)
         inputs = [
             (t, self.fields[t])
             for t in tree_flatten(args)[0]
@@ -167,7 +230,7 @@ class FieldTracker:
         if not inputs:
             return
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        state = self._propagate(name, args, inputs, outputs[0] if outputs else None)
+        state = self._propagate(func, args, kwargs, inputs, outputs[0] if outputs else None)
         if isinstance(state, Ended) and all(state is not s for _, s in inputs):
             # The field ends here (not upstream): say where, and on which layer's map.
             state = state.placed(name, module, self._made_last(inputs))
@@ -195,11 +258,13 @@ class FieldTracker:
 
     def _propagate(
         self,
-        name: str,
+        func: Any,
         args: Sequence[Any],
+        kwargs: dict[str, Any],
         inputs: list[tuple[torch.Tensor, Field | Ended]],
         out: torch.Tensor | None,
     ) -> Field | Ended:
+        name = op_name(func)
         x, field = inputs[0]
         if all(isinstance(state, Ended) for _, state in inputs):
             return field
@@ -237,7 +302,7 @@ class FieldTracker:
         if name == "constant_pad_nd":
             pad = list(args[1]) + [0] * 4
             return self._shift(field, (pad[2], pad[0]))
-        return self._pointwise(name, inputs, out)
+        return self._pointwise(func, args, kwargs, inputs, out)
 
     def _adaptive(self, field: Field | Ended, x: torch.Tensor, out: torch.Tensor) -> Field | Ended:
         if out.shape[2:] == (1, 1):
@@ -269,8 +334,14 @@ class FieldTracker:
         return Field(field.size, field.jump, (start[0], start[1]))
 
     def _pointwise(
-        self, name: str, inputs: list[tuple[torch.Tensor, Field | Ended]], out: torch.Tensor
+        self,
+        func: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        inputs: list[tuple[torch.Tensor, Field | Ended]],
+        out: torch.Tensor,
     ) -> Field | Ended:
+        name = op_name(func)
         joined: list[Field] = []
         for t, state in inputs:
             gate = _spatial(t) and t.shape[-2:] == (1, 1) and out.shape[-2:] != (1, 1)
@@ -281,4 +352,7 @@ class FieldTracker:
             if isinstance(state, Ended):
                 return state
             joined.append(state)
-        return union(joined) if joined else Ended("positions are mixed")
+        if not joined:
+            return Ended("positions are mixed")
+        moves = _moves(func, args, kwargs, inputs[0][0].dim())
+        return Ended(moves) if moves else union(joined)
