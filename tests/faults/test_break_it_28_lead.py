@@ -11,11 +11,14 @@
   read was told to be written again, or replaced with a whole copy.
 - L5 (the P1 tester's cause 4): with --json, what a model file wrote past sys.stdout (an
   atexit handler's print, os.write(1, ...)) went before or after the one JSON document.
+- L6 (the P2 tester's cause N, in `converge regress`): a prediction on a fractional step axis
+  was rounded up to a whole step (0.85 epochs read 1), as fit/predict's were.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -161,6 +164,31 @@ def test_json_stdout_holds_the_document_alone(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["model"], r.stdout
     assert "RAW WRITE" in r.stderr and "ATEXIT RAN" in r.stderr, r.stderr
+
+
+# --- L6: regress on a fractional step axis ---------------------------------------------------
+
+
+STEPS = range(10, 410, 10)
+
+
+def test_regress_predicts_a_fractional_axis_as_it_is(cli: Cli, db: str, tmp_path: Path) -> None:
+    """The same curves on steps k and k/100: the crossing scales by 100, and only the whole
+    axis rounds it up (86 and 0.8536, not 86 and 1)."""
+    steps: dict[str, float] = {}
+    for axis, scale in (("w", 1), ("f", 100)):
+        for d in (20, 32):
+            b0, b1, b2 = math.exp(-4 - 0.01 * d), math.exp(0.005 * d), math.exp(-2 - 0.02 * d)
+            rows = "".join(f"{k / scale!r},{1 / (b0 * k + b1) + b2!r}\n" for k in STEPS)
+            (tmp_path / f"{axis}{d}.csv").write_text("step,loss\n" + rows)
+        sources = [f"{axis}{d}.csv:depth={d}" for d in (20, 32)]
+        r = cli("converge", "regress", *sources, "--features", "depth", "--x", "step", "--y",
+                "loss", "--predict", "depth=44", "--target", "0.5", "--json")  # fmt: skip
+        assert r.code == 0, (r.out, r.err)
+        steps[axis] = json.loads(r.out)["prediction"]["predicted_step"]
+    whole, fractional = steps["w"], steps["f"]
+    assert isinstance(whole, int) and whole == math.ceil(fractional * 100 - 1e-6)
+    assert not float(fractional).is_integer() and 0 < fractional < 1
 
 
 EXP = """

@@ -74,7 +74,7 @@ class CurveFits:
     # `predict`: one per curve
     predictions: list[StepPrediction | EnsembleStepPrediction] = field(default_factory=list)
     # `predict --form ensemble`: each curve's posterior and predicted step, for `band_rows`
-    posteriors: list[tuple[ensemble.Posterior, int | None]] = field(default_factory=list)
+    posteriors: list[tuple[ensemble.Posterior, float | None]] = field(default_factory=list)
 
 
 def fit(
@@ -554,7 +554,8 @@ def _prediction(
     # Not before the runs' first step: a curve there already reaches the target at it.
     first = min(float(c.steps.min()) for c, _ in found)
     reach = float(curve.steps_to("optimus", predicted, goal, first)[0])
-    step = int(curve.whole_step(reach)) if math.isfinite(reach) else None
+    whole = all(curve.whole_steps(c.steps) for c, _ in found)  # else fractional, as fit's
+    step = curve.reported_step(reach, whole) if math.isfinite(reach) else None
     # The epoch only when every source counts the same steps per epoch.
     per_epoch = {c.steps_per_epoch for c, _ in found}
     spe = per_epoch.pop() if len(per_epoch) == 1 else None

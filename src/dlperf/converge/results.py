@@ -60,7 +60,7 @@ class StepPrediction(Result):
     form: str  # optimus | power
     target: float  # in the metric's units
     reachable: bool
-    predicted_step: int | None
+    predicted_step: float | None  # an int where the steps are whole (`curve.reported_step`)
     interval: tuple[float | None, float | None] | None  # None at an end never reached
     predicted_epoch: float | None
     actual_step: float | None
@@ -86,7 +86,7 @@ class EnsembleStepPrediction(Result):
     reason: str | None
     reachable: bool
     p_reachable: float
-    predicted_step: int | None
+    predicted_step: float | None  # an int where the steps are whole (`curve.reported_step`)
     interval: tuple[float | None, float | None] | None
     predicted_epoch: float | None
     actual_step: float | None
@@ -149,7 +149,7 @@ class RegressPrediction(Result):
     curve: tuple[tuple[float, float], ...]  # (step, value in the metric's units)
     basis: str
     target: float | None = None
-    predicted_step: int | None = None
+    predicted_step: float | None = None  # an int where the steps are whole
     predicted_epoch: float | None = None
     actual_step: float | None = None
     error_pct: float | None = None
