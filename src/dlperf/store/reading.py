@@ -32,7 +32,6 @@ from dlperf.store.urls import missing_slashes
 # version it is at (migrations.SCHEMA_VERSION): tests/store/test_reading.py checks they agree.
 SCHEMA_VERSION = 3
 VERSION_KEY, STORE_ID = "schema_version", "store_id"
-BUSY_TIMEOUT_S = 30  # as the store's own connections wait for a writer
 CHECK_MAX_BYTES = 256 << 20  # integrity.CHECK_MAX_BYTES: larger stores are not checked on open
 PLAIN_URL = "sqlite:///"
 RUN_COLUMNS = "id, study_id, name, kind, status, config, config_hash, system, summary, "
@@ -140,7 +139,7 @@ def _unreadable(path: Path, run_id: int, column: str, value: Any) -> UserError:
 class SqliteListing:
     """The runs and studies of one SQLite store file (`path` None: a store without runs);
     `db` opens it the long way if the driver fails while reading (a page found damaged, a
-    lock held past the busy timeout), to fail in the store's own words."""
+    lock another process holds), to wait or fail in the store's own words."""
 
     def __init__(self, path: Path | None, db: str | None) -> None:
         self.path = path
@@ -149,7 +148,11 @@ class SqliteListing:
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
         assert self.path is not None
-        with closing(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)) as conn:
+        # No wait for a lock another process holds: "database is locked" at once, and the
+        # long way waits for it, in attempts a stop can end (its busy timeout, once).
+        # Waited here too, in SQLite's busy handler, a read held Ctrl-C for the whole wait
+        # and then waited as long again the long way.
+        with closing(sqlite3.connect(self.path, timeout=0)) as conn:
             conn.isolation_level = None  # reads only: no implicit transactions
             yield conn
 

@@ -47,12 +47,12 @@ import shutil
 import sqlite3
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import (
@@ -96,13 +96,13 @@ from dlperf.store.schema import (
     Study,
     Tag,
 )
-from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
 from dlperf.store.urls import (
     masked_slashless,
     missing_slashes,
     refuse_missing_slashes,
     secret_option,
 )
+from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
 
 DEFAULT_DB = "dlperf.db"
 # SQLite's primary result codes (the low byte of an extended code).
@@ -151,8 +151,8 @@ BUSY_TIMEOUT_S = 30  # how long a write waits for the write lock; a SQLite URL's
 # ever, or psycopg's own 130 s.
 CONNECT_TIMEOUT_S = 10
 LIBPQ_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")  # the drivers that read connect_timeout
-# One attempt at the write lock: SQLite's busy handler waits in C, where a stop signal cannot
-# land, so the wait is cut in attempts this long and a stop is seen between two.
+# One attempt at a lock: SQLite's busy handler waits in C, where a stop signal cannot land, so
+# the wait is cut in attempts this long and a stop is seen between two (`_in_attempts`).
 BUSY_ATTEMPT_MS = 100
 # How long a write still waits for the lock once a stop signal has come: the command must end
 # within the stop's grace, and a run's `killed` mark behind a brief write of another process
@@ -168,6 +168,11 @@ TAG_VALUE_MAX = 5000
 REPAIRING = ".{}.repairing"
 LEFT = "not found there, nor beside this store: if the run's files were moved, they were left"
 WRITES = "dlperf_writes"  # the execution option that makes a SQLite transaction IMMEDIATE
+ROLLBACK = "dlperf_rollback"  # a SQLite connection's info: its store is not in WAL mode
+WRITE = "for its write lock"  # what a write waits for, as its refusal says it
+# A read of the first page, which takes a SQLite transaction's read lock (`read_begun`).
+READ_LOCK = "SELECT 1 FROM sqlite_master LIMIT 1"
+T = TypeVar("T")
 
 
 def _parsed(url: str) -> URL:
@@ -282,8 +287,8 @@ def _no_driver(name: str, e: ModuleNotFoundError) -> UserError:
 
 
 class StoreLocked(UserError):
-    """Another process held the SQLite store's write lock for longer than the busy timeout:
-    not the user's input, so exit code 1, but one line (as StoreGone)."""
+    """Another process held the SQLite store locked for longer than the busy timeout: not
+    the user's input, so exit code 1, but one line (as StoreGone)."""
 
     exit_code = 1
 
@@ -342,7 +347,20 @@ def _server_engine(url: URL, name: str) -> Engine:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
     if connect_args:
         kwargs["connect_args"] = connect_args
-    return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    if postgresql:
+        event.listen(engine, "connect", _full_floats)
+    return engine
+
+
+def _full_floats(dbapi_connection: Any, _record: Any) -> None:
+    """Read floats as they are stored: the server sends them as text with extra_float_digits
+    more digits, and a database's, a role's or the URL's setting below 1 rounded every
+    metric and wall time read (-15: 1.1 read as 1.0, a wall time as the year 2033). Set in
+    the session, it outranks them all; 1 and up print the shortest exact form."""
+    with contextlib.closing(dbapi_connection.cursor()) as cursor:
+        cursor.execute("SET extra_float_digits = 3")
+    dbapi_connection.commit()
 
 
 def _connect_timeout(url: URL) -> str | None:
@@ -391,16 +409,18 @@ def _busy_timeout_s(url: Any) -> float:
 
 
 def _sqlite_pragmas(
-    dbapi_connection: Any, _record: Any, busy_s: float, read_only: bool = False
+    dbapi_connection: Any, record: Any, name: str, busy_s: float, read_only: bool = False
 ) -> None:
     # Transactions are begun by _sqlite_begin, not by the driver's implicit BEGIN before DML.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    # The timeout first: switching a new file to WAL takes a lock that another process
-    # opening the same store at the same moment must wait for, not fail on.
-    cursor.execute(f"PRAGMA busy_timeout={round(busy_s * 1000)}")
-    if not read_only:  # a connection opened read-only cannot switch to WAL
-        _wal(cursor, busy_s)
+    # A connection opened read-only cannot switch to WAL. Switching takes a lock that another
+    # process opening the same store at the same moment, or holding it (a sqlite3 shell's
+    # BEGIN EXCLUSIVE), has; reading the mode takes one too.
+    statement = "PRAGMA journal_mode" if read_only else "PRAGMA journal_mode=WAL"
+    (mode,) = _in_attempts(lambda: cursor.execute(statement).fetchone(), cursor, name, busy_s)
+    record.info[ROLLBACK] = str(mode).lower() != "wal"
+    if not read_only:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
@@ -572,7 +592,7 @@ def _sqlite_engine(engine: Engine, name: str, where: Path, read_only: bool) -> E
             json_deserializer=functools.partial(_stored_json, engine.url.database),
         )
     busy_s = _busy_timeout_s(engine.url)
-    pragmas = functools.partial(_sqlite_pragmas, busy_s=busy_s, read_only=read_only)
+    pragmas = functools.partial(_sqlite_pragmas, name=name, busy_s=busy_s, read_only=read_only)
     event.listen(engine, "connect", pragmas)
     event.listen(engine, "begin", functools.partial(_sqlite_begin, name=name, busy_s=busy_s))
     event.listen(engine, "handle_error", integrity.on_error)
@@ -602,31 +622,21 @@ def _stored_json(database: str | None, text: str) -> Any:
     raise integrity.garbled_json(Path(database or "").resolve())
 
 
-def _wal(cursor: Any, busy_s: float) -> None:
-    """Switch the store to WAL. On a new file this reads the header, then upgrades to a write
-    lock, and SQLite never waits in such an upgrade (it could deadlock): a process opening a
-    new store at the same moment as another fails at once with "database is locked", busy
-    timeout or not (measured: 5% of eight simultaneous opens). So wait here instead."""
-    deadline = time.monotonic() + busy_s
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as e:
-            if getattr(e, "sqlite_errorcode", None) != SQLITE_BUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
+def _in_attempts(
+    attempt: Callable[[], T], cursor: Any, name: str, busy_s: float, wanted: str = "to read it"
+) -> T:
+    """`attempt`, a statement that takes a lock on a SQLite store, made again while another
+    process holds it, for up to `busy_s`; `cursor` is on the statement's connection, whose
+    busy timeout is `busy_s` again after.
 
-
-def _sqlite_begin(conn: Connection, name: str, busy_s: float) -> None:
-    if not conn.get_execution_options().get(WRITES, False):
-        conn.exec_driver_sql("BEGIN")
-        return
-    # SQLite's busy handler would wait out the whole timeout in C, with a stop signal held
-    # until it gives up (a write is shielded, dlperf.stopping): wait in short attempts, so
-    # that a stop that came meanwhile ends the wait within STOP_WAIT_S. A stop raised between
-    # attempts cuts no write: none has begun.
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    SQLite's busy handler would wait out the whole timeout in C, with a stop signal held
+    until it gives up: a read of a store that a sqlite3 shell held in BEGIN EXCLUSIVE kept
+    Ctrl-C ~26 s, and said "database is locked" after waiting three times over. So it waits
+    BUSY_ATTEMPT_MS at a time: a read's stop raises between two attempts; a write's,
+    shielded (dlperf.stopping), ends the wait within STOP_WAIT_S, and cuts no write: none has
+    begun. Also where SQLite never calls its handler: switching a new file to WAL upgrades a
+    read lock to a write lock, which fails at once with "database is locked" (measured: 5%
+    of eight simultaneous opens)."""
     start = time.monotonic()
     deadline = start + busy_s
     stop_seen = False
@@ -634,18 +644,49 @@ def _sqlite_begin(conn: Connection, name: str, busy_s: float) -> None:
     try:
         while True:
             try:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-                return
-            except DatabaseError as e:
-                if _sqlite_code(e) != SQLITE_BUSY:
+                return attempt()
+            except (sqlite3.OperationalError, DatabaseError) as e:
+                code = getattr(getattr(e, "orig", e), "sqlite_errorcode", None)
+                if code is None or code & 0xFF != SQLITE_BUSY:
                     raise
                 now = time.monotonic()
                 if not stop_seen and stopping.requested():
                     stop_seen, deadline = True, min(deadline, now + STOP_WAIT_S)
                 if now >= deadline:
-                    raise _locked(name, now - start) from None
+                    raise _locked(name, now - start, wanted) from None
+                time.sleep(0.01)  # where SQLite did not wait, not a loop at full speed
     finally:
         cursor.execute(f"PRAGMA busy_timeout={round(busy_s * 1000)}")
+
+
+def read_begun(conn: sqlite3.Connection, name: str, busy_s: float) -> None:
+    """Begin a read on a `sqlite3` connection (isolation_level None) and take its read lock,
+    waited for in attempts: held to the transaction's end, the read's statements wait for
+    nothing after it."""
+    conn.execute("BEGIN")
+    _in_attempts(lambda: conn.execute(READ_LOCK).fetchall(), conn, name, busy_s)
+
+
+def _sqlite_begin(conn: Connection, name: str, busy_s: float) -> None:
+    writes = conn.get_execution_options().get(WRITES, False)
+    if not writes:
+        conn.exec_driver_sql("BEGIN")
+        # Not in WAL mode (a file opened read-only that a tool switched back), a read waits
+        # for a writer: its read lock is taken now, so that its statements wait for nothing
+        # after. In WAL mode none waits, and a checkpoint may run in the read.
+        if not conn.connection.info.get(ROLLBACK):
+            return
+    statement = "BEGIN IMMEDIATE" if writes else READ_LOCK
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        _in_attempts(
+            lambda: conn.exec_driver_sql(statement).close(),
+            cursor,
+            name,
+            busy_s,
+            WRITE if writes else "to read it",
+        )
+    finally:
         cursor.close()
 
 
@@ -707,7 +748,7 @@ def _pg_write(
         control.close()
 
 
-def _locked(name: str, waited_s: float, wanted: str = "for its write lock") -> StoreLocked:
+def _locked(name: str, waited_s: float, wanted: str = WRITE) -> StoreLocked:
     return StoreLocked(
         f"run store {name} is locked by another process: waited {waited_s:.0f} s {wanted}",
         "a program holds a write transaction open on it (another dlperf command, a sqlite3 "
@@ -847,6 +888,13 @@ def _schema_checked(engine: Engine, name: str) -> _Session:
             "AND NOT has_schema_privilege(oid, 'USAGE')"
         )
         unusable = set(conn.exec_driver_sql(query, {"names": names}).scalars())
+        # An unquoted name is read in lower case: a schema "Mixed" exists, `Mixed` names mixed.
+        query = "SELECT nspname FROM pg_namespace WHERE nspname = ANY(%(names)s)"
+        written = [s for s, found in zip(schemas, names, strict=True) if s != found]
+        cased = list(conn.exec_driver_sql(query, {"names": written}).scalars())
+        query = "SELECT source FROM pg_settings WHERE name = 'search_path'"
+        source = str(conn.exec_driver_sql(query).scalar())
+        database = str(conn.exec_driver_sql("SELECT current_database()").scalar())
     for schema, found in zip(schemas, names, strict=True):
         if found in unusable:
             raise UserError(
@@ -860,10 +908,36 @@ def _schema_checked(engine: Engine, name: str) -> _Session:
         if len(schemas) == 1
         else f"no schema of its search_path ({', '.join(schemas) or 'empty'}) exists"
     )
-    raise UserError(
-        f"cannot open run store {name}: {integrity.shown(missing)}",
-        "create it, or fix search_path in the URL",
-    )
+    if cased:
+        lower, quoted = cased[0].lower(), '"' + cased[0].replace('"', '""') + '"'
+        missing += f" (unquoted, PostgreSQL reads it as {lower}; {quoted} exists)"
+        fix = f"quote it: {_search_path_set(source, user, database, quoted)}"
+    elif source == "client":
+        fix = "create it, or fix search_path in the URL"
+    else:
+        fix = (
+            f"create it, or {_search_path_set(source, user, database, None)}, or give the URL "
+            "a search_path of its own: ?options=-csearch_path%3DSCHEMA"
+        )
+    raise UserError(f"cannot open run store {name}: {integrity.shown(missing)}", fix)
+
+
+def _search_path_set(source: str, user: str, database: str, value: str | None) -> str:
+    """How to set search_path to `value` (None: reset it) where the session's came from
+    (pg_settings.source): the URL's options (a client's), the database's setting, the role's,
+    the role's in the database, or the server's configuration. A path set by the database
+    was blamed on the URL, which had none."""
+    role, db = integrity.shown(user), integrity.shown(database)
+    to = "RESET search_path" if value is None else f"SET search_path = '{value}'"
+    if source == "database":
+        return f"ALTER DATABASE {db} {to}"
+    if source == "user":
+        return f"ALTER ROLE {role} {to}"
+    if source == "database user":
+        return f"ALTER ROLE {role} IN DATABASE {db} {to}"
+    if source == "client" and value is not None:
+        return f"?options=-csearch_path%3D{quote(value, safe='')} in the URL"
+    return f"set search_path in the server's configuration ({source})"
 
 
 def _encoding_checked(session: _Session, url: URL, name: str) -> None:
@@ -1263,9 +1337,13 @@ def _tags_of(s: Session, run_ids: Sequence[int]) -> dict[int, dict[str, str]]:
     tags: dict[int, dict[str, str]] = {}
     ids = list(run_ids)
     for start in range(0, len(ids), 500):
-        query = select(Tag).where(Tag.run_id.in_(ids[start : start + 500])).order_by(Tag.key)
-        for tag in s.scalars(query):
-            tags.setdefault(tag.run_id, {})[tag.key] = tag.value
+        query = select(Tag.run_id, Tag.key, Tag.value).where(
+            Tag.run_id.in_(ids[start : start + 500])
+        )
+        # Sorted here, by code point as SQLite's ORDER BY: PostgreSQL's follows the database's
+        # collation (en-US put `_x 1 a A` where SQLite has `1 A _x a`).
+        for run_id, key, value in sorted(s.execute(query), key=operator.itemgetter(1)):
+            tags.setdefault(run_id, {})[key] = value
     return tags
 
 
@@ -2479,9 +2557,10 @@ class RunStore:
             raise garbled from None
 
     def metric_keys(self, run_id: int) -> list[str]:
-        query = select(Metric.key).where(Metric.run_id == run_id).distinct().order_by(Metric.key)
+        """The run's metric keys, sorted by code point on every backend (`_tags_of`)."""
+        query = select(Metric.key).where(Metric.run_id == run_id).distinct()
         with Session(self.engine) as s:
-            return list(s.scalars(query))
+            return sorted(s.scalars(query))
 
     def last_step(self, run_id: int, key: str) -> int | None:
         query = select(func.max(Metric.step)).where(Metric.run_id == run_id, Metric.key == key)

@@ -40,7 +40,11 @@ def masked_url(url: str) -> str:
     # A string SQLAlchemy cannot read as a URL may still carry a password: the patterns mask
     # it, and an unescaped @ in a password that SQLAlchemy took for part of the host.
     with contextlib.suppress(ArgumentError, ValueError):  # ValueError: a port not a number
-        url = make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        # Rendered only to mask a password: a rendering escapes the rest too, and named
+        # sqlite:///:memory: as sqlite:///%3Amemory%3A, a file é.db as %C3%A9.db.
+        if parsed.password is not None:
+            url = parsed.render_as_string(hide_password=True)
     return _masked_query(PASSWORD.sub(rf"\1{MASK}@", url))
 
 
