@@ -269,9 +269,9 @@ def test_resume_continues_exactly(
     finally:
         proc.kill()
         proc.wait()
-    hint = (
-        f"run {run_id} stopped; continue it from its last checkpoint: dlperf run --resume {run_id}"
-    )
+    # The store as the command line named it (round 28): without it the hint opened ./dlperf.db
+    again = f"dlperf --db {db} run --resume {run_id}"
+    hint = f"run {run_id} stopped; continue it from its last checkpoint: {again}"
     assert hint in proc.stderr.read()
     interrupted = store.get_run(run_id)
     assert interrupted.status == "killed"

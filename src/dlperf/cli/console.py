@@ -89,9 +89,8 @@ _documents: TextIO | None = None
 
 @contextmanager
 def documents_only(active: bool, stream: TextIO | None = None) -> Iterator[None]:
-    """With --json, stdout for the one document alone: whatever else Python prints meanwhile
-    (a user's model printing in its forward) goes to stderr. `stream`: the document's own,
-    where stdout is already stderr's (`cli._name_stdout`)."""
+    """With --json, stdout for the one document alone (`stream`, where `cli._name_stdout` made
+    one): whatever else Python prints meanwhile (a model's forward) goes to stderr."""
     global _documents
     if not active:
         yield
@@ -211,8 +210,8 @@ def warn(message: str) -> None:
 
 
 def gone(run_ids: list[int], command: str) -> None:
-    """One note of the runs that `command` chose and found deleted when it read them (another
-    process's `runs delete` in between): left out, not an error of the user's."""
+    """One note of the runs `command` chose and found deleted as it read them (another
+    process's `runs delete`): left out, not the user's error."""
     if run_ids:
         ids = sorted(set(run_ids))
         runs = f"run {ids[0]} was" if len(ids) == 1 else f"runs {', '.join(map(str, ids))} were"
@@ -239,8 +238,7 @@ class RichReporter:
                 self._progress.remove_task(self._task)
             self._task = self._progress.add_task(description, total=total, status="")
             return
-        # Counted work reports through advance(); an open-ended step is worth a line.
-        if total is None:
+        if total is None:  # counted work reports through advance(); this is worth a line
             err.print(f"{description} ...")
         self._last = time.monotonic()
 
@@ -299,9 +297,6 @@ def print_phases(summary: dict[str, Any]) -> None:
     per step and each phase's share of the step in %."""
     phases = summary.get("phases") or {}
     total = sum(phases.values())
-    if phases:
-        print_table(
-            "per step",
-            ["phase", "ms", "%"],
-            [[p, s * 1e3, round(100 * s / total, 1) if total else None] for p, s in phases.items()],
-        )
+    rows = [[p, s * 1e3, round(100 * s / total, 1) if total else None] for p, s in phases.items()]
+    if rows:
+        print_table("per step", ["phase", "ms", "%"], rows)
