@@ -134,7 +134,8 @@ def as_text(value: Any) -> str:
 
 def metric_series(store: RunStore, run_id: int) -> dict[str, list[tuple[int, float, float]]]:
     """Every metric of a run as key -> [(step, value, wall_time)], in step order (NULL is NaN),
-    at the steps the store keeps."""
+    at the steps the store keeps; the keys in code-point order on every backend (SQL's
+    ORDER BY followed a PostgreSQL database's collation)."""
     query = (
         select(Metric.key, Metric.step, Metric.value, Metric.wall_time)
         .where(Metric.run_id == run_id)
@@ -152,7 +153,7 @@ def metric_series(store: RunStore, run_id: int) -> dict[str, list[tuple[int, flo
         if garbled is None:
             raise
         raise garbled from None
-    return series
+    return {key: series[key] for key in sorted(series)}
 
 
 def mlflow_held(value: float) -> float:

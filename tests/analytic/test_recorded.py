@@ -231,5 +231,5 @@ def test_calibrate_fails_at_once_when_the_user_file_cannot_be_written(
         raise AssertionError("no measuring before the output is known writable")
 
     monkeypatch.setattr(recorded, "calibrate", never)
-    with pytest.raises(OSError):
+    with pytest.raises(UserError, match="cannot write the device file"):  # naming it (round 28)
         calibrate_recorded(no_store)

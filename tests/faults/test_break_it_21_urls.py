@@ -137,7 +137,8 @@ def test_unknown_scheme_names_the_schemes_dlperf_takes(
             "postgresql://u@h:abc/db?a=1&password=***#f",
         ),
         # A path is no query: nothing in it is masked (SQLAlchemy escapes its =).
-        ("sqlite:////tmp/a&password=x.db", "sqlite:////tmp/a%26password%3Dx.db"),
+        # as typed (round 28): a URL without a password is not rebuilt, which escaped it
+        ("sqlite:////tmp/a&password=x.db", "sqlite:////tmp/a&password=x.db"),
     ],
 )
 def test_masked_url(url: str, shown: str) -> None:

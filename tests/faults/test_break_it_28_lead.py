@@ -13,6 +13,8 @@
   atexit handler's print, os.write(1, ...)) went before or after the one JSON document.
 - L6 (the P2 tester's cause N, in `converge regress`): a prediction on a fractional step axis
   was rounded up to a whole step (0.85 epochs read 1), as fit/predict's were.
+- L7 (the P4 tester's cause 11): `calibrate` with a HOME that cannot be written named
+  neither the device file nor DLPERF_DEVICES.
 """
 
 from __future__ import annotations
@@ -203,3 +205,24 @@ batch_size = 32
 [run]
 threads = 1
 """
+
+
+# --- L7 (the P4 tester's cause 11): calibrate with a HOME that cannot be written ---------------
+
+
+def test_calibrate_with_a_home_that_cannot_be_written_names_the_file_and_the_fix(
+    cli: Cli, db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: "cannot use .../home: Not a directory", naming neither the device file nor the
+    way round it, exit 2."""
+    blocked = tmp_path / "home"
+    blocked.write_text("")
+    monkeypatch.setenv("HOME", str(blocked))
+    for variable in ("XDG_CONFIG_HOME", "DLPERF_DEVICES"):
+        monkeypatch.delenv(variable, raising=False)
+    one_line(
+        cli("calibrate", "--name", "x"),
+        2,
+        f"cannot write the device file {blocked}/.config/dlperf/devices.toml",
+        "set DLPERF_DEVICES=FILE",
+    )

@@ -179,6 +179,8 @@ def test_tags_and_metric_keys_come_in_code_point_order(collated: str, cli: Cli) 
     keys = store.metric_keys(1)
     assert keys == sorted(keys) and len(keys) == len(METRICS), keys
     assert keys[:3] == ["Z/1", "a/b", "train/-z"]
+    # and the exports' and frame's order (exporters.metric_series sorted in SQL too)
+    assert list(metric_series(RunStore.open(collated), 1)) == keys
 
 
 # C4

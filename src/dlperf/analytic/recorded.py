@@ -15,7 +15,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dlperf.analytic.counting import Analysis, analyze, kept_note
-from dlperf.analytic.devices import Device, get_device, load_catalog, save_device, user_file
+from dlperf.analytic.devices import (
+    Device,
+    get_device,
+    load_catalog,
+    save_device,
+    user_file,
+    writable,
+)
 from dlperf.analytic.interleaved import (
     build_probes,
     calibrate,
@@ -29,7 +36,6 @@ from dlperf.analytic.ops import COMPLEX_COUNTED
 from dlperf.analytic.paleo import basis, compare, does_arithmetic, predict_with_basis
 from dlperf.analytic.results import Measured, Prediction, SameMomentPrediction
 from dlperf.errors import UserError
-from dlperf.paths import check_writable
 from dlperf.progress import NullReporter, Reporter
 from dlperf.system import pick_device, set_threads, system_info
 
@@ -116,7 +122,7 @@ def calibrate_recorded(
     (their CPU wait, and the mark of a contended window, too spread a probe or a constant
     not solved, which `unsolved` lists), which the run's summary carries too."""
 
-    check_writable(user_file(), make_parents=True)  # before minutes of measuring, not after
+    writable(user_file())  # before minutes of measuring, not after
     load_catalog(user_file())  # the file it adds to (missing: made): bad entries refused now
     device = pick_device("auto")
     threads = set_threads(None)

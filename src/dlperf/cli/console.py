@@ -55,8 +55,7 @@ if _made is sys.__stdout__ and isinstance(_made, io.TextIOWrapper) and _made.err
 
 
 def _line_width(stream: Any) -> int | None:
-    """Off a terminal rich assumes 80 columns; logs and pipes have room. None: rich's own
-    choice, the terminal's width or COLUMNS."""
+    """Off a terminal rich assumes 80 columns; logs and pipes have room (None: rich's own)."""
     return None if stream.isatty() or os.environ.get("COLUMNS") else 160
 
 
@@ -278,9 +277,7 @@ def _plot_path(path: Path | None) -> Path | None:
     return path
 
 
-PLOT = typer.Option(
-    None, "--plot", help="Save a figure to this file (PNG, PDF, SVG).", callback=_plot_path
-)
+PLOT = typer.Option(None, "--plot", help="Save a figure (PNG, PDF, SVG).", callback=_plot_path)
 
 
 def tell(warnings: list[str], *saved: Path | str | None) -> None:

@@ -201,20 +201,21 @@ def refuse_foreign(tables: set[str], columns: Callable[[str], set[str]], where: 
         raise UserError(f"run store {where} holds tables that are not dlperf's: {shown}", OWN_SPACE)
 
 
-def refuse_foreign_file(path: Path, where: str, busy_s: float) -> None:
+def refuse_foreign_file(
+    path: Path, where: str, busy_s: float, begin: Callable[[sqlite3.Connection, str, float], None]
+) -> None:
     """Refuse the SQLite file `path` if it is not dlperf's (another program's tables, a store
     of a newer dlperf), reading it only: the store's own connections switch a file to WAL as
     they open it, which rewrote a foreign file's header and left -wal and -shm files beside it
     before it was refused, and waited for the other program's read transaction to end first.
-    A lock another process holds is waited for as the store's own reads wait (in attempts a
-    stop can end). A file this cannot read (damaged, not a database) is left to the store's
-    own opening, which says what is wrong in its words."""
-    from dlperf.store.runstore import read_begun  # runstore imports this module
-
+    A lock another process holds is waited for as the store's own reads wait (`begin`,
+    runstore's `read_begun`: in attempts a stop can end). A file this cannot read (damaged,
+    not a database) is left to the store's own opening, which says what is wrong in its
+    words."""
     uri = f"file:{quote(str(path))}?mode=ro"
     try:
         with closing(sqlite3.connect(uri, uri=True, isolation_level=None)) as conn:
-            read_begun(conn, where, busy_s)
+            begin(conn, where, busy_s)
             listed = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             tables = {str(t) for (t,) in listed if not str(t).startswith("sqlite_")}
             facts: dict[str, str] = {}

@@ -1654,7 +1654,7 @@ class RunStore:
                 what = "does not exist" if not path.exists() else "is an empty file"
                 return cls._empty(_absent(_name(engine), what, read_only))
             if not read_only and not missing:  # before a connection switches it to WAL
-                migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed))
+                migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed), read_begun)
         writing = (create if writes is None else writes) and not read_only
         session: _Session | None = None
         try:
