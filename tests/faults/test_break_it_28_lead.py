@@ -15,6 +15,7 @@
   was rounded up to a whole step (0.85 epochs read 1), as fit/predict's were.
 - L7 (the P4 tester's cause 11): `calibrate` with a HOME that cannot be written named
   neither the device file nor DLPERF_DEVICES.
+- L8 (the P1 tester's cause 10): distill's `--teacher` of another class count gave no fix.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 import pytest
 
 from dlperf.store import RunStore
-from tests.conftest import CliResult
+from tests.conftest import CliResult, write_distill_exp
 from tests.faults.test_break_it_21_data import TRAIN_IMAGES, write_mnist
 from tests.faults.test_break_it_21_detect import shapes, sub
 from tests.faults.test_break_it_24_detect import finetune, refused_before_training, xml
@@ -225,4 +226,24 @@ def test_calibrate_with_a_home_that_cannot_be_written_names_the_file_and_the_fix
         2,
         f"cannot write the device file {blocked}/.config/dlperf/devices.toml",
         "set DLPERF_DEVICES=FILE",
+    )
+
+
+# --- L8 (the P1 tester's cause 10): a teacher of another class count ---------------------------
+
+
+def test_a_teacher_of_other_classes_is_told_what_to_give(cli: Cli, db: str, tmp_path: Path) -> None:
+    """Before: "teacher run 1 has 5 classes; digits has 10", and no fix."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (64, 1, 8, 8), dtype=np.uint8)
+    np.savez(tmp_path / "five.npz", images=images, labels=np.arange(64) % 5)
+    path = write_distill_exp(tmp_path)
+    five = ("--set", "data.name=npz", "--set", f"data.root={tmp_path / 'five.npz'}")
+    assert cli("run", str(path), *five).code == 0
+    r = cli("distill", str(path), "--unlabeled", "digits:holdout=0.5", "--teacher", "1")
+    one_line(
+        r,
+        2,
+        "error: teacher run 1 has 5 classes; digits has 10 (give --teacher a run trained on "
+        "digits (dlperf runs list), or leave --teacher out to train one)",
     )

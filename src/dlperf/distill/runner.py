@@ -140,7 +140,9 @@ def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment
         )
     if given.classes != labelled.num_classes:
         raise UserError(
-            f"{where} has {given.classes} classes; {labelled.name} has {labelled.num_classes}"
+            f"{where} has {given.classes} classes; {labelled.name} has {labelled.num_classes}",
+            f"give --teacher a run trained on {labelled.name} (dlperf runs list), or leave "
+            "--teacher out to train one",
         )
     for key in SAME_DATA:
         theirs, ours = getattr(given.exp.data, key), getattr(base.data, key)
