@@ -17,6 +17,7 @@ import contextlib
 import json
 import re
 import sqlite3
+import weakref
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from contextvars import ContextVar
@@ -62,6 +63,10 @@ ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
 _damaged: dict[Path, str] = {}  # stores this process found damaged, and how: never written
 _opened: set[Path] = set()  # store files this process opened as SQLite databases
+# The file of each SQLite engine's pool (an engine and its execution_options copies share it),
+# resolved once, as the store opened: a relative path resolved later meets a working directory
+# removed or changed since (a FileNotFoundError traceback, or another directory's file).
+_files: weakref.WeakKeyDictionary[Any, Path] = weakref.WeakKeyDictionary()
 
 
 def shown(name: object) -> str:
@@ -78,7 +83,10 @@ def store_file(engine: Engine) -> Path | None:
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         return None
-    return Path(database).resolve()
+    path = _files.get(engine.pool)
+    if path is None:
+        path = _files[engine.pool] = Path(database).resolve()
+    return path
 
 
 def damaged(path: Path, detail: str) -> UserError:

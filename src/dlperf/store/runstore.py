@@ -2042,8 +2042,12 @@ class RunStore:
             return self._moved(run_id, e, now)
         saved = self._rescue(run_id)
         if saved is None:
+            said = e.message
+            if not os.path.isabs(self.engine.url.database or "") and unnamed_cwd() is not None:
+                # ./dlperf.db, the default: the store went with the directory it was named in
+                said += " with the working directory that held it"
             return StoreGone(
-                f"{e.message} while run {run_id} was recording; nothing was saved", None, run_id
+                f"{said} while run {run_id} was recording; nothing was saved", None, run_id
             )
         back = f"move it back to {integrity.shown(self._file.path)} to keep it"
         if not self._file.path.parent.is_dir():  # its folder deleted too: "move it back" failed
@@ -2097,7 +2101,9 @@ class RunStore:
             (run_id,),
         ).fetchone()
         places = [Path(found[0]).parent] if found else []
-        places += [self._file.path.parent, Path.cwd()]
+        places.append(self._file.path.parent)
+        with contextlib.suppress(OSError):  # the working directory deleted: no "here"
+            places.append(Path.cwd())
         name = f"{self._file.path.stem}.rescued-run{run_id}{self._file.path.suffix or '.db'}"
         for place in places:
             target = place / name
