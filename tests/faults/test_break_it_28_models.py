@@ -203,10 +203,24 @@ def net(num_classes=10, in_channels=1):
 """
 
 
-def test_a_changed_neighbour_is_told_as_a_changed_model_file(cli: Cli, tmp_path: Path) -> None:
+# The same, its helper imported as the network is built (a review found it unrecorded).
+IN_CONSTRUCTOR = (
+    NEIGHBOUR.replace("from helper import act\n", "")
+    .replace(
+        "        super().__init__()\n",
+        "        super().__init__()\n        from helper import act\n\n        self.act = act\n",
+    )
+    .replace("act(self.conv(x))", "self.act(self.conv(x))")
+)
+
+
+@pytest.mark.parametrize("source", [NEIGHBOUR, IN_CONSTRUCTOR], ids=["import", "constructor"])
+def test_a_changed_neighbour_is_told_as_a_changed_model_file(
+    cli: Cli, tmp_path: Path, source: str
+) -> None:
     models = tmp_path / "m2"
     models.mkdir()
-    (models / "model.py").write_text(NEIGHBOUR)
+    (models / "model.py").write_text(source)
     helper = models / "helper.py"
     helper.write_text("import torch\ndef act(x): return torch.relu(x)\n")
     config = tmp_path / "syn.toml"

@@ -288,10 +288,10 @@ _DIRECTORIES: set[str] = set()  # every home's directory
 # The model files imported under a home (its submodules): `import einops` in a model file
 # named einops.py is the real einops, as it was while model files were top-level modules.
 _MODEL_FILES: set[str] = set()
-# What each model file's last import loaded from its folder (by the file's resolved path): the
-# sha256 of each module's source by its path relative to the folder, which a run stores so that
-# an edit of helper.py is told as one of the model file is (experiment.run)
-_NEIGHBOURS: dict[Path, dict[str, str]] = {}
+# The package each model file was last imported under (by the file's resolved path), whose
+# modules in its folder a run hashes (`neighbour_digests`) so that an edit of helper.py is told
+# as one of the model file is (experiment.run)
+_NEIGHBOURS: dict[Path, str] = {}
 
 
 def _home(directory: Path) -> str:
@@ -823,14 +823,15 @@ def _import_file(path: Path) -> ModuleType:
     if not package:  # as importlib binds a submodule to its package
         home, _, attribute = name.rpartition(".")
         setattr(sys.modules[home], attribute, module)
-    _NEIGHBOURS[path.resolve()] = _loaded_beside(name if package else _home(directory), path)
+    _NEIGHBOURS[path.resolve()] = name if package else _home(directory)
     return module
 
 
 def _loaded_beside(package: str, path: Path) -> dict[str, str]:
     """The sha256 of the modules under `package` (the home of the model file at `path`, or
     its package) that are files in its folder, other model files and `path` itself left
-    out: what its import just loaded there (_forget_neighbours dropped an earlier import's)."""
+    out: what its import and its code since loaded there (_forget_neighbours dropped an
+    earlier import's)."""
     directory = path.resolve().parent
     loaded = {}
     for name, module in list(sys.modules.items()):
@@ -847,8 +848,10 @@ def _loaded_beside(package: str, path: Path) -> dict[str, str]:
 
 def neighbour_digests(path: Path) -> dict[str, str]:
     """The sha256 of each module beside the model file at `path` that its last import in this
-    process loaded, by its path relative to the file's folder; {} for a file not imported."""
-    return dict(_NEIGHBOURS.get(path.resolve(), {}))
+    process, and its code since (a factory's or constructor's `from helper import ...`),
+    loaded, by its path relative to the file's folder; {} for a file not imported."""
+    package = _NEIGHBOURS.get(path.resolve())
+    return {} if package is None else _loaded_beside(package, path)
 
 
 def build_from_factory(
