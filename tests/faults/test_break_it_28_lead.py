@@ -16,6 +16,8 @@
 - L7 (the P4 tester's cause 11): `calibrate` with a HOME that cannot be written named
   neither the device file nor DLPERF_DEVICES.
 - L8 (the P1 tester's cause 10): distill's `--teacher` of another class count gave no fix.
+- L9 (review): ONNX Runtime's "EP Error ... Falling back" block, kept off stdout since round
+  28, hid a CUDA session that fell back to the CPU.
 """
 
 from __future__ import annotations
@@ -247,3 +249,28 @@ def test_a_teacher_of_other_classes_is_told_what_to_give(cli: Cli, db: str, tmp_
         "error: teacher run 1 has 5 classes; digits has 10 (give --teacher a run trained on "
         "digits (dlperf runs list), or leave --teacher out to train one)",
     )
+
+
+# --- L9 (review): ONNX Runtime's CUDA fallback is said, not swallowed with its stdout block ----
+
+
+def test_a_session_that_fell_back_to_the_cpu_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Round 28 kept ORT's "EP Error ... Falling back" block off stdout; where the fallback
+    then served, the CPU's timings would have passed for the GPU's without a word."""
+    import onnxruntime as ort
+
+    from dlperf.deploy import runtime
+
+    class FellBack:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            print("*************** EP Error ***************\nFalling back to CPU")
+
+        def get_providers(self) -> list[str]:
+            return ["CPUExecutionProvider"]
+
+    monkeypatch.setattr(ort, "InferenceSession", FellBack)
+    with pytest.warns(UserWarning, match="runs it on CPUExecutionProvider: its timings are"):
+        runtime.session(tmp_path / "m.onnx")
+    assert capsys.readouterr().out == ""

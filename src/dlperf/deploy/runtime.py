@@ -41,15 +41,23 @@ def session(
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    printed = io.StringIO()
     try:
         # ORT prints its failed first try ("EP Error ... Falling back ...") to stdout, the
-        # command's data, before it tries again and raises: what it raises is said instead.
-        with contextlib.redirect_stdout(io.StringIO()):
-            return ort.InferenceSession(
+        # command's data: kept from it, and said as a warning where the CPU then served.
+        with contextlib.redirect_stdout(printed):
+            made = ort.InferenceSession(
                 str(path),
                 options,
                 providers=providers([] if cpu else ort.get_available_providers()),
             )
+        if "EP Error" in printed.getvalue():  # a CUDA session that fell back: not silently
+            warnings.warn(
+                f"ONNX Runtime could not start the providers asked for {path}, and runs it on "
+                f"{', '.join(made.get_providers())}: its timings are those",
+                stacklevel=2,
+            )
+        return made
     except Exception as e:  # ORT raises its own Fail/InvalidGraph types
         if out_of_threads(e):  # its thread pools, started as the session is made: not the model
             raise NoThreads(
