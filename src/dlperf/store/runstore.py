@@ -349,17 +349,26 @@ def _server_engine(url: URL, name: str) -> Engine:
         kwargs["connect_args"] = connect_args
     engine = create_engine(url, **kwargs)
     if postgresql:
-        event.listen(engine, "connect", _full_floats)
+        event.listen(engine, "connect", _session_set)
     return engine
 
 
-def _full_floats(dbapi_connection: Any, _record: Any) -> None:
+def _session_set(dbapi_connection: Any, _record: Any) -> None:
     """Read floats as they are stored: the server sends them as text with extra_float_digits
     more digits, and a database's, a role's or the URL's setting below 1 rounded every
     metric and wall time read (-15: 1.1 read as 1.0, a wall time as the year 2033). Set in
-    the session, it outranks them all; 1 and up print the shortest exact form."""
+    the session, it outranks them all; 1 and up print the shortest exact form.
+
+    And wait for a lock at most the busy timeout where nothing set a lock_timeout: a read of a
+    table another session held (LOCK TABLE, VACUUM FULL, pg_restore --clean) waited as long
+    as it was held; a write waits in attempts of its own (`_pg_write`), `_pg_lock_timeout`
+    says the writers' line for a read."""
     with contextlib.closing(dbapi_connection.cursor()) as cursor:
         cursor.execute("SET extra_float_digits = 3")
+        cursor.execute(
+            f"SELECT set_config('lock_timeout', '{BUSY_TIMEOUT_S * 1000:.0f}ms', false) "
+            "WHERE current_setting('lock_timeout') = '0'"
+        )
     dbapi_connection.commit()
 
 
@@ -991,6 +1000,14 @@ def _query_cancelled(name: str, timeout: str, context: ExceptionContext) -> Base
     engine = context.engine
     url = engine.url if engine is not None else make_url("postgresql://")
     return _cancelled(name, url, timeout, orig)
+
+
+def _pg_lock_timeout(name: str, context: ExceptionContext) -> BaseException | None:
+    """SQLAlchemy's `handle_error` hook of a PostgreSQL store once it has opened: a read that
+    waited out the session's lock_timeout (`_session_set`) says the writers' line, exit 1."""
+    if getattr(context.original_exception, "sqlstate", None) != PG_LOCK_TIMEOUT:
+        return None
+    return _pg_locked(name, BUSY_TIMEOUT_S)
 
 
 def _read_only_session(engine: Engine, name: str, e: DatabaseError) -> UserError:
@@ -1677,6 +1694,8 @@ class RunStore:
                 ) from None
             if _pg_state(e) == PG_READ_ONLY:
                 raise _read_only_session(engine, name, e) from None
+            if _pg_state(e) == PG_LOCK_TIMEOUT:  # `_session_set`'s, met as it migrates
+                raise _pg_locked(name, BUSY_TIMEOUT_S) from None
             if _pg_state(e) == PG_CANCELLED:
                 timeout = None if session is None else session.statement_timeout
                 raise _cancelled(name, parsed, timeout, e.orig or e) from None
@@ -1693,6 +1712,8 @@ class RunStore:
                 _pg_waits(engine, name)
                 cancelled = functools.partial(_query_cancelled, name, session.statement_timeout)
                 event.listen(engine, "handle_error", cancelled)
+                locked = functools.partial(_pg_lock_timeout, name)
+                event.listen(engine, "handle_error", locked)
             event.listen(engine, "handle_error", functools.partial(_server_gone, name))
             # Only now too: an open probes for tables that are missing from a new store.
             event.listen(engine, "handle_error", integrity.on_error)
