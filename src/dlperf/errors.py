@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import errno
+import os
 import resource
 import sys
 import traceback
@@ -156,9 +157,11 @@ def threads_limit(also: str = "") -> str:
     """The fix for a process that could not start a thread, the limit named: "ulimit -u 64 is
     too low: raise it" (`also`: another way out, ", or use --threads 1")."""
     soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-    if soft == resource.RLIM_INFINITY:  # then another limit: a cgroup's, the kernel's
+    # The kernel holds root to no ulimit -u: then another limit, a cgroup's (a container's
+    # --pids-limit, systemd's TasksMax) or the kernel's, and naming ulimit -u misled.
+    if soft == resource.RLIM_INFINITY or os.geteuid() == 0:
         return (
-            f"the limit on processes and threads (ulimit -u, a cgroup's pids.max) is reached{also}"
+            f"the limit on processes and threads (a cgroup's pids.max, ulimit -u) is reached{also}"
         )
     return f"ulimit -u {soft} is too low: raise it{also}"
 

@@ -42,8 +42,11 @@ SOURCE = str(Path(dlperf.__file__).parents[1])  # the dlperf under test, in the 
 EXAMPLE = str(Path(SOURCE).parent / "examples" / "digits_smallcnn.toml")
 DEADLINE_S = 300  # generous: the machine may be shared; nothing here waits on a timer
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+# setpriv runs a command as a user `ulimit -u` binds, which only root may (a user's own
+# command would meet EPERM and fail, not skip)
 no_setpriv = pytest.mark.skipif(
-    shutil.which("setpriv") is None, reason="setpriv runs a command as a user `ulimit -u` binds"
+    shutil.which("setpriv") is None or os.geteuid() != 0,
+    reason="needs setpriv, run as root, to run a command as a user that ulimit -u binds",
 )
 NO_THREAD = RuntimeError("can't start new thread")
 
