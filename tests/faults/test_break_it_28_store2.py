@@ -6,14 +6,19 @@ P4-5. The working directory deleted while a run recorded into the default ./dlpe
 P3-4. A read of a PostgreSQL store whose table another session held (LOCK TABLE ... ACCESS
       EXCLUSIVE, VACUUM FULL) waited as long as it was held. It waits the busy timeout and
       says the writers' line, exit 1.
+P3-2. A file whose only table is another program's `tags` (or `meta`): refused by --db, and
+      `runs repair` of a meta-only one wrote "0 run(s)", exit 0, where a tags-only one was
+      refused: both are refused alike ("holds no runs table"), exit 2, nothing written.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -90,3 +95,31 @@ def test_a_read_of_a_postgresql_table_held_locked_waits_the_busy_timeout(
     one_line(done, 1, "is locked by another process: waited 1 s for a lock", "let it end")
     assert took < 20, took
     assert cli("--db", pg_store, "runs", "list").code == 0
+
+
+# P3-2
+
+FOREIGN = {
+    "meta": "CREATE TABLE meta (key VARCHAR(40) NOT NULL PRIMARY KEY, value TEXT NOT NULL);"
+    "INSERT INTO meta VALUES ('app', 'otherapp'), ('version', '7');",
+    "tags": "CREATE TABLE tags (run_id INTEGER, key TEXT, value TEXT);"
+    "INSERT INTO tags VALUES (1, 'a', 'b');",
+}
+
+
+@pytest.mark.parametrize("table", sorted(FOREIGN))
+@pytest.mark.parametrize("command", ["list", "tag", "repair"])
+def test_a_file_of_one_foreign_table_with_a_dlperf_name_is_refused(
+    table: str, command: str, cli: Cli, tmp_path: Path
+) -> None:
+    """Before: `runs repair` of the meta-only file wrote `0 run(s)`, exit 0."""
+    path = tmp_path / "f.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript(FOREIGN[table])
+    before = path.read_bytes()
+    given = {"list": [], "tag": ["1", "a=1"], "repair": [str(tmp_path / "out.db")]}[command]
+    done = cli("--db", str(path), "runs", command, *given)
+    said = "holds no runs table" if command == "repair" else "holds tables that are not dlperf's"
+    one_line(done, 2, said)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.db"]

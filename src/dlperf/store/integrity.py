@@ -467,8 +467,10 @@ def _source_tables(source: Path, busy_s: float) -> tuple[sqlite3.Connection, dic
         raise UserError(
             f"run store {shown(source)}: nothing can be read ({e})", "restore it from a backup"
         ) from None
-    if Run.__tablename__ not in tables and Meta.__tablename__ not in tables:
-        conn.close()  # an empty file reads as a database without tables
+    # An empty file reads as a database without tables; another program's meta or tags table
+    # alone is no store either (`--db` refuses it), and was "repaired" into 0 runs, exit 0.
+    if Run.__tablename__ not in tables:
+        conn.close()
         raise UserError(
             f"run store {shown(source)} holds no runs table (an empty file, or another program's "
             "database): there is nothing to repair"
