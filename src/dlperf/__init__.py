@@ -15,7 +15,7 @@ from dlperf.errors import UserError
 # Before NumPy or SciPy loads: OpenBLAS sizes its pool as it loads, and SciPy's, short of
 # address space under ulimit -v, hung in dlopen where no stop signal reaches (dlperf.blas).
 blas.size_pools()
-blas.guard_scipy()
+blas.guard_blas()
 # Before any thread or child starts: under a small `ulimit -s` a deeply nested model crashed
 # the process with SIGSEGV and no word (dlperf.stack).
 stack.fit_recursion()

@@ -94,7 +94,7 @@ class _RoomForBlas(importlib.abc.MetaPathFinder):
         return None
 
 
-def guard_scipy() -> None:
+def guard_blas() -> None:
     """Put the guard of SciPy's and NumPy's imports first on sys.meta_path, once, before they
     load (it asks for the limit as each is imported: a process may set one after importing
     dlperf)."""

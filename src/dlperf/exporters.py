@@ -62,7 +62,7 @@ from sqlalchemy.orm import Session
 
 from dlperf import stopping
 from dlperf.errors import UserError, causes
-from dlperf.formatting import clip
+from dlperf.formatting import clip, few
 from dlperf.parsing import flatten, printable
 from dlperf.paths import writing
 from dlperf.store import RunStore, integrity, masked_url
@@ -416,9 +416,7 @@ def _refuse_a_database_not_mlflows(uri: str) -> None:
             f"give MLflow a database of its own, e.g. {SQLITE_URI}",
         )
     if tables and MLFLOW_VERSION_TABLE not in tables:
-        shown = ", ".join(sorted(tables)[:KEYS_SHOWN])
-        if len(tables) > KEYS_SHOWN:
-            shown += f" and {len(tables) - KEYS_SHOWN} more"
+        shown = few(sorted(tables), KEYS_SHOWN)
         raise UserError(
             f"MLflow at {masked_url(uri)}: --uri names a database that is not MLflow's "
             f"(tables {shown}, but no {MLFLOW_VERSION_TABLE}); MLflow would write its tables "

@@ -420,8 +420,10 @@ def _torch_export(
             external_data=not single_file,
             verbose=False,
         )
+        if opset is None:  # nothing to check: the file is not read again
+            return "dynamo"
         written = _opset(out)
-        if opset is None or written == opset:
+        if written == opset:
             return "dynamo"
         # It writes its own opset (18) and converts it to the one asked for, keeping its own,
         # with a warning nobody sees, where it cannot (ReduceMean's axes below 18); the
