@@ -159,6 +159,7 @@ def net(num_classes=10, in_channels=1):
 """
 
 
+@pytest.mark.faults  # a fresh process importing torch: over 7 s on a busy machine
 def test_json_stdout_holds_the_document_alone(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(WRITES_PAST_STDOUT)
     args = ["analyze", "m.py:net", "--input", "1,8,8", "--json"]
