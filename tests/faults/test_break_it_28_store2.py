@@ -9,6 +9,9 @@ P3-4. A read of a PostgreSQL store whose table another session held (LOCK TABLE 
 P3-2. A file whose only table is another program's `tags` (or `meta`): refused by --db, and
       `runs repair` of a meta-only one wrote "0 run(s)", exit 0, where a tags-only one was
       refused: both are refused alike ("holds no runs table"), exit 2, nothing written.
+P3-11. `--db file:x.db` (a plain path) was pointed at x.db, another file, and
+      `sqlite:///file::memory:?...` at `:memory:` stores, refused in turn: the fix names
+      ./file:x.db too, and a memory store is refused as one.
 """
 
 from __future__ import annotations
@@ -123,3 +126,31 @@ def test_a_file_of_one_foreign_table_with_a_dlperf_name_is_refused(
     one_line(done, 2, said)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.db"]
+
+
+# P3-11
+
+
+@pytest.mark.parametrize(
+    ("db", "said"),
+    [
+        (
+            "file:x.db",
+            "SQLite URI filenames (file:...) are not supported (give the file itself: "
+            "sqlite:///x.db or --db x.db, or --db ./file:x.db for a file of that name)",
+        ),
+        (
+            "sqlite:///file::memory:?cache=shared&uri=true",
+            "is in memory: it would keep nothing (give a file, e.g. --db dlperf.db)",
+        ),
+    ],
+)
+def test_a_sqlite_uri_filename_is_told_a_fix_that_works(
+    db: str, said: str, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: `file:x.db` was told `--db x.db` alone; `file::memory:` `--db :memory:`."""
+    monkeypatch.chdir(tmp_path)
+    one_line(cli("--db", db, "runs", "list"), 2, said)
+    with dlperf.track("x", config={}, store="./file:x.db") as r:  # the fix, taken
+        r.log(1, loss=1.0)
+    assert (tmp_path / "file:x.db").is_file()

@@ -453,16 +453,23 @@ def _sqlite_checked(url: URL, name: str) -> Path:
 def _store_path(path: str | None, name: str, example: str = "--db {}") -> Path:
     """The file a SQLite store's `path` names, resolved; or the one line why no store can be
     kept there. `example`: how a fix gives the path (`runs repair` takes OUT, not --db)."""
-    if not path or path == ":memory:":  # each process, each connection even, its own store
+    plain, _, query = path.removeprefix("file:").partition("?") if path else ("", "", "")
+    # Each process, each connection even, its own store; file::memory: and ?mode=memory too.
+    if not plain or plain == ":memory:" or "mode=memory" in query:
         raise UserError(
             f"run store {name} is in memory: it would keep nothing",
-            "give a file, e.g. --db dlperf.db",
+            f"give a file, e.g. {example.format(DEFAULT_DB)}",
         )
     if path.startswith("file:"):  # the driver would take it for a relative path "file:/..."
-        plain = path.removeprefix("file:").split("?")[0]
+        # A URI's file, or a file of this very name (`--db file:x.db` is a plain path): as
+        # `sqlite:x.db` is told ./sqlite:x.db.
+        itself = example.format(integrity.shown(plain))
+        if example == "--db {}":  # `runs repair` takes no URL
+            itself = f"sqlite:///{integrity.shown(plain)} or {itself}"
         raise UserError(
             f"run store {name}: SQLite URI filenames (file:...) are not supported",
-            f"give the file itself: sqlite:///{plain} or --db {plain}",
+            f"give the file itself: {itself}, or {example.format('./' + integrity.shown(path))} "
+            "for a file of that name",
         )
     if path.endswith("/"):  # Path() drops the slash: the file x.db of "x.db/" was used
         bare = path.rstrip("/") or "/"
