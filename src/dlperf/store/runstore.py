@@ -453,9 +453,9 @@ def _sqlite_checked(url: URL, name: str) -> Path:
 def _store_path(path: str | None, name: str, example: str = "--db {}") -> Path:
     """The file a SQLite store's `path` names, resolved; or the one line why no store can be
     kept there. `example`: how a fix gives the path (`runs repair` takes OUT, not --db)."""
-    plain, _, query = path.removeprefix("file:").partition("?") if path else ("", "", "")
+    plain, _, query = (path or "").removeprefix("file:").partition("?")
     # Each process, each connection even, its own store; file::memory: and ?mode=memory too.
-    if not plain or plain == ":memory:" or "mode=memory" in query:
+    if not path or not plain or plain == ":memory:" or "mode=memory" in query:
         raise UserError(
             f"run store {name} is in memory: it would keep nothing",
             f"give a file, e.g. {example.format(DEFAULT_DB)}",
