@@ -177,6 +177,8 @@ def npz(path: Path, labels: np.ndarray, **more: np.ndarray) -> Path:
             np.array([0, 2, 5] * 20),
             "labels 0..5 leave classes 1, 3 and 4 with no image: the model would have 6 outputs "
             "for the 3 classes that have images",
+            "name its 6 classes: numpy.savez(..., classes=[...]) with 6 names, or number them "
+            "0, 1, ... (class 2 becomes 1, and so on): "
             "save labels=numpy.unique(labels, return_inverse=True)[1]",
         ),
     ],

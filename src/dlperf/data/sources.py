@@ -318,7 +318,7 @@ def _drawn_train(pool: torch.Tensor, cfg: DataConfig, seed: int, three_way: bool
     return index if cfg.limit is None else index[: cfg.limit]
 
 
-def _seed_keeping_all(data: ImageData, cfg: DataConfig) -> int | None:
+def seed_keeping_all(data: ImageData, cfg: DataConfig) -> int | None:
     """The first data.split_seed after cfg's (of the next 100) at which every class of
     `data`'s pool that its test split (or the pool) holds keeps a training image."""
     if data.pool is None:
@@ -402,7 +402,7 @@ def untrained_classes(
         f"{it}, yet {counted}"
     )
     fixes = []
-    seed = _seed_keeping_all(data, cfg)
+    seed = seed_keeping_all(data, cfg)
     if seed is not None:
         fixes.append(f"set data.split_seed = {seed}, which keeps every class")
     bound = _bound(key, data, cfg, drawn, held)
@@ -625,7 +625,15 @@ def _missing(
 def _root_folder(cfg: DataConfig) -> Path:
     """data.root, of a set whose files lie in folders under it, refused when it is there but
     no folder (an .npz file): "root/train not found", or a download offered that would make a
-    folder inside a file, named neither what it is nor the set that reads it."""
+    folder inside a file, named neither what it is nor the set that reads it. A link to
+    nothing there (a set on a drive not mounted) is said to be one, naming its target."""
+    if os.path.islink(cfg.root) and not os.path.exists(cfg.root):
+        target = os.readlink(cfg.root)
+        raise UserError(
+            f"data.root {cfg.root} is a link to {target}, which is not there",
+            f"mount or restore {target}, or set data.root to the folder that holds the "
+            f"{cfg.name} files",
+        )
     kind = not_regular(cfg.root)
     if kind != "a directory" and os.path.lexists(cfg.root):
         npz = Path(cfg.root).suffix.lower() == ".npz"
@@ -975,10 +983,9 @@ def _newer(gz: Path, target: Path) -> bool:
 def _unreadable(path: str | Path, what: str, e: PermissionError) -> UserError:
     """A file of the set that this user may not read (an image, an npz, an idx file): its
     permissions are the fault, not its bytes, and the fix is theirs."""
-    shown = _shown_path(path)
     return UserError(
-        f"{shown}: cannot read {what} ({e.strerror})",
-        f"chmod a+r {shlex.quote(shown)}, or run as a user who can read it",
+        f"{_shown_path(path)}: cannot read {what} ({e.strerror})",
+        f"chmod a+r {_typed_path(path)}, or run as a user who can read it",
     )
 
 
@@ -1209,7 +1216,7 @@ def _unlistable(e: OSError) -> None:
     folder = _shown_path(e.filename)
     fix = "make it readable, or move it out of the data set"
     if isinstance(e, PermissionError):
-        fix = f"chmod -R a+rX {shlex.quote(folder)}, or run as a user who can read it"
+        fix = f"chmod -R a+rX {_typed_path(e.filename)}, or run as a user who can read it"
     raise UserError(
         f"{folder}: cannot list the folder ({e.strerror or e}): its images would be left out", fix
     )
@@ -1219,6 +1226,18 @@ def _shown_path(path: str | Path) -> str:
     """`path` as a line shows it: bytes that are not UTF-8 as the bytes, bad\\xff.png, not as
     Python's surrogate escapes (bad\\udcff.png), which no one can type or match; on one line."""
     return one_line(os.fsencode(path).decode("utf-8", "backslashreplace"))
+
+
+def _typed_path(path: str | Path) -> str:
+    """`path` quoted for a shell command in a fix: shlex's quoting, or, for a name of bytes that
+    are not UTF-8 or not printable, bash's $'...' with those bytes as \\xHH. _shown_path's
+    bad\\xff.png in plain quotes names a file that is not there."""
+    raw = os.fsencode(path)
+    with contextlib.suppress(UnicodeDecodeError):
+        if (text := raw.decode()).isprintable():
+            return shlex.quote(text)
+    kept = (chr(b) if 0x20 <= b < 0x7F and b not in b"'\\" else f"\\x{b:02x}" for b in raw)
+    return "$'" + "".join(kept) + "'"
 
 
 def _looped(folder: str, class_dir: str) -> bool:
@@ -2037,10 +2056,14 @@ def _imageless(path: str | Path, labels: np.ndarray) -> None:
     missing = np.setdiff1d(np.arange(count), present).tolist()
     shown, one = _class_list([str(i) for i in missing])
     low = int(present[0])
+    # a gap is common in a subset (class 7 absent): naming the classes keeps the numbers; a
+    # renumbering moves every class above the gap, so it comes second and says so
+    after = int(present[present > missing[0]][0])
     fix = (
         f"number the classes from 0: save labels=labels - {low}"
         if missing == list(range(low))
-        else "number the classes 0, 1, ... (names in the order of numpy.unique(labels)): "
+        else f"name its {count} classes: numpy.savez(..., classes=[...]) with {count} names, "
+        f"or number them 0, 1, ... (class {after} becomes {missing[0]}, and so on): "
         "save labels=numpy.unique(labels, return_inverse=True)[1]"
     )
     raise UserError(

@@ -17,7 +17,7 @@ import torch
 
 from dlperf.config import DataConfig, DistillConfig
 from dlperf.data import ImageData
-from dlperf.data.sources import _seed_keeping_all, held_out
+from dlperf.data.sources import held_out, seed_keeping_all
 from dlperf.errors import UserError
 
 FRACTION = 0.1  # the pretrain split's test_fraction and val_fraction
@@ -101,7 +101,7 @@ def split_seed(data: ImageData, cfg: DataConfig) -> int:
     when no seed keeps every class: `check_kept` then refuses it."""
     if not _untrained(data):
         return cfg.split_seed
-    seed = _seed_keeping_all(data, cfg)
+    seed = seed_keeping_all(data, cfg)
     return cfg.split_seed if seed is None else seed
 
 
