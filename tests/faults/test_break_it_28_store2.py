@@ -12,6 +12,9 @@ P3-2. A file whose only table is another program's `tags` (or `meta`): refused b
 P3-11. `--db file:x.db` (a plain path) was pointed at x.db, another file, and
       `sqlite:///file::memory:?...` at `:memory:` stores, refused in turn: the fix names
       ./file:x.db too, and a memory store is refused as one.
+P4-6. Store and run folder moved mid-run: the `--resume` the "moved" line offers failed, the
+      checkpoint's path stored absolute under the old folder. The rows are pointed at the
+      checkpoint where it moved with the store.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 import dlperf
+from dlperf.engine import checkpoint
 from dlperf.errors import StoreGone
-from dlperf.store import integrity, runstore
+from dlperf.store import RunStore, integrity, runstore
 from tests.conftest import CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
@@ -154,3 +158,30 @@ def test_a_sqlite_uri_filename_is_told_a_fix_that_works(
     with dlperf.track("x", config={}, store="./file:x.db") as r:  # the fix, taken
         r.log(1, loss=1.0)
     assert (tmp_path / "file:x.db").is_file()
+
+
+# P4-6
+
+
+def test_a_checkpoint_moved_with_its_store_is_found_where_it_went(tmp_path: Path) -> None:
+    """Before: `run --resume` said `run 1's checkpoint .../sub1/... is missing`."""
+    old = tmp_path / "sub1"
+    old.mkdir()
+    saved = old / "dlperf_runs" / "s" / "run-1" / "checkpoint.pt"
+    saved.parent.mkdir(parents=True)
+    saved.write_bytes(b"weights")
+    with pytest.raises(StoreGone) as gone, dlperf.track("m", store=str(old / "x.db")) as r:
+        r._store.add_artifact(r.id, "checkpoint", saved)
+        r.log(1, loss=0.5)
+        r.flush()
+        old.rename(tmp_path / "sub2")
+        r.log(2, loss=0.25)
+        r.flush()
+    assert "was moved to" in str(gone.value)
+    store = RunStore.open(str(tmp_path / "sub2" / "x.db"), create=False)
+    try:
+        moved = tmp_path / "sub2" / "dlperf_runs" / "s" / "run-1" / "checkpoint.pt"
+        assert store.artifacts(r.id) == [{"kind": "checkpoint", "path": str(moved)}]
+        assert checkpoint.run_checkpoint(store, r.id, "to resume", "-") == moved
+    finally:
+        store.engine.dispose()

@@ -2109,6 +2109,8 @@ class RunStore:
             "before"
         )
         there = integrity.shown(now) if now is not None else "ITS_NEW_PATH"
+        if now is not None:
+            self._rebase_checkpoints(run_id, now)
         go_on = (
             f"continue it there with `dlperf --db {there} run --resume {run_id}`"
             if self._resumable.get(run_id, False)
@@ -2117,6 +2119,29 @@ class RunStore:
         if now is None:
             go_on = f"it is no longer at {integrity.shown(self._file.path)}: find it, then {go_on}"
         return StoreGone(held, f"run {run_id} reads as lost; {go_on}", run_id)
+
+    def _rebase_checkpoints(self, run_id: int, now: Path) -> None:
+        """Point the run's checkpoint rows that lay under the store's folder, and moved with
+        it, at where they are now: stored absolute, the old path made the `--resume` that
+        `_moved` offers fail ("checkpoint ... is missing") with the file whole beside the
+        store. Written through the connection kept to the file, then checkpointed into it."""
+        assert self._file is not None and self._keeper is not None
+        keeper, old = self._keeper, self._file.path.parent
+        with contextlib.suppress(sqlite3.Error):
+            rows = keeper.execute(
+                "SELECT id, path FROM artifacts WHERE run_id = ? AND kind = 'checkpoint'",
+                (run_id,),
+            ).fetchall()
+            for row_id, stored in rows:
+                if not Path(stored).is_relative_to(old) or os.path.lexists(stored):
+                    continue
+                moved = now.parent / Path(stored).relative_to(old)
+                if moved.is_file():
+                    keeper.execute(
+                        "UPDATE artifacts SET path = ? WHERE id = ?", (str(moved), row_id)
+                    )
+            keeper.commit()
+            keeper.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _rescue(self, run_id: int) -> Path | None:
         """Copy the deleted store, through the connection kept to it, beside the run's last
