@@ -15,6 +15,9 @@ P3-11. `--db file:x.db` (a plain path) was pointed at x.db, another file, and
 P4-6. Store and run folder moved mid-run: the `--resume` the "moved" line offers failed, the
       checkpoint's path stored absolute under the old folder. The rows are pointed at the
       checkpoint where it moved with the store.
+P3-8. A libpq host list in the URL's host part was told "its port is not a number" with an
+      IPv6 hint: it is told the host= form. A database name escaped in the URL (%C3%BC%20x)
+      was named half-decoded (%C3%BC x): named as typed.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from sqlalchemy import create_engine, text
 import dlperf
 from dlperf.engine import checkpoint
 from dlperf.errors import StoreGone
-from dlperf.store import RunStore, integrity, runstore
+from dlperf.store import RunStore, integrity, runstore, urls
 from tests.conftest import CliResult, fresh_store_url
 
 Cli = Callable[..., CliResult]
@@ -185,3 +188,24 @@ def test_a_checkpoint_moved_with_its_store_is_found_where_it_went(tmp_path: Path
         assert checkpoint.run_checkpoint(store, r.id, "to resume", "-") == moved
     finally:
         store.engine.dispose()
+
+
+# P3-8
+
+
+def test_a_libpq_host_list_is_told_the_host_parameters(cli: Cli) -> None:
+    """Before: `its port is not a number (..., an IPv6 host in brackets: [::1]:5432)`."""
+    done = cli("--db", "postgresql+psycopg://u:pw@127.0.0.1:5439,127.0.0.1:5438/db", "runs", "list")
+    one_line(
+        done,
+        2,
+        "run store 'postgresql+psycopg://u:***@127.0.0.1:5439,127.0.0.1:5438/db': it lists its "
+        "hosts in the URL's host part",
+        "postgresql+psycopg://user@/db?host=h1:5432&host=h2:5433",
+    )
+
+
+def test_an_escaped_database_name_is_named_as_typed() -> None:
+    """Before: `.../bk28_p3_%C3%BC x` for `.../bk28_p3_%C3%BC%20x`."""
+    typed = "postgresql+psycopg://u:pw@127.0.0.1:5439/bk28_p3_%C3%BC%20x?sslmode=disable"
+    assert urls.masked_url(typed) == typed.replace(":pw@", ":***@")

@@ -183,6 +183,14 @@ def _parsed(url: str) -> URL:
     except ArgumentError as e:
         raise UserError(f"cannot open run store {masked_url(url)!r}: {e}") from None
     except ValueError:
+        # libpq's host list (h1:5432,h2:5433) reads as a port "5432,h2:5433" to SQLAlchemy
+        if "," in url.partition("://")[2].partition("/")[0].rpartition("@")[2]:
+            raise UserError(
+                f"cannot open run store {masked_url(url)!r}: it lists its hosts in the URL's "
+                "host part, as libpq does",
+                "give each as a host= query parameter, e.g. "
+                "postgresql+psycopg://user@/db?host=h1:5432&host=h2:5433",
+            ) from None
         raise UserError(
             f"cannot open run store {masked_url(url)!r}: its port is not a number",
             "e.g. postgresql://user@host:5432/db, an IPv6 host in brackets: [::1]:5432",

@@ -41,10 +41,14 @@ def masked_url(url: str) -> str:
     # it, and an unescaped @ in a password that SQLAlchemy took for part of the host.
     with contextlib.suppress(ArgumentError, ValueError):  # ValueError: a port not a number
         parsed = make_url(url)
-        # Rendered only to mask a password: a rendering escapes the rest too, and named
-        # sqlite:///:memory: as sqlite:///%3Amemory%3A, a file é.db as %C3%A9.db.
+        # The password masked in the URL as typed: a rendering escapes the rest too, and named
+        # sqlite:///:memory: as sqlite:///%3Amemory%3A, a database bk_%C3%BC%20x as
+        # bk_%C3%BC x. All up to the host's @ is the user and password (one may hold an @).
         if parsed.password is not None:
-            url = parsed.render_as_string(hide_password=True)
+            scheme, _, rest = url.partition("://")
+            netloc, slash, tail = rest.partition("/")
+            userinfo, _, host = netloc.rpartition("@")
+            url = f"{scheme}://{userinfo.partition(':')[0]}:{MASK}@{host}{slash}{tail}"
     return _masked_query(PASSWORD.sub(rf"\1{MASK}@", url))
 
 
