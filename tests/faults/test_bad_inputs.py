@@ -267,10 +267,15 @@ CASES = [
     case("calibrate --name", "error: Option '--name' requires an argument."),
     case(
         "calibrate",
-        "error: cannot use /sys/devices.toml: Permission denied",
+        "error: cannot write the device file /sys/devices.toml (cannot use /sys/devices.toml: "
+        "Permission denied)",
         env="DLPERF_DEVICES=/sys/devices.toml",
     ),
-    case("calibrate", "error: cannot use dir: Is a directory", env="DLPERF_DEVICES=dir"),
+    case(
+        "calibrate",
+        "error: cannot write the device file dir (cannot use dir: Is a directory)",
+        env="DLPERF_DEVICES=dir",
+    ),
     # --- staleness -------------------------------------------------------------------------
     case("staleness", "error: give --learner NAME=times ... or --speeds NAME=rate,..."),
     case("staleness --learner L1=a", "error: --learner 'L1=a': times must be numbers"),

@@ -15,6 +15,7 @@ from dlperf.errors import UserError
 from dlperf.store import migrations
 from dlperf.store.ids import made_store_id
 from dlperf.store.migrations import SCHEMA_VERSION, migrate, refuse_foreign, refuse_foreign_file
+from dlperf.store.runstore import read_begun
 from dlperf.store.schema import Base
 
 # The runs table of the first release: no owner column, and no tags, meta or claims tables.
@@ -129,8 +130,8 @@ def test_refuse_foreign_file_reads_only_and_lets_a_non_database_through(tmp_path
         conn.execute("CREATE TABLE experiments (id INTEGER)")
         conn.commit()
     with pytest.raises(UserError, match="holds tables that are not dlperf's: experiments"):
-        refuse_foreign_file(foreign, "mlflow.db", 1.0)
+        refuse_foreign_file(foreign, "mlflow.db", 1.0, read_begun)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # no -wal, no -shm
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)
-    refuse_foreign_file(junk, "junk.db", 1.0)  # left to the store's own opening to name
+    refuse_foreign_file(junk, "junk.db", 1.0, read_begun)  # left to the store's own opening to name
