@@ -1234,8 +1234,9 @@ def refuse_too_large(batch: int, input_shape: Sequence[int], dtype: torch.dtype)
     elements = batch * prod(input_shape)
     if elements * dtype.itemsize >= TENSOR_MAX_BYTES:
         sizes = " x ".join(str(n) for n in (batch, *input_shape))
+        label = "batch x C x H x W" if len(input_shape) == 3 else "batch x input"
         raise UserError(
-            f"batch x C x H x W = {sizes} = {elements:,} elements is more than a tensor can "
+            f"{label} = {sizes} = {elements:,} elements is more than a tensor can "
             "hold (2^63 bytes)",
             _SMALLER,
         )

@@ -118,8 +118,10 @@ KEEPS_POSITIONS = frozenset(
         "alias", "detach", "lift_fresh", "lift_fresh_copy", "fill", "zero",
         "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
         "new_empty", "new_zeros", "new_ones", "new_full",
+        # along channels alone
+        "channel_shuffle", "native_channel_shuffle",
         # a new shape: `_pointwise` checks that H and W are kept
-        "view", "_unsafe_view", "expand", "squeeze", "unsqueeze", "permute", "transpose",
+        "view", "_unsafe_view", "expand", "repeat", "squeeze", "unsqueeze", "permute", "transpose",
         # normalisation: its statistics over the positions are left out, as over the batch
         "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
         "_native_batch_norm_legit_functional", "native_group_norm", "native_layer_norm",
@@ -154,10 +156,27 @@ def _axes(func: Any, args: Sequence[Any], kwargs: dict[str, Any], dims: int) -> 
     return None
 
 
+def _through_own_mask(name: str, args: Sequence[Any]) -> bool:
+    """Is this an index_put or masked_scatter through one boolean mask of the input's own shape
+    (`y[y < 0] = 0`)? Each position written is then the input's own, as in `torch.where`."""
+    if name == "index_put":
+        mask = args[1][0] if len(args[1]) == 1 else None
+    elif name == "masked_scatter":
+        mask = args[1]
+    else:
+        return False
+    return (
+        isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.shape == args[0].shape
+    )
+
+
 def _moves(func: Any, args: Sequence[Any], kwargs: dict[str, Any], dims: int) -> str | None:
     """Why `func`, which keeps the spatial size, may not keep each position along H and W (the
     last two of `dims` axes) in place; None where it does."""
-    if torch.Tag.pointwise in func.tags or op_name(func).removesuffix("_") in KEEPS_POSITIONS:
+    name = op_name(func).removesuffix("_")
+    if torch.Tag.pointwise in func.tags or name in KEEPS_POSITIONS:
+        return None
+    if _through_own_mask(name, args):
         return None
     axes = _axes(func, args, kwargs, dims)
     if axes is None:
@@ -299,6 +318,9 @@ class FieldTracker:
             return self._slice(field, x, args)
         if name in ("permute", "transpose") and not _keeps_axes(name, args, x.dim()):
             return Ended("not followed (the layout changes)")
+        if name.startswith("masked_scatter") and any(t is args[2] for t, _ in inputs):
+            # the source's elements fill the mask's positions in order, not position by position
+            return Ended(MOVES)
         if name == "constant_pad_nd":
             pad = list(args[1]) + [0] * 4
             return self._shift(field, (pad[2], pad[0]))

@@ -976,12 +976,15 @@ def predict_at(fit: SpeedFit, text: str, data: SpeedData | None = None) -> dict[
         raise UserError(
             f"--predict {text!r}: workers, ps and nodes are whole numbers ≥ 1, batch is > 0"
         )
-    if at.get("batch", at["workers"]) < at["workers"]:
+    # checked after the default batch is filled in: a fixed global batch (Optimus's) is
+    # below the workers asked for as readily as a given one
+    said = "" if "batch" in at else ", the table's typical batch,"
+    at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
+    if at["batch"] < at["workers"]:
         raise UserError(
-            f"--predict {text}: batch {at['batch']:g} is less than workers {at['workers']:g}",
+            f"--predict {text}: batch {at['batch']:g}{said} is less than workers {at['workers']:g}",
             LEAST_BATCH,
         )
-    at = {"ps": 1.0, "nodes": 1.0, "batch": fit.default_batch(at["workers"]), **at}
     missing = rests_on(fit, at, data) if data is not None else []
     if missing:
         raise UserError(

@@ -416,13 +416,32 @@ def _user_tasks() -> int:
     return max(count, threading.active_count())
 
 
+LOADAVG = "/proc/loadavg"
+
+
+def _system_tasks() -> int | None:
+    """The threads on the whole system, from /proc/loadavg's 'running/total' (None where it
+    cannot be read): a bound on the user's own that costs one read, not one per process."""
+    try:
+        with open(LOADAVG) as f:
+            return int(f.read().split()[3].split("/")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _room_for_tasks(workers: int) -> None:
     """Refuse, in one line naming `ulimit -u`, a limit on processes and threads (RLIMIT_NPROC)
     too low for `workers` DataLoader workers, once a soft limit is raised to the hard one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
     if soft == resource.RLIM_INFINITY or os.getuid() == 0:  # root's processes are not held to it
         return
-    needed = _user_tasks() + TASKS_PER_WORKER * workers + 2
+    more = TASKS_PER_WORKER * workers + 2
+    system = _system_tasks()
+    # every epoch starts here: reading each /proc/PID/status takes ~1 s on a busy node, so the
+    # user's own count is read only where even every thread on the system may not fit
+    if system is not None and soft >= system + more:
+        return
+    needed = _user_tasks() + more
     if soft >= needed:
         return
     if hard == resource.RLIM_INFINITY or hard >= needed:
