@@ -130,6 +130,12 @@ def plan(
         raise UserError(f"--price-per-hour: must be a finite number (got {price_per_hour:g})")
     if not price_per_hour >= 0:
         raise UserError(f"--price-per-hour must be 0 or more, got {price_per_hour:g}")
+    most = max(worker_counts)
+    if most > batch:  # a row there would time a step that gives some workers no sample
+        raise UserError(
+            f"--workers {most} is more than the global batch {batch:g}: {speed.LEAST_BATCH}",
+            f"give --workers up to {math.floor(batch)}, or --batch {most} or more",
+        )
     rows = []
     for p in ps_counts:
         for w in worker_counts:
@@ -171,6 +177,8 @@ def allocate(jobs: list[Job], devices: int) -> list[JobAllocation]:
         for i, (w, p) in enumerate(alloc):
             now = remaining(i, w, p)
             for role, (w2, p2) in enumerate(((w + 1, p), (w, p + 1))):
+                if w2 > jobs[i].batch:  # a step gives each worker at least one sample
+                    continue
                 gain = now - remaining(i, w2, p2)
                 if gain > best_gain:
                     best, best_gain = (i, role), gain
