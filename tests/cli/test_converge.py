@@ -471,19 +471,19 @@ def test_plan_reads_a_regress_prediction_and_paper_coefficients(cli: Cli, tmp_pa
     # Nothing of the unseen configuration has run: all the steps to 0.3 are still to go.
     steps = (1 / (0.3 - b2) - b1) / b0
     plan = ("converge", "plan", "--curve", "regress.json", "--target", "0.3", "--ps", "1,2",
-            "--workers", "1-2", "--batch", "1", "--json")  # fmt: skip
-    r = cli(*plan, "--speed-params", SPEED_PARAMS)
+            "--workers", "1-2", "--batch", "2", "--json")  # fmt: skip
+    r = cli(*plan, "--speed-params", SPEED_PARAMS.replace("0.4", "0.2"))
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["steps"] == pytest.approx(steps, rel=0.02)
     times = {(a["ps"], a["workers"]): a["time_s"] for a in doc["allocations"]}
-    assert times[(2, 2)] == pytest.approx(doc["steps"] * 0.3)  # 0.4·1/2 + 0.1·2/2 s a step
+    assert times[(2, 2)] == pytest.approx(doc["steps"] * 0.3)  # 0.2·2/2 + 0.1·2/2 s a step
     assert doc["basis"].startswith("steps: the Optimus curve regress predicted for depth=110")
     assert "step times: optimus-sync with the coefficients given" in doc["basis"]
 
     # The same speed model as the documented minimal JSON, its θ in any order.
     minimal = {"model": "optimus-sync", "params": {"theta4": 0, "theta3": 0, "theta2": 0.1,
-               "theta1": 0, "theta0": 0.4}, "typical_batch": 1}  # fmt: skip
+               "theta1": 0, "theta0": 0.2}, "typical_batch": 2}  # fmt: skip
     (tmp_path / "speed.json").write_text(json.dumps(minimal))
     r = cli(*plan[:-3], "--speed", "speed.json", "--json")
     assert r.code == 0, r.err
@@ -493,7 +493,7 @@ def test_plan_reads_a_regress_prediction_and_paper_coefficients(cli: Cli, tmp_pa
     curve_doc = {"metric": "loss", "beta0": b0, "beta1": b1, "beta2": b2, "last_step": 100}
     (tmp_path / "curve.json").write_text(json.dumps(curve_doc))
     r = cli("converge", "plan", "--curve", "curve.json", "--target", "0.3", "--speed-params",
-            SPEED_PARAMS, "--batch", "1", "--json")  # fmt: skip
+            SPEED_PARAMS, "--batch", "16", "--json")  # fmt: skip
     assert r.code == 0, r.err
     assert json.loads(r.out)["steps"] == math.ceil(steps) - 100  # whole steps to go
 

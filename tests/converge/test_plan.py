@@ -18,12 +18,12 @@ def sync_fit(theta: list[float]) -> SpeedFit:
 
 
 def test_plan_arithmetic_by_hand() -> None:
-    # step time = 0.4·M/w + 0.1·w/p with M = 1:
+    # step time = 0.2·M/w + 0.1·w/p with M = 2:
     #   (p=1, w=1) 0.5 s   (p=1, w=2) 0.4 s   (p=2, w=1) 0.45 s   (p=2, w=2) 0.3 s
     # 3600 steps take 1800, 1440, 1620, 1080 s; at 2 per device-hour on w + p devices
     # they cost 2.0, 2.4, 2.7, 2.4.
-    fit = sync_fit([0.4, 0.0, 0.1, 0.0, 0.0])
-    rows = plan.plan(3600, fit, [1, 2], [1, 2], batch=1, price_per_hour=2.0)
+    fit = sync_fit([0.2, 0.0, 0.1, 0.0, 0.0])
+    rows = plan.plan(3600, fit, [1, 2], [1, 2], batch=2, price_per_hour=2.0)
     got = {(r.ps, r.workers): (r.time_s, r.cost) for r in rows}
     assert got == {
         (1, 1): pytest.approx((1800, 2.0)),
@@ -36,8 +36,8 @@ def test_plan_arithmetic_by_hand() -> None:
 
 
 def test_greedy_allocator_by_hand() -> None:
-    # Job a: step time 1/w (more workers help, servers do not); job b: 0.5/p.
-    a = plan.Job("a", 100, sync_fit([1.0, 0, 0, 0, 0]), batch=1)
+    # Job a: step time 0.25·4/w = 1/w (more workers help, servers do not); job b: 0.5/p.
+    a = plan.Job("a", 100, sync_fit([0.25, 0, 0, 0, 0]), batch=4)
     b = plan.Job(
         "b",
         100,
@@ -66,15 +66,15 @@ def test_plan_refuses_pollux() -> None:
 
 def test_plan_files_reads_what_the_fit_commands_write(tmp_path: Path) -> None:
     speed_json, curve_json = tmp_path / "speed.json", tmp_path / "curve.json"
-    report = SpeedReport(sync_fit([0.4, 0, 0.1, 0, 0]), [])
+    report = SpeedReport(sync_fit([0.2, 0, 0.1, 0, 0]), [])
     speed_json.write_text(json.dumps(report.to_dict()))
     # 1/(0.01·k + 1) + 0.1 reaches 0.2 at k = 900, and 100 steps are done.
     fit = {"metric": "loss", "beta0": 0.01, "beta1": 1.0, "beta2": 0.1, "last_step": 100}
     curve_json.write_text(json.dumps(fit))
-    done = plan.plan_files(curve_json, plan.read_speed_fit(speed_json), 0.2, [1, 2], [1, 2], 1)
+    done = plan.plan_files(curve_json, plan.read_speed_fit(speed_json), 0.2, [1, 2], [1, 2], 2)
     assert done.steps == pytest.approx(800) and done.cost_unit == "device-hours"
     times = {(a.ps, a.workers): a.time_s for a in done.allocations}
-    assert times[(2, 2)] == pytest.approx(800 * 0.3)  # 0.4/2 + 0.1·2/2 seconds a step
+    assert times[(2, 2)] == pytest.approx(800 * 0.3)  # 0.2·2/2 + 0.1·2/2 seconds a step
 
     (tmp_path / "jobs.toml").write_text(
         '[[job]]\ncurve = "curve.json"\nspeed = "speed.json"\ntarget = 0.2\nbatch = 1\n'
