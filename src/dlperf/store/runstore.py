@@ -436,7 +436,8 @@ def _sqlite_pragmas(
     # BEGIN EXCLUSIVE), has; reading the mode takes one too.
     statement = "PRAGMA journal_mode" if read_only else "PRAGMA journal_mode=WAL"
     (mode,) = _in_attempts(lambda: cursor.execute(statement).fetchone(), cursor, name, busy_s)
-    record.info[ROLLBACK] = str(mode).lower() != "wal"
+    # An in-memory store answers "memory": no other process holds it, so no read lock to take
+    record.info[ROLLBACK] = str(mode).lower() not in ("wal", "memory")
     if not read_only:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -670,8 +671,7 @@ def _in_attempts(
             try:
                 return attempt()
             except (sqlite3.OperationalError, DatabaseError) as e:
-                code = getattr(getattr(e, "orig", e), "sqlite_errorcode", None)
-                if code is None or code & 0xFF != SQLITE_BUSY:
+                if _sqlite_code(e) != SQLITE_BUSY:
                     raise
                 now = time.monotonic()
                 if not stop_seen and stopping.requested():
@@ -790,8 +790,9 @@ def _pg_locked(name: str, waited_s: float) -> StoreLocked:
     )
 
 
-def _sqlite_code(e: DatabaseError) -> int | None:
-    code = getattr(e.orig, "sqlite_errorcode", None)
+def _sqlite_code(e: DatabaseError | sqlite3.Error) -> int | None:
+    """SQLite's primary result code of `e`, SQLAlchemy's or the driver's own error."""
+    code = getattr(getattr(e, "orig", e), "sqlite_errorcode", None)
     return None if code is None else code & 0xFF
 
 
