@@ -150,7 +150,7 @@ BAD_OPTIONS = {
         {"macs_convention": "fvcore", "train": True},
         "analyze.macs_convention fvcore: the peers count a forward pass only",
     ),
-    "dtype": ({"dtype": "fp8"}, "analyze.precision: unknown precision 'fp8'"),
+    "dtype": ({"dtype": "fp8"}, "dtype 'fp8': use 'fp32', 'bf16' or 'fp16'"),
     "bias as text": ({"bias": "no"}, "bias is True or False, got 'no'"),
 }
 
