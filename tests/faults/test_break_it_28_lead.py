@@ -77,7 +77,7 @@ def test_a_stopped_runs_hint_names_the_store_it_was_given(
 ) -> None:
     from dlperf.engine import train
 
-    (tmp_path / "e.toml").write_text(EXP)
+    path = write_distill_exp(tmp_path)
     evaluate, calls = train.evaluate, []
 
     def signalled(*args: Any, **kw: Any) -> Any:
@@ -87,7 +87,7 @@ def test_a_stopped_runs_hint_names_the_store_it_was_given(
         return evaluate(*args, **kw)
 
     monkeypatch.setattr(train, "evaluate", signalled)
-    r = cli("--db", given, "run", "e.toml")
+    r = cli("--db", given, "run", str(path))
     assert r.code == 130, (r.code, r.err)
     hint = r.err.strip().splitlines()[-1]
     assert hint == (
@@ -195,20 +195,6 @@ def test_regress_predicts_a_fractional_axis_as_it_is(cli: Cli, db: str, tmp_path
     whole, fractional = steps["w"], steps["f"]
     assert isinstance(whole, int) and whole == math.ceil(fractional * 100 - 1e-6)
     assert not float(fractional).is_integer() and 0 < fractional < 1
-
-
-EXP = """
-[model]
-name = "smallcnn"
-[data]
-name = "digits"
-limit = 64
-[train]
-epochs = 1
-batch_size = 32
-[run]
-threads = 1
-"""
 
 
 # --- L7 (the P4 tester's cause 11): calibrate with a HOME that cannot be written ---------------

@@ -38,17 +38,9 @@ from dlperf.engine import checkpoint
 from dlperf.errors import StoreGone
 from dlperf.store import RunStore, integrity, runstore, urls
 from tests.conftest import CliResult, fresh_store_url
+from tests.faults.test_break_it_28_store import one_line
 
 Cli = Callable[..., CliResult]
-
-
-def one_line(result: CliResult, code: int, *parts: str) -> str:
-    """Exit `code` and one error line, the only line on stderr, holding each of `parts`."""
-    assert result.code == code, (result.out, result.err)
-    assert result.err.startswith("error: ") and result.err.count("\n") == 1, result.err
-    for part in parts:
-        assert part in result.err, result.err
-    return result.err.strip()
 
 
 @pytest.fixture
