@@ -266,17 +266,23 @@ def files_open(guess: int) -> int:
 
 
 def room_for_files(needed: int) -> int | None:
-    """Make room for `needed` open files: a soft open-file limit (RLIMIT_NOFILE) below it is
-    raised to the hard one (all of it, not just what is needed: a count measured on one host
-    is a guess on another, and more room costs nothing). None once there is room; else the
-    limit that refuses it, to name in `ulimit -n`."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    """Make room for `needed` open files (`room_under` RLIMIT_NOFILE): None once there is
+    room; else the limit that refuses it, to name in `ulimit -n`."""
+    return room_under(resource.RLIMIT_NOFILE, needed)
+
+
+def room_under(kind: int, needed: int) -> int | None:
+    """Make room for `needed` under the resource limit `kind` (open files, processes and
+    threads): a soft limit below it is raised to the hard one (all of it, not just what is
+    needed: a count measured on one host is a guess on another, and more room costs nothing).
+    None once there is room; else the limit that refuses it, to name in its `ulimit`."""
+    soft, hard = resource.getrlimit(kind)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return None
     if hard == resource.RLIM_INFINITY or hard >= needed:
         for target in dict.fromkeys((hard, needed)):  # macOS takes no unlimited soft limit
             try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                resource.setrlimit(kind, (target, hard))
                 return None
             except (ValueError, OSError):
                 continue

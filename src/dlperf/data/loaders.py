@@ -34,7 +34,7 @@ from dlperf.config import AugmentConfig
 from dlperf.data.augment import augment_batch, host_to_device, normalize
 from dlperf.data.sources import ImageData, Split, decode_file
 from dlperf.errors import UserError, causes, out_of_threads, threads_limit
-from dlperf.paths import files_open, open_files_limit, room_for_files
+from dlperf.paths import files_open, open_files_limit, room_for_files, room_under
 
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
@@ -286,9 +286,7 @@ def _hold_group_stops(worker_id: int) -> None:
 
     def quiet_print_exc(*args: Any, **kwargs: Any) -> None:
         error = sys.exc_info()[1]
-        if error is not None and out_of_threads(error):
-            _no_threads_exit()
-        if error is None or not _out_of_files(error):
+        if error is None or not _the_parents_to_say(error):
             print_exc(*args, **kwargs)
 
     traceback.print_exc = quiet_print_exc
@@ -298,10 +296,16 @@ def _quiet_out_of_files(
     kind: type[BaseException], error: BaseException, trace: TracebackType | None
 ) -> None:
     """A loader worker's `sys.excepthook`: nothing for a process out of file descriptors."""
+    if not _the_parents_to_say(error):
+        sys.__excepthook__(kind, error, trace)
+
+
+def _the_parents_to_say(error: BaseException) -> bool:
+    """Whether a loader worker's `error` is the training process's to say: out of file
+    descriptors (left unprinted), or out of threads (the worker ends, `_no_threads_exit`)."""
     if out_of_threads(error):
         _no_threads_exit()
-    if not _out_of_files(error):
-        sys.__excepthook__(kind, error, trace)
+    return _out_of_files(error)
 
 
 # A worker's exit code where it could not start a thread (EX_TEMPFAIL, sysexits.h's): a worker
@@ -431,8 +435,9 @@ def _system_tasks() -> int | None:
 
 def _room_for_tasks(workers: int) -> None:
     """Refuse, in one line naming `ulimit -u`, a limit on processes and threads (RLIMIT_NPROC)
-    too low for `workers` DataLoader workers, once a soft limit is raised to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    too low for `workers` DataLoader workers, once a soft limit is raised toward the hard one
+    (paths.room_under)."""
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     if soft == resource.RLIM_INFINITY or os.getuid() == 0:  # root's processes are not held to it
         return
     more = TASKS_PER_WORKER * workers + 2
@@ -442,15 +447,9 @@ def _room_for_tasks(workers: int) -> None:
     if system is not None and soft >= system + more:
         return
     needed = _user_tasks() + more
-    if soft >= needed:
+    limit = room_under(resource.RLIMIT_NPROC, needed)
+    if limit is None:
         return
-    if hard == resource.RLIM_INFINITY or hard >= needed:
-        try:
-            resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))
-            return
-        except (ValueError, OSError):
-            pass
-    limit = soft if hard == resource.RLIM_INFINITY else hard
     raise WorkerDied(
         f"data.num_workers = {workers} needs about {needed} processes and threads, over the "
         f"limit of {limit}",
