@@ -124,6 +124,7 @@ NO_STATEMENT_TIMEOUT = (
     "ALTER ROLE {role} SET statement_timeout = 0; a cancelled write wrote nothing"
 )
 PG_LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock not had within lock_timeout
+LOCK_WAIT = "dlperf_lock_wait_s"  # a PostgreSQL connection's lock_timeout in s, in its info
 # The savepoint each statement of a PostgreSQL write runs in, to try it again once a wait
 # for a lock has timed out (`_pg_write`).
 PG_ATTEMPT = "dlperf_wait"
@@ -361,7 +362,7 @@ def _server_engine(url: URL, name: str) -> Engine:
     return engine
 
 
-def _session_set(dbapi_connection: Any, _record: Any) -> None:
+def _session_set(dbapi_connection: Any, record: Any) -> None:
     """Read floats as they are stored: the server sends them as text with extra_float_digits
     more digits, and a database's, a role's or the URL's setting below 1 rounded every
     metric and wall time read (-15: 1.1 read as 1.0, a wall time as the year 2033). Set in
@@ -370,13 +371,16 @@ def _session_set(dbapi_connection: Any, _record: Any) -> None:
     And wait for a lock at most the busy timeout where nothing set a lock_timeout: a read of a
     table another session held (LOCK TABLE, VACUUM FULL, pg_restore --clean) waited as long
     as it was held; a write waits in attempts of its own (`_pg_write`), `_pg_lock_timeout`
-    says the writers' line for a read."""
+    says the writers' line for a read, with the wait the session had (the URL, the role or
+    the database may set their own)."""
     with contextlib.closing(dbapi_connection.cursor()) as cursor:
         cursor.execute("SET extra_float_digits = 3")
         cursor.execute(
             f"SELECT set_config('lock_timeout', '{BUSY_TIMEOUT_S * 1000:.0f}ms', false) "
             "WHERE current_setting('lock_timeout') = '0'"
         )
+        cursor.execute("SELECT EXTRACT(EPOCH FROM current_setting('lock_timeout')::interval)")
+        record.info[LOCK_WAIT] = float(cursor.fetchone()[0])
     dbapi_connection.commit()
 
 
@@ -1023,7 +1027,8 @@ def _pg_lock_timeout(name: str, context: ExceptionContext) -> BaseException | No
     waited out the session's lock_timeout (`_session_set`) says the writers' line, exit 1."""
     if getattr(context.original_exception, "sqlstate", None) != PG_LOCK_TIMEOUT:
         return None
-    return _pg_locked(name, BUSY_TIMEOUT_S)
+    conn = context.connection
+    return _pg_locked(name, conn.info.get(LOCK_WAIT, BUSY_TIMEOUT_S) if conn else BUSY_TIMEOUT_S)
 
 
 def _read_only_session(engine: Engine, name: str, e: DatabaseError) -> UserError:
