@@ -141,6 +141,7 @@ def test_parity_failure_exits_1(cli: Cli, tmp_path: Path) -> None:
         (["infer", "bench", "none.onnx"], "error: no model file none.onnx"),
     ],
 )  # fmt: skip
+@pytest.mark.usefixtures("store")  # there, and without the run: a store not there says so
 def test_bad_input_is_one_line_and_exit_2(cli: Cli, tmp_path: Path, args: list[str],
                                           message: str) -> None:  # fmt: skip
     (tmp_path / "notes.txt").write_text("not a model\n")

@@ -138,7 +138,7 @@ def test_demo_json_and_its_pass_mark(
          "config; drop --set/--timing/--profile"),
         (["--resume", "1", "--timing", "phases"], "drop --set/--timing/--profile"),
         (["--resume", "1", "--profile"], "drop --set/--timing/--profile"),
-        (["--resume", "99"], "no run 99 in the store"),
+        (["--resume", "99"], "no run 99: run store "),
         ([EXP, "--timing", "slow"], "run.timing: Input should be 'off', 'coarse' or 'phases'"),
         (["missing.toml"], "missing.toml: no such experiment file"),
         ([EXP, "--set", "train.lr"], "--set 'train.lr': expected KEY=VALUE"),

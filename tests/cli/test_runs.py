@@ -523,7 +523,7 @@ def test_readers_never_make_a_store(cli: Callable[..., CliResult], tmp_path: Pat
     for db in (empty, tmp_path / "missing.db"):
         listed = cli("--db", str(db), "runs", "list", "--json")
         assert (listed.code, json.loads(listed.out)) == (0, [])
-        one_line_error(cli("--db", str(db), "runs", "show", "1"), "no run 1 in the store")
+        one_line_error(cli("--db", str(db), "runs", "show", "1"), "no run 1: run store ")
     assert empty.stat().st_size == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
 

@@ -535,6 +535,7 @@ def test_cli_error_finding_exits_1(
         (["doctor"], "error: the run store holds no runs (train one: dlperf run EXP.toml)\n"),
     ],
 )
+@pytest.mark.usefixtures("store")  # there, and without the run: a store not there says so
 def test_cli_bad_input_exits_2(cli: Callable, args: list[str], message: str) -> None:
     result = cli(*args)
     assert (result.code, result.err) == (2, message)

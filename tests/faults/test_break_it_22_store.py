@@ -237,7 +237,7 @@ def test_an_empty_regular_file_is_still_a_new_store(cli: Cli, tmp_path: Path) ->
     empty.touch()
     listed = cli("--db", str(empty), "runs", "list", "--json")
     assert (listed.code, listed.out.strip()) == (0, "[]"), listed.err
-    one_line(cli("--db", str(empty), "runs", "tag", "1", "a=b"), 2, "no run 1 in the store")
+    one_line(cli("--db", str(empty), "runs", "tag", "1", "a=b"), 2, "empty.db is an empty file")
 
 
 # --- 6: an old store in a read-only PostgreSQL session ------------------------------------------

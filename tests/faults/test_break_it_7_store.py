@@ -90,7 +90,7 @@ def test_a_resume_whose_profile_window_no_longer_fits_leaves_the_run_killed(
 
 # --- R04: commands that only read, at a mistyped --db ---------------------------------------
 
-NO_RUN_1 = "no run 1 in the store (see `dlperf runs list`)"
+NO_RUN_1 = "typo.db does not exist (give the store with --db or DLPERF_DB"
 NO_RUNS = "the run store holds no runs (train one: dlperf run EXP.toml)"
 
 

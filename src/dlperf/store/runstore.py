@@ -124,6 +124,8 @@ NO_STATEMENT_TIMEOUT = (
     "ALTER ROLE {role} SET statement_timeout = 0; a cancelled write wrote nothing"
 )
 PG_LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock not had within lock_timeout
+# The execution option of a stand-in store (`RunStore._empty`): why the store is not there.
+ABSENT = "dlperf_absent"
 LOCK_WAIT = "dlperf_lock_wait_s"  # a PostgreSQL connection's lock_timeout in s, in its info
 # The savepoint each statement of a PostgreSQL write runs in, to try it again once a wait
 # for a lock has timed out (`_pg_write`).
@@ -1418,6 +1420,13 @@ def _stored_run(s: Session, run_id: int, lock: bool = False) -> Run:
     with integrity.reading(run_id), _times_read(s):
         run = s.get(Run, run_id, with_for_update=lock) if _storable(s, run_id) else None
     if run is None:
+        absent = s.get_bind().get_execution_options().get(ABSENT)
+        if absent:  # the stand-in of a store that is not there: a mistyped --db, most likely
+            raise NoSuchRun(
+                f"no run {run_id}: {absent}",
+                "give the store with --db or DLPERF_DB (by default: ./dlperf.db, in the "
+                "current directory)",
+            )
         raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
     return run
 
@@ -1690,7 +1699,8 @@ class RunStore:
             if (read_only or not create) and missing:
                 assert path is not None
                 what = "does not exist" if not path.exists() else "is an empty file"
-                return cls._empty(_absent(_name(engine), what, read_only))
+                missing_file = f"run store {integrity.shown(path)} {what}"
+                return cls._empty(_absent(_name(engine), what, read_only), missing_file)
             if not read_only and not missing:  # before a connection switches it to WAL
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed), read_begun)
         writing = (create if writes is None else writes) and not read_only
@@ -1726,7 +1736,8 @@ class RunStore:
                 f"cannot open run store {name}: {_one_line(e)}", _hint(e, where, read_only)
             ) from None
         if store_id is None:  # an empty database, opened only to read it
-            return cls._empty(_absent(_name(engine), "holds no store yet", read_only))
+            unwritable = _absent(_name(engine), "holds no store yet", read_only)
+            return cls._empty(unwritable, unwritable[0])
         place = _server_place(engine) if not sqlite and writing else None
         if not sqlite:  # installed only now: a server that cannot be reached at open is bad input
             if session is not None:
@@ -1764,11 +1775,13 @@ class RunStore:
         event.listen(self.engine, "engine_disposed", lambda _engine: keeper.close())
 
     @classmethod
-    def _empty(cls, unwritable: tuple[str, str] | None = None) -> RunStore:
+    def _empty(cls, unwritable: tuple[str, str] | None = None, absent: str = "") -> RunStore:
         """A store without runs, in memory, for readers of a store that holds nothing yet.
         `unwritable`: the refusal of a write (a message and its fix), naming the store as
-        given: the stand-in's own URL is "sqlite://", an in-memory store."""
-        engine = create_engine("sqlite://", poolclass=StaticPool)
+        given: the stand-in's own URL is "sqlite://", an in-memory store. `absent`: why there
+        is no store, which a run asked of it says (`_stored_run`)."""
+        options = {ABSENT: absent} if absent else {}
+        engine = create_engine("sqlite://", poolclass=StaticPool, execution_options=options)
         store = cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
         store._unwritable = unwritable
         return store
