@@ -809,10 +809,11 @@ class _CifarUnpickler(pickle.Unpickler):
 
 def _cifar_pickle(cfg: DataConfig, what: str, path: Path, kind: str) -> Any:
     """What the CIFAR python file `path` (a `kind`: batch, or meta file) holds, unpickled by
-    _CifarUnpickler; a line naming it when it does not unpickle, or names anything else."""
+    _CifarUnpickler, a dict's bytes keys as their text; a line naming it when it does not
+    unpickle, or names anything else."""
     try:
         with open(path, "rb") as f:
-            return _CifarUnpickler(f, encoding="latin1").load()
+            held = _CifarUnpickler(f, encoding="latin1").load()
     except _Foreign as e:
         said = (
             f"is not a CIFAR {kind}: its pickle would call {e.name}, which no CIFAR file "
@@ -820,6 +821,11 @@ def _cifar_pickle(cfg: DataConfig, what: str, path: Path, kind: str) -> Any:
             "numbers and numpy arrays only)"
         )
         raise _broken(cfg, what, path, said) from None
+    if not isinstance(held, dict):
+        return held
+    # The CIFAR site's own unpickle() loads with encoding="bytes": a batch subset with it and
+    # pickled back holds b'data', b'labels' and b'label_names', as torchvision's keys.
+    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in held.items()}
 
 
 def _cifar_batch(
@@ -882,19 +888,22 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     if absent:
         fix = _elsewhere(cfg, (base.base_folder,), names, gz=False) if absent == names else None
         raise _missing(cfg, where, _absent_said(absent, names, folder), fix)
-    meta = folder / base.meta["filename"]
+    meta, key = folder / base.meta["filename"], base.meta["key"]
     _irregular(cfg, what, meta)
     try:
-        held = _cifar_pickle(cfg, what, meta, "meta file")[base.meta["key"]]
+        content = _cifar_pickle(cfg, what, meta, "meta file")
     except UserError:
         raise
     except Exception as e:  # unpickling garbage fails in any type
-        raise _broken(
-            cfg, what, meta, f"names no classes under '{base.meta['key']}' ({e})"
-        ) from None
+        raise _broken(cfg, what, meta, f"names no classes under '{key}' ({e})") from None
+    if not isinstance(content, dict) or key not in content:
+        said = f"names no classes under '{key}': it holds {_pickled(content)}"
+        fix = f"pickle a dict of the class names under '{key}', label 0's first"
+        raise _broken(cfg, what, meta, said, fix)
+    held = content[key]
     odd = _not_names(held)
     if odd is not None:
-        said = f"holds '{base.meta['key']}' as {odd}, not a list of names"
+        said = f"holds '{key}' as {odd}, not a list of names"
         raise _broken(cfg, what, meta, said, "pickle a list of the class names, label 0's first")
     classes = class_names(held)
     twice = repeated(classes)
@@ -921,6 +930,18 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     return ImageData(
         name, train, val, test, len(classes), (3, 32, 32), classes=classes, pool=full.labels
     )
+
+
+def _pickled(content: object) -> str:
+    """What a CIFAR meta file without its key holds: a dict's keys, else its type."""
+    if not isinstance(content, dict):
+        kind = type(content).__name__
+        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a dict"
+    if not content:
+        return "an empty dict"
+    keys = [f"'{k}'" if isinstance(k, str) else repr(k) for k in content]
+    more = len(keys) - 3
+    return _and(keys[:3] + ([f"{more} more"] if more > 0 else []))
 
 
 def _not_names(held: object) -> str | None:
@@ -995,8 +1016,9 @@ _IDX_TYPES[0x0E] = "float64"
 
 
 def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
-    """The uint8 array of `dims` dimensions in the idx file `path`; a line naming the file
-    for anything else (torchvision's reader checks the magic with `assert`)."""
+    """The uint8 array of `dims` dimensions in the idx file `path` (raw, or gzip-compressed
+    whatever its name); a line naming the file for anything else (torchvision's reader checks
+    the magic with `assert`)."""
     _irregular(cfg, what, path)
     try:
         data = path.read_bytes()
@@ -1004,6 +1026,16 @@ def _idx(cfg: DataConfig, what: str, path: Path, dims: int) -> np.ndarray:
         raise _unreadable(path, "the file", e) from None
     except OSError as e:
         raise _broken(cfg, what, path, f"cannot be read ({e.strerror or e})") from None
+    # A .gz kept whole but named without it (browsers unpack the name, not the file): no idx
+    # file starts with gzip's magic (an idx magic's first two bytes are 0), so it is read as
+    # the .gz it is, gzip's CRC checking it, and left as it is on disk.
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            said = f"is gzip-compressed and does not unpack ({e})"
+            raise _broken(cfg, what, path, said) from None
+        return _idx_array(cfg, what, f"{path}, unpacked,", data, dims)
     return _idx_array(cfg, what, path, data, dims)
 
 
@@ -1356,9 +1388,12 @@ def _image_folder(split: Path) -> Any:
 
     class Folder(ImageFolder):  # type: ignore[misc]
         def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
-            classes = [c for c in super().find_classes(directory)[0] if not c.startswith(".")]
+            # torchvision's listing, less hidden folders (its own raises before they are out)
+            with os.scandir(directory) as listed:
+                found = (e.name for e in listed if e.is_dir() and not e.name.startswith("."))
+                classes = sorted(found)
             if not classes:
-                raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
+                raise _NoClassFolder(f"Couldn't find any class folder in {directory}.")
             return classes, {c: i for i, c in enumerate(classes)}
 
         @staticmethod
@@ -1734,9 +1769,19 @@ def _different_classes(root: Path, train: list[str], other: str, held: list[str]
     return UserError(f"{root}: {', and '.join(said)}", "; ".join(hints))
 
 
+class _NoClassFolder(FileNotFoundError):
+    """torchvision's "Couldn't find any class folder": the split folder holds none (a test/
+    of nothing is said as such, as any empty test/ is: `imagefolder`)."""
+
+
 def _unlisted(split: Path, e: Exception) -> UserError:
     """The line for a split folder torchvision could not list, naming the folder (its "Found
     no valid file for the classes b" named neither train/ nor val/)."""
+    if isinstance(e, _NoClassFolder):  # torchvision says what is missing, not where it goes
+        return UserError(
+            f"{split} holds no class folder",
+            f"put the images in one folder per class, {split}/<class>/",
+        )
     text = str(e).strip()
     return UserError(text if str(split) in text else f"{split}: {text}")
 
@@ -1833,10 +1878,15 @@ def _link_said(link: Path, to: Path) -> str:
     return f"{link} is a link to {real}, which holds {to}"
 
 
+class NoImageSize(UserError):
+    """A set of images of any size read without data.image_size: distill names its pool's own
+    key and the size to give (the teacher's)."""
+
+
 def imagefolder(cfg: DataConfig) -> ImageData:
     """Class-per-folder images in root/train and root/val (e.g. a Visual Decathlon set)."""
     if cfg.image_size is None:
-        raise UserError("data.image_size is required for imagefolder", "e.g. image_size = 64")
+        raise NoImageSize("data.image_size is required for imagefolder", "e.g. image_size = 64")
     root = _root_folder(cfg)
     if not (root / "train").is_dir():
         raise _not_found(

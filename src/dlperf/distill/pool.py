@@ -19,7 +19,7 @@ import torch
 
 from dlperf.config import DataConfig, Experiment, build_experiment, parse_value
 from dlperf.data import ImageData, Split, load_data
-from dlperf.data.sources import read_npz, resize
+from dlperf.data.sources import NoImageSize, read_npz, resize
 from dlperf.errors import UserError
 from dlperf.formatting import few
 from dlperf.parsing import name_text
@@ -93,7 +93,13 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
     if cfg.holdout and labelled.unlabeled is not None:
         data, held = labelled, labelled.unlabeled
     else:
-        data = _read(cfg)
+        try:
+            data = _read(cfg)
+        except NoImageSize:  # its line names data.image_size, which the experiment may set
+            raise UserError(
+                f"--unlabeled {spec}: {cfg.name} needs the pool's image size",
+                f"set --unlabeled {_sized(spec, labelled.shape[-1])}, the teacher's",
+            ) from None
         splits = [data.train, data.val, data.test]
         if not data.in_memory:
             raise UserError(
@@ -210,9 +216,13 @@ def _check_shape(spec: str, got: tuple[int, ...], wanted: tuple[int, int, int]) 
             f"{where}, {takes} ({got[0]} channel(s), not {wanted[0]})",
             f"choose a set with {wanted[0]} channel(s)",
         )
+    raise UserError(f"{where}, {takes}", f"set --unlabeled {_sized(spec, wanted[-1])}")
+
+
+def _sized(spec: str, side: int) -> str:
+    """`spec` with image_size=`side` in place of any image_size it gives: the other pairs as
+    _pairs reads them (spaces around a pair allowed), so that the hint is one shell word."""
     name, _, rest = spec.partition(":")
-    # the other pairs as _pairs reads them (spaces around a pair allowed), without image_size
     parts = [p.strip() for p in _PAIRS.split(rest)]
     keys = ",".join(p for p in parts if p and p.partition("=")[0].strip() != "image_size")
-    hint = f"{name}:{keys + ',' if keys else ''}image_size={wanted[-1]}"
-    raise UserError(f"{where}, {takes}", f"set --unlabeled {hint}")
+    return f"{name}:{keys + ',' if keys else ''}image_size={side}"
