@@ -5,10 +5,14 @@ C1. A PostgreSQL read that waited out its lock said "waited 30 s" whatever lock_
 C2. (Round 28's Left.) `run --resume 1`, `runs show 1` and the other readers of a run at a
     mistyped --db said "no run 1 in the store", as if the store were there and empty: they
     say the store does not exist, and to check the path.
+C3. (Round 28's Left.) The doctor's fix for a stopped run, `dlperf run --resume N`, left out
+    the `--db` the doctor was given: run as written, it opened ./dlperf.db and said there is
+    no run N. It carries the store's words now (password as ***), as `run`'s own hint does.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,3 +68,22 @@ def test_a_run_asked_of_a_store_that_is_not_there_says_the_store_is_missing(
     assert line.endswith("(give the store with --db or DLPERF_DB (by default: ./dlperf.db, in the "
                          "current directory))")  # fmt: skip
     assert not list(tmp_path.glob("typo.db*"))
+
+
+# C3
+
+
+def test_the_doctors_resume_fix_names_the_store_it_was_given(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlperf.store import RunStore
+
+    monkeypatch.delenv("DLPERF_DB")
+    where = tmp_path / "other place.db"
+    store = RunStore.open(str(where))
+    run = store.create_run("stopped", "run", {"train": {"epochs": 4}})
+    store.log_metrics(run, [("epoch/train_loss", 1, 2.0)])
+    store.finish_run(run, "killed", error="interrupted")
+    done = cli("--db", str(where), "doctor", str(run), "--json")
+    (fix,) = [f["fix"] for f in json.loads(done.out)["findings"] if f["rule"] == "unfinished"]
+    assert fix == f"continue it from its last checkpoint: dlperf --db '{where}' run --resume {run}"

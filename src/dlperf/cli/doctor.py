@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, open_store
+from dlperf.cli.app import Json, app, db_words, open_store
 from dlperf.errors import CheckFailed, NoSuchRun
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def doctor(
     store = open_store(create=False)
     ids = lib.select(store, run_ids or (), study, last)
     gone: list[int] = []
-    findings = lib.examine(store, ids, gone=gone)
+    findings = lib.examine(store, ids, gone=gone, db=db_words())
     if not console.printed_json(
         as_json,
         {"runs": [i for i in ids if i not in gone], "findings": [f.to_dict() for f in findings]},

@@ -68,15 +68,18 @@ def examine(
     run_ids: Sequence[int],
     rules: Sequence[str] | None = None,
     gone: list[int] | None = None,
+    db: Sequence[str] = (),
 ) -> list[Finding]:
     """Every finding of `rules` (default: all of RULES) on each run of `run_ids`, in run
     order, then in the order of the rule table. A run no longer stored (deleted by another
     process since `run_ids` were chosen, e.g. by `select`) is skipped, and its id appended
-    to `gone` if given: the user named no such run, and the other runs still have findings."""
+    to `gone` if given: the user named no such run, and the other runs still have findings.
+    `db`: the words that name the store on a command line (`--db URL`, as the CLI was given
+    them), which a fix that gives a command to run carries."""
     unknown = sorted(set(rules or ()) - set(RULES))
     if unknown:
         raise UserError(f"unknown rule(s) {', '.join(unknown)}", f"use {', '.join(RULES)}")
-    stored = Stored(store)
+    stored = Stored(store, db)
     chosen = {name: handler for name, handler in RULES.items() if rules is None or name in rules}
     views = []
     for run_id in run_ids:

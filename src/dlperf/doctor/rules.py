@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 import stat
 import statistics
 from datetime import datetime
@@ -773,7 +774,8 @@ def unfinished(run: RunView) -> list[Issue]:
     elif gone := _checkpoint_gone(run):
         fix = f"run it again: its checkpoint {gone}, so it cannot be resumed"
     else:
-        fix = f"continue it from its last checkpoint: dlperf run --resume {run.run.id}"
+        resume = shlex.join(["dlperf", *run.stored.db, "run", "--resume", str(run.run.id)])
+        fix = f"continue it from its last checkpoint: {resume}"
     return [
         Issue(
             "warning",

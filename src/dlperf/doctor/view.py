@@ -5,7 +5,7 @@ summary and metrics), over `Stored`, which reads each run, study and metric once
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +29,10 @@ class Issue:
 class Stored:
     """The store, read once per thing: runs, studies and metrics are cached."""
 
-    def __init__(self, store: RunStore) -> None:
+    def __init__(self, store: RunStore, db: Sequence[str] = ()) -> None:
         self.store = store
+        # The --db words a fix's command needs to reach this store (`examine`'s `db`).
+        self.db = tuple(db)
         self.run = functools.cache(store.get_run)
         self.study = functools.cache(lambda study_id: store.list_runs(study_id=study_id))
         self.everything = functools.cache(store.list_runs)
