@@ -8,11 +8,14 @@ experiment and the command's own section(s)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import (
@@ -42,6 +45,41 @@ from dlperf.config.base import (
     Std,
 )
 from dlperf.parsing import absolute_model_name, has_control
+from dlperf.paths import not_regular
+
+
+def weights_file(weights: str | None) -> Path | None:
+    """The state-dict file `model.weights` names; None for none, run:ID or run:last:NAME, and
+    a torchvision weights name (a bare word that names no file here)."""
+    if weights is None or weights.startswith("run:"):
+        return None
+    if re.fullmatch(r"\w+", weights) and not Path(weights).exists():
+        return None
+    return Path(weights)
+
+
+def weights_digest(weights: str | None) -> str | None:
+    """The sha256 of the state-dict file `model.weights` names; None for weights of another
+    form, or a file that is not there to read."""
+    path = weights_file(weights)
+    if path is None or not path.is_file() or not_regular(path) is not None:
+        return None  # stat'ed first: a FIFO would block the read for ever
+    try:
+        found = path.stat()
+        return _sha256(str(path.absolute()), found.st_size, found.st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    """The sha256 of the file at `path`, read once while its size and time stay (a sweep hashes
+    each point's config, a distill study each stage's: pretrained weights are 100 MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class ModelConfig(Section):
@@ -68,6 +106,20 @@ class ModelConfig(Section):
         # Resolved here, against the directory the command runs in, so that the stored config
         # (and its hash) names the file trained, wherever the run is exported or resumed from.
         return absolute_model_name(name)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_absolute(cls, weights: str | None) -> str | None:
+        # As model.name's file: two files of one relative name are two configs (a distill
+        # stage run from another directory is not the one trained before). A name of no
+        # file here is kept: where the weights are read, it is refused as typed.
+        path = weights_file(weights)
+        if path is None or path.is_absolute() or not path.is_file():
+            return weights
+        try:
+            return str(path.absolute())
+        except FileNotFoundError:  # the current directory was deleted: the file is nowhere
+            return weights
 
     @model_validator(mode="before")
     @classmethod
@@ -405,12 +457,17 @@ class Experiment(Section):
         return self.model_dump(mode="json")
 
     def config_hash(self) -> str:
-        """Hash of everything that changes what is trained: not the run's name, paths or
-        profiled window. (Runs stored before the command sections left `Experiment` hashed
-        them out too, so their hashes are unchanged.)"""
+        """Hash of everything that changes what is trained, the bytes of a model.weights file
+        too: not the run's name, paths or profiled window. (Runs stored before the command
+        sections left `Experiment` hashed them out too, so their hashes are unchanged.)"""
         d = self.to_dict()
         for key in UNHASHED_RUN_KEYS:
             d["run"].pop(key)
+        # What the weights file holds, not only its name: other weights under one name are
+        # another config (a distill stage is not reused, a sweep point not taken for another).
+        digest = weights_digest(self.model.weights)
+        if digest is not None:
+            d["model"]["weights_sha256"] = digest
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

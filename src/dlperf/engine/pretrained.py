@@ -7,7 +7,8 @@
 - `run:ID`, or `run:last:NAME` (the newest finished run of that name): a stored run's last
   checkpoint, its non-persistent buffers too (`Pretrained.buffers`); resolution and statistics
   of the data that run trained on;
-- a path to a state-dict file: a bare state dict, or one under "model" or "state_dict".
+- a path to a state-dict file: a bare state dict, or one under "model" or "state_dict"
+  (made absolute by the config, and hashed into its config hash: `weights_digest`).
 Every file is read with torch's weights-only unpickler. Resolving reads only metadata; the
 weights themselves are read (or downloaded) by `Pretrained.fetch`.
 """
@@ -15,6 +16,7 @@ weights themselves are read (or downloaded) by `Pretrained.fetch`.
 from __future__ import annotations
 
 import re
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +25,18 @@ from typing import Any
 import torch
 
 from dlperf.config import DataConfig, ModelConfig
+from dlperf.config.experiment import weights_file
 from dlperf.data import ImageData
 from dlperf.engine import checkpoint
 from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
+from dlperf.formatting import few
 from dlperf.parsing import did_you_mean
 from dlperf.paths import not_regular
 
 StateDict = Mapping[str, torch.Tensor]
 FORMS = "a torchvision weights name, run:ID, run:last:NAME or a state-dict file"
+SAVE = "save the weights with torch.save(model.state_dict(), path)"
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ def resolve(cfg: ModelConfig, store: StoredRuns) -> Pretrained | None:
         return None
     if spec.startswith("run:"):
         return _from_run(spec, store)
-    if re.fullmatch(r"\w+", spec) and not Path(spec).exists():
+    if weights_file(spec) is None:
         return _from_torchvision(cfg.name, spec)
     return _from_file(spec)
 
@@ -168,19 +173,69 @@ def _from_file(spec: str) -> Pretrained:
         try:
             state: Any = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # garbage, a truncated zip, a pickle of other objects
-            raise UserError(
-                f"cannot load model.weights {path}: not a state-dict file ({type(e).__name__})"
-            ) from None
+            raise _unloadable(path, e) from None
         for key in ("model", "state_dict"):
             if isinstance(state, dict) and isinstance(state.get(key), dict):
                 state = state[key]
         if not isinstance(state, dict) or not all(
             isinstance(v, torch.Tensor) for v in state.values()
         ):
-            raise UserError(f"model.weights {path} holds no state dict of tensors")
+            raise UserError(f"model.weights {path} holds no state dict of tensors", SAVE)
         return state
 
     return Pretrained(str(path), fetch)
+
+
+def _unloadable(path: Path, e: Exception) -> UserError:
+    """What the file at `path`, which torch's weights-only loader refused (`e`), holds
+    instead of a state dict, and how to save one: read without unpickling anything."""
+    subject = f"model.weights {path}"
+    try:
+        with path.open("rb") as f:
+            head = f.read(512)
+    except OSError as unread:  # what refused torch.load too (no permission to read it)
+        return UserError(f"{subject} cannot be read: {unread.strerror}", "give a readable file")
+    if not head:
+        return UserError(f"{subject} is empty (0 bytes)", SAVE)
+    if all(byte >= 32 or byte in b"\t\n\r" for byte in head):  # a pickle or zip starts below
+        return UserError(f"{subject} is text, not a state-dict file", SAVE)
+    names = _zip_names(path)
+    if any(name.endswith("/constants.pkl") for name in names):  # torch's own test of one
+        return UserError(
+            f"{subject} is a TorchScript archive, not a state dict",
+            "save its state dict: torch.save(torch.jit.load(path).state_dict(), new_path)",
+        )
+    try:  # the classes its pickle names, read as opcodes: none of its code runs
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path)) if names else []
+    except Exception:  # a zip torch.save did not write, truncated: told as such below
+        unsafe = []
+    # The loader names the first class it refuses: the top object's (`torch.save(model)`)
+    first = re.search(r"GLOBAL ([\w.]+)", str(e))
+    top = first.group(1) if first else unsafe[0] if unsafe else ""
+    if any(name.startswith("torch.nn.modules.") for name in unsafe):
+        return UserError(
+            f"{subject} holds a pickled nn.Module ({top.rpartition('.')[2]}), not a state dict",
+            "save model.state_dict() instead: torch.save(model.state_dict(), path)",
+        )
+    if unsafe:
+        return UserError(
+            f"{subject} holds objects torch's weights-only loader does not read "
+            f"({few(sorted(unsafe))})",
+            f"{SAVE}, without other objects",
+        )
+    return UserError(
+        f"{subject} is not a state-dict file torch.save wrote, or is damaged ({type(e).__name__})",
+        SAVE,
+    )
+
+
+def _zip_names(path: Path) -> list[str]:
+    """The names in the zip archive at `path` (torch.save's format); none where it is none."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return []
 
 
 # --- the data the weights expect --------------------------------------------------------

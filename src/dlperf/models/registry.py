@@ -1136,14 +1136,15 @@ def _read_from_given(e: Exception, own: dict[str, Any]) -> bool:
 def _refuse_factory(spec: str, own: dict[str, Any], e: Exception) -> NoReturn:
     """A factory that failed on what dlperf gave it, or inside torch, in one line of bad
     input: the call itself (an argument without a default), a keyword of the user's of the
-    wrong type, a layer torch refuses."""
+    wrong type or value (any error, where [model] kwargs were given), a layer torch refuses."""
     hint = None
     if isinstance(e, TypeError) and "required" in str(e) and "argument" in str(e):
         # An argument without a default, which dlperf cannot know
         hint = "give the argument a default, or its value in [model] kwargs"
-    elif own and (isinstance(e, TypeError) or _read_from_given(e, own)):
-        # As likely one of the user's kwargs of the wrong type (a list for an int, a dict for
-        # a dataclass); with none given, a TypeError is torch's own (a str for a dtype).
+    elif own:
+        # As likely one of the user's kwargs of the wrong type or value (a list for an int, a
+        # dict for a dataclass, 3.5 channels that torch refuses with a ValueError); with none
+        # given, the error is torch's own (a str for a dtype).
         given = ", ".join(f"{k}={v!r}" for k, v in own.items())
         hint = f"check the values given in [model] kwargs: {given}"
     raise UserError(f"factory {spec} failed: {type(e).__name__}: {e}", hint) from None

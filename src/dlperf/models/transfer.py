@@ -6,7 +6,9 @@ The head is the model's last `nn.Linear` (torchvision's `fc`, `classifier[-1]`,
 else. Pretrained weights fill the backbone; the head keeps its fresh initialisation. A first
 convolution trained on another number of input channels is adapted the standard way: summed
 over its input channels and spread evenly over the new ones (RGB into grey: the sum; grey
-into RGB: repeated and divided by 3), so that it answers a grey image as before.
+into RGB: repeated and divided by 3), so that it answers a grey image as before. Weights
+whose every key carries a prefix the model's lack (`module.` of DDP, `_orig_mod.` of
+torch.compile, `model.` of Lightning), or the other way round, are read with it replaced.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import io
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -157,12 +159,83 @@ def _listed(names: list[str], what: str) -> str:
     return f"{len(names)} {what} ({shown})"
 
 
+# Who saves a state dict with every key under one prefix of its own
+_SAVED_UNDER = {
+    "module.": "DistributedDataParallel or DataParallel",
+    "_orig_mod.": "torch.compile",
+    "model.": "a Lightning module",
+}
+
+
+def _prefixes(keys: Collection[str]) -> list[str]:
+    """The empty prefix and each dotted one that all `keys` start with, shortest first."""
+    parts = next(iter(keys), "").split(".")[:-1]
+    found = [""]
+    for end in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:end]) + "."
+        if not all(key.startswith(prefix) for key in keys):
+            break
+        found.append(prefix)
+    return found
+
+
+def _saved(prefix: str) -> str:
+    return repr(prefix) + (f" ({_SAVED_UNDER[prefix]})" if prefix in _SAVED_UNDER else "")
+
+
+def _unprefixed(
+    weights: Mapping[str, torch.Tensor], target: Collection[str], skipped: tuple[str, ...]
+) -> tuple[Mapping[str, torch.Tensor], str | None]:
+    """`weights` with the prefix every key shares replaced by the model's own (`module.` of a
+    DDP-wrapped network read off; a compiled model's `_orig_mod.` put on) where their keys do
+    not fit the model's and so renamed they all do, with a note saying so; else as given."""
+
+    def fits(keys: Collection[str]) -> bool:
+        given = {key for key in keys if not key.startswith(skipped)}
+        return given == {key for key in target if not key.startswith(skipped)}
+
+    if fits(weights.keys()):
+        return weights, None
+    for theirs in _prefixes(weights.keys()):
+        for ours in _prefixes(target):
+            renamed = {ours + key.removeprefix(theirs): v for key, v in weights.items()}
+            if theirs != ours and fits(renamed.keys()):
+                return renamed, _renamed(theirs, ours)
+    return weights, None
+
+
+def _renamed(theirs: str, ours: str) -> str:
+    """The note on keys read with the prefix `theirs` replaced by `ours`."""
+    if not ours:
+        return f"every key of the weights starts with {_saved(theirs)}: loaded without it"
+    if not theirs:
+        return (
+            f"every key of the model starts with {_saved(ours)}, none of the weights': loaded "
+            "under it"
+        )
+    return (
+        f"every key of the weights starts with {_saved(theirs)}, the model's with "
+        f"{_saved(ours)}: loaded as {ours!r}"
+    )
+
+
+def _not_finite(name: str, value: torch.Tensor) -> str | None:
+    """`name` holds NaN, inf or both, said so; None for a tensor that holds neither."""
+    if value.layout != torch.strided or not (value.is_floating_point() or value.is_complex()):
+        return None  # an integer counter, or a sparse tensor load_state refuses by name
+    if bool(torch.isfinite(value).all()):
+        return None
+    nan, inf = bool(torch.isnan(value).any()), bool(torch.isinf(value).any())
+    return f"{name} holds {' and '.join(w for w, held in (('NaN', nan), ('inf', inf)) if held)}"
+
+
 def load_weights(
     model: nn.Module, weights: Mapping[str, torch.Tensor], source: str, keep_head: bool = False
 ) -> list[str]:
     """Load `weights` into every parameter and buffer of `model` but its head (and the head
     too with `keep_head`); notes on what was adapted. Keys missing on either side or of
-    another shape fail by name."""
+    another shape fail by name, as do tensors holding NaN or inf (they would pass the run's
+    dry checks, made before the weights are loaded, and fail its first step)."""
     target = model.state_dict()
     head = head_name(model) + "."
     conv = next((n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
@@ -172,7 +245,11 @@ def load_weights(
     else:
         notes = [f"head {head[:-1]} new, sized for {classes} classes"]
     skipped = () if keep_head else (head,)  # str.startswith(()) is False: nothing skipped
+    weights, renamed = _unprefixed(weights, target.keys(), skipped)
+    if renamed is not None:
+        notes.append(renamed)
     merged = dict(target)
+    broken = []
     missing, mismatched, misfits = [], [], []
     for key, value in target.items():
         if key.startswith(skipped):
@@ -191,6 +268,9 @@ def load_weights(
             mismatched.append(f"{key} {_shape(given)} vs {_shape(value)}")
             misfits.append(key)
             continue
+        held = _not_finite(key, given)  # as the file holds it, before any cast
+        if held is not None:
+            broken.append(held)
         merged[key] = given.to(value.dtype)
     unexpected = [k for k in weights if k not in target and not k.startswith(skipped)]
     problems = [
@@ -219,6 +299,12 @@ def load_weights(
             )
         raise UserError(
             f"model.weights {source} do not fit the model: " + "; ".join(problems), hint
+        )
+    if broken:
+        raise UserError(
+            f"model.weights {source}: {few(broken)}",
+            "a model started from them gives NaN at its first step: give weights saved before "
+            "the training that wrote them diverged",
         )
     load_state(model, merged, f"model.weights {source} do not load into the model as built")
     return notes
