@@ -691,22 +691,30 @@ def analyse(curve: Curve, metric: str, n_fit: int, n_boot: int = N_BOOT) -> FitR
 
 
 def check_values(curve: Curve, metric: str) -> None:
-    """Refuse accuracy or error values outside [0, 1], naming the first by its line (or point)
-    and telling percentages to be divided by 100; `analyse` and `converge regress` both check
-    with it."""
+    """Refuse accuracy or error values outside [0, 1], and a loss below 0, naming the first by
+    its line (or point) and telling percentages to be divided by 100; `analyse` and `converge
+    regress` both check with it."""
     values = curve.values
+    if metric == "loss" and (out := np.flatnonzero(values < 0)).size:
+        # Named here, where the file and line are known: the fit's own check (`_check_points`)
+        # knows neither, nor which of regress's sources it is.
+        raise UserError(
+            f"{curve.source or curve.label}: loss values must be ≥ 0; {_at(curve, int(out[0]))} "
+            f"holds {float(values[out[0]]):g}",
+            "the curves fitted level off at 0 or above: is converge.metric right? a loss that "
+            "goes below 0, as a log-likelihood may: add a constant to it",
+        )
     if (
         metric in ("accuracy", "error")
         and (out := np.flatnonzero((values < 0) | (values > 1))).size
     ):
         i = int(out[0])
-        at = f"line {curve.lines[i]}" if curve.lines is not None else f"point {i + 1}"
         # Many training logs write accuracy in percent (94.5): the metric is right, the scale
         # is not. Values outside [0, 100] are no percentages: then the metric may be wrong.
         percent = bool(np.all((values >= 0) & (values <= 100)))
         raise UserError(
-            f"{curve.source or curve.label}: {metric} values must lie in [0, 1]; {at} holds "
-            f"{float(values[i]):g}",
+            f"{curve.source or curve.label}: {metric} values must lie in [0, 1]; {_at(curve, i)} "
+            f"holds {float(values[i]):g}",
             (
                 (
                     "percentages? divide the column by 100"
@@ -717,6 +725,11 @@ def check_values(curve: Curve, metric: str) -> None:
                 else "is converge.metric right?"
             ),
         )
+
+
+def _at(curve: Curve, i: int) -> str:
+    """Where point `i` of `curve` is: its CSV line, or its place in a run's curve."""
+    return f"line {curve.lines[i]}" if curve.lines is not None else f"point {i + 1}"
 
 
 def from_csv(path: Path, x: str | None, y: str) -> Curve:

@@ -35,7 +35,7 @@ from dlperf.converge.results import (
     StepPrediction,
 )
 from dlperf.errors import UserError
-from dlperf.parsing import parse_pairs, plain_number
+from dlperf.parsing import parse_pairs
 from dlperf.paths import not_regular, replaced
 from dlperf.progress import NullReporter, Reporter
 
@@ -383,9 +383,9 @@ def regress_sources(
 ) -> list[tuple[Curve, dict[str, Any]]]:
     """Each source's curve and features: a run ID (features read from the run), or
     PATH.csv:feature=value,... (`split_source`). A source given twice (the same run, or the
-    same file with the same features, however spelled) is refused: it would count one curve
-    twice in the regression. Each curve's values are checked as `converge fit` checks them
-    (`curve.check_values`)."""
+    same file, however spelled and whatever features it is given: its y column is every
+    source's) is refused: it would count one curve twice in the regression. Each curve's
+    values are checked as `converge fit` checks them (`curve.check_values`)."""
     store = None
     found = []
     seen: dict[tuple[Any, ...], str] = {}
@@ -393,7 +393,7 @@ def regress_sources(
         if source.isdigit():
             store = store or open_store()
             run = store.get_run(int(source))
-            _once(seen, ("run", int(source)), source)
+            _once(seen, source)
             c = curve.from_run(store, int(source), opts.metric, opts.key)
             curve.check_values(c, opts.metric)
             found.append((c, reg.run_features(run, features)))
@@ -413,8 +413,7 @@ def regress_sources(
         missing = [f for f in features if f not in values]
         if missing:
             raise UserError(f"{path} has no {', '.join(missing)}", f"e.g. {example}")
-        point = tuple(_feature_value(values[f]) for f in features)
-        _once(seen, ("csv", Path(path).resolve(), point), source)
+        _once(seen, source)
         found.append((c, values))
     return found
 
@@ -431,14 +430,6 @@ def split_source(source: str) -> tuple[str, str]:
     if colons and not Path(source).is_file() and "=" in source[colons[-1] :]:
         return source[: colons[-1]], source[colons[-1] + 1 :]
     return source, ""
-
-
-def _feature_value(text: str) -> float | str:
-    """A feature's value as compared between sources: 20 and 20.0 are one depth."""
-    try:
-        return plain_number(text)
-    except ValueError:
-        return text.strip()
 
 
 def _curve_of(source: str) -> tuple[str, Any]:
@@ -461,12 +452,14 @@ def _held_out(compare: str, sources: list[str]) -> None:
             )
 
 
-def _once(seen: dict[tuple[Any, ...], str], key: tuple[Any, ...], source: str) -> None:
-    """Note `source` as `key`; a UserError naming both when an earlier source was the same."""
+def _once(seen: dict[tuple[Any, ...], str], source: str) -> None:
+    """Note the curve `source` reads; a UserError naming both when an earlier source read it."""
+    key = _curve_of(source)
     if key in seen:
         raise UserError(
             f"{source} is {seen[key]} again",
-            "give each curve once: one given twice counts twice in the regression",
+            "give each curve once: one given twice counts twice in the regression, whatever "
+            "features it is given",
         )
     seen[key] = source
 

@@ -84,9 +84,21 @@ def evaluate_recorded(
         raise UserError(f"{root}: split {cfg.val_split} names no objects")
     threads = set_threads(run.threads)
     device = pick_device(run.device)
-    det = ssd.build(
-        cfg.model, weights=weights, pretrained=pretrained, size=cfg.size, fallback_labels=classes
-    )
+    try:
+        det = ssd.build(
+            cfg.model,
+            weights=weights,
+            pretrained=pretrained,
+            size=cfg.size,
+            fallback_labels=classes,
+        )
+    except ssd.OtherClasses as e:  # a state_dict's classes are taken to be the split's
+        split = f"split {cfg.val_split} names {len(classes) - 1} ({_listed(classes[1:])})"
+        raise UserError(
+            f"{weights} holds a detector of {e.classes}, {split}",
+            f"test it on a split of the {e.held - 1} classes it was trained on (--val-split), "
+            "or give weights fine-tuned on this set: `dlperf detect finetune`",
+        ) from None
     names, renamed = match_classes(det.labels, classes)
     unknown = [c for c in classes[1:] if c not in names]
     if len(unknown) == len(classes) - 1:

@@ -395,7 +395,15 @@ def _detector(
     """The detector to fine-tune: at detect.size, else the side its weights were trained at,
     else `default_size` of the training images."""
     size = cfg.size or (None if weights else default_size(cfg.model, train_set))
-    det = ssd.build(cfg.model, len(labels), weights, size=size, labels=labels)
+    try:
+        det = ssd.build(cfg.model, len(labels), weights, size=size, labels=labels)
+    except ssd.OtherClasses as e:  # the count is the set's: --num-classes is export's
+        names = f"this set names {len(labels) - 1} ({', '.join(labels[1:])})"
+        raise UserError(
+            f"{weights} holds a detector of {e.classes}, {names}",
+            "fine-tune from weights of these classes, or leave out --weights to start from "
+            "random ones",
+        ) from None
     if det.labels != labels:
         raise UserError(f"{weights} was trained on {det.labels[1:]}, this set has {labels[1:]}")
     return det

@@ -50,6 +50,20 @@ EXPORTER = "torchscript"
 COCO_CLASSES = 91
 
 
+class OtherClasses(UserError):
+    """Weights of another class count than the detector built for them. The fix is export's
+    (--num-classes); eval and finetune, whose count is the data set's, say their own with
+    `classes`, the weights' count in words."""
+
+    def __init__(self, weights: Path, name: str, held: int, built: int) -> None:
+        self.held = held
+        self.classes = f"{held} classes (background + {held - 1})"
+        super().__init__(
+            f"{weights} does not fit {name} with {built} classes: it holds {self.classes}",
+            f"pass --num-classes {held}",
+        )
+
+
 @dataclass
 class Detector:
     model: Any  # torch.nn.Module, an SSD in eval mode
@@ -195,15 +209,33 @@ def build(
         try:
             model.load_state_dict(state)
         except RuntimeError as e:
+            assert weights is not None  # state is read from it
+            held = _held_classes(state, model.state_dict(), num_classes)
+            if held is not None:
+                raise OtherClasses(weights, name, held, num_classes) from None
             first = str(e).strip().splitlines()[1:2] or [str(e)]
             raise UserError(
-                f"{weights} does not fit {name} with {num_classes} classes: {first[0].strip()}",
-                "pass the --num-classes it was trained with",
+                f"{weights} does not fit {name}: {first[0].strip()}",
+                f"give weights of a {name}, or name theirs with --model",
             ) from None
     set_size(model, size)
     if state is None and not pretrained:
         calibrate_random(model, size)
     return Detector(model.eval(), name, size, labels)
+
+
+def _held_classes(state: dict[str, Any], ours: dict[str, Any], built: int) -> int | None:
+    """The class count `state` was trained with, read from its classification head: the
+    head's last convolutions give anchors x classes channels, the anchors the architecture's,
+    so theirs / ours = held / built. None where no head tensor differs (other weights)."""
+    for key, tensor in state.items():
+        mine = ours.get(key) if key.startswith("head.classification_head.") else None
+        # Their shapes alike (a BatchNorm's count of batches has none): not the classes'.
+        if mine is None or tensor.shape == mine.shape or not (tensor.ndim and mine.ndim):
+            continue
+        if int(tensor.shape[0]) * built % int(mine.shape[0]) == 0:
+            return int(tensor.shape[0]) * built // int(mine.shape[0])
+    return None
 
 
 def calibrate_random(model: Any, size: int, images: int = 8, seed: int = 0) -> None:
