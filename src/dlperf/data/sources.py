@@ -41,6 +41,7 @@ import torch
 
 from dlperf import image_modes
 from dlperf.config import DataConfig
+from dlperf.config.experiment import machine_memory
 from dlperf.errors import UserError
 from dlperf.parsing import file_name_text, name_text, one_line
 from dlperf.paths import not_regular, unnamed_cwd
@@ -1137,6 +1138,12 @@ def fashionmnist(cfg: DataConfig) -> ImageData:
     return _mnist_like(cfg, fashion=True)
 
 
+# Bytes a pixel of `decode_file`'s image takes at its peak: Pillow's RGB image resized to the
+# side (4 bytes a pixel), its centre crop (4 more) and the uint8 tensor (3); 10.7 measured at
+# 16,000 x 16,000.
+DECODE_BYTES = 11
+
+
 def decode_file(path: str, size: int) -> torch.Tensor:
     """Decode an image file of any mode PIL opens to uint8 3,size,size (0..255 spanning the
     mode's range: a 16-bit grey PNG's 65535 is 255): shorter side resized, then centre-cropped.
@@ -1878,6 +1885,38 @@ def _link_said(link: Path, to: Path) -> str:
     return f"{link} is a link to {real}, which holds {to}"
 
 
+class TooLargeToDecode(UserError):
+    """A data.image_size whose decoded images cannot fit in this machine's memory; `said` is
+    the line without the key, for distill to name its pool's own."""
+
+    def __init__(self, side: int, said: str, hint: str) -> None:
+        super().__init__(f"data.image_size {side}: {said}", hint)
+        self.said = said
+
+
+def _decodable(images: int, side: int, in_memory: bool) -> None:
+    """Refuse, before any image is decoded, an image folder's data.image_size at which its
+    images cannot fit in this machine's memory: one image as `decode_file` makes it
+    (streamed), or all `images` at once (in memory). Decoded, it pushed everything else on the
+    machine out of memory until the kernel killed the process, after minutes and without a
+    word: data.max_memory_gb only chooses streaming, which still decodes whole images."""
+    memory = machine_memory()
+    per_pixel = DECODE_BYTES + (2 * 3 * images if in_memory else 0)  # + the list and its stack
+    needed = per_pixel * side * side
+    if needed <= memory:
+        return
+    fix = f"set data.image_size to at most {math.isqrt(memory // per_pixel)}"
+    what = f"one image decoded at {side}x{side} takes"
+    if in_memory:
+        what = f"the {images} images decoded into memory at {side}x{side} take"
+        fix += ", or data.in_memory = false" if DECODE_BYTES * side * side <= memory else ""
+    said = (
+        f"{what} {needed / 2**30:,.1f} GiB, more than this machine's "
+        f"{memory / 2**30:,.1f} GiB of memory"
+    )
+    raise TooLargeToDecode(side, said, fix)
+
+
 class NoImageSize(UserError):
     """A set of images of any size read without data.image_size: distill names its pool's own
     key and the size to give (the teacher's)."""
@@ -1927,6 +1966,7 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     n = len(train_set) + len(test_set)
     fits = n * 3 * side * side <= cfg.max_memory_gb * 2**30
     in_memory = fits if cfg.in_memory is None else cfg.in_memory
+    _decodable(n, side, in_memory)
 
     def split(ds: Any) -> Split:
         files = [path for path, _ in ds.samples]
@@ -2125,12 +2165,15 @@ def _imageless(path: str | Path, labels: np.ndarray) -> None:
 
 
 def read_npz(
-    path: str | Path, every_class: bool = False
+    path: str | Path, every_class: bool = False, pool: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None, list[str]]:
     """images (uint8 N,C,H,W), labels (None when the file has none) and class names of a .npz
     file: arrays `images`, optional `labels` (integers 0..classes-1) and `classes` (names).
     With `every_class` (a set to train on, not a pool a teacher labels), labels that leave a
-    class with no image, in a file that names none, are refused."""
+    class with no image, in a file that names none, are refused. In a `pool` (distill's
+    unlabelled images, whose labels only measure the selection) a label of -1 marks an image
+    without one, as STL-10's unlabelled split and scikit-learn's semi-supervised estimators
+    mark it: all -1 is a file without labels."""
     text = str(path)
     bare = text.rstrip("/" + os.sep)
     if bare and bare != text and os.path.isfile(bare):  # Path("ok.npz/") drops the slash
@@ -2184,6 +2227,8 @@ def read_npz(
     labels = arrays.get("labels")
     if labels is not None:
         labels = _npz_labels(path, labels, len(images))
+        if pool and len(labels) and bool((labels == -1).all()):
+            labels = None
     classes = arrays.get("classes", np.array([], dtype=str))
     # np.array([names]) is (1, N): iterated, its one row would be one class named "['a' ...]"
     if classes.ndim != 1:
@@ -2206,7 +2251,8 @@ def read_npz(
         )
     if labels is not None and len(labels):
         fix = "give every label a name in 'classes', or drop 'classes'"
-        check_labels(str(path), labels, len(images), len(names) or None, fix)
+        known = labels[labels != -1] if pool else labels
+        check_labels(str(path), known, len(known), len(names) or None, fix)
         if every_class and not names:
             _imageless(path, labels)
         names = names or [str(i) for i in range(int(labels.max()) + 1)]

@@ -4,7 +4,7 @@ SPEC is NAME[:KEY=VALUE,...]: a data set with data.* keys (e.g. "mnist5k:image_s
 of whose images become the pool; or NAME:holdout=F, the share F of the experiment's own
 training split that data.holdout sets aside (the labelled runs then train on the rest). The
 pool keeps the set's labels, hidden from the teacher, to measure pseudo-label precision; an
-npz file may have none.
+npz file may have none, or mark an image without one by -1 (as STL-10's unlabelled split does).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from dlperf.config import DataConfig, Experiment, build_experiment, parse_value
 from dlperf.data import ImageData, Split, load_data
-from dlperf.data.sources import NoImageSize, read_npz, resize
+from dlperf.data.sources import NoImageSize, TooLargeToDecode, read_npz, resize
 from dlperf.errors import UserError
 from dlperf.formatting import few
 from dlperf.parsing import name_text
@@ -100,6 +100,11 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
                 f"--unlabeled {spec}: {cfg.name} needs the pool's image size",
                 f"set --unlabeled {_sized(spec, labelled.shape[-1])}, the teacher's",
             ) from None
+        except TooLargeToDecode as e:  # its line names data.image_size: the pool's is meant
+            raise UserError(
+                f"--unlabeled {spec}: image_size {cfg.image_size}: {e.said}",
+                f"set --unlabeled {_sized(spec, labelled.shape[-1])}, the teacher's",
+            ) from None
         splits = [data.train, data.val, data.test]
         if not data.in_memory:
             raise UserError(
@@ -135,8 +140,15 @@ def _as_teachers(
     as lists, a pool listing the teacher's names in another order (its labels numbered by its
     own list) lost its precision, nothing said. A pool with some of the teacher's classes
     maps as well: a kept image is right when the teacher's label is its own."""
-    if len(labels) and not bool(labels.ge(0).all()):
+    unlabelled = int(labels.lt(0).sum())
+    if unlabelled == len(labels) > 0:
         return None, "pseudo-label precision is not measured: the pool has no labels"
+    if unlabelled:  # a pool of labelled and unlabelled (-1) images
+        has = "has" if unlabelled == 1 else "have"
+        return None, (
+            f"pseudo-label precision is not measured: {unlabelled} of the pool's "
+            f"{len(labels)} images {has} no label (-1)"
+        )
     if classes == teachers:  # the teacher's own list: the labels as they are
         return labels, None
     index = {name: i for i, name in enumerate(teachers)}
@@ -189,7 +201,7 @@ def _read(cfg: DataConfig) -> ImageData:
     if cfg.name != "npz":
         return load_data(cfg)
     # An npz pool may have no labels (truly unlabelled): -1 marks them unknown.
-    images, labels, classes = read_npz(cfg.root)
+    images, labels, classes = read_npz(cfg.root, pool=True)
     known = labels if labels is not None else torch.full((len(images),), -1, dtype=torch.int64)
     empty = Split(known[:0], images[:0])
     channels, height, width = images.shape[1:]  # read_npz checked N,C,H,W
