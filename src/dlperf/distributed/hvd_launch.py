@@ -4,8 +4,9 @@ dlperf.distributed.hvd_worker in each of N processes, on this node.
 horovodrun starts through the supervisor's guard, so it dies with dlperf, even a SIGKILLed
 one; Horovod then ends its own workers (each runs under a middleman that kills it when
 horovodrun is gone). Ctrl-C and SIGTERM stop horovodrun and every worker by the pids they
-write, as for torchrun (dlperf.distributed.launch). Horovod's tensor-fusion threshold is the
-point's bucket size (--bucket-mb), its 64 MiB default otherwise.
+write, as for torchrun (dlperf.distributed.launch), and a stopped worker fails the point as
+there. Horovod's tensor-fusion threshold is the point's bucket size (--bucket-mb), its 64 MiB
+default otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 from dlperf.distributed.contracts import RankResult
-from dlperf.distributed.launch import TAIL_LINES, Launch, run_launcher
+from dlperf.distributed.launch import TAIL_LINES, Launch, Stopped, run_launcher, worker_pids
 from dlperf.distributed.tf_launch import write_result
 from dlperf.procs import how
 
@@ -68,7 +69,10 @@ def run_horovod(
     command = [sys.executable, horovodrun() or "horovodrun", "-np", str(processes)]
     command += ["-H", f"localhost:{processes}", "--gloo", "--start-timeout", str(START_TIMEOUT_S)]
     command += [sys.executable, "-u", "-m", MODULE, str(directory / "spec.json")]
-    code, pids = run_launcher(directory, command, log, env)
+    try:
+        code, pids = run_launcher(directory, command, log, env)
+    except Stopped as stopped:
+        return Launch(1, worker_pids(directory), str(stopped))
     if code == 0:
         write_result(
             directory, [RankResult.read(directory / f"rank-{r}.json") for r in range(processes)]

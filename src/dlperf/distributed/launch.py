@@ -17,6 +17,10 @@ The kill chain, dlperf -> torchrun -> workers:
   same: its processes die together, their connections close, and our next collective (or
   torchrun's rendezvous store, if it was theirs) fails. A host that vanishes without closing
   them leaves our collectives waiting for the process group's timeout.
+- a worker (or torchrun) stopped, state T: its peers wait in their next collective, and
+  torchrun for its workers, until the process group's timeout (gloo's: 30 minutes), saying
+  nothing. dlperf looks at this node's processes while it waits (`wait_watching`) and fails
+  the point once one has stayed stopped past `stopped_bound_s`.
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlperf.errors import UserError
 from dlperf.paths import open_files_limit, room_for_files
-from dlperf.procs import Supervisor, alive, guarded, how, kill
+from dlperf.procs import Supervisor, alive, guarded, how, kill, proc_stat
 
 TAIL_LINES = 12
 
@@ -52,6 +56,20 @@ SPARE_FILES = 2
 _OUT_OF_FILES = re.compile(
     r"\[Errno 24\]|errno: 24\b|Too many open files(?! in system)|Failed to init uv loop"
 )
+
+# A process of a launch stopped (state T: SIGSTOP, `kill -STOP`, a Ctrl-Z of its own terminal)
+# fails the point once it has stayed so for the greater of STOPPED_MIN_S and STOPPED_WARMUPS
+# times a worker's warm-up (`stopped_bound_s`: the process group's start and the warm-up
+# steps, so at least a few steps): a stop that someone means to lift soon, as a scheduler's
+# suspend does, comes well within it.
+# Not state t, stopped by a debugger (gdb, py-spy): someone is looking at it.
+STOPPED_MIN_S = 60.0
+STOPPED_WARMUPS = 10
+LOOK_S = 1.0  # between two looks at a launch's processes
+
+
+class Stopped(Exception):
+    """A process of a launch that stayed stopped past stopped_bound_s: its one line."""
 
 
 class OpenFilesLimit(UserError):
@@ -298,21 +316,70 @@ def _out_of_files(error: str, log: Path) -> OpenFilesLimit | None:
     return OpenFilesLimit(head, limit)
 
 
+def stopped_bound_s(directory: Path) -> float:
+    """How long a process of the launch in `directory` may stay stopped: STOPPED_MIN_S, or
+    STOPPED_WARMUPS warm-ups once a torch worker is past its own: from its `rank-R.pid`
+    (written as it starts, torch loaded) to its `rank-R.training` (the process group up, the
+    warm-up steps and the compute-only copy's taken), the longest of the ranks past it."""
+    warmups = [
+        mark.stat().st_mtime - mark.with_suffix(".pid").stat().st_mtime
+        for mark in directory.glob("rank-*.training")
+    ]
+    return max([STOPPED_MIN_S, *(STOPPED_WARMUPS * w for w in warmups)])
+
+
+def _stopped(pid: int) -> bool:
+    stat = proc_stat(pid)  # None: gone, or no /proc (off Linux, nothing is watched)
+    return stat is not None and stat[0] == "T"
+
+
+def wait_watching(
+    supervisor: Supervisor, processes: Callable[[], dict[int, str]], directory: Path
+) -> list[int | None]:
+    """supervisor.wait(), looking every LOOK_S at the launch's `processes` (pid -> name):
+    Stopped once one of them has been stopped at every look for stopped_bound_s. Looks count
+    the time, not the clock: a dlperf stopped with its workers (a scheduler's suspend) must
+    not blame a worker that the SIGCONT after has not reached yet."""
+    stopped: tuple[int, str] | None = None
+    looks = 0
+    while True:
+        try:
+            return supervisor.wait(LOOK_S)
+        except TimeoutError:
+            pass
+        now = next((item for item in processes().items() if _stopped(item[0])), None)
+        looks = looks + 1 if now is not None and now == stopped else int(now is not None)
+        stopped = now
+        if stopped is not None and looks * LOOK_S >= stopped_bound_s(directory):
+            pid, name = stopped
+            raise Stopped(
+                f"{name} (pid {pid}) was stopped (state T: SIGSTOP, kill -STOP or Ctrl-Z) for "
+                f"{looks * LOOK_S:.0f} s while its peers waited for it"
+            )
+
+
 def run_launcher(
     directory: Path, command: list[str], log: Path, env: dict[str, str] | None = None
 ) -> tuple[int, list[int]]:
     """Run a launcher `command` (torchrun, horovodrun) whose workers write their pids into
     `directory`, its output in `log`: (its return code, the workers' pids). On any
-    exception, Ctrl-C and SIGTERM (KeyboardInterrupt) above all, stop every process it
-    started, then let the exception propagate."""
+    exception, Ctrl-C and SIGTERM (KeyboardInterrupt) above all, and Stopped (a process of it
+    stopped, which the launcher never notices), stop every process it started, then let the
+    exception propagate."""
     directory.mkdir(parents=True, exist_ok=True)
     # A directory can be reused (scale-node/ on every node but 0): its rank files, a pid
     # above all, must be this launch's.
     for stale in directory.glob("rank-*"):
         stale.unlink()
     with Supervisor(lambda: worker_pids(directory)) as supervisor:
-        supervisor.start(command, log, env)
-        [code] = supervisor.wait()
+        launcher = supervisor.start(command, log, env)
+
+        def processes() -> dict[int, str]:  # the launcher, named after its log, and the workers
+            ranks = directory.glob("rank-*.pid")
+            workers = {int(p.read_text()): f"worker rank {p.stem[5:]}" for p in ranks}
+            return {launcher.pid: log.stem, **workers}
+
+        [code] = wait_watching(supervisor, processes, directory)
     assert code is not None
     pids = worker_pids(directory)
     # A worker that outlives its launcher (only without a parent-death signal, off Linux)
@@ -338,7 +405,10 @@ def run_torchrun(
     worker = guarded([sys.executable, "-u", "-m", module, *args])
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
     torchrun += [str(nproc_per_node), *rdzv.args(), "--max-restarts", "0"]
-    code, pids = run_launcher(directory, [*torchrun, "--no-python", *worker], log, env)
+    try:
+        code, pids = run_launcher(directory, [*torchrun, "--no-python", *worker], log, env)
+    except Stopped as stopped:
+        return Launch(1, worker_pids(directory), str(stopped))
     error = error_lines(directory, log, code) if code != 0 else None
     if error is not None and (limited := _out_of_files(error, log)) is not None:
         raise limited

@@ -11,8 +11,8 @@ posts its ranks' results (or its error), which node 0 stores with its own.
 Every process is started by the supervisor (dlperf.procs: it dies with dlperf, even a
 SIGKILLed one) and writes its log to `worker-R.log`. A collective waits for every worker, so
 when one process fails the others would wait forever: the first failure stops them all and
-fails the point. The ranks' results are gathered into `result.json` as the torch launcher
-leaves them.
+fails the point, as does a process left stopped (dlperf.distributed.launch.wait_watching).
+The ranks' results are gathered into `result.json` as the torch launcher leaves them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dlperf.distributed.contracts import RankResult, write_ranks
-from dlperf.distributed.launch import TAIL_LINES, Launch, free_port
+from dlperf.distributed.launch import TAIL_LINES, Launch, Stopped, free_port, wait_watching
 from dlperf.errors import UserError
 from dlperf.procs import Supervisor, how
 
@@ -121,15 +121,22 @@ def _run_local(
     """Run this node's workers (global `ranks`) to their end, or stop them all at the first
     failure: (return code, pids, error)."""
     spec = str(directory / "spec.json")
-    with Supervisor() as supervisor:
-        for rank in ranks:
-            supervisor.start(
-                [sys.executable, "-u", "-m", MODULE, spec, str(rank)],
-                directory / f"worker-{rank}.log",
-                _env(rank, addresses, threads) | _gpu(rank - ranks.start, bool(addresses)),
-            )
-        codes = supervisor.wait()
-        supervisor.stop()  # after a failure, the others wait for it in a collective forever
+    try:
+        with Supervisor() as supervisor:
+            for rank in ranks:
+                supervisor.start(
+                    [sys.executable, "-u", "-m", MODULE, spec, str(rank)],
+                    directory / f"worker-{rank}.log",
+                    _env(rank, addresses, threads) | _gpu(rank - ranks.start, bool(addresses)),
+                )
+            named = {
+                c.pid: f"TensorFlow worker {r}"
+                for r, c in zip(ranks, supervisor.children, strict=True)
+            }
+            codes = wait_watching(supervisor, lambda: named, directory)
+            supervisor.stop()  # after a failure, the others wait for it in a collective forever
+    except Stopped as stopped:
+        return 1, [p.pid for p in supervisor.children], str(stopped)
     pids = [p.pid for p in supervisor.children]
     failed = next((i for i, code in enumerate(codes) if code), None)
     if failed is None:
