@@ -171,6 +171,16 @@ def _signal_handlers() -> Iterator[None]:
         signal.signal(sig, handler)
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> None:
+    """Each test starts with torch on one thread, not on what the test before it in this
+    worker left (a dlperf command with run.threads unset leaves all the usable cores set).
+    Two OpenMP threads sharing a busy core wait for each other at every parallel region: a
+    random-weight SSD built in 35.7 s so, in 2.4 s on one thread. A test or a command that
+    sets its threads (run.threads, set_threads, torch.set_num_threads) gets what it sets."""
+    torch.set_num_threads(1)
+
+
 @pytest.fixture
 def busy_core() -> Iterator[int]:
     """A process that keeps one CPU busy (pinned to the lowest this test may use), started

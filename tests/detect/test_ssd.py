@@ -234,6 +234,9 @@ def test_export_cli_bad_input_is_one_line(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_checkpoint_round_trip_and_mismatch(tmp_path: Path) -> None:
+    # One thread, as the module's other builders: building calibrates the random weights on
+    # 8 images, and two OpenMP threads on a shared core took 5x as long (30 s, not 6).
+    torch.set_num_threads(1)
     det = ssd.build("ssdlite320_mobilenet_v3_large", labels=LABELS, size=96)
     ssd.save_checkpoint(det, tmp_path / "d.pt")
     again = ssd.build("ssdlite320_mobilenet_v3_large", weights=tmp_path / "d.pt")
@@ -376,6 +379,7 @@ def test_finetune_cli_refuses_old_keys_and_what_detection_ignores(
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A shapes set, the same set with VOC's names (square: aeroplane, disc: horse), and one
     random-weight detector saved twice: labelled square at id 2, and COCO-style airplane."""
+    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("eval")
     voc.make_shapes(root / "shapes", images=6, size=96)
     shutil.copytree(root / "shapes", root / "renamed")
