@@ -366,7 +366,10 @@ def test_the_shipped_example_runs_on_a_small_budget(
     tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     example = Path(__file__).resolve().parents[2] / "examples" / "distill_digits.toml"
+    # One thread, as the module's tiny experiments: the example leaves run.threads to the
+    # host, and two OpenMP threads on a shared core ran its five stages several times slower.
     out = distill_json(cli, "distill", str(example), "--top-k", "5", "--set", "train.epochs=1",
+                       "--set", "run.threads=1",
                        "--set", f"run.out_dir={tmp_path / 'runs'}")  # fmt: skip
     assert out["teacher"]["model"] == "resnet20" and out["baseline"]["model"] == "smallcnn"
     assert not out["baseline"]["same_as_teacher"] and out["best_top_k"] == 5
