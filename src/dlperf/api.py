@@ -713,6 +713,19 @@ class Store:
         self._opened_in = os.getpid()
         self._store = RunStore.open(self._url or None, create=False)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A `Store` sent to another process (a multiprocessing argument) goes as its URL and
+        opens there: its engine and connections are this process's. A SQLite file goes by its
+        path as resolved at open, whatever the other process's working directory."""
+        from dlperf.store import integrity
+
+        if self._url is not None:
+            return (Store, (self._url,))
+        engine = self._store.engine
+        path = integrity.store_file(engine)
+        url = engine.url if path is None else engine.url.set(database=str(path))
+        return (Store, (url.render_as_string(hide_password=False),))
+
     def _read(self) -> RunStore:
         """The store to read. One that was not there when this `Store` was made is looked for
         again at each read, until it is (a `Store` made before a store's first run reads the

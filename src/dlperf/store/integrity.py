@@ -54,10 +54,18 @@ from dlperf.store.urls import masked_url
 
 SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 1, 5, 6, 11, 26
 SQLITE_CONSTRAINT_TRIGGER = 1811  # RAISE(ABORT|FAIL|ROLLBACK, ...) in a trigger
+# A CHECK or UNIQUE constraint: never dlperf's (its tables have neither; a primary key's
+# violation, which `claim` expects, is SQLITE_CONSTRAINT_PRIMARYKEY), so one added by hand.
+SQLITE_CONSTRAINT_ADDED = (275, 2067)  # SQLITE_CONSTRAINT_CHECK, SQLITE_CONSTRAINT_UNIQUE
 # PostgreSQL's states for a schema changed by hand: plpgsql's RAISE (a trigger added), a
 # column or table dropped, a table replaced by a view that cannot be written.
 PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE = "P0001", "42703", "42P01", "42809"
 PG_NO_PRIVILEGE = "42501"  # insufficient_privilege: "permission denied for table tags"
+# Integrity constraints dlperf's tables do not have: check, exclusion, not-null (every
+# column dlperf leaves empty is nullable); a unique violation is one too unless it is of a
+# table's primary key (`claim` expects its claims_pkey's).
+PG_CONSTRAINT_ADDED = ("23514", "23P01", "23502")
+PG_UNIQUE = "23505"
 CHECK_MAX_BYTES = 256 << 20
 ROWID_MIN, ROWID_MAX = -(2**63), 2**63 - 1
 _passed: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) of checked files
@@ -87,6 +95,11 @@ def store_file(engine: Engine) -> Path | None:
     if path is None:
         path = _files[engine.pool] = Path(database).resolve()
     return path
+
+
+def same_file(engine: Engine, path: Path) -> None:
+    """Keep `path` as the file of `engine`'s new pool (`Engine.dispose` makes one)."""
+    _files[engine.pool] = path
 
 
 def damaged(path: Path, detail: str) -> UserError:
@@ -255,6 +268,8 @@ def on_error(context: ExceptionContext) -> BaseException | None:
         return damaged(path, str(context.original_exception))
     if code == SQLITE_CONSTRAINT_TRIGGER:
         return _edited(str(path), _refused(context), path)
+    if code in SQLITE_CONSTRAINT_ADDED:
+        return _edited(str(path), _refused(context, "a constraint"), path)
     if code & 0xFF == SQLITE_ERROR:
         view = re.fullmatch(
             r"cannot modify (\S+) because it is a view", str(context.original_exception)
@@ -286,9 +301,9 @@ def _edited(name: str, detail: str, path: Path | None) -> UserError:
     return UserError(f"run store {shown(name)} is not as dlperf made it ({detail})", hint)
 
 
-def _refused(context: ExceptionContext) -> str:
-    """What a trigger refused, by the statement it refused: "a trigger refused an INSERT into
-    metrics: nope"."""
+def _refused(context: ExceptionContext, by: str = "a trigger") -> str:
+    """What a trigger (or `by`) refused, by the statement it refused: "a trigger refused an
+    INSERT into metrics: nope"."""
     said = _first_line(context)
     what = re.match(
         r"\s*(INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)",
@@ -296,23 +311,34 @@ def _refused(context: ExceptionContext) -> str:
         re.IGNORECASE,
     )
     if what is None:
-        return f"a trigger refused a write: {said}"
+        return f"{by} refused a write: {said}"
     verb = what[1].split()[0].upper()
     article, word = {"INSERT": ("an", "into"), "UPDATE": ("an", "of")}.get(verb, ("a", "from"))
-    return f"a trigger refused {article} {verb} {word} {what[2]}: {said}"
+    return f"{by} refused {article} {verb} {word} {what[2]}: {said}"
 
 
 def _server_edited(context: ExceptionContext, engine: Engine) -> UserError | None:
     """A PostgreSQL store's schema changed by hand: psycopg's UndefinedColumn, UndefinedTable,
-    WrongObjectType or a trigger's RaiseException, met by dlperf's own query. Registered once
-    the store has opened (an open probes for missing tables)."""
+    WrongObjectType, a trigger's RaiseException or a constraint's violation, met by dlperf's
+    own query. Registered once the store has opened (an open probes for missing tables)."""
     state = getattr(context.original_exception, "sqlstate", None)
     if state == PG_NO_PRIVILEGE:
         return _denied(context, engine)
+    if state in PG_CONSTRAINT_ADDED or (state == PG_UNIQUE and not _primary_key(context)):
+        detail = _refused(context, "a constraint")
+        return _edited(masked_url(engine.url.render_as_string()), detail, None)
     if state not in (PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE):
         return None
     detail = _refused(context) if state == PG_RAISED else _first_line(context)
     return _edited(masked_url(engine.url.render_as_string()), detail, None)
+
+
+def _primary_key(context: ExceptionContext) -> bool:
+    """Whether a unique violation is of its table's primary key, named as PostgreSQL names
+    it (`<table>_pkey`)."""
+    diag = getattr(context.original_exception, "diag", None)
+    table, constraint = getattr(diag, "table_name", None), getattr(diag, "constraint_name", None)
+    return table is not None and constraint == f"{table}_pkey"
 
 
 def _denied(context: ExceptionContext, engine: Engine) -> UserError:
@@ -321,6 +347,14 @@ def _denied(context: ExceptionContext, engine: Engine) -> UserError:
     FOR UPDATE (`runs delete` locks its runs) needs UPDATE: it is a write."""
     name = shown(masked_url(engine.url.render_as_string()))  # the passwords hidden
     statement = (context.statement or "").lstrip().upper()
+    policy = re.search(r'row-level security policy for table "?([^"]+)"?', _first_line(context))
+    if policy is not None:  # the role may hold every grant: a policy refuses the row
+        return UserError(
+            f"run store {name} refuses writes: a row-level security policy on {policy[1]} "
+            f"refuses it ({_first_line(context)})",
+            f"drop the policy, or `ALTER TABLE {policy[1]} DISABLE ROW LEVEL SECURITY` as the "
+            "table's owner",
+        )
     if statement.startswith(("INSERT", "UPDATE", "DELETE")) or " FOR UPDATE" in statement:
         return UserError(
             f"run store {name} refuses writes: {_first_line(context)}",

@@ -1594,6 +1594,25 @@ class Recording:
             self.summary = summary
 
 
+# Every store this process opened (not the in-memory stand-ins: their one connection is the
+# store). A forked child (a multiprocessing worker) that used the connections in their pools
+# used its parent's sessions: children reading at once broke them, and the error said that
+# the server went away. SQLAlchemy's recipe: the child forgets them, and connects anew.
+_INHERITED: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    for engine in list(_INHERITED):
+        path = integrity.store_file(engine)  # resolved at open: not in today's directory
+        with contextlib.suppress(Exception):  # as `_dispose`: nothing to say it to
+            engine.dispose(close=False)
+        if path is not None:
+            integrity.same_file(engine, path)
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
+
+
 def _dispose(engine: Engine, opened_in: int) -> None:
     """Closes the pooled connections of a store's engine; in a forked child, only forgets
     them, as SQLAlchemy advises: closing would end its parent's sessions on the same sockets.
@@ -1751,6 +1770,7 @@ class RunStore:
             event.listen(engine, "handle_error", integrity.on_error)
         store = cls(engine, store_id, read_only)
         store._server = place
+        _INHERITED.add(engine)
         if sqlite and writing:
             store._keep_file()
         if sqlite:
@@ -1772,7 +1792,13 @@ class RunStore:
         self._keeper = keeper
         # Closed with the engine's connections: a caller that disposes the engine and then
         # moves the file must not leave a connection behind on it.
-        event.listen(self.engine, "engine_disposed", lambda _engine: keeper.close())
+        # Not in a forked child, which forgets its parent's connections (`_forget_inherited`).
+        opened_in = os.getpid()
+        event.listen(
+            self.engine,
+            "engine_disposed",
+            lambda _engine: keeper.close() if os.getpid() == opened_in else None,
+        )
 
     @classmethod
     def _empty(cls, unwritable: tuple[str, str] | None = None, absent: str = "") -> RunStore:
@@ -1781,7 +1807,14 @@ class RunStore:
         given: the stand-in's own URL is "sqlite://", an in-memory store. `absent`: why there
         is no store, which a run asked of it says (`_stored_run`)."""
         options = {ABSENT: absent} if absent else {}
-        engine = create_engine("sqlite://", poolclass=StaticPool, execution_options=options)
+        # One connection, which any thread may read (as a file's store and a server's are);
+        # sqlite3 refused it to every thread but the one that made it.
+        engine = create_engine(
+            "sqlite://",
+            poolclass=StaticPool,
+            connect_args={"check_same_thread": False},
+            execution_options=options,
+        )
         store = cls(engine, migrations.migrate(engine, engine, "(empty)") or "", read_only=True)
         store._unwritable = unwritable
         return store
@@ -1981,14 +2014,17 @@ class RunStore:
     def _next_id(self, s: Session) -> int | None:
         """SQLite gives a new row the largest id + 1, so deleting the newest run would hand
         its id to the next: a different run answering to `dlperf runs show 7`, and to any note
-        that names it. Deleting runs records the largest id deleted; new ids stay above it.
-        (PostgreSQL's sequences never reuse an id: None lets the database choose.)"""
+        that names it. Deleting runs records the largest id deleted; new ids stay above it, and
+        above every run the other tables name: a run row deleted by hand (sqlite3's foreign
+        keys are off) leaves its metrics, tags and artifacts, which the next run took as its
+        own. (PostgreSQL's sequences never reuse an id: None lets the database choose.)"""
         if self.engine.dialect.name != "sqlite":
             return None
+        # Metrics' and tags' max is one seek (an index leads with run_id); artifacts are few.
+        columns = (Run.id, Metric.run_id, Tag.run_id, Artifact.run_id)
+        named = [s.scalar(select(func.max(c))) for c in columns]
         floor = _meta(s, DELETED_MAX)
-        if floor is None:
-            return None
-        return max(int(floor), s.scalar(select(func.max(Run.id))) or 0) + 1
+        return max([int(floor or 0), *(i or 0 for i in named)]) + 1
 
     @contextmanager
     def recording(self, run_id: int) -> Iterator[Recording]:
