@@ -12,6 +12,7 @@ import contextlib
 import errno
 import io
 import linecache
+import os
 import re
 import shutil
 import time
@@ -654,15 +655,67 @@ def _staged(out: Path) -> Iterator[Path]:
     `out`, whose files (the model, its weights, its metadata) `_publish` moves into place at
     the end. Whatever ends the export first (an error, Ctrl-C, SIGTERM) removes the directory
     and leaves an earlier export whole; a SIGKILL leaves only the hidden directory, never an
-    unchecked model under the name `dlperf infer` and `dlperf serve` read."""
+    unchecked model under the name `dlperf infer` and `dlperf serve` read. The directory is
+    this export's alone while it lasts (`_claim`)."""
     staging = out.with_name(f".{out.name}.exporting")
-    shutil.rmtree(staging, ignore_errors=True)  # a SIGKILLed export's leftovers
-    staging.mkdir()
+    held = _claim(staging, out)
     try:
         yield staging / out.name
     finally:
         with stopping.shielded():  # a second Ctrl-C must not leave half of them
             shutil.rmtree(staging, ignore_errors=True)
+            if held is not None:
+                os.close(held)  # the lock goes with it, once the directory is gone
+
+
+OWNER = ".pid"  # in the staging directory: the process id of the export that holds it
+
+
+def _claim(staging: Path, out: Path) -> int | None:
+    """Make `staging` this export's: made, or emptied of a SIGKILLed export's leftovers, and
+    held under an exclusive flock for as long as the returned descriptor is open. One another
+    export holds is refused, naming it: two exports to one --out emptied each other's files,
+    and one failed blaming both ONNX exporters. None where the file system has no locks
+    (the directory is then used as before, unguarded)."""
+    import fcntl
+
+    while True:
+        staging.mkdir(exist_ok=True)
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(
+                f"another dlperf export{_owner(staging)} is writing {out}",
+                "wait for it to finish, or give another --out",
+            ) from None
+        except OSError:  # no flock on this file system (ENOLCK, EOPNOTSUPP)
+            os.close(fd)
+            held = None
+            break
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(staging)):
+                held = fd
+                break
+        os.close(fd)  # removed as this one looked by the export that held it: claim anew
+    for left in staging.iterdir():  # a dead export's, none of a live one's
+        if left.is_dir() and not left.is_symlink():
+            shutil.rmtree(left, ignore_errors=True)
+        else:
+            left.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # for a second export's line only: a full disk is
+        (staging / OWNER).write_text(f"{os.getpid()}\n")  # said by the export's own files
+    return held
+
+
+def _owner(staging: Path) -> str:
+    """The pid of the export that holds `staging`, as " (pid N)", where its file says it."""
+    try:
+        pid = (staging / OWNER).read_text().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid.isdigit() else ""
 
 
 def _files(model: Path) -> list[Path]:
@@ -672,7 +725,9 @@ def _files(model: Path) -> list[Path]:
 
 def _publish(staged: Path, out: Path) -> None:
     """The checked files in place of `out`'s; an earlier export's weights file goes when this
-    one has none (a single file). Each rename is atomic."""
+    one has none (a single file). Each rename is atomic, the three together are not: a kill
+    between them leaves this graph beside the earlier weights, which the weights' digest the
+    graph carries (`meta.weights_digests`) has every load refuse."""
     with stopping.shielded():  # the model and its weights must not be left from two exports
         if stopping.requested():
             # A stop that some library swallowed, or that came as this export was checked
@@ -737,6 +792,9 @@ def export(
             )
         proto = onnx.load(str(staged), load_external_data=False)
         meta.opset = _opset(staged)  # the one asked for, if any: _torch_export saw to it
+        # The weights' own digest in the model: a load refuses another export's beside it
+        # (the publish moves the files one at a time: a stop between can pair two exports).
+        meta.weights_sha256 = meta_io.weights_digests(staged, proto)
         meta_io.save(staged, meta)
         export_s = time.perf_counter() - start
 

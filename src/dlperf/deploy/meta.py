@@ -7,6 +7,7 @@ ONNX file (`metadata_props["dlperf"]`, travels with the model) and beside it
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +53,10 @@ class ModelMeta:
     # they were recorded (the kwargs unknown, not empty).
     model_kwargs: dict[str, Any] | None = None
     model_path: str | None = None
+    # The SHA-256 of each weights file the graph reads (its name beside the model: the
+    # dynamo exporter's MODEL.onnx.data), for `find` to refuse a graph beside another
+    # export's weights; None for weights inside the graph, or metadata written before.
+    weights_sha256: dict[str, str] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -90,6 +95,43 @@ def save(model_path: Path, meta: ModelMeta) -> None:
     sidecar(model_path).write_text(meta.to_json() + "\n")
 
 
+def weights_digests(model_path: Path, proto: Any) -> dict[str, str] | None:
+    """The SHA-256 of each external-data file the model `proto` (at `model_path`) names, by
+    its name; None where its weights are all inside it."""
+    from onnx.external_data_helper import uses_external_data
+
+    names = {
+        entry.value
+        for tensor in proto.graph.initializer
+        if uses_external_data(tensor)
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    return {name: _sha256(model_path.parent / name) for name in sorted(names)} or None
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _check_weights(model_path: Path, meta: ModelMeta) -> None:
+    """Refuse weights beside the model that are not the ones it was exported with. An export
+    moves the model and its weights into place one file at a time (no rename moves two): one
+    stopped between them, or two exports to one name at once, left one export's graph beside
+    another's weights, same names and sizes, and it answered with logits of neither. A file
+    not there is left to ONNX Runtime, which names it."""
+    for name, digest in (meta.weights_sha256 or {}).items():
+        weights = model_path.parent / name
+        if weights.is_file() and _sha256(weights) != digest:
+            raise UserError(
+                f"{weights} is not the weights of {model_path}: its SHA-256 differs from the "
+                "one the model recorded at export (the files come from two exports: one "
+                "stopped, or two at once, as it replaced the other)",
+                "export the model again",
+            )
+
+
 def load(model_path: Path) -> ModelMeta:
     """The metadata of an exported model: embedded copy first, then the sidecar."""
     found = find(model_path)
@@ -113,9 +155,10 @@ def find(model_path: Path) -> ModelMeta | None:
         proto = onnx.load(str(model_path), load_external_data=False)
     except Exception as e:  # onnx raises DecodeError and others for a non-ONNX file
         raise UserError(f"{model_path} is not an ONNX model: {type(e).__name__}") from None
-    for prop in proto.metadata_props:
-        if prop.key == KEY:
-            return ModelMeta.from_json(prop.value, str(model_path))
-    if sidecar(model_path).is_file():
-        return ModelMeta.from_json(sidecar(model_path).read_text(), str(sidecar(model_path)))
-    return None
+    embedded = (p.value for p in proto.metadata_props if p.key == KEY)
+    found = next((ModelMeta.from_json(text, str(model_path)) for text in embedded), None)
+    if found is None and sidecar(model_path).is_file():
+        found = ModelMeta.from_json(sidecar(model_path).read_text(), str(sidecar(model_path)))
+    if found is not None:
+        _check_weights(model_path, found)
+    return found

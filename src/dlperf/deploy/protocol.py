@@ -169,8 +169,9 @@ def decode_tensor(spec: TensorIn, arg: Any, raw: memoryview | None) -> np.ndarra
     if spec.datatype != datatype:
         raise UserError(f"input '{spec.name}' has datatype {spec.datatype}; expected {datatype}")
     expected = dims(arg)
+    _check_sizes(spec)
     fits = len(spec.shape) == len(expected) and all(
-        s >= 1 and d in (-1, s) for s, d in zip(spec.shape, expected, strict=True)
+        d in (-1, s) for s, d in zip(spec.shape, expected, strict=True)
     )
     if not fits:
         raise UserError(f"input '{spec.name}' has shape {spec.shape}; expected {expected}")
@@ -194,6 +195,25 @@ def decode_tensor(spec: TensorIn, arg: Any, raw: memoryview | None) -> np.ndarra
             f"input '{spec.name}' ({datatype}): values must be finite and within ±{limit:.4g}"
         )
     return array.reshape(spec.shape)
+
+
+def _check_sizes(spec: TensorIn) -> None:
+    """Refuse a request dimension below 1, by name: the model's -1 (dynamic) allows any size,
+    so the comparison with its shape blamed a matching one ("has shape [-1, 1, 8, 8];
+    expected [-1, 1, 8, 8]"). An empty batch is refused as Triton refuses it."""
+    for i, size in enumerate(spec.shape):
+        if size >= 1:
+            continue
+        said = f"input '{spec.name}' has shape {spec.shape}"
+        if i == 0 and size == 0:
+            raise UserError(
+                f"{said}: a batch of 0 rows, which this server refuses as Triton does; send "
+                "at least one row"
+            )
+        raise UserError(
+            f"{said}: dimension {i} is {size}; a request gives each dimension's size, 1 or "
+            "more (-1 marks a dynamic dimension in the model's metadata, not in a request)"
+        )
 
 
 def _from_json(data: list[Any], datatype: str, name: str) -> np.ndarray:

@@ -29,11 +29,20 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 ERROR_KINDS = {
     400: "bad_request",
     404: "not_found",
+    408: "read_timeout",
     413: "too_large",
     499: "client_closed",
     503: "overloaded",
 }
 
+# The route label of an answer the HTTP protocol gives before any route sees a request: a
+# connection past the cap (503), a request whose headers did not arrive in time (408), one
+# h11 cannot parse (400).
+CONNECTION_ROUTE = "(connection)"
+# The scope key under which the protocol leaves the status it answered a request with while the
+# app still read its body (a 408 at the read deadline, a 503 as the server stops): the app then
+# hears a disconnect and answers nobody, and that answer is not what the client got.
+ANSWERED = "dlperf.answered"
 
 # --- statistics (the protocol's statistics extension, as Triton reports it) ------------------
 
@@ -231,4 +240,5 @@ class Instrumented:
             await self.app(scope, limited, sent)
         finally:
             route = getattr(scope.get("route"), "path", "other")
-            self.metrics.request(route, status, time.perf_counter() - start)
+            answered = scope.get(ANSWERED, status)
+            self.metrics.request(route, answered, time.perf_counter() - start)

@@ -61,7 +61,13 @@ from dlperf.deploy import runtime
 from dlperf.deploy.batcher import Batcher, start_threads
 from dlperf.deploy.images import DECODE_THREADS
 from dlperf.deploy.routes import Serving, add_routes
-from dlperf.deploy.serve_metrics import Instrumented, Metrics, Statistics
+from dlperf.deploy.serve_metrics import (
+    ANSWERED,
+    CONNECTION_ROUTE,
+    Instrumented,
+    Metrics,
+    Statistics,
+)
 from dlperf.deploy.served_model import ServedModel
 from dlperf.errors import UserError
 from dlperf.paths import files_open, open_files_limit, room_for_files
@@ -143,6 +149,7 @@ def create_app(
     app.add_middleware(Instrumented, metrics=metrics, max_body_bytes=max_body_bytes)
     app.state.model = model
     app.state.batcher = batcher
+    app.state.metrics = metrics  # the protocol's own answers are counted in them too
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -397,6 +404,7 @@ class _GuardedH11(H11Protocol):
 
     read_timeout_s: float = _DEFAULTS.read_timeout_s
     max_connections: int = _DEFAULTS.max_connections
+    metrics: Metrics | None = None  # None: an app of another's, with no dlperf metrics
     conn: _EarlyClosing
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
@@ -410,6 +418,7 @@ class _GuardedH11(H11Protocol):
         self.read_at_expiry = 0  # bytes read when it last ran out
         # After an early answer: the rest of the connection's bytes are read and dropped.
         self.lingering = False
+        self.arriving_since = time.perf_counter()  # when the request under way began to arrive
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -474,7 +483,18 @@ class _GuardedH11(H11Protocol):
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
             )
 
+    def send_400_response(self, msg: str) -> None:
+        super().send_400_response(msg)
+        self._count(400)  # h11 could not parse the request: no route saw it
+
+    def _count(self, status: int) -> None:
+        """Count an answer no route gave, as /metrics counts the app's."""
+        if self.metrics is not None:
+            seconds = time.perf_counter() - self.arriving_since
+            self.metrics.request(CONNECTION_ROUTE, status, seconds)
+
     def _arm(self) -> None:
+        self.arriving_since = time.perf_counter()
         self.owed = None
         self.deadline = self.loop.call_later(self.read_timeout_s, self._expired)
 
@@ -543,6 +563,10 @@ class _GuardedH11(H11Protocol):
             if self.transport.can_write_eof():
                 with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
                     self.transport.write_eof()
+            if cycle is None or answered:
+                self._count(status)
+            else:  # the app, reading the body, hears a disconnect: the status is this one
+                cycle.scope[ANSWERED] = status  # type: ignore[literal-required]
         self.transport.close()
 
 
@@ -564,12 +588,15 @@ def _unread(transport: asyncio.Transport) -> int:
     return count[0]
 
 
-def _guarded(read_timeout_s: float, max_connections: int) -> type[H11Protocol]:
-    """uvicorn makes one protocol object per connection from a class: this one's limits."""
+def _guarded(
+    read_timeout_s: float, max_connections: int, metrics: Metrics | None
+) -> type[H11Protocol]:
+    """uvicorn makes one protocol object per connection from a class: this one's limits, and
+    the metrics its own answers are counted in."""
     return type(
         "GuardedH11",
         (_GuardedH11,),
-        {"read_timeout_s": read_timeout_s, "max_connections": max_connections},
+        {"read_timeout_s": read_timeout_s, "max_connections": max_connections, "metrics": metrics},
     )
 
 
@@ -579,10 +606,12 @@ def uvicorn_config(
     max_connections: int = _DEFAULTS.max_connections,
 ) -> uvicorn.Config:
     """How uvicorn serves `app`: a request must arrive within `read_timeout_s`, and at most
-    `max_connections` are served at once (see `_GuardedH11`)."""
+    `max_connections` are served at once (see `_GuardedH11`); the answers these limits give
+    are counted in the app's /metrics (`create_app`'s), as the app's own are."""
     return uvicorn.Config(
         app,
-        http=_guarded(read_timeout_s, max_connections),
+        # create_app's metrics; an app made otherwise has none to count in
+        http=_guarded(read_timeout_s, max_connections, getattr(app.state, "metrics", None)),
         log_level="warning",
         access_log=False,
     )
