@@ -221,8 +221,8 @@ def _renamed(theirs: str, ours: str) -> str:
 
 def _not_finite(name: str, value: torch.Tensor) -> str | None:
     """`name` holds NaN, inf or both, said so; None for a tensor that holds neither."""
-    if value.layout != torch.strided or not (value.is_floating_point() or value.is_complex()):
-        return None  # an integer counter, or a sparse tensor load_state refuses by name
+    if not (value.is_floating_point() or value.is_complex()):
+        return None  # an integer counter
     if bool(torch.isfinite(value).all()):
         return None
     nan, inf = bool(torch.isnan(value).any()), bool(torch.isinf(value).any())
@@ -234,8 +234,9 @@ def load_weights(
 ) -> list[str]:
     """Load `weights` into every parameter and buffer of `model` but its head (and the head
     too with `keep_head`); notes on what was adapted. Keys missing on either side or of
-    another shape fail by name, as do tensors holding NaN or inf (they would pass the run's
-    dry checks, made before the weights are loaded, and fail its first step)."""
+    another shape fail by name, as do sparse tensors (load_state_dict's error on them blamed
+    the model) and tensors holding NaN or inf (they would pass the run's dry checks, made
+    before the weights are loaded, and fail its first step)."""
     target = model.state_dict()
     head = head_name(model) + "."
     conv = next((n for n, m in model.named_modules() if isinstance(m, nn.Conv2d)), None)
@@ -249,7 +250,7 @@ def load_weights(
     if renamed is not None:
         notes.append(renamed)
     merged = dict(target)
-    broken = []
+    broken, sparse = [], []
     missing, mismatched, misfits = [], [], []
     for key, value in target.items():
         if key.startswith(skipped):
@@ -258,6 +259,9 @@ def load_weights(
             missing.append(key)
             continue
         given = weights[key]
+        if given.layout != torch.strided:  # load_state_dict's copy_() takes no sparse tensor
+            sparse.append(key)
+            continue
         if key == f"{conv}.weight" and _other_channels(given, value):
             notes.append(
                 f"first conv {conv}: weights for {given.shape[1]} input channels summed and "
@@ -299,6 +303,12 @@ def load_weights(
             )
         raise UserError(
             f"model.weights {source} do not fit the model: " + "; ".join(problems), hint
+        )
+    if sparse:
+        raise UserError(
+            f"model.weights {source} holds sparse tensors ({few(sparse)}): the model's layers "
+            "take dense ones",
+            "save them dense: torch.save({k: v.to_dense() for k, v in weights.items()}, path)",
         )
     if broken:
         raise UserError(

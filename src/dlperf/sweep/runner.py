@@ -5,6 +5,8 @@ running at once train each point once.
 A point is identified by its config hash with run.threads left out when the sweep sets the
 threads itself (they follow --jobs, and change how fast a point trains, not what it
 trains): so a sweep stopped under --jobs 2 resumes under --jobs 1 and skips what finished.
+A stored run whose model.weights file has changed since it trained is no point of the sweep
+(`run_key`): its config, hashed now, would read the file as it is now.
 
 --jobs 1 runs the points in this process. --jobs N > 1 starts one `python -m
 dlperf.sweep.worker` per point, at most N at a time, each through the supervisor
@@ -29,6 +31,7 @@ from pydantic import ValidationError
 
 from dlperf import stopping
 from dlperf.config import Experiment
+from dlperf.config.experiment import weights_digest
 from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import one_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
@@ -56,6 +59,30 @@ def point_key(config: dict[str, Any], free_threads: bool) -> str | None:
         return Experiment.model_validate(config).config_hash()
     except ValidationError:
         return None
+
+
+# The key of a run's `system` that holds the sha256 of its model.weights file, as
+# dlperf.experiment.run.WEIGHTS_FILE_DIGEST names it (that module imports torch, which a
+# sweep stopped while it checks its points need not wait for)
+WEIGHTS_FILE_DIGEST = "weights_file_sha256"
+
+
+def run_key(run: RunRecord, free_threads: bool) -> str | None:
+    """The point key of a stored run; None for one whose model.weights file has other bytes
+    now than it recorded training from: its config, hashed now, reads the file as it is now,
+    and would pass for the point trained from the file as it is."""
+    if weights_changed(run):
+        return None
+    return point_key(run.config, free_threads)
+
+
+def weights_changed(run: RunRecord) -> bool:
+    """Whether `run`'s model.weights file now differs from the one it recorded training from.
+    A run that recorded none (weights of another form; a point failed before its run was
+    recorded, `record_failure`; a dlperf before round 29) is taken as it was before."""
+    trained = (run.system or {}).get(WEIGHTS_FILE_DIGEST)
+    weights = run.config.get("model", {}).get("weights")
+    return trained is not None and trained != weights_digest(weights)
 
 
 def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
@@ -119,7 +146,7 @@ def sweep_study(
     studies = studies_named(store, sweep.name, "sweep")
     for study_id in studies:
         runs = store.list_runs(study_id=study_id)
-        if all(point_key(run.config, free_threads) in wanted for run in runs):
+        if all(run_key(run, free_threads) in wanted for run in runs):
             if study_id != studies[0]:
                 reporter.log(
                     f"sweep {sweep.name!r}: resuming study {study_id}, the newest whose runs "
@@ -127,10 +154,15 @@ def sweep_study(
                 )
             return study_id
     if studies:
+        changed = any(weights_changed(run) for run in store.list_runs(study_id=studies[0]))
+        why = (
+            "its model.weights file changed since they trained"
+            if changed
+            else "other --set values or another sweep file"
+        )
         reporter.log(
-            f"sweep {sweep.name!r}: its points differ from those of study {studies[0]} (other "
-            "--set values or another sweep file): starting a new study "
-            "(--resume ID joins one anyway)"
+            f"sweep {sweep.name!r}: its points differ from those of study {studies[0]} ({why}): "
+            "starting a new study (--resume ID joins one anyway)"
         )
     return None
 
@@ -151,7 +183,7 @@ def finished_runs(
     if study_id is None:
         return found
     for run in store.list_runs(study_id=study_id):  # newest first
-        key = point_key(run.config, free_threads) if run.status == "finished" else None
+        key = run_key(run, free_threads) if run.status == "finished" else None
         if key is not None:
             found.setdefault(key, run)
     return found
@@ -291,7 +323,7 @@ class SweepRun:
         runs = [
             run
             for run in self.store.list_runs(study_id=self.study_id)  # newest first
-            if point_key(run.config, free) == key and (ended or run.status == "running")
+            if run_key(run, free) == key and (ended or run.status == "running")
         ]
         run = runs[0] if runs else None
         of_run = f" (run {run.id}{f' {run.status}' if ended else ''})" if run else ""
