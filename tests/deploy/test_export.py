@@ -34,6 +34,15 @@ def smallcnn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return out, export(source, out, dynamic_batch=True, single_file=True)
 
 
+@pytest.fixture(scope="module")
+def resnet20(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """resnet20 exported once for the module: a fixed batch, its weights in a file beside it
+    (an export takes 5-15 s on a busy core; two tests read this one)."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("resnet20") / "resnet20.onnx"
+    return out, export(from_registry("resnet20", (3, 16, 16), num_classes=7), out)
+
+
 def test_registry_model_dynamic_batch_single_file(smallcnn: tuple[Path, dict[str, Any]]) -> None:
     out, result = smallcnn
     assert set(result) >= KEYS
@@ -57,12 +66,13 @@ def test_registry_model_dynamic_batch_single_file(smallcnn: tuple[Path, dict[str
     assert sidecar == json.loads(meta.to_json())
 
 
-def test_second_registry_model_with_external_weights(tmp_path: Path) -> None:
-    out = tmp_path / "resnet20.onnx"
-    result = export(from_registry("resnet20", (3, 16, 16), num_classes=7), out)
+def test_second_registry_model_with_external_weights(
+    resnet20: tuple[Path, dict[str, Any]],
+) -> None:
+    out, result = resnet20
     assert result["parity"] and result["top1_agreement"] == 1.0
     data = Path(result["data_path"])
-    assert data == tmp_path / "resnet20.onnx.data" and data.stat().st_size > out.stat().st_size
+    assert data == out.parent / "resnet20.onnx.data" and data.stat().st_size > out.stat().st_size
     proto = onnx.load(str(out))
     dims = [d.dim_value for d in proto.graph.output[0].type.tensor_type.shape.dim]
     assert dims == [1, 7]  # fixed batch of 1, seven classes
@@ -159,16 +169,20 @@ def test_compare_applies_the_allclose_rule() -> None:
 
 
 def test_an_interrupted_export_leaves_no_unchecked_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resnet20: tuple[Path, dict[str, Any]]
 ) -> None:
     """Ctrl-C while ONNX Runtime is compared with PyTorch: the model, its weights and its
     metadata written by this export are removed (before: left behind, unchecked); an earlier
-    export stays whole, as this one is written aside until it is checked."""
+    export stays whole, as this one is written aside until it is checked. The earlier export
+    is the module's, its files copied here: the same files an export here would write."""
     from dlperf.deploy import export as export_module
 
-    out = tmp_path / "m.onnx"
+    exported, result = resnet20
+    assert result["parity"]
+    for path in exported.parent.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    out = tmp_path / exported.name
     source = from_registry("resnet20", (3, 16, 16), num_classes=7)
-    assert export(source, out)["parity"]
     earlier = {p: p.read_bytes() for p in tmp_path.iterdir()}
     assert len(earlier) == 3  # the model, its weights and its metadata
 
