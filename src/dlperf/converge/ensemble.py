@@ -224,6 +224,9 @@ class Posterior:
     # the bins the grid was fitted to (`curve.thinned`) when the n_points were more than
     # curve.MAX_POINTS
     binned: int | None = None
+    resolution: float = 0.0  # the spacing of the plateau grid (values' units)
+    # the families asked for that had as many parameters as points (`fit`)
+    left_out: tuple[str, ...] = ()
 
 
 def _checked(post: Any) -> Posterior:
@@ -280,6 +283,21 @@ def fit(
     # What a bin's median shrinks (the noise, by about √(points per bin)) is read below from
     # every point, since the future it simulates is measured point by point.
     kb, yb = thinned(k, y)
+    # A family with as many parameters (plateau, drop and its shape's) as points passes through
+    # every one of them: the SSE at its exact fit is 0, and the likelihood with σ integrated
+    # out has no bound there. On 4 points Weibull took 95% of the weight and the whole
+    # posterior one grid point: the plateau 0.5948 in [0.5948, 0.5948] for 0.2 (break-it
+    # round 29, P2 I). Such a family waits until the points outnumber its parameters.
+    weighable = tuple(f for f in families if _parameters(f) < len(kb))
+    if not weighable:
+        fewest = min(_parameters(f) for f in families) + 1
+        raise UserError(
+            f"ensemble.fit: {len(kb)} points cannot weigh {', '.join(families)}: a family "
+            f"passes through as many points as it has parameters",
+            f"give at least {fewest} points, or families with fewer parameters",
+        )
+    left_out = tuple(f for f in families if f not in weighable)
+    families = weighable
     scale = float(k.max())
     x = kb / scale
     # The grid is solved on values divided by about their largest (`curve.value_scale`) and its
@@ -339,7 +357,14 @@ def fit(
         trend=trend(y[np.argsort(k, kind="stable")]),
         records=_records(k, y),
         binned=len(kb) if len(kb) < len(k) else None,
+        left_out=left_out,
+        resolution=float(c[1] - c[0]) * level,
     )
+
+
+def _parameters(family: str) -> int:
+    """A family's free parameters: the plateau c, the drop a and its shape's."""
+    return 2 + len(FAMILIES[family].grid)
 
 
 class _Weighed(NamedTuple):
@@ -821,11 +846,16 @@ def predict(
     median = _weighted_quantile(reach, weight, 0.5)
     lo = _weighted_quantile(reach, weight, 0.05)
     hi = _weighted_quantile(reach, weight, 0.95)
-    plateau_q = [
-        float(to_decreasing(_weighted_quantile(post.c, post.weight, q), metric))
-        for q in (0.05, 0.5, 0.95)
-    ]
-    plateau_lo, plateau_hi = min(plateau_q[0], plateau_q[2]), max(plateau_q[0], plateau_q[2])
+    plateau_c = [_weighted_quantile(post.c, post.weight, q) for q in (0.05, 0.5, 0.95)]
+    plateau_q = [float(to_decreasing(v, metric)) for v in plateau_c]
+    # A grid point stands for the plateaus within half a grid spacing of it: a posterior on one
+    # point said "between 0.1983 and 0.1983" for 0.2 (break-it round 29, P2 I).
+    half = post.resolution / 2
+    ends = (
+        min(plateau_c[0], max(plateau_c[1] - half, 0.0)),
+        max(plateau_c[2], plateau_c[1] + half),
+    )
+    plateau_lo, plateau_hi = sorted(float(to_decreasing(v, metric)) for v in ends)
     if stalled:  # the target was reached at a measured point: the level is what was measured
         p_reach, plateau_q = 1.0, level
         plateau_lo, plateau_hi = min(level), max(level)
@@ -919,8 +949,13 @@ def basis(post: Posterior) -> str:
         if post.binned is None
         else f"{post.binned:,} bins of {post.n_points:,} points"
     )
+    left_out = (
+        f"; {', '.join(post.left_out)} left out: as many parameters as points"
+        if post.left_out
+        else ""
+    )
     return (
-        f"Bayesian average of {len(post.families)} curve families ({weights}) fitted to "
-        f"{fitted} up to step {post.last_step:g}, {post.plateau_prior} prior on "
+        f"Bayesian average of {len(post.families)} curve families ({weights}{left_out}) fitted "
+        f"to {fitted} up to step {post.last_step:g}, {post.plateau_prior} prior on "
         "the plateau; median and 90% interval of the posterior"
     )

@@ -180,9 +180,20 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
         with _table_file(path) as target, open(target, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows([{k: spreadsheet_safe(v) for k, v in row.items()} for row in rows])
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}") from None
+
+
+# What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A cell's value with text that a spreadsheet would run as a formula prefixed by ', as
+    OWASP advises: a stored run's model name "=cmd|' /C calc'!A0" went into the β table raw
+    (break-it round 29, P3 C1). Numbers stay numbers: -0.5 is a value, not a formula."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
 
 
 def predict(

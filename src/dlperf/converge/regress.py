@@ -60,7 +60,7 @@ def run_features(run: RunRecord, features: list[str]) -> dict[str, Any]:
     """A stored run's features: a summary, system or config key, looked up in that order, by
     its full name (model.name) or its last part (name), so `device` is the device the run
     used (system.device), not the one asked for (config.run.device, e.g. "auto"). Two are
-    derived: `depth`, the digits ending the model name (resnet56 → 56), and `gpu`, the
+    derived: `depth`, from the model name (`depth_of`: resnet56 → 56), and `gpu`, the
     first GPU's name ("cpu" when the run had none)."""
     sections = {
         "summary": run.summary,
@@ -69,9 +69,9 @@ def run_features(run: RunRecord, features: list[str]) -> dict[str, Any]:
     }
     flat = flatten(sections)
     derived: dict[str, Any] = {}
-    digits = re.search(r"(\d+)$", str(flat.get("config.model.name", "")))
-    if digits:
-        derived["depth"] = int(digits.group(1))
+    depth = depth_of(flat.get("config.model.name"))
+    if depth is not None:
+        derived["depth"] = depth
     if "gpus" in sections["system"]:
         derived["gpu"] = (sections["system"]["gpus"] or ["cpu"])[0]
     found = {}
@@ -90,13 +90,21 @@ def run_features(run: RunRecord, features: list[str]) -> dict[str, Any]:
 
 def configuration(run: RunRecord) -> dict[str, Any]:
     """What a run trained where, as tables and legends name it: its model, the depth (the
-    digits ending the model name, resnet56 → 56) and the device (the first GPU's name, else
+    number ending the model name, `depth_of`) and the device (the first GPU's name, else
     the device it ran on); None where the run does not say."""
     model = (run.config or {}).get("model", {}).get("name")
-    digits = re.search(r"(\d+)$", str(model or ""))
     system = run.system or {}
     device = (system.get("gpus") or [None])[0] or system.get("device")
-    return {"model": model, "depth": int(digits.group(1)) if digits else None, "device": device}
+    return {"model": model, "depth": depth_of(model), "device": device}
+
+
+def depth_of(model: Any) -> int | None:
+    """The depth a model name says: the number ending a name of letters and that number
+    (resnet56, resnet_56 → 56); None for any other name. Any digits ending the name read
+    "=cmd|' /C calc'!A0" as depth 0 and efficientnet_b0, vit_b_16 or mobilenet_v2 as a
+    variant's or a patch's number (break-it round 29, P3 C1)."""
+    digits = re.fullmatch(r"[A-Za-z]+[-_]?([1-9]\d*)", str(model or ""))
+    return int(digits.group(1)) if digits else None
 
 
 def _key(value: Any) -> Any:
