@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -203,24 +201,26 @@ def test_calibrate_then_predict_measure_is_stored(
 
 
 @needs_schedstat
-def test_predict_measure_on_a_busy_core_is_marked(busy_core: int, tmp_path: Path, cli: Cli) -> None:
+def test_predict_measure_on_a_busy_core_is_marked(
+    busy_core: int, tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`predict --measure` sharing its only core with a busy process: the rounds' CPU wait
-    and the mark as rows of its table and in the stored run (read in this process, from the
-    same store: the `cli` fixture's)."""
-    env = {
-        **os.environ, "DLPERF_DB": f"sqlite:///{tmp_path / 'dlperf.db'}",
-        "DLPERF_DEVICES": str(tmp_path / "devices.toml"),
-    }  # fmt: skip
-    pinned = f"import os; os.sched_setaffinity(0, {{{busy_core}}}); "
-    command = [sys.executable, "-c", pinned + "from dlperf.__main__ import main; main()"]
+    and the mark as rows of its table and in the stored run (read from the same store: the
+    `cli` fixture's). It measures in this process's thread, pinned to that core while it
+    runs (a process of its own spent most of its time importing torch on half a core)."""
+    monkeypatch.setenv("DLPERF_DEVICES", str(tmp_path / "devices.toml"))
+    assert os.environ["DLPERF_DB"] == f"sqlite:///{tmp_path / 'dlperf.db'}"
     tiny = ["smallcnn", "--input", "1,8,8", "--batch", "2"]
-    measure = [*command, "predict", *tiny, "--measure", "--reps", "4"]
-    done = subprocess.run(measure, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    rows = totals_rows(done.stdout)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {busy_core})
+    try:
+        done = cli("predict", *tiny, "--measure", "--reps", "4")
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert done.code == 0, done.err
+    rows = totals_rows(done.out)
     assert float(rows["CPU wait (share of thread time)"]) > 0.25, rows
     assert rows["unreliable"].startswith("contended: its threads waited for a CPU"), rows
-    assert env["DLPERF_DB"] == os.environ["DLPERF_DB"]
     shown = cli("runs", "show", rows["stored as run"], "--json")
     assert shown.code == 0, shown.err
     summary = json.loads(shown.out)["summary"]
