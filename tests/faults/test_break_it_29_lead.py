@@ -8,6 +8,8 @@ C2. (Round 28's Left.) `run --resume 1`, `runs show 1` and the other readers of 
 C3. (Round 28's Left.) The doctor's fix for a stopped run, `dlperf run --resume N`, left out
     the `--db` the doctor was given: run as written, it opened ./dlperf.db and said there is
     no run N. It carries the store's words now (password as ***), as `run`'s own hint does.
+C4. (Fixer C2's note.) A weights file holding a sparse tensor printed torch's two-line
+    "Validating sparse tensor invariants" warning above dlperf's one line refusing it.
 """
 
 from __future__ import annotations
@@ -87,3 +89,22 @@ def test_the_doctors_resume_fix_names_the_store_it_was_given(
     done = cli("--db", str(where), "doctor", str(run), "--json")
     (fix,) = [f["fix"] for f in json.loads(done.out)["findings"] if f["rule"] == "unfinished"]
     assert fix == f"continue it from its last checkpoint: dlperf --db '{where}' run --resume {run}"
+
+
+# C4
+
+
+def test_a_sparse_weights_file_loads_without_torchs_warning(tmp_path: Path) -> None:
+    import warnings
+
+    import torch
+
+    from dlperf.engine.pretrained import _from_file
+
+    path = tmp_path / "w.pt"
+    torch.save({"w": torch.eye(3).to_sparse()}, path)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        state = _from_file(str(path)).fetch()
+    assert state["w"].is_sparse
+    assert [str(w.message) for w in said] == []

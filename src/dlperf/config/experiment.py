@@ -58,6 +58,12 @@ def weights_file(weights: str | None) -> Path | None:
     return Path(weights)
 
 
+# The key of a run's `system` that holds weights_digest of its model.weights file, so that a
+# run says which bytes it started from (a sweep's points trained from other bytes are not
+# reused). Here, not with the run's other digests: a sweep checks it without importing torch.
+WEIGHTS_FILE_DIGEST = "weights_file_sha256"
+
+
 def weights_digest(weights: str | None) -> str | None:
     """The sha256 of the state-dict file `model.weights` names; None for weights of another
     form, or a file that is not there to read."""

@@ -16,6 +16,7 @@ weights themselves are read (or downloaded) by `Pretrained.fetch`.
 from __future__ import annotations
 
 import re
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -171,7 +172,10 @@ def _from_file(spec: str) -> Pretrained:
 
     def fetch() -> StateDict:
         try:
-            state: Any = torch.load(path, map_location="cpu", weights_only=True)
+            # torch warns of a sparse tensor as it loads it: load_weights refuses it in one line
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Validating sparse tensor invariants")
+                state: Any = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # garbage, a truncated zip, a pickle of other objects
             raise _unloadable(path, e) from None
         for key in ("model", "state_dict"):

@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 import torch
 
 from dlperf.config import Experiment, build_experiment
-from dlperf.config.experiment import weights_digest
+from dlperf.config.experiment import WEIGHTS_FILE_DIGEST, weights_digest
 from dlperf.engine import checkpoint
 from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
 from dlperf.engine.loop import Diverged
@@ -50,9 +50,6 @@ MODEL_FILE_DIGEST = "model_file_sha256"
 # ... and the sha256 of the modules beside it that its import loaded (helper.py), by their path
 # relative to its folder: an edit of one changes the network as an edit of the file does.
 MODEL_NEIGHBOURS_DIGEST = "model_neighbours_sha256"
-# ... and that of its model.weights file (the config hash has it too: weights_digest), so that
-# a run says which bytes it started from.
-WEIGHTS_FILE_DIGEST = "weights_file_sha256"
 
 
 def model_file_digest(name: str) -> str | None:

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from dlperf import stopping
 from dlperf.config import Experiment
-from dlperf.config.experiment import weights_digest
+from dlperf.config.experiment import WEIGHTS_FILE_DIGEST, weights_digest
 from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import one_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
@@ -59,12 +59,6 @@ def point_key(config: dict[str, Any], free_threads: bool) -> str | None:
         return Experiment.model_validate(config).config_hash()
     except ValidationError:
         return None
-
-
-# The key of a run's `system` that holds the sha256 of its model.weights file, as
-# dlperf.experiment.run.WEIGHTS_FILE_DIGEST names it (that module imports torch, which a
-# sweep stopped while it checks its points need not wait for)
-WEIGHTS_FILE_DIGEST = "weights_file_sha256"
 
 
 def run_key(run: RunRecord, free_threads: bool) -> str | None:
