@@ -1225,10 +1225,29 @@ _READS_VALUES = ("cannot be called on meta tensors", "no data!", "data-independe
 TENSOR_MAX_BYTES = 2**63
 """What no tensor reaches: torch sizes a storage in a signed 64-bit count of bytes."""
 _OVERFLOWED = re.compile(r"Storage size calculation overflowed with sizes=\[([\d, ]*)\]")
-_SMALLER = "give a smaller --batch or --input (analyze.batch, analyze.input)"
+
+API = "dlperf.analyze"
+"""`command` where the Python API counts (dlperf.api.analyze): a fix names its arguments
+(dtype=, train=False), not the command's options and config keys, which it has none of."""
 
 
-def refuse_too_large(batch: int, input_shape: Sequence[int], dtype: torch.dtype) -> None:
+def _told(command: str, cli: str, api: str) -> str:
+    """An option as a fix names it to whoever counts: `cli`, the command's flag or config key;
+    `api`, the argument of dlperf.analyze, when `command` is API."""
+    return api if command == API else cli
+
+
+def _smaller(command: str) -> str:
+    return _told(
+        command,
+        "give a smaller --batch or --input (analyze.batch, analyze.input)",
+        "give a smaller batch or input_size",
+    )
+
+
+def refuse_too_large(
+    batch: int, input_shape: Sequence[int], dtype: torch.dtype, command: str
+) -> None:
     """Refuse an input of `batch` samples of `input_shape` in `dtype` past TENSOR_MAX_BYTES:
     each number passes its own check, their product may not."""
     elements = batch * prod(input_shape)
@@ -1238,11 +1257,11 @@ def refuse_too_large(batch: int, input_shape: Sequence[int], dtype: torch.dtype)
         raise UserError(
             f"{label} = {sizes} = {elements:,} elements is more than a tensor can "
             "hold (2^63 bytes)",
-            _SMALLER,
+            _smaller(command),
         )
 
 
-def _overflowed(first: str, x: torch.Tensor) -> UserError | None:
+def _overflowed(first: str, x: torch.Tensor, command: str) -> UserError | None:
     """The line for an intermediate of the forward past what a tensor can hold, from torch's
     words (`first`) for it; None for any other error."""
     found = _OVERFLOWED.search(first)
@@ -1252,7 +1271,7 @@ def _overflowed(first: str, x: torch.Tensor) -> UserError | None:
     return UserError(
         f"an intermediate of {prod(sizes):,} elements ({sizes}) in the forward of input "
         f"{list(x.shape)} is more than a tensor can hold (2^63 bytes)",
-        _SMALLER,
+        _smaller(command),
     )
 
 
@@ -1359,8 +1378,13 @@ class AutocastOnMeta(NeedsRealTensors):
             "its forward runs under torch.autocast('cpu', ...): its autocast regions are "
             "counted at their dtype, as a CPU forward runs them",
             command,
-            "count it with --precision set to its autocast dtype (bf16), as its autocast "
-            "regions run, with a smaller analyze.batch or analyze.input",
+            _told(
+                command,
+                "count it with --precision set to its autocast dtype (bf16), as its autocast "
+                "regions run, with a smaller analyze.batch or analyze.input",
+                "count it with dtype set to its autocast dtype ('bf16'), as its autocast "
+                "regions run, with a smaller batch or input_size",
+            ),
         )
 
 
@@ -1543,7 +1567,7 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             ) from None
         if x.is_meta and _DEVICES_MIXED.search(first) and "meta" in first and "cpu" in first:
             raise MadeOnCpu(_models_function(e), said, command) from None
-        too_large = _overflowed(first, x)
+        too_large = _overflowed(first, x, command)
         if too_large is not None:
             raise too_large from None
         if raised_by_model(e):
@@ -1558,14 +1582,19 @@ def run_forward(model: nn.Module, x: torch.Tensor, command: str = "analyze") -> 
             fed = str(x.dtype).removeprefix("torch.")
             raise UserError(
                 f"the model's {which} are {dtype}, but {command} feeds it {fed} input ({said})",
-                _dtype_fix(dtype, at),
+                _dtype_fix(dtype, at, command),
             ) from None
-        refused = _autograd_refusal(first, said)
+        refused = _autograd_refusal(first, said, command)
         if refused is not None:
             raise refused from None
         fed = str(x.dtype).removeprefix("torch.")
         fix = (
-            "check analyze.input (C,H,W) and analyze.batch (batch norm in training needs 2 or more)"
+            _told(
+                command,
+                "check analyze.input (C,H,W) and analyze.batch",
+                "check input_size (C, H, W) and batch",
+            )
+            + " (batch norm in training needs 2 or more)"
             if _SHAPE_ERRORS.search(first)
             # not the shape: what the forward is given is the point
             else f"{command} feeds the model what a run feeds it, one {fed} tensor of images "
@@ -1597,10 +1626,16 @@ def _read_failed(e: OSError, said: str) -> UserError:
 _INFERENCE_TENSORS = "inference tensor"  # "Inference tensors cannot be saved for backward",
 # "Inplace update to inference tensor outside InferenceMode is not allowed"
 _LEAF_IN_PLACE = "a leaf Variable that requires grad is being used in an in-place operation"
-_FORWARD_ALONE = "its forward alone is still counted: leave out --train, or analyze.train"
 
 
-def _autograd_refusal(first: str, said: str) -> UserError | None:
+def forward_alone(command: str, done: str = "counted") -> str:
+    """What a refusal of the training step adds to its fix: the forward alone can still be
+    `done`."""
+    how = _told(command, "leave out --train, or analyze.train", "train=False")
+    return f"its forward alone is still {done}: {how}"
+
+
+def _autograd_refusal(first: str, said: str, command: str) -> UserError | None:
     """The error for a forward torch refused with `first` (`said`: with its type) for what
     autograd cannot do while the training step's gradients are on, its fix named; None for
     any other. `dlperf run` refuses such a model in its dry backward ("cannot be trained")."""
@@ -1609,14 +1644,14 @@ def _autograd_refusal(first: str, said: str) -> UserError | None:
             "the model's forward makes tensors under torch.inference_mode(), which autograd "
             f"cannot save for the backward: its training step cannot be counted ({said})",
             "use torch.no_grad() in forward instead of torch.inference_mode(), or .clone() "
-            f"what the block makes before the layers that train use it; {_FORWARD_ALONE}",
+            f"what the block makes before the layers that train use it; {forward_alone(command)}",
         )
     if _LEAF_IN_PLACE in first:
         return UserError(
             "the model's forward changes a trained parameter in place, which autograd refuses "
             f"while gradients are on: its training step cannot be counted ({said})",
             "change it under torch.no_grad() (with torch.no_grad(): self.w.add_(...)), or "
-            f"freeze it (requires_grad_(False)); {_FORWARD_ALONE}",
+            f"freeze it (requires_grad_(False)); {forward_alone(command)}",
         )
     return None
 
@@ -1625,7 +1660,7 @@ IN_PLACE = "modified by an inplace operation"
 """autograd's words for a tensor the backward needs, changed in place after it was saved."""
 
 
-def run_backward(out: Any, done: str = "counted") -> None:
+def run_backward(out: Any, done: str = "counted", command: str = "analyze") -> None:
     """`sum_backward`; torch refusing to run it (an operation with no derivative, as
     torch.special.zeta; complex weights on meta tensors) is one line, "the model's backward
     cannot be `done`" (counted on the meta device by analyze, measured by predict --measure),
@@ -1640,7 +1675,7 @@ def run_backward(out: Any, done: str = "counted") -> None:
         # torch's own plea to report its message, not the reason
         first = first.split("  (Could this error message be improved?")[0].rstrip()
         said = f"{type(e).__name__}: {first}" if first else type(e).__name__
-        fix = f"its forward alone is still {done}: leave out --train, or analyze.train"
+        fix = forward_alone(command, done)
         if IN_PLACE in first:  # as a run's dry backward says it
             fix = f"{backward_hint(first)}; {fix}"
         raise UserError(f"the model's backward cannot be {done}: {said}", fix) from None
@@ -1676,9 +1711,12 @@ def backward_hint(error: str) -> str:
     return "every operation from the parameters to the scores must have a backward in torch"
 
 
-def untrainable(model: nn.Module, what: str, then: str = "") -> UserError | None:
+def untrainable(
+    model: nn.Module, what: str, then: str = "", weights: bool = True
+) -> UserError | None:
     """The refusal of `model` (`what`, as the user named it) where it has no parameter to
-    train, in `dlperf run`'s words: all frozen, or none at all; `then` ends its fix. None
+    train, in `dlperf run`'s words: all frozen, or none at all; `then` ends its fix, which
+    offers model.weights with feature extraction where the caller has them (`weights`). None
     where one trains."""
     params = list(model.parameters())
     then = f"; {then}" if then else ""
@@ -1686,12 +1724,15 @@ def untrainable(model: nn.Module, what: str, then: str = "") -> UserError | None
         # Weights it has, frozen (requires_grad=False): the fix is not to add any. Feature
         # extraction needs model.weights (config.experiment), so it is offered with them.
         count = sum(p.numel() for p in params)
+        extract = (
+            "; or, with model.weights, leave them unfrozen and set model.transfer = "
+            '"feature-extract", which freezes all but a new head'
+        )
         return UserError(
             f"model {what} has {count:,} parameters, all frozen (requires_grad=False): "
             "training would change none",
-            "unfreeze those that should train, the head's at least (p.requires_grad_(True)); "
-            "or, with model.weights, leave them unfrozen and set model.transfer = "
-            f'"feature-extract", which freezes all but a new head{then}',
+            "unfreeze those that should train, the head's at least (p.requires_grad_(True))"
+            f"{extract if weights else ''}{then}",
         )
     if not params:
         return UserError(
@@ -1701,17 +1742,16 @@ def untrainable(model: nn.Module, what: str, then: str = "") -> UserError | None
     return None
 
 
-# What a refusal of `--train` adds to its fix: the forward alone can still be counted
-FORWARD_ALONE = "its forward alone is still counted: leave out --train, or analyze.train"
-
-
-def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor], name: str) -> None:
+def refuse_no_gradient(
+    model: nn.Module, out: Any, needing: list[torch.Tensor], name: str, command: str
+) -> None:
     """Refuse to count the training step of model `name` where nothing trains: no trainable
     parameter (all frozen, or none: a run refuses it so, in these words), or outputs (`out`)
     that carry no gradient (`needing`, those that do, is empty): integer scores, a forward
     under torch.no_grad or .detach()ed. Its backward does nothing, so the step counted was the
     forward alone, with gradient and optimizer memory, of a model a run refuses to train."""
-    refused = untrainable(model, f"'{name}'", FORWARD_ALONE)
+    # The API counts the caller's own module, built and frozen by the caller: no model.weights
+    refused = untrainable(model, f"'{name}'", forward_alone(command), command != API)
     if refused is not None:
         raise refused
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -1733,7 +1773,7 @@ def refuse_no_gradient(model: nn.Module, out: Any, needing: list[torch.Tensor], 
     raise UserError(
         f"the model {returned}, though it has {trainable:,} trainable parameters: its training "
         "step has no backward to count, and a run refuses to train it",
-        f"{fix}, torch.no_grad or .numpy() on the way); {FORWARD_ALONE}",
+        f"{fix}, torch.no_grad or .numpy() on the way); {forward_alone(command)}",
     )
 
 
@@ -1851,14 +1891,15 @@ def other_dtype(model: nn.Module, fed: torch.dtype) -> tuple[str, str] | None:
     return dtype, "parameters" if len(other) == len(floating) else f"parameters ({other[0][0]})"
 
 
-def _dtype_fix(dtype: str, precision: str | None) -> str:
+def _dtype_fix(dtype: str, precision: str | None, command: str) -> str:
     """The fix for a model whose `dtype` parameters refuse a float32 input: built in float32,
     the input cast in forward, or (half precisions) the count made at their precision."""
     drop = {"float64": ".double()", "float16": ".half()", "bfloat16": ".bfloat16()"}
     fix = f"build it in float32 (drop {drop.get(dtype, f'the cast to {dtype}')})"
     fix += ", or cast the input in forward: x.to(dtype of the weights)"
     if precision is not None:
-        fix += f", or count it at {precision}: --precision {precision} (analyze.precision)"
+        at = _told(command, f"--precision {precision} (analyze.precision)", f"dtype={precision!r}")
+        fix += f", or count it at {precision}: {at}"
     return fix
 
 
@@ -1979,7 +2020,7 @@ def _analyze_module(
     # before counting's own hooks, which would hide the forward's signature
     refuse_more_than_one(model, f"{command} feeds it one, the input tensor")
     dtype = DTYPES[precision]
-    refuse_too_large(batch, input_shape, dtype)
+    refuse_too_large(batch, input_shape, dtype, command)
     kept = kept_dtype(model, precision)
     model = to_precision(model, precision, "meta")
     # A model copied or built in the caller's inference mode holds inference tensors, which
@@ -2004,9 +2045,13 @@ def _analyze_module(
     if weights + given > REAL_TENSORS_MAX_BYTES:
         mib = 2**20
         fix = refused.fix or (
-            "a smaller analyze.batch or analyze.input fits"
+            _told(
+                command, "a smaller analyze.batch or analyze.input", "a smaller batch or input_size"
+            )
+            + " fits"
             if weights <= REAL_TENSORS_MAX_BYTES
-            else "its weights alone are over that: count a smaller variant (model.kwargs)"
+            else "its weights alone are over that: count a smaller variant"
+            + _told(command, " (model.kwargs)", "")
         )
         raise UserError(
             f"{refused.cause}, and the model is too large to count on real CPU tensors "
@@ -2086,7 +2131,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
                 # The simplest loss; its own backward runs outside every module, uncounted,
                 # until the gradients of the model's outputs are in.
                 outputs = [t for t in scores if t.requires_grad]
-                refuse_no_gradient(model, out, outputs, counted.model)
+                refuse_no_gradient(model, out, outputs, counted.model, command)
                 if outputs:
                     hooks.append(
                         torch.autograd.graph.register_multi_grad_hook(
@@ -2094,7 +2139,7 @@ def _count_alone(counted: Analysis, model: nn.Module, x: torch.Tensor, command: 
                         )
                     )
                 with mode:
-                    run_backward(out)
+                    run_backward(out, command=command)
                 memory = _training_memory(model, saved.bytes)
     finally:
         for handle in hooks:
@@ -2139,7 +2184,7 @@ def analyze(
     `command` (analyze, predict) names the command counting in a refusal."""
     from dlperf.models.registry import check_automatic, without_automatic
 
-    check_options(batch, train, precision, activations, macs_convention)
+    check_options(batch, train, precision, activations, macs_convention, command)
     check_default_dtype()  # the model is built in it
     kwargs = model_kwargs or {}
     given = kwargs.get("num_classes")
@@ -2182,9 +2227,15 @@ def analyze(
 
 
 def check_options(
-    batch: int, train: bool, precision: str, activations: str, macs_convention: str
+    batch: int,
+    train: bool,
+    precision: str,
+    activations: str,
+    macs_convention: str,
+    command: str = API,
 ) -> None:
-    """Refuse counting options that `count_model` cannot honour, before a model is built."""
+    """Refuse counting options that `count_model` cannot honour, before a model is built; a
+    fix names them as `command` does (by default, the API that calls this)."""
     if batch < 1:
         raise UserError(f"analyze.batch: must be at least 1, got {batch}")
     if precision not in DTYPES:
@@ -2203,7 +2254,8 @@ def check_options(
     if train and macs_convention != "dlperf":
         raise UserError(
             f"analyze.macs_convention {macs_convention}: the peers count a forward pass only",
-            "leave out analyze.train, or count the training step with the dlperf convention",
+            _told(command, "leave out analyze.train", "train=False")
+            + ", or count the training step with the dlperf convention",
         )
 
 
@@ -2217,11 +2269,13 @@ def count_model(
     bias: bool,
     activations: str,
     macs_convention: str,
-    command: str = "analyze",
+    command: str = API,
 ) -> Analysis:
     """`analyze_module` with the options `check_options` passed: `bias`, `activations` and
     `macs_convention` choose what the parameter, activation and MAC counts include; a
-    convention whose counts of one of `model`'s modules are not reproduced is refused."""
+    convention whose counts of one of `model`'s modules are not reproduced is refused.
+    `command` names the caller in a refusal: by default the API, which calls this with the
+    caller's own module (the CLI's commands count through `analyze`)."""
     with nesting_told(model):  # the walks below, before analyze_module's own
         _refuse_unreproduced(model, macs_convention)
     a = analyze_module(model, shape, batch, train, precision, name, command)

@@ -12,6 +12,7 @@ import typer
 from dlperf import clocks, stopping
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, db_words, open_store, set_option
+from dlperf.cli.runs import transfer_notes
 from dlperf.errors import CheckFailed, UserError
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ def _print_result(result: RunResult) -> None:
     if s is None:
         console.err.print(f"run {result.run_id} {result.status}: {result.error}")
         return
+    # What was made of the weights the run started from (a first convolution adapted to the
+    # data's channels, the head kept or new): the table says nothing of them.
+    for note in transfer_notes(s.to_dict()):
+        console.out.print(f"transfer: {note}", soft_wrap=True)
     rows: list[list[Any]] = [
         ["run", result.run_id],
         ["device", f"{s.device} ({s.threads} threads)"],

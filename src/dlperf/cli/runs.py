@@ -80,6 +80,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def transfer_notes(summary: dict[str, Any]) -> list[str]:
+    """What a run made of the weights it started from, as stored in its summary's
+    transfer.notes (a first convolution adapted, the head kept or new); none for a run from
+    scratch."""
+    transfer = summary.get("transfer")
+    notes = transfer.get("notes") if isinstance(transfer, dict) else None
+    return [str(note) for note in notes] if isinstance(notes, list) else []
+
+
 @runs_app.command("show")
 def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json = False) -> None:
     """Show a run: summary and tags, config, system, artifacts, phase breakdown and per-epoch
@@ -107,6 +116,7 @@ def runs_show(run_id: int = typer.Argument(..., help="Run ID."), as_json: Json =
         rows.append(["lost", f"stored as running, but pid {process.get('pid')} is gone"])
     rows += [[f"tag {k}", v] for k, v in run.tags.items()]
     rows += [list(r) for r in view.results()]
+    rows += [["transfer", note] for note in transfer_notes(summary)]
     rows += [["error", run.error]] if run.error else []
     console.print_table(f"run {run_id}: {run.name} ({run.status})", ["", "value"], rows)
     console.print_phases(summary)

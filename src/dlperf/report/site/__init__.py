@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
+import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +35,13 @@ if TYPE_CHECKING:
     from dlperf.doctor import Finding
 
 DEFAULT_LAST = 20  # no selection: the newest 20 runs and every study they belong to
-STAGING = ".report-partial"  # in the site's directory: pages until the whole site is drawn
+# In the site's directory, the pages until the whole site is drawn: a folder per report,
+# STAGING-HOST-PID-RANDOM. Two reports into one DIR at once shared a fixed one, and the second's
+# clearing of it failed the first, naming a file in it ("cannot use site/.report-partial/...").
+STAGING = ".report-partial"
+# One a report of this host left (its pid is gone: SIGKILLed) is removed by the next; one of
+# another host's, or of the bare name an earlier dlperf used, is matched too.
+_STAGED = re.compile(rf"{re.escape(STAGING)}(?:-(?P<host>.+)-(?P<pid>[0-9]+)-[0-9a-f]{{8}})?")
 # The names of the pages a report writes besides index.html (pages.run_href, study_href): of
 # these alone, those an earlier report left and this one does not write are removed.
 PAGE_NAME = re.compile(r"(run|study)-[0-9]+\.html")
@@ -130,10 +138,10 @@ def build_report(
 
     made = not out.exists()
     out.mkdir(exist_ok=True)  # the site's own directory, not a missing tree above it
-    staging = out / STAGING
+    staging = out / f"{STAGING}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
     written = []
     try:
-        shutil.rmtree(staging, ignore_errors=True)  # left by a report that was SIGKILLed
+        _remove_abandoned(out)
         staging.mkdir()
         reporter.task("report", total=len(chosen_runs) + len(chosen_studies))
         for study in studies:
@@ -152,10 +160,14 @@ def build_report(
         # Shielded, as export's publishing is: a stop among the renames left some new pages
         # and no index (or the old index among a mix of old and new pages). One that lands
         # here waits for the whole site, then stops the command.
-        with stopping.shielded():
+        with stopping.shielded(), _publishing(out):
+            # Listed before any page moves: the listing needs a descriptor besides the lock's,
+            # and at the open-files limit it failed after the pages were in, the index not.
+            removed = _stale(out, written)
             for name in [*written, "index.html"]:  # the index last: it links to the others
                 os.replace(staging / name, out / name)
-            removed = _remove_stale(out, written)
+            for name in removed:  # once the new index, which no longer links to them, is in
+                (out / name).unlink(missing_ok=True)
     finally:
         hrefs = [*map(pages.study_href, chosen_studies), *map(pages.run_href, chosen_runs)]
         left = _remove_staging(staging, [*hrefs, "index.html"])
@@ -170,6 +182,43 @@ def build_report(
             with contextlib.suppress(OSError):
                 out.rmdir()
     return Report(out, ["index.html", *written], chosen_runs, chosen_studies, removed, gone)
+
+
+def _remove_abandoned(out: Path) -> None:
+    """Remove the staging folders in `out` that no running report owns: those of this host
+    whose process is gone (a SIGKILLed report's), and one of the bare name, which an earlier
+    dlperf's report left. Another host's may be in use (a shared file system): it stays."""
+    from dlperf.procs import process_alive
+
+    # Not removing one costs some disk, not the report: a failure here is not the report's.
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(out):
+            staged = _STAGED.fullmatch(entry.name)
+            if staged is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid = staged["pid"]
+            owner = None if pid is None else {"host": staged["host"], "pid": int(pid)}
+            if owner is None or process_alive(owner) is False:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _publishing(out: Path) -> Iterator[None]:
+    """`out` locked (flock on the directory itself, which leaves no file) while a report moves
+    its pages in and removes the stale ones: two reports' moves and removals interleaved left
+    one's index linking to pages the other removed. One at a time, the last to publish has
+    its whole site in `out`."""
+    import fcntl
+
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        # Let go as the descriptor closes. A file system without locks (some network ones
+        # refuse flock): the moves go unlocked, a concurrent report's pages mixed in at worst.
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _remove_staging(staging: Path, names: list[str]) -> str | None:
@@ -197,20 +246,16 @@ def _remove_staging(staging: Path, names: list[str]) -> str | None:
     return None
 
 
-def _remove_stale(out: Path, written: list[str]) -> list[str]:
-    """Remove the pages in `out` named as a report names them that are not in `written`
-    (removed after the new index is in place, which no longer links to them); their names,
-    sorted."""
-    stale = sorted(
+def _stale(out: Path, written: list[str]) -> list[str]:
+    """The pages in `out` named as a report names them that are not in `written`, sorted: an
+    earlier report's, which this one removes."""
+    return sorted(
         entry.name
         for entry in os.scandir(out)
         if PAGE_NAME.fullmatch(entry.name)
         and entry.name not in written
         and entry.is_file(follow_symlinks=False)
     )
-    for name in stale:
-        (out / name).unlink(missing_ok=True)
-    return stale
 
 
 # --- run pages, in worker processes -------------------------------------------------------
@@ -253,13 +298,22 @@ def _start_worker(url: str, out: Path, with_page: set[tuple[str, int]], parent: 
 
 
 def _write_run_page(task: tuple[RunRecord, list[Finding]]) -> str:
+    """A drawing worker's page, of the report that started it."""
+    return _draw_run_page(_worker["store"], _worker["out"], _worker["with_page"], task)
+
+
+def _draw_run_page(
+    store: RunStore,
+    out: Path,
+    with_page: set[tuple[str, int]],
+    task: tuple[RunRecord, list[Finding]],
+) -> str:
     from dlperf.report.site import pages
 
     run, found = task
-    with_page = _worker["with_page"]
-    html = pages.run_page(_worker["store"], run, found, lambda k, i: (k, i) in with_page)
+    html = pages.run_page(store, run, found, lambda k, i: (k, i) in with_page)
     name = pages.run_href(run.id)
-    (_worker["out"] / name).write_text(html, encoding="utf-8")
+    (out / name).write_text(html, encoding="utf-8")
     return name
 
 
@@ -287,8 +341,9 @@ def _run_pages(
         jobs = 1
     jobs = min(jobs or usable_cores(), len(tasks))
     if jobs <= 1 or url.database in (None, "", ":memory:"):
-        _worker.update(store=store, out=out, with_page=with_page)
-        yield from map(_write_run_page, tasks)
+        # Not through _worker: two reports in one process (threads of an API caller) would
+        # draw into whichever staging folder was set last.
+        yield from (_draw_run_page(store, out, with_page, task) for task in tasks)
         return
     # Fresh interpreters, not forks: a fork of a process with threads (torch's, SQLAlchemy's,
     # a test runner's) inherits the locks they held, and a drawing worker once waited on one
