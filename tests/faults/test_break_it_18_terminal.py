@@ -10,6 +10,7 @@ F11: a newline in a path the user named was printed raw, splitting a "saved ..."
 summary line or a table's title in two; it is written as \\n.
 
 These run dlperf in a child process: the encoding and -OO are the interpreter's, set at start.
+F11's tests run it in this process (`cli`): a path is escaped whatever the interpreter.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dlperf.store import RunStore
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
 
 RUN_NAME = "ü Δ run"
 
@@ -110,28 +115,30 @@ def test_help_under_python_oo_keeps_each_commands_description_and_example(
     assert "Example: dlperf " + " ".join(command) in done.stdout
 
 
-def test_report_shows_a_newline_in_its_directory_escaped(two_runs: str, tmp_path: Path) -> None:
+def test_report_shows_a_newline_in_its_directory_escaped(
+    cli: Cli, two_runs: str, tmp_path: Path
+) -> None:
     out = tmp_path / "r\nx"
-    done = dlperf("--db", two_runs, "report", "1", "--out", str(out))
-    assert done.returncode == 0, done.stderr
+    done = cli("--db", two_runs, "report", "1", "--out", str(out))
+    assert done.code == 0, done.err
     assert (out / "index.html").is_file()
     shown = str(tmp_path / "r\\nx")
-    assert done.stdout.splitlines() == [f"1 run(s), 0 study(ies): 2 pages in {shown}"]
-    assert done.stderr.splitlines() == [f"saved {shown}/index.html"]
+    assert done.out.splitlines() == [f"1 run(s), 0 study(ies): 2 pages in {shown}"]
+    assert done.err.splitlines() == [f"saved {shown}/index.html"]
 
 
-def test_converge_fit_shows_a_newline_in_its_plot_path_escaped(tmp_path: Path) -> None:
+def test_converge_fit_shows_a_newline_in_its_plot_path_escaped(cli: Cli, tmp_path: Path) -> None:
     curve = tmp_path / "curve.csv"
     curve.write_text("metric\n" + "".join(f"{1 / (0.1 * k + 1):.4f}\n" for k in range(1, 30)))
     plot = tmp_path / "f\nx.png"
-    done = dlperf("converge", "fit", "--csv", str(curve), "--y", "metric", "--plot", str(plot))
-    assert done.returncode == 0, done.stderr
+    done = cli("converge", "fit", "--csv", str(curve), "--y", "metric", "--plot", str(plot))
+    assert done.code == 0, done.err
     assert plot.is_file()
-    assert f"saved {tmp_path / 'f'}\\nx.png" in done.stderr.splitlines()
+    assert f"saved {tmp_path / 'f'}\\nx.png" in done.err.splitlines()
 
 
 def test_analyze_titles_a_model_file_with_a_newline_in_its_path_on_one_line(
-    tmp_path: Path,
+    cli: Cli, tmp_path: Path
 ) -> None:
     folder = tmp_path / "n\nd"
     folder.mkdir()
@@ -139,7 +146,7 @@ def test_analyze_titles_a_model_file_with_a_newline_in_its_path_on_one_line(
         "import torch\n\ndef net():\n    return torch.nn.Sequential(torch.nn.Flatten(),"
         " torch.nn.Linear(64, 10))\n"
     )
-    done = dlperf("analyze", f"{folder}/m.py:net", "--input", "1,8,8")
-    assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
-    assert "n\\nd/m.py" in first, done.stdout
+    done = cli("analyze", f"{folder}/m.py:net", "--input", "1,8,8")
+    assert done.code == 0, done.err
+    first = done.out.splitlines()[0]
+    assert "n\\nd/m.py" in first, done.out
