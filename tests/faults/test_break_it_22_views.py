@@ -72,8 +72,8 @@ def _tables(url: str) -> list[str]:
     ("args", "said"),
     [
         (["tag", "1", "a=b"], "no run 1: run store "),
-        (["delete", "1", "--yes"], "no run 1 in the store; nothing deleted"),
-        (["delete", "1", "2", "--yes", "--force"], "no run 1, 2 in the store; nothing deleted"),
+        (["delete", "1", "--yes"], "no run 1: run store "),
+        (["delete", "1", "2", "--yes", "--force"], "no run 1, 2: run store "),
     ],
     ids=["tag", "delete", "delete force"],
 )

@@ -58,7 +58,8 @@ def test_a_window_of_too_few_points_names_the_curve_the_window_and_one_that_fits
                  "--target", "0.5")  # fmt: skip
     one_error_line(result, 2, base, "--upto-step 2.5 keeps 2 of its 40 points",
                    "e.g. --upto-step 4")  # fmt: skip
-    result = cli("converge", "regress", f"{base}:depth=20", f"{base}:depth=56", "--features",
+    other = str(_csv(tmp_path / "other.csv"))  # one curve given twice is refused (round 29)
+    result = cli("converge", "regress", f"{base}:depth=20", f"{other}:depth=56", "--features",
                  "depth", *read, "--upto", "0.05")  # fmt: skip
     one_error_line(result, 2, base, "--upto 0.05 keeps 2 of its 40 points", "e.g. --upto 0.1")
     # A whole curve of 3 points: no window helps; the file (or run and key) is named.

@@ -4,7 +4,7 @@ C1. A PostgreSQL read that waited out its lock said "waited 30 s" whatever lock_
     URL, the role or the database had set (here 2 s): it says the session's own.
 C2. (Round 28's Left.) `run --resume 1`, `runs show 1` and the other readers of a run at a
     mistyped --db said "no run 1 in the store", as if the store were there and empty: they
-    say the store does not exist, and to check the path.
+    say the store does not exist, and how to give it; `runs delete` too (reviewer 1).
 C3. (Round 28's Left.) The doctor's fix for a stopped run, `dlperf run --resume N`, left out
     the `--db` the doctor was given: run as written, it opened ./dlperf.db and said there is
     no run N. It carries the store's words now (password as ***), as `run`'s own hint does.
@@ -61,7 +61,9 @@ def test_a_locked_read_names_the_lock_timeout_the_url_set(pg_store: str, cli: Cl
 # C2
 
 
-@pytest.mark.parametrize("args", [["run", "--resume", "1"], ["runs", "show", "1"]])
+@pytest.mark.parametrize(
+    "args", [["run", "--resume", "1"], ["runs", "show", "1"], ["runs", "delete", "1", "--yes"]]
+)
 def test_a_run_asked_of_a_store_that_is_not_there_says_the_store_is_missing(
     cli: Cli, tmp_path: Path, args: list[str]
 ) -> None:

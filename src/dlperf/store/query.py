@@ -24,6 +24,8 @@ from dlperf.store.record import LOST
 from dlperf.store.record import STATUSES as STORED
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+
     from dlperf.store import RunStore
     from dlperf.store.reading import Listing
     from dlperf.store.record import RunRecord
@@ -49,6 +51,23 @@ RUN_FIELDS = ("id", "study_id", "name", "kind", "status", "config_hash", "error"
 # The statuses a run reads as: those it is stored as, and `lost`.
 STATUSES = (*STORED, LOST)
 MIB = 2**20
+
+
+# The execution option of a stand-in store (`RunStore._empty`): why the store is not there.
+ABSENT = "dlperf_absent"
+
+
+def no_such_run(bind: Engine | Connection, ids: str, then: str = "") -> NoSuchRun:
+    """`no run IDS in the store`, the words `then` after; of the stand-in of a store that is
+    not there (a mistyped --db, most likely), that the store is not there and how to give it."""
+    absent = bind.get_execution_options().get(ABSENT)
+    if absent:
+        return NoSuchRun(
+            f"no run {ids}: {absent}{then}",
+            "give the store with --db or DLPERF_DB (by default: ./dlperf.db, in the current "
+            "directory)",
+        )
+    return NoSuchRun(f"no run {ids} in the store{then}", "see `dlperf runs list`")
 
 
 def config_value(config: dict[str, Any], dotted: str) -> Any:
@@ -615,9 +634,7 @@ def to_delete(store: RunStore, run_ids: Sequence[int], force: bool) -> list[RunR
         except NoSuchRun:
             missing.append(str(run_id))
     if missing:
-        raise UserError(
-            f"no run {', '.join(missing)} in the store; nothing deleted", "see `dlperf runs list`"
-        )
+        raise no_such_run(store.engine, ", ".join(missing), "; nothing deleted")
     running = [r for r in runs if r.status == "running"]
     if force:
         _refuse_users_programs(running)

@@ -74,12 +74,12 @@ from sqlalchemy.orm import Session, object_session
 from sqlalchemy.pool import StaticPool
 
 from dlperf import stopping
-from dlperf.errors import NoSuchRun, StoreGone, UserError, interrupted
+from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import finite_json
 from dlperf.paths import no_file_of_bytes, unnamed_cwd
 from dlperf.procs import alive, process_alive, this_process
 from dlperf.store import integrity, migrations
-from dlperf.store.query import from_experiment
+from dlperf.store.query import ABSENT, from_experiment, no_such_run
 from dlperf.store.record import RUNNING, STATUSES, RunRecord
 from dlperf.store.schema import (
     COPY_DIR,
@@ -124,8 +124,6 @@ NO_STATEMENT_TIMEOUT = (
     "ALTER ROLE {role} SET statement_timeout = 0; a cancelled write wrote nothing"
 )
 PG_LOCK_TIMEOUT = "55P03"  # lock_not_available: a lock not had within lock_timeout
-# The execution option of a stand-in store (`RunStore._empty`): why the store is not there.
-ABSENT = "dlperf_absent"
 LOCK_WAIT = "dlperf_lock_wait_s"  # a PostgreSQL connection's lock_timeout in s, in its info
 # The savepoint each statement of a PostgreSQL write runs in, to try it again once a wait
 # for a lock has timed out (`_pg_write`).
@@ -1420,14 +1418,7 @@ def _stored_run(s: Session, run_id: int, lock: bool = False) -> Run:
     with integrity.reading(run_id), _times_read(s):
         run = s.get(Run, run_id, with_for_update=lock) if _storable(s, run_id) else None
     if run is None:
-        absent = s.get_bind().get_execution_options().get(ABSENT)
-        if absent:  # the stand-in of a store that is not there: a mistyped --db, most likely
-            raise NoSuchRun(
-                f"no run {run_id}: {absent}",
-                "give the store with --db or DLPERF_DB (by default: ./dlperf.db, in the "
-                "current directory)",
-            )
-        raise NoSuchRun(f"no run {run_id} in the store", "see `dlperf runs list`")
+        raise no_such_run(s.get_bind(), str(run_id))
     return run
 
 
@@ -2404,10 +2395,7 @@ class RunStore:
             pending = _deleting(s)  # every run whose files a delete cut short left
             missing = [str(i) for i in ids if i not in found and i not in pending]
             if missing:
-                raise NoSuchRun(
-                    f"no run {', '.join(missing)} in the store; nothing deleted",
-                    "see `dlperf runs list`",
-                )
+                raise no_such_run(s.get_bind(), ", ".join(missing), "; nothing deleted")
             me = _owner(this_process())  # a process may delete the runs it writes itself
             # An owner that lives, or (unless `force`) that runs on another host, where that
             # cannot be told, may still write its run.
