@@ -402,6 +402,7 @@ def analyze(
     with stopping.deferred():
         from torch import nn
 
+        from dlperf.analytic.counting import API
         from dlperf.analytic.counting import analyze as analyze_name
         from dlperf.analytic.counting import check_options, count_model
         from dlperf.models.registry import check_no_cycle
@@ -419,7 +420,7 @@ def analyze(
         with _no_exit():
             named = analyze_name(
                 model, input_size, batch, train, precision, None, bias, activations,
-                macs_convention=macs_convention,
+                macs_convention=macs_convention, command=API,
             )  # fmt: skip
         return AnalysisResult(named)
     if not isinstance(model, nn.Module):
