@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import resource
 import stat
@@ -30,6 +31,22 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
         stat.S_ISSOCK: "a socket",
     }
     return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
+
+
+def file_digest(path: str | os.PathLike[str]) -> str | None:
+    """The sha256 of the file at `path`, read in chunks (weights files are 100s of MB); None
+    where no regular file is there to read. Stat'ed first: a FIFO would block the read for
+    ever."""
+    if not os.path.isfile(path):
+        return None
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def no_file_of_bytes(path: str | os.PathLike[str]) -> str | None:

@@ -32,6 +32,11 @@ def usable_cores() -> int:
     return len(contention.usable_cpus())
 
 
+def machine_memory() -> int:
+    """Bytes of physical memory of this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def pick_device(spec: str = "auto") -> torch.device:
     """auto: CUDA, then MPS, then CPU. An explicit device that is absent is bad input."""
     import torch
@@ -227,7 +232,7 @@ def system_info(device: torch.device | None = None, threads: int | None = None) 
         "cores": os.cpu_count(),
         "usable_cores": usable_cores(),
         "threads": threads or torch.get_num_threads(),
-        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "memory_gb": round(machine_memory() / 2**30, 1),
         "gpus": gpus,
         "visible_gpus": host_gpus(),
         "device": str(device) if device is not None else None,

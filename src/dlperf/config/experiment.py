@@ -45,7 +45,8 @@ from dlperf.config.base import (
     Std,
 )
 from dlperf.parsing import absolute_model_name, has_control
-from dlperf.paths import not_regular
+from dlperf.paths import file_digest
+from dlperf.system import machine_memory
 
 
 def weights_file(weights: str | None) -> Path | None:
@@ -68,24 +69,24 @@ def weights_digest(weights: str | None) -> str | None:
     """The sha256 of the state-dict file `model.weights` names; None for weights of another
     form, or a file that is not there to read."""
     path = weights_file(weights)
-    if path is None or not path.is_file() or not_regular(path) is not None:
-        return None  # stat'ed first: a FIFO would block the read for ever
+    if path is None:
+        return None
     try:
         found = path.stat()
-        return _sha256(str(path.absolute()), found.st_size, found.st_mtime_ns)
+        where = str(path.absolute())
     except OSError:
         return None
+    return _weights_sha256(where, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
 
 
-@functools.lru_cache(maxsize=8)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    """The sha256 of the file at `path`, read once while its size and time stay (a sweep hashes
-    each point's config, a distill study each stage's: pretrained weights are 100 MB)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+@functools.cache
+def _weights_sha256(path: str, size: int, mtime_ns: int, inode: int, ctime_ns: int) -> str | None:
+    """The sha256 of the file at `path`, read once while it stays the file it was (a sweep
+    hashes each point's config, a distill study each stage's: pretrained weights are 100 MB).
+    Unbounded: a sweep over more weights files than a bound would read each again and again.
+    The inode and ctime too: a file of the same size put in its place with its mtime kept
+    (rsync -t, tar x, cp -p) is another file, or was written since."""
+    return file_digest(path)
 
 
 class ModelConfig(Section):
@@ -475,11 +476,6 @@ class Experiment(Section):
         if digest is not None:
             d["model"]["weights_sha256"] = digest
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def machine_memory() -> int:
-    """Bytes of physical memory of this machine."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _gib(size: int) -> str:

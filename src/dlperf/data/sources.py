@@ -41,10 +41,10 @@ import torch
 
 from dlperf import image_modes
 from dlperf.config import DataConfig
-from dlperf.config.experiment import machine_memory
 from dlperf.errors import UserError
 from dlperf.parsing import file_name_text, name_text, one_line
 from dlperf.paths import not_regular, unnamed_cwd
+from dlperf.system import machine_memory
 
 
 @dataclass
@@ -1901,7 +1901,7 @@ def _decodable(images: int, side: int, in_memory: bool) -> None:
     machine out of memory until the kernel killed the process, after minutes and without a
     word: data.max_memory_gb only chooses streaming, which still decodes whole images."""
     memory = machine_memory()
-    per_pixel = DECODE_BYTES + (2 * 3 * images if in_memory else 0)  # + the list and its stack
+    per_pixel = _decoded_per_pixel(images, in_memory)
     needed = per_pixel * side * side
     if needed <= memory:
         return
@@ -1915,6 +1915,12 @@ def _decodable(images: int, side: int, in_memory: bool) -> None:
         f"{memory / 2**30:,.1f} GiB of memory"
     )
     raise TooLargeToDecode(side, said, fix)
+
+
+def _decoded_per_pixel(images: int, in_memory: bool) -> int:
+    """Bytes a pixel of the side takes decoding an image folder: one image as `decode_file`
+    makes it (streamed), + all `images` and their stack (in memory)."""
+    return DECODE_BYTES + (2 * 3 * images if in_memory else 0)
 
 
 class NoImageSize(UserError):
@@ -1965,6 +1971,8 @@ def imagefolder(cfg: DataConfig) -> ImageData:
     side = cfg.image_size
     n = len(train_set) + len(test_set)
     fits = n * 3 * side * side <= cfg.max_memory_gb * 2**30
+    if cfg.in_memory is None:  # chosen, not asked for: streamed where the machine cannot hold them
+        fits = fits and _decoded_per_pixel(n, True) * side * side <= machine_memory()
     in_memory = fits if cfg.in_memory is None else cfg.in_memory
     _decodable(n, side, in_memory)
 

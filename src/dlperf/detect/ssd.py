@@ -227,15 +227,21 @@ def build(
 def _held_classes(state: dict[str, Any], ours: dict[str, Any], built: int) -> int | None:
     """The class count `state` was trained with, read from its classification head: the
     head's last convolutions give anchors x classes channels, the anchors the architecture's,
-    so theirs / ours = held / built. None where no head tensor differs (other weights)."""
+    so theirs / ours = held / built. None where no head tensor differs (other weights), or
+    where the differing ones do not all give one count of their output channels alone: other
+    anchors per location change the box head too, and one layer's ratio would make one up."""
+    counts = set()
     for key, tensor in state.items():
-        mine = ours.get(key) if key.startswith("head.classification_head.") else None
+        mine = ours.get(key) if key.startswith("head.") else None
         # Their shapes alike (a BatchNorm's count of batches has none): not the classes'.
         if mine is None or tensor.shape == mine.shape or not (tensor.ndim and mine.ndim):
             continue
-        if int(tensor.shape[0]) * built % int(mine.shape[0]) == 0:
-            return int(tensor.shape[0]) * built // int(mine.shape[0])
-    return None
+        held, left = divmod(int(tensor.shape[0]) * built, int(mine.shape[0]))
+        classes = key.startswith("head.classification_head.") and tensor.shape[1:] == mine.shape[1:]
+        if not classes or left:
+            return None
+        counts.add(held)
+    return counts.pop() if len(counts) == 1 else None
 
 
 def calibrate_random(model: Any, size: int, images: int = 8, seed: int = 0) -> None:

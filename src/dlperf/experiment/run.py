@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import threading
 import traceback
 from collections.abc import Callable, Iterator
@@ -30,7 +29,7 @@ from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.formatting import few
 from dlperf.models.registry import neighbour_digests, rebuilding
 from dlperf.parsing import is_file_spec, one_line
-from dlperf.paths import made_dir, not_regular
+from dlperf.paths import file_digest, made_dir
 from dlperf.precision import check_default_dtype
 from dlperf.procs import this_process
 from dlperf.progress import NullReporter, Reporter
@@ -55,17 +54,7 @@ MODEL_NEIGHBOURS_DIGEST = "model_neighbours_sha256"
 def model_file_digest(name: str) -> str | None:
     """The sha256 of the source of the model file `name` names (path/to/file.py:factory);
     None for a registered model or a file that is not there to read."""
-    return _sha256(Path(name.rpartition(":")[0] or name)) if is_file_spec(name) else None
-
-
-def _sha256(path: Path) -> str | None:
-    """The sha256 of the file at `path`; None where it is not there to read."""
-    if not path.is_file() or not_regular(path) is not None:
-        return None  # stat'ed first: a FIFO would block the read for ever
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
+    return file_digest(Path(name.rpartition(":")[0] or name)) if is_file_spec(name) else None
 
 
 def _digests(record: RunRecord) -> tuple[str, str | None, str | None]:
@@ -82,7 +71,7 @@ def _neighbours_changed(record: RunRecord) -> list[str]:
     name = str(record.config.get("model", {}).get("name", ""))
     trained = (record.system or {}).get(MODEL_NEIGHBOURS_DIGEST) or {}
     folder = Path(name.rpartition(":")[0]).parent
-    return [where for where, sha in sorted(trained.items()) if _sha256(folder / where) != sha]
+    return [where for where, sha in sorted(trained.items()) if file_digest(folder / where) != sha]
 
 
 def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
