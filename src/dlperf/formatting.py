@@ -121,3 +121,14 @@ def scaled(key: str, value: Any) -> str | None:
         percent = 100 * value if kind == "fraction" else value
         return f"{percent:.1f}%" if abs(percent) < FIXED_MAX else f"{percent:.3g}%"
     return f"{value:,.0f} {kind}" if 100 <= abs(value) < FIXED_MAX else f"{value:.3g} {kind}"
+
+
+# What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A cell's value with text that a spreadsheet would run as a formula prefixed by ', as
+    OWASP advises: a stored run's model name "=cmd|' /C calc'!A0" went into the β table raw
+    (break-it round 29, P3 C1). Numbers stay numbers: -0.5 is a value, not a formula."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value

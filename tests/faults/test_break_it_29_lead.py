@@ -10,6 +10,8 @@ C3. (Round 28's Left.) The doctor's fix for a stopped run, `dlperf run --resume 
     no run N. It carries the store's words now (password as ***), as `run`'s own hint does.
 C4. (Fixer C2's note.) A weights file holding a sparse tensor printed torch's two-line
     "Validating sparse tensor invariants" warning above dlperf's one line refusing it.
+C5. (Fixer B2's note.) `analyze --csv` wrote a module named "=HYPERLINK(...)" (a name
+    registered by add_module) raw into a cell a spreadsheet runs as a formula, as `converge fit --to-csv` did.
 """
 
 from __future__ import annotations
@@ -110,3 +112,31 @@ def test_a_sparse_weights_file_loads_without_torchs_warning(tmp_path: Path) -> N
         state = _from_file(str(path)).fetch()
     assert state["w"].is_sparse
     assert [str(w.message) for w in said] == []
+
+
+# C5
+
+FORMULA_MODEL = """
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes=10, in_channels=1):
+        super().__init__()
+        self.add_module("=HYPERLINK(1)", nn.Flatten())
+        self.fc = nn.Linear(in_channels * 64, num_classes)
+
+    def forward(self, x):
+        return self.fc(getattr(self, "=HYPERLINK(1)")(x))
+"""
+
+
+def test_analyze_csv_keeps_a_formula_like_module_name_as_text(cli: Cli, tmp_path: Path) -> None:
+    import csv
+    import io
+
+    (tmp_path / "net.py").write_text(FORMULA_MODEL)
+    done = cli("analyze", f"{tmp_path / 'net.py'}:Net", "--input", "1,8,8", "--csv")
+    assert done.code == 0, done.err
+    names = [row["name"] for row in csv.DictReader(io.StringIO(done.out))]
+    assert "'=HYPERLINK(1)" in names, names

@@ -14,6 +14,7 @@ from dlperf.cli import console
 from dlperf.cli.app import Json, app, config_option, open_store, set_option
 from dlperf.cli.shortcuts import Flag, with_flags
 from dlperf.errors import UserError
+from dlperf.formatting import spreadsheet_safe
 
 MODEL = typer.Argument(..., help="Registry or torchvision name, or path/to/file.py:factory.")
 # The flags short for the keys of [analyze], which predict shares (but for --train's help).
@@ -131,7 +132,9 @@ def analyze(
     elif as_csv:
         writer = csv.DictWriter(sys.stdout, csv_columns(result), extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(result["layers"])
+        writer.writerows(
+            [{k: spreadsheet_safe(v) for k, v in layer.items()} for layer in result["layers"]]
+        )
     else:
         console.print_tables(tables(result))
 

@@ -35,6 +35,7 @@ from dlperf.converge.results import (
     StepPrediction,
 )
 from dlperf.errors import UserError
+from dlperf.formatting import spreadsheet_safe
 from dlperf.parsing import parse_pairs
 from dlperf.paths import not_regular, replaced
 from dlperf.progress import NullReporter, Reporter
@@ -183,17 +184,6 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
             writer.writerows([{k: spreadsheet_safe(v) for k, v in row.items()} for row in rows])
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}") from None
-
-
-# What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(value: Any) -> Any:
-    """A cell's value with text that a spreadsheet would run as a formula prefixed by ', as
-    OWASP advises: a stored run's model name "=cmd|' /C calc'!A0" went into the β table raw
-    (break-it round 29, P3 C1). Numbers stay numbers: -0.5 is a value, not a formula."""
-    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
 
 
 def predict(
