@@ -402,9 +402,8 @@ def analyze(
     with stopping.deferred():
         from torch import nn
 
-        from dlperf.analytic.counting import API
+        from dlperf.analytic.counting import API, check_options, count_model
         from dlperf.analytic.counting import analyze as analyze_name
-        from dlperf.analytic.counting import check_options, count_model
         from dlperf.models.registry import check_no_cycle
 
     precision = _precision(dtype)
@@ -705,12 +704,14 @@ class Store:
         used to be made into a new store. `dlperf.track` and `dlperf.run` given this
         `Store` make it, as they write it."""
         from dlperf.store import RunStore
+        from dlperf.store.runstore import absolute_url
 
         self._url: str | None = None  # None: the RunStore given, written as it is
         if isinstance(url, RunStore):
             self._store = url
             return
         self._url = _store_url(url)
+        self._sent = absolute_url(self._url or None)  # what `__reduce__` sends
         self._opened_in = os.getpid()
         self._store = RunStore.open(self._url or None, create=False)
 
@@ -720,8 +721,8 @@ class Store:
         path as resolved at open, whatever the other process's working directory."""
         from dlperf.store import integrity
 
-        if self._url is not None:
-            return (Store, (self._url,))
+        if self._url is not None:  # sent as given, a relative path named another directory
+            return (Store, (self._sent,))
         engine = self._store.engine
         path = integrity.store_file(engine)
         url = engine.url if path is None else engine.url.set(database=str(path))

@@ -54,9 +54,10 @@ from dlperf.store.urls import masked_url
 
 SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 1, 5, 6, 11, 26
 SQLITE_CONSTRAINT_TRIGGER = 1811  # RAISE(ABORT|FAIL|ROLLBACK, ...) in a trigger
-# A CHECK or UNIQUE constraint: never dlperf's (its tables have neither; a primary key's
-# violation, which `claim` expects, is SQLITE_CONSTRAINT_PRIMARYKEY), so one added by hand.
-SQLITE_CONSTRAINT_ADDED = (275, 2067)  # SQLITE_CONSTRAINT_CHECK, SQLITE_CONSTRAINT_UNIQUE
+# A CHECK, UNIQUE or NOT NULL constraint: never dlperf's (its tables have no CHECK or UNIQUE,
+# and dlperf fills every NOT NULL column; a primary key's violation, which `claim` expects, is
+# SQLITE_CONSTRAINT_PRIMARYKEY), so one added by hand.
+SQLITE_CONSTRAINT_ADDED = (275, 2067, 1299)  # SQLITE_CONSTRAINT_CHECK, _UNIQUE, _NOTNULL
 # PostgreSQL's states for a schema changed by hand: plpgsql's RAISE (a trigger added), a
 # column or table dropped, a table replaced by a view that cannot be written.
 PG_RAISED, PG_NO_COLUMN, PG_NO_TABLE, PG_NOT_A_TABLE = "P0001", "42703", "42P01", "42809"
@@ -347,7 +348,12 @@ def _denied(context: ExceptionContext, engine: Engine) -> UserError:
     FOR UPDATE (`runs delete` locks its runs) needs UPDATE: it is a write."""
     name = shown(masked_url(engine.url.render_as_string()))  # the passwords hidden
     statement = (context.statement or "").lstrip().upper()
-    policy = re.search(r'row-level security policy for table "?([^"]+)"?', _first_line(context))
+    # PostgreSQL's three forms: `policy for table "t"`, a restrictive policy's `policy "p" for
+    # table "t"`, an upsert's `policy (USING expression) for table "t"`.
+    policy = re.search(
+        r'row-level security policy (?:".*?" |\(USING expression\) )?for table "?([^"]+)"?',
+        _first_line(context),
+    )
     if policy is not None:  # the role may hold every grant: a policy refuses the row
         return UserError(
             f"run store {name} refuses writes: a row-level security policy on {policy[1]} "

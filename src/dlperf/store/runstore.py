@@ -275,6 +275,17 @@ def _url(db: str | None) -> str:
     return plain.render_as_string(hide_password=False)
 
 
+def absolute_url(db: str | None) -> str:
+    """The URL `open` reads `db` as, a SQLite file's relative path made absolute (as of now):
+    the same store from any working directory, as a `Store` sent to another process says."""
+    url = _url(db)
+    parsed = _parsed(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return url
+    return parsed.set(database=os.path.abspath(path)).render_as_string(hide_password=False)
+
+
 # The package to install for a SQLAlchemy driver's module, where its name is not the module's:
 # "No module named 'MySQLdb'" did not say that mysql:// needs mysqlclient.
 DRIVER_PACKAGES = {
@@ -2011,11 +2022,16 @@ class RunStore:
         own. (PostgreSQL's sequences never reuse an id: None lets the database choose.)"""
         if self.engine.dialect.name != "sqlite":
             return None
-        # Metrics' and tags' max is one seek (an index leads with run_id); artifacts are few.
+        # Metrics' and tags' max is one seek (an index leads with run_id; the typeof filter
+        # keeps it one); artifacts are few. Only integers: a run id edited by hand into text
+        # sorts above every number, and was a TypeError.
         columns = (Run.id, Metric.run_id, Tag.run_id, Artifact.run_id)
-        named = [s.scalar(select(func.max(c))) for c in columns]
+        named = [s.scalar(select(func.max(c)).where(func.typeof(c) == "integer")) for c in columns]
         floor = _meta(s, DELETED_MAX)
-        return max([int(floor or 0), *(i or 0 for i in named)]) + 1
+        top = max([int(floor or 0), *(i or 0 for i in named)])
+        # One at SQLite's largest rowid (edited by hand) leaves no id above it: SQLite then
+        # picks one (the largest run id + 1, or an unused one) rather than an OverflowError.
+        return top + 1 if top < integrity.ROWID_MAX else None
 
     @contextmanager
     def recording(self, run_id: int) -> Iterator[Recording]:
