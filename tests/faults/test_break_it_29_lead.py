@@ -7,15 +7,18 @@ C2. (Round 28's Left.) `run --resume 1`, `runs show 1` and the other readers of 
     say the store does not exist, and how to give it; `runs delete` too (reviewer 1).
 C3. (Round 28's Left.) The doctor's fix for a stopped run, `dlperf run --resume N`, left out
     the `--db` the doctor was given: run as written, it opened ./dlperf.db and said there is
-    no run N. It carries the store's words now (password as ***), as `run`'s own hint does.
+    no run N. It carries the store's words now (password as ***), as `run`'s own hint does; in
+    a report's pages too (reviewer 1).
 C4. (Fixer C2's note.) A weights file holding a sparse tensor printed torch's two-line
     "Validating sparse tensor invariants" warning above dlperf's one line refusing it.
 C5. (Fixer B2's note.) `analyze --csv` wrote a module named "=HYPERLINK(...)" (a name
-    registered by add_module) raw into a cell a spreadsheet runs as a formula, as `converge fit --to-csv` did.
+    registered by add_module) raw into a cell a spreadsheet runs as a formula, as
+    `converge fit --to-csv` did.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -93,6 +96,10 @@ def test_the_doctors_resume_fix_names_the_store_it_was_given(
     done = cli("--db", str(where), "doctor", str(run), "--json")
     (fix,) = [f["fix"] for f in json.loads(done.out)["findings"] if f["rule"] == "unfinished"]
     assert fix == f"continue it from its last checkpoint: dlperf --db '{where}' run --resume {run}"
+    site = tmp_path / "site"
+    assert cli("--db", str(where), "report", str(run), "--out", str(site)).code == 0
+    page = html.unescape((site / f"run-{run}.html").read_text())
+    assert f"dlperf --db '{where}' run --resume {run}" in page
 
 
 # C4

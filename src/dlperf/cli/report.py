@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, open_store
+from dlperf.cli.app import Json, app, db_words, open_store
 from dlperf.errors import UserError
 from dlperf.parsing import one_line
 
@@ -42,7 +42,8 @@ def report(
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory", "give a directory for the site")
     with console.reporter() as rep, writing(out):
-        done = build_report(open_store(create=False), out, run_ids or (), study, last, rep)
+        store = open_store(create=False)
+        done = build_report(store, out, run_ids or (), study, last, rep, db=db_words())
     console.gone(done.gone, "report")
     if console.printed_json(as_json, done.to_dict()):
         return

@@ -20,7 +20,7 @@ import secrets
 import shutil
 import signal
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +100,7 @@ def build_report(
     last: int | None = None,
     reporter: Reporter | None = None,
     jobs: int | None = None,
+    db: Sequence[str] = (),
 ) -> Report:
     """Write the report of the selected runs and studies (see `select`) into `out`. Run pages
     are drawn by `jobs` processes (default: one per usable core from POOL_FROM run pages,
@@ -109,7 +110,8 @@ def build_report(
     report leaves no partial site (nor `out`, if it made it). Then the pages an earlier
     report left in `out` that this one does not write (a deleted run's, one no longer
     chosen) are removed, so that what `out` holds is this report; files of other names in
-    `out` are the user's and are left alone."""
+    `out` are the user's and are left alone. `db`: the words naming the store on a command
+    line, which the doctor's fixes carry (`doctor.examine`)."""
     from dlperf.doctor import examine
     from dlperf.report.site import pages
 
@@ -128,7 +130,7 @@ def build_report(
             except NoSuchRun:
                 gone.append(rid)
     findings: dict[int, list[Finding]] = {rid: [] for rid in runs}
-    for f in examine(store, sorted(runs), gone=gone):
+    for f in examine(store, sorted(runs), gone=gone, db=db):
         findings[f.run_id].append(f)
     chosen_runs = [rid for rid in chosen_runs if rid not in gone]
     with_page = {("run", r) for r in chosen_runs} | {("study", s) for s in chosen_studies}
