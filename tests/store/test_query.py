@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, create_engine
 
 from dlperf.errors import NoSuchRun, UserError
 from dlperf.procs import proc_stat
@@ -57,6 +58,8 @@ class FakeStore:
     metric_rows: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     files: list[dict[str, Any]] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
+    # A store that is there: `no_such_run` reads its engine's options for one that is not.
+    engine: Engine = field(default_factory=lambda: create_engine("sqlite://"))
 
     def get_run(self, run_id: int) -> RunRecord:
         for r in self.runs:
