@@ -680,8 +680,16 @@ def _claim(staging: Path, out: Path) -> int | None:
     import fcntl
 
     while True:
+        if staging.is_symlink():
+            # Never followed: its cleanup would empty the directory it points to.
+            raise UserError(
+                f"{staging} is a symbolic link, where `dlperf export` keeps the files it is "
+                "writing",
+                "remove the link, or give another --out",
+            )
         staging.mkdir(exist_ok=True)
-        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+        # O_NOFOLLOW: a link put there since is an error (ELOOP), not a directory to empty.
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -695,7 +703,7 @@ def _claim(staging: Path, out: Path) -> int | None:
             held = None
             break
         with contextlib.suppress(FileNotFoundError):
-            if os.path.samestat(os.fstat(fd), os.stat(staging)):
+            if os.path.samestat(os.fstat(fd), os.lstat(staging)):
                 held = fd
                 break
         os.close(fd)  # removed as this one looked by the export that held it: claim anew
