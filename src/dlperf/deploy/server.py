@@ -53,7 +53,7 @@ from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from PIL import Image
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from dlperf import stopping
 from dlperf.config import ServeConfig
@@ -484,8 +484,20 @@ class _GuardedH11(H11Protocol):
             )
 
     def send_400_response(self, msg: str) -> None:
+        # h11 could not parse the request: its head (no route saw it), or, after the head, its
+        # body, as the route reads it (counted once, as the route's 400, not also its 499).
+        cycle = self.cycle
         super().send_400_response(msg)
-        self._count(400)  # h11 could not parse the request: no route saw it
+        self._answered(cycle, 400)
+
+    def _answered(self, cycle: RequestResponseCycle | None, status: int) -> None:
+        """Count `status`, an answer the protocol layer sent: as the route's, for a request
+        whose app, reading the body, hears the disconnect and counts it (`ANSWERED`); else
+        on its own, as no route did."""
+        if cycle is None or cycle.response_complete:
+            self._count(status)
+        elif not cycle.response_started:
+            cycle.scope[ANSWERED] = status  # type: ignore[literal-required]
 
     def _count(self, status: int) -> None:
         """Count an answer no route gave, as /metrics counts the app's."""
@@ -563,10 +575,7 @@ class _GuardedH11(H11Protocol):
             if self.transport.can_write_eof():
                 with suppress(OSError):  # a client gone already (ENOTCONN): nothing to tell
                     self.transport.write_eof()
-            if cycle is None or answered:
-                self._count(status)
-            else:  # the app, reading the body, hears a disconnect: the status is this one
-                cycle.scope[ANSWERED] = status  # type: ignore[literal-required]
+            self._answered(cycle, status)
         self.transport.close()
 
 
