@@ -124,7 +124,9 @@ def pytorch_contender(
     import onnx
 
     reporter = reporter or NullReporter()
-    meta = meta_io.load(model_path)
+    # The graph alone is read here: the weights are checked by `bench`'s load, which reads
+    # them (`infer bench` hashed them twice, once for each).
+    meta = meta_io.load(model_path, weights=False)
     graph = onnx.load(str(model_path), load_external_data=False).graph
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
     if spec is None:

@@ -98,6 +98,11 @@ def save(model_path: Path, meta: ModelMeta) -> None:
 def weights_digests(model_path: Path, proto: Any) -> dict[str, str] | None:
     """The SHA-256 of each external-data file the model `proto` (at `model_path`) names, by
     its name; None where its weights are all inside it."""
+    return {name: _sha256(model_path.parent / name) for name in _weights_files(proto)} or None
+
+
+def _weights_files(proto: Any) -> list[str]:
+    """The external-data files the model `proto`'s tensors are read from, by name."""
     from onnx.external_data_helper import uses_external_data
 
     names = {
@@ -107,7 +112,7 @@ def weights_digests(model_path: Path, proto: Any) -> dict[str, str] | None:
         for entry in tensor.external_data
         if entry.key == "location"
     }
-    return {name: _sha256(model_path.parent / name) for name in sorted(names)} or None
+    return sorted(names)
 
 
 def _sha256(path: Path) -> str:
@@ -115,15 +120,18 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _check_weights(model_path: Path, meta: ModelMeta) -> None:
+def _check_weights(model_path: Path, proto: Any, meta: ModelMeta) -> None:
     """Refuse weights beside the model that are not the ones it was exported with. An export
     moves the model and its weights into place one file at a time (no rename moves two): one
     stopped between them, or two exports to one name at once, left one export's graph beside
-    another's weights, same names and sizes, and it answered with logits of neither. A file
-    not there is left to ONNX Runtime, which names it."""
-    for name, digest in (meta.weights_sha256 or {}).items():
+    another's weights, same names and sizes, and it answered with logits of neither. Only the
+    files the graph `proto` reads are checked: a copy saved as one file keeps the metadata's
+    digests, and the export's weights beside it are not its own. A file not there is left to
+    ONNX Runtime, which names it."""
+    digests = meta.weights_sha256 or {}
+    for name in _weights_files(proto):
         weights = model_path.parent / name
-        if weights.is_file() and _sha256(weights) != digest:
+        if name in digests and weights.is_file() and _sha256(weights) != digests[name]:
             raise UserError(
                 f"{weights} is not the weights of {model_path}: its SHA-256 differs from the "
                 "one the model recorded at export (the files come from two exports: one "
@@ -132,9 +140,11 @@ def _check_weights(model_path: Path, meta: ModelMeta) -> None:
             )
 
 
-def load(model_path: Path) -> ModelMeta:
-    """The metadata of an exported model: embedded copy first, then the sidecar."""
-    found = find(model_path)
+def load(model_path: Path, weights: bool = True) -> ModelMeta:
+    """The metadata of an exported model: embedded copy first, then the sidecar. `weights`:
+    its weights files checked (`_check_weights`); a reader of the graph alone, which never
+    reads them, skips the SHA-256 pass over them."""
+    found = find(model_path, weights)
     if found is None:
         raise UserError(
             f"{model_path} carries no dlperf metadata (task, preprocessing)",
@@ -143,7 +153,7 @@ def load(model_path: Path) -> ModelMeta:
     return found
 
 
-def find(model_path: Path) -> ModelMeta | None:
+def find(model_path: Path, weights: bool = True) -> ModelMeta | None:
     """The metadata of an exported model as `load` reads it, or None for an ONNX file
     without any (one that `dlperf export` did not write)."""
     import onnx
@@ -159,6 +169,6 @@ def find(model_path: Path) -> ModelMeta | None:
     found = next((ModelMeta.from_json(text, str(model_path)) for text in embedded), None)
     if found is None and sidecar(model_path).is_file():
         found = ModelMeta.from_json(sidecar(model_path).read_text(), str(sidecar(model_path)))
-    if found is not None:
-        _check_weights(model_path, found)
+    if found is not None and weights:
+        _check_weights(model_path, proto, found)
     return found
