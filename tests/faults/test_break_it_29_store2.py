@@ -22,10 +22,10 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 import dlperf
 from tests.conftest import CliResult, fresh_store_url
+from tests.faults.test_break_it_29_store import edit
 
 Cli = Callable[..., CliResult]
 
@@ -93,16 +93,6 @@ def pg(tmp_path: Path) -> Iterator[str]:
     yield from fresh_store_url("postgresql", tmp_path, "fx29i")
 
 
-def edit_pg(url: str, *statements: str) -> None:
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            for statement in statements:
-                conn.execute(text(statement))
-    finally:
-        engine.dispose()
-
-
 @pytest.mark.parametrize(
     ("table", "policies", "args"),
     [
@@ -129,7 +119,7 @@ def test_every_row_level_security_refusal_is_named(
     """Was "grant the role INSERT, UPDATE and DELETE on dlperf's tables": it holds them."""
     logged(pg)
     assert cli("--db", pg, "runs", "tag", "1", "x=0").code == 0
-    edit_pg(
+    edit(
         pg,
         f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY",
         f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY",
