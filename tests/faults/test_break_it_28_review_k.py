@@ -147,5 +147,5 @@ def test_the_proc_scan_is_skipped_below_the_limit(
 )  # fmt: skip
 def test_the_too_large_label_follows_the_rank(shape: list[int], label: str) -> None:
     with pytest.raises(UserError) as e:
-        refuse_too_large(10**17, shape, torch.float32)
+        refuse_too_large(10**17, shape, torch.float32, "analyze")
     assert e.value.message.startswith(f"{label} = 10,000,000,000,000,000,000 elements")

@@ -14,6 +14,9 @@ C4. (Fixer C2's note.) A weights file holding a sparse tensor printed torch's tw
 C5. (Fixer B2's note.) `analyze --csv` wrote a module named "=HYPERLINK(...)" (a name
     registered by add_module) raw into a cell a spreadsheet runs as a formula, as
     `converge fit --to-csv` did.
+C6. (The final run's property test.) A `model.weights` the OS cannot take as a path (a NUL in
+    it, a name over 255 bytes) raised ValueError or ENAMETOOLONG from the config's own check
+    for a file, where it is a name of no file, refused where the weights are read.
 """
 
 from __future__ import annotations
@@ -147,3 +150,15 @@ def test_analyze_csv_keeps_a_formula_like_module_name_as_text(cli: Cli, tmp_path
     assert done.code == 0, done.err
     names = [row["name"] for row in csv.DictReader(io.StringIO(done.out))]
     assert "'=HYPERLINK(1)" in names, names
+
+
+# C6
+
+
+@pytest.mark.parametrize("weights", ["a\x00b.pt", "w" * 300, "x" * 300 + ".pt"])
+def test_a_weights_name_no_file_may_have_is_kept_as_typed(weights: str) -> None:
+    from dlperf.config import Experiment
+
+    exp = Experiment.model_validate({"model": {"weights": weights}})
+    assert exp.model.weights == weights
+    assert isinstance(exp.config_hash(), str)

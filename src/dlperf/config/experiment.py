@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, cast
@@ -49,12 +50,21 @@ from dlperf.paths import file_digest
 from dlperf.system import machine_memory
 
 
+def _stat(path: Path) -> os.stat_result | None:
+    """`path`'s stat, None where no file can be: not there, or a name no file may have (too
+    long, a NUL in it: what a config accepts as text, the OS refuses as a path)."""
+    try:
+        return path.stat()
+    except (OSError, ValueError):
+        return None
+
+
 def weights_file(weights: str | None) -> Path | None:
     """The state-dict file `model.weights` names; None for none, run:ID or run:last:NAME, and
     a torchvision weights name (a bare word that names no file here)."""
     if weights is None or weights.startswith("run:"):
         return None
-    if re.fullmatch(r"\w+", weights) and not Path(weights).exists():
+    if re.fullmatch(r"\w+", weights) and _stat(Path(weights)) is None:
         return None
     return Path(weights)
 
@@ -71,10 +81,12 @@ def weights_digest(weights: str | None) -> str | None:
     path = weights_file(weights)
     if path is None:
         return None
+    found = _stat(path)
     try:
-        found = path.stat()
         where = str(path.absolute())
-    except OSError:
+    except OSError:  # the current directory was deleted
+        return None
+    if found is None:
         return None
     return _weights_sha256(where, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
 
@@ -121,7 +133,8 @@ class ModelConfig(Section):
         # stage run from another directory is not the one trained before). A name of no
         # file here is kept: where the weights are read, it is refused as typed.
         path = weights_file(weights)
-        if path is None or path.is_absolute() or not path.is_file():
+        found = None if path is None or path.is_absolute() else _stat(path)
+        if path is None or found is None or not stat.S_ISREG(found.st_mode):
             return weights
         try:
             return str(path.absolute())
