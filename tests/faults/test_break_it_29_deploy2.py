@@ -62,7 +62,7 @@ def _external(path: Path) -> Path:
     onnx.save(proto, str(path), save_as_external_data=True, location=path.name + ".data")
     proto = onnx.load(str(path), load_external_data=False)
     digests = meta.weights_digests(path, proto)
-    assert digests == {path.name + ".data": meta._sha256(path.with_name(path.name + ".data"))}
+    assert digests == {path.name + ".data": meta.file_digest(path.with_name(path.name + ".data"))}
     meta.save(path, dataclasses.replace(meta.load(path), weights_sha256=digests))
     return path
 
@@ -85,13 +85,13 @@ def test_infer_bench_hashes_the_weights_once(
     """Before: two SHA-256 passes over the weights, one per metadata load."""
     model = _external(tmp_path / "m.onnx")
     hashed: list[Path] = []
-    real = meta._sha256
+    real = meta.file_digest
 
-    def sha256(path: Path) -> str:
+    def sha256(path: Path) -> str | None:
         hashed.append(path)
         return real(path)
 
-    monkeypatch.setattr(meta, "_sha256", sha256)
+    monkeypatch.setattr(meta, "file_digest", sha256)
     result = cli("infer", "bench", str(model), "--batch", "1", "--repeats", "1", "--json")
     assert result.code == 0, result.err
     assert hashed == [tmp_path / "m.onnx.data"]

@@ -82,11 +82,11 @@ def weights_digest(weights: str | None) -> str | None:
     if path is None:
         return None
     found = _stat(path)
+    if found is None:
+        return None
     try:
         where = str(path.absolute())
     except OSError:  # the current directory was deleted
-        return None
-    if found is None:
         return None
     return _weights_sha256(where, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
 

@@ -7,7 +7,6 @@ ONNX file (`metadata_props["dlperf"]`, travels with the model) and beside it
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from dlperf.config import validation_message
 from dlperf.errors import UserError
-from dlperf.paths import not_regular
+from dlperf.paths import file_digest, not_regular
 
 KEY = "dlperf"
 
@@ -98,7 +97,8 @@ def save(model_path: Path, meta: ModelMeta) -> None:
 def weights_digests(model_path: Path, proto: Any) -> dict[str, str] | None:
     """The SHA-256 of each external-data file the model `proto` (at `model_path`) names, by
     its name; None where its weights are all inside it."""
-    return {name: _sha256(model_path.parent / name) for name in _weights_files(proto)} or None
+    found = {name: file_digest(model_path.parent / name) for name in _weights_files(proto)}
+    return {name: digest for name, digest in found.items() if digest is not None} or None
 
 
 def _weights_files(proto: Any) -> list[str]:
@@ -115,11 +115,6 @@ def _weights_files(proto: Any) -> list[str]:
     return sorted(names)
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _check_weights(model_path: Path, proto: Any, meta: ModelMeta) -> None:
     """Refuse weights beside the model that are not the ones it was exported with. An export
     moves the model and its weights into place one file at a time (no rename moves two): one
@@ -131,7 +126,8 @@ def _check_weights(model_path: Path, proto: Any, meta: ModelMeta) -> None:
     digests = meta.weights_sha256 or {}
     for name in _weights_files(proto):
         weights = model_path.parent / name
-        if name in digests and weights.is_file() and _sha256(weights) != digests[name]:
+        found = file_digest(weights) if name in digests else None
+        if found is not None and found != digests[name]:
             raise UserError(
                 f"{weights} is not the weights of {model_path}: its SHA-256 differs from the "
                 "one the model recorded at export (the files come from two exports: one "
