@@ -183,26 +183,50 @@ def _one_torch_thread() -> None:
 
 @pytest.fixture
 def busy_core() -> Iterator[int]:
-    """A process that keeps one CPU busy (pinned to the lowest this test may use), started
-    here and ended by its pid after the test; yields that CPU."""
+    """A neighbour that keeps one CPU busy (pinned to the lowest this test may use), started
+    here and ended by its pid after the test; yields that CPU.
+
+    It is not this process's descendant: dlperf counts the CPU time of the process it measures
+    and its descendants as the work's own (dlperf.contention), so a hog started as a child of
+    a test that runs a command in-process is counted as the command's, and the window reads as
+    uncontended whenever no other process happens onto that core (a CI run did so). `sh`
+    starts it in the background and exits, and it is reparented. It ends itself when a pipe
+    only this process writes to closes: when the test's process ends, however it ends."""
     import subprocess
 
     cpu = min(os.sched_getaffinity(0))
     # Pinned before it starts, and yielded only once it spins: on a loaded host the Python
     # start-up alone can outlast a short timed window (a study measured 1.6% wait, not > 25%).
-    spin = "import sys; print('spinning', flush=True)\nwhile True: pass"
-    hog = subprocess.Popen(
-        [sys.executable, "-c", spin],
+    spin = (
+        "import os, sys, threading\n"
+        "def orphaned():\n"
+        "    os.read(int(sys.argv[1]), 1)\n"
+        "    os._exit(0)\n"
+        "threading.Thread(target=orphaned, daemon=True).start()\n"
+        "print(os.getpid(), flush=True)\n"
+        "while True: pass"
+    )
+    alive, keep = os.pipe()  # the write end is not inherited (PEP 446): only we hold it
+    launcher = subprocess.Popen(
+        ["sh", "-c", '"$0" -c "$1" "$2" &', sys.executable, spin, str(alive)],
         stdout=subprocess.PIPE,
         text=True,
+        pass_fds=(alive,),
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
     )
+    os.close(alive)
+    assert launcher.stdout is not None
     try:
-        assert hog.stdout is not None and hog.stdout.readline() == "spinning\n"
-        yield cpu
+        assert launcher.wait(timeout=60) == 0
+        hog = int(launcher.stdout.readline())
+        try:
+            yield cpu
+        finally:
+            os.kill(hog, signal.SIGKILL)
+            assert launcher.stdout.read() == ""  # EOF: the hog's end of the pipe closed
     finally:
-        hog.kill()
-        hog.wait()
+        os.close(keep)
+        launcher.stdout.close()
 
 
 @pytest.fixture

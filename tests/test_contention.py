@@ -113,6 +113,26 @@ def test_a_busy_core_is_measured(busy_core: int) -> None:
     assert contention.free_cores() <= len(contention.usable_cpus()) - 0.5
 
 
+@needs_schedstat
+def test_the_busy_core_is_a_neighbours_not_the_tests_own(busy_core: int) -> None:
+    """A window this process measures in its own thread, pinned to the fixture's busy core,
+    counts the busy process as another's: the fixture's process is no descendant of the test
+    (a CI run read such a window as uncontended while the hog was the test's child)."""
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {busy_core})
+    try:
+        window = contention.Window()
+        window.start()
+        x = 0
+        for i in range(10_000_000):  # about a second alone: long enough to read others' time
+            x += i
+        measured = window.stop()
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert measured.others_share is not None and measured.others_share > 0.25, measured
+    assert measured.contended, measured
+
+
 def pinned_dlperf(
     root: Path, cpus: set[int], threads: str
 ) -> tuple[Path, list[str], dict[str, str]]:
