@@ -112,6 +112,8 @@ def analyze(
     from dlperf.config import AnalyzeJob, load_job
     from dlperf.config.experiment import ModelConfig, refused_model_keys
 
+    if as_json and as_csv:
+        raise UserError("give --json (the whole result) or --csv (the per-layer rows), not both")
     job = load_job(AnalyzeJob, config, set_, analyze=flags)
     exp, opts = job.experiment, job.analyze
     # Every [model] key but a name other than MODEL's bears on the count or not at all.

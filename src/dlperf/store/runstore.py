@@ -135,8 +135,9 @@ PG_GONE_CLASS, PG_GONE = "08", ("57P01", "57P02", "57P03")
 # server is there; a connection checked out of the pool is pinged first (`_server_engine`),
 # so this is met only by one held idle by dlperf itself.
 PG_IDLE_CLOSED = "57P05"
-# A write PostgreSQL refused: a trigger's RAISE EXCEPTION, class 23 (a constraint violated).
-PG_RAISED, PG_CONSTRAINT_CLASS = "P0001", "23"
+# A write PostgreSQL refused: a trigger's RAISE EXCEPTION (integrity.PG_RAISED), class 23 (a
+# constraint violated).
+PG_CONSTRAINT_CLASS = "23"
 UNWRITABLE = (
     "the store's file, its directory or its database is read-only: check the file's mode and "
     "attributes (lsattr), the mount, or the database's permissions"
@@ -2721,7 +2722,7 @@ def _refusal(e: BaseException) -> str | None:
         state = getattr(orig, "sqlstate", None) or ""
         if (
             isinstance(orig, sqlite3.IntegrityError)
-            or state == PG_RAISED
+            or state == integrity.PG_RAISED
             or state[:2] == PG_CONSTRAINT_CLASS
         ):
             return str(orig).strip().splitlines()[0]
