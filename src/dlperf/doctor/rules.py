@@ -26,9 +26,10 @@ from dlperf import traces
 from dlperf.contention import CONTENDED, Contention
 from dlperf.distributed.scaling import untrustworthy
 from dlperf.doctor.view import Figures, Handler, Issue, RunView
-from dlperf.engine.divergence import diverged_fix, evaluation_fix
+from dlperf.engine.divergence import LOOP_FIX, blown_up, diverged_fix, evaluation_fix
 from dlperf.errors import UserError
 from dlperf.shipped import dataset_table
+from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
 
 SEVERITIES = ("info", "warning", "error")
@@ -683,13 +684,21 @@ def diverged(run: RunView) -> list[Issue]:
     precision = run.key("run.precision") or "fp32"
 
     def fix(step: int | None) -> str:  # the engine's own advice (dlperf.engine.divergence)
-        return diverged_fix(step, lr, clip, precision)
+        # A dlperf.track run's loop is the user's: none of the engine's keys is in it.
+        return LOOP_FIX if tracked(run.run) else diverged_fix(step, lr, clip, precision)
 
     error = run.run.error or ""
     if run.run.status == "failed" and "loss became" in error:
         said = error.splitlines()[0].split(";")[0]  # the engine's own advice is in `fix`
         if said.startswith("evaluation loss became"):
-            return [Issue("error", f"the run failed: {said}", evaluation_fix(precision))]
+            # Stored before the engine told a training that diverged (TrainingDiverged) from
+            # a model's eval mode: its stored training loss tells it here.
+            losses = [(s, v) for s, v in run.metric("train/loss") if math.isfinite(v)]
+            rose = blown_up(losses[0], max(losses, key=lambda sv: sv[1])) if losses else None
+            if rose is None:
+                return [Issue("error", f"the run failed: {said}", evaluation_fix(precision))]
+            said = f"{said.split(':')[0]} after train/loss rose {rose}"
+            return [Issue("error", f"the run failed: {said}", fix(None))]
         at = re.search(r"at step (\d+)", said)
         return [Issue("error", f"the run failed: {said}", fix(int(at[1]) if at else None))]
     for key in LOSS_KEYS:
@@ -731,12 +740,18 @@ def lr_too_high(run: RunView) -> list[Issue]:
     if last <= first * LOSS_RISE or last - first <= LOSS_RISE_ABS:
         return []
     lr = run.key("train.lr")
-    fix = f"lower train.lr (e.g. {lr / 10:g})" if isinstance(lr, int | float) else "lower train.lr"
+    lr = lr if isinstance(lr, int | float) else None
+    if tracked(run.run):  # the user's own loop: it has no train.lr to set
+        fix = "lower your loop's learning rate, or warm it up over the first steps"
+    else:
+        fix = "lower train.lr" + (f" (e.g. {lr / 10:g})" if lr else "")
+        fix += ", or warm it up (train.schedule.warmup_epochs)"
+    at = f" at train.lr {lr}" if lr is not None else ""  # a tracked run's config may have it
     return [
         Issue(
             "warning",
-            f"{what} (x{_past(last / first, LOSS_RISE, 2)} > x{LOSS_RISE:g}) at train.lr {lr}",
-            fix + ", or warm it up (train.schedule.warmup_epochs)",
+            f"{what} (x{_past(last / first, LOSS_RISE, 2)} > x{LOSS_RISE:g}){at}",
+            fix,
             {"first_loss": first, "last_loss": last, "lr": lr},
         )
     ]

@@ -5,6 +5,15 @@ leaves out a setting the run already has in force. Torch-free: the doctor reads 
 from __future__ import annotations
 
 CLIP = 1.0  # the train.grad_clip advised: the gradients' global norm clipped to 1
+# A training loss that rose past this many times its first had diverged: an evaluation loss
+# that is not finite then follows from the weights training made, not from the model's eval
+# mode (a classifier's cross-entropy starts near ln K and falls; x100 is far past noise).
+BLOW_UP = 100.0
+# The advice of a dlperf.track run, in the terms of the user's own loop: it has no train.lr.
+LOOP_FIX = (
+    "try a lower learning rate in your loop, or clip its gradients "
+    f"(torch.nn.utils.clip_grad_norm_(model.parameters(), {CLIP}) before optimizer.step())"
+)
 
 
 def fp32_advice(precision: str | None) -> list[str]:
@@ -36,6 +45,14 @@ def diverged_fix(
     if grad_clip is None or grad_clip > CLIP:
         clip = [f"train.grad_clip = {CLIP}" + (f" (now {grad_clip:g})" if grad_clip else "")]
     return "try " + either([f"a lower train.lr{now}", *clip, *fp32_advice(precision)])
+
+
+def blown_up(first: tuple[int, float], peak: tuple[int, float]) -> str | None:
+    """How a training loss rose from its `first` (step, value) to its largest, `peak`, where
+    that was past BLOW_UP times: "from 2.3 (step 1) to 1.7e+32 (step 2)"; None where not."""
+    if not peak[1] > BLOW_UP * abs(first[1]):
+        return None
+    return f"from {first[1]:g} (step {first[0]}) to {peak[1]:g} (step {peak[0]})"
 
 
 def evaluation_fix(precision: str | None) -> str:

@@ -25,7 +25,7 @@ from dlperf import contention, stopping
 from dlperf.config import RunConfig
 from dlperf.data import Loader
 from dlperf.engine import timers
-from dlperf.engine.divergence import diverged_fix, evaluation_fix
+from dlperf.engine.divergence import blown_up, diverged_fix, evaluation_fix
 from dlperf.engine.hooks import Hooks, StepEnd
 from dlperf.engine.profiler import ProfileWindow
 from dlperf.engine.step import Stepped, TrainStep
@@ -44,6 +44,7 @@ __all__ = [
     "Progress",
     "Row",
     "Rows",
+    "TrainingDiverged",
     "fit",
 ]
 
@@ -78,8 +79,9 @@ def fit(
     hooks = hooks or Hooks.from_env()
     tally = EpochTally(clock.device) if evaluate else None
     report = EpochReport(
-        state, clock, sink, reporter, run, tally, metrics, epochs, evaluate, target, after_epoch
-    )
+        state, clock, sink, reporter, run, tally, metrics, model, epochs, evaluate, target,
+        after_epoch,
+    )  # fmt: skip
     if window:
         window.on_written = lambda path: sink.add_artifact("trace", path)
     # The window closes a step's profiler range before the clock's bookkeeping, so that
@@ -156,10 +158,32 @@ class EvaluationDiverged(Diverged):
     that every trainer fails the run with its line as it does for a training loss."""
 
     def __init__(self, value: float, precision: str | None = None) -> None:
+        self.value = value
         Exception.__init__(  # not Diverged's: no step or learning rate made this loss
             self,
             f"evaluation loss became {value}: the model's scores in eval mode were not finite; "
             + evaluation_fix(precision),
+        )
+
+
+class TrainingDiverged(Diverged):
+    """Evaluation's loss was not finite after training had diverged (`why`: its loss rose
+    past divergence.BLOW_UP times its first, or its weights were no longer finite), though
+    each training loss was finite: advised as a training loss that was not finite is."""
+
+    def __init__(
+        self,
+        why: str,
+        value: float,
+        lr: float | None,
+        *,
+        grad_clip: float | None = None,
+        precision: str | None = None,
+    ) -> None:
+        # No step's loss to name: the advice is for updates, which evaluation follows.
+        fix = diverged_fix(None, lr, grad_clip, precision)
+        Exception.__init__(
+            self, f"training diverged: {why}, and the evaluation loss became {value}; {fix}"
         )
 
 
@@ -205,6 +229,10 @@ class MetricBuffer(Component):
         self.losses: list[tuple[int, torch.Tensor, float, float]] = []
         self.rows: list[Row] = []
         self.last_loss = math.nan
+        # This process's first training loss and its largest so far, (step, value): what
+        # tells a training that diverged from a model whose eval mode alone is not finite.
+        self.first: tuple[int, float] | None = None
+        self.peak: tuple[int, float] | None = None
         self.epoch = 0
 
     def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
@@ -237,9 +265,30 @@ class MetricBuffer(Component):
                     raise Diverged(
                         step, epoch, value, said, grad_clip=self.grad_clip, precision=self.precision
                     )
+                self.first = self.first or (step, value)
+                if self.peak is None or value > self.peak[1]:
+                    self.peak = (step, value)
             self.last_loss = values[-1]
         self.sink.log_metrics(self.rows)
         self.rows.clear()
+
+    def diverged(
+        self, evaluation: EvaluationDiverged, model: nn.Module, step: int
+    ) -> TrainingDiverged | None:
+        """Training's divergence, where the evaluation that raised `evaluation` after `step`
+        followed it: the training loss blew up (divergence.blown_up), or the weights `model`
+        trained are no longer finite (read only here, once the evaluation failed). None: the
+        model's scores in eval mode are to blame."""
+        rose = blown_up(self.first, self.peak) if self.first and self.peak else None
+        if rose is not None:
+            why = f"its loss rose {rose}"
+        elif not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            why = f"its weights were no longer finite after step {step}"
+        else:
+            return None
+        return TrainingDiverged(
+            why, evaluation.value, self.lr, grad_clip=self.grad_clip, precision=self.precision
+        )
 
 
 class EpochClock(Component):
@@ -390,6 +439,7 @@ class EpochReport(Component):
     run: RunConfig
     tally: EpochTally | None
     metrics: MetricBuffer
+    model: nn.Module
     epochs: int
     evaluate: Callable[[], dict[str, float]] | None
     target: float | None
@@ -400,7 +450,7 @@ class EpochReport(Component):
         seconds, throughput = clock.stop(state)
         # Read before evaluating: NVML's last sample period is then the epoch's training.
         utilization = gpu_utilization(clock.device)
-        val = self.evaluate() if self.evaluate else {}
+        val = self.evaluated()
         state.end_epoch(epoch, clock.end(epoch), val.get("acc1", math.nan), self.target)
         rows = tally.rows(epoch) if tally else []
         rows += [(f"val/{k}", epoch, v) for k, v in val.items()]
@@ -425,3 +475,16 @@ class EpochReport(Component):
             if self.after is not None:
                 self.after()
             self.reporter.log(line)
+
+    def evaluated(self) -> dict[str, float]:
+        """`evaluate`'s metrics; a loss it found not finite after training diverged raised as
+        training's divergence (MetricBuffer.diverged), not as the model's eval mode."""
+        if self.evaluate is None:
+            return {}
+        try:
+            return self.evaluate()
+        except EvaluationDiverged as e:
+            diverged = self.metrics.diverged(e, self.model, self.state.step)
+            if diverged is None:
+                raise
+            raise diverged from e
