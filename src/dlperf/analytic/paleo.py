@@ -99,6 +99,7 @@ def predict(
         memory_bandwidth=bandwidth,
         layers=tuple(layers),
         totals=_totals(layers, kind_totals, analysis.batch, peak, bandwidth),
+        unsupported_ops=analysis.unsupported_ops,
     )
 
 

@@ -179,10 +179,14 @@ class Prediction(Result):
     memory_bandwidth: float  # bytes/s
     layers: tuple[LayerTime, ...]
     totals: Totals
+    # The count's operators of no handler ({} when none), as `analyze --json` has them: the
+    # totals leave their work out, so any makes every time a lower bound. None: not counted
+    # here (a prediction built by hand).
+    unsupported_ops: dict[str, int] | None = None
     basis: Basis | None = None
     peak: Peak | None = None
     flops_over_peak: FlopsOverPeak | None = None
     measured: Measured | None = None
     plot: str | None = None
 
-    OPTIONAL = ("basis", "peak", "flops_over_peak", "measured", "plot")
+    OPTIONAL = ("unsupported_ops", "basis", "peak", "flops_over_peak", "measured", "plot")

@@ -76,6 +76,18 @@ def _prediction_rows(t: Totals, what: str, basis: Basis, peak_label: str) -> lis
     return rows
 
 
+def _unsupported_rows(unsupported_ops: dict[str, int] | None) -> list[list[Any]]:
+    """The operators the count left out, in analyze's words, first: every figure below
+    leaves out their work."""
+    if not unsupported_ops:
+        return []
+    ops = ", ".join(f"{op} x{n}" for op, n in unsupported_ops.items())
+    return [
+        ["not counted (no handler for these operators)",
+         f"{ops}: times and FLOPs below are lower bounds, images/s upper bounds"],
+    ]  # fmt: skip
+
+
 def _measured_rows(m: Measured, what: str) -> list[list[Any]]:
     s, same = m.measured_s, m.same_moment
     assert same is not None  # a measurement always has its same-moment prediction
@@ -113,6 +125,7 @@ def prediction_tables(r: Prediction) -> list[Table]:
     what = figure(r.basis, r.op_overhead_s > 0)
     f = r.flops_over_peak
     rows = [
+        *_unsupported_rows(r.unsupported_ops),
         *_prediction_rows(r.totals, what, r.basis, r.peak.label),
         ["FLOPs ÷ peak: time per image (ms)", f.time_per_image_s * MS],
         ["FLOPs ÷ peak: images/s", f.images_per_s],
