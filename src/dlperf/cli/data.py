@@ -38,12 +38,14 @@ def _data_sets(dataset: str, set_: list[str], allowed: tuple[str, ...]) -> list[
 
 
 def _classes(value: str | None) -> int | list[str] | None:
-    """--classes N (the first N) or A,B,... (names or indices; any comma makes it a list)."""
+    """--classes N (the first N) or A,B,... (names or indices; any comma makes it a list).
+    Each name is kept as typed: a class folder may be named 'cat ' (`pick_classes` matches a
+    name without its spaces only where that names one class, as "a, b" does)."""
     if value is None:
         return None
     if value.strip().lstrip("-").isdigit():
         return int(value)
-    return [item.strip() for item in value.split(",") if item.strip()]
+    return [item for item in value.split(",") if item.strip()]
 
 
 @data_app.command("describe")

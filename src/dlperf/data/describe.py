@@ -6,6 +6,7 @@ Returns data only; `dlperf.cli.data` draws the figures."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch, check_augment
 from dlperf.data.loaders import STD_FLOOR, channel_stats, stats_measured
-from dlperf.data.sources import Split, decode_file, repeated, too_few_classes
+from dlperf.data.sources import SetWarning, Split, decode_file, repeated, too_few_classes
 from dlperf.errors import UserError
 from dlperf.parsing import file_name_text, name_text
 from dlperf.paths import within
@@ -131,20 +132,35 @@ def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) 
         return list(range(chosen))
     if not chosen:
         raise UserError("--classes names no class", "give a count or names, e.g. --classes 2")
-    ids = []
-    for item in chosen:
-        if item in classes:
-            ids.append(classes.index(item))
-        elif item.isdigit() and int(item) < len(classes):
-            ids.append(int(item))
-        else:
-            more = ", ..." if len(classes) > 12 else ""
-            listed = ", ".join(map(name_text, classes[:12])) + more
-            raise UserError(
-                f"--classes: {name} has no class '{item}'",
-                f"give names or indices 0..{len(classes) - 1}: {listed}",
-            )
-    return ids
+    return [_class_id(name, classes, item) for item in chosen]
+
+
+def _class_id(name: str, classes: list[str], item: str) -> int:
+    """The label id of `item` of --classes: the class of that name as typed, else the one
+    class whose name is it without the spaces at its edges ("a, b" gives " b"; a folder may
+    be named "cat "), else an index."""
+    if item in classes:
+        return classes.index(item)
+    bare = item.strip()
+    spaced = [i for i, c in enumerate(classes) if c.strip() == bare]
+    if len(spaced) == 1:
+        return spaced[0]
+    if spaced:  # "cat" of " cat" and "cat ": only an index tells them apart on a command line
+        said = " and ".join(name_text(classes[i]) for i in spaced)
+        indices = ", ".join(f"{i} for {name_text(classes[i])}" for i in spaced)
+        raise UserError(
+            f"--classes: '{bare}' names {len(spaced)} classes of {name} with spaces "
+            f"at their edges, {said}",
+            f"give the one meant by its index: {indices}",
+        )
+    if bare.isdigit() and int(bare) < len(classes):
+        return int(bare)
+    more = ", ..." if len(classes) > 12 else ""
+    listed = ", ".join(map(name_text, classes[:12])) + more
+    raise UserError(
+        f"--classes: {name} has no class '{bare}'",
+        f"give names or indices 0..{len(classes) - 1}: {listed}",
+    )
 
 
 def _augments(cfg: AugmentConfig) -> bool:
@@ -180,7 +196,13 @@ def describe(
     """The data set `cfg` names, described, with up to `per_class` training images of each
     class `classes` picks (see `pick_classes`) and, when `augment` sets any augmentation,
     what training's augmentation makes of them."""
-    data = load_data(cfg)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SetWarning)
+        data = load_data(cfg)
+    said = [str(w.message) for w in caught if issubclass(w.category, SetWarning)]
+    for w in caught:  # the others, as they were
+        if not issubclass(w.category, SetWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     names = data.classes or [str(i) for i in range(data.num_classes)]
     # The readers refuse a name twice; the counts are keyed by name, and would merge them.
     twice = repeated(names)
@@ -198,9 +220,8 @@ def describe(
         check_augment(active, data.shape, shown, data.name, "show fewer images (--per-class)")
     samples = _samples(data, data.train, labels, per_class)
     refused = too_few_classes(data, cfg.limit)
-    warnings = (
-        [f"{refused.message}, and `dlperf run` refuses it ({refused.hint})"] if refused else []
-    )
+    if refused:
+        said.append(f"{refused.message}, and `dlperf run` refuses it ({refused.hint})")
     mean, std = data.mean, data.std
     measured = stats_measured(data) if cfg.mean is None or cfg.std is None else None
     if cfg.std is None and min(std) < 2 * STD_FLOOR:
@@ -213,7 +234,7 @@ def describe(
             measured = len(data.train)
             level, std = channel_stats(data, sample=measured, floor=0.0)
             mean = level if cfg.mean is None else mean
-        warnings += [
+        said += [
             f"channel {c} holds one value, {round(level[c] * 255)} of 255, in every pixel "
             "of the training images (std 0): it tells no class from another (a blank "
             "or wrongly decoded set?)"
@@ -234,5 +255,5 @@ def describe(
         samples=samples,
         augment=active,
         augmented=_augmented(samples, active, data.mean, data.std) if active else None,
-        warnings=warnings,
+        warnings=said,
     )

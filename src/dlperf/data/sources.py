@@ -712,6 +712,38 @@ def _absent_said(absent: list[str], names: list[str], folder: Path, alt: str = "
     return f"{_and([n + alt for n in absent])} missing in {folder}"
 
 
+def _other_case(cfg: DataConfig, what: str, folder: Path, absent: list[str], gz: bool) -> None:
+    """Refuse a set whose files `absent` (or their .gz, where `gz`) `folder` holds under
+    names of other case (TRAIN-IMAGES-IDX3-UBYTE): torchvision's names are exact, and "none
+    of its files ... point data.root at it" was said of a data.root that pointed at them,
+    and a download fetched them again beside them."""
+    try:
+        with os.scandir(folder) as listed:
+            held = {e.name.lower(): e.name for e in listed if e.is_file()}
+    except OSError:  # no folder: no files in it either
+        return
+    renames: list[tuple[str, str]] = []  # (the name held, torchvision's)
+    rest = []
+    for n in absent:
+        name = next((w for w in ((n, f"{n}.gz") if gz else (n,)) if w.lower() in held), None)
+        if name is None:
+            rest.append(n)
+        else:
+            renames.append((held[name.lower()], name))
+    if not renames:
+        return
+    found, wanted = (_and(list(names)) for names in zip(*renames, strict=True))
+    one = len(renames) == 1
+    missing = f"; {_and(rest)} missing" if rest else ""
+    raise _missing(
+        cfg,
+        what,
+        f"{found} in {folder} {'is' if one else 'are'} named in other case{missing}",
+        f"rename {'it' if one else 'them'} to {wanted}, the name{'' if one else 's'} "
+        f"torchvision gives {'it' if one else 'them'}",
+    )
+
+
 def _irregular(cfg: DataConfig, what: str, path: Path) -> None:
     """Refuse a set's file that is no regular file, stat'ed and never opened: a FIFO would
     block its reader for ever."""
@@ -875,6 +907,7 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     folder = _root_folder(cfg) / base.base_folder
     splits = [[n for n, _ in base.train_list], [n for n, _ in base.test_list]]
     names = [*splits[0], *splits[1], base.meta["filename"]]
+    _other_case(cfg, where, folder, _absent(folder, names), gz=False)
     if _absent(folder, names) and cfg.download:
         # Only while a file is missing. torchvision's archive, MD5-checked, as its CIFAR
         # classes download it; not through them, which then pickle.load the batches there
@@ -964,13 +997,19 @@ def _not_names(held: object) -> str | None:
     return f"{kind} holding {', '.join(others)}" if others else None
 
 
+class SetWarning(UserWarning):
+    """What a reader says of a set's files without refusing them (`data describe` lists it
+    among its warnings)."""
+
+
 def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) -> None:
     """dlperf reads raw idx files; users often hold the .gz originals, so unpack those of
     `dims` (name: the idx file's dimensions) that are missing, or older than their .gz (the
     user's whole copy put in place of a bad one): to a hidden temporary name beside the
     target, renamed only once its content reads as the idx file it should be, so that a
     corrupt .gz, or one holding a bad idx file, leaves nothing behind that a later run would
-    read (and its good copy unpacks then)."""
+    read (and its good copy unpacks then). A raw file dlperf did not unpack (`_unpacked`)
+    is never replaced: one of other contents is read, and said to be."""
     for name, ndim in dims.items():
         target, gz = folder / name, folder / f"{name}.gz"
         if not gz.exists() or (target.exists() and not _newer(gz, target)):
@@ -980,12 +1019,21 @@ def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) 
         try:
             with gzip.open(gz, "rb") as src:
                 data = src.read()
+            if target.exists() and not _unpacked(target) and target.read_bytes() != data:
+                said = (
+                    f"{target} and {gz} differ: {target} is read, which dlperf did not unpack "
+                    "and leaves as it is (remove it to read the .gz)"
+                )
+                warnings.warn_explicit(said, SetWarning, str(target), 0)  # 0: no source line
+                continue
             _idx_array(cfg, what, f"{gz}, unpacked,", data, ndim)  # a bad file is never kept
             part.write_bytes(data)
             os.replace(part, target)
             if _newer(gz, target):  # a .gz dated ahead of the clock: unpacked once, not each run
                 stamp = gz.stat()
                 os.utime(target, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+            with contextlib.suppress(OSError):  # unmarked, it is kept as the user's: no loss
+                _unpacked_mark(target).write_text(_unpacked_stamp(target))
         except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt: nothing is left
             if isinstance(e, OSError) and e.filename in (str(part), str(target)):
                 if target.exists():  # a read-only folder's unpacked copy: read as it is
@@ -1000,6 +1048,27 @@ def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) 
 def _newer(gz: Path, target: Path) -> bool:
     """Whether `gz` was written after `target`, the idx file unpacked from it."""
     return gz.stat().st_mtime_ns > target.stat().st_mtime_ns
+
+
+def _unpacked_mark(target: Path) -> Path:
+    """The hidden file beside the idx file `target` that says dlperf unpacked it."""
+    return target.with_name(f".{target.name}.unpacked")
+
+
+def _unpacked_stamp(target: Path) -> str:
+    """What tells the file dlperf wrote at `target` from one written there since (a copy
+    over it changes its modification time, a move its inode)."""
+    stat = target.stat()
+    return f"{stat.st_ino} {stat.st_size} {stat.st_mtime_ns}\n"
+
+
+def _unpacked(target: Path) -> bool:
+    """Whether `target` is still the file dlperf unpacked there from its .gz, which a newer
+    .gz may replace; the user's own file (torchvision's unpacking, a copy) never is."""
+    try:
+        return _unpacked_mark(target).read_text() == _unpacked_stamp(target)
+    except OSError:  # no mark: not dlperf's
+        return False
 
 
 def _unreadable(path: str | Path, what: str, e: PermissionError) -> UserError:
@@ -1087,6 +1156,7 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
     names = [n for pair in files for n in pair]
     if raw.is_dir():
         _gunzip_raw(cfg, what, raw, {n: 3 if "-images-" in n else 1 for n in names})
+    _other_case(cfg, where, raw, _absent(raw, names), gz=True)
     if _absent(raw, names) and cfg.download:
         try:  # torchvision fetches the four files, MD5-checked, when one is missing
             cls(cfg.root, train=True, download=True)
@@ -1471,9 +1541,13 @@ class _ClassOwners:
     @functools.cached_property
     def real(self) -> dict[Path, str]:
         """Each class folder's real path: listed as the first file is checked, once
-        torchvision has found the class folders (a split that is none is its line)."""
+        torchvision has found the class folders (a split that is none is its line). A class
+        folder that is a link to another's (train/c -> a) does not own that folder's real
+        path: the last listed does, so folders that are no link are listed last; else the
+        line named train/a the link, and removing it removed the class."""
         listed = os.scandir(self.split)
         classes = sorted(e.name for e in listed if e.is_dir() and e.name[:1] != ".")
+        classes.sort(key=lambda c: not (self.split / c).is_symlink())  # stable: links first
         return {_real(str(self.split / c)): c for c in classes}
 
     @functools.cached_property
@@ -2064,6 +2138,20 @@ def _npy_header(archive: Any, member: str) -> tuple[tuple[int, ...], np.dtype[An
         return None
 
 
+def _one_of_each(path: str | Path, archive: Any) -> None:
+    """Refuse the open .npz `archive` holding two members of one name (a zip may): numpy
+    reads one of them, and which one the user meant no one can tell. The archive's listing,
+    read as it is opened, costs nothing more."""
+    members = archive.zip.namelist()
+    times = Counter(members)
+    twice = next((name for name in members if times[name] > 1), None)
+    if twice is not None:
+        raise UserError(
+            f"{path} holds {times[twice]} members named {twice}, of which numpy reads one",
+            _NPZ_FIX,
+        )
+
+
 def _npz_images(path: str | Path, images: np.ndarray | None, files: list[str]) -> None:
     """Refuse `images`, the array of the .npz file `path` (whose arrays are `files`), unless
     it is uint8 N,C,H,W: one line naming what it holds (dtype, shape, the values' range) and,
@@ -2207,6 +2295,7 @@ def read_npz(
                 "write it with numpy.savez(path, images=..., labels=...)",
             )
         with loaded as f:
+            _one_of_each(path, f)
             arrays = {k: _npz_array(path, f, k) for k in _NPZ_KEYS if k in f.files}
             files = list(f.files)
     except PermissionError as e:  # the file is fine: writing it again is no fix
