@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -244,11 +244,16 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
     """The name `key` is stored under (`_key_name`) and `value` as the store keeps it, a
     UserError for either: float() would take "1.5" and raise ValueError or TypeError for the
     rest, and OverflowError for a whole number too big for a float (10**400)."""
+    import torch  # imported by `track` already
+
     name = _key_name(key)
     # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
     # float() made True 1.0.
     boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
     if not (isinstance(value, _TEXT) or boolean):
+        if isinstance(value, torch.Tensor):
+            # float() of one that requires grad warns (torch's UserWarning, from this line)
+            value = value.detach()
         try:
             return name, float(value)
         except OverflowError:
@@ -259,6 +264,20 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
         except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of many values
             pass
     raise UserError(f"metric {name} is a number, got {type(value).__name__} {reprlib.repr(value)}")
+
+
+def _step(step: Any) -> int:
+    """`step` as the int `log` stores: an int (NumPy's, an integer tensor's) or a float of a
+    whole number (1.0, NumPy's 3.0), which names one step exactly as its int does (a float
+    holds every whole number to 2**53, past the store's bound); not a bool, nor 1.5, which
+    int() would put on step 1."""
+    if not isinstance(step, bool):
+        with suppress(TypeError):
+            return operator.index(step)
+        with suppress(OverflowError):  # float() of a Fraction past a float's range
+            if isinstance(step, numbers.Real) and float(step).is_integer():  # not NaN, inf
+                return int(float(step))
+    raise UserError(f"a step is a whole number, got {reprlib.repr(step)}")
 
 
 def _logged_name(key: str) -> str:
@@ -515,7 +534,9 @@ class TrackedRun:
     _device: Any
     _rows: list[tuple[str, int, float, float]] = field(default_factory=list)
     _phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    _last: dict[str, float] = field(default_factory=dict)
+    # metric -> (step, value) at the highest step logged, of equal steps the last logged: the
+    # run's `final`, whatever order the steps came in (threads, a loop that goes back)
+    _final: dict[str, tuple[int, float]] = field(default_factory=dict)
     _ended: bool = False
     _flushed: float = field(default_factory=time.monotonic)  # when the rows were last written
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -527,12 +548,7 @@ class TrackedRun:
         other key goes under train/, so `loss` and `train/loss` in one call are refused."""
         self._check_open()
         now = time.time()  # the call's own time, not the batch's write
-        try:  # int() would read 1.5 as step 1; index() takes NumPy's and tensors' integers
-            at = operator.index(step)
-        except TypeError:
-            at = None
-        if at is None or isinstance(step, bool):
-            raise UserError(f"a step is a whole number, got {reprlib.repr(step)}")
+        at = _step(step)
         if not STEP_MIN <= at <= STEP_MAX:  # else it failed the run at the block's flush
             raise UserError(
                 f"a step is between {STEP_MIN:,} and {STEP_MAX:,}, got {reprlib.repr(step)}",
@@ -553,7 +569,10 @@ class TrackedRun:
         with self._lock:
             self._check_open()  # again: the block may have ended while this call checked
             self._rows.extend(rows)
-            self._last.update((name, value) for name, _, value, _ in rows)
+            for name, _, value, _ in rows:
+                kept = self._final.get(name)
+                if kept is None or at >= kept[0]:
+                    self._final[name] = (at, value)
             if len(self._rows) >= FLUSH_ROWS or time.monotonic() - self._flushed >= FLUSH_SECONDS:
                 self._flush()
 
@@ -617,7 +636,7 @@ class TrackedRun:
     def summary(self) -> dict[str, Any]:
         with self._lock:
             phases = {p: sum(times) / len(times) for p, times in self._phases.items()}
-            final = {k: v for k, v in self._last.items() if math.isfinite(v)}
+            final = {k: v for k, (_, v) in self._final.items() if math.isfinite(v)}
         return {"phases": phases or None, "final": final}
 
 
@@ -818,7 +837,8 @@ class Store:
     def frame(self, run_id: int, keys: Sequence[str] | None = None) -> Any:
         """A pandas DataFrame: the global step as index, one column per key, per-epoch keys
         (val/*, epoch/*, phase/*) at their epoch's last step and an `epoch` column, as
-        `dlperf runs export` puts them; needs pandas installed."""
+        `dlperf runs export` puts them; a step logged twice for a key is two rows; needs
+        pandas installed."""
         try:
             import pandas as pd
         except ImportError:
@@ -836,11 +856,21 @@ class Store:
             wanted = series
         else:
             wanted = {k: series[self._stored_key(run_id, k, list(series))] for k in keys}
-        columns = {
-            key: pd.Series({step: value for step, value, _ in points}, name=key, dtype=float)
-            for key, points in wanted.items()
-        }
-        return pd.DataFrame(columns).sort_index().rename_axis("step")
+        # Every value logged is a row, as metrics(), the exports, MLflow and TensorBoard keep
+        # them: a step a metric has twice is two rows of that step (a dict of step -> value
+        # kept the last one alone). Rows line up by (step, the how-manieth value at that step).
+        columns = {}
+        for key, points in wanted.items():
+            seen: Counter[int] = Counter()
+            at = []
+            for step, _, _ in points:
+                at.append((step, seen[step]))
+                seen[step] += 1
+            index = pd.MultiIndex.from_tuples(at, names=["step", "n"])
+            columns[key] = pd.Series([v for _, v, _ in points], index=index, dtype=float)
+        if not columns:  # no metric: no (step, n) index to drop n from
+            return pd.DataFrame().rename_axis("step")
+        return pd.DataFrame(columns).sort_index().droplevel("n")
 
 
 if TYPE_CHECKING:

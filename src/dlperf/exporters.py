@@ -68,6 +68,7 @@ from dlperf.paths import writing
 from dlperf.store import RunStore, integrity, masked_url
 from dlperf.store.ids import STORE_ID_FORM
 from dlperf.store.keys import on_global_steps, per_epoch
+from dlperf.store.query import tracked
 from dlperf.store.record import RunRecord
 from dlperf.store.runstore import SQLITE_FULL, SQLITE_IOERR, garbled_metrics, size_limited
 from dlperf.store.schema import Metric, Run
@@ -236,7 +237,13 @@ def steps_per_epoch(
 ) -> float | None:
     """A run's steps per epoch: from its summary; for a run with per-epoch metrics that ended
     before writing its summary (killed, lost), the training images of its config over its
-    batch size, the incomplete last batch dropped, as the engine trains them; else None."""
+    batch size, the incomplete last batch dropped, as the engine trains them; else None.
+    None for a loop recorded with dlperf.track, whose keys, val/* too, are at the steps it
+    logged: told by what the run is (`tracked`), not by whether its config validates as an
+    experiment ({} and {"train": {...}} do, all defaults, which moved its val/* to steps
+    of the digits data set's epochs)."""
+    if tracked(run):
+        return None
     known = run.summary.get("steps_per_epoch")
     if known or run.kind != "run" or not any(map(per_epoch, series)):
         return known
@@ -247,7 +254,7 @@ def steps_per_epoch(
 
     try:
         exp = Experiment.model_validate(run.config)
-    except ValidationError:  # not an engine run's config: a loop recorded with dlperf.track
+    except ValidationError:  # an experiment's sections that this dlperf does not read
         return None
     try:
         images = len(load_data(exp.data).train)

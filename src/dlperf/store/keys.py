@@ -21,7 +21,7 @@ def on_global_steps(
     """Every series of a run on the global-step axis, with an `epoch` series added: (the
     epoch's last global step, the epoch, the wall time its per-epoch metrics were logged),
     once per epoch. As stored when the run does not know its steps per epoch (a scaling
-    point, a calibration)."""
+    point, a calibration, a loop recorded with dlperf.track)."""
     if not steps_per_epoch:
         return dict(series)
     moved = {
