@@ -81,8 +81,31 @@ _files: weakref.WeakKeyDictionary[Any, Path] = weakref.WeakKeyDictionary()
 def shown(name: object) -> str:
     """A store's path or URL as a line names it: its control characters, newline and tab
     too, written as Python escapes (`parsing.printable`), so the error stays one line and no
-    terminal acts on an ESC in a directory's name."""
-    return printable(str(name)).replace("\n", "\\n").replace("\t", "\\t")
+    terminal acts on an ESC in a directory's name; in quotes where a name in it starts or ends
+    with a space, which was not seen ("run store directory   does not exist")."""
+    text = printable(str(name)).replace("\n", "\\n").replace("\t", "\\t")
+    return f"'{text}'" if _spaced_names(text) else text
+
+
+def _spaced_names(path: str) -> list[str]:
+    return [part for part in path.split("/") if part != part.strip()]
+
+
+def spaces_said(path: str, whose: str = "its path") -> str:
+    """What a line that says the store `path` is not there adds where a name in it starts or
+    ends with a space, most likely one pasted into DLPERF_DB or --db: ": its path starts with
+    a space" (`whose`: how the line names `path`); '' for a path without such a name. Not
+    stripped: a file's name may start with a space, and a store read or made at another path
+    than the one given would be worse than this line."""
+    names = _spaced_names(path)
+    if not names:
+        return ""
+    if path[:1].isspace():
+        return f": {whose} starts with a space"
+    if path[-1:].isspace():
+        return f": {whose} ends with a space"
+    side = "starts" if names[0][:1].isspace() else "ends"
+    return f": {whose} has a name that {side} with a space, {shown(names[0])}"
 
 
 def store_file(engine: Engine) -> Path | None:
@@ -392,14 +415,21 @@ def _not_as_made(context: ExceptionContext) -> bool:
 # --- repair ---------------------------------------------------------------------------------
 
 
+# The tables a repair copies: studies before runs, and runs before the rows that name them.
+COPIED = (Meta, Study, Run, Metric, Artifact, Tag)
+
+
 @dataclass
 class Copied:
     """One table's rows: copied, unreadable stretches skipped, and rows left out because
-    they are garbled or belong to a run (or study) that could not be read."""
+    they are garbled or belong to a run (or study) that could not be read. `missing`: the
+    store has no such table (dropped or renamed by hand), one stretch none of whose rows
+    could be read."""
 
     copied: int = 0
     skipped_stretches: int = 0
     left_out: int = 0
+    missing: bool = False
 
 
 @dataclass
@@ -518,21 +548,28 @@ def _source_tables(source: Path, busy_s: float) -> tuple[sqlite3.Connection, dic
     return conn, tables
 
 
-def _refuse_newer(old: sqlite3.Connection, tables: dict[str, list[str]], source: Path) -> None:
-    """A store of a newer schema is not damaged: copied into this dlperf's schema, its new
-    columns and tables would be dropped without a word, so it is refused as `--db` refuses it.
-    A version that cannot be read, or that no dlperf writes, is damage and is repaired."""
+def _versions(old: sqlite3.Connection, tables: dict[str, list[str]]) -> list[Any]:
+    """The store's schema version rows as stored; none where they cannot be read."""
     if not {"key", "value"} <= set(tables.get(Meta.__tablename__, ())):
-        return
+        return []
     try:
-        versions = old.execute(
-            f'SELECT value FROM "{Meta.__tablename__}" WHERE key = ?', (VERSION_KEY,)
-        ).fetchall()
+        return [
+            version
+            for (version,) in old.execute(
+                f'SELECT value FROM "{Meta.__tablename__}" WHERE key = ?', (VERSION_KEY,)
+            )
+        ]
     except sqlite3.DatabaseError as e:
         if held(e):
             raise
-        return
-    for (version,) in versions:
+        return []
+
+
+def _refuse_newer(versions: list[Any], source: Path) -> None:
+    """A store of a newer schema is not damaged: copied into this dlperf's schema, its new
+    columns and tables would be dropped without a word, so it is refused as `--db` refuses it.
+    A version that cannot be read, or that no dlperf writes, is damage and is repaired."""
+    for version in versions:
         # As `--db` reads it: a version no dlperf writes ('04') is damage, not a newer store.
         if isinstance(version, str) and written(version) and int(version) > SCHEMA_VERSION:
             raise UserError(
@@ -560,12 +597,25 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
     meta_insert = ""
     floor = 0
     try:
-        _refuse_newer(old, old_tables, source)
+        versions = _versions(old, old_tables)
+        _refuse_newer(versions, source)
+        # The tables the store had, missing now: a store of before versions may lack meta,
+        # which came first, and tags, which came next; every versioned store has them all.
+        lacking = {t.__tablename__ for t in COPIED} - old_tables.keys()
+        if not versions:
+            lacking -= {Tag.__tablename__} | (
+                set() if Tag.__tablename__ in old_tables else {Meta.__tablename__}
+            )
         with target.begin() as conn:
             conn.execute(Meta.__table__.delete())  # the old store's facts replace the new one's
-            for table in (Meta, Study, Run, Metric, Artifact, Tag):
+            for table in COPIED:
                 t = table.__table__
                 counts = done.tables.setdefault(t.name, Copied())
+                if t.name in lacking:
+                    # Its rows are lost as a damaged page's are: said so, not as an empty table
+                    # copied cleanly.
+                    counts.missing = True
+                    counts.skipped_stretches += 1
                 columns = [c.name for c in t.columns if c.name in old_tables.get(t.name, ())]
                 if not columns:
                     continue

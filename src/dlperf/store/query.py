@@ -5,6 +5,7 @@ tags `runs tag` sets, and which runs may be deleted (and stopping those still ru
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import signal
@@ -337,15 +338,23 @@ class Condition:
         tag = self.key.removeprefix("tag.") if self.key.startswith("tag.") else None
         if self.text is not None and tag is not None and run.tags.get(tag) == self.text:
             return True
-        if _number(value) and isinstance(self.value, str) and _python_number(self.value):
-            # `.05` or `5.`: text to --set (TOML), which refuses it for a number, so it
-            # selected nothing where 0.05 selected the runs.
+        return _same(value, self.value)
+
+    def refuse_number_as_text(self, runs: list[RunRecord]) -> None:
+        """Refuse `.05` or `5.` (text to --set, which TOML refuses for a number) where the key
+        holds numbers and no run holds that text: it selected nothing where 0.05 selected the
+        runs. Where a run holds the text ("5" in its config, a tag 02), it is what is meant,
+        and the number the fix names would select other runs."""
+        if not (isinstance(self.value, str) and _python_number(self.value)):
+            return
+        if any(self.holds(run) for run in runs):
+            return
+        if any(_number(_field(run, self.key)[1]) for run in runs):
             raise UserError(
                 f"--where {self.key}={self.text}: {self.value!r} is not a number as --set reads "
                 f"it, and {self.key} holds numbers",
                 f"write it as {float(self.value)!r}",
             )
-        return _same(value, self.value)
 
 
 def _python_number(text: str) -> bool:
@@ -378,13 +387,19 @@ def _field(run: RunRecord, key: str) -> tuple[bool, Any]:
         return True, getattr(run, key)
     # Where _check_keys found it: a summary key or a config key, with or without a dot (a
     # tracked run's config may hold `s` at its top). A key both hold is read as it always
-    # was: without a dot from the summary (test_accuracy), with one from the config.
-    flat = flatten(run.config)
-    sources = (run.summary, flat) if "." not in key else (flat, run.summary)
+    # was: without a dot from the summary (test_accuracy), with one from the config. A
+    # summary's nested keys as `runs compare` labels them: final.train/loss.
+    flat, summary = flatten(run.config), _summary_keys(run)
+    sources = (summary, flat) if "." not in key else (flat, summary)
     for source in sources:
         if key in source:
             return True, source[key]
     return False, None
+
+
+def _summary_keys(run: RunRecord) -> dict[str, Any]:
+    """The run's summary by the keys --where takes: its own, and its nested ones dotted."""
+    return run.summary | flatten(run.summary)
 
 
 def _same(stored: Any, wanted: Any) -> bool:
@@ -405,7 +420,7 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
     known = {k for k, _ in describe()} | set(RUN_FIELDS) | set(SUMMARY_KEYS)
     tags: set[str] = set()
     for run in runs:
-        known |= set(run.summary) | set(flatten(run.config))
+        known |= set(_summary_keys(run)) | set(flatten(run.config))
         tags |= {f"tag.{t}" for t in run.tags}
     for key in (c.key for c in conditions):
         if key.startswith("tag.") and key not in tags:
@@ -414,9 +429,9 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
         if not key.startswith("tag.") and key not in known:
             hint = did_you_mean(
                 key,
-                known,
+                _near(key, known),
                 "keys: config keys (model.name, train.lr), status, kind, name, "
-                "summary keys (test_accuracy, throughput) and tag.NAME",
+                "summary keys (test_accuracy, throughput, final.train/loss) and tag.NAME",
                 quote=True,
             )
             raise UserError(f"--where: unknown key {key!r}", hint)
@@ -427,10 +442,22 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
             )
 
 
+def _near(key: str, known: set[str]) -> list[str]:
+    """The keys a hint for the unknown `key` may name: those of its section (what comes
+    before the first dot), or of a section spelt alike. Compared whole, `final.train/loss`
+    was closest to `analyze.train`, a key of another section that shares a word."""
+    head = key.partition(".")[0]
+    heads = {k.partition(".")[0] for k in known}
+    near = {head} if head in heads else set(difflib.get_close_matches(head, heads, n=3))
+    return sorted(k for k in known if k.partition(".")[0] in near)
+
+
 def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
     """The runs (as they stand) every KEY=VALUE of `where` holds for."""
     conditions = [Condition.parse(w) for w in where]
     _check_keys(runs, conditions)
+    for condition in conditions:
+        condition.refuse_number_as_text(runs)
     return [run for run in runs if all(c.holds(run) for c in conditions)]
 
 

@@ -208,6 +208,14 @@ def _parsed(url: str) -> URL:
             "write @ in a password as %40, e.g. postgresql+psycopg://user:p%40ss@host/db; "
             "in a user name too",
         )
+    # SQLAlchemy drops a port that is 0 (falsy) from what it passes the driver, which then
+    # connected to the default port: another server's store than the URL names. The driver
+    # refuses 70000 itself ("invalid port number").
+    if parsed.port == 0:
+        raise UserError(
+            f"cannot open run store {integrity.shown(masked_url(url))}: port 0 is not a port",
+            "leave it out for the server's default, 5432 for PostgreSQL",
+        )
     _query_checked(url, parsed)
     return parsed
 
@@ -576,7 +584,8 @@ def _directories_as_written(path: str) -> None:
             os.stat(directory)
         except FileNotFoundError:
             missing = integrity.shown(directory)
-            raise UserError(f"run store directory {missing} does not exist") from None
+            why = integrity.spaces_said(path, f"the store path {integrity.shown(path)}")
+            raise UserError(f"run store directory {missing} does not exist{why}") from None
         except OSError:  # a link loop, a permission: resolve() and SQLite say it in their words
             return
         if not os.path.isdir(directory):
@@ -1721,7 +1730,8 @@ class RunStore:
             if (read_only or not create) and missing:
                 assert path is not None
                 what = "does not exist" if not path.exists() else "is an empty file"
-                missing_file = f"run store {integrity.shown(path)} {what}"
+                why = integrity.spaces_said(str(path))
+                missing_file = f"run store {integrity.shown(path)} {what}{why}"
                 return cls._empty(_absent(_name(engine), what, read_only), missing_file)
             if not read_only and not missing:  # before a connection switches it to WAL
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed), read_begun)
@@ -2839,7 +2849,8 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
     source = _sqlite_checked(url, integrity.shown(masked_url(str(url))))
     busy_s = _busy_timeout_s(url)
     if not source.is_file():
-        raise UserError(f"run store {integrity.shown(source)} does not exist")
+        why = integrity.spaces_said(str(source))
+        raise UserError(f"run store {integrity.shown(source)} does not exist{why}")
     target = os.path.expanduser(out)
     if not target.strip() or "://" in target:
         raise UserError(
