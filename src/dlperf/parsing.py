@@ -109,11 +109,15 @@ def absolute_model_name(name: str) -> str:
     """A model name with its file's path made absolute against the current directory, where
     a command looks for it: stored so, a run names the file it was trained from, whichever
     directory a later command (export, --resume, distill's teacher) runs in, and runs of two
-    files of one relative name differ. A model's name, or a path that is absolute already or
-    names no factory, is kept as given."""
+    files of one relative name differ. A leading ~ is the home directory, as in data.root:
+    the shell leaves it in --set model.name=~/net.py:make and in a TOML file. A model's name,
+    or a path that is absolute already or names no factory, is kept as given."""
     path, colon, factory = name.rpartition(":")
-    if not is_file_spec(name) or not colon or os.path.isabs(path):
+    if not is_file_spec(name) or not colon:
         return name
+    path = os.path.expanduser(path)
+    if os.path.isabs(path):
+        return f"{path}:{factory}"
     try:
         return f"{Path(path).absolute()}:{factory}"
     except FileNotFoundError:  # the current directory was deleted: the file is found nowhere

@@ -45,7 +45,8 @@ from dlperf.config.base import (
     Size,
     Std,
 )
-from dlperf.parsing import absolute_model_name, has_control
+from dlperf.formatting import few
+from dlperf.parsing import absolute_model_name, has_control, is_file_spec
 from dlperf.paths import file_digest
 from dlperf.system import machine_memory
 
@@ -69,18 +70,67 @@ def weights_file(weights: str | None) -> Path | None:
     return Path(weights)
 
 
-# The key of a run's `system` that holds weights_digest of its model.weights file, so that a
-# run says which bytes it started from (a sweep's points trained from other bytes are not
-# reused). Here, not with the run's other digests: a sweep checks it without importing torch.
+# The keys of a run's `system` that hold the sha256 of the files it trained from, so that a run
+# says which bytes it started from: its model.weights file (weights_digest), its model file
+# (model_file_digest) and the modules beside it that its import loaded (helper.py), by their
+# path relative to its folder. A sweep's points and distill's stages trained from other bytes
+# are not reused (`changed_source`). Here, not with the run's code: a sweep checks them
+# without importing torch.
 WEIGHTS_FILE_DIGEST = "weights_file_sha256"
+MODEL_FILE_DIGEST = "model_file_sha256"
+MODEL_NEIGHBOURS_DIGEST = "model_neighbours_sha256"
 
 
 def weights_digest(weights: str | None) -> str | None:
     """The sha256 of the state-dict file `model.weights` names; None for weights of another
     form, or a file that is not there to read."""
     path = weights_file(weights)
-    if path is None:
-        return None
+    return None if path is None else _digest(path)
+
+
+def model_file_digest(name: str) -> str | None:
+    """The sha256 of the source of the model file `name` names (path/to/file.py:factory);
+    None for a registered model or a file that is not there to read."""
+    return _digest(Path(name.rpartition(":")[0] or name)) if is_file_spec(name) else None
+
+
+def model_changes(config: dict[str, Any], system: dict[str, Any] | None) -> tuple[bool, list[str]]:
+    """Of a stored run (its `config` and `system`): whether the model file it names is another
+    now than the one it recorded training from (not when it is gone: its import says so), and
+    the modules beside it that its import loaded then whose source is another now, or gone.
+    Nothing for what it recorded no digest of (a registered model, a run stored before)."""
+    recorded = system or {}
+    name = str(config.get("model", {}).get("name", ""))
+    trained = recorded.get(MODEL_FILE_DIGEST)
+    now = None if trained is None else model_file_digest(name)
+    folder = Path(name.rpartition(":")[0]).parent
+    neighbours = recorded.get(MODEL_NEIGHBOURS_DIGEST) or {}
+    others = [where for where, sha in sorted(neighbours.items()) if _digest(folder / where) != sha]
+    return now not in (trained, None), others
+
+
+def changed_source(config: dict[str, Any], system: dict[str, Any] | None) -> str | None:
+    """Which file a stored run (its `config` and `system`) trained from has other bytes now
+    than it recorded: "its model file", "module helper.py beside its model file", "its
+    model.weights file"; None for none, and for a file it recorded no digest of (a registered
+    model, weights of another form, a sweep point failed before its run was recorded, a run
+    of a dlperf before round 28 or 29): it is taken as it was. Its config, hashed now, reads
+    the files as they are now, and would pass for a run of them: a sweep point, a stage."""
+    file, neighbours = model_changes(config, system)
+    if file:
+        return "its model file"
+    if neighbours:
+        return f"module{'s' if len(neighbours) > 1 else ''} {few(neighbours)} beside its model file"
+    trained = (system or {}).get(WEIGHTS_FILE_DIGEST)
+    weights = config.get("model", {}).get("weights")
+    if trained is not None and trained != weights_digest(weights):
+        return "its model.weights file"
+    return None
+
+
+def _digest(path: Path) -> str | None:
+    """The sha256 of the file at `path`, None where none is there to read; hashed once while
+    it stays the file it was (`_file_sha256`)."""
     found = _stat(path)
     if found is None:
         return None
@@ -88,11 +138,11 @@ def weights_digest(weights: str | None) -> str | None:
         where = str(path.absolute())
     except OSError:  # the current directory was deleted
         return None
-    return _weights_sha256(where, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
+    return _file_sha256(where, found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns)
 
 
 @functools.cache
-def _weights_sha256(path: str, size: int, mtime_ns: int, inode: int, ctime_ns: int) -> str | None:
+def _file_sha256(path: str, size: int, mtime_ns: int, inode: int, ctime_ns: int) -> str | None:
     """The sha256 of the file at `path`, read once while it stays the file it was (a sweep
     hashes each point's config, a distill study each stage's: pretrained weights are 100 MB).
     Unbounded: a sweep over more weights files than a bound would read each again and again.
@@ -131,7 +181,10 @@ class ModelConfig(Section):
     def _weights_absolute(cls, weights: str | None) -> str | None:
         # As model.name's file: two files of one relative name are two configs (a distill
         # stage run from another directory is not the one trained before). A name of no
-        # file here is kept: where the weights are read, it is refused as typed.
+        # file here is kept: where the weights are read, it is refused as typed. A leading ~
+        # is the home directory, as in model.name and data.root (`DataConfig._home`).
+        if weights is not None and not weights.startswith("run:"):
+            weights = os.path.expanduser(weights)
         path = weights_file(weights)
         found = None if path is None or path.is_absolute() else _stat(path)
         if path is None or found is None or not stat.S_ISREG(found.st_mode):
@@ -477,17 +530,23 @@ class Experiment(Section):
         return self.model_dump(mode="json")
 
     def config_hash(self) -> str:
-        """Hash of everything that changes what is trained, the bytes of a model.weights file
-        too: not the run's name, paths or profiled window. (Runs stored before the command
-        sections left `Experiment` hashed them out too, so their hashes are unchanged.)"""
+        """Hash of everything that changes what is trained, the bytes of a model file and of a
+        model.weights file too: not the run's name, paths or profiled window. (Runs stored
+        before the command sections left `Experiment` hashed them out too, so their hashes are
+        unchanged.)"""
         d = self.to_dict()
         for key in UNHASHED_RUN_KEYS:
             d["run"].pop(key)
-        # What the weights file holds, not only its name: other weights under one name are
-        # another config (a distill stage is not reused, a sweep point not taken for another).
+        # What the weights file and the model file hold, not only their names: other bytes
+        # under one name are another config (a distill stage is not reused, a sweep point not
+        # taken for another). The modules the model file imports are found only by importing
+        # it: `changed_source` checks those of a stored run.
         digest = weights_digest(self.model.weights)
         if digest is not None:
             d["model"]["weights_sha256"] = digest
+        source = model_file_digest(self.model.name)
+        if source is not None:
+            d["model"]["file_sha256"] = source
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

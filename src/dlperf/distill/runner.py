@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from dlperf.config import DistillConfig, DistillJob, Experiment, build_experiment
+from dlperf.config.experiment import changed_source
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import check_augment
 from dlperf.data.sources import read_npz
@@ -412,11 +413,6 @@ def run_distill(
         study_id = store.create_study(p.name, "distill")
     directory = out_dir / f"study-{study_id}"
     directory.mkdir(exist_ok=True)
-    done: dict[str, dict[str, Any]] = {}
-    for stored in store.list_runs(study_id=study_id):  # newest first
-        if stored.status == "finished" and stored.config_hash:
-            done.setdefault(stored.config_hash, {"id": stored.id, "summary": stored.summary})
-    study = _Study(store, p, study_id, directory, reporter, done)
     reporter.log(
         f"distill {p.name!r}, study {study_id}: {len(p.pool.images)} unlabelled images, "
         f"K = {', '.join(map(str, p.opts.top_k))}, P = {p.opts.top_p}"
@@ -425,6 +421,15 @@ def run_distill(
         reporter.log(f"warning: {warning}")
     if p.pool.unmeasured is not None:  # the summaries' null precision, said
         reporter.log(f"note: {p.pool.unmeasured}")
+    done: dict[str, dict[str, Any]] = {}
+    for stored in store.list_runs(study_id=study_id):  # newest first
+        if stored.status != "finished" or not stored.config_hash:
+            continue
+        # The modules its model file imports are no part of its config hash (that needs the
+        # file imported): a run trained before one changed is no stage of the code as it is.
+        if changed_source(stored.config, stored.system) is None:
+            done.setdefault(stored.config_hash, {"id": stored.id, "summary": stored.summary})
+    study = _Study(store, p, study_id, directory, reporter, done)
     result = DistillResult(
         study_id, p.name, None, None, [], None, p.labelled.classes, p.pool.spec, str(directory)
     )

@@ -18,7 +18,14 @@ from typing import Any, ParamSpec, TypeVar
 import torch
 
 from dlperf.config import Experiment, build_experiment
-from dlperf.config.experiment import WEIGHTS_FILE_DIGEST, weights_digest
+from dlperf.config.experiment import (
+    MODEL_FILE_DIGEST,
+    MODEL_NEIGHBOURS_DIGEST,
+    WEIGHTS_FILE_DIGEST,
+    model_changes,
+    model_file_digest,
+    weights_digest,
+)
 from dlperf.engine import checkpoint
 from dlperf.engine.build import Prepared, check_profile_fits, prepare_run
 from dlperf.engine.loop import Diverged
@@ -28,8 +35,8 @@ from dlperf.errors import UserError, in_model_file, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
 from dlperf.formatting import few
 from dlperf.models.registry import neighbour_digests, rebuilding
-from dlperf.parsing import is_file_spec, one_line
-from dlperf.paths import file_digest, made_dir
+from dlperf.parsing import one_line
+from dlperf.paths import made_dir
 from dlperf.precision import check_default_dtype
 from dlperf.procs import this_process
 from dlperf.progress import NullReporter, Reporter
@@ -43,35 +50,19 @@ from dlperf.system import system_info
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# The key of a run's `system` that holds its model file's sha256: kept out of the config, so
-# that a run's config hash stays what it was.
-MODEL_FILE_DIGEST = "model_file_sha256"
-# ... and the sha256 of the modules beside it that its import loaded (helper.py), by their path
-# relative to its folder: an edit of one changes the network as an edit of the file does.
-MODEL_NEIGHBOURS_DIGEST = "model_neighbours_sha256"
 
-
-def model_file_digest(name: str) -> str | None:
-    """The sha256 of the source of the model file `name` names (path/to/file.py:factory);
-    None for a registered model or a file that is not there to read."""
-    return file_digest(Path(name.rpartition(":")[0] or name)) if is_file_spec(name) else None
-
-
-def _digests(record: RunRecord) -> tuple[str, str | None, str | None]:
-    """`record`'s model name, the sha256 its model file was trained from (None: a registered
-    model, or a run stored without it) and the file's now (None: not readable)."""
-    name = str(record.config.get("model", {}).get("name", ""))
-    trained = (record.system or {}).get(MODEL_FILE_DIGEST)
-    return name, trained, None if trained is None else model_file_digest(name)
-
-
-def _neighbours_changed(record: RunRecord) -> list[str]:
-    """The modules beside `record`'s model file that its import loaded as the run was trained
-    (their sha256 stored with it) whose source is another now, or gone."""
-    name = str(record.config.get("model", {}).get("name", ""))
-    trained = (record.system or {}).get(MODEL_NEIGHBOURS_DIGEST) or {}
-    folder = Path(name.rpartition(":")[0]).parent
-    return [where for where, sha in sorted(trained.items()) if file_digest(folder / where) != sha]
+def changed_model_files(record: RunRecord) -> tuple[str, bool] | None:
+    """What of `record`'s model file and the modules beside it that its import loaded differs
+    from what the run was trained from ("model file F", "module helper.py beside model file
+    F", "model file F and modules a.py, b.py beside it"), and whether modules are among it;
+    None when none does, and for a run stored without the digests."""
+    file_changed, neighbours = model_changes(record.config, record.system)
+    file = one_line(str(record.config.get("model", {}).get("name", "")).rpartition(":")[0])
+    changed = [f"model file {file}"] if file_changed else []
+    if neighbours:
+        modules = f"module{'s' if len(neighbours) > 1 else ''} {few(neighbours)}"
+        changed.append(f"{modules} beside {'it' if changed else f'model file {file}'}")
+    return (" and ".join(changed), bool(neighbours)) if changed else None
 
 
 def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
@@ -79,18 +70,13 @@ def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
     file, or a module beside it that its import loaded, differs from the one it was trained
     from (its weights loaded into the code as it is now); None when they are the same, and
     for a run stored without the digests."""
-    name, trained, now = _digests(record)
-    file = one_line(name.rpartition(":")[0])
-    changed = [] if trained is None or now in (trained, None) else [f"model file {file}"]
-    neighbours = _neighbours_changed(record)
-    if neighbours:
-        modules = f"module{'s' if len(neighbours) > 1 else ''} {few(neighbours)}"
-        changed.append(f"{modules} beside {'it' if changed else f'model file {file}'}")
-    if not changed:
+    changed = changed_model_files(record)
+    if changed is None:
         return None
+    what, modules = changed
     return (
-        f"{' and '.join(changed)} changed since run {record.id} was trained (its parameters "
-        f"still fit): {use} as the file{'s are' if neighbours else ' is'} now"
+        f"{what} changed since run {record.id} was trained (its parameters still fit): {use} "
+        f"as the file{'s are' if modules else ' is'} now"
     )
 
 
@@ -99,8 +85,10 @@ def model_file_kept(record: RunRecord) -> bool:
     loaded beside it, is now the one it was trained from (their stored sha256): weights that
     do not fit it then come from a factory that builds another network on each call, not
     from an edit."""
-    _, trained, now = _digests(record)
-    return trained is not None and now == trained and not _neighbours_changed(record)
+    trained = (record.system or {}).get(MODEL_FILE_DIGEST)
+    name = str(record.config.get("model", {}).get("name", ""))
+    kept = trained is not None and model_file_digest(name) == trained
+    return kept and not model_changes(record.config, record.system)[1]
 
 
 # A run seeds torch's process-wide generator (its weights, its dropout masks) and sets the
@@ -242,6 +230,15 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     classes = prepared.data.num_classes
     same = model_file_kept(stored)  # a factory's own change, not the file's: told so
     checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes, same)
+    # Weights that fit code that changed: resumed, one run would hold epochs of two networks
+    # under one file's sha256 (export and bench, which train nothing, warn instead).
+    changed = changed_model_files(stored)
+    if changed is not None:
+        raise UserError(
+            f"{changed[0]} changed since run {run_id} was trained: resumed, its last epochs "
+            "would train another network than its first",
+            "restore the file the run was trained with, or start a new run",
+        )
     _check_same_split(run_id, done, steps_per_epoch(len(prepared.data.train), exp.train.batch_size))
     check_profile_fits(exp, prepared.data, done["epoch"])
     # One process writes a run: of two resuming it at once, the other stops here.

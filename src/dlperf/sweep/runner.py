@@ -5,8 +5,9 @@ running at once train each point once.
 A point is identified by its config hash with run.threads left out when the sweep sets the
 threads itself (they follow --jobs, and change how fast a point trains, not what it
 trains): so a sweep stopped under --jobs 2 resumes under --jobs 1 and skips what finished.
-A stored run whose model.weights file has changed since it trained is no point of the sweep
-(`run_key`): its config, hashed now, would read the file as it is now.
+A stored run whose model file, a module beside it that its import loaded, or model.weights file
+has changed since it trained is no point of the sweep (`run_key`): its config, hashed now,
+would read the file as it is now.
 
 --jobs 1 runs the points in this process. --jobs N > 1 starts one `python -m
 dlperf.sweep.worker` per point, at most N at a time, each through the supervisor
@@ -31,7 +32,7 @@ from pydantic import ValidationError
 
 from dlperf import stopping
 from dlperf.config import Experiment
-from dlperf.config.experiment import WEIGHTS_FILE_DIGEST, weights_digest
+from dlperf.config.experiment import changed_source
 from dlperf.errors import StoreGone, UserError, interrupted
 from dlperf.parsing import one_line
 from dlperf.procs import POLL_S, Supervisor, how, process_alive
@@ -62,21 +63,13 @@ def point_key(config: dict[str, Any], free_threads: bool) -> str | None:
 
 
 def run_key(run: RunRecord, free_threads: bool) -> str | None:
-    """The point key of a stored run; None for one whose model.weights file has other bytes
-    now than it recorded training from: its config, hashed now, reads the file as it is now,
-    and would pass for the point trained from the file as it is."""
-    if weights_changed(run):
+    """The point key of a stored run; None for one trained from a model file, a module beside
+    it or a model.weights file with other bytes now than it recorded (`changed_source`): its
+    config, hashed now, reads the files as they are now, and would pass for the point trained
+    from them."""
+    if changed_source(run.config, run.system) is not None:
         return None
     return point_key(run.config, free_threads)
-
-
-def weights_changed(run: RunRecord) -> bool:
-    """Whether `run`'s model.weights file now differs from the one it recorded training from.
-    A run that recorded none (weights of another form; a point failed before its run was
-    recorded, `record_failure`; a dlperf before round 29) is taken as it was before."""
-    trained = (run.system or {}).get(WEIGHTS_FILE_DIGEST)
-    weights = run.config.get("model", {}).get("weights")
-    return trained is not None and trained != weights_digest(weights)
 
 
 def threads_per_job(sweep: Sweep, jobs: int, pending: int) -> int | None:
@@ -148,9 +141,10 @@ def sweep_study(
                 )
             return study_id
     if studies:
-        changed = any(weights_changed(run) for run in store.list_runs(study_id=studies[0]))
+        runs = store.list_runs(study_id=studies[0])
+        changed = next(filter(None, (changed_source(run.config, run.system) for run in runs)), None)
         why = (
-            "its model.weights file changed since they trained"
+            f"{changed} changed since they trained"
             if changed
             else "other --set values or another sweep file"
         )
