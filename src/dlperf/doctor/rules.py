@@ -98,6 +98,10 @@ def cpu_not_gpu(run: RunView) -> list[Issue]:
         return []
     gpus, visible = run.system.get("gpus") or [], run.system.get("visible_gpus") or []
     if gpus:
+        if tracked(run.run):
+            # dlperf.track records the device it was given (the CPU unless told), not the one
+            # the user's loop put its model on: that it trained on the CPU is not known.
+            return []
         if run.run.kind == "scale":
             fix = 'set scale.backend = "auto" (nccl, one GPU per worker)'
         else:
@@ -175,6 +179,11 @@ def oversubscribed(run: RunView) -> list[Issue]:
                 f"at most {cores} workers per node, or more nodes; until then these timings "
                 "are pessimistic"
             )
+        elif tracked(run.run):  # the user's own loop: torch's threads, not run.threads
+            evidence = (
+                f"{threads} intra-op threads (torch.get_num_threads()) on {cores} usable cores"
+            )
+            fix = f"call torch.set_num_threads({cores}) (at most the usable cores) before your loop"
         else:
             evidence = f"run.threads {threads} on {cores} usable cores"
             fix = f"set run.threads to at most {cores}, or leave it unset (every usable core)"
@@ -183,13 +192,19 @@ def oversubscribed(run: RunView) -> list[Issue]:
     peak, others = _concurrent(run)
     if others and peak > cores:
         host = run.system.get("host")
+        fix = (
+            "run fewer at once, or have each call torch.set_num_threads(usable cores / runs at "
+            "once)"
+            if tracked(run.run)
+            else "run fewer at once (`dlperf sweep --jobs N` splits the cores between its jobs) "
+            "or give each run.threads = cores / runs at once"
+        )
         issues.append(
             Issue(
                 "warning",
                 f"run(s) {', '.join(map(str, others))} ran at the same time on host {host}: "
                 f"{peak} threads at once on {cores} usable cores",
-                "run fewer at once (`dlperf sweep --jobs N` splits the cores between its jobs) "
-                "or give each run.threads = cores / runs at once",
+                fix,
                 {"peak_threads": peak, "usable_cores": cores, "concurrent_runs": others},
             )
         )
@@ -457,7 +472,13 @@ def data_bound(run: RunView) -> list[Issue]:
     if not total or wait is None or wait / total <= DATA_SHARE:
         return []
     loader = run.key("data.loader") or "tensor"
-    if loader == "torchvision":
+    if tracked(run.run):  # the user's own loop and loader: a phase it named "data"
+        fix = (
+            "load batches ahead of the step (a torch DataLoader with num_workers > 0 and "
+            "pin_memory=True), keep the data in memory, lighten augmentation, or use a larger "
+            "batch so the step outweighs the batch's preparation"
+        )
+    elif loader == "torchvision":
         fix = (
             f'set data.loader = "tensor" (batches augmented on the device) or raise '
             f"data.num_workers (now {run.key('data.num_workers')})"
@@ -532,8 +553,9 @@ def chance_accuracy(run: RunView) -> list[Issue]:
         val = [(e, v) for e, v in run.metric("val/acc1") if math.isfinite(v)]
         if not val:
             return []
-        epoch, accuracy = val[-1]
-        what = f"validation accuracy (epoch {epoch})"
+        at, accuracy = val[-1]
+        # A dlperf.track run's val/* rows are at the steps its loop gave, not at epochs.
+        what = f"validation accuracy ({'step' if tracked(run.run) else 'epoch'} {at})"
     classes = _classes(run)
     if not classes or classes < 2:
         return []
@@ -563,9 +585,11 @@ def chance_accuracy(run: RunView) -> list[Issue]:
         # Without the count, below chance only by the full margin: of many classes, a score
         # a margin below 1/K is what guessing on a few images does.
         below = below and margin == CHANCE_MARGIN
+    lr = run.key("train.lr")  # a dlperf.track run's config need not have it
+    rate = "the learning rate" + (f" (train.lr {lr})" if lr is not None else "")
     fix = (
         "the network learned nothing: check that labels match images, that the input is "
-        f"normalised, and the learning rate (train.lr {run.key('train.lr')}); train longer"
+        f"normalised, and {rate}; train longer"
     )
     shown = f"{chance:.3f}" if chance >= 0.01 else f"{chance:.2g}"
     where = f"1/{classes} = {shown} ({run.key('data.name')}, {classes} classes)"
@@ -581,7 +605,7 @@ def chance_accuracy(run: RunView) -> list[Issue]:
         fix = (
             "worse than guessing: the labels or the scores may be misaligned; check that labels "
             "match images and that the model's output columns are the classes in the labels' "
-            f"order, and the learning rate (train.lr {run.key('train.lr')})"
+            f"order, and {rate}"
         )
     if (run.run.trained.transfer or {}).get("warnings"):
         fix += "; see input-below-weights-resolution"
@@ -779,6 +803,8 @@ def unfinished(run: RunView) -> list[Issue]:
     status = run.run.status
     if run.run.kind != "run" or status not in ("killed", "lost") or _diverged(run):
         return []  # a diverged run's trouble is `diverged`
+    if tracked(run.run):  # the user's own loop: no epochs, checkpoint or --resume of dlperf's
+        return [_loop_unfinished(run, status)]
     done = len(run.metric("epoch/train_loss"))
     planned = run.key("train.epochs")
     of = f" of {planned}" if isinstance(planned, int) else ""
@@ -799,6 +825,21 @@ def unfinished(run: RunView) -> list[Issue]:
             {"status": status, "epochs_done": done, "epochs": planned},
         )
     ]
+
+
+def _loop_unfinished(run: RunView, status: str) -> Issue:
+    """`unfinished` of a dlperf.track run: how far it got is the last step it logged."""
+    stored, run_id = run.stored.store, run.run.id
+    steps = [stored.last_step(run_id, key) for key in run.stored.metric_keys(run_id)]
+    last = max((s for s in steps if s is not None), default=None)
+    after = "before it logged a step" if last is None else f"after step {last} (the last it logged)"
+    return Issue(
+        "warning",
+        f"the run was {status} {after}: its figures are a partial run's",
+        "run your loop again (from its own checkpoint, where it saves one): dlperf.track keeps "
+        "none to resume",
+        {"status": status, "last_step": last},
+    )
 
 
 RULES: dict[str, Handler] = {
