@@ -2,11 +2,17 @@
 
 C1. (Round 29's Left.) `analyze --csv --json` printed the JSON alone, silently dropping the
     CSV asked for: the two are refused together in one line.
+C2. (Fixer M1's note.) `analyze`'s MODEL (and predict's, every command's that takes one) did
+    not expand a leading `~`, which model.name and data.root do.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import CliResult
 
@@ -19,3 +25,19 @@ def test_analyze_refuses_json_and_csv_together(cli: Cli) -> None:
     assert done.err.strip().splitlines() == [
         "error: give --json (the whole result) or --csv (the per-layer rows), not both"
     ], done.err
+
+
+def test_analyze_reads_a_model_file_under_a_leading_tilde(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Fixer M1's note.) `analyze '~/net.py:make'` said "model file ~/net.py not found"
+    where model.name's `~` is the home directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "net.py").write_text(
+        "import torch.nn as nn\n"
+        "def make(num_classes=10, in_channels=1):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))\n"
+    )
+    done = cli("analyze", "~/net.py:make", "--input", "1,8,8", "--json")
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["totals"]["params"] == 64 * 10 + 10

@@ -173,7 +173,7 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
             f"model '{spec}' names a file but no factory",
             f"name the function or class that builds the model after a colon: {spec}:build",
         )
-    path = Path(path_text)
+    path = Path(path_text).expanduser()  # as model.name's and data.root's ~ are
     if path.is_dir():
         package = path / "__init__.py"
         hint = f"name its file: {package}:{factory}" if package.is_file() else None
