@@ -287,7 +287,11 @@ def runs_repair(
     console.print_table(
         f"rows read from {done.source}",
         ["table", "copied", "left out", "damaged stretches skipped"],
-        [[n, c.copied, c.left_out, c.skipped_stretches] for n, c in done.tables.items()],
+        # A table the store lacks is not one copied empty: its row says so, as --json does.
+        [
+            [n, "missing" if c.missing else c.copied, c.left_out, c.skipped_stretches]
+            for n, c in done.tables.items()
+        ],
     )
     # A store whose id was on a damaged page: the new store is given one when first opened.
     of = f"of store {done.store_id}" if done.store_id else "(the store's id could not be read)"

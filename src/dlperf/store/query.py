@@ -11,7 +11,8 @@ import re
 import signal
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,6 +237,19 @@ EPOCH_COLUMNS = {
 }
 
 
+def nth_at_step(steps: Iterable[int]) -> list[tuple[int, int]]:
+    """Each of a metric's steps, in its order, with how many values that step had before it:
+    (step, n). Every value logged is kept, as MLflow and TensorBoard keep them (a resumed loop
+    logs a step again), so the views give a step logged twice two rows, the n-th value of each
+    metric at a step on the n-th row."""
+    seen: Counter[int] = Counter()
+    at = []
+    for step in steps:
+        at.append((step, seen[step]))
+        seen[step] += 1
+    return at
+
+
 @dataclass
 class RunView:
     """A run as `runs show` shows it: the run as it stands, its per-epoch metrics and its
@@ -259,11 +273,13 @@ class RunView:
             shown = {key: key for key in self.epochs}
         else:
             shown = {h: k for h, k in EPOCH_COLUMNS.items() if k in self.epochs}
-        by_epoch: dict[int, dict[str, float]] = {}
+        # A step logged twice is two rows (a row a step kept its last value alone), lined up
+        # as Store.frame lines them: by (step, the how-manieth value at that step).
+        by_row: dict[tuple[int, int], dict[str, float]] = {}
         for key, pairs in self.epochs.items():
-            for step, value in pairs:
-                by_epoch.setdefault(step, {})[key] = value
-        rows = [[e, *(by_epoch[e].get(k) for k in shown.values())] for e in sorted(by_epoch)]
+            for at, (_, value) in zip(nth_at_step(s for s, _ in pairs), pairs, strict=True):
+                by_row.setdefault(at, {})[key] = value
+        rows = [[at[0], *(by_row[at].get(k) for k in shown.values())] for at in sorted(by_row)]
         return list(shown), rows
 
     def results(self) -> list[tuple[str, Any]]:
