@@ -190,8 +190,10 @@ def busy_core() -> Iterator[int]:
     and its descendants as the work's own (dlperf.contention), so a hog started as a child of
     a test that runs a command in-process is counted as the command's, and the window reads as
     uncontended whenever no other process happens onto that core (a CI run did so). `sh`
-    starts it in the background and exits, and it is reparented. It ends itself when a pipe
-    only this process writes to closes: when the test's process ends, however it ends."""
+    starts it in the background and exits, and it is reparented (to PID 1, or to a subreaper
+    above the test: where the test process were one itself, the hog would be its child again).
+    It ends itself when a pipe only this process writes to closes: after the test, or when the
+    test's process ends, however it ends."""
     import subprocess
 
     cpu = min(os.sched_getaffinity(0))
@@ -218,14 +220,11 @@ def busy_core() -> Iterator[int]:
     assert launcher.stdout is not None
     try:
         assert launcher.wait(timeout=60) == 0
-        hog = int(launcher.stdout.readline())
-        try:
-            yield cpu
-        finally:
-            os.kill(hog, signal.SIGKILL)
-            assert launcher.stdout.read() == ""  # EOF: the hog's end of the pipe closed
+        assert launcher.stdout.readline().strip().isdigit()  # its pid: it spins
+        yield cpu
     finally:
-        os.close(keep)
+        os.close(keep)  # the hog's own way out: no pid to signal, none reused to hit
+        assert launcher.stdout.read() == ""  # EOF: the hog's end of its stdout closed
         launcher.stdout.close()
 
 
