@@ -9,6 +9,10 @@ CLIP = 1.0  # the train.grad_clip advised: the gradients' global norm clipped to
 # that is not finite then follows from the weights training made, not from the model's eval
 # mode (a classifier's cross-entropy starts near ln K and falls; x100 is far past noise).
 BLOW_UP = 100.0
+# ... times at least this: a loss that starts near 0 (a fine-tune's 3e-4, or 0) passes x100 its
+# first on noise; past 100 a loss of ordinary scale (cross-entropy, a mean squared error of
+# standardised targets) has blown up wherever it started.
+BLOW_UP_FLOOR = 1.0
 # The advice of a dlperf.track run, in the terms of the user's own loop: it has no train.lr.
 LOOP_FIX = (
     "try a lower learning rate in your loop, or clip its gradients "
@@ -47,12 +51,18 @@ def diverged_fix(
     return "try " + either([f"a lower train.lr{now}", *clip, *fp32_advice(precision)])
 
 
-def blown_up(first: tuple[int, float], peak: tuple[int, float]) -> str | None:
+def blown_up(
+    first: tuple[int, float], peak: tuple[int, float], last: tuple[int, float] | None = None
+) -> str | None:
     """How a training loss rose from its `first` (step, value) to its largest, `peak`, where
-    that was past BLOW_UP times: "from 2.3 (step 1) to 1.7e+32 (step 2)"; None where not."""
-    if not peak[1] > BLOW_UP * abs(first[1]):
+    that was past BLOW_UP times max(|first|, BLOW_UP_FLOOR), and its `last` (None: not known)
+    was too: "from 2.3 (step 1) to 1.7e+32 (step 2)"; None where not. A spike that came back
+    down is not a blow-up: the weights evaluated then gave ordinary losses."""
+    limit = BLOW_UP * max(abs(first[1]), BLOW_UP_FLOOR)
+    if not peak[1] > limit or (last is not None and not last[1] > limit):
         return None
-    return f"from {first[1]:g} (step {first[0]}) to {peak[1]:g} (step {peak[0]})"
+    rose = f"from {first[1]:g} (step {first[0]}) to {peak[1]:g} (step {peak[0]})"
+    return rose + (f", still {last[1]:g} at step {last[0]}" if last and last != peak else "")
 
 
 def evaluation_fix(precision: str | None) -> str:

@@ -228,11 +228,11 @@ class MetricBuffer(Component):
         self.grad_clip, self.precision, self.lr = grad_clip, precision, lr
         self.losses: list[tuple[int, torch.Tensor, float, float]] = []
         self.rows: list[Row] = []
-        self.last_loss = math.nan
-        # This process's first training loss and its largest so far, (step, value): what
-        # tells a training that diverged from a model whose eval mode alone is not finite.
+        # This process's first training loss, its largest so far and its last, (step, value):
+        # what tells a training that diverged from a model whose eval mode alone is not finite.
         self.first: tuple[int, float] | None = None
         self.peak: tuple[int, float] | None = None
+        self.last: tuple[int, float] | None = None
         self.epoch = 0
 
     def on_epoch_start(self, epoch: int, batches: Iterable[Batch]) -> None:
@@ -268,27 +268,41 @@ class MetricBuffer(Component):
                 self.first = self.first or (step, value)
                 if self.peak is None or value > self.peak[1]:
                     self.peak = (step, value)
-            self.last_loss = values[-1]
+                self.last = (step, value)
         self.sink.log_metrics(self.rows)
         self.rows.clear()
+
+    @property
+    def last_loss(self) -> float:
+        """The last training loss flushed; nan before the first flush."""
+        return self.last[1] if self.last else math.nan
 
     def diverged(
         self, evaluation: EvaluationDiverged, model: nn.Module, step: int
     ) -> TrainingDiverged | None:
         """Training's divergence, where the evaluation that raised `evaluation` after `step`
-        followed it: the training loss blew up (divergence.blown_up), or the weights `model`
-        trained are no longer finite (read only here, once the evaluation failed). None: the
-        model's scores in eval mode are to blame."""
-        rose = blown_up(self.first, self.peak) if self.first and self.peak else None
+        followed it: the training loss blew up and stayed so (divergence.blown_up), or the
+        weights `model` trained or its buffers (batch norm's running statistics) are no longer
+        finite (read only here, once the evaluation failed). None: the model's scores in eval
+        mode are to blame."""
+        rose = blown_up(self.first, self.peak, self.last) if self.first and self.peak else None
         if rose is not None:
             why = f"its loss rose {rose}"
-        elif not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        elif not all(_finite(p) for p in model.parameters()):
             why = f"its weights were no longer finite after step {step}"
         else:
-            return None
+            bad = next((name for name, b in model.named_buffers() if not _finite(b)), None)
+            if bad is None:
+                return None
+            why = f"its buffer {bad} was no longer finite after step {step}"
         return TrainingDiverged(
             why, evaluation.value, self.lr, grad_clip=self.grad_clip, precision=self.precision
         )
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    """Whether every value of `tensor` is finite (an integer one, a step count, always is)."""
+    return bool(torch.isfinite(tensor).all())
 
 
 class EpochClock(Component):
