@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import warnings
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -845,6 +845,7 @@ class Store:
             raise UserError("Store.frame needs pandas", "pip install pandas") from None
         from dlperf.exporters import metric_series, steps_per_epoch
         from dlperf.store.keys import on_global_steps
+        from dlperf.store.query import nth_at_step
 
         # The run first: its id checked (an id past the column's range reached the driver as
         # a DataError on PostgreSQL, an OverflowError on SQLite) and the run found.
@@ -861,11 +862,7 @@ class Store:
         # kept the last one alone). Rows line up by (step, the how-manieth value at that step).
         columns = {}
         for key, points in wanted.items():
-            seen: Counter[int] = Counter()
-            at = []
-            for step, _, _ in points:
-                at.append((step, seen[step]))
-                seen[step] += 1
+            at = nth_at_step(step for step, _, _ in points)
             index = pd.MultiIndex.from_tuples(at, names=["step", "n"])
             columns[key] = pd.Series([v for _, v, _ in points], index=index, dtype=float)
         if not columns:  # no metric: no (step, n) index to drop n from
