@@ -93,7 +93,8 @@ def test_the_doctors_resume_fix_names_the_store_it_was_given(
     monkeypatch.delenv("DLPERF_DB")
     where = tmp_path / "other place.db"
     store = RunStore.open(str(where))
-    run = store.create_run("stopped", "run", {"train": {"epochs": 4}})
+    config = {"model": {}, "data": {}, "run": {}, "train": {"epochs": 4}}  # a dlperf run's
+    run = store.create_run("stopped", "run", config)
     store.log_metrics(run, [("epoch/train_loss", 1, 2.0)])
     store.finish_run(run, "killed", error="interrupted")
     done = cli("--db", str(where), "doctor", str(run), "--json")

@@ -6,10 +6,9 @@ commands: unfinished "run it again: it stopped before its first epoch's checkpoi
 chance-accuracy "(train.lr None)", and cpu-not-gpu "set run.device" for the device that
 `dlperf.track` records (cpu unless told), not where the loop put its model. Now each says it
 in the loop's terms, or (cpu-not-gpu's torch-visible GPUs) nothing.
-C2 (F10, the test set; NOT FIXED, xfail: needs loop.py). A run whose training loss blew up and
-that had no validation split (data.val_fraction = 0) fails at the final test-set evaluation with
-"the model's scores in eval mode were not finite"; it should be told as divergence, as the
-epochs' evaluation tells it.
+C2 (F10, the test set). A run whose training loss blew up and that had no validation split
+(data.val_fraction = 0) failed at the final test-set evaluation with "the model's scores in eval
+mode were not finite". Now it is judged by fit's losses (loop.judged), as each epoch's is.
 """
 
 from __future__ import annotations
@@ -159,11 +158,6 @@ def test_a_tracked_loop_is_advised_in_its_own_terms(
     assert evidence == finding[0] or (rule == "data-bound" and evidence.startswith(finding[0]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs src/dlperf/engine/loop.py (not this fixer's): fit's MetricBuffer, which holds "
-    "the training losses that tell it, is not reachable from engine.train.train after fit",
-)
 def test_a_test_set_loss_after_training_blew_up_is_divergence(
     cli: Cli, tmp_path: Path, store: RunStore
 ) -> None:

@@ -69,13 +69,15 @@ def fit(
     window: ProfileWindow | None = None,
     before_step: Callable[[], None] | None = None,
     after_epoch: Callable[[], None] | None = None,
+    metrics: MetricBuffer | None = None,
 ) -> Progress:
     """Train with `step` on `batches(epoch)`, each made ready by `collate` (default: tensors
     to the device in the step's memory format), for the epochs after `state.epoch` up to
     `epochs`, or `max_steps` steps in all; `evaluate` (validation metrics, with the training
-    accuracy: a classifier's) and `after_epoch` (a checkpoint) run as each epoch ends."""
-    configured_lr = step.optimizer.defaults.get("lr")
-    metrics = MetricBuffer(sink, run.log_every, step.grad_clip, run.precision, configured_lr)
+    accuracy: a classifier's) and `after_epoch` (a checkpoint) run as each epoch ends.
+    `metrics`: the losses' buffer (`buffer`), where the caller judges an evaluation of its own
+    after training by them (`judged`)."""
+    metrics = metrics or buffer(step, sink, run)
     hooks = hooks or Hooks.from_env()
     tally = EpochTally(clock.device) if evaluate else None
     report = EpochReport(
@@ -112,6 +114,27 @@ def fit(
         steps=steps,
     )
     return state
+
+
+def buffer(step: TrainStep, sink: MetricSink, run: RunConfig) -> MetricBuffer:
+    """The buffer of `step`'s losses, advising by its grad_clip, `run`'s precision and the
+    learning rate its optimizer was configured with."""
+    lr = step.optimizer.defaults.get("lr")
+    return MetricBuffer(sink, run.log_every, step.grad_clip, run.precision, lr)
+
+
+def judged(
+    evaluate: Callable[[], dict[str, float]], metrics: MetricBuffer, model: nn.Module, step: int
+) -> dict[str, float]:
+    """`evaluate`'s metrics; a loss it found not finite after training diverged raised as
+    training's divergence (MetricBuffer.diverged), not as the model's eval mode."""
+    try:
+        return evaluate()
+    except EvaluationDiverged as e:
+        diverged = metrics.diverged(e, model, step)
+        if diverged is None:
+            raise
+        raise diverged from e
 
 
 def to_device(
@@ -491,14 +514,7 @@ class EpochReport(Component):
             self.reporter.log(line)
 
     def evaluated(self) -> dict[str, float]:
-        """`evaluate`'s metrics; a loss it found not finite after training diverged raised as
-        training's divergence (MetricBuffer.diverged), not as the model's eval mode."""
+        """`evaluate`'s metrics (`judged`)."""
         if self.evaluate is None:
             return {}
-        try:
-            return self.evaluate()
-        except EvaluationDiverged as e:
-            diverged = self.metrics.diverged(e, self.model, self.state.step)
-            if diverged is None:
-                raise
-            raise diverged from e
+        return judged(self.evaluate, self.metrics, self.model, self.state.step)

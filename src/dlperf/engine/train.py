@@ -19,7 +19,15 @@ from dlperf.data import ImageData, Loader, make_loader
 from dlperf.engine import checkpoint
 from dlperf.engine.checks import Kept, check_batch_fits
 from dlperf.engine.hooks import Hooks
-from dlperf.engine.loop import EpochClock, EvaluationDiverged, MetricSink, Progress, fit
+from dlperf.engine.loop import (
+    EpochClock,
+    EvaluationDiverged,
+    MetricSink,
+    Progress,
+    buffer,
+    fit,
+    judged,
+)
 from dlperf.engine.profiler import ProfileWindow, trace_name
 from dlperf.engine.step import check_output, prepare, steps_per_epoch
 from dlperf.engine.timers import PhaseTimer, per_step
@@ -124,6 +132,7 @@ def train(
     for warning in warnings:  # checked: what is left to say comes before training
         reporter.log(f"warning: {warning}")
     clock = EpochClock(device, run.warmup_steps + run.profile.steps, timer)
+    metrics = buffer(step, sink, run)  # its losses judge the test set's evaluation too
 
     def save() -> None:
         if run.checkpoint:
@@ -148,9 +157,17 @@ def train(
             window=window,
             evaluate=lambda: evaluate(model, val_loader, device, run, data.num_classes),
             after_epoch=save,
+            metrics=metrics,
         )
     test_loader = make_loader(data, data.test, exp.data, cfg.batch_size, device)
-    test = evaluate(model, test_loader, device, run, data.num_classes)
+    # Told as each epoch's evaluation is: without a validation split, this one is the first
+    # to read the weights a training that diverged left.
+    test = judged(
+        lambda: evaluate(model, test_loader, device, run, data.num_classes),
+        metrics,
+        model,
+        state.step,
+    )
     waited = clock.result()
     return RunSummary(
         test_accuracy=test.get("acc1"),
