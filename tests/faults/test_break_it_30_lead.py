@@ -2,6 +2,8 @@
 
 C1. (Round 29's Left.) `analyze --csv --json` printed the JSON alone, silently dropping the
     CSV asked for: the two are refused together in one line.
+C3. (Fixer R1's note.) The doctor advised as diverged a run stored failed in eval mode whose
+    train/loss spiked and came back down (the loop judges by the last loss too).
 C2. (Fixer M1's note.) `analyze`'s MODEL (and predict's, every command's that takes one) did
     not expand a leading `~`, which model.name and data.root do.
 """
@@ -14,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from dlperf.store import RunStore
 from tests.conftest import CliResult
+from tests.faults.test_break_it_30_doctor import IN_EVAL_MODE, _finding
 
 Cli = Callable[..., CliResult]
 
@@ -41,3 +45,21 @@ def test_analyze_reads_a_model_file_under_a_leading_tilde(
     done = cli("analyze", "~/net.py:make", "--input", "1,8,8", "--json")
     assert done.code == 0, done.err
     assert json.loads(done.out)["totals"]["params"] == 64 * 10 + 10
+
+
+def test_the_doctor_does_not_call_a_spike_that_came_back_down_divergence(
+    cli: Cli, store: RunStore
+) -> None:
+    """(Fixer R1's note.) A run stored failed with "evaluation loss became nan" whose stored
+    train/loss spiked past 100 x and came back down was advised as diverged by the doctor,
+    where the loop, which judges by the last loss too, blames the model's eval mode."""
+    exp = {section: {} for section in ("model", "data", "run")} | {"train": {"lr": 0.1}}
+    run = store.create_run("spike", "run", exp)
+    losses = [("train/loss", 1, 2.3), ("train/loss", 2, 1e4), ("train/loss", 3, 0.5)]
+    store.log_metrics(run, losses)
+    store.finish_run(run, "failed", error=IN_EVAL_MODE)
+    assert _finding(cli("doctor")) == [
+        "error    diverged: the run failed: evaluation loss became nan: the model's scores in "
+        "eval mode were not finite",
+        "fix: look at what its forward does when not training (model.eval())",
+    ]

@@ -718,7 +718,8 @@ def diverged(run: RunView) -> list[Issue]:
             # Stored before the engine told a training that diverged (TrainingDiverged) from
             # a model's eval mode: its stored training loss tells it here.
             losses = [(s, v) for s, v in run.metric("train/loss") if math.isfinite(v)]
-            rose = blown_up(losses[0], max(losses, key=lambda sv: sv[1])) if losses else None
+            peak = max(losses, key=lambda sv: sv[1]) if losses else None
+            rose = blown_up(losses[0], peak, losses[-1]) if peak else None
             if rose is None:
                 return [Issue("error", f"the run failed: {said}", evaluation_fix(precision))]
             said = f"{said.split(':')[0]} after train/loss rose {rose}"
