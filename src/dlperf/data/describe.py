@@ -6,7 +6,6 @@ Returns data only; `dlperf.cli.data` draws the figures."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from dlperf.config import AugmentConfig, DataConfig
 from dlperf.data import ImageData, load_data
 from dlperf.data.augment import augment_batch, check_augment
 from dlperf.data.loaders import STD_FLOOR, channel_stats, stats_measured
-from dlperf.data.sources import SetWarning, Split, decode_file, repeated, too_few_classes
+from dlperf.data.sources import Split, decode_file, repeated, too_few_classes
 from dlperf.errors import UserError
 from dlperf.parsing import file_name_text, name_text
 from dlperf.paths import within
@@ -138,7 +137,8 @@ def pick_classes(name: str, classes: list[str], chosen: int | list[str] | None) 
 def _class_id(name: str, classes: list[str], item: str) -> int:
     """The label id of `item` of --classes: the class of that name as typed, else the one
     class whose name is it without the spaces at its edges ("a, b" gives " b"; a folder may
-    be named "cat "), else an index."""
+    be named "cat "), else an index. A name as typed wins: where folders ' cat' and 'cat'
+    both exist, `--classes 'dog, cat'` picks ' cat' (`--classes dog,cat` picks 'cat')."""
     if item in classes:
         return classes.index(item)
     bare = item.strip()
@@ -196,13 +196,8 @@ def describe(
     """The data set `cfg` names, described, with up to `per_class` training images of each
     class `classes` picks (see `pick_classes`) and, when `augment` sets any augmentation,
     what training's augmentation makes of them."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SetWarning)
-        data = load_data(cfg)
-    said = [str(w.message) for w in caught if issubclass(w.category, SetWarning)]
-    for w in caught:  # the others, as they were
-        if not issubclass(w.category, SetWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    data = load_data(cfg)
+    said = list(data.notes)  # the reader's, of the set's files
     names = data.classes or [str(i) for i in range(data.num_classes)]
     # The readers refuse a name twice; the counts are keyed by name, and would merge them.
     twice = repeated(names)

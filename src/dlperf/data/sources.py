@@ -82,6 +82,9 @@ class ImageData:
     pool: torch.Tensor | None = None
     # load_data's line for a class with test (or validation) images and no training image
     untrained: UserError | None = None
+    # What the reader said of the set's files without refusing them (an idx file kept aside
+    # for a newer .gz): for the command to tell, as warnings, one line each
+    notes: list[str] = field(default_factory=list)
 
     @property
     def in_memory(self) -> bool:
@@ -666,27 +669,36 @@ def _elsewhere(cfg: DataConfig, sub: tuple[str, ...], names: list[str], gz: bool
     """Where the files `names` (or their .gz, where `gz`) are when none is in data.root/sub
     but some are in data.root itself or a folder one level in (data.root set to MNIST/raw,
     MNIST/ or cifar-10-batches-py/): the data.root to set, or where to move them. Told to
-    download, the user would fetch a second copy below the files they have."""
+    download, the user would fetch a second copy below the files they have. Files named in
+    other case (TRAIN-IMAGES-IDX3-UBYTE) are found too, and said to be (`_other_case` names
+    the renames once they are where they belong)."""
     root = Path(cfg.root)
+    exact = {w for n in names for w in ((n, f"{n}.gz") if gz else (n,))}
+    wanted = {w.lower() for w in exact}
 
-    def holds(folder: Path) -> bool:
-        return any((folder / n).is_file() or (gz and (folder / f"{n}.gz").is_file()) for n in names)
+    def held(folder: Path) -> set[str]:
+        try:
+            with os.scandir(folder) as listed:
+                return {e.name for e in listed if e.name.lower() in wanted and e.is_file()}
+        except OSError:  # no folder: no files in it either
+            return set()
 
     try:
         with os.scandir(root) as listed:
             inner = sorted(root / e.name for e in listed if e.is_dir() and e.name[:1] != ".")
-    except OSError:  # no folder: no files in it either
+    except OSError:
         return None
-    found = next((folder for folder in (root, *inner) if holds(folder)), None)
+    found, files = next(((f, h) for f in (root, *inner) if (h := held(f))), (None, set()))
     if found is None:
         return None
+    there = f"its files are in {found}{'' if files & exact else ', named in other case'}"
     n = len(sub)
     if found.parts[-n:] == sub:
-        return f"its files are in {found}: set data.root = '{found.parents[n - 1]}'"
+        return f"{there}: set data.root = '{found.parents[n - 1]}'"
     real = Path(os.path.abspath(found))  # data.root '.' in MNIST/raw
     if real.parts[-n:] == sub:
-        return f"its files are in {found}: set data.root = '{real.parents[n - 1]}'"
-    return f"its files are in {found}: move them into {root.joinpath(*sub)}"
+        return f"{there}: set data.root = '{real.parents[n - 1]}'"
+    return f"{there}: move them into {root.joinpath(*sub)}"
 
 
 _REPLACE = "replace it with a whole copy of the file"
@@ -997,52 +1009,75 @@ def _not_names(held: object) -> str | None:
     return f"{kind} holding {', '.join(others)}" if others else None
 
 
-class SetWarning(UserWarning):
-    """What a reader says of a set's files without refusing them (`data describe` lists it
-    among its warnings)."""
-
-
-def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) -> None:
+def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) -> list[str]:
     """dlperf reads raw idx files; users often hold the .gz originals, so unpack those of
     `dims` (name: the idx file's dimensions) that are missing, or older than their .gz (the
     user's whole copy put in place of a bad one): to a hidden temporary name beside the
     target, renamed only once its content reads as the idx file it should be, so that a
     corrupt .gz, or one holding a bad idx file, leaves nothing behind that a later run would
-    read (and its good copy unpacks then). A raw file dlperf did not unpack (`_unpacked`)
-    is never replaced: one of other contents is read, and said to be."""
+    read (and its good copy unpacks then). Returns what it says of the files (notes).
+
+    A raw file this dlperf did not unpack (no `_unpacked` mark: an older dlperf's unpack,
+    torchvision's, or the user's own file, which nothing tells apart) of other contents than
+    the newer .gz is kept under a new name, NAME.kept, and the .gz unpacked and read, as the
+    newest: replacing a bad .gz works for every unpack, and no file of the user's is lost.
+    Once unpacked and marked, it is not read again. Beside a .gz that does not unpack, such
+    a file is read, and said to be."""
+    notes = []
     for name, ndim in dims.items():
         target, gz = folder / name, folder / f"{name}.gz"
         if not gz.exists() or (target.exists() and not _newer(gz, target)):
             continue
         _irregular(cfg, what, gz)
         part = target.with_name(f".{target.name}.{os.getpid()}.part")  # this process's own
+        theirs = target.exists() and not _unpacked(target)
         try:
             with gzip.open(gz, "rb") as src:
                 data = src.read()
-            if target.exists() and not _unpacked(target) and target.read_bytes() != data:
-                said = (
-                    f"{target} and {gz} differ: {target} is read, which dlperf did not unpack "
-                    "and leaves as it is (remove it to read the .gz)"
-                )
-                warnings.warn_explicit(said, SetWarning, str(target), 0)  # 0: no source line
-                continue
             _idx_array(cfg, what, f"{gz}, unpacked,", data, ndim)  # a bad file is never kept
             part.write_bytes(data)
+            if theirs and target.read_bytes() != data:
+                kept = _keep(target)
+                notes.append(
+                    f"{gz} is newer than {target}, of other contents, and is read: the former "
+                    f"{name}, which this dlperf did not unpack (an older one's unpack, or your "
+                    f"file), is kept as {kept}"
+                )
             os.replace(part, target)
             if _newer(gz, target):  # a .gz dated ahead of the clock: unpacked once, not each run
                 stamp = gz.stat()
                 os.utime(target, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
-            with contextlib.suppress(OSError):  # unmarked, it is kept as the user's: no loss
+            with contextlib.suppress(OSError):  # unmarked, a newer .gz keeps it aside: no loss
                 _unpacked_mark(target).write_text(_unpacked_stamp(target))
         except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt: nothing is left
             if isinstance(e, OSError) and e.filename in (str(part), str(target)):
                 if target.exists():  # a read-only folder's unpacked copy: read as it is
+                    if theirs:
+                        said = f"the newer {gz} cannot be unpacked in its folder"
+                        notes.append(f"{target} is read: {said} ({e.strerror or e})")
                     continue
                 said = f"cannot be unpacked in its folder ({e.strerror or e})"  # read-only
                 raise _broken(cfg, what, gz, said, "unpack it there yourself (gunzip -k)") from None
+            if theirs:  # a file of the user's own, whole as far as anyone knows
+                notes.append(f"{target} is read: {gz}, newer, does not unpack ({e})")
+                continue
             raise _broken(cfg, what, gz, f"does not unpack ({e})") from None
         finally:
             part.unlink(missing_ok=True)
+    return notes
+
+
+def _keep(target: Path) -> Path:
+    """`target`, linked to a new name beside it (NAME.kept, NAME.kept2, ...: never over one
+    kept before) so that replacing `target` loses nothing."""
+    n = 1
+    while True:
+        kept = target.with_name(f"{target.name}.kept{n if n > 1 else ''}")
+        try:
+            os.link(target, kept)  # fails, rather than replace, where the name is taken
+            return kept
+        except FileExistsError:
+            n += 1
 
 
 def _newer(gz: Path, target: Path) -> bool:
@@ -1149,13 +1184,28 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
 
     cls = FashionMNIST if fashion else MNIST
     raw = _root_folder(cfg) / cls.__name__ / "raw"
-    what, where = f"{cls.__name__} idx files", f"{cls.__name__} idx files ({raw}/)"
     files = [
         (f"{split}-images-idx3-ubyte", f"{split}-labels-idx1-ubyte") for split in ("train", "t10k")
     ]
+    dims = {n: 3 if "-images-" in n else 1 for pair in files for n in pair}
+    what = f"{cls.__name__} idx files"
+    notes = _gunzip_raw(cfg, what, raw, dims) if raw.is_dir() else []
+    try:
+        return _idx_set(cfg, cls, raw, files, notes)
+    except UserError as e:  # the line that tells to replace a file says which one is read
+        if not notes:
+            raise
+        hint = "; ".join(filter(None, [e.hint, *notes]))
+        raise UserError(e.message, hint) from None
+
+
+def _idx_set(
+    cfg: DataConfig, cls: Any, raw: Path, files: list[tuple[str, str]], notes: list[str]
+) -> ImageData:
+    """The MNIST-like set `cls` of the idx files `files` (images, labels of each split) in
+    `raw`, of which `_gunzip_raw` said `notes`."""
+    what, where = f"{cls.__name__} idx files", f"{cls.__name__} idx files ({raw}/)"
     names = [n for pair in files for n in pair]
-    if raw.is_dir():
-        _gunzip_raw(cfg, what, raw, {n: 3 if "-images-" in n else 1 for n in names})
     _other_case(cfg, where, raw, _absent(raw, names), gz=True)
     if _absent(raw, names) and cfg.download:
         try:  # torchvision fetches the four files, MD5-checked, when one is missing
@@ -1183,9 +1233,11 @@ def _mnist_like(cfg: DataConfig, fashion: bool) -> ImageData:
         raise _broken(cfg, what, raw / files[1][0], said, "give both splits images of one size")
     full, test = (Split(_tensor(y.astype(np.int64)), _tensor(x[:, None])) for x, y in parts)
     train, val = holdout(full, cfg.val_fraction, cfg.split_seed)
-    name = "fashionmnist" if fashion else "mnist"
     shape = (1, *train_x.shape[1:])
-    return ImageData(name, train, val, test, len(classes), shape, classes=classes, pool=full.labels)
+    name = cls.__name__.lower()  # mnist, fashionmnist
+    return ImageData(
+        name, train, val, test, len(classes), shape, classes=classes, pool=full.labels, notes=notes
+    )
 
 
 def cifar10(cfg: DataConfig) -> ImageData:
@@ -2139,17 +2191,20 @@ def _npy_header(archive: Any, member: str) -> tuple[tuple[int, ...], np.dtype[An
 
 
 def _one_of_each(path: str | Path, archive: Any) -> None:
-    """Refuse the open .npz `archive` holding two members of one name (a zip may): numpy
-    reads one of them, and which one the user meant no one can tell. The archive's listing,
-    read as it is opened, costs nothing more."""
-    members = archive.zip.namelist()
-    times = Counter(members)
-    twice = next((name for name in members if times[name] > 1), None)
-    if twice is not None:
-        raise UserError(
-            f"{path} holds {times[twice]} members named {twice}, of which numpy reads one",
-            _NPZ_FIX,
-        )
+    """Refuse the open .npz `archive` holding two members numpy reads as one array: two of
+    one name (a zip may), or `images` and `images.npy`. numpy reads one of them, and which
+    one the user meant no one can tell. The archive's listing, read as it is opened, costs
+    nothing more."""
+    twice = repeated(list(archive.files))  # numpy's names: 'images' of images.npy too
+    if not twice:
+        return
+    members = [m for m in archive.zip.namelist() if m.removesuffix(".npy") == twice[0]]
+    said = (
+        f"{len(members)} members named {members[0]},"
+        if len(set(members)) == 1
+        else f"members {_and(members)}, both numpy's array '{twice[0]}',"
+    )
+    raise UserError(f"{path} holds {said} of which numpy reads one", _NPZ_FIX)
 
 
 def _npz_images(path: str | Path, images: np.ndarray | None, files: list[str]) -> None:
