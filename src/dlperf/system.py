@@ -58,14 +58,47 @@ def pick_device(spec: str = "auto") -> torch.device:
         )
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise UserError(f"device '{spec}' asked for, but CUDA is not available here")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UserError(f"device '{spec}': only {torch.cuda.device_count()} GPU(s) here")
+            raise UserError(f"device '{spec}' asked for, but {_no_cuda()}", _fix_device())
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            shown = _visible()
+            raise UserError(
+                f"device '{spec}': only {count} GPU(s) here"
+                + (f" (CUDA_VISIBLE_DEVICES={shown!r} shows {count})" if shown is not None else ""),
+                f"use cuda:0 to cuda:{count - 1}, or set run.device = auto",
+            )
         if device.index is None:  # the current GPU, named so that the run records which
             device = torch.device("cuda", torch.cuda.current_device())
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise UserError("device 'mps' asked for, but MPS is not available here")
+        raise UserError("device 'mps' asked for, but MPS is not available here", _fix_device())
     return device
+
+
+def _visible() -> str | None:
+    """CUDA_VISIBLE_DEVICES, where it is set: the GPUs CUDA shows this process."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def _no_cuda() -> str:
+    """Why CUDA is not available, where it can be told: a GPU machine's CUDA_VISIBLE_DEVICES
+    of "" or -1 hides every GPU, and "not available here" blamed the machine."""
+    import torch
+
+    if torch.version.cuda is None:
+        return "this PyTorch is built without CUDA"
+    shown = _visible()
+    if shown is None:
+        return "CUDA is not available here (no GPU or no driver found)"
+    # CUDA reads the list up to its first entry that is not an index or a UUID: one that
+    # starts with such an entry shows some GPU, on a machine that has it.
+    if re.match(r"\s*(\d|GPU-|MIG-)", shown) is None:
+        return f"CUDA_VISIBLE_DEVICES={shown!r} hides every GPU"
+    return f"CUDA is not available here (no GPU that CUDA_VISIBLE_DEVICES={shown!r} names)"
+
+
+def _fix_device() -> str:
+    hidden = "unset CUDA_VISIBLE_DEVICES or name a GPU in it, or " if _visible() is not None else ""
+    return f"{hidden}set run.device = auto or cpu"
 
 
 def set_threads(threads: int | Literal["auto"] | None) -> int:

@@ -7,8 +7,10 @@ price. `dlperf calibrate` writes the measured machine there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -18,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dlperf.config.base import FIGURE_MAX, PPP
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
-from dlperf.paths import check_writable, told
+from dlperf.paths import check_writable, replaced, told, writing
 
 Kind = Literal[
     "conv",
@@ -203,11 +205,39 @@ def writable(path: Path) -> Path:
 
 
 def save_device(device: Device, path: Path | None = None) -> Path:
-    """Write (or replace) one device in the user file, keeping its other entries."""
+    """Write (or replace) one device in the user file, keeping its other entries. The file is
+    the user's own catalog, so it is replaced whole by one rename, never rewritten in place:
+    a full disk or a kill mid-write left it cut short, every device in it lost. A link is
+    written through (its target replaced, the link kept), the file's mode kept."""
     import tomli_w
 
     path = writable(path or user_file())
-    entries = _read_file(path) if path.is_file() else {}
-    entries[device.name] = device.model_dump(exclude={"name"}, exclude_none=True)
-    path.write_text(tomli_w.dumps(entries))
+    real = Path(os.path.realpath(path))
+    with _held(real.parent), writing(path):
+        entries = _read_file(real) if real.is_file() else {}
+        entries[device.name] = device.model_dump(exclude={"name"}, exclude_none=True)
+        mode = real.stat().st_mode & 0o7777 if real.is_file() else None
+        with replaced(real) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.write(tomli_w.dumps(entries))
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            f.flush()
+            os.fsync(f.fileno())  # the rename must not land before the data (a power cut)
     return path
+
+
+@contextlib.contextmanager
+def _held(folder: Path) -> Iterator[None]:
+    """`folder` locked (flock on the folder itself, which leaves no file) while a device is
+    read, changed and written back: two calibrations at once each read the file before the
+    other wrote it, and the later rename dropped the earlier one's device. A file system
+    without locks (some network ones refuse flock) goes unguarded, as before."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # lets the lock go

@@ -120,6 +120,7 @@ class StudyStop:
     def __init__(self, kind: str, resume: int | None, new: bool, resumable: bool = True):
         self.kind, self.resume, self.new, self.resumable = kind, resume, new, resumable
         self.store: RunStore | None = None
+        self.made: int | None = None
 
     def watch(
         self, store: RunStore, name: str | None, find: Callable[[], int | None] | None = None
@@ -131,8 +132,15 @@ class StudyStop:
             return
         self.store, self.name = store, name
         self.find = find or (lambda: store.find_study(name, self.kind))
-        # Only --new needs the newest study before: one made by this command is newer.
-        self.before = (store.find_study(name, self.kind) or 0) if self.new else 0
+        # The study this command makes, by its id: the newest of its name at the stop was
+        # another command's where two ran at once (two terminals, two CI jobs on one store).
+        create = store.create_study
+
+        def made(name: str, kind: str) -> int:
+            self.made = create(name, kind)
+            return self.made
+
+        store.create_study = made  # type: ignore[method-assign]
 
     def __enter__(self) -> StudyStop:
         return self
@@ -140,20 +148,23 @@ class StudyStop:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, _: TracebackType | None
     ) -> None:
+        if self.store is not None:
+            del self.store.create_study  # the class's own again
         if isinstance(error, KeyboardInterrupt) and self.store is not None:
             # Any error now is the stop's consequence (dlperf.errors.interrupted): the line is
             # left out, the stop goes on.
             with contextlib.suppress(Exception):
-                console.err.print(self._line(self.store), soft_wrap=True)
+                console.err.print(self._line(), soft_wrap=True)
 
-    def _line(self, store: RunStore) -> str:
+    def _line(self) -> str:
+        study: int | None
         if self.resume is not None:
-            study: int | None = self.resume
-        elif self.new:
-            study = store.find_study(self.name, self.kind)
+            study = self.resume
+        elif self.made is not None or self.new:
+            study = self.made
         else:
             study = self.find()
-        if study is None or (self.new and study <= self.before):  # not made by this command
+        if study is None:  # not made by this command
             return f"{self.kind} stopped before its study was stored"
         if not self.resumable:
             return (
@@ -207,19 +218,22 @@ def sweep(
     from dlperf.sweep.runner import continued_study
     from dlperf.sweep.summary import SPREAD
 
-    with StudyStop("sweep", resume, new) as said, console.reporter() as rep:
-        spec = load_sweep(sweep_file, list(set_), rep)
-        store = open_store()
-        said.watch(store, spec.name, lambda: continued_study(store, spec))
-        result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
-    # matplotlib only now: a sweep file refused is said without its seconds of import.
-    from dlperf.report.sweep import sweep_figures
+    # The figures and the ranking inside the stop's line too: a stop after the last point
+    # exited 130 saying nothing. The line's command (every point skipped) ranks and draws.
+    with StudyStop("sweep", resume, new) as said:
+        with console.reporter() as rep:
+            spec = load_sweep(sweep_file, list(set_), rep)
+            store = open_store()
+            said.watch(store, spec.name, lambda: continued_study(store, spec))
+            result = run_sweep(spec, store, jobs, on_failure, resume, new, rep, sort)
+        # matplotlib only now: a sweep file refused is said without its seconds of import.
+        from dlperf.report.sweep import sweep_figures
 
-    plots = [str(p) for p in sweep_figures(store, result)]
-    if not console.printed_json(
-        as_json, {"spread": SPREAD, **dataclasses.asdict(result), "plots": plots}
-    ):
-        _print_summary(result, sort)
-        console.tell([], *plots)
+        plots = [str(p) for p in sweep_figures(store, result)]
+        if not console.printed_json(
+            as_json, {"spread": SPREAD, **dataclasses.asdict(result), "plots": plots}
+        ):
+            _print_summary(result, sort)
+            console.tell([], *plots)
     if any(r.status == "failed" for r in result.points):
         raise typer.Exit(1)

@@ -7,15 +7,18 @@ batcher and answers; what they share is one `Serving`.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client.exposition import choose_encoder
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dlperf.deploy import runtime
 from dlperf.deploy.batcher import Batcher, QueueFull
@@ -34,6 +37,12 @@ from dlperf.deploy.served_model import ServedModel
 from dlperf.version import dlperf_version
 
 RETRY_AFTER_S = 1
+# Every general-purpose server MUST answer HEAD where it answers GET (RFC 9110 §9.1): a load
+# balancer's health check often asks HEAD. The server sends the GET's headers, no body.
+GET = ["GET", "HEAD"]
+# An absolute-form request target (RFC 9112 §3.2.2), as a client that has this server as
+# its HTTP proxy sends it: scheme and authority, before the path.
+ABSOLUTE_FORM = re.compile(rb"[a-z][a-z0-9+.-]*://[^/?#]*", re.IGNORECASE)
 
 
 @dataclass
@@ -51,8 +60,27 @@ class Serving:
     configuration: dict[str, Any]
 
 
+class OriginForm:
+    """Routes an absolute-form target (`GET http://host:port/v2/health/ready`) as its path:
+    a server MUST accept it (RFC 9112 §3.2.2), and uvicorn hands it to the app as the path,
+    so every route answered 404."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw: bytes = scope.get("raw_path") or b""
+        found = ABSOLUTE_FORM.match(raw) if scope["type"] == "http" else None
+        if found is not None:
+            path = raw[found.end() :] or b"/"
+            # Percent-decoded as uvicorn decodes an origin-form path (latin-1: never fails).
+            scope = {**scope, "raw_path": path, "path": unquote(path.decode("latin-1"))}
+        await self.app(scope, receive, send)
+
+
 def add_routes(app: FastAPI, serving: Serving) -> None:
     model, batcher, stats = serving.model, serving.batcher, serving.stats
+    app.add_middleware(OriginForm)  # outermost: the metrics' route label is the path's too
 
     def served(request: Request) -> None:
         """404 unless the path names this model and, if it names one, its version."""
@@ -77,16 +105,16 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         phases.queue = time.perf_counter_ns() - start - phases.compute_infer
         return outputs
 
-    @app.get("/v2")
+    @app.api_route("/v2", methods=GET)
     async def server_metadata() -> dict[str, Any]:
         extensions = ["binary_tensor_data", "model_configuration", "statistics"]
         return {"name": "dlperf", "version": dlperf_version(), "extensions": extensions}
 
-    @app.get("/v2/health/live")
+    @app.api_route("/v2/health/live", methods=GET)
     async def live() -> dict[str, bool]:
         return {"live": True}
 
-    @app.get("/v2/health/ready")
+    @app.api_route("/v2/health/ready", methods=GET)
     async def ready() -> JSONResponse:
         return JSONResponse({"ready": batcher.running}, 200 if batcher.running else 503)
 
@@ -103,7 +131,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         return stats.document(model.name)
 
     # Before the model's routes: /v2/models/{name} would take "stats" for a model's name.
-    app.add_api_route("/v2/models/stats", model_statistics, methods=["GET"])
+    app.add_api_route("/v2/models/stats", model_statistics, methods=GET)
 
     async def model_metadata() -> dict[str, Any]:
         return serving.description
@@ -132,12 +160,10 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
     # The model's routes with and without /versions/{version}, each its own route (and label).
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         checked = [Depends(served)]
-        app.add_api_route(prefix, model_metadata, methods=["GET"], dependencies=checked)
-        app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], dependencies=checked)
-        app.add_api_route(f"{prefix}/config", model_config, methods=["GET"], dependencies=checked)
-        app.add_api_route(
-            f"{prefix}/stats", model_statistics, methods=["GET"], dependencies=checked
-        )
+        app.add_api_route(prefix, model_metadata, methods=GET, dependencies=checked)
+        app.add_api_route(f"{prefix}/ready", model_ready, methods=GET, dependencies=checked)
+        app.add_api_route(f"{prefix}/config", model_config, methods=GET, dependencies=checked)
+        app.add_api_route(f"{prefix}/stats", model_statistics, methods=GET, dependencies=checked)
         app.add_api_route(f"{prefix}/infer", infer_tensors, methods=["POST"], dependencies=checked)
 
     @app.post("/predict")
@@ -162,7 +188,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
                 predictions = runtime.topk(logits, topk, described.labels)[0]
                 return {"model_name": model.name, "predictions": predictions}
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=GET)
     async def prometheus(request: Request) -> Response:
         encode, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encode(serving.metrics.registry), media_type=content_type)

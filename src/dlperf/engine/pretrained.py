@@ -15,7 +15,9 @@ weights themselves are read (or downloaded) by `Pretrained.fetch`.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping
@@ -33,7 +35,7 @@ from dlperf.engine.stored import StoredRuns
 from dlperf.errors import UserError
 from dlperf.formatting import few
 from dlperf.parsing import did_you_mean
-from dlperf.paths import not_regular
+from dlperf.paths import not_regular, told
 
 StateDict = Mapping[str, torch.Tensor]
 FORMS = "a torchvision weights name, run:ID, run:last:NAME or a state-dict file"
@@ -98,6 +100,7 @@ def _download(url: str, source: str) -> StateDict:
     """The weights at `url`, from torch.hub's cache, downloaded into it first if need be."""
     cache = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
     if not cache.is_file():
+        _usable(cache.parent, source)
         digest = torch.hub.HASH_REGEX.search(cache.name)  # torchvision's names carry one
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +119,31 @@ def _download(url: str, source: str) -> StateDict:
         raise UserError(
             f"cannot load the cached weights {cache} ({type(e).__name__})",
             "delete it to download it again",
+        ) from None
+
+
+def _usable(folder: Path, source: str) -> None:
+    """`folder`, torch.hub's cache, made and written to before a download into it: one that
+    cannot be (TORCH_HOME naming a file, or a folder not ours) was told as a failed download
+    with a fix to copy the file into it, which could not work either."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        if not told(e)[1]:  # a full disk, an I/O error: the system's, told as such
+            raise
+        home = os.environ.get("TORCH_HOME")
+        fix = "point TORCH_HOME at" if home else "set TORCH_HOME to"
+        fix += " a folder you can write, or give model.weights = a state-dict file"
+        if home and os.path.exists(home) and not os.path.isdir(home):
+            raise UserError(f"TORCH_HOME {home} is not a directory", fix) from None
+        # The folder above it that failed, if one did (not a temporary file's name in it).
+        above = e.filename is not None and folder.is_relative_to(e.filename)
+        where = f" {e.filename}" if above and str(folder) != e.filename else ""
+        by = f" (TORCH_HOME={home})" if home else ""
+        raise UserError(
+            f"model.weights {source} cannot be cached in {folder}{by}:{where} {e.strerror}", fix
         ) from None
 
 
