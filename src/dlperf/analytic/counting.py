@@ -261,8 +261,9 @@ class Analysis:
                 + self.real_tensors
             )
         if self.unsupported_ops:
-            ops = ", ".join(f"{op} x{n}" for op, n in self.unsupported_ops.items())
-            said.append(f"not counted (no handler for these operators): {ops}")
+            said.append(
+                f"not counted (no handler for these operators): {listed_ops(self.unsupported_ops)}"
+            )
         return "; ".join(said) or None
 
     def tensors(self) -> str:
@@ -337,6 +338,12 @@ class Analysis:
 # building on meta patches nn.Module itself: two at once would each see the other's modules,
 # and a build's restore could put back the other's patch for good, so they take turns.
 _ONE_COUNT = threading.RLock()
+
+
+def listed_ops(unsupported_ops: dict[str, int]) -> str:
+    """'aten._trilinear x2, aten.cdist x1': the operators no handler counted, with their calls,
+    as analyze's warning and predict's totals both say them."""
+    return ", ".join(f"{op} x{n}" for op, n in unsupported_ops.items())
 
 
 @contextlib.contextmanager

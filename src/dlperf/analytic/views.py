@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlperf.analytic.counting import listed_ops
 from dlperf.analytic.results import Basis, FlopsOverPeak, Measured, Prediction, Totals
 from dlperf.analytic.tables import si
 from dlperf.table import Table
@@ -76,16 +77,19 @@ def _prediction_rows(t: Totals, what: str, basis: Basis, peak_label: str) -> lis
     return rows
 
 
-def _unsupported_rows(unsupported_ops: dict[str, int] | None) -> list[list[Any]]:
+def _unsupported_rows(unsupported_ops: dict[str, int] | None, f: FlopsOverPeak) -> list[list[Any]]:
     """The operators the count left out, in analyze's words, first: every figure below
-    leaves out their work."""
+    leaves out their work, but FLOPs ÷ peak's from FLOPs given (--flops)."""
     if not unsupported_ops:
         return []
-    ops = ", ".join(f"{op} x{n}" for op, n in unsupported_ops.items())
-    return [
-        ["not counted (no handler for these operators)",
-         f"{ops}: times and FLOPs below are lower bounds, images/s upper bounds"],
-    ]  # fmt: skip
+    bounds = (
+        "times and FLOPs below are lower bounds, images/s upper bounds"
+        if f.flops_source == "counted"
+        else "times and counted FLOPs below are lower bounds, images/s upper bounds (not "
+        "FLOPs ÷ peak's: they use the given FLOPs)"
+    )
+    return [["not counted (no handler for these operators)",
+             f"{listed_ops(unsupported_ops)}: {bounds}"]]  # fmt: skip
 
 
 def _measured_rows(m: Measured, what: str) -> list[list[Any]]:
@@ -125,7 +129,7 @@ def prediction_tables(r: Prediction) -> list[Table]:
     what = figure(r.basis, r.op_overhead_s > 0)
     f = r.flops_over_peak
     rows = [
-        *_unsupported_rows(r.unsupported_ops),
+        *_unsupported_rows(r.unsupported_ops, f),
         *_prediction_rows(r.totals, what, r.basis, r.peak.label),
         ["FLOPs ÷ peak: time per image (ms)", f.time_per_image_s * MS],
         ["FLOPs ÷ peak: images/s", f.images_per_s],

@@ -4,7 +4,8 @@ Parity compares PyTorch eager and ONNX Runtime on the same inputs (a seeded rand
 and the run's test images when there is a run), each in the chunks of the graph's batch
 size, element-wise, with NumPy's `allclose` rule |onnx - torch| <= atol + rtol * |torch|, and
 reports top-1 agreement beside it. A batch outside the tolerance is scored by PyTorch again:
-a forward that differs from itself (random ops) is named, not ONNX Runtime.
+a forward that differs from itself (random ops, or state it changes on each call, which is
+named) is blamed, not ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -376,17 +377,74 @@ def _compared(
     result = compare(reference, candidate, rtol, atol, at)
     if not result["within_tolerance"]:
         # Before ONNX Runtime is blamed: a forward with random ops (F.dropout(training=True),
-        # torch.rand_like) differs from itself, and no graph can match it. Asked only of a
-        # batch that failed, so a model that passes pays no second forward.
+        # torch.rand_like) or one that changes state on each call (self.k += 1) differs from
+        # itself, and no graph can match it. Asked only of a batch that failed, so a model
+        # that passes pays no second forward.
+        before = _state(model)
         again = compare(reference, _torch_scores(model, x, step, what, model_name), rtol, atol)
         if not again["within_tolerance"]:
+            # Told apart by the state the second forward changed; one that changed none draws
+            # at random (or keeps its state out of sight: a list, a global).
+            changed = _changed(before, _state(model))
+            why = (
+                f"changes its {changed} on each call"
+                if changed
+                else "is random (torch.rand*, F.dropout(training=True), ...)"
+            )
             raise CheckFailed(
                 f"model '{model_name}' gives other scores each time in eval mode on one input "
-                f"(by up to {again['max_abs_diff']:.3g} {at}): its forward is random "
-                "(torch.rand*, F.dropout(training=True), ...), so its parity with ONNX Runtime "
-                "cannot be checked; make the forward deterministic when not self.training"
+                f"(by up to {again['max_abs_diff']:.3g} {at}): its forward {why}, so its parity "
+                "with ONNX Runtime cannot be checked; make the forward deterministic when not "
+                "self.training"
             )
     return result
+
+
+def _state(model: nn.Module) -> dict[tuple[str, str], Any]:
+    """The model's buffers and plain attributes (numbers, strings, dense tensors), copied, by
+    kind and name: what a stateful forward changes on each call."""
+    state: dict[tuple[str, str], Any] = {
+        ("buffer", name): t.detach().clone() for name, t in model.named_buffers() if _dense(t)
+    }
+    for prefix, module in model.named_modules():
+        for key, value in vars(module).items():
+            if key.startswith("_"):  # nn.Module's own (_parameters, _buffers, _modules...)
+                continue
+            if isinstance(value, int | float | str):
+                state["attribute", f"{prefix}.{key}" if prefix else key] = value
+            elif isinstance(value, torch.Tensor) and _dense(value):
+                state["attribute", f"{prefix}.{key}" if prefix else key] = value.detach().clone()
+    return state
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """A tensor `_changed` can compare byte by byte (not sparse, not quantized)."""
+    return t.layout == torch.strided and not t.is_quantized
+
+
+def _changed(before: dict[tuple[str, str], Any], after: dict[tuple[str, str], Any]) -> str:
+    """What differs between two `_state`s, as "buffer 'seen'" or "attributes 'k', 'n'"; ''
+    where nothing does."""
+    names: dict[str, list[str]] = {}
+    for kind, name in sorted(before.keys() | after.keys()):
+        old, new = before.get((kind, name)), after.get((kind, name))
+        if isinstance(old, torch.Tensor) or isinstance(new, torch.Tensor):
+            # byte by byte: a NaN the forward left alone is the same NaN
+            same = (
+                isinstance(old, torch.Tensor)
+                and isinstance(new, torch.Tensor)
+                and (old.dtype, old.shape) == (new.dtype, new.shape)
+                and torch.equal(
+                    old.reshape(-1).view(torch.uint8), new.reshape(-1).view(torch.uint8)
+                )
+            )
+        else:
+            same = old is new or old == new
+        if not same:
+            names.setdefault(kind, []).append(f"'{name}'")
+    return ", ".join(
+        f"{kind}{'s' if len(them) > 1 else ''} {', '.join(them)}" for kind, them in names.items()
+    )
 
 
 def _torch_scores(
