@@ -151,6 +151,7 @@ def samples(
 
     exp = load_experiment(None, _data_sets(dataset, set_, ("data.",)))
     done = write_samples(exp.data, out, per_class, _classes(classes), split)
+    console.tell(done["warnings"])
     if console.printed_json(as_json, done):
         return
     console.print_table(

@@ -92,4 +92,11 @@ def write_samples(
             with writing(path), replaced(path) as aside:
                 image.save(aside)
             files.append({"path": str(path), "class": names[label], "label": label, "index": index})
-    return {"dataset": data.name, "split": split, "out": str(out), "files": files}
+    # "warnings": the reader's notes on the set's files (a raw file kept aside, ...)
+    return {
+        "dataset": data.name,
+        "split": split,
+        "out": str(out),
+        "files": files,
+        "warnings": list(data.notes),
+    }

@@ -160,9 +160,10 @@ def load_run_data(
     exp: Experiment, start: pretrained.Pretrained | None
 ) -> tuple[ImageData, list[str]]:
     """The experiment's data as its runs see it: at the resolution and with the statistics of
-    its starting weights `start`, where the config does not set them; and warnings."""
+    its starting weights `start`, where the config does not set them; and warnings (the
+    reader's notes on the set's files first)."""
     data = load_data(pretrained.data_config(exp.data, start))
-    return data, pretrained.apply_statistics(data, exp.data, start)
+    return data, [*data.notes, *pretrained.apply_statistics(data, exp.data, start)]
 
 
 def as_run(exp: Experiment, runs: StoredRuns) -> tuple[Experiment, ImageData, list[str]]:
