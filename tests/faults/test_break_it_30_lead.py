@@ -2,17 +2,20 @@
 
 C1. (Round 29's Left.) `analyze --csv --json` printed the JSON alone, silently dropping the
     CSV asked for: the two are refused together in one line.
-C3. (Fixer R1's note.) The doctor advised as diverged a run stored failed in eval mode whose
-    train/loss spiked and came back down (the loop judges by the last loss too).
 C2. (Fixer M1's note.) `analyze`'s MODEL (and predict's, every command's that takes one) did
     not expand a leading `~`, which model.name and data.root do.
-"""
+
+C3. (Fixer R1's note.) The doctor advised as diverged a run stored failed in eval mode whose
+    train/loss spiked and came back down (the loop judges by the last loss too).
+C4. (Fixer G's note.) A distill stopped after its last stage (while its figure is drawn)
+    exited 130 saying nothing: it says the study's stop line, as a sweep now does."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +66,30 @@ def test_the_doctor_does_not_call_a_spike_that_came_back_down_divergence(
         "eval mode were not finite",
         "fix: look at what its forward does when not training (model.eval())",
     ]
+
+
+def test_a_distill_stopped_after_its_last_stage_says_how_to_continue(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Fixer G's note, the tester's cause 6.) Ctrl-C while the figure is drawn, every stage
+    stored: exit 130 and no line. The study's stages are stood in for (run_distill makes the
+    study and returns), the figure stopped in-process: the documented line, naming the study
+    this command made."""
+    from dlperf.distill import runner
+    from dlperf.distill.summary import DistillResult
+    from dlperf.report import distill as figure
+    from tests.faults.test_break_it_26_stops import _stop
+
+    def staged(job: Any, store: Any, *args: Any) -> DistillResult:
+        study = store.create_study("smallcnn", "distill")
+        return DistillResult(study, "smallcnn", None, None, [], None, [], "digits", str(tmp_path))
+
+    monkeypatch.setattr(runner, "run_distill", staged)
+    monkeypatch.setattr(figure, "distill_figure", lambda result: _stop())
+    exp = tmp_path / "d.toml"
+    exp.write_text('[model]\nname = "smallcnn"\n[data]\nname = "digits"\n'
+                   '[distill]\nunlabeled = "digits:holdout=0.8"\n')  # fmt: skip
+    done = cli("distill", str(exp))
+    assert done.code == 130, done.err
+    assert done.err.splitlines()[-1].startswith("distill study 1 stopped; "), done.err
+    assert "--resume 1" in done.err.splitlines()[-1], done.err

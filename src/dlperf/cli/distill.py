@@ -112,13 +112,16 @@ def distill(
     }  # fmt: skip
     job = load_job(DistillJob, experiment, set_, distill=flags)
     store = open_store()
-    with StudyStop("distill", resume, new) as said, console.reporter() as rep:
-        # The study's name as run_distill gives it: run.name, else the model's.
-        said.watch(store, given(job.experiment.run.name, job.experiment.model.name)[0])
-        result = run_distill(job, store, resume, new, rep)
-    figure = distill_figure(result)
-    plots = [str(figure)] if figure is not None else []
-    if not console.printed_json(as_json, result.to_dict() | {"plots": plots}):
-        _print_summary(result, plots)
+    # The figure and the table inside the stop's line too: a stop after the last stage
+    # exited 130 saying nothing. The line's command (every stage reused) draws and prints.
+    with StudyStop("distill", resume, new) as said:
+        with console.reporter() as rep:
+            # The study's name as run_distill gives it: run.name, else the model's.
+            said.watch(store, given(job.experiment.run.name, job.experiment.model.name)[0])
+            result = run_distill(job, store, resume, new, rep)
+        figure = distill_figure(result)
+        plots = [str(figure)] if figure is not None else []
+        if not console.printed_json(as_json, result.to_dict() | {"plots": plots}):
+            _print_summary(result, plots)
     if result.error:
         raise typer.Exit(1)
