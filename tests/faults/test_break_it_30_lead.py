@@ -4,11 +4,11 @@ C1. (Round 29's Left.) `analyze --csv --json` printed the JSON alone, silently d
     CSV asked for: the two are refused together in one line.
 C2. (Fixer M1's note.) `analyze`'s MODEL (and predict's, every command's that takes one) did
     not expand a leading `~`, which model.name and data.root do.
-
 C3. (Fixer R1's note.) The doctor advised as diverged a run stored failed in eval mode whose
     train/loss spiked and came back down (the loop judges by the last loss too).
 C4. (Fixer G's note.) A distill stopped after its last stage (while its figure is drawn)
-    exited 130 saying nothing: it says the study's stop line, as a sweep now does."""
+    exited 130 saying nothing: it says the study's stop line, as a sweep now does.
+"""
 
 from __future__ import annotations
 
