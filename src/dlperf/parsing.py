@@ -57,14 +57,20 @@ def one_line(text: str) -> str:
 
 def name_text(name: str) -> str:
     """A name (a class's) as a table or message shows it: on one line (`one_line`), and quoted
-    where white space at an edge would hide what it holds, so that "a" and "a " read apart
+    where white space at an edge (`edged`) hides what it holds, so that "a" and "a " read apart
     (a table pads its cells with spaces): 'a '. A name that starts with a quote is quoted
     too ("'a '" as ''a ''), so that no unquoted name reads as a quoted one, and so is the
     empty name (an .npz's class '', a pandas NaN made text), '' and not a blank cell."""
     text = one_line(name)
-    if not text or text[0].isspace() or text[-1].isspace() or text[0] == "'":
+    if not text or edged(name) or text[0] == "'":
         return f"'{text}'"
     return text
+
+
+def edged(name: str) -> bool:
+    """Whether white space starts or ends `name` as written: a space, and a tab or a no-break
+    space too, which `one_line` may write as an escape but is no less at the edge."""
+    return name[:1].isspace() or name[-1:].isspace()
 
 
 def finite_json(value: Any) -> Any:

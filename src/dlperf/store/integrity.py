@@ -32,7 +32,6 @@ from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.sql.sqltypes import JSON
 
 from dlperf.errors import UserError
-from dlperf.parsing import printable
 from dlperf.store.ids import made_store_id
 from dlperf.store.migrations import SCHEMA_VERSION, written
 from dlperf.store.schema import (
@@ -51,6 +50,7 @@ from dlperf.store.schema import (
     Tag,
 )
 from dlperf.store.urls import masked_url
+from dlperf.store.urls import shown as shown  # re-exported: every store line names it so
 
 SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_CORRUPT, SQLITE_NOTADB = 1, 5, 6, 11, 26
 SQLITE_CONSTRAINT_TRIGGER = 1811  # RAISE(ABORT|FAIL|ROLLBACK, ...) in a trigger
@@ -76,36 +76,6 @@ _opened: set[Path] = set()  # store files this process opened as SQLite database
 # resolved once, as the store opened: a relative path resolved later meets a working directory
 # removed or changed since (a FileNotFoundError traceback, or another directory's file).
 _files: weakref.WeakKeyDictionary[Any, Path] = weakref.WeakKeyDictionary()
-
-
-def shown(name: object) -> str:
-    """A store's path or URL as a line names it: its control characters, newline and tab
-    too, written as Python escapes (`parsing.printable`), so the error stays one line and no
-    terminal acts on an ESC in a directory's name; in quotes where a name in it starts or ends
-    with a space, which was not seen ("run store directory   does not exist")."""
-    text = printable(str(name)).replace("\n", "\\n").replace("\t", "\\t")
-    return f"'{text}'" if _spaced_names(text) else text
-
-
-def _spaced_names(path: str) -> list[str]:
-    return [part for part in path.split("/") if part != part.strip()]
-
-
-def spaces_said(path: str, whose: str = "its path") -> str:
-    """What a line that says the store `path` is not there adds where a name in it starts or
-    ends with a space, most likely one pasted into DLPERF_DB or --db: ": its path starts with
-    a space" (`whose`: how the line names `path`); '' for a path without such a name. Not
-    stripped: a file's name may start with a space, and a store read or made at another path
-    than the one given would be worse than this line."""
-    names = _spaced_names(path)
-    if not names:
-        return ""
-    if path[:1].isspace():
-        return f": {whose} starts with a space"
-    if path[-1:].isspace():
-        return f": {whose} ends with a space"
-    side = "starts" if names[0][:1].isspace() else "ends"
-    return f": {whose} has a name that {side} with a space, {shown(names[0])}"
 
 
 def store_file(engine: Engine) -> Path | None:
@@ -599,13 +569,12 @@ def copy_readable(source: Path, target: Engine, out: Path, busy_s: float) -> Rep
     try:
         versions = _versions(old, old_tables)
         _refuse_newer(versions, source)
-        # The tables the store had, missing now: a store of before versions may lack meta,
-        # which came first, and tags, which came next; every versioned store has them all.
+        # The tables the store had, missing now: a store of before versions lacks meta, which
+        # came with them, and tags, which came before them; every versioned store has them
+        # all. Told by the meta table, not by a version row that cannot be read (damage too).
         lacking = {t.__tablename__ for t in COPIED} - old_tables.keys()
-        if not versions:
-            lacking -= {Tag.__tablename__} | (
-                set() if Tag.__tablename__ in old_tables else {Meta.__tablename__}
-            )
+        if Meta.__tablename__ in lacking and Tag.__tablename__ in lacking:
+            lacking -= {Meta.__tablename__, Tag.__tablename__}
         with target.begin() as conn:
             conn.execute(Meta.__table__.delete())  # the old store's facts replace the new one's
             for table in COPIED:

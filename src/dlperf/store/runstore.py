@@ -97,10 +97,12 @@ from dlperf.store.schema import (
     Tag,
 )
 from dlperf.store.urls import (
+    absent,
     masked_slashless,
     missing_slashes,
     refuse_missing_slashes,
     secret_option,
+    warn_absent,
 )
 from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
 
@@ -211,13 +213,31 @@ def _parsed(url: str) -> URL:
     # SQLAlchemy drops a port that is 0 (falsy) from what it passes the driver, which then
     # connected to the default port: another server's store than the URL names. The driver
     # refuses 70000 itself ("invalid port number").
-    if parsed.port == 0:
+    if parsed.port == 0 or any(_zero(port) for port in _query_ports(parsed)):
         raise UserError(
             f"cannot open run store {integrity.shown(masked_url(url))}: port 0 is not a port",
             "leave it out for the server's default, 5432 for PostgreSQL",
         )
     _query_checked(url, parsed)
     return parsed
+
+
+def _query_ports(parsed: URL) -> list[str]:
+    """The ports a URL's query gives its hosts, as SQLAlchemy's PostgreSQL dialect reads them
+    (`_split_multihost_from_url`): host=H:P, each of several, and port=P1,P2."""
+    hosts, ports = parsed.query.get("host", ()), parsed.query.get("port", ())
+    found = [p for h in _values(hosts) for _, colon, p in [h.rpartition(":")] if colon]
+    return found + _values(ports)
+
+
+def _values(given: str | tuple[str, ...]) -> list[str]:
+    """A query option's values: each of one given several times, or a comma-separated one."""
+    return list(given) if isinstance(given, tuple) else given.split(",") if given else []
+
+
+def _zero(port: str) -> bool:
+    # '0' or '00': dropped as the URL's own :0 is, where the driver refuses a port 1 itself.
+    return port.strip().isdigit() and int(port) == 0
 
 
 # The query of a URL as SQLAlchemy's parser finds it (sqlalchemy.engine.url._parse_url's
@@ -583,9 +603,7 @@ def _directories_as_written(path: str) -> None:
         try:
             os.stat(directory)
         except FileNotFoundError:
-            missing = integrity.shown(directory)
-            why = integrity.spaces_said(path, f"the store path {integrity.shown(path)}")
-            raise UserError(f"run store directory {missing} does not exist{why}") from None
+            raise UserError(absent(path, directory=directory)) from None
         except OSError:  # a link loop, a permission: resolve() and SQLite say it in their words
             return
         if not os.path.isdir(directory):
@@ -1642,6 +1660,9 @@ class RunStore:
         # Why a write is refused, where not only "open read-only": the stand-in of a store
         # that is not there (`_empty`) says which store, and that it is not there.
         self._unwritable: tuple[str, str] | None = None
+        # The path of the store a stand-in stands for, which is not there: its listing warns
+        # once where the path may be mistyped (`urls.warn_absent`).
+        self._absent_path: str | None = None
         self._writer = engine.execution_options(**{WRITES: True})
         self._file: _StoreFile | None = None
         # A server store's place (`_server_place`), for a writer: a SQLite store's is its file.
@@ -1729,10 +1750,14 @@ class RunStore:
             missing = path is not None and (not path.exists() or path.stat().st_size == 0)
             if (read_only or not create) and missing:
                 assert path is not None
-                what = "does not exist" if not path.exists() else "is an empty file"
-                why = integrity.spaces_said(str(path))
-                missing_file = f"run store {integrity.shown(path)} {what}{why}"
-                return cls._empty(_absent(_name(engine), what, read_only), missing_file)
+                there = path.exists()
+                what = "is an empty file" if there else "does not exist"
+                stand_in = cls._empty(
+                    _absent(_name(engine), what, read_only), absent(str(path), what)
+                )
+                # A file there is the one named: only a path that is not may be mistyped.
+                stand_in._absent_path = None if there else str(path)
+                return stand_in
             if not read_only and not missing:  # before a connection switches it to WAL
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed), read_begun)
         writing = (create if writes is None else writes) and not read_only
@@ -2627,6 +2652,9 @@ class RunStore:
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
     ) -> list[RunRecord]:
+        if self._absent_path is not None:
+            warn_absent(self._absent_path)
+            self._absent_path = None
         query = select(Run).order_by(Run.id.desc())
         if kind:
             query = query.where(Run.kind == kind)
@@ -2849,8 +2877,7 @@ def repair(db: str | None, out: str) -> integrity.Repaired:
     source = _sqlite_checked(url, integrity.shown(masked_url(str(url))))
     busy_s = _busy_timeout_s(url)
     if not source.is_file():
-        why = integrity.spaces_said(str(source))
-        raise UserError(f"run store {integrity.shown(source)} does not exist{why}")
+        raise UserError(absent(str(source)))
     target = os.path.expanduser(out)
     if not target.strip() or "://" in target:
         raise UserError(

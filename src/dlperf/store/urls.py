@@ -8,15 +8,20 @@ SQLAlchemy reads and in one it cannot (which may still carry a password). Kept a
 Also a URL missing its `//` (`sqlite:x.db`), which is refused rather than taken as a path.
 `dlperf runs list`'s own reader (`reading`) asks that too, before SQLAlchemy is imported:
 SQLAlchemy is imported here only where a URL is masked.
+
+And a store path as a line shows it (`shown`), saying where a name in it starts or ends with
+white space (`absent`), for `reading` too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from urllib.parse import unquote_plus
 
 from dlperf.errors import UserError
+from dlperf.parsing import edged, name_text, one_line
 
 MASK = "***"
 # user:password@, up to the last @ before the path: an unescaped @ in a password is masked
@@ -113,3 +118,57 @@ def refuse_missing_slashes(db: str) -> None:
         f"run store {given!r} looks like a URL missing its '//'",
         f"write {write}, or ./{given} for a file of that name",
     )
+
+
+def shown(name: object) -> str:
+    """A store's path or URL as a line names it: on one line, its control characters, newline
+    and tab written as Python escapes (`parsing.one_line`), so that no terminal acts on an ESC
+    in a directory's name; in quotes where a name in it starts or ends with white space, which
+    was not seen ("run store directory   does not exist")."""
+    text = one_line(str(name))
+    return f"'{text}'" if _edged_names(str(name)) else text
+
+
+def _edged_names(path: str) -> list[str]:
+    """The names of `path` that white space starts or ends, as written (`parsing.edged`)."""
+    return [name for name in path.split("/") if edged(name)]
+
+
+def _edge(name: str) -> str:
+    """Where white space edges `name`: "starts with a space", "ends with white space" (a tab,
+    a no-break space)."""
+    start = name[:1].isspace()
+    side, c = ("starts", name[0]) if start else ("ends", name[-1])
+    return f"{side} with {'a space' if c == ' ' else 'white space'}"
+
+
+def spaces_said(path: str, whose: str = "its path") -> str:
+    """What a line that says the store `path` is not there adds where a name in it starts or
+    ends with white space, most likely pasted into DLPERF_DB or --db with it: ": its path ends
+    with a space" (`whose`: how the line names `path`); '' for a path without such a name. Not
+    stripped: a file's name may start with a space, and a store read or made at another path
+    than the one given would be worse than this line."""
+    names = _edged_names(path)
+    if not names:
+        return ""
+    if edged(path):
+        return f": {whose} {_edge(path)}"
+    return f": {whose} has a name that {_edge(names[0])}, {name_text(names[0])}"
+
+
+def absent(path: str, what: str = "does not exist", directory: str | None = None) -> str:
+    """The line saying the store `path` is not there (`what` says how), or its `directory`,
+    and where a name in `path` starts or ends with white space (`spaces_said`)."""
+    if directory is None:
+        return f"run store {shown(path)} {what}{spaces_said(path)}"
+    why = spaces_said(path, f"the store path {shown(path)}")
+    return f"run store directory {shown(directory)} {what}{why}"
+
+
+def warn_absent(path: str) -> None:
+    """One warning line on stderr for a reader that lists the runs of the store `path`, which
+    is not there, where a name in it starts or ends with white space: its empty listing (exit
+    0) or "the run store holds no runs" did not say that the path is most likely mistyped. A
+    path without such a name is the usual store not made yet: nothing to say."""
+    if _edged_names(path):
+        print(f"warning: {absent(path)}", file=sys.stderr)
