@@ -58,14 +58,7 @@ def test_port_0_in_the_query_is_refused(query: str, cli: Cli) -> None:
     ("command", "code", "error"),
     [
         (("doctor",), 2, NO_STORE),
-        pytest.param(
-            ("runs", "list"),
-            0,
-            "",
-            marks=pytest.mark.xfail(
-                strict=True, reason="store/reading.py reads the path itself (not T2's file)"
-            ),
-        ),
+        (("runs", "list"), 0, ""),
     ],
 )
 def test_a_reader_of_a_missing_store_says_its_path_ends_with_a_space(

@@ -26,7 +26,7 @@ from dlperf.errors import UserError
 from dlperf.paths import no_file_of_bytes
 from dlperf.store.ids import made_store_id
 from dlperf.store.record import RunRecord
-from dlperf.store.urls import missing_slashes
+from dlperf.store.urls import missing_slashes, warn_absent
 
 # The facts a current store holds in `meta` (schema.STORE_ID, schema.VERSION_KEY) and the
 # version it is at (migrations.SCHEMA_VERSION): tests/store/test_reading.py checks they agree.
@@ -89,6 +89,7 @@ def sqlite_listing(db: str | None) -> Listing | None:
         return None
     try:
         if not path.exists():
+            warn_absent(str(path))  # a path ending in a space: the store meant is elsewhere
             return SqliteListing(None, db)
         if path.stat().st_size == 0:
             # Empty; or no store file at all, which reads as size 0 too (a FIFO, a device, a
