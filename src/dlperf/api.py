@@ -244,15 +244,14 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
     """The name `key` is stored under (`_key_name`) and `value` as the store keeps it, a
     UserError for either: float() would take "1.5" and raise ValueError or TypeError for the
     rest, and OverflowError for a whole number too big for a float (10**400)."""
-    import torch  # imported by `track` already
-
     name = _key_name(key)
     # A bool (NumPy's, a bool tensor or array too) is not a measurement, as a bool step is not:
     # float() made True 1.0.
     boolean = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
     if not (isinstance(value, _TEXT) or boolean):
-        if isinstance(value, torch.Tensor):
-            # float() of one that requires grad warns (torch's UserWarning, from this line)
+        if getattr(value, "requires_grad", False):
+            # float() of a tensor that requires grad warns (torch's UserWarning, from this
+            # line); told without importing torch, which every logged value passes through
             value = value.detach()
         try:
             return name, float(value)
@@ -268,15 +267,22 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
 
 def _step(step: Any) -> int:
     """`step` as the int `log` stores: an int (NumPy's, an integer tensor's) or a float of a
-    whole number (1.0, NumPy's 3.0), which names one step exactly as its int does (a float
-    holds every whole number to 2**53, past the store's bound); not a bool, nor 1.5, which
-    int() would put on step 1."""
-    if not isinstance(step, bool):
+    whole number (1.0, NumPy's 3.0, a 0-d tensor's 4.0), which names one step exactly as its
+    int does (a float holds every whole number to 2**53, past the store's bound); not a bool,
+    nor 1.5, which int() would put on step 1."""
+    value = step
+    item = getattr(step, "item", None)
+    if getattr(step, "ndim", None) == 0 and callable(item):
+        # A 0-d tensor (or array) as the Python number it holds, as NumPy's scalars are
+        # taken: a float tensor is no numbers.Real. A bool tensor gives a bool, refused.
+        with suppress(RuntimeError):  # a meta tensor holds no value
+            value = item()
+    if not isinstance(value, bool):
         with suppress(TypeError):
-            return operator.index(step)
+            return operator.index(value)
         with suppress(OverflowError):  # float() of a Fraction past a float's range
-            if isinstance(step, numbers.Real) and float(step).is_integer():  # not NaN, inf
-                return int(float(step))
+            if isinstance(value, numbers.Real) and float(value).is_integer():  # not NaN, inf
+                return int(float(value))
     raise UserError(f"a step is a whole number, got {reprlib.repr(step)}")
 
 
@@ -658,6 +664,7 @@ def track(
     with stopping.deferred():
         import torch
 
+        from dlperf.store.query import TRACKED
         from dlperf.system import system_info
 
     if not isinstance(name, str) or not name.strip() or has_control(name):
@@ -672,7 +679,9 @@ def track(
     dev = _device(device)
     where = _open_store(store)
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
-    system = system_info(dev, torch.get_num_threads())
+    # Marked as tracked: the user's config may hold every section of an experiment's, by
+    # which the runs of before were told, and its val/* were then moved to epochs' steps.
+    system = system_info(dev, torch.get_num_threads()) | {TRACKED: True}
     # Entered and left by hand rather than by `with`: a child forked inside the block leaves
     # it too, and must not mark the parent's run nor write its buffer (`_left_in_child`).
     recording = where.new_run(name, "run", config, digest[:16], system)

@@ -240,8 +240,8 @@ def steps_per_epoch(
     batch size, the incomplete last batch dropped, as the engine trains them; else None.
     None for a loop recorded with dlperf.track, whose keys, val/* too, are at the steps it
     logged: told by what the run is (`tracked`), not by whether its config validates as an
-    experiment ({} and {"train": {...}} do, all defaults, which moved its val/* to steps
-    of the digits data set's epochs)."""
+    experiment ({} does, all defaults, and so may a config of the user's own that holds
+    every section of one)."""
     if tracked(run):
         return None
     known = run.summary.get("steps_per_epoch")

@@ -204,9 +204,18 @@ def from_experiment(kind: str, config: Any) -> bool:
     return all(isinstance(config.get(section), dict) for section in EXPERIMENT_SECTIONS)
 
 
+# The key of a run's `system` that `dlperf.track` sets (to true) on the runs it records.
+TRACKED = "tracked"
+
+
 def tracked(run: RunRecord) -> bool:
-    """Whether `dlperf.track` recorded the run: a run of kind "run" whose config is the
-    user's, not an experiment's. Its keys, val/* too, are at the steps the user gave."""
+    """Whether `dlperf.track` recorded the run: its keys, val/* too, are at the steps the user
+    gave. Told by the mark `track` sets (TRACKED): the user's config may hold every section
+    of an experiment (a Hydra config). A run stored before the mark is a run of kind "run"
+    whose config is not an experiment's; the engine's runs are never marked."""
+    system = run.system if isinstance(run.system, dict) else {}
+    if system.get(TRACKED) is True:
+        return True
     return run.kind == "run" and not from_experiment(run.kind, run.config)
 
 
@@ -460,12 +469,18 @@ def _check_keys(runs: list[RunRecord], conditions: list[Condition]) -> None:
 
 def _near(key: str, known: set[str]) -> list[str]:
     """The keys a hint for the unknown `key` may name: those of its section (what comes
-    before the first dot), or of a section spelt alike. Compared whole, `final.train/loss`
-    was closest to `analyze.train`, a key of another section that shares a word."""
+    before the first dot), or of a section spelt alike; for a key without a dot, also those
+    whose last part is spelt alike (batch_size: train.batch_size). Compared whole,
+    `final.train/loss` was closest to `analyze.train`, a key of another section that shares
+    a word."""
     head = key.partition(".")[0]
     heads = {k.partition(".")[0] for k in known}
     near = {head} if head in heads else set(difflib.get_close_matches(head, heads, n=3))
-    return sorted(k for k in known if k.partition(".")[0] in near)
+    keys = {k for k in known if k.partition(".")[0] in near}
+    if "." not in key:  # a bare leaf (batch_size): the keys ending in one spelt alike
+        leaves = set(difflib.get_close_matches(key, {k.rpartition(".")[2] for k in known}, n=3))
+        keys |= {k for k in known if "." in k and k.rpartition(".")[2] in leaves}
+    return sorted(keys)
 
 
 def select(runs: list[RunRecord], where: Sequence[str]) -> list[RunRecord]:
