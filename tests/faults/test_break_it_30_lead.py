@@ -8,6 +8,8 @@ C3. (Fixer R1's note.) The doctor advised as diverged a run stored failed in eva
     train/loss spiked and came back down (the loop judges by the last loss too).
 C4. (Fixer G's note.) A distill stopped after its last stage (while its figure is drawn)
     exited 130 saying nothing: it says the study's stop line, as a sweep now does.
+C5. (Fixer T1's note.) `run --resume` took a dlperf.track run whose config holds every
+    section of an experiment for an engine run: the TRACKED mark decides there too.
 """
 
 from __future__ import annotations
@@ -93,3 +95,20 @@ def test_a_distill_stopped_after_its_last_stage_says_how_to_continue(
     assert done.code == 130, done.err
     assert done.err.splitlines()[-1].startswith("distill study 1 stopped; "), done.err
     assert "--resume 1" in done.err.splitlines()[-1], done.err
+
+
+def test_a_tracked_run_holding_an_experiments_sections_is_not_resumed(cli: Cli, db: str) -> None:
+    """(Fixer T1's note.) `run --resume` of a killed dlperf.track run whose config holds every
+    section of an experiment (a Hydra config) took it for an engine run, as the views did
+    before the TRACKED mark: it is refused as a tracked run, in one line."""
+    import dlperf
+
+    config = {section: {} for section in ("model", "data", "train", "run")}
+    with dlperf.track("hydra", config=config, store=db) as run:
+        run.log(1, loss=1.0)
+    done = cli("run", "--resume", str(run.id))
+    assert done.code == 2, done
+    assert done.err.splitlines() == [
+        f"error: run {run.id} is a dlperf.track run (a training loop of your own): dlperf "
+        "cannot resume it (run your loop again)"
+    ], done.err

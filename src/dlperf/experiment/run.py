@@ -272,7 +272,7 @@ def _check_resumable(run: RunRecord) -> None:
     point) resumes from a checkpoint: a dlperf.track run was refused for having none ("it
     stopped before its first epoch ended"), and a scale point for its config ("unknown key
     'experiment'"), each blaming what it is not."""
-    if from_experiment(run.kind, run.config):
+    if from_experiment(run.kind, run.config, run.system):
         return
     if run.kind == "run":
         raise UserError(

@@ -195,17 +195,20 @@ def config_settings(config: dict[str, Any]) -> list[tuple[str, str | None]]:
 EXPERIMENT_SECTIONS = ("model", "data", "train", "run")
 
 
-def from_experiment(kind: str, config: Any) -> bool:
-    """Whether a run of `kind` and `config` was trained from an experiment (`dlperf run`,
-    `dlperf.run`, a sweep's point): what `dlperf run --resume` continues. Not a dlperf.track
-    run (the user's own loop, its config the user's), nor a scale study's point."""
-    if kind != "run" or not isinstance(config, dict):
-        return False
-    return all(isinstance(config.get(section), dict) for section in EXPERIMENT_SECTIONS)
-
-
 # The key of a run's `system` that `dlperf.track` sets (to true) on the runs it records.
 TRACKED = "tracked"
+
+
+def from_experiment(kind: str, config: Any, system: Any = None) -> bool:
+    """Whether a run of `kind`, `config` and `system` was trained from an experiment (`dlperf
+    run`, `dlperf.run`, a sweep's point): what `dlperf run --resume` continues. Not a
+    dlperf.track run (the user's own loop, marked TRACKED in its system, its config the
+    user's, which may hold every section of an experiment), nor a scale study's point."""
+    if kind != "run" or not isinstance(config, dict):
+        return False
+    if isinstance(system, dict) and system.get(TRACKED) is True:
+        return False
+    return all(isinstance(config.get(section), dict) for section in EXPERIMENT_SECTIONS)
 
 
 def tracked(run: RunRecord) -> bool:

@@ -2027,7 +2027,7 @@ class RunStore:
             self._copy_of(s)  # a new store's first run records whose files these are
             s.add(run)
             s.flush()
-            self._resumable[run.id] = from_experiment(kind, config)
+            self._resumable[run.id] = from_experiment(kind, config, system)
             return run.id
 
     def _copy_of(self, s: Session) -> Path | str | None:
@@ -2077,9 +2077,11 @@ class RunStore:
         which propagates. Every command that writes runs goes through here."""
         if run_id not in self._resumable:
             with Session(self.engine) as s:
-                found = s.execute(select(Run.kind, Run.config).where(Run.id == run_id)).first()
+                found = s.execute(
+                    select(Run.kind, Run.config, Run.system).where(Run.id == run_id)
+                ).first()
             if found is not None:
-                self._resumable[run_id] = from_experiment(found.kind, found.config)
+                self._resumable[run_id] = from_experiment(found.kind, found.config, found.system)
         with stopping.shielded():
             yield from self._recorded(run_id)
 
