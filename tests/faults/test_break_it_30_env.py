@@ -7,7 +7,8 @@ whole by one rename (fsynced), under a lock on its folder, and the error names t
 C2. A stopped study's line named the newest study of its name, another command's where two ran
 at once. Now it names the study this command made.
 C3. `serve` answered an absolute-form target (`GET http://HOST:PORT/v2/health/ready`, RFC 9112
-§3.2.2) with 404 and HEAD (RFC 9110 §9.1) with 405. Now both are answered as GET of the path.
+§3.2.2) with 404 and HEAD (RFC 9110 §9.1) with 405. Now both are answered as GET of the path
+(HEAD in the middleware: HEAD routes listed every route twice in OpenAPI under one id).
 C4. "device 'cuda' asked for, but CUDA is not available here" had no fix and blamed the machine
 when CUDA_VISIBLE_DEVICES hid every GPU. Now it names the variable and the fix (cuda:N, mps too).
 C5. TORCH_HOME naming a file was told as a failed download with a copy fix that could not work.
@@ -24,8 +25,10 @@ import http.client
 import os
 import resource
 import signal
+import socket
 import threading
 import tomllib
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -160,11 +163,15 @@ def test_a_sweep_stopped_after_its_last_point_says_how_to_rank_it(
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("served") / "tiny.onnx")
+
+
+@pytest.fixture(scope="module")
+def served(tiny: Path) -> Iterator[str]:
     from dlperf.deploy.server import create_app
 
-    model = tiny_classifier(tmp_path_factory.mktemp("served") / "tiny.onnx")
-    with running(create_app(model, max_batch=4, max_wait_ms=1, threads=1)) as url:
+    with running(create_app(tiny, max_batch=4, max_wait_ms=1, threads=1)) as url:
         yield url
 
 
@@ -186,9 +193,6 @@ def _ask(url: str, method: str, target: str, body: bytes | None = None) -> tuple
     [
         ("GET", "{url}/v2/health/ready", 200, b'{"ready":true}'),  # before: 404
         ("GET", "{url}/v2/models/tiny/ready?x=1", 200, b'{"name":"tiny","ready":true}'),
-        ("HEAD", "/v2/health/ready", 200, b""),  # before: 405
-        ("HEAD", "/v2/models/tiny", 200, b""),
-        ("HEAD", "{url}/metrics", 200, b""),
         ("GET", "{url}/v2/models/nope/ready", 404, None),  # still routed, still refused
     ],
 )
@@ -199,6 +203,52 @@ def test_serve_answers_absolute_form_targets_and_head(
     assert got[0] == status, got
     if body is not None:
         assert got[1] == body, got
+
+
+def _raw(url: str, method: str, target: str) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    """`method target` on a raw socket with Connection: close: the status line, the headers
+    and every byte after them until the server closes (http.client never reads a HEAD's)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = dict(line.lower().split(b": ", 1) for line in lines)
+    return status, headers, body
+
+
+@pytest.mark.parametrize(
+    "target", ["/v2/health/ready", "/v2/models/tiny", "{url}/metrics", "/v2/models/nope/ready"]
+)
+def test_serve_answers_head_with_gets_status_and_length_and_no_body(
+    served: str, target: str
+) -> None:
+    """Before: 405 (no HEAD route); then the HEAD routes were there but http.client's check
+    could not see a body sent after the headers."""
+    target = target.format(url=served)
+    status, headers, body = _raw(served, "HEAD", target)
+    get_status, get_headers, get_body = _raw(served, "GET", target)
+    assert (status, body) == (get_status, b""), (status, body)
+    assert get_headers[b"content-length"] == str(len(get_body)).encode()
+    if "metrics" not in target:  # /metrics counts this HEAD: the GET's is a few bytes longer
+        assert headers[b"content-length"] == get_headers[b"content-length"]
+
+
+def test_serve_openapi_has_one_operation_per_route(tiny: Path) -> None:
+    """Before: each GET route was listed for HEAD too with the same operation id, 13 warnings
+    'Duplicate Operation ID' and a document client generators refuse."""
+    from dlperf.deploy.server import create_app
+
+    app = create_app(tiny, threads=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a duplicate id's UserWarning fails the test
+        doc = app.openapi()
+    ids = [op["operationId"] for path in doc["paths"].values() for op in path.values()]
+    assert len(ids) == len(set(ids)) > 10, ids
+    assert all("head" not in path for path in doc["paths"].values())
 
 
 def test_serve_infers_for_an_absolute_form_post(served: str) -> None:

@@ -37,9 +37,6 @@ from dlperf.deploy.served_model import ServedModel
 from dlperf.version import dlperf_version
 
 RETRY_AFTER_S = 1
-# Every general-purpose server MUST answer HEAD where it answers GET (RFC 9110 §9.1): a load
-# balancer's health check often asks HEAD. The server sends the GET's headers, no body.
-GET = ["GET", "HEAD"]
 # An absolute-form request target (RFC 9112 §3.2.2), as a client that has this server as
 # its HTTP proxy sends it: scheme and authority, before the path.
 ABSOLUTE_FORM = re.compile(rb"[a-z][a-z0-9+.-]*://[^/?#]*", re.IGNORECASE)
@@ -63,7 +60,10 @@ class Serving:
 class OriginForm:
     """Routes an absolute-form target (`GET http://host:port/v2/health/ready`) as its path:
     a server MUST accept it (RFC 9112 §3.2.2), and uvicorn hands it to the app as the path,
-    so every route answered 404."""
+    so every route answered 404. Routes HEAD as GET: every general-purpose server MUST answer
+    HEAD where it answers GET (RFC 9110 §9.1; a load balancer's health check asks it). Here,
+    not as a HEAD method on each route, which OpenAPI would list twice under one operation id;
+    uvicorn keeps its own scope's HEAD and sends the GET's headers without the body."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -75,6 +75,8 @@ class OriginForm:
             path = raw[found.end() :] or b"/"
             # Percent-decoded as uvicorn decodes an origin-form path (latin-1: never fails).
             scope = {**scope, "raw_path": path, "path": unquote(path.decode("latin-1"))}
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            scope = {**scope, "method": "GET"}
         await self.app(scope, receive, send)
 
 
@@ -105,16 +107,16 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         phases.queue = time.perf_counter_ns() - start - phases.compute_infer
         return outputs
 
-    @app.api_route("/v2", methods=GET)
+    @app.api_route("/v2", methods=["GET"])
     async def server_metadata() -> dict[str, Any]:
         extensions = ["binary_tensor_data", "model_configuration", "statistics"]
         return {"name": "dlperf", "version": dlperf_version(), "extensions": extensions}
 
-    @app.api_route("/v2/health/live", methods=GET)
+    @app.api_route("/v2/health/live", methods=["GET"])
     async def live() -> dict[str, bool]:
         return {"live": True}
 
-    @app.api_route("/v2/health/ready", methods=GET)
+    @app.api_route("/v2/health/ready", methods=["GET"])
     async def ready() -> JSONResponse:
         return JSONResponse({"ready": batcher.running}, 200 if batcher.running else 503)
 
@@ -131,7 +133,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         return stats.document(model.name)
 
     # Before the model's routes: /v2/models/{name} would take "stats" for a model's name.
-    app.add_api_route("/v2/models/stats", model_statistics, methods=GET)
+    app.add_api_route("/v2/models/stats", model_statistics, methods=["GET"])
 
     async def model_metadata() -> dict[str, Any]:
         return serving.description
@@ -160,10 +162,12 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
     # The model's routes with and without /versions/{version}, each its own route (and label).
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         checked = [Depends(served)]
-        app.add_api_route(prefix, model_metadata, methods=GET, dependencies=checked)
-        app.add_api_route(f"{prefix}/ready", model_ready, methods=GET, dependencies=checked)
-        app.add_api_route(f"{prefix}/config", model_config, methods=GET, dependencies=checked)
-        app.add_api_route(f"{prefix}/stats", model_statistics, methods=GET, dependencies=checked)
+        app.add_api_route(prefix, model_metadata, methods=["GET"], dependencies=checked)
+        app.add_api_route(f"{prefix}/ready", model_ready, methods=["GET"], dependencies=checked)
+        app.add_api_route(f"{prefix}/config", model_config, methods=["GET"], dependencies=checked)
+        app.add_api_route(
+            f"{prefix}/stats", model_statistics, methods=["GET"], dependencies=checked
+        )
         app.add_api_route(f"{prefix}/infer", infer_tensors, methods=["POST"], dependencies=checked)
 
     @app.post("/predict")
@@ -188,7 +192,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
                 predictions = runtime.topk(logits, topk, described.labels)[0]
                 return {"model_name": model.name, "predictions": predictions}
 
-    @app.api_route("/metrics", methods=GET)
+    @app.api_route("/metrics", methods=["GET"])
     async def prometheus(request: Request) -> Response:
         encode, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encode(serving.metrics.registry), media_type=content_type)
