@@ -15,6 +15,8 @@ C5. TORCH_HOME naming a file was told as a failed download with a copy fix that 
 Now the cache folder is checked first: TORCH_HOME is named, and the fix.
 C6. A sweep stopped after its last point (drawing its figures) exited 130 saying nothing. Now
 it prints the stop line docs/sweep.md promises; its command ranks and draws, every point skipped.
+C7. StudyStop deleted the store's create_study on exit: a test's was lost, a nested one's
+exit raised AttributeError over the stop. Now it gives back the one it found.
 """
 
 from __future__ import annotations
@@ -129,6 +131,31 @@ def test_a_stopped_sweep_names_its_own_study_not_a_newer_one_of_its_name(
         "sweep study 1 stopped; continue it (the points that finished are skipped): dlperf "
         "sweep sw.toml --resume 1"
     )
+
+
+def test_a_study_stop_gives_back_the_stores_create_study_it_found(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own create_study on the store, a test's before it and a second StudyStop's inside
+    it. Before: each exit deleted the instance's, so the test's was lost and the outer exit
+    raised AttributeError over the stop (a Ctrl-C's traceback)."""
+    from dlperf.cli.sweep import StudyStop
+
+    made: list[str] = []
+
+    def spy(name: str, kind: str) -> int:
+        made.append(name)
+        return RunStore.create_study(store, name, kind)
+
+    monkeypatch.setattr(store, "create_study", spy)
+    with pytest.raises(KeyboardInterrupt), StudyStop("sweep", None, False) as outer:
+        outer.watch(store, "a")
+        with StudyStop("sweep", None, False) as inner:
+            inner.watch(store, "b")
+            store.create_study("b", "sweep")
+        raise KeyboardInterrupt
+    assert vars(store)["create_study"] is spy and made == ["b"]
+    assert (outer.made, inner.made) == (1, 1)
 
 
 @pytest.mark.faults

@@ -121,6 +121,7 @@ class StudyStop:
         self.kind, self.resume, self.new, self.resumable = kind, resume, new, resumable
         self.store: RunStore | None = None
         self.made: int | None = None
+        self.found: Callable[[str, str], int] | None = None
 
     def watch(
         self, store: RunStore, name: str | None, find: Callable[[], int | None] | None = None
@@ -135,6 +136,8 @@ class StudyStop:
         # The study this command makes, by its id: the newest of its name at the stop was
         # another command's where two ran at once (two terminals, two CI jobs on one store).
         create = store.create_study
+        # What __exit__ gives back: the instance's own (a test's, another StudyStop's) or none.
+        self.found = vars(store).get("create_study")
 
         def made(name: str, kind: str) -> int:
             self.made = create(name, kind)
@@ -149,7 +152,10 @@ class StudyStop:
         self, kind: type[BaseException] | None, error: BaseException | None, _: TracebackType | None
     ) -> None:
         if self.store is not None:
-            del self.store.create_study  # the class's own again
+            if self.found is None:
+                del self.store.create_study  # the class's own again
+            else:
+                self.store.create_study = self.found  # type: ignore[method-assign,assignment]
         if isinstance(error, KeyboardInterrupt) and self.store is not None:
             # Any error now is the stop's consequence (dlperf.errors.interrupted): the line is
             # left out, the stop goes on.
