@@ -50,6 +50,12 @@ LARGEST = 1e150
 # near 1e-307 (1e-309's reciprocal is past a float: "Initial guess is outside of provided
 # bounds", a traceback); and squares of values below it fall below what a float holds.
 SMALLEST = 1.0 / LARGEST
+# Values below TINY of a curve's largest are fitted as 0 (`in_units`). The fits' sums of squares
+# cannot tell them from 0 (their squares lie below 1e-200 of the largest's, where float64
+# rounds at 1e-16), but the Optimus grid inverts them, 1/(l − β2), and the power form's start
+# takes the slope of their logarithms: at 1e-155 of the largest and below, the fits' numbers
+# passed float64's range, a ValueError from scipy (break-it round 30, C6).
+TINY = 1e-100
 N_BOOT = 200
 # The most points a least-squares fit sees: a window of more is fitted as this many bins
 # (`thinned`). A fit is one least-squares problem per form and N_BOOT more for its bootstrap,
@@ -201,6 +207,15 @@ def _scaled(form: str, p: np.ndarray, scale: float, level: float = 1.0) -> np.nd
     return np.array([p[0] * level * scale ** p[1], p[1], p[2] * level])
 
 
+def step_scale(form: str, k: np.ndarray) -> float:
+    """What a fit divides the steps by: the last step for Optimus, the first for the power
+    form, whose a is then about the curve's first value. Against the last step a steep curve
+    (k^-150 over 30 steps) put a at 1e-222, which least squares lifted to its floor of 1e-10,
+    and the squares of the Jacobian (30^150 · 1e-10) overflowed: a ValueError from scipy
+    (break-it round 30, C6)."""
+    return float(k.min()) if form == "power" else float(k.max())
+
+
 def value_scale(y: np.ndarray) -> float:
     """What the values are divided by before a fit: the power of two nearest the largest (1
     when all are 0). Least squares' bounds are absolute (it moves a start on β2 = 0 to 1e-10),
@@ -221,7 +236,15 @@ def value_scale(y: np.ndarray) -> float:
     return 2.0 ** round(math.log2(top)) if top > 0.0 else 1.0
 
 
-def _check_points(k: np.ndarray, y: np.ndarray) -> None:
+def in_units(y: np.ndarray, level: float) -> np.ndarray:
+    """The values a fit works on: `y` / `level` (`value_scale`), those below TINY of the
+    largest as 0."""
+    return np.where(y < float(np.max(y)) * TINY, 0.0, y / level)
+
+
+def _check_points(k: np.ndarray, y: np.ndarray, c: Curve | None = None) -> None:
+    """Refuse points no fit can take; a value too large is named by its line (or point) of
+    `c` when the curve is known."""
     if len(k) < FEWEST:
         raise UserError(
             f"{len(k)} points are too few to fit a 3-parameter curve", f"need ≥ {FEWEST}"
@@ -235,11 +258,20 @@ def _check_points(k: np.ndarray, y: np.ndarray) -> None:
     top = float(np.max(y))
     if top > LARGEST:
         # The fit's sums of weighted squares would overflow a float: every grid point's error
-        # reads inf and nothing is ever better than another.
-        exponent = math.floor(math.log10(top))
+        # reads inf and nothing is ever better than another. Dividing the column helps only
+        # when another value stays within TINY of the largest: the rest, divided, are fitted
+        # as 0 (`in_units`), and the fit that "divide it by 1e308" led to had one point.
+        where = f"{named(c)}: {_at(c, int(np.argmax(y)))}: " if c is not None else ""
+        fix = (
+            f"scale the column, e.g. divide it by 1e{math.floor(math.log10(top))}"
+            if np.sum(y >= top * TINY) >= 2
+            else "every other value is below 1e-100 of it, which a fit reads as 0: a typo? "
+            "correct it, or leave it out"
+        )
         raise UserError(
-            f"the curve's values reach {top:.3g}; a fit squares them, past what a float holds",
-            f"scale the column, e.g. divide it by 1e{exponent}",
+            f"{where}the curve's values reach {top:.3g}; a fit squares them, past what a float "
+            "holds",
+            fix,
         )
 
 
@@ -359,10 +391,11 @@ def fit(k: np.ndarray, y: np.ndarray, form: str = "optimus") -> tuple[CurveFit, 
     k, y = np.asarray(k, float), np.asarray(y, float)
     _check_points(k, y)
     k_fit, y_fit = thinned(k, y)
-    scale, level = float(k.max()), value_scale(y)
+    scale, level = step_scale(form, k), value_scale(y)
     w = weights(len(k_fit))
-    start = _grid_start(form, k_fit / scale, y_fit / level, w)
-    result = _refine(form, k_fit / scale, y_fit / level, w, start)
+    units = in_units(y_fit, level)
+    start = _grid_start(form, k_fit / scale, units, w)
+    result = _refine(form, k_fit / scale, units, w, start)
     p = _scaled(form, result.x, scale, level)
     fitted = model(form)(k, p)
     rmse = level * float(np.sqrt(np.mean(((fitted - y) / level) ** 2)))
@@ -396,11 +429,11 @@ def bootstrap(
     k, y = thinned(np.asarray(k, float), y)
     rng = np.random.default_rng(seed)
     # In the units `fit` fitted in (steps and values scaled to ~1: see `value_scale`).
-    scale = float(k.max())
+    scale = step_scale(form, k)
     f = model(form)
     start = _scaled(form, p, 1.0 / scale, 1.0 / level)
     fitted = f(k / scale, start)
-    resid = y / level - fitted
+    resid = in_units(y, level) - fitted
     w = weights(len(k))
     samples = np.empty((n, 3))
     for i in range(n):
@@ -593,9 +626,10 @@ def nothing_to_fit(c: Curve, metric: str, n_fit: int) -> UserError | None:
     as `fit` checks them, so that a negative loss is not called 0."""
     check_values(c, metric)
     k, y = c.steps[:n_fit], to_decreasing(c.values[:n_fit], metric)
-    _check_points(k, y)
+    _check_points(k, y, c)
     above = int(np.sum(y > 0))
     if above >= 2:
+        _refuse_one_seen(c, metric, y)
         return None
     points = f"its {n_fit}" if n_fit == len(c.steps) else f"the {n_fit} fitted"
     best = "below 1.0" if metric == "accuracy" else "above 0"
@@ -604,6 +638,23 @@ def nothing_to_fit(c: Curve, metric: str, n_fit: int) -> UserError | None:
         f"(a curve needs at least 2 points {best})",
         "log the metric more often, e.g. per step rather than per epoch, to see the curve "
         "before it gets there",
+    )
+
+
+def _refuse_one_seen(c: Curve, metric: str, y: np.ndarray) -> None:
+    """Refuse a fit whose window `y` holds one value at TINY of its largest or above, and
+    others above 0 but below it: a fit reads those as 0 (`in_units`), and the grid said
+    "fewer than 2 points above 0" of values that are above 0. A refusal, not `predict`'s
+    answer from the measured points, which takes the values at 0 to pass any target."""
+    top = float(np.max(y))
+    if np.sum(y >= top * TINY) >= 2:
+        return
+    i = int(np.argmax(y))
+    raise UserError(
+        f"{named(c)}: {_at(c, i)} holds {metric} {float(c.values[i]):g}, and the {len(y) - 1} "
+        "other values fitted lie below 1e-100 of it, which a fit reads as 0: one point to fit",
+        "a typo? correct it; if the curve does fall this far at once, log the metric more "
+        "often to see it fall",
     )
 
 

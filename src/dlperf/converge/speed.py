@@ -186,6 +186,13 @@ TRACE_COLUMNS = {
 }
 
 
+# The longest time a table may hold: a fit squares the times and sums them, within float64's
+# range (about 1.8e308), as a curve's values are (`curve.LARGEST`). A step of 1e308 s was
+# blamed on a --fix that was not given (Optimus), or scipy's "Residuals are not finite"
+# (Pollux), break-it round 30, C11.
+LONGEST = 1e150
+
+
 def load_csv(path: Path) -> SpeedData:
     """A speed table in dlperf's shape or one of the Pollux traces (placements, scalability),
     each row checked, a bad one named by its line."""
@@ -313,6 +320,13 @@ def _check_rows(data: SpeedData, row_at: Callable[[int], str], names: dict[str, 
             i = int(bad[0])
             raise UserError(
                 f"{row_at(i)}: {names[key]} must be {'>' if strict else '≥'} 0, got {column[i]:g}"
+            )
+        if key != "batch" and (bad := np.flatnonzero(column > LONGEST)).size:
+            i = int(bad[0])
+            raise UserError(
+                f"{row_at(i)}: {names[key]} {column[i]:g} is too large to fit: a fit squares the "
+                "times, past what a float holds",
+                "the column is seconds: a typo, or another unit?",
             )
         if key != "batch":
             continue

@@ -217,6 +217,33 @@ def comment_header(path: Path, text: str, fieldnames: Sequence[str] | None, skip
     )
 
 
+def no_header(path: Path, header: list[str], required: list[str], skipped: int) -> None:
+    """Refuse, in one line saying so, a file whose first line is all numbers: it has no header,
+    and "no column 'step' (columns: 1, 2.118...)" named its first row as the columns. Called,
+    like `comment_header`, once a column was not found."""
+    if not header or not all(_is_number(name) for name in header):
+        return
+    names = ",".join(one_line(name) for name in required)
+    fix = (
+        f"add a first line naming the columns: {names}"
+        if len(required) == len(header)
+        else f"add a first line naming its {len(header)} columns, {names} among them"
+    )
+    raise UserError(
+        f"{path}:{skipped + 1}: the first line '{_excerpt(','.join(header))}' is numbers: the "
+        "file has no header",
+        fix,
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        plain_number(text)
+    except ValueError:
+        return False
+    return True
+
+
 def read_numbers(
     path: Path, required: list[str], optional: tuple[str, ...] = ()
 ) -> tuple[list[int], dict[str, list[float]]]:
@@ -341,6 +368,7 @@ def read_table(
         if name.strip() not in header:
             comment_header(path, text, header, skipped)
             semicolons(path, text, header)
+            no_header(path, header, required, skipped)
             shown = [one_line(c) for c in header]
             hint = did_you_mean(one_line(name), shown, f"columns: {', '.join(shown)}", quote=True)
             raise UserError(f"{path} has no column '{one_line(name)}'", hint)

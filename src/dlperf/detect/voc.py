@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import unicodedata
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -335,7 +336,7 @@ def load_split(root: Path, split: str) -> list[VocAnnotation]:
                 "a split file's line is one image id, the whole line (or an id and a flag, "
                 "-1, 0 or 1, as VOC's per-class files write)"
                 if spaced
-                else None,
+                else f"add the file, or remove {image_id} from ImageSets/Main/{split}.txt",
             )
         # Refused as the split is loaded, before any training: each image is decoded only
         # when its batch comes, but a FIFO in its place, or a size other than <size>, is
@@ -775,6 +776,8 @@ def make_shapes(
         raise UserError("make-shapes needs at least 2 images (one for train, one for val)")
     if size < 64:
         raise UserError(f"image size {size} is too small", "use --size 64 or more")
+    if seed < 0:  # NumPy's own "expected non-negative integer" was a traceback
+        raise UserError(f"--seed must be ≥ 0, got {seed}")
     # A set there would have its images and annotations overwritten, and its ImageSets list
     # only the new ids beside the old files left over. Empty folders are no set: written into.
     held = [root / sub for sub in ("Annotations", "ImageSets", "JPEGImages") if _holds(root / sub)]
@@ -783,6 +786,7 @@ def make_shapes(
             f"{root} already holds a VOC set ({', '.join(map(str, held))})",
             "give a new or empty folder",
         )
+    _check_room(root, images, size)
     rng = np.random.default_rng(seed)
     for sub in ("Annotations", "JPEGImages", "ImageSets/Main"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -830,6 +834,36 @@ def make_shapes(
         "train": len(splits["train"]),
         "val": len(splits["val"]),
     }
+
+
+# A file's last block, which it fills whatever its size (4 KiB on ext4 and most file systems).
+BLOCK = 4096
+
+
+def image_bytes(size: int) -> int:
+    """About what one image of make-shapes takes on disk, over-estimated: its JPEG (of noisy
+    pixels, at quality 95: 0.6-0.8 bytes a pixel, taken as 1) and its XML (about 600 bytes),
+    each to the end of its last block."""
+    return size * size + 2 * BLOCK
+
+
+def _check_room(root: Path, images: int, size: int) -> None:
+    """Refuse, before writing, a set whose files would not fit the free space of the disk
+    `root` is on: --images 10^9 wrote until the disk was full (about 8 TB at --size 64)."""
+    there = next(p for p in (root.absolute(), *root.absolute().parents) if p.exists())
+    usage = shutil.disk_usage(there)
+    free, each = usage.free, image_bytes(size)
+    # /proc and /sys report a size of 0: they hold no files of ours, which mkdir says.
+    if usage.total == 0 or images * each <= free:
+        return
+    fits = free // each
+    raise UserError(
+        f"{images:,} images of {size}×{size} take about {images * each / 2**30:,.1f} GiB, "
+        f"and {there} has {free / 2**30:,.1f} GiB free: about {fits:,} fit",
+        f"give --images {fits} or fewer, or a folder on a disk with room"
+        if fits >= 2
+        else "free space on the disk, or give a folder on another",
+    )
 
 
 def _holds(folder: Path) -> bool:
