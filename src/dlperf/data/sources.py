@@ -1031,6 +1031,7 @@ def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) 
         _irregular(cfg, what, gz)
         part = target.with_name(f".{target.name}.{os.getpid()}.part")  # this process's own
         theirs = target.exists() and not _unpacked(target)
+        kept: Path | None = None
         try:
             with gzip.open(gz, "rb") as src:
                 data = src.read()
@@ -1038,12 +1039,18 @@ def _gunzip_raw(cfg: DataConfig, what: str, folder: Path, dims: dict[str, int]) 
             part.write_bytes(data)
             if theirs and target.read_bytes() != data:
                 kept = _keep(target)
+            try:
+                os.replace(part, target)
+            except OSError:
+                if kept is not None:  # the file stays in its place: nothing is kept aside
+                    kept.unlink(missing_ok=True)
+                raise
+            if kept is not None:  # said once it is so: a failed rename reads the file as it is
                 notes.append(
                     f"{gz} is newer than {target}, of other contents, and is read: the former "
                     f"{name}, which this dlperf did not unpack (an older one's unpack, or your "
                     f"file), is kept as {kept}"
                 )
-            os.replace(part, target)
             if _newer(gz, target):  # a .gz dated ahead of the clock: unpacked once, not each run
                 stamp = gz.stat()
                 os.utime(target, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
