@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,6 +35,7 @@ class Pool:
     hidden: torch.Tensor | None  # labels of the images as the teacher's, when it has them all
     digest: str  # of the images and labels: a selection is reused only for the same pool
     unmeasured: str | None = None  # why `hidden` is None, for the study to say
+    notes: list[str] = field(default_factory=list)  # its reader's, of the set's files
 
 
 def parse(spec: str, exp: Experiment) -> tuple[DataConfig, DataConfig]:
@@ -129,7 +130,9 @@ def load(spec: str, cfg: DataConfig, labelled: ImageData) -> Pool:
     # the labels as the teacher numbers them: a pool's own order of the same names is the
     # same pool (and a pool in the teacher's order keeps the digest it had)
     digest.update((held.labels if hidden is None else hidden).numpy().tobytes())
-    return Pool(spec, held.images, hidden, digest.hexdigest()[:16], unmeasured)
+    # A held-out share's notes are the labelled data's, which the study says already.
+    notes = [] if data is labelled else data.notes
+    return Pool(spec, held.images, hidden, digest.hexdigest()[:16], unmeasured, notes)
 
 
 def _as_teachers(

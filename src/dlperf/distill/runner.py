@@ -88,6 +88,7 @@ class Plan:
     student: dict[str, Any]  # the student's [model] section
     pool: pool.Pool
     device: torch.device
+    warnings: list[str]  # the labelled data's and the pool's, for the study to say
 
     def teacher_exp(self) -> Experiment:
         return _derive(self.base, run={"name": stage_name(self.name, "teacher")})
@@ -106,7 +107,9 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     device = pick_device(exp.run.device)
     pool_cfg, labelled_cfg = pool.parse(opts.unlabeled, exp)
     base = _derive(exp, data=labelled_cfg.model_dump(mode="json"), run={"checkpoint": True})
-    base, labelled, _ = as_run(base, store)  # the students have no weights to imply them
+    # the students have no weights to imply them; the warnings carry the reader's notes,
+    # said only at a set's first load (this one)
+    base, labelled, warnings = as_run(base, store)
     # Every stage trains on images of this shape (the pool's are resized to it), in batches
     # of train.batch_size, augmented as [augment] says: refused here as `dlperf run` does.
     check_augment(base.augment, labelled.shape, base.train.batch_size, labelled.name)
@@ -126,7 +129,8 @@ def plan(job: DistillJob, store: RunStore) -> Plan:
     unlabeled = pool.load(opts.unlabeled, pool_cfg, labelled)
     # Before the teacher trains: a K whose pretrain stage cannot run was refused only then.
     pretrain.check_plan(opts, len(unlabeled.images), labelled.num_classes, base.target.accuracy)
-    return Plan(name, opts, base, labelled, given, model, unlabeled, device)
+    warnings += unlabeled.notes
+    return Plan(name, opts, base, labelled, given, model, unlabeled, device, warnings)
 
 
 def _check_teacher(given: teacher.Teacher, labelled: ImageData, base: Experiment) -> None:
@@ -417,7 +421,7 @@ def run_distill(
         f"distill {p.name!r}, study {study_id}: {len(p.pool.images)} unlabelled images, "
         f"K = {', '.join(map(str, p.opts.top_k))}, P = {p.opts.top_p}"
     )
-    for warning in oversized_k(p.opts.top_k, len(p.pool.images)):
+    for warning in [*p.warnings, *oversized_k(p.opts.top_k, len(p.pool.images))]:
         reporter.log(f"warning: {warning}")
     if p.pool.unmeasured is not None:  # the summaries' null precision, said
         reporter.log(f"note: {p.pool.unmeasured}")
