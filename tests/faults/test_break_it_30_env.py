@@ -77,26 +77,48 @@ def test_a_device_file_write_that_fails_leaves_the_users_devices_whole(tmp_path:
     assert len(load_catalog(path)) > 40
 
 
-def test_a_device_file_write_waits_for_another_and_keeps_its_device(tmp_path: Path) -> None:
+def test_a_device_file_write_waits_for_another_and_keeps_its_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A second calibrate's save while the first holds the folder: it waits, then keeps both
     (before: nothing held, each read the file before the other wrote it). The file's mode and
-    a link to the file are kept."""
+    a link to the file are kept. Events, not a join's timeout: the save is seen asking for the
+    folder's lock, and its read comes only once the lock is let go."""
+    from dlperf.analytic import devices
+
     real = tmp_path / "dotfiles" / "devices.toml"
     real.parent.mkdir()
     save_device(device(name="A"), real)
     real.chmod(0o600)
     link = tmp_path / "devices.toml"
     link.symlink_to(real)
+    flock, read_file = fcntl.flock, devices._read_file
+    asked: list[tuple[int, int]] = []
+    locking, read = threading.Event(), threading.Event()
+
+    def lock(fd: int, how: int) -> None:
+        asked.append((os.fstat(fd).st_ino, how))
+        locking.set()
+        flock(fd, how)
+
+    def reading(path: Path) -> Any:
+        read.set()
+        return read_file(path)
+
+    monkeypatch.setattr(fcntl, "flock", lock)
+    monkeypatch.setattr(devices, "_read_file", reading)
     fd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another calibrate, between its read and its rename
+        flock(fd, fcntl.LOCK_EX)  # another calibrate, between its read and its rename
         second = threading.Thread(target=save_device, args=(device(name="B"), link))
         second.start()
-        second.join(timeout=0.5)
-        assert second.is_alive(), "the save did not wait for the lock"
+        assert locking.wait(timeout=60), "the save asked for no lock"
+        assert asked == [(real.parent.stat().st_ino, fcntl.LOCK_EX)]
+        assert not read.wait(timeout=0.2), "the save read the file while the lock was held"
         real.write_text(real.read_text() + '[C]\nsource = "the other\'s"\n')  # its rename
     finally:
-        os.close(fd)
+        os.close(fd)  # lets the lock go
+    assert read.wait(timeout=60)
     second.join(timeout=60)
     assert not second.is_alive()
     assert sorted(tomllib.loads(real.read_text())) == ["A", "B", "C"]
