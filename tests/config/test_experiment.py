@@ -102,6 +102,10 @@ def test_config_hash_ignores_names_paths_and_profiling_but_not_what_is_trained()
         }
     )
     assert same.config_hash() == h
+    # The stored runs' hashes: a registry model's (smallcnn on digits) must never change, or
+    # every sweep point and distill stage stored before trains again. This value is the one
+    # the code of before round 30 (the command sections inside Experiment) gave it.
+    assert h == "ffceb6dce126d9bc"
     assert Experiment.model_validate({"train": {"lr": 0.01}}).config_hash() != h
     assert Experiment.model_validate({"run": {"seed": 1}}).config_hash() != h
     assert base.to_dict()["run"]["name"] is None  # to_dict is left whole

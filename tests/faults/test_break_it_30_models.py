@@ -153,12 +153,14 @@ def test_c2_a_sweep_point_of_an_edited_model_file_trains_again(
     assert [run.study_id for run in store.list_runs()] == [2, 1]
 
 
-def test_c2_a_distill_stage_of_an_edited_neighbour_trains_again(
-    cli: Cli, store: RunStore, tmp_path: Path
+@pytest.mark.parametrize("edited", ["file", "neighbour"])
+def test_c2_a_distill_stage_of_an_edited_model_file_trains_again(
+    cli: Cli, store: RunStore, tmp_path: Path, edited: str
 ) -> None:
-    """Before: "teacher: run 1 finished before, reused" (and so every stage after it). A
-    neighbour, which no config hash can hold (only the file's import finds it)."""
-    net, changed = _network(tmp_path, "neighbour")
+    """Before: "teacher: run 1 finished before, reused" (and so every stage after it). The
+    file's bytes are in the config hash; a neighbour, which no config hash can hold (only the
+    file's import finds it), is checked by `changed_source`."""
+    net, changed = _network(tmp_path, edited)
     exp = write_distill_exp(tmp_path).read_text().replace("smallcnn", f"{net}:make")
     (tmp_path / "dist.toml").write_text(exp)
     args = ["distill", str(tmp_path / "dist.toml"), "--unlabeled", "digits:holdout=0.5"]
