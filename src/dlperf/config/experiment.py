@@ -533,7 +533,9 @@ class Experiment(Section):
         """Hash of everything that changes what is trained, the bytes of a model file and of a
         model.weights file too: not the run's name, paths or profiled window. (Runs stored
         before the command sections left `Experiment` hashed them out too, so their hashes are
-        unchanged.)"""
+        unchanged; but a model file's runs stored before round 30, whose hash held no
+        file_sha256, hash otherwise now: a sweep re-hashes them, a distill study trains their
+        stages once again.)"""
         d = self.to_dict()
         for key in UNHASHED_RUN_KEYS:
             d["run"].pop(key)
