@@ -8,7 +8,7 @@ import os
 import resource
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -329,3 +329,20 @@ def _os_hint(e: OSError) -> str:
     if number == errno.EMFILE:
         return f" ({open_files_limit()})"
     return ""
+
+
+@contextmanager
+def locked_folder(folder: Path) -> Iterator[None]:
+    """`folder` locked for this process (flock on the folder itself, which leaves no file),
+    let go as the block ends: one writer at a time where two would interleave (reports moving
+    their pages in, calibrations reading and rewriting the devices file). A file system
+    without locks (some network ones refuse flock) goes unguarded, as before the lock."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # lets the lock go

@@ -7,10 +7,8 @@ price. `dlperf calibrate` writes the measured machine there.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tomllib
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -20,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dlperf.config.base import FIGURE_MAX, PPP
 from dlperf.errors import UserError, not_utf8
 from dlperf.parsing import did_you_mean
-from dlperf.paths import check_writable, replaced, told, writing
+from dlperf.paths import check_writable, locked_folder, replaced, told, writing
 
 Kind = Literal[
     "conv",
@@ -213,7 +211,9 @@ def save_device(device: Device, path: Path | None = None) -> Path:
 
     path = writable(path or user_file())
     real = Path(os.path.realpath(path))
-    with _held(real.parent), writing(path):
+    # Locked while read, changed and written back: two calibrations at once each read the
+    # file before the other wrote it, and the later rename dropped the earlier one's device.
+    with locked_folder(real.parent), writing(path):
         entries = _read_file(real) if real.is_file() else {}
         entries[device.name] = device.model_dump(exclude={"name"}, exclude_none=True)
         mode = real.stat().st_mode & 0o7777 if real.is_file() else None
@@ -224,20 +224,3 @@ def save_device(device: Device, path: Path | None = None) -> Path:
             f.flush()
             os.fsync(f.fileno())  # the rename must not land before the data (a power cut)
     return path
-
-
-@contextlib.contextmanager
-def _held(folder: Path) -> Iterator[None]:
-    """`folder` locked (flock on the folder itself, which leaves no file) while a device is
-    read, changed and written back: two calibrations at once each read the file before the
-    other wrote it, and the later rename dropped the earlier one's device. A file system
-    without locks (some network ones refuse flock) goes unguarded, as before."""
-    import fcntl
-
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # lets the lock go

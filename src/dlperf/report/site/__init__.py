@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlperf import stopping
 from dlperf.errors import NoSuchRun, UserError
+from dlperf.paths import locked_folder
 from dlperf.progress import NullReporter, Reporter
 from dlperf.store import RunStore
 from dlperf.store.record import RunRecord
@@ -162,7 +163,9 @@ def build_report(
         # Shielded, as export's publishing is: a stop among the renames left some new pages
         # and no index (or the old index among a mix of old and new pages). One that lands
         # here waits for the whole site, then stops the command.
-        with stopping.shielded(), _publishing(out):
+        # One report at a time moves its pages into `out`: two interleaved left one's index
+        # linking to pages the other removed; the last to publish has its whole site there.
+        with stopping.shielded(), locked_folder(out):
             # Listed before any page moves: the listing needs a descriptor besides the lock's,
             # and at the open-files limit it failed after the pages were in, the index not.
             removed = _stale(out, written)
@@ -202,25 +205,6 @@ def _remove_abandoned(out: Path) -> None:
             owner = None if pid is None else {"host": staged["host"], "pid": int(pid)}
             if owner is None or process_alive(owner) is False:
                 shutil.rmtree(entry.path, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _publishing(out: Path) -> Iterator[None]:
-    """`out` locked (flock on the directory itself, which leaves no file) while a report moves
-    its pages in and removes the stale ones: two reports' moves and removals interleaved left
-    one's index linking to pages the other removed. One at a time, the last to publish has
-    its whole site in `out`."""
-    import fcntl
-
-    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        # Let go as the descriptor closes. A file system without locks (some network ones
-        # refuse flock): the moves go unlocked, a concurrent report's pages mixed in at worst.
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _remove_staging(staging: Path, names: list[str]) -> str | None:
