@@ -120,7 +120,22 @@ def open_listing() -> Listing:
     such a command's start-up), else `open_store(create=False)`."""
     from dlperf.store.reading import sqlite_listing
 
+    said_if_mistyped()
     return sqlite_listing(state.db) or open_store(create=False)
+
+
+def said_if_mistyped() -> None:
+    """A warning, for a command that lists the runs of a SQLite store that is not there, where
+    a name in its path starts or ends with white space (`urls.absent_note`): an empty listing
+    or "the run store holds no runs" did not say the path is most likely mistyped."""
+    from dlperf.cli import console
+    from dlperf.store.reading import sqlite_path
+    from dlperf.store.urls import absent_note
+
+    path = sqlite_path(state.db)
+    note = absent_note(str(path)) if path is not None and not path.exists() else None
+    if note is not None:
+        console.warn(note)
 
 
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, db_words, open_store
+from dlperf.cli.app import Json, app, db_words, open_store, said_if_mistyped
 from dlperf.errors import CheckFailed, NoSuchRun
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def doctor(
     from dlperf.store.query import check_limit
 
     check_limit(last, "--last")
+    said_if_mistyped()
     store = open_store(create=False)
     ids = lib.select(store, run_ids or (), study, last)
     gone: list[int] = []

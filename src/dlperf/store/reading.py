@@ -26,7 +26,7 @@ from dlperf.errors import UserError
 from dlperf.paths import no_file_of_bytes
 from dlperf.store.ids import made_store_id
 from dlperf.store.record import RunRecord
-from dlperf.store.urls import missing_slashes, warn_absent
+from dlperf.store.urls import missing_slashes
 
 # The facts a current store holds in `meta` (schema.STORE_ID, schema.VERSION_KEY) and the
 # version it is at (migrations.SCHEMA_VERSION): tests/store/test_reading.py checks they agree.
@@ -48,7 +48,7 @@ class Listing(Protocol):
     def get_study(self, study_id: int) -> dict[str, Any]: ...
 
 
-def _path(db: str | None) -> Path | None:
+def sqlite_path(db: str | None) -> Path | None:
     """The file `db` names when it is a plain SQLite path or URL; None for anything else."""
     if not db or not db.strip():  # blank: the default store, as runstore._url reads it
         db = "dlperf.db"
@@ -84,12 +84,11 @@ def _path(db: str | None) -> Path | None:
 def sqlite_listing(db: str | None) -> Listing | None:
     """The store `db` (as --db takes it) to list, read through `sqlite3`; None when only
     `RunStore.open` can tell what it holds."""
-    path = _path(db)
+    path = sqlite_path(db)
     if path is None:
         return None
     try:
         if not path.exists():
-            warn_absent(str(path))  # a path ending in a space: the store meant is elsewhere
             return SqliteListing(None, db)
         if path.stat().st_size == 0:
             # Empty; or no store file at all, which reads as size 0 too (a FIFO, a device, a

@@ -102,7 +102,6 @@ from dlperf.store.urls import (
     missing_slashes,
     refuse_missing_slashes,
     secret_option,
-    warn_absent,
 )
 from dlperf.store.urls import masked_url as masked_url  # re-exported: dlperf.store
 
@@ -1660,9 +1659,6 @@ class RunStore:
         # Why a write is refused, where not only "open read-only": the stand-in of a store
         # that is not there (`_empty`) says which store, and that it is not there.
         self._unwritable: tuple[str, str] | None = None
-        # The path of the store a stand-in stands for, which is not there: its listing warns
-        # once where the path may be mistyped (`urls.warn_absent`).
-        self._absent_path: str | None = None
         self._writer = engine.execution_options(**{WRITES: True})
         self._file: _StoreFile | None = None
         # A server store's place (`_server_place`), for a writer: a SQLite store's is its file.
@@ -1752,12 +1748,7 @@ class RunStore:
                 assert path is not None
                 there = path.exists()
                 what = "is an empty file" if there else "does not exist"
-                stand_in = cls._empty(
-                    _absent(_name(engine), what, read_only), absent(str(path), what)
-                )
-                # A file there is the one named: only a path that is not may be mistyped.
-                stand_in._absent_path = None if there else str(path)
-                return stand_in
+                return cls._empty(_absent(_name(engine), what, read_only), absent(str(path), what))
             if not read_only and not missing:  # before a connection switches it to WAL
                 migrations.refuse_foreign_file(where, name, _busy_timeout_s(parsed), read_begun)
         writing = (create if writes is None else writes) and not read_only
@@ -2654,9 +2645,6 @@ class RunStore:
     def list_runs(
         self, kind: str | None = None, study_id: int | None = None, limit: int | None = None
     ) -> list[RunRecord]:
-        if self._absent_path is not None:
-            warn_absent(self._absent_path)
-            self._absent_path = None
         query = select(Run).order_by(Run.id.desc())
         if kind:
             query = query.where(Run.kind == kind)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sys
 from urllib.parse import unquote_plus
 
 from dlperf.errors import UserError
@@ -165,10 +164,9 @@ def absent(path: str, what: str = "does not exist", directory: str | None = None
     return f"run store directory {shown(directory)} {what}{why}"
 
 
-def warn_absent(path: str) -> None:
-    """One warning line on stderr for a reader that lists the runs of the store `path`, which
-    is not there, where a name in it starts or ends with white space: its empty listing (exit
-    0) or "the run store holds no runs" did not say that the path is most likely mistyped. A
-    path without such a name is the usual store not made yet: nothing to say."""
-    if _edged_names(path):
-        print(f"warning: {absent(path)}", file=sys.stderr)
+def absent_note(path: str) -> str | None:
+    """The warning for a command that lists the runs of the store `path`, which is not there,
+    where a name in it starts or ends with white space: its empty listing (exit 0) or "the run
+    store holds no runs" did not say that the path is most likely mistyped. None for a path
+    without such a name: the usual store not made yet, nothing to say."""
+    return absent(path) if _edged_names(path) else None
