@@ -111,6 +111,12 @@ def is_file_spec(name: str) -> bool:
     return "/" in path or os.sep in path or named
 
 
+def model_file_text(name: str) -> str:
+    """The file part of a model file's name, "path/to/file.py" of "path/to/file.py:factory"
+    ("" for a name with no colon)."""
+    return name.rpartition(":")[0]
+
+
 def absolute_model_name(name: str) -> str:
     """A model name with its file's path made absolute against the current directory, where
     a command looks for it: stored so, a run names the file it was trained from, whichever

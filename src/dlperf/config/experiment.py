@@ -46,7 +46,7 @@ from dlperf.config.base import (
     Std,
 )
 from dlperf.formatting import few
-from dlperf.parsing import absolute_model_name, has_control, is_file_spec
+from dlperf.parsing import absolute_model_name, has_control, is_file_spec, model_file_text
 from dlperf.paths import file_digest
 from dlperf.system import machine_memory
 
@@ -91,7 +91,7 @@ def weights_digest(weights: str | None) -> str | None:
 def model_file_digest(name: str) -> str | None:
     """The sha256 of the source of the model file `name` names (path/to/file.py:factory);
     None for a registered model or a file that is not there to read."""
-    return _digest(Path(name.rpartition(":")[0] or name)) if is_file_spec(name) else None
+    return _digest(Path(model_file_text(name) or name)) if is_file_spec(name) else None
 
 
 def model_changes(config: dict[str, Any], system: dict[str, Any] | None) -> tuple[bool, list[str]]:
@@ -103,10 +103,26 @@ def model_changes(config: dict[str, Any], system: dict[str, Any] | None) -> tupl
     name = str(config.get("model", {}).get("name", ""))
     trained = recorded.get(MODEL_FILE_DIGEST)
     now = None if trained is None else model_file_digest(name)
-    folder = Path(name.rpartition(":")[0]).parent
+    folder = Path(model_file_text(name)).parent
     neighbours = recorded.get(MODEL_NEIGHBOURS_DIGEST) or {}
     others = [where for where, sha in sorted(neighbours.items()) if _digest(folder / where) != sha]
     return now not in (trained, None), others
+
+
+def changed_model_files(
+    config: dict[str, Any], system: dict[str, Any] | None, file: str
+) -> tuple[str, bool] | None:
+    """What of a stored run's model file (`file`: the words for it, "its model file", "model
+    file F") and the modules beside it that its import loaded differs from what the run was
+    trained from ("model file F", "module helper.py beside model file F", "model file F and
+    modules a.py, b.py beside it"), and whether modules are among it; None when none does,
+    and for a run stored without the digests (`model_changes`)."""
+    file_changed, neighbours = model_changes(config, system)
+    changed = [file] if file_changed else []
+    if neighbours:
+        modules = f"module{'s' if len(neighbours) > 1 else ''} {few(neighbours)}"
+        changed.append(f"{modules} beside {'it' if changed else file}")
+    return (" and ".join(changed), bool(neighbours)) if changed else None
 
 
 def changed_source(config: dict[str, Any], system: dict[str, Any] | None) -> str | None:
@@ -116,11 +132,9 @@ def changed_source(config: dict[str, Any], system: dict[str, Any] | None) -> str
     model, weights of another form, a sweep point failed before its run was recorded, a run
     of a dlperf before round 28 or 29): it is taken as it was. Its config, hashed now, reads
     the files as they are now, and would pass for a run of them: a sweep point, a stage."""
-    file, neighbours = model_changes(config, system)
-    if file:
-        return "its model file"
-    if neighbours:
-        return f"module{'s' if len(neighbours) > 1 else ''} {few(neighbours)} beside its model file"
+    changed = changed_model_files(config, system, "its model file")
+    if changed is not None:
+        return changed[0]
     trained = (system or {}).get(WEIGHTS_FILE_DIGEST)
     weights = config.get("model", {}).get("weights")
     if trained is not None and trained != weights_digest(weights):

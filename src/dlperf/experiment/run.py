@@ -22,6 +22,7 @@ from dlperf.config.experiment import (
     MODEL_FILE_DIGEST,
     MODEL_NEIGHBOURS_DIGEST,
     WEIGHTS_FILE_DIGEST,
+    changed_model_files,
     model_changes,
     model_file_digest,
     weights_digest,
@@ -33,9 +34,8 @@ from dlperf.engine.step import WrongOutput, steps_per_epoch
 from dlperf.engine.train import train
 from dlperf.errors import UserError, in_model_file, model_exited
 from dlperf.experiment.sink import StoreSink, failed_softly
-from dlperf.formatting import few
 from dlperf.models.registry import neighbour_digests, rebuilding
-from dlperf.parsing import one_line
+from dlperf.parsing import model_file_text, one_line
 from dlperf.paths import made_dir
 from dlperf.precision import check_default_dtype
 from dlperf.procs import this_process
@@ -51,26 +51,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def changed_model_files(record: RunRecord) -> tuple[str, bool] | None:
-    """What of `record`'s model file and the modules beside it that its import loaded differs
-    from what the run was trained from ("model file F", "module helper.py beside model file
-    F", "model file F and modules a.py, b.py beside it"), and whether modules are among it;
-    None when none does, and for a run stored without the digests."""
-    file_changed, neighbours = model_changes(record.config, record.system)
-    file = one_line(str(record.config.get("model", {}).get("name", "")).rpartition(":")[0])
-    changed = [f"model file {file}"] if file_changed else []
-    if neighbours:
-        modules = f"module{'s' if len(neighbours) > 1 else ''} {few(neighbours)}"
-        changed.append(f"{modules} beside {'it' if changed else f'model file {file}'}")
-    return (" and ".join(changed), bool(neighbours)) if changed else None
-
-
 def model_file_changed(record: RunRecord, use: str = "exported") -> str | None:
     """What a use of `record`'s model (`use`: "exported", "raced") must say when its model
     file, or a module beside it that its import loaded, differs from the one it was trained
     from (its weights loaded into the code as it is now); None when they are the same, and
     for a run stored without the digests."""
-    changed = changed_model_files(record)
+    changed = _changed(record)
     if changed is None:
         return None
     what, modules = changed
@@ -89,6 +75,13 @@ def model_file_kept(record: RunRecord) -> bool:
     name = str(record.config.get("model", {}).get("name", ""))
     kept = trained is not None and model_file_digest(name) == trained
     return kept and not model_changes(record.config, record.system)[1]
+
+
+def _changed(record: RunRecord) -> tuple[str, bool] | None:
+    """What of `record`'s model file and the modules beside it differs from what it was
+    trained from, in words naming the file (`changed_model_files`)."""
+    file = one_line(model_file_text(str(record.config.get("model", {}).get("name", ""))))
+    return changed_model_files(record.config, record.system, f"model file {file}")
 
 
 # A run seeds torch's process-wide generator (its weights, its dropout masks) and sets the
@@ -152,7 +145,7 @@ def run_experiment(
     if source is not None:  # export says when the file changes after
         system[MODEL_FILE_DIGEST] = source
         # as prepare_run's build imported them
-        neighbours = neighbour_digests(Path(exp.model.name.rpartition(":")[0]))
+        neighbours = neighbour_digests(Path(model_file_text(exp.model.name)))
         if neighbours:
             system[MODEL_NEIGHBOURS_DIGEST] = neighbours
     weights = weights_digest(exp.model.weights)
@@ -232,7 +225,7 @@ def resume_run(run_id: int, store: RunStore, reporter: Reporter | None = None) -
     checkpoint.fit_weights(prepared.model, state["model"], run_id, exp.model.name, classes, same)
     # Weights that fit code that changed: resumed, one run would hold epochs of two networks
     # under one file's sha256 (export and bench, which train nothing, warn instead).
-    changed = changed_model_files(stored)
+    changed = _changed(stored)
     if changed is not None:
         raise UserError(
             f"{changed[0]} changed since run {run_id} was trained: resumed, its last epochs "

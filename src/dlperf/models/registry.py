@@ -49,7 +49,7 @@ from dlperf.errors import (
     raised_by_model,
 )
 from dlperf.formatting import few
-from dlperf.parsing import did_you_mean, is_file_spec
+from dlperf.parsing import did_you_mean, is_file_spec, model_file_text
 from dlperf.paths import not_regular
 from dlperf.procs import alive
 from dlperf.stopping import STOP_SIGNALS
@@ -874,7 +874,7 @@ def build_from_factory(
     caught: list[warnings.WarningMessage] = []
     try:
         # as when its module is imported
-        path = Path(spec.rpartition(":")[0])
+        path = Path(model_file_text(spec))
         with (
             _process_kept(path, "in its factory"),
             contextlib.redirect_stdout(held := _HeldFetch(sys.stderr)),
