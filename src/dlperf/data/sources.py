@@ -919,8 +919,9 @@ def _cifar(cfg: DataConfig, hundred: bool) -> ImageData:
     folder = _root_folder(cfg) / base.base_folder
     splits = [[n for n, _ in base.train_list], [n for n, _ in base.test_list]]
     names = [*splits[0], *splits[1], base.meta["filename"]]
-    _other_case(cfg, where, folder, _absent(folder, names), gz=False)
-    if _absent(folder, names) and cfg.download:
+    absent = _absent(folder, names)
+    _other_case(cfg, where, folder, absent, gz=False)
+    if absent and cfg.download:
         # Only while a file is missing. torchvision's archive, MD5-checked, as its CIFAR
         # classes download it; not through them, which then pickle.load the batches there
         # (a file of the user's when only batches.meta was missing) with no restriction.
@@ -1213,8 +1214,9 @@ def _idx_set(
     `raw`, of which `_gunzip_raw` said `notes`."""
     what, where = f"{cls.__name__} idx files", f"{cls.__name__} idx files ({raw}/)"
     names = [n for pair in files for n in pair]
-    _other_case(cfg, where, raw, _absent(raw, names), gz=True)
-    if _absent(raw, names) and cfg.download:
+    absent = _absent(raw, names)
+    _other_case(cfg, where, raw, absent, gz=True)
+    if absent and cfg.download:
         try:  # torchvision fetches the four files, MD5-checked, when one is missing
             cls(cfg.root, train=True, download=True)
         except Exception as e:  # a network, archive or reading failure alike

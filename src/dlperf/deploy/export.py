@@ -410,10 +410,11 @@ def _state(model: nn.Module) -> dict[tuple[str, str], Any]:
         for key, value in vars(module).items():
             if key.startswith("_"):  # nn.Module's own (_parameters, _buffers, _modules...)
                 continue
+            name = f"{prefix}.{key}" if prefix else key
             if isinstance(value, int | float | str):
-                state["attribute", f"{prefix}.{key}" if prefix else key] = value
+                state["attribute", name] = value
             elif isinstance(value, torch.Tensor) and _dense(value):
-                state["attribute", f"{prefix}.{key}" if prefix else key] = value.detach().clone()
+                state["attribute", name] = value.detach().clone()
     return state
 
 

@@ -107,16 +107,16 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         phases.queue = time.perf_counter_ns() - start - phases.compute_infer
         return outputs
 
-    @app.api_route("/v2", methods=["GET"])
+    @app.get("/v2")
     async def server_metadata() -> dict[str, Any]:
         extensions = ["binary_tensor_data", "model_configuration", "statistics"]
         return {"name": "dlperf", "version": dlperf_version(), "extensions": extensions}
 
-    @app.api_route("/v2/health/live", methods=["GET"])
+    @app.get("/v2/health/live")
     async def live() -> dict[str, bool]:
         return {"live": True}
 
-    @app.api_route("/v2/health/ready", methods=["GET"])
+    @app.get("/v2/health/ready")
     async def ready() -> JSONResponse:
         return JSONResponse({"ready": batcher.running}, 200 if batcher.running else 503)
 
@@ -192,7 +192,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
                 predictions = runtime.topk(logits, topk, described.labels)[0]
                 return {"model_name": model.name, "predictions": predictions}
 
-    @app.api_route("/metrics", methods=["GET"])
+    @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
         encode, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encode(serving.metrics.registry), media_type=content_type)

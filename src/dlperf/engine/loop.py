@@ -190,9 +190,10 @@ class EvaluationDiverged(Diverged):
 
 
 class TrainingDiverged(Diverged):
-    """Evaluation's loss was not finite after training had diverged (`why`: its loss rose
-    past divergence.BLOW_UP times its first, or its weights were no longer finite), though
-    each training loss was finite: advised as a training loss that was not finite is."""
+    """Evaluation's loss was not finite after training had diverged (`why`: its loss rose past
+    divergence.BLOW_UP times the larger of its first and 1 and stayed there, or a weight or
+    buffer was no longer finite), though each training loss was finite: advised as a training
+    loss that was not finite is."""
 
     def __init__(
         self,
