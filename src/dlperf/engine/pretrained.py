@@ -100,10 +100,9 @@ def _download(url: str, source: str) -> StateDict:
     """The weights at `url`, from torch.hub's cache, downloaded into it first if need be."""
     cache = Path(torch.hub.get_dir()) / "checkpoints" / Path(url).name
     if not cache.is_file():
-        _usable(cache.parent, source)
+        _usable(cache.parent, source)  # made, and written to
         digest = torch.hub.HASH_REGEX.search(cache.name)  # torchvision's names carry one
         try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
             torch.hub.download_url_to_file(
                 url, str(cache), digest.group(1) if digest else None, progress=False
             )
