@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "dlperf.distributed",
         "dlperf.sweep",
         "dlperf.distill",
+        "dlperf.study_stop",
         "dlperf.detect",
         "dlperf.deploy",
         "dlperf.exporters",

@@ -118,7 +118,7 @@ def test_a_stopped_sweeps_line_hides_the_store_password_and_still_continues_it(
     cli: Cli, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
 ) -> None:
     """Before: `... continue it (...): dlperf --db postgresql+psycopg://dlperf:dlperf@... sweep
-    sw.toml --resume 1`. `distill` says its line through the same code (cli.sweep.StudyStop)."""
+    sw.toml --resume 1`. `distill` says its line through the same code (study_stop.StudyStop)."""
     _sweep_files(tmp_path)
     password = make_url(pg_url).password
     assert password

@@ -161,23 +161,26 @@ def test_a_study_stop_gives_back_the_stores_create_study_it_found(
     """Its own create_study on the store, a test's before it and a second StudyStop's inside
     it. Before: each exit deleted the instance's, so the test's was lost and the outer exit
     raised AttributeError over the stop (a Ctrl-C's traceback)."""
-    from dlperf.cli.sweep import StudyStop
+    from dlperf.study_stop import StudyStop
 
     made: list[str] = []
+    said: list[str] = []
 
     def spy(name: str, kind: str) -> int:
         made.append(name)
         return RunStore.create_study(store, name, kind)
 
     monkeypatch.setattr(store, "create_study", spy)
-    with pytest.raises(KeyboardInterrupt), StudyStop("sweep", None, False) as outer:
+    with pytest.raises(KeyboardInterrupt), StudyStop("sweep", None, False, said.append) as outer:
         outer.watch(store, "a")
-        with StudyStop("sweep", None, False) as inner:
+        with StudyStop("sweep", None, False, said.append) as inner:
             inner.watch(store, "b")
             store.create_study("b", "sweep")
         raise KeyboardInterrupt
     assert vars(store)["create_study"] is spy and made == ["b"]
     assert (outer.made, inner.made) == (1, 1)
+    # Only the outer one saw the stop; its line is given to `say`, not printed.
+    assert len(said) == 1 and said[0].startswith("sweep study 1 stopped; continue it")
 
 
 @pytest.mark.faults

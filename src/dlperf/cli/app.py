@@ -154,29 +154,12 @@ def set_option(example: str) -> Any:
     )
 
 
-def masked_words(words: list[str]) -> list[str]:
-    """`words` with the --db URL's password as *** (`--db URL` and `--db=URL`): no URL's
-    password is printed (the stop line echoed it). A URL without one is kept as given, so
-    that the line's command runs as it is. A DLPERF_DB URL is not among the words."""
-    from dlperf.store.urls import MASK, masked_url
-
-    def hidden(url: str) -> str:
-        masked = masked_url(url)
-        return masked if masked.count(MASK) > url.count(MASK) else url
-
-    shown = list(words)
-    for i, word in enumerate(words):
-        if word == "--db" and i + 1 < len(words):
-            shown[i + 1] = hidden(words[i + 1])
-        elif word.startswith("--db="):
-            shown[i] = "--db=" + hidden(word.removeprefix("--db="))
-    return shown
-
-
 def db_words() -> list[str]:
     """The `--db` words of this command line, its password as ***, for a line that gives a
     command to run next (`run`'s resume hint): that command needs the same store. Empty when
     the store came from DLPERF_DB (the shell still has it) or is the default."""
+    from dlperf.store.urls import masked_words
+
     words = masked_words(sys.argv[1:])
     for i, word in enumerate(words):
         if word == "--db" and i + 1 < len(words):

@@ -3,6 +3,7 @@ progress, warnings and errors to stderr; no colour off a terminal or with NO_COL
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -41,8 +42,7 @@ def _held_open(fd: int) -> TextIO:
     return open(os.devnull, "w", encoding="utf-8")
 
 
-# Python sets sys.stdout and sys.stderr to None for a stream closed at start; every print (and
-# rich's console) would fail on it.
+# A stream closed at start is None in sys; every print (rich's console too) would fail on it.
 if sys.stdout is None:
     sys.stdout = _held_open(1)
 if sys.stderr is None:
@@ -75,6 +75,7 @@ class _Stderr(Console):
 # No markup: what is printed is data (a run's name, a path), never rich's [style] tags.
 out = Console(highlight=False, markup=False, width=_line_width(sys.stdout))
 err = _Stderr(stderr=True, highlight=False, markup=False, width=_line_width(sys.stderr))
+err_line = functools.partial(err.print, soft_wrap=True)  # one line at any terminal width
 GAP = 3  # between two table columns: a space, the rule, a space (no edges, no edge padding)
 # The narrowest a table's blocks are laid out: a name, the gap and a value need room, and
 # under it (COLUMNS=1) rich gave each value no columns at all, printing lines of spaces. A

@@ -93,7 +93,7 @@ def describe(
     plots = {"counts": str(counts), "samples": str(grid)}
     result = {**desc.summary(), "plots": plots}
     for warning in desc.warnings:  # with --json too: on stderr, beside the document
-        console.err.print(f"warning: {warning}", soft_wrap=True)  # one line, however long
+        console.err_line(f"warning: {warning}")  # one line, however long
     if console.printed_json(as_json, result):
         return
     shape = "x".join(map(str, result["image_shape"]))

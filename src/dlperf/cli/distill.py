@@ -9,8 +9,8 @@ import typer
 
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, open_store, set_option
-from dlperf.cli.sweep import StudyStop
 from dlperf.formatting import scaled
+from dlperf.study_stop import StudyStop
 
 if TYPE_CHECKING:
     from dlperf.distill.summary import DistillResult, StudentRow
@@ -114,7 +114,7 @@ def distill(
     store = open_store()
     # The figure and the table inside the stop's line too: a stop after the last stage
     # exited 130 saying nothing. The line's command (every stage reused) draws and prints.
-    with StudyStop("distill", resume, new) as said:
+    with StudyStop("distill", resume, new, console.err_line) as said:
         with console.reporter() as rep:
             # The study's name as run_distill gives it: run.name, else the model's.
             said.watch(store, given(job.experiment.run.name, job.experiment.model.name)[0])

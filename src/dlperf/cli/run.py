@@ -185,7 +185,7 @@ def _demo_stopped(store: RunStore) -> None:
                 soft_wrap=True,
             )
             return
-    console.err.print(f"demo stopped; {again}", soft_wrap=True)
+    console.err_line(f"demo stopped; {again}")
 
 
 @config_app.command("show")

@@ -13,8 +13,8 @@ import typer
 from dlperf.cli import console
 from dlperf.cli.app import Json, app, default_command_group, open_store, set_option
 from dlperf.cli.shortcuts import Flag, with_flags
-from dlperf.cli.sweep import StudyStop
 from dlperf.errors import UserError
+from dlperf.study_stop import StudyStop
 
 if TYPE_CHECKING:  # dlperf.config loads pydantic: only when a command runs
     from dlperf.config import ScaleJob
@@ -108,7 +108,7 @@ def _print_allreduce(result: AllreduceStudy, as_json: bool) -> None:
         if result.ring_model is None:
             console.warn(f"no ring model fitted: {result.fit_error}")
     for failure in result.failures:
-        console.err.print(failed(workers_said(failure.workers), failure.error), soft_wrap=True)
+        console.err_line(failed(workers_said(failure.workers), failure.error))
     if result.failures:
         raise typer.Exit(1)
 
@@ -295,6 +295,6 @@ def _measure(job: ScaleJob, run: Callable[..., Found]) -> tuple[Found, RunStore,
 
     store = open_store()
     where = store.artifact_dir(job.experiment.run.out_dir)  # study ids repeat across stores
-    with StudyStop("scale", None, True, resumable=False) as said, console.reporter() as rep:
+    with StudyStop("scale", None, True, console.err_line) as said, console.reporter() as rep:
         said.watch(store, study_name(job.experiment) if job.scale.node_rank == 0 else None)
         return run(job, store, where, rep), store, where

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import shlex
-import sys
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
 from dlperf import clocks
 from dlperf.cli import console
-from dlperf.cli.app import Json, app, masked_words, open_store
+from dlperf.cli.app import Json, app, open_store
 from dlperf.formatting import fmt
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from dlperf.store import RunStore
+from dlperf.study_stop import StudyStop
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -106,90 +98,8 @@ def _print_summary(result: Any, sort: str | None) -> None:
         )
     for row in result.points:
         if row.status == "failed":
-            # soft_wrap: a point's error is one line (a worker's too), at any terminal width
-            console.err.print(f"run {row.run_id} failed: {row.error}", soft_wrap=True)
-
-
-class StudyStop:
-    """Around a study's command (`sweep`, `distill`, `scale`): a stop signal's exit says which
-    study stopped and how to go on, as `run` does for its run; they exited 130 with nothing
-    said. `watch` names the study once the store is open (a stop before says nothing: nothing
-    is stored). `resumable`: the study's command continues it with --resume (its finished
-    work skipped); a scaling study is measured anew instead."""
-
-    def __init__(self, kind: str, resume: int | None, new: bool, resumable: bool = True):
-        self.kind, self.resume, self.new, self.resumable = kind, resume, new, resumable
-        self.store: RunStore | None = None
-        self.made: int | None = None
-        self.found: Callable[[str, str], int] | None = None
-
-    def watch(
-        self, store: RunStore, name: str | None, find: Callable[[], int | None] | None = None
-    ) -> None:
-        """The study is `name`'s of its kind; None: this process stores none (a node of a
-        multi-node scaling study but the first). `find`: the study the command continues
-        without --resume or --new, where that is not the newest of its name (a sweep's)."""
-        if name is None:
-            return
-        self.store, self.name = store, name
-        self.find = find or (lambda: store.find_study(name, self.kind))
-        # The study this command makes, by its id: the newest of its name at the stop was
-        # another command's where two ran at once (two terminals, two CI jobs on one store).
-        create = store.create_study
-        # What __exit__ gives back: the instance's own (a test's, another StudyStop's) or none.
-        self.found = vars(store).get("create_study")
-
-        def made(name: str, kind: str) -> int:
-            self.made = create(name, kind)
-            return self.made
-
-        store.create_study = made  # type: ignore[method-assign]
-
-    def __enter__(self) -> StudyStop:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, _: TracebackType | None
-    ) -> None:
-        if self.store is not None:
-            if self.found is None:
-                del self.store.create_study  # the class's own again
-            else:
-                self.store.create_study = self.found  # type: ignore[method-assign,assignment]
-        if isinstance(error, KeyboardInterrupt) and self.store is not None:
-            # Any error now is the stop's consequence (dlperf.errors.interrupted): the line is
-            # left out, the stop goes on.
-            with contextlib.suppress(Exception):
-                console.err.print(self._line(), soft_wrap=True)
-
-    def _line(self) -> str:
-        study: int | None
-        if self.resume is not None:
-            study = self.resume
-        elif self.made is not None or self.new:
-            study = self.made
-        else:
-            study = self.find()
-        if study is None:  # not made by this command
-            return f"{self.kind} stopped before its study was stored"
-        if not self.resumable:
-            return (
-                f"{self.kind} study {study} stopped; a {self.kind} study is not continued: "
-                "run the command again to measure it anew"
-            )
-        # This very command line, the study named: --new would start another one.
-        words = [w for w in sys.argv[1:] if w != "--new"]
-        shown = masked_words(words)
-        if self.resume is None:
-            shown += ["--resume", str(study)]
-        done = "points" if self.kind == "sweep" else "stages"
-        # Said where the password was hidden: the line's command runs once it is put back.
-        hid = shown[: len(words)] != words
-        fill = "; put the --db password back in place of ***" if hid else ""
-        return (
-            f"{self.kind} study {study} stopped; continue it (the {done} that finished are "
-            f"skipped{fill}): {shlex.join(['dlperf', *shown])}"
-        )
+            # a point's error is one line (a worker's too), at any terminal width
+            console.err_line(f"run {row.run_id} failed: {row.error}")
 
 
 @app.command()
@@ -226,7 +136,7 @@ def sweep(
 
     # The figures and the ranking inside the stop's line too: a stop after the last point
     # exited 130 saying nothing. The line's command (every point skipped) ranks and draws.
-    with StudyStop("sweep", resume, new) as said:
+    with StudyStop("sweep", resume, new, console.err_line) as said:
         with console.reporter() as rep:
             spec = load_sweep(sweep_file, list(set_), rep)
             store = open_store()

@@ -170,3 +170,21 @@ def absent_note(path: str) -> str | None:
     store holds no runs" did not say that the path is most likely mistyped. None for a path
     without such a name: the usual store not made yet, nothing to say."""
     return absent(path) if _edged_names(path) else None
+
+
+def masked_words(words: list[str]) -> list[str]:
+    """`words` with the --db URL's password as *** (`--db URL` and `--db=URL`): no URL's
+    password is printed (the stop line echoed it). A URL without one is kept as given, so
+    that the line's command runs as it is. A DLPERF_DB URL is not among the words."""
+
+    def hidden(url: str) -> str:
+        masked = masked_url(url)
+        return masked if masked.count(MASK) > url.count(MASK) else url
+
+    shown = list(words)
+    for i, word in enumerate(words):
+        if word == "--db" and i + 1 < len(words):
+            shown[i + 1] = hidden(words[i + 1])
+        elif word.startswith("--db="):
+            shown[i] = "--db=" + hidden(word.removeprefix("--db="))
+    return shown
