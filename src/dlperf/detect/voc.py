@@ -22,6 +22,7 @@ VOC2010 onwards) by default: it is exact for every recall level, where the VOC20
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
@@ -38,7 +39,7 @@ from dlperf import image_modes
 from dlperf.errors import UserError, not_utf8
 from dlperf.formatting import few
 from dlperf.parsing import name_text, plain_number
-from dlperf.paths import not_regular
+from dlperf.paths import not_regular, replaced, writing
 
 BACKGROUND = "__background__"
 AP_METHODS = ("area", "11point")
@@ -817,7 +818,7 @@ def make_shapes(
             (draw.rectangle if name == "square" else draw.ellipse)(xy, fill=colour)
             objects.append(VocObject(name, box, bool(difficult)))
             counts[name] += 1
-        image.save(root / "JPEGImages" / f"{image_id}.jpg", quality=95)
+        _save_jpeg(image, root / "JPEGImages" / f"{image_id}.jpg")
         (root / "Annotations" / f"{image_id}.xml").write_text(
             _annotation_xml(image_id, size, objects)
         )
@@ -834,6 +835,17 @@ def make_shapes(
         "train": len(splits["train"]),
         "val": len(splits["val"]),
     }
+
+
+def _save_jpeg(image: Any, path: Path) -> None:
+    """`image` as a JPEG at `path`, whole or not at all. Pillow's JPEG encoder writes to the
+    raw descriptor and takes a short write for success: under a file size limit (ulimit -f)
+    or on a full disk it left a cut image and no error. Encoded in memory, then written by
+    Python, which raises (the one-line error names `path`); aside, then renamed."""
+    encoded = io.BytesIO()
+    image.save(encoded, format="JPEG", quality=95)
+    with writing(path), replaced(path) as aside:
+        aside.write_bytes(encoded.getvalue())
 
 
 # A file's last block, which it fills whatever its size (4 KiB on ext4 and most file systems).
