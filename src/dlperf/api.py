@@ -254,7 +254,9 @@ def _metric(key: str, value: Any) -> tuple[str, float]:
             # line); told without importing torch, which every logged value passes through
             value = value.detach()
         try:
-            return name, float(value)
+            # + 0.0: -0.0 as 0.0, as RunStore.log_metrics stores it, so that the run's
+            # `final` (kept from this value) says what its stored metric says
+            return name, float(value) + 0.0
         except OverflowError:
             raise UserError(
                 f"metric {name} is a number a float can hold (up to {sys.float_info.max:.4g}), "
