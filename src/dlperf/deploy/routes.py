@@ -57,6 +57,22 @@ class Serving:
     configuration: dict[str, Any]
 
 
+def refuse_encoded(request: Request) -> None:
+    """415 for a body sent with any content coding but `identity`: none is decoded here. The
+    codings are case-insensitive (RFC 9110 §8.4.1), and repeated Content-Encoding fields are one
+    list (§5.3): `identity` first and `gzip` after it is a gzip body."""
+    codings = [
+        coding.strip().lower()
+        for field in request.headers.getlist("content-encoding")
+        for coding in field.split(",")
+        if coding.strip()
+    ]
+    applied = [coding for coding in codings if coding != "identity"]
+    if applied:
+        said = ", ".join(applied)
+        raise HTTPException(415, f"Content-Encoding {said} is not accepted; send it plain")
+
+
 class OriginForm:
     """Routes an absolute-form target (`GET http://host:port/v2/health/ready`) as its path:
     a server MUST accept it (RFC 9112 §3.2.2), and uvicorn hands it to the app as the path,
@@ -122,6 +138,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
 
     @app.post("/v2/repository/index")
     async def repository_index(request: Request) -> list[dict[str, str]]:
+        refuse_encoded(request)
         body = await request.body()
         wanted = parse(IndexRequest, body) if body.strip() else IndexRequest()
         entry = {"name": model.name, "version": MODEL_VERSION, "state": "READY"}
@@ -146,9 +163,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         return JSONResponse(doc, 200 if batcher.running else 503)
 
     async def infer_tensors(request: Request) -> Response:
-        encoding = request.headers.get("content-encoding", "identity")
-        if encoding != "identity":
-            raise HTTPException(415, f"Content-Encoding {encoding} is not accepted; send it plain")
+        refuse_encoded(request)
         with stats.request() as phases:
             header, binary = split(await request.body(), request.headers.get(HEADER_LENGTH))
             with phases.timing("compute_input"):
@@ -176,6 +191,7 @@ def add_routes(app: FastAPI, serving: Serving) -> None:
         topk: int = Query(5, ge=1, description="Classes to return (classifiers)."),
         score_threshold: float = Query(0.5, ge=0, le=1, description="Detectors: lowest score."),
     ) -> dict[str, Any]:
+        refuse_encoded(request)
         described = model.described("/predict")
         with stats.request() as phases:
             data = await image_bytes(request)
