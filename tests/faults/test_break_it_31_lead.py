@@ -3,15 +3,30 @@
 - `detect make-shapes` under a file size limit (or on a full disk) wrote cut JPEGs, said
   "wrote N images" and exited 0: Pillow's JPEG encoder writes to the raw descriptor and takes
   a short write for success (P4 C3).
+- Two `runs delete` of the same runs at once both said "deleted run N" (or the second "no
+  run" for part of them): the second took the first's record of the files it was still
+  removing for a delete cut short, finished it and reported the runs as its own (P3 C6).
 """
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 from PIL import Image
 
+from dlperf import procs
+from dlperf.errors import UserError
+from dlperf.store import RunStore, runstore
+from tests.conftest import fresh_store_url
 from tests.faults.test_break_it_16_outputs import LIMIT_HINT, _dlperf, _last_line
+from tests.faults.test_break_it_26_delete import _run
 
 
 def test_make_shapes_under_a_file_size_limit_says_so_and_leaves_no_cut_image(
@@ -26,3 +41,50 @@ def test_make_shapes_under_a_file_size_limit_says_so_and_leaves_no_cut_image(
     assert _last_line(result).endswith(LIMIT_HINT), result.err
     for jpeg in (tmp_path / "shapes").rglob("*.jpg"):
         Image.open(jpeg).load()  # no cut image under a .jpg name
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStore]:
+    for url in fresh_store_url(request.param, tmp_path, "bk31"):
+        store = RunStore.open(url)
+        yield store
+        store.engine.dispose()
+
+
+class Killed(BaseException):
+    """The first `runs delete` held as it starts to remove its run's directory: its rows and
+    the record of its files are committed, its files not yet removed."""
+
+
+def test_a_delete_still_removing_its_files_is_not_taken_for_one_cut_short(
+    any_store: RunStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first delete's process is alive (a child here, its owner in the record). Before:
+    the second delete said "deleted run N" too and removed the files under the first."""
+    where = _run(any_store, tmp_path / "runs", "checkpoint.pt")
+    run_id = int(where.name.removeprefix("run-"))
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        stat = procs.proc_stat(other.pid)
+        assert stat is not None
+        first = {"host": socket.gethostname(), "pid": other.pid, "start": stat[1],
+                 "boot_id": procs._boot_id()}  # fmt: skip
+
+        def held(path: Any, *args: Any, **kwargs: Any) -> None:
+            raise Killed
+
+        with monkeypatch.context() as m:  # the first delete, as process `other`
+            m.setattr(runstore, "this_process", lambda: first)
+            m.setattr(shutil, "rmtree", held)
+            with pytest.raises(Killed):
+                any_store.delete_runs([run_id])
+        with pytest.raises(UserError, match=f"no run {run_id} in the store; nothing deleted"):
+            any_store.delete_runs([run_id])
+        assert (where / "checkpoint.pt").exists()  # the first delete's to remove
+    finally:
+        other.communicate(b"", timeout=60)
+    # Its process gone with the files left: a delete cut short, finished by the next one.
+    deleted = any_store.delete_runs([run_id])
+    assert deleted.runs == [run_id] and not where.exists()
+    assert any_store.deleting() == set()

@@ -1539,9 +1539,26 @@ class _Plan:
 
     remove: list[tuple[str, str]]
     kept: list[tuple[str, str]]
+    # The deleting process (`_owner`): while it lives, the files are its to remove, and the
+    # run is gone to every other delete. None: a record of an older dlperf.
+    owner: str | None = None
 
-    def recorded(self) -> dict[str, list[list[str]]]:
-        return {"remove": [list(r) for r in self.remove], "kept": [list(k) for k in self.kept]}
+    def recorded(self) -> dict[str, Any]:
+        return {
+            "remove": [list(r) for r in self.remove],
+            "kept": [list(k) for k in self.kept],
+            "owner": self.owner,
+        }
+
+    def cut_short(self, me: str, force: bool) -> bool:
+        """Whether the delete that recorded this plan stopped before its files went (killed),
+        so that another delete finishes it; not while its process lives (two deletes of one
+        run at once: the second took the first's files and reported its runs as its own).
+        One on another host, which cannot be told from here, only with `force`."""
+        if self.owner is None or self.owner == me:
+            return True
+        alive = process_alive(json.loads(self.owner))
+        return alive is False or (alive is None and force)
 
 
 def _deleting(s: Session) -> dict[int, _Plan]:
@@ -1556,11 +1573,13 @@ def _deleting(s: Session) -> dict[int, _Plan]:
             continue  # a key set by hand: not ours
         try:
             data = json.loads(value)
+            owner = data.get("owner")
             plans[run_id] = _Plan(
                 [(str(t), str(r)) for t, r in data["remove"]],
                 [(str(p), str(w)) for p, w in data["kept"]],
+                owner if isinstance(owner, str) else None,
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             plans[run_id] = _Plan([], [])
     return plans
 
@@ -2437,11 +2456,13 @@ class RunStore:
             query = query.where(Run.id.in_([i for i in ids if _storable(s, i)]))
             owners = s.execute(query.order_by(Run.id).with_for_update()).all()
             found = {i for i, _, _ in owners}
-            pending = _deleting(s)  # every run whose files a delete cut short left
+            me = _owner(this_process())  # a process may delete the runs it writes itself
+            # Every run whose files a delete cut short left (not one another delete is
+            # still removing: that run is gone to this one).
+            pending = {i: p for i, p in _deleting(s).items() if p.cut_short(me, force)}
             missing = [str(i) for i in ids if i not in found and i not in pending]
             if missing:
                 raise no_such_run(s.get_bind(), ", ".join(missing), "; nothing deleted")
-            me = _owner(this_process())  # a process may delete the runs it writes itself
             # An owner that lives, or (unless `force`) that runs on another host, where that
             # cannot be told, may still write its run.
             running = {i: process_alive(json.loads(o)) for i, o, _ in owners if o and o != me}
@@ -2467,7 +2488,7 @@ class RunStore:
                     )
                 )
             )
-            plans: dict[int, _Plan] = {i: _Plan([], []) for i in gone}
+            plans: dict[int, _Plan] = {i: _Plan([], [], me) for i in gone}
             for run_id, path in owned:
                 plan = plans[run_id]
                 if path in shared:
