@@ -23,9 +23,13 @@ from dlperf.errors import UserError
 from dlperf.parsing import edged, name_text, one_line
 
 MASK = "***"
-# user:password@, up to the last @ before the path: an unescaped @ in a password is masked
-# with it, where SQLAlchemy takes the password's tail for part of the host.
-PASSWORD = re.compile(r"(://[^:/@?#]*:)[^/?#]*@")
+# user:password@ as SQLAlchemy reads it: the password is all up to its first @ (it may hold
+# / ? # :); then up to the last @ before the path, where an unescaped @ in a password made
+# SQLAlchemy take the password's tail for part of the host.
+PASSWORD = re.compile(r"(://[^:/@?#]*:)[^@]*@(?:[^/?#]*@)?")
+# After make_url found a password: the user, then the password up to its first @, then the
+# host up to the last @ before the path (an unescaped @ in the password, as above).
+USERINFO = re.compile(r"([^:/]*:)[^@]*@(?:[^/?]*@)?")
 # Query options whose value is a secret, by a part of their name (case aside, as written or
 # %-escaped): libpq's password and sslpassword, MySQL drivers' passwd, a token or secret.
 SECRET_OPTION = re.compile(r"password|passwd|secret|token", re.IGNORECASE)
@@ -47,12 +51,11 @@ def masked_url(url: str) -> str:
         parsed = make_url(url)
         # The password masked in the URL as typed: a rendering escapes the rest too, and named
         # sqlite:///:memory: as sqlite:///%3Amemory%3A, a database bk_%C3%BC%20x as
-        # bk_%C3%BC x. All up to the host's @ is the user and password (one may hold an @).
+        # bk_%C3%BC x. Not split at the first /: a password may hold one (`se/cr/et`), which
+        # left the password in clear after `://:***@`.
         if parsed.password is not None:
             scheme, _, rest = url.partition("://")
-            netloc, slash, tail = rest.partition("/")
-            userinfo, _, host = netloc.rpartition("@")
-            url = f"{scheme}://{userinfo.partition(':')[0]}:{MASK}@{host}{slash}{tail}"
+            url = f"{scheme}://" + USERINFO.sub(rf"\1{MASK}@", rest, count=1)
     return _masked_query(PASSWORD.sub(rf"\1{MASK}@", url))
 
 
