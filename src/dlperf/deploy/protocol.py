@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Iterator
+from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
@@ -35,9 +37,14 @@ DATATYPES: dict[str, tuple[str, Any]] = {
 }
 ORT_TYPES = {ort: name for name, (ort, _) in DATATYPES.items()}
 V2_TYPES = {np.dtype(t): name for name, (_, t) in DATATYPES.items()}
-# The kinds of numpy array (np.asarray of the JSON data) each datatype accepts; the
-# integer datatypes, not listed, take integers ("iu") only.
-JSON_KINDS = {"BOOL": "b", "BYTES": "U", "FP16": "iuf", "FP32": "iuf", "FP64": "iuf"}
+# The JSON values each datatype takes, as Python reads them (true is a bool, not an int), and
+# what to call them; the integer datatypes, not listed, take integers only.
+JSON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "BOOL": ((bool,), "true or false"),
+    "BYTES": ((str,), "strings"),
+    **{name: ((int, float), "numbers") for name in ("FP16", "FP32", "FP64")},
+}
+SHOWN_CHARS = 40  # of a wrong value, in its error
 MODEL_VERSION = "1"
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -224,18 +231,11 @@ def _from_json(data: list[Any], datatype: str, name: str) -> np.ndarray:
         values = np.asarray(data)
     except ValueError:  # ragged nesting, or deeper than numpy's 64 dimensions
         raise UserError(f"input '{name}': data is not a flat or evenly nested list") from None
-    kinds = JSON_KINDS.get(datatype, "iu")
+    _check_kinds(data, values.shape, datatype, name)
     # Integers numpy holds in no integer type (past int64: UINT64's upper half, 1e20 written
     # without a point) come out as Python objects, or as float64 beside smaller integers.
-    # (Only then is the data read again: a float tensor's data is never scanned in Python.)
-    inexact = values.dtype == object or (kinds == "iu" and values.dtype.kind == "f")
-    if "i" in kinds and values.size and inexact:
-        exact = np.asarray(data, dtype=object)
-        if all(type(v) is int for v in exact.flat):
-            return _big_integers(exact, dtype, datatype, name)
-    if values.size and values.dtype.kind not in kinds:
-        wanted = {"b": "true or false", "U": "strings", "iu": "integers"}.get(kinds, "numbers")
-        raise UserError(f"input '{name}' ({datatype}): data must be {wanted}")
+    if values.dtype == object or (dtype.kind in "iu" and values.dtype.kind == "f"):
+        return _big_integers(np.asarray(data, dtype=object), dtype, datatype, name)
     if dtype.kind in "iu" and values.size:
         info = np.iinfo(dtype)
         if values.min() < info.min or values.max() > info.max:
@@ -244,6 +244,32 @@ def _from_json(data: list[Any], datatype: str, name: str) -> np.ndarray:
             )
     with np.errstate(over="ignore"):  # a float beyond the datatype's range: inf, refused after
         return values.astype(dtype)
+
+
+def _check_kinds(data: list[Any], shape: tuple[int, ...], datatype: str, name: str) -> None:
+    """Refuse data holding a value of the wrong kind, naming the first, as Triton does. The
+    kind of np.asarray(data) cannot tell: numpy promotes `["abc", 5]` to strings ("5"), and
+    `[true, 2]` and `[true, 0.5]` to numbers."""
+    allowed, wanted = JSON_TYPES.get(datatype, ((int,), "integers"))
+    if set(map(type, _leaves(data, len(shape)))) <= set(allowed):
+        return
+    position, value = next(
+        (i, v) for i, v in enumerate(_leaves(data, len(shape))) if type(v) not in allowed
+    )
+    where = "".join(f"[{i}]" for i in np.unravel_index(position, shape))
+    shown = json.dumps(value)
+    if len(shown) > SHOWN_CHARS:
+        shown = shown[: SHOWN_CHARS - 3] + "..."
+    raise UserError(f"input '{name}' ({datatype}): data must be {wanted}; data{where} is {shown}")
+
+
+def _leaves(data: list[Any], depth: int) -> Iterator[Any]:
+    """The values of evenly nested lists `depth` deep, in row-major order (iterated in C:
+    this runs over every value of every JSON tensor)."""
+    leaves: Iterator[Any] = iter(data)
+    for _ in range(depth - 1):
+        leaves = chain.from_iterable(leaves)
+    return leaves
 
 
 def _big_integers(values: np.ndarray, dtype: np.dtype, datatype: str, name: str) -> np.ndarray:
